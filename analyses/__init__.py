@@ -1,0 +1,4 @@
+"""Analyses: one module per diagnosis, each registering ``run(store, params) -> Result``.
+
+Importing this package imports no analysis; ``traceprof.analysis.load_all()`` does.
+"""

@@ -1,0 +1,83 @@
+"""temporal: where each rank's accelerator time goes (idle / compute / non-compute).
+
+Algorithm (DESIGN.md §4, the same definition as HTA's temporal breakdown):
+  1. Take the rank's activity intervals (``traceprof.activity``): GPU kernels, memcpy and memset,
+     or on CPU-only ranks the training thread's ops and the gloo work.
+  2. Window = first activity start to last activity end, for the whole trace and per step (the
+     activity launched in that step).
+  3. idle = window - |∪ all activity|; compute = |∪ compute|; non-compute = |∪ all| - compute.
+  4. Percentages are of the window.
+With ``hta=true`` the events are selected as HTA loads them (see ``traceprof.activity``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceprof.activity import activity
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.errors import AnalysisError
+from traceprof.intervals import class_measures
+from traceprof.store import Store
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``hta``: select events as HTA 0.5.0 does (drops the last step and unlaunched GPU events)."""
+
+    hta: bool = False
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """Per-rank breakdown (``frame``) and per-step breakdown (``steps``).
+
+    Columns of both: rank, [step,] window_ns, idle_ns, compute_ns, non_compute_ns (ns) and
+    idle_pct, compute_pct, non_compute_pct (% of window_ns).
+    """
+
+    steps: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "Temporal breakdown"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "steps": self.steps}
+
+    def charts(self) -> list[Chart]:
+        return [Chart("Share of the window per rank", "rank", ("compute_pct", "non_compute_pct", "idle_pct"),
+                      stacked=True, ylabel="% of window")]
+
+
+def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    m = class_measures(act, by)
+    pct = 100.0 / pl.col("window_ns")
+    return m.select(
+        *by,
+        "window_ns",
+        (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"),
+        "compute_ns",
+        (pl.col("busy_ns") - pl.col("compute_ns")).alias("non_compute_ns"),
+    ).with_columns(
+        (pl.col("idle_ns") * pct).alias("idle_pct"),
+        (pl.col("compute_ns") * pct).alias("compute_pct"),
+        (pl.col("non_compute_ns") * pct).alias("non_compute_pct"),
+    )
+
+
+@register("temporal", Params)
+def run(store: Store, params: Params) -> Result:
+    """Temporal breakdown per rank and per step of one run.
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no GPU or CPU activity.
+    """
+    run_id = store.resolve_run(params.run)
+    act = activity(store, run_id, hta=params.hta)
+    if act.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels and no CPU training-thread ops")
+    per_rank = _breakdown(act, ["rank"])
+    per_step = _breakdown(act.filter(pl.col("step").is_not_null()), ["rank", "step"])
+    notes = ("HTA-compatible selection (last step and unlaunched GPU events dropped)",) if params.hta else ()
+    return Result(frame=per_rank, steps=per_step, notes=notes)

@@ -1,0 +1,496 @@
+"""Parse PyTorch profiler (Kineto) Chrome-trace JSON into normalized rows.
+
+Reads ``.json`` and ``.json.gz`` files, new style (top-level ``baseTimeNanoseconds``, ``ts``/``dur``
+in microseconds with up to 3 decimals relative to it) and old style (integer epoch microseconds),
+GPU traces (CUDA or ROCm) and CPU-only (gloo) traces.
+
+Algorithm:
+  1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` as ``Decimal`` so the
+     microsecond text converts to integer ns exactly (``traceprof.timeconv``).
+  2. Map each record to an event kind (DESIGN.md §2) from ``ph``, ``cat`` and ``name``; flows
+     (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
+  3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
+     GPU event the step of the runtime call that launched it (``args.correlation``), falling back
+     to its own start time.
+  4. Derive collectives: one row per NCCL/RCCL kernel on GPU traces; one per ``gloo:<op>``
+     annotation on CPU-only traces.
+
+Source fields read: top-level ``baseTimeNanoseconds``, ``distributedInfo.{rank,world_size,backend}``,
+``deviceProperties[]``; per event ``ph, cat, name, pid, tid, ts, dur, args`` and in args
+``correlation``, ``External id``, ``device``, ``stream``, ``Collective name``, ``Process Group Name``,
+``Seq``, ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Input Dims``,
+``Input type``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import math
+import zlib
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from traceprof.errors import TraceFormatError
+from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
+from traceprof.parsed import ParsedTrace
+from traceprof.timeconv import us_to_ns
+
+__all__ = ["parse", "read_json_bytes", "sidecar_path", "is_trace_file"]
+
+_KIND_BY_CAT = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "user_annotation",
+    "gpu_user_annotation": "gpu_user_annotation",
+    "python_function": "python_function",
+    "cuda_runtime": "cuda_runtime",
+    "runtime": "cuda_runtime",
+    "cuda_driver": "cuda_driver",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_sync": "sync",
+    "cpu_instant_event": "instant",
+}
+_GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
+_LAUNCH_KINDS = frozenset({"cuda_runtime", "cuda_driver"})
+_STEP_PREFIX = "ProfilerStep#"
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Decimal | None = None
+    dur: Decimal | None = None
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event]
+    baseTimeNanoseconds: int | None = None
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+
+
+def is_trace_file(path: Path) -> bool:
+    """True for names a Kineto trace may have (``*.json``, ``*.json.gz``), not sidecars."""
+    n = path.name
+    return (n.endswith(".json") or n.endswith(".json.gz")) and not n.endswith(".meta.json")
+
+
+def sidecar_path(path: Path) -> Path:
+    """The collector's sidecar of a trace: ``rank0.trace.json.gz`` -> ``rank0.meta.json``."""
+    n = path.name
+    for suffix in (".trace.json.gz", ".trace.json", ".pt.trace.json.gz", ".json.gz", ".json"):
+        if n.endswith(suffix):
+            return path.with_name(n[: -len(suffix)] + ".meta.json")
+    return path.with_name(n + ".meta.json")
+
+
+def read_json_bytes(path: Path) -> tuple[bytes, bytes]:
+    """Read a file, gunzipping when it is gzip. Returns (raw file bytes, JSON bytes).
+
+    Raises:
+        TraceFormatError: The file cannot be read or the gzip stream is broken or truncated.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return raw, gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceFormatError(path, "", f"broken gzip stream ({e}); re-copy the file") from None
+    return raw, raw
+
+
+def _decode(path: Path, data: bytes) -> _Trace:
+    try:
+        return msgspec.json.decode(data, type=_Trace)
+    except msgspec.ValidationError as e:
+        raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
+    except msgspec.DecodeError as e:
+        what = "truncated JSON" if "truncated" in str(e).lower() else "invalid JSON"
+        raise TraceFormatError(path, "", f"{what} ({e})") from None
+
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if -(2**63) <= v < 2**63 else None
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            return None
+    if isinstance(v, float) and math.isfinite(v):
+        return int(v)
+    return None
+
+
+def _lane(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def _kind(ev: _Event) -> str | None:
+    """Event kind, or None for records that are not stored (flows, metadata)."""
+    ph = ev.ph
+    if ph == "X":
+        if ev.name.startswith(_STEP_PREFIX) and ev.cat in ("user_annotation", "cpu_op", "Operator"):
+            return "step"
+        return _KIND_BY_CAT.get(ev.cat.lower(), "other")
+    if ph in ("i", "I"):
+        return "instant"
+    if ph == "C":
+        return "counter"
+    if ph in ("B", "E", "b", "e", "n"):
+        return "other"
+    return None
+
+
+def _step_number(name: str) -> int | None:
+    try:
+        return int(name[len(_STEP_PREFIX) :])
+    except ValueError:
+        return None
+
+
+def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+    """Parse one Kineto trace file.
+
+    Args:
+        path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler.
+        on_bad_event: ``"raise"`` (default) stops at the first malformed event (e.g. an ``X`` event
+            without ``dur``); ``"skip"`` counts it in ``rejected`` and goes on.
+
+    Returns:
+        A :class:`ParsedTrace` with ``events``, ``steps``, ``devices`` and ``collectives`` tables.
+        Times are epoch ns (``baseTimeNanoseconds + round(ts_us * 1000)``, or ``ts_us * 1000``).
+
+    Raises:
+        TraceFormatError: Unreadable, broken gzip, truncated or invalid JSON, not a Kineto trace, or
+            (with ``on_bad_event="raise"``) a malformed event, naming the event index.
+    """
+    p = Path(path).resolve()
+    raw, data = read_json_bytes(p)
+    doc = _decode(p, data)
+    base_ns = doc.baseTimeNanoseconds or 0
+    dist = doc.distributedInfo or {}
+    rank = _int_or_none(dist.get("rank"))
+    world = _int_or_none(dist.get("world_size"))
+
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream",
+            "correlation", "external_id", "args",
+        )
+    }
+    rejected: dict[str, int] = {}
+    parsed_args: list[dict[str, Any]] = []
+    process_names: dict[str, str] = {}
+    for i, ev in enumerate(doc.traceEvents):
+        kind = _kind(ev)
+        if kind is None:
+            if ev.ph == "M" and ev.name == "process_name":
+                try:
+                    process_names[_lane(ev.pid)] = str(msgspec.json.decode(ev.args).get("name", ""))
+                except (msgspec.DecodeError, AttributeError):
+                    pass
+            reason = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ev.ph, f"ph={ev.ph!r}")
+            reason += " (not an interval; links kept as correlation ids)" if reason == "flow" else ""
+            rejected[reason] = rejected.get(reason, 0) + 1
+            continue
+        problem = None
+        if ev.ts is None:
+            problem = "missing 'ts'"
+        elif ev.ph == "X" and ev.dur is None:
+            problem = "missing 'dur'"
+        elif ev.dur is not None and ev.dur < 0:
+            problem = f"negative 'dur' ({ev.dur})"
+        if problem:
+            if on_bad_event == "raise":
+                raise TraceFormatError(
+                    p, f"event #{i} (ph={ev.ph!r}, name={ev.name[:60]!r})", problem
+                    + "; pass --skip-bad-events to skip such events")
+            rejected[problem] = rejected.get(problem, 0) + 1
+            continue
+        args = msgspec.json.decode(ev.args) if ev.args else {}
+        if not isinstance(args, dict):
+            args = {"value": args}
+        gpu = kind in _GPU_KINDS
+        cols["kind"].append(kind)
+        cols["cat"].append(ev.cat)
+        cols["name"].append(ev.name)
+        cols["ts_ns"].append(base_ns + us_to_ns(ev.ts))  # type: ignore[arg-type]
+        cols["dur_ns"].append(us_to_ns(ev.dur) if ev.dur is not None else 0)
+        cols["pid"].append(_lane(ev.pid))
+        cols["tid"].append(_lane(ev.tid))
+        cols["device"].append(_int_or_none(args.get("device", ev.pid)) if gpu else None)
+        cols["stream"].append(_int_or_none(args.get("stream", ev.tid)) if gpu else None)
+        cols["correlation"].append(_int_or_none(args.get("correlation")))
+        cols["external_id"].append(_int_or_none(args.get("External id")))
+        cols["args"].append(bytes(ev.args).decode() if ev.args else "{}")
+        parsed_args.append(args)
+
+    steps_rows, step_col = _assign_steps(cols)
+    cols["step"] = step_col
+    gpu_present = any(k in _GPU_KINDS for k in cols["kind"])
+    coll = _collectives(cols, parsed_args, gpu_present)
+    devices = _devices(doc.deviceProperties or [])
+    main_pid = _main_pid(cols)
+    trace_info = {
+        "backend": dist.get("backend"),
+        "base_time_ns": base_ns,
+        "pid": main_pid,
+        "device_name": devices[0]["name"] if devices else ("cpu" if not gpu_present else None),
+        "meta": msgspec.json.encode(
+            {"distributedInfo": dist, "process_names": process_names}
+        ).decode(),
+    }
+    warnings = []
+    side = _read_sidecar(p)
+    if side:
+        side_rank = _int_or_none(side.get("rank"))
+        if rank is not None and side_rank is not None and side_rank != rank:
+            raise TraceFormatError(
+                p, "distributedInfo.rank",
+                f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}")
+        rank = rank if rank is not None else side_rank
+        world = world if world is not None else _int_or_none(side.get("world_size"))
+        trace_info["host"] = side.get("host")
+        trace_info["torch_version"] = side.get("torch_version")
+        trace_info["backend"] = trace_info["backend"] or side.get("backend")
+        if side.get("device") and not devices:
+            trace_info["device_name"] = side["device"]
+        if side.get("flops_per_step") is not None:
+            trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
+            trace_info["flops_method"] = side.get("flops_method")
+    if rank is None:
+        warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
+    return ParsedTrace(
+        path=str(p),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        bytes=len(raw),
+        source="kineto",
+        format="kineto-new" if doc.baseTimeNanoseconds is not None else "kineto-old",
+        rank=rank,
+        world_size=world,
+        trace=trace_info,
+        events=_events_table(cols),
+        devices=pa.Table.from_pylist(devices, schema=_DEVICE_SCHEMA),
+        steps=pa.Table.from_pylist(steps_rows, schema=_STEP_SCHEMA),
+        collectives=pa.Table.from_pylist(coll, schema=_COLL_SCHEMA),
+        events_read=len(doc.traceEvents),
+        rejected=rejected,
+        warnings=warnings,
+    )
+
+
+def _read_sidecar(trace: Path) -> dict[str, Any] | None:
+    """The collector's sidecar next to ``trace`` (see ``collectors.kineto.capture``), or None."""
+    side = sidecar_path(trace)
+    if not side.is_file():
+        return None
+    try:
+        doc = msgspec.json.decode(side.read_bytes())
+    except (OSError, msgspec.DecodeError) as e:
+        raise TraceFormatError(side, "", f"unreadable sidecar: {e}") from None
+    if not isinstance(doc, dict):
+        raise TraceFormatError(side, "", "sidecar is not a JSON object")
+    return doc
+
+
+def _main_pid(cols: dict[str, list[Any]]) -> str | None:
+    for k, pid in zip(cols["kind"], cols["pid"]):
+        if k == "step":
+            return pid
+    for k, pid in zip(cols["kind"], cols["pid"]):
+        if k == "cpu_op":
+            return pid
+    return None
+
+
+def _assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list[int | None]]:
+    """Step of every event and one row per ProfilerStep (see module doc, step 3)."""
+    kinds = cols["kind"]
+    n = len(kinds)
+    spans = sorted(
+        (cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i], num)
+        for i in range(n)
+        if kinds[i] == "step" and (num := _step_number(cols["name"][i])) is not None
+    )
+    step_col: list[int | None] = [None] * n
+    if not spans:
+        return [], step_col
+    starts = np.array([s[0] for s in spans], dtype=np.int64)
+    ends = np.array([s[1] for s in spans], dtype=np.int64)
+    ts = np.array(cols["ts_ns"], dtype=np.int64)
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    inside = (idx >= 0) & (ts < ends[np.clip(idx, 0, None)])
+    by_time = [spans[j][2] if ok else None for j, ok in zip(idx.tolist(), inside.tolist())]
+    launch_step: dict[int, int | None] = {}
+    for i in range(n):
+        if kinds[i] in _LAUNCH_KINDS and cols["correlation"][i] is not None:
+            launch_step[cols["correlation"][i]] = by_time[i]
+    dev_bounds: dict[int, list[int]] = {}
+    for i in range(n):
+        k = kinds[i]
+        if k in _GPU_KINDS:
+            corr = cols["correlation"][i]
+            s = launch_step[corr] if corr in launch_step else by_time[i]
+            step_col[i] = s
+            if s is not None and k in ("kernel", "memcpy", "memset"):
+                b = dev_bounds.setdefault(s, [cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i]])
+                b[0] = min(b[0], cols["ts_ns"][i])
+                b[1] = max(b[1], cols["ts_ns"][i] + cols["dur_ns"][i])
+        else:
+            step_col[i] = by_time[i]
+    last = spans[-1][2]
+    rows = [
+        {
+            "step": num,
+            "cpu_start_ns": s,
+            "cpu_end_ns": e,
+            "device_start_ns": dev_bounds.get(num, [None, None])[0],
+            "device_end_ns": dev_bounds.get(num, [None, None])[1],
+            "is_last": num == last,
+        }
+        for s, e, num in spans
+    ]
+    return rows, step_col
+
+
+def _nelems(dims: Any) -> int | None:
+    """Elements of the first input of ``Input Dims`` ([[d0, d1, ...], ...]), or None."""
+    if isinstance(dims, list) and dims and isinstance(dims[0], list):
+        return math.prod(int(d) for d in dims[0] if isinstance(d, int))
+    return None
+
+
+def _collectives(
+    cols: dict[str, list[Any]], parsed_args: list[dict[str, Any]], gpu_present: bool
+) -> list[dict[str, Any]]:
+    """Collective rows (module doc, step 4), in start order, with per-(pg, op) ordinals."""
+    launch_ts = {
+        cols["correlation"][i]: cols["ts_ns"][i]
+        for i, k in enumerate(cols["kind"])
+        if k in _LAUNCH_KINDS and cols["correlation"][i] is not None
+    }
+    rows = []
+    for i, kind in enumerate(cols["kind"]):
+        name = cols["name"][i]
+        a = parsed_args[i]
+        if gpu_present:
+            if kind != "kernel" or not is_comm_kernel(name):
+                continue
+            source = "nccl_kernel"
+            op = normalize_op(a["Collective name"]) if a.get("Collective name") else kernel_op(name)
+            dtype = a.get("dtype")
+            n_in, n_out = _int_or_none(a.get("In msg nelems")), _int_or_none(a.get("Out msg nelems"))
+            enter = launch_ts.get(cols["correlation"][i])
+            tid = None
+        else:
+            if kind != "user_annotation" or not name.startswith("gloo:"):
+                continue
+            source = "gloo"
+            op = normalize_op(name)
+            types = a.get("Input type")
+            dtype = types[0] if isinstance(types, list) and types else None
+            n_in = _nelems(a.get("Input Dims"))
+            n_out = None
+            enter = None
+            tid = cols["tid"][i]
+        size = dtype_bytes(dtype)
+        pg = a.get("Process Group Name")
+        rows.append(
+            {
+                "source": source,
+                "pg": None if pg is None else str(pg),
+                "seq": _int_or_none(a.get("Seq")),
+                "op": op,
+                "dtype": dtype,
+                "nelems_in": n_in,
+                "nelems_out": n_out,
+                "bytes_in": n_in * size if n_in is not None and size else None,
+                "bytes_out": n_out * size if n_out is not None and size else None,
+                "group_size": _int_or_none(a.get("Group size")),
+                "enter_ns": enter,
+                "start_ns": cols["ts_ns"][i],
+                "end_ns": cols["ts_ns"][i] + cols["dur_ns"][i],
+                "stream": cols["stream"][i],
+                "tid": tid,
+                "step": cols["step"][i],
+            }
+        )
+    rows.sort(key=lambda r: r["start_ns"])
+    counter: dict[tuple[Any, str], int] = {}
+    for r in rows:
+        key = (r["pg"], r["op"])
+        r["ordinal"] = counter.get(key, 0)
+        counter[key] = r["ordinal"] + 1
+    return rows
+
+
+def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for d in props:
+        major, minor = d.get("computeMajor"), d.get("computeMinor")
+        out.append(
+            {
+                "device": _int_or_none(d.get("id")),
+                "name": d.get("name"),
+                "sm_count": _int_or_none(d.get("numSms")),
+                "memory_bytes": _int_or_none(d.get("totalGlobalMem")),
+                "compute_capability": f"{major}.{minor}" if major is not None else None,
+            }
+        )
+    return out
+
+
+_EVENT_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()), ("cat", pa.string()), ("name", pa.string()),
+        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("pid", pa.string()), ("tid", pa.string()),
+        ("device", pa.int32()), ("stream", pa.int64()), ("correlation", pa.int64()),
+        ("external_id", pa.int64()), ("step", pa.int32()), ("args", pa.string()),
+    ]
+)
+_STEP_SCHEMA = pa.schema(
+    [
+        ("step", pa.int32()), ("cpu_start_ns", pa.int64()), ("cpu_end_ns", pa.int64()),
+        ("device_start_ns", pa.int64()), ("device_end_ns", pa.int64()), ("is_last", pa.bool_()),
+    ]
+)
+_DEVICE_SCHEMA = pa.schema(
+    [
+        ("device", pa.int32()), ("name", pa.string()), ("sm_count", pa.int32()),
+        ("memory_bytes", pa.int64()), ("compute_capability", pa.string()),
+    ]
+)
+_COLL_SCHEMA = pa.schema(
+    [
+        ("source", pa.string()), ("pg", pa.string()), ("seq", pa.int64()), ("op", pa.string()),
+        ("dtype", pa.string()), ("nelems_in", pa.int64()), ("nelems_out", pa.int64()),
+        ("bytes_in", pa.int64()), ("bytes_out", pa.int64()), ("group_size", pa.int32()),
+        ("enter_ns", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+        ("stream", pa.int64()), ("tid", pa.string()), ("step", pa.int32()), ("ordinal", pa.int32()),
+    ]
+)
+
+
+def _events_table(cols: dict[str, list[Any]]) -> pa.Table:
+    return pa.Table.from_pydict({f.name: cols[f.name] for f in _EVENT_SCHEMA}, schema=_EVENT_SCHEMA)

@@ -1,0 +1,117 @@
+"""Per-rank activity intervals, the common input of the time-based analyses.
+
+GPU ranks: every kernel, memcpy and memset, classed ``comm`` (NCCL/RCCL), ``memory`` or
+``compute`` (DESIGN.md §2 "Kernel class"). CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
+annotations are ``comm``; the ``cpu_op`` events of the training thread (the thread that holds the
+ProfilerStep annotations), except the c10d enqueue ops, are ``compute``.
+
+HTA-compatible selection (``hta=True``), as Holistic Trace Analysis 0.5.0 loads a trace:
+  1. When the run has two or more ProfilerSteps, keep only GPU events launched (same
+     ``correlation``) by a CPU runtime call that starts before the rank's last ProfilerStep; GPU
+     events with no launch in the trace are dropped.
+  2. cuda_sync events with a stream count as GPU activity (class ``other``).
+  3. Traces with fractional-microsecond timestamps are rounded inward to whole microseconds
+     (start up, end down), as HTA's integer conversion does.
+  4. Classes follow HTA's name rules: ``comm`` = name starts with ``nccl`` and contains
+     ``Kernel``; ``memory`` = starts with Memcpy, Memset or dma; ``other`` = contains Memcpy or
+     Sync, or starts with Memset; ``compute`` = the rest.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceprof.store import Store
+
+__all__ = ["activity", "ACTIVITY_COLUMNS"]
+
+#: Columns of :func:`activity`.
+ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind")
+
+_SQL = """
+WITH gpu_ranks AS (
+  SELECT DISTINCT rank FROM events
+  WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset')
+),
+train_threads AS (
+  SELECT DISTINCT rank, pid, tid FROM events WHERE run_id = $run AND kind = 'step'
+)
+SELECT e.rank,
+       CASE WHEN e.kind IN ('memcpy', 'memset') THEN 'memory'
+            WHEN regexp_matches(lower(e.name), 'nccl|rccl') THEN 'comm'
+            ELSE 'compute' END AS class,
+       e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
+       'stream ' || e.stream AS lane, e.step, e.name, 'gpu' AS device_kind
+FROM events e
+WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset')
+UNION ALL
+SELECT e.rank,
+       CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
+       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu'
+FROM events e
+WHERE e.run_id = $run
+  AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
+  AND ((e.kind = 'user_annotation' AND e.name LIKE 'gloo:%')
+    OR (e.kind = 'cpu_op' AND NOT starts_with(e.name, 'c10d::') AND e.name <> 'record_param_comms'
+        AND EXISTS (SELECT 1 FROM train_threads t
+                    WHERE t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid)))
+"""
+
+_HTA_SQL = """
+WITH step_count AS (
+  SELECT count(DISTINCT name) AS n FROM events WHERE run_id = $run AND kind = 'step'
+),
+last_step AS (
+  SELECT trace_id, max(ts_ns) AS last_start FROM events
+  WHERE run_id = $run AND kind = 'step' GROUP BY trace_id
+),
+launches AS (
+  SELECT e.trace_id, e.correlation, count(*) AS n FROM events e
+  LEFT JOIN last_step l USING (trace_id)
+  WHERE e.run_id = $run AND e.correlation IS NOT NULL
+    AND e.kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')
+    AND ((SELECT n FROM step_count) < 2 OR e.ts_ns < l.last_start)
+  GROUP BY ALL
+),
+float_ts AS (
+  SELECT e.trace_id, bool_or((e.ts_ns - t.base_time_ns) % 1000 <> 0) AS fractional
+  FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
+),
+gpu AS (
+  SELECT e.* FROM events e
+  JOIN launches l ON l.trace_id = e.trace_id AND l.correlation = e.correlation
+  CROSS JOIN range(l.n) AS dup(i)
+  WHERE e.run_id = $run AND e.stream >= 0 AND e.kind IN ('kernel', 'memcpy', 'memset', 'sync')
+    AND (SELECT n FROM step_count) >= 2
+  UNION ALL
+  SELECT e.* FROM events e
+  WHERE e.run_id = $run AND e.stream >= 0 AND e.kind IN ('kernel', 'memcpy', 'memset', 'sync')
+    AND e.correlation IS NOT NULL AND (SELECT n FROM step_count) < 2
+)
+SELECT g.rank,
+       CASE WHEN regexp_matches(g.name, '^nccl.*Kernel') THEN 'comm'
+            WHEN regexp_matches(g.name, '^(Memcpy|Memset|dma)') THEN 'memory'
+            WHEN regexp_matches(g.name, '^(.*Memcpy|Memset|.*Sync)') THEN 'other'
+            ELSE 'compute' END AS class,
+       CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
+       CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
+       'stream ' || g.stream AS lane, g.step, g.name, 'gpu' AS device_kind
+FROM gpu g JOIN float_ts f USING (trace_id)
+"""
+
+
+def activity(store: Store, run_id: int, *, hta: bool = False) -> pl.DataFrame:
+    """Activity intervals of every rank of a run.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        hta: Select and classify GPU events as HTA 0.5.0 does (module doc); GPU ranks only.
+
+    Returns:
+        Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
+        end_ns (ns, epoch, aligned), lane ("stream N" or "tid T"), step (launch step, may be null),
+        name, device_kind (gpu/cpu).
+    """
+    sql = _HTA_SQL if hta else _SQL
+    return store.sql(sql.replace("$run", str(int(run_id))))

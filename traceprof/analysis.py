@@ -1,0 +1,146 @@
+"""The analysis registry and the result protocol every renderer (CLI, report) relies on.
+
+An analysis module in ``analyses/`` declares a frozen ``Params`` dataclass, a frozen ``Result``
+(a :class:`FrameResult`), and registers ``run(store, params) -> Result`` with :func:`register`.
+Adding an analysis never means editing a central list: ``load_all()`` imports every module of
+the ``analyses`` package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import polars as pl
+
+from traceprof.errors import UsageError
+
+__all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all"]
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """Parameters every analysis takes. ``run``: run name or id (default: the latest run)."""
+
+    run: str | None = None
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A declarative plot of a result's frame, drawn by the report.
+
+    ``kind`` is ``bars`` (one bar per ``x`` value, one series per ``ys`` column, stacked when
+    ``stacked``) or ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``).
+    """
+
+    title: str
+    x: str
+    ys: tuple[str, ...]
+    kind: str = "bars"
+    stacked: bool = False
+    ylabel: str = ""
+    value: str = ""
+    frame: str = "frame"
+
+
+@dataclass(frozen=True)
+class FrameResult:
+    """Base of analysis results: a polars frame plus text notes.
+
+    Renderers use only ``title``, ``to_frame()``, ``frames()``, ``notes`` and ``charts()``.
+    """
+
+    frame: pl.DataFrame
+    notes: tuple[str, ...] = field(default=())
+    title: ClassVar[str] = ""
+
+    def to_frame(self) -> pl.DataFrame:
+        """The main table (one row per rank for most analyses)."""
+        return self.frame
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """Every table of the result by name; ``frame`` first."""
+        return {"frame": self.frame}
+
+    def charts(self) -> list[Chart]:
+        return []
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A registered analysis."""
+
+    name: str
+    doc: str
+    params: type
+    run: Callable[[Any, Any], FrameResult]
+
+
+_REGISTRY: dict[str, Analysis] = {}
+
+
+def register(name: str, params: type) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:
+    """Decorator that registers ``run(store, params) -> Result`` under ``name``."""
+
+    def deco(fn: Callable[[Any, Any], FrameResult]) -> Callable[[Any, Any], FrameResult]:
+        module = importlib.import_module(fn.__module__)
+        doc = (module.__doc__ or fn.__doc__ or "").strip()
+        _REGISTRY[name] = Analysis(name, doc, params, fn)
+        return fn
+
+    return deco
+
+
+def load_all() -> None:
+    """Import every module of the ``analyses`` package so that each registers itself."""
+    import analyses
+
+    for mod in pkgutil.iter_modules(analyses.__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"analyses.{mod.name}")
+
+
+def names() -> list[str]:
+    load_all()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Analysis:
+    """The analysis called ``name``.
+
+    Raises:
+        UsageError: No such analysis (the message lists the known ones).
+    """
+    load_all()
+    if name not in _REGISTRY:
+        raise UsageError(f"no analysis {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def make_params(analysis: Analysis, run: str | None, options: dict[str, str]) -> Any:
+    """Build ``analysis.params`` from the run and ``key=value`` strings, converting types.
+
+    Raises:
+        UsageError: Unknown key or a value of the wrong type.
+    """
+    fields = {f.name: f for f in dataclasses.fields(analysis.params)}
+    values: dict[str, Any] = {"run": run}
+    for key, raw in options.items():
+        key = key.replace("-", "_")
+        if key not in fields or key == "run":
+            known = ", ".join(k for k in fields if k != "run") or "none"
+            raise UsageError(f"analysis {analysis.name!r} has no parameter {key!r}; parameters: {known}")
+        default = fields[key].default
+        kind = type(default) if default is not None and default is not dataclasses.MISSING else str
+        try:
+            if kind is bool:
+                values[key] = raw.lower() in ("1", "true", "yes", "on")
+            else:
+                values[key] = kind(raw)
+        except ValueError:
+            raise UsageError(f"{key}={raw!r}: expected {kind.__name__}") from None
+    return analysis.params(**values)

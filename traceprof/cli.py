@@ -1,0 +1,183 @@
+"""The ``traceprof`` command line: thin wrappers over the library. The only module importing typer.
+
+Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found (``diff``).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import polars as pl
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from traceprof import analysis as registry
+from traceprof.errors import TraceprofError, UsageError
+from traceprof.store import DEFAULT_DB, Store
+
+app = typer.Typer(
+    help="Profile distributed training traces: ingest into DuckDB, analyze, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+DbOpt = Annotated[Path, typer.Option("--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="Run name or id (default: latest run).")]
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+
+
+def render(df: pl.DataFrame, fmt: Format, title: str = "") -> None:
+    """Print a frame as a rich table, a JSON list of objects, or CSV."""
+    if fmt is Format.json:
+        sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+    elif fmt is Format.csv:
+        sys.stdout.write(df.write_csv())
+    else:
+        t = Table(title=title or None, show_lines=False)
+        for c in df.columns:
+            t.add_column(c, justify="right" if df[c].dtype.is_numeric() else "left", overflow="fold")
+        for row in df.iter_rows():
+            t.add_row(*(_cell(v) for v in row))
+        out.print(t)
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Trace files or directories (a directory of rank files is one run).")],
+    db: DbOpt = Path(DEFAULT_DB),
+    run: Annotated[str | None, typer.Option("--run", help="Run name for all files (default: directory name).")] = None,
+    skip_bad_events: Annotated[bool, typer.Option(help="Skip malformed events (counted) instead of failing.")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parser processes.")] = None,
+) -> None:
+    """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
+    from traceprof.ingest import ingest as do_ingest
+
+    with Store(db) as store, Progress(
+        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"), console=err, transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+        res = do_ingest(
+            store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
+            progress=lambda done, total, p: bar.update(task, completed=done, total=total, description=Path(p).name),
+        )
+    for w in res.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for name, rid in res.runs.items():
+        err.print(f"run {name!r} (id {rid}): stored in {db}", highlight=False)
+    err.print(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored", highlight=False)
+
+
+@app.command()
+def runs(db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
+    """List the runs in the store."""
+    with Store(db, read_only=True) as store:
+        render(store.runs(), fmt, "runs")
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run; the schema is in docs/schema.md.")],
+    db: DbOpt = Path(DEFAULT_DB),
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Run read-only SQL on the store (no writes, no file access)."""
+    with Store(db, read_only=True) as store:
+        render(store.sql(query), fmt)
+
+
+@app.command()
+def analyze(
+    name: Annotated[str, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")],
+    db: DbOpt = Path(DEFAULT_DB),
+    run: RunOpt = None,
+    fmt: FormatOpt = Format.table,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")] = None,
+    table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
+) -> None:
+    """Run one analysis on a run and print its table."""
+    if name == "list":
+        for n in registry.names():
+            out.print(f"{n:12} {registry.get(n).doc.splitlines()[0]}", highlight=False)
+        return
+    an = registry.get(name)
+    options = dict(_kv(p) for p in param or [])
+    with Store(db, read_only=True) as store:
+        result = an.run(store, registry.make_params(an, run, options))
+    frames = result.frames()
+    if table is not None and table not in frames:
+        raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
+    render(frames[table or "frame"], fmt, result.title)
+    if fmt is Format.table:
+        for n in result.notes:
+            out.print(n, highlight=False)
+
+
+def _kv(s: str) -> tuple[str, str]:
+    if "=" not in s:
+        raise UsageError(f"--param {s!r}: expected KEY=VALUE")
+    k, v = s.split("=", 1)
+    return k.strip(), v.strip()
+
+
+@app.command()
+def report(
+    db: DbOpt = Path(DEFAULT_DB),
+    run: RunOpt = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+) -> None:
+    """Write a self-contained HTML report (works offline) of one run."""
+    from traceprof.report import write_report
+
+    with Store(db, read_only=True) as store:
+        write_report(store, run, output)
+    err.print(f"report written to {output}", highlight=False)
+
+
+def main() -> None:
+    """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
+    try:
+        app(standalone_mode=False)
+    except TraceprofError as e:
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as e:  # click's usage errors (typer vendors click): show, exit 1
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
+            e.show()
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

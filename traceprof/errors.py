@@ -1,0 +1,56 @@
+"""The one error hierarchy of traceprof.
+
+The CLI catches :class:`TraceprofError` once, prints its message on one line and exits 1. Anything
+else that escapes is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "TraceprofError",
+    "TraceFormatError",
+    "StoreError",
+    "SchemaVersionError",
+    "UsageError",
+    "AnalysisError",
+]
+
+
+class TraceprofError(Exception):
+    """Base class of every error that traceprof reports to a user as a message, not a traceback."""
+
+
+class TraceFormatError(TraceprofError):
+    """A trace file cannot be read.
+
+    Args:
+        path: The file.
+        where: The record, e.g. ``"event #18231 (ph='X', name='ncclDevKernel_...')"``, or ``""``
+            when the problem is the whole file.
+        reason: What is wrong and, where possible, what to do.
+    """
+
+    def __init__(self, path: str | Path, where: str, reason: str) -> None:
+        self.path = str(path)
+        self.where = where
+        self.reason = reason
+        loc = f"{self.path}: {where}: " if where else f"{self.path}: "
+        super().__init__(loc + reason)
+
+
+class StoreError(TraceprofError):
+    """The store cannot be opened or does not hold what was asked for."""
+
+
+class SchemaVersionError(StoreError):
+    """The store file was written by a different schema version of traceprof."""
+
+
+class UsageError(TraceprofError):
+    """Options or arguments do not make sense together."""
+
+
+class AnalysisError(TraceprofError):
+    """An analysis cannot run on the data in the store (e.g. no GPU and no CPU activity)."""

@@ -1,0 +1,73 @@
+"""Interval arithmetic on polars frames: merge (union), clip, measure. All bounds are int64 ns.
+
+Intersections are measured without materializing them: for merged sets A and B,
+``|A ∩ B| = |A| + |B| - |A ∪ B|``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+__all__ = ["merge", "union_ns", "clip"]
+
+
+def merge(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
+    """Merge overlapping or touching intervals within each group.
+
+    Args:
+        df: Frame with the ``by`` columns and int64 ``start``/``end`` (ns, end exclusive).
+        by: Group columns (e.g. ``["rank"]``); intervals of different groups never merge.
+
+    Returns:
+        Frame with columns ``by + [start, end]``, disjoint and sorted within each group.
+    """
+    if df.is_empty():
+        return df.select([*by, start, end])
+    s = df.select([*by, start, end]).filter(pl.col(end) > pl.col(start)).sort([*by, start])
+    prev_end = pl.col(end).cum_max().shift(1).over(by) if by else pl.col(end).cum_max().shift(1)
+    s = s.with_columns((prev_end.is_null() | (pl.col(start) > prev_end)).alias("_new"))
+    seg = pl.col("_new").cum_sum().over(by) if by else pl.col("_new").cum_sum()
+    s = s.with_columns(seg.alias("_seg"))
+    return (
+        s.group_by([*by, "_seg"], maintain_order=True)
+        .agg(pl.col(start).min(), pl.col(end).max())
+        .drop("_seg")
+    )
+
+
+def union_ns(
+    df: pl.DataFrame, by: list[str], name: str, start: str = "start_ns", end: str = "end_ns"
+) -> pl.DataFrame:
+    """Length of the union of the intervals of each group, in ns, as column ``name``."""
+    m = merge(df, by, start, end)
+    return m.group_by(by).agg((pl.col(end) - pl.col(start)).sum().alias(name))
+
+
+def clip(df: pl.DataFrame, lo: str, hi: str, start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
+    """Clip each interval to ``[df[lo], df[hi])`` (columns of ``df``) and drop what falls outside."""
+    return df.with_columns(
+        pl.max_horizontal(start, lo).alias(start), pl.min_horizontal(end, hi).alias(end)
+    ).filter(pl.col(end) > pl.col(start))
+
+
+def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Union lengths per group of an activity frame (see ``traceprof.activity``).
+
+    Returns:
+        Frame with ``by`` plus first_ns, last_ns (window bounds), window_ns = last - first,
+        busy_ns = |∪ all|, compute_ns = |∪ compute|, comm_ns = |∪ comm|, overlap_ns =
+        |comm ∩ compute| (all ns).
+    """
+    bounds = act.group_by(by).agg(
+        pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns")
+    )
+    comp = act.filter(pl.col("class") == "compute")
+    comm = act.filter(pl.col("class") == "comm")
+    both = act.filter(pl.col("class").is_in(["compute", "comm"]))
+    out = bounds.with_columns((pl.col("last_ns") - pl.col("first_ns")).alias("window_ns"))
+    for name, part in (("busy_ns", act), ("compute_ns", comp), ("comm_ns", comm), ("_cc_ns", both)):
+        out = out.join(union_ns(part, by, name), on=by, how="left")
+    out = out.with_columns(pl.col(c).fill_null(0) for c in ("busy_ns", "compute_ns", "comm_ns", "_cc_ns"))
+    return out.with_columns(
+        (pl.col("comm_ns") + pl.col("compute_ns") - pl.col("_cc_ns")).alias("overlap_ns")
+    ).drop("_cc_ns").sort(by)

@@ -1,0 +1,170 @@
+"""The self-contained HTML report: run facts, every analysis as notes, tables and plots.
+
+One file that works offline: bokeh's JavaScript is inlined, no CDN. Every string that comes from a
+trace (kernel, op and file names) is HTML-escaped. Analyses know nothing of HTML: the report renders
+any :class:`traceprof.analysis.FrameResult` through ``title``, ``notes``, ``frames()`` and
+``charts()``.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceprof import analysis as registry
+from traceprof.analysis import Chart, FrameResult
+from traceprof.errors import AnalysisError, TraceprofError
+from traceprof.store import Store
+
+__all__ = ["write_report", "render_html", "REPORT_ANALYSES"]
+
+#: Analyses shown in the report, in this order (those not registered are skipped).
+REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "mfu")
+
+_MAX_ROWS = 200
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1a1a1a;max-width:1400px}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap;max-width:520px;overflow:hidden;text-overflow:ellipsis}
+th{background:#f4f4f4}td.s{text-align:left}
+.note{background:#f7f9fc;border-left:3px solid #4a7bd0;padding:6px 10px;margin:6px 0}
+.err{background:#fff4f4;border-left:3px solid #c33;padding:6px 10px}
+details{margin:6px 0}
+"""
+
+
+def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for row in df.head(max_rows).iter_rows():
+        cells = []
+        for v in row:
+            if isinstance(v, float):
+                cells.append(f"<td>{v:,.3f}</td>")
+            elif isinstance(v, int) and not isinstance(v, bool):
+                cells.append(f"<td>{v:,}</td>")
+            else:
+                cells.append(f'<td class="s">{html.escape("" if v is None else str(v))}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>" if df.height > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def _chart(result: FrameResult, chart: Chart) -> Any:
+    """A holoviews object for ``chart`` (imported lazily: holoviews is slow to import)."""
+    import holoviews as hv
+
+    df = result.frames()[chart.frame]
+    if chart.kind == "heatmap":
+        data = df.select([pl.col(chart.x).cast(pl.Utf8), pl.col(chart.ys[0]).cast(pl.Utf8), chart.value]).rows()
+        return hv.HeatMap(data, kdims=[chart.x, chart.ys[0]], vdims=[chart.value]).opts(
+            title=chart.title, colorbar=True, tools=["hover"], width=900, height=360, xrotation=45, cmap="Reds"
+        )
+    long = df.select([pl.col(chart.x).cast(pl.Utf8), *chart.ys]).unpivot(
+        index=chart.x, on=list(chart.ys), variable_name="series", value_name="value"
+    )
+    kdims = [chart.x, "series"] if len(chart.ys) > 1 else [chart.x]
+    cols = [chart.x, "series", "value"] if len(chart.ys) > 1 else [chart.x, "value"]
+    bars = hv.Bars(long.select(cols).rows(), kdims=kdims, vdims=["value"])
+    return bars.opts(
+        title=chart.title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
+        ylabel=chart.ylabel or "value", xrotation=45 if long.height > 12 else 0, legend_position="right",
+    )
+
+
+def _section(name: str, result: FrameResult, plots: list[Any]) -> str:
+    parts = [f'<h2 id="{html.escape(name)}">{html.escape(result.title or name)}</h2>']
+    parts += [f'<div class="note">{html.escape(n)}</div>' for n in result.notes]
+    for chart in result.charts():
+        plots.append(_chart(result, chart))
+        parts.append(f"<!--PLOT{len(plots) - 1}-->")
+    for fname, frame in result.frames().items():
+        label = "table" if fname == "frame" else fname
+        opened = " open" if fname == "frame" else ""
+        parts.append(f"<details{opened}><summary>{html.escape(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>")
+    return "\n".join(parts)
+
+
+def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] | None = None) -> str:
+    """The report of one run as an HTML string.
+
+    Args:
+        store: An open store.
+        run: Run name or id (default: latest).
+        extra: More (name, result) sections appended at the end (e.g. a diff).
+
+    Raises:
+        StoreError: No such run.
+    """
+    import holoviews as hv
+    from bokeh.embed import components
+    from bokeh.resources import INLINE
+
+    hv.extension("bokeh", logo=False)
+    run_id = store.resolve_run(run)
+    info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
+    traces = store.sql(
+        """SELECT rank, source, format, device_name, backend, host, events_kept, events_rejected,
+                  regexp_extract(path, '[^/]+$') AS file
+           FROM traces WHERE run_id = ? ORDER BY rank, source""",
+        [run_id],
+    )
+    plots: list[Any] = []
+    sections: list[str] = []
+    toc: list[str] = []
+    names = [n for n in REPORT_ANALYSES if n in registry.names()]
+    results: list[tuple[str, FrameResult]] = []
+    for name in names:
+        an = registry.get(name)
+        try:
+            results.append((name, an.run(store, registry.make_params(an, str(run_id), {}))))
+        except TraceprofError as e:
+            sections.append(f'<h2 id="{name}">{html.escape(name)}</h2><div class="err">not available: {html.escape(str(e))}</div>')
+            toc.append(name)
+    for name, res in results + (extra or []):
+        sections.append(_section(name, res, plots))
+        toc.append(name)
+    script, divs = components([hv.render(p, backend="bokeh") for p in plots]) if plots else ("", [])
+    body = "\n".join(sections)
+    for i, div in enumerate(divs):
+        body = body.replace(f"<!--PLOT{i}-->", div)
+    title = f"traceprof report: {info['name']}"
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    nav = " · ".join(f'<a href="#{html.escape(n)}">{html.escape(n)}</a>' for n in toc)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_CSS}</style>
+{INLINE.render()}
+{script}
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>Run <b>{html.escape(str(info['name']))}</b> (id {run_id}), world size {info['world_size']},
+sources {html.escape(', '.join(info['sources'] or []))}, clocks aligned: {info['clock_aligned']}.
+Generated {now} by traceprof. All times in the tables are ns unless a column says otherwise.</p>
+<p>{nav}</p>
+<h2 id="traces">Ranks and trace files</h2>
+{_table_html(traces)}
+{body}
+</body></html>
+"""
+
+
+def write_report(store: Store, run: str | None, output: str | Path) -> Path:
+    """Write the report of one run to ``output`` (HTML). Returns the path.
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: Nothing to report.
+    """
+    text = render_html(store, run)
+    if not text:
+        raise AnalysisError("empty report")
+    out = Path(output)
+    out.write_text(text, encoding="utf-8")
+    return out

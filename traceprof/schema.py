@@ -1,0 +1,295 @@
+"""The store's schema, declared once.
+
+Every table and view of the DuckDB store is declared here with its columns, SQL types, units and a
+one-line doc. The DDL, ``COMMENT ON`` statements (visible through ``duckdb_columns()``) and the
+schema reference in ``docs/schema.md`` are generated from these declarations
+(``python -m traceprof.schema > docs/schema.md``); a test checks the file is current.
+
+Conventions: every time and duration is ``BIGINT`` nanoseconds and ends in ``_ns``; timestamps are
+epoch nanoseconds on the clock of the rank that recorded them, plus that trace's
+``traces.clock_offset_ns`` (0 until clocks are aligned). Ratios end in ``_pct`` (0..100).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
+
+#: Bumped whenever a table or column changes; the store refuses files of another version.
+SCHEMA_VERSION = 1
+
+#: The normalized event kinds (DESIGN.md §2). ``other`` keeps unknown categories.
+EVENT_KINDS = (
+    "cpu_op",
+    "user_annotation",
+    "gpu_user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "collective",
+    "step",
+    "instant",
+    "counter",
+    "other",
+)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: name, DuckDB type, unit (``""`` when unitless) and a one-line doc."""
+
+    name: str
+    type: str
+    doc: str
+    unit: str = ""
+
+    def comment(self) -> str:
+        return f"{self.doc} [{self.unit}]" if self.unit else self.doc
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table (``view_sql`` empty) or a view over other tables."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    view_sql: str = ""
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+def _c(name: str, type_: str, doc: str, unit: str = "") -> Column:
+    return Column(name, type_, doc, unit)
+
+
+_RUN = _c("run_id", "INTEGER", "Run (one training job) this row belongs to; see runs")
+_RANK = _c("rank", "INTEGER", "Global rank of the process that recorded the row")
+_TRACE = _c("trace_id", "INTEGER", "Source file this row came from; see traces")
+
+TABLES: tuple[Table, ...] = (
+    Table(
+        "meta",
+        "Key/value facts about the store itself, e.g. schema_version",
+        (_c("key", "VARCHAR PRIMARY KEY", "Name of the fact"), _c("value", "VARCHAR", "Its value")),
+    ),
+    Table(
+        "runs",
+        "One training job: ranks 0..world_size-1 and the trace files recorded from it",
+        (
+            _c("run_id", "INTEGER PRIMARY KEY", "Run id, unique in the store"),
+            _c("name", "VARCHAR UNIQUE NOT NULL", "Run name (default: the directory name)"),
+            _c("world_size", "INTEGER", "Number of ranks of the job, from the traces"),
+            _c("ingested_at", "TIMESTAMP", "When the run was first ingested (UTC)"),
+            _c("sources", "VARCHAR[]", "Trace sources present, e.g. [kineto]"),
+            _c("clock_aligned", "BOOLEAN", "Whether clock offsets were estimated and applied"),
+        ),
+    ),
+    Table(
+        "traces",
+        "One source file of one rank, with what was read from it",
+        (
+            _c("trace_id", "INTEGER PRIMARY KEY", "Trace id, unique in the store"),
+            _RUN,
+            _RANK,
+            _c("world_size", "INTEGER", "World size written in the trace (distributedInfo.world_size)"),
+            _c("source", "VARCHAR", "Trace source: kineto, flight_recorder, nccl_profiler, nsys"),
+            _c("format", "VARCHAR", "Source dialect, e.g. kineto-new (baseTimeNanoseconds) or kineto-old"),
+            _c("path", "VARCHAR", "Absolute path of the file at ingest time"),
+            _c("sha256", "VARCHAR", "SHA-256 of the file bytes; re-ingesting the same file is a no-op"),
+            _c("bytes", "BIGINT", "File size", "bytes"),
+            _c("host", "VARCHAR", "Host name (sidecar) or NULL"),
+            _c("pid", "VARCHAR", "Main process id of the rank"),
+            _c("backend", "VARCHAR", "Distributed backend (nccl, gloo, ...) or NULL"),
+            _c("device_name", "VARCHAR", "Accelerator name of the rank, 'cpu' for CPU-only runs"),
+            _c("torch_version", "VARCHAR", "torch version from the sidecar, or NULL"),
+            _c("base_time_ns", "BIGINT", "Kineto baseTimeNanoseconds (0 for old-style traces)", "ns"),
+            _c("clock_offset_ns", "BIGINT", "Added to every timestamp of this trace to align clocks", "ns"),
+            _c("clock_residual_ns", "BIGINT", "Spread of collective end times after alignment (MAD)", "ns"),
+            _c("events_read", "BIGINT", "Records read from the file", "events"),
+            _c("events_kept", "BIGINT", "Records stored in events", "events"),
+            _c("events_rejected", "BIGINT", "Records rejected (see rejected)", "events"),
+            _c("rejected", "JSON", "Rejected record counts by reason"),
+            _c("flops_per_step", "JSON", "Model FLOPs per profiled step from the collector sidecar"),
+            _c("flops_method", "VARCHAR", "How the sidecar FLOPs were counted"),
+            _c("meta", "JSON", "Other top-level facts of the file (distributedInfo, sidecar, ...)"),
+        ),
+    ),
+    Table(
+        "devices",
+        "One accelerator of a rank, from Kineto deviceProperties",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("device", "INTEGER", "Device index (deviceProperties[].id)"),
+            _c("name", "VARCHAR", "Device name, e.g. NVIDIA H100 80GB HBM3"),
+            _c("sm_count", "INTEGER", "Streaming multiprocessors (numSms)"),
+            _c("memory_bytes", "BIGINT", "Global memory (totalGlobalMem)", "bytes"),
+            _c("compute_capability", "VARCHAR", "computeMajor.computeMinor"),
+        ),
+    ),
+    Table(
+        "events",
+        "One interval or instant of one rank, normalized across sources",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("kind", "VARCHAR", "Normalized event kind (cpu_op, kernel, memcpy, step, ...)"),
+            _c("cat", "VARCHAR", "Source category (Kineto 'cat')"),
+            _c("name", "VARCHAR", "Event name"),
+            _c("ts_ns", "BIGINT", "Start, epoch ns plus the trace's clock_offset_ns", "ns"),
+            _c("dur_ns", "BIGINT", "Duration (0 for instants)", "ns"),
+            _c("pid", "VARCHAR", "Process id, or the GPU device for GPU events (Kineto pid)"),
+            _c("tid", "VARCHAR", "Thread id, or the stream for GPU events (Kineto tid)"),
+            _c("device", "INTEGER", "GPU device index (GPU events), else NULL"),
+            _c("stream", "BIGINT", "GPU stream (GPU events), else NULL"),
+            _c("correlation", "BIGINT", "Launch/activity correlation id (Kineto args.correlation)"),
+            _c("external_id", "BIGINT", "Operator correlation id (Kineto args.'External id')"),
+            _c("step", "INTEGER", "ProfilerStep number the event belongs to, NULL outside steps"),
+            _c("args", "JSON", "All source args, unchanged"),
+        ),
+    ),
+    Table(
+        "steps",
+        "One iteration (ProfilerStep#N) of one rank",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("step", "INTEGER", "Step number N of ProfilerStep#N"),
+            _c("cpu_start_ns", "BIGINT", "Start of the ProfilerStep annotation", "ns"),
+            _c("cpu_end_ns", "BIGINT", "End of the ProfilerStep annotation", "ns"),
+            _c("device_start_ns", "BIGINT", "First GPU activity launched in the step, NULL if none", "ns"),
+            _c("device_end_ns", "BIGINT", "Last GPU activity end launched in the step, NULL if none", "ns"),
+            _c("is_last", "BOOLEAN", "Last step of the trace (HTA drops it; often cut short)"),
+        ),
+    ),
+    Table(
+        "collectives",
+        "One collective call on one rank (Kineto NCCL kernels, gloo annotations, FR entries)",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("source", "VARCHAR", "Where the row came from: nccl_kernel, gloo, record_param_comms, fr"),
+            _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
+            _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown"),
+            _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
+            _c("dtype", "VARCHAR", "Element type"),
+            _c("nelems_in", "BIGINT", "Input elements", "elements"),
+            _c("nelems_out", "BIGINT", "Output elements", "elements"),
+            _c("bytes_in", "BIGINT", "Input size", "bytes"),
+            _c("bytes_out", "BIGINT", "Output size", "bytes"),
+            _c("group_size", "INTEGER", "Ranks in the process group"),
+            _c("enter_ns", "BIGINT", "CPU enqueue of the collective (record_param_comms / c10d op)", "ns"),
+            _c("start_ns", "BIGINT", "Start of the communication (NCCL kernel / gloo work)", "ns"),
+            _c("end_ns", "BIGINT", "End of the communication", "ns"),
+            _c("stream", "BIGINT", "GPU stream of the NCCL kernel, NULL on CPU"),
+            _c("tid", "VARCHAR", "CPU thread of the gloo work, NULL on GPU"),
+            _c("step", "INTEGER", "ProfilerStep the collective belongs to"),
+            _c("ordinal", "INTEGER", "k-th collective of this (pg, op) on the rank, from 0"),
+            _c("instance_id", "BIGINT", "Matched instance across ranks; see collective_instances"),
+            _c("match_method", "VARCHAR", "How the instance was matched: pg_seq or ordinal"),
+        ),
+    ),
+    Table(
+        "kernels",
+        "One GPU activity (kernel, memcpy, memset) with its class and CPU launch",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("kind", "VARCHAR", "kernel, memcpy or memset"),
+            _c("name", "VARCHAR", "Kernel name"),
+            _c("class", "VARCHAR", "comm (NCCL/RCCL), memory (memcpy/memset) or compute"),
+            _c("device", "INTEGER", "GPU device index"),
+            _c("stream", "BIGINT", "GPU stream"),
+            _c("ts_ns", "BIGINT", "Kernel start", "ns"),
+            _c("dur_ns", "BIGINT", "Kernel duration", "ns"),
+            _c("end_ns", "BIGINT", "Kernel end", "ns"),
+            _c("correlation", "BIGINT", "Correlation id with the launching runtime call"),
+            _c("step", "INTEGER", "ProfilerStep of the launch"),
+            _c("launch_ts_ns", "BIGINT", "Start of the CPU runtime call that launched it, NULL if unknown", "ns"),
+            _c("launch_name", "VARCHAR", "Runtime call that launched it (cudaLaunchKernel, ...)"),
+            _c("grid", "VARCHAR", "Grid dimensions (args.grid) as JSON"),
+            _c("block", "VARCHAR", "Block dimensions (args.block) as JSON"),
+        ),
+        view_sql="""
+SELECT k.run_id, k.rank, k.trace_id, k.kind, k.name,
+       CASE WHEN k.kind IN ('memcpy', 'memset') THEN 'memory'
+            WHEN regexp_matches(lower(k.name), 'nccl|rccl') THEN 'comm'
+            ELSE 'compute' END AS class,
+       k.device, k.stream, k.ts_ns, k.dur_ns, k.ts_ns + k.dur_ns AS end_ns, k.correlation, k.step,
+       r.ts_ns AS launch_ts_ns, r.name AS launch_name,
+       json_extract_string(k.args, '$.grid') AS grid, json_extract_string(k.args, '$.block') AS block
+FROM events k
+LEFT JOIN events r
+  ON r.trace_id = k.trace_id AND r.correlation = k.correlation
+ AND r.kind IN ('cuda_runtime', 'cuda_driver')
+WHERE k.kind IN ('kernel', 'memcpy', 'memset')
+""",
+    ),
+)
+
+
+def table(name: str) -> Table:
+    """Return the declaration of table or view ``name``; raises ``KeyError`` when unknown."""
+    for t in TABLES:
+        if t.name == name:
+            return t
+    raise KeyError(name)
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def ddl() -> list[str]:
+    """SQL statements that create every table and view, with table and column comments."""
+    out: list[str] = []
+    for t in TABLES:
+        if t.view_sql:
+            out.append(f"CREATE VIEW {t.name} AS {t.view_sql.strip()}")
+        else:
+            cols = ",\n  ".join(f'"{c.name}" {c.type}' for c in t.columns)
+            out.append(f"CREATE TABLE {t.name} (\n  {cols}\n)")
+        kind = "VIEW" if t.view_sql else "TABLE"
+        out.append(f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}")
+        for c in t.columns:
+            out.append(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}')
+    return out
+
+
+def markdown() -> str:
+    """The schema reference as Markdown (the content of ``docs/schema.md``)."""
+    lines = [
+        "# traceprof store schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}. Generated from `traceprof/schema.py` by "
+        "`python -m traceprof.schema > docs/schema.md`; do not edit by hand.",
+        "",
+        "All times are integer nanoseconds (`_ns`), epoch-based, plus the trace's `clock_offset_ns`. "
+        "In SQL, `SELECT * FROM duckdb_columns() WHERE table_name = 'events'` shows the same docs.",
+        "",
+    ]
+    for t in TABLES:
+        lines += [f"## `{t.name}`{' (view)' if t.view_sql else ''}", "", t.doc, ""]
+        lines += ["| column | type | unit | doc |", "|---|---|---|---|"]
+        for c in t.columns:
+            typ = c.type.split()[0]
+            lines.append(f"| `{c.name}` | {typ} | {c.unit} | {c.doc} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

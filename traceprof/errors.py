@@ -39,6 +39,10 @@ class TraceFormatError(TraceprofError):
         loc = f"{self.path}: {where}: " if where else f"{self.path}: "
         super().__init__(loc + reason)
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        # Parsers run in worker processes; the error must survive the trip back.
+        return (type(self), (self.path, self.where, self.reason))
+
 
 class StoreError(TraceprofError):
     """The store cannot be opened or does not hold what was asked for."""

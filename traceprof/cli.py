@@ -28,7 +28,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
-out = Console()
+# Tables of ns values are wide: do not squeeze them to 80 columns when piped.
+out = Console(width=None if sys.stdout.isatty() else 200)
 
 DbOpt = Annotated[Path, typer.Option("--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB")]
 RunOpt = Annotated[str | None, typer.Option("--run", help="Run name or id (default: latest run).")]
@@ -121,6 +122,7 @@ def analyze(
     fmt: FormatOpt = Format.table,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")] = None,
     table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
+    save: Annotated[bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")] = False,
 ) -> None:
     """Run one analysis on a run and print its table."""
     if name == "list":
@@ -129,8 +131,11 @@ def analyze(
         return
     an = registry.get(name)
     options = dict(_kv(p) for p in param or [])
-    with Store(db, read_only=True) as store:
+    with Store(db, read_only=not save) as store:
         result = an.run(store, registry.make_params(an, run, options))
+        if save:
+            saved = store.save_frames(store.resolve_run(run), f"result_{name}", result.frames())
+            err.print(f"saved tables: {', '.join(saved)}", highlight=False)
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")

@@ -40,8 +40,12 @@ class IngestResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def discover(paths: Iterable[str | Path]) -> dict[Path, list[Path]]:
+def discover(paths: Iterable[str | Path], unclaimed: list[str] | None = None) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
+
+    Args:
+        paths: Files and directories (searched recursively).
+        unclaimed: If given, receives the JSON files found in directories that no collector reads.
 
     Raises:
         UsageError: A path does not exist or holds no trace file.
@@ -51,7 +55,13 @@ def discover(paths: Iterable[str | Path]) -> dict[Path, list[Path]]:
         p = Path(raw)
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
-        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and kineto.is_trace_file(f))
+        if p.is_file():
+            files = [p]
+        else:
+            found = sorted(f for f in p.rglob("*") if f.is_file())
+            files = [f for f in found if kineto.is_trace_file(f)]
+            if unclaimed is not None:
+                unclaimed += [str(f) for f in found if f.name.endswith(".fr.json")]
         if not files:
             raise UsageError(f"{p}: no trace files (*.json, *.json.gz) found")
         for f in files:
@@ -99,8 +109,13 @@ def ingest(
         UsageError: Bad paths, or ranks missing from a multi-file run.
         StoreError: Rank conflicts with what the run already holds (nothing is written).
     """
-    groups = discover(paths)
     result = IngestResult()
+    unclaimed: list[str] = []
+    groups = discover(paths, unclaimed)
+    if unclaimed:
+        result.warnings.append(
+            f"{len(unclaimed)} Flight Recorder dump(s) not read (no collector yet), e.g. {unclaimed[0]}"
+        )
     todo: list[tuple[str, Path]] = []
     for directory, files in groups.items():
         name = run or directory.name

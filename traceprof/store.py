@@ -135,6 +135,35 @@ class Store:
     def has_sha(self, sha256: str) -> bool:
         return self._one("SELECT 1 FROM traces WHERE sha256 = ? LIMIT 1", [sha256]) is not None
 
+    def save_frames(self, run_id: int, prefix: str, frames: dict[str, pl.DataFrame]) -> list[str]:
+        """Store analysis result frames as tables ``<prefix>_<frame>`` so SQL can join them.
+
+        Each table gets a leading ``run_id`` column; rows of the same run are replaced, other runs'
+        rows are kept. Returns the table names written.
+
+        Raises:
+            StoreError: DuckDB rejects the rows (e.g. the columns changed; drop the table).
+        """
+        written = []
+        self.con.execute("BEGIN")
+        try:
+            for fname, frame in frames.items():
+                name = f"{prefix}_{fname}"
+                tbl = frame.with_columns(pl.lit(run_id, pl.Int32).alias("run_id")).select(
+                    "run_id", *[c for c in frame.columns if c != "run_id"]
+                ).to_arrow()
+                self.con.register("_result", tbl)
+                self.con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM _result LIMIT 0')
+                self.con.execute(f'DELETE FROM "{name}" WHERE run_id = ?', [run_id])
+                self.con.execute(f'INSERT INTO "{name}" BY NAME SELECT * FROM _result')
+                self.con.unregister("_result")
+                written.append(name)
+            self.con.execute("COMMIT")
+        except duckdb.Error as e:
+            self.con.execute("ROLLBACK")
+            raise StoreError(f"cannot save {prefix} results: {e}") from None
+        return written
+
     # -- ingest --------------------------------------------------------------------------------
 
     def insert_run(self, name: str, traces: list[ParsedTrace]) -> int:

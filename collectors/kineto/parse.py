@@ -84,9 +84,9 @@ class _Trace(msgspec.Struct):
 
 
 def is_trace_file(path: Path) -> bool:
-    """True for names a Kineto trace may have (``*.json``, ``*.json.gz``), not sidecars."""
+    """True for names a Kineto trace may have (``*.json``, ``*.json.gz``), not sidecars or FR dumps."""
     n = path.name
-    return (n.endswith(".json") or n.endswith(".json.gz")) and not n.endswith(".meta.json")
+    return (n.endswith(".json") or n.endswith(".json.gz")) and not n.endswith((".meta.json", ".fr.json"))
 
 
 def sidecar_path(path: Path) -> Path:

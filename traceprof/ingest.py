@@ -126,7 +126,7 @@ def ingest(
                 todo.append((name, f))
     parsed = _parse_all([f for _, f in todo], on_bad_event, jobs, progress)
     by_run: dict[str, list[ParsedTrace]] = {}
-    for (name, _), pt in zip(todo, parsed):
+    for (name, _), pt in zip(todo, parsed, strict=True):
         by_run.setdefault(name, []).append(pt)
     for name, traces in by_run.items():
         _settle_ranks(name, traces, result)

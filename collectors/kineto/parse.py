@@ -28,7 +28,6 @@ import gzip
 import hashlib
 import math
 import zlib
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ import pyarrow as pa
 from traceprof.errors import TraceFormatError
 from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
 from traceprof.parsed import ParsedTrace
-from traceprof.timeconv import us_to_ns
+from traceprof.timeconv import us_text_to_ns
 
 __all__ = ["parse", "read_json_bytes", "sidecar_path", "is_trace_file"]
 
@@ -65,15 +64,35 @@ _LAUNCH_KINDS = frozenset({"cuda_runtime", "cuda_driver"})
 _STEP_PREFIX = "ProfilerStep#"
 
 
+_MISSING = msgspec.Raw(b"")
+
+
 class _Event(msgspec.Struct):
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: Any = None
     tid: Any = None
-    ts: Decimal | None = None
-    dur: Decimal | None = None
+    ts: msgspec.Raw = _MISSING  # the number's text: converted to ns exactly
+    dur: msgspec.Raw = _MISSING
     args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class _Ids(msgspec.Struct):
+    """The args every event needs, decoded in C in a second typed pass."""
+
+    correlation: int | float | str | None = None
+    external_id: int | float | str | None = msgspec.field(default=None, name="External id")
+    device: int | float | str | None = None
+    stream: int | float | str | None = None
+
+
+class _IdsEvent(msgspec.Struct):
+    args: _Ids | None = None
+
+
+class _IdsTrace(msgspec.Struct):
+    traceEvents: list[_IdsEvent]
 
 
 class _Trace(msgspec.Struct):
@@ -161,6 +180,34 @@ def _kind(ev: _Event) -> str | None:
     return None
 
 
+def ph_needs_dur(ph: str) -> bool:
+    """Complete events (``X``) must have a duration."""
+    return ph == "X"
+
+
+def _decode_ids(data: bytes) -> list[_IdsEvent] | None:
+    """Second, typed pass over the JSON for the id args; None when some value does not fit
+    (then :func:`_ids_of` decodes each event's args on its own)."""
+    try:
+        return msgspec.json.decode(data, type=_IdsTrace).traceEvents
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+def _ids_of(raw: msgspec.Raw) -> _Ids | None:
+    d = _args_dict(bytes(raw)) if raw else {}
+    return _Ids(d.get("correlation"), d.get("External id"), d.get("device"), d.get("stream"))
+
+
+def _args_dict(text: str | bytes) -> dict[str, Any]:
+    """An event's args as a dict (non-object args become ``{"value": ...}``)."""
+    try:
+        d = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return {}
+    return d if isinstance(d, dict) else {"value": d}
+
+
 def _step_number(name: str) -> int | None:
     try:
         return int(name[len(_STEP_PREFIX) :])
@@ -200,27 +247,32 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         )
     }
     rejected: dict[str, int] = {}
-    parsed_args: list[dict[str, Any]] = []
     process_names: dict[str, str] = {}
+    ids = _decode_ids(data)
     for i, ev in enumerate(doc.traceEvents):
         kind = _kind(ev)
         if kind is None:
             if ev.ph == "M" and ev.name == "process_name":
-                try:
-                    process_names[_lane(ev.pid)] = str(msgspec.json.decode(ev.args).get("name", ""))
-                except (msgspec.DecodeError, AttributeError):
-                    pass
+                process_names[_lane(ev.pid)] = str(_args_dict(bytes(ev.args)).get("name", ""))
             reason = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ev.ph, f"ph={ev.ph!r}")
             reason += " (not an interval; links kept as correlation ids)" if reason == "flow" else ""
             rejected[reason] = rejected.get(reason, 0) + 1
             continue
         problem = None
-        if ev.ts is None:
-            problem = "missing 'ts'"
-        elif ev.ph == "X" and ev.dur is None:
-            problem = "missing 'dur'"
-        elif ev.dur is not None and ev.dur < 0:
-            problem = f"negative 'dur' ({ev.dur})"
+        ts = dur = 0
+        try:
+            if not ev.ts:
+                problem = "missing 'ts'"
+            else:
+                ts = us_text_to_ns(bytes(ev.ts))
+                if ev.dur:
+                    dur = us_text_to_ns(bytes(ev.dur))
+                elif ph_needs_dur(ev.ph):
+                    problem = "missing 'dur'"
+                if dur < 0:
+                    problem = f"negative 'dur' ({bytes(ev.dur).decode()} us)"
+        except ValueError as e:
+            problem = f"bad time: {e}"
         if problem:
             if on_bad_event == "raise":
                 raise TraceFormatError(
@@ -228,28 +280,31 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                     + "; pass --skip-bad-events to skip such events")
             rejected[problem] = rejected.get(problem, 0) + 1
             continue
-        args = msgspec.json.decode(ev.args) if ev.args else {}
-        if not isinstance(args, dict):
-            args = {"value": args}
+        a = ids[i].args if ids is not None else _ids_of(ev.args)
         gpu = kind in _GPU_KINDS
         cols["kind"].append(kind)
         cols["cat"].append(ev.cat)
         cols["name"].append(ev.name)
-        cols["ts_ns"].append(base_ns + us_to_ns(ev.ts))  # type: ignore[arg-type]
-        cols["dur_ns"].append(us_to_ns(ev.dur) if ev.dur is not None else 0)
+        cols["ts_ns"].append(base_ns + ts)
+        cols["dur_ns"].append(dur)
         cols["pid"].append(_lane(ev.pid))
         cols["tid"].append(_lane(ev.tid))
-        cols["device"].append(_int_or_none(args.get("device", ev.pid)) if gpu else None)
-        cols["stream"].append(_int_or_none(args.get("stream", ev.tid)) if gpu else None)
-        cols["correlation"].append(_int_or_none(args.get("correlation")))
-        cols["external_id"].append(_int_or_none(args.get("External id")))
+        if a is None:
+            cols["device"].append(_int_or_none(ev.pid) if gpu else None)
+            cols["stream"].append(_int_or_none(ev.tid) if gpu else None)
+            cols["correlation"].append(None)
+            cols["external_id"].append(None)
+        else:
+            cols["device"].append(_int_or_none(ev.pid if a.device is None else a.device) if gpu else None)
+            cols["stream"].append(_int_or_none(ev.tid if a.stream is None else a.stream) if gpu else None)
+            cols["correlation"].append(_int_or_none(a.correlation))
+            cols["external_id"].append(_int_or_none(a.external_id))
         cols["args"].append(bytes(ev.args).decode() if ev.args else "{}")
-        parsed_args.append(args)
 
     steps_rows, step_col = _assign_steps(cols)
     cols["step"] = step_col
     gpu_present = any(k in _GPU_KINDS for k in cols["kind"])
-    coll = _collectives(cols, parsed_args, gpu_present)
+    coll = _collectives(cols, gpu_present)
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)
     trace_info = {
@@ -315,10 +370,10 @@ def _read_sidecar(trace: Path) -> dict[str, Any] | None:
 
 
 def _main_pid(cols: dict[str, list[Any]]) -> str | None:
-    for k, pid in zip(cols["kind"], cols["pid"]):
+    for k, pid in zip(cols["kind"], cols["pid"], strict=True):
         if k == "step":
             return pid
-    for k, pid in zip(cols["kind"], cols["pid"]):
+    for k, pid in zip(cols["kind"], cols["pid"], strict=True):
         if k == "cpu_op":
             return pid
     return None
@@ -341,7 +396,7 @@ def _assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], lis
     ts = np.array(cols["ts_ns"], dtype=np.int64)
     idx = np.searchsorted(starts, ts, side="right") - 1
     inside = (idx >= 0) & (ts < ends[np.clip(idx, 0, None)])
-    by_time = [spans[j][2] if ok else None for j, ok in zip(idx.tolist(), inside.tolist())]
+    by_time = [spans[j][2] if ok else None for j, ok in zip(idx.tolist(), inside.tolist(), strict=True)]
     launch_step: dict[int, int | None] = {}
     for i in range(n):
         if kinds[i] in _LAUNCH_KINDS and cols["correlation"][i] is not None:
@@ -381,9 +436,7 @@ def _nelems(dims: Any) -> int | None:
     return None
 
 
-def _collectives(
-    cols: dict[str, list[Any]], parsed_args: list[dict[str, Any]], gpu_present: bool
-) -> list[dict[str, Any]]:
+def _collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str, Any]]:
     """Collective rows (module doc, step 4), in start order, with per-(pg, op) ordinals."""
     launch_ts = {
         cols["correlation"][i]: cols["ts_ns"][i]
@@ -393,10 +446,10 @@ def _collectives(
     rows = []
     for i, kind in enumerate(cols["kind"]):
         name = cols["name"][i]
-        a = parsed_args[i]
         if gpu_present:
             if kind != "kernel" or not is_comm_kernel(name):
                 continue
+            a = _args_dict(cols["args"][i])
             source = "nccl_kernel"
             op = normalize_op(a["Collective name"]) if a.get("Collective name") else kernel_op(name)
             dtype = a.get("dtype")
@@ -406,6 +459,7 @@ def _collectives(
         else:
             if kind != "user_annotation" or not name.startswith("gloo:"):
                 continue
+            a = _args_dict(cols["args"][i])
             source = "gloo"
             op = normalize_op(name)
             types = a.get("Input type")

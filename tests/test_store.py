@@ -1,0 +1,89 @@
+"""The store: generated schema docs, column comments, version check, read-only SQL, no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from tests.conftest import REPO
+from traceprof import schema
+from traceprof.errors import SchemaVersionError, StoreError
+from traceprof.store import Store
+
+
+def test_schema_doc_is_current():
+    assert (REPO / "docs" / "schema.md").read_text() == schema.markdown(), "run `make schema-doc`"
+
+
+def test_column_comments_carry_units(store):
+    rows = dict(
+        store.sql(
+            "SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'events'"
+        ).rows()
+    )
+    assert rows["ts_ns"].endswith("[ns]") and rows["dur_ns"].endswith("[ns]")
+    # Every declared column of every table and view is in the store with its doc.
+    for t in schema.TABLES:
+        got = store.sql("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [t.name])
+        assert got["column_name"].to_list() == t.column_names, t.name
+    for name in ("kernels",):
+        assert store.sql(f"SELECT * FROM {name} LIMIT 0").columns == schema.table(name).column_names
+
+
+def test_time_columns_are_bigint_ns():
+    for t in schema.TABLES:
+        for c in t.columns:
+            if c.name.endswith("_ns"):
+                assert c.type.startswith("BIGINT") and c.unit == "ns", (t.name, c.name)
+
+
+def test_schema_version_mismatch_refused(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(SchemaVersionError, match="version 999.*reads version 1"):
+        Store(db)
+
+
+def test_not_a_store(tmp_path):
+    db = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE x (a INT)")
+    con.close()
+    with pytest.raises(StoreError, match="not a traceprof store"):
+        Store(db)
+    with pytest.raises(StoreError, match="no such store"):
+        Store(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_cli_sql_is_read_only(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    target = tmp_path / "leak.csv"
+    for query in (
+        "DELETE FROM runs",
+        "CREATE TABLE evil (a INT)",
+        f"COPY runs TO '{target}'",
+        f"SELECT * FROM read_csv('{REPO / 'Makefile'}')",
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "traceprof.cli", "sql", query, "--db", str(db)],
+            capture_output=True, text=True,
+        )
+        assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr, query
+    assert not target.exists()
+
+
+def test_analysis_side_does_not_import_torch():
+    code = (
+        "import sys, traceprof.cli, traceprof.report, traceprof.ingest, collectors.kineto;"
+        "from traceprof import analysis; analysis.load_all();"
+        "bad = [m for m in ('torch', 'pandas') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -45,7 +45,7 @@ class Result(FrameResult):
 
     def charts(self) -> list[Chart]:
         return [
-            Chart("Communication per rank: hidden vs exposed (ns)", "rank", ("overlap_ns", "exposed_comm_ns"),
+            Chart("Communication per rank: hidden vs exposed", "rank", ("overlap_ns", "exposed_comm_ns"),
                   stacked=True, ylabel="ns"),
         ]
 

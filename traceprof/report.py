@@ -9,6 +9,7 @@ any :class:`traceprof.analysis.FrameResult` through ``title``, ``notes``, ``fram
 from __future__ import annotations
 
 import html
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ def _chart(result: FrameResult, chart: Chart) -> Any:
         return hv.HeatMap(data, kdims=[chart.x, chart.ys[0]], vdims=[chart.value]).opts(
             title=chart.title, colorbar=True, tools=["hover"], width=900, height=360, xrotation=45, cmap="Reds"
         )
+    ylabel = chart.ylabel or "value"
+    if all(y.endswith("_ns") for y in chart.ys):  # ns axes read badly (3.5e8): plot ms
+        df = df.with_columns(pl.col(y) / 1e6 for y in chart.ys)
+        ylabel = "ms"
     long = df.select([pl.col(chart.x).cast(pl.Utf8), *chart.ys]).unpivot(
         index=chart.x, on=list(chart.ys), variable_name="series", value_name="value"
     )
@@ -74,7 +79,7 @@ def _chart(result: FrameResult, chart: Chart) -> Any:
     bars = hv.Bars(long.select(cols).rows(), kdims=kdims, vdims=["value"])
     return bars.opts(
         title=chart.title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
-        ylabel=chart.ylabel or "value", xrotation=45 if long.height > 12 else 0, legend_position="right",
+        ylabel=ylabel, xrotation=45 if long.height > 12 else 0, legend_position="right",
     )
 
 
@@ -89,6 +94,15 @@ def _section(name: str, result: FrameResult, plots: list[Any]) -> str:
         opened = " open" if fname == "frame" else ""
         parts.append(f"<details{opened}><summary>{html.escape(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>")
     return "\n".join(parts)
+
+
+def _inline_resources(resources: str) -> str:
+    """Bokeh's inline JS without external ``<script src=...>`` tags.
+
+    holoviews imports panel, which registers an ES-module shim loaded from a relative ``static/``
+    URL; the report's plots are plain bokeh models and do not need it, and offline it cannot load.
+    """
+    return re.sub(r"<script[^>]*\bsrc=[^>]*>\s*</script>", "", resources)
 
 
 def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] | None = None) -> str:
@@ -140,7 +154,7 @@ def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResul
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style>
-{INLINE.render()}
+{_inline_resources(INLINE.render())}
 {script}
 </head><body>
 <h1>{html.escape(title)}</h1>

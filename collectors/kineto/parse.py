@@ -15,7 +15,7 @@ Algorithm:
   4. Derive collectives: one row per NCCL/RCCL kernel on GPU traces; one per ``gloo:<op>``
      annotation on CPU-only traces.
 
-Source fields read: top-level ``baseTimeNanoseconds``, ``distributedInfo.{rank,world_size,backend}``,
+Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distributedInfo.{rank,world_size,backend}``,
 ``deviceProperties[]``; per event ``ph, cat, name, pid, tid, ts, dur, args`` and in args
 ``correlation``, ``External id``, ``device``, ``stream``, ``Collective name``, ``Process Group Name``,
 ``Seq``, ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Input Dims``,
@@ -100,6 +100,7 @@ class _Trace(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[dict[str, Any]] | None = None
+    host_name: str | None = None
 
 
 def is_trace_file(path: Path) -> bool:
@@ -309,6 +310,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     main_pid = _main_pid(cols)
     trace_info = {
         "backend": dist.get("backend"),
+        "host": doc.host_name,
         "base_time_ns": base_ns,
         "pid": main_pid,
         "device_name": devices[0]["name"] if devices else ("cpu" if not gpu_present else None),
@@ -326,7 +328,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}")
         rank = rank if rank is not None else side_rank
         world = world if world is not None else _int_or_none(side.get("world_size"))
-        trace_info["host"] = side.get("host")
+        trace_info["host"] = side.get("host") or doc.host_name
         trace_info["torch_version"] = side.get("torch_version")
         trace_info["backend"] = trace_info["backend"] or side.get("backend")
         if side.get("device") and not devices:

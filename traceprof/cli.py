@@ -49,7 +49,11 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "") -> None:
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
     elif fmt is Format.csv:
-        sys.stdout.write(df.write_csv())
+        nested = [c for c, t in df.schema.items() if t.is_nested()]
+        flat = df.with_columns(
+            pl.Series(c, [orjson.dumps(v, default=str).decode() for v in df[c].to_list()]) for c in nested
+        )
+        sys.stdout.write(flat.write_csv())
     else:
         t = Table(title=title or None, show_lines=False)
         for c in df.columns:

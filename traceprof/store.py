@@ -108,7 +108,7 @@ class Store:
         return self.sql(
             """
             SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS ranks,
-                   count(t.trace_id) AS traces, sum(t.events_kept) AS events, r.sources,
+                   count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
                    r.clock_aligned, r.ingested_at
             FROM runs r LEFT JOIN traces t USING (run_id)
             GROUP BY ALL ORDER BY r.run_id

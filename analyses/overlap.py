@@ -6,7 +6,11 @@ Algorithm (DESIGN.md §4; HTA's "comm-comp overlap" and Nsight's recipes use the
      ops on CPU-only ranks).
   2. overlap = |comm ∩ compute| = |comm| + |compute| - |comm ∪ compute|.
   3. overlap_pct = overlap / |comm|; exposed communication = |comm| - overlap.
-  4. The same per step (activity launched in the step), exposed also as % of the step's window.
+  4. The same per step: the step's communication and compute are the activity launched in it (on
+     CPU ranks: started in it), window = first start to last end of that activity. Communication
+     counts as hidden when any compute of the rank runs at the same time, also compute of another
+     step (e.g. the next step's forward under this step's last all-reduce), so a step's exposed
+     communication is |comm of the step - all compute of the rank| and overlap = comm - exposed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import polars as pl
 from traceprof.activity import activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
-from traceprof.intervals import class_measures
+from traceprof.intervals import class_measures, subtract
 from traceprof.store import Store
 
 
@@ -50,8 +54,28 @@ class Result(FrameResult):
         ]
 
 
+def exposed_comm(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Maximal intervals of communication not hidden behind any compute of the same rank.
+
+    Args:
+        act: Activity frame (``traceprof.activity``).
+        by: ``["rank"]`` or ``["rank", "step"]`` (one step's communication minus all the rank's
+            compute, module doc step 4); rows with a null step form their own group.
+
+    Returns:
+        Frame with ``by`` + start_ns, end_ns (ns), disjoint and sorted within each group.
+    """
+    comm = act.filter(pl.col("class") == "comm")
+    return subtract(comm, act.filter(pl.col("class") == "compute"), by, ["rank"])
+
+
 def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     m = class_measures(act, by)
+    if "step" in by:  # hidden behind any compute of the rank (module doc, step 4)
+        exp = exposed_comm(act, by).group_by(by).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_exp"))
+        m = m.join(exp, on=by, how="left").with_columns(
+            (pl.col("comm_ns") - pl.col("_exp").fill_null(0)).alias("overlap_ns")
+        ).drop("_exp")
     return m.select(
         *by,
         "comm_ns",
@@ -81,7 +105,7 @@ def run(store: Store, params: Params) -> Result:
     if act.is_empty():
         raise AnalysisError(f"run {params.run or run_id}: no GPU kernels and no CPU training-thread ops")
     per_rank = _overlap(act, ["rank"])
-    per_step = _overlap(act.filter(pl.col("step").is_not_null()), ["rank", "step"])
+    per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
     notes = []
     no_comm = per_rank.filter(pl.col("comm_ns") == 0)["rank"].to_list()
     if no_comm:

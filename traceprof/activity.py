@@ -15,6 +15,11 @@ HTA-compatible selection (``hta=True``), as Holistic Trace Analysis 0.5.0 loads 
   4. Classes follow HTA's name rules: ``comm`` = name starts with ``nccl`` and contains
      ``Kernel``; ``memory`` = starts with Memcpy, Memset or dma; ``other`` = contains Memcpy or
      Sync, or starts with Memset; ``compute`` = the rest.
+
+With ``detail=True`` each row also says where it came from (``DETAIL_COLUMNS``): the event kind,
+trace, stream and correlation, and the CPU side that issued it (for GPU rows the runtime call with
+the same correlation, rounded up to whole microseconds like the GPU times when HTA rounds them;
+for CPU rows the op itself).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import polars as pl
 
 from traceprof.store import Store
 
-__all__ = ["activity", "ACTIVITY_COLUMNS"]
+__all__ = ["activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind")
+#: Extra columns of :func:`activity` with ``detail=True``.
+DETAIL_COLUMNS = ("kind", "trace_id", "stream", "correlation", "launch_tid", "launch_ts_ns")
 
 _SQL = """
 WITH gpu_ranks AS (
@@ -41,13 +48,13 @@ SELECT e.rank,
             WHEN regexp_matches(lower(e.name), 'nccl|rccl') THEN 'comm'
             ELSE 'compute' END AS class,
        e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
-       'stream ' || e.stream AS lane, e.step, e.name, 'gpu' AS device_kind
-FROM events e
+       'stream ' || e.stream AS lane, e.step, e.name, 'gpu' AS device_kind$gpu_detail
+FROM events e$gpu_join
 WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset')
 UNION ALL
 SELECT e.rank,
        CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
-       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu'
+       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu'$cpu_detail
 FROM events e
 WHERE e.run_id = $run
   AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
@@ -95,23 +102,43 @@ SELECT g.rank,
             ELSE 'compute' END AS class,
        CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
        CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
-       'stream ' || g.stream AS lane, g.step, g.name, 'gpu' AS device_kind
-FROM gpu g JOIN float_ts f USING (trace_id)
+       'stream ' || g.stream AS lane, g.step, g.name, 'gpu' AS device_kind$hta_detail
+FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 """
 
+_LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, min(tid) AS tid FROM events
+   WHERE run_id = $run AND $kinds AND correlation IS NOT NULL GROUP BY ALL)"""
+_DETAIL = {
+    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
+    "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")
+    + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
+    "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
+    "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
+    "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
+    # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
+    "$hta_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')")
+    + " l ON l.trace_id = g.trace_id AND l.correlation = g.correlation",
+}
 
-def activity(store: Store, run_id: int, *, hta: bool = False) -> pl.DataFrame:
+
+def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = False) -> pl.DataFrame:
     """Activity intervals of every rank of a run.
 
     Args:
         store: An open store.
         run_id: The run.
         hta: Select and classify GPU events as HTA 0.5.0 does (module doc); GPU ranks only.
+        detail: Also return ``DETAIL_COLUMNS`` (module doc).
 
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
         end_ns (ns, epoch, aligned), lane ("stream N" or "tid T"), step (launch step, may be null),
-        name, device_kind (gpu/cpu).
+        name, device_kind (gpu/cpu); with ``detail`` also kind (event kind), trace_id, stream (GPU
+        rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
+        start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
+        the op's own thread and start).
     """
     sql = _HTA_SQL if hta else _SQL
+    for key, value in _DETAIL.items():
+        sql = sql.replace(key, value if detail else "")
     return store.sql(sql.replace("$run", str(int(run_id))))

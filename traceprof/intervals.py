@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["merge", "union_ns", "clip"]
+__all__ = ["merge", "union_ns", "clip", "subtract"]
 
 
 def merge(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
@@ -48,6 +48,44 @@ def clip(df: pl.DataFrame, lo: str, hi: str, start: str = "start_ns", end: str =
     return df.with_columns(
         pl.max_horizontal(start, lo).alias(start), pl.min_horizontal(end, hi).alias(end)
     ).filter(pl.col(end) > pl.col(start))
+
+
+def subtract(
+    a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | None = None
+) -> pl.DataFrame:
+    """The parts of ``a`` not covered by ``b``: ``∪a - ∪b`` within each group, as maximal intervals.
+
+    Args:
+        a: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive).
+        b: Intervals to remove, grouped by ``b_by`` (a subset of ``by``, default ``by``).
+            With ``b_by`` coarser than ``by`` every group of ``a`` loses all of its ``b_by`` group's
+            intervals (e.g. one step's communication minus all of the rank's compute).
+
+    Returns:
+        Frame with columns ``by + [start_ns, end_ns]``: disjoint, sorted within each group, touching
+        pieces merged.
+    """
+    b_by = by if b_by is None else b_by
+    ma = merge(a, by)
+    if ma.is_empty():
+        return ma
+    spans = ma.group_by(by).agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
+    mb = clip(merge(b, b_by).join(spans, on=b_by), "_lo", "_hi").select(ma.columns)
+    one, zero = pl.lit(1, pl.Int32), pl.lit(0, pl.Int32)
+    ev = pl.concat([
+        ma.select(*by, pl.col("start_ns").alias("t"), one.alias("da"), zero.alias("db")),
+        ma.select(*by, pl.col("end_ns").alias("t"), (-one).alias("da"), zero.alias("db")),
+        mb.select(*by, pl.col("start_ns").alias("t"), zero.alias("da"), one.alias("db")),
+        mb.select(*by, pl.col("end_ns").alias("t"), zero.alias("da"), (-one).alias("db")),
+    ])
+    ev = ev.group_by([*by, "t"]).agg(pl.col("da").sum(), pl.col("db").sum()).sort([*by, "t"])
+    ev = ev.with_columns(
+        pl.col("da").cum_sum().over(by).alias("in_a"),
+        pl.col("db").cum_sum().over(by).alias("in_b"),
+        pl.col("t").shift(-1).over(by).alias("next_t"),
+    )
+    pieces = ev.filter((pl.col("in_a") > 0) & (pl.col("in_b") == 0) & pl.col("next_t").is_not_null())
+    return merge(pieces.select(*by, pl.col("t").alias("start_ns"), pl.col("next_t").alias("end_ns")), by)
 
 
 def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:

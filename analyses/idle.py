@@ -1,0 +1,134 @@
+"""idle: why each GPU stream sits idle between kernels (host wait / kernel wait / other).
+
+Algorithm (DESIGN.md §4; the definitions of Holistic Trace Analysis' idle time breakdown):
+  1. Take each rank's GPU kernels, memcpys and memsets with the start of the CPU runtime call that
+     launched them (same correlation id; ``traceprof.activity`` with ``detail``); sort each
+     (rank, stream) by start.
+  2. For each row but the first of its stream: prev_end = end of the rows before it, gap = start -
+     prev_end. The first row of a stream has no gap and adds nothing.
+  3. host wait if the launch started after prev_end (the GPU waited for the CPU to issue the
+     kernel); else kernel wait if gap < ``kernel_wait_ns`` (the ordinary gap between back-to-back
+     kernels); else other (e.g. waiting on another stream or a synchronization).
+  4. Sum the gaps per category per stream, and per rank over its streams; shares are of the
+     stream's (rank's) total idle time, as HTA's ``idle_time_ratio``.
+Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
+idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event
+selection (``traceprof.activity``), prev_end = end of the previous row only, negative gaps included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceprof.activity import activity
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.errors import AnalysisError
+from traceprof.store import Store
+
+CATEGORIES = ("host_wait", "kernel_wait", "other")
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``kernel_wait_ns``: a gap shorter than this (and not a host wait) is a kernel wait (HTA's
+    ``consecutive_kernel_delay``, 30 us). ``hta``: select events and measure gaps exactly as HTA."""
+
+    kernel_wait_ns: int = 30_000
+    hta: bool = False
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """Idle time per (rank, stream) (``frame``) and per rank (``ranks``).
+
+    Columns: rank, [stream,] kernels (rows), window_ns (first start to last end), idle_ns and
+    host_wait_ns, kernel_wait_ns, other_ns (ns; sum of gaps), host_wait_gaps, kernel_wait_gaps,
+    other_gaps (kernels whose preceding gap is in that category), host_wait_pct, kernel_wait_pct,
+    other_pct (% of idle_ns, null when idle_ns is 0), idle_pct (% of window_ns; per rank: of the
+    summed stream windows).
+    """
+
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "Idle time breakdown (per stream)"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "ranks": self.ranks}
+
+    def charts(self) -> list[Chart]:
+        return [Chart("Idle time per rank by cause", "rank", ("host_wait_ns", "kernel_wait_ns", "other_ns"),
+                      stacked=True, ylabel="ns", frame="ranks")]
+
+
+def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.DataFrame:
+    """Gap before each GPU row and its category (module doc, steps 1-3).
+
+    Args:
+        rows: Frame with rank, stream, start_ns, end_ns, launch_ts_ns (ns; launch may be null).
+        kernel_wait_ns: Kernel-wait threshold (ns, strict ``<``).
+        hta: HTA's rule (previous row's end, negative gaps kept) instead of the latest end.
+
+    Returns:
+        ``rows`` sorted by rank, stream, start_ns, end_ns, plus gap_ns (null for the first row of a
+        stream) and category (host_wait / kernel_wait / other; null for the first row).
+    """
+    by = ["rank", "stream"]
+    s = rows.sort([*by, "start_ns", "end_ns"])
+    prev = pl.col("end_ns").shift(1) if hta else pl.col("end_ns").cum_max().shift(1)
+    s = s.with_columns(prev.over(by).alias("_prev_end"))
+    gap = pl.col("start_ns") - pl.col("_prev_end")
+    s = s.with_columns((gap if hta else pl.max_horizontal(gap, 0)).alias("gap_ns"))
+    host = pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") > pl.col("_prev_end"))
+    cat = (
+        pl.when(pl.col("_prev_end").is_null()).then(None)
+        .when(host).then(pl.lit("host_wait"))
+        .when(pl.col("gap_ns") < kernel_wait_ns).then(pl.lit("kernel_wait"))
+        .otherwise(pl.lit("other"))
+    )
+    return s.with_columns(cat.alias("category")).drop("_prev_end")
+
+
+def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame) -> pl.DataFrame:
+    aggs = [pl.len().alias("kernels")]
+    for c in CATEGORIES:
+        hit = pl.col("category") == c
+        aggs.append(pl.col("gap_ns").filter(hit).sum().alias(f"{c}_ns"))
+        aggs.append(hit.sum().cast(pl.Int64).alias(f"{c}_gaps"))
+    out = g.group_by(by).agg(aggs).join(windows, on=by, how="left")
+    idle = pl.sum_horizontal(*(pl.col(f"{c}_ns") for c in CATEGORIES))
+    out = out.with_columns(idle.alias("idle_ns"))
+    pct = [
+        pl.when(pl.col("idle_ns") != 0).then(100.0 * pl.col(f"{c}_ns") / pl.col("idle_ns")).alias(f"{c}_pct")
+        for c in CATEGORIES
+    ]
+    out = out.with_columns(*pct, (100.0 * pl.col("idle_ns") / pl.col("window_ns")).alias("idle_pct"))
+    cols = [*by, "kernels", "window_ns", "idle_ns", *(f"{c}_ns" for c in CATEGORIES),
+            *(f"{c}_gaps" for c in CATEGORIES), *(f"{c}_pct" for c in CATEGORIES), "idle_pct"]
+    return out.select(cols).sort(by)
+
+
+@register("idle", Params)
+def run(store: Store, params: Params) -> Result:
+    """Idle-time breakdown per GPU stream and per rank of one run.
+
+    Source: events of kind kernel, memcpy, memset and the runtime calls with their correlation.
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
+    """
+    run_id = store.resolve_run(params.run)
+    act = activity(store, run_id, hta=params.hta, detail=True).filter(
+        pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    )
+    if act.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams")
+    g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
+    win = g.group_by("rank", "stream").agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns"))
+    per_stream = _summary(g, ["rank", "stream"], win)
+    per_rank = _summary(g, ["rank"], win.group_by("rank").agg(pl.col("window_ns").sum()))
+    notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
+    if params.hta:
+        notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")
+    return Result(frame=per_stream, ranks=per_rank, notes=tuple(notes))

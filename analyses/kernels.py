@@ -1,0 +1,142 @@
+"""kernels: where each rank's GPU time goes by kernel class and by kernel.
+
+Algorithm (DESIGN.md §2 "Kernel class"; the same measures as HTA's kernel breakdown):
+  1. Take each rank's GPU kernels, memcpys and memsets (``traceprof.activity``), classed comm
+     (NCCL/RCCL: ``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclSymkDevKernel_*``, ``rccl*``), memory
+     (memcpy/memset) or compute (the rest; ROCm traces alike).
+  2. Time by class: merge each class's intervals per rank (all streams together); busy = the union
+     of all three. Shares are of busy time, so they add up to more than 100 when classes overlap.
+  3. Time by overlap type (HTA's ``kernel_type_df``, per rank): sweep the class unions and label
+     each instant by the set of classes active (``compute``, ``compute+comm``, ...); these add up
+     to busy time.
+  4. Top kernels: group each rank's rows by full name; count, total, mean, median, p95 (linear
+     interpolation), min, max and sample standard deviation of the durations; keep the ``top`` with
+     the largest total per rank (ties by name).
+With ``hta=true`` events are selected and classed as HTA 0.5.0 does; its ``other`` rows (sync
+events) are left out of all three tables, as in HTA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceprof.activity import activity
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.errors import AnalysisError
+from traceprof.intervals import merge, union_ns
+from traceprof.store import Store
+
+CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``top``: kernels listed per rank (0: all). ``hta``: select and class events as HTA 0.5.0."""
+
+    top: int = 20
+    hta: bool = False
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """Per-rank class times (``frame``), overlap types (``types``) and top kernels (``top``).
+
+    ``frame``: rank, kernels (rows), kernel_ns (sum of durations), busy_ns (union of all rows),
+    compute_ns, comm_ns, memory_ns (union per class), compute_pct, comm_pct, memory_pct (% of
+    busy_ns). ``types``: rank, kernel_type (``+``-joined classes), time_ns, pct (% of busy_ns).
+    ``top``: rank, position (1 = largest total on the rank), class, name, count, total_ns, mean_ns,
+    median_ns, p95_ns, min_ns, max_ns, std_ns (ns; std 0 for one row), pct (% of kernel_ns).
+    """
+
+    types: pl.DataFrame = field(default_factory=pl.DataFrame)
+    top: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "Kernel breakdown"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "types": self.types, "top": self.top}
+
+    def charts(self) -> list[Chart]:
+        return [Chart("GPU time per rank by kernel class (union per class)", "rank",
+                      ("compute_ns", "comm_ns", "memory_ns"), ylabel="ns")]
+
+
+def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
+    """Time per rank by the set of kernel classes running (module doc, step 3).
+
+    Args:
+        act: Activity rows (rank, class, start_ns, end_ns) of classes ``CLASSES``.
+
+    Returns:
+        Frame with rank, kernel_type (e.g. ``compute+comm``), time_ns (ns).
+    """
+    parts = []
+    for bit, cls in enumerate(CLASSES):
+        m = merge(act.filter(pl.col("class") == cls), ["rank"])
+        parts.append(m.select("rank", pl.col("start_ns").alias("t"), pl.lit(1 << bit).alias("d")))
+        parts.append(m.select("rank", pl.col("end_ns").alias("t"), pl.lit(-(1 << bit)).alias("d")))
+    ev = pl.concat(parts).group_by("rank", "t").agg(pl.col("d").sum()).sort("rank", "t")
+    ev = ev.with_columns(
+        pl.col("d").cum_sum().over("rank").alias("state"), pl.col("t").shift(-1).over("rank").alias("next")
+    ).filter((pl.col("state") > 0) & pl.col("next").is_not_null())
+    labels = pl.DataFrame(
+        {"state": list(range(1, 8)),
+         "kernel_type": ["+".join(c for b, c in enumerate(CLASSES) if s & (1 << b)) for s in range(1, 8)]},
+        schema={"state": ev.schema["state"], "kernel_type": pl.Utf8},
+    )
+    return (
+        ev.group_by("rank", "state").agg((pl.col("next") - pl.col("t")).sum().alias("time_ns"))
+        .join(labels, on="state").select("rank", "kernel_type", "time_ns")
+    )
+
+
+def _top(act: pl.DataFrame, top: int) -> pl.DataFrame:
+    d = pl.col("end_ns") - pl.col("start_ns")
+    g = act.group_by("rank", "class", "name").agg(
+        pl.len().alias("count"), d.sum().alias("total_ns"), d.mean().alias("mean_ns"),
+        d.median().alias("median_ns"), d.quantile(0.95, "linear").alias("p95_ns"),
+        d.min().alias("min_ns"), d.max().alias("max_ns"), d.std(ddof=1).fill_null(0.0).alias("std_ns"),
+    )
+    g = g.sort(["rank", "total_ns", "name"], descending=[False, True, False]).with_columns(
+        (100.0 * pl.col("total_ns") / pl.col("total_ns").sum().over("rank")).alias("pct"),
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("rank").alias("position"),
+    )
+    if top > 0:
+        g = g.filter(pl.col("position") <= top)
+    cols = ["rank", "position", "class", "name", "count", "total_ns", "mean_ns", "median_ns", "p95_ns",
+            "min_ns", "max_ns", "std_ns", "pct"]
+    return g.select(cols).sort("rank", "position")
+
+
+@register("kernels", Params)
+def run(store: Store, params: Params) -> Result:
+    """Kernel breakdown per rank of one run.
+
+    Source: events of kind kernel, memcpy, memset (and sync with ``hta``).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
+    """
+    run_id = store.resolve_run(params.run)
+    act = activity(store, run_id, hta=params.hta).filter(
+        (pl.col("device_kind") == "gpu") & pl.col("class").is_in(CLASSES)
+    )
+    if act.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; the kernel breakdown needs a GPU trace")
+    d = pl.col("end_ns") - pl.col("start_ns")
+    per_rank = act.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
+    per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
+    for cls in CLASSES:
+        per_rank = per_rank.join(
+            union_ns(act.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"), on="rank", how="left"
+        ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
+    per_rank = per_rank.with_columns(
+        (100.0 * pl.col(f"{c}_ns") / pl.col("busy_ns")).alias(f"{c}_pct") for c in CLASSES
+    ).sort("rank")
+    types = overlap_types(act).join(per_rank.select("rank", "busy_ns"), on="rank")
+    types = types.with_columns((100.0 * pl.col("time_ns") / pl.col("busy_ns")).alias("pct")).drop("busy_ns")
+    types = types.sort(["rank", "time_ns"], descending=[False, True])
+    notes = ("HTA-compatible selection and kernel classes",) if params.hta else ()
+    return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=notes)

@@ -1,0 +1,79 @@
+"""launch: latency figures and short-kernel share worked out by hand, and a corpus cross-check."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import analyze, corpus
+from tests.test_idle import kernel, kineto, launch
+from traceprof.errors import AnalysisError
+from traceprof.ingest import ingest
+
+
+def step(n: int, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1,
+            "ts": ts, "dur": dur}
+
+
+# Times in us. kernel [start, end), launch L, latency = start - L:
+#   stream 7: K1 [10, 12) L=0 -> 10 (stream idle: first kernel); K2 [12, 42) L=1 -> 11 (K1 still queued)
+#             K3 [100, 103) L=95 -> 5 (K2 ended at 42: idle); K4 [103, 203) L=96 -> 7 (K3 runs until 103)
+#   stream 9: K5 [50, 51) without a launch in the trace; K6 [60, 80) L=40 -> 20 (K5 ended at 51 > 40)
+# Latencies sorted 5, 7, 10, 11, 20: p50 10; p90 at 0.9*4 = 3.6 -> 11 + 0.6*9 = 16.4;
+# p99 at 3.96 -> 11 + 0.96*9 = 19.64; max 20; mean 53/5 = 10.6.
+# Launched onto an idle stream: K1, K3 -> median(10, 5) = 7.5.
+# Short (< 10 us): K1 2, K3 3, K5 1 -> 3 kernels, 6 us of 2+30+3+100+1+20 = 156 us.
+# Steps (by launch; K5 by its own start): step 1 [-5, 50): K1, K2, K6 -> p50 11; step 2 [50, 200):
+# K3, K4, K5 -> p50 of 5, 7 = 6.
+EVENTS = [
+    step(1, -5, 55), step(2, 50, 150),
+    kernel("K1", 7, 10, 2, 1), launch(0, 1), kernel("K2", 7, 12, 30, 2), launch(1, 2),
+    kernel("K3", 7, 100, 3, 3), launch(95, 3), kernel("K4", 7, 103, 100, 4), launch(96, 4),
+    kernel("K5", 9, 50, 1, 5), kernel("K6", 9, 60, 20, 6), launch(40, 6),
+]
+
+
+def test_latency_and_short_kernels_by_hand(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", EVENTS)], run="r")
+    res = analyze(store, "launch", "r")
+    r = res.frame.row(0, named=True)
+    assert (r["kernels"], r["launched"], r["latency_max_ns"]) == (6, 5, 20_000)
+    assert r["latency_p50_ns"] == pytest.approx(10_000)
+    assert r["latency_p90_ns"] == pytest.approx(16_400)
+    assert r["latency_p99_ns"] == pytest.approx(19_640)
+    assert r["latency_mean_ns"] == pytest.approx(10_600)
+    assert (r["idle_launches"], r["idle_latency_p50_ns"]) == (2, pytest.approx(7_500))
+    assert (r["short_kernels"], r["short_ns"], r["kernel_ns"]) == (3, 6_000, 156_000)
+    assert (r["short_kernels_pct"], r["short_pct"]) == (pytest.approx(50.0), pytest.approx(100 * 6 / 156))
+    s7 = res.streams.filter(res.streams["stream"] == 7).row(0, named=True)
+    assert (s7["kernels"], s7["latency_p50_ns"]) == (4, pytest.approx(8_500))  # (7 + 10) / 2
+    steps = {row["step"]: row for row in res.steps.iter_rows(named=True)}
+    assert (steps[1]["kernels"], steps[1]["latency_p50_ns"]) == (3, pytest.approx(11_000))
+    assert (steps[2]["kernels"], steps[2]["launched"], steps[2]["latency_p50_ns"]) == (3, 2, pytest.approx(6_000))
+    # A 3 us threshold (strict) leaves K1 (2 us) and K5 (1 us), not K3 (3 us): 3 of 156 us.
+    r = analyze(store, "launch", "r", short_ns=3_000).frame.row(0, named=True)
+    assert (r["short_kernels"], r["short_ns"]) == (2, 3_000)
+
+
+def test_cpu_only_run_is_an_error(store, tmp_path):
+    cpu = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]
+    ingest(store, [kineto(tmp_path / "cpu.json.gz", cpu)], run="cpu")
+    with pytest.raises(AnalysisError, match="no GPU kernels"):
+        analyze(store, "launch", "cpu")
+
+
+def test_corpus_against_plain_sql(store):
+    # Independent recomputation straight from the events table: kernel start minus the start of the
+    # cuda_runtime event with the same correlation (one per kernel in this trace).
+    ingest(store, [corpus("hta/nccl_parser_config")], run="r")
+    lat = store.sql(
+        """SELECT k.ts_ns - r.ts_ns AS lat, k.dur_ns FROM events k
+           JOIN events r ON r.trace_id = k.trace_id AND r.correlation = k.correlation AND r.kind = 'cuda_runtime'
+           WHERE k.kind = 'kernel'"""
+    )
+    r = analyze(store, "launch", "r").frame.row(0, named=True)
+    assert r["launched"] == lat.height == r["kernels"]
+    assert r["latency_max_ns"] == lat["lat"].max()
+    assert r["latency_p50_ns"] == pytest.approx(lat["lat"].quantile(0.5, "linear"))
+    assert r["latency_p99_ns"] == pytest.approx(lat["lat"].quantile(0.99, "linear"))
+    assert r["short_kernels"] == (lat["dur_ns"] < 10_000).sum()

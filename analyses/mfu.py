@@ -1,0 +1,204 @@
+"""mfu: achieved TFLOP/s and model FLOPs utilization per step and rank, and for the job.
+
+Algorithm (DESIGN.md §4 "MFU"):
+  1. Model FLOPs per (rank, step) from the first available source (``traceprof.flops``):
+     declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
+  2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity
+     launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
+  3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
+     the rank's device (``traceprof.peaks``, matched from ``devices`` / ``traces.device_name``) for
+     the dtype (given, else the dtype of most matmul FLOPs in the trace, else bf16).
+     mfu_pct = 100 · tflops / peak; no peak (CPU, unknown device) leaves it null, with a note.
+  4. Recomputation (``recompute``: none, full, or the recomputed fraction of the forward pass f)
+     adds f/3 of the model FLOPs (forward = 1/3 of 6N): hardware FLOPs = model · (1 + f/3).
+     Declared/PaLM FLOPs are model FLOPs; sidecar/shape counts are executed (hardware) FLOPs.
+     hfu_pct is null while recompute is unknown.
+  5. Job: total model FLOPs / (Σ over steps of the slowest rank's step time · Σ of rank peaks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.errors import AnalysisError, UsageError
+from traceprof.flops import account, shape_flops
+from traceprof.peaks import canonical_dtype, match_device, rank_devices
+from traceprof.store import Store
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """FLOPs source, peak and recomputation.
+
+    ``model_flops_per_step``: model FLOPs of one step of the whole job (split over the ranks).
+    ``params_count``, ``layers``, ``heads``, ``head_dim``, ``seq_len``, ``tokens_per_step`` (whole
+    job): the PaLM formula. ``flops_source``: auto, declared, palm, sidecar or shapes.
+    ``peak_tflops``: dense peak per device in TFLOP/s (overrides the table; needed for CPU runs).
+    ``dtype``: bf16, fp16, tf32, fp32, fp8 (default: from the trace's matmuls, else bf16).
+    ``recompute``: none, full, or the recomputed fraction of the forward pass (0..1); empty = unknown.
+    """
+
+    model_flops_per_step: float = 0.0
+    params_count: float = 0.0
+    layers: int = 0
+    heads: int = 0
+    head_dim: int = 0
+    seq_len: int = 0
+    tokens_per_step: float = 0.0
+    flops_source: str = "auto"
+    peak_tflops: float = 0.0
+    dtype: str = ""
+    recompute: str = ""
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``).
+
+    ``frame`` columns: rank, step, step_ns (ns), step_time_source (device/cpu), flops (model
+    FLOPs of the rank in the step), tflops (achieved TFLOP/s), device (name in the trace), dtype,
+    peak_device (peak-table entry, or ``user``), peak_tflops (TFLOP/s, null if unknown), mfu_pct, hfu_pct (% of peak; null if unknown), flops_source.
+    ``job`` columns: ranks, steps, flops, time_ns (Σ slowest-rank step time), tflops (per device),
+    peak_tflops (per device, mean), mfu_pct, hfu_pct, flops_source.
+    ``ops`` columns (shape-derived, whatever the source): name, dtype, calls_per_step, flops_per_step
+    (per rank, mean over the rank-steps).
+    """
+
+    job: pl.DataFrame = field(default_factory=pl.DataFrame)
+    ops: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "MFU (model FLOPs utilization)"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "job": self.job, "ops": self.ops}
+
+    def charts(self) -> list[Chart]:
+        value = "mfu_pct" if self.frame["mfu_pct"].is_not_null().any() else "tflops"
+        return [Chart(f"{value} per step and rank", "step", ("rank",), kind="heatmap", value=value)]
+
+
+def _recompute_fraction(raw: str) -> float | None:
+    if raw.strip() == "":
+        return None
+    key = raw.strip().lower()
+    if key in ("none", "no", "0"):
+        return 0.0
+    if key == "full":
+        return 1.0
+    try:
+        f = float(key)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise UsageError(f"recompute={raw!r}: expected none, full or a fraction 0..1")
+    return f
+
+
+def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.DataFrame, list[str]]:
+    """Per rank: device, peak_tflops (null when unknown), and notes explaining nulls."""
+    devs = rank_devices(store, run_id)
+    notes: list[str] = []
+    rows: list[tuple[object, ...]] = []
+    for rank, name, kind in devs.iter_rows():
+        if params.peak_tflops > 0:
+            rows.append((rank, name, "user", params.peak_tflops))
+            continue
+        dev = match_device(name) if kind == "gpu" else None
+        peak = dev.peak(dtype) if dev else None
+        rows.append((rank, name, dev.label if dev else None, peak))
+        if kind == "cpu":
+            msg = "CPU-only run: no device peak FLOP/s, MFU left empty; pass peak_tflops=... for MFU"
+        elif dev is None:
+            msg = f"unknown device {name!r}: MFU left empty; pass peak_tflops=..."
+        elif peak is None:
+            msg = f"{dev.label} has no published dense {dtype} peak: MFU left empty; pass peak_tflops or dtype"
+        else:
+            msg = f"peak {peak:g} TFLOP/s per device: {dev.label} ({name}), dense {dtype}"
+        if msg not in notes:
+            notes.append(msg)
+    frame = pl.DataFrame(rows, schema={"rank": pl.Int32, "device": pl.Utf8, "peak_device": pl.Utf8, "peak_tflops": pl.Float64}, orient="row")
+    return frame, notes
+
+
+@register("mfu", Params)
+def run(store: Store, params: Params) -> Result:
+    """MFU per (rank, step) and for the job.
+
+    Raises:
+        StoreError: No such run.
+        UsageError: Bad ``flops_source``, ``dtype`` or ``recompute``.
+        AnalysisError: No FLOPs source, or the run has no ProfilerSteps.
+    """
+    run_id = store.resolve_run(params.run)
+    palm = None
+    if params.params_count > 0 or params.tokens_per_step > 0:
+        palm = (params.params_count, params.layers, params.heads, params.head_dim, params.seq_len, params.tokens_per_step)
+    acc = account(store, run_id, declared_per_step=params.model_flops_per_step, palm=palm, source=params.flops_source)
+    notes = [f"FLOPs source: {acc.source}", *acc.notes]
+    dtype = canonical_dtype(params.dtype) if params.dtype else acc.dtype
+    if params.dtype and dtype is None:
+        raise UsageError(f"dtype={params.dtype!r}: expected one of bf16, fp16, tf32, fp32, fp64, fp8")
+    if dtype is None:
+        dtype = "bf16"
+        notes.append("dtype unknown (no shapes in the trace): using the bf16 peak; pass dtype=... to change")
+    elif dtype == "fp32" and not params.dtype:
+        notes.append("fp32 matmuls: using the FP32 (non-tensor-core) peak; pass dtype=tf32 if TF32 was enabled")
+    f = _recompute_fraction(params.recompute)
+    peaks, peak_notes = _peaks(store, run_id, params, dtype)
+    notes += peak_notes
+    steps = store.sql(
+        """SELECT rank, step,
+                  CASE WHEN device_end_ns IS NOT NULL THEN device_end_ns - device_start_ns
+                       ELSE cpu_end_ns - cpu_start_ns END AS step_ns,
+                  CASE WHEN device_end_ns IS NOT NULL THEN 'device' ELSE 'cpu' END AS step_time_source
+           FROM steps WHERE run_id = ? ORDER BY rank, step""",
+        [run_id],
+    )
+    if steps.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no ProfilerSteps, so no step time for MFU")
+    # Executed counts include recomputation: model = executed / (1 + f/3); hardware = model * (1 + f/3).
+    measured = acc.source in ("sidecar", "shapes")
+    hw = 1.0 + (f or 0.0) / 3.0
+    model = pl.col("flops") / hw if measured else pl.col("flops")
+    frame = (
+        steps.join(acc.per_step.select("rank", "step", "flops"), on=["rank", "step"], how="inner")
+        .with_columns(model.alias("flops"))
+        .join(peaks, on="rank", how="left")
+        .with_columns((pl.col("flops") / pl.col("step_ns") / 1e3).alias("tflops"), pl.lit(dtype).alias("dtype"))
+        .with_columns(
+            (100.0 * pl.col("tflops") / pl.col("peak_tflops")).alias("mfu_pct"),
+            pl.lit(acc.source).alias("flops_source"),
+        )
+        .with_columns((pl.col("mfu_pct") * hw if f is not None else pl.lit(None, pl.Float64)).alias("hfu_pct"))
+        .select("rank", "step", "step_ns", "step_time_source", "flops", "tflops", "device", "dtype",
+                "peak_device", "peak_tflops", "mfu_pct", "hfu_pct", "flops_source")
+    )
+    if f is None:
+        notes.append("recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)")
+    ops = shape_flops(store, run_id).filter(pl.col("step").is_not_null())
+    n = max(steps.height, 1)
+    ops = (ops.group_by("name", "dtype").agg((pl.col("calls").sum() / n).alias("calls_per_step"),
+                                             (pl.col("flops").sum() / n).alias("flops_per_step"))
+           .sort("flops_per_step", descending=True))
+    return Result(frame=frame, job=_job(frame, hw if f is not None else None), ops=ops, notes=tuple(notes))
+
+
+def _job(frame: pl.DataFrame, hw: float | None) -> pl.DataFrame:
+    time_ns = float(frame.group_by("step").agg(pl.col("step_ns").max())["step_ns"].sum())
+    ranks = frame["rank"].n_unique()
+    peaks = frame.group_by("rank").agg(pl.col("peak_tflops").first())["peak_tflops"]
+    total = float(frame["flops"].sum())
+    tflops = total / time_ns / 1e3 / ranks if time_ns else None
+    known = peaks.null_count() == 0 and time_ns > 0
+    mfu = 100.0 * total / time_ns / 1e3 / float(peaks.sum()) if known else None
+    return pl.DataFrame(
+        {
+            "ranks": [ranks], "steps": [frame["step"].n_unique()], "flops": [total], "time_ns": [int(time_ns)],
+            "tflops": [tflops], "peak_tflops": [float(peaks.sum()) / ranks if known else None], "mfu_pct": [mfu],
+            "hfu_pct": [mfu * hw if mfu is not None and hw is not None else None],
+            "flops_source": [frame["flops_source"][0] if frame.height else None],
+        },
+        schema_overrides={"tflops": pl.Float64, "peak_tflops": pl.Float64, "mfu_pct": pl.Float64, "hfu_pct": pl.Float64},
+    )

@@ -1,7 +1,13 @@
 """Ingest orchestration: find trace files, parse them in parallel, group them into runs, store.
 
 Every file is parsed before anything is written, and each run is inserted in one transaction, so
-a bad file leaves the store exactly as it was.
+a bad file leaves the store exactly as it was. Inside that transaction the run's collectives are
+matched across ranks (``traceprof.matching``) and its clocks aligned (``traceprof.clock``), over
+the whole run, so both stay current when a run gains ranks.
+
+A file is claimed by the first collector whose name rule accepts it: Flight Recorder dumps
+(``*.fr.json``, ``fr_*.json``), NDTimeline Parquet (``*.parquet``; one file is a whole run, named
+after the file), Kineto traces (other ``*.json`` / ``*.json.gz``, not ``*.meta.json`` sidecars).
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors import kineto
+from collectors import flight_recorder, kineto, ndtimeline
+from collectors.kineto.enqueue import fill_gloo_enter
+from traceprof import clock, matching
 from traceprof.errors import TraceFormatError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
@@ -59,14 +67,28 @@ def discover(paths: Iterable[str | Path], unclaimed: list[str] | None = None) ->
             files = [p]
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
-            files = [f for f in found if kineto.is_trace_file(f)]
+            files = [f for f in found if _claim(f)]
             if unclaimed is not None:
-                unclaimed += [str(f) for f in found if f.name.endswith(".fr.json")]
+                unclaimed += [str(f) for f in found if not _claim(f) and f.name.endswith(".json")
+                              and not f.name.endswith(".meta.json")]
         if not files:
-            raise UsageError(f"{p}: no trace files (*.json, *.json.gz) found")
+            raise UsageError(f"{p}: no trace files (*.json, *.json.gz, *.fr.json, *.parquet) found")
         for f in files:
-            groups.setdefault(f.resolve().parent, []).append(f.resolve())
+            f = f.resolve()
+            # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
+            groups.setdefault(f if _claim(f) == "ndtimeline" else f.parent, []).append(f)
     return groups
+
+
+def _claim(path: Path) -> str | None:
+    """The collector that reads ``path`` (see the module doc), or None."""
+    if flight_recorder.is_fr_file(path):
+        return "flight_recorder"
+    if ndtimeline.is_ndtimeline_file(path):
+        return "ndtimeline"
+    if kineto.is_trace_file(path):
+        return "kineto"
+    return None
 
 
 def _sha256(path: Path) -> str:
@@ -77,9 +99,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _parse_one(args: tuple[Path, str]) -> ParsedTrace:
+def _parse_one(args: tuple[Path, str]) -> list[ParsedTrace]:
     path, on_bad_event = args
-    return kineto.parse(path, on_bad_event=on_bad_event)
+    source = _claim(path)
+    if source == "flight_recorder":
+        return [flight_recorder.parse(path, on_bad_event=on_bad_event)]
+    if source == "ndtimeline":
+        return ndtimeline.parse(path, on_bad_event=on_bad_event)
+    return [fill_gloo_enter(kineto.parse(path, on_bad_event=on_bad_event))]
 
 
 def ingest(
@@ -90,11 +117,14 @@ def ingest(
     on_bad_event: str = "raise",
     jobs: int | None = None,
     progress: Progress | None = None,
+    align: bool = True,
 ) -> IngestResult:
     """Ingest trace files or directories into ``store``.
 
-    Each directory of rank files is one run named after the directory, unless ``run`` names one run
-    for everything. Files already stored (same SHA-256) are skipped.
+    Each directory of rank files is one run named after the directory (a whole-run file such as an
+    NDTimeline Parquet trace: named after the file), unless ``run`` names one run for everything.
+    Files already stored (same SHA-256) are skipped. Collectives of every run that gained traces
+    are matched and, unless ``align`` is false, clocks are aligned (both over the whole run).
 
     Args:
         store: An open, writable store.
@@ -103,6 +133,8 @@ def ingest(
         on_bad_event: ``raise`` or ``skip`` malformed events (see ``collectors.kineto.parse``).
         jobs: Parallel parser processes (default: CPU count, at most one per file).
         progress: Called as ``progress(done, total, path)`` after each parsed file.
+        align: Estimate and apply per-rank clock offsets (``traceprof.clock``); false stores the
+            source timestamps unchanged.
 
     Raises:
         TraceFormatError: A file cannot be parsed (nothing is written).
@@ -113,12 +145,10 @@ def ingest(
     unclaimed: list[str] = []
     groups = discover(paths, unclaimed)
     if unclaimed:
-        result.warnings.append(
-            f"{len(unclaimed)} Flight Recorder dump(s) not read (no collector yet), e.g. {unclaimed[0]}"
-        )
+        result.warnings.append(f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}")
     todo: list[tuple[str, Path]] = []
-    for directory, files in groups.items():
-        name = run or directory.name
+    for group, files in groups.items():
+        name = run or (group.stem if group.is_file() else group.name)
         for f in files:
             if store.has_sha(_sha256(f)):
                 result.skipped.append(str(f))
@@ -126,22 +156,41 @@ def ingest(
                 todo.append((name, f))
     parsed = _parse_all([f for _, f in todo], on_bad_event, jobs, progress)
     by_run: dict[str, list[ParsedTrace]] = {}
-    for (name, _), pt in zip(todo, parsed, strict=True):
-        by_run.setdefault(name, []).append(pt)
+    for (name, _), pts in zip(todo, parsed, strict=True):
+        by_run.setdefault(name, []).extend(pts)
     for name, traces in by_run.items():
         _settle_ranks(name, traces, result)
     for name, traces in by_run.items():
-        result.runs[name] = store.insert_run(name, traces)
-        result.added += [pt.path for pt in traces]
+        notes: list[str] = []
+        result.runs[name] = store.insert_run(
+            name, traces, after=lambda run_id, notes=notes: notes.extend(_settle_run(store, run_id, align))
+        )
+        result.added += sorted({pt.path for pt in traces})
+        result.warnings += [f"run {name!r}: {n}" for n in notes]
     return result
+
+
+def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
+    """Match the run's collectives and align its clocks (inside the insert transaction).
+
+    Returns:
+        Messages worth a warning (instances missing ranks).
+    """
+    summary = matching.match_run(store, run_id)
+    clock.align_run(store, run_id, enabled=align)
+    notes = []
+    if summary.incomplete:
+        notes.append(f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "
+                     "(see collective_instances.ranks_missing)")
+    return notes
 
 
 def _parse_all(
     files: list[Path], on_bad_event: str, jobs: int | None, progress: Progress | None
-) -> list[ParsedTrace]:
+) -> list[list[ParsedTrace]]:
     n = len(files)
     workers = min(jobs or os.cpu_count() or 1, n)
-    out: list[ParsedTrace] = []
+    out: list[list[ParsedTrace]] = []
     if workers <= 1:
         for i, f in enumerate(files):
             out.append(_parse_one((f, on_bad_event)))
@@ -149,10 +198,10 @@ def _parse_all(
                 progress(i + 1, n, str(f))
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for i, pt in enumerate(pool.map(_parse_one, [(f, on_bad_event) for f in files])):
-            out.append(pt)
+        for i, (f, pts) in enumerate(zip(files, pool.map(_parse_one, [(f, on_bad_event) for f in files]), strict=True)):
+            out.append(pts)
             if progress:
-                progress(i + 1, n, pt.path)
+                progress(i + 1, n, str(f))
     return out
 
 
@@ -170,18 +219,19 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
             f"no rank in the trace and {len(traces)} files in run {name!r}; add a "
             "<name>.meta.json sidecar with \"rank\", or ingest the file alone with --run",
         )
-    seen: dict[int, str] = {}
+    seen: dict[tuple[int, str], str] = {}
     for pt in traces:
         assert pt.rank is not None
-        if pt.rank in seen:
+        if (pt.rank, pt.source) in seen:
             raise TraceFormatError(
                 pt.path, "distributedInfo.rank",
-                f"rank {pt.rank} also in {seen[pt.rank]} (same run {name!r}); put each run's files "
-                "in their own directory or use --run",
+                f"rank {pt.rank} also in {seen[(pt.rank, pt.source)]} (same run {name!r}); put each run's "
+                "files in their own directory or use --run",
             )
-        seen[pt.rank] = pt.path
+        seen[(pt.rank, pt.source)] = pt.path
     worlds = {pt.world_size for pt in traces if pt.world_size is not None}
+    ranks = len({pt.rank for pt in traces})
     if len(worlds) > 1:
         result.warnings.append(f"run {name!r}: traces disagree on world size: {sorted(worlds)}")
-    elif worlds and len(traces) < max(worlds):
-        result.warnings.append(f"run {name!r}: {len(traces)} of {max(worlds)} ranks traced")
+    elif worlds and ranks < max(worlds):
+        result.warnings.append(f"run {name!r}: {ranks} of {max(worlds)} ranks traced")

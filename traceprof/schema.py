@@ -238,6 +238,31 @@ LEFT JOIN events r
 WHERE k.kind IN ('kernel', 'memcpy', 'memset')
 """,
     ),
+    Table(
+        "collective_instances",
+        "One collective across ranks: the rows of collectives that share an instance_id",
+        (
+            _RUN,
+            _c("instance_id", "BIGINT", "Instance id, unique within the run; collectives.instance_id"),
+            _c("source", "VARCHAR", "collectives.source of the matched rows (matching never mixes sources)"),
+            _c("pg", "VARCHAR", "Process group name, NULL if unknown"),
+            _c("seq", "BIGINT", "Sequence number in the process group (pg_seq matching), else NULL"),
+            _c("op", "VARCHAR", "Collective op, normalized"),
+            _c("step", "INTEGER", "Step of the instance (the most common step of its rows)"),
+            _c("bytes", "BIGINT", "Message size (bytes_in, or nelems_in when bytes are unknown)", "bytes"),
+            _c("ordinal", "INTEGER", "k-th instance of this (pg, op, size) in its step (ordinal matching)"),
+            _c("ranks_present", "INTEGER[]", "Ranks holding a row of the instance"),
+            _c("ranks_missing", "INTEGER[]", "Ranks of the group (ranks seen in this pg) without a row"),
+            _c("n_ranks", "INTEGER", "Number of ranks present"),
+            _c("first_arrival_ns", "BIGINT", "Earliest arrival (enter_ns, or start_ns of NCCL kernels)", "ns"),
+            _c("last_arrival_ns", "BIGINT", "Latest arrival", "ns"),
+            _c("last_rank", "INTEGER", "Rank that arrived last (lowest rank on ties)"),
+            _c("arrival_skew_ns", "BIGINT", "last_arrival_ns - first_arrival_ns", "ns"),
+            _c("first_end_ns", "BIGINT", "Earliest end among the ranks, NULL if no end is known", "ns"),
+            _c("last_end_ns", "BIGINT", "Latest end among the ranks", "ns"),
+            _c("match_method", "VARCHAR", "pg_seq (process group + sequence number) or ordinal"),
+        ),
+    ),
 )
 
 

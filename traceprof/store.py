@@ -6,7 +6,7 @@ Tables and views are declared in :mod:`traceprof.schema`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -166,11 +166,15 @@ class Store:
 
     # -- ingest --------------------------------------------------------------------------------
 
-    def insert_run(self, name: str, traces: list[ParsedTrace]) -> int:
+    def insert_run(
+        self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None = None
+    ) -> int:
         """Insert parsed traces as (part of) run ``name`` in one transaction.
 
         A run that exists already gains the traces; a trace whose rank and source the run already
-        holds from another file is an error. On any error nothing is written.
+        holds from another file is an error. On any error nothing is written. ``after(run_id)``, if
+        given, runs inside the transaction once the rows are in (ingest matches collectives and
+        aligns clocks there); its errors roll everything back.
 
         Returns:
             The run_id.
@@ -193,6 +197,8 @@ class Store:
                 """,
                 [run_id, run_id, run_id],
             )
+            if after is not None:
+                after(run_id)
             con.execute("COMMIT")
         except TraceprofError:
             con.execute("ROLLBACK")

@@ -1,0 +1,227 @@
+"""Parse PyTorch Flight Recorder (FR) JSON dumps into collectives rows.
+
+A dump holds one rank's ring buffer of collective records (``entries``), written by
+``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``collectors.flight_recorder.capture``).
+Pickle dumps (torch's default ``TORCH_FR_DUMP_TEMP_FILE``) are refused: unpickling runs arbitrary
+code, and a dump copied from a cluster is untrusted input.
+
+Algorithm:
+  1. Decode the JSON; refuse pickles and files without ``entries``.
+  2. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
+     ``fr_rank3.json``); world size: the ranks of the default process group in ``pg_config``.
+  3. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
+     appended for point-to-point entries), seq = ``collective_seq_id`` (``p2p_seq_id`` for p2p),
+     op = normalized ``profiling_name``, enter = ``time_created_ns``, start / end =
+     ``time_discovered_started_ns`` / ``..._completed_ns`` (0 means unknown: NULL; gloo never
+     records them). One ``collective`` event per entry keeps the raw entry as args.
+
+Source fields read: top-level ``version``, ``rank``, ``pg_config``, ``entries``; per entry
+``record_id, pg_id, process_group, collective_seq_id, p2p_seq_id, is_p2p, profiling_name,
+time_created_ns, time_discovered_started_ns, time_discovered_completed_ns, duration_ms,
+input_sizes, output_sizes, input_dtypes, output_dtypes, state, thread_id``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import math
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from collectors._arrow import row_schema
+from traceprof.errors import TraceFormatError
+from traceprof.ops import dtype_bytes, normalize_op
+from traceprof.parsed import ParsedTrace
+
+__all__ = ["parse", "is_fr_file"]
+
+_NAME = re.compile(r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?\d+$)")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
+
+
+
+def is_fr_file(path: Path) -> bool:
+    """True for names Flight Recorder dumps have: ``*.fr.json``, ``fr_*.json`` (optionally
+    ``.gz``), and torch's default pickle names ``nccl_trace_rank_<R>`` / ``fr_trace_rank_<R>``
+    (claimed so that they are refused with a message instead of read as something else)."""
+    return _NAME.search(path.name) is not None
+
+
+def _read(path: Path) -> tuple[bytes, bytes]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
+    data = raw
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceFormatError(path, "", f"broken gzip stream ({e}); re-copy the file") from None
+    if data[:1] == b"\x80":
+        raise TraceFormatError(
+            path, "", "a pickled Flight Recorder dump; traceprof does not unpickle files (unpickling "
+            "runs arbitrary code). Dump JSON instead: collectors.flight_recorder.capture.dump_fr_json() "
+            "or torch._C._distributed_c10d._dump_fr_trace_json()")
+    return raw, data
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    if isinstance(v, float) and math.isfinite(v):
+        return int(v)
+    return None
+
+
+def _nelems(sizes: Any) -> int | None:
+    """Elements of the first tensor of ``input_sizes`` / ``output_sizes`` ([[d0, d1], ...])."""
+    if isinstance(sizes, list) and sizes and isinstance(sizes[0], list):
+        dims = [d for d in sizes[0] if isinstance(d, int)]
+        return math.prod(dims) if len(dims) == len(sizes[0]) else None
+    return None
+
+
+def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
+    """Ranks per process group name from ``pg_config`` (``ranks`` is a JSON string like
+    ``"[0, 1, 2, 3]"``), and the world size (largest group)."""
+    sizes: dict[str, int] = {}
+    if isinstance(pg_config, dict):
+        for key, cfg in pg_config.items():
+            if not isinstance(cfg, dict):
+                continue
+            ranks = cfg.get("ranks")
+            if isinstance(ranks, str):
+                try:
+                    ranks = msgspec.json.decode(ranks)
+                except msgspec.DecodeError:
+                    ranks = None
+            if isinstance(ranks, list):
+                sizes[str(cfg.get("name", key))] = len(ranks)
+    return sizes, (max(sizes.values()) if sizes else None)
+
+
+def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+    """Parse one Flight Recorder JSON dump.
+
+    Args:
+        path: A ``.json`` (or ``.json.gz``) dump.
+        on_bad_event: ``"raise"`` stops at an entry without ``time_created_ns``; ``"skip"`` counts
+            it in ``rejected``.
+
+    Returns:
+        A :class:`ParsedTrace` (source ``flight_recorder``) with ``collectives`` and ``events``;
+        times are epoch ns as FR records them.
+
+    Raises:
+        TraceFormatError: Unreadable, pickled, invalid JSON, no ``entries``, no rank, or (with
+            ``on_bad_event="raise"``) an entry without a creation time, naming the entry.
+    """
+    p = Path(path).resolve()
+    raw, data = _read(p)
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise TraceFormatError(p, "", f"invalid JSON ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        raise TraceFormatError(p, "", "not a Flight Recorder dump (no 'entries' list)")
+    rank = _int(doc.get("rank"))
+    if rank is None and (m := _RANK_IN_NAME.search(p.name)):
+        rank = int(m.group(1))
+    if rank is None:
+        raise TraceFormatError(p, "rank", "no 'rank' in the dump and none in the file name; "
+                               "name the file rank<R>.fr.json")
+    sizes, world = _group_sizes(doc.get("pg_config"))
+    only_size = next(iter(sizes.values())) if len(sizes) == 1 else None
+    rows: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    rejected: dict[str, int] = {}
+    for i, e in enumerate(doc["entries"]):
+        if not isinstance(e, dict):
+            raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
+        created = _int(e.get("time_created_ns"))
+        name = str(e.get("profiling_name", ""))
+        if not created:
+            if on_bad_event == "raise":
+                raise TraceFormatError(p, f"entry #{i} ({name!r})", "missing 'time_created_ns'; "
+                                       "pass --skip-bad-events to skip such entries")
+            rejected["missing 'time_created_ns'"] = rejected.get("missing 'time_created_ns'", 0) + 1
+            continue
+        started = _int(e.get("time_discovered_started_ns")) or None
+        completed = _int(e.get("time_discovered_completed_ns")) or None
+        if completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
+            completed = started + round(float(e["duration_ms"]) * 1e6)
+        pgv = e.get("process_group")
+        pg_name = str(pgv[0]) if isinstance(pgv, list) and pgv else (
+            None if e.get("pg_id") is None else str(e.get("pg_id")))
+        p2p = bool(e.get("is_p2p"))
+        seq = _int(e.get("p2p_seq_id") if p2p else e.get("collective_seq_id"))
+        dtypes_in, dtypes_out = e.get("input_dtypes") or [], e.get("output_dtypes") or []
+        dtype = str(dtypes_in[0]) if dtypes_in else (str(dtypes_out[0]) if dtypes_out else None)
+        n_in, n_out = _nelems(e.get("input_sizes")), _nelems(e.get("output_sizes"))
+        size = dtype_bytes(dtype)
+        group = sizes.get(pg_name or "", None)
+        if group is None and isinstance(pgv, list) and len(pgv) > 1:
+            group = sizes.get(str(pgv[1]))
+        rows.append(
+            {
+                "source": "fr",
+                "pg": None if pg_name is None else (pg_name + ":p2p" if p2p else pg_name),
+                "seq": seq,
+                "op": normalize_op(name) if name else "unknown",
+                "dtype": dtype,
+                "nelems_in": n_in,
+                "nelems_out": n_out,
+                "bytes_in": n_in * size if n_in is not None and size else None,
+                "bytes_out": n_out * size if n_out is not None and size else None,
+                "group_size": group if group is not None else only_size,
+                "enter_ns": created,
+                "start_ns": started,
+                "end_ns": completed,
+                "stream": None,
+                "tid": None if e.get("thread_id") is None else str(e.get("thread_id")),
+                "step": None,
+            }
+        )
+        events.append(
+            {
+                "kind": "collective", "cat": "flight_recorder", "name": name, "ts_ns": created,
+                "dur_ns": (completed - created) if completed and completed >= created else 0,
+                "pid": "", "tid": rows[-1]["tid"] or "", "device": None, "stream": None,
+                "correlation": None, "external_id": _int(e.get("record_id")), "step": None,
+                "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
+            }
+        )
+    counter: dict[tuple[Any, str], int] = {}
+    for r in sorted(rows, key=lambda r: r["enter_ns"]):
+        key = (r["pg"], r["op"])
+        r["ordinal"] = counter.get(key, 0)
+        counter[key] = r["ordinal"] + 1
+    meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
+    return ParsedTrace(
+        path=str(p),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        bytes=len(raw),
+        source="flight_recorder",
+        format=f"fr-json-{doc.get('version', '?')}",
+        rank=rank,
+        world_size=world,
+        trace={"meta": msgspec.json.encode(meta).decode()},
+        events=pa.Table.from_pylist(events, schema=row_schema("events")),
+        collectives=pa.Table.from_pylist(rows, schema=row_schema("collectives")),
+        events_read=len(doc["entries"]),
+        rejected=rejected,
+    )

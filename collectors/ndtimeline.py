@@ -1,0 +1,226 @@
+"""Parse ByteDance NDTimeline per-op Parquet traces (the OSDI'25 straggler study's format).
+
+One ``trace-<X>.parquet`` holds a whole job: one row per coarse operation of one worker in one
+sampled step, timed on the GPU and already aligned across workers by NDTimeline. Its sibling
+``meta-<X>.yaml`` gives the parallelism (dp/pp/tp/dsp/vpp sizes, world size). Tensor parallelism is
+collapsed: one worker stands for its TP group, so a 64-GPU job with tp 4 has 16 workers.
+
+Algorithm:
+  1. Read the Parquet columns (``dp_rank, stage, rank, step, optype, start_ts, duration, seq_id,
+     mc, mb_id, gmc``) and the meta YAML (``yaml.safe_load``).
+  2. Times: ``start_ts`` / ``duration`` are float32 seconds relative to the step (its earliest op
+     at 0). Sampled steps are laid end to end on one synthetic clock, in step order, 1 ms apart:
+     ``ts_ns = step_base_ns + round(start_ts * 1e9)``. Durations within a step are exact to the
+     float32 resolution (about 4 us at 46 s); absolute epochs are unknown.
+  3. One trace per worker (``rank``). Compute ops (forward-compute, backward-compute, optimizer,
+     gc, and layernorm-grads-all-reduce, which only spans the collapsed TP group) become
+     ``gpu_user_annotation`` events; communication ops become ``collective`` events plus
+     collectives rows whose (pg, seq) names the group exactly as the study's dependency model does:
+       - forward-send of stage s with forward-recv of stage s+1, same dp rank, k-th with k-th
+         (``pp<d>:<s>-><s+1>:fwd``); backward-send of stage s with backward-recv of stage s-1
+         (``pp<d>:<s>-><s-1>:bwd``);
+       - params-all-gather / grads-reduce-scatter / separate-grads-all-reduce: all dp ranks of a
+         stage (``dp:stage<s>:<optype>``);
+       - embedding-grads-all-reduce: first and last stage of a dp rank (``embedding:dp<d>``);
+       - optimizer-clip-main-grad: every worker (``world:optimizer-clip-main-grad``; the global
+         grad-norm all-reduce).
+     seq = step * 1,000,000 + seq_id (NDTimeline's ``seq_id`` numbers ops of one type in a step).
+  4. Steps: one row per worker and step, from its first op start to its last op end (the same
+     values in the cpu_ and device_ columns: NDTimeline times GPU ops, there is no CPU annotation).
+
+Source fields read: the Parquet columns above; meta ``trial_name, run_id, dp_size, dsp_size,
+pp_size, tp_size, vpp_size, world_size``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import yaml
+
+from collectors._arrow import row_schema
+from traceprof.errors import TraceFormatError
+from traceprof.parsed import ParsedTrace
+
+__all__ = ["parse", "is_ndtimeline_file", "meta_path"]
+
+_COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "mb_id", "gmc")
+_COMPUTE = frozenset({"forward-compute", "backward-compute", "optimizer", "gc", "layernorm-grads-all-reduce"})
+_OP = {
+    "forward-send": "send", "backward-send": "send", "forward-recv": "recv", "backward-recv": "recv",
+    "params-all-gather": "all_gather", "grads-reduce-scatter": "reduce_scatter",
+    "separate-grads-all-reduce": "all_reduce", "embedding-grads-all-reduce": "all_reduce",
+    "optimizer-clip-main-grad": "all_reduce",
+}
+_DP_OPS = ("params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce")
+_STEP_GAP_NS = 1_000_000
+_SEQ_STRIDE = 1_000_000
+
+
+def is_ndtimeline_file(path: Path) -> bool:
+    """True for Parquet files (the only Parquet trace format traceprof reads)."""
+    return path.name.endswith(".parquet")
+
+
+def meta_path(path: Path) -> Path:
+    """The meta YAML of a trace: ``trace-AR.parquet`` -> ``meta-AR.yaml``."""
+    stem = path.name[: -len(".parquet")]
+    return path.with_name(("meta-" + stem[len("trace-"):] if stem.startswith("trace-") else stem + ".meta") + ".yaml")
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    side = meta_path(path)
+    if not side.is_file():
+        return {}
+    try:
+        doc = yaml.safe_load(side.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise TraceFormatError(side, "", f"unreadable meta YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise TraceFormatError(side, "", "meta YAML is not a mapping")
+    return doc
+
+
+def _pg(optype: str, dp: int, stage: int) -> str | None:
+    if optype == "forward-send":
+        return f"pp{dp}:{stage}->{stage + 1}:fwd"
+    if optype == "forward-recv":
+        return f"pp{dp}:{stage - 1}->{stage}:fwd"
+    if optype == "backward-send":
+        return f"pp{dp}:{stage}->{stage - 1}:bwd"
+    if optype == "backward-recv":
+        return f"pp{dp}:{stage + 1}->{stage}:bwd"
+    if optype in _DP_OPS:
+        return f"dp:stage{stage}:{optype}"
+    if optype == "embedding-grads-all-reduce":
+        return f"embedding:dp{dp}"
+    if optype == "optimizer-clip-main-grad":
+        return "world:optimizer-clip-main-grad"
+    return None
+
+
+def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]:
+    """Parse one NDTimeline Parquet trace into one :class:`ParsedTrace` per worker.
+
+    Args:
+        path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
+        on_bad_event: ``"raise"`` stops at a row with a null or negative time; ``"skip"`` drops
+            (and counts) it.
+
+    Returns:
+        Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
+
+    Raises:
+        TraceFormatError: Not a Parquet file, missing columns, or a bad row (naming its index).
+    """
+    p = Path(path).resolve()
+    try:
+        raw = p.read_bytes()
+        df = pl.read_parquet(p)
+    except OSError as e:
+        raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
+    except Exception as e:  # polars raises several types for non-Parquet bytes
+        raise TraceFormatError(p, "", f"not a Parquet file ({type(e).__name__}: {e})") from None
+    missing = [c for c in _COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")
+    meta = _read_meta(p)
+    df = df.select(_COLUMNS).with_columns(pl.col("optype").cast(pl.Utf8)).with_row_index("_row")
+    bad = df.filter(pl.col("start_ts").is_null() | pl.col("duration").is_null() | (pl.col("duration") < 0)
+                    | pl.col("rank").is_null() | pl.col("step").is_null() | pl.col("optype").is_null())
+    rejected: dict[str, int] = {}
+    if bad.height:
+        if on_bad_event == "raise":
+            row = bad.row(0, named=True)
+            raise TraceFormatError(p, f"row #{row['_row']} (optype={row['optype']!r})",
+                                   "null or negative time; pass --skip-bad-events to skip such rows")
+        rejected["null or negative time"] = bad.height
+        df = df.join(bad.select("_row"), on="_row", how="anti")
+    # Exact float32 -> float64 -> ns; steps laid end to end (module doc, step 2).
+    df = df.with_columns(
+        (pl.col("start_ts").cast(pl.Float64) * 1e9).round().cast(pl.Int64).alias("rel_ns"),
+        (pl.col("duration").cast(pl.Float64) * 1e9).round().cast(pl.Int64).alias("dur_ns"),
+    )
+    spans = df.group_by("step").agg((pl.col("rel_ns") + pl.col("dur_ns")).max().alias("len")).sort("step")
+    bases = np.concatenate([[0], np.cumsum(spans["len"].to_numpy() + _STEP_GAP_NS)[:-1]])
+    df = df.join(spans.select("step").with_columns(pl.Series("base", bases, pl.Int64)), on="step")
+    df = df.with_columns((pl.col("base") + pl.col("rel_ns")).alias("ts_ns"))
+    pp = int(meta.get("pp_size") or (int(df["stage"].max()) + 1))
+    sha = hashlib.sha256(raw).hexdigest()
+    sizes = {"world": int(df["rank"].n_unique()), "dp": int(df["dp_rank"].n_unique()), "pp": pp}
+    last_step = int(df["step"].max())
+    out = []
+    for (rank,), g in df.sort("rank", "ts_ns", "optype").group_by("rank", maintain_order=True):
+        out.append(_trace(p, sha, len(raw), int(rank), g, meta, sizes, last_step, rejected if not out else {}))
+    return out
+
+
+def _group_size(optype: str, sizes: dict[str, int]) -> int:
+    """Workers in the group of a communication op (module doc, step 3)."""
+    if optype.endswith(("-send", "-recv")):
+        return 2
+    if optype in _DP_OPS:
+        return sizes["dp"]
+    if optype == "embedding-grads-all-reduce":
+        return min(sizes["pp"], 2)
+    return sizes["world"]
+
+
+def _trace(
+    p: Path, sha: str, nbytes: int, rank: int, g: pl.DataFrame, meta: dict[str, Any],
+    sizes: dict[str, int], last_step: int, rejected: dict[str, int],
+) -> ParsedTrace:
+    rows = g.to_dicts()
+    events, colls = [], []
+    counter: dict[tuple[str, str], int] = {}
+    for r in rows:
+        opt = r["optype"]
+        comm = opt not in _COMPUTE
+        args = {k: r[k] for k in ("dp_rank", "stage", "seq_id", "mc", "mb_id", "gmc")}
+        events.append({
+            "kind": "collective" if comm else "gpu_user_annotation", "cat": "ndtimeline", "name": opt,
+            "ts_ns": r["ts_ns"], "dur_ns": r["dur_ns"], "pid": str(rank),
+            "tid": "comm" if comm else "compute", "device": None, "stream": None, "correlation": None,
+            "external_id": None, "step": r["step"], "args": msgspec.json.encode(args).decode(),
+        })
+        pg = _pg(opt, r["dp_rank"], r["stage"]) if comm else None
+        if pg is None:
+            continue
+        op = _OP.get(opt, opt)
+        key = (pg, op)
+        colls.append({
+            "source": "ndtimeline", "pg": pg, "seq": r["step"] * _SEQ_STRIDE + r["seq_id"], "op": op,
+            "dtype": None, "nelems_in": None, "nelems_out": None, "bytes_in": None, "bytes_out": None,
+            "group_size": _group_size(opt, sizes), "enter_ns": None, "start_ns": r["ts_ns"], "end_ns": r["ts_ns"] + r["dur_ns"],
+            "stream": None, "tid": None, "step": r["step"], "ordinal": counter.get(key, 0),
+        })
+        counter[key] = counter.get(key, 0) + 1
+    steps = (
+        g.group_by("step").agg(pl.col("ts_ns").min().alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("e"))
+        .sort("step")
+    )
+    step_rows = [
+        {"step": s, "cpu_start_ns": a, "cpu_end_ns": b, "device_start_ns": a, "device_end_ns": b, "is_last": s == last_step}
+        for s, a, b in steps.iter_rows()
+    ]
+    first = rows[0]
+    info = {
+        "trial_name": meta.get("trial_name"), "parallelism": {k: v for k, v in meta.items() if k.endswith("_size")},
+        "dp_rank": first["dp_rank"], "stage": first["stage"],
+        "clock": "NDTimeline step-relative seconds; sampled steps laid end to end, 1 ms apart",
+    }
+    return ParsedTrace(
+        path=str(p), sha256=sha, bytes=nbytes, source="ndtimeline", format="ndtimeline-parquet",
+        rank=rank, world_size=int(meta["world_size"]) if meta.get("world_size") else None,
+        trace={"meta": msgspec.json.encode(info).decode(), "device_name": None},
+        events=pa.Table.from_pylist(events, schema=row_schema("events")),
+        steps=pa.Table.from_pylist(step_rows, schema=row_schema("steps")),
+        collectives=pa.Table.from_pylist(colls, schema=row_schema("collectives")),
+        events_read=len(rows), rejected=dict(rejected),
+    )

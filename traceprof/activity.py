@@ -45,7 +45,7 @@ train_threads AS (
 )
 SELECT e.rank,
        CASE WHEN e.kind IN ('memcpy', 'memset') THEN 'memory'
-            WHEN regexp_matches(lower(e.name), 'nccl|rccl') THEN 'comm'
+            WHEN e.name ILIKE '%nccl%' OR e.name ILIKE '%rccl%' THEN 'comm'
             ELSE 'compute' END AS class,
        e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
        'stream ' || e.stream AS lane, e.step, e.name, 'gpu' AS device_kind$gpu_detail
@@ -106,8 +106,9 @@ SELECT g.rank,
 FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 """
 
-_LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, min(tid) AS tid FROM events
-   WHERE run_id = $run AND $kinds AND correlation IS NOT NULL GROUP BY ALL)"""
+# The first CPU call with the correlation (one per GPU event in practice).
+_LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
+   WHERE run_id = $run AND $kinds AND correlation IS NOT NULL GROUP BY trace_id, correlation)"""
 _DETAIL = {
     "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
     "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")

@@ -23,16 +23,19 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "
     """
     if df.is_empty():
         return df.select([*by, start, end])
+    # Sorting is the main cost; it is cheap when ``df`` is sorted already (e.g. a filtered subset).
     s = df.select([*by, start, end]).filter(pl.col(end) > pl.col(start)).sort([*by, start])
-    prev_end = pl.col(end).cum_max().shift(1).over(by) if by else pl.col(end).cum_max().shift(1)
-    s = s.with_columns((prev_end.is_null() | (pl.col(start) > prev_end)).alias("_new"))
-    seg = pl.col("_new").cum_sum().over(by) if by else pl.col("_new").cum_sum()
-    s = s.with_columns(seg.alias("_seg"))
-    return (
-        s.group_by([*by, "_seg"], maintain_order=True)
-        .agg(pl.col(start).min(), pl.col(end).max())
-        .drop("_seg")
-    )
+
+    def over(e: pl.Expr) -> pl.Expr:
+        return e.over(by) if by else e
+
+    # A row opens a segment when it starts after every earlier end of its group; the running max
+    # end at a segment's last row is the segment's end (earlier segments all ended before it).
+    s = s.with_columns(over(pl.col(end).cum_max()).alias("_cm"))
+    prev = over(pl.col("_cm").shift(1))
+    s = s.with_columns((prev.is_null() | (pl.col(start) > prev)).alias("_new"))
+    ends = s.filter(over(pl.col("_new").shift(-1, fill_value=True))).get_column("_cm").alias(end)
+    return s.filter(pl.col("_new")).select(*by, start).with_columns(ends)
 
 
 def union_ns(
@@ -96,6 +99,7 @@ def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         busy_ns = |∪ all|, compute_ns = |∪ compute|, comm_ns = |∪ comm|, overlap_ns =
         |comm ∩ compute| (all ns).
     """
+    act = act.sort([*by, "start_ns"])  # once: the merges of its subsets below then skip sorting
     bounds = act.group_by(by).agg(
         pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns")
     )

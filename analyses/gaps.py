@@ -1,0 +1,301 @@
+"""gaps: where communication is exposed, which collective ran, and what compute came just before.
+
+Algorithm (DESIGN.md §4 "Exposed communication / overlap gaps"):
+  1. Take each rank's activity (``traceprof.activity``): NCCL/RCCL kernels vs compute kernels on
+     GPU ranks; gloo work vs training-thread ops on CPU-only ranks.
+  2. Gaps: for each (rank, step), the step's communication minus all of the rank's compute
+     (``analyses.overlap.exposed_comm``), as maximal intervals. A gap belongs to the step its
+     communication was launched in (CPU ranks: started in); null step = outside ProfilerSteps.
+  3. Collectives running: the ``collectives`` rows of the same rank and step that overlap the gap.
+     The one overlapping it longest (ties: the earliest) names it: op, process group, seq, bytes
+     (the larger of input and output size).
+  4. Compute before: the rank's compute interval with the latest end at or before the gap start
+     (``last_compute``). For a kernel, the CPU ops around the runtime call that launched it (same
+     correlation): the innermost (``launch_op``) and outermost (``top_op``) ``cpu_op`` or
+     ``user_annotation`` on the launching thread containing the call. For a CPU op, ``top_op`` is
+     the outermost op containing its start.
+  5. Cause = "<collective> after <top_op, else launch_op, else last_compute>"; causes are ranked by
+     their exposed time summed over ranks and steps.
+  6. Per rank: exposed = |comm - compute| and its share of the rank's window (as ``overlap``); per
+     step: the step's gaps as ns and as % of the step's window (as ``overlap --table steps``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from analyses.overlap import exposed_comm
+from traceprof.activity import activity
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.errors import AnalysisError
+from traceprof.intervals import merge, union_ns
+from traceprof.store import Store
+
+_COLLECTIVES_SQL, _OPS_SQL = (s.strip() for s in Path(__file__).with_name("gaps.sql").read_text().split(";\n"))
+_NO_STEP = -1  # join key for activity outside ProfilerSteps (step numbers are >= 0)
+_THREAD = ["trace_id", "tid"]
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``hta``: select GPU events as HTA 0.5.0 does (drops the last step and unlaunched events)."""
+
+    hta: bool = False
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """Causes (``frame``), the gaps (``gaps``), exposed time per step (``steps``) and rank (``ranks``).
+
+    ``frame``: cause, op, pg, bytes, before (the op or kernel named in the cause), exposed_ns
+    (ns, summed), pct (% of all gaps' time), gaps, ranks, steps (distinct), max_gap_ns.
+    ``gaps``: rank, step, start_ns, end_ns, dur_ns, collective (label), op, pg, seq, bytes,
+    collectives (how many overlap the gap), last_compute, last_compute_end_ns, launch_op, top_op,
+    cause; longest first.
+    ``steps``: rank, step, comm_ns, exposed_ns, gaps, step_ns (window of the step's activity),
+    exposed_pct (% of step_ns). ``ranks``: rank, comm_ns, exposed_ns, window_ns, exposed_pct (% of
+    window_ns), gaps, max_gap_ns.
+    """
+
+    gaps: pl.DataFrame = field(default_factory=pl.DataFrame)
+    steps: pl.DataFrame = field(default_factory=pl.DataFrame)
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "Overlap gaps (exposed communication)"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "gaps": self.gaps, "steps": self.steps, "ranks": self.ranks}
+
+    def charts(self) -> list[Chart]:
+        return [Chart("Exposed communication per rank", "rank", ("exposed_ns",), ylabel="ns", frame="ranks")]
+
+
+def _size(col: str) -> pl.Expr:
+    b = pl.col(col).cast(pl.Float64)
+    fmt = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
+    expr = pl.when(b.is_null()).then(None)
+    for scale, unit in fmt:
+        expr = expr.when(b >= scale).then(pl.format("{} " + unit, (b / scale).round(1)))
+    return expr.otherwise(pl.format("{} B", pl.col(col)))
+
+
+def _label() -> pl.Expr:
+    """``all_reduce (pg 0, 2.1 MB)`` from op, pg, bytes."""
+    inner = pl.concat_str(
+        [pl.format("pg {}", pl.col("pg")), _size("bytes")], separator=", ", ignore_nulls=True
+    )
+    op = pl.col("op").fill_null("unknown collective")
+    return pl.when(inner == "").then(op).otherwise(pl.format("{} ({})", op, inner))
+
+
+def _collectives_per_gap(gaps: pl.DataFrame, colls: pl.DataFrame) -> pl.DataFrame:
+    """For each gap id: the overlapping collectives' count and the primary one (module doc, step 3).
+
+    Gaps are disjoint and sorted within (rank, step_key), so the gaps a collective overlaps are a
+    contiguous id range: first gap ending after its start to last gap starting before its end.
+    """
+    by = ["rank", "step_key"]
+    g = gaps.select(*by, "gid", "start_ns", "end_ns")
+    c = colls.sort("start_ns").join_asof(
+        g.sort("end_ns").select(*by, pl.col("end_ns").alias("_ge"), pl.col("gid").alias("i0")),
+        left_on="start_ns", right_on="_ge", by=by, strategy="forward", allow_exact_matches=False,
+        check_sortedness=False,
+    ).sort("end_ns").join_asof(
+        g.sort("start_ns").select(*by, pl.col("start_ns").alias("_gs"), pl.col("gid").alias("i1")),
+        left_on="end_ns", right_on="_gs", by=by, strategy="backward", allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    pairs = c.filter(pl.col("i0") <= pl.col("i1")).with_columns(
+        pl.int_ranges("i0", pl.col("i1") + 1).alias("gid")
+    ).explode("gid").join(g.select("gid", pl.col("start_ns").alias("gs"), pl.col("end_ns").alias("ge")), on="gid")
+    pairs = pairs.with_columns(
+        (pl.min_horizontal("end_ns", "ge") - pl.max_horizontal("start_ns", "gs")).alias("_ov")
+    ).filter(pl.col("_ov") > 0)
+    return (
+        pairs.sort(["gid", "_ov", "start_ns"], descending=[False, True, False])
+        .group_by("gid", maintain_order=True)
+        .agg(pl.len().alias("collectives"), pl.col("op", "pg", "seq", "bytes").first())
+    )
+
+
+def enclosing(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Innermost and outermost op containing each point, ops nested per thread.
+
+    With the ops of a thread sorted by (start, longest first), an op's depth is its position minus
+    the number of ops that ended by its start, plus one; the open depth at a point is (ops started
+    by it) - (ops ended by it), and the op containing the point at depth d is the last op of depth d
+    starting by it (checked to contain it, so improperly nested ops give null, never a wrong op).
+    Vectorized per thread and depth level (numpy ``searchsorted``); no loop over rows.
+
+    Args:
+        points: Frame with pid (point id), trace_id, tid, p (ns).
+        ops: Frame with trace_id, tid, start_ns, end_ns (ns, end exclusive, end > start), name.
+
+    Returns:
+        Frame with pid, launch_op (innermost name), top_op (outermost name); null where no op
+        contains the point.
+    """
+    names = ops["name"]
+    ops = ops.with_row_index("_i")
+    pids, inner_idx, top_idx = [], [], []
+    for (trace_id, tid), o in ops.partition_by(_THREAD, as_dict=True).items():
+        pt = points.filter((pl.col("trace_id") == trace_id) & (pl.col("tid") == tid))
+        if pt.is_empty():
+            continue
+        s, e, idx = (o[c].to_numpy() for c in ("start_ns", "end_ns", "_i"))
+        order = np.lexsort((-e, s))
+        s, e, idx = s[order], e[order], idx[order]
+        ends = np.sort(e)
+        depth = np.arange(len(s)) - np.searchsorted(ends, s, "right") + 1
+        p = pt["p"].to_numpy()
+        open_depth = np.searchsorted(s, p, "right") - np.searchsorted(ends, p, "right")
+        inner = np.full(len(p), -1)
+        top = np.full(len(p), -1)
+        for d in np.unique(depth):
+            at_d = np.flatnonzero(depth == d)
+            j = np.searchsorted(s[at_d], p, "right") - 1
+            cand = at_d[np.maximum(j, 0)]
+            contains = (j >= 0) & (e[cand] > p)
+            inner = np.where(contains & (open_depth == d), idx[cand], inner)
+            if d == 1:
+                top = np.where(contains, idx[cand], top)
+        pids.append(pt["pid"].to_numpy())
+        inner_idx.append(inner)
+        top_idx.append(top)
+    if not pids:
+        return pl.DataFrame(schema={"pid": pl.Int64, "launch_op": pl.Utf8, "top_op": pl.Utf8})
+
+    def name_of(ix: np.ndarray) -> pl.Series:
+        return pl.select(pl.when(pl.lit(pl.Series(ix >= 0))).then(names.gather(np.maximum(ix, 0)))).to_series()
+
+    inner, top = np.concatenate(inner_idx), np.concatenate(top_idx)
+    return pl.DataFrame({"pid": np.concatenate(pids).astype(np.int64)}).with_columns(
+        name_of(inner).alias("launch_op"), name_of(top).alias("top_op")
+    )
+
+
+def _compute_before(
+    store: Store, run_id: int, gaps: pl.DataFrame, comp: pl.DataFrame, comp_merged: pl.DataFrame
+) -> pl.DataFrame:
+    """For each gap id: last_compute, last_compute_end_ns, launch_op, top_op (module doc, step 4).
+
+    The compute interval ending last by the gap start ends where the last merged compute interval
+    before the gap ends (a gap start is never inside compute), so the search runs on the merged
+    intervals and only their ends are looked up among the raw ones.
+    """
+    last = gaps.select("gid", "rank", "start_ns").sort("start_ns").join_asof(
+        comp_merged.select("rank", pl.col("end_ns").alias("last_compute_end_ns")).sort("last_compute_end_ns"),
+        left_on="start_ns", right_on="last_compute_end_ns", by="rank", check_sortedness=False,
+    )
+    ends = last.select("rank", pl.col("last_compute_end_ns").alias("end_ns")).drop_nulls().unique()
+    # Among intervals ending together keep the longest (the outer op of nested CPU ops).
+    cand = comp.join(ends, on=["rank", "end_ns"], how="semi").sort("rank", "end_ns", "start_ns").unique(
+        ["rank", "end_ns"], keep="first")
+    last = last.join(
+        cand.select("rank", pl.col("end_ns").alias("last_compute_end_ns"), pl.col("name").alias("last_compute"),
+                    "device_kind", "trace_id", "launch_tid", "launch_ts_ns"),
+        on=["rank", "last_compute_end_ns"], how="left",
+    )
+    pts = last.filter(pl.col("launch_ts_ns").is_not_null() & pl.col("launch_tid").is_not_null()).select(
+        pl.col("gid").alias("pid"), "trace_id", pl.col("launch_tid").alias("tid"), pl.col("launch_ts_ns").alias("p")
+    )
+    found = pl.DataFrame(schema={"pid": pl.Int64, "launch_op": pl.Utf8, "top_op": pl.Utf8})
+    if not pts.is_empty():
+        traces = ", ".join(str(int(t)) for t in pts["trace_id"].unique())
+        tids = ", ".join("'" + str(t).replace("'", "''") + "'" for t in pts["tid"].unique())
+        sql = _OPS_SQL.replace("$run", str(run_id)).replace("$traces", traces).replace("$tids", tids)
+        found = enclosing(pts, store.sql(sql).join(pts.select(_THREAD).unique(), on=_THREAD, how="semi"))
+    out = last.join(found, left_on="gid", right_on="pid", how="left")
+    cpu = pl.col("device_kind") == "cpu"
+    return out.select(
+        "gid", "last_compute", "last_compute_end_ns",
+        pl.when(cpu).then(None).otherwise(pl.col("launch_op")).alias("launch_op"), "top_op",
+    )
+
+
+@register("gaps", Params)
+def run(store: Store, params: Params) -> Result:
+    """Overlap gaps, their collectives and causes, and exposed communication per rank and step.
+
+    Source: activity (``traceprof.activity``), the ``collectives`` table, and cpu_op /
+    user_annotation events (with the runtime calls' correlation and thread) for the launching ops.
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no GPU or CPU activity.
+    """
+    run_id = store.resolve_run(params.run)
+    act = activity(store, run_id, hta=params.hta, detail=True)
+    if act.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels and no CPU training-thread ops")
+    comm = act.filter(pl.col("class") == "comm")
+    comp = act.filter(pl.col("class") == "compute")
+    # The merged compute hides communication as well as every compute row does, and is far smaller.
+    comp_merged = merge(comp, ["rank"])
+    cols = ["rank", "class", "step", "start_ns", "end_ns"]
+    lite = pl.concat([comm.select(cols), comp_merged.with_columns(
+        pl.lit("compute").alias("class"), pl.lit(None, act.schema["step"]).alias("step")).select(cols)])
+    gaps = exposed_comm(lite, ["rank", "step"]).with_columns(pl.col("step").fill_null(_NO_STEP).alias("step_key"))
+    gaps = gaps.sort("rank", "step_key", "start_ns").with_row_index("gid").with_columns(pl.col("gid").cast(pl.Int64))
+    colls = store.sql(_COLLECTIVES_SQL.replace("$run", str(run_id)))
+    colls = colls.with_columns(pl.col("step_key").cast(gaps.schema["step_key"]), pl.col("rank").cast(gaps.schema["rank"]))
+    gaps = (
+        gaps.join(_collectives_per_gap(gaps, colls), on="gid", how="left")
+        .join(_compute_before(store, run_id, gaps, comp, comp_merged), on="gid", how="left")
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"), _label().alias("collective"),
+                      pl.col("collectives").fill_null(0))
+    )
+    before = pl.coalesce("top_op", "launch_op", "last_compute")
+    gaps = gaps.with_columns(
+        before.alias("before"),
+        pl.when(before.is_null()).then(pl.format("{} with no compute before", pl.col("collective")))
+        .otherwise(pl.format("{} after {}", pl.col("collective"), before)).alias("cause"),
+    )
+    total = gaps["dur_ns"].sum()
+    causes = gaps.group_by("cause").agg(
+        pl.col("op", "pg", "bytes", "before").first(), pl.col("dur_ns").sum().alias("exposed_ns"),
+        pl.len().alias("gaps"), pl.col("rank").n_unique().alias("ranks"),
+        pl.col("step").drop_nulls().n_unique().alias("steps"), pl.col("dur_ns").max().alias("max_gap_ns"),
+    ).with_columns((100.0 * pl.col("exposed_ns") / total).alias("pct")).sort(["exposed_ns", "cause"], descending=[True, False])
+    causes = causes.select("cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns")
+
+    span = (pl.col("end_ns").max() - pl.col("start_ns").min())
+    stepped = act.filter(pl.col("step").is_not_null())
+    per_step = gaps.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
+        pl.col("dur_ns").sum().alias("exposed_ns"), pl.len().alias("gaps"))
+    steps = (
+        stepped.group_by("rank", "step").agg(span.alias("step_ns"))
+        .join(union_ns(comm.filter(pl.col("step").is_not_null()), ["rank", "step"], "comm_ns"), on=["rank", "step"], how="left")
+        .join(per_step, on=["rank", "step"], how="left")
+        .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
+        .with_columns((100.0 * pl.col("exposed_ns") / pl.col("step_ns")).alias("exposed_pct"))
+        .select("rank", "step", "comm_ns", "exposed_ns", "gaps", "step_ns", "exposed_pct").sort("rank", "step")
+    )
+    exposed = exposed_comm(lite, ["rank"]).group_by("rank").agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
+    ranks = (
+        act.group_by("rank").agg(span.alias("window_ns"))
+        .join(union_ns(comm, ["rank"], "comm_ns"), on="rank", how="left")
+        .join(exposed, on="rank", how="left")
+        .join(gaps.group_by("rank").agg(pl.len().alias("gaps"), pl.col("dur_ns").max().alias("max_gap_ns")),
+              on="rank", how="left")
+        .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
+        .with_columns((100.0 * pl.col("exposed_ns") / pl.col("window_ns")).alias("exposed_pct"))
+        .select("rank", "comm_ns", "exposed_ns", "window_ns", "exposed_pct", "gaps", "max_gap_ns").sort("rank")
+    )
+
+    gaps = gaps.select(
+        "rank", "step", "start_ns", "end_ns", "dur_ns", "collective", "op", "pg", "seq", "bytes", "collectives",
+        "last_compute", "last_compute_end_ns", "launch_op", "top_op", "cause",
+    ).sort(["dur_ns", "rank", "start_ns"], descending=[True, False, False])
+    notes = []
+    if not causes.is_empty():
+        top = causes.row(0, named=True)
+        notes.append(f"top cause: {top['cause']}: {top['pct']:.0f}% of exposed communication "
+                     f"({top['exposed_ns'] / 1e6:.2f} ms in {top['gaps']} gaps, {top['ranks']} ranks, {top['steps']} steps)")
+    if params.hta:
+        notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
+    return Result(frame=causes, gaps=gaps, steps=steps, ranks=ranks, notes=tuple(notes))

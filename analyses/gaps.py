@@ -216,6 +216,49 @@ def _compute_before(
     )
 
 
+def _causes(gaps: pl.DataFrame) -> pl.DataFrame:
+    total = gaps["dur_ns"].sum()
+    causes = gaps.group_by("cause").agg(
+        pl.col("op", "pg", "bytes", "before").first(), pl.col("dur_ns").sum().alias("exposed_ns"),
+        pl.len().alias("gaps"), pl.col("rank").n_unique().alias("ranks"),
+        pl.col("step").drop_nulls().n_unique().alias("steps"), pl.col("dur_ns").max().alias("max_gap_ns"),
+    ).with_columns((100.0 * pl.col("exposed_ns") / total).alias("pct"))
+    return causes.sort(["exposed_ns", "cause"], descending=[True, False]).select(
+        "cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns")
+
+
+_SPAN = pl.col("end_ns").max() - pl.col("start_ns").min()
+
+
+def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    per_step = gaps.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
+        pl.col("dur_ns").sum().alias("exposed_ns"), pl.len().alias("gaps"))
+    comm_ns = union_ns(comm.filter(pl.col("step").is_not_null()), ["rank", "step"], "comm_ns")
+    return (
+        act.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(_SPAN.alias("step_ns"))
+        .join(comm_ns, on=["rank", "step"], how="left")
+        .join(per_step, on=["rank", "step"], how="left")
+        .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
+        .with_columns((100.0 * pl.col("exposed_ns") / pl.col("step_ns")).alias("exposed_pct"))
+        .select("rank", "step", "comm_ns", "exposed_ns", "gaps", "step_ns", "exposed_pct").sort("rank", "step")
+    )
+
+
+def _per_rank(act: pl.DataFrame, comm: pl.DataFrame, lite: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    exposed = exposed_comm(lite, ["rank"]).group_by("rank").agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
+    return (
+        act.group_by("rank").agg(_SPAN.alias("window_ns"))
+        .join(union_ns(comm, ["rank"], "comm_ns"), on="rank", how="left")
+        .join(exposed, on="rank", how="left")
+        .join(gaps.group_by("rank").agg(pl.len().alias("gaps"), pl.col("dur_ns").max().alias("max_gap_ns")),
+              on="rank", how="left")
+        .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
+        .with_columns((100.0 * pl.col("exposed_ns") / pl.col("window_ns")).alias("exposed_pct"))
+        .select("rank", "comm_ns", "exposed_ns", "window_ns", "exposed_pct", "gaps", "max_gap_ns").sort("rank")
+    )
+
+
 @register("gaps", Params)
 def run(store: Store, params: Params) -> Result:
     """Overlap gaps, their collectives and causes, and exposed communication per rank and step.
@@ -254,45 +297,17 @@ def run(store: Store, params: Params) -> Result:
         pl.when(before.is_null()).then(pl.format("{} with no compute before", pl.col("collective")))
         .otherwise(pl.format("{} after {}", pl.col("collective"), before)).alias("cause"),
     )
-    total = gaps["dur_ns"].sum()
-    causes = gaps.group_by("cause").agg(
-        pl.col("op", "pg", "bytes", "before").first(), pl.col("dur_ns").sum().alias("exposed_ns"),
-        pl.len().alias("gaps"), pl.col("rank").n_unique().alias("ranks"),
-        pl.col("step").drop_nulls().n_unique().alias("steps"), pl.col("dur_ns").max().alias("max_gap_ns"),
-    ).with_columns((100.0 * pl.col("exposed_ns") / total).alias("pct")).sort(["exposed_ns", "cause"], descending=[True, False])
-    causes = causes.select("cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns")
-
-    span = (pl.col("end_ns").max() - pl.col("start_ns").min())
-    stepped = act.filter(pl.col("step").is_not_null())
-    per_step = gaps.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
-        pl.col("dur_ns").sum().alias("exposed_ns"), pl.len().alias("gaps"))
-    steps = (
-        stepped.group_by("rank", "step").agg(span.alias("step_ns"))
-        .join(union_ns(comm.filter(pl.col("step").is_not_null()), ["rank", "step"], "comm_ns"), on=["rank", "step"], how="left")
-        .join(per_step, on=["rank", "step"], how="left")
-        .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
-        .with_columns((100.0 * pl.col("exposed_ns") / pl.col("step_ns")).alias("exposed_pct"))
-        .select("rank", "step", "comm_ns", "exposed_ns", "gaps", "step_ns", "exposed_pct").sort("rank", "step")
-    )
-    exposed = exposed_comm(lite, ["rank"]).group_by("rank").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
-    ranks = (
-        act.group_by("rank").agg(span.alias("window_ns"))
-        .join(union_ns(comm, ["rank"], "comm_ns"), on="rank", how="left")
-        .join(exposed, on="rank", how="left")
-        .join(gaps.group_by("rank").agg(pl.len().alias("gaps"), pl.col("dur_ns").max().alias("max_gap_ns")),
-              on="rank", how="left")
-        .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
-        .with_columns((100.0 * pl.col("exposed_ns") / pl.col("window_ns")).alias("exposed_pct"))
-        .select("rank", "comm_ns", "exposed_ns", "window_ns", "exposed_pct", "gaps", "max_gap_ns").sort("rank")
-    )
-
+    causes = _causes(gaps)
+    steps, ranks = _per_step(act, comm, gaps), _per_rank(act, comm, lite, gaps)
     gaps = gaps.select(
         "rank", "step", "start_ns", "end_ns", "dur_ns", "collective", "op", "pg", "seq", "bytes", "collectives",
         "last_compute", "last_compute_end_ns", "launch_op", "top_op", "cause",
     ).sort(["dur_ns", "rank", "start_ns"], descending=[True, False, False])
     notes = []
-    if not causes.is_empty():
+    if causes.is_empty():
+        notes.append("no exposed communication: " + ("all of it is hidden behind compute" if comm.height
+                                                     else "the run has no communication"))
+    else:
         top = causes.row(0, named=True)
         notes.append(f"top cause: {top['cause']}: {top['pct']:.0f}% of exposed communication "
                      f"({top['exposed_ns'] / 1e6:.2f} ms in {top['gaps']} gaps, {top['ranks']} ranks, {top['steps']} steps)")

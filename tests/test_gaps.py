@@ -209,3 +209,11 @@ def test_gpu_corpus_gaps_name_nccl_collectives(store, rel, ops):
     # Exposed per rank equals overlap's (comm - overlap).
     ov = analyze(store, "overlap", "r").frame.sort("rank")
     assert res.ranks.sort("rank")["exposed_ns"].to_list() == ov["exposed_comm_ns"].to_list()
+
+
+def test_no_communication(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", [kernel("gemm", 7, 0, 10, 1), launch(-1, 1)])], run="c")
+    res = analyze(store, "gaps", "c")
+    assert res.gaps.is_empty() and res.frame.is_empty()
+    assert res.ranks.row(0, named=True)["exposed_ns"] == 0
+    assert res.notes == ("no exposed communication: the run has no communication",)

@@ -6,7 +6,8 @@ Algorithm (SQL in ``launch.sql``):
      in ``kernels`` but not in the latency figures.
   2. The latency includes queueing behind earlier work on the stream. A kernel is launched onto an
      idle stream when every earlier kernel of its stream had ended by its launch; the latency of
-     those is the launch overhead proper (``idle_latency_p50_ns``).
+     those is the launch overhead (``idle_latency_p50_ns``), plus any wait on another stream (an
+     NCCL kernel waiting for the compute stream's event shows up here).
   3. Per rank, per (rank, stream) and per (rank, step): p50/p90/p99 (linear interpolation), max and
      mean latency; and the kernels shorter than ``short_ns`` (launch-bound: the GPU finishes them
      faster than the CPU can issue them) as a share of the kernels and of kernel time.

@@ -1,10 +1,12 @@
 -- gaps: the collectives of a run (what ran during each exposed interval).
 -- $run: run id. bytes = the larger of input and output size (all_gather: the gathered buffer).
+-- Only the rows of the communication activity itself (NCCL kernels, gloo work), not other records
+-- of the same collectives (e.g. Flight Recorder entries).
 SELECT rank, coalesce(step, -1) AS step_key, start_ns, end_ns, op, pg, seq,
        CASE WHEN bytes_in IS NULL AND bytes_out IS NULL THEN NULL
             ELSE greatest(coalesce(bytes_in, 0), coalesce(bytes_out, 0)) END AS bytes
 FROM collectives
-WHERE run_id = $run AND end_ns > start_ns;
+WHERE run_id = $run AND source IN ('nccl_kernel', 'gloo') AND end_ns > start_ns;
 -- ops: CPU ops and annotations on the threads that launched or ran the compute before a gap.
 -- $traces, $tids: candidate trace ids and thread ids (the exact pairs are kept in polars).
 SELECT trace_id, tid, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name

@@ -6,6 +6,7 @@ Algorithm (DESIGN.md §4 "Exposed communication / overlap gaps"):
   2. Gaps: for each (rank, step), the step's communication minus all of the rank's compute
      (``analyses.overlap.exposed_comm``), as maximal intervals. A gap belongs to the step its
      communication was launched in (CPU ranks: started in); null step = outside ProfilerSteps.
+     Exposed communication of two steps running at the same time counts in both steps' gaps.
   3. Collectives running: the ``collectives`` rows of the same rank and step that overlap the gap.
      The one overlapping it longest (ties: the earliest) names it: op, process group, seq, bytes
      (the larger of input and output size).
@@ -13,7 +14,7 @@ Algorithm (DESIGN.md §4 "Exposed communication / overlap gaps"):
      (``last_compute``). For a kernel, the CPU ops around the runtime call that launched it (same
      correlation): the innermost (``launch_op``) and outermost (``top_op``) ``cpu_op`` or
      ``user_annotation`` on the launching thread containing the call. For a CPU op, ``top_op`` is
-     the outermost op containing its start.
+     the outermost op containing its start (``launch_op`` is null: nothing was launched).
   5. Cause = "<collective> after <top_op, else launch_op, else last_compute>"; causes are ranked by
      their exposed time summed over ranks and steps.
   6. Per rank: exposed = |comm - compute| and its share of the rank's window (as ``overlap``); per

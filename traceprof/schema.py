@@ -218,7 +218,7 @@ TABLES: tuple[Table, ...] = (
             _c("end_ns", "BIGINT", "Kernel end", "ns"),
             _c("correlation", "BIGINT", "Correlation id with the launching runtime call"),
             _c("step", "INTEGER", "ProfilerStep of the launch"),
-            _c("launch_ts_ns", "BIGINT", "Start of the CPU runtime call that launched it, NULL if unknown", "ns"),
+            _c("launch_ts_ns", "BIGINT", "Start of the (first) CPU runtime call with its correlation id, NULL if unknown", "ns"),
             _c("launch_name", "VARCHAR", "Runtime call that launched it (cudaLaunchKernel, ...)"),
             _c("grid", "VARCHAR", "Grid dimensions (args.grid) as JSON"),
             _c("block", "VARCHAR", "Block dimensions (args.block) as JSON"),
@@ -226,15 +226,17 @@ TABLES: tuple[Table, ...] = (
         view_sql="""
 SELECT k.run_id, k.rank, k.trace_id, k.kind, k.name,
        CASE WHEN k.kind IN ('memcpy', 'memset') THEN 'memory'
-            WHEN regexp_matches(lower(k.name), 'nccl|rccl') THEN 'comm'
+            WHEN k.name ILIKE '%nccl%' OR k.name ILIKE '%rccl%' THEN 'comm'
             ELSE 'compute' END AS class,
        k.device, k.stream, k.ts_ns, k.dur_ns, k.ts_ns + k.dur_ns AS end_ns, k.correlation, k.step,
        r.ts_ns AS launch_ts_ns, r.name AS launch_name,
        json_extract_string(k.args, '$.grid') AS grid, json_extract_string(k.args, '$.block') AS block
 FROM events k
-LEFT JOIN events r
-  ON r.trace_id = k.trace_id AND r.correlation = k.correlation
- AND r.kind IN ('cuda_runtime', 'cuda_driver')
+LEFT JOIN (
+  -- the first runtime call of each correlation id, so a kernel appears once
+  SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(name, ts_ns) AS name FROM events
+  WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL GROUP BY ALL
+) r ON r.trace_id = k.trace_id AND r.correlation = k.correlation
 WHERE k.kind IN ('kernel', 'memcpy', 'memset')
 """,
     ),

@@ -214,6 +214,7 @@ def _trace(
         "trial_name": meta.get("trial_name"), "parallelism": {k: v for k, v in meta.items() if k.endswith("_size")},
         "dp_rank": first["dp_rank"], "stage": first["stage"],
         "clock": "NDTimeline step-relative seconds; sampled steps laid end to end, 1 ms apart",
+        "clock_synced_by_source": True,
     }
     return ParsedTrace(
         path=str(p), sha256=sha, bytes=nbytes, source="ndtimeline", format="ndtimeline-parquet",

@@ -80,6 +80,7 @@ def ingest(
     run: Annotated[str | None, typer.Option("--run", help="Run name for all files (default: directory name).")] = None,
     skip_bad_events: Annotated[bool, typer.Option(help="Skip malformed events (counted) instead of failing.")] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parser processes.")] = None,
+    align: Annotated[bool, typer.Option("--align/--no-align", help="Align rank clocks from matched collectives.")] = True,
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     from traceprof.ingest import ingest as do_ingest
@@ -90,7 +91,7 @@ def ingest(
     ) as bar:
         task = bar.add_task("", total=None)
         res = do_ingest(
-            store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
+            store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs, align=align,
             progress=lambda done, total, p: bar.update(task, completed=done, total=total, description=Path(p).name),
         )
     for w in res.warnings:

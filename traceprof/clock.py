@@ -3,30 +3,33 @@
 A collective cannot complete on any rank before the last rank entered it, and a synchronous
 collective completes at nearly the same moment on every rank; the end a rank records is that
 moment, on its clock, plus a delay that is never negative (the process was descheduled, the
-profiler recorded late). So, as NTP's minimum-delay filter does, the estimate trusts the
-instances where a rank recorded its end promptly: a low quantile of its end minus the instance's
-earliest end, rather than a mean or median that the delays bias. Offsets are relative to the
-lowest rank and applied only when robustly non-zero, so that ranks sharing one clock (all ranks of
-one host, e.g. the CPU samples) are never shifted by noise.
+profiler recorded late). So the end times of one instance differ by the ranks' clock offsets plus
+delays, and the instances whose ends lie closest together are those nobody was delayed in: as NTP
+trusts its minimum-delay samples, the estimate uses those. Offsets are relative to the lowest rank
+and applied only when robustly non-zero, so that ranks sharing one clock (all ranks of one host,
+e.g. the CPU samples) are never shifted by noise.
 
 Algorithm (on the timestamps as recorded, i.e. with any earlier offset removed):
   1. Take every matched instance (all sources) with an end time on two or more ranks, except
      point-to-point send/recv (a send may complete before its receive does).
-  2. Fixed point: offset_r starts at 0; repeat until no offset moves by more than 1 ns (at most
-     100 rounds): corrected end = end + offset_r; first_k = earliest corrected end of instance k;
-     offset_r -= the 10th percentile (nearest rank) over r's instances of (corrected end -
-     first_k). The 10th percentile ignores one early outlier in ten. The fixed point is
-     shift-equivariant: adding d to every timestamp of one rank changes its offset by exactly -d.
-  3. Reference: offsets are made relative to the lowest rank with an estimate.
-  4. Residual of rank r (``traces.clock_residual_ns``): median over its instances of (corrected
-     end - first_k), the typical end-time spread left after alignment. Standard error of its
-     offset, taken conservatively as that of a median: se_r = 1.2533 * 1.4826 * residual_r /
-     sqrt(n_r).
-  5. Apply offset_r only when |offset_r| >= max(``min_offset_ns``, 4 * sqrt(se_r^2 + se_ref^2),
-     2 * max(residual_r, residual_ref)); otherwise the rank keeps its clock (offset 0). The last
-     term keeps ranks that systematically finish collectives a little later (ring position,
-     topology), which end times alone cannot tell from a clock offset, from being shifted. Every trace of the rank (all its sources) gets
-     the offset, added to events, steps and collectives; ``traces.clock_offset_ns`` records it.
+  2. For each rank r, the differences end_r - end_ref over the instances it shares with the
+     reference (the lowest rank) equal the offset exactly where neither was delayed and scatter
+     elsewhere; offset_r = -(median of the shortest window holding a third of the differences),
+     a modal estimate. Ranks sharing no instance with the reference use the median of the
+     estimated ranks' corrected ends instead of end_ref. Differences only: adding d to every
+     timestamp of one rank changes its offset by exactly -d.
+  3. Residual of rank r (``traces.clock_residual_ns``): median over its instances of (corrected
+     end - the instance's earliest corrected end), the end-time spread left after alignment.
+  4. Apply offset_r only when |offset_r| >= max(``min_offset_ns``, the width of its modal
+     window, 2 * max(residual_r, residual_ref)); otherwise the rank keeps its clock (offset 0).
+     The last term keeps ranks that systematically finish collectives later (ring position,
+     topology), which end times alone cannot tell from a clock offset, from being shifted. Every
+     trace of the rank (all its sources) gets the offset, added to events, steps and collectives;
+     ``traces.clock_offset_ns`` records it.
+
+Traces whose collector declares ``"clock_synced_by_source": true`` in ``traces.meta`` (NDTimeline
+aligns its workers itself, and its compound ops such as optimizer-clip-main-grad do not end
+together) are left out of the estimate and never shifted.
 
 ``runs.clock_aligned`` is true when offsets could be estimated (two or more ranks share an
 instance with end times), even if none was large enough to apply; false when alignment is
@@ -36,6 +39,7 @@ disabled or impossible (e.g. gloo Flight Recorder dumps, which record no end tim
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,9 +52,7 @@ __all__ = ["ClockResult", "align_run", "estimate_offsets", "MIN_OFFSET_NS"]
 
 #: Offsets smaller than this are never applied (ns).
 MIN_OFFSET_NS = 50_000
-_MAD_TO_SE = 1.2533 * 1.4826
-_CONFIDENCE = 4.0
-_LOW_QUANTILE = 0.1
+_MODAL_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,8 @@ class ClockResult:
 
     Attributes:
         aligned: Whether offsets could be estimated (see the module doc).
-        estimates: Frame rank, instances (count), estimate_ns, residual_ns, se_ns, threshold_ns,
-            offset_ns (applied; 0 when not robustly non-zero), all ns.
+        estimates: Frame rank, instances (count), estimate_ns, residual_ns, spread_ns (half width
+            of the modal window), threshold_ns, offset_ns (applied; 0 when not robustly non-zero).
         notes: Human-readable remarks (why nothing was estimated, which ranks moved).
     """
 
@@ -69,71 +71,71 @@ class ClockResult:
     notes: tuple[str, ...] = field(default=())
 
 
-_ENDS = """
+_SYNCED = "coalesce(try_cast(json_extract(t.meta, '$.clock_synced_by_source') AS BOOLEAN), false)"
+_ENDS = f"""
 SELECT c.instance_id, c.rank, median(c.end_ns - t.clock_offset_ns) AS end_ns
 FROM collectives c JOIN traces t USING (trace_id)
 WHERE c.run_id = ? AND c.instance_id IS NOT NULL AND c.end_ns IS NOT NULL
-  AND c.op NOT IN ('send', 'recv', 'send_recv')
+  AND c.op NOT IN ('send', 'recv', 'send_recv') AND NOT {_SYNCED}
 GROUP BY ALL
 """
 
 
-def _deviations(frame: pl.DataFrame, corr: np.ndarray) -> np.ndarray:
-    """Corrected end minus the earliest corrected end of the same instance (frame column ``i``)."""
-    first = frame.with_columns(pl.Series("c", corr)).select(pl.col("c").min().over("i"))["c"].to_numpy()
-    return corr - first
+def _modal(x: np.ndarray) -> tuple[float, float]:
+    """Centre (median) and half width of the shortest window holding a third of the values
+    (NaN ignored); (nan, nan) when there are none. Shift-equivariant."""
+    x = np.sort(x[~np.isnan(x)])
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan
+    h = max(min(n, 2), math.ceil(n * _MODAL_SHARE))
+    i = int(np.argmin(x[h - 1:] - x[: n - h + 1]))
+    return float(np.median(x[i:i + h])), float(x[i + h - 1] - x[i]) / 2
 
 
 def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> pl.DataFrame:
-    """Estimate per-rank offsets from matched end times (module doc, steps 2 to 5).
+    """Estimate per-rank offsets from matched end times (module doc, steps 2 to 4).
 
     Args:
         ends: Columns instance_id, rank, end_ns (one row per rank and instance, raw clocks).
         min_offset_ns: Smallest offset ever applied.
 
     Returns:
-        Frame rank, instances, estimate_ns, residual_ns, se_ns, threshold_ns, offset_ns (int ns);
+        Frame rank, instances, estimate_ns, residual_ns, spread_ns, threshold_ns, offset_ns (ns);
         empty when no instance has two or more ranks.
     """
     multi = ends.filter(pl.len().over("instance_id") >= 2)
     if multi.is_empty():
         return pl.DataFrame()
-    ranks = np.sort(multi["rank"].unique().to_numpy())
-    r_idx = np.searchsorted(ranks, multi["rank"].to_numpy())
-    inst = multi["instance_id"].to_numpy()
-    raw = multi["end_ns"].to_numpy().astype(np.int64)
-    end = (raw - int(np.median(raw))).astype(np.float64)  # subtract in int64: float64 is exact below 2**53 ns
-    off = np.zeros(len(ranks))
-    frame = pl.DataFrame({"i": inst, "r": r_idx})
-    for _ in range(100):
-        dev = _deviations(frame, end + off[r_idx])
-        step = pl.DataFrame({"r": r_idx, "d": dev}).group_by("r").agg(
-            pl.col("d").quantile(_LOW_QUANTILE, interpolation="nearest")).sort("r")
-        delta = np.zeros(len(ranks))
-        delta[step["r"].to_numpy()] = step["d"].to_numpy()
-        off -= delta
-        if np.abs(delta).max() < 1.0:
-            break
-    dev = _deviations(frame, end + off[r_idx])
-    stats = (
-        pl.DataFrame({"r": r_idx, "d": np.abs(dev)})
-        .group_by("r").agg(pl.len().alias("n"), pl.col("d").median().alias("res")).sort("r")
-    )
-    n = stats["n"].to_numpy()
-    res = stats["res"].to_numpy()
-    se = _MAD_TO_SE * res / np.sqrt(n)
-    est = off - off[0]
-    thr = np.maximum.reduce([np.full(len(ranks), float(min_offset_ns)), _CONFIDENCE * np.sqrt(se**2 + se[0] ** 2),
-                             2.0 * np.maximum(res, res[0])])
+    base = int(multi["end_ns"].median())  # type: ignore[arg-type]
+    wide = multi.with_columns((pl.col("end_ns") - base).cast(pl.Float64)).pivot(
+        on="rank", index="instance_id", values="end_ns", sort_columns=True)
+    ranks = np.array(sorted(int(c) for c in wide.columns if c != "instance_id"))
+    e = wide.select([str(r) for r in ranks]).to_numpy().astype(np.float64)  # float64: exact below 2**53 ns
+    fits = [_modal(e[:, j] - e[:, 0]) for j in range(len(ranks))]
+    off = np.array([-f[0] for f in fits])
+    half = np.array([f[1] for f in fits])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        unlinked = np.nonzero(np.isnan(off))[0]
+        if len(unlinked):  # no instance shared with the reference: against the others' median
+            consensus = np.nanmedian(e[:, ~np.isnan(off)] + off[~np.isnan(off)], axis=1)
+            for j in unlinked:
+                c, w = _modal(e[:, j] - consensus)
+                off[j], half[j] = (-c, w) if not math.isnan(c) else (0.0, math.inf)
+        corr = e + off
+        res = np.nanmedian(corr - np.nanmin(corr, axis=1)[:, None], axis=0)
+    n = np.sum(~np.isnan(e), axis=0)
+    thr = np.maximum.reduce([np.full(len(ranks), float(min_offset_ns)), 2.0 * half, 2.0 * np.maximum(res, res[0])])
     thr[0] = math.inf
-    applied = np.where(np.abs(est) >= thr, est, 0.0)
+    applied = np.where(np.abs(off) >= thr, off, 0.0)
     return pl.DataFrame(
         {
             "rank": ranks.astype(np.int32),
             "instances": n.astype(np.int64),
-            "estimate_ns": np.round(est).astype(np.int64),
+            "estimate_ns": np.round(off).astype(np.int64),
             "residual_ns": np.round(res).astype(np.int64),
-            "se_ns": np.round(se).astype(np.int64),
+            "spread_ns": np.round(np.minimum(half, 2**62)).astype(np.int64),
             "threshold_ns": np.where(np.isinf(thr), -1, np.round(np.minimum(thr, 2**62))).astype(np.int64),
             "offset_ns": np.round(applied).astype(np.int64),
         }
@@ -169,9 +171,12 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
     aligned = not est.is_empty()
     offsets = dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if aligned else {}
     residuals = dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if aligned else {}
-    traces = store.sql("SELECT trace_id, rank, clock_offset_ns FROM traces WHERE run_id = ?", [run_id])
+    traces = store.sql(f"SELECT trace_id, rank, clock_offset_ns, {_SYNCED} AS synced FROM traces t WHERE run_id = ?",
+                       [run_id])
+    if traces["synced"].all():
+        notes.append("clocks already aligned by the source (traces.meta.clock_synced_by_source); nothing estimated")
     con = store.con
-    for trace_id, rank, old in traces.iter_rows():
+    for trace_id, rank, old, _ in traces.iter_rows():
         new = int(offsets.get(rank, 0))
         delta = new - int(old or 0)
         if delta:

@@ -1,0 +1,274 @@
+"""Per-rank timelines for the straggler analyses, and a dependency replay of them.
+
+Shared by ``stragglers`` (compute time per step) and ``whatif`` (the replay). Not an analysis.
+
+Items: a rank's timeline in one step is a list of *compute items* (the top-level compute intervals
+of each lane: training-thread ops on CPU ranks, compute kernels on GPU ranks, NDTimeline compute
+ops) and *comm items* (its rows of the matched collective instances: arrival and end).
+
+Replay model (a simplified version of the dependency model of "Understanding Stragglers in Large
+Model Training Using What-if Analysis", OSDI'25), built from the timestamps alone:
+  1. Happens-before: item v of a rank depends on every earlier item u of the same rank and step
+     that ended before v started, up to a tolerance (u.end <= v.start + max(eps, 5% of the
+     shorter duration)); only the maximal such u are kept (those not followed by another
+     predecessor that started after u ended).
+  2. Each item has a *gap* (start - the latest end of its dependencies, or - the step start when
+     it has none: host time the trace does not explain) and a *duration* (compute items: end -
+     start; comm items: transfer = end - the instance's last arrival).
+  3. Replay: an item is ready when its dependencies are done; a compute item ends at ready + gap
+     + duration; a rank arrives at a collective at ready + gap, the instance starts at the last
+     arrival of its ranks and each rank's copy ends at that start + its transfer.
+With the recorded gaps and durations the replay reproduces the trace (up to eps and clamping of
+negative values to 0), so the difference between two replays is the effect of the changed values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from traceprof.activity import activity
+from traceprof.matching import ARRIVAL_SQL, preferred_source
+from traceprof.store import Store
+
+__all__ = ["compute_items", "comm_items", "Timeline", "build", "replay", "EPS_NS"]
+
+#: Tolerance for "ended before started" (ns): float32 NDTimeline times have ~4 us resolution.
+EPS_NS = 10_000
+#: ... or this share of the shorter item's duration, whichever is larger (NDTimeline's GPU-event
+#: times let a 3.5 ms send start 40 us before the 550 ms compute it follows has ended).
+_OVERLAP_SHARE = 0.05
+
+
+def compute_items(store: Store, run_id: int) -> pl.DataFrame:
+    """Top-level compute intervals of every rank.
+
+    Compute = ``traceprof.activity`` rows of class compute (training-thread ops on CPU ranks,
+    compute kernels on GPU ranks); runs without them (NDTimeline) use their ``gpu_user_annotation``
+    events. Intervals nested in another of the same rank and lane are dropped.
+
+    Returns:
+        Frame rank, step, lane, name, start_ns, end_ns (ns, aligned clock).
+    """
+    act = activity(store, run_id)
+    comp = act.filter(pl.col("class") == "compute").select("rank", "step", "lane", "name", "start_ns", "end_ns")
+    if comp.is_empty():
+        comp = store.sql(
+            """SELECT rank, step, 'tid ' || tid AS lane, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+               FROM events WHERE run_id = ? AND kind = 'gpu_user_annotation'""",
+            [run_id],
+        )
+    comp = comp.sort("rank", "lane", "start_ns", pl.col("end_ns"), descending=[False, False, False, True])
+    prev = pl.col("end_ns").cum_max().shift(1).over("rank", "lane")
+    return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
+
+
+def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl.DataFrame, str | None]:
+    """One row per rank and matched instance of ``source`` (default: ``matching.preferred_source``).
+
+    Returns:
+        (frame, source). Frame columns: instance_id, rank, step, op, pg, bytes, ordinal (the
+        instance's ordinal in its step), n_ranks, arrival_ns, end_ns (ns; end may be null),
+        start_ns (start of the work, may be null).
+    """
+    source = source or preferred_source(store, run_id)
+    if source is None:
+        return pl.DataFrame(), None
+    df = store.sql(
+        f"""SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
+                   any_value(i.pg) AS pg, any_value(i.bytes) AS bytes, any_value(i.ordinal) AS ordinal,
+                   any_value(i.n_ranks) AS n_ranks, min({ARRIVAL_SQL.replace('source', 'c.source')}) AS arrival_ns,
+                   max(c.end_ns) AS end_ns, min(c.start_ns) AS start_ns
+            FROM collectives c JOIN collective_instances i USING (run_id, instance_id)
+            WHERE c.run_id = ? AND c.source = ?
+            GROUP BY c.instance_id, c.rank""",
+        [run_id, source],
+    )
+    return df, source
+
+
+@dataclass
+class Timeline:
+    """The dependency graph of a run's items, ready to replay (see :func:`build`).
+
+    Node arrays (one entry per node, in topological order by ``level``): ``kind`` (0 compute, 1
+    arrival, 2 instance, 3 comm end), ``rank``, ``step``, ``key`` (pooling key), ``gap`` and
+    ``dur`` (recorded ns), ``base`` (step start ns for nodes without predecessors, else -inf),
+    ``end`` (recorded end ns, NaN for instance nodes). Times are ns since the run's first item;
+    ``step_start`` (step, step_start_ns) is on the same scale. Edges in CSR form by target: ``pred_ptr``,
+    ``pred``. ``levels``: node index ranges per topological level.
+    """
+
+    nodes: pl.DataFrame
+    pred_ptr: np.ndarray
+    pred: np.ndarray
+    levels: list[tuple[int, int]]
+    step_start: pl.DataFrame
+
+
+def _deps(g: pl.DataFrame, eps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) item indices of the maximal happens-before edges within one rank and step
+    (module doc, step 1); ``g`` is sorted by start and has an ``idx`` column."""
+    start = g["start_ns"].to_numpy()
+    end = g["end_ns"].to_numpy()
+    idx = g["idx"].to_numpy()
+    slack = _OVERLAP_SHARE * (end - start)
+    src, dst = [], []
+    for v in range(1, len(start)):
+        # earlier items (start order, so no cycles among zero-length items) that ended before v
+        # started, up to the tolerance
+        tol = np.maximum(eps, np.minimum(slack[:v], slack[v]))
+        prior = np.nonzero(end[:v] <= start[v] + tol)[0]
+        if not len(prior):
+            continue
+        # maximal ones: not followed by another predecessor w that started after they ended
+        w = prior[np.argmax(start[prior])]
+        tol_w = np.maximum(eps, np.minimum(slack[prior], slack[w]))
+        keep = prior[(end[prior] > start[w] + tol_w) | (prior == w)]
+        src.extend(idx[keep].tolist())
+        dst.extend([idx[v]] * len(keep))
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+
+
+def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS) -> Timeline:
+    """Build the replay graph from compute and comm items (module doc).
+
+    Args:
+        comp: :func:`compute_items` (rows without a step are ignored).
+        comm: :func:`comm_items` frame (rows without a step or an end are ignored).
+        eps: Tolerance of "ended before started" in ns.
+
+    Raises:
+        ValueError: The graph has a cycle (a bug: edges only go forward in time).
+    """
+    c = comp.filter(pl.col("step").is_not_null()).select(
+        pl.lit(0).alias("kind"), "rank", "step", pl.col("name").alias("key0"), "start_ns", "end_ns",
+        pl.lit(None, pl.Int64).alias("instance_id"))
+    m = comm.filter(pl.col("step").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("arrival_ns").is_not_null())
+    m = m.with_columns(pl.col("arrival_ns").max().over("instance_id").alias("last_ns"))
+    k = m.select(
+        pl.lit(1).alias("kind"), "rank", "step",
+        pl.concat_str([pl.col("op"), pl.col("pg").fill_null("").str.replace_all(r"\d+", "#"),
+                       pl.col("bytes").cast(pl.Utf8).fill_null("?")], separator="|").alias("key0"),
+        pl.col("arrival_ns").alias("start_ns"), "end_ns", "instance_id")
+    items = pl.concat([c, k]).sort("rank", "step", "start_ns", "end_ns").with_row_index("idx")
+    # times relative to the run's first item: epoch ns do not fit a float64 exactly
+    t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
+    items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)
+    m = m.with_columns(pl.col("last_ns") - t0)
+    items = items.with_columns(pl.col("idx").cast(pl.Int64))
+    step_start = items.group_by("step").agg(pl.col("start_ns").min().alias("step_start_ns"))
+    # pooling key: name + its ordinal among same-named items of the rank's step
+    items = items.with_columns(
+        pl.concat_str([pl.col("key0"), pl.int_range(pl.len()).over("rank", "step", "key0").cast(pl.Utf8)],
+                      separator="#").alias("key"))
+    src_l, dst_l = [], []
+    for _, g in items.group_by("rank", "step"):
+        s, d = _deps(g.sort("start_ns", "end_ns"), eps)
+        src_l.append(s)
+        dst_l.append(d)
+    src = np.concatenate(src_l) if src_l else np.zeros(0, np.int64)
+    dst = np.concatenate(dst_l) if dst_l else np.zeros(0, np.int64)
+    n_items = items.height
+    start = items["start_ns"].to_numpy()
+    end = items["end_ns"].to_numpy()
+    steps = items["step"].to_numpy()
+    ss = items.join(step_start, on="step", how="left")["step_start_ns"].to_numpy()
+    # ready = latest end of the dependencies (recorded), or the step start
+    ready = ss.astype(np.float64).copy()
+    if len(src):
+        np.maximum.at(ready, dst, end[src].astype(np.float64))
+    gap = np.maximum(start - ready, 0.0)
+    kind = items["kind"].to_numpy()
+    inst = items["instance_id"].to_numpy()
+    # comm: item node = arrival (weight gap); instance node; end node (weight transfer)
+    is_comm = kind == 1
+    comm_idx = np.nonzero(is_comm)[0]
+    last = items.join(m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
+                      on=["instance_id", "rank"], how="left")["last_ns"].to_numpy()
+    dur = np.where(is_comm, np.maximum(end - np.nan_to_num(last.astype(np.float64)), 0.0), end - start).astype(np.float64)
+    inst_ids, inst_of = np.unique(inst[comm_idx].astype(np.int64), return_inverse=True)
+    n_inst = len(inst_ids)
+    # node numbering: items 0..n-1 (compute or arrival), instances n..n+I-1, comm ends after
+    end_node = np.full(n_items, -1, np.int64)
+    end_node[comm_idx] = n_items + n_inst + np.arange(len(comm_idx))
+    out_node = np.where(is_comm, end_node, np.arange(n_items))  # what dependents wait for
+    e_src = [out_node[src], comm_idx, n_items + inst_of]
+    e_dst = [dst, n_items + inst_of, end_node[comm_idx]]
+    e_src_a = np.concatenate(e_src).astype(np.int64)
+    e_dst_a = np.concatenate(e_dst).astype(np.int64)
+    n_nodes = n_items + n_inst + len(comm_idx)
+    inst_step = np.zeros(n_inst, np.int64)
+    inst_step[inst_of] = steps[comm_idx]
+    nodes = pl.DataFrame({
+        "kind": np.concatenate([np.where(is_comm, 1, 0), np.full(n_inst, 2), np.full(len(comm_idx), 3)]),
+        "rank": np.concatenate([items["rank"].to_numpy(), np.full(n_inst, -1), items["rank"].to_numpy()[comm_idx]]),
+        "step": np.concatenate([steps, inst_step, steps[comm_idx]]),
+        "key": pl.concat([items["key"], pl.Series([None] * n_inst, dtype=pl.Utf8), items["key"].gather(comm_idx)]),
+        "gap": np.concatenate([gap, np.zeros(n_inst), np.zeros(len(comm_idx))]),
+        "dur": np.concatenate([np.where(is_comm, 0.0, dur), np.zeros(n_inst), dur[comm_idx]]),
+        "end": np.concatenate([np.where(is_comm, start, end).astype(np.float64), np.full(n_inst, np.nan),
+                               end[comm_idx].astype(np.float64)]),
+    })
+    has_pred = np.zeros(n_nodes, bool)
+    has_pred[e_dst_a] = True
+    base_all = np.concatenate([ss.astype(np.float64), np.zeros(n_inst), np.zeros(len(comm_idx))])
+    base = np.where(has_pred, -np.inf, base_all)
+    nodes = nodes.with_columns(pl.Series("base", base))
+    # topological levels (Kahn, vectorized by level)
+    indeg = np.bincount(e_dst_a, minlength=n_nodes)
+    order_e = np.argsort(e_src_a, kind="stable")
+    succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_src_a, minlength=n_nodes))])
+    succ = e_dst_a[order_e]
+    level = np.zeros(n_nodes, np.int64)
+    frontier = np.nonzero(indeg == 0)[0]
+    seen = 0
+    lvl = 0
+    while len(frontier):
+        level[frontier] = lvl
+        seen += len(frontier)
+        nxt = np.concatenate([succ[succ_ptr[u]:succ_ptr[u + 1]] for u in frontier]) if len(frontier) else frontier
+        if len(nxt):
+            np.subtract.at(indeg, nxt, 1)
+            nxt = np.unique(nxt)
+            frontier = nxt[indeg[nxt] == 0]
+        else:
+            frontier = nxt
+        lvl += 1
+    if seen != n_nodes:
+        raise ValueError("replay graph has a cycle")
+    perm = np.argsort(level, kind="stable")
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(n_nodes)
+    nodes = nodes[perm]
+    e_src_p, e_dst_p = inv[e_src_a], inv[e_dst_a]
+    o = np.argsort(e_dst_p, kind="stable")
+    pred = e_src_p[o]
+    pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_dst_p, minlength=n_nodes))])
+    lv = level[perm]
+    bounds = np.nonzero(np.diff(lv))[0] + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [n_nodes]])
+    return Timeline(nodes, pred_ptr, pred, list(zip(starts.tolist(), ends.tolist(), strict=True)), step_start)
+
+
+def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """End time of every node (ns, float) when nodes take ``gap + dur`` after their predecessors
+    (module doc, step 3). ``gap`` and ``dur`` are per node, in ``tl.nodes`` order."""
+    base = tl.nodes["base"].to_numpy()
+    w = gap + dur
+    val = np.empty(len(w))
+    ptr, pred = tl.pred_ptr, tl.pred
+    for a, b in tl.levels:
+        lo, hi = ptr[a], ptr[b]
+        ready = base[a:b].copy()
+        if hi > lo:
+            seg = ptr[a:b + 1] - lo
+            pv = val[pred[lo:hi]]
+            nonempty = seg[1:] > seg[:-1]
+            mx = np.maximum.reduceat(pv, seg[:-1][nonempty]) if nonempty.any() else pv[:0]
+            ready[nonempty] = np.maximum(ready[nonempty], mx)
+        val[a:b] = ready + w[a:b]
+    return val

@@ -1,0 +1,186 @@
+"""whatif: how fast would each step be without stragglers, and who accounts for the difference.
+
+Following "Understanding Stragglers in Large Model Training Using What-if Analysis" (OSDI'25,
+arXiv 2505.05713): replay every step on its dependency graph with each operation's time replaced
+by the typical (median) one, and compare.
+
+Algorithm:
+  1. Items and graph (``analyses._replay``): per rank and step, top-level compute intervals and
+     the rank's matched collectives; an item depends on the earlier items of its rank that ended
+     before it started; a collective starts at its last arrival.
+  2. Every item has a gap (unexplained host time before it) and a duration (compute: its length;
+     collective: transfer = end - last arrival). Ideal values: the median over ranks of the items
+     with the same pooling key (name and ordinal in the step; collectives: op, group class, size
+     and ordinal) in the same step (``pool=step``, DESIGN.md §4), or over ranks and steps
+     (``pool=all``, as the paper's artifact pools).
+  3. Replay with the recorded values (``replay_ns``, checks the model against ``actual_ns``) and
+     with the ideal values (``ideal_ns``). Step time = latest end - earliest start of the step.
+  4. Slowdown per step = actual / ideal; for the run S = mean(actual) / mean(ideal) (S > 1.1
+     counts as straggling); ``model_slowdown`` = mean(replay) / mean(ideal). With ``gaps=zero``
+     every gap is 0 in both replays, as the paper's artifact computes its S (its "launch delay" is
+     reported apart); then ``model_slowdown`` is the paper's S, while untraced host time (a sleep,
+     data loading) no longer counts. Gaps also hold waits the trace does not show as a collective,
+     which the default (``gaps=median``) removes as straggling too.
+  5. Blame (paper's Eq. 2 and 4): for each rank, pipeline stage (when the collector records one)
+     and op type, replay the ideal with that group's recorded values put back; its slowdown
+     mean(that replay) / mean(ideal) says how much of S the group alone explains. Op types are the
+     compute names, the collective ops (transfer), and "(host gaps)" (all gaps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from analyses import _replay
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.errors import AnalysisError, UsageError
+from traceprof.store import Store
+
+#: A run whose slowdown exceeds this is straggling (the paper's threshold).
+STRAGGLING_S = 1.1
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``pool``: ``step`` (median over ranks within each step) or ``all`` (over ranks and steps);
+    ``gaps``: ``median`` (ideal gaps are medians, like durations) or ``zero`` (no gaps at all);
+    ``source``: collectives source (default: the best matched one); ``eps_ns``: tolerance of
+    "ended before started"; ``top_ops``: op types blamed (the most excess time first)."""
+
+    pool: str = "step"
+    gaps: str = "median"
+    source: str = ""
+    eps_ns: int = _replay.EPS_NS
+    top_ops: int = 12
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """Per step (``frame``): step, actual_ns, replay_ns, ideal_ns (ns), slowdown (actual / ideal),
+    model_slowdown (replay / ideal). ``blame``: by (rank, stage, op), group, slowdown (of the ideal
+    replay with only that group's recorded values), excess_pct (its share of model_slowdown - 1,
+    %). ``summary``: one row with slowdown, model_slowdown, replay_error_pct, straggling."""
+
+    blame: pl.DataFrame = field(default_factory=pl.DataFrame)
+    summary: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "What-if: step time without stragglers"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "blame": self.blame, "summary": self.summary}
+
+    def charts(self) -> list[Chart]:
+        return [Chart("Step time: actual vs simulated without stragglers (ns)", "step", ("actual_ns", "ideal_ns"),
+                      ylabel="ns")]
+
+
+def _ideal(nodes: pl.DataFrame, pool: str) -> tuple[np.ndarray, np.ndarray]:
+    by = ["kind", "key", "step"] if pool == "step" else ["kind", "key"]
+    med = nodes.with_row_index("_i").with_columns(
+        pl.col("gap").median().over(by).alias("g"), pl.col("dur").median().over(by).alias("d"))
+    g = med["g"].fill_null(0.0).to_numpy()
+    d = med["d"].fill_null(0.0).to_numpy()
+    inst = nodes["kind"].to_numpy() == 2
+    return np.where(inst, 0.0, g), np.where(inst, 0.0, d)
+
+
+def _step_times(tl: _replay.Timeline, val: np.ndarray) -> pl.DataFrame:
+    df = pl.DataFrame({"step": tl.nodes["step"], "v": val, "kind": tl.nodes["kind"]}).filter(pl.col("kind") != 2)
+    return df.group_by("step").agg(pl.col("v").max()).join(tl.step_start, on="step").select(
+        "step", (pl.col("v") - pl.col("step_start_ns")).alias("t")).sort("step")
+
+
+def _stages(store: Store, run_id: int) -> dict[int, int]:
+    df = store.sql(
+        """SELECT DISTINCT rank, try_cast(json_extract(meta, '$.stage') AS INTEGER) AS stage
+           FROM traces WHERE run_id = ? AND json_extract(meta, '$.stage') IS NOT NULL""", [run_id])
+    return {int(r): int(s) for r, s in df.iter_rows() if s is not None}
+
+
+@register("whatif", Params)
+def run(store: Store, params: Params) -> Result:
+    """What-if replay of one run (module doc).
+
+    Raises:
+        StoreError: No such run.
+        UsageError: ``pool`` is not step or all.
+        AnalysisError: No matched collectives or no compute items with steps.
+    """
+    if params.pool not in ("step", "all"):
+        raise UsageError(f"pool={params.pool!r}: choose step or all")
+    if params.gaps not in ("median", "zero"):
+        raise UsageError(f"gaps={params.gaps!r}: choose median or zero")
+    run_id = store.resolve_run(params.run)
+    comm, source = _replay.comm_items(store, run_id, params.source or None)
+    if source is None or comm.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no matched collectives; whatif needs them")
+    comp = _replay.compute_items(store, run_id)
+    tl = _replay.build(comp, comm, params.eps_ns)
+    if tl.step_start.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no items inside steps")
+    nodes = tl.nodes
+    gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
+    gap_i, dur_i = _ideal(nodes, params.pool)
+    if params.gaps == "zero":
+        gap0, gap_i = np.zeros_like(gap0), np.zeros_like(gap_i)
+    actual = _step_times(tl, np.nan_to_num(nodes["end"].to_numpy(), nan=-np.inf))
+    rep = _step_times(tl, _replay.replay(tl, gap0, dur0))
+    ideal = _step_times(tl, _replay.replay(tl, gap_i, dur_i))
+    frame = actual.rename({"t": "actual_ns"}).join(rep.rename({"t": "replay_ns"}), on="step").join(
+        ideal.rename({"t": "ideal_ns"}), on="step")
+    frame = frame.with_columns(
+        (pl.col("actual_ns") / pl.col("ideal_ns")).alias("slowdown"),
+        (pl.col("replay_ns") / pl.col("ideal_ns")).alias("model_slowdown"),
+    ).with_columns(pl.col(c).round().cast(pl.Int64) for c in ("actual_ns", "replay_ns", "ideal_ns"))
+    mean_ideal = float(frame["ideal_ns"].mean())  # type: ignore[arg-type]
+    s = float(frame["actual_ns"].mean()) / mean_ideal  # type: ignore[arg-type]
+    s_model = float(frame["replay_ns"].mean()) / mean_ideal  # type: ignore[arg-type]
+    err = float(((frame["replay_ns"] - frame["actual_ns"]).abs() / frame["actual_ns"]).mean()) * 100
+
+    def with_group(mask_gap: np.ndarray, mask_dur: np.ndarray) -> float:
+        v = _replay.replay(tl, np.where(mask_gap, gap0, gap_i), np.where(mask_dur, dur0, dur_i))
+        return float(_step_times(tl, v)["t"].mean()) / mean_ideal  # type: ignore[arg-type]
+
+    kind = nodes["kind"].to_numpy()
+    ranks = nodes["rank"].to_numpy()
+    rows: list[tuple[str, str, float]] = []
+    for r in np.unique(ranks[ranks >= 0]):
+        m = ranks == r
+        rows.append(("rank", str(int(r)), with_group(m, m)))
+    stages = _stages(store, run_id)
+    if stages:
+        stage_of = np.array([stages.get(int(r), -1) for r in ranks])
+        for st in sorted(set(stages.values())):
+            m = stage_of == st
+            rows.append(("stage", str(st), with_group(m, m)))
+    names = nodes["key"].str.replace(r"#\d+$", "").str.split("|").list.first().to_numpy()
+    excess = pl.DataFrame({"name": names, "x": np.maximum(dur0 - dur_i, 0), "kind": kind}).filter(pl.col("kind") != 2)
+    top = excess.group_by("name").agg(pl.col("x").sum()).sort("x", descending=True).head(params.top_ops)
+    none = np.zeros(len(kind), bool)
+    rows.append(("op", "(host gaps)", with_group(kind != 2, none)))
+    for name in top["name"].to_list():
+        rows.append(("op", str(name), with_group(none, names == name)))
+    blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
+        (100 * (pl.col("slowdown") - 1) / max(s_model - 1, 1e-12)).alias("excess_pct"))
+    blame = blame.sort(["by", "slowdown"], descending=[False, True])
+    summary = pl.DataFrame({"source": [source], "pool": [params.pool], "gaps": [params.gaps], "steps": [frame.height],
+                            "slowdown": [s], "model_slowdown": [s_model], "replay_error_pct": [err],
+                            "straggling": [(s_model if params.gaps == "zero" else s) > STRAGGLING_S]})
+    return Result(frame=frame, blame=blame, summary=summary, notes=_notes(s, s_model, err, blame, params))
+
+
+def _notes(s: float, s_model: float, err: float, blame: pl.DataFrame, params: Params) -> tuple[str, ...]:
+    key = s_model if params.gaps == "zero" else s
+    verdict = "straggling" if key > STRAGGLING_S else "not straggling"
+    notes = [f"S = {s:.3f} (mean actual step / mean simulated ideal; medians pooled per {params.pool}, "
+             f"gaps {params.gaps}); model S = {s_model:.3f} (replay / ideal); {verdict} (threshold "
+             f"{STRAGGLING_S}); replay error {err:.1f}% of step time"]
+    for by in ("rank", "stage", "op"):
+        b = blame.filter(pl.col("by") == by)
+        if b.height:
+            top = b.row(0, named=True)
+            notes.append(f"largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}, "
+                         f"{top['excess_pct']:.0f}% of the excess)")
+    return tuple(notes)

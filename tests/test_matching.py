@@ -1,0 +1,133 @@
+"""Collective matching: pg+seq, ordinal fallback, gloo enqueue pairing, re-matching, NDTimeline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, corpus
+from traceprof.ingest import ingest
+
+BASE = 1_700_000_000_000_000_000
+
+
+def _write(path: Path, events: list[dict], rank: int, world: int = 2, backend: str = "gloo") -> Path:
+    doc = {"baseTimeNanoseconds": BASE, "distributedInfo": {"rank": rank, "world_size": world, "backend": backend},
+           "traceEvents": events}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _gloo_rank(enqueues: list[tuple[float, float, float, int]]) -> list[dict]:
+    """One ProfilerStep#3 over [0, 1000] us on the training thread (tid 1); per collective a
+    c10d::allreduce_ enqueue (5 us) and its gloo:all_reduce work on a runloop thread (tid 2):
+    (enqueue ts, work start, work end, elements)."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for enq, start, end, n in enqueues:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": enq, "dur": 5,
+                   "args": {"Input Dims": [[[n]], []], "Input type": ["TensorList", ""]}})
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": start,
+                   "dur": end - start, "args": {"Input Dims": [[n]], "Input type": ["float"]}})
+    return ev
+
+
+def test_gloo_enqueue_pairing_and_ordinal_matching(store, tmp_path):
+    # Two all-reduces (100 then 200 floats). Rank 0 enqueues at 100 and 300 us; its runloop is
+    # busy, so the second work item starts only at 420. Rank 1 enqueues at 150 and 500 us.
+    _write(tmp_path / "run" / "r0.json", _gloo_rank([(100, 110, 400, 100), (300, 420, 600, 200)]), 0)
+    _write(tmp_path / "run" / "r1.json", _gloo_rank([(150, 160, 401, 100), (500, 510, 601, 200)]), 1)
+    ingest(store, [tmp_path / "run"])
+    rows = store.sql("SELECT rank, enter_ns - $1 AS enter, start_ns - $1 AS start, step, match_method "
+                     "FROM collectives ORDER BY rank, start_ns", [BASE]).rows()
+    # enter = the c10d enqueue (us * 1000), start = the gloo work; both rows in step 3.
+    assert rows == [(0, 100_000, 110_000, 3, "ordinal"), (0, 300_000, 420_000, 3, "ordinal"),
+                    (1, 150_000, 160_000, 3, "ordinal"), (1, 500_000, 510_000, 3, "ordinal")]
+    inst = store.sql("SELECT ranks_present, ranks_missing, first_arrival_ns - $1 AS first, last_arrival_ns - $1 AS last, "
+                     "last_rank, arrival_skew_ns, bytes FROM collective_instances ORDER BY instance_id", [BASE]).rows()
+    # Instance 1: arrivals 100 (rank 0) and 150 us (rank 1): skew 50 us; instance 2: 300 and 500.
+    assert inst == [([0, 1], [], 100_000, 150_000, 1, 50_000, 400), ([0, 1], [], 300_000, 500_000, 1, 200_000, 800)]
+
+
+def _nccl_rank(seqs: list[int]) -> list[dict]:
+    """A GPU rank whose k-th all-reduce (Seq seqs[k]) is launched at 100*k + 10 us and runs on
+    stream 7 from 100*k + 20 + seq to 100*k + 60 us."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for k, seq in enumerate(seqs):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": 100 * k + 10, "dur": 2, "args": {"correlation": 50 + k}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+                   "ts": 100 * k + 20 + seq, "dur": 40 - seq,
+                   "args": {"correlation": 50 + k, "device": 0, "stream": 7, "Collective name": "allreduce",
+                            "Process Group Name": "0", "Seq": seq, "In msg nelems": 1024, "dtype": "Float"}})
+    return ev
+
+
+def test_pg_seq_matching_records_missing_ranks(store, tmp_path):
+    # Rank 1 has no record of Seq 2 (e.g. cut from its trace). Matching by (pg, seq) keeps Seq 3
+    # of both ranks together, where matching by order would have paired rank 1's Seq 3 with
+    # rank 0's Seq 2.
+    _write(tmp_path / "run" / "r0.json", _nccl_rank([1, 2, 3]), 0, backend="nccl")
+    _write(tmp_path / "run" / "r1.json", _nccl_rank([1, 3]), 1, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    assert any("1 of 3 matched collectives miss some ranks" in w for w in res.warnings)
+    inst = store.sql("SELECT seq, ranks_present, ranks_missing, first_arrival_ns - $1 AS first, match_method "
+                     "FROM collective_instances ORDER BY seq", [BASE]).rows()
+    # Arrival on GPU = kernel start: Seq 1 at 21 us on both; Seq 2 at 122 on rank 0 only; Seq 3
+    # at 223 on rank 0 (3rd launch) and 123 on rank 1 (2nd launch).
+    assert inst == [(1, [0, 1], [], 21_000, "pg_seq"), (2, [0], [1], 122_000, "pg_seq"),
+                    (3, [0, 1], [], 123_000, "pg_seq")]
+
+
+def test_matching_is_redone_when_the_run_gains_a_rank(store, tmp_path):
+    _write(tmp_path / "a" / "r0.json", _gloo_rank([(100, 110, 400, 100)]), 0)
+    _write(tmp_path / "b" / "r1.json", _gloo_rank([(150, 160, 401, 100)]), 1)
+    ingest(store, [tmp_path / "a"], run="job")
+    assert store.sql("SELECT ranks_present FROM collective_instances").rows() == [([0],)]
+    ingest(store, [tmp_path / "b"], run="job")
+    assert store.sql("SELECT ranks_present, last_rank FROM collective_instances").rows() == [([0, 1], 1)]
+    assert store.sql("SELECT count(DISTINCT instance_id) FROM collectives").item() == 1
+
+
+def test_sample_enqueue_pairing_is_the_order_pairing(store):
+    run = SAMPLES / "straggler_rank2"
+    if not (run / "rank0.trace.json.gz").exists():
+        pytest.skip("sample_traces/straggler_rank2 not recorded")
+    ingest(store, [run], align=False)
+    # Independent pairing from the raw JSON: the k-th c10d::allreduce_ (by ts) of a rank feeds its
+    # k-th gloo:all_reduce (by ts); enter_ns must be base + that enqueue's ts.
+    for rank in range(4):
+        doc = json.loads(gzip.decompress((run / f"rank{rank}.trace.json.gz").read_bytes()))
+        enq = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name") == "c10d::allreduce_")
+        got = store.sql("SELECT enter_ns FROM collectives WHERE rank = ? AND source = 'gloo' ORDER BY start_ns",
+                        [rank])["enter_ns"].to_list()
+        assert len(got) == len(enq) == 12
+        assert all(abs(g - (doc["baseTimeNanoseconds"] + round(t * 1000))) <= 1 for g, t in zip(got, enq, strict=True))
+    # 3 steps x 4 gradient buckets, every one seen by the 4 ranks.
+    inst = store.sql("SELECT n_ranks, count(*) AS n FROM collective_instances WHERE source = 'gloo' GROUP BY ALL")
+    assert inst.rows() == [(4, 12)]
+
+
+def test_ndtimeline_groups(store):
+    path = corpus("kineto_misc/bytedance_straggler_whatif/trace-ST.parquet")
+    ingest(store, [path])
+    df = pl.read_parquet(path).with_columns(pl.col("optype").cast(pl.Utf8))
+    n = dict(df.group_by("optype").len().iter_rows())
+    dp = df["dp_rank"].n_unique()
+    # Worked out from the Parquet rows: every send pairs with one receive; an all-gather or a
+    # reduce-scatter spans the dp ranks of a stage; the embedding all-reduce spans the first and
+    # last stage of a dp rank; the grad-norm all-reduce spans every worker (one per step).
+    expected = (n["forward-send"] + n["backward-send"] + (n["params-all-gather"] + n["grads-reduce-scatter"]) // dp
+                + n["embedding-grads-all-reduce"] // 2 + df["step"].n_unique())
+    assert expected == 1888
+    got = store.sql("SELECT count(*), min(n_ranks), bool_and(len(ranks_missing) = 0) FROM collective_instances").row(0)
+    assert got == (expected, 2, True)
+    # Point-to-point pairs join the same dp rank on adjacent stages.
+    where = dict(zip(df["rank"].to_list(), zip(df["dp_rank"].to_list(), df["stage"].to_list(), strict=True), strict=True))
+    for (present,) in store.sql("SELECT ranks_present FROM collective_instances WHERE pg LIKE 'pp%'").rows():
+        (d0, s0), (d1, s1) = where[present[0]], where[present[1]]
+        assert d0 == d1 and abs(s0 - s1) == 1

@@ -1,0 +1,100 @@
+"""stragglers: arrival skew, last arrivals, waits, verdict on micro, sample and production traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tests.conftest import SAMPLES, analyze, corpus
+from tests.test_matching import BASE, _write
+from traceprof.ingest import ingest
+
+
+def _rank(arrivals: list[int], compute: list[tuple[int, int]], lasts: list[int]) -> list[dict]:
+    """ProfilerStep#1 over [0, 1000] us; training-thread compute ops (aten::mm) and, per
+    collective, its c10d enqueue at the arrival and gloo work [last arrival + 1, + 20] us."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": a, "dur": b - a} for a, b in compute]
+    for arr, last in zip(arrivals, lasts, strict=True):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": arr, "dur": 1,
+                   "args": {"Input Dims": [[[64]], []]}})
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+                   "ts": last + 1, "dur": 19, "args": {"Input Dims": [[64]], "Input type": ["float"]}})
+    return ev
+
+
+def test_micro_trace_by_hand(store, tmp_path):
+    # Arrivals (us): rank 0 at 100, 200, 300; rank 1 at 110, 210, 310; rank 2 at 400, 450, 500,
+    # after 300 us it spent outside any traced op (e.g. a sleep) following its first op.
+    arr = {0: [100, 200, 300], 1: [110, 210, 310], 2: [400, 450, 500]}
+    comp = {0: [(0, 100), (105, 200), (205, 300)], 1: [(0, 110), (115, 210), (215, 310)],
+            2: [(0, 100), (405, 450), (455, 500)]}
+    lasts = [400, 450, 500]
+    for r in range(3):
+        _write(tmp_path / "run" / f"r{r}.json", _rank(arr[r], comp[r], lasts), r, world=3)
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "stragglers", "run")
+    per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
+    # Rank 2 is last at all 3. Waits of the others: (300 + 290) + (250 + 240) + (200 + 190) = 1470 us.
+    assert per[2]["last_arrival_share"] == 1.0 and per[0]["last_arrival_share"] == 0.0
+    assert per[2]["wait_caused_ns"] == 1_470_000 and per[0]["wait_caused_ns"] == 0
+    assert (per[0]["wait_ns"], per[1]["wait_ns"], per[2]["wait_ns"]) == (750_000, 720_000, 0)
+    # Lateness = arrival - instance median (110, 210, 310): 290, 240, 190 -> median 240 us. Pace:
+    # spacing of a rank's arrivals, [100, 100, 100, 100, 50, 50] -> 100 us, so 240%.
+    assert per[2]["median_lateness_ns"] == 240_000 and per[2]["late_pct"] == pytest.approx(240.0)
+    # Transfer = end (last + 20) - last arrival = 20 us.
+    assert per[1]["transfer_ns"] == 20_000
+    (v,) = res.verdict.iter_rows(named=True)
+    # Before its first late arrival rank 2 spent 300 us outside traced ops, the others none.
+    assert (v["rank"], v["named"], v["cause"]) == (2, True, "untraced host time")
+    assert v["other_excess_ns"] >= 300_000 - 20_000
+    inst = res.instances.rows(named=True)
+    assert [i["skew_ns"] for i in inst] == [300_000, 250_000, 200_000]
+    assert [i["first_arrival_ns"] - BASE for i in inst] == [100_000, 200_000, 300_000]
+
+
+def _share_from_json(run: str, rank: int) -> float:
+    """Last-arrival share of ``rank`` computed from the raw traces: the k-th c10d::allreduce_
+    (by ts) of every rank is the k-th instance; arrival = base + ts."""
+    arrivals = []
+    for r in range(4):
+        doc = json.loads(gzip.decompress((SAMPLES / run / f"rank{r}.trace.json.gz").read_bytes()))
+        ts = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name") == "c10d::allreduce_")
+        arrivals.append([doc["baseTimeNanoseconds"] + round(t * 1000) for t in ts])
+    lasts = [max(range(4), key=lambda r, k=k: arrivals[r][k]) for k in range(len(arrivals[0]))]
+    return lasts.count(rank) / len(lasts)
+
+
+@pytest.mark.parametrize("run, slow", [("straggler_rank2", 2), ("straggler_rank3", 3), ("normal", None)])
+def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
+    if not (SAMPLES / run / "rank3.trace.json.gz").exists():
+        pytest.skip(f"sample_traces/{run} not recorded")
+    ingest(store, [SAMPLES / run], run=run)
+    res = analyze(store, "stragglers", run)
+    named = res.frame.filter("named")["rank"].to_list()
+    if slow is None:
+        assert named == [] and "within the run's noise" in res.notes[-1]
+        top = res.frame.sort("late_pct", descending=True).row(0, named=True)
+        assert top["late_pct"] < 100
+        return
+    assert named == [slow] and res.verdict["rank"].to_list() == [slow]
+    row = res.frame.filter(res.frame["rank"] == slow).row(0, named=True)
+    # Same share as the plain-JSON recomputation (single host: no clock offset is applied).
+    assert row["last_arrival_share"] == pytest.approx(_share_from_json(run, slow))
+    assert row["last_arrival_share"] == res.frame["last_arrival_share"].max() >= 0.5
+    assert row["wait_caused_ns"] == res.frame["wait_caused_ns"].max()
+    # The slowed rank sleeps outside any traced op: that, not compute, made it late.
+    assert res.verdict["cause"].to_list() == ["untraced host time"]
+
+
+def test_production_traces(store):
+    # AR: one worker artificially slowed (dp rank 0 of stage 0, global rank 0): named, for compute.
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-AR.parquet")])
+    res = analyze(store, "stragglers", "trace-AR")
+    assert res.verdict["rank"].to_list() == [0] and res.verdict["cause"].to_list() == ["compute"]
+    assert res.frame.filter(res.frame["rank"] == 0)["compute_z"].item() > 10
+    # SE: sequence-length imbalance moves from worker to worker: no single straggler.
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-SE.parquet")])
+    assert analyze(store, "stragglers", "trace-SE").verdict["named"].to_list() == [False]

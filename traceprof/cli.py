@@ -162,19 +162,56 @@ def report(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against this run.")] = None,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
     from traceprof.report import write_report
 
     with Store(db, read_only=True) as store:
-        write_report(store, run, output)
+        write_report(store, run, output, baseline=baseline)
     err.print(f"report written to {output}", highlight=False)
+
+
+@app.command()
+def diff(
+    base: Annotated[str, typer.Argument(help="Baseline run (name or id).")],
+    cand: Annotated[str, typer.Argument(help="Candidate run (name or id).")],
+    db: DbOpt = Path(DEFAULT_DB),
+    threshold: Annotated[list[str] | None, typer.Option(
+        "--threshold", "-t", help="Relative regression threshold: 0.05 (every metric) or METRIC=0.05.")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Compare two runs per step; exit 3 when a metric regressed beyond its threshold (CI gate)."""
+    from traceprof.diff import diff_runs
+
+    limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    with Store(db, read_only=True) as store:
+        res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []))
+    if fmt is Format.json:
+        sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render(res.frame, fmt, "metrics")
+        if fmt is Format.table:
+            render(res.items.head(20), fmt, "items: typical time per step (ns), largest changes first")
+        for note in res.notes[1:]:
+            err.print(note, highlight=False)
+        (out if fmt is Format.table else err).print(res.summary, highlight=False, soft_wrap=True)
+    if res.regressed:
+        raise typer.Exit(3)
+
+
+def _fraction(key: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise UsageError(f"--threshold {raw!r}: expected a fraction such as 0.1 (10%)") from None
 
 
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except TraceprofError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
@@ -187,6 +224,8 @@ def main() -> None:
             e.show()
             sys.exit(1)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

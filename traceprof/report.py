@@ -169,14 +169,22 @@ Generated {now} by traceprof. All times in the tables are ns unless a column say
 """
 
 
-def write_report(store: Store, run: str | None, output: str | Path) -> Path:
+def write_report(store: Store, run: str | None, output: str | Path, baseline: str | None = None) -> Path:
     """Write the report of one run to ``output`` (HTML). Returns the path.
+
+    With ``baseline`` (a run name or id) the report ends with a regression diff of the run
+    against it (``traceprof.diff``).
 
     Raises:
         StoreError: No such run.
         AnalysisError: Nothing to report.
     """
-    text = render_html(store, run)
+    extra: list[tuple[str, FrameResult]] = []
+    if baseline is not None:
+        from traceprof.diff import diff_runs
+
+        extra.append(("diff", diff_runs(store, baseline, str(store.resolve_run(run)))))
+    text = render_html(store, run, extra=extra)
     if not text:
         raise AnalysisError("empty report")
     out = Path(output)

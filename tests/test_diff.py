@@ -1,0 +1,139 @@
+"""Regression diff: typical times by hand, the noise test, and the CI gate on the real samples (exit codes)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, SAMPLES, corpus
+from tests.test_flops import op, write_run
+from traceprof.diff import DEFAULT_THRESHOLD, diff_runs, mann_whitney_p
+from traceprof.errors import UsageError
+from traceprof.ingest import ingest
+
+
+def _micro(folder: Path, extra: bool) -> Path:
+    """One rank, ProfilerStep#1 [0, 100 us] and #2 [100, 200 us] (times in us, s = step start):
+
+    aten::linear [s+1, s+31] holding aten::mm [s+5, s+15] (linear's self time 20 us);
+    aten::mm [s+40, s+50], except in step 2, where it takes 40 us ([140, 180]): an outlier.
+    extra: one more aten::mm of another shape per step, [s+32, s+40].
+    mm [4,4]x[4,4]: calls of 10, 10, 10, 40 us -> median 10 x 4 calls / 2 steps = 20 us per step;
+    extra mm [8,8]x[8,8]: 8 us x 1 per step. linear: 20 us per step.
+    compute: base 20 + 20 = 40 us/step; cand 48 us/step (+20 %). Step time 100 us in both.
+    """
+    ev = []
+    for s in (0, 100):
+        ev += [op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"),
+               op("aten::linear", s + 1, 30, [[4, 4], [4, 4], []]),
+               op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]),
+               op("aten::mm", s + 40, 40 if s else 10, [[4, 4], [4, 4]])]
+        if extra:
+            ev.append(op("aten::mm", s + 32, 8, [[8, 8], [8, 8]]))
+    return write_run(folder, ev)
+
+
+def test_micro_diff_by_hand(store, tmp_path):
+    ingest(store, [_micro(tmp_path / "base", False), _micro(tmp_path / "cand", True)])
+    res = diff_runs(store, "base", "cand")
+    m = {r["metric"]: r for r in res.frame.iter_rows(named=True)}
+    assert (m["compute_ns"]["base"], m["compute_ns"]["cand"]) == (40_000, 48_000)
+    assert m["compute_ns"]["change_pct"] == pytest.approx(20.0) and m["compute_ns"]["regressed"]
+    assert m["compute_ns"]["p_value"] is None  # a typical time, no samples to test
+    assert (m["step_time_ns"]["base"], m["step_time_ns"]["delta"], m["step_time_ns"]["regressed"]) == (100_000, 0, False)
+    assert m["step_time_ns"]["p_value"] is None  # 2 samples per run: too few for the noise test
+    items = {r["name"]: r for r in res.items.iter_rows(named=True)}
+    mm = items["aten::mm"]
+    assert (mm["base_ns"], mm["cand_ns"], mm["delta_ns"], mm["base_calls"], mm["cand_calls"]) == (20_000, 28_000, 8_000, 2, 3)
+    assert mm["delta_pct"] == pytest.approx(40.0) and mm["share_of_step_pct"] == pytest.approx(8.0) and mm["grew"]
+    assert items["aten::linear"]["base_ns"] == 20_000 and items["aten::linear"]["delta_ns"] == 0
+    assert res.items["name"][0] == "aten::mm"  # largest |delta| first
+    assert res.regressed and res.summary.startswith("REGRESSION base -> cand: compute_ns +20.0%")
+    assert "grew: aten::mm +0.01 ms/step (+40%)" in res.summary
+    assert m["idle_ns"]["cand"] < m["idle_ns"]["base"] and not m["idle_ns"]["regressed"]  # the extra mm fills a gap
+    assert not diff_runs(store, "base", "cand", {"compute_ns": 0.3}).regressed  # 20 % < 30 %
+    with pytest.raises(UsageError, match="no such metric"):
+        diff_runs(store, "base", "cand", {"speed": 0.1})
+
+
+def test_mann_whitney_by_hand():
+    # base 1..5, cand 6..10: every cand sample is larger, U = 25; mean n1*n2/2 = 12.5, variance
+    # n1*n2*(n+1)/12 = 25*11/12 (no ties); z = (25 - 0.5 - 12.5) / sqrt(275/12) = 2.5067; p = 0.0061.
+    p = mann_whitney_p(np.arange(1, 6), np.arange(6, 11))
+    assert p == pytest.approx(0.5 * math.erfc(12 / math.sqrt(275 / 12) / math.sqrt(2)))
+    assert 0.006 < p < 0.0062
+    assert mann_whitney_p(np.arange(6, 11), np.arange(1, 6)) > 0.99  # the other direction
+    assert mann_whitney_p(np.ones(5), np.ones(5)) == 1.0  # all equal
+
+
+def test_gpu_corpus_run_against_itself(store):
+    ingest(store, [corpus("hta/nccl_parser_config")])
+    res = diff_runs(store, "nccl_parser_config", "nccl_parser_config")
+    assert not res.regressed and set(res.items["kind"]) == {"kernel", "collective"}
+    assert (res.items["delta_ns"] == 0).all() and (res.frame["delta"] == 0).all()
+
+
+# --- the CI gate on the real samples, through the CLI -----------------------------------------
+
+RUNS = ("normal", "normal_repeat", "extra_matmul")
+
+
+@pytest.fixture(scope="module")
+def sample_db(tmp_path_factory) -> Path:
+    missing = [r for r in RUNS if not list((SAMPLES / r).glob("rank*.trace.json.gz"))]
+    if missing:
+        pytest.skip(f"samples not recorded yet: {missing}")
+    db = tmp_path_factory.mktemp("diff") / "s.duckdb"
+    _cli("ingest", *(str(SAMPLES / r) for r in RUNS), "--db", str(db))
+    return db
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=300)
+
+
+def test_extra_matmul_is_flagged_with_exit_3(sample_db):
+    p = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db))
+    assert p.returncode == 3, p.stdout + p.stderr
+    summary = p.stdout.strip().splitlines()[-1]
+    assert summary.startswith("REGRESSION normal -> extra_matmul:") and "compute_ns" in summary
+    assert "grew: aten::mm" in summary  # the op that grew is named first
+    doc = json.loads(_cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "json").stdout)
+    assert doc["regressed"] and {m["metric"] for m in doc["metrics"] if m["regressed"]} >= {"compute_ns"}
+    compute = [i for i in doc["items"] if i["class"] == "compute"]
+    mm = max(compute, key=lambda i: i["delta_ns"])  # the compute item that grew most
+    assert mm["name"] == "aten::mm" and mm["grew"]
+    # One extra (BT,d)@(d,4d) per block adds 4 of the 27 aten::mm calls per step (test_flops).
+    assert (mm["base_calls"], mm["cand_calls"]) == (27, 31)
+
+
+@pytest.mark.parametrize("base, cand", [("normal", "normal"), ("normal", "normal_repeat"), ("normal_repeat", "normal")])
+def test_unchanged_job_passes_at_the_default_threshold(sample_db, base, cand):
+    p = _cli("diff", base, cand, "--db", str(sample_db))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().splitlines()[-1].startswith(f"OK {base} -> {cand}")
+
+
+def test_threshold_option(sample_db):
+    assert DEFAULT_THRESHOLD == 0.10
+    assert _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "0.9").returncode == 0
+    assert _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "0.9", "-t", "compute_ns=0.05").returncode == 3
+    bad = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "speed=0.1")
+    assert bad.returncode == 1 and "no such metric" in bad.stderr
+
+
+def test_report_with_baseline_has_a_diff_section(sample_db, tmp_path):
+    out = tmp_path / "r.html"
+    p = _cli("report", "--db", str(sample_db), "--run", "extra_matmul", "--baseline", "normal", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    assert 'id="diff"' in page and "REGRESSION normal -&gt; extra_matmul" in page

@@ -162,9 +162,11 @@ def ingest(
         _settle_ranks(name, traces, result)
     for name, traces in by_run.items():
         notes: list[str] = []
-        result.runs[name] = store.insert_run(
-            name, traces, after=lambda run_id, notes=notes: notes.extend(_settle_run(store, run_id, align))
-        )
+
+        def settle(run_id: int, notes: list[str] = notes) -> None:
+            notes.extend(_settle_run(store, run_id, align))
+
+        result.runs[name] = store.insert_run(name, traces, after=settle)
         result.added += sorted({pt.path for pt in traces})
         result.warnings += [f"run {name!r}: {n}" for n in notes]
     return result

@@ -20,21 +20,21 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-__all__ = ["BUFFER_ENV_VARS", "dump_fr_json", "enable_fr"]
+__all__ = ["BUFFER_ENV_VAR", "dump_fr_json", "enable_fr"]
 
-# Newer torch reads TORCH_FR_BUFFER_SIZE; older releases read the NCCL-named variable.
-BUFFER_ENV_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+# torch 2.13 reads TORCH_FR_BUFFER_SIZE and warns that TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated;
+# older releases read only the NCCL-named variable: set that one yourself there.
+BUFFER_ENV_VAR = "TORCH_FR_BUFFER_SIZE"
 
 
 def enable_fr(buffer_entries: int = 2000) -> None:
     """Turn the Flight Recorder on for process groups created after this call.
 
     Args:
-        buffer_entries: Ring-buffer size (collective records kept per process); values already
-            set in the environment win.
+        buffer_entries: Ring-buffer size (collective records kept per process); a value already
+            set in the environment wins.
     """
-    for var in BUFFER_ENV_VARS:
-        os.environ.setdefault(var, str(buffer_entries))
+    os.environ.setdefault(BUFFER_ENV_VAR, str(buffer_entries))
 
 
 def dump_fr_json(out_dir: str | os.PathLike[str]) -> Path:
@@ -50,7 +50,7 @@ def dump_fr_json(out_dir: str | os.PathLike[str]) -> Path:
         RuntimeError: torch.distributed is not initialized, or the Flight Recorder was not enabled
             before the process group was created (the dump then has no entries).
     """
-    from torch._C._distributed_c10d import _dump_fr_trace_json
+    from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]
 
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("dump_fr_json needs an initialized torch.distributed process group")

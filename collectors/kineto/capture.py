@@ -107,8 +107,9 @@ def build_meta(prof: profile, trace_file: str, sched: dict[str, int]) -> dict[st
         sched: The schedule used, ``{"skip_first", "wait", "warmup", "active"}`` in steps.
 
     Returns:
-        The sidecar: ``format``, ``version``, ``rank``, ``world_size``, ``host``, ``pid``, ``device``,
-        ``device_count``, ``backend``, ``torch_version``, ``profiled_steps`` (ProfilerStep#N numbers
+        The sidecar: ``format``, ``version``, ``rank``, ``world_size``, ``host``, ``pid``, ``device``
+        (CUDA device name, or ``"cpu"``), ``device_count`` (CUDA devices visible to the process, or
+        1 for a CPU-only run), ``backend`` (``None`` without torch.distributed), ``torch_version``, ``profiled_steps`` (ProfilerStep#N numbers
         in the trace), ``flops_per_step`` (``{"N": flops}``), ``flops_total``, ``flops_method``,
         ``trace_file``, plus ``flops_by_op`` (``{op name: flops}`` over the profiled steps),
         ``flops_outside_steps``, ``schedule``, ``activities``, ``num_threads``, ``local_rank`` and

@@ -208,6 +208,24 @@ def _fraction(key: str, raw: str) -> float:
         raise UsageError(f"--threshold {raw!r}: expected a fraction such as 0.1 (10%)") from None
 
 
+export_app = typer.Typer(help="Export a run to other tools' formats.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("perfetto")
+def export_perfetto(
+    db: DbOpt = Path(DEFAULT_DB),
+    run: RunOpt = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")] = Path("trace.json.gz"),
+) -> None:
+    """One merged, clock-aligned Chrome/Perfetto trace of all ranks (open in ui.perfetto.dev)."""
+    from traceprof.export import export_perfetto as do_export
+
+    with Store(db, read_only=True) as store:
+        n = do_export(store, run, output)
+    err.print(f"{n:,} events written to {output}", highlight=False)
+
+
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     try:

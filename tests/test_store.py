@@ -46,7 +46,7 @@ def test_schema_version_mismatch_refused(tmp_path):
     con = duckdb.connect(str(db))
     con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
     con.close()
-    with pytest.raises(SchemaVersionError, match="version 999.*reads version 1"):
+    with pytest.raises(SchemaVersionError, match=f"version 999.*reads version {schema.SCHEMA_VERSION}"):
         Store(db)
 
 

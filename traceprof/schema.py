@@ -17,7 +17,7 @@ from dataclasses import dataclass
 __all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The normalized event kinds (DESIGN.md §2). ``other`` keeps unknown categories.
 EVENT_KINDS = (

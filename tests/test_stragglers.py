@@ -83,7 +83,11 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
     row = res.frame.filter(res.frame["rank"] == slow).row(0, named=True)
     # Same share as the plain-JSON recomputation (single host: no clock offset is applied).
     assert row["last_arrival_share"] == pytest.approx(_share_from_json(run, slow))
-    assert row["last_arrival_share"] == res.frame["last_arrival_share"].max() >= 0.5
+    assert row["last_arrival_share"] == res.frame["last_arrival_share"].max()
+    if slow == 2:  # the 30 ms sleep: last in every one of the 12 all-reduces (issue 4: >= 90 %)
+        assert row["last_arrival_share"] >= 0.9
+    else:  # a 15 ms sleep on a core shared with rank 1: last in 8 of 12 in the committed recording
+        assert row["last_arrival_share"] >= 0.5
     assert row["wait_caused_ns"] == res.frame["wait_caused_ns"].max()
     # The slowed rank sleeps outside any traced op: that, not compute, made it late.
     assert res.verdict["cause"].to_list() == ["untraced host time"]

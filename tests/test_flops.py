@@ -12,6 +12,7 @@ from tests.conftest import SAMPLES
 from traceprof import flops
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.ingest import ingest
+from traceprof.optree import self_times, with_parents
 
 
 def op(name: str, ts: float, dur: float, dims: list | None = None, types: list | None = None,
@@ -191,3 +192,27 @@ def test_extra_matmul_sample_adds_the_hand_counted_flops(store):
     assert set(flops.account(store, rid, source="shapes").per_step["flops"]) == {HAND_STEP + HAND_EXTRA}
     side = flops.account(store, rid, source="sidecar").per_step["flops"]
     assert ((side - (HAND_STEP + HAND_EXTRA)).abs() / (HAND_STEP + HAND_EXTRA)).max() < 0.02
+
+
+def test_call_tree_by_hand():
+    # One lane (tid 1), times in ns:            parent     self
+    #   a [0, 100]                               -          100 - (40 + 30 + 0) = 30
+    #     b [10, 50]                             a          40 - 10 - 10 = 20
+    #       c [10, 20]  (same start as b)        b          10
+    #       d [20, 30]  (touches c: a sibling)   b          10
+    #     e [60, 90] and f [60, 90], identical:  a / e      0 / 30 (f has the higher priority value)
+    #     g [95, 95] (zero duration)             a          0
+    #   h [100, 120] (touches a: top level)      -          20
+    #   i [110, 130] (overlaps h, not inside)    -          20
+    # Lane tid 2: j [15, 40] is top level though it lies inside a's interval.
+    rows = [("a", 1, 0, 100, 1), ("b", 1, 10, 50, 1), ("c", 1, 10, 20, 1), ("d", 1, 20, 30, 1),
+            ("e", 1, 60, 90, 0), ("f", 1, 60, 90, 1), ("g", 1, 95, 95, 1), ("h", 1, 100, 120, 1),
+            ("i", 1, 110, 130, 1), ("j", 2, 15, 40, 1)]
+    df = pl.DataFrame(rows, schema=["name", "tid", "start_ns", "end_ns", "prio"], orient="row")
+    tree = with_parents(df, ["tid"], priority="prio")
+    names = dict(zip(tree["id"], tree["name"], strict=True))
+    parent = {n: names.get(p) for n, p in zip(tree["name"], tree["parent"], strict=True)}
+    assert parent == {"a": None, "b": "a", "c": "b", "d": "b", "e": "a", "f": "e", "g": "a", "h": None,
+                      "i": None, "j": None}
+    own = dict(zip(tree["name"], self_times(tree), strict=True))
+    assert own == {"a": 30, "b": 20, "c": 10, "d": 10, "e": 0, "f": 30, "g": 0, "h": 20, "i": 20, "j": 25}

@@ -38,6 +38,7 @@ from traceprof.activity import activity
 from traceprof.analysis import Chart, FrameResult
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.intervals import class_measures
+from traceprof.optree import self_times, with_parents
 from traceprof.store import Store
 
 __all__ = ["DEFAULT_THRESHOLD", "MIN_SAMPLES", "METRICS", "DiffResult", "diff_runs", "typical_items", "mann_whitney_p"]
@@ -109,44 +110,22 @@ def mann_whitney_p(base: np.ndarray, cand: np.ndarray) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-_ITEMS_SQL = """
+_OPS_SQL = """
 WITH gpu_ranks AS (SELECT DISTINCT rank FROM events WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset')),
-tt AS (SELECT DISTINCT rank, pid, tid FROM events WHERE run_id = $run AND kind = 'step'),
-ev AS (
-  SELECT e.rank, e.pid, e.tid, e.step, e.name, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
-         coalesce(json_extract_string(e.args, '$."Input Dims"'), '') AS sig,
-         row_number() OVER (ORDER BY e.rank, e.pid, e.tid, e.ts_ns, e.dur_ns DESC) AS id
-  FROM events e JOIN tt USING (rank, pid, tid)
-  WHERE e.run_id = $run AND e.kind = 'cpu_op' AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
-),
-parent AS (
-  SELECT c.id, max(p.id) AS parent FROM ev c JOIN ev p
-    ON p.rank = c.rank AND p.pid = c.pid AND p.tid = c.tid AND p.id < c.id
-   AND p.ts_ns <= c.ts_ns AND p.end_ns >= c.end_ns
-  GROUP BY c.id
-),
-child AS (SELECT p.parent AS id, sum(ev.dur_ns) AS child_ns FROM parent p JOIN ev USING (id) GROUP BY p.parent),
-calls AS (
-  SELECT 'op' AS kind, ev.name, ev.sig,
-         CASE WHEN starts_with(ev.name, 'c10d::') OR ev.name = 'record_param_comms' THEN 'comm'
-              ELSE 'compute' END AS class,
-         ev.dur_ns - coalesce(child.child_ns, 0) AS ns
-  FROM ev LEFT JOIN child USING (id) WHERE ev.step IS NOT NULL
-  UNION ALL
-  SELECT 'kernel', name, coalesce(grid, '') || coalesce(block, ''), class, dur_ns
-  FROM kernels WHERE run_id = $run AND step IS NOT NULL
-  UNION ALL
-  SELECT 'collective', op, coalesce(CAST(bytes_in AS VARCHAR), ''), 'comm', end_ns - start_ns
-  FROM collectives
-  WHERE run_id = $run AND step IS NOT NULL AND end_ns IS NOT NULL
-    AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))
-),
-groups AS (
-  SELECT kind, name, class, sig, count(*) AS n, CAST(median(ns) AS DOUBLE) AS med FROM calls GROUP BY ALL
-)
-SELECT kind, name, any_value(class) AS class,
-       sum(n * med) / $samples AS ns, sum(n) / $samples AS calls
-FROM groups GROUP BY kind, name
+tt AS (SELECT DISTINCT rank, pid, tid FROM events WHERE run_id = $run AND kind = 'step')
+SELECT e.rank, e.pid, e.tid, e.step, e.name, coalesce(json_extract_string(e.args, '$."Input Dims"'), '') AS sig,
+       e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
+FROM events e JOIN tt USING (rank, pid, tid)
+WHERE e.run_id = $run AND e.kind = 'cpu_op' AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
+"""
+_CALLS_SQL = """
+SELECT 'kernel' AS kind, name, coalesce(grid, '') || coalesce(block, '') AS sig, class, dur_ns AS ns
+FROM kernels WHERE run_id = $run AND step IS NOT NULL
+UNION ALL
+SELECT 'collective', op, coalesce(CAST(bytes_in AS VARCHAR), ''), 'comm', end_ns - start_ns
+FROM collectives
+WHERE run_id = $run AND step IS NOT NULL AND end_ns IS NOT NULL
+  AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))
 """
 
 
@@ -160,8 +139,18 @@ def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     samples = store.sql("SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id])["n"][0]
     if not samples:
         raise AnalysisError(f"run {run_id}: no ProfilerSteps, nothing to compare per step")
-    sql = _ITEMS_SQL.replace("$run", str(int(run_id))).replace("$samples", f"{int(samples)}.0")
-    return store.sql(sql)
+    ops = store.sql(_OPS_SQL.replace("$run", str(int(run_id))))
+    tree = with_parents(ops, ["rank", "pid", "tid"])
+    enqueue = pl.col("name").str.starts_with("c10d::") | (pl.col("name") == "record_param_comms")
+    op_calls = tree.with_columns(self_times(tree).alias("ns")).filter(pl.col("step").is_not_null()).select(
+        pl.lit("op").alias("kind"), "name", "sig",
+        pl.when(enqueue).then(pl.lit("comm")).otherwise(pl.lit("compute")).alias("class"), "ns")
+    calls = pl.concat([op_calls, store.sql(_CALLS_SQL.replace("$run", str(int(run_id))))], how="vertical_relaxed")
+    groups = calls.group_by("kind", "name", "class", "sig").agg(
+        pl.len().alias("n"), pl.col("ns").cast(pl.Float64).median().alias("med"))
+    return groups.group_by("kind", "name").agg(
+        pl.col("class").first(), ((pl.col("n") * pl.col("med")).sum() / samples).alias("ns"),
+        (pl.col("n").sum() / samples).alias("calls"))
 
 
 def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl.DataFrame, list[str]]:

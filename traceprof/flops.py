@@ -13,7 +13,8 @@ and FlopCounterMode). Sources, in the order :func:`account` prefers them:
    Dims"``, ``args."Input type"``, ``args."Concrete Inputs"``) for the matmul, convolution and
    attention ops in :data:`SHAPE_OPS`. Only *leaf* ops count: an op of that set that has another
    op of the set nested inside it on the same thread (``aten::linear`` -> ``aten::matmul`` ->
-   ``aten::mm``) is skipped, so nothing is counted twice.
+   ``aten::mm``) is skipped, so nothing is counted twice (the nesting comes from
+   ``traceprof.optree``, per thread).
 
 Source fields read: ``events`` (kind ``cpu_op``: name, ts_ns, dur_ns, pid, tid, step, args) and
 ``traces.flops_per_step``. Nothing here imports torch.
@@ -29,6 +30,7 @@ import msgspec
 import polars as pl
 
 from traceprof.errors import AnalysisError, UsageError
+from traceprof.optree import with_parents
 from traceprof.peaks import canonical_dtype
 from traceprof.store import Store
 
@@ -183,24 +185,14 @@ def palm_flops(params: float, layers: int, heads: int, head_dim: int, seq_len: i
     return 6.0 * params * tokens + 12.0 * layers * heads * head_dim * seq_len * tokens
 
 
-_LEAF_SQL = """
-WITH ops AS (
-  SELECT rank, trace_id, pid, tid, step, name, ts_ns, ts_ns + dur_ns AS end_ns,
-         json_extract_string(args, '$."Input Dims"') AS dims,
-         json_extract_string(args, '$."Input type"') AS types,
-         json_extract_string(args, '$."Concrete Inputs"') AS concrete,
-         row_number() OVER (ORDER BY trace_id, pid, tid, ts_ns, dur_ns DESC,
-                            CASE WHEN name IN ({composite}) THEN 0 ELSE 1 END) AS id
-  FROM events
-  WHERE run_id = ? AND kind = 'cpu_op' AND name IN ({names})
-)
-SELECT o.rank, o.step, o.name, o.dims, o.types, o.concrete, count(*) AS calls
-FROM ops o
-WHERE NOT EXISTS (
-  SELECT 1 FROM ops c
-  WHERE c.trace_id = o.trace_id AND c.pid = o.pid AND c.tid = o.tid AND c.id > o.id
-    AND c.ts_ns >= o.ts_ns AND c.end_ns <= o.end_ns)
-GROUP BY ALL
+_OPS_SQL = """
+SELECT rank, trace_id, pid, tid, step, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
+       json_extract_string(args, '$."Input Dims"') AS dims,
+       json_extract_string(args, '$."Input type"') AS types,
+       json_extract_string(args, '$."Concrete Inputs"') AS concrete,
+       CASE WHEN name IN ({composite}) THEN 0 ELSE 1 END AS prio
+FROM events
+WHERE run_id = ? AND kind = 'cpu_op' AND name IN ({names})
 """
 
 
@@ -216,8 +208,10 @@ def shape_flops(store: Store, run_id: int) -> pl.DataFrame:
         e.g. ``fp32``, ``bf16``; null if unknown), calls, flops (FLOPs of the calls whose shapes
         the formula could use), unknown_calls (calls without usable shapes, not in ``flops``).
     """
-    sql = _LEAF_SQL.format(names=_quoted(list(SHAPE_OPS)), composite=_quoted(_COMPOSITE))
-    leaves = store.sql(sql, [run_id])
+    ops = store.sql(_OPS_SQL.format(names=_quoted(list(SHAPE_OPS)), composite=_quoted(_COMPOSITE)), [run_id])
+    tree = with_parents(ops, ["trace_id", "pid", "tid"], priority="prio")
+    leaves = (tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))
+              .group_by("rank", "step", "name", "dims", "types", "concrete").agg(pl.len().cast(pl.Int64).alias("calls")))
     schema = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "name": pl.Utf8, "dtype": pl.Utf8, "calls": pl.Int64,
                         "flops": pl.Float64, "unknown_calls": pl.Int64})
     if leaves.is_empty():

@@ -140,13 +140,15 @@ def run(store: Store, params: Params) -> Result:
     dtype = canonical_dtype(params.dtype) if params.dtype else acc.dtype
     if params.dtype and dtype is None:
         raise UsageError(f"dtype={params.dtype!r}: expected one of bf16, fp16, tf32, fp32, fp64, fp8")
-    if dtype is None:
-        dtype = "bf16"
-        notes.append("dtype unknown (no shapes in the trace): using the bf16 peak; pass dtype=... to change")
-    elif dtype == "fp32" and not params.dtype:
-        notes.append("fp32 matmuls: using the FP32 (non-tensor-core) peak; pass dtype=tf32 if TF32 was enabled")
+    guessed = dtype is None
+    dtype = dtype or "bf16"
     f = _recompute_fraction(params.recompute)
     peaks, peak_notes = _peaks(store, run_id, params, dtype)
+    if (peaks["peak_device"].drop_nulls() != "user").any():  # a peak from the table: say which dtype
+        if guessed:
+            notes.append("dtype unknown (no shapes in the trace): using the bf16 peak; pass dtype=... to change")
+        elif dtype == "fp32" and not params.dtype:
+            notes.append("fp32 matmuls: using the FP32 (non-tensor-core) peak; pass dtype=tf32 if TF32 was enabled")
     notes += peak_notes
     steps = store.sql(
         """SELECT rank, step,

@@ -30,9 +30,8 @@ import numpy as np
 import polars as pl
 
 from analyses.overlap import exposed_comm
-from traceprof.activity import activity
+from traceprof.activity import run_activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
 from traceprof.store import Store
 
@@ -271,10 +270,7 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id = store.resolve_run(params.run)
-    act = activity(store, run_id, hta=params.hta, detail=True)
-    if act.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels and no CPU training-thread ops")
+    run_id, act = run_activity(store, params.run, hta=params.hta, detail=True)
     comm = act.filter(pl.col("class") == "comm")
     comp = act.filter(pl.col("class") == "compute")
     # The merged compute hides communication as well as every compute row does, and is far smaller.

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import activity
+from traceprof.activity import run_activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
 from traceprof.intervals import class_measures, subtract
 from traceprof.store import Store
 
@@ -100,10 +99,7 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id = store.resolve_run(params.run)
-    act = activity(store, run_id, hta=params.hta)
-    if act.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels and no CPU training-thread ops")
+    run_id, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _overlap(act, ["rank"])
     per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
     notes = []

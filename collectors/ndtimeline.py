@@ -151,11 +151,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     bases = np.concatenate([[0], np.cumsum(spans["len"].to_numpy() + _STEP_GAP_NS)[:-1]])
     df = df.join(spans.select("step").with_columns(pl.Series("base", bases, pl.Int64)), on="step")
     df = df.with_columns((pl.col("base") + pl.col("rel_ns")).alias("ts_ns"))
-    pp = int(meta.get("pp_size") or (int(df["stage"].max()) + 1))
+    pp = int(meta.get("pp_size") or (int(df["stage"].max()) + 1))  # type: ignore[arg-type]
     sha = hashlib.sha256(raw).hexdigest()
     sizes = {"world": int(df["rank"].n_unique()), "dp": int(df["dp_rank"].n_unique()), "pp": pp}
-    last_step = int(df["step"].max())
-    out = []
+    last_step = int(df["step"].max())  # type: ignore[arg-type]
+    out: list[ParsedTrace] = []
     for (rank,), g in df.sort("rank", "ts_ns", "optype").group_by("rank", maintain_order=True):
         out.append(_trace(p, sha, len(raw), int(rank), g, meta, sizes, last_step, rejected if not out else {}))
     return out

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
-__all__ = ["activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS"]
+__all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind")
@@ -143,3 +144,17 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
     return store.sql(sql.replace("$run", str(int(run_id))))
+
+
+def run_activity(store: Store, run: str | None, *, hta: bool = False, detail: bool = False) -> tuple[int, pl.DataFrame]:
+    """Resolve ``run`` (name, id or None for the latest) and return (run_id, :func:`activity`).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has neither GPU activity nor CPU training-thread ops.
+    """
+    run_id = store.resolve_run(run)
+    act = activity(store, run_id, hta=hta, detail=detail)
+    if act.is_empty():
+        raise AnalysisError(f"run {run or run_id}: no GPU kernels and no CPU training-thread ops")
+    return run_id, act

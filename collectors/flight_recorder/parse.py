@@ -23,11 +23,9 @@ input_sizes, output_sizes, input_dtypes, output_dtypes, state, thread_id``.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import math
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ import pyarrow as pa
 
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
+from traceprof.fileio import read_maybe_gzip
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
 
@@ -54,16 +53,7 @@ def is_fr_file(path: Path) -> bool:
 
 
 def _read(path: Path) -> tuple[bytes, bytes]:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
-    data = raw
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceFormatError(path, "", f"broken gzip stream ({e}); re-copy the file") from None
+    raw, data = read_maybe_gzip(path)
     if data[:1] == b"\x80":
         raise TraceFormatError(
             path, "", "a pickled Flight Recorder dump; traceprof does not unpickle files (unpickling "
@@ -134,8 +124,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     raw, data = _read(p)
     try:
         doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
-        raise TraceFormatError(p, "", f"invalid JSON ({e})") from None
+    except msgspec.DecodeError as err:
+        raise TraceFormatError(p, "", f"invalid JSON ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise TraceFormatError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     rank = _int(doc.get("rank"))

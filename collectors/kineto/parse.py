@@ -24,10 +24,8 @@ Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distribu
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import math
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +34,12 @@ import numpy as np
 import pyarrow as pa
 
 from traceprof.errors import TraceFormatError
+from traceprof.fileio import read_maybe_gzip
 from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
 from traceprof.parsed import ParsedTrace
 from traceprof.timeconv import us_text_to_ns
 
-__all__ = ["parse", "read_json_bytes", "sidecar_path", "is_trace_file"]
+__all__ = ["parse", "sidecar_path", "is_trace_file"]
 
 _KIND_BY_CAT = {
     "cpu_op": "cpu_op",
@@ -116,24 +115,6 @@ def sidecar_path(path: Path) -> Path:
         if n.endswith(suffix):
             return path.with_name(n[: -len(suffix)] + ".meta.json")
     return path.with_name(n + ".meta.json")
-
-
-def read_json_bytes(path: Path) -> tuple[bytes, bytes]:
-    """Read a file, gunzipping when it is gzip. Returns (raw file bytes, JSON bytes).
-
-    Raises:
-        TraceFormatError: The file cannot be read or the gzip stream is broken or truncated.
-    """
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return raw, gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceFormatError(path, "", f"broken gzip stream ({e}); re-copy the file") from None
-    return raw, raw
 
 
 def _decode(path: Path, data: bytes) -> _Trace:
@@ -233,7 +214,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             (with ``on_bad_event="raise"``) a malformed event, naming the event index.
     """
     p = Path(path).resolve()
-    raw, data = read_json_bytes(p)
+    raw, data = read_maybe_gzip(p)
     doc = _decode(p, data)
     base_ns = doc.baseTimeNanoseconds or 0
     dist = doc.distributedInfo or {}

@@ -37,8 +37,9 @@ lint: install-test
 schema-doc:
 	$(BIN)/python -m traceprof.schema > docs/schema.md
 
-bench: install
+bench: install-test
 	$(BIN)/python benchmarks/bench_ingest.py
+	$(BIN)/python benchmarks/bench_analyses.py
 
 clean:
 	rm -rf $(VENV) *.duckdb report.html .pytest_cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from traceprof.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("TRACEPROF_CORPUS", REPO.parent / "shared" / "corpus"))
 
 
 def corpus(rel: str) -> Path:

@@ -5,12 +5,25 @@ The library mirrors the CLI::
     from traceprof import Store, ingest, analysis
     with Store("traceprof.duckdb") as store:
         ingest(store, ["traces/run1"])
-        result = analysis.get("overlap").run(store, analysis.get("overlap").params(run="run1"))
-        result.to_frame()   # a polars DataFrame
+        an = analysis.get("overlap")
+        an.run(store, an.params(run="run1")).to_frame()   # a polars DataFrame
 """
 
-from traceprof.ingest import ingest
-from traceprof.store import Store
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Store", "ingest", "__version__"]
+
+
+def __getattr__(name: str) -> Any:  # lazy, so `python -m traceprof.schema` imports nothing else
+    if name == "Store":
+        from traceprof.store import Store
+
+        return Store
+    if name == "ingest":
+        from traceprof.ingest import ingest
+
+        return ingest
+    raise AttributeError(name)

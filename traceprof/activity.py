@@ -3,7 +3,8 @@
 GPU ranks: every kernel, memcpy and memset, classed ``comm`` (NCCL/RCCL), ``memory`` or
 ``compute`` (DESIGN.md §2 "Kernel class"). CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
 annotations are ``comm``; the ``cpu_op`` events of the training thread (the thread that holds the
-ProfilerStep annotations), except the c10d enqueue ops, are ``compute``.
+ProfilerStep annotations; without steps, the thread with the most cpu_op time), except the c10d
+enqueue ops, are ``compute``.
 
 HTA-compatible selection (``hta=True``), as Holistic Trace Analysis 0.5.0 loads a trace:
   1. When the run has two or more ProfilerSteps, keep only GPU events launched (same
@@ -41,8 +42,17 @@ WITH gpu_ranks AS (
   SELECT DISTINCT rank FROM events
   WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset')
 ),
-train_threads AS (
+step_threads AS (
   SELECT DISTINCT rank, pid, tid FROM events WHERE run_id = $run AND kind = 'step'
+),
+train_threads AS (
+  SELECT * FROM step_threads
+  UNION ALL  -- ranks without ProfilerSteps: the thread with the most cpu_op time
+  SELECT rank, pid, tid FROM (
+    SELECT rank, pid, tid, sum(dur_ns) AS busy FROM events
+    WHERE run_id = $run AND kind = 'cpu_op' AND rank NOT IN (SELECT rank FROM step_threads)
+    GROUP BY ALL
+  ) QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy DESC, tid) = 1
 )
 SELECT e.rank,
        CASE WHEN e.kind IN ('memcpy', 'memset') THEN 'memory'

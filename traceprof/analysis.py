@@ -121,6 +121,9 @@ def get(name: str) -> Analysis:
     return _REGISTRY[name]
 
 
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
 def make_params(analysis: Analysis, run: str | None, options: dict[str, str]) -> Any:
     """Build ``analysis.params`` from the run and ``key=value`` strings, converting types.
 
@@ -138,9 +141,12 @@ def make_params(analysis: Analysis, run: str | None, options: dict[str, str]) ->
         kind = type(default) if default is not None and default is not dataclasses.MISSING else str
         try:
             if kind is bool:
-                values[key] = raw.lower() in ("1", "true", "yes", "on")
+                if raw.lower() not in _BOOLS:
+                    raise ValueError(raw)
+                values[key] = _BOOLS[raw.lower()]
             else:
                 values[key] = kind(raw)
         except ValueError:
-            raise UsageError(f"{key}={raw!r}: expected {kind.__name__}") from None
+            expected = "true or false" if kind is bool else kind.__name__
+            raise UsageError(f"{key}={raw!r}: expected {expected}") from None
     return analysis.params(**values)

@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from enum import Enum
 from pathlib import Path
@@ -73,6 +74,16 @@ def _cell(v: object) -> str:
     return str(v)
 
 
+def _progress() -> Progress | contextlib.nullcontext[None]:
+    """A progress bar on a terminal; nothing when stderr is piped (no stray blank lines)."""
+    if not err.is_terminal:
+        return contextlib.nullcontext()
+    return Progress(
+        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"), console=err, transient=True,
+    )
+
+
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Trace files or directories (a directory of rank files is one run).")],
@@ -85,17 +96,31 @@ def ingest(
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     from traceprof.ingest import ingest as do_ingest
 
-    with Store(db) as store, Progress(
-        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.description}"), console=err, transient=True,
-    ) as bar:
-        task = bar.add_task("", total=None)
-        res = do_ingest(
-            store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs, align=align,
-            progress=lambda done, total, p: bar.update(task, completed=done, total=total, description=Path(p).name),
-        )
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
+    new_store = not db.exists()
+    try:
+        with Store(db) as store, _progress() as bar:
+            show = None
+            if bar is not None:
+                task = bar.add_task("", total=None)
+
+                def show(done: int, total: int, p: str) -> None:
+                    bar.update(task, completed=done, total=total, description=Path(p).name)
+
+            res = do_ingest(
+                store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
+                align=align, progress=show,
+            )
+    except BaseException:
+        if new_store:  # a failed first ingest leaves no empty store behind
+            for f in (db, db.with_name(db.name + ".wal")):
+                f.unlink(missing_ok=True)
+        raise
     for w in res.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for path, where in res.skipped.items():
+        err.print(f"already stored: {path} ({where})", highlight=False)
     for name, rid in res.runs.items():
         err.print(f"run {name!r} (id {rid}): stored in {db}", highlight=False)
     err.print(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored", highlight=False)
@@ -115,6 +140,8 @@ def sql(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Run read-only SQL on the store (no writes, no file access)."""
+    if not query.strip():
+        raise UsageError("empty query; e.g. traceprof sql \"SELECT * FROM runs\"")
     with Store(db, read_only=True) as store:
         render(store.sql(query), fmt)
 
@@ -237,6 +264,12 @@ def main() -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted; the run being ingested, if any, was not stored", highlight=False)
+        sys.exit(130)
+    except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
+        sys.stderr.close()
+        sys.exit(0)
     except Exception as e:  # click's usage errors (typer vendors click): show, exit 1
         if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()

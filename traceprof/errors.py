@@ -11,6 +11,7 @@ from pathlib import Path
 __all__ = [
     "TraceprofError",
     "TraceFormatError",
+    "NotATraceError",
     "StoreError",
     "SchemaVersionError",
     "UsageError",
@@ -42,6 +43,14 @@ class TraceFormatError(TraceprofError):
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         # Parsers run in worker processes; the error must survive the trip back.
         return (type(self), (self.path, self.where, self.reason))
+
+
+class NotATraceError(TraceFormatError):
+    """The file is well-formed (e.g. valid JSON) but not a trace of the source that tried it.
+
+    Ingest skips such files, with a warning, when it finds them while scanning a directory, and
+    fails on them when the user named the file.
+    """
 
 
 class StoreError(TraceprofError):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from traceprof.fileio import write_output
 from traceprof.store import Store
 
 __all__ = ["export_perfetto"]
@@ -29,6 +30,7 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
 
     Raises:
         StoreError: No such run.
+        UsageError: ``output`` cannot be written.
     """
     run_id = store.resolve_run(run)
     t0 = store.sql("SELECT min(ts_ns) AS t0 FROM events WHERE run_id = ?", [run_id])["t0"][0] or 0
@@ -68,6 +70,5 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
         meta.append({"ph": "M", "name": "process_sort_index", "pid": r * 2 + 1, "args": {"sort_index": r * 2 + 1}})
     body = b",\n".join([orjson.dumps(m) for m in meta] + out)
     data = b'{"displayTimeUnit": "ns", "traceEvents": [\n' + body + b"\n]}\n"
-    path = Path(output)
-    path.write_bytes(gzip.compress(data, 6) if path.suffix == ".gz" else data)
+    write_output(output, gzip.compress(data, 6) if str(output).endswith(".gz") else data)
     return n

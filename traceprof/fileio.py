@@ -6,9 +6,9 @@ import gzip
 import zlib
 from pathlib import Path
 
-from traceprof.errors import TraceFormatError
+from traceprof.errors import TraceFormatError, UsageError
 
-__all__ = ["read_maybe_gzip"]
+__all__ = ["read_maybe_gzip", "write_output"]
 
 
 def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
@@ -30,3 +30,21 @@ def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
         return raw, gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as e:
         raise TraceFormatError(path, "", f"broken gzip stream ({e}); re-copy the file") from None
+
+
+def write_output(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to an output file the user named.
+
+    Raises:
+        UsageError: The folder does not exist, the path is a directory, or it cannot be written.
+    """
+    out = Path(path)
+    try:
+        out.write_bytes(data)
+    except IsADirectoryError:
+        raise UsageError(f"{out}: is a directory; give a file name, e.g. {out / 'report.html'}") from None
+    except FileNotFoundError:
+        raise UsageError(f"{out}: folder {out.parent} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"{out}: cannot write: {e.strerror or e}") from None
+    return out

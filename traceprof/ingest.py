@@ -22,7 +22,7 @@ from pathlib import Path
 from collectors import flight_recorder, kineto, ndtimeline
 from collectors.kineto.enqueue import fill_gloo_enter
 from traceprof import clock, matching
-from traceprof.errors import TraceFormatError, UsageError
+from traceprof.errors import NotATraceError, TraceFormatError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
 
@@ -38,22 +38,25 @@ class IngestResult:
     Attributes:
         runs: run name -> run_id of every run that gained traces.
         added: Paths of the files ingested.
-        skipped: Paths skipped because a file with the same SHA-256 is already stored.
+        skipped: Paths skipped because a file with the same SHA-256 is already stored -> where.
         warnings: Messages for the user (missing ranks, partial world, ...).
     """
 
     runs: dict[str, int] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
-def discover(paths: Iterable[str | Path], unclaimed: list[str] | None = None) -> dict[Path, list[Path]]:
+def discover(
+    paths: Iterable[str | Path], unclaimed: list[str] | None = None, scanned: set[Path] | None = None
+) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
 
     Args:
         paths: Files and directories (searched recursively).
         unclaimed: If given, receives the JSON files found in directories that no collector reads.
+        scanned: If given, receives the files found by scanning a directory (not named by the user).
 
     Raises:
         UsageError: A path does not exist or holds no trace file.
@@ -68,6 +71,8 @@ def discover(paths: Iterable[str | Path], unclaimed: list[str] | None = None) ->
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
             files = [f for f in found if _claim(f)]
+            if scanned is not None:
+                scanned.update(f.resolve() for f in files)
             if unclaimed is not None:
                 unclaimed += [str(f) for f in found if not _claim(f) and f.name.endswith(".json")
                               and not f.name.endswith(".meta.json")]
@@ -99,8 +104,19 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _parse_one(args: tuple[Path, str]) -> list[ParsedTrace]:
-    path, on_bad_event = args
+def _parse_one(args: tuple[Path, str, bool]) -> list[ParsedTrace] | NotATraceError:
+    """Parse one file; a file found by a directory scan that is not a trace comes back as the
+    error (skipped with a warning) instead of raising."""
+    path, on_bad_event, scanned = args
+    try:
+        return _parse_source(path, on_bad_event)
+    except NotATraceError as e:
+        if scanned:
+            return e
+        raise
+
+
+def _parse_source(path: Path, on_bad_event: str) -> list[ParsedTrace]:
     source = _claim(path)
     if source == "flight_recorder":
         return [flight_recorder.parse(path, on_bad_event=on_bad_event)]
@@ -143,20 +159,25 @@ def ingest(
     """
     result = IngestResult()
     unclaimed: list[str] = []
-    groups = discover(paths, unclaimed)
+    scanned: set[Path] = set()
+    groups = discover(paths, unclaimed, scanned)
     if unclaimed:
         result.warnings.append(f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}")
     todo: list[tuple[str, Path]] = []
     for group, files in groups.items():
         name = run or (group.stem if group.is_file() else group.name)
         for f in files:
-            if store.has_sha(_sha256(f)):
-                result.skipped.append(str(f))
+            where = store.find_sha(_sha256(f))
+            if where is not None:
+                result.skipped[str(f)] = where
             else:
                 todo.append((name, f))
-    parsed = _parse_all([f for _, f in todo], on_bad_event, jobs, progress)
+    parsed = _parse_all([(f, on_bad_event, f in scanned) for _, f in todo], jobs, progress)
     by_run: dict[str, list[ParsedTrace]] = {}
     for (name, _), pts in zip(todo, parsed, strict=True):
+        if isinstance(pts, NotATraceError):
+            result.warnings.append(f"skipped {pts}")
+            continue
         by_run.setdefault(name, []).extend(pts)
     for name, traces in by_run.items():
         _settle_ranks(name, traces, result)
@@ -188,22 +209,22 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
 
 
 def _parse_all(
-    files: list[Path], on_bad_event: str, jobs: int | None, progress: Progress | None
-) -> list[list[ParsedTrace]]:
-    n = len(files)
+    tasks: list[tuple[Path, str, bool]], jobs: int | None, progress: Progress | None
+) -> list[list[ParsedTrace] | NotATraceError]:
+    n = len(tasks)
     workers = min(jobs or os.cpu_count() or 1, n)
-    out: list[list[ParsedTrace]] = []
+    out: list[list[ParsedTrace] | NotATraceError] = []
     if workers <= 1:
-        for i, f in enumerate(files):
-            out.append(_parse_one((f, on_bad_event)))
+        for i, task in enumerate(tasks):
+            out.append(_parse_one(task))
             if progress:
-                progress(i + 1, n, str(f))
+                progress(i + 1, n, str(task[0]))
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for i, (f, pts) in enumerate(zip(files, pool.map(_parse_one, [(f, on_bad_event) for f in files]), strict=True)):
+        for i, (task, pts) in enumerate(zip(tasks, pool.map(_parse_one, tasks), strict=True)):
             out.append(pts)
             if progress:
-                progress(i + 1, n, str(f))
+                progress(i + 1, n, str(task[0]))
     return out
 
 
@@ -211,6 +232,9 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
     """Check ranks within one run: a lone file without a rank is rank 0 (with a warning)."""
     for pt in traces:
         result.warnings += pt.warnings
+        if pt.rejected:
+            why = ", ".join(f"{n} {reason}" for reason, n in pt.rejected.items())
+            result.warnings.append(f"{Path(pt.path).name}: {sum(pt.rejected.values())} record(s) not stored: {why}")
     missing = [pt for pt in traces if pt.rank is None]
     if missing and len(traces) == 1:
         missing[0].rank = 0
@@ -231,9 +255,14 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
                 "files in their own directory or use --run",
             )
         seen[(pt.rank, pt.source)] = pt.path
-    worlds = {pt.world_size for pt in traces if pt.world_size is not None}
+    worlds = {pt.world_size: pt.path for pt in traces if pt.world_size is not None}
     ranks = len({pt.rank for pt in traces})
     if len(worlds) > 1:
-        result.warnings.append(f"run {name!r}: traces disagree on world size: {sorted(worlds)}")
-    elif worlds and ranks < max(worlds):
+        (w1, p1), (w2, p2) = sorted(worlds.items())[:2]
+        raise TraceFormatError(
+            p2, "distributedInfo.world_size",
+            f"world size {w2}, but {p1} in the same run {name!r} says {w1}: traces of different jobs "
+            "cannot be one run; ingest them as separate runs (one directory each, or --run)",
+        )
+    if worlds and ranks < max(worlds):
         result.warnings.append(f"run {name!r}: {ranks} of {max(worlds)} ranks traced")

@@ -30,7 +30,8 @@ class ParsedTrace:
         trace: Other ``traces`` columns (host, pid, backend, device_name, base_time_ns, ...).
         events / devices / steps / collectives: Row tables, see the module doc.
         events_read: Records read from the file.
-        rejected: Records not stored in ``events``, counted by reason.
+        rejected: Malformed or unknown records not stored in ``events``, counted by reason.
+        skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
         warnings: Messages the user should see (e.g. "rank missing, assumed 0").
     """
 
@@ -48,6 +49,7 @@ class ParsedTrace:
     collectives: pa.Table | None = None
     events_read: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     @property

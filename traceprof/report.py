@@ -19,6 +19,7 @@ import polars as pl
 from traceprof import analysis as registry
 from traceprof.analysis import Chart, FrameResult
 from traceprof.errors import AnalysisError, TraceprofError
+from traceprof.fileio import write_output
 from traceprof.store import Store
 
 __all__ = ["write_report", "render_html", "REPORT_ANALYSES"]
@@ -124,7 +125,7 @@ def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResul
     run_id = store.resolve_run(run)
     info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
     traces = store.sql(
-        """SELECT rank, source, format, device_name, backend, host, events_kept, events_rejected,
+        """SELECT rank, source, format, device_name, backend, host, events_kept, events_rejected, events_skipped,
                   regexp_extract(path, '[^/]+$') AS file
            FROM traces WHERE run_id = ? ORDER BY rank, source""",
         [run_id],
@@ -178,6 +179,7 @@ def write_report(store: Store, run: str | None, output: str | Path, baseline: st
     Raises:
         StoreError: No such run.
         AnalysisError: Nothing to report.
+        UsageError: ``output`` cannot be written.
     """
     extra: list[tuple[str, FrameResult]] = []
     if baseline is not None:
@@ -187,6 +189,4 @@ def write_report(store: Store, run: str | None, output: str | Path, baseline: st
     text = render_html(store, run, extra=extra)
     if not text:
         raise AnalysisError("empty report")
-    out = Path(output)
-    out.write_text(text, encoding="utf-8")
-    return out
+    return write_output(output, text.encode("utf-8"))

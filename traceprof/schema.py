@@ -17,7 +17,7 @@ from dataclasses import dataclass
 __all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The normalized event kinds (DESIGN.md §2). ``other`` keeps unknown categories.
 EVENT_KINDS = (
@@ -115,8 +115,10 @@ TABLES: tuple[Table, ...] = (
             _c("clock_residual_ns", "BIGINT", "Spread of collective end times after alignment (MAD)", "ns"),
             _c("events_read", "BIGINT", "Records read from the file", "events"),
             _c("events_kept", "BIGINT", "Records stored in events", "events"),
-            _c("events_rejected", "BIGINT", "Records rejected (see rejected)", "events"),
+            _c("events_rejected", "BIGINT", "Malformed or unknown records not stored (see rejected)", "events"),
             _c("rejected", "JSON", "Rejected record counts by reason"),
+            _c("events_skipped", "BIGINT", "Records not stored by design: flows (links kept as ids), metadata", "events"),
+            _c("skipped", "JSON", "Skipped record counts by kind"),
             _c("flops_per_step", "JSON", "Model FLOPs per profiled step from the collector sidecar"),
             _c("flops_method", "VARCHAR", "How the sidecar FLOPs were counted"),
             _c("meta", "JSON", "Other top-level facts of the file (distributedInfo, sidecar, ...)"),

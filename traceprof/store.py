@@ -24,6 +24,11 @@ __all__ = ["Store", "DEFAULT_DB"]
 DEFAULT_DB = "traceprof.duckdb"
 
 
+def _magic(path: Path) -> bytes:
+    with path.open("rb") as f:
+        return f.read(16)
+
+
 class Store:
     """A traceprof DuckDB store.
 
@@ -40,6 +45,10 @@ class Store:
         self.path = Path(path)
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
+        if self.path.is_file() and _magic(self.path) == b"SQLite format 3\x00":
+            raise StoreError(
+                f"{self.path}: an SQLite file (an Nsight Systems export?), not a traceprof store (DuckDB)"
+            )
         try:
             if read_only:
                 self.con = duckdb.connect(
@@ -101,7 +110,8 @@ class Store:
                 return pl.DataFrame()
             return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
         except duckdb.Error as e:
-            raise StoreError(f"SQL error: {e}") from None
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StoreError(f"SQL error: {first}") from None
 
     def runs(self) -> pl.DataFrame:
         """One row per run: run_id, name, world_size, ranks (traced), traces, events, ingested_at."""
@@ -126,14 +136,22 @@ class Store:
             raise StoreError(f"{self.path}: no runs; ingest traces first with `traceprof ingest PATH`")
         if run is None:
             return int(rows[-1][0])
-        for rid, name in rows:
-            if name == str(run) or str(rid) == str(run):
+        for rid, name in rows:  # names first: a run may be named "1"
+            if name == str(run):
+                return int(rid)
+        for rid, _ in rows:
+            if str(rid) == str(run):
                 return int(rid)
         names = ", ".join(n for _, n in rows)
         raise StoreError(f"no run named {run!r} in {self.path}; runs: {names}")
 
-    def has_sha(self, sha256: str) -> bool:
-        return self._one("SELECT 1 FROM traces WHERE sha256 = ? LIMIT 1", [sha256]) is not None
+    def find_sha(self, sha256: str) -> str | None:
+        """Where a file with this SHA-256 is stored ("run 'x' (id 3), rank 0"), or None."""
+        row = self._one(
+            "SELECT r.name, r.run_id, t.rank FROM traces t JOIN runs r USING (run_id) WHERE t.sha256 = ? LIMIT 1",
+            [sha256],
+        )
+        return None if row is None else f"run {row[0]!r} (id {row[1]}), rank {row[2]}"
 
     def save_frames(self, run_id: int, prefix: str, frames: dict[str, pl.DataFrame]) -> list[str]:
         """Store analysis result frames as tables ``<prefix>_<frame>`` so SQL can join them.
@@ -249,6 +267,7 @@ class Store:
                 pt.bytes, t.get("host"), t.get("pid"), t.get("backend"), t.get("device_name"),
                 t.get("torch_version"), t.get("base_time_ns", 0), 0, None, pt.events_read,
                 pt.events_kept, sum(pt.rejected.values()), orjson.dumps(pt.rejected).decode(),
+                sum(pt.skipped.values()), orjson.dumps(pt.skipped).decode(),
                 t.get("flops_per_step"), t.get("flops_method"), t.get("meta"),
             ],
         )

@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from traceprof.errors import TraceFormatError
+from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
 from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
 from traceprof.parsed import ParsedTrace
@@ -121,6 +121,8 @@ def _decode(path: Path, data: bytes) -> _Trace:
     try:
         return msgspec.json.decode(data, type=_Trace)
     except msgspec.ValidationError as e:
+        if "missing required field `traceEvents`" in str(e) and "$." not in str(e):
+            raise NotATraceError(path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)") from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
         what = "truncated JSON" if "truncated" in str(e).lower() else "invalid JSON"
@@ -229,6 +231,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         )
     }
     rejected: dict[str, int] = {}
+    skipped: dict[str, int] = {}
     process_names: dict[str, str] = {}
     ids = _decode_ids(data)
     for i, ev in enumerate(doc.traceEvents):
@@ -236,9 +239,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if kind is None:
             if ev.ph == "M" and ev.name == "process_name":
                 process_names[_lane(ev.pid)] = str(_args_dict(bytes(ev.args)).get("name", ""))
-            reason = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ev.ph, f"ph={ev.ph!r}")
-            reason += " (not an interval; links kept as correlation ids)" if reason == "flow" else ""
-            rejected[reason] = rejected.get(reason, 0) + 1
+            design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ev.ph)
+            if design:  # by design: flows are links (kept as correlation ids), metadata is read above
+                skipped[design] = skipped.get(design, 0) + 1
+            else:
+                reason = f"unknown phase ph={ev.ph!r}"
+                rejected[reason] = rejected.get(reason, 0) + 1
             continue
         problem = None
         ts = dur = 0
@@ -334,6 +340,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         collectives=pa.Table.from_pylist(coll, schema=_COLL_SCHEMA),
         events_read=len(doc.traceEvents),
         rejected=rejected,
+        skipped=skipped,
         warnings=warnings,
     )
 

@@ -37,7 +37,7 @@ td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap;
 th{background:#f4f4f4}td.s{text-align:left}
 .note{background:#f7f9fc;border-left:3px solid #4a7bd0;padding:6px 10px;margin:6px 0}
 .err{background:#fff4f4;border-left:3px solid #c33;padding:6px 10px}
-details{margin:6px 0}
+details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}
 """
 
 
@@ -55,7 +55,8 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
                 cells.append(f'<td class="s">{html.escape("" if v is None else str(v))}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>" if df.height > max_rows else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<div class="scroll">{table}</div>{more}'
 
 
 def _chart(result: FrameResult, chart: Chart) -> Any:
@@ -134,16 +135,19 @@ def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResul
     sections: list[str] = []
     toc: list[str] = []
     names = [n for n in REPORT_ANALYSES if n in registry.names()]
-    results: list[tuple[str, FrameResult]] = []
+    results: list[tuple[str, FrameResult | TraceprofError]] = []
     for name in names:
         an = registry.get(name)
         try:
             results.append((name, an.run(store, registry.make_params(an, str(run_id), {}))))
         except TraceprofError as e:
-            sections.append(f'<h2 id="{name}">{html.escape(name)}</h2><div class="err">not available: {html.escape(str(e))}</div>')
-            toc.append(name)
-    for name, res in results + (extra or []):
-        sections.append(_section(name, res, plots))
+            results.append((name, e))
+    for name, res in results + list(extra or []):
+        if isinstance(res, TraceprofError):
+            msg = html.escape(str(res))
+            sections.append(f'<h2 id="{name}">{html.escape(name)}</h2><div class="err">not available: {msg}</div>')
+        else:
+            sections.append(_section(name, res, plots))
         toc.append(name)
     script, divs = components([hv.render(p, backend="bokeh") for p in plots]) if plots else ("", [])
     body = "\n".join(sections)

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import SAMPLES, corpus
+from traceprof import matching
 from traceprof.ingest import ingest
 
 BASE = 1_700_000_000_000_000_000
@@ -131,3 +132,43 @@ def test_ndtimeline_groups(store):
     for (present,) in store.sql("SELECT ranks_present FROM collective_instances WHERE pg LIKE 'pp%'").rows():
         (d0, s0), (d1, s1) = where[present[0]], where[present[1]]
         assert d0 == d1 and abs(s0 - s1) == 1
+
+
+def _p2p_rank(starts: list[int]) -> list[dict]:
+    """An old-style GPU rank: one SendRecv NCCL kernel (no process group, no Seq) per start (us),
+    20 us long, on stream 9, each launched 5 us before it starts."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for k, t in enumerate(starts):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": t - 5, "dur": 2, "args": {"correlation": 70 + k}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0,
+                   "tid": 9, "ts": t, "dur": 20, "args": {"correlation": 70 + k, "device": 0, "stream": 9}})
+    return ev
+
+
+def test_point_to_point_without_ids_is_not_matched_by_order(store, tmp_path):
+    # Rank 0's second SendRecv (100 us) ends at 120, before rank 1's second one starts (400): the
+    # k-th send/recv of two ranks need not be the same transfer (each has one unknown peer), so
+    # they stay unmatched instead of being paired by ordinal.
+    _write(tmp_path / "run" / "r0.json", _p2p_rank([10, 100]), 0, world=128, backend="nccl")
+    _write(tmp_path / "run" / "r1.json", _p2p_rank([12, 400]), 1, world=128, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    rows = store.sql("SELECT op, instance_id, match_method FROM collectives ORDER BY rank, start_ns").rows()
+    assert rows == [("send_recv", None, None)] * 4
+    assert store.sql("SELECT count(*) FROM collective_instances").item() == 0
+    assert matching.unmatched_p2p(store, store.resolve_run("run")) == 4
+
+
+def test_trace_filter_send_recv_pairs_by_order_are_inconsistent(store):
+    # Independent evidence (plain SQL on the kernels) that the ordinal pairing of the old traces'
+    # SendRecv kernels is wrong: in some k-th pairs one rank's kernel ends before the other's starts,
+    # which no transfer between the two could do.
+    ingest(store, [corpus("hta/trace_filter")])
+    bad = store.sql(
+        """WITH k AS (SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns,
+                             row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS k
+                      FROM events WHERE kind = 'kernel' AND name ILIKE 'ncclKernel_SendRecv%')
+           SELECT count(*) FROM k a JOIN k b ON a.k = b.k AND a.rank = 0 AND b.rank = 1
+           WHERE a.end_ns < b.ts_ns OR b.end_ns < a.ts_ns""").item()
+    assert bad >= 1
+    assert store.sql("SELECT count(*) FROM collectives WHERE instance_id IS NOT NULL").item() == 0

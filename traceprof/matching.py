@@ -11,7 +11,11 @@ Algorithm:
   2. Other rows (old Kineto traces, gloo annotations) match by ordinal: on every rank, the k-th
      collective of the same op and size on the same group within the same step (or within the
      trace when steps are unknown) is the same instance: method ``ordinal``. Ordinals follow each
-     rank's arrival order.
+     rank's arrival order. Point-to-point ops (send, recv, send_recv; :data:`P2P_OPS`) without a
+     process group and sequence number are left unmatched (``instance_id`` null): each involves
+     one unknown peer, so the k-th one on two ranks is in general not the same transfer (on
+     ``hta/trace_filter``, ranks 0 and 1 of a 128-rank job, the ordinal pairs ended up to 116 ms
+     before the "other side" started).
   3. Instance ids are numbered 1.. in order of first arrival; ``collective_instances`` gets one row
      per instance with the ranks present and missing (the ranks seen in that source and group
      anywhere in the run) and arrival / end statistics (recomputed by :func:`refresh_instances`
@@ -28,10 +32,15 @@ from dataclasses import dataclass
 
 from traceprof.store import Store
 
-__all__ = ["ARRIVAL_SQL", "MatchSummary", "match_run", "refresh_instances", "preferred_source"]
+__all__ = ["ARRIVAL_SQL", "P2P_OPS", "MatchSummary", "match_run", "refresh_instances", "preferred_source",
+           "unmatched_p2p"]
 
 #: SQL expression (over a collectives row) for the time a rank arrives at the collective.
 ARRIVAL_SQL = "CASE WHEN source = 'nccl_kernel' THEN start_ns ELSE coalesce(enter_ns, start_ns) END"
+
+#: Point-to-point ops (``traceprof.ops`` names): one peer each, never matched by ordinal.
+P2P_OPS = ("send", "recv", "send_recv", "send_coalesced", "recv_coalesced", "send_recv_coalesced")
+_P2P_SQL = "(" + ", ".join(f"'{op}'" for op in P2P_OPS) + ")"
 
 
 @dataclass(frozen=True)
@@ -43,12 +52,14 @@ class MatchSummary:
         instances: Instances (one per matched collective across ranks).
         by_method: Instances per method (``pg_seq``, ``ordinal``).
         incomplete: Instances that miss at least one rank of their group.
+        unmatched_p2p: Point-to-point rows left unmatched (no process group and sequence number).
     """
 
     rows: int
     instances: int
     by_method: dict[str, int]
     incomplete: int
+    unmatched_p2p: int = 0
 
 
 _ASSIGN = f"""
@@ -56,6 +67,7 @@ WITH c AS (
   SELECT rowid AS rid, rank, source, pg, seq, op, step,
          coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
   FROM collectives WHERE run_id = $run
+    AND NOT (coalesce(op, '') IN {_P2P_SQL} AND (pg IS NULL OR seq IS NULL))
 ),
 k AS (
   SELECT rid, arrival_ns,
@@ -149,7 +161,15 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
         instances=sum(by_method.values()),
         by_method=by_method,
         incomplete=int(stats["inc"].sum()) if stats.height else 0,
+        unmatched_p2p=unmatched_p2p(store, run_id),
     )
+
+
+def unmatched_p2p(store: Store, run_id: int) -> int:
+    """Point-to-point rows of a run that matching left unmatched (module doc, step 2)."""
+    return int(store.sql(
+        f"""SELECT count(*) AS n FROM collectives
+            WHERE run_id = ? AND instance_id IS NULL AND op IN {_P2P_SQL}""", [run_id]).item())
 
 
 def refresh_instances(store: Store, run_id: int) -> None:

@@ -30,10 +30,12 @@ import numpy as np
 import polars as pl
 
 from traceprof.activity import activity
-from traceprof.matching import ARRIVAL_SQL, preferred_source
+from traceprof.errors import AnalysisError
+from traceprof.matching import ARRIVAL_SQL, preferred_source, unmatched_p2p
 from traceprof.store import Store
 
-__all__ = ["compute_items", "comm_items", "Timeline", "build", "replay", "EPS_NS"]
+__all__ = ["compute_items", "comm_items", "require_matched", "partial_note", "Timeline", "build", "replay",
+           "EPS_NS"]
 
 #: Tolerance for "ended before started" (ns): float32 NDTimeline times have ~4 us resolution.
 EPS_NS = 10_000
@@ -87,6 +89,47 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
         [run_id, source],
     )
     return df, source
+
+
+def _ranks(store: Store, run_id: int) -> tuple[int, int | None]:
+    """(ranks traced, world size of the job or None when unknown)."""
+    row = store.sql(
+        """SELECT (SELECT count(DISTINCT rank) FROM traces WHERE run_id = $1) AS traced,
+                  (SELECT world_size FROM runs WHERE run_id = $1) AS world""", [run_id]).row(0)
+    return int(row[0]), (int(row[1]) if row[1] is not None else None)
+
+
+def require_matched(store: Store, run_id: int, items: pl.DataFrame, source: str | None, label: str,
+                    analysis: str) -> None:
+    """Raise unless ``items`` (:func:`comm_items`) hold a collective seen by two or more ranks.
+
+    Both straggler analyses compare ranks at the same collective; with one rank (or nothing
+    matched) there is nothing to compare, and a trivial "no straggler" would be a wrong answer.
+
+    Raises:
+        AnalysisError: Saying why: one rank traced, or point-to-point ops that cannot be matched.
+    """
+    if source is not None and not items.is_empty() and (items["n_ranks"] >= 2).any():
+        return
+    traced, world = _ranks(store, run_id)
+    why = [f"{traced} rank{'s' if traced != 1 else ''} traced" + (f" of {world}" if world else "")]
+    if traced < 2:
+        why.append("trace two or more ranks of the job")
+    p2p = unmatched_p2p(store, run_id)
+    if p2p:
+        why.append(f"{p2p} point-to-point ops (send/recv) have no process group and sequence number, so "
+                   "their peers are unknown and they cannot be matched across ranks")
+    raise AnalysisError(f"run {label}: no collective matched across two or more ranks ({'; '.join(why)}); "
+                        f"{analysis} compares ranks at the same collective")
+
+
+def partial_note(store: Store, run_id: int, consequence: str) -> str | None:
+    """``"<traced> of <world> ranks traced: <consequence>"`` when only some ranks of the job were
+    traced; None when all were or the world size is unknown."""
+    traced, world = _ranks(store, run_id)
+    if world is None or traced >= world:
+        return None
+    return f"{traced} of {world} ranks traced: {consequence}"
 
 
 @dataclass

@@ -6,8 +6,14 @@ provides):
      seen by two or more ranks. Arrival of a rank: ``matching.ARRIVAL_SQL`` (CPU enqueue, or NCCL
      kernel start).
   2. Per instance: skew = last - first arrival; the last-arriving rank; each rank's wait = last
-     arrival - its arrival; transfer = its end - last arrival; lateness = its arrival - the median
-     arrival of the instance (with two ranks: - the other rank's arrival).
+     arrival - its arrival; arrival offset = its arrival - the median arrival of the instance
+     (with two ranks: - the other rank's arrival; negative = early) and lateness = max(offset, 0);
+     transfer = its end - last arrival. A collective cannot end on any rank before its last rank
+     arrived: an end before the last arrival means a wrong match or clock (a buffered send may
+     also finish before its receiver arrives). Such rows are flagged
+     (``end_before_last_arrival``), counted in a note, and their transfer is clipped to 0.
+     When only some ranks of the job were traced, everything is among the traced ranks (a note
+     says so): waits are lower bounds, transfers upper bounds.
   3. Per rank: share of its instances where it arrived last; wait it caused others (the sum of the
      other ranks' waits at the instances where it was last); median lateness, also as % of the
      run's pace (the median time between a rank's consecutive arrivals in a step: the spacing of
@@ -18,8 +24,8 @@ provides):
   4. Verdict: a rank is named when it arrived last in at least ``min_share`` of its instances and
      its median lateness is at least ``min_late_pct`` of the pace (default 100%: it holds up its
      collectives by more than their spacing); below that, the skew is within the run's noise (on
-     the CPU samples unslowed ranks reach 30%, slowed ones 200-350%). Why it was late: over the instances where it arrived last, the span
-     since its previous arrival (or step start) is split into compute, communication not hidden
+     the CPU samples unslowed ranks reach 30%, slowed ones 200-350%). Why it was late: over the
+     instances where it arrived last, the span since its previous arrival (or step start) is split into compute, communication not hidden
      by compute, and the rest (untraced host time: Python, data loading, sleeps); the part that
      exceeds the other ranks' median the most is the cause.
 """
@@ -31,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _replay
+from analyses import _common, _replay
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
@@ -50,15 +56,22 @@ class Params(RunParams):
     min_share: float = 0.5
     min_late_pct: float = 100.0
 
+    def __post_init__(self) -> None:
+        _common.fraction("min_share", self.min_share)
+        _common.at_least("min_late_pct", self.min_late_pct, 0)
+
 
 @dataclass(frozen=True)
 class Result(FrameResult):
     """Per rank (``frame``): rank, instances, last_count, last_arrival_share (0..1),
-    median_lateness_ns, late_pct (% of the pace), late_step_pct (% of the median step), wait_caused_ns, wait_ns (it waited for
-    others), transfer_ns (median), compute_ns (median per step), compute_z, named (bool).
-    ``instances``: instance_id, step, op, pg, n_ranks, first_arrival_ns, last_arrival_ns, skew_ns,
-    last_rank, transfer_ns (median over ranks). ``waits``: instance_id, step, rank, arrival_ns,
-    wait_ns, lateness_ns, transfer_ns. ``heatmap``: step, rank, lateness_ms (mean). ``verdict``:
+    median_lateness_ns (>= 0), late_pct (% of the pace), late_step_pct (% of the median step),
+    wait_caused_ns, wait_ns (it waited for others), transfer_ns (median, >= 0), compute_ns (median
+    per step), compute_z, named (bool). ``instances``: instance_id, step, op, pg, n_ranks,
+    first_arrival_ns, last_arrival_ns, last_rank, transfer_ns (median over ranks),
+    ends_before_last_arrival (ranks whose end precedes the last arrival), skew_ns. ``waits``:
+    instance_id, step, rank, arrival_ns, wait_ns, arrival_offset_ns (signed: negative = early),
+    lateness_ns (>= 0), transfer_ns (>= 0), end_before_last_arrival (bool: transfer clipped).
+    ``heatmap``: step, rank, lateness_ms (mean). All ``_ns`` columns are int64 ns. ``verdict``:
     one row per named rank (or one with rank null): rank, named, cause, compute_excess_ns,
     comm_excess_ns, other_excess_ns, evidence."""
 
@@ -131,33 +144,24 @@ def run(store: Store, params: Params) -> Result:
 
     Raises:
         StoreError: No such run.
-        AnalysisError: No collective instance seen by two or more ranks.
+        AnalysisError: No collective instance seen by two or more ranks (the message says why).
     """
     run_id = store.resolve_run(params.run)
+    label = params.run or str(run_id)
     items, source = _replay.comm_items(store, run_id, params.source or None)
-    items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null()) if source else items
-    if source is None or items.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no collective matched across two or more ranks")
-    # relative to the instance's first arrival: epoch ns do not fit a float64 exactly
-    rel = pl.col("arrival_ns") - pl.col("arrival_ns").min().over("instance_id")
-    w = items.with_columns(
-        pl.col("arrival_ns").max().over("instance_id").alias("last_ns"),
-        rel.alias("rel_ns"),
-        pl.len().over("instance_id").alias("n"),
-    ).with_columns(
-        (pl.col("last_ns") - pl.col("arrival_ns")).alias("wait_ns"),
-        pl.when(pl.col("n") == 2).then(2 * pl.col("rel_ns") - pl.col("rel_ns").sum().over("instance_id"))
-        .otherwise(pl.col("rel_ns") - pl.col("rel_ns").median().over("instance_id"))
-        .round().cast(pl.Int64).alias("lateness_ns"),
-        (pl.col("end_ns") - pl.col("last_ns")).alias("transfer_ns"),
-    )
+    _replay.require_matched(store, run_id, items, source, label, "stragglers")
+    items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
+    if items.is_empty():
+        raise AnalysisError(f"run {label}: no collective matched across two or more ranks has an arrival time")
+    w = _per_rank_instance(items)
     last = w.sort("arrival_ns", "rank", descending=[True, False]).group_by("instance_id").first().select(
         "instance_id", pl.col("rank").alias("last_rank"))
     w = w.join(last, on="instance_id")
     inst = w.group_by("instance_id").agg(
         pl.col("step").first(), pl.col("op").first(), pl.col("pg").first(), pl.len().alias("n_ranks"),
         pl.col("arrival_ns").min().alias("first_arrival_ns"), pl.col("arrival_ns").max().alias("last_arrival_ns"),
-        pl.col("last_rank").first(), pl.col("transfer_ns").median().cast(pl.Int64),
+        pl.col("last_rank").first(), _common.whole_ns(pl.col("transfer_ns").median()),
+        pl.col("end_before_last_arrival").sum().cast(pl.Int64).alias("ends_before_last_arrival"),
     ).with_columns((pl.col("last_arrival_ns") - pl.col("first_arrival_ns")).alias("skew_ns")).sort("instance_id")
     caused = w.filter(pl.col("rank") != pl.col("last_rank")).group_by("last_rank").agg(
         pl.col("wait_ns").sum().alias("wait_caused_ns")).rename({"last_rank": "rank"})
@@ -168,11 +172,11 @@ def run(store: Store, params: Params) -> Result:
     pace = _pace_ns(w)
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")
-    comp_rank = comp_step.group_by("rank").agg(pl.col("compute_ns").median())
+    comp_rank = comp_step.group_by("rank").agg(_common.whole_ns(pl.col("compute_ns").median()))
     per = w.group_by("rank").agg(
         pl.len().alias("instances"), (pl.col("last_rank") == pl.col("rank")).sum().alias("last_count"),
-        pl.col("lateness_ns").median().cast(pl.Int64).alias("median_lateness_ns"),
-        pl.col("wait_ns").sum().alias("wait_ns"), pl.col("transfer_ns").median().cast(pl.Int64),
+        _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
+        pl.col("wait_ns").sum().alias("wait_ns"), _common.whole_ns(pl.col("transfer_ns").median()),
     ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left").with_columns(
         (pl.col("last_count") / pl.col("instances")).alias("last_arrival_share"),
         (100.0 * pl.col("median_lateness_ns") / pace).alias("late_pct"),
@@ -186,12 +190,50 @@ def run(store: Store, params: Params) -> Result:
              "late_step_pct", "wait_caused_ns", "wait_ns", "transfer_ns", "compute_ns", "compute_z", "named").sort("rank")
     verdict = _verdict(per, w, comp, steps, pace, params)
     heat = w.group_by("step", "rank").agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms")).sort("step", "rank")
-    waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "lateness_ns", "transfer_ns").sort(
-        "instance_id", "rank")
+    waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "arrival_offset_ns", "lateness_ns",
+                     "transfer_ns", "end_before_last_arrival").sort("instance_id", "rank")
     notes = [f"source {source}: {inst.height} collectives matched across two or more ranks; pace (median "
              f"spacing of a rank's collectives) {pace / 1e6:.2f} ms"
-             + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")] + verdict["evidence"].to_list()
+             + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")]
+    partial = _replay.partial_note(store, run_id, "arrivals, skew, waits and last arrivals are among the traced "
+                                   "ranks only; an untraced rank may have arrived later, so waits are lower "
+                                   "bounds and transfers (end - last traced arrival) upper bounds")
+    notes += [n for n in (partial, _early_end_note(w)) if n]
+    notes += verdict["evidence"].to_list()
     return Result(frame=per, instances=inst, waits=waits, heatmap=heat, verdict=verdict, notes=tuple(notes))
+
+
+def _per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and instance: last_ns, wait_ns, arrival_offset_ns, lateness_ns, transfer_ns and
+    end_before_last_arrival (module doc, step 2)."""
+    # relative to the instance's first arrival: epoch ns do not fit a float64 exactly
+    rel = pl.col("arrival_ns") - pl.col("arrival_ns").min().over("instance_id")
+    raw_transfer = pl.col("end_ns") - pl.col("last_ns")
+    return items.with_columns(
+        pl.col("arrival_ns").max().over("instance_id").alias("last_ns"),
+        rel.alias("rel_ns"),
+        pl.len().over("instance_id").alias("n"),
+    ).with_columns(
+        (pl.col("last_ns") - pl.col("arrival_ns")).alias("wait_ns"),
+        _common.whole_ns(pl.when(pl.col("n") == 2).then(2 * pl.col("rel_ns") - pl.col("rel_ns").sum().over("instance_id"))
+             .otherwise(pl.col("rel_ns") - pl.col("rel_ns").median().over("instance_id"))).alias("arrival_offset_ns"),
+        pl.max_horizontal(raw_transfer, 0).alias("transfer_ns"),
+        (raw_transfer < 0).fill_null(False).alias("end_before_last_arrival"),
+        raw_transfer.alias("_raw_transfer_ns"),
+    ).with_columns(pl.max_horizontal("arrival_offset_ns", 0).alias("lateness_ns"))
+
+
+def _early_end_note(w: pl.DataFrame) -> str | None:
+    """Say how many rank copies ended before their instance's last arrival, and what that means."""
+    bad = w.filter(pl.col("end_before_last_arrival"))
+    if bad.is_empty():
+        return None
+    ops = ", ".join(sorted(set(bad["op"].drop_nulls().to_list()))) or "unknown op"
+    worst = -int(bad["_raw_transfer_ns"].min())  # type: ignore[arg-type]
+    return (f"{bad.height} of {w.filter(pl.col('end_ns').is_not_null()).height} rank copies ({ops}) ended before "
+            f"the last rank arrived, by up to {worst / 1e6:.3f} ms: a collective cannot, so the match, the clock "
+            "alignment or the timestamps' resolution is off there (a buffered send, though, may finish before its "
+            "receiver arrives); their transfer_ns is clipped to 0 (waits.end_before_last_arrival)")
 
 
 def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame, pace: float,

@@ -9,22 +9,36 @@ Algorithm:
      the rank's matched collectives; an item depends on the earlier items of its rank that ended
      before it started; a collective starts at its last arrival.
   2. Every item has a gap (unexplained host time before it) and a duration (compute: its length;
-     collective: transfer = end - last arrival). Ideal values: the median over ranks of the items
-     with the same pooling key (name and ordinal in the step; collectives: op, group class, size
-     and ordinal) in the same step (``pool=step``, DESIGN.md §4), or over ranks and steps
-     (``pool=all``, as the paper's artifact pools).
+     collective: transfer = end - last arrival, at least 0). Typical values: the median over ranks
+     of the items with the same pooling key (name and ordinal in the step; collectives: op, group
+     class, size and ordinal) in the same step (``pool=step``, DESIGN.md §4), or over ranks and
+     steps (``pool=all``, as the paper's artifact pools). Ideal value of an item = the smaller of
+     its own and the typical one: removing stragglers speeds slow items up and never slows a fast
+     one down. (Plain medians, as in the paper, can make the "ideal" slower than the recorded run
+     when an item that is short on the critical path of one rank is long on another rank, where
+     it was hidden.)
   3. Replay with the recorded values (``replay_ns``, checks the model against ``actual_ns``) and
-     with the ideal values (``ideal_ns``). Step time = latest end - earliest start of the step.
+     with the ideal values (``ideal_ns``). Step time = latest end - earliest start of the step. The
+     replay is monotone (an item ends at the latest end of its dependencies + gap + duration), so
+     ideal <= replay for every step, by construction.
   4. Slowdown per step = actual / ideal; for the run S = mean(actual) / mean(ideal) (S > 1.1
-     counts as straggling); ``model_slowdown`` = mean(replay) / mean(ideal). With ``gaps=zero``
+     counts as straggling); ``model_slowdown`` = mean(replay) / mean(ideal) >= 1. Where the replay
+     overestimates a step (replay error) the ideal can exceed the actual time; the slowdown is
+     then clamped to 1 (column ``clamped``, and a note), never reported below 1. With ``gaps=zero``
      every gap is 0 in both replays, as the paper's artifact computes its S (its "launch delay" is
      reported apart); then ``model_slowdown`` is the paper's S, while untraced host time (a sleep,
      data loading) no longer counts. Gaps also hold waits the trace does not show as a collective,
      which the default (``gaps=median``) removes as straggling too.
   5. Blame (paper's Eq. 2 and 4): for each rank, pipeline stage (when the collector records one)
      and op type, replay the ideal with that group's recorded values put back; its slowdown
-     mean(that replay) / mean(ideal) says how much of S the group alone explains. Op types are the
+     mean(that replay) / mean(ideal) says how much of S the group explains *on its own*
+     (``excess_alone_pct``: its share of model_slowdown - 1, between 0 and 100 by monotonicity).
+     Groups are not additive: two ranks that are each late at the same collective each explain it
+     all alone, so the shares of one category can add up to more than 100. Op types are the
      compute names, the collective ops (transfer), and "(host gaps)" (all gaps).
+  A run needs a collective matched across two or more ranks (a one-rank run has nothing to
+  compare: an error, as in ``stragglers``); with only some ranks of the job traced, the replay
+  covers those ranks (a note says so).
 """
 
 from __future__ import annotations
@@ -34,9 +48,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _replay
+from analyses import _common, _replay
 from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError, UsageError
+from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
 #: A run whose slowdown exceeds this is straggling (the paper's threshold).
@@ -56,13 +70,22 @@ class Params(RunParams):
     eps_ns: int = _replay.EPS_NS
     top_ops: int = 12
 
+    def __post_init__(self) -> None:
+        _common.choice("pool", self.pool, ("step", "all"))
+        _common.choice("gaps", self.gaps, ("median", "zero"))
+        _common.at_least("eps_ns", self.eps_ns, 0)
+        _common.at_least("top_ops", self.top_ops, 0, "0: no op types blamed")
+
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per step (``frame``): step, actual_ns, replay_ns, ideal_ns (ns), slowdown (actual / ideal),
-    model_slowdown (replay / ideal). ``blame``: by (rank, stage, op), group, slowdown (of the ideal
-    replay with only that group's recorded values), excess_pct (its share of model_slowdown - 1,
-    %). ``summary``: one row with slowdown, model_slowdown, replay_error_pct, straggling."""
+    """Per step (``frame``): step, actual_ns, replay_ns, ideal_ns (int64 ns; ideal <= replay),
+    slowdown (actual / ideal, at least 1), model_slowdown (replay / ideal, at least 1), clamped
+    (bool: the ideal exceeded the actual time, slowdown set to 1). ``blame``: by (rank, stage,
+    op), group, slowdown (of the ideal replay with only that group's recorded values, between 1
+    and model_slowdown), excess_alone_pct (that group alone, % of model_slowdown - 1, 0..100;
+    null when there is no excess; not additive across groups). ``summary``: one row with source,
+    pool, gaps, steps, slowdown, model_slowdown, replay_error_pct, clamped_steps, straggling."""
 
     blame: pl.DataFrame = field(default_factory=pl.DataFrame)
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -77,11 +100,11 @@ class Result(FrameResult):
 
 
 def _ideal(nodes: pl.DataFrame, pool: str) -> tuple[np.ndarray, np.ndarray]:
+    """Ideal gap and duration per node (module doc, step 2): min(own, median of its pool)."""
     by = ["kind", "key", "step"] if pool == "step" else ["kind", "key"]
-    med = nodes.with_row_index("_i").with_columns(
-        pl.col("gap").median().over(by).alias("g"), pl.col("dur").median().over(by).alias("d"))
-    g = med["g"].fill_null(0.0).to_numpy()
-    d = med["d"].fill_null(0.0).to_numpy()
+    med = nodes.with_columns(pl.col("gap").median().over(by).alias("g"), pl.col("dur").median().over(by).alias("d"))
+    g = np.minimum(med["g"].fill_null(0.0).to_numpy(), nodes["gap"].to_numpy())
+    d = np.minimum(med["d"].fill_null(0.0).to_numpy(), nodes["dur"].to_numpy())
     inst = nodes["kind"].to_numpy() == 2
     return np.where(inst, 0.0, g), np.where(inst, 0.0, d)
 
@@ -105,21 +128,17 @@ def run(store: Store, params: Params) -> Result:
 
     Raises:
         StoreError: No such run.
-        UsageError: ``pool`` is not step or all.
-        AnalysisError: No matched collectives or no compute items with steps.
+        AnalysisError: No collective matched across two or more ranks (the message says why), or
+            no compute items with steps.
     """
-    if params.pool not in ("step", "all"):
-        raise UsageError(f"pool={params.pool!r}: choose step or all")
-    if params.gaps not in ("median", "zero"):
-        raise UsageError(f"gaps={params.gaps!r}: choose median or zero")
     run_id = store.resolve_run(params.run)
+    label = params.run or str(run_id)
     comm, source = _replay.comm_items(store, run_id, params.source or None)
-    if source is None or comm.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no matched collectives; whatif needs them")
+    _replay.require_matched(store, run_id, comm, source, label, "whatif")
     comp = _replay.compute_items(store, run_id)
     tl = _replay.build(comp, comm, params.eps_ns)
     if tl.step_start.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no items inside steps")
+        raise AnalysisError(f"run {label}: no items inside steps")
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
     gap_i, dur_i = _ideal(nodes, params.pool)
@@ -130,14 +149,33 @@ def run(store: Store, params: Params) -> Result:
     ideal = _step_times(tl, _replay.replay(tl, gap_i, dur_i))
     frame = actual.rename({"t": "actual_ns"}).join(rep.rename({"t": "replay_ns"}), on="step").join(
         ideal.rename({"t": "ideal_ns"}), on="step")
+    frame = frame.with_columns(_common.whole_ns(pl.col(c)) for c in ("actual_ns", "replay_ns", "ideal_ns"))
     frame = frame.with_columns(
-        (pl.col("actual_ns") / pl.col("ideal_ns")).alias("slowdown"),
+        pl.max_horizontal(pl.col("actual_ns") / pl.col("ideal_ns"), 1.0).alias("slowdown"),
         (pl.col("replay_ns") / pl.col("ideal_ns")).alias("model_slowdown"),
-    ).with_columns(pl.col(c).round().cast(pl.Int64) for c in ("actual_ns", "replay_ns", "ideal_ns"))
+        (pl.col("actual_ns") < pl.col("ideal_ns")).alias("clamped"),
+    )
     mean_ideal = float(frame["ideal_ns"].mean())  # type: ignore[arg-type]
-    s = float(frame["actual_ns"].mean()) / mean_ideal  # type: ignore[arg-type]
+    s_raw = float(frame["actual_ns"].mean()) / mean_ideal  # type: ignore[arg-type]
+    s = max(s_raw, 1.0)
     s_model = float(frame["replay_ns"].mean()) / mean_ideal  # type: ignore[arg-type]
     err = float(((frame["replay_ns"] - frame["actual_ns"]).abs() / frame["actual_ns"]).mean()) * 100
+    blame = _blame(store, run_id, tl, (gap0, dur0), (gap_i, dur_i), mean_ideal, s_model, params)
+    summary = pl.DataFrame({"source": [source], "pool": [params.pool], "gaps": [params.gaps], "steps": [frame.height],
+                            "slowdown": [s], "model_slowdown": [s_model], "replay_error_pct": [err],
+                            "clamped_steps": [int(frame["clamped"].sum())],
+                            "straggling": [(s_model if params.gaps == "zero" else s) > STRAGGLING_S]})
+    notes = _notes(s_raw, s_model, err, frame, blame, params)
+    partial = _replay.partial_note(store, run_id, "the replay covers the traced ranks only (a collective starts "
+                                   "at the last traced arrival; an untraced rank's delay counts as transfer time)")
+    return Result(frame=frame, blame=blame, summary=summary, notes=notes + ((partial,) if partial else ()))
+
+
+def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.ndarray, np.ndarray],
+           ideal: tuple[np.ndarray, np.ndarray], mean_ideal: float, s_model: float, params: Params) -> pl.DataFrame:
+    """Slowdown of the ideal replay with one group's recorded values put back (module doc, step 5)."""
+    (gap0, dur0), (gap_i, dur_i) = recorded, ideal
+    nodes = tl.nodes
 
     def with_group(mask_gap: np.ndarray, mask_dur: np.ndarray) -> float:
         v = _replay.replay(tl, np.where(mask_gap, gap0, gap_i), np.where(mask_dur, dur0, dur_i))
@@ -156,31 +194,42 @@ def run(store: Store, params: Params) -> Result:
             m = stage_of == st
             rows.append(("stage", str(st), with_group(m, m)))
     names = nodes["key"].str.replace(r"#\d+$", "").str.split("|").list.first().to_numpy()
-    excess = pl.DataFrame({"name": names, "x": np.maximum(dur0 - dur_i, 0), "kind": kind}).filter(pl.col("kind") != 2)
-    top = excess.group_by("name").agg(pl.col("x").sum()).sort("x", descending=True).head(params.top_ops)
+    excess = pl.DataFrame({"name": names, "x": dur0 - dur_i, "kind": kind}).filter(pl.col("kind") != 2)
+    top = excess.group_by("name").agg(pl.col("x").sum()).sort("x", "name", descending=[True, False]).head(params.top_ops)
     none = np.zeros(len(kind), bool)
     rows.append(("op", "(host gaps)", with_group(kind != 2, none)))
     for name in top["name"].to_list():
         rows.append(("op", str(name), with_group(none, names == name)))
+    excess_pct = (100 * (pl.col("slowdown") - 1) / (s_model - 1)).clip(0.0, 100.0) if s_model - 1 > 1e-9 else None
     blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
-        (100 * (pl.col("slowdown") - 1) / max(s_model - 1, 1e-12)).alias("excess_pct"))
-    blame = blame.sort(["by", "slowdown"], descending=[False, True])
-    summary = pl.DataFrame({"source": [source], "pool": [params.pool], "gaps": [params.gaps], "steps": [frame.height],
-                            "slowdown": [s], "model_slowdown": [s_model], "replay_error_pct": [err],
-                            "straggling": [(s_model if params.gaps == "zero" else s) > STRAGGLING_S]})
-    return Result(frame=frame, blame=blame, summary=summary, notes=_notes(s, s_model, err, blame, params))
+        pl.lit(None, pl.Float64).alias("excess_alone_pct") if excess_pct is None else excess_pct.alias("excess_alone_pct"))
+    return blame.sort(["by", "slowdown"], descending=[False, True])
 
 
-def _notes(s: float, s_model: float, err: float, blame: pl.DataFrame, params: Params) -> tuple[str, ...]:
+def _notes(s_raw: float, s_model: float, err: float, frame: pl.DataFrame, blame: pl.DataFrame,
+           params: Params) -> tuple[str, ...]:
+    s = max(s_raw, 1.0)
     key = s_model if params.gaps == "zero" else s
     verdict = "straggling" if key > STRAGGLING_S else "not straggling"
     notes = [f"S = {s:.3f} (mean actual step / mean simulated ideal; medians pooled per {params.pool}, "
              f"gaps {params.gaps}); model S = {s_model:.3f} (replay / ideal); {verdict} (threshold "
              f"{STRAGGLING_S}); replay error {err:.1f}% of step time"]
+    clamped = frame.filter("clamped")
+    if clamped.height:
+        over = float((clamped["ideal_ns"] / clamped["actual_ns"]).max()) - 1  # type: ignore[arg-type]
+        notes.append(f"{clamped.height} of {frame.height} steps: the ideal replay is up to {100 * over:.1f}% slower "
+                     "than the recorded step because the replay overestimates those steps (replay error; the ideal "
+                     "is never slower than the replay): slowdown clamped to 1 there"
+                     + (f"; S clamped to 1 (actual / ideal = {s_raw:.3f})" if s_raw < 1 else ""))
+    if s_model - 1 <= 1e-9:
+        notes.append("no excess over the ideal: nothing to blame")
+        return tuple(notes)
     for by in ("rank", "stage", "op"):
         b = blame.filter(pl.col("by") == by)
         if b.height:
             top = b.row(0, named=True)
             notes.append(f"largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}, "
-                         f"{top['excess_pct']:.0f}% of the excess)")
+                         f"{top['excess_alone_pct']:.0f}% of the excess on its own)")
+    notes.append("blame shares are each group alone and not additive: groups late at the same collectives each "
+                 "explain it alone, so one category's shares can add up to more than 100%")
     return tuple(notes)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 
+import polars as pl
 import pytest
 
 from tests.conftest import SAMPLES, analyze, corpus
 from tests.test_matching import BASE, _write
+from tests.test_whatif import write_skewed_pair
+from traceprof.errors import UsageError
 from traceprof.ingest import ingest
 
 
@@ -102,3 +105,49 @@ def test_production_traces(store):
     # SE: sequence-length imbalance moves from worker to worker: no single straggler.
     ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-SE.parquet")])
     assert analyze(store, "stragglers", "trace-SE").verdict["named"].to_list() == [False]
+
+
+def test_end_before_last_arrival_is_flagged_not_negative(store, tmp_path):
+    # Rank 0 arrives at 10 ms and its copy ends at 12 ms; rank 1 arrives at 30 ms (ends 32 ms):
+    # transfer = end - last arrival is 12 - 30 = -18 ms on rank 0, impossible for an all-reduce,
+    # so it is clipped to 0 and flagged; rank 1's is 32 - 30 = 2 ms. Only 2 of the job's 3 ranks
+    # are traced, which a note says. Arrival offsets (two ranks: own - other's) are -20 and +20 ms;
+    # lateness is the non-negative part: 0 and 20 ms.
+    write_skewed_pair(tmp_path / "run", world=3)
+    ingest(store, [tmp_path / "run"], align=False)
+    res = analyze(store, "stragglers", "run")
+    w = {r["rank"]: r for r in res.waits.iter_rows(named=True)}
+    assert (w[0]["transfer_ns"], w[0]["end_before_last_arrival"]) == (0, True)
+    assert (w[1]["transfer_ns"], w[1]["end_before_last_arrival"]) == (2_000_000, False)
+    assert (w[0]["arrival_offset_ns"], w[1]["arrival_offset_ns"]) == (-20_000_000, 20_000_000)
+    assert (w[0]["lateness_ns"], w[1]["lateness_ns"]) == (0, 20_000_000)
+    per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
+    assert (per[0]["transfer_ns"], per[0]["median_lateness_ns"], per[0]["late_pct"]) == (0, 0, 0.0)
+    assert res.instances["ends_before_last_arrival"].to_list() == [1]
+    assert any("1 of 2 rank copies (all_reduce) ended before the last rank arrived, by up to 18.000 ms" in n
+               for n in res.notes)
+    assert any(n.startswith("2 of 3 ranks traced: ") and "among the traced ranks only" in n for n in res.notes)
+    for frame in res.frames().values():
+        for col, dtype in frame.schema.items():
+            if col.endswith("_ns"):
+                assert dtype == pl.Int64, col
+
+
+def test_lateness_is_never_negative_on_pipeline_traces(store):
+    # SE pairs the sends and receives of two pipeline stages: the earlier stage arrives ~0.2 s
+    # before its peer at most of them (signed offsets down to -0.25 s); lateness counts only
+    # arriving after the median, so it is >= 0, and the signed value stays in arrival_offset_ns.
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-SE.parquet")])
+    res = analyze(store, "stragglers", "trace-SE")
+    assert res.frame["median_lateness_ns"].min() >= 0 and res.frame["late_pct"].min() >= 0
+    assert res.waits["lateness_ns"].min() == 0 and res.waits["arrival_offset_ns"].min() < -100_000_000
+    assert (res.waits["transfer_ns"] >= 0).all()
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("min_share", 1.5, "between 0 and 1"), ("min_share", float("nan"), "finite"), ("min_late_pct", -1, ">= 0"),
+])
+def test_bad_params(key, value, expected):
+    from analyses.stragglers import Params
+    with pytest.raises(UsageError, match=f"{key}=.*{expected}"):
+        Params(**{key: value})

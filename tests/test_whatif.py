@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import SAMPLES, analyze, corpus
 from tests.test_matching import _write
+from traceprof.errors import AnalysisError, UsageError
 from traceprof.ingest import ingest
 
 
@@ -84,6 +85,79 @@ def test_production_traces_match_the_paper(store, trial):
     assert top["stage"] == stage and top["op"] == op
     if trial == "AR":
         assert top["rank"] == "0"
+    # Ideal values never exceed the recorded ones, so every replay lies between the ideal and the
+    # full replay: slowdowns >= 1 and each group's share alone within 0..100 (ST's rank 7 had 101%
+    # and trace_filter's host gaps 226% with plain medians).
+    assert res.frame["model_slowdown"].min() >= 1.0 and res.frame["slowdown"].min() >= 1.0
+    assert res.blame["excess_alone_pct"].min() >= 0.0 and res.blame["excess_alone_pct"].max() <= 100.0
+    assert (res.frame["ideal_ns"] <= res.frame["replay_ns"]).all()
     # With the recorded gaps the replay reproduces the trace.
     if trial == "ST":
         assert analyze(store, "whatif", "trace-ST").summary["replay_error_pct"].item() < 0.1
+
+
+def _skewed_rank(a_ms: int, gloo_ms: tuple[int, int], b_ms: int) -> list[dict]:
+    """Step 1: aten::A for ``a_ms``, the all-reduce enqueued at its end, gloo work over
+    ``gloo_ms``, then aten::B for ``b_ms`` (none when 0) from the work's end."""
+    us = 1000
+    ev = _rank(a_ms)[:3]
+    ev[2]["ts"] = a_ms * us
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+               "ts": gloo_ms[0] * us, "dur": (gloo_ms[1] - gloo_ms[0]) * us,
+               "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+    if b_ms:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::B", "pid": 1, "tid": 1, "ts": gloo_ms[1] * us,
+                   "dur": b_ms * us})
+    return ev
+
+
+def write_skewed_pair(folder, world: int = 2) -> None:
+    """Two ranks whose clocks disagree (ingest with ``align=False``): rank 0 arrives at 10 ms and
+    its copy of the all-reduce ends at 12 ms, before rank 1 arrives at 30 ms (ends 32 ms)."""
+    _write(folder / "r0.json", _skewed_rank(10, (11, 12), 40), 0, world=world)
+    _write(folder / "r1.json", _skewed_rank(30, (31, 32), 0), 1, world=world)
+
+
+def test_ideal_is_never_slower_than_the_recording(store, tmp_path):
+    # Actual step: rank 0 ends B at 12 + 40 = 52 ms (rank 1 at 32). The replay starts the
+    # all-reduce at the last arrival (30), so rank 0's copy ends at 30 (its transfer 12 - 30 < 0
+    # counts as 0) and B at 70: replay 70 ms, 18 ms too long. Ideal = min(own, median): A
+    # min(10, 20) = 10 and min(30, 20) = 20; transfers min(0, 1) = 0, min(2, 1) = 1; B (rank 0
+    # only) 40. Instance start 20, rank 0's B ends 20 + 40 = 60: ideal 60 <= replay 70, but above
+    # the actual 52, so the slowdown 52 / 60 is clamped to 1. (Plain medians gave A = 20 on rank 0
+    # too, ideal 61 and S = 0.852.)
+    write_skewed_pair(tmp_path / "run")
+    ingest(store, [tmp_path / "run"], align=False)
+    res = analyze(store, "whatif", "run")
+    (step,) = res.frame.iter_rows(named=True)
+    assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (52_000_000, 70_000_000, 60_000_000)
+    assert (step["slowdown"], step["clamped"]) == (1.0, True)
+    assert step["model_slowdown"] == pytest.approx(70 / 60)
+    s = res.summary.row(0, named=True)
+    assert (s["slowdown"], s["clamped_steps"], s["straggling"]) == (1.0, 1, False)
+    assert any("clamped to 1" in n and "0.867" in n for n in res.notes)
+    # Blame, each alone: rank 1's values (A 30, transfer 2) bring back all of 70 / 60; rank 0's
+    # equal its ideal ones (0%); no host gaps (0%); the all-reduce's transfer alone starts it at
+    # 20 as in the ideal (0%).
+    blame = {(b["by"], b["group"]): b["excess_alone_pct"] for b in res.blame.iter_rows(named=True)}
+    assert blame[("rank", "1")] == pytest.approx(100.0) and blame[("rank", "0")] == pytest.approx(0.0)
+    assert blame[("op", "aten::A")] == pytest.approx(100.0) and blame[("op", "(host gaps)")] == pytest.approx(0.0)
+    assert blame[("op", "all_reduce")] == pytest.approx(0.0)
+
+
+def test_one_rank_is_an_error_as_in_stragglers(store, tmp_path):
+    _write(tmp_path / "solo" / "r0.json", _rank(10), 0, world=1)
+    ingest(store, [tmp_path / "solo"])
+    for name in ("whatif", "stragglers"):
+        with pytest.raises(AnalysisError, match=r"no collective matched across two or more ranks \(1 rank traced"):
+            analyze(store, name, "solo")
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("pool", "rank", "choose one of step, all"), ("gaps", "mean", "choose one of median, zero"),
+    ("eps_ns", -1, "must be >= 0"), ("top_ops", -3, "must be >= 0"),
+])
+def test_bad_params(key, value, expected):
+    from analyses.whatif import Params
+    with pytest.raises(UsageError, match=f"{key}=.*{expected}"):
+        Params(**{key: value})

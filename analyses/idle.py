@@ -10,7 +10,10 @@ Algorithm (DESIGN.md §4; the definitions of Holistic Trace Analysis' idle time 
      kernel); else kernel wait if gap < ``kernel_wait_ns`` (the ordinary gap between back-to-back
      kernels); else other (e.g. waiting on another stream or a synchronization).
   4. Sum the gaps per category per stream, and per rank over its streams; shares are of the
-     stream's (rank's) total idle time, as HTA's ``idle_time_ratio``.
+     stream's (rank's) total idle time, as HTA's ``idle_time_ratio``. A rank's figures are sums
+     over its streams (stream-ns: four streams idle for 1 s each make 4 s), named
+     ``stream_*_sum_ns``; its ``window_ns`` is the rank's window (first start to last end on any
+     stream), the same window as ``temporal``'s.
 Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
 idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event
 selection (``traceprof.activity``), prev_end = end of the previous row only, negative gaps included.
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from analyses import _common
 from traceprof.activity import activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
@@ -38,16 +42,24 @@ class Params(RunParams):
     kernel_wait_ns: int = 30_000
     hta: bool = False
 
+    def __post_init__(self) -> None:
+        _common.at_least("kernel_wait_ns", self.kernel_wait_ns, 0, "0: no gap counts as a kernel wait")
+
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Idle time per (rank, stream) (``frame``) and per rank (``ranks``).
+    """Idle time per (rank, stream) (``frame``) and per rank (``ranks``), int64 ns.
 
-    Columns: rank, [stream,] kernels (rows), window_ns (first start to last end), idle_ns and
-    host_wait_ns, kernel_wait_ns, other_ns (ns; sum of gaps), host_wait_gaps, kernel_wait_gaps,
-    other_gaps (kernels whose preceding gap is in that category), host_wait_pct, kernel_wait_pct,
-    other_pct (% of idle_ns, null when idle_ns is 0), idle_pct (% of window_ns; per rank: of the
-    summed stream windows).
+    As everywhere, ``window_ns`` is the first start to the last end of the row's activity: here
+    of the stream (``frame``) or of the rank on all its streams (``ranks``, the same window as
+    ``temporal``'s). ``frame``: rank, stream, kernels (rows), window_ns, idle_ns (the stream's),
+    host_wait_ns, kernel_wait_ns, other_ns (sums of gaps), host_wait_gaps, kernel_wait_gaps,
+    other_gaps (rows whose preceding gap is in that category), host_wait_pct, kernel_wait_pct,
+    other_pct (% of idle_ns, null when it is 0), idle_pct (% of window_ns). ``ranks``: rank,
+    kernels, streams, window_ns, stream_window_sum_ns and stream_idle_sum_ns (summed over the
+    rank's streams, so they exceed window_ns when streams run side by side), the category columns
+    summed over streams, their _pct (% of stream_idle_sum_ns), idle_pct (% of
+    stream_window_sum_ns: the streams' average idle share).
     """
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -57,8 +69,13 @@ class Result(FrameResult):
         return {"frame": self.frame, "ranks": self.ranks}
 
     def charts(self) -> list[Chart]:
-        return [Chart("Idle time per rank by cause", "rank", ("host_wait_ns", "kernel_wait_ns", "other_ns"),
-                      stacked=True, ylabel="ns", frame="ranks")]
+        charts = [Chart("Idle share of stream time per rank (all streams)", "rank", ("idle_pct",),
+                        ylabel="% of stream time", frame="ranks")]
+        if self.ranks["host_wait_pct"].is_not_null().any():  # null where nothing was idle
+            charts.append(Chart("Idle time per rank by cause (% of idle time, all streams)", "rank",
+                                ("host_wait_pct", "kernel_wait_pct", "other_pct"), stacked=True,
+                                ylabel="% of idle", frame="ranks"))
+        return charts
 
 
 def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.DataFrame:
@@ -89,22 +106,25 @@ def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.D
     return s.with_columns(cat.alias("category")).drop("_prev_end")
 
 
-def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame) -> pl.DataFrame:
-    aggs = [pl.len().alias("kernels")]
+def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str, idle: str) -> pl.DataFrame:
+    """Category sums, counts and shares per ``by`` group. ``windows``: ``by`` plus the columns
+    shown before the idle one, among them ``window`` (the denominator of idle_pct); ``idle``: the
+    name of the idle column."""
+    aggs = [pl.len().cast(pl.Int64).alias("kernels")]
     for c in CATEGORIES:
         hit = pl.col("category") == c
         aggs.append(pl.col("gap_ns").filter(hit).sum().alias(f"{c}_ns"))
         aggs.append(hit.sum().cast(pl.Int64).alias(f"{c}_gaps"))
     out = g.group_by(by).agg(aggs).join(windows, on=by, how="left")
-    idle = pl.sum_horizontal(*(pl.col(f"{c}_ns") for c in CATEGORIES))
-    out = out.with_columns(idle.alias("idle_ns"))
+    out = out.with_columns(pl.sum_horizontal(*(pl.col(f"{c}_ns") for c in CATEGORIES)).alias(idle))
     pct = [
-        pl.when(pl.col("idle_ns") != 0).then(100.0 * pl.col(f"{c}_ns") / pl.col("idle_ns")).alias(f"{c}_pct")
+        pl.when(pl.col(idle) != 0).then(100.0 * pl.col(f"{c}_ns") / pl.col(idle)).alias(f"{c}_pct")
         for c in CATEGORIES
     ]
-    out = out.with_columns(*pct, (100.0 * pl.col("idle_ns") / pl.col("window_ns")).alias("idle_pct"))
-    cols = [*by, "kernels", "window_ns", "idle_ns", *(f"{c}_ns" for c in CATEGORIES),
-            *(f"{c}_gaps" for c in CATEGORIES), *(f"{c}_pct" for c in CATEGORIES), "idle_pct"]
+    out = out.with_columns(*pct, (100.0 * pl.col(idle) / pl.col(window)).alias("idle_pct"))
+    extra = [c for c in windows.columns if c not in by]
+    cols = [*by, "kernels", *extra, idle, *(f"{c}_ns" for c in CATEGORIES), *(f"{c}_gaps" for c in CATEGORIES),
+            *(f"{c}_pct" for c in CATEGORIES), "idle_pct"]
     return out.select(cols).sort(by)
 
 
@@ -125,9 +145,13 @@ def run(store: Store, params: Params) -> Result:
     if act.is_empty():
         raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams")
     g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
-    win = g.group_by("rank", "stream").agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns"))
-    per_stream = _summary(g, ["rank", "stream"], win)
-    per_rank = _summary(g, ["rank"], win.group_by("rank").agg(pl.col("window_ns").sum()))
+    span = pl.col("end_ns").max() - pl.col("start_ns").min()
+    win = g.group_by("rank", "stream").agg(span.alias("window_ns"))
+    per_stream = _summary(g, ["rank", "stream"], win, "window_ns", "idle_ns")
+    rank_win = g.group_by("rank").agg(pl.col("stream").n_unique().cast(pl.Int64).alias("streams"),
+                                      span.alias("window_ns")).join(
+        win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
+    per_rank = _summary(g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")

@@ -5,13 +5,15 @@ Algorithm (DESIGN.md §2 "Kernel class"; the same measures as HTA's kernel break
      (NCCL/RCCL: ``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclSymkDevKernel_*``, ``rccl*``), memory
      (memcpy/memset) or compute (the rest; ROCm traces alike).
   2. Time by class: merge each class's intervals per rank (all streams together); busy = the union
-     of all three. Shares are of busy time, so they add up to more than 100 when classes overlap.
+     of all three. The class unions overlap (an NCCL kernel under a GEMM counts in both), so they
+     add up to more than busy time; they get no shares.
   3. Time by overlap type (HTA's ``kernel_type_df``, per rank): sweep the class unions and label
      each instant by the set of classes active (``compute``, ``compute+comm``, ...); these add up
-     to busy time.
+     to busy time. The per-rank exclusive split: ``compute_only``, ``comm_only``, ``memory_only``
+     and ``overlapped`` (two or more classes at once) add up to busy time, their shares to 100%.
   4. Top kernels: group each rank's rows by full name; count, total, mean, median, p95 (linear
-     interpolation), min, max and sample standard deviation of the durations; keep the ``top`` with
-     the largest total per rank (ties by name).
+     interpolation), min, max and sample standard deviation of the durations (rounded to whole
+     ns); keep the ``top`` with the largest total per rank (ties by name).
 With ``hta=true`` events are selected and classed as HTA 0.5.0 does; its ``other`` rows (sync
 events) are left out of all three tables, as in HTA.
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from analyses import _common
 from traceprof.activity import activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
@@ -29,6 +32,7 @@ from traceprof.intervals import merge, union_ns
 from traceprof.store import Store
 
 CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
+_EXCLUSIVE = ("compute_only", "comm_only", "memory_only", "overlapped")
 
 
 @dataclass(frozen=True)
@@ -38,16 +42,22 @@ class Params(RunParams):
     top: int = 20
     hta: bool = False
 
+    def __post_init__(self) -> None:
+        _common.at_least("top", self.top, 0, "0: all kernels")
+
 
 @dataclass(frozen=True)
 class Result(FrameResult):
     """Per-rank class times (``frame``), overlap types (``types``) and top kernels (``top``).
 
     ``frame``: rank, kernels (rows), kernel_ns (sum of durations), busy_ns (union of all rows),
-    compute_ns, comm_ns, memory_ns (union per class), compute_pct, comm_pct, memory_pct (% of
-    busy_ns). ``types``: rank, kernel_type (``+``-joined classes), time_ns, pct (% of busy_ns).
-    ``top``: rank, position (1 = largest total on the rank), class, name, count, total_ns, mean_ns,
-    median_ns, p95_ns, min_ns, max_ns, std_ns (ns; std 0 for one row), pct (% of kernel_ns).
+    compute_ns, comm_ns, memory_ns (union per class; they overlap, so their sum can exceed
+    busy_ns), compute_only_ns, comm_only_ns, memory_only_ns (time only that class ran),
+    overlapped_ns (two or more classes at once): these four add up to busy_ns; compute_only_pct,
+    comm_only_pct, memory_only_pct, overlapped_pct (% of busy_ns, adding up to 100). ``types``:
+    rank, kernel_type (``+``-joined classes), time_ns, pct (% of busy_ns). ``top``: rank, position
+    (1 = largest total on the rank), class, name, count, total_ns, mean_ns, median_ns, p95_ns,
+    min_ns, max_ns, std_ns (int64 ns, statistics rounded; std 0 for one row), pct (% of kernel_ns).
     """
 
     types: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -58,8 +68,8 @@ class Result(FrameResult):
         return {"frame": self.frame, "types": self.types, "top": self.top}
 
     def charts(self) -> list[Chart]:
-        return [Chart("GPU time per rank by kernel class (union per class)", "rank",
-                      ("compute_ns", "comm_ns", "memory_ns"), ylabel="ns")]
+        return [Chart("GPU busy time per rank by kernel class (exclusive: stacks to busy time)", "rank",
+                      tuple(f"{c}_ns" for c in _EXCLUSIVE), stacked=True, ylabel="ns")]
 
 
 def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
@@ -94,9 +104,11 @@ def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
 def _top(act: pl.DataFrame, top: int) -> pl.DataFrame:
     d = pl.col("end_ns") - pl.col("start_ns")
     g = act.group_by("rank", "class", "name").agg(
-        pl.len().alias("count"), d.sum().alias("total_ns"), d.mean().alias("mean_ns"),
-        d.median().alias("median_ns"), d.quantile(0.95, "linear").alias("p95_ns"),
-        d.min().alias("min_ns"), d.max().alias("max_ns"), d.std(ddof=1).fill_null(0.0).alias("std_ns"),
+        pl.len().alias("count"), d.sum().alias("total_ns"), _common.whole_ns(d.mean()).alias("mean_ns"),
+        _common.whole_ns(d.median()).alias("median_ns"),
+        _common.whole_ns(d.quantile(0.95, "linear")).alias("p95_ns"),
+        d.min().alias("min_ns"), d.max().alias("max_ns"),
+        _common.whole_ns(d.std(ddof=1).fill_null(0.0)).alias("std_ns"),
     )
     g = g.sort(["rank", "total_ns", "name"], descending=[False, True, False]).with_columns(
         (100.0 * pl.col("total_ns") / pl.col("total_ns").sum().over("rank")).alias("pct"),
@@ -132,10 +144,20 @@ def run(store: Store, params: Params) -> Result:
         per_rank = per_rank.join(
             union_ns(act.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"), on="rank", how="left"
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
+    types = overlap_types(act)
+    exclusive = types.with_columns(
+        pl.when(pl.col("kernel_type").str.contains("+", literal=True)).then(pl.lit("overlapped"))
+        .otherwise(pl.col("kernel_type") + "_only").alias("part")
+    ).pivot("part", index="rank", values="time_ns", aggregate_function="sum")
+    for c in _EXCLUSIVE:
+        if c not in exclusive.columns:
+            exclusive = exclusive.with_columns(pl.lit(0, pl.Int64).alias(c))
+    per_rank = per_rank.join(exclusive.select("rank", *(pl.col(c).fill_null(0).alias(f"{c}_ns") for c in _EXCLUSIVE)),
+                             on="rank", how="left")
     per_rank = per_rank.with_columns(
-        (100.0 * pl.col(f"{c}_ns") / pl.col("busy_ns")).alias(f"{c}_pct") for c in CLASSES
+        (100.0 * pl.col(f"{c}_ns") / pl.col("busy_ns")).alias(f"{c}_pct") for c in _EXCLUSIVE
     ).sort("rank")
-    types = overlap_types(act).join(per_rank.select("rank", "busy_ns"), on="rank")
+    types = types.join(per_rank.select("rank", "busy_ns"), on="rank")
     types = types.with_columns((100.0 * pl.col("time_ns") / pl.col("busy_ns")).alias("pct")).drop("busy_ns")
     types = types.sort(["rank", "time_ns"], descending=[False, True])
     notes = ("HTA-compatible selection and kernel classes",) if params.hta else ()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import polars as pl
 import pytest
 
 from tests.conftest import analyze
 from tests.test_idle import HTA_CASES, hta_case, kernel, kineto, launch
+from traceprof.errors import UsageError
 from traceprof.ingest import ingest
 
 # Times in us. Stream 7 compute, stream 20 communication, stream 30 copies:
@@ -40,7 +42,14 @@ def test_classes_types_and_stats_by_hand(store, tmp_path):
     r = res.frame.row(0, named=True)
     assert (r["compute_ns"], r["comm_ns"], r["memory_ns"], r["busy_ns"]) == (50_000, 47_000, 4_000, 77_000)
     assert (r["kernels"], r["kernel_ns"]) == (8, 50_000 + 47_000 + 4_000)
-    assert r["comm_pct"] == pytest.approx(100 * 47 / 77)
+    # The class unions overlap (50 + 47 + 4 = 101 > 77), so they get no shares; the exclusive
+    # split from the sweep below adds up to busy time: compute only 30, comm only 25, memory only
+    # 0, two or more classes 18 + 2 + 2 = 22 (30 + 25 + 0 + 22 = 77).
+    excl = (r["compute_only_ns"], r["comm_only_ns"], r["memory_only_ns"], r["overlapped_ns"])
+    assert excl == (30_000, 25_000, 0, 22_000)
+    assert r["comm_only_pct"] == pytest.approx(100 * 25 / 77)
+    assert sum(r[f"{c}_pct"] for c in ("compute_only", "comm_only", "memory_only", "overlapped")) == pytest.approx(100)
+    assert "compute_pct" not in res.frame.columns
     types = dict(zip(res.types["kernel_type"], res.types["time_ns"], strict=True))
     assert types == {"compute": 30_000, "compute+comm": 18_000, "comm": 25_000,
                      "compute+comm+memory": 2_000, "comm+memory": 2_000}
@@ -53,12 +62,20 @@ def test_classes_types_and_stats_by_hand(store, tmp_path):
     # gemm durations 10, 10, 30 us: total 50, mean 50/3, median 10, p95 = 10 + 0.9 * (30 - 10) = 28
     # (linear interpolation at rank 0.95 * 2 = 1.9), std = sqrt(((10-50/3)^2 * 2 + (30-50/3)^2) / 2).
     assert (g["position"], g["count"], g["total_ns"], g["min_ns"], g["max_ns"]) == (1, 3, 50_000, 10_000, 30_000)
-    assert g["mean_ns"] == pytest.approx(50_000 / 3)
-    assert (g["median_ns"], g["p95_ns"]) == (pytest.approx(10_000), pytest.approx(28_000))
-    assert g["std_ns"] == pytest.approx((((10 - 50 / 3) ** 2 * 2 + (30 - 50 / 3) ** 2) / 2) ** 0.5 * 1000)
+    # Statistics are whole ns: mean 16_666.67 -> 16_667; std 11_547.005 -> 11_547.
+    assert (g["mean_ns"], g["median_ns"], g["p95_ns"]) == (round(50_000 / 3), 10_000, 28_000)
+    assert g["std_ns"] == round((((10 - 50 / 3) ** 2 * 2 + (30 - 50 / 3) ** 2) / 2) ** 0.5 * 1000)
+    for frame in res.frames().values():
+        assert all(t == pl.Int64 for c, t in frame.schema.items() if c.endswith("_ns")), frame.schema
     assert g["pct"] == pytest.approx(100 * 50 / 101)
     # Ties (the two 20 us collectives) are ordered by name.
     assert analyze(store, "kernels", "r", top=2).top["name"].to_list() == ["gemm", EVENTS[4]["name"]]
+
+
+def test_bad_top():
+    from analyses.kernels import Params
+    with pytest.raises(UsageError, match=r"top=-1: must be >= 0 \(0: all kernels\)"):
+        Params(top=-1)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ Algorithm (SQL in ``launch.sql``):
      those is the launch overhead (``idle_latency_p50_ns``), plus any wait on another stream (an
      NCCL kernel waiting for the compute stream's event shows up here).
   3. Per rank, per (rank, stream) and per (rank, step): p50/p90/p99 (linear interpolation), max and
-     mean latency; and the kernels shorter than ``short_ns`` (launch-bound: the GPU finishes them
+     mean latency, rounded to whole ns; and the kernels shorter than ``short_ns`` (launch-bound: the GPU finishes them
      faster than the CPU can issue them) as a share of the kernels and of kernel time.
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analyses import _common
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -33,14 +34,17 @@ class Params(RunParams):
 
     short_ns: int = 10_000
 
+    def __post_init__(self) -> None:
+        _common.at_least("short_ns", self.short_ns, 0, "0: no kernel counts as short")
+
 
 @dataclass(frozen=True)
 class Result(FrameResult):
     """Launch latency per rank (``frame``), per (rank, stream) (``streams``), per (rank, step) (``steps``).
 
     Columns: rank, [stream | step,] kernels, launched (kernels whose launch is in the trace),
-    latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns, latency_mean_ns (ns),
-    idle_launches (kernels launched onto an idle stream), idle_latency_p50_ns (ns, their median),
+    latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns, latency_mean_ns (int64 ns),
+    idle_launches (kernels launched onto an idle stream), idle_latency_p50_ns (int64 ns, their median),
     short_kernels, short_ns (their time), kernel_ns (all kernels' time), short_kernels_pct (% of
     kernels), short_pct (% of kernel_ns).
     """

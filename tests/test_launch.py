@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
+import polars as pl
 import pytest
 
 from tests.conftest import analyze, corpus
 from tests.test_idle import kernel, kineto, launch
-from traceprof.errors import AnalysisError
+from traceprof.errors import AnalysisError, UsageError
 from traceprof.ingest import ingest
 
 
@@ -38,11 +41,9 @@ def test_latency_and_short_kernels_by_hand(store, tmp_path):
     res = analyze(store, "launch", "r")
     r = res.frame.row(0, named=True)
     assert (r["kernels"], r["launched"], r["latency_max_ns"]) == (6, 5, 20_000)
-    assert r["latency_p50_ns"] == pytest.approx(10_000)
-    assert r["latency_p90_ns"] == pytest.approx(16_400)
-    assert r["latency_p99_ns"] == pytest.approx(19_640)
-    assert r["latency_mean_ns"] == pytest.approx(10_600)
-    assert (r["idle_launches"], r["idle_latency_p50_ns"]) == (2, pytest.approx(7_500))
+    assert (r["latency_p50_ns"], r["latency_p90_ns"], r["latency_p99_ns"]) == (10_000, 16_400, 19_640)
+    assert r["latency_mean_ns"] == 10_600
+    assert (r["idle_launches"], r["idle_latency_p50_ns"]) == (2, 7_500)
     assert (r["short_kernels"], r["short_ns"], r["kernel_ns"]) == (3, 6_000, 156_000)
     assert (r["short_kernels_pct"], r["short_pct"]) == (pytest.approx(50.0), pytest.approx(100 * 6 / 156))
     s7 = res.streams.filter(res.streams["stream"] == 7).row(0, named=True)
@@ -74,6 +75,22 @@ def test_corpus_against_plain_sql(store):
     r = analyze(store, "launch", "r").frame.row(0, named=True)
     assert r["launched"] == lat.height == r["kernels"]
     assert r["latency_max_ns"] == lat["lat"].max()
-    assert r["latency_p50_ns"] == pytest.approx(lat["lat"].quantile(0.5, "linear"))
-    assert r["latency_p99_ns"] == pytest.approx(lat["lat"].quantile(0.99, "linear"))
+    # Statistics are whole ns (the interpolated p90 used to print as 55404400.000000045 on
+    # trace_filter): the independent percentiles, halves rounded up (all are positive here).
+    def up(x: float) -> int:
+        return math.floor(x + 0.5)
+
+    assert r["latency_p50_ns"] == up(lat["lat"].quantile(0.5, "linear"))  # 12_786.5 -> 12_787
+    assert r["latency_p90_ns"] == up(lat["lat"].quantile(0.9, "linear"))
+    assert r["latency_p99_ns"] == up(lat["lat"].quantile(0.99, "linear"))
+    assert r["latency_mean_ns"] == up(lat["lat"].mean())
+    res = analyze(store, "launch", "r")
+    for frame in res.frames().values():
+        assert all(t == pl.Int64 for c, t in frame.schema.items() if c.endswith("_ns")), frame.schema
     assert r["short_kernels"] == (lat["dur_ns"] < 10_000).sum()
+
+
+def test_bad_short_ns():
+    from analyses.launch import Params
+    with pytest.raises(UsageError, match=r"short_ns=-1: must be >= 0"):
+        Params(short_ns=-1)

@@ -8,12 +8,16 @@ Algorithm (DESIGN.md §4 "MFU"):
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
      the rank's device (``traceprof.peaks``, matched from ``devices`` / ``traces.device_name``) for
      the dtype (given, else the dtype of most matmul FLOPs in the trace, else bf16).
-     mfu_pct = 100 · tflops / peak; no peak (CPU, unknown device) leaves it null, with a note.
+     mfu_pct = 100 · tflops / peak; no peak (CPU, unknown device, no device name in the trace)
+     leaves it null, with a note that says what is missing and to pass ``peak_tflops``.
   4. Recomputation (``recompute``: none, full, or the recomputed fraction of the forward pass f)
      adds f/3 of the model FLOPs (forward = 1/3 of 6N): hardware FLOPs = model · (1 + f/3).
      Declared/PaLM FLOPs are model FLOPs; sidecar/shape counts are executed (hardware) FLOPs.
      hfu_pct is null while recompute is unknown.
   5. Job: total model FLOPs / (Σ over steps of the slowest rank's step time · Σ of rank peaks).
+FLOP counts (``flops``, ``flops_per_step``) are float64 FLOPs, in every frame: a job's FLOPs per
+step exceed int64 (6·N·tokens for a 405B-parameter model at 16M tokens per step is 3.9e19; int64
+holds 9.2e18). They are whole numbers except where a job total is split over its ranks.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from analyses import _common
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.flops import account, shape_flops
@@ -36,9 +41,14 @@ class Params(RunParams):
     ``model_flops_per_step``: model FLOPs of one step of the whole job (split over the ranks).
     ``params_count``, ``layers``, ``heads``, ``head_dim``, ``seq_len``, ``tokens_per_step`` (whole
     job): the PaLM formula. ``flops_source``: auto, declared, palm, sidecar or shapes.
-    ``peak_tflops``: dense peak per device in TFLOP/s (overrides the table; needed for CPU runs).
+    ``peak_tflops``: dense peak per device in TFLOP/s, > 0 (overrides the table; needed for CPU
+    runs and devices the table lacks; None: from the table).
     ``dtype``: bf16, fp16, tf32, fp32, fp8 (default: from the trace's matmuls, else bf16).
     ``recompute``: none, full, or the recomputed fraction of the forward pass (0..1); empty = unknown.
+    Counts and sizes must be >= 0 (0: not given).
+
+    Raises:
+        UsageError: A value out of range (the message names the parameter and the range).
     """
 
     model_flops_per_step: float = 0.0
@@ -49,9 +59,20 @@ class Params(RunParams):
     seq_len: int = 0
     tokens_per_step: float = 0.0
     flops_source: str = "auto"
-    peak_tflops: float = 0.0
+    peak_tflops: float | None = None
     dtype: str = ""
     recompute: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("model_flops_per_step", "params_count", "tokens_per_step", "layers", "heads", "head_dim",
+                     "seq_len"):
+            _common.at_least(name, getattr(self, name), 0, "0: not given")
+        _common.choice("flops_source", self.flops_source, ("auto", "declared", "palm", "sidecar", "shapes"))
+        # the CLI passes a string for a parameter whose default is None
+        object.__setattr__(self, "peak_tflops", _common.positive_or_none("peak_tflops", self.peak_tflops))
+        if self.dtype and canonical_dtype(self.dtype) is None:
+            raise UsageError(f"dtype={self.dtype!r}: expected one of bf16, fp16, tf32, fp32, fp64, fp8")
+        _recompute_fraction(self.recompute)
 
 
 @dataclass(frozen=True)
@@ -59,7 +80,7 @@ class Result(FrameResult):
     """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``).
 
     ``frame`` columns: rank, step, step_ns (ns), step_time_source (device/cpu), flops (model
-    FLOPs of the rank in the step), tflops (achieved TFLOP/s), device (name in the trace), dtype,
+    FLOPs of the rank in the step, float64: see the module doc), tflops (achieved TFLOP/s), device (name in the trace), dtype,
     peak_device (peak-table entry, or ``user``), peak_tflops (TFLOP/s, null if unknown), mfu_pct, hfu_pct (% of peak; null if unknown), flops_source.
     ``job`` columns: ranks, steps, flops, time_ns (Σ slowest-rank step time), tflops (per device),
     peak_tflops (per device, mean), mfu_pct, hfu_pct, flops_source.
@@ -102,7 +123,7 @@ def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.Da
     notes: list[str] = []
     rows: list[tuple[object, ...]] = []
     for rank, name, kind in devs.iter_rows():
-        if params.peak_tflops > 0:
+        if params.peak_tflops is not None:
             rows.append((rank, name, "user", params.peak_tflops))
             continue
         dev = match_device(name) if kind == "gpu" else None
@@ -110,8 +131,13 @@ def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.Da
         rows.append((rank, name, dev.label if dev else None, peak))
         if kind == "cpu":
             msg = "CPU-only run: no device peak FLOP/s, MFU left empty; pass peak_tflops=... for MFU"
+        elif not name:
+            msg = ("the trace names no device (no Kineto deviceProperties, no device_name from the collector), "
+                   "so the peak FLOP/s is unknown: MFU left empty; pass -p peak_tflops=<dense TFLOP/s of one "
+                   "device> (e.g. 312 for an A100 in bf16)")
         elif dev is None:
-            msg = f"unknown device {name!r}: MFU left empty; pass peak_tflops=..."
+            msg = (f"unknown device {name!r} (not in the peak table): MFU left empty; pass -p "
+                   "peak_tflops=<dense TFLOP/s of one device>")
         elif peak is None:
             msg = f"{dev.label} has no published dense {dtype} peak: MFU left empty; pass peak_tflops or dtype"
         else:
@@ -128,7 +154,7 @@ def run(store: Store, params: Params) -> Result:
 
     Raises:
         StoreError: No such run.
-        UsageError: Bad ``flops_source``, ``dtype`` or ``recompute``.
+        UsageError: A forced ``flops_source`` that the run lacks (bad values fail in ``Params``).
         AnalysisError: No FLOPs source, or the run has no ProfilerSteps.
     """
     run_id = store.resolve_run(params.run)
@@ -138,8 +164,6 @@ def run(store: Store, params: Params) -> Result:
     acc = account(store, run_id, declared_per_step=params.model_flops_per_step, palm=palm, source=params.flops_source)
     notes = [f"FLOPs source: {acc.source}", *acc.notes]
     dtype = canonical_dtype(params.dtype) if params.dtype else acc.dtype
-    if params.dtype and dtype is None:
-        raise UsageError(f"dtype={params.dtype!r}: expected one of bf16, fp16, tf32, fp32, fp64, fp8")
     guessed = dtype is None
     dtype = dtype or "bf16"
     f = _recompute_fraction(params.recompute)

@@ -109,3 +109,38 @@ def test_cpu_sample_needs_a_user_peak(store):
         assert r["flops_source"] == "sidecar" and r["step_time_source"] == "cpu"
         assert r["tflops"] == pytest.approx(expected[(r["rank"], r["step"])])
         assert r["mfu_pct"] == pytest.approx(100 * r["tflops"] / 0.05)
+
+
+def test_missing_device_name_says_what_to_do(store):
+    # The 2023 traces carry no deviceProperties (and no collector sidecar): the device is unknown
+    # because the trace does not name it, not because a name "None" is missing from the table.
+    ingest(store, [corpus("hta/trace_filter")])
+    assert store.sql("SELECT count(*) FROM devices").item() == 0
+    res = analyze(store, "mfu")
+    (note,) = [n for n in res.notes if "peak_tflops" in n and "recomput" not in n]
+    assert "names no device" in note and "-p peak_tflops=" in note and "None" not in note
+    assert res.frame["mfu_pct"].null_count() == res.frame.height
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"peak_tflops": 0}, r"peak_tflops=0: must be a finite number > 0"),
+    ({"peak_tflops": -5.0}, r"peak_tflops=-5.0: must be a finite number > 0"),
+    ({"peak_tflops": "nan"}, r"peak_tflops='nan': expected a finite number"),
+    ({"peak_tflops": float("inf")}, r"peak_tflops=inf: expected a finite number"),
+    ({"peak_tflops": "fast"}, r"peak_tflops='fast': expected a number"),
+    ({"model_flops_per_step": -1e12}, r"model_flops_per_step=-1000000000000.0: must be >= 0 \(0: not given\)"),
+    ({"layers": -2}, r"layers=-2: must be >= 0"),
+    ({"flops_source": "guess"}, r"flops_source='guess': choose one of auto, declared"),
+    ({"dtype": "int8"}, r"dtype='int8': expected one of"),
+    ({"recompute": "2"}, r"recompute='2': expected none, full or a fraction 0..1"),
+])
+def test_bad_params(params, expected):
+    from analyses.mfu import Params
+    with pytest.raises(UsageError, match=expected):
+        Params(**params)
+
+
+def test_peak_from_the_cli_string(store, tmp_path):
+    # The CLI hands "-p peak_tflops=100" over as a string (its default is None): converted.
+    from analyses.mfu import Params
+    assert Params(peak_tflops="100").peak_tflops == 100.0 and Params().peak_tflops is None

@@ -68,7 +68,7 @@ def _cell(v: object) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:,.2f}"
+        return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1000 else f"{v:,.2f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)

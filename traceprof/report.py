@@ -89,6 +89,9 @@ def _section(name: str, result: FrameResult, plots: list[Any]) -> str:
     parts = [f'<h2 id="{html.escape(name)}">{html.escape(result.title or name)}</h2>']
     parts += [f'<div class="note">{html.escape(n)}</div>' for n in result.notes]
     for chart in result.charts():
+        df = result.frames()[chart.frame]
+        if df.is_empty() or all(df[y].null_count() == df.height for y in chart.ys if y in df.columns):
+            continue  # nothing to draw (holoviews fails on all-null series)
         plots.append(_chart(result, chart))
         parts.append(f"<!--PLOT{len(plots) - 1}-->")
     for fname, frame in result.frames().items():

@@ -199,7 +199,7 @@ TABLES: tuple[Table, ...] = (
             _c("tid", "VARCHAR", "CPU thread of the gloo work, NULL on GPU"),
             _c("step", "INTEGER", "ProfilerStep the collective belongs to"),
             _c("ordinal", "INTEGER", "k-th collective of this (pg, op) on the rank, from 0"),
-            _c("instance_id", "BIGINT", "Matched instance across ranks; see collective_instances"),
+            _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
             _c("match_method", "VARCHAR", "How the instance was matched: pg_seq or ordinal"),
         ),
     ),

@@ -236,6 +236,12 @@ def _early_end_note(w: pl.DataFrame) -> str | None:
             "receiver arrives); their transfer_ns is clipped to 0 (waits.end_before_last_arrival)")
 
 
+def _z_text(z: float | None) -> str:
+    """The compute z-score with one decimal, or "n/a (no compute traced)" when the run has none
+    (a Flight Recorder-only run records collectives, not compute)."""
+    return "n/a (no compute traced)" if z is None or np.isnan(z) else f"{z:.1f}"
+
+
 def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame, pace: float,
              params: Params) -> pl.DataFrame:
     named = per.filter(pl.col("named"))
@@ -266,7 +272,7 @@ def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.D
             f"straggler: rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives "
             f"(share {r['last_arrival_share']:.2f}), median {r['median_lateness_ns'] / 1e6:.2f} ms late "
             f"({r['late_pct']:.0f}% of the {pace / 1e6:.2f} ms pace), making the others wait "
-            f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {r['compute_z']:.1f}; before those "
+            f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {(ex['compute_ns'] or 0) / 1e6:+.1f} ms compute, {(ex['comm_ns'] or 0) / 1e6:+.1f} ms "
             f"communication, {(ex['other_ns'] or 0) / 1e6:+.1f} ms untraced host time vs the other ranks' median: "
             f"late because of {cause}")

@@ -96,6 +96,20 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
     assert res.verdict["cause"].to_list() == ["untraced host time"]
 
 
+def test_flight_recorder_only_run_names_rank2_with_compute_na(store):
+    # Flight Recorder dumps hold collectives but no compute: compute_z is null, and the verdict
+    # must still name the slowed rank 2 (its 30 ms sleep) with compute shown as n/a (it crashed
+    # formatting None with :.1f).
+    files = sorted((SAMPLES / "straggler_rank2").glob("rank*.fr.json"))
+    if len(files) < 4:
+        pytest.skip("sample_traces/straggler_rank2 Flight Recorder dumps not recorded")
+    ingest(store, files, run="s2fr")
+    res = analyze(store, "stragglers", "s2fr")
+    assert res.frame["compute_z"].null_count() == res.frame.height
+    assert res.verdict["rank"].to_list() == [2]
+    assert "compute z = n/a" in res.verdict["evidence"][0]
+
+
 def test_production_traces(store):
     # AR: one worker artificially slowed (dp rank 0 of stage 0, global rank 0): named, for compute.
     ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-AR.parquet")])

@@ -99,3 +99,19 @@ def test_skip_bad_events_says_how_many(tmp_path):
     (d / "rank0.json").write_text(json.dumps(doc))
     r = cli("ingest", str(d), "--db", str(tmp_path / "s.duckdb"), "--skip-bad-events", cwd=tmp_path)
     assert r.returncode == 0 and "1 record(s) not stored: 1 missing 'dur'" in r.stderr
+
+
+def test_files_stored_in_another_run_are_not_split_off(tmp_path):
+    # Ranks 0-1 ingested as run "a"; then the same two files plus a new rank 2 under run "b":
+    # "b" would silently hold rank 2 only, so that is an error naming the stored file.
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in (0, 1):
+        (d / f"rank{r}.json").write_text(json.dumps(_trace(r, 3)))
+    db = tmp_path / "s.duckdb"
+    assert cli("ingest", str(d), "--run", "a", "--db", str(db), cwd=tmp_path).returncode == 0
+    (d / "rank2.json").write_text(json.dumps(_trace(2, 3)))
+    _one_line_error(cli("ingest", str(d), "--run", "b", "--db", str(db), cwd=tmp_path), "already stored in run 'a'")
+    # Into the same run it is an incremental ingest: rank 2 is added, ranks 0-1 skipped.
+    r = cli("ingest", str(d), "--run", "a", "--db", str(db), cwd=tmp_path)
+    assert r.returncode == 0 and "1 file(s) ingested, 2 already stored" in r.stderr

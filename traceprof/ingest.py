@@ -166,12 +166,23 @@ def ingest(
     todo: list[tuple[str, Path]] = []
     for group, files in groups.items():
         name = run or (group.stem if group.is_file() else group.name)
+        new: list[Path] = []
+        elsewhere: dict[Path, str] = {}
         for f in files:
-            where = store.find_sha(_sha256(f))
-            if where is not None:
-                result.skipped[str(f)] = where
+            found = store.find_sha(_sha256(f))
+            if found is None:
+                new.append(f)
             else:
-                todo.append((name, f))
+                result.skipped[str(f)] = found[1]
+                if found[0] != name:
+                    elsewhere[f] = found[1]
+        if new and elsewhere:  # the new run would silently lack the ranks stored elsewhere
+            f, where = next(iter(elsewhere.items()))
+            raise UsageError(
+                f"{f}: already stored in {where}, so run {name!r} would miss that rank; a file belongs "
+                "to one run: ingest the files under that run's name, or into another store (--db)"
+            )
+        todo += [(name, f) for f in new]
     parsed = _parse_all([(f, on_bad_event, f in scanned) for _, f in todo], jobs, progress)
     by_run: dict[str, list[ParsedTrace]] = {}
     for (name, _), pts in zip(todo, parsed, strict=True):

@@ -145,13 +145,13 @@ class Store:
         names = ", ".join(n for _, n in rows)
         raise StoreError(f"no run named {run!r} in {self.path}; runs: {names}")
 
-    def find_sha(self, sha256: str) -> str | None:
-        """Where a file with this SHA-256 is stored ("run 'x' (id 3), rank 0"), or None."""
+    def find_sha(self, sha256: str) -> tuple[str, str] | None:
+        """Where a file with this SHA-256 is stored: (run name, "run 'x' (id 3), rank 0"), or None."""
         row = self._one(
             "SELECT r.name, r.run_id, t.rank FROM traces t JOIN runs r USING (run_id) WHERE t.sha256 = ? LIMIT 1",
             [sha256],
         )
-        return None if row is None else f"run {row[0]!r} (id {row[1]}), rank {row[2]}"
+        return None if row is None else (row[0], f"run {row[0]!r} (id {row[1]}), rank {row[2]}")
 
     def save_frames(self, run_id: int, prefix: str, frames: dict[str, pl.DataFrame]) -> list[str]:
         """Store analysis result frames as tables ``<prefix>_<frame>`` so SQL can join them.

@@ -110,14 +110,15 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
 
     Args:
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
-        on_bad_event: ``"raise"`` stops at a row with a null or negative time; ``"skip"`` drops
-            (and counts) it.
+        on_bad_event: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
+            a null rank, step or optype); ``"skip"`` drops (and counts) it.
 
     Returns:
         Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
 
     Raises:
-        TraceFormatError: Not a Parquet file, missing columns, or a bad row (naming its index).
+        TraceFormatError: Not a Parquet file, missing columns, no rows (or none left after
+            skipping), or a bad row (naming its index).
     """
     p = Path(path).resolve()
     try:
@@ -132,16 +133,23 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
         raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")
     meta = _read_meta(p)
     df = df.select(_COLUMNS).with_columns(pl.col("optype").cast(pl.Utf8)).with_row_index("_row")
-    bad = df.filter(pl.col("start_ts").is_null() | pl.col("duration").is_null() | (pl.col("duration") < 0)
-                    | pl.col("rank").is_null() | pl.col("step").is_null() | pl.col("optype").is_null())
+    if df.is_empty():
+        raise TraceFormatError(p, "", "no rows: the trace holds no operation")
+    # not finite also catches null (is_finite keeps null; fill_null(False) turns it into bad)
+    bad = df.filter(~pl.col("start_ts").is_finite().fill_null(False) | ~pl.col("duration").is_finite().fill_null(False)
+                    | (pl.col("duration") < 0) | pl.col("rank").is_null() | pl.col("step").is_null()
+                    | pl.col("optype").is_null())
     rejected: dict[str, int] = {}
     if bad.height:
         if on_bad_event == "raise":
             row = bad.row(0, named=True)
             raise TraceFormatError(p, f"row #{row['_row']} (optype={row['optype']!r})",
-                                   "null or negative time; pass --skip-bad-events to skip such rows")
-        rejected["null or negative time"] = bad.height
+                                   "null, NaN, infinite or negative time (or null rank/step/optype); pass "
+                                   "--skip-bad-events to skip such rows")
+        rejected["null, NaN or negative time"] = bad.height
         df = df.join(bad.select("_row"), on="_row", how="anti")
+        if df.is_empty():
+            raise TraceFormatError(p, "", f"no valid rows: all {bad.height} rows have a bad time")
     # Exact float32 -> float64 -> ns; steps laid end to end (module doc, step 2).
     df = df.with_columns(
         (pl.col("start_ts").cast(pl.Float64) * 1e9).round().cast(pl.Int64).alias("rel_ns"),

@@ -1,0 +1,39 @@
+"""NDTimeline Parquet collector: bad files give one TraceFormatError naming the file (and row)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from collectors import ndtimeline
+from tests.conftest import corpus
+from traceprof.errors import TraceFormatError
+
+_ST = "kineto_misc/bytedance_straggler_whatif/trace-ST.parquet"
+
+
+def test_empty_file_with_the_real_schema(tmp_path):
+    path = tmp_path / "trace-empty.parquet"
+    pl.read_parquet(corpus(_ST)).head(0).write_parquet(path)
+    for mode in ("raise", "skip"):
+        with pytest.raises(TraceFormatError, match="no rows") as e:
+            ndtimeline.parse(path, on_bad_event=mode)
+        assert e.value.path == str(path.resolve())
+
+
+def test_nan_duration_is_a_bad_row(tmp_path):
+    # Rows 0..9 of the real ST trace, row 3's duration set to NaN (same float32 column type).
+    df = pl.read_parquet(corpus(_ST)).head(10)
+    dur = df["duration"].to_list()
+    dur[3] = float("nan")
+    df = df.with_columns(pl.Series("duration", dur, df.schema["duration"]))
+    path = tmp_path / "trace-nan.parquet"
+    df.write_parquet(path)
+    with pytest.raises(TraceFormatError, match="NaN") as e:
+        ndtimeline.parse(path)
+    assert e.value.where.startswith("row #3 ")
+    traces = ndtimeline.parse(path, on_bad_event="skip")
+    # 10 rows, 1 skipped: 9 read, and counted once (on the first trace) as rejected.
+    assert sum(len(t.events) for t in traces) == 9
+    assert sum(sum(t.rejected.values()) for t in traces) == 1
+    assert all(n >= 0 for t in traces for n in t.events.column("dur_ns").to_pylist())

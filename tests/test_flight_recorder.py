@@ -64,6 +64,28 @@ def test_missing_creation_time(tmp_path):
     assert pt.rejected == {"missing 'time_created_ns'": 1}
 
 
+def test_non_integer_creation_time_and_empty_dump(tmp_path):
+    # Present but not an integer: said so, not "missing".
+    doc = {"version": "2.10", "pg_config": {}, "entries": [
+        {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
+         "time_created_ns": 10},
+        {"collective_seq_id": 2, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
+         "time_created_ns": "abc"}]}
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): 'time_created_ns' is not an "
+                       r"integer \('abc'\)"):
+        parse(path)
+    assert parse(path, on_bad_event="skip").rejected == {"'time_created_ns' is not an integer": 1}
+    # An empty ring buffer: an error, not a run of 0 events; likewise when every entry is skipped.
+    path.write_text(json.dumps({**doc, "entries": []}))
+    with pytest.raises(TraceFormatError, match="no entries"):
+        parse(path)
+    path.write_text(json.dumps({**doc, "entries": doc["entries"][1:]}))
+    with pytest.raises(TraceFormatError, match="no valid entries"):
+        parse(path, on_bad_event="skip")
+
+
 def test_corpus_dumps_ingest_and_match_by_seq(store):
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
     got = store.sql("SELECT match_method, count(*), min(n_ranks) FROM collective_instances GROUP BY ALL").rows()

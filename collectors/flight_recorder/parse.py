@@ -6,7 +6,7 @@ Pickle dumps (torch's default ``TORCH_FR_DUMP_TEMP_FILE``) are refused: unpickli
 code, and a dump copied from a cluster is untrusted input.
 
 Algorithm:
-  1. Decode the JSON; refuse pickles and files without ``entries``.
+  1. Decode the JSON; refuse pickles and files without ``entries`` or with none.
   2. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
      ``fr_rank3.json``); world size: the ranks of the default process group in ``pg_config``.
   3. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
@@ -109,16 +109,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
 
     Args:
         path: A ``.json`` (or ``.json.gz``) dump.
-        on_bad_event: ``"raise"`` stops at an entry without ``time_created_ns``; ``"skip"`` counts
-            it in ``rejected``.
+        on_bad_event: ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
+            integer or 0; ``"skip"`` counts it in ``rejected`` (keyed by the reason).
 
     Returns:
         A :class:`ParsedTrace` (source ``flight_recorder``) with ``collectives`` and ``events``;
         times are epoch ns as FR records them.
 
     Raises:
-        TraceFormatError: Unreadable, pickled, invalid JSON, no ``entries``, no rank, or (with
-            ``on_bad_event="raise"``) an entry without a creation time, naming the entry.
+        TraceFormatError: Unreadable, pickled, invalid JSON, no or empty ``entries`` (or none left
+            after skipping), no rank, or (with ``on_bad_event="raise"``) an entry without a valid
+            creation time, naming the entry.
     """
     p = Path(path).resolve()
     raw, data = _read(p)
@@ -128,6 +129,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         raise TraceFormatError(p, "", f"invalid JSON ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise TraceFormatError(p, "", "not a Flight Recorder dump (no 'entries' list)")
+    if not doc["entries"]:
+        raise TraceFormatError(p, "entries", "no entries: the dump records no collective (dumped before "
+                               "any ran, or the ring buffer was disabled: TORCH_NCCL_TRACE_BUFFER_SIZE=0)")
     rank = _int(doc.get("rank"))
     if rank is None and (m := _RANK_IN_NAME.search(p.name)):
         rank = int(m.group(1))
@@ -142,13 +146,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     for i, e in enumerate(doc["entries"]):
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
-        created = _int(e.get("time_created_ns"))
+        raw_created = e.get("time_created_ns")
+        created = _int(raw_created)
         name = str(e.get("profiling_name", ""))
         if not created:
+            why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
+                   if created is None else "'time_created_ns' is 0")
             if on_bad_event == "raise":
-                raise TraceFormatError(p, f"entry #{i} ({name!r})", "missing 'time_created_ns'; "
+                shown = "" if raw_created is None else f" ({raw_created!r})"
+                raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{shown}; "
                                        "pass --skip-bad-events to skip such entries")
-            rejected["missing 'time_created_ns'"] = rejected.get("missing 'time_created_ns'", 0) + 1
+            rejected[why] = rejected.get(why, 0) + 1
             continue
         started = _int(e.get("time_discovered_started_ns")) or None
         completed = _int(e.get("time_discovered_completed_ns")) or None
@@ -195,6 +203,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
             }
         )
+    if not rows:
+        raise TraceFormatError(p, "entries", f"no valid entries: all {len(doc['entries'])} skipped ({rejected})")
     counter: dict[tuple[Any, str], int] = {}
     for r in sorted(rows, key=lambda r: r["enter_ns"]):
         key = (r["pg"], r["op"])

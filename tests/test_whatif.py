@@ -63,6 +63,23 @@ def test_samples(store):
         assert s["normal"]["slowdown"] < s["straggler_rank2"]["slowdown"]
 
 
+def test_noise_note_on_the_normal_sample(store):
+    # normal has no slowed rank (stragglers: "no single straggler"), yet S > 1.1 from op-time noise.
+    # The note must not stop at "straggling": it lists each rank's alone S (as in blame), the share
+    # of the excess no single rank explains (100 - the largest rank's excess_alone_pct), and points
+    # to stragglers.
+    if not (SAMPLES / "normal" / "rank3.trace.json.gz").exists():
+        pytest.skip("sample_traces/normal not recorded")
+    ingest(store, [SAMPLES / "normal"], run="normal")
+    res = analyze(store, "whatif", "normal")
+    assert res.summary["straggling"].item()
+    ranks = res.blame.filter(res.blame["by"] == "rank")
+    (note,) = [n for n in res.notes if "Alone S by rank" in n]
+    assert ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").rows()) in note
+    assert f"{100 - ranks['excess_alone_pct'][0]:.0f}% of the excess" in note
+    assert "noise" in note and "traceprof analyze stragglers" in note
+
+
 # The artifact's published results (data/result-<X>.json of ByteDance-Seed/StragglerAnalysis,
 # an independent implementation): blocking_slowdown, and the top stage / dp rank / op type of its
 # decompositions. Its ideal uses means for compute and medians for communication; ours medians for

@@ -10,16 +10,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from tests.conftest import REPO, SAMPLES, corpus
 from tests.test_flops import op, write_run
+from tests.test_idle import kernel
 from traceprof.diff import DEFAULT_THRESHOLD, diff_runs, mann_whitney_p
 from traceprof.errors import UsageError
 from traceprof.ingest import ingest
 
 
-def _micro(folder: Path, extra: bool) -> Path:
+def _micro(folder: Path, extra: bool, world: int = 1, gpu: bool = False) -> Path:
     """One rank, ProfilerStep#1 [0, 100 us] and #2 [100, 200 us] (times in us, s = step start):
 
     aten::linear [s+1, s+31] holding aten::mm [s+5, s+15] (linear's self time 20 us);
@@ -37,7 +39,9 @@ def _micro(folder: Path, extra: bool) -> Path:
                op("aten::mm", s + 40, 40 if s else 10, [[4, 4], [4, 4]])]
         if extra:
             ev.append(op("aten::mm", s + 32, 8, [[8, 8], [8, 8]]))
-    return write_run(folder, ev)
+        if gpu:  # one kernel per step on stream 7: makes it a GPU run
+            ev.append(kernel("gemm", 7, s + 6, 5, corr=1 + s))
+    return write_run(folder, ev, world=world)
 
 
 def test_micro_diff_by_hand(store, tmp_path):
@@ -61,6 +65,48 @@ def test_micro_diff_by_hand(store, tmp_path):
     assert not diff_runs(store, "base", "cand", {"compute_ns": 0.3}).regressed  # 20 % < 30 %
     with pytest.raises(UsageError, match="no such metric"):
         diff_runs(store, "base", "cand", {"speed": 0.1})
+
+
+def test_ns_are_whole_and_chart_labels_short(store, tmp_path):
+    # Base step times 100 us and 101.001 us (two samples): median 100,500.5 ns, rounded half to
+    # even -> 100,500 (int64 ns, not 100,500.50). Items: mm calls 10 us and 10.001 us, median
+    # 10,000.5 ns x 2 calls / 2 steps -> 10,000 ns per step (ns columns int64).
+    ev = [op("ProfilerStep#1", 0, 100, cat="user_annotation"), op("ProfilerStep#2", 100, 101.001, cat="user_annotation"),
+          op("aten::mm", 5, 10, [[4, 4], [4, 4]]), op("aten::mm", 105, 10.001, [[4, 4], [4, 4]])]
+    ingest(store, [write_run(tmp_path / "odd", ev)])
+    res = diff_runs(store, "odd", "odd")
+    step = res.frame.filter(pl.col("metric") == "step_time_ns").row(0, named=True)
+    assert (step["base"], step["cand"], step["delta"]) == (100_500, 100_500, 0)
+    assert {res.items[c].dtype for c in ("base_ns", "cand_ns", "delta_ns")} == {pl.Int64}
+    assert res.items.filter(pl.col("name") == "aten::mm")["base_ns"].to_list() == [10_000]
+    assert all(isinstance(m["base"], int) for m in res.to_dict()["metrics"] if m["metric"].endswith("_ns"))
+    chart, = res.charts()  # one series: the report can rotate plain labels, not grouped ones
+    assert chart.ys == ("delta_ns",) and "(ns)" not in chart.title and chart.x == "label"
+    assert res.frames()["top"]["label"].to_list() == ["1. aten::mm"]
+
+
+def test_thresholds_are_fractions(store, tmp_path):
+    ingest(store, [_micro(tmp_path / "base", False)])
+    for bad, shown in [({"*": 5.0}, "-t 5:"), ({"*": 0.0}, "-t 0:"), ({"idle_ns": -0.1}, "-t idle_ns=-0.1:")]:
+        with pytest.raises(UsageError, match=f"{shown} thresholds are fractions"):
+            diff_runs(store, "base", "base", bad)
+    assert not diff_runs(store, "base", "base", {"*": 1.0}).regressed
+
+
+def test_runs_not_comparable(store, tmp_path):
+    ingest(store, [_micro(tmp_path / "cpu", False), _micro(tmp_path / "gpu", False, gpu=True),
+                   _micro(tmp_path / "two", False, world=2)])
+    with pytest.raises(UsageError, match="not comparable .cpu is a CPU-only run, gpu a GPU run.:"):
+        diff_runs(store, "cpu", "gpu")
+    with pytest.raises(UsageError, match=r"not comparable \(world size 1 vs 2\)"):
+        diff_runs(store, "cpu", "two")
+    assert not diff_runs(store, "gpu", "gpu").regressed
+
+
+def test_bad_mfu_param_is_a_usage_error(store, tmp_path):
+    ingest(store, [_micro(tmp_path / "base", False)])
+    with pytest.raises(UsageError, match="peak_tflops='-1': must be a finite number > 0"):
+        diff_runs(store, "base", "base", mfu_options={"peak_tflops": "-1"})
 
 
 def test_mann_whitney_by_hand():
@@ -129,6 +175,30 @@ def test_threshold_option(sample_db):
     assert _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "0.9", "-t", "compute_ns=0.05").returncode == 3
     bad = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "speed=0.1")
     assert bad.returncode == 1 and "no such metric" in bad.stderr
+    bad = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "5")  # not 500 %
+    assert bad.returncode == 1 and "-t 5: thresholds are fractions" in bad.stderr
+    bad = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-p", "peak_tflops=-1")
+    assert bad.returncode == 1 and "peak_tflops" in bad.stderr
+
+
+def test_csv_and_json_carry_the_items(sample_db):
+    n = len(json.loads(_cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "json").stdout)["items"])
+    # Independent count: distinct training-thread CPU op names of either run + the one collective op.
+    names = json.loads(_cli("sql", "SELECT count(DISTINCT e.name) AS n FROM events e JOIN (SELECT DISTINCT run_id, rank, "
+                            "pid, tid FROM events WHERE kind = 'step') USING (run_id, rank, pid, tid) "
+                            "WHERE kind = 'cpu_op'", "--db", str(sample_db), "-f", "json").stdout)[0]["n"]
+    assert n == names + 1  # json: every item, no cap
+    csv = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "csv")
+    assert csv.stdout.startswith("metric,") and f"{n} items, none shown: --table items for all" in csv.stderr
+    items = _cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "csv", "--table", "items").stdout
+    assert items.startswith("kind,name,class,base_ns") and len(items.strip().splitlines()) == n + 1
+
+
+def test_gpu_vs_cpu_runs_exit_1(store, tmp_path):
+    db = tmp_path / "g.duckdb"
+    _cli("ingest", str(SAMPLES / "normal"), str(corpus("hta/nccl_parser_config")), "--db", str(db))
+    p = _cli("diff", "normal", "nccl_parser_config", "--db", str(db))
+    assert p.returncode == 1 and "not comparable" in p.stderr and "world size 4 vs 2" in p.stderr
 
 
 def test_report_with_baseline_has_a_diff_section(sample_db, tmp_path):

@@ -208,19 +208,32 @@ def diff(
         "--threshold", "-t", help="Relative regression threshold: 0.05 (every metric) or METRIC=0.05.")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
     fmt: FormatOpt = Format.table,
+    table: Annotated[str | None, typer.Option(
+        "--table", help="Print only this table: metrics, items (all) or top (15 largest changes).")] = None,
 ) -> None:
-    """Compare two runs per step; exit 3 when a metric regressed beyond its threshold (CI gate)."""
+    """Compare two runs per step; exit 3 when a metric regressed beyond its threshold (CI gate).
+
+    Default output: table: metrics, the 20 largest item changes, notes and summary; json: verdict,
+    summary, notes, metrics and every item; csv: the metrics (one table per CSV; ``--table items``
+    for the items). Notes and, except in table format, the summary go to stderr.
+    """
     from traceprof.diff import diff_runs
 
     limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    if table is not None and table not in ("metrics", "frame", "items", "top"):
+        raise UsageError(f"diff has tables metrics, items, top; not {table!r}")
     with Store(db, read_only=True) as store:
         res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []))
-    if fmt is Format.json:
+    if fmt is Format.json and table is None:
         sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        render(res.frame, fmt, "metrics")
-        if fmt is Format.table:
+        frames = res.frames()
+        render(frames["frame" if table in (None, "metrics") else table], fmt, table or "metrics")
+        if fmt is Format.table and table is None:
             render(res.items.head(20), fmt, "items: typical time per step (ns), largest changes first")
+        if table is None and fmt is not Format.json and res.items.height > (20 if fmt is Format.table else 0):
+            shown = "the first 20" if fmt is Format.table else "none"
+            err.print(f"{res.items.height} items, {shown} shown: --table items for all", highlight=False)
         for note in res.notes[1:]:
             err.print(note, highlight=False)
         (out if fmt is Format.table else err).print(res.summary, highlight=False, soft_wrap=True)

@@ -21,7 +21,11 @@ Algorithm (DESIGN.md §4 "Regression diff"):
      per run, a one-sided Mann-Whitney U test says the candidate's samples are worse (p <
      ``alpha``, default 0.01): a shift the size of the spread between steps is not evidence.
   5. Items are sorted by |delta| (their contribution to the change of step time); the summary
-     names the items that grew.
+     names the items that grew. Times are rounded to whole ns (int64) before the deltas.
+
+Only comparable runs are diffed: both on GPUs or both CPU-only (a run is a GPU run when it has
+kernels, memcpys or memsets), and the same world size when both runs record one. Per-rank step
+times of a different device or job size differ by design, not by regression (UsageError).
 """
 
 from __future__ import annotations
@@ -79,16 +83,23 @@ class DiffResult(FrameResult):
     title: ClassVar[str] = "Regression diff"
 
     def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "items": self.items, "top": self.items.head(15)}
+        top = self.items.head(15).with_row_index("rank", 1).select(
+            (pl.col("rank").cast(pl.Utf8) + ". " + pl.col("name").str.slice(0, 32)).alias("label"),
+            pl.exclude("rank"))  # short, unique chart labels: kernel names run to hundreds of characters
+        return {"frame": self.frame, "items": self.items, "top": top}
 
     def to_dict(self) -> dict[str, object]:
         """The verdict, summary, notes, metrics and items as JSON-ready Python values."""
+        metrics = [{k: int(v) if k in ("base", "cand", "delta") and str(m["metric"]).endswith("_ns") else v
+                    for k, v in m.items()} for m in self.frame.to_dicts()]
         return {"regressed": self.regressed, "summary": self.summary, "notes": list(self.notes[1:]),
-                "metrics": self.frame.to_dicts(), "items": self.items.to_dicts()}
+                "metrics": metrics, "items": self.items.to_dicts()}
 
     def charts(self) -> list[Chart]:
-        return [Chart("Largest changes: typical time per step (ns)", "name", ("base_ns", "cand_ns"),
-                      ylabel="ns per step", frame="top")]
+        # One series (the change) on a plain categorical axis: the report rotates its labels, which
+        # it cannot do for the group labels of grouped base/cand bars (they overlapped).
+        return [Chart("Largest changes: typical time per step, candidate minus base", "label", ("delta_ns",),
+                      frame="top")]
 
 
 def mann_whitney_p(base: np.ndarray, cand: np.ndarray) -> float:
@@ -169,10 +180,11 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
             (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"))
         steps = steps.join(m, on=["rank", "step"], how="left")
     an = registry.get("mfu")
+    params = registry.make_params(an, str(run_id), mfu_options)  # bad -p values: UsageError, not a note
     try:
-        mfu = an.run(store, registry.make_params(an, str(run_id), mfu_options)).to_frame()
+        mfu = an.run(store, params).to_frame()
         steps = steps.join(mfu.select("rank", "step", "tflops", "mfu_pct"), on=["rank", "step"], how="left")
-    except (AnalysisError, UsageError) as e:
+    except AnalysisError as e:
         notes.append(f"run {run_id}: no MFU ({e})")
     return steps, notes
 
@@ -181,6 +193,8 @@ def _metric(name: str, b: np.ndarray, c: np.ndarray, step_base: float, threshold
             sampled: bool) -> dict[str, object]:
     worse_up, of_step = METRICS[name]
     base, cand = float(np.median(b)), float(np.median(c))
+    if name.endswith("_ns"):
+        base, cand = float(round(base)), float(round(cand))  # whole ns
     delta = cand - base
     scale = step_base if of_step else abs(base)
     change = 100.0 * (delta if worse_up else -delta) / scale if scale else (0.0 if delta == 0 else math.inf)
@@ -209,11 +223,13 @@ def diff_runs(store: Store, base: str, cand: str, thresholds: dict[str, float] |
 
     Raises:
         StoreError: No such run.
-        UsageError: A threshold for an unknown metric, or a negative one.
+        UsageError: A threshold for an unknown metric, or one outside (0, 1]; runs that are not
+            comparable (GPU vs CPU-only, different world sizes); bad ``mfu_options``.
         AnalysisError: A run without ProfilerSteps.
     """
     limits = _thresholds(thresholds or {})
     ids = store.resolve_run(base), store.resolve_run(cand)
+    _check_comparable(store, ids)
     (sb, nb), (sc, nc) = (_samples(store, i, mfu_options or {}) for i in ids)
     ib, ic = typical_items(store, ids[0]), typical_items(store, ids[1])
     notes = nb + nc
@@ -241,13 +257,34 @@ def diff_runs(store: Store, base: str, cand: str, thresholds: dict[str, float] |
     return DiffResult(frame=metrics, items=items, regressed=regressed, summary=summary, notes=(summary, *notes))
 
 
+def _check_comparable(store: Store, ids: tuple[int, int]) -> None:
+    """Raise UsageError when one run is on GPUs and the other CPU-only, or their world sizes differ."""
+    runs = {r["run_id"]: r for r in store.sql(
+        """SELECT run_id, name, world_size, EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id
+                                                     AND e.kind IN ('kernel', 'memcpy', 'memset')) AS gpu
+           FROM runs r WHERE run_id IN (?, ?)""",
+        list(ids),
+    ).iter_rows(named=True)}
+    b, c = runs[ids[0]], runs[ids[1]]
+    why = []
+    if b["gpu"] != c["gpu"]:
+        why.append(f"{b['name']} is {'a GPU' if b['gpu'] else 'a CPU-only'} run, {c['name']} "
+                   f"{'a GPU' if c['gpu'] else 'a CPU-only'} run")
+    if b["world_size"] is not None and c["world_size"] is not None and b["world_size"] != c["world_size"]:
+        why.append(f"world size {b['world_size']} vs {c['world_size']}")
+    if why:
+        raise UsageError(f"runs {b['name']} and {c['name']} are not comparable ({'; '.join(why)}): "
+                         "diff two runs of the same job on the same kind of device")
+
+
 def _thresholds(given: dict[str, float]) -> dict[str, float]:
     out = dict.fromkeys(METRICS, given.get("*", DEFAULT_THRESHOLD))
     for key, value in given.items():
         if key != "*" and key not in METRICS:
             raise UsageError(f"--threshold {key}=...: no such metric; metrics: {', '.join(METRICS)}")
-        if value < 0:
-            raise UsageError(f"--threshold {key}={value}: must be >= 0 (a fraction, 0.1 = 10%)")
+        if not 0 < value <= 1:
+            raw = f"{value:g}" if key == "*" else f"{key}={value:g}"
+            raise UsageError(f"-t {raw}: thresholds are fractions in (0, 1] (0.05 = 5%)")
         if key != "*":
             out[key] = value
     return out
@@ -258,7 +295,8 @@ def _items(ib: pl.DataFrame, ic: pl.DataFrame, step_base: float, threshold: floa
     both = ib.select(*cols, pl.col("ns").alias("base_ns"), pl.col("calls").alias("base_calls")).join(
         ic.select(*cols, pl.col("ns").alias("cand_ns"), pl.col("calls").alias("cand_calls")),
         on=cols, how="full", coalesce=True,
-    ).with_columns(pl.col("base_ns", "cand_ns", "base_calls", "cand_calls").fill_null(0.0))
+    ).with_columns(pl.col("base_calls", "cand_calls").fill_null(0.0),
+                   pl.col("base_ns", "cand_ns").fill_null(0.0).round().cast(pl.Int64))
     delta = pl.col("cand_ns") - pl.col("base_ns")
     return both.with_columns(
         delta.alias("delta_ns"),

@@ -81,7 +81,8 @@ def _chart(result: FrameResult, chart: Chart) -> Any:
     bars = hv.Bars(long.select(cols).rows(), kdims=kdims, vdims=["value"])
     return bars.opts(
         title=chart.title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
-        ylabel=ylabel, xrotation=45 if long.height > 12 else 0, legend_position="right",
+        ylabel=ylabel, legend_position="right",
+        xrotation=45 if long.height > 12 or long[chart.x].str.len_chars().max() > 8 else 0,
     )
 
 

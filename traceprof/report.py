@@ -48,7 +48,7 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
         cells = []
         for v in row:
             if isinstance(v, float):
-                cells.append(f"<td>{v:,.3f}</td>")
+                cells.append(f"<td>{v:,.0f}</td>" if v.is_integer() and abs(v) >= 1000 else f"<td>{v:,.3f}</td>")
             elif isinstance(v, int) and not isinstance(v, bool):
                 cells.append(f"<td>{v:,}</td>")
             else:
@@ -69,10 +69,10 @@ def _chart(result: FrameResult, chart: Chart) -> Any:
         return hv.HeatMap(data, kdims=[chart.x, chart.ys[0]], vdims=[chart.value]).opts(
             title=chart.title, colorbar=True, tools=["hover"], width=900, height=360, xrotation=45, cmap="Reds"
         )
-    ylabel = chart.ylabel or "value"
+    ylabel, title = chart.ylabel or "value", chart.title
     if all(y.endswith("_ns") for y in chart.ys):  # ns axes read badly (3.5e8): plot ms
         df = df.with_columns(pl.col(y) / 1e6 for y in chart.ys)
-        ylabel = "ms"
+        ylabel, title = "ms", title.replace(" (ns)", "")
     long = df.select([pl.col(chart.x).cast(pl.Utf8), *chart.ys]).unpivot(
         index=chart.x, on=list(chart.ys), variable_name="series", value_name="value"
     )
@@ -80,7 +80,7 @@ def _chart(result: FrameResult, chart: Chart) -> Any:
     cols = [chart.x, "series", "value"] if len(chart.ys) > 1 else [chart.x, "value"]
     bars = hv.Bars(long.select(cols).rows(), kdims=kdims, vdims=["value"])
     return bars.opts(
-        title=chart.title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
+        title=title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
         ylabel=ylabel, legend_position="right",
         xrotation=45 if long.height > 12 or long[chart.x].str.len_chars().max() > 8 else 0,
     )

@@ -27,14 +27,14 @@ def _rank(a_ms: int) -> list[dict]:
 
 def test_replay_by_hand(store, tmp_path):
     # aten::A takes 10, 10 and 30 ms on ranks 0, 1, 2. Actual step: the all-reduce waits for rank
-    # 2 (30 ms), transfers 1 ms, then B runs 5 ms: 36 ms. Ideal (median A = 10 ms): arrival 10,
-    # transfer 1, B 5: 16 ms. S = 36 / 16 = 2.25; rank 2's values alone give it all back, as do
-    # the aten::A durations alone; ranks 0 and 1 alone change nothing.
+    # 2 (30 ms), transfers 1 ms, then B runs 5 ms: 36 ms. Ideal (median A = 10 ms; min(own, 10) is
+    # 10 too): arrival 10, transfer 1, B 5: 16 ms. S = 36 / 16 = 2.25; rank 2's values alone give
+    # it all back, as do the aten::A durations alone; ranks 0 and 1 alone change nothing.
     for r, a in enumerate((10, 10, 30)):
         _write(tmp_path / "run" / f"r{r}.json", _rank(a), r, world=3)
     ingest(store, [tmp_path / "run"])
-    for pool in ("step", "all"):
-        res = analyze(store, "whatif", "run", pool=pool)
+    for pool, ideal in (("step", "median"), ("all", "median"), ("step", "min")):
+        res = analyze(store, "whatif", "run", pool=pool, ideal=ideal)
         (step,) = res.frame.iter_rows(named=True)
         assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (36_000_000, 36_000_000, 16_000_000)
         assert res.summary["slowdown"].item() == pytest.approx(2.25)
@@ -97,20 +97,89 @@ def test_production_traces_match_the_paper(store, trial):
     res = analyze(store, "whatif", f"trace-{trial}", pool="all", gaps="zero")
     summary = res.summary.row(0, named=True)
     s_paper, stage, op = PAPER[trial]
-    assert summary["straggling"] and abs(summary["model_slowdown"] / s_paper - 1) < 0.2
+    assert summary["ideal"] == "median" and summary["straggling"] and abs(summary["model_slowdown"] / s_paper - 1) < 0.2
     top = {by: res.blame.filter(res.blame["by"] == by).row(0, named=True)["group"] for by in ("stage", "op", "rank")}
     assert top["stage"] == stage and top["op"] == op
     if trial == "AR":
         assert top["rank"] == "0"
-    # Ideal values never exceed the recorded ones, so every replay lies between the ideal and the
-    # full replay: slowdowns >= 1 and each group's share alone within 0..100 (ST's rank 7 had 101%
-    # and trace_filter's host gaps 226% with plain medians).
-    assert res.frame["model_slowdown"].min() >= 1.0 and res.frame["slowdown"].min() >= 1.0
-    assert res.blame["excess_alone_pct"].min() >= 0.0 and res.blame["excess_alone_pct"].max() <= 100.0
-    assert (res.frame["ideal_ns"] <= res.frame["replay_ns"]).all()
+    # ideal=min: ideal values never exceed the recorded ones, so every replay lies between the
+    # ideal and the full replay (no step clamped) and S is at least the median one.
+    res_min = analyze(store, "whatif", f"trace-{trial}", pool="all", gaps="zero", ideal="min")
+    assert (res_min.frame["ideal_ns"] <= res_min.frame["replay_ns"]).all()
+    assert res_min.summary["clamped_steps"].item() == 0
+    assert res_min.summary["model_slowdown"].item() >= summary["model_slowdown"]
     # With the recorded gaps the replay reproduces the trace.
     if trial == "ST":
         assert analyze(store, "whatif", "trace-ST").summary["replay_error_pct"].item() < 0.1
+
+
+def _chain(pre: list[tuple[str, int]], arrive_ms: int, post: list[tuple[str, int]]) -> list[dict]:
+    """Step 1 on the training thread: the ``pre`` ops back to back from 0 (name, ms), the
+    all-reduce enqueued at their end, gloo work from ``arrive_ms`` (the last arrival) to
+    ``arrive_ms`` + 1, then the ``post`` ops back to back."""
+    us, t, ev = 1000, 0, []
+    for name, ms in pre:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t * us, "dur": ms * us})
+        t += ms
+    ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": t * us, "dur": 0,
+               "args": {"Input Dims": [[[256]], []]}})
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+               "ts": arrive_ms * us, "dur": us, "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+    t = arrive_ms + 1
+    for name, ms in post:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t * us, "dur": ms * us})
+        t += ms
+    return [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+             "dur": t * us}, *ev]
+
+
+def test_median_ideal_by_hand(store, tmp_path):
+    # Two ranks. Rank 0: A 10 ms, arrives at 10; rank 1: A 30 ms, arrives at 30 (the last arrival);
+    # transfer 30 -> 31 on both; then B and C: rank 0 B 10 + C 30, rank 1 B 30 + C 10; both end at
+    # 71. Actual = replay = 71 ms (no gaps).
+    # ideal=median (default): A 20, transfer 1, B 20, C 20: ideal 20 + 1 + 20 + 20 = 61 ms,
+    #   S = 71 / 61 = 1.16393.
+    # ideal=min: A min(10, 20) = 10 and min(30, 20) = 20: last arrival 20, end 21; rank 0 B
+    #   min(10, 20) = 10, C min(30, 20) = 20; rank 1 B 20, C 10: both end at 21 + 30 = 51 ms,
+    #   S = 71 / 51 = 1.39216: each rank keeps its fast op and only its slow one is cut, so the
+    #   ideal is faster than any rank could be with median ops, and S higher.
+    _write(tmp_path / "run" / "r0.json", _chain([("aten::A", 10)], 30, [("aten::B", 10), ("aten::C", 30)]), 0)
+    _write(tmp_path / "run" / "r1.json", _chain([("aten::A", 30)], 30, [("aten::B", 30), ("aten::C", 10)]), 1)
+    ingest(store, [tmp_path / "run"])
+    for ideal, ideal_ms in (("median", 61), ("min", 51)):
+        res = analyze(store, "whatif", "run", **({"ideal": ideal} if ideal == "min" else {}))
+        (step,) = res.frame.iter_rows(named=True)
+        assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (71_000_000, 71_000_000, ideal_ms * 10**6)
+        s = res.summary.row(0, named=True)
+        assert s["ideal"] == ideal and s["slowdown"] == pytest.approx(71 / ideal_ms)
+        assert s["model_slowdown"] == pytest.approx(71 / ideal_ms) and (s["clamped_steps"], step["clamped"]) == (0, False)
+
+
+def test_median_ideal_slower_than_the_replay_is_clamped(store, tmp_path):
+    # Three ranks run X, Y, Z back to back, then the all-reduce (all arrive at 61, transfer 1):
+    # (X, Y, Z) = (30, 30, 1), (30, 1, 30), (1, 30, 30) ms. Actual = replay = 62 ms. Medians X 30,
+    # Y 30, Z 30: each rank was fast on a different op, so the median ideal is 30 * 3 + 1 = 91 ms,
+    # slower than the recording (62 / 91 = 0.681): slowdown and model slowdown clamped to 1, not
+    # reported as a speed-up, and no excess to blame. ideal=min keeps every op (all <= 30): ideal
+    # = replay = 62, S = 1 exactly, nothing clamped.
+    ops = ((30, 30, 1), (30, 1, 30), (1, 30, 30))
+    for r, (x, y, z) in enumerate(ops):
+        _write(tmp_path / "run" / f"r{r}.json", _chain([("aten::X", x), ("aten::Y", y), ("aten::Z", z)], 61, []), r,
+               world=3)
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "whatif", "run")
+    (step,) = res.frame.iter_rows(named=True)
+    assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (62_000_000, 62_000_000, 91_000_000)
+    assert (step["slowdown"], step["model_slowdown"], step["clamped"]) == (1.0, 1.0, True)
+    s = res.summary.row(0, named=True)
+    assert (s["slowdown"], s["model_slowdown"], s["clamped_steps"], s["straggling"]) == (1.0, 1.0, 1, False)
+    assert any("S clamped to 1 (actual / ideal = 0.681)" in n and "model S clamped to 1 (replay / ideal = 0.681)" in n
+               for n in res.notes)
+    assert res.blame["excess_alone_pct"].is_null().all() and res.blame["slowdown"].min() >= 1.0
+    assert "no excess over the ideal: nothing to blame" in res.notes
+    res = analyze(store, "whatif", "run", ideal="min")
+    (step,) = res.frame.iter_rows(named=True)
+    assert (step["ideal_ns"], step["slowdown"], step["clamped"]) == (62_000_000, 1.0, False)
 
 
 def _skewed_rank(a_ms: int, gloo_ms: tuple[int, int], b_ms: int) -> list[dict]:
@@ -141,11 +210,17 @@ def test_ideal_is_never_slower_than_the_recording(store, tmp_path):
     # counts as 0) and B at 70: replay 70 ms, 18 ms too long. Ideal = min(own, median): A
     # min(10, 20) = 10 and min(30, 20) = 20; transfers min(0, 1) = 0, min(2, 1) = 1; B (rank 0
     # only) 40. Instance start 20, rank 0's B ends 20 + 40 = 60: ideal 60 <= replay 70, but above
-    # the actual 52, so the slowdown 52 / 60 is clamped to 1. (Plain medians gave A = 20 on rank 0
-    # too, ideal 61 and S = 0.852.)
+    # the actual 52, so the slowdown 52 / 60 is clamped to 1.
     write_skewed_pair(tmp_path / "run")
     ingest(store, [tmp_path / "run"], align=False)
+    # Plain medians (default): A 20 on both ranks, transfers 1, B 40: ideal 20 + 1 + 40 = 61 ms,
+    # S = 52 / 61 = 0.852 clamped to 1; model S 70 / 61.
     res = analyze(store, "whatif", "run")
+    (step,) = res.frame.iter_rows(named=True)
+    assert (step["ideal_ns"], step["slowdown"], step["clamped"]) == (61_000_000, 1.0, True)
+    assert step["model_slowdown"] == pytest.approx(70 / 61)
+    assert any("clamped to 1" in n and "0.852" in n for n in res.notes)
+    res = analyze(store, "whatif", "run", ideal="min")
     (step,) = res.frame.iter_rows(named=True)
     assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (52_000_000, 70_000_000, 60_000_000)
     assert (step["slowdown"], step["clamped"]) == (1.0, True)
@@ -172,6 +247,7 @@ def test_one_rank_is_an_error_as_in_stragglers(store, tmp_path):
 
 @pytest.mark.parametrize("key, value, expected", [
     ("pool", "rank", "choose one of step, all"), ("gaps", "mean", "choose one of median, zero"),
+    ("ideal", "mean", "choose one of median, min"),
     ("eps_ns", -1, "must be >= 0"), ("top_ops", -3, "must be >= 0"),
 ])
 def test_bad_params(key, value, expected):

@@ -82,7 +82,7 @@ def _chart(result: FrameResult, chart: Chart) -> Any:
     return bars.opts(
         title=title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
         ylabel=ylabel, legend_position="right",
-        xrotation=45 if long.height > 12 or long[chart.x].str.len_chars().max() > 8 else 0,
+        xrotation=45 if long.height > 12 or max(map(len, long[chart.x].to_list()), default=0) > 8 else 0,
     )
 
 

@@ -66,8 +66,6 @@ class Result(FrameResult):
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Overlap gaps (exposed communication)"
 
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "gaps": self.gaps, "steps": self.steps, "ranks": self.ranks}
 
     def charts(self) -> list[Chart]:
         return [Chart("Exposed communication per rank", "rank", ("exposed_ns",), ylabel="ns", frame="ranks")]

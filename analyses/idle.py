@@ -65,8 +65,6 @@ class Result(FrameResult):
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Idle time breakdown (per stream)"
 
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "ranks": self.ranks}
 
     def charts(self) -> list[Chart]:
         charts = [Chart("Idle share of stream time per rank (all streams)", "rank", ("idle_pct",),

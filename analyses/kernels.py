@@ -64,8 +64,6 @@ class Result(FrameResult):
     top: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Kernel breakdown"
 
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "types": self.types, "top": self.top}
 
     def charts(self) -> list[Chart]:
         return [Chart("GPU busy time per rank by kernel class (exclusive: stacks to busy time)", "rank",

@@ -53,8 +53,6 @@ class Result(FrameResult):
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Kernel launch latency"
 
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "streams": self.streams, "steps": self.steps}
 
     def charts(self) -> list[Chart]:
         return [Chart("Launch-to-start latency per rank", "rank",

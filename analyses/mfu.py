@@ -92,8 +92,6 @@ class Result(FrameResult):
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "MFU (model FLOPs utilization)"
 
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "job": self.job, "ops": self.ops}
 
     def charts(self) -> list[Chart]:
         value = "mfu_pct" if self.frame["mfu_pct"].is_not_null().any() else "tflops"

@@ -43,8 +43,6 @@ class Result(FrameResult):
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Communication/computation overlap"
 
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "steps": self.steps}
 
     def charts(self) -> list[Chart]:
         return [

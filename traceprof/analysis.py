@@ -63,8 +63,13 @@ class FrameResult:
         return self.frame
 
     def frames(self) -> dict[str, pl.DataFrame]:
-        """Every table of the result by name; ``frame`` first."""
-        return {"frame": self.frame}
+        """Every table of the result by name: ``frame`` first, then each DataFrame field in the
+        order a subclass declares them."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), pl.DataFrame)
+        }
 
     def charts(self) -> list[Chart]:
         return []

@@ -66,7 +66,6 @@ class Result(FrameResult):
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Overlap gaps (exposed communication)"
 
-
     def charts(self) -> list[Chart]:
         return [Chart("Exposed communication per rank", "rank", ("exposed_ns",), ylabel="ns", frame="ranks")]
 

@@ -65,7 +65,6 @@ class Result(FrameResult):
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Idle time breakdown (per stream)"
 
-
     def charts(self) -> list[Chart]:
         charts = [Chart("Idle share of stream time per rank (all streams)", "rank", ("idle_pct",),
                         ylabel="% of stream time", frame="ranks")]

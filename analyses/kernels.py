@@ -64,7 +64,6 @@ class Result(FrameResult):
     top: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Kernel breakdown"
 
-
     def charts(self) -> list[Chart]:
         return [Chart("GPU busy time per rank by kernel class (exclusive: stacks to busy time)", "rank",
                       tuple(f"{c}_ns" for c in _EXCLUSIVE), stacked=True, ylabel="ns")]

@@ -53,7 +53,6 @@ class Result(FrameResult):
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Kernel launch latency"
 
-
     def charts(self) -> list[Chart]:
         return [Chart("Launch-to-start latency per rank", "rank",
                       ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns"), ylabel="ns")]

@@ -92,7 +92,6 @@ class Result(FrameResult):
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "MFU (model FLOPs utilization)"
 
-
     def charts(self) -> list[Chart]:
         value = "mfu_pct" if self.frame["mfu_pct"].is_not_null().any() else "tflops"
         return [Chart(f"{value} per step and rank", "step", ("rank",), kind="heatmap", value=value)]

@@ -43,7 +43,6 @@ class Result(FrameResult):
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Communication/computation overlap"
 
-
     def charts(self) -> list[Chart]:
         return [
             Chart("Communication per rank: hidden vs exposed", "rank", ("overlap_ns", "exposed_comm_ns"),

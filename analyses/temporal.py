@@ -40,7 +40,6 @@ class Result(FrameResult):
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Temporal breakdown"
 
-
     def charts(self) -> list[Chart]:
         return [Chart("Share of the window per rank", "rank", ("compute_pct", "non_compute_pct", "idle_pct"),
                       stacked=True, ylabel="% of window")]

@@ -107,7 +107,6 @@ class Result(FrameResult):
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "What-if: step time without stragglers"
 
-
     def charts(self) -> list[Chart]:
         return [Chart("Step time: actual vs simulated without stragglers (ns)", "step", ("actual_ns", "ideal_ns"),
                       ylabel="ns")]

@@ -248,6 +248,25 @@ def _fraction(key: str, raw: str) -> float:
         raise UsageError(f"--threshold {raw!r}: expected a fraction such as 0.1 (10%)") from None
 
 
+@app.command()
+def collect(
+    script: Annotated[list[str], typer.Argument(help="Training script and its arguments (after --).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rank traces (one run).")],
+    nproc: Annotated[int, typer.Option("--nproc", "-n", help="Ranks on this machine.")] = 1,
+    db: DbOpt = Path(DEFAULT_DB),
+    then_ingest: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Ingest the traces afterwards.")] = True,
+) -> None:
+    """Run a training script on N ranks (torchrun) that profiles itself with profile_ranks()."""
+    from collectors.kineto.launch import launch
+
+    code = launch(script, out, nproc=nproc)
+    if code != 0:
+        err.print(f"[red]error:[/] the training job exited with status {code}; traces in {out} may be partial")
+        raise typer.Exit(1)
+    if then_ingest:
+        ingest([out], db=db, run=None, skip_bad_events=False, jobs=None, align=True)
+
+
 export_app = typer.Typer(help="Export a run to other tools' formats.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 

@@ -34,6 +34,8 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from collectors.kineto.launch import OUT_ENV
+
 __all__ = ["META_FORMAT", "META_VERSION", "RankProfiler", "build_meta", "profile_ranks", "rank_info"]
 
 META_FORMAT = "traceprof-kineto-meta"
@@ -223,7 +225,7 @@ class RankProfiler:
 
 
 def profile_ranks(
-    out_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
     *,
     wait: int = 1,
     warmup: int = 1,
@@ -235,7 +237,7 @@ def profile_ranks(
 
     Args:
         out_dir: Folder for ``rank<R>.trace.json.gz`` and ``rank<R>.meta.json``; all ranks of a run
-            should share it.
+            should share it. Default: ``$TRACEPROF_OUT`` (set by ``traceprof collect``).
         wait: Steps to skip after ``skip_first`` before arming the profiler.
         warmup: Steps with the profiler armed but discarded (hides its start-up cost).
         active: Steps recorded; they appear as ``ProfilerStep#N`` with
@@ -247,8 +249,12 @@ def profile_ranks(
         A context manager; call its ``step()`` once per iteration.
 
     Raises:
-        ValueError: ``active < 1`` or a negative step count.
+        ValueError: ``active < 1``, a negative step count, or no ``out_dir`` and no ``$TRACEPROF_OUT``.
     """
+    if out_dir is None:
+        out_dir = os.environ.get(OUT_ENV)
+        if not out_dir:
+            raise ValueError(f"profile_ranks(): pass out_dir, or run under `traceprof collect` (sets ${OUT_ENV})")
     return RankProfiler(
         out_dir, wait=wait, warmup=warmup, active=active, skip_first=skip_first, with_stack=with_stack
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import corpus
+from traceprof.errors import UsageError
 from traceprof.ingest import ingest
 from traceprof.report import write_report
 
@@ -74,3 +75,14 @@ def test_report_renders_without_js_errors(store, tmp_path):
     errors = [ln for ln in console if re.search(r"error|Uncaught", ln, re.I)]
     assert shot.exists() and shot.stat().st_size > 10_000, r.stderr[-2000:]
     assert not errors, "\n".join(errors)
+
+
+def test_report_params_reach_the_analysis(store, tmp_path):
+    # nccl_parser_config (A100) has no FLOPs sidecar and no shapes: MFU needs declared FLOPs.
+    ingest(store, [corpus("hta/nccl_parser_config")])
+    text = write_report(store, None, tmp_path / "r.html", params={"mfu": {"model_flops_per_step": "4e13"}}).read_text()
+    assert "MFU (model FLOPs utilization)" in text and "FLOPs source: declared" in text
+    with pytest.raises(UsageError, match="no report analysis 'nope'"):
+        write_report(store, None, tmp_path / "r2.html", params={"nope": {"x": "1"}})
+    with pytest.raises(UsageError, match="peak_tflops"):
+        write_report(store, None, tmp_path / "r3.html", params={"mfu": {"peak_tflops": "-1"}})

@@ -190,12 +190,21 @@ def report(
     run: RunOpt = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
     baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against this run.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
     from traceprof.report import write_report
 
+    params: dict[str, dict[str, str]] = {}
+    for p in param or []:
+        key, value = _kv(p)
+        if "." not in key:
+            raise UsageError(f"--param {p!r}: expected ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989")
+        name, k = key.split(".", 1)
+        params.setdefault(name, {})[k] = value
     with Store(db, read_only=True) as store:
-        write_report(store, run, output, baseline=baseline)
+        write_report(store, run, output, baseline=baseline, params=params)
     err.print(f"report written to {output}", highlight=False)
 
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from traceprof import analysis as registry
 from traceprof.analysis import Chart, FrameResult
-from traceprof.errors import AnalysisError, TraceprofError
+from traceprof.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.fileio import write_output
 from traceprof.store import Store
 
@@ -111,17 +111,28 @@ def _inline_resources(resources: str) -> str:
     return re.sub(r"<script[^>]*\bsrc=[^>]*>\s*</script>", "", resources)
 
 
-def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] | None = None) -> str:
+def render_html(
+    store: Store,
+    run: str | None,
+    extra: list[tuple[str, FrameResult]] | None = None,
+    params: dict[str, dict[str, str]] | None = None,
+) -> str:
     """The report of one run as an HTML string.
 
     Args:
         store: An open store.
         run: Run name or id (default: latest).
         extra: More (name, result) sections appended at the end (e.g. a diff).
+        params: Parameters per analysis as strings, e.g. ``{"mfu": {"peak_tflops": "989"}}``.
 
     Raises:
         StoreError: No such run.
+        UsageError: A parameter names no report analysis or has a bad value.
     """
+    params = params or {}
+    unknown = set(params) - set(REPORT_ANALYSES)
+    if unknown:
+        raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(REPORT_ANALYSES)}")
     import holoviews as hv
     from bokeh.embed import components
     from bokeh.resources import INLINE
@@ -143,7 +154,9 @@ def render_html(store: Store, run: str | None, extra: list[tuple[str, FrameResul
     for name in names:
         an = registry.get(name)
         try:
-            results.append((name, an.run(store, registry.make_params(an, str(run_id), {}))))
+            results.append((name, an.run(store, registry.make_params(an, str(run_id), params.get(name, {})))))
+        except UsageError:
+            raise
         except TraceprofError as e:
             results.append((name, e))
     for name, res in results + list(extra or []):
@@ -178,11 +191,17 @@ Generated {now} by traceprof. All times in the tables are ns unless a column say
 """
 
 
-def write_report(store: Store, run: str | None, output: str | Path, baseline: str | None = None) -> Path:
+def write_report(
+    store: Store,
+    run: str | None,
+    output: str | Path,
+    baseline: str | None = None,
+    params: dict[str, dict[str, str]] | None = None,
+) -> Path:
     """Write the report of one run to ``output`` (HTML). Returns the path.
 
     With ``baseline`` (a run name or id) the report ends with a regression diff of the run
-    against it (``traceprof.diff``).
+    against it (``traceprof.diff``). ``params``: see :func:`render_html`.
 
     Raises:
         StoreError: No such run.
@@ -194,7 +213,7 @@ def write_report(store: Store, run: str | None, output: str | Path, baseline: st
         from traceprof.diff import diff_runs
 
         extra.append(("diff", diff_runs(store, baseline, str(store.resolve_run(run)))))
-    text = render_html(store, run, extra=extra)
+    text = render_html(store, run, extra=extra, params=params)
     if not text:
         raise AnalysisError("empty report")
     return write_output(output, text.encode("utf-8"))

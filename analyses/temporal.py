@@ -69,7 +69,7 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id, act = run_activity(store, params.run, hta=params.hta)
+    _, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _breakdown(act, ["rank"])
     per_step = _breakdown(act.filter(pl.col("step").is_not_null()), ["rank", "step"])
     notes = ("HTA-compatible selection (last step and unlaunched GPU events dropped)",) if params.hta else ()

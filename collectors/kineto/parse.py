@@ -25,7 +25,6 @@ Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distribu
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,11 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from collectors.kineto._values import args_dict as _args_dict
+from collectors.kineto._values import int_or_none as _int_or_none
+from collectors.kineto.collectives import collectives as _collectives
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
-from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
 from traceprof.parsed import ParsedTrace
 from traceprof.timeconv import us_text_to_ns
 
@@ -129,21 +130,6 @@ def _decode(path: Path, data: bytes) -> _Trace:
         raise TraceFormatError(path, "", f"{what} ({e})") from None
 
 
-def _int_or_none(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v if -(2**63) <= v < 2**63 else None
-    if isinstance(v, str):
-        try:
-            return int(v, 0)
-        except ValueError:
-            return None
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
-    return None
-
-
 def _lane(v: Any) -> str:
     return "" if v is None else str(v)
 
@@ -181,15 +167,6 @@ def _decode_ids(data: bytes) -> list[_IdsEvent] | None:
 def _ids_of(raw: msgspec.Raw) -> _Ids | None:
     d = _args_dict(bytes(raw)) if raw else {}
     return _Ids(d.get("correlation"), d.get("External id"), d.get("device"), d.get("stream"))
-
-
-def _args_dict(text: str | bytes) -> dict[str, Any]:
-    """An event's args as a dict (non-object args become ``{"value": ...}``)."""
-    try:
-        d = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return {}
-    return d if isinstance(d, dict) else {"value": d}
 
 
 def _step_number(name: str) -> int | None:
@@ -417,76 +394,6 @@ def _assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], lis
         for s, e, num in spans
     ]
     return rows, step_col
-
-
-def _nelems(dims: Any) -> int | None:
-    """Elements of the first input of ``Input Dims`` ([[d0, d1, ...], ...]), or None."""
-    if isinstance(dims, list) and dims and isinstance(dims[0], list):
-        return math.prod(int(d) for d in dims[0] if isinstance(d, int))
-    return None
-
-
-def _collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str, Any]]:
-    """Collective rows (module doc, step 4), in start order, with per-(pg, op) ordinals."""
-    launch_ts = {
-        cols["correlation"][i]: cols["ts_ns"][i]
-        for i, k in enumerate(cols["kind"])
-        if k in _LAUNCH_KINDS and cols["correlation"][i] is not None
-    }
-    rows = []
-    for i, kind in enumerate(cols["kind"]):
-        name = cols["name"][i]
-        if gpu_present:
-            if kind != "kernel" or not is_comm_kernel(name):
-                continue
-            a = _args_dict(cols["args"][i])
-            source = "nccl_kernel"
-            op = normalize_op(a["Collective name"]) if a.get("Collective name") else kernel_op(name)
-            dtype = a.get("dtype")
-            n_in, n_out = _int_or_none(a.get("In msg nelems")), _int_or_none(a.get("Out msg nelems"))
-            enter = launch_ts.get(cols["correlation"][i])
-            tid = None
-        else:
-            if kind != "user_annotation" or not name.startswith("gloo:"):
-                continue
-            a = _args_dict(cols["args"][i])
-            source = "gloo"
-            op = normalize_op(name)
-            types = a.get("Input type")
-            dtype = types[0] if isinstance(types, list) and types else None
-            n_in = _nelems(a.get("Input Dims"))
-            n_out = None
-            enter = None
-            tid = cols["tid"][i]
-        size = dtype_bytes(dtype)
-        pg = a.get("Process Group Name")
-        rows.append(
-            {
-                "source": source,
-                "pg": None if pg is None else str(pg),
-                "seq": _int_or_none(a.get("Seq")),
-                "op": op,
-                "dtype": dtype,
-                "nelems_in": n_in,
-                "nelems_out": n_out,
-                "bytes_in": n_in * size if n_in is not None and size else None,
-                "bytes_out": n_out * size if n_out is not None and size else None,
-                "group_size": _int_or_none(a.get("Group size")),
-                "enter_ns": enter,
-                "start_ns": cols["ts_ns"][i],
-                "end_ns": cols["ts_ns"][i] + cols["dur_ns"][i],
-                "stream": cols["stream"][i],
-                "tid": tid,
-                "step": cols["step"][i],
-            }
-        )
-    rows.sort(key=lambda r: r["start_ns"])
-    counter: dict[tuple[Any, str], int] = {}
-    for r in rows:
-        key = (r["pg"], r["op"])
-        r["ordinal"] = counter.get(key, 0)
-        counter[key] = r["ordinal"] + 1
-    return rows
 
 
 def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ class ParsedTrace:
         events_read: Records read from the file.
         rejected: Malformed or unknown records not stored in ``events``, counted by reason.
         skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
+        flagged: Records stored with an ``events.flag``, counted by flag.
         warnings: Messages the user should see (e.g. "rank missing, assumed 0").
     """
 
@@ -50,6 +51,7 @@ class ParsedTrace:
     events_read: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    flagged: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     @property

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 __all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The normalized event kinds (DESIGN.md §2). ``other`` keeps unknown categories.
 EVENT_KINDS = (
@@ -119,6 +119,8 @@ TABLES: tuple[Table, ...] = (
             _c("rejected", "JSON", "Rejected record counts by reason"),
             _c("events_skipped", "BIGINT", "Records not stored by design: flows (links kept as ids), metadata", "events"),
             _c("skipped", "JSON", "Skipped record counts by kind"),
+            _c("events_flagged", "BIGINT", "Records stored with a flag (events.flag), e.g. clipped overruns", "events"),
+            _c("flagged", "JSON", "Flagged record counts by flag"),
             _c("flops_per_step", "JSON", "Model FLOPs per profiled step from the collector sidecar"),
             _c("flops_method", "VARCHAR", "How the sidecar FLOPs were counted"),
             _c("meta", "JSON", "Other top-level facts of the file (distributedInfo, sidecar, ...)"),
@@ -158,6 +160,10 @@ TABLES: tuple[Table, ...] = (
             _c("external_id", "BIGINT", "Operator correlation id (Kineto args.'External id')"),
             _c("step", "INTEGER", "ProfilerStep number the event belongs to, NULL outside steps"),
             _c("args", "JSON", "All source args, unchanged"),
+            _c("class", "VARCHAR", "GPU rows: comm, memory or compute (traceprof.classify); NULL for CPU rows"),
+            _c("flag", "VARCHAR", "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
+               "unmatched_begin (left out of windows, idle and latency) or overrun (dur clipped, kept)"),
+            _c("raw_dur_ns", "BIGINT", "Duration as recorded when dur_ns was clipped (flag overrun), else NULL", "ns"),
         ),
     ),
     Table(
@@ -212,9 +218,9 @@ TABLES: tuple[Table, ...] = (
             _TRACE,
             _c("kind", "VARCHAR", "kernel, memcpy or memset"),
             _c("name", "VARCHAR", "Kernel name"),
-            _c("class", "VARCHAR", "comm (NCCL/RCCL), memory (memcpy/memset) or compute"),
+            _c("class", "VARCHAR", "comm, memory or compute (events.class; rule in traceprof.classify)"),
             _c("device", "INTEGER", "GPU device index"),
-            _c("stream", "BIGINT", "GPU stream"),
+            _c("stream", "BIGINT", "GPU stream (a lane is (device, stream))"),
             _c("ts_ns", "BIGINT", "Kernel start", "ns"),
             _c("dur_ns", "BIGINT", "Kernel duration", "ns"),
             _c("end_ns", "BIGINT", "Kernel end", "ns"),
@@ -224,15 +230,19 @@ TABLES: tuple[Table, ...] = (
             _c("launch_name", "VARCHAR", "Runtime call that launched it (cudaLaunchKernel, ...)"),
             _c("grid", "VARCHAR", "Grid dimensions (args.grid) as JSON"),
             _c("block", "VARCHAR", "Block dimensions (args.block) as JSON"),
+            _c("first_of_launch", "BOOLEAN", "First GPU row of its launch call (one launch can start many "
+               "kernels, e.g. a CUDA graph replay); launch latency is measured on these only"),
+            _c("flag", "VARCHAR", "events.flag (NULL for a normal record)"),
         ),
         view_sql="""
-SELECT k.run_id, k.rank, k.trace_id, k.kind, k.name,
-       CASE WHEN k.kind IN ('memcpy', 'memset') THEN 'memory'
-            WHEN k.name ILIKE '%nccl%' OR k.name ILIKE '%rccl%' THEN 'comm'
-            ELSE 'compute' END AS class,
+SELECT k.run_id, k.rank, k.trace_id, k.kind, k.name, coalesce(k.class, 'compute') AS class,
        k.device, k.stream, k.ts_ns, k.dur_ns, k.ts_ns + k.dur_ns AS end_ns, k.correlation, k.step,
        r.ts_ns AS launch_ts_ns, r.name AS launch_name,
-       json_extract_string(k.args, '$.grid') AS grid, json_extract_string(k.args, '$.block') AS block
+       json_extract_string(k.args, '$.grid') AS grid, json_extract_string(k.args, '$.block') AS block,
+       r.ts_ns IS NOT NULL AND row_number() OVER (
+         PARTITION BY k.trace_id, k.correlation, k.flag IS NULL OR k.flag = 'overrun'
+         ORDER BY k.ts_ns, k.dur_ns) = 1 AS first_of_launch,
+       k.flag
 FROM events k
 LEFT JOIN (
   -- the first runtime call of each correlation id, so a kernel appears once

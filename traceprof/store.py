@@ -268,6 +268,7 @@ class Store:
                 t.get("torch_version"), t.get("base_time_ns", 0), 0, None, pt.events_read,
                 pt.events_kept, sum(pt.rejected.values()), orjson.dumps(pt.rejected).decode(),
                 sum(pt.skipped.values()), orjson.dumps(pt.skipped).decode(),
+                sum(pt.flagged.values()), orjson.dumps(pt.flagged).decode(),
                 t.get("flops_per_step"), t.get("flops_method"), t.get("meta"),
             ],
         )

@@ -1,0 +1,150 @@
+"""The one classifier of GPU activity: communication, memory or compute (DESIGN.md §2 "Kernel class").
+
+Every collector calls :func:`gpu_class` for each kernel / memcpy / memset row and stores the answer in
+``events.class``; the ``kernels`` view, ``traceprof.activity`` and the Kineto collectives rows read
+that column, so the rule lives here only. (``hta=true`` analyses copy HTA 0.5.0's own name rule on
+purpose, see ``traceprof.activity``.)
+
+Rule, first match wins:
+  1. ``memcpy`` / ``memset`` rows (and kernels named ``Memcpy*`` / ``Memset*`` / ``dma*``) are ``memory``.
+  2. Metadata: a kernel whose own args, or whose launching CPU op's args, carry collective or
+     process-group fields (:data:`COMM_ARG_KEYS`: Kineto ``Collective name``, ``Process Group Name``,
+     ``Comms Id``, ...) is ``comm``.
+  3. Name families (:data:`COMM_FAMILIES`, listed in the README): NCCL / RCCL / MSCCL(++), DeepEP
+     expert-parallel dispatch/combine, NVSHMEM, torch symmetric memory, custom all-reduce kernels
+     (vLLM / SGLang / TensorRT-LLM / FlashInfer / quick-reduce), Transformer Engine userbuffers, and
+     kernels named after a collective (``AllReduce``, ``all_gather``, ``reduce_scatter``,
+     ``alltoall``...), plus user patterns (``traceprof ingest --comm-kernel REGEX``).
+  4. Everything else is ``compute``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class", "comm_family"]
+
+#: Args that mark a kernel (or the CPU op that launched it) as communication.
+COMM_ARG_KEYS = frozenset({
+    "Collective name", "Process Group Name", "Process Group Description", "Process Group Ranks",
+    "Comms Id", "collective_name", "process_group", "pg_name",
+})
+
+
+@dataclass(frozen=True)
+class CommFamily:
+    """A family of communication kernels: ``pattern`` (regex, searched in the kernel name), the
+    collective ``op`` its kernels perform when the name alone says it (else ``None``: read from the
+    name's collective token or the metadata)."""
+
+    name: str
+    pattern: str
+    op: str | None = None
+    doc: str = ""
+
+
+#: The maintained list of communication kernel families (data: extend it here or with --comm-kernel).
+COMM_FAMILIES: tuple[CommFamily, ...] = (
+    CommFamily("nccl", r"(?i)nccl", None, "NCCL: ncclKernel_*, ncclDevKernel_*, ncclSymkDevKernel_*"),
+    CommFamily("rccl", r"(?i)rccl", None, "ROCm RCCL kernels"),
+    CommFamily("msccl", r"(?i)msccl", None, "MSCCL / MSCCL++ kernels"),
+    CommFamily("deepep", r"deep_ep::", "all_to_all",
+               "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM)"),
+    CommFamily("nvshmem", r"(?i)nvshmem", None, "NVSHMEM collectives and puts/gets"),
+    CommFamily("symm_mem", r"(?i)symmetric_memory|symm_mem|multimem_(all_reduce|all_gather|reduce)",
+               None, "torch symmetric-memory collectives (one_shot / two_shot / multimem)"),
+    CommFamily("custom_all_reduce",
+               r"(?i)cross_device_reduce|custom_?all_?reduce|allreduce_fusion|one_?shot_?all_?reduce|"
+               r"two_?shot_?all_?reduce|lamport|quick_?reduce|quickreduce",
+               "all_reduce", "custom all-reduce kernels (vLLM/SGLang cross_device_reduce, TRT-LLM, "
+               "FlashInfer allreduce_fusion, quick-reduce)"),
+    CommFamily("userbuffers", r"(?i)userbuffers", None, "Transformer Engine userbuffers comm overlap"),
+    CommFamily("collective_name",
+               r"(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
+               r"|All_?Reduce|All_?Gather|Reduce_?Scatter|All_?To_?All|ALL_?REDUCE|ALL_?GATHER", None,
+               "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall)"),
+)
+
+_MEMORY_NAME = re.compile(r"^(Memcpy|Memset|dma)", re.IGNORECASE)
+
+
+def _compile(pattern: str, origin: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        from traceprof.errors import UsageError
+
+        raise UsageError(f"{origin} {pattern!r}: not a valid regular expression ({e})") from None
+
+
+class Classifier:
+    """GPU-activity classifier: the built-in families plus user patterns (module doc).
+
+    Args:
+        extra_comm: User regexes (searched in kernel names) that mark communication kernels.
+
+    Raises:
+        UsageError: A user pattern is not a valid regular expression.
+    """
+
+    def __init__(self, extra_comm: Iterable[str] = ()) -> None:
+        self.extra = tuple(extra_comm)
+        self._families = [(f, re.compile(f.pattern)) for f in COMM_FAMILIES]
+        self._families += [(CommFamily(f"user:{p}", p), _compile(p, "--comm-kernel")) for p in self.extra]
+        self._cache: dict[str, CommFamily | None] = {}
+
+    def family(self, name: str) -> CommFamily | None:
+        """The communication family of a kernel name, or ``None`` (cached per name)."""
+        hit = self._cache.get(name, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        fam = next((f for f, rx in self._families if rx.search(name)), None)
+        if len(self._cache) < 1_000_000:
+            self._cache[name] = fam
+        return fam
+
+    def gpu_class(self, kind: str, name: str, args: Mapping[str, Any] | None = None,
+                  launcher_args: Mapping[str, Any] | None = None) -> str:
+        """Class of one GPU row: ``comm``, ``memory`` or ``compute`` (module doc, rule 1-4).
+
+        Args:
+            kind: Event kind (``kernel``, ``memcpy``, ``memset``).
+            name: Kernel name.
+            args: The row's own args (Kineto ``args``), or None.
+            launcher_args: Args of the CPU op that launched it (same ``External id``), or None.
+        """
+        if kind in ("memcpy", "memset") or _MEMORY_NAME.match(name):
+            return "memory"
+        if has_comm_args(args) or has_comm_args(launcher_args):
+            return "comm"
+        return "comm" if self.family(name) is not None else "compute"
+
+
+def has_comm_args(args: Mapping[str, Any] | None) -> bool:
+    """True when ``args`` carry collective / process-group fields (:data:`COMM_ARG_KEYS`)."""
+    return bool(args) and not COMM_ARG_KEYS.isdisjoint(args)  # type: ignore[arg-type]
+
+
+_DEFAULT = Classifier()
+
+
+def gpu_class(kind: str, name: str, args: Mapping[str, Any] | None = None,
+              launcher_args: Mapping[str, Any] | None = None) -> str:
+    """:meth:`Classifier.gpu_class` with the built-in families only."""
+    return _DEFAULT.gpu_class(kind, name, args, launcher_args)
+
+
+def comm_family(name: str) -> CommFamily | None:
+    """The built-in communication family of a kernel name, or ``None``."""
+    return _DEFAULT.family(name)
+
+
+def families_markdown() -> str:
+    """The family list as a Markdown table (for the README)."""
+    rows = ["| family | name pattern (regex) | op | what |", "|---|---|---|---|"]
+    rows += [f"| `{f.name}` | `{f.pattern.replace('|', '&#124;')}` | {f.op or 'from name/args'} | {f.doc} |"
+             for f in COMM_FAMILIES]
+    return "\n".join(rows)

@@ -7,7 +7,11 @@ Algorithm (DESIGN.md §4 "MFU"):
      launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
      the rank's device (``traceprof.peaks``, matched from ``devices`` / ``traces.device_name``) for
-     the dtype (given, else the dtype of most matmul FLOPs in the trace, else bf16).
+     the precision: given (``dtype``), else the precision of most matrix-kernel time (kernel names:
+     TF32 tensor-op GEMMs such as ``*xmma_gemm*tf32*`` or CUTLASS ``tensorop_s1688gemm``, bf16/fp16
+     names; ``traceprof.peaks.kernel_precision``), else the dtype of most matmul FLOPs in the op
+     shapes, else bf16. ``dtype_source`` says which (declared, kernels, shapes, default); a note
+     gives the reason. A TF32 run thus uses the TF32 tensor-core peak, not the fp32 CUDA-core one.
      mfu_pct = 100 · tflops / peak; no peak (CPU, unknown device, no device name in the trace)
      leaves it null, with a note that says what is missing and to pass ``peak_tflops``.
   4. Recomputation (``recompute``: none, full, or the recomputed fraction of the forward pass f)
@@ -30,7 +34,7 @@ from analyses import _common
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.flops import account, shape_flops
-from traceprof.peaks import canonical_dtype, match_device, rank_devices
+from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
 from traceprof.store import Store
 
 
@@ -83,7 +87,8 @@ class Result(FrameResult):
     FLOPs of the rank in the step, float64: see the module doc), tflops (achieved TFLOP/s), device (name in the trace), dtype,
     peak_device (peak-table entry, or ``user``), peak_tflops (TFLOP/s, null if unknown), mfu_pct, hfu_pct (% of peak; null if unknown), flops_source.
     ``job`` columns: ranks, steps, flops, time_ns (Σ slowest-rank step time), tflops (per device),
-    peak_tflops (per device, mean), mfu_pct, hfu_pct, flops_source.
+    peak_tflops (per device, mean), mfu_pct, hfu_pct, flops_source, dtype, dtype_source (declared,
+    kernels, shapes or default), peak_device.
     ``ops`` columns (shape-derived, whatever the source): name, dtype, calls_per_step, flops_per_step
     (per rank, mean over the rank-steps).
     """
@@ -160,16 +165,26 @@ def run(store: Store, params: Params) -> Result:
         palm = (params.params_count, params.layers, params.heads, params.head_dim, params.seq_len, params.tokens_per_step)
     acc = account(store, run_id, declared_per_step=params.model_flops_per_step, palm=palm, source=params.flops_source)
     notes = [f"FLOPs source: {acc.source}", *acc.notes]
-    dtype = canonical_dtype(params.dtype) if params.dtype else acc.dtype
-    guessed = dtype is None
-    dtype = dtype or "bf16"
+    prec = None if params.dtype else kernel_precision(store, run_id)
+    if params.dtype:
+        dtype, dtype_source = canonical_dtype(params.dtype) or "bf16", "declared"  # validated in Params
+    elif prec is not None:
+        dtype, dtype_source = prec.dtype, "kernels"
+    elif acc.dtype is not None:
+        dtype, dtype_source = acc.dtype, "shapes"
+    else:
+        dtype, dtype_source = "bf16", "default"
     f = _recompute_fraction(params.recompute)
     peaks, peak_notes = _peaks(store, run_id, params, dtype)
     if (peaks["peak_device"].drop_nulls() != "user").any():  # a peak from the table: say which dtype
-        if guessed:
-            notes.append("dtype unknown (no shapes in the trace): using the bf16 peak; pass dtype=... to change")
-        elif dtype == "fp32" and not params.dtype:
-            notes.append("fp32 matmuls: using the FP32 (non-tensor-core) peak; pass dtype=tf32 if TF32 was enabled")
+        if dtype_source == "default":
+            notes.append("dtype unknown (no matrix kernels or shapes in the trace): using the bf16 peak; "
+                         "pass dtype=... to change")
+        elif prec is not None:
+            notes.append(f"precision {dtype} from the kernels: {prec.reason}; pass dtype=... to override")
+        elif dtype == "fp32" and dtype_source == "shapes":
+            notes.append("fp32 matmuls (from shapes, no matrix kernels named): using the FP32 (non-tensor-core) "
+                         "peak; pass dtype=tf32 if TF32 was enabled")
     notes += peak_notes
     steps = store.sql(
         """SELECT rank, step,
@@ -205,7 +220,11 @@ def run(store: Store, params: Params) -> Result:
     ops = (ops.group_by("name", "dtype").agg((pl.col("calls").sum() / n).alias("calls_per_step"),
                                              (pl.col("flops").sum() / n).alias("flops_per_step"))
            .sort("flops_per_step", descending=True))
-    return Result(frame=frame, job=_job(frame, hw if f is not None else None), ops=ops, notes=tuple(notes))
+    job = _job(frame, hw if f is not None else None).with_columns(
+        pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
+        pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,
+               pl.Utf8).alias("peak_device"))
+    return Result(frame=frame, job=job, ops=ops, notes=tuple(notes))
 
 
 def _job(frame: pl.DataFrame, hw: float | None) -> pl.DataFrame:

@@ -8,7 +8,7 @@ from tests.conftest import analyze, corpus
 from tests.test_flops import op, sample_run, write_run
 from traceprof.errors import UsageError
 from traceprof.ingest import ingest
-from traceprof.peaks import match_device
+from traceprof.peaks import kernel_dtype, match_device
 
 
 @pytest.mark.parametrize("name, dtype, tflops", [
@@ -32,28 +32,48 @@ def test_peak_table(name, dtype, tflops):
     assert (dev.peak(dtype) if dev else None) == tflops
 
 
-def test_gpu_corpus_trace_uses_the_a100_peak(store):
+def test_gpu_corpus_trace_uses_the_a100_tf32_peak(store):
     # Kineto deviceProperties: 8 x "NVIDIA A100-PG509-200"; rank 0 of world 2; no shapes recorded,
-    # so the FLOPs are declared: 4e13 per step for the job -> 2e13 per rank.
+    # so the FLOPs are declared: 4e13 per step for the job -> 2e13 per rank. Its matrix kernels are
+    # TF32 tensor-op kernels (grep the trace: cutlass_80_tensorop_s1688gemm_*, sm80_xmma_*_tf32f32_*),
+    # so the peak is the A100's dense TF32 156 TFLOP/s, not fp32 19.5 (8x too high an MFU) nor bf16 312.
     ingest(store, [corpus("hta/nccl_parser_config")])
     res = analyze(store, "mfu", model_flops_per_step=4e13)
     # Step time from plain SQL: the device span of each ProfilerStep.
     span = dict(store.sql("SELECT step, device_end_ns - device_start_ns FROM steps ORDER BY step").rows())
     assert len(span) == 3
     for r in res.frame.iter_rows(named=True):
-        assert (r["device"], r["peak_device"], r["peak_tflops"], r["dtype"]) == ("NVIDIA A100-PG509-200", "A100", 312.0, "bf16")
+        assert (r["device"], r["peak_device"], r["peak_tflops"], r["dtype"]) == ("NVIDIA A100-PG509-200", "A100", 156.0, "tf32")
         assert r["step_ns"] == span[r["step"]] and r["step_time_source"] == "device"
         assert r["flops"] == 2e13 and r["flops_source"] == "declared"
-        assert r["mfu_pct"] == pytest.approx(100 * 2e13 / (span[r["step"]] * 1e-9) / 312e12)
+        assert r["mfu_pct"] == pytest.approx(100 * 2e13 / (span[r["step"]] * 1e-9) / 156e12)
         assert r["hfu_pct"] is None  # recomputation unknown
     job = res.job.row(0, named=True)
-    assert job["mfu_pct"] == pytest.approx(100 * 3 * 2e13 / (sum(span.values()) * 1e-9) / 312e12)
-    assert any("peak 312 TFLOP/s" in n and "A100-PG509-200" in n for n in res.notes)
-    assert any("dtype unknown" in n for n in res.notes)
-    tf32 = analyze(store, "mfu", model_flops_per_step=4e13, dtype="tf32").frame
-    assert set(tf32["peak_tflops"]) == {156.0}
+    assert job["mfu_pct"] == pytest.approx(100 * 3 * 2e13 / (sum(span.values()) * 1e-9) / 156e12)
+    assert (job["dtype"], job["dtype_source"], job["peak_device"]) == ("tf32", "kernels", "A100")
+    assert any("peak 156 TFLOP/s" in n and "A100-PG509-200" in n for n in res.notes)
+    assert any(n.startswith("precision tf32 from the kernels") and "tensorop_s1688gemm" in n for n in res.notes)
+    bf16 = analyze(store, "mfu", model_flops_per_step=4e13, dtype="bf16")
+    assert set(bf16.frame["peak_tflops"]) == {312.0} and bf16.job["dtype_source"][0] == "declared"
     full = analyze(store, "mfu", model_flops_per_step=4e13, recompute="full").frame.row(0, named=True)
     assert full["hfu_pct"] == pytest.approx(full["mfu_pct"] * 4 / 3)  # forward (1/3 of 6N) done twice
+
+
+@pytest.mark.parametrize("name, dtype", [
+    ("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16", "tf32"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4::Params)", "tf32"),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "tf32"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn", "bf16"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "bf16"),
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64", "fp16"),
+    ("volta_h884gemm_64x64_ldg8_nn", "fp16"),
+    ("ampere_sgemm_32x32_sliced1x4_tn", "fp32"),
+    ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n", "fp8"),
+    ("void at::native::vectorized_elementwise_kernel<4, float>", None),  # not a matrix kernel
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", None),
+])
+def test_kernel_dtype_from_names(name, dtype):
+    assert kernel_dtype(name) == dtype
 
 
 def _gpu_run(tmp_path, device1: str):

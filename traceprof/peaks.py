@@ -21,7 +21,8 @@ import polars as pl
 
 from traceprof.store import Store
 
-__all__ = ["DevicePeak", "PEAKS", "DTYPES", "canonical_dtype", "match_device", "rank_devices"]
+__all__ = ["DevicePeak", "PEAKS", "DTYPES", "Precision", "canonical_dtype", "kernel_dtype", "kernel_precision",
+           "match_device", "rank_devices"]
 
 #: Canonical dtype names used by the peak table and by ``traceprof.flops``.
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
@@ -119,3 +120,71 @@ def rank_devices(store: Store, run_id: int) -> pl.DataFrame:
         """,
         [run_id, run_id, run_id],
     )
+
+
+#: Matrix-multiply kernels (GEMM, convolution, attention MMA): the kernels whose precision sets the peak.
+_GEMM = re.compile(r"gemm|xmma|cutlass|mma|conv|wgrad|dgrad|fprop|cublas|matmul|flash", re.IGNORECASE)
+
+#: Precision from a matrix kernel's name, first match wins (bf16 before fp16: "bf16" contains "f16";
+#: TF32 tensor-op names carry ``tf32`` or CUTLASS's ``tensorop_s1688``/``tensorop_s16816``, "s" for
+#: fp32 operands on tensor cores; plain ``sgemm``/``gcgemm`` are fp32 on CUDA cores).
+_KERNEL_DTYPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("fp8", re.compile(r"e4m3|e5m2|fp8", re.IGNORECASE)),
+    ("bf16", re.compile(r"bf16|bfloat16", re.IGNORECASE)),
+    ("tf32", re.compile(r"tf32|tensorop_s1688|tensorop_s16816|tensorop_s884", re.IGNORECASE)),
+    ("fp16", re.compile(r"f16|half|h1688|h16816|h884|hgemm|hmma", re.IGNORECASE)),
+    ("fp64", re.compile(r"dgemm|f64|fp64|double", re.IGNORECASE)),
+    ("fp32", re.compile(r"sgemm|gcgemm|f32|fp32|simt", re.IGNORECASE)),
+)
+
+
+def kernel_dtype(name: str) -> str | None:
+    """Canonical dtype (:data:`DTYPES`) a matrix kernel computes in, from its name, or None.
+
+    ``sm80_xmma_gemm_tf32f32_...`` and ``cutlass_80_tensorop_s1688gemm_...`` are tf32,
+    ``ampere_bf16_s16816gemm_...`` bf16, ``volta_h884gemm_...`` fp16, ``ampere_sgemm_...`` fp32;
+    an elementwise kernel or an unrecognized GEMM is None.
+    """
+    if not _GEMM.search(name):
+        return None
+    return next((dtype for dtype, pat in _KERNEL_DTYPES if pat.search(name)), None)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision a run's matrix kernels ran in: ``dtype`` (canonical), ``share_pct`` (% of the
+    recognized matrix-kernel time in that dtype), ``gemm_ns`` (that time, ns) and ``example`` (the
+    longest-running kernel name of that dtype)."""
+
+    dtype: str
+    share_pct: float
+    gemm_ns: int
+    example: str
+
+    @property
+    def reason(self) -> str:
+        """One line: which kernels set the precision."""
+        return (f"{self.share_pct:.0f}% of matrix-kernel time is {self.dtype} "
+                f"(e.g. {self.example[:80]}{'...' if len(self.example) > 80 else ''})")
+
+
+def kernel_precision(store: Store, run_id: int) -> Precision | None:
+    """The dominant precision of a run's matrix kernels, by kernel time (``kernels`` view, compute
+    class, names classified by :func:`kernel_dtype`); None when no matrix kernel is recognized
+    (CPU runs, traces without kernels)."""
+    rows = store.sql(
+        "SELECT name, sum(dur_ns) AS ns FROM kernels WHERE run_id = ? AND class = 'compute' GROUP BY name",
+        [run_id],
+    ).rows()
+    by: dict[str, tuple[int, int, str]] = {}
+    for name, ns in rows:
+        dtype = kernel_dtype(name or "")
+        if dtype is None or not ns:
+            continue
+        total, top, example = by.get(dtype, (0, -1, ""))
+        by[dtype] = (total + int(ns), max(top, int(ns)), name if int(ns) > top else example)
+    if not by:
+        return None
+    dtype, (ns, _, example) = max(by.items(), key=lambda kv: kv[1][0])
+    all_ns = sum(v[0] for v in by.values())
+    return Precision(dtype, 100.0 * ns / all_ns, ns, example)

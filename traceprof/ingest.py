@@ -5,9 +5,9 @@ a bad file leaves the store exactly as it was. Inside that transaction the run's
 matched across ranks (``traceprof.matching``) and its clocks aligned (``traceprof.clock``), over
 the whole run, so both stay current when a run gains ranks.
 
-A file is claimed by the first collector whose name rule accepts it: Flight Recorder dumps
-(``*.fr.json``, ``fr_*.json``), NDTimeline Parquet (``*.parquet``; one file is a whole run, named
-after the file), Kineto traces (other ``*.json`` / ``*.json.gz``, not ``*.meta.json`` sidecars).
+A file is read by the collector that claims it (``traceprof.sources``: by name rule or by its
+first bytes, Kineto's ``*.json`` catch-all last); a whole-run file (NDTimeline Parquet) is its own
+run, named after the file. A file no collector claims is named with the formats that are read.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors import flight_recorder, kineto, ndtimeline
-from collectors.kineto.enqueue import fill_gloo_enter
-from traceprof import clock, matching
+from traceprof import clock, matching, sources
 from traceprof.errors import NotATraceError, TraceFormatError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
@@ -67,6 +65,8 @@ def discover(
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
         if p.is_file():
+            if _claim(p) is None:
+                raise UsageError(f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}")
             files = [p]
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
@@ -77,23 +77,18 @@ def discover(
                 unclaimed += [str(f) for f in found if not _claim(f) and f.name.endswith(".json")
                               and not f.name.endswith(".meta.json")]
         if not files:
-            raise UsageError(f"{p}: no trace files (*.json, *.json.gz, *.fr.json, *.parquet) found")
+            raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
         for f in files:
             f = f.resolve()
             # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
-            groups.setdefault(f if _claim(f) == "ndtimeline" else f.parent, []).append(f)
+            c = _claim(f)
+            groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)
     return groups
 
 
-def _claim(path: Path) -> str | None:
-    """The collector that reads ``path`` (see the module doc), or None."""
-    if flight_recorder.is_fr_file(path):
-        return "flight_recorder"
-    if ndtimeline.is_ndtimeline_file(path):
-        return "ndtimeline"
-    if kineto.is_trace_file(path):
-        return "kineto"
-    return None
+def _claim(path: Path) -> sources.Collector | None:
+    """The collector that reads ``path`` (``traceprof.sources``), or None."""
+    return sources.claim(path)
 
 
 def _sha256(path: Path) -> str:
@@ -117,12 +112,10 @@ def _parse_one(args: tuple[Path, str, bool]) -> list[ParsedTrace] | NotATraceErr
 
 
 def _parse_source(path: Path, on_bad_event: str) -> list[ParsedTrace]:
-    source = _claim(path)
-    if source == "flight_recorder":
-        return [flight_recorder.parse(path, on_bad_event=on_bad_event)]
-    if source == "ndtimeline":
-        return ndtimeline.parse(path, on_bad_event=on_bad_event)
-    return [fill_gloo_enter(kineto.parse(path, on_bad_event=on_bad_event))]
+    collector = _claim(path)
+    if collector is None:
+        raise UsageError(f"{path}: not a trace file traceprof reads; it reads: {sources.formats()}")
+    return collector.parse(path, on_bad_event)
 
 
 def ingest(
@@ -210,9 +203,9 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
     Returns:
         Messages worth a warning (instances missing ranks).
     """
+    notes = [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)
     clock.align_run(store, run_id, enabled=align)
-    notes = []
     if summary.incomplete:
         notes.append(f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "
                      "(see collective_instances.ranks_missing)")

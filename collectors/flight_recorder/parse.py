@@ -1,14 +1,18 @@
-"""Parse PyTorch Flight Recorder (FR) JSON dumps into collectives rows.
+"""Parse PyTorch Flight Recorder (FR) dumps, JSON or pickle, into collectives rows.
 
 A dump holds one rank's ring buffer of collective records (``entries``), written by
-``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``collectors.flight_recorder.capture``).
-Pickle dumps (torch's default ``TORCH_FR_DUMP_TEMP_FILE``) are refused: unpickling runs arbitrary
-code, and a dump copied from a cluster is untrusted input.
+``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``collectors.flight_recorder.capture``)
+or, by default, pickled to ``TORCH_FR_DUMP_TEMP_FILE`` + rank (e.g. ``nccl_trace_rank_3``;
+jobs often put the host in the prefix: ``nccl_trace_rank_<host>_<rank>``). Pickles are read with
+a restricted unpickler that admits plain data only (``safe_pickle``): a dump copied from a
+cluster is untrusted input, and a crafted pickle is refused without running anything.
 
 Algorithm:
-  1. Decode the JSON; refuse pickles and files without ``entries`` or with none.
+  1. Decode the JSON, or the pickle through ``safe_pickle`` (tuples read as JSON lists); refuse
+     files without ``entries`` or with none.
   2. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
-     ``fr_rank3.json``); world size: the ranks of the default process group in ``pg_config``.
+     ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); world size: the ranks of the default
+     process group in ``pg_config``.
   3. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
      appended for point-to-point entries), seq = ``collective_seq_id`` (``p2p_seq_id`` for p2p),
      op = normalized ``profiling_name``, enter = ``time_created_ns``, start / end =
@@ -33,33 +37,37 @@ import msgspec
 import pyarrow as pa
 
 from collectors._arrow import row_schema
-from traceprof.errors import TraceFormatError
+from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain
+from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["parse", "is_fr_file"]
 
-_NAME = re.compile(r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?\d+$)")
+_NAME = re.compile(r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
+                   r"(\.pkl|\.pickle)?$)")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
+_TRAILING_RANK = re.compile(r"[_.-](\d+)(\.pkl|\.pickle)?$")
 
 
 
 def is_fr_file(path: Path) -> bool:
     """True for names Flight Recorder dumps have: ``*.fr.json``, ``fr_*.json`` (optionally
-    ``.gz``), and torch's default pickle names ``nccl_trace_rank_<R>`` / ``fr_trace_rank_<R>``
-    (claimed so that they are refused with a message instead of read as something else)."""
+    ``.gz``), and torch's default pickle names ``nccl_trace_rank_<R>`` / ``fr_trace_rank_<R>``,
+    also with a host before the rank (``nccl_trace_rank_<host>_<R>``) or ``.pkl``."""
     return _NAME.search(path.name) is not None
 
 
-def _read(path: Path) -> tuple[bytes, bytes]:
+def _read(path: Path) -> tuple[bytes, Any, str]:
+    """(file bytes, decoded document, ``json`` or ``pickle``)."""
     raw, data = read_maybe_gzip(path)
-    if data[:1] == b"\x80":
-        raise TraceFormatError(
-            path, "", "a pickled Flight Recorder dump; traceprof does not unpickle files (unpickling "
-            "runs arbitrary code). Dump JSON instead: collectors.flight_recorder.capture.dump_fr_json() "
-            "or torch._C._distributed_c10d._dump_fr_trace_json()")
-    return raw, data
+    if is_pickle(data[:2]):
+        return raw, as_json(loads_plain(path, data)), "pickle"
+    try:
+        return raw, msgspec.json.decode(data), "json"
+    except msgspec.DecodeError as err:
+        raise TraceFormatError(path, "", f"invalid JSON ({err})") from None
 
 
 def _int(v: Any) -> int | None:
@@ -105,10 +113,10 @@ def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
 
 
 def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
-    """Parse one Flight Recorder JSON dump.
+    """Parse one Flight Recorder dump.
 
     Args:
-        path: A ``.json`` (or ``.json.gz``) dump.
+        path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
         on_bad_event: ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
             integer or 0; ``"skip"`` counts it in ``rejected`` (keyed by the reason).
 
@@ -117,24 +125,22 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         times are epoch ns as FR records them.
 
     Raises:
-        TraceFormatError: Unreadable, pickled, invalid JSON, no or empty ``entries`` (or none left
+        TraceFormatError: Unreadable, a pickle that is not plain data, invalid JSON, no or empty ``entries`` (or none left
             after skipping), no rank, or (with ``on_bad_event="raise"``) an entry without a valid
             creation time, naming the entry.
     """
     p = Path(path).resolve()
-    raw, data = _read(p)
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as err:
-        raise TraceFormatError(p, "", f"invalid JSON ({err})") from None
+    raw, doc, encoding = _read(p)
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
-        raise TraceFormatError(p, "", "not a Flight Recorder dump (no 'entries' list)")
+        raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     if not doc["entries"]:
         raise TraceFormatError(p, "entries", "no entries: the dump records no collective (dumped before "
                                "any ran, or the ring buffer was disabled: TORCH_NCCL_TRACE_BUFFER_SIZE=0)")
     rank = _int(doc.get("rank"))
-    if rank is None and (m := _RANK_IN_NAME.search(p.name)):
-        rank = int(m.group(1))
+    if rank is None:  # torch's names end in the rank (a host may precede it); others say rank<R>
+        default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
+        m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
+        rank = int(m.group(1)) if m else None
     if rank is None:
         raise TraceFormatError(p, "rank", "no 'rank' in the dump and none in the file name; "
                                "name the file rank<R>.fr.json")
@@ -216,7 +222,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         sha256=hashlib.sha256(raw).hexdigest(),
         bytes=len(raw),
         source="flight_recorder",
-        format=f"fr-json-{doc.get('version', '?')}",
+        format=f"fr-{encoding}-{doc.get('version', '?')}",
         rank=rank,
         world_size=world,
         trace={"meta": msgspec.json.encode(meta).decode()},

@@ -1,0 +1,89 @@
+"""A restricted unpickler for Flight Recorder dumps: plain data only, never code.
+
+torch writes its default Flight Recorder dump (``TORCH_FR_DUMP_TEMP_FILE`` +  rank) as a pickle
+of plain containers. A pickle can name any importable callable (opcodes ``GLOBAL`` /
+``STACK_GLOBAL`` / ``INST`` / ``OBJ``, then ``REDUCE`` calls it), so a plain ``pickle.load`` of a
+file copied from a cluster runs whatever it says. This unpickler refuses every global and every
+persistent id, so nothing can be called; it then checks that the result holds only ``dict``,
+``list``, ``tuple``, ``str``, ``bytes``, ``int``, ``float``, ``bool`` and ``None`` (a protocol 4/5
+pickle can also build sets and bytearrays without a global; those are refused too).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import Any
+
+from traceprof.errors import TraceFormatError
+
+__all__ = ["loads_plain", "is_pickle", "as_json"]
+
+_PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
+_MAX_DEPTH = 200
+
+
+def is_pickle(head: bytes) -> bool:
+    """True when ``head`` starts like a pickle of protocol 2 or later (``0x80`` + protocol byte)."""
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+class _Restricted(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refers to {module}.{name}, not plain data")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("uses a persistent id, not plain data")
+
+
+def _check(obj: Any, path: str, depth: int = 0) -> None:
+    """Raise ValueError naming the first value that is not plain data (``path`` locates it)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {_MAX_DEPTH}")
+    if not isinstance(obj, _PLAIN):
+        raise ValueError(f"{path}: a {type(obj).__name__}, not plain data")
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _check(k, f"{path} key", depth + 1)
+            _check(v, f"{path}[{k!r}]", depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _check(v, f"{path}[{i}]", depth + 1)
+
+
+def loads_plain(path: Path, data: bytes) -> Any:
+    """Unpickle ``data`` (the bytes of ``path``) admitting plain data only.
+
+    Returns:
+        The unpickled object (dicts, lists, tuples, str, bytes, int, float, bool, None).
+
+    Raises:
+        TraceFormatError: The pickle names a global (a class or function: it would run code), uses
+            a persistent id, builds another type, or is broken; nothing of it is executed.
+    """
+    try:
+        obj = _Restricted(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as e:
+        raise TraceFormatError(path, "", f"pickle {e}; refused: traceprof unpickles plain data only "
+                               "(a Flight Recorder dump holds nothing else)") from None
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError,
+            RecursionError, OverflowError) as e:
+        raise TraceFormatError(path, "", f"broken pickle ({type(e).__name__}: {e})") from None
+    try:
+        _check(obj, "dump")
+    except ValueError as e:
+        raise TraceFormatError(path, "", f"pickle holds {e}; refused (plain data only)") from None
+    return obj
+
+
+def as_json(obj: Any) -> Any:
+    """The value as the JSON dump writes it: tuples become lists, bytes are decoded as UTF-8
+    (invalid bytes replaced), dict keys become strings."""
+    if isinstance(obj, dict):
+        return {(k if isinstance(k, str) else str(as_json(k))): as_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [as_json(v) for v in obj]
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return obj

@@ -58,15 +58,16 @@ class Result(FrameResult):
     other_pct (% of idle_ns, null when it is 0), idle_pct (% of window_ns). ``ranks``: rank,
     kernels, streams, window_ns, stream_window_sum_ns and stream_idle_sum_ns (summed over the
     rank's streams, so they exceed window_ns when streams run side by side), the category columns
-    summed over streams, their _pct (% of stream_idle_sum_ns), idle_pct (% of
-    stream_window_sum_ns: the streams' average idle share).
+    summed over streams, their _pct (% of stream_idle_sum_ns), stream_idle_pct (% of
+    stream_window_sum_ns: the streams' average idle share; not ``temporal``'s idle_pct, the share of
+    the rank's window with no GPU activity at all).
     """
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Idle time breakdown (per stream)"
 
     def charts(self) -> list[Chart]:
-        charts = [Chart("Idle share of stream time per rank (all streams)", "rank", ("idle_pct",),
+        charts = [Chart("Idle share of stream time per rank (all streams)", "rank", ("stream_idle_pct",),
                         ylabel="% of stream time", frame="ranks")]
         if self.ranks["host_wait_pct"].is_not_null().any():  # null where nothing was idle
             charts.append(Chart("Idle time per rank by cause (% of idle time, all streams)", "rank",
@@ -103,10 +104,11 @@ def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.D
     return s.with_columns(cat.alias("category")).drop("_prev_end")
 
 
-def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str, idle: str) -> pl.DataFrame:
+def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str, idle: str,
+             idle_pct: str = "idle_pct") -> pl.DataFrame:
     """Category sums, counts and shares per ``by`` group. ``windows``: ``by`` plus the columns
-    shown before the idle one, among them ``window`` (the denominator of idle_pct); ``idle``: the
-    name of the idle column."""
+    shown before the idle one, among them ``window`` (the denominator of ``idle_pct``); ``idle``
+    and ``idle_pct``: the names of the idle column and of its share."""
     aggs = [pl.len().cast(pl.Int64).alias("kernels")]
     for c in CATEGORIES:
         hit = pl.col("category") == c
@@ -118,10 +120,10 @@ def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str,
         pl.when(pl.col(idle) != 0).then(100.0 * pl.col(f"{c}_ns") / pl.col(idle)).alias(f"{c}_pct")
         for c in CATEGORIES
     ]
-    out = out.with_columns(*pct, (100.0 * pl.col(idle) / pl.col(window)).alias("idle_pct"))
+    out = out.with_columns(*pct, (100.0 * pl.col(idle) / pl.col(window)).alias(idle_pct))
     extra = [c for c in windows.columns if c not in by]
     cols = [*by, "kernels", *extra, idle, *(f"{c}_ns" for c in CATEGORIES), *(f"{c}_gaps" for c in CATEGORIES),
-            *(f"{c}_pct" for c in CATEGORIES), "idle_pct"]
+            *(f"{c}_pct" for c in CATEGORIES), idle_pct]
     return out.select(cols).sort(by)
 
 
@@ -148,7 +150,7 @@ def run(store: Store, params: Params) -> Result:
     rank_win = g.group_by("rank").agg(pl.col("stream").n_unique().cast(pl.Int64).alias("streams"),
                                       span.alias("window_ns")).join(
         win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
-    per_rank = _summary(g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns")
+    per_rank = _summary(g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")

@@ -84,11 +84,11 @@ def test_hand_made_streams(store, tmp_path):
     assert (s9["host_wait_ns"], s9["kernel_wait_ns"], s9["other_ns"], s9["idle_ns"]) == (0, 0, 96_000, 96_000)
     # The rank: streams 7 [0, 151) and 9 [0, 110) us. Its window is [0, 151) (temporal's window,
     # computed there independently); the stream sums are 151 + 110 = 261 and 107 + 96 = 203 us,
-    # and idle_pct is of the stream sum: 203 / 261. (window_ns used to hold the 261 us sum.)
+    # and stream_idle_pct is of the stream sum: 203 / 261. (window_ns used to hold the 261 us sum.)
     r0 = _row(res.ranks, rank=0)
     assert (r0["streams"], r0["window_ns"], r0["stream_window_sum_ns"]) == (2, 151_000, 261_000)
     assert (r0["stream_idle_sum_ns"], r0["other_ns"]) == (203_000, 146_000)
-    assert r0["idle_pct"] == pytest.approx(100 * 203 / 261)
+    assert r0["stream_idle_pct"] == pytest.approx(100 * 203 / 261) and "idle_pct" not in r0
     assert r0["window_ns"] == _row(analyze(store, "temporal", "r").frame, rank=0)["window_ns"]
     assert [c.ys for c in res.charts()] == [("idle_pct",), ("host_wait_pct", "kernel_wait_pct", "other_pct")]
 
@@ -100,7 +100,7 @@ def test_rank_window_is_temporals_on_a_corpus_trace(store):
     temporal = analyze(store, "temporal", "r").frame.sort("rank")
     assert ranks["window_ns"].to_list() == temporal["window_ns"].to_list()
     assert (ranks["stream_window_sum_ns"] > 3 * ranks["window_ns"]).all()
-    assert (ranks["idle_pct"] <= 100).all()
+    assert (ranks["stream_idle_pct"] <= 100).all()
 
 
 @pytest.mark.parametrize("value", [-5, float("inf")])

@@ -2,13 +2,18 @@
 
 Intersections are measured without materializing them: for merged sets A and B,
 ``|A ∩ B| = |A| + |B| - |A ∪ B|``.
+
+Every operation is a sort followed by linear passes (cumulative max, shifts, as-of joins on sorted
+bounds): time O(n log n) and memory O(n) in the intervals (plus the output), independent of the
+number of groups. Nothing joins the intervals of one group with every other group (e.g. compute
+intervals x steps), which grew with the square of the step count.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["merge", "union_ns", "clip", "subtract"]
+__all__ = ["merge", "union_ns", "clip", "subtract", "complement", "class_measures"]
 
 
 def merge(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
@@ -58,11 +63,19 @@ def subtract(
 ) -> pl.DataFrame:
     """The parts of ``a`` not covered by ``b``: ``∪a - ∪b`` within each group, as maximal intervals.
 
+    Linear after one sort (never a join of intervals x groups): ``∪b`` of each ``b_by`` group is
+    turned into its complement, the sorted disjoint gaps between its intervals (plus the two
+    unbounded ends); each merged interval of ``a`` meets a contiguous run of those gaps, found by
+    two as-of joins, and its pieces are its intersections with them. Work and memory grow with
+    ``|a| + |b|`` plus the number of pieces returned, whatever the number of groups (e.g. one
+    group per step).
+
     Args:
         a: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive).
         b: Intervals to remove, grouped by ``b_by`` (a subset of ``by``, default ``by``).
             With ``b_by`` coarser than ``by`` every group of ``a`` loses all of its ``b_by`` group's
-            intervals (e.g. one step's communication minus all of the rank's compute).
+            intervals (e.g. one step's communication minus all of the rank's compute). A null
+            key is a group of its own, as in :func:`merge`.
 
     Returns:
         Frame with columns ``by + [start_ns, end_ns]``: disjoint, sorted within each group, touching
@@ -72,23 +85,76 @@ def subtract(
     ma = merge(a, by)
     if ma.is_empty():
         return ma
-    spans = ma.group_by(by).agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
-    mb = clip(merge(b, b_by).join(spans, on=b_by), "_lo", "_hi").select(ma.columns)
-    one, zero = pl.lit(1, pl.Int32), pl.lit(0, pl.Int32)
-    ev = pl.concat([
-        ma.select(*by, pl.col("start_ns").alias("t"), one.alias("da"), zero.alias("db")),
-        ma.select(*by, pl.col("end_ns").alias("t"), (-one).alias("da"), zero.alias("db")),
-        mb.select(*by, pl.col("start_ns").alias("t"), zero.alias("da"), one.alias("db")),
-        mb.select(*by, pl.col("end_ns").alias("t"), zero.alias("da"), (-one).alias("db")),
-    ])
-    ev = ev.group_by([*by, "t"]).agg(pl.col("da").sum(), pl.col("db").sum()).sort([*by, "t"])
-    ev = ev.with_columns(
-        pl.col("da").cum_sum().over(by).alias("in_a"),
-        pl.col("db").cum_sum().over(by).alias("in_b"),
-        pl.col("t").shift(-1).over(by).alias("next_t"),
+    # One dense id per b_by group of ``a``; b's groups that ``a`` lacks remove nothing.
+    keys = ma.select(b_by).unique().with_row_index("_g")
+    ma = ma.join(keys, on=b_by, how="left", nulls_equal=True)
+    mb = merge(b.join(keys, on=b_by, how="inner", nulls_equal=True), ["_g"])
+    gaps = complement(mb, "_g", keys.select("_g"))
+    pieces = _intersect_runs(ma.select(*by, "_g", "start_ns", "end_ns"), gaps, "_g")
+    return pieces.select(*by, "start_ns", "end_ns").sort([*by, "start_ns"])
+
+
+_LO, _HI = -(2**63), 2**63 - 1  # unbounded ends of a complement (int64 ns)
+
+
+def complement(m: pl.DataFrame, g: str, groups: pl.DataFrame) -> pl.DataFrame:
+    """The gaps of merged intervals per group: (-inf, s0), [e0, s1), ..., [e_last, +inf).
+
+    Args:
+        m: Merged intervals (:func:`merge` by ``[g]``): columns ``g``, start_ns, end_ns (ns),
+            disjoint, not touching and sorted within each group.
+        g: Name of the group column.
+        groups: Every group to return (column ``g``); one without intervals is one unbounded gap.
+
+    Returns:
+        Frame with ``g``, start_ns, end_ns (int64 ns; -2**63 and 2**63-1 stand for the unbounded
+        ends), sorted by ``g`` then start, plus ``_c``, the row's position (0, 1, ...).
+    """
+    first = groups.join(m.group_by(g).agg(pl.col("start_ns").min().alias("end_ns")), on=g, how="left")
+    head = first.select(g, pl.lit(_LO, pl.Int64).alias("start_ns"), pl.col("end_ns").fill_null(_HI))
+    tail = m.select(
+        g, pl.col("end_ns").alias("start_ns"), pl.col("start_ns").shift(-1).over(g).fill_null(_HI).alias("end_ns")
     )
-    pieces = ev.filter((pl.col("in_a") > 0) & (pl.col("in_b") == 0) & pl.col("next_t").is_not_null())
-    return merge(pieces.select(*by, pl.col("t").alias("start_ns"), pl.col("next_t").alias("end_ns")), by)
+    out = pl.concat([head, tail.cast(head.schema)]).filter(pl.col("end_ns") > pl.col("start_ns"))
+    return out.sort(g, "start_ns").with_row_index("_c").with_columns(pl.col("_c").cast(pl.Int64))
+
+
+def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str) -> pl.DataFrame:
+    """Each interval of ``a`` intersected with the disjoint sorted intervals ``runs`` of its group.
+
+    The runs an interval [s, e) meets are a contiguous range of positions ``_c``: from the first
+    ending after s to the last starting before e (two as-of joins on the sorted bounds); each
+    position in between gives one non-empty piece.
+
+    Args:
+        a: Intervals with ``g``, start_ns, end_ns and any other columns (kept on the pieces).
+        runs: Output of :func:`complement` (or any disjoint intervals sorted within ``g``, ``_c``
+            their positions).
+        g: Group column shared by both.
+
+    Returns:
+        ``a``'s columns with start_ns, end_ns replaced by the pieces (ns), unordered.
+    """
+    lo = a.sort("start_ns").join_asof(
+        runs.select(g, pl.col("end_ns").alias("_re"), pl.col("_c").alias("_i0")).sort("_re"),
+        left_on="start_ns", right_on="_re", by=g, strategy="forward", allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    both = lo.sort("end_ns").join_asof(
+        runs.select(g, pl.col("start_ns").alias("_rs"), pl.col("_c").alias("_i1")).sort("_rs"),
+        left_on="end_ns", right_on="_rs", by=g, strategy="backward", allow_exact_matches=False,
+        check_sortedness=False,
+    ).drop("_re", "_rs")
+    pairs = (
+        both.filter(pl.col("_i0") <= pl.col("_i1"))
+        .with_columns(pl.int_ranges("_i0", pl.col("_i1") + 1, dtype=pl.Int64).alias("_c"))
+        .drop("_i0", "_i1")
+        .explode("_c")
+        .join(runs.select("_c", pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re")), on="_c")
+    )
+    return pairs.with_columns(
+        pl.max_horizontal("start_ns", "_rs").alias("start_ns"), pl.min_horizontal("end_ns", "_re").alias("end_ns")
+    ).drop("_c", "_rs", "_re")
 
 
 def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -108,7 +174,7 @@ def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     both = act.filter(pl.col("class").is_in(["compute", "comm"]))
     out = bounds.with_columns((pl.col("last_ns") - pl.col("first_ns")).alias("window_ns"))
     for name, part in (("busy_ns", act), ("compute_ns", comp), ("comm_ns", comm), ("_cc_ns", both)):
-        out = out.join(union_ns(part, by, name), on=by, how="left")
+        out = out.join(union_ns(part, by, name), on=by, how="left", nulls_equal=True)
     out = out.with_columns(pl.col(c).fill_null(0) for c in ("busy_ns", "compute_ns", "comm_ns", "_cc_ns"))
     return out.with_columns(
         (pl.col("comm_ns") + pl.col("compute_ns") - pl.col("_cc_ns")).alias("overlap_ns")

@@ -1,0 +1,22 @@
+"""Nsight Systems: ``parse`` reads the SQLite export; ``export`` turns a ``.nsys-rep`` into one and
+wraps a command in ``nsys profile`` (both need ``nsys`` on PATH)."""
+
+from pathlib import Path
+
+from collectors.nsys.export import has_export, sqlite_for
+from collectors.nsys.parse import SQLITE_MAGIC, parse
+from traceprof import sources
+
+__all__ = ["parse"]
+
+
+def _claims(path: Path, head: bytes) -> bool:
+    """An SQLite file (by its magic bytes, whatever its name) or a ``.nsys-rep`` report without an
+    export beside it (with one, the export is read)."""
+    return head.startswith(SQLITE_MAGIC) or (path.name.endswith(".nsys-rep") and not has_export(path))
+
+
+sources.register(sources.Collector(
+    "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
+    lambda p, bad: [parse(sqlite_for(p), on_bad_event=bad)], order=5,
+))

@@ -1,0 +1,49 @@
+"""Duration statistics per name, as ``nsys stats`` prints them (shared by the ``*_sum`` analyses).
+
+Given SQL that yields rows ``rank, name, dur_ns`` for one run, :func:`summarize` returns the
+statistics per name over the run (``frame``) and per (rank, name) (``ranks``): time_pct (share of
+the summed time, 0..100), total_ns, instances, avg_ns, med_ns, min_ns, max_ns, stddev_ns (sample
+standard deviation, 0 for one instance), ranks (ranks the name occurs on; run table only). Mean,
+median and standard deviation are rounded to whole ns (halves away from zero); median of an even
+count is the mean of the two middle values, as in ``nsys stats``. Sorted by total time, largest
+first (ties by name).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceprof.store import Store
+
+__all__ = ["summarize"]
+
+_STATS = """
+SELECT {keys},
+       sum(dur_ns)::BIGINT AS total_ns, count(*)::BIGINT AS instances,
+       round(avg(dur_ns))::BIGINT AS avg_ns, round(median(dur_ns))::BIGINT AS med_ns,
+       min(dur_ns)::BIGINT AS min_ns, max(dur_ns)::BIGINT AS max_ns,
+       round(coalesce(stddev_samp(dur_ns), 0))::BIGINT AS stddev_ns{extra}
+FROM ({rows}) GROUP BY ALL
+"""
+
+
+def summarize(store: Store, run_id: int, rows_sql: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Statistics of ``rows_sql`` (columns rank, name, dur_ns; ``$run`` is the run id).
+
+    Returns:
+        (per-name frame, per-(rank, name) frame); see the module doc for the columns.
+    """
+    q = rows_sql.replace("$run", str(int(run_id)))
+    run = store.sql(_STATS.format(keys="name", rows=q, extra=", count(DISTINCT rank)::BIGINT AS ranks"))
+    per = store.sql(_STATS.format(keys="rank, name", rows=q, extra=""))
+    return _order(run, []), _order(per, ["rank"])
+
+
+def _order(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    if df.is_empty():
+        return df
+    total = pl.col("total_ns").sum().over(by) if by else pl.col("total_ns").sum()
+    df = df.with_columns((100.0 * pl.col("total_ns") / total).alias("time_pct"))
+    cols = [*by, "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
+    cols += ["ranks"] if "ranks" in df.columns else []
+    return df.sort([*by, "total_ns", "name"], descending=[False] * len(by) + [True, False]).select(*cols, "name")

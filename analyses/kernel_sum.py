@@ -1,0 +1,58 @@
+"""kernel_sum: GPU kernel time per kernel name, as ``nsys stats --report cuda_gpu_kern_sum``.
+
+Algorithm:
+  1. Take every GPU kernel of the run (``events`` kind ``kernel``; any source: Kineto, nsys), except
+     records flagged as suspect at ingest (``events.flag``, see ``traceprof.classify``); memcpy and
+     memset are left out, as in nsys.
+  2. Per kernel name (the full, demangled name), over the run and per rank: total time, instances,
+     average, median, minimum, maximum and sample standard deviation of the durations, and the
+     share of the summed kernel time (``analyses._summary``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from analyses._summary import summarize
+from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.classify import VALID_SQL
+from traceprof.errors import AnalysisError
+from traceprof.store import Store
+
+_ROWS = f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND {VALID_SQL}"
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """No parameters besides the run."""
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """``frame``: per kernel name over the run: time_pct (% of all kernel time), total_ns,
+    instances, avg_ns, med_ns, min_ns, max_ns, stddev_ns (int64 ns), ranks, name. ``ranks``: the
+    same per (rank, name), time_pct of the rank's kernel time."""
+
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "GPU kernel summary"
+
+    def charts(self) -> list[Chart]:
+        return [Chart("Kernel time by name (run)", "name", ("total_ns",), ylabel="ns")]
+
+
+@register("kernel_sum", Params)
+def run(store: Store, params: Params) -> Result:
+    """Kernel time per name (module doc).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no GPU kernels (e.g. Flight Recorder or gloo CPU traces only).
+    """
+    run_id = store.resolve_run(params.run)
+    frame, ranks = summarize(store, run_id, _ROWS)
+    if frame.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace "
+                            "(Kineto or nsys)")
+    return Result(frame=frame, ranks=ranks)

@@ -1,0 +1,57 @@
+"""nvtx_sum: time per annotated range name, as ``nsys stats --report nvtx_sum``.
+
+Algorithm:
+  1. Take the run's CPU annotation ranges: nsys NVTX push/pop and start/end ranges, Kineto
+     ``record_function`` annotations (``user_annotation``), and step ranges (``ProfilerStep#N``,
+     step-named NVTX ranges). Instants (marks, NVTX ranges never closed) have no duration and are
+     left out. With ``gpu=true`` the GPU-side annotations (Kineto ``gpu_user_annotation``) are
+     summarized instead.
+  2. Per range name, over the run and per rank: total time, instances, average, median, minimum,
+     maximum, sample standard deviation, share of the summed range time (``analyses._summary``).
+     Nested ranges each count in full, so shares add up to more than wall time when ranges nest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from analyses._summary import summarize
+from traceprof.analysis import FrameResult, RunParams, register
+from traceprof.errors import AnalysisError
+from traceprof.store import Store
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``gpu``: summarize the GPU-side annotations (Kineto ``gpu_user_annotation``) instead."""
+
+    gpu: bool = False
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """``frame``: per range name over the run: time_pct, total_ns, instances, avg_ns, med_ns,
+    min_ns, max_ns, stddev_ns (int64 ns), ranks, name. ``ranks``: the same per (rank, name)."""
+
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "Annotated range (NVTX) summary"
+
+
+@register("nvtx_sum", Params)
+def run(store: Store, params: Params) -> Result:
+    """Range time per name (module doc).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no annotation ranges.
+    """
+    run_id = store.resolve_run(params.run)
+    kinds = "('gpu_user_annotation')" if params.gpu else "('user_annotation', 'step')"
+    rows = f"SELECT rank, name, dur_ns FROM events WHERE run_id = $run AND kind IN {kinds}"
+    frame, ranks = summarize(store, run_id, rows)
+    if frame.is_empty():
+        raise AnalysisError(f"run {params.run or run_id}: no {'GPU ' if params.gpu else ''}annotation ranges "
+                            "(NVTX / record_function) in the trace")
+    return Result(frame=frame, ranks=ranks)

@@ -61,9 +61,15 @@ def is_fr_file(path: Path) -> bool:
 
 def _read(path: Path) -> tuple[bytes, Any, str]:
     """(file bytes, decoded document, ``json`` or ``pickle``)."""
+    try:
+        with path.open("rb") as f:
+            binary = is_pickle(f.read(2))
+        if binary:  # read as bytes, not through the text (UTF-8) reader
+            raw = path.read_bytes()
+            return raw, as_json(loads_plain(path, raw)), "pickle"
+    except OSError:
+        pass  # read_maybe_gzip reports it
     raw, data = read_maybe_gzip(path)
-    if is_pickle(data[:2]):
-        return raw, as_json(loads_plain(path, data)), "pickle"
     try:
         return raw, msgspec.json.decode(data), "json"
     except msgspec.DecodeError as err:
@@ -112,6 +118,43 @@ def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
     return sizes, (max(sizes.values()) if sizes else None)
 
 
+def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
+    ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
+    group) and ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
+    -1 for none), so that analyses need no FR field names."""
+    members: dict[str, list[int]] = {}
+    configs: list[list[int]] = []
+    cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
+    for key, c in cfg.items():
+        if isinstance(c, dict):
+            ranks = c.get("ranks")
+            if isinstance(ranks, str):
+                try:
+                    ranks = msgspec.json.decode(ranks)
+                except msgspec.DecodeError:
+                    ranks = None
+            if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+                configs.append(ranks)
+                for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
+                    members.setdefault(name, ranks)
+    only = configs[0] if len({tuple(v) for v in configs}) == 1 else None
+    status = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
+    groups: dict[str, list[int] | None] = {}
+    progress: dict[str, dict[str, int | None]] = {}
+    for e, r in zip(kept, rows, strict=True):
+        pg = r["pg"]
+        if pg is None or pg in groups:
+            continue
+        pgv = e.get("process_group")
+        names = [str(v) for v in pgv] if isinstance(pgv, list) else []
+        groups[pg] = next((members[n] for n in names if n in members), only)
+        st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
+        if isinstance(st, dict):
+            progress[pg] = {k: _int(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
+    return {"groups": groups, "progress": progress}
+
+
 def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     """Parse one Flight Recorder dump.
 
@@ -147,6 +190,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     sizes, world = _group_sizes(doc.get("pg_config"))
     only_size = next(iter(sizes.values())) if len(sizes) == 1 else None
     rows: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []  # the entries behind rows
     events: list[dict[str, Any]] = []
     rejected: dict[str, int] = {}
     for i, e in enumerate(doc["entries"]):
@@ -200,6 +244,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 "step": None,
             }
         )
+        kept.append(e)
         events.append(
             {
                 "kind": "collective", "cat": "flight_recorder", "name": name, "ts_ns": created,
@@ -217,6 +262,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         r["ordinal"] = counter.get(key, 0)
         counter[key] = r["ordinal"] + 1
     meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
+    meta.update(_group_facts(doc, kept, rows))
     return ParsedTrace(
         path=str(p),
         sha256=hashlib.sha256(raw).hexdigest(),

@@ -3,7 +3,7 @@
 Algorithm (DESIGN.md §4; the definitions of Holistic Trace Analysis' idle time breakdown):
   1. Take each rank's GPU kernels, memcpys and memsets with the start of the CPU runtime call that
      launched them (same correlation id; ``traceprof.activity`` with ``detail``); sort each
-     (rank, stream) by start.
+     lane (rank, device, stream) by start: a process driving two GPUs reuses stream numbers.
   2. For each row but the first of its stream: prev_end = end of the rows before it, gap = start -
      prev_end. The first row of a stream has no gap and adds nothing.
   3. host wait if the launch started after prev_end (the GPU waited for the CPU to issue the
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
-from traceprof.activity import activity
+from traceprof.activity import activity, step_window
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -52,7 +52,7 @@ class Result(FrameResult):
 
     As everywhere, ``window_ns`` is the first start to the last end of the row's activity: here
     of the stream (``frame``) or of the rank on all its streams (``ranks``, the same window as
-    ``temporal``'s). ``frame``: rank, stream, kernels (rows), window_ns, idle_ns (the stream's),
+    ``temporal``'s). ``frame``: rank, device, stream (a lane), kernels (rows), window_ns, idle_ns (the stream's),
     host_wait_ns, kernel_wait_ns, other_ns (sums of gaps), host_wait_gaps, kernel_wait_gaps,
     other_gaps (rows whose preceding gap is in that category), host_wait_pct, kernel_wait_pct,
     other_pct (% of idle_ns, null when it is 0), idle_pct (% of window_ns). ``ranks``: rank,
@@ -60,7 +60,8 @@ class Result(FrameResult):
     rank's streams, so they exceed window_ns when streams run side by side), the category columns
     summed over streams, their _pct (% of stream_idle_sum_ns), stream_idle_pct (% of
     stream_window_sum_ns: the streams' average idle share; not ``temporal``'s idle_pct, the share of
-    the rank's window with no GPU activity at all).
+    the rank's window with no GPU activity at all), then step_window_ns, step_busy_ns, step_idle_ns,
+    step_idle_pct (``traceprof.activity.step_window``: idle over the profiled steps, wall clock).
     """
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -80,15 +81,15 @@ def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.D
     """Gap before each GPU row and its category (module doc, steps 1-3).
 
     Args:
-        rows: Frame with rank, stream, start_ns, end_ns, launch_ts_ns (ns; launch may be null).
+        rows: Frame with rank, device, stream, start_ns, end_ns, launch_ts_ns (ns; launch may be null).
         kernel_wait_ns: Kernel-wait threshold (ns, strict ``<``).
         hta: HTA's rule (previous row's end, negative gaps kept) instead of the latest end.
 
     Returns:
-        ``rows`` sorted by rank, stream, start_ns, end_ns, plus gap_ns (null for the first row of a
+        ``rows`` sorted by rank, device, stream, start_ns, end_ns, plus gap_ns (null for the first row of a
         stream) and category (host_wait / kernel_wait / other; null for the first row).
     """
-    by = ["rank", "stream"]
+    by = ["rank", "device", "stream"]
     s = rows.sort([*by, "start_ns", "end_ns"])
     prev = pl.col("end_ns").shift(1) if hta else pl.col("end_ns").cum_max().shift(1)
     s = s.with_columns(prev.over(by).alias("_prev_end"))
@@ -145,12 +146,13 @@ def run(store: Store, params: Params) -> Result:
         raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams")
     g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
     span = pl.col("end_ns").max() - pl.col("start_ns").min()
-    win = g.group_by("rank", "stream").agg(span.alias("window_ns"))
-    per_stream = _summary(g, ["rank", "stream"], win, "window_ns", "idle_ns")
-    rank_win = g.group_by("rank").agg(pl.col("stream").n_unique().cast(pl.Int64).alias("streams"),
+    win = g.group_by("rank", "device", "stream").agg(span.alias("window_ns"))
+    per_stream = _summary(g, ["rank", "device", "stream"], win, "window_ns", "idle_ns")
+    rank_win = g.group_by("rank").agg(pl.col("lane").n_unique().cast(pl.Int64).alias("streams"),
                                       span.alias("window_ns")).join(
         win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
     per_rank = _summary(g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct")
+    per_rank = per_rank.join(step_window(store, run_id, act), on="rank", how="left")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")

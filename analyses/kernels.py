@@ -27,6 +27,7 @@ import polars as pl
 from analyses import _common
 from traceprof.activity import activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
 from traceprof.store import Store
@@ -54,7 +55,8 @@ class Result(FrameResult):
     compute_ns, comm_ns, memory_ns (union per class; they overlap, so their sum can exceed
     busy_ns), compute_only_ns, comm_only_ns, memory_only_ns (time only that class ran),
     overlapped_ns (two or more classes at once): these four add up to busy_ns; compute_only_pct,
-    comm_only_pct, memory_only_pct, overlapped_pct (% of busy_ns, adding up to 100). ``types``:
+    comm_only_pct, memory_only_pct, overlapped_pct (% of busy_ns, adding up to 100), flagged_kernels
+    and flagged_ns (GPU records flagged at ingest and left out of all the above, recorded ns). ``types``:
     rank, kernel_type (``+``-joined classes), time_ns, pct (% of busy_ns). ``top``: rank, position
     (1 = largest total on the rank), class, name, count, total_ns, mean_ns, median_ns, p95_ns,
     min_ns, max_ns, std_ns (int64 ns, statistics rounded; std 0 for one row), pct (% of kernel_ns).
@@ -157,5 +159,14 @@ def run(store: Store, params: Params) -> Result:
     types = types.join(per_rank.select("rank", "busy_ns"), on="rank")
     types = types.with_columns((100.0 * pl.col("time_ns") / pl.col("busy_ns")).alias("pct")).drop("busy_ns")
     types = types.sort(["rank", "time_ns"], descending=[False, True])
-    notes = ("HTA-compatible selection and kernel classes",) if params.hta else ()
-    return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=notes)
+    flagged = store.sql(
+        "SELECT rank, count(*) AS flagged_kernels, sum(coalesce(raw_dur_ns, dur_ns))::BIGINT AS flagged_ns "
+        f"FROM events e WHERE run_id = {int(run_id)} AND kind IN ('kernel', 'memcpy', 'memset') "
+        f"AND NOT {VALID_SQL} GROUP BY rank")
+    per_rank = per_rank.join(flagged, on="rank", how="left").with_columns(
+        pl.col("flagged_kernels").fill_null(0).cast(pl.Int64), pl.col("flagged_ns").fill_null(0))
+    notes = ["HTA-compatible selection and kernel classes"] if params.hta else []
+    if int(per_rank["flagged_kernels"].sum()):
+        notes.append(f"{int(per_rank['flagged_kernels'].sum())} GPU records flagged at ingest (events.flag: "
+                     "before their launch, far outside the steps) are left out; flagged_kernels / flagged_ns")
+    return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=tuple(notes))

@@ -1,14 +1,17 @@
 """launch: how long kernels wait between their CPU launch and their GPU start, and launch-bound work.
 
 Algorithm (SQL in ``launch.sql``):
-  1. For every GPU kernel, latency = kernel start - start of the CPU runtime call with the same
-     correlation id (``kernels.launch_ts_ns``); kernels whose launch is not in the trace count
-     in ``kernels`` but not in the latency figures.
-  2. The latency includes queueing behind earlier work on the stream. A kernel is launched onto an
-     idle stream when every earlier kernel of its stream had ended by its launch; the latency of
+  1. For every launch call (any device runtime: ``cudaLaunchKernel``, ``cudaGraphLaunch``,
+     ``hipLaunchKernel``, ...), latency = start of its first GPU kernel - start of the call (same
+     correlation id; ``kernels.first_of_launch``). One call can start many kernels (a CUDA graph
+     replay gives every node the launch's correlation): the later ones were not launched by the
+     CPU at that moment, so they are counted (``graph_kernels``) but not measured. Kernels whose
+     launch is not in the trace, and records flagged at ingest (``events.flag``), are left out.
+  2. The latency includes queueing behind earlier work on the lane. A kernel is launched onto an
+     idle lane (device, stream) when every earlier kernel of it had ended by its launch; the latency of
      those is the launch overhead (``idle_latency_p50_ns``), plus any wait on another stream (an
      NCCL kernel waiting for the compute stream's event shows up here).
-  3. Per rank, per (rank, stream) and per (rank, step): p50/p90/p99 (linear interpolation), max and
+  3. Per rank, per (rank, device, stream) and per (rank, step): p50/p90/p99 (linear interpolation), max and
      mean latency, rounded to whole ns; and the kernels shorter than ``short_ns`` (launch-bound: the GPU finishes them
      faster than the CPU can issue them) as a share of the kernels and of kernel time.
 """
@@ -40,9 +43,11 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Launch latency per rank (``frame``), per (rank, stream) (``streams``), per (rank, step) (``steps``).
+    """Launch latency per rank (``frame``), per (rank, device, stream) (``streams``), per (rank, step) (``steps``).
 
-    Columns: rank, [stream | step,] kernels, launched (kernels whose launch is in the trace),
+    Columns: rank, [device, stream | step,] kernels, launched (kernels whose launch is in the trace),
+    launches (launch calls measured: one latency each), graph_launches (calls that started several
+    kernels, or ``*GraphLaunch``), graph_kernels (the kernels they started),
     latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns, latency_mean_ns (int64 ns),
     idle_launches (kernels launched onto an idle stream), idle_latency_p50_ns (int64 ns, their median),
     short_kernels, short_ns (their time), kernel_ns (all kernels' time), short_kernels_pct (% of
@@ -78,11 +83,15 @@ def run(store: Store, params: Params) -> Result:
         (100.0 * pl.col("short_ns") / pl.col("kernel_ns")).alias("short_pct"),
     )
     both = (pl.col("g_stream") == 1) & (pl.col("g_step") == 1)
-    per_rank = df.filter(both).drop("g_stream", "g_step", "stream", "step").sort("rank")
-    streams = df.filter(pl.col("g_stream") == 0).drop("g_stream", "g_step", "step").sort("rank", "stream")
-    steps = df.filter(pl.col("g_step") == 0).drop("g_stream", "g_step", "stream").sort("rank", "step")
+    per_rank = df.filter(both).drop("g_stream", "g_step", "device", "stream", "step").sort("rank")
+    streams = df.filter(pl.col("g_stream") == 0).drop("g_stream", "g_step", "step").sort("rank", "device", "stream")
+    steps = df.filter(pl.col("g_step") == 0).drop("g_stream", "g_step", "device", "stream").sort("rank", "step")
     no_launch = per_rank.filter(pl.col("launched") < pl.col("kernels"))
     notes = [f"short kernels: under {params.short_ns / 1000:g} us"]
+    graph = int(per_rank["graph_kernels"].sum() - per_rank["graph_launches"].sum())
+    if graph:
+        notes.append(f"{graph} kernels started by a graph launch after its first kernel are not measured (latency "
+                     "is once per launch call, to its first kernel; the rest is graph execution time)")
     if not no_launch.is_empty():
         missing = int((no_launch["kernels"] - no_launch["launched"]).sum())
         notes.append(f"{missing} kernels have no launch call in the trace (left out of the latency figures)")

@@ -7,6 +7,11 @@ Algorithm (DESIGN.md §4, the same definition as HTA's temporal breakdown):
      activity launched in that step).
   3. idle = window - |∪ all activity|; compute = |∪ compute|; non-compute = |∪ all| - compute.
   4. Percentages are of the window.
+  5. Beside it, the step window (first ProfilerStep start to last step end, wall clock) and the idle
+     time in it (``step_window_ns``, ``step_idle_ns``, ``step_idle_pct``): idle before the first
+     kernel of a step (data loading, host stalls) shows there, not in the activity window.
+  6. Per device (``devices``): the same breakdown per (rank, device), for processes that drive
+     several GPUs (the per-rank figures then merge the devices, as a note says).
 With ``hta=true`` the events are selected as HTA loads them (see ``traceprof.activity``).
 """
 
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import run_activity
+from traceprof.activity import run_activity, step_window
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import class_measures
 from traceprof.store import Store
@@ -34,10 +39,13 @@ class Result(FrameResult):
     """Per-rank breakdown (``frame``) and per-step breakdown (``steps``).
 
     Columns of both: rank, [step,] window_ns, idle_ns, compute_ns, non_compute_ns (ns) and
-    idle_pct, compute_pct, non_compute_pct (% of window_ns).
+    idle_pct, compute_pct, non_compute_pct (% of window_ns). ``frame`` also has step_window_ns,
+    step_busy_ns, step_idle_ns (ns) and step_idle_pct (% of step_window_ns; null without steps).
+    ``devices``: rank, device and the columns of ``steps`` (GPU ranks).
     """
 
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
+    devices: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Temporal breakdown"
 
     def charts(self) -> list[Chart]:
@@ -69,8 +77,14 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    _, act = run_activity(store, params.run, hta=params.hta)
-    per_rank = _breakdown(act, ["rank"])
+    run_id, act = run_activity(store, params.run, hta=params.hta, detail=True)
+    per_rank = _breakdown(act, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
     per_step = _breakdown(act.filter(pl.col("step").is_not_null()), ["rank", "step"])
-    notes = ("HTA-compatible selection (last step and unlaunched GPU events dropped)",) if params.hta else ()
-    return Result(frame=per_rank, steps=per_step, notes=notes)
+    gpu = act.filter(pl.col("device_kind") == "gpu")
+    per_device = _breakdown(gpu, ["rank", "device"]) if not gpu.is_empty() else pl.DataFrame()
+    notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
+    multi = per_device.group_by("rank").len().filter(pl.col("len") > 1) if not per_device.is_empty() else per_device
+    if not multi.is_empty():
+        notes.append(f"rank(s) {', '.join(map(str, sorted(multi['rank'].to_list())))} drive several GPUs: the "
+                     "per-rank figures merge their devices (one window over all); see the devices table")
+    return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

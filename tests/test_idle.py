@@ -41,15 +41,16 @@ def launch(ts: float, corr: int, dur: float = 1.0, tid: int = 1, name: str = "cu
 #   C [60, 70) L=55     gap 40, launched at 55 > 20         -> host wait 40
 #   D [75, 80) L=50     gap 5, launched before C ended      -> kernel wait 5
 #   E [130, 140) L=60   gap 50 >= 30, launched before D end -> other 50
-#   F [132, 135) L=61   nested in E. Default: prev end 140 -> gap 0 (kernel wait 0).
-#                       HTA: prev row E ends 140 -> gap -8 (kernel wait -8)
-#   G [150, 151) L=62   default: prev end max(140, 135) = 140 -> gap 10, kernel wait 10
+#   F [132, 135) L=61   nested in E: E runs 8 us past F's start on the same stream (> 5 us), an
+#                       overrun: by default E is clipped to [130, 132) at ingest -> F's gap 0.
+#                       HTA (recorded durations): prev row E ends 140 -> gap -8 (kernel wait -8)
+#   G [150, 151) L=62   default: prev end max(132, 135) = 135 -> gap 15, kernel wait 15
 #                       HTA: prev row F ends 135 -> gap 15, kernel wait 15
 # Stream 9 (a memset, then a kernel without a launch event in the trace):
 #   M [0, 4)   L=-2     first: nothing
 #   N [100, 110) no launch -> not host wait; gap 96 >= 30 -> other 96
-# Default: stream 7 host 40, kernel 2+5+0+10 = 17, other 50, idle 107; check: window [0, 151) = 151,
-#   busy = 10+8+10+5+10+1 = 44 (F inside E), 151 - 44 = 107. Stream 9: idle 96 in window [0, 110).
+# Default: stream 7 host 40, kernel 2+5+0+15 = 22, other 50, idle 112; check: window [0, 151) = 151,
+#   busy = 10+8+10+5+2+3+1 = 39 (E clipped), 151 - 39 = 112. Stream 9: idle 96 in window [0, 110).
 # HTA rule: stream 7 kernel wait 2+5-8+15 = 14, host 40, other 50 -> idle 104.
 STREAMS = [
     kernel("A", 7, 0, 10, 1), launch(-5, 1),
@@ -75,22 +76,22 @@ def test_hand_made_streams(store, tmp_path):
     ingest(store, [kineto(tmp_path / "r0.json.gz", STREAMS)], run="r")
     res = analyze(store, "idle", "r")
     s7 = _row(res.frame, stream=7)
-    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 17_000, 50_000)
-    assert (s7["idle_ns"], s7["window_ns"], s7["kernels"]) == (107_000, 151_000, 7)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 22_000, 50_000)
+    assert (s7["idle_ns"], s7["window_ns"], s7["kernels"]) == (112_000, 151_000, 7)
     assert (s7["host_wait_gaps"], s7["kernel_wait_gaps"], s7["other_gaps"]) == (1, 4, 1)
-    assert s7["host_wait_pct"] == pytest.approx(100 * 40 / 107)
-    assert s7["idle_pct"] == pytest.approx(100 * 107 / 151)
+    assert s7["host_wait_pct"] == pytest.approx(100 * 40 / 112)
+    assert s7["idle_pct"] == pytest.approx(100 * 112 / 151)
     s9 = _row(res.frame, stream=9)
     assert (s9["host_wait_ns"], s9["kernel_wait_ns"], s9["other_ns"], s9["idle_ns"]) == (0, 0, 96_000, 96_000)
     # The rank: streams 7 [0, 151) and 9 [0, 110) us. Its window is [0, 151) (temporal's window,
-    # computed there independently); the stream sums are 151 + 110 = 261 and 107 + 96 = 203 us,
-    # and stream_idle_pct is of the stream sum: 203 / 261. (window_ns used to hold the 261 us sum.)
+    # computed there independently); the stream sums are 151 + 110 = 261 and 112 + 96 = 208 us,
+    # and stream_idle_pct is of the stream sum: 208 / 261. (window_ns used to hold the 261 us sum.)
     r0 = _row(res.ranks, rank=0)
     assert (r0["streams"], r0["window_ns"], r0["stream_window_sum_ns"]) == (2, 151_000, 261_000)
-    assert (r0["stream_idle_sum_ns"], r0["other_ns"]) == (203_000, 146_000)
-    assert r0["stream_idle_pct"] == pytest.approx(100 * 203 / 261) and "idle_pct" not in r0
+    assert (r0["stream_idle_sum_ns"], r0["other_ns"]) == (208_000, 146_000)
+    assert r0["stream_idle_pct"] == pytest.approx(100 * 208 / 261) and "idle_pct" not in r0
     assert r0["window_ns"] == _row(analyze(store, "temporal", "r").frame, rank=0)["window_ns"]
-    assert [c.ys for c in res.charts()] == [("idle_pct",), ("host_wait_pct", "kernel_wait_pct", "other_pct")]
+    assert [c.ys for c in res.charts()] == [("stream_idle_pct",), ("host_wait_pct", "kernel_wait_pct", "other_pct")]
 
 
 def test_rank_window_is_temporals_on_a_corpus_trace(store):
@@ -114,10 +115,10 @@ def test_hand_made_streams_hta_rule_and_threshold(store, tmp_path):
     ingest(store, [kineto(tmp_path / "r0.json.gz", STREAMS)], run="r")
     s7 = _row(analyze(store, "idle", "r", hta=True).frame, stream=7)
     assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 14_000, 50_000)
-    # Threshold 5 us: D's gap 5 is no longer < 5 -> other; B (2), F (0) and G (10 -> other) change too:
-    # kernel wait = 2 + 0 = 2, other = 50 + 5 + 10 = 65.
+    # Threshold 5 us: D's gap 5 is no longer < 5 -> other; B (2), F (0) and G (15 -> other) change too:
+    # kernel wait = 2 + 0 = 2, other = 50 + 5 + 15 = 70.
     s7 = _row(analyze(store, "idle", "r", kernel_wait_ns=5_000).frame, stream=7)
-    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 2_000, 65_000)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 2_000, 70_000)
 
 
 def test_cpu_only_run_is_an_error(store, tmp_path):

@@ -1,7 +1,11 @@
 """Per-rank activity intervals, the common input of the time-based analyses.
 
-GPU ranks: every kernel, memcpy and memset, classed ``comm`` (NCCL/RCCL), ``memory`` or
-``compute`` (DESIGN.md §2 "Kernel class"). CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
+GPU ranks: every kernel, memcpy and memset, classed ``comm``, ``memory`` or ``compute`` by the one
+classifier (``events.class``, ``traceprof.classify``: metadata, then NCCL/RCCL/DeepEP/NVSHMEM/
+symmetric-memory/custom all-reduce name families and user patterns), on lanes keyed by (device,
+stream) (``"dev D stream S"``: a process driving two GPUs reuses stream numbers per device).
+Records flagged as suspect at ingest (``events.flag``: before their own launch, far outside the
+rank's steps, unmatched ``B``) are left out; clipped overruns count with their clipped duration. CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
 annotations are ``comm``; the ``cpu_op`` events of the training thread (the thread that holds the
 ProfilerStep annotations; without steps, the thread with the most cpu_op time), except the c10d
 enqueue ops, are ``compute``.
@@ -27,15 +31,17 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceprof import intervals
+from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
-__all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS"]
+__all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL", "step_window"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind")
 #: Extra columns of :func:`activity` with ``detail=True``.
-DETAIL_COLUMNS = ("kind", "trace_id", "stream", "correlation", "launch_tid", "launch_ts_ns")
+DETAIL_COLUMNS = ("kind", "trace_id", "device", "stream", "correlation", "launch_tid", "launch_ts_ns")
 
 _SQL = """
 WITH gpu_ranks AS (
@@ -54,14 +60,11 @@ train_threads AS (
     GROUP BY ALL
   ) QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy DESC, tid) = 1
 )
-SELECT e.rank,
-       CASE WHEN e.kind IN ('memcpy', 'memset') THEN 'memory'
-            WHEN e.name ILIKE '%nccl%' OR e.name ILIKE '%rccl%' THEN 'comm'
-            ELSE 'compute' END AS class,
+SELECT e.rank, coalesce(e.class, 'compute') AS class,
        e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
-       'stream ' || e.stream AS lane, e.step, e.name, 'gpu' AS device_kind$gpu_detail
+       $lane AS lane, e.step, e.name, 'gpu' AS device_kind$gpu_detail
 FROM events e$gpu_join
-WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset')
+WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset') AND $valid
 UNION ALL
 SELECT e.rank,
        CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
@@ -69,6 +72,7 @@ SELECT e.rank,
 FROM events e
 WHERE e.run_id = $run
   AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
+  AND $valid
   AND ((e.kind = 'user_annotation' AND e.name LIKE 'gloo:%')
     OR (e.kind = 'cpu_op' AND NOT starts_with(e.name, 'c10d::') AND e.name <> 'record_param_comms'
         AND EXISTS (SELECT 1 FROM train_threads t
@@ -96,13 +100,13 @@ float_ts AS (
   FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
 ),
 gpu AS (
-  SELECT e.* FROM events e
+  SELECT e.* REPLACE (coalesce(e.raw_dur_ns, e.dur_ns) AS dur_ns) FROM events e
   JOIN launches l ON l.trace_id = e.trace_id AND l.correlation = e.correlation
   CROSS JOIN range(l.n) AS dup(i)
   WHERE e.run_id = $run AND e.stream >= 0 AND e.kind IN ('kernel', 'memcpy', 'memset', 'sync')
     AND (SELECT n FROM step_count) >= 2
   UNION ALL
-  SELECT e.* FROM events e
+  SELECT e.* REPLACE (coalesce(e.raw_dur_ns, e.dur_ns) AS dur_ns) FROM events e
   WHERE e.run_id = $run AND e.stream >= 0 AND e.kind IN ('kernel', 'memcpy', 'memset', 'sync')
     AND e.correlation IS NOT NULL AND (SELECT n FROM step_count) < 2
 )
@@ -113,7 +117,7 @@ SELECT g.rank,
             ELSE 'compute' END AS class,
        CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
        CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
-       'stream ' || g.stream AS lane, g.step, g.name, 'gpu' AS device_kind$hta_detail
+       $glane AS lane, g.step, g.name, 'gpu' AS device_kind$hta_detail
 FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 """
 
@@ -121,16 +125,20 @@ FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
    WHERE run_id = $run AND $kinds AND correlation IS NOT NULL GROUP BY trace_id, correlation)"""
 _DETAIL = {
-    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
+    "$gpu_detail": ", e.kind, e.trace_id, e.device, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
     "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")
     + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
-    "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
-    "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
+    "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, NULL, e.tid, e.ts_ns",
+    "$hta_detail": ", g.kind, g.trace_id, g.device, g.stream, g.correlation, l.tid AS launch_tid, "
     "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
     # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
     "$hta_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')")
     + " l ON l.trace_id = g.trace_id AND l.correlation = g.correlation",
 }
+
+
+#: SQL of a GPU lane name over an events row ``e``: ``dev D stream S``.
+LANE_SQL = "'dev ' || coalesce(e.device::VARCHAR, '?') || ' stream ' || e.stream"
 
 
 def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = False) -> pl.DataFrame:
@@ -144,13 +152,15 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
 
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
-        end_ns (ns, epoch, aligned), lane ("stream N" or "tid T"), step (launch step, may be null),
-        name, device_kind (gpu/cpu); with ``detail`` also kind (event kind), trace_id, stream (GPU
-        rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
+        end_ns (ns, epoch, aligned), lane ("dev D stream S" or "tid T"), step (launch step, may be null),
+        name, device_kind (gpu/cpu); with ``detail`` also kind (event kind), trace_id, device and
+        stream (GPU rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
         start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
         the op's own thread and start).
     """
     sql = _HTA_SQL if hta else _SQL
+    sql = (sql.replace("$lane", LANE_SQL).replace("$glane", LANE_SQL.replace("e.", "g."))
+           .replace("$valid", VALID_SQL))
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
     return store.sql(sql.replace("$run", str(int(run_id))))
@@ -168,3 +178,37 @@ def run_activity(store: Store, run: str | None, *, hta: bool = False, detail: bo
     if act.is_empty():
         raise AnalysisError(f"run {run or run_id}: no GPU kernels and no CPU training-thread ops")
     return run_id, act
+
+
+def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
+    """Idle over the profiled steps of each rank (wall clock), beside the activity window.
+
+    The activity window (first to last GPU activity, as HTA) hides idle time before a step's first
+    kernel (data loading, host stalls). The step window runs from the start of the rank's first
+    ProfilerStep to the end of its last (``steps.cpu_start_ns`` / ``cpu_end_ns``, ns).
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        act: :func:`activity` rows of the run (rank, start_ns, end_ns).
+
+    Returns:
+        Frame rank, step_window_ns, step_busy_ns (|∪ activity ∩ step window|), step_idle_ns
+        (window - busy), step_idle_pct (% of step_window_ns); ranks without steps are absent.
+    """
+    win = store.sql(
+        "SELECT rank, min(cpu_start_ns) AS _lo, max(cpu_end_ns) AS _hi FROM steps "
+        f"WHERE run_id = {int(run_id)} GROUP BY rank"
+    )
+    if win.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "step_window_ns": pl.Int64, "step_busy_ns": pl.Int64,
+                                    "step_idle_ns": pl.Int64, "step_idle_pct": pl.Float64})
+    inside = intervals.clip(act.select("rank", "start_ns", "end_ns").join(win, on="rank"), "_lo", "_hi")
+    busy = intervals.union_ns(inside, ["rank"], "step_busy_ns")
+    out = win.join(busy, on="rank", how="left").with_columns(
+        (pl.col("_hi") - pl.col("_lo")).alias("step_window_ns"), pl.col("step_busy_ns").fill_null(0))
+    return out.select(
+        "rank", "step_window_ns", "step_busy_ns",
+        (pl.col("step_window_ns") - pl.col("step_busy_ns")).alias("step_idle_ns"),
+        (100.0 * (pl.col("step_window_ns") - pl.col("step_busy_ns")) / pl.col("step_window_ns")).alias("step_idle_pct"),
+    ).sort("rank")

@@ -25,7 +25,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class", "comm_family"]
+__all__ = ["EXCLUDED_FLAGS", "VALID_SQL", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class",
+           "comm_family", "use_patterns", "current"]
+
+#: ``events.flag`` values whose records are left out of windows, idle, latency and collectives (they
+#: stay in the store); ``overrun`` records are kept with their clipped duration.
+EXCLUDED_FLAGS = frozenset({"before_launch", "far_outside", "zero_ts", "unmatched_begin"})
+#: The same as a SQL predicate over an events row aliased ``e``.
+VALID_SQL = "(e.flag IS NULL OR e.flag = 'overrun')"
 
 #: Args that mark a kernel (or the CPU op that launched it) as communication.
 COMM_ARG_KEYS = frozenset({
@@ -128,18 +135,37 @@ def has_comm_args(args: Mapping[str, Any] | None) -> bool:
     return bool(args) and not COMM_ARG_KEYS.isdisjoint(args)  # type: ignore[arg-type]
 
 
-_DEFAULT = Classifier()
+_CURRENT = Classifier()
+
+
+def use_patterns(extra_comm: Iterable[str]) -> Classifier:
+    """Make the built-in families plus ``extra_comm`` the classifier of this process (ingest calls it
+    in each parser worker with ``--comm-kernel`` patterns) and return it.
+
+    Raises:
+        UsageError: A pattern is not a valid regular expression.
+    """
+    global _CURRENT
+    extra = tuple(extra_comm)
+    if extra != _CURRENT.extra:
+        _CURRENT = Classifier(extra)
+    return _CURRENT
+
+
+def current() -> Classifier:
+    """The classifier of this process (:func:`use_patterns`)."""
+    return _CURRENT
 
 
 def gpu_class(kind: str, name: str, args: Mapping[str, Any] | None = None,
               launcher_args: Mapping[str, Any] | None = None) -> str:
-    """:meth:`Classifier.gpu_class` with the built-in families only."""
-    return _DEFAULT.gpu_class(kind, name, args, launcher_args)
+    """:meth:`Classifier.gpu_class` of the current classifier (:func:`use_patterns`)."""
+    return _CURRENT.gpu_class(kind, name, args, launcher_args)
 
 
 def comm_family(name: str) -> CommFamily | None:
-    """The built-in communication family of a kernel name, or ``None``."""
-    return _DEFAULT.family(name)
+    """The communication family of a kernel name (current classifier), or ``None``."""
+    return _CURRENT.family(name)
 
 
 def families_markdown() -> str:

@@ -20,10 +20,21 @@ __all__ = ["export_perfetto"]
 _GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation", "sync")
 
 
+def _track(kind: str, device: int | None, stream: int | None, tid: str) -> str:
+    """Track of a GPU row: kernels, memcpys and memsets on their lane ``dev D stream S`` (a lane is
+    (device, stream): two GPUs of one process both have a stream 1); Kineto's virtual rows (stream
+    syncs, GPU annotations) on a track of their own, so they never overlap a real stream's kernels."""
+    lane = f"dev {'?' if device is None else device} stream {stream}"
+    if kind in ("kernel", "memcpy", "memset"):
+        return lane
+    return f"{lane} {kind} {tid}" if kind == "sync" else f"dev {'?' if device is None else device} {kind} {tid}"
+
+
 def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
     """Write run ``run`` as Chrome trace JSON (gzipped when ``output`` ends in ``.gz``).
 
-    Reads events (kind, name, cat, ts_ns, dur_ns, pid, tid, stream, args) of every rank.
+    Reads events (kind, name, cat, ts_ns, dur_ns, pid, tid, device, stream, args) of every rank. One
+    process per rank for its CPU threads and one for its GPUs, with a track per (device, stream).
 
     Returns:
         The number of trace events written.
@@ -36,7 +47,7 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
     t0 = store.sql("SELECT min(ts_ns) AS t0 FROM events WHERE run_id = ?", [run_id])["t0"][0] or 0
     rel = store.con.sql(
         f"""
-        SELECT rank, kind, name, cat, ts_ns - {int(t0)} AS ts, dur_ns, tid, stream, args
+        SELECT rank, kind, name, cat, ts_ns - {int(t0)} AS ts, dur_ns, tid, device, stream, args
         FROM events WHERE run_id = {int(run_id)} AND kind NOT IN ('counter')
         ORDER BY rank, ts_ns
         """
@@ -47,13 +58,13 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
     reader = rel.to_arrow_reader(200_000)
     for batch in reader:
         cols = batch.to_pydict()
-        for rank, kind, name, cat, ts, dur, tid, stream, args in zip(
+        for rank, kind, name, cat, ts, dur, tid, device, stream, args in zip(
             cols["rank"], cols["kind"], cols["name"], cols["cat"], cols["ts"], cols["dur_ns"],
-            cols["tid"], cols["stream"], cols["args"], strict=True,
+            cols["tid"], cols["device"], cols["stream"], cols["args"], strict=True,
         ):
             gpu = kind in _GPU_KINDS
             pid = rank * 2 + (1 if gpu else 0)
-            lane = f"stream {stream}" if gpu else str(tid)
+            lane = _track(kind, device, stream, tid) if gpu else str(tid)
             ranks.add(rank)
             ev = {"ph": "X" if kind != "instant" else "i", "cat": cat, "name": name, "pid": pid,
                   "tid": lane, "ts": round(ts / 1000, 3), "dur": round(dur / 1000, 3)}

@@ -1,10 +1,10 @@
-"""Names shared by every source: collective op names, kernel classes, dtype sizes."""
+"""Names shared by every source: collective op names and dtype sizes (kernel classes: ``traceprof.classify``)."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["normalize_op", "kernel_op", "is_comm_kernel", "dtype_bytes"]
+__all__ = ["normalize_op", "kernel_op", "dtype_bytes"]
 
 # Checked in order: the first fragment found in the squashed name wins (reducescatter before reduce).
 _OPS = (
@@ -22,7 +22,6 @@ _OPS = (
     ("recv", "recv"),
 )
 _NON_ALPHA = re.compile(r"[^a-z]")
-_COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 
 
 def normalize_op(name: str) -> str:
@@ -56,11 +55,6 @@ def kernel_op(kernel_name: str) -> str:
     if len(parts) < 2:
         return "unknown"
     return _match(parts[1]) or "unknown"
-
-
-def is_comm_kernel(name: str) -> bool:
-    """True for NCCL/RCCL kernels (``nccl`` or ``rccl`` anywhere in the name, any case)."""
-    return _COMM_KERNEL.search(name) is not None
 
 
 _DTYPE_BYTES = {

@@ -32,12 +32,18 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from collectors._arrow import row_schema
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
+from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
 from collectors.kineto.collectives import collectives as _collectives
+from traceprof import classify
+from traceprof.classify import Classifier, has_comm_args
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
+from traceprof.limits import drop_out_of_range, to_table
 from traceprof.parsed import ParsedTrace
+from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.timeconv import us_text_to_ns
 
 __all__ = ["parse", "sidecar_path", "is_trace_file"]
@@ -60,7 +66,8 @@ _KIND_BY_CAT = {
     "cpu_instant_event": "instant",
 }
 _GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
-_LAUNCH_KINDS = frozenset({"cuda_runtime", "cuda_driver"})
+_LAUNCH_KINDS = frozenset(LAUNCH_KINDS)
+_ACTIVITY_KINDS = frozenset(GPU_ACTIVITY_KINDS)
 _STEP_PREFIX = "ProfilerStep#"
 
 
@@ -122,30 +129,49 @@ def _decode(path: Path, data: bytes) -> _Trace:
     try:
         return msgspec.json.decode(data, type=_Trace)
     except msgspec.ValidationError as e:
-        if "missing required field `traceEvents`" in str(e) and "$." not in str(e):
+        top = "$." not in str(e)  # the document itself, e.g. a JSON array or a config object
+        if top and ("missing required field `traceEvents`" in str(e) or str(e).startswith("Expected `object`")):
             raise NotATraceError(path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)") from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
-        what = "truncated JSON" if "truncated" in str(e).lower() else "invalid JSON"
-        raise TraceFormatError(path, "", f"{what} ({e})") from None
+        if "truncated" in str(e).lower():
+            raise TraceFormatError(path, f"byte {len(data)}", f"truncated JSON ({e})") from None
+        raise TraceFormatError(path, "", f"invalid JSON ({e})") from None
+    except RecursionError:
+        raise TraceFormatError(path, "", "invalid JSON: nested too deeply (arrays or objects "
+                               "over ~1000 levels deep)") from None
 
 
 def _lane(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _kind_of_cat(cat: str) -> str:
+    """Event kind of a category: the table above; any device's runtime / driver category
+    (``cuda_runtime``, ``hip_runtime``, ``xpu_runtime``, ``privateuse1_driver``, ``mtia_runtime``, ...)
+    is a launch kind; the rest ``other``."""
+    c = cat.lower()
+    kind = _KIND_BY_CAT.get(c)
+    if kind is None:
+        kind = "cuda_runtime" if c.endswith("_runtime") else "cuda_driver" if c.endswith("_driver") else "other"
+    return kind
+
+
 def _kind(ev: _Event) -> str | None:
-    """Event kind, or None for records that are not stored (flows, metadata)."""
+    """Event kind, or None for records that are not stored (flows, metadata); ``"end"`` for a ``B``
+    event's closing ``E``."""
     ph = ev.ph
-    if ph == "X":
+    if ph in ("X", "B"):
         if ev.name.startswith(_STEP_PREFIX) and ev.cat in ("user_annotation", "cpu_op", "Operator"):
             return "step"
-        return _KIND_BY_CAT.get(ev.cat.lower(), "other")
+        return _kind_of_cat(ev.cat)
+    if ph == "E":
+        return "end"
     if ph in ("i", "I"):
         return "instant"
     if ph == "C":
         return "counter"
-    if ph in ("B", "E", "b", "e", "n"):
+    if ph in ("b", "e", "n"):
         return "other"
     return None
 
@@ -176,13 +202,15 @@ def _step_number(name: str) -> int | None:
         return None
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifier | None = None) -> ParsedTrace:
     """Parse one Kineto trace file.
 
     Args:
         path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler.
         on_bad_event: ``"raise"`` (default) stops at the first malformed event (e.g. an ``X`` event
             without ``dur``); ``"skip"`` counts it in ``rejected`` and goes on.
+        classifier: GPU-activity classifier (``traceprof.classify``; user ``--comm-kernel``
+            patterns); default ``traceprof.classify.current()``.
 
     Returns:
         A :class:`ParsedTrace` with ``events``, ``steps``, ``devices`` and ``collectives`` tables.
@@ -204,9 +232,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         k: []
         for k in (
             "kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream",
-            "correlation", "external_id", "args",
+            "correlation", "external_id", "args", "flag", "raw_dur_ns",
         )
     }
+    src_index: list[int] = []  # index in traceEvents of each row
+    open_b: dict[tuple[str, str], list[int]] = {}  # B rows waiting for their E, per (pid, tid)
     rejected: dict[str, int] = {}
     skipped: dict[str, int] = {}
     process_names: dict[str, str] = {}
@@ -238,6 +268,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                     problem = f"negative 'dur' ({bytes(ev.dur).decode()} us)"
         except ValueError as e:
             problem = f"bad time: {e}"
+        if kind == "end" and not problem:
+            _close_begin(cols, open_b, ev, base_ns + ts, rejected, skipped)
+            continue
         if problem:
             if on_bad_event == "raise":
                 raise TraceFormatError(
@@ -265,9 +298,31 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             cols["correlation"].append(_int_or_none(a.correlation))
             cols["external_id"].append(_int_or_none(a.external_id))
         cols["args"].append(bytes(ev.args).decode() if ev.args else "{}")
+        cols["flag"].append(None)
+        cols["raw_dur_ns"].append(None)
+        src_index.append(i)
+        if ev.ph == "B":
+            open_b.setdefault((cols["pid"][-1], cols["tid"][-1]), []).append(len(src_index) - 1)
 
-    steps_rows, step_col = _assign_steps(cols)
+    unmatched = sum(len(v) for v in open_b.values())
+    for rows_ in open_b.values():
+        for r in rows_:
+            cols["flag"][r] = "unmatched_begin"
+    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": [
+        _step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]})
+    flagged, warnings = flag_records(p, cols, src_index, base_ns)
+    if unmatched:
+        flagged["unmatched_begin"] = unmatched
+        warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
+                        "the trace; events.flag = 'unmatched_begin')")
+    step_numbers = [_step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]
+    check_one_process(p, cols, step_numbers)
+    cols["class"] = _classes(cols, classifier or classify.current())
+    steps_rows, step_col, spans = _assign_steps(cols)
     cols["step"] = step_col
+    cut = step_cut_warning(p, cols, spans)
+    if cut:
+        warnings.append(cut)
     gpu_present = any(k in _GPU_KINDS for k in cols["kind"])
     coll = _collectives(cols, gpu_present)
     devices = _devices(doc.deviceProperties or [])
@@ -282,7 +337,6 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             {"distributedInfo": dist, "process_names": process_names}
         ).decode(),
     }
-    warnings = []
     side = _read_sidecar(p)
     if side:
         side_rank = _int_or_none(side.get("rank"))
@@ -312,14 +366,59 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         world_size=world,
         trace=trace_info,
         events=_events_table(cols),
-        devices=pa.Table.from_pylist(devices, schema=_DEVICE_SCHEMA),
-        steps=pa.Table.from_pylist(steps_rows, schema=_STEP_SCHEMA),
-        collectives=pa.Table.from_pylist(coll, schema=_COLL_SCHEMA),
+        devices=to_table(devices, _DEVICE_SCHEMA, rejected, "device"),
+        steps=to_table(steps_rows, _STEP_SCHEMA, rejected, "step"),
+        collectives=to_table(coll, _COLL_SCHEMA, rejected, "collective"),
         events_read=len(doc.traceEvents),
         rejected=rejected,
         skipped=skipped,
+        flagged=flagged,
         warnings=warnings,
     )
+
+
+#: Byte fragments of the args that mark communication (a cheap test before decoding the args).
+_COMM_HINTS = (b"Collective name", b"Process Group", b"Comms Id", b"collective_name", b"process_group", b"pg_name")
+
+
+def _comm_args(text: str) -> dict[str, Any] | None:
+    raw = text.encode()
+    return _args_dict(raw) if any(h in raw for h in _COMM_HINTS) else None
+
+
+def _classes(cols: dict[str, list[Any]], classifier: Classifier) -> list[str | None]:
+    """``class`` of every row (``traceprof.classify``): GPU activity rows get comm / memory / compute
+    from their own args, the args of the CPU op with their ``External id`` (the op that launched
+    them) and their name; other rows None."""
+    kinds = cols["kind"]
+    launcher: dict[int, dict[str, Any]] = {}
+    for i, k in enumerate(kinds):
+        if k not in _GPU_KINDS and k not in _LAUNCH_KINDS and cols["external_id"][i] is not None:
+            a = _comm_args(cols["args"][i])
+            if a is not None and has_comm_args(a):
+                launcher[cols["external_id"][i]] = a
+    out: list[str | None] = [None] * len(kinds)
+    for i, k in enumerate(kinds):
+        if k in _ACTIVITY_KINDS:
+            out[i] = classifier.gpu_class(k, cols["name"][i], _comm_args(cols["args"][i]),
+                                          launcher.get(cols["external_id"][i]))
+    return out
+
+
+def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[int]], ev: _Event, end_ns: int,
+                 rejected: dict[str, int], skipped: dict[str, int]) -> None:
+    """Close a ``B`` row with its ``E`` (stack-matched per pid/tid; a named ``E`` closes the latest ``B``
+    of that name, an unnamed one the latest ``B``). An ``E`` with nothing open is rejected."""
+    stack = open_b.get((_lane(ev.pid), _lane(ev.tid)))
+    if not stack:
+        rejected["'E' without an open 'B'"] = rejected.get("'E' without an open 'B'", 0) + 1
+        return
+    j = len(stack) - 1
+    if ev.name:
+        j = next((x for x in range(len(stack) - 1, -1, -1) if cols["name"][stack[x]] == ev.name), j)
+    row = stack.pop(j)
+    cols["dur_ns"][row] = max(0, end_ns - cols["ts_ns"][row])
+    skipped["'E' (merged into its 'B')"] = skipped.get("'E' (merged into its 'B')", 0) + 1
 
 
 def _read_sidecar(trace: Path) -> dict[str, Any] | None:
@@ -346,18 +445,20 @@ def _main_pid(cols: dict[str, list[Any]]) -> str | None:
     return None
 
 
-def _assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list[int | None]]:
+def _assign_steps(
+    cols: dict[str, list[Any]],
+) -> tuple[list[dict[str, Any]], list[int | None], list[tuple[int, int, int]]]:
     """Step of every event and one row per ProfilerStep (see module doc, step 3)."""
     kinds = cols["kind"]
     n = len(kinds)
     spans = sorted(
         (cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i], num)
         for i in range(n)
-        if kinds[i] == "step" and (num := _step_number(cols["name"][i])) is not None
+        if kinds[i] == "step" and cols["flag"][i] is None and (num := _step_number(cols["name"][i])) is not None
     )
     step_col: list[int | None] = [None] * n
     if not spans:
-        return [], step_col
+        return [], step_col, spans
     starts = np.array([s[0] for s in spans], dtype=np.int64)
     ends = np.array([s[1] for s in spans], dtype=np.int64)
     ts = np.array(cols["ts_ns"], dtype=np.int64)
@@ -375,7 +476,7 @@ def _assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], lis
             corr = cols["correlation"][i]
             s = launch_step[corr] if corr in launch_step else by_time[i]
             step_col[i] = s
-            if s is not None and k in ("kernel", "memcpy", "memset"):
+            if s is not None and k in _ACTIVITY_KINDS and cols["flag"][i] in (None, "overrun"):
                 b = dev_bounds.setdefault(s, [cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i]])
                 b[0] = min(b[0], cols["ts_ns"][i])
                 b[1] = max(b[1], cols["ts_ns"][i] + cols["dur_ns"][i])
@@ -393,7 +494,7 @@ def _assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], lis
         }
         for s, e, num in spans
     ]
-    return rows, step_col
+    return rows, step_col, spans
 
 
 def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -418,6 +519,7 @@ _EVENT_SCHEMA = pa.schema(
         ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("pid", pa.string()), ("tid", pa.string()),
         ("device", pa.int32()), ("stream", pa.int64()), ("correlation", pa.int64()),
         ("external_id", pa.int64()), ("step", pa.int32()), ("args", pa.string()),
+        ("class", pa.string()), ("flag", pa.string()), ("raw_dur_ns", pa.int64()),
     ]
 )
 _STEP_SCHEMA = pa.schema(
@@ -432,15 +534,8 @@ _DEVICE_SCHEMA = pa.schema(
         ("memory_bytes", pa.int64()), ("compute_capability", pa.string()),
     ]
 )
-_COLL_SCHEMA = pa.schema(
-    [
-        ("source", pa.string()), ("pg", pa.string()), ("seq", pa.int64()), ("op", pa.string()),
-        ("dtype", pa.string()), ("nelems_in", pa.int64()), ("nelems_out", pa.int64()),
-        ("bytes_in", pa.int64()), ("bytes_out", pa.int64()), ("group_size", pa.int32()),
-        ("enter_ns", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-        ("stream", pa.int64()), ("tid", pa.string()), ("step", pa.int32()), ("ordinal", pa.int32()),
-    ]
-)
+# the store's collectives columns (traceprof.schema): one declaration, so new columns reach the store
+_COLL_SCHEMA = row_schema("collectives")
 
 
 def _events_table(cols: dict[str, list[Any]]) -> pa.Table:

@@ -1,0 +1,224 @@
+"""Sanity passes over a parsed Kineto trace: suspect timestamps, same-lane overruns, several processes.
+
+They run on the parser's column lists (``collectors.kineto.parse``) after every record is read, and
+flag records (``events.flag``) instead of dropping them, so the store keeps what the file said.
+
+Algorithm:
+  1. ``before_launch``: a GPU row (kernel / memcpy / memset) that starts more than
+     :data:`LAUNCH_TOLERANCE_NS` before the CPU runtime call that launched it (same ``correlation``)
+     comes from another clock domain (a known profiler bug re-registers the timestamp callback and
+     stamps the first records of a session ~1e14 ns early).
+  2. ``far_outside``: a record (other than a ProfilerStep) that starts far outside the rank's
+     reference range: the ProfilerStep range, or without steps the 1st..99th percentile of the
+     records' starts; "far" is more than the range's own length, and at least
+     :data:`FAR_MARGIN_MIN_NS`, before or after it. ``zero_ts``: a record whose ``ts`` is 0 (an
+     unset timestamp) outside the reference range.
+  3. ``overrun``: on one (device, stream) lane, sorted by start, a row that runs past the start of
+     the next valid row by more than :data:`OVERRUN_TOLERANCE_NS` (a profiler bug reports
+     seconds-long kernels; overlaps up to 5 us are programmatic dependent launch, left alone) is
+     clipped to that start; ``raw_dur_ns`` keeps the recorded duration. Perfetto clips the same way.
+  4. One process per file: several ProfilerStep#N with the same N, ProfilerSteps on several pids,
+     or one correlation id launched from several pids mean the file merges several ranks: an error.
+  5. ProfilerStep ranges that cut through a running op (a CPU op that starts in a step and ends
+     after it) are counted in a warning; the op belongs to the step it starts in.
+Flags 1-2 (and unmatched ``B`` records, see the parser) exclude a record from windows, idle, latency and collectives (``traceprof.classify``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from traceprof.errors import TraceFormatError
+from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+
+__all__ = ["flag_records", "check_one_process", "step_cut_warning",
+           "LAUNCH_TOLERANCE_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS"]
+
+#: A GPU row may start this much before its launch call (CPU/GPU clock conversion jitter): 5 us.
+LAUNCH_TOLERANCE_NS = 5_000
+#: Same-lane overlaps up to this are programmatic dependent launch, not an overrun: 5 us.
+OVERRUN_TOLERANCE_NS = 5_000
+#: The smallest margin around the reference range before a record is "far outside": 10 s.
+FAR_MARGIN_MIN_NS = 10_000_000_000
+
+_GPU = frozenset(GPU_ACTIVITY_KINDS)
+_LAUNCH = frozenset(LAUNCH_KINDS)
+
+
+def _examples(idx: np.ndarray, n: int = 3) -> str:
+    return ", ".join(f"#{int(i)}" for i in idx[:n]) + (", ..." if len(idx) > n else "")
+
+
+def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
+                 base_ns: int = 0) -> tuple[dict[str, int], list[str]]:
+    """Fill ``cols["flag"]`` / ``cols["raw_dur_ns"]`` and clip overruns in ``cols["dur_ns"]`` (steps 1-3).
+
+    Args:
+        path: The trace file (for messages).
+        cols: Parser columns (kind, ts_ns, dur_ns, device, stream, correlation, flag, raw_dur_ns; ns).
+        src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
+        base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
+            is flagged ``zero_ts`` unless it lies inside the reference range.
+
+    Returns:
+        (counts by flag, warnings naming the file, the count, the size of the discrepancy and
+        example event indices).
+    """
+    n = len(cols["kind"])
+    if n == 0:
+        return {}, []
+    kind = np.array(cols["kind"], dtype=object)
+    ts = np.array(cols["ts_ns"], dtype=np.int64)
+    dur = np.array(cols["dur_ns"], dtype=np.int64)
+    src = np.array(src_index, dtype=np.int64)
+    flag: list[str | None] = cols["flag"]
+    counts: dict[str, int] = {}
+    warnings: list[str] = []
+    gpu = np.isin(kind, list(_GPU))
+
+    # 1. before_launch
+    launch_ts: dict[int, int] = {}
+    for i in np.flatnonzero(np.isin(kind, list(_LAUNCH))).tolist():
+        c = cols["correlation"][i]
+        if c is not None and (c not in launch_ts or ts[i] < launch_ts[c]):
+            launch_ts[c] = int(ts[i])
+    early = []
+    worst = 0
+    for i in np.flatnonzero(gpu).tolist():
+        lt = launch_ts.get(cols["correlation"][i])
+        if lt is not None and ts[i] < lt - LAUNCH_TOLERANCE_NS:
+            early.append(i)
+            worst = max(worst, lt - int(ts[i]))
+    for i in early:
+        flag[i] = "before_launch"
+    if early:
+        counts["before_launch"] = len(early)
+        warnings.append(
+            f"{path.name}: {len(early)} GPU record(s) start before the CPU call that launched them, by up to "
+            f"{worst / 1000:,.3f} us (events {_examples(src[early])}): another clock domain; flagged "
+            "(events.flag = 'before_launch') and left out of windows, idle and latency")
+
+    # 2. far_outside
+    steps = kind == "step"
+    if steps.any():
+        lo, hi = int(ts[steps].min()), int((ts[steps] + dur[steps]).max())
+    else:
+        lo, hi = (int(v) for v in np.percentile(ts, [1, 99], method="nearest"))
+    margin = max(hi - lo, FAR_MARGIN_MIN_NS)
+    zero = np.flatnonzero(~steps & (ts == base_ns) & ((ts < lo) | (ts > hi)))
+    far = np.flatnonzero(~steps & ((ts < lo - margin) | (ts > hi + margin)))
+    zero = np.array([i for i in zero.tolist() if flag[i] is None], dtype=np.int64)
+    for i in zero.tolist():
+        flag[i] = "zero_ts"
+    if len(zero):
+        counts["zero_ts"] = len(zero)
+        warnings.append(f"{path.name}: {len(zero)} record(s) with ts == 0 outside the rank's range (events "
+                        f"{_examples(src[zero])}): flagged (events.flag = 'zero_ts') and left out of windows")
+    far = np.array([i for i in far.tolist() if flag[i] is None], dtype=np.int64)
+    for i in far.tolist():
+        flag[i] = "far_outside"
+    if len(far):
+        counts["far_outside"] = len(far)
+        gap = int(np.maximum(lo - ts[far], ts[far] - hi).max())
+        warnings.append(
+            f"{path.name}: {len(far)} record(s) lie far outside the rank's "
+            f"{'ProfilerStep range' if steps.any() else 'time range'} (up to {gap / 1e9:,.3f} s away; "
+            f"events {_examples(src[far])}; ts == 0 records land at the epoch): flagged "
+            "(events.flag = 'far_outside') and left out of windows")
+
+    # 3. overrun (on valid GPU rows, per (device, stream) lane)
+    valid = np.array([f is None for f in flag], dtype=bool)
+    rows = np.flatnonzero(gpu & valid)
+    clipped = []
+    if len(rows):
+        dev = np.array([-1 if cols["device"][i] is None else cols["device"][i] for i in rows.tolist()], dtype=np.int64)
+        stream = np.array([-1 if cols["stream"][i] is None else cols["stream"][i] for i in rows.tolist()],
+                          dtype=np.int64)
+        order = np.lexsort((dur[rows], ts[rows], stream, dev))
+        r = rows[order]
+        same_lane = (dev[order][1:] == dev[order][:-1]) & (stream[order][1:] == stream[order][:-1])
+        end = ts[r] + dur[r]
+        nxt = ts[r][1:]
+        over = np.flatnonzero(same_lane & (end[:-1] > nxt + OVERRUN_TOLERANCE_NS) & (nxt >= ts[r][:-1]))
+        for j in over.tolist():
+            i = int(r[j])
+            cols["raw_dur_ns"][i] = int(dur[i])
+            cols["dur_ns"][i] = int(nxt[j] - ts[i])
+            flag[i] = "overrun"
+            clipped.append(i)
+    if clipped:
+        counts["overrun"] = len(clipped)
+        most = max(cols["raw_dur_ns"][i] - cols["dur_ns"][i] for i in clipped)
+        warnings.append(
+            f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream by up to "
+            f"{most / 1000:,.3f} us (events {_examples(src[clipped])}): clipped to the next start "
+            "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)")
+    return counts, warnings
+
+
+def check_one_process(path: Path, cols: dict[str, list[Any]], step_numbers: list[int | None]) -> None:
+    """Refuse a file that merges several processes (module doc, step 4).
+
+    Args:
+        path: The trace file.
+        cols: Parser columns (kind, pid, correlation).
+        step_numbers: N of each ``step`` row's ProfilerStep#N (None elsewhere).
+
+    Raises:
+        TraceFormatError: Duplicate ProfilerStep numbers, steps on several pids, or one correlation
+            id launched from several pids.
+    """
+    seen: dict[int, str] = {}
+    step_pids: set[str] = set()
+    for k, pid, num in zip(cols["kind"], cols["pid"], step_numbers, strict=True):
+        if k != "step" or num is None:
+            continue
+        step_pids.add(pid)
+        if num in seen:
+            raise TraceFormatError(
+                path, f"ProfilerStep#{num}",
+                f"appears twice (pids {seen[num]} and {pid}): the file holds several processes or ranks; "
+                "give each rank its own trace file")
+        seen[num] = pid
+    if len(step_pids) > 1:
+        raise TraceFormatError(path, "ProfilerStep", f"steps on several processes (pids {sorted(step_pids)}): "
+                               "the file holds several ranks; give each rank its own trace file")
+    launcher: dict[int, str] = {}
+    for k, pid, c in zip(cols["kind"], cols["pid"], cols["correlation"], strict=True):
+        if k in _LAUNCH and c is not None:
+            other = launcher.setdefault(c, pid)
+            if other != pid:
+                raise TraceFormatError(
+                    path, f"correlation {c}",
+                    f"launched from two processes (pids {other} and {pid}): the file holds several ranks; "
+                    "give each rank its own trace file")
+
+
+def step_cut_warning(path: Path, cols: dict[str, list[Any]], spans: list[tuple[int, int, int]]) -> str | None:
+    """A warning when ProfilerStep ranges cut through running CPU ops (module doc, step 5).
+
+    Args:
+        path: The trace file.
+        cols: Parser columns (kind, name, ts_ns, dur_ns; ns).
+        spans: ProfilerStep (start_ns, end_ns, N), sorted by start.
+    """
+    if not spans:
+        return None
+    starts = np.array([s[0] for s in spans], dtype=np.int64)
+    ends = np.array([s[1] for s in spans], dtype=np.int64)
+    ops = [i for i, k in enumerate(cols["kind"]) if k == "cpu_op"]
+    if not ops:
+        return None
+    ts = np.array([cols["ts_ns"][i] for i in ops], dtype=np.int64)
+    end = ts + np.array([cols["dur_ns"][i] for i in ops], dtype=np.int64)
+    j = np.searchsorted(starts, ts, side="right") - 1
+    inside = (j >= 0) & (ts < ends[np.clip(j, 0, None)])
+    cut = np.flatnonzero(inside & (end > ends[np.clip(j, 0, None)]))
+    if not len(cut):
+        return None
+    first = ops[int(cut[0])]
+    return (f"{path.name}: {len(cut)} CPU op(s) run past the end of the ProfilerStep they start in "
+            f"(e.g. {cols['name'][first][:60]!r}); each belongs to the step it starts in")

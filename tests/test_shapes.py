@@ -1,0 +1,281 @@
+"""Real-world trace shapes (issue 8): the MUST lines of ../shared/cases/ as tests.
+
+Each case folder holds a small input with exact expected values in its EXPECT.md; the numbers below
+are worked out there by hand (µs offsets from the case's T0 / B, converted to ns).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import REPO, analyze
+
+from traceprof.errors import TraceFormatError
+from traceprof.ingest import ingest
+from traceprof.store import Store
+
+CASES = Path(os.environ.get("TRACEPROF_CASES", REPO.parent / "shared" / "cases"))
+US = 1000
+
+
+def case(name: str) -> Path:
+    p = CASES / name
+    if not p.exists():
+        if os.environ.get("TRACEPROF_REQUIRE_CORPUS"):
+            pytest.fail(f"case not available: {p}")
+        pytest.skip(f"case not available: {p}")
+    return p
+
+
+def _store(tmp_path: Path, *paths: Path, **kw: object) -> Store:
+    s = Store(tmp_path / "t.duckdb")
+    ingest(s, list(paths), **kw)  # type: ignore[arg-type]
+    return s
+
+
+def _row(df: pl.DataFrame, **eq: object) -> dict:
+    for k, v in eq.items():
+        df = df.filter(pl.col(k) == v)
+    assert df.height == 1, df
+    return df.row(0, named=True)
+
+
+# --- deepep_comm_kernels: communication kernels not named nccl* ---------------------------------
+
+
+def test_deepep_kernels_are_comm(tmp_path: Path) -> None:
+    s = _store(tmp_path, case("deepep_comm_kernels"))
+    k = analyze(s, "kernels")
+    for rank in (0, 1):
+        r = _row(k.frame, rank=rank)
+        # comm = [200,550] ∪ [850,1250] ∪ [1500,1700] = 950 us; compute = 300+400+200 = 900 us
+        assert r["comm_ns"] == 950 * US and r["compute_ns"] == 900 * US
+        assert r["busy_ns"] == 1650 * US and r["kernel_ns"] == 1850 * US
+        assert (r["compute_only_ns"], r["comm_only_ns"], r["overlapped_ns"]) == (700 * US, 750 * US, 200 * US)
+        o = _row(analyze(s, "overlap").frame, rank=rank)
+        assert o["overlap_ns"] == 200 * US and o["exposed_comm_ns"] == 750 * US
+        assert o["overlap_pct"] == pytest.approx(100 * 200 / 950)
+        assert o["exposed_comm_pct"] == pytest.approx(100 * 750 / 1700)
+    top = k.top.filter((pl.col("rank") == 0) & pl.col("name").str.contains("deep_ep::"))
+    assert top.height == 3 and set(top["class"]) == {"comm"}
+    # DeepEP rows are collectives with an op, and unknown (NULL) bytes, not 0
+    c = s.sql("SELECT op, bytes_in FROM collectives WHERE rank = 0 AND op <> 'all_reduce'")
+    assert c.height == 3 and set(c["op"]) == {"all_to_all"} and c["bytes_in"].null_count() == 3
+
+
+def test_user_comm_kernel_pattern(tmp_path: Path) -> None:
+    # Without the pattern a custom kernel is compute; --comm-kernel makes it communication.
+    src = json.loads((case("deepep_comm_kernels") / "rank0.json").read_text())
+    for ev in src["traceEvents"]:
+        if "deep_ep::" in ev.get("name", ""):
+            ev["name"] = "my_team::fused_exchange_kernel"
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = _store(tmp_path / "a", f)
+    assert _row(analyze(plain, "kernels").frame, rank=0)["comm_ns"] == 200 * US  # only the NCCL kernel
+    custom = _store(tmp_path / "b", f, comm_kernels=("fused_exchange",))
+    assert _row(analyze(custom, "kernels").frame, rank=0)["comm_ns"] == 950 * US
+
+
+def test_metadata_makes_comm() -> None:
+    from traceprof.classify import gpu_class
+
+    assert gpu_class("kernel", "some_kernel", {"Collective name": "allreduce"}) == "comm"
+    assert gpu_class("kernel", "some_kernel", None, {"Process Group Name": "0"}) == "comm"
+    assert gpu_class("kernel", "some_kernel") == "compute"
+    assert gpu_class("memcpy", "Memcpy DtoD", {"Collective name": "x"}) == "memory"
+    for name in ("void deep_ep::internode::dispatch<4>()", "cross_device_reduce_2stage<half>",
+                 "ncclDevKernel_AllGather_RING_LL()", "rccl_kernel", "nvshmemi_reduce",
+                 "c10d::symmetric_memory::two_shot_all_reduce_kernel"):
+        assert gpu_class("kernel", name) == "comm", name
+    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>"):
+        assert gpu_class("kernel", name) == "compute", name
+
+
+# --- cuda_graph_launch: many kernels share one launch ---------------------------------------------
+
+
+def test_cuda_graph_launch(tmp_path: Path) -> None:
+    s = _store(tmp_path, case("cuda_graph_launch"))
+    k = s.sql("SELECT count(*) AS n, sum(dur_ns) AS t, count(DISTINCT step) AS steps, min(step) AS step "
+              "FROM kernels WHERE kind = 'kernel'")
+    assert k.row(0) == (12, 840 * US, 1, 3)  # all kept, 100 + 340 + 60 + 340 us, in ProfilerStep#3
+    la = _row(analyze(s, "launch").frame, rank=0)
+    # per launch call: 20, 60, 20, 30 us -> p50 25 us (linear), max 60 us
+    assert (la["launches"], la["latency_p50_ns"], la["latency_max_ns"]) == (4, 25 * US, 60 * US)
+    assert (la["graph_launches"], la["graph_kernels"]) == (2, 10)
+    idle = _row(analyze(s, "idle").frame, rank=0, stream=7)
+    # window [30, 1170] = 1140 us, busy 840, idle 300 us, all host wait (130 + 40 + 130)
+    assert (idle["window_ns"], idle["idle_ns"], idle["host_wait_ns"]) == (1140 * US, 300 * US, 300 * US)
+    assert idle["idle_pct"] == pytest.approx(100 * 300 / 1140)
+
+
+def test_device_runtime_categories_are_launches(tmp_path: Path) -> None:
+    src = json.loads((case("cuda_graph_launch") / "rank0.json").read_text())
+    cats = iter(["xpu_runtime", "privateuse1_runtime", "mtia_runtime", "hip_runtime"])
+    for ev in src["traceEvents"]:
+        if ev.get("cat") == "cuda_runtime":
+            ev["cat"] = next(cats)
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    s = _store(tmp_path, f)
+    assert s.sql("SELECT count(*) FROM events WHERE kind = 'other'").item() == 0
+    assert s.sql("SELECT count(*) FROM events WHERE kind = 'cuda_runtime'").item() == 4
+    assert _row(analyze(s, "launch").frame, rank=0)["latency_p50_ns"] == 25 * US
+
+
+# --- kernel_before_its_launch: another clock domain ---------------------------------------------
+
+
+def test_kernel_before_its_launch(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [case("kernel_before_its_launch")])
+    warn = [w for w in res.warnings if "before the CPU call" in w]
+    assert len(warn) == 1 and "rank0.json" in warn[0] and ": 2 GPU" in warn[0]
+    assert "99,999,999,980.000 us" in warn[0]
+    assert s.sql("SELECT events_flagged FROM traces").item() == 2
+    flagged = s.sql("SELECT correlation FROM events WHERE flag = 'before_launch' ORDER BY 1")["correlation"]
+    assert flagged.to_list() == [501, 502]  # kept in the store, flagged
+    t = _row(analyze(s, "temporal").frame, rank=0)
+    assert t["window_ns"] == 350 * US and t["idle_ns"] == 150 * US  # [230, 580], busy 200
+    assert t["idle_pct"] == pytest.approx(100 * 150 / 350)
+    idle = _row(analyze(s, "idle").frame, rank=0)
+    assert (idle["window_ns"], idle["idle_ns"]) == (350 * US, 150 * US)
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["latency_p50_ns"], la["latency_max_ns"], la["latency_mean_ns"]) == (20 * US, 20 * US, 20 * US)
+    k = _row(analyze(s, "kernels").frame, rank=0)
+    assert (k["flagged_kernels"], k["flagged_ns"]) == (2, 100 * US)
+
+
+def test_far_outside_records_never_stretch_the_window(tmp_path: Path) -> None:
+    # An old-style-like ts == 0 record: moved to the epoch start, decades before the steps.
+    src = json.loads((case("two_gpus_one_process") / "rank0.json").read_text())
+    extra = dict(next(e for e in src["traceEvents"] if e.get("cat") == "kernel"))
+    extra["ts"] = 0
+    extra["args"] = dict(extra["args"], correlation=999)
+    src["traceEvents"].append(extra)
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert any("ts == 0" in w for w in res.warnings)
+    assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == 1300 * US
+
+
+# --- two_gpus_one_process: lanes are (device, stream) ---------------------------------------------
+
+
+def test_two_gpus_one_process(tmp_path: Path) -> None:
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    idle = analyze(s, "idle")
+    for dev in (0, 1):
+        r = _row(idle.frame, rank=0, device=dev, stream=1)
+        assert (r["kernels"], r["window_ns"], r["idle_ns"], r["host_wait_ns"]) == (2, 1000 * US, 200 * US, 200 * US)
+    ranks = _row(idle.ranks, rank=0)
+    assert (ranks["streams"], ranks["stream_window_sum_ns"], ranks["stream_idle_sum_ns"]) == (2, 2000 * US, 400 * US)
+    assert ranks["stream_idle_pct"] == pytest.approx(20.0)
+    la = analyze(s, "launch")
+    r = _row(la.frame, rank=0)
+    assert (r["latency_p50_ns"], r["latency_max_ns"], r["idle_launches"]) == (20 * US, 20 * US, 4)
+    assert sorted(la.streams["idle_launches"].to_list()) == [2, 2]
+    t = analyze(s, "temporal")
+    for dev in (0, 1):
+        d = _row(t.devices, rank=0, device=dev)
+        assert (d["window_ns"], d["idle_ns"]) == (1000 * US, 200 * US)
+    assert any("several GPUs" in n for n in t.notes)
+
+
+def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
+    from traceprof.export import export_perfetto
+
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    out = tmp_path / "all.json"
+    export_perfetto(s, s.resolve_run(None), out)
+    evs = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    tracks: dict[tuple, list[tuple[float, float]]] = {}
+    for e in evs:
+        tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    assert len(tracks) == 2
+    for spans in tracks.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+# --- trace structure: B/E pairs, several processes in one file, overruns -------------------------
+
+
+def _write(tmp_path: Path, events: list[dict], name: str = "rank0.json") -> Path:
+    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 1767225600000000000,
+           "traceEvents": events}
+    d = tmp_path / "in"
+    d.mkdir(exist_ok=True)
+    f = d / name
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def test_begin_end_pairs(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "B", "cat": "user_annotation", "name": "outer", "pid": 1, "tid": 1, "ts": 100.0},
+        {"ph": "B", "cat": "user_annotation", "name": "inner", "pid": 1, "tid": 1, "ts": 110.0},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 120.0},  # unnamed: closes the latest B (inner)
+        {"ph": "E", "name": "outer", "pid": 1, "tid": 1, "ts": 200.0},
+        {"ph": "B", "cat": "user_annotation", "name": "never_ends", "pid": 1, "tid": 2, "ts": 150.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 130.0, "dur": 5.0},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    got = dict(s.sql("SELECT name, dur_ns FROM events WHERE kind = 'user_annotation'").iter_rows())
+    assert got == {"outer": 100 * US, "inner": 10 * US, "never_ends": 0}
+    assert s.sql("SELECT flag FROM events WHERE name = 'never_ends'").item() == "unmatched_begin"
+    assert any("without their 'E'" in w for w in res.warnings)
+
+
+def test_one_file_several_processes_is_an_error(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 10, "tid": 10, "ts": 0.0, "dur": 10.0},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 20, "tid": 20, "ts": 0.0, "dur": 10.0},
+    ]
+    with pytest.raises(TraceFormatError, match=r"rank0\.json.*ProfilerStep#5.*several"):
+        ingest(Store(tmp_path / "t.duckdb"), [_write(tmp_path, evs)])
+    evs = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10, "ts": 1.0, "dur": 1.0,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 20, "tid": 20, "ts": 1.0, "dur": 1.0,
+         "args": {"correlation": 7}},
+    ]
+    with pytest.raises(TraceFormatError, match=r"correlation 7.*two processes"):
+        ingest(Store(tmp_path / "u.duckdb"), [_write(tmp_path, evs, "rank1.json")])
+
+
+def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:
+    k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
+    evs = [
+        {**k, "name": "a", "ts": 0.0, "dur": 5000.0, "args": {"device": 0, "stream": 7}},   # runs 4,990 us past b
+        {**k, "name": "b", "ts": 10.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
+        {**k, "name": "c", "ts": 100.0, "dur": 13.0, "args": {"device": 0, "stream": 7}},  # 3 us PDL overlap
+        {**k, "name": "d", "ts": 110.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
+    ]
+    s = _store(tmp_path, _write(tmp_path, evs))
+    got = {n: (d, f, r) for n, d, f, r in s.sql("SELECT name, dur_ns, flag, raw_dur_ns FROM events").iter_rows()}
+    assert got["a"] == (10 * US, "overrun", 5000 * US)
+    assert got["c"] == (13 * US, None, None)
+    # busy from clipped values: [0,20] + [100,120] = 40 us
+    assert _row(analyze(s, "kernels").frame, rank=0)["busy_ns"] == 40 * US
+
+
+def test_step_window_columns(tmp_path: Path) -> None:
+    # two_gpus_one_process: ProfilerStep#1 [0, 1500] us; GPU busy [100, 1400] -> 200 us idle in the step
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    t = _row(analyze(s, "temporal").frame, rank=0)
+    assert (t["step_window_ns"], t["step_idle_ns"]) == (1500 * US, 200 * US)
+    assert _row(analyze(s, "idle").ranks, rank=0)["step_idle_ns"] == 200 * US

@@ -1,0 +1,280 @@
+"""desync: which ranks fell out of step, the first thing to read after a hang (like PyTorch's fr_trace).
+
+Works on any collectives that carry a process group and a sequence number: Flight Recorder dumps
+(preferred when present), NCCL profiler-plugin dumps, Kineto traces with ``Seq``.
+
+Algorithm:
+  1. A process group is its name *and* its member ranks (``traces.meta.groups``, from FR
+     ``pg_config``; else the ranks that hold rows of the name): two groups called "0" with
+     different members are different groups. Point-to-point rows (``pg`` ending in ``:p2p``) have
+     their own sequence numbers and are checked for presence only.
+  2. Each member's window of sequence numbers: from the first one it still holds (a wrapped ring
+     buffer has dropped the oldest) to the last it enqueued (``traces.meta.progress`` from FR
+     ``pg_status``, else its last row). Sequence numbers before the latest first-held one (the
+     common range) are not compared, and never reported missing.
+  3. For each sequence number in the common range and each member: enqueued (a row, or the
+     group's progress says so), started (a start time, or progress), completed (an end time, or
+     progress); never enqueued (beyond its last). Among the members holding a row: the op, the
+     input element count and the dtype must agree (collectives only).
+  4. Status per (group, seq): ``ok``; ``mismatch`` (op / size / dtype differ); ``missing`` (some
+     member never enqueued it); ``not_completed`` (enqueued by all, completed by some only, or by
+     none while later ones completed). ``unknown`` completion (no source timing, e.g. a gloo
+     dump without pg_status) is not an error.
+  5. Verdict: the first divergent collective (earliest enqueue, then group and seq) and the ranks
+     behind: those that never enqueued it, the minority of a mismatch, or those that did not
+     complete it while others did.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceprof.analysis import FrameResult, RunParams, register
+from traceprof.errors import AnalysisError
+from traceprof.store import Store
+
+_ROWS = """
+SELECT c.rank, c.source, c.pg, c.seq, c.op, c.dtype, c.nelems_in, c.enter_ns, c.start_ns, c.end_ns,
+       json_extract(t.meta, '$.groups') AS groups, json_extract(t.meta, '$.progress') AS progress
+FROM collectives c JOIN traces t USING (trace_id)
+WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL
+ORDER BY c.rank, c.pg, c.seq
+"""
+_SOURCE_ORDER = ("fr", "nccl_profiler")
+
+
+@dataclass(frozen=True)
+class Params(RunParams):
+    """``all``: list every (group, seq) in ``frame``, not only the divergent ones."""
+
+    all: bool = False
+
+
+@dataclass(frozen=True)
+class Result(FrameResult):
+    """``frame``: per (group, seq), divergent ones only unless ``all``: pg, members (ranks of the
+    group), seq, op (the majority), status, ranks_enqueued, ranks_started, ranks_completed,
+    ranks_missing (never enqueued), ranks_unknown (no row and no progress: completion or
+    details unknown), mismatch (text), first_enter_ns (ns). ``ranks``: per (group, rank):
+    first_seq (first held), last_enqueued, last_started, last_completed (-1 none, null unknown),
+    wrapped (the ring buffer dropped older entries of the group). ``verdict``: one row: status
+    (``clean`` or the first divergent status), pg, members, seq, op, behind (ranks), text."""
+
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
+    title = "Collective desync (hang triage)"
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"frame": self.frame, "verdict": self.verdict, "ranks": self.ranks}
+
+
+@dataclass
+class _Rank:
+    rows: dict[int, dict[str, Any]]
+    progress: dict[str, int | None]
+
+    def first(self) -> int | None:
+        return min(self.rows) if self.rows else None
+
+    def last(self, key: str) -> int | None:
+        """Last seq ``key`` (enqueued / started / completed): progress, else the rows' times."""
+        p = self.progress.get(key)
+        col = {"enqueued": "enter_ns", "started": "start_ns", "completed": "end_ns"}[key]
+        seen = [s for s, r in self.rows.items() if r[col] is not None or key == "enqueued"]
+        best = max(seen) if seen else None
+        if p is not None and p >= 0:
+            return max(p, best) if best is not None else p
+        if key == "started":
+            done = self.last("completed")
+            return max(x for x in (best, done) if x is not None) if best is not None or done is not None else None
+        if p == -1 and key == "enqueued":
+            return best
+        return best if best is not None or key == "enqueued" or self._timed(col) else None
+
+    def _timed(self, col: str) -> bool:
+        return any(r[col] is not None for r in self.rows.values())
+
+
+def _load(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
+    df = store.sql(_ROWS, [run_id])
+    if df.is_empty():
+        raise AnalysisError(f"run {run_id}: no collectives with a process group and sequence number (desync "
+                            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq)")
+    present = df["source"].unique().to_list()
+    source = next((s for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
+        ["len", "source"], descending=[True, False])["source"][0]
+    return df.filter(pl.col("source") == source), source
+
+
+def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Rank]]:
+    """(pg, members) -> member rank -> its rows and progress (module doc, step 1)."""
+    by_name_ranks: dict[str, set[int]] = {}
+    declared: dict[tuple[int, str], tuple[int, ...] | None] = {}
+    ranks: dict[tuple[int, str], _Rank] = {}
+    for r in df.iter_rows(named=True):
+        key = (r["rank"], r["pg"])
+        by_name_ranks.setdefault(r["pg"], set()).add(r["rank"])
+        if key not in ranks:
+            groups = orjson.loads(r["groups"]) if r["groups"] else {}
+            progress = orjson.loads(r["progress"]) if r["progress"] else {}
+            m = groups.get(r["pg"]) if isinstance(groups, dict) else None
+            declared[key] = tuple(sorted(m)) if isinstance(m, list) else None
+            ranks[key] = _Rank({}, progress.get(r["pg"], {}) if isinstance(progress, dict) else {})
+        ranks[key].rows.setdefault(r["seq"], r)
+    out: dict[tuple[str, tuple[int, ...]], dict[int, _Rank]] = {}
+    for (rank, pg), st in ranks.items():
+        members = declared[(rank, pg)] or tuple(sorted(by_name_ranks[pg]))
+        if rank not in members:
+            members = tuple(sorted({*members, rank}))
+        out.setdefault((pg, members), {})[rank] = st
+    return out
+
+
+def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str]:
+    """Majority value of ``col`` over the ranks' rows, and a text naming the dissenting ranks."""
+    votes = Counter(r[col] for r in rows.values())
+    if len(votes) <= 1:
+        return next(iter(votes), None), ""
+    major, _ = votes.most_common(1)[0]
+    odd = ", ".join(f"rank {k} {r[col]}" for k, r in sorted(rows.items()) if r[col] != major)
+    return major, f"{col.replace('nelems_in', 'size')} {major} on most ranks, {odd}"
+
+
+def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Instance rows and per-rank rows of one group (module doc, steps 2 to 4)."""
+    p2p = pg.endswith(":p2p")
+    firsts = {r: st.first() for r, st in ranks.items() if st.first() is not None}
+    lasts = {r: st.last("enqueued") for r, st in ranks.items()}
+    start = max(firsts.values()) if firsts else None
+    end = max((v for v in lasts.values() if v is not None), default=None)
+    rank_rows = [{"pg": pg, "members": list(members), "rank": m,
+                  "first_seq": firsts.get(m), "last_enqueued": lasts.get(m),
+                  "last_started": ranks[m].last("started") if m in ranks else None,
+                  "last_completed": ranks[m].last("completed") if m in ranks else None,
+                  "wrapped": bool(firsts.get(m) is not None and start is not None and firsts[m] > 1)}
+                 for m in members]
+    out = []
+    if start is None or end is None:
+        return out, rank_rows
+    for seq in range(start, end + 1):
+        held = {m: ranks[m].rows[seq] for m in members if m in ranks and seq in ranks[m].rows}
+        enq, sta, com, miss, unk = [], [], [], [], []
+        for m in members:
+            st = ranks.get(m)
+            last = lasts.get(m) if st is not None else None
+            if st is None or last is None:
+                unk.append(m)
+                continue
+            if seq > last:
+                miss.append(m)
+                continue
+            enq.append(m)
+            row = held.get(m)
+            ls, lc = st.last("started"), st.last("completed")
+            if (row is not None and row["start_ns"] is not None) or (ls is not None and ls >= seq):
+                sta.append(m)
+            if (row is not None and row["end_ns"] is not None) or (lc is not None and lc >= seq):
+                com.append(m)
+        op, op_diff = _agree(held, "op")
+        texts = [] if p2p else [t for t in (op_diff, _agree(held, "nelems_in")[1], _agree(held, "dtype")[1]) if t]
+        known_done = [m for m in enq if ranks[m].last("completed") is not None]
+        later_done = any((ranks[m].last("completed") or -1) > seq for m in enq)
+        if texts:
+            status = "mismatch"
+        elif miss:
+            status = "missing"
+        elif known_done and len(com) < len(known_done) and (com or later_done):
+            status = "not_completed"
+        else:
+            status = "ok"
+        enters = [r["enter_ns"] for r in held.values() if r["enter_ns"] is not None]
+        out.append({"pg": pg, "members": list(members), "seq": seq, "op": op, "status": status,
+                    "ranks_enqueued": enq, "ranks_started": sta, "ranks_completed": com, "ranks_missing": miss,
+                    "ranks_unknown": unk, "mismatch": "; ".join(texts) or None,
+                    "first_enter_ns": min(enters) if enters else None,
+                    "_behind": _behind(status, held, miss, known_done, com, texts)})
+    return out, rank_rows
+
+
+def _behind(status: str, held: dict[int, dict[str, Any]], miss: list[int], known: list[int], com: list[int],
+            texts: list[str]) -> list[int]:
+    if status == "missing":
+        return miss
+    if status == "mismatch":
+        bad: set[int] = set()
+        for col in ("op", "nelems_in", "dtype"):
+            major, _ = _agree(held, col)
+            bad |= {k for k, r in held.items() if r[col] != major}
+        return sorted(bad)
+    if status == "not_completed":
+        return [m for m in known if m not in com]
+    return []
+
+
+def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes: list[str]) -> str:
+    if first is None:
+        return (f"no desync: {checked} collective(s) in {groups} group(s) agree on every member"
+                + (f" ({'; '.join(notes)})" if notes else ""))
+    where = f"group {first['pg']!r} {first['members']} seq {first['seq']} ({first['op']})"
+    behind = ", ".join(map(str, first["_behind"])) or "none"
+    if first["status"] == "missing":
+        return (f"first divergence at {where}: rank(s) {behind} never enqueued it; rank(s) "
+                f"{', '.join(map(str, first['ranks_enqueued']))} did and wait for them")
+    if first["status"] == "mismatch":
+        return f"first divergence at {where}: {first['mismatch']} (ranks behind the mismatch: {behind})"
+    return (f"first divergence at {where}: completed by rank(s) {', '.join(map(str, first['ranks_completed'])) or 'none'}"
+            f" but not by {behind}")
+
+
+@register("desync", Params)
+def run(store: Store, params: Params) -> Result:
+    """Desync report of one run (module doc).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no collectives with process group and sequence number.
+    """
+    run_id = store.resolve_run(params.run)
+    df, source = _load(store, run_id)
+    inst: list[dict[str, Any]] = []
+    per_rank: list[dict[str, Any]] = []
+    notes: list[str] = []
+    groups = _groups(df)
+    for (pg, members), ranks in sorted(groups.items()):
+        rows, rr = _check(pg, members, ranks)
+        inst += rows
+        per_rank += rr
+        firsts = [r["first_seq"] for r in rr if r["first_seq"] is not None]
+        if firsts and max(firsts) > min(firsts):
+            late = [r["rank"] for r in rr if r["first_seq"] == max(firsts)]
+            notes.append(f"group {pg!r} {list(members)}: seq {min(firsts)}..{max(firsts) - 1} not compared (ring "
+                         f"buffer of rank(s) {', '.join(map(str, late))} starts at seq {max(firsts)})")
+        absent = [m for m in members if m not in ranks]
+        if absent:
+            notes.append(f"group {pg!r} {list(members)}: no record from rank(s) {', '.join(map(str, absent))} "
+                         "(no dump, or nothing of this group in it)")
+    bad = [r for r in inst if r["status"] != "ok"]
+    first = min(bad, key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
+                default=None)
+    text = _verdict_text(first, len(inst), len(groups), notes)
+    verdict = pl.DataFrame([{
+        "status": "clean" if first is None else first["status"], "source": source,
+        "pg": None if first is None else first["pg"], "members": None if first is None else first["members"],
+        "seq": None if first is None else first["seq"], "op": None if first is None else first["op"],
+        "behind": [] if first is None else first["_behind"], "text": text,
+    }], schema={"status": pl.Utf8, "source": pl.Utf8, "pg": pl.Utf8, "members": pl.List(pl.Int64),
+                "seq": pl.Int64, "op": pl.Utf8, "behind": pl.List(pl.Int64), "text": pl.Utf8})
+    cols = ["pg", "members", "seq", "op", "status", "ranks_enqueued", "ranks_started", "ranks_completed",
+            "ranks_missing", "ranks_unknown", "mismatch", "first_enter_ns"]
+    shown = [{k: r[k] for k in cols} for r in (inst if params.all else bad)]
+    frame = pl.DataFrame(shown, schema={c: _TYPES.get(c, pl.List(pl.Int64)) for c in cols})
+    return Result(frame=frame, ranks=pl.DataFrame(per_rank), verdict=verdict, notes=(text, *notes))
+
+
+_TYPES = {"pg": pl.Utf8, "seq": pl.Int64, "op": pl.Utf8, "status": pl.Utf8, "mismatch": pl.Utf8,
+          "first_enter_ns": pl.Int64}

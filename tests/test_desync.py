@@ -1,0 +1,134 @@
+"""desync on the corpus gloo Flight Recorder dumps (clean) and on copies edited here, each with the
+fault named in the test; expected answers follow from the edit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analyze, corpus
+from traceprof.errors import AnalysisError
+from traceprof.ingest import ingest
+from traceprof.store import Store
+
+FR = "flight_recorder/gloo_cpu_4rank"
+CASE = Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "fr_two_groups_same_pg_name"
+
+
+def _copy(tmp_path: Path, edit) -> Path:
+    """The corpus dumps in a new folder, ``edit(rank, doc)`` applied to each."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for r in range(4):
+        doc = json.loads(corpus(f"{FR}/fr_rank{r}.json").read_text())
+        edit(r, doc)
+        (out / f"fr_rank{r}.json").write_text(json.dumps(doc))
+    return out
+
+
+def _verdict(store, folder: Path):
+    ingest(store, [folder], run="run", jobs=1)
+    res = analyze(store, "desync", "run")
+    return res, res.verdict.row(0, named=True)
+
+
+def test_corpus_gloo_dumps_are_clean(store):
+    ingest(store, [corpus(FR)], run="run", jobs=1)
+    res = analyze(store, "desync", "run", all=True)
+    v = res.verdict.row(0, named=True)
+    assert v["status"] == "clean" and v["behind"] == []
+    assert v["text"] == "no desync: 17 collective(s) in 1 group(s) agree on every member"
+    # 17 seqs of group "0" with members [0..3] (pg_config), each enqueued and (pg_status) completed by all.
+    assert res.frame.height == 17 and set(res.frame["status"]) == {"ok"}
+    assert res.frame["members"].to_list()[0] == [0, 1, 2, 3]
+    assert all(r == [0, 1, 2, 3] for r in res.frame["ranks_completed"].to_list())
+
+
+def test_rank_missing_the_last_collective(store, tmp_path):
+    def edit(rank, doc):
+        if rank == 2:  # rank 2 hangs before enqueueing seq 17: its ring and pg_status end at 16
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 17]
+            doc["pg_status"]["0"].update(last_enqueued_collective="16", last_completed_collective="16")
+    res, v = _verdict(store, _copy(tmp_path, edit))
+    assert (v["status"], v["pg"], v["seq"], v["op"], v["behind"]) == ("missing", "0", 17, "barrier", [2])
+    assert "rank(s) 2 never enqueued it; rank(s) 0, 1, 3 did" in v["text"]
+    (row,) = res.frame.rows(named=True)
+    assert (row["seq"], row["ranks_missing"], row["ranks_enqueued"]) == (17, [2], [0, 1, 3])
+
+
+def test_rank_missing_without_pg_status(store, tmp_path):
+    def edit(rank, doc):
+        doc.pop("pg_status")  # completion then unknown (gloo records no times): presence only
+        if rank == 0:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] < 16]
+    _, v = _verdict(store, _copy(tmp_path, edit))
+    assert (v["status"], v["seq"], v["behind"]) == ("missing", 16, [0])
+
+
+def test_size_mismatch(store, tmp_path):
+    def edit(rank, doc):
+        if rank == 3:  # seq 4 (all_reduce of 667136 floats): rank 3 passes a smaller tensor
+            e = next(e for e in doc["entries"] if e["collective_seq_id"] == 4)
+            e["input_sizes"] = [[1000]]
+    res, v = _verdict(store, _copy(tmp_path, edit))
+    assert (v["status"], v["seq"], v["op"], v["behind"]) == ("mismatch", 4, "all_reduce", [3])
+    assert "size 667136 on most ranks, rank 3 1000" in v["text"]
+    assert res.frame["seq"].to_list() == [4]
+
+
+def test_wrapped_ring_buffer_is_not_missing(store, tmp_path):
+    def edit(rank, doc):
+        if rank == 1:  # rank 1's ring buffer wrapped: its oldest 5 entries (seq 1..5) are gone
+            doc["entries"] = doc["entries"][5:]
+    res, v = _verdict(store, _copy(tmp_path, edit))
+    assert v["status"] == "clean" and res.frame.is_empty()
+    assert "seq 1..5 not compared (ring buffer of rank(s) 1 starts at seq 6)" in " ".join(res.notes)
+    r1 = res.ranks.filter(rank=1).row(0, named=True)
+    assert (r1["first_seq"], r1["wrapped"], r1["last_enqueued"]) == (6, True, 17)
+
+
+def test_wrapped_and_a_real_fault(store, tmp_path):
+    def edit(rank, doc):
+        if rank == 1:
+            doc["entries"] = doc["entries"][5:]
+        if rank == 3:  # op mismatch at seq 9: rank 3 broadcasts where the others all-reduce
+            e = next(e for e in doc["entries"] if e["collective_seq_id"] == 9)
+            other = "gloo:broadcast" if e["profiling_name"] != "gloo:broadcast" else "gloo:all_reduce"
+            e["profiling_name"] = other
+    _, v = _verdict(store, _copy(tmp_path, edit))
+    assert (v["status"], v["seq"], v["behind"]) == ("mismatch", 9, [3])
+
+
+def test_groups_with_the_same_name_and_not_completed(store, tmp_path):
+    if not CASE.is_dir():
+        pytest.skip("shared cases not available")
+    out = tmp_path / "case"
+    shutil.copytree(CASE, out, ignore=shutil.ignore_patterns("*.md"))
+    ingest(store, [out], run="clean", jobs=1)
+    res = analyze(store, "desync", "clean", all=True)
+    # Two groups named "0": [0, 1] and [2, 3], 3 collectives each, all completed.
+    assert sorted({tuple(m) for m in res.frame["members"].to_list()}) == [(0, 1), (2, 3)]
+    assert res.frame.height == 6 and res.verdict["status"][0] == "clean"
+    # Rank 3 never completes seq 3 (started, no completion), rank 2 did: rank 3 is behind.
+    doc = json.loads((out / "rank3.fr.json").read_text())
+    e = doc["entries"][2]
+    e.update(time_discovered_completed_ns=0, state="started", duration_ms=None)
+    doc["pg_status"]["0"]["last_completed_collective"] = "2"
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    (bad / "rank3.fr.json").write_text(json.dumps(doc))
+    with Store(tmp_path / "bad.duckdb") as other:
+        ingest(other, [bad], run="bad", jobs=1)
+        v = analyze(other, "desync", "bad").verdict.row(0, named=True)
+    assert (v["status"], v["members"], v["seq"], v["behind"]) == ("not_completed", [2, 3], 3, [3])
+    assert "completed by rank(s) 2 but not by 3" in v["text"]
+
+
+def test_needs_sequence_numbers(store):
+    # CPU Kineto samples: gloo annotations carry no process group or Seq.
+    ingest(store, [Path(__file__).resolve().parent.parent / "sample_traces" / "normal"], run="k", jobs=1)
+    with pytest.raises(AnalysisError, match="no collectives with a process group and sequence number"):
+        analyze(store, "desync", "k")

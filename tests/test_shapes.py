@@ -279,3 +279,37 @@ def test_step_window_columns(tmp_path: Path) -> None:
     t = _row(analyze(s, "temporal").frame, rank=0)
     assert (t["step_window_ns"], t["step_idle_ns"]) == (1500 * US, 200 * US)
     assert _row(analyze(s, "idle").ranks, rank=0)["step_idle_ns"] == 200 * US
+
+
+def test_launching_op_metadata_makes_comm(tmp_path: Path) -> None:
+    # A kernel with a name no family knows, launched under record_param_comms carrying a collective:
+    # its External id (or, without one, its runtime call's) links it to that op -> comm.
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 0.0, "dur": 50.0,
+         "args": {"External id": 5, "Collective name": "all_reduce", "Process Group Name": "0"}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
+         "args": {"External id": 5, "correlation": 11}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 3.0, "dur": 2.0,
+         "args": {"External id": 5, "correlation": 12}},
+        {"ph": "X", "cat": "kernel", "name": "vendor_xfer_kernel", "pid": 0, "tid": 7, "ts": 10.0, "dur": 10.0,
+         "args": {"External id": 5, "correlation": 11, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "vendor_xfer_kernel", "pid": 0, "tid": 7, "ts": 30.0, "dur": 10.0,
+         "args": {"correlation": 12, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 8, "ts": 10.0, "dur": 5.0,
+         "args": {"correlation": 13, "device": 0, "stream": 8}},
+    ]
+    s = _store(tmp_path, _write(tmp_path, evs))
+    got = s.sql("SELECT name, class FROM kernels ORDER BY ts_ns, name").rows()
+    assert got == [("gemm", "compute"), ("vendor_xfer_kernel", "comm"), ("vendor_xfer_kernel", "comm")]
+
+
+def test_step_cutting_through_an_op_warns(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 100.0, "dur": 100.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 90.0, "dur": 20.0},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    assert any("run past the end of the ProfilerStep" in w and "aten::copy_" in w for w in res.warnings)
+    assert s.sql("SELECT step FROM events WHERE name = 'aten::copy_'").item() == 1  # the step it starts in

@@ -58,6 +58,7 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("nccl", r"(?i)nccl", None, "NCCL: ncclKernel_*, ncclDevKernel_*, ncclSymkDevKernel_*"),
     CommFamily("rccl", r"(?i)rccl", None, "ROCm RCCL kernels"),
     CommFamily("msccl", r"(?i)msccl", None, "MSCCL / MSCCL++ kernels"),
+    CommFamily("other_ccl", r"(?i)hccl|oneccl", None, "other vendors' collective libraries (HCCL, oneCCL)"),
     CommFamily("deepep", r"deep_ep::", "all_to_all",
                "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM)"),
     CommFamily("nvshmem", r"(?i)nvshmem", None, "NVSHMEM collectives and puts/gets"),

@@ -397,11 +397,16 @@ def _classes(cols: dict[str, list[Any]], classifier: Classifier) -> list[str | N
             a = _comm_args(cols["args"][i])
             if a is not None and has_comm_args(a):
                 launcher[cols["external_id"][i]] = a
+    # A GPU row without its own External id reaches the op through its runtime call (correlation).
+    runtime_ext = {cols["correlation"][i]: cols["external_id"][i] for i, k in enumerate(kinds)
+                   if k in _LAUNCH_KINDS and cols["correlation"][i] is not None} if launcher else {}
     out: list[str | None] = [None] * len(kinds)
     for i, k in enumerate(kinds):
         if k in _ACTIVITY_KINDS:
-            out[i] = classifier.gpu_class(k, cols["name"][i], _comm_args(cols["args"][i]),
-                                          launcher.get(cols["external_id"][i]))
+            ext = cols["external_id"][i]
+            if ext is None:
+                ext = runtime_ext.get(cols["correlation"][i])
+            out[i] = classifier.gpu_class(k, cols["name"][i], _comm_args(cols["args"][i]), launcher.get(ext))
     return out
 
 

@@ -16,11 +16,18 @@ __all__ = [
     "SchemaVersionError",
     "UsageError",
     "AnalysisError",
+    "Interrupted",
 ]
 
 
 class TraceprofError(Exception):
-    """Base class of every error that traceprof reports to a user as a message, not a traceback."""
+    """Base class of every error that traceprof reports to a user as a message, not a traceback.
+
+    Attributes:
+        exit_code: The CLI's exit status for it (1; 130 for :class:`Interrupted`).
+    """
+
+    exit_code = 1
 
 
 class TraceFormatError(TraceprofError):
@@ -67,3 +74,9 @@ class UsageError(TraceprofError):
 
 class AnalysisError(TraceprofError):
     """An analysis cannot run on the data in the store (e.g. no GPU and no CPU activity)."""
+
+
+class Interrupted(TraceprofError):
+    """Ctrl-C: the message says what was stored (old or new state); the CLI exits 130."""
+
+    exit_code = 130

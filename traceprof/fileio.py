@@ -1,35 +1,176 @@
-"""Reading trace files: plain or gzipped bytes, with errors that name the file."""
+"""Reading trace files and writing output files, safely.
+
+Reading (:func:`read_maybe_gzip`): plain or gzipped bytes. Gzip is inflated as a stream under a cap
+on the decompressed size (:func:`set_max_inflate_ratio`, default 64x the file, at least 64 MiB), so
+a small file that inflates to gigabytes (a gzip bomb) is refused before it fills the memory.
+Invalid UTF-8 is replaced by U+FFFD and reported (:func:`pop_repairs`) instead of failing the file.
+Errors name the file and the byte offset.
+
+Writing (:func:`write_output`, :func:`check_not_store`): an output path the user named never
+overwrites the store, also through a symlink or a hard link.
+"""
 
 from __future__ import annotations
 
-import gzip
+import os
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from traceprof.errors import TraceFormatError, UsageError
 
-__all__ = ["read_maybe_gzip", "write_output"]
+__all__ = [
+    "read_maybe_gzip", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
+    "DEFAULT_INFLATE_RATIO",
+]
+
+#: Default cap on decompressed size, as a multiple of the compressed file size. Real Kineto
+#: traces compress 8-20x; 64x leaves room and still stops a bomb early.
+DEFAULT_INFLATE_RATIO = 64.0
+#: Small files may always inflate to this many bytes (a 1 KiB file 64x is no memory risk).
+MIN_INFLATE_BYTES = 64 << 20
+_IN_CHUNK = 1 << 16  # compressed bytes fed per step
+_OUT_CHUNK = 1 << 20  # decompressed bytes produced per step at most
+
+_ratio = DEFAULT_INFLATE_RATIO
+_repairs: dict[str, list[Repair]] = {}
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A repair made while reading a file.
+
+    Attributes:
+        reason: What was repaired, e.g. ``"invalid UTF-8 replaced by U+FFFD"``.
+        count: How many places were repaired.
+        message: One line for the user, naming the file and the first byte offset.
+    """
+
+    reason: str
+    count: int
+    message: str
+
+
+def set_max_inflate_ratio(ratio: float) -> None:
+    """Cap gzip inflation at ``ratio`` x the compressed size (and at least 64 MiB) in this process.
+
+    Raises:
+        UsageError: ``ratio`` is not a positive number.
+    """
+    global _ratio
+    if not ratio > 0:
+        raise UsageError(f"--max-inflate {ratio}: expected a ratio above 0, e.g. 64")
+    _ratio = float(ratio)
+
+
+def pop_repairs(path: str | Path) -> list[Repair]:
+    """The repairs made while reading ``path`` in this process (forgotten once returned)."""
+    return _repairs.pop(str(path), [])
 
 
 def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
-    """Read a file, gunzipping it when it starts with the gzip magic bytes.
+    """Read a file, gunzipping it when it starts with the gzip magic bytes; repair invalid UTF-8.
 
     Returns:
-        (the file's bytes, the decompressed bytes or the same bytes when not gzip).
+        (the file's bytes, the decompressed bytes, or the same bytes when not gzip), the latter with
+        every invalid UTF-8 sequence replaced by U+FFFD (see :func:`pop_repairs`).
 
     Raises:
-        TraceFormatError: The file cannot be read, or the gzip stream is broken or truncated.
+        TraceFormatError: The file cannot be read, the gzip stream is broken or truncated (naming
+            the byte offset in the file), or it inflates beyond the cap.
     """
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
-    if raw[:2] != b"\x1f\x8b":
-        return raw, raw
+    data = _gunzip(path, raw) if raw[:2] == b"\x1f\x8b" else raw
+    return raw, _repair_utf8(path, data, gz=data is not raw)
+
+
+def _gunzip(path: Path, raw: bytes) -> bytes:
+    """Inflate every gzip member of ``raw`` under the cap (see the module doc)."""
+    limit = max(int(_ratio * len(raw)), MIN_INFLATE_BYTES)
+    view = memoryview(raw)
+    chunks: list[bytes] = []
+    total = pos = 0
+    tail: bytes | memoryview = b""
+    d = zlib.decompressobj(31)
+    while True:
+        if not tail:
+            if pos >= len(raw):
+                break
+            tail, pos = view[pos : pos + _IN_CHUNK], pos + _IN_CHUNK
+        at = pos - len(tail)
+        try:
+            piece = d.decompress(tail, _OUT_CHUNK)
+        except zlib.error as e:
+            raise TraceFormatError(path, f"bytes {at}-{at + len(tail)}", f"broken gzip stream ({e}); re-copy the file") from None
+        tail = d.unconsumed_tail
+        total += len(piece)
+        if total > limit:
+            raise TraceFormatError(
+                path, f"byte {min(pos, len(raw)) - len(tail)}",
+                f"inflates to more than {limit:,} bytes ({_ratio:g}x the {len(raw):,}-byte file): a gzip bomb "
+                "or an unusually compressible trace; raise the cap with --max-inflate RATIO")
+        chunks.append(piece)
+        if d.eof:
+            pos = min(pos, len(raw)) - len(d.unused_data) - len(tail)
+            tail = b""
+            if raw[pos : pos + 2] == b"\x1f\x8b":  # another member (as pigz or cat write)
+                d = zlib.decompressobj(31)
+                continue
+            if raw[pos:].strip(b"\x00"):
+                raise TraceFormatError(path, f"byte {pos}", "data after the end of the gzip stream; re-copy the file")
+            return b"".join(chunks)
+    if piece:  # output was pending at the end of the input: drain it
+        while not d.eof and (piece := d.decompress(b"", _OUT_CHUNK)):
+            total += len(piece)
+            if total > limit:
+                raise TraceFormatError(path, f"byte {len(raw)}", f"inflates to more than {limit:,} bytes; "
+                                       "raise the cap with --max-inflate RATIO")
+            chunks.append(piece)
+        if d.eof:
+            return b"".join(chunks)
+    raise TraceFormatError(
+        path, f"byte {len(raw)}",
+        f"broken gzip stream (truncated: the file ends after {len(raw):,} bytes, {total:,} decompressed, "
+        "before the end of the compressed data); re-copy the file")
+
+
+def _repair_utf8(path: Path, data: bytes, gz: bool) -> bytes:
     try:
-        return raw, gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as e:
-        raise TraceFormatError(path, "", f"broken gzip stream ({e}); re-copy the file") from None
+        data.decode("utf-8")
+        return data
+    except UnicodeDecodeError as e:
+        first = e.start
+    text = data.decode("utf-8", "replace")
+    count = text.count("\ufffd") - data.count("\ufffd".encode())
+    reason = "invalid UTF-8 replaced by U+FFFD"
+    where = f"byte {first}" + (" of the decompressed data" if gz else "")
+    _repairs.setdefault(str(path), []).append(
+        Repair(reason, count, f"{path}: {where}: {count} invalid UTF-8 sequence(s) replaced by U+FFFD"))
+    return text.encode("utf-8")
+
+
+def check_not_store(out: str | Path, db: str | Path) -> None:
+    """Refuse an output path that is the store (or its WAL or lock file), symlinks and hard links followed.
+
+    Raises:
+        UsageError: ``out`` resolves to the store or one of its sidecar files.
+    """
+    target = Path(out).resolve()
+    store = Path(db).resolve()
+    guarded = [store, store.with_name(store.name + ".wal"), store.with_name(store.name + ".lock")]
+    for g in guarded:
+        same = target == g
+        if not same and target.exists() and g.exists():
+            try:
+                same = os.path.samefile(target, g)
+            except OSError:
+                same = False
+        if same:
+            raise UsageError(f"{out}: would overwrite the store {db}{'' if g == store else ' (' + g.name + ')'}; "
+                             "write the output elsewhere")
 
 
 def write_output(path: str | Path, data: bytes) -> Path:

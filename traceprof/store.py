@@ -6,6 +6,7 @@ Tables and views are declared in :mod:`traceprof.schema`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,49 +17,122 @@ import orjson
 import polars as pl
 
 from traceprof import schema
-from traceprof.errors import SchemaVersionError, StoreError, TraceprofError
+from traceprof.errors import SchemaVersionError, StoreError
+from traceprof.identity import check_append
+from traceprof.limits import INT32, fits
+from traceprof.locking import StoreLock
 from traceprof.parsed import ParsedTrace
+from traceprof.procs import deferred_sigint
 
 __all__ = ["Store", "DEFAULT_DB"]
 
 DEFAULT_DB = "traceprof.duckdb"
 
 
-def _magic(path: Path) -> bytes:
-    with path.open("rb") as f:
-        return f.read(16)
+def _check_file(path: Path) -> None:
+    """Refuse a path that is not a DuckDB file, an empty file or absent (``--db some.json``).
+
+    Raises:
+        StoreError: A directory, an SQLite file, or any other non-DuckDB file.
+    """
+    if path.is_dir():
+        raise StoreError(f"{path}: a directory; --db takes a store file, e.g. {path / DEFAULT_DB}")
+    try:
+        with path.open("rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StoreError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not head or head[8:12] == b"DUCK":
+        return
+    if head == b"SQLite format 3\x00":
+        raise StoreError(f"{path}: an SQLite file (an Nsight Systems export?), not a traceprof store (DuckDB)")
+    raise StoreError(
+        f"{path}: not a DuckDB file (it starts with {head[:8]!r}); --db takes a traceprof store or a new path"
+    )
 
 
 class Store:
     """A traceprof DuckDB store.
 
+    Opening takes a lock (``<store>.lock``, see :mod:`traceprof.locking`) before the file is
+    checked or created: exclusive for a writable store, shared for a read-only one, held until
+    :meth:`close`. A store that fails to open is deleted only if this same call created it.
+
     Args:
         path: Store file; created (with the schema) when absent unless ``read_only``.
         read_only: Open read-only, with external file access disabled (for user SQL).
+        lock_timeout_s: How long to wait for another process using the store, in seconds.
+
+    Attributes:
+        created: This Store created the file (see :meth:`discard_if_new`).
 
     Raises:
-        StoreError: The file is missing (read-only) or not a DuckDB file.
+        StoreError: The file is missing (read-only), not a DuckDB file, or locked by another
+            process for longer than ``lock_timeout_s``.
         SchemaVersionError: The file was written by another schema version.
     """
 
-    def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, lock_timeout_s: float = 120.0
+    ) -> None:
         self.path = Path(path)
+        self.created = False
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
-        if self.path.is_file() and _magic(self.path) == b"SQLite format 3\x00":
-            raise StoreError(
-                f"{self.path}: an SQLite file (an Nsight Systems export?), not a traceprof store (DuckDB)"
-            )
+        _check_file(self.path)
+        self._lock = StoreLock(self.path, exclusive=not read_only, timeout_s=lock_timeout_s)
+        self._open = False
+        existed = True
         try:
-            if read_only:
-                self.con = duckdb.connect(
-                    str(self.path), read_only=True, config={"enable_external_access": False}
-                )
-            else:
-                self.con = duckdb.connect(str(self.path))
-        except duckdb.Error as e:
-            raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
-        self._check_or_create(read_only)
+            existed = self.path.exists()
+            _check_file(self.path)  # again: it may have been created while we waited
+            try:
+                if read_only:
+                    self.con = duckdb.connect(
+                        str(self.path), read_only=True, config={"enable_external_access": False}
+                    )
+                else:
+                    self.con = duckdb.connect(str(self.path))
+            except duckdb.Error as e:
+                raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
+            self._open = True
+            self.created = not existed
+            self._check_or_create(read_only)
+        except BaseException:
+            self._drop(self.created or (not existed and self.path.exists()))
+            raise
+
+    def _drop(self, delete: bool) -> None:
+        """Close, delete the files if ``delete`` (only ever files this Store created), unlock."""
+        try:
+            if self._open:
+                self._open = False
+                self.con.close()
+            if delete:
+                for f in (self.path, self.path.with_name(self.path.name + ".wal")):
+                    f.unlink(missing_ok=True)
+        finally:
+            self._lock.release()
+
+    def discard_if_new(self) -> bool:
+        """Close the store and delete it if this Store created it and it holds no run.
+
+        For a failed first ingest: no empty store is left behind, and a store another process
+        created or wrote is never touched (this Store held the lock from creation to here).
+
+        Returns:
+            True when the file was deleted.
+        """
+        delete = False
+        if self._open and self.created:
+            try:
+                delete = self._one("SELECT count(*) FROM runs") == (0,)
+            except duckdb.Error:
+                delete = False
+        self._drop(delete)
+        return delete
 
     def _check_or_create(self, read_only: bool) -> None:
         have = {r[0] for r in self.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
@@ -88,7 +162,8 @@ class Store:
         return rows[0] if rows else None
 
     def close(self) -> None:
-        self.con.close()
+        """Close the connection and release the lock (a second call does nothing)."""
+        self._drop(False)
 
     def __enter__(self) -> Store:
         return self
@@ -109,13 +184,18 @@ class Store:
             if rel is None:  # a statement without a result
                 return pl.DataFrame()
             return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
+        except duckdb.InterruptException:
+            raise KeyboardInterrupt from None
         except duckdb.Error as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise StoreError(f"SQL error: {first}") from None
 
     def runs(self) -> pl.DataFrame:
-        """One row per run: run_id, name, world_size, ranks (traced), traces, events, ingested_at."""
-        return self.sql(
+        """One row per run: run_id, name, world_size, ranks (traced), traces, events, sources,
+        clock_aligned, ingested_at, and ``issues``: what ingest dropped (``traces.rejected``) or
+        repaired (``traces.meta.repaired``), counted per reason over the run's traces, e.g.
+        ``"2 rejected: ts beyond int64; 1 repaired: invalid UTF-8 replaced by U+FFFD"`` ("" if none)."""
+        frame = self.sql(
             """
             SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS ranks,
                    count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
@@ -124,6 +204,18 @@ class Store:
             GROUP BY ALL ORDER BY r.run_id
             """
         )
+        issues: dict[int, dict[str, int]] = {}
+        for rid, rejected, repaired in self.con.execute(
+            "SELECT run_id, rejected, json_extract(meta, '$.repaired') FROM traces ORDER BY trace_id"
+        ).fetchall():
+            got = issues.setdefault(rid, {})
+            for what, counts in (("rejected", rejected), ("repaired", repaired)):
+                parsed = orjson.loads(counts) if counts else {}
+                for reason, n in (parsed.items() if isinstance(parsed, dict) else ()):
+                    key = f"{what}: {reason}"
+                    got[key] = got.get(key, 0) + int(n)
+        text = ["; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in frame["run_id"].to_list()]
+        return frame.with_columns(pl.Series("issues", text, dtype=pl.String))
 
     def resolve_run(self, run: str | int | None) -> int:
         """The run_id of run name or id ``run``; ``None`` means the only (or latest) run.
@@ -185,25 +277,32 @@ class Store:
     # -- ingest --------------------------------------------------------------------------------
 
     def insert_run(
-        self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None = None
+        self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None = None,
+        *, force: bool = False,
     ) -> int:
         """Insert parsed traces as (part of) run ``name`` in one transaction.
 
-        A run that exists already gains the traces; a trace whose rank and source the run already
-        holds from another file is an error. On any error nothing is written. ``after(run_id)``, if
-        given, runs inside the transaction once the rows are in (ingest matches collectives and
-        aligns clocks there); its errors roll everything back.
+        A run that exists already gains the traces if they come from the same job (world size,
+        backend, device, time span: :mod:`traceprof.identity`; ``force`` skips that check); a trace
+        whose rank and source the run already holds from another file is an error. On any error,
+        and on Ctrl-C before the commit, nothing is written; a Ctrl-C during the commit is held
+        off until it is done (then raised), so the caller knows the run was stored.
+        ``after(run_id)``, if given, runs inside the transaction once the rows are in (ingest
+        matches collectives and aligns clocks there); its errors roll everything back.
 
         Returns:
             The run_id.
 
         Raises:
-            StoreError: Rank conflicts, or DuckDB rejects the rows.
+            StoreError: Rank conflicts, another job's traces, or DuckDB rejects the rows.
+            KeyboardInterrupt: Ctrl-C before the commit (nothing stored) or during it (stored:
+                ``self.committed`` names the run).
         """
         con = self.con
+        self.committed: tuple[str, int] | None = None
         con.execute("BEGIN")
         try:
-            run_id = self._run_id(name, traces)
+            run_id = self._run_id(name, traces, force)
             for pt in traces:
                 self._insert_trace(run_id, pt)
             con.execute(
@@ -217,22 +316,27 @@ class Store:
             )
             if after is not None:
                 after(run_id)
-            con.execute("COMMIT")
-        except TraceprofError:
-            con.execute("ROLLBACK")
-            raise
-        except duckdb.Error as e:
-            con.execute("ROLLBACK")
-            raise StoreError(f"ingest of run {name!r} failed, store unchanged: {e}") from None
-        except BaseException:
-            con.execute("ROLLBACK")
+            with deferred_sigint():
+                con.execute("COMMIT")
+                self.committed = (name, run_id)
+        except BaseException as e:
+            if self.committed is not None:  # Ctrl-C held off during the commit
+                raise
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            if isinstance(e, duckdb.InterruptException):
+                raise KeyboardInterrupt from None
+            if isinstance(e, duckdb.Error):
+                raise StoreError(f"ingest of run {name!r} failed, store unchanged: {e}") from None
             raise
         return run_id
 
-    def _run_id(self, name: str, traces: list[ParsedTrace]) -> int:
+    def _run_id(self, name: str, traces: list[ParsedTrace], force: bool = False) -> int:
         row = self._one("SELECT run_id FROM runs WHERE name = ?", [name])
         if row:
             run_id = int(row[0])
+            if not force:
+                check_append(self.con, run_id, name, traces)
         else:
             run_id = int(self._one("SELECT coalesce(max(run_id), 0) + 1 FROM runs")[0])  # type: ignore[index]
             self.con.execute(
@@ -245,6 +349,9 @@ class Store:
             ).fetchall()
         )
         for pt in traces:
+            for what, v in (("rank", pt.rank), ("world size", pt.world_size)):
+                if v is not None and not fits(v, INT32):
+                    raise StoreError(f"{pt.path}: {what} {v} is beyond int32; not a real {what}")
             key = f"{pt.rank}/{pt.source}"
             if key in held:
                 raise StoreError(

@@ -1,0 +1,92 @@
+"""Run identity: traces appended to an existing run must come from the same job.
+
+A run that already holds traces gains new ones only when they agree with it on world size,
+distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
+more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
+Facts a trace does not state are not compared. A mismatch is refused; ``force`` (CLI
+``--force-run``) appends anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceprof.errors import StoreError
+from traceprof.parsed import ParsedTrace
+
+__all__ = ["check_append", "MAX_GAP_NS"]
+
+#: Largest gap between a new trace's time span and the run's before they are another job's: one
+#: hour (the ranks of one job profile the same steps; clocks differ by milliseconds).
+MAX_GAP_NS = 3_600 * 10**9
+
+
+def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) -> None:
+    """Refuse traces that do not belong to run ``run_id`` (see the module doc).
+
+    Args:
+        con: The store's DuckDB connection (inside the ingest transaction).
+        run_id: The existing run.
+        name: Its name, for messages.
+        traces: The traces about to be appended.
+
+    Raises:
+        StoreError: World size, backend, device type or time span differ, naming the file, both
+            values and ``--force-run``.
+    """
+    held = con.execute(
+        "SELECT list(DISTINCT world_size) FILTER (world_size IS NOT NULL), "
+        "list(DISTINCT lower(backend)) FILTER (backend IS NOT NULL), "
+        "list(DISTINCT lower(device_name)) FILTER (device_name IS NOT NULL) FROM traces WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    span = con.execute(
+        "SELECT min(lo), max(hi) FROM (SELECT min(ts_ns) lo, max(ts_ns + dur_ns) hi FROM events WHERE run_id = ? "
+        "UNION ALL SELECT min(coalesce(enter_ns, start_ns)), max(coalesce(end_ns, start_ns, enter_ns)) "
+        "FROM collectives WHERE run_id = ?)",
+        [run_id, run_id],
+    ).fetchone()
+    worlds, backends, devices = (set(v or []) for v in held)
+    force = "; if it does belong to this run, pass --force-run"
+    for pt in traces:
+        checks = [
+            ("world size", pt.world_size, worlds),
+            ("backend", (pt.trace.get("backend") or "").lower() or None, backends),
+            ("device", (pt.trace.get("device_name") or "").lower() or None, devices),
+        ]
+        for what, value, have in checks:
+            if value is not None and have and value not in have:
+                raise StoreError(
+                    f"{pt.path}: {what} {value!r}, but run {name!r} has {', '.join(map(repr, sorted(have)))}: "
+                    f"a trace of another job; ingest it as another run (--run NAME){force}")
+        lo, hi = _span(pt)
+        if lo is not None and span[0] is not None:
+            gap = max(lo - span[1], span[0] - hi, 0)
+            if gap > MAX_GAP_NS:
+                raise StoreError(
+                    f"{pt.path}: recorded {gap / 3.6e12:.1f} h away from run {name!r}'s traces: a trace of "
+                    f"another job; ingest it as another run (--run NAME){force}")
+
+
+def _span(pt: ParsedTrace) -> tuple[int | None, int | None]:
+    """First and last time of a trace's events and collectives (epoch ns), or (None, None)."""
+    los, his = [], []
+    for tbl, lo_col, hi_cols in ((pt.events, "ts_ns", ("ts_ns", "dur_ns")),
+                                 (pt.collectives, "start_ns", ("end_ns",))):
+        if tbl is None or tbl.num_rows == 0 or lo_col not in tbl.column_names:
+            continue
+        lo = pc.min(tbl[lo_col]).as_py()
+        if len(hi_cols) == 2:
+            hi = pc.max(pc.add(tbl[hi_cols[0]], pc.fill_null(tbl[hi_cols[1]], pa.scalar(0, pa.int64())))).as_py()
+        else:
+            hi = pc.max(tbl[hi_cols[0]]).as_py()
+        if lo is not None:
+            los.append(lo)
+        if hi is not None:
+            his.append(hi)
+    if not los:
+        return None, None
+    return min(los), max(his) if his else min(los)

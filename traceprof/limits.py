@@ -1,0 +1,174 @@
+"""Integers that do not fit their store columns: rejected per record, never a crash.
+
+A trace may hold any JSON number; the store's columns are BIGINT (times, sizes, ids) or INTEGER
+(device, step, rank). Parsers call :func:`drop_out_of_range` once on their row columns (with the
+index of each row's record in the file) and build the other tables with :func:`to_table`; a value
+that does not fit is an error naming the record, or with ``on_bad_event="skip"`` the record is
+dropped and counted in ``rejected`` under a reason such as ``"'ts_ns' beyond int64"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceprof.errors import TraceFormatError
+
+__all__ = ["drop_out_of_range", "to_table", "record_fits", "polars_out_of_range", "fits", "INT64", "INT32"]
+
+INT64 = (-(2**63), 2**63 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+_BOUNDS = {pa.int64(): INT64, pa.int32(): INT32, pa.int16(): (-(2**15), 2**15 - 1), pa.int8(): (-128, 127)}
+
+
+def fits(v: Any, bounds: tuple[int, int]) -> bool:
+    """True for None, non-integers, and integers within ``bounds`` (inclusive)."""
+    return not isinstance(v, int) or bounds[0] <= v <= bounds[1]
+
+
+def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tuple[int, int]]) -> str | None:
+    values = row if isinstance(row, list) else [row.get(n) for n in names]
+    for name, v, b in zip(names, values, bounds, strict=True):
+        if not fits(v, b):
+            return f"{name!r} beyond int{64 if b == INT64 else 32} ({v})"
+    return None
+
+
+def drop_out_of_range(
+    path: str | Path, cols: dict[str, list[Any]], src_index: list[int], on_bad_event: str,
+    rejected: dict[str, int], what: str = "event", types: dict[str, pa.DataType] | None = None,
+    extra: dict[str, list[Any]] | None = None,
+) -> None:
+    """Check the integer columns of parser rows; drop (or raise on) rows that do not fit.
+
+    Checked: ``ts_ns``, ``dur_ns`` and their sum (int64), ``device`` and ``step`` (int32), and any
+    column given in ``types``. ``cols`` is changed in place (every list loses the dropped rows, as
+    does ``src_index``).
+
+    Args:
+        path: The trace file, for messages.
+        cols: Column name -> values, all of one length.
+        src_index: Per row, the index of its record in the file (``event #i`` in messages).
+        on_bad_event: ``"raise"`` or ``"skip"`` (count in ``rejected``).
+        rejected: Counts by reason, updated.
+        what: The record's name in messages (``event``, ``entry``, ``row``).
+        types: Extra columns to check, name -> pyarrow integer type.
+        extra: Values checked as the column of that name but not in ``cols`` (e.g. the step
+            number a Kineto ``ProfilerStep#N`` name gives), one per row.
+
+    Raises:
+        TraceFormatError: With ``on_bad_event="raise"``, the first row that does not fit, naming
+            ``what #index``, the column and the value.
+    """
+    checks = {"ts_ns": pa.int64(), "dur_ns": pa.int64(), "device": pa.int32(), "step": pa.int32(), **(types or {})}
+    values = {**cols, **(extra or {})}
+    names = [n for n in checks if n in values]
+    if _all_fit(values, names, checks):
+        return
+    bounds = [_BOUNDS[checks[n]] for n in names]
+    n_rows = len(src_index)
+    bad: list[int] = []
+    for r in range(n_rows):
+        row = [values[n][r] for n in names]
+        problem = _problem(row, names, bounds)
+        if problem is None and "ts_ns" in cols and "dur_ns" in cols:
+            ts, dur = cols["ts_ns"][r], cols["dur_ns"][r]
+            if isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
+                problem = f"'ts_ns' + 'dur_ns' beyond int64 ({ts} + {dur})"
+        if problem is None:
+            continue
+        if on_bad_event == "raise":
+            raise TraceFormatError(path, f"{what} #{src_index[r]}",
+                                   f"{problem}; pass --skip-bad-events to skip such records")
+        reason = problem[: problem.index(" (")]
+        rejected[reason] = rejected.get(reason, 0) + 1
+        bad.append(r)
+    if bad:
+        drop = set(bad)
+        for k, v in cols.items():
+            if isinstance(v, list) and len(v) == n_rows:
+                cols[k] = [x for i, x in enumerate(v) if i not in drop]
+        src_index[:] = [x for i, x in enumerate(src_index) if i not in drop]
+
+
+def _all_fit(cols: dict[str, list[Any]], names: list[str], types: dict[str, pa.DataType]) -> bool:
+    """Fast path (in C): every checked column converts to its type, and ts + dur does not overflow."""
+    try:
+        arrays = {n: pa.array(cols[n], type=types[n]) for n in names}
+        if "ts_ns" in arrays and "dur_ns" in arrays:
+            pc.add_checked(arrays["ts_ns"], arrays["dur_ns"])
+    except (pa.ArrowInvalid, OverflowError, TypeError):
+        return False
+    return True
+
+
+def to_table(rows: list[dict[str, Any]], schema: pa.Schema, rejected: dict[str, int], what: str) -> pa.Table:
+    """``pa.Table.from_pylist(rows, schema)``, leaving out rows whose integers do not fit (counted
+    in ``rejected`` as ``"<what>: '<column>' beyond int64"``)."""
+    names = [f.name for f in schema if f.type in _BOUNDS]
+    bounds = [_BOUNDS[schema.field(n).type] for n in names]
+    kept = []
+    for row in rows:
+        problem = _problem(row, names, bounds)
+        if problem is None:
+            kept.append(row)
+        else:
+            reason = f"{what}: {problem[: problem.index(' (')]}"
+            rejected[reason] = rejected.get(reason, 0) + 1
+    return pa.Table.from_pylist(kept, schema=schema)
+
+
+def record_fits(
+    path: str | Path, where: str, on_bad_event: str, rejected: dict[str, int],
+    *rows: tuple[dict[str, Any], pa.Schema],
+) -> bool:
+    """Whether the rows one source record produced fit their schemas' integer columns.
+
+    Args:
+        path: The trace file, for messages.
+        where: The record, e.g. ``"entry #7 ('nccl:all_reduce')"``.
+        on_bad_event: ``"raise"``, or ``"skip"``: count the reason in ``rejected`` and return False.
+        rejected: Counts by reason, updated.
+        rows: (row dict, its table's schema) pairs; ``ts_ns + dur_ns`` is checked too.
+
+    Raises:
+        TraceFormatError: With ``on_bad_event="raise"``, naming ``where``, the column and the value.
+    """
+    for row, schema in rows:
+        names = [f.name for f in schema if f.type in _BOUNDS and f.name in row]
+        problem = _problem(row, names, [_BOUNDS[schema.field(n).type] for n in names])
+        ts, dur = row.get("ts_ns"), row.get("dur_ns")
+        if problem is None and isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
+            problem = f"'ts_ns' + 'dur_ns' beyond int64 ({ts} + {dur})"
+        if problem is not None:
+            if on_bad_event == "raise":
+                raise TraceFormatError(path, where, f"{problem}; pass --skip-bad-events to skip such records")
+            reason = problem[: problem.index(" (")]
+            rejected[reason] = rejected.get(reason, 0) + 1
+            return False
+    return True
+
+
+def polars_out_of_range(int32: tuple[str, ...] = (), seconds: tuple[str, ...] = (),
+                        below: dict[str, int] | None = None) -> pl.Expr:
+    """A polars predicate, true for rows whose values would not fit the store (for table sources).
+
+    Args:
+        int32: Integer columns stored as INTEGER.
+        seconds: Time columns in seconds, stored as int64 ns (their sums too): bounded by 2**62 ns.
+        below: Column -> exclusive bound of its absolute value (e.g. a sequence id that is packed
+            with a stride into an int64).
+    """
+    limit_s = float(2**62) / 1e9
+    out = pl.lit(False)
+    for c in int32:
+        out = out | ~pl.col(c).is_between(INT32[0], INT32[1]).fill_null(True)
+    for c in seconds:
+        out = out | (pl.col(c).cast(pl.Float64).abs() > limit_s).fill_null(False)
+    for c, bound in (below or {}).items():
+        out = out | (pl.col(c).abs() >= bound).fill_null(False)
+    return out

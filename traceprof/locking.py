@@ -1,0 +1,110 @@
+"""A cross-process lock on a store file, taken before the store is opened or created.
+
+DuckDB locks its file only once it is open; creating the file, checking it and deleting a store
+that a failed first ingest left empty all happen before or after that. A sidecar ``<store>.lock``,
+locked with ``flock`` (shared for readers, exclusive for writers), covers those moments too, so two
+processes never both believe they created the same store. The lock file is left in place (deleting
+it would let a third process lock a new inode while another holds the old one); the kernel drops a
+lock when its holder dies, ``kill -9`` included.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from traceprof.errors import StoreError
+
+__all__ = ["StoreLock", "lock_path", "close_inherited"]
+
+#: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
+#: file in one process shares the lock (DuckDB arbitrates within a process).
+_HELD: dict[str, list[int]] = {}
+
+
+def lock_path(db: Path) -> Path:
+    """The sidecar lock file of store ``db`` (``traceprof.duckdb`` -> ``traceprof.duckdb.lock``)."""
+    real = db.resolve()
+    return real.with_name(real.name + ".lock")
+
+
+class StoreLock:
+    """An acquired lock on one store; :meth:`release` it (or let the process end).
+
+    Args:
+        db: The store file (it need not exist).
+        exclusive: Exclusive (writer) rather than shared (reader) lock.
+        timeout_s: How long to wait for another process to release the lock, in seconds.
+
+    Raises:
+        StoreError: Another process holds the lock for longer than ``timeout_s``, or the lock file
+            cannot be created (only for writers: a reader of a read-only folder goes unlocked).
+    """
+
+    def __init__(self, db: Path, *, exclusive: bool, timeout_s: float = 120.0) -> None:
+        self.key = str(lock_path(db))
+        self.active = False
+        held = _HELD.get(self.key)
+        if held is not None:
+            if exclusive and not held[1]:
+                _flock(held[0], True, timeout_s, db)
+                held[1] = 1
+            held[2] += 1
+            self.active = True
+            return
+        try:
+            fd = os.open(self.key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if not exclusive:
+                return  # a read-only folder: nobody can write the store there either
+            raise StoreError(f"{db}: cannot create the lock file {self.key}: {e.strerror or e}") from None
+        try:
+            _flock(fd, exclusive, timeout_s, db)
+        except BaseException:
+            os.close(fd)
+            raise
+        _HELD[self.key] = [fd, int(exclusive), 1]
+        self.active = True
+
+    def release(self) -> None:
+        """Release this holder's share of the lock (the lock itself when it was the last)."""
+        if not self.active:
+            return
+        self.active = False
+        held = _HELD[self.key]
+        held[2] -= 1
+        if held[2] == 0:
+            del _HELD[self.key]
+            os.close(held[0])
+
+
+def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path) -> None:
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{db}: in use by another traceprof process for over {timeout_s:.0f} s; "
+                    "try again when it has finished"
+                ) from None
+            time.sleep(0.05)
+
+
+def close_inherited() -> None:
+    """Close the lock files a forked child inherited (call first thing in a worker process).
+
+    The parent keeps its locks; the child's copies would otherwise keep the store locked for as
+    long as the child lives, even after the parent died.
+    """
+    for fd, _, _ in _HELD.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()

@@ -1,0 +1,90 @@
+"""User SQL as a stream of printable rows: every DuckDB type, a row cap, bounded memory.
+
+Rows are fetched in Arrow batches, never all at once. Numbers and booleans stay numbers; every
+other value (INTERVAL, UNION, infinite TIMESTAMP, BLOB, HUGEINT, nested types, ...) is turned into
+DuckDB's own text for it (``CAST(x AS VARCHAR)``), so any result prints and JSON can hold it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from traceprof.errors import StoreError
+from traceprof.store import Store
+
+__all__ = ["stream", "SqlStream"]
+
+_KEEP = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+                   "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE"})
+
+
+@dataclass
+class SqlStream:
+    """A query's result, to iterate once.
+
+    Attributes:
+        columns: Column names (duplicates allowed).
+        numeric: Per column, whether its values are numbers (else strings or None).
+        rows: Iterator over row tuples, at most ``max_rows``.
+        capped: Set once ``rows`` is exhausted: there were more than ``max_rows`` rows.
+    """
+
+    columns: list[str]
+    numeric: list[bool]
+    rows: Iterator[tuple[Any, ...]] = field(default_factory=lambda: iter(()))
+    capped: bool = False
+
+
+def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_000) -> SqlStream:
+    """Run ``query`` and stream its rows (see the module doc).
+
+    Args:
+        store: An open store (read-only for user SQL).
+        query: One SQL statement.
+        max_rows: Stop after this many rows (``capped`` then tells whether more were left); None: all.
+        batch_rows: Rows fetched per batch.
+
+    Raises:
+        StoreError: The query fails (DuckDB's first line). Errors while fetching are raised the same
+            way from the iterator.
+        KeyboardInterrupt: DuckDB was interrupted by Ctrl-C.
+    """
+    try:
+        rel = store.con.sql(query)
+        if rel is None:  # a statement without a result
+            return SqlStream([], [])
+        columns, types = list(rel.columns), [str(t) for t in rel.types]
+        names = [f"c{i}" for i in range(len(columns))]
+        sel = ", ".join(n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True))
+        limit = "" if max_rows is None else f" LIMIT {int(max_rows) + 1}"
+        reader = rel.query("_q", f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}").to_arrow_reader(batch_rows)
+    except duckdb.Error as e:
+        raise _error(e) from None
+    out = SqlStream(columns, [t in _KEEP for t in types])
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        n = 0
+        try:
+            for batch in reader:
+                for row in zip(*(col.to_pylist() for col in batch.columns), strict=True):
+                    if max_rows is not None and n >= max_rows:
+                        out.capped = True
+                        return
+                    n += 1
+                    yield row
+        except duckdb.Error as e:
+            raise _error(e) from None
+
+    out.rows = rows()
+    return out
+
+
+def _error(e: duckdb.Error) -> BaseException:
+    if isinstance(e, duckdb.InterruptException):
+        return KeyboardInterrupt()
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return StoreError(f"SQL error: {first}")

@@ -1,0 +1,41 @@
+"""Safe output of strings that come from traces (names, paths, args) or from user SQL.
+
+A trace is untrusted input: its names may hold terminal escape sequences (clear the screen, set
+the window title), rich markup (``[link=...]``, ``[/x]``), newlines that forge table rows, or
+spreadsheet formulas. :func:`escape` makes a string inert for a terminal; :func:`text` wraps it in
+a rich ``Text`` (never parsed as markup); :func:`csv_cell` neutralizes a CSV cell.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+__all__ = ["escape", "text", "csv_cell", "FORMULA_PREFIXES"]
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: Invisible characters that reorder or break lines (bidi overrides and isolates, line separators).
+_INVISIBLE = (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+_TABLE = {
+    **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    **{c: f"\\u{c:04x}" for c in _INVISIBLE},
+}
+#: A CSV cell starting with one of these is read as a formula by spreadsheets.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def escape(s: str) -> str:
+    r"""``s`` with control characters written out: ESC as ``\x1b``, newline as ``\n``, bidi
+    overrides as ``\u202e``; everything else (markup brackets too) unchanged."""
+    return s.translate(_TABLE)
+
+
+def text(s: object, style: str = "") -> Text:
+    """A rich Text of ``str(s)``, escaped; rich prints it literally (no markup, no emoji codes)."""
+    return Text(escape(str(s)), style=style)
+
+
+def csv_cell(s: str) -> str:
+    """A CSV string cell that spreadsheets show as text and terminals print inertly: control
+    characters escaped as in :func:`escape`, and a leading ``= + - @`` (or tab, CR) gets a ``'`` in
+    front (OWASP's advice)."""
+    return "'" + escape(s) if s.startswith(FORMULA_PREFIXES) else escape(s)

@@ -46,6 +46,7 @@ import yaml
 
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
+from traceprof.limits import polars_out_of_range
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
@@ -138,15 +139,18 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     # not finite also catches null (is_finite keeps null; fill_null(False) turns it into bad)
     bad = df.filter(~pl.col("start_ts").is_finite().fill_null(False) | ~pl.col("duration").is_finite().fill_null(False)
                     | (pl.col("duration") < 0) | pl.col("rank").is_null() | pl.col("step").is_null()
-                    | pl.col("optype").is_null())
+                    | pl.col("optype").is_null()
+                    | polars_out_of_range(int32=("rank", "step", "stage", "dp_rank"), seconds=("start_ts", "duration"),
+                                          below={"seq_id": _SEQ_STRIDE}))
     rejected: dict[str, int] = {}
     if bad.height:
         if on_bad_event == "raise":
             row = bad.row(0, named=True)
             raise TraceFormatError(p, f"row #{row['_row']} (optype={row['optype']!r})",
-                                   "null, NaN, infinite or negative time (or null rank/step/optype); pass "
+                                   "null, NaN, infinite or negative time (or null rank/step/optype, or a "
+                                   "number beyond its column type: rank/step int32, time over 2**62 ns); pass "
                                    "--skip-bad-events to skip such rows")
-        rejected["null, NaN or negative time"] = bad.height
+        rejected["null, NaN, negative or out-of-range value"] = bad.height
         df = df.join(bad.select("_row"), on="_row", how="anti")
         if df.is_empty():
             raise TraceFormatError(p, "", f"no valid rows: all {bad.height} rows have a bad time")

@@ -25,6 +25,7 @@ Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distribu
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -377,13 +378,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     )
 
 
-#: Byte fragments of the args that mark communication (a cheap test before decoding the args).
-_COMM_HINTS = (b"Collective name", b"Process Group", b"Comms Id", b"collective_name", b"process_group", b"pg_name")
+#: Fragments of the args that mark communication (a cheap test before decoding the args).
+_COMM_HINT = re.compile("Collective name|Process Group|Comms Id|collective_name|process_group|pg_name")
 
 
 def _comm_args(text: str) -> dict[str, Any] | None:
-    raw = text.encode()
-    return _args_dict(raw) if any(h in raw for h in _COMM_HINTS) else None
+    return _args_dict(text) if _COMM_HINT.search(text) else None
 
 
 def _classes(cols: dict[str, list[Any]], classifier: Classifier) -> list[str | None]:

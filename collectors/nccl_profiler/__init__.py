@@ -1,0 +1,20 @@
+"""NCCL profiler plugin (ext-profiler example) dumps: ``parse`` and the clock ``align`` hook."""
+
+from pathlib import Path
+
+from collectors.nccl_profiler.align import settle
+from collectors.nccl_profiler.parse import looks_like_plugin_dump, parse
+from traceprof import sources
+
+__all__ = ["parse"]
+
+
+def _claims(path: Path, head: bytes) -> bool:
+    """``*.json`` / ``*.txt`` files holding an event array with NCCL plugin categories."""
+    return path.suffix in (".json", ".txt") and looks_like_plugin_dump(head)
+
+
+sources.register(sources.Collector(
+    "nccl_profiler", "NCCL profiler-plugin (example) JSON dumps (*.json, *.txt)", _claims,
+    lambda p, bad: [parse(p, on_bad_event=bad)], order=20, settle=settle,
+))

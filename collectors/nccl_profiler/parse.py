@@ -1,0 +1,296 @@
+"""Parse the JSON dump of NCCL's example profiler plugin (``ext-profiler/example``, NCCL 2.23+).
+
+The plugin (``NCCL_PROFILER_PLUGIN=libnccl-profiler-example.so``, ``NCCL_PROFILE_DUMP_FILE=prefix``)
+writes a Chrome-trace array, one event per line: begin (``ph`` ``b``) and end (``ph`` ``e``) records
+with ``cat`` ``GROUP``, ``COLL`` (args ``SeqNum``, ``CommHash``, ``Rank``, ``Count``, ``Datatype``,
+``Algorithm``, ``Protocol``, ``nMaxChannels``), ``P2P`` (``CommHash``, ``Rank``, ``Peer``, ``Count``,
+``Datatype``), ``PROXY`` (proxy ops and proxy-progress states), ``NET`` (proxy steps) and ``GPU``
+(``KernelCh``), closed by an empty object: ``{}]``. ``ts`` is microseconds on the plugin's own
+steady clock (from the plugin's start in that process), so it is not comparable across processes
+until aligned (``collectors.nccl_profiler.align``).
+
+Algorithm:
+  1. Decode the array strictly. When that fails, read it line by line (the plugin writes one event
+     per line) and repair what is unambiguous, counting each kind in a warning: a trailing comma
+     before ``]``, bare enum tokens as values (``"Datatype": ncclFloat32`` -> a string), ``nan`` /
+     ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut short (the
+     process died while writing). Anything else is a TraceFormatError naming line:column.
+  2. Pair each ``e`` with the latest open ``b`` of the same (cat, name, id, pid, tid); times to
+     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``.
+  3. COLL and P2P pairs are ``collective`` events and ``collectives`` rows (source
+     ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
+     op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
+     ``Count``, enter = begin, end = end. (CommHash, SeqNum) identifies an instance across ranks.
+     GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
+  4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
+     communicator; with several communicators, the one with the most collectives, with a warning).
+
+Source fields read: ``name, cat, ph, id, pid, tid, ts, args`` and in args ``SeqNum, CommHash, Rank,
+Count, Datatype, Peer``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from collectors._arrow import row_schema
+from traceprof.errors import TraceFormatError
+from traceprof.ops import dtype_bytes, normalize_op
+from traceprof.parsed import ParsedTrace
+from traceprof.timeconv import us_text_to_ns
+
+__all__ = ["parse", "looks_like_plugin_dump"]
+
+_CAT = re.compile(rb'"cat"\s*:\s*"(GROUP|COLL|P2P|PROXY|NET|GPU)"')
+_BARE = re.compile(r'(:\s*)(-?(?:nan|inf)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])')
+_KEYWORDS = frozenset({"true", "false", "null"})
+_BYTE = re.compile(r"byte (\d+)")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+class _Event(msgspec.Struct):
+    name: str = ""
+    cat: str = ""
+    ph: str = ""
+    id: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = msgspec.Raw(b"")
+    args: dict[str, Any] | None = None
+
+
+def looks_like_plugin_dump(head: bytes) -> bool:
+    """True when the first bytes are a JSON array of events with an NCCL plugin ``cat``."""
+    body = head.lstrip()
+    return body.startswith(b"[") and _CAT.search(body) is not None
+
+
+def _repair_line(line: str, counts: Counter[str]) -> str:
+    def fix(m: re.Match[str]) -> str:
+        tok = m.group(2)
+        if tok in _KEYWORDS:
+            return m.group(0)
+        if tok.lstrip("-") in ("nan", "inf"):
+            counts["nan/inf printed as a number -> null"] += 1
+            return f"{m.group(1)}null{m.group(3)}"
+        counts["bare enum token quoted"] += 1
+        return f'{m.group(1)}"{tok}"{m.group(3)}'
+
+    prev = None
+    while prev != line:  # overlapping matches (",x,y}") need a second pass
+        prev, line = line, _BARE.sub(fix, line)
+    return line
+
+
+def _decode_lines(path: Path, text: str) -> tuple[list[_Event], Counter[str]]:
+    """Line-by-line decoding with repairs (module doc, step 1)."""
+    counts: Counter[str] = Counter()
+    events: list[_Event] = []
+    lines = text.split("\n")
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    closed = False
+    for i, raw in enumerate(lines):
+        s = raw.strip()
+        if not s:
+            continue
+        if i == 0 or (s.startswith("[") and not events):
+            s = s[1:].strip()
+            if not s:
+                continue
+        if s in ("]", "{}]", "{}],", "{}", "{},"):
+            closed = closed or "]" in s
+            if s.startswith("{}"):
+                events.append(_Event())  # the plugin's closing empty object
+            continue
+        if s.endswith("]") and closed is False and i == last:
+            s, closed = s[:-1].rstrip(), True
+        body = s[:-1] if s.endswith(",") else s
+        try:
+            events.append(msgspec.json.decode(body, type=_Event))
+            continue
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+        fixed = _repair_line(body, counts)
+        try:
+            events.append(msgspec.json.decode(fixed, type=_Event))
+            continue
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            if i == last and not closed:
+                counts["last event cut short (file truncated) dropped"] += 1
+                closed = True
+                continue
+            m = _BYTE.search(str(e))
+            col = (int(m.group(1)) if m else 0) + 1 + (len(raw) - len(raw.lstrip()))
+            raise TraceFormatError(path, f"line {i + 1}:{col}", f"not an event the plugin writes ({e}); "
+                                   "fix or remove the line") from None
+    if not closed:
+        counts["missing closing ']' added"] += 1
+    if text.rstrip().rstrip("]").rstrip().endswith(","):
+        counts["trailing comma before ']' dropped"] += 1
+    return events, counts
+
+
+def _decode(path: Path, data: bytes) -> tuple[list[_Event], Counter[str]]:
+    try:
+        return msgspec.json.decode(data, type=list[_Event]), Counter()
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _decode_lines(path, data.decode("utf-8", "replace"))
+
+
+def _dtype(v: Any) -> str | None:
+    """``ncclFloat32`` -> ``float32``, ``ncclBfloat16`` -> ``bfloat16``; other values as text."""
+    if v is None:
+        return None
+    s = str(v)
+    return s[4:].lower() if s.startswith("nccl") else s
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    try:
+        return int(str(v))
+    except ValueError:
+        return None
+
+
+def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+    """Parse one NCCL example-profiler dump.
+
+    Args:
+        path: The plugin's JSON file.
+        on_bad_event: ``"raise"`` stops at an event without a numeric ``ts``; ``"skip"`` counts it.
+
+    Returns:
+        A :class:`ParsedTrace` (source ``nccl_profiler``) with events and collectives; times are the
+        plugin's clock in ns (``traces.meta.clock`` = ``plugin``) until ingest aligns them.
+
+    Raises:
+        TraceFormatError: Unreadable; JSON that cannot be repaired (naming line:column); a bad
+            ``ts`` (with ``raise``); no COLL / P2P event, or no rank.
+    """
+    p = Path(path).resolve()
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
+    evs, repairs = _decode(p, raw)
+    rejected: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    open_: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+    spans: list[tuple[int, int, int | None]] = []  # (event index, start ns, end ns)
+    times: list[int] = []
+    for i, ev in enumerate(evs):
+        if not ev.ph and not ev.name and not ev.cat:
+            skipped["empty object"] += 1
+            times.append(0)
+            continue
+        try:
+            ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
+        except ValueError:
+            ts = None
+        if ts is None:
+            if on_bad_event == "raise":
+                raise TraceFormatError(p, f"event #{i} ({ev.cat} {ev.name!r})", "missing or non-numeric 'ts'; "
+                                       "pass --skip-bad-events to skip such events")
+            rejected["missing or non-numeric 'ts'"] += 1
+            times.append(0)
+            continue
+        times.append(ts)
+        key = (ev.cat, ev.name, str(ev.id), str(ev.pid), str(ev.tid))
+        if ev.ph == "b":
+            open_.setdefault(key, []).append((i, ts))
+        elif ev.ph == "e":
+            stack = open_.get(key)
+            if stack:
+                j, start = stack.pop()
+                spans.append((j, start, ts))
+            else:
+                rejected["end without a begin"] += 1
+        else:
+            spans.append((i, ts, ts))
+    flagged = Counter({"unmatched_begin": sum(len(v) for v in open_.values())}) if any(open_.values()) else Counter()
+    spans += [(j, s, None) for stack in open_.values() for j, s in stack]
+    spans.sort(key=lambda x: (x[1], x[0]))
+    events, colls = _rows(evs, spans)
+    if not colls:
+        raise TraceFormatError(p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives")
+    rank, warnings = _rank(p, evs)
+    if repairs:
+        warnings.append(f"{p.name}: repaired non-strict JSON: "
+                        + ", ".join(f"{n} x {what}" for what, n in sorted(repairs.items())))
+    return ParsedTrace(
+        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="nccl_profiler",
+        format="nccl-profiler-example", rank=rank, world_size=None,
+        trace={"pid": events[0]["pid"] if events else None,
+               "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode()},
+        events=pa.Table.from_pylist(events, schema=pa.schema([row_schema("events").field(c) for c in _EVENT_COLS])),
+        collectives=pa.Table.from_pylist(colls, schema=row_schema("collectives")),
+        events_read=len(evs), rejected=dict(rejected), skipped=dict(skipped), flagged=dict(flagged),
+        warnings=warnings,
+    )
+
+
+_EVENT_COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id", "args", "flag")
+
+
+def _rows(evs: list[_Event], spans: list[tuple[int, int, int | None]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+    colls: list[dict[str, Any]] = []
+    for j, start, end in spans:
+        ev = evs[j]
+        a = ev.args or {}
+        coll = ev.cat in ("COLL", "P2P")
+        events.append({
+            "kind": "collective" if coll else "other", "cat": f"nccl:{ev.cat}", "name": ev.name, "ts_ns": start,
+            "dur_ns": 0 if end is None else max(end - start, 0), "pid": str(ev.pid), "tid": str(ev.tid),
+            "correlation": None, "external_id": _int(a.get("SeqNum")) if coll else None,
+            "args": msgspec.json.encode(a).decode(), "flag": "unmatched_begin" if end is None else None,
+        })
+        if not coll:
+            continue
+        p2p = ev.cat == "P2P"
+        dtype = _dtype(a.get("Datatype"))
+        n = _int(a.get("Count"))
+        size = dtype_bytes(dtype)
+        comm = a.get("CommHash")
+        colls.append({
+            "source": "nccl_profiler", "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
+            "seq": None if p2p else _int(a.get("SeqNum")), "op": normalize_op(ev.name) if ev.name else "unknown",
+            "dtype": dtype, "nelems_in": n, "bytes_in": n * size if n is not None and size else None,
+            "enter_ns": start, "start_ns": start, "end_ns": end, "tid": str(ev.tid),
+        })
+    seen: Counter[tuple[Any, str]] = Counter()
+    for r in colls:
+        r["ordinal"] = seen[(r["pg"], r["op"])]
+        seen[(r["pg"], r["op"])] += 1
+    return events, colls
+
+
+def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), []
+    per_comm: dict[Any, Counter[int]] = {}
+    for ev in evs:
+        a = ev.args or {}
+        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and (r := _int(a.get("Rank"))) is not None:
+            per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
+    if not per_comm:
+        return None, []
+    ranks = {r for c in per_comm.values() for r in c}
+    if len(ranks) == 1:
+        return ranks.pop(), []
+    comm, counts = max(per_comm.items(), key=lambda kv: sum(kv[1].values()))
+    rank = counts.most_common(1)[0][0]
+    return rank, [f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
+                  f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise"]

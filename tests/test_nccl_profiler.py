@@ -1,0 +1,152 @@
+"""NCCL profiler-plugin (example) dumps: a fixture written here in the plugin's published format from
+the Kineto traces of a 2-rank run (shared case clock_offset_3ms), with the plugin's own clock."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collectors.nccl_profiler import parse
+from tests.conftest import analyze
+from traceprof import sources
+from traceprof.errors import AnalysisError, TraceFormatError
+from traceprof.ingest import ingest
+from traceprof.store import Store
+
+CASE = Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "clock_offset_3ms"
+COMM = 6732458103728113409
+#: The plugin's clock origin on each rank (epoch ns when the plugin started in that process): any value.
+ORIGIN = {0: 1767225600000000000 + 2_500_000_017, 1: 1767225600000000000 + 1_250_000_000}
+
+
+def _kineto_colls(rank: int) -> list[tuple[int, int, int]]:
+    """(launch ns, kernel end ns, elements) of rank's NCCL kernels, from the Kineto JSON itself."""
+    doc = json.loads((CASE / f"rank{rank}.json").read_text())
+    base = doc["baseTimeNanoseconds"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"}
+    out = [(base + round(launch[e["args"]["correlation"]] * 1000), base + round((e["ts"] + e["dur"]) * 1000),
+            e["args"]["In msg nelems"])
+           for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]]
+    return sorted(out)
+
+
+def _us(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def _plugin_dump(rank: int) -> str:
+    """The example plugin's output for rank: one group with one AllReduce (and a proxy op) per
+    collective, begin = the launch call, end = the kernel end, on the plugin clock; Datatype as a
+    bare token (a real plugin bug), closed by the plugin's ``{}]``."""
+    pid = 4000 + rank
+    lines = ["["]
+    for seq, (start, end, n) in enumerate(_kineto_colls(rank)):
+        s, e = _us(start - ORIGIN[rank]), _us(end - ORIGIN[rank])
+        head = f'"id": {seq}, "pid": {pid}, "tid": 1'
+        lines += [
+            f'{{"name": "Group", "cat": "GROUP", "ph": "b", {head}, "ts": {s}, "args": {{"groupId": {seq}}}}},',
+            f'{{"name": "AllReduce", "cat": "COLL", "ph": "b", {head}, "ts": {s}, "args": {{"SeqNum": {seq}, '
+            f'"CommHash": {COMM}, "Rank": {rank}, "Count": {n}, "Datatype": ncclBfloat16, "Algorithm": "RING", '
+            f'"Protocol": "LL", "nMaxChannels": 2}}}},',
+            f'{{"name": "Send", "cat": "PROXY", "ph": "b", {head}, "ts": {s}, "args": {{"Channel": 0, "Peer": '
+            f'{1 - rank}, "Steps": 4, "ChunkSize": 131072, "transSize": 1048576}}}},',
+            f'{{"name": "Send", "cat": "PROXY", "ph": "e", {head}, "ts": {e}}},',
+            f'{{"name": "AllReduce", "cat": "COLL", "ph": "e", {head}, "ts": {e}}},',
+            f'{{"name": "Group", "cat": "GROUP", "ph": "e", {head}, "ts": {e}}},',
+        ]
+    lines.append("{}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    if not CASE.is_dir():
+        pytest.skip("shared cases not available")
+    out = tmp_path / "job"
+    out.mkdir()
+    for r in (0, 1):
+        shutil.copy(CASE / f"rank{r}.json", out / f"rank{r}.json")
+        (out / f"nccl_profile_{COMM}_{r}.json").write_text(_plugin_dump(r))
+    return out
+
+
+def test_parse_repairs_and_rows(run_dir):
+    f = run_dir / f"nccl_profile_{COMM}_1.json"
+    assert sources.claim(f).name == "nccl_profiler"
+    assert sources.claim(run_dir / "rank1.json").name == "kineto"
+    pt = parse(f)
+    assert pt.rank == 1 and pt.source == "nccl_profiler"
+    assert pt.warnings == [f"{f.name}: repaired non-strict JSON: 2 x bare enum token quoted"]
+    rows = pt.collectives.to_pylist()
+    want = _kineto_colls(1)
+    assert [(r["pg"], r["seq"], r["op"], r["dtype"], r["nelems_in"], r["bytes_in"]) for r in rows] == [
+        (str(COMM), 0, "all_reduce", "bfloat16", 524288, 2 * 524288), (str(COMM), 1, "all_reduce", "bfloat16", 524288,
+                                                                      2 * 524288)]
+    # Plugin clock, exact to the ns: enter = launch - origin.
+    assert [(r["enter_ns"], r["end_ns"]) for r in rows] == [(s - ORIGIN[1], e - ORIGIN[1]) for s, e, _ in want]
+    kinds = sorted(pt.events.column("kind").to_pylist())
+    assert kinds == ["collective"] * 2 + ["other"] * 4 and pt.skipped == {"empty object": 1}
+
+
+def test_ingest_aligns_and_matches_with_kineto(store, run_dir):
+    res = ingest(store, [run_dir], jobs=1)
+    assert any("repaired non-strict JSON" in w for w in res.warnings)
+    meta = store.sql("""SELECT rank, json_extract_string(meta, '$.clock') AS clock,
+                               json_extract(meta, '$.plugin_clock_offset_ns')::BIGINT AS off, clock_offset_ns
+                        FROM traces WHERE source = 'nccl_profiler' ORDER BY rank""").rows()
+    # The plugin clock is put on the rank's Kineto clock (offset = the plugin's origin), then the run's
+    # clock alignment moves rank 1 (3 ms ahead) by -3 ms, Kineto and plugin traces alike.
+    assert meta == [(0, "aligned_to:nccl_kernel", ORIGIN[0], 0), (1, "aligned_to:nccl_kernel", ORIGIN[1], -3_000_000)]
+    assert store.sql("SELECT DISTINCT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, -3_000_000)]
+    for r in (0, 1):
+        got = store.sql(f"""SELECT enter_ns - t.clock_offset_ns AS e, end_ns - t.clock_offset_ns AS x FROM collectives c
+                            JOIN traces t USING (trace_id) WHERE c.source = 'nccl_profiler' AND c.rank = {r}
+                            ORDER BY e""").rows()
+        assert got == [(s, e) for s, e, _ in _kineto_colls(r)]
+    inst = store.sql("""SELECT pg, seq, match_method, n_ranks, ranks_missing FROM collective_instances
+                        WHERE source = 'nccl_profiler' ORDER BY seq""").rows()
+    assert inst == [(str(COMM), 0, "pg_seq", 2, []), (str(COMM), 1, "pg_seq", 2, [])]
+    s = analyze(store, "nccl_sum").frame.filter(name="all_reduce").row(0, named=True)
+    assert s["instances_total"] == 8 and "nccl_profiler" in s["sources"]  # 2 ranks x 2, Kineto and plugin
+
+
+def test_plugin_only_run(tmp_path, run_dir):
+    only = tmp_path / "plugin_only"
+    only.mkdir()
+    for f in run_dir.glob("nccl_profile_*"):
+        shutil.copy(f, only / f.name)
+    with Store(tmp_path / "p.duckdb") as store:
+        res = ingest(store, [only], jobs=1)
+        assert any("stay on the plugin's clock" in w for w in res.warnings)
+        # Ranks aligned to each other from the matched ends: rank 1's plugin origin differs from rank 0's,
+        # and its clock runs 3 ms ahead.
+        off = store.sql("SELECT clock_offset_ns FROM traces WHERE rank = 1")["clock_offset_ns"][0]
+        assert off == ORIGIN[1] - ORIGIN[0] - 3_000_000
+        for name in ("temporal", "overlap", "kernels", "idle", "launch", "kernel_sum"):
+            with pytest.raises(AnalysisError) as e:
+                analyze(store, name)
+            assert "\n" not in str(e.value), name
+        st = analyze(store, "stragglers")
+        assert st.frame.height == 2
+        assert analyze(store, "desync").verdict["status"][0] == "clean"
+
+
+def test_unrepairable_line_and_truncation(tmp_path, run_dir):
+    text = _plugin_dump(0).split("\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text("\n".join(text[:3] + ['{"name": "AllReduce", "cat": "COLL", "ph": "b", "ts": 12.5,, }'] + text[3:]))
+    with pytest.raises(TraceFormatError, match=r"line 4:\d+"):
+        parse(bad)
+    cut = tmp_path / "cut_rank0.json"
+    body = "\n".join(text[:-2])  # the process died while writing: no "{}]", last line cut short
+    cut.write_text(body[: len(body) - 10])
+    pt = parse(cut)
+    assert pt.warnings == [f"{cut.name}: repaired non-strict JSON: 2 x bare enum token quoted, 1 x last event cut "
+                           "short (file truncated) dropped"]
+    trailing = tmp_path / "comma_rank0.json"  # "...},\n]": a trailing comma before the closing bracket
+    trailing.write_text("\n".join(text[:-2]) + "\n]\n")
+    assert parse(trailing).warnings[0].endswith("1 x trailing comma before ']' dropped")
+    assert pt.flagged == {"unmatched_begin": 1}  # the second group's begin lost its end

@@ -264,9 +264,14 @@ def collect(
     nproc: Annotated[int, typer.Option("--nproc", "-n", help="Ranks on this machine.")] = 1,
     db: DbOpt = Path(DEFAULT_DB),
     then_ingest: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Ingest the traces afterwards.")] = True,
+    nsys: Annotated[bool, typer.Option("--nsys", help="Run each rank under nsys profile (cuda, nvtx, osrt; "
+                                       "rank%q{RANK} reports with SQLite exports) instead of torch.profiler.")] = False,
 ) -> None:
-    """Run a training script on N ranks (torchrun) that profiles itself with profile_ranks()."""
-    from collectors.kineto.launch import launch
+    """Run a training script on N ranks (torchrun) that profiles itself with profile_ranks(), or under nsys."""
+    if nsys:
+        from collectors.nsys.export import launch_nsys as launch
+    else:
+        from collectors.kineto.launch import launch
 
     code = launch(script, out, nproc=nproc)
     if code != 0:

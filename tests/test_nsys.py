@@ -221,3 +221,13 @@ def test_nsys_rep_without_nsys_says_how(tmp_path, monkeypatch):
     from traceprof.errors import TraceFormatError
     with pytest.raises(TraceFormatError, match="nsys export --type sqlite -o rank0.sqlite rank0.nsys-rep"):
         sqlite_for(rep)
+
+
+def test_collect_nsys_needs_nsys_and_names_outputs_per_rank(tmp_path, monkeypatch):
+    from collectors.nsys.export import launch_nsys, profile_command
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UsageError, match=r"^--nsys: nsys \(Nsight Systems CLI\) is not on PATH"):
+        launch_nsys(["train.py"], tmp_path / "out", nproc=2)
+    cmd = profile_command(["python", "train.py"], tmp_path)
+    assert cmd[:2] == ["nsys", "profile"] and "--trace=cuda,nvtx,osrt" in cmd and "--export=sqlite" in cmd
+    assert f"--output={tmp_path / 'rank%q{RANK}'}" in cmd and cmd[-2:] == ["python", "train.py"]

@@ -231,3 +231,38 @@ def test_collect_nsys_needs_nsys_and_names_outputs_per_rank(tmp_path, monkeypatc
     cmd = profile_command(["python", "train.py"], tmp_path)
     assert cmd[:2] == ["nsys", "profile"] and "--trace=cuda,nvtx,osrt" in cmd and "--export=sqlite" in cmd
     assert f"--output={tmp_path / 'rank%q{RANK}'}" in cmd and cmd[-2:] == ["python", "train.py"]
+
+
+def test_cuda_graph_kernels_link_to_their_graph_launch(store, tmp_path):
+    """Three graph kernels carry the correlation id of one cudaGraphLaunch (as CUPTI records them):
+    all are kept and linked, latency is measured once, from the launch to the first kernel."""
+    db = tmp_path / "graph_rank0.sqlite"
+    shutil.copy(corpus(SAXPY), db)
+    db.chmod(0o644)
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO StringIds VALUES (900010, 'cudaGraphLaunch_v10000')")
+    s0, e0, dev, ctx, stream, gpid, name_id = con.execute(
+        "SELECT start, end, deviceId, contextId, streamId, globalPid, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "ORDER BY start DESC LIMIT 1").fetchone()
+    gtid = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1").fetchone()[0]
+    t0 = e0 + 1_000_000  # launch 1 ms after the last kernel; kernels start 20 us later, 10 us each, back to back
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
+                "returnValue) VALUES (?, ?, 0, ?, 700001, 900010, 0)", (t0, t0 + 5_000, gtid))
+    for i in range(3):
+        start = t0 + 20_000 + 10_000 * i
+        con.execute("""INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId,
+                         globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY,
+                         blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId,
+                         graphNodeId) VALUES (?, ?, ?, ?, ?, 700001, ?, ?, ?, 32, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, ?, ?)""",
+                    (start, start + 10_000, dev, ctx, stream, gpid, name_id, name_id, 990 + i, 50 + i))
+    con.commit()
+    con.close()
+    ingest(store, [db], run="g")
+    rows = store.sql("""SELECT launch_name, launch_ts_ns, first_of_launch FROM kernels WHERE correlation = 700001
+                        ORDER BY ts_ns""").rows()
+    (epoch,) = _q(db, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
+    assert [(n, t) for n, t, _ in rows] == [("cudaGraphLaunch", epoch + t0)] * 3
+    assert [f for _, _, f in rows] == [True, False, False]
+    la = analyze(store, "launch", "g").frame.row(0, named=True)
+    assert (la["graph_launches"], la["graph_kernels"], la["launches"]) == (1, 3, 6)  # 5 saxpy launches + 1 graph
+    assert la["latency_max_ns"] >= 20_000

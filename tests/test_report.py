@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -10,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import corpus
-from traceprof.errors import UsageError
+from tests.conftest import REPO, SAMPLES, corpus
+from traceprof.errors import TraceprofError, UsageError
 from traceprof.ingest import ingest
-from traceprof.report import write_report
+from traceprof.report import SIZE_BUDGET_BYTES, write_report
 
 EVIL = '<script>alert("x")</script>&<img src=x onerror=alert(1)>'
 
@@ -57,24 +59,81 @@ def _chromium() -> str:
     return exe
 
 
-@pytest.mark.browser
-def test_report_renders_without_js_errors(store, tmp_path):
+#: Screenshots of the reports' first screen (1400 x 900) are kept here (gitignored) for people to look at.
+SHOTS = REPO / "build" / "report-screens"
+
+# Measures the page once the plots are drawn: where the findings list ends, and how many plot
+# containers bokeh filled. Written into the DOM so that --dump-dom shows it (test-side only).
+_PROBE = """<script>
+setTimeout(function () {
+  const f = document.querySelector(".findings");
+  const plots = document.querySelectorAll("div.plot");
+  let drawn = 0;
+  for (const p of plots) if (p.childElementCount > 0 || p.shadowRoot) drawn++;
+  const el = document.createElement("pre");
+  el.id = "probe";
+  el.textContent = JSON.stringify({findings_bottom: f ? f.getBoundingClientRect().bottom : -1,
+                                   plots: plots.length, drawn: drawn, failed: document.body.innerText.includes("plots need")});
+  document.body.appendChild(el);
+}, 3000);
+</script>"""
+
+_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+          "--disable-component-update", "--disable-sync", "--disable-quic", "--enable-logging=stderr", "--v=0",
+          "--virtual-time-budget=10000", "--window-size=1400,900"]
+
+
+def _browse(report: Path, tmp_path: Path, name: str) -> dict:
+    """Open ``report`` in headless Chromium: screenshot of the first screen kept in SHOTS, console
+    errors asserted absent; returns the probe's measurements."""
     exe = _chromium()
-    ingest(store, [corpus("hta/trace_filter")])
-    out = write_report(store, None, tmp_path / "r.html")
-    profile = tmp_path / "profile"
-    shot = tmp_path / "shot.png"
-    r = subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic",
-         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-         "--virtual-time-budget=5000", "--window-size=1400,2000", f"--screenshot={shot}", out.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / f"{name}.png"
+    r = subprocess.run([exe, *_FLAGS, f"--user-data-dir={tmp_path / 'profile1'}", f"--screenshot={shot}",
+                        report.as_uri()], capture_output=True, text=True, timeout=180)
     console = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
-    errors = [ln for ln in console if re.search(r"error|Uncaught", ln, re.I)]
+    errors = [ln for ln in console if re.search(r"error|Uncaught|warn", ln, re.I)]
     assert shot.exists() and shot.stat().st_size > 10_000, r.stderr[-2000:]
     assert not errors, "\n".join(errors)
+    probed = tmp_path / f"{name}.probe.html"
+    probed.write_text(report.read_text().replace("</body>", _PROBE + "</body>"))
+    d = subprocess.run([exe, *_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--dump-dom", probed.as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    m = re.search(r'<pre id="probe">(.*?)</pre>', d.stdout)
+    assert m, d.stderr[-2000:]
+    return json.loads(html.unescape(m.group(1)))
+
+
+def _ingest_case(store, case: str) -> str:
+    """Ingest one of the browser-test runs; returns the run name."""
+    if case == "sample_straggler":
+        ingest(store, [SAMPLES / "straggler_rank2"])
+        return "straggler_rank2"
+    if case == "gpu_corpus":
+        ingest(store, [corpus("hta/trace_filter")])
+        return "trace_filter"
+    if case == "flight_recorder":
+        ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
+        return "gloo_cpu_4rank"
+    if case == "nsys":
+        path = corpus("nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
+        try:
+            ingest(store, [path])
+        except TraceprofError as e:
+            pytest.skip(f"nsys export not readable yet: {e}")
+        return store.runs()["name"][0]
+    raise AssertionError(case)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("case", ["sample_straggler", "gpu_corpus", "flight_recorder", "nsys"])
+def test_report_in_a_browser(store, tmp_path, case):
+    run = _ingest_case(store, case)
+    out = write_report(store, run, tmp_path / f"{case}.html")
+    probe = _browse(out, tmp_path, case)
+    # The first screen (900 px) holds the findings list; every plot was drawn; no fallback text.
+    assert 0 < probe["findings_bottom"] < 900, probe
+    assert probe["drawn"] == probe["plots"] > 0 and not probe["failed"], probe
 
 
 def test_report_params_reach_the_analysis(store, tmp_path):
@@ -86,3 +145,52 @@ def test_report_params_reach_the_analysis(store, tmp_path):
         write_report(store, None, tmp_path / "r2.html", params={"nope": {"x": "1"}})
     with pytest.raises(UsageError, match="peak_tflops"):
         write_report(store, None, tmp_path / "r3.html", params={"mfu": {"peak_tflops": "-1"}})
+
+
+def test_findings_open_the_report_within_the_size_budget(store, tmp_path, caplog, capfd):
+    # straggler_rank2: rank 2 sleeps before its all-reduces (sample_traces/README.md).
+    ingest(store, [SAMPLES / "straggler_rank2"])
+    with caplog.at_level(logging.INFO):
+        text = write_report(store, "straggler_rank2", tmp_path / "r.html").read_text()
+    size = len(text.encode())
+    assert size < SIZE_BUDGET_BYTES, f"report is {size:,} bytes, budget {SIZE_BUDGET_BYTES:,} (was 4.1 MB with holoviews)"
+    body = text[text.index("<body>"):]
+    # Findings come first, ranked; the straggler finding names rank 2 with its evidence and cost.
+    order = [body.index(f'id="{s}"') for s in ("findings", "timeline", "temporal", "stragglers", "traces")]
+    assert order == sorted(order)
+    first = re.search(r'<ol class="findings"><li[^>]*>(.*?)</li>', body).group(1)
+    assert "rank 2 is a straggler" in first and "12/12 collectives" in first and "faster (what-if)" in first
+    # GPU-only sections collapse into one line saying what is missing and how to get it.
+    assert body.count('class="missing"') == 1 and 'class="err"' not in body
+    missing = re.search(r'<p class="missing".*?</p>', body).group(0)
+    assert all(n in missing for n in ("idle", "kernels", "launch", "torch.profiler"))
+    # Nothing from bokeh (validation warnings) reaches the terminal or the log; no WebGL.
+    assert not [r for r in caplog.records if r.name.startswith("bokeh") and r.levelno >= logging.WARNING]
+    assert "bokeh" not in capfd.readouterr().err.lower()
+    assert "webgl" not in text.lower()
+
+
+def test_flight_recorder_only_run_opens_with_findings_not_empty_boxes(store, tmp_path):
+    ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert 'class="err"' not in text and "not available:" not in text
+    missing = re.search(r'<p class="missing" id="missing">.*?</p>', text).group(0)
+    for name in ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "mfu"):
+        assert name in missing
+    assert 'id="stragglers"' in text and "no straggler" in text  # the verdict table
+
+
+def test_baseline_that_is_not_comparable_still_writes_the_report(store, tmp_path):
+    # A GPU run against a CPU run: the diff section says why, the rest of the report is there.
+    ingest(store, [corpus("hta/nccl_parser_config"), SAMPLES / "normal"])
+    text = write_report(store, "nccl_parser_config", tmp_path / "r.html", baseline="normal").read_text()
+    diff = re.search(r'<h2 id="diff">.*?</div>', text, re.S).group(0)
+    assert "not compared" in diff and "not comparable" in diff
+    assert 'id="temporal"' in text and "regression" in text
+
+
+def test_hta_mode_is_stated(store, tmp_path):
+    ingest(store, [corpus("hta/nccl_parser_config")])
+    text = write_report(store, None, tmp_path / "r.html", params={"temporal": {"hta": "true"}}).read_text()
+    assert "HTA-compatible mode" in text
+    assert "HTA-compatible mode" not in write_report(store, None, tmp_path / "r2.html").read_text()

@@ -1,100 +1,102 @@
-"""The self-contained HTML report: run facts, every analysis as notes, tables and plots.
+"""The self-contained HTML report: findings first, then a timeline of one step, then every analysis.
 
-One file that works offline: bokeh's JavaScript is inlined, no CDN. Every string that comes from a
-trace (kernel, op and file names) is HTML-escaped. Analyses know nothing of HTML: the report renders
-any :class:`traceprof.analysis.FrameResult` through ``title``, ``notes``, ``frames()`` and
-``charts()``.
+Layout: the run's facts; the ranked findings (``traceprof.findings``) and one verdict per topic;
+one line naming the analyses that do not apply to the run's sources and what they need; the
+timeline of the median step (``traceprof.timeline``); a section per analysis (notes, plots, the
+tables behind them); the diff against a baseline when asked (or why the runs cannot be compared);
+the ranks and trace files.
+
+One file that works offline (``traceprof.plots.embed``: bokeh's JavaScript inlined, compressed;
+budget: under 1 MB for the sample runs, checked by the tests). Every string that comes from a
+trace (kernel, op and file names) is HTML-escaped. Analyses know nothing of HTML: the report
+renders any :class:`traceprof.analysis.FrameResult` through ``title``, ``notes``, ``frames()``
+and ``charts()``.
 """
 
 from __future__ import annotations
 
 import html
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from traceprof import analysis as registry
+from traceprof import findings as fnd
 from traceprof.analysis import Chart, FrameResult
-from traceprof.errors import AnalysisError, TraceprofError, UsageError
+from traceprof.errors import AnalysisError, TraceprofError
 from traceprof.fileio import write_output
+from traceprof.names import shorten
 from traceprof.store import Store
 
-__all__ = ["write_report", "render_html", "REPORT_ANALYSES"]
+__all__ = ["write_report", "render_html", "REPORT_ANALYSES", "SIZE_BUDGET_BYTES"]
 
-#: Analyses shown in the report, in this order (those not registered are skipped).
-REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "mfu")
+REPORT_ANALYSES = fnd.REPORT_ANALYSES
+#: The report of a sample run stays below this (tests/test_report.py checks it).
+SIZE_BUDGET_BYTES = 1_000_000
 
 _MAX_ROWS = 200
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1a1a1a;max-width:1400px}
-h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:20px 24px;color:#1a1a1a;max-width:1400px}
+h1{font-size:1.5em;margin:0 0 4px}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.6em}
+.facts{color:#555;margin:0 0 10px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap;max-width:520px;overflow:hidden;text-overflow:ellipsis}
 th{background:#f4f4f4}td.s{text-align:left}
 .note{background:#f7f9fc;border-left:3px solid #4a7bd0;padding:6px 10px;margin:6px 0}
 .err{background:#fff4f4;border-left:3px solid #c33;padding:6px 10px}
+.hta{background:#fff8e1;border-left:3px solid #e0a800;padding:6px 10px;margin:6px 0}
 details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}
+ol.findings{padding-left:1.6em;margin:6px 0}ol.findings li{margin:4px 0;line-height:1.35}
+.cost{display:inline-block;min-width:4.2em;font-weight:600;color:#a50f15}.cost.none{color:#777}
+li.ok .cost{color:#2b7a2b}
+table.verdicts td{white-space:normal;text-align:left;max-width:1100px}
+.st-problem{color:#a50f15;font-weight:600}.st-ok{color:#2b7a2b;font-weight:600}.st-na{color:#777}
+.missing{color:#444;background:#f6f6f6;padding:6px 10px;margin:8px 0}
 """
+
+
+def _cell(v: object) -> str:
+    if isinstance(v, float):
+        return f"<td>{v:,.0f}</td>" if v.is_integer() and abs(v) >= 1000 else f"<td>{v:,.3f}</td>"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"<td>{v:,}</td>"
+    text = "" if v is None else str(v)
+    short = shorten(text, 80)
+    if short != text:  # long kernel/op names: the family, the full name on hover
+        return f'<td class="s" title="{html.escape(text)}">{html.escape(short)}</td>'
+    return f'<td class="s">{html.escape(text)}</td>'
 
 
 def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    rows = []
-    for row in df.head(max_rows).iter_rows():
-        cells = []
-        for v in row:
-            if isinstance(v, float):
-                cells.append(f"<td>{v:,.0f}</td>" if v.is_integer() and abs(v) >= 1000 else f"<td>{v:,.3f}</td>")
-            elif isinstance(v, int) and not isinstance(v, bool):
-                cells.append(f"<td>{v:,}</td>")
-            else:
-                cells.append(f'<td class="s">{html.escape("" if v is None else str(v))}</td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+    rows = ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in df.head(max_rows).iter_rows()]
     more = f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>" if df.height > max_rows else ""
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     return f'<div class="scroll">{table}</div>{more}'
 
 
-def _chart(result: FrameResult, chart: Chart) -> Any:
-    """A holoviews object for ``chart`` (imported lazily: holoviews is slow to import)."""
-    import holoviews as hv
+def _figure(result: FrameResult, chart: Chart) -> Any:
+    from traceprof import plots
 
     df = result.frames()[chart.frame]
+    title = chart.title.replace(" (ns)", "")
     if chart.kind == "heatmap":
-        data = df.select([pl.col(chart.x).cast(pl.Utf8), pl.col(chart.ys[0]).cast(pl.Utf8), chart.value]).rows()
-        return hv.HeatMap(data, kdims=[chart.x, chart.ys[0]], vdims=[chart.value]).opts(
-            title=chart.title, colorbar=True, tools=["hover"], width=900, height=360, xrotation=45, cmap="Reds"
-        )
-    ylabel, title = chart.ylabel or "value", chart.title
-    if all(y.endswith("_ns") for y in chart.ys):  # ns axes read badly (3.5e8): plot ms
-        df = df.with_columns(pl.col(y) / 1e6 for y in chart.ys)
-        ylabel, title = "ms", title.replace(" (ns)", "")
-    long = df.select([pl.col(chart.x).cast(pl.Utf8), *chart.ys]).unpivot(
-        index=chart.x, on=list(chart.ys), variable_name="series", value_name="value"
-    )
-    kdims = [chart.x, "series"] if len(chart.ys) > 1 else [chart.x]
-    cols = [chart.x, "series", "value"] if len(chart.ys) > 1 else [chart.x, "value"]
-    bars = hv.Bars(long.select(cols).rows(), kdims=kdims, vdims=["value"])
-    return bars.opts(
-        title=title, stacked=chart.stacked, tools=["hover"], width=900, height=320,
-        ylabel=ylabel, legend_position="right",
-        xrotation=45 if long.height > 12 or max(map(len, long[chart.x].to_list()), default=0) > 8 else 0,
-    )
+        return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title)
+    return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked)
 
 
-def _section(name: str, result: FrameResult, plots: list[Any]) -> str:
+def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
     parts = [f'<h2 id="{html.escape(name)}">{html.escape(result.title or name)}</h2>']
     parts += [f'<div class="note">{html.escape(n)}</div>' for n in result.notes]
     for chart in result.charts():
         df = result.frames()[chart.frame]
-        if df.is_empty() or all(df[y].null_count() == df.height for y in chart.ys if y in df.columns):
-            continue  # nothing to draw (holoviews fails on all-null series)
-        plots.append(_chart(result, chart))
-        parts.append(f"<!--PLOT{len(plots) - 1}-->")
+        cols = [chart.value] if chart.kind == "heatmap" else list(chart.ys)
+        if df.is_empty() or all(c not in df.columns or df[c].null_count() == df.height for c in cols):
+            continue  # nothing to draw
+        figs.append(_figure(result, chart))
+        parts.append(f"<!--PLOT{len(figs) - 1}-->")
     for fname, frame in result.frames().items():
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""
@@ -102,13 +104,51 @@ def _section(name: str, result: FrameResult, plots: list[Any]) -> str:
     return "\n".join(parts)
 
 
-def _inline_resources(resources: str) -> str:
-    """Bokeh's inline JS without external ``<script src=...>`` tags.
+def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
+    items = []
+    for x in f.findings:
+        cost = (f'<span class="cost">{x.cost_pct:.0f}%</span>' if x.cost_pct is not None
+                else '<span class="cost none">info</span>')
+        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {html.escape(x.text)} '
+                     f'<a href="#{html.escape(x.section)}">details</a></li>')
+    empty = ("Nothing found that costs step time; the verdict per topic is below." if f.verdicts
+             else "No findings: no analysis applied to this run (see below).")
+    listing = f'<ol class="findings">{"".join(items)}</ol>' if items else f'<p class="findings">{empty}</p>'
+    rows = "".join(
+        f'<tr><td class="s">{html.escape(v.topic)}</td><td class="s st-{"na" if v.status == "n/a" else v.status}">'
+        f'{html.escape(v.status)}</td><td class="s">{html.escape(v.text)}</td></tr>' for v in f.verdicts)
+    verdicts = (f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
+                f"<tbody>{rows}</tbody></table>") if rows else ""
+    return (f'<h2 id="findings">Findings</h2><p class="facts">Ranked by what they cost, in % of step time '
+            f"(info: no cost measured).</p>{listing}{verdicts}{_missing_html(f, sources)}")
 
-    holoviews imports panel, which registers an ES-module shim loaded from a relative ``static/``
-    URL; the report's plots are plain bokeh models and do not need it, and offline it cannot load.
-    """
-    return re.sub(r"<script[^>]*\bsrc=[^>]*>\s*</script>", "", resources)
+
+def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
+    """One line: the analyses that do not apply, grouped by what they need, and how to get it."""
+    if not f.missing:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for m in f.missing:
+        groups.setdefault(m.needs or m.reason, []).append(m.analysis)
+    parts = "; ".join(f"{', '.join(names)} need {needs}" for needs, names in groups.items())
+    return (f'<p class="missing" id="missing"><b>Not available from this run\'s sources '
+            f'({html.escape(", ".join(sources) or "none")}):</b> {html.escape(parts)}. To get them, '
+            f"{html.escape(fnd.HOW)}.</p>")
+
+
+def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
+    from traceprof import plots
+    from traceprof.timeline import step_timeline
+
+    head = '<h2 id="timeline">Timeline</h2>'
+    try:
+        tl = step_timeline(store, run_id)
+    except TraceprofError as e:
+        return f'{head}<p class="missing">No timeline: {html.escape(str(e))}.</p>'
+    if isinstance(tl, str):
+        return f'{head}<p class="missing">No timeline: {html.escape(tl)}.</p>'
+    figs.append(plots.timeline(tl))
+    return f"{head}<!--PLOT{len(figs) - 1}-->"
 
 
 def render_html(
@@ -116,29 +156,29 @@ def render_html(
     run: str | None,
     extra: list[tuple[str, FrameResult]] | None = None,
     params: dict[str, dict[str, str]] | None = None,
+    baseline: str | None = None,
 ) -> str:
     """The report of one run as an HTML string.
 
     Args:
         store: An open store.
         run: Run name or id (default: latest).
-        extra: More (name, result) sections appended at the end (e.g. a diff).
+        extra: More (name, result) sections appended at the end.
         params: Parameters per analysis as strings, e.g. ``{"mfu": {"peak_tflops": "989"}}``.
+        baseline: A run to diff against (name or id); runs that are not comparable get a diff
+            section saying why.
 
     Raises:
-        StoreError: No such run.
+        StoreError: No such run (or baseline).
         UsageError: A parameter names no report analysis or has a bad value.
     """
-    params = params or {}
-    unknown = set(params) - set(REPORT_ANALYSES)
-    if unknown:
-        raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(REPORT_ANALYSES)}")
-    import holoviews as hv
-    from bokeh.embed import components
-    from bokeh.resources import INLINE
+    from traceprof import plots
 
-    hv.extension("bokeh", logo=False)
     run_id = store.resolve_run(run)
+    results = fnd.run_analyses(store, run_id, params)
+    diff = fnd.compare(store, baseline, run_id, (params or {}).get("mfu", {})) if baseline is not None else None
+    hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
+    f = fnd.build(store, run_id, results, diff, hta)
     info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
     traces = store.sql(
         """SELECT rank, source, format, device_name, backend, host, events_kept, events_rejected, events_skipped,
@@ -146,47 +186,56 @@ def render_html(
            FROM traces WHERE run_id = ? ORDER BY rank, source""",
         [run_id],
     )
-    plots: list[Any] = []
-    sections: list[str] = []
-    toc: list[str] = []
-    names = [n for n in REPORT_ANALYSES if n in registry.names()]
-    results: list[tuple[str, FrameResult | TraceprofError]] = []
-    for name in names:
-        an = registry.get(name)
-        try:
-            results.append((name, an.run(store, registry.make_params(an, str(run_id), params.get(name, {})))))
-        except UsageError:
-            raise
-        except TraceprofError as e:
-            results.append((name, e))
-    for name, res in results + list(extra or []):
-        if isinstance(res, TraceprofError):
-            msg = html.escape(str(res))
-            sections.append(f'<h2 id="{name}">{html.escape(name)}</h2><div class="err">not available: {msg}</div>')
-        else:
-            sections.append(_section(name, res, plots))
-        toc.append(name)
-    script, divs = components([hv.render(p, backend="bokeh") for p in plots]) if plots else ("", [])
+    sources = list(info["sources"] or [])
+    figs: list[Any] = []
+    sections = [_timeline_html(store, run_id, figs)]
+    toc = ["findings", "timeline"]
+    with plots.quiet():
+        for name, res in results.items():
+            if isinstance(res, FrameResult):
+                sections.append(_section(name, res, figs))
+                toc.append(name)
+        for name, res in list(extra or []):
+            sections.append(_section(name, res, figs))
+            toc.append(name)
+        if isinstance(diff, FrameResult):
+            sections.append(_section("diff", diff, figs))
+            toc.append("diff")
+        elif diff is not None:
+            sections.append(f'<h2 id="diff">Regression diff against {html.escape(str(baseline))}</h2>'
+                            f'<div class="err">not compared: {html.escape(str(diff))}</div>')
+            toc.append("diff")
+        tail, divs = plots.embed(figs)
     body = "\n".join(sections)
     for i, div in enumerate(divs):
         body = body.replace(f"<!--PLOT{i}-->", div)
     title = f"traceprof report: {info['name']}"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    nav = " · ".join(f'<a href="#{html.escape(n)}">{html.escape(n)}</a>' for n in toc)
+    nav = " · ".join(f'<a href="#{html.escape(n)}">{html.escape(n)}</a>' for n in [*toc, "traces"])
+    traced = traces["rank"].n_unique()
+    world = info["world_size"] or traced
+    ranks = f"{world} rank{'s' if world != 1 else ''}" + (f", {traced} traced" if traced != world else "")
+    devices = ", ".join(sorted({str(d) for d in traces["device_name"].drop_nulls().to_list()})) or "unknown"
+    hta_note = ('<p class="hta"><b>HTA-compatible mode</b> (hta=true): events selected as Holistic Trace '
+                "Analysis 0.5.0 does (last ProfilerStep and GPU events without a launch dropped, times rounded "
+                "inward to whole us, HTA's kernel classes). By default traceprof keeps all GPU activity, so "
+                "windows, idle and overlap can differ.</p>") if hta else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style>
-{_inline_resources(INLINE.render())}
-{script}
 </head><body>
 <h1>{html.escape(title)}</h1>
-<p>Run <b>{html.escape(str(info['name']))}</b> (id {run_id}), world size {info['world_size']},
-sources {html.escape(', '.join(info['sources'] or []))}, clocks aligned: {info['clock_aligned']}.
-Generated {now} by traceprof. All times in the tables are ns unless a column says otherwise.</p>
+<p class="facts">Run <b>{html.escape(str(info['name']))}</b> (id {run_id}) · {ranks} ·
+sources {html.escape(', '.join(sources))} · devices {html.escape(devices)} · clocks aligned: {info['clock_aligned']} ·
+generated {now} by traceprof</p>
+{hta_note}
+{_findings_html(f, sources)}
 <p>{nav}</p>
-<h2 id="traces">Ranks and trace files</h2>
-{_table_html(traces)}
 {body}
+<h2 id="traces">Ranks and trace files</h2>
+<p class="facts">All times in the tables are ns unless a column says otherwise.</p>
+{_table_html(traces)}
+{tail}
 </body></html>
 """
 
@@ -200,20 +249,16 @@ def write_report(
 ) -> Path:
     """Write the report of one run to ``output`` (HTML). Returns the path.
 
-    With ``baseline`` (a run name or id) the report ends with a regression diff of the run
-    against it (``traceprof.diff``). ``params``: see :func:`render_html`.
+    With ``baseline`` (a run name or id) the report gets a regression diff of the run against it
+    (``traceprof.diff``), or, when the runs are not comparable, a diff section saying why.
+    ``params``: see :func:`render_html`.
 
     Raises:
         StoreError: No such run.
         AnalysisError: Nothing to report.
-        UsageError: ``output`` cannot be written.
+        UsageError: ``output`` cannot be written, or a bad parameter.
     """
-    extra: list[tuple[str, FrameResult]] = []
-    if baseline is not None:
-        from traceprof.diff import diff_runs
-
-        extra.append(("diff", diff_runs(store, baseline, str(store.resolve_run(run)))))
-    text = render_html(store, run, extra=extra, params=params)
+    text = render_html(store, run, params=params, baseline=baseline)
     if not text:
         raise AnalysisError("empty report")
     return write_output(output, text.encode("utf-8"))

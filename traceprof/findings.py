@@ -1,0 +1,357 @@
+"""Findings: what a run's analyses say, ranked by what they cost, one line each.
+
+The report opens with these and ``traceprof summary`` prints them. Nothing here renders: a
+:class:`Findings` holds plain strings and numbers; the report and the CLI format them.
+
+Algorithm:
+  1. Run the report's analyses on the run (:func:`run_analyses`); an analysis that does not apply
+     (a :class:`~traceprof.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only
+     run) becomes a :class:`Missing` entry with what the run lacks and how to record it.
+  2. Per topic, read the results into findings with a cost in % of step time:
+     stragglers (``stragglers`` verdict + ``whatif``: cost 100·(1 − 1/S) of the named rank alone),
+     exposed communication (``overlap`` exposed_comm_pct, the worst rank, with the top cause from
+     ``gaps``), idle (``temporal`` idle_pct), MFU (``mfu`` job: informational, no cost), and the
+     regression against a baseline (``traceprof.diff``: step-time change).
+  3. Rank findings by cost, largest first (those without a cost last), and give one combined
+     verdict per topic (``problem``, ``ok`` or ``n/a``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceprof import analysis as registry
+from traceprof.analysis import FrameResult
+from traceprof.errors import TraceprofError, UsageError
+from traceprof.store import Store
+
+__all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_analyses", "build", "summarize"]
+
+#: Analyses the report and the summary run, in report order (those not registered are skipped).
+REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "mfu")
+
+#: What each analysis needs and how to get it, shown when it does not apply to a run.
+NEEDS = {
+    "temporal": "GPU kernels or CPU training-thread ops (a Kineto trace)",
+    "overlap": "GPU kernels or CPU training-thread ops (a Kineto trace)",
+    "gaps": "GPU kernels or CPU training-thread ops (a Kineto trace)",
+    "idle": "GPU kernels (a Kineto trace with CUDA activity)",
+    "kernels": "GPU kernels (a Kineto trace with CUDA activity)",
+    "launch": "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)",
+    "stragglers": "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)",
+    "whatif": "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)",
+    "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
+}
+HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
+       "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True")
+
+#: A straggler costs the job when the what-if slowdown of its rank alone exceeds this (OSDI'25: S > 1.1).
+STRAGGLING_S = 1.1
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the findings list.
+
+    ``topic``: stragglers, communication, idle, mfu or regression; ``text``: the finding with its
+    evidence; ``cost_pct``: % of step time it costs (None: informational); ``problem``: whether it
+    is something to fix; ``section``: the report section with the detail.
+    """
+
+    topic: str
+    text: str
+    cost_pct: float | None
+    problem: bool
+    section: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The combined verdict of one topic: ``status`` problem, ok or n/a, and one line of ``text``."""
+
+    topic: str
+    status: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Missing:
+    """An analysis that does not apply to the run: why (the analysis' message) and what it needs."""
+
+    analysis: str
+    reason: str
+    needs: str
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Ranked findings, verdicts per topic and the analyses that did not apply, for one run."""
+
+    run: str
+    findings: tuple[Finding, ...]
+    verdicts: tuple[Verdict, ...]
+    missing: tuple[Missing, ...]
+    results: dict[str, FrameResult] = field(default_factory=dict)
+    hta: bool = False
+
+    def to_frame(self) -> pl.DataFrame:
+        """Findings as a frame: position, topic, cost_pct (% of step time, null if none), problem, finding."""
+        return pl.DataFrame(
+            {"position": list(range(1, len(self.findings) + 1)), "topic": [f.topic for f in self.findings],
+             "cost_pct": [f.cost_pct for f in self.findings], "problem": [f.problem for f in self.findings],
+             "finding": [f.text for f in self.findings]},
+            schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "problem": pl.Boolean,
+                    "finding": pl.Utf8})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: run, findings, verdicts, missing."""
+        return {"run": self.run, "findings": self.to_frame().to_dicts(),
+                "verdicts": [v.__dict__ for v in self.verdicts], "missing": [m.__dict__ for m in self.missing]}
+
+
+def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | None = None,
+                 names: tuple[str, ...] = REPORT_ANALYSES) -> dict[str, FrameResult | TraceprofError]:
+    """Run ``names`` on a run; an analysis that does not apply gives its error instead of a result.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        params: Parameters per analysis as strings, e.g. ``{"mfu": {"peak_tflops": "989"}}``.
+        names: Analyses to run (those not registered are skipped).
+
+    Raises:
+        UsageError: A parameter names no such analysis or has a bad value.
+    """
+    params = params or {}
+    unknown = set(params) - set(names)
+    if unknown:
+        raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(names)}")
+    out: dict[str, FrameResult | TraceprofError] = {}
+    known = set(registry.names())
+    for name in (n for n in names if n in known):
+        an = registry.get(name)
+        p = registry.make_params(an, str(run_id), params.get(name, {}))  # UsageError propagates
+        try:
+            out[name] = an.run(store, p)
+        except UsageError:
+            raise
+        except TraceprofError as e:
+            out[name] = e
+    return out
+
+
+def _num(v: object) -> float:
+    """A polars scalar (sum, mean, median) as float; null as 0."""
+    return float(v) if isinstance(v, int | float) else 0.0
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.1f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:,.1f} us"
+
+
+def _median_step_ns(store: Store, run_id: int) -> float | None:
+    v = store.sql(
+        """SELECT median(coalesce(device_end_ns - device_start_ns, cpu_end_ns - cpu_start_ns)) AS s
+           FROM steps WHERE run_id = ?""", [run_id])["s"][0]
+    return float(v) if v is not None else None
+
+
+def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | None:
+    """The job's what-if slowdown from one rank's recorded times alone: the straggler analysis'
+    ``cost_pct`` (slowdown - 1, in %) where it has one, else the largest ``whatif`` blame slowdown
+    of that rank."""
+    if row.get("cost_pct") is not None:
+        return 1.0 + float(row["cost_pct"]) / 100.0
+    if blame is None or blame.is_empty() or not {"by", "group", "slowdown"} <= set(blame.columns):
+        return None
+    mine = blame.filter((pl.col("by") == "rank") & (pl.col("group") == str(row["rank"])))["slowdown"]
+    return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
+
+
+def _stragglers(res: dict[str, FrameResult], step_ns: float | None) -> tuple[list[Finding], Verdict | None]:
+    st, wi = res.get("stragglers"), res.get("whatif")
+    if st is None and wi is None:
+        return [], None
+    s_job = alone = None
+    if wi is not None and "summary" in wi.frames() and wi.frames()["summary"].height:
+        s_job = wi.frames()["summary"]["slowdown"][0]
+    blame = wi.frames().get("blame") if wi is not None else None
+    findings: list[Finding] = []
+    named = st.frames()["verdict"].filter(pl.col("named")) if st is not None and "verdict" in st.frames() else None
+    if named is not None and named.height:
+        per = st.frame if st is not None else pl.DataFrame()
+        for v in named.iter_rows(named=True):
+            r = per.filter(pl.col("rank") == v["rank"]).row(0, named=True)
+            alone = _alone_slowdown(r, blame)
+            cost = 100.0 * (1 - 1 / alone) if alone and alone > 1 else None
+            waited = f"the others waited {_ms(r['wait_caused_ns'])} in total"
+            late = f"median {_ms(r['median_lateness_ns'])} late" + (
+                f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else "")
+            faster = f"; without its delays steps would be {alone:.2f}x faster (what-if)" if alone and alone > 1 else ""
+            text = (f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
+                    f"{late}, {waited}; late because of {v['cause']}{faster}")
+            findings.append(Finding("stragglers", text, cost, True, "stragglers"))
+        verdict = Verdict("stragglers", "problem", findings[0].text if len(findings) == 1 else
+                          f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers")
+        return findings, verdict
+    why = st.frames()["verdict"]["evidence"][0] if st is not None and "verdict" in st.frames() and \
+        st.frames()["verdict"].height else "no straggler analysis"
+    text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix("no straggler: ")
+    if s_job is not None and s_job > STRAGGLING_S:
+        text += (f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
+                 "(no single rank explains it)")
+        findings.append(Finding("stragglers", text, None, False, "whatif"))
+    elif s_job is not None:
+        text += f"; what-if slowdown S = {s_job:.2f} (straggling above {STRAGGLING_S})"
+    return findings, Verdict("stragglers", "ok", text)
+
+
+def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
+    ov = res.get("overlap")
+    if ov is None or ov.frame.is_empty() or "exposed_comm_pct" not in ov.frame.columns:
+        return [], None
+    df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
+    if df.is_empty() or (df["comm_ns"] == 0).all():
+        return [], Verdict("communication", "ok", "no communication in the trace")
+    worst = df.sort("exposed_comm_pct", descending=True).row(0, named=True)
+    median = _num(df["exposed_comm_pct"].median())
+    cause = ""
+    gaps = res.get("gaps")
+    if gaps is not None and gaps.frame.height and "cause" in gaps.frame.columns:
+        top = gaps.frame.row(0, named=True)
+        cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
+    overlap = f"{worst['overlap_pct']:.0f}% of its communication hidden" if worst.get("overlap_pct") is not None else ""
+    text = (f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
+            f"({_ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}")
+    cost = median
+    st = res.get("stragglers")
+    if st is not None and st.frames()["verdict"]["named"].any() and "wait_ns" in st.frame.columns:
+        # Waiting at a collective for a late peer shows as exposed communication: it is the
+        # straggler's cost (counted there), so only the exposed time beyond it costs here.
+        own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(
+            (100.0 * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0) / pl.col("window_ns"))
+            .median())
+        cost = float(own.item() or 0.0)
+        text += f"; mostly waiting for the straggler: {cost:.0f}% of the window beyond that wait (median over ranks)"
+    problem = cost >= 5.0
+    f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap")
+    return [f], Verdict("communication", "problem" if problem else "ok", text)
+
+
+def _idle(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
+    te = res.get("temporal")
+    if te is None or te.frame.is_empty():
+        return [], None
+    mean = _num(te.frame["idle_pct"].mean())
+    worst = te.frame.sort("idle_pct", descending=True).row(0, named=True)
+    cpu = res.get("idle") is None
+    what = "the training thread" if cpu else "the GPU"
+    text = (f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
+            f"{worst['idle_pct']:.0f}%)")
+    idle = res.get("idle")
+    if idle is not None and "ranks" in idle.frames():
+        r = idle.frames()["ranks"]
+        host = _num(r["host_wait_ns"].sum())
+        total = _num(r["stream_idle_sum_ns"].sum()) if "stream_idle_sum_ns" in r.columns else 0.0
+        if total:
+            text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
+    problem = mean >= 10.0
+    return [Finding("idle", text, mean, problem, "temporal")], Verdict("idle", "problem" if problem else "ok", text)
+
+
+def _mfu(res: dict[str, FrameResult], errors: dict[str, TraceprofError]) -> tuple[list[Finding], Verdict | None]:
+    m = res.get("mfu")
+    if m is None:
+        why = str(errors["mfu"]) if "mfu" in errors else "not run"
+        return [], Verdict("utilization", "n/a", f"MFU unknown: {why}")
+    job = m.frames()["job"].row(0, named=True)
+    dtype, src, dev = job.get("dtype"), job.get("dtype_source"), job.get("peak_device")
+    if job["mfu_pct"] is None:
+        note = next((n for n in m.notes if "MFU left empty" in n), "no device peak")
+        text = f"{job['tflops']:.3g} TFLOP/s per device; MFU unknown: {note}"
+        return [Finding("mfu", text, None, False, "mfu")], Verdict("utilization", "n/a", text)
+    peak = f"{dtype} peak {job['peak_tflops']:g} TFLOP/s" + (f", {dev}" if dev else "")
+    text = (f"MFU {job['mfu_pct']:.1f}% ({peak}; precision from {src}; FLOPs from {job['flops_source']}); "
+            f"{job['tflops']:.3g} TFLOP/s per device")
+    problem = job["mfu_pct"] < 30.0
+    return [Finding("mfu", text, None, problem, "mfu")], Verdict("utilization", "problem" if problem else "ok", text)
+
+
+def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
+    if diff is None:
+        return [], None
+    if isinstance(diff, TraceprofError):
+        return [], Verdict("regression", "n/a", f"not compared with the baseline: {diff}")
+    summary = getattr(diff, "summary", "")
+    regressed = bool(getattr(diff, "regressed", False))
+    cost = None
+    step = diff.frame.filter(pl.col("metric") == "step_time_ns")
+    if step.height and step["delta_pct"][0] is not None:
+        cost = max(float(step["delta_pct"][0]), 0.0)
+    text = ("regression vs baseline: " if regressed else "vs baseline: ") + summary
+    return ([Finding("regression", text, cost, regressed, "diff")],
+            Verdict("regression", "problem" if regressed else "ok", text))
+
+
+def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofError],
+          diff: FrameResult | TraceprofError | None = None, hta: bool = False) -> Findings:
+    """Findings from the results of :func:`run_analyses` (and a diff against a baseline, if any).
+
+    Args:
+        store: The store (for the run's name and median step time).
+        run_id: The run the results are of.
+        results: Analysis name -> result or the error it raised.
+        diff: ``traceprof.diff.diff_runs`` of a baseline against this run, or why it could not be made.
+        hta: Whether the analyses ran in HTA-compatible mode (``hta=true``).
+    """
+    name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    ok = {k: v for k, v in results.items() if isinstance(v, FrameResult)}
+    errors = {k: v for k, v in results.items() if isinstance(v, TraceprofError)}
+    findings: list[Finding] = []
+    verdicts: list[Verdict] = []
+    for part in (_stragglers(ok, _median_step_ns(store, run_id)), _communication(ok), _idle(ok),
+                 _mfu(ok, errors), _regression(diff)):
+        findings += part[0]
+        if part[1] is not None:
+            verdicts.append(part[1])
+    findings.sort(key=lambda f: (f.cost_pct is None, -(f.cost_pct or 0.0), not f.problem))
+    missing = tuple(Missing(k, str(e), NEEDS.get(k, "")) for k, e in errors.items())
+    return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
+
+
+def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] | None = None,
+              baseline: str | None = None) -> Findings:
+    """Run the analyses on ``run`` (name or id, default latest) and return its findings.
+
+    With ``baseline`` the run is also diffed against it; runs that are not comparable give a
+    regression verdict saying why instead of failing.
+
+    Raises:
+        StoreError: No such run.
+        UsageError: A bad parameter.
+    """
+    run_id = store.resolve_run(run)
+    results = run_analyses(store, run_id, params)
+    diff = None
+    if baseline is not None:
+        diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}))
+    hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
+    return build(store, run_id, results, diff, hta)
+
+
+def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str]) -> FrameResult | TraceprofError:
+    """``diff_runs(baseline, run)``, or the error that says why the runs cannot be compared.
+
+    Raises:
+        StoreError: No such baseline run.
+    """
+    from traceprof.diff import diff_runs
+
+    store.resolve_run(baseline)  # a missing baseline is an error, not a finding
+    try:
+        return diff_runs(store, baseline, str(run_id), mfu_options=mfu_options)
+    except TraceprofError as e:
+        return e

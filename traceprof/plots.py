@@ -1,0 +1,248 @@
+"""Bokeh figures for the report and their offline embedding; nothing here computes an analysis.
+
+Conventions that keep plots honest:
+  - ``_ns`` series are drawn in ms and the axis says ``ms``; legend entries are the column names
+    without their unit suffix (``exposed_comm_ns`` -> ``exposed comm``), so axis and legend agree.
+  - Heatmap colour scales start at zero (white) and end at the largest value.
+  - Long category labels (kernel and op names) are shortened to their family
+    (``traceprof.names.shorten``); the full name is on hover.
+  - Canvas output only (no WebGL); bokeh's validation warnings are kept off the terminal.
+
+Embedding (:func:`embed`): bokeh's core JavaScript (``bokeh.min.js``, 1.3 MB) and the figures'
+JSON are stored gzip-compressed and base64-encoded in the page and unpacked by the browser
+(``DecompressionStream``, in every current browser), which keeps a report well under 1 MB and
+needs no network. The figures' JSON is data inside a base64 string, so no trace text can reach
+the page's HTML from there.
+"""
+
+# bokeh's type hints lag its runtime API (ranges from lists, ColorBar/Legend exports, image's
+# color_mapper): the checks below would flag documented bokeh usage, so they are off in this module.
+# mypy: disable-error-code="attr-defined,arg-type,call-arg,union-attr,operator"
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceprof.names import shorten
+
+__all__ = ["bars", "heatmap", "timeline", "embed", "PALETTE", "STATE_COLORS"]
+
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
+#: Colours of the timeline states (``traceprof.timeline.STATES``): idle, compute, hidden and exposed communication.
+STATE_COLORS = ("#f2f2f2", "#4c78a8", "#9ecae9", "#e45756")
+_REDS = ["#ffffff", "#fee5d9", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"]
+_WIDTH = 900
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep bokeh's log messages (validation warnings) off the terminal."""
+    log = logging.getLogger("bokeh")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def label(col: str) -> str:
+    """Legend text of a column: its name without the unit suffix, underscores as spaces."""
+    for suffix in ("_ns", "_pct", "_ms"):
+        if col.endswith(suffix):
+            col = col[: -len(suffix)]
+    return col.replace("_", " ")
+
+
+def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
+    """Category labels (shortened, unique) and the full text of each."""
+    full = ["" if v is None else str(v) for v in values]
+    short, seen = [], set()
+    for f in full:
+        s = shorten(f, 28)
+        while s in seen:  # two names of one family: keep them apart
+            s += "\u200b"
+        seen.add(s)
+        short.append(s)
+    return short, full
+
+
+def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False) -> Any:
+    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side).
+
+    ``_ns`` columns are drawn in ms (axis ``ms``); other columns as they are, the axis labelled
+    ``ylabel``.
+    """
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.plotting import figure
+
+    ys = [y for y in ys if y in df.columns]
+    in_ms = all(y.endswith("_ns") for y in ys)
+    scale = 1e-6 if in_ms else 1.0
+    unit = "ms" if in_ms else (ylabel or ("%" if all(y.endswith("_pct") for y in ys) else "value"))
+    xs, full = _categories(df[x].to_list())
+    data: dict[str, list[Any]] = {"x": xs, "full": full}
+    for y in ys:
+        data[y] = [None if v is None else float(v) * scale for v in df[y].to_list()]
+    rotate = len(xs) > 12 or max(map(len, xs), default=0) > 8
+    nested = not stacked and len(ys) > 1
+    factors = [(xv, label(y)) for xv in xs for y in ys] if nested else xs
+    fig = figure(title=title, width=_WIDTH, height=320, toolbar_location="right", tools="save,reset",
+                 output_backend="canvas", y_axis_label=unit, x_axis_label=x, x_range=FactorRange(*factors))
+    if not nested:
+        src = ColumnDataSource(data)
+        if stacked:
+            rs = fig.vbar_stack(ys, x="x", width=0.8, source=src, color=list(PALETTE[: len(ys)]),
+                                legend_label=[label(y) for y in ys])
+        else:
+            rs = [fig.vbar(x="x", top=ys[0], width=0.8, source=src, color=PALETTE[0], legend_label=label(ys[0]))]
+        for r, y in zip(rs, ys, strict=True):
+            fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@full"), (label(y), f"@{{{y}}}{{0,0.[000]}} {unit}")]))
+    else:  # side by side: nested factors (x, series)
+        src = ColumnDataSource({
+            "f": factors, "full": [fv for fv in full for _ in ys], "series": [label(y) for _ in xs for y in ys],
+            "v": [data[y][i] for i in range(len(xs)) for y in ys],
+            "c": [PALETTE[j % len(PALETTE)] for _ in xs for j in range(len(ys))]})
+        r = fig.vbar(x="f", top="v", width=0.8, source=src, color="c", legend_field="series")
+        fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@full"), ("", "@series"), ("value", f"@v{{0,0.[000]}} {unit}")]))
+    fig.y_range.start = 0 if all((v or 0) >= 0 for y in ys for v in data[y]) else None
+    fig.xaxis.major_label_orientation = 0.8 if rotate else 0
+    fig.xgrid.grid_line_color = None
+    fig.legend.location = "top_left"
+    fig.add_layout(fig.legend[0], "right")
+    return fig
+
+
+def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
+    """A heatmap of ``value`` over ``x`` × ``y`` (categories); the colour scale runs from 0 to the maximum."""
+    from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMapper
+    from bokeh.plotting import figure
+
+    xs = [str(v) for v in df[x].to_list()]
+    ys = [str(v) for v in df[y].to_list()]
+    vals = [None if v is None else float(v) for v in df[value].to_list()]
+    top = max((v for v in vals if v is not None), default=0.0) or 1.0
+    mapper = LinearColorMapper(palette=_REDS, low=0.0, high=top, nan_color="#dddddd")
+    xr = sorted(set(xs), key=_natural)
+    yr = sorted(set(ys), key=_natural)
+    fig = figure(title=title, x_range=xr, y_range=yr, width=_WIDTH, height=min(120 + 28 * len(yr), 520),
+                 tools="save,reset", output_backend="canvas", x_axis_label=x, y_axis_label=y)
+    src = ColumnDataSource({"x": xs, "y": ys, "v": vals})
+    r = fig.rect("x", "y", 1, 1, source=src, fill_color={"field": "v", "transform": mapper}, line_color=None)
+    fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@x"), (y, "@y"), (label(value), "@v{0,0.[00]}")]))
+    fig.add_layout(ColorBar(color_mapper=mapper, title=label(value) + _unit(value)), "right")
+    fig.grid.grid_line_color = None
+    return fig
+
+
+def _unit(col: str) -> str:
+    return " (ms)" if col.endswith("_ms") else " (%)" if col.endswith("_pct") else ""
+
+
+def _natural(s: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(s), "")
+    except ValueError:
+        return (1, 0.0, s)
+
+
+def timeline(tl: Any) -> Any:
+    """The per-rank lanes of a :class:`traceprof.timeline.Timeline`: one quad per merged interval
+    (few ranks), or one image of binned states (many ranks)."""
+    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    from traceprof.timeline import STATES
+
+    n = len(tl.ranks)
+    height = min(140 + 26 * n, 700)
+    fig = figure(title=f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)",
+                 width=_WIDTH, height=height, tools="xpan,xwheel_zoom,reset,save", output_backend="canvas",
+                 x_axis_label="ms from the step's start", y_axis_label="rank", x_range=(0, tl.span_ms))
+    items = []
+    if tl.intervals is not None:
+        index = {r: i for i, r in enumerate(tl.ranks)}
+        fig.quad(left=0, right=tl.span_ms, bottom=[i - 0.4 for i in range(n)], top=[i + 0.4 for i in range(n)],
+                 color=STATE_COLORS[0])
+        for code, state in enumerate(STATES[1:], start=1):
+            d = tl.intervals.filter(pl.col("state") == state)
+            lane = [index[r] for r in d["rank"].to_list()]
+            src = ColumnDataSource({"l": d["start_ms"].to_list(), "r": d["end_ms"].to_list(),
+                                    "b": [i - 0.4 for i in lane], "t": [i + 0.4 for i in lane],
+                                    "rank": d["rank"].to_list(), "dur": (d["end_ms"] - d["start_ms"]).to_list()})
+            if d.is_empty():
+                continue
+            r = fig.quad(left="l", right="r", bottom="b", top="t", source=src, color=STATE_COLORS[code], line_color=None)
+            fig.add_tools(HoverTool(renderers=[r], tooltips=[("rank", "@rank"), ("", state),
+                                                             ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")]))
+            items.append(LegendItem(label=state, renderers=[r]))
+        fig.yaxis.ticker = list(range(n))
+        fig.yaxis.major_label_overrides = {i: str(r) for i, r in enumerate(tl.ranks)}
+    else:
+        from bokeh.models import LinearColorMapper
+
+        mapper = LinearColorMapper(palette=list(STATE_COLORS), low=-0.5, high=3.5)
+        fig.image(image=[tl.grid], x=0, y=-0.5, dw=tl.span_ms, dh=n, color_mapper=mapper)
+        for code, state in enumerate(STATES):
+            items.append(LegendItem(label=state, renderers=[fig.scatter([], [], color=STATE_COLORS[code], size=8,
+                                                                         marker="square")]))
+        fig.title.text += f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
+    fig.y_range.flipped = True
+    fig.ygrid.grid_line_color = None
+    fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
+    return fig
+
+
+def _bokeh_js() -> bytes:
+    import bokeh
+
+    return (Path(bokeh.__file__).parent / "server" / "static" / "js" / "bokeh.min.js").read_bytes()
+
+
+def _packed(data: bytes) -> str:
+    return base64.b64encode(gzip.compress(data, 9, mtime=0)).decode("ascii")
+
+
+_LOADER = """<script>
+(async function () {
+  const unpack = async (id) => {
+    const bytes = Uint8Array.from(atob(document.getElementById(id).textContent.trim()), c => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return await new Response(stream).text();
+  };
+  try {
+    const lib = document.createElement("script");
+    lib.textContent = await unpack("tp-bokeh");
+    document.head.appendChild(lib);
+    for (const [id, item] of JSON.parse(await unpack("tp-plots"))) await Bokeh.embed.embed_item(item, id);
+  } catch (e) {
+    for (const d of document.querySelectorAll(".plot")) d.textContent = "plots need a current browser: " + e;
+  }
+})();
+</script>"""
+
+
+def embed(figs: Sequence[Any]) -> tuple[str, list[str]]:
+    """The page parts for ``figs``: (HTML to put at the end of the body, one ``<div>`` per figure).
+
+    Without figures both are empty (no JavaScript at all).
+    """
+    if not figs:
+        return "", []
+    from bokeh.embed import json_item
+
+    with quiet():
+        items = [(f"tp-plot-{i}", json_item(f)) for i, f in enumerate(figs)]
+    divs = [f'<div class="plot" id="{pid}"></div>' for pid, _ in items]
+    data = json.dumps(items, separators=(",", ":")).encode()
+    tail = (f'<script id="tp-bokeh" type="application/octet-stream">{_packed(_bokeh_js())}</script>\n'
+            f'<script id="tp-plots" type="application/octet-stream">{_packed(data)}</script>\n{_LOADER}')
+    return tail, divs

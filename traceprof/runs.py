@@ -1,0 +1,90 @@
+"""Managing the runs of a store: remove one, rename one.
+
+A bad ingest (wrong folder, wrong ``--run``) no longer means deleting the store: ``traceprof runs rm
+NAME`` removes every row of the run from every table that has a ``run_id`` column (the schema's
+tables and saved ``result_*`` tables) in one transaction; ``traceprof runs mv OLD NEW`` renames it.
+Removing a run frees its files' SHA-256, so they can be ingested again (e.g. under another name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import duckdb
+
+from traceprof.errors import StoreError, UsageError
+from traceprof.store import Store
+
+__all__ = ["Removed", "remove", "rename"]
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What :func:`remove` deleted: the run's ``name`` and ``run_id``, its ``traces`` (files) and
+    ``rows`` (all rows over all tables, the ``runs`` row included)."""
+
+    name: str
+    run_id: int
+    traces: int
+    rows: int
+
+
+def _run_tables(store: Store) -> list[str]:
+    """Base tables with a ``run_id`` column, ``runs`` last (views such as ``kernels`` are skipped)."""
+    names = store.sql(
+        """SELECT DISTINCT c.table_name FROM duckdb_columns() c JOIN duckdb_tables() t
+             ON t.table_name = c.table_name AND t.schema_name = c.schema_name AND t.database_name = c.database_name
+           WHERE c.column_name = 'run_id' AND c.database_name = current_database() ORDER BY 1""")["table_name"].to_list()
+    return [n for n in names if n != "runs"] + ["runs"]
+
+
+def _transaction(store: Store, what: str, statements: list[tuple[str, list[object]]]) -> int:
+    """Run ``statements`` in one transaction; the number of rows they changed."""
+    con = store.con
+    changed = 0
+    con.execute("BEGIN")
+    try:
+        for sql, args in statements:
+            row = con.execute(sql, args).fetchone()
+            changed += int(row[0]) if row else 0
+        con.execute("COMMIT")
+    except duckdb.Error as e:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise StoreError(f"{what} failed, store unchanged: {e}") from None
+    return changed
+
+
+def remove(store: Store, run: str) -> Removed:
+    """Delete run ``run`` (name or id) and all its rows from a writable store.
+
+    Raises:
+        StoreError: No such run, or DuckDB refused (nothing is deleted then).
+    """
+    run_id = store.resolve_run(run)
+    name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
+    stmts: list[tuple[str, list[object]]] = [(f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)]
+    rows = _transaction(store, f"removing run {name!r}", stmts)
+    return Removed(name, run_id, traces, rows)
+
+
+def rename(store: Store, old: str, new: str) -> int:
+    """Rename run ``old`` (name or id) to ``new``; returns its run_id.
+
+    Raises:
+        StoreError: No such run.
+        UsageError: ``new`` is empty, all digits (it would read as an id), or another run's name.
+    """
+    run_id = store.resolve_run(old)
+    if not new.strip():
+        raise UsageError("runs mv: the new name is empty")
+    if new.isdigit():
+        raise UsageError(f"runs mv: {new!r} would read as a run id; choose a name with a letter in it")
+    taken = store.sql("SELECT run_id FROM runs WHERE name = ? AND run_id <> ?", [new, run_id])
+    if taken.height:
+        raise UsageError(f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
+                         f"remove it first with `traceprof runs rm {new}`")
+    _transaction(store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])])
+    return run_id

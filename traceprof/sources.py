@@ -21,7 +21,7 @@ from typing import Any
 
 from traceprof.parsed import ParsedTrace
 
-__all__ = ["Collector", "register", "claim", "collectors", "formats", "head", "load_all"]
+__all__ = ["Collector", "register", "claim", "collectors", "get", "formats", "head", "load_all"]
 
 #: Bytes read from the start of a file for content sniffing.
 HEAD_BYTES = 4096
@@ -41,6 +41,8 @@ class Collector:
         whole_run: One file holds a whole run (it is its own run, named after the file).
         settle: Optional ``settle(store, run_id)`` -> notes, run inside the ingest transaction
             before collectives are matched (e.g. to put a source's private clock on its rank's).
+        capture: Optional ``capture(script, out_dir, nproc=N) -> exit status``: run a training
+            script on N local ranks recording this source (``traceprof collect``).
     """
 
     name: str
@@ -50,6 +52,7 @@ class Collector:
     order: int = 50
     whole_run: bool = False
     settle: Callable[[Any, int], list[str]] | None = None
+    capture: Callable[..., int] | None = None
 
 
 _REGISTRY: dict[str, Collector] = {}
@@ -80,6 +83,12 @@ def collectors() -> list[Collector]:
     """Every registered collector, in claim order."""
     load_all()
     return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.name))
+
+
+def get(name: str) -> Collector:
+    """The collector called ``name``; raises ``KeyError`` when none is registered."""
+    load_all()
+    return _REGISTRY[name]
 
 
 def head(path: Path) -> bytes:
@@ -115,13 +124,14 @@ def _register_legacy() -> None:
     registered here (moving each call into its package is a one-line change)."""
     from collectors import kineto, ndtimeline
     from collectors.kineto.enqueue import fill_gloo_enter
+    from collectors.kineto.launch import launch
 
     if "kineto" not in _REGISTRY:
         register(Collector(
             "kineto", "PyTorch profiler / Kineto JSON (*.json, *.json.gz)",
             lambda p, h: kineto.is_trace_file(p),
             lambda p, bad: [fill_gloo_enter(kineto.parse(p, on_bad_event=bad))],
-            order=100,
+            order=100, capture=launch,
         ))
     if "ndtimeline" not in _REGISTRY:
         register(Collector(

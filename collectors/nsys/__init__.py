@@ -3,7 +3,7 @@ wraps a command in ``nsys profile`` (both need ``nsys`` on PATH)."""
 
 from pathlib import Path
 
-from collectors.nsys.export import has_export, sqlite_for
+from collectors.nsys.export import has_export, launch_nsys, sqlite_for
 from collectors.nsys.parse import SQLITE_MAGIC, parse
 from traceprof import sources
 
@@ -18,5 +18,5 @@ def _claims(path: Path, head: bytes) -> bool:
 
 sources.register(sources.Collector(
     "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
-    lambda p, bad: [parse(sqlite_for(p), on_bad_event=bad)], order=5,
+    lambda p, bad: [parse(sqlite_for(p), on_bad_event=bad)], order=5, capture=launch_nsys,
 ))

@@ -38,8 +38,7 @@ schema-doc:
 	$(BIN)/python -m traceprof.schema > docs/schema.md
 
 bench: install-test
-	$(BIN)/python benchmarks/bench_ingest.py
-	$(BIN)/python benchmarks/bench_analyses.py
+	$(BIN)/python benchmarks/bench.py
 
 clean:
 	rm -rf $(VENV) *.duckdb report.html .pytest_cache

@@ -1,0 +1,288 @@
+"""traceprof ingest vs HTA 0.5.0 load vs a bare JSON parse, and the analyses, timed in one run.
+
+Usage: python benchmarks/bench.py [--quick] [--out benchmarks/out] [--no-hta] [--only SET ...]
+
+``make bench`` runs it. Every measured command runs in a child process started by a fresh
+measuring process (``--measure``), which reports:
+
+- wall: seconds from start to exit;
+- cpu: user + system seconds of the command and every process it waited for
+  (``resource.getrusage(RUSAGE_CHILDREN)``);
+- rss_max: the largest resident set of any one of those processes (``ru_maxrss``, MB);
+- rss_sum: the peak of the summed resident sets of the command's process tree, sampled every
+  20 ms (MB; parallel workers count together).
+
+Sets of the same files for the three tools: corpus traces (``../shared/corpus/hta/...``) and
+generated ones (``benchmarks/gen_trace.py``): 1 rank x 2 M events with 100,000 steps (plain
+JSON), 8 ranks x 1 M events (gzip), 32 ranks x 125 k events (gzip). ``--quick`` divides the
+generated sizes by 10 (development). The tools: ``traceprof ingest`` into a fresh store (default
+parallelism), HTA's ``TraceAnalysis(trace_dir=...)`` (its default loader), and the bare parse: each
+file read (gzip inflated in memory) and decoded by the fastest generic JSON decoder installed
+(orjson or msgspec, chosen by timing both on the first generated file), one file after another.
+
+Then every analysis (and ``report``) on the 1-rank 100,000-step store and on the 8-rank store,
+and ``analyze overlap`` on 1,000 / 10,000 / 100,000-step traces of 20 events per step (the
+curve: time and memory should grow linearly). Generated files live in ``--out`` (gitignored) and
+are reused; results are printed and written to ``OUT/bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+CORPUS = Path(os.environ.get("TRACEPROF_CORPUS", REPO.parent / "shared" / "corpus"))
+CORPUS_SETS = ["hta/trace_filter", "hta/nccl_parser_config", "hta/negative_queue_length_values_check",
+               "hta/df_index_resolver"]
+# name: (ranks, events per rank, steps, gzip)
+GENERATED = {
+    "gen_1x2M_100k": (1, 2_000_000, 100_000, False),
+    "gen_8x1M": (8, 1_000_000, 1_000, True),
+    "gen_32x125k": (32, 125_000, 250, True),
+}
+CURVE = [1_000, 10_000, 100_000]  # steps, 20 events each
+ANALYSES = ["temporal", "overlap", "gaps", "idle", "kernels", "launch", "mfu", "stragglers", "whatif"]
+# the synthetic traces record no shapes: declare the FLOPs so that mfu computes (1 PFLOP per step)
+PARAMS = {"mfu": ["-p", "model_flops_per_step=1e15"]}
+PY = sys.executable
+
+
+# --- the measuring child --------------------------------------------------------------------
+
+
+def _tree_rss(pid: int) -> int:
+    """Summed RSS (bytes) of ``pid`` and its descendants, from /proc; 0 once it is gone."""
+    total, todo = 0, [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * page
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _measure(timeout: float, cmd: list[str]) -> None:
+    """Run ``cmd``; print one JSON line with wall, cpu (s), rss_max and rss_sum (MB), rc (124: it ran
+    past ``timeout`` seconds and its process group was killed)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    peak = [0]
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            time.sleep(0.02)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        proc.returncode, err = 124, f"timed out after {timeout:g} s".encode()
+    wall = time.perf_counter() - t0
+    th.join()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_max": ru.ru_maxrss / 1024,
+                      "rss_sum": peak[0] / 2**20, "rc": proc.returncode,
+                      "err": err.decode(errors="replace")[-400:] if proc.returncode else ""}))
+
+
+def measure(cmd: list[str], timeout: float = 1800) -> dict:
+    """Measure ``cmd`` in a fresh measuring process (so the rusage is this command's alone)."""
+    out = subprocess.run([PY, __file__, "--measure", str(timeout), "--", *cmd], capture_output=True, text=True,
+                         check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if r["rc"]:
+        print(f"  ! {' '.join(cmd)[:120]}: exit {r['rc']}: {r['err'].strip()[-300:]}", file=sys.stderr)
+    return r
+
+
+# --- the bare parse -------------------------------------------------------------------------
+
+
+def _read(path: Path) -> bytes:
+    import gzip
+
+    return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+
+
+def _decoder(name: str):
+    if name == "orjson":
+        import orjson
+
+        return orjson.loads
+    import msgspec
+
+    return msgspec.json.Decoder().decode
+
+
+def _bare_parse(parser: str, files: list[str]) -> None:
+    decode = _decoder(parser)
+    for f in files:
+        doc = decode(_read(Path(f)))
+        assert len(doc["traceEvents"]) >= 0  # noqa: S101 (touch the result)
+        del doc
+
+
+def fastest_parser(sample: Path) -> str:
+    """orjson or msgspec (untyped), whichever decodes ``sample`` faster (best of 2 each)."""
+    data, best = _read(sample), {}
+    for name in ("orjson", "msgspec"):
+        try:
+            dec = _decoder(name)
+        except ImportError:
+            continue
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            dec(data)
+            times.append(time.perf_counter() - t0)
+        best[name] = min(times)
+    return min(best, key=best.get)
+
+
+# --- sets, tools, analyses ------------------------------------------------------------------
+
+
+def trace_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz")))
+
+
+def generated(out: Path, name: str, ranks: int, events: int, steps: int, gz: bool) -> Path:
+    folder = out / name
+    stamp = folder / ".done"
+    if not stamp.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run([PY, str(HERE / "gen_trace.py"), str(folder), "--ranks", str(ranks), "--events",
+                        str(events), "--steps", str(steps), *(["--gzip"] if gz else [])], check=True)
+        stamp.write_text("")
+    return folder
+
+
+def traceprof(*args: str) -> list[str]:
+    return [PY, "-m", "traceprof.cli", *args]
+
+
+def tools(folder: Path, db: Path, parser: str, hta: bool) -> dict[str, list[str]]:
+    files = [str(p) for p in trace_files(folder)]
+    cmds = {"traceprof": traceprof("ingest", str(folder), "--db", str(db), "--run", "bench")}
+    if hta:
+        cmds["hta"] = [PY, "-c", "import logging, sys; logging.disable(logging.WARNING); "
+                       "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])",
+                       str(folder)]
+    cmds["bare"] = [PY, __file__, "--bare-parse", parser, "--", *files]
+    return cmds
+
+
+def analyses(db: Path, names: list[str], html: Path) -> dict[str, dict]:
+    res = {}
+    for a in names:
+        res[a] = measure(traceprof("analyze", a, "--db", str(db), "-f", "csv", *PARAMS.get(a, [])))
+    res["report"] = measure(traceprof("report", "--db", str(db), "-o", str(html),
+                                      "-p", "mfu.model_flops_per_step=1e15"))
+    return res
+
+
+# --- printing -------------------------------------------------------------------------------
+
+
+def _row(label: str, r: dict) -> str:
+    s = f"  {label:<22} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss_max']:8.0f} {r['rss_sum']:8.0f}"
+    return s + ("   TIMED OUT (a lower bound)" if r["rc"] == 124 else "   FAILED" if r["rc"] else "")
+
+
+HEAD = f"  {'':<22} {'wall s':>8} {'cpu s':>8} {'rss MB':>8} {'sum MB':>8}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE / "out")
+    ap.add_argument("--quick", action="store_true", help="generated sizes / 10")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--hta-timeout", type=float, default=300, help="seconds; HTA is stopped after (default 300)")
+    ap.add_argument("--only", nargs="*", help="sets to run (corpus paths or generated names)")
+    ap.add_argument("--skip-analyses", action="store_true")
+    a = ap.parse_args()
+    out = a.out / ("quick" if a.quick else "full")
+    out.mkdir(parents=True, exist_ok=True)
+    div = 10 if a.quick else 1
+    gen = {n: (r, e // div, max(s // div, 1), gz) for n, (r, e, s, gz) in GENERATED.items()}
+    folders = {n: generated(out, n, *spec) for n, spec in gen.items() if not a.only or n in a.only}
+    sets = {rel: CORPUS / rel for rel in CORPUS_SETS if (not a.only or rel in a.only) and (CORPUS / rel).exists()}
+    sets.update(folders)
+    first_gen = next(iter(folders.values()), None)
+    parser = fastest_parser(trace_files(first_gen)[0]) if first_gen else "orjson"
+    result: dict = {"parser": parser, "quick": a.quick, "cpus": os.cpu_count(), "ingest": {}, "analyses": {},
+                    "curve": {}}
+    print(f"bare parse: {parser}; ratios are traceprof / other (wall, cpu, summed rss)")
+    for name, folder in sets.items():
+        files = trace_files(folder)
+        size = sum(p.stat().st_size for p in files)
+        print(f"\n{name}: {len(files)} files, {size / 1e6:.1f} MB on disk\n{HEAD}")
+        db = out / f"{name.replace('/', '_')}.duckdb"
+        db.unlink(missing_ok=True)
+        res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800)
+               for k, cmd in tools(folder, db, parser, not a.no_hta).items()}
+        res["files"], res["bytes"] = len(files), size
+        for k in ("traceprof", "hta", "bare"):
+            if k in res:
+                print(_row(k, res[k]))
+        for k in ("hta", "bare"):
+            if k in res:
+                tp, o = res["traceprof"], res[k]
+                print(f"  traceprof / {k:<10} wall {tp['wall'] / o['wall']:.2f}x  cpu {tp['cpu'] / o['cpu']:.2f}x  "
+                      f"rss_sum {tp['rss_sum'] / o['rss_sum']:.2f}x")
+        result["ingest"][name] = res
+        if name in ("gen_1x2M_100k", "gen_8x1M") and not a.skip_analyses:
+            names = ANALYSES if name == "gen_8x1M" else [x for x in ANALYSES if x not in ("stragglers", "whatif")]
+            an = analyses(db, names, out / f"{name}.html")
+            print(f"  analyses on {name}:\n{HEAD}")
+            for k, r in an.items():
+                print(_row(k, r))
+            total = res["traceprof"]["wall"] + sum(r["wall"] for r in an.values())
+            print(f"  ingest + every analysis + report: {total:.1f} s wall")
+            result["analyses"][name] = {**an, "ingest_plus_all_wall": total}
+        if name not in folders.values():
+            db.unlink(missing_ok=True)
+    if not a.skip_analyses and (not a.only or "curve" in a.only):
+        print(f"\noverlap vs steps (20 events per step):\n  {'steps':>8} {'events':>9} {'wall s':>8} {'rss MB':>8}")
+        for steps in CURVE:
+            s = max(steps // div, 10)
+            folder = generated(out, f"curve_{s}", 1, 20 * s, s, False)
+            db = out / f"curve_{s}.duckdb"
+            db.unlink(missing_ok=True)
+            ing = measure(traceprof("ingest", str(folder), "--db", str(db)))
+            ov = measure(traceprof("analyze", "overlap", "--db", str(db), "-f", "csv"))
+            print(f"  {s:>8} {20 * s:>9} {ov['wall']:8.2f} {ov['rss_max']:8.0f}")
+            result["curve"][s] = {"ingest": ing, "overlap": ov}
+            db.unlink(missing_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out / 'bench.json'}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--measure":
+        _measure(float(sys.argv[2]), sys.argv[4:])
+    elif len(sys.argv) > 2 and sys.argv[1] == "--bare-parse":
+        _bare_parse(sys.argv[2], sys.argv[4:])
+    else:
+        main()

@@ -101,6 +101,12 @@ def test_runs_not_comparable(store, tmp_path):
     with pytest.raises(UsageError, match=r"not comparable \(world size 1 vs 2\)"):
         diff_runs(store, "cpu", "two")
     assert not diff_runs(store, "gpu", "gpu").regressed
+    # --force: compared anyway, on per-rank medians (one sample per rank), with a note saying so.
+    forced = diff_runs(store, "cpu", "two", force=True)
+    assert any(n.startswith("forced (--force): runs cpu and two are not comparable (world size 1 vs 2)")
+               for n in forced.notes)
+    # each run has one traced rank (_micro writes rank 0 only): one per-rank median each
+    assert forced.frame.filter(pl.col("metric") == "step_time_ns")[["n_base", "n_cand"]].row(0) == (1, 1)
 
 
 def test_bad_mfu_param_is_a_usage_error(store, tmp_path):

@@ -210,7 +210,7 @@ def _metric(name: str, b: np.ndarray, c: np.ndarray, step_base: float, threshold
 
 
 def diff_runs(store: Store, base: str, cand: str, thresholds: dict[str, float] | None = None,
-              alpha: float = 0.01, mfu_options: dict[str, str] | None = None) -> DiffResult:
+              alpha: float = 0.01, mfu_options: dict[str, str] | None = None, force: bool = False) -> DiffResult:
     """Compare run ``cand`` against run ``base`` (module doc).
 
     Args:
@@ -220,19 +220,31 @@ def diff_runs(store: Store, base: str, cand: str, thresholds: dict[str, float] |
         thresholds: Relative threshold per metric (0.1 = 10 %); key ``*`` sets every metric.
         alpha: Significance level of the noise test.
         mfu_options: Parameters of the ``mfu`` analysis (e.g. ``peak_tflops``), for both runs.
+        force: Compare runs that are not comparable anyway: each metric's samples are then the
+            per-rank medians over steps (ranks, not rank-steps, are the samples), with a note.
 
     Raises:
         StoreError: No such run.
         UsageError: A threshold for an unknown metric, or one outside (0, 1]; runs that are not
-            comparable (GPU vs CPU-only, different world sizes); bad ``mfu_options``.
+            comparable (GPU vs CPU-only, different world sizes) unless ``force``; bad ``mfu_options``.
         AnalysisError: A run without ProfilerSteps.
     """
     limits = _thresholds(thresholds or {})
     ids = store.resolve_run(base), store.resolve_run(cand)
-    _check_comparable(store, ids)
+    forced: list[str] = []
+    try:
+        _check_comparable(store, ids)
+    except UsageError as e:
+        if not force:
+            raise
+        forced.append(f"forced (--force): {str(e).split(': diff two runs')[0]}; each metric compares "
+                      "per-rank medians over steps")
     (sb, nb), (sc, nc) = (_samples(store, i, mfu_options or {}) for i in ids)
+    if forced:
+        sb, sc = (s.group_by("rank").agg(pl.exclude("step").median()).with_columns(pl.lit(0).alias("step"))
+                  for s in (sb, sc))
     ib, ic = typical_items(store, ids[0]), typical_items(store, ids[1])
-    notes = nb + nc
+    notes = forced + nb + nc
     step_base = float(np.median(sb["step_time_ns"].to_numpy()))
     has_mfu = all("mfu_pct" in s.columns and s["mfu_pct"].is_not_null().any() for s in (sb, sc))
     rows = []
@@ -274,7 +286,8 @@ def _check_comparable(store: Store, ids: tuple[int, int]) -> None:
         why.append(f"world size {b['world_size']} vs {c['world_size']}")
     if why:
         raise UsageError(f"runs {b['name']} and {c['name']} are not comparable ({'; '.join(why)}): "
-                         "diff two runs of the same job on the same kind of device")
+                         "diff two runs of the same job on the same kind of device, or pass --force to "
+                         "compare per-rank medians anyway")
 
 
 def _thresholds(given: dict[str, float]) -> dict[str, float]:

@@ -113,7 +113,8 @@ def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = 
             "c": [PALETTE[j % len(PALETTE)] for _ in xs for j in range(len(ys))]})
         r = fig.vbar(x="f", top="v", width=0.8, source=src, color="c", legend_field="series")
         fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@full"), ("", "@series"), ("value", f"@v{{0,0.[000]}} {unit}")]))
-    fig.y_range.start = 0 if all((v or 0) >= 0 for y in ys for v in data[y]) else None
+    if all((v or 0) >= 0 for y in ys for v in data[y]):  # bars of non-negative values start at zero
+        fig.y_range.start = 0
     fig.xaxis.major_label_orientation = 0.8 if rotate else 0
     fig.xgrid.grid_line_color = None
     fig.legend.location = "top_left"

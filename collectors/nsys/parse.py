@@ -85,10 +85,11 @@ _MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
 _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 
 
-def _open(path: Path) -> sqlite3.Connection:
+def _open(path: Path, tolerant: bool = False) -> sqlite3.Connection:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-        con.text_factory = lambda b: b.decode("utf-8", "replace")  # exports hold some non-UTF-8 text
+        if tolerant:
+            con.text_factory = lambda b: b.decode("utf-8", "replace")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as e:
         raise TraceFormatError(path, "", f"unreadable SQLite file ({e})") from None
@@ -144,25 +145,54 @@ class _Rows:
         c["class"].append(cls)
         c["flag"].append(flag)
 
+    def extend(self, kind: str, cat: str, fetched: list[tuple[Any, ...]], gpu: bool,
+               rename: dict[str, str] | None = None) -> None:
+        """Append rows fetched as (name, ts, dur, pid, tid, device, stream, correlation, args JSON);
+        GPU rows get their class (one classification per distinct name), ``rename`` maps names."""
+        if not fetched:
+            return
+        names, ts, dur, pid, tid, dev, stream, corr, args = (list(col) for col in zip(*fetched, strict=True))
+        if rename is not None:
+            names = [rename[x] if x in rename else rename.setdefault(x, _VERSION.sub("", x)) for x in names]
+        n = len(names)
+        c = self.cols
+        c["kind"] += [kind] * n
+        c["cat"] += [cat] * n
+        c["name"] += names
+        c["ts_ns"] += ts
+        c["dur_ns"] += dur
+        c["pid"] += pid
+        c["tid"] += tid
+        c["device"] += dev
+        c["stream"] += stream
+        c["correlation"] += corr
+        c["external_id"] += [None] * n
+        c["args"] += args
+        if gpu:
+            classes: dict[str, str] = {}
+            c["class"] += [classes[x] if x in classes else classes.setdefault(x, gpu_class(kind, x)) for x in names]
+        else:
+            c["class"] += [None] * n
+        c["flag"] += [None] * n
+
 
 def _kernels(con: sqlite3.Connection, cols: set[str], epoch: int, rows: _Rows, bad: dict[str, int]) -> None:
-    graph = "k.graphNodeId" if "graphNodeId" in cols else "NULL"
-    q = f"""SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, coalesce(d.value, s.value, ''),
-                   s.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.registersPerThread,
-                   k.staticSharedMemory, k.dynamicSharedMemory, {graph}
+    graph = ", 'graphNodeId', k.graphNodeId" if "graphNodeId" in cols else ""
+    q = f"""SELECT coalesce(d.value, s.value, ''), k.start + ?, k.end - k.start, CAST(k.deviceId AS TEXT),
+                   CAST(k.streamId AS TEXT), k.deviceId, k.streamId, k.correlationId,
+                   json_object('device', k.deviceId, 'stream', k.streamId, 'correlation', k.correlationId,
+                               'grid', json_array(k.gridX, k.gridY, k.gridZ),
+                               'block', json_array(k.blockX, k.blockY, k.blockZ),
+                               'registers per thread', k.registersPerThread,
+                               'shared memory', k.staticSharedMemory + k.dynamicSharedMemory,
+                               'shortName', s.value{graph})
             FROM CUPTI_ACTIVITY_KIND_KERNEL k
-            LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName"""
-    for start, end, dev, stream, corr, name, short, gx, gy, gz, bx, by, bz, regs, sshm, dshm, node in con.execute(q):
-        if end < start:
-            bad["kernel with end before start"] = bad.get("kernel with end before start", 0) + 1
-            continue
-        args = {"device": dev, "stream": stream, "correlation": corr, "grid": [gx, gy, gz],
-                "block": [bx, by, bz], "registers per thread": regs, "shared memory": sshm + dshm,
-                "shortName": short}
-        if node is not None:
-            args["graphNodeId"] = node
-        rows.add("kernel", "kernel", name, epoch + start, end - start, str(dev), str(stream), dev, stream, corr,
-                 args, gpu_class("kernel", name, args))
+            LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName
+            WHERE k.end >= k.start"""
+    (n_bad,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end < start").fetchone()
+    if n_bad:
+        bad["kernel with end before start"] = n_bad
+    rows.extend("kernel", "kernel", con.execute(q, (epoch,)).fetchall(), gpu=True)
 
 
 def _copies(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows: _Rows) -> None:
@@ -194,15 +224,16 @@ def _copies(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, ro
 
 
 def _api(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows: _Rows) -> None:
+    rename: dict[str, str] = {}  # cudaLaunchKernel_v7000 -> cudaLaunchKernel, once per name
     for table, kind in (("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"), ("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver")):
         if table not in tables:
             continue
-        q = f"""SELECT r.start, r.end, r.globalTid, r.correlationId, coalesce(s.value, '')
+        q = f"""SELECT coalesce(s.value, ''), r.start + ?, max(r.end - r.start, 0),
+                       coalesce(CAST((r.globalTid >> 24) & 16777215 AS TEXT), ''),
+                       coalesce(CAST(r.globalTid & 16777215 AS TEXT), ''), NULL, NULL, r.correlationId,
+                       json_object('correlation', r.correlationId, 'nsys_name', s.value)
                 FROM {table} r LEFT JOIN StringIds s ON s.id = r.nameId"""
-        for start, end, gtid, corr, raw in con.execute(q):
-            pid, tid = _pid_tid(gtid)
-            rows.add(kind, kind, _VERSION.sub("", raw), epoch + start, max(end - start, 0), pid, tid, None, None,
-                     corr, {"correlation": corr, "nsys_name": raw})
+        rows.extend(kind, kind, con.execute(q, (epoch,)).fetchall(), gpu=False, rename=rename)
 
 
 def _nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows: _Rows,
@@ -240,11 +271,14 @@ def _nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows
 
 
 def _env(con: sqlite3.Connection, tables: dict[str, set[str]]) -> str:
-    """All recorded environment-like text (capture metadata and system environment values)."""
+    """All recorded environment-like text (capture metadata and system environment values; these
+    hold some non-UTF-8 bytes, replaced)."""
     parts = []
     for table in ("META_DATA_CAPTURE", "TARGET_INFO_SYSTEM_ENV"):
         if table in tables and {"name", "value"} <= tables[table]:
-            parts += [f"{n}\n{v}" for n, v in con.execute(f"SELECT name, value FROM {table}") if v]
+            q = f"SELECT CAST(name AS BLOB), CAST(value AS BLOB) FROM {table}"
+            parts += [f"{bytes(n).decode('utf-8', 'replace')}\n{bytes(v).decode('utf-8', 'replace')}"
+                      for n, v in con.execute(q) if v]
     return "\n".join(parts)
 
 
@@ -302,6 +336,43 @@ def _devices(con: sqlite3.Connection, tables: dict[str, set[str]]) -> list[dict[
             for i, n, sm, mem, a, b in con.execute(q)]
 
 
+def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> tuple[Any, ...]:
+    """Everything :func:`parse` reads from the open export (module doc, steps 1-4, 6, 7)."""
+    tables = _tables(con)
+    if "StringIds" not in tables or not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_"))
+                                             for t in tables):
+        raise NotATraceError(p, "", "an SQLite file but not an Nsight Systems export (no StringIds / "
+                             "CUPTI_ACTIVITY_KIND_* / TARGET_INFO_* tables)")
+    if "TARGET_INFO_SESSION_START_TIME" not in tables:
+        raise TraceFormatError(p, "TARGET_INFO_SESSION_START_TIME", "missing: no capture start time, so "
+                               "times cannot be put on the epoch clock; re-export with a current nsys")
+    start = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    if not start or not isinstance(start[0], int):
+        raise TraceFormatError(p, "TARGET_INFO_SESSION_START_TIME.utcEpochNs", "empty or not an integer")
+    epoch = start[0]
+    rows = _Rows()
+    rejected: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    flagged: dict[str, int] = {}
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        _kernels(con, tables["CUPTI_ACTIVITY_KIND_KERNEL"], epoch, rows, rejected)
+        if rejected and on_bad_event == "raise":
+            raise TraceFormatError(p, "CUPTI_ACTIVITY_KIND_KERNEL", f"{sum(rejected.values())} kernel(s) end "
+                                   "before they start; pass --skip-bad-events to skip them")
+    _copies(con, tables, epoch, rows)
+    _api(con, tables, epoch, rows)
+    thread_ranks: set[int] = set()
+    _nvtx(con, tables, epoch, rows, skipped, flagged, thread_ranks)
+    env = _env(con, tables)
+    rank, warnings = _rank(p, env, thread_ranks)
+    world = _env_int(env, _WORLD_ENV)
+    devices = _devices(con, tables)
+    meta = _meta(con, tables)
+    host = dict(con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'").fetchall()
+                ).get("Hostname") if "TARGET_INFO_SYSTEM_ENV" in tables else None
+    return rows, rejected, skipped, flagged, rank, warnings, world, devices, meta, host, epoch
+
+
 def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     """Parse one Nsight Systems SQLite export.
 
@@ -321,42 +392,19 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     """
     p = Path(path).resolve()
     raw = p.read_bytes()
-    con = _open(p)
-    try:
-        tables = _tables(con)
-        if "StringIds" not in tables or not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_"))
-                                                 for t in tables):
-            raise NotATraceError(p, "", "an SQLite file but not an Nsight Systems export (no StringIds / "
-                                 "CUPTI_ACTIVITY_KIND_* / TARGET_INFO_* tables)")
-        if "TARGET_INFO_SESSION_START_TIME" not in tables:
-            raise TraceFormatError(p, "TARGET_INFO_SESSION_START_TIME", "missing: no capture start time, so "
-                                   "times cannot be put on the epoch clock; re-export with a current nsys")
-        start = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-        if not start or not isinstance(start[0], int):
-            raise TraceFormatError(p, "TARGET_INFO_SESSION_START_TIME.utcEpochNs", "empty or not an integer")
-        epoch = start[0]
-        rows = _Rows()
-        rejected: dict[str, int] = {}
-        skipped: dict[str, int] = {}
-        flagged: dict[str, int] = {}
-        if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-            _kernels(con, tables["CUPTI_ACTIVITY_KIND_KERNEL"], epoch, rows, rejected)
-            if rejected and on_bad_event == "raise":
-                raise TraceFormatError(p, "CUPTI_ACTIVITY_KIND_KERNEL", f"{sum(rejected.values())} kernel(s) end "
-                                       "before they start; pass --skip-bad-events to skip them")
-        _copies(con, tables, epoch, rows)
-        _api(con, tables, epoch, rows)
-        thread_ranks: set[int] = set()
-        _nvtx(con, tables, epoch, rows, skipped, flagged, thread_ranks)
-        env = _env(con, tables)
-        rank, warnings = _rank(p, env, thread_ranks)
-        world = _env_int(env, _WORLD_ENV)
-        devices = _devices(con, tables)
-        meta = _meta(con, tables)
-        host = dict(con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'").fetchall()
-                    ).get("Hostname") if "TARGET_INFO_SYSTEM_ENV" in tables else None
-    finally:
-        con.close()
+    for tolerant in (False, True):  # a rare non-UTF-8 string: read again, replacing bad bytes
+        con = _open(p, tolerant)
+        try:
+            rows, rejected, skipped, flagged, rank, warnings, world, devices, meta, host, epoch = _read(
+                con, p, on_bad_event)
+            break
+        except sqlite3.OperationalError as e:
+            if tolerant or "decode" not in str(e):
+                raise TraceFormatError(p, "", f"SQLite error while reading the export ({e})") from None
+        except sqlite3.Error as e:
+            raise TraceFormatError(p, "", f"SQLite error while reading the export ({e})") from None
+        finally:
+            con.close()
     cols = rows.cols
     steps, cols["step"] = assign_steps(cols)
     gpu = [d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel"]

@@ -35,13 +35,16 @@ from traceprof.matching import ARRIVAL_SQL, preferred_source, unmatched_p2p
 from traceprof.store import Store
 
 __all__ = ["compute_items", "comm_items", "require_matched", "partial_note", "Timeline", "build", "replay",
-           "EPS_NS"]
+           "EPS_NS", "Transient", "transient", "TRANSIENT_SKEW_FACTOR"]
 
 #: Tolerance for "ended before started" (ns): float32 NDTimeline times have ~4 us resolution.
 EPS_NS = 10_000
 #: ... or this share of the shorter item's duration, whichever is larger (NDTimeline's GPU-event
 #: times let a 3.5 ms send start 40 us before the 550 ms compute it follows has ended).
 _OVERLAP_SHARE = 0.05
+#: A leading collective whose arrival skew exceeds this many times the run's median skew (and the
+#: median step time) belongs to the profiler-start transient (:func:`transient`).
+TRANSIENT_SKEW_FACTOR = 20
 
 
 def compute_items(store: Store, run_id: int) -> pl.DataFrame:
@@ -89,6 +92,66 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
         [run_id, source],
     )
     return df, source
+
+
+@dataclass(frozen=True)
+class Transient:
+    """The profiler-start transient of a run (:func:`transient`).
+
+    Attributes:
+        instances: Instance ids it holds (the leading instances with an outlying skew).
+        steps: Steps those instances belong to (left out of the what-if replay).
+        note: What was found and left out, or None when there is no transient.
+    """
+
+    instances: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+    note: str | None = None
+
+
+def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
+    """Detect the profiler-start transient: ranks whose profilers (or processes) start seconds
+    apart make the first collectives wait seconds for the last rank, which says nothing about the
+    steady state.
+
+    Algorithm: instances seen by two or more ranks, in order of first arrival; skew = last - first
+    arrival (ns). Threshold = max(:data:`TRANSIENT_SKEW_FACTOR` x the median skew, the median step
+    time of the run's ``steps``). The leading run of instances whose skew exceeds it is the
+    transient (an outlier later in the run is a real event and stays). The factor 20 leaves
+    ordinary jitter alone (on the CPU samples the largest skew is under 10x the median), while a
+    start transient is seconds against skews of microseconds to milliseconds.
+
+    Args:
+        items: :func:`comm_items` frame (instance_id, rank, step, arrival_ns, n_ranks).
+        store: The store (for step times).
+        run_id: The run.
+
+    Returns:
+        A :class:`Transient` (empty when there is none).
+    """
+    if items.is_empty():
+        return Transient()
+    inst = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null()).group_by("instance_id").agg(
+        pl.col("arrival_ns").min().alias("first"), (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
+        pl.col("step").drop_nulls().mode().first().alias("step")).sort("first", "instance_id")
+    if inst.height < 3:
+        return Transient()
+    med_skew = int(inst["skew"].sort()[(inst.height - 1) // 2])
+    step_ns = store.sql("SELECT quantile_disc(cpu_end_ns - cpu_start_ns, 0.5) AS s FROM steps WHERE run_id = ?",
+                        [run_id]).item()
+    thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or 0), 1)
+    over = (inst["skew"] > thr).to_list()
+    k = over.index(False) if False in over else len(over)
+    if k == 0 or k == inst.height:
+        return Transient()
+    lead = inst.head(k)
+    steps = tuple(sorted({int(s) for s in lead["step"].drop_nulls().to_list()}))
+    where = f" (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))})" if steps else ""
+    note = (f"profiler-start transient: the first {k} collective{'s' if k > 1 else ''}{where} waited up to "
+            f"{int(lead['skew'].max()) / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
+            f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
+            "profiling at different times; left out of stragglers and what-if")
+    return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
 
 
 def _ranks(store: Store, run_id: int) -> tuple[int, int | None]:
@@ -175,7 +238,7 @@ def _deps(g: pl.DataFrame, eps: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
 
 
-def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS) -> Timeline:
+def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_early: bool = False) -> Timeline:
     """Build the replay graph from compute and comm items (module doc).
 
     Args:
@@ -183,8 +246,12 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS) -> Timeline
         comm: :func:`comm_items` frame (rows without a step or an end are ignored).
         eps: Tolerance of "ended before started" in ns.
 
+    A cycle (two ranks hold matched collectives in different orders, and a copy ended before its
+    instance's last arrival: a wrong match or clock) is broken by dropping the dependencies on
+    copies that ended before their last arrival, once.
+
     Raises:
-        ValueError: The graph has a cycle (a bug: edges only go forward in time).
+        AnalysisError: The graph has a cycle (ranks hold matched collectives in different orders).
     """
     c = comp.filter(pl.col("step").is_not_null()).select(
         pl.lit(0).alias("kind"), "rank", "step", pl.col("name").alias("key0"), "start_ns", "end_ns",
@@ -217,6 +284,15 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS) -> Timeline
     n_items = items.height
     start = items["start_ns"].to_numpy()
     end = items["end_ns"].to_numpy()
+    kind = items["kind"].to_numpy()
+    last = items.join(m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
+                      on=["instance_id", "rank"], how="left")["last_ns"].to_numpy()
+    if _drop_early:
+        # A copy that ended before its instance's last arrival (a wrong match or clock) made the
+        # graph cyclic: dependencies on such copies are dropped (second attempt only).
+        early = (kind == 1) & (end < np.nan_to_num(last.astype(np.float64), nan=-np.inf))
+        keep = ~early[src] if len(src) else np.zeros(0, bool)
+        src, dst = src[keep], dst[keep]
     steps = items["step"].to_numpy()
     ss = items.join(step_start, on="step", how="left")["step_start_ns"].to_numpy()
     # ready = latest end of the dependencies (recorded), or the step start
@@ -224,13 +300,10 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS) -> Timeline
     if len(src):
         np.maximum.at(ready, dst, end[src].astype(np.float64))
     gap = np.maximum(start - ready, 0.0)
-    kind = items["kind"].to_numpy()
     inst = items["instance_id"].to_numpy()
     # comm: item node = arrival (weight gap); instance node; end node (weight transfer)
     is_comm = kind == 1
     comm_idx = np.nonzero(is_comm)[0]
-    last = items.join(m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
-                      on=["instance_id", "rank"], how="left")["last_ns"].to_numpy()
     dur = np.where(is_comm, np.maximum(end - np.nan_to_num(last.astype(np.float64)), 0.0), end - start).astype(np.float64)
     inst_ids, inst_of = np.unique(inst[comm_idx].astype(np.int64), return_inverse=True)
     n_inst = len(inst_ids)
@@ -280,8 +353,12 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS) -> Timeline
         else:
             frontier = nxt
         lvl += 1
+    if seen != n_nodes and not _drop_early:
+        return build(comp, comm, eps, _drop_early=True)
     if seen != n_nodes:
-        raise ValueError("replay graph has a cycle")
+        raise AnalysisError(f"the replay graph has a cycle ({n_nodes - seen} of {n_nodes} nodes): two ranks hold "
+                            "collectives of one group in different orders, so the matching (or the clock alignment) "
+                            "is inconsistent there; check collective_instances")
     perm = np.argsort(level, kind="stable")
     inv = np.empty_like(perm)
     inv[perm] = np.arange(n_nodes)

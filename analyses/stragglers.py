@@ -14,24 +14,44 @@ provides):
      (``end_before_last_arrival``), counted in a note, and their transfer is clipped to 0.
      When only some ranks of the job were traced, everything is among the traced ranks (a note
      says so): waits are lower bounds, transfers upper bounds.
-  3. Per rank: share of its instances where it arrived last; wait it caused others (the sum of the
-     other ranks' waits at the instances where it was last); median lateness, also as % of the
-     run's pace (the median time between a rank's consecutive arrivals in a step: the spacing of
-     collectives, a few ms for DDP buckets, a microbatch for pipeline sends) and of the median
-     step; compute time per step (top-level compute intervals, ``analyses._replay``)
-     against the median rank as a robust z-score: (x - median) / (1.4826 * MAD), the MAD floored
-     at 1% of the median so that equal ranks give 0, not infinity.
-  4. Verdict: a rank is named when it arrived last in at least ``min_share`` of its instances and
-     its median lateness is at least ``min_late_pct`` of the pace (default 100%: it holds up its
-     collectives by more than their spacing); below that, the skew is within the run's noise (on
-     the CPU samples unslowed ranks reach 30%, slowed ones 200-350%). Why it was late: over the
-     instances where it arrived last, the span since its previous arrival (or step start) is split into compute, communication not hidden
-     by compute, and the rest (untraced host time: Python, data loading, sleeps); the part that
+  3. Per rank: the instances it arrived last at (``last_count``: strictly last; an instance where
+     several ranks share the latest arrival is a tie, ``tie_count``, and credits nobody); the
+     chance of that under no straggler (each of an instance's n ranks last with probability 1/n;
+     ``chance_share`` = mean of 1/n) and the binomial p-value of arriving last that often or more;
+     the wait it caused (the other ranks' waits at the instances where it was last) and its
+     hold-up (``holdup_ns``: at those instances, its arrival - the next latest arrival, the time
+     the collective would have started earlier without it), also as % of the time the instances
+     cover (``holdup_pct``: the median step time x the steps they lie in; the span of the
+     instances when the run has no steps); median lateness, also as % of the pace (the median
+     time between a rank's consecutive arrivals in a step; with one collective per step, the
+     median step time) and of the median step; compute time per step (top-level compute
+     intervals, ``analyses._replay``) against the median rank as a robust z-score:
+     (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
+     0, not infinity. The profiler-start transient (``_replay.transient``) is left out first.
+  4. Verdict, one rule: a rank is named when it arrives last significantly more often than chance
+     (binomial p < ``alpha``, default 0.01) *and* the waiting it causes is a material share of step
+     time: ``cost_pct`` >= ``min_cost_pct``, default 10%. ``cost_pct`` is what the rank's delays
+     cost the job: the what-if replay (``analyses.whatif``) with only that rank's recorded op
+     times or host gaps put back, (alone S - 1) in %, the figure whatif blames ranks with, so the
+     two analyses cannot disagree about a rank (runs the replay cannot model, e.g. Flight
+     Recorder only, use ``holdup_pct``). Why these thresholds: with 4 ranks and 12-15 instances,
+     p < 0.01 needs the rank last at 8 of 12 (or 8 of 15) where chance gives 3 (or 3.75); the
+     unslowed CPU samples stay above it except where rank 0 (the TCPStore host) is last at 9 of
+     12, but its delays cost 7% (normal_repeat). 10% is the OSDI'25 straggling threshold
+     (S > 1.1): a rank is a straggler when its delays alone make the job straggle. The slowed
+     samples reach p < 0.003 and costs of 12-40%. A straggler is an exception: when more than
+     ``max_named_share`` (a quarter) of the ranks qualify, none is named and the verdict calls it
+     a systematic imbalance (the OSDI'25 SE trace: half the workers, pipeline stage 1, each last
+     at ~75% of their transfers where chance is 43%, each costing ~15%). Otherwise "no straggler", with the
+     figures. Why it was late: over the instances where it arrived last, the span since its
+     previous arrival (or step start) is split into compute, communication not hidden by
+     compute, and the rest (untraced host time: Python, data loading, sleeps); the part that
      exceeds the other ranks' median the most is the cause.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +61,7 @@ from analyses import _common, _replay
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
+from traceprof.matching import fallback_note
 from traceprof.store import Store
 
 _CAUSES = {"compute_ns": "compute", "comm_ns": "communication", "other_ns": "untraced host time"}
@@ -48,26 +69,33 @@ _CAUSES = {"compute_ns": "compute", "comm_ns": "communication", "other_ns": "unt
 
 @dataclass(frozen=True)
 class Params(RunParams):
-    """``source``: collectives source (default: the best matched); ``min_share``: fraction of
-    instances a rank must arrive last in to be named; ``min_late_pct``: its median lateness as %
-    of the pace (median spacing of collectives) must reach this to be named."""
+    """``source``: collectives source (default: the best matched); ``alpha``: significance of
+    arriving last more often than chance (binomial test, one-sided); ``min_cost_pct``: what the
+    rank's delays cost the job (``cost_pct``, % of step time) must reach this to be named;
+    ``max_named_share``: when more than this share of the ranks qualify, none is named (a
+    systematic imbalance, e.g. a slow pipeline stage, not a straggler)."""
 
     source: str = ""
-    min_share: float = 0.5
-    min_late_pct: float = 100.0
+    alpha: float = 0.01
+    min_cost_pct: float = 10.0
+    max_named_share: float = 0.25
 
     def __post_init__(self) -> None:
-        _common.fraction("min_share", self.min_share)
-        _common.at_least("min_late_pct", self.min_late_pct, 0)
+        _common.fraction("alpha", self.alpha)
+        _common.at_least("min_cost_pct", self.min_cost_pct, 0)
+        _common.fraction("max_named_share", self.max_named_share)
 
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per rank (``frame``): rank, instances, last_count, last_arrival_share (0..1),
-    median_lateness_ns (>= 0), late_pct (% of the pace), late_step_pct (% of the median step),
-    wait_caused_ns, wait_ns (it waited for others), transfer_ns (median, >= 0), compute_ns (median
-    per step), compute_z, named (bool). ``instances``: instance_id, step, op, pg, n_ranks,
-    first_arrival_ns, last_arrival_ns, last_rank, transfer_ns (median over ranks),
+    """Per rank (``frame``): rank, instances, last_count (strictly last), tie_count,
+    last_arrival_share (0..1), chance_share (expected share under no straggler), p_value
+    (binomial, last_count or more), median_lateness_ns (>= 0), late_pct (% of the pace),
+    late_step_pct (% of the median step), wait_caused_ns, holdup_ns, holdup_pct (% of the time
+    covered), wait_ns (it waited for others), transfer_ns (median, >= 0), compute_ns (median per
+    step), compute_z, qualifies (bool: passes the rule), named (bool: qualifies, and few enough
+    ranks do). ``instances``: instance_id, step, op, pg, n_ranks,
+    first_arrival_ns, last_arrival_ns, last_rank (null on a tie), transfer_ns (median over ranks),
     ends_before_last_arrival (ranks whose end precedes the last arrival), skew_ns. ``waits``:
     instance_id, step, rank, arrival_ns, wait_ns, arrival_offset_ns (signed: negative = early),
     lateness_ns (>= 0), transfer_ns (>= 0), end_before_last_arrival (bool: transfer clipped).
@@ -94,10 +122,32 @@ class Result(FrameResult):
         ]
 
 
-def _pace_ns(w: pl.DataFrame) -> float:
-    """Median time between a rank's consecutive arrivals within a step (ns, at least 1)."""
+def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
+    """The pace (ns, at least 1) and what it is: the median time between a rank's consecutive
+    arrivals within a step; with one collective per step (no such pair) the median step time;
+    without steps, the median time between a rank's consecutive arrivals."""
     gaps = w.sort("rank", "arrival_ns").select(pl.col("arrival_ns").diff().over("rank", "step")).drop_nulls()
-    return max(float(gaps.to_series().median() or 1.0), 1.0)  # type: ignore[arg-type]
+    has_steps = w["step"].is_not_null().any()
+    if gaps.height and (has_steps or step_med is None):
+        return max(int(gaps.to_series().sort()[(gaps.height - 1) // 2]), 1), "median spacing of a rank's collectives"
+    if step_med:
+        return max(step_med, 1), "median step time: one collective per step, so no spacing within a step"
+    return 1, "unknown"
+
+
+def binom_sf(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): the chance of arriving last k or more times of n when
+    each time has probability p. 1.0 for k <= 0."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = (math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+             for i in range(k, n + 1))
+    return float(min(1.0, sum(math.exp(t) for t in terms)))
 
 
 def _robust_z(x: pl.Expr) -> pl.Expr:
@@ -151,70 +201,126 @@ def run(store: Store, params: Params) -> Result:
     items, source = _replay.comm_items(store, run_id, params.source or None)
     _replay.require_matched(store, run_id, items, source, label, "stragglers")
     items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
+    transient = _replay.transient(items, store, run_id)
+    items = items.filter(~pl.col("instance_id").is_in(list(transient.instances)))
     if items.is_empty():
         raise AnalysisError(f"run {label}: no collective matched across two or more ranks has an arrival time")
     w = _per_rank_instance(items)
-    last = w.sort("arrival_ns", "rank", descending=[True, False]).group_by("instance_id").first().select(
-        "instance_id", pl.col("rank").alias("last_rank"))
-    w = w.join(last, on="instance_id")
     inst = w.group_by("instance_id").agg(
         pl.col("step").first(), pl.col("op").first(), pl.col("pg").first(), pl.len().alias("n_ranks"),
         pl.col("arrival_ns").min().alias("first_arrival_ns"), pl.col("arrival_ns").max().alias("last_arrival_ns"),
         pl.col("last_rank").first(), _common.whole_ns(pl.col("transfer_ns").median()),
         pl.col("end_before_last_arrival").sum().cast(pl.Int64).alias("ends_before_last_arrival"),
     ).with_columns((pl.col("last_arrival_ns") - pl.col("first_arrival_ns")).alias("skew_ns")).sort("instance_id")
+    is_last = pl.col("last_rank") == pl.col("rank")
     caused = w.filter(pl.col("rank") != pl.col("last_rank")).group_by("last_rank").agg(
         pl.col("wait_ns").sum().alias("wait_caused_ns")).rename({"last_rank": "rank"})
     steps = store.sql(
         """SELECT rank, step, cpu_start_ns AS step_start_ns, cpu_end_ns - cpu_start_ns AS step_ns
            FROM steps WHERE run_id = ?""", [run_id])
-    step_med = float(steps["step_ns"].median()) if steps.height else None  # type: ignore[arg-type]
-    pace = _pace_ns(w)
+    step_med = int(steps["step_ns"].sort()[(steps.height - 1) // 2]) if steps.height else None
+    pace, pace_what = _pace_ns(w, step_med)
+    covered = _covered_ns(w, steps)
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")
     comp_rank = comp_step.group_by("rank").agg(_common.whole_ns(pl.col("compute_ns").median()))
     per = w.group_by("rank").agg(
-        pl.len().alias("instances"), (pl.col("last_rank") == pl.col("rank")).sum().alias("last_count"),
+        pl.len().alias("instances"), is_last.fill_null(False).sum().alias("last_count"),
+        (pl.col("last_rank").is_null() & (pl.col("arrival_ns") == pl.col("last_ns"))).sum().alias("tie_count"),
+        (1.0 / pl.col("n")).mean().alias("chance_share"),
         _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
+        pl.col("holdup_ns").filter(is_last.fill_null(False)).sum().alias("holdup_ns"),
         pl.col("wait_ns").sum().alias("wait_ns"), _common.whole_ns(pl.col("transfer_ns").median()),
-    ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left").with_columns(
+    ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left")
+    per = per.with_columns(
+        pl.struct("last_count", "instances", "chance_share").map_elements(
+            lambda r: binom_sf(int(r["last_count"]), int(r["instances"]), float(r["chance_share"])),
+            return_dtype=pl.Float64).alias("p_value"),
         (pl.col("last_count") / pl.col("instances")).alias("last_arrival_share"),
         (100.0 * pl.col("median_lateness_ns") / pace).alias("late_pct"),
         (100.0 * pl.col("median_lateness_ns") / step_med if step_med else pl.lit(None, pl.Float64)).alias("late_step_pct"),
+        (100.0 * pl.col("holdup_ns") / covered if covered else pl.lit(0.0)).alias("holdup_pct"),
         pl.col("wait_caused_ns").fill_null(0),
         _robust_z(pl.col("compute_ns")).alias("compute_z"),
     )
+    costs, cost_what = _costs(store, params, source, per)
+    per = per.join(costs, on="rank", how="left").with_columns(pl.col("cost_pct").fill_null(0.0))
     per = per.with_columns(
-        ((pl.col("last_arrival_share") >= params.min_share) & (pl.col("late_pct") >= params.min_late_pct)).alias("named")
-    ).select("rank", "instances", "last_count", "last_arrival_share", "median_lateness_ns", "late_pct",
-             "late_step_pct", "wait_caused_ns", "wait_ns", "transfer_ns", "compute_ns", "compute_z", "named").sort("rank")
-    verdict = _verdict(per, w, comp, steps, pace, params)
+        ((pl.col("p_value") < params.alpha) & (pl.col("cost_pct") >= params.min_cost_pct)).alias("qualifies"))
+    n_ranks = per.height
+    widespread = int(per["qualifies"].sum()) > params.max_named_share * n_ranks
+    per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named")).select(
+        "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
+        "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",
+        "wait_ns", "transfer_ns", "compute_ns", "compute_z", "qualifies", "named").sort("rank")
+    verdict = _verdict(per, w, comp, steps, params)
     heat = w.group_by("step", "rank").agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms")).sort("step", "rank")
     waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "arrival_offset_ns", "lateness_ns",
                      "transfer_ns", "end_before_last_arrival").sort("instance_id", "rank")
-    notes = [f"source {source}: {inst.height} collectives matched across two or more ranks; pace (median "
-             f"spacing of a rank's collectives) {pace / 1e6:.2f} ms"
-             + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")]
+    notes = [f"source {source}: {inst.height} collectives matched across two or more ranks; pace {pace / 1e6:.2f} ms "
+             f"({pace_what})" + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")
+             + f"; time covered {covered / 1e6:.1f} ms; cost_pct: {cost_what}"]
     partial = _replay.partial_note(store, run_id, "arrivals, skew, waits and last arrivals are among the traced "
                                    "ranks only; an untraced rank may have arrived later, so waits are lower "
                                    "bounds and transfers (end - last traced arrival) upper bounds")
-    notes += [n for n in (partial, _early_end_note(w)) if n]
+    notes += [n for n in (transient.note, fallback_note(store, run_id), partial, _early_end_note(w)) if n]
     notes += verdict["evidence"].to_list()
     return Result(frame=per, instances=inst, waits=waits, heatmap=heat, verdict=verdict, notes=tuple(notes))
 
 
+def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """What each rank's delays cost the job, % of step time (``cost_pct``), and how it was measured:
+    the what-if replay (``analyses.whatif``, its defaults) with only that rank's recorded values
+    put back, blocking (op times) or launch (host gaps), whichever is larger: (alone S - 1) x 100,
+    the same figures whatif blames ranks with. Runs the replay cannot model (no compute or no
+    steps, e.g. Flight Recorder only) use ``holdup_pct`` instead."""
+    from analyses import whatif  # the replay's rank blame; imported here, it registers itself
+
+    try:
+        res = whatif.run(store, whatif.Params(run=params.run, source=source or ""))
+    except AnalysisError:
+        return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
+            "hold-up (no what-if replay: the run has no compute items in steps)")
+    b = res.blame.filter(pl.col("by") == "rank").group_by("group").agg(pl.col("slowdown").max())
+    costs = b.select(pl.col("group").cast(pl.Int32).alias("rank"), (100.0 * (pl.col("slowdown") - 1)).alias("cost_pct"))
+    return costs, "what-if: the job's slowdown from that rank's recorded op times or host gaps alone, - 1, in %"
+
+
+def _covered_ns(w: pl.DataFrame, steps: pl.DataFrame) -> int:
+    """Time the instances cover (ns): the median step time (over ranks) of each step they lie in,
+    summed; without steps, the span from the first arrival to the last arrival or end."""
+    in_steps = w["step"].drop_nulls().unique()
+    if len(in_steps) and steps.height:
+        per_step = steps.filter(pl.col("step").is_in(in_steps.implode())).group_by("step").agg(
+            pl.col("step_ns").sort().gather((pl.len() - 1) // 2).first())
+        if per_step.height:
+            return int(per_step["step_ns"].sum())
+    last = max(int(w["arrival_ns"].max()), int(w["end_ns"].max() or 0))  # type: ignore[arg-type]
+    return max(last - int(w["arrival_ns"].min()), 1)  # type: ignore[arg-type]
+
+
 def _per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and instance: last_ns, wait_ns, arrival_offset_ns, lateness_ns, transfer_ns and
+    """Per rank and instance: n (ranks), last_ns, last_rank (null on a tie), wait_ns, holdup_ns
+    (its arrival - the next latest), arrival_offset_ns, lateness_ns, transfer_ns and
     end_before_last_arrival (module doc, step 2)."""
     # relative to the instance's first arrival: epoch ns do not fit a float64 exactly
     rel = pl.col("arrival_ns") - pl.col("arrival_ns").min().over("instance_id")
     raw_transfer = pl.col("end_ns") - pl.col("last_ns")
-    return items.with_columns(
+    at_last = pl.col("arrival_ns") == pl.col("last_ns")
+    w = items.with_columns(
         pl.col("arrival_ns").max().over("instance_id").alias("last_ns"),
         rel.alias("rel_ns"),
         pl.len().over("instance_id").alias("n"),
     ).with_columns(
+        pl.when(at_last.sum().over("instance_id") == 1).then(
+            pl.col("rank").filter(at_last).first().over("instance_id")).alias("last_rank"),
+        # next latest arrival: the largest arrival below the last (the last itself on a tie)
+        pl.when(at_last.sum().over("instance_id") > 1).then(pl.col("last_ns")).otherwise(
+            pl.col("arrival_ns").filter(~at_last).max().over("instance_id")).alias("_second_ns"),
+    )
+    return w.with_columns(
         (pl.col("last_ns") - pl.col("arrival_ns")).alias("wait_ns"),
+        (pl.col("last_ns") - pl.col("_second_ns")).fill_null(0).alias("holdup_ns"),
         _common.whole_ns(pl.when(pl.col("n") == 2).then(2 * pl.col("rel_ns") - pl.col("rel_ns").sum().over("instance_id"))
              .otherwise(pl.col("rel_ns") - pl.col("rel_ns").median().over("instance_id"))).alias("arrival_offset_ns"),
         pl.max_horizontal(raw_transfer, 0).alias("transfer_ns"),
@@ -242,16 +348,36 @@ def _z_text(z: float | None) -> str:
     return "n/a (no compute traced)" if z is None or np.isnan(z) else f"{z:.1f}"
 
 
-def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame, pace: float,
+def _figures(r: dict) -> str:
+    """The rule's figures of one rank, for the verdict text."""
+    return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives (chance "
+            f"{r['chance_share']:.2f} each: {r['chance_share'] * r['instances']:.1f} expected; binomial p = "
+            f"{r['p_value']:.2g}); its delays alone cost the job {r['cost_pct']:.1f}% of step time (it held collectives "
+            f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
+            f"({r['late_pct']:.0f}% of the pace)")
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """``0, 1, 2, ... 63`` style: up to 8 ranks listed, else the first 6 and the count."""
+    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
+
+
+def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame,
              params: Params) -> pl.DataFrame:
     named = per.filter(pl.col("named"))
     if named.is_empty():
-        top = per.sort("last_arrival_share", "median_lateness_ns", descending=True).row(0, named=True)
-        evidence = (
-            f"no single straggler: rank {top['rank']} arrived last most often ({top['last_count']} of "
-            f"{top['instances']}, share {top['last_arrival_share']:.2f}), but its median lateness "
-            f"{top['median_lateness_ns'] / 1e6:.2f} ms is {top['late_pct']:.0f}% of the pace "
-            f"({pace / 1e6:.2f} ms), below {params.min_late_pct:g}%: the skew is within the run's noise")
+        top = per.sort("p_value", pl.col("cost_pct"), descending=[False, True]).row(0, named=True)
+        many = per.filter(pl.col("qualifies"))
+        if many.height:
+            evidence = (
+                f"no single straggler: {many.height} of {per.height} ranks ({_rank_list(many['rank'].to_list())}) "
+                f"each arrive last significantly often and cost >= {params.min_cost_pct:g}%, more than "
+                f"{params.max_named_share:.0%} of the ranks: a systematic imbalance (a slow stage or group, uneven "
+                f"work), not a straggler; see whatif's blame by stage and op. Strongest: {_figures(top)}")
+        else:
+            evidence = (
+                f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cost of at least "
+                f"{params.min_cost_pct:g}%: the skew is within the run's noise")
         return pl.DataFrame({"rank": [None], "named": [False], "cause": ["none"], "compute_excess_ns": [0],
                              "comm_excess_ns": [0], "other_excess_ns": [0], "evidence": [evidence]},
                             schema_overrides={"rank": pl.Int32})
@@ -269,9 +395,7 @@ def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.D
         best = max(_CAUSES, key=lambda c: ex[c] or 0.0)
         cause = _CAUSES[best] if (ex[best] or 0) > 0 else "unknown"
         evidence = (
-            f"straggler: rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives "
-            f"(share {r['last_arrival_share']:.2f}), median {r['median_lateness_ns'] / 1e6:.2f} ms late "
-            f"({r['late_pct']:.0f}% of the {pace / 1e6:.2f} ms pace), making the others wait "
+            f"straggler: {_figures(r)}, making the others wait "
             f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {(ex['compute_ns'] or 0) / 1e6:+.1f} ms compute, {(ex['comm_ns'] or 0) / 1e6:+.1f} ms "
             f"communication, {(ex['other_ns'] or 0) / 1e6:+.1f} ms untraced host time vs the other ranks' median: "

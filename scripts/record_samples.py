@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--active", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down")
     p.add_argument("--slow-ms", type=float, default=0.0, help="sleep per step on --slow-rank (ms)")
+    p.add_argument("--slow-at", choices=("backward", "step"), default="backward",
+                   help="where --slow-rank sleeps: after forward, before backward (default), or before each "
+                        "step starts (before its forward pass)")
     p.add_argument("--extra-matmul", action="store_true", help="one extra matmul per block")
     p.add_argument("--bucket-cap-mb", type=float, default=0.5, help="DDP bucket size (MB)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data")
@@ -101,9 +104,11 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     ) as prof:
         for it in range(args.steps):
             batch = tokens[it % len(tokens)]
+            if slow_s and args.slow_at == "step":
+                time.sleep(slow_s)  # the known straggler: starts every step late
             logits = model(batch[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), batch[:, 1:].reshape(-1))
-            if slow_s:
+            if slow_s and args.slow_at == "backward":
                 time.sleep(slow_s)  # the known straggler: late for the gradient all-reduce
             loss.backward()
             opt.step()
@@ -160,9 +165,11 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
     meta = json.loads((args.out_dir / "rank0.meta.json").read_text())
     if args.slow_rank is not None and args.slow_ms:
         mate = [r for r in range(args.world_size) if r % 2 == args.slow_rank % 2 and r != args.slow_rank]
+        where = ("before each step starts (before its forward pass)" if args.slow_at == "step"
+                 else "after its forward pass, before backward")
         known = (
-            f"rank {args.slow_rank} sleeps {args.slow_ms:g} ms every step after its forward pass, "
-            "before backward (nothing marks the sleep: it is a gap between CPU ops on its main "
+            f"rank {args.slow_rank} sleeps {args.slow_ms:g} ms every step {where} (nothing marks the "
+            "sleep: it is a gap between CPU ops on its main "
             "thread), so it reaches the gradient all-reduces late and the others wait for it in "
             f"`gloo:all_reduce`. While it sleeps its core-mate (rank {', '.join(map(str, mate))}) "
             "has a core to itself and runs ahead, so the job's step time grows by less than the sleep."
@@ -199,7 +206,7 @@ traces).
   pinned to core r % 2 (two ranks share each core, so step times vary by about 15 % between runs).
 - **Job**: TinyGPT (`scripts/tiny_gpt.py`): {args.layers} blocks, d_model {args.d_model}, 4 heads, seq 64,
   vocab 512, no biases, non-parametric LayerNorm; batch {args.batch} sequences per rank; DDP with
-  bucket_cap_mb {args.bucket_cap_mb:g} (4 gradient all-reduces per step, the only collectives in a step)
+  bucket_cap_mb {args.bucket_cap_mb:g} ({n_ar // len(steps)} gradient all-reduces per step, the only collectives in a step)
   and forward_sync_buffers off; fused SGD; seed {args.seed}.
 - **Profiled**: {args.steps} iterations; schedule skip_first {args.skip_first}, wait {args.wait}, warmup
   {args.warmup}, active {args.active}, so the traces hold ProfilerStep#{steps[0]}..#{steps[-1]}.

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import SAMPLES, corpus
+from tests.conftest import SAMPLES, analyze, corpus
 from traceprof import matching
 from traceprof.ingest import ingest
 
@@ -159,16 +159,23 @@ def test_point_to_point_without_ids_is_not_matched_by_order(store, tmp_path):
     assert matching.unmatched_p2p(store, store.resolve_run("run")) == 4
 
 
-def test_trace_filter_send_recv_pairs_by_order_are_inconsistent(store):
-    # Independent evidence (plain SQL on the kernels) that the ordinal pairing of the old traces'
-    # SendRecv kernels is wrong: in some k-th pairs one rank's kernel ends before the other's starts,
-    # which no transfer between the two could do.
-    ingest(store, [corpus("hta/trace_filter")])
-    bad = store.sql(
-        """WITH k AS (SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns,
-                             row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS k
-                      FROM events WHERE kind = 'kernel' AND name ILIKE 'ncclKernel_SendRecv%')
-           SELECT count(*) FROM k a JOIN k b ON a.k = b.k AND a.rank = 0 AND b.rank = 1
-           WHERE a.end_ns < b.ts_ns OR b.end_ns < a.ts_ns""").item()
-    assert bad >= 1
-    assert store.sql("SELECT count(*) FROM collectives WHERE instance_id IS NOT NULL").item() == 0
+def test_trace_filter_collectives_are_named_by_their_launching_op(store):
+    # Old-style traces (hta/trace_filter, ranks 0 and 1 of a 128-rank job) carry no metadata on the
+    # kernels, and NCCL runs their all-to-alls, all-reduces and all-gathers all as
+    # ncclKernel_SendRecv. The launching CPU ops name them (nccl:all_to_all / c10d::alltoall_base_,
+    # nccl:all_reduce / c10d::allreduce_, nccl:_all_gather_base): per rank 4 all_to_all, 4
+    # all_reduce, 2 all_gather (the raw trace's counts of those annotations), none send_recv, and
+    # so they match by order across the two ranks (10 instances of 2 ranks each).
+    ingest(store, [corpus("hta/trace_filter")], run="tf")
+    ops = store.sql("SELECT rank, op, count(*) AS n, count(instance_id) AS matched FROM collectives "
+                    "GROUP BY ALL ORDER BY ALL").rows()
+    assert ops == [(r, op, n, n) for r in (0, 1) for op, n in (("all_gather", 2), ("all_reduce", 4), ("all_to_all", 4))]
+    inst = store.sql("SELECT op, count(*), min(n_ranks), any_value(match_method) FROM collective_instances "
+                     "GROUP BY ALL ORDER BY ALL").rows()
+    assert inst == [("all_gather", 2, 2, "ordinal"), ("all_reduce", 4, 2, "ordinal"), ("all_to_all", 4, 2, "ordinal")]
+    # stragglers and whatif run on the only real multi-rank GPU sample and name real ops.
+    res = analyze(store, "stragglers", "tf")
+    assert sorted(set(res.instances["op"].to_list())) == ["all_gather", "all_reduce", "all_to_all"]
+    wi = analyze(store, "whatif", "tf")
+    assert wi.summary["steps"].item() == 2 and "send_recv" not in wi.blame["group"].to_list()
+    assert "all_to_all" in wi.blame.filter(wi.blame["by"] == "op")["group"].to_list()

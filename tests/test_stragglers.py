@@ -38,7 +38,12 @@ def test_micro_trace_by_hand(store, tmp_path):
     for r in range(3):
         _write(tmp_path / "run" / f"r{r}.json", _rank(arr[r], comp[r], lasts), r, world=3)
     ingest(store, [tmp_path / "run"])
+    # Rank 2 is last at all 3 of 3 with 3 ranks: chance 1/3 each, binomial p = (1/3)^3 = 0.037,
+    # not below the default alpha 0.01 (three collectives cannot show it): not named by default.
     res = analyze(store, "stragglers", "run")
+    assert res.frame.filter(res.frame["rank"] == 2)["p_value"].item() == pytest.approx(1 / 27)
+    assert res.verdict["named"].to_list() == [False]
+    res = analyze(store, "stragglers", "run", alpha=0.05)
     per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
     # Rank 2 is last at all 3. Waits of the others: (300 + 290) + (250 + 240) + (200 + 190) = 1470 us.
     assert per[2]["last_arrival_share"] == 1.0 and per[0]["last_arrival_share"] == 0.0
@@ -79,8 +84,9 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
     named = res.frame.filter("named")["rank"].to_list()
     if slow is None:
         assert named == [] and "within the run's noise" in res.notes[-1]
-        top = res.frame.sort("late_pct", descending=True).row(0, named=True)
-        assert top["late_pct"] < 100
+        # normal: rank 0 (the TCPStore host) last at 7 of 12, binomial p = P(X >= 7 | 12, 1/4) = 0.0143
+        top = res.frame.sort("p_value").row(0, named=True)
+        assert (top["rank"], top["last_count"]) == (0, 7) and top["p_value"] == pytest.approx(0.01425, abs=5e-5)
         return
     assert named == [slow] and res.verdict["rank"].to_list() == [slow]
     row = res.frame.filter(res.frame["rank"] == slow).row(0, named=True)
@@ -159,7 +165,7 @@ def test_lateness_is_never_negative_on_pipeline_traces(store):
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("min_share", 1.5, "between 0 and 1"), ("min_share", float("nan"), "finite"), ("min_late_pct", -1, ">= 0"),
+    ("alpha", 1.5, "between 0 and 1"), ("alpha", float("nan"), "finite"), ("min_cost_pct", -1, ">= 0"),
 ])
 def test_bad_params(key, value, expected):
     from analyses.stragglers import Params

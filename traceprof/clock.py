@@ -12,13 +12,19 @@ e.g. the CPU samples) are never shifted by noise.
 Algorithm (on the timestamps as recorded, i.e. with any earlier offset removed):
   1. Take every matched instance (all sources) with an end time on two or more ranks, except
      point-to-point send/recv (a send may complete before its receive does).
-  2. For each rank r, the differences end_r - end_ref over the instances it shares with the
-     reference (the lowest rank) equal the offset exactly where neither was delayed and scatter
-     elsewhere; offset_r = -(median of the shortest window holding a third of the differences),
-     a modal estimate. Ranks sharing no instance with the reference use the median of the
-     estimated ranks' corrected ends instead of end_ref. Differences only: adding d to every
-     timestamp of one rank changes its offset by exactly -d.
-  3. Residual of rank r (``traces.clock_residual_ns``): median over its instances of (corrected
+  2. Ranks linked by shared instances form components (two replica groups that never
+     communicate are two components, and nothing can align one to the other: a note says so).
+     In each component, for each rank r, the differences end_r - end_ref over the instances it
+     shares with the reference (the component's lowest rank) equal the offset exactly where neither
+     was delayed and scatter elsewhere; offset_r = -(median of the shortest window holding a
+     third of the differences), a modal estimate. Ranks sharing no instance with the reference use
+     the median of the estimated ranks' corrected ends instead of end_ref. Differences only:
+     adding d to every timestamp of one rank changes its offset by exactly -d. Integer ns end to
+     end: end times are taken per (instance, rank) with ``min`` (a DuckDB ``median`` of BIGINT is a
+     DOUBLE, which rounds epoch ns to 256 ns), made relative to the earliest end before any float
+     arithmetic, and every median is an integer (the floor of the mean of the two middle values
+     for an even count), so a 3 ms offset comes out as exactly -3,000,000 ns.
+  3. Residual of rank r (``traces.clock_residual_ns``): integer median over its instances of (corrected
      end - the instance's earliest corrected end), the end-time spread left after alignment.
   4. Apply offset_r only when |offset_r| >= max(``min_offset_ns``, the width of its modal
      window, 2 * max(residual_r, residual_ref)); otherwise the rank keeps its clock (offset 0).
@@ -73,71 +79,144 @@ class ClockResult:
 
 _SYNCED = "coalesce(try_cast(json_extract(t.meta, '$.clock_synced_by_source') AS BOOLEAN), false)"
 _ENDS = f"""
-SELECT c.instance_id, c.rank, median(c.end_ns - t.clock_offset_ns) AS end_ns
+SELECT c.instance_id, c.rank, min(c.end_ns - t.clock_offset_ns) AS end_ns
 FROM collectives c JOIN traces t USING (trace_id)
 WHERE c.run_id = ? AND c.instance_id IS NOT NULL AND c.end_ns IS NOT NULL
-  AND c.op NOT IN ('send', 'recv', 'send_recv') AND NOT {_SYNCED}
+  AND NOT coalesce(c.p2p, c.op IN ('send', 'recv', 'send_recv'), false) AND NOT {_SYNCED}
 GROUP BY ALL
 """
 
 
+def _int_median(x: np.ndarray) -> float:
+    """Median of integral values, still an integer: an even count takes the floor of the mean of
+    the two middle values, computed in Python ints (exact at any magnitude)."""
+    x = np.sort(x)
+    m = len(x) // 2
+    return float(int(x[m])) if len(x) % 2 else float((int(x[m - 1]) + int(x[m])) // 2)
+
+
 def _modal(x: np.ndarray) -> tuple[float, float]:
-    """Centre (median) and half width of the shortest window holding a third of the values
-    (NaN ignored); (nan, nan) when there are none. Shift-equivariant."""
+    """Centre (integer median) and half width of the shortest window holding a third of the values
+    (NaN ignored); (nan, nan) when there are none. Shift-equivariant, and integral on integral input."""
     x = np.sort(x[~np.isnan(x)])
     n = len(x)
     if n == 0:
         return math.nan, math.nan
     h = max(min(n, 2), math.ceil(n * _MODAL_SHARE))
     i = int(np.argmin(x[h - 1:] - x[: n - h + 1]))
-    return float(np.median(x[i:i + h])), float(x[i + h - 1] - x[i]) / 2
+    return _int_median(x[i:i + h]), float(x[i + h - 1] - x[i]) / 2
+
+
+def _components(e: np.ndarray) -> np.ndarray:
+    """Connected components of ranks (columns of ``e``) that share an instance (a row where both
+    have a value): the lowest column index of each column's component."""
+    n = e.shape[1]
+    parent = list(range(n))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for row in ~np.isnan(e):
+        cols = np.nonzero(row)[0]
+        for c in cols[1:]:
+            a, b = find(int(cols[0])), find(int(c))
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return np.array([find(j) for j in range(n)])
+
+
+def _row_int_median(x: np.ndarray) -> np.ndarray:
+    """Integer median of each row, NaN ignored (NaN for empty rows)."""
+    out = np.full(x.shape[0], np.nan)
+    for i, row in enumerate(x):
+        v = row[~np.isnan(row)]
+        if len(v):
+            out[i] = _int_median(v)
+    return out
+
+
+def _fit_component(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and modal half widths of the columns of one component, relative to its first
+    column (module doc, step 2): against the reference where a rank shares instances with it,
+    else against the median of the already estimated ranks' corrected ends."""
+    n = e.shape[1]
+    off = np.full(n, np.nan)
+    half = np.full(n, np.inf)
+    off[0], half[0] = 0.0, 0.0
+    for j in range(1, n):
+        c, w = _modal(e[:, j] - e[:, 0])
+        if not math.isnan(c):
+            off[j], half[j] = -c, w
+    while np.isnan(off).any():
+        known = ~np.isnan(off)
+        consensus = _row_int_median(e[:, known] + off[known])
+        progressed = False
+        for j in np.nonzero(~known)[0]:
+            c, w = _modal(e[:, j] - consensus)
+            if not math.isnan(c):
+                off[j], half[j], progressed = -c, w, True
+        if not progressed:  # cannot happen within a component; keep the clock rather than loop
+            off[np.isnan(off)] = 0.0
+    return off, half
 
 
 def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> pl.DataFrame:
     """Estimate per-rank offsets from matched end times (module doc, steps 2 to 4).
 
+    Integer nanoseconds throughout: the ends are taken relative to one of them (an int64
+    subtraction), so every value the estimate handles is an integer below 2**53 and exact in
+    float64, and every median is an integer (:func:`_int_median`).
+
     Args:
-        ends: Columns instance_id, rank, end_ns (one row per rank and instance, raw clocks).
-        min_offset_ns: Smallest offset ever applied.
+        ends: Columns instance_id, rank, end_ns (int64 ns; one row per rank and instance, raw clocks).
+        min_offset_ns: Smallest offset ever applied (ns).
 
     Returns:
-        Frame rank, instances, estimate_ns, residual_ns, spread_ns, threshold_ns, offset_ns (ns);
-        empty when no instance has two or more ranks.
+        Frame rank, component (lowest rank of the ranks linked to it by shared instances: offsets are
+        relative to that rank), instances, estimate_ns, residual_ns, spread_ns, threshold_ns (-1 for
+        a component's reference), offset_ns (all int64 ns); empty when no instance has two or more ranks.
     """
     multi = ends.filter(pl.len().over("instance_id") >= 2)
     if multi.is_empty():
         return pl.DataFrame()
-    base = int(multi["end_ns"].median())  # type: ignore[arg-type]
-    wide = multi.with_columns((pl.col("end_ns") - base).cast(pl.Float64)).pivot(
-        on="rank", index="instance_id", values="end_ns", sort_columns=True)
+    base = int(multi["end_ns"].min())  # type: ignore[arg-type]
+    wide = multi.with_columns((pl.col("end_ns").cast(pl.Int64) - base).cast(pl.Float64)).pivot(
+        on="rank", index="instance_id", values="end_ns", aggregate_function="min", sort_columns=True)
     ranks = np.array(sorted(int(c) for c in wide.columns if c != "instance_id"))
-    e = wide.select([str(r) for r in ranks]).to_numpy().astype(np.float64)  # float64: exact below 2**53 ns
-    fits = [_modal(e[:, j] - e[:, 0]) for j in range(len(ranks))]
-    off = np.array([-f[0] for f in fits])
-    half = np.array([f[1] for f in fits])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        unlinked = np.nonzero(np.isnan(off))[0]
-        if len(unlinked):  # no instance shared with the reference: against the others' median
-            consensus = np.nanmedian(e[:, ~np.isnan(off)] + off[~np.isnan(off)], axis=1)
-            for j in unlinked:
-                c, w = _modal(e[:, j] - consensus)
-                off[j], half[j] = (-c, w) if not math.isnan(c) else (0.0, math.inf)
-        corr = e + off
-        res = np.nanmedian(corr - np.nanmin(corr, axis=1)[:, None], axis=0)
+    e = wide.select([str(r) for r in ranks]).to_numpy().astype(np.float64)
+    comp = _components(e)
+    off = np.zeros(len(ranks))
+    half = np.zeros(len(ranks))
+    res = np.zeros(len(ranks))
+    thr = np.full(len(ranks), math.inf)
+    for root in np.unique(comp):
+        cols = np.nonzero(comp == root)[0]
+        sub = e[:, cols]
+        sub = sub[(~np.isnan(sub)).sum(axis=1) >= 2]
+        o, h = _fit_component(sub)
+        corr = sub + o
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            spread = corr - np.nanmin(corr, axis=1)[:, None]
+        r = np.array([_int_median(c[~np.isnan(c)]) for c in spread.T])
+        t = np.maximum.reduce([np.full(len(cols), float(min_offset_ns)), 2.0 * h, 2.0 * np.maximum(r, r[0])])
+        t[0] = math.inf
+        off[cols], half[cols], res[cols], thr[cols] = o, h, r, t
     n = np.sum(~np.isnan(e), axis=0)
-    thr = np.maximum.reduce([np.full(len(ranks), float(min_offset_ns)), 2.0 * half, 2.0 * np.maximum(res, res[0])])
-    thr[0] = math.inf
     applied = np.where(np.abs(off) >= thr, off, 0.0)
     return pl.DataFrame(
         {
             "rank": ranks.astype(np.int32),
+            "component": ranks[comp].astype(np.int32),
             "instances": n.astype(np.int64),
-            "estimate_ns": np.round(off).astype(np.int64),
-            "residual_ns": np.round(res).astype(np.int64),
+            "estimate_ns": off.astype(np.int64),
+            "residual_ns": res.astype(np.int64),
             "spread_ns": np.round(np.minimum(half, 2**62)).astype(np.int64),
             "threshold_ns": np.where(np.isinf(thr), -1, np.round(np.minimum(thr, 2**62))).astype(np.int64),
-            "offset_ns": np.round(applied).astype(np.int64),
+            "offset_ns": applied.astype(np.int64),
         }
     )
 
@@ -197,6 +276,11 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
             [new, residuals.get(rank), trace_id],
         )
     con.execute("UPDATE runs SET clock_aligned = ? WHERE run_id = ?", [aligned, run_id])
+    if aligned and est["component"].n_unique() > 1:
+        parts = est.group_by("component").agg(pl.col("rank").sort()).sort("component")
+        groups = "; ".join(f"ranks {', '.join(map(str, rs))} (relative to rank {c})" for c, rs in parts.iter_rows())
+        notes.append("no collective links these sets of ranks, so their clocks cannot be aligned to each other "
+                     f"(each set is aligned within itself only): {groups}")
     moved = {r: o for r, o in offsets.items() if o}
     if moved:
         notes.append("clock offsets applied (ns): " + ", ".join(f"rank {r}: {o:+,}" for r, o in sorted(moved.items())))

@@ -4,36 +4,54 @@ DESIGN.md §2 "Collective matching". Matching never mixes sources (a Kineto row 
 with a Flight Recorder row of another rank), and it is recomputed for the whole run whenever the
 run gains traces.
 
-Algorithm:
-  1. Rows that know their process group and sequence number (Kineto ``Process Group Name`` +
-     ``Seq``, Flight Recorder ``collective_seq_id``, NDTimeline groups) match on
-     (source, pg, seq): method ``pg_seq``.
-  2. Other rows (old Kineto traces, gloo annotations) match by ordinal: on every rank, the k-th
-     collective of the same op and size on the same group within the same step (or within the
-     trace when steps are unknown) is the same instance: method ``ordinal``. Ordinals follow each
-     rank's arrival order. Point-to-point ops (send, recv, send_recv; :data:`P2P_OPS`) without a
-     process group and sequence number are left unmatched (``instance_id`` null): each involves
-     one unknown peer, so the k-th one on two ranks is in general not the same transfer (on
-     ``hta/trace_filter``, ranks 0 and 1 of a 128-rank job, the ordinal pairs ended up to 116 ms
-     before the "other side" started).
-  3. Instance ids are numbered 1.. in order of first arrival; ``collective_instances`` gets one row
-     per instance with the ranks present and missing (the ranks seen in that source and group
-     anywhere in the run) and arrival / end statistics (recomputed by :func:`refresh_instances`
-     after clock alignment).
+A process group is identified by its name (or id) *and* its member ranks (``pg_ranks``): torchft
+replica groups or ``split_group`` children can share one name with different members, and their
+sequence numbers then collide. Within a group, c10d numbers collectives and point-to-point ops
+with two separate counters (``seqCollective_``, ``seqP2P_``), so the op family is part of the key.
 
-Arrival of a rank at a collective (:data:`ARRIVAL_SQL`): the start of the NCCL kernel on GPU
-traces (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d op,
-Flight Recorder ``time_created_ns``), falling back to the start of the work.
+Algorithm:
+  1. Rows with a ``comms_id`` (Kineto ``Comms Id``: a hash of pg name, seq, p2p flag and ranks)
+     match on (source, comms_id): method ``comms_id``.
+  2. Other rows that know their process group and sequence number (Kineto ``Process Group Name``
+     + ``Seq``, Flight Recorder ``collective_seq_id`` / ``p2p_seq_id``, NDTimeline groups) match on
+     (source, pg, pg_ranks, family, seq), family = p2p or collective: method ``pg_seq``.
+  3. Sequence numbers that cannot be per group are detected per (source, pg, pg_ranks, family):
+     more than :data:`CROSS_STEP_SHARE` of its multi-rank keys hold rows of different steps, or its
+     ranks step their sequence numbers by different median strides (a counter shared with other
+     groups; ranks with at least :data:`MIN_STRIDE_DIFFS` steps).
+     Such a group's rows are matched by order within the step instead (step 4), method
+     ``step_order``, and :func:`fallback_note` says so.
+  4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
+     match by ordinal: on every rank, the k-th collective of the same group, op and size within the
+     same step (or within the trace when steps are unknown) is the same instance: method
+     ``ordinal`` (all-to-all ops leave the size out: their per-rank sizes legitimately differ).
+     Ordinals follow each rank's arrival order. Point-to-point ops (``p2p``, or an op in
+     :data:`P2P_OPS`) without a process group and sequence number are left unmatched
+     (``instance_id`` null): each involves one unknown peer, so the k-th one on two ranks is in
+     general not the same transfer (on ``hta/trace_filter`` the ordinal pairs ended up to 116 ms
+     before the "other side" started).
+  5. Instance ids are numbered 1.. in order of first arrival; ``collective_instances`` gets one row
+     per instance with the ranks present and missing (of ``pg_ranks`` when known, else the ranks
+     seen in that source and group anywhere in the run) and arrival / end statistics (recomputed by
+     :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
+
+Arrival of a rank at a collective (:data:`ARRIVAL_SQL`): the start of the communication kernel on
+GPU traces (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
+op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import polars as pl
 
 from traceprof.store import Store
 
-__all__ = ["ARRIVAL_SQL", "P2P_OPS", "MatchSummary", "match_run", "refresh_instances", "preferred_source",
-           "unmatched_p2p"]
+__all__ = ["ARRIVAL_SQL", "P2P_OPS", "CROSS_STEP_SHARE", "MatchSummary", "match_run", "refresh_instances",
+           "preferred_source", "unmatched_p2p", "canonical_ranks", "fallback_note"]
 
 #: SQL expression (over a collectives row) for the time a rank arrives at the collective.
 ARRIVAL_SQL = "CASE WHEN source = 'nccl_kernel' THEN start_ns ELSE coalesce(enter_ns, start_ns) END"
@@ -41,6 +59,15 @@ ARRIVAL_SQL = "CASE WHEN source = 'nccl_kernel' THEN start_ns ELSE coalesce(ente
 #: Point-to-point ops (``traceprof.ops`` names): one peer each, never matched by ordinal.
 P2P_OPS = ("send", "recv", "send_recv", "send_coalesced", "recv_coalesced", "send_recv_coalesced")
 _P2P_SQL = "(" + ", ".join(f"'{op}'" for op in P2P_OPS) + ")"
+_IS_P2P_SQL = f"coalesce(p2p, coalesce(op, '') IN {_P2P_SQL})"
+
+#: A group whose (pg, seq) keys land in different steps more often than this share has sequence
+#: numbers that are not per group (step 3). Not 0: a step boundary can fall between two ranks'
+#: launches of one collective when their steps are cut at slightly different points.
+CROSS_STEP_SHARE = 0.1
+#: A rank's stride (median step between its consecutive sequence numbers in a group) is compared
+#: only when it has at least this many steps: one missing record makes a single step of 2.
+MIN_STRIDE_DIFFS = 3
 
 
 @dataclass(frozen=True)
@@ -50,9 +77,10 @@ class MatchSummary:
     Attributes:
         rows: Collectives rows of the run.
         instances: Instances (one per matched collective across ranks).
-        by_method: Instances per method (``pg_seq``, ``ordinal``).
+        by_method: Instances per method (``comms_id``, ``pg_seq``, ``step_order``, ``ordinal``).
         incomplete: Instances that miss at least one rank of their group.
         unmatched_p2p: Point-to-point rows left unmatched (no process group and sequence number).
+        notes: Remarks (groups whose sequence numbers fell back to order within the step).
     """
 
     rows: int
@@ -60,67 +88,136 @@ class MatchSummary:
     by_method: dict[str, int]
     incomplete: int
     unmatched_p2p: int = 0
+    notes: tuple[str, ...] = field(default=())
 
 
-_ASSIGN = f"""
-WITH c AS (
-  SELECT rowid AS rid, rank, source, pg, seq, op, step,
-         coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
-  FROM collectives WHERE run_id = $run
-    AND NOT (coalesce(op, '') IN {_P2P_SQL} AND (pg IS NULL OR seq IS NULL))
-),
-k AS (
-  SELECT rid, arrival_ns,
-         CASE WHEN pg IS NOT NULL AND seq IS NOT NULL THEN 'pg_seq' ELSE 'ordinal' END AS method,
-         CASE WHEN pg IS NOT NULL AND seq IS NOT NULL
-              THEN concat_ws('|', source, pg, seq)
-              ELSE concat_ws('|', source, coalesce(pg, ''), op, coalesce(size::VARCHAR, '?'),
-                             coalesce(step::VARCHAR, '-'),
-                             row_number() OVER (PARTITION BY rank, source, pg, op, size, step
-                                                ORDER BY arrival_ns, start_ns) - 1)
-         END AS key
-  FROM c
-),
-firsts AS (
-  SELECT key, min(arrival_ns) AS first_arrival FROM k GROUP BY key
-),
-ids AS (
-  SELECT key, row_number() OVER (ORDER BY first_arrival NULLS LAST, key) AS instance_id FROM firsts
-)
-SELECT k.rid, ids.instance_id, k.method FROM k JOIN ids USING (key)
+def canonical_ranks(value: Any) -> str | None:
+    """Member ranks of a process group as a canonical JSON list (sorted, ``"[0, 1]"``).
+
+    Args:
+        value: A list of ints, or its JSON text (Kineto ``Process Group Ranks``, FR ``pg_config``
+            ``ranks``), or None.
+
+    Returns:
+        The canonical text, or None when the value is absent or not a list of integers (e.g. a
+        truncated ``"[0, 1, ...]"``).
+    """
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    if not isinstance(value, list) or not value or not all(isinstance(r, int) and not isinstance(r, bool)
+                                                           for r in value):
+        return None
+    return "[" + ", ".join(str(r) for r in sorted(set(value))) + "]"
+
+
+_ROWS = f"""
+SELECT rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, step, {_IS_P2P_SQL} AS p2p,
+       coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
+FROM collectives WHERE run_id = ?
 """
+_GROUP = ["source", "g_pg", "g_ranks", "p2p"]
+
+
+def _bad_groups(ided: pl.DataFrame) -> pl.DataFrame:
+    """Groups (``_GROUP`` columns) whose sequence numbers cannot be per group (module doc, step 3),
+    with a ``why`` column."""
+    if ided.is_empty():
+        return pl.DataFrame(schema={**{c: ided.schema[c] for c in _GROUP}, "why": pl.Utf8})
+    keys = ided.group_by([*_GROUP, "seq"]).agg(pl.col("rank").n_unique().alias("n"),
+                                              pl.col("step").drop_nulls().n_unique().alias("steps"))
+    cross = keys.filter(pl.col("n") >= 2).group_by(_GROUP).agg(
+        (pl.col("steps") > 1).mean().alias("share"), (pl.col("steps") > 1).sum().alias("k"), pl.len().alias("of"))
+    cross = cross.filter(pl.col("share") > CROSS_STEP_SHARE).select(
+        *_GROUP, pl.format("{} of {} sequence numbers hold rows of different steps", "k", "of").alias("why"))
+    stride = ided.sort("arrival_ns", "seq").with_columns(pl.col("seq").diff().over([*_GROUP, "rank"]).alias("d"))
+    per_rank = stride.filter(pl.col("d").is_not_null()).group_by([*_GROUP, "rank"]).agg(
+        pl.col("d").median().alias("stride"), pl.len().alias("n")).filter(pl.col("n") >= MIN_STRIDE_DIFFS)
+    strides = per_rank.group_by(_GROUP).agg(pl.col("stride").n_unique().alias("n"),
+                                            pl.col("stride").min().alias("lo"), pl.col("stride").max().alias("hi"))
+    strides = strides.filter(pl.col("n") > 1).select(
+        *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why"))
+    return pl.concat([cross, strides]).unique(_GROUP, keep="first")
+
+
+def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Instance key and method of every matchable row (module doc, steps 1 to 4)."""
+    rows = rows.with_columns(pl.col("pg").fill_null("").alias("g_pg"), pl.col("pg_ranks").fill_null("").alias("g_ranks"))
+    cid = rows.filter(pl.col("comms_id").is_not_null())
+    rest = rows.filter(pl.col("comms_id").is_null())
+    ided = rest.filter(pl.col("pg").is_not_null() & pl.col("seq").is_not_null())
+    bad = _bad_groups(ided)
+    notes = [f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
+             f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
+             "matched by order within the step instead (match_method step_order)" for r in bad.iter_rows(named=True)]
+    ided = ided.join(bad.select(_GROUP), on=_GROUP, how="anti")
+    by_order = rest.join(ided.select("rid"), on="rid", how="anti").filter(
+        ~(pl.col("p2p") & (pl.col("pg").is_null() | pl.col("seq").is_null())))
+    size = pl.when(pl.col("op").fill_null("").str.contains("all_to_all")).then(pl.lit("*")).otherwise(
+        pl.col("size").cast(pl.Utf8).fill_null("?"))
+    part = [*_GROUP, "op", "_size", "step"]
+    # k-th of its kind on its rank, in arrival order
+    by_order = by_order.with_columns(size.alias("_size")).sort("rank", "arrival_ns", "start_ns", nulls_last=True)
+    by_order = by_order.with_columns(pl.int_range(pl.len()).over([*part, "rank"]).alias("_k"))
+    is_fallback = pl.struct(_GROUP).is_in(bad.select(pl.struct(_GROUP)).to_series().implode()) if bad.height else pl.lit(False)
+    keyed = pl.concat([
+        cid.select("rid", "arrival_ns", pl.lit("comms_id").alias("method"),
+                   pl.concat_str([pl.lit("c"), "source", "comms_id"], separator="|").alias("key")),
+        ided.select("rid", "arrival_ns", pl.lit("pg_seq").alias("method"),
+                    pl.concat_str([pl.lit("s"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("seq").cast(pl.Utf8)],
+                                  separator="|").alias("key")),
+        by_order.select("rid", "arrival_ns",
+                        pl.when(is_fallback).then(pl.lit("step_order")).otherwise(pl.lit("ordinal")).alias("method"),
+                        pl.concat_str([pl.lit("o"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("op").fill_null("?"),
+                                       "_size", pl.col("step").cast(pl.Utf8).fill_null("-"), pl.col("_k").cast(pl.Utf8)],
+                                      separator="|").alias("key")),
+    ])
+    firsts = keyed.group_by("key").agg(pl.col("arrival_ns").min().alias("first")).sort(
+        "first", "key", nulls_last=True).with_row_index("instance_id", offset=1)
+    return keyed.join(firsts.select("key", "instance_id"), on="key").select(
+        "rid", pl.col("instance_id").cast(pl.Int64), "method"), notes
+
 
 _INSTANCES = f"""
 WITH c AS (
-  SELECT rank, source, pg, seq, op, step, ordinal, instance_id, match_method,
+  SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, step, instance_id, match_method,
          coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns
   FROM collectives WHERE run_id = $run AND instance_id IS NOT NULL
 ),
 members AS (
-  SELECT source, coalesce(pg, '') AS g, list(DISTINCT rank ORDER BY rank) AS ranks
+  SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, list(DISTINCT rank ORDER BY rank) AS ranks
   FROM c GROUP BY ALL
 ),
 inst AS (
-  SELECT instance_id, any_value(source) AS source, any_value(pg) AS pg,
-         CASE WHEN any_value(match_method) = 'pg_seq' THEN any_value(seq) END AS seq,
-         any_value(op) AS op, mode(step) AS step, max(size) AS bytes,
+  SELECT instance_id, any_value(source) AS source, any_value(pg) AS pg, any_value(pg_ranks) AS pg_ranks,
+         bool_or(p2p) AS p2p,
+         CASE WHEN any_value(match_method) IN ('pg_seq', 'comms_id') THEN any_value(seq) END AS seq,
+         mode(op) AS op, mode(step) AS step, max(size) AS bytes,
          list(DISTINCT rank ORDER BY rank) AS ranks_present,
          count(DISTINCT rank)::INTEGER AS n_ranks,
          min(arrival_ns) AS first_arrival_ns, max(arrival_ns) AS last_arrival_ns,
-         first(rank ORDER BY arrival_ns DESC NULLS LAST, rank) AS last_rank,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
          any_value(match_method) AS match_method
   FROM c GROUP BY instance_id
+),
+lasts AS (
+  SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
+  FROM c JOIN inst i ON i.instance_id = c.instance_id AND c.arrival_ns = i.last_arrival_ns
+  GROUP BY c.instance_id
 )
-SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.seq, i.op, i.step, i.bytes,
-       (row_number() OVER (PARTITION BY i.source, i.pg, i.op, i.bytes, i.step ORDER BY i.instance_id) - 1)::INTEGER
+SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
+       (row_number() OVER (PARTITION BY i.source, i.pg, i.pg_ranks, i.op, i.bytes, i.step ORDER BY i.instance_id) - 1)::INTEGER
          AS ordinal,
        i.ranks_present,
-       list_filter(m.ranks, lambda x: NOT list_contains(i.ranks_present, x)) AS ranks_missing,
-       i.n_ranks, i.first_arrival_ns, i.last_arrival_ns, i.last_rank,
+       list_filter(coalesce(try_cast(i.pg_ranks AS INTEGER[]), m.ranks),
+                   lambda x: NOT list_contains(i.ranks_present, x)) AS ranks_missing,
+       i.n_ranks, i.first_arrival_ns, i.last_arrival_ns, l.last_rank,
        i.last_arrival_ns - i.first_arrival_ns AS arrival_skew_ns,
        i.first_end_ns, i.last_end_ns, i.match_method
-FROM inst i JOIN members m ON m.source = i.source AND m.g = coalesce(i.pg, '')
+FROM inst i JOIN members m ON m.source = i.source AND m.g = coalesce(i.pg, '') AND m.gr = coalesce(i.pg_ranks, '')
+LEFT JOIN lasts l ON l.instance_id = i.instance_id
 """
 
 
@@ -140,41 +237,59 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     Raises:
         StoreError: DuckDB rejects a statement.
     """
-    run = str(int(run_id))
     con = store.con
     con.execute("UPDATE collectives SET instance_id = NULL, match_method = NULL WHERE run_id = ?", [run_id])
-    assigned = store.sql(_ASSIGN.replace("$run", run)).to_arrow()
-    con.register("_match", assigned)
-    con.execute(
-        """UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
-           FROM _match m WHERE collectives.rowid = m.rid"""
-    )
-    con.unregister("_match")
+    rows = store.sql(_ROWS, [run_id])
+    assigned, notes = _assign(rows) if rows.height else (pl.DataFrame(), [])
+    if assigned.height:
+        con.register("_match", assigned.to_arrow())
+        con.execute(
+            """UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
+               FROM _match m WHERE collectives.rowid = m.rid"""
+        )
+        con.unregister("_match")
     refresh_instances(store, run_id)
     stats = store.sql(
-        f"""SELECT match_method, count(*) AS n, count(*) FILTER (WHERE len(ranks_missing) > 0) AS inc
-            FROM collective_instances WHERE run_id = {run} GROUP BY ALL"""
-    )
+        """SELECT match_method, count(*) AS n, count(*) FILTER (WHERE len(ranks_missing) > 0) AS inc
+           FROM collective_instances WHERE run_id = ? GROUP BY ALL""", [run_id])
     by_method = {r["match_method"]: int(r["n"]) for r in stats.iter_rows(named=True)}
     return MatchSummary(
-        rows=assigned.num_rows,
+        rows=rows.height,
         instances=sum(by_method.values()),
         by_method=by_method,
         incomplete=int(stats["inc"].sum()) if stats.height else 0,
         unmatched_p2p=unmatched_p2p(store, run_id),
+        notes=tuple(notes),
     )
 
 
 def unmatched_p2p(store: Store, run_id: int) -> int:
-    """Point-to-point rows of a run that matching left unmatched (module doc, step 2)."""
+    """Point-to-point rows of a run that matching left unmatched (module doc, step 4)."""
     return int(store.sql(
         f"""SELECT count(*) AS n FROM collectives
-            WHERE run_id = ? AND instance_id IS NULL AND op IN {_P2P_SQL}""", [run_id]).item())
+            WHERE run_id = ? AND instance_id IS NULL AND {_IS_P2P_SQL}""", [run_id]).item())
+
+
+def fallback_note(store: Store, run_id: int) -> str | None:
+    """A note when some instances of the run were matched by order within the step because their
+    sequence numbers cannot be per group (module doc, step 3); None otherwise."""
+    df = store.sql(
+        """SELECT source, coalesce(pg, '?') AS pg, count(*) AS n FROM collective_instances
+           WHERE run_id = ? AND match_method = 'step_order' GROUP BY ALL ORDER BY source, pg""", [run_id])
+    if df.is_empty():
+        return None
+    groups = ", ".join(f"{r['source']} pg {r['pg']} ({r['n']})" for r in df.iter_rows(named=True))
+    return (f"sequence numbers that cannot be per process group (pairs in different steps, or strides that differ "
+            f"across ranks) were ignored: {groups} instances matched by order within the step instead")
 
 
 def refresh_instances(store: Store, run_id: int) -> None:
     """Recompute the run's ``collective_instances`` rows from its matched collectives (after
-    matching, and again after clock alignment moved the arrivals)."""
+    matching, and again after clock alignment moved the arrivals).
+
+    Raises:
+        StoreError: DuckDB rejects a statement.
+    """
     run = str(int(run_id))
     store.con.execute("DELETE FROM collective_instances WHERE run_id = ?", [run_id])
     store.con.execute(f"INSERT INTO collective_instances BY NAME {_INSTANCES.replace('$run', run)}")

@@ -40,6 +40,7 @@ from collectors._arrow import row_schema
 from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
+from traceprof.matching import canonical_ranks
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
 
@@ -262,7 +263,10 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         r["ordinal"] = counter.get(key, 0)
         counter[key] = r["ordinal"] + 1
     meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
-    meta.update(_group_facts(doc, kept, rows))
+    facts = _group_facts(doc, kept, rows)
+    meta.update(facts)
+    for r in rows:  # member ranks identify a group: two groups can share one name (torchft replicas)
+        r["pg_ranks"] = canonical_ranks(facts["groups"].get(r["pg"]))
     return ParsedTrace(
         path=str(p),
         sha256=hashlib.sha256(raw).hexdigest(),

@@ -1,17 +1,29 @@
 """Collective rows of a Kineto trace (``collectives`` table), derived from the parsed event columns.
 
 One row per communication kernel on GPU traces; one per ``gloo:<op>`` annotation on CPU-only traces.
+
+The op of a GPU row comes from, in order: the kernel's own ``Collective name``; its launching CPU
+op (the innermost ``record_param_comms`` with a ``Collective name``, else ``nccl:<op>`` annotation,
+else ``c10d::<op>_`` op enclosing the runtime call with the kernel's correlation id, on the same
+thread: old-style traces carry no metadata on the kernel, and NCCL's ``SendRecv`` kernel runs
+all-to-alls too); the kernel name's family. Process group, sequence number, member ranks and
+``Comms Id`` come from the kernel's args, else from the launching ``record_param_comms``.
+
 Source fields read (from the event's ``args`` JSON): ``Collective name``, ``Process Group Name``,
-``Seq``, ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Input Dims``, ``Input type``.
+``Process Group Ranks``, ``Seq``, ``Comms Id``, ``In msg nelems``, ``Out msg nelems``, ``dtype``,
+``Group size``, ``Input Dims``, ``Input type``; events ``pid``, ``tid``, ``ts_ns``, ``dur_ns``,
+``correlation`` of runtime calls and CPU ops.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
+from traceprof.matching import P2P_OPS, canonical_ranks
 from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
 
 __all__ = ["collectives"]
@@ -26,13 +38,76 @@ def _nelems(dims: Any) -> int | None:
     return None
 
 
+#: Launching-op names by precedence (lower first): metadata, the ProcessGroupNCCL annotation, the c10d op.
+_RPC = "record_param_comms"
+_NAMING_KINDS = frozenset({"cpu_op", "user_annotation"})
+_MAX_NESTING = 64  # enclosing candidates looked at per launch (CPU op stacks are shallower)
+
+
+def _naming_rank(name: str, args: dict[str, Any] | None) -> int | None:
+    """Precedence of a CPU event as the namer of a collective (0 best), None if it names none."""
+    if name == _RPC:
+        return 0 if args and args.get("Collective name") else None
+    if name.startswith("nccl:"):
+        return 1
+    if name.startswith("c10d::") and "wait" not in name and "barrier" not in name:
+        return 2
+    return None
+
+
+def _launchers(cols: dict[str, list[Any]]) -> dict[int, tuple[int, dict[str, Any]]]:
+    """Per correlation id of a runtime launch: (launch ts ns, what the enclosing CPU ops say: ``op``
+    and the ``record_param_comms`` args), from the innermost naming op of best precedence."""
+    lanes: dict[tuple[Any, Any], list[tuple[int, int, int]]] = {}
+    for i, k in enumerate(cols["kind"]):
+        name = cols["name"][i]
+        if k in _NAMING_KINDS and (name == _RPC or name.startswith(("nccl:", "c10d::"))):
+            lanes.setdefault((cols["pid"][i], cols["tid"][i]), []).append(
+                (cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i], i))
+    for lst in lanes.values():
+        lst.sort()
+    starts = {lane: [t[0] for t in lst] for lane, lst in lanes.items()}
+    out: dict[int, tuple[int, dict[str, Any]]] = {}
+    for i, k in enumerate(cols["kind"]):
+        corr = cols["correlation"][i]
+        if k not in _LAUNCH_KINDS or corr is None:
+            continue
+        t, lane = cols["ts_ns"][i], (cols["pid"][i], cols["tid"][i])
+        info: dict[str, Any] = {}
+        best = 99
+        cand = lanes.get(lane, [])
+        j = bisect.bisect_right(starts.get(lane, []), t) - 1
+        for _s, e, idx in reversed(cand[max(0, j + 1 - _MAX_NESTING):j + 1]):
+            if e < t:
+                continue
+            name = cols["name"][idx]
+            args = _args_dict(cols["args"][idx]) if name == _RPC else None
+            r = _naming_rank(name, args)
+            if r is not None and r < best:  # innermost first, so ties keep the innermost
+                best = r
+                info = {"op": normalize_op(str(args["Collective name"]) if args else name), "rpc": args}
+        out[corr] = (t, info)
+    return out
+
+
+def _meta(a: dict[str, Any], rpc: dict[str, Any] | None, key: str) -> Any:
+    """A metadata field of the kernel's args, else of its launching record_param_comms."""
+    v = a.get(key)
+    return rpc.get(key) if v is None and rpc else v
+
+
 def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str, Any]]:
-    """Collective rows (module doc, step 4), in start order, with per-(pg, op) ordinals."""
-    launch_ts = {
-        cols["correlation"][i]: cols["ts_ns"][i]
-        for i, k in enumerate(cols["kind"])
-        if k in _LAUNCH_KINDS and cols["correlation"][i] is not None
-    }
+    """Collective rows (module doc), in start order, with per-(pg, op) ordinals.
+
+    Args:
+        cols: The parsed event columns (kind, name, ts_ns, dur_ns, pid, tid, correlation, args,
+            stream, step, ...), ns times.
+        gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
+
+    Returns:
+        Row dicts with the ``collectives`` columns a collector fills.
+    """
+    launchers = _launchers(cols) if gpu_present else {}
     rows = []
     for i, kind in enumerate(cols["kind"]):
         name = cols["name"][i]
@@ -41,15 +116,19 @@ def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str,
                 continue
             a = _args_dict(cols["args"][i])
             source = "nccl_kernel"
-            op = normalize_op(a["Collective name"]) if a.get("Collective name") else kernel_op(name)
-            dtype = a.get("dtype")
-            n_in, n_out = _int_or_none(a.get("In msg nelems")), _int_or_none(a.get("Out msg nelems"))
-            enter = launch_ts.get(cols["correlation"][i])
+            enter, launch = launchers.get(cols["correlation"][i], (None, {}))
+            rpc = launch.get("rpc")
+            op = (normalize_op(str(a["Collective name"])) if a.get("Collective name") else
+                  launch.get("op") or kernel_op(name))
+            dtype = _meta(a, rpc, "dtype")
+            n_in = _int_or_none(_meta(a, rpc, "In msg nelems"))
+            n_out = _int_or_none(_meta(a, rpc, "Out msg nelems"))
             tid = None
         else:
             if kind != "user_annotation" or not name.startswith("gloo:"):
                 continue
             a = _args_dict(cols["args"][i])
+            rpc = None
             source = "gloo"
             op = normalize_op(name)
             types = a.get("Input type")
@@ -59,19 +138,23 @@ def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str,
             enter = None
             tid = cols["tid"][i]
         size = dtype_bytes(dtype)
-        pg = a.get("Process Group Name")
+        pg = _meta(a, rpc, "Process Group Name")
+        cid = _meta(a, rpc, "Comms Id")
         rows.append(
             {
                 "source": source,
                 "pg": None if pg is None else str(pg),
-                "seq": _int_or_none(a.get("Seq")),
+                "pg_ranks": canonical_ranks(_meta(a, rpc, "Process Group Ranks")),
+                "seq": _int_or_none(_meta(a, rpc, "Seq")),
+                "p2p": op in P2P_OPS,
+                "comms_id": None if cid is None or isinstance(cid, (dict, list)) else str(cid),
                 "op": op,
                 "dtype": dtype,
                 "nelems_in": n_in,
                 "nelems_out": n_out,
                 "bytes_in": n_in * size if n_in is not None and size else None,
                 "bytes_out": n_out * size if n_out is not None and size else None,
-                "group_size": _int_or_none(a.get("Group size")),
+                "group_size": _int_or_none(_meta(a, rpc, "Group size")),
                 "enter_ns": enter,
                 "start_ns": cols["ts_ns"][i],
                 "end_ns": cols["ts_ns"][i] + cols["dur_ns"][i],

@@ -8,7 +8,8 @@ Algorithm:
      (a :class:`~traceprof.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only
      run) becomes a :class:`Missing` entry with what the run lacks and how to record it.
   2. Per topic, read the results into findings with a cost in % of step time:
-     stragglers (``stragglers`` verdict + ``whatif``: cost 100·(1 − 1/S) of the named rank alone),
+     stragglers (``stragglers`` verdict + ``whatif``: cost 100·(S − 1) of the named rank alone, the
+     straggler analysis' ``cost_pct``; the combined verdict of ``traceprof.verdict`` where it exists),
      exposed communication (``overlap`` exposed_comm_pct, the worst rank, with the top cause from
      ``gaps``), idle (``temporal`` idle_pct), MFU (``mfu`` job: informational, no cost), and the
      regression against a baseline (``traceprof.diff``: step-time change).
@@ -152,13 +153,6 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.1f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:,.1f} us"
 
 
-def _median_step_ns(store: Store, run_id: int) -> float | None:
-    v = store.sql(
-        """SELECT median(coalesce(device_end_ns - device_start_ns, cpu_end_ns - cpu_start_ns)) AS s
-           FROM steps WHERE run_id = ?""", [run_id])["s"][0]
-    return float(v) if v is not None else None
-
-
 def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | None:
     """The job's what-if slowdown from one rank's recorded times alone: the straggler analysis'
     ``cost_pct`` (slowdown - 1, in %) where it has one, else the largest ``whatif`` blame slowdown
@@ -171,10 +165,37 @@ def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | 
     return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
 
 
-def _stragglers(res: dict[str, FrameResult], step_ns: float | None) -> tuple[list[Finding], Verdict | None]:
+def _combined(store: Store, run_id: int, findings: list[Finding]) -> tuple[list[Finding], Verdict | None]:
+    """The straggler verdict of ``traceprof.verdict`` (stragglers and whatif read together) where
+    that module exists; None otherwise or when it does not apply."""
+    try:
+        from traceprof import verdict
+    except ImportError:
+        return findings, None
+    try:
+        v = verdict.combined_verdict(store, str(run_id))
+    except TraceprofError:
+        return findings, None
+    if v.straggling and not v.stragglers:  # slower than ideal, but no rank to blame: say so, no cost claimed
+        findings = [*findings, Finding("stragglers", v.text, None, False, "whatif")]
+    return findings, Verdict("stragglers", "problem" if v.straggling else "ok", v.text)
+
+
+def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int) -> tuple[list[Finding], Verdict | None]:
     st, wi = res.get("stragglers"), res.get("whatif")
     if st is None and wi is None:
         return [], None
+    findings, mine = _straggler_findings(st, wi)
+    if st is not None:  # the combined verdict, where traceprof.verdict exists, replaces this module's
+        named = [f for f in findings if f.problem]
+        found, combined = _combined(store, run_id, named)
+        if combined is not None:
+            return found, combined
+    return findings, mine
+
+
+def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple[list[Finding], Verdict | None]:
+    """Findings and verdict from the ``stragglers`` and ``whatif`` results alone."""
     s_job = alone = None
     if wi is not None and "summary" in wi.frames() and wi.frames()["summary"].height:
         s_job = wi.frames()["summary"]["slowdown"][0]
@@ -186,7 +207,9 @@ def _stragglers(res: dict[str, FrameResult], step_ns: float | None) -> tuple[lis
         for v in named.iter_rows(named=True):
             r = per.filter(pl.col("rank") == v["rank"]).row(0, named=True)
             alone = _alone_slowdown(r, blame)
-            cost = 100.0 * (1 - 1 / alone) if alone and alone > 1 else None
+            # the straggler analysis' own cost (S alone - 1, in %) where it has one, so the two agree
+            cost = (float(r["cost_pct"]) if r.get("cost_pct") is not None
+                    else 100.0 * (alone - 1) if alone and alone > 1 else None)
             waited = f"the others waited {_ms(r['wait_caused_ns'])} in total"
             late = f"median {_ms(r['median_lateness_ns'])} late" + (
                 f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else "")
@@ -312,7 +335,7 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     errors = {k: v for k, v in results.items() if isinstance(v, TraceprofError)}
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
-    for part in (_stragglers(ok, _median_step_ns(store, run_id)), _communication(ok), _idle(ok),
+    for part in (_stragglers(ok, store, run_id), _communication(ok), _idle(ok),
                  _mfu(ok, errors), _regression(diff)):
         findings += part[0]
         if part[1] is not None:

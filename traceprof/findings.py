@@ -258,7 +258,7 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
             (100.0 * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0) / pl.col("window_ns"))
             .median())
         cost = float(own.item() or 0.0)
-        text += f"; mostly waiting for the straggler: {cost:.0f}% of the window beyond that wait (median over ranks)"
+        text += f"; most of it is waiting for the straggler: beyond that wait {cost:.0f}% of the window (median over ranks)"
     problem = cost >= 5.0
     f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap")
     return [f], Verdict("communication", "problem" if problem else "ok", text)

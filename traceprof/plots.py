@@ -67,7 +67,7 @@ def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
     full = ["" if v is None else str(v) for v in values]
     short, seen = [], set()
     for f in full:
-        s = shorten(f, 28)
+        s = shorten(f, 32)
         while s in seen:  # two names of one family: keep them apart
             s += "\u200b"
         seen.add(s)

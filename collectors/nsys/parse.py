@@ -285,7 +285,7 @@ def _env(con: sqlite3.Connection, tables: dict[str, set[str]]) -> str:
 def _env_int(env: str, names: tuple[str, ...]) -> tuple[str, set[int]] | None:
     """(variable, its distinct values) of the first variable in ``names`` found in ``env``."""
     for var in names:
-        found = {int(v) for v in re.findall(rf"(?:^|[\s;,\x00\"'{{]){var}[=:]\s*\"?(\d+)", env)}
+        found = {int(v) for v in re.findall(rf"(?:^|[\s;,\x00\"'{{]){var}\"?\s*[=:]\s*\"?(\d+)", env)}
         if found:
             return var, found
     return None

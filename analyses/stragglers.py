@@ -72,8 +72,8 @@ class Params(RunParams):
     """``source``: collectives source (default: the best matched); ``alpha``: significance of
     arriving last more often than chance (binomial test, one-sided); ``min_cost_pct``: what the
     rank's delays cost the job (``cost_pct``, % of step time) must reach this to be named;
-    ``max_named_share``: when more than this share of the ranks qualify, none is named (a
-    systematic imbalance, e.g. a slow pipeline stage, not a straggler)."""
+    ``max_named_share``: when more than this share of the ranks (and more than one) qualify, none
+    is named (a systematic imbalance, e.g. a slow pipeline stage, not a straggler)."""
 
     source: str = ""
     alpha: float = 0.01
@@ -248,7 +248,7 @@ def run(store: Store, params: Params) -> Result:
     per = per.with_columns(
         ((pl.col("p_value") < params.alpha) & (pl.col("cost_pct") >= params.min_cost_pct)).alias("qualifies"))
     n_ranks = per.height
-    widespread = int(per["qualifies"].sum()) > params.max_named_share * n_ranks
+    widespread = int(per["qualifies"].sum()) > max(1.0, params.max_named_share * n_ranks)
     per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named")).select(
         "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
         "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",

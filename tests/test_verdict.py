@@ -1,0 +1,55 @@
+"""The combined straggler verdict (traceprof.verdict): stragglers and whatif in one answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import SAMPLES, corpus
+from traceprof.ingest import ingest
+from traceprof.verdict import combined_verdict
+
+# (run, named ranks, straggling, how the text starts). sleep_rank1 / clean are the fresh pair
+# recorded for issue 9 (rank 1 sleeps 50 ms before each step / nothing injected).
+CASES = [
+    ("sleep_rank1", (1,), True, "straggler: rank 1 (untraced host time"),
+    ("clean", (), False, "no straggler:"),
+    ("normal", (), False, "no straggler:"),
+    ("normal_repeat", (), False, "no straggler:"),
+    ("straggler_rank2", (2,), True, "straggler: rank 2 (untraced host time"),
+    ("straggler_rank3", (3,), True, "straggler: rank 3 (untraced host time"),
+]
+
+
+@pytest.mark.parametrize("run, named, straggling, start", CASES)
+def test_samples(store, run, named, straggling, start):
+    if not (SAMPLES / run / "rank3.trace.json.gz").exists():
+        pytest.skip(f"sample_traces/{run} not recorded")
+    ingest(store, [SAMPLES / run], run=run)
+    v = combined_verdict(store, run)
+    assert v.text.startswith(start), v.text
+    assert (v.stragglers, v.straggling) == (named, straggling)
+    # whatif agrees: a named rank's host gaps or op times alone cost >= 10% (alone S >= 1.1), and
+    # an unnamed run has S and launch slowdown <= 1.1 (clean 1.000 / 1.088, normal 1.098 / 1.073).
+    alone = v.figures["whatif_alone_by_rank"]
+    for r in named:
+        assert alone[r] >= 1.1
+    if not named:
+        assert max(v.slowdown, v.launch_slowdown) <= 1.1
+    assert f"what-if S = {v.slowdown:.3f}" in v.text
+
+
+@pytest.mark.parametrize("trial, start, named", [
+    ("AR", "straggler: rank 0 (compute", (0,)),
+    ("SE", "no single straggler: 32 of 64 ranks", ()),
+    ("ST", "straggler: rank 6 (compute", (6, 7)),
+])
+def test_production_traces(store, trial, start, named):
+    # AR: one slow worker (global rank 0); SE: sequence-length imbalance, half the workers (stage 1)
+    # each last significantly often: a systematic imbalance, no single worker; ST: the last pipeline
+    # stage (its two workers, ranks 6 and 7).
+    ingest(store, [corpus(f"kineto_misc/bytedance_straggler_whatif/trace-{trial}.parquet")])
+    v = combined_verdict(store, f"trace-{trial}")
+    assert v.text.startswith(start), v.text
+    assert v.stragglers == named and v.straggling
+    if trial == "SE":
+        assert "largest by stage: 1" in v.text

@@ -16,9 +16,13 @@ CORPUS = Path(os.environ.get("TRACEPROF_CORPUS", REPO.parent / "shared" / "corpu
 
 
 def corpus(rel: str) -> Path:
-    """Path of a corpus file or folder; skips the test when ../shared/corpus is absent."""
+    """Path of a corpus file or folder; skips the test when ../shared/corpus is absent, or fails it
+    when ``TRACEPROF_REQUIRE_CORPUS`` is set (CI: ``.ci/run`` sets it, so a missing corpus is red,
+    not 38 silent skips)."""
     p = CORPUS / rel
     if not p.exists():
+        if os.environ.get("TRACEPROF_REQUIRE_CORPUS"):
+            pytest.fail(f"corpus required (TRACEPROF_REQUIRE_CORPUS is set) but not available: {p}")
         pytest.skip(f"corpus not available: {p}")
     return p
 

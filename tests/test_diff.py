@@ -16,7 +16,15 @@ import pytest
 from tests.conftest import REPO, SAMPLES, corpus
 from tests.test_flops import op, write_run
 from tests.test_idle import kernel
-from traceprof.diff import DEFAULT_THRESHOLD, diff_runs, mann_whitney_p
+from traceprof.diff import (
+    DEFAULT_THRESHOLD,
+    MIN_ITEM_SHARE_PCT,
+    MIN_SAMPLES,
+    _items,
+    _metric,
+    diff_runs,
+    mann_whitney_p,
+)
 from traceprof.errors import UsageError
 from traceprof.ingest import ingest
 
@@ -213,3 +221,77 @@ def test_report_with_baseline_has_a_diff_section(sample_db, tmp_path):
     assert p.returncode == 0, p.stderr
     page = out.read_text()
     assert 'id="diff"' in page and "REGRESSION normal -&gt; extra_matmul" in page
+
+
+# --- the gate's decisions where they flip (traceprof.diff._metric and _items)
+
+BASE5 = np.array([100.0, 100.0, 100.0, 100.0, 100.0])
+
+
+@pytest.mark.parametrize("cand, regressed", [(110.0, False), (109.0, False), (111.0, True)])
+def test_gate_at_just_below_and_just_above_the_threshold(cand, regressed):
+    # step_time_ns: median 100 -> cand; change = 100 * (cand - 100) / 100 %: 10 % exactly is not
+    # above the 10 % threshold (strictly greater regresses), 9 % is below, 11 % above. Five equal
+    # samples a side, all cand above all base: Mann-Whitney U = 25, z = (25 - 12.5 - 0.5) / sqrt(
+    # 25 / 12 * (11 - 240 / 90)) (ties: 5 values of 100 and 5 of cand: sum t^3 - t = 240) =
+    # 12 / 4.167 = 2.880, p = 0.0020 < 0.01, so the threshold alone decides here.
+    m = _metric("step_time_ns", BASE5, np.full(5, cand), 0.0, 0.10, 0.01, True)
+    assert m["change_pct"] == pytest.approx(cand - 100.0)
+    assert m["p_value"] == pytest.approx(0.5 * math.erfc(12 / math.sqrt(25 / 12 * (11 - 240 / 90)) / math.sqrt(2)))
+    assert m["regressed"] is regressed
+
+
+def test_gate_at_just_below_and_just_above_the_p_value():
+    # A 50 % rise on fully separated samples (base 100..104, cand 150..154, no ties): U = 25,
+    # z = (25 - 12.5 - 0.5) / sqrt(25 / 12 * 11) = 2.5067, p = 0.00609. Regressed only when
+    # p < alpha: alpha 0.0061 yes, alpha = p exactly no (strict), alpha 0.006 no.
+    b, c = np.arange(100.0, 105.0), np.arange(150.0, 155.0)
+    p = 0.5 * math.erfc(12 / math.sqrt(25 / 12 * 11) / math.sqrt(2))
+    assert mann_whitney_p(b, c) == pytest.approx(p) and p == pytest.approx(0.00609, abs=1e-5)
+    assert _metric("compute_ns", b, c, 0.0, 0.10, 0.0061, True)["regressed"] is True
+    assert _metric("compute_ns", b, c, 0.0, 0.10, mann_whitney_p(b, c), True)["regressed"] is False
+    assert _metric("compute_ns", b, c, 0.0, 0.10, 0.0060, True)["regressed"] is False
+    # Fewer than MIN_SAMPLES (5) a side: no test (p null), the threshold alone decides.
+    few = _metric("compute_ns", b[: MIN_SAMPLES - 1], c[: MIN_SAMPLES - 1], 0.0, 0.10, 0.0060, True)
+    assert few["p_value"] is None and few["regressed"] is True
+
+
+@pytest.mark.parametrize("cand, regressed", [(45.0, False), (45.5, False), (44.5, True)])
+def test_gate_on_mfu_counts_a_drop(cand, regressed):
+    # mfu_pct falls from 50: change = 100 * (50 - cand) / 50 = 10 % (at), 9 %, 11 %. Unsampled
+    # (no p-value): the threshold decides.
+    m = _metric("mfu_pct", np.array([50.0]), np.array([cand]), 0.0, 0.10, 0.01, False)
+    assert m["change_pct"] == pytest.approx(100 * (50 - cand) / 50) and m["regressed"] is regressed
+
+
+@pytest.mark.parametrize("cand, regressed", [(20.0, False), (19.0, False), (21.0, True)])
+def test_gate_on_exposed_comm_is_a_share_of_the_step(cand, regressed):
+    # exposed_comm_ns 10 -> cand with a 100 ns base step: change = (cand - 10) / 100 of the step:
+    # 10 % (at), 9 %, 11 %; as % of its own base it doubles, which alone must not trip the gate.
+    m = _metric("exposed_comm_ns", np.array([10.0]), np.array([cand]), 100.0, 0.10, 0.01, False)
+    assert m["change_pct"] == pytest.approx(cand - 10.0) and m["regressed"] is regressed
+
+
+def _item(name: str, ns: float) -> pl.DataFrame:
+    return pl.DataFrame({"kind": ["kernel"], "name": [name], "class": ["compute"], "ns": [ns], "calls": [1.0]})
+
+
+@pytest.mark.parametrize("cand, step, grew", [
+    (1100.0, 10_000.0, False),   # +10 % of itself: not above the 10 % threshold
+    (1101.0, 10_000.0, True),    # +10.1 %, and 101 ns = 1.01 % of the step (>= 1 %)
+    (1101.0, 20_000.0, False),   # +10.1 %, but 0.505 % of the step (< 1 %)
+    (1100.0, 10_000.0 * 1.0001, False),
+])
+def test_grew_rule(cand, step, grew):
+    # An item grew when its typical time per step rose by more than the threshold (10 %) of its
+    # own base AND by at least MIN_ITEM_SHARE_PCT (1 %) of the base step time.
+    items = _items(_item("gemm", 1000.0), _item("gemm", cand), step, 0.10)
+    assert MIN_ITEM_SHARE_PCT == 1.0 and items["grew"].to_list() == [grew]
+
+
+def test_grew_rule_for_a_new_item():
+    # An item absent from the base (delta_pct null, treated as infinite) grew when it takes at
+    # least 1 % of the step: 100 ns of a 10,000 ns step yes, 99 ns no.
+    empty = _item("x", 0.0).head(0)
+    assert _items(empty, _item("new", 100.0), 10_000.0, 0.10)["grew"].to_list() == [True]
+    assert _items(empty, _item("new", 99.0), 10_000.0, 0.10)["grew"].to_list() == [False]

@@ -164,3 +164,26 @@ def test_peak_from_the_cli_string(store, tmp_path):
     # The CLI hands "-p peak_tflops=100" over as a string (its default is None): converted.
     from analyses.mfu import Params
     assert Params(peak_tflops="100").peak_tflops == 100.0 and Params().peak_tflops is None
+
+
+def test_job_mfu_over_ranks_with_different_devices(store, tmp_path):
+    # Two ranks of one job on different GPUs: rank 0 an A100 (dense bf16 312 TFLOP/s), rank 1 an
+    # H100 SXM (989.4). One ProfilerStep each: 1000 us on rank 0, 800 us on rank 1. Declared job
+    # FLOPs 1e11 per step, split over the ranks: 5e10 each.
+    # Per rank: rank 0 100 * 5e10 / 1e-3 s / 312e12 = 16.026 %; rank 1 100 * 5e10 / 0.8e-3 / 989.4e12
+    # = 6.317 %. Job: all FLOPs over the slowest rank's step time and the summed peaks:
+    # 100 * 1e11 / 1e-3 / (312 + 989.4)e12 = 7.684 %, not the mean of the ranks (11.17 %); job
+    # tflops per device 1e11 / 1e-3 / 1e12 / 2 = 50; peak_tflops per device (312 + 989.4) / 2.
+    for rank, dur, dev in ((0, 1000, "NVIDIA A100-SXM4-80GB"), (1, 800, "NVIDIA H100 80GB HBM3")):
+        write_run(tmp_path / "job", [op("ProfilerStep#1", 0, dur, cat="user_annotation"), op("aten::mm", 10, dur - 20)],
+                  rank=rank, world=2, devices=[{"id": 0, "name": dev, "totalGlobalMem": 85e9, "numSms": 132}])
+    ingest(store, [tmp_path / "job"], run="job")
+    res = analyze(store, "mfu", "job", model_flops_per_step=1e11, dtype="bf16")
+    per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
+    assert (per[0]["peak_tflops"], per[1]["peak_tflops"]) == (312.0, 989.4)
+    assert per[0]["mfu_pct"] == pytest.approx(100 * 5e10 / 1e-3 / 312e12)
+    assert per[1]["mfu_pct"] == pytest.approx(100 * 5e10 / 0.8e-3 / 989.4e12)
+    job = res.job.row(0, named=True)
+    assert (job["ranks"], job["steps"], job["time_ns"]) == (2, 1, 1_000_000)
+    assert job["mfu_pct"] == pytest.approx(100 * 1e11 / 1e-3 / (312 + 989.4) / 1e12)
+    assert job["tflops"] == pytest.approx(50.0) and job["peak_tflops"] == pytest.approx((312 + 989.4) / 2)

@@ -208,6 +208,7 @@ def _trace(
         key = (pg, op)
         colls.append({
             "source": "ndtimeline", "pg": pg, "seq": r["step"] * _SEQ_STRIDE + r["seq_id"], "op": op,
+            "p2p": op in ("send", "recv"),  # pipeline sends and receives: one peer each
             "dtype": None, "nelems_in": None, "nelems_out": None, "bytes_in": None, "bytes_out": None,
             "group_size": _group_size(opt, sizes), "enter_ns": None, "start_ns": r["ts_ns"], "end_ns": r["ts_ns"] + r["dur_ns"],
             "stream": None, "tid": None, "step": r["step"], "ordinal": counter.get(key, 0),

@@ -165,10 +165,10 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
     meta = json.loads((args.out_dir / "rank0.meta.json").read_text())
     if args.slow_rank is not None and args.slow_ms:
         mate = [r for r in range(args.world_size) if r % 2 == args.slow_rank % 2 and r != args.slow_rank]
-        where = ("before each step starts (before its forward pass)" if args.slow_at == "step"
-                 else "after its forward pass, before backward")
+        where = ("at the start of every step, before its forward pass" if args.slow_at == "step"
+                 else "every step after its forward pass, before backward")
         known = (
-            f"rank {args.slow_rank} sleeps {args.slow_ms:g} ms every step {where} (nothing marks the "
+            f"rank {args.slow_rank} sleeps {args.slow_ms:g} ms {where} (nothing marks the "
             "sleep: it is a gap between CPU ops on its main "
             "thread), so it reaches the gradient all-reduces late and the others wait for it in "
             f"`gloo:all_reduce`. While it sleeps its core-mate (rank {', '.join(map(str, mate))}) "

@@ -179,3 +179,18 @@ def test_trace_filter_collectives_are_named_by_their_launching_op(store):
     wi = analyze(store, "whatif", "tf")
     assert wi.summary["steps"].item() == 2 and "send_recv" not in wi.blame["group"].to_list()
     assert "all_to_all" in wi.blame.filter(wi.blame["by"] == "op")["group"].to_list()
+
+
+def test_cli_stragglers_and_whatif_on_trace_filter(tmp_path):
+    # Issue 8.2 done-means, through the CLI: both run on the old-style GPU sample and print real
+    # collective ops (no send_recv).
+    from tests._cli_inproc import run
+
+    db = str(tmp_path / "t.duckdb")
+    assert run("ingest", str(corpus("hta/trace_filter")), "--run", "tf", "--db", db)[0] == 0
+    code, out, err = run("analyze", "stragglers", "--run", "tf", "--db", db, "--table", "instances", "-f", "csv")
+    assert code == 0, err
+    assert all(f",{op}," in out for op in ("all_to_all", "all_reduce", "all_gather")) and "send_recv" not in out
+    code, out, err = run("analyze", "whatif", "--run", "tf", "--db", db, "--table", "blame", "-f", "csv")
+    assert code == 0, err
+    assert "all_to_all" in out and "send_recv" not in out

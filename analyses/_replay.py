@@ -145,11 +145,12 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     if k == 0 or k == inst.height:
         return Transient()
     lead = inst.head(k)
+    worst = int(lead["skew"].max())  # type: ignore[arg-type]
     steps = tuple(sorted({int(s) for s in lead["step"].drop_nulls().to_list()}))
     where = f" (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))})" if steps else ""
     first = "the first collective" if k == 1 else f"the first {k} collectives"
     note = (f"profiler-start transient: {first}{where} waited up to "
-            f"{int(lead['skew'].max()) / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
+            f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
             f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
             "profiling at different times; left out of stragglers and what-if")
     return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)

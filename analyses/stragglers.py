@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -277,7 +278,7 @@ def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) 
     from analyses import whatif  # the replay's rank blame; imported here, it registers itself
 
     try:
-        res = whatif.run(store, whatif.Params(run=params.run, source=source or ""))
+        res = cast(whatif.Result, whatif.run(store, whatif.Params(run=params.run, source=source or "")))
     except AnalysisError:
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
             "hold-up (no what-if replay: the run has no compute items in steps)")

@@ -192,7 +192,7 @@ def run(store: Store, params: Params) -> Result:
     s_launch = max(_ratio(frame["actual_ns"], frame["nogap_ns"]), 1.0)
     s_model_raw = _ratio(frame["replay_ns"], frame["ideal_ns"])
     s, s_model = max(s_raw, 1.0), max(s_model_raw, 1.0)
-    err = float(((frame["replay_ns"] - frame["actual_ns"]).abs() / frame["actual_ns"]).mean()) * 100
+    err = float(((frame["replay_ns"] - frame["actual_ns"]).abs() / frame["actual_ns"]).mean()) * 100  # type: ignore[arg-type]
     ideal_gaps = (gap_i, dur_i)
     blame = pl.concat([
         _blame(store, run_id, tl, (gap0 if params.gaps == "median" else zero, dur0), ideal_gaps,

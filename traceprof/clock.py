@@ -154,10 +154,10 @@ def _fit_component(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         known = ~np.isnan(off)
         consensus = _row_int_median(e[:, known] + off[known])
         progressed = False
-        for j in np.nonzero(~known)[0]:
-            c, w = _modal(e[:, j] - consensus)
+        for u in np.nonzero(~known)[0]:
+            c, w = _modal(e[:, u] - consensus)
             if not math.isnan(c):
-                off[j], half[j], progressed = -c, w, True
+                off[u], half[u], progressed = -c, w, True
         if not progressed:  # cannot happen within a component; keep the clock rather than loop
             off[np.isnan(off)] = 0.0
     return off, half

@@ -1,0 +1,391 @@
+"""Columnar decoding of Kineto JSON: the ``traceEvents`` array in batches, each field as one column.
+
+The per-event Python work of a decoder that builds one object per event and converts its fields
+one at a time dominated ingest (about 15 us an event, where a bare ``orjson.loads`` takes 2-4 us).
+Here the work per event is a few list comprehensions over msgspec structs; the times and the
+sizes of the raw args are converted a whole column at a time in C:
+
+  1. Split the document into the top-level keys (decoded as one small object: everything but
+     ``traceEvents``, which libkineto writes between ``distributedInfo`` and
+     ``baseTimeNanoseconds``) and batches of whole events (cut at ``}`` + ``,`` between two events
+     of the array; a cut is accepted only when the batch decodes as a JSON array, so a ``},``
+     inside a string or a nested object is never taken for a boundary). Peak memory above the
+     input is one batch of Python objects (``batch_bytes`` of JSON text) plus the columns.
+  2. Decode each batch with msgspec into small typed structs: ``ph, cat, name`` as strings,
+     ``pid, tid, ts, dur, args`` as raw JSON text (``msgspec.Raw``), and in a second typed pass the
+     id args (``correlation``, ``External id``, ``device``, ``stream``) as integers.
+  3. Times: the ``ts``/``dur`` texts of the batch are joined and cast to ``decimal128(38, 3)`` by
+     Arrow; the decimal's unscaled integer *is* the time in ns, so microsecond text with up to
+     3 decimals converts exactly (``traceprof.timeconv`` semantics). A value with more decimals,
+     an exponent Arrow rejects, or a non-number sends that batch's times through
+     ``timeconv.us_text_to_ns`` one at a time (half-to-even rounding, same results).
+  4. ``pid``/``tid`` keep their text (a JSON string without its quotes); args are kept as their
+     JSON text.
+
+Anything the typed decode does not accept (an id that is not an integer, a non-string name) makes
+:func:`decode` return None for the whole document, and the caller uses its general per-event path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collectors.kineto._values import int_or_none
+from traceprof.timeconv import us_text_to_ns
+
+__all__ = ["Decoded", "decode", "Rows", "rows"]
+
+#: JSON text per batch: bounds the Python objects alive at once (about 5x this in memory).
+BATCH_BYTES = 2 << 20
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_NO_TEXT = msgspec.Raw(b"")
+
+
+class _Ev(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | float | None = None
+    tid: int | str | float | None = None
+    ts: msgspec.Raw = _NO_TEXT
+    dur: msgspec.Raw = _NO_TEXT
+    args: msgspec.Raw = msgspec.Raw(b"{}")  # as the general decoder: absent args are "{}"
+
+
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class _Ids(msgspec.Struct, gc=False):
+    correlation: _Int64 | None = None
+    external_id: _Int64 | None = msgspec.field(default=None, name="External id")
+    device: _Int64 | None = None
+    stream: _Int64 | None = None
+
+
+class _LooseIds(msgspec.Struct, gc=False):
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    device: Any = None
+    stream: Any = None
+
+
+
+
+_EVENTS = msgspec.json.Decoder(list[_Ev])
+_IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
+_LOOSE_IDS = msgspec.json.Decoder(list[_LooseIds | None])
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+_OBJECT = msgspec.json.Decoder(dict[str, Any])
+
+
+@dataclass
+class Decoded:
+    """Every event of a Kineto document as columns (one entry per ``traceEvents`` element).
+
+    Attributes:
+        top: The document's other top-level keys (``baseTimeNanoseconds``, ``distributedInfo``,
+            ``deviceProperties``, ``host_name``, ...), decoded.
+        ph, cat, name: As written ("" when absent).
+        pid, tid: The value's text: a JSON string without its quotes, a number as written, "" when
+            absent or null.
+        ts_ns, dur_ns: int64 ns as written (relative to ``baseTimeNanoseconds`` in new-style traces;
+            no base added). ``ts_ok``/``dur_ok``: False where the field is absent (value 0 then).
+        bad_time: Index -> reason for values that are not JSON numbers (value 0 then).
+        args: The ``args`` object's JSON text ("" when absent).
+        correlation, external_id, device, stream: Integer args, None when absent.
+        lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
+    """
+
+    top: dict[str, Any]
+    ph: list[str] = field(default_factory=list)
+    cat: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    pid: list[str] = field(default_factory=list)
+    tid: list[str] = field(default_factory=list)
+    ts_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    dur_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ts_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    dur_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    bad_time: dict[int, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    correlation: list[int | None] = field(default_factory=list)
+    external_id: list[int | None] = field(default_factory=list)
+    device: list[int | None] = field(default_factory=list)
+    stream: list[int | None] = field(default_factory=list)
+    lanes_plain: bool = True
+
+    def __len__(self) -> int:
+        return len(self.ph)
+
+
+class _Split:
+    """The events of a document as JSON array texts, and its other top-level keys (module doc, step 1).
+
+    Iterate over it for ``b"[...]"`` batches of about ``batch_bytes`` each; once exhausted,
+    ``top`` holds the other keys (some are written after the events). ``ok`` turns False when the
+    document does not have the shape ``{..., "traceEvents": [...], ...}`` that this splitter
+    understands (the caller then decodes it whole).
+    """
+
+    def __init__(self, data: bytes, batch_bytes: int) -> None:
+        self.data, self.batch_bytes = data, batch_bytes
+        self.top: dict[str, Any] = {}
+        self.ok = True
+        self.m = _EVENTS_KEY.search(data)
+
+    def __iter__(self) -> Iterator[list[_Ev]]:
+        data, m = self.data, self.m
+        if m is None:
+            self.ok = False
+            return
+        pos, n = m.end(), len(data)
+        while n - pos > 2 * self.batch_bytes:
+            found = self._cut(pos, pos + self.batch_bytes)
+            if found is None:
+                break
+            cut, evs = found
+            yield evs
+            pos = cut + 1  # past the comma
+        # The rest: the last events, "]", the keys after the array, "}". Decoded as an array, it
+        # ends at the array's "]" and msgspec names the byte where the trailing keys start.
+        rest = b"[" + data[pos:]
+        try:
+            _ARRAY.decode(rest)
+            self.ok = False  # the document ends with the array: not an object
+            return
+        except msgspec.DecodeError as e:
+            end = _trailing_at(e)
+        close = -1 if end is None else rest.rfind(b"]", 0, end + 1)  # msgspec may count the ","
+        if close < 0:
+            self.ok = False
+            return
+        yield _EVENTS.decode(rest[: close + 1])
+        try:
+            top = _OBJECT.decode(_join_object(data[: m.start()].rstrip(), rest[close + 1 :].lstrip()))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self.ok = False
+            return
+        self.top = top
+        self.ok = "traceEvents" not in top
+
+    def _cut(self, lo: int, target: int) -> tuple[int, list[_Ev]] | None:
+        """Position of a "}" ending an event at or before ``target`` (the text from ``lo`` up to it
+        decodes as an array of whole events) and those events, or None when there is none.
+
+        Raises:
+            msgspec.ValidationError: The events do not fit the typed structs.
+        """
+        data, probe = self.data, target
+        while True:
+            c = data.rfind(b"},", lo, probe)
+            if c < 0:
+                return None
+            try:
+                return c + 1, _EVENTS.decode(b"[" + data[lo : c + 1] + b"]")
+            except msgspec.ValidationError:
+                raise
+            except msgspec.DecodeError:
+                probe = c
+
+
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
+def _trailing_at(e: msgspec.DecodeError) -> int | None:
+    m = _TRAILING.search(str(e))
+    return int(m.group(1)) if m else None
+
+
+def _join_object(head: bytes, tail: bytes) -> bytes:
+    """``{a, "traceEvents": [...], b}`` without its array: ``{a, b}`` (either side may be empty)."""
+    head = head[:-1] if head.endswith(b",") else head  # "{...," before the key
+    tail = tail[1:].lstrip() if tail.startswith(b",") else tail  # ", ...}" after the array
+    sep = b"," if head.strip() != b"{" and tail.strip() != b"}" else b""
+    return head + sep + tail
+
+
+def _lane_text(values: list[int | str | float | None], out: Decoded) -> list[str]:
+    """pid/tid as text (``str(value)``, "" for null), as the general path; few distinct values,
+    each converted once. A float clears ``out.lanes_plain``."""
+    distinct = set(values)
+    if any(isinstance(v, float) for v in distinct):
+        out.lanes_plain = False
+    text = {v: "" if v is None else str(v) for v in distinct}
+    return [text[v] for v in values]
+
+
+def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
+    """ns of microsecond number texts (module doc, step 3); (values, present)."""
+    n = len(raw)
+    text = pc.list_flatten(pc.split_pattern(pa.array([b"\n".join(raw)], pa.binary()).cast(pa.string()), "\n"))
+    present = pc.not_equal(text, "")
+    ok = present.to_numpy(zero_copy_only=False)
+    try:
+        dec = pc.cast(pc.if_else(present, text, pa.scalar(None, pa.string())), pa.decimal128(38, 3))
+        words = np.frombuffer(dec.buffers()[1], np.int64)[2 * dec.offset : 2 * (dec.offset + n)]
+        return np.where(ok, words[0::2], 0), ok
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        out = np.zeros(n, np.int64)
+        for i, r in enumerate(raw):
+            if r:
+                try:
+                    out[i] = us_text_to_ns(bytes(r))
+                except ValueError as e:
+                    bad[base + i] = f"bad time: {e}"
+        return out, ok
+
+
+def decode(data: bytes, batch_bytes: int = BATCH_BYTES) -> Decoded | None:
+    """Decode a whole Kineto document into columns (module doc).
+
+    Args:
+        data: The document (decompressed JSON text).
+        batch_bytes: JSON text decoded at once.
+
+    Returns:
+        The columns, or None when the document needs the general decoder: it does not have the
+        shape ``{..., "traceEvents": [...]}``, is not valid JSON, or some event does not fit the
+        typed structs (an id arg that is not an integer, a ``name`` that is not a string).
+    """
+    batches = _Split(data, batch_bytes)
+    out = Decoded(top={})
+    ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
+    try:
+        for evs in batches:
+            base = len(out.ph)
+            out.ph += [e.ph for e in evs]
+            out.cat += [e.cat for e in evs]
+            out.name += [e.name for e in evs]
+            out.pid += _lane_text([e.pid for e in evs], out)
+            out.tid += _lane_text([e.tid for e in evs], out)
+            t, tok = _times([e.ts for e in evs], base, out.bad_time)
+            d, dok = _times([e.dur for e in evs], base, out.bad_time)
+            ts_parts.append(t)
+            tsok_parts.append(tok)
+            dur_parts.append(d)
+            durok_parts.append(dok)
+            raw_args = [e.args for e in evs]
+            del evs
+            out.args += [bytes(a).decode() for a in raw_args]
+            ids_text = b"[" + b",".join(raw_args) + b"]"
+            del raw_args
+            try:
+                ids = _IDS.decode(ids_text)
+                out.correlation += [a.correlation for a in ids]
+                out.external_id += [a.external_id for a in ids]
+                out.device += [a.device for a in ids]
+                out.stream += [a.stream for a in ids]
+            except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
+                loose = _LOOSE_IDS.decode(ids_text)
+                for col in ("correlation", "external_id", "device", "stream"):
+                    getattr(out, col).extend(int_or_none(getattr(a, col)) if a else None for a in loose)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not batches.ok:
+        return None
+    out.top = batches.top
+    if ts_parts:
+        out.ts_ns, out.dur_ns = np.concatenate(ts_parts), np.concatenate(dur_parts)
+        out.ts_ok, out.dur_ok = np.concatenate(tsok_parts), np.concatenate(durok_parts)
+    return out
+
+
+@dataclass
+class Rows:
+    """The stored rows of a document, as the general per-event loop of ``collectors.kineto.parse``
+    builds them (see :func:`rows`).
+
+    Attributes:
+        cols: Column name -> list, one entry per kept event: kind, cat, name, ts_ns and dur_ns (epoch
+            ns: the base added), pid, tid, device, stream, correlation, external_id, args, flag and
+            raw_dur_ns (None).
+        src_index: Index in ``traceEvents`` of each kept row.
+        skipped: Records not stored by design (flows, metadata), counted by reason.
+        rejected: Records dropped, counted by reason (unknown phases).
+        process_names: pid -> the ``process_name`` metadata's name.
+    """
+
+    cols: dict[str, list[Any]]
+    src_index: list[int]
+    skipped: dict[str, int]
+    rejected: dict[str, int]
+    process_names: dict[str, str]
+
+
+def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None],
+         gpu_kinds: frozenset[str], args_dict: Callable[[str], dict[str, Any]]) -> Rows | None:
+    """The rows the general loop would store, built a column at a time (the common case only).
+
+    Args:
+        d: The decoded document.
+        base_ns: Added to every time (``baseTimeNanoseconds``, or 0).
+        kind_of: Event kind of (ph, cat, name): None for records not stored (flows, metadata,
+            unknown phases), ``"end"`` for an ``E``; called once per distinct triple.
+        gpu_kinds: Kinds whose device/stream default to pid/tid.
+        args_dict: Decodes an args text (for ``process_name`` metadata).
+
+    Returns:
+        The rows, or None when the general loop is needed: ``B``/``E`` records, an event with a
+        missing, malformed or negative time, a missing ``dur`` on an ``X`` event, or a float
+        pid/tid (kept by the general loop as written).
+    """
+    n = len(d)
+    cache: dict[tuple[str, str, str], str | None] = {}
+    kinds = []
+    for key in zip(d.ph, d.cat, d.name, strict=True):
+        k = cache.get(key, _UNSEEN)
+        if k is _UNSEEN:
+            k = cache[key] = kind_of(*key)
+        kinds.append(k)
+    if "end" in cache.values() or d.bad_time or not d.lanes_plain or any(k[0] == "B" for k in cache):
+        return None
+    keep = np.fromiter((k is not None for k in kinds), bool, n)
+    x_rows = np.fromiter((p == "X" for p in d.ph), bool, n)
+    if (keep & ~d.ts_ok).any() or (keep & x_rows & ~d.dur_ok).any() or (keep & (d.dur_ns < 0)).any():
+        return None
+    idx = np.flatnonzero(keep).tolist()
+    skipped: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    names: dict[str, str] = {}
+    for i in np.flatnonzero(~keep).tolist():
+        ph = d.ph[i]
+        if ph == "M" and d.name[i] == "process_name":
+            names[d.pid[i]] = str(args_dict(d.args[i]).get("name", ""))
+        design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ph)
+        if design:
+            skipped[design] = skipped.get(design, 0) + 1
+        else:
+            reason = f"unknown phase ph={ph!r}"
+            rejected[reason] = rejected.get(reason, 0) + 1
+
+    def take(col: list[Any]) -> list[Any]:
+        return col if len(idx) == n else [col[i] for i in idx]
+
+    kind = take(kinds)
+    gpu = [k in gpu_kinds for k in kind]
+    pid, tid = take(d.pid), take(d.tid)
+    device = [(int_or_none(p) if v is None else v) if g else None
+              for g, v, p in zip(gpu, take(d.device), pid, strict=True)]
+    stream = [(int_or_none(t) if v is None else v) if g else None
+              for g, v, t in zip(gpu, take(d.stream), tid, strict=True)]
+    keep_ix = np.asarray(idx, np.int64)
+    cols = {
+        "kind": kind, "cat": take(d.cat), "name": take(d.name),
+        "ts_ns": (d.ts_ns[keep_ix] + base_ns).tolist(), "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix].tolist(),
+        "pid": pid, "tid": tid, "device": device, "stream": stream,
+        "correlation": take(d.correlation), "external_id": take(d.external_id), "args": take(d.args),
+        "flag": [None] * len(idx), "raw_dur_ns": [None] * len(idx),
+    }
+    return Rows(cols, idx, skipped, rejected, names)
+
+
+_UNSEEN = object()

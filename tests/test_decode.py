@@ -1,0 +1,112 @@
+"""The columnar Kineto decoder (``collectors.kineto.decode``) against a plain JSON reference.
+
+The reference decodes the document with the standard library (numbers as ``Decimal``, so times are
+exact) and converts each field as the general per-event parser does. Documents: hand-made ones
+for every case the splitter and the typed decode must handle (keys after the events, an ``INFO``
+array whose strings hold ``]``, ``},`` inside a name, nested args, string/float pids, hex stream
+ids, null args, missing times, more than 3 decimals, exponents), all split into tiny batches; and
+the corpus and sample traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from collectors.kineto._values import int_or_none
+from collectors.kineto.decode import decode
+from tests.conftest import CORPUS, SAMPLES
+from traceprof.timeconv import us_to_ns
+
+
+def _ref_ns(v: object) -> int | None:
+    return None if v is None else us_to_ns(v if isinstance(v, Decimal | int) else Decimal(str(v)))
+
+
+def _check(data: bytes, batch_bytes: int) -> None:
+    d = decode(data, batch_bytes=batch_bytes)
+    assert d is not None
+    doc = json.loads(data, parse_float=Decimal)
+    events = doc.pop("traceEvents")
+    plain = json.loads(data)["traceEvents"]  # numbers as the general decoder gives them (floats)
+    assert len(d) == len(events)
+    assert set(d.top) == set(doc)
+    for i, e in enumerate(events):
+        args = plain[i].get("args", {})
+        ids = args if isinstance(args, dict) else {}
+        assert (d.ph[i], d.cat[i], d.name[i]) == (e.get("ph", ""), e.get("cat", ""), e.get("name", "")), i
+        assert (d.pid[i], d.tid[i]) == tuple("" if e.get(k) is None else str(e.get(k)) for k in ("pid", "tid")), i
+        for col, ok, key in ((d.ts_ns, d.ts_ok, "ts"), (d.dur_ns, d.dur_ok, "dur")):
+            assert bool(ok[i]) == (key in e), (i, key)
+            if key in e:
+                assert int(col[i]) == _ref_ns(e[key]), (i, key, e[key])
+        assert json.loads(d.args[i], parse_float=Decimal) == e.get("args", {}), i
+        assert d.correlation[i] == int_or_none(ids.get("correlation")), i
+        assert d.external_id[i] == int_or_none(ids.get("External id")), i
+        assert d.device[i] == int_or_none(ids.get("device")), i
+        assert d.stream[i] == int_or_none(ids.get("stream")), i
+
+
+EDGE = b"""{
+  "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}],
+  "distributedInfo": {"rank": 3, "world_size": 8},
+  "traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "k<{lambda()#1}>},{x", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.125,
+   "args": {"External id": 1, "device": 0, "stream": 7, "correlation": 11, "grid": [1, 1, 1]}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "Spans", "tid": "", "ts": 1712195495519689.047,
+   "dur": 63.813, "args": {"nested": {"a": [1, {"b": "]},"}]}, "External id": 2}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "pid": 1, "tid": 2, "ts": 7, "dur": 1.0005,
+   "args": {"stream": "0x0", "device": "1", "correlation": 5.0}},
+  {"ph": "i", "cat": "cpu_instant_event", "name": "mark", "pid": 1.5, "tid": 2, "ts": 1.5e3, "args": null},
+  {"ph": "s", "id": 1, "pid": 1, "tid": 2, "ts": 3, "cat": "ac2g", "name": "ac2g"},
+  {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+  {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 2, "ts": 4.25},
+  {"ph": "X", "cat": "cpu_op", "name": "\\"quoted\\" \\u00e9", "pid": 1, "tid": 2, "ts": 0.001, "dur": 0}
+  ],
+  "INFO": ["CuptiActivityProfiler.cpp:1232] Traces Recorded:", "x]y"],
+  "traceName": "/tmp/t.json", "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000}
+"""
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 64, 200, 1 << 20])
+def test_edge_cases_match_reference(batch_bytes: int) -> None:
+    _check(EDGE, batch_bytes)
+    d = decode(EDGE, batch_bytes)
+    assert d.top["baseTimeNanoseconds"] == 1_700_000_000_000_000_000 and d.top["distributedInfo"]["rank"] == 3
+    assert not d.lanes_plain  # the float pid 1.5
+
+
+def test_events_first_or_alone() -> None:
+    _check(b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}], "baseTimeNanoseconds": 5}', 1)
+    _check(b'{"traceEvents": []}', 1)
+    _check(b'{"a": 1, "traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts": 2, "dur": 2}]}', 1)
+
+
+@pytest.mark.parametrize("doc", [
+    b'[{"ph": "X"}]',  # not an object
+    b'{"traceEvents": [{"ph": "X", "ts": 1}',  # truncated
+    b'{"traceEvents": [{"ph": "X", "name": 5}]}',  # a name that is not a string
+    b'{"other": 1}',  # no events
+])
+def test_general_path_needed(doc: bytes) -> None:
+    assert decode(doc, 1) is None
+
+
+def _traces() -> list[Path]:
+    found = [p for p in SAMPLES.rglob("*.trace.json.gz")][:8]
+    hta = CORPUS / "hta"
+    if hta.exists():
+        found += [p for p in hta.rglob("*.json*") if "execution_trace/benchmark_simple_add_et" not in str(p)]
+    return found
+
+
+@pytest.mark.parametrize("path", _traces(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_real_traces_match_reference(path: Path) -> None:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    _check(data, 1 << 16)

@@ -110,3 +110,14 @@ def test_real_traces_match_reference(path: Path) -> None:
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     _check(data, 1 << 16)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 100])
+def test_pieces_decode_as_the_whole(piece: int) -> None:
+    # A streaming source (e.g. gunzip output) in pieces of any size gives the same columns.
+    whole = decode(EDGE, 64)
+    parts = decode((EDGE[i : i + piece] for i in range(0, len(EDGE), piece)), 64)
+    assert parts is not None and whole is not None
+    assert (parts.name, parts.pid, parts.args, parts.correlation, parts.top) == (
+        whole.name, whole.pid, whole.args, whole.correlation, whole.top)
+    assert (parts.ts_ns == whole.ts_ns).all() and (parts.dur_ok == whole.dur_ok).all()

@@ -29,7 +29,7 @@ Anything the typed decode does not accept (an id that is not an integer, a non-s
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -130,34 +130,57 @@ class Decoded:
 class _Split:
     """The events of a document as JSON array texts, and its other top-level keys (module doc, step 1).
 
-    Iterate over it for ``b"[...]"`` batches of about ``batch_bytes`` each; once exhausted,
-    ``top`` holds the other keys (some are written after the events). ``ok`` turns False when the
-    document does not have the shape ``{..., "traceEvents": [...], ...}`` that this splitter
-    understands (the caller then decodes it whole).
+    Iterate over it for lists of decoded events, about ``batch_bytes`` of JSON each; once
+    exhausted, ``top`` holds the other keys (some are written after the events). ``ok`` turns
+    False when the document does not have the shape ``{..., "traceEvents": [...], ...}`` that this
+    splitter understands (the caller then decodes it whole). The source is read as it is
+    consumed: at most about ``2 * batch_bytes`` of its text is held.
     """
 
-    def __init__(self, data: bytes, batch_bytes: int) -> None:
-        self.data, self.batch_bytes = data, batch_bytes
+    def __init__(self, source: bytes | Iterable[bytes], batch_bytes: int) -> None:
+        if isinstance(source, bytes | bytearray | memoryview):
+            view = memoryview(source)
+            step = max(batch_bytes, 1 << 16)
+            self.chunks: Iterator[bytes] = (bytes(view[i : i + step]) for i in range(0, len(view), step))
+        else:
+            self.chunks = iter(source)
+        self.batch_bytes = batch_bytes
         self.top: dict[str, Any] = {}
         self.ok = True
-        self.m = _EVENTS_KEY.search(data)
+
+    def _more(self, buf: bytes) -> tuple[bytes, bool]:
+        """``buf`` with the next chunk appended, and whether there was one."""
+        try:
+            return buf + next(self.chunks), True
+        except StopIteration:
+            return buf, False
 
     def __iter__(self) -> Iterator[list[_Ev]]:
-        data, m = self.data, self.m
+        buf, more, m = b"", True, None
+        while more and m is None:  # the header is small: search it as it grows
+            buf, more = self._more(buf)
+            m = _EVENTS_KEY.search(buf)
         if m is None:
             self.ok = False
             return
-        pos, n = m.end(), len(data)
-        while n - pos > 2 * self.batch_bytes:
-            found = self._cut(pos, pos + self.batch_bytes)
-            if found is None:
+        head, buf = buf[: m.start()].rstrip(), buf[m.end() :]
+        target = self.batch_bytes
+        while True:
+            while more and len(buf) <= 2 * target:
+                buf, more = self._more(buf)
+            if len(buf) <= 2 * target:
                 break
+            found = _cut(buf, target)
+            if found is None:  # no event ends in the first ``target`` bytes: look further
+                target *= 2
+                continue
             cut, evs = found
             yield evs
-            pos = cut + 1  # past the comma
+            buf, target = buf[cut + 1 :], self.batch_bytes  # past the comma
         # The rest: the last events, "]", the keys after the array, "}". Decoded as an array, it
         # ends at the array's "]" and msgspec names the byte where the trailing keys start.
-        rest = b"[" + data[pos:]
+        rest = b"[" + buf
+        del buf
         try:
             _ARRAY.decode(rest)
             self.ok = False  # the document ends with the array: not an object
@@ -170,31 +193,32 @@ class _Split:
             return
         yield _EVENTS.decode(rest[: close + 1])
         try:
-            top = _OBJECT.decode(_join_object(data[: m.start()].rstrip(), rest[close + 1 :].lstrip()))
+            top = _OBJECT.decode(_join_object(head, rest[close + 1 :].lstrip()))
         except (msgspec.DecodeError, msgspec.ValidationError):
             self.ok = False
             return
         self.top = top
         self.ok = "traceEvents" not in top
 
-    def _cut(self, lo: int, target: int) -> tuple[int, list[_Ev]] | None:
-        """Position of a "}" ending an event at or before ``target`` (the text from ``lo`` up to it
-        decodes as an array of whole events) and those events, or None when there is none.
 
-        Raises:
-            msgspec.ValidationError: The events do not fit the typed structs.
-        """
-        data, probe = self.data, target
-        while True:
-            c = data.rfind(b"},", lo, probe)
-            if c < 0:
-                return None
-            try:
-                return c + 1, _EVENTS.decode(b"[" + data[lo : c + 1] + b"]")
-            except msgspec.ValidationError:
-                raise
-            except msgspec.DecodeError:
-                probe = c
+def _cut(buf: bytes, target: int) -> tuple[int, list[_Ev]] | None:
+    """Position of a "}" ending an event at or before ``target`` (the text up to it decodes as an
+    array of whole events) and those events, or None when there is none.
+
+    Raises:
+        msgspec.ValidationError: The events do not fit the typed structs.
+    """
+    probe = target
+    while True:
+        c = buf.rfind(b"},", 0, probe)
+        if c < 0:
+            return None
+        try:
+            return c + 1, _EVENTS.decode(b"[" + buf[: c + 1] + b"]")
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            probe = c
 
 
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
@@ -244,11 +268,12 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
         return out, ok
 
 
-def decode(data: bytes, batch_bytes: int = BATCH_BYTES) -> Decoded | None:
+def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
     Args:
-        data: The document (decompressed JSON text).
+        data: The document (decompressed JSON text), whole or as successive pieces (e.g. from a
+            streaming gunzip: then only about ``2 * batch_bytes`` of the text is held at once).
         batch_bytes: JSON text decoded at once.
 
     Returns:

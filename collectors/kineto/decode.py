@@ -284,12 +284,14 @@ def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Dec
     batches = _Split(data, batch_bytes)
     out = Decoded(top={})
     ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
+    same: dict[str, str] = {}
     try:
         for evs in batches:
             base = len(out.ph)
-            out.ph += [e.ph for e in evs]
-            out.cat += [e.cat for e in evs]
-            out.name += [e.name for e in evs]
+            # one str object per distinct value (names repeat: millions of events, thousands of names)
+            out.ph += [same.setdefault(e.ph, e.ph) for e in evs]
+            out.cat += [same.setdefault(e.cat, e.cat) for e in evs]
+            out.name += [same.setdefault(e.name, e.name) for e in evs]
             out.pid += _lane_text([e.pid for e in evs], out)
             out.tid += _lane_text([e.tid for e in evs], out)
             t, tok = _times([e.ts for e in evs], base, out.bad_time)

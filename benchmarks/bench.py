@@ -229,8 +229,8 @@ def main() -> None:
     folders = {n: generated(out, n, *spec) for n, spec in gen.items() if not a.only or n in a.only}
     sets = {rel: CORPUS / rel for rel in CORPUS_SETS if (not a.only or rel in a.only) and (CORPUS / rel).exists()}
     sets.update(folders)
-    first_gen = next(iter(folders.values()), None)
-    parser = fastest_parser(trace_files(first_gen)[0]) if first_gen else "orjson"
+    candidates = [f for folder in folders.values() for f in trace_files(folder)]
+    parser = fastest_parser(min(candidates, key=lambda f: f.stat().st_size)) if candidates else "orjson"
     result: dict = {"parser": parser, "quick": a.quick, "cpus": os.cpu_count(), "ingest": {}, "analyses": {},
                     "curve": {}}
     print(f"bare parse: {parser}; ratios are traceprof / other (wall, cpu, summed rss)")
@@ -275,6 +275,20 @@ def main() -> None:
             print(f"  {s:>8} {20 * s:>9} {ov['wall']:8.2f} {ov['rss_max']:8.0f}")
             result["curve"][s] = {"ingest": ing, "overlap": ov}
             db.unlink(missing_ok=True)
+    print("\nsummary (one run): wall s / cpu s / peak summed RSS MB; ratios traceprof / other (wall, cpu, rss)")
+    print(f"  {'set':<40} {'traceprof':>20} {'hta':>22} {'bare':>20}   {'vs hta':>18}   {'vs bare':>18}")
+    for name, res in result["ingest"].items():
+        cells, ratios = [], []
+        for k in ("traceprof", "hta", "bare"):
+            r = res.get(k)
+            cells.append("-" if r is None else f"{r['wall']:.1f}{'+' if r['rc'] == 124 else ''}/{r['cpu']:.1f}/{r['rss_sum']:.0f}")
+        tp = res["traceprof"]
+        for k in ("hta", "bare"):
+            r = res.get(k)
+            ratios.append("-" if r is None else
+                          f"{tp['wall'] / r['wall']:.2f}/{tp['cpu'] / r['cpu']:.2f}/{tp['rss_sum'] / r['rss_sum']:.2f}")
+        print(f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}")
+    print("  (+: stopped at the time limit, a lower bound)")
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'bench.json'}")
 

@@ -16,9 +16,16 @@ from traceprof.ingest import ingest
 BASE = 1_700_000_000_000_000_000
 
 
+#: _write moves every event this many us later and the base time as much earlier: absolute times
+#: are unchanged (BASE + ts), but no record sits at ts 0, which counts as another clock domain.
+_SHIFT_US = 1000
+
+
 def _write(path: Path, events: list[dict], rank: int, world: int = 2, backend: str = "gloo") -> Path:
-    doc = {"baseTimeNanoseconds": BASE, "distributedInfo": {"rank": rank, "world_size": world, "backend": backend},
-           "traceEvents": events}
+    """Write a new-style Kineto trace whose event at ``ts`` us is at BASE + ts * 1000 ns."""
+    events = [{**e, "ts": e["ts"] + _SHIFT_US} if "ts" in e else e for e in events]
+    doc = {"baseTimeNanoseconds": BASE - _SHIFT_US * 1000,
+           "distributedInfo": {"rank": rank, "world_size": world, "backend": backend}, "traceEvents": events}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
     return path

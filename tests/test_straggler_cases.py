@@ -18,6 +18,8 @@ from traceprof.ingest import ingest
 from traceprof.store import Store
 
 US = 1000
+#: Micro traces start here (us after the base time): a record at ts 0 counts as another clock domain.
+T0_US = 1000
 #: p2p_and_collective_seq: offsets are us from B = T0 + 100 us.
 B = 1767225601000100000
 
@@ -151,19 +153,19 @@ def test_one_collective_per_step_names_nobody(store):
 
 
 def _nccl(seqs: list[int], step_of: list[int] | None = None) -> list[dict]:
-    """A GPU rank with one all-reduce (pg "0", Seq seqs[k]) per 100 us, kernel at 100k + 20 us,
-    in ProfilerStep#(step_of[k]) (all in step 1 by default), each step 100 us per collective."""
+    """A GPU rank with one all-reduce (pg "0", Seq seqs[k]) per 100 us, kernel at T0_US + 100k + 20
+    us, in ProfilerStep#(step_of[k]) (all in step 1 by default), each step 100 us per collective."""
     step_of = step_of or [1] * len(seqs)
     ev = []
     for s in sorted(set(step_of)):
         ks = [k for k, x in enumerate(step_of) if x == s]
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1,
-                   "ts": 100 * ks[0], "dur": 100 * len(ks)})
+                   "ts": T0_US + 100 * ks[0], "dur": 100 * len(ks)})
     for k, seq in enumerate(seqs):
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                   "ts": 100 * k + 10, "dur": 2, "args": {"correlation": 50 + k}})
+                   "ts": T0_US + 100 * k + 10, "dur": 2, "args": {"correlation": 50 + k}})
         ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
-                   "ts": 100 * k + 20, "dur": 40, "args": {"correlation": 50 + k, "device": 0, "stream": 7,
+                   "ts": T0_US + 100 * k + 20, "dur": 40, "args": {"correlation": 50 + k, "device": 0, "stream": 7,
                                                              "Collective name": "allreduce", "Process Group Name": "0",
                                                              "Seq": seq, "In msg nelems": 1024, "dtype": "Float"}})
     return ev
@@ -175,10 +177,11 @@ def test_sequence_numbers_with_different_strides_fall_back_to_order(store, tmp_p
     # falls back to order within the step: 4 instances of both ranks, method step_order, and a note.
     _write(tmp_path / "run" / "r0.json", _nccl([1, 3, 5, 7]), 0, backend="nccl")
     _write(tmp_path / "run" / "r1.json", _nccl([1, 2, 3, 4]), 1, backend="nccl")
-    ingest(store, [tmp_path / "run"], run="stride")
+    warned = ingest(store, [tmp_path / "run"], run="stride").warnings
+    assert any("ranks step their sequence numbers by 1 to 2," in w and "step_order" in w for w in warned)
     inst = store.sql("SELECT n_ranks, match_method, first_arrival_ns - $1 FROM collective_instances "
                      "ORDER BY instance_id", [BASE]).rows()
-    assert inst == [(2, "step_order", (100 * k + 20) * US) for k in range(4)]
+    assert inst == [(2, "step_order", (T0_US + 100 * k + 20) * US) for k in range(4)]
     res = analyze(store, "stragglers", "stride")
     assert any("cannot be per process group" in n for n in res.notes)
 
@@ -198,14 +201,15 @@ def _a2a(nelems: int) -> list[dict]:
     """A GPU rank with two all-to-alls without process group or sequence number (DeepEP-like:
     only the launching op names them): nccl:all_to_all annotations around the launches, kernels
     of ``nelems`` elements (different per rank, as all-to-all splits are)."""
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 400}]
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": T0_US,
+           "dur": 400}]
     for k in range(2):
         ev.append({"ph": "X", "cat": "user_annotation", "name": "nccl:all_to_all", "pid": 1, "tid": 1,
-                   "ts": 100 * k + 5, "dur": 20})
+                   "ts": T0_US + 100 * k + 5, "dur": 20})
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                   "ts": 100 * k + 10, "dur": 2, "args": {"correlation": 80 + k}})
+                   "ts": T0_US + 100 * k + 10, "dur": 2, "args": {"correlation": 80 + k}})
         ev.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0,
-                   "tid": 9, "ts": 100 * k + 30, "dur": 30,
+                   "tid": 9, "ts": T0_US + 100 * k + 30, "dur": 30,
                    "args": {"correlation": 80 + k, "device": 0, "stream": 9, "In msg nelems": nelems + k}})
     return ev
 
@@ -227,13 +231,13 @@ def _gloo_steps(arrivals_ms: list[float], step_ms: list[tuple[float, float]]) ->
     ev = []
     for k, ((a, b), arr) in enumerate(zip(step_ms, arrivals_ms, strict=True)):
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}", "pid": 1, "tid": 1,
-                   "ts": a * 1000, "dur": (b - a) * 1000})
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": a * 1000,
+                   "ts": T0_US + a * 1000, "dur": (b - a) * 1000})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": T0_US + a * 1000,
                    "dur": (arr - a) * 1000})
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": arr * 1000,
-                   "dur": 1, "args": {"Input Dims": [[[64]], []]}})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
+                   "ts": T0_US + arr * 1000, "dur": 1, "args": {"Input Dims": [[[64]], []]}})
         ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                   "ts": (b - 1) * 1000, "dur": 500, "args": {"Input Dims": [[64]], "Input type": ["float"]}})
+                   "ts": T0_US + (b - 1) * 1000, "dur": 500, "args": {"Input Dims": [[64]], "Input type": ["float"]}})
     return ev
 
 
@@ -259,12 +263,13 @@ def test_ties_are_ties(store, tmp_path):
     # rank 0 at 100 us: no rank is "last" (last_rank null), nobody gets the credit (not the lowest
     # rank), both count a tie.
     for r, arr in ((0, 100), (1, 200), (2, 200)):
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": T0_US,
+               "dur": 1000}]
         for k in range(2):
             ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
-                       "ts": arr + 400 * k, "dur": 1, "args": {"Input Dims": [[[64]], []]}})
+                       "ts": T0_US + arr + 400 * k, "dur": 1, "args": {"Input Dims": [[[64]], []]}})
             ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                       "ts": 201 + 400 * k, "dur": 19, "args": {"Input Dims": [[64]], "Input type": ["float"]}})
+                       "ts": T0_US + 201 + 400 * k, "dur": 19, "args": {"Input Dims": [[64]], "Input type": ["float"]}})
         _write(tmp_path / "run" / f"r{r}.json", ev, r, world=3)
     ingest(store, [tmp_path / "run"], run="tie")
     assert store.sql("SELECT last_rank FROM collective_instances").rows() == [(None,), (None,)]

@@ -201,10 +201,11 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
     """Match the run's collectives and align its clocks (inside the insert transaction).
 
     Returns:
-        Messages worth a warning (instances missing ranks).
+        Messages worth a warning (instances missing ranks, matching fallbacks).
     """
     notes = [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)
+    notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead
     clock.align_run(store, run_id, enabled=align)
     if summary.incomplete:
         notes.append(f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "

@@ -134,7 +134,8 @@ def _bad_groups(ided: pl.DataFrame) -> pl.DataFrame:
         *_GROUP, pl.format("{} of {} sequence numbers hold rows of different steps", "k", "of").alias("why"))
     stride = ided.sort("arrival_ns", "seq").with_columns(pl.col("seq").diff().over([*_GROUP, "rank"]).alias("d"))
     per_rank = stride.filter(pl.col("d").is_not_null()).group_by([*_GROUP, "rank"]).agg(
-        pl.col("d").median().alias("stride"), pl.len().alias("n")).filter(pl.col("n") >= MIN_STRIDE_DIFFS)
+        pl.col("d").sort().get((pl.len() - 1) // 2).alias("stride"), pl.len().alias("n"),  # lower median: an int
+    ).filter(pl.col("n") >= MIN_STRIDE_DIFFS)
     strides = per_rank.group_by(_GROUP).agg(pl.col("stride").n_unique().alias("n"),
                                             pl.col("stride").min().alias("lo"), pl.col("stride").max().alias("hi"))
     strides = strides.filter(pl.col("n") > 1).select(

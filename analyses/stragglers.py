@@ -35,7 +35,7 @@ provides):
      times or host gaps put back, (alone S - 1) in %, the figure whatif blames ranks with, so the
      two analyses cannot disagree about a rank (runs the replay cannot model, e.g. Flight
      Recorder only, use ``holdup_pct``). Why these thresholds: with 4 ranks and 12-15 instances,
-     p < 0.01 needs the rank last at 8 of 12 (or 8 of 15) where chance gives 3 (or 3.75); the
+     p < 0.01 needs the rank last at 8 of 12 (or 9 of 15) where chance gives 3 (or 3.75); the
      unslowed CPU samples stay above it except where rank 0 (the TCPStore host) is last at 9 of
      12, but its delays cost 7% (normal_repeat). 10% is the OSDI'25 straggling threshold
      (S > 1.1): a rank is a straggler when its delays alone make the job straggle. The slowed

@@ -6,21 +6,49 @@ Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
-import polars as pl
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from traceprof import analysis as registry
+from traceprof import term
 from traceprof.errors import TraceprofError, UsageError
-from traceprof.store import DEFAULT_DB, Store
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceprof import analysis as registry
+    from traceprof.store import Store
+else:
+
+    class _Lazy:
+        """A module imported on first use: polars, pyarrow and DuckDB take ~0.5 s to import, which
+        ``traceprof --help`` and usage errors should not pay."""
+
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    pl = _Lazy("polars")
+    registry = _Lazy("traceprof.analysis")
+
+    def Store(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for the class
+        from traceprof.store import Store as _Store
+
+        return _Store(*args, **kwargs)
+
+
+#: = traceprof.store.DEFAULT_DB, not imported from there so that --help stays fast (test_cli_output checks both).
+DEFAULT_DB = "traceprof.duckdb"
 
 app = typer.Typer(
     help="Profile distributed training traces: ingest into DuckDB, analyze, report.",
@@ -43,9 +71,11 @@ class Format(str, Enum):
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+UnitsOpt = Annotated[str, typer.Option(
+    "--units", help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.")]
 
 
-def render(df: pl.DataFrame, fmt: Format, title: str = "") -> None:
+def render(df: pl.DataFrame, fmt: Format, title: str = "", units: str = "human") -> None:
     """Print a frame as a rich table, a JSON list of objects, or CSV."""
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
@@ -56,12 +86,25 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "") -> None:
         )
         sys.stdout.write(flat.write_csv())
     else:
-        t = Table(title=title or None, show_lines=False)
-        for c in df.columns:
-            t.add_column(c, justify="right" if df[c].dtype.is_numeric() else "left", overflow="fold")
-        for row in df.iter_rows():
-            t.add_row(*(_cell(v) for v in row))
-        out.print(t)
+        from traceprof import display  # durations in human units, long names shortened
+
+        if units not in display.UNITS:
+            raise UsageError(f"--units {units!r}: expected human or ns")
+        t = Table(title=term.text(title) if title else None, show_lines=False)
+        for c, col in zip(display.table_columns(df, units), df.columns, strict=True):
+            num = df[col].dtype.is_numeric()
+            t.add_column(term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num)  # numbers never wrap
+        for row in display.table_rows(df, units):
+            t.add_row(*(term.text(v) for v in row))
+        # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
+        # (long names are shortened already; the terminal wraps whole lines instead).
+        natural = out.measure(t, options=out.options.update_width(100_000)).maximum
+        width = out.width
+        try:
+            out.width = max(width, natural)
+            out.print(t, crop=False)
+        finally:
+            out.width = width
 
 
 def _cell(v: object) -> str:
@@ -126,11 +169,40 @@ def ingest(
     err.print(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored", highlight=False)
 
 
-@app.command()
-def runs(db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
-    """List the runs in the store."""
-    with Store(db, read_only=True) as store:
-        render(store.runs(), fmt, "runs")
+runs_app = typer.Typer(help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False)
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback(invoke_without_command=True)
+def runs(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
+    """List the runs in the store; ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
+    if ctx.invoked_subcommand is None:
+        with Store(db, read_only=True) as store:
+            render(store.runs(), fmt, f"runs in {db}")
+
+
+@runs_app.command("rm")
+def runs_rm(name: Annotated[str, typer.Argument(help="Run name or id.")], db: DbOpt = Path(DEFAULT_DB)) -> None:
+    """Remove a run and every row of it from the store (its files can then be ingested again)."""
+    from traceprof.runs import remove
+
+    with Store(db) as store:
+        r = remove(store, name)
+    err.print(term.text(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows"))
+
+
+@runs_app.command("mv")
+def runs_mv(
+    old: Annotated[str, typer.Argument(help="Run name or id.")],
+    new: Annotated[str, typer.Argument(help="New name.")],
+    db: DbOpt = Path(DEFAULT_DB),
+) -> None:
+    """Rename a run."""
+    from traceprof.runs import rename
+
+    with Store(db) as store:
+        run_id = rename(store, old, new)
+    err.print(term.text(f"run {old!r} (id {run_id}) is now {new!r}"))
 
 
 @app.command()
@@ -148,33 +220,106 @@ def sql(
 
 @app.command()
 def analyze(
-    name: Annotated[str, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")],
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")] = None,
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     fmt: FormatOpt = Format.table,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")] = None,
     table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
     save: Annotated[bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")] = False,
+    units: UnitsOpt = "human",
+    show_help: Annotated[bool, typer.Option(
+        "--help", "-h", is_eager=True, help="Show this message; with NAME: the analysis' parameters and tables.")] = False,
 ) -> None:
-    """Run one analysis on a run and print its table."""
+    """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
+    from traceprof.display import describe
+
     if name == "list":
-        for n in registry.names():
-            out.print(f"{n:12} {registry.get(n).doc.splitlines()[0]}", highlight=False)
+        rows = [{"name": n, "summary": registry.get(n).doc.splitlines()[0]} for n in registry.names()]
+        if fmt is Format.table:
+            for r in rows:
+                out.print(term.text(f"{r['name']:12} {r['summary']}"))
+        else:
+            render(pl.DataFrame(rows), fmt, "analyses")
         return
+    if name is None:
+        if show_help:
+            out.print(ctx.get_help(), markup=True, highlight=False)
+            return
+        raise UsageError("analyze: missing the analysis NAME; `traceprof analyze list` lists them")
     an = registry.get(name)
+    if show_help:
+        for line in describe(an).splitlines():
+            out.print(term.text(line))
+        return
     options = dict(_kv(p) for p in param or [])
     with Store(db, read_only=not save) as store:
         result = an.run(store, registry.make_params(an, run, options))
+        run_name = _run_name(store, run)
         if save:
             saved = store.save_frames(store.resolve_run(run), f"result_{name}", result.frames())
             err.print(f"saved tables: {', '.join(saved)}", highlight=False)
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
-    render(frames[table or "frame"], fmt, result.title)
+    render(frames[table or "frame"], fmt, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}",
+           units)
     if fmt is Format.table:
         for n in result.notes:
-            out.print(n, highlight=False)
+            out.print(term.text(n), soft_wrap=True)
+
+
+def _run_name(store: Store, run: str | None) -> str:
+    """``'name' (id N)`` of a run, for table titles."""
+    run_id = store.resolve_run(run)
+    return f"{store.sql('SELECT name FROM runs WHERE run_id = ?', [run_id])['name'][0]!r} (id {run_id})"
+
+
+def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
+    """``ANALYSIS.KEY=VALUE`` options as {analysis: {key: value}}."""
+    params: dict[str, dict[str, str]] = {}
+    for p in param or []:
+        key, value = _kv(p)
+        if "." not in key:
+            raise UsageError(f"--param {p!r}: expected ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989")
+        name, k = key.split(".", 1)
+        params.setdefault(name, {})[k] = value
+    return params
+
+
+@app.command()
+def summary(
+    db: DbOpt = Path(DEFAULT_DB),
+    run: RunOpt = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Also compare the run with this run.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """The findings of a run, ranked by what they cost, and one verdict per topic (what the report opens with)."""
+    from traceprof.findings import summarize
+
+    with Store(db, read_only=True) as store:
+        f = summarize(store, run, _analysis_params(param), baseline)
+    if fmt is Format.json:
+        sys.stdout.write(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    if fmt is Format.csv:
+        render(f.to_frame(), fmt)
+        return
+    lines = [f"Findings for run {f.run!r}, ranked by cost (% of step time):"]
+    lines += [f"{i:2}. {'info' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.text}"
+              for i, x in enumerate(f.findings, 1)]
+    if not f.findings:
+        lines.append("    none: no analysis applied to this run")
+    lines.append("Verdicts:")
+    lines += [f"    {v.topic:14} {v.status:8} {v.text}" for v in f.verdicts]
+    if f.missing:
+        lines.append("Not available from this run's sources: " + "; ".join(
+            f"{m.analysis} ({m.needs or m.reason})" for m in f.missing))
+    for line in lines:
+        out.print(term.text(line), soft_wrap=True)
 
 
 def _kv(s: str) -> tuple[str, str]:
@@ -196,13 +341,7 @@ def report(
     """Write a self-contained HTML report (works offline) of one run."""
     from traceprof.report import write_report
 
-    params: dict[str, dict[str, str]] = {}
-    for p in param or []:
-        key, value = _kv(p)
-        if "." not in key:
-            raise UsageError(f"--param {p!r}: expected ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989")
-        name, k = key.split(".", 1)
-        params.setdefault(name, {})[k] = value
+    params = _analysis_params(param)
     with Store(db, read_only=True) as store:
         write_report(store, run, output, baseline=baseline, params=params)
     err.print(f"report written to {output}", highlight=False)
@@ -219,6 +358,8 @@ def diff(
     fmt: FormatOpt = Format.table,
     table: Annotated[str | None, typer.Option(
         "--table", help="Print only this table: metrics, items (all) or top (15 largest changes).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Compare runs that are not comparable (GPU vs CPU, other world size) by per-rank medians.")] = False,
 ) -> None:
     """Compare two runs per step; exit 3 when a metric regressed beyond its threshold (CI gate).
 
@@ -232,14 +373,14 @@ def diff(
     if table is not None and table not in ("metrics", "frame", "items", "top"):
         raise UsageError(f"diff has tables metrics, items, top; not {table!r}")
     with Store(db, read_only=True) as store:
-        res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []))
+        res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     if fmt is Format.json and table is None:
         sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         frames = res.frames()
-        render(frames["frame" if table in (None, "metrics") else table], fmt, table or "metrics")
+        render(frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {base} -> {cand}")
         if fmt is Format.table and table is None:
-            render(res.items.head(20), fmt, "items: typical time per step (ns), largest changes first")
+            render(res.items.head(20), fmt, f"items: typical time per step, largest changes first: {base} -> {cand}")
         if table is None and fmt is not Format.json and res.items.height > (20 if fmt is Format.table else 0):
             shown = "the first 20" if fmt is Format.table else "none"
             err.print(f"{res.items.height} items, {shown} shown: --table items for all", highlight=False)
@@ -316,9 +457,11 @@ def main() -> None:
     except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
         sys.stderr.close()
         sys.exit(0)
-    except Exception as e:  # click's usage errors (typer vendors click): show, exit 1
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
-            e.show()
+    except Exception as e:  # click's usage errors (typer vendors click): one line, exit 1
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            ctx = getattr(e, "ctx", None)
+            where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            err.print(term.text("error:", "red") + " " + term.text(e.format_message() + where), soft_wrap=True)
             sys.exit(1)
         raise
     if isinstance(code, int) and code:

@@ -1,0 +1,113 @@
+"""What the CLI prints: tables that name the run, human units, unwrapped numbers, literal brackets,
+findings, analysis help, one-line usage errors, a fast --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES
+from traceprof.display import duration, table_columns, table_rows
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    path = tmp / "s.duckdb"
+    r = cli("ingest", str(SAMPLES / "straggler_rank2"), "--db", str(path), cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+@pytest.mark.parametrize("ns, text", [(0, "0 ns"), (999, "999 ns"), (1_234, "1.23 us"), (72_200_000, "72.2 ms"),
+                                      (813_532_961, "814 ms"), (999_999, "1,000 us"), (1_234_567_890, "1.23 s")])
+def test_durations_in_human_units(ns, text):
+    assert duration(ns) == text
+
+
+def test_table_cells_human_or_exact():
+    import polars as pl
+
+    df = pl.DataFrame({"rank": [0], "step_ns": [72_200_000], "name": ["void at::native::vectorized_elementwise_kernel<4, "
+                                                                      "at::native::FillFunctor<float>>(int)"]})
+    assert table_columns(df) == ["rank", "step", "name"]
+    assert list(next(table_rows(df))) == ["0", "72.2 ms", "vectorized_elementwise_kernel"]
+    assert table_columns(df, "ns") == ["rank", "step_ns", "name"]
+    assert list(next(table_rows(df, "ns")))[1] == "72,200,000"
+
+
+def test_brackets_print_literally(db, tmp_path):
+    # rich would read [memory] and [red]...[/red] as markup and print them blank or coloured.
+    r = cli("sql", "SELECT '[memory]' AS kind, 'run[red]x[/red]' AS name, '[bold]' AS b", "--db", str(db), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[memory]" in r.stdout and "run[red]x[/red]" in r.stdout and "[bold]" in r.stdout
+
+
+def test_numbers_never_wrap(db, tmp_path):
+    cols = ", ".join(f"1234567890123 + {i} AS column_number_{i}" for i in range(25))  # ~500 columns wide
+    r = cli("sql", f"SELECT {cols}", "--db", str(db), cwd=tmp_path)
+    for i in range(25):
+        assert f"{1234567890123 + i:,}" in r.stdout, r.stdout[:2000]
+
+
+def test_analyze_table_names_the_run_in_human_units(db, tmp_path):
+    r = cli("analyze", "temporal", "--db", str(db), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Temporal breakdown: run 'straggler_rank2'" in r.stdout and " ms " in r.stdout
+    exact = cli("analyze", "temporal", "--db", str(db), "--units", "ns", cwd=tmp_path).stdout
+    assert "window_ns" in exact and " ms " not in exact
+
+
+def test_summary_leads_with_the_straggler(db, tmp_path):
+    r = cli("summary", "--db", str(db), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("Findings for run 'straggler_rank2'")
+    assert "rank 2 is a straggler" in lines[1]
+    data = json.loads(cli("summary", "--db", str(db), "-f", "json", cwd=tmp_path).stdout)
+    assert data["run"] == "straggler_rank2" and data["findings"][0]["topic"] == "stragglers"
+    assert {m["analysis"] for m in data["missing"]} >= {"idle", "kernels", "launch"}
+
+
+def test_analyze_help_and_list(tmp_path):
+    r = cli("analyze", "gaps", "--help", cwd=tmp_path)
+    assert r.returncode == 0 and "Parameters (-p KEY=VALUE):" in r.stdout and "hta" in r.stdout
+    assert "Tables (--table NAME): frame, gaps, steps, ranks" in r.stdout
+    names = [a["name"] for a in json.loads(cli("analyze", "list", "-f", "json", cwd=tmp_path).stdout)]
+    assert {"temporal", "overlap", "gaps", "stragglers", "whatif", "mfu"} <= set(names)
+    assert "Usage" in cli("analyze", "--help", cwd=tmp_path).stdout
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    for args in (("analyze", "gaps", "--nope"), ("runs", "mv", "a"), ("analyze",)):
+        r = cli(*args, cwd=tmp_path)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+
+
+def test_help_starts_fast(tmp_path):
+    # --help imports neither polars, pyarrow nor DuckDB (0.5 s and more on a loaded machine).
+    code = ("import sys, traceprof.cli; heavy = {'polars', 'pyarrow', 'duckdb', 'numpy'} & set(sys.modules); "
+            "print(sorted(heavy))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+    cli("--help", cwd=tmp_path)  # warm the file cache
+    t = time.perf_counter()
+    r = cli("--help", cwd=tmp_path)
+    assert r.returncode == 0 and time.perf_counter() - t < 1.0
+
+
+def test_default_db_is_the_stores():
+    from traceprof import cli as cli_module
+    from traceprof.store import DEFAULT_DB
+
+    assert cli_module.DEFAULT_DB == str(DEFAULT_DB)

@@ -19,8 +19,8 @@ provides):
      chance of that under no straggler (each of an instance's n ranks last with probability 1/n;
      ``chance_share`` = mean of 1/n) and the binomial p-value of arriving last that often or more;
      the wait it caused (the other ranks' waits at the instances where it was last) and its
-     hold-up (``holdup_ns``: at those instances, its arrival - the next latest arrival, the time
-     the collective would have started earlier without it), also as % of the time the instances
+     hold-up (``holdup_ns``: the union over those instances of [next latest arrival, its
+     arrival], the time the job waited for it alone), also as % of the time the instances
      cover (``holdup_pct``: the median step time x the steps they lie in; the span of the
      instances when the run has no steps); median lateness, also as % of the pace (the median
      time between a rank's consecutive arrivals in a step; with one collective per step, the
@@ -230,9 +230,9 @@ def run(store: Store, params: Params) -> Result:
         (pl.col("last_rank").is_null() & (pl.col("arrival_ns") == pl.col("last_ns"))).sum().alias("tie_count"),
         (1.0 / pl.col("n")).mean().alias("chance_share"),
         _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
-        pl.col("holdup_ns").filter(is_last.fill_null(False)).sum().alias("holdup_ns"),
         pl.col("wait_ns").sum().alias("wait_ns"), _common.whole_ns(pl.col("transfer_ns").median()),
-    ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left")
+    ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left").join(
+        _holdup(w), on="rank", how="left").with_columns(pl.col("holdup_ns").fill_null(0))
     per = per.with_columns(
         pl.struct("last_count", "instances", "chance_share").map_elements(
             lambda r: binom_sf(int(r["last_count"]), int(r["instances"]), float(r["chance_share"])),
@@ -287,6 +287,18 @@ def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) 
     return costs, "what-if: the job's slowdown from that rank's recorded op times or host gaps alone, - 1, in %"
 
 
+def _holdup(w: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, the time the job waited for it alone (ns): the union of the intervals from the next
+    latest arrival to its own arrival at the instances where it was last. A union, not a sum:
+    a rank late for every bucket of a step holds the job up once, not once per bucket."""
+    iv = w.filter(pl.col("last_rank") == pl.col("rank")).select(
+        "rank", pl.col("_second_ns").alias("start_ns"), pl.col("arrival_ns").alias("end_ns"))
+    iv = iv.filter(pl.col("end_ns") > pl.col("start_ns"))
+    if iv.is_empty():
+        return pl.DataFrame(schema={"rank": w.schema["rank"], "holdup_ns": pl.Int64})
+    return union_ns(iv, ["rank"], "holdup_ns").with_columns(pl.col("holdup_ns").cast(pl.Int64))
+
+
 def _covered_ns(w: pl.DataFrame, steps: pl.DataFrame) -> int:
     """Time the instances cover (ns): the median step time (over ranks) of each step they lie in,
     summed; without steps, the span from the first arrival to the last arrival or end."""
@@ -301,8 +313,8 @@ def _covered_ns(w: pl.DataFrame, steps: pl.DataFrame) -> int:
 
 
 def _per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and instance: n (ranks), last_ns, last_rank (null on a tie), wait_ns, holdup_ns
-    (its arrival - the next latest), arrival_offset_ns, lateness_ns, transfer_ns and
+    """Per rank and instance: n (ranks), last_ns, last_rank (null on a tie), _second_ns (the next
+    latest arrival), wait_ns, arrival_offset_ns, lateness_ns, transfer_ns and
     end_before_last_arrival (module doc, step 2)."""
     # relative to the instance's first arrival: epoch ns do not fit a float64 exactly
     rel = pl.col("arrival_ns") - pl.col("arrival_ns").min().over("instance_id")
@@ -321,7 +333,6 @@ def _per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
     )
     return w.with_columns(
         (pl.col("last_ns") - pl.col("arrival_ns")).alias("wait_ns"),
-        (pl.col("last_ns") - pl.col("_second_ns")).fill_null(0).alias("holdup_ns"),
         _common.whole_ns(pl.when(pl.col("n") == 2).then(2 * pl.col("rel_ns") - pl.col("rel_ns").sum().over("instance_id"))
              .otherwise(pl.col("rel_ns") - pl.col("rel_ns").median().over("instance_id"))).alias("arrival_offset_ns"),
         pl.max_horizontal(raw_transfer, 0).alias("transfer_ns"),

@@ -271,9 +271,9 @@ def _notes(raw: tuple[float, float, float], err: float, frame: pl.DataFrame, bla
             "S counts every op slower than its typical value, run-to-run op-time noise included (on a shared "
             "few-core CPU, as in the sample traces, op times vary by 10-30% between ranks with no straggler), so "
             f"S > {STRAGGLING_S} does not by itself mean one rank is to blame. Alone S by rank (its recorded values "
-            f"only, the rest ideal): {alone}; {100 - (ranks['excess_alone_pct'][0] or 0):.0f}% of the excess "
-            "is explained by no single rank alone. Whether one rank holds up the collectives: traceprof analyze "
-            "stragglers (the combined verdict: traceprof.verdict)")
+            f"only, the rest ideal): {alone}; the largest, rank {ranks['group'][0]}, explains "
+            f"{ranks['excess_alone_pct'][0] or 0:.0f}% of the excess alone. Whether one rank holds up the collectives: "
+            "traceprof analyze stragglers (the combined verdict: traceprof.verdict)")
     clamped = frame.filter("clamped")
     if clamped.height:
         why = ("the replay overestimates those steps (replay error; with ideal=min the ideal is never slower "

@@ -98,6 +98,7 @@ def test_flight_recorder_groups_with_one_name_and_different_members(store):
     for late, early in ((1, 0), (3, 2)):
         assert (per[late]["last_count"], per[late]["instances"], per[late]["median_lateness_ns"]) == (3, 3, 100_000)
         assert (per[late]["wait_caused_ns"], per[early]["last_count"], per[early]["wait_caused_ns"]) == (300_000, 0, 0)
+        assert per[late]["holdup_ns"] == 300_000  # three disjoint 100 us waits
 
 
 # --- clock_offset_3ms: offsets in integer ns end to end

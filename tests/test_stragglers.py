@@ -52,6 +52,9 @@ def test_micro_trace_by_hand(store, tmp_path):
     # Lateness = arrival - instance median (110, 210, 310): 290, 240, 190 -> median 240 us. Pace:
     # spacing of a rank's arrivals, [100, 100, 100, 100, 50, 50] -> 100 us, so 240%.
     assert per[2]["median_lateness_ns"] == 240_000 and per[2]["late_pct"] == pytest.approx(240.0)
+    # Hold-up: the union of [next latest arrival, rank 2's arrival] = [110, 400] u [210, 450] u
+    # [310, 500] = [110, 500]: 390 us (a sum would count 720 us, the same wait three times).
+    assert per[2]["holdup_ns"] == 390_000 and per[0]["holdup_ns"] == 0
     # Transfer = end (last + 20) - last arrival = 20 us.
     assert per[1]["transfer_ns"] == 20_000
     (v,) = res.verdict.iter_rows(named=True)

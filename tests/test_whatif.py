@@ -78,8 +78,8 @@ def test_samples(store, run, straggling, slow):
 def test_noise_note_when_s_comes_from_other_ranks(store):
     # straggler_rank3: S (blocking, op times) = 1.139 > 1.1, but from ranks 0 and 2, which share a
     # core and run their ops slower; the slowed rank 3 costs host time (launch blame). The note
-    # lists each rank's alone S (as in blame), the share of the excess no single rank explains
-    # (100 - the largest rank's excess_alone_pct) and points to stragglers.
+    # lists each rank's alone S (as in blame), the share of the excess the largest explains alone
+    # (its excess_alone_pct) and points to stragglers.
     if not (SAMPLES / "straggler_rank3" / "rank3.trace.json.gz").exists():
         pytest.skip("sample_traces/straggler_rank3 not recorded")
     ingest(store, [SAMPLES / "straggler_rank3"], run="s3")
@@ -89,7 +89,7 @@ def test_noise_note_when_s_comes_from_other_ranks(store):
     assert ranks["group"].head(2).sort().to_list() == ["0", "2"]
     (note,) = [n for n in res.notes if "Alone S by rank" in n]
     assert ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").rows()) in note
-    assert f"{100 - ranks['excess_alone_pct'][0]:.0f}% of the excess" in note
+    assert f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0]:.0f}% of the excess" in note
     assert "noise" in note and "traceprof analyze stragglers" in note
 
 

@@ -194,3 +194,14 @@ def test_hta_mode_is_stated(store, tmp_path):
     text = write_report(store, None, tmp_path / "r.html", params={"temporal": {"hta": "true"}}).read_text()
     assert "HTA-compatible mode" in text
     assert "HTA-compatible mode" not in write_report(store, None, tmp_path / "r2.html").read_text()
+
+
+def test_ndtimeline_run_opens_with_its_straggler_and_a_timeline(store, tmp_path):
+    # The OSDI'25 artifact's AR trace (16 of 64 ranks, per-op NDTimeline Parquet): no kernels, so the
+    # GPU sections collapse into one line; the timeline draws its compute ranges and collectives.
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-AR.parquet")])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert 'class="err"' not in text and text.count('class="missing"') == 1
+    first = re.search(r'<ol class="findings"><li[^>]*>(.*?)</li>', text).group(1)
+    assert "is a straggler" in first
+    assert "No timeline" not in text and '<h2 id="timeline">Timeline</h2><div class="plot"' in text

@@ -150,7 +150,9 @@ def _num(v: object) -> float:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:,.1f} us"
+    from traceprof.display import duration
+
+    return duration(ns)
 
 
 def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | None:

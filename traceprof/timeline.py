@@ -4,7 +4,8 @@ Algorithm:
   1. Choose the step: the one given, else the median step (steps sorted by their median duration
      over ranks, the middle one), so the picture is typical rather than the first (warm-up) or an
      outlier.
-  2. Take the activity (``traceprof.activity``) launched in that step on every rank, merge it per
+  2. Take the activity (``traceprof.activity``; for per-op traces without kernels, NDTimeline, its
+     GPU-annotated compute ranges and collectives) launched in that step on every rank, merge it per
      (rank, class): compute, and communication; exposed communication is communication minus the
      rank's compute (``analyses.overlap.exposed_comm``), as in ``overlap`` and ``gaps``.
   3. Times are ms from the step's earliest start over all ranks (clocks aligned at ingest).
@@ -117,6 +118,16 @@ def _coverage(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarr
     return np.diff(upto(edges))
 
 
+def _op_activity(store: Store, run_id: int, step: int | None) -> pl.DataFrame:
+    """Activity of a run traced per op rather than per kernel (NDTimeline): ``gpu_user_annotation``
+    events (forward/backward compute ranges) as compute, ``collective`` events as communication."""
+    return store.sql(
+        """SELECT rank, CASE WHEN kind = 'collective' THEN 'comm' ELSE 'compute' END AS class,
+                  ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+           FROM events WHERE run_id = ? AND kind IN ('collective', 'gpu_user_annotation') AND dur_ns > 0
+             AND (? IS NULL OR step = ?)""", [run_id, step, step])
+
+
 def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ranks: int = 64,
                   bins: int = 400) -> Timeline | str:
     """The lanes of ``step`` (default: the median step) of a run, or a sentence saying why none.
@@ -136,6 +147,8 @@ def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ran
         note = "the whole trace (no ProfilerSteps)"
     else:
         act = act.filter(pl.col("step") == step)
+    if act.is_empty():  # per-op traces without kernels (NDTimeline): its GPU annotations and collectives
+        act = _op_activity(store, run_id, step)
     if act.is_empty():
         return "no compute or communication " + (f"launched in step {step}" if step is not None else "in the trace")
     ranks, span, rows, grid, bin_ms = lanes(act, detail_ranks, bins)

@@ -53,3 +53,15 @@ def test_embed_is_compressed_and_quiet(caplog):
     assert len(tail) < 600_000  # bokeh.min.js (1.3 MB) gzip + base64
     assert not [r for r in caplog.records if r.name.startswith("bokeh")]
     assert plots.embed([]) == ("", [])
+
+
+def test_shorten_symbols_to_their_family_and_prose_at_both_ends():
+    from traceprof.names import shorten
+
+    assert shorten(LONG) == "vectorized_elementwise_kernel"
+    assert shorten("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 30) == \
+        "ncclDevKernel_AllReduce"
+    cause = "all_reduce (524.3 kB) after autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    short = shorten(cause, 48)
+    assert len(short) == 48 and short.startswith("all_reduce (524.3 kB) after") and short.endswith("AccumulateGrad")
+    assert shorten("aten::mm") == "aten::mm"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import run_activity
+from traceprof.activity import multi_device_ranks, run_activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import class_measures, subtract
 from traceprof.store import Store
@@ -38,9 +38,12 @@ class Result(FrameResult):
 
     Columns: rank, [step,] comm_ns, compute_ns, overlap_ns, exposed_comm_ns, window_ns (ns),
     overlap_pct (% of comm_ns; null without communication), exposed_comm_pct (% of window_ns).
+    ``devices`` (only when a rank drives several GPUs): rank, device and the same columns, each
+    device's communication measured against that device's compute.
     """
 
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
+    devices: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Communication/computation overlap"
 
     def charts(self) -> list[Chart]:
@@ -96,13 +99,19 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    _, act = run_activity(store, params.run, hta=params.hta)
+    _, act = run_activity(store, params.run, hta=params.hta, detail=True)
     per_rank = _overlap(act, ["rank"])
     per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
     notes = []
+    multi = multi_device_ranks(act)
+    per_device = pl.DataFrame()
+    if multi:
+        per_device = _overlap(act.filter(pl.col("device_kind") == "gpu"), ["rank", "device"])
+        notes.append(f"rank(s) {', '.join(map(str, multi))} drive several GPUs: per rank, communication on one "
+                     "device counts as hidden behind compute on any of them; the devices table keeps them apart")
     no_comm = per_rank.filter(pl.col("comm_ns") == 0)["rank"].to_list()
     if no_comm:
         notes.append(f"ranks without communication (overlap undefined): {no_comm}")
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
-    return Result(frame=per_rank, steps=per_step, notes=tuple(notes))
+    return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

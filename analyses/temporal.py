@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import run_activity, step_window
+from traceprof.activity import multi_device_ranks, run_activity, step_window
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import class_measures
 from traceprof.store import Store
@@ -83,8 +83,8 @@ def run(store: Store, params: Params) -> Result:
     gpu = act.filter(pl.col("device_kind") == "gpu")
     per_device = _breakdown(gpu, ["rank", "device"]) if not gpu.is_empty() else pl.DataFrame()
     notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
-    multi = per_device.group_by("rank").len().filter(pl.col("len") > 1) if not per_device.is_empty() else per_device
-    if not multi.is_empty():
-        notes.append(f"rank(s) {', '.join(map(str, sorted(multi['rank'].to_list())))} drive several GPUs: the "
-                     "per-rank figures merge their devices (one window over all); see the devices table")
+    multi = multi_device_ranks(act)
+    if multi:
+        notes.append(f"rank(s) {', '.join(map(str, multi))} drive several GPUs: the per-rank figures merge "
+                     "their devices (one window over all); see the devices table")
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

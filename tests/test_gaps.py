@@ -63,8 +63,8 @@ RANK1 = [
 @pytest.fixture
 def hand(store, tmp_path):
     (tmp_path / "run").mkdir()
-    kineto(tmp_path / "run" / "rank0.json.gz", RANK0, rank=0)
-    kineto(tmp_path / "run" / "rank1.json.gz", RANK1, rank=1)
+    kineto(tmp_path / "run" / "rank0.json.gz", RANK0, rank=0, world_size=2)
+    kineto(tmp_path / "run" / "rank1.json.gz", RANK1, rank=1, world_size=2)
     ingest(store, [tmp_path / "run"], run="hand")
     return store
 

@@ -17,9 +17,9 @@ from traceprof.ingest import ingest
 BASE_NS = 1_700_000_000_000_000_000
 
 
-def kineto(path: Path, events: list[dict], rank: int = 0) -> Path:
+def kineto(path: Path, events: list[dict], rank: int = 0, world_size: int = 1) -> Path:
     """Write a new-style Kineto trace (ts/dur in us relative to BASE_NS) and return its path."""
-    doc = {"baseTimeNanoseconds": BASE_NS, "distributedInfo": {"rank": rank, "world_size": 1},
+    doc = {"baseTimeNanoseconds": BASE_NS, "distributedInfo": {"rank": rank, "world_size": world_size},
            "traceEvents": events}
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return path

@@ -214,6 +214,7 @@ def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
 
 
 def _write(tmp_path: Path, events: list[dict], name: str = "rank0.json") -> Path:
+    """A new-style trace of ``events`` (``ts`` in us after baseTimeNanoseconds; 0 would be an unset time)."""
     doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 1767225600000000000,
            "traceEvents": events}
     d = tmp_path / "in"
@@ -260,16 +261,16 @@ def test_one_file_several_processes_is_an_error(tmp_path: Path) -> None:
 def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:
     k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
     evs = [
-        {**k, "name": "a", "ts": 0.0, "dur": 5000.0, "args": {"device": 0, "stream": 7}},   # runs 4,990 us past b
-        {**k, "name": "b", "ts": 10.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
-        {**k, "name": "c", "ts": 100.0, "dur": 13.0, "args": {"device": 0, "stream": 7}},  # 3 us PDL overlap
-        {**k, "name": "d", "ts": 110.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
+        {**k, "name": "a", "ts": 1000.0, "dur": 5000.0, "args": {"device": 0, "stream": 7}},   # runs 4,990 us past b
+        {**k, "name": "b", "ts": 1010.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
+        {**k, "name": "c", "ts": 1100.0, "dur": 13.0, "args": {"device": 0, "stream": 7}},  # 3 us PDL overlap
+        {**k, "name": "d", "ts": 1110.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
     ]
     s = _store(tmp_path, _write(tmp_path, evs))
     got = {n: (d, f, r) for n, d, f, r in s.sql("SELECT name, dur_ns, flag, raw_dur_ns FROM events").iter_rows()}
     assert got["a"] == (10 * US, "overrun", 5000 * US)
     assert got["c"] == (13 * US, None, None)
-    # busy from clipped values: [0,20] + [100,120] = 40 us
+    # busy from clipped values: [1000,1020] + [1100,1120] = 40 us (times: us after the trace's base)
     assert _row(analyze(s, "kernels").frame, rank=0)["busy_ns"] == 40 * US
 
 
@@ -305,11 +306,133 @@ def test_launching_op_metadata_makes_comm(tmp_path: Path) -> None:
 
 def test_step_cutting_through_an_op_warns(tmp_path: Path) -> None:
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 100.0, "dur": 100.0},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 90.0, "dur": 20.0},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000.0, "dur": 100.0},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 1100.0, "dur": 100.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 1090.0, "dur": 20.0},
     ]
     s = Store(tmp_path / "t.duckdb")
     res = ingest(s, [_write(tmp_path, evs)])
     assert any("run past the end of the ProfilerStep" in w and "aten::copy_" in w for w in res.warnings)
     assert s.sql("SELECT step FROM events WHERE name = 'aten::copy_'").item() == 1  # the step it starts in
+
+
+# --- variants found by trying to break the above (times: us after the case's T0) -------------------
+
+
+def _variant(tmp_path: Path, name: str, edit) -> Path:
+    src = json.loads((case(name) / "rank0.json").read_text())
+    edit(src["traceEvents"])
+    d = tmp_path / "v"
+    d.mkdir(exist_ok=True)
+    f = d / "rank0.json"
+    f.write_text(json.dumps(src))
+    return f
+
+
+def _by_corr(evs: list[dict], corr: int, cat: str) -> list[dict]:
+    return [e for e in evs if e.get("cat") == cat and e.get("args", {}).get("correlation") == corr]
+
+
+def test_last_kernel_of_a_lane_running_seconds_is_clipped(tmp_path: Path) -> None:
+    # The last graph kernel (corr 104, [1130, 1170]) reported 5 s long: no later record on its lane,
+    # but it ends ~5 s past the 2 ms step. Clipped to the end of the step range (T0 + 2000).
+    f = _variant(tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 104, "kernel")[-1].update(dur=5_000_000.0))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert any("clipped" in w for w in res.warnings)
+    assert s.sql("SELECT dur_ns, raw_dur_ns FROM events WHERE flag = 'overrun'").row(0) == (870 * US, 5_000_000 * US)
+    assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == (2000 - 30) * US
+
+
+def test_kernel_seconds_after_the_steps_is_flagged(tmp_path: Path) -> None:
+    f = _variant(tmp_path, "cuda_graph_launch",
+                 lambda evs: _by_corr(evs, 104, "kernel")[-1].update(ts=1001130.0 + 5_000_000))
+    s = Store(tmp_path / "t.duckdb")
+    assert any("far outside" in w for w in ingest(s, [f]).warnings)
+    assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == (1130 - 30) * US
+
+
+def test_unset_launch_time_vouches_for_nothing(tmp_path: Path) -> None:
+    # cudaLaunchKernel of corr 103 at ts 0: flagged; its kernel keeps its step and is not measured.
+    f = _variant(tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 103, "cuda_runtime")[0].update(ts=0))
+    s = _store(tmp_path, f)
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["launches"], la["latency_max_ns"]) == (3, 60 * US)  # 20, 60, 30 us
+    assert s.sql("SELECT step FROM kernels WHERE correlation = 103").item() == 3
+
+
+def test_unset_step_time_is_flagged(tmp_path: Path) -> None:
+    def edit(evs: list[dict]) -> None:
+        next(e for e in evs if e.get("name") == "ProfilerStep#3").update(ts=0)
+
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_variant(tmp_path, "cuda_graph_launch", edit)])
+    assert any("ts == 0" in w for w in res.warnings)
+    assert s.sql("SELECT flag FROM events WHERE kind = 'step'").item() == "zero_ts"
+
+
+def test_graph_launch_whose_first_kernel_is_flagged_is_not_measured(tmp_path: Path) -> None:
+    f = _variant(tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 102, "kernel")[0].update(ts=1000260.0 - 2000))
+    s = _store(tmp_path, f)
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["launches"], la["latency_max_ns"]) == (3, 30 * US)  # 20, 20, 30: not 100 us of graph execution
+
+
+def test_export_leaves_flagged_records_out(tmp_path: Path) -> None:
+    from traceprof.export import export_perfetto
+
+    s = _store(tmp_path, case("kernel_before_its_launch"))
+    out = tmp_path / "x.json"
+    n = export_perfetto(s, None, out)
+    evs = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] != "M"]
+    assert n == len(evs) == s.sql("SELECT count(*) FROM events WHERE flag IS NULL").item()
+    assert min(e["ts"] for e in evs) >= 0 and max(e["ts"] for e in evs) < 2000  # no 27.8 h span
+
+
+@pytest.mark.parametrize("pattern", ["", ".*", "x?"])
+def test_comm_kernel_pattern_matching_everything_is_refused(tmp_path: Path, pattern: str) -> None:
+    from traceprof.errors import UsageError
+
+    with pytest.raises(UsageError, match="empty string"):
+        ingest(Store(tmp_path / "t.duckdb"), [case("deepep_comm_kernels")], comm_kernels=(pattern,))
+
+
+def test_rank_outside_world_is_an_error(tmp_path: Path) -> None:
+    for rank in (-1, 5):
+        f = _write(tmp_path, [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}],
+                   f"r{rank}.json")
+        doc = json.loads(f.read_text())
+        doc["distributedInfo"] = {"rank": rank, "world_size": 4}
+        f.write_text(json.dumps(doc))
+        with pytest.raises(TraceFormatError, match="outside 0..world_size-1"):
+            ingest(Store(tmp_path / f"{rank}.duckdb"), [f])
+
+
+def test_begin_end_mismatches_are_reported(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "B", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000.0},
+        {"ph": "E", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 1010.0},
+        {"ph": "B", "cat": "cpu_op", "name": "late", "pid": 1, "tid": 1, "ts": 1100.0},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 1050.0},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    assert any("matches no open 'B'" in w for w in res.warnings)
+    assert any("'E' before its 'B'" in w for w in res.warnings)
+    assert s.sql("SELECT flag FROM events WHERE name = 'late'").item() == "unmatched_begin"
+
+
+def test_overlap_per_device_for_a_rank_with_two_gpus(tmp_path: Path) -> None:
+    # deepep_comm_kernels with the combine kernel [850, 1250] moved to device 1: per rank it is still
+    # hidden 50 us behind GEMM B on device 0; per device, device 1 has no compute, so all 400 us exposed.
+    def edit(evs: list[dict]) -> None:
+        for e in evs:
+            if "combine" in e.get("name", "") and e.get("cat") == "kernel":
+                e["args"]["device"] = 1
+
+    s = _store(tmp_path, _variant(tmp_path, "deepep_comm_kernels", edit))
+    ov = analyze(s, "overlap")
+    assert _row(ov.frame, rank=0)["overlap_ns"] == 200 * US
+    d1 = _row(ov.devices, rank=0, device=1)
+    assert (d1["comm_ns"], d1["overlap_ns"], d1["exposed_comm_ns"]) == (400 * US, 0, 400 * US)
+    assert any("several GPUs" in n for n in ov.notes)

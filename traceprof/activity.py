@@ -36,7 +36,8 @@ from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
-__all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL", "step_window"]
+__all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL", "step_window",
+           "multi_device_ranks"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind")
@@ -123,16 +124,18 @@ FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 
 # The first CPU call with the correlation (one per GPU event in practice).
 _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
-   WHERE run_id = $run AND $kinds AND correlation IS NOT NULL GROUP BY trace_id, correlation)"""
+   WHERE run_id = $run AND $kinds AND correlation IS NOT NULL $launch_valid GROUP BY trace_id, correlation)"""
 _DETAIL = {
     "$gpu_detail": ", e.kind, e.trace_id, e.device, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
     "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")
+    .replace("$launch_valid", "AND (flag IS NULL OR flag = 'overrun')")
     + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
     "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, NULL, e.tid, e.ts_ns",
     "$hta_detail": ", g.kind, g.trace_id, g.device, g.stream, g.correlation, l.tid AS launch_tid, "
     "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
     # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
     "$hta_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')")
+    .replace("$launch_valid", "")
     + " l ON l.trace_id = g.trace_id AND l.correlation = g.correlation",
 }
 
@@ -212,3 +215,12 @@ def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
         (pl.col("step_window_ns") - pl.col("step_busy_ns")).alias("step_idle_ns"),
         (100.0 * (pl.col("step_window_ns") - pl.col("step_busy_ns")) / pl.col("step_window_ns")).alias("step_idle_pct"),
     ).sort("rank")
+
+
+def multi_device_ranks(act: pl.DataFrame) -> list[int]:
+    """Ranks whose GPU activity spans several devices (``act`` from :func:`activity` with ``detail``)."""
+    gpu = act.filter(pl.col("device_kind") == "gpu")
+    if gpu.is_empty():
+        return []
+    many = gpu.group_by("rank").agg(pl.col("device").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return sorted(many["rank"].to_list())

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from traceprof.errors import UsageError
+
 __all__ = ["EXCLUDED_FLAGS", "VALID_SQL", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class",
            "comm_family", "use_patterns", "current"]
 
@@ -81,11 +83,13 @@ _MEMORY_NAME = re.compile(r"^(Memcpy|Memset|dma)", re.IGNORECASE)
 
 def _compile(pattern: str, origin: str) -> re.Pattern[str]:
     try:
-        return re.compile(pattern)
+        rx = re.compile(pattern)
     except re.error as e:
-        from traceprof.errors import UsageError
-
         raise UsageError(f"{origin} {pattern!r}: not a valid regular expression ({e})") from None
+    if rx.search(""):
+        raise UsageError(f"{origin} {pattern!r}: matches the empty string, so every kernel would be "
+                         "communication; give a pattern that names the kernels, e.g. 'fused_exchange'")
+    return rx
 
 
 class Classifier:
@@ -95,7 +99,8 @@ class Classifier:
         extra_comm: User regexes (searched in kernel names) that mark communication kernels.
 
     Raises:
-        UsageError: A user pattern is not a valid regular expression.
+        UsageError: A user pattern is not a valid regular expression, or matches the empty string
+            (``''``, ``.*``: every kernel would be communication).
     """
 
     def __init__(self, extra_comm: Iterable[str] = ()) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from traceprof.classify import VALID_SQL
 from traceprof.fileio import write_output
 from traceprof.store import Store
 
@@ -35,6 +36,8 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
 
     Reads events (kind, name, cat, ts_ns, dur_ns, pid, tid, device, stream, args) of every rank. One
     process per rank for its CPU threads and one for its GPUs, with a track per (device, stream).
+    Records flagged at ingest as suspect (``events.flag``: before their launch, unset or far-off
+    times, unmatched ``B``) are left out, as in the analyses; clipped overruns are written clipped.
 
     Returns:
         The number of trace events written.
@@ -44,11 +47,11 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
         UsageError: ``output`` cannot be written.
     """
     run_id = store.resolve_run(run)
-    t0 = store.sql("SELECT min(ts_ns) AS t0 FROM events WHERE run_id = ?", [run_id])["t0"][0] or 0
+    t0 = store.sql(f"SELECT min(ts_ns) AS t0 FROM events e WHERE run_id = ? AND {VALID_SQL}", [run_id])["t0"][0] or 0
     rel = store.con.sql(
         f"""
         SELECT rank, kind, name, cat, ts_ns - {int(t0)} AS ts, dur_ns, tid, device, stream, args
-        FROM events WHERE run_id = {int(run_id)} AND kind NOT IN ('counter')
+        FROM events e WHERE run_id = {int(run_id)} AND kind NOT IN ('counter') AND {VALID_SQL}
         ORDER BY rank, ts_ns
         """
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
+__all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
 SCHEMA_VERSION = 4
@@ -37,6 +37,12 @@ EVENT_KINDS = (
     "counter",
     "other",
 )
+
+#: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
+#: PrivateUse1); their ``correlation`` links them to the GPU rows they started.
+LAUNCH_KINDS = ("cuda_runtime", "cuda_driver")
+#: Kinds of GPU activity that occupy a (device, stream) lane.
+GPU_ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,7 @@ TABLES: tuple[Table, ...] = (
             _c("args", "JSON", "All source args, unchanged"),
             _c("class", "VARCHAR", "GPU rows: comm, memory or compute (traceprof.classify); NULL for CPU rows"),
             _c("flag", "VARCHAR", "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
-               "unmatched_begin (left out of windows, idle and latency) or overrun (dur clipped, kept)"),
+               "zero_ts, unmatched_begin (left out of windows, idle and latency) or overrun (dur clipped, kept)"),
             _c("raw_dur_ns", "BIGINT", "Duration as recorded when dur_ns was clipped (flag overrun), else NULL", "ns"),
         ),
     ),
@@ -237,7 +243,8 @@ TABLES: tuple[Table, ...] = (
             _c("grid", "VARCHAR", "Grid dimensions (args.grid) as JSON"),
             _c("block", "VARCHAR", "Block dimensions (args.block) as JSON"),
             _c("first_of_launch", "BOOLEAN", "First GPU row of its launch call (one launch can start many "
-               "kernels, e.g. a CUDA graph replay); launch latency is measured on these only"),
+               "kernels, e.g. a CUDA graph replay); launch latency is measured on these only (and not when "
+               "that first row is flagged)"),
             _c("flag", "VARCHAR", "events.flag (NULL for a normal record)"),
         ),
         view_sql="""
@@ -246,14 +253,15 @@ SELECT k.run_id, k.rank, k.trace_id, k.kind, k.name, coalesce(k.class, 'compute'
        r.ts_ns AS launch_ts_ns, r.name AS launch_name,
        json_extract_string(k.args, '$.grid') AS grid, json_extract_string(k.args, '$.block') AS block,
        r.ts_ns IS NOT NULL AND row_number() OVER (
-         PARTITION BY k.trace_id, k.correlation, k.flag IS NULL OR k.flag = 'overrun'
-         ORDER BY k.ts_ns, k.dur_ns) = 1 AS first_of_launch,
+         PARTITION BY k.trace_id, k.correlation ORDER BY k.ts_ns, k.dur_ns) = 1 AS first_of_launch,
        k.flag
 FROM events k
 LEFT JOIN (
   -- the first runtime call of each correlation id, so a kernel appears once
   SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(name, ts_ns) AS name FROM events
-  WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL GROUP BY ALL
+  WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL
+    AND (flag IS NULL OR flag = 'overrun')  -- a flagged call (unset or far time) vouches for nothing
+  GROUP BY ALL
 ) r ON r.trace_id = k.trace_id AND r.correlation = k.correlation
 WHERE k.kind IN ('kernel', 'memcpy', 'memset')
 """,

@@ -8,15 +8,20 @@ Algorithm:
      :data:`LAUNCH_TOLERANCE_NS` before the CPU runtime call that launched it (same ``correlation``)
      comes from another clock domain (a known profiler bug re-registers the timestamp callback and
      stamps the first records of a session ~1e14 ns early).
-  2. ``far_outside``: a record (other than a ProfilerStep) that starts far outside the rank's
-     reference range: the ProfilerStep range, or without steps the 1st..99th percentile of the
-     records' starts; "far" is more than the range's own length, and at least
-     :data:`FAR_MARGIN_MIN_NS`, before or after it. ``zero_ts``: a record whose ``ts`` is 0 (an
-     unset timestamp) outside the reference range.
+  2. ``far_outside``: a record apart from the bulk of the trace: sorted by start, the records split
+     where two neighbours lie more than the margin apart (the reference range's own length, at
+     least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
+     steps the 1st..99th percentile of the starts); the clusters that overlap the steps (without
+     steps: the largest) are the bulk. ``zero_ts``: a record whose ``ts`` is 0 (an
+     unset timestamp) that lies apart from the other records (farther from their 1st..99th
+     percentile range than that range is long), a ProfilerStep included. Launch calls flagged
+     here do not vouch for their kernels' steps or latency.
   3. ``overrun``: on one (device, stream) lane, sorted by start, a row that runs past the start of
      the next valid row by more than :data:`OVERRUN_TOLERANCE_NS` (a profiler bug reports
      seconds-long kernels; overlaps up to 5 us are programmatic dependent launch, left alone) is
-     clipped to that start; ``raw_dur_ns`` keeps the recorded duration. Perfetto clips the same way.
+     clipped to that start; the last row of a lane that ends "far" past the reference range (step
+     2's margin) is clipped to the end of the rank's other GPU activity or of the range. ``raw_dur_ns`` keeps the recorded duration. Perfetto clips
+     the same way.
   4. One process per file: several ProfilerStep#N with the same N, ProfilerSteps on several pids,
      or one correlation id launched from several pids mean the file merges several ranks: an error.
   5. ProfilerStep ranges that cut through a running op (a CPU op that starts in a step and ends
@@ -35,14 +40,16 @@ from traceprof.errors import TraceFormatError
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
 __all__ = ["flag_records", "check_one_process", "step_cut_warning",
-           "LAUNCH_TOLERANCE_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS"]
+           "LAUNCH_TOLERANCE_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS", "ZERO_TS_MIN_GAP_NS"]
 
 #: A GPU row may start this much before its launch call (CPU/GPU clock conversion jitter): 5 us.
 LAUNCH_TOLERANCE_NS = 5_000
 #: Same-lane overlaps up to this are programmatic dependent launch, not an overrun: 5 us.
 OVERRUN_TOLERANCE_NS = 5_000
-#: The smallest margin around the reference range before a record is "far outside": 10 s.
-FAR_MARGIN_MIN_NS = 10_000_000_000
+#: A ``ts == 0`` record is an unset time when it lies at least this far from the others: 1 ms.
+ZERO_TS_MIN_GAP_NS = 1_000_000
+#: The smallest margin around the reference range before a record is "far outside": 1 s.
+FAR_MARGIN_MIN_NS = 1_000_000_000
 
 _GPU = frozenset(GPU_ACTIVITY_KINDS)
 _LAUNCH = frozenset(LAUNCH_KINDS)
@@ -50,6 +57,56 @@ _LAUNCH = frozenset(LAUNCH_KINDS)
 
 def _examples(idx: np.ndarray, n: int = 3) -> str:
     return ", ".join(f"#{int(i)}" for i in idx[:n]) + (", ..." if len(idx) > n else "")
+
+
+def _reference_range(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray) -> tuple[int, int, bool]:
+    """The rank's reference range (ns): its ProfilerSteps (not ``skip``), else the 1st..99th
+    percentile of the other records' starts; and whether steps defined it."""
+    steps = (kind == "step") & ~skip
+    if steps.any():
+        return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
+    pool = ts[~skip] if (~skip).any() else ts
+    lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
+    return lo, hi, False
+
+
+def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int,
+                 by_steps: bool) -> tuple[np.ndarray, int]:
+    """Records (of ``cand``) far from the bulk: split the sorted starts where two neighbours lie more
+    than ``margin`` apart; the clusters that overlap the step range (without steps: the largest)
+    are the bulk, every other record is far. Returns (mask, end of the bulk: at least ``hi``)."""
+    far = np.zeros(len(ts), dtype=bool)
+    idx = np.flatnonzero(cand)
+    if not len(idx):
+        return far, hi
+    order = idx[np.argsort(ts[idx], kind="stable")]
+    st = ts[order]
+    cut = np.flatnonzero(np.diff(st) > margin)
+    first = np.concatenate(([0], cut + 1))
+    last = np.concatenate((cut, [len(st) - 1]))
+    if by_steps:
+        keep = (st[last] >= lo) & (st[first] <= hi)
+        if not keep.any():  # the steps fall in a gap: keep the nearest cluster
+            keep[int(np.argmin(np.minimum(np.abs(st[first] - hi), np.abs(st[last] - lo))))] = True
+    else:
+        keep = np.zeros(len(first), dtype=bool)
+        keep[int(np.argmax(last - first))] = True
+    for c in np.flatnonzero(~keep).tolist():
+        far[order[first[c]:last[c] + 1]] = True
+    return far, max(hi, int(st[last[keep]].max()))
+
+
+def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
+    """Records whose own ``ts`` is 0 (``ts_ns == base_ns``) and that lie apart from the others:
+    farther from the other records' 1st..99th percentile range than that range is long (and than
+    :data:`ZERO_TS_MIN_GAP_NS`)."""
+    raw_zero = ts == base_ns
+    others = ts[~raw_zero]
+    if not raw_zero.any() or not len(others):
+        return np.zeros(len(ts), dtype=bool)
+    lo, hi = (int(v) for v in np.percentile(others, [1, 99], method="nearest"))
+    apart = max(hi - lo, ZERO_TS_MIN_GAP_NS)
+    return raw_zero & ((ts < lo - apart) | (ts > hi + apart))
 
 
 def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
@@ -61,7 +118,7 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
         cols: Parser columns (kind, ts_ns, dur_ns, device, stream, correlation, flag, raw_dur_ns; ns).
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
-            is flagged ``zero_ts`` unless it lies inside the reference range.
+            and that lies apart from the other records is flagged ``zero_ts``.
 
     Returns:
         (counts by flag, warnings naming the file, the count, the size of the discrepancy and
@@ -78,58 +135,60 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
     counts: dict[str, int] = {}
     warnings: list[str] = []
     gpu = np.isin(kind, list(_GPU))
+    launch = np.isin(kind, list(_LAUNCH))
+    unflagged = np.array([f is None for f in flag], dtype=bool)
 
-    # 1. before_launch
+    # 2 first (launch calls and steps with unset or far times must not vouch for anything)
+    zero = unflagged & _unset_times(ts, base_ns)
+    lo, hi, by_steps = _reference_range(kind, ts, dur, zero)
+    margin = max(hi - lo, FAR_MARGIN_MIN_NS)
+    far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
+    ok_launch = launch & ~zero & ~far
+
+    # 1. before_launch (against launch calls that are themselves sound)
     launch_ts: dict[int, int] = {}
-    for i in np.flatnonzero(np.isin(kind, list(_LAUNCH))).tolist():
+    for i in np.flatnonzero(ok_launch).tolist():
         c = cols["correlation"][i]
         if c is not None and (c not in launch_ts or ts[i] < launch_ts[c]):
             launch_ts[c] = int(ts[i])
     early = []
     worst = 0
-    for i in np.flatnonzero(gpu).tolist():
+    for i in np.flatnonzero(gpu & unflagged).tolist():
         lt = launch_ts.get(cols["correlation"][i])
         if lt is not None and ts[i] < lt - LAUNCH_TOLERANCE_NS:
             early.append(i)
             worst = max(worst, lt - int(ts[i]))
     for i in early:
         flag[i] = "before_launch"
+        zero[i] = far[i] = False
     if early:
         counts["before_launch"] = len(early)
         warnings.append(
             f"{path.name}: {len(early)} GPU record(s) start before the CPU call that launched them, by up to "
             f"{worst / 1000:,.3f} us (events {_examples(src[early])}): another clock domain; flagged "
             "(events.flag = 'before_launch') and left out of windows, idle and latency")
-
-    # 2. far_outside
-    steps = kind == "step"
-    if steps.any():
-        lo, hi = int(ts[steps].min()), int((ts[steps] + dur[steps]).max())
-    else:
-        lo, hi = (int(v) for v in np.percentile(ts, [1, 99], method="nearest"))
-    margin = max(hi - lo, FAR_MARGIN_MIN_NS)
-    zero = np.flatnonzero(~steps & (ts == base_ns) & ((ts < lo) | (ts > hi)))
-    far = np.flatnonzero(~steps & ((ts < lo - margin) | (ts > hi + margin)))
-    zero = np.array([i for i in zero.tolist() if flag[i] is None], dtype=np.int64)
-    for i in zero.tolist():
+    where = "ProfilerStep range" if by_steps else "time range"
+    z = np.flatnonzero(zero)
+    for i in z.tolist():
         flag[i] = "zero_ts"
-    if len(zero):
-        counts["zero_ts"] = len(zero)
-        warnings.append(f"{path.name}: {len(zero)} record(s) with ts == 0 outside the rank's range (events "
-                        f"{_examples(src[zero])}): flagged (events.flag = 'zero_ts') and left out of windows")
-    far = np.array([i for i in far.tolist() if flag[i] is None], dtype=np.int64)
-    for i in far.tolist():
+    if len(z):
+        counts["zero_ts"] = len(z)
+        warnings.append(f"{path.name}: {len(z)} record(s) with ts == 0, apart from the other records (events "
+                        f"{_examples(src[z])}): flagged (events.flag = 'zero_ts') and left out of windows, "
+                        "steps and latency")
+    f = np.flatnonzero(far)
+    for i in f.tolist():
         flag[i] = "far_outside"
-    if len(far):
-        counts["far_outside"] = len(far)
-        gap = int(np.maximum(lo - ts[far], ts[far] - hi).max())
+    if len(f):
+        counts["far_outside"] = len(f)
+        gap = int(np.maximum(lo - ts[f], ts[f] - hi).max())
         warnings.append(
-            f"{path.name}: {len(far)} record(s) lie far outside the rank's "
-            f"{'ProfilerStep range' if steps.any() else 'time range'} (up to {gap / 1e9:,.3f} s away; "
-            f"events {_examples(src[far])}; ts == 0 records land at the epoch): flagged "
+            f"{path.name}: {len(f)} record(s) lie far outside the rank's {where} (up to {gap / 1e9:,.3f} s "
+            f"away, more than {margin / 1e9:,.3f} s; events {_examples(src[f])}): flagged "
             "(events.flag = 'far_outside') and left out of windows")
 
-    # 3. overrun (on valid GPU rows, per (device, stream) lane)
+    # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
+    #    the end of the reference range plus the margin.
     valid = np.array([f is None for f in flag], dtype=bool)
     rows = np.flatnonzero(gpu & valid)
     clipped = []
@@ -141,20 +200,25 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
         r = rows[order]
         same_lane = (dev[order][1:] == dev[order][:-1]) & (stream[order][1:] == stream[order][:-1])
         end = ts[r] + dur[r]
-        nxt = ts[r][1:]
-        over = np.flatnonzero(same_lane & (end[:-1] > nxt + OVERRUN_TOLERANCE_NS) & (nxt >= ts[r][:-1]))
+        last = ~np.append(same_lane, False)
+        nxt = np.append(ts[r][1:], 0)
+        over = np.flatnonzero(np.where(last, end > hi + margin, (end > nxt + OVERRUN_TOLERANCE_NS) & (nxt > ts[r])))
+        # a lane's last row that ends far past the range: clipped to the end of the rank's other GPU
+        # activity or of the range, whichever is later
+        sound_end = end[~np.isin(np.arange(len(r)), over)]
+        tail = max(hi, int(sound_end.max()) if len(sound_end) else hi)
         for j in over.tolist():
             i = int(r[j])
             cols["raw_dur_ns"][i] = int(dur[i])
-            cols["dur_ns"][i] = int(nxt[j] - ts[i])
+            cols["dur_ns"][i] = int(max(0, (tail if last[j] else nxt[j]) - ts[i]))
             flag[i] = "overrun"
             clipped.append(i)
     if clipped:
         counts["overrun"] = len(clipped)
         most = max(cols["raw_dur_ns"][i] - cols["dur_ns"][i] for i in clipped)
         warnings.append(
-            f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream by up to "
-            f"{most / 1000:,.3f} us (events {_examples(src[clipped])}): clipped to the next start "
+            f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
+            f"the rank's {where}) by up to {most / 1000:,.3f} us (events {_examples(src[clipped])}): clipped "
             "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)")
     return counts, warnings
 

@@ -305,13 +305,16 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         if ev.ph == "B":
             open_b.setdefault((cols["pid"][-1], cols["tid"][-1]), []).append(len(src_index) - 1)
 
-    unmatched = sum(len(v) for v in open_b.values())
     for rows_ in open_b.values():
         for r in rows_:
             cols["flag"][r] = "unmatched_begin"
     drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": [
         _step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]})
+    unmatched = sum(f == "unmatched_begin" for f in cols["flag"])
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
+    for what in (_E_MISMATCH, _E_EARLY):
+        if skipped.get(what):
+            warnings.append(f"{p.name}: {skipped[what]} {what}")
     if unmatched:
         flagged["unmatched_begin"] = unmatched
         warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
@@ -357,6 +360,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             trace_info["flops_method"] = side.get("flops_method")
     if rank is None:
         warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
+    elif rank < 0 or (world is not None and rank >= world):
+        raise TraceFormatError(p, "distributedInfo.rank", f"rank {rank} is outside 0..world_size-1 "
+                               f"(world_size {world}); fix the trace's distributedInfo or its sidecar")
     return ParsedTrace(
         path=str(p),
         sha256=hashlib.sha256(raw).hexdigest(),
@@ -410,6 +416,10 @@ def _classes(cols: dict[str, list[Any]], classifier: Classifier) -> list[str | N
     return out
 
 
+_E_MISMATCH = "'E' whose name matches no open 'B' on its thread (closed the latest)"
+_E_EARLY = "'E' before its 'B' (the B is flagged unmatched_begin)"
+
+
 def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[int]], ev: _Event, end_ns: int,
                  rejected: dict[str, int], skipped: dict[str, int]) -> None:
     """Close a ``B`` row with its ``E`` (stack-matched per pid/tid; a named ``E`` closes the latest ``B``
@@ -420,8 +430,14 @@ def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[
         return
     j = len(stack) - 1
     if ev.name:
-        j = next((x for x in range(len(stack) - 1, -1, -1) if cols["name"][stack[x]] == ev.name), j)
+        j = next((x for x in range(len(stack) - 1, -1, -1) if cols["name"][stack[x]] == ev.name), -1)
+        if j < 0:  # no open B of that name on this thread: close the latest, and say so
+            j = len(stack) - 1
+            skipped[_E_MISMATCH] = skipped.get(_E_MISMATCH, 0) + 1
     row = stack.pop(j)
+    if end_ns < cols["ts_ns"][row]:
+        cols["flag"][row] = "unmatched_begin"  # an E before its B: no interval
+        skipped[_E_EARLY] = skipped.get(_E_EARLY, 0) + 1
     cols["dur_ns"][row] = max(0, end_ns - cols["ts_ns"][row])
     skipped["'E' (merged into its 'B')"] = skipped.get("'E' (merged into its 'B')", 0) + 1
 
@@ -472,7 +488,7 @@ def _assign_steps(
     by_time = [spans[j][2] if ok else None for j, ok in zip(idx.tolist(), inside.tolist(), strict=True)]
     launch_step: dict[int, int | None] = {}
     for i in range(n):
-        if kinds[i] in _LAUNCH_KINDS and cols["correlation"][i] is not None:
+        if kinds[i] in _LAUNCH_KINDS and cols["correlation"][i] is not None and cols["flag"][i] is None:
             launch_step[cols["correlation"][i]] = by_time[i]
     dev_bounds: dict[int, list[int]] = {}
     for i in range(n):

@@ -6,8 +6,12 @@ Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found 
 from __future__ import annotations
 
 import contextlib
+import csv
+import os
 import importlib
+import signal
 import sys
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,8 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from traceprof import term
-from traceprof.errors import TraceprofError, UsageError
+from traceprof import fileio, term
+from traceprof.errors import Interrupted, TraceprofError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -56,9 +60,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
+# Strings from traces are untrusted: nothing printed is read as markup or emoji codes, and every
+# message and cell goes through traceprof.term (control characters written out as \x1b, \n).
+err = Console(stderr=True, markup=False, emoji=False, highlight=False)
 # Tables of ns values are wide: do not squeeze them to 80 columns when piped.
-out = Console(width=None if sys.stdout.isatty() else 200)
+out = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
+
+
+def say(message: object, console: Console = err, label: str = "", style: str = "") -> None:
+    """Print one message, escaped (:func:`traceprof.term.escape`), after an optional styled label."""
+    line = term.text(label, style) + " " if label else term.text("")
+    console.print(line + term.text(message), soft_wrap=True)
 
 DbOpt = Annotated[Path, typer.Option("--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB")]
 RunOpt = Annotated[str | None, typer.Option("--run", help="Run name or id (default: latest run).")]
@@ -73,10 +85,14 @@ class Format(str, Enum):
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 UnitsOpt = Annotated[str, typer.Option(
     "--units", help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.")]
+RawOpt = Annotated[bool, typer.Option(
+    "--raw", help="CSV: write cells exactly as stored (default: control characters escaped, and cells "
+    "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).")]
 
 
-def render(df: pl.DataFrame, fmt: Format, title: str = "", units: str = "human") -> None:
-    """Print a frame as a rich table, a JSON list of objects, or CSV."""
+def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, units: str = "human") -> None:
+    """Print a frame as a rich table (strings escaped), a JSON list of objects, or CSV (string
+    cells escaped and neutralized by :func:`traceprof.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
     elif fmt is Format.csv:
@@ -84,27 +100,36 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", units: str = "human")
         flat = df.with_columns(
             pl.Series(c, [orjson.dumps(v, default=str).decode() for v in df[c].to_list()]) for c in nested
         )
+        if not raw:
+            flat = flat.with_columns(
+                pl.col(c).map_elements(term.csv_cell, return_dtype=pl.String)
+                for c, t in flat.schema.items() if t == pl.String
+            )
         sys.stdout.write(flat.write_csv())
     else:
         from traceprof import display  # durations in human units, long names shortened
 
         if units not in display.UNITS:
             raise UsageError(f"--units {units!r}: expected human or ns")
-        t = Table(title=term.text(title) if title else None, show_lines=False)
-        for c, col in zip(display.table_columns(df, units), df.columns, strict=True):
-            num = df[col].dtype.is_numeric()
-            t.add_column(term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num)  # numbers never wrap
-        for row in display.table_rows(df, units):
-            t.add_row(*(term.text(v) for v in row))
-        # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
-        # (long names are shortened already; the terminal wraps whole lines instead).
-        natural = out.measure(t, options=out.options.update_width(100_000)).maximum
-        width = out.width
-        try:
-            out.width = max(width, natural)
-            out.print(t, crop=False)
-        finally:
-            out.width = width
+        _print_table(display.table_columns(df, units), [df[c].dtype.is_numeric() for c in df.columns],
+                     display.table_rows(df, units), title)
+
+
+def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = "") -> None:
+    t = Table(title=term.text(title) if title else None, show_lines=False)
+    for c, num in zip(columns, numeric, strict=True):
+        t.add_column(term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num)  # numbers never wrap
+    for row in rows:
+        t.add_row(*(term.text(_cell(v)) for v in row))
+    # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
+    # (long names are shortened already; the terminal wraps whole lines instead).
+    natural = out.measure(t, options=out.options.update_width(100_000)).maximum
+    width = out.width
+    try:
+        out.width = max(width, natural)
+        out.print(t, crop=False)
+    finally:
+        out.width = width
 
 
 def _cell(v: object) -> str:
@@ -114,7 +139,19 @@ def _cell(v: object) -> str:
         return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1000 else f"{v:,.2f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
+    if isinstance(v, bytes):
+        return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in v)
     return str(v)
+
+
+def _interrupted(store: Store, db: Path) -> str:
+    """The one-line state after Ctrl-C in ingest: which runs were stored (new state) or none (old)."""
+    if store.commits:
+        store.close()
+        runs = ", ".join(f"run {n!r} (id {i})" for n, i in store.commits)
+        return f"interrupted; stored {runs} in {db}; the rest of this ingest was not stored"
+    gone = store.discard_if_new()
+    return "interrupted; nothing stored, " + (f"no store created ({db})" if gone else f"{db} is as it was")
 
 
 def _progress() -> Progress | contextlib.nullcontext[None]:
@@ -135,38 +172,59 @@ def ingest(
     skip_bad_events: Annotated[bool, typer.Option(help="Skip malformed events (counted) instead of failing.")] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parser processes.")] = None,
     align: Annotated[bool, typer.Option("--align/--no-align", help="Align rank clocks from matched collectives.")] = True,
+    partial: Annotated[bool, typer.Option(
+        "--partial", help="Store the files that parse, list each one that does not (exit 1 if any).")] = False,
+    force_run: Annotated[bool, typer.Option(
+        "--force-run", help="Append to an existing run even if world size, backend, device or time differ.")] = False,
+    max_inflate: Annotated[float, typer.Option(
+        "--max-inflate", help="Refuse a .gz that inflates beyond RATIO x its size (at least 64 MiB).",
+        metavar="RATIO")] = 64.0,
+    comm_kernel: Annotated[list[str] | None, typer.Option(
+        "--comm-kernel", metavar="REGEX",
+        help="Kernel names matching REGEX are communication (added to the built-in NCCL/RCCL/DeepEP/... "
+             "families; repeatable).")] = None,
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     from traceprof.ingest import ingest as do_ingest
 
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
-    new_store = not db.exists()
+    if not max_inflate > 0:
+        raise UsageError(f"--max-inflate {max_inflate}: expected a ratio above 0, e.g. 64")
+    store = Store(db)
     try:
-        with Store(db) as store, _progress() as bar:
+        with _progress() as bar:
             show = None
             if bar is not None:
                 task = bar.add_task("", total=None)
 
                 def show(done: int, total: int, p: str) -> None:
-                    bar.update(task, completed=done, total=total, description=Path(p).name)
+                    bar.update(task, completed=done, total=total, description=term.escape(Path(p).name))
 
             res = do_ingest(
                 store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
-                align=align, progress=show,
+                align=align, progress=show, partial=partial, force_run=force_run, max_inflate_ratio=max_inflate,
+                comm_kernels=comm_kernel or (),
             )
+        store.close()
+        for w in res.warnings:
+            say(w, label="warning:", style="yellow")
+        for path, where in res.skipped.items():
+            say(f"already stored: {path} ({where})")
+        for name, rid in res.runs.items():
+            say(f"run {name!r} (id {rid}): stored in {db}")
+        for msg in res.failed.values():
+            say(msg, label="failed:", style="red")
+        failed = f", {len(res.failed)} failed" if res.failed else ""
+        say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        raise Interrupted(_interrupted(store, db)) from None
     except BaseException:
-        if new_store:  # a failed first ingest leaves no empty store behind
-            for f in (db, db.with_name(db.name + ".wal")):
-                f.unlink(missing_ok=True)
+        store.discard_if_new()  # a failed first ingest leaves no empty store behind
         raise
-    for w in res.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
-    for path, where in res.skipped.items():
-        err.print(f"already stored: {path} ({where})", highlight=False)
-    for name, rid in res.runs.items():
-        err.print(f"run {name!r} (id {rid}): stored in {db}", highlight=False)
-    err.print(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored", highlight=False)
+    if res.failed:
+        raise typer.Exit(1)
 
 
 runs_app = typer.Typer(help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False)
@@ -174,11 +232,12 @@ app.add_typer(runs_app, name="runs")
 
 
 @runs_app.callback(invoke_without_command=True)
-def runs(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
-    """List the runs in the store; ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
+def runs(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table, raw: RawOpt = False) -> None:
+    """List the runs in the store (``issues``: records rejected or repaired at ingest, by reason);
+    ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
     if ctx.invoked_subcommand is None:
         with Store(db, read_only=True) as store:
-            render(store.runs(), fmt, f"runs in {db}")
+            render(store.runs(), fmt, f"runs in {db}", raw)
 
 
 @runs_app.command("rm")
@@ -188,7 +247,7 @@ def runs_rm(name: Annotated[str, typer.Argument(help="Run name or id.")], db: Db
 
     with Store(db) as store:
         r = remove(store, name)
-    err.print(term.text(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows"))
+    say(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows")
 
 
 @runs_app.command("mv")
@@ -202,7 +261,7 @@ def runs_mv(
 
     with Store(db) as store:
         run_id = rename(store, old, new)
-    err.print(term.text(f"run {old!r} (id {run_id}) is now {new!r}"))
+    say(f"run {old!r} (id {run_id}) is now {new!r}")
 
 
 @app.command()
@@ -210,12 +269,50 @@ def sql(
     query: Annotated[str, typer.Argument(help="SQL to run; the schema is in docs/schema.md.")],
     db: DbOpt = Path(DEFAULT_DB),
     fmt: FormatOpt = Format.table,
+    max_rows: Annotated[int, typer.Option(
+        "--max-rows", help="Print at most this many rows (0: all; rows are streamed).")] = 1000,
+    raw: RawOpt = False,
 ) -> None:
-    """Run read-only SQL on the store (no writes, no file access)."""
+    """Run read-only SQL on the store (no writes, no file access); prints every DuckDB type."""
+    from traceprof.sqlstream import stream
+
     if not query.strip():
         raise UsageError("empty query; e.g. traceprof sql \"SELECT * FROM runs\"")
-    with Store(db, read_only=True) as store:
-        render(store.sql(query), fmt)
+    if max_rows < 0:
+        raise UsageError(f"--max-rows {max_rows}: expected 0 (all) or more")
+    try:
+        with Store(db, read_only=True) as store:
+            res = stream(store, query, max_rows or None)
+            if fmt is Format.table:
+                _print_table(res.columns, res.numeric, res.rows)
+            elif fmt is Format.json:
+                _stream_json(res.columns, res.rows)
+            else:
+                _stream_csv(res.columns, res.rows, raw)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; the store is unchanged (sql is read-only)") from None
+    if res.capped:
+        say(f"first {max_rows:,} rows shown; --max-rows 0 prints all", label="note:", style="yellow")
+
+
+def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
+    """Write rows as a JSON list of objects, one row at a time (duplicate column names get _2, _3)."""
+    keys: list[str] = []
+    for c in columns:
+        keys.append(c if c not in keys else f"{c}_{sum(k == c or k.startswith(c + '_') for k in keys) + 1}")
+    sep = "[\n"
+    for row in rows:
+        sys.stdout.write(sep + "  " + orjson.dumps(dict(zip(keys, row, strict=True))).decode())
+        sep = ",\n"
+    sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
+
+
+def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool) -> None:
+    """Write rows as CSV; string cells go through :func:`traceprof.term.csv_cell` unless ``raw``."""
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(columns if raw else [term.csv_cell(c) for c in columns])
+    for row in rows:
+        w.writerow(["" if v is None else v if raw or not isinstance(v, str) else term.csv_cell(v) for v in row])
 
 
 @app.command()
@@ -228,6 +325,7 @@ def analyze(
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")] = None,
     table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
     save: Annotated[bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")] = False,
+    raw: RawOpt = False,
     units: UnitsOpt = "human",
     show_help: Annotated[bool, typer.Option(
         "--help", "-h", is_eager=True, help="Show this message; with NAME: the analysis' parameters and tables.")] = False,
@@ -239,9 +337,9 @@ def analyze(
         rows = [{"name": n, "summary": registry.get(n).doc.splitlines()[0]} for n in registry.names()]
         if fmt is Format.table:
             for r in rows:
-                out.print(term.text(f"{r['name']:12} {r['summary']}"))
+                say(f"{r['name']:12} {r['summary']}", out)
         else:
-            render(pl.DataFrame(rows), fmt, "analyses")
+            render(pl.DataFrame(rows), fmt, "analyses", raw)
         return
     if name is None:
         if show_help:
@@ -250,24 +348,28 @@ def analyze(
         raise UsageError("analyze: missing the analysis NAME; `traceprof analyze list` lists them")
     an = registry.get(name)
     if show_help:
-        for line in describe(an).splitlines():
-            out.print(term.text(line))
+        for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
+            say(line, out)
         return
     options = dict(_kv(p) for p in param or [])
     with Store(db, read_only=not save) as store:
         result = an.run(store, registry.make_params(an, run, options))
         run_name = _run_name(store, run)
         if save:
-            saved = store.save_frames(store.resolve_run(run), f"result_{name}", result.frames())
-            err.print(f"saved tables: {', '.join(saved)}", highlight=False)
+            try:
+                saved = store.save_frames(store.resolve_run(run), f"result_{name}", result.frames())
+            except KeyboardInterrupt:
+                done = "saved" if store.commits else "not saved; the store is unchanged"
+                raise Interrupted(f"interrupted; the result tables result_{name}_* were {done}") from None
+            say(f"saved tables: {', '.join(saved)}")
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
     render(frames[table or "frame"], fmt, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}",
-           units)
+           raw, units)
     if fmt is Format.table:
         for n in result.notes:
-            out.print(term.text(n), soft_wrap=True)
+            say(n, out)
 
 
 def _run_name(store: Store, run: str | None) -> str:
@@ -308,18 +410,17 @@ def summary(
     if fmt is Format.csv:
         render(f.to_frame(), fmt)
         return
-    lines = [f"Findings for run {f.run!r}, ranked by cost (% of step time):"]
-    lines += [f"{i:2}. {'info' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.text}"
-              for i, x in enumerate(f.findings, 1)]
+    say(f"Findings for run {f.run!r}, ranked by cost (% of step time):", out)
+    for i, x in enumerate(f.findings, 1):
+        say(f"{i:2}. {'info' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.text}", out)
     if not f.findings:
-        lines.append("    none: no analysis applied to this run")
-    lines.append("Verdicts:")
-    lines += [f"    {v.topic:14} {v.status:8} {v.text}" for v in f.verdicts]
+        say("    none: no analysis applied to this run", out)
+    say("Verdicts:", out)
+    for v in f.verdicts:
+        say(f"    {v.topic:14} {v.status:8} {v.text}", out)
     if f.missing:
-        lines.append("Not available from this run's sources: " + "; ".join(
-            f"{m.analysis} ({m.needs or m.reason})" for m in f.missing))
-    for line in lines:
-        out.print(term.text(line), soft_wrap=True)
+        say("Not available from this run's sources: " + "; ".join(
+            f"{m.analysis} ({m.needs or m.reason})" for m in f.missing), out)
 
 
 def _kv(s: str) -> tuple[str, str]:
@@ -342,9 +443,10 @@ def report(
     from traceprof.report import write_report
 
     params = _analysis_params(param)
+    fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
         write_report(store, run, output, baseline=baseline, params=params)
-    err.print(f"report written to {output}", highlight=False)
+    say(f"report written to {output}")
 
 
 @app.command()
@@ -383,10 +485,10 @@ def diff(
             render(res.items.head(20), fmt, f"items: typical time per step, largest changes first: {base} -> {cand}")
         if table is None and fmt is not Format.json and res.items.height > (20 if fmt is Format.table else 0):
             shown = "the first 20" if fmt is Format.table else "none"
-            err.print(f"{res.items.height} items, {shown} shown: --table items for all", highlight=False)
+            say(f"{res.items.height} items, {shown} shown: --table items for all")
         for note in res.notes[1:]:
-            err.print(note, highlight=False)
-        (out if fmt is Format.table else err).print(res.summary, highlight=False, soft_wrap=True)
+            say(note)
+        say(res.summary, out if fmt is Format.table else err)
     if res.regressed:
         raise typer.Exit(3)
 
@@ -414,9 +516,10 @@ def collect(
     else:
         from collectors.kineto.launch import launch
 
+    fileio.check_not_store(out, db)
     code = launch(script, out, nproc=nproc)
     if code != 0:
-        err.print(f"[red]error:[/] the training job exited with status {code}; traces in {out} may be partial")
+        say(f"the training job exited with status {code}; traces in {out} may be partial", label="error:", style="red")
         raise typer.Exit(1)
     if then_ingest:
         ingest([out], db=db, run=None, skip_bad_events=False, jobs=None, align=True)
@@ -435,9 +538,20 @@ def export_perfetto(
     """One merged, clock-aligned Chrome/Perfetto trace of all ranks (open in ui.perfetto.dev)."""
     from traceprof.export import export_perfetto as do_export
 
+    fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
         n = do_export(store, run, output)
-    err.print(f"{n:,} events written to {output}", highlight=False)
+    say(f"{n:,} events written to {output}")
+
+
+def _exit(code: int) -> None:
+    """Exit with ``code``; after Ctrl-C (130) at once, without waiting for killed parser workers'
+    bookkeeping threads (the store is closed and the message printed by then)."""
+    if code != 130:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def main() -> None:
@@ -445,15 +559,26 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except TraceprofError as e:
-        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        # One line, escaped; an error that lists several files keeps one line per file.
+        lines = str(e).split("\n")
+        say(lines[0], label="" if isinstance(e, Interrupted) else "error:", style="red")
+        for line in lines[1:]:
+            say(line)
+        _exit(e.exit_code)
     except typer.Exit as e:
-        sys.exit(e.exit_code)
+        if isinstance(e.__cause__, KeyboardInterrupt):  # typer's way of passing on Ctrl-C
+            say("interrupted; nothing was changed")
+        _exit(e.exit_code)
     except typer.Abort:
         sys.exit(1)
-    except KeyboardInterrupt:
-        err.print("interrupted; the run being ingested, if any, was not stored", highlight=False)
-        sys.exit(130)
+    except KeyboardInterrupt:  # commands that write say what was stored (Interrupted, above)
+        say("interrupted; nothing was changed")
+        _exit(130)
+    except RuntimeError as e:  # DuckDB's way of saying that Ctrl-C stopped a query
+        if "interrupted" not in str(e).lower():
+            raise
+        say("interrupted; nothing was changed")
+        _exit(130)
     except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
         sys.stderr.close()
         sys.exit(0)
@@ -461,11 +586,13 @@ def main() -> None:
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             ctx = getattr(e, "ctx", None)
             where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-            err.print(term.text("error:", "red") + " " + term.text(e.format_message() + where), soft_wrap=True)
+            say(e.format_message() + where, label="error:", style="red")
             sys.exit(1)
         raise
+    if code == 130:  # typer turns Ctrl-C in a command into exit code 130, silently
+        say("interrupted; nothing was changed")
     if isinstance(code, int) and code:
-        sys.exit(code)
+        _exit(code)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
             gap = max(lo - span[1], span[0] - hi, 0)
             if gap > MAX_GAP_NS:
                 raise StoreError(
-                    f"{pt.path}: recorded {gap / 3.6e12:.1f} h away from run {name!r}'s traces: a trace of "
+                    f"{pt.path}: recorded {gap / 3.6e12:.1f} h away from the traces of run {name!r}: a trace of "
                     f"another job; ingest it as another run (--run NAME){force}")
 
 

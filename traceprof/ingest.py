@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traceprof import clock, matching, sources
-from traceprof.errors import NotATraceError, TraceFormatError, UsageError
+import orjson
+
+from traceprof import classify, clock, fileio, matching, procs, sources
+from traceprof.errors import NotATraceError, TraceFormatError, TraceprofError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
 
@@ -38,12 +39,14 @@ class IngestResult:
         added: Paths of the files ingested.
         skipped: Paths skipped because a file with the same SHA-256 is already stored -> where.
         warnings: Messages for the user (missing ranks, partial world, ...).
+        failed: Files that could not be read (``partial=True``) -> the error message.
     """
 
     runs: dict[str, int] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 def discover(
@@ -99,16 +102,25 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _parse_one(args: tuple[Path, str, bool]) -> list[ParsedTrace] | NotATraceError:
-    """Parse one file; a file found by a directory scan that is not a trace comes back as the
-    error (skipped with a warning) instead of raising."""
-    path, on_bad_event, scanned = args
+def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file; its error comes back as a value (the caller skips a scanned non-trace,
+    lists the failure with --partial, or refuses). What the reader repaired (invalid UTF-8) is
+    added to each trace's warnings and counted in ``traces.meta`` under ``repaired``."""
+    path, on_bad_event, scanned, comm_kernels = args
     try:
-        return _parse_source(path, on_bad_event)
-    except NotATraceError as e:
-        if scanned:
-            return e
-        raise
+        classify.use_patterns(comm_kernels)
+        pts = _parse_source(path, on_bad_event)
+    except TraceprofError as e:
+        return e
+    finally:
+        repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
+    for pt in pts:
+        if repairs:
+            meta = orjson.loads(pt.trace.get("meta") or "{}")
+            meta["repaired"] = {r.reason: r.count for r in repairs}
+            pt.trace["meta"] = orjson.dumps(meta).decode()
+            pt.warnings += [r.message for r in repairs]
+    return pts
 
 
 def _parse_source(path: Path, on_bad_event: str) -> list[ParsedTrace]:
@@ -127,6 +139,10 @@ def ingest(
     jobs: int | None = None,
     progress: Progress | None = None,
     align: bool = True,
+    partial: bool = False,
+    force_run: bool = False,
+    max_inflate_ratio: float = fileio.DEFAULT_INFLATE_RATIO,
+    comm_kernels: Iterable[str] = (),
 ) -> IngestResult:
     """Ingest trace files or directories into ``store``.
 
@@ -144,9 +160,18 @@ def ingest(
         progress: Called as ``progress(done, total, path)`` after each parsed file.
         align: Estimate and apply per-rank clock offsets (``traceprof.clock``); false stores the
             source timestamps unchanged.
+        partial: Store the files that parse and list the others in ``failed``, instead of
+            storing nothing when any file fails.
+        force_run: Append to an existing run even if the traces look like another job's
+            (``traceprof.identity``).
+        max_inflate_ratio: Refuse a gzip file that inflates beyond this multiple of its size.
+        comm_kernels: Extra regexes of communication kernel names (``--comm-kernel``), added to
+            the built-in families of ``traceprof.classify``.
 
     Raises:
-        TraceFormatError: A file cannot be parsed (nothing is written).
+        TraceFormatError: A file cannot be parsed (nothing is written; with several such files, the
+            message lists them all).
+        KeyboardInterrupt: Ctrl-C; the runs stored before it are in ``store.commits``.
         UsageError: Bad paths, or ranks missing from a multi-file run.
         StoreError: Rank conflicts with what the run already holds (nothing is written).
     """
@@ -176,13 +201,23 @@ def ingest(
                 "to one run: ingest the files under that run's name, or into another store (--db)"
             )
         todo += [(name, f) for f in new]
-    parsed = _parse_all([(f, on_bad_event, f in scanned) for _, f in todo], jobs, progress)
+    comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
+    if comm_kernels and result.skipped:
+        result.warnings.append(
+            f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
+            "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)")
+    tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
+    parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio)
     by_run: dict[str, list[ParsedTrace]] = {}
-    for (name, _), pts in zip(todo, parsed, strict=True):
-        if isinstance(pts, NotATraceError):
+    for (name, f), pts in zip(todo, parsed, strict=True):
+        if isinstance(pts, NotATraceError) and f in scanned:
             result.warnings.append(f"skipped {pts}")
-            continue
-        by_run.setdefault(name, []).extend(pts)
+        elif isinstance(pts, TraceprofError):
+            result.failed[str(f)] = str(pts)
+        else:
+            by_run.setdefault(name, []).extend(pts)
+    if result.failed and not partial:
+        _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
     for name, traces in by_run.items():
         _settle_ranks(name, traces, result)
     for name, traces in by_run.items():
@@ -191,10 +226,23 @@ def ingest(
         def settle(run_id: int, notes: list[str] = notes) -> None:
             notes.extend(_settle_run(store, run_id, align))
 
-        result.runs[name] = store.insert_run(name, traces, after=settle)
+        result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
         result.added += sorted({pt.path for pt in traces})
         result.warnings += [f"run {name!r}: {n}" for n in notes]
     return result
+
+
+def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) -> None:
+    """Raise the error of the one file that failed, or one that lists them all."""
+    first = next(e for e in errors if str(e) in failed.values())
+    if len(failed) == 1:
+        if files > 1 and isinstance(first, TraceFormatError):
+            raise type(first)(first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)")
+        raise first
+    lines = "".join(f"\n  {msg}" for msg in failed.values())
+    raise TraceFormatError(
+        next(iter(failed)), "",
+        f"{len(failed)} of {files} files cannot be read, nothing stored (--partial stores the others):{lines}")
 
 
 def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
@@ -214,23 +262,15 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
 
 
 def _parse_all(
-    tasks: list[tuple[Path, str, bool]], jobs: int | None, progress: Progress | None
-) -> list[list[ParsedTrace] | NotATraceError]:
+    tasks: list[tuple[Path, str, bool]], jobs: int | None, progress: Progress | None, max_inflate_ratio: float
+) -> list[list[ParsedTrace] | TraceprofError]:
     n = len(tasks)
-    workers = min(jobs or os.cpu_count() or 1, n)
-    out: list[list[ParsedTrace] | NotATraceError] = []
-    if workers <= 1:
-        for i, task in enumerate(tasks):
-            out.append(_parse_one(task))
-            if progress:
-                progress(i + 1, n, str(task[0]))
-        return out
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for i, (task, pts) in enumerate(zip(tasks, pool.map(_parse_one, tasks), strict=True)):
-            out.append(pts)
-            if progress:
-                progress(i + 1, n, str(task[0]))
-    return out
+
+    def done(i: int) -> None:
+        if progress:
+            progress(i, n, str(tasks[i - 1][0]))
+
+    return procs.map_in_workers(_parse_one, tasks, min(jobs or os.cpu_count() or 1, n), max_inflate_ratio, done)
 
 
 def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) -> None:

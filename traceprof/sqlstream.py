@@ -53,15 +53,19 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
             way from the iterator.
         KeyboardInterrupt: DuckDB was interrupted by Ctrl-C.
     """
-    try:
+    def start() -> tuple[list[str], list[str], Any]:
         rel = store.con.sql(query)
         if rel is None:  # a statement without a result
-            return SqlStream([], [])
+            return [], [], iter(())
         columns, types = list(rel.columns), [str(t) for t in rel.types]
         names = [f"c{i}" for i in range(len(columns))]
         sel = ", ".join(n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True))
         limit = "" if max_rows is None else f" LIMIT {int(max_rows) + 1}"
-        reader = rel.query("_q", f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}").to_arrow_reader(batch_rows)
+        sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
+        return columns, types, iter(rel.query("_q", sql).to_arrow_reader(batch_rows))
+
+    try:
+        columns, types, reader = store.interruptible(start)
     except duckdb.Error as e:
         raise _error(e) from None
     out = SqlStream(columns, [t in _KEEP for t in types])
@@ -69,7 +73,7 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
     def rows() -> Iterator[tuple[Any, ...]]:
         n = 0
         try:
-            for batch in reader:
+            while (batch := store.interruptible(lambda: next(reader, None))) is not None:
                 for row in zip(*(col.to_pylist() for col in batch.columns), strict=True):
                     if max_rows is not None and n >= max_rows:
                         out.capped = True
@@ -84,7 +88,5 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
 
 
 def _error(e: duckdb.Error) -> BaseException:
-    if isinstance(e, duckdb.InterruptException):
-        return KeyboardInterrupt()
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return StoreError(f"SQL error: {first}")

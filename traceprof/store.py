@@ -7,10 +7,11 @@ Tables and views are declared in :mod:`traceprof.schema`.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import orjson
@@ -27,6 +28,13 @@ from traceprof.procs import deferred_sigint
 __all__ = ["Store", "DEFAULT_DB"]
 
 DEFAULT_DB = "traceprof.duckdb"
+T = TypeVar("T")
+
+
+def interrupted(e: BaseException) -> bool:
+    """Whether a DuckDB error means Ctrl-C interrupted the query (raise KeyboardInterrupt then)."""
+    return isinstance(e, duckdb.InterruptException) or (
+        isinstance(e, RuntimeError) and "interrupted" in str(e).lower())
 
 
 def _check_file(path: Path) -> None:
@@ -67,6 +75,9 @@ class Store:
 
     Attributes:
         created: This Store created the file (see :meth:`discard_if_new`).
+        commits: (run name, run_id) of every :meth:`insert_run` (and (prefix, run_id) of every
+            :meth:`save_frames`) committed through this Store, in order; exact even when Ctrl-C
+            interrupts (a commit and its entry here happen together).
 
     Raises:
         StoreError: The file is missing (read-only), not a DuckDB file, or locked by another
@@ -79,6 +90,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self.created = False
+        self.commits: list[tuple[str, int]] = []
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
         _check_file(self.path)
@@ -95,13 +107,17 @@ class Store:
                     )
                 else:
                     self.con = duckdb.connect(str(self.path))
+                # No progress bar: DuckDB would draw it on stdout, into CSV or JSON output.
+                self.con.execute("SET enable_progress_bar = false")
             except duckdb.Error as e:
                 raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
             self._open = True
             self.created = not existed
             self._check_or_create(read_only)
-        except BaseException:
+        except BaseException as e:
             self._drop(self.created or (not existed and self.path.exists()))
+            if interrupted(e):
+                raise KeyboardInterrupt from None
             raise
 
     def _drop(self, delete: bool) -> None:
@@ -109,7 +125,12 @@ class Store:
         try:
             if self._open:
                 self._open = False
-                self.con.close()
+                try:
+                    self.con.close()
+                except duckdb.Error:  # busy with an interrupted result: stop it, then close
+                    self.con.interrupt()
+                    with contextlib.suppress(duckdb.Error):
+                        self.con.close()
             if delete:
                 for f in (self.path, self.path.with_name(self.path.name + ".wal")):
                     f.unlink(missing_ok=True)
@@ -173,6 +194,40 @@ class Store:
 
     # -- queries -------------------------------------------------------------------------------
 
+    def interruptible(self, fn: Callable[[], T]) -> T:
+        """``fn()`` (DuckDB work on this store) in a helper thread, so that Ctrl-C interrupts it.
+
+        DuckDB does not see Python's SIGINT while a query runs; the main thread waits here instead,
+        and on Ctrl-C interrupts the connection, waits for ``fn`` to stop and raises.
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C (the query was interrupted).
+        """
+        box: list[Any] = []
+
+        def target() -> None:
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed to the main thread
+                box.append((False, e))
+
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        try:
+            while t.is_alive():
+                t.join(0.05)
+        except KeyboardInterrupt:
+            self.con.interrupt()
+            t.join()
+            box.clear()  # a result it returned meanwhile would keep the connection busy
+            raise KeyboardInterrupt from None
+        ok, value = box[0]
+        if not ok:
+            if interrupted(value):
+                raise KeyboardInterrupt from None
+            raise value
+        return value
+
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame.
 
@@ -184,9 +239,11 @@ class Store:
             if rel is None:  # a statement without a result
                 return pl.DataFrame()
             return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
-        except duckdb.InterruptException:
-            raise KeyboardInterrupt from None
-        except duckdb.Error as e:
+        except (duckdb.Error, RuntimeError) as e:
+            if interrupted(e):
+                raise KeyboardInterrupt from None
+            if not isinstance(e, duckdb.Error):
+                raise
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise StoreError(f"SQL error: {first}") from None
 
@@ -253,8 +310,11 @@ class Store:
 
         Raises:
             StoreError: DuckDB rejects the rows (e.g. the columns changed; drop the table).
+            KeyboardInterrupt: Ctrl-C; nothing saved, unless it came during the commit (then
+                ``prefix`` is the last entry of :attr:`commits`, with run_id).
         """
         written = []
+        committed = False
         self.con.execute("BEGIN")
         try:
             for fname, frame in frames.items():
@@ -268,10 +328,20 @@ class Store:
                 self.con.execute(f'INSERT INTO "{name}" BY NAME SELECT * FROM _result')
                 self.con.unregister("_result")
                 written.append(name)
-            self.con.execute("COMMIT")
-        except duckdb.Error as e:
-            self.con.execute("ROLLBACK")
-            raise StoreError(f"cannot save {prefix} results: {e}") from None
+            with deferred_sigint():
+                self.con.execute("COMMIT")
+                self.commits.append((prefix, run_id))
+                committed = True
+        except BaseException as e:
+            if committed:
+                raise
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute("ROLLBACK")
+            if interrupted(e):
+                raise KeyboardInterrupt from None
+            if isinstance(e, duckdb.Error):
+                raise StoreError(f"cannot save {prefix} results: {e}") from None
+            raise
         return written
 
     # -- ingest --------------------------------------------------------------------------------
@@ -295,11 +365,11 @@ class Store:
 
         Raises:
             StoreError: Rank conflicts, another job's traces, or DuckDB rejects the rows.
-            KeyboardInterrupt: Ctrl-C before the commit (nothing stored) or during it (stored:
-                ``self.committed`` names the run).
+            KeyboardInterrupt: Ctrl-C before the commit (nothing stored) or during it (stored, and
+                the last entry of :attr:`commits`).
         """
         con = self.con
-        self.committed: tuple[str, int] | None = None
+        committed = False
         con.execute("BEGIN")
         try:
             run_id = self._run_id(name, traces, force)
@@ -318,13 +388,14 @@ class Store:
                 after(run_id)
             with deferred_sigint():
                 con.execute("COMMIT")
-                self.committed = (name, run_id)
+                self.commits.append((name, run_id))
+                committed = True
         except BaseException as e:
-            if self.committed is not None:  # Ctrl-C held off during the commit
+            if committed:  # Ctrl-C held off during the commit
                 raise
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
-            if isinstance(e, duckdb.InterruptException):
+            if interrupted(e):
                 raise KeyboardInterrupt from None
             if isinstance(e, duckdb.Error):
                 raise StoreError(f"ingest of run {name!r} failed, store unchanged: {e}") from None

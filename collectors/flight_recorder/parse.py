@@ -40,6 +40,7 @@ from collectors._arrow import row_schema
 from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
+from traceprof.limits import record_fits
 from traceprof.matching import canonical_ranks
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
@@ -74,7 +75,10 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
     try:
         return raw, msgspec.json.decode(data), "json"
     except msgspec.DecodeError as err:
-        raise TraceFormatError(path, "", f"invalid JSON ({err})") from None
+        where = f"byte {len(data)}" if "truncated" in str(err) else ""
+        raise TraceFormatError(path, where, f"invalid JSON ({err})") from None
+    except RecursionError:
+        raise TraceFormatError(path, "", "invalid JSON: nested too deeply (over ~1000 levels)") from None
 
 
 def _int(v: Any) -> int | None:
@@ -255,6 +259,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
             }
         )
+        if not record_fits(p, f"entry #{i} ({name!r})", on_bad_event, rejected,
+                           (rows[-1], row_schema("collectives")), (events[-1], row_schema("events"))):
+            rows.pop(), kept.pop(), events.pop()
     if not rows:
         raise TraceFormatError(p, "entries", f"no valid entries: all {len(doc['entries'])} skipped ({rejected})")
     counter: dict[tuple[Any, str], int] = {}

@@ -1,0 +1,34 @@
+"""Run the traceprof CLI in this process (fast) and capture exit code, stdout and stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    """``traceprof ARGS`` through :func:`traceprof.cli.main`: (exit code, stdout, stderr)."""
+    from traceprof.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["traceprof", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
+
+
+def micro_trace(names: list[str], rank: int = 0, world: int = 1, base_ns: int = 1_700_000_000_000_000_000) -> dict:
+    """A new-style Kineto trace: one ProfilerStep (100 us) holding one 1-us cpu_op per name."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 1 + i, "dur": 1}
+               for i, n in enumerate(names)]
+    return {"baseTimeNanoseconds": base_ns, "distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
+            "traceEvents": events}

@@ -1,0 +1,340 @@
+"""The store is never lost or half-written: locks, output paths, --db, Ctrl-C, kill -9, gzip bombs (issue 11).
+
+Subprocess tests run the real console entry point (``traceprof.entry``) as a user or a CI job would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._cli_inproc import micro_trace, run
+from tests.conftest import SAMPLES
+from traceprof import fileio
+from traceprof.errors import StoreError, TraceFormatError
+from traceprof.ingest import ingest
+from traceprof.store import Store
+
+CLI = [sys.executable, "-c", "from traceprof.entry import main; main()"]
+
+
+def _job(tmp_path: Path, ranks: int = 2, name: str = "job") -> Path:
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    for r in range(ranks):
+        (d / f"rank{r}.json").write_text(json.dumps(micro_trace([f"op{i}" for i in range(50)], rank=r, world=ranks)))
+    return d
+
+
+def _state(db: Path) -> tuple | None:
+    """(run name, traces, events) per run, or None when there is no run (no store, a store file
+    without the schema yet, or a store without runs: the old state of a first ingest)."""
+    if not db.exists():
+        return None
+    try:
+        with Store(db, read_only=True) as s:
+            return tuple(s.sql("SELECT r.name, count(t.trace_id), sum(t.events_kept) FROM runs r "
+                               "LEFT JOIN traces t USING (run_id) GROUP BY ALL ORDER BY r.name").rows()) or None
+    except StoreError as e:
+        assert "empty store" in str(e)  # killed after creating the file, before the schema committed
+        return None
+
+
+def _session_alive(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid``."""
+    alive = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            alive.append(int(p.name))
+    return alive
+
+
+def _no_process_left(sid: int, wait_s: float = 5.0) -> None:
+    deadline = time.monotonic() + wait_s
+    while _session_alive(sid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _session_alive(sid) == []
+
+
+# -- the lock and what a failed open may delete -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_concurrent_first_ingest_20_times(tmp_path):
+    """Two processes ingest into the same new store: both succeed (the second finds the files stored)
+    or one fails with one line; the store always holds the run, whole."""
+    d = _job(tmp_path)
+    want = (("job", 2, 2 * 51),)
+    for i in range(20):
+        db = tmp_path / f"race{i}.duckdb"
+        procs = [subprocess.Popen([*CLI, "ingest", str(d), "--db", str(db)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [(p.wait(), p.communicate()[1]) for p in procs]
+        for code, err in results:
+            assert code == 0 or (code == 1 and len(err.strip().splitlines()) == 1), err
+            assert "Traceback" not in err
+        assert 0 in [c for c, _ in results]
+        assert _state(db) == want, (i, results)
+
+
+def test_open_waits_for_the_lock_and_never_deletes_what_it_did_not_create(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as s:
+        ingest(s, [_job(tmp_path)], jobs=1)
+    before = db.read_bytes()
+    fd = os.open(str(db) + ".lock", os.O_RDWR)  # another process's hold on the store
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(StoreError, match=r"s.duckdb: in use by another traceprof process for over 0 s"):
+            Store(db, lock_timeout_s=0.2)
+        new = tmp_path / "new.duckdb"
+        Store(new).close()
+        os.close(fd)
+        fd = os.open(str(new) + ".lock", os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(StoreError, match="in use"):
+            Store(new, lock_timeout_s=0.1)
+        assert new.exists()
+    finally:
+        os.close(fd)
+    assert db.read_bytes() == before
+
+
+def test_failed_ingest_keeps_an_existing_store_and_leaves_no_new_one(tmp_path):
+    db = tmp_path / "s.duckdb"
+    bad = tmp_path / "bad" / "rank0.json"
+    bad.parent.mkdir()
+    bad.write_text("{")
+    assert run("ingest", str(bad), "--db", str(db))[0] == 1
+    assert not db.exists() and not Path(str(db) + ".wal").exists()
+    assert run("ingest", str(_job(tmp_path)), "--db", str(db))[0] == 0
+    assert run("ingest", str(bad), "--db", str(db))[0] == 1
+    assert _state(db) == (("job", 2, 102),)
+
+
+# -- output paths and --db ------------------------------------------------------------------------
+
+
+def test_no_output_path_can_be_the_store(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(_job(tmp_path)), "--db", str(db))[0] == 0
+    before = db.read_bytes()
+    (tmp_path / "link.html").symlink_to(db)
+    os.link(db, tmp_path / "hard.json")
+    for args in (["report", "-o", str(db)], ["report", "-o", str(tmp_path / "link.html")],
+                 ["export", "perfetto", "-o", str(tmp_path / "hard.json")],
+                 ["export", "perfetto", "-o", str(db) + ".wal"],
+                 ["collect", "-o", str(db), "--no-ingest"]):
+        code, _, err = run(*args, "--db", str(db), "--", "train.py") if args[0] == "collect" else run(*args, "--db", str(db))
+        target = args[args.index("-o") + 1]
+        assert code == 1 and err.startswith(f"error: {target}: would overwrite the store {db}"), (args, err)
+    assert db.read_bytes() == before
+
+
+def test_db_must_be_a_duckdb_file_or_a_new_path(tmp_path):
+    js = tmp_path / "some.json"
+    js.write_text('{"a": 1}')
+    code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(js))
+    assert code == 1
+    assert err == (f"error: {js}: not a DuckDB file (it starts with b'{{\"a\": 1}}'); --db takes a traceprof "
+                   "store or a new path\n")
+    assert js.read_text() == '{"a": 1}'
+    code, _, err = run("runs", "--db", str(tmp_path))
+    assert code == 1 and "a directory; --db takes a store file" in err
+    assert run("ingest", str(_job(tmp_path)), "--db", str(tmp_path / "new.json"))[0] == 0  # a new path: a store
+
+
+# -- Ctrl-C and kill -9 ---------------------------------------------------------------------------
+
+
+def _timed_ingest(tmp_path: Path, d: Path) -> float:
+    t = time.monotonic()
+    r = subprocess.run([*CLI, "ingest", str(d), "--db", str(tmp_path / "ref.duckdb"), "-j", "2"], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    return time.monotonic() - t
+
+
+def _start(tmp_path: Path, k: int, d: Path, name: str) -> tuple[Path, tuple | None, subprocess.Popen]:
+    """Start ``ingest d -j 2`` in its own session into store ``<name><k>``; odd ``k`` first get an
+    existing run 'old'. Returns (store, old state, process)."""
+    db = tmp_path / f"{name}{k}.duckdb"
+    old = None
+    if k % 2:
+        with Store(db) as s:
+            ingest(s, [_job(tmp_path, 1, "old")], jobs=1)
+        old = _state(db)
+    p = subprocess.Popen([*CLI, "ingest", str(d), "--db", str(db), "-j", "2"], start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return db, old, p
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_old_or_new_state_and_says_which(tmp_path):
+    d = SAMPLES / "normal"
+    total = _timed_ingest(tmp_path, d)
+    new_run = _state(tmp_path / "ref.duckdb")[0]
+    for k in range(8):
+        db, old, p = _start(tmp_path, k, d, "int")
+        time.sleep(total * (0.15 + 0.85 * k / 8))
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal does: the whole process group
+        _, err = p.communicate()
+        _no_process_left(p.pid)
+        state = _state(db)
+        if p.returncode == 0:  # finished first
+            assert state == tuple(sorted((*(old or ()), new_run)))
+            continue
+        lines = err.strip().splitlines()
+        assert p.returncode == 130 and len(lines) == 1 and "Traceback" not in err, err
+        if lines[0].startswith("interrupted; nothing stored") or lines[0] == "interrupted; nothing was changed":
+            assert state == old, (k, lines)
+        else:
+            assert lines[0] == f"interrupted; stored run 'normal' (id {2 if old else 1}) in {db}; the rest of this ingest was not stored"
+            assert state == tuple(sorted((*(old or ()), new_run)))
+
+
+@pytest.mark.slow
+def test_sigkill_at_20_moments(tmp_path):
+    """kill -9 of ingest at 20 moments: the store opens with the old or the new state, re-ingest
+    works, and no parser worker outlives it."""
+    d = SAMPLES / "normal"
+    total = _timed_ingest(tmp_path, d)
+    new_run = _state(tmp_path / "ref.duckdb")[0]
+    for k in range(20):
+        db, old, p = _start(tmp_path, k, d, "kill")
+        time.sleep(total * (k + 0.5) / 20)
+        p.kill()
+        p.communicate()
+        _no_process_left(p.pid)
+        state = _state(db)
+        assert state in (old, tuple(sorted((*(old or ()), new_run)))), (k, state)
+        with Store(db) as s:  # re-ingest: stores the run, or finds it stored
+            ingest(s, [d], jobs=1)
+        assert _state(db) == tuple(sorted((*(old or ()), new_run))), k
+
+
+def test_parser_workers_die_with_their_parent(tmp_path):
+    """A worker started by procs.map_in_workers gets SIGKILL when its parent dies."""
+    script = (
+        "import os, sys, time\n"
+        "from traceprof import procs\n"
+        "def work(x):\n"
+        "    print(os.getpid(), flush=True); time.sleep(60)\n"
+        "procs.map_in_workers(work, [1, 2], 2, 64.0)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    workers = [int(p.stdout.readline()) for _ in range(2)]
+    assert len(_session_alive(p.pid)) == 3
+    p.kill()
+    p.wait()
+    _no_process_left(p.pid, 3.0)
+    assert all(not Path(f"/proc/{w}").exists() or "\nState:\tZ" in Path(f"/proc/{w}/status").read_text()
+               for w in workers)
+
+
+def test_interrupt_while_committing_is_held_until_the_commit_is_done(tmp_path):
+    """A Ctrl-C that arrives during COMMIT: the run is stored and recorded, then KeyboardInterrupt."""
+    with Store(tmp_path / "s.duckdb") as s:
+        real = s.con.execute
+
+        class Con:  # DuckDB connections cannot be patched; wrap the one method
+            def __getattr__(self, name):
+                return getattr(s.con_real, name)
+
+            def execute(self, q, *a):
+                if q == "COMMIT":
+                    os.kill(os.getpid(), signal.SIGINT)  # delivered while the commit runs
+                return real(q, *a)
+
+        s.con_real, s.con = s.con, Con()
+        with pytest.raises(KeyboardInterrupt):
+            ingest(s, [_job(tmp_path)], jobs=1)
+        s.con = s.con_real
+        assert s.commits == [("job", 1)]
+    assert _state(tmp_path / "s.duckdb") == (("job", 2, 102),)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_sql_is_one_line_and_130(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(_job(tmp_path)), "--db", str(db))[0] == 0
+    p = subprocess.Popen([*CLI, "sql", "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3",
+                          "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    time.sleep(4)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert (p.returncode, err) == (130, "interrupted; the store is unchanged (sql is read-only)\n")
+
+
+# -- bounded memory ------------------------------------------------------------------------------
+
+
+def _bomb(path: Path) -> int:
+    """A ~2 MB gzip that inflates to 2 GiB: 2048 gzip members of 1 MiB of spaces each."""
+    member = gzip.compress(b" " * (1 << 20), 9)
+    path.write_bytes(gzip.compress(b'{"traceEvents": [', 9) + member * 2048)
+    return path.stat().st_size
+
+
+@pytest.mark.slow
+def test_gzip_bomb_refused_under_1gb_rss(tmp_path):
+    path = tmp_path / "rank0.json.gz"
+    size = _bomb(path)
+    assert 1_900_000 < size < 2_300_000
+    p = subprocess.Popen([*CLI, "ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "-j", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = p.stderr.read()
+    p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    peak_mib = usage.ru_maxrss / 1024  # Linux: KiB
+    limit = 64 * size
+    assert p.returncode == 1
+    assert err.startswith(f"error: {path}: byte ") and err.endswith(
+        f": inflates to more than {limit:,} bytes (64x the {size:,}-byte file): a gzip bomb or an unusually "
+        "compressible trace; raise the cap with --max-inflate RATIO\n"), err
+    assert peak_mib < 1024, peak_mib
+    (tmp_path / "peak_rss_mib.txt").write_text(f"{peak_mib:.0f}\n")
+
+
+def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
+    raw = json.dumps(micro_trace(["a" * 100_000])).encode()  # compresses about 500x
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(raw, 9))
+    monkeypatch.setattr(fileio, "MIN_INFLATE_BYTES", 1000)
+    fileio.set_max_inflate_ratio(10)
+    try:
+        with pytest.raises(TraceFormatError, match=r"inflates to more than .* \(10x the"):
+            fileio.read_maybe_gzip(path)
+        fileio.set_max_inflate_ratio(1000)
+        assert fileio.read_maybe_gzip(path)[1] == raw
+    finally:
+        fileio.set_max_inflate_ratio(fileio.DEFAULT_INFLATE_RATIO)
+    code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
+    assert (code, err) == (1, "error: --max-inflate 0.0: expected a ratio above 0, e.g. 64\n")
+
+
+def test_multi_member_and_corrupt_gzip(tmp_path):
+    raw = json.dumps(micro_trace(["a"])).encode()
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(raw[:50]) + gzip.compress(raw[50:]) + b"\x00" * 8)
+    assert fileio.read_maybe_gzip(path)[1] == raw
+    path.write_bytes(gzip.compress(raw) + b"junk")
+    with pytest.raises(TraceFormatError, match=rf"^{path}: byte \d+: data after the end of the gzip stream"):
+        fileio.read_maybe_gzip(path)

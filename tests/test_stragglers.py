@@ -90,13 +90,13 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
         assert named == [] and "within the run's noise" in res.notes[-1]
         # The most frequent last arrival (binomial p = P(X >= k | n, 1/4)): normal: rank 0 (the
         # TCPStore host) 7 of 12, p = 0.0143 (not < 0.01); normal_repeat: rank 0 9 of 12, p =
-        # 0.00039, significant, but its delays cost 7% (< 10%); clean: rank 1 7 of 15, p = 0.0566.
+        # 0.00039, significant, but its delays cost 4.6% (< 5%); clean: rank 1 7 of 15, p = 0.0566.
         top = res.frame.sort("p_value").row(0, named=True)
         rank, last, n, p = {"normal": (0, 7, 12, 0.01425), "normal_repeat": (0, 9, 12, 0.000392),
                             "clean": (1, 7, 15, 0.0566)}[run]
         assert (top["rank"], top["last_count"], top["instances"]) == (rank, last, n)
         assert top["p_value"] == pytest.approx(p, rel=2e-3)
-        assert top["cost_pct"] < 10
+        assert top["cost_pct"] < 5
         return
     assert named == [slow] and res.verdict["rank"].to_list() == [slow]
     row = res.frame.filter(res.frame["rank"] == slow).row(0, named=True)
@@ -105,10 +105,11 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
     assert row["last_arrival_share"] == res.frame["last_arrival_share"].max()
     # straggler_rank2 (30 ms sleep before backward): last at 12 of 12, p = 0.25^12 = 6e-8;
     # straggler_rank3 (15 ms, on a core shared with rank 1): 8 of 12, p = 0.0028; sleep_rank1 (50 ms
-    # before each step): 13 of 15, p = 9.2e-7. Each one's delays alone cost >= 10% of step time.
+    # before each step): 13 of 15, p = 9.2e-7. Their delays alone cost 24%, 6.9% and 32% of step
+    # time (>= 5%).
     last, n = {2: (12, 12), 3: (8, 12), 1: (13, 15)}[slow]
     assert (row["last_count"], row["instances"]) == (last, n) and row["p_value"] < 0.003
-    assert row["cost_pct"] >= 10
+    assert row["cost_pct"] >= 5
     assert row["wait_caused_ns"] == res.frame["wait_caused_ns"].max()
     # The slowed rank sleeps outside any traced op: that, not compute, made it late.
     assert res.verdict["cause"].to_list() == ["untraced host time"]

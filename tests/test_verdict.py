@@ -28,13 +28,14 @@ def test_samples(store, run, named, straggling, start):
     v = combined_verdict(store, run)
     assert v.text.startswith(start), v.text
     assert (v.stragglers, v.straggling) == (named, straggling)
-    # whatif agrees: a named rank's host gaps or op times alone cost >= 10% (alone S >= 1.1), and
-    # an unnamed run has S and launch slowdown <= 1.1 (clean 1.000 / 1.088, normal 1.098 / 1.073).
+    # whatif agrees: a named rank's host gaps or op times alone cost >= 5% (alone S >= 1.05), and
+    # an unnamed run has S and the host-gap slowdown <= 1.1 (clean 1.000 / 1.040, normal 1.098 /
+    # 1.000, normal_repeat 1.033 / 1.020).
     alone = v.figures["whatif_alone_by_rank"]
     for r in named:
-        assert alone[r] >= 1.1
+        assert alone[r] >= 1.05
     if not named:
-        assert max(v.slowdown, v.launch_slowdown) <= 1.1
+        assert max(v.slowdown, v.host_slowdown) <= 1.1
     assert f"what-if S = {v.slowdown:.3f}" in v.text
 
 

@@ -40,7 +40,7 @@ def test_replay_by_hand(store, tmp_path):
     (step,) = res.frame.iter_rows(named=True)
     assert (step["actual_ns"], step["nogap_ns"], step["ideal_ns"]) == (36_000_000, 36_000_000, 22_666_667)
     assert res.summary["slowdown"].item() == pytest.approx(36 / (22 + 2 / 3))
-    assert res.summary["launch_slowdown"].item() == 1.0
+    assert res.summary["launch_slowdown"].item() == 1.0 and res.summary["host_slowdown"].item() == 1.0
     for pool, ideal in (("step", "median"), ("all", "median"), ("step", "min")):
         res = analyze(store, "whatif", "run", pool=pool, ideal=ideal, gaps="median")
         (step,) = res.frame.iter_rows(named=True)
@@ -51,10 +51,11 @@ def test_replay_by_hand(store, tmp_path):
         assert blame[("op", "aten::A")] == pytest.approx(2.25) and blame[("op", "aten::B")] == pytest.approx(1.0)
 
 
-# (run, straggling, the rank whose host gaps alone explain most of the launch slowdown or None).
-# Measured: normal S 1.098 / launch 1.073; normal_repeat 1.033 / 1.074; clean 1.000 / 1.088;
-# straggler_rank2 1.224 / 1.305 (rank 2); straggler_rank3 1.139 / 1.127 (rank 3); sleep_rank1
-# 1.335 / 1.397 (rank 1).
+# (run, straggling, the rank whose host gaps alone explain most of the host-gap slowdown or None).
+# Measured S / host-gap slowdown (launch slowdown): normal 1.098 / 1.000 (1.073); normal_repeat
+# 1.033 / 1.020 (1.074); clean 1.000 / 1.040 (1.088); straggler_rank2 1.224 / 1.243 (1.305), rank 2;
+# straggler_rank3 1.139 / 1.071 (1.127), rank 3 (S above 1.1 from ranks 0 and 2's op times);
+# sleep_rank1 1.335 / 1.298 (1.397), rank 1.
 SAMPLE_VERDICTS = [("normal", False, None), ("normal_repeat", False, None), ("clean", False, None),
                    ("straggler_rank2", True, "2"), ("straggler_rank3", True, "3"), ("sleep_rank1", True, "1")]
 
@@ -67,17 +68,38 @@ def test_samples(store, run, straggling, slow):
     res = analyze(store, "whatif", run)
     s = res.summary.row(0, named=True)
     assert s["replay_error_pct"] < 1.0  # the model reproduces the trace
-    assert s["straggling"] == straggling == (max(s["slowdown"], s["launch_slowdown"]) > 1.1)
-    if slow is not None:
-        # The slowed rank sleeps outside traced ops (a host gap): its recorded gaps alone bring
-        # back nearly all of the launch slowdown, more than any other rank's.
-        launch = res.blame.filter((res.blame["by"] == "rank") & (res.blame["kind"] == "launch"))
-        assert launch["group"][0] == slow and launch["excess_alone_pct"][0] > 90
+    assert s["straggling"] == straggling == (max(s["slowdown"], s["host_slowdown"]) > 1.1)
+    if slow is None:
+        assert s["host_slowdown"] < 1.05  # no rank's host gaps stand out
+    else:
+        # The slowed rank sleeps outside traced ops (a host gap): its recorded gaps alone (the
+        # others at their median) bring back nearly all of the host-gap slowdown, more than any
+        # other rank's.
+        host = res.blame.filter((res.blame["by"] == "rank") & (res.blame["kind"] == "host"))
+        assert host["group"][0] == slow and host["excess_alone_pct"][0] > 90 and s["host_slowdown"] > 1.05
+
+
+def test_host_gaps_shared_by_every_rank_are_not_straggling(store, tmp_path):
+    # Two ranks with the same schedule: aten::A [0, 5] ms, 5 ms of untraced host time, aten::B
+    # [10, 15], the all-reduce enqueued at 15 (the last arrival) and done at 16. The launch
+    # slowdown counts the gap (actual 16 ms / no-gap replay 5 + 5 + 1 = 11 ms = 1.4545), the
+    # host-gap slowdown does not (both ranks have it, so its median is the recorded gap: 16 / 16);
+    # S = 1 (equal op times): not straggling.
+    for r in range(2):
+        ev = _chain([("aten::A", 5), ("aten::B", 5)], 15, [])
+        for e in ev:
+            if e["name"] in ("aten::B", "c10d::allreduce_"):
+                e["ts"] += 5000
+        _write(tmp_path / "run" / f"r{r}.json", ev, r)
+    ingest(store, [tmp_path / "run"])
+    s = analyze(store, "whatif", "run").summary.row(0, named=True)
+    assert s["launch_slowdown"] == pytest.approx(16 / 11)
+    assert (s["host_slowdown"], s["slowdown"], s["straggling"]) == (1.0, 1.0, False)
 
 
 def test_noise_note_when_s_comes_from_other_ranks(store):
     # straggler_rank3: S (blocking, op times) = 1.139 > 1.1, but from ranks 0 and 2, which share a
-    # core and run their ops slower; the slowed rank 3 costs host time (launch blame). The note
+    # core and run their ops slower; the slowed rank 3 costs host time (host blame). The note
     # lists each rank's alone S (as in blame), the share of the excess the largest explains alone
     # (its excess_alone_pct) and points to stragglers.
     if not (SAMPLES / "straggler_rank3" / "rank3.trace.json.gz").exists():

@@ -1,18 +1,20 @@
 """One straggler verdict for a run: ``stragglers`` and ``whatif`` read together, never contradicting.
 
 ``stragglers`` names a rank when it arrives last significantly more often than chance and its
-delays alone cost the job at least 10% of step time, measured by the same what-if replay whose
+delays alone cost the job a material share of step time (5%), measured by the same what-if replay whose
 per-rank blame ``whatif`` reports; ``whatif`` says how much slower the job is than its ideal
-(S, the OSDI'25 blocking slowdown, and the launch slowdown from host gaps). The combined verdict:
+(S, the OSDI'25 blocking slowdown, and the host-gap slowdown: what host gaps that differ across
+ranks cost; the artifact's launch slowdown, what all host gaps cost, is shown beside). The
+combined verdict:
 
   1. A rank is named: "straggler: rank R ..." with its last-arrival count, p-value, cost and cause,
      and the what-if S and launch slowdown beside it. When too many ranks pass the rule to call
      them stragglers (``stragglers``' ``max_named_share``): "no single straggler: a systematic
      imbalance", with what-if's largest stage.
-  2. No rank named and S and the launch slowdown at most 1.1: "no straggler", with the figures.
-  3. No rank named but S or the launch slowdown above 1.1: "no single straggler": the job is
+  2. No rank named and S and the host-gap slowdown at most 1.1: "no straggler", with the figures.
+  3. No rank named but S or the host-gap slowdown above 1.1: "no single straggler": the job is
      slower than its ideal from op-time (or host-time) variation spread over ranks (no rank alone
-     costs 10%), e.g. CPU op-time noise on a shared machine. Not a contradiction: S counts every
+     is both last significantly often and costly), e.g. CPU op-time noise on a shared machine. Not a contradiction: S counts every
      op slower than typical, whoever runs it.
 
 The report and summary put :attr:`Verdict.text` at the top.
@@ -44,8 +46,11 @@ class Verdict:
         stragglers: Ranks named by ``stragglers`` (empty when none).
         slowdown: What-if S (blocking slowdown), None when the replay cannot run (e.g. Flight
             Recorder only).
-        launch_slowdown: What-if launch slowdown (actual / no host gaps), None likewise.
-        straggling: The job straggles: a rank is named, or S or the launch slowdown exceeds 1.1.
+        host_slowdown: What-if host-gap slowdown (recorded host gaps vs each at its median over
+            ranks), None likewise.
+        launch_slowdown: What-if launch slowdown (actual / no host gaps at all, the artifact's),
+            None likewise.
+        straggling: The job straggles: a rank is named, or S or the host-gap slowdown exceeds 1.1.
             (A systematic imbalance with S > 1.1 straggles without a named rank.)
         figures: Per-rank figures of ``stragglers`` (rank -> last_count, instances, p_value,
             cost_pct) and the what-if blame by rank (rank -> alone S, the larger of blocking and
@@ -55,6 +60,7 @@ class Verdict:
     text: str
     stragglers: tuple[int, ...]
     slowdown: float | None
+    host_slowdown: float | None
     launch_slowdown: float | None
     straggling: bool
     figures: dict[str, Any] = field(default_factory=dict)
@@ -80,6 +86,8 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
         AnalysisError: No collective matched across two or more ranks (from ``stragglers``).
     """
     st = _run("stragglers", store, run)
+    rule = analysis.get("stragglers").params(run=run)  # the rule's thresholds (defaults)
+    cost_rule = f"cost >= {rule.min_cost_pct:g}%"
     try:
         wi = _run("whatif", store, run)
     except AnalysisError:
@@ -88,20 +96,21 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
     named = tuple(int(r) for r in per.filter(pl.col("named"))["rank"].to_list())
     s = float(wi.summary["slowdown"].item()) if wi is not None else None
     ls = float(wi.summary["launch_slowdown"].item()) if wi is not None else None
+    hs = float(wi.summary["host_slowdown"].item()) if wi is not None else None
     alone: dict[int, float] = {}
     if wi is not None:
         b = wi.blame.filter(pl.col("by") == "rank").group_by("group").agg(pl.col("slowdown").max())
         alone = {int(g): float(x) for g, x in b.iter_rows()}
-    whatif = (f"what-if S = {s:.3f}, launch slowdown = {ls:.3f}" if s is not None and ls is not None
-              else "what-if: not available (no compute traced)")
-    slow = s is not None and ls is not None and max(s, ls) > STRAGGLING_S
+    whatif = (f"what-if S = {s:.3f}, host-gap slowdown = {hs:.3f} (launch slowdown {ls:.3f})"
+              if s is not None and hs is not None and ls is not None else "what-if: not available (no compute traced)")
+    slow = s is not None and hs is not None and max(s, hs) > STRAGGLING_S
     if named:
         causes = dict(zip(st.verdict["rank"].to_list(), st.verdict["cause"].to_list(), strict=True))
         parts = []
         for r in per.filter(pl.col("named")).iter_rows(named=True):
             parts.append(f"rank {r['rank']} ({causes.get(r['rank'], 'unknown')}: last at {r['last_count']} of "
                          f"{r['instances']} collectives, p = {r['p_value']:.2g}; its delays alone cost "
-                         f"{r['cost_pct']:.0f}% of step time)")
+                         f"{r['cost_pct']:.1f}% of step time)")
         text = f"straggler: {'; '.join(parts)}; {whatif}"
     elif per["qualifies"].any():
         many = per.filter(pl.col("qualifies"))
@@ -112,17 +121,17 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
                 top = b.row(0, named=True)
                 stage = f"; largest by stage: {top['group']} (alone S = {top['slowdown']:.3f})"
         text = (f"no single straggler: {many.height} of {per.height} ranks each arrive last significantly often and "
-                f"cost >= 10%: a systematic imbalance (a slow stage or group, uneven work), not one rank; "
+                f"{cost_rule}: a systematic imbalance (a slow stage or group, uneven work), not one rank; "
                 f"{whatif}{stage}")
     elif not slow:
         top = per.sort("p_value").row(0, named=True)
-        text = (f"no straggler: no rank both arrives last significantly more often than chance (p < 0.01) and costs "
-                f">= 10% of step time (closest: rank "
+        text = (f"no straggler: no rank both arrives last significantly more often than chance (p < {rule.alpha:g}) "
+                f"and has a {cost_rule} of step time (closest: rank "
                 f"{top['rank']}, last at {top['last_count']} of {top['instances']}, p = {top['p_value']:.2g}, cost "
-                f"{top['cost_pct']:.0f}%); {whatif}")
+                f"{top['cost_pct']:.1f}%); {whatif}")
     else:
         worst = max(alone.items(), key=lambda kv: kv[1]) if alone else None
-        text = (f"no single straggler: the job runs {100 * (max(s or 1, ls or 1) - 1):.0f}% slower than its ideal "
+        text = (f"no single straggler: the job runs {100 * (max(s or 1, hs or 1) - 1):.0f}% slower than its ideal "
                 f"({whatif}), from variation spread over ranks (op-time noise, or host time): no rank is last "
                 "significantly more often than chance"
                 + (f" (largest single-rank cost: rank {worst[0]}, {100 * (worst[1] - 1):.0f}%)" if worst else ""))
@@ -131,5 +140,6 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
                   for r in per.iter_rows(named=True)},
         "whatif_alone_by_rank": alone,
     }
-    return Verdict(text=text, stragglers=named, slowdown=s, launch_slowdown=ls, straggling=bool(named) or slow,
+    return Verdict(text=text, stragglers=named, slowdown=s, host_slowdown=hs, launch_slowdown=ls,
+                   straggling=bool(named) or slow,
                    figures=figures)

@@ -201,3 +201,37 @@ def test_cli_stragglers_and_whatif_on_trace_filter(tmp_path):
     code, out, err = run("analyze", "whatif", "--run", "tf", "--db", db, "--table", "blame", "-f", "csv")
     assert code == 0, err
     assert "all_to_all" in out and "send_recv" not in out
+
+
+def _launched(namers: list[tuple[str, str, dict]]) -> list[dict]:
+    """One rank: a ncclKernel_SendRecv kernel without metadata (an old-style trace), launched at 60 us
+    inside the given CPU events (cat, name, args), nested from outermost [10, 110] inward."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 200}]
+    for d, (cat, name, args) in enumerate(namers):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": 10 + d, "dur": 100 - 2 * d,
+                   "args": args})
+    ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 60, "dur": 2,
+               "args": {"correlation": 7}})
+    ev.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0, "tid": 9,
+               "ts": 70, "dur": 20, "args": {"correlation": 7, "device": 0, "stream": 9}})
+    return ev
+
+
+@pytest.mark.parametrize("namers, op, pg", [
+    # the c10d op alone names it
+    ([("cpu_op", "c10d::allreduce_", {})], "all_reduce", None),
+    # ProcessGroupNCCL's annotation beats the c10d op around it
+    ([("cpu_op", "c10d::alltoall_base_", {}), ("user_annotation", "nccl:all_to_all", {})], "all_to_all", None),
+    # record_param_comms with metadata beats both, and brings its process group and Seq
+    ([("cpu_op", "c10d::allreduce_", {}), ("cpu_op", "record_param_comms",
+      {"Collective name": "_allgather_base", "Process Group Name": "3", "Seq": 5,
+       "Process Group Ranks": "[1, 0]"}), ("user_annotation", "nccl:all_reduce", {})], "all_gather", "3"),
+    # record_param_comms without metadata (old traces) names nothing: the annotation does
+    ([("cpu_op", "record_param_comms", {"Input Dims": [[384]]}), ("user_annotation", "nccl:broadcast", {})],
+     "broadcast", None),
+])
+def test_launching_op_names_old_style_collectives(store, tmp_path, namers, op, pg):
+    _write(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, pg, seq, pg_ranks, enter_ns - $1 FROM collectives", [BASE]).row(0)
+    assert row == (op, pg, 5 if pg else None, "[0, 1]" if pg else None, 60_000)  # enter = the launch at 60 us

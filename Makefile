@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 DB     ?= demo.duckdb
 
-.PHONY: demo test install install-test lint schema-doc bench clean
+.PHONY: demo test install install-test lint schema-doc bench clean fuzz
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# Long property-based fuzz run of ingest (tests/test_fuzz.py; the suite runs 40 inputs).
+FUZZ_EXAMPLES ?= 3000
+fuzz: install-test
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
 
 lint: install-test
 	$(BIN)/ruff check traceprof collectors analyses tests

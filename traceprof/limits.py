@@ -45,9 +45,9 @@ def drop_out_of_range(
 ) -> None:
     """Check the integer columns of parser rows; drop (or raise on) rows that do not fit.
 
-    Checked: ``ts_ns``, ``dur_ns`` and their sum (int64), ``device`` and ``step`` (int32), and any
-    column given in ``types``. ``cols`` is changed in place (every list loses the dropped rows, as
-    does ``src_index``).
+    Checked: ``ts_ns``, ``dur_ns`` and their sum, ``stream``, ``correlation``, ``external_id``
+    (int64), ``device`` and ``step`` (int32), and any column given in ``types``. ``cols`` is
+    changed in place (every list loses the dropped rows, as does ``src_index``).
 
     Args:
         path: The trace file, for messages.
@@ -64,7 +64,8 @@ def drop_out_of_range(
         TraceFormatError: With ``on_bad_event="raise"``, the first row that does not fit, naming
             ``what #index``, the column and the value.
     """
-    checks = {"ts_ns": pa.int64(), "dur_ns": pa.int64(), "device": pa.int32(), "step": pa.int32(), **(types or {})}
+    checks = {"ts_ns": pa.int64(), "dur_ns": pa.int64(), "device": pa.int32(), "step": pa.int32(),
+              "stream": pa.int64(), "correlation": pa.int64(), "external_id": pa.int64(), **(types or {})}
     values = {**cols, **(extra or {})}
     names = [n for n in checks if n in values]
     if _all_fit(values, names, checks):

@@ -278,3 +278,32 @@ def test_ties_are_ties(store, tmp_path):
     per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
     assert [(per[r]["last_count"], per[r]["tie_count"]) for r in (0, 1, 2)] == [(0, 0), (0, 2), (0, 2)]
     assert res.instances["last_rank"].null_count() == 2
+
+
+def _p2p(ops: list[tuple[str, int, int]]) -> list[dict]:
+    """A GPU rank of a 3-rank pipeline on process group "0" [0, 1, 2]: per (op, Seq, peer), a
+    SendRecv kernel with Collective name send/recv, every 100 us from T0_US."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": T0_US, "dur": 400}]
+    for k, (op, seq, peer) in enumerate(ops):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": T0_US + 100 * k + 10, "dur": 2, "args": {"correlation": 60 + k}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": 0, "tid": 9,
+                   "ts": T0_US + 100 * k + 20, "dur": 40,
+                   "args": {"correlation": 60 + k, "device": 0, "stream": 9, "Collective name": op,
+                            "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2]", "Seq": seq,
+                            "Src Rank" if op == "recv" else "Dst Rank": peer, "In msg nelems": 64, "dtype": "Float"}})
+    return ev
+
+
+def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, tmp_path):
+    # c10d numbers a rank's point-to-point ops in a group with one counter: rank 0 sends to 1 (its
+    # p2p Seq 1), rank 1 receives from 0 (Seq 1) then sends to 2 (Seq 2), rank 2 receives from 1
+    # (Seq 1). Key Seq 1 would hold ranks 0, 1 and 2 (three ends of two transfers): the group's
+    # p2p sequence numbers are not per transfer, so its p2p rows stay unmatched, with a warning.
+    _write(tmp_path / "run" / "r0.json", _p2p([("send", 1, 1)]), 0, world=3, backend="nccl")
+    _write(tmp_path / "run" / "r1.json", _p2p([("recv", 1, 0), ("send", 2, 2)]), 1, world=3, backend="nccl")
+    _write(tmp_path / "run" / "r2.json", _p2p([("recv", 1, 1)]), 2, world=3, backend="nccl")
+    warned = ingest(store, [tmp_path / "run"], run="pp").warnings
+    assert store.sql("SELECT count(*) FROM collectives WHERE instance_id IS NOT NULL").item() == 0
+    assert any("1 of 1 point-to-point sequence numbers are held by three or more ranks" in w and "left unmatched" in w
+               for w in warned)

@@ -18,9 +18,11 @@ Algorithm:
   3. Sequence numbers that cannot be per group are detected per (source, pg, pg_ranks, family):
      more than :data:`CROSS_STEP_SHARE` of its multi-rank keys hold rows of different steps, or its
      ranks step their sequence numbers by different median strides (a counter shared with other
-     groups; ranks with at least :data:`MIN_STRIDE_DIFFS` steps).
-     Such a group's rows are matched by order within the step instead (step 4), method
-     ``step_order``, and :func:`fallback_note` says so.
+     groups; ranks with at least :data:`MIN_STRIDE_DIFFS` steps), or (point-to-point) more than
+     that share of its keys are held by three or more ranks (a transfer has two ends; per-rank p2p
+     counters of a group wider than a pair do not line up). Such a group's collectives are matched
+     by order within the step instead (step 4), method ``step_order``, its point-to-point rows
+     left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
   4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
      match by ordinal: on every rank, the k-th collective of the same group, op and size within the
      same step (or within the trace when steps are unknown) is the same instance: method
@@ -140,7 +142,14 @@ def _bad_groups(ided: pl.DataFrame) -> pl.DataFrame:
                                             pl.col("stride").min().alias("lo"), pl.col("stride").max().alias("hi"))
     strides = strides.filter(pl.col("n") > 1).select(
         *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why"))
-    return pl.concat([cross, strides]).unique(_GROUP, keep="first")
+    # a point-to-point transfer has two ends: a key holding three or more ranks mixes transfers
+    # (per-rank p2p counters of a group wider than a pair do not line up across ranks)
+    wide = keys.filter(pl.col("p2p") & (pl.col("n") >= 2)).group_by(_GROUP).agg(
+        (pl.col("n") > 2).mean().alias("share"), (pl.col("n") > 2).sum().alias("k"), pl.len().alias("of"))
+    wide = wide.filter(pl.col("share") > CROSS_STEP_SHARE).select(
+        *_GROUP, pl.format("{} of {} point-to-point sequence numbers are held by three or more ranks", "k", "of")
+        .alias("why"))
+    return pl.concat([cross, strides, wide]).unique(_GROUP, keep="first")
 
 
 def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -152,9 +161,12 @@ def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     bad = _bad_groups(ided)
     notes = [f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
              f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
-             "matched by order within the step instead (match_method step_order)" for r in bad.iter_rows(named=True)]
+             + ("left unmatched (each transfer has one unknown peer)" if r["p2p"] else
+                "matched by order within the step instead (match_method step_order)")
+             for r in bad.iter_rows(named=True)]
+    bad_p2p = ided.join(bad.filter(pl.col("p2p")).select(_GROUP), on=_GROUP, how="semi").select("rid")
     ided = ided.join(bad.select(_GROUP), on=_GROUP, how="anti")
-    by_order = rest.join(ided.select("rid"), on="rid", how="anti").filter(
+    by_order = rest.join(ided.select("rid"), on="rid", how="anti").join(bad_p2p, on="rid", how="anti").filter(
         ~(pl.col("p2p") & (pl.col("pg").is_null() | pl.col("seq").is_null())))
     size = pl.when(pl.col("op").fill_null("").str.contains("all_to_all")).then(pl.lit("*")).otherwise(
         pl.col("size").cast(pl.Utf8).fill_null("?"))

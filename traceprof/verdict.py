@@ -8,7 +8,7 @@ ranks cost; the artifact's launch slowdown, what all host gaps cost, is shown be
 combined verdict:
 
   1. A rank is named: "straggler: rank R ..." with its last-arrival count, p-value, cost and cause,
-     and the what-if S and launch slowdown beside it. When too many ranks pass the rule to call
+     and the what-if S and host-gap slowdown beside it. When too many ranks pass the rule to call
      them stragglers (``stragglers``' ``max_named_share``): "no single straggler: a systematic
      imbalance", with what-if's largest stage.
   2. No rank named and S and the host-gap slowdown at most 1.1: "no straggler", with the figures.
@@ -33,7 +33,7 @@ from traceprof.store import Store
 
 __all__ = ["Verdict", "combined_verdict", "STRAGGLING_S"]
 
-#: The OSDI'25 straggling threshold on S (and on the launch slowdown).
+#: The OSDI'25 straggling threshold on S (and on the host-gap slowdown).
 STRAGGLING_S = 1.1
 
 
@@ -54,7 +54,7 @@ class Verdict:
             (A systematic imbalance with S > 1.1 straggles without a named rank.)
         figures: Per-rank figures of ``stragglers`` (rank -> last_count, instances, p_value,
             cost_pct) and the what-if blame by rank (rank -> alone S, the larger of blocking and
-            launch).
+            host).
     """
 
     text: str

@@ -233,3 +233,23 @@ def test_appending_another_jobs_trace_is_refused(tmp_path, change, message):
                                  "belong to this run, pass --force-run")
     code, _, err = run("ingest", str(b), "--run", "job", "--db", db, "--force-run")
     assert code == 0, err
+
+
+def test_private_clock_sources_are_not_compared_in_time(tmp_path):
+    # An NCCL profiler-plugin trace carries steady-clock times (ingest places them later): its
+    # span, a day away from the run, is no sign of another job; a Kineto trace there is.
+    import pyarrow as pa
+
+    from traceprof.identity import check_append
+    from traceprof.parsed import ParsedTrace
+
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [_write(tmp_path / "a", "rank0.json", micro_trace(["a"]))], run="job", jobs=1)
+        far = pa.table({"ts_ns": [86_400 * 10**9], "dur_ns": [1]})
+        for source, refused in (("nccl_profiler", False), ("kineto", True)):
+            pt = ParsedTrace(path="x", sha256="", bytes=0, source=source, format="", rank=1, world_size=None, events=far)
+            if refused:
+                with pytest.raises(StoreError, match="h away from the traces of run 'job'"):
+                    check_append(store.con, 1, "job", [pt])
+            else:
+                check_append(store.con, 1, "job", [pt])

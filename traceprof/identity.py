@@ -3,8 +3,9 @@
 A run that already holds traces gains new ones only when they agree with it on world size,
 distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
 more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
-Facts a trace does not state are not compared. A mismatch is refused; ``force`` (CLI
-``--force-run``) appends anyway.
+Facts a trace does not state are not compared, and times only between sources with epoch clocks
+(:data:`EPOCH_SOURCES`; the NCCL profiler plugin's steady clock and NDTimeline's step-relative times
+are placed by ingest later). A mismatch is refused; ``force`` (CLI ``--force-run``) appends anyway.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import pyarrow.compute as pc
 from traceprof.errors import StoreError
 from traceprof.parsed import ParsedTrace
 
-__all__ = ["check_append", "MAX_GAP_NS"]
+__all__ = ["check_append", "MAX_GAP_NS", "EPOCH_SOURCES"]
+
+#: Sources whose timestamps are epoch ns as recorded (DESIGN.md §2), so spans compare across files.
+EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys")
 
 #: Largest gap between a new trace's time span and the run's before they are another job's: one
 #: hour (the ranks of one job profile the same steps; clocks differ by milliseconds).
@@ -43,10 +47,11 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
         "list(DISTINCT lower(device_name)) FILTER (device_name IS NOT NULL) FROM traces WHERE run_id = ?",
         [run_id],
     ).fetchone()
+    epoch = f"trace_id IN (SELECT trace_id FROM traces WHERE run_id = ? AND source IN {EPOCH_SOURCES})"
     span = con.execute(
-        "SELECT min(lo), max(hi) FROM (SELECT min(ts_ns) lo, max(ts_ns + dur_ns) hi FROM events WHERE run_id = ? "
+        f"SELECT min(lo), max(hi) FROM (SELECT min(ts_ns) lo, max(ts_ns + dur_ns) hi FROM events WHERE {epoch} "
         "UNION ALL SELECT min(coalesce(enter_ns, start_ns)), max(coalesce(end_ns, start_ns, enter_ns)) "
-        "FROM collectives WHERE run_id = ?)",
+        f"FROM collectives WHERE {epoch})",
         [run_id, run_id],
     ).fetchone()
     worlds, backends, devices = (set(v or []) for v in held)
@@ -62,7 +67,7 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
                 raise StoreError(
                     f"{pt.path}: {what} {value!r}, but run {name!r} has {', '.join(map(repr, sorted(have)))}: "
                     f"a trace of another job; ingest it as another run (--run NAME){force}")
-        lo, hi = _span(pt)
+        lo, hi = _span(pt) if pt.source in EPOCH_SOURCES else (None, None)
         if lo is not None and span[0] is not None:
             gap = max(lo - span[1], span[0] - hi, 0)
             if gap > MAX_GAP_NS:

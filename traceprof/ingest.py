@@ -262,7 +262,8 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
 
 
 def _parse_all(
-    tasks: list[tuple[Path, str, bool]], jobs: int | None, progress: Progress | None, max_inflate_ratio: float
+    tasks: list[tuple[Path, str, bool, tuple[str, ...]]], jobs: int | None, progress: Progress | None,
+    max_inflate_ratio: float,
 ) -> list[list[ParsedTrace] | TraceprofError]:
     n = len(tasks)
 

@@ -62,7 +62,9 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
         sel = ", ".join(n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True))
         limit = "" if max_rows is None else f" LIMIT {int(max_rows) + 1}"
         sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
-        return columns, types, iter(rel.query("_q", sql).to_arrow_reader(batch_rows))
+        projected = rel.query("_q", sql)
+        assert projected is not None  # a SELECT always has a result
+        return columns, types, iter(projected.to_arrow_reader(batch_rows))
 
     try:
         columns, types, reader = store.interruptible(start)

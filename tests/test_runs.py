@@ -65,7 +65,7 @@ def test_cli_runs_rm_mv_and_names_with_brackets(tmp_path):
     assert r.returncode == 0 and "is now 'good'" in r.stderr, r.stderr
     # The same files under another --run: ingest says where they already are.
     again = _cli("ingest", str(odd), "--run", "other", "--db", db, cwd=tmp_path)
-    assert "run 'good'" in again.stderr, again.stderr
+    assert "run 'good'" in again.stderr and "not added to run 'other'" in again.stderr, again.stderr
     r = _cli("runs", "rm", "good", "--db", db, cwd=tmp_path)
     assert r.returncode == 0 and "removed run 'good'" in r.stderr, r.stderr
     assert "good" not in _cli("runs", "--db", db, cwd=tmp_path).stdout

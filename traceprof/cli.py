@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import os
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Iterable, Sequence
@@ -210,7 +210,10 @@ def ingest(
         for w in res.warnings:
             say(w, label="warning:", style="yellow")
         for path, where in res.skipped.items():
-            say(f"already stored: {path} ({where})")
+            elsewhere = run is not None and not where.startswith(f"run {run!r} ")
+            say(f"already stored: {path} ({where})" + (
+                f"; not added to run {run!r} (a file belongs to one run: `traceprof runs mv` renames that run, "
+                "`traceprof runs rm` removes it so its files can be ingested again)" if elsewhere else ""))
         for name, rid in res.runs.items():
             say(f"run {name!r} (id {rid}): stored in {db}")
         for msg in res.failed.values():

@@ -261,8 +261,7 @@ def main() -> None:
             total = res["traceprof"]["wall"] + sum(r["wall"] for r in an.values())
             print(f"  ingest + every analysis + report: {total:.1f} s wall")
             result["analyses"][name] = {**an, "ingest_plus_all_wall": total}
-        if name not in folders.values():
-            db.unlink(missing_ok=True)
+        db.unlink(missing_ok=True)  # stores are large; the traces stay for the next run
     if not a.skip_analyses and (not a.only or "curve" in a.only):
         print(f"\noverlap vs steps (20 events per step):\n  {'steps':>8} {'events':>9} {'wall s':>8} {'rss MB':>8}")
         for steps in CURVE:

@@ -23,12 +23,14 @@ from typing import Any
 
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
+from traceprof.classify import EXCLUDED_FLAGS, comm_family
 from traceprof.matching import P2P_OPS, canonical_ranks
-from traceprof.ops import dtype_bytes, is_comm_kernel, kernel_op, normalize_op
+from traceprof.ops import dtype_bytes, kernel_op, normalize_op
+from traceprof.schema import LAUNCH_KINDS
 
 __all__ = ["collectives"]
 
-_LAUNCH_KINDS = frozenset({"cuda_runtime", "cuda_driver"})
+_LAUNCH_KINDS = frozenset(LAUNCH_KINDS)
 
 
 def _nelems(dims: Any) -> int | None:
@@ -112,7 +114,7 @@ def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str,
     for i, kind in enumerate(cols["kind"]):
         name = cols["name"][i]
         if gpu_present:
-            if kind != "kernel" or not is_comm_kernel(name):
+            if kind != "kernel" or cols["class"][i] != "comm" or cols["flag"][i] in EXCLUDED_FLAGS:
                 continue
             a = _args_dict(cols["args"][i])
             source = "nccl_kernel"
@@ -120,6 +122,8 @@ def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str,
             rpc = launch.get("rpc")
             op = (normalize_op(str(a["Collective name"])) if a.get("Collective name") else
                   launch.get("op") or kernel_op(name))
+            if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
+                op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
             dtype = _meta(a, rpc, "dtype")
             n_in = _int_or_none(_meta(a, rpc, "In msg nelems"))
             n_out = _int_or_none(_meta(a, rpc, "Out msg nelems"))

@@ -13,18 +13,27 @@ from traceprof.store import Store
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
 CORPUS = Path(os.environ.get("TRACEPROF_CORPUS", REPO.parent / "shared" / "corpus"))
+CASES = Path(os.environ.get("TRACEPROF_CASES", REPO.parent / "shared" / "cases"))
+
+
+def _shared(p: Path, what: str) -> Path:
+    """``p`` when it exists; else skip the test, or fail it when ``TRACEPROF_REQUIRE_CORPUS`` is set
+    (CI: ``.ci/run`` sets it, so a missing ../shared is red, not dozens of silent skips)."""
+    if not p.exists():
+        if os.environ.get("TRACEPROF_REQUIRE_CORPUS"):
+            pytest.fail(f"{what} required (TRACEPROF_REQUIRE_CORPUS is set) but not available: {p}")
+        pytest.skip(f"{what} not available: {p}")
+    return p
 
 
 def corpus(rel: str) -> Path:
-    """Path of a corpus file or folder; skips the test when ../shared/corpus is absent, or fails it
-    when ``TRACEPROF_REQUIRE_CORPUS`` is set (CI: ``.ci/run`` sets it, so a missing corpus is red,
-    not 38 silent skips)."""
-    p = CORPUS / rel
-    if not p.exists():
-        if os.environ.get("TRACEPROF_REQUIRE_CORPUS"):
-            pytest.fail(f"corpus required (TRACEPROF_REQUIRE_CORPUS is set) but not available: {p}")
-        pytest.skip(f"corpus not available: {p}")
-    return p
+    """Path of a file or folder of ../shared/corpus (real public traces); see :func:`_shared`."""
+    return _shared(CORPUS / rel, "corpus")
+
+
+def case(name: str) -> Path:
+    """Folder of a ../shared/cases input (small traces with exact expected values in EXPECT.md)."""
+    return _shared(CASES / name, "case")
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import analyze, corpus
+from tests.conftest import CASES, analyze, case, corpus
 from traceprof.errors import AnalysisError
 from traceprof.ingest import ingest
 from traceprof.store import Store
 
 FR = "flight_recorder/gloo_cpu_4rank"
-CASE = Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "fr_two_groups_same_pg_name"
+CASE = CASES / "fr_two_groups_same_pg_name"
 
 
 def _copy(tmp_path: Path, edit) -> Path:
@@ -103,10 +103,8 @@ def test_wrapped_and_a_real_fault(store, tmp_path):
 
 
 def test_groups_with_the_same_name_and_not_completed(store, tmp_path):
-    if not CASE.is_dir():
-        pytest.skip("shared cases not available")
     out = tmp_path / "case"
-    shutil.copytree(CASE, out, ignore=shutil.ignore_patterns("*.md"))
+    shutil.copytree(case(CASE.name), out, ignore=shutil.ignore_patterns("*.md"))
     ingest(store, [out], run="clean", jobs=1)
     res = analyze(store, "desync", "clean", all=True)
     # Two groups named "0": [0, 1] and [2, 3], 3 collectives each, all completed.

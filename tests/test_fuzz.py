@@ -19,15 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import CASES, SAMPLES
 from traceprof.errors import TraceprofError
 from traceprof.ingest import ingest
 from traceprof.store import Store
 
 #: Inputs per run: 40 in the suite; `make fuzz` sets FUZZ_EXAMPLES (the size of the run, not its verdict).
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
-
-CASES = REPO.parent / "shared" / "cases"
 
 
 def _seeds() -> list[tuple[str, bytes]]:

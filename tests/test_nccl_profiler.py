@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from collectors.nccl_profiler import parse
-from tests.conftest import analyze
+from tests.conftest import CASES, analyze, case
 from traceprof import sources
 from traceprof.errors import AnalysisError, TraceFormatError
 from traceprof.ingest import ingest
 from traceprof.store import Store
 
-CASE = Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "clock_offset_3ms"
+CASE = CASES / "clock_offset_3ms"
 COMM = 6732458103728113409
 #: The plugin's clock origin on each rank (epoch ns when the plugin started in that process): any value.
 ORIGIN = {0: 1767225600000000000 + 2_500_000_017, 1: 1767225600000000000 + 1_250_000_000}
@@ -63,8 +63,7 @@ def _plugin_dump(rank: int) -> str:
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
-    if not CASE.is_dir():
-        pytest.skip("shared cases not available")
+    case(CASE.name)
     out = tmp_path / "job"
     out.mkdir()
     for r in (0, 1):

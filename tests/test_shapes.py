@@ -7,28 +7,17 @@ are worked out there by hand (µs offsets from the case's T0 / B, converted to n
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import REPO, analyze
 
+from tests.conftest import analyze, case
 from traceprof.errors import TraceFormatError
 from traceprof.ingest import ingest
 from traceprof.store import Store
 
-CASES = Path(os.environ.get("TRACEPROF_CASES", REPO.parent / "shared" / "cases"))
 US = 1000
-
-
-def case(name: str) -> Path:
-    p = CASES / name
-    if not p.exists():
-        if os.environ.get("TRACEPROF_REQUIRE_CORPUS"):
-            pytest.fail(f"case not available: {p}")
-        pytest.skip(f"case not available: {p}")
-    return p
 
 
 def _store(tmp_path: Path, *paths: Path, **kw: object) -> Store:

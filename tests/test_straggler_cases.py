@@ -9,9 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import analyze
+from tests.conftest import analyze, case
 from tests.test_matching import BASE, _write
-from tests.test_shapes import case
 from traceprof import clock
 from traceprof.clock import estimate_offsets
 from traceprof.ingest import ingest

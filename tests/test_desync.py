@@ -130,3 +130,16 @@ def test_needs_sequence_numbers(store):
     ingest(store, [Path(__file__).resolve().parent.parent / "sample_traces" / "normal"], run="k", jobs=1)
     with pytest.raises(AnalysisError, match="no collectives with a process group and sequence number"):
         analyze(store, "desync", "k")
+
+
+def test_wrapped_ring_buffer_is_not_missing_in_matching(store, tmp_path):
+    # Rank 1 holds seq 6..17 only: instances 1..5 hold ranks 0, 2, 3 and miss nobody; 6..17 hold all four.
+    def edit(rank, doc):
+        if rank == 1:
+            doc["entries"] = doc["entries"][5:]
+
+    res = ingest(store, [_copy(tmp_path, edit)], run="w")
+    assert not any("miss some ranks" in w for w in res.warnings)
+    inst = store.sql("SELECT seq, ranks_present, ranks_missing FROM collective_instances ORDER BY seq")
+    assert inst["ranks_missing"].list.len().sum() == 0
+    assert inst.filter(inst["seq"] <= 5)["ranks_present"].to_list() == [[0, 2, 3]] * 5

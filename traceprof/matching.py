@@ -34,7 +34,9 @@ Algorithm:
      before the "other side" started).
   5. Instance ids are numbered 1.. in order of first arrival; ``collective_instances`` gets one row
      per instance with the ranks present and missing (of ``pg_ranks`` when known, else the ranks
-     seen in that source and group anywhere in the run) and arrival / end statistics (recomputed by
+     seen in that source and group anywhere in the run; never a rank whose record of the group
+     starts at a later sequence number: a wrapped Flight Recorder ring buffer or a profiler that
+     started later is compared on the common range only) and arrival / end statistics (recomputed by
      :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
 
 Arrival of a rank at a collective (:data:`ARRIVAL_SQL`): the start of the communication kernel on
@@ -203,6 +205,13 @@ members AS (
   SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, list(DISTINCT rank ORDER BY rank) AS ranks
   FROM c GROUP BY ALL
 ),
+-- each rank's first sequence number per group and family: a rank whose record starts later (a
+-- Flight Recorder ring buffer that wrapped, a profiler started later) is not missing before it
+held AS (
+  SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, {_IS_P2P_SQL} AS p2p, rank,
+         min(seq) AS first_seq
+  FROM collectives WHERE run_id = $run AND seq IS NOT NULL GROUP BY ALL
+),
 inst AS (
   SELECT instance_id, any_value(source) AS source, any_value(pg) AS pg, any_value(pg_ranks) AS pg_ranks,
          bool_or(p2p) AS p2p,
@@ -225,12 +234,19 @@ SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, 
          AS ordinal,
        i.ranks_present,
        list_filter(coalesce(try_cast(i.pg_ranks AS INTEGER[]), m.ranks),
-                   lambda x: NOT list_contains(i.ranks_present, x)) AS ranks_missing,
+                   lambda x: NOT list_contains(i.ranks_present, x)
+                             AND NOT list_contains(coalesce(w.later, []::INTEGER[]), x)) AS ranks_missing,
        i.n_ranks, i.first_arrival_ns, i.last_arrival_ns, l.last_rank,
        i.last_arrival_ns - i.first_arrival_ns AS arrival_skew_ns,
        i.first_end_ns, i.last_end_ns, i.match_method
 FROM inst i JOIN members m ON m.source = i.source AND m.g = coalesce(i.pg, '') AND m.gr = coalesce(i.pg_ranks, '')
 LEFT JOIN lasts l ON l.instance_id = i.instance_id
+LEFT JOIN (
+  SELECT i.instance_id, list(h.rank) AS later FROM inst i
+  JOIN held h ON h.source = i.source AND h.g = coalesce(i.pg, '') AND h.gr = coalesce(i.pg_ranks, '')
+   AND h.p2p = i.p2p AND h.first_seq > i.seq
+  WHERE i.seq IS NOT NULL GROUP BY i.instance_id
+) w ON w.instance_id = i.instance_id
 """
 
 

@@ -266,7 +266,8 @@ def main() -> None:
         print(f"\noverlap vs steps (20 events per step):\n  {'steps':>8} {'events':>9} {'wall s':>8} {'rss MB':>8}")
         for steps in CURVE:
             s = max(steps // div, 10)
-            folder = generated(out, f"curve_{s}", 1, 20 * s, s, False)
+            same = [n for n, spec in gen.items() if spec == (1, 20 * s, s, False)]  # reuse an identical set
+            folder = out / same[0] if same else generated(out, f"curve_{s}", 1, 20 * s, s, False)
             db = out / f"curve_{s}.duckdb"
             db.unlink(missing_ok=True)
             ing = measure(traceprof("ingest", str(folder), "--db", str(db)))

@@ -267,7 +267,7 @@ def main() -> None:
         for steps in CURVE:
             s = max(steps // div, 10)
             same = [n for n, spec in gen.items() if spec == (1, 20 * s, s, False)]  # reuse an identical set
-            folder = out / same[0] if same else generated(out, f"curve_{s}", 1, 20 * s, s, False)
+            folder = generated(out, same[0], *gen[same[0]]) if same else generated(out, f"curve_{s}", 1, 20 * s, s, False)
             db = out / f"curve_{s}.duckdb"
             db.unlink(missing_ok=True)
             ing = measure(traceprof("ingest", str(folder), "--db", str(db)))

@@ -8,8 +8,15 @@ import sys
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    """``traceprof ARGS`` through :func:`traceprof.cli.main`: (exit code, stdout, stderr)."""
+    """``traceprof ARGS`` through :func:`traceprof.cli.main`: (exit code, stdout, stderr).
+
+    ``ingest`` runs with ``-j 1`` unless told otherwise: forking parser workers from the test process,
+    which holds threads (DuckDB, torch), can crash the child; the subprocess tests exercise workers.
+    """
     from traceprof.cli import main
+
+    if args and args[0] == "ingest" and "-j" not in args and "--jobs" not in args:
+        args = (*args, "-j", "1")
 
     out, err = io.StringIO(), io.StringIO()
     argv = sys.argv

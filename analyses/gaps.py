@@ -1,6 +1,6 @@
 """gaps: where communication is exposed, which collective ran, and what compute came just before.
 
-Algorithm (DESIGN.md §4 "Exposed communication / overlap gaps"):
+Algorithm (README.md "Analyses": Exposed communication / overlap gaps):
   1. Take each rank's activity (``traceprof.activity``): NCCL/RCCL kernels vs compute kernels on
      GPU ranks; gloo work vs training-thread ops on CPU-only ranks.
   2. Gaps: for each (rank, step), the step's communication minus all of the rank's compute

@@ -1,6 +1,6 @@
 """idle: why each GPU stream sits idle between kernels (host wait / kernel wait / other).
 
-Algorithm (DESIGN.md §4; the definitions of Holistic Trace Analysis' idle time breakdown):
+Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idle time breakdown):
   1. Take each rank's GPU kernels, memcpys and memsets with the start of the CPU runtime call that
      launched them (same correlation id; ``traceprof.activity`` with ``detail``); sort each
      lane (rank, device, stream) by start: a process driving two GPUs reuses stream numbers.

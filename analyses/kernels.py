@@ -1,6 +1,6 @@
 """kernels: where each rank's GPU time goes by kernel class and by kernel.
 
-Algorithm (DESIGN.md §2 "Kernel class"; the same measures as HTA's kernel breakdown):
+Algorithm (README.md "What traceprof handles": Kernel class; the same measures as HTA's kernel breakdown):
   1. Take each rank's GPU kernels, memcpys and memsets (``traceprof.activity``), classed comm
      (NCCL/RCCL: ``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclSymkDevKernel_*``, ``rccl*``), memory
      (memcpy/memset) or compute (the rest; ROCm traces alike).

@@ -1,6 +1,6 @@
 """mfu: achieved TFLOP/s and model FLOPs utilization per step and rank, and for the job.
 
-Algorithm (DESIGN.md §4 "MFU"):
+Algorithm (README.md "Analyses": MFU):
   1. Model FLOPs per (rank, step) from the first available source (``traceprof.flops``):
      declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
   2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity

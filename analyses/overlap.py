@@ -1,6 +1,6 @@
 """overlap: how much of each rank's communication is hidden behind computation.
 
-Algorithm (DESIGN.md §4; HTA's "comm-comp overlap" and Nsight's recipes use the same definition):
+Algorithm (README.md "Analyses"; HTA's "comm-comp overlap" and Nsight's recipes use the same definition):
   1. Merge the rank's comm intervals and its compute intervals separately, all streams together
      (``traceprof.activity``: NCCL/RCCL kernels vs compute kernels; gloo work vs training-thread
      ops on CPU-only ranks).

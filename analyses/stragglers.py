@@ -1,6 +1,6 @@
 """stragglers: which rank makes the others wait at collectives, by how much, and why.
 
-Algorithm (DESIGN.md §4 "Stragglers"; needs matched collectives and aligned clocks, which ingest
+Algorithm (README.md "Analyses": Stragglers; needs matched collectives and aligned clocks, which ingest
 provides):
   1. Instances of one collectives source (default: the best matched, ``matching.preferred_source``)
      seen by two or more ranks. Arrival of a rank: ``matching.ARRIVAL_SQL`` (CPU enqueue, or NCCL

@@ -1,6 +1,6 @@
 """temporal: where each rank's accelerator time goes (idle / compute / non-compute).
 
-Algorithm (DESIGN.md §4, the same definition as HTA's temporal breakdown):
+Algorithm (README.md "Analyses", the same definition as HTA's temporal breakdown):
   1. Take the rank's activity intervals (``traceprof.activity``): GPU kernels, memcpy and memset,
      or on CPU-only ranks the training thread's ops and the gloo work.
   2. Window = first activity start to last activity end, for the whole trace and per step (the

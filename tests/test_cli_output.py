@@ -111,3 +111,16 @@ def test_default_db_is_the_stores():
     from traceprof.store import DEFAULT_DB
 
     assert cli_module.DEFAULT_DB == str(DEFAULT_DB)
+
+
+def test_help_cites_only_files_in_the_repo():
+    # `analyze NAME --help` once cited "DESIGN.md §4", a file the repository does not have.
+    import re
+
+    from traceprof import analysis
+    from traceprof.display import describe
+
+    root = Path(__file__).resolve().parent.parent
+    for name in analysis.names():
+        for cited in re.findall(r"[\w/.-]+\.md\b", describe(analysis.get(name))):
+            assert (root / cited).is_file(), f"analyze {name} --help cites {cited}"

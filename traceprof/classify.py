@@ -1,4 +1,4 @@
-"""The one classifier of GPU activity: communication, memory or compute (DESIGN.md §2 "Kernel class").
+"""The one classifier of GPU activity: communication, memory or compute (README.md "What traceprof handles": Kernel class).
 
 Every collector calls :func:`gpu_class` for each kernel / memcpy / memset row and stores the answer in
 ``events.class``; the ``kernels`` view, ``traceprof.activity`` and the Kineto collectives rows read

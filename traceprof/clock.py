@@ -1,4 +1,4 @@
-"""Clock alignment: per-rank offsets estimated from matched collectives (DESIGN.md §2).
+"""Clock alignment: per-rank offsets estimated from matched collectives (README.md "What traceprof handles").
 
 A collective cannot complete on any rank before the last rank entered it, and a synchronous
 collective completes at nearly the same moment on every rank; the end a rank records is that

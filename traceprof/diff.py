@@ -1,6 +1,6 @@
 """Regression diff of two runs: what changed per step, and whether it is a regression (CI gate).
 
-Algorithm (DESIGN.md §4 "Regression diff"):
+Algorithm (README.md "Analyses": Regression diff):
   1. Samples per (rank, step) of each run: step time (``steps``: device span where present, else
      the ProfilerStep annotation), exposed communication and idle time (activity launched in the
      step, as the ``overlap`` and ``temporal`` analyses define them), and MFU (or achieved TFLOP/s

@@ -1,4 +1,4 @@
-"""Model FLOPs per step and rank, from a stated source (DESIGN.md §4 "MFU").
+"""Model FLOPs per step and rank, from a stated source (README.md "Analyses": MFU).
 
 FLOPs are floating-point operations; a multiply-add counts 2 (the convention of torch's profiler
 and FlopCounterMode). Sources, in the order :func:`account` prefers them:

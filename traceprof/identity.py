@@ -20,7 +20,7 @@ from traceprof.parsed import ParsedTrace
 
 __all__ = ["check_append", "MAX_GAP_NS", "EPOCH_SOURCES"]
 
-#: Sources whose timestamps are epoch ns as recorded (DESIGN.md §2), so spans compare across files.
+#: Sources whose timestamps are epoch ns as recorded (README.md "What traceprof handles"), so spans compare across files.
 EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys")
 
 #: Largest gap between a new trace's time span and the run's before they are another job's: one

@@ -1,6 +1,6 @@
 """Collective matching across ranks: which rows of ``collectives`` are the same collective.
 
-DESIGN.md §2 "Collective matching". Matching never mixes sources (a Kineto row is never matched
+README.md "What traceprof handles": Collective matching. Matching never mixes sources (a Kineto row is never matched
 with a Flight Recorder row of another rank), and it is recomputed for the whole run whenever the
 run gains traces.
 

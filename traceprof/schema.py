@@ -19,7 +19,7 @@ __all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS"
 #: Bumped whenever a table or column changes; the store refuses files of another version.
 SCHEMA_VERSION = 4
 
-#: The normalized event kinds (DESIGN.md §2). ``other`` keeps unknown categories.
+#: The normalized event kinds (README.md "What traceprof handles"). ``other`` keeps unknown categories.
 EVENT_KINDS = (
     "cpu_op",
     "user_annotation",

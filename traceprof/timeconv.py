@@ -1,4 +1,4 @@
-"""Exact conversion of source timestamps to integer nanoseconds (DESIGN.md §2 "Time")."""
+"""Exact conversion of source timestamps to integer nanoseconds (README.md "What traceprof handles": Time)."""
 
 from __future__ import annotations
 

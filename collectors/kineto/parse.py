@@ -7,7 +7,7 @@ GPU traces (CUDA or ROCm) and CPU-only (gloo) traces.
 Algorithm:
   1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` as ``Decimal`` so the
      microsecond text converts to integer ns exactly (``traceprof.timeconv``).
-  2. Map each record to an event kind (DESIGN.md §2) from ``ph``, ``cat`` and ``name``; flows
+  2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
      GPU event the step of the runtime call that launched it (``args.correlation``), falling back

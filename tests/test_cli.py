@@ -52,12 +52,18 @@ def test_bad_params_and_queries(db, tmp_path):
     _one_line_error(cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "-j", "0", cwd=tmp_path), "--jobs")
 
 
-def test_numeric_run_name_resolves_by_name_first(db, tmp_path):
+def test_numeric_run_name_refused_and_resolves_by_name_first(db, tmp_path):
+    # A numeric --run would shadow a run id: refused. A store from before that rule may hold one:
     # run id 1 is "normal"; a run *named* "1" (id 2) must be reachable by its name.
     d = tmp_path / "other"
     d.mkdir()
     (d / "rank0.json").write_text(json.dumps(_trace(0, 1)))
-    assert cli("ingest", str(d), "--run", "1", "--db", str(db), cwd=tmp_path).returncode == 0
+    _one_line_error(cli("ingest", str(d), "--run", "1", "--db", str(db), cwd=tmp_path), "would read as a run id")
+    assert cli("ingest", str(d), "--run", "other", "--db", str(db), cwd=tmp_path).returncode == 0
+    import duckdb
+
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE runs SET name = '1' WHERE run_id = 2")
     out = cli("sql", "SELECT name FROM runs WHERE run_id = 2", "--db", str(db), "-f", "csv", cwd=tmp_path).stdout
     assert out.split() == ["name", "1"]
     r = cli("analyze", "temporal", "--run", "1", "--db", str(db), "-f", "json", cwd=tmp_path)

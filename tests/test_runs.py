@@ -49,6 +49,20 @@ def test_rename(store):
         rename(store, "baseline", "42")
 
 
+@pytest.mark.parametrize("name, why", [("1", "would read as a run id"), ("", "empty"),
+                                       ("a\x1b[31mb\nc", r"'a\\x1b\[31mb\\nc' holds control characters")])
+def test_run_names_refused_at_ingest_and_rename(store, name, why):
+    # "1" would shadow run id 1 (then `runs rm 1` removes the run with id 1, not this one); ESC and
+    # newline would reach terminals raw. Nothing is stored when ingest refuses.
+    with pytest.raises(UsageError, match=f"--run: .*{why}"):
+        ingest(store, [SAMPLES / "normal"], run=name)
+    assert store.runs().is_empty()
+    ingest(store, [SAMPLES / "normal"])
+    with pytest.raises(UsageError, match=f"runs mv: .*{why}"):
+        rename(store, "normal", name)
+    assert store.runs()["name"].to_list() == ["normal"]
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True)
 

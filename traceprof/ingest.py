@@ -172,9 +172,14 @@ def ingest(
         TraceFormatError: A file cannot be parsed (nothing is written; with several such files, the
             message lists them all).
         KeyboardInterrupt: Ctrl-C; the runs stored before it are in ``store.commits``.
-        UsageError: Bad paths, or ranks missing from a multi-file run.
+        UsageError: Bad paths, ranks missing from a multi-file run, or a ``run`` name that is
+            all digits or holds control characters (``traceprof.runs.check_name``).
         StoreError: Rank conflicts with what the run already holds (nothing is written).
     """
+    if run is not None:  # a numeric name would shadow a run id (`runs rm 1`), as runs mv refuses
+        from traceprof.runs import check_name
+
+        check_name(run, "--run")
     result = IngestResult()
     unclaimed: list[str] = []
     scanned: set[Path] = set()

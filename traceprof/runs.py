@@ -13,10 +13,31 @@ from dataclasses import dataclass
 
 import duckdb
 
+from traceprof import term
 from traceprof.errors import StoreError, UsageError
 from traceprof.store import Store
 
-__all__ = ["Removed", "remove", "rename"]
+__all__ = ["Removed", "remove", "rename", "check_name"]
+
+
+def check_name(name: str, what: str) -> None:
+    """Refuse a run name that cannot be told apart from an id or printed as it is.
+
+    Args:
+        name: The proposed run name.
+        what: Where it comes from, for the message (``--run``, ``runs mv``).
+
+    Raises:
+        UsageError: ``name`` is empty, all digits (``runs rm 1`` would mean run id 1), or holds
+            control characters (ESC, newline: they would reach terminals and logs raw).
+    """
+    if not name.strip():
+        raise UsageError(f"{what}: the run name is empty")
+    if name.isdigit():
+        raise UsageError(f"{what}: {name!r} would read as a run id; choose a name with a letter in it")
+    if term.escape(name) != name:
+        raise UsageError(f"{what}: the run name '{term.escape(name)}' holds control characters; "
+                         "choose one without (letters, digits, -_.)")
 
 
 @dataclass(frozen=True)
@@ -75,13 +96,10 @@ def rename(store: Store, old: str, new: str) -> int:
 
     Raises:
         StoreError: No such run.
-        UsageError: ``new`` is empty, all digits (it would read as an id), or another run's name.
+        UsageError: ``new`` is refused by :func:`check_name`, or is another run's name.
     """
     run_id = store.resolve_run(old)
-    if not new.strip():
-        raise UsageError("runs mv: the new name is empty")
-    if new.isdigit():
-        raise UsageError(f"runs mv: {new!r} would read as a run id; choose a name with a letter in it")
+    check_name(new, "runs mv")
     taken = store.sql("SELECT run_id FROM runs WHERE name = ? AND run_id <> ?", [new, run_id])
     if taken.height:
         raise UsageError(f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "

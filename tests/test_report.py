@@ -205,3 +205,22 @@ def test_ndtimeline_run_opens_with_its_straggler_and_a_timeline(store, tmp_path)
     first = re.search(r'<ol class="findings"><li[^>]*>(.*?)</li>', text).group(1)
     assert "is a straggler" in first
     assert "No timeline" not in text and '<h2 id="timeline">Timeline</h2><div class="plot"' in text
+
+
+def test_report_and_export_never_overwrite_a_duckdb_database(store, tmp_path):
+    # Only the --db store was protected: `report -o other.duckdb` overwrote another store.
+    import duckdb
+
+    from traceprof.fileio import write_output
+
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    before = other.read_bytes()
+    ingest(store, [SAMPLES / "normal"])
+    for write in (lambda: write_report(store, None, other), lambda: write_output(other, b"x")):
+        with pytest.raises(UsageError, match=r"other\.duckdb: is a DuckDB database .*write the output elsewhere"):
+            write()
+    assert other.read_bytes() == before
+    plain = tmp_path / "old.html"
+    plain.write_text("an earlier report")
+    assert write_output(plain, b"new").read_bytes() == b"new"  # any other file is replaced as before

@@ -7,7 +7,8 @@ Invalid UTF-8 is replaced by U+FFFD and reported (:func:`pop_repairs`) instead o
 Errors name the file and the byte offset.
 
 Writing (:func:`write_output`, :func:`check_not_store`): an output path the user named never
-overwrites the store, also through a symlink or a hard link.
+overwrites the store, also through a symlink or a hard link, nor any other DuckDB database (another
+store): :func:`write_output` reads the first bytes of an existing file and refuses DuckDB's magic.
 """
 
 from __future__ import annotations
@@ -173,13 +174,31 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
                              "write the output elsewhere")
 
 
+#: A DuckDB database file holds these bytes at this offset (after an 8-byte checksum).
+DUCKDB_MAGIC, DUCKDB_MAGIC_AT = b"DUCK", 8
+
+
+def is_duckdb(path: str | Path) -> bool:
+    """Whether ``path`` is an existing file that starts like a DuckDB database."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(DUCKDB_MAGIC_AT + len(DUCKDB_MAGIC))
+    except OSError:
+        return False
+    return head[DUCKDB_MAGIC_AT:] == DUCKDB_MAGIC
+
+
 def write_output(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to an output file the user named.
 
     Raises:
-        UsageError: The folder does not exist, the path is a directory, or it cannot be written.
+        UsageError: The folder does not exist, the path is a directory, it cannot be written, or it
+            is an existing DuckDB database (a store: never overwritten by a report or an export).
     """
     out = Path(path)
+    if out.is_file() and is_duckdb(out):
+        raise UsageError(f"{out}: is a DuckDB database (a traceprof store?); not overwriting it, write the output "
+                         "elsewhere")
     try:
         out.write_bytes(data)
     except IsADirectoryError:

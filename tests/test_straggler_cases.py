@@ -79,7 +79,14 @@ def test_p2p_and_collective_seq_are_separate_instances(store, tmp_path, comms_id
 
 
 def test_flight_recorder_groups_with_one_name_and_different_members(store):
-    ingest(store, [case("fr_two_groups_same_pg_name")], run="fr2")
+    res = ingest(store, [case("fr_two_groups_same_pg_name")], run="fr2")
+    # Ranks 0..3 traced; each dump's pg_config shows only its own 2-rank group, so world size is
+    # the highest rank + 1 = 4, not the group size 2.
+    assert store.runs().select("world_size", "ranks").row(0) == (4, 4)
+    # Group B ([2, 3]) is linked to group A by no collective: ingest says so, and the run does not
+    # claim aligned clocks (each group is aligned within itself only).
+    assert [w for w in res.warnings if "ranks 0, 1 (relative to rank 0); ranks 2, 3 (relative to rank 2)" in w]
+    assert store.sql("SELECT clock_aligned FROM runs").item() is False
     inst = store.sql("SELECT pg, pg_ranks, seq, ranks_present, ranks_missing, n_ranks, arrival_skew_ns, last_rank "
                      "FROM collective_instances ORDER BY pg_ranks, seq").rows()
     # 6 instances, 3 per group, 2 ranks each (group size 2 in pg_config), nothing missing; group A

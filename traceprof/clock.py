@@ -37,9 +37,11 @@ Traces whose collector declares ``"clock_synced_by_source": true`` in ``traces.m
 aligns its workers itself, and its compound ops such as optimizer-clip-main-grad do not end
 together) are left out of the estimate and never shifted.
 
-``runs.clock_aligned`` is true when offsets could be estimated (two or more ranks share an
-instance with end times), even if none was large enough to apply; false when alignment is
-disabled or impossible (e.g. gloo Flight Recorder dumps, which record no end times).
+``runs.clock_aligned`` is true when offsets could be estimated for every rank against one reference
+(the ranks with end times form one linked component), even if none was large enough to apply; false
+when alignment is disabled or impossible (e.g. gloo Flight Recorder dumps, which record no end
+times), and false when the ranks form several unlinked sets: each set is aligned within itself only,
+and the ingest warning says which ranks are aligned to which.
 """
 
 from __future__ import annotations
@@ -66,15 +68,18 @@ class ClockResult:
     """Per-rank clock estimates of one run.
 
     Attributes:
-        aligned: Whether offsets could be estimated (see the module doc).
+        aligned: Whether offsets could be estimated for all ranks against one reference (module doc).
         estimates: Frame rank, instances (count), estimate_ns, residual_ns, spread_ns (half width
             of the modal window), threshold_ns, offset_ns (applied; 0 when not robustly non-zero).
         notes: Human-readable remarks (why nothing was estimated, which ranks moved).
+        warnings: The notes ingest shows as warnings (sets of ranks that cannot be aligned to each
+            other), a subset of ``notes``.
     """
 
     aligned: bool
     estimates: pl.DataFrame
     notes: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
 
 
 _SYNCED = "coalesce(try_cast(json_extract(t.meta, '$.clock_synced_by_source') AS BOOLEAN), false)"
@@ -247,9 +252,10 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
         est = estimate_offsets(store.sql(_ENDS, [run_id]), min_offset_ns)
         if est.is_empty():
             notes.append("clocks not aligned: no matched collective has end times on two or more ranks")
-    aligned = not est.is_empty()
-    offsets = dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if aligned else {}
-    residuals = dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if aligned else {}
+    estimated = not est.is_empty()
+    linked = estimated and est["component"].n_unique() == 1
+    offsets = dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if estimated else {}
+    residuals = dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if estimated else {}
     traces = store.sql(f"SELECT trace_id, rank, clock_offset_ns, {_SYNCED} AS synced FROM traces t WHERE run_id = ?",
                        [run_id])
     if traces["synced"].all():
@@ -275,14 +281,16 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
             "UPDATE traces SET clock_offset_ns = ?, clock_residual_ns = ? WHERE trace_id = ?",
             [new, residuals.get(rank), trace_id],
         )
-    con.execute("UPDATE runs SET clock_aligned = ? WHERE run_id = ?", [aligned, run_id])
-    if aligned and est["component"].n_unique() > 1:
+    con.execute("UPDATE runs SET clock_aligned = ? WHERE run_id = ?", [linked, run_id])
+    warn: list[str] = []
+    if estimated and not linked:
         parts = est.group_by("component").agg(pl.col("rank").sort()).sort("component")
         groups = "; ".join(f"ranks {', '.join(map(str, rs))} (relative to rank {c})" for c, rs in parts.iter_rows())
-        notes.append("no collective links these sets of ranks, so their clocks cannot be aligned to each other "
-                     f"(each set is aligned within itself only): {groups}")
+        warn.append("no collective links these sets of ranks, so their clocks cannot be aligned to each other "
+                    f"(each set is aligned within itself only; runs.clock_aligned is false): {groups}")
+        notes += warn
     moved = {r: o for r, o in offsets.items() if o}
     if moved:
         notes.append("clock offsets applied (ns): " + ", ".join(f"rank {r}: {o:+,}" for r, o in sorted(moved.items())))
     refresh_instances(store, run_id)
-    return ClockResult(aligned=aligned, estimates=est, notes=tuple(notes))
+    return ClockResult(aligned=linked, estimates=est, notes=tuple(notes), warnings=tuple(warn))

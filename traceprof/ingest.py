@@ -259,7 +259,7 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
     notes = [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)
     notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead
-    clock.align_run(store, run_id, enabled=align)
+    notes += clock.align_run(store, run_id, enabled=align).warnings  # e.g. replica groups never linked
     if summary.incomplete:
         notes.append(f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "
                      "(see collective_instances.ranks_missing)")

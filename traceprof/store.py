@@ -375,10 +375,12 @@ class Store:
             run_id = self._run_id(name, traces, force)
             for pt in traces:
                 self._insert_trace(run_id, pt)
+            # A trace's world size is a lower bound (a Flight Recorder dump shows only its own
+            # groups: replica group [2, 3] says 2): the run has at least its highest rank + 1.
             con.execute(
                 """
                 UPDATE runs SET
-                  world_size = (SELECT max(coalesce(world_size, rank + 1)) FROM traces WHERE run_id = ?),
+                  world_size = (SELECT max(greatest(coalesce(world_size, 0), rank + 1)) FROM traces WHERE run_id = ?),
                   sources = (SELECT list(DISTINCT source ORDER BY source) FROM traces WHERE run_id = ?)
                 WHERE run_id = ?
                 """,

@@ -45,6 +45,24 @@ def test_table_cells_human_or_exact():
     assert list(next(table_rows(df, "ns")))[1] == "72,200,000"
 
 
+def test_timestamps_print_as_utc_times_not_durations():
+    import polars as pl
+
+    # Epoch 1,700,000,000 s is 2023-11-14 22:13:20 UTC; +123,456,789 ns shows as .123456 (us, truncated).
+    # arrival_skew_ns and wait_ns are durations; a start_ns below 1973 is an offset, a duration too.
+    t0 = 1_700_000_000_123_456_789
+    df = pl.DataFrame({"first_arrival_ns": [t0], "arrival_skew_ns": [6_790_000], "wait_ns": [1_500],
+                       "start_ns": [t0 + 1_000], "ts_ns": [t0 + 86_400 * 10**9], "offset_start_ns": [12_300_000]})
+    assert table_columns(df) == ["first_arrival_utc", "arrival_skew", "wait", "start_utc", "ts_utc",
+                                 "offset_start"]
+    assert list(next(table_rows(df))) == ["22:13:20.123456", "6.79 ms", "1.5 us", "22:13:20.123457",
+                                          "22:13:20.123456", "12.3 ms"]
+    # ts_ns spans two days (t0 and t0 + 1 day): the date is shown.
+    df2 = pl.DataFrame({"ts_ns": [t0, t0 + 86_400 * 10**9]})
+    assert [r[0] for r in table_rows(df2)] == ["2023-11-14 22:13:20.123456", "2023-11-15 22:13:20.123456"]
+    assert table_columns(df, "ns")[0] == "first_arrival_ns" and next(table_rows(df, "ns"))[0] == f"{t0:,}"
+
+
 def test_brackets_print_literally(db, tmp_path):
     # rich would read [memory] and [red]...[/red] as markup and print them blank or coloured.
     r = cli("sql", "SELECT '[memory]' AS kind, 'run[red]x[/red]' AS name, '[bold]' AS b", "--db", str(db), cwd=tmp_path)

@@ -5,7 +5,12 @@ CSV output never go through here: they keep exact ns and full names.
 
 - ``units="human"`` (default): an int ``*_ns`` column is shown as ``12.3 ms`` / ``4.56 s`` /
   ``789 us`` / ``12 ns`` (three significant digits) under the column name without ``_ns``
-  (``step_ns`` -> ``step``, unless that name is taken); ``units="ns"``: exact ns with thousands separators.
+  (``step_ns`` -> ``step``, unless that name is taken). A timestamp column (``ts_ns``, ``start_ns``,
+  ``end_ns``, ``enter_ns``, ``*_start_ns``, ``*_arrival_ns`` ...: epoch ns, not a duration) is shown
+  as the UTC time of day with microseconds, ``23:40:41.030643`` (with the date when the column
+  spans two days), under the name ``<name>_utc`` (``first_arrival_ns`` -> ``first_arrival_utc``); a
+  column of that name whose values are below 1973 in epoch ns holds offsets, shown as durations.
+  ``units="ns"``: exact ns with thousands separators.
 - String cells longer than ``width`` are shortened to their family (``traceprof.names.shorten``);
   the full text is in ``-f json``/``csv``.
 """
@@ -14,17 +19,26 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import typing
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["UNITS", "duration", "table_columns", "table_rows", "cell", "describe"]
+__all__ = ["UNITS", "duration", "timestamp", "table_columns", "table_rows", "cell", "describe"]
 
 UNITS = ("human", "ns")
+
+#: Names of epoch-ns timestamp columns (points in time); other ``_ns`` columns are durations
+#: (``dur_ns``, ``wait_ns``, ``arrival_skew_ns``, ``window_ns``).
+_TIMESTAMP = re.compile(r"(?:^|_)(?:ts|start|end|enter|exit|begin|arrival)_ns$")
+#: Epoch ns below this (1973-03-03) are offsets from some origin, not times of day.
+EPOCH_MIN_NS = 10**17
+_NS_PER_S = 10**9
 
 
 def duration(ns: float) -> str:
@@ -38,10 +52,21 @@ def duration(ns: float) -> str:
     return f"{ns:,.0f} ns"
 
 
-def cell(v: object, ns: bool = False, width: int = 48) -> str:
-    """One table cell: a duration when ``ns`` (human units), numbers with separators, strings shortened."""
+def timestamp(ns: int, date: bool = False) -> str:
+    """Epoch ``ns`` as the UTC time of day with microseconds, ``23:40:41.030643`` (truncated, not
+    rounded); with ``date``, ``2026-11-30 23:40:41.030643``."""
+    sec, rest = divmod(int(ns), _NS_PER_S)
+    t = datetime.fromtimestamp(sec, timezone.utc)
+    return f"{t:%Y-%m-%d %H:%M:%S}.{rest // 1000:06d}" if date else f"{t:%H:%M:%S}.{rest // 1000:06d}"
+
+
+def cell(v: object, ns: bool | str = False, width: int = 48) -> str:
+    """One table cell: a duration when ``ns`` is True (human units), a time of day when it is
+    ``"time"`` (``"date"``: with the date), numbers with separators, strings shortened."""
     if v is None:
         return ""
+    if ns in ("time", "date") and isinstance(v, int | float) and not isinstance(v, bool):
+        return timestamp(int(v), ns == "date")
     if ns and isinstance(v, int | float) and not isinstance(v, bool):
         return duration(float(v))
     if isinstance(v, float):
@@ -53,25 +78,38 @@ def cell(v: object, ns: bool = False, width: int = 48) -> str:
     return str(v)
 
 
-def _human_cols(df: pl.DataFrame, units: str) -> list[bool]:
-    return [units == "human" and c.endswith("_ns") and df[c].dtype.is_numeric() for c in df.columns]
+def _kinds(df: pl.DataFrame, units: str) -> list[bool | str]:
+    """Per column: False (as it is), True (a human duration), "time" or "date" (a timestamp)."""
+    out: list[bool | str] = []
+    for c in df.columns:
+        if units != "human" or not c.endswith("_ns") or not df[c].dtype.is_numeric():
+            out.append(False)
+            continue
+        col = df[c].drop_nulls()
+        if not _TIMESTAMP.search(c) or col.is_empty() or col.min() < EPOCH_MIN_NS:  # type: ignore[operator]
+            out.append(True)
+            continue
+        days = {int(v) // (86_400 * _NS_PER_S) for v in (col.min(), col.max())}  # type: ignore[arg-type]
+        out.append("time" if len(days) == 1 else "date")
+    return out
 
 
 def table_columns(df: pl.DataFrame, units: str = "human") -> list[str]:
-    """Column headers: ``_ns`` dropped where the cells are human durations (and the name is free)."""
+    """Column headers: ``_ns`` dropped where the cells are human durations (and the name is free),
+    ``_ns`` -> ``_utc`` where they are times of day."""
     taken = set(df.columns)
     out = []
-    for c, human in zip(df.columns, _human_cols(df, units), strict=True):
-        short = c[:-3] if human else c
+    for c, kind in zip(df.columns, _kinds(df, units), strict=True):
+        short = c if not kind else c[:-3] + "_utc" if kind in ("time", "date") else c[:-3]
         out.append(short if short == c or short not in taken else c)
     return out
 
 
 def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Iterator[Sequence[str]]:
     """The cells of ``df`` as strings (see :func:`cell`)."""
-    human = _human_cols(df, units)
+    kinds = _kinds(df, units)
     for row in df.iter_rows():
-        yield [cell(v, h, width) for v, h in zip(row, human, strict=True)]
+        yield [cell(v, k, width) for v, k in zip(row, kinds, strict=True)]
 
 
 def describe(an: Any) -> str:

@@ -224,3 +224,18 @@ def test_report_and_export_never_overwrite_a_duckdb_database(store, tmp_path):
     plain = tmp_path / "old.html"
     plain.write_text("an earlier report")
     assert write_output(plain, b"new").read_bytes() == b"new"  # any other file is replaced as before
+
+
+def test_report_force_compares_runs_that_are_not_comparable(store, tmp_path):
+    # The refusal says "pass --force": report takes --force too. A GPU run vs a CPU run (world
+    # size 1 vs 4): per-rank medians are compared, with the forced note; messages name runs, not ids.
+    ingest(store, [corpus("hta/nccl_parser_config"), SAMPLES / "normal"])
+    text = write_report(store, "nccl_parser_config", tmp_path / "r.html", baseline="normal", force=True).read_text()
+    diff = text[text.index('<h2 id="diff">'):]
+    assert "forced (--force)" in diff and "not compared" not in diff
+    from traceprof.diff import typical_items
+    from traceprof.errors import AnalysisError
+
+    ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
+    with pytest.raises(AnalysisError, match="^run 'gloo_cpu_4rank': no ProfilerSteps"):
+        typical_items(store, store.resolve_run("gloo_cpu_4rank"))

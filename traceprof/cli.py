@@ -401,12 +401,14 @@ def summary(
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
     fmt: FormatOpt = Format.table,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
 ) -> None:
     """The findings of a run, ranked by what they cost, and one verdict per topic (what the report opens with)."""
     from traceprof.findings import summarize
 
     with Store(db, read_only=True) as store:
-        f = summarize(store, run, _analysis_params(param), baseline)
+        f = summarize(store, run, _analysis_params(param), baseline, force)
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
@@ -441,6 +443,8 @@ def report(
     baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against this run.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
     from traceprof.report import write_report
@@ -448,7 +452,7 @@ def report(
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
-        write_report(store, run, output, baseline=baseline, params=params)
+        write_report(store, run, output, baseline=baseline, params=params, force=force)
     say(f"report written to {output}")
 
 

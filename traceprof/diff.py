@@ -140,6 +140,11 @@ WHERE run_id = $run AND step IS NOT NULL AND end_ns IS NOT NULL
 """
 
 
+def _name(store: Store, run_id: int) -> str:
+    """The name of run ``run_id``, for messages (an id means nothing to the user)."""
+    return str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+
+
 def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     """Typical time per step of every kernel, CPU op and collective of a run (module doc, step 2).
 
@@ -149,7 +154,7 @@ def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     """
     samples = store.sql("SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id])["n"][0]
     if not samples:
-        raise AnalysisError(f"run {run_id}: no ProfilerSteps, nothing to compare per step")
+        raise AnalysisError(f"run {_name(store, run_id)!r}: no ProfilerSteps, nothing to compare per step")
     ops = store.sql(_OPS_SQL.replace("$run", str(int(run_id))))
     tree = with_parents(ops, ["rank", "pid", "tid"])
     enqueue = pl.col("name").str.starts_with("c10d::") | (pl.col("name") == "record_param_comms")
@@ -185,7 +190,7 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
         mfu = an.run(store, params).to_frame()
         steps = steps.join(mfu.select("rank", "step", "tflops", "mfu_pct"), on=["rank", "step"], how="left")
     except AnalysisError as e:
-        notes.append(f"run {run_id}: no MFU ({e})")
+        notes.append(f"run {_name(store, run_id)!r}: no MFU ({e})")
     return steps, notes
 
 

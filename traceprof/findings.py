@@ -348,11 +348,11 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
 
 
 def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] | None = None,
-              baseline: str | None = None) -> Findings:
+              baseline: str | None = None, force: bool = False) -> Findings:
     """Run the analyses on ``run`` (name or id, default latest) and return its findings.
 
     With ``baseline`` the run is also diffed against it; runs that are not comparable give a
-    regression verdict saying why instead of failing.
+    regression verdict saying why instead of failing (with ``force``, per-rank medians are compared).
 
     Raises:
         StoreError: No such run.
@@ -362,13 +362,15 @@ def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] |
     results = run_analyses(store, run_id, params)
     diff = None
     if baseline is not None:
-        diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}))
+        diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
     hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
     return build(store, run_id, results, diff, hta)
 
 
-def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str]) -> FrameResult | TraceprofError:
-    """``diff_runs(baseline, run)``, or the error that says why the runs cannot be compared.
+def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str],
+            force: bool = False) -> FrameResult | TraceprofError:
+    """``diff_runs(baseline, run)`` (``force``: runs that are not comparable by per-rank medians),
+    or the error that says why the runs cannot be compared.
 
     Raises:
         StoreError: No such baseline run.
@@ -377,6 +379,6 @@ def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str
 
     store.resolve_run(baseline)  # a missing baseline is an error, not a finding
     try:
-        return diff_runs(store, baseline, str(run_id), mfu_options=mfu_options)
+        return diff_runs(store, baseline, str(run_id), mfu_options=mfu_options, force=force)
     except TraceprofError as e:
         return e

@@ -157,6 +157,7 @@ def render_html(
     extra: list[tuple[str, FrameResult]] | None = None,
     params: dict[str, dict[str, str]] | None = None,
     baseline: str | None = None,
+    force: bool = False,
 ) -> str:
     """The report of one run as an HTML string.
 
@@ -167,6 +168,7 @@ def render_html(
         params: Parameters per analysis as strings, e.g. ``{"mfu": {"peak_tflops": "989"}}``.
         baseline: A run to diff against (name or id); runs that are not comparable get a diff
             section saying why.
+        force: Diff runs that are not comparable anyway, by per-rank medians (``diff --force``).
 
     Raises:
         StoreError: No such run (or baseline).
@@ -176,7 +178,8 @@ def render_html(
 
     run_id = store.resolve_run(run)
     results = fnd.run_analyses(store, run_id, params)
-    diff = fnd.compare(store, baseline, run_id, (params or {}).get("mfu", {})) if baseline is not None else None
+    diff = (fnd.compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
+            if baseline is not None else None)
     hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
     f = fnd.build(store, run_id, results, diff, hta)
     info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
@@ -246,19 +249,20 @@ def write_report(
     output: str | Path,
     baseline: str | None = None,
     params: dict[str, dict[str, str]] | None = None,
+    force: bool = False,
 ) -> Path:
     """Write the report of one run to ``output`` (HTML). Returns the path.
 
     With ``baseline`` (a run name or id) the report gets a regression diff of the run against it
     (``traceprof.diff``), or, when the runs are not comparable, a diff section saying why.
-    ``params``: see :func:`render_html`.
+    ``params`` and ``force``: see :func:`render_html`.
 
     Raises:
         StoreError: No such run.
         AnalysisError: Nothing to report.
         UsageError: ``output`` cannot be written, or a bad parameter.
     """
-    text = render_html(store, run, params=params, baseline=baseline)
+    text = render_html(store, run, params=params, baseline=baseline, force=force)
     if not text:
         raise AnalysisError("empty report")
     return write_output(output, text.encode("utf-8"))

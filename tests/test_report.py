@@ -20,7 +20,7 @@ from traceprof.report import SIZE_BUDGET_BYTES, write_report
 EVIL = '<script>alert("x")</script>&<img src=x onerror=alert(1)>'
 
 
-def _evil_trace(path: Path) -> Path:
+def _evil_trace(path: Path, evil: str = EVIL) -> Path:
     # A kernel and an NCCL kernel whose names try to inject HTML.
     base = 1_700_000_000_000_000_000
     ev = [
@@ -29,13 +29,13 @@ def _evil_trace(path: Path) -> Path:
          "args": {"correlation": 1}},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 1,
          "args": {"correlation": 2}},
-        {"ph": "X", "cat": "kernel", "name": EVIL, "pid": 0, "tid": 7, "ts": 10, "dur": 30,
+        {"ph": "X", "cat": "kernel", "name": evil, "pid": 0, "tid": 7, "ts": 10, "dur": 30,
          "args": {"correlation": 1, "stream": 7, "device": 0}},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_" + EVIL, "pid": 0, "tid": 8, "ts": 20,
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_" + evil, "pid": 0, "tid": 8, "ts": 20,
          "dur": 40, "args": {"correlation": 2, "stream": 8, "device": 0}},
     ]
     doc = {"baseTimeNanoseconds": base, "distributedInfo": {"rank": 0, "world_size": 1},
-           "deviceProperties": [{"id": 0, "name": EVIL}], "traceEvents": ev}
+           "deviceProperties": [{"id": 0, "name": evil}], "traceEvents": ev}
     path.mkdir()
     (path / "rank0.json").write_text(json.dumps(doc))
     return path
@@ -50,6 +50,13 @@ def test_report_offline_and_escaped(store, tmp_path):
     assert not re.search(r"<script[^>]+src=", text)
     assert not re.search(r"<link[^>]+href=\"?https?:", text)
     assert "Bokeh" in text and "Temporal breakdown" in text and "Communication/computation overlap" in text
+
+
+def test_report_shows_control_characters_escaped(store, tmp_path):
+    # As the terminal does: ESC as \x1b, newline as \n; never the raw characters in the HTML.
+    ingest(store, [_evil_trace(tmp_path / "esc", "k\x1b[31mred\nx")])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert "\x1b" not in text and "k\\x1b[31mred\\nx" in text
 
 
 def _chromium() -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from traceprof import findings as fnd
+from traceprof import term
 from traceprof.analysis import Chart, FrameResult
 from traceprof.errors import AnalysisError, TraceprofError
 from traceprof.fileio import write_output
@@ -57,6 +58,12 @@ table.verdicts td{white-space:normal;text-align:left;max-width:1100px}
 """
 
 
+def _esc(s: str) -> str:
+    r"""``s`` for HTML text or an attribute: control characters written out as the terminal shows
+    them (ESC as ``\x1b``, newline as ``\n``: :func:`traceprof.term.escape`), then HTML-escaped."""
+    return html.escape(term.escape(s))
+
+
 def _cell(v: object) -> str:
     if isinstance(v, float):
         return f"<td>{v:,.0f}</td>" if v.is_integer() and abs(v) >= 1000 else f"<td>{v:,.3f}</td>"
@@ -65,12 +72,12 @@ def _cell(v: object) -> str:
     text = "" if v is None else str(v)
     short = shorten(text, 80)
     if short != text:  # long kernel/op names: the family, the full name on hover
-        return f'<td class="s" title="{html.escape(text)}">{html.escape(short)}</td>'
-    return f'<td class="s">{html.escape(text)}</td>'
+        return f'<td class="s" title="{_esc(text)}">{_esc(short)}</td>'
+    return f'<td class="s">{_esc(text)}</td>'
 
 
 def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    head = "".join(f"<th>{_esc(str(c))}</th>" for c in df.columns)
     rows = ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in df.head(max_rows).iter_rows()]
     more = f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>" if df.height > max_rows else ""
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -88,8 +95,8 @@ def _figure(result: FrameResult, chart: Chart) -> Any:
 
 
 def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
-    parts = [f'<h2 id="{html.escape(name)}">{html.escape(result.title or name)}</h2>']
-    parts += [f'<div class="note">{html.escape(n)}</div>' for n in result.notes]
+    parts = [f'<h2 id="{_esc(name)}">{_esc(result.title or name)}</h2>']
+    parts += [f'<div class="note">{_esc(n)}</div>' for n in result.notes]
     for chart in result.charts():
         df = result.frames()[chart.frame]
         cols = [chart.value] if chart.kind == "heatmap" else list(chart.ys)
@@ -100,7 +107,7 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
     for fname, frame in result.frames().items():
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""
-        parts.append(f"<details{opened}><summary>{html.escape(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>")
+        parts.append(f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>")
     return "\n".join(parts)
 
 
@@ -109,14 +116,14 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     for x in f.findings:
         cost = (f'<span class="cost">{x.cost_pct:.0f}%</span>' if x.cost_pct is not None
                 else '<span class="cost none">info</span>')
-        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {html.escape(x.text)} '
-                     f'<a href="#{html.escape(x.section)}">details</a></li>')
+        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {_esc(x.text)} '
+                     f'<a href="#{_esc(x.section)}">details</a></li>')
     empty = ("Nothing found that costs step time; the verdict per topic is below." if f.verdicts
              else "No findings: no analysis applied to this run (see below).")
     listing = f'<ol class="findings">{"".join(items)}</ol>' if items else f'<p class="findings">{empty}</p>'
     rows = "".join(
-        f'<tr><td class="s">{html.escape(v.topic)}</td><td class="s st-{"na" if v.status == "n/a" else v.status}">'
-        f'{html.escape(v.status)}</td><td class="s">{html.escape(v.text)}</td></tr>' for v in f.verdicts)
+        f'<tr><td class="s">{_esc(v.topic)}</td><td class="s st-{"na" if v.status == "n/a" else v.status}">'
+        f'{_esc(v.status)}</td><td class="s">{_esc(v.text)}</td></tr>' for v in f.verdicts)
     verdicts = (f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
                 f"<tbody>{rows}</tbody></table>") if rows else ""
     return (f'<h2 id="findings">Findings</h2><p class="facts">Ranked by what they cost, in % of step time '
@@ -132,8 +139,8 @@ def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
         groups.setdefault(m.needs or m.reason, []).append(m.analysis)
     parts = "; ".join(f"{', '.join(names)} need {needs}" for needs, names in groups.items())
     return (f'<p class="missing" id="missing"><b>Not available from this run\'s sources '
-            f'({html.escape(", ".join(sources) or "none")}):</b> {html.escape(parts)}. To get them, '
-            f"{html.escape(fnd.HOW)}.</p>")
+            f'({_esc(", ".join(sources) or "none")}):</b> {_esc(parts)}. To get them, '
+            f"{_esc(fnd.HOW)}.</p>")
 
 
 def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
@@ -144,9 +151,9 @@ def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
     try:
         tl = step_timeline(store, run_id)
     except TraceprofError as e:
-        return f'{head}<p class="missing">No timeline: {html.escape(str(e))}.</p>'
+        return f'{head}<p class="missing">No timeline: {_esc(str(e))}.</p>'
     if isinstance(tl, str):
-        return f'{head}<p class="missing">No timeline: {html.escape(tl)}.</p>'
+        return f'{head}<p class="missing">No timeline: {_esc(tl)}.</p>'
     figs.append(plots.timeline(tl))
     return f"{head}<!--PLOT{len(figs) - 1}-->"
 
@@ -205,8 +212,8 @@ def render_html(
             sections.append(_section("diff", diff, figs))
             toc.append("diff")
         elif diff is not None:
-            sections.append(f'<h2 id="diff">Regression diff against {html.escape(str(baseline))}</h2>'
-                            f'<div class="err">not compared: {html.escape(str(diff))}</div>')
+            sections.append(f'<h2 id="diff">Regression diff against {_esc(str(baseline))}</h2>'
+                            f'<div class="err">not compared: {_esc(str(diff))}</div>')
             toc.append("diff")
         tail, divs = plots.embed(figs)
     body = "\n".join(sections)
@@ -214,7 +221,7 @@ def render_html(
         body = body.replace(f"<!--PLOT{i}-->", div)
     title = f"traceprof report: {info['name']}"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    nav = " · ".join(f'<a href="#{html.escape(n)}">{html.escape(n)}</a>' for n in [*toc, "traces"])
+    nav = " · ".join(f'<a href="#{_esc(n)}">{_esc(n)}</a>' for n in [*toc, "traces"])
     traced = traces["rank"].n_unique()
     world = info["world_size"] or traced
     ranks = f"{world} rank{'s' if world != 1 else ''}" + (f", {traced} traced" if traced != world else "")
@@ -224,12 +231,12 @@ def render_html(
                 "inward to whole us, HTA's kernel classes). By default traceprof keeps all GPU activity, so "
                 "windows, idle and overlap can differ.</p>") if hta else ""
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
 <style>{_CSS}</style>
 </head><body>
-<h1>{html.escape(title)}</h1>
-<p class="facts">Run <b>{html.escape(str(info['name']))}</b> (id {run_id}) · {ranks} ·
-sources {html.escape(', '.join(sources))} · devices {html.escape(devices)} · clocks aligned: {info['clock_aligned']} ·
+<h1>{_esc(title)}</h1>
+<p class="facts">Run <b>{_esc(str(info['name']))}</b> (id {run_id}) · {ranks} ·
+sources {_esc(', '.join(sources))} · devices {_esc(devices)} · clocks aligned: {info['clock_aligned']} ·
 generated {now} by traceprof</p>
 {hta_note}
 {_findings_html(f, sources)}

@@ -12,7 +12,7 @@ import pytest
 from collectors.nsys import parse
 from tests.conftest import analyze, corpus
 from traceprof import sources
-from traceprof.errors import NotATraceError, UsageError
+from traceprof.errors import NotATraceError, TraceFormatError, UsageError
 from traceprof.ingest import ingest
 
 SAXPY = "nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
@@ -266,3 +266,61 @@ def test_cuda_graph_kernels_link_to_their_graph_launch(store, tmp_path):
     la = analyze(store, "launch", "g").frame.row(0, named=True)
     assert (la["graph_launches"], la["graph_kernels"], la["launches"]) == (1, 3, 6)  # 5 saxpy launches + 1 graph
     assert la["latency_max_ns"] >= 20_000
+
+
+_INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize(("table", "set_", "reason"), [
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "end = NULL", "NULL end"),  # was a TypeError traceback
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "end = 'x'", "end not an integer"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "start = NULL", "NULL start"),  # was dropped uncounted
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "end = 'x'", "end not an integer"),  # text sorts above ints: was a negative dur
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "end = start - 1", "end before start"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "start = -5", "negative start"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", f"end = {_INT64_MAX}", "end beyond int64 on the epoch clock"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "end = NULL", "NULL end"),  # was stored with a NULL duration
+    ("NVTX_EVENTS", "start = 2.5", "start not an integer"),
+])
+def test_rows_with_unusable_times_raise_or_are_counted(store, tmp_path, table, set_, reason):
+    """Row 1 of one table gets a bad start/end: strict ingest names the file, table and row id; with
+    skip, exactly that row is missing and counted under "<table>: <reason>"."""
+    db = tmp_path / "rank0.sqlite"
+    shutil.copy(corpus(SAXPY), db)
+    db.chmod(0o644)
+    where = "rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71))" \
+        if table == "NVTX_EVENTS" else "rowid = 1"
+    con = sqlite3.connect(db)
+    # The same table without its NOT NULL constraints (as a damaged or hand-made export has it).
+    con.executescript(f"ALTER TABLE {table} RENAME TO old; CREATE TABLE {table} AS SELECT * FROM old; DROP TABLE old")
+    con.execute(f"UPDATE {table} SET {set_} WHERE {where}")
+    con.commit()
+    (rowid,) = con.execute(f"SELECT min(rowid) FROM {table} WHERE {where}").fetchone()
+    con.close()
+    with pytest.raises(TraceFormatError) as e:
+        parse(db)
+    assert f"{db.name}: {table} row id {rowid}: {reason} (" in str(e.value)
+    assert "--skip-bad-events" in str(e.value)
+    t = parse(db, on_bad_event="skip")
+    assert t.rejected == {f"{table}: {reason}": 1}
+    clean = parse(corpus(SAXPY))
+    assert t.events.num_rows == clean.events.num_rows - 1
+    dur = t.events.column("dur_ns").to_pylist()
+    assert None not in dur and min(dur) >= 0
+    assert max(t.events.column("ts_ns").to_pylist()) + max(dur) <= _INT64_MAX
+
+
+def test_end_at_the_int64_limit_on_the_epoch_clock_is_kept_and_analyses_run(store, tmp_path):
+    """end = int64 max - session start: epoch + end is exactly int64 max, the last accepted value."""
+    db = tmp_path / "rank0.sqlite"
+    shutil.copy(corpus(SAXPY), db)
+    db.chmod(0o644)
+    con = sqlite3.connect(db)
+    (epoch,) = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = ? WHERE rowid = 1", (_INT64_MAX - epoch,))
+    con.commit()
+    con.close()
+    ingest(store, [db], run="r")
+    assert store.sql("SELECT max(ts_ns + dur_ns) FROM events WHERE kind = 'kernel'").rows() == [(_INT64_MAX,)]
+    for name in ("temporal", "overlap", "kernels", "kernel_sum", "idle", "launch"):
+        analyze(store, name, "r")

@@ -120,6 +120,47 @@ def _pid_tid(gtid: int | None) -> tuple[str, str]:
     return str((gtid >> 24) & 0xFFFFFF), str(gtid & 0xFFFFFF)
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1") -> str:
+    """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
+    integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
+    ``end - start`` fits too). ``end_optional``: a NULL end is an instant (NVTX), not an error;
+    rows outside the condition ``only`` are not checked (NVTX metadata records)."""
+    s, e = f"{a}.start", f"{a}.end"
+    null_end = f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END" \
+        if end_optional else f"WHEN {e} IS NULL THEN 'NULL end'"
+    return f"""CASE WHEN NOT ({only}) THEN NULL
+        WHEN {s} IS NULL THEN 'NULL start'
+        WHEN typeof({s}) <> 'integer' THEN 'start not an integer'
+        WHEN {s} < 0 THEN 'negative start'
+        {null_end}
+        WHEN typeof({e}) <> 'integer' THEN 'end not an integer'
+        WHEN {e} < {s} THEN 'end before start'
+        WHEN {e} > {limit} THEN 'end beyond int64 on the epoch clock' END"""
+
+
+def _valid(con: sqlite3.Connection, p: Path, table: str, a: str, epoch: int, on_bad_event: str,
+           rejected: dict[str, int], end_optional: bool = False, only: str = "1") -> str:
+    """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times (:func:`_reason`).
+
+    Rows without are counted in ``rejected`` under ``"<table>: <reason>"`` or, with
+    ``on_bad_event="raise"``, the first one raises naming the table and its row id.
+    """
+    why = _reason(a, _INT64_MAX - max(epoch, 0), end_optional, only)
+    q = f"""SELECT why, count(*), min(id) FROM (SELECT {why} AS why, {a}.rowid AS id FROM {table} {a})
+            WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"""
+    for reason, n, rowid in con.execute(q).fetchall():
+        if on_bad_event == "raise":
+            start, end = con.execute(f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+            raise TraceFormatError(p, f"{table} row id {rowid}", f"{reason} (start={start!r}, end={end!r}); "
+                                   "pass --skip-bad-events to skip such rows")
+        key = f"{table}: {reason}"
+        rejected[key] = rejected.get(key, 0) + n
+    return f"({why}) IS NULL"
+
+
 class _Rows:
     """Column lists of the events table being built."""
 
@@ -176,7 +217,9 @@ class _Rows:
         c["flag"] += [None] * n
 
 
-def _kernels(con: sqlite3.Connection, cols: set[str], epoch: int, rows: _Rows, bad: dict[str, int]) -> None:
+def _kernels(con: sqlite3.Connection, p: Path, cols: set[str], epoch: int, rows: _Rows, on_bad_event: str,
+             rejected: dict[str, int]) -> None:
+    ok = _valid(con, p, "CUPTI_ACTIVITY_KIND_KERNEL", "k", epoch, on_bad_event, rejected)
     graph = ", 'graphNodeId', k.graphNodeId" if "graphNodeId" in cols else ""
     q = f"""SELECT coalesce(d.value, s.value, ''), k.start + ?, k.end - k.start, CAST(k.deviceId AS TEXT),
                    CAST(k.streamId AS TEXT), k.deviceId, k.streamId, k.correlationId,
@@ -188,65 +231,72 @@ def _kernels(con: sqlite3.Connection, cols: set[str], epoch: int, rows: _Rows, b
                                'shortName', s.value{graph})
             FROM CUPTI_ACTIVITY_KIND_KERNEL k
             LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName
-            WHERE k.end >= k.start"""
-    (n_bad,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end < start").fetchone()
-    if n_bad:
-        bad["kernel with end before start"] = n_bad
+            WHERE {ok}"""
     rows.extend("kernel", "kernel", con.execute(q, (epoch,)).fetchall(), gpu=True)
 
 
-def _copies(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows: _Rows) -> None:
+def _copies(con: sqlite3.Connection, p: Path, tables: dict[str, set[str]], epoch: int, rows: _Rows,
+            on_bad_event: str, rejected: dict[str, int]) -> None:
+    def ok(table: str) -> str:
+        return _valid(con, p, table, "t", epoch, on_bad_event, rejected)
+
     kinds = {i: _copy_label(v) for i, v in _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER", _COPY_KINDS).items()}
     mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         q = ("SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind "
-             "FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+             f"FROM CUPTI_ACTIVITY_KIND_MEMCPY t WHERE {ok('CUPTI_ACTIVITY_KIND_MEMCPY')}")
         for start, end, dev, stream, corr, nbytes, kind, src, dst in con.execute(q):
             name = f"Memcpy {kinds.get(kind, kind)} ({mems.get(src, src)} -> {mems.get(dst, dst)})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes, "copyKind": kind}
-            rows.add("memcpy", "gpu_memcpy", name, epoch + start, max(end - start, 0), str(dev), str(stream),
+            rows.add("memcpy", "gpu_memcpy", name, epoch + start, end - start, str(dev), str(stream),
                      dev, stream, corr, args, gpu_class("memcpy", name, args))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         mem = "memKind" if "memKind" in tables["CUPTI_ACTIVITY_KIND_MEMSET"] else "NULL"
-        q = f"SELECT start, end, deviceId, streamId, correlationId, bytes, {mem} FROM CUPTI_ACTIVITY_KIND_MEMSET"
+        q = (f"SELECT start, end, deviceId, streamId, correlationId, bytes, {mem} FROM CUPTI_ACTIVITY_KIND_MEMSET t "
+             f"WHERE {ok('CUPTI_ACTIVITY_KIND_MEMSET')}")
         for start, end, dev, stream, corr, nbytes, kind in con.execute(q):
             name = f"Memset ({mems.get(kind, 'Device') if kind is not None else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
-            rows.add("memset", "gpu_memset", name, epoch + start, max(end - start, 0), str(dev), str(stream),
+            rows.add("memset", "gpu_memset", name, epoch + start, end - start, str(dev), str(stream),
                      dev, stream, corr, args, gpu_class("memset", name, args))
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         types = _enum(con, tables, "ENUM_CUPTI_SYNC_TYPE", _SYNC_TYPES)
-        q = "SELECT start, end, deviceId, streamId, correlationId, syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+        q = ("SELECT start, end, deviceId, streamId, correlationId, syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION t "
+             f"WHERE {ok('CUPTI_ACTIVITY_KIND_SYNCHRONIZATION')}")
         for start, end, dev, stream, corr, st in con.execute(q):
             args = {"device": dev, "stream": stream, "correlation": corr, "syncType": st}
-            rows.add("sync", "cuda_sync", str(types.get(st, st)), epoch + start, max(end - start, 0), str(dev),
+            rows.add("sync", "cuda_sync", str(types.get(st, st)), epoch + start, end - start, str(dev),
                      str(stream), dev, stream, corr, args)
 
 
-def _api(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows: _Rows) -> None:
+def _api(con: sqlite3.Connection, p: Path, tables: dict[str, set[str]], epoch: int, rows: _Rows,
+         on_bad_event: str, rejected: dict[str, int]) -> None:
     rename: dict[str, str] = {}  # cudaLaunchKernel_v7000 -> cudaLaunchKernel, once per name
     for table, kind in (("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"), ("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver")):
         if table not in tables:
             continue
-        q = f"""SELECT coalesce(s.value, ''), r.start + ?, max(r.end - r.start, 0),
+        ok = _valid(con, p, table, "r", epoch, on_bad_event, rejected)
+        q = f"""SELECT coalesce(s.value, ''), r.start + ?, r.end - r.start,
                        coalesce(CAST((r.globalTid >> 24) & 16777215 AS TEXT), ''),
                        coalesce(CAST(r.globalTid & 16777215 AS TEXT), ''), NULL, NULL, r.correlationId,
                        json_object('correlation', r.correlationId, 'nsys_name', s.value)
-                FROM {table} r LEFT JOIN StringIds s ON s.id = r.nameId"""
+                FROM {table} r LEFT JOIN StringIds s ON s.id = r.nameId WHERE {ok}"""
         rows.extend(kind, kind, con.execute(q, (epoch,)).fetchall(), gpu=False, rename=rename)
 
 
-def _nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows: _Rows,
-          skipped: dict[str, int], flagged: dict[str, int], thread_ranks: set[int]) -> None:
+def _nvtx(con: sqlite3.Connection, p: Path, tables: dict[str, set[str]], epoch: int, rows: _Rows, on_bad_event: str,
+          rejected: dict[str, int], skipped: dict[str, int], flagged: dict[str, int], thread_ranks: set[int]) -> None:
     if "NVTX_EVENTS" not in tables:
         return
     have = tables["NVTX_EVENTS"]
     payload = [c for c in ("category", "uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value",
                            "floatValue", "jsonText") if c in have]
     text_id = "n.textId" if "textId" in have else "NULL"
+    timed = f"n.eventType IN {_NVTX_RANGES + _NVTX_MARKS}"
+    ok = _valid(con, p, "NVTX_EVENTS", "n", epoch, on_bad_event, rejected, end_optional=True, only=timed)
     q = f"""SELECT n.start, n.end, n.eventType, coalesce(n.text, s.value, ''), n.globalTid, n.domainId
                    {''.join(', n.' + c for c in payload)}
-            FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = {text_id} ORDER BY n.start"""
+            FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = {text_id} WHERE {ok} ORDER BY n.start"""
     domains: dict[int, str] = {}
     for start, end, etype, text, gtid, domain, *values in con.execute(q):
         if etype == 75:  # NvtxDomainCreate: the domain's name
@@ -267,7 +317,7 @@ def _nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], epoch: int, rows
             rows.add("instant", "nvtx", text, epoch + start, 0, pid, tid, None, None, None, args, flag=flag)
             continue
         kind = "step" if step_number(text) is not None else "user_annotation"
-        rows.add(kind, "nvtx", text, epoch + start, max(end - start, 0), pid, tid, None, None, None, args)
+        rows.add(kind, "nvtx", text, epoch + start, end - start, pid, tid, None, None, None, args)
 
 
 def _env(con: sqlite3.Connection, tables: dict[str, set[str]]) -> str:
@@ -355,14 +405,11 @@ def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> tuple[Any, ...
     skipped: dict[str, int] = {}
     flagged: dict[str, int] = {}
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        _kernels(con, tables["CUPTI_ACTIVITY_KIND_KERNEL"], epoch, rows, rejected)
-        if rejected and on_bad_event == "raise":
-            raise TraceFormatError(p, "CUPTI_ACTIVITY_KIND_KERNEL", f"{sum(rejected.values())} kernel(s) end "
-                                   "before they start; pass --skip-bad-events to skip them")
-    _copies(con, tables, epoch, rows)
-    _api(con, tables, epoch, rows)
+        _kernels(con, p, tables["CUPTI_ACTIVITY_KIND_KERNEL"], epoch, rows, on_bad_event, rejected)
+    _copies(con, p, tables, epoch, rows, on_bad_event, rejected)
+    _api(con, p, tables, epoch, rows, on_bad_event, rejected)
     thread_ranks: set[int] = set()
-    _nvtx(con, tables, epoch, rows, skipped, flagged, thread_ranks)
+    _nvtx(con, p, tables, epoch, rows, on_bad_event, rejected, skipped, flagged, thread_ranks)
     env = _env(con, tables)
     rank, warnings = _rank(p, env, thread_ranks)
     world = _env_int(env, _WORLD_ENV)
@@ -378,8 +425,10 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
 
     Args:
         path: A ``.sqlite`` file written by ``nsys export --type sqlite``.
-        on_bad_event: ``"raise"`` stops at a kernel whose end precedes its start; ``"skip"``
-            counts it in ``rejected``.
+        on_bad_event: ``"raise"`` stops at the first row of a kernel, memcpy, memset, sync, runtime,
+            driver or NVTX table whose ``start``/``end`` are not integers with 0 <= start <= end and
+            session start + end within int64; ``"skip"`` counts such rows in ``rejected`` by table
+            and reason (``"CUPTI_ACTIVITY_KIND_MEMCPY: NULL end"``).
 
     Returns:
         A :class:`ParsedTrace` (source ``nsys``) with events, steps, devices and collectives; times
@@ -388,7 +437,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     Raises:
         NotATraceError: An SQLite file that is not an Nsight Systems export.
         TraceFormatError: Unreadable, no session start time, conflicting ranks, or (``raise``) a
-            malformed kernel row.
+            row with unusable times, naming its table and row id.
     """
     p = Path(path).resolve()
     raw = p.read_bytes()

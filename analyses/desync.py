@@ -14,7 +14,8 @@ Algorithm:
      common range) are not compared, and never reported missing.
   3. For each sequence number in the common range and each member: enqueued (a row, or the
      group's progress says so), started (a start time, or progress), completed (an end time, or
-     progress); never enqueued (beyond its last). Among the members holding a row: the op, the
+     progress); never enqueued (beyond its last, or a hole: no row for it although the member
+     holds rows before and after it, e.g. a rank that skipped a collective). Among the members holding a row: the op, the
      input element count and the dtype must agree (collectives only).
   4. Status per (group, seq): ``ok``; ``mismatch`` (op / size / dtype differ); ``missing`` (some
      member never enqueued it); ``not_completed`` (enqueued by all, completed by some only, or by
@@ -170,8 +171,8 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank]) -> tuple[
             if st is None or last is None:
                 unk.append(m)
                 continue
-            if seq > last:
-                miss.append(m)
+            if seq > last or (not p2p and seq not in st.rows and st.rows and st.first() <= seq < max(st.rows)):
+                miss.append(m)  # beyond its last, or a hole: later ones held, this one never enqueued
                 continue
             enq.append(m)
             row = held.get(m)
@@ -197,7 +198,8 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank]) -> tuple[
                     "ranks_enqueued": enq, "ranks_started": sta, "ranks_completed": com, "ranks_missing": miss,
                     "ranks_unknown": unk, "mismatch": "; ".join(texts) or None,
                     "first_enter_ns": min(enters) if enters else None,
-                    "_behind": _behind(status, held, miss, known_done, com, texts)})
+                    "_behind": _behind(status, held, miss, known_done, com, texts),
+                    "_holes": [m for m in miss if m in ranks and ranks[m].rows and max(ranks[m].rows) > seq]})
     return out, rank_rows
 
 
@@ -223,7 +225,9 @@ def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes
     where = f"group {first['pg']!r} {first['members']} seq {first['seq']} ({first['op']})"
     behind = ", ".join(map(str, first["_behind"])) or "none"
     if first["status"] == "missing":
-        return (f"first divergence at {where}: rank(s) {behind} never enqueued it; rank(s) "
+        holes = first["_holes"]
+        later = f" (rank(s) {', '.join(map(str, holes))} did enqueue later ones)" if holes else ""
+        return (f"first divergence at {where}: rank(s) {behind} never enqueued it{later}; rank(s) "
                 f"{', '.join(map(str, first['ranks_enqueued']))} did and wait for them")
     if first["status"] == "mismatch":
         return f"first divergence at {where}: {first['mismatch']} (ranks behind the mismatch: {behind})"

@@ -59,6 +59,22 @@ def test_rank_missing_the_last_collective(store, tmp_path):
     assert (row["seq"], row["ranks_missing"], row["ranks_enqueued"]) == (17, [2], [0, 1, 3])
 
 
+def test_rank_skipping_a_middle_collective_is_missing_there(store, tmp_path):
+    """Rank 1 holds seq 8 and 10 but not 9 (pg_status untouched: it says 17 enqueued). Rank 1 never
+    enqueued seq 9 although it has later ones: missing at 9, as collective_instances says."""
+    def edit(rank, doc):
+        if rank == 1:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 9]
+    res, v = _verdict(store, _copy(tmp_path, edit))
+    assert (v["status"], v["pg"], v["seq"], v["op"], v["behind"]) == ("missing", "0", 9, "all_reduce", [1])
+    assert ("rank(s) 1 never enqueued it (rank(s) 1 did enqueue later ones); rank(s) 0, 2, 3 did and wait "
+            "for them") in v["text"]
+    (row,) = res.frame.rows(named=True)
+    assert (row["seq"], row["ranks_missing"], row["ranks_enqueued"]) == (9, [1], [0, 2, 3])
+    (inst,) = store.sql("SELECT seq, ranks_missing FROM collective_instances WHERE len(ranks_missing) > 0").rows()
+    assert inst == (9, [1])
+
+
 def test_rank_missing_without_pg_status(store, tmp_path):
     def edit(rank, doc):
         doc.pop("pg_status")  # completion then unknown (gloo records no times): presence only

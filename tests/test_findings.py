@@ -35,3 +35,32 @@ def test_tf32_mfu_finding_names_precision_and_peak(store):
     f = summarize(store, None, params={"mfu": {"model_flops_per_step": "4e13"}})
     mfu = [x for x in f.findings if x.topic == "mfu"][0]
     assert "tf32 peak 156 TFLOP/s, A100; precision from kernels" in mfu.text
+
+
+def _renamed(src, dst, old: str, new: str):
+    """A copy of sample run ``src`` with op name ``old`` replaced by ``new`` in every rank's trace."""
+    import gzip
+    import shutil
+
+    shutil.copytree(src, dst)
+    for f in dst.glob("*.trace.json.gz"):
+        f.write_bytes(gzip.compress(gzip.decompress(f.read_bytes()).replace(old.encode(), new.encode())))
+    return dst
+
+
+def test_long_names_shortened_in_findings(store, tmp_path):
+    # The top gap cause of `normal` is "all_reduce (...) after <op>"; with a 1,347-character op
+    # name the finding was a 1,542-character line. The name shortens to its family
+    # (traceprof.names.family: no "void ", namespaces, template arguments); full text kept in `full`.
+    long = "void at::native::very_long_kernel<" + ", ".join(["float"] * 200) + ">(int)"
+    run = _renamed(SAMPLES / "normal", tmp_path / "long", "torch.distributed.ddp.reducer::copy_bucket_to_grad", long)
+    ingest(store, [run])
+    f = summarize(store, None)
+    comm = [x for x in f.findings if x.topic == "communication"][0]
+    assert "after very_long_kernel (" in comm.text and len(comm.text) < 300, comm.text
+    assert long in comm.full and comm.full.replace(long, "very_long_kernel") == comm.text
+    # The report: the short text, the full one on hover.
+    from traceprof.report import _findings_html
+
+    page = _findings_html(f, [])
+    assert 'title="exposed communication:' in page and "very_long_kernel&lt;float, float" in page

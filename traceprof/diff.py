@@ -42,6 +42,7 @@ from traceprof.activity import activity
 from traceprof.analysis import Chart, FrameResult
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.intervals import class_measures
+from traceprof.names import shorten
 from traceprof.optree import self_times, with_parents
 from traceprof.store import Store
 
@@ -338,7 +339,7 @@ def _summary(base: str, cand: str, metrics: pl.DataFrame, items: pl.DataFrame, r
     first += ["comm"] if "exposed_comm_ns" in bad else []
     grew = items.filter(pl.col("grew")).sort(~pl.col("class").is_in(first), -pl.col("delta_ns")).head(3)
     grown = ", ".join(
-        f"{r['name']} +{r['delta_ns'] / 1e6:.2f} ms/step" + (f" ({r['delta_pct']:+.0f}%)" if r["delta_pct"] is not None else " (new)")
+        f"{shorten(r['name'], 60)} +{r['delta_ns'] / 1e6:.2f} ms/step" + (f" ({r['delta_pct']:+.0f}%)" if r["delta_pct"] is not None else " (new)")
         for r in grew.iter_rows(named=True)
     )
     if regressed:

@@ -27,6 +27,7 @@ import polars as pl
 from traceprof import analysis as registry
 from traceprof.analysis import FrameResult
 from traceprof.errors import TraceprofError, UsageError
+from traceprof.names import shorten
 from traceprof.store import Store
 
 __all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_analyses", "build", "summarize"]
@@ -49,6 +50,9 @@ NEEDS = {
 HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
        "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True")
 
+#: Kernel and op names longer than this are shortened to their family in a finding's text.
+NAME_WIDTH = 60
+
 #: A straggler costs the job when the what-if slowdown of its rank alone exceeds this (OSDI'25: S > 1.1).
 STRAGGLING_S = 1.1
 
@@ -58,8 +62,10 @@ class Finding:
     """One line of the findings list.
 
     ``topic``: stragglers, communication, idle, mfu or regression; ``text``: the finding with its
-    evidence; ``cost_pct``: % of step time it costs (None: informational); ``problem``: whether it
-    is something to fix; ``section``: the report section with the detail.
+    evidence, long kernel and op names shortened (``traceprof.names.shorten``); ``cost_pct``: % of
+    step time it costs (None: informational); ``problem``: whether it is something to fix;
+    ``section``: the report section with the detail; ``full``: the text with full names where
+    ``text`` shortened one (the report shows it on hover), else empty.
     """
 
     topic: str
@@ -67,6 +73,7 @@ class Finding:
     cost_pct: float | None
     problem: bool
     section: str
+    full: str = ""
 
 
 @dataclass(frozen=True)
@@ -243,11 +250,14 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
         return [], Verdict("communication", "ok", "no communication in the trace")
     worst = df.sort("exposed_comm_pct", descending=True).row(0, named=True)
     median = _num(df["exposed_comm_pct"].median())
-    cause = ""
+    cause = full_cause = ""
     gaps = res.get("gaps")
     if gaps is not None and gaps.frame.height and "cause" in gaps.frame.columns:
         top = gaps.frame.row(0, named=True)
         cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
+        before = top.get("before") or ""
+        if len(before) > NAME_WIDTH:  # a 1,000-character kernel name: its family, the full name on hover
+            full_cause, cause = cause, cause.replace(before, shorten(before, NAME_WIDTH))
     overlap = f"{worst['overlap_pct']:.0f}% of its communication hidden" if worst.get("overlap_pct") is not None else ""
     text = (f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
             f"({_ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}")
@@ -262,7 +272,8 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
         cost = float(own.item() or 0.0)
         text += f"; most of it is waiting for the straggler: beyond that wait {cost:.0f}% of the window (median over ranks)"
     problem = cost >= 5.0
-    f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap")
+    full = text.replace(cause, full_cause) if full_cause else ""
+    f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
     return [f], Verdict("communication", "problem" if problem else "ok", text)
 
 

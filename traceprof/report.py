@@ -49,10 +49,10 @@ th{background:#f4f4f4}td.s{text-align:left}
 .err{background:#fff4f4;border-left:3px solid #c33;padding:6px 10px}
 .hta{background:#fff8e1;border-left:3px solid #e0a800;padding:6px 10px;margin:6px 0}
 details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}
-ol.findings{padding-left:1.6em;margin:6px 0}ol.findings li{margin:4px 0;line-height:1.35}
+ol.findings{padding-left:1.6em;margin:6px 0}ol.findings li{margin:4px 0;line-height:1.35;overflow-wrap:anywhere}
 .cost{display:inline-block;min-width:4.2em;font-weight:600;color:#a50f15}.cost.none{color:#777}
 li.ok .cost{color:#2b7a2b}
-table.verdicts td{white-space:normal;text-align:left;max-width:1100px}
+table.verdicts td{white-space:normal;text-align:left;max-width:1100px;overflow-wrap:anywhere}
 .st-problem{color:#a50f15;font-weight:600}.st-ok{color:#2b7a2b;font-weight:600}.st-na{color:#777}
 .missing{color:#444;background:#f6f6f6;padding:6px 10px;margin:8px 0}
 """
@@ -116,7 +116,8 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     for x in f.findings:
         cost = (f'<span class="cost">{x.cost_pct:.0f}%</span>' if x.cost_pct is not None
                 else '<span class="cost none">info</span>')
-        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {_esc(x.text)} '
+        text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
+        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {text} '
                      f'<a href="#{_esc(x.section)}">details</a></li>')
     empty = ("Nothing found that costs step time; the verdict per topic is below." if f.verdicts
              else "No findings: no analysis applied to this run (see below).")

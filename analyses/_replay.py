@@ -31,7 +31,7 @@ import polars as pl
 
 from traceprof.activity import activity
 from traceprof.errors import AnalysisError
-from traceprof.matching import ARRIVAL_SQL, preferred_source, unmatched_p2p
+from traceprof.matching import ARRIVAL_SQL, preferred_source, run_steps, unmatched_p2p
 from traceprof.store import Store
 
 __all__ = ["compute_items", "comm_items", "require_matched", "partial_note", "Timeline", "build", "replay",
@@ -55,7 +55,8 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     events. Intervals nested in another of the same rank and lane are dropped.
 
     Returns:
-        Frame rank, step, lane, name, start_ns, end_ns (ns, aligned clock).
+        Frame rank, step (the run's step: ``matching.run_steps``), lane, name, start_ns, end_ns (ns,
+        aligned clock).
     """
     act = activity(store, run_id)
     comp = act.filter(pl.col("class") == "compute").select("rank", "step", "lane", "name", "start_ns", "end_ns")
@@ -65,7 +66,8 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
                FROM events WHERE run_id = ? AND kind = 'gpu_user_annotation'""",
             [run_id],
         )
-    comp = comp.sort("rank", "lane", "start_ns", pl.col("end_ns"), descending=[False, False, False, True])
+    comp = run_steps(store, run_id, comp).sort("rank", "lane", "start_ns", pl.col("end_ns"),
+                                               descending=[False, False, False, True])
     prev = pl.col("end_ns").cum_max().shift(1).over("rank", "lane")
     return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
 

@@ -65,7 +65,7 @@ from analyses import _common, _replay
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
-from traceprof.matching import fallback_note
+from traceprof.matching import fallback_note, run_steps
 from traceprof.store import Store
 
 _CAUSES = {"compute_ns": "compute", "comm_ns": "communication", "other_ns": "untraced host time"}
@@ -219,9 +219,9 @@ def run(store: Store, params: Params) -> Result:
     is_last = pl.col("last_rank") == pl.col("rank")
     caused = w.filter(pl.col("rank") != pl.col("last_rank")).group_by("last_rank").agg(
         pl.col("wait_ns").sum().alias("wait_caused_ns")).rename({"last_rank": "rank"})
-    steps = store.sql(
+    steps = run_steps(store, run_id, store.sql(
         """SELECT rank, step, cpu_start_ns AS step_start_ns, cpu_end_ns - cpu_start_ns AS step_ns
-           FROM steps WHERE run_id = ?""", [run_id])
+           FROM steps WHERE run_id = ?""", [run_id]))
     step_med = int(steps["step_ns"].sort()[(steps.height - 1) // 2]) if steps.height else None
     pace, pace_what = _pace_ns(w, step_med)
     covered = _covered_ns(w, steps)
@@ -267,9 +267,22 @@ def run(store: Store, params: Params) -> Result:
     partial = _replay.partial_note(store, run_id, "arrivals, skew, waits and last arrivals are among the traced "
                                    "ranks only; an untraced rank may have arrived later, so waits are lower "
                                    "bounds and transfers (end - last traced arrival) upper bounds")
-    notes += [n for n in (transient.note, fallback_note(store, run_id), partial, _early_end_note(w)) if n]
+    absent = _absent_note(store, run_id, source, w)
+    notes += [n for n in (transient.note, fallback_note(store, run_id), partial, absent, _early_end_note(w)) if n]
     notes += verdict["evidence"].to_list()
     return Result(frame=per, instances=inst, waits=waits, heatmap=heat, verdict=verdict, notes=tuple(notes))
+
+
+def _absent_note(store: Store, run_id: int, source: str | None, w: pl.DataFrame) -> str | None:
+    """A note naming the traced ranks that hold no instance of ``source`` seen by another rank (they
+    are left out of every figure, and chance is 1/N over the ranks present); None if there are none."""
+    traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? ORDER BY rank", [run_id])["rank"].to_list()
+    absent = sorted(set(traced) - set(w["rank"].to_list()))
+    if not absent:
+        return None
+    return (f"rank{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} traced but no {source} collective of "
+            f"{'them' if len(absent) > 1 else 'it'} matched another rank's: left out of these figures (chance of "
+            "arriving last is over the ranks present); see collective_instances and the ingest warnings")
 
 
 def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) -> tuple[pl.DataFrame, str]:

@@ -235,3 +235,42 @@ def test_launching_op_names_old_style_collectives(store, tmp_path, namers, op, p
     ingest(store, [tmp_path / "run"])
     row = store.sql("SELECT op, pg, seq, pg_ranks, enter_ns - $1 FROM collectives", [BASE]).row(0)
     assert row == (op, pg, 5 if pg else None, "[0, 1]" if pg else None, 60_000)  # enter = the launch at 60 us
+
+
+def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:
+    """Two steps, ProfilerStep#first_step and #first_step + 1, over [0, 1000] and [1000, 2000] us; in
+    step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 + late_us to
+    1000 s + 300 us."""
+    ev = []
+    for s in range(2):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{first_step + s}", "pid": 1, "tid": 1,
+                   "ts": 1000 * s, "dur": 1000})
+        if collectives:
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": 1000 * s + 10, "dur": 2, "args": {"correlation": 50 + s}})
+            ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
+                       "tid": 7, "ts": 1000 * s + 100 + late_us, "dur": 200 - late_us,
+                       "args": {"correlation": 50 + s, "device": 0, "stream": 7, "Collective name": "allreduce",
+                                "Process Group Name": "0", "Seq": s + 1, "In msg nelems": 1024, "dtype": "Float"}})
+    return ev
+
+
+def test_steps_compared_by_each_ranks_step_order(store, tmp_path):
+    # Rank 0 numbers its steps #100, #101; rank 1 (50 us late at both all-reduces) #500, #501, with
+    # consistent Seq values; rank 2 is traced (#100, #101) but runs no collective.
+    _write(tmp_path / "run" / "r0.json", _renumbered_rank(100, 0), 0, world=3, backend="nccl")
+    _write(tmp_path / "run" / "r1.json", _renumbered_rank(500, 50), 1, world=3, backend="nccl")
+    _write(tmp_path / "run" / "r2.json", _renumbered_rank(100, 0, collectives=False), 2, world=3, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    # Compared by step order, Seq 1 is in the first step of both ranks and Seq 2 in the second: the
+    # sequence numbers are per group (no fallback warning), 2 instances of ranks 0 and 1 labelled
+    # with rank 0's step numbers, rank 1 last by 50 us (arrival = kernel start: 100 vs 150 us).
+    assert not [w for w in res.warnings if "sequence numbers" in w]
+    inst = store.sql("SELECT seq, step, ranks_present, last_rank, arrival_skew_ns, match_method "
+                     "FROM collective_instances ORDER BY instance_id").rows()
+    assert inst == [(1, 100, [0, 1], 1, 50_000, "pg_seq"), (2, 101, [0, 1], 1, 50_000, "pg_seq")]
+    res = analyze(store, "stragglers", "run")
+    per = {r["rank"]: (r["instances"], r["last_count"]) for r in res.frame.iter_rows(named=True)}
+    assert per == {0: (2, 0), 1: (2, 2)}
+    # rank 2 holds no matched instance: a note says it is left out, not a silent chance of 1/2
+    assert [n for n in res.notes if n.startswith("rank 2 traced but no nccl_kernel collective")]

@@ -23,6 +23,8 @@ Algorithm:
      counters of a group wider than a pair do not line up). Such a group's collectives are matched
      by order within the step instead (step 4), method ``step_order``, its point-to-point rows
      left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
+     Steps are compared across ranks by each rank's step order (:data:`RUN_STEPS_SQL`), never by
+     raw ProfilerStep numbers, here and in steps 4 and 5.
   4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
      match by ordinal: on every rank, the k-th collective of the same group, op and size within the
      same step (or within the trace when steps are unknown) is the same instance: method
@@ -55,10 +57,36 @@ import polars as pl
 from traceprof.store import Store
 
 __all__ = ["ARRIVAL_SQL", "P2P_OPS", "CROSS_STEP_SHARE", "MatchSummary", "match_run", "refresh_instances",
-           "preferred_source", "unmatched_p2p", "canonical_ranks", "fallback_note"]
+           "preferred_source", "unmatched_p2p", "canonical_ranks", "fallback_note", "RUN_STEPS_SQL", "run_steps"]
 
 #: SQL expression (over a collectives row) for the time a rank arrives at the collective.
 ARRIVAL_SQL = "CASE WHEN source = 'nccl_kernel' THEN start_ns ELSE coalesce(enter_ns, start_ns) END"
+
+#: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step: the
+#: k-th step of every rank's own step list is the same step, labelled with the lowest rank's number
+#: (columns rank, step, run_step). Ranks may number their ProfilerSteps differently (one rank's
+#: #500.. while the others' are #100..), so raw step numbers are never compared across ranks.
+RUN_STEPS_SQL = """
+SELECT rank, step, arg_min(step, rank) OVER (PARTITION BY k) AS run_step
+FROM (SELECT rank, step, row_number() OVER (PARTITION BY rank ORDER BY step) AS k
+      FROM (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL))
+"""
+
+
+def run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` (columns rank, step, ...) with ``step`` replaced by the run's step (:data:`RUN_STEPS_SQL`);
+    steps the ``steps`` table does not know keep their number."""
+    if frame.is_empty() or "step" not in frame.columns:
+        return frame
+    m = store.sql(RUN_STEPS_SQL.replace("$run", str(int(run_id))))
+    if m.is_empty():
+        return frame
+    m = m.with_columns(pl.col("rank").cast(frame.schema["rank"]), pl.col("step").cast(frame.schema["step"]),
+                       pl.col("run_step").cast(frame.schema["step"]))
+    cols = frame.columns
+    return frame.join(m, on=["rank", "step"], how="left").with_columns(
+        pl.coalesce("run_step", "step").alias("step")).select(cols)
+
 
 #: Point-to-point ops (``traceprof.ops`` names): one peer each, never matched by ordinal.
 P2P_OPS = ("send", "recv", "send_recv", "send_coalesced", "recv_coalesced", "send_recv_coalesced")
@@ -118,9 +146,10 @@ def canonical_ranks(value: Any) -> str | None:
 
 
 _ROWS = f"""
-SELECT rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, step, {_IS_P2P_SQL} AS p2p,
-       coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
-FROM collectives WHERE run_id = ?
+WITH rs AS ({RUN_STEPS_SQL})
+SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(rs.run_step, step) AS step,
+       {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
+FROM collectives c LEFT JOIN rs USING (rank, step) WHERE c.run_id = $run
 """
 _GROUP = ["source", "g_pg", "g_ranks", "p2p"]
 
@@ -196,10 +225,11 @@ def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
 
 
 _INSTANCES = f"""
-WITH c AS (
-  SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, step, instance_id, match_method,
-         coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns
-  FROM collectives WHERE run_id = $run AND instance_id IS NOT NULL
+WITH rs AS ({RUN_STEPS_SQL}),
+c AS (
+  SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, coalesce(rs.run_step, step) AS step,
+         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns
+  FROM collectives LEFT JOIN rs USING (rank, step) WHERE run_id = $run AND instance_id IS NOT NULL
 ),
 members AS (
   SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, list(DISTINCT rank ORDER BY rank) AS ranks
@@ -268,7 +298,7 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     """
     con = store.con
     con.execute("UPDATE collectives SET instance_id = NULL, match_method = NULL WHERE run_id = ?", [run_id])
-    rows = store.sql(_ROWS, [run_id])
+    rows = store.sql(_ROWS.replace("$run", str(int(run_id))))
     assigned, notes = _assign(rows) if rows.height else (pl.DataFrame(), [])
     if assigned.height:
         con.register("_match", assigned.to_arrow())

@@ -23,13 +23,16 @@ Algorithm:
      dump without pg_status) is not an error.
   5. Verdict: the first divergent collective (earliest enqueue, then group and seq) and the ranks
      behind: those that never enqueued it, the minority of a mismatch, or those that did not
-     complete it while others did.
+     complete it while others did. A rank whose dump holds no collective at all (an empty FR
+     ``entries``) is missing from every seq and leads the verdict (``recorded_nothing``): it is
+     behind everyone; the first divergence among the others follows.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,6 +50,15 @@ WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL
 ORDER BY c.rank, c.pg, c.seq
 """
 _SOURCE_ORDER = ("fr", "nccl_profiler")
+_TRACE_SOURCE = {"fr": "flight_recorder", "nccl_profiler": "nccl_profiler"}
+# Traces of a source that hold no collective with group and seq: an empty FR dump (a rank that
+# recorded nothing, the usual culprit of a hang).
+_EMPTY = """
+SELECT t.rank, t.path FROM traces t
+WHERE t.run_id = ? AND t.source = ? AND t.rank IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM collectives c WHERE c.trace_id = t.trace_id AND c.pg IS NOT NULL AND c.seq IS NOT NULL)
+ORDER BY t.rank
+"""
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,8 @@ class Result(FrameResult):
     details unknown), mismatch (text), first_enter_ns (ns). ``ranks``: per (group, rank):
     first_seq (first held), last_enqueued, last_started, last_completed (-1 none, null unknown),
     wrapped (the ring buffer dropped older entries of the group). ``verdict``: one row: status
-    (``clean`` or the first divergent status), pg, members, seq, op, behind (ranks), text."""
+    (``clean``, ``recorded_nothing`` or the first divergent status), pg, members, seq, op, behind
+    (ranks), text."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -101,15 +114,20 @@ class _Rank:
         return any(r[col] is not None for r in self.rows.values())
 
 
-def _load(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
+def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, dict[int, str]]:
+    """Rows of the preferred source, the source, and its traces that hold none: rank -> file name."""
     df = store.sql(_ROWS, [run_id])
     if df.is_empty():
-        raise AnalysisError(f"run {run_id}: no collectives with a process group and sequence number (desync "
+        empty = store.sql(_EMPTY, [run_id, "flight_recorder"]).rows()
+        if empty:
+            return df, "fr", {r: Path(path).name for r, path in empty}
+        raise AnalysisError(f"run {run_name!r}: no collectives with a process group and sequence number (desync "
                             "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq)")
     present = df["source"].unique().to_list()
     source = next((s for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
         ["len", "source"], descending=[True, False])["source"][0]
-    return df.filter(pl.col("source") == source), source
+    empty = store.sql(_EMPTY, [run_id, _TRACE_SOURCE[source]]).rows() if source in _TRACE_SOURCE else []
+    return df.filter(pl.col("source") == source), source, {r: Path(path).name for r, path in empty}
 
 
 def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Rank]]:
@@ -146,8 +164,10 @@ def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str]:
     return major, f"{col.replace('nelems_in', 'size')} {major} on most ranks, {odd}"
 
 
-def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Instance rows and per-rank rows of one group (module doc, steps 2 to 4)."""
+def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
+           empty: dict[int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Instance rows and per-rank rows of one group (module doc, steps 2 to 4); members in
+    ``empty`` (a dump with no collective) never enqueued anything."""
     p2p = pg.endswith(":p2p")
     firsts = {r: st.first() for r, st in ranks.items() if st.first() is not None}
     lasts = {r: st.last("enqueued") for r, st in ranks.items()}
@@ -168,6 +188,9 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank]) -> tuple[
         for m in members:
             st = ranks.get(m)
             last = lasts.get(m) if st is not None else None
+            if m in empty:
+                miss.append(m)
+                continue
             if st is None or last is None:
                 unk.append(m)
                 continue
@@ -235,6 +258,17 @@ def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes
             f" but not by {behind}")
 
 
+def _nothing_text(empty: dict[int, str], per_rank: list[dict[str, Any]]) -> str:
+    who = ", ".join(f"{r} ({name})" for r, name in sorted(empty.items()))
+    others = [r["last_enqueued"] for r in per_rank if r["rank"] not in empty and r["last_enqueued"] is not None]
+    if not others:
+        return (f"rank(s) {who} recorded nothing: no collective ran before the dumps were written (or the "
+                "ring buffer was off: TORCH_NCCL_TRACE_BUFFER_SIZE=0)")
+    return (f"rank(s) {who} recorded nothing while the others enqueued up to seq {max(others)}: a rank that hung "
+            "or crashed before its first collective (or ran with TORCH_NCCL_TRACE_BUFFER_SIZE=0) is the one to "
+            "look at")
+
+
 @register("desync", Params)
 def run(store: Store, params: Params) -> Result:
     """Desync report of one run (module doc).
@@ -244,13 +278,14 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no collectives with process group and sequence number.
     """
     run_id = store.resolve_run(params.run)
-    df, source = _load(store, run_id)
+    name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    df, source, empty = _load(store, run_id, name)
     inst: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []
     notes: list[str] = []
     groups = _groups(df)
     for (pg, members), ranks in sorted(groups.items()):
-        rows, rr = _check(pg, members, ranks)
+        rows, rr = _check(pg, members, ranks, empty)
         inst += rows
         per_rank += rr
         firsts = [r["first_seq"] for r in rr if r["first_seq"] is not None]
@@ -258,7 +293,7 @@ def run(store: Store, params: Params) -> Result:
             late = [r["rank"] for r in rr if r["first_seq"] == max(firsts)]
             notes.append(f"group {pg!r} {list(members)}: seq {min(firsts)}..{max(firsts) - 1} not compared (ring "
                          f"buffer of rank(s) {', '.join(map(str, late))} starts at seq {max(firsts)})")
-        absent = [m for m in members if m not in ranks]
+        absent = [m for m in members if m not in ranks and m not in empty]
         if absent:
             notes.append(f"group {pg!r} {list(members)}: no record from rank(s) {', '.join(map(str, absent))} "
                          "(no dump, or nothing of this group in it)")
@@ -266,12 +301,21 @@ def run(store: Store, params: Params) -> Result:
     first = min(bad, key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
                 default=None)
     text = _verdict_text(first, len(inst), len(groups), notes)
-    verdict = pl.DataFrame([{
+    row: dict[str, Any] = {
         "status": "clean" if first is None else first["status"], "source": source,
         "pg": None if first is None else first["pg"], "members": None if first is None else first["members"],
         "seq": None if first is None else first["seq"], "op": None if first is None else first["op"],
         "behind": [] if first is None else first["_behind"], "text": text,
-    }], schema={"status": pl.Utf8, "source": pl.Utf8, "pg": pl.Utf8, "members": pl.List(pl.Int64),
+    }
+    if empty:  # leads: nothing recorded is further behind than any divergence
+        rest = [r for r in bad if r["status"] != "missing" or set(r["_behind"]) - set(empty)]
+        then = min(rest, key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
+                   default=None)
+        text = _nothing_text(empty, per_rank) + ("" if then is None else
+                                                 f"; among the others, {_verdict_text(then, 0, 0, [])}")
+        row.update(status="recorded_nothing", pg=None, members=None, seq=None, op=None, behind=sorted(empty),
+                   text=text)
+    verdict = pl.DataFrame([row], schema={"status": pl.Utf8, "source": pl.Utf8, "pg": pl.Utf8, "members": pl.List(pl.Int64),
                 "seq": pl.Int64, "op": pl.Utf8, "behind": pl.List(pl.Int64), "text": pl.Utf8})
     cols = ["pg", "members", "seq", "op", "status", "ranks_enqueued", "ranks_started", "ranks_completed",
             "ranks_missing", "ranks_unknown", "mismatch", "first_enter_ns"]

@@ -75,6 +75,37 @@ def test_rank_skipping_a_middle_collective_is_missing_there(store, tmp_path):
     assert inst == (9, [1])
 
 
+def test_rank_that_recorded_nothing_leads_the_verdict(store, tmp_path):
+    """Rank 2's dump has no entries (it hung before its first collective): the directory ingests
+    (rank 2 with 0 collectives, a warning) and desync leads with rank 2, never "no desync"."""
+    def edit(rank, doc):
+        if rank == 2:
+            doc["entries"] = []
+    res = ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
+    assert any("fr_rank2.json: rank 2 recorded no collective" in w for w in res.warnings)
+    assert store.sql("SELECT t.rank, count(c.seq) FROM traces t LEFT JOIN collectives c USING (trace_id) "
+                     "GROUP BY t.rank ORDER BY t.rank").rows() == [(0, 17), (1, 17), (2, 0), (3, 17)]
+    d = analyze(store, "desync", "run")
+    v = d.verdict.row(0, named=True)
+    assert (v["status"], v["behind"], v["seq"]) == ("recorded_nothing", [2], None)
+    assert v["text"] == ("rank(s) 2 (fr_rank2.json) recorded nothing while the others enqueued up to seq 17: a "
+                         "rank that hung or crashed before its first collective (or ran with "
+                         "TORCH_NCCL_TRACE_BUFFER_SIZE=0) is the one to look at")
+    # Every seq 1..17 lists rank 2 as missing (as collective_instances does).
+    assert d.frame["seq"].to_list() == list(range(1, 18))
+    assert set(map(tuple, d.frame["ranks_missing"].to_list())) == {(2,)}
+
+
+def test_every_rank_recorded_nothing(store, tmp_path):
+    def edit(rank, doc):
+        doc["entries"] = []
+    ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
+    v = analyze(store, "desync", "run").verdict.row(0, named=True)
+    assert (v["status"], v["behind"]) == ("recorded_nothing", [0, 1, 2, 3])
+    assert v["text"].startswith("rank(s) 0 (fr_rank0.json), 1 (fr_rank1.json), 2 (fr_rank2.json), 3 "
+                                "(fr_rank3.json) recorded nothing: no collective ran before the dumps")
+
+
 def test_rank_missing_without_pg_status(store, tmp_path):
     def edit(rank, doc):
         doc.pop("pg_status")  # completion then unknown (gloo records no times): presence only

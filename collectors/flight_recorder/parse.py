@@ -9,7 +9,8 @@ cluster is untrusted input, and a crafted pickle is refused without running anyt
 
 Algorithm:
   1. Decode the JSON, or the pickle through ``safe_pickle`` (tuples read as JSON lists); refuse
-     files without ``entries`` or with none.
+     files without ``entries``. An empty ``entries`` is a trace with no collectives (a warning):
+     for hang triage the rank that recorded nothing is the culprit, and ``desync`` says so.
   2. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
      ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); world size: the ranks of the default
      process group in ``pg_config``.
@@ -173,17 +174,14 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         times are epoch ns as FR records them.
 
     Raises:
-        TraceFormatError: Unreadable, a pickle that is not plain data, invalid JSON, no or empty ``entries`` (or none left
-            after skipping), no rank, or (with ``on_bad_event="raise"``) an entry without a valid
+        TraceFormatError: Unreadable, a pickle that is not plain data, invalid JSON, no ``entries`` (or
+            none left after skipping), no rank, or (with ``on_bad_event="raise"``) an entry without a valid
             creation time, naming the entry.
     """
     p = Path(path).resolve()
     raw, doc, encoding = _read(p)
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
-    if not doc["entries"]:
-        raise TraceFormatError(p, "entries", "no entries: the dump records no collective (dumped before "
-                               "any ran, or the ring buffer was disabled: TORCH_NCCL_TRACE_BUFFER_SIZE=0)")
     rank = _int(doc.get("rank"))
     if rank is None:  # torch's names end in the rank (a host may precede it); others say rank<R>
         default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
@@ -262,7 +260,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if not record_fits(p, f"entry #{i} ({name!r})", on_bad_event, rejected,
                            (rows[-1], row_schema("collectives")), (events[-1], row_schema("events"))):
             rows.pop(), kept.pop(), events.pop()
-    if not rows:
+    warnings = []
+    if not doc["entries"]:  # for hang triage the rank that recorded nothing is the one to look at
+        warnings.append(f"{p.name}: rank {rank} recorded no collective (empty 'entries': dumped before any "
+                        "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives")
+    elif not rows:
         raise TraceFormatError(p, "entries", f"no valid entries: all {len(doc['entries'])} skipped ({rejected})")
     counter: dict[tuple[Any, str], int] = {}
     for r in sorted(rows, key=lambda r: r["enter_ns"]):
@@ -287,4 +289,5 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         collectives=pa.Table.from_pylist(rows, schema=row_schema("collectives")),
         events_read=len(doc["entries"]),
         rejected=rejected,
+        warnings=warnings,
     )

@@ -64,3 +64,39 @@ def test_long_names_shortened_in_findings(store, tmp_path):
 
     page = _findings_html(f, [])
     assert 'title="exposed communication:' in page and "very_long_kernel&lt;float, float" in page
+
+
+def test_straggler_own_idle_and_wait_do_not_outrank_it(store):
+    # straggler_rank3: rank 3 sleeps before its all-reduces (sample_traces/README.md). Its sleep is
+    # idle time and the others' wait for it is exposed communication: both are the straggler's cost,
+    # so idle is the other ranks' mean and exposed communication beyond the wait costs 0%.
+    ingest(store, [SAMPLES / "straggler_rank3"])
+    f = summarize(store, None)
+    assert [x.topic for x in f.findings] == ["stragglers", "idle", "communication", "mfu"]
+    temporal = f.results["temporal"].frame
+    others = temporal.filter(temporal["rank"] != 3)["idle_pct"].mean()
+    idle = f.findings[1]
+    assert idle.cost_pct == others and idle.cost_pct < f.findings[0].cost_pct
+    assert "mean over the ranks that are not stragglers" in idle.text and "(rank 3 29%)" in idle.text
+    comm = f.findings[2]
+    assert comm.cost_pct == 0.0 and not comm.problem
+    assert comm.text.startswith("exposed communication beyond waiting for the straggler (rank 3): 0% of the window")
+
+
+def test_no_single_straggler_is_a_problem_in_findings_and_verdict(store):
+    # trace_filter: what-if S = 1.340 with no rank to blame; the verdict says problem, so the
+    # finding is a problem too, costed as a named straggler is: 100 (S - 1) = 34%.
+    ingest(store, [corpus("hta/trace_filter")])
+    f = summarize(store, None)
+    st = [x for x in f.findings if x.topic == "stragglers"][0]
+    assert st.problem and round(st.cost_pct) == 34 and st.text.startswith("no single straggler")
+    assert {v.topic: v.status for v in f.verdicts}["stragglers"] == "problem"
+
+
+def test_flight_recorder_only_run_says_nothing_costs_step_time(store):
+    # A stragglers verdict exists (ok), so the summary and the report say the same: nothing found
+    # that costs step time, not "no analysis applied".
+    ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
+    f = summarize(store, None)
+    assert f.findings == () and {v.topic: v.status for v in f.verdicts}["stragglers"] == "ok"
+    assert f.empty_text == "nothing found that costs step time; the verdict per topic follows"

@@ -419,7 +419,7 @@ def summary(
     for i, x in enumerate(f.findings, 1):
         say(f"{i:2}. {'info' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.text}", out)
     if not f.findings:
-        say("    none: no analysis applied to this run", out)
+        say(f"    {f.empty_text}", out)
     say("Verdicts:", out)
     for v in f.verdicts:
         say(f"    {v.topic:14} {v.status:8} {v.text}", out)

@@ -40,7 +40,8 @@ NEEDS = {
     "temporal": "GPU kernels or CPU training-thread ops (a Kineto trace)",
     "overlap": "GPU kernels or CPU training-thread ops (a Kineto trace)",
     "gaps": "GPU kernels or CPU training-thread ops (a Kineto trace)",
-    "idle": "GPU kernels (a Kineto trace with CUDA activity)",
+    "idle": "GPU kernels (a Kineto trace with CUDA activity) to say why each GPU stream is idle (an idle "
+            "verdict without them is temporal's)",
     "kernels": "GPU kernels (a Kineto trace with CUDA activity)",
     "launch": "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)",
     "stragglers": "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)",
@@ -104,6 +105,13 @@ class Findings:
     missing: tuple[Missing, ...]
     results: dict[str, FrameResult] = field(default_factory=dict)
     hta: bool = False
+
+    @property
+    def empty_text(self) -> str:
+        """What the findings list says when it is empty (the summary and the report say the same)."""
+        if self.verdicts:
+            return "nothing found that costs step time; the verdict per topic follows"
+        return "no findings: no analysis applied to this run"
 
     def to_frame(self) -> pl.DataFrame:
         """Findings as a frame: position, topic, cost_pct (% of step time, null if none), problem, finding."""
@@ -185,8 +193,12 @@ def _combined(store: Store, run_id: int, findings: list[Finding]) -> tuple[list[
         v = verdict.combined_verdict(store, str(run_id))
     except TraceprofError:
         return findings, None
-    if v.straggling and not v.stragglers:  # slower than ideal, but no rank to blame: say so, no cost claimed
-        findings = [*findings, Finding("stragglers", v.text, None, False, "whatif")]
+    if v.straggling and not v.stragglers:
+        # Slower than ideal, but no rank to blame: a problem, as the verdict says; its cost is the
+        # what-if slowdown (S - 1, in %, as a named straggler's), the larger of blocking and host.
+        s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
+        cost = 100.0 * (s_max - 1) if s_max is not None else None
+        findings = [*findings, Finding("stragglers", v.text, cost, True, "whatif")]
     return findings, Verdict("stragglers", "problem" if v.straggling else "ok", v.text)
 
 
@@ -270,23 +282,46 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
             (100.0 * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0) / pl.col("window_ns"))
             .median())
         cost = float(own.item() or 0.0)
-        text += f"; most of it is waiting for the straggler: beyond that wait {cost:.0f}% of the window (median over ranks)"
+        named = ", ".join(str(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"])
+        text = (f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
+                f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}")
     problem = cost >= 5.0
     full = text.replace(cause, full_cause) if full_cause else ""
     f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
     return [f], Verdict("communication", "problem" if problem else "ok", text)
 
 
+def _named_ranks(res: dict[str, FrameResult]) -> list[int]:
+    """The ranks the ``stragglers`` analysis names."""
+    st = res.get("stragglers")
+    if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
+        return []
+    return [int(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"]]
+
+
 def _idle(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
     te = res.get("temporal")
     if te is None or te.frame.is_empty():
         return [], None
-    mean = _num(te.frame["idle_pct"].mean())
-    worst = te.frame.sort("idle_pct", descending=True).row(0, named=True)
     cpu = res.get("idle") is None
     what = "the training thread" if cpu else "the GPU"
-    text = (f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
-            f"{worst['idle_pct']:.0f}%)")
+    named = _named_ranks(res)
+    others = te.frame.filter(~pl.col("rank").is_in(named))
+    if named and others.height:
+        # A straggler's own idle time (its sleep, its stall) is why it is late: the straggler
+        # finding counts it, so idle costs what the other ranks are idle.
+        mean = _num(others["idle_pct"].mean())
+        own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
+        theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
+        worst = others.sort("idle_pct", descending=True).row(0, named=True)
+        text = (f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
+                f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
+                "counted in its finding")
+    else:
+        mean = _num(te.frame["idle_pct"].mean())
+        worst = te.frame.sort("idle_pct", descending=True).row(0, named=True)
+        text = (f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
+                f"{worst['idle_pct']:.0f}%)")
     idle = res.get("idle")
     if idle is not None and "ranks" in idle.frames():
         r = idle.frames()["ranks"]

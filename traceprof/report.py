@@ -119,8 +119,7 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
         text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
         items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {text} '
                      f'<a href="#{_esc(x.section)}">details</a></li>')
-    empty = ("Nothing found that costs step time; the verdict per topic is below." if f.verdicts
-             else "No findings: no analysis applied to this run (see below).")
+    empty = f.empty_text[0].upper() + f.empty_text[1:] + "."
     listing = f'<ol class="findings">{"".join(items)}</ol>' if items else f'<p class="findings">{empty}</p>'
     rows = "".join(
         f'<tr><td class="s">{_esc(v.topic)}</td><td class="s st-{"na" if v.status == "n/a" else v.status}">'

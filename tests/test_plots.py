@@ -65,3 +65,12 @@ def test_shorten_symbols_to_their_family_and_prose_at_both_ends():
     short = shorten(cause, 48)
     assert len(short) == 48 and short.startswith("all_reduce (524.3 kB) after") and short.endswith("AccumulateGrad")
     assert shorten("aten::mm") == "aten::mm"
+
+
+def test_shorten_keeps_the_start_of_text_that_starts_with_a_bracket():
+    # Its family dropped every <...> and (...) part: "<script>alert(1)</script>[red]x..." became
+    # "alert[red]x...". 48 = 31 kept from the start + "…" + 16 (a third) from the end.
+    from traceprof.names import shorten
+
+    name = "<script>alert(1)</script>[red]x" + "y" * 60
+    assert shorten(name, 48) == "<script>alert(1)</script>[red]x…" + "y" * 16

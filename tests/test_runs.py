@@ -85,3 +85,9 @@ def test_cli_runs_rm_mv_and_names_with_brackets(tmp_path):
     assert "good" not in _cli("runs", "--db", db, cwd=tmp_path).stdout
     r = _cli("runs", "rm", "good", "--db", db, cwd=tmp_path)
     assert r.returncode == 1 and "no run" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_run_message_says_ids_are_looked_up_too(store):
+    ingest(store, [SAMPLES / "normal"])
+    with pytest.raises(StoreError, match=r"^no run with name or id '999' in .*; runs: normal \(id 1\)$"):
+        store.resolve_run(999)

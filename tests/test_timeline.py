@@ -63,3 +63,15 @@ def test_median_step_of_a_sample(store):
     assert tl.step == steps["step"][(steps.height - 1) // 2]  # the middle (lower middle) step
     assert tl.ranks == (0, 1, 2, 3) and tl.grid is None and "median" in tl.note
     assert set(tl.intervals["state"]) == set(STATES[1:])
+
+
+def test_axis_says_what_the_window_is():
+    # An nsys capture without steps shows the whole trace (step -1): its axis is not "the step's start".
+    from traceprof.timeline import Timeline
+
+    act = _act([(0, "compute", 0, 100)])
+    ranks, span, rows, grid, bin_ms = lanes(act)
+    whole = Timeline(-1, ranks, span, rows, grid, bin_ms, "the whole trace (no ProfilerSteps)")
+    step = Timeline(3, ranks, span, rows, grid, bin_ms, "step 3")
+    assert plots.timeline(whole).xaxis[0].axis_label == "ms from the first compute or communication"
+    assert plots.timeline(step).xaxis[0].axis_label == "ms from the step's start"

@@ -6,7 +6,8 @@ becomes ``vectorized_elementwise_kernel``; ``ncclDevKernel_AllReduce_Sum_f32_RIN
 ``ncclDevKernel_AllReduce``; ``sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize...`` becomes
 ``sm80_xmma_gemm_f16f16…``. Names at most ``width`` characters long are kept as they are; text
 with spaces before any bracket (a gap's cause such as ``all_reduce (524.3 kB) after ...``) is
-prose, not a symbol, and keeps its beginning and end.
+prose, not a symbol, and keeps its beginning and end; so does text that starts with a bracket
+(``<script>...``: its family would drop the start).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def shorten(name: str | None, width: int = 40) -> str:
     if len(name) <= width:
         return name
     head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
-    if " " in head:  # prose (a gap's cause, a note), not a symbol: keep both ends
+    if " " in head or not head:  # prose (a gap's cause, a note) or markup, not a symbol: keep both ends
         tail = max(width // 3, 1)
         return name[: width - tail - 1] + "…" + name[-tail:]
     fam = family(name)

@@ -167,7 +167,7 @@ def timeline(tl: Any) -> Any:
     height = min(140 + 26 * n, 700)
     fig = figure(title=f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)",
                  width=_WIDTH, height=height, tools="xpan,xwheel_zoom,reset,save", output_backend="canvas",
-                 x_axis_label="ms from the step's start", y_axis_label="rank", x_range=(0, tl.span_ms))
+                 x_axis_label=tl.axis, y_axis_label="rank", x_range=(0, tl.span_ms))
     items = []
     if tl.intervals is not None:
         index = {r: i for i, r in enumerate(tl.ranks)}

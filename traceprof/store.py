@@ -291,8 +291,8 @@ class Store:
         for rid, _ in rows:
             if str(rid) == str(run):
                 return int(rid)
-        names = ", ".join(n for _, n in rows)
-        raise StoreError(f"no run named {run!r} in {self.path}; runs: {names}")
+        names = ", ".join(f"{n} (id {rid})" for rid, n in rows)
+        raise StoreError(f"no run with name or id {str(run)!r} in {self.path}; runs: {names}")
 
     def find_sha(self, sha256: str) -> tuple[str, str] | None:
         """Where a file with this SHA-256 is stored: (run name, "run 'x' (id 3), rank 0"), or None."""

@@ -51,6 +51,12 @@ class Timeline:
     bin_ms: float
     note: str
 
+    @property
+    def axis(self) -> str:
+        """What the time axis measures: ms from the step's start, or from the trace's first
+        compute or communication when the run has no steps (the whole trace is shown)."""
+        return "ms from the step's start" if self.step >= 0 else "ms from the first compute or communication"
+
 
 def choose_step(store: Store, run_id: int) -> tuple[int | None, str]:
     """The median step of a run (module doc, step 1) and a note saying so; (None, reason) without steps."""

@@ -249,7 +249,7 @@ def test_private_clock_sources_are_not_compared_in_time(tmp_path):
         for source, refused in (("nccl_profiler", False), ("kineto", True)):
             pt = ParsedTrace(path="x", sha256="", bytes=0, source=source, format="", rank=1, world_size=None, events=far)
             if refused:
-                with pytest.raises(StoreError, match="h away from the traces of run 'job'"):
+                with pytest.raises(StoreError, match="away from the traces of run 'job'"):
                     check_append(store.con, 1, "job", [pt])
             else:
                 check_append(store.con, 1, "job", [pt])

@@ -1,6 +1,8 @@
-"""Run identity: traces appended to an existing run must come from the same job.
+"""Run identity: the traces of one run must come from the same job.
 
-A run that already holds traces gains new ones only when they agree with it on world size,
+The files of a new run must agree among themselves (:func:`check_within`: a folder that mixes
+an old export with today's dumps is two jobs, not one run), and a run that already holds traces
+gains new ones only when they agree with it on world size,
 distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
 more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
 Facts a trace does not state are not compared, and times only between sources with epoch clocks
@@ -10,6 +12,7 @@ are placed by ingest later). A mismatch is refused; ``force`` (CLI ``--force-run
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +21,7 @@ import pyarrow.compute as pc
 from traceprof.errors import StoreError
 from traceprof.parsed import ParsedTrace
 
-__all__ = ["check_append", "MAX_GAP_NS", "EPOCH_SOURCES"]
+__all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES"]
 
 #: Sources whose timestamps are epoch ns as recorded (README.md "What traceprof handles"), so spans compare across files.
 EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys")
@@ -57,12 +60,9 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
     worlds, backends, devices = (set(v or []) for v in held)
     force = "; if it does belong to this run, pass --force-run"
     for pt in traces:
-        checks = [
-            ("world size", pt.world_size, worlds),
-            ("backend", (pt.trace.get("backend") or "").lower() or None, backends),
-            ("device", (pt.trace.get("device_name") or "").lower() or None, devices),
-        ]
-        for what, value, have in checks:
+        held_facts = {"world size": worlds, "backend": backends, "device": devices}
+        for what, value in _facts(pt):
+            have = held_facts[what]
             if value is not None and have and value not in have:
                 raise StoreError(
                     f"{pt.path}: {what} {value!r}, but run {name!r} has {', '.join(map(repr, sorted(have)))}: "
@@ -72,8 +72,60 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
             gap = max(lo - span[1], span[0] - hi, 0)
             if gap > MAX_GAP_NS:
                 raise StoreError(
-                    f"{pt.path}: recorded {gap / 3.6e12:.1f} h away from the traces of run {name!r}: a trace of "
+                    f"{pt.path}: recorded {_duration(gap)} away from the traces of run {name!r}: a trace of "
                     f"another job; ingest it as another run (--run NAME){force}")
+
+
+def check_within(name: str, traces: list[ParsedTrace]) -> None:
+    """Refuse a set of traces for one run that do not agree among themselves (module doc).
+
+    The facts of :func:`check_append` but world size (ingest compares the world sizes of a run's
+    files first): each trace, in order, is compared with those before it; the first that differs
+    is named with the file it differs from.
+
+    Args:
+        name: The run's name, for messages.
+        traces: The traces about to be stored together.
+
+    Raises:
+        StoreError: Backend, device type or epoch time span differ, naming both files, how to
+            split them into runs, and ``--force-run``.
+    """
+    seen: dict[str, dict[Any, str]] = {"backend": {}, "device": {}}
+    lo_all: tuple[int, str] | None = None
+    hi_all: tuple[int, str] | None = None
+    split = (f"files of different jobs in run {name!r}: put each job's files in its own folder (or ingest "
+             "them with --run NAME each); if they do belong together, pass --force-run")
+    for pt in traces:
+        for what, value in _facts(pt)[1:]:
+            if value is not None and seen[what] and value not in seen[what]:
+                other, path = next(iter(seen[what].items()))
+                raise StoreError(f"{pt.path}: {what} {value!r}, but {Path(path).name} has {other!r}: {split}")
+            if value is not None:
+                seen[what].setdefault(value, pt.path)
+        lo, hi = _span(pt) if pt.source in EPOCH_SOURCES else (None, None)
+        if lo is None or hi is None:
+            continue
+        if lo_all is not None and hi_all is not None:
+            gap = max(lo - hi_all[0], lo_all[0] - hi, 0)
+            if gap > MAX_GAP_NS:
+                other = hi_all[1] if lo > hi_all[0] else lo_all[1]
+                raise StoreError(f"{pt.path}: recorded {_duration(gap)} away from {Path(other).name}: {split}")
+        lo_all = (lo, pt.path) if lo_all is None or lo < lo_all[0] else lo_all
+        hi_all = (hi, pt.path) if hi_all is None or hi > hi_all[0] else hi_all
+
+
+def _facts(pt: ParsedTrace) -> list[tuple[str, Any]]:
+    """(what, value) of world size, backend and device (lower case) as a trace states them."""
+    return [("world size", pt.world_size), ("backend", (pt.trace.get("backend") or "").lower() or None),
+            ("device", (pt.trace.get("device_name") or "").lower() or None)]
+
+
+def _duration(ns: int) -> str:
+    """``2.5 h``, ``3.0 days`` or ``2.6 years``."""
+    hours = ns / 3.6e12
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days" if hours < 24 * 365 else \
+        f"{hours / (24 * 365.25):.1f} years"
 
 
 def _span(pt: ParsedTrace) -> tuple[int | None, int | None]:

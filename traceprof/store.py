@@ -19,7 +19,7 @@ import polars as pl
 
 from traceprof import schema
 from traceprof.errors import SchemaVersionError, StoreError
-from traceprof.identity import check_append
+from traceprof.identity import check_append, check_within
 from traceprof.limits import INT32, fits
 from traceprof.locking import StoreLock
 from traceprof.parsed import ParsedTrace
@@ -410,7 +410,9 @@ class Store:
             run_id = int(row[0])
             if not force:
                 check_append(self.con, run_id, name, traces)
-        else:
+        if not force:
+            check_within(name, traces)
+        if not row:
             run_id = int(self._one("SELECT coalesce(max(run_id), 0) + 1 FROM runs")[0])  # type: ignore[index]
             self.con.execute(
                 "INSERT INTO runs VALUES (?, ?, NULL, ?, [], false)",

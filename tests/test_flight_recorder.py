@@ -64,6 +64,20 @@ def test_missing_creation_time(tmp_path):
     assert pt.rejected == {"missing 'time_created_ns'": 1}
 
 
+def test_state_wins_over_duration(tmp_path):
+    """Seq 1 "started" with a duration (torch fills duration_ms from CUDA events that may be
+    recorded while the kernel still runs): not completed, end NULL. Seq 2 "completed" with only
+    duration_ms = 0.03: end = started 20 + 30_000 ns."""
+    def entry(seq, state):
+        return {"collective_seq_id": seq, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10, "time_discovered_started_ns": 20, "time_discovered_completed_ns": 0,
+                "duration_ms": 0.03, "state": state}
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({"version": "2.4", "rank": 0, "entries": [entry(1, "started"), entry(2, "completed")]}))
+    rows = parse(path).collectives.to_pylist()
+    assert [(r["seq"], r["start_ns"], r["end_ns"]) for r in rows] == [(1, 20, None), (2, 20, 30_020)]
+
+
 def test_non_integer_creation_time_and_empty_dump(tmp_path):
     # Present but not an integer: said so, not "missing".
     doc = {"version": "2.10", "pg_config": {}, "entries": [

@@ -18,7 +18,9 @@ Algorithm:
      appended for point-to-point entries), seq = ``collective_seq_id`` (``p2p_seq_id`` for p2p),
      op = normalized ``profiling_name``, enter = ``time_created_ns``, start / end =
      ``time_discovered_started_ns`` / ``..._completed_ns`` (0 means unknown: NULL; gloo never
-     records them). One ``collective`` event per entry keeps the raw entry as args.
+     records them; a completion is derived from ``duration_ms`` when only that is there). An entry
+     whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
+     NULL). One ``collective`` event per entry keeps the raw entry as args.
 
 Source fields read: top-level ``version``, ``rank``, ``pg_config``, ``entries``; per entry
 ``record_id, pg_id, process_group, collective_seq_id, p2p_seq_id, is_p2p, profiling_name,
@@ -213,7 +215,10 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             continue
         started = _int(e.get("time_discovered_started_ns")) or None
         completed = _int(e.get("time_discovered_completed_ns")) or None
-        if completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
+        state = e.get("state")
+        if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
+            completed = None
+        elif completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
             completed = started + round(float(e["duration_ms"]) * 1e6)
         pgv = e.get("process_group")
         pg_name = str(pgv[0]) if isinstance(pgv, list) and pgv else (

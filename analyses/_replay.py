@@ -204,7 +204,8 @@ class Timeline:
     """The dependency graph of a run's items, ready to replay (see :func:`build`).
 
     Node arrays (one entry per node, in topological order by ``level``): ``kind`` (0 compute, 1
-    arrival, 2 instance, 3 comm end), ``rank``, ``step``, ``key`` (pooling key), ``gap`` and
+    arrival, 2 instance, 3 comm end), ``rank``, ``step``, ``key`` (pooling key), ``instance``
+    (instance id of comm nodes, -1 for compute; items come first, in rank, step and start order), ``gap`` and
     ``dur`` (recorded ns), ``base`` (step start ns for nodes without predecessors, else -inf),
     ``end`` (recorded end ns, NaN for instance nodes). Times are ns since the run's first item;
     ``step_start`` (step, step_start_ns) is on the same scale. Edges in CSR form by target: ``pred_ptr``,
@@ -327,6 +328,8 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         "rank": np.concatenate([items["rank"].to_numpy(), np.full(n_inst, -1), items["rank"].to_numpy()[comm_idx]]),
         "step": np.concatenate([steps, inst_step, steps[comm_idx]]),
         "key": pl.concat([items["key"], pl.Series([None] * n_inst, dtype=pl.Utf8), items["key"].gather(comm_idx)]),
+        "instance": np.concatenate([np.where(is_comm, np.nan_to_num(inst.astype(np.float64), nan=-1), -1).astype(np.int64),
+                                    inst_ids, inst[comm_idx].astype(np.int64)]),
         "gap": np.concatenate([gap, np.zeros(n_inst), np.zeros(len(comm_idx))]),
         "dur": np.concatenate([np.where(is_comm, 0.0, dur), np.zeros(n_inst), dur[comm_idx]]),
         "end": np.concatenate([np.where(is_comm, start, end).astype(np.float64), np.full(n_inst, np.nan),

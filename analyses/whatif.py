@@ -42,7 +42,10 @@ Algorithm:
   5. Blame (paper's Eq. 2 and 4), of two kinds: ``blocking``: for each rank, pipeline stage
      (when the collector records one) and op type, replay the ideal with that group's recorded
      durations put back; ``host``: replay the typical-gap run with that group's recorded gaps put
-     back. Its slowdown over the kind's base (at least 1) says how much the group explains *on
+     back. A rank gets back only its items up to the collectives it arrived at last, alone, and
+     those collectives' transfers (``_charged``): slow ops it ran while waiting for another rank
+     delayed no one (on straggler_rank2 ranks 1 and 3, never last, were charged 1.19 and 1.22 for
+     op times hidden behind rank 2's sleep; now 1.00). Its slowdown over the kind's base (at least 1) says how much the group explains *on
      its own* (``excess_alone_pct``: its share of the kind's slowdown - 1, clipped to 0..100).
      Groups are not additive: two ranks that are each late at the same collective each explain it
      all alone. On the artifact's traces the largest groups are those it publishes (AR: worker 0 /
@@ -240,9 +243,10 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.n
         return max(float(_step_times(tl, v)["t"].mean()) / mean_ideal, 1.0)  # type: ignore[arg-type]
 
     ranks = nodes["rank"].to_numpy()
+    charged = _charged(nodes)
     rows: list[tuple[str, str, float]] = []
     for r in np.unique(ranks[ranks >= 0]):
-        rows.append(("rank", str(int(r)), with_group(ranks == r)))
+        rows.append(("rank", str(int(r)), with_group((ranks == r) & charged)))
     stages = _stages(store, run_id)
     if stages:
         stage_of = np.array([stages.get(int(r), -1) for r in ranks])
@@ -263,6 +267,26 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.n
         ["by", "slowdown"], descending=[False, True])
 
 
+def _charged(nodes: pl.DataFrame) -> np.ndarray:
+    """Nodes a rank's blame may put back (module doc, step 5): its items up to a collective it
+    arrived at last, alone (the compute and host gaps that made it late, and that collective's
+    transfer). A rank's slow ops hidden while it waited for another rank, or after its step's last
+    collective, delayed no one and are not charged to it."""
+    n = nodes.with_row_index("i").with_columns(pl.when(pl.col("kind") == 1).then(pl.col("end")).alias("arr"))
+    arr = n.filter(pl.col("kind") == 1).group_by("instance").agg(
+        pl.col("arr").max().alias("top"), (pl.col("arr") == pl.col("arr").max()).sum().alias("k"))
+    items = n.filter(pl.col("kind") <= 1).join(arr, on="instance", how="left").sort("i").with_columns(
+        pl.when(pl.col("kind") == 1).then((pl.col("arr") == pl.col("top")) & (pl.col("k") == 1)).alias("last"))
+    items = items.with_columns(pl.col("last").backward_fill().over("rank", "step").fill_null(False).alias("charged"))
+    out = np.zeros(nodes.height, bool)
+    out[items["i"].to_numpy()] = items["charged"].to_numpy()
+    # a comm end node (its transfer) goes with its arrival item
+    tx = n.filter(pl.col("kind") == 3).join(
+        items.filter(pl.col("kind") == 1).select("instance", "rank", "charged"), on=["instance", "rank"], how="left")
+    out[tx["i"].to_numpy()] = tx["charged"].fill_null(False).to_numpy()
+    return out
+
+
 def _notes(raw: tuple[float, float, float, float], err: float, frame: pl.DataFrame, blame: pl.DataFrame,
            params: Params) -> tuple[str, ...]:
     s_raw, s_host, s_launch, s_model_raw = raw
@@ -278,12 +302,16 @@ def _notes(raw: tuple[float, float, float, float], err: float, frame: pl.DataFra
     ranks = blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
     if s > STRAGGLING_S and ranks.height:
         alone = ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").head(4).rows())
+        top = (f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0] or 0:.0f}% of the "
+               "excess alone" if ranks["slowdown"][0] - 1 > 1e-6 else
+               "no rank's op times at the collectives it arrived at last explain any of it (slower ops hidden "
+               "while waiting for another rank are not charged)")
         notes.append(
             "S counts every op slower than its typical value, run-to-run op-time noise included (on a shared "
             "few-core CPU, as in the sample traces, op times vary by 10-30% between ranks with no straggler), so "
             f"S > {STRAGGLING_S} does not by itself mean one rank is to blame. Alone S by rank (its recorded values "
-            f"only, the rest ideal): {alone}; the largest, rank {ranks['group'][0]}, explains "
-            f"{ranks['excess_alone_pct'][0] or 0:.0f}% of the excess alone. Whether one rank holds up the collectives: "
+            f"up to the collectives it arrived at last, the rest ideal): {alone}; {top}. Whether one rank holds up "
+            "the collectives: "
             "traceprof analyze stragglers (the combined verdict: traceprof.verdict)")
     clamped = frame.filter("clamped")
     if clamped.height:
@@ -303,7 +331,7 @@ def _notes(raw: tuple[float, float, float, float], err: float, frame: pl.DataFra
             continue
         for by in ("rank", "stage", "op"):
             b = blame.filter((pl.col("by") == by) & (pl.col("kind") == kind))
-            if b.height:
+            if b.height and b["slowdown"][0] - 1 > 1e-6:
                 top = b.row(0, named=True)
                 notes.append(f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}, "
                              f"{top['excess_alone_pct']:.0f}% of the excess on its own)")

@@ -104,3 +104,44 @@ def test_pickles_give_the_same_store_as_json(tmp_path):
     assert len(a["collectives"]) == 4 * 17
     for t in a:
         assert a[t] == b[t], t
+
+
+def _tiny_dump(rank: int) -> dict:
+    """One completed all_reduce: created 10, started 20, completed 50 (ns)."""
+    return {"version": "2.4", "rank": rank, "entries": [{
+        "collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 10, "time_discovered_started_ns": 20, "time_discovered_completed_ns": 50,
+        "input_sizes": [[4]], "input_dtypes": ["Float"], "state": "completed"}]}
+
+
+@pytest.mark.parametrize("protocol", [0, 1])
+def test_protocol_0_and_1_pickles_are_read_by_their_name(tmp_path, protocol):
+    """Protocols 0/1 have no 0x80 marker: a file named like a dump that is not JSON is unpickled
+    (safely: a protocol-0 pickle naming a function is refused and runs nothing)."""
+    path = tmp_path / "nccl_trace_rank_3"
+    path.write_bytes(pickle.dumps(_tiny_dump(3), protocol=protocol))
+    pt = parse(path)
+    (row,) = pt.collectives.to_pylist()
+    assert (pt.rank, pt.format, row["seq"], row["enter_ns"], row["end_ns"]) == (3, "fr-pickle-2.4", 1, 10, 50)
+    marker = tmp_path / "created_by_unpickling"
+    path.write_bytes(pickle.dumps({"entries": [_Evil(marker)]}, protocol=protocol))
+    # Protocols < 2 reach Path.touch through getattr (no STACK_GLOBAL): refused at the first global.
+    with pytest.raises(TraceFormatError, match="refers to __builtin__.getattr, not plain data; refused"):
+        parse(path)
+    assert not marker.exists()
+
+
+def test_broken_pickle_messages(tmp_path):
+    whole = pickle.dumps(_tiny_dump(1), protocol=4)
+    cut = tmp_path / "nccl_trace_rank_1"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(TraceFormatError) as e:
+        parse(cut)
+    assert str(e.value) == (f"{cut}: broken pickle: cut short (pickle data was truncated): copy the whole file, "
+                            "or dump it again")
+    other = tmp_path / "nccl_trace_rank_2"
+    other.write_bytes(b"garbage not a pickle")
+    with pytest.raises(TraceFormatError) as e:
+        parse(other)
+    assert str(e.value) == (f"{other}: neither JSON nor a readable pickle (starts b'garbage not '): not a Flight "
+                            "Recorder dump")

@@ -40,7 +40,7 @@ import msgspec
 import pyarrow as pa
 
 from collectors._arrow import row_schema
-from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain
+from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import read_maybe_gzip
 from traceprof.limits import record_fits
@@ -52,6 +52,7 @@ __all__ = ["parse", "is_fr_file"]
 
 _NAME = re.compile(r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
                    r"(\.pkl|\.pickle)?$)")
+_PICKLE_NAME = re.compile(r"(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+$)|\.(pkl|pickle)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
 _TRAILING_RANK = re.compile(r"[_.-](\d+)(\.pkl|\.pickle)?$")
 
@@ -65,13 +66,21 @@ def is_fr_file(path: Path) -> bool:
 
 
 def _read(path: Path) -> tuple[bytes, Any, str]:
-    """(file bytes, decoded document, ``json`` or ``pickle``)."""
+    """(file bytes, decoded document, ``json`` or ``pickle``); a file with a pickle dump's name
+    that is not JSON is unpickled (protocols 0 and 1 have no first-byte marker)."""
     try:
         with path.open("rb") as f:
-            binary = is_pickle(f.read(2))
+            head = f.read(64)
+            binary = maybe_pickle(head) if _PICKLE_NAME.search(path.name) else is_pickle(head)
         if binary:  # read as bytes, not through the text (UTF-8) reader
             raw = path.read_bytes()
-            return raw, as_json(loads_plain(path, raw)), "pickle"
+            try:
+                return raw, as_json(loads_plain(path, raw)), "pickle"
+            except TraceFormatError as e:
+                if is_pickle(head) or not e.reason.startswith("broken pickle"):
+                    raise
+                raise TraceFormatError(path, "", f"neither JSON nor a readable pickle (starts {head[:12]!r}): "
+                                       "not a Flight Recorder dump") from None
     except OSError:
         pass  # read_maybe_gzip reports it
     raw, data = read_maybe_gzip(path)

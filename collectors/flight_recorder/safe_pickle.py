@@ -18,23 +18,36 @@ from typing import Any
 
 from traceprof.errors import TraceFormatError
 
-__all__ = ["loads_plain", "is_pickle", "as_json"]
+__all__ = ["loads_plain", "is_pickle", "maybe_pickle", "as_json"]
 
 _PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 _MAX_DEPTH = 200
 
 
 def is_pickle(head: bytes) -> bool:
-    """True when ``head`` starts like a pickle of protocol 2 or later (``0x80`` + protocol byte)."""
+    """True when ``head`` starts like a pickle of protocol 2 or later (``0x80`` + protocol byte).
+    Protocols 0 and 1 have no marker (their first opcode is text-like): callers that know a file
+    by its name as a pickle dump try :func:`loads_plain` on anything that is not JSON or gzip
+    (:func:`maybe_pickle`)."""
     return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def maybe_pickle(head: bytes) -> bool:
+    """True unless ``head`` starts like JSON (``{`` / ``[`` after blanks) or gzip: for a file whose
+    name says it is a pickle dump, protocol 0/1 included."""
+    return is_pickle(head) or not (head.lstrip()[:1] in (b"{", b"[") or head[:2] == b"\x1f\x8b" or not head)
+
+
+class _Refused(pickle.UnpicklingError):
+    """The pickle asks for something other than plain data (raised before anything runs)."""
 
 
 class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refers to {module}.{name}, not plain data")
+        raise _Refused(f"refers to {module}.{name}, not plain data")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("uses a persistent id, not plain data")
+        raise _Refused("uses a persistent id, not plain data")
 
 
 def _check(obj: Any, path: str, depth: int = 0) -> None:
@@ -64,12 +77,15 @@ def loads_plain(path: Path, data: bytes) -> Any:
     """
     try:
         obj = _Restricted(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as e:
+    except _Refused as e:
         raise TraceFormatError(path, "", f"pickle {e}; refused: traceprof unpickles plain data only "
                                "(a Flight Recorder dump holds nothing else)") from None
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError,
-            RecursionError, OverflowError) as e:
-        raise TraceFormatError(path, "", f"broken pickle ({type(e).__name__}: {e})") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            MemoryError, RecursionError, OverflowError) as e:
+        why = str(e).removeprefix("pickle ") or type(e).__name__
+        if isinstance(e, EOFError) or "truncated" in why:
+            why = "cut short (pickle data was truncated): copy the whole file, or dump it again"
+        raise TraceFormatError(path, "", f"broken pickle: {why}") from None
     try:
         _check(obj, "dump")
     except ValueError as e:

@@ -324,3 +324,19 @@ def test_end_at_the_int64_limit_on_the_epoch_clock_is_kept_and_analyses_run(stor
     assert store.sql("SELECT max(ts_ns + dur_ns) FROM events WHERE kind = 'kernel'").rows() == [(_INT64_MAX,)]
     for name in ("temporal", "overlap", "kernels", "kernel_sum", "idle", "launch"):
         analyze(store, name, "r")
+
+
+def test_export_without_string_ids_names_the_missing_table(tmp_path):
+    db = tmp_path / "rank0.sqlite"
+    shutil.copy(corpus(SAXPY), db)
+    db.chmod(0o644)
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE StringIds")
+    con.commit()
+    con.close()
+    with pytest.raises(TraceFormatError) as e:
+        parse(db)
+    assert not isinstance(e.value, NotATraceError)
+    assert str(e.value) == (f"{db}: StringIds: missing: the table of names (kernels, CUDA calls) that every "
+                            "export has; the export is incomplete: export the .nsys-rep again (nsys export "
+                            "--type sqlite)")

@@ -389,10 +389,13 @@ def _devices(con: sqlite3.Connection, tables: dict[str, set[str]]) -> list[dict[
 def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> tuple[Any, ...]:
     """Everything :func:`parse` reads from the open export (module doc, steps 1-4, 6, 7)."""
     tables = _tables(con)
-    if "StringIds" not in tables or not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_"))
-                                             for t in tables):
-        raise NotATraceError(p, "", "an SQLite file but not an Nsight Systems export (no StringIds / "
-                             "CUPTI_ACTIVITY_KIND_* / TARGET_INFO_* tables)")
+    if not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_")) for t in tables):
+        raise NotATraceError(p, "", "an SQLite file but not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* "
+                             "/ NVTX_EVENTS / TARGET_INFO_* tables)")
+    if "StringIds" not in tables:
+        raise TraceFormatError(p, "StringIds", "missing: the table of names (kernels, CUDA calls) that every "
+                               "export has; the export is incomplete: export the .nsys-rep again "
+                               "(nsys export --type sqlite)")
     if "TARGET_INFO_SESSION_START_TIME" not in tables:
         raise TraceFormatError(p, "TARGET_INFO_SESSION_START_TIME", "missing: no capture start time, so "
                                "times cannot be put on the epoch clock; re-export with a current nsys")

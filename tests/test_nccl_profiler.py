@@ -149,3 +149,16 @@ def test_unrepairable_line_and_truncation(tmp_path, run_dir):
     trailing.write_text("\n".join(text[:-2]) + "\n]\n")
     assert parse(trailing).warnings[0].endswith("1 x trailing comma before ']' dropped")
     assert pt.flagged == {"unmatched_begin": 1}  # the second group's begin lost its end
+
+
+@pytest.mark.parametrize("body", ["[\n]\n", "[\n{}]\n"])
+def test_empty_dump_named_like_one_says_no_events(tmp_path, body):
+    """An empty event array named nccl_profile_rank0.json is the plugin's (by name), not a Kineto
+    file without traceEvents."""
+    path = tmp_path / "nccl_profile_rank0.json"
+    path.write_text(body)
+    assert sources.claim(path).name == "nccl_profiler"
+    with pytest.raises(TraceFormatError) as e:
+        sources.claim(path).parse(path, "raise")
+    assert str(e.value) == (f"{path.resolve()}: no events: the NCCL profiler plugin wrote an empty dump (the "
+                            "process ran no NCCL operation while profiled, or exited before the plugin flushed)")

@@ -10,8 +10,9 @@ __all__ = ["parse"]
 
 
 def _claims(path: Path, head: bytes) -> bool:
-    """``*.json`` / ``*.txt`` files holding an event array with NCCL plugin categories."""
-    return path.suffix in (".json", ".txt") and looks_like_plugin_dump(head)
+    """``*.json`` / ``*.txt`` files holding an event array with NCCL plugin categories, or named
+    ``nccl_profile*`` (so an empty dump is told "no events", not "not a Kineto trace")."""
+    return path.suffix in (".json", ".txt") and looks_like_plugin_dump(head, path.name)
 
 
 sources.register(sources.Collector(

@@ -66,10 +66,11 @@ class _Event(msgspec.Struct):
     args: dict[str, Any] | None = None
 
 
-def looks_like_plugin_dump(head: bytes) -> bool:
-    """True when the first bytes are a JSON array of events with an NCCL plugin ``cat``."""
+def looks_like_plugin_dump(head: bytes, name: str = "") -> bool:
+    """True when the first bytes are a JSON array of events with an NCCL plugin ``cat``, or any
+    JSON array (an empty dump included) in a file named like one (``nccl_profile*``)."""
     body = head.lstrip()
-    return body.startswith(b"[") and _CAT.search(body) is not None
+    return body.startswith(b"[") and (_CAT.search(body) is not None or name.lower().startswith("nccl_profile"))
 
 
 def _repair_line(line: str, counts: Counter[str]) -> str:
@@ -222,6 +223,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     spans += [(j, s, None) for stack in open_.values() for j, s in stack]
     spans.sort(key=lambda x: (x[1], x[0]))
     events, colls = _rows(evs, spans)
+    if not any(ev.ph or ev.name or ev.cat for ev in evs):
+        raise TraceFormatError(p, "", "no events: the NCCL profiler plugin wrote an empty dump (the process ran "
+                               "no NCCL operation while profiled, or exited before the plugin flushed)")
     if not colls:
         raise TraceFormatError(p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives")
     rank, warnings = _rank(p, evs)

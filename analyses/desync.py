@@ -154,14 +154,22 @@ def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Ra
     return out
 
 
-def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str]:
-    """Majority value of ``col`` over the ranks' rows, and a text naming the dissenting ranks."""
+def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str, bool]:
+    """Majority value of ``col`` over the ranks' rows, a text naming the dissenting ranks, and
+    whether the top values tie (then no rank is the odd one: the text names them all and the
+    value is the lowest rank's)."""
     votes = Counter(r[col] for r in rows.values())
     if len(votes) <= 1:
-        return next(iter(votes), None), ""
-    major, _ = votes.most_common(1)[0]
+        return next(iter(votes), None), "", False
+    what = col.replace("nelems_in", "size")
+    (major, n1), (_, n2) = votes.most_common(2)
+    if n1 == n2:
+        ranks = sorted(rows)
+        who = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+        each = ", ".join(f"rank {k} {r[col]}" for k, r in sorted(rows.items()))
+        return rows[ranks[0]][col], f"ranks {who} disagree on {what} with no majority ({each})", True
     odd = ", ".join(f"rank {k} {r[col]}" for k, r in sorted(rows.items()) if r[col] != major)
-    return major, f"{col.replace('nelems_in', 'size')} {major} on most ranks, {odd}"
+    return major, f"{what} {major} on most ranks, {odd}", False
 
 
 def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
@@ -204,8 +212,10 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
                 sta.append(m)
             if (row is not None and row["end_ns"] is not None) or (lc is not None and lc >= seq):
                 com.append(m)
-        op, op_diff = _agree(held, "op")
-        texts = [] if p2p else [t for t in (op_diff, _agree(held, "nelems_in")[1], _agree(held, "dtype")[1]) if t]
+        op = _agree(held, "op")[0]
+        votes = [_agree(held, c) for c in ("op", "nelems_in", "dtype")]
+        texts = [] if p2p else [text for _, text, _ in votes if text]
+        tie = not p2p and any(t for _, _, t in votes)
         known_done = [m for m in enq if ranks[m].last("completed") is not None]
         later_done = any((ranks[m].last("completed") or -1) > seq for m in enq)
         if texts:
@@ -221,7 +231,7 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
                     "ranks_enqueued": enq, "ranks_started": sta, "ranks_completed": com, "ranks_missing": miss,
                     "ranks_unknown": unk, "mismatch": "; ".join(texts) or None,
                     "first_enter_ns": min(enters) if enters else None,
-                    "_behind": _behind(status, held, miss, known_done, com, texts),
+                    "_behind": _behind(status, held, miss, known_done, com, texts), "_tie": tie,
                     "_holes": [m for m in miss if m in ranks and ranks[m].rows and max(ranks[m].rows) > seq]})
     return out, rank_rows
 
@@ -233,8 +243,8 @@ def _behind(status: str, held: dict[int, dict[str, Any]], miss: list[int], known
     if status == "mismatch":
         bad: set[int] = set()
         for col in ("op", "nelems_in", "dtype"):
-            major, _ = _agree(held, col)
-            bad |= {k for k, r in held.items() if r[col] != major}
+            major, _, tie = _agree(held, col)
+            bad |= set(held) if tie else {k for k, r in held.items() if r[col] != major}
         return sorted(bad)
     if status == "not_completed":
         return [m for m in known if m not in com]
@@ -253,6 +263,8 @@ def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes
         return (f"first divergence at {where}: rank(s) {behind} never enqueued it{later}; rank(s) "
                 f"{', '.join(map(str, first['ranks_enqueued']))} did and wait for them")
     if first["status"] == "mismatch":
+        if first["_tie"]:  # a tie is a tie: no rank is the odd one
+            return f"first divergence at {where}: {first['mismatch']}"
         return f"first divergence at {where}: {first['mismatch']} (ranks behind the mismatch: {behind})"
     return (f"first divergence at {where}: completed by rank(s) {', '.join(map(str, first['ranks_completed'])) or 'none'}"
             f" but not by {behind}")

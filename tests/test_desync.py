@@ -126,6 +126,25 @@ def test_size_mismatch(store, tmp_path):
     assert res.frame["seq"].to_list() == [4]
 
 
+def test_one_against_one_is_a_tie(store, tmp_path):
+    """Two ranks only (dumps of ranks 0 and 1, group members [0, 1]): rank 1 broadcasts at seq 4
+    where rank 0 all-reduces. Neither is the majority: both are named, neither blamed."""
+    out = _copy(tmp_path, lambda rank, doc: None)
+    for r in (2, 3):
+        (out / f"fr_rank{r}.json").unlink()
+    for r in (0, 1):
+        doc = json.loads((out / f"fr_rank{r}.json").read_text())
+        for cfg in doc["pg_config"].values():
+            cfg["ranks"] = "[0, 1]"
+        if r == 1:
+            next(e for e in doc["entries"] if e["collective_seq_id"] == 4)["profiling_name"] = "gloo:broadcast"
+        (out / f"fr_rank{r}.json").write_text(json.dumps(doc))
+    _, v = _verdict(store, out)
+    assert (v["status"], v["seq"], v["behind"]) == ("mismatch", 4, [0, 1])
+    assert v["text"] == ("first divergence at group '0' [0, 1] seq 4 (all_reduce): ranks 0 and 1 disagree on op "
+                         "with no majority (rank 0 all_reduce, rank 1 broadcast)")
+
+
 def test_wrapped_ring_buffer_is_not_missing(store, tmp_path):
     def edit(rank, doc):
         if rank == 1:  # rank 1's ring buffer wrapped: its oldest 5 entries (seq 1..5) are gone

@@ -135,3 +135,17 @@ def test_sample_dumps_beside_kineto_traces(store, tmp_path):
     # A lone dump is rank <R> by its file name.
     shutil.copy(run / "rank3.fr.json", tmp_path / "rank3.fr.json")
     assert parse(tmp_path / "rank3.fr.json").rank == 3
+
+
+def test_rank_field_conflicting_with_the_file_name_warns(tmp_path):
+    doc = {"version": "2.4", "rank": 5, "entries": [
+        {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
+         "time_created_ns": 10}]}
+    path = tmp_path / "fr_rank2.json"
+    path.write_text(json.dumps(doc))
+    pt = parse(path)
+    assert pt.rank == 5
+    assert pt.warnings == ["fr_rank2.json: the dump's 'rank' 5 differs from rank 2 in the file name; stored as "
+                           "rank 5 (the dump's own field)"]
+    path.write_text(json.dumps({**doc, "rank": 2}))
+    assert (parse(path).rank, parse(path).warnings) == (2, [])

@@ -194,10 +194,15 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     rank = _int(doc.get("rank"))
-    if rank is None:  # torch's names end in the rank (a host may precede it); others say rank<R>
-        default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
-        m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
-        rank = int(m.group(1)) if m else None
+    # torch's names end in the rank (a host may precede it); others say rank<R>
+    default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
+    m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
+    by_name = int(m.group(1)) if m else None
+    warnings = []
+    if rank is not None and by_name is not None and by_name != rank:
+        warnings.append(f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
+                        f"stored as rank {rank} (the dump's own field)")
+    rank = by_name if rank is None else rank
     if rank is None:
         raise TraceFormatError(p, "rank", "no 'rank' in the dump and none in the file name; "
                                "name the file rank<R>.fr.json")
@@ -274,7 +279,6 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if not record_fits(p, f"entry #{i} ({name!r})", on_bad_event, rejected,
                            (rows[-1], row_schema("collectives")), (events[-1], row_schema("events"))):
             rows.pop(), kept.pop(), events.pop()
-    warnings = []
     if not doc["entries"]:  # for hang triage the rank that recorded nothing is the one to look at
         warnings.append(f"{p.name}: rank {rank} recorded no collective (empty 'entries': dumped before any "
                         "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from traceprof.errors import StoreError
+from traceprof.errors import StoreError, TraceFormatError
 from traceprof.ingest import ingest
 
 T0 = 1_700_000_000 * 10**9  # an epoch time (2023-11-14)
@@ -50,3 +50,22 @@ def test_one_jobs_files_within_the_tolerance_are_one_run(store, tmp_path):
     _fr(d, 1, T0 + HOUR - 100)  # 59:59.99 apart, under MAX_GAP_NS (1 h)
     ingest(store, [d], jobs=1)
     assert store.sql("SELECT count(*) FROM traces").rows() == [(2,)]
+
+
+def test_rank_and_world_size_conflicts_name_the_sources_own_fields(store, tmp_path):
+    """Two FR dumps of rank 0 in one folder: the message names FR's 'rank' field, not Kineto's
+    distributedInfo.rank; two world sizes name FR's pg_config."""
+    d = tmp_path / "job"
+    _fr(d, 0, T0)
+    (d / "fr_rank0.json").rename(d / "a.fr.json")
+    _fr(d, 0, T0)
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    assert ": rank (or the file name): rank 0 also in " in str(e.value)
+    assert "distributedInfo" not in str(e.value)
+    (d / "a.fr.json").unlink()
+    _fr(d, 1, T0, world=4)
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    assert str(e.value).startswith(f"{(d / 'fr_rank1.json').resolve()}: pg_config (largest group): world size 4, "
+                                   f"but {(d / 'fr_rank0.json').resolve()} in the same run 'job' says 2")

@@ -43,6 +43,8 @@ class Collector:
             before collectives are matched (e.g. to put a source's private clock on its rank's).
         capture: Optional ``capture(script, out_dir, nproc=N) -> exit status``: run a training
             script on N local ranks recording this source (``traceprof collect``).
+        rank_field / world_field: Where the source records the rank and the world size, in its
+            own terms, for messages (``distributedInfo.rank``, ``rank``, ``environment RANK``).
     """
 
     name: str
@@ -53,6 +55,8 @@ class Collector:
     whole_run: bool = False
     settle: Callable[[Any, int], list[str]] | None = None
     capture: Callable[..., int] | None = None
+    rank_field: str = "rank"
+    world_field: str = "world size"
 
 
 _REGISTRY: dict[str, Collector] = {}
@@ -131,12 +135,12 @@ def _register_legacy() -> None:
             "kineto", "PyTorch profiler / Kineto JSON (*.json, *.json.gz)",
             lambda p, h: kineto.is_trace_file(p),
             lambda p, bad: [fill_gloo_enter(kineto.parse(p, on_bad_event=bad))],
-            order=100, capture=launch,
+            order=100, capture=launch, rank_field="distributedInfo.rank", world_field="distributedInfo.world_size",
         ))
     if "ndtimeline" not in _REGISTRY:
         register(Collector(
             "ndtimeline", "NDTimeline per-op Parquet (*.parquet, one file per run)",
             lambda p, h: ndtimeline.is_ndtimeline_file(p),
             lambda p, bad: ndtimeline.parse(p, on_bad_event=bad),
-            order=40, whole_run=True,
+            order=40, whole_run=True, world_field="world_size (meta-*.yaml)",
         ))

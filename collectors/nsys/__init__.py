@@ -19,4 +19,5 @@ def _claims(path: Path, head: bytes) -> bool:
 sources.register(sources.Collector(
     "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
     lambda p, bad: [parse(sqlite_for(p), on_bad_event=bad)], order=5, capture=launch_nsys,
+    rank_field="recorded environment RANK (or the file name)", world_field="recorded environment WORLD_SIZE",
 ))

@@ -279,6 +279,15 @@ def _parse_all(
     return procs.map_in_workers(_parse_one, tasks, min(jobs or os.cpu_count() or 1, n), max_inflate_ratio, done)
 
 
+def _field(pt: ParsedTrace, which: str) -> str:
+    """Where ``pt``'s source records its rank / world size (``which``: ``rank_field`` or
+    ``world_field`` of its collector), for messages."""
+    try:
+        return str(getattr(sources.get(pt.source), which))
+    except KeyError:
+        return "rank" if which == "rank_field" else "world size"
+
+
 def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) -> None:
     """Check ranks within one run: a lone file without a rank is rank 0 (with a warning)."""
     for pt in traces:
@@ -292,7 +301,7 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
         result.warnings.append(f"{Path(missing[0].path).name}: rank unknown, stored as rank 0 of run {name!r}")
     elif missing:
         raise TraceFormatError(
-            missing[0].path, "distributedInfo",
+            missing[0].path, _field(missing[0], "rank_field"),
             f"no rank in the trace and {len(traces)} files in run {name!r}; add a "
             "<name>.meta.json sidecar with \"rank\", or ingest the file alone with --run",
         )
@@ -301,18 +310,18 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
         assert pt.rank is not None
         if (pt.rank, pt.source) in seen:
             raise TraceFormatError(
-                pt.path, "distributedInfo.rank",
+                pt.path, _field(pt, "rank_field"),
                 f"rank {pt.rank} also in {seen[(pt.rank, pt.source)]} (same run {name!r}); put each run's "
                 "files in their own directory or use --run",
             )
         seen[(pt.rank, pt.source)] = pt.path
-    worlds = {pt.world_size: pt.path for pt in traces if pt.world_size is not None}
+    worlds = {pt.world_size: pt for pt in traces if pt.world_size is not None}
     ranks = len({pt.rank for pt in traces})
     if len(worlds) > 1:
-        (w1, p1), (w2, p2) = sorted(worlds.items())[:2]
+        (w1, t1), (w2, t2) = sorted(worlds.items(), key=lambda kv: kv[0])[:2]
         raise TraceFormatError(
-            p2, "distributedInfo.world_size",
-            f"world size {w2}, but {p1} in the same run {name!r} says {w1}: traces of different jobs "
+            t2.path, _field(t2, "world_field"),
+            f"world size {w2}, but {t1.path} in the same run {name!r} says {w1}: traces of different jobs "
             "cannot be one run; ingest them as separate runs (one directory each, or --run)",
         )
     if worlds and ranks < max(worlds):

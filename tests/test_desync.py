@@ -209,3 +209,26 @@ def test_wrapped_ring_buffer_is_not_missing_in_matching(store, tmp_path):
     inst = store.sql("SELECT seq, ranks_present, ranks_missing FROM collective_instances ORDER BY seq")
     assert inst["ranks_missing"].list.len().sum() == 0
     assert inst.filter(inst["seq"] <= 5)["ranks_present"].to_list() == [[0, 2, 3]] * 5
+
+
+def test_summary_and_report_carry_the_desync_verdict(store, tmp_path):
+    """FR-only run with rank 1 skipping seq 9: the summary lists desync's verdict as a problem
+    finding and verdict; the report links it to a desync section. The clean corpus: verdict ok."""
+    from traceprof import findings
+    from traceprof.report import render_html
+
+    def edit(rank, doc):
+        if rank == 1:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 9]
+    ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
+    f = findings.summarize(store, "run")
+    text = analyze(store, "desync", "run").verdict["text"][0]
+    assert [(x.topic, x.text, x.problem, x.section) for x in f.findings if x.topic == "desync"] == [
+        ("desync", text, True, "desync")]
+    assert [(v.status, v.text) for v in f.verdicts if v.topic == "desync"] == [("problem", text)]
+    html = render_html(store, "run")
+    assert 'id="desync"' in html and 'href="#desync"' in html
+    ingest(store, [corpus(FR)], run="clean", jobs=1)
+    clean = findings.summarize(store, "clean")
+    assert [x for x in clean.findings if x.topic == "desync"] == []
+    assert [v.status for v in clean.verdicts if v.topic == "desync"] == ["ok"]

@@ -12,7 +12,9 @@ Algorithm:
      straggler analysis' ``cost_pct``; the combined verdict of ``traceprof.verdict`` where it exists),
      exposed communication (``overlap`` exposed_comm_pct, the worst rank, with the top cause from
      ``gaps``), idle (``temporal`` idle_pct), MFU (``mfu`` job: informational, no cost), and the
-     regression against a baseline (``traceprof.diff``: step-time change).
+     regression against a baseline (``traceprof.diff``: step-time change), and on runs with
+     Flight Recorder or NCCL-plugin data a hang ``desync`` finds (its verdict: no cost, a problem
+     unless clean).
   3. Rank findings by cost, largest first (those without a cost last), and give one combined
      verdict per topic (``problem``, ``ok`` or ``n/a``).
 """
@@ -46,6 +48,7 @@ NEEDS = {
     "launch": "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)",
     "stragglers": "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)",
     "whatif": "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)",
+    "desync": "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
     "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
 }
 HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
@@ -156,6 +159,14 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
             raise
         except TraceprofError as e:
             out[name] = e
+    if names == REPORT_ANALYSES and "desync" in known and store.sql(
+            "SELECT count(*) FROM traces WHERE run_id = ? AND source IN ('flight_recorder', 'nccl_profiler')",
+            [run_id]).item():  # hang triage, on the runs whose sources record it
+        an = registry.get("desync")
+        try:
+            out["desync"] = an.run(store, registry.make_params(an, str(run_id), {}))
+        except TraceprofError as e:
+            out["desync"] = e
     return out
 
 
@@ -351,6 +362,18 @@ def _mfu(res: dict[str, FrameResult], errors: dict[str, TraceprofError]) -> tupl
     return [Finding("mfu", text, None, problem, "mfu")], Verdict("utilization", "problem" if problem else "ok", text)
 
 
+def _desync(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
+    """The ``desync`` verdict (a hang: ranks out of step, or one that recorded nothing)."""
+    d = res.get("desync")
+    verdict = getattr(d, "verdict", None)
+    if verdict is None or verdict.is_empty():
+        return [], None
+    v = verdict.row(0, named=True)
+    if v["status"] == "clean":
+        return [], Verdict("desync", "ok", v["text"])
+    return [Finding("desync", v["text"], None, True, "desync")], Verdict("desync", "problem", v["text"])
+
+
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
     if diff is None:
         return [], None
@@ -384,7 +407,7 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
     for part in (_stragglers(ok, store, run_id), _communication(ok), _idle(ok),
-                 _mfu(ok, errors), _regression(diff)):
+                 _mfu(ok, errors), _desync(ok), _regression(diff)):
         findings += part[0]
         if part[1] is not None:
             verdicts.append(part[1])

@@ -17,7 +17,10 @@ provides):
   3. Per rank: the instances it arrived last at (``last_count``: strictly last; an instance where
      several ranks share the latest arrival is a tie, ``tie_count``, and credits nobody); the
      chance of that under no straggler (each of an instance's n ranks last with probability 1/n;
-     ``chance_share`` = mean of 1/n) and the binomial p-value of arriving last that often or more;
+     ``chance_share`` = mean of 1/n) and the binomial p-value of arriving last that often or more
+     among the instances with one last rank (ties are left out of the test: a rank stalled in one
+     step of 20, last at its 4 collectives where the other 76 are ties, has p = 0.25^4 = 0.004,
+     not 1);
      the wait it caused (the other ranks' waits at the instances where it was last) and its
      hold-up (``holdup_ns``: the union over those instances of [next latest arrival, its
      arrival], the time the job waited for it alone), also as % of the time the instances
@@ -232,13 +235,16 @@ def run(store: Store, params: Params) -> Result:
         pl.len().alias("instances"), is_last.fill_null(False).sum().alias("last_count"),
         (pl.col("last_rank").is_null() & (pl.col("arrival_ns") == pl.col("last_ns"))).sum().alias("tie_count"),
         (1.0 / pl.col("n")).mean().alias("chance_share"),
+        pl.col("last_rank").is_not_null().sum().alias("_decided"),
+        (1.0 / pl.col("n")).filter(pl.col("last_rank").is_not_null()).mean().fill_null(0.0).alias("_chance_decided"),
+        pl.col("step").filter(is_last.fill_null(False)).unique().sort().alias("_last_steps"),
         _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
         pl.col("wait_ns").sum().alias("wait_ns"), _common.whole_ns(pl.col("transfer_ns").median()),
     ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left").join(
         _holdup(w), on="rank", how="left").with_columns(pl.col("holdup_ns").fill_null(0))
     per = per.with_columns(
-        pl.struct("last_count", "instances", "chance_share").map_elements(
-            lambda r: binom_sf(int(r["last_count"]), int(r["instances"]), float(r["chance_share"])),
+        pl.struct("last_count", "_decided", "_chance_decided").map_elements(
+            lambda r: binom_sf(int(r["last_count"]), int(r["_decided"]), float(r["_chance_decided"])),
             return_dtype=pl.Float64).alias("p_value"),
         (pl.col("last_count") / pl.col("instances")).alias("last_arrival_share"),
         (100.0 * pl.col("median_lateness_ns") / pace).alias("late_pct"),
@@ -256,8 +262,10 @@ def run(store: Store, params: Params) -> Result:
     per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named")).select(
         "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
         "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",
-        "wait_ns", "transfer_ns", "compute_ns", "compute_z", "qualifies", "named").sort("rank")
-    verdict = _verdict(per, w, comp, steps, params)
+        "wait_ns", "transfer_ns", "compute_ns", "compute_z", "qualifies", "named", "_decided", "_last_steps").sort("rank")
+    n_steps = w["step"].drop_nulls().n_unique()
+    verdict = _verdict(per.with_columns(pl.lit(n_steps).alias("_steps")), w, comp, steps, params)
+    per = per.drop("_decided", "_last_steps")
     heat = w.group_by("step", "rank").agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms")).sort("step", "rank")
     waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "arrival_offset_ns", "lateness_ns",
                      "transfer_ns", "end_before_last_arrival").sort("instance_id", "rank")
@@ -378,8 +386,15 @@ def _z_text(z: float | None) -> str:
 
 def _figures(r: dict) -> str:
     """The rule's figures of one rank, for the verdict text."""
-    return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives (chance "
-            f"{r['chance_share']:.2f} each: {r['chance_share'] * r['instances']:.1f} expected; binomial p = "
+    ties = r["instances"] - r["_decided"]
+    tied = (f"{ties} ties, which credit nobody and are left out of the test; of the other {r['_decided']}, "
+            if ties else "")
+    last_steps = [s for s in (r["_last_steps"] or []) if s is not None]
+    episodic = (f", all in step{'s' if len(last_steps) > 1 else ''} {', '.join(map(str, last_steps))} of "
+                f"{r['_steps']}: an episodic stall" if r["last_count"] and 0 < len(last_steps) <= 2
+                and r["_steps"] >= 5 * len(last_steps) else "")
+    return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
+            f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p = "
             f"{r['p_value']:.2g}); its delays alone cost the job {r['cost_pct']:.1f}% of step time (it held collectives "
             f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
             f"({r['late_pct']:.0f}% of the pace)")

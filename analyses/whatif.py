@@ -25,7 +25,10 @@ Algorithm:
      its median; ``ideal_ns`` with the ideal durations and, with the default ``gaps=zero``, no
      gaps (``gaps=median``: median gaps).
   4. S (``slowdown``), the artifact's blocking slowdown: mean(nogap) / mean(ideal) with
-     ``gaps=zero``; mean(actual) / mean(ideal) with ``gaps=median``. Host time, two figures:
+     ``gaps=zero``, each step's ideal capped at its nogap time (one stalled step lifts the pooled
+     means, so the other steps' ideals would exceed them and hide the stall: g_onestep, one step
+     of 20 stalled 12 ms, gave 1.263 uncapped, 1.378 capped; no step of the artifact's traces is
+     capped); mean(actual) / mean(ideal) with ``gaps=median``. Host time, two figures:
      the artifact's launch slowdown mean(actual) / mean(nogap), what *all* untraced host time
      costs (the GPU waiting for the CPU on every rank alike counts), and the host-gap slowdown
      mean(replay) / mean(typgap), what host gaps that *differ across ranks* cost (a rank that
@@ -199,7 +202,10 @@ def run(store: Store, params: Params) -> Result:
         pl.max_horizontal(pl.col("replay_ns") / pl.col("ideal_ns"), 1.0).alias("model_slowdown"),
         (pl.col(base) < pl.col("ideal_ns")).alias("clamped"),
     )
-    s_raw = _ratio(frame[base], frame["ideal_ns"])
+    # a step whose ideal exceeds it (an outlier elsewhere lifted a mean) counts at its own time,
+    # not above it: one stalled step of 20 must not make the other 19 look faster than ideal
+    capped = frame.select(pl.min_horizontal(base, "ideal_ns"))[base]
+    s_raw = _ratio(frame[base], capped)
     s_launch = max(_ratio(frame["actual_ns"], frame["nogap_ns"]), 1.0)
     s_host = max(_ratio(frame["replay_ns"], frame["typgap_ns"]), 1.0)
     s_model_raw = _ratio(frame["replay_ns"], frame["ideal_ns"])
@@ -208,9 +214,10 @@ def run(store: Store, params: Params) -> Result:
     ideal_gaps = (gap_i, dur_i)
     blame = pl.concat([
         _blame(store, run_id, tl, (gap0 if params.gaps == "median" else zero, dur0), ideal_gaps,
-               float(frame["ideal_ns"].mean()), s_model if params.gaps == "median" else s,  # type: ignore[arg-type]
-               "blocking", params),
-        _blame(store, run_id, tl, (gap0, dur0), (gap_m, dur0), float(frame["typgap_ns"].mean()),  # type: ignore[arg-type]
+               (float(frame["ideal_ns"].mean()), None) if params.gaps == "median" else  # type: ignore[arg-type]
+               (float(capped.mean()), frame[base].to_numpy()),  # type: ignore[arg-type]
+               s_model if params.gaps == "median" else s, "blocking", params),
+        _blame(store, run_id, tl, (gap0, dur0), (gap_m, dur0), (float(frame["typgap_ns"].mean()), None),  # type: ignore[arg-type]
                s_host, "host", params),
     ])
     straggling = max(s, s_host) > STRAGGLING_S
@@ -220,7 +227,8 @@ def run(store: Store, params: Params) -> Result:
                             "model_slowdown": [s_model],
                             "replay_error_pct": [err], "clamped_steps": [int(frame["clamped"].sum())],
                             "transient_steps": [len(transient.steps)], "straggling": [straggling]})
-    notes = _notes((s_raw, s_host, s_launch, s_model_raw), err, frame, blame, params)
+    s_uncapped = _ratio(frame[base], frame["ideal_ns"])
+    notes = _notes((s_raw, s_host, s_launch, s_model_raw, s_uncapped), err, frame, blame, params)
     partial = _replay.partial_note(store, run_id, "the replay covers the traced ranks only (a collective starts "
                                    "at the last traced arrival; an untraced rank's delay counts as transfer time)")
     extra = tuple(n for n in (transient.note, partial) if n)
@@ -228,10 +236,13 @@ def run(store: Store, params: Params) -> Result:
 
 
 def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.ndarray, np.ndarray],
-           ideal: tuple[np.ndarray, np.ndarray], mean_ideal: float, s_ref: float, kind: str,
+           ideal: tuple[np.ndarray, np.ndarray], ref: tuple[float, np.ndarray | None], s_ref: float, kind: str,
            params: Params) -> pl.DataFrame:
     """Slowdown of the ``ideal`` replay with one group's ``recorded`` values put back (module doc,
-    step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``."""
+    step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``. ``ref``: the mean
+    step time the slowdown is over, and per step (in step order) the cap of each step's time, as
+    S caps the ideal at the step it is compared with (None: no cap)."""
+    mean_ideal, cap = ref
     (gap0, dur0), (gap_i, dur_i) = recorded, ideal
     nodes = tl.nodes
     node_kind = nodes["kind"].to_numpy()
@@ -240,7 +251,8 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.n
     def with_group(mask: np.ndarray) -> float:
         mg, md = (none, mask) if kind == "blocking" else (mask, none)
         v = _replay.replay(tl, np.where(mg, gap0, gap_i), np.where(md, dur0, dur_i))
-        return max(float(_step_times(tl, v)["t"].mean()) / mean_ideal, 1.0)  # type: ignore[arg-type]
+        t = _step_times(tl, v)["t"].to_numpy()
+        return max(float(np.minimum(t, cap).mean() if cap is not None else t.mean()) / mean_ideal, 1.0)
 
     ranks = nodes["rank"].to_numpy()
     charged = _charged(nodes)
@@ -287,9 +299,9 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
     return out
 
 
-def _notes(raw: tuple[float, float, float, float], err: float, frame: pl.DataFrame, blame: pl.DataFrame,
+def _notes(raw: tuple[float, float, float, float, float], err: float, frame: pl.DataFrame, blame: pl.DataFrame,
            params: Params) -> tuple[str, ...]:
-    s_raw, s_host, s_launch, s_model_raw = raw
+    s_raw, s_host, s_launch, s_model_raw, s_uncapped = raw
     s = max(s_raw, 1.0)
     verdict = "straggling" if max(s, s_host) > STRAGGLING_S else "not straggling"
     what = ("blocking slowdown S (no host gaps, recorded vs ideal op times" if params.gaps == "zero" else
@@ -320,8 +332,9 @@ def _notes(raw: tuple[float, float, float, float], err: float, frame: pl.DataFra
                "ideal values are slower there than the recording (an op short on one rank's critical path is long "
                "on another, where it was hidden; ideal=min rules this out) or the replay overestimates them")
         notes.append(f"{clamped.height} of {frame.height} steps: the ideal replay is slower than the step it is "
-                     f"compared with because {why}: slowdowns clamped to 1 there"
-                     + (f"; S clamped to 1 (ratio {s_raw:.3f})" if s_raw < 1 else "")
+                     f"compared with because {why}: slowdowns clamped to 1 there, and S counts those steps at their "
+                     "own time (the ideal capped at the step)"
+                     + (f"; S clamped to 1 (ratio {s_uncapped:.3f})" if s_uncapped < 1 else "")
                      + (f"; model S clamped to 1 (replay / ideal = {s_model_raw:.3f})" if s_model_raw < 1 else ""))
     if s - 1 <= 1e-9 and s_host - 1 <= 1e-9:
         notes.append("no excess over the ideal: nothing to blame")

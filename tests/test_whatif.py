@@ -326,3 +326,51 @@ def test_bad_params(key, value, expected):
     from analyses.whatif import Params
     with pytest.raises(UsageError, match=f"{key}=.*{expected}"):
         Params(**{key: value})
+
+
+def _stepped_rank(stalled: bool, stall_step: int = 2, steps: int = 5) -> list[dict]:
+    """``steps`` steps, each 4 x (aten::A, then an all-reduce enqueued at A's end, its gloo work
+    1 ms from the last rank's arrival: 16 ms after the pair's start in ``stall_step``, else 10).
+    A takes 10 ms, 16 ms in ``stall_step`` on the ``stalled`` rank."""
+    us, ev, t = 1000, [], 0
+    for s in range(steps):
+        start = t
+        for _ in range(4):
+            a, last = (16 if stalled and s == stall_step else 10), (16 if s == stall_step else 10)
+            ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::A", "pid": 1, "tid": 1, "ts": t * us, "dur": a * us},
+                   {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": (t + a) * us,
+                    "dur": 0, "args": {"Input Dims": [[[256]], []]}},
+                   {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+                    "ts": (t + last) * us, "dur": 1 * us, "args": {"Input Dims": [[256]], "Input type": ["float"]}}]
+            t += last + 1
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}", "pid": 1, "tid": 1,
+                   "ts": start * us, "dur": (t - start) * us})
+    return ev
+
+
+def test_episodic_stall_in_one_step_is_named(store, tmp_path):
+    # 4 ranks, 5 steps of 4 all-reduces; rank 1's aten::A takes 16 ms instead of 10 before all 4
+    # all-reduces of step 3 (index 2): it is last at those 4; the other 16 instances are exact ties.
+    for r in range(4):
+        _write(tmp_path / "run" / f"r{r}.json", _stepped_rank(r == 1), r, world=4)
+    ingest(store, [tmp_path / "run"])
+    # Steps: 4 x (10 + 1) = 44 ms, step 3: 4 x (16 + 1) = 68 ms; mean 48.8. Pooled mean of each
+    # A#j: 10 + 6 / 20 = 10.3 ms, so every step's ideal is 4 x 11.3 = 45.2 ms, above the 44 ms of
+    # the 4 unstalled steps: capped there, mean ideal (4 x 44 + 45.2) / 5 = 44.24; S = 48.8 /
+    # 44.24 = 1.103 (uncapped 48.8 / 45.2 = 1.080 would call the run not straggling).
+    res = analyze(store, "whatif", "run")
+    assert res.summary["slowdown"].item() == pytest.approx(48.8 / 44.24)
+    assert res.summary["clamped_steps"].item() == 4 and res.summary["straggling"].item()
+    # Rank 1 alone (charged at step 3 only): 44 x 4 + 68 = 244 / 5 = 48.8 ms: the whole of S.
+    alone = {b["group"]: b["slowdown"] for b in res.blame.iter_rows(named=True)
+             if b["kind"] == "blocking" and b["by"] == "rank"}
+    assert alone["1"] == pytest.approx(48.8 / 44.24) and alone["0"] == pytest.approx(1.0)
+    # Stragglers: ties are left out of the binomial test: last at 4 of the 4 decided instances
+    # (chance 1/4 each): p = 0.25^4 = 0.0039 < 0.01 (over all 20 with chance 1/4, p = 0.77);
+    # cost (1.103 - 1) x 100 = 10.3% >= 5%: named, as an episodic stall in step 3 of 5.
+    st = analyze(store, "stragglers", "run")
+    r1 = st.frame.filter(st.frame["rank"] == 1).row(0, named=True)
+    assert (r1["last_count"], r1["tie_count"], r1["instances"]) == (4, 16, 20)
+    assert r1["p_value"] == pytest.approx(0.25 ** 4) and r1["cost_pct"] == pytest.approx(100 * (48.8 / 44.24 - 1))
+    assert st.verdict["rank"].to_list() == [1]
+    assert "all in step 3 of 5: an episodic stall" in st.verdict["evidence"][0]

@@ -202,7 +202,7 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
             if st is None or last is None:
                 unk.append(m)
                 continue
-            if seq > last or (not p2p and seq not in st.rows and st.rows and st.first() <= seq < max(st.rows)):
+            if seq > last or (not p2p and seq not in st.rows and st.rows and min(st.rows) <= seq < max(st.rows)):
                 miss.append(m)  # beyond its last, or a hole: later ones held, this one never enqueued
                 continue
             enq.append(m)

@@ -6,6 +6,7 @@ otherwise print a traceback. Nothing has been changed then, and this says so (ex
 
 from __future__ import annotations
 
+import signal
 import sys
 
 __all__ = ["main"]
@@ -18,4 +19,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; nothing was changed\n")
         sys.exit(130)
-    cli_main()
+    try:
+        cli_main()
+    finally:  # the command is over (its outcome printed): a Ctrl-C while Python exits changes nothing
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

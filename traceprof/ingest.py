@@ -156,7 +156,8 @@ def ingest(
         paths: Files and directories (searched recursively).
         run: Run name for all files; default: each file's directory name.
         on_bad_event: ``raise`` or ``skip`` malformed events (see ``collectors.kineto.parse``).
-        jobs: Parallel parser processes (default: CPU count, at most one per file).
+        jobs: Parallel parser processes (default: CPU count, at most one per file; none for inputs
+            under 16 MiB, parsed in this process).
         progress: Called as ``progress(done, total, path)`` after each parsed file.
         align: Estimate and apply per-rank clock offsets (``traceprof.clock``); false stores the
             source timestamps unchanged.
@@ -266,6 +267,10 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
     return notes
 
 
+#: Below this many bytes of input, files are parsed in the ingest process (starting workers costs more).
+_PARALLEL_BYTES = 16 << 20
+
+
 def _parse_all(
     tasks: list[tuple[Path, str, bool, tuple[str, ...]]], jobs: int | None, progress: Progress | None,
     max_inflate_ratio: float,
@@ -276,7 +281,10 @@ def _parse_all(
         if progress:
             progress(i, n, str(tasks[i - 1][0]))
 
-    return procs.map_in_workers(_parse_one, tasks, min(jobs or os.cpu_count() or 1, n), max_inflate_ratio, done)
+    if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
+        size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
+        jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
+    return procs.map_in_workers(_parse_one, tasks, min(jobs, n), max_inflate_ratio, done)
 
 
 def _field(pt: ParsedTrace, which: str) -> str:

@@ -119,7 +119,11 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     Algorithm: instances seen by two or more ranks, in order of first arrival; skew = last - first
     arrival (ns). Threshold = max(:data:`TRANSIENT_SKEW_FACTOR` x the median skew, the median step
     time of the run's ``steps``). The leading run of instances whose skew exceeds it is the
-    transient (an outlier later in the run is a real event and stays). The factor 20 leaves
+    transient (an outlier later in the run is a real event and stays), but only when the ranks'
+    profiling starts (each rank's first step start; its first event when the run has no steps)
+    differ by at least half its largest skew: ranks that started profiling together and still
+    waited are a real stall (a rank computing 50 ms longer before the first collective), not a
+    transient. The factor 20 leaves
     ordinary jitter alone (on the CPU samples the largest skew is under 10x the median), while a
     start transient is seconds against skews of microseconds to milliseconds.
 
@@ -148,14 +152,29 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
         return Transient()
     lead = inst.head(k)
     worst = int(lead["skew"].max())  # type: ignore[arg-type]
+    spread = _start_spread_ns(store, run_id)
+    if 2 * spread < worst:
+        return Transient()
     steps = tuple(sorted({int(s) for s in lead["step"].drop_nulls().to_list()}))
     where = f" (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))})" if steps else ""
     first = "the first collective" if k == 1 else f"the first {k} collectives"
     note = (f"profiler-start transient: {first}{where} waited up to "
             f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
             f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
-            "profiling at different times; left out of stragglers and what-if")
+            f"profiling {spread / 1e6:,.1f} ms apart; left out of stragglers and what-if")
     return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
+
+
+def _start_spread_ns(store: Store, run_id: int) -> int:
+    """Latest minus earliest profiling start over the run's ranks (ns): each rank's first step
+    start, or its first event when the run has no steps."""
+    row = store.sql(
+        """WITH s AS (SELECT rank, min(cpu_start_ns) AS t FROM steps WHERE run_id = $1 GROUP BY rank),
+                e AS (SELECT rank, min(ts_ns) AS t FROM events WHERE run_id = $1 GROUP BY rank)
+           SELECT coalesce(max(t) - min(t), 0) AS spread
+           FROM (SELECT * FROM s UNION ALL SELECT * FROM e WHERE NOT EXISTS (SELECT 1 FROM s))""",
+        [run_id]).item()
+    return int(row or 0)
 
 
 def _ranks(store: Store, run_id: int) -> tuple[int, int | None]:

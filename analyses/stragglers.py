@@ -32,8 +32,10 @@ provides):
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
      0, not infinity. The profiler-start transient (``_replay.transient``) is left out first.
   4. Verdict, one rule: a rank is named when it arrives last significantly more often than chance
-     (binomial p < ``alpha``, default 0.01) *and* the waiting it causes is a material share of step
-     time: ``cost_pct`` >= ``min_cost_pct``, default 5%. ``cost_pct`` is what the rank's delays
+     (binomial p < ``alpha``, default 0.01), or once held the job up by more than
+     ``_replay.TRANSIENT_SKEW_FACTOR`` (20) x the median skew (an episodic stall: a rank computing
+     50 ms longer before one collective where skews are 0.2 ms), *and* the waiting it causes is a
+     material share of step time: ``cost_pct`` >= ``min_cost_pct``, default 5%. ``cost_pct`` is what the rank's delays
      cost the job: the what-if replay (``analyses.whatif``) with only that rank's recorded op
      times (the rest ideal) or only its host gaps (the rest at their median) put back, the larger
      of (alone S - 1) in %, the figures whatif blames ranks with, so the two analyses cannot
@@ -227,7 +229,7 @@ def run(store: Store, params: Params) -> Result:
            FROM steps WHERE run_id = ?""", [run_id]))
     step_med = int(steps["step_ns"].sort()[(steps.height - 1) // 2]) if steps.height else None
     pace, pace_what = _pace_ns(w, step_med)
-    covered = _covered_ns(w, steps)
+    covered = _covered_ns(w, step_med)
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")
     comp_rank = comp_step.group_by("rank").agg(_common.whole_ns(pl.col("compute_ns").median()))
@@ -238,6 +240,8 @@ def run(store: Store, params: Params) -> Result:
         pl.col("last_rank").is_not_null().sum().alias("_decided"),
         (1.0 / pl.col("n")).filter(pl.col("last_rank").is_not_null()).mean().fill_null(0.0).alias("_chance_decided"),
         pl.col("step").filter(is_last.fill_null(False)).unique().sort().alias("_last_steps"),
+        (pl.col("arrival_ns") - pl.col("_second_ns")).filter(is_last.fill_null(False)).max().fill_null(0)
+        .alias("_max_hold_ns"),
         _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
         pl.col("wait_ns").sum().alias("wait_ns"), _common.whole_ns(pl.col("transfer_ns").median()),
     ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left").join(
@@ -256,16 +260,21 @@ def run(store: Store, params: Params) -> Result:
     costs, cost_what = _costs(store, params, source, per)
     per = per.join(costs, on="rank", how="left").with_columns(pl.col("cost_pct").fill_null(0.0))
     per = per.with_columns(
-        ((pl.col("p_value") < params.alpha) & (pl.col("cost_pct") >= params.min_cost_pct)).alias("qualifies"))
+        ((pl.col("p_value") < params.alpha)
+         | (pl.col("_max_hold_ns") > _replay.TRANSIENT_SKEW_FACTOR * int(inst["skew_ns"].median() or 0)))  # type: ignore[arg-type]
+        .alias("_significant"))
+    per = per.with_columns(
+        (pl.col("_significant") & (pl.col("cost_pct") >= params.min_cost_pct)).alias("qualifies"))
     n_ranks = per.height
     widespread = int(per["qualifies"].sum()) > max(1.0, params.max_named_share * n_ranks)
     per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named")).select(
         "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
         "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",
-        "wait_ns", "transfer_ns", "compute_ns", "compute_z", "qualifies", "named", "_decided", "_last_steps").sort("rank")
+        "wait_ns", "transfer_ns", "compute_ns", "compute_z", "qualifies", "named", "_decided", "_last_steps",
+        "_max_hold_ns").sort("rank")
     n_steps = w["step"].drop_nulls().n_unique()
     verdict = _verdict(per.with_columns(pl.lit(n_steps).alias("_steps")), w, comp, steps, params)
-    per = per.drop("_decided", "_last_steps")
+    per = per.drop("_decided", "_last_steps", "_max_hold_ns")
     heat = w.group_by("step", "rank").agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms")).sort("step", "rank")
     waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "arrival_offset_ns", "lateness_ns",
                      "transfer_ns", "end_before_last_arrival").sort("instance_id", "rank")
@@ -323,15 +332,13 @@ def _holdup(w: pl.DataFrame) -> pl.DataFrame:
     return union_ns(iv, ["rank"], "holdup_ns").with_columns(pl.col("holdup_ns").cast(pl.Int64))
 
 
-def _covered_ns(w: pl.DataFrame, steps: pl.DataFrame) -> int:
-    """Time the instances cover (ns): the median step time (over ranks) of each step they lie in,
-    summed; without steps, the span from the first arrival to the last arrival or end."""
-    in_steps = w["step"].drop_nulls().unique()
-    if len(in_steps) and steps.height:
-        per_step = steps.filter(pl.col("step").is_in(in_steps.implode())).group_by("step").agg(
-            pl.col("step_ns").sort().gather((pl.len() - 1) // 2).first())
-        if per_step.height:
-            return int(per_step["step_ns"].sum())
+def _covered_ns(w: pl.DataFrame, step_med: int | None) -> int:
+    """Time the instances cover (ns): the run's median step time x the number of steps they lie in
+    (a step made long by a left-out transient or one stall does not count at its length); without
+    steps, the span from the first arrival to the last arrival or end."""
+    n_steps = w["step"].drop_nulls().n_unique()
+    if n_steps and step_med:
+        return step_med * n_steps
     last = max(int(w["arrival_ns"].max()), int(w["end_ns"].max() or 0))  # type: ignore[arg-type]
     return max(last - int(w["arrival_ns"].min()), 1)  # type: ignore[arg-type]
 
@@ -390,8 +397,8 @@ def _figures(r: dict) -> str:
     tied = (f"{ties} ties, which credit nobody and are left out of the test; of the other {r['_decided']}, "
             if ties else "")
     last_steps = [s for s in (r["_last_steps"] or []) if s is not None]
-    episodic = (f", all in step{'s' if len(last_steps) > 1 else ''} {', '.join(map(str, last_steps))} of "
-                f"{r['_steps']}: an episodic stall" if r["last_count"] and 0 < len(last_steps) <= 2
+    episodic = (f", all in step{'s' if len(last_steps) > 1 else ''} {', '.join(map(str, last_steps))} (of "
+                f"{r['_steps']} steps): an episodic stall" if r["last_count"] and 0 < len(last_steps) <= 2
                 and r["_steps"] >= 5 * len(last_steps) else "")
     return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
             f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p = "
@@ -437,8 +444,11 @@ def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.D
             c: 0.0 for c in _CAUSES}
         best = max(_CAUSES, key=lambda c: ex[c] or 0.0)
         cause = _CAUSES[best] if (ex[best] or 0) > 0 else "unknown"
+        spike = ("" if r["p_value"] < params.alpha else
+                 f"; named for one hold-up of {r['_max_hold_ns'] / 1e6:.2f} ms, over {_replay.TRANSIENT_SKEW_FACTOR} x "
+                 "the median skew, though not last more often than chance")
         evidence = (
-            f"straggler: {_figures(r)}, making the others wait "
+            f"straggler: {_figures(r)}{spike}, making the others wait "
             f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {(ex['compute_ns'] or 0) / 1e6:+.1f} ms compute, {(ex['comm_ns'] or 0) / 1e6:+.1f} ms "
             f"communication, {(ex['other_ns'] or 0) / 1e6:+.1f} ms untraced host time vs the other ranks' median: "

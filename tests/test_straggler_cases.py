@@ -249,20 +249,46 @@ def _gloo_steps(arrivals_ms: list[float], step_ms: list[tuple[float, float]]) ->
 
 
 def test_profiler_start_transient_is_left_out(store, tmp_path):
-    # Two ranks, four 10 ms steps. In step 1 rank 1's profiler started 2 s late: it arrives at
-    # 2005 ms, rank 0 at 5 ms (skew 2 s). Afterwards rank 1 arrives 0.1 ms after rank 0 in every
-    # step (skews 0.1 ms). Median skew 0.1 ms, median step 10 ms: threshold max(20 x 0.1, 10) =
-    # 10 ms; the leading 2 s instance is the transient, step 1 leaves stragglers and whatif.
+    # Two ranks, four 10 ms steps. Rank 1's profiler started 2 s late: its step 1 starts at 2000
+    # ms (rank 0's at 0) and it arrives at 2005 ms, rank 0 at 5 ms (skew 2 s). Afterwards rank 1
+    # arrives 0.1 ms after rank 0 in every step (skews 0.1 ms). Median skew 0.1 ms, median step
+    # 10 ms: threshold max(20 x 0.1, 10) = 10 ms; the leading 2 s instance is the transient (the
+    # profiling starts differ by 2,000 ms, at least half the skew), step 1 leaves stragglers and whatif.
     steps0 = [(0, 2010), (2010, 2020), (2020, 2030), (2030, 2040)]
     _write(tmp_path / "run" / "r0.json", _gloo_steps([5, 2015, 2025, 2035], steps0), 0)
-    _write(tmp_path / "run" / "r1.json", _gloo_steps([2005, 2015.1, 2025.1, 2035.1], steps0), 1)
+    _write(tmp_path / "run" / "r1.json", _gloo_steps([2005, 2015.1, 2025.1, 2035.1], [(2000, 2010), *steps0[1:]]), 1)
     ingest(store, [tmp_path / "run"], run="tr")
     res = analyze(store, "stragglers", "tr")
     assert res.instances.height == 3 and res.instances["skew_ns"].to_list() == [100_000] * 3
     (note,) = [n for n in res.notes if n.startswith("profiler-start transient")]
-    assert "the first collective (step 1) waited up to 2,000.0 ms" in note
+    assert "the first collective (step 1) waited up to 2,000.0 ms" in note and "2,000.0 ms apart" in note
     wi = analyze(store, "whatif", "tr")
     assert wi.frame["step"].to_list() == [2, 3, 4] and wi.summary["transient_steps"].item() == 1
+
+
+def test_stall_before_the_first_collective_is_not_a_transient(store, tmp_path):
+    # Both ranks start profiling together (step 1 at 0 ms on both), but rank 1 computes 2 s before
+    # its first all-reduce (arrives at 2005 ms, rank 0 at 5). The skews and the threshold are those
+    # of the test above, but the profiling starts differ by 0 ms, less than half the 2 s skew: a
+    # real stall, kept. Rank 1 is last at all 4 instances: p = 0.5^4 = 0.0625 (not < 0.01), but its
+    # 2,000 ms hold-up exceeds 20 x the median skew (median of 2000, 0.1, 0.1, 0.1 ms = 0.1 ms):
+    # an episodic stall, named (its cost is far above 5%).
+    steps0 = [(0, 2010), (2010, 2020), (2020, 2030), (2030, 2040)]
+    _write(tmp_path / "run" / "r0.json", _gloo_steps([5, 2015, 2025, 2035], steps0), 0)
+    _write(tmp_path / "run" / "r1.json", _gloo_steps([2005, 2015.1, 2025.1, 2035.1], steps0), 1)
+    ingest(store, [tmp_path / "run"], run="stall")
+    res = analyze(store, "stragglers", "stall")
+    assert not [n for n in res.notes if n.startswith("profiler-start transient")]
+    assert res.instances.height == 4 and res.instances["skew_ns"].to_list() == [2_000_000_000] + [100_000] * 3
+    r1 = res.frame.filter(res.frame["rank"] == 1).row(0, named=True)
+    assert r1["p_value"] == pytest.approx(0.5 ** 4) and r1["named"]
+    # holdup_pct follows its rule: hold-up (2005 - 5 = 2000 ms, then 3 x 0.1 ms: 2000.3 ms) over
+    # the median step time (10 ms: steps of 2010, 10, 10, 10 ms on both ranks) x 4 steps = 40 ms,
+    # not over the steps' own durations (2040 ms).
+    assert r1["holdup_ns"] == 2_000_300_000 and r1["holdup_pct"] == pytest.approx(100 * 2000.3 / 40)
+    assert "named for one hold-up of 2000.00 ms" in res.verdict["evidence"][0]
+    wi = analyze(store, "whatif", "stall")
+    assert wi.summary["transient_steps"].item() == 0 and wi.frame["step"].to_list() == [1, 2, 3, 4]
 
 
 def test_ties_are_ties(store, tmp_path):

@@ -373,4 +373,4 @@ def test_episodic_stall_in_one_step_is_named(store, tmp_path):
     assert (r1["last_count"], r1["tie_count"], r1["instances"]) == (4, 16, 20)
     assert r1["p_value"] == pytest.approx(0.25 ** 4) and r1["cost_pct"] == pytest.approx(100 * (48.8 / 44.24 - 1))
     assert st.verdict["rank"].to_list() == [1]
-    assert "all in step 3 of 5: an episodic stall" in st.verdict["evidence"][0]
+    assert "all in step 3 (of 5 steps): an episodic stall" in st.verdict["evidence"][0]

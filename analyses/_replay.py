@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.activity import activity
-from traceprof.errors import AnalysisError
+from traceprof.errors import AnalysisError, UsageError
 from traceprof.matching import ARRIVAL_SQL, preferred_source, run_steps, unmatched_p2p
 from traceprof.store import Store
 
@@ -83,17 +83,29 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     source = source or preferred_source(store, run_id)
     if source is None:
         return pl.DataFrame(), None
+    known = store.sql("SELECT DISTINCT source FROM collectives WHERE run_id = ? ORDER BY source", [run_id])["source"]
+    if source not in known.to_list():
+        raise UsageError(f"unknown source {source!r}: run {run_id} has collectives from "
+                         f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)")
+    arrival = ARRIVAL_SQL.replace("source", "c.source").replace("start_ns", "c.start_ns").replace("enter_ns", "c.enter_ns")
     df = store.sql(
         f"""SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
                    any_value(i.pg) AS pg, any_value(i.bytes) AS bytes, any_value(i.ordinal) AS ordinal,
-                   any_value(i.n_ranks) AS n_ranks, min({ARRIVAL_SQL.replace('source', 'c.source')}) AS arrival_ns,
-                   max(c.end_ns) AS end_ns, min(c.start_ns) AS start_ns
+                   any_value(i.n_ranks) AS n_ranks, min({arrival}) AS arrival_ns,
+                   max(c.end_ns) AS end_ns, min(c.start_ns) AS start_ns, min(s.step) AS _own_step
             FROM collectives c JOIN collective_instances i USING (run_id, instance_id)
+            LEFT JOIN steps s ON s.run_id = c.run_id AND s.rank = c.rank
+                 AND {arrival} >= s.cpu_start_ns AND {arrival} < s.cpu_end_ns
             WHERE c.run_id = ? AND c.source = ?
             GROUP BY c.instance_id, c.rank""",
         [run_id, source],
     )
-    return df, source
+    # Instances of a source without steps (Flight Recorder) lie in the step whose window holds
+    # their arrival on each rank's clock (the most common over the instance's ranks).
+    own = run_steps(store, run_id, df.select("rank", pl.col("_own_step").alias("step")))["step"]
+    df = df.with_columns(own.alias("_own_step")).with_columns(
+        pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().first().over("instance_id")).alias("step"))
+    return df.drop("_own_step"), source
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class Params(RunParams):
     arriving last more often than chance (binomial test, one-sided); ``min_cost_pct``: what the
     rank's delays cost the job (``cost_pct``, % of step time) must reach this to be named;
     ``max_named_share``: when more than this share of the ranks (and more than one) qualify, none
-    is named (a systematic imbalance, e.g. a slow pipeline stage, not a straggler)."""
+    is named (a systematic imbalance, e.g. a slow pipeline stage, not a straggler); 0 names none."""
 
     source: str = ""
     alpha: float = 0.01
@@ -266,7 +266,8 @@ def run(store: Store, params: Params) -> Result:
     per = per.with_columns(
         (pl.col("_significant") & (pl.col("cost_pct") >= params.min_cost_pct)).alias("qualifies"))
     n_ranks = per.height
-    widespread = int(per["qualifies"].sum()) > max(1.0, params.max_named_share * n_ranks)
+    allowed = max(1.0, params.max_named_share * n_ranks) if params.max_named_share > 0 else 0.0  # 0: name none
+    widespread = int(per["qualifies"].sum()) > allowed
     per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named")).select(
         "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
         "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",
@@ -310,6 +311,10 @@ def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) 
     steps, e.g. Flight Recorder only) use ``holdup_pct`` instead."""
     from analyses import whatif  # the replay's rank blame; imported here, it registers itself
 
+    if not store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND end_ns IS NOT NULL AND source = ?",
+                     [store.resolve_run(params.run), source]).item():
+        return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
+            "hold-up (no what-if replay: the source records no collective end times)")
     try:
         res = cast(whatif.Result, whatif.run(store, whatif.Params(run=params.run, source=source or "")))
     except AnalysisError:
@@ -335,9 +340,9 @@ def _holdup(w: pl.DataFrame) -> pl.DataFrame:
 def _covered_ns(w: pl.DataFrame, step_med: int | None) -> int:
     """Time the instances cover (ns): the run's median step time x the number of steps they lie in
     (a step made long by a left-out transient or one stall does not count at its length); without
-    steps, the span from the first arrival to the last arrival or end."""
+    steps (or with instances outside them), the span from the first arrival to the last arrival or end."""
     n_steps = w["step"].drop_nulls().n_unique()
-    if n_steps and step_med:
+    if n_steps and step_med and w["step"].is_not_null().all():
         return step_med * n_steps
     last = max(int(w["arrival_ns"].max()), int(w["end_ns"].max() or 0))  # type: ignore[arg-type]
     return max(last - int(w["arrival_ns"].min()), 1)  # type: ignore[arg-type]
@@ -402,7 +407,8 @@ def _figures(r: dict) -> str:
                 and r["_steps"] >= 5 * len(last_steps) else "")
     return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
             f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p = "
-            f"{r['p_value']:.2g}); its delays alone cost the job {r['cost_pct']:.1f}% of step time (it held collectives "
+            f"{r['p_value']:.2g}); its delays alone cost the job {r['cost_pct']:.1f}% "
+            f"{'of step time' if r['_steps'] else 'of the time the collectives cover'} (it held collectives "
             f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
             f"({r['late_pct']:.0f}% of the pace)")
 
@@ -418,7 +424,10 @@ def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.D
     if named.is_empty():
         top = per.sort("p_value", pl.col("cost_pct"), descending=[False, True]).row(0, named=True)
         many = per.filter(pl.col("qualifies"))
-        if many.height:
+        if many.height and params.max_named_share == 0:
+            evidence = (f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "
+                        f"Strongest: {_figures(top)}")
+        elif many.height:
             evidence = (
                 f"no single straggler: {many.height} of {per.height} ranks ({_rank_list(many['rank'].to_list())}) "
                 f"each arrive last significantly often and cost >= {params.min_cost_pct:g}%, more than "

@@ -184,3 +184,50 @@ def test_bad_params(key, value, expected):
     from analyses.stragglers import Params
     with pytest.raises(UsageError, match=f"{key}=.*{expected}"):
         Params(**{key: value})
+
+
+def test_flight_recorder_source_on_a_run_with_steps(store):
+    # sample_traces/straggler_rank2 holds gloo Kineto traces (4 all-reduces per step) and gloo
+    # Flight Recorder dumps (no steps, no end times) of the same job; rank 2 sleeps before each step.
+    if not (SAMPLES / "straggler_rank2" / "rank2.fr.json").exists():
+        pytest.skip("sample_traces/straggler_rank2 not recorded")
+    ingest(store, [SAMPLES / "straggler_rank2"], run="s2")
+    res = analyze(store, "stragglers", "s2", source="fr")
+    # FR instances lie in the Kineto step holding their arrival: the pace is the spacing of the 4
+    # all-reduces of a step, not the median step time ("one collective per step").
+    assert not [n for n in res.notes if "one collective per step" in n]
+    assert [n for n in res.notes if "median spacing of a rank's collectives" in n]
+    # No end times: no what-if replay, the cost is the hold-up; rank 2 named as with source=gloo.
+    assert [n for n in res.notes if "cost_pct: hold-up (no what-if replay: the source records no collective end" in n]
+    assert res.verdict["rank"].to_list() == [2]
+    # an unknown source is one line naming the run's sources
+    with pytest.raises(UsageError, match=r"^unknown source 'bogus': run 1 has collectives from fr, gloo \(-p source=NAME\)$"):
+        analyze(store, "stragglers", "s2", source="bogus")
+
+
+def test_max_named_share_zero_names_no_rank(store, tmp_path):
+    # Two ranks, one 100 ms step, 8 all-reduces: rank 0 enqueues at 10, 20, ..., 80 ms, rank 1 1 ms
+    # later each time (gloo work from rank 1's arrival, 0.5 ms). Rank 1 is last at 8 of 8: p =
+    # 0.5^8 = 0.0039 < 0.01. Its cost, the what-if host-gap replay: gaps (arrival - previous end)
+    # rank 0: 0, then 8.5 ms x 7; rank 1: 1, then 9.5 x 7; typical (median of 2) 0.5 and 9.0. With
+    # typical gaps the ends are 11, 20.5, ... 11 + 7 x 9.5 = 77.5 (step from 10: 67.5 ms); with
+    # rank 1's own gaps 11.5 + 7 x 10 = 81.5 (71.5 ms): cost 71.5 / 67.5 - 1 = 5.9% >= 5%, so it
+    # qualifies and is named; with max_named_share=0 no rank is.
+    for r in range(2):
+        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 100_000}]
+        for k in range(1, 9):
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
+                       "ts": (10 * k + r) * 1000, "dur": 0, "args": {"Input Dims": [[[256]], []]}})
+            ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+                       "ts": (10 * k + 1) * 1000, "dur": 500, "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+        _write(tmp_path / "run" / f"r{r}.json", ev, r)
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "stragglers", "run")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert (r1["last_count"], r1["p_value"]) == (8, pytest.approx(0.5 ** 8))
+    assert r1["cost_pct"] == pytest.approx(100 * (71.5 / 67.5 - 1))
+    assert r1["named"]
+    res = analyze(store, "stragglers", "run", max_named_share=0.0)
+    assert not res.frame["named"].any() and res.verdict["rank"].to_list() == [None]
+    assert res.verdict["evidence"][0].startswith("no rank named (max_named_share = 0); 1 of 2 ranks pass the rule")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import SAMPLES, corpus
+from tests.conftest import SAMPLES, analyze, case, corpus
 from traceprof.ingest import ingest
 from traceprof.verdict import combined_verdict
 
@@ -54,3 +54,14 @@ def test_production_traces(store, trial, start, named):
     assert v.stragglers == named and v.straggling
     if trial == "SE":
         assert "largest by stage: 1" in v.text
+
+
+def test_flight_recorder_only_run_quotes_no_step_time(store):
+    # fr_two_groups_same_pg_name: Flight Recorder dumps only (no steps, no compute): rank 1 (group
+    # A) and rank 3 (group B) are last at 3 of 3 each (p = 0.5^3 = 0.125, not named); costs are
+    # hold-ups over the time the collectives cover, so no verdict speaks of "% of step time".
+    ingest(store, [case("fr_two_groups_same_pg_name")], run="fr2")
+    v = combined_verdict(store, "fr2")
+    assert v.stragglers == () and "of step time" not in v.text and "of the time the collectives cover" in v.text
+    evidence = analyze(store, "stragglers", "fr2").verdict["evidence"][0]
+    assert "of step time" not in evidence and "of the time the collectives cover" in evidence

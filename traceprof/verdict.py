@@ -104,13 +104,16 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
     whatif = (f"what-if S = {s:.3f}, host-gap slowdown = {hs:.3f} (launch slowdown {ls:.3f})"
               if s is not None and hs is not None and ls is not None else "what-if: not available (no compute traced)")
     slow = s is not None and hs is not None and max(s, hs) > STRAGGLING_S
+    # without steps (Flight Recorder only) a cost is a share of the time the collectives cover
+    has_steps = bool(store.sql("SELECT count(*) FROM steps WHERE run_id = ?", [store.resolve_run(run)]).item())
+    of_time = "of step time" if has_steps else "of the time the collectives cover"
     if named:
         causes = dict(zip(st.verdict["rank"].to_list(), st.verdict["cause"].to_list(), strict=True))
         parts = []
         for r in per.filter(pl.col("named")).iter_rows(named=True):
             parts.append(f"rank {r['rank']} ({causes.get(r['rank'], 'unknown')}: last at {r['last_count']} of "
                          f"{r['instances']} collectives, p = {r['p_value']:.2g}; its delays alone cost "
-                         f"{r['cost_pct']:.1f}% of step time)")
+                         f"{r['cost_pct']:.1f}% {of_time})")
         text = f"straggler: {'; '.join(parts)}; {whatif}"
     elif per["qualifies"].any():
         many = per.filter(pl.col("qualifies"))
@@ -126,7 +129,7 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
     elif not slow:
         top = per.sort("p_value").row(0, named=True)
         text = (f"no straggler: no rank both arrives last significantly more often than chance (p < {rule.alpha:g}) "
-                f"and has a {cost_rule} of step time (closest: rank "
+                f"and has a {cost_rule} {of_time} (closest: rank "
                 f"{top['rank']}, last at {top['last_count']} of {top['instances']}, p = {top['p_value']:.2g}, cost "
                 f"{top['cost_pct']:.1f}%); {whatif}")
     else:

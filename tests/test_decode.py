@@ -11,6 +11,7 @@ the corpus and sample traces.
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -121,3 +122,29 @@ def test_pieces_decode_as_the_whole(piece: int) -> None:
     assert (parts.name, parts.pid, parts.args, parts.correlation, parts.top) == (
         whole.name, whole.pid, whole.args, whole.correlation, whole.top)
     assert (parts.ts_ns == whole.ts_ns).all() and (parts.dur_ok == whole.dur_ok).all()
+
+
+_PARSE = importlib.import_module("collectors.kineto.parse")
+
+
+def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:
+    if not fast:
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)
+    try:
+        return _PARSE.parse(path, on_bad_event="skip")
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("path", _traces()[:12] + [None], ids=lambda p: "edge" if p is None else p.name)
+def test_parse_fast_path_equals_general(path: Path | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # parse() builds the same tables and counts through decode.rows() as through its per-event loop
+    # (and falls back to the loop, e.g. for the float pid of the edge document).
+    if path is None:
+        path = tmp_path / "edge.json"
+        path.write_bytes(EDGE)
+    a, b = _parsed(path, False, monkeypatch), _parsed(path, True, monkeypatch)
+    for t in ("events", "devices", "steps", "collectives"):
+        assert getattr(a, t).equals(getattr(b, t)), t
+    keys = ("rank", "world_size", "trace", "events_read", "rejected", "skipped", "flagged", "warnings", "format")
+    assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys]

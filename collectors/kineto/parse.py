@@ -5,8 +5,10 @@ in microseconds with up to 3 decimals relative to it) and old style (integer epo
 GPU traces (CUDA or ROCm) and CPU-only (gloo) traces.
 
 Algorithm:
-  1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` as ``Decimal`` so the
-     microsecond text converts to integer ns exactly (``traceprof.timeconv``).
+  1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` from their text so the
+     microsecond text converts to integer ns exactly (``traceprof.timeconv``). The common case
+     (no B/E pairs, no malformed event) is decoded and turned into rows a column at a time by
+     ``collectors.kineto.decode``; the per-event loop below is the general path, with the same rows.
   2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
@@ -38,6 +40,8 @@ from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
 from collectors.kineto.collectives import collectives as _collectives
+from collectors.kineto.decode import decode as decode_columns
+from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.errors import NotATraceError, TraceFormatError
@@ -143,6 +147,19 @@ def _decode(path: Path, data: bytes) -> _Trace:
                                "over ~1000 levels deep)") from None
 
 
+def _top_keys(path: Path, data: bytes, top: dict[str, Any]) -> _Trace:
+    """The top-level keys as a :class:`_Trace` without events (as :func:`_decode` checks them)."""
+    try:
+        return msgspec.convert({**top, "traceEvents": []}, _Trace)
+    except msgspec.ValidationError:
+        return _decode(path, data)  # raises the general decoder's error
+
+
+def _kind_of_text(ph: str, cat: str, name: str) -> str | None:
+    """:func:`_kind` of an event with these fields."""
+    return _kind(_Event(ph=ph, cat=cat, name=name))
+
+
 def _lane(v: Any) -> str:
     return "" if v is None else str(v)
 
@@ -223,8 +240,16 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     """
     p = Path(path).resolve()
     raw, data = read_maybe_gzip(p)
-    doc = _decode(p, data)
+    # Columnar decode and row building (collectors.kineto.decode) for the common case; the loop
+    # below is the general path (B/E records, malformed events, unusual values).
+    decoded = decode_columns(data)
+    doc = _decode(p, data) if decoded is None else _top_keys(p, data, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
+    fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict)
+    if decoded is not None and fast is None:
+        doc = _decode(p, data)
+    events_read = len(decoded) if fast is not None else len(doc.traceEvents)
+    del decoded
     dist = doc.distributedInfo or {}
     rank = _int_or_none(dist.get("rank"))
     world = _int_or_none(dist.get("world_size"))
@@ -241,8 +266,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     rejected: dict[str, int] = {}
     skipped: dict[str, int] = {}
     process_names: dict[str, str] = {}
-    ids = _decode_ids(data)
-    for i, ev in enumerate(doc.traceEvents):
+    if fast is not None:
+        cols, src_index, skipped, rejected, process_names = (
+            fast.cols, fast.src_index, fast.skipped, fast.rejected, fast.process_names)
+    ids = _decode_ids(data) if fast is None else None
+    for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         kind = _kind(ev)
         if kind is None:
             if ev.ph == "M" and ev.name == "process_name":
@@ -376,7 +404,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         devices=to_table(devices, _DEVICE_SCHEMA, rejected, "device"),
         steps=to_table(steps_rows, _STEP_SCHEMA, rejected, "step"),
         collectives=to_table(coll, _COLL_SCHEMA, rejected, "collective"),
-        events_read=len(doc.traceEvents),
+        events_read=events_read,
         rejected=rejected,
         skipped=skipped,
         flagged=flagged,

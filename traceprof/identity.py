@@ -1,9 +1,9 @@
 """Run identity: the traces of one run must come from the same job.
 
-The files of a new run must agree among themselves (:func:`check_within`: a folder that mixes
-an old export with today's dumps is two jobs, not one run), and a run that already holds traces
-gains new ones only when they agree with it on world size,
-distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
+The files of a new run must lie within :data:`MAX_GAP_NS` of each other in time
+(:func:`check_within`: a folder that mixes an old export with today's dumps is two jobs, not one
+run), and a run that already holds traces gains new ones only when they agree with it on world
+size, distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
 more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
 Facts a trace does not state are not compared, and times only between sources with epoch clocks
 (:data:`EPOCH_SOURCES`; the NCCL profiler plugin's steady clock and NDTimeline's step-relative times
@@ -77,32 +77,26 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
 
 
 def check_within(name: str, traces: list[ParsedTrace]) -> None:
-    """Refuse a set of traces for one run that do not agree among themselves (module doc).
+    """Refuse a set of traces for one run whose epoch-clock times are hours apart (module doc).
 
-    The facts of :func:`check_append` but world size (ingest compares the world sizes of a run's
-    files first): each trace, in order, is compared with those before it; the first that differs
-    is named with the file it differs from.
+    Only time is compared here: ingest compares the world sizes of a run's files first, and one
+    job may mix devices (a heterogeneous cluster) or backends (gloo for CPU groups beside NCCL).
+    Each trace, in order, is compared with the span of those before it; the first more than
+    :data:`MAX_GAP_NS` away is named with the file it is farthest from.
 
     Args:
         name: The run's name, for messages.
         traces: The traces about to be stored together.
 
     Raises:
-        StoreError: Backend, device type or epoch time span differ, naming both files, how to
-            split them into runs, and ``--force-run``.
+        StoreError: Epoch time spans too far apart, naming both files, how to split them into
+            runs, and ``--force-run``.
     """
-    seen: dict[str, dict[Any, str]] = {"backend": {}, "device": {}}
     lo_all: tuple[int, str] | None = None
     hi_all: tuple[int, str] | None = None
     split = (f"files of different jobs in run {name!r}: put each job's files in its own folder (or ingest "
              "them with --run NAME each); if they do belong together, pass --force-run")
     for pt in traces:
-        for what, value in _facts(pt)[1:]:
-            if value is not None and seen[what] and value not in seen[what]:
-                other, path = next(iter(seen[what].items()))
-                raise StoreError(f"{pt.path}: {what} {value!r}, but {Path(path).name} has {other!r}: {split}")
-            if value is not None:
-                seen[what].setdefault(value, pt.path)
         lo, hi = _span(pt) if pt.source in EPOCH_SOURCES else (None, None)
         if lo is None or hi is None:
             continue

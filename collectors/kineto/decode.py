@@ -99,7 +99,8 @@ class Decoded:
             absent or null.
         ts_ns, dur_ns: int64 ns as written (relative to ``baseTimeNanoseconds`` in new-style traces;
             no base added). ``ts_ok``/``dur_ok``: False where the field is absent (value 0 then).
-        bad_time: Index -> reason for values that are not JSON numbers (value 0 then).
+        bad_time: Index -> reason for values that are not JSON numbers or do not fit in int64 ns
+            (value 0 then).
         args: The ``args`` object's JSON text ("" when absent).
         correlation, external_id, device, stream: Integer args, None when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
@@ -256,15 +257,24 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
     try:
         dec = pc.cast(pc.if_else(present, text, pa.scalar(None, pa.string())), pa.decimal128(38, 3))
         words = np.frombuffer(dec.buffers()[1], np.int64)[2 * dec.offset : 2 * (dec.offset + n)]
-        return np.where(ok, words[0::2], 0), ok
+        lo, hi = words[0::2], words[1::2]
+        beyond = ok & (hi != (lo >> 63))  # the 128-bit value does not fit in int64
+        for i in np.flatnonzero(beyond).tolist():  # the general path rejects these per event
+            bad[base + i] = "beyond int64"
+        return np.where(ok & ~beyond, lo, 0), ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         out = np.zeros(n, np.int64)
         for i, r in enumerate(raw):
             if r:
                 try:
-                    out[i] = us_text_to_ns(bytes(r))
+                    v = us_text_to_ns(bytes(r))
                 except ValueError as e:
                     bad[base + i] = f"bad time: {e}"
+                    continue
+                if -(2**63) <= v < 2**63:
+                    out[i] = v
+                else:
+                    bad[base + i] = "beyond int64"
         return out, ok
 
 
@@ -281,6 +291,13 @@ def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Dec
         shape ``{..., "traceEvents": [...]}``, is not valid JSON, or some event does not fit the
         typed structs (an id arg that is not an integer, a ``name`` that is not a string).
     """
+    try:
+        return _decode(data, batch_bytes)
+    except RecursionError:  # nested too deeply for msgspec: the general decoder reports it
+        return None
+
+
+def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     batches = _Split(data, batch_bytes)
     out = Decoded(top={})
     ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
@@ -379,6 +396,8 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     x_rows = np.fromiter((p == "X" for p in d.ph), bool, n)
     if (keep & ~d.ts_ok).any() or (keep & x_rows & ~d.dur_ok).any() or (keep & (d.dur_ns < 0)).any():
         return None
+    if base_ns and (keep & ((d.ts_ns > 2**63 - 1 - base_ns) | (d.ts_ns < -(2**63) - base_ns))).any():
+        return None  # epoch ns beyond int64: the general path rejects them per event
     idx = np.flatnonzero(keep).tolist()
     skipped: dict[str, int] = {}
     rejected: dict[str, int] = {}

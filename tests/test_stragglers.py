@@ -90,7 +90,7 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
         assert named == [] and "within the run's noise" in res.notes[-1]
         # The most frequent last arrival (binomial p = P(X >= k | n, 1/4)): normal: rank 0 (the
         # TCPStore host) 7 of 12, p = 0.0143 (not < 0.01); normal_repeat: rank 0 9 of 12, p =
-        # 0.00039, significant, but its delays cost 4.6% (< 5%); clean: rank 1 7 of 15, p = 0.0566.
+        # 0.00039, significant, but its delays cost 3.5% (< 5%); clean: rank 1 7 of 15, p = 0.0566.
         top = res.frame.sort("p_value").row(0, named=True)
         rank, last, n, p = {"normal": (0, 7, 12, 0.01425), "normal_repeat": (0, 9, 12, 0.000392),
                             "clean": (1, 7, 15, 0.0566)}[run]

@@ -15,6 +15,7 @@ from traceprof import clock
 from traceprof.clock import estimate_offsets
 from traceprof.ingest import ingest
 from traceprof.store import Store
+from traceprof.verdict import combined_verdict
 
 US = 1000
 #: Micro traces start here (us after the base time): a record at ts 0 counts as another clock domain.
@@ -287,6 +288,8 @@ def test_stall_before_the_first_collective_is_not_a_transient(store, tmp_path):
     # not over the steps' own durations (2040 ms).
     assert r1["holdup_ns"] == 2_000_300_000 and r1["holdup_pct"] == pytest.approx(100 * 2000.3 / 40)
     assert "named for one hold-up of 2000.00 ms" in res.verdict["evidence"][0]
+    v = combined_verdict(store, "stall")
+    assert v.stragglers == (1,) and "p = 0.062 (not more often than chance: an episodic stall)" in v.text
     wi = analyze(store, "whatif", "stall")
     assert wi.summary["transient_steps"].item() == 0 and wi.frame["step"].to_list() == [1, 2, 3, 4]
 

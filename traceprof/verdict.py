@@ -111,8 +111,9 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
         causes = dict(zip(st.verdict["rank"].to_list(), st.verdict["cause"].to_list(), strict=True))
         parts = []
         for r in per.filter(pl.col("named")).iter_rows(named=True):
+            episodic = "" if r["p_value"] < rule.alpha else " (not more often than chance: an episodic stall)"
             parts.append(f"rank {r['rank']} ({causes.get(r['rank'], 'unknown')}: last at {r['last_count']} of "
-                         f"{r['instances']} collectives, p = {r['p_value']:.2g}; its delays alone cost "
+                         f"{r['instances']} collectives, p = {r['p_value']:.2g}{episodic}; its delays alone cost "
                          f"{r['cost_pct']:.1f}% {of_time})")
         text = f"straggler: {'; '.join(parts)}; {whatif}"
     elif per["qualifies"].any():

@@ -314,7 +314,7 @@ def _notes(raw: tuple[float, float, float, float, float], err: float, frame: pl.
     ranks = blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
     if s > STRAGGLING_S and ranks.height:
         alone = ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").head(4).rows())
-        top = (f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0] or 0:.0f}% of the "
+        largest = (f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0] or 0:.0f}% of the "
                "excess alone" if ranks["slowdown"][0] - 1 > 1e-6 else
                "no rank's op times at the collectives it arrived at last explain any of it (slower ops hidden "
                "while waiting for another rank are not charged)")
@@ -322,7 +322,7 @@ def _notes(raw: tuple[float, float, float, float, float], err: float, frame: pl.
             "S counts every op slower than its typical value, run-to-run op-time noise included (on a shared "
             "few-core CPU, as in the sample traces, op times vary by 10-30% between ranks with no straggler), so "
             f"S > {STRAGGLING_S} does not by itself mean one rank is to blame. Alone S by rank (its recorded values "
-            f"up to the collectives it arrived at last, the rest ideal): {alone}; {top}. Whether one rank holds up "
+            f"up to the collectives it arrived at last, the rest ideal): {alone}; {largest}. Whether one rank holds up "
             "the collectives: "
             "traceprof analyze stragglers (the combined verdict: traceprof.verdict)")
     clamped = frame.filter("clamped")

@@ -281,12 +281,14 @@ def main() -> None:
         cells, ratios = [], []
         for k in ("traceprof", "hta", "bare"):
             r = res.get(k)
-            cells.append("-" if r is None else f"{r['wall']:.1f}{'+' if r['rc'] == 124 else ''}/{r['cpu']:.1f}/{r['rss_sum']:.0f}")
+            cpu = "-" if r is None or r["rc"] == 124 else f"{r['cpu']:.1f}"  # killed workers report no CPU
+            cells.append("-" if r is None else f"{r['wall']:.1f}{'+' if r['rc'] == 124 else ''}/{cpu}/{r['rss_sum']:.0f}")
         tp = res["traceprof"]
         for k in ("hta", "bare"):
             r = res.get(k)
+            cpu = "-" if r is None or r["rc"] == 124 else f"{tp['cpu'] / r['cpu']:.2f}"
             ratios.append("-" if r is None else
-                          f"{tp['wall'] / r['wall']:.2f}/{tp['cpu'] / r['cpu']:.2f}/{tp['rss_sum'] / r['rss_sum']:.2f}")
+                          f"{tp['wall'] / r['wall']:.2f}/{cpu}/{tp['rss_sum'] / r['rss_sum']:.2f}")
         print(f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}")
     print("  (+: stopped at the time limit, a lower bound)")
     (out / "bench.json").write_text(json.dumps(result, indent=1))

@@ -248,7 +248,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict)
     if decoded is not None and fast is None:
         doc = _decode(p, data)
-    events_read = len(decoded) if fast is not None else len(doc.traceEvents)
+    events_read = len(decoded) if fast is not None and decoded is not None else len(doc.traceEvents)
     del decoded
     dist = doc.distributedInfo or {}
     rank = _int_or_none(dist.get("rank"))

@@ -425,3 +425,15 @@ def test_overlap_per_device_for_a_rank_with_two_gpus(tmp_path: Path) -> None:
     d1 = _row(ov.devices, rank=0, device=1)
     assert (d1["comm_ns"], d1["overlap_ns"], d1["exposed_comm_ns"]) == (400 * US, 0, 400 * US)
     assert any("several GPUs" in n for n in ov.notes)
+
+
+@pytest.mark.parametrize("key", ["correlation", "External id"])
+def test_ids_beyond_int64_are_rejected_per_event_not_stored_null(tmp_path: Path, key: str) -> None:
+    # The kernel of correlation 101 is event #9 of the file; 2**63 does not fit the BIGINT column.
+    f = _variant(tmp_path, "cuda_graph_launch",
+                 lambda evs: _by_corr(evs, 101, "kernel")[0]["args"].update({key: 2**63}))
+    with pytest.raises(TraceFormatError, match=rf"event #9: '{'correlation' if key == 'correlation' else 'external_id'}' beyond int64"):
+        ingest(Store(tmp_path / "a.duckdb"), [f])
+    s = Store(tmp_path / "b.duckdb")
+    ingest(s, [f], on_bad_event="skip")
+    assert s.sql("SELECT count(*) FROM events WHERE kind = 'kernel'").item() == 11  # 12 minus the bad one

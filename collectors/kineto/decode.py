@@ -331,7 +331,8 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
                 for col in ("correlation", "external_id", "device", "stream"):
-                    getattr(out, col).extend(int_or_none(getattr(a, col)) if a else None for a in loose)
+                    getattr(out, col).extend(int_or_none(getattr(a, col), keep_large=True) if a else None
+                                             for a in loose)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     if not batches.ok:

@@ -324,8 +324,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         else:
             cols["device"].append(_int_or_none(ev.pid if a.device is None else a.device) if gpu else None)
             cols["stream"].append(_int_or_none(ev.tid if a.stream is None else a.stream) if gpu else None)
-            cols["correlation"].append(_int_or_none(a.correlation))
-            cols["external_id"].append(_int_or_none(a.external_id))
+            cols["correlation"].append(_int_or_none(a.correlation, keep_large=True))
+            cols["external_id"].append(_int_or_none(a.external_id, keep_large=True))
         cols["args"].append(bytes(ev.args).decode() if ev.args else "{}")
         cols["flag"].append(None)
         cols["raw_dur_ns"].append(None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,9 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch")
+
+#: The message a rank dies with when torch's profiler thread aborts at stop (not traceprof's code).
+TORCH_TEARDOWN_CRASH = "terminate called without an active exception"
 
 SCRIPT = textwrap.dedent(
     """
@@ -35,10 +39,14 @@ def test_collect_two_ranks_then_ingest(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out, db = tmp_path / "run1", tmp_path / "s.duckdb"
-    r = subprocess.run(
-        [sys.executable, "-m", "traceprof.cli", "collect", "-o", str(out), "-n", "2", "--db", str(db), "--", str(script)],
-        capture_output=True, text=True, timeout=300,
-    )
+    cmd = [sys.executable, "-m", "traceprof.cli", "collect", "-o", str(out), "-n", "2", "--db", str(db), "--", str(script)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 and TORCH_TEARDOWN_CRASH in r.stderr:
+        # torch 2.13's CPU profiler sometimes aborts a rank as it stops (std::terminate in a profiler
+        # thread, exit -6), before any traceprof code runs: seen in about 1 of 4 CI runs. Retry once
+        # in a fresh folder; a second failure, or any other failure, fails the test.
+        shutil.rmtree(out, ignore_errors=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [
         "rank0.meta.json", "rank0.trace.json.gz", "rank1.meta.json", "rank1.trace.json.gz"]

@@ -124,15 +124,22 @@ def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
         for key, cfg in pg_config.items():
             if not isinstance(cfg, dict):
                 continue
-            ranks = cfg.get("ranks")
-            if isinstance(ranks, str):
-                try:
-                    ranks = msgspec.json.decode(ranks)
-                except msgspec.DecodeError:
-                    ranks = None
+            ranks = _config_ranks(cfg)
             if isinstance(ranks, list):
                 sizes[str(cfg.get("name", key))] = len(ranks)
     return sizes, (max(sizes.values()) if sizes else None)
+
+
+def _config_ranks(cfg: dict[str, Any]) -> Any:
+    """A ``pg_config`` entry's ``ranks``, decoded when the dump writes it as a JSON string
+    (``"[0, 1]"``); None when that string is not JSON."""
+    ranks = cfg.get("ranks")
+    if isinstance(ranks, str):
+        try:
+            return msgspec.json.decode(ranks)
+        except msgspec.DecodeError:
+            return None
+    return ranks
 
 
 def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -145,12 +152,7 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
     for key, c in cfg.items():
         if isinstance(c, dict):
-            ranks = c.get("ranks")
-            if isinstance(ranks, str):
-                try:
-                    ranks = msgspec.json.decode(ranks)
-                except msgspec.DecodeError:
-                    ranks = None
+            ranks = _config_ranks(c)
             if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
                 configs.append(ranks)
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:

@@ -183,15 +183,29 @@ def ingest(
         "--comm-kernel", metavar="REGEX",
         help="Kernel names matching REGEX are communication (added to the built-in NCCL/RCCL/DeepEP/... "
              "families; repeatable).")] = None,
+    layout: Annotated[str | None, typer.Option(
+        "--layout", metavar="duckdb|parquet",
+        help="Layout of a new store: duckdb (one file) or parquet (events as Parquet files beside it). "
+             "Default: parquet when the input exceeds 2 GiB uncompressed (estimated), else duckdb; an "
+             "existing store keeps its layout.")] = None,
+    executor: Annotated[str, typer.Option(
+        "--executor", metavar="local|dask",
+        help="Where files are parsed: local processes, or dask (a Dask cluster, see --scheduler; implies "
+             "--layout parquet; files and store on a shared filesystem).")] = "local",
+    scheduler: Annotated[str | None, typer.Option(
+        "--scheduler", metavar="ADDR", help="Dask scheduler address for --executor dask, e.g. tcp://HOST:8786.")] = None,
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     from traceprof.ingest import ingest as do_ingest
+    from traceprof.layout import choose
 
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
     if not max_inflate > 0:
         raise UsageError(f"--max-inflate {max_inflate}: expected a ratio above 0, e.g. 64")
-    store = Store(db)
+    if executor == "dask" and layout is None and not db.exists():
+        layout = "parquet"
+    store = Store(db, layout=choose(db, paths, layout))
     try:
         with _progress() as bar:
             show = None
@@ -204,7 +218,7 @@ def ingest(
             res = do_ingest(
                 store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
                 align=align, progress=show, partial=partial, force_run=force_run, max_inflate_ratio=max_inflate,
-                comm_kernels=comm_kernel or (),
+                comm_kernels=comm_kernel or (), executor=executor, scheduler=scheduler,
             )
         store.close()
         for w in res.warnings:

@@ -265,7 +265,7 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
         new = int(offsets.get(rank, 0))
         delta = new - int(old or 0)
         if delta:
-            con.execute("UPDATE events SET ts_ns = ts_ns + ? WHERE trace_id = ?", [delta, trace_id])
+            store.shift_events(trace_id, delta)
             con.execute(
                 """UPDATE steps SET cpu_start_ns = cpu_start_ns + $d, cpu_end_ns = cpu_end_ns + $d,
                      device_start_ns = device_start_ns + $d, device_end_ns = device_end_ns + $d

@@ -8,6 +8,10 @@ the whole run, so both stay current when a run gains ranks.
 A file is read by the collector that claims it (``traceprof.sources``: by name rule or by its
 first bytes, Kineto's ``*.json`` catch-all last); a whole-run file (NDTimeline Parquet) is its own
 run, named after the file. A file no collector claims is named with the formats that are read.
+
+In a Parquet-layout store (``traceprof.layout``) each parser writes its file's events to Parquet in
+the store's staging folder and hands back the rest; ``executor="dask"`` runs the parsers on a Dask
+cluster (``traceprof.executor``). Matching and clock alignment always run here, on the collectives.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from traceprof import classify, clock, fileio, matching, procs, sources
+from traceprof import classify, clock, fileio, layout, matching, procs, sources
 from traceprof.errors import NotATraceError, TraceFormatError, TraceprofError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
@@ -123,6 +127,18 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
     return pts
 
 
+def _stage_one(args: tuple[Path, str, bool, tuple[str, ...], str]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file (:func:`_parse_one`) and write each trace's events as Parquet into folder
+    ``args[4]`` (``traceprof.layout.stage``): the traces come back without their event rows."""
+    got = _parse_one(args[:4])
+    if isinstance(got, TraceprofError):
+        return got
+    try:
+        return [layout.stage(pt, Path(args[4])) for pt in got]
+    except TraceprofError as e:
+        return e
+
+
 def _parse_source(path: Path, on_bad_event: str) -> list[ParsedTrace]:
     collector = _claim(path)
     if collector is None:
@@ -143,6 +159,8 @@ def ingest(
     force_run: bool = False,
     max_inflate_ratio: float = fileio.DEFAULT_INFLATE_RATIO,
     comm_kernels: Iterable[str] = (),
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> IngestResult:
     """Ingest trace files or directories into ``store``.
 
@@ -168,19 +186,25 @@ def ingest(
         max_inflate_ratio: Refuse a gzip file that inflates beyond this multiple of its size.
         comm_kernels: Extra regexes of communication kernel names (``--comm-kernel``), added to
             the built-in families of ``traceprof.classify``.
+        executor: ``local`` (this process and forked workers) or ``dask``: parse each file on the
+            Dask cluster at ``scheduler`` (``traceprof.executor``; needs a Parquet-layout store and
+            files on a shared filesystem).
+        scheduler: Dask scheduler address (``tcp://HOST:8786``), for ``executor="dask"``.
 
     Raises:
         TraceFormatError: A file cannot be parsed (nothing is written; with several such files, the
             message lists them all).
         KeyboardInterrupt: Ctrl-C; the runs stored before it are in ``store.commits``.
-        UsageError: Bad paths, ranks missing from a multi-file run, or a ``run`` name that is
-            all digits or holds control characters (``traceprof.runs.check_name``).
+        UsageError: Bad paths, ranks missing from a multi-file run, a ``run`` name that is
+            all digits or holds control characters (``traceprof.runs.check_name``), or a Dask
+            executor without a scheduler, without Dask, or with a DuckDB-layout store.
         StoreError: Rank conflicts with what the run already holds (nothing is written).
     """
     if run is not None:  # a numeric name would shadow a run id (`runs rm 1`), as runs mv refuses
         from traceprof.runs import check_name
 
         check_name(run, "--run")
+    _check_executor(store, executor, scheduler)
     result = IngestResult()
     unclaimed: list[str] = []
     scanned: set[Path] = set()
@@ -212,30 +236,52 @@ def ingest(
         result.warnings.append(
             f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
             "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)")
-    tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
-    parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio)
-    by_run: dict[str, list[ParsedTrace]] = {}
-    for (name, f), pts in zip(todo, parsed, strict=True):
-        if isinstance(pts, NotATraceError) and f in scanned:
-            result.warnings.append(f"skipped {pts}")
-        elif isinstance(pts, TraceprofError):
-            result.failed[str(f)] = str(pts)
-        else:
-            by_run.setdefault(name, []).extend(pts)
-    if result.failed and not partial:
-        _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
-    for name, traces in by_run.items():
-        _settle_ranks(name, traces, result)
-    for name, traces in by_run.items():
-        notes: list[str] = []
+    try:
+        tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
+        parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None)
+        by_run: dict[str, list[ParsedTrace]] = {}
+        for (name, f), pts in zip(todo, parsed, strict=True):
+            if isinstance(pts, NotATraceError) and f in scanned:
+                result.warnings.append(f"skipped {pts}")
+            elif isinstance(pts, TraceprofError):
+                result.failed[str(f)] = str(pts)
+            else:
+                by_run.setdefault(name, []).extend(pts)
+        if result.failed and not partial:
+            _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
+        for name, traces in by_run.items():
+            _settle_ranks(name, traces, result)
+        for name, traces in by_run.items():
+            notes: list[str] = []
 
-        def settle(run_id: int, notes: list[str] = notes) -> None:
-            notes.extend(_settle_run(store, run_id, align))
+            def settle(run_id: int, notes: list[str] = notes) -> None:
+                notes.extend(_settle_run(store, run_id, align))
 
-        result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
-        result.added += sorted({pt.path for pt in traces})
-        result.warnings += [f"run {name!r}: {n}" for n in notes]
+            result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
+            result.added += sorted({pt.path for pt in traces})
+            result.warnings += [f"run {name!r}: {n}" for n in notes]
+    finally:  # staged Parquet files no run took (failed or skipped files)
+        if store.dataset is not None:
+            store.dataset.discard()
     return result
+
+
+def _check_executor(store: Store, executor: str, scheduler: str | None) -> None:
+    """Refuse an unknown executor, a scheduler without Dask, Dask without a scheduler or with a
+    DuckDB-layout store."""
+    from traceprof.executor import EXECUTORS
+
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if executor != "dask":
+        if scheduler is not None:
+            raise UsageError("--scheduler is for --executor dask")
+        return
+    if not scheduler:
+        raise UsageError("--executor dask needs --scheduler ADDRESS, e.g. tcp://HOST:8786")
+    if store.dataset is None:
+        raise UsageError(f"--executor dask writes the Parquet layout, but {store.path} has the duckdb layout; "
+                         "ingest into a new store (--db) or without --executor dask")
 
 
 def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) -> None:
@@ -273,17 +319,28 @@ _PARALLEL_BYTES = 16 << 20
 
 def _parse_all(
     tasks: list[tuple[Path, str, bool, tuple[str, ...]]], jobs: int | None, progress: Progress | None,
-    max_inflate_ratio: float,
+    max_inflate_ratio: float, store: Store, scheduler: str | None = None,
 ) -> list[list[ParsedTrace] | TraceprofError]:
+    """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
+    in a Parquet-layout store the events go to its staging folder (:func:`_stage_one`)."""
     n = len(tasks)
 
     def done(i: int) -> None:
         if progress:
             progress(i, n, str(tasks[i - 1][0]))
 
+    if store.dataset is not None:
+        folder = str(store.dataset.staging())
+        staged = [(*t, folder) for t in tasks]
+        if scheduler is not None:
+            from traceprof.executor import map_on_dask
+
+            return map_on_dask(_stage_one, staged, scheduler, max_inflate_ratio, done)
     if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
         size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
         jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
+    if store.dataset is not None:
+        return procs.map_in_workers(_stage_one, staged, min(jobs, n), max_inflate_ratio, done)
     return procs.map_in_workers(_parse_one, tasks, min(jobs, n), max_inflate_ratio, done)
 
 

@@ -88,6 +88,7 @@ def remove(store: Store, run: str) -> Removed:
     traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
     stmts: list[tuple[str, list[object]]] = [(f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)]
     rows = _transaction(store, f"removing run {name!r}", stmts)
+    store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
     return Removed(name, run_id, traces, rows)
 
 

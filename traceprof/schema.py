@@ -14,10 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "Column", "Table", "TABLES", "ddl", "table"]
+__all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "PARQUET_TABLES", "Column", "Table",
+           "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+
+#: Tables that a store in the Parquet layout (``traceprof.layout``) keeps as Parquet files, one per trace,
+#: beside the DuckDB file; the store shows each as a view of the same name and columns.
+PARQUET_TABLES = ("events",)
 
 #: The normalized event kinds (README.md "What traceprof handles"). ``other`` keeps unknown categories.
 EVENT_KINDS = (
@@ -293,6 +298,23 @@ WHERE k.kind IN ('kernel', 'memcpy', 'memset')
             _c("match_method", "VARCHAR", "comms_id, pg_seq (process group + sequence number), ordinal, or step_order"),
         ),
     ),
+    Table(
+        "parts",
+        "One Parquet file of a store in the Parquet layout: the rows of one trace in one table (empty in the "
+        "DuckDB layout)",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("table_name", "VARCHAR", "Store table whose rows the file holds (events)"),
+            _c("path", "VARCHAR", "File path relative to the dataset folder <store>.parquet/, "
+               "<table>/run_id=R/rank=K/trace_id=T/part-0.parquet"),
+            _c("rows", "BIGINT", "Rows in the file", "rows"),
+            _c("bytes", "BIGINT", "File size", "bytes"),
+            _c("ts_shift_ns", "BIGINT", "Added to the file's ts_ns by the view (clock alignment after the file was "
+               "written)", "ns"),
+        ),
+    ),
 )
 
 
@@ -308,20 +330,41 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def ddl() -> list[str]:
-    """SQL statements that create every table and view, with table and column comments."""
+def ddl(layout: str = "duckdb") -> list[str]:
+    """SQL statements that create every table and view, with table and column comments.
+
+    Base tables come first, then views in declared order. With ``layout="parquet"`` each table of
+    :data:`PARQUET_TABLES` is instead a view over the temporary view ``_<name>_files`` (its Parquet
+    files, created by ``traceprof.layout`` on every open) joined with ``parts`` for ``ts_shift_ns``.
+    """
     out: list[str] = []
-    for t in TABLES:
+    parquet = PARQUET_TABLES if layout == "parquet" else ()
+    for t in sorted(TABLES, key=lambda t: bool(t.view_sql or t.name in parquet)):
         if t.view_sql:
             out.append(f"CREATE VIEW {t.name} AS {t.view_sql.strip()}")
+        elif t.name in parquet:
+            out.append(f"CREATE VIEW {t.name} AS {parquet_view_sql(t)}")
         else:
             cols = ",\n  ".join(f'"{c.name}" {c.type}' for c in t.columns)
             out.append(f"CREATE TABLE {t.name} (\n  {cols}\n)")
-        kind = "VIEW" if t.view_sql else "TABLE"
+        kind = "VIEW" if t.view_sql or t.name in parquet else "TABLE"
         out.append(f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}")
         for c in t.columns:
             out.append(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}')
     return out
+
+
+def sql_type(c: Column) -> str:
+    """The column's bare SQL type (``INTEGER PRIMARY KEY`` -> ``INTEGER``)."""
+    return c.type.split()[0]
+
+
+def parquet_view_sql(t: Table) -> str:
+    """The view that shows table ``t``'s Parquet files (temporary view ``_<name>_files``) as the
+    table: same columns in the same order, ``ts_ns`` plus the file's ``parts.ts_shift_ns``."""
+    cols = ", ".join('f.ts_ns + p.ts_shift_ns AS ts_ns' if c.name == "ts_ns" else f'f."{c.name}"' for c in t.columns)
+    return (f"SELECT {cols} FROM _{t.name}_files f "
+            f"JOIN parts p ON p.trace_id = f.trace_id AND p.table_name = {_quote(t.name)}")
 
 
 def markdown() -> str:
@@ -340,7 +383,7 @@ def markdown() -> str:
         lines += [f"## `{t.name}`{' (view)' if t.view_sql else ''}", "", t.doc, ""]
         lines += ["| column | type | unit | doc |", "|---|---|---|---|"]
         for c in t.columns:
-            typ = c.type.split()[0]
+            typ = sql_type(c)
             lines.append(f"| `{c.name}` | {typ} | {c.unit} | {c.doc} |")
         lines.append("")
     return "\n".join(lines)

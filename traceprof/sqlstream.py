@@ -53,6 +53,8 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
             way from the iterator.
         KeyboardInterrupt: DuckDB was interrupted by Ctrl-C.
     """
+    store.check_user_sql(query)
+
     def start() -> tuple[list[str], list[str], Any]:
         rel = store.con.sql(query)
         if rel is None:  # a statement without a result

@@ -1,12 +1,14 @@
 """The DuckDB store: open, version-check, insert parsed traces in one transaction, query.
 
 One DuckDB file (default ``traceprof.duckdb`` in the working directory) holds any number of runs.
-Tables and views are declared in :mod:`traceprof.schema`.
+Tables and views are declared in :mod:`traceprof.schema`. In the Parquet layout the ``events`` rows
+live in Parquet files beside the file, behind a view of the same name (:mod:`traceprof.layout`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -20,6 +22,7 @@ import polars as pl
 from traceprof import schema
 from traceprof.errors import SchemaVersionError, StoreError
 from traceprof.identity import check_append, check_within
+from traceprof.layout import LAYOUTS, Dataset, StagedTrace, dataset_dir, refuse_file_writes
 from traceprof.limits import INT32, fits
 from traceprof.locking import StoreLock
 from traceprof.parsed import ParsedTrace
@@ -70,26 +73,37 @@ class Store:
 
     Args:
         path: Store file; created (with the schema) when absent unless ``read_only``.
-        read_only: Open read-only, with external file access disabled (for user SQL).
+        read_only: Open read-only, with external file access disabled (for user SQL; a
+            Parquet-layout store may read exactly its own files, see :mod:`traceprof.layout`).
         lock_timeout_s: How long to wait for another process using the store, in seconds.
+        layout: ``duckdb`` or ``parquet`` (:mod:`traceprof.layout`) for a new store; for an existing
+            one it must match the store's layout. None: the store's, ``duckdb`` for a new one.
 
     Attributes:
         created: This Store created the file (see :meth:`discard_if_new`).
+        layout: The store's layout, ``duckdb`` or ``parquet``.
+        dataset: The Parquet files of a Parquet-layout store, else None.
         commits: (run name, run_id) of every :meth:`insert_run` (and (prefix, run_id) of every
             :meth:`save_frames`) committed through this Store, in order; exact even when Ctrl-C
             interrupts (a commit and its entry here happen together).
 
     Raises:
-        StoreError: The file is missing (read-only), not a DuckDB file, or locked by another
-            process for longer than ``lock_timeout_s``.
+        StoreError: The file is missing (read-only), not a DuckDB file, locked by another
+            process for longer than ``lock_timeout_s``, or in another layout than ``layout``.
         SchemaVersionError: The file was written by another schema version.
     """
 
     def __init__(
-        self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, lock_timeout_s: float = 120.0
+        self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, lock_timeout_s: float = 120.0,
+        layout: str | None = None,
     ) -> None:
+        if layout is not None and layout not in LAYOUTS:
+            raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
         self.path = Path(path)
         self.created = False
+        self.read_only = read_only
+        self.layout = layout or "duckdb"
+        self.dataset: Dataset | None = None
         self.commits: list[tuple[str, int]] = []
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
@@ -101,19 +115,19 @@ class Store:
             existed = self.path.exists()
             _check_file(self.path)  # again: it may have been created while we waited
             try:
-                if read_only:
-                    self.con = duckdb.connect(
-                        str(self.path), read_only=True, config={"enable_external_access": False}
-                    )
-                else:
-                    self.con = duckdb.connect(str(self.path))
+                # Read-only: external access is disabled once the store's own files are allowed.
+                self.con = duckdb.connect(str(self.path), read_only=read_only)
                 # No progress bar: DuckDB would draw it on stdout, into CSV or JSON output.
                 self.con.execute("SET enable_progress_bar = false")
             except duckdb.Error as e:
                 raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
             self._open = True
             self.created = not existed
-            self._check_or_create(read_only)
+            self._check_or_create(read_only, layout)
+            if read_only:
+                if self.dataset is not None:
+                    self.dataset.allow_reads()
+                self.con.execute("SET enable_external_access = false")
         except BaseException as e:
             self._drop(self.created or (not existed and self.path.exists()))
             if interrupted(e):
@@ -131,9 +145,12 @@ class Store:
                     self.con.interrupt()
                     with contextlib.suppress(duckdb.Error):
                         self.con.close()
+            if self.dataset is not None:
+                self.dataset.discard()
             if delete:
                 for f in (self.path, self.path.with_name(self.path.name + ".wal")):
                     f.unlink(missing_ok=True)
+                shutil.rmtree(dataset_dir(self.path), ignore_errors=True)
         finally:
             self._lock.release()
 
@@ -155,7 +172,7 @@ class Store:
         self._drop(delete)
         return delete
 
-    def _check_or_create(self, read_only: bool) -> None:
+    def _check_or_create(self, read_only: bool, layout: str | None) -> None:
         have = {r[0] for r in self.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         if "meta" not in have:
             if have:
@@ -163,9 +180,14 @@ class Store:
             if read_only:
                 raise StoreError(f"{self.path}: empty store; run `traceprof ingest PATH` first")
             self.con.execute("BEGIN")
-            for stmt in schema.ddl():
+            for stmt in schema.ddl(self.layout):
+                if self.layout == "parquet" and self.dataset is None and stmt.startswith("CREATE VIEW"):
+                    self.dataset = Dataset(self.con, self.path)  # the views read its temporary views
+                    self.dataset.sweep()  # a stale folder of an earlier store of this name
+                    self.dataset.refresh()
                 self.con.execute(stmt)
             self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+            self.con.execute("INSERT INTO meta VALUES ('layout', ?)", [self.layout])
             self.con.execute("COMMIT")
             return
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -176,6 +198,17 @@ class Store:
                 f"{schema.SCHEMA_VERSION}; "
                 + ("upgrade traceprof" if version > schema.SCHEMA_VERSION else "re-ingest the traces into a new store")
             )
+        row = self._one("SELECT value FROM meta WHERE key = 'layout'")
+        self.layout = str(row[0]) if row else "duckdb"
+        if layout is not None and layout != self.layout:
+            raise StoreError(
+                f"{self.path}: the store has the {self.layout} layout (chosen at its first ingest, kept for "
+                f"every later one), not {layout}; drop --layout, or ingest into a new store with --db")
+        if self.layout == "parquet":
+            self.dataset = Dataset(self.con, self.path)
+            if not read_only:
+                self.dataset.sweep()  # files a crashed ingest left behind (we hold the exclusive lock)
+            self.dataset.refresh()
 
     def _one(self, query: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
         """First row of a query (the result is fully consumed), or None."""
@@ -227,6 +260,35 @@ class Store:
                 raise KeyboardInterrupt from None
             raise value
         return value
+
+    def check_user_sql(self, query: str) -> None:
+        """Refuse user SQL that would write files through a read-only Parquet-layout store (whose
+        connection may touch the dataset's files; :func:`traceprof.layout.refuse_file_writes`).
+
+        Raises:
+            StoreError: ``query`` holds COPY or EXPORT.
+        """
+        if self.read_only and self.dataset is not None:
+            refuse_file_writes(self.con, query)
+
+    def shift_events(self, trace_id: int, delta_ns: int) -> None:
+        """Add ``delta_ns`` (ns) to every ``events.ts_ns`` of trace ``trace_id``, on the store's
+        connection (inside the caller's transaction). In the Parquet layout the files stay as written
+        and ``parts.ts_shift_ns`` grows instead (the ``events`` view adds it).
+
+        Raises:
+            duckdb.Error: DuckDB rejects the update.
+        """
+        if self.dataset is None:
+            self.con.execute("UPDATE events SET ts_ns = ts_ns + ? WHERE trace_id = ?", [delta_ns, trace_id])
+        else:
+            self.con.execute("UPDATE parts SET ts_shift_ns = ts_shift_ns + ? WHERE trace_id = ?", [delta_ns, trace_id])
+
+    def remove_run_files(self, run_id: int) -> None:
+        """Delete run ``run_id``'s Parquet files once its rows are deleted and committed
+        (``traceprof.runs.remove``); nothing in the DuckDB layout."""
+        if self.dataset is not None:
+            self.dataset.remove_run(run_id)
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame.
@@ -386,10 +448,18 @@ class Store:
                 """,
                 [run_id, run_id, run_id],
             )
+            if self.dataset is not None:
+                self.dataset.refresh()  # matching and clock alignment read the staged files
             if after is not None:
                 after(run_id)
             with deferred_sigint():
-                con.execute("COMMIT")
+                moved = self.dataset.publish() if self.dataset is not None else []
+                try:
+                    con.execute("COMMIT")
+                except BaseException:
+                    if self.dataset is not None:
+                        self.dataset.unpublish(moved)
+                    raise
                 self.commits.append((name, run_id))
                 committed = True
         except BaseException as e:
@@ -397,12 +467,22 @@ class Store:
                 raise
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
+            self._forget_staged()
             if interrupted(e):
                 raise KeyboardInterrupt from None
             if isinstance(e, duckdb.Error):
                 raise StoreError(f"ingest of run {name!r} failed, store unchanged: {e}") from None
             raise
         return run_id
+
+    def _forget_staged(self) -> None:
+        """After a rollback: delete the transaction's staged files, point the views at the rest."""
+        if self.dataset is not None:
+            for p in self.dataset.pending.values():
+                p.unlink(missing_ok=True)
+            self.dataset.pending.clear()
+            with contextlib.suppress(duckdb.Error):
+                self.dataset.refresh()
 
     def _run_id(self, name: str, traces: list[ParsedTrace], force: bool = False) -> int:
         row = self._one("SELECT run_id FROM runs WHERE name = ?", [name])
@@ -454,7 +534,18 @@ class Store:
                 t.get("flops_per_step"), t.get("flops_method"), t.get("meta"),
             ],
         )
+        if self.dataset is not None:
+            if pt.rank is None:  # ingest settles ranks first; a direct caller may not have
+                raise StoreError(f"{pt.path}: no rank; a Parquet-layout store files events by rank")
+            part = self.dataset.add(pt, run_id, pt.rank, trace_id)
+            if part is not None:
+                con.execute("INSERT INTO parts VALUES (?, ?, ?, 'events', ?, ?, ?, 0)",
+                            [run_id, pt.rank, trace_id, *part])
+        elif isinstance(pt, StagedTrace):
+            raise StoreError(f"{pt.path}: events staged as Parquet, but {self.path} has the duckdb layout")
         for name in ("events", "devices", "steps", "collectives"):
+            if name == "events" and (self.dataset is not None or isinstance(pt, StagedTrace)):
+                continue
             tbl = getattr(pt, name)
             if tbl is None or tbl.num_rows == 0:
                 continue

@@ -75,7 +75,7 @@ def settle(store: Store, run_id: int) -> list[str]:
                          "plugin times not moved")
             continue
         d = int(cands[0][1])
-        con.execute("UPDATE events SET ts_ns = ts_ns + ? WHERE trace_id = ?", [d, trace_id])
+        store.shift_events(trace_id, d)
         con.execute("""UPDATE collectives SET enter_ns = enter_ns + $d, start_ns = start_ns + $d,
                        end_ns = end_ns + $d WHERE trace_id = $t""", {"d": d, "t": trace_id})
         src = krows["source"][0]

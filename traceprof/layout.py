@@ -1,0 +1,346 @@
+"""The store's Parquet layout: the per-event table as Parquet files beside the DuckDB file.
+
+A store has one of two layouts, chosen when it is created and recorded in ``meta`` (key ``layout``);
+every later ingest into it uses the same one:
+
+- ``duckdb`` (the default): every table lives in the one DuckDB file.
+- ``parquet``: the tables of :data:`traceprof.schema.PARQUET_TABLES` (``events``, the one that grows
+  with the trace) are a hive-partitioned Parquet dataset beside the store, one file per trace:
+  ``<store>.parquet/events/run_id=R/rank=K/trace_id=T/part-0.parquet``. The DuckDB file keeps the
+  small tables (runs, traces, steps, collectives, ...) and a view ``events`` over the files, so every
+  analysis, ``sql``, report and export reads them in place, unchanged. ``ingest --layout parquet``
+  chooses it, and so does a new store whose input is above :data:`AUTO_PARQUET_BYTES`
+  (uncompressed, estimated: see :func:`estimate_bytes`), and ``--executor dask``.
+
+How the guarantees of the store hold with files outside it:
+
+1. *One transaction per ingest.* Parsers write each trace's rows to ``<store>.parquet/_staging/<id>/``.
+   The DuckDB transaction adds one ``parts`` row per file; just before its commit the files are
+   renamed into place, and deleted again when the commit fails. The view reads only files named in
+   ``parts``, so a file left by a crash is never read; the next writable open deletes it.
+2. *Clock alignment* never rewrites a file: it adds to ``parts.ts_shift_ns``, which the view adds to
+   ``ts_ns`` (:meth:`traceprof.store.Store.shift_events`).
+3. *Read-only SQL* keeps DuckDB's external access disabled except for exactly the files that
+   ``parts`` names (DuckDB ``allowed_paths``), and statements that write files (COPY, EXPORT) are
+   refused (:func:`refuse_file_writes`), so ``traceprof sql`` reads no other file and writes none.
+4. ``runs rm`` deletes the run's ``parts`` rows with its other rows, then its folders.
+
+Partition values come from the folder names, so a parquet store's path must not hold ``=``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from traceprof import schema
+from traceprof.errors import StoreError, UsageError
+from traceprof.parsed import ParsedTrace
+
+__all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "Dataset", "dataset_dir",
+           "estimate_bytes", "choose", "stage", "write_part", "refuse_file_writes"]
+
+#: The store layouts (module doc).
+LAYOUTS = ("duckdb", "parquet")
+#: A new store takes the Parquet layout when its first ingest reads more than this (2 GiB), uncompressed.
+AUTO_PARQUET_BYTES = 2 << 30
+#: Assumed inflation of a ``.gz`` trace (JSON traces compress 8-12x) for :func:`estimate_bytes`.
+GZ_INFLATE_ESTIMATE = 8
+#: Partition columns, from the folder names, with their types.
+_HIVE = "{'run_id': INTEGER, 'rank': INTEGER, 'trace_id': INTEGER}"
+_STAGING = "_staging"
+
+
+def dataset_dir(db: str | Path) -> Path:
+    """The Parquet dataset folder of store file ``db``: ``<db>.parquet`` beside it (absolute)."""
+    p = Path(db).absolute()
+    return p.with_name(p.name + ".parquet")
+
+
+def estimate_bytes(paths: Iterable[Path]) -> int:
+    """Estimated uncompressed size of trace files in bytes: a ``.gz`` file counts
+    :data:`GZ_INFLATE_ESTIMATE` times its size, any other file its size; folders are searched."""
+    total = 0
+    for p in paths:
+        files = [f for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p] if p.is_file() else []
+        for f in files:
+            total += f.stat().st_size * (GZ_INFLATE_ESTIMATE if f.name.endswith(".gz") else 1)
+    return total
+
+
+def choose(db: str | Path, paths: Iterable[Path], requested: str | None) -> str | None:
+    """The layout to ask for when opening store ``db`` for an ingest of ``paths``.
+
+    Returns:
+        ``requested`` when given; None for an existing store (it keeps its layout); for a new store
+        ``parquet`` when :func:`estimate_bytes` of ``paths`` exceeds :data:`AUTO_PARQUET_BYTES`,
+        else ``duckdb``.
+
+    Raises:
+        UsageError: ``requested`` is not one of :data:`LAYOUTS`.
+    """
+    if requested is not None:
+        if requested not in LAYOUTS:
+            raise UsageError(f"--layout {requested!r}: expected one of {', '.join(LAYOUTS)}")
+        return requested
+    if Path(db).exists():
+        return None
+    return "parquet" if estimate_bytes(Path(p) for p in paths) > AUTO_PARQUET_BYTES else "duckdb"
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _columns(table: str) -> list[schema.Column]:
+    """Columns a Parquet file of ``table`` holds: all but the partition columns."""
+    return [c for c in schema.table(table).columns if c.name not in ("run_id", "rank", "trace_id")]
+
+
+def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
+    """Write rows of store table ``table`` (a ParsedTrace row table) as one Parquet file.
+
+    Columns are cast to the store's types (a column the table lacks is NULL), in schema order, so
+    every file of the dataset has the same schema; ``run_id``, ``rank`` and ``trace_id`` are not
+    written (they are the partition folders).
+
+    Args:
+        tbl: Arrow rows, columns named as in the store table.
+        path: The file to write (its folder is created).
+        table: The store table.
+
+    Returns:
+        The number of rows written.
+
+    Raises:
+        StoreError: DuckDB cannot cast or write the rows (the message names ``path``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    select = ", ".join(
+        f'CAST("{c.name}" AS {schema.sql_type(c)}) AS "{c.name}"' if c.name in tbl.column_names
+        else f'NULL::{schema.sql_type(c)} AS "{c.name}"' for c in _columns(table))
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.register("_incoming", tbl)
+        con.execute(f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
+    except duckdb.Error as e:
+        raise StoreError(f"{path}: cannot write {table} rows as Parquet: {str(e).splitlines()[0]}") from None
+    finally:
+        con.close()
+    return tbl.num_rows
+
+
+@dataclass
+class StagedTrace(ParsedTrace):
+    """A :class:`~traceprof.parsed.ParsedTrace` whose events are already written to a Parquet file
+    (by :func:`stage`, in a parser process or on a Dask worker).
+
+    ``events`` holds two stand-in rows, the first start and the last end (``ts_ns``, ``dur_ns`` 0),
+    for ``traceprof.identity``'s time checks; the rows themselves are in ``events_file``.
+
+    Attributes:
+        events_file: Absolute path of the staged Parquet file ("" when the trace has no events).
+        events_rows: Rows in it.
+    """
+
+    events_file: str = ""
+    events_rows: int = 0
+
+    @property
+    def events_kept(self) -> int:
+        return self.events_rows
+
+
+def stage(pt: ParsedTrace, folder: Path) -> StagedTrace:
+    """Write ``pt.events`` to a new file in ``folder`` and return the trace without its rows.
+
+    Raises:
+        StoreError: The rows cannot be written (:func:`write_part`).
+    """
+    fields = {f.name: getattr(pt, f.name) for f in dataclasses.fields(ParsedTrace)}
+    ev = pt.events
+    if ev is None or ev.num_rows == 0:
+        return StagedTrace(**fields)
+    path = folder / f"{uuid.uuid4().hex}.parquet"
+    rows = write_part(ev, path)
+    span = pa.table({"ts_ns": pa.array([], pa.int64()), "dur_ns": pa.array([], pa.int64())})
+    if "ts_ns" in ev.column_names:
+        import pyarrow.compute as pc
+
+        dur = pc.fill_null(ev["dur_ns"], 0) if "dur_ns" in ev.column_names else pa.scalar(0, pa.int64())
+        lo, hi = pc.min(ev["ts_ns"]).as_py(), pc.max(pc.add(ev["ts_ns"], dur)).as_py()
+        if lo is not None:
+            span = pa.table({"ts_ns": pa.array([lo, hi], pa.int64()), "dur_ns": pa.array([0, 0], pa.int64())})
+    fields["events"] = span
+    return StagedTrace(**fields, events_file=str(path), events_rows=rows)
+
+
+def refuse_file_writes(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Refuse statements that write files (COPY, EXPORT), for read-only stores.
+
+    Raises:
+        StoreError: ``query`` holds such a statement, or does not parse (DuckDB's message).
+    """
+    try:
+        kinds = [s.type for s in con.extract_statements(query)]
+    except duckdb.Error as e:
+        raise StoreError(f"SQL error: {str(e).strip().splitlines()[0]}") from None
+    bad = [k.name for k in kinds if k in (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT)]
+    if bad:
+        raise StoreError(f"SQL error: {bad[0]} is refused: sql is read-only (no writes, no file access)")
+
+
+class Dataset:
+    """The Parquet files of one open store in the Parquet layout (module doc).
+
+    Args:
+        con: The store's connection.
+        db: The store file.
+
+    Raises:
+        StoreError: The dataset path holds ``=`` (it would read as a partition column).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, db: Path) -> None:
+        self.con = con
+        self.root = dataset_dir(db)
+        if "=" in str(self.root):
+            raise StoreError(f"{self.root}: a Parquet-layout store needs a path without '=' (DuckDB reads "
+                             "key=value folders as partition columns); move the store")
+        self._staging: Path | None = None
+        #: Files of the open transaction: path relative to the root -> where it is staged.
+        self.pending: dict[str, Path] = {}
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def files(self, table: str = "events") -> list[Path]:
+        """Absolute paths of ``table``'s files named in ``parts`` (staged ones where they lie)."""
+        rels = [r[0] for r in self.con.execute(
+            "SELECT path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]).fetchall()]
+        return [self.pending.get(r, self.root / r) for r in rels]
+
+    def refresh(self) -> None:
+        """(Re)create the temporary views ``_<table>_files`` over the files named in ``parts``."""
+        for table in schema.PARQUET_TABLES:
+            paths = self.files(table)
+            if paths:
+                listed = ", ".join(_quote(str(p)) for p in paths)
+                body = f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, hive_types = {_HIVE})"
+            else:  # read_parquet refuses an empty list: the same columns, no rows
+                cols = ", ".join(f'NULL::{schema.sql_type(c)} AS "{c.name}"' for c in schema.table(table).columns)
+                body = f"SELECT {cols} LIMIT 0"
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW _{table}_files AS {body}")
+
+    def allow_reads(self) -> None:
+        """Allow the read-only connection to read exactly the dataset's files; call before disabling
+        external access (DuckDB refuses to change ``allowed_paths`` after)."""
+        paths = [str(p) for t in schema.PARQUET_TABLES for p in self.files(t)]
+        if paths:
+            self.con.execute("SET allowed_paths = ?", [paths])
+
+    # -- writing (inside the store's transaction) ---------------------------------------------------
+
+    def staging(self) -> Path:
+        """This store's staging folder, ``<dataset>/_staging/<random>/`` (created on first use)."""
+        if self._staging is None:
+            self._staging = self.root / _STAGING / uuid.uuid4().hex
+            self._staging.mkdir(parents=True, exist_ok=True)
+        return self._staging
+
+    def add(self, pt: ParsedTrace, run_id: int, rank: int, trace_id: int) -> tuple[str, int, int] | None:
+        """Stage the events of one trace under its final name (within the staging folder).
+
+        Returns:
+            (path relative to the dataset, rows, bytes), or None when the trace has no events.
+
+        Raises:
+            StoreError: The rows cannot be written.
+        """
+        rel = f"events/run_id={run_id}/rank={rank}/trace_id={trace_id}/part-0.parquet"
+        dest = self.staging() / "tree" / rel
+        if isinstance(pt, StagedTrace):
+            if not pt.events_file:
+                return None
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(pt.events_file, dest)
+            rows = pt.events_rows
+        elif pt.events is None or pt.events.num_rows == 0:
+            return None
+        else:
+            rows = write_part(pt.events, dest)
+        self.pending[rel] = dest
+        return rel, rows, dest.stat().st_size
+
+    def publish(self) -> list[Path]:
+        """Move the staged files of the transaction into place and point the views at them (call
+        right before the commit; :meth:`unpublish` undoes it when the commit fails).
+
+        Returns:
+            The files moved.
+        """
+        moved: list[Path] = []
+        try:
+            for rel, src in self.pending.items():
+                dest = self.root / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dest)
+                moved.append(dest)
+        except OSError as e:
+            self.unpublish(moved)
+            raise StoreError(f"{self.root}: cannot move Parquet files into place: {e}") from None
+        self.pending.clear()
+        self.refresh()
+        return moved
+
+    def unpublish(self, moved: list[Path]) -> None:
+        """Delete files :meth:`publish` moved (their commit failed)."""
+        for p in moved:
+            p.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        """Forget the transaction's staged files (after a rollback) and delete the staging folder."""
+        self.pending.clear()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+    def sweep(self) -> None:
+        """Delete what no committed ``parts`` row names: staging folders and files left by a crash.
+        Only under the store's exclusive lock (a writable open)."""
+        shutil.rmtree(self.root / _STAGING, ignore_errors=True)
+        known = {str(self.root / r[0]) for r in self.con.execute("SELECT path FROM parts").fetchall()}
+        for table in schema.PARQUET_TABLES:
+            top = self.root / table
+            if not top.is_dir():
+                continue
+            for f in top.rglob("*"):
+                if f.is_file() and str(f) not in known:
+                    f.unlink(missing_ok=True)
+            _prune(top)
+
+    def remove_run(self, run_id: int) -> None:
+        """Delete run ``run_id``'s folders (its ``parts`` rows are already deleted and committed)."""
+        self.refresh()
+        for table in schema.PARQUET_TABLES:
+            shutil.rmtree(self.root / table / f"run_id={run_id}", ignore_errors=True)
+
+    def delete_all(self) -> None:
+        """Delete the whole dataset folder (the store itself is being deleted)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _prune(top: Path) -> None:
+    """Remove empty folders under ``top`` (deepest first)."""
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()

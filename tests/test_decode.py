@@ -36,6 +36,7 @@ def _check(data: bytes, batch_bytes: int) -> None:
     plain = json.loads(data)["traceEvents"]  # numbers as the general decoder gives them (floats)
     assert len(d) == len(events)
     assert set(d.top) == set(doc)
+    texts = d.args.to_pylist()
     for i, e in enumerate(events):
         args = plain[i].get("args", {})
         ids = args if isinstance(args, dict) else {}
@@ -45,7 +46,7 @@ def _check(data: bytes, batch_bytes: int) -> None:
             assert bool(ok[i]) == (key in e), (i, key)
             if key in e:
                 assert int(col[i]) == _ref_ns(e[key]), (i, key, e[key])
-        assert json.loads(d.args[i], parse_float=Decimal) == e.get("args", {}), i
+        assert json.loads(texts[i], parse_float=Decimal) == e.get("args", {}), i
         assert d.correlation[i] == int_or_none(ids.get("correlation")), i
         assert d.external_id[i] == int_or_none(ids.get("External id")), i
         assert d.device[i] == int_or_none(ids.get("device")), i
@@ -119,8 +120,8 @@ def test_pieces_decode_as_the_whole(piece: int) -> None:
     whole = decode(EDGE, 64)
     parts = decode((EDGE[i : i + piece] for i in range(0, len(EDGE), piece)), 64)
     assert parts is not None and whole is not None
-    assert (parts.name, parts.pid, parts.args, parts.correlation, parts.top) == (
-        whole.name, whole.pid, whole.args, whole.correlation, whole.top)
+    assert (parts.name, parts.pid, parts.args.to_pylist(), parts.correlation, parts.top) == (
+        whole.name, whole.pid, whole.args.to_pylist(), whole.correlation, whole.top)
     assert (parts.ts_ns == whole.ts_ns).all() and (parts.dur_ok == whole.dur_ok).all()
 
 

@@ -129,9 +129,15 @@ class Classifier:
             args: The row's own args (Kineto ``args``), or None.
             launcher_args: Args of the CPU op that launched it (same ``External id``), or None.
         """
+        return self.gpu_class_of(kind, name, has_comm_args(args) or has_comm_args(launcher_args))
+
+    def gpu_class_of(self, kind: str, name: str, comm_args: bool) -> str:
+        """:meth:`gpu_class` when it is known whether the row's or its launcher's args carry
+        collective / process-group fields (``comm_args``); parsers call it once per distinct
+        (kind, name, comm_args)."""
         if kind in ("memcpy", "memset") or _MEMORY_NAME.match(name):
             return "memory"
-        if has_comm_args(args) or has_comm_args(launcher_args):
+        if comm_args:
             return "comm"
         return "comm" if self.family(name) is not None else "compute"
 

@@ -1,6 +1,7 @@
 """Reading trace files and writing output files, safely.
 
-Reading (:func:`read_maybe_gzip`): plain or gzipped bytes. Gzip is inflated as a stream under a cap
+Reading (:func:`read_maybe_gzip`: the whole file; :class:`TextStream`: its text in pieces, never held
+whole, for parsers that decode as they read): plain or gzipped bytes. Gzip is inflated as a stream under a cap
 on the decompressed size (:func:`set_max_inflate_ratio`, default 64x the file, at least 64 MiB), so
 a small file that inflates to gigabytes (a gzip bomb) is refused before it fills the memory.
 Invalid UTF-8 is replaced by U+FFFD and reported (:func:`pop_repairs`) instead of failing the file.
@@ -13,15 +14,19 @@ store): :func:`write_output` reads the first bytes of an existing file and refus
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import os
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from traceprof.errors import TraceFormatError, UsageError
 
 __all__ = [
-    "read_maybe_gzip", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
+    "read_maybe_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
     "DEFAULT_INFLATE_RATIO",
 ]
 
@@ -84,57 +89,154 @@ def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
         raw = path.read_bytes()
     except OSError as e:
         raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
-    data = _gunzip(path, raw) if raw[:2] == b"\x1f\x8b" else raw
-    return raw, _repair_utf8(path, data, gz=data is not raw)
-
-
-def _gunzip(path: Path, raw: bytes) -> bytes:
-    """Inflate every gzip member of ``raw`` under the cap (see the module doc)."""
-    limit = max(int(_ratio * len(raw)), MIN_INFLATE_BYTES)
+    if raw[:2] != b"\x1f\x8b":
+        return raw, _repair_utf8(path, raw, gz=False)
     view = memoryview(raw)
-    chunks: list[bytes] = []
-    total = pos = 0
-    tail: bytes | memoryview = b""
+    pieces = (view[i : i + _IN_CHUNK] for i in range(0, len(raw), _IN_CHUNK))
+    data = b"".join(_inflate(path, pieces, len(raw)))
+    return raw, _repair_utf8(path, data, gz=True)
+
+
+class NotUtf8(ValueError):
+    """Raised by :class:`TextStream` when the text holds invalid UTF-8 (read the file whole with
+    :func:`read_maybe_gzip` instead: it repairs and reports it)."""
+
+
+class TextStream:
+    """A trace file's text as successive pieces, never held whole: read in chunks, gunzipped as a
+    stream under the inflate cap (see the module doc), its UTF-8 checked as it goes.
+
+    Iterate once for the pieces (``bytes`` of at most about 1 MiB each). Afterwards ``sha256``
+    (hex digest of the file's bytes, compressed as stored) and ``size`` (bytes of the file) are
+    set; reading them drains what the consumer left unread.
+
+    Args:
+        path: The file (plain, or gzip by its magic bytes).
+
+    Raises:
+        TraceFormatError: While iterating: the file cannot be read, the gzip stream is broken or
+            truncated, or it inflates beyond the cap (naming the file and the byte offset).
+        NotUtf8: While iterating: invalid UTF-8 in the text (nothing is repaired here).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._it: Iterator[bytes] | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._it is None:
+            self._it = self._pieces()
+        return self._it
+
+    def _raw(self, f: BinaryIO, chunk: int) -> Iterator[bytes]:
+        try:
+            while block := f.read(chunk):
+                self._hash.update(block)
+                self._size += len(block)
+                yield block
+        except OSError as e:
+            raise TraceFormatError(self.path, "", f"cannot read file: {e.strerror or e}") from None
+
+    def _pieces(self) -> Iterator[bytes]:
+        try:
+            f = self.path.open("rb")
+        except OSError as e:
+            raise TraceFormatError(self.path, "", f"cannot read file: {e.strerror or e}") from None
+        with f:
+            gz = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            size = os.fstat(f.fileno()).st_size
+            text = _inflate(self.path, self._raw(f, _IN_CHUNK), size) if gz else self._raw(f, _OUT_CHUNK)
+            utf8 = codecs.getincrementaldecoder("utf-8")()
+            for piece in text:
+                if not (piece.isascii() and not utf8.getstate()[0]):
+                    try:
+                        utf8.decode(piece)
+                    except UnicodeDecodeError:
+                        raise NotUtf8(str(self.path)) from None
+                yield piece
+            try:
+                utf8.decode(b"", final=True)
+            except UnicodeDecodeError:
+                raise NotUtf8(str(self.path)) from None
+
+    def _drain(self) -> None:
+        for _ in self:
+            pass
+
+    @property
+    def sha256(self) -> str:
+        """SHA-256 hex digest of the file's bytes (reads the rest of the file if needed)."""
+        self._drain()
+        return self._hash.hexdigest()
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file (reads the rest of the file if needed)."""
+        self._drain()
+        return self._size
+
+
+def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]:
+    """Inflate every gzip member of the ``size``-byte file whose bytes ``src`` yields, under the cap
+    (see the module doc); pieces of at most ``_OUT_CHUNK`` bytes.
+
+    Raises:
+        TraceFormatError: Broken or truncated gzip, data after the last member, or beyond the cap.
+    """
+    limit = max(int(_ratio * size), MIN_INFLATE_BYTES)
+    chunks = iter(src)
+    total = 0
+    at = 0  # offset in the file of buf[0]
+    buf: bytes | memoryview = b""
+    piece = b""
     d = zlib.decompressobj(31)
     while True:
-        if not tail:
-            if pos >= len(raw):
+        if not buf:
+            nxt = next(chunks, None)
+            if nxt is None:
                 break
-            tail, pos = view[pos : pos + _IN_CHUNK], pos + _IN_CHUNK
-        at = pos - len(tail)
+            buf = nxt
         try:
-            piece = d.decompress(tail, _OUT_CHUNK)
+            piece = d.decompress(buf, _OUT_CHUNK)
         except zlib.error as e:
-            raise TraceFormatError(path, f"bytes {at}-{at + len(tail)}", f"broken gzip stream ({e}); re-copy the file") from None
+            raise TraceFormatError(path, f"bytes {at}-{at + len(buf)}", f"broken gzip stream ({e}); re-copy the file") from None
         tail = d.unconsumed_tail
         total += len(piece)
         if total > limit:
             raise TraceFormatError(
-                path, f"byte {min(pos, len(raw)) - len(tail)}",
-                f"inflates to more than {limit:,} bytes ({_ratio:g}x the {len(raw):,}-byte file): a gzip bomb "
+                path, f"byte {at + len(buf) - len(tail)}",
+                f"inflates to more than {limit:,} bytes ({_ratio:g}x the {size:,}-byte file): a gzip bomb "
                 "or an unusually compressible trace; raise the cap with --max-inflate RATIO")
-        chunks.append(piece)
-        if d.eof:
-            pos = min(pos, len(raw)) - len(d.unused_data) - len(tail)
-            tail = b""
-            if raw[pos : pos + 2] == b"\x1f\x8b":  # another member (as pigz or cat write)
-                d = zlib.decompressobj(31)
-                continue
-            if raw[pos:].strip(b"\x00"):
-                raise TraceFormatError(path, f"byte {pos}", "data after the end of the gzip stream; re-copy the file")
-            return b"".join(chunks)
+        if piece:
+            yield piece
+        if not d.eof:
+            at, buf = at + len(buf) - len(tail), tail
+            continue
+        rest = bytes(d.unused_data) + bytes(tail)
+        at, buf = at + len(buf) - len(rest), rest
+        while len(buf) < 2 and (nxt := next(chunks, None)) is not None:
+            buf = bytes(buf) + bytes(nxt)
+        if buf[:2] == b"\x1f\x8b":  # another member (as pigz or cat write)
+            d = zlib.decompressobj(31)
+            continue
+        if bytes(buf).strip(b"\x00") or any(bytes(c).strip(b"\x00") for c in chunks):
+            raise TraceFormatError(path, f"byte {at}", "data after the end of the gzip stream; re-copy the file")
+        return
     if piece:  # output was pending at the end of the input: drain it
         while not d.eof and (piece := d.decompress(b"", _OUT_CHUNK)):
             total += len(piece)
             if total > limit:
-                raise TraceFormatError(path, f"byte {len(raw)}", f"inflates to more than {limit:,} bytes; "
+                raise TraceFormatError(path, f"byte {size}", f"inflates to more than {limit:,} bytes; "
                                        "raise the cap with --max-inflate RATIO")
-            chunks.append(piece)
+            yield piece
         if d.eof:
-            return b"".join(chunks)
+            return
     raise TraceFormatError(
-        path, f"byte {len(raw)}",
-        f"broken gzip stream (truncated: the file ends after {len(raw):,} bytes, {total:,} decompressed, "
+        path, f"byte {size}",
+        f"broken gzip stream (truncated: the file ends after {size:,} bytes, {total:,} decompressed, "
         "before the end of the compressed data); re-copy the file")
 
 

@@ -39,7 +39,7 @@ def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tup
 
 
 def drop_out_of_range(
-    path: str | Path, cols: dict[str, list[Any]], src_index: list[int], on_bad_event: str,
+    path: str | Path, cols: dict[str, Any], src_index: list[int], on_bad_event: str,
     rejected: dict[str, int], what: str = "event", types: dict[str, pa.DataType] | None = None,
     extra: dict[str, list[Any]] | None = None,
 ) -> None:
@@ -51,7 +51,8 @@ def drop_out_of_range(
 
     Args:
         path: The trace file, for messages.
-        cols: Column name -> values, all of one length.
+        cols: Column name -> values (lists; Arrow arrays are filtered along, not checked), all of
+            one length.
         src_index: Per row, the index of its record in the file (``event #i`` in messages).
         on_bad_event: ``"raise"`` or ``"skip"`` (count in ``rejected``).
         rejected: Counts by reason, updated.
@@ -90,9 +91,12 @@ def drop_out_of_range(
         bad.append(r)
     if bad:
         drop = set(bad)
+        keep = pa.array([i not in drop for i in range(n_rows)])
         for k, v in cols.items():
             if isinstance(v, list) and len(v) == n_rows:
                 cols[k] = [x for i, x in enumerate(v) if i not in drop]
+            elif isinstance(v, pa.Array | pa.ChunkedArray) and len(v) == n_rows:
+                cols[k] = v.filter(keep)
         src_index[:] = [x for i, x in enumerate(src_index) if i not in drop]
 
 
@@ -110,6 +114,10 @@ def _all_fit(cols: dict[str, list[Any]], names: list[str], types: dict[str, pa.D
 def to_table(rows: list[dict[str, Any]], schema: pa.Schema, rejected: dict[str, int], what: str) -> pa.Table:
     """``pa.Table.from_pylist(rows, schema)``, leaving out rows whose integers do not fit (counted
     in ``rejected`` as ``"<what>: '<column>' beyond int64"``)."""
+    try:  # every integer fits: Arrow checks them in C (an overflow raises)
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, OverflowError):
+        pass
     names = [f.name for f in schema if f.type in _BOUNDS]
     bounds = [_BOUNDS[schema.field(n).type] for n in names]
     kept = []

@@ -18,14 +18,19 @@ Source fields read (from the event's ``args`` JSON): ``Collective name``, ``Proc
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from typing import Any
 
+import numpy as np
+
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
+from collectors.kineto.columns import Frame
 from traceprof.classify import EXCLUDED_FLAGS, comm_family
 from traceprof.matching import P2P_OPS, canonical_ranks
-from traceprof.ops import dtype_bytes, kernel_op, normalize_op
+from traceprof.ops import dtype_bytes, kernel_op
+from traceprof.ops import normalize_op as _normalize_op
 from traceprof.schema import LAUNCH_KINDS
 
 __all__ = ["collectives"]
@@ -57,24 +62,24 @@ def _naming_rank(name: str, args: dict[str, Any] | None) -> int | None:
     return None
 
 
-def _launchers(cols: dict[str, list[Any]]) -> dict[int, tuple[int, dict[str, Any]]]:
-    """Per correlation id of a runtime launch: (launch ts ns, what the enclosing CPU ops say: ``op``
-    and the ``record_param_comms`` args), from the innermost naming op of best precedence."""
+def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, tuple[int, dict[str, Any]]]:
+    """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, what the enclosing CPU
+    ops say: ``op`` and the ``record_param_comms`` args), from the innermost naming op of best
+    precedence. One pass over the naming ops and one over the launches of ``wanted`` ids."""
+    naming_name = np.array([n == _RPC or n.startswith(("nccl:", "c10d::")) for n in f.names], bool)
+    naming = np.flatnonzero(f.kind_in(_NAMING_KINDS) & naming_name[f.name_code] if f.n else np.zeros(0, bool))
+    pid, tid = cols["pid"], cols["tid"]
     lanes: dict[tuple[Any, Any], list[tuple[int, int, int]]] = {}
-    for i, k in enumerate(cols["kind"]):
-        name = cols["name"][i]
-        if k in _NAMING_KINDS and (name == _RPC or name.startswith(("nccl:", "c10d::"))):
-            lanes.setdefault((cols["pid"][i], cols["tid"][i]), []).append(
-                (cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i], i))
+    for i, t, e in zip(naming.tolist(), f.ts[naming].tolist(), (f.ts + f.dur)[naming].tolist(), strict=True):
+        lanes.setdefault((pid[i], tid[i]), []).append((t, e, i))
     for lst in lanes.values():
         lst.sort()
     starts = {lane: [t[0] for t in lst] for lane, lst in lanes.items()}
+    rpc_args: dict[int, dict[str, Any]] = {}
     out: dict[int, tuple[int, dict[str, Any]]] = {}
-    for i, k in enumerate(cols["kind"]):
-        corr = cols["correlation"][i]
-        if k not in _LAUNCH_KINDS or corr is None:
-            continue
-        t, lane = cols["ts_ns"][i], (cols["pid"][i], cols["tid"][i])
+    launches = np.flatnonzero(f.kind_in(_LAUNCH_KINDS) & f.corr_ok & np.isin(f.corr, wanted))
+    for i, corr, t in zip(launches.tolist(), f.corr[launches].tolist(), f.ts[launches].tolist(), strict=True):
+        lane = (pid[i], tid[i])
         info: dict[str, Any] = {}
         best = 99
         cand = lanes.get(lane, [])
@@ -82,8 +87,12 @@ def _launchers(cols: dict[str, list[Any]]) -> dict[int, tuple[int, dict[str, Any
         for _s, e, idx in reversed(cand[max(0, j + 1 - _MAX_NESTING):j + 1]):
             if e < t:
                 continue
-            name = cols["name"][idx]
-            args = _args_dict(cols["args"][idx]) if name == _RPC else None
+            name = f.names[f.name_code[idx]]
+            args = None
+            if name == _RPC:
+                if idx not in rpc_args:
+                    rpc_args[idx] = _args_dict(f.args[idx].as_py())
+                args = rpc_args[idx]
             r = _naming_rank(name, args)
             if r is not None and r < best:  # innermost first, so ties keep the innermost
                 best = r
@@ -92,31 +101,53 @@ def _launchers(cols: dict[str, list[Any]]) -> dict[int, tuple[int, dict[str, Any
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def normalize_op(name: str) -> str:
+    """``traceprof.ops.normalize_op``, once per distinct name (a trace repeats a few names)."""
+    return _normalize_op(name)
+
+
+def _canonical_ranks(value: Any, seen: dict[str, str | None]) -> str | None:
+    """``traceprof.matching.canonical_ranks``, once per distinct value (keyed by its ``repr``: a
+    list of ints and of bools differ there)."""
+    key = repr(value)
+    if key not in seen:
+        seen[key] = canonical_ranks(value)
+    return seen[key]
+
+
 def _meta(a: dict[str, Any], rpc: dict[str, Any] | None, key: str) -> Any:
     """A metadata field of the kernel's args, else of its launching record_param_comms."""
     v = a.get(key)
     return rpc.get(key) if v is None and rpc else v
 
 
-def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str, Any]]:
+def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> list[dict[str, Any]]:
     """Collective rows (module doc), in start order, with per-(pg, op) ordinals.
 
     Args:
-        cols: The parsed event columns (kind, name, ts_ns, dur_ns, pid, tid, correlation, args,
-            stream, step, ...), ns times.
+        cols: The parsed event columns (kind, name, ts_ns, dur_ns, pid, tid, correlation, class,
+            flag, stream, step, ...), ns times.
+        f: The same rows as arrays (``collectors.kineto.columns``), ``args`` included.
         gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
 
     Returns:
         Row dicts with the ``collectives`` columns a collector fills.
     """
-    launchers = _launchers(cols) if gpu_present else {}
+    if gpu_present:
+        cand = np.flatnonzero(f.kind_in({"kernel"}) & np.array([c == "comm" for c in cols["class"]], bool))
+        cand = np.array([i for i in cand.tolist() if cols["flag"][i] not in EXCLUDED_FLAGS], np.int64)
+        wanted = np.unique(f.corr[cand][f.corr_ok[cand]])
+    else:
+        gloo = np.array([n.startswith("gloo:") for n in f.names], bool)
+        cand = np.flatnonzero(f.kind_in({"user_annotation"}) & gloo[f.name_code] if f.n else np.zeros(0, bool))
+        wanted = np.zeros(0, np.int64)
+    launchers = _launchers(cols, f, wanted) if gpu_present else {}
+    ranks_text: dict[str, str | None] = {}
     rows = []
-    for i, kind in enumerate(cols["kind"]):
+    for i, a in zip(cand.tolist(), f.args_of(cand), strict=True):
         name = cols["name"][i]
         if gpu_present:
-            if kind != "kernel" or cols["class"][i] != "comm" or cols["flag"][i] in EXCLUDED_FLAGS:
-                continue
-            a = _args_dict(cols["args"][i])
             source = "nccl_kernel"
             enter, launch = launchers.get(cols["correlation"][i], (None, {}))
             rpc = launch.get("rpc")
@@ -129,9 +160,6 @@ def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str,
             n_out = _int_or_none(_meta(a, rpc, "Out msg nelems"))
             tid = None
         else:
-            if kind != "user_annotation" or not name.startswith("gloo:"):
-                continue
-            a = _args_dict(cols["args"][i])
             rpc = None
             source = "gloo"
             op = normalize_op(name)
@@ -148,7 +176,7 @@ def collectives(cols: dict[str, list[Any]], gpu_present: bool) -> list[dict[str,
             {
                 "source": source,
                 "pg": None if pg is None else str(pg),
-                "pg_ranks": canonical_ranks(_meta(a, rpc, "Process Group Ranks")),
+                "pg_ranks": _canonical_ranks(_meta(a, rpc, "Process Group Ranks"), ranks_text),
                 "seq": _int_or_none(_meta(a, rpc, "Seq")),
                 "p2p": op in P2P_OPS,
                 "comms_id": None if cid is None or isinstance(cid, (dict, list)) else str(cid),

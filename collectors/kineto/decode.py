@@ -101,7 +101,8 @@ class Decoded:
             no base added). ``ts_ok``/``dur_ok``: False where the field is absent (value 0 then).
         bad_time: Index -> reason for values that are not JSON numbers or do not fit in int64 ns
             (value 0 then).
-        args: The ``args`` object's JSON text ("" when absent).
+        args: The ``args`` object's JSON text ("{}" when absent), an Arrow string column (one
+            chunk per batch: no Python object per event).
         correlation, external_id, device, stream: Integer args, None when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
     """
@@ -117,7 +118,7 @@ class Decoded:
     ts_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     dur_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     bad_time: dict[int, str] = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)
+    args: pa.ChunkedArray = field(default_factory=lambda: pa.chunked_array([], pa.string()))
     correlation: list[int | None] = field(default_factory=list)
     external_id: list[int | None] = field(default_factory=list)
     device: list[int | None] = field(default_factory=list)
@@ -278,6 +279,14 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
         return out, ok
 
 
+def _text_column(raw: list[msgspec.Raw]) -> pa.Array:
+    """The JSON texts as an Arrow string array, built from their lengths and joined bytes (no Python
+    string per value). The text is UTF-8: ``traceprof.fileio`` checked it (or repaired it)."""
+    offsets = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
+    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw)))
+
+
 def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
@@ -302,6 +311,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     out = Decoded(top={})
     ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
     same: dict[str, str] = {}
+    args_chunks: list[pa.Array] = []
     try:
         for evs in batches:
             base = len(out.ph)
@@ -319,7 +329,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             durok_parts.append(dok)
             raw_args = [e.args for e in evs]
             del evs
-            out.args += [bytes(a).decode() for a in raw_args]
+            args_chunks.append(_text_column(raw_args))
             ids_text = b"[" + b",".join(raw_args) + b"]"
             del raw_args
             try:
@@ -338,6 +348,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     if not batches.ok:
         return None
     out.top = batches.top
+    out.args = pa.chunked_array(args_chunks, pa.string())
     if ts_parts:
         out.ts_ns, out.dur_ns = np.concatenate(ts_parts), np.concatenate(dur_parts)
         out.ts_ok, out.dur_ok = np.concatenate(tsok_parts), np.concatenate(durok_parts)
@@ -351,15 +362,15 @@ class Rows:
 
     Attributes:
         cols: Column name -> list, one entry per kept event: kind, cat, name, ts_ns and dur_ns (epoch
-            ns: the base added), pid, tid, device, stream, correlation, external_id, args, flag and
-            raw_dur_ns (None).
+            ns: the base added), pid, tid, device, stream, correlation, external_id, flag and
+            raw_dur_ns (None); ``args`` is an Arrow string column (JSON text).
         src_index: Index in ``traceEvents`` of each kept row.
         skipped: Records not stored by design (flows, metadata), counted by reason.
         rejected: Records dropped, counted by reason (unknown phases).
         process_names: pid -> the ``process_name`` metadata's name.
     """
 
-    cols: dict[str, list[Any]]
+    cols: dict[str, Any]
     src_index: list[int]
     skipped: dict[str, int]
     rejected: dict[str, int]
@@ -406,7 +417,7 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     for i in np.flatnonzero(~keep).tolist():
         ph = d.ph[i]
         if ph == "M" and d.name[i] == "process_name":
-            names[d.pid[i]] = str(args_dict(d.args[i]).get("name", ""))
+            names[d.pid[i]] = str(args_dict(d.args[i].as_py()).get("name", ""))
         design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ph)
         if design:
             skipped[design] = skipped.get(design, 0) + 1
@@ -429,7 +440,8 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         "kind": kind, "cat": take(d.cat), "name": take(d.name),
         "ts_ns": (d.ts_ns[keep_ix] + base_ns).tolist(), "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix].tolist(),
         "pid": pid, "tid": tid, "device": device, "stream": stream,
-        "correlation": take(d.correlation), "external_id": take(d.external_id), "args": take(d.args),
+        "correlation": take(d.correlation), "external_id": take(d.external_id),
+        "args": d.args if len(idx) == n else d.args.take(pa.array(keep_ix)),
         "flag": [None] * len(idx), "raw_dur_ns": [None] * len(idx),
     }
     return Rows(cols, idx, skipped, rejected, names)

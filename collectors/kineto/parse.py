@@ -27,12 +27,10 @@ Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distribu
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 import pyarrow as pa
 
 from collectors._arrow import row_schema
@@ -40,12 +38,13 @@ from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
 from collectors.kineto.collectives import collectives as _collectives
+from collectors.kineto.columns import Frame, assign_steps, classes
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify
-from traceprof.classify import Classifier, has_comm_args
+from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import read_maybe_gzip
+from traceprof.fileio import NotUtf8, TextStream, read_maybe_gzip
 from traceprof.limits import drop_out_of_range, to_table
 from traceprof.parsed import ParsedTrace
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
@@ -147,12 +146,33 @@ def _decode(path: Path, data: bytes) -> _Trace:
                                "over ~1000 levels deep)") from None
 
 
-def _top_keys(path: Path, data: bytes, top: dict[str, Any]) -> _Trace:
+class _Source:
+    """A trace file: its text streamed (``stream``), or read whole when the general path needs it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stream = TextStream(path)
+        self._whole: tuple[bytes, bytes] | None = None
+
+    def data(self) -> bytes:
+        """The whole text (decompressed, invalid UTF-8 repaired: ``traceprof.fileio``)."""
+        if self._whole is None:
+            self._whole = read_maybe_gzip(self.path)
+        return self._whole[1]
+
+    def sha256(self) -> str:
+        return self.stream.sha256 if self._whole is None else hashlib.sha256(self._whole[0]).hexdigest()
+
+    def size(self) -> int:
+        return self.stream.size if self._whole is None else len(self._whole[0])
+
+
+def _top_keys(path: Path, src: _Source, top: dict[str, Any]) -> _Trace:
     """The top-level keys as a :class:`_Trace` without events (as :func:`_decode` checks them)."""
     try:
         return msgspec.convert({**top, "traceEvents": []}, _Trace)
     except msgspec.ValidationError:
-        return _decode(path, data)  # raises the general decoder's error
+        return _decode(path, src.data())  # raises the general decoder's error
 
 
 def _kind_of_text(ph: str, cat: str, name: str) -> str | None:
@@ -239,15 +259,20 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             (with ``on_bad_event="raise"``) a malformed event, naming the event index.
     """
     p = Path(path).resolve()
-    raw, data = read_maybe_gzip(p)
-    # Columnar decode and row building (collectors.kineto.decode) for the common case; the loop
-    # below is the general path (B/E records, malformed events, unusual values).
-    decoded = decode_columns(data)
-    doc = _decode(p, data) if decoded is None else _top_keys(p, data, decoded.top)
+    # Columnar decode and row building (collectors.kineto.decode) for the common case, streamed
+    # from the file; the loop below is the general path (B/E records, malformed events, unusual
+    # values, invalid UTF-8), which reads the file whole.
+    src = _Source(p)
+    try:
+        decoded = decode_columns(src.stream)
+    except NotUtf8:
+        decoded = None
+    doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
     fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict)
     if decoded is not None and fast is None:
-        doc = _decode(p, data)
+        doc = _decode(p, src.data())
+    data = src.data() if fast is None else b""
     events_read = len(decoded) if fast is not None and decoded is not None else len(doc.traceEvents)
     del decoded
     dist = doc.distributedInfo or {}
@@ -336,8 +361,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     for rows_ in open_b.values():
         for r in rows_:
             cols["flag"][r] = "unmatched_begin"
-    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": [
-        _step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]})
+    if not isinstance(cols["args"], pa.ChunkedArray | pa.Array):
+        cols["args"] = pa.array(cols["args"], pa.string())
+    cols["step_no"] = [_step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]
+    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]})
+    step_numbers = cols.pop("step_no")
     unmatched = sum(f == "unmatched_begin" for f in cols["flag"])
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
     for what in (_E_MISMATCH, _E_EARLY):
@@ -347,16 +375,16 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         flagged["unmatched_begin"] = unmatched
         warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
                         "the trace; events.flag = 'unmatched_begin')")
-    step_numbers = [_step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]
     check_one_process(p, cols, step_numbers)
-    cols["class"] = _classes(cols, classifier or classify.current())
-    steps_rows, step_col, spans = _assign_steps(cols)
+    frame = Frame(cols)
+    cols["class"] = classes(frame, classifier or classify.current())
+    steps_rows, step_col, spans = assign_steps(frame, step_numbers, cols["flag"])
     cols["step"] = step_col
     cut = step_cut_warning(p, cols, spans)
     if cut:
         warnings.append(cut)
     gpu_present = any(k in _GPU_KINDS for k in cols["kind"])
-    coll = _collectives(cols, gpu_present)
+    coll = _collectives(cols, frame, gpu_present)
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)
     trace_info = {
@@ -393,8 +421,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
                                f"(world_size {world}); fix the trace's distributedInfo or its sidecar")
     return ParsedTrace(
         path=str(p),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        bytes=len(raw),
+        sha256=src.sha256(),
+        bytes=src.size(),
         source="kineto",
         format="kineto-new" if doc.baseTimeNanoseconds is not None else "kineto-old",
         rank=rank,
@@ -410,38 +438,6 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         flagged=flagged,
         warnings=warnings,
     )
-
-
-#: Fragments of the args that mark communication (a cheap test before decoding the args).
-_COMM_HINT = re.compile("Collective name|Process Group|Comms Id|collective_name|process_group|pg_name")
-
-
-def _comm_args(text: str) -> dict[str, Any] | None:
-    return _args_dict(text) if _COMM_HINT.search(text) else None
-
-
-def _classes(cols: dict[str, list[Any]], classifier: Classifier) -> list[str | None]:
-    """``class`` of every row (``traceprof.classify``): GPU activity rows get comm / memory / compute
-    from their own args, the args of the CPU op with their ``External id`` (the op that launched
-    them) and their name; other rows None."""
-    kinds = cols["kind"]
-    launcher: dict[int, dict[str, Any]] = {}
-    for i, k in enumerate(kinds):
-        if k not in _GPU_KINDS and k not in _LAUNCH_KINDS and cols["external_id"][i] is not None:
-            a = _comm_args(cols["args"][i])
-            if a is not None and has_comm_args(a):
-                launcher[cols["external_id"][i]] = a
-    # A GPU row without its own External id reaches the op through its runtime call (correlation).
-    runtime_ext = {cols["correlation"][i]: cols["external_id"][i] for i, k in enumerate(kinds)
-                   if k in _LAUNCH_KINDS and cols["correlation"][i] is not None} if launcher else {}
-    out: list[str | None] = [None] * len(kinds)
-    for i, k in enumerate(kinds):
-        if k in _ACTIVITY_KINDS:
-            ext = cols["external_id"][i]
-            if ext is None:
-                ext = runtime_ext.get(cols["correlation"][i])
-            out[i] = classifier.gpu_class(k, cols["name"][i], _comm_args(cols["args"][i]), launcher.get(ext))
-    return out
 
 
 _E_MISMATCH = "'E' whose name matches no open 'B' on its thread (closed the latest)"
@@ -492,58 +488,6 @@ def _main_pid(cols: dict[str, list[Any]]) -> str | None:
         if k == "cpu_op":
             return pid
     return None
-
-
-def _assign_steps(
-    cols: dict[str, list[Any]],
-) -> tuple[list[dict[str, Any]], list[int | None], list[tuple[int, int, int]]]:
-    """Step of every event and one row per ProfilerStep (see module doc, step 3)."""
-    kinds = cols["kind"]
-    n = len(kinds)
-    spans = sorted(
-        (cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i], num)
-        for i in range(n)
-        if kinds[i] == "step" and cols["flag"][i] is None and (num := _step_number(cols["name"][i])) is not None
-    )
-    step_col: list[int | None] = [None] * n
-    if not spans:
-        return [], step_col, spans
-    starts = np.array([s[0] for s in spans], dtype=np.int64)
-    ends = np.array([s[1] for s in spans], dtype=np.int64)
-    ts = np.array(cols["ts_ns"], dtype=np.int64)
-    idx = np.searchsorted(starts, ts, side="right") - 1
-    inside = (idx >= 0) & (ts < ends[np.clip(idx, 0, None)])
-    by_time = [spans[j][2] if ok else None for j, ok in zip(idx.tolist(), inside.tolist(), strict=True)]
-    launch_step: dict[int, int | None] = {}
-    for i in range(n):
-        if kinds[i] in _LAUNCH_KINDS and cols["correlation"][i] is not None and cols["flag"][i] is None:
-            launch_step[cols["correlation"][i]] = by_time[i]
-    dev_bounds: dict[int, list[int]] = {}
-    for i in range(n):
-        k = kinds[i]
-        if k in _GPU_KINDS:
-            corr = cols["correlation"][i]
-            s = launch_step[corr] if corr in launch_step else by_time[i]
-            step_col[i] = s
-            if s is not None and k in _ACTIVITY_KINDS and cols["flag"][i] in (None, "overrun"):
-                b = dev_bounds.setdefault(s, [cols["ts_ns"][i], cols["ts_ns"][i] + cols["dur_ns"][i]])
-                b[0] = min(b[0], cols["ts_ns"][i])
-                b[1] = max(b[1], cols["ts_ns"][i] + cols["dur_ns"][i])
-        else:
-            step_col[i] = by_time[i]
-    last = spans[-1][2]
-    rows = [
-        {
-            "step": num,
-            "cpu_start_ns": s,
-            "cpu_end_ns": e,
-            "device_start_ns": dev_bounds.get(num, [None, None])[0],
-            "device_end_ns": dev_bounds.get(num, [None, None])[1],
-            "is_last": num == last,
-        }
-        for s, e, num in spans
-    ]
-    return rows, step_col, spans
 
 
 def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:

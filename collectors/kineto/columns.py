@@ -1,0 +1,177 @@
+"""Column-at-a-time passes over a parsed Kineto trace: the class of every GPU row and the step of
+every row (``collectors.kineto.parse``, module doc steps 3-4).
+
+The parser's rows are columns (lists of Python values, ``args`` an Arrow string column); here they
+are turned into numpy arrays once (:class:`Frame`) and each pass works on whole columns: names and
+kinds dictionary-encoded (each distinct name classified once), the args searched with one
+vectorized regex (JSON decoded only for the rows it hits), steps found with ``np.searchsorted``,
+launch-call lookups by correlation id with sorted arrays.
+
+Source fields read: events ``kind``, ``name``, ``ts_ns``, ``dur_ns``, ``correlation``,
+``external_id``, ``flag``, ``args`` (``Collective name``, ``Process Group Name``, ... of
+``traceprof.classify.COMM_ARG_KEYS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collectors.kineto._values import args_dict
+from traceprof.classify import Classifier, has_comm_args
+from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+
+__all__ = ["Frame", "COMM_HINT", "classes", "assign_steps", "last_by_key"]
+
+#: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
+#: and Python ``re`` read this literal alternation the same way).
+COMM_HINT = "Collective name|Process Group|Comms Id|collective_name|process_group|pg_name"
+_GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
+
+
+def _int_column(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values with 0 for None, present mask) of a list of ints / None (all within int64)."""
+    a = pa.array(values, pa.int64())
+    return a.fill_null(0).to_numpy(), a.is_valid().to_numpy(zero_copy_only=False)
+
+
+class Frame:
+    """numpy views of the parser's columns, built once after the rows are final.
+
+    Attributes:
+        n: Rows.
+        kind_code, kinds: Kind of each row as an index into ``kinds`` (the distinct kinds).
+        name_code, names: The same for ``name``.
+        ts, dur: int64 ns.
+        corr, corr_ok / ext, ext_ok: ``correlation`` / ``external_id`` (0 where None) and presence.
+        unflagged: ``flag`` is None.
+        args: The args JSON text (Arrow string column).
+    """
+
+    def __init__(self, cols: dict[str, Any]) -> None:
+        self.n = len(cols["kind"])
+        enc = pa.array(cols["kind"], pa.string()).dictionary_encode()
+        self.kind_code = enc.indices.to_numpy(zero_copy_only=False)
+        self.kinds: list[str] = enc.dictionary.to_pylist()
+        enc = pa.array(cols["name"], pa.string()).dictionary_encode()
+        self.name_code = enc.indices.to_numpy(zero_copy_only=False)
+        self.names: list[str] = enc.dictionary.to_pylist()
+        self.ts = np.asarray(cols["ts_ns"], np.int64)
+        self.dur = np.asarray(cols["dur_ns"], np.int64)
+        self.corr, self.corr_ok = _int_column(cols["correlation"])
+        self.ext, self.ext_ok = _int_column(cols["external_id"])
+        self.unflagged = np.fromiter((f is None for f in cols["flag"]), bool, self.n)
+        self.args = cols["args"]
+
+    def kind_in(self, kinds: frozenset[str] | set[str]) -> np.ndarray:
+        """Rows whose kind is one of ``kinds``."""
+        return np.isin(self.kind_code, [i for i, k in enumerate(self.kinds) if k in kinds])
+
+    def args_of(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """The decoded args of ``rows`` (indices)."""
+        return [args_dict(t) for t in self.args.take(pa.array(rows, pa.int64())).to_pylist()]
+
+
+def last_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the value of each key's last occurrence): ``dict(zip(keys, values))``."""
+    rev_keys = keys[::-1]
+    uniq, first = np.unique(rev_keys, return_index=True)
+    return uniq, values[::-1][first]
+
+
+def lookup(uniq: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in ``uniq`` of each key, whether it is there) for sorted distinct ``uniq``."""
+    pos = np.searchsorted(uniq, keys)
+    pos = np.minimum(pos, max(len(uniq) - 1, 0))
+    found = (uniq[pos] == keys) if len(uniq) else np.zeros(len(keys), bool)
+    return pos, found
+
+
+def classes(f: Frame, classifier: Classifier) -> list[str | None]:
+    """``class`` of every row (``traceprof.classify``): GPU activity rows get comm / memory / compute
+    from their own args, the args of the CPU op with their ``External id`` (the op that launched
+    them; a GPU row without its own ``External id`` reaches it through its runtime call's
+    ``correlation``) and their name; other rows None.
+
+    Returns:
+        One value per row of ``f``.
+    """
+    gpu, launch, act = f.kind_in(_GPU_KINDS), f.kind_in(set(LAUNCH_KINDS)), f.kind_in(set(GPU_ACTIVITY_KINDS))
+    hint = pc.match_substring_regex(f.args, COMM_HINT).to_numpy(zero_copy_only=False) if f.n else np.zeros(0, bool)
+    ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
+    comm_ext = np.unique(f.ext[ops][np.array([has_comm_args(a) for a in f.args_of(ops)], bool)])
+    launcher_comm = np.zeros(f.n, bool)
+    if len(comm_ext):
+        ext, ext_ok = f.ext.copy(), f.ext_ok.copy()
+        lc = np.flatnonzero(launch & f.corr_ok)
+        uniq, last = last_by_key(f.corr[lc], lc)  # the runtime call of each correlation id (the last)
+        need = np.flatnonzero(act & ~f.ext_ok & f.corr_ok)
+        pos, found = lookup(uniq, f.corr[need])
+        via = last[pos[found]]
+        ext[need[found]], ext_ok[need[found]] = f.ext[via], f.ext_ok[via]
+        launcher_comm = ext_ok & np.isin(ext, comm_ext)
+    own = np.zeros(f.n, bool)
+    hits = np.flatnonzero(act & hint)
+    own[hits] = [has_comm_args(a) for a in f.args_of(hits)]
+    rows = np.flatnonzero(act)
+    key = ((f.name_code[rows].astype(np.int64) * len(f.kinds) + f.kind_code[rows]) * 2
+           + (own[rows] | launcher_comm[rows]))
+    uniq_keys, inv = np.unique(key, return_inverse=True)
+    per_key = [classifier.gpu_class_of(f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)],
+                                       bool(k & 1)) for k in uniq_keys.tolist()]
+    out = np.full(f.n, None, dtype=object)
+    out[rows] = np.array(per_key, dtype=object)[inv] if len(rows) else []
+    return out.tolist()
+
+
+def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | None]
+                 ) -> tuple[list[dict[str, Any]], list[int | None], list[tuple[int, int, int]]]:
+    """Step of every row and one row per ProfilerStep (``collectors.kineto.parse`` module doc, step 3).
+
+    Args:
+        f: The rows.
+        step_numbers: N of each ``step`` row's ``ProfilerStep#N`` (None elsewhere; unique).
+        flags: ``events.flag`` of each row (clipped ``overrun`` rows count towards device bounds).
+
+    Returns:
+        (steps rows: step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns, is_last;
+        step of each row or None; ProfilerStep (start_ns, end_ns, N) sorted by start).
+    """
+    nums = np.array([-1 if v is None else v for v in step_numbers], np.int64)
+    is_step = f.kind_in({"step"}) & f.unflagged & np.array([v is not None for v in step_numbers], bool)
+    s_rows = np.flatnonzero(is_step)
+    s_ts, s_end, s_num = f.ts[s_rows], f.ts[s_rows] + f.dur[s_rows], nums[s_rows]
+    order = np.lexsort((s_num, s_end, s_ts))
+    s_ts, s_end, s_num = s_ts[order], s_end[order], s_num[order]
+    spans = list(zip(s_ts.tolist(), s_end.tolist(), s_num.tolist(), strict=True))
+    if not spans:
+        return [], [None] * f.n, spans
+    j = np.searchsorted(s_ts, f.ts, side="right") - 1
+    span = np.where((j >= 0) & (f.ts < s_end[np.clip(j, 0, None)]), j, -1)  # index in spans, -1: none
+    gpu = f.kind_in(_GPU_KINDS)
+    lc = np.flatnonzero(f.kind_in(set(LAUNCH_KINDS)) & f.corr_ok & f.unflagged)
+    uniq, launch_span = last_by_key(f.corr[lc], span[lc])  # the step of each launch (last per id)
+    g = np.flatnonzero(gpu & f.corr_ok)
+    pos, found = lookup(uniq, f.corr[g])
+    span[g[found]] = launch_span[pos[found]]
+    clipped_ok = np.fromiter((x is None or x == "overrun" for x in flags), bool, f.n)
+    dev = np.flatnonzero(gpu & f.kind_in(set(GPU_ACTIVITY_KINDS)) & clipped_ok & (span >= 0))
+    lo = np.full(len(spans), np.iinfo(np.int64).max)
+    hi = np.full(len(spans), np.iinfo(np.int64).min)
+    np.minimum.at(lo, span[dev], f.ts[dev])
+    np.maximum.at(hi, span[dev], f.ts[dev] + f.dur[dev])
+    has = np.zeros(len(spans), bool)
+    has[span[dev]] = True
+    last = spans[-1][2]
+    rows = [
+        {"step": num, "cpu_start_ns": s, "cpu_end_ns": e,
+         "device_start_ns": int(lo[k]) if has[k] else None, "device_end_ns": int(hi[k]) if has[k] else None,
+         "is_last": num == last}
+        for k, (s, e, num) in enumerate(spans)
+    ]
+    col = s_num[np.clip(span, 0, None)].astype(object)
+    col[span < 0] = None
+    return rows, col.tolist(), spans

@@ -70,7 +70,7 @@ def map_on_dask(
         KeyboardInterrupt: Ctrl-C (the tasks are cancelled).
     """
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
     except ImportError:
         raise UsageError("--executor dask needs Dask: pip install 'traceprof[dask]'") from None
     try:
@@ -79,11 +79,13 @@ def map_on_dask(
         raise UsageError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there: {e}") from None
     try:
         futures = client.map(functools.partial(_on_worker, fn, max_inflate_ratio), tasks, pure=False)
+        out: list[R | TraceprofError] = []
         try:
-            for n, _ in enumerate(as_completed(futures), 1):
+            for fut in futures:  # in task order: results come back in it, progress follows
+                out.append(fut.result())
                 if done:
-                    done(n)
-            return list(client.gather(futures))
+                    done(len(out))
+            return out
         except BaseException:
             client.cancel(futures)
             raise

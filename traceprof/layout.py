@@ -312,6 +312,8 @@ class Dataset:
         self.pending.clear()
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self._staging.parent.rmdir()  # when no other ingest stages there
             self._staging = None
 
     def sweep(self) -> None:

@@ -1,0 +1,130 @@
+"""ingest --executor dask (traceprof.executor): the same store as a local ingest, on a LocalCluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from _cli_inproc import run as cli
+from conftest import REPO, SAMPLES, corpus
+
+from traceprof import analysis as registry
+from traceprof import executor, layout
+from traceprof.errors import TraceFormatError, TraceprofError, UsageError
+from traceprof.ingest import _stage_one, ingest
+from traceprof.store import Store
+
+distributed = pytest.importorskip("distributed")
+
+#: Tables that must hold the same rows (matched collectives, clock offsets and all).
+TABLES = ("traces", "devices", "events", "steps", "collectives", "collective_instances", "kernels")
+#: Differ by design between two stores: ingest time.
+VOLATILE = ("ingested_at",)
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[str]:
+    """A small in-process Dask cluster (threads: fast to start, nothing to install)."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        yield cluster.scheduler_address
+
+
+def _rows(store: Store, table: str) -> pl.DataFrame:
+    df = store.sql(f"SELECT * FROM {table}")
+    return df.sort(df.columns, nulls_last=True)
+
+
+def _analysis(store: Store, name: str, run: str) -> dict[str, pl.DataFrame] | str:
+    """The analysis's frames, or its error message (e.g. overlap of a Flight-Recorder-only run)."""
+    registry.load_all()
+    an = registry.get(name)
+    try:
+        return an.run(store, an.params(run=run)).frames()
+    except TraceprofError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("source", [
+    pytest.param(lambda: SAMPLES / "straggler_rank2", id="sample_straggler_rank2"),
+    pytest.param(lambda: SAMPLES / "normal", id="sample_normal"),
+    pytest.param(lambda: corpus("hta/trace_filter"), id="corpus_hta_trace_filter"),
+    pytest.param(lambda: corpus("flight_recorder/gloo_cpu_4rank"), id="corpus_fr_gloo_4rank"),
+])
+def test_dask_ingest_equals_local(source, scheduler: str, tmp_path: Path) -> None:
+    src = source()
+    with Store(tmp_path / "local.duckdb") as s:
+        local = ingest(s, [src], jobs=1)
+    with Store(tmp_path / "dask.duckdb", layout="parquet") as s:
+        remote = ingest(s, [src], executor="dask", scheduler=scheduler)
+    assert remote.runs == local.runs and remote.added == local.added and remote.warnings == local.warnings
+    run = next(iter(local.runs))
+    with Store(tmp_path / "local.duckdb", read_only=True) as a, Store(tmp_path / "dask.duckdb", read_only=True) as b:
+        assert b.layout == "parquet"
+        for t in TABLES:
+            assert _rows(a, t).equals(_rows(b, t)), t
+        assert _rows(a, "runs").drop(VOLATILE).equals(_rows(b, "runs").drop(VOLATILE))
+        for name in ("overlap", "stragglers"):
+            fa, fb = _analysis(a, name, run), _analysis(b, name, run)
+            if isinstance(fa, str) or isinstance(fb, str):
+                assert fa == fb, name
+                continue
+            assert fa.keys() == fb.keys()
+            for k in fa:
+                assert fa[k].equals(fb[k]), (name, k)
+    root = layout.dataset_dir(tmp_path / "dask.duckdb")
+    assert not (root / "_staging").exists()  # nothing left staged
+
+
+def test_cli_dask_ingest_makes_a_parquet_store(scheduler: str, tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "--executor", "dask",
+                       "--scheduler", scheduler)
+    assert code == 0, err
+    with Store(db, read_only=True) as s:
+        assert s.layout == "parquet" and s.sql("SELECT count(*) AS n FROM events")["n"][0] > 0
+
+
+def test_cli_dask_refusals(scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.duckdb"
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "--executor", "dask")
+    assert code == 1 and "--scheduler" in err
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "--scheduler", scheduler)
+    assert code == 1 and "--executor dask" in err
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "--executor", "spark")
+    assert code == 1 and "--executor 'spark'" in err
+    assert not db.exists()  # a refused first ingest leaves no store
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db))  # a duckdb-layout store
+    assert code == 0, err
+    code, _, err = cli("ingest", str(SAMPLES / "clean"), "--db", str(db), "--executor", "dask",
+                       "--scheduler", scheduler)
+    assert code == 1 and "duckdb layout" in err
+    monkeypatch.setattr(executor, "CONNECT_TIMEOUT_S", 1)
+    code, _, err = cli("ingest", str(SAMPLES / "clean"), "--db", str(tmp_path / "n.duckdb"), "--executor", "dask",
+                       "--scheduler", "tcp://127.0.0.1:9")
+    assert code == 1 and "cannot reach a Dask scheduler" in err
+    assert not (tmp_path / "n.duckdb").exists() and not layout.dataset_dir(tmp_path / "n.duckdb").exists()
+
+
+def test_file_missing_on_a_worker_is_named(tmp_path: Path) -> None:
+    """A worker that does not see the file (no shared filesystem) reports the file and the fix."""
+    gone = tmp_path / "rank0.trace.json"
+    got = executor._on_worker(_stage_one, 64.0, (gone, "raise", False, (), str(tmp_path)))
+    assert isinstance(got, TraceFormatError) and str(gone) in str(got)
+
+
+def test_without_dask_installed_says_how(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(UsageError, match=r"traceprof\[dask\]"):
+        executor.map_on_dask(len, [(1,)], "tcp://127.0.0.1:9", 64.0)
+
+
+def test_importing_the_library_does_not_import_dask_or_torch() -> None:
+    code = ("import sys, traceprof.cli, traceprof.ingest, traceprof.store, traceprof.analysis, traceprof.executor; "
+            "bad = [m for m in ('dask', 'distributed', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -205,7 +205,8 @@ def test_runs_rm_removes_partitions(tmp_path: Path) -> None:
     with Store(db, layout="parquet") as s:
         ingest(s, [SAMPLES / "normal", SAMPLES / "clean"], jobs=1)
         ids = dict(s.sql("SELECT name, run_id FROM runs").iter_rows())
-        remove(s, "normal")
+        events = s.sql("SELECT count(*) AS n FROM events WHERE run_id = ?", [ids["normal"]])["n"][0]
+        assert remove(s, "normal").rows > events  # rows in its files count as removed rows
         assert s.sql("SELECT count(*) AS n FROM events WHERE run_id = ?", [ids["normal"]])["n"][0] == 0
         assert s.sql("SELECT count(*) AS n FROM events")["n"][0] > 0
     files = _files(db)
@@ -246,3 +247,12 @@ def test_store_path_with_equals_sign_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="without '='"):
         Store(d / "s.duckdb", layout="parquet")
     assert not (d / "s.duckdb").exists()
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    with Store(db, layout="parquet") as s:
+        ingest(s, [SAMPLES / "normal"], jobs=1)
+    next(layout.dataset_dir(db).rglob("part-0.parquet")).unlink()
+    code, _, err = cli("sql", "SELECT count(*) FROM events", "--db", str(db))
+    assert code == 1 and "cannot read the store's Parquet files" in err and "runs rm" in err

@@ -230,7 +230,11 @@ class Dataset:
         return [self.pending.get(r, self.root / r) for r in rels]
 
     def refresh(self) -> None:
-        """(Re)create the temporary views ``_<table>_files`` over the files named in ``parts``."""
+        """(Re)create the temporary views ``_<table>_files`` over the files named in ``parts``.
+
+        Raises:
+            StoreError: A file is missing or not Parquet (deleted or damaged by hand).
+        """
         for table in schema.PARQUET_TABLES:
             paths = self.files(table)
             if paths:
@@ -239,7 +243,12 @@ class Dataset:
             else:  # read_parquet refuses an empty list: the same columns, no rows
                 cols = ", ".join(f'NULL::{schema.sql_type(c)} AS "{c.name}"' for c in schema.table(table).columns)
                 body = f"SELECT {cols} LIMIT 0"
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW _{table}_files AS {body}")
+            try:
+                self.con.execute(f"CREATE OR REPLACE TEMP VIEW _{table}_files AS {body}")
+            except duckdb.Error as e:  # a file deleted or damaged by hand
+                raise StoreError(f"{self.root}: cannot read the store's Parquet files: {str(e).splitlines()[0]}; "
+                                 "restore them, or remove the affected run (`traceprof runs rm`) and ingest "
+                                 "it again") from None
 
     def allow_reads(self) -> None:
         """Allow the read-only connection to read exactly the dataset's files; call before disabling

@@ -86,8 +86,10 @@ def remove(store: Store, run: str) -> Removed:
     run_id = store.resolve_run(run)
     name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
     traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
+    # rows kept in Parquet files (traceprof.layout) count too; their parts rows are deleted below
+    in_files = int(store.sql("SELECT coalesce(sum(rows), 0) AS n FROM parts WHERE run_id = ?", [run_id])["n"][0])
     stmts: list[tuple[str, list[object]]] = [(f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)]
-    rows = _transaction(store, f"removing run {name!r}", stmts)
+    rows = _transaction(store, f"removing run {name!r}", stmts) + in_files
     store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
     return Removed(name, run_id, traces, rows)
 

@@ -120,8 +120,8 @@ def test_pieces_decode_as_the_whole(piece: int) -> None:
     whole = decode(EDGE, 64)
     parts = decode((EDGE[i : i + piece] for i in range(0, len(EDGE), piece)), 64)
     assert parts is not None and whole is not None
-    assert (parts.name, parts.pid, parts.args.to_pylist(), parts.correlation, parts.top) == (
-        whole.name, whole.pid, whole.args.to_pylist(), whole.correlation, whole.top)
+    assert (parts.name, parts.pid, parts.args.to_pylist(), parts.correlation.tolist(), parts.top) == (
+        whole.name, whole.pid, whole.args.to_pylist(), whole.correlation.tolist(), whole.top)
     assert (parts.ts_ns == whole.ts_ns).all() and (parts.dur_ok == whole.dur_ok).all()
 
 

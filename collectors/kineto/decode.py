@@ -80,11 +80,51 @@ class _LooseIds(msgspec.Struct, gc=False):
 
 
 
+_ID_COLS = ("correlation", "external_id", "device", "stream")
 _EVENTS = msgspec.json.Decoder(list[_Ev])
 _IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
 _LOOSE_IDS = msgspec.json.Decoder(list[_LooseIds | None])
 _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(dict[str, Any])
+
+
+@dataclass
+class Ints:
+    """An integer column with missing values: int64 ``values`` (0 where missing) and ``ok``."""
+
+    values: np.ndarray
+    ok: np.ndarray
+
+    @classmethod
+    def of(cls, items: list[int | None]) -> Ints:
+        """From Python ints and None (each within int64).
+
+        Raises:
+            OverflowError: A value beyond int64.
+        """
+        a = pa.array(items, pa.int64())
+        return cls(a.fill_null(0).to_numpy(), a.is_valid().to_numpy(zero_copy_only=False))
+
+    @classmethod
+    def concat(cls, parts: list[Ints]) -> Ints:
+        if not parts:
+            return cls.of([])
+        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.ok for p in parts]))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> int | None:
+        return int(self.values[i]) if self.ok[i] else None
+
+    def take(self, idx: np.ndarray) -> Ints:
+        return Ints(self.values[idx], self.ok[idx])
+
+    def tolist(self) -> list[int | None]:
+        """Python ints, None where missing."""
+        out = self.values.astype(object)
+        out[~self.ok] = None
+        return list(out.tolist())
 
 
 @dataclass
@@ -103,7 +143,7 @@ class Decoded:
             (value 0 then).
         args: The ``args`` object's JSON text ("{}" when absent), an Arrow string column (one
             chunk per batch: no Python object per event).
-        correlation, external_id, device, stream: Integer args, None when absent.
+        correlation, external_id, device, stream: Integer args (int64), missing when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
     """
 
@@ -119,10 +159,10 @@ class Decoded:
     dur_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     bad_time: dict[int, str] = field(default_factory=dict)
     args: pa.ChunkedArray = field(default_factory=lambda: pa.chunked_array([], pa.string()))
-    correlation: list[int | None] = field(default_factory=list)
-    external_id: list[int | None] = field(default_factory=list)
-    device: list[int | None] = field(default_factory=list)
-    stream: list[int | None] = field(default_factory=list)
+    correlation: Ints = field(default_factory=lambda: Ints.of([]))
+    external_id: Ints = field(default_factory=lambda: Ints.of([]))
+    device: Ints = field(default_factory=lambda: Ints.of([]))
+    stream: Ints = field(default_factory=lambda: Ints.of([]))
     lanes_plain: bool = True
 
     def __len__(self) -> int:
@@ -312,6 +352,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
     same: dict[str, str] = {}
     args_chunks: list[pa.Array] = []
+    id_parts: dict[str, list[Ints]] = {col: [] for col in _ID_COLS}
     try:
         for evs in batches:
             base = len(out.ph)
@@ -334,21 +375,21 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             del raw_args
             try:
                 ids = _IDS.decode(ids_text)
-                out.correlation += [a.correlation for a in ids]
-                out.external_id += [a.external_id for a in ids]
-                out.device += [a.device for a in ids]
-                out.stream += [a.stream for a in ids]
+                for col in _ID_COLS:
+                    id_parts[col].append(Ints.of([getattr(a, col) for a in ids]))
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
-                for col in ("correlation", "external_id", "device", "stream"):
-                    getattr(out, col).extend(int_or_none(getattr(a, col), keep_large=True) if a else None
-                                             for a in loose)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+                for col in _ID_COLS:  # an id beyond int64 (OverflowError): the general path rejects it
+                    id_parts[col].append(Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None
+                                                  for a in loose]))
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError):
         return None
     if not batches.ok:
         return None
     out.top = batches.top
     out.args = pa.chunked_array(args_chunks, pa.string())
+    for col in _ID_COLS:
+        setattr(out, col, Ints.concat(id_parts[col]))
     if ts_parts:
         out.ts_ns, out.dur_ns = np.concatenate(ts_parts), np.concatenate(dur_parts)
         out.ts_ok, out.dur_ok = np.concatenate(tsok_parts), np.concatenate(durok_parts)
@@ -429,18 +470,17 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         return col if len(idx) == n else [col[i] for i in idx]
 
     kind = take(kinds)
-    gpu = [k in gpu_kinds for k in kind]
-    pid, tid = take(d.pid), take(d.tid)
-    device = [(int_or_none(p) if v is None else v) if g else None
-              for g, v, p in zip(gpu, take(d.device), pid, strict=True)]
-    stream = [(int_or_none(t) if v is None else v) if g else None
-              for g, v, t in zip(gpu, take(d.stream), tid, strict=True)]
     keep_ix = np.asarray(idx, np.int64)
+    gpu = np.fromiter((k in gpu_kinds for k in kind), bool, len(kind))
+    pid, tid = take(d.pid), take(d.tid)
+    device, stream = _lane_ids(d.device.take(keep_ix), pid, gpu), _lane_ids(d.stream.take(keep_ix), tid, gpu)
+    if device is None or stream is None:
+        return None
     cols = {
         "kind": kind, "cat": take(d.cat), "name": take(d.name),
         "ts_ns": (d.ts_ns[keep_ix] + base_ns).tolist(), "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix].tolist(),
         "pid": pid, "tid": tid, "device": device, "stream": stream,
-        "correlation": take(d.correlation), "external_id": take(d.external_id),
+        "correlation": d.correlation.take(keep_ix).tolist(), "external_id": d.external_id.take(keep_ix).tolist(),
         "args": d.args if len(idx) == n else d.args.take(pa.array(keep_ix)),
         "flag": [None] * len(idx), "raw_dur_ns": [None] * len(idx),
     }
@@ -448,3 +488,15 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
 
 
 _UNSEEN = object()
+
+
+def _lane_ids(own: Ints, lane: list[str], gpu: np.ndarray) -> list[int | None] | None:
+    """GPU rows' device (stream): the arg, else the pid (tid) text as an integer; None elsewhere.
+    None when some lane text gives an integer beyond int64 (the general path rejects the event)."""
+    enc = pa.array(lane, pa.string()).dictionary_encode()
+    as_int = [int_or_none(t) for t in enc.dictionary.to_pylist()]
+    if any(v is not None and not -(2**63) <= v < 2**63 for v in as_int):
+        return None
+    from_lane = Ints.of(as_int).take(enc.indices.to_numpy(zero_copy_only=False))
+    values = np.where(own.ok, own.values, from_lane.values)
+    return Ints(values, gpu & (own.ok | from_lane.ok)).tolist()

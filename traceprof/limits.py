@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,8 +52,9 @@ def drop_out_of_range(
 
     Args:
         path: The trace file, for messages.
-        cols: Column name -> values (lists; Arrow arrays are filtered along, not checked), all of
-            one length.
+        cols: Column name -> values, all of one length: lists, or columns with ``take()`` and
+            ``tolist()`` / ``to_pylist()`` (numpy, Arrow, anything ``pa.array()`` converts), which
+            are checked as well when named; dropped rows are taken out of every column.
         src_index: Per row, the index of its record in the file (``event #i`` in messages).
         on_bad_event: ``"raise"`` or ``"skip"`` (count in ``rejected``).
         rejected: Counts by reason, updated.
@@ -73,12 +75,14 @@ def drop_out_of_range(
         return
     bounds = [_BOUNDS[checks[n]] for n in names]
     n_rows = len(src_index)
+    values = {k: v if isinstance(v, list) else _pylist(v) for k, v in values.items() if k in names or k in
+              ("ts_ns", "dur_ns")}
     bad: list[int] = []
     for r in range(n_rows):
         row = [values[n][r] for n in names]
         problem = _problem(row, names, bounds)
         if problem is None and "ts_ns" in cols and "dur_ns" in cols:
-            ts, dur = cols["ts_ns"][r], cols["dur_ns"][r]
+            ts, dur = values["ts_ns"][r], values["dur_ns"][r]
             if isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
                 problem = f"'ts_ns' + 'dur_ns' beyond int64 ({ts} + {dur})"
         if problem is None:
@@ -91,13 +95,18 @@ def drop_out_of_range(
         bad.append(r)
     if bad:
         drop = set(bad)
-        keep = pa.array([i not in drop for i in range(n_rows)])
+        keep = np.array([i for i in range(n_rows) if i not in drop], np.int64)
         for k, v in cols.items():
             if isinstance(v, list) and len(v) == n_rows:
                 cols[k] = [x for i, x in enumerate(v) if i not in drop]
-            elif isinstance(v, pa.Array | pa.ChunkedArray) and len(v) == n_rows:
-                cols[k] = v.filter(keep)
+            elif hasattr(v, "take") and len(v) == n_rows:  # numpy, Arrow, or any column with take()
+                cols[k] = v.take(keep)
         src_index[:] = [x for i, x in enumerate(src_index) if i not in drop]
+
+
+def _pylist(column: Any) -> list[Any]:
+    """A column (numpy, Arrow, or anything with ``tolist()`` / ``to_pylist()``) as Python values."""
+    return list(column.to_pylist() if hasattr(column, "to_pylist") else column.tolist())
 
 
 def _all_fit(cols: dict[str, list[Any]], names: list[str], types: dict[str, pa.DataType]) -> bool:

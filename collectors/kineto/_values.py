@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
+import pyarrow as pa
 
-__all__ = ["args_dict", "int_or_none"]
+__all__ = ["args_dict", "int_or_none", "Ints"]
 
 
 def args_dict(text: str | bytes) -> dict[str, Any]:
@@ -37,3 +40,61 @@ def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
     if isinstance(v, float) and math.isfinite(v):
         return int(v)
     return None
+
+
+@dataclass
+class Ints:
+    """An integer column with missing values: int64 ``values`` (0 where missing) and ``ok``."""
+
+    values: np.ndarray
+    ok: np.ndarray
+
+    @classmethod
+    def of(cls, items: list[int | None]) -> Ints:
+        """From Python ints and None (each within int64).
+
+        Raises:
+            OverflowError: A value beyond int64.
+        """
+        a = pa.array(items, pa.int64())
+        return cls(a.fill_null(0).to_numpy(), a.is_valid().to_numpy(zero_copy_only=False))
+
+    @classmethod
+    def concat(cls, parts: list[Ints]) -> Ints:
+        if not parts:
+            return cls.of([])
+        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.ok for p in parts]))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> int | None:
+        return int(self.values[i]) if self.ok[i] else None
+
+    def take(self, idx: np.ndarray) -> Ints:
+        """The rows ``idx`` (indices)."""
+        return Ints(self.values[idx], self.ok[idx])
+
+    def __setitem__(self, i: int, v: int | None) -> None:
+        if not (self.values.flags.writeable and self.ok.flags.writeable):  # a view of an Arrow buffer
+            self.values, self.ok = self.values.copy(), self.ok.copy()
+        self.values[i], self.ok[i] = (0, False) if v is None else (v, True)
+
+    @classmethod
+    def missing(cls, n: int) -> Ints:
+        """``n`` missing values."""
+        return cls(np.zeros(n, np.int64), np.zeros(n, bool))
+
+    def __arrow_array__(self, type: pa.DataType | None = None) -> pa.Array:  # noqa: A002 (pyarrow's name)
+        """The column as an Arrow array (``pa.array(ints, type)``; a narrower type is range-checked).
+
+        Raises:
+            pyarrow.ArrowInvalid: A value does not fit ``type``.
+        """
+        return pa.array(self.values, type=pa.int64(), mask=~self.ok).cast(type or pa.int64())
+
+    def tolist(self) -> list[int | None]:
+        """Python ints, None where missing."""
+        out = self.values.astype(object)
+        out[~self.ok] = None
+        return list(out.tolist())

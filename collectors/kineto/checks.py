@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from collectors.kineto._values import Ints
+from collectors.kineto.columns import kind_mask, lookup
 from traceprof.errors import TraceFormatError
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
@@ -59,10 +62,10 @@ def _examples(idx: np.ndarray, n: int = 3) -> str:
     return ", ".join(f"#{int(i)}" for i in idx[:n]) + (", ..." if len(idx) > n else "")
 
 
-def _reference_range(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray) -> tuple[int, int, bool]:
-    """The rank's reference range (ns): its ProfilerSteps (not ``skip``), else the 1st..99th
-    percentile of the other records' starts; and whether steps defined it."""
-    steps = (kind == "step") & ~skip
+def _reference_range(step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray) -> tuple[int, int, bool]:
+    """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
+    1st..99th percentile of the other records' starts; and whether steps defined it."""
+    steps = step & ~skip
     if steps.any():
         return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
     pool = ts[~skip] if (~skip).any() else ts
@@ -109,13 +112,14 @@ def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
     return raw_zero & ((ts < lo - apart) | (ts > hi + apart))
 
 
-def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
+def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
                  base_ns: int = 0) -> tuple[dict[str, int], list[str]]:
     """Fill ``cols["flag"]`` / ``cols["raw_dur_ns"]`` and clip overruns in ``cols["dur_ns"]`` (steps 1-3).
 
     Args:
         path: The trace file (for messages).
-        cols: Parser columns (kind, ts_ns, dur_ns, device, stream, correlation, flag, raw_dur_ns; ns).
+        cols: Parser columns (``collectors.kineto.decode.Rows``): kind and flag lists, ts_ns and
+            dur_ns int64 ns arrays, device, stream, correlation and raw_dur_ns ``Ints``.
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
             and that lies apart from the other records is flagged ``zero_ts``.
@@ -127,37 +131,37 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
     n = len(cols["kind"])
     if n == 0:
         return {}, []
-    kind = np.array(cols["kind"], dtype=object)
+    kind_in = kind_mask(cols["kind"])
     ts = np.array(cols["ts_ns"], dtype=np.int64)
     dur = np.array(cols["dur_ns"], dtype=np.int64)
+    corr: Ints = cols["correlation"]
     src = np.array(src_index, dtype=np.int64)
     flag: list[str | None] = cols["flag"]
     counts: dict[str, int] = {}
     warnings: list[str] = []
-    gpu = np.isin(kind, list(_GPU))
-    launch = np.isin(kind, list(_LAUNCH))
+    gpu = kind_in(_GPU)
+    launch = kind_in(_LAUNCH)
     unflagged = np.array([f is None for f in flag], dtype=bool)
 
     # 2 first (launch calls and steps with unset or far times must not vouch for anything)
     zero = unflagged & _unset_times(ts, base_ns)
-    lo, hi, by_steps = _reference_range(kind, ts, dur, zero)
+    lo, hi, by_steps = _reference_range(kind_in({"step"}), ts, dur, zero)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
     ok_launch = launch & ~zero & ~far
 
-    # 1. before_launch (against launch calls that are themselves sound)
-    launch_ts: dict[int, int] = {}
-    for i in np.flatnonzero(ok_launch).tolist():
-        c = cols["correlation"][i]
-        if c is not None and (c not in launch_ts or ts[i] < launch_ts[c]):
-            launch_ts[c] = int(ts[i])
-    early = []
-    worst = 0
-    for i in np.flatnonzero(gpu & unflagged).tolist():
-        lt = launch_ts.get(cols["correlation"][i])
-        if lt is not None and ts[i] < lt - LAUNCH_TOLERANCE_NS:
-            early.append(i)
-            worst = max(worst, lt - int(ts[i]))
+    # 1. before_launch (against launch calls that are themselves sound): the earliest sound
+    #    launch of each correlation id
+    lr = np.flatnonzero(ok_launch & corr.ok)
+    ids, inv = np.unique(corr.values[lr], return_inverse=True)
+    launch_ts = np.full(len(ids), np.iinfo(np.int64).max)
+    np.minimum.at(launch_ts, inv, ts[lr])
+    g = np.flatnonzero(gpu & unflagged & corr.ok)
+    pos, found = lookup(ids, corr.values[g])
+    lt = launch_ts[pos] if len(ids) else np.zeros(len(g), np.int64)
+    is_early = found & (ts[g] < lt - LAUNCH_TOLERANCE_NS)
+    early = g[is_early].tolist()
+    worst = int((lt[is_early] - ts[g][is_early]).max()) if early else 0
     for i in early:
         flag[i] = "before_launch"
         zero[i] = far[i] = False
@@ -193,9 +197,8 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
     rows = np.flatnonzero(gpu & valid)
     clipped = []
     if len(rows):
-        dev = np.array([-1 if cols["device"][i] is None else cols["device"][i] for i in rows.tolist()], dtype=np.int64)
-        stream = np.array([-1 if cols["stream"][i] is None else cols["stream"][i] for i in rows.tolist()],
-                          dtype=np.int64)
+        d, st = cols["device"].take(rows), cols["stream"].take(rows)
+        dev, stream = np.where(d.ok, d.values, -1), np.where(st.ok, st.values, -1)
         order = np.lexsort((dur[rows], ts[rows], stream, dev))
         r = rows[order]
         same_lane = (dev[order][1:] == dev[order][:-1]) & (stream[order][1:] == stream[order][:-1])
@@ -215,7 +218,7 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
             clipped.append(i)
     if clipped:
         counts["overrun"] = len(clipped)
-        most = max(cols["raw_dur_ns"][i] - cols["dur_ns"][i] for i in clipped)
+        most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)
         warnings.append(
             f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
             f"the rank's {where}) by up to {most / 1000:,.3f} us (events {_examples(src[clipped])}): clipped "
@@ -223,12 +226,12 @@ def flag_records(path: Path, cols: dict[str, list[Any]], src_index: list[int],
     return counts, warnings
 
 
-def check_one_process(path: Path, cols: dict[str, list[Any]], step_numbers: list[int | None]) -> None:
+def check_one_process(path: Path, cols: dict[str, Any], step_numbers: list[int | None]) -> None:
     """Refuse a file that merges several processes (module doc, step 4).
 
     Args:
         path: The trace file.
-        cols: Parser columns (kind, pid, correlation).
+        cols: Parser columns (kind, pid lists; correlation ``Ints``).
         step_numbers: N of each ``step`` row's ProfilerStep#N (None elsewhere).
 
     Raises:
@@ -250,18 +253,26 @@ def check_one_process(path: Path, cols: dict[str, list[Any]], step_numbers: list
     if len(step_pids) > 1:
         raise TraceFormatError(path, "ProfilerStep", f"steps on several processes (pids {sorted(step_pids)}): "
                                "the file holds several ranks; give each rank its own trace file")
-    launcher: dict[int, str] = {}
-    for k, pid, c in zip(cols["kind"], cols["pid"], cols["correlation"], strict=True):
-        if k in _LAUNCH and c is not None:
-            other = launcher.setdefault(c, pid)
-            if other != pid:
-                raise TraceFormatError(
-                    path, f"correlation {c}",
-                    f"launched from two processes (pids {other} and {pid}): the file holds several ranks; "
-                    "give each rank its own trace file")
+    corr: Ints = cols["correlation"]
+    rows = np.flatnonzero(kind_mask(cols["kind"])(_LAUNCH) & corr.ok)
+    pids = pa.array(cols["pid"], pa.string()).dictionary_encode().indices.to_numpy(zero_copy_only=False)[rows]
+    ids = corr.values[rows]
+    order = np.lexsort((pids, ids))
+    same_id = ids[order][1:] == ids[order][:-1]
+    if not (same_id & (pids[order][1:] != pids[order][:-1])).any():
+        return
+    launcher: dict[int, str] = {}  # a conflict: find the first, in file order, for the message
+    for i, c in zip(rows.tolist(), ids.tolist(), strict=True):
+        pid = cols["pid"][i]
+        other = launcher.setdefault(c, pid)
+        if other != pid:
+            raise TraceFormatError(
+                path, f"correlation {c}",
+                f"launched from two processes (pids {other} and {pid}): the file holds several ranks; "
+                "give each rank its own trace file")
 
 
-def step_cut_warning(path: Path, cols: dict[str, list[Any]], spans: list[tuple[int, int, int]]) -> str | None:
+def step_cut_warning(path: Path, cols: dict[str, Any], spans: list[tuple[int, int, int]]) -> str | None:
     """A warning when ProfilerStep ranges cut through running CPU ops (module doc, step 5).
 
     Args:
@@ -273,11 +284,11 @@ def step_cut_warning(path: Path, cols: dict[str, list[Any]], spans: list[tuple[i
         return None
     starts = np.array([s[0] for s in spans], dtype=np.int64)
     ends = np.array([s[1] for s in spans], dtype=np.int64)
-    ops = [i for i, k in enumerate(cols["kind"]) if k == "cpu_op"]
-    if not ops:
+    ops = np.flatnonzero(kind_mask(cols["kind"])({"cpu_op"}))
+    if not len(ops):
         return None
-    ts = np.array([cols["ts_ns"][i] for i in ops], dtype=np.int64)
-    end = ts + np.array([cols["dur_ns"][i] for i in ops], dtype=np.int64)
+    ts = np.asarray(cols["ts_ns"], np.int64)[ops]
+    end = ts + np.asarray(cols["dur_ns"], np.int64)[ops]
     j = np.searchsorted(starts, ts, side="right") - 1
     inside = (j >= 0) & (ts < ends[np.clip(j, 0, None)])
     cut = np.flatnonzero(inside & (end > ends[np.clip(j, 0, None)]))

@@ -1,8 +1,9 @@
 """Column-at-a-time passes over a parsed Kineto trace: the class of every GPU row and the step of
 every row (``collectors.kineto.parse``, module doc steps 3-4).
 
-The parser's rows are columns (lists of Python values, ``args`` an Arrow string column); here they
-are turned into numpy arrays once (:class:`Frame`) and each pass works on whole columns: names and
+The parser's rows are columns (``collectors.kineto.decode.Rows``: strings as lists, integers as
+numpy arrays, ``args`` an Arrow string column); :class:`Frame` adds the encodings the passes share,
+and each pass works on whole columns: names and
 kinds dictionary-encoded (each distinct name classified once), the args searched with one
 vectorized regex (JSON decoded only for the rows it hits), steps found with ``np.searchsorted``,
 launch-call lookups by correlation id with sorted arrays.
@@ -14,17 +15,18 @@ Source fields read: events ``kind``, ``name``, ``ts_ns``, ``dur_ns``, ``correlat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import args_dict
+from collectors.kineto._values import Ints, args_dict
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["Frame", "COMM_HINT", "classes", "assign_steps", "last_by_key"]
+__all__ = ["Frame", "COMM_HINT", "classes", "assign_steps", "last_by_key", "lookup", "codes", "kind_mask"]
 
 #: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
 #: and Python ``re`` read this literal alternation the same way).
@@ -32,10 +34,21 @@ COMM_HINT = "Collective name|Process Group|Comms Id|collective_name|process_grou
 _GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
 
 
-def _int_column(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 values with 0 for None, present mask) of a list of ints / None (all within int64)."""
-    a = pa.array(values, pa.int64())
-    return a.fill_null(0).to_numpy(), a.is_valid().to_numpy(zero_copy_only=False)
+def codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """(index of each value in the distinct values, the distinct values) of a list of strings."""
+    enc = pa.array(values, pa.string()).dictionary_encode()
+    return enc.indices.to_numpy(zero_copy_only=False), enc.dictionary.to_pylist()
+
+
+def kind_mask(kind: list[str]) -> Callable[[Iterable[str]], np.ndarray]:
+    """A function of a set of kinds that gives the rows (of the ``kind`` column) of those kinds."""
+    code, distinct = codes(kind)
+
+    def rows_of(kinds: Iterable[str]) -> np.ndarray:
+        wanted = set(kinds)
+        return np.isin(code, [i for i, k in enumerate(distinct) if k in wanted])
+
+    return rows_of
 
 
 class Frame:
@@ -53,22 +66,19 @@ class Frame:
 
     def __init__(self, cols: dict[str, Any]) -> None:
         self.n = len(cols["kind"])
-        enc = pa.array(cols["kind"], pa.string()).dictionary_encode()
-        self.kind_code = enc.indices.to_numpy(zero_copy_only=False)
-        self.kinds: list[str] = enc.dictionary.to_pylist()
-        enc = pa.array(cols["name"], pa.string()).dictionary_encode()
-        self.name_code = enc.indices.to_numpy(zero_copy_only=False)
-        self.names: list[str] = enc.dictionary.to_pylist()
+        self.kind_code, self.kinds = codes(cols["kind"])
+        self.name_code, self.names = codes(cols["name"])
         self.ts = np.asarray(cols["ts_ns"], np.int64)
         self.dur = np.asarray(cols["dur_ns"], np.int64)
-        self.corr, self.corr_ok = _int_column(cols["correlation"])
-        self.ext, self.ext_ok = _int_column(cols["external_id"])
+        self.corr, self.corr_ok = cols["correlation"].values, cols["correlation"].ok
+        self.ext, self.ext_ok = cols["external_id"].values, cols["external_id"].ok
         self.unflagged = np.fromiter((f is None for f in cols["flag"]), bool, self.n)
         self.args = cols["args"]
 
-    def kind_in(self, kinds: frozenset[str] | set[str]) -> np.ndarray:
+    def kind_in(self, kinds: Iterable[str]) -> np.ndarray:
         """Rows whose kind is one of ``kinds``."""
-        return np.isin(self.kind_code, [i for i, k in enumerate(self.kinds) if k in kinds])
+        wanted = set(kinds)
+        return np.isin(self.kind_code, [i for i, k in enumerate(self.kinds) if k in wanted])
 
     def args_of(self, rows: np.ndarray) -> list[dict[str, Any]]:
         """The decoded args of ``rows`` (indices)."""
@@ -128,7 +138,7 @@ def classes(f: Frame, classifier: Classifier) -> list[str | None]:
 
 
 def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | None]
-                 ) -> tuple[list[dict[str, Any]], list[int | None], list[tuple[int, int, int]]]:
+                 ) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
     """Step of every row and one row per ProfilerStep (``collectors.kineto.parse`` module doc, step 3).
 
     Args:
@@ -138,7 +148,8 @@ def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | Non
 
     Returns:
         (steps rows: step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns, is_last;
-        step of each row or None; ProfilerStep (start_ns, end_ns, N) sorted by start).
+        step of each row, missing outside the steps; ProfilerStep (start_ns, end_ns, N) sorted by
+        start).
     """
     nums = np.array([-1 if v is None else v for v in step_numbers], np.int64)
     is_step = f.kind_in({"step"}) & f.unflagged & np.array([v is not None for v in step_numbers], bool)
@@ -148,7 +159,7 @@ def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | Non
     s_ts, s_end, s_num = s_ts[order], s_end[order], s_num[order]
     spans = list(zip(s_ts.tolist(), s_end.tolist(), s_num.tolist(), strict=True))
     if not spans:
-        return [], [None] * f.n, spans
+        return [], Ints.missing(f.n), spans
     j = np.searchsorted(s_ts, f.ts, side="right") - 1
     span = np.where((j >= 0) & (f.ts < s_end[np.clip(j, 0, None)]), j, -1)  # index in spans, -1: none
     gpu = f.kind_in(_GPU_KINDS)
@@ -172,6 +183,4 @@ def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | Non
          "is_last": num == last}
         for k, (s, e, num) in enumerate(spans)
     ]
-    col = s_num[np.clip(span, 0, None)].astype(object)
-    col[span < 0] = None
-    return rows, col.tolist(), spans
+    return rows, Ints(np.where(span >= 0, s_num[np.clip(span, 0, None)], 0), span >= 0), spans

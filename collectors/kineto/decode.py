@@ -38,10 +38,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import int_or_none
+from collectors.kineto._values import Ints, int_or_none
 from traceprof.timeconv import us_text_to_ns
 
-__all__ = ["Decoded", "decode", "Rows", "rows"]
+__all__ = ["Decoded", "decode", "Rows", "rows", "Ints"]
 
 #: JSON text per batch: bounds the Python objects alive at once (about 5x this in memory).
 BATCH_BYTES = 2 << 20
@@ -86,45 +86,6 @@ _IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
 _LOOSE_IDS = msgspec.json.Decoder(list[_LooseIds | None])
 _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(dict[str, Any])
-
-
-@dataclass
-class Ints:
-    """An integer column with missing values: int64 ``values`` (0 where missing) and ``ok``."""
-
-    values: np.ndarray
-    ok: np.ndarray
-
-    @classmethod
-    def of(cls, items: list[int | None]) -> Ints:
-        """From Python ints and None (each within int64).
-
-        Raises:
-            OverflowError: A value beyond int64.
-        """
-        a = pa.array(items, pa.int64())
-        return cls(a.fill_null(0).to_numpy(), a.is_valid().to_numpy(zero_copy_only=False))
-
-    @classmethod
-    def concat(cls, parts: list[Ints]) -> Ints:
-        if not parts:
-            return cls.of([])
-        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.ok for p in parts]))
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __getitem__(self, i: int) -> int | None:
-        return int(self.values[i]) if self.ok[i] else None
-
-    def take(self, idx: np.ndarray) -> Ints:
-        return Ints(self.values[idx], self.ok[idx])
-
-    def tolist(self) -> list[int | None]:
-        """Python ints, None where missing."""
-        out = self.values.astype(object)
-        out[~self.ok] = None
-        return list(out.tolist())
 
 
 @dataclass
@@ -279,13 +240,17 @@ def _join_object(head: bytes, tail: bytes) -> bytes:
     return head + sep + tail
 
 
-def _lane_text(values: list[int | str | float | None], out: Decoded) -> list[str]:
+def _lane_text(values: list[int | str | float | None], out: Decoded, same: dict[str, str]) -> list[str]:
     """pid/tid as text (``str(value)``, "" for null), as the general path; few distinct values,
-    each converted once. A float clears ``out.lanes_plain``."""
+    each converted once and kept once (``same``: a str made per batch would outlive the batch's
+    transient objects and pin their memory). A float clears ``out.lanes_plain``."""
     distinct = set(values)
     if any(isinstance(v, float) for v in distinct):
         out.lanes_plain = False
-    text = {v: "" if v is None else str(v) for v in distinct}
+    text = {}
+    for v in distinct:
+        t = "" if v is None else str(v)
+        text[v] = same.setdefault(t, t)
     return [text[v] for v in values]
 
 
@@ -360,8 +325,8 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             out.ph += [same.setdefault(e.ph, e.ph) for e in evs]
             out.cat += [same.setdefault(e.cat, e.cat) for e in evs]
             out.name += [same.setdefault(e.name, e.name) for e in evs]
-            out.pid += _lane_text([e.pid for e in evs], out)
-            out.tid += _lane_text([e.tid for e in evs], out)
+            out.pid += _lane_text([e.pid for e in evs], out, same)
+            out.tid += _lane_text([e.tid for e in evs], out, same)
             t, tok = _times([e.ts for e in evs], base, out.bad_time)
             d, dok = _times([e.dur for e in evs], base, out.bad_time)
             ts_parts.append(t)
@@ -402,9 +367,11 @@ class Rows:
     builds them (see :func:`rows`).
 
     Attributes:
-        cols: Column name -> list, one entry per kept event: kind, cat, name, ts_ns and dur_ns (epoch
-            ns: the base added), pid, tid, device, stream, correlation, external_id, flag and
-            raw_dur_ns (None); ``args`` is an Arrow string column (JSON text).
+        cols: Column name -> column, one entry per kept event (the parser's columns, see
+            ``collectors.kineto.parse``): kind, cat, name, pid, tid and flag (None) as lists;
+            ts_ns and dur_ns (epoch ns: the base added) as int64 arrays; device, stream,
+            correlation, external_id and raw_dur_ns (missing) as :class:`Ints`; args as an Arrow
+            string column (JSON text).
         src_index: Index in ``traceEvents`` of each kept row.
         skipped: Records not stored by design (flows, metadata), counted by reason.
         rejected: Records dropped, counted by reason (unknown phases).
@@ -478,11 +445,11 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         return None
     cols = {
         "kind": kind, "cat": take(d.cat), "name": take(d.name),
-        "ts_ns": (d.ts_ns[keep_ix] + base_ns).tolist(), "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix].tolist(),
+        "ts_ns": d.ts_ns[keep_ix] + base_ns, "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix],
         "pid": pid, "tid": tid, "device": device, "stream": stream,
-        "correlation": d.correlation.take(keep_ix).tolist(), "external_id": d.external_id.take(keep_ix).tolist(),
+        "correlation": d.correlation.take(keep_ix), "external_id": d.external_id.take(keep_ix),
         "args": d.args if len(idx) == n else d.args.take(pa.array(keep_ix)),
-        "flag": [None] * len(idx), "raw_dur_ns": [None] * len(idx),
+        "flag": [None] * len(idx), "raw_dur_ns": Ints.missing(len(idx)),
     }
     return Rows(cols, idx, skipped, rejected, names)
 
@@ -490,7 +457,7 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
 _UNSEEN = object()
 
 
-def _lane_ids(own: Ints, lane: list[str], gpu: np.ndarray) -> list[int | None] | None:
+def _lane_ids(own: Ints, lane: list[str], gpu: np.ndarray) -> Ints | None:
     """GPU rows' device (stream): the arg, else the pid (tid) text as an integer; None elsewhere.
     None when some lane text gives an integer beyond int64 (the general path rejects the event)."""
     enc = pa.array(lane, pa.string()).dictionary_encode()
@@ -499,4 +466,4 @@ def _lane_ids(own: Ints, lane: list[str], gpu: np.ndarray) -> list[int | None] |
         return None
     from_lane = Ints.of(as_int).take(enc.indices.to_numpy(zero_copy_only=False))
     values = np.where(own.ok, own.values, from_lane.values)
-    return Ints(values, gpu & (own.ok | from_lane.ok)).tolist()
+    return Ints(values, gpu & (own.ok | from_lane.ok))

@@ -7,8 +7,13 @@ GPU traces (CUDA or ROCm) and CPU-only (gloo) traces.
 Algorithm:
   1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` from their text so the
      microsecond text converts to integer ns exactly (``traceprof.timeconv``). The common case
-     (no B/E pairs, no malformed event) is decoded and turned into rows a column at a time by
-     ``collectors.kineto.decode``; the per-event loop below is the general path, with the same rows.
+     (no B/E pairs, no malformed event, valid UTF-8) is decoded as the file is read
+     (``traceprof.fileio.TextStream``: plain files in chunks, gzip inflated as a stream; the whole
+     text is never held) and turned into rows a column at a time by ``collectors.kineto.decode``;
+     the per-event loop below is the general path, with the same rows, on the file read whole.
+     Rows are columns from here on: strings as lists, integers as numpy arrays
+     (``collectors.kineto._values.Ints`` where values may be missing), ``args`` an Arrow string
+     column; the passes below work a column at a time (``collectors.kineto.columns``).
   2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
@@ -31,9 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from collectors._arrow import row_schema
+from collectors.kineto._values import Ints
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
@@ -279,7 +286,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     rank = _int_or_none(dist.get("rank"))
     world = _int_or_none(dist.get("world_size"))
 
-    cols: dict[str, list[Any]] = {
+    cols: dict[str, Any] = {
         k: []
         for k in (
             "kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream",
@@ -366,6 +373,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     cols["step_no"] = [_step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]
     drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]})
     step_numbers = cols.pop("step_no")
+    _as_arrays(cols)
     unmatched = sum(f == "unmatched_begin" for f in cols["flag"])
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
     for what in (_E_MISMATCH, _E_EARLY):
@@ -466,6 +474,16 @@ def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[
     skipped["'E' (merged into its 'B')"] = skipped.get("'E' (merged into its 'B')", 0) + 1
 
 
+def _as_arrays(cols: dict[str, Any]) -> None:
+    """The general path's lists as the columns :func:`collectors.kineto.decode.rows` builds
+    (in place; the values fit int64: ``traceprof.limits.drop_out_of_range`` ran)."""
+    for c in ("ts_ns", "dur_ns"):
+        cols[c] = np.asarray(cols[c], np.int64)
+    for c in ("device", "stream", "correlation", "external_id", "raw_dur_ns"):
+        if isinstance(cols[c], list):
+            cols[c] = Ints.of(cols[c])
+
+
 def _read_sidecar(trace: Path) -> dict[str, Any] | None:
     """The collector's sidecar next to ``trace`` (see ``collectors.kineto.capture``), or None."""
     side = sidecar_path(trace)
@@ -480,7 +498,7 @@ def _read_sidecar(trace: Path) -> dict[str, Any] | None:
     return doc
 
 
-def _main_pid(cols: dict[str, list[Any]]) -> str | None:
+def _main_pid(cols: dict[str, Any]) -> str | None:
     for k, pid in zip(cols["kind"], cols["pid"], strict=True):
         if k == "step":
             return pid
@@ -531,5 +549,6 @@ _DEVICE_SCHEMA = pa.schema(
 _COLL_SCHEMA = row_schema("collectives")
 
 
-def _events_table(cols: dict[str, list[Any]]) -> pa.Table:
-    return pa.Table.from_pydict({f.name: cols[f.name] for f in _EVENT_SCHEMA}, schema=_EVENT_SCHEMA)
+def _events_table(cols: dict[str, Any]) -> pa.Table:
+    return pa.Table.from_pydict({f.name: pa.array(cols[f.name], f.type) if isinstance(cols[f.name], Ints)
+                                 else cols[f.name] for f in _EVENT_SCHEMA}, schema=_EVENT_SCHEMA)

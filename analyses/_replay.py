@@ -88,15 +88,27 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
         raise UsageError(f"unknown source {source!r}: run {run_id} has collectives from "
                          f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)")
     arrival = ARRIVAL_SQL.replace("source", "c.source").replace("start_ns", "c.start_ns").replace("enter_ns", "c.enter_ns")
+    # The step holding each row's arrival on its rank's clock: an as-of join on the steps sorted by
+    # start (linear after one sort, never collectives x steps), exact when a rank's steps do not
+    # overlap; ranks whose steps overlap keep the range join (the lowest step holding the arrival).
+    overlapping = bool(store.sql(
+        """SELECT count(*) FROM (SELECT cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY
+               cpu_start_ns, cpu_end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS o
+           FROM steps WHERE run_id = ?) WHERE o""", [run_id]).item())
+    join = ("LEFT JOIN steps s ON s.run_id = c.run_id AND s.rank = c.rank AND c._arr >= s.cpu_start_ns "
+            "AND c._arr < s.cpu_end_ns" if overlapping else
+            "ASOF LEFT JOIN (SELECT rank, step, cpu_start_ns, cpu_end_ns FROM steps WHERE run_id = $1) s "
+            "ON s.rank = c.rank AND c._arr >= s.cpu_start_ns")
     df = store.sql(
-        f"""SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
+        f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {arrival} AS _arr
+                       FROM collectives c WHERE c.run_id = $1 AND c.source = $2)
+            SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
                    any_value(i.pg) AS pg, any_value(i.bytes) AS bytes, any_value(i.ordinal) AS ordinal,
-                   any_value(i.n_ranks) AS n_ranks, min({arrival}) AS arrival_ns,
-                   max(c.end_ns) AS end_ns, min(c.start_ns) AS start_ns, min(s.step) AS _own_step
-            FROM collectives c JOIN collective_instances i USING (run_id, instance_id)
-            LEFT JOIN steps s ON s.run_id = c.run_id AND s.rank = c.rank
-                 AND {arrival} >= s.cpu_start_ns AND {arrival} < s.cpu_end_ns
-            WHERE c.run_id = ? AND c.source = ?
+                   any_value(i.n_ranks) AS n_ranks, min(c._arr) AS arrival_ns,
+                   max(c.end_ns) AS end_ns, min(c.start_ns) AS start_ns,
+                   min(CASE WHEN c._arr < s.cpu_end_ns THEN s.step END) AS _own_step
+            FROM c JOIN collective_instances i ON i.run_id = c.run_id AND i.instance_id = c.instance_id
+            {join}
             GROUP BY c.instance_id, c.rank""",
         [run_id, source],
     )
@@ -250,28 +262,115 @@ class Timeline:
     step_start: pl.DataFrame
 
 
-def _deps(g: pl.DataFrame, eps: int) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) item indices of the maximal happens-before edges within one rank and step
-    (module doc, step 1); ``g`` is sorted by start and has an ``idx`` column."""
-    start = g["start_ns"].to_numpy()
-    end = g["end_ns"].to_numpy()
-    idx = g["idx"].to_numpy()
+def _deps_of(start: np.ndarray, end: np.ndarray, slack: np.ndarray, eps: int, v: int) -> np.ndarray:
+    """Positions (in one rank and step, sorted by start) of the maximal happens-before
+    predecessors of item ``v`` (module doc, step 1): the reference definition, O(v) per item.
+    :func:`_deps` computes the same for every item at once and calls this for the few items its
+    bounded look-back cannot settle."""
+    # earlier items (start order, so no cycles among zero-length items) that ended before v
+    # started, up to the tolerance
+    tol = np.maximum(eps, np.minimum(slack[:v], slack[v]))
+    prior = np.nonzero(end[:v] <= start[v] + tol)[0]
+    if not len(prior):
+        return prior
+    # maximal ones: not followed by another predecessor w that started after they ended
+    w = prior[np.argmax(start[prior])]
+    tol_w = np.maximum(eps, np.minimum(slack[prior], slack[w]))
+    return prior[(end[prior] > start[w] + tol_w) | (prior == w)]
+
+
+#: Look-back of :func:`_deps` (items): a predecessor further back is found only through the
+#: long-item check or the exact fallback.
+_LOOKBACK = 16
+
+
+def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) item indices of the maximal happens-before edges within each rank and step
+    (module doc, step 1), for all items at once.
+
+    Items are sorted by (group, start, end); ``group`` numbers the (rank, step) groups. The
+    definition (:func:`_deps_of`) looks at every earlier item of the step, O(k^2) in a step of k
+    items; this computes the same edges in O(n x L) vectorized work (L = :data:`_LOOKBACK`):
+      1. w, the latest predecessor (the first of the items starting when it starts), is found
+         among the L items before v; when all of those are still running at v's start (more than
+         L concurrent items) the item falls back to the definition.
+      2. The other kept predecessors end after w starts. Among the items before w - L only a
+         *long* item can (one that ends after the item L places later starts): those are few
+         (collectives spanning many kernels) and are paired with the items whose w they span.
+    Memory and time grow with the items (times the long items open at once), never with the
+    square of a step's items.
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    L = _LOOKBACK
+    i = np.arange(n)
+    first = np.concatenate([[0], np.nonzero(np.diff(group))[0] + 1])
+    size = np.diff(np.concatenate([first, [n]]))
+    gstart = np.repeat(first, size)
+    pos = i - gstart
+    gend = gstart + np.repeat(size, size)  # exclusive
     slack = _OVERLAP_SHARE * (end - start)
-    src, dst = [], []
-    for v in range(1, len(start)):
-        # earlier items (start order, so no cycles among zero-length items) that ended before v
-        # started, up to the tolerance
-        tol = np.maximum(eps, np.minimum(slack[:v], slack[v]))
-        prior = np.nonzero(end[:v] <= start[v] + tol)[0]
-        if not len(prior):
-            continue
-        # maximal ones: not followed by another predecessor w that started after they ended
-        w = prior[np.argmax(start[prior])]
-        tol_w = np.maximum(eps, np.minimum(slack[prior], slack[w]))
-        keep = prior[(end[prior] > start[w] + tol_w) | (prior == w)]
-        src.extend(idx[keep].tolist())
-        dst.extend([idx[v]] * len(keep))
-    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+
+    def before(u: np.ndarray, v: np.ndarray) -> np.ndarray:  # u ended before v started (tolerance)
+        return end[u] <= start[v] + np.maximum(eps, np.minimum(slack[u], slack[v]))
+
+    def kept(u: np.ndarray, w: np.ndarray) -> np.ndarray:  # u still ran when w started
+        return end[u] > start[w] + np.maximum(eps, np.minimum(slack[u], slack[w]))
+
+    # 1. the latest predecessor within the look-back
+    best = np.full(n, -1)
+    for d in range(L, 0, -1):  # smallest d last: the latest predecessor wins
+        ok = pos >= d
+        u = np.where(ok, i - d, 0)
+        best = np.where(ok & before(u, i), i - d, best)
+    found = best >= 0
+    fallback = ~found & (pos > L)
+    # ... and among the items starting when it starts, the first that is a predecessor
+    same = np.concatenate([[False], (start[1:] == start[:-1]) & (group[1:] == group[:-1])])
+    tie_first = i[~same][np.cumsum(~same) - 1]  # first item of each run of equal starts
+    b = np.where(found, best, 0)
+    w = b.copy()
+    fallback |= found & (b - tie_first[b] > L)
+    for t in range(1, L + 1):
+        u = b - t
+        ok = found & (u >= tie_first[b])
+        uu = np.where(ok, u, 0)
+        w = np.where(ok & before(uu, i), uu, w)
+    # 2. the kept predecessors: the items from w - L to v - 1 ...
+    todo = found & ~fallback
+    src_parts, dst_parts = [w[todo]], [i[todo]]
+    for t in range(1, 3 * L + 1):  # w >= v - 2L
+        u = i - t
+        ok = todo & (u >= gstart) & (u >= w - L) & (u != w)
+        uu = np.where(ok, u, 0)
+        ok &= before(uu, i) & kept(uu, w)
+        src_parts.append(uu[ok])
+        dst_parts.append(i[ok])
+    # ... and the long items before w - L that still ran when w started
+    far = i + L
+    long_ = (far < gend) & (end > np.where(far < gend, start[np.minimum(far, n - 1)], 0) + eps)
+    if long_.any():
+        lg = np.nonzero(long_)[0]
+        lim = w - L  # long items u < lim
+        # the latest end of the long items up to each position, within its group
+        le = np.where(long_, end, np.iinfo(np.int64).min)
+        cm = pl.DataFrame({"g": group, "e": le}).select(pl.col("e").cum_max().over("g"))["e"].to_numpy()
+        span = todo & (lim > gstart)
+        span &= cm[np.where(span, lim - 1, 0)] > start[w] + eps
+        if span.any():
+            vs = pl.DataFrame({"v": i[span], "g": group[span], "w": w[span], "lim": lim[span]})
+            pairs = vs.join(pl.DataFrame({"u": lg, "g": group[lg]}), on="g").filter(pl.col("u") < pl.col("lim"))
+            pu, pv, pw = pairs["u"].to_numpy(), pairs["v"].to_numpy(), pairs["w"].to_numpy()
+            ok = before(pu, pv) & kept(pu, pw)
+            src_parts.append(pu[ok])
+            dst_parts.append(pv[ok])
+    for v in np.nonzero(fallback)[0]:
+        g0 = gstart[v]
+        keep = _deps_of(start[g0:v + 1], end[g0:v + 1], slack[g0:v + 1], eps, int(v - g0)) + g0
+        src_parts.append(keep)
+        dst_parts.append(np.full(len(keep), v))
+    return np.concatenate(src_parts).astype(np.int64), np.concatenate(dst_parts).astype(np.int64)
 
 
 def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_early: bool = False) -> Timeline:
@@ -310,13 +409,10 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     items = items.with_columns(
         pl.concat_str([pl.col("key0"), pl.int_range(pl.len()).over("rank", "step", "key0").cast(pl.Utf8)],
                       separator="#").alias("key"))
-    src_l, dst_l = [], []
-    for _, g in items.group_by("rank", "step"):
-        s, d = _deps(g.sort("start_ns", "end_ns"), eps)
-        src_l.append(s)
-        dst_l.append(d)
-    src = np.concatenate(src_l) if src_l else np.zeros(0, np.int64)
-    dst = np.concatenate(dst_l) if dst_l else np.zeros(0, np.int64)
+    rs = items.select("rank", "step")
+    group = np.cumsum(rs.select((pl.col("rank").diff() != 0) | (pl.col("step").diff() != 0))["rank"]
+                      .fill_null(True).to_numpy())  # (rank, step) groups, contiguous in the sort
+    src, dst = _deps(items["start_ns"].to_numpy(), items["end_ns"].to_numpy(), group, eps)
     n_items = items.height
     start = items["start_ns"].to_numpy()
     end = items["end_ns"].to_numpy()
@@ -383,7 +479,10 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     while len(frontier):
         level[frontier] = lvl
         seen += len(frontier)
-        nxt = np.concatenate([succ[succ_ptr[u]:succ_ptr[u + 1]] for u in frontier]) if len(frontier) else frontier
+        # the successors of every frontier node, gathered without a Python loop
+        lo, cnt = succ_ptr[frontier], succ_ptr[frontier + 1] - succ_ptr[frontier]
+        tot = int(cnt.sum())
+        nxt = succ[np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)]
         if len(nxt):
             np.subtract.at(indeg, nxt, 1)
             nxt = np.unique(nxt)

@@ -317,7 +317,9 @@ def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) 
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
             "hold-up (no what-if replay: the source records no collective end times)")
     try:
-        res = cast(whatif.Result, whatif.run(store, whatif.Params(run=params.run, source=source or "")))
+        # the same parameters as the report's own whatif (``source`` as given: "" picks the same
+        # source), so that inside ``reuse_results`` the replay runs once
+        res = cast(whatif.Result, whatif.run(store, whatif.Params(run=params.run, source=params.source)))
     except AnalysisError:
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
             "hold-up (no what-if replay: the run has no compute items in steps)")

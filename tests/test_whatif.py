@@ -374,3 +374,45 @@ def test_episodic_stall_in_one_step_is_named(store, tmp_path):
     assert r1["p_value"] == pytest.approx(0.25 ** 4) and r1["cost_pct"] == pytest.approx(100 * (48.8 / 44.24 - 1))
     assert st.verdict["rank"].to_list() == [1]
     assert "all in step 3 (of 5 steps): an episodic stall" in st.verdict["evidence"][0]
+
+
+@pytest.mark.parametrize("lookback", [1, 3, 16])
+def test_deps_vectorized_equals_definition(monkeypatch: pytest.MonkeyPatch, lookback: int) -> None:
+    """``_replay._deps`` (all steps at once, bounded look-back, long items, fallback) gives exactly
+    the edges of the per-item definition ``_deps_of``, on random steps: sequential items with a few
+    long ones (collectives spanning many kernels), many equal starts, and many concurrent lanes.
+    A small look-back forces the long-item and fallback paths."""
+    import numpy as np
+
+    from analyses import _replay
+
+    monkeypatch.setattr(_replay, "_LOOKBACK", lookback)
+    rng = np.random.default_rng(lookback)
+    for _ in range(60):
+        starts, ends, groups = [], [], []
+        for g in range(int(rng.integers(1, 5))):
+            k = int(rng.integers(1, 80))
+            mode = g % 3
+            if mode == 0:  # sequential, 5% long
+                dur = rng.integers(0, 200, k)
+                st = np.cumsum(rng.integers(0, 300, k))
+                dur = np.where(rng.random(k) < 0.05, rng.integers(2000, 20000, k), dur)
+            elif mode == 1:  # equal starts
+                st, dur = np.sort(rng.integers(0, 20, k) * 500), rng.integers(0, 1500, k)
+            else:  # many lanes at once
+                st, dur = np.sort(rng.integers(0, 100000, k)), rng.integers(0, 40000, k)
+            order = np.lexsort((st + dur, st))
+            starts.append(st[order])
+            ends.append((st + dur)[order])
+            groups.append(np.full(k, g))
+        start, end, group = (np.concatenate(x).astype(np.int64) for x in (starts, ends, groups))
+        eps = int(rng.choice([0, 10, 10000]))
+        src, dst = _replay._deps(start, end, group, eps)
+        got = list(zip(src.tolist(), dst.tolist(), strict=True))
+        slack = _replay._OVERLAP_SHARE * (end - start)
+        want = set()
+        for g in np.unique(group):
+            idx = np.nonzero(group == g)[0]
+            for v in range(1, len(idx)):
+                want |= {(int(idx[u]), int(idx[v])) for u in _replay._deps_of(start[idx], end[idx], slack[idx], eps, v)}
+        assert len(got) == len(set(got)) and set(got) == want

@@ -9,17 +9,20 @@ the ``analyses`` package.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import polars as pl
 
-from traceprof.errors import UsageError
+from traceprof.errors import TraceprofError, UsageError
 
-__all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all"]
+__all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all", "reuse_results"]
 
 
 @dataclass(frozen=True)
@@ -87,15 +90,60 @@ class Analysis:
 
 _REGISTRY: dict[str, Analysis] = {}
 
+#: Results (or the error raised) of the analyses run inside :func:`reuse_results`, by
+#: (id(store), name, params); None outside such a block.
+_MEMO: ContextVar[dict[tuple[int, str, Any], tuple[Any, FrameResult | TraceprofError]] | None] = ContextVar(
+    "traceprof_analysis_memo", default=None)
+
+
+@contextmanager
+def reuse_results() -> Iterator[None]:
+    """Inside the block, each analysis runs at most once per (store, name, params).
+
+    A repeated call (the report's findings, verdict and sections, or ``stragglers`` running
+    ``whatif`` for its costs) returns the first call's result object, or raises the
+    :class:`~traceprof.errors.TraceprofError` it raised. Results are immutable (frozen
+    dataclasses of polars frames), so sharing them is safe. The store must not change inside the
+    block. Nested blocks share the outermost one's results.
+    """
+    if _MEMO.get() is not None:
+        yield
+        return
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
 
 def register(name: str, params: type) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:
-    """Decorator that registers ``run(store, params) -> Result`` under ``name``."""
+    """Decorator that registers ``run(store, params) -> Result`` under ``name``.
+
+    The registered (and returned) function runs ``run`` once per (store, params) inside
+    :func:`reuse_results`, and every time outside it.
+    """
 
     def deco(fn: Callable[[Any, Any], FrameResult]) -> Callable[[Any, Any], FrameResult]:
+        @functools.wraps(fn)
+        def once(store: Any, p: Any) -> FrameResult:
+            memo = _MEMO.get()
+            if memo is None:
+                return fn(store, p)
+            key = (id(store), name, p)
+            if key not in memo:
+                try:
+                    memo[key] = (store, fn(store, p))  # the store is kept so that its id stays unique
+                except TraceprofError as e:
+                    memo[key] = (store, e)
+            out = memo[key][1]
+            if isinstance(out, TraceprofError):
+                raise out
+            return out
+
         module = importlib.import_module(fn.__module__)
         doc = (module.__doc__ or fn.__doc__ or "").strip()
-        _REGISTRY[name] = Analysis(name, doc, params, fn)
-        return fn
+        _REGISTRY[name] = Analysis(name, doc, params, once)
+        return once
 
     return deco
 

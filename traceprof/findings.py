@@ -428,12 +428,13 @@ def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] |
         UsageError: A bad parameter.
     """
     run_id = store.resolve_run(run)
-    results = run_analyses(store, run_id, params)
-    diff = None
-    if baseline is not None:
-        diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
-    hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
-    return build(store, run_id, results, diff, hta)
+    with registry.reuse_results():  # each analysis once: the verdict reuses stragglers and whatif
+        results = run_analyses(store, run_id, params)
+        diff = None
+        if baseline is not None:
+            diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
+        hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
+        return build(store, run_id, results, diff, hta)
 
 
 def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str],

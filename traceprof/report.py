@@ -24,7 +24,7 @@ import polars as pl
 
 from traceprof import findings as fnd
 from traceprof import term
-from traceprof.analysis import Chart, FrameResult
+from traceprof.analysis import Chart, FrameResult, reuse_results
 from traceprof.errors import AnalysisError, TraceprofError
 from traceprof.fileio import write_output
 from traceprof.names import shorten
@@ -181,6 +181,12 @@ def render_html(
         StoreError: No such run (or baseline).
         UsageError: A parameter names no report analysis or has a bad value.
     """
+    with reuse_results():  # each analysis once: findings, verdict and sections share the results
+        return _render(store, run, extra, params, baseline, force)
+
+
+def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] | None,
+            params: dict[str, dict[str, str]] | None, baseline: str | None, force: bool) -> str:
     from traceprof import plots
 
     run_id = store.resolve_run(run)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -81,28 +80,51 @@ def test_invalid_utf8_falls_back_to_repair(tmp_path: Path) -> None:
     assert [r.reason for r in fileio.pop_repairs(path.resolve())] == ["invalid UTF-8 replaced by U+FFFD"]
 
 
+# The child's own peak: VmHWM of its address space (made at exec). ru_maxrss is not used: Linux
+# carries it across exec from the forking parent, here the whole test session.
 _MEASURE = """
-import importlib, resource, sys
+import importlib, sys
 parse = importlib.import_module("collectors.kineto.parse").parse
 pt = parse(sys.argv[1])
 assert pt.events.num_rows > 0
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+status = open("/proc/self/status").read()
+print(int(status.split("VmHWM:")[1].split()[0]) * 1024)
 """
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(reason="rows are Python objects until the columnar parse lands", strict=False)
-def test_peak_memory_bounded_by_file_size(tmp_path: Path) -> None:
-    # A ~100 MB generated rank file (benchmarks/gen_trace.py: 400k events, 4k steps) parses in a
-    # child process under 1.5x the file plus 150 MB for the interpreter, numpy / pyarrow / msgspec
-    # and their allocators' slack: the text is streamed, and the rows are columns, not Python objects.
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_trace.py"), str(tmp_path), "--events",
+@pytest.fixture(scope="module")
+def parse_peak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, int]:
+    """(peak RSS of a child process that parses it, file size), both bytes, of a ~100 MB generated
+    rank file (benchmarks/gen_trace.py: 400k events, 4k steps)."""
+    out_dir = tmp_path_factory.mktemp("big")
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_trace.py"), str(out_dir), "--events",
                     "400000", "--steps", "4000"], check=True, capture_output=True, cwd=ROOT)
-    path = tmp_path / "rank0.trace.json"
-    size = path.stat().st_size
-    assert size > 80e6
+    path = out_dir / "rank0.trace.json"
     out = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], check=True, capture_output=True, text=True,
                          cwd=ROOT)
-    peak = int(out.stdout.split()[-1])
-    assert peak < 1.5 * size + 150e6, (peak / 1e6, size / 1e6)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
+    return int(out.stdout.split()[-1]), path.stat().st_size
+
+
+#: The interpreter with numpy / pyarrow / msgspec / polars imported, and allocator slack: 150 MB.
+_BASE = 150e6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)")
+def test_peak_memory_stays_below_its_regression_bound(parse_peak: tuple[int, int]) -> None:
+    # Measured 430 MB for the 105 MB file (555 MB when the whole text was read and the rows were
+    # Python objects): the text streamed, integer columns numpy, args an Arrow column. 3.5x the
+    # file plus the base catches a return of per-row Python objects.
+    peak, size = parse_peak
+    assert size > 80e6
+    assert peak < 3.5 * size + _BASE, (peak / 1e6, size / 1e6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)")
+@pytest.mark.xfail(reason="issue 10's target: the events (args text included) are still all held until the "
+                   "store inserts them; bounded memory needs batches written to the store as they are parsed",
+                   strict=False)
+def test_peak_memory_bounded_by_file_size(parse_peak: tuple[int, int]) -> None:
+    peak, size = parse_peak
+    assert peak < 1.5 * size + _BASE, (peak / 1e6, size / 1e6)

@@ -340,8 +340,9 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             del raw_args
             try:
                 ids = _IDS.decode(ids_text)
-                for col in _ID_COLS:
-                    id_parts[col].append(Ints.of([getattr(a, col) for a in ids]))
+                for col, values in zip(_ID_COLS, ([a.correlation for a in ids], [a.external_id for a in ids],
+                                                  [a.device for a in ids], [a.stream for a in ids]), strict=True):
+                    id_parts[col].append(Ints.of(values))
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
                 for col in _ID_COLS:  # an id beyond int64 (OverflowError): the general path rejects it
@@ -358,6 +359,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     if ts_parts:
         out.ts_ns, out.dur_ns = np.concatenate(ts_parts), np.concatenate(dur_parts)
         out.ts_ok, out.dur_ok = np.concatenate(tsok_parts), np.concatenate(durok_parts)
+    pa.default_memory_pool().release_unused()  # Arrow's scratch space of the batches (time casts)
     return out
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.activity import activity
+from traceprof.analysis import shared
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.matching import ARRIVAL_SQL, preferred_source, run_steps, unmatched_p2p
 from traceprof.store import Store
@@ -47,6 +48,7 @@ _OVERLAP_SHARE = 0.05
 TRANSIENT_SKEW_FACTOR = 20
 
 
+@shared
 def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     """Top-level compute intervals of every rank.
 
@@ -72,6 +74,7 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
 
 
+@shared
 def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl.DataFrame, str | None]:
     """One row per rank and matched instance of ``source`` (default: ``matching.preferred_source``).
 
@@ -260,6 +263,21 @@ class Timeline:
     pred: np.ndarray
     levels: list[tuple[int, int]]
     step_start: pl.DataFrame
+    _by_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def by_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The nodes of each step, computed once: (node indices sorted by step, instance nodes
+        left out; the offset of each step's first one; the steps, ascending; their start ns)."""
+        if self._by_step is None:
+            step, kind = self.nodes["step"].to_numpy(), self.nodes["kind"].to_numpy()
+            keep = np.nonzero(kind != 2)[0]
+            order = keep[np.argsort(step[keep], kind="stable")]
+            st = step[order]
+            seg = np.concatenate([[0], np.nonzero(np.diff(st))[0] + 1]) if len(st) else np.zeros(0, np.int64)
+            steps = st[seg]
+            start = dict(zip(self.step_start["step"].to_list(), self.step_start["step_start_ns"].to_list(), strict=True))
+            self._by_step = (order, seg, steps, np.array([start[int(x)] for x in steps], dtype=np.float64))
+        return self._by_step
 
 
 def _deps_of(start: np.ndarray, end: np.ndarray, slack: np.ndarray, eps: int, v: int) -> np.ndarray:
@@ -318,12 +336,17 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
     def kept(u: np.ndarray, w: np.ndarray) -> np.ndarray:  # u still ran when w started
         return end[u] > start[w] + np.maximum(eps, np.minimum(slack[u], slack[w]))
 
-    # 1. the latest predecessor within the look-back
+    # 1. the latest predecessor within the look-back: nearest first, each pass over the items
+    # still without one (in a sequential lane nearly all find it at d = 1)
     best = np.full(n, -1)
-    for d in range(L, 0, -1):  # smallest d last: the latest predecessor wins
-        ok = pos >= d
-        u = np.where(ok, i - d, 0)
-        best = np.where(ok & before(u, i), i - d, best)
+    act = i[pos >= 1]
+    for d in range(1, L + 1):
+        act = act[pos[act] >= d]
+        if not len(act):
+            break
+        hit = before(act - d, act)
+        best[act[hit]] = act[hit] - d
+        act = act[~hit]
     found = best >= 0
     fallback = ~found & (pos > L)
     # ... and among the items starting when it starts, the first that is a predecessor
@@ -332,21 +355,29 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
     b = np.where(found, best, 0)
     w = b.copy()
     fallback |= found & (b - tie_first[b] > L)
+    tied = i[found & ~fallback & (b > tie_first[b])]
     for t in range(1, L + 1):
-        u = b - t
-        ok = found & (u >= tie_first[b])
-        uu = np.where(ok, u, 0)
-        w = np.where(ok & before(uu, i), uu, w)
-    # 2. the kept predecessors: the items from w - L to v - 1 ...
+        tied = tied[b[tied] - t >= tie_first[b[tied]]]
+        if not len(tied):
+            break
+        u = b[tied] - t
+        hit = before(u, tied)
+        w[tied[hit]] = u[hit]
+    # 2. the kept predecessors: w, the items between w and b (equal starts), the items from w - L
+    # to w - 1 that ran past w's start (none unless an earlier item of the step ends after it) ...
     todo = found & ~fallback
     src_parts, dst_parts = [w[todo]], [i[todo]]
-    for t in range(1, 3 * L + 1):  # w >= v - 2L
-        u = i - t
-        ok = todo & (u >= gstart) & (u >= w - L) & (u != w)
-        uu = np.where(ok, u, 0)
-        ok &= before(uu, i) & kept(uu, w)
-        src_parts.append(uu[ok])
-        dst_parts.append(i[ok])
+    cm_all = pl.DataFrame({"g": group, "e": end}).select(pl.col("e").cum_max().over("g"))["e"].to_numpy()
+    ran_past = todo & (w > gstart)
+    ran_past &= cm_all[np.where(ran_past, w - 1, 0)] > start[w] + eps  # max end before w
+    for rows, lo_off, hi_off in ((i[ran_past], -L, -1), (i[todo & (b > w)], 1, L)):
+        for t in range(lo_off, hi_off + 1):
+            u = w[rows] + t
+            ok = (u >= gstart[rows]) & (u <= b[rows])
+            uu = np.where(ok, u, 0)
+            ok &= before(uu, rows) & kept(uu, w[rows])
+            src_parts.append(uu[ok])
+            dst_parts.append(rows[ok])
     # ... and the long items before w - L that still ran when w started
     far = i + L
     long_ = (far < gend) & (end > np.where(far < gend, start[np.minimum(far, n - 1)], 0) + eps)

@@ -89,14 +89,32 @@ class Result(FrameResult):
 
 @dataclass
 class _Rank:
+    """One member's rows of a group (seq -> row) and its progress. ``first``, ``hi`` and ``last``
+    are computed once (the rows are complete before the first call): :func:`_check` asks them
+    for every seq, which must not scan every row each time (that was quadratic in the seqs)."""
+
     rows: dict[int, dict[str, Any]]
     progress: dict[str, int | None]
+    _memo: dict[str, int | None] = field(default_factory=dict)
 
     def first(self) -> int | None:
-        return min(self.rows) if self.rows else None
+        if "first" not in self._memo:
+            self._memo["first"] = min(self.rows) if self.rows else None
+        return self._memo["first"]
+
+    def hi(self) -> int | None:
+        """The highest seq it holds a row of."""
+        if "hi" not in self._memo:
+            self._memo["hi"] = max(self.rows) if self.rows else None
+        return self._memo["hi"]
 
     def last(self, key: str) -> int | None:
         """Last seq ``key`` (enqueued / started / completed): progress, else the rows' times."""
+        if key not in self._memo:
+            self._memo[key] = self._last(key)
+        return self._memo[key]
+
+    def _last(self, key: str) -> int | None:
         p = self.progress.get(key)
         col = {"enqueued": "enter_ns", "started": "start_ns", "completed": "end_ns"}[key]
         seen = [s for s, r in self.rows.items() if r[col] is not None or key == "enqueued"]
@@ -202,7 +220,7 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
             if st is None or last is None:
                 unk.append(m)
                 continue
-            if seq > last or (not p2p and seq not in st.rows and st.rows and min(st.rows) <= seq < max(st.rows)):
+            if seq > last or (not p2p and seq not in st.rows and st.rows and st.first() <= seq < st.hi()):  # type: ignore[operator]
                 miss.append(m)  # beyond its last, or a hole: later ones held, this one never enqueued
                 continue
             enq.append(m)
@@ -232,7 +250,7 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
                     "ranks_unknown": unk, "mismatch": "; ".join(texts) or None,
                     "first_enter_ns": min(enters) if enters else None,
                     "_behind": _behind(status, held, miss, known_done, com, texts), "_tie": tie,
-                    "_holes": [m for m in miss if m in ranks and ranks[m].rows and max(ranks[m].rows) > seq]})
+                    "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq]})  # type: ignore[operator]
     return out, rank_rows
 
 

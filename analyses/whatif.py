@@ -141,9 +141,11 @@ def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.n
 
 
 def _step_times(tl: _replay.Timeline, val: np.ndarray) -> pl.DataFrame:
-    df = pl.DataFrame({"step": tl.nodes["step"], "v": val, "kind": tl.nodes["kind"]}).filter(pl.col("kind") != 2)
-    return df.group_by("step").agg(pl.col("v").max()).join(tl.step_start, on="step").select(
-        "step", (pl.col("v") - pl.col("step_start_ns")).alias("t")).sort("step")
+    """Per step (in step order): step, t = latest end of its nodes (instance nodes aside) - the
+    step start (ns, float), for node end times ``val`` in ``tl.nodes`` order."""
+    order, seg, steps, step_start = tl.by_step()
+    v = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
+    return pl.DataFrame({"step": steps, "t": v - step_start})
 
 
 def _stages(store: Store, run_id: int) -> dict[int, int]:
@@ -264,11 +266,14 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.n
         stage_of = np.array([stages.get(int(r), -1) for r in ranks])
         for st in sorted(set(stages.values())):
             rows.append(("stage", str(st), with_group(stage_of == st)))
-    names = nodes["key"].str.replace(r"#\d+$", "").str.split("|").list.first().to_numpy()
     if kind == "blocking":
-        excess = pl.DataFrame({"name": names, "x": dur0 - dur_i, "kind": node_kind}).filter(pl.col("kind") != 2)
-        top = excess.group_by("name").agg(pl.col("x").sum()).sort("x", "name", descending=[True, False])
-        rows.extend(("op", str(name), with_group(names == name)) for name in top["name"].head(params.top_ops).to_list())
+        names = nodes["key"].str.replace(r"#\d+$", "").str.split("|").list.first()
+        code = names.rank("dense").fill_null(0).to_numpy()  # compared as integers, not 2M strings
+        excess = pl.DataFrame({"name": names, "code": code, "x": dur0 - dur_i, "kind": node_kind}).filter(
+            pl.col("kind") != 2)
+        top = excess.group_by("name").agg(pl.col("x").sum(), pl.col("code").first()).sort(
+            "x", "name", descending=[True, False]).head(params.top_ops)
+        rows.extend(("op", str(name), with_group(code == c)) for name, c in zip(top["name"], top["code"], strict=True))
     else:
         rows.append(("op", "(host gaps)", with_group(node_kind != 2)))
     excess_pct = (100 * (pl.col("slowdown") - 1) / (s_ref - 1)).clip(0.0, 100.0) if s_ref - 1 > 1e-9 else None

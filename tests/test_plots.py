@@ -74,3 +74,22 @@ def test_shorten_keeps_the_start_of_text_that_starts_with_a_bracket():
 
     name = "<script>alert(1)</script>[red]x" + "y" * 60
     assert shorten(name, 48) == "<script>alert(1)</script>[red]x…" + "y" * 16
+
+
+def test_downsample_averages_runs_of_steps() -> None:
+    """10 steps into at most 4 columns: ceil(10 / 4) = 3 steps a column, labelled by the first
+    step: (0,1,2) -> mean 1, (3,4,5) -> 4, (6,7,8) -> 7, (9) -> 9; per rank for a heatmap; a short
+    series is returned as it is, without a note."""
+    import polars as pl
+
+    from traceprof.plots import downsample
+
+    df = pl.DataFrame({"step": list(range(10)), "v": [float(i) for i in range(10)]})
+    out, note = downsample(df, "step", ["v"], max_columns=4)
+    assert out["step"].to_list() == [0, 3, 6, 9] and out["v"].to_list() == [1.0, 4.0, 7.0, 9.0]
+    assert "10 step values drawn as 4 columns, each the mean of 3" in note
+    two = pl.concat([df.with_columns(pl.lit(r).alias("rank")) for r in (0, 1)])
+    heat, _ = downsample(two, "step", ["v"], by=["rank"], max_columns=4)
+    assert heat.height == 8 and heat.filter(pl.col("rank") == 1)["v"].to_list() == [1.0, 4.0, 7.0, 9.0]
+    same, none = downsample(df, "step", ["v"], max_columns=10)
+    assert same is df and none == ""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceprof import intervals
+from traceprof.analysis import reusing, shared
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -160,7 +161,17 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
         stream (GPU rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
         start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
         the op's own thread and start).
+
+    Inside :func:`traceprof.analysis.reuse_results` (the report) the query runs once per run and
+    selection: every analysis reads the same frame.
     """
+    if not detail and reusing():  # one query per run inside a report: the detail columns dropped
+        return _activity(store, run_id, hta=hta, detail=True).select(ACTIVITY_COLUMNS)
+    return _activity(store, run_id, hta=hta, detail=detail)
+
+
+@shared
+def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataFrame:
     sql = _HTA_SQL if hta else _SQL
     sql = (sql.replace("$lane", LANE_SQL).replace("$glane", LANE_SQL.replace("e.", "g."))
            .replace("$valid", VALID_SQL))

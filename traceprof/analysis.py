@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import polars as pl
 
 from traceprof.errors import TraceprofError, UsageError
 
-__all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all", "reuse_results"]
+__all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all", "reuse_results",
+           "shared", "reusing"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ _REGISTRY: dict[str, Analysis] = {}
 
 #: Results (or the error raised) of the analyses run inside :func:`reuse_results`, by
 #: (id(store), name, params); None outside such a block.
-_MEMO: ContextVar[dict[tuple[int, str, Any], tuple[Any, FrameResult | TraceprofError]] | None] = ContextVar(
+_MEMO: ContextVar[dict[tuple[int, str, Any], tuple[Any, Any]] | None] = ContextVar(
     "traceprof_analysis_memo", default=None)
 
 
@@ -114,6 +115,33 @@ def reuse_results() -> Iterator[None]:
         yield
     finally:
         _MEMO.reset(token)
+
+
+def reusing() -> bool:
+    """Whether a :func:`reuse_results` block is active."""
+    return _MEMO.get() is not None
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def shared(fn: _F) -> _F:
+    """Decorator for a helper ``fn(store, *args)`` whose result several analyses read (e.g. the
+    activity intervals of a run): inside :func:`reuse_results` it runs once per (store, args)
+    (positional and keyword arguments, all hashable) and every caller gets the same immutable
+    result; outside, every call runs it. Errors are not kept."""
+
+    @functools.wraps(fn)
+    def once(store: Any, *args: Any, **kwargs: Any) -> Any:
+        memo = _MEMO.get()
+        if memo is None:
+            return fn(store, *args, **kwargs)
+        key = (id(store), f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
+        if key not in memo:
+            memo[key] = (store, fn(store, *args, **kwargs))
+        return memo[key][1]
+
+    return once  # type: ignore[return-value]
 
 
 def register(name: str, params: type) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:

@@ -33,13 +33,17 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["bars", "heatmap", "timeline", "embed", "PALETTE", "STATE_COLORS"]
+__all__ = ["bars", "heatmap", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS"]
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 #: Colours of the timeline states (``traceprof.timeline.STATES``): idle, compute, hidden and exposed communication.
 STATE_COLORS = ("#f2f2f2", "#4c78a8", "#9ecae9", "#e45756")
 _REDS = ["#ffffff", "#fee5d9", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"]
 _WIDTH = 900
+#: A chart draws at most this many x categories (bars, heatmap columns): longer series (a per-step
+#: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
+#: that the figure stays responsive and the report's size bounded whatever the run's length.
+MAX_COLUMNS = 400
 
 
 @contextlib.contextmanager
@@ -73,6 +77,35 @@ def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
         seen.add(s)
         short.append(s)
     return short, full
+
+
+def downsample(df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str] = (),
+               max_columns: int = MAX_COLUMNS) -> tuple[pl.DataFrame, str]:
+    """At most ``max_columns`` distinct ``x`` values: consecutive runs of them averaged.
+
+    Args:
+        df: The chart's frame; ``x`` numeric or sortable (e.g. step), ``values`` numeric columns.
+        x: The category column to thin.
+        values: Columns averaged within each run (nulls ignored).
+        by: Other category columns kept apart (e.g. ``rank`` of a step x rank heatmap).
+        max_columns: Most distinct ``x`` values kept.
+
+    Returns:
+        (frame, note): ``df`` itself and "" when it has at most ``max_columns`` distinct ``x``;
+        else one row per run (and ``by`` values) labelled with the run's first ``x``, each value
+        column the mean over the run, sorted by ``x``, and a note saying how many values each
+        column averages. Work O(n log n) in the rows.
+    """
+    n = df[x].n_unique() if x in df.columns else 0
+    if n <= max_columns:
+        return df, ""
+    per = -(-n // max_columns)  # x values per column, rounded up
+    cols = [c for c in values if c in df.columns]
+    binned = df.with_columns(((pl.col(x).rank("dense") - 1) // per).alias("_bin"))
+    out = binned.group_by("_bin", *by).agg(pl.col(x).min(), *(pl.col(c).mean() for c in cols)).sort("_bin", *by)
+    out = out.with_columns(pl.col(x).min().over("_bin")).drop("_bin").select(x, *by, *cols)
+    return out, (f"{n:,} {x} values drawn as {out[x].n_unique():,} columns, each the mean of {per:,} consecutive "
+                 f"{x}s labelled by the first (the table has every {x})")
 
 
 def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False) -> Any:

@@ -84,14 +84,18 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
     return f'<div class="scroll">{table}</div>{more}'
 
 
-def _figure(result: FrameResult, chart: Chart) -> Any:
+def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
+    """The chart's bokeh figure, and a note when its x axis was thinned (``plots.downsample``:
+    at most ``plots.MAX_COLUMNS`` columns, e.g. a per-step series of 100,000 steps)."""
     from traceprof import plots
 
     df = result.frames()[chart.frame]
     title = chart.title.replace(" (ns)", "")
     if chart.kind == "heatmap":
-        return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title)
-    return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked)
+        df, note = plots.downsample(df, chart.x, [chart.value], by=[chart.ys[0]])
+        return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title), note
+    df, note = plots.downsample(df, chart.x, chart.ys)
+    return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
 
 
 def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
@@ -102,8 +106,11 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
         cols = [chart.value] if chart.kind == "heatmap" else list(chart.ys)
         if df.is_empty() or all(c not in df.columns or df[c].null_count() == df.height for c in cols):
             continue  # nothing to draw
-        figs.append(_figure(result, chart))
+        fig, note = _figure(result, chart)
+        figs.append(fig)
         parts.append(f"<!--PLOT{len(figs) - 1}-->")
+        if note:
+            parts.append(f'<p class="facts">{_esc(chart.title.replace(" (ns)", ""))}: {_esc(note)}.</p>')
     for fname, frame in result.frames().items():
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""

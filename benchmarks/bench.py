@@ -1,6 +1,6 @@
 """traceprof ingest vs HTA 0.5.0 load vs a bare JSON parse, and the analyses, timed in one run.
 
-Usage: python benchmarks/bench.py [--quick] [--out benchmarks/out] [--no-hta] [--only SET ...]
+Usage: python benchmarks/bench.py [--quick] [--out benchmarks/out] [--no-hta] [--only SET ...] [--huge]
 
 ``make bench`` runs it. Every measured command runs in a child process started by a fresh
 measuring process (``--measure``), which reports:
@@ -19,6 +19,11 @@ generated sizes by 10 (development). The tools: ``traceprof ingest`` into a fres
 parallelism), HTA's ``TraceAnalysis(trace_dir=...)`` (its default loader), and the bare parse: each
 file read (gzip inflated in memory) and decoded by the fastest generic JSON decoder installed
 (orjson or msgspec, chosen by timing both on the first generated file), one file after another.
+
+For each set the ingest's peak summed RSS is also given as a multiple of the largest
+uncompressed rank file (target: under 1.5x). The 8-rank set is ingested a second time with
+``--layout parquet`` (the Parquet dataset layout). ``--huge`` adds one ~5 GB rank file (18 M events,
+not gzip; about 5 GB of disk; traceprof only) to check that it ingests in bounded memory.
 
 Then every analysis (and ``report``) on the 1-rank 100,000-step store and on the 8-rank store,
 and ``analyze overlap`` on 1,000 / 10,000 / 100,000-step traces of 20 events per step (the
@@ -51,6 +56,7 @@ GENERATED = {
     "gen_8x1M": (8, 1_000_000, 1_000, True),
     "gen_32x125k": (32, 125_000, 250, True),
 }
+HUGE = {"gen_1x18M_huge": (1, 18_000_000, 100_000, False)}  # about 5 GB: --huge only
 CURVE = [1_000, 10_000, 100_000]  # steps, 20 events each
 ANALYSES = ["temporal", "overlap", "gaps", "idle", "kernels", "launch", "mfu", "stragglers", "whatif"]
 # the synthetic traces record no shapes: declare the FLOPs so that mfu computes (1 PFLOP per step)
@@ -182,9 +188,29 @@ def traceprof(*args: str) -> list[str]:
     return [PY, "-m", "traceprof.cli", *args]
 
 
-def tools(folder: Path, db: Path, parser: str, hta: bool) -> dict[str, list[str]]:
+def largest_uncompressed(files: list[Path]) -> int:
+    """Bytes of the largest rank file once inflated (gzip files are inflated in 16 MiB pieces to count)."""
+    sizes = []
+    for p in files:
+        if p.suffix == ".gz":
+            import gzip
+
+            with gzip.open(p, "rb") as f:
+                sizes.append(sum(len(b) for b in iter(lambda f=f: f.read(1 << 24), b"")))
+        else:
+            sizes.append(p.stat().st_size)
+    return max(sizes, default=0)
+
+
+def tools(folder: Path, db: Path, parser: str, hta: bool, parquet: bool = False,
+          only_traceprof: bool = False) -> dict[str, list[str]]:
     files = [str(p) for p in trace_files(folder)]
     cmds = {"traceprof": traceprof("ingest", str(folder), "--db", str(db), "--run", "bench")}
+    if parquet:
+        cmds["traceprof_parquet"] = traceprof("ingest", str(folder), "--db", str(db.with_suffix(".pq.duckdb")),
+                                              "--run", "bench", "--layout", "parquet")
+    if only_traceprof:
+        return cmds
     if hta:
         cmds["hta"] = [PY, "-c", "import logging, sys; logging.disable(logging.WARNING); "
                        "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])",
@@ -221,11 +247,13 @@ def main() -> None:
     ap.add_argument("--hta-timeout", type=float, default=300, help="seconds; HTA is stopped after (default 300)")
     ap.add_argument("--only", nargs="*", help="sets to run (corpus paths or generated names)")
     ap.add_argument("--skip-analyses", action="store_true")
+    ap.add_argument("--huge", action="store_true", help="add a ~5 GB rank file (traceprof ingest only)")
     a = ap.parse_args()
     out = a.out / ("quick" if a.quick else "full")
     out.mkdir(parents=True, exist_ok=True)
     div = 10 if a.quick else 1
-    gen = {n: (r, e // div, max(s // div, 1), gz) for n, (r, e, s, gz) in GENERATED.items()}
+    gen = {n: (r, e // div, max(s // div, 1), gz)
+           for n, (r, e, s, gz) in {**GENERATED, **(HUGE if a.huge else {})}.items()}
     folders = {n: generated(out, n, *spec) for n, spec in gen.items() if not a.only or n in a.only}
     sets = {rel: CORPUS / rel for rel in CORPUS_SETS if (not a.only or rel in a.only) and (CORPUS / rel).exists()}
     sets.update(folders)
@@ -240,12 +268,17 @@ def main() -> None:
         print(f"\n{name}: {len(files)} files, {size / 1e6:.1f} MB on disk\n{HEAD}")
         db = out / f"{name.replace('/', '_')}.duckdb"
         db.unlink(missing_ok=True)
-        res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800)
-               for k, cmd in tools(folder, db, parser, not a.no_hta).items()}
+        cmds = tools(folder, db, parser, not a.no_hta, parquet=name == "gen_8x1M", only_traceprof=name in HUGE)
+        res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800) for k, cmd in cmds.items()}
+        db.with_suffix(".pq.duckdb").unlink(missing_ok=True)
+        shutil.rmtree(db.with_suffix(".pq.duckdb.parquet"), ignore_errors=True)
         res["files"], res["bytes"] = len(files), size
-        for k in ("traceprof", "hta", "bare"):
+        res["largest_rank_bytes"] = big = largest_uncompressed(files)
+        for k in ("traceprof", "traceprof_parquet", "hta", "bare"):
             if k in res:
                 print(_row(k, res[k]))
+        print(f"  traceprof peak summed RSS / largest uncompressed rank file ({big / 1e6:.0f} MB): "
+              f"{res['traceprof']['rss_sum'] * 2**20 / big:.2f}x")
         for k in ("hta", "bare"):
             if k in res:
                 tp, o = res["traceprof"], res[k]
@@ -289,7 +322,8 @@ def main() -> None:
             cpu = "-" if r is None or r["rc"] == 124 else f"{tp['cpu'] / r['cpu']:.2f}"
             ratios.append("-" if r is None else
                           f"{tp['wall'] / r['wall']:.2f}/{cpu}/{tp['rss_sum'] / r['rss_sum']:.2f}")
-        print(f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}")
+        print(f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}"
+              f"   rss/file {tp['rss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x")
     print("  (+: stopped at the time limit, a lower bound)")
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'bench.json'}")

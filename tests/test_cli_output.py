@@ -142,3 +142,17 @@ def test_help_cites_only_files_in_the_repo():
     for name in analysis.names():
         for cited in re.findall(r"[\w/.-]+\.md\b", describe(analysis.get(name))):
             assert (root / cited).is_file(), f"analyze {name} --help cites {cited}"
+
+
+def test_table_shows_the_first_rows_and_says_how_many_more(capsys):
+    import polars as pl
+
+    from traceprof.cli import TABLE_ROWS, Format, render
+
+    df = pl.DataFrame({"step": list(range(TABLE_ROWS + 57)), "name": [f"op_{i}" for i in range(TABLE_ROWS + 57)]})
+    render(df, Format.table, "steps")
+    cap = capsys.readouterr()
+    assert f"op_{TABLE_ROWS - 1}" in cap.out and f"op_{TABLE_ROWS} " not in cap.out
+    assert "57 more row(s) of 257 not shown" in cap.err and "--format csv" in cap.err
+    render(df, Format.csv)
+    assert capsys.readouterr().out.count("\n") == TABLE_ROWS + 57 + 1  # CSV: every row and the header

@@ -90,9 +90,15 @@ RawOpt = Annotated[bool, typer.Option(
     "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).")]
 
 
+#: Rows a table shows (rich lays out every row before printing: 100,000 steps took over a minute);
+#: JSON and CSV always give every row.
+TABLE_ROWS = 200
+
+
 def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, units: str = "human") -> None:
-    """Print a frame as a rich table (strings escaped), a JSON list of objects, or CSV (string
-    cells escaped and neutralized by :func:`traceprof.term.csv_cell` unless ``raw``)."""
+    """Print a frame as a rich table (strings escaped; the first :data:`TABLE_ROWS` rows, and a
+    line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
+    neutralized by :func:`traceprof.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
     elif fmt is Format.csv:
@@ -112,7 +118,10 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
         if units not in display.UNITS:
             raise UsageError(f"--units {units!r}: expected human or ns")
         _print_table(display.table_columns(df, units), [df[c].dtype.is_numeric() for c in df.columns],
-                     display.table_rows(df, units), title)
+                     display.table_rows(df.head(TABLE_ROWS), units), title)
+        if df.height > TABLE_ROWS:
+            say(f"{df.height - TABLE_ROWS:,} more row(s) of {df.height:,} not shown; "
+                "--format csv or --format json prints every row")
 
 
 def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = "") -> None:

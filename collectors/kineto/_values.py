@@ -10,7 +10,9 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["args_dict", "int_or_none", "Ints"]
+from traceprof.classify import COMM_ARG_KEYS
+
+__all__ = ["args_dict", "int_or_none", "Ints", "META_KEYS", "meta_dict"]
 
 
 def args_dict(text: str | bytes) -> dict[str, Any]:
@@ -20,6 +22,27 @@ def args_dict(text: str | bytes) -> dict[str, Any]:
     except msgspec.DecodeError:
         return {}
     return d if isinstance(d, dict) else {"value": d}
+
+
+#: The args keys the parser reads beyond the ids: communication metadata (``traceprof.classify``
+#: ``COMM_ARG_KEYS``) and what the collectives rows take (``collectors.kineto.collectives``).
+META_KEYS = tuple(sorted(COMM_ARG_KEYS | {"Seq", "In msg nelems", "Out msg nelems", "dtype", "Group size",
+                                          "Input Dims", "Input type"}))
+_Meta = msgspec.defstruct(
+    "_Meta", [(f"k{i}", Any, msgspec.field(default=msgspec.UNSET, name=k)) for i, k in enumerate(META_KEYS)],
+    gc=False)
+_META = msgspec.json.Decoder(_Meta)
+
+
+def meta_dict(text: str | bytes) -> dict[str, Any]:
+    """:func:`args_dict` restricted to :data:`META_KEYS` (the keys present, null ones included):
+    the other args are skipped while decoding, so no object is made for them."""
+    try:
+        m = _META.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):  # not an object, invalid, a key of another type
+        d = args_dict(text)
+        return {k: d[k] for k in META_KEYS if k in d}
+    return {k: v for k, v in zip(META_KEYS, msgspec.structs.astuple(m), strict=True) if v is not msgspec.UNSET}
 
 
 def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
+from collectors.kineto._values import meta_dict
 from collectors.kineto.columns import Frame
 from traceprof.classify import EXCLUDED_FLAGS, comm_family
 from traceprof.matching import P2P_OPS, canonical_ranks
@@ -91,7 +91,7 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
             args = None
             if name == _RPC:
                 if idx not in rpc_args:
-                    rpc_args[idx] = _args_dict(f.args[idx].as_py())
+                    rpc_args[idx] = meta_dict(f.args[idx].as_py())
                 args = rpc_args[idx]
             r = _naming_rank(name, args)
             if r is not None and r < best:  # innermost first, so ties keep the innermost

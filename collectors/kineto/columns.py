@@ -15,14 +15,14 @@ Source fields read: events ``kind``, ``name``, ``ts_ns``, ``dur_ns``, ``correlat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, args_dict
+from collectors.kineto._values import Ints, meta_dict
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
@@ -80,9 +80,16 @@ class Frame:
         wanted = set(kinds)
         return np.isin(self.kind_code, [i for i, k in enumerate(self.kinds) if k in wanted])
 
-    def args_of(self, rows: np.ndarray) -> list[dict[str, Any]]:
-        """The decoded args of ``rows`` (indices)."""
-        return [args_dict(t) for t in self.args.take(pa.array(rows, pa.int64())).to_pylist()]
+    def args_of(self, rows: np.ndarray) -> Iterator[dict[str, Any]]:
+        """The args of ``rows`` (indices), decoded for :data:`collectors.kineto._values.META_KEYS`
+        only (``meta_dict``); their texts are taken :data:`_ARGS_AT_ONCE` at a time."""
+        for at in range(0, len(rows), _ARGS_AT_ONCE):
+            part = pa.array(rows[at : at + _ARGS_AT_ONCE], pa.int64())
+            yield from map(meta_dict, self.args.take(part).to_pylist())
+
+
+#: Args texts made into Python strings at once by :meth:`Frame.args_of`.
+_ARGS_AT_ONCE = 8192
 
 
 def last_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +119,7 @@ def classes(f: Frame, classifier: Classifier) -> list[str | None]:
     gpu, launch, act = f.kind_in(_GPU_KINDS), f.kind_in(set(LAUNCH_KINDS)), f.kind_in(set(GPU_ACTIVITY_KINDS))
     hint = pc.match_substring_regex(f.args, COMM_HINT).to_numpy(zero_copy_only=False) if f.n else np.zeros(0, bool)
     ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
-    comm_ext = np.unique(f.ext[ops][np.array([has_comm_args(a) for a in f.args_of(ops)], bool)])
+    comm_ext = np.unique(f.ext[ops][np.fromiter(map(has_comm_args, f.args_of(ops)), bool, len(ops))])
     launcher_comm = np.zeros(f.n, bool)
     if len(comm_ext):
         ext, ext_ok = f.ext.copy(), f.ext_ok.copy()
@@ -125,7 +132,7 @@ def classes(f: Frame, classifier: Classifier) -> list[str | None]:
         launcher_comm = ext_ok & np.isin(ext, comm_ext)
     own = np.zeros(f.n, bool)
     hits = np.flatnonzero(act & hint)
-    own[hits] = [has_comm_args(a) for a in f.args_of(hits)]
+    own[hits] = np.fromiter(map(has_comm_args, f.args_of(hits)), bool, len(hits))
     rows = np.flatnonzero(act)
     key = ((f.name_code[rows].astype(np.int64) * len(f.kinds) + f.kind_code[rows]) * 2
            + (own[rows] | launcher_comm[rows]))

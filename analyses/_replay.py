@@ -68,8 +68,9 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
                FROM events WHERE run_id = ? AND kind = 'gpu_user_annotation'""",
             [run_id],
         )
-    comp = run_steps(store, run_id, comp).sort("rank", "lane", "start_ns", pl.col("end_ns"),
-                                               descending=[False, False, False, True])
+    # a total order (name last): of two intervals with the same bounds on a lane, the same one is kept
+    comp = run_steps(store, run_id, comp).sort("rank", "lane", "start_ns", "end_ns", "name",
+                                               descending=[False, False, False, True, False], nulls_last=True)
     prev = pl.col("end_ns").cum_max().shift(1).over("rank", "lane")
     return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
 
@@ -119,8 +120,9 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     # their arrival on each rank's clock (the most common over the instance's ranks).
     own = run_steps(store, run_id, df.select("rank", pl.col("_own_step").alias("step")))["step"]
     df = df.with_columns(own.alias("_own_step")).with_columns(
-        pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().first().over("instance_id")).alias("step"))
-    return df.drop("_own_step"), source
+        pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().min().over("instance_id")).alias("step"))
+    # SQL's GROUP BY returns rows in any order: sorted, every later tie and float sum is reproducible
+    return df.drop("_own_step").sort("instance_id", "rank"), source
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
         return Transient()
     inst = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null()).group_by("instance_id").agg(
         pl.col("arrival_ns").min().alias("first"), (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
-        pl.col("step").drop_nulls().mode().first().alias("step")).sort("first", "instance_id")
+        pl.col("step").drop_nulls().mode().min().alias("step")).sort("first", "instance_id")
     if inst.height < 3:
         return Transient()
     med_skew = int(inst["skew"].sort()[(inst.height - 1) // 2])
@@ -429,7 +431,10 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         pl.concat_str([pl.col("op"), pl.col("pg").fill_null("").str.replace_all(r"\d+", "#"),
                        pl.col("bytes").cast(pl.Utf8).fill_null("?")], separator="|").alias("key0"),
         pl.col("arrival_ns").alias("start_ns"), "end_ns", "instance_id")
-    items = pl.concat([c, k]).sort("rank", "step", "start_ns", "end_ns").with_row_index("idx")
+    # a total order: items with the same bounds keep one order whatever the input order (their
+    # pooling ordinals, and so the blame, depend on it)
+    items = pl.concat([c, k]).sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id",
+                                   nulls_last=True).with_row_index("idx")
     # times relative to the run's first item: epoch ns do not fit a float64 exactly
     t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
     items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -73,7 +74,7 @@ class Result(FrameResult):
 def _size(col: str) -> pl.Expr:
     b = pl.col(col).cast(pl.Float64)
     fmt = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
-    expr = pl.when(b.is_null()).then(None)
+    expr: Any = pl.when(b.is_null()).then(None)  # Then, then ChainedThen
     for scale, unit in fmt:
         expr = expr.when(b >= scale).then(pl.format("{} " + unit, (b / scale).round(1)))
     return expr.otherwise(pl.format("{} B", pl.col(col)))

@@ -425,7 +425,7 @@ def _verdict(per: pl.DataFrame, w: pl.DataFrame, comp: pl.DataFrame, steps: pl.D
              params: Params) -> pl.DataFrame:
     named = per.filter(pl.col("named"))
     if named.is_empty():
-        top = per.sort("p_value", pl.col("cost_pct"), descending=[False, True]).row(0, named=True)
+        top = per.sort("p_value", pl.col("cost_pct"), "rank", descending=[False, True, False]).row(0, named=True)
         many = per.filter(pl.col("qualifies"))
         if many.height and params.max_named_share == 0:
             evidence = (f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "

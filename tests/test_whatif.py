@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import SAMPLES, analyze, corpus
@@ -416,3 +418,53 @@ def test_deps_vectorized_equals_definition(monkeypatch: pytest.MonkeyPatch, look
             for v in range(1, len(idx)):
                 want |= {(int(idx[u]), int(idx[v])) for u in _replay._deps_of(start[idx], end[idx], slack[idx], eps, v)}
         assert len(got) == len(set(got)) and set(got) == want
+
+
+
+def _tied_rank(a_ms: int) -> list[dict]:
+    """:func:`_rank` plus two ops with the same bounds (36 to 37 ms, 38 ms on the slow rank): which
+    one is the top-level interval, and the order of zero-excess ops in the blame, must not depend
+    on row order."""
+    us = 1000
+    return _rank(a_ms) + [
+        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 36 * us, "dur": (2 if a_ms > 10 else 1) * us}
+        for name in ("aten::Y", "aten::X")]
+
+
+def test_same_result_whatever_the_row_order(store, monkeypatch, tmp_path):
+    # SQL without a final ORDER BY returns rows in any order (DuckDB's threads decide), so
+    # whatif's blame (which ops fill its top list), stragglers and the verdict must not depend
+    # on it: every such query result is shuffled (two seeds) and every table must come out the
+    # same, on a micro trace with ties (two ops with the same bounds, ops with zero excess) and
+    # on a sample run.
+    for r, a in enumerate((10, 10, 30)):
+        _write(tmp_path / "tied" / f"r{r}.json", _tied_rank(a), r, world=3)
+    ingest(store, [tmp_path / "tied"], run="tied")
+    runs = ["tied"]
+    if (SAMPLES / "straggler_rank3" / "rank3.trace.json.gz").exists():
+        ingest(store, [SAMPLES / "straggler_rank3"], run="s3")
+        runs.append("s3")
+
+    def tables() -> dict[str, object]:
+        out: dict[str, object] = {}
+        for run in runs:
+            for name in ("whatif", "stragglers"):
+                res = analyze(store, name, run, **({"top_ops": 3} if name == "whatif" else {}))
+                out |= {f"{run}.{name}.{k}": f.to_dicts() for k, f in res.frames().items()}
+                out[f"{run}.{name}.notes"] = res.notes
+        return out
+
+    want = tables()
+    ops = [b["group"] for b in want["tied.whatif.blame"] if b["by"] == "op" and b["kind"] == "blocking"]  # type: ignore[union-attr]
+    # time above the mean: aten::A 30 - 16.67 = 13.3 ms, aten::X (kept over aten::Y, its twin, by
+    # name) 2 - 1.33 = 0.67 ms; all_reduce and aten::B none: ordered by name, all_reduce first
+    assert ops == ["aten::A", "aten::X", "all_reduce"]
+    sql = type(store).sql
+    ordered = re.compile(r"ORDER BY[^()]*$", re.IGNORECASE)  # a final ORDER BY outside parentheses
+    for seed in (1, 2, 3):
+        def shuffled(self, query, params=None, _seed=seed):
+            df = sql(self, query, params)
+            return df if ordered.search(query.strip()) or df.height < 2 else df.sample(
+                fraction=1.0, shuffle=True, seed=_seed)
+        monkeypatch.setattr(type(store), "sql", shuffled)
+        assert tables() == want

@@ -271,7 +271,7 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
     df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
     if df.is_empty() or (df["comm_ns"] == 0).all():
         return [], Verdict("communication", "ok", "no communication in the trace")
-    worst = df.sort("exposed_comm_pct", descending=True).row(0, named=True)
+    worst = df.sort(["exposed_comm_pct", "rank"], descending=[True, False]).row(0, named=True)
     median = _num(df["exposed_comm_pct"].median())
     cause = full_cause = ""
     gaps = res.get("gaps")
@@ -324,13 +324,13 @@ def _idle(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
         mean = _num(others["idle_pct"].mean())
         own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
         theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
-        worst = others.sort("idle_pct", descending=True).row(0, named=True)
+        worst = others.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
         text = (f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
                 f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
                 "counted in its finding")
     else:
         mean = _num(te.frame["idle_pct"].mean())
-        worst = te.frame.sort("idle_pct", descending=True).row(0, named=True)
+        worst = te.frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
         text = (f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
                 f"{worst['idle_pct']:.0f}%)")
     idle = res.get("idle")

@@ -128,7 +128,7 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
                 f"{cost_rule}: a systematic imbalance (a slow stage or group, uneven work), not one rank; "
                 f"{whatif}{stage}")
     elif not slow:
-        top = per.sort("p_value").row(0, named=True)
+        top = per.sort("p_value", "rank").row(0, named=True)
         text = (f"no straggler: no rank both arrives last significantly more often than chance (p < {rule.alpha:g}) "
                 f"and has a {cost_rule} {of_time} (closest: rank "
                 f"{top['rank']}, last at {top['last_count']} of {top['instances']}, p = {top['p_value']:.2g}, cost "

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from traceprof.errors import TraceFormatError
 
-__all__ = ["drop_out_of_range", "to_table", "record_fits", "polars_out_of_range", "fits", "INT64", "INT32"]
+__all__ = ["drop_out_of_range", "to_table", "columns_to_table", "record_fits", "polars_out_of_range", "fits", "INT64",
+           "INT32"]
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
@@ -138,6 +139,19 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema, rejected: dict[str, 
             reason = f"{what}: {problem[: problem.index(' (')]}"
             rejected[reason] = rejected.get(reason, 0) + 1
     return pa.Table.from_pylist(kept, schema=schema)
+
+
+def columns_to_table(columns: dict[str, list[Any]], schema: pa.Schema, rejected: dict[str, int],
+                     what: str) -> pa.Table:
+    """:func:`to_table` of rows given as columns (name -> values, one per row; a schema column not
+    given is null), without a dict per row unless some integer does not fit."""
+    n = len(next(iter(columns.values()), []))
+    try:
+        return pa.Table.from_pydict({f.name: columns.get(f.name, [None] * n) for f in schema}, schema=schema)
+    except (pa.ArrowInvalid, OverflowError):
+        names = list(columns)
+        return to_table([dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)],
+                        schema, rejected, what)
 
 
 def record_fits(

@@ -122,7 +122,7 @@ def _meta(a: dict[str, Any], rpc: dict[str, Any] | None, key: str) -> Any:
     return rpc.get(key) if v is None and rpc else v
 
 
-def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> list[dict[str, Any]]:
+def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, list[Any]]:
     """Collective rows (module doc), in start order, with per-(pg, op) ordinals.
 
     Args:
@@ -132,7 +132,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> list[dict[
         gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
 
     Returns:
-        Row dicts with the ``collectives`` columns a collector fills.
+        The ``collectives`` columns a collector fills (name -> one value per row; times ns).
     """
     if gpu_present:
         cand = np.flatnonzero(f.kind_in({"kernel"}) & np.array([c == "comm" for c in cols["class"]], bool))
@@ -144,7 +144,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> list[dict[
         wanted = np.zeros(0, np.int64)
     launchers = _launchers(cols, f, wanted) if gpu_present else {}
     ranks_text: dict[str, str | None] = {}
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for i, a in zip(cand.tolist(), f.args_of(cand), strict=True):
         name = cols["name"][i]
         if gpu_present:
@@ -172,35 +172,30 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> list[dict[
         size = dtype_bytes(dtype)
         pg = _meta(a, rpc, "Process Group Name")
         cid = _meta(a, rpc, "Comms Id")
-        rows.append(
-            {
-                "source": source,
-                "pg": None if pg is None else str(pg),
-                "pg_ranks": _canonical_ranks(_meta(a, rpc, "Process Group Ranks"), ranks_text),
-                "seq": _int_or_none(_meta(a, rpc, "Seq")),
-                "p2p": op in P2P_OPS,
-                "comms_id": None if cid is None or isinstance(cid, (dict, list)) else str(cid),
-                "op": op,
-                "dtype": dtype,
-                "nelems_in": n_in,
-                "nelems_out": n_out,
-                "bytes_in": n_in * size if n_in is not None and size else None,
-                "bytes_out": n_out * size if n_out is not None and size else None,
-                "group_size": _int_or_none(_meta(a, rpc, "Group size")),
-                "enter_ns": enter,
-                "start_ns": int(f.ts[i]),
-                "end_ns": int(f.ts[i] + f.dur[i]),
-                "stream": cols["stream"][i],
-                "tid": tid,
-                "step": cols["step"][i],
-            }
-        )
-    rows.sort(key=lambda r: r["start_ns"])
+        rows.append((
+            source, None if pg is None else str(pg),
+            _canonical_ranks(_meta(a, rpc, "Process Group Ranks"), ranks_text), _int_or_none(_meta(a, rpc, "Seq")),
+            op in P2P_OPS, None if cid is None or isinstance(cid, (dict, list)) else str(cid), op, dtype, n_in,
+            n_out, n_in * size if n_in is not None and size else None,
+            n_out * size if n_out is not None and size else None, _int_or_none(_meta(a, rpc, "Group size")),
+            enter, int(f.ts[i]), int(f.ts[i] + f.dur[i]), cols["stream"][i], tid, cols["step"][i],
+        ))
+    start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")
+    rows.sort(key=lambda r: r[start])
     counter: dict[tuple[Any, str], int] = {}
+    ordinals = []
     for r in rows:
-        key = (r["pg"], r["op"])
-        r["ordinal"] = counter.get(key, 0)
-        counter[key] = r["ordinal"] + 1
-    return rows
+        key = (r[pg_at], r[op_at])
+        ordinals.append(counter.get(key, 0))
+        counter[key] = ordinals[-1] + 1
+    out = {name: list(col) for name, col in zip(_FIELDS, zip(*rows, strict=True), strict=True)} if rows else {
+        name: [] for name in _FIELDS}
+    out["ordinal"] = ordinals
+    return out
+
+
+#: The ``collectives`` columns a Kineto trace fills (besides ``ordinal``), in the order of the row tuples.
+_FIELDS = ("source", "pg", "pg_ranks", "seq", "p2p", "comms_id", "op", "dtype", "nelems_in", "nelems_out",
+           "bytes_in", "bytes_out", "group_size", "enter_ns", "start_ns", "end_ns", "stream", "tid", "step")
 
 

@@ -52,7 +52,7 @@ from traceprof import classify
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import NotUtf8, TextStream, read_maybe_gzip
-from traceprof.limits import drop_out_of_range, to_table
+from traceprof.limits import columns_to_table, drop_out_of_range, to_table
 from traceprof.parsed import ParsedTrace
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.timeconv import us_text_to_ns
@@ -439,7 +439,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         events=_events_table(cols),
         devices=to_table(devices, _DEVICE_SCHEMA, rejected, "device"),
         steps=to_table(steps_rows, _STEP_SCHEMA, rejected, "step"),
-        collectives=to_table(coll, _COLL_SCHEMA, rejected, "collective"),
+        collectives=columns_to_table(coll, _COLL_SCHEMA, rejected, "collective"),
         events_read=events_read,
         rejected=rejected,
         skipped=skipped,

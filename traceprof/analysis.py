@@ -23,7 +23,7 @@ import polars as pl
 from traceprof.errors import TraceprofError, UsageError
 
 __all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all", "reuse_results",
-           "shared", "reusing"]
+           "shared", "reusing", "executing", "Runner"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,30 @@ def reusing() -> bool:
     return _MEMO.get() is not None
 
 
+#: Runs a registered analysis in place of calling it here: ``runner(name, store, params, fn)``
+#: returns what ``fn(store, params)`` would (``traceprof.rankwise`` runs per-rank analyses on a
+#: Dask cluster and calls ``fn`` for the rest).
+Runner = Callable[[str, Any, Any, Callable[[Any, Any], "FrameResult"]], "FrameResult"]
+_RUNNER: ContextVar[Runner | None] = ContextVar("traceprof_analysis_runner", default=None)
+
+
+@contextmanager
+def executing(runner: Runner | None) -> Iterator[None]:
+    """Inside the block, every registered analysis is computed by ``runner`` (None: here, as
+    outside any block). Results of :func:`reuse_results` are still shared; a runner must return
+    exactly what the analysis returns here."""
+    token = _RUNNER.set(runner)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(token)
+
+
+def _compute(name: str, fn: Callable[[Any, Any], FrameResult], store: Any, p: Any) -> FrameResult:
+    runner = _RUNNER.get()
+    return fn(store, p) if runner is None else runner(name, store, p, fn)
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -156,11 +180,11 @@ def register(name: str, params: type) -> Callable[[Callable[[Any, Any], FrameRes
         def once(store: Any, p: Any) -> FrameResult:
             memo = _MEMO.get()
             if memo is None:
-                return fn(store, p)
+                return _compute(name, fn, store, p)
             key = (id(store), name, p)
             if key not in memo:
                 try:
-                    memo[key] = (store, fn(store, p))  # the store is kept so that its id stays unique
+                    memo[key] = (store, _compute(name, fn, store, p))  # the store is kept so that its id stays unique
                 except TraceprofError as e:
                     memo[key] = (store, e)
             out = memo[key][1]

@@ -82,6 +82,12 @@ class Format(str, Enum):
     csv = "csv"
 
 
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", metavar="local|dask",
+    help="Where per-rank analyses run: here, or dask (one task per rank on a Dask cluster, see --scheduler; "
+         "needs a Parquet-layout store on a filesystem every worker mounts). Cross-rank analyses run here.")]
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", metavar="ADDR", help="Dask scheduler address for --executor dask, e.g. tcp://HOST:8786.")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 UnitsOpt = Annotated[str, typer.Option(
     "--units", help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.")]
@@ -353,6 +359,8 @@ def analyze(
     save: Annotated[bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")] = False,
     raw: RawOpt = False,
     units: UnitsOpt = "human",
+    executor: ExecutorOpt = "local",
+    scheduler: SchedulerOpt = None,
     show_help: Annotated[bool, typer.Option(
         "--help", "-h", is_eager=True, help="Show this message; with NAME: the analysis' parameters and tables.")] = False,
 ) -> None:
@@ -377,17 +385,19 @@ def analyze(
         for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
             say(line, out)
         return
+    from traceprof.rankwise import executing
+
     options = dict(_kv(p) for p in param or [])
-    with Store(db, read_only=not save) as store:
+    # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
+    apart = save and executor == "dask"
+    with Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store):
         result = an.run(store, registry.make_params(an, run, options))
         run_name = _run_name(store, run)
-        if save:
-            try:
-                saved = store.save_frames(store.resolve_run(run), f"result_{name}", result.frames())
-            except KeyboardInterrupt:
-                done = "saved" if store.commits else "not saved; the store is unchanged"
-                raise Interrupted(f"interrupted; the result tables result_{name}_* were {done}") from None
-            say(f"saved tables: {', '.join(saved)}")
+        if save and not apart:
+            _save(store, run, name, result)
+    if apart:
+        with Store(db) as store:
+            _save(store, run, name, result)
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
@@ -396,6 +406,16 @@ def analyze(
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
+
+
+def _save(store: Store, run: str | None, name: str, result: Any) -> None:
+    """Store ``result``'s tables as result_<name>_<table> and say which."""
+    try:
+        saved = store.save_frames(store.resolve_run(run), f"result_{name}", result.frames())
+    except KeyboardInterrupt:
+        done = "saved" if store.commits else "not saved; the store is unchanged"
+        raise Interrupted(f"interrupted; the result tables result_{name}_* were {done}") from None
+    say(f"saved tables: {', '.join(saved)}")
 
 
 def _run_name(store: Store, run: str | None) -> str:
@@ -468,13 +488,16 @@ def report(
         "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
+    executor: ExecutorOpt = "local",
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
+    from traceprof.rankwise import executing
     from traceprof.report import write_report
 
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
-    with Store(db, read_only=True) as store:
+    with Store(db, read_only=True) as store, executing(executor, scheduler, store):
         write_report(store, run, output, baseline=baseline, params=params, force=force)
     say(f"report written to {output}")
 

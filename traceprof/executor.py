@@ -1,4 +1,4 @@
-"""Where ingest parses files: in this process and its workers (``local``), or on a Dask cluster.
+"""Where ingest parses files and per-rank analyses run: here (``local``), or on a Dask cluster.
 
 ``--executor dask --scheduler tcp://HOST:8786`` sends one task per trace file to a running Dask
 distributed scheduler. Each task parses its file and writes the file's ``events`` rows as Parquet
@@ -10,6 +10,9 @@ alignment) on the collectives table as a local ingest does. So:
 - the store must have the Parquet layout (``--executor dask`` chooses it for a new store);
 - the trace files and the store's folder must be on a filesystem that every worker mounts at the
   same path (NFS, Lustre, GPFS, ...), and the workers need traceprof installed (same version).
+
+``analyze`` / ``report --executor dask`` run each per-rank analysis as one task per rank on the
+same cluster (:mod:`traceprof.rankwise`).
 
 Dask is imported only here and only when this executor is used (``pip install 'traceprof[dask]'``).
 """
@@ -25,7 +28,7 @@ from typing import Any, TypeVar
 from traceprof import fileio
 from traceprof.errors import TraceFormatError, TraceprofError, UsageError
 
-__all__ = ["EXECUTORS", "map_on_dask"]
+__all__ = ["EXECUTORS", "DaskCluster", "check_options", "map_on_dask"]
 
 #: The ingest executors.
 EXECUTORS = ("local", "dask")
@@ -36,9 +39,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _on_worker(fn: Callable[[Any], R], max_inflate_ratio: float, task: Any) -> R | TraceprofError:
+def _on_worker(fn: Callable[[Any], R], max_inflate_ratio: float | None, task: Any) -> R | TraceprofError:
     """Run ``fn(task)`` on a worker; a file the worker cannot read is an error naming it and the host."""
-    fileio.set_max_inflate_ratio(max_inflate_ratio)
+    if max_inflate_ratio is not None:
+        fileio.set_max_inflate_ratio(max_inflate_ratio)
     try:
         return fn(task)
     except OSError as e:
@@ -48,36 +52,88 @@ def _on_worker(fn: Callable[[Any], R], max_inflate_ratio: float, task: Any) -> R
             "needs the trace files and the store's folder on a filesystem every worker mounts at the same path")
 
 
-def map_on_dask(
-    fn: Callable[[T], R], tasks: list[T], scheduler: str, max_inflate_ratio: float,
-    done: Callable[[int], None] | None = None,
-) -> list[R | TraceprofError]:
-    """``[fn(t) for t in tasks]`` on the Dask cluster at ``scheduler``, one task each.
-
-    Args:
-        fn: A function importable on the workers (module-level in traceprof) of one task; a task
-            is a tuple whose first item is the file path (for messages).
-        tasks: The tasks; results come back in the same order.
-        scheduler: Scheduler address, e.g. ``tcp://10.0.0.5:8786``.
-        max_inflate_ratio: Gzip inflate cap for the workers (:mod:`traceprof.fileio`).
-        done: Called with the number of results so far after each one.
-
-    Returns:
-        The results; a task whose file a worker cannot read returns a ``TraceFormatError``.
+def check_options(executor: str, scheduler: str | None) -> bool:
+    """Check ``--executor`` / ``--scheduler``; returns whether the executor is dask.
 
     Raises:
-        UsageError: Dask is not installed, or the scheduler cannot be reached.
-        KeyboardInterrupt: Ctrl-C (the tasks are cancelled).
+        UsageError: An unknown executor, a scheduler without dask, dask without a scheduler.
     """
-    try:
-        from distributed import Client
-    except ImportError:
-        raise UsageError("--executor dask needs Dask: pip install 'traceprof[dask]'") from None
-    try:
-        client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as e:
-        raise UsageError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there: {e}") from None
-    try:
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if executor != "dask":
+        if scheduler is not None:
+            raise UsageError("--scheduler is for --executor dask")
+        return False
+    if not scheduler:
+        raise UsageError("--executor dask needs --scheduler ADDRESS, e.g. tcp://HOST:8786")
+    return True
+
+
+class DaskCluster:
+    """A connection to a running Dask distributed scheduler, opened on the first :meth:`map`.
+
+    Use it as a context manager: the connection closes at the end of the block. Several maps
+    (e.g. one per analysis of a report) share the one connection.
+
+    Args:
+        scheduler: Scheduler address, e.g. ``tcp://10.0.0.5:8786``.
+    """
+
+    def __init__(self, scheduler: str) -> None:
+        self.scheduler = scheduler
+        self._client: Any = None
+
+    def __enter__(self) -> DaskCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (a second call does nothing)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def connect(self) -> Any:
+        """The Dask client, connected on the first call.
+
+        Raises:
+            UsageError: Dask is not installed, or the scheduler cannot be reached.
+        """
+        if self._client is None:
+            try:
+                from distributed import Client
+            except ImportError:
+                raise UsageError("--executor dask needs Dask: pip install 'traceprof[dask]'") from None
+            try:
+                self._client = Client(self.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as e:
+                raise UsageError(f"--scheduler {self.scheduler}: cannot reach a Dask scheduler there: {e}") from None
+        return self._client
+
+    def map(
+        self, fn: Callable[[T], R], tasks: list[T], max_inflate_ratio: float | None = None,
+        done: Callable[[int], None] | None = None,
+    ) -> list[R | TraceprofError]:
+        """``[fn(t) for t in tasks]`` on the cluster, one Dask task each, results in task order.
+
+        Args:
+            fn: A function importable on the workers (module-level in traceprof) of one task; a task
+                is a tuple whose first item is the file the task reads (for messages).
+            tasks: The tasks.
+            max_inflate_ratio: Gzip inflate cap for the workers (:mod:`traceprof.fileio`); None
+                leaves theirs as it is.
+            done: Called with the number of results so far after each one.
+
+        Returns:
+            The results; a task whose file a worker cannot read returns a ``TraceFormatError``.
+
+        Raises:
+            UsageError: Dask is not installed, or the scheduler cannot be reached.
+            KeyboardInterrupt: Ctrl-C (the tasks are cancelled).
+        """
+        client = self.connect()
         futures = client.map(functools.partial(_on_worker, fn, max_inflate_ratio), tasks, pure=False)
         out: list[R | TraceprofError] = []
         try:
@@ -89,5 +145,13 @@ def map_on_dask(
         except BaseException:
             client.cancel(futures)
             raise
-    finally:
-        client.close()
+
+
+def map_on_dask(
+    fn: Callable[[T], R], tasks: list[T], scheduler: str, max_inflate_ratio: float,
+    done: Callable[[int], None] | None = None,
+) -> list[R | TraceprofError]:
+    """:meth:`DaskCluster.map` on a connection of its own to the scheduler at ``scheduler``
+    (arguments, results and errors as there)."""
+    with DaskCluster(scheduler) as cluster:
+        return cluster.map(fn, tasks, max_inflate_ratio, done)

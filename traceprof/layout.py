@@ -252,7 +252,14 @@ class Dataset:
 
     def allow_reads(self) -> None:
         """Allow the read-only connection to read exactly the dataset's files; call before disabling
-        external access (DuckDB refuses to change ``allowed_paths`` after)."""
+        external access (DuckDB refuses to change ``allowed_paths`` after).
+
+        A second read-only open of the store in this process (e.g. two Dask tasks of one worker,
+        ``traceprof.rankwise``) shares the first one's DuckDB database, whose access is already
+        restricted to these files: nothing to do then."""
+        ((external,),) = self.con.execute("SELECT current_setting('enable_external_access')").fetchall()
+        if not external:
+            return
         paths = [str(p) for t in schema.PARQUET_TABLES for p in self.files(t)]
         if paths:
             self.con.execute("SET allowed_paths = ?", [paths])

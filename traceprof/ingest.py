@@ -267,19 +267,10 @@ def ingest(
 
 
 def _check_executor(store: Store, executor: str, scheduler: str | None) -> None:
-    """Refuse an unknown executor, a scheduler without Dask, Dask without a scheduler or with a
-    DuckDB-layout store."""
-    from traceprof.executor import EXECUTORS
+    """Refuse what ``traceprof.executor.check_options`` refuses, and Dask with a DuckDB-layout store."""
+    from traceprof.executor import check_options
 
-    if executor not in EXECUTORS:
-        raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
-    if executor != "dask":
-        if scheduler is not None:
-            raise UsageError("--scheduler is for --executor dask")
-        return
-    if not scheduler:
-        raise UsageError("--executor dask needs --scheduler ADDRESS, e.g. tcp://HOST:8786")
-    if store.dataset is None:
+    if check_options(executor, scheduler) and store.dataset is None:
         raise UsageError(f"--executor dask writes the Parquet layout, but {store.path} has the duckdb layout; "
                          "ingest into a new store (--db) or without --executor dask")
 

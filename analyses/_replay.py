@@ -24,7 +24,7 @@ negative values to 0), so the difference between two replays is the effect of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -36,8 +36,10 @@ from traceprof.matching import ARRIVAL_SQL, preferred_source, run_steps, unmatch
 from traceprof.store import Store
 
 __all__ = ["compute_items", "comm_items", "require_matched", "partial_note", "Timeline", "build", "replay",
-           "EPS_NS", "Transient", "transient", "TRANSIENT_SKEW_FACTOR"]
+           "EPS_NS", "KEY_SPAN", "Transient", "transient", "TRANSIENT_SKEW_FACTOR"]
 
+#: Pooling keys (``Timeline.nodes["key"]``) are key0 position x this + ordinal in the step.
+KEY_SPAN = 2**32
 #: Tolerance for "ended before started" (ns): float32 NDTimeline times have ~4 us resolution.
 EPS_NS = 10_000
 #: ... or this share of the shorter item's duration, whichever is larger (NDTimeline's GPU-event
@@ -252,12 +254,16 @@ class Timeline:
     """The dependency graph of a run's items, ready to replay (see :func:`build`).
 
     Node arrays (one entry per node, in topological order by ``level``): ``kind`` (0 compute, 1
-    arrival, 2 instance, 3 comm end), ``rank``, ``step``, ``key`` (pooling key), ``instance``
+    arrival, 2 instance, 3 comm end), ``rank``, ``step``, ``key`` (pooling key, int64: the item's
+    key0 (compute: its name; comm: op|group class|bytes) as its position k among the run's distinct
+    key0s, sorted, times :data:`KEY_SPAN`, plus its ordinal among the items of its rank and step
+    with that key0; null for instance nodes), ``instance``
     (instance id of comm nodes, -1 for compute; items come first, in rank, step and start order), ``gap`` and
     ``dur`` (recorded ns), ``base`` (step start ns for nodes without predecessors, else -inf),
     ``end`` (recorded end ns, NaN for instance nodes). Times are ns since the run's first item;
     ``step_start`` (step, step_start_ns) is on the same scale. Edges in CSR form by target: ``pred_ptr``,
-    ``pred``. ``levels``: node index ranges per topological level.
+    ``pred``. ``levels``: node index ranges per topological level. ``names``: the op name (key0 up to its first ``|``)
+    of each key0 position k.
     """
 
     nodes: pl.DataFrame
@@ -265,6 +271,7 @@ class Timeline:
     pred: np.ndarray
     levels: list[tuple[int, int]]
     step_start: pl.DataFrame
+    names: pl.Series = field(default_factory=lambda: pl.Series(dtype=pl.Utf8))
     _by_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def by_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -431,20 +438,25 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         pl.concat_str([pl.col("op"), pl.col("pg").fill_null("").str.replace_all(r"\d+", "#"),
                        pl.col("bytes").cast(pl.Utf8).fill_null("?")], separator="|").alias("key0"),
         pl.col("arrival_ns").alias("start_ns"), "end_ns", "instance_id")
+    both = pl.concat([c, k])
+    # key0 as an integer (its position among the distinct key0s, sorted): sorting, pooling and
+    # blaming compare integers, not millions of strings
+    uniq = both["key0"].drop_nulls().unique().sort()
+    both = both.with_columns(pl.col("key0").replace_strict(uniq, pl.int_range(uniq.len(), eager=True),
+                                                           default=None, return_dtype=pl.Int64))
     # a total order: items with the same bounds keep one order whatever the input order (their
     # pooling ordinals, and so the blame, depend on it)
-    items = pl.concat([c, k]).sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id",
-                                   nulls_last=True).with_row_index("idx")
+    items = both.sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id",
+                      nulls_last=True).with_row_index("idx")
     # times relative to the run's first item: epoch ns do not fit a float64 exactly
     t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
     items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)
     m = m.with_columns(pl.col("last_ns") - t0)
     items = items.with_columns(pl.col("idx").cast(pl.Int64))
     step_start = items.group_by("step").agg(pl.col("start_ns").min().alias("step_start_ns"))
-    # pooling key: name + its ordinal among same-named items of the rank's step
+    # pooling key: key0 and its ordinal among the items of the rank's step with that key0
     items = items.with_columns(
-        pl.concat_str([pl.col("key0"), pl.int_range(pl.len()).over("rank", "step", "key0").cast(pl.Utf8)],
-                      separator="#").alias("key"))
+        (pl.col("key0") * KEY_SPAN + pl.int_range(pl.len()).over("rank", "step", "key0")).alias("key"))
     rs = items.select("rank", "step")
     group = np.cumsum(rs.select((pl.col("rank").diff() != 0) | (pl.col("step").diff() != 0))["rank"]
                       .fill_null(True).to_numpy())  # (rank, step) groups, contiguous in the sort
@@ -490,7 +502,7 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         "kind": np.concatenate([np.where(is_comm, 1, 0), np.full(n_inst, 2), np.full(len(comm_idx), 3)]),
         "rank": np.concatenate([items["rank"].to_numpy(), np.full(n_inst, -1), items["rank"].to_numpy()[comm_idx]]),
         "step": np.concatenate([steps, inst_step, steps[comm_idx]]),
-        "key": pl.concat([items["key"], pl.Series([None] * n_inst, dtype=pl.Utf8), items["key"].gather(comm_idx)]),
+        "key": pl.concat([items["key"], pl.Series([None] * n_inst, dtype=pl.Int64), items["key"].gather(comm_idx)]),
         "instance": np.concatenate([np.where(is_comm, np.nan_to_num(inst.astype(np.float64), nan=-1), -1).astype(np.int64),
                                     inst_ids, inst[comm_idx].astype(np.int64)]),
         "gap": np.concatenate([gap, np.zeros(n_inst), np.zeros(len(comm_idx))]),
@@ -544,7 +556,8 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     bounds = np.nonzero(np.diff(lv))[0] + 1
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [n_nodes]])
-    return Timeline(nodes, pred_ptr, pred, list(zip(starts.tolist(), ends.tolist(), strict=True)), step_start)
+    return Timeline(nodes, pred_ptr, pred, list(zip(starts.tolist(), ends.tolist(), strict=True)), step_start,
+                    uniq.str.split("|").list.first())
 
 
 def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:

@@ -267,16 +267,20 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.n
         for st in sorted(set(stages.values())):
             rows.append(("stage", str(st), with_group(stage_of == st)))
     if kind == "blocking":
-        names = nodes["key"].str.replace(r"#\d+$", "").str.split("|").list.first()
-        code = names.rank("dense").fill_null(0).cast(pl.Int64).to_numpy()  # integers, not 2M strings
+        # each node's op name as an integer: the dense rank of its name (0: no name, instance nodes)
+        name_code = tl.names.rank("dense").cast(pl.Int64).to_numpy()
+        k0 = (nodes["key"] // _replay.KEY_SPAN).fill_null(-1).to_numpy()
+        code = np.where(k0 >= 0, name_code[np.maximum(k0, 0)] if len(name_code) else 0, 0)
+        name_of = dict(zip(name_code.tolist(), tl.names.to_list(), strict=True))
         # op types by their time above the ideal (the signed excess sums to float noise around 0
         # when the ideal is the mean, which then picked the top list at random), summed in node
         # order (np.bincount: one summation order), the most first, then by name
         real = node_kind != 2
         x = np.bincount(code[real], weights=np.maximum(dur0 - dur_i, 0.0)[real],
                         minlength=int(code.max(initial=0)) + 1)
-        excess = pl.DataFrame({"name": names.filter(pl.Series(real)), "code": code[real]}).unique("code")
-        excess = excess.with_columns(pl.Series("x", x[excess["code"].to_numpy()]))
+        present = np.unique(code[real])
+        excess = pl.DataFrame({"name": [name_of.get(int(c)) for c in present], "code": present, "x": x[present]},
+                              schema={"name": pl.Utf8, "code": pl.Int64, "x": pl.Float64})
         top = excess.sort(["x", "name"], descending=[True, False], nulls_last=True).head(params.top_ops)
         rows.extend(("op", str(name), with_group(code == c)) for name, c in zip(top["name"], top["code"], strict=True))
     else:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 import numpy as np
@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from collectors.kineto._values import Ints, int_or_none
 from traceprof.timeconv import us_text_to_ns
 
-__all__ = ["Decoded", "decode", "Rows", "rows", "Ints"]
+__all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
 
 #: JSON text per batch: bounds the Python objects alive at once (about 5x this in memory).
 BATCH_BYTES = 2 << 20
@@ -374,7 +374,7 @@ class Rows:
             ts_ns and dur_ns (epoch ns: the base added) as int64 arrays; device, stream,
             correlation, external_id and raw_dur_ns (missing) as :class:`Ints`; args as an Arrow
             string column (JSON text).
-        src_index: Index in ``traceEvents`` of each kept row.
+        src_index: Index in ``traceEvents`` of each kept row (a :class:`Positions`).
         skipped: Records not stored by design (flows, metadata), counted by reason.
         rejected: Records dropped, counted by reason (unknown phases).
         process_names: pid -> the ``process_name`` metadata's name.
@@ -420,7 +420,8 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         return None
     if base_ns and (keep & ((d.ts_ns > 2**63 - 1 - base_ns) | (d.ts_ns < -(2**63) - base_ns))).any():
         return None  # epoch ns beyond int64: the general path rejects them per event
-    idx = np.flatnonzero(keep).tolist()
+    keep_ix = np.flatnonzero(keep)
+    kept = len(keep_ix)
     skipped: dict[str, int] = {}
     rejected: dict[str, int] = {}
     names: dict[str, str] = {}
@@ -436,10 +437,10 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
             rejected[reason] = rejected.get(reason, 0) + 1
 
     def take(col: list[Any]) -> list[Any]:
-        return col if len(idx) == n else [col[i] for i in idx]
+        return col if kept == n else [col[i] for i in keep_ix.tolist()]
 
     kind = take(kinds)
-    keep_ix = np.asarray(idx, np.int64)
+    del kinds
     gpu = np.fromiter((k in gpu_kinds for k in kind), bool, len(kind))
     pid, tid = take(d.pid), take(d.tid)
     device, stream = _lane_ids(d.device.take(keep_ix), pid, gpu), _lane_ids(d.stream.take(keep_ix), tid, gpu)
@@ -450,10 +451,53 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         "ts_ns": d.ts_ns[keep_ix] + base_ns, "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix],
         "pid": pid, "tid": tid, "device": device, "stream": stream,
         "correlation": d.correlation.take(keep_ix), "external_id": d.external_id.take(keep_ix),
-        "args": d.args if len(idx) == n else d.args.take(pa.array(keep_ix)),
-        "flag": [None] * len(idx), "raw_dur_ns": Ints.missing(len(idx)),
+        "args": d.args if kept == n else _filter_chunks(d, keep),
+        "flag": [None] * kept, "raw_dur_ns": Ints.missing(kept),
     }
-    return Rows(cols, idx, skipped, rejected, names)
+    # Positions does what the parser's checks do with a list (traceprof.limits, checks.flag_records)
+    return Rows(cols, cast(list[int], Positions(keep_ix)), skipped, rejected, names)
+
+
+def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
+    """``d.args`` without the rows ``keep`` is False for, a chunk at a time: each chunk is dropped
+    from ``d`` once filtered, so the args text is held about once, not twice."""
+    chunks, d.args = list(d.args.chunks), pa.chunked_array([], pa.string())
+    out, at = [], 0
+    for i, chunk in enumerate(chunks):
+        out.append(chunk.filter(pa.array(keep[at : at + len(chunk)])))
+        at += len(chunk)
+        chunks[i] = None  # type: ignore[call-overload]
+    return pa.chunked_array(out, pa.string())
+
+
+class Positions:
+    """Each row's index in ``traceEvents`` as an int64 array, with the list operations the parser's
+    checks use (``len``, ``[i]``, iteration, ``[:] = ...``, ``np.asarray``): a Python list of
+    millions of ints costs 36 bytes a row, the array 8.
+
+    Args:
+        values: The indices, ascending.
+    """
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = np.asarray(values, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.values[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.values.tolist())
+
+    def __setitem__(self, s: slice, items: Iterable[int]) -> None:
+        if s != slice(None):
+            raise TypeError("Positions supports [:] = ... only")
+        self.values = np.fromiter(items, np.int64)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.values if dtype is None else self.values.astype(dtype)
 
 
 _UNSEEN = object()

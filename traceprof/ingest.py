@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +141,19 @@ def _stage_one(args: tuple[Path, str, bool, tuple[str, ...], str]) -> list[Parse
         return e
 
 
+def _spool_one(args: tuple[Path, str, bool, tuple[str, ...], str]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file (:func:`_parse_one`) and write each trace's events as Arrow IPC into folder
+    ``args[4]`` (``traceprof.layout.spool``): the traces come back without their event rows, which
+    the store reads back one trace at a time as it inserts them."""
+    got = _parse_one(args[:4])
+    if isinstance(got, TraceprofError):
+        return got
+    try:
+        return [layout.spool(pt, Path(args[4])) for pt in got]
+    except TraceprofError as e:
+        return e
+
+
 def _parse_source(path: Path, on_bad_event: str) -> list[ParsedTrace]:
     collector = _claim(path)
     if collector is None:
@@ -236,9 +251,13 @@ def ingest(
         result.warnings.append(
             f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
             "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)")
+    spool: Path | None = None  # DuckDB layout, several files: events wait here (Arrow IPC) until inserted
     try:
         tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
-        parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None)
+        if store.dataset is None and len(tasks) > 1:
+            spool = Path(tempfile.mkdtemp(prefix=f".{store.path.name}.spool-", dir=store.path.absolute().parent))
+        parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None,
+                            spool)
         by_run: dict[str, list[ParsedTrace]] = {}
         for (name, f), pts in zip(todo, parsed, strict=True):
             if isinstance(pts, NotATraceError) and f in scanned:
@@ -260,9 +279,11 @@ def ingest(
             result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
             result.added += sorted({pt.path for pt in traces})
             result.warnings += [f"run {name!r}: {n}" for n in notes]
-    finally:  # staged Parquet files no run took (failed or skipped files)
+    finally:  # staged Parquet files no run took (failed or skipped files); spooled events, on success too
         if store.dataset is not None:
             store.dataset.discard()
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
     return result
 
 
@@ -310,10 +331,11 @@ _PARALLEL_BYTES = 16 << 20
 
 def _parse_all(
     tasks: list[tuple[Path, str, bool, tuple[str, ...]]], jobs: int | None, progress: Progress | None,
-    max_inflate_ratio: float, store: Store, scheduler: str | None = None,
+    max_inflate_ratio: float, store: Store, scheduler: str | None = None, spool: Path | None = None,
 ) -> list[list[ParsedTrace] | TraceprofError]:
     """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
-    in a Parquet-layout store the events go to its staging folder (:func:`_stage_one`)."""
+    in a Parquet-layout store the events go to its staging folder (:func:`_stage_one`), else, when
+    ``spool`` is given, to Arrow IPC files there (:func:`_spool_one`)."""
     n = len(tasks)
 
     def done(i: int) -> None:
@@ -332,6 +354,8 @@ def _parse_all(
         jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
     if store.dataset is not None:
         return procs.map_in_workers(_stage_one, staged, min(jobs, n), max_inflate_ratio, done)
+    if spool is not None:
+        return procs.map_in_workers(_spool_one, [(*t, str(spool)) for t in tasks], min(jobs, n), max_inflate_ratio, done)
     return procs.map_in_workers(_parse_one, tasks, min(jobs, n), max_inflate_ratio, done)
 
 

@@ -46,8 +46,8 @@ from traceprof import schema
 from traceprof.errors import StoreError, UsageError
 from traceprof.parsed import ParsedTrace
 
-__all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "Dataset", "dataset_dir",
-           "estimate_bytes", "choose", "stage", "write_part", "refuse_file_writes"]
+__all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "SpooledTrace", "Dataset",
+           "dataset_dir", "estimate_bytes", "choose", "stage", "spool", "write_part", "refuse_file_writes"]
 
 #: The store layouts (module doc).
 LAYOUTS = ("duckdb", "parquet")
@@ -161,6 +161,20 @@ class StagedTrace(ParsedTrace):
         return self.events_rows
 
 
+def _span(ev: pa.Table) -> pa.Table:
+    """Two stand-in rows for ``traceprof.identity``'s time checks: the first start and the last end
+    of ``ev`` (``ts_ns``; ``dur_ns`` 0); no rows when ``ev`` has no times."""
+    span = pa.table({"ts_ns": pa.array([], pa.int64()), "dur_ns": pa.array([], pa.int64())})
+    if "ts_ns" in ev.column_names:
+        import pyarrow.compute as pc
+
+        dur = pc.fill_null(ev["dur_ns"], 0) if "dur_ns" in ev.column_names else pa.scalar(0, pa.int64())
+        lo, hi = pc.min(ev["ts_ns"]).as_py(), pc.max(pc.add(ev["ts_ns"], dur)).as_py()
+        if lo is not None:
+            span = pa.table({"ts_ns": pa.array([lo, hi], pa.int64()), "dur_ns": pa.array([0, 0], pa.int64())})
+    return span
+
+
 def stage(pt: ParsedTrace, folder: Path) -> StagedTrace:
     """Write ``pt.events`` to a new file in ``folder`` and return the trace without its rows.
 
@@ -173,16 +187,63 @@ def stage(pt: ParsedTrace, folder: Path) -> StagedTrace:
         return StagedTrace(**fields)
     path = folder / f"{uuid.uuid4().hex}.parquet"
     rows = write_part(ev, path)
-    span = pa.table({"ts_ns": pa.array([], pa.int64()), "dur_ns": pa.array([], pa.int64())})
-    if "ts_ns" in ev.column_names:
-        import pyarrow.compute as pc
-
-        dur = pc.fill_null(ev["dur_ns"], 0) if "dur_ns" in ev.column_names else pa.scalar(0, pa.int64())
-        lo, hi = pc.min(ev["ts_ns"]).as_py(), pc.max(pc.add(ev["ts_ns"], dur)).as_py()
-        if lo is not None:
-            span = pa.table({"ts_ns": pa.array([lo, hi], pa.int64()), "dur_ns": pa.array([0, 0], pa.int64())})
-    fields["events"] = span
+    fields["events"] = _span(ev)
     return StagedTrace(**fields, events_file=str(path), events_rows=rows)
+
+
+@dataclass
+class SpooledTrace(ParsedTrace):
+    """A :class:`~traceprof.parsed.ParsedTrace` whose events wait in an Arrow IPC file (written by
+    :func:`spool` in a parser process) until the store inserts them, so that a multi-file ingest
+    into the DuckDB layout holds one trace's rows at a time, not every rank's.
+
+    ``events`` holds the stand-in rows of :class:`StagedTrace`; :meth:`read_events` gives the rows
+    (the same table, column types included).
+
+    Attributes:
+        events_file: Absolute path of the Arrow IPC file.
+        events_rows: Rows in it.
+    """
+
+    events_file: str = ""
+    events_rows: int = 0
+
+    @property
+    def events_kept(self) -> int:
+        return self.events_rows
+
+    def read_events(self) -> pa.Table:
+        """The events, memory-mapped from the file (pages are read as DuckDB scans them).
+
+        Raises:
+            StoreError: The file is gone or damaged.
+        """
+        try:
+            with pa.memory_map(self.events_file) as f:
+                return pa.ipc.open_file(f).read_all()
+        except (OSError, pa.ArrowInvalid) as e:
+            raise StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: {e}") from None
+
+
+def spool(pt: ParsedTrace, folder: Path) -> ParsedTrace:
+    """Write ``pt.events`` to a new Arrow IPC file in ``folder``; the trace without its rows
+    (:class:`SpooledTrace`), or ``pt`` itself when it has no events.
+
+    Raises:
+        StoreError: The file cannot be written.
+    """
+    ev = pt.events
+    if ev is None or ev.num_rows == 0:
+        return pt
+    fields = {f.name: getattr(pt, f.name) for f in dataclasses.fields(ParsedTrace)}
+    path = folder / f"{uuid.uuid4().hex}.arrow"
+    try:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ev.schema) as w:
+            w.write_table(ev)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise StoreError(f"{path}: cannot spool the events of {pt.path}: {e}") from None
+    fields["events"] = _span(ev)
+    return SpooledTrace(**fields, events_file=str(path), events_rows=ev.num_rows)
 
 
 def refuse_file_writes(con: duckdb.DuckDBPyConnection, query: str) -> None:
@@ -290,6 +351,8 @@ class Dataset:
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(pt.events_file, dest)
             rows = pt.events_rows
+        elif isinstance(pt, SpooledTrace):
+            rows = write_part(pt.read_events(), dest)
         elif pt.events is None or pt.events.num_rows == 0:
             return None
         else:

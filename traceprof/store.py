@@ -22,7 +22,7 @@ import polars as pl
 from traceprof import schema
 from traceprof.errors import SchemaVersionError, StoreError
 from traceprof.identity import check_append, check_within
-from traceprof.layout import LAYOUTS, Dataset, StagedTrace, dataset_dir, refuse_file_writes
+from traceprof.layout import LAYOUTS, Dataset, SpooledTrace, StagedTrace, dataset_dir, refuse_file_writes
 from traceprof.limits import INT32, fits
 from traceprof.locking import StoreLock
 from traceprof.parsed import ParsedTrace
@@ -546,7 +546,8 @@ class Store:
         for name in ("events", "devices", "steps", "collectives"):
             if name == "events" and (self.dataset is not None or isinstance(pt, StagedTrace)):
                 continue
-            tbl = getattr(pt, name)
+            # spooled events (a multi-file ingest) are read here, inserted and dropped: one trace's at a time
+            tbl = pt.read_events() if name == "events" and isinstance(pt, SpooledTrace) else getattr(pt, name)
             if tbl is None or tbl.num_rows == 0:
                 continue
             cols = schema.table(name).column_names
@@ -562,3 +563,4 @@ class Store:
             ]
             con.execute(f"INSERT INTO {name} SELECT {select} FROM _incoming", params)
             con.unregister("_incoming")
+            del tbl

@@ -63,18 +63,45 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
         aligned clock).
     """
     act = activity(store, run_id)
-    comp = act.filter(pl.col("class") == "compute").select("rank", "step", "lane", "name", "start_ns", "end_ns")
+    cols = ("rank", "step", "lane", "name", "start_ns", "end_ns")
+    comp = act.lazy().filter(pl.col("class") == "compute").select(cols).collect()  # only these columns copied
     if comp.is_empty():
         comp = store.sql(
             """SELECT rank, step, 'tid ' || tid AS lane, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
                FROM events WHERE run_id = ? AND kind = 'gpu_user_annotation'""",
             [run_id],
         )
-    # a total order (name last): of two intervals with the same bounds on a lane, the same one is kept
-    comp = run_steps(store, run_id, comp).sort("rank", "lane", "start_ns", "end_ns", "name",
-                                               descending=[False, False, False, True, False], nulls_last=True)
+    comp = _run_steps(store, run_id, comp)
+    # a total order (name last): of two intervals with the same bounds on a lane, the same one is
+    # kept; lanes and names sorted as integers (their positions among the sorted distinct values)
+    comp = comp.with_columns(_code("lane").alias("_lane"), _code("name").alias("_name")).sort(
+        "rank", "_lane", "start_ns", "end_ns", "_name", descending=[False, False, False, True, False],
+        nulls_last=True).drop("_lane", "_name")
     prev = pl.col("end_ns").cum_max().shift(1).over("rank", "lane")
     return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
+
+
+def _code(col: str) -> pl.Expr:
+    """A string column as int64: each value's position among the column's distinct values, sorted
+    (the same order as the strings; null stays null)."""
+    uniq = pl.col(col).drop_nulls().unique().sort()
+    return pl.col(col).replace_strict(uniq, pl.int_range(uniq.len()), default=None, return_dtype=pl.Int64)
+
+
+def _run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
+    """:func:`traceprof.matching.run_steps` of ``frame``, mapped on its distinct (rank, step)
+    pairs (a few thousand) rather than joined row by row; no join at all when no step changes."""
+    if frame.is_empty():
+        return frame
+    keys = frame.select("rank", "step").unique()
+    mapped = run_steps(store, run_id, keys.with_columns(pl.col("step").alias("_own")))
+    moved = mapped.filter(pl.col("step").ne_missing(pl.col("_own")))
+    if moved.is_empty():
+        return frame
+    cols = frame.columns
+    return frame.join(moved.select("rank", pl.col("_own").alias("step"), pl.col("step").alias("_run")),
+                      on=["rank", "step"], how="left", nulls_equal=True).with_columns(
+        pl.coalesce("_run", "step").alias("step")).select(cols)
 
 
 @shared

@@ -214,12 +214,13 @@ def run(store: Store, params: Params) -> Result:
     s, s_model = max(s_raw, 1.0), max(s_model_raw, 1.0)
     err = float(((frame["replay_ns"] - frame["actual_ns"]).abs() / frame["actual_ns"]).mean()) * 100  # type: ignore[arg-type]
     ideal_gaps = (gap_i, dur_i)
+    charged = _charged(nodes)  # the same for both kinds of blame
     blame = pl.concat([
-        _blame(store, run_id, tl, (gap0 if params.gaps == "median" else zero, dur0), ideal_gaps,
+        _blame(store, run_id, tl, charged, (gap0 if params.gaps == "median" else zero, dur0), ideal_gaps,
                (float(frame["ideal_ns"].mean()), None) if params.gaps == "median" else  # type: ignore[arg-type]
                (float(capped.mean()), frame[base].to_numpy()),  # type: ignore[arg-type]
                s_model if params.gaps == "median" else s, "blocking", params),
-        _blame(store, run_id, tl, (gap0, dur0), (gap_m, dur0), (float(frame["typgap_ns"].mean()), None),  # type: ignore[arg-type]
+        _blame(store, run_id, tl, charged, (gap0, dur0), (gap_m, dur0), (float(frame["typgap_ns"].mean()), None),  # type: ignore[arg-type]
                s_host, "host", params),
     ])
     straggling = max(s, s_host) > STRAGGLING_S
@@ -237,13 +238,13 @@ def run(store: Store, params: Params) -> Result:
     return Result(frame=frame, blame=blame, summary=summary, notes=notes + extra)
 
 
-def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.ndarray, np.ndarray],
+def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray, recorded: tuple[np.ndarray, np.ndarray],
            ideal: tuple[np.ndarray, np.ndarray], ref: tuple[float, np.ndarray | None], s_ref: float, kind: str,
            params: Params) -> pl.DataFrame:
     """Slowdown of the ``ideal`` replay with one group's ``recorded`` values put back (module doc,
     step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``. ``ref``: the mean
     step time the slowdown is over, and per step (in step order) the cap of each step's time, as
-    S caps the ideal at the step it is compared with (None: no cap)."""
+    S caps the ideal at the step it is compared with (None: no cap). ``charged``: :func:`_charged`."""
     mean_ideal, cap = ref
     (gap0, dur0), (gap_i, dur_i) = recorded, ideal
     nodes = tl.nodes
@@ -257,7 +258,6 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, recorded: tuple[np.n
         return max(float(np.minimum(t, cap).mean() if cap is not None else t.mean()) / mean_ideal, 1.0)
 
     ranks = nodes["rank"].to_numpy()
-    charged = _charged(nodes)
     rows: list[tuple[str, str, float]] = []
     for r in np.unique(ranks[ranks >= 0]):
         rows.append(("rank", str(int(r)), with_group((ranks == r) & charged)))

@@ -160,7 +160,7 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
         name, device_kind (gpu/cpu); with ``detail`` also kind (event kind), trace_id, device and
         stream (GPU rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
         start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
-        the op's own thread and start).
+        the op's own thread and start). Sorted by rank, start_ns and end_ns.
 
     Inside :func:`traceprof.analysis.reuse_results` (the report) the query runs once per run and
     selection: every analysis reads the same frame.
@@ -177,7 +177,9 @@ def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataF
            .replace("$valid", VALID_SQL))
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
-    return store.sql(sql.replace("$run", str(int(run_id))))
+    # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
+    # ``union_ns``) then skip their sorts
+    return store.sql(sql.replace("$run", str(int(run_id)))).sort("rank", "start_ns", "end_ns")
 
 
 def run_activity(store: Store, run: str | None, *, hta: bool = False, detail: bool = False) -> tuple[int, pl.DataFrame]:

@@ -48,8 +48,9 @@ def union_ns(
 ) -> pl.DataFrame:
     """Length of the union of the intervals of each group, in ns, as column ``name``.
 
-    One sort and one sweep, no merged intervals built: in start order an interval adds the part
-    of it past the running max end of its group's earlier intervals (as :func:`class_measures`).
+    One sort (none when ``df`` is sorted by the first ``by`` column and start) and one sweep, no
+    merged intervals built: in start order an interval adds the part of it past the running max
+    end of its group's earlier intervals (as :func:`class_measures`).
 
     Args:
         df: Frame with the ``by`` columns and int64 ``start``/``end`` (ns, end exclusive).
@@ -62,7 +63,8 @@ def union_ns(
     s = df.select(*by, start, end).filter(pl.col(end) > pl.col(start))
     if s.is_empty():
         return s.select(*by, (pl.col(end) - pl.col(start)).alias(name))
-    s = s.sort([*by, start]) if by else s.sort(start)
+    if not _sorted_by(s, [*by[:1], start]):  # sorted by the first key and start: each group in start order
+        s = s.sort([*by, start]) if by else s.sort(start)
     before = pl.col(end).cum_max().shift(1)
     before = (before.over(by) if by else before).fill_null(-(2**63))
     added = pl.max_horizontal(pl.col(end) - pl.max_horizontal(pl.col(start), before), 0)

@@ -99,7 +99,7 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    _, act = run_activity(store, params.run, hta=params.hta, detail=True)
+    _, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _overlap(act, ["rank"])
     per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
     notes = []

@@ -77,7 +77,7 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id, act = run_activity(store, params.run, hta=params.hta, detail=True)
+    run_id, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _breakdown(act, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
     per_step = _breakdown(act.filter(pl.col("step").is_not_null()), ["rank", "step"])
     gpu = act.filter(pl.col("device_kind") == "gpu")

@@ -41,9 +41,9 @@ __all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LA
            "multi_device_ranks"]
 
 #: Columns of :func:`activity`.
-ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind")
+ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind", "device")
 #: Extra columns of :func:`activity` with ``detail=True``.
-DETAIL_COLUMNS = ("kind", "trace_id", "device", "stream", "correlation", "launch_tid", "launch_ts_ns")
+DETAIL_COLUMNS = ("kind", "trace_id", "stream", "correlation", "launch_tid", "launch_ts_ns")
 
 _SQL = """
 WITH gpu_ranks AS (
@@ -64,13 +64,13 @@ train_threads AS (
 )
 SELECT e.rank, coalesce(e.class, 'compute') AS class,
        e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
-       $lane AS lane, e.step, e.name, 'gpu' AS device_kind$gpu_detail
+       $lane AS lane, e.step, e.name, 'gpu' AS device_kind, e.device$gpu_detail
 FROM events e$gpu_join
 WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset') AND $valid
 UNION ALL
 SELECT e.rank,
        CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
-       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu'$cpu_detail
+       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu', NULL$cpu_detail
 FROM events e
 WHERE e.run_id = $run
   AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
@@ -119,7 +119,7 @@ SELECT g.rank,
             ELSE 'compute' END AS class,
        CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
        CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
-       $glane AS lane, g.step, g.name, 'gpu' AS device_kind$hta_detail
+       $glane AS lane, g.step, g.name, 'gpu' AS device_kind, g.device$hta_detail
 FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 """
 
@@ -127,12 +127,12 @@ FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
    WHERE run_id = $run AND $kinds AND correlation IS NOT NULL $launch_valid GROUP BY trace_id, correlation)"""
 _DETAIL = {
-    "$gpu_detail": ", e.kind, e.trace_id, e.device, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
+    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
     "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")
     .replace("$launch_valid", "AND (flag IS NULL OR flag = 'overrun')")
     + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
-    "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, NULL, e.tid, e.ts_ns",
-    "$hta_detail": ", g.kind, g.trace_id, g.device, g.stream, g.correlation, l.tid AS launch_tid, "
+    "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
+    "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
     "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
     # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
     "$hta_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')")
@@ -157,8 +157,8 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
         end_ns (ns, epoch, aligned), lane ("dev D stream S" or "tid T"), step (launch step, may be null),
-        name, device_kind (gpu/cpu); with ``detail`` also kind (event kind), trace_id, device and
-        stream (GPU rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
+        name, device_kind (gpu/cpu), device (GPU rows; null on CPU rows); with ``detail`` also kind
+        (event kind), trace_id, stream (GPU rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
         start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
         the op's own thread and start). Sorted by rank, start_ns and end_ns.
 
@@ -231,7 +231,7 @@ def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
 
 
 def multi_device_ranks(act: pl.DataFrame) -> list[int]:
-    """Ranks whose GPU activity spans several devices (``act`` from :func:`activity` with ``detail``)."""
+    """Ranks whose GPU activity spans several devices (``act`` from :func:`activity`)."""
     gpu = act.filter(pl.col("device_kind") == "gpu")
     if gpu.is_empty():
         return []

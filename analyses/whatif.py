@@ -143,9 +143,14 @@ def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.n
 def _step_times(tl: _replay.Timeline, val: np.ndarray) -> pl.DataFrame:
     """Per step (in step order): step, t = latest end of its nodes (instance nodes aside) - the
     step start (ns, float), for node end times ``val`` in ``tl.nodes`` order."""
-    order, seg, steps, step_start = tl.by_step()
+    return pl.DataFrame({"step": tl.by_step()[2], "t": _step_t(tl, val)})
+
+
+def _step_t(tl: _replay.Timeline, val: np.ndarray) -> np.ndarray:
+    """:func:`_step_times`'s ``t`` as a float array (ns, in step order), no frame built."""
+    order, seg, _, step_start = tl.by_step()
     v = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
-    return pl.DataFrame({"step": steps, "t": v - step_start})
+    return v - step_start
 
 
 def _stages(store: Store, run_id: int) -> dict[int, int]:
@@ -254,7 +259,7 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray,
     def with_group(mask: np.ndarray) -> float:
         mg, md = (none, mask) if kind == "blocking" else (mask, none)
         v = _replay.replay(tl, np.where(mg, gap0, gap_i), np.where(md, dur0, dur_i))
-        t = _step_times(tl, v)["t"].to_numpy()
+        t = _step_t(tl, v)
         return max(float(np.minimum(t, cap).mean() if cap is not None else t.mean()) / mean_ideal, 1.0)
 
     ranks = nodes["rank"].to_numpy()

@@ -15,7 +15,7 @@ from conftest import REPO, SAMPLES, corpus
 from traceprof import analysis as registry
 from traceprof import executor, layout
 from traceprof.errors import TraceFormatError, TraceprofError, UsageError
-from traceprof.ingest import _stage_one, ingest
+from traceprof.ingest import _park_one, ingest
 from traceprof.store import Store
 
 distributed = pytest.importorskip("distributed")
@@ -113,7 +113,7 @@ def test_cli_dask_refusals(scheduler: str, tmp_path: Path, monkeypatch: pytest.M
 def test_file_missing_on_a_worker_is_named(tmp_path: Path) -> None:
     """A worker that does not see the file (no shared filesystem) reports the file and the fix."""
     gone = tmp_path / "rank0.trace.json"
-    got = executor._on_worker(_stage_one, 64.0, (gone, "raise", False, (), str(tmp_path)))
+    got = executor._on_worker(_park_one, 64.0, (gone, "raise", False, (), str(tmp_path), "stage"))
     assert isinstance(got, TraceFormatError) and str(gone) in str(got)
 
 

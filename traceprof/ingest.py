@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +100,7 @@ def _claim(path: Path) -> sources.Collector | None:
 
 
 def _sha256(path: Path) -> str:
+    """SHA-256 hex digest of ``path``'s bytes (read in 1 MiB chunks)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -129,27 +129,21 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
     return pts
 
 
-def _stage_one(args: tuple[Path, str, bool, tuple[str, ...], str]) -> list[ParsedTrace] | TraceprofError:
-    """Parse one file (:func:`_parse_one`) and write each trace's events as Parquet into folder
-    ``args[4]`` (``traceprof.layout.stage``): the traces come back without their event rows."""
+#: How a parser process writes a trace's events for the ingest process (:func:`_park_one`):
+#: ``stage``: Parquet in a Parquet-layout store's staging folder; ``spool``: Arrow IPC, read back
+#: and inserted one trace at a time into a DuckDB-layout store.
+_PARK = {"stage": layout.stage, "spool": layout.spool}
+
+
+def _park_one(args: tuple[Path, str, bool, tuple[str, ...], str, str]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file (:func:`_parse_one`) and write each trace's events into folder ``args[4]``
+    the way ``args[5]`` names (:data:`_PARK`): the traces come back without their event rows."""
     got = _parse_one(args[:4])
     if isinstance(got, TraceprofError):
         return got
+    park = _PARK[args[5]]
     try:
-        return [layout.stage(pt, Path(args[4])) for pt in got]
-    except TraceprofError as e:
-        return e
-
-
-def _spool_one(args: tuple[Path, str, bool, tuple[str, ...], str]) -> list[ParsedTrace] | TraceprofError:
-    """Parse one file (:func:`_parse_one`) and write each trace's events as Arrow IPC into folder
-    ``args[4]`` (``traceprof.layout.spool``): the traces come back without their event rows, which
-    the store reads back one trace at a time as it inserts them."""
-    got = _parse_one(args[:4])
-    if isinstance(got, TraceprofError):
-        return got
-    try:
-        return [layout.spool(pt, Path(args[4])) for pt in got]
+        return [park(pt, Path(args[4])) for pt in got]
     except TraceprofError as e:
         return e
 
@@ -227,12 +221,15 @@ def ingest(
     if unclaimed:
         result.warnings.append(f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}")
     todo: list[tuple[str, Path]] = []
+    # Only a file of a stored size can be stored already: hash just those here (a second read);
+    # the parser hashes every file as it reads it (``traces.sha256``).
+    sizes = store.stored_sizes()
     for group, files in groups.items():
         name = run or (group.stem if group.is_file() else group.name)
         new: list[Path] = []
         elsewhere: dict[Path, str] = {}
         for f in files:
-            found = store.find_sha(_sha256(f))
+            found = store.find_sha(_sha256(f)) if f.stat().st_size in sizes else None
             if found is None:
                 new.append(f)
             else:
@@ -255,7 +252,7 @@ def ingest(
     try:
         tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
         if store.dataset is None and len(tasks) > 1:
-            spool = Path(tempfile.mkdtemp(prefix=f".{store.path.name}.spool-", dir=store.path.absolute().parent))
+            spool = layout.spool_dir(store.path)
         parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None,
                             spool)
         by_run: dict[str, list[ParsedTrace]] = {}
@@ -334,8 +331,8 @@ def _parse_all(
     max_inflate_ratio: float, store: Store, scheduler: str | None = None, spool: Path | None = None,
 ) -> list[list[ParsedTrace] | TraceprofError]:
     """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
-    in a Parquet-layout store the events go to its staging folder (:func:`_stage_one`), else, when
-    ``spool`` is given, to Arrow IPC files there (:func:`_spool_one`)."""
+    in a Parquet-layout store the events go to its staging folder, else, when ``spool`` is given, to
+    Arrow IPC files there (:func:`_park_one`)."""
     n = len(tasks)
 
     def done(i: int) -> None:
@@ -343,19 +340,19 @@ def _parse_all(
             progress(i, n, str(tasks[i - 1][0]))
 
     if store.dataset is not None:
-        folder = str(store.dataset.staging())
-        staged = [(*t, folder) for t in tasks]
+        staged = [(*t, str(store.dataset.staging()), "stage") for t in tasks]
         if scheduler is not None:
             from traceprof.executor import map_on_dask
 
-            return map_on_dask(_stage_one, staged, scheduler, max_inflate_ratio, done)
+            return map_on_dask(_park_one, staged, scheduler, max_inflate_ratio, done)
     if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
         size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
         jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
     if store.dataset is not None:
-        return procs.map_in_workers(_stage_one, staged, min(jobs, n), max_inflate_ratio, done)
+        return procs.map_in_workers(_park_one, staged, min(jobs, n), max_inflate_ratio, done)
     if spool is not None:
-        return procs.map_in_workers(_spool_one, [(*t, str(spool)) for t in tasks], min(jobs, n), max_inflate_ratio, done)
+        spooled = [(*t, str(spool), "spool") for t in tasks]
+        return procs.map_in_workers(_park_one, spooled, min(jobs, n), max_inflate_ratio, done)
     return procs.map_in_workers(_parse_one, tasks, min(jobs, n), max_inflate_ratio, done)
 
 

@@ -18,11 +18,20 @@ from typing import Any, TypeVar
 import duckdb
 import orjson
 import polars as pl
+import pyarrow as pa
 
 from traceprof import schema
 from traceprof.errors import SchemaVersionError, StoreError
 from traceprof.identity import check_append, check_within
-from traceprof.layout import LAYOUTS, Dataset, SpooledTrace, StagedTrace, dataset_dir, refuse_file_writes
+from traceprof.layout import (
+    LAYOUTS,
+    Dataset,
+    SpooledTrace,
+    StagedTrace,
+    dataset_dir,
+    refuse_file_writes,
+    sweep_spools,
+)
 from traceprof.limits import INT32, fits
 from traceprof.locking import StoreLock
 from traceprof.parsed import ParsedTrace
@@ -31,6 +40,10 @@ from traceprof.procs import deferred_sigint
 __all__ = ["Store", "DEFAULT_DB"]
 
 DEFAULT_DB = "traceprof.duckdb"
+#: DuckDB's memory limit on a writable store (MB): the ingest of a run of many ranks otherwise holds
+#: all their inserted pages until the commit (8 x 280 MB rank files: 2.4 GB); past it DuckDB writes
+#: pages to the store file or its temporary folder (``<store>.tmp``) and reads them back as needed.
+INGEST_MEMORY_LIMIT_MB = 256
 T = TypeVar("T")
 
 
@@ -124,6 +137,11 @@ class Store:
             self._open = True
             self.created = not existed
             self._check_or_create(read_only, layout)
+            if not read_only:
+                sweep_spools(self.path)  # events a killed ingest spooled (we hold the exclusive lock)
+                # An ingest inserts a run's events in one transaction: DuckDB would cache every page
+                # it wrote (up to 80% of RAM); past this it writes them to the file and evicts them.
+                self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT_MB}MB'")
             if read_only:
                 if self.dataset is not None:
                     self.dataset.allow_reads()
@@ -356,6 +374,12 @@ class Store:
         names = ", ".join(f"{n} (id {rid})" for rid, n in rows)
         raise StoreError(f"no run with name or id {str(run)!r} in {self.path}; runs: {names}")
 
+    def stored_sizes(self) -> set[int]:
+        """The sizes in bytes of the files stored (``traces.bytes``: every collector records the
+        file's size as read, compressed or not). A file of another size is not stored, so its
+        SHA-256 need not be looked up (:meth:`find_sha`) before it is parsed."""
+        return {int(b) for (b,) in self.con.execute("SELECT DISTINCT bytes FROM traces").fetchall() if b is not None}
+
     def find_sha(self, sha256: str) -> tuple[str, str] | None:
         """Where a file with this SHA-256 is stored: (run name, "run 'x' (id 3), rank 0"), or None."""
         row = self._one(
@@ -546,15 +570,16 @@ class Store:
         for name in ("events", "devices", "steps", "collectives"):
             if name == "events" and (self.dataset is not None or isinstance(pt, StagedTrace)):
                 continue
-            # spooled events (a multi-file ingest) are read here, inserted and dropped: one trace's at a time
+            # spooled events (a multi-file ingest) are streamed from their file a batch at a time
             tbl = pt.read_events() if name == "events" and isinstance(pt, SpooledTrace) else getattr(pt, name)
-            if tbl is None or tbl.num_rows == 0:
+            if tbl is None or (isinstance(tbl, pa.Table) and tbl.num_rows == 0):
                 continue
             cols = schema.table(name).column_names
+            have = set(tbl.schema.names)
             con.register("_incoming", tbl)
             select = ", ".join(
                 "?" if c == "run_id" else "? AS trace_id" if c == "trace_id" else
-                "? AS rank" if c == "rank" else f'"{c}"' if c in tbl.column_names else f'NULL AS "{c}"'
+                "? AS rank" if c == "rank" else f'"{c}"' if c in have else f'NULL AS "{c}"'
                 for c in cols
             )
             params = [

@@ -33,7 +33,7 @@ import polars as pl
 from analyses import _common
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError, UsageError
-from traceprof.flops import account, shape_flops
+from traceprof.flops import account
 from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
 from traceprof.store import Store
 
@@ -215,7 +215,7 @@ def run(store: Store, params: Params) -> Result:
     )
     if f is None:
         notes.append("recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)")
-    ops = shape_flops(store, run_id).filter(pl.col("step").is_not_null())
+    ops = acc.shapes.filter(pl.col("step").is_not_null())
     n = max(steps.height, 1)
     ops = (ops.group_by("name", "dtype").agg((pl.col("calls").sum() / n).alias("calls_per_step"),
                                              (pl.col("flops").sum() / n).alias("flops_per_step"))

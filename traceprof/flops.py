@@ -262,12 +262,15 @@ class FlopsAccount:
         source: ``declared``, ``palm``, ``sidecar`` or ``shapes``.
         dtype: Canonical dtype of most matmul FLOPs (from shapes), or None when unknown.
         notes: What the user should know (unknown shapes, ops outside steps, ...).
+        shapes: The run's :func:`shape_flops` frame (computed for ``dtype`` whatever the source,
+            kept so that callers do not compute it again).
     """
 
     per_step: pl.DataFrame
     source: str
     dtype: str | None = None
     notes: tuple[str, ...] = field(default=())
+    shapes: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def _dominant_dtype(shapes: pl.DataFrame) -> str | None:
@@ -307,15 +310,15 @@ def account(
     for name in order if source == "auto" else (source,):
         if name == "declared" and declared_per_step > 0:
             per = steps.with_columns(pl.lit(declared_per_step / world).alias("flops"))
-            return FlopsAccount(per, name, dtype, (f"declared {declared_per_step:.4g} FLOPs/step for the job, split over {world} ranks",))
+            return FlopsAccount(per, name, dtype, (f"declared {declared_per_step:.4g} FLOPs/step for the job, split over {world} ranks",), shapes)
         if name == "palm" and palm is not None:
             total = palm_flops(*palm)
             per = steps.with_columns(pl.lit(total / world).alias("flops"))
-            return FlopsAccount(per, name, dtype, (f"PaLM formula: {total:.4g} FLOPs/step for the job, split over {world} ranks",))
+            return FlopsAccount(per, name, dtype, (f"PaLM formula: {total:.4g} FLOPs/step for the job, split over {world} ranks",), shapes)
         if name == "sidecar":
             side = sidecar_flops(store, run_id)
             if not side.is_empty():
-                return FlopsAccount(steps.join(side, on=["rank", "step"], how="inner"), name, dtype)
+                return FlopsAccount(steps.join(side, on=["rank", "step"], how="inner"), name, dtype, shapes=shapes)
         if name == "shapes" and shapes["flops"].sum() > 0:
             return _from_shapes(steps, shapes, dtype)
         if source != "auto":
@@ -340,4 +343,4 @@ def _from_shapes(steps: pl.DataFrame, shapes: pl.DataFrame, dtype: str | None) -
         steps.join(shapes.group_by("rank", "step").agg(pl.col("flops").sum()), on=["rank", "step"], how="left")
         .with_columns(pl.col("flops").fill_null(0.0))
     )
-    return FlopsAccount(per, "shapes", dtype, tuple(notes))
+    return FlopsAccount(per, "shapes", dtype, tuple(notes), shapes)

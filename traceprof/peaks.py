@@ -169,11 +169,17 @@ class Precision:
 
 
 def kernel_precision(store: Store, run_id: int) -> Precision | None:
-    """The dominant precision of a run's matrix kernels, by kernel time (``kernels`` view, compute
-    class, names classified by :func:`kernel_dtype`); None when no matrix kernel is recognized
-    (CPU runs, traces without kernels)."""
+    """The dominant precision of a run's matrix kernels, by kernel time (the ``kernels`` view's rows
+    of compute class, names classified by :func:`kernel_dtype`); None when no matrix kernel is
+    recognized (CPU runs, traces without kernels).
+
+    Reads ``events`` with the view's row filter and class default: the view's launch join matches
+    at most one runtime call per kernel (it adds columns, never rows), and none of them is needed.
+    """
     rows = store.sql(
-        "SELECT name, sum(dur_ns) AS ns FROM kernels WHERE run_id = ? AND class = 'compute' GROUP BY name",
+        """SELECT name, sum(dur_ns) AS ns FROM events
+           WHERE run_id = ? AND kind IN ('kernel', 'memcpy', 'memset') AND coalesce(class, 'compute') = 'compute'
+           GROUP BY name ORDER BY name""",
         [run_id],
     ).rows()
     by: dict[str, tuple[int, int, str]] = {}

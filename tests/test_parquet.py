@@ -249,10 +249,46 @@ def test_store_path_with_equals_sign_refused(tmp_path: Path) -> None:
     assert not (d / "s.duckdb").exists()
 
 
-def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["delete", "truncate"])
+def test_a_damaged_file_refuses_its_run_only_and_runs_rm_recovers(tmp_path: Path, damage: str) -> None:
     db = tmp_path / "s.duckdb"
     with Store(db, layout="parquet") as s:
-        ingest(s, [SAMPLES / "normal"], jobs=1)
-    next(layout.dataset_dir(db).rglob("part-0.parquet")).unlink()
-    code, _, err = cli("sql", "SELECT count(*) FROM events", "--db", str(db))
-    assert code == 1 and "cannot read the store's Parquet files" in err and "runs rm" in err
+        ingest(s, [SAMPLES / "normal", SAMPLES / "clean"], jobs=1)
+        ((kept,),) = s.con.execute("SELECT count(*) FROM events e JOIN runs r USING (run_id) "
+                                   "WHERE r.name = 'clean'").fetchall()
+        ((total,),) = s.con.execute("SELECT count(*) FROM events").fetchall()
+    part = next((layout.dataset_dir(db) / "events").glob("run_id=1/rank=*/trace_id=*/part-0.parquet"))
+    with Store(db, read_only=True) as s:
+        rel = str(part.relative_to(layout.dataset_dir(db)))
+        ((lost,),) = s.con.execute("SELECT rows FROM parts WHERE path = ?", [rel]).fetchall()
+    if damage == "delete":
+        part.unlink()
+    else:
+        part.write_bytes(part.read_bytes()[:-100])
+    code, out, err = cli("runs", "--db", str(db))  # the listing still works, and says which run is damaged
+    assert code == 0 and "normal" in out and "clean" in out, err
+    assert "run(s) 'normal': Parquet files missing or damaged" in err
+    code, out, err = cli("sql", "SELECT count(*) AS n FROM events", "--db", str(db), "-f", "csv")
+    assert code == 0 and out.split() == ["n", str(total - lost)] and "left out of queries" in err
+    code, _, err = cli("analyze", "temporal", "--db", str(db), "--run", "normal")
+    assert code == 1 and "run 'normal'" in err and "missing or damaged" in err and str(part) in err
+    assert "traceprof runs rm normal" in err and "Traceback" not in err
+    code, out, err = cli("analyze", "temporal", "--db", str(db), "--run", "clean", "-f", "csv")
+    assert code == 0, err  # the intact run is read as before
+    with Store(db, read_only=True) as s:
+        assert s.con.execute("SELECT count(*) FROM events WHERE run_id = 2").fetchall() == [(kept,)]
+    code, _, err = cli("runs", "rm", "normal", "--db", str(db))
+    assert code == 0, err
+    assert not (layout.dataset_dir(db) / "events" / "run_id=1").exists()
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db))
+    assert code == 0, err
+    code, _, err = cli("analyze", "temporal", "--db", str(db), "--run", "normal", "-f", "csv")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("cmd", [["runs", "rm", "x"], ["runs", "mv", "x", "y"]])
+def test_runs_rm_and_mv_never_create_a_store(tmp_path: Path, cmd: list[str]) -> None:
+    db = tmp_path / "typo.duckdb"
+    code, _, err = cli(*cmd, "--db", str(db))
+    assert code == 1 and "no such store" in err
+    assert list(tmp_path.iterdir()) == []

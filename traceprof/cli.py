@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from traceprof import fileio, term
-from traceprof.errors import Interrupted, TraceprofError, UsageError
+from traceprof.errors import Interrupted, StoreError, TraceprofError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -270,6 +270,25 @@ def runs(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Form
     if ctx.invoked_subcommand is None:
         with Store(db, read_only=True) as store:
             render(store.runs(), fmt, f"runs in {db}", raw)
+            _warn_broken(store)
+
+
+def _warn_broken(store: Store) -> None:
+    """Say which runs of a Parquet-layout store have missing or damaged files (left out of its
+    ``events`` view; ``Store.resolve_run`` refuses them)."""
+    broken = store.dataset.broken if store.dataset is not None else {}
+    if broken:
+        names = dict(store.con.execute("SELECT run_id, name FROM runs").fetchall())
+        runs = ", ".join(repr(names.get(r, r)) for r in sorted(broken))
+        say(f"run(s) {runs}: Parquet files missing or damaged, their events are left out of queries; "
+            "restore the files, or `traceprof runs rm NAME` and ingest again", label="warning:", style="yellow")
+
+
+def _writable_existing(db: Path) -> Store:
+    """Open an existing store for writing (``runs rm`` / ``runs mv`` never create one)."""
+    if not Path(db).exists():
+        raise StoreError(f"{db}: no such store; create it with `traceprof ingest PATH`")
+    return Store(db)
 
 
 @runs_app.command("rm")
@@ -277,7 +296,7 @@ def runs_rm(name: Annotated[str, typer.Argument(help="Run name or id.")], db: Db
     """Remove a run and every row of it from the store (its files can then be ingested again)."""
     from traceprof.runs import remove
 
-    with Store(db) as store:
+    with _writable_existing(db) as store:
         r = remove(store, name)
     say(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows")
 
@@ -291,7 +310,7 @@ def runs_mv(
     """Rename a run."""
     from traceprof.runs import rename
 
-    with Store(db) as store:
+    with _writable_existing(db) as store:
         run_id = rename(store, old, new)
     say(f"run {old!r} (id {run_id}) is now {new!r}")
 
@@ -314,6 +333,7 @@ def sql(
         raise UsageError(f"--max-rows {max_rows}: expected 0 (all) or more")
     try:
         with Store(db, read_only=True) as store:
+            _warn_broken(store)
             res = stream(store, query, max_rows or None)
             if fmt is Format.table:
                 _print_table(res.columns, res.numeric, res.rows)

@@ -339,13 +339,25 @@ class Dataset:
         return [self.pending.get(r, self.root / r) for r in rels]
 
     def refresh(self) -> None:
-        """(Re)create the temporary views ``_<table>_files`` over the files named in ``parts``.
+        """(Re)create the temporary views ``_<table>_files`` over the intact files named in ``parts``.
 
-        Raises:
-            StoreError: A file is missing or not Parquet (deleted or damaged by hand).
+        A file that is missing or not Parquet (deleted or damaged by hand: no ``PAR1`` magic at
+        both ends) is left out of the view and listed in :attr:`broken` by run_id, so that the
+        other runs stay readable and ``runs rm`` can remove the damaged one;
+        :meth:`check_run` refuses a run with such a file (never a silently partial result).
         """
+        #: run_id -> the run's files (relative to the dataset) that are missing or damaged.
+        self.broken: dict[int, list[str]] = {}
         for table in schema.PARQUET_TABLES:
-            paths = self.files(table)
+            rows = self.con.execute(
+                "SELECT run_id, path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]).fetchall()
+            paths = []
+            for run_id, rel in rows:
+                path = self.pending.get(rel, self.root / rel)
+                if _intact(path):
+                    paths.append(path)
+                else:
+                    self.broken.setdefault(int(run_id), []).append(rel)
             if paths:
                 listed = ", ".join(_quote(str(p)) for p in paths)
                 body = f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, hive_types = {_HIVE})"
@@ -354,10 +366,22 @@ class Dataset:
                 body = f"SELECT {cols} LIMIT 0"
             try:
                 self.con.execute(f"CREATE OR REPLACE TEMP VIEW _{table}_files AS {body}")
-            except duckdb.Error as e:  # a file deleted or damaged by hand
+            except duckdb.Error as e:  # damaged past the magic bytes
                 raise StoreError(f"{self.root}: cannot read the store's Parquet files: {str(e).splitlines()[0]}; "
                                  "restore them, or remove the affected run (`traceprof runs rm`) and ingest "
                                  "it again") from None
+
+    def check_run(self, run_id: int, name: str) -> None:
+        """Refuse run ``run_id`` when one of its files is missing or damaged (see :meth:`refresh`).
+
+        Raises:
+            StoreError: Naming the run, the first files and the two ways out.
+        """
+        bad = self.broken.get(run_id)
+        if bad:
+            shown = ", ".join(str(self.root / b) for b in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+            raise StoreError(f"run {name!r}: {len(bad)} of its Parquet file(s) are missing or damaged ({shown}); "
+                             f"restore them, or remove the run (`traceprof runs rm {name}`) and ingest it again")
 
     def allow_reads(self) -> None:
         """Allow the read-only connection to read exactly the dataset's files; call before disabling
@@ -466,6 +490,18 @@ class Dataset:
     def delete_all(self) -> None:
         """Delete the whole dataset folder (the store itself is being deleted)."""
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` exists and starts and ends with Parquet's ``PAR1`` magic (two reads)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PAR1":
+                return False
+            f.seek(-4, os.SEEK_END)
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def _prune(top: Path) -> None:

@@ -83,7 +83,7 @@ def remove(store: Store, run: str) -> Removed:
     Raises:
         StoreError: No such run, or DuckDB refused (nothing is deleted then).
     """
-    run_id = store.resolve_run(run)
+    run_id = store.resolve_run(run, whole=False)  # a run whose Parquet files are damaged can be removed
     name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
     traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
     # rows kept in Parquet files (traceprof.layout) count too; their parts rows are deleted below
@@ -101,7 +101,7 @@ def rename(store: Store, old: str, new: str) -> int:
         StoreError: No such run.
         UsageError: ``new`` is refused by :func:`check_name`, or is another run's name.
     """
-    run_id = store.resolve_run(old)
+    run_id = store.resolve_run(old, whole=False)
     check_name(new, "runs mv")
     taken = store.sql("SELECT run_id FROM runs WHERE name = ? AND run_id <> ?", [new, run_id])
     if taken.height:

@@ -354,25 +354,35 @@ class Store:
         text = ["; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in frame["run_id"].to_list()]
         return frame.with_columns(pl.Series("issues", text, dtype=pl.String))
 
-    def resolve_run(self, run: str | int | None) -> int:
+    def resolve_run(self, run: str | int | None, *, whole: bool = True) -> int:
         """The run_id of run name or id ``run``; ``None`` means the only (or latest) run.
 
+        ``whole``: refuse a run of a Parquet-layout store whose files are missing or damaged
+        (false for ``runs rm`` / ``runs mv``, which do not read them).
+
         Raises:
-            StoreError: No such run, or the store is empty.
+            StoreError: No such run, the store is empty, or (Parquet layout) a file of the run is
+                missing or damaged.
         """
         rows = self.con.execute("SELECT run_id, name FROM runs ORDER BY run_id").fetchall()
         if not rows:
             raise StoreError(f"{self.path}: no runs; ingest traces first with `traceprof ingest PATH`")
         if run is None:
-            return int(rows[-1][0])
+            return self._readable(int(rows[-1][0]), rows[-1][1], whole)
         for rid, name in rows:  # names first: a run may be named "1"
             if name == str(run):
-                return int(rid)
-        for rid, _ in rows:
+                return self._readable(int(rid), name, whole)
+        for rid, name in rows:
             if str(rid) == str(run):
-                return int(rid)
+                return self._readable(int(rid), name, whole)
         names = ", ".join(f"{n} (id {rid})" for rid, n in rows)
         raise StoreError(f"no run with name or id {str(run)!r} in {self.path}; runs: {names}")
+
+    def _readable(self, run_id: int, name: str, whole: bool) -> int:
+        """``run_id``, once the Parquet layout has every file of the run (``Dataset.check_run``)."""
+        if whole and self.dataset is not None:
+            self.dataset.check_run(run_id, name)
+        return run_id
 
     def stored_sizes(self) -> set[int]:
         """The sizes in bytes of the files stored (``traces.bytes``: every collector records the

@@ -156,3 +156,11 @@ def test_table_shows_the_first_rows_and_says_how_many_more(capsys):
     assert "57 more row(s) of 257 not shown" in cap.err and "--format csv" in cap.err
     render(df, Format.csv)
     assert capsys.readouterr().out.count("\n") == TABLE_ROWS + 57 + 1  # CSV: every row and the header
+
+
+def test_sql_profiling_output_to_a_file_is_one_error(db, tmp_path):
+    target = tmp_path / "prof.json"
+    r = cli("sql", f"PRAGMA enable_profiling='json'; PRAGMA profiling_output='{target}'; SELECT 1", "--db", str(db),
+            cwd=tmp_path)
+    assert r.returncode == 1 and "SQL error: Permission Error" in r.stderr and "Traceback" not in r.stderr
+    assert not target.exists()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,6 +110,42 @@ def test_cli_dask_refusals(scheduler: str, tmp_path: Path, monkeypatch: pytest.M
                        "--scheduler", "tcp://127.0.0.1:9")
     assert code == 1 and "cannot reach a Dask scheduler" in err
     assert not (tmp_path / "n.duckdb").exists() and not layout.dataset_dir(tmp_path / "n.duckdb").exists()
+
+
+@pytest.mark.parametrize("address", ["notanaddress", "http://192.0.2.2", "tcp://host:port", "tcp://127.0.0.1:9"])
+def test_bad_scheduler_addresses_fail_at_once(address: str, tmp_path: Path) -> None:
+    """No 30 s connect timeout and no hang at exit: a malformed address or a closed port is one line."""
+    t0 = time.monotonic()
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(tmp_path / "s.duckdb"), "--executor", "dask",
+                       "--scheduler", address)
+    assert code == 1 and f"--scheduler {address}" in err and "Traceback" not in err, err
+    assert ("expected a Dask scheduler address" in err) or ("cannot reach a Dask scheduler" in err)
+    assert time.monotonic() - t0 < executor.PROBE_TIMEOUT_S + 3
+    assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_dask_with_layout_duckdb_is_a_conflict(tmp_path: Path) -> None:
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(tmp_path / "s.duckdb"), "--executor", "dask",
+                       "--scheduler", "tcp://127.0.0.1:9", "--layout", "duckdb")
+    assert code == 1 and "leave out --layout duckdb" in err
+
+
+def _slow(task: tuple[int]) -> int:
+    time.sleep(0.5)
+    return task[0]
+
+
+def test_losing_the_cluster_is_one_error() -> None:
+    """The scheduler going away mid-map is a TraceprofError saying so, not Dask's traceback."""
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
+    timer = threading.Timer(1.0, cluster.close)
+    timer.start()
+    try:
+        with pytest.raises(TraceprofError, match="lost the Dask cluster after"):
+            executor.map_on_dask(_slow, [(i,) for i in range(40)], cluster.scheduler_address, 64.0)
+    finally:
+        timer.join()
+        cluster.close()
 
 
 def test_file_missing_on_a_worker_is_named(tmp_path: Path) -> None:

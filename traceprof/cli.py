@@ -220,6 +220,8 @@ def ingest(
         raise UsageError(f"--max-inflate {max_inflate}: expected a ratio above 0, e.g. 64")
     if executor == "dask" and layout is None and not db.exists():
         layout = "parquet"
+    if executor == "dask" and layout == "duckdb":
+        raise UsageError("--executor dask writes the Parquet layout: leave out --layout duckdb (or use --layout parquet)")
     store = Store(db, layout=choose(db, paths, layout))
     try:
         with _progress() as bar:

@@ -19,7 +19,10 @@ Dask is imported only here and only when this executor is used (``pip install 't
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +37,9 @@ __all__ = ["EXECUTORS", "DaskCluster", "check_options", "map_on_dask"]
 EXECUTORS = ("local", "dask")
 #: Seconds to wait for the scheduler to answer.
 CONNECT_TIMEOUT_S = 30
+#: Seconds to wait for a TCP connection to the scheduler's port before Dask is asked to connect.
+PROBE_TIMEOUT_S = 5
+_ADDRESS = re.compile(r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[^:/\s\[\]]+):(?P<port>\d{1,5})/?$")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -106,6 +112,7 @@ class DaskCluster:
                 from distributed import Client
             except ImportError:
                 raise UsageError("--executor dask needs Dask: pip install 'traceprof[dask]'") from None
+            _probe(self.scheduler)
             try:
                 self._client = Client(self.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as e:
@@ -142,9 +149,43 @@ class DaskCluster:
                 if done:
                     done(len(out))
             return out
-        except BaseException:
-            client.cancel(futures)
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                client.cancel(futures)
+            if _lost(e):
+                raise TraceprofError(
+                    f"--scheduler {self.scheduler}: lost the Dask cluster after {len(out)} of {len(tasks)} task(s) "
+                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'})") from None
             raise
+
+
+def _lost(e: BaseException) -> bool:
+    """Whether ``e`` is Dask losing the scheduler or a worker (not an error of the task itself)."""
+    return isinstance(e, asyncio.CancelledError | TimeoutError | ConnectionError) or \
+        type(e).__module__.split(".")[0] in ("distributed", "tornado")
+
+
+def _probe(scheduler: str) -> None:
+    """Refuse an address that is not ``[scheme://]HOST:PORT``, and a TCP one whose port refuses or
+    does not answer within :data:`PROBE_TIMEOUT_S` (Dask would wait :data:`CONNECT_TIMEOUT_S` and
+    then hang at exit).
+
+    Raises:
+        UsageError: Naming the address and what is wrong with it.
+    """
+    scheme = scheduler.split("://", 1)[0] if "://" in scheduler else None
+    if scheme in ("inproc", "ucx", "ws", "wss"):
+        return  # Dask's other transports are left to Dask
+    m = _ADDRESS.match(scheduler.strip())
+    if m is None or m["scheme"] not in (None, "tcp", "tls"):
+        raise UsageError(f"--scheduler {scheduler}: expected a Dask scheduler address [tcp://]HOST:PORT, "
+                         "e.g. tcp://10.0.0.5:8786")
+    host, port = m["host"].strip("[]"), int(m["port"])
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        raise UsageError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there: "
+                         f"{e.strerror or type(e).__name__} (is `dask scheduler` running, and the port open?)") from None
 
 
 def map_on_dask(

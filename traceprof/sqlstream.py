@@ -84,13 +84,13 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
                         return
                     n += 1
                     yield row
-        except duckdb.Error as e:
+        except (duckdb.Error, OSError) as e:  # DuckDB's errors while streaming come through Arrow as OSError
             raise _error(e) from None
 
     out.rows = rows()
     return out
 
 
-def _error(e: duckdb.Error) -> BaseException:
+def _error(e: Exception) -> BaseException:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return StoreError(f"SQL error: {first}")

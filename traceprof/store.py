@@ -40,7 +40,7 @@ from traceprof.procs import deferred_sigint
 __all__ = ["Store", "DEFAULT_DB"]
 
 DEFAULT_DB = "traceprof.duckdb"
-#: DuckDB's memory limit on a writable store (MB): the ingest of a run of many ranks otherwise holds
+#: DuckDB's memory limit while a run is inserted (MB): the ingest of a run of many ranks otherwise holds
 #: all their inserted pages until the commit (8 x 280 MB rank files: 2.4 GB); past it DuckDB writes
 #: pages to the store file or its temporary folder (``<store>.tmp``) and reads them back as needed.
 INGEST_MEMORY_LIMIT_MB = 256
@@ -139,9 +139,6 @@ class Store:
             self._check_or_create(read_only, layout)
             if not read_only:
                 sweep_spools(self.path)  # events a killed ingest spooled (we hold the exclusive lock)
-                # An ingest inserts a run's events in one transaction: DuckDB would cache every page
-                # it wrote (up to 80% of RAM); past this it writes them to the file and evicts them.
-                self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT_MB}MB'")
             if read_only:
                 if self.dataset is not None:
                     self.dataset.allow_reads()
@@ -464,6 +461,19 @@ class Store:
             KeyboardInterrupt: Ctrl-C before the commit (nothing stored) or during it (stored, and
                 the last entry of :attr:`commits`).
         """
+        # The run's events go in in one transaction: DuckDB would cache every page it wrote (up to
+        # 80% of RAM); past this limit it writes them to the file and evicts them. Only here: the
+        # analyses (window functions) may need more, and get DuckDB's default again after.
+        self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT_MB}MB'")
+        try:
+            return self._insert_run(name, traces, after, force)
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute("RESET memory_limit")
+
+    def _insert_run(self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None,
+                    force: bool) -> int:
+        """:meth:`insert_run`'s transaction."""
         con = self.con
         committed = False
         con.execute("BEGIN")

@@ -219,7 +219,12 @@ def run(store: Store, params: Params) -> Result:
     n = max(steps.height, 1)
     ops = (ops.group_by("name", "dtype").agg((pl.col("calls").sum() / n).alias("calls_per_step"),
                                              (pl.col("flops").sum() / n).alias("flops_per_step"))
-           .sort("flops_per_step", descending=True))
+           .sort(["flops_per_step", "name", "dtype"], descending=[True, False, False], nulls_last=True))
+    over = frame.filter(pl.col("mfu_pct") > 100.0)
+    if over.height:
+        notes.append(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {over['mfu_pct'].max():,.0f}%): "
+                     "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
+                     "peak_tflops)")
     job = _job(frame, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,

@@ -187,3 +187,13 @@ def test_job_mfu_over_ranks_with_different_devices(store, tmp_path):
     assert (job["ranks"], job["steps"], job["time_ns"]) == (2, 1, 1_000_000)
     assert job["mfu_pct"] == pytest.approx(100 * 1e11 / 1e-3 / (312 + 989.4) / 1e12)
     assert job["tflops"] == pytest.approx(50.0) and job["peak_tflops"] == pytest.approx((312 + 989.4) / 2)
+
+
+def test_mfu_above_100_percent_is_called_impossible(store):
+    # 4e16 FLOPs per step on the same A100 trace: 1000x the steps' real work, so every step's MFU
+    # (100 * 2e16 / step_s / 156e12) is far above 100 %.
+    ingest(store, [corpus("hta/nccl_parser_config")])
+    res = analyze(store, "mfu", model_flops_per_step=4e16)
+    assert (res.frame["mfu_pct"] > 100).all()
+    assert any(n.startswith("MFU above 100% in 3 of 3 step(s)") and "impossible" in n for n in res.notes)
+    assert not any("MFU above 100%" in n for n in analyze(store, "mfu", model_flops_per_step=4e13).notes)

@@ -463,10 +463,15 @@ class Store:
         """
         # The run's events go in in one transaction: DuckDB would cache every page it wrote (up to
         # 80% of RAM); past this limit it writes them to the file and evicts them. Only here: the
-        # analyses (window functions) may need more, and get DuckDB's default again after.
+        # analyses (window functions) may need more, and get DuckDB's default again after. The
+        # checkpoint (compressing the new rows into the file) runs under the limit too: at close, under
+        # DuckDB's default, it took 1.3 GB for 32 ranks x 125 k events.
         self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT_MB}MB'")
         try:
-            return self._insert_run(name, traces, after, force)
+            run_id = self._insert_run(name, traces, after, force)
+            with contextlib.suppress(duckdb.Error):  # the rows are committed; a later checkpoint will do
+                self.con.execute("CHECKPOINT")
+            return run_id
         finally:
             with contextlib.suppress(duckdb.Error):
                 self.con.execute("RESET memory_limit")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,23 @@ def test_peak_memory_stays_below_its_regression_bound(parse_peak: tuple[int, int
 def test_peak_memory_bounded_by_file_size(parse_peak: tuple[int, int]) -> None:
     peak, size = parse_peak
     assert peak < 1.5 * size + _BASE, (peak / 1e6, size / 1e6)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_progress_reaches_the_file_size_in_this_process_only(tmp_path, gz):
+    text = b'{"traceEvents": [' + b",".join(b'{"ph": "i", "ts": %d}' % i for i in range(300_000)) + b"]}"
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(text, 1) if gz else text)
+    size = path.stat().st_size
+    calls: list[tuple[int, int]] = []
+    fileio.on_read(lambda p, done, total: calls.append((done, total)))
+    try:
+        assert b"".join(fileio.TextStream(path)) == text
+        assert calls and calls[-1] == (size, size) and all(t == size for _, t in calls)
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+        n = len(calls)
+        fileio._ON_READ = (os.getpid() + 1, fileio._ON_READ[1])  # as a forked worker sees it
+        b"".join(fileio.TextStream(path))
+        assert len(calls) == n
+    finally:
+        fileio.on_read(None)

@@ -232,11 +232,20 @@ def ingest(
                 def show(done: int, total: int, p: str) -> None:
                     bar.update(task, completed=done, total=total, description=term.escape(Path(p).name))
 
-            res = do_ingest(
-                store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
-                align=align, progress=show, partial=partial, force_run=force_run, max_inflate_ratio=max_inflate,
-                comm_kernels=comm_kernel or (), executor=executor, scheduler=scheduler,
-            )
+                def reading(p: Path, done: int, total: int) -> None:  # a file parsed in this process
+                    bar.update(task, description=f"{term.escape(p.name)}: {done / 2**20:,.0f} of "
+                               f"{total / 2**20:,.0f} MiB read")
+
+                fileio.on_read(reading)
+
+            try:
+                res = do_ingest(
+                    store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
+                    align=align, progress=show, partial=partial, force_run=force_run, max_inflate_ratio=max_inflate,
+                    comm_kernels=comm_kernel or (), executor=executor, scheduler=scheduler,
+                )
+            finally:
+                fileio.on_read(None)
         store.close()
         for w in res.warnings:
             say(w, label="warning:", style="yellow")

@@ -18,7 +18,7 @@ import codecs
 import hashlib
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -27,8 +27,20 @@ from traceprof.errors import TraceFormatError, UsageError
 
 __all__ = [
     "read_maybe_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
-    "DEFAULT_INFLATE_RATIO",
+    "DEFAULT_INFLATE_RATIO", "on_read",
 ]
+
+#: (pid that set it, hook): see :func:`on_read`.
+_ON_READ: tuple[int, Callable[[Path, int, int], None]] | None = None
+
+
+def on_read(hook: Callable[[Path, int, int], None] | None) -> None:
+    """Call ``hook(path, bytes_read, file_bytes)`` as :class:`TextStream` reads a file in this
+    process (about every MiB; bytes as stored, compressed or not), for a progress bar of a long
+    ingest; ``None`` stops. Forked parser workers inherit the hook but never call it (their reads are
+    not this process's, and a worker must not draw on the terminal)."""
+    global _ON_READ
+    _ON_READ = None if hook is None else (os.getpid(), hook)
 
 #: Default cap on decompressed size, as a multiple of the compressed file size. Real Kineto
 #: traces compress 8-20x; 64x leaves room and still stops a bomb early.
@@ -131,10 +143,14 @@ class TextStream:
         return self._it
 
     def _raw(self, f: BinaryIO, chunk: int) -> Iterator[bytes]:
+        hook = _ON_READ[1] if _ON_READ is not None and _ON_READ[0] == os.getpid() else None
+        total = os.fstat(f.fileno()).st_size if hook else 0
         try:
             while block := f.read(chunk):
                 self._hash.update(block)
                 self._size += len(block)
+                if hook is not None and (self._size % _OUT_CHUNK < chunk or self._size == total):
+                    hook(self.path, self._size, total)
                 yield block
         except OSError as e:
             raise TraceFormatError(self.path, "", f"cannot read file: {e.strerror or e}") from None

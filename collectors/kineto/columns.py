@@ -74,6 +74,7 @@ class Frame:
         self.ext, self.ext_ok = cols["external_id"].values, cols["external_id"].ok
         self.unflagged = np.fromiter((f is None for f in cols["flag"]), bool, self.n)
         self.args = cols["args"]
+        self._chunk_at: np.ndarray | None = None  # first row of each chunk of ``args``
 
     def kind_in(self, kinds: Iterable[str]) -> np.ndarray:
         """Rows whose kind is one of ``kinds``."""
@@ -84,8 +85,24 @@ class Frame:
         """The args of ``rows`` (indices), decoded for :data:`collectors.kineto._values.META_KEYS`
         only (``meta_dict``); their texts are taken :data:`_ARGS_AT_ONCE` at a time."""
         for at in range(0, len(rows), _ARGS_AT_ONCE):
-            part = pa.array(rows[at : at + _ARGS_AT_ONCE], pa.int64())
-            yield from map(meta_dict, self.args.take(part).to_pylist())
+            yield from map(meta_dict, self.args_text(np.asarray(rows[at : at + _ARGS_AT_ONCE], np.int64)))
+
+    def args_text(self, rows: np.ndarray) -> list[str]:
+        """The args texts of ``rows`` (indices), taken a chunk at a time: ``take`` on the whole
+        chunked column concatenates its chunks first (a transient copy of all the args text)."""
+        args = self.args
+        if isinstance(args, pa.Array):
+            return list(args.take(pa.array(rows, pa.int64())).to_pylist())
+        if self._chunk_at is None:
+            self._chunk_at = np.cumsum([0] + [len(c) for c in args.chunks], dtype=np.int64)
+        which = np.searchsorted(self._chunk_at, rows, side="right") - 1
+        out: list[Any] = [None] * len(rows)
+        for c in np.unique(which).tolist():
+            at = np.flatnonzero(which == c)
+            texts = args.chunk(c).take(pa.array(rows[at] - self._chunk_at[c], pa.int64())).to_pylist()
+            for k, t in zip(at.tolist(), texts, strict=True):
+                out[k] = t
+        return out
 
 
 #: Args texts made into Python strings at once by :meth:`Frame.args_of`.

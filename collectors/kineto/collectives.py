@@ -17,7 +17,6 @@ Source fields read (from the event's ``args`` JSON): ``Collective name``, ``Proc
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 from typing import Any
@@ -62,43 +61,53 @@ def _naming_rank(name: str, args: dict[str, Any] | None) -> int | None:
     return None
 
 
-def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, tuple[int, dict[str, Any]]]:
-    """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, what the enclosing CPU
-    ops say: ``op`` and the ``record_param_comms`` args), from the innermost naming op of best
-    precedence. One pass over the naming ops and one over the launches of ``wanted`` ids."""
+def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, tuple[int, str | None, int]]:
+    """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, the ``op`` the enclosing
+    CPU ops name or None, the row of the naming ``record_param_comms`` or -1), from the innermost
+    naming op of best precedence. One pass over the naming ops and one over the launches of
+    ``wanted`` ids; per lane the naming ops are numpy arrays (starts, ends, rows) in (start, end,
+    row) order, and a ``record_param_comms``'s args are decoded when looked at, not kept."""
     naming_name = np.array([n == _RPC or n.startswith(("nccl:", "c10d::")) for n in f.names], bool)
     naming = np.flatnonzero(f.kind_in(_NAMING_KINDS) & naming_name[f.name_code] if f.n else np.zeros(0, bool))
     pid, tid = cols["pid"], cols["tid"]
-    lanes: dict[tuple[Any, Any], list[tuple[int, int, int]]] = {}
-    for i, t, e in zip(naming.tolist(), f.ts[naming].tolist(), (f.ts + f.dur)[naming].tolist(), strict=True):
-        lanes.setdefault((pid[i], tid[i]), []).append((t, e, i))
-    for lst in lanes.values():
-        lst.sort()
-    starts = {lane: [t[0] for t in lst] for lane, lst in lanes.items()}
-    rpc_args: dict[int, dict[str, Any]] = {}
-    out: dict[int, tuple[int, dict[str, Any]]] = {}
+    n_ts = f.ts[naming]
+    n_end = n_ts + f.dur[naming]
+    by_lane: dict[tuple[Any, Any], list[int]] = {}
+    for k, i in enumerate(naming.tolist()):
+        by_lane.setdefault((pid[i], tid[i]), []).append(k)
+    lanes: dict[tuple[Any, Any], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for lane, ks in by_lane.items():
+        at = np.array(ks, np.int64)
+        order = at[np.lexsort((naming[at], n_end[at], n_ts[at]))]
+        lanes[lane] = (n_ts[order], n_end[order], naming[order])
+    del by_lane
+    empty = np.zeros(0, np.int64)
+    out: dict[int, tuple[int, str | None, int]] = {}
     launches = np.flatnonzero(f.kind_in(_LAUNCH_KINDS) & f.corr_ok & np.isin(f.corr, wanted))
     for i, corr, t in zip(launches.tolist(), f.corr[launches].tolist(), f.ts[launches].tolist(), strict=True):
-        lane = (pid[i], tid[i])
-        info: dict[str, Any] = {}
+        starts, ends, rows = lanes.get((pid[i], tid[i]), (empty, empty, empty))
+        op: str | None = None
+        rpc = -1
         best = 99
-        cand = lanes.get(lane, [])
-        j = bisect.bisect_right(starts.get(lane, []), t) - 1
-        for _s, e, idx in reversed(cand[max(0, j + 1 - _MAX_NESTING):j + 1]):
+        j = int(np.searchsorted(starts, t, "right"))
+        lo = max(0, j - _MAX_NESTING)
+        for e, idx in zip(reversed(ends[lo:j].tolist()), reversed(rows[lo:j].tolist()), strict=True):
             if e < t:
                 continue
             name = f.names[f.name_code[idx]]
-            args = None
-            if name == _RPC:
-                if idx not in rpc_args:
-                    rpc_args[idx] = meta_dict(f.args[idx].as_py())
-                args = rpc_args[idx]
+            args = _rpc_args(f, idx) if name == _RPC else None
             r = _naming_rank(name, args)
             if r is not None and r < best:  # innermost first, so ties keep the innermost
                 best = r
-                info = {"op": normalize_op(str(args["Collective name"]) if args else name), "rpc": args}
-        out[corr] = (t, info)
+                op = normalize_op(str(args["Collective name"]) if args else name)
+                rpc = idx if args else -1
+        out[corr] = (t, op, rpc)
     return out
+
+
+def _rpc_args(f: Frame, row: int) -> dict[str, Any]:
+    """The args of a ``record_param_comms`` row, decoded for the metadata keys (``meta_dict``)."""
+    return meta_dict(f.args[row].as_py())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -114,6 +123,11 @@ def _canonical_ranks(value: Any, seen: dict[str, str | None]) -> str | None:
     if key not in seen:
         seen[key] = canonical_ranks(value)
     return seen[key]
+
+
+#: The keys ``_meta`` reads (a kernel's launching record_param_comms is decoded only when one is missing).
+_RPC_KEYS = ("dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "Comms Id", "Process Group Ranks",
+             "Seq", "Group size")
 
 
 def _meta(a: dict[str, Any], rpc: dict[str, Any] | None, key: str) -> Any:
@@ -135,7 +149,9 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
         The ``collectives`` columns a collector fills (name -> one value per row; times ns).
     """
     if gpu_present:
-        cand = np.flatnonzero(f.kind_in({"kernel"}) & np.array([c == "comm" for c in cols["class"]], bool))
+        comm = np.fromiter((c == "comm" for c in cols["class"]), bool, f.n)
+        cand = np.flatnonzero(f.kind_in({"kernel"}) & comm)
+        del comm
         cand = np.array([i for i in cand.tolist() if cols["flag"][i] not in EXCLUDED_FLAGS], np.int64)
         wanted = np.unique(f.corr[cand][f.corr_ok[cand]])
     else:
@@ -149,10 +165,11 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
         name = cols["name"][i]
         if gpu_present:
             source = "nccl_kernel"
-            enter, launch = launchers.get(cols["correlation"][i], (None, {}))
-            rpc = launch.get("rpc")
+            enter, launch_op, rpc_row = launchers.get(cols["correlation"][i], (None, None, -1))
+            rpc = (_rpc_args(f, rpc_row) if rpc_row >= 0 and any(a.get(k) is None for k in _RPC_KEYS)
+                   else None)  # read only where the kernel's args lack a key (``_meta``)
             op = (normalize_op(str(a["Collective name"])) if a.get("Collective name") else
-                  launch.get("op") or kernel_op(name))
+                  launch_op or kernel_op(name))
             if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
             dtype = _meta(a, rpc, "dtype")

@@ -132,16 +132,17 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
     if n == 0:
         return {}, []
     kind_in = kind_mask(cols["kind"])
-    ts = np.array(cols["ts_ns"], dtype=np.int64)
-    dur = np.array(cols["dur_ns"], dtype=np.int64)
+    # views, not copies, of the int64 columns (dur is read at a row before that row is clipped)
+    ts = np.asarray(cols["ts_ns"], dtype=np.int64)
+    dur = np.asarray(cols["dur_ns"], dtype=np.int64)
     corr: Ints = cols["correlation"]
-    src = np.array(src_index, dtype=np.int64)
+    src = np.asarray(src_index, dtype=np.int64)
     flag: list[str | None] = cols["flag"]
     counts: dict[str, int] = {}
     warnings: list[str] = []
     gpu = kind_in(_GPU)
     launch = kind_in(_LAUNCH)
-    unflagged = np.array([f is None for f in flag], dtype=bool)
+    unflagged = np.fromiter((f is None for f in flag), bool, n)
 
     # 2 first (launch calls and steps with unset or far times must not vouch for anything)
     zero = unflagged & _unset_times(ts, base_ns)
@@ -193,7 +194,7 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
 
     # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
     #    the end of the reference range plus the margin.
-    valid = np.array([f is None for f in flag], dtype=bool)
+    valid = np.fromiter((f is None for f in flag), bool, n)
     rows = np.flatnonzero(gpu & valid)
     clipped = []
     if len(rows):

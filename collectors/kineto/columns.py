@@ -175,10 +175,11 @@ def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | Non
         step of each row, missing outside the steps; ProfilerStep (start_ns, end_ns, N) sorted by
         start).
     """
-    nums = np.array([-1 if v is None else v for v in step_numbers], np.int64)
-    is_step = f.kind_in({"step"}) & f.unflagged & np.array([v is not None for v in step_numbers], bool)
-    s_rows = np.flatnonzero(is_step)
-    s_ts, s_end, s_num = f.ts[s_rows], f.ts[s_rows] + f.dur[s_rows], nums[s_rows]
+    cand = np.flatnonzero(f.kind_in({"step"}) & f.unflagged)  # step_numbers read at these rows only
+    cand_nums = [step_numbers[i] for i in cand.tolist()]
+    s_rows = cand[np.array([v is not None for v in cand_nums], bool)] if len(cand) else cand
+    s_num = np.array([v for v in cand_nums if v is not None], np.int64)
+    s_ts, s_end = f.ts[s_rows], f.ts[s_rows] + f.dur[s_rows]
     order = np.lexsort((s_num, s_end, s_ts))
     s_ts, s_end, s_num = s_ts[order], s_end[order], s_num[order]
     spans = list(zip(s_ts.tolist(), s_end.tolist(), s_num.tolist(), strict=True))

@@ -439,15 +439,24 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     def take(col: list[Any]) -> list[Any]:
         return col if kept == n else [col[i] for i in keep_ix.tolist()]
 
+    # Each decoded list is dropped from ``d`` once taken (``d`` is not read again, bar ``len``), so
+    # when rows are dropped a column is held about once, not twice.
     kind = take(kinds)
     del kinds
     gpu = np.fromiter((k in gpu_kinds for k in kind), bool, len(kind))
-    pid, tid = take(d.pid), take(d.tid)
+    pid = take(d.pid)
+    d.pid = []
+    tid = take(d.tid)
+    d.tid = []
     device, stream = _lane_ids(d.device.take(keep_ix), pid, gpu), _lane_ids(d.stream.take(keep_ix), tid, gpu)
     if device is None or stream is None:
         return None
+    cat = take(d.cat)
+    d.cat = []
+    name = take(d.name)
+    d.name = []
     cols = {
-        "kind": kind, "cat": take(d.cat), "name": take(d.name),
+        "kind": kind, "cat": cat, "name": name,
         "ts_ns": d.ts_ns[keep_ix] + base_ns, "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix],
         "pid": pid, "tid": tid, "device": device, "stream": stream,
         "correlation": d.correlation.take(keep_ix), "external_id": d.external_id.take(keep_ix),

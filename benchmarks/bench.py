@@ -202,12 +202,17 @@ def largest_uncompressed(files: list[Path]) -> int:
     return max(sizes, default=0)
 
 
+def parquet_db(db: Path) -> Path:
+    """The store the Parquet-layout ingest of ``db``'s set writes (its dataset: ``<that>.parquet``)."""
+    return db.with_suffix(".pq.duckdb")
+
+
 def tools(folder: Path, db: Path, parser: str, hta: bool, parquet: bool = False,
           only_traceprof: bool = False) -> dict[str, list[str]]:
     files = [str(p) for p in trace_files(folder)]
     cmds = {"traceprof": traceprof("ingest", str(folder), "--db", str(db), "--run", "bench")}
     if parquet:
-        cmds["traceprof_parquet"] = traceprof("ingest", str(folder), "--db", str(db.with_suffix(".pq.duckdb")),
+        cmds["traceprof_parquet"] = traceprof("ingest", str(folder), "--db", str(parquet_db(db)),
                                               "--run", "bench", "--layout", "parquet")
     if only_traceprof:
         return cmds
@@ -270,8 +275,10 @@ def main() -> None:
         db.unlink(missing_ok=True)
         cmds = tools(folder, db, parser, not a.no_hta, parquet=name == "gen_8x1M", only_traceprof=name in HUGE)
         res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800) for k, cmd in cmds.items()}
-        db.with_suffix(".pq.duckdb").unlink(missing_ok=True)
-        shutil.rmtree(db.with_suffix(".pq.duckdb.parquet"), ignore_errors=True)
+        from traceprof.layout import dataset_dir  # here: the measuring children import traceprof themselves
+
+        parquet_db(db).unlink(missing_ok=True)
+        shutil.rmtree(dataset_dir(parquet_db(db)), ignore_errors=True)
         res["files"], res["bytes"] = len(files), size
         res["largest_rank_bytes"] = big = largest_uncompressed(files)
         for k in ("traceprof", "traceprof_parquet", "hta", "bare"):

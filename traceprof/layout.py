@@ -332,11 +332,16 @@ class Dataset:
 
     # -- reading -----------------------------------------------------------------------------------
 
+    def _named(self, table: str) -> list[tuple[int, str, Path]]:
+        """(run_id, path relative to the dataset, absolute path) of ``table``'s files named in
+        ``parts`` (staged ones where they lie)."""
+        rows = self.con.execute(
+            "SELECT run_id, path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]).fetchall()
+        return [(int(run_id), rel, self.pending.get(rel, self.root / rel)) for run_id, rel in rows]
+
     def files(self, table: str = "events") -> list[Path]:
         """Absolute paths of ``table``'s files named in ``parts`` (staged ones where they lie)."""
-        rels = [r[0] for r in self.con.execute(
-            "SELECT path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]).fetchall()]
-        return [self.pending.get(r, self.root / r) for r in rels]
+        return [path for _, _, path in self._named(table)]
 
     def refresh(self) -> None:
         """(Re)create the temporary views ``_<table>_files`` over the intact files named in ``parts``.
@@ -349,15 +354,12 @@ class Dataset:
         #: run_id -> the run's files (relative to the dataset) that are missing or damaged.
         self.broken: dict[int, list[str]] = {}
         for table in schema.PARQUET_TABLES:
-            rows = self.con.execute(
-                "SELECT run_id, path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]).fetchall()
             paths = []
-            for run_id, rel in rows:
-                path = self.pending.get(rel, self.root / rel)
+            for run_id, rel, path in self._named(table):
                 if _intact(path):
                     paths.append(path)
                 else:
-                    self.broken.setdefault(int(run_id), []).append(rel)
+                    self.broken.setdefault(run_id, []).append(rel)
             if paths:
                 listed = ", ".join(_quote(str(p)) for p in paths)
                 body = f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, hive_types = {_HIVE})"
@@ -486,10 +488,6 @@ class Dataset:
         self.refresh()
         for table in schema.PARQUET_TABLES:
             shutil.rmtree(self.root / table / f"run_id={run_id}", ignore_errors=True)
-
-    def delete_all(self) -> None:
-        """Delete the whole dataset folder (the store itself is being deleted)."""
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _intact(path: Path) -> bool:

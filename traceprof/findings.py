@@ -293,7 +293,7 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
             (100.0 * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0) / pl.col("window_ns"))
             .median())
         cost = float(own.item() or 0.0)
-        named = ", ".join(str(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"])
+        named = ", ".join(map(str, _named_ranks(res)))
         text = (f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
                 f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}")
     problem = cost >= 5.0

@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from collectors.kineto._values import Ints
-from collectors.kineto.columns import kind_mask, lookup
+from collectors.kineto.columns import codes, kind_mask, lookup
 from traceprof.errors import TraceFormatError
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
@@ -256,7 +255,7 @@ def check_one_process(path: Path, cols: dict[str, Any], step_numbers: list[int |
                                "the file holds several ranks; give each rank its own trace file")
     corr: Ints = cols["correlation"]
     rows = np.flatnonzero(kind_mask(cols["kind"])(_LAUNCH) & corr.ok)
-    pids = pa.array(cols["pid"], pa.string()).dictionary_encode().indices.to_numpy(zero_copy_only=False)[rows]
+    pids = codes(cols["pid"])[0][rows]
     ids = corr.values[rows]
     order = np.lexsort((pids, ids))
     same_id = ids[order][1:] == ids[order][:-1]

@@ -43,12 +43,13 @@ def codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
 def kind_mask(kind: list[str]) -> Callable[[Iterable[str]], np.ndarray]:
     """A function of a set of kinds that gives the rows (of the ``kind`` column) of those kinds."""
     code, distinct = codes(kind)
+    return lambda kinds: _rows_of(code, distinct, kinds)
 
-    def rows_of(kinds: Iterable[str]) -> np.ndarray:
-        wanted = set(kinds)
-        return np.isin(code, [i for i, k in enumerate(distinct) if k in wanted])
 
-    return rows_of
+def _rows_of(code: np.ndarray, distinct: list[str], kinds: Iterable[str]) -> np.ndarray:
+    """The rows (of a column encoded by :func:`codes`) whose value is one of ``kinds``."""
+    wanted = set(kinds)
+    return np.isin(code, [i for i, k in enumerate(distinct) if k in wanted])
 
 
 class Frame:
@@ -78,8 +79,7 @@ class Frame:
 
     def kind_in(self, kinds: Iterable[str]) -> np.ndarray:
         """Rows whose kind is one of ``kinds``."""
-        wanted = set(kinds)
-        return np.isin(self.kind_code, [i for i, k in enumerate(self.kinds) if k in wanted])
+        return _rows_of(self.kind_code, self.kinds, kinds)
 
     def args_of(self, rows: np.ndarray) -> Iterator[dict[str, Any]]:
         """The args of ``rows`` (indices), decoded for :data:`collectors.kineto._values.META_KEYS`

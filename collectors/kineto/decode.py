@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.kineto._values import Ints, int_or_none
+from collectors.kineto.columns import codes
 from traceprof.timeconv import us_text_to_ns
 
 __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
@@ -515,10 +516,10 @@ _UNSEEN = object()
 def _lane_ids(own: Ints, lane: list[str], gpu: np.ndarray) -> Ints | None:
     """GPU rows' device (stream): the arg, else the pid (tid) text as an integer; None elsewhere.
     None when some lane text gives an integer beyond int64 (the general path rejects the event)."""
-    enc = pa.array(lane, pa.string()).dictionary_encode()
-    as_int = [int_or_none(t) for t in enc.dictionary.to_pylist()]
+    code, distinct = codes(lane)
+    as_int = [int_or_none(t) for t in distinct]
     if any(v is not None and not -(2**63) <= v < 2**63 for v in as_int):
         return None
-    from_lane = Ints.of(as_int).take(enc.indices.to_numpy(zero_copy_only=False))
+    from_lane = Ints.of(as_int).take(code)
     values = np.where(own.ok, own.values, from_lane.values)
     return Ints(values, gpu & (own.ok | from_lane.ok))

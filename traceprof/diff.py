@@ -270,7 +270,7 @@ def diff_runs(store: Store, base: str, cand: str, thresholds: dict[str, float] |
         notes.append(f"fewer than {MIN_SAMPLES} (rank, step) samples in a run: thresholds only, no noise test")
     items = _items(ib, ic, step_base, limits["compute_ns"])
     regressed = bool(metrics["regressed"].any())
-    names = [store.sql("SELECT name FROM runs WHERE run_id = ?", [i])["name"][0] for i in ids]
+    names = [_name(store, i) for i in ids]
     summary = _summary(names[0], names[1], metrics, items, regressed)
     return DiffResult(frame=metrics, items=items, regressed=regressed, summary=summary, notes=(summary, *notes))
 

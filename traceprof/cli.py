@@ -207,8 +207,7 @@ def ingest(
         "--executor", metavar="local|dask",
         help="Where files are parsed: local processes, or dask (a Dask cluster, see --scheduler; implies "
              "--layout parquet; files and store on a shared filesystem).")] = "local",
-    scheduler: Annotated[str | None, typer.Option(
-        "--scheduler", metavar="ADDR", help="Dask scheduler address for --executor dask, e.g. tcp://HOST:8786.")] = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     from traceprof.ingest import ingest as do_ingest

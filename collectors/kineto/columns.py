@@ -26,12 +26,13 @@ from collectors.kineto._values import Ints, meta_dict
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["Frame", "COMM_HINT", "classes", "assign_steps", "last_by_key", "lookup", "codes", "kind_mask"]
+__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "classes", "assign_steps", "last_by_key", "lookup", "codes", "kind_mask"]
 
 #: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
 #: and Python ``re`` read this literal alternation the same way).
 COMM_HINT = "Collective name|Process Group|Comms Id|collective_name|process_group|pg_name"
-_GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
+#: Kinds of the rows that run on a GPU lane (device / stream from the args or the pid / tid).
+GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
 
 
 def codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -133,7 +134,7 @@ def classes(f: Frame, classifier: Classifier) -> list[str | None]:
     Returns:
         One value per row of ``f``.
     """
-    gpu, launch, act = f.kind_in(_GPU_KINDS), f.kind_in(set(LAUNCH_KINDS)), f.kind_in(set(GPU_ACTIVITY_KINDS))
+    gpu, launch, act = f.kind_in(GPU_KINDS), f.kind_in(set(LAUNCH_KINDS)), f.kind_in(set(GPU_ACTIVITY_KINDS))
     hint = pc.match_substring_regex(f.args, COMM_HINT).to_numpy(zero_copy_only=False) if f.n else np.zeros(0, bool)
     ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
     comm_ext = np.unique(f.ext[ops][np.fromiter(map(has_comm_args, f.args_of(ops)), bool, len(ops))])
@@ -187,7 +188,7 @@ def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | Non
         return [], Ints.missing(f.n), spans
     j = np.searchsorted(s_ts, f.ts, side="right") - 1
     span = np.where((j >= 0) & (f.ts < s_end[np.clip(j, 0, None)]), j, -1)  # index in spans, -1: none
-    gpu = f.kind_in(_GPU_KINDS)
+    gpu = f.kind_in(GPU_KINDS)
     lc = np.flatnonzero(f.kind_in(set(LAUNCH_KINDS)) & f.corr_ok & f.unflagged)
     uniq, launch_span = last_by_key(f.corr[lc], span[lc])  # the step of each launch (last per id)
     g = np.flatnonzero(gpu & f.corr_ok)

@@ -45,6 +45,7 @@ from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
 from collectors.kineto.collectives import collectives as _collectives
+from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
 from collectors.kineto.columns import Frame, assign_steps, classes
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
@@ -76,7 +77,6 @@ _KIND_BY_CAT = {
     "cuda_sync": "sync",
     "cpu_instant_event": "instant",
 }
-_GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
 _LAUNCH_KINDS = frozenset(LAUNCH_KINDS)
 _ACTIVITY_KINDS = frozenset(GPU_ACTIVITY_KINDS)
 _STEP_PREFIX = "ProfilerStep#"

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from traceprof import fileio, term
-from traceprof.errors import Interrupted, StoreError, TraceprofError, UsageError
+from traceprof.errors import Interrupted, TraceprofError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -294,19 +294,12 @@ def _warn_broken(store: Store) -> None:
             "restore the files, or `traceprof runs rm NAME` and ingest again", label="warning:", style="yellow")
 
 
-def _writable_existing(db: Path) -> Store:
-    """Open an existing store for writing (``runs rm`` / ``runs mv`` never create one)."""
-    if not Path(db).exists():
-        raise StoreError(f"{db}: no such store; create it with `traceprof ingest PATH`")
-    return Store(db)
-
-
 @runs_app.command("rm")
 def runs_rm(name: Annotated[str, typer.Argument(help="Run name or id.")], db: DbOpt = Path(DEFAULT_DB)) -> None:
     """Remove a run and every row of it from the store (its files can then be ingested again)."""
     from traceprof.runs import remove
 
-    with _writable_existing(db) as store:
+    with Store(db, create=False) as store:  # runs rm / mv never create one
         r = remove(store, name)
     say(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows")
 
@@ -320,7 +313,7 @@ def runs_mv(
     """Rename a run."""
     from traceprof.runs import rename
 
-    with _writable_existing(db) as store:
+    with Store(db, create=False) as store:  # runs rm / mv never create one
         run_id = rename(store, old, new)
     say(f"run {old!r} (id {run_id}) is now {new!r}")
 

@@ -91,6 +91,7 @@ class Store:
         lock_timeout_s: How long to wait for another process using the store, in seconds.
         layout: ``duckdb`` or ``parquet`` (:mod:`traceprof.layout`) for a new store; for an existing
             one it must match the store's layout. None: the store's, ``duckdb`` for a new one.
+        create: Create the file when absent (false: a missing file is an error, as read-only).
 
     Attributes:
         created: This Store created the file (see :meth:`discard_if_new`).
@@ -101,14 +102,14 @@ class Store:
             interrupts (a commit and its entry here happen together).
 
     Raises:
-        StoreError: The file is missing (read-only), not a DuckDB file, locked by another
+        StoreError: The file is missing (read-only, or ``create`` false), not a DuckDB file, locked by another
             process for longer than ``lock_timeout_s``, or in another layout than ``layout``.
         SchemaVersionError: The file was written by another schema version.
     """
 
     def __init__(
         self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, lock_timeout_s: float = 120.0,
-        layout: str | None = None,
+        layout: str | None = None, create: bool = True,
     ) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -118,7 +119,7 @@ class Store:
         self.layout = layout or "duckdb"
         self.dataset: Dataset | None = None
         self.commits: list[tuple[str, int]] = []
-        if read_only and not self.path.exists():
+        if (read_only or not create) and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
         _check_file(self.path)
         self._lock = StoreLock(self.path, exclusive=not read_only, timeout_s=lock_timeout_s)

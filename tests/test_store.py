@@ -87,3 +87,29 @@ def test_analysis_side_does_not_import_torch():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_ctrl_c_inside_a_stream_duckdb_reads_counts_as_interrupted():
+    """A KeyboardInterrupt raised while DuckDB pulls batches from Python (spooled events streamed
+    into the store) comes back as a DuckDB error; it must still read as Ctrl-C (exit 130, not a
+    failed ingest)."""
+    import duckdb
+    import pyarrow as pa
+
+    from traceprof.store import interrupted
+
+    schema = pa.schema([("x", pa.int64())])
+
+    def batches():
+        yield pa.record_batch([pa.array([1, 2])], schema=schema)
+        raise KeyboardInterrupt
+
+    con = duckdb.connect()
+    con.register("_incoming", pa.RecordBatchReader.from_batches(schema, batches()))
+    with pytest.raises(duckdb.Error) as got:
+        con.execute("CREATE TABLE t AS SELECT * FROM _incoming")
+    assert interrupted(got.value)
+    # the form CI saw when Ctrl-C came while DuckDB read the stream's schema
+    assert interrupted(duckdb.InvalidInputException(
+        "Invalid Input Error: reading the schema of the object registered as '_incoming' failed: KeyboardInterrupt: "))
+    assert not interrupted(duckdb.InvalidInputException("Conversion Error: 'KeyboardInterrupt' is not a number"))

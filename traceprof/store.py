@@ -8,6 +8,7 @@ live in Parquet files beside the file, behind a view of the same name (:mod:`tra
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -48,9 +49,17 @@ T = TypeVar("T")
 
 
 def interrupted(e: BaseException) -> bool:
-    """Whether a DuckDB error means Ctrl-C interrupted the query (raise KeyboardInterrupt then)."""
+    """Whether a DuckDB error means Ctrl-C interrupted the query (raise KeyboardInterrupt then):
+    DuckDB's own interrupt, or a KeyboardInterrupt raised in Python code DuckDB was reading from
+    (an Arrow stream of batches), which DuckDB reports inside its error: ``...failed: KeyboardInterrupt: ``
+    (reading the stream's schema) or Python's traceback ending in a ``KeyboardInterrupt`` line (a batch)."""
     return isinstance(e, duckdb.InterruptException) or (
-        isinstance(e, RuntimeError) and "interrupted" in str(e).lower())
+        isinstance(e, RuntimeError) and "interrupted" in str(e).lower()) or (
+        isinstance(e, duckdb.Error) and _PY_INTERRUPT.search(str(e)) is not None)
+
+
+#: Python's KeyboardInterrupt as DuckDB quotes it in an error (after ": " or alone on a line).
+_PY_INTERRUPT = re.compile(r"(?:: |\n)KeyboardInterrupt(?::|\n|$)")
 
 
 def _check_file(path: Path) -> None:

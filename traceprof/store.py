@@ -459,7 +459,8 @@ class Store:
         backend, device, time span: :mod:`traceprof.identity`; ``force`` skips that check); a trace
         whose rank and source the run already holds from another file is an error. On any error,
         and on Ctrl-C before the commit, nothing is written; a Ctrl-C during the commit is held
-        off until it is done (then raised), so the caller knows the run was stored.
+        off until it is done (then raised), and one during the checkpoint after it is raised too,
+        so the caller knows (from :attr:`commits`) that the run was stored.
         ``after(run_id)``, if given, runs inside the transaction once the rows are in (ingest
         matches collectives and aligns clocks there); its errors roll everything back.
 
@@ -468,8 +469,8 @@ class Store:
 
         Raises:
             StoreError: Rank conflicts, another job's traces, or DuckDB rejects the rows.
-            KeyboardInterrupt: Ctrl-C before the commit (nothing stored) or during it (stored, and
-                the last entry of :attr:`commits`).
+            KeyboardInterrupt: Ctrl-C before the commit (nothing stored) or during or after it
+                (stored, and the last entry of :attr:`commits`).
         """
         # The run's events go in in one transaction: DuckDB would cache every page it wrote (up to
         # 80% of RAM); past this limit it writes them to the file and evicts them. Only here: the
@@ -479,12 +480,27 @@ class Store:
         self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT_MB}MB'")
         try:
             run_id = self._insert_run(name, traces, after, force)
-            with contextlib.suppress(duckdb.Error):  # the rows are committed; a later checkpoint will do
-                self.con.execute("CHECKPOINT")
+            self._housekeep("CHECKPOINT")  # the rows are committed; if this fails, a later checkpoint will do
             return run_id
         finally:
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute("RESET memory_limit")
+            self._housekeep("RESET memory_limit")
+
+    def _housekeep(self, sql: str) -> None:
+        """Run ``sql``, which changes no data (a checkpoint, a setting), ignoring DuckDB's errors
+        but not Ctrl-C: DuckDB reports an interrupted query as an error (:func:`interrupted`),
+        which is raised here as KeyboardInterrupt so that it is never swallowed (after a commit
+        the caller reads from :attr:`commits` what was stored).
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C during ``sql``.
+        """
+        try:
+            self.con.execute(sql)
+        except (duckdb.Error, RuntimeError) as e:  # RuntimeError: DuckDB's "Query interrupted"
+            if interrupted(e):
+                raise KeyboardInterrupt from None
+            if not isinstance(e, duckdb.Error):
+                raise
 
     def _insert_run(self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None,
                     force: bool) -> int:

@@ -1,9 +1,10 @@
 """Process hygiene: parser workers that die with their parent, and Ctrl-C held off at a commit.
 
 Parser workers are forked by ingest. Each one (see :func:`worker_init`) ignores Ctrl-C (the parent
-handles it and stops them), asks the kernel to kill it when its parent dies (Linux
-``PR_SET_PDEATHSIG``; elsewhere a watchdog thread polls the parent), and closes the store lock it
-inherited, so a ``kill -9`` of ingest leaves no worker behind holding the store.
+handles it and stops them; a worker is forked with it blocked, so none reaches it before that),
+asks the kernel to kill it when its parent dies (Linux ``PR_SET_PDEATHSIG``; elsewhere a watchdog
+thread polls the parent), and closes the store lock it inherited, so a ``kill -9`` of ingest leaves
+no worker behind holding the store.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TypeVar
 
 from traceprof import fileio, locking
 
-__all__ = ["worker_init", "deferred_sigint", "map_in_workers"]
+__all__ = ["worker_init", "deferred_sigint", "ignored_sigint", "map_in_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -37,6 +38,8 @@ def worker_init(parent_pid: int, max_inflate_ratio: float) -> None:
         max_inflate_ratio: The parent's gzip inflate cap (:func:`traceprof.fileio.set_max_inflate_ratio`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # forked with Ctrl-C blocked (see map_in_workers): a pending one is dropped
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     locking.close_inherited()
     fileio.set_max_inflate_ratio(max_inflate_ratio)
     if not _pdeathsig():
@@ -61,6 +64,37 @@ def _watch_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     os._exit(1)
+
+
+@contextlib.contextmanager
+def ignored_sigint() -> Iterator[None]:
+    """Ignore Ctrl-C inside the block (e.g. printing what a finished command did), then restore
+    the previous handler; a Ctrl-C that arrived before the block is raised on entry. Outside the
+    main thread, signals cannot be set and the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread inside the block: processes forked (and threads started) there
+    start with it blocked, so that a Ctrl-C cannot interrupt a worker before :func:`worker_init`
+    ignores it (a traceback on the terminal, or a panic in an extension module being imported).
+    A Ctrl-C that arrives inside is delivered here when the block ends."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @contextlib.contextmanager
@@ -114,7 +148,9 @@ def map_in_workers(
     pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init,
                                initargs=(os.getpid(), max_inflate_ratio))
     try:
-        for r in pool.map(fn, tasks):
+        with _sigint_blocked():  # Executor.map submits every task, which forks the workers
+            results = pool.map(fn, tasks)
+        for r in results:
             out.append(r)
             if done:
                 done(len(out))

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from traceprof import analysis as registry
+    from traceprof.ingest import IngestResult
     from traceprof.store import Store
 else:
 
@@ -212,6 +213,8 @@ def ingest(
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     from traceprof.ingest import ingest as do_ingest
     from traceprof.layout import choose
+    from traceprof.procs import ignored_sigint
+    from traceprof.store import interrupted
 
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
@@ -245,28 +248,38 @@ def ingest(
                 )
             finally:
                 fileio.on_read(None)
-        store.close()
-        for w in res.warnings:
-            say(w, label="warning:", style="yellow")
-        for path, where in res.skipped.items():
-            elsewhere = run is not None and not where.startswith(f"run {run!r} ")
-            say(f"already stored: {path} ({where})" + (
-                f"; not added to run {run!r} (a file belongs to one run: `traceprof runs mv` renames that run, "
-                "`traceprof runs rm` removes it so its files can be ingested again)" if elsewhere else ""))
-        for name, rid in res.runs.items():
-            say(f"run {name!r} (id {rid}): stored in {db}")
-        for msg in res.failed.values():
-            say(msg, label="failed:", style="red")
-        failed = f", {len(res.failed)} failed" if res.failed else ""
-        say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        raise Interrupted(_interrupted(store, db)) from None
-    except BaseException:
+        # Every run is committed: a Ctrl-C from here on changes nothing, and the report is printed whole
+        # (one that came before is raised on entry, and reported below as an interrupt after the commits).
+        with ignored_sigint():
+            store.close()
+            _report_ingest(res, run, db)
+    except BaseException as e:
+        # Ctrl-C, or DuckDB's report of it (a RuntimeError or a duckdb.Error, see Store.interrupted):
+        # store.commits says exactly what was stored, whichever statement it stopped.
+        if isinstance(e, KeyboardInterrupt) or interrupted(e):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+            raise Interrupted(_interrupted(store, db)) from None
         store.discard_if_new()  # a failed first ingest leaves no empty store behind
         raise
     if res.failed:
         raise typer.Exit(1)
+
+
+def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
+    """Print what an ingest did: warnings, files already stored, runs stored, files that failed."""
+    for w in res.warnings:
+        say(w, label="warning:", style="yellow")
+    for path, where in res.skipped.items():
+        elsewhere = run is not None and not where.startswith(f"run {run!r} ")
+        say(f"already stored: {path} ({where})" + (
+            f"; not added to run {run!r} (a file belongs to one run: `traceprof runs mv` renames that run, "
+            "`traceprof runs rm` removes it so its files can be ingested again)" if elsewhere else ""))
+    for name, rid in res.runs.items():
+        say(f"run {name!r} (id {rid}): stored in {db}")
+    for msg in res.failed.values():
+        say(msg, label="failed:", style="red")
+    failed = f", {len(res.failed)} failed" if res.failed else ""
+    say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
 
 
 runs_app = typer.Typer(help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False)

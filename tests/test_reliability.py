@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tests._cli_inproc import micro_trace, run
@@ -267,6 +268,123 @@ def test_interrupt_while_committing_is_held_until_the_commit_is_done(tmp_path):
         s.con = s.con_real
         assert s.commits == [("job", 1)]
     assert _state(tmp_path / "s.duckdb") == (("job", 2, 102),)
+
+
+class _FailAt:
+    """Stands in for a Store's DuckDB connection (which cannot be patched): ``execute(sql)`` raises
+    ``exc`` when ``sql`` is ``at``, as DuckDB does when Ctrl-C stops that statement."""
+
+    def __init__(self, con, at: str, exc: BaseException) -> None:
+        self.real, self.at, self.exc = con, at, exc
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def execute(self, q, *a):
+        if q == self.at:
+            raise self.exc
+        return self.real.execute(q, *a)
+
+
+# What Ctrl-C during a DuckDB statement raises: Python's KeyboardInterrupt (between statements),
+# DuckDB's RuntimeError (its check of Python's signals during a query), its InterruptException, and a
+# KeyboardInterrupt raised while DuckDB read a Python Arrow stream, quoted in DuckDB's own error.
+_CTRL_C = [KeyboardInterrupt(), RuntimeError("Query interrupted"), duckdb.InterruptException("INTERRUPT Error: Interrupted!"),
+           duckdb.InvalidInputException("Invalid Input Error: arrow_scan failed: KeyboardInterrupt: ")]
+
+
+@pytest.mark.parametrize("exc", _CTRL_C, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("at", ["CHECKPOINT", "RESET memory_limit"])
+def test_interrupt_after_the_commit_is_raised_and_the_run_is_recorded(tmp_path, at, exc):
+    """Ctrl-C in the statements insert_run runs after its commit: KeyboardInterrupt (not swallowed
+    with DuckDB's errors), and the run is stored and in commits."""
+    db = tmp_path / "s.duckdb"
+    with Store(db) as s:
+        s.con = _FailAt(s.con, at, exc)
+        with pytest.raises(KeyboardInterrupt):
+            ingest(s, [_job(tmp_path)], jobs=1)
+        s.con = s.con.real
+        assert s.commits == [("job", 1)]
+    assert _state(db) == (("job", 2, 102),)
+
+
+def test_a_failed_checkpoint_after_the_commit_is_ignored(tmp_path):
+    """Not Ctrl-C: the rows are committed and a later checkpoint will do, so ingest succeeds."""
+    db = tmp_path / "s.duckdb"
+    with Store(db) as s:
+        s.con = _FailAt(s.con, "CHECKPOINT", duckdb.IOException("IO Error: disk full"))
+        assert ingest(s, [_job(tmp_path)], jobs=1).runs == {"job": 1}
+        s.con = s.con.real
+    assert _state(db) == (("job", 2, 102),)
+
+
+@pytest.mark.parametrize("exc", _CTRL_C, ids=lambda e: type(e).__name__)
+def test_cli_ctrl_c_after_the_commit_says_stored_and_exits_130(tmp_path, monkeypatch, exc):
+    """The CLI reports an interrupt after the commit from store.commits: stored, exit 130 (it used to
+    say "nothing was changed" for DuckDB's RuntimeError, and exit 0 for the rest)."""
+    from traceprof import cli
+    from traceprof import store as store_mod
+
+    db = tmp_path / "s.duckdb"
+    real_init = store_mod.Store.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        self.con = _FailAt(self.con, "CHECKPOINT", exc)
+
+    monkeypatch.setattr(store_mod.Store, "__init__", init)
+    monkeypatch.setattr(cli, "_exit", sys.exit)  # cli exits 130 with os._exit, which would end pytest
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
+    finally:
+        signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
+    monkeypatch.undo()
+    assert (code, err) == (130, f"interrupted; stored run 'job' (id 1) in {db}; the rest of this ingest was not stored\n")
+    assert _state(db) == (("job", 2, 102),)
+
+
+def test_cli_ctrl_c_while_reporting_is_ignored(tmp_path, monkeypatch):
+    """Once every run is committed the report is printed whole (exit 0): a Ctrl-C then changes nothing."""
+    from traceprof import cli
+
+    real_say = cli.say
+
+    def say(message, *a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)  # ignored: this process is past its last commit
+        real_say(message, *a, **kw)
+
+    monkeypatch.setattr(cli, "say", say)
+    monkeypatch.setattr(cli, "_exit", sys.exit)  # were it taken as Ctrl-C: exit 130 without ending pytest
+    handler = signal.getsignal(signal.SIGINT)
+    db = tmp_path / "s.duckdb"
+    try:
+        code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
+        after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert (code, err) == (0, f"run 'job' (id 1): stored in {db}\n2 file(s) ingested, 0 already stored\n")
+    assert after is handler  # restored once the report was printed
+
+
+def test_parser_workers_never_see_ctrl_c(tmp_path):
+    """A Ctrl-C that reaches a worker before its initializer has set it to be ignored is dropped: no
+    traceback, no broken pool (workers are forked with SIGINT blocked)."""
+    script = (
+        "import os, signal\n"
+        "from traceprof import procs\n"
+        "real = procs.worker_init\n"
+        "def init(*a):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"  # as the terminal's Ctrl-C reaching a just-forked worker
+        "    real(*a)\n"
+        "procs.worker_init = init\n"
+        "def work(x):\n"
+        "    return x * 2, signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+        "print(procs.map_in_workers(work, [1, 2, 3], 2, 64.0))\n"
+        "print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "[(2, True), (4, True), (6, True)]\nFalse\n", "")
 
 
 @pytest.mark.slow

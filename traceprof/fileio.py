@@ -5,6 +5,9 @@ whole, for parsers that decode as they read): plain or gzipped bytes. Gzip is in
 on the decompressed size (:func:`set_max_inflate_ratio`, default 64x the file, at least 64 MiB), so
 a small file that inflates to gigabytes (a gzip bomb) is refused before it fills the memory.
 Invalid UTF-8 is replaced by U+FFFD and reported (:func:`pop_repairs`) instead of failing the file.
+A leading UTF-8 byte order mark (``EF BB BF``, as some Windows editors and tools write, and as
+Chrome's trace viewer and Python's ``utf-8-sig`` accept) is blanked to three spaces (:func:`blank_bom`):
+JSON allows leading whitespace, and every byte offset a parser reports stays the file's offset.
 Errors name the file and the byte offset.
 
 Writing (:func:`write_output`, :func:`check_not_store`): an output path the user named never
@@ -27,7 +30,7 @@ from traceprof.errors import TraceFormatError, UsageError
 
 __all__ = [
     "read_maybe_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
-    "DEFAULT_INFLATE_RATIO", "on_read",
+    "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM",
 ]
 
 #: (pid that set it, hook): see :func:`on_read`.
@@ -49,6 +52,11 @@ DEFAULT_INFLATE_RATIO = 64.0
 MIN_INFLATE_BYTES = 64 << 20
 _IN_CHUNK = 1 << 16  # compressed bytes fed per step
 _OUT_CHUNK = 1 << 20  # decompressed bytes produced per step at most
+
+#: The UTF-8 byte order mark. JSON (RFC 8259 section 8.1) must not carry one, but parsers may
+#: ignore it, and real tools do; :func:`blank_bom` makes it whitespace.
+UTF8_BOM = codecs.BOM_UTF8
+_BOM_BLANK = b" " * len(UTF8_BOM)
 
 _ratio = DEFAULT_INFLATE_RATIO
 _repairs: dict[str, list[Repair]] = {}
@@ -86,12 +94,32 @@ def pop_repairs(path: str | Path) -> list[Repair]:
     return _repairs.pop(str(path), [])
 
 
+def blank_bom(text: bytes) -> bytes:
+    """``text`` with a leading UTF-8 byte order mark replaced by as many spaces (else ``text``
+    itself): a JSON parser then reads it, and the byte offsets it reports are unchanged."""
+    return _BOM_BLANK + text[len(UTF8_BOM) :] if text.startswith(UTF8_BOM) else text
+
+
+def _blank_bom_pieces(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """:func:`blank_bom` on the text that ``pieces`` yield (a first piece shorter than the mark is
+    joined with the next ones until it can be told)."""
+    first = b""
+    for piece in pieces:
+        first += piece
+        if len(first) >= len(UTF8_BOM):
+            break
+    if first:
+        yield blank_bom(first)
+    yield from pieces
+
+
 def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
     """Read a file, gunzipping it when it starts with the gzip magic bytes; repair invalid UTF-8.
 
     Returns:
         (the file's bytes, the decompressed bytes, or the same bytes when not gzip), the latter with
-        every invalid UTF-8 sequence replaced by U+FFFD (see :func:`pop_repairs`).
+        every invalid UTF-8 sequence replaced by U+FFFD (see :func:`pop_repairs`) and a leading
+        byte order mark blanked (:func:`blank_bom`).
 
     Raises:
         TraceFormatError: The file cannot be read, the gzip stream is broken or truncated (naming
@@ -102,11 +130,11 @@ def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
     except OSError as e:
         raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
     if raw[:2] != b"\x1f\x8b":
-        return raw, _repair_utf8(path, raw, gz=False)
+        return raw, _repair_utf8(path, blank_bom(raw), gz=False)
     view = memoryview(raw)
     pieces = (view[i : i + _IN_CHUNK] for i in range(0, len(raw), _IN_CHUNK))
     data = b"".join(_inflate(path, pieces, len(raw)))
-    return raw, _repair_utf8(path, data, gz=True)
+    return raw, _repair_utf8(path, blank_bom(data), gz=True)
 
 
 class NotUtf8(ValueError):
@@ -116,7 +144,8 @@ class NotUtf8(ValueError):
 
 class TextStream:
     """A trace file's text as successive pieces, never held whole: read in chunks, gunzipped as a
-    stream under the inflate cap (see the module doc), its UTF-8 checked as it goes.
+    stream under the inflate cap (see the module doc), its UTF-8 checked as it goes, a leading
+    byte order mark blanked (:func:`blank_bom`).
 
     Iterate once for the pieces (``bytes`` of at most about 1 MiB each). Afterwards ``sha256``
     (hex digest of the file's bytes, compressed as stored) and ``size`` (bytes of the file) are
@@ -165,6 +194,7 @@ class TextStream:
             f.seek(0)
             size = os.fstat(f.fileno()).st_size
             text = _inflate(self.path, self._raw(f, _IN_CHUNK), size) if gz else self._raw(f, _OUT_CHUNK)
+            text = _blank_bom_pieces(text)
             utf8 = codecs.getincrementaldecoder("utf-8")()
             for piece in text:
                 if not (piece.isascii() and not utf8.getstate()[0]):

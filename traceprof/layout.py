@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from traceprof import schema
+from traceprof import schema, spill
 from traceprof.errors import StoreError, UsageError
 from traceprof.parsed import ParsedTrace
 
@@ -137,7 +137,7 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
-        con.register("_incoming", tbl)
+        con.register("_incoming", spill.readable(tbl))
         con.execute(f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
     except duckdb.Error as e:
         raise StoreError(f"{path}: cannot write {table} rows as Parquet: {str(e).splitlines()[0]}") from None
@@ -288,7 +288,8 @@ def spool(pt: ParsedTrace, folder: Path) -> ParsedTrace:
     path = folder / f"{uuid.uuid4().hex}.arrow"
     try:
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ev.schema) as w:
-            w.write_table(ev, max_chunksize=SPOOL_BATCH_ROWS)
+            for b in spill.batches(ev, SPOOL_BATCH_ROWS):
+                w.write_batch(b)
     except (OSError, pa.ArrowInvalid) as e:
         raise StoreError(f"{path}: cannot spool the events of {pt.path}: {e}") from None
     return _parked(SpooledTrace, pt, ev, path, ev.num_rows)

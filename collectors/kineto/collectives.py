@@ -26,6 +26,7 @@ import numpy as np
 from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto._values import meta_dict
 from collectors.kineto.columns import Frame
+from traceprof import spill
 from traceprof.classify import EXCLUDED_FLAGS, comm_family
 from traceprof.matching import P2P_OPS, canonical_ranks
 from traceprof.ops import dtype_bytes, kernel_op
@@ -107,6 +108,7 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
 
 def _rpc_args(f: Frame, row: int) -> dict[str, Any]:
     """The args of a ``record_param_comms`` row, decoded for the metadata keys (``meta_dict``)."""
+    spill.note_read(4096)  # spilled args: drop the pages read now and then
     return meta_dict(f.args[row].as_py())
 
 

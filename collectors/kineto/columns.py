@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.kineto._values import Ints, meta_dict
+from traceprof import spill
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
@@ -103,6 +104,7 @@ class Frame:
             texts = args.chunk(c).take(pa.array(rows[at] - self._chunk_at[c], pa.int64())).to_pylist()
             for k, t in zip(at.tolist(), texts, strict=True):
                 out[k] = t
+        spill.note_read(4096 * len(rows))  # spilled args: drop the pages read now and then
         return out
 
 
@@ -135,7 +137,12 @@ def classes(f: Frame, classifier: Classifier) -> list[str | None]:
         One value per row of ``f``.
     """
     gpu, launch, act = f.kind_in(GPU_KINDS), f.kind_in(set(LAUNCH_KINDS)), f.kind_in(set(GPU_ACTIVITY_KINDS))
-    hint = pc.match_substring_regex(f.args, COMM_HINT).to_numpy(zero_copy_only=False) if f.n else np.zeros(0, bool)
+    hint = np.zeros(f.n, bool)
+    at = 0
+    for chunk in spill.chunks(f.args):  # a chunk at a time: spilled args stay off the resident set
+        hint[at : at + len(chunk)] = pc.fill_null(pc.match_substring_regex(chunk, COMM_HINT), False).to_numpy(
+            zero_copy_only=False)
+        at += len(chunk)
     ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
     comm_ext = np.unique(f.ext[ops][np.fromiter(map(has_comm_args, f.args_of(ops)), bool, len(ops))])
     launcher_comm = np.zeros(f.n, bool)

@@ -40,6 +40,8 @@ import pyarrow.compute as pc
 
 from collectors.kineto._values import Ints, int_or_none
 from collectors.kineto.columns import codes
+from traceprof import spill
+from traceprof.spill import TextSpill
 from traceprof.timeconv import us_text_to_ns
 
 __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
@@ -317,7 +319,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     out = Decoded(top={})
     ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
     same: dict[str, str] = {}
-    args_chunks: list[pa.Array] = []
+    args = TextSpill()  # on disk when large (traceprof.spill)
     id_parts: dict[str, list[Ints]] = {col: [] for col in _ID_COLS}
     try:
         for evs in batches:
@@ -336,7 +338,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             durok_parts.append(dok)
             raw_args = [e.args for e in evs]
             del evs
-            args_chunks.append(_text_column(raw_args))
+            args.add(_text_column(raw_args))
             ids_text = b"[" + b",".join(raw_args) + b"]"
             del raw_args
             try:
@@ -354,7 +356,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     if not batches.ok:
         return None
     out.top = batches.top
-    out.args = pa.chunked_array(args_chunks, pa.string())
+    out.args = args.finish()
     for col in _ID_COLS:
         setattr(out, col, Ints.concat(id_parts[col]))
     if ts_parts:
@@ -470,14 +472,20 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
 
 def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
     """``d.args`` without the rows ``keep`` is False for, a chunk at a time: each chunk is dropped
-    from ``d`` once filtered, so the args text is held about once, not twice."""
+    from ``d`` once filtered, so the args text is held about once, not twice (and a large column
+    is written to disk again, ``traceprof.spill``)."""
     chunks, d.args = list(d.args.chunks), pa.chunked_array([], pa.string())
-    out, at = [], 0
-    for i, chunk in enumerate(chunks):
-        out.append(chunk.filter(pa.array(keep[at : at + len(chunk)])))
+
+    def each() -> Iterator[pa.Array]:
+        for i, chunk in enumerate(chunks):
+            chunks[i] = None  # type: ignore[call-overload]
+            yield chunk
+
+    out, at = TextSpill(), 0
+    for chunk in spill.scan(each()):
+        out.add(chunk.filter(pa.array(keep[at : at + len(chunk)])))
         at += len(chunk)
-        chunks[i] = None  # type: ignore[call-overload]
-    return pa.chunked_array(out, pa.string())
+    return out.finish()
 
 
 class Positions:

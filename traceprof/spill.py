@@ -1,0 +1,226 @@
+"""String columns kept on disk, not in memory: the args text of a large trace.
+
+A Kineto event's ``args`` JSON text is most of a parsed trace: 250 of the 420 MB of Arrow rows
+of a 2 M-event trace. The parser reads it only for a few rows (communication metadata) and
+passes it through to the store. :class:`TextSpill` writes such a column, one Arrow chunk at a
+time, to an unlinked temporary file and gives it back as a ``pa.ChunkedArray`` whose buffers are
+a read-only memory map of that file: the same values and type as an in-memory column, so every
+consumer (Arrow compute, DuckDB's Arrow scan, IPC and Parquet writers) reads it unchanged.
+
+Mapped pages count in the process's resident set only once read, and are dropped from it (they
+stay in the page cache; a later read maps them again) by :func:`release`, which a pass over
+the whole column calls when it is done (``collectors.kineto.columns``) or every few batches
+(the store's insert, the spool and Parquet writers, through :func:`batches`).
+
+Small columns stay in memory: a column is spilled once its text passes :data:`SPILL_BYTES`
+(module variable; tests set it to 0). Where the file cannot be written (no space, no folder),
+the column stays in memory and nothing is reported: the results are the same, only the peak
+memory differs.
+"""
+
+from __future__ import annotations
+
+import mmap
+import tempfile
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["TextSpill", "release", "note_read", "scan", "chunks", "batches", "readable", "use_dir", "SPILL_BYTES"]
+
+T = TypeVar("T", bound=Any)
+
+#: A column's text (bytes) past which it goes to disk.
+SPILL_BYTES = 16 << 20
+
+#: Where spill files are created (:func:`use_dir`); None: the system's temporary folder.
+_DIR: str | None = None
+
+#: The live maps (weak: a map goes when the last array on it goes), for :func:`release`.
+_MAPS: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+
+#: Rows per batch of :func:`batches`; bytes read by :func:`scan` / :func:`batches` between two
+#: :func:`release` calls.
+_BATCH_ROWS = 1 << 16
+_RELEASE_BYTES = 32 << 20
+
+_ALIGN = 64
+
+
+def use_dir(folder: str | Path | None) -> None:
+    """Create the spill files of this process in ``folder`` (e.g. beside the store: the disk the
+    user chose for the data) from now on; ``None``: the system's temporary folder."""
+    global _DIR
+    _DIR = None if folder is None else str(folder)
+
+
+def release() -> None:
+    """Drop the pages of every spilled column from this process's resident set (``madvise``
+    ``MADV_DONTNEED`` on the read-only shared maps: the data stays in the file and the page cache)."""
+    global _read
+    _read = 0
+    for mm in list(_MAPS):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED)
+        except (ValueError, OSError):  # closed, or the platform refuses: the pages just stay resident
+            pass
+
+
+_read = 0  # bytes read from the maps since the last release (an estimate; :func:`note_read`)
+
+
+def note_read(nbytes: int) -> None:
+    """Count ``nbytes`` read from spilled columns (a random read: a page, 4096, per value), and
+    :func:`release` once a few tens of MB have been read since the last time: random reads over
+    a spilled column keep that much of it resident, not all of it."""
+    global _read
+    _read += nbytes
+    if _read > _RELEASE_BYTES:
+        release()
+
+
+def scan(items: Iterable[T]) -> Iterator[T]:
+    """``items`` (Arrow arrays or record batches, e.g. the chunks of a spilled column), calling
+    :func:`release` after every few tens of MB of them and at the end: a pass over a spilled
+    column keeps that much of it resident, not all of it."""
+    seen = 0
+    for x in items:
+        yield x
+        seen += x.nbytes
+        if seen > _RELEASE_BYTES:
+            release()
+            seen = 0
+    release()
+
+
+def chunks(column: pa.ChunkedArray | pa.Array) -> Iterator[pa.Array]:
+    """The chunks of ``column`` (the array itself when not chunked) through :func:`scan`."""
+    return scan(column.chunks if isinstance(column, pa.ChunkedArray) else [column])
+
+
+def batches(table: pa.Table, rows: int = _BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """``table``'s record batches of at most ``rows`` rows, through :func:`scan`."""
+    return scan(table.to_batches(max_chunksize=rows))
+
+
+def readable(table: pa.Table) -> pa.Table | pa.RecordBatchReader:
+    """``table`` for a scan that writes it out (DuckDB's Arrow scan, a Parquet copy): a stream of
+    :func:`batches`, so that a few batches' pages of a spilled column are resident at a time and
+    not the whole column's, when this process has spilled columns; else the table itself."""
+    if not _MAPS:
+        return table
+    return pa.RecordBatchReader.from_batches(table.schema, batches(table))
+
+
+class TextSpill:
+    """Builds a string column chunk by chunk, on disk past :data:`SPILL_BYTES` (module doc).
+
+    Usage: ``add`` each chunk (a ``pa.StringArray``), then ``finish()`` once for the column.
+    """
+
+    def __init__(self) -> None:
+        self._mem: list[pa.Array] = []  # chunks not written (yet)
+        self._mem_bytes = 0
+        self._file: IO[bytes] | None = None
+        self._at = 0
+        self._parts: list[tuple[int, int, int, int] | pa.Array] = []  # (rows, offsets at, data at, data bytes)
+        self._failed = False
+
+    def add(self, chunk: pa.Array) -> None:
+        """Append ``chunk`` (a ``pa.StringArray``) to the column."""
+        if self._file is None:
+            self._mem.append(chunk)
+            self._mem_bytes += chunk.nbytes
+            if self._mem_bytes > SPILL_BYTES and not self._failed:
+                self._open()
+            return
+        self._write(chunk)
+
+    def finish(self) -> pa.ChunkedArray:
+        """The column: memory-mapped chunks from the file, or the chunks themselves when small."""
+        if self._file is None:
+            return pa.chunked_array(self._mem, pa.string())
+        f, self._file = self._file, None
+        try:
+            f.flush()
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self._at else None
+        except (OSError, ValueError):
+            return self._read_back(f)
+        finally:
+            f.close()  # unlinked: the space goes with the map
+        if mm is None:
+            return self._assemble(lambda at, size: pa.py_buffer(b""))
+        _MAPS.add(mm)
+        buf = pa.py_buffer(mm)
+        return self._assemble(buf.slice)
+
+    def _open(self) -> None:
+        try:
+            self._file = tempfile.TemporaryFile(prefix="traceprof-spill-", dir=_DIR)
+        except OSError:
+            self._failed = True
+            return
+        mem, self._mem = self._mem, []
+        for c in mem:
+            self._write(c)
+
+    def _write(self, chunk: pa.Array) -> None:
+        assert self._file is not None
+        if chunk.null_count or chunk.offset or not isinstance(chunk, pa.StringArray):
+            self._parts.append(chunk)  # not the plain layout written below: kept as it is
+            return
+        _validity, offsets, data = chunk.buffers()
+        rows = len(chunk)
+        if offsets is None:
+            self._parts.append(chunk)
+            return
+        ends = np.frombuffer(offsets, np.int32, rows + 1)
+        if ends[0]:  # offsets not from 0 (a slice of a bigger buffer): kept as it is
+            self._parts.append(chunk)
+            return
+        try:
+            off_at = self._put(offsets, 4 * (rows + 1))
+            data_len = int(ends[-1])
+            data_at = self._put(data, data_len)
+        except OSError:  # e.g. no space left: the column stays in memory
+            self._parts.append(chunk)
+            return
+        self._parts.append((rows, off_at, data_at, data_len))
+
+    def _put(self, buf: pa.Buffer | None, size: int) -> int:
+        assert self._file is not None
+        at = self._at
+        self._file.seek(at)  # past what a failed write left
+        if size:
+            assert buf is not None
+            self._file.write(memoryview(buf)[:size])
+        pad = -(at + size) % _ALIGN
+        if pad:
+            self._file.write(b"\0" * pad)
+        self._at = at + size + pad
+        return at
+
+    def _read_back(self, f: IO[bytes]) -> pa.ChunkedArray:
+        """The column in memory, read from the file (when it cannot be mapped)."""
+
+        def read(at: int, size: int) -> pa.Buffer:
+            f.seek(at)
+            return pa.py_buffer(f.read(size))
+
+        return self._assemble(read)
+
+    def _assemble(self, read: Callable[[int, int], pa.Buffer]) -> pa.ChunkedArray:
+        """The column from its parts, each written one's buffers given by ``read(at, size)``."""
+        chunks = []
+        for p in self._parts:
+            if isinstance(p, pa.Array):
+                chunks.append(p)
+            else:
+                rows, off_at, data_at, data_len = p
+                chunks.append(pa.StringArray.from_buffers(rows, read(off_at, 4 * (rows + 1)), read(data_at, data_len)))
+        self._parts = []
+        return pa.chunked_array(chunks, pa.string())

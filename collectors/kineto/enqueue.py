@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceprof.ops import normalize_op
 from traceprof.parsed import ParsedTrace
@@ -44,6 +45,18 @@ def _first_tensor_nelems(dims: Any) -> int | None:
     return None
 
 
+def _starts_with(col: pa.ChunkedArray, prefix: str) -> pa.ChunkedArray:
+    """Rows of a string column (plain or dictionary-encoded) that start with ``prefix`` (False for null)."""
+    out = []
+    for c in col.chunks:
+        if pa.types.is_dictionary(c.type):  # test each distinct value once
+            c = pc.take(pc.starts_with(c.dictionary, prefix), c.indices)
+        else:
+            c = pc.starts_with(c, prefix)
+        out.append(pc.fill_null(c, False))
+    return pa.chunked_array(out, pa.bool_())
+
+
 def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
     """Fill ``enter_ns`` and ``step`` of the trace's gloo collectives from their c10d enqueues.
 
@@ -60,9 +73,11 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
     gloo = [r for r in rows if r["source"] == "gloo" and r["enter_ns"] is None]
     if not gloo:
         return pt
-    ev = pt.events.select(["kind", "name", "ts_ns", "step", "args"]).to_pylist()
+    ev = pt.events.select(["kind", "name", "ts_ns", "step", "args"])
+    # only the c10d ops become Python objects (not every event of the trace)
+    ev = ev.filter(pc.and_(pc.fill_null(pc.equal(ev["kind"], "cpu_op"), False), _starts_with(ev["name"], "c10d::")))
     enqueues: dict[str, list[dict[str, Any]]] = {}
-    for e in ev:
+    for e in ev.to_pylist():
         if e["kind"] == "cpu_op" and e["name"].startswith("c10d::"):
             try:
                 args = msgspec.json.decode(e["args"] or "{}")

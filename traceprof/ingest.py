@@ -25,7 +25,7 @@ from pathlib import Path
 
 import orjson
 
-from traceprof import classify, clock, fileio, layout, matching, procs, sources
+from traceprof import classify, clock, fileio, layout, matching, procs, sources, spill
 from traceprof.errors import NotATraceError, TraceFormatError, TraceprofError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
@@ -249,6 +249,7 @@ def ingest(
             f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
             "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)")
     spool: Path | None = None  # DuckDB layout, several files: events wait here (Arrow IPC) until inserted
+    spill.use_dir(Path(store.path).absolute().parent)  # large args text on the store's disk (not /tmp)
     try:
         tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
         if store.dataset is None and len(tasks) > 1:
@@ -277,6 +278,7 @@ def ingest(
             result.added += sorted({pt.path for pt in traces})
             result.warnings += [f"run {name!r}: {n}" for n in notes]
     finally:  # staged Parquet files no run took (failed or skipped files); spooled events, on success too
+        spill.use_dir(None)
         if store.dataset is not None:
             store.dataset.discard()
         if spool is not None:

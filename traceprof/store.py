@@ -21,7 +21,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from traceprof import schema
+from traceprof import schema, spill
 from traceprof.errors import SchemaVersionError, StoreError
 from traceprof.identity import check_append, check_within
 from traceprof.layout import (
@@ -627,7 +627,8 @@ class Store:
                 continue
             cols = schema.table(name).column_names
             have = set(tbl.schema.names)
-            con.register("_incoming", tbl)
+            # a table with spilled args (traceprof.spill) goes in as batches, its pages dropped as read
+            con.register("_incoming", spill.readable(tbl) if isinstance(tbl, pa.Table) else tbl)
             select = ", ".join(
                 "?" if c == "run_id" else "? AS trace_id" if c == "trace_id" else
                 "? AS rank" if c == "rank" else f'"{c}"' if c in have else f'NULL AS "{c}"'

@@ -20,6 +20,7 @@ memory differs.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import tempfile
 import weakref
@@ -30,7 +31,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["TextSpill", "release", "note_read", "scan", "chunks", "batches", "readable", "use_dir", "SPILL_BYTES"]
+__all__ = ["TextSpill", "release", "trim", "note_read", "scan", "chunks", "batches", "readable", "use_dir", "SPILL_BYTES"]
 
 T = TypeVar("T", bound=Any)
 
@@ -58,11 +59,31 @@ def use_dir(folder: str | Path | None) -> None:
     _DIR = None if folder is None else str(folder)
 
 
+def trim() -> None:
+    """Give the C heap's free memory back to the system (glibc ``malloc_trim``; nothing elsewhere).
+    The parser's passes free large transients (per-batch objects, column copies) that glibc keeps
+    otherwise: 90 MB of the 790 MB peak of a 2 M-event trace."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
 def release() -> None:
     """Drop the pages of every spilled column from this process's resident set (``madvise``
-    ``MADV_DONTNEED`` on the read-only shared maps: the data stays in the file and the page cache)."""
+    ``MADV_DONTNEED`` on the read-only shared maps: the data stays in the file and the page cache),
+    and :func:`trim` the heap."""
     global _read
     _read = 0
+    trim()
     for mm in list(_MAPS):
         try:
             mm.madvise(mmap.MADV_DONTNEED)

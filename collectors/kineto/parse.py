@@ -49,7 +49,7 @@ from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
 from collectors.kineto.columns import Frame, assign_steps, classes
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
-from traceprof import classify
+from traceprof import classify, spill
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import NotUtf8, TextStream, read_maybe_gzip
@@ -282,6 +282,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     data = src.data() if fast is None else b""
     events_read = len(decoded) if fast is not None and decoded is not None else len(doc.traceEvents)
     del decoded
+    spill.trim()  # each pass's transients back to the system (glibc keeps them otherwise)
     dist = doc.distributedInfo or {}
     rank = _int_or_none(dist.get("rank"))
     world = _int_or_none(dist.get("world_size"))
@@ -376,6 +377,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     _as_arrays(cols)
     unmatched = sum(f == "unmatched_begin" for f in cols["flag"])
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
+    spill.trim()
     for what in (_E_MISMATCH, _E_EARLY):
         if skipped.get(what):
             warnings.append(f"{p.name}: {skipped[what]} {what}")
@@ -384,15 +386,18 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
                         "the trace; events.flag = 'unmatched_begin')")
     check_one_process(p, cols, step_numbers)
+    spill.trim()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier or classify.current())
     steps_rows, step_col, spans = assign_steps(frame, step_numbers, cols["flag"])
     cols["step"] = step_col
+    spill.trim()
     cut = step_cut_warning(p, cols, spans)
     if cut:
         warnings.append(cut)
     gpu_present = any(k in _GPU_KINDS for k in cols["kind"])
     coll = _collectives(cols, frame, gpu_present)
+    spill.trim()
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)
     trace_info = {

@@ -40,6 +40,7 @@ import polars as pl
 
 from traceprof.analysis import FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
+from traceprof.runs import run_name
 from traceprof.store import Store
 
 _ROWS = """
@@ -308,7 +309,7 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no collectives with process group and sequence number.
     """
     run_id = store.resolve_run(params.run)
-    name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    name = run_name(store, run_id)
     df, source, empty = _load(store, run_id, name)
     inst: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []

@@ -30,6 +30,7 @@ from traceprof import analysis as registry
 from traceprof.analysis import FrameResult
 from traceprof.errors import TraceprofError, UsageError
 from traceprof.names import shorten
+from traceprof.runs import run_name
 from traceprof.store import Store
 
 __all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_analyses", "build", "summarize"]
@@ -401,7 +402,7 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
         diff: ``traceprof.diff.diff_runs`` of a baseline against this run, or why it could not be made.
         hta: Whether the analyses ran in HTA-compatible mode (``hta=true``).
     """
-    name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    name = run_name(store, run_id)
     ok = {k: v for k, v in results.items() if isinstance(v, FrameResult)}
     errors = {k: v for k, v in results.items() if isinstance(v, TraceprofError)}
     findings: list[Finding] = []

@@ -17,7 +17,13 @@ from traceprof import term
 from traceprof.errors import StoreError, UsageError
 from traceprof.store import Store
 
-__all__ = ["Removed", "remove", "rename", "check_name"]
+__all__ = ["Removed", "remove", "rename", "check_name", "run_name"]
+
+
+def run_name(store: Store, run_id: int) -> str:
+    """The name of run ``run_id`` (resolved already: ``Store.resolve_run``), for messages and
+    titles: an id means nothing to the user."""
+    return str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
 
 
 def check_name(name: str, what: str) -> None:
@@ -84,7 +90,7 @@ def remove(store: Store, run: str) -> Removed:
         StoreError: No such run, or DuckDB refused (nothing is deleted then).
     """
     run_id = store.resolve_run(run, whole=False)  # a run whose Parquet files are damaged can be removed
-    name = str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    name = run_name(store, run_id)
     traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
     # rows kept in Parquet files (traceprof.layout) count too; their parts rows are deleted below
     in_files = int(store.sql("SELECT coalesce(sum(rows), 0) AS n FROM parts WHERE run_id = ?", [run_id])["n"][0])

@@ -258,7 +258,7 @@ def run(store: Store, params: Params) -> Result:
         pl.col("wait_caused_ns").fill_null(0),
         _robust_z(pl.col("compute_ns")).alias("compute_z"),
     )
-    costs, cost_what = _costs(store, params, source, per)
+    costs, cost_what = _costs(store, run_id, params, source, per)
     per = per.join(costs, on="rank", how="left").with_columns(pl.col("cost_pct").fill_null(0.0))
     per = per.with_columns(
         ((pl.col("p_value") < params.alpha)
@@ -304,7 +304,8 @@ def _absent_note(store: Store, run_id: int, source: str | None, w: pl.DataFrame)
             "arriving last is over the ranks present); see collective_instances and the ingest warnings")
 
 
-def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+def _costs(store: Store, run_id: int, params: Params, source: str | None,
+           per: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """What each rank's delays cost the job, % of step time (``cost_pct``), and how it was measured:
     the what-if replay (``analyses.whatif``, its defaults) with only that rank's recorded values
     put back, blocking (op times) or host (host gaps), whichever is larger: (alone S - 1) x 100,
@@ -313,7 +314,7 @@ def _costs(store: Store, params: Params, source: str | None, per: pl.DataFrame) 
     from analyses import whatif  # the replay's rank blame; imported here, it registers itself
 
     if not store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND end_ns IS NOT NULL AND source = ?",
-                     [store.resolve_run(params.run), source]).item():
+                     [run_id, source]).item():
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
             "hold-up (no what-if replay: the source records no collective end times)")
     try:

@@ -85,8 +85,9 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
         StoreError: No such run.
         AnalysisError: No collective matched across two or more ranks (from ``stragglers``).
     """
-    st = _run("stragglers", store, run)
-    rule = analysis.get("stragglers").params(run=run)  # the rule's thresholds (defaults)
+    stragglers = analysis.get("stragglers")
+    rule = stragglers.params(run=run)  # the rule's thresholds (defaults)
+    st: Any = stragglers.run(store, rule)  # a stragglers Result
     cost_rule = f"cost >= {rule.min_cost_pct:g}%"
     try:
         wi = _run("whatif", store, run)

@@ -81,11 +81,15 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
 
 
-def _code(col: str) -> pl.Expr:
+def _code(col: str, uniq: pl.Series | None = None) -> pl.Expr:
     """A string column as int64: each value's position among the column's distinct values, sorted
-    (the same order as the strings; null stays null)."""
-    uniq = pl.col(col).drop_nulls().unique().sort()
-    return pl.col(col).replace_strict(uniq, pl.int_range(uniq.len()), default=None, return_dtype=pl.Int64)
+    (the same order as the strings; null stays null). ``uniq``: those values, when already at hand."""
+    if uniq is None:
+        values: pl.Expr | pl.Series = pl.col(col).drop_nulls().unique().sort()
+        codes: pl.Expr | pl.Series = pl.int_range(values.len())
+    else:
+        values, codes = uniq, pl.int_range(uniq.len(), eager=True)
+    return pl.col(col).replace_strict(values, codes, default=None, return_dtype=pl.Int64)
 
 
 def _run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
@@ -468,9 +472,8 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     both = pl.concat([c, k])
     # key0 as an integer (its position among the distinct key0s, sorted): sorting, pooling and
     # blaming compare integers, not millions of strings
-    uniq = both["key0"].drop_nulls().unique().sort()
-    both = both.with_columns(pl.col("key0").replace_strict(uniq, pl.int_range(uniq.len(), eager=True),
-                                                           default=None, return_dtype=pl.Int64))
+    uniq = both["key0"].drop_nulls().unique().sort()  # kept: the Timeline's key names
+    both = both.with_columns(_code("key0", uniq))
     # a total order: items with the same bounds keep one order whatever the input order (their
     # pooling ordinals, and so the blame, depend on it)
     items = both.sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id",

@@ -65,11 +65,21 @@ def union_ns(
         return s.select(*by, (pl.col(end) - pl.col(start)).alias(name))
     if not _sorted_by(s, [*by[:1], start]):  # sorted by the first key and start: each group in start order
         s = s.sort([*by, start]) if by else s.sort(start)
-    before = pl.col(end).cum_max().shift(1)
-    before = (before.over(by) if by else before).fill_null(-(2**63))
-    added = pl.max_horizontal(pl.col(end) - pl.max_horizontal(pl.col(start), before), 0)
-    s = s.select(*by, added.alias(name))
+    s = s.select(*by, _added(by, start, end).alias(name))
     return s.group_by(by).agg(pl.col(name).sum()) if by else s.select(pl.col(name).sum())
+
+
+def _added(by: list[str], start: str = "start_ns", end: str = "end_ns", mask: pl.Expr | None = None) -> pl.Expr:
+    """Per row of a frame whose groups (``by``) lie in start order, what the row adds to the union
+    of its group's rows of ``mask`` (all rows when None; 0 outside it): the part of it past the
+    running max end of the earlier ones, ``max(0, end - max(start, that end))`` (int64 ns). The
+    sweep of :func:`union_ns` and :func:`class_measures`."""
+    lo = pl.lit(_LO, pl.Int64)
+    e = pl.col(end) if mask is None else pl.when(mask).then(pl.col(end)).otherwise(lo)
+    before = e.cum_max().shift(1)
+    before = (before.over(by) if by else before).fill_null(lo)
+    part = pl.max_horizontal(pl.col(end) - pl.max_horizontal(pl.col(start), before), 0)
+    return part if mask is None else pl.when(mask).then(part).otherwise(0)
 
 
 def clip(df: pl.DataFrame, lo: str, hi: str, start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
@@ -223,20 +233,11 @@ def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     act = act.select(*by, "class", "start_ns", "end_ns")
     if not _sorted_by(act, ["rank", "start_ns"]):
         act = act.sort("rank", "start_ns")  # a group's rows then lie in start order, whatever ``by``
-    lo = pl.lit(-(2**63), pl.Int64)
     cls = pl.col("class")
-
-    def added(mask: pl.Expr | None) -> pl.Expr:
-        """Per row, what it adds to the union of the rows of ``mask`` in its group (0 outside it)."""
-        e = pl.col("end_ns") if mask is None else pl.when(mask).then(pl.col("end_ns")).otherwise(lo)
-        before = e.cum_max().shift(1).over(by).fill_null(lo)
-        part = pl.max_horizontal(pl.col("end_ns") - pl.max_horizontal(pl.col("start_ns"), before), 0)
-        return part if mask is None else pl.when(mask).then(part).otherwise(0)
-
     comp, comm = cls == "compute", cls == "comm"
     parts = act.select(
-        *by, "start_ns", "end_ns", added(None).alias("busy_ns"), added(comp).alias("compute_ns"),
-        added(comm).alias("comm_ns"), added(comp | comm).alias("_cc_ns"))
+        *by, "start_ns", "end_ns", _added(by).alias("busy_ns"), _added(by, mask=comp).alias("compute_ns"),
+        _added(by, mask=comm).alias("comm_ns"), _added(by, mask=comp | comm).alias("_cc_ns"))
     out = parts.group_by(by).agg(
         pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"),
         *(pl.col(c).sum() for c in ("busy_ns", "compute_ns", "comm_ns", "_cc_ns")))

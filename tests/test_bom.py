@@ -52,13 +52,14 @@ def _tables(db: Path, paths: list[Path], run: str) -> dict[str, list[tuple]]:
 
 @pytest.mark.parametrize("gz", [True, False], ids=["gzip", "plain"])
 def test_bom_copy_of_a_run_ingests_to_the_same_rows(tmp_path, gz):
-    # straggler_rank2: Kineto (.json.gz) and Flight Recorder (.fr.json) files of 4 ranks.
+    # straggler_rank2: Kineto (.json.gz) with their sidecars (.meta.json) and Flight Recorder
+    # (.fr.json) files of 4 ranks.
     src = SAMPLES / "straggler_rank2"
     orig, bom = tmp_path / "orig", tmp_path / "bom"
     orig.mkdir()
     bom.mkdir()
     for f in sorted(src.iterdir()):
-        if f.name.endswith((".trace.json.gz", ".fr.json")):
+        if f.name.endswith((".trace.json.gz", ".fr.json", ".meta.json")):  # .meta.json: the collector's sidecar
             name = f.name if gz or f.suffix != ".gz" else f.name[: -len(".gz")]
             plain = f if name == f.name else orig / name
             if plain is not f:
@@ -102,3 +103,20 @@ def test_error_offsets_count_the_bom(tmp_path, gz):
     with Store(tmp_path / "s.duckdb") as store, pytest.raises(TraceFormatError) as e:
         ingest(store, [path], run="r", jobs=1)
     assert f"byte {len(text)}" in str(e.value)
+
+
+def test_bom_nccl_profiler_dump_is_claimed_and_parsed_the_same(tmp_path):
+    from collectors.nccl_profiler import parse as nccl_parse
+    from tests.test_nccl_profiler import COMM, _plugin_dump
+    from traceprof import sources
+
+    plain = tmp_path / f"nccl_profile_{COMM}_0.json"
+    plain.write_text(_plugin_dump(0))
+    bom = tmp_path / "bom" / plain.name
+    bom.parent.mkdir()
+    _with_bom(plain, bom)
+    assert sources.claim(bom).name == "nccl_profiler"
+    a, b = nccl_parse(plain), nccl_parse(bom)
+    assert b.collectives.num_rows > 0
+    assert b.collectives.equals(a.collectives) and b.events.equals(a.events)
+    assert (b.rank, b.world_size, b.rejected) == (a.rank, a.world_size, a.rejected)

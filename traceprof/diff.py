@@ -44,6 +44,7 @@ from traceprof.errors import AnalysisError, UsageError
 from traceprof.intervals import class_measures
 from traceprof.names import shorten
 from traceprof.optree import self_times, with_parents
+from traceprof.runs import run_name
 from traceprof.store import Store
 
 __all__ = ["DEFAULT_THRESHOLD", "MIN_SAMPLES", "METRICS", "DiffResult", "diff_runs", "typical_items", "mann_whitney_p"]
@@ -141,11 +142,6 @@ WHERE run_id = $run AND step IS NOT NULL AND end_ns IS NOT NULL
 """
 
 
-def _name(store: Store, run_id: int) -> str:
-    """The name of run ``run_id``, for messages (an id means nothing to the user)."""
-    return str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
-
-
 def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     """Typical time per step of every kernel, CPU op and collective of a run (module doc, step 2).
 
@@ -155,7 +151,7 @@ def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     """
     samples = store.sql("SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id])["n"][0]
     if not samples:
-        raise AnalysisError(f"run {_name(store, run_id)!r}: no ProfilerSteps, nothing to compare per step")
+        raise AnalysisError(f"run {run_name(store, run_id)!r}: no ProfilerSteps, nothing to compare per step")
     ops = store.sql(_OPS_SQL.replace("$run", str(int(run_id))))
     tree = with_parents(ops, ["rank", "pid", "tid"])
     enqueue = pl.col("name").str.starts_with("c10d::") | (pl.col("name") == "record_param_comms")
@@ -191,7 +187,7 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
         mfu = an.run(store, params).to_frame()
         steps = steps.join(mfu.select("rank", "step", "tflops", "mfu_pct"), on=["rank", "step"], how="left")
     except AnalysisError as e:
-        notes.append(f"run {_name(store, run_id)!r}: no MFU ({e})")
+        notes.append(f"run {run_name(store, run_id)!r}: no MFU ({e})")
     return steps, notes
 
 
@@ -270,7 +266,7 @@ def diff_runs(store: Store, base: str, cand: str, thresholds: dict[str, float] |
         notes.append(f"fewer than {MIN_SAMPLES} (rank, step) samples in a run: thresholds only, no noise test")
     items = _items(ib, ic, step_base, limits["compute_ns"])
     regressed = bool(metrics["regressed"].any())
-    names = [_name(store, i) for i in ids]
+    names = [run_name(store, i) for i in ids]
     summary = _summary(names[0], names[1], metrics, items, regressed)
     return DiffResult(frame=metrics, items=items, regressed=regressed, summary=summary, notes=(summary, *notes))
 

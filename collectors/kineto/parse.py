@@ -52,7 +52,7 @@ from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify, spill
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import NotUtf8, TextStream, read_maybe_gzip
+from traceprof.fileio import NotUtf8, TextStream, blank_bom, read_maybe_gzip
 from traceprof.limits import columns_to_table, drop_out_of_range, to_table
 from traceprof.parsed import ParsedTrace
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
@@ -495,7 +495,7 @@ def _read_sidecar(trace: Path) -> dict[str, Any] | None:
     if not side.is_file():
         return None
     try:
-        doc = msgspec.json.decode(side.read_bytes())
+        doc = msgspec.json.decode(blank_bom(side.read_bytes()))
     except (OSError, msgspec.DecodeError) as e:
         raise TraceFormatError(side, "", f"unreadable sidecar: {e}") from None
     if not isinstance(doc, dict):

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
+from traceprof.fileio import blank_bom
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
 from traceprof.timeconv import us_text_to_ns
@@ -69,7 +70,7 @@ class _Event(msgspec.Struct):
 def looks_like_plugin_dump(head: bytes, name: str = "") -> bool:
     """True when the first bytes are a JSON array of events with an NCCL plugin ``cat``, or any
     JSON array (an empty dump included) in a file named like one (``nccl_profile*``)."""
-    body = head.lstrip()
+    body = blank_bom(head).lstrip()
     return body.startswith(b"[") and (_CAT.search(body) is not None or name.lower().startswith("nccl_profile"))
 
 
@@ -184,7 +185,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         raw = p.read_bytes()
     except OSError as e:
         raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
-    evs, repairs = _decode(p, raw)
+    evs, repairs = _decode(p, blank_bom(raw))  # a leading BOM: blanked, offsets kept
     rejected: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     open_: dict[tuple[Any, ...], list[tuple[int, int]]] = {}

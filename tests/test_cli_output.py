@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -113,15 +112,14 @@ def test_usage_errors_are_one_line(tmp_path):
 
 
 def test_help_starts_fast(tmp_path):
-    # --help imports neither polars, pyarrow nor DuckDB (0.5 s and more on a loaded machine).
-    code = ("import sys, traceprof.cli; heavy = {'polars', 'pyarrow', 'duckdb', 'numpy'} & set(sys.modules); "
-            "print(sorted(heavy))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.stdout.strip() == "[]", r.stdout + r.stderr
-    cli("--help", cwd=tmp_path)  # warm the file cache
-    t = time.perf_counter()
-    r = cli("--help", cwd=tmp_path)
-    assert r.returncode == 0 and time.perf_counter() - t < 1.0
+    # --help imports neither polars, pyarrow, DuckDB nor numpy (0.5 s and more on a loaded machine):
+    # checked on the modules loaded, not on a timing, which a busy CI machine makes flaky.
+    code = ("import sys\nfrom traceprof.cli import main\nsys.argv = ['traceprof', '--help']\n"
+            "code = 0\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+            "heavy = {'polars', 'pyarrow', 'duckdb', 'numpy'} & set(sys.modules)\n"
+            "print(sorted(heavy), code, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert "Usage" in r.stdout and r.stderr.strip().splitlines()[-1] == "[] 0", r.stdout + r.stderr
 
 
 def test_default_db_is_the_stores():

@@ -456,8 +456,10 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
 
 def _run_name(store: Store, run: str | None) -> str:
     """``'name' (id N)`` of a run, for table titles."""
+    from traceprof.runs import run_name
+
     run_id = store.resolve_run(run)
-    return f"{store.sql('SELECT name FROM runs WHERE run_id = ?', [run_id])['name'][0]!r} (id {run_id})"
+    return f"{run_name(store, run_id)!r} (id {run_id})"
 
 
 def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:

@@ -120,7 +120,7 @@ def test_bad_scheduler_addresses_fail_at_once(address: str, tmp_path: Path) -> N
                        "--scheduler", address)
     assert code == 1 and f"--scheduler {address}" in err and "Traceback" not in err, err
     assert ("expected a Dask scheduler address" in err) or ("cannot reach a Dask scheduler" in err)
-    assert time.monotonic() - t0 < executor.PROBE_TIMEOUT_S + 3
+    assert time.monotonic() - t0 < executor.PROBE_TIMEOUT_S + 15  # not the 30 s connect timeout; slack for a busy CI
     assert not (tmp_path / "s.duckdb").exists()
 
 

@@ -86,6 +86,10 @@ def _check_file(path: Path) -> None:
     )
 
 
+#: Settings that make DuckDB print to the terminal (``traceprof sql`` refuses them).
+_PRINTS = re.compile(r"(?i)profil|progress_bar")
+
+
 class Store:
     """A traceprof DuckDB store.
 
@@ -288,13 +292,24 @@ class Store:
 
     def check_user_sql(self, query: str) -> None:
         """Refuse user SQL that would write files through a read-only Parquet-layout store (whose
-        connection may touch the dataset's files; :func:`traceprof.layout.refuse_file_writes`).
+        connection may touch the dataset's files; :func:`traceprof.layout.refuse_file_writes`),
+        and settings that make DuckDB print into the output (its profiler's tree, its progress bar:
+        ``PRAGMA enable_profiling``, ``SET enable_progress_bar``, ...), which would corrupt CSV and
+        JSON results; ``EXPLAIN ANALYZE`` gives the profile as rows instead.
 
         Raises:
-            StoreError: ``query`` holds COPY or EXPORT.
+            StoreError: ``query`` holds COPY or EXPORT (Parquet layout), or such a setting.
         """
         if self.read_only and self.dataset is not None:
             refuse_file_writes(self.con, query)
+        try:
+            statements = self.con.extract_statements(query)
+        except duckdb.Error:
+            return  # running it reports the syntax error
+        for st in statements:
+            if st.type in (duckdb.StatementType.PRAGMA, duckdb.StatementType.SET) and _PRINTS.search(st.query):
+                raise StoreError(f"SQL error: {st.query.strip().rstrip(';')!r} is refused: DuckDB would print "
+                                 "into the output; use EXPLAIN ANALYZE <query> for a profile")
 
     def shift_events(self, trace_id: int, delta_ns: int) -> None:
         """Add ``delta_ns`` (ns) to every ``events.ts_ns`` of trace ``trace_id``, on the store's

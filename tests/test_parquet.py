@@ -292,3 +292,36 @@ def test_runs_rm_and_mv_never_create_a_store(tmp_path: Path, cmd: list[str]) -> 
     code, _, err = cli(*cmd, "--db", str(db))
     assert code == 1 and "no such store" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_a_part_is_written_is_a_keyboard_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DuckDB reads the rows as a stream of batches (spilled args); Ctrl-C in that Python generator
+    # comes back inside DuckDB's error, which was reported as "cannot write events rows" (exit 1).
+    import pyarrow as pa
+
+    from traceprof import spill
+
+    tbl = pa.table({"ts_ns": pa.array(range(200_000), pa.int64())})
+
+    def interrupted_after_one(t: pa.Table) -> pa.RecordBatchReader:
+        def gen():  # type: ignore[no-untyped-def]
+            yield from t.to_batches(max_chunksize=1000)[:1]
+            raise KeyboardInterrupt
+
+        return pa.RecordBatchReader.from_batches(t.schema, gen())
+
+    monkeypatch.setattr(spill, "readable", interrupted_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        layout.write_part(tbl, tmp_path / "p" / "part-0.parquet")
+
+
+def test_duckdb_io_errors_are_one_plain_line() -> None:
+    import duckdb
+
+    full = duckdb.IOException('IO Error: Async write failed for range [offset=2026602, size=124794]: {"exception_type":'
+                              '"IO","exception_message":"Could not write file \\"/x/p.parquet\\": No space left on device",'
+                              '"errno":"28"}')
+    assert layout._first_line(full) == "no space left on the device"
+    other = duckdb.IOException('IO Error: {"exception_type":"IO","exception_message":"Cannot open file \\"/x\\": '
+                               'Permission denied","errno":"13"}\nmore')
+    assert layout._first_line(other) == 'IO Error: Cannot open file "/x": Permission denied'

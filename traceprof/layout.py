@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import glob
+import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -112,6 +115,39 @@ def _columns(table: str) -> list[schema.Column]:
     return [c for c in schema.table(table).columns if c.name not in ("run_id", "rank", "trace_id")]
 
 
+def interrupted(e: BaseException) -> bool:
+    """Whether a DuckDB error means Ctrl-C interrupted the query (raise KeyboardInterrupt then):
+    DuckDB's own interrupt, or a KeyboardInterrupt raised in Python code DuckDB was reading from
+    (an Arrow stream of batches), which DuckDB reports inside its error: ``...failed: KeyboardInterrupt: ``
+    (reading the stream's schema) or Python's traceback ending in a ``KeyboardInterrupt`` line (a batch)."""
+    return isinstance(e, duckdb.InterruptException) or (
+        isinstance(e, RuntimeError) and "interrupted" in str(e).lower()) or (
+        isinstance(e, duckdb.Error) and _PY_INTERRUPT.search(str(e)) is not None)
+
+
+#: Python's KeyboardInterrupt as DuckDB quotes it in an error (after ": " or alone on a line).
+_PY_INTERRUPT = re.compile(r"(?:: |\n)KeyboardInterrupt(?::|\n|$)")
+
+
+def _first_line(e: duckdb.Error) -> str:
+    """DuckDB's message, for one line: its first line, with the JSON some IO errors carry
+    (``{"exception_type":"IO","exception_message":...,"errno":"28"}``) replaced by its message,
+    and a full disk said plainly."""
+    text = str(e).strip()
+    if f'"errno":"{errno.ENOSPC}"' in text or "No space left on device" in text:
+        return "no space left on the device"
+    m = _IO_JSON.search(text)
+    if m:
+        try:
+            text = text[: m.start()] + str(json.loads(m.group(0)).get("exception_message", ""))
+        except ValueError:
+            pass
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+_IO_JSON = re.compile(r'\{"exception_type".*\}', re.S)
+
+
 def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
     """Write rows of store table ``table`` (a ParsedTrace row table) as one Parquet file.
 
@@ -140,7 +176,9 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
         con.register("_incoming", spill.readable(tbl))
         con.execute(f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
     except duckdb.Error as e:
-        raise StoreError(f"{path}: cannot write {table} rows as Parquet: {str(e).splitlines()[0]}") from None
+        if interrupted(e):  # Ctrl-C while DuckDB read the rows (a stream of spilled batches)
+            raise KeyboardInterrupt from None
+        raise StoreError(f"{path}: cannot write {table} rows as Parquet: {_first_line(e)}") from None
     finally:
         con.close()
     return tbl.num_rows

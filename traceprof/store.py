@@ -30,6 +30,7 @@ from traceprof.layout import (
     SpooledTrace,
     StagedTrace,
     dataset_dir,
+    interrupted,
     refuse_file_writes,
     sweep_spools,
 )
@@ -46,20 +47,6 @@ DEFAULT_DB = "traceprof.duckdb"
 #: pages to the store file or its temporary folder (``<store>.tmp``) and reads them back as needed.
 INGEST_MEMORY_LIMIT_MB = 256
 T = TypeVar("T")
-
-
-def interrupted(e: BaseException) -> bool:
-    """Whether a DuckDB error means Ctrl-C interrupted the query (raise KeyboardInterrupt then):
-    DuckDB's own interrupt, or a KeyboardInterrupt raised in Python code DuckDB was reading from
-    (an Arrow stream of batches), which DuckDB reports inside its error: ``...failed: KeyboardInterrupt: ``
-    (reading the stream's schema) or Python's traceback ending in a ``KeyboardInterrupt`` line (a batch)."""
-    return isinstance(e, duckdb.InterruptException) or (
-        isinstance(e, RuntimeError) and "interrupted" in str(e).lower()) or (
-        isinstance(e, duckdb.Error) and _PY_INTERRUPT.search(str(e)) is not None)
-
-
-#: Python's KeyboardInterrupt as DuckDB quotes it in an error (after ": " or alone on a line).
-_PY_INTERRUPT = re.compile(r"(?:: |\n)KeyboardInterrupt(?::|\n|$)")
 
 
 def _check_file(path: Path) -> None:

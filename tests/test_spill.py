@@ -125,3 +125,35 @@ def test_a_column_that_cannot_be_mapped_is_read_back(spill_all: None, monkeypatc
     monkeypatch.setattr(spill.mmap, "mmap", refuse)
     col = s.finish()
     assert col.to_pylist() == ["a", "bc", "d", None, "ef"] and _mapped(col) == 0
+
+
+class _Disk:
+    """A statvfs result with ``free`` bytes available."""
+
+    def __init__(self, free: int) -> None:
+        self.f_bavail, self.f_frsize = free, 1
+
+
+def test_a_spill_leaves_the_disk_to_the_store(spill_all: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A disk with 14,500 bytes free, filled by what the spill writes, and a 10,000-byte reserve: with
+    # k chunks written (1,024 bytes each on disk), the next (1,004 bytes) goes to disk while
+    # 14,500 - 1,024 k - 1,004 >= max(10,000, 1,024 k + 1,004), i.e. for k = 0..3: 4 chunks go to
+    # disk, the other 2 stay in memory.
+    monkeypatch.setattr(spill, "RESERVE_BYTES", 10_000)
+    chunk = pa.array(["x" * 96] * 10)  # 960 bytes of text + 44 of offsets: 1,024 written (64-aligned)
+    s = spill.TextSpill()
+    monkeypatch.setattr(spill.os, "statvfs", lambda path: _Disk(14_500 - s._at))
+    for _ in range(6):
+        s.add(chunk)
+    col = s.finish()
+    assert col.to_pylist() == ["x" * 96] * 60
+    assert _mapped(col) == 4
+
+
+def test_no_room_at_all_keeps_the_column_in_memory(spill_all: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spill.os, "statvfs", lambda path: _Disk(100 << 20))  # under the 1 GiB reserve
+    s = spill.TextSpill()
+    s.add(pa.array(["a"] * 100))
+    s.add(pa.array(["b"] * 100))
+    col = s.finish()
+    assert col.to_pylist() == ["a"] * 100 + ["b"] * 100 and _mapped(col) == 0

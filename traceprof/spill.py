@@ -13,15 +13,17 @@ the whole column calls when it is done (``collectors.kineto.columns``) or every 
 (the store's insert, the spool and Parquet writers, through :func:`batches`).
 
 Small columns stay in memory: a column is spilled once its text passes :data:`SPILL_BYTES`
-(module variable; tests set it to 0). Where the file cannot be written (no space, no folder),
-the column stays in memory and nothing is reported: the results are the same, only the peak
-memory differs.
+(module variable; tests set it to 0). A spill never fills its disk, which is the store's: it
+stops where less than :data:`RESERVE_BYTES` (1 GiB), or less than what it has written, would be
+left free. Where the file cannot be written (no space, no folder) the rest of the column stays
+in memory, and nothing is reported: the results are the same, only the peak memory differs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +39,9 @@ T = TypeVar("T", bound=Any)
 
 #: A column's text (bytes) past which it goes to disk.
 SPILL_BYTES = 16 << 20
+
+#: Free space (bytes) a spill always leaves on its disk (see ``TextSpill._room_for``).
+RESERVE_BYTES = 1 << 30
 
 #: Where spill files are created (:func:`use_dir`); None: the system's temporary folder.
 _DIR: str | None = None
@@ -150,7 +155,8 @@ class TextSpill:
         self._file: IO[bytes] | None = None
         self._at = 0
         self._parts: list[tuple[int, int, int, int] | pa.Array] = []  # (rows, offsets at, data at, data bytes)
-        self._failed = False
+        self._failed = False  # no more spilling (no folder, no room, a failed write)
+        self._dir = ""
 
     def add(self, chunk: pa.Array) -> None:
         """Append ``chunk`` (a ``pa.StringArray``) to the column."""
@@ -181,8 +187,12 @@ class TextSpill:
         return self._assemble(buf.slice)
 
     def _open(self) -> None:
+        self._dir = _DIR or tempfile.gettempdir()
+        if not self._room_for(self._mem_bytes):
+            self._failed = True
+            return
         try:
-            self._file = tempfile.TemporaryFile(prefix="traceprof-spill-", dir=_DIR)
+            self._file = tempfile.TemporaryFile(prefix="traceprof-spill-", dir=self._dir)
         except OSError:
             self._failed = True
             return
@@ -192,6 +202,10 @@ class TextSpill:
 
     def _write(self, chunk: pa.Array) -> None:
         assert self._file is not None
+        if self._failed or not self._room_for(chunk.nbytes):
+            self._failed = True  # the disk is for the store: the rest of the column stays in memory
+            self._parts.append(chunk)
+            return
         if chunk.null_count or chunk.offset or not isinstance(chunk, pa.StringArray):
             self._parts.append(chunk)  # not the plain layout written below: kept as it is
             return
@@ -208,10 +222,22 @@ class TextSpill:
             off_at = self._put(offsets, 4 * (rows + 1))
             data_len = int(ends[-1])
             data_at = self._put(data, data_len)
-        except OSError:  # e.g. no space left: the column stays in memory
+        except OSError:  # e.g. no space left: the rest of the column stays in memory
+            self._failed = True
             self._parts.append(chunk)
             return
         self._parts.append((rows, off_at, data_at, data_len))
+
+    def _room_for(self, nbytes: int) -> bool:
+        """Whether writing ``nbytes`` more leaves the spill folder's disk :data:`RESERVE_BYTES` free,
+        and at least as much again as the column has spilled (the store, often on the same disk,
+        needs room for the same rows)."""
+        try:
+            st = os.statvfs(self._dir)
+        except OSError:
+            return False
+        free = st.f_bavail * st.f_frsize
+        return free - nbytes >= max(RESERVE_BYTES, self._at + nbytes)
 
     def _put(self, buf: pa.Buffer | None, size: int) -> int:
         assert self._file is not None

@@ -149,3 +149,29 @@ def test_parse_fast_path_equals_general(path: Path | None, tmp_path: Path, monke
         assert getattr(a, t).equals(getattr(b, t)), t
     keys = ("rank", "world_size", "trace", "events_read", "rejected", "skipped", "flagged", "warnings", "format")
     assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys]
+
+
+@pytest.mark.parametrize(("text", "ns"), [
+    (b"1e30", 10**33),  # exact (worked out: 1e30 us = 1e33 ns); the caller reports it beyond int64
+    (b"1.5e3", 1_500_000),
+    (b"-1e2", -100_000),
+    (b"12.3456", 12_346),  # half-to-even at the 4th decimal: 12345.6 ns -> 12346
+    (b"0.0005", 0),  # 0.5 ns -> 0 (half to even)
+    (b"123456789012345678901234567890", 123456789012345678901234567890 * 1000),
+])
+def test_us_text_to_ns_is_exact_for_large_exponents(text: bytes, ns: int) -> None:
+    from traceprof.timeconv import us_text_to_ns
+
+    assert us_text_to_ns(text) == ns
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (b"abc", "not a number: 'abc'"), (b'"12"', "not a number: '\"12\"'"), (b"NaN", "not a number: 'NaN'"),
+    (b"1e400000000", "1e400000000 us is out of range"),
+])
+def test_us_text_to_ns_names_the_value_plainly(text: bytes, message: str) -> None:
+    from traceprof.timeconv import us_text_to_ns
+
+    with pytest.raises(ValueError) as e:
+        us_text_to_ns(text)
+    assert str(e.value) == message

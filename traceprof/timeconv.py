@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 __all__ = ["us_to_ns"]
 
 _ONE = Decimal(1)
+#: Largest decimal exponent converted exactly (int64 ns needs 10^19; anything past that is
+#: reported beyond int64 by the caller, with its exact value).
+_MAX_EXPONENT = 60
 
 
 def us_to_ns(us: Decimal | int) -> int:
@@ -32,12 +35,21 @@ def us_text_to_ns(text: bytes) -> int:
         ValueError: ``text`` is not a JSON number.
     """
     if b"." not in text and b"e" not in text and b"E" not in text:
-        return int(text) * 1000
+        try:
+            return int(text) * 1000
+        except ValueError:
+            raise ValueError(f"not a number: {text[:40].decode(errors='replace')!r}") from None
     if b"e" not in text and b"E" not in text and not text.startswith(b"-"):
         whole, frac = text.split(b".", 1)
         if len(frac) <= 3 and frac.isdigit():
             return int(whole or b"0") * 1000 + int(frac.ljust(3, b"0"))
+    shown = text[:40].decode(errors="replace")
     try:
-        return us_to_ns(Decimal(text.decode()))
-    except ArithmeticError:
-        raise ValueError(f"not a number: {text[:40]!r}") from None
+        us = Decimal(text.decode())
+    except (ArithmeticError, UnicodeDecodeError):
+        raise ValueError(f"not a number: {shown!r}") from None
+    if not us.is_finite() or abs(us.adjusted()) > _MAX_EXPONENT:
+        raise ValueError(f"{shown} us is out of range") from None
+    with localcontext() as ctx:  # exact for every value with an exponent up to _MAX_EXPONENT
+        ctx.prec = _MAX_EXPONENT + 64
+        return us_to_ns(us)

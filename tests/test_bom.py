@@ -120,3 +120,19 @@ def test_bom_nccl_profiler_dump_is_claimed_and_parsed_the_same(tmp_path):
     assert b.collectives.num_rows > 0
     assert b.collectives.equals(a.collectives) and b.events.equals(a.events)
     assert (b.rank, b.world_size, b.rejected) == (a.rank, a.world_size, a.rejected)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"", "empty: no JSON text"),
+    (BOM, "no JSON text, only 3 bytes of whitespace or byte order mark"),
+    (b"  \n", "no JSON text, only 3 bytes of whitespace or byte order mark"),
+])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_file_without_json_text_says_so(tmp_path, body, message, gz):
+    from collectors.kineto.parse import parse
+
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(body) if gz else body)
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value) == f"{path}: {message}"

@@ -145,6 +145,9 @@ def _decode(path: Path, data: bytes) -> _Trace:
             raise NotATraceError(path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)") from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
+        if not data.strip():  # blank_bom made a leading BOM whitespace
+            raise TraceFormatError(path, "", "empty: no JSON text" if not data else
+                                   f"no JSON text, only {len(data)} bytes of whitespace or byte order mark") from None
         if "truncated" in str(e).lower():
             raise TraceFormatError(path, f"byte {len(data)}", f"truncated JSON ({e})") from None
         raise TraceFormatError(path, "", f"invalid JSON ({e})") from None

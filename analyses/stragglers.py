@@ -410,8 +410,8 @@ def _figures(r: dict) -> str:
                 f"{r['_steps']} steps): an episodic stall" if r["last_count"] and 0 < len(last_steps) <= 2
                 and r["_steps"] >= 5 * len(last_steps) else "")
     return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
-            f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p = "
-            f"{r['p_value']:.2g}); its delays alone cost the job {r['cost_pct']:.1f}% "
+            f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p "
+            f"{'< 1e-300' if r['p_value'] == 0 else '= ' + format(r['p_value'], '.2g')}); its delays alone cost the job {r['cost_pct']:.1f}% "
             f"{'of step time' if r['_steps'] else 'of the time the collectives cover'} (it held collectives "
             f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
             f"({r['late_pct']:.0f}% of the pace)")

@@ -231,3 +231,14 @@ def test_max_named_share_zero_names_no_rank(store, tmp_path):
     res = analyze(store, "stragglers", "run", max_named_share=0.0)
     assert not res.frame["named"].any() and res.verdict["rank"].to_list() == [None]
     assert res.verdict["evidence"][0].startswith("no rank named (max_named_share = 0); 1 of 2 ranks pass the rule")
+
+
+def test_an_underflowed_p_value_is_not_printed_as_zero() -> None:
+    # 5,919 last arrivals of 10,000 with chance 1/8: the binomial tail underflows to 0.0 in floats.
+    from analyses.stragglers import _figures
+
+    row = {"rank": 3, "last_count": 5919, "instances": 10000, "_decided": 10000, "_last_steps": [], "_steps": 100,
+           "chance_share": 0.125, "p_value": 0.0, "cost_pct": 85.3, "holdup_ns": 1.3e9,
+           "median_lateness_ns": 2.43e6, "late_pct": 3068.0}
+    assert "binomial p < 1e-300)" in _figures(row)
+    assert "binomial p = 0.037)" in _figures({**row, "p_value": 0.037})

@@ -166,8 +166,12 @@ def _interrupted(store: Store, db: Path) -> str:
         store.close()
         runs = ", ".join(f"run {n!r} (id {i})" for n, i in store.commits)
         return f"interrupted; stored {runs} in {db}; the rest of this ingest was not stored"
-    gone = store.discard_if_new()
-    return "interrupted; nothing stored, " + (f"no store created ({db})" if gone else f"{db} is as it was")
+    return _nothing_stored(db, store.discard_if_new())
+
+
+def _nothing_stored(db: Path, gone: bool = False) -> str:
+    """The one wording of a Ctrl-C that stored nothing in store ``db`` (``gone``: none was created)."""
+    return "interrupted; nothing stored, " + (f"no store created ({db})" if gone or not db.exists() else f"{db} is as it was")
 
 
 def _progress() -> Progress | contextlib.nullcontext[None]:
@@ -211,10 +215,13 @@ def ingest(
     scheduler: SchedulerOpt = None,
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
-    from traceprof.ingest import ingest as do_ingest
-    from traceprof.layout import choose
-    from traceprof.procs import ignored_sigint
-    from traceprof.store import interrupted
+    try:  # a Ctrl-C while the libraries load: the store is not touched yet
+        from traceprof.ingest import ingest as do_ingest
+        from traceprof.layout import choose
+        from traceprof.procs import ignored_sigint
+        from traceprof.store import interrupted
+    except KeyboardInterrupt:
+        raise Interrupted(_nothing_stored(db)) from None
 
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
@@ -224,7 +231,10 @@ def ingest(
         layout = "parquet"
     if executor == "dask" and layout == "duckdb":
         raise UsageError("--executor dask writes the Parquet layout: leave out --layout duckdb (or use --layout parquet)")
-    store = Store(db, layout=choose(db, paths, layout))
+    try:  # a Ctrl-C while it waits for the lock or creates the store: Store removes what it created
+        store = Store(db, layout=choose(db, paths, layout))  # choose() reads the inputs' sizes
+    except KeyboardInterrupt:
+        raise Interrupted(_nothing_stored(db)) from None
     try:
         with _progress() as bar:
             show = None
@@ -358,7 +368,7 @@ def sql(
             else:
                 _stream_csv(res.columns, res.rows, raw)
     except KeyboardInterrupt:
-        raise Interrupted("interrupted; the store is unchanged (sql is read-only)") from None
+        raise Interrupted(_nothing_stored(db) + " (sql is read-only)") from None
     if res.capped:
         say(f"first {max_rows:,} rows shown; --max-rows 0 prints all", label="note:", style="yellow")
 

@@ -16,6 +16,7 @@ cluster (``traceprof.executor``). Matching and clock alignment always run here, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -23,10 +24,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import orjson
 
 from traceprof import classify, clock, fileio, layout, matching, procs, sources, spill
-from traceprof.errors import NotATraceError, TraceFormatError, TraceprofError, UsageError
+from traceprof.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
 
@@ -204,10 +206,13 @@ def ingest(
         TraceFormatError: A file cannot be parsed (nothing is written; with several such files, the
             message lists them all).
         KeyboardInterrupt: Ctrl-C; the runs stored before it are in ``store.commits``.
-        UsageError: Bad paths, ranks missing from a multi-file run, a ``run`` name that is
+        UsageError: Bad paths, paths holding no trace (each file found skipped as not a trace;
+            files already stored are success), ranks missing from a multi-file run, a ``run`` name that is
             all digits or holds control characters (``traceprof.runs.check_name``), or a Dask
             executor without a scheduler, without Dask, or with a DuckDB-layout store.
-        StoreError: Rank conflicts with what the run already holds (nothing is written).
+        StoreError: Rank conflicts with what the run already holds, or another job's traces
+            (checked for every run before any is inserted: nothing is written); a later run's
+            insert failing after earlier runs were committed (the message names those runs).
     """
     if run is not None:  # a numeric name would shadow a run id (`runs rm 1`), as runs mv refuses
         from traceprof.runs import check_name
@@ -217,6 +222,7 @@ def ingest(
     result = IngestResult()
     unclaimed: list[str] = []
     scanned: set[Path] = set()
+    paths = list(paths)  # named again in a message
     groups = discover(paths, unclaimed, scanned)
     if unclaimed:
         result.warnings.append(f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}")
@@ -257,24 +263,35 @@ def ingest(
         parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None,
                             spool)
         by_run: dict[str, list[ParsedTrace]] = {}
+        not_traces: list[Path] = []
         for (name, f), pts in zip(todo, parsed, strict=True):
             if isinstance(pts, NotATraceError) and f in scanned:
                 result.warnings.append(f"skipped {pts}")
+                not_traces.append(f)
             elif isinstance(pts, TraceprofError):
                 result.failed[str(f)] = str(pts)
             else:
                 by_run.setdefault(name, []).extend(pts)
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
+        if not by_run and not result.failed and not result.skipped:
+            _nothing_to_ingest(paths, not_traces)
         for name, traces in by_run.items():
             _settle_ranks(name, traces, result)
+        _check_runs(store, by_run, force_run)
         for name, traces in by_run.items():
             notes: list[str] = []
 
             def settle(run_id: int, notes: list[str] = notes) -> None:
                 notes.extend(_settle_run(store, run_id, align))
 
-            result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
+            try:
+                result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
+            except TraceprofError as e:
+                if not result.runs:
+                    raise
+                stored = ", ".join(f"run {n!r} (id {i})" for n, i in result.runs.items())
+                raise StoreError(f"stored {stored}; run {name!r} not stored: {e}") from None
             result.added += sorted({pt.path for pt in traces})
             result.warnings += [f"run {name!r}: {n}" for n in notes]
     finally:  # staged Parquet files no run took (failed or skipped files); spooled events, on success too
@@ -303,9 +320,45 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
             raise type(first)(first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)")
         raise first
     lines = "".join(f"\n  {msg}" for msg in failed.values())
-    raise TraceFormatError(
-        next(iter(failed)), "",
-        f"{len(failed)} of {files} files cannot be read, nothing stored (--partial stores the others):{lines}")
+    error = TraceFormatError(next(iter(failed)), "", "")
+    # The header is about every file (each line below names its own): it does not start with one path.
+    error.args = (f"{len(failed)} of {files} files cannot be read, nothing stored (--partial stores the others):{lines}",)
+    raise error
+
+
+def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path]) -> None:
+    """Raise the error for an ingest whose directories hold no trace: each file a collector tried
+    (``skipped``) is not a trace, the others no collector reads. One line naming the paths given
+    and the files skipped (those tried first)."""
+    named = ", ".join(str(p) for p in paths)
+    others = sorted({f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
+                    - {f.resolve() for f in skipped})
+    files = [*skipped, *others]
+    shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    raise UsageError(f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
+                     f"traceprof reads: {sources.formats()}")
+
+
+def _check_runs(store: Store, by_run: dict[str, list[ParsedTrace]], force: bool) -> None:
+    """Refuse, before any run is inserted, what :meth:`Store.insert_run` would refuse for one of
+    several runs (ranks the run holds already, another job's traces), so that a refused run leaves
+    no other run of this ingest stored.
+
+    The checks are the insert's own (``Store._run_id``), run in a transaction that is rolled back:
+    one copy of them, not a second that could drift (the runs row it adds is rolled back too).
+
+    Raises:
+        StoreError: What ``insert_run`` raises for those conflicts.
+    """
+    if len(by_run) < 2:
+        return
+    store.con.execute("BEGIN")
+    try:
+        for name, traces in by_run.items():
+            store._run_id(name, traces, force)
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            store.con.execute("ROLLBACK")
 
 
 def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -80,15 +81,31 @@ class StoreLock:
             os.close(held[0])
 
 
+#: Seconds of waiting for the lock before saying so on stderr (a silent wait looks like a hang).
+NOTE_AFTER_S = 1.0
+
+
 def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path) -> None:
+    """Lock ``fd``, waiting up to ``timeout_s``; one line on stderr once the wait passes
+    :data:`NOTE_AFTER_S`."""
     mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
+    noted = False
     while True:
         try:
             fcntl.flock(fd, mode)
             return
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if not noted and now - start >= NOTE_AFTER_S:
+                noted = True
+                # A reader waits only for a writer; a writer for anyone.
+                holder = "is writing it (ingest?)" if not exclusive else "is using it (ingest, or a reader?)"
+                sys.stderr.write(f"waiting for {db}: another traceprof process {holder}; "
+                                 f"waiting up to {timeout_s:.0f} s...\n")
+                sys.stderr.flush()
+            if now >= deadline:
                 raise StoreError(
                     f"{db}: in use by another traceprof process for over {timeout_s:.0f} s; "
                     "try again when it has finished"

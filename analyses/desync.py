@@ -6,13 +6,15 @@ Works on any collectives that carry a process group and a sequence number: Fligh
 Algorithm:
   1. A process group is its name *and* its member ranks (``traces.meta.groups``, from FR
      ``pg_config``; else the ranks that hold rows of the name): two groups called "0" with
-     different members are different groups. Point-to-point rows (``pg`` ending in ``:p2p``) have
-     their own sequence numbers and are checked for presence only.
+     different members are different groups. Point-to-point rows (``pg`` ending in ``:p2p``, or a
+     group of sends and recvs only) have their own sequence numbers and are checked for presence only.
   2. Each member's window of sequence numbers: from the first one it still holds (a wrapped ring
      buffer has dropped the oldest) to the last it enqueued (``traces.meta.progress`` from FR
      ``pg_status``, else its last row). Sequence numbers before the latest first-held one (the
      common range) are not compared, and never reported missing.
-  3. For each sequence number in the common range and each member: enqueued (a row, or the
+  3. For each sequence number in the common range that some member holds (or its progress names
+     as last enqueued; numbering may be sparse, e.g. NDTimeline, so a number nobody holds is no
+     collective) and each member: enqueued (a row, or the
      group's progress says so), started (a start time, or progress), completed (an end time, or
      progress); never enqueued (beyond its last, or a hole: no row for it although the member
      holds rows before and after it, e.g. a rank that skipped a collective). Among the members holding a row: the op, the
@@ -50,6 +52,7 @@ FROM collectives c JOIN traces t USING (trace_id)
 WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL
 ORDER BY c.rank, c.pg, c.seq
 """
+_P2P_OPS = frozenset({"send", "recv"})
 _SOURCE_ORDER = ("fr", "nccl_profiler")
 _TRACE_SOURCE = {"fr": "flight_recorder", "nccl_profiler": "nccl_profiler"}
 # Traces of a source that hold no collective with group and seq: an empty FR dump (a rank that
@@ -173,6 +176,18 @@ def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Ra
     return out
 
 
+def _seqs(ranks: dict[int, _Rank], lasts: dict[int, int | None], start: int | None, end: int | None) -> list[int]:
+    """The seqs of the common range (module doc, step 2) to compare, ascending: those some member
+    holds a row of, and those a member's progress names as its last enqueued. Never every number
+    from ``start`` to ``end``: NDTimeline numbers sparsely (a gap is no collective, not a missing
+    one), and walking the span was a billion steps there. A seq beyond every row that progress
+    does not name is not compared (FR keeps the newest entries, so its progress names no such seq)."""
+    if start is None or end is None:
+        return []
+    present = {s for st in ranks.values() for s in st.rows} | {v for v in lasts.values() if v is not None}
+    return sorted(s for s in present if start <= s <= end)
+
+
 def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str, bool]:
     """Majority value of ``col`` over the ranks' rows, a text naming the dissenting ranks, and
     whether the top values tie (then no rank is the odd one: the text names them all and the
@@ -195,21 +210,27 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
            empty: dict[int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Instance rows and per-rank rows of one group (module doc, steps 2 to 4); members in
     ``empty`` (a dump with no collective) never enqueued anything."""
-    p2p = pg.endswith(":p2p")
+    # Point-to-point: FR's ":p2p" groups, or a group of sends and recvs only (NDTimeline's
+    # "pp0:0->1:fwd"): a send and its recv share a seq and differ in op by design.
+    p2p = pg.endswith(":p2p") or all(r["op"] in _P2P_OPS for st in ranks.values() for r in st.rows.values())
     firsts = {r: st.first() for r, st in ranks.items() if st.first() is not None}
     lasts = {r: st.last("enqueued") for r, st in ranks.items()}
     start = max(firsts.values()) if firsts else None
     end = max((v for v in lasts.values() if v is not None), default=None)
+    seqs = _seqs(ranks, lasts, start, end)
+    # Dense numbering (FR, NCCL: 1, 2, 3, ...) tells a wrapped ring buffer by a first seq above 1;
+    # sparse numbering (NDTimeline: 23000000, 47000000, ...) only by a first seq above the others'.
+    held_all = sorted({s for st in ranks.values() for s in st.rows})
+    dense = not held_all or held_all[-1] - held_all[0] + 1 == len(held_all)
+    floor = 1 if dense or not firsts else min(firsts.values())
     rank_rows = [{"pg": pg, "members": list(members), "rank": m,
                   "first_seq": firsts.get(m), "last_enqueued": lasts.get(m),
                   "last_started": ranks[m].last("started") if m in ranks else None,
                   "last_completed": ranks[m].last("completed") if m in ranks else None,
-                  "wrapped": bool(firsts.get(m) is not None and start is not None and firsts[m] > 1)}
+                  "wrapped": bool(firsts.get(m) is not None and start is not None and firsts[m] > floor)}
                  for m in members]
     out = []
-    if start is None or end is None:
-        return out, rank_rows
-    for seq in range(start, end + 1):
+    for seq in seqs:
         held = {m: ranks[m].rows[seq] for m in members if m in ranks and seq in ranks[m].rows}
         enq, sta, com, miss, unk = [], [], [], [], []
         for m in members:

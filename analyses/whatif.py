@@ -166,6 +166,18 @@ def _ratio(num: pl.Series, den: pl.Series) -> float:
     return float(num.mean()) / d if d else float("nan")  # type: ignore[arg-type]
 
 
+def _no_steps_text(store: Store, run_id: int, label: str, comp: pl.DataFrame) -> str:
+    """Why the replay has no step to replay, in summary's terms, and what to ingest."""
+    if comp.is_empty():
+        sources = ", ".join(store.sql("SELECT DISTINCT source FROM traces WHERE run_id = ? ORDER BY source",
+                                      [run_id])["source"].to_list())
+        return (f"run {label}: no compute traced (its traces: {sources or 'none'}; Flight Recorder dumps hold "
+                "collectives only): what-if replays each step's compute and collectives, so ingest the run's "
+                "Kineto traces (torch.profiler) into the same run (--run)")
+    return (f"run {label}: no ProfilerSteps, so no step to replay: profile with a torch.profiler schedule "
+            "(its ProfilerStep#N annotations mark the steps) and ingest those traces")
+
+
 @register("whatif", Params)
 def run(store: Store, params: Params) -> Result:
     """What-if replay of one run (module doc).
@@ -173,7 +185,7 @@ def run(store: Store, params: Params) -> Result:
     Raises:
         StoreError: No such run.
         AnalysisError: No collective matched across two or more ranks (the message says why), no
-            compute items with steps, or a replay graph with a cycle (inconsistent matching).
+            compute traced or no ProfilerSteps (the message says which, and what to ingest), or a replay graph with a cycle (inconsistent matching).
     """
     run_id = store.resolve_run(params.run)
     label = params.run or str(run_id)
@@ -186,7 +198,7 @@ def run(store: Store, params: Params) -> Result:
         comp = comp.filter(~pl.col("step").is_in(list(transient.steps)))
     tl = _replay.build(comp, comm, params.eps_ns)
     if tl.step_start.is_empty():
-        raise AnalysisError(f"run {label}: no items inside steps")
+        raise AnalysisError(_no_steps_text(store, run_id, label, comp))
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
     gap_i, dur_i = _ideal(nodes, params.pool, params.ideal)

@@ -232,3 +232,50 @@ def test_summary_and_report_carry_the_desync_verdict(store, tmp_path):
     clean = findings.summarize(store, "clean")
     assert [x for x in clean.findings if x.topic == "desync"] == []
     assert [v.status for v in clean.verdicts if v.topic == "desync"] == ["ok"]
+
+
+SPARSE = 10**9  # seq k of the corpus dumps becomes k * 10**9: NDTimeline-like numbering, 17 seqs over 1.6e10
+
+
+def _sparse(tmp_path: Path, drop: tuple[int, int] | None = None) -> Path:
+    """The corpus dumps with every seq k renumbered k * SPARSE and no pg_status (NDTimeline has no
+    progress); ``drop`` = (rank, k) removes that rank's entry of seq k."""
+    def edit(rank, doc):
+        doc["entries"] = [e for e in doc["entries"] if drop is None or (rank, e["collective_seq_id"]) != drop]
+        for e in doc["entries"]:
+            e["collective_seq_id"] *= SPARSE
+        doc.pop("pg_status", None)
+    return _copy(tmp_path, edit)
+
+
+def test_sparse_seqs_are_not_missing(store, tmp_path):
+    """Seqs 1e9, 2e9, ..., 17e9 held by all 4 ranks: 17 collectives compared (not the 1.6e10 numbers
+    between, which the old walk over range(first, last) stepped through: it never finished), all ok;
+    no rank wrapped (each starts at 1e9, as the others do)."""
+    ingest(store, [_sparse(tmp_path)], run="run", jobs=1)
+    res = analyze(store, "desync", "run", all=True)
+    v = res.verdict.row(0, named=True)
+    assert (v["status"], v["behind"]) == ("clean", [])
+    assert v["text"] == "no desync: 17 collective(s) in 1 group(s) agree on every member"
+    assert res.frame["seq"].to_list() == [k * SPARSE for k in range(1, 18)]
+    assert set(res.frame["status"]) == {"ok"}
+    assert res.ranks["first_seq"].to_list() == [SPARSE] * 4 and not any(res.ranks["wrapped"])
+
+
+def test_sparse_seq_one_rank_lacks_is_missing(store, tmp_path):
+    """Rank 1 lacks seq 9e9, which ranks 0, 2, 3 hold: missing there, behind [1] (a hole: rank 1
+    holds 10e9 and later). The numbers nobody holds (9e9 + 1, ...) are no collective: the only
+    divergent row is 9e9."""
+    res, v = _verdict(store, _sparse(tmp_path, drop=(1, 9)))
+    assert (v["status"], v["seq"], v["op"], v["behind"]) == ("missing", 9 * SPARSE, "all_reduce", [1])
+    (row,) = res.frame.rows(named=True)
+    assert (row["seq"], row["ranks_missing"], row["ranks_enqueued"]) == (9 * SPARSE, [1], [0, 2, 3])
+
+
+def test_ndtimeline_runs_finish_clean(store):
+    """The bytedance NDTimeline runs (seqs 16e6..1.24e9, 44 or 1408 per group) finish and find no
+    desync: the gaps between seqs are numbering, and a pipeline group's send/recv pair is p2p."""
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif")], jobs=1)
+    for run in ("trace-ST", "trace-AR", "trace-SE"):
+        v = analyze(store, "desync", run).verdict.row(0, named=True)
+        assert (run, v["status"], v["source"]) == (run, "clean", "ndtimeline")

@@ -468,3 +468,12 @@ def test_same_result_whatever_the_row_order(store, monkeypatch, tmp_path):
                 fraction=1.0, shuffle=True, seed=_seed)
         monkeypatch.setattr(type(store), "sql", shuffled)
         assert tables() == want
+
+
+def test_flight_recorder_only_says_no_compute_traced(store):
+    """Flight Recorder dumps alone: the message names what is missing (compute, as summary says) and
+    what to ingest, not the replay's internals."""
+    ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")], run="fr", jobs=1)
+    with pytest.raises(AnalysisError, match=r"run fr: no compute traced \(its traces: flight_recorder;.*ingest the "
+                       r"run's Kineto traces"):
+        analyze(store, "whatif", "fr")

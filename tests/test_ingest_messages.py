@@ -25,7 +25,7 @@ def test_a_refused_run_stores_no_other_run_of_the_ingest(tmp_path):
     code, _, err = run("ingest", str(corpus("hta/trace_diff")), "--db", str(db))
     lines = err.splitlines()
     assert code == 1 and len(lines) == 1 and "run 'test' already has rank 1" in lines[0], err
-    assert lines[0].startswith(f"error: {corpus('hta/trace_diff')}/test/test.json.gz: ")
+    assert lines[0].startswith(f"error: {corpus('hta/trace_diff').resolve()}/test/test.json.gz: ")  # paths resolved
     assert _runs(db) == ["base", "test"]  # 'control' was not stored either
 
 

@@ -165,3 +165,20 @@ def test_sql_profiling_output_to_a_file_is_one_error(db, tmp_path):
     assert not target.exists()
     r = cli("sql", f"SET profiling_output='{target}'", "--db", str(db), cwd=tmp_path)
     assert r.returncode == 1 and "is refused" in r.stderr and not target.exists()
+
+
+def test_names_that_shorten_alike_are_numbered():
+    # Two template instances of one kernel shorten to the same family: a table showed two rows that
+    # looked alike (kernel_sum on the AMD corpus trace). Numbered in order of appearance; a repeated
+    # name keeps its number; JSON/CSV keep the full names (not through display).
+    import polars as pl
+
+    from traceprof.display import table_rows
+
+    a = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+         "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    b = a.replace("float", "c10::Half")
+    df = pl.DataFrame({"name": [a, b, "aten::mm", None, a], "n": [1, 2, 3, 4, 5]})
+    assert [r[0] for r in table_rows(df)] == [
+        "vectorized_elementwise_kernel #1", "vectorized_elementwise_kernel #2", "aten::mm", "",
+        "vectorized_elementwise_kernel #1"]

@@ -106,10 +106,29 @@ def table_columns(df: pl.DataFrame, units: str = "human") -> list[str]:
 
 
 def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Iterator[Sequence[str]]:
-    """The cells of ``df`` as strings (see :func:`cell`)."""
+    """The cells of ``df`` as strings (see :func:`cell`). Distinct strings of a column whose
+    shortened forms would read the same (two template instances of one kernel) are numbered in
+    order of appearance, ``name… #1``, ``name… #2``, so that two rows never look alike."""
     kinds = _kinds(df, units)
+    names = [_distinct_short(df[c], width) if df[c].dtype == pl.String else None for c in df.columns]
     for row in df.iter_rows():
-        yield [cell(v, k, width) for v, k in zip(row, kinds, strict=True)]
+        yield [names[i].get(v, "") if names[i] is not None and v is not None else cell(v, k, width)  # type: ignore[union-attr]
+               for i, (v, k) in enumerate(zip(row, kinds, strict=True))]
+
+
+def _distinct_short(col: pl.Series, width: int) -> dict[str, str]:
+    """Each distinct string of ``col`` -> its cell: :func:`traceprof.names.shorten`, numbered where
+    two strings shorten alike (see :func:`table_rows`)."""
+    short = {v: shorten(v, width) for v in col.drop_nulls().unique(maintain_order=True).to_list()}
+    seen: dict[str, list[str]] = {}
+    for v, s in short.items():
+        seen.setdefault(s, []).append(v)
+    for vs in seen.values():
+        if len(vs) > 1:
+            for k, v in enumerate(vs, 1):
+                tag = f" #{k}"
+                short[v] = shorten(v, max(width - len(tag), 1)) + tag
+    return short
 
 
 def describe(an: Any) -> str:

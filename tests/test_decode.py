@@ -157,6 +157,8 @@ def test_parse_fast_path_equals_general(path: Path | None, tmp_path: Path, monke
     (b"-1e2", -100_000),
     (b"12.3456", 12_346),  # half-to-even at the 4th decimal: 12345.6 ns -> 12346
     (b"0.0005", 0),  # 0.5 ns -> 0 (half to even)
+    (b"1e-100", 0),  # tiny: rounds to 0 ns (not "out of range")
+    (b"-1e-1000000000", 0),
     (b"123456789012345678901234567890", 123456789012345678901234567890 * 1000),
 ])
 def test_us_text_to_ns_is_exact_for_large_exponents(text: bytes, ns: int) -> None:

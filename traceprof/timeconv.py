@@ -38,18 +38,22 @@ def us_text_to_ns(text: bytes) -> int:
         try:
             return int(text) * 1000
         except ValueError:
-            raise ValueError(f"not a number: {text[:40].decode(errors='replace')!r}") from None
+            raise ValueError(f"not a number: {_shown(text)!r}") from None
     if b"e" not in text and b"E" not in text and not text.startswith(b"-"):
         whole, frac = text.split(b".", 1)
         if len(frac) <= 3 and frac.isdigit():
             return int(whole or b"0") * 1000 + int(frac.ljust(3, b"0"))
-    shown = text[:40].decode(errors="replace")
     try:
         us = Decimal(text.decode())
     except (ArithmeticError, UnicodeDecodeError):
-        raise ValueError(f"not a number: {shown!r}") from None
-    if not us.is_finite() or abs(us.adjusted()) > _MAX_EXPONENT:
-        raise ValueError(f"{shown} us is out of range") from None
+        raise ValueError(f"not a number: {_shown(text)!r}") from None
+    if not us.is_finite() or us.adjusted() > _MAX_EXPONENT:  # a tiny value rounds to 0 ns
+        raise ValueError(f"{_shown(text)} us is out of range") from None
     with localcontext() as ctx:  # exact for every value with an exponent up to _MAX_EXPONENT
         ctx.prec = _MAX_EXPONENT + 64
         return us_to_ns(us)
+
+
+def _shown(text: bytes) -> str:
+    """The start of a time's text, for a message."""
+    return text[:40].decode(errors="replace")

@@ -34,7 +34,7 @@ class TraceFormatError(TraceprofError):
     """A trace file cannot be read.
 
     Args:
-        path: The file.
+        path: The file, or ``""`` for an error about several files (``reason`` names each).
         where: The record, e.g. ``"event #18231 (ph='X', name='ncclDevKernel_...')"``, or ``""``
             when the problem is the whole file.
         reason: What is wrong and, where possible, what to do.
@@ -44,7 +44,7 @@ class TraceFormatError(TraceprofError):
         self.path = str(path)
         self.where = where
         self.reason = reason
-        loc = f"{self.path}: {where}: " if where else f"{self.path}: "
+        loc = "".join(f"{part}: " for part in (self.path, where) if part)
         super().__init__(loc + reason)
 
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:

@@ -320,10 +320,9 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
             raise type(first)(first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)")
         raise first
     lines = "".join(f"\n  {msg}" for msg in failed.values())
-    error = TraceFormatError(next(iter(failed)), "", "")
-    # The header is about every file (each line below names its own): it does not start with one path.
-    error.args = (f"{len(failed)} of {files} files cannot be read, nothing stored (--partial stores the others):{lines}",)
-    raise error
+    # about every file (each line below names its own): no one path heads the message
+    raise TraceFormatError("", "", f"{len(failed)} of {files} files cannot be read, nothing stored "
+                           f"(--partial stores the others):{lines}")
 
 
 def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path]) -> None:

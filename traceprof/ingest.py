@@ -16,7 +16,6 @@ cluster (``traceprof.executor``). Matching and clock alignment always run here, 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -24,7 +23,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import orjson
 
 from traceprof import classify, clock, fileio, layout, matching, procs, sources, spill
@@ -278,7 +276,8 @@ def ingest(
             _nothing_to_ingest(paths, not_traces)
         for name, traces in by_run.items():
             _settle_ranks(name, traces, result)
-        _check_runs(store, by_run, force_run)
+        if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
+            store.check_runs(by_run, force=force_run)
         for name, traces in by_run.items():
             notes: list[str] = []
 
@@ -336,28 +335,6 @@ def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path]) -> None
     shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
     raise UsageError(f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
                      f"traceprof reads: {sources.formats()}")
-
-
-def _check_runs(store: Store, by_run: dict[str, list[ParsedTrace]], force: bool) -> None:
-    """Refuse, before any run is inserted, what :meth:`Store.insert_run` would refuse for one of
-    several runs (ranks the run holds already, another job's traces), so that a refused run leaves
-    no other run of this ingest stored.
-
-    The checks are the insert's own (``Store._run_id``), run in a transaction that is rolled back:
-    one copy of them, not a second that could drift (the runs row it adds is rolled back too).
-
-    Raises:
-        StoreError: What ``insert_run`` raises for those conflicts.
-    """
-    if len(by_run) < 2:
-        return
-    store.con.execute("BEGIN")
-    try:
-        for name, traces in by_run.items():
-            store._run_id(name, traces, force)
-    finally:
-        with contextlib.suppress(duckdb.Error):
-            store.con.execute("ROLLBACK")
 
 
 def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:

@@ -487,6 +487,23 @@ class Store:
         finally:
             self._housekeep("RESET memory_limit")
 
+    def check_runs(self, runs: dict[str, list[ParsedTrace]], *, force: bool = False) -> None:
+        """Refuse, before any is inserted, what :meth:`insert_run` would refuse for one of several
+        runs (name -> its traces): ranks the run holds already, another job's traces. The checks
+        are the insert's own, run in a transaction that is rolled back (the runs rows they add
+        go with it), so that an ingest of several runs stores none when one is refused.
+
+        Raises:
+            StoreError: What ``insert_run`` raises for those conflicts.
+        """
+        self.con.execute("BEGIN")
+        try:
+            for name, traces in runs.items():
+                self._run_id(name, traces, force)
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute("ROLLBACK")
+
     def _housekeep(self, sql: str) -> None:
         """Run ``sql``, which changes no data (a checkpoint, a setting), ignoring DuckDB's errors
         but not Ctrl-C: DuckDB reports an interrupted query as an error (:func:`interrupted`),

@@ -321,7 +321,7 @@ def test_duckdb_io_errors_are_one_plain_line() -> None:
     full = duckdb.IOException('IO Error: Async write failed for range [offset=2026602, size=124794]: {"exception_type":'
                               '"IO","exception_message":"Could not write file \\"/x/p.parquet\\": No space left on device",'
                               '"errno":"28"}')
-    assert layout._first_line(full) == "no space left on the device"
+    assert layout.error_line(full) == "no space left on the device"
     other = duckdb.IOException('IO Error: {"exception_type":"IO","exception_message":"Cannot open file \\"/x\\": '
                                'Permission denied","errno":"13"}\nmore')
-    assert layout._first_line(other) == 'IO Error: Cannot open file "/x": Permission denied'
+    assert layout.error_line(other) == 'IO Error: Cannot open file "/x": Permission denied'

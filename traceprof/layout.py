@@ -53,7 +53,8 @@ from traceprof.errors import StoreError, UsageError
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "SpooledTrace", "Dataset",
-           "dataset_dir", "estimate_bytes", "choose", "stage", "spool", "spool_dir", "sweep_spools", "write_part", "refuse_file_writes"]
+           "dataset_dir", "estimate_bytes", "choose", "stage", "spool", "spool_dir", "sweep_spools", "write_part", "refuse_file_writes",
+           "interrupted", "error_line"]
 
 #: The store layouts (module doc).
 LAYOUTS = ("duckdb", "parquet")
@@ -129,7 +130,7 @@ def interrupted(e: BaseException) -> bool:
 _PY_INTERRUPT = re.compile(r"(?:: |\n)KeyboardInterrupt(?::|\n|$)")
 
 
-def _first_line(e: duckdb.Error) -> str:
+def error_line(e: BaseException) -> str:
     """DuckDB's message, for one line: its first line, with the JSON some IO errors carry
     (``{"exception_type":"IO","exception_message":...,"errno":"28"}``) replaced by its message,
     and a full disk said plainly."""
@@ -178,7 +179,7 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
     except duckdb.Error as e:
         if interrupted(e):  # Ctrl-C while DuckDB read the rows (a stream of spilled batches)
             raise KeyboardInterrupt from None
-        raise StoreError(f"{path}: cannot write {table} rows as Parquet: {_first_line(e)}") from None
+        raise StoreError(f"{path}: cannot write {table} rows as Parquet: {error_line(e)}") from None
     finally:
         con.close()
     return tbl.num_rows

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 
 from traceprof.errors import StoreError
+from traceprof.layout import error_line
 from traceprof.store import Store
 
 __all__ = ["stream", "SqlStream"]
@@ -92,5 +93,4 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
 
 
 def _error(e: Exception) -> BaseException:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return StoreError(f"SQL error: {first}")
+    return StoreError(f"SQL error: {error_line(e)}")

@@ -30,6 +30,7 @@ from traceprof.layout import (
     SpooledTrace,
     StagedTrace,
     dataset_dir,
+    error_line,
     interrupted,
     refuse_file_writes,
     sweep_spools,
@@ -333,8 +334,7 @@ class Store:
                 raise KeyboardInterrupt from None
             if not isinstance(e, duckdb.Error):
                 raise
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise StoreError(f"SQL error: {first}") from None
+            raise StoreError(f"SQL error: {error_line(e)}") from None
 
     def runs(self) -> pl.DataFrame:
         """One row per run: run_id, name, world_size, ranks (traced), traces, events, sources,

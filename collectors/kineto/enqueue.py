@@ -77,15 +77,14 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
     # only the c10d ops become Python objects (not every event of the trace)
     ev = ev.filter(pc.and_(pc.fill_null(pc.equal(ev["kind"], "cpu_op"), False), _starts_with(ev["name"], "c10d::")))
     enqueues: dict[str, list[dict[str, Any]]] = {}
-    for e in ev.to_pylist():
-        if e["kind"] == "cpu_op" and e["name"].startswith("c10d::"):
-            try:
-                args = msgspec.json.decode(e["args"] or "{}")
-            except msgspec.DecodeError:
-                args = {}
-            dims = args.get("Input Dims") if isinstance(args, dict) else None
-            e["nelems"] = _first_tensor_nelems(dims)
-            enqueues.setdefault(normalize_op(e["name"]), []).append(e)
+    for e in ev.to_pylist():  # the c10d cpu ops (filtered above)
+        try:
+            args = msgspec.json.decode(e["args"] or "{}")
+        except msgspec.DecodeError:
+            args = {}
+        dims = args.get("Input Dims") if isinstance(args, dict) else None
+        e["nelems"] = _first_tensor_nelems(dims)
+        enqueues.setdefault(normalize_op(e["name"]), []).append(e)
     for lst in enqueues.values():
         lst.sort(key=lambda e: e["ts_ns"])
     by_op: dict[str, list[dict[str, Any]]] = {}

@@ -176,15 +176,15 @@ def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Ra
     return out
 
 
-def _seqs(ranks: dict[int, _Rank], lasts: dict[int, int | None], start: int | None, end: int | None) -> list[int]:
+def _seqs(rowed: set[int], lasts: dict[int, int | None], start: int | None, end: int | None) -> list[int]:
     """The seqs of the common range (module doc, step 2) to compare, ascending: those some member
-    holds a row of, and those a member's progress names as its last enqueued. Never every number
+    holds a row of (``rowed``), and those a member's progress names as its last enqueued. Never every number
     from ``start`` to ``end``: NDTimeline numbers sparsely (a gap is no collective, not a missing
     one), and walking the span was a billion steps there. A seq beyond every row that progress
     does not name is not compared (FR keeps the newest entries, so its progress names no such seq)."""
     if start is None or end is None:
         return []
-    present = {s for st in ranks.values() for s in st.rows} | {v for v in lasts.values() if v is not None}
+    present = rowed | {v for v in lasts.values() if v is not None}
     return sorted(s for s in present if start <= s <= end)
 
 
@@ -217,11 +217,11 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
     lasts = {r: st.last("enqueued") for r, st in ranks.items()}
     start = max(firsts.values()) if firsts else None
     end = max((v for v in lasts.values() if v is not None), default=None)
-    seqs = _seqs(ranks, lasts, start, end)
+    rowed = {s for st in ranks.values() for s in st.rows}  # the seqs some member has a row of
+    seqs = _seqs(rowed, lasts, start, end)
     # Dense numbering (FR, NCCL: 1, 2, 3, ...) tells a wrapped ring buffer by a first seq above 1;
     # sparse numbering (NDTimeline: 23000000, 47000000, ...) only by a first seq above the others'.
-    held_all = sorted({s for st in ranks.values() for s in st.rows})
-    dense = not held_all or held_all[-1] - held_all[0] + 1 == len(held_all)
+    dense = not rowed or max(rowed) - min(rowed) + 1 == len(rowed)
     floor = 1 if dense or not firsts else min(firsts.values())
     rank_rows = [{"pg": pg, "members": list(members), "rank": m,
                   "first_seq": firsts.get(m), "last_enqueued": lasts.get(m),

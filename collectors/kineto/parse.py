@@ -562,8 +562,6 @@ _DEVICE_SCHEMA = pa.schema(
 _COLL_SCHEMA = row_schema("collectives")
 
 
-
-
 def _dictionary(values: list[str | None]) -> pa.DictionaryArray:
     """A list of strings (None: null) as a dictionary array, built from the distinct values without
     a string array of every row (the codes are made in one pass, int32)."""

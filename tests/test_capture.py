@@ -61,7 +61,16 @@ def _worker(rank: int, out_dir: str, store: str) -> None:
 @pytest.fixture(scope="module")
 def capture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("capture")
-    mp.spawn(_worker, args=(str(out), str(out / "store")), nprocs=WORLD_SIZE)
+    try:
+        mp.spawn(_worker, args=(str(out), str(out / "store")), nprocs=WORLD_SIZE)
+    except mp.ProcessExitedException as e:
+        # torch 2.13's CPU profiler sometimes aborts a rank as it stops ("terminate called without an
+        # active exception", SIGABRT), before any traceprof code runs (tests/test_collect.py retries the
+        # same): retry once in a fresh folder; a second failure, or any other one, fails the tests.
+        if e.signal_name != "SIGABRT":
+            raise
+        out = tmp_path_factory.mktemp("capture")
+        mp.spawn(_worker, args=(str(out), str(out / "store")), nprocs=WORLD_SIZE)
     return out
 
 

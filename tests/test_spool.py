@@ -74,3 +74,48 @@ def test_already_stored_files_are_skipped_and_new_sizes_not_hashed_twice(
         again = ingest(s, [src])
     assert sorted(map(str, hashed)) == sorted(first.added) == sorted(again.skipped)
     assert again.added == [] and again.runs == {}
+
+
+def test_spooled_file_that_fails_mid_stream_names_the_file_and_stores_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events of a multi-file ingest go in as one stream that DuckDB pulls; when a spooled
+    file fails after some batches were inserted, the error names that file (not DuckDB's "arrow
+    scan failed" or "transaction is aborted"), nothing is stored, and the store takes the files
+    afterwards with every row."""
+    import pyarrow as pa
+
+    from traceprof.errors import StoreError
+
+    files = sorted((SAMPLES / "normal").glob("*.trace.json.gz"))[:2]
+    real = layout.SpooledTrace.read_events
+
+    def broken(self: layout.SpooledTrace) -> pa.RecordBatchReader:
+        r = real(self)
+
+        def batches():
+            yield r.read_next_batch()
+            raise StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: bad block")
+
+        return pa.RecordBatchReader.from_batches(r.schema, batches())
+
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    monkeypatch.setattr(layout.SpooledTrace, "read_events", broken)
+    with Store(db) as s:
+        with pytest.raises(StoreError, match=r"cannot read the events spooled for .*rank0\.trace\.json\.gz: bad block"):
+            ingest(s, files, run="r", align=False, jobs=1)
+        assert s.con.execute("SELECT count(*) FROM events").fetchone() == (0,)
+        assert s.con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+        assert s.con.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (True,)
+    monkeypatch.setattr(layout.SpooledTrace, "read_events", real)
+    with Store(db) as s:
+        ingest(s, files, run="r", align=False)
+    apart = tmp_path / "a.duckdb"
+    with Store(apart) as s:
+        for f in files:
+            ingest(s, [f], run="r", align=False)
+    assert _events(db) == _events(apart)
+    with Store(db, read_only=True) as s:  # each row carries its own trace's id and rank
+        assert s.con.execute("""SELECT count(*), count(DISTINCT e.trace_id) FROM events e JOIN traces t
+                                ON e.trace_id = t.trace_id AND e.rank = t.rank""").fetchone() == (len(_events(db)), 2)

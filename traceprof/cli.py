@@ -436,7 +436,8 @@ def analyze(
     options = dict(_kv(p) for p in param or [])
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
-    with Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store):
+    with (Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store),
+          registry.reuse_results()):  # helpers several stages read (activity, items) run once
         result = an.run(store, registry.make_params(an, run, options))
         run_name = _run_name(store, run)
         if save and not apart:

@@ -261,6 +261,18 @@ class SpooledTrace(_ParkedTrace):
     table, column types included).
     """
 
+    def events_schema(self) -> pa.Schema:
+        """The Arrow schema of the spooled events (read from the file's footer).
+
+        Raises:
+            StoreError: The file is gone or damaged.
+        """
+        try:
+            with pa.OSFile(self.events_file, "rb") as f:
+                return pa.ipc.open_file(f).schema
+        except (OSError, pa.ArrowInvalid) as e:
+            raise StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: {e}") from None
+
     def read_events(self) -> pa.RecordBatchReader:
         """The events as a stream of record batches of at most :data:`SPOOL_BATCH_ROWS` rows each
         (the same columns and types as the parsed table), read from the file as they are consumed,

@@ -437,7 +437,7 @@ def analyze(
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
     with (Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store),
-          registry.reuse_results()):  # helpers several stages read (activity, items) run once
+          registry.reuse_results(many=False)):  # helpers several stages read (activity, items) run once
         result = an.run(store, registry.make_params(an, run, options))
         run_name = _run_name(store, run)
         if save and not apart:

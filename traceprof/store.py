@@ -489,7 +489,8 @@ class Store:
             return run_id
         finally:
             self._housekeep("RESET memory_limit")
-            self._housekeep("RESET preserve_insertion_order")  # when a failed events insert could not
+            # a failed events insert cannot reset it inside its aborted transaction
+            self._housekeep("RESET preserve_insertion_order")
 
     def check_runs(self, runs: dict[str, list[ParsedTrace]], *, force: bool = False) -> None:
         """Refuse, before any is inserted, what :meth:`insert_run` would refuse for one of several
@@ -660,7 +661,8 @@ class Store:
         are reached; spilled args are read through :func:`traceprof.spill.batches`.
 
         Raises:
-            StoreError: A spooled events file is gone or damaged, or DuckDB rejects the rows.
+            StoreError: A spooled events file is gone or damaged.
+            duckdb.Error: DuckDB rejects the rows (:meth:`insert_run` says so and rolls back).
         """
         if self.dataset is not None:
             return

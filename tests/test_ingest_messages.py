@@ -132,3 +132,20 @@ def test_a_run_failing_after_another_was_stored_says_which_was(tmp_path, monkeyp
     assert (code, err) == (1, "error: stored run 'a' (id 1); run 'b' not stored: matching failed\n")
     monkeypatch.undo()
     assert _runs(db) == ["a"]
+
+
+def test_ranks_traced_counts_the_whole_run_not_this_ingest(tmp_path):
+    """Appending the last ranks of a run must not warn that ranks are missing: the count is of the
+    run's ranks in the store (2 of 4 after the first ingest, none missing after the second), not of
+    the files of this command."""
+    from tests.conftest import SAMPLES
+
+    db = tmp_path / "s.duckdb"
+    files = sorted((SAMPLES / "normal").glob("rank*.trace.json.gz"))
+    assert len(files) == 4
+    code, _, err = run("ingest", *map(str, files[:2]), "--run", "normal", "--db", str(db))
+    assert code == 0 and "run 'normal': 2 of 4 ranks traced" in err, err
+    code, _, err = run("ingest", *map(str, files[2:3]), "--run", "normal", "--db", str(db))
+    assert code == 0 and "run 'normal': 3 of 4 ranks traced" in err, err
+    code, _, err = run("ingest", str(SAMPLES / "normal"), "--run", "normal", "--db", str(db))
+    assert code == 0 and "ranks traced" not in err and "1 file(s) ingested, 3 already stored" in err, err

@@ -341,9 +341,13 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
     """Match the run's collectives and align its clocks (inside the insert transaction).
 
     Returns:
-        Messages worth a warning (instances missing ranks, matching fallbacks).
+        Messages worth a warning (ranks of the job not traced, instances missing ranks, matching
+        fallbacks). Ranks are counted over the whole run, with what earlier ingests stored.
     """
-    notes = [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
+    held, world = store.con.execute(
+        "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]).fetchall()[0]
+    notes = [f"{held} of {world} ranks traced"] if world and held < world else []
+    notes += [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)
     notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead
     notes += clock.align_run(store, run_id, enabled=align).warnings  # e.g. replica groups never linked
@@ -424,7 +428,6 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
             )
         seen[(pt.rank, pt.source)] = pt.path
     worlds = {pt.world_size: pt for pt in traces if pt.world_size is not None}
-    ranks = len({pt.rank for pt in traces})
     if len(worlds) > 1:
         (w1, t1), (w2, t2) = sorted(worlds.items(), key=lambda kv: kv[0])[:2]
         raise TraceFormatError(
@@ -432,5 +435,3 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
             f"world size {w2}, but {t1.path} in the same run {name!r} says {w1}: traces of different jobs "
             "cannot be one run; ingest them as separate runs (one directory each, or --run)",
         )
-    if worlds and ranks < max(worlds):
-        result.warnings.append(f"run {name!r}: {ranks} of {max(worlds)} ranks traced")

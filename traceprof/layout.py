@@ -271,7 +271,7 @@ class SpooledTrace(_ParkedTrace):
             with pa.OSFile(self.events_file, "rb") as f:
                 return pa.ipc.open_file(f).schema
         except (OSError, pa.ArrowInvalid) as e:
-            raise StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: {e}") from None
+            raise self._unreadable(e) from None
 
     def read_events(self) -> pa.RecordBatchReader:
         """The events as a stream of record batches of at most :data:`SPOOL_BATCH_ROWS` rows each
@@ -286,7 +286,7 @@ class SpooledTrace(_ParkedTrace):
             f = pa.OSFile(self.events_file, "rb")
             r = pa.ipc.open_file(f)
         except (OSError, pa.ArrowInvalid) as e:
-            raise StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: {e}") from None
+            raise self._unreadable(e) from None
 
         def batches() -> Iterator[pa.RecordBatch]:
             with f:
@@ -294,10 +294,13 @@ class SpooledTrace(_ParkedTrace):
                     try:
                         yield r.get_batch(i)
                     except (OSError, pa.ArrowInvalid) as e:
-                        raise StoreError(f"{self.events_file}: cannot read the events spooled for "
-                                         f"{self.path}: {e}") from None
+                        raise self._unreadable(e) from None
 
         return pa.RecordBatchReader.from_batches(r.schema, batches())
+
+    def _unreadable(self, e: Exception) -> StoreError:
+        """The error for a spool file that is gone or damaged (``e``: why)."""
+        return StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: {e}")
 
 
 def spool_dir(db: str | Path) -> Path:

@@ -646,7 +646,7 @@ class Store:
         for name in ("devices", "steps", "collectives"):
             tbl = getattr(pt, name)
             if tbl is not None and tbl.num_rows:
-                self._insert_arrow(name, tbl, run_id, trace_id, pt.rank)
+                self._insert_arrow(name, tbl, run_id, (trace_id, pt.rank))
         return trace_id
 
     def _insert_events(self, run_id: int, traces: list[tuple[ParsedTrace, int]]) -> None:
@@ -680,57 +680,51 @@ class Store:
             groups.setdefault(key, (sch, []))[1].append((pt, trace_id))
         for sch, members in groups.values():
             full = sch.append(pa.field(_TRACE_ID, pa.int32())).append(pa.field(_RANK, pa.int32()))
-            failed: list[BaseException] = []
-            reader = pa.RecordBatchReader.from_batches(full, _tagged(members, full, failed))
-            self._insert_arrow("events", reader, run_id, None, None, sch.names, parallel=True, failed=failed)
+            failed: list[StoreError] = []
+            try:
+                self._insert_arrow("events", pa.RecordBatchReader.from_batches(full, _tagged(members, full, failed)),
+                                   run_id, parallel=True)
+            except duckdb.Error:
+                if failed:  # DuckDB's message hides the reader's own error (a damaged spool file)
+                    raise failed[0] from None
+                raise
 
-    def _insert_arrow(self, name: str, src: pa.Table | pa.RecordBatchReader, run_id: int, trace_id: int | None,
-                      rank: int | None, have: Sequence[str] | None = None, *, parallel: bool = False,
-                      failed: Sequence[BaseException] = ()) -> None:
+    def _insert_arrow(self, name: str, src: pa.Table | pa.RecordBatchReader, run_id: int,
+                      trace: tuple[int, int | None] | None = None, *, parallel: bool = False) -> None:
         """``INSERT INTO name`` the rows of ``src``, its columns matched to the table's by name
-        (absent ones NULL). run_id, trace_id and rank are the given values, or (trace_id None)
-        ``src``'s columns :data:`_TRACE_ID` and :data:`_RANK`. ``parallel``: insertion order
-        is not kept, so every thread converts and compresses rows. ``failed``: where ``src``'s
-        reader puts the error that stopped it, raised instead of DuckDB's report of it.
+        (absent ones NULL). ``trace``: (trace_id, rank) of every row; None: ``src``'s columns
+        :data:`_TRACE_ID` and :data:`_RANK` hold them. ``parallel``: insertion order is not kept,
+        so every thread converts and compresses rows.
 
         Raises:
-            StoreError: The reader's error (``failed``).
             duckdb.Error: DuckDB rejects the rows.
         """
         con = self.con
-        have_set = set(have if have is not None else src.schema.names)
-        tagged = trace_id is None
-        consts = {"run_id": run_id, "trace_id": trace_id, "rank": rank}
+        have = set(src.schema.names)
+        given = {"run_id": run_id} | ({} if trace is None else {"trace_id": trace[0], "rank": trace[1]})
+        from_src = {} if trace is not None else {"trace_id": f'"{_TRACE_ID}"', "rank": f'"{_RANK}"'}
+        cols = schema.table(name).column_names
         select = ", ".join(
-            "?" if c == "run_id" or (c in ("trace_id", "rank") and not tagged) else
-            f'"{_TRACE_ID}" AS trace_id' if c == "trace_id" else f'"{_RANK}" AS rank' if c == "rank" else
-            f'"{c}"' if c in have_set else f'NULL AS "{c}"'
-            for c in schema.table(name).column_names
+            f"? AS {c}" if c in given else f"{from_src[c]} AS {c}" if c in from_src else
+            f'"{c}"' if c in have else f'NULL AS "{c}"'
+            for c in cols
         )
-        params = [consts[c] for c in schema.table(name).column_names
-                  if c == "run_id" or (c in ("trace_id", "rank") and not tagged)]
         # a table with spilled args (traceprof.spill) goes in as batches, its pages dropped as read
         con.register("_incoming", spill.readable(src) if isinstance(src, pa.Table) else src)
         try:
             if parallel:
                 con.execute("SET preserve_insertion_order = false")
-            con.execute(f"INSERT INTO {name} SELECT {select} FROM _incoming", params)
-        except duckdb.Error:
-            if failed:  # DuckDB's message hides the reader's own error (a damaged spool file)
-                raise failed[0] from None
-            raise
+            con.execute(f"INSERT INTO {name} SELECT {select} FROM _incoming", [given[c] for c in cols if c in given])
         finally:
-            # after a failed INSERT the transaction refuses statements: insert_run resets the setting
-            # after its rollback; the registration is the connection's, not the transaction's
-            with contextlib.suppress(duckdb.Error):
-                if parallel:
-                    self._housekeep("RESET preserve_insertion_order")
+            # after a failed INSERT the transaction refuses statements (insert_run resets the setting
+            # after its rollback); the registration is the connection's, not the transaction's
+            if parallel:
+                self._housekeep("RESET preserve_insertion_order")
             with contextlib.suppress(duckdb.Error):
                 con.unregister("_incoming")
 
-
 def _tagged(traces: list[tuple[ParsedTrace, int]], schema_: pa.Schema,
-            failed: list[BaseException]) -> Iterator[pa.RecordBatch]:
+            failed: list[StoreError]) -> Iterator[pa.RecordBatch]:
     """The events of ``traces`` ((trace, trace_id), all with ``schema_`` less its last two
     columns) as record batches of ``schema_``: each batch with its trace's trace_id and rank
     (:data:`_TRACE_ID`, :data:`_RANK`) appended. Spooled traces are read one file at a time.

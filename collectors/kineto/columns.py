@@ -27,21 +27,22 @@ from traceprof import spill
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "classes", "assign_steps", "last_by_key", "lookup", "codes", "kind_mask"]
+__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "last_by_key", "lookup", "codes", "kind_mask"]
 
 #: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
 #: and Python ``re`` read this literal alternation the same way).
 COMM_HINT = "Collective name|Process Group|Comms Id|collective_name|process_group|pg_name"
 #: Kinds of the rows that run on a GPU lane (device / stream from the args or the pid / tid).
 GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
-_STR_DICT = pa.dictionary(pa.int32(), pa.string())
+#: Low-cardinality string columns (kind, name, lanes, ...): int32 codes into their distinct values.
+STR_DICT = pa.dictionary(pa.int32(), pa.string())
 
 
 def codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
     """(index of each value in the distinct values (int32), the distinct values in first-seen order)
     of a list of strings. Built by Arrow's dictionary builder straight from the list: a string
     array of every row first (``dictionary_encode``) cost 1 GB for the names of 18 M events."""
-    enc = pa.array(values, _STR_DICT)
+    enc = pa.array(values, STR_DICT)
     return enc.indices.to_numpy(zero_copy_only=False), enc.dictionary.to_pylist()
 
 

@@ -46,7 +46,7 @@ from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
 from collectors.kineto.collectives import collectives as _collectives
 from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
-from collectors.kineto.columns import Frame, assign_steps, classes
+from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify, spill
@@ -536,14 +536,13 @@ def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: dictionary-encoded (int32 codes into the distinct strings): a quarter of the bytes of plain
 #: strings for ``name``, far less for the rest. DuckDB and Parquet read them as the strings they
 #: stand for (``VARCHAR``), so the stored rows are the same.
-_DICT = pa.dictionary(pa.int32(), pa.string())
 _EVENT_SCHEMA = pa.schema(
     [
-        ("kind", _DICT), ("cat", _DICT), ("name", _DICT),
-        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("pid", _DICT), ("tid", _DICT),
+        ("kind", STR_DICT), ("cat", STR_DICT), ("name", STR_DICT),
+        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("pid", STR_DICT), ("tid", STR_DICT),
         ("device", pa.int32()), ("stream", pa.int64()), ("correlation", pa.int64()),
         ("external_id", pa.int64()), ("step", pa.int32()), ("args", pa.string()),
-        ("class", _DICT), ("flag", _DICT), ("raw_dur_ns", pa.int64()),
+        ("class", STR_DICT), ("flag", STR_DICT), ("raw_dur_ns", pa.int64()),
     ]
 )
 _STEP_SCHEMA = pa.schema(
@@ -562,23 +561,18 @@ _DEVICE_SCHEMA = pa.schema(
 _COLL_SCHEMA = row_schema("collectives")
 
 
-def _dictionary(values: list[str | None]) -> pa.DictionaryArray:
-    """A list of strings (None: null) as a dictionary array (int32 codes, the distinct values in
-    first-seen order), built by Arrow's dictionary builder straight from the list: no string array
-    of every row, and 5x faster than coding the values in Python (7 columns: a third of a parse)."""
-    return pa.array(values, _DICT)
-
-
 def _events_table(cols: dict[str, Any]) -> pa.Table:
     """The events table of the parser's columns, emptying ``cols`` as it goes (each column is
     converted, then its list or array dropped, so the two copies of one column live at once at most).
 
     Returns:
-        Columns of :data:`_EVENT_SCHEMA`; the low-cardinality strings dictionary-encoded (:data:`_DICT`).
+        Columns of :data:`_EVENT_SCHEMA`; the low-cardinality strings dictionary-encoded (:data:`STR_DICT`).
     """
     arrays = []
     for f in _EVENT_SCHEMA:
         v = cols.pop(f.name)
-        arrays.append(_dictionary(v) if f.type == _DICT else pa.array(v, f.type) if isinstance(v, Ints) else v)
+        # a dictionary column is built by Arrow's dictionary builder straight from the list (no
+        # string array of every row, and 5x faster than coding the values in Python)
+        arrays.append(pa.array(v, f.type) if f.type == STR_DICT or isinstance(v, Ints) else v)
         del v
     return pa.Table.from_arrays(arrays, schema=_EVENT_SCHEMA)

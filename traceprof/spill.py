@@ -33,7 +33,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["TextSpill", "release", "trim", "note_read", "scan", "chunks", "batches", "readable", "use_dir", "SPILL_BYTES"]
+__all__ = ["TextSpill", "column", "release", "trim", "note_read", "scan", "chunks", "batches", "readable", "use_dir", "SPILL_BYTES"]
 
 T = TypeVar("T", bound=Any)
 
@@ -143,6 +143,41 @@ def readable(table: pa.Table) -> pa.Table | pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(table.schema, batches(table))
 
 
+def _room(folder: str, nbytes: int, written: int = 0) -> bool:
+    """Whether writing ``nbytes`` more leaves ``folder``'s disk :data:`RESERVE_BYTES` free, and at
+    least as much again as the column has spilled (``written`` before, plus ``nbytes``: the
+    store, often on the same disk, needs room for the same rows)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    free = st.f_bavail * st.f_frsize
+    return free - nbytes >= max(RESERVE_BYTES, written + nbytes)
+
+
+def column(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A finished column of any type, on disk when it passes :data:`SPILL_BYTES` (module doc): the
+    same values and type, its buffers a read-only memory map of an unlinked Arrow IPC file.
+    Where the file cannot be written or mapped (no room, no folder), ``values`` itself."""
+    if values.nbytes <= SPILL_BYTES or not len(values):
+        return values
+    folder = _DIR or tempfile.gettempdir()
+    if not _room(folder, values.nbytes):
+        return values
+    table = pa.table({"c": values})
+    try:
+        with tempfile.TemporaryFile(prefix="traceprof-spill-", dir=folder) as f:
+            with pa.ipc.new_file(pa.PythonFile(f, mode="w"), table.schema) as w:  # f stays open
+                w.write_table(table)
+            f.flush()
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, pa.ArrowException):
+        return values
+    _MAPS.add(mm)
+    out = pa.ipc.open_file(pa.py_buffer(mm)).read_all().column(0)
+    return out.chunk(0) if isinstance(values, pa.Array) and out.num_chunks == 1 else out
+
+
 class TextSpill:
     """Builds a string column chunk by chunk, on disk past :data:`SPILL_BYTES` (module doc).
 
@@ -229,15 +264,7 @@ class TextSpill:
         self._parts.append((rows, off_at, data_at, data_len))
 
     def _room_for(self, nbytes: int) -> bool:
-        """Whether writing ``nbytes`` more leaves the spill folder's disk :data:`RESERVE_BYTES` free,
-        and at least as much again as the column has spilled (the store, often on the same disk,
-        needs room for the same rows)."""
-        try:
-            st = os.statvfs(self._dir)
-        except OSError:
-            return False
-        free = st.f_bavail * st.f_frsize
-        return free - nbytes >= max(RESERVE_BYTES, self._at + nbytes)
+        return _room(self._dir, nbytes, self._at)
 
     def _put(self, buf: pa.Buffer | None, size: int) -> int:
         assert self._file is not None

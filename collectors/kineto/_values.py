@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -12,7 +13,7 @@ import pyarrow as pa
 
 from traceprof.classify import COMM_ARG_KEYS
 
-__all__ = ["args_dict", "int_or_none", "Ints", "META_KEYS", "meta_dict"]
+__all__ = ["args_dict", "int_or_none", "Ints", "Strs", "META_KEYS", "meta_dict"]
 
 
 def args_dict(text: str | bytes) -> dict[str, Any]:
@@ -121,3 +122,95 @@ class Ints:
         out = self.values.astype(object)
         out[~self.ok] = None
         return list(out.tolist())
+
+
+#: Arrow type of a :class:`Strs` column: int32 codes into its distinct strings.
+STR_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+def code_type(distinct: int) -> type[np.signedinteger[Any]]:
+    """The narrowest signed integer type for codes 0..distinct-1 and -1."""
+    return np.int8 if distinct <= 128 else np.int16 if distinct <= 32768 else np.int32
+
+
+@dataclass(eq=False)
+class Strs:
+    """A string column with few distinct values (kinds, names, lanes, flags): ``codes`` into
+    ``values``, -1 where the value is None; the codes are int8, int16 or int32, the narrowest
+    that holds them (:func:`code_type`): 1 to 4 bytes a row, where a Python list of the same
+    strings takes 8 (a pointer a row) and makes every pass over it a Python loop.
+
+    It reads like the list it stands for (``len``, ``[i]``, iteration, ``[i] = v``) for the few
+    rows code looks at one by one; whole-column passes use ``codes`` (:meth:`isin`, :meth:`is_none`).
+    """
+
+    codes: np.ndarray
+    values: list[str]
+    _index: dict[str, int] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, items: Iterable[str | None]) -> Strs:
+        """From Python strings and None (Arrow's dictionary builder: no Python object per row)."""
+        enc = pa.array(items if isinstance(items, list) else list(items), STR_DICT)
+        values = enc.dictionary.to_pylist()
+        # a writable copy, in the narrowest type
+        codes = np.array(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), code_type(len(values)))
+        return cls(codes, values)
+
+    @classmethod
+    def none(cls, n: int) -> Strs:
+        """``n`` None values."""
+        return cls(np.full(n, -1, np.int8), [])
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> str | None:
+        c = int(self.codes[i])
+        return None if c < 0 else self.values[c]
+
+    def __iter__(self) -> Iterator[str | None]:
+        lookup: list[str | None] = [*self.values, None]  # code -1: the last entry
+        return (lookup[c] for c in self.codes.tolist())
+
+    def __setitem__(self, i: int, v: str | None) -> None:
+        self.codes[i] = self.code(v)
+
+    def code(self, v: str | None) -> int:
+        """The code of ``v`` (added to ``values`` when new; -1 for None)."""
+        if v is None:
+            return -1
+        if self._index is None:
+            self._index = {s: k for k, s in enumerate(self.values)}
+        k = self._index.get(v)
+        if k is None:
+            k = self._index[v] = len(self.values)
+            self.values.append(v)
+            if k > np.iinfo(self.codes.dtype).max:
+                self.codes = self.codes.astype(code_type(k + 1))
+        return k
+
+    def isin(self, wanted: Iterable[str | None]) -> np.ndarray:
+        """Rows whose value is one of ``wanted`` (bool, one per row)."""
+        w = set(wanted)
+        want = [k for k, s in enumerate(self.values) if s in w] + ([-1] if None in w else [])
+        return np.isin(self.codes, want)
+
+    def is_none(self) -> np.ndarray:
+        """Rows whose value is None (bool, one per row)."""
+        return self.codes < 0
+
+    def take(self, idx: np.ndarray) -> Strs:
+        """The rows ``idx`` (indices), sharing ``values``."""
+        return Strs(self.codes[idx], self.values)
+
+    def tolist(self) -> list[str | None]:
+        """Python strings, None where missing."""
+        return list(self)
+
+    def __arrow_array__(self, type: pa.DataType | None = None) -> pa.Array:  # noqa: A002 (pyarrow's name)
+        """The column as an Arrow dictionary array (:data:`STR_DICT`; ``type`` may ask for plain strings)."""
+        codes = self.codes.astype(np.int32, copy=False)
+        idx = pa.array(codes, pa.int32(), mask=codes < 0) if (codes < 0).any() else pa.array(codes, pa.int32())
+        out = pa.DictionaryArray.from_arrays(idx, pa.array(self.values, pa.string()))
+        return out if type is None or type == STR_DICT else out.cast(type)

@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints
-from collectors.kineto.columns import codes, kind_mask, lookup
+from collectors.kineto._values import Ints, Strs
+from collectors.kineto.columns import RowInts, codes, kind_mask, lookup
 from traceprof.errors import TraceFormatError
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
@@ -57,8 +59,9 @@ _GPU = frozenset(GPU_ACTIVITY_KINDS)
 _LAUNCH = frozenset(LAUNCH_KINDS)
 
 
-def _examples(idx: np.ndarray, n: int = 3) -> str:
-    return ", ".join(f"#{int(i)}" for i in idx[:n]) + (", ..." if len(idx) > n else "")
+def _examples(src_index: list[int], rows: np.ndarray | list[int], n: int = 3) -> str:
+    """The first ``n`` of ``rows`` as the indices of their events in the file (``#12, #40, ...``)."""
+    return ", ".join(f"#{src_index[int(i)]}" for i in rows[:n]) + (", ..." if len(rows) > n else "")
 
 
 def _reference_range(step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray) -> tuple[int, int, bool]:
@@ -78,11 +81,10 @@ def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int
     than ``margin`` apart; the clusters that overlap the step range (without steps: the largest)
     are the bulk, every other record is far. Returns (mask, end of the bulk: at least ``hi``)."""
     far = np.zeros(len(ts), dtype=bool)
-    idx = np.flatnonzero(cand)
-    if not len(idx):
+    st = ts[cand]  # the starts, sorted in place (no index array: a cluster is a range of values)
+    if not len(st):
         return far, hi
-    order = idx[np.argsort(ts[idx], kind="stable")]
-    st = ts[order]
+    st.sort()
     cut = np.flatnonzero(np.diff(st) > margin)
     first = np.concatenate(([0], cut + 1))
     last = np.concatenate((cut, [len(st) - 1]))
@@ -93,9 +95,29 @@ def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int
     else:
         keep = np.zeros(len(first), dtype=bool)
         keep[int(np.argmax(last - first))] = True
-    for c in np.flatnonzero(~keep).tolist():
-        far[order[first[c]:last[c] + 1]] = True
+    if not keep.all():  # equal starts never split, so each cluster is the records with starts in its range
+        cluster = np.searchsorted(st[first], ts, side="right") - 1
+        far = cand & ~keep[np.clip(cluster, 0, None)]
     return far, max(hi, int(st[last[keep]].max()))
+
+
+def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, int]:
+    """(The ``gpu`` rows that start more than :data:`LAUNCH_TOLERANCE_NS` before the earliest of
+    the ``launch`` rows with their correlation id, and the largest gap in ns); step 1 of the module
+    doc. Its per-launch and per-GPU-row arrays go when it returns."""
+    lr = np.flatnonzero(launch & corr.ok)
+    ids, inv = np.unique(corr.values[lr], return_inverse=True)
+    launch_ts = np.full(len(ids), np.iinfo(np.int64).max)
+    np.minimum.at(launch_ts, inv, ts[lr])
+    del lr, inv
+    g = np.flatnonzero(gpu & corr.ok)
+    pos, found = lookup(ids, corr.values[g])
+    del ids
+    lt = launch_ts[pos] if len(launch_ts) else np.zeros(len(g), np.int64)
+    del pos, launch_ts
+    is_early = found & (ts[g] < lt - LAUNCH_TOLERANCE_NS)
+    early = g[is_early]
+    return early, int((lt[is_early] - ts[early]).max()) if len(early) else 0
 
 
 def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
@@ -103,8 +125,10 @@ def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
     farther from the other records' 1st..99th percentile range than that range is long (and than
     :data:`ZERO_TS_MIN_GAP_NS`)."""
     raw_zero = ts == base_ns
+    if not raw_zero.any():
+        return raw_zero
     others = ts[~raw_zero]
-    if not raw_zero.any() or not len(others):
+    if not len(others):
         return np.zeros(len(ts), dtype=bool)
     lo, hi = (int(v) for v in np.percentile(others, [1, 99], method="nearest"))
     apart = max(hi - lo, ZERO_TS_MIN_GAP_NS)
@@ -135,13 +159,12 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
     ts = np.asarray(cols["ts_ns"], dtype=np.int64)
     dur = np.asarray(cols["dur_ns"], dtype=np.int64)
     corr: Ints = cols["correlation"]
-    src = np.asarray(src_index, dtype=np.int64)
-    flag: list[str | None] = cols["flag"]
+    flag: Strs = cols["flag"]
     counts: dict[str, int] = {}
     warnings: list[str] = []
     gpu = kind_in(_GPU)
     launch = kind_in(_LAUNCH)
-    unflagged = np.fromiter((f is None for f in flag), bool, n)
+    unflagged = flag.is_none()
 
     # 2 first (launch calls and steps with unset or far times must not vouch for anything)
     zero = unflagged & _unset_times(ts, base_ns)
@@ -152,95 +175,98 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
 
     # 1. before_launch (against launch calls that are themselves sound): the earliest sound
     #    launch of each correlation id
-    lr = np.flatnonzero(ok_launch & corr.ok)
-    ids, inv = np.unique(corr.values[lr], return_inverse=True)
-    launch_ts = np.full(len(ids), np.iinfo(np.int64).max)
-    np.minimum.at(launch_ts, inv, ts[lr])
-    g = np.flatnonzero(gpu & unflagged & corr.ok)
-    pos, found = lookup(ids, corr.values[g])
-    lt = launch_ts[pos] if len(ids) else np.zeros(len(g), np.int64)
-    is_early = found & (ts[g] < lt - LAUNCH_TOLERANCE_NS)
-    early = g[is_early].tolist()
-    worst = int((lt[is_early] - ts[g][is_early]).max()) if early else 0
-    for i in early:
-        flag[i] = "before_launch"
-        zero[i] = far[i] = False
-    if early:
+    early, worst = _before_launch(ts, corr, ok_launch, gpu & unflagged)
+    del ok_launch
+    flag.codes[early] = flag.code("before_launch")
+    zero[early] = far[early] = False
+    if len(early):
         counts["before_launch"] = len(early)
         warnings.append(
             f"{path.name}: {len(early)} GPU record(s) start before the CPU call that launched them, by up to "
-            f"{worst / 1000:,.3f} us (events {_examples(src[early])}): another clock domain; flagged "
+            f"{worst / 1000:,.3f} us (events {_examples(src_index, early)}): another clock domain; flagged "
             "(events.flag = 'before_launch') and left out of windows, idle and latency")
     where = "ProfilerStep range" if by_steps else "time range"
     z = np.flatnonzero(zero)
-    for i in z.tolist():
-        flag[i] = "zero_ts"
+    flag.codes[z] = flag.code("zero_ts")
     if len(z):
         counts["zero_ts"] = len(z)
         warnings.append(f"{path.name}: {len(z)} record(s) with ts == 0, apart from the other records (events "
-                        f"{_examples(src[z])}): flagged (events.flag = 'zero_ts') and left out of windows, "
+                        f"{_examples(src_index, z)}): flagged (events.flag = 'zero_ts') and left out of windows, "
                         "steps and latency")
     f = np.flatnonzero(far)
-    for i in f.tolist():
-        flag[i] = "far_outside"
+    flag.codes[f] = flag.code("far_outside")
     if len(f):
         counts["far_outside"] = len(f)
         gap = int(np.maximum(lo - ts[f], ts[f] - hi).max())
         warnings.append(
             f"{path.name}: {len(f)} record(s) lie far outside the rank's {where} (up to {gap / 1e9:,.3f} s "
-            f"away, more than {margin / 1e9:,.3f} s; events {_examples(src[f])}): flagged "
+            f"away, more than {margin / 1e9:,.3f} s; events {_examples(src_index, f)}): flagged "
             "(events.flag = 'far_outside') and left out of windows")
 
     # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
     #    the end of the reference range plus the margin.
-    rows = np.flatnonzero(gpu & np.fromiter((f is None for f in flag), bool, n))
+    rows = np.flatnonzero(gpu & flag.is_none())
     clipped = []
     if len(rows):
-        # each temporary is dropped once used: on 18 M events these per-GPU-row arrays were the
-        # parse's peak (about 1 GB held at once)
-        d = cols["device"].take(rows)
-        dev = np.where(d.ok, d.values, -1)
-        del d
-        st = cols["stream"].take(rows)
-        stream = np.where(st.ok, st.values, -1)
-        del st
-        order = np.lexsort((dur[rows], ts[rows], stream, dev))
-        r = rows[order]
-        del rows
-        dev, stream = dev[order], stream[order]
-        del order
-        same_lane = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
-        del dev, stream
-        start = ts[r]
-        end = start + dur[r]
-        last = ~np.append(same_lane, False)
-        del same_lane
-        nxt = np.append(start[1:], 0)
-        over = np.flatnonzero(np.where(last, end > hi + margin, (end > nxt + OVERRUN_TOLERANCE_NS) & (nxt > start)))
-        del start
-        # a lane's last row that ends far past the range: clipped to the end of the rank's other GPU
-        # activity or of the range, whichever is later
-        sound = np.ones(len(r), bool)
-        sound[over] = False
-        tail = max(hi, int(end.max(where=sound, initial=hi)))
-        del sound, end
-        for j in over.tolist():
-            i = int(r[j])
-            cols["raw_dur_ns"][i] = int(dur[i])
-            cols["dur_ns"][i] = int(max(0, (tail if last[j] else nxt[j]) - ts[i]))
-            flag[i] = "overrun"
-            clipped.append(i)
+        # one lane at a time (sorted by device, then stream, as the rows are ordered): the sort of
+        # one lane's rows is the largest transient, where a sort of every GPU row by (device,
+        # stream, start, duration) at once was the parse's peak on 18 M events
+        lane, lanes = _lanes(cols["device"], cols["stream"], rows)
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per lane: rows, last of lane, next start
+        tail = hi  # the end of the rank's sound GPU activity (or of the range), whichever is later
+        for code in lanes:
+            r = rows[lane == code]
+            r = r[np.lexsort((dur[r], ts[r]))]
+            start = ts[r]
+            end = start + dur[r]
+            nxt = np.append(start[1:], 0)
+            over = np.flatnonzero(end[:-1] > nxt[:-1] + OVERRUN_TOLERANCE_NS)
+            over = over[nxt[over] > start[over]]
+            if end[-1] > hi + margin:  # the lane's last row ends far past the range
+                over = np.append(over, len(r) - 1)
+            sound = np.ones(len(r), bool)
+            sound[over] = False
+            tail = max(tail, int(end.max(where=sound, initial=hi)))
+            del sound, start, end
+            is_last = over == len(r) - 1
+            found.append((r[over], is_last, nxt[over]))
+        del lane, rows
+        for r, is_last, nxt in found:
+            for i, last, n_next in zip(r.tolist(), is_last.tolist(), nxt.tolist(), strict=True):
+                cols["raw_dur_ns"][i] = int(dur[i])
+                cols["dur_ns"][i] = int(max(0, (tail if last else n_next) - ts[i]))
+                flag[i] = "overrun"
+                clipped.append(i)
     if clipped:
         counts["overrun"] = len(clipped)
         most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)
         warnings.append(
             f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
-            f"the rank's {where}) by up to {most / 1000:,.3f} us (events {_examples(src[clipped])}): clipped "
+            f"the rank's {where}) by up to {most / 1000:,.3f} us (events {_examples(src_index, clipped)}): clipped "
             "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)")
     return counts, warnings
 
 
-def check_one_process(path: Path, cols: dict[str, Any], step_numbers: list[int | None]) -> None:
+def _lanes(device: Ints, stream: Ints, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """(The (device, stream) lane of each of ``rows``, as a code; the codes present, in (device,
+    stream) order, a missing value first). Coded by Arrow's hash table: no sort of the rows."""
+    parts = []
+    for col in (device, stream):
+        v = col.values[rows]
+        v[~col.ok[rows]] = -1
+        enc = pc.dictionary_encode(pa.array(v))
+        del v
+        parts.append((enc.indices.to_numpy(), enc.dictionary.to_numpy()))
+    (dev, dev_values), (st, st_values) = parts
+    lane = dev.astype(np.int32 if len(dev_values) * len(st_values) < 2**31 else np.int64)
+    lane *= len(st_values)
+    lane += st
+    present = np.flatnonzero(np.bincount(lane, minlength=len(dev_values) * len(st_values)))
+    present = present[np.lexsort((st_values[present % len(st_values)], dev_values[present // len(st_values)]))]
+    return lane, present.tolist()
+
+
+def check_one_process(path: Path, cols: dict[str, Any], step_numbers: RowInts) -> None:
     """Refuse a file that merges several processes (module doc, step 4).
 
     Args:
@@ -254,8 +280,9 @@ def check_one_process(path: Path, cols: dict[str, Any], step_numbers: list[int |
     """
     seen: dict[int, str] = {}
     step_pids: set[str] = set()
-    for k, pid, num in zip(cols["kind"], cols["pid"], step_numbers, strict=True):
-        if k != "step" or num is None:
+    for i in np.flatnonzero(kind_mask(cols["kind"])({"step"})).tolist():
+        num, pid = step_numbers[i], cols["pid"][i]
+        if num is None:
             continue
         step_pids.add(pid)
         if num in seen:

@@ -70,7 +70,7 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     row) order, and a ``record_param_comms``'s args are decoded when looked at, not kept."""
     naming_name = np.array([n == _RPC or n.startswith(("nccl:", "c10d::")) for n in f.names], bool)
     naming = np.flatnonzero(f.kind_in(_NAMING_KINDS) & naming_name[f.name_code] if f.n else np.zeros(0, bool))
-    pid, tid = cols["pid"], cols["tid"]
+    pid, tid = cols["pid"].codes, cols["tid"].codes  # a lane: (pid code, tid code)
     n_ts = f.ts[naming]
     n_end = n_ts + f.dur[naming]
     by_lane: dict[tuple[Any, Any], list[int]] = {}
@@ -151,10 +151,8 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
         The ``collectives`` columns a collector fills (name -> one value per row; times ns).
     """
     if gpu_present:
-        comm = np.fromiter((c == "comm" for c in cols["class"]), bool, f.n)
-        cand = np.flatnonzero(f.kind_in({"kernel"}) & comm)
-        del comm
-        cand = np.array([i for i in cand.tolist() if cols["flag"][i] not in EXCLUDED_FLAGS], np.int64)
+        cand = np.flatnonzero(f.kind_in({"kernel"}) & cols["class"].isin({"comm"})
+                              & ~cols["flag"].isin(EXCLUDED_FLAGS))
         wanted = np.unique(f.corr[cand][f.corr_ok[cand]])
     else:
         gloo = np.array([n.startswith("gloo:") for n in f.names], bool)

@@ -16,13 +16,13 @@ Source fields read: events ``kind``, ``name``, ``ts_ns``, ``dur_ns``, ``correlat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, meta_dict
+from collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
 from traceprof import spill
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
@@ -34,19 +34,16 @@ __all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_ste
 COMM_HINT = "Collective name|Process Group|Comms Id|collective_name|process_group|pg_name"
 #: Kinds of the rows that run on a GPU lane (device / stream from the args or the pid / tid).
 GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "sync"})
-#: Low-cardinality string columns (kind, name, lanes, ...): int32 codes into their distinct values.
-STR_DICT = pa.dictionary(pa.int32(), pa.string())
 
 
-def codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
-    """(index of each value in the distinct values (int32), the distinct values in first-seen order)
-    of a list of strings. Built by Arrow's dictionary builder straight from the list: a string
-    array of every row first (``dictionary_encode``) cost 1 GB for the names of 18 M events."""
-    enc = pa.array(values, STR_DICT)
-    return enc.indices.to_numpy(zero_copy_only=False), enc.dictionary.to_pylist()
+def codes(values: Strs | list[str]) -> tuple[np.ndarray, list[str]]:
+    """(index of each value in the distinct values (int32), the distinct values) of a string
+    column: a :class:`Strs`'s own, or a list's through Arrow's dictionary builder."""
+    s = values if isinstance(values, Strs) else Strs.of(values)
+    return s.codes, s.values
 
 
-def kind_mask(kind: list[str]) -> Callable[[Iterable[str]], np.ndarray]:
+def kind_mask(kind: Strs | list[str]) -> Callable[[Iterable[str]], np.ndarray]:
     """A function of a set of kinds that gives the rows (of the ``kind`` column) of those kinds."""
     code, distinct = codes(kind)
     return lambda kinds: _rows_of(code, distinct, kinds)
@@ -79,7 +76,7 @@ class Frame:
         self.dur = np.asarray(cols["dur_ns"], np.int64)
         self.corr, self.corr_ok = cols["correlation"].values, cols["correlation"].ok
         self.ext, self.ext_ok = cols["external_id"].values, cols["external_id"].ok
-        self.unflagged = np.fromiter((f is None for f in cols["flag"]), bool, self.n)
+        self.unflagged = cols["flag"].is_none()
         self.args = cols["args"]
         self._chunk_at: np.ndarray | None = None  # first row of each chunk of ``args``
 
@@ -131,14 +128,14 @@ def lookup(uniq: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pos, found
 
 
-def classes(f: Frame, classifier: Classifier) -> list[str | None]:
+def classes(f: Frame, classifier: Classifier) -> Strs:
     """``class`` of every row (``traceprof.classify``): GPU activity rows get comm / memory / compute
     from their own args, the args of the CPU op with their ``External id`` (the op that launched
     them; a GPU row without its own ``External id`` reaches it through its runtime call's
     ``correlation``) and their name; other rows None.
 
     Returns:
-        One value per row of ``f``.
+        One value per row of ``f`` (None for rows that are not GPU activity).
     """
     gpu, launch, act = f.kind_in(GPU_KINDS), f.kind_in(set(LAUNCH_KINDS)), f.kind_in(set(GPU_ACTIVITY_KINDS))
     hint = np.zeros(f.n, bool)
@@ -168,12 +165,19 @@ def classes(f: Frame, classifier: Classifier) -> list[str | None]:
     uniq_keys, inv = np.unique(key, return_inverse=True)
     per_key = [classifier.gpu_class_of(f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)],
                                        bool(k & 1)) for k in uniq_keys.tolist()]
-    out = np.full(f.n, None, dtype=object)
-    out[rows] = np.array(per_key, dtype=object)[inv] if len(rows) else []
-    return out.tolist()
+    out = Strs.none(f.n)
+    if len(rows):
+        out.codes[rows] = np.array([out.code(c) for c in per_key], np.int32)[inv]
+    return out
 
 
-def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | None]
+class RowInts(Protocol):
+    """Integers read a row at a time (a list, :class:`Ints`, the parser's step numbers)."""
+
+    def __getitem__(self, i: int) -> int | None: ...
+
+
+def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
                  ) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
     """Step of every row and one row per ProfilerStep (``collectors.kineto.parse`` module doc, step 3).
 
@@ -205,7 +209,7 @@ def assign_steps(f: Frame, step_numbers: list[int | None], flags: list[str | Non
     g = np.flatnonzero(gpu & f.corr_ok)
     pos, found = lookup(uniq, f.corr[g])
     span[g[found]] = launch_span[pos[found]]
-    clipped_ok = np.fromiter((x is None or x == "overrun" for x in flags), bool, f.n)
+    clipped_ok = flags.is_none() | flags.isin({"overrun"})
     dev = np.flatnonzero(gpu & f.kind_in(set(GPU_ACTIVITY_KINDS)) & clipped_ok & (span >= 0))
     lo = np.full(len(spans), np.iinfo(np.int64).max)
     hi = np.full(len(spans), np.iinfo(np.int64).min)

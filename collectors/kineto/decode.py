@@ -28,6 +28,7 @@ Anything the typed decode does not accept (an id that is not an integer, a non-s
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,8 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, int_or_none
-from collectors.kineto.columns import codes
+from collectors.kineto._values import Ints, Strs, code_type, int_or_none
 from traceprof import spill
 from traceprof.spill import TextSpill
 from traceprof.timeconv import us_text_to_ns
@@ -91,6 +91,10 @@ _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(dict[str, Any])
 
 
+def _no_strs() -> Strs:
+    return Strs(np.zeros(0, np.int32), [])
+
+
 @dataclass
 class Decoded:
     """Every event of a Kineto document as columns (one entry per ``traceEvents`` element).
@@ -98,9 +102,9 @@ class Decoded:
     Attributes:
         top: The document's other top-level keys (``baseTimeNanoseconds``, ``distributedInfo``,
             ``deviceProperties``, ``host_name``, ...), decoded.
-        ph, cat, name: As written ("" when absent).
+        ph, cat, name: As written ("" when absent), as :class:`Strs` (codes into the distinct strings).
         pid, tid: The value's text: a JSON string without its quotes, a number as written, "" when
-            absent or null.
+            absent or null (:class:`Strs`).
         ts_ns, dur_ns: int64 ns as written (relative to ``baseTimeNanoseconds`` in new-style traces;
             no base added). ``ts_ok``/``dur_ok``: False where the field is absent (value 0 then).
         bad_time: Index -> reason for values that are not JSON numbers or do not fit in int64 ns
@@ -112,11 +116,11 @@ class Decoded:
     """
 
     top: dict[str, Any]
-    ph: list[str] = field(default_factory=list)
-    cat: list[str] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
-    pid: list[str] = field(default_factory=list)
-    tid: list[str] = field(default_factory=list)
+    ph: Strs = field(default_factory=_no_strs)
+    cat: Strs = field(default_factory=_no_strs)
+    name: Strs = field(default_factory=_no_strs)
+    pid: Strs = field(default_factory=_no_strs)
+    tid: Strs = field(default_factory=_no_strs)
     ts_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     dur_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ts_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
@@ -243,18 +247,34 @@ def _join_object(head: bytes, tail: bytes) -> bytes:
     return head + sep + tail
 
 
-def _lane_text(values: list[int | str | float | None], out: Decoded, same: dict[str, str]) -> list[str]:
-    """pid/tid as text (``str(value)``, "" for null), as the general path; few distinct values,
-    each converted once and kept once (``same``: a str made per batch would outlive the batch's
-    transient objects and pin their memory). A float clears ``out.lanes_plain``."""
-    distinct = set(values)
-    if any(isinstance(v, float) for v in distinct):
-        out.lanes_plain = False
-    text = {}
-    for v in distinct:
-        t = "" if v is None else str(v)
-        text[v] = same.setdefault(t, t)
-    return [text[v] for v in values]
+class _Codes(dict[str, int]):
+    """String -> its code in a :class:`Strs` column (the next code for a string not seen yet):
+    ``map(codes.__getitem__, values)`` codes a batch in C, calling Python once per new string."""
+
+    def __missing__(self, key: str) -> int:
+        code = self[key] = len(self)
+        return code
+
+
+
+class _LaneCodes(dict[Any, int]):
+    """A pid/tid value (int, str, float or None) -> the code of its text (``str(value)``, "" for
+    null, as the general path) in ``text``."""
+
+    def __init__(self, text: _Codes) -> None:
+        super().__init__()
+        self.text = text
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = self.text["" if key is None else str(key)]
+        return code
+
+
+def _coded(values: Iterable[Any], codes: dict[Any, int], n: int) -> np.ndarray:
+    return np.fromiter(map(codes.__getitem__, values), np.int32, n)
+
+
+_FIELDS = {f: operator.attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid")}
 
 
 def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
@@ -314,58 +334,89 @@ def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Dec
         return None
 
 
+class _Growing:
+    """A numpy column appended a batch at a time, grown in place (``ndarray.resize``: ``realloc``,
+    which moves a large block by remapping its pages, not by copying them). Collecting the batches'
+    arrays and concatenating them at the end held every column twice for a moment, and left the
+    parts' pages with the C heap.
+    """
+
+    def __init__(self, dtype: type[np.generic]) -> None:
+        self.a = np.zeros(0, dtype)
+        self.n = 0
+
+    def add(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.a):
+            self.a.resize(max(need, len(self.a) * 5 // 4 + 4096), refcheck=False)
+        if not np.can_cast(values.dtype, self.a.dtype, "safe"):  # codes past int8 / int16: widen
+            self.a = self.a.astype(np.promote_types(values.dtype, self.a.dtype))
+        self.a[self.n : need] = values
+        self.n = need
+
+    def finish(self) -> np.ndarray:
+        self.a.resize(self.n, refcheck=False)
+        out, self.a = self.a, np.zeros(0, self.a.dtype)
+        return out
+
+
 def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     batches = _Split(data, batch_bytes)
     out = Decoded(top={})
-    ts_parts, dur_parts, tsok_parts, durok_parts = [], [], [], []
-    same: dict[str, str] = {}
+    times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")}
+    # ph, cat and name each have their own codes; pid and tid share the codes of their texts
+    str_codes = {f: _Codes() for f in _FIELDS}
+    value_codes: dict[str, dict[Any, int]] = {f: str_codes[f] for f in ("ph", "cat", "name")}
+    value_codes["pid"] = _LaneCodes(str_codes["pid"])
+    value_codes["tid"] = _LaneCodes(str_codes["tid"])
+    str_cols = {f: _Growing(np.int8) for f in _FIELDS}
+    rows = 0
     args = TextSpill()  # on disk when large (traceprof.spill)
-    id_parts: dict[str, list[Ints]] = {col: [] for col in _ID_COLS}
+    ids = {col: (_Growing(np.int64), _Growing(np.bool_)) for col in _ID_COLS}
     try:
         for evs in batches:
-            base = len(out.ph)
-            # one str object per distinct value (names repeat: millions of events, thousands of names)
-            out.ph += [same.setdefault(e.ph, e.ph) for e in evs]
-            out.cat += [same.setdefault(e.cat, e.cat) for e in evs]
-            out.name += [same.setdefault(e.name, e.name) for e in evs]
-            out.pid += _lane_text([e.pid for e in evs], out, same)
-            out.tid += _lane_text([e.tid for e in evs], out, same)
-            t, tok = _times([e.ts for e in evs], base, out.bad_time)
-            d, dok = _times([e.dur for e in evs], base, out.bad_time)
-            ts_parts.append(t)
-            tsok_parts.append(tok)
-            dur_parts.append(d)
-            durok_parts.append(dok)
+            base = rows
+            rows += len(evs)
+            # strings as codes (names repeat: millions of events, thousands of names)
+            for f, get in _FIELDS.items():
+                if f in ("pid", "tid") and float in set(map(type, map(get, evs))):
+                    out.lanes_plain = False  # str() of a float differs from its text
+                codes = _coded(map(get, evs), value_codes[f], len(evs))
+                str_cols[f].add(codes.astype(code_type(len(str_codes[f])), copy=False))
+            for col, raw in (("ts", [e.ts for e in evs]), ("dur", [e.dur for e in evs])):
+                values, ok = _times(raw, base, out.bad_time)
+                times[f"{col}_ns"].add(values)
+                times[f"{col}_ok"].add(ok)
             raw_args = [e.args for e in evs]
             del evs
             args.add(_text_column(raw_args))
             ids_text = b"[" + b",".join(raw_args) + b"]"
             del raw_args
             try:
-                ids = _IDS.decode(ids_text)
-                for col, values in zip(_ID_COLS, ([a.correlation for a in ids], [a.external_id for a in ids],
-                                                  [a.device for a in ids], [a.stream for a in ids]), strict=True):
-                    id_parts[col].append(Ints.of(values))
+                typed = _IDS.decode(ids_text)
+                batch = [Ints.of([getattr(a, col) for a in typed]) for col in _ID_COLS]
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
-                for col in _ID_COLS:  # an id beyond int64 (OverflowError): the general path rejects it
-                    id_parts[col].append(Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None
-                                                  for a in loose]))
+                # an id beyond int64 (OverflowError): the general path rejects it
+                batch = [Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])
+                         for col in _ID_COLS]
+            for col, part in zip(_ID_COLS, batch, strict=True):
+                ids[col][0].add(part.values)
+                ids[col][1].add(part.ok)
+            del batch
     except (msgspec.DecodeError, msgspec.ValidationError, OverflowError):
         return None
     if not batches.ok:
         return None
     out.top = batches.top
     out.args = args.finish()
-    # one column at a time, its batch parts dropped as soon as it is whole: all parts and all whole
-    # columns at once were 2 GB of an 18 M-event trace, and the parts' pages stayed with the C heap
+    for f in _FIELDS:
+        setattr(out, f, Strs(str_cols[f].finish(), list(str_codes[f])))
     for col in _ID_COLS:
-        setattr(out, col, Ints.concat(id_parts.pop(col)))
-    if ts_parts:
-        for name, parts in (("ts_ns", ts_parts), ("dur_ns", dur_parts), ("ts_ok", tsok_parts), ("dur_ok", durok_parts)):
-            setattr(out, name, np.concatenate(parts))
-            parts.clear()
-    spill.trim()  # the batches' transients (Arrow's scratch space of the time casts, the parts)
+        setattr(out, col, Ints(ids[col][0].finish(), ids[col][1].finish()))
+    for name, grown in times.items():
+        setattr(out, name, grown.finish())
+    spill.trim()  # the batches' transients (Arrow's scratch space of the time casts)
     return out
 
 
@@ -411,66 +462,110 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         pid/tid (kept by the general loop as written).
     """
     n = len(d)
-    cache: dict[tuple[str, str, str], str | None] = {}
-    kinds = []
-    for key in zip(d.ph, d.cat, d.name, strict=True):
-        k = cache.get(key, _UNSEEN)
-        if k is _UNSEEN:
-            k = cache[key] = kind_of(*key)
-        kinds.append(k)
-    if "end" in cache.values() or d.bad_time or not d.lanes_plain or any(k[0] == "B" for k in cache):
+    if "B" in d.ph.values or d.bad_time or not d.lanes_plain:
         return None
-    keep = np.fromiter((k is not None for k in kinds), bool, n)
-    x_rows = np.fromiter((p == "X" for p in d.ph), bool, n)
-    if (keep & ~d.ts_ok).any() or (keep & x_rows & ~d.dur_ok).any() or (keep & (d.dur_ns < 0)).any():
+    kind, ph_x = _kinds(d, kind_of)
+    if kind is None:
         return None
+    keep = ~kind.is_none()
+    if (keep & ~d.ts_ok).any() or (keep & ph_x & ~d.dur_ok).any() or (keep & (d.dur_ns < 0)).any():
+        return None
+    del ph_x
     if base_ns and (keep & ((d.ts_ns > 2**63 - 1 - base_ns) | (d.ts_ns < -(2**63) - base_ns))).any():
         return None  # epoch ns beyond int64: the general path rejects them per event
-    keep_ix = np.flatnonzero(keep)
-    kept = len(keep_ix)
+    kept = int(np.count_nonzero(keep))
+    keep_ix = np.flatnonzero(keep) if kept < n else np.zeros(0, np.int64)
     skipped: dict[str, int] = {}
     rejected: dict[str, int] = {}
     names: dict[str, str] = {}
-    for i in np.flatnonzero(~keep).tolist():
-        ph = d.ph[i]
-        if ph == "M" and d.name[i] == "process_name":
-            names[d.pid[i]] = str(args_dict(d.args[i].as_py()).get("name", ""))
-        design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ph)
-        if design:
-            skipped[design] = skipped.get(design, 0) + 1
-        else:
-            reason = f"unknown phase ph={ph!r}"
-            rejected[reason] = rejected.get(reason, 0) + 1
+    if kept < n:
+        for code, count in enumerate(np.bincount(d.ph.codes[~keep], minlength=len(d.ph.values)).tolist()):
+            ph = d.ph.values[code]
+            design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ph)
+            if not count:
+                continue
+            if design:
+                skipped[design] = skipped.get(design, 0) + count
+            else:
+                reason = f"unknown phase ph={ph!r}"
+                rejected[reason] = rejected.get(reason, 0) + count
+        if "M" in d.ph.values and "process_name" in d.name.values:
+            meta = d.ph.isin({"M"}) & d.name.isin({"process_name"})
+            for i in np.flatnonzero(meta).tolist():
+                names[d.pid[i] or ""] = str(args_dict(d.args[i].as_py()).get("name", ""))
 
-    def take(col: list[Any]) -> list[Any]:
-        return col if kept == n else [col[i] for i in keep_ix.tolist()]
+    def take(col: Any) -> Any:
+        return col if kept == n else col.take(keep_ix)
 
-    # Each decoded list is dropped from ``d`` once taken (``d`` is not read again, bar ``len``), so
-    # when rows are dropped a column is held about once, not twice.
-    kind = take(kinds)
-    del kinds
-    gpu = np.fromiter((k in gpu_kinds for k in kind), bool, len(kind))
-    pid = take(d.pid)
-    d.pid = []
-    tid = take(d.tid)
-    d.tid = []
-    device, stream = _lane_ids(d.device.take(keep_ix), pid, gpu), _lane_ids(d.stream.take(keep_ix), tid, gpu)
+    # Each decoded column is dropped from ``d`` once taken (``d`` is not read again, bar ``len``),
+    # and nothing is copied when every row is kept, so a column is held once, not twice.
+    kind = take(kind)
+    gpu = kind.isin(gpu_kinds)
+    pid, d.pid = take(d.pid), _no_strs()
+    tid, d.tid = take(d.tid), _no_strs()
+    device, d.device = _lane_ids(take(d.device), pid, gpu), Ints.missing(0)
+    stream, d.stream = _lane_ids(take(d.stream), tid, gpu), Ints.missing(0)
     if device is None or stream is None:
         return None
-    cat = take(d.cat)
-    d.cat = []
-    name = take(d.name)
-    d.name = []
+    del gpu
+    ts, d.ts_ns = take(d.ts_ns), np.zeros(0, np.int64)
+    if base_ns:
+        ts += base_ns  # in place: ``ts`` is the decoded array, or its copy
+    dur, d.dur_ns = d.dur_ns, np.zeros(0, np.int64)
+    dur[~d.dur_ok] = 0
+    dur = take(dur)
     cols = {
-        "kind": kind, "cat": cat, "name": name,
-        "ts_ns": d.ts_ns[keep_ix] + base_ns, "dur_ns": np.where(d.dur_ok, d.dur_ns, 0)[keep_ix],
+        "kind": kind, "cat": take(d.cat), "name": take(d.name), "ts_ns": ts, "dur_ns": dur,
         "pid": pid, "tid": tid, "device": device, "stream": stream,
-        "correlation": d.correlation.take(keep_ix), "external_id": d.external_id.take(keep_ix),
+        "correlation": take(d.correlation), "external_id": take(d.external_id),
         "args": d.args if kept == n else _filter_chunks(d, keep),
-        "flag": [None] * kept, "raw_dur_ns": Ints.missing(kept),
+        "flag": Strs.none(kept), "raw_dur_ns": Ints.missing(kept),
     }
+    d.cat = d.name = _no_strs()
+    d.correlation = d.external_id = Ints.missing(0)
     # Positions does what the parser's checks do with a list (traceprof.limits, checks.flag_records)
-    return Rows(cols, cast(list[int], Positions(keep_ix)), skipped, rejected, names)
+    return Rows(cols, cast(list[int], Positions(kept if kept == n else keep_ix)), skipped, rejected, names)
+
+
+def _kinds(d: Decoded, kind_of: Callable[[str, str, str], str | None]) -> tuple[Strs | None, np.ndarray]:
+    """(The kind of every row, None where it is not stored; None when some row is an ``E``) and
+    the ``X`` rows. ``kind_of`` is called once per distinct (ph, cat, name) of the document."""
+    n_cat, n_name = max(len(d.cat.values), 1), max(len(d.name.values), 1)
+    space = len(d.ph.values) * n_cat * n_name
+    combo: Any = d.ph.codes.astype(np.int64 if space >= 2**31 else np.int32)
+    combo *= n_cat
+    combo += d.cat.codes
+    combo *= n_name
+    combo += d.name.codes
+    if space <= _DENSE_KEYS:  # a table of every (ph, cat, name): no sort of the rows
+        seen = np.zeros(space, bool)
+        seen[combo] = True
+        keys = np.flatnonzero(seen)
+        del seen
+        at = np.zeros(space, np.int32)
+        at[keys] = np.arange(len(keys), dtype=np.int32)
+        inv = at[combo]
+        del at
+    else:
+        keys, inv = np.unique(combo, return_inverse=True)
+    del combo
+    kind = Strs(np.zeros(0, np.int8), [])
+    per_key = []
+    for k in keys.tolist():
+        ph, rest = divmod(k, n_cat * n_name)
+        c, nm = divmod(rest, n_name)
+        kd = kind_of(d.ph.values[ph], d.cat.values[c], d.name.values[nm])
+        if kd == "end":
+            return None, np.zeros(0, bool)
+        per_key.append(kind.code(kd))
+    kind.codes = np.asarray(per_key, code_type(len(kind.values)))[inv.reshape(-1)] if len(keys) else np.zeros(len(d), np.int8)
+    del inv
+    ph_x = d.ph.isin({"X"})
+    return kind, ph_x
+
+
+#: (ph, cat, name) combinations up to which :func:`_kinds` uses a table (bytes: 5 per entry).
+_DENSE_KEYS = 1 << 26
 
 
 def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
@@ -497,20 +592,25 @@ class Positions:
     millions of ints costs 36 bytes a row, the array 8.
 
     Args:
-        values: The indices, ascending.
+        values: The indices, ascending; or their count ``n`` when they are 0..n-1.
     """
 
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = np.asarray(values, np.int64)
+    def __init__(self, values: np.ndarray | int) -> None:
+        # an int n: the rows are the events 0..n-1 (nothing held)
+        self.values: np.ndarray | int = values if isinstance(values, int) else np.asarray(values, np.int64)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return self.values if isinstance(self.values, int) else len(self.values)
 
     def __getitem__(self, i: int) -> int:
+        if isinstance(self.values, int):
+            if not -self.values <= i < self.values:
+                raise IndexError(i)
+            return i % self.values
         return int(self.values[i])
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.values.tolist())
+        return iter(range(self.values) if isinstance(self.values, int) else self.values.tolist())
 
     def __setitem__(self, s: slice, items: Iterable[int]) -> None:
         if s != slice(None):
@@ -518,19 +618,25 @@ class Positions:
         self.values = np.fromiter(items, np.int64)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.values if dtype is None else self.values.astype(dtype)
+        values = np.arange(self.values, dtype=np.int64) if isinstance(self.values, int) else self.values
+        return values if dtype is None else values.astype(dtype)
 
 
 _UNSEEN = object()
 
 
-def _lane_ids(own: Ints, lane: list[str], gpu: np.ndarray) -> Ints | None:
+def _lane_ids(own: Ints, lane: Strs, gpu: np.ndarray) -> Ints | None:
     """GPU rows' device (stream): the arg, else the pid (tid) text as an integer; None elsewhere.
-    None when some lane text gives an integer beyond int64 (the general path rejects the event)."""
-    code, distinct = codes(lane)
-    as_int = [int_or_none(t) for t in distinct]
+    None when some lane text gives an integer beyond int64 (the general path rejects the event).
+    ``own`` is changed in place."""
+    as_int = [int_or_none(t) for t in lane.values]
     if any(v is not None and not -(2**63) <= v < 2**63 for v in as_int):
         return None
-    from_lane = Ints.of(as_int).take(code)
-    values = np.where(own.ok, own.values, from_lane.values)
-    return Ints(values, gpu & (own.ok | from_lane.ok))
+    per_lane = Ints.of(as_int)
+    missing = ~own.ok
+    if not (own.values.flags.writeable and own.ok.flags.writeable):
+        own = Ints(own.values.copy(), own.ok.copy())
+    own.values[missing] = per_lane.values[lane.codes[missing]]
+    own.ok[missing] = per_lane.ok[lane.codes[missing]]
+    own.ok &= gpu
+    return own

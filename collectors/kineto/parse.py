@@ -32,6 +32,7 @@ Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distribu
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from collectors._arrow import row_schema
-from collectors.kineto._values import Ints
+from collectors.kineto._values import Ints, Strs
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
@@ -53,7 +54,7 @@ from traceprof import classify, spill
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import NotUtf8, TextStream, blank_bom, read_maybe_gzip
-from traceprof.limits import columns_to_table, drop_out_of_range, to_table
+from traceprof.limits import INT32, columns_to_table, drop_out_of_range, fits, to_table
 from traceprof.parsed import ParsedTrace
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.timeconv import us_text_to_ns
@@ -374,11 +375,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             cols["flag"][r] = "unmatched_begin"
     if not isinstance(cols["args"], pa.ChunkedArray | pa.Array):
         cols["args"] = pa.array(cols["args"], pa.string())
-    cols["step_no"] = [_step_number(n) if k == "step" else None for k, n in zip(cols["kind"], cols["name"], strict=True)]
-    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]})
-    step_numbers = cols.pop("step_no")
+    for c in _STR_COLS:
+        if isinstance(cols[c], list):
+            cols[c] = Strs.of(cols[c])
+    step_numbers = _StepNumbers(cols["kind"], cols["name"])
+    if not step_numbers.fit():  # a ProfilerStep#N beyond int32: its row is rejected, with the others
+        cols["step_no"] = list(step_numbers)
+    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]} if "step_no" in cols else None)
+    numbers = cols.pop("step_no", None)
+    step_numbers = _StepNumbers(cols["kind"], cols["name"]) if numbers is None else numbers
     _as_arrays(cols)
-    unmatched = sum(f == "unmatched_begin" for f in cols["flag"])
+    unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
     spill.trim()
     for what in (_E_MISMATCH, _E_EARLY):
@@ -398,7 +405,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     cut = step_cut_warning(p, cols, spans)
     if cut:
         warnings.append(cut)
-    gpu_present = any(k in _GPU_KINDS for k in cols["kind"])
+    gpu_present = bool(cols["kind"].isin(_GPU_KINDS).any())
     coll = _collectives(cols, frame, gpu_present)
     spill.trim()
     devices = _devices(doc.deviceProperties or [])
@@ -507,13 +514,41 @@ def _read_sidecar(trace: Path) -> dict[str, Any] | None:
 
 
 def _main_pid(cols: dict[str, Any]) -> str | None:
-    for k, pid in zip(cols["kind"], cols["pid"], strict=True):
-        if k == "step":
-            return pid
-    for k, pid in zip(cols["kind"], cols["pid"], strict=True):
-        if k == "cpu_op":
-            return pid
+    """The pid of the first ProfilerStep, else of the first CPU op."""
+    for kind in ("step", "cpu_op"):
+        rows = np.flatnonzero(cols["kind"].isin({kind}))
+        if len(rows):
+            return cols["pid"][int(rows[0])]  # type: ignore[no-any-return]
     return None
+
+
+#: The parser's string columns (lists in the general path's loop, :class:`Strs` after it).
+_STR_COLS = ("kind", "cat", "name", "pid", "tid", "flag")
+
+
+class _StepNumbers:
+    """N of each ``step`` row's ``ProfilerStep#N`` name (None elsewhere), read through the row's
+    name code: no column of one value per row. Reads like a list (``[i]``, ``len``, iteration)."""
+
+    def __init__(self, kind: Strs, name: Strs) -> None:
+        self.per_name = [_step_number(n) for n in name.values]
+        self.step = kind.values.index("step") if "step" in kind.values else -2
+        self.kind, self.name = kind.codes, name.codes
+
+    def __getitem__(self, i: int) -> int | None:
+        return self.per_name[self.name[i]] if self.kind[i] == self.step else None
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def __iter__(self) -> Iterator[int | None]:
+        is_step = (self.kind == self.step).tolist()
+        return (self.per_name[c] if s else None for c, s in zip(self.name.tolist(), is_step, strict=True))
+
+    def fit(self) -> bool:
+        """Whether every step row's N fits the store's INTEGER (``traceprof.limits``)."""
+        used = np.unique(self.name[self.kind == self.step]).tolist()
+        return all(fits(self.per_name[c], INT32) for c in used)
 
 
 def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -563,7 +598,8 @@ _COLL_SCHEMA = row_schema("collectives")
 
 def _events_table(cols: dict[str, Any]) -> pa.Table:
     """The events table of the parser's columns, emptying ``cols`` as it goes (each column is
-    converted, then its list or array dropped, so the two copies of one column live at once at most).
+    converted, then its list or array dropped, so the two copies of one column live at once at
+    most; a large column is then on disk, ``traceprof.spill.column``).
 
     Returns:
         Columns of :data:`_EVENT_SCHEMA`; the low-cardinality strings dictionary-encoded (:data:`STR_DICT`).
@@ -571,8 +607,8 @@ def _events_table(cols: dict[str, Any]) -> pa.Table:
     arrays = []
     for f in _EVENT_SCHEMA:
         v = cols.pop(f.name)
-        # a dictionary column is built by Arrow's dictionary builder straight from the list (no
-        # string array of every row, and 5x faster than coding the values in Python)
-        arrays.append(pa.array(v, f.type) if f.type == STR_DICT or isinstance(v, Ints) else v)
+        # each column built here goes to disk once whole when large (traceprof.spill: the events
+        # table of 18 M events is 1.6 GB, more than the columns it is built from); args already is
+        arrays.append(v if f.name == "args" else spill.column(pa.array(v, f.type)))
         del v
     return pa.Table.from_arrays(arrays, schema=_EVENT_SCHEMA)

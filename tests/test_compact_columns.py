@@ -93,3 +93,17 @@ def test_parse_with_spilled_event_columns_gives_the_same_events(monkeypatch: pyt
     monkeypatch.setattr(spill, "SPILL_BYTES", 0)
     spilled = _PARSE.parse(path).events
     assert spilled.equals(in_memory) and spilled.num_rows > 100
+
+
+def test_range_check_of_numpy_and_ints_columns() -> None:
+    from collectors.kineto._values import Ints
+    from traceprof.limits import _all_fit
+
+    types = {"device": pa.int32(), "ts_ns": pa.int64(), "dur_ns": pa.int64()}
+    ok = {"device": Ints(np.array([0, 2**40]), np.array([True, False])),  # the big one is missing: fits
+          "ts_ns": np.array([1, 2**62]), "dur_ns": np.array([5, 2**62 - 1])}
+    assert _all_fit(ok, ["device", "ts_ns", "dur_ns"], types)
+    assert not _all_fit({**ok, "device": Ints(np.array([0, 2**31]), np.array([True, True]))}, ["device"], types)
+    assert not _all_fit({**ok, "dur_ns": np.array([5, 2**62])}, ["ts_ns", "dur_ns"], types)  # ts + dur > int64
+    assert not _all_fit({**ok, "dur_ns": np.array([-2, 2**62])}, ["ts_ns", "dur_ns"], types)  # through Arrow
+    assert _all_fit({"device": [1, None]}, ["device"], types)  # lists go through Arrow

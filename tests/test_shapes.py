@@ -245,6 +245,13 @@ def test_one_file_several_processes_is_an_error(tmp_path: Path) -> None:
     ]
     with pytest.raises(TraceFormatError, match=r"correlation 7.*two processes"):
         ingest(Store(tmp_path / "u.duckdb"), [_write(tmp_path, evs, "rank1.json")])
+    # the same step twice on one pid (two profiler sessions in one file) says so, not "pids 10 and 10"
+    evs = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 10, "tid": 10, "ts": 0.0, "dur": 10.0},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 10, "tid": 10, "ts": 20.0, "dur": 10.0},
+    ]
+    with pytest.raises(TraceFormatError, match=r"ProfilerStep#5.*appears twice \(both on pid 10\)"):
+        ingest(Store(tmp_path / "v.duckdb"), [_write(tmp_path, evs, "rank2.json")])
 
 
 def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:

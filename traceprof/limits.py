@@ -111,13 +111,36 @@ def _pylist(column: Any) -> list[Any]:
 
 
 def _all_fit(cols: dict[str, list[Any]], names: list[str], types: dict[str, pa.DataType]) -> bool:
-    """Fast path (in C): every checked column converts to its type, and ts + dur does not overflow."""
+    """Fast path (in C): every checked column fits its type, and ts + dur does not overflow.
+
+    A numpy column, or one with ``values`` and ``ok`` arrays (``collectors.kineto._values.Ints``),
+    is checked by its minimum and maximum; others are converted one at a time. Arrow's memory pool
+    keeps what it freed, so it is given back at the end (it was 0.5 GB on 18 M events)."""
     try:
-        arrays = {n: pa.array(cols[n], type=types[n]) for n in names}
-        if "ts_ns" in arrays and "dur_ns" in arrays:
-            pc.add_checked(arrays["ts_ns"], arrays["dur_ns"])
+        for n in names:
+            if not _column_fits(cols[n], _BOUNDS[types[n]] if types[n] in _BOUNDS else None, types[n]):
+                return False
+        if "ts_ns" in names and "dur_ns" in names:
+            ts, dur = cols["ts_ns"], cols["dur_ns"]
+            if isinstance(ts, np.ndarray) and isinstance(dur, np.ndarray) and len(dur) and dur.min() >= 0:
+                return not bool((ts > INT64[1] - dur).any())  # dur >= 0: only the top can overflow
+            pc.add_checked(pa.array(ts, type=pa.int64()), pa.array(dur, type=pa.int64()))
     except (pa.ArrowInvalid, OverflowError, TypeError):
         return False
+    finally:
+        pa.default_memory_pool().release_unused()
+    return True
+
+
+def _column_fits(col: Any, bounds: tuple[int, int] | None, type_: pa.DataType) -> bool:
+    values, ok = (col.values, col.ok) if hasattr(col, "values") and hasattr(col, "ok") else (col, None)
+    if bounds is not None and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if not len(values):
+            return True
+        lo = int(values.min(where=ok, initial=0) if ok is not None else values.min())
+        hi = int(values.max(where=ok, initial=0) if ok is not None else values.max())
+        return bounds[0] <= lo and hi <= bounds[1]
+    pa.array(col, type=type_)  # raises when a value does not fit
     return True
 
 

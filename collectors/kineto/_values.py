@@ -68,7 +68,9 @@ def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
 
 @dataclass
 class Ints:
-    """An integer column with missing values: int64 ``values`` (0 where missing) and ``ok``."""
+    """An integer column with missing values: ``values`` (0 where missing) and ``ok``. The values
+    are int64, or int32 after :meth:`narrow` (ids and lanes of a large trace that all fit: half
+    the memory); either converts to the same Arrow column."""
 
     values: np.ndarray
     ok: np.ndarray
@@ -102,7 +104,21 @@ class Ints:
     def __setitem__(self, i: int, v: int | None) -> None:
         if not (self.values.flags.writeable and self.ok.flags.writeable):  # a view of an Arrow buffer
             self.values, self.ok = self.values.copy(), self.ok.copy()
+        if v is not None and self.values.dtype != np.int64 and not self.fits(np.array([v], np.int64)):
+            self.values = self.values.astype(np.int64)
         self.values[i], self.ok[i] = (0, False) if v is None else (v, True)
+
+    def narrow(self) -> Ints:
+        """The column with int32 values when every value fits int32, else itself."""
+        v = self.values
+        if v.dtype == np.int32 or (len(v) and (v.min() < -(2**31) or v.max() >= 2**31)):
+            return self
+        return Ints(v.astype(np.int32), self.ok)
+
+    def fits(self, values: np.ndarray) -> bool:
+        """Whether ``values`` can be stored in this column's values without changing their type."""
+        info = np.iinfo(self.values.dtype)
+        return not len(values) or (int(values.min()) >= info.min and int(values.max()) <= info.max)
 
     @classmethod
     def missing(cls, n: int) -> Ints:

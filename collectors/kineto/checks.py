@@ -85,7 +85,8 @@ def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int
     if not len(st):
         return far, hi
     st.sort()
-    cut = np.flatnonzero(np.diff(st) > margin)
+    cut = np.concatenate([np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at
+                          for at in range(0, len(st), _BLOCK)])  # a block at a time: no array of every gap
     first = np.concatenate(([0], cut + 1))
     last = np.concatenate((cut, [len(st) - 1]))
     if by_steps:
@@ -118,6 +119,10 @@ def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray, gpu: np.ndarr
     is_early = found & (ts[g] < lt - LAUNCH_TOLERANCE_NS)
     early = g[is_early]
     return early, int((lt[is_early] - ts[early]).max()) if len(early) else 0
+
+
+#: Rows per block of :func:`_far_records`' gap search.
+_BLOCK = 1 << 20
 
 
 def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
@@ -288,8 +293,8 @@ def check_one_process(path: Path, cols: dict[str, Any], step_numbers: RowInts) -
         if num in seen:
             raise TraceFormatError(
                 path, f"ProfilerStep#{num}",
-                f"appears twice (pids {seen[num]} and {pid}): the file holds several processes or ranks; "
-                "give each rank its own trace file")
+                f"appears twice ({f'pids {seen[num]} and {pid}' if seen[num] != pid else f'both on pid {pid}'}): "
+                "the file holds several processes, ranks or profiler sessions; give each its own trace file")
         seen[num] = pid
     if len(step_pids) > 1:
         raise TraceFormatError(path, "ProfilerStep", f"steps on several processes (pids {sorted(step_pids)}): "

@@ -146,22 +146,24 @@ def classes(f: Frame, classifier: Classifier) -> Strs:
         at += len(chunk)
     ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
     comm_ext = np.unique(f.ext[ops][np.fromiter(map(has_comm_args, f.args_of(ops)), bool, len(ops))])
-    launcher_comm = np.zeros(f.n, bool)
+    rows = np.flatnonzero(act)  # the GPU activity rows: everything below is one value per such row
+    comm = np.zeros(len(rows), bool)  # launched by a CPU op with communication args
     if len(comm_ext):
-        ext, ext_ok = f.ext.copy(), f.ext_ok.copy()
+        ext, ext_ok = f.ext[rows], f.ext_ok[rows]
         lc = np.flatnonzero(launch & f.corr_ok)
         uniq, last = last_by_key(f.corr[lc], lc)  # the runtime call of each correlation id (the last)
-        need = np.flatnonzero(act & ~f.ext_ok & f.corr_ok)
-        pos, found = lookup(uniq, f.corr[need])
+        del lc
+        need = np.flatnonzero(~ext_ok & f.corr_ok[rows])
+        pos, found = lookup(uniq, f.corr[rows[need]])
         via = last[pos[found]]
         ext[need[found]], ext_ok[need[found]] = f.ext[via], f.ext_ok[via]
-        launcher_comm = ext_ok & np.isin(ext, comm_ext)
-    own = np.zeros(f.n, bool)
-    hits = np.flatnonzero(act & hint)
-    own[hits] = np.fromiter(map(has_comm_args, f.args_of(hits)), bool, len(hits))
-    rows = np.flatnonzero(act)
-    key = ((f.name_code[rows].astype(np.int64) * len(f.kinds) + f.kind_code[rows]) * 2
-           + (own[rows] | launcher_comm[rows]))
+        del uniq, last, need, pos, found, via
+        comm = ext_ok & np.isin(ext, comm_ext)
+        del ext, ext_ok
+    hits = np.flatnonzero(hint[rows])  # positions in rows
+    comm[hits] |= np.fromiter(map(has_comm_args, f.args_of(rows[hits])), bool, len(hits))
+    del hint, hits
+    key = (f.name_code[rows].astype(np.int64) * len(f.kinds) + f.kind_code[rows]) * 2 + comm
     uniq_keys, inv = np.unique(key, return_inverse=True)
     per_key = [classifier.gpu_class_of(f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)],
                                        bool(k & 1)) for k in uniq_keys.tolist()]
@@ -201,8 +203,11 @@ def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
     spans = list(zip(s_ts.tolist(), s_end.tolist(), s_num.tolist(), strict=True))
     if not spans:
         return [], Ints.missing(f.n), spans
-    j = np.searchsorted(s_ts, f.ts, side="right") - 1
-    span = np.where((j >= 0) & (f.ts < s_end[np.clip(j, 0, None)]), j, -1)  # index in spans, -1: none
+    # index in spans of each row's step, -1: none (int32, and computed in place: these per-row
+    # arrays were the largest of the parse on 18 M events)
+    span = np.searchsorted(s_ts, f.ts, side="right").astype(np.int32)
+    span -= 1
+    span[f.ts >= s_end[np.maximum(span, 0)]] = -1
     gpu = f.kind_in(GPU_KINDS)
     lc = np.flatnonzero(f.kind_in(set(LAUNCH_KINDS)) & f.corr_ok & f.unflagged)
     uniq, launch_span = last_by_key(f.corr[lc], span[lc])  # the step of each launch (last per id)
@@ -224,4 +229,8 @@ def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
          "is_last": num == last}
         for k, (s, e, num) in enumerate(spans)
     ]
-    return rows, Ints(np.where(span >= 0, s_num[np.clip(span, 0, None)], 0), span >= 0), spans
+    inside = span >= 0
+    number = s_num[np.maximum(span, 0)]
+    del span
+    number[~inside] = 0
+    return rows, Ints(number, inside), spans

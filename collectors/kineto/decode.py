@@ -410,13 +410,14 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
         return None
     out.top = batches.top
     out.args = args.finish()
+    spill.release()  # the spill file's pages, read back while its chunks were assembled
     for f in _FIELDS:
         setattr(out, f, Strs(str_cols[f].finish(), list(str_codes[f])))
-    for col in _ID_COLS:
-        setattr(out, col, Ints(ids[col][0].finish(), ids[col][1].finish()))
+    for col in _ID_COLS:  # int32 where every id fits (the store's columns stay BIGINT)
+        setattr(out, col, Ints(ids[col][0].finish(), ids[col][1].finish()).narrow())
     for name, grown in times.items():
         setattr(out, name, grown.finish())
-    spill.trim()  # the batches' transients (Arrow's scratch space of the time casts)
+    spill.release()  # the batches' transients (Arrow's scratch of the time casts), and the args pages the spill mapped
     return out
 
 
@@ -634,7 +635,9 @@ def _lane_ids(own: Ints, lane: Strs, gpu: np.ndarray) -> Ints | None:
         return None
     per_lane = Ints.of(as_int)
     missing = ~own.ok
-    if not (own.values.flags.writeable and own.ok.flags.writeable):
+    if not own.fits(per_lane.values):
+        own = Ints(own.values.astype(np.int64), own.ok.copy())
+    elif not (own.values.flags.writeable and own.ok.flags.writeable):
         own = Ints(own.values.copy(), own.ok.copy())
     own.values[missing] = per_lane.values[lane.codes[missing]]
     own.ok[missing] = per_lane.ok[lane.codes[missing]]

@@ -286,7 +286,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     data = src.data() if fast is None else b""
     events_read = len(decoded) if fast is not None and decoded is not None else len(doc.traceEvents)
     del decoded
-    spill.trim()  # each pass's transients back to the system (glibc keeps them otherwise)
+    spill.release()  # each pass's transients back to the system (glibc keeps them otherwise), spilled pages too
     dist = doc.distributedInfo or {}
     rank = _int_or_none(dist.get("rank"))
     world = _int_or_none(dist.get("world_size"))
@@ -387,7 +387,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
-    spill.trim()
+    spill.release()
     for what in (_E_MISMATCH, _E_EARLY):
         if skipped.get(what):
             warnings.append(f"{p.name}: {skipped[what]} {what}")
@@ -396,18 +396,18 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
                         "the trace; events.flag = 'unmatched_begin')")
     check_one_process(p, cols, step_numbers)
-    spill.trim()
+    spill.release()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier or classify.current())
     steps_rows, step_col, spans = assign_steps(frame, step_numbers, cols["flag"])
     cols["step"] = step_col
-    spill.trim()
+    spill.release()
     cut = step_cut_warning(p, cols, spans)
     if cut:
         warnings.append(cut)
     gpu_present = bool(cols["kind"].isin(_GPU_KINDS).any())
     coll = _collectives(cols, frame, gpu_present)
-    spill.trim()
+    spill.release()
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)
     trace_info = {

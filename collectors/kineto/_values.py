@@ -85,12 +85,6 @@ class Ints:
         a = pa.array(items, pa.int64())
         return cls(a.fill_null(0).to_numpy(), a.is_valid().to_numpy(zero_copy_only=False))
 
-    @classmethod
-    def concat(cls, parts: list[Ints]) -> Ints:
-        if not parts:
-            return cls.of([])
-        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.ok for p in parts]))
-
     def __len__(self) -> int:
         return len(self.values)
 
@@ -227,6 +221,7 @@ class Strs:
     def __arrow_array__(self, type: pa.DataType | None = None) -> pa.Array:  # noqa: A002 (pyarrow's name)
         """The column as an Arrow dictionary array (:data:`STR_DICT`; ``type`` may ask for plain strings)."""
         codes = self.codes.astype(np.int32, copy=False)
-        idx = pa.array(codes, pa.int32(), mask=codes < 0) if (codes < 0).any() else pa.array(codes, pa.int32())
+        none = codes < 0
+        idx = pa.array(codes, pa.int32(), mask=none if none.any() else None)
         out = pa.DictionaryArray.from_arrays(idx, pa.array(self.values, pa.string()))
         return out if type is None or type == STR_DICT else out.cast(type)

@@ -37,8 +37,9 @@ GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_user_annotation", "syn
 
 
 def codes(values: Strs | list[str]) -> tuple[np.ndarray, list[str]]:
-    """(index of each value in the distinct values (int32), the distinct values) of a string
-    column: a :class:`Strs`'s own, or a list's through Arrow's dictionary builder."""
+    """(index of each value in the distinct values (int8, int16 or int32; -1 for None), the
+    distinct values) of a string column: a :class:`Strs`'s own, or a list's through Arrow's
+    dictionary builder."""
     s = values if isinstance(values, Strs) else Strs.of(values)
     return s.codes, s.values
 

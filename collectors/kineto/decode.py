@@ -81,8 +81,6 @@ class _LooseIds(msgspec.Struct, gc=False):
     stream: Any = None
 
 
-
-
 _ID_COLS = ("correlation", "external_id", "device", "stream")
 _EVENTS = msgspec.json.Decoder(list[_Ev])
 _IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
@@ -256,7 +254,6 @@ class _Codes(dict[str, int]):
         return code
 
 
-
 class _LaneCodes(dict[Any, int]):
     """A pid/tid value (int, str, float or None) -> the code of its text (``str(value)``, "" for
     null, as the general path) in ``text``."""
@@ -417,7 +414,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
         setattr(out, col, Ints(ids[col][0].finish(), ids[col][1].finish()).narrow())
     for name, grown in times.items():
         setattr(out, name, grown.finish())
-    spill.release()  # the batches' transients (Arrow's scratch of the time casts), and the args pages the spill mapped
+    spill.trim()  # the batches' transients (Arrow's scratch of the time casts)
     return out
 
 
@@ -481,10 +478,10 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     names: dict[str, str] = {}
     if kept < n:
         for code, count in enumerate(np.bincount(d.ph.codes[~keep], minlength=len(d.ph.values)).tolist()):
-            ph = d.ph.values[code]
-            design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ph)
             if not count:
                 continue
+            ph = d.ph.values[code]
+            design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ph)
             if design:
                 skipped[design] = skipped.get(design, 0) + count
             else:
@@ -621,9 +618,6 @@ class Positions:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         values = np.arange(self.values, dtype=np.int64) if isinstance(self.values, int) else self.values
         return values if dtype is None else values.astype(dtype)
-
-
-_UNSEEN = object()
 
 
 def _lane_ids(own: Ints, lane: Strs, gpu: np.ndarray) -> Ints | None:

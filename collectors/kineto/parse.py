@@ -378,12 +378,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     for c in _STR_COLS:
         if isinstance(cols[c], list):
             cols[c] = Strs.of(cols[c])
-    step_numbers = _StepNumbers(cols["kind"], cols["name"])
-    if not step_numbers.fit():  # a ProfilerStep#N beyond int32: its row is rejected, with the others
-        cols["step_no"] = list(step_numbers)
+    by_name = _StepNumbers(cols)
+    if not by_name.fit():  # a ProfilerStep#N beyond int32: its row is rejected, with the others
+        cols["step_no"] = list(by_name)
     drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]} if "step_no" in cols else None)
-    numbers = cols.pop("step_no", None)
-    step_numbers = _StepNumbers(cols["kind"], cols["name"]) if numbers is None else numbers
+    step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
     flagged, warnings = flag_records(p, cols, src_index, base_ns)
@@ -528,26 +527,34 @@ _STR_COLS = ("kind", "cat", "name", "pid", "tid", "flag")
 
 class _StepNumbers:
     """N of each ``step`` row's ``ProfilerStep#N`` name (None elsewhere), read through the row's
-    name code: no column of one value per row. Reads like a list (``[i]``, ``len``, iteration)."""
+    name code in ``cols`` as it is now (rows dropped by ``traceprof.limits`` included): no column
+    of one value per row. Reads like a list (``[i]``, ``len``, iteration)."""
 
-    def __init__(self, kind: Strs, name: Strs) -> None:
-        self.per_name = [_step_number(n) for n in name.values]
-        self.step = kind.values.index("step") if "step" in kind.values else -2
-        self.kind, self.name = kind.codes, name.codes
+    def __init__(self, cols: dict[str, Any]) -> None:
+        self.cols = cols  # kind and name Strs; a take() keeps their values, so the codes below hold
+        self.per_name = [_step_number(n) for n in cols["name"].values]
+        kinds = cols["kind"].values
+        self.step = kinds.index("step") if "step" in kinds else -2
+
+    def _codes(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.cols["kind"].codes, self.cols["name"].codes
 
     def __getitem__(self, i: int) -> int | None:
-        return self.per_name[self.name[i]] if self.kind[i] == self.step else None
+        kind, name = self._codes()
+        return self.per_name[name[i]] if kind[i] == self.step else None
 
     def __len__(self) -> int:
-        return len(self.kind)
+        return len(self.cols["kind"])
 
     def __iter__(self) -> Iterator[int | None]:
-        is_step = (self.kind == self.step).tolist()
-        return (self.per_name[c] if s else None for c, s in zip(self.name.tolist(), is_step, strict=True))
+        kind, name = self._codes()
+        is_step = (kind == self.step).tolist()
+        return (self.per_name[c] if s else None for c, s in zip(name.tolist(), is_step, strict=True))
 
     def fit(self) -> bool:
         """Whether every step row's N fits the store's INTEGER (``traceprof.limits``)."""
-        used = np.unique(self.name[self.kind == self.step]).tolist()
+        kind, name = self._codes()
+        used = np.unique(name[kind == self.step]).tolist()
         return all(fits(self.per_name[c], INT32) for c in used)
 
 

@@ -8,6 +8,7 @@ live in Parquet files beside the file, behind a view of the same name (:mod:`tra
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import threading
@@ -81,6 +82,18 @@ def _check_file(path: Path) -> None:
 _PRINTS = re.compile(r"(?i)profil|progress_bar")
 
 
+def _create_file(path: Path) -> None:
+    """Create an empty DuckDB file at ``path`` whole or not at all: DuckDB writes it beside (as
+    ``<name>.new``) and it is renamed into place. A process killed while DuckDB wrote the file's
+    headers left a file no later open could read ("not a valid DuckDB database file"); now it
+    leaves at most the ``.new`` file, which the next creation replaces. Call with the store's
+    exclusive lock held."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.unlink(missing_ok=True)
+    duckdb.connect(str(tmp)).close()
+    os.replace(tmp, path)
+
+
 class Store:
     """A traceprof DuckDB store.
 
@@ -133,12 +146,16 @@ class Store:
             existed = self.path.exists()
             _check_file(self.path)  # again: it may have been created while we waited
             try:
+                if not existed and not read_only:
+                    _create_file(self.path)
                 # Read-only: external access is disabled once the store's own files are allowed.
                 self.con = duckdb.connect(str(self.path), read_only=read_only)
                 # No progress bar: DuckDB would draw it on stdout, into CSV or JSON output.
                 self.con.execute("SET enable_progress_bar = false")
             except duckdb.Error as e:
                 raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
+            except OSError as e:  # creating it beside: the folder refused
+                raise StoreError(f"{self.path}: cannot create the store: {e}") from None
             self._open = True
             self.created = not existed
             self._check_or_create(read_only, layout)

@@ -122,6 +122,19 @@ def test_help_starts_fast(tmp_path):
     assert "Usage" in r.stdout and r.stderr.strip().splitlines()[-1] == "[] 0", r.stdout + r.stderr
 
 
+def test_ingest_runs_without_pandas(tmp_path):
+    # pyarrow imports pandas (bokeh installs it) on its first conversion: 0.6 s and ~60 MB in the ingest
+    # process and each parser worker. The CLI's ingest refuses it; here the 4 files of a sample run go
+    # in (parsed in forked workers) and pandas never loads.
+    run = Path(__file__).resolve().parent.parent / "sample_traces" / "normal"
+    code = ("import sys\nfrom traceprof.cli import main\n"
+            f"sys.argv = ['traceprof', 'ingest', {str(run)!r}, '--db', 'x.duckdb']\n"
+            "main()\nprint('pandas' in sys.modules, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "False", r.stdout + r.stderr
+    assert "4 file(s) ingested" in r.stdout + r.stderr
+
+
 def test_default_db_is_the_stores():
     from traceprof import cli as cli_module
     from traceprof.store import DEFAULT_DB

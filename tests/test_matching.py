@@ -203,9 +203,10 @@ def test_cli_stragglers_and_whatif_on_trace_filter(tmp_path):
     assert "all_to_all" in out and "send_recv" not in out
 
 
-def _launched(namers: list[tuple[str, str, dict]]) -> list[dict]:
-    """One rank: a ncclKernel_SendRecv kernel without metadata (an old-style trace), launched at 60 us
-    inside the given CPU events (cat, name, args), nested from outermost [10, 110] inward."""
+def _launched(namers: list[tuple[str, str, dict]], kernel_args: dict | None = None) -> list[dict]:
+    """One rank: a ncclKernel_SendRecv kernel without metadata (an old-style trace; else with
+    ``kernel_args``), launched at 60 us inside the given CPU events (cat, name, args), nested from
+    outermost [10, 110] inward."""
     ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 200}]
     for d, (cat, name, args) in enumerate(namers):
         ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": 10 + d, "dur": 100 - 2 * d,
@@ -213,7 +214,7 @@ def _launched(namers: list[tuple[str, str, dict]]) -> list[dict]:
     ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 60, "dur": 2,
                "args": {"correlation": 7}})
     ev.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0, "tid": 9,
-               "ts": 70, "dur": 20, "args": {"correlation": 7, "device": 0, "stream": 9}})
+               "ts": 70, "dur": 20, "args": {"correlation": 7, "device": 0, "stream": 9, **(kernel_args or {})}})
     return ev
 
 
@@ -235,6 +236,22 @@ def test_launching_op_names_old_style_collectives(store, tmp_path, namers, op, p
     ingest(store, [tmp_path / "run"])
     row = store.sql("SELECT op, pg, seq, pg_ranks, enter_ns - $1 FROM collectives", [BASE]).row(0)
     assert row == (op, pg, 5 if pg else None, "[0, 1]" if pg else None, 60_000)  # enter = the launch at 60 us
+
+
+def test_kernel_metadata_wins_key_by_key_over_its_launching_op(store, tmp_path):
+    # The kernel carries Seq 9 and a null process group; its record_param_comms (inside an
+    # nccl: annotation, itself inside a second record_param_comms that names another op) brings
+    # process group "3", Seq 5 and the dtype: the kernel's own Seq wins, the null and missing keys
+    # come from the innermost record_param_comms, whose op (all_gather) beats the annotation's.
+    namers = [("cpu_op", "record_param_comms", {"Collective name": "broadcast", "Process Group Name": "8"}),
+              ("user_annotation", "nccl:all_reduce", {}),
+              ("cpu_op", "record_param_comms", {"Collective name": "_allgather_base", "Process Group Name": "3",
+                                               "Seq": 5, "dtype": "Float", "In msg nelems": 256})]
+    _write(tmp_path / "run" / "r0.json", _launched(namers, {"Seq": 9, "Process Group Name": None}), 0,
+           backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, pg, seq, dtype, bytes_in, enter_ns - $1 FROM collectives", [BASE]).row(0)
+    assert row == ("all_gather", "3", 9, "Float", 256 * 4, 60_000)
 
 
 def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:

@@ -39,11 +39,10 @@ def meta_dict(text: str | bytes) -> dict[str, Any]:
     """:func:`args_dict` restricted to :data:`META_KEYS` (the keys present, null ones included):
     the other args are skipped while decoding, so no object is made for them."""
     try:
-        m = _META.decode(text)
+        return msgspec.to_builtins(_META.decode(text))  # absent keys (UNSET) are left out, in C
     except (msgspec.ValidationError, msgspec.DecodeError):  # not an object, invalid, a key of another type
         d = args_dict(text)
         return {k: d[k] for k in META_KEYS if k in d}
-    return {k: v for k, v in zip(META_KEYS, msgspec.structs.astuple(m), strict=True) if v is not msgspec.UNSET}
 
 
 def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -65,45 +66,70 @@ def _naming_rank(name: str, args: dict[str, Any] | None) -> int | None:
 def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, tuple[int, str | None, int]]:
     """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, the ``op`` the enclosing
     CPU ops name or None, the row of the naming ``record_param_comms`` or -1), from the innermost
-    naming op of best precedence. One pass over the naming ops and one over the launches of
-    ``wanted`` ids; per lane the naming ops are numpy arrays (starts, ends, rows) in (start, end,
-    row) order, and a ``record_param_comms``'s args are decoded when looked at, not kept."""
+    naming op of best precedence.
+
+    1. The naming ops (``record_param_comms``, ``nccl:*``, ``c10d::*``) get their precedence and op
+       once each: a ``record_param_comms`` names one only with a ``Collective name``, read from its
+       args a batch at a time (:func:`_collective_names`; the args are not kept).
+    2. Per lane (pid, tid) the naming ops are sorted by (start, end, row) and every launch of a
+       ``wanted`` id on the lane finds, by one vectorized binary search, the last op starting at or
+       before it; from there the ops before it are walked back (innermost first, at most
+       :data:`_MAX_NESTING`), skipping those that ended before the launch, until one of the best
+       precedence (``record_param_comms``) is met.
+    """
     naming_name = np.array([n == _RPC or n.startswith(("nccl:", "c10d::")) for n in f.names], bool)
     naming = np.flatnonzero(f.kind_in(_NAMING_KINDS) & naming_name[f.name_code] if f.n else np.zeros(0, bool))
+    names = [f.names[c] for c in f.name_code[naming].tolist()]
+    rpc_at = [k for k, n in enumerate(names) if n == _RPC]
+    rank: list[int | None] = [None if n == _RPC else _naming_rank(n, None) for n in names]
+    op_of: list[str | None] = [None if r is None else normalize_op(n) for n, r in zip(names, rank, strict=True)]
+    for k, cname in zip(rpc_at, _collective_names(f, naming[rpc_at]), strict=True):
+        if cname:
+            rank[k], op_of[k] = 0, normalize_op(str(cname))
+    del names, rpc_at
     pid, tid = cols["pid"].codes, cols["tid"].codes  # a lane: (pid code, tid code)
     n_ts = f.ts[naming]
     n_end = n_ts + f.dur[naming]
-    by_lane: dict[tuple[Any, Any], list[int]] = {}
-    for k, i in enumerate(naming.tolist()):
-        by_lane.setdefault((pid[i], tid[i]), []).append(k)
-    lanes: dict[tuple[Any, Any], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for lane, ks in by_lane.items():
-        at = np.array(ks, np.int64)
-        order = at[np.lexsort((naming[at], n_end[at], n_ts[at]))]
-        lanes[lane] = (n_ts[order], n_end[order], naming[order])
-    del by_lane
-    empty = np.zeros(0, np.int64)
-    out: dict[int, tuple[int, str | None, int]] = {}
     launches = np.flatnonzero(f.kind_in(_LAUNCH_KINDS) & f.corr_ok & np.isin(f.corr, wanted))
-    for i, corr, t in zip(launches.tolist(), f.corr[launches].tolist(), f.ts[launches].tolist(), strict=True):
-        starts, ends, rows = lanes.get((pid[i], tid[i]), (empty, empty, empty))
-        op: str | None = None
-        rpc = -1
-        best = 99
-        j = int(np.searchsorted(starts, t, "right"))
-        lo = max(0, j - _MAX_NESTING)
-        for e, idx in zip(reversed(ends[lo:j].tolist()), reversed(rows[lo:j].tolist()), strict=True):
-            if e < t:
-                continue
-            name = f.names[f.name_code[idx]]
-            args = _rpc_args(f, idx) if name == _RPC else None
-            r = _naming_rank(name, args)
-            if r is not None and r < best:  # innermost first, so ties keep the innermost
-                best = r
-                op = normalize_op(str(args["Collective name"]) if args else name)
-                rpc = idx if args else -1
-        out[corr] = (t, op, rpc)
-    return out
+    found_at: list[tuple[int, str | None, int]] = [(0, None, -1)] * len(launches)
+    for lane_ops, lane_launches in _by_lane(pid, tid, naming, launches):
+        lane_ops = lane_ops[np.lexsort((naming[lane_ops], n_end[lane_ops], n_ts[lane_ops]))]
+        ends, ops = n_end[lane_ops].tolist(), lane_ops.tolist()
+        t_launch = f.ts[launches[lane_launches]]
+        found = np.searchsorted(n_ts[lane_ops], t_launch, "right").tolist()
+        for k, t, j in zip(lane_launches.tolist(), t_launch.tolist(), found, strict=True):
+            best, op, rpc = 99, None, -1
+            for m in range(j - 1, max(j - 1 - _MAX_NESTING, -1), -1):
+                r = rank[ops[m]]
+                if r is None or r >= best or ends[m] < t:
+                    continue
+                best, op = r, op_of[ops[m]]  # innermost first, so ties keep the innermost
+                if r == 0:
+                    rpc = int(naming[ops[m]])
+                    break
+            found_at[k] = (t, op, rpc)
+    return dict(zip(f.corr[launches].tolist(), found_at, strict=True))  # a repeated id: its last launch
+
+
+def _by_lane(pid: np.ndarray, tid: np.ndarray, naming: np.ndarray,
+             launches: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per (pid, tid) lane holding launches: (positions in ``naming`` of its ops, positions in
+    ``launches`` of its launches); lanes are grouped by one sort, not a Python loop over rows."""
+    lane = np.concatenate([pid[naming].astype(np.int64) << 32 | tid[naming].astype(np.int64) & 0xFFFFFFFF,
+                           pid[launches].astype(np.int64) << 32 | tid[launches].astype(np.int64) & 0xFFFFFFFF])
+    is_launch = np.arange(len(lane)) >= len(naming)
+    order = np.argsort(lane, kind="stable")
+    bounds = np.flatnonzero(np.diff(lane[order])) + 1
+    for group in np.split(order, bounds) if len(order) else []:
+        at = is_launch[group]
+        if at.any():
+            yield group[~at], group[at] - len(naming)
+
+
+def _collective_names(f: Frame, rows: np.ndarray) -> list[Any]:
+    """The ``Collective name`` arg (or None) of each ``record_param_comms`` row, decoded a batch
+    at a time (``Frame.args_of``; the args are not kept)."""
+    return [a.get("Collective name") for a in f.args_of(rows)]
 
 
 def _rpc_args(f: Frame, row: int) -> dict[str, Any]:
@@ -127,15 +153,9 @@ def _canonical_ranks(value: Any, seen: dict[str, str | None]) -> str | None:
     return seen[key]
 
 
-#: The keys ``_meta`` reads (a kernel's launching record_param_comms is decoded only when one is missing).
+#: The metadata keys read (a kernel's launching record_param_comms is decoded only when one is missing).
 _RPC_KEYS = ("dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "Comms Id", "Process Group Ranks",
              "Seq", "Group size")
-
-
-def _meta(a: dict[str, Any], rpc: dict[str, Any] | None, key: str) -> Any:
-    """A metadata field of the kernel's args, else of its launching record_param_comms."""
-    v = a.get(key)
-    return rpc.get(key) if v is None and rpc else v
 
 
 def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, list[Any]]:
@@ -161,23 +181,28 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
     launchers = _launchers(cols, f, wanted) if gpu_present else {}
     ranks_text: dict[str, str | None] = {}
     rows: list[tuple[Any, ...]] = []
-    for i, a in zip(cand.tolist(), f.args_of(cand), strict=True):
-        name = cols["name"][i]
+    per_row = zip(
+        f.args_of(cand), cols["name"].take(cand).tolist(), cols["correlation"].take(cand).tolist(),
+        cols["tid"].take(cand).tolist(), f.ts[cand].tolist(), (f.ts[cand] + f.dur[cand]).tolist(),
+        cols["stream"].take(cand).tolist(), cols["step"].take(cand).tolist(), strict=True)
+    for a, name, corr, lane_tid, start_ns, end_ns, stream, step in per_row:
+        m = a  # the metadata: the kernel's args, a key missing or null there taken from its record_param_comms
         if gpu_present:
             source = "nccl_kernel"
-            enter, launch_op, rpc_row = launchers.get(cols["correlation"][i], (None, None, -1))
-            rpc = (_rpc_args(f, rpc_row) if rpc_row >= 0 and any(a.get(k) is None for k in _RPC_KEYS)
-                   else None)  # read only where the kernel's args lack a key (``_meta``)
+            enter, launch_op, rpc_row = launchers.get(corr, (None, None, -1))
+            if rpc_row >= 0 and None in map(a.get, _RPC_KEYS):  # read only where the kernel's args lack a key
+                rpc = _rpc_args(f, rpc_row)
+                if rpc:
+                    m = rpc | {k: v for k, v in a.items() if v is not None}
             op = (normalize_op(str(a["Collective name"])) if a.get("Collective name") else
                   launch_op or kernel_op(name))
             if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
-            dtype = _meta(a, rpc, "dtype")
-            n_in = _int_or_none(_meta(a, rpc, "In msg nelems"))
-            n_out = _int_or_none(_meta(a, rpc, "Out msg nelems"))
+            dtype = m.get("dtype")
+            n_in = _int_or_none(m.get("In msg nelems"))
+            n_out = _int_or_none(m.get("Out msg nelems"))
             tid = None
         else:
-            rpc = None
             source = "gloo"
             op = normalize_op(name)
             types = a.get("Input type")
@@ -185,17 +210,17 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
             n_in = _nelems(a.get("Input Dims"))
             n_out = None
             enter = None
-            tid = cols["tid"][i]
+            tid = lane_tid
         size = dtype_bytes(dtype)
-        pg = _meta(a, rpc, "Process Group Name")
-        cid = _meta(a, rpc, "Comms Id")
+        pg = m.get("Process Group Name")
+        cid = m.get("Comms Id")
         rows.append((
             source, None if pg is None else str(pg),
-            _canonical_ranks(_meta(a, rpc, "Process Group Ranks"), ranks_text), _int_or_none(_meta(a, rpc, "Seq")),
+            _canonical_ranks(m.get("Process Group Ranks"), ranks_text), _int_or_none(m.get("Seq")),
             op in P2P_OPS, None if cid is None or isinstance(cid, (dict, list)) else str(cid), op, dtype, n_in,
             n_out, n_in * size if n_in is not None and size else None,
-            n_out * size if n_out is not None and size else None, _int_or_none(_meta(a, rpc, "Group size")),
-            enter, int(f.ts[i]), int(f.ts[i] + f.dur[i]), cols["stream"][i], tid, cols["step"][i],
+            n_out * size if n_out is not None and size else None, _int_or_none(m.get("Group size")),
+            enter, start_ns, end_ns, stream, tid, step,
         ))
     start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")
     rows.sort(key=lambda r: r[start])

@@ -10,7 +10,10 @@ measuring process (``--measure``), which reports:
   (``resource.getrusage(RUSAGE_CHILDREN)``);
 - rss_max: the largest resident set of any one of those processes (``ru_maxrss``, MB);
 - rss_sum: the peak of the summed resident sets of the command's process tree, sampled every
-  20 ms (MB; parallel workers count together).
+  20 ms (MB; parallel workers count together, and pages they share with their parent count once
+  in each);
+- pss_sum: the same for the proportional set sizes (``/proc/PID/smaps_rollup``: a page shared by
+  k processes counts 1/k in each), the memory the tree really holds (MB).
 
 Sets of the same files for the three tools: corpus traces (``../shared/corpus/hta/...``) and
 generated ones (``benchmarks/gen_trace.py``): 1 rank x 2 M events with 100,000 steps (plain
@@ -20,8 +23,8 @@ parallelism), HTA's ``TraceAnalysis(trace_dir=...)`` (its default loader), and t
 file read (gzip inflated in memory) and decoded by the fastest generic JSON decoder installed
 (orjson or msgspec, chosen by timing both on the first generated file), one file after another.
 
-For each set the ingest's peak summed RSS is also given as a multiple of the largest
-uncompressed rank file (target: under 1.5x). The 8-rank set is ingested a second time with
+For each set the ingest's peak summed RSS, summed PSS and largest single process are also given as
+multiples of the largest uncompressed rank file (target: under 1.5x). The 8-rank set is ingested a second time with
 ``--layout parquet`` (the Parquet dataset layout). ``--huge`` adds one ~5 GB rank file (18 M events,
 not gzip; about 5 GB of disk; traceprof only) to check that it ingests in bounded memory.
 
@@ -67,21 +70,25 @@ PY = sys.executable
 # --- the measuring child --------------------------------------------------------------------
 
 
-def _tree_rss(pid: int) -> int:
-    """Summed RSS (bytes) of ``pid`` and its descendants, from /proc; 0 once it is gone."""
-    total, todo = 0, [pid]
+def _tree_rss(pid: int) -> tuple[int, int]:
+    """Summed RSS and summed PSS (bytes) of ``pid`` and its descendants, from /proc; 0 once it is
+    gone. PSS counts a page shared by k processes (forked workers share their parent's libraries
+    and heap) as 1/k in each, so the sum is the memory the tree really holds; RSS counts it k times."""
+    rss, pss, todo = 0, 0, [pid]
     page = os.sysconf("SC_PAGE_SIZE")
     while todo:
         p = todo.pop()
         try:
             with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * page
+                rss += int(f.read().split()[1]) * page
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                pss += next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
+        except (OSError, ValueError, StopIteration):
             continue
-    return total
+    return rss, pss
 
 
 def _measure(timeout: float, cmd: list[str]) -> None:
@@ -89,11 +96,12 @@ def _measure(timeout: float, cmd: list[str]) -> None:
     past ``timeout`` seconds and its process group was killed)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    peak = [0]
+    peak = [0, 0]
 
     def sample() -> None:
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            rss, pss = _tree_rss(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             time.sleep(0.02)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -108,7 +116,7 @@ def _measure(timeout: float, cmd: list[str]) -> None:
     th.join()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_max": ru.ru_maxrss / 1024,
-                      "rss_sum": peak[0] / 2**20, "rc": proc.returncode,
+                      "rss_sum": peak[0] / 2**20, "pss_sum": peak[1] / 2**20, "rc": proc.returncode,
                       "err": err.decode(errors="replace")[-400:] if proc.returncode else ""}))
 
 
@@ -237,11 +245,11 @@ def analyses(db: Path, names: list[str], html: Path) -> dict[str, dict]:
 
 
 def _row(label: str, r: dict) -> str:
-    s = f"  {label:<22} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss_max']:8.0f} {r['rss_sum']:8.0f}"
+    s = f"  {label:<22} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss_max']:8.0f} {r['rss_sum']:8.0f} {r['pss_sum']:8.0f}"
     return s + ("   TIMED OUT (a lower bound)" if r["rc"] == 124 else "   FAILED" if r["rc"] else "")
 
 
-HEAD = f"  {'':<22} {'wall s':>8} {'cpu s':>8} {'rss MB':>8} {'sum MB':>8}"
+HEAD = f"  {'':<22} {'wall s':>8} {'cpu s':>8} {'rss MB':>8} {'sum MB':>8} {'pss MB':>8}"
 
 
 def main() -> None:
@@ -284,8 +292,10 @@ def main() -> None:
         for k in ("traceprof", "traceprof_parquet", "hta", "bare"):
             if k in res:
                 print(_row(k, res[k]))
-        print(f"  traceprof peak summed RSS / largest uncompressed rank file ({big / 1e6:.0f} MB): "
-              f"{res['traceprof']['rss_sum'] * 2**20 / big:.2f}x")
+        tp = res["traceprof"]
+        print(f"  traceprof peak memory / largest uncompressed rank file ({big / 1e6:.0f} MB): summed RSS "
+              f"{tp['rss_sum'] * 2**20 / big:.2f}x, summed PSS {tp['pss_sum'] * 2**20 / big:.2f}x, largest "
+              f"process {tp['rss_max'] * 2**20 / big:.2f}x")
         for k in ("hta", "bare"):
             if k in res:
                 tp, o = res["traceprof"], res[k]
@@ -330,7 +340,9 @@ def main() -> None:
             ratios.append("-" if r is None else
                           f"{tp['wall'] / r['wall']:.2f}/{cpu}/{tp['rss_sum'] / r['rss_sum']:.2f}")
         print(f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}"
-              f"   rss/file {tp['rss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x")
+              f"   rss/file {tp['rss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
+              f" pss/file {tp['pss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
+              f" max/file {tp['rss_max'] * 2**20 / res['largest_rank_bytes']:.2f}x")
     print("  (+: stopped at the time limit, a lower bound)")
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'bench.json'}")

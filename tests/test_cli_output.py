@@ -123,7 +123,7 @@ def test_help_starts_fast(tmp_path):
 
 
 def test_ingest_runs_without_pandas(tmp_path):
-    # pyarrow imports pandas (bokeh installs it) on its first conversion: 0.6 s and ~60 MB in the ingest
+    # pyarrow imports pandas (bokeh installs it) on its first conversion: 0.6 s and ~35 MB in the ingest
     # process and each parser worker. The CLI's ingest refuses it; here the 4 files of a sample run go
     # in (parsed in forked workers) and pandas never loads.
     run = Path(__file__).resolve().parent.parent / "sample_traces" / "normal"

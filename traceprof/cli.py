@@ -669,7 +669,7 @@ def _parse_without_pandas() -> None:
 
     pyarrow looks for pandas on its first ``pa.array()`` and on every ``Array.to_numpy()`` until
     pandas has loaded (its C++ side retries a failed import), and imports it when installed (bokeh
-    installs it): 0.6 s and about 60 MB in the ingest process and each parser worker, for nothing,
+    installs it): 0.6 s and about 35 MB in the ingest process and each parser worker, for nothing,
     since traceprof never hands pyarrow a pandas object. Only the CLI's parsing commands refuse the
     import, for the whole process; the library used from Python is unchanged.
     """

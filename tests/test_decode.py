@@ -36,6 +36,7 @@ def _check(data: bytes, batch_bytes: int) -> None:
     events = doc.pop("traceEvents")
     plain = json.loads(data)["traceEvents"]  # numbers as the general decoder gives them (floats)
     assert len(d) == len(events)
+    assert {len(c) for c in (d.ts_ns, d.ts_ok, d.dur_ns, d.dur_ok, d.args, d.correlation)} == {len(events)}
     assert set(d.top) == set(doc)
     texts = d.args.to_pylist()
     for i, e in enumerate(events):
@@ -81,6 +82,18 @@ def test_edge_cases_match_reference(batch_bytes: int) -> None:
     d = decode(EDGE, batch_bytes)
     assert d.top["baseTimeNanoseconds"] == 1_700_000_000_000_000_000 and d.top["distributedInfo"]["rank"] == 3
     assert not d.lanes_plain  # the float pid 1.5
+
+
+def test_a_trace_without_events_is_stored_empty(tmp_path: Path) -> None:
+    # "traceEvents": [] made the time columns one row long for zero events, and ingest crashed
+    # (IndexError in decode.rows): a rank that recorded nothing is stored with no events.
+    from collectors.kineto import parse  # the package's parse(): the parser module's function
+
+    path = tmp_path / "rank1.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 1, "world_size": 2}, "baseTimeNanoseconds": 5,
+                                "traceEvents": []}))
+    pt = parse(path)
+    assert (pt.rank, pt.events_read, pt.events.num_rows, pt.collectives.num_rows) == (1, 0, 0, 0)
 
 
 def test_events_first_or_alone() -> None:

@@ -64,6 +64,18 @@ def test_missing_creation_time(tmp_path):
     assert pt.rejected == {"missing 'time_created_ns'": 1}
 
 
+@pytest.mark.parametrize("dtypes", [5, "Float", {"a": 1}])
+def test_dtypes_that_are_not_a_list_leave_the_dtype_unknown(tmp_path, dtypes):
+    # input_dtypes 5 was a traceback ('int' object is not subscriptable); a string would have
+    # been read as its first letter ("F"). Only a list names the dtype; the sizes stay.
+    entry = {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
+             "time_created_ns": 10, "input_sizes": [[4, 8]], "input_dtypes": dtypes, "output_dtypes": dtypes}
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({"version": "2.4", "rank": 0, "entries": [entry]}))
+    (row,) = parse(path).collectives.to_pylist()
+    assert (row["dtype"], row["nelems_in"], row["bytes_in"]) == (None, 32, None)
+
+
 def test_state_wins_over_duration(tmp_path):
     """Seq 1 "started" with a duration (torch fills duration_ms from CUDA events that may be
     recorded while the kernel still runs): not completed, end NULL. Seq 2 "completed" with only

@@ -254,6 +254,18 @@ def test_kernel_metadata_wins_key_by_key_over_its_launching_op(store, tmp_path):
     assert row == ("all_gather", "3", 9, "Float", 256 * 4, 60_000)
 
 
+@pytest.mark.parametrize("dtype", [7, {"t": "Float"}, ["Float"], True])
+def test_a_dtype_that_is_not_a_name_is_kept_as_text_without_a_size(store, tmp_path, dtype):
+    # Trace contents are untrusted: a record_param_comms dtype of another JSON type was a traceback
+    # (str.rsplit on an int); it is stored as its text, and the byte counts stay unknown.
+    namers = [("cpu_op", "record_param_comms", {"Collective name": "allreduce", "Process Group Name": "0",
+                                               "Seq": 1, "dtype": dtype, "In msg nelems": 256})]
+    _write(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, dtype, nelems_in, bytes_in FROM collectives").row(0)
+    assert row == ("all_reduce", str(dtype), 256, None)
+
+
 def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:
     """Two steps, ProfilerStep#first_step and #first_step + 1, over [0, 1000] and [1000, 2000] us; in
     step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 + late_us to

@@ -281,6 +281,11 @@ _INT64_MAX = 2**63 - 1
     ("CUPTI_ACTIVITY_KIND_KERNEL", f"end = {_INT64_MAX}", "end beyond int64 on the epoch clock"),
     ("CUPTI_ACTIVITY_KIND_RUNTIME", "end = NULL", "NULL end"),  # was stored with a NULL duration
     ("NVTX_EVENTS", "start = 2.5", "start not an integer"),
+    # ids that are not integers (a damaged export): the lane or the launch link would be wrong
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId = 'x'", "correlationId not an integer"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId = 'd'", "deviceId not an integer"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId = 1.5", "streamId not an integer"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId = 'x'", "correlationId not an integer"),
 ])
 def test_rows_with_unusable_times_raise_or_are_counted(store, tmp_path, table, set_, reason):
     """Row 1 of one table gets a bad start/end: strict ingest names the file, table and row id; with

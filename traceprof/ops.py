@@ -66,9 +66,9 @@ _DTYPE_BYTES = {
 }
 
 
-def dtype_bytes(dtype: str | None) -> int | None:
+def dtype_bytes(dtype: object) -> int | None:
     """Bytes per element of a dtype name as traces write it (``Float``, ``c10::BFloat16``, ``float``),
-    or ``None`` when unknown."""
-    if not dtype:
+    or ``None`` when unknown (also for a value that is not a string: trace contents are untrusted)."""
+    if not dtype or not isinstance(dtype, str):
         return None
     return _DTYPE_BYTES.get(dtype.rsplit("::", 1)[-1].lower())

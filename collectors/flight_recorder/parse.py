@@ -241,7 +241,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             None if e.get("pg_id") is None else str(e.get("pg_id")))
         p2p = bool(e.get("is_p2p"))
         seq = _int(e.get("p2p_seq_id") if p2p else e.get("collective_seq_id"))
-        dtypes_in, dtypes_out = e.get("input_dtypes") or [], e.get("output_dtypes") or []
+        dtypes_in, dtypes_out = (v if isinstance(v := e.get(k), list) else [] for k in ("input_dtypes", "output_dtypes"))
         dtype = str(dtypes_in[0]) if dtypes_in else (str(dtypes_out[0]) if dtypes_out else None)
         n_in, n_out = _nelems(e.get("input_sizes")), _nelems(e.get("output_sizes"))
         size = dtype_bytes(dtype)

@@ -199,6 +199,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
             if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
             dtype = m.get("dtype")
+            dtype = None if dtype is None else str(dtype)  # as pg: a trace's odd value kept as text
             n_in = _int_or_none(m.get("In msg nelems"))
             n_out = _int_or_none(m.get("Out msg nelems"))
             tid = None
@@ -206,7 +207,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
             source = "gloo"
             op = normalize_op(name)
             types = a.get("Input type")
-            dtype = types[0] if isinstance(types, list) and types else None
+            dtype = str(types[0]) if isinstance(types, list) and types and types[0] is not None else None
             n_in = _nelems(a.get("Input Dims"))
             n_out = None
             enter = None

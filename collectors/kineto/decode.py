@@ -372,6 +372,8 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     ids = {col: (_Growing(np.int64), _Growing(np.bool_)) for col in _ID_COLS}
     try:
         for evs in batches:
+            if not evs:  # e.g. "traceEvents": []
+                continue
             base = rows
             rows += len(evs)
             # strings as codes (names repeat: millions of events, thousands of names)

@@ -123,12 +123,15 @@ def _pid_tid(gtid: int | None) -> tuple[str, str]:
 _INT64_MAX = 2**63 - 1
 
 
-def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1") -> str:
+def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()) -> str:
     """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
     integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
-    ``end - start`` fits too). ``end_optional``: a NULL end is an instant (NVTX), not an error;
-    rows outside the condition ``only`` are not checked (NVTX metadata records)."""
+    ``end - start`` fits too) and its ``ids`` columns are integers or NULL. ``end_optional``: a NULL
+    end is an instant (NVTX), not an error; rows outside the condition ``only`` are not checked
+    (NVTX metadata records)."""
     s, e = f"{a}.start", f"{a}.end"
+    not_int = "".join(f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
+                      for c in ids)
     null_end = f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END" \
         if end_optional else f"WHEN {e} IS NULL THEN 'NULL end'"
     return f"""CASE WHEN NOT ({only}) THEN NULL
@@ -138,17 +141,18 @@ def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1") -> 
         {null_end}
         WHEN typeof({e}) <> 'integer' THEN 'end not an integer'
         WHEN {e} < {s} THEN 'end before start'
-        WHEN {e} > {limit} THEN 'end beyond int64 on the epoch clock' END"""
+        WHEN {e} > {limit} THEN 'end beyond int64 on the epoch clock'{not_int} END"""
 
 
 def _valid(con: sqlite3.Connection, p: Path, table: str, a: str, epoch: int, on_bad_event: str,
-           rejected: dict[str, int], end_optional: bool = False, only: str = "1") -> str:
-    """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times (:func:`_reason`).
+           rejected: dict[str, int], end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()) -> str:
+    """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times and integer
+    ``ids`` (:func:`_reason`).
 
     Rows without are counted in ``rejected`` under ``"<table>: <reason>"`` or, with
     ``on_bad_event="raise"``, the first one raises naming the table and its row id.
     """
-    why = _reason(a, _INT64_MAX - max(epoch, 0), end_optional, only)
+    why = _reason(a, _INT64_MAX - max(epoch, 0), end_optional, only, ids)
     q = f"""SELECT why, count(*), min(id) FROM (SELECT {why} AS why, {a}.rowid AS id FROM {table} {a})
             WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"""
     for reason, n, rowid in con.execute(q).fetchall():
@@ -217,9 +221,13 @@ class _Rows:
         c["flag"] += [None] * n
 
 
+#: The id columns of GPU activity rows, read as integers (lanes, the link to the launch).
+_GPU_IDS = ("deviceId", "streamId", "correlationId")
+
+
 def _kernels(con: sqlite3.Connection, p: Path, cols: set[str], epoch: int, rows: _Rows, on_bad_event: str,
              rejected: dict[str, int]) -> None:
-    ok = _valid(con, p, "CUPTI_ACTIVITY_KIND_KERNEL", "k", epoch, on_bad_event, rejected)
+    ok = _valid(con, p, "CUPTI_ACTIVITY_KIND_KERNEL", "k", epoch, on_bad_event, rejected, ids=_GPU_IDS)
     graph = ", 'graphNodeId', k.graphNodeId" if "graphNodeId" in cols else ""
     q = f"""SELECT coalesce(d.value, s.value, ''), k.start + ?, k.end - k.start, CAST(k.deviceId AS TEXT),
                    CAST(k.streamId AS TEXT), k.deviceId, k.streamId, k.correlationId,
@@ -238,7 +246,7 @@ def _kernels(con: sqlite3.Connection, p: Path, cols: set[str], epoch: int, rows:
 def _copies(con: sqlite3.Connection, p: Path, tables: dict[str, set[str]], epoch: int, rows: _Rows,
             on_bad_event: str, rejected: dict[str, int]) -> None:
     def ok(table: str) -> str:
-        return _valid(con, p, table, "t", epoch, on_bad_event, rejected)
+        return _valid(con, p, table, "t", epoch, on_bad_event, rejected, ids=_GPU_IDS)
 
     kinds = {i: _copy_label(v) for i, v in _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER", _COPY_KINDS).items()}
     mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)
@@ -275,7 +283,7 @@ def _api(con: sqlite3.Connection, p: Path, tables: dict[str, set[str]], epoch: i
     for table, kind in (("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"), ("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver")):
         if table not in tables:
             continue
-        ok = _valid(con, p, table, "r", epoch, on_bad_event, rejected)
+        ok = _valid(con, p, table, "r", epoch, on_bad_event, rejected, ids=("correlationId", "globalTid"))
         q = f"""SELECT coalesce(s.value, ''), r.start + ?, r.end - r.start,
                        coalesce(CAST((r.globalTid >> 24) & 16777215 AS TEXT), ''),
                        coalesce(CAST(r.globalTid & 16777215 AS TEXT), ''), NULL, NULL, r.correlationId,

@@ -266,6 +266,18 @@ def test_a_dtype_that_is_not_a_name_is_kept_as_text_without_a_size(store, tmp_pa
     assert row == ("all_reduce", str(dtype), 256, None)
 
 
+def test_of_two_launching_ops_that_start_together_the_inner_one_names_the_collective(store, tmp_path):
+    # Two record_param_comms start at 10 us, [10, 110] (broadcast, pg "outer") around [10, 90]
+    # (allreduce, pg "inner"); the launch at 60 us is inside both: the shorter, inner one names it.
+    ev = _launched([("cpu_op", "record_param_comms", {"Collective name": "broadcast", "Process Group Name": "outer",
+                                                      "Seq": 1})])
+    ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10, "dur": 80,
+               "args": {"Collective name": "allreduce", "Process Group Name": "inner", "Seq": 2}})
+    _write(tmp_path / "run" / "r0.json", ev, 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("all_reduce", "inner", 2)
+
+
 def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:
     """Two steps, ProfilerStep#first_step and #first_step + 1, over [0, 1000] and [1000, 2000] us; in
     step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 + late_us to

@@ -71,7 +71,7 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     1. The naming ops (``record_param_comms``, ``nccl:*``, ``c10d::*``) get their precedence and op
        once each: a ``record_param_comms`` names one only with a ``Collective name``, read from its
        args a batch at a time (:func:`_collective_names`; the args are not kept).
-    2. Per lane (pid, tid) the naming ops are sorted by (start, end, row) and every launch of a
+    2. Per lane (pid, tid) the naming ops are sorted by (start, -end, row) and every launch of a
        ``wanted`` id on the lane finds, by one vectorized binary search, the last op starting at or
        before it; from there the ops before it are walked back (innermost first, at most
        :data:`_MAX_NESTING`), skipping those that ended before the launch, until one of the best
@@ -93,7 +93,9 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     launches = np.flatnonzero(f.kind_in(_LAUNCH_KINDS) & f.corr_ok & np.isin(f.corr, wanted))
     found_at: list[tuple[int, str | None, int]] = [(0, None, -1)] * len(launches)
     for lane_ops, lane_launches in _by_lane(pid, tid, naming, launches):
-        lane_ops = lane_ops[np.lexsort((naming[lane_ops], n_end[lane_ops], n_ts[lane_ops]))]
+        # by start, then end descending: walking back from a launch meets, of ops that start together,
+        # the shortest (innermost) first
+        lane_ops = lane_ops[np.lexsort((naming[lane_ops], -n_end[lane_ops], n_ts[lane_ops]))]
         ends, ops = n_end[lane_ops].tolist(), lane_ops.tolist()
         t_launch = f.ts[launches[lane_launches]]
         found = np.searchsorted(n_ts[lane_ops], t_launch, "right").tolist()

@@ -52,10 +52,11 @@ _NAMING_KINDS = frozenset({"cpu_op", "user_annotation"})
 _MAX_NESTING = 64  # enclosing candidates looked at per launch (CPU op stacks are shallower)
 
 
-def _naming_rank(name: str, args: dict[str, Any] | None) -> int | None:
-    """Precedence of a CPU event as the namer of a collective (0 best), None if it names none."""
+def _naming_rank(name: str, collective_name: Any) -> int | None:
+    """Precedence of a CPU event as the namer of a collective (0 best), None if it names none
+    (``collective_name``: a ``record_param_comms``'s ``Collective name`` arg)."""
     if name == _RPC:
-        return 0 if args and args.get("Collective name") else None
+        return 0 if collective_name else None
     if name.startswith("nccl:"):
         return 1
     if name.startswith("c10d::") and "wait" not in name and "barrier" not in name:
@@ -81,12 +82,13 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     naming = np.flatnonzero(f.kind_in(_NAMING_KINDS) & naming_name[f.name_code] if f.n else np.zeros(0, bool))
     names = [f.names[c] for c in f.name_code[naming].tolist()]
     rpc_at = [k for k, n in enumerate(names) if n == _RPC]
-    rank: list[int | None] = [None if n == _RPC else _naming_rank(n, None) for n in names]
-    op_of: list[str | None] = [None if r is None else normalize_op(n) for n, r in zip(names, rank, strict=True)]
+    cnames: list[Any] = [None] * len(names)
     for k, cname in zip(rpc_at, _collective_names(f, naming[rpc_at]), strict=True):
-        if cname:
-            rank[k], op_of[k] = 0, normalize_op(str(cname))
-    del names, rpc_at
+        cnames[k] = cname
+    rank = [_naming_rank(n, c) for n, c in zip(names, cnames, strict=True)]
+    op_of = [None if r is None else normalize_op(str(c) if r == 0 else n)
+             for n, c, r in zip(names, cnames, rank, strict=True)]
+    del names, rpc_at, cnames
     pid, tid = cols["pid"].codes, cols["tid"].codes  # a lane: (pid code, tid code)
     n_ts = f.ts[naming]
     n_end = n_ts + f.dur[naming]

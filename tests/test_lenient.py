@@ -107,6 +107,50 @@ def test_collective_bytes_beyond_int64_drop_the_collective_only(tmp_path):
     store.close()
 
 
+def _comm_kernel(**args) -> dict:
+    """A micro trace (event #0 the ProfilerStep) whose event #1 is an all-reduce kernel with these args."""
+    doc = micro_trace([])
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                               "pid": 0, "tid": 7, "ts": 2, "dur": 1,
+                               "args": {"device": 0, "stream": 7, "Collective name": "allreduce", "Seq": 3,
+                                        "In msg nelems": 4, "dtype": "Float", **args}})
+    return doc
+
+
+@pytest.mark.parametrize(("key", "value", "reason", "shown"), [
+    ("Seq", 1e300, "'seq' beyond int64", "1e+300"),  # a float beyond int64 (int(1e300) has 301 digits)
+    # a JSON integer beyond int64 was stored as a NULL seq, silently
+    ("Seq", 12 * 10**28, "'seq' beyond int64", "120000000000000000000000000000"),
+    ("In msg nelems", 2**63, "'nelems_in' beyond int64", str(2**63)),
+    ("In msg nelems", -4, "negative 'nelems_in'", "-4"),  # was stored as -16 bytes
+    ("Group size", 2**31, "'group_size' beyond int32", str(2**31)),
+])
+def test_kineto_collective_number_that_cannot_be_stored_names_the_event(tmp_path, key, value, reason, shown):
+    # The kernel (event #1) is kept; its collective row is not, and the warning says which event held what.
+    path = tmp_path / "c" / "rank0.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_comm_kernel(**{key: value})))  # 1e300 is written as the JSON number 1e+300
+    for mode in ("raise", "skip"):
+        with Store(tmp_path / f"{mode}.duckdb") as store:
+            res = ingest(store, [path], jobs=1, on_bad_event=mode)
+            assert store.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"].to_list() == [1]
+            assert store.sql("SELECT count(*) AS n FROM collectives")["n"].to_list() == [0]
+            assert store.runs()["issues"].to_list() == [f"1 rejected: collective: {reason}"]
+            assert (f"rank0.json: 1 collective row(s) not stored (their events are): {reason}, e.g. {shown} "
+                    "(events #1)") in res.warnings
+
+
+@pytest.mark.parametrize("value", ["abc", 1.5, True, [3]])
+def test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning(tmp_path, value):
+    # A Seq of 1.5 was stored as 1, "abc" as NULL, both silently: now NULL, and the warning names event #1.
+    path = _write(tmp_path / "c", "rank0.json", _comm_kernel(Seq=value))
+    store, res = _ingest(tmp_path, path)
+    assert store.sql("SELECT seq, op, nelems_in, bytes_in FROM collectives").rows() == [(None, "all_reduce", 4, 16)]
+    assert (f"rank0.json: 1 value(s) ignored, read as absent: 'Seq' not an integer, e.g. {value!r} (events #1)"
+            in res.warnings)
+    store.close()
+
+
 @pytest.mark.parametrize(("key", "value", "column"), [
     ("time_created_ns", 2**70, "enter_ns"), ("collective_seq_id", 2**70, "seq"), ("input_sizes", [[2**70]], "nelems_in"),
 ])

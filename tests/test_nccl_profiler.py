@@ -162,3 +162,22 @@ def test_empty_dump_named_like_one_says_no_events(tmp_path, body):
         sources.claim(path).parse(path, "raise")
     assert str(e.value) == (f"{path.resolve()}: no events: the NCCL profiler plugin wrote an empty dump (the "
                             "process ran no NCCL operation while profiled, or exited before the plugin flushed)")
+
+
+@pytest.mark.parametrize(("count", "reason"), [
+    ("-524288", "negative 'Count' (-524288)"),  # was stored as -1048576 bytes
+    ("1e300", "'Count' beyond int64 (1e+300)"),
+    (str(2**62), f"'bytes_in' beyond int64 ({2**63})"),  # 2**62 bfloat16 elements: 2**63 bytes (was a traceback)
+    ('"many"', "'Count' not an integer ('many')"),  # was a NULL count, silently
+])
+def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
+    # The first AllReduce begin (event #1: #0 is its Group) gets the bad Count; the second is intact.
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    path.write_text(_plugin_dump(0).replace('"Count": ', f'"Count": {count}, "Was": ', 1))
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
+    pt = parse(path, on_bad_event="skip")
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+    assert pt.rejected == {reason.split(" (")[0]: 1}
+    assert sorted(pt.events.column("kind").to_pylist()) == ["collective"] + ["other"] * 4

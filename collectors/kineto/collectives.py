@@ -24,17 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from collectors.kineto._values import int_or_none as _int_or_none
 from collectors.kineto._values import meta_dict
 from collectors.kineto.columns import Frame
 from traceprof import spill
 from traceprof.classify import EXCLUDED_FLAGS, comm_family
+from traceprof.limits import INT64, checked_int, fits
 from traceprof.matching import P2P_OPS, canonical_ranks
 from traceprof.ops import dtype_bytes, kernel_op
 from traceprof.ops import normalize_op as _normalize_op
 from traceprof.schema import LAUNCH_KINDS
 
-__all__ = ["collectives"]
+__all__ = ["collectives", "BadValues"]
 
 _LAUNCH_KINDS = frozenset(LAUNCH_KINDS)
 
@@ -162,7 +162,96 @@ _RPC_KEYS = ("dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "
              "Seq", "Group size")
 
 
-def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, list[Any]]:
+class BadValues:
+    """Metadata values the rows refuse, with the event rows (of the :class:`Frame`) that held them.
+
+    A value of the wrong type (a ``Seq`` that is not an integer) is *ignored*: read as absent,
+    the collective is kept. A number that cannot be stored (beyond its column's type, a negative
+    element count, a byte count beyond int64) *drops* the collective row, counted in ``rejected``
+    as ``collective: <reason>`` like :func:`traceprof.limits.to_table` does; the kernel (or gloo
+    annotation) itself stays in ``events``. Either way the warning names the events.
+    """
+
+    def __init__(self) -> None:
+        self.dropped: dict[str, list[tuple[int, Any]]] = {}  # reason -> (frame row, value) per record
+        self.ignored: dict[str, list[tuple[int, Any]]] = {}
+
+    def drop(self, reason: str, row: int, value: Any) -> None:
+        self.dropped.setdefault(reason, []).append((row, value))
+
+    def ignore(self, reason: str, row: int, value: Any) -> None:
+        self.ignored.setdefault(reason, []).append((row, value))
+
+    def count(self, rejected: dict[str, int]) -> None:
+        """Add the dropped rows to ``rejected`` (``"collective: 'seq' beyond int64"``: n)."""
+        for reason, at in self.dropped.items():
+            key = f"collective: {reason}"
+            rejected[key] = rejected.get(key, 0) + len(at)
+
+    def warnings(self, name: str, src_index: list[int]) -> list[str]:
+        """One warning per reason, naming the file, an example value and the events (``#12, #40, ...``)."""
+        def events(at: list[tuple[int, Any]]) -> str:
+            rows = sorted({r for r, _ in at})
+            return ", ".join(f"#{src_index[r]}" for r in rows[:3]) + (", ..." if len(rows) > 3 else "")
+
+        out = [f"{name}: {len(at)} collective row(s) not stored (their events are): {reason}, e.g. "
+               f"{_shown(at[0][1])} (events {events(at)})" for reason, at in self.dropped.items()]
+        out += [f"{name}: {len(at)} value(s) ignored, read as absent: {reason}, e.g. {_shown(at[0][1])} "
+                f"(events {events(at)})" for reason, at in self.ignored.items()]
+        return out
+
+
+def _shown(value: Any) -> str:
+    """A trace value for a message: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+#: Integer metadata: (args key, column, bits of the column, a count: negative refused).
+_INT_KEYS = (("Seq", "seq", 64, False), ("In msg nelems", "nelems_in", 64, True),
+             ("Out msg nelems", "nelems_out", 64, True), ("Group size", "group_size", 32, True))
+
+
+def _metadata_ints(m: dict[str, Any], holder: Any, bad: BadValues,
+                   keys: tuple[tuple[str, str, int, bool], ...] = _INT_KEYS) -> dict[str, int | None] | None:
+    """The integer columns (of ``keys``) of a row from its metadata ``m``, or None when the row
+    must be dropped (:class:`BadValues`); ``holder(key)`` is the event row the value of ``key``
+    came from."""
+    out: dict[str, int | None] = {}
+    for key, column, bits, count in keys:
+        v = m.get(key)
+        n, problem = checked_int(v, bits)
+        if problem == "not an integer":
+            bad.ignore(f"{key!r} not an integer", holder(key), v)
+        elif problem is not None:
+            bad.drop(f"{column!r} {problem}", holder(key), v)
+            return None
+        elif count and n is not None and n < 0:
+            bad.drop(f"negative {column!r}", holder(key), v)
+            return None
+        out[column] = n
+    return out
+
+
+#: What a gloo annotation's args give (its elements come from ``Input Dims``).
+_GLOO_INT_KEYS = tuple(k for k in _INT_KEYS if k[0] in ("Seq", "Group size"))
+
+
+def _sizes(n_in: int | None, n_out: int | None, size: int | None, holder: Any,
+           bad: BadValues) -> tuple[int | None, int | None] | None:
+    """(bytes_in, bytes_out) of element counts of ``size`` bytes, or None when one is beyond int64
+    (the row is dropped: :class:`BadValues`)."""
+    out = []
+    for n, column, key in ((n_in, "bytes_in", "In msg nelems"), (n_out, "bytes_out", "Out msg nelems")):
+        b = n * size if n is not None and size else None
+        if b is not None and not fits(b, INT64):
+            bad.drop(f"{column!r} beyond int64", holder(key), b)
+            return None
+        out.append(b)
+    return out[0], out[1]
+
+
+def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict[str, list[Any]], BadValues]:
     """Collective rows (module doc), in start order, with per-(pg, op) ordinals.
 
     Args:
@@ -172,8 +261,10 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
         gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
 
     Returns:
-        The ``collectives`` columns a collector fills (name -> one value per row; times ns).
+        (the ``collectives`` columns a collector fills: name -> one value per row, times ns; the
+        metadata values refused, for the parser's warnings and ``rejected`` counts).
     """
+    bad = BadValues()
     if gpu_present:
         cand = np.flatnonzero(f.kind_in({"kernel"}) & cols["class"].isin({"comm"})
                               & ~cols["flag"].isin(EXCLUDED_FLAGS))
@@ -186,11 +277,12 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
     ranks_text: dict[str, str | None] = {}
     rows: list[tuple[Any, ...]] = []
     per_row = zip(
-        f.args_of(cand), cols["name"].take(cand).tolist(), cols["correlation"].take(cand).tolist(),
+        cand.tolist(), f.args_of(cand), cols["name"].take(cand).tolist(), cols["correlation"].take(cand).tolist(),
         cols["tid"].take(cand).tolist(), f.ts[cand].tolist(), (f.ts[cand] + f.dur[cand]).tolist(),
         cols["stream"].take(cand).tolist(), cols["step"].take(cand).tolist(), strict=True)
-    for a, name, corr, lane_tid, start_ns, end_ns, stream, step in per_row:
+    for row, a, name, corr, lane_tid, start_ns, end_ns, stream, step in per_row:
         m = a  # the metadata: the kernel's args, a key missing or null there taken from its record_param_comms
+        holder = functools.partial(_holder, a, row, -1)  # the event row a key's value came from
         if gpu_present:
             source = "nccl_kernel"
             enter, launch_op, rpc_row = launchers.get(corr, (None, None, -1))
@@ -198,34 +290,44 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
                 rpc = _rpc_args(f, rpc_row)
                 if rpc:
                     m = rpc | {k: v for k, v in a.items() if v is not None}
+                    holder = functools.partial(_holder, a, row, rpc_row)
             op = (normalize_op(str(a["Collective name"])) if a.get("Collective name") else
                   launch_op or kernel_op(name))
             if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
             dtype = m.get("dtype")
             dtype = None if dtype is None else str(dtype)  # as pg: a trace's odd value kept as text
-            n_in = _int_or_none(m.get("In msg nelems"))
-            n_out = _int_or_none(m.get("Out msg nelems"))
+            ints = _metadata_ints(m, holder, bad)
+            if ints is None:
+                continue
+            seq, n_in, n_out, group_size = ints["seq"], ints["nelems_in"], ints["nelems_out"], ints["group_size"]
             tid = None
         else:
             source = "gloo"
             op = normalize_op(name)
             types = a.get("Input type")
             dtype = str(types[0]) if isinstance(types, list) and types and types[0] is not None else None
+            ints = _metadata_ints(m, holder, bad, _GLOO_INT_KEYS)
             n_in = _nelems(a.get("Input Dims"))
-            n_out = None
+            problem = (None if n_in is None else "'nelems_in' beyond int64" if not fits(n_in, INT64)
+                       else "negative 'nelems_in'" if n_in < 0 else None)
+            if problem is not None:
+                bad.drop(problem, row, a.get("Input Dims"))
+            if ints is None or problem is not None:
+                continue
+            seq, group_size, n_out = ints["seq"], ints["group_size"], None
             enter = None
             tid = lane_tid
-        size = dtype_bytes(dtype)
+        sizes = _sizes(n_in, n_out, dtype_bytes(dtype), holder, bad)
+        if sizes is None:
+            continue
         pg = m.get("Process Group Name")
         cid = m.get("Comms Id")
         rows.append((
             source, None if pg is None else str(pg),
-            _canonical_ranks(m.get("Process Group Ranks"), ranks_text), _int_or_none(m.get("Seq")),
+            _canonical_ranks(m.get("Process Group Ranks"), ranks_text), seq,
             op in P2P_OPS, None if cid is None or isinstance(cid, (dict, list)) else str(cid), op, dtype, n_in,
-            n_out, n_in * size if n_in is not None and size else None,
-            n_out * size if n_out is not None and size else None, _int_or_none(m.get("Group size")),
-            enter, start_ns, end_ns, stream, tid, step,
+            n_out, sizes[0], sizes[1], group_size, enter, start_ns, end_ns, stream, tid, step,
         ))
     start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")
     rows.sort(key=lambda r: r[start])
@@ -238,7 +340,13 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> dict[str, 
     out = {name: list(col) for name, col in zip(_FIELDS, zip(*rows, strict=True), strict=True)} if rows else {
         name: [] for name in _FIELDS}
     out["ordinal"] = ordinals
-    return out
+    return out, bad
+
+
+def _holder(a: dict[str, Any], row: int, rpc_row: int, key: str) -> int:
+    """The event row whose args gave ``key``: the kernel's (``row``) where it has the key, else its
+    record_param_comms (``rpc_row``, -1: none)."""
+    return row if a.get(key) is not None or rpc_row < 0 else rpc_row
 
 
 #: The ``collectives`` columns a Kineto trace fills (besides ``ordinal``), in the order of the row tuples.

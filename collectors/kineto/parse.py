@@ -405,7 +405,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     if cut:
         warnings.append(cut)
     gpu_present = bool(cols["kind"].isin(_GPU_KINDS).any())
-    coll = _collectives(cols, frame, gpu_present)
+    coll, bad_values = _collectives(cols, frame, gpu_present)
+    bad_values.count(rejected)
+    warnings += bad_values.warnings(p.name, src_index)
     spill.release()
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)

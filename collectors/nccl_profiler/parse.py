@@ -43,6 +43,7 @@ import pyarrow as pa
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
 from traceprof.fileio import blank_bom
+from traceprof.limits import checked_int, record_fits
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
 from traceprof.timeconv import us_text_to_ns
@@ -154,6 +155,18 @@ def _dtype(v: Any) -> str | None:
     return s[4:].lower() if s.startswith("nccl") else s
 
 
+def _bad_number(a: dict[str, Any]) -> str | None:
+    """Why a COLL / P2P record's ``Count`` or ``SeqNum`` cannot be stored (``"negative 'Count' (-4)"``,
+    ``"'SeqNum' not an integer ('x')"``), or None."""
+    for key in ("Count", "SeqNum"):
+        n, problem = checked_int(a.get(key))
+        if problem is not None:
+            return f"{key!r} {problem} ({a.get(key)!r})"
+        if key == "Count" and n is not None and n < 0:
+            return f"negative 'Count' ({n})"
+    return None
+
+
 def _int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
@@ -170,7 +183,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
 
     Args:
         path: The plugin's JSON file.
-        on_bad_event: ``"raise"`` stops at an event without a numeric ``ts``; ``"skip"`` counts it.
+        on_bad_event: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
+            whose ``Count`` or ``SeqNum`` cannot be stored (:func:`_rows`); ``"skip"`` counts it.
 
     Returns:
         A :class:`ParsedTrace` (source ``nccl_profiler``) with events and collectives; times are the
@@ -223,10 +237,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     flagged = Counter({"unmatched_begin": sum(len(v) for v in open_.values())}) if any(open_.values()) else Counter()
     spans += [(j, s, None) for stack in open_.values() for j, s in stack]
     spans.sort(key=lambda x: (x[1], x[0]))
-    events, colls = _rows(evs, spans)
+    events, colls = _rows(p, evs, spans, on_bad_event, rejected)
     if not any(ev.ph or ev.name or ev.cat for ev in evs):
         raise TraceFormatError(p, "", "no events: the NCCL profiler plugin wrote an empty dump (the process ran "
                                "no NCCL operation while profiled, or exited before the plugin flushed)")
+    if not colls and rejected:
+        raise TraceFormatError(p, "", f"no valid COLL or P2P event: all skipped ({dict(rejected)})")
     if not colls:
         raise TraceFormatError(p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives")
     rank, warnings = _rank(p, evs)
@@ -238,23 +254,37 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         format="nccl-profiler-example", rank=rank, world_size=None,
         trace={"pid": events[0]["pid"] if events else None,
                "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode()},
-        events=pa.Table.from_pylist(events, schema=pa.schema([row_schema("events").field(c) for c in _EVENT_COLS])),
-        collectives=pa.Table.from_pylist(colls, schema=row_schema("collectives")),
+        events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),
+        collectives=pa.Table.from_pylist(colls, schema=_COLL_SCHEMA),
         events_read=len(evs), rejected=dict(rejected), skipped=dict(skipped), flagged=dict(flagged),
         warnings=warnings,
     )
 
 
 _EVENT_COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id", "args", "flag")
+_EVENT_SCHEMA = pa.schema([row_schema("events").field(c) for c in _EVENT_COLS])
+_COLL_SCHEMA = row_schema("collectives")
 
 
-def _rows(evs: list[_Event], spans: list[tuple[int, int, int | None]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _rows(p: Path, evs: list[_Event], spans: list[tuple[int, int, int | None]], on_bad_event: str,
+          rejected: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Event and collective rows of the paired spans (module doc, step 3). A COLL / P2P record
+    whose ``Count`` or ``SeqNum`` is not an integer, is beyond int64 (its bytes too) or whose
+    ``Count`` is negative is refused: an error naming the event, or with ``on_bad_event="skip"``
+    left out (its event too) and counted in ``rejected``."""
     events: list[dict[str, Any]] = []
     colls: list[dict[str, Any]] = []
     for j, start, end in spans:
         ev = evs[j]
         a = ev.args or {}
         coll = ev.cat in ("COLL", "P2P")
+        where = f"event #{j} ({ev.cat} {ev.name!r})"
+        problem = _bad_number(a) if coll else None
+        if problem is not None:
+            if on_bad_event == "raise":
+                raise TraceFormatError(p, where, f"{problem}; pass --skip-bad-events to skip such events")
+            rejected[problem[: problem.index(" (")]] += 1
+            continue
         events.append({
             "kind": "collective" if coll else "other", "cat": f"nccl:{ev.cat}", "name": ev.name, "ts_ns": start,
             "dur_ns": 0 if end is None else max(end - start, 0), "pid": str(ev.pid), "tid": str(ev.tid),
@@ -262,6 +292,8 @@ def _rows(evs: list[_Event], spans: list[tuple[int, int, int | None]]) -> tuple[
             "args": msgspec.json.encode(a).decode(), "flag": "unmatched_begin" if end is None else None,
         })
         if not coll:
+            if not record_fits(p, where, on_bad_event, rejected, (events[-1], _EVENT_SCHEMA)):
+                events.pop()
             continue
         p2p = ev.cat == "P2P"
         dtype = _dtype(a.get("Datatype"))
@@ -274,6 +306,8 @@ def _rows(evs: list[_Event], spans: list[tuple[int, int, int | None]]) -> tuple[
             "dtype": dtype, "nelems_in": n, "bytes_in": n * size if n is not None and size else None,
             "enter_ns": start, "start_ns": start, "end_ns": end, "tid": str(ev.tid),
         })
+        if not record_fits(p, where, on_bad_event, rejected, (colls[-1], _COLL_SCHEMA), (events[-1], _EVENT_SCHEMA)):
+            colls.pop(), events.pop()
     seen: Counter[tuple[Any, str]] = Counter()
     for r in colls:
         r["ordinal"] = seen[(r["pg"], r["op"])]

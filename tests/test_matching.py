@@ -278,6 +278,37 @@ def test_of_two_launching_ops_that_start_together_the_inner_one_names_the_collec
     assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("all_reduce", "inner", 2)
 
 
+@pytest.mark.parametrize("siblings", [0, 63, 64, 70, 200])
+def test_short_siblings_that_ended_before_the_launch_do_not_hide_the_enclosing_op(store, tmp_path, siblings):
+    # record_param_comms [10, 110] us (all_gather, pg "3", Seq 5) holds `siblings` nccl:all_reduce
+    # user annotations of 0.1 us each, from 12 us on, 0.2 us apart (all ended by 52 us), then the
+    # launch at 60 us. Only ops around the launch count towards the bound of 64 looked at: with 64 or
+    # more ended siblings the record_param_comms was out of reach and the kernel's own name
+    # (SendRecv) named it, with no process group.
+    ev = _launched([("cpu_op", "record_param_comms", {"Collective name": "_allgather_base", "Process Group Name": "3",
+                                                      "Seq": 5})])
+    ev += [{"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1, "tid": 1,
+            "ts": 12 + 0.2 * i, "dur": 0.1} for i in range(siblings)]
+    _write(tmp_path / "run" / "r0.json", ev, 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, pg, seq, enter_ns - $1 FROM collectives", [BASE]).row(0)
+    assert row == ("all_gather", "3", 5, 60_000)
+
+
+def test_enclosing_ops_beyond_the_bound_are_not_looked_at(store, tmp_path):
+    # The bound still holds for ops that do enclose the launch: a record_param_comms [10, 110] us,
+    # then 64 nested nccl:all_reduce annotations around the launch at 60 us (each from 11 + 0.1 k
+    # to 109 - 0.1 k us). The 64 innermost are looked at: the annotation names the op (all_reduce),
+    # and the record_param_comms, 65th from the inside, brings no process group.
+    ev = _launched([("cpu_op", "record_param_comms", {"Collective name": "_allgather_base", "Process Group Name": "3",
+                                                      "Seq": 5})])
+    ev += [{"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1, "tid": 1,
+            "ts": round(11 + 0.1 * k, 1), "dur": round(98 - 0.2 * k, 1)} for k in range(64)]
+    _write(tmp_path / "run" / "r0.json", ev, 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("all_reduce", None, None)
+
+
 def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:
     """Two steps, ProfilerStep#first_step and #first_step + 1, over [0, 1000] and [1000, 2000] us; in
     step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 + late_us to

@@ -72,11 +72,17 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     1. The naming ops (``record_param_comms``, ``nccl:*``, ``c10d::*``) get their precedence and op
        once each: a ``record_param_comms`` names one only with a ``Collective name``, read from its
        args a batch at a time (:func:`_collective_names`; the args are not kept).
-    2. Per lane (pid, tid) the naming ops are sorted by (start, -end, row) and every launch of a
-       ``wanted`` id on the lane finds, by one vectorized binary search, the last op starting at or
-       before it; from there the ops before it are walked back (innermost first, at most
-       :data:`_MAX_NESTING`), skipping those that ended before the launch, until one of the best
-       precedence (``record_param_comms``) is met.
+    2. Per lane (pid, tid) the naming ops are sorted by (start, -end, row) and the launches of
+       ``wanted`` ids on the lane by time; one sweep over both keeps the stack of ops open at the
+       launch (pushed as they start, each in start order, so of ops that start together the shortest,
+       innermost, is on top). At a launch the stack is walked from the top, innermost first: ops
+       that ended before the launch are dropped from it for good (later launches are later), and of
+       the ops that enclose the launch at most :data:`_MAX_NESTING` are looked at, until one of the
+       best precedence (``record_param_comms``) is met. Only enclosing ops count towards that
+       bound: short siblings that ended before the launch (70 ``nccl:all_reduce`` user
+       annotations between a ``record_param_comms`` and its launch) never hide the op around it.
+       Each op is pushed and dropped once, so a lane costs O(ops + launches x the bound) after
+       the sorts.
     """
     naming_name = np.array([n == _RPC or n.startswith(("nccl:", "c10d::")) for n in f.names], bool)
     naming = np.flatnonzero(f.kind_in(_NAMING_KINDS) & naming_name[f.name_code] if f.n else np.zeros(0, bool))
@@ -85,27 +91,44 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     cnames: list[Any] = [None] * len(names)
     for k, cname in zip(rpc_at, _collective_names(f, naming[rpc_at]), strict=True):
         cnames[k] = cname
-    rank = [_naming_rank(n, c) for n, c in zip(names, cnames, strict=True)]
-    op_of = [None if r is None else normalize_op(str(c) if r == 0 else n)
-             for n, c, r in zip(names, cnames, rank, strict=True)]
-    del names, rpc_at, cnames
+    rank_all = [_naming_rank(n, c) for n, c in zip(names, cnames, strict=True)]
+    names_op = [k for k, r in enumerate(rank_all) if r is not None]  # a c10d wait, a bare record_param_comms: no
+    rank: list[int] = [rank_all[k] for k in names_op]  # type: ignore[misc]
+    op_of = [normalize_op(str(cnames[k]) if rank_all[k] == 0 else names[k]) for k in names_op]
+    naming = naming[np.array(names_op, np.int64)]
+    del names, rpc_at, cnames, rank_all, names_op
     pid, tid = cols["pid"].codes, cols["tid"].codes  # a lane: (pid code, tid code)
     n_ts = f.ts[naming]
     n_end = n_ts + f.dur[naming]
     launches = np.flatnonzero(f.kind_in(_LAUNCH_KINDS) & f.corr_ok & np.isin(f.corr, wanted))
     found_at: list[tuple[int, str | None, int]] = [(0, None, -1)] * len(launches)
     for lane_ops, lane_launches in _by_lane(pid, tid, naming, launches):
-        # by start, then end descending: walking back from a launch meets, of ops that start together,
-        # the shortest (innermost) first
         lane_ops = lane_ops[np.lexsort((naming[lane_ops], -n_end[lane_ops], n_ts[lane_ops]))]
-        ends, ops = n_end[lane_ops].tolist(), lane_ops.tolist()
+        starts, ends, ops = n_ts[lane_ops].tolist(), n_end[lane_ops].tolist(), lane_ops.tolist()
         t_launch = f.ts[launches[lane_launches]]
-        found = np.searchsorted(n_ts[lane_ops], t_launch, "right").tolist()
+        by_time = np.argsort(t_launch, kind="stable")
+        lane_launches, t_launch = lane_launches[by_time], t_launch[by_time]
+        found = np.searchsorted(n_ts[lane_ops], t_launch, "right").tolist()  # ops starting at or before each
+        stack: list[int] = []  # positions in ops: the ops that may enclose this launch or a later one
+        pushed = 0
         for k, t, j in zip(lane_launches.tolist(), t_launch.tolist(), found, strict=True):
+            for m in range(pushed, j):
+                while stack and ends[stack[-1]] < starts[m]:  # ended before this op, so before the launch
+                    stack.pop()
+                stack.append(m)
+            pushed = max(pushed, j)
             best, op, rpc = 99, None, -1
-            for m in range(j - 1, max(j - 1 - _MAX_NESTING, -1), -1):
+            at, looked = len(stack) - 1, 0
+            while at >= 0 and looked < _MAX_NESTING:
+                m = stack[at]
+                if ends[m] < t:  # ended before this launch (so before every later one)
+                    del stack[at]  # costs the entries above it: at most the bound, each looked at
+                    at -= 1
+                    continue
+                looked += 1
+                at -= 1
                 r = rank[ops[m]]
-                if r is None or r >= best or ends[m] < t:
+                if r >= best:
                     continue
                 best, op = r, op_of[ops[m]]  # innermost first, so ties keep the innermost
                 if r == 0:

@@ -46,4 +46,4 @@ bench: install-test
 	$(BIN)/python benchmarks/bench.py
 
 clean:
-	rm -rf $(VENV) *.duckdb report.html .pytest_cache
+	rm -rf $(VENV) *.duckdb *.duckdb.results report.html .pytest_cache

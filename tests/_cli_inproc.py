@@ -29,6 +29,9 @@ def run(*args: str) -> tuple[int, str, str]:
         code = e.code if isinstance(e.code, int) else 1
     finally:
         sys.argv = argv
+        # the pandas guard `ingest` installs lasts for its process; here the process goes on (a
+        # later in-process `report` draws with bokeh, which imports pandas)
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_NoPandas"]
     return code, out.getvalue(), err.getvalue()
 
 

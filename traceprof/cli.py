@@ -90,6 +90,9 @@ ExecutorOpt = Annotated[str, typer.Option(
 SchedulerOpt = Annotated[str | None, typer.Option(
     "--scheduler", metavar="ADDR", help="Dask scheduler address for --executor dask, e.g. tcp://HOST:8786.")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", help="Compute every analysis again rather than reuse the results an earlier command kept "
+                       "beside the store (STORE.results/, dropped whenever the store changes).")]
 UnitsOpt = Annotated[str, typer.Option(
     "--units", help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.")]
 RawOpt = Annotated[bool, typer.Option(
@@ -407,11 +410,13 @@ def analyze(
     units: UnitsOpt = "human",
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
+    no_cache: NoCacheOpt = False,
     show_help: Annotated[bool, typer.Option(
         "--help", "-h", is_eager=True, help="Show this message; with NAME: the analysis' parameters and tables.")] = False,
 ) -> None:
     """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
     from traceprof.display import describe
+    from traceprof.resultcache import caching
 
     if name == "list":
         rows = [{"name": n, "summary": registry.get(n).doc.splitlines()[0]} for n in registry.names()]
@@ -437,7 +442,7 @@ def analyze(
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
     with (Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store),
-          registry.reuse_results(many=False)):  # helpers several stages read (activity, items) run once
+          registry.reuse_results(many=False), caching(not no_cache)):  # helpers several stages read (activity, items) run once
         result = an.run(store, registry.make_params(an, run, options))
         run_name = _run_name(store, run)
         if save and not apart:
@@ -495,11 +500,13 @@ def summary(
     fmt: FormatOpt = Format.table,
     force: Annotated[bool, typer.Option(
         "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by what they cost, and one verdict per topic (what the report opens with)."""
     from traceprof.findings import summarize
+    from traceprof.resultcache import caching
 
-    with Store(db, read_only=True) as store:
+    with Store(db, read_only=True) as store, caching(not no_cache):
         f = summarize(store, run, _analysis_params(param), baseline, force)
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -539,14 +546,16 @@ def report(
         "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
     from traceprof.rankwise import executing
     from traceprof.report import write_report
+    from traceprof.resultcache import caching
 
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
-    with Store(db, read_only=True) as store, executing(executor, scheduler, store):
+    with Store(db, read_only=True) as store, executing(executor, scheduler, store), caching(not no_cache):
         write_report(store, run, output, baseline=baseline, params=params, force=force)
     say(f"report written to {output}")
 
@@ -564,6 +573,7 @@ def diff(
         "--table", help="Print only this table: metrics, items (all) or top (15 largest changes).")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Compare runs that are not comparable (GPU vs CPU, other world size) by per-rank medians.")] = False,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Compare two runs per step; exit 3 when a metric regressed beyond its threshold (CI gate).
 
@@ -572,11 +582,12 @@ def diff(
     for the items). Notes and, except in table format, the summary go to stderr.
     """
     from traceprof.diff import diff_runs
+    from traceprof.resultcache import caching
 
     limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
     if table is not None and table not in ("metrics", "frame", "items", "top"):
         raise UsageError(f"diff has tables metrics, items, top; not {table!r}")
-    with Store(db, read_only=True) as store:
+    with Store(db, read_only=True) as store, caching(not no_cache):
         res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     if fmt is Format.json and table is None:
         sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")

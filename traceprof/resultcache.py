@@ -1,0 +1,198 @@
+"""Analysis results kept beside the store, so that a later command does not compute them again.
+
+A CI job typically runs ``traceprof analyze stragglers`` (to gate on it), a few more analyses,
+then ``traceprof report``, which runs every analysis again: on 8 ranks x 1 M events that is about
+30 s of repeated work. Inside :func:`caching` (the CLI's ``analyze``, ``report``, ``summary`` and
+``diff``), a registered analysis first looks for its result in the store's results folder
+(``STORE.results/``) and, when it computes one, writes it there.
+
+An entry is keyed by:
+  1. the store's *state*: the store file, its write-ahead log and every file of its Parquet
+     dataset, each by inode, size, modification and change time (ns). Any write to the store
+     (an ingest, ``runs rm``, ``--save``) changes it, so a result never outlives the data it was
+     computed from. Entries of any other state (or code) are deleted when a new one is written.
+  2. the *code*: a hash of every ``.py`` and ``.sql`` file of ``traceprof`` and ``analyses`` and the
+     versions of Python, DuckDB, polars, pyarrow and numpy, so a new release (or an edit) never
+     reads an old result.
+  3. the analysis name and its parameters (``run`` as given: the latest run is part of the state).
+
+Only stores opened read-only are cached: their shared lock keeps writers out while the command
+runs. An entry holds each frame of the result as Arrow IPC and its notes as JSON; it is read back
+into the analysis' own ``Result`` class (a ``FrameResult`` of ``analyses``, nothing else), and an
+entry that cannot be read is ignored and computed again. A folder that cannot be written (a
+read-only share) just means no caching. ``--no-cache`` (or ``TRACEPROF_NO_CACHE=1``) turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceprof.errors import TraceprofError
+from traceprof.layout import dataset_dir
+
+__all__ = ["caching", "results_dir", "lookup", "keep", "state_key"]
+
+#: Whether registered analyses read and write cached results (:func:`caching`).
+_ON: ContextVar[bool] = ContextVar("traceprof_result_cache", default=False)
+#: Bumped when the entry format changes.
+_FORMAT = 1
+
+
+def results_dir(db: str | Path) -> Path:
+    """The results folder of the store ``db``: ``DB.results`` beside it."""
+    p = Path(db)
+    return p.with_name(p.name + ".results")
+
+
+@contextmanager
+def caching(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, registered analyses on read-only stores use the results folder
+    (module doc). ``enabled`` False (``--no-cache``), or ``TRACEPROF_NO_CACHE=1``: they do not."""
+    on = enabled and os.environ.get("TRACEPROF_NO_CACHE", "") in ("", "0")
+    token = _ON.set(on)
+    try:
+        yield
+    finally:
+        _ON.reset(token)
+
+
+def _stat(p: Path) -> list[int]:
+    s = p.stat()
+    return [s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]
+
+
+def state_key(db: Path) -> str:
+    """Hex digest of the store's files' (inode, size, mtime ns, ctime ns) (module doc, 1).
+
+    Raises:
+        OSError: The store file cannot be read (the caller then does not cache).
+    """
+    parts: list[Any] = [str(db.resolve()), _stat(db)]
+    wal = db.with_name(db.name + ".wal")
+    if wal.exists():
+        parts.append(_stat(wal))
+    ds = dataset_dir(db)
+    if ds.is_dir():
+        parts.extend([str(f.relative_to(ds)), _stat(f)] for f in sorted(ds.rglob("*")) if f.is_file())
+    return hashlib.sha256(orjson.dumps(parts)).hexdigest()[:24]
+
+
+@cache
+def _code_key() -> str:
+    """Hex digest of the analysis code and the libraries it computes with (module doc, 2)."""
+    import duckdb
+    import numpy
+    import pyarrow
+
+    import analyses
+    import traceprof
+
+    h = hashlib.sha256(orjson.dumps([_FORMAT, sys.version, duckdb.__version__, pl.__version__,
+                                     pyarrow.__version__, numpy.__version__]))
+    for pkg in (traceprof, analyses):
+        root = Path(pkg.__file__ or "").parent
+        for f in sorted(root.rglob("*")):
+            if f.suffix in (".py", ".sql") and f.is_file():
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:24]
+
+
+def _entry(store: Any, name: str, params: Any) -> Path | None:
+    """The entry folder of ``name`` with ``params`` on ``store``; None when not caching."""
+    if not _ON.get() or not getattr(store, "read_only", False) or store.path.name == ":memory:":
+        return None
+    try:
+        state = store.__dict__.get("_result_state") or state_key(store.path)
+    except OSError:
+        return None
+    store.__dict__["_result_state"] = state  # one stat walk per store and command
+    try:
+        fields = dataclasses.asdict(params)
+        # the run by id: ``run`` None (the latest), a name and an id are one entry
+        fields["run"] = store.resolve_run(fields.get("run"))
+    except (TypeError, TraceprofError):
+        return None
+    key = hashlib.sha256(orjson.dumps([name, fields], option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:24]
+    # one folder per store state and code: writing into a new one deletes the others
+    return results_dir(store.path) / hashlib.sha256(f"{state}/{_code_key()}".encode()).hexdigest()[:24] / f"{name}-{key}"
+
+
+def lookup(store: Any, name: str, params: Any) -> Any | None:
+    """The cached result of analysis ``name`` with ``params`` on ``store``, or None (not
+    caching, no entry, or an entry that cannot be read)."""
+    entry = _entry(store, name, params)
+    if entry is None or not (entry / "meta.json").is_file():
+        return None
+    try:
+        meta = orjson.loads((entry / "meta.json").read_bytes())
+        cls = _result_class(meta["class"])
+        frames = {f: pl.read_ipc(io.BytesIO((entry / f"{f}.arrow").read_bytes())) for f in meta["frames"]}
+        notes = tuple(str(n) for n in meta["notes"])
+        return cls(notes=notes, **frames)
+    except Exception:  # noqa: BLE001 - a damaged or foreign entry: compute instead
+        return None
+
+
+def _result_class(qualname: str) -> type:
+    """The Result class ``module:Name``, only from ``analyses`` and only a FrameResult."""
+    from traceprof.analysis import FrameResult
+
+    module, _, attr = str(qualname).partition(":")
+    if not module.startswith("analyses.") or not attr.isidentifier():
+        raise ValueError(qualname)
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, FrameResult) and dataclasses.is_dataclass(cls)):
+        raise ValueError(qualname)
+    return cls
+
+
+def keep(store: Any, name: str, params: Any, result: Any) -> None:
+    """Write ``result`` as the entry of ``name`` with ``params`` (when caching; module doc).
+    Results with fields other than frames and notes are not kept; nothing is raised."""
+    entry = _entry(store, name, params)
+    if entry is None or entry.exists():
+        return
+    cls = type(result)
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    frames = {k: v for k, v in fields.items() if isinstance(v, pl.DataFrame)}
+    if set(fields) - set(frames) != {"notes"} or not cls.__module__.startswith("analyses."):
+        return
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    except OSError:
+        return
+    try:
+        for k, df in frames.items():
+            buf = io.BytesIO()
+            df.write_ipc(buf)
+            (tmp / f"{k}.arrow").write_bytes(buf.getvalue())
+        (tmp / "meta.json").write_bytes(orjson.dumps({
+            "class": f"{cls.__module__}:{cls.__qualname__}", "frames": list(frames),
+            "notes": list(result.notes)}))
+        os.rename(tmp, entry)  # atomic: a reader sees the whole entry or none
+    except Exception:  # noqa: BLE001 - unwritable (full disk, an Object column, a race): no entry
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    # entries of other store states or code can never be read again
+    for old in entry.parent.parent.iterdir():
+        if old != entry.parent and old.is_dir():
+            with contextlib.suppress(OSError):
+                shutil.rmtree(old)

@@ -254,6 +254,35 @@ def test_one_file_several_processes_is_an_error(tmp_path: Path) -> None:
         ingest(Store(tmp_path / "v.duckdb"), [_write(tmp_path, evs, "rank2.json")])
 
 
+def test_one_correlation_id_on_two_launches_warns_and_pairs_with_the_earliest(tmp_path: Path) -> None:
+    # Steps #1 [10, 110] and #2 [110, 210] us; correlation 7 is launched twice in one process: on thread
+    # 1 at 50 us (event #2, step 1) and on thread 2 at 150 us (event #3, step 2; last in the file). The
+    # all-reduce kernel with id 7 runs at 160 us. It was paired silently with the last launch in the file
+    # (step 2, enter 150 us) while the kernels view took the earliest (launch 50 us); now both take the
+    # earliest call: step 1, enter = launch = 50 us, and a warning names the id and the count.
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "dur": 2.0,
+              "args": {"correlation": 7}}
+    evs = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 10.0, "dur": 100.0},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 110.0, "dur": 100.0},
+        {**launch, "tid": 1, "ts": 50.0},
+        {**launch, "tid": 2, "ts": 150.0},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+         "ts": 160.0, "dur": 20.0, "args": {"correlation": 7, "device": 0, "stream": 7,
+                                            "Collective name": "allreduce", "Process Group Name": "0", "Seq": 1}},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    assert ("rank0.json: 1 correlation id(s) of GPU records belong to several CUDA runtime/driver calls (e.g. "
+            "correlation 7: 2 calls, events #2, #3, on thread(s) '1', '2'): each such GPU record is paired with "
+            "the earliest of them (its step, class, collective and launch latency follow from that call)"
+            in res.warnings)
+    b = 1767225600000000000
+    assert s.sql("SELECT step, launch_ts_ns - $1 AS l FROM kernels", [b]).rows() == [(1, 50 * US)]
+    assert s.sql("SELECT step, enter_ns - $1 AS e FROM collectives", [b]).rows() == [(1, 50 * US)]
+    s.close()
+
+
 def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:
     k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
     evs = [

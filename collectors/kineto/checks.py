@@ -24,6 +24,8 @@ Algorithm:
      the same way.
   4. One process per file: several ProfilerStep#N with the same N, ProfilerSteps on several pids,
      or one correlation id launched from several pids mean the file merges several ranks: an error.
+     One id launched by several calls of the process (two threads, or two records) is a warning
+     naming the id and the count: a GPU record with it is paired with the earliest call.
   5. ProfilerStep ranges that cut through a running op (a CPU op that starts in a step and ends
      after it) are counted in a warning; the op belongs to the step it starts in.
 Flags 1-2 (and unmatched ``B`` records, see the parser) exclude a record from windows, idle, latency and collectives (``traceprof.classify``).
@@ -39,11 +41,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.kineto._values import Ints, Strs
-from collectors.kineto.columns import RowInts, codes, kind_mask, lookup
+from collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
 from traceprof.errors import TraceFormatError
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["flag_records", "check_one_process", "step_cut_warning",
+__all__ = ["flag_records", "check_one_process", "shared_correlation_warning", "step_cut_warning",
            "LAUNCH_TOLERANCE_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS", "ZERO_TS_MIN_GAP_NS"]
 
 #: A GPU row may start this much before its launch call (CPU/GPU clock conversion jitter): 5 us.
@@ -316,6 +318,39 @@ def check_one_process(path: Path, cols: dict[str, Any], step_numbers: RowInts) -
                 path, f"correlation {c}",
                 f"launched from two processes (pids {other} and {pid}): the file holds several ranks; "
                 "give each rank its own trace file")
+
+
+def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list[int]) -> str | None:
+    """A warning when GPU records carry a correlation id that several runtime calls of the one
+    process share (module doc, step 4: two pids are an error), naming the count and an example.
+
+    A sound trace gives each launch its own id; a shared one (a damaged or hand-merged trace) leaves
+    the launch of such a GPU record ambiguous. It is paired with the earliest of the calls
+    (``collectors.kineto.columns.PAIRING``: the rule the store's ``kernels`` view uses too).
+
+    Args:
+        path: The trace file.
+        cols: Parser columns (kind, tid; correlation ``Ints``; ts_ns ns).
+        src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
+    """
+    corr: Ints = cols["correlation"]
+    kind_in = kind_mask(cols["kind"])
+    rows = np.flatnonzero(kind_in(_LAUNCH) & corr.ok)
+    ids, counts = np.unique(corr.values[rows], return_counts=True)
+    shared = ids[counts > 1]
+    if not len(shared):
+        return None
+    used = np.unique(corr.values[kind_in(GPU_KINDS) & corr.ok])
+    shared = shared[np.isin(shared, used)]
+    if not len(shared):
+        return None
+    calls = rows[corr.values[rows] == shared[0]]
+    calls = calls[np.argsort(np.asarray(cols["ts_ns"])[calls], kind="stable")]
+    tids = sorted({cols["tid"][int(i)] for i in calls})
+    return (f"{path.name}: {len(shared)} correlation id(s) of GPU records belong to several CUDA runtime/driver calls "
+            f"(e.g. correlation {int(shared[0])}: {len(calls)} calls, events {_examples(src_index, calls)}, on "
+            f"thread(s) {', '.join(map(repr, tids))}): each such GPU record is paired with the earliest of them "
+            "(its step, class, collective and launch latency follow from that call)")
 
 
 def step_cut_warning(path: Path, cols: dict[str, Any], spans: list[tuple[int, int, int]]) -> str | None:

@@ -135,7 +135,10 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
                     rpc = int(naming[ops[m]])
                     break
             found_at[k] = (t, op, rpc)
-    return dict(zip(f.corr[launches].tolist(), found_at, strict=True))  # a repeated id: its last launch
+    # a repeated id: its earliest launch (collectors.kineto.columns.PAIRING)
+    first = np.lexsort((f.ts[launches], f.corr[launches]))[::-1].tolist()  # the earliest last, so it stays
+    corr = f.corr[launches].tolist()
+    return {corr[k]: found_at[k] for k in first}
 
 
 def _by_lane(pid: np.ndarray, tid: np.ndarray, naming: np.ndarray,

@@ -27,7 +27,7 @@ from traceprof import spill
 from traceprof.classify import Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "last_by_key", "lookup", "codes", "kind_mask"]
+__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "first_by_key", "PAIRING", "lookup", "codes", "kind_mask"]
 
 #: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
 #: and Python ``re`` read this literal alternation the same way).
@@ -114,11 +114,23 @@ class Frame:
 _ARGS_AT_ONCE = 8192
 
 
-def last_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct keys, the value of each key's last occurrence): ``dict(zip(keys, values))``."""
-    rev_keys = keys[::-1]
-    uniq, first = np.unique(rev_keys, return_index=True)
-    return uniq, values[::-1][first]
+def first_by_key(keys: np.ndarray, ts: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the value of each key's earliest row by ``ts``; of rows that start
+    together, the first): the launch call a correlation id stands for (:data:`PAIRING`)."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    if len(k) > 1 and (k[1:] == k[:-1]).any():  # an id on several rows: the earliest of them
+        order = np.lexsort((ts, keys))  # stable: of equal (key, ts), the first row
+        k = keys[order]
+    first = np.concatenate(([True], k[1:] != k[:-1])) if len(k) else np.zeros(0, bool)
+    return k[first], values[order[first]]
+
+
+#: How a GPU row finds the runtime call that launched it, everywhere (the parser's steps, classes and
+#: collectives here; the ``kernels`` view and ``traceprof.activity`` in SQL): the call with its
+#: correlation id, and where a broken trace gives several calls one id (the parser warns,
+#: ``collectors.kineto.checks.shared_correlation_warning``), the one that starts first.
+PAIRING = "the earliest runtime call with the GPU row's correlation id"
 
 
 def lookup(uniq: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +164,7 @@ def classes(f: Frame, classifier: Classifier) -> Strs:
     if len(comm_ext):
         ext, ext_ok = f.ext[rows], f.ext_ok[rows]
         lc = np.flatnonzero(launch & f.corr_ok)
-        uniq, last = last_by_key(f.corr[lc], lc)  # the runtime call of each correlation id (the last)
+        uniq, last = first_by_key(f.corr[lc], f.ts[lc], lc)  # the runtime call of each correlation id
         del lc
         need = np.flatnonzero(~ext_ok & f.corr_ok[rows])
         pos, found = lookup(uniq, f.corr[rows[need]])
@@ -211,7 +223,7 @@ def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
     span[f.ts >= s_end[np.maximum(span, 0)]] = -1
     gpu = f.kind_in(GPU_KINDS)
     lc = np.flatnonzero(f.kind_in(set(LAUNCH_KINDS)) & f.corr_ok & f.unflagged)
-    uniq, launch_span = last_by_key(f.corr[lc], span[lc])  # the step of each launch (last per id)
+    uniq, launch_span = first_by_key(f.corr[lc], f.ts[lc], span[lc])  # the step of each id's launch
     g = np.flatnonzero(gpu & f.corr_ok)
     pos, found = lookup(uniq, f.corr[g])
     span[g[found]] = launch_span[pos[found]]

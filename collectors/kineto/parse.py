@@ -17,7 +17,8 @@ Algorithm:
   2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
-     GPU event the step of the runtime call that launched it (``args.correlation``), falling back
+     GPU event the step of the runtime call that launched it (``args.correlation``; of calls that
+     share an id, the earliest, with a warning: ``collectors.kineto.columns.PAIRING``), falling back
      to its own start time.
   4. Derive collectives: one row per NCCL/RCCL kernel on GPU traces; one per ``gloo:<op>``
      annotation on CPU-only traces.
@@ -44,7 +45,12 @@ from collectors._arrow import row_schema
 from collectors.kineto._values import Ints, Strs
 from collectors.kineto._values import args_dict as _args_dict
 from collectors.kineto._values import int_or_none as _int_or_none
-from collectors.kineto.checks import check_one_process, flag_records, step_cut_warning
+from collectors.kineto.checks import (
+    check_one_process,
+    flag_records,
+    shared_correlation_warning,
+    step_cut_warning,
+)
 from collectors.kineto.collectives import collectives as _collectives
 from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
 from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
@@ -395,6 +401,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
                         "the trace; events.flag = 'unmatched_begin')")
     check_one_process(p, cols, step_numbers)
+    shared = shared_correlation_warning(p, cols, src_index)
+    if shared:
+        warnings.append(shared)
     spill.release()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier or classify.current())

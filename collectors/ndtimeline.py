@@ -46,7 +46,7 @@ import yaml
 
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
-from traceprof.limits import polars_out_of_range
+from traceprof.limits import checked_int, polars_out_of_range
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
@@ -76,16 +76,48 @@ def meta_path(path: Path) -> Path:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
+    """The meta YAML beside ``path`` as a mapping ({} when there is none).
+
+    Raises:
+        TraceFormatError: Unreadable, not UTF-8, invalid YAML (naming ``line L:C`` and what the
+            parser expected, on one line: PyYAML's own message spans several, with caret lines),
+            not a mapping, or a ``*_size`` that is not a positive integer (naming the key).
+    """
     side = meta_path(path)
     if not side.is_file():
         return {}
     try:
-        doc = yaml.safe_load(side.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise TraceFormatError(side, "", f"unreadable meta YAML: {e}") from None
+        doc = yaml.safe_load(side.read_bytes())
+    except OSError as e:
+        raise TraceFormatError(side, "", f"cannot read the meta YAML: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        where, why = _yaml_problem(e)
+        raise TraceFormatError(side, where, f"invalid meta YAML: {why}; fix the file or move it away") from None
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "meta YAML is not a mapping")
+    for key, v in doc.items():
+        if isinstance(key, str) and key.endswith("_size") and v is not None:
+            n, _ = checked_int(v, 32)
+            if n is None or n < 1:
+                raise TraceFormatError(side, key, f"{v!r} is not a positive integer")
+            doc[key] = n
     return doc
+
+
+def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:
+    """(``line L:C`` or ``byte N`` or "", what is wrong) of a PyYAML error, on one line each."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        mark = e.problem_mark
+        why = e.problem or "invalid YAML"
+        if e.context:
+            cm = e.context_mark
+            started = f" started at line {cm.line + 1}:{cm.column + 1}" if cm is not None and (
+                cm.line, cm.column) != (mark.line, mark.column) else ""
+            why += f" ({e.context}{started})"
+        return f"line {mark.line + 1}:{mark.column + 1}", why
+    if isinstance(e, yaml.reader.ReaderError):
+        return f"byte {e.position}", f"not UTF-8 text ({e.reason})"
+    return "", str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def _pg(optype: str, dp: int, stage: int) -> str | None:
@@ -128,7 +160,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     except OSError as e:
         raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
     except Exception as e:  # polars raises several types for non-Parquet bytes
-        raise TraceFormatError(p, "", f"not a Parquet file ({type(e).__name__}: {e})") from None
+        first = str(e).splitlines()[0] if str(e) else ""  # one line: polars may add hints below
+        raise TraceFormatError(p, "", f"not a Parquet file ({type(e).__name__}: {first})") from None
     missing = [c for c in _COLUMNS if c not in df.columns]
     if missing:
         raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")

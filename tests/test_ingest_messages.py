@@ -6,6 +6,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from tests._cli_inproc import micro_trace, run
 from tests.conftest import corpus
 from traceprof.locking import StoreLock
@@ -149,3 +151,47 @@ def test_ranks_traced_counts_the_whole_run_not_this_ingest(tmp_path):
     assert code == 0 and "run 'normal': 3 of 4 ranks traced" in err, err
     code, _, err = run("ingest", str(SAMPLES / "normal"), "--run", "normal", "--db", str(db))
     assert code == 0 and "ranks traced" not in err and "1 file(s) ingested, 3 already stored" in err, err
+
+
+def test_a_rank_that_is_not_an_integer_says_so(tmp_path):
+    """distributedInfo.rank "abc" warned "no distributedInfo.rank in the trace" (1.5 was read as rank 1,
+    silently); the warning names the file and the value. With a second file the error says why."""
+    from traceprof.errors import TraceFormatError
+    from traceprof.ingest import ingest
+    from traceprof.store import Store
+
+    for k, value in enumerate(("abc", 1.5, True, [0])):
+        d = tmp_path / f"one{k}"
+        d.mkdir()
+        doc = micro_trace(["x"])
+        doc["distributedInfo"]["rank"] = value
+        (d / "rank0.json").write_text(json.dumps(doc))
+        with Store(d / "s.duckdb") as store:
+            res = ingest(store, [d / "rank0.json"], jobs=1)
+            assert res.warnings[:2] == [f"rank0.json: distributedInfo.rank is {value!r}, not an integer: ignored",
+                                        f"rank0.json: rank unknown, stored as rank 0 of run '{d.name}'"]
+    d = tmp_path / "two"
+    d.mkdir()
+    doc = micro_trace(["x"], world=2)
+    doc["distributedInfo"]["rank"] = 1.5
+    (d / "r0.json").write_text(json.dumps(doc))
+    (d / "r1.json").write_text(json.dumps(micro_trace(["x"], rank=0, world=2)))
+    with Store(tmp_path / "two.duckdb") as store, pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    assert str(e.value) == (f"{(d / 'r0.json').resolve()}: distributedInfo.rank: no rank in the trace "
+                            "(distributedInfo.rank is 1.5, not an integer: ignored) and 2 files in run 'two'; add a "
+                            "<name>.meta.json sidecar with \"rank\", or ingest the file alone with --run")
+
+
+def test_a_backend_that_is_not_a_string_is_ignored_with_a_warning(tmp_path):
+    # distributedInfo.backend {"x": 1} was stored as Python's text of it, "{'x': 1}".
+    from traceprof.ingest import ingest
+    from traceprof.store import Store
+
+    doc = micro_trace(["x"])
+    doc["distributedInfo"]["backend"] = {"x": 1}
+    (tmp_path / "rank0.json").write_text(json.dumps(doc))
+    with Store(tmp_path / "s.duckdb") as store:
+        res = ingest(store, [tmp_path / "rank0.json"], jobs=1)
+        assert "rank0.json: distributedInfo.backend is {'x': 1}, not a string: ignored" in res.warnings
+        assert store.sql("SELECT backend FROM traces").rows() == [(None,)]

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof import matching
 from traceprof.ingest import ingest
+from traceprof.store import Store
 
 BASE = 1_700_000_000_000_000_000
 
@@ -255,15 +256,53 @@ def test_kernel_metadata_wins_key_by_key_over_its_launching_op(store, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", [7, {"t": "Float"}, ["Float"], True])
-def test_a_dtype_that_is_not_a_name_is_kept_as_text_without_a_size(store, tmp_path, dtype):
+def test_a_dtype_that_is_not_a_name_is_ignored_with_a_warning(store, tmp_path, dtype):
     # Trace contents are untrusted: a record_param_comms dtype of another JSON type was a traceback
-    # (str.rsplit on an int); it is stored as its text, and the byte counts stay unknown.
+    # (str.rsplit on an int), then stored as Python's text of it ("{'t': 'Float'}"); it is read as
+    # absent, so the byte counts stay unknown, and the warning names the record_param_comms (event #1).
     namers = [("cpu_op", "record_param_comms", {"Collective name": "allreduce", "Process Group Name": "0",
                                                "Seq": 1, "dtype": dtype, "In msg nelems": 256})]
     _write(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
-    ingest(store, [tmp_path / "run"])
+    res = ingest(store, [tmp_path / "run"])
     row = store.sql("SELECT op, dtype, nelems_in, bytes_in FROM collectives").row(0)
-    assert row == ("all_reduce", str(dtype), 256, None)
+    assert row == ("all_reduce", None, 256, None)
+    assert f"r0.json: 1 value(s) ignored, read as absent: 'dtype' not a string, e.g. {dtype!r} (events #1)" in res.warnings
+
+
+@pytest.mark.parametrize("name", [5, ["allreduce"], {"op": "allreduce"}, True])
+def test_a_collective_name_that_is_not_a_string_names_nothing(store, tmp_path, name):
+    # A record_param_comms (event #2) with Collective name 5 named the op "5"; now it names nothing,
+    # with a warning naming it: the nccl:broadcast annotation around it (event #1) names the op, and the
+    # record_param_comms no longer brings its process group. The same name on the kernel itself (event
+    # #3 of a trace with the annotation alone) is ignored too: the launching op names it.
+    namers = [("user_annotation", "nccl:broadcast", {}),
+              ("cpu_op", "record_param_comms", {"Collective name": name, "Process Group Name": "3", "Seq": 5})]
+    _write(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("broadcast", None, None)
+    assert (f"r0.json: 1 value(s) ignored, read as absent: 'Collective name' not a string, e.g. {name!r} "
+            "(events #2)") in res.warnings
+    _write(tmp_path / "k" / "r0.json", _launched(namers[:1], {"Collective name": name}), 0, backend="nccl")
+    with Store(tmp_path / "k.duckdb") as s:
+        res = ingest(s, [tmp_path / "k"])
+        assert s.sql("SELECT op FROM collectives").row(0) == ("broadcast",)
+        assert (f"r0.json: 1 value(s) ignored, read as absent: 'Collective name' not a string, e.g. {name!r} "
+                "(events #3)") in res.warnings
+
+
+@pytest.mark.parametrize(("key", "value", "column", "reason"), [
+    ("Process Group Name", {"name": "0"}, "pg", "'Process Group Name' not a string"),  # was "{'name': '0'}"
+    ("Process Group Name", 0, "pg", "'Process Group Name' not a string"),
+    ("Comms Id", [1, 2], "comms_id", "'Comms Id' not a string or an integer"),  # was NULL, silently
+])
+def test_group_metadata_of_another_type_is_ignored_with_a_warning(store, tmp_path, key, value, column, reason):
+    # The kernel (event #2) carries the odd value; the rest of its metadata stays.
+    kernel = {"Collective name": "allreduce", "Process Group Name": "7", "Seq": 2, "Comms Id": 99, key: value}
+    _write(tmp_path / "run" / "r0.json", _launched([], kernel), 0, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    row = store.sql(f"SELECT op, seq, {column} FROM collectives").row(0)
+    assert row == ("all_reduce", 2, None)
+    assert f"r0.json: 1 value(s) ignored, read as absent: {reason}, e.g. {value!r} (events #2)" in res.warnings
 
 
 def test_of_two_launching_ops_that_start_together_the_inner_one_names_the_collective(store, tmp_path):

@@ -181,3 +181,17 @@ def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
     assert pt.rejected == {reason.split(" (")[0]: 1}
     assert sorted(pt.events.column("kind").to_pylist()) == ["collective"] + ["other"] * 4
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    ("CommHash", '{"h": 1}', "'CommHash' not a string or an integer ({'h': 1})"),  # was stored as pg "{'h': 1}"
+    ("Datatype", "[1]", "'Datatype' not a string ([1])"),
+])
+def test_comm_hash_or_datatype_of_another_type_is_refused(tmp_path, key, value, reason):
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    path.write_text(_plugin_dump(0).replace(f'"{key}": ', f'"{key}": {value}, "Was": ', 1))
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
+    pt = parse(path, on_bad_event="skip")
+    assert [(r["pg"], r["seq"]) for r in pt.collectives.to_pylist()] == [(str(COMM), 1)]

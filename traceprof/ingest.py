@@ -412,9 +412,12 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
         missing[0].rank = 0
         result.warnings.append(f"{Path(missing[0].path).name}: rank unknown, stored as rank 0 of run {name!r}")
     elif missing:
+        field = _field(missing[0], "rank_field")
+        # the parser's word on a rank that is there but unusable (e.g. "distributedInfo.rank is 1.5, not an integer")
+        said = [w.split(": ", 1)[-1] for w in missing[0].warnings if f"{field} is " in w]
         raise TraceFormatError(
-            missing[0].path, _field(missing[0], "rank_field"),
-            f"no rank in the trace and {len(traces)} files in run {name!r}; add a "
+            missing[0].path, field,
+            f"no rank in the trace{f' ({said[0]})' if said else ''} and {len(traces)} files in run {name!r}; add a "
             "<name>.meta.json sidecar with \"rank\", or ingest the file alone with --run",
         )
     seen: dict[tuple[int, str], str] = {}

@@ -56,7 +56,7 @@ def _naming_rank(name: str, collective_name: Any) -> int | None:
     """Precedence of a CPU event as the namer of a collective (0 best), None if it names none
     (``collective_name``: a ``record_param_comms``'s ``Collective name`` arg)."""
     if name == _RPC:
-        return 0 if collective_name else None
+        return 0 if collective_name and isinstance(collective_name, str) else None
     if name.startswith("nccl:"):
         return 1
     if name.startswith("c10d::") and "wait" not in name and "barrier" not in name:
@@ -64,14 +64,16 @@ def _naming_rank(name: str, collective_name: Any) -> int | None:
     return None
 
 
-def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, tuple[int, str | None, int]]:
+def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray,
+               bad: BadValues) -> dict[int, tuple[int, str | None, int]]:
     """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, the ``op`` the enclosing
     CPU ops name or None, the row of the naming ``record_param_comms`` or -1), from the innermost
     naming op of best precedence.
 
     1. The naming ops (``record_param_comms``, ``nccl:*``, ``c10d::*``) get their precedence and op
-       once each: a ``record_param_comms`` names one only with a ``Collective name``, read from its
-       args a batch at a time (:func:`_collective_names`; the args are not kept).
+       once each: a ``record_param_comms`` names one only with a ``Collective name`` (a string:
+       another JSON type is ignored, in ``bad``), read from its args a batch at a time
+       (:func:`_collective_names`; the args are not kept).
     2. Per lane (pid, tid) the naming ops are sorted by (start, -end, row) and the launches of
        ``wanted`` ids on the lane by time; one sweep over both keeps the stack of ops open at the
        launch (pushed as they start, each in start order, so of ops that start together the shortest,
@@ -90,11 +92,11 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray) -> dict[int, 
     rpc_at = [k for k, n in enumerate(names) if n == _RPC]
     cnames: list[Any] = [None] * len(names)
     for k, cname in zip(rpc_at, _collective_names(f, naming[rpc_at]), strict=True):
-        cnames[k] = cname
+        cnames[k] = _text(cname, "Collective name", int(naming[k]), bad)
     rank_all = [_naming_rank(n, c) for n, c in zip(names, cnames, strict=True)]
     names_op = [k for k, r in enumerate(rank_all) if r is not None]  # a c10d wait, a bare record_param_comms: no
     rank: list[int] = [rank_all[k] for k in names_op]  # type: ignore[misc]
-    op_of = [normalize_op(str(cnames[k]) if rank_all[k] == 0 else names[k]) for k in names_op]
+    op_of = [normalize_op(cnames[k] if rank_all[k] == 0 else names[k]) for k in names_op]
     naming = naming[np.array(names_op, np.int64)]
     del names, rpc_at, cnames, rank_all, names_op
     pid, tid = cols["pid"].codes, cols["tid"].codes  # a lane: (pid code, tid code)
@@ -191,8 +193,10 @@ _RPC_KEYS = ("dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "
 class BadValues:
     """Metadata values the rows refuse, with the event rows (of the :class:`Frame`) that held them.
 
-    A value of the wrong type (a ``Seq`` that is not an integer) is *ignored*: read as absent,
-    the collective is kept. A number that cannot be stored (beyond its column's type, a negative
+    A value of the wrong type (a ``Seq`` that is not an integer; a ``Collective name``,
+    ``Process Group Name`` or ``dtype`` that is not a string; a ``Comms Id`` that is neither) is
+    *ignored*: read as absent (the op then comes from the launching op or the kernel's name), the
+    collective is kept. A number that cannot be stored (beyond its column's type, a negative
     element count, a byte count beyond int64) *drops* the collective row, counted in ``rejected``
     as ``collective: <reason>`` like :func:`traceprof.limits.to_table` does; the kernel (or gloo
     annotation) itself stays in ``events``. Either way the warning names the events.
@@ -231,6 +235,18 @@ def _shown(value: Any) -> str:
     """A trace value for a message: its repr, cut at 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _text(value: Any, key: str, row: int, bad: BadValues, *, integer: bool = False) -> str | None:
+    """A string metadata value (``integer``: an integer too, as its decimal text), else None: an
+    absent value, or another JSON type (a number, a list, an object), ignored in ``bad``: stored,
+    it would be Python's text of the value (``"{'a': 1}"``)."""
+    if value is None or isinstance(value, str):
+        return value
+    if integer and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    bad.ignore(f"{key!r} not a string{' or an integer' if integer else ''}", row, value)
+    return None
 
 
 #: Integer metadata: (args key, column, bits of the column, a count: negative refused).
@@ -299,7 +315,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
         gloo = np.array([n.startswith("gloo:") for n in f.names], bool)
         cand = np.flatnonzero(f.kind_in({"user_annotation"}) & gloo[f.name_code] if f.n else np.zeros(0, bool))
         wanted = np.zeros(0, np.int64)
-    launchers = _launchers(cols, f, wanted) if gpu_present else {}
+    launchers = _launchers(cols, f, wanted, bad) if gpu_present else {}
     ranks_text: dict[str, str | None] = {}
     rows: list[tuple[Any, ...]] = []
     per_row = zip(
@@ -317,12 +333,11 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
                 if rpc:
                     m = rpc | {k: v for k, v in a.items() if v is not None}
                     holder = functools.partial(_holder, a, row, rpc_row)
-            op = (normalize_op(str(a["Collective name"])) if a.get("Collective name") else
-                  launch_op or kernel_op(name))
+            own = _text(a.get("Collective name"), "Collective name", row, bad)
+            op = normalize_op(own) if own else launch_op or kernel_op(name)
             if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
-            dtype = m.get("dtype")
-            dtype = None if dtype is None else str(dtype)  # as pg: a trace's odd value kept as text
+            dtype = _text(m.get("dtype"), "dtype", holder("dtype"), bad)
             ints = _metadata_ints(m, holder, bad)
             if ints is None:
                 continue
@@ -332,7 +347,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
             source = "gloo"
             op = normalize_op(name)
             types = a.get("Input type")
-            dtype = str(types[0]) if isinstance(types, list) and types and types[0] is not None else None
+            dtype = _text(types[0], "Input type", row, bad) if isinstance(types, list) and types else None
             ints = _metadata_ints(m, holder, bad, _GLOO_INT_KEYS)
             n_in = _nelems(a.get("Input Dims"))
             problem = (None if n_in is None else "'nelems_in' beyond int64" if not fits(n_in, INT64)
@@ -347,12 +362,11 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
         sizes = _sizes(n_in, n_out, dtype_bytes(dtype), holder, bad)
         if sizes is None:
             continue
-        pg = m.get("Process Group Name")
-        cid = m.get("Comms Id")
+        pg = _text(m.get("Process Group Name"), "Process Group Name", holder("Process Group Name"), bad)
+        cid = _text(m.get("Comms Id"), "Comms Id", holder("Comms Id"), bad, integer=True)
         rows.append((
-            source, None if pg is None else str(pg),
-            _canonical_ranks(m.get("Process Group Ranks"), ranks_text), seq,
-            op in P2P_OPS, None if cid is None or isinstance(cid, (dict, list)) else str(cid), op, dtype, n_in,
+            source, pg, _canonical_ranks(m.get("Process Group Ranks"), ranks_text), seq,
+            op in P2P_OPS, cid, op, dtype, n_in,
             n_out, sizes[0], sizes[1], group_size, enter, start_ns, end_ns, stream, tid, step,
         ))
     start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")

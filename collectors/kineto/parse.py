@@ -60,7 +60,7 @@ from traceprof import classify, spill
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import NotUtf8, TextStream, blank_bom, read_maybe_gzip
-from traceprof.limits import INT32, columns_to_table, drop_out_of_range, fits, to_table
+from traceprof.limits import INT32, checked_int, columns_to_table, drop_out_of_range, fits, to_table
 from traceprof.parsed import ParsedTrace
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.timeconv import us_text_to_ns
@@ -294,8 +294,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     del decoded
     spill.release()  # each pass's transients back to the system (glibc keeps them otherwise), spilled pages too
     dist = doc.distributedInfo or {}
-    rank = _int_or_none(dist.get("rank"))
-    world = _int_or_none(dist.get("world_size"))
+    identity_warnings: list[str] = []  # a rank or world size that is not an integer (shown after the checks')
+    rank = _identity_int(dist, "rank", f"{p.name}: distributedInfo.rank", identity_warnings)
+    world = _identity_int(dist, "world_size", f"{p.name}: distributedInfo.world_size", identity_warnings)
 
     cols: dict[str, Any] = {
         k: []
@@ -421,7 +422,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)
     trace_info = {
-        "backend": dist.get("backend"),
+        "backend": _identity_text(dist, "backend", f"{p.name}: distributedInfo.backend", identity_warnings),
         "host": doc.host_name,
         "base_time_ns": base_ns,
         "pid": main_pid,
@@ -432,23 +433,28 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     }
     side = _read_sidecar(p)
     if side:
-        side_rank = _int_or_none(side.get("rank"))
+        side_rank = _identity_int(side, "rank", f"{sidecar_path(p).name}: rank", identity_warnings)
         if rank is not None and side_rank is not None and side_rank != rank:
             raise TraceFormatError(
                 p, "distributedInfo.rank",
                 f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}")
         rank = rank if rank is not None else side_rank
-        world = world if world is not None else _int_or_none(side.get("world_size"))
-        trace_info["host"] = side.get("host") or doc.host_name
-        trace_info["torch_version"] = side.get("torch_version")
-        trace_info["backend"] = trace_info["backend"] or side.get("backend")
-        if side.get("device") and not devices:
-            trace_info["device_name"] = side["device"]
+        side_world = _identity_int(side, "world_size", f"{sidecar_path(p).name}: world_size", identity_warnings)
+        world = world if world is not None else side_world
+        side_text = {k: _identity_text(side, k, f"{sidecar_path(p).name}: {k}", identity_warnings)
+                     for k in ("host", "torch_version", "backend", "device", "flops_method")}
+        trace_info["host"] = side_text["host"] or doc.host_name
+        trace_info["torch_version"] = side_text["torch_version"]
+        trace_info["backend"] = trace_info["backend"] or side_text["backend"]
+        if side_text["device"] and not devices:
+            trace_info["device_name"] = side_text["device"]
         if side.get("flops_per_step") is not None:
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
-            trace_info["flops_method"] = side.get("flops_method")
+            trace_info["flops_method"] = side_text["flops_method"]
+    warnings += identity_warnings
     if rank is None:
-        warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
+        if not any(": distributedInfo.rank is " in w for w in identity_warnings):
+            warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
     elif rank < 0 or (world is not None and rank >= world):
         raise TraceFormatError(p, "distributedInfo.rank", f"rank {rank} is outside 0..world_size-1 "
                                f"(world_size {world}); fix the trace's distributedInfo or its sidecar")
@@ -507,6 +513,30 @@ def _as_arrays(cols: dict[str, Any]) -> None:
     for c in ("device", "stream", "correlation", "external_id", "raw_dur_ns"):
         if isinstance(cols[c], list):
             cols[c] = Ints.of(cols[c])
+
+
+def _identity_int(doc: dict[str, Any], key: str, what: str, warnings: list[str]) -> int | None:
+    """``doc[key]`` (a rank or world size) as an int, or None: absent, or not an integer (``1.5``,
+    ``"abc"``, ``true``; 1.5 was read as 1, the others as no rank at all, silently), with a
+    warning ``what`` names (the file and the field)."""
+    v = doc.get(key)
+    n, problem = checked_int(v)  # one beyond int32 is refused by the store, naming it
+    if problem is not None:
+        shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
+        warnings.append(f"{what} is {shown}, {problem}: ignored")
+    return n
+
+
+def _identity_text(doc: dict[str, Any], key: str, what: str, warnings: list[str]) -> str | None:
+    """``doc[key]`` (a backend, host or device name) when it is a string, else None: absent, or
+    another JSON type, which was stored as Python's text of it (``"{'x': 1}"``), now ignored with a
+    warning ``what`` names (the file and the field)."""
+    v = doc.get(key)
+    if v is None or isinstance(v, str):
+        return v
+    shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
+    warnings.append(f"{what} is {shown}, not a string: ignored")
+    return None
 
 
 def _read_sidecar(trace: Path) -> dict[str, Any] | None:

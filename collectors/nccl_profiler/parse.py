@@ -155,15 +155,21 @@ def _dtype(v: Any) -> str | None:
     return s[4:].lower() if s.startswith("nccl") else s
 
 
-def _bad_number(a: dict[str, Any]) -> str | None:
-    """Why a COLL / P2P record's ``Count`` or ``SeqNum`` cannot be stored (``"negative 'Count' (-4)"``,
-    ``"'SeqNum' not an integer ('x')"``), or None."""
+def _bad_value(a: dict[str, Any]) -> str | None:
+    """Why a COLL / P2P record cannot be stored (``"negative 'Count' (-4)"``, ``"'SeqNum' not an
+    integer ('x')"``, ``"'CommHash' not a string or an integer ({'a': 1})"``), or None. A CommHash
+    or Datatype of another JSON type would be stored as Python's text of it."""
     for key in ("Count", "SeqNum"):
         n, problem = checked_int(a.get(key))
         if problem is not None:
             return f"{key!r} {problem} ({a.get(key)!r})"
         if key == "Count" and n is not None and n < 0:
             return f"negative 'Count' ({n})"
+    comm, dtype = a.get("CommHash"), a.get("Datatype")
+    if comm is not None and (isinstance(comm, bool) or not isinstance(comm, (int, str))):
+        return f"'CommHash' not a string or an integer ({comm!r})"
+    if dtype is not None and not isinstance(dtype, str):
+        return f"'Datatype' not a string ({dtype!r})"
     return None
 
 
@@ -184,7 +190,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     Args:
         path: The plugin's JSON file.
         on_bad_event: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
-            whose ``Count`` or ``SeqNum`` cannot be stored (:func:`_rows`); ``"skip"`` counts it.
+            with a value that cannot be stored (:func:`_rows`); ``"skip"`` counts it.
 
     Returns:
         A :class:`ParsedTrace` (source ``nccl_profiler``) with events and collectives; times are the
@@ -269,8 +275,9 @@ _COLL_SCHEMA = row_schema("collectives")
 def _rows(p: Path, evs: list[_Event], spans: list[tuple[int, int, int | None]], on_bad_event: str,
           rejected: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Event and collective rows of the paired spans (module doc, step 3). A COLL / P2P record
-    whose ``Count`` or ``SeqNum`` is not an integer, is beyond int64 (its bytes too) or whose
-    ``Count`` is negative is refused: an error naming the event, or with ``on_bad_event="skip"``
+    whose ``Count`` or ``SeqNum`` is not an integer, is beyond int64 (its bytes too), whose
+    ``Count`` is negative, or whose ``CommHash`` / ``Datatype`` is of another JSON type
+    (:func:`_bad_value`) is refused: an error naming the event, or with ``on_bad_event="skip"``
     left out (its event too) and counted in ``rejected``."""
     events: list[dict[str, Any]] = []
     colls: list[dict[str, Any]] = []
@@ -279,7 +286,7 @@ def _rows(p: Path, evs: list[_Event], spans: list[tuple[int, int, int | None]], 
         a = ev.args or {}
         coll = ev.cat in ("COLL", "P2P")
         where = f"event #{j} ({ev.cat} {ev.name!r})"
-        problem = _bad_number(a) if coll else None
+        problem = _bad_value(a) if coll else None
         if problem is not None:
             if on_bad_event == "raise":
                 raise TraceFormatError(p, where, f"{problem}; pass --skip-bad-events to skip such events")
@@ -322,7 +329,8 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
     per_comm: dict[Any, Counter[int]] = {}
     for ev in evs:
         a = ev.args or {}
-        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and (r := _int(a.get("Rank"))) is not None:
+        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and (r := _int(a.get("Rank"))) is not None \
+                and _bad_value(a) is None:  # a refused record (skipped) says nothing of the rank
             per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
     if not per_comm:
         return None, []

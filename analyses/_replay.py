@@ -562,8 +562,8 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         tot = int(cnt.sum())
         nxt = succ[np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)]
         if len(nxt):
-            np.subtract.at(indeg, nxt, 1)
-            nxt = np.unique(nxt)
+            nxt, k = np.unique(nxt, return_counts=True)  # one sort; faster than np.subtract.at
+            indeg[nxt] -= k
             frontier = nxt[indeg[nxt] == 0]
         else:
             frontier = nxt

@@ -135,6 +135,32 @@ def test_ingest_runs_without_pandas(tmp_path):
     assert "4 file(s) ingested" in r.stdout + r.stderr
 
 
+def test_ingest_sees_pandas_as_not_installed(tmp_path):
+    # The finder that keeps pandas out of ingest raised from find_spec, so importlib.util.find_spec("pandas"),
+    # the usual "is it installed?" probe, raised in an ingest process. Now the import system answers as
+    # for a missing module: find_spec is None (a finder after ours would have found it), import raises
+    # ModuleNotFoundError, a submodule's probe raises it as for any missing package; other modules load.
+    code = (
+        "import importlib, importlib.machinery, importlib.util, sys\n"
+        "assert importlib.util.find_spec('pandas') is not None, 'pandas is installed'\n"
+        "from traceprof.cli import _parse_without_pandas\n"
+        "_parse_without_pandas(); _parse_without_pandas()  # twice: wrapped once\n"
+        "print(importlib.util.find_spec('pandas'))\n"
+        "try:\n    import pandas\nexcept ModuleNotFoundError as e:\n    print(type(e).__name__, e.name)\n"
+        "try:\n    importlib.util.find_spec('pandas.core.frame')\n"
+        "except ModuleNotFoundError as e:\n    print(type(e).__name__, e.name)\n"
+        "print(importlib.util.find_spec('json') is not None, importlib.machinery.PathFinder in sys.meta_path,\n"
+        "      len([f for f in sys.meta_path if type(f).__name__ == '_NoPandas']) == len(sys.meta_path))\n"
+        "importlib.invalidate_caches(); import pyarrow as pa; print(pa.array([1]).to_numpy().tolist())\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    if "pandas is installed" in r.stderr:
+        pytest.skip("pandas is not installed here")
+    assert r.stdout.splitlines() == ["None", "ModuleNotFoundError pandas", "ModuleNotFoundError pandas",
+                                     "True True True", "[1]", "False"], r.stdout + r.stderr
+
+
 def test_default_db_is_the_stores():
     from traceprof import cli as cli_module
     from traceprof.store import DEFAULT_DB

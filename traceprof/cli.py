@@ -668,11 +668,35 @@ def _exit(code: int) -> None:
 
 
 class _NoPandas:
-    """A module finder that refuses ``import pandas`` (see :func:`_parse_without_pandas`)."""
+    """A module finder standing in for one of ``sys.meta_path`` (see :func:`_parse_without_pandas`):
+    it answers as that finder does, except that it finds no pandas module.
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+    With every finder wrapped, the import system sees pandas as not installed: ``import pandas``
+    raises ModuleNotFoundError and ``importlib.util.find_spec("pandas")`` is None, as for a missing
+    module (a finder that raised from ``find_spec`` made that probe raise; one that returned None
+    alone would leave pandas to the finders after it). The wrapper compares equal to the finder it
+    wraps, so code that looks a finder up in ``sys.meta_path`` or removes it still finds it.
+    """
+
+    def __init__(self, finder: Any) -> None:
+        self.finder = finder
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("traceprof ingest runs without pandas (traceprof.cli._NoPandas)", name=name)
+            return None
+        find = getattr(self.finder, "find_spec", None)
+        return None if find is None else find(name, path, target)
+
+    def __getattr__(self, attr: str) -> Any:  # invalidate_caches, find_distributions, ...
+        if attr == "finder":  # not set yet (a copy being made): no recursion
+            raise AttributeError(attr)
+        return getattr(self.finder, attr)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other is self.finder
+
+    def __hash__(self) -> int:
+        return hash(self.finder)
 
 
 def _parse_without_pandas() -> None:
@@ -682,10 +706,11 @@ def _parse_without_pandas() -> None:
     pandas has loaded (its C++ side retries a failed import), and imports it when installed (bokeh
     installs it): 0.6 s and about 35 MB in the ingest process and each parser worker, for nothing,
     since traceprof never hands pyarrow a pandas object. Only the CLI's parsing commands refuse the
-    import, for the whole process; the library used from Python is unchanged.
+    import, for the whole process (every finder of ``sys.meta_path`` wrapped in :class:`_NoPandas`;
+    finders added later are not); the library used from Python is unchanged.
     """
     if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())  # type: ignore[arg-type]
+        sys.meta_path[:] = [f if isinstance(f, _NoPandas) else _NoPandas(f) for f in sys.meta_path]
 
 
 def main() -> None:

@@ -123,21 +123,22 @@ class Result(FrameResult):
                       ylabel="ns")]
 
 
-def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.ndarray]:
+def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ideal gap and duration per node (module doc, step 2): the mean (compute durations with
     ``ideal="mean"``) or median of its pool, or with ``ideal="min"`` the smaller of its own value
-    and that median."""
+    and that median; and third, each gap at its pool's median (the typical-gap replay's). One pass
+    over the pools (the window expressions share their groups)."""
     by = ["kind", "key", "step"] if pool == "step" else ["kind", "key"]
     d_typ = pl.col("dur").median().over(by)
     if ideal == "mean":
         d_typ = pl.when(pl.col("kind") == 0).then(pl.col("dur").mean().over(by)).otherwise(d_typ)
-    med = nodes.with_columns(pl.col("gap").median().over(by).alias("g"), d_typ.alias("d"))
-    g = med["g"].fill_null(0.0).to_numpy()
-    d = med["d"].fill_null(0.0).to_numpy()
+    med = nodes.select(pl.col("gap").median().over(by).alias("g"), d_typ.alias("d"))
+    g_med = med["g"].fill_null(0.0).to_numpy()
+    g, d = g_med, med["d"].fill_null(0.0).to_numpy()
     if ideal == "min":
         g, d = np.minimum(g, nodes["gap"].to_numpy()), np.minimum(d, nodes["dur"].to_numpy())
     inst = nodes["kind"].to_numpy() == 2
-    return np.where(inst, 0.0, g), np.where(inst, 0.0, d)
+    return np.where(inst, 0.0, g), np.where(inst, 0.0, d), np.where(inst, 0.0, g_med)
 
 
 def _step_times(tl: _replay.Timeline, val: np.ndarray) -> pl.DataFrame:
@@ -201,8 +202,7 @@ def run(store: Store, params: Params) -> Result:
         raise AnalysisError(_no_steps_text(store, run_id, label, comp))
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
-    gap_i, dur_i = _ideal(nodes, params.pool, params.ideal)
-    gap_m = _ideal(nodes, params.pool, "median")[0]  # each host gap at its typical (median) value
+    gap_i, dur_i, gap_m = _ideal(nodes, params.pool, params.ideal)  # gap_m: each host gap at its median
     zero = np.zeros_like(gap0)
     if params.gaps == "zero":
         gap_i = zero

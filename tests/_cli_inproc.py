@@ -31,7 +31,7 @@ def run(*args: str) -> tuple[int, str, str]:
         sys.argv = argv
         # the pandas guard `ingest` installs lasts for its process; here the process goes on (a
         # later in-process `report` draws with bokeh, which imports pandas)
-        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_NoPandas"]
+        sys.meta_path[:] = [f.finder if type(f).__name__ == "_NoPandas" else f for f in sys.meta_path]
     return code, out.getvalue(), err.getvalue()
 
 

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import orjson
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -182,3 +183,25 @@ def test_params_change_the_key(tmp_path: Path, hits: list[str]) -> None:
         assert hits == []
         an.run(store, an.params(run="normal"))
     assert hits == ["gaps"]
+
+
+def test_the_activity_intervals_are_kept_for_the_next_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every time-based analysis starts from traceprof.activity's frame; a second command reads it back
+    from traceprof import activity
+
+    db = tmp_path / "s.duckdb"
+    _ingest(db, corpus("hta/trace_filter"))
+    with Store(db, read_only=True) as store, resultcache.caching():
+        computed = activity.activity(store, 1)
+        detail = activity.activity(store, 1, detail=True)
+    (entry, other) = sorted(resultcache.results_dir(db).glob("*/_activity-*"), key=lambda p: (p / "frame.arrow").stat().st_size)
+    calls: list[object] = []
+    monkeypatch.setattr(Store, "sql", lambda self, *a, **k: calls.append(a) or pl.DataFrame())
+    with Store(db, read_only=True) as store, resultcache.caching():
+        assert_frame_equal(activity.activity(store, 1), computed, check_exact=True)
+        assert_frame_equal(activity.activity(store, 1, detail=True), detail, check_exact=True)
+    assert calls == []  # no query ran
+    monkeypatch.undo()
+    (entry / "frame.arrow").write_bytes(b"not arrow")  # damaged: computed again
+    with Store(db, read_only=True) as store, resultcache.caching():
+        assert_frame_equal(activity.activity(store, 1), computed, check_exact=True)

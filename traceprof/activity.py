@@ -35,6 +35,7 @@ from traceprof import intervals
 from traceprof.analysis import reusing, shared
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
+from traceprof.resultcache import kept_frame
 from traceprof.store import Store
 
 __all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL", "step_window",
@@ -171,6 +172,7 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
 
 
 @shared
+@kept_frame
 def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataFrame:
     sql = _HTA_SQL if hta else _SQL
     sql = (sql.replace("$lane", LANE_SQL).replace("$glane", LANE_SQL.replace("e.", "g."))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import orjson
@@ -82,7 +83,8 @@ def test_a_write_to_the_store_makes_every_kept_result_stale(tmp_path: Path, hits
     code, before, _ = cli.run("analyze", "stragglers", "--db", str(db), "-f", "csv")
     assert code == 0 and hits == []
     folders = list(resultcache.results_dir(db).iterdir())
-    assert len(folders) == 1 and {p.name.split("-")[0] for p in folders[0].iterdir()} == {"stragglers", "whatif"}
+    assert len(folders) == 1 and {p.name.split("-")[0] for p in folders[0].iterdir()} == {
+        "stragglers", "whatif", "_activity"}
     # a second run becomes the latest: `analyze stragglers` (no --run) must not answer for the first one
     _ingest(db, SAMPLES / "straggler_rank2")
     code, after, _ = cli.run("analyze", "stragglers", "--db", str(db), "-f", "csv")
@@ -127,21 +129,76 @@ def _entry(db: Path, name: str) -> Path:
 
 def test_a_damaged_or_foreign_entry_is_computed_again(tmp_path: Path, hits: list[str]) -> None:
     db = tmp_path / "s.duckdb"
+    _ingest(db, corpus("hta/trace_filter"))
+    code, good, _ = cli.run("analyze", "overlap", "--db", str(db), "-f", "csv", "--table", "steps")
+    assert code == 0 and good.count("\n") > 2
+    entry = _entry(db, "overlap")
+    meta, frame = entry / "meta.json", entry / "steps.arrow"
+    intact_meta, intact = meta.read_bytes(), frame.read_bytes()
+
+    def again() -> None:
+        code, out, _ = cli.run("analyze", "overlap", "--db", str(db), "-f", "csv", "--table", "steps")
+        assert code == 0 and out == good and hits == []
+        for f, data in ((meta, intact_meta), (frame, intact)):  # (the entry is not written again)
+            f.unlink()
+            f.write_bytes(data)
+
+    # any flipped byte (some made polars panic, others silently changed a value) or a truncation
+    for at in (0, len(intact) // 3, len(intact) // 2, len(intact) - 9):
+        flipped = bytearray(intact)
+        flipped[at] ^= 1
+        frame.write_bytes(bytes(flipped))
+        again()
+    frame.write_bytes(intact[:100])
+    again()
+    # a meta that names another analysis' class, drops a frame, or a class that is no result
+    m = orjson.loads(intact_meta)
+    for edit in ({"class": "analyses.temporal:Result"}, {"analysis": "temporal"},
+                 {"frames": {k: v for k, v in m["frames"].items() if k != "steps"}},
+                 {"class": "os:system"}, {"class": "traceprof.store:Store"}, {"class": "analyses.overlap:Params"}):
+        meta.write_bytes(orjson.dumps({**m, **edit}))
+        again()
+    # special files are not read (a FIFO would block, /dev/zero never end)
+    frame.unlink()
+    os.mkfifo(frame)
+    again()
+    frame.unlink()
+    frame.symlink_to("/dev/zero")
+    again()
+
+
+def test_only_its_own_folders_are_deleted(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
     _ingest(db, SAMPLES / "normal")
-    code, good, _ = cli.run("analyze", "temporal", "--db", str(db), "-f", "csv")
-    assert code == 0
+    mine = resultcache.results_dir(db)
+    (mine / "notebooks").mkdir(parents=True)
+    (mine / "notebooks" / "a.ipynb").write_text("keep")
+    (mine / "summary.csv").write_text("keep")
+    assert cli.run("analyze", "temporal", "--db", str(db))[0] == 0
+    _ingest(db, SAMPLES / "sleep_rank1")  # a new state: the old state's folder goes, nothing else
+    assert cli.run("analyze", "temporal", "--db", str(db))[0] == 0
+    names = sorted(p.name for p in mine.iterdir())
+    assert len(names) == 3 and names[1:] == ["notebooks", "summary.csv"] and (mine / "notebooks" / "a.ipynb").exists()
+    # a results path that is a symlink is not followed: no caching, its target untouched
+    victim = tmp_path / "victim"
+    (victim / "photos").mkdir(parents=True)
+    db2 = tmp_path / "t.duckdb"
+    _ingest(db2, SAMPLES / "normal")
+    resultcache.results_dir(db2).symlink_to(victim)
+    assert cli.run("analyze", "temporal", "--db", str(db2))[0] == 0
+    assert [p.name for p in victim.iterdir()] == ["photos"]
+
+
+def test_entries_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    _ingest(db, SAMPLES / "normal")
+    old = os.umask(0o022)
+    try:
+        assert cli.run("analyze", "temporal", "--db", str(db))[0] == 0
+    finally:
+        os.umask(old)
     entry = _entry(db, "temporal")
-    frame = entry / "frame.arrow"
-    frame.write_bytes(frame.read_bytes()[:100])  # truncated
-    code, out, _ = cli.run("analyze", "temporal", "--db", str(db), "-f", "csv")
-    assert code == 0 and out == good and hits == []
-    # a class that is not an analysis result is never imported or called
-    meta = entry / "meta.json"
-    for cls in ("os:system", "traceprof.store:Store", "analyses.temporal:Params", "analyses.temporal:pl"):
-        m = orjson.loads(meta.read_bytes())
-        meta.write_bytes(orjson.dumps({**m, "class": cls}))
-        code, out, _ = cli.run("analyze", "temporal", "--db", str(db), "-f", "csv")
-        assert code == 0 and out == good and hits == [], cls
+    assert entry.stat().st_mode & 0o777 == 0o755 and (entry / "meta.json").stat().st_mode & 0o777 == 0o644
 
 
 def test_an_unwritable_folder_only_means_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

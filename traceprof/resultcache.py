@@ -19,8 +19,10 @@ An entry is keyed by:
 Only stores opened read-only are cached: their shared lock keeps writers out while the command
 runs. An entry holds each frame of the result as Arrow IPC and its notes as JSON; it is read back
 into the analysis' own ``Result`` class (a ``FrameResult`` of ``analyses``, nothing else), and an
-entry that cannot be read is ignored and computed again. A folder that cannot be written (a
-read-only share) just means no caching. ``--no-cache`` (or ``TRACEPROF_NO_CACHE=1``) turns it off.
+entry that cannot be read, or fails its checks (each frame's SHA-256 and size, its analysis and
+Result class, the set of its frames), is ignored and computed again. A folder that cannot be written
+(a read-only share) or read, or a results path that is a symlink or a file, just means no caching;
+only folders named as this module names them (24 hex digits) are ever deleted. ``--no-cache`` (or ``TRACEPROF_NO_CACHE=1``) turns it off.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import hashlib
 import importlib
 import io
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -52,7 +56,9 @@ __all__ = ["caching", "results_dir", "lookup", "keep", "state_key", "kept_frame"
 #: Whether registered analyses read and write cached results (:func:`caching`).
 _ON: ContextVar[bool] = ContextVar("traceprof_result_cache", default=False)
 #: Bumped when the entry format changes.
-_FORMAT = 1
+_FORMAT = 2
+#: Names of the folders this module creates in a results folder (24 hex digits); it deletes no other.
+_OURS = re.compile(r"[0-9a-f]{24}")
 
 
 def results_dir(db: str | Path) -> Path:
@@ -65,7 +71,7 @@ def results_dir(db: str | Path) -> Path:
 def caching(enabled: bool = True) -> Iterator[None]:
     """Inside the block, registered analyses on read-only stores use the results folder
     (module doc). ``enabled`` False (``--no-cache``), or ``TRACEPROF_NO_CACHE=1``: they do not."""
-    on = enabled and os.environ.get("TRACEPROF_NO_CACHE", "") in ("", "0")
+    on = enabled and os.environ.get("TRACEPROF_NO_CACHE", "").strip().lower() in ("", "0", "false", "no", "off")
     token = _ON.set(on)
     try:
         yield
@@ -123,8 +129,14 @@ def _folder(store: Any) -> Path | None:
     except OSError:
         return None
     store.__dict__["_result_state"] = state  # one stat walk per store and command
+    root = results_dir(store.path)
+    try:
+        if root.is_symlink() or (root.exists() and not root.is_dir()):
+            return None  # not a folder this module made: leave it alone
+    except OSError:
+        return None
     # one folder per store state and code: writing into a new one deletes the others
-    return results_dir(store.path) / hashlib.sha256(f"{state}/{_code_key()}".encode()).hexdigest()[:24]
+    return root / hashlib.sha256(f"{state}/{_code_key()}".encode()).hexdigest()[:24]
 
 
 def _entry(store: Any, name: str, params: Any) -> Path | None:
@@ -144,17 +156,64 @@ def _entry(store: Any, name: str, params: Any) -> Path | None:
 
 def lookup(store: Any, name: str, params: Any) -> Any | None:
     """The cached result of analysis ``name`` with ``params`` on ``store``, or None (not
-    caching, no entry, or an entry that cannot be read)."""
+    caching, no entry, or an entry that cannot be read or fails its checks: its analysis, its
+    Result class, the set of its frames and each frame's SHA-256)."""
+    from traceprof.analysis import get
+
     entry = _entry(store, name, params)
-    if entry is None or not (entry / "meta.json").is_file():
+    if entry is None:
         return None
+    got = _read(entry)
+    if got is None:
+        return None
+    meta, frames = got
     try:
-        meta = orjson.loads((entry / "meta.json").read_bytes())
         cls = _result_class(meta["class"])
-        frames = {f: pl.read_ipc(io.BytesIO((entry / f"{f}.arrow").read_bytes())) for f in meta["frames"]}
-        notes = tuple(str(n) for n in meta["notes"])
-        return cls(notes=notes, **frames)
-    except Exception:  # noqa: BLE001 - a damaged or foreign entry: compute instead
+        expected = {f.name for f in dataclasses.fields(cls)} - {"notes"}
+        if meta.get("analysis") != name or cls.__module__ != get(name).run.__module__ or set(frames) != expected:
+            return None
+        return cls(notes=tuple(str(n) for n in meta["notes"]), **frames)
+    except Exception:  # noqa: BLE001 - a foreign entry: compute instead
+        return None
+
+
+def _regular_bytes(path: Path, size: int) -> bytes:
+    """The ``size`` bytes of the regular file ``path`` (not a link, a FIFO or a device).
+
+    Raises:
+        OSError: It is not a regular file of that size, or cannot be read.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise OSError(f"{path}: not the file that was written")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(size + 1)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise OSError(f"{path}: changed while read")
+    return data
+
+
+def _read(entry: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]] | None:
+    """(meta, frames) of the entry folder, each frame's bytes checked against the SHA-256 and
+    size in its meta; None when it is missing, unreadable or damaged (nothing is raised)."""
+    try:
+        if entry.is_symlink() or not (entry / "meta.json").is_file():
+            return None
+        meta = orjson.loads(_regular_bytes(entry / "meta.json", (entry / "meta.json").lstat().st_size))
+        frames = {}
+        for f, (size, digest) in meta["frames"].items():
+            data = _regular_bytes(entry / f"{f}.arrow", int(size))
+            if hashlib.sha256(data).hexdigest() != digest:
+                return None
+            frames[str(f)] = pl.read_ipc(io.BytesIO(data))
+        return meta, frames
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - unreadable, damaged (polars panics are BaseException): compute instead
         return None
 
 
@@ -175,40 +234,51 @@ def keep(store: Any, name: str, params: Any, result: Any) -> None:
     """Write ``result`` as the entry of ``name`` with ``params`` (when caching; module doc).
     Results with fields other than frames and notes are not kept; nothing is raised."""
     entry = _entry(store, name, params)
-    if entry is None or entry.exists():
+    try:
+        if entry is None or entry.exists():
+            return
+    except OSError:
         return
     cls = type(result)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
     frames = {k: v for k, v in fields.items() if isinstance(v, pl.DataFrame)}
     if set(fields) - set(frames) != {"notes"} or not cls.__module__.startswith("analyses."):
         return
-    _write(entry, frames, {"class": f"{cls.__module__}:{cls.__qualname__}", "frames": list(frames),
+    _write(entry, frames, {"analysis": name, "class": f"{cls.__module__}:{cls.__qualname__}",
                            "notes": list(result.notes)})
 
 
 def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
-    """Write ``frames`` (Arrow IPC) and ``meta`` (JSON) as the folder ``entry``, all or nothing,
-    then delete the folders of other states; nothing is raised."""
+    """Write ``frames`` (zstd Arrow IPC) and ``meta`` (JSON, plus each frame's size and SHA-256
+    under ``frames``) as the folder ``entry``, all or nothing, readable as the umask allows (a
+    store several people read); then delete the other state folders this module made (24 hex
+    digits: nothing else in the results folder is touched). Nothing is raised."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     except OSError:
         return
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
+        sums = {}
         for k, df in frames.items():
             buf = io.BytesIO()
             df.write_ipc(buf, compression="zstd")  # 8 x 1 M activity rows: 31 MB, not 474
-            (tmp / f"{k}.arrow").write_bytes(buf.getvalue())
-        (tmp / "meta.json").write_bytes(orjson.dumps(meta))
+            data = buf.getvalue()
+            (tmp / f"{k}.arrow").write_bytes(data)
+            sums[k] = (len(data), hashlib.sha256(data).hexdigest())
+        (tmp / "meta.json").write_bytes(orjson.dumps({**meta, "frames": sums}))
         os.rename(tmp, entry)  # atomic: a reader sees the whole entry or none
     except Exception:  # noqa: BLE001 - unwritable (full disk, an Object column, a race): no entry
         shutil.rmtree(tmp, ignore_errors=True)
         return
     # entries of other store states or code can never be read again
-    for old in entry.parent.parent.iterdir():
-        if old != entry.parent and old.is_dir():
-            with contextlib.suppress(OSError):
-                shutil.rmtree(old)
+    with contextlib.suppress(OSError):
+        for old in entry.parent.parent.iterdir():
+            if old != entry.parent and _OURS.fullmatch(old.name) and not old.is_symlink() and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
 
 
 _F = Callable[..., pl.DataFrame]
@@ -228,14 +298,15 @@ def kept_frame(fn: _F) -> _F:
         key = hashlib.sha256(orjson.dumps([fn.__module__, fn.__qualname__, args, kwargs],
                                           option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:24]
         entry = folder / f"_{fn.__name__.lstrip('_')}-{key}"
-        if (entry / "meta.json").is_file():
-            try:
-                return pl.read_ipc(io.BytesIO((entry / "frame.arrow").read_bytes()))
-            except Exception:  # noqa: BLE001 - damaged: compute instead
-                pass
+        function = f"{fn.__module__}:{fn.__qualname__}"
+        got = _read(entry)
+        if got is not None and got[0].get("function") == function and set(got[1]) == {"frame"}:
+            return got[1]["frame"]
         df = fn(store, *args, **kwargs)
-        if not entry.exists():
-            _write(entry, {"frame": df}, {"function": f"{fn.__module__}:{fn.__qualname__}"})
+        with contextlib.suppress(OSError):
+            if entry.exists():
+                return df
+        _write(entry, {"frame": df}, {"function": function})
         return df
 
     return keeping

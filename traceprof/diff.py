@@ -161,9 +161,11 @@ def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     calls = pl.concat([op_calls, store.sql(_CALLS_SQL.replace("$run", str(int(run_id))))], how="vertical_relaxed")
     groups = calls.group_by("kind", "name", "class", "sig").agg(
         pl.len().alias("n"), pl.col("ns").cast(pl.Float64).median().alias("med"))
-    return groups.group_by("kind", "name").agg(
-        pl.col("class").first(), ((pl.col("n") * pl.col("med")).sum() / samples).alias("ns"),
-        (pl.col("n").sum() / samples).alias("calls"))
+    # sorted first (group_by returns groups in any order): the class and the float sums do not
+    # change from one run of diff to the next; a name under several classes takes its most called one
+    return groups.sort("kind", "name", "class", "sig", nulls_last=True).group_by("kind", "name", maintain_order=True).agg(
+        pl.col("class").sort_by("n", descending=True, maintain_order=True).first(),
+        ((pl.col("n") * pl.col("med")).sum() / samples).alias("ns"), (pl.col("n").sum() / samples).alias("calls"))
 
 
 def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl.DataFrame, list[str]]:
@@ -321,7 +323,8 @@ def _items(ib: pl.DataFrame, ic: pl.DataFrame, step_base: float, threshold: floa
         ((pl.col("delta_pct").fill_null(math.inf) > 100.0 * threshold)
          & (pl.col("share_of_step_pct") >= MIN_ITEM_SHARE_PCT)).alias("grew"),
     ).select("kind", "name", "class", "base_ns", "cand_ns", "delta_ns", "delta_pct", "share_of_step_pct",
-             "base_calls", "cand_calls", "grew").sort(delta.abs(), descending=True)
+             "base_calls", "cand_calls", "grew").sort(  # ties by kind and name: one order every run
+        delta.abs(), "kind", "name", descending=[True, False, False], nulls_last=True)
 
 
 def _summary(base: str, cand: str, metrics: pl.DataFrame, items: pl.DataFrame, regressed: bool) -> str:

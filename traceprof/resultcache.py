@@ -61,6 +61,12 @@ _FORMAT = 2
 _OURS = re.compile(r"[0-9a-f]{24}")
 
 
+def _key(value: Any) -> str:
+    """24 hex digits of the SHA-256 of ``value`` as JSON (keys sorted; other types as their text):
+    every folder and entry name here (:data:`_OURS` matches the folders)."""
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:24]
+
+
 def results_dir(db: str | Path) -> Path:
     """The results folder of the store ``db``: ``DB.results`` beside it."""
     p = Path(db)
@@ -97,7 +103,7 @@ def state_key(db: Path) -> str:
     ds = dataset_dir(db)
     if ds.is_dir():
         parts.extend([str(f.relative_to(ds)), _stat(f)] for f in sorted(ds.rglob("*")) if f.is_file())
-    return hashlib.sha256(orjson.dumps(parts)).hexdigest()[:24]
+    return _key(parts)
 
 
 @cache
@@ -136,7 +142,7 @@ def _folder(store: Any) -> Path | None:
     except OSError:
         return None
     # one folder per store state and code: writing into a new one deletes the others
-    return root / hashlib.sha256(f"{state}/{_code_key()}".encode()).hexdigest()[:24]
+    return root / _key([state, _code_key()])
 
 
 def _entry(store: Any, name: str, params: Any) -> Path | None:
@@ -150,8 +156,7 @@ def _entry(store: Any, name: str, params: Any) -> Path | None:
         fields["run"] = store.resolve_run(fields.get("run"))
     except (TypeError, TraceprofError):
         return None
-    key = hashlib.sha256(orjson.dumps([name, fields], option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:24]
-    return folder / f"{name}-{key}"
+    return folder / f"{name}-{_key([name, fields])}"
 
 
 def lookup(store: Any, name: str, params: Any) -> Any | None:
@@ -295,9 +300,7 @@ def kept_frame(fn: _F) -> _F:
         folder = _folder(store)
         if folder is None:
             return fn(store, *args, **kwargs)
-        key = hashlib.sha256(orjson.dumps([fn.__module__, fn.__qualname__, args, kwargs],
-                                          option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:24]
-        entry = folder / f"_{fn.__name__.lstrip('_')}-{key}"
+        entry = folder / f"_{fn.__name__.lstrip('_')}-{_key([fn.__module__, fn.__qualname__, args, kwargs])}"
         function = f"{fn.__module__}:{fn.__qualname__}"
         got = _read(entry)
         if got is not None and got[0].get("function") == function and set(got[1]) == {"frame"}:

@@ -389,6 +389,31 @@ def test_parser_workers_never_see_ctrl_c(tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (0, "[(2, True), (4, True), (6, True)]\nFalse\n", "")
 
 
+def test_ctrl_c_before_the_query_starts_still_stops_it(tmp_path):
+    """A Ctrl-C that lands after the helper thread started but before DuckDB runs the query (a loaded
+    machine), or while an earlier statement of the same work runs, is spent on that one: the query must
+    still be stopped, not run for hours."""
+    script = (
+        "import _thread, sys, threading, time\n"
+        "from traceprof.store import Store\n"
+        "store = Store(sys.argv[1])\n"
+        "def fn():\n"
+        "    time.sleep(0.2)\n"  # the main thread waits in interruptible() by now
+        "    _thread.interrupt_main()\n"  # the Ctrl-C, while the query has not started yet
+        "    time.sleep(0.3)\n"
+        "    store.con.execute('SELECT 1').fetchall()\n"  # a first statement (as binding the query) takes the interrupt
+        "    return store.con.execute('SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3').fetchall()\n"
+        "try:\n"
+        "    store.interruptible(fn)\n"
+        "except KeyboardInterrupt:\n"
+        "    time.sleep(0.5)\n"  # where the old code left the query running, started after its interrupt
+        "    print('stopped', store.con.execute('SELECT 42').fetchone())\n"  # waits for a running query
+    )
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.duckdb")], capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "stopped (42,)\n", "")
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_sql_is_one_line_and_130(tmp_path):
     db = tmp_path / "s.duckdb"

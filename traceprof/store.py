@@ -268,27 +268,34 @@ class Store:
         """``fn()`` (DuckDB work on this store) in a helper thread, so that Ctrl-C interrupts it.
 
         DuckDB does not see Python's SIGINT while a query runs; the main thread waits here instead,
-        and on Ctrl-C interrupts the connection, waits for ``fn`` to stop and raises.
+        and on Ctrl-C interrupts the connection (again every 50 ms, until ``fn`` stops) and raises.
 
         Raises:
             KeyboardInterrupt: Ctrl-C (the query was interrupted).
         """
         box: list[Any] = []
+        # Not Thread.join: a join that Ctrl-C interrupts can leave the thread marked as stopped
+        # (CPython < 3.13), and the next join returns at once while DuckDB runs on.
+        done = threading.Event()
 
         def target() -> None:
             try:
                 box.append((True, fn()))
             except BaseException as e:  # handed to the main thread
                 box.append((False, e))
+            finally:
+                done.set()
 
-        t = threading.Thread(target=target, daemon=True)
-        t.start()
+        threading.Thread(target=target, daemon=True).start()
         try:
-            while t.is_alive():
-                t.join(0.05)
+            while not done.wait(0.05):
+                pass
         except KeyboardInterrupt:
-            self.con.interrupt()
-            t.join()
+            # Interrupt until ``fn`` stops: a Ctrl-C that lands before DuckDB has started the query
+            # (or while an earlier statement of ``fn`` runs) finds nothing to interrupt, and the
+            # query would run on.
+            while not done.wait(0.05):
+                self.con.interrupt()
             box.clear()  # a result it returned meanwhile would keep the connection busy
             raise KeyboardInterrupt from None
         ok, value = box[0]

@@ -325,3 +325,43 @@ def test_duckdb_io_errors_are_one_plain_line() -> None:
     other = duckdb.IOException('IO Error: {"exception_type":"IO","exception_message":"Cannot open file \\"/x\\": '
                                'Permission denied","errno":"13"}\nmore')
     assert layout.error_line(other) == 'IO Error: Cannot open file "/x": Permission denied'
+
+
+def test_a_symlinked_store_finds_the_dataset_and_results_of_its_target(tmp_path: Path) -> None:
+    """Every sidecar (lock, Parquet dataset, kept results, spool) is beside the file a symlinked
+    --db points to: before, a link looked for LINK.parquet and called the run's files missing."""
+    real, link = tmp_path / "real.duckdb", tmp_path / "link.duckdb"
+    assert cli("ingest", str(SAMPLES / "normal"), "--db", str(real), "--layout", "parquet")[0] == 0
+    link.symlink_to(real.name)
+    assert layout.dataset_dir(link) == layout.dataset_dir(real) == tmp_path / "real.duckdb.parquet"
+    via_real = cli("analyze", "overlap", "--db", str(real), "-f", "csv", "--no-cache")
+    via_link = cli("analyze", "overlap", "--db", str(link), "-f", "csv")
+    assert via_link == via_real and via_real[0] == 0 and via_real[1].count("\n") == 5  # header + 4 ranks
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".results")] == ["real.duckdb.results"]
+    # an ingest through the link writes into the target's dataset, its spool beside the target too
+    code, _, err = cli("ingest", str(SAMPLES / "sleep_rank1"), "--db", str(link))
+    assert code == 0, err
+    with Store(real, read_only=True) as s:
+        assert s.sql("SELECT count(*) AS n FROM runs")["n"].item() == 2
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".link")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.duckdb", "real.duckdb", "real.duckdb.lock",
+                                                           "real.duckdb.parquet", "real.duckdb.results"]
+
+
+@pytest.mark.parametrize("lay", layout.LAYOUTS)
+def test_store_names_too_long_for_their_sidecars_are_refused(tmp_path: Path, lay: str) -> None:
+    """The longest name a writer takes still fits every sidecar's name (a multi-file ingest spools
+    beside the store, then a report keeps its results); one byte more is one clear line."""
+    from traceprof.store import MAX_NAME_BYTES
+
+    longest = tmp_path / ("s" * (MAX_NAME_BYTES - len(".duckdb")) + ".duckdb")
+    assert cli("ingest", str(SAMPLES / "normal"), "--db", str(longest), "--layout", lay)[0] == 0
+    code, _, err = cli("report", "--db", str(longest), "-o", str(tmp_path / "r.html"))
+    assert (code, err) == (0, f"report written to {tmp_path / 'r.html'}\n")
+    assert (tmp_path / (longest.name + ".results")).is_dir()
+    over = tmp_path / ("s" * (MAX_NAME_BYTES + 1 - len(".duckdb")) + ".duckdb")
+    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(over), "--layout", lay)
+    assert (code, err) == (1, f"error: {over}: a store file name of {MAX_NAME_BYTES + 1} bytes is too long to "
+                              "write: its Parquet, results and spool folders are kept beside it under longer names; "
+                              f"use a name of at most {MAX_NAME_BYTES} bytes\n")
+    assert not over.exists()

@@ -50,6 +50,7 @@ import pyarrow as pa
 
 from traceprof import schema, spill
 from traceprof.errors import StoreError, UsageError
+from traceprof.locking import beside
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "SpooledTrace", "Dataset",
@@ -71,9 +72,9 @@ _SPOOL = ".spool-"  # spool folders: .<store name>.spool-<random> beside the sto
 
 
 def dataset_dir(db: str | Path) -> Path:
-    """The Parquet dataset folder of store file ``db``: ``<db>.parquet`` beside it (absolute)."""
-    p = Path(db).absolute()
-    return p.with_name(p.name + ".parquet")
+    """The Parquet dataset folder of store file ``db``: ``<db>.parquet`` beside it (absolute; beside
+    the file a symlinked ``db`` points to)."""
+    return beside(db, ".parquet")
 
 
 def estimate_bytes(paths: Iterable[Path]) -> int:
@@ -311,7 +312,7 @@ def spool_dir(db: str | Path) -> Path:
     Raises:
         OSError: The folder cannot be created (e.g. the store's folder is not writable).
     """
-    p = Path(db).absolute()
+    p = Path(db).resolve()
     return Path(tempfile.mkdtemp(prefix=f".{p.name}{_SPOOL}", dir=p.parent))
 
 
@@ -322,7 +323,7 @@ def sweep_spools(db: str | Path) -> list[Path]:
     Returns:
         The folders deleted.
     """
-    p = Path(db).absolute()
+    p = Path(db).resolve()
     stale = [d for d in p.parent.glob(f".{glob.escape(p.name)}{_SPOOL}*") if d.is_dir()]
     for d in stale:
         shutil.rmtree(d, ignore_errors=True)

@@ -18,17 +18,23 @@ from pathlib import Path
 
 from traceprof.errors import StoreError
 
-__all__ = ["StoreLock", "lock_path", "close_inherited"]
+__all__ = ["StoreLock", "lock_path", "beside", "close_inherited"]
 
 #: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
 #: file in one process shares the lock (DuckDB arbitrates within a process).
 _HELD: dict[str, list[int]] = {}
 
 
+def beside(db: str | Path, suffix: str) -> Path:
+    """A sidecar of store file ``db``: ``<db><suffix>`` beside the file a symlinked ``db`` points
+    to (absolute), so that every link to one store finds the same lock, dataset and results."""
+    real = Path(db).resolve()
+    return real.with_name(real.name + suffix)
+
+
 def lock_path(db: Path) -> Path:
     """The sidecar lock file of store ``db`` (``traceprof.duckdb`` -> ``traceprof.duckdb.lock``)."""
-    real = db.resolve()
-    return real.with_name(real.name + ".lock")
+    return beside(db, ".lock")
 
 
 class StoreLock:

@@ -50,6 +50,7 @@ import polars as pl
 
 from traceprof.errors import TraceprofError
 from traceprof.layout import dataset_dir
+from traceprof.locking import beside
 
 __all__ = ["caching", "results_dir", "lookup", "keep", "state_key", "kept_frame"]
 
@@ -68,9 +69,9 @@ def _key(value: Any) -> str:
 
 
 def results_dir(db: str | Path) -> Path:
-    """The results folder of the store ``db``: ``DB.results`` beside it."""
-    p = Path(db)
-    return p.with_name(p.name + ".results")
+    """The results folder of the store ``db``: ``DB.results`` beside it (beside the file a
+    symlinked ``db`` points to)."""
+    return beside(db, ".results")
 
 
 @contextmanager

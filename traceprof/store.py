@@ -45,6 +45,9 @@ from traceprof.procs import deferred_sigint
 __all__ = ["Store", "DEFAULT_DB"]
 
 DEFAULT_DB = "traceprof.duckdb"
+#: Longest store file name (bytes) a writer takes: its sidecars (``.<name>.spool-XXXXXXXX``, the
+#: longest, then ``<name>.parquet`` and ``<name>.results``) must fit the usual 255-byte name limit.
+MAX_NAME_BYTES = 255 - len(".") - len(".spool-") - 8
 #: DuckDB's memory limit while a run is inserted (MB): the ingest of a run of many ranks otherwise holds
 #: all their inserted pages until the commit (8 x 280 MB rank files: 2.4 GB); past it DuckDB writes
 #: pages to the store file or its temporary folder (``<store>.tmp``) and reads them back as needed.
@@ -138,6 +141,10 @@ class Store:
         self.commits: list[tuple[str, int]] = []
         if (read_only or not create) and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
+        if not read_only and len(name := os.fsencode(self.path.resolve().name)) > MAX_NAME_BYTES:
+            raise StoreError(f"{self.path}: a store file name of {len(name)} bytes is too long to write: its "
+                             f"Parquet, results and spool folders are kept beside it under longer names; use "
+                             f"a name of at most {MAX_NAME_BYTES} bytes")
         _check_file(self.path)
         self._lock = StoreLock(self.path, exclusive=not read_only, timeout_s=lock_timeout_s)
         self._open = False

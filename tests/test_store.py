@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -113,3 +114,25 @@ def test_ctrl_c_inside_a_stream_duckdb_reads_counts_as_interrupted():
     assert interrupted(duckdb.InvalidInputException(
         "Invalid Input Error: reading the schema of the object registered as '_incoming' failed: KeyboardInterrupt: "))
     assert not interrupted(duckdb.InvalidInputException("Conversion Error: 'KeyboardInterrupt' is not a number"))
+
+
+@pytest.mark.parametrize("holder_read_only", [True, False])
+def test_a_store_held_outside_traceprofs_lock_is_named_with_its_process(tmp_path, holder_read_only):
+    """A DuckDB shell or notebook holding the store (it takes no traceprof lock) makes DuckDB refuse
+    the opposite kind of open: one line naming that process, not DuckDB's text about file locks."""
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=sys.argv[2] == '1'); "
+         "print('ready', flush=True); sys.stdin.read()", str(db), "1" if holder_read_only else "0"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        with pytest.raises(StoreError) as e:
+            Store(db, read_only=not holder_read_only)
+        assert str(e.value) == (f"{db}: open in another process that does not take traceprof's lock (PID "
+                                f"{holder.pid}, {Path(sys.executable).resolve()}); close its connection to the "
+                                "store and retry")
+    finally:
+        holder.communicate("")
+    Store(db).close()  # free once it is gone

@@ -82,6 +82,9 @@ def _check_file(path: Path) -> None:
 
 
 #: Settings that make DuckDB print to the terminal (``traceprof sql`` refuses them).
+#: DuckDB's word on a store file locked by a connection that is not traceprof's (its own lock
+#: waits for other traceprof processes).
+_HELD = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)")
 _PRINTS = re.compile(r"(?i)profil|progress_bar")
 
 
@@ -160,6 +163,10 @@ class Store:
                 # No progress bar: DuckDB would draw it on stdout, into CSV or JSON output.
                 self.con.execute("SET enable_progress_bar = false")
             except duckdb.Error as e:
+                if held := _HELD.search(str(e)):  # a process outside traceprof's lock (a DuckDB shell, a notebook)
+                    raise StoreError(
+                        f"{self.path}: open in another process that does not take traceprof's lock (PID "
+                        f"{held['pid']}, {held['exe']}); close its connection to the store and retry") from None
                 raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
             except OSError as e:  # creating it beside: the folder refused
                 raise StoreError(f"{self.path}: cannot create the store: {e}") from None

@@ -94,3 +94,43 @@ def test_bad_short_ns():
     from analyses.launch import Params
     with pytest.raises(UsageError, match=r"short_ns=-1: must be >= 0"):
         Params(short_ns=-1)
+
+
+def test_kernels_view_is_filtered_by_run_before_its_window(store, tmp_path):
+    """``kernels`` numbers each launch's GPU rows with a window function: partitioned by run first,
+    a query on one run reads that run's events only (before, every run of the store was windowed,
+    so launch took longer with each run a CI store kept). The rows are the same either way."""
+    ingest(store, [kineto(tmp_path / "a.json.gz", EVENTS)], run="a")
+    ingest(store, [kineto(tmp_path / "b.json.gz", EVENTS[:6])], run="b")
+    plan = store.con.execute("EXPLAIN SELECT * FROM kernels WHERE run_id = 1").fetchall()[0][1]
+    scans = plan.split("Seq Scan")[1:]
+    assert len(scans) == 2 and all("run_id = 1" in s.split("rows")[0] for s in scans), plan
+    cols = "rank, trace_id, name, ts_ns, launch_ts_ns, launch_name, first_of_launch"
+    alone = store.sql(f"SELECT {cols} FROM kernels WHERE run_id = 1 ORDER BY ts_ns")
+    by_hand = store.sql(  # the launch call: the earliest runtime event of the correlation id, in the same trace
+        f"""SELECT k.rank, k.trace_id, k.name, k.ts_ns, r.ts_ns AS launch_ts_ns, r.name AS launch_name,
+                   r.ts_ns IS NOT NULL AS first_of_launch FROM events k
+            LEFT JOIN events r ON r.trace_id = k.trace_id AND r.correlation = k.correlation AND r.kind = 'cuda_runtime'
+            WHERE k.run_id = 1 AND k.kind = 'kernel' ORDER BY k.ts_ns""")
+    assert alone.equals(by_hand) and alone.height == 6 and alone["launch_ts_ns"].null_count() == 1
+
+
+def test_a_store_with_older_views_gets_these_at_a_writable_open(tmp_path):
+    """Views hold no data: a store made by an earlier traceprof (its ``meta.views`` digest differs)
+    has them replaced, comments and all, at its next writable open; read-only it is left alone."""
+    from traceprof import schema
+    from traceprof.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as s:
+        ingest(s, [kineto(tmp_path / "a.json.gz", EVENTS)], run="a")
+        want = s.sql("SELECT * FROM kernels ORDER BY ts_ns")
+        s.con.execute("CREATE OR REPLACE VIEW kernels AS SELECT * FROM events WHERE false")  # stands for the old one
+        s.con.execute("UPDATE meta SET value = 'old' WHERE key = 'views'")
+    with Store(db, read_only=True) as s:
+        assert s.sql("SELECT count(*) AS n FROM kernels")["n"].item() == 0
+    with Store(db) as s:
+        assert s.sql("SELECT * FROM kernels ORDER BY ts_ns").equals(want)
+        assert s.sql("SELECT value FROM meta WHERE key = 'views'")["value"].item() == schema.views_digest()
+        comment = s.sql("SELECT comment FROM duckdb_columns() WHERE table_name = 'kernels' AND column_name = 'first_of_launch'")
+        assert comment["comment"].item().startswith("First GPU row of its launch call")

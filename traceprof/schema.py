@@ -12,6 +12,7 @@ epoch nanoseconds on the clock of the rank that recorded them, plus that trace's
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 __all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "PARQUET_TABLES", "Column", "Table",
@@ -258,16 +259,16 @@ SELECT k.run_id, k.rank, k.trace_id, k.kind, k.name, coalesce(k.class, 'compute'
        r.ts_ns AS launch_ts_ns, r.name AS launch_name,
        json_extract_string(k.args, '$.grid') AS grid, json_extract_string(k.args, '$.block') AS block,
        r.ts_ns IS NOT NULL AND row_number() OVER (
-         PARTITION BY k.trace_id, k.correlation ORDER BY k.ts_ns, k.dur_ns) = 1 AS first_of_launch,
+         PARTITION BY k.run_id, k.trace_id, k.correlation ORDER BY k.ts_ns, k.dur_ns) = 1 AS first_of_launch,
        k.flag
 FROM events k
 LEFT JOIN (
   -- the first runtime call of each correlation id, so a kernel appears once
-  SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(name, ts_ns) AS name FROM events
+  SELECT run_id, trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(name, ts_ns) AS name FROM events
   WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL
     AND (flag IS NULL OR flag = 'overrun')  -- a flagged call (unset or far time) vouches for nothing
   GROUP BY ALL
-) r ON r.trace_id = k.trace_id AND r.correlation = k.correlation
+) r ON r.run_id = k.run_id AND r.trace_id = k.trace_id AND r.correlation = k.correlation
 WHERE k.kind IN ('kernel', 'memcpy', 'memset')
 """,
     ),
@@ -347,10 +348,30 @@ def ddl(layout: str = "duckdb") -> list[str]:
         else:
             cols = ",\n  ".join(f'"{c.name}" {c.type}' for c in t.columns)
             out.append(f"CREATE TABLE {t.name} (\n  {cols}\n)")
-        kind = "VIEW" if t.view_sql or t.name in parquet else "TABLE"
-        out.append(f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}")
-        for c in t.columns:
-            out.append(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}')
+        out += _comments(t, "VIEW" if t.view_sql or t.name in parquet else "TABLE")
+    return out
+
+
+def _comments(t: Table, kind: str) -> list[str]:
+    """The table's and its columns' COMMENT statements (``kind``: TABLE or VIEW)."""
+    return [f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}",
+            *(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}' for c in t.columns)]
+
+
+def views_digest() -> str:
+    """SHA-256 (hex) of every derived view's SQL (``Table.view_sql``): a store records the digest
+    of the views it was created with (``meta`` key ``views``), and a writable open of a store with
+    another digest replaces them with :func:`view_ddl` (the views hold no data: same rows, e.g. a
+    definition DuckDB can filter by run before its window functions)."""
+    return hashlib.sha256("\0".join(t.view_sql.strip() for t in TABLES if t.view_sql).encode()).hexdigest()
+
+
+def view_ddl() -> list[str]:
+    """``CREATE OR REPLACE VIEW`` and the comments of every derived view (:func:`views_digest`)."""
+    out: list[str] = []
+    for t in TABLES:
+        if t.view_sql:
+            out += [f"CREATE OR REPLACE VIEW {t.name} AS {t.view_sql.strip()}", *_comments(t, "VIEW")]
     return out
 
 

@@ -239,6 +239,7 @@ class Store:
                 self.con.execute(stmt)
             self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
             self.con.execute("INSERT INTO meta VALUES ('layout', ?)", [self.layout])
+            self.con.execute("INSERT INTO meta VALUES ('views', ?)", [schema.views_digest()])
             self.con.execute("COMMIT")
             return
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -260,6 +261,25 @@ class Store:
             if not read_only:
                 self.dataset.sweep()  # files a crashed ingest left behind (we hold the exclusive lock)
             self.dataset.refresh()
+        if not read_only:
+            self._refresh_views()
+
+    def _refresh_views(self) -> None:
+        """Replace the derived views of a store created by an earlier traceprof with this one's
+        (:func:`traceprof.schema.views_digest`; same rows, faster definitions)."""
+        digest = schema.views_digest()
+        if self._one("SELECT value FROM meta WHERE key = 'views'") == (digest,):
+            return
+        self.con.execute("BEGIN")
+        try:
+            for stmt in schema.view_ddl():
+                self.con.execute(stmt)
+            self.con.execute("DELETE FROM meta WHERE key = 'views'")
+            self.con.execute("INSERT INTO meta VALUES ('views', ?)", [digest])
+            self.con.execute("COMMIT")
+        except BaseException:
+            self._housekeep("ROLLBACK")
+            raise
 
     def _one(self, query: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
         """First row of a query (the result is fully consumed), or None."""

@@ -108,7 +108,7 @@ def test_kernels_view_is_filtered_by_run_before_its_window(store, tmp_path):
     cols = "rank, trace_id, name, ts_ns, launch_ts_ns, launch_name, first_of_launch"
     alone = store.sql(f"SELECT {cols} FROM kernels WHERE run_id = 1 ORDER BY ts_ns")
     by_hand = store.sql(  # the launch call: the earliest runtime event of the correlation id, in the same trace
-        f"""SELECT k.rank, k.trace_id, k.name, k.ts_ns, r.ts_ns AS launch_ts_ns, r.name AS launch_name,
+        """SELECT k.rank, k.trace_id, k.name, k.ts_ns, r.ts_ns AS launch_ts_ns, r.name AS launch_name,
                    r.ts_ns IS NOT NULL AS first_of_launch FROM events k
             LEFT JOIN events r ON r.trace_id = k.trace_id AND r.correlation = k.correlation AND r.kind = 'cuda_runtime'
             WHERE k.run_id = 1 AND k.kind = 'kernel' ORDER BY k.ts_ns""")

@@ -20,7 +20,7 @@ __all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns"]
 
 def whole_ns(x: pl.Expr) -> pl.Expr:
     """A statistic of ns values (mean, median, percentile) as int64 ns, halves rounded away from
-    zero as DuckDB's ``round`` does (``analyses/launch.sql``)."""
+    zero as DuckDB's ``round`` does (``round(x)::BIGINT``)."""
     return x.round(0, mode="half_away_from_zero").cast(pl.Int64)
 
 

@@ -511,3 +511,55 @@ def test_a_store_file_is_created_whole_or_not_at_all(tmp_path, monkeypatch):
     assert not (tmp_path / "s.duckdb.new").exists()
     with Store(db, read_only=True) as s:  # a whole store, reopened
         assert s.sql("SELECT count(*) FROM runs").row(0) == (0,)
+
+
+def test_outputs_never_overwrite_the_stores_parquet_files_or_kept_results(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(_job(tmp_path)), "--db", str(db), "--layout", "parquet")[0] == 0
+    assert run("report", "--db", str(db), "-o", str(tmp_path / "r.html"))[0] == 0  # keeps results
+    part = next((tmp_path / "s.duckdb.parquet").rglob("*.parquet"))
+    kept = next(f for f in (tmp_path / "s.duckdb.results").rglob("*") if f.is_file())
+    os.link(part, tmp_path / "hard.json")
+    before = {f: f.read_bytes() for f in (part, kept)}
+    for out in (part, kept, tmp_path / "hard.json", tmp_path / "s.duckdb.parquet" / "new.html"):
+        for args in (["report", "-o", str(out)], ["export", "perfetto", "-o", str(out)]):
+            code, _, err = run(*args, "--db", str(db))
+            folder = "s.duckdb.results" if out == kept else "s.duckdb.parquet"
+            assert (code, err) == (1, f"error: {out}: would overwrite a file of the store {db} (in {folder}/); "
+                                      "write the output elsewhere\n"), (args, err)
+    assert {f: f.read_bytes() for f in (part, kept)} == before
+    assert not (tmp_path / "s.duckdb.parquet" / "new.html").exists()
+
+
+def test_db_paths_no_store_can_be_at_are_one_line_and_touch_nothing(tmp_path):
+    """A dangling symlink (creating the store would replace the link, and a failed first ingest
+    deleted it), a symlink loop, a name too long for the file system: one line for every command."""
+    dangling, loop = tmp_path / "link.duckdb", tmp_path / "loop.duckdb"
+    dangling.symlink_to("real.duckdb")
+    loop.symlink_to("loop.duckdb")
+    long_ = tmp_path / ("s" * 250 + ".duckdb")
+    job = str(_job(tmp_path))
+    want = {dangling: f"{dangling}: a symlink to real.duckdb, which does not exist; give the target as --db to "
+                      "create the store there, or remove the link",
+            loop: f"{loop}: a symlink loop; --db takes a store file or a new path",
+            long_: f"{long_}: a file name too long for the file system; use a shorter --db path"}
+    for db, message in want.items():
+        for args in (["ingest", job], ["runs"], ["analyze", "overlap"], ["sql", "SELECT 1"],
+                     ["report", "-o", str(tmp_path / "r.html")], ["export", "perfetto", "-o", str(tmp_path / "p.json")]):
+            assert run(*args, "--db", str(db)) == (1, "", f"error: {message}\n"), (db.name[:20], args)
+    assert dangling.is_symlink() and not (tmp_path / "real.duckdb").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "link.duckdb", "loop.duckdb"]
+
+
+def test_a_run_named_after_its_folder_follows_the_rules_of_run(tmp_path):
+    """A folder named 5 made run '5', which `runs rm 5` and --run 5 then took for run id 5."""
+    d = tmp_path / "5"
+    d.mkdir()
+    for f in _job(tmp_path).iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(d), "--db", str(db)) == (
+        1, "", f"error: {d} (its run name; set another with --run NAME): '5' would read as a run id; choose a "
+               "name with a letter in it\n")
+    assert not db.exists()
+    assert run("ingest", str(d), "--db", str(db), "--run", "five")[0] == 0

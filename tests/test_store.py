@@ -130,9 +130,10 @@ def test_a_store_held_outside_traceprofs_lock_is_named_with_its_process(tmp_path
         assert holder.stdout.readline() == "ready\n"
         with pytest.raises(StoreError) as e:
             Store(db, read_only=not holder_read_only)
-        assert str(e.value) == (f"{db}: open in another process that does not take traceprof's lock (PID "
-                                f"{holder.pid}, {Path(sys.executable).resolve()}); close its connection to the "
-                                "store and retry")
+        assert str(e.value) == (f"{db}: open in another process that does not hold traceprof's lock for this "
+                                f"path (PID {holder.pid}, {Path(sys.executable).resolve()}): a DuckDB shell or "
+                                "notebook, or traceprof through a hard link to this file; close it or wait for it, "
+                                "and retry")
     finally:
         holder.communicate("")
     Store(db).close()  # free once it is gone

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from traceprof.errors import TraceFormatError, UsageError
+from traceprof.locking import beside, check_store_path
 
 __all__ = [
     "read_maybe_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
@@ -302,13 +303,27 @@ def _repair_utf8(path: Path, data: bytes, gz: bool) -> bytes:
 
 
 def check_not_store(out: str | Path, db: str | Path) -> None:
-    """Refuse an output path that is the store (or its WAL or lock file), symlinks and hard links followed.
+    """Refuse an output path that is the store, its WAL or lock file, or a file in its folders (the
+    Parquet dataset ``<db>.parquet/``, kept results ``<db>.results/``), symlinks and hard links followed.
 
     Raises:
-        UsageError: ``out`` resolves to the store or one of its sidecar files.
+        UsageError: ``out`` resolves to the store or one of its sidecar files, or is a symlink loop.
+        StoreError: ``db`` cannot be a store (:func:`traceprof.locking.check_store_path`).
     """
-    target = Path(out).resolve()
+    check_store_path(db)  # a --db loop: StoreError (the store cannot be opened either)
+    try:
+        target = Path(out).resolve()
+    except RuntimeError:  # Path.resolve on a symlink loop (Python < 3.13)
+        raise UsageError(f"{out}: a symlink loop; write the output elsewhere") from None
     store = Path(db).resolve()
+    for folder in (beside(store, ".parquet"), beside(store, ".results")):
+        inside = target == folder or folder in target.parents
+        if not inside and target.is_file() and folder.is_dir():  # a hard link to one of its files
+            st = target.stat()
+            inside = any(f.is_file() and os.path.samestat(st, f.stat()) for f in folder.rglob("*"))
+        if inside:
+            raise UsageError(f"{out}: would overwrite a file of the store {db} (in {folder.name}/); "
+                             "write the output elsewhere")
     guarded = [store, store.with_name(store.name + ".wal"), store.with_name(store.name + ".lock")]
     for g in guarded:
         same = target == g

@@ -212,9 +212,9 @@ def ingest(
             (checked for every run before any is inserted: nothing is written); a later run's
             insert failing after earlier runs were committed (the message names those runs).
     """
-    if run is not None:  # a numeric name would shadow a run id (`runs rm 1`), as runs mv refuses
-        from traceprof.runs import check_name
+    from traceprof.runs import check_name
 
+    if run is not None:  # a numeric name would shadow a run id (`runs rm 1`), as runs mv refuses
         check_name(run, "--run")
     _check_executor(store, executor, scheduler)
     result = IngestResult()
@@ -230,6 +230,8 @@ def ingest(
     sizes = store.stored_sizes()
     for group, files in groups.items():
         name = run or (group.stem if group.is_file() else group.name)
+        if not run:  # named after its folder (or whole-run file): the rules of --run hold for it too
+            check_name(name, f"{group} (its run name; set another with --run NAME)")
         new: list[Path] = []
         elsewhere: dict[Path, str] = {}
         for f in files:

@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from traceprof import schema, spill
 from traceprof.errors import StoreError, UsageError
-from traceprof.locking import beside
+from traceprof.locking import beside, check_store_path
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "SpooledTrace", "Dataset",
@@ -103,6 +103,7 @@ def choose(db: str | Path, paths: Iterable[Path], requested: str | None) -> str 
         if requested not in LAYOUTS:
             raise UsageError(f"--layout {requested!r}: expected one of {', '.join(LAYOUTS)}")
         return requested
+    check_store_path(db)
     if Path(db).exists():
         return None
     return "parquet" if estimate_bytes(Path(p) for p in paths) > AUTO_PARQUET_BYTES else "duckdb"

@@ -10,6 +10,7 @@ lock when its holder dies, ``kill -9`` included.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sys
@@ -18,11 +19,38 @@ from pathlib import Path
 
 from traceprof.errors import StoreError
 
-__all__ = ["StoreLock", "lock_path", "beside", "close_inherited"]
+__all__ = ["StoreLock", "lock_path", "beside", "check_store_path", "close_inherited"]
 
 #: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
 #: file in one process shares the lock (DuckDB arbitrates within a process).
 _HELD: dict[str, list[int]] = {}
+
+
+def check_store_path(db: str | Path) -> None:
+    """Refuse a ``--db`` path no store can be at: a symlink loop, a name too long for the file
+    system, or a symlink to a path that does not exist (creating the store there would replace the
+    link with a file, and a failed first ingest would delete the user's link).
+
+    Raises:
+        StoreError: Saying which of these it is.
+    """
+    p = Path(db)
+    try:
+        p.resolve()
+        p.lstat()
+    except FileNotFoundError:
+        return
+    except RuntimeError:  # Path.resolve on a loop (Python < 3.13)
+        raise StoreError(f"{db}: a symlink loop; --db takes a store file or a new path") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(f"{db}: a symlink loop; --db takes a store file or a new path") from None
+        if e.errno == errno.ENAMETOOLONG:
+            raise StoreError(f"{db}: a file name too long for the file system; use a shorter --db path") from None
+        raise StoreError(f"{db}: cannot use as a store: {e.strerror or e}") from None
+    if p.is_symlink() and not p.exists():
+        raise StoreError(f"{db}: a symlink to {os.readlink(p)}, which does not exist; give the target as --db "
+                         "to create the store there, or remove the link")
 
 
 def beside(db: str | Path, suffix: str) -> Path:

@@ -38,7 +38,7 @@ from traceprof.layout import (
     sweep_spools,
 )
 from traceprof.limits import INT32, fits
-from traceprof.locking import StoreLock
+from traceprof.locking import StoreLock, check_store_path
 from traceprof.parsed import ParsedTrace
 from traceprof.procs import deferred_sigint
 
@@ -137,6 +137,7 @@ class Store:
         if layout is not None and layout not in LAYOUTS:
             raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
         self.path = Path(path)
+        check_store_path(self.path)
         self.created = False
         self.read_only = read_only
         self.layout = layout or "duckdb"
@@ -165,8 +166,9 @@ class Store:
             except duckdb.Error as e:
                 if held := _HELD.search(str(e)):  # a process outside traceprof's lock (a DuckDB shell, a notebook)
                     raise StoreError(
-                        f"{self.path}: open in another process that does not take traceprof's lock (PID "
-                        f"{held['pid']}, {held['exe']}); close its connection to the store and retry") from None
+                        f"{self.path}: open in another process that does not hold traceprof's lock for this "
+                        f"path (PID {held['pid']}, {held['exe']}): a DuckDB shell or notebook, or traceprof "
+                        "through a hard link to this file; close it or wait for it, and retry") from None
                 raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
             except OSError as e:  # creating it beside: the folder refused
                 raise StoreError(f"{self.path}: cannot create the store: {e}") from None

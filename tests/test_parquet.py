@@ -206,7 +206,8 @@ def test_runs_rm_removes_partitions(tmp_path: Path) -> None:
         ingest(s, [SAMPLES / "normal", SAMPLES / "clean"], jobs=1)
         ids = dict(s.sql("SELECT name, run_id FROM runs").iter_rows())
         events = s.sql("SELECT count(*) AS n FROM events WHERE run_id = ?", [ids["normal"]])["n"][0]
-        assert remove(s, "normal").rows > events  # rows in its files count as removed rows
+        removed = remove(s, "normal").rows
+        assert removed > events  # rows in its files count as removed rows
         assert s.sql("SELECT count(*) AS n FROM events WHERE run_id = ?", [ids["normal"]])["n"][0] == 0
         assert s.sql("SELECT count(*) AS n FROM events")["n"][0] > 0
     files = _files(db)
@@ -215,6 +216,9 @@ def test_runs_rm_removes_partitions(tmp_path: Path) -> None:
     with Store(db) as s:  # its files can be ingested again
         ingest(s, [SAMPLES / "normal"], jobs=1)
         assert s.sql("SELECT count(*) AS n FROM runs")["n"][0] == 2
+    with Store(tmp_path / "d.duckdb", layout="duckdb") as s:  # the same count as the DuckDB layout's
+        ingest(s, [SAMPLES / "normal"], jobs=1)
+        assert remove(s, "normal").rows == removed
 
 
 def test_failed_first_ingest_deletes_store_and_dataset(tmp_path: Path) -> None:

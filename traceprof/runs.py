@@ -92,10 +92,12 @@ def remove(store: Store, run: str) -> Removed:
     run_id = store.resolve_run(run, whole=False)  # a run whose Parquet files are damaged can be removed
     name = run_name(store, run_id)
     traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
-    # rows kept in Parquet files (traceprof.layout) count too; their parts rows are deleted below
-    in_files = int(store.sql("SELECT coalesce(sum(rows), 0) AS n FROM parts WHERE run_id = ?", [run_id])["n"][0])
+    # rows kept in Parquet files (traceprof.layout) count instead of their parts rows (one per file:
+    # bookkeeping, so the count is the same in both layouts)
+    in_files, parts = (int(x) for x in store.sql(
+        "SELECT coalesce(sum(rows), 0) AS n, count(*) AS parts FROM parts WHERE run_id = ?", [run_id]).row(0))
     stmts: list[tuple[str, list[object]]] = [(f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)]
-    rows = _transaction(store, f"removing run {name!r}", stmts) + in_files
+    rows = _transaction(store, f"removing run {name!r}", stmts) + in_files - parts
     store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
     return Removed(name, run_id, traces, rows)
 

@@ -195,3 +195,16 @@ def test_a_backend_that_is_not_a_string_is_ignored_with_a_warning(tmp_path):
         res = ingest(store, [tmp_path / "rank0.json"], jobs=1)
         assert "rank0.json: distributedInfo.backend is {'x': 1}, not a string: ignored" in res.warnings
         assert store.sql("SELECT backend FROM traces").rows() == [(None,)]
+
+
+def test_an_empty_trace_is_stored_with_a_warning(tmp_path):
+    """``{"traceEvents": []}`` (a capture that recorded nothing) was stored as a run with no word of it."""
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "rank0.json").write_text(json.dumps(micro_trace(["a"], rank=0, world=2)))
+    empty = micro_trace([], rank=1, world=2) | {"traceEvents": []}
+    (d / "rank1.json").write_text(json.dumps(empty))
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0, err
+    assert "warning: rank1.json: no events in the trace (an empty capture?); its run has no activity from it\n" in err
+    assert "rank0.json: no events" not in err

@@ -406,6 +406,9 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
     """Check ranks within one run: a lone file without a rank is rank 0 (with a warning)."""
     for pt in traces:
         result.warnings += pt.warnings
+        if not pt.events_read:  # stored (its metadata is the file's), but no analysis has anything to read
+            result.warnings.append(f"{Path(pt.path).name}: no events in the trace (an empty capture?); "
+                                   "its run has no activity from it")
         if pt.rejected:
             why = ", ".join(f"{n} {reason}" for reason, n in pt.rejected.items())
             result.warnings.append(f"{Path(pt.path).name}: {sum(pt.rejected.values())} record(s) not stored: {why}")

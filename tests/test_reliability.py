@@ -563,3 +563,21 @@ def test_a_run_named_after_its_folder_follows_the_rules_of_run(tmp_path):
                "name with a letter in it\n")
     assert not db.exists()
     assert run("ingest", str(d), "--db", str(db), "--run", "five")[0] == 0
+
+
+@pytest.mark.parametrize("name", ["rank0.json.gz", "fr_rank0.json"])
+@pytest.mark.parametrize("pack", ["bzip2", "xz", "gzip inside gzip"])
+def test_compressed_formats_we_do_not_read_are_named(tmp_path, name, pack):
+    """A bzip2 or xz file, or a gzip of a gzip, named like a trace was "invalid JSON (... byte 0)"."""
+    import bz2
+    import lzma
+
+    raw = json.dumps(micro_trace(["a"])).encode()
+    data = {"bzip2": bz2.compress(raw), "xz": lzma.compress(raw), "gzip inside gzip": gzip.compress(gzip.compress(raw))}
+    path = tmp_path / name
+    path.write_bytes(data[pack])
+    code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"))
+    why = ("a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)" if pack == "gzip inside gzip"
+           else f"{pack}-compressed, which traceprof does not read (it reads JSON, plain or gzip): decompress it first")
+    assert (code, err) == (1, f"error: {path}: {why}\n")
+    assert not (tmp_path / "s.duckdb").exists()

@@ -30,7 +30,7 @@ from traceprof.errors import TraceFormatError, UsageError
 from traceprof.locking import beside, check_store_path
 
 __all__ = [
-    "read_maybe_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
+    "read_maybe_gzip", "not_json_because", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
     "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM",
 ]
 
@@ -300,6 +300,25 @@ def _repair_utf8(path: Path, data: bytes, gz: bool) -> bytes:
     _repairs.setdefault(str(path), []).append(
         Repair(reason, count, f"{path}: {where}: {count} invalid UTF-8 sequence(s) replaced by U+FFFD"))
     return text.encode("utf-8")
+
+
+#: Magic bytes of compressed formats traceprof does not inflate (gzip it does: here it means a gzip
+#: inside the gzip, or a gzip member behind a plain prefix).
+_COMPRESSED = ((b"\x1f\x8b", "gzip inside gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
+               (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"), (b"7z\xbc\xaf\x27\x1c", "7z"))
+
+
+def not_json_because(data: bytes) -> str | None:
+    """Why text that fails to decode as JSON is no JSON at all, when its first bytes say it: still
+    compressed (bzip2, xz, zstd, zip, 7z, or a gzip inside the gzip), with what to do; else None.
+    ``data``: the file's text as traceprof read it (after gzip inflation, and maybe with invalid
+    UTF-8 replaced by U+FFFD, as the reader repairs it: the magic is matched in both forms)."""
+    for magic, what in _COMPRESSED:
+        if data.startswith(magic) or data.startswith(magic.decode("utf-8", "replace").encode()):
+            return (f"{what}-compressed, which traceprof does not read (it reads JSON, plain or gzip): "
+                    "decompress it first" if what != "gzip inside gzip" else
+                    "a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)")
+    return None
 
 
 def check_not_store(out: str | Path, db: str | Path) -> None:

@@ -221,3 +221,11 @@ def test_names_that_shorten_alike_are_numbered():
     assert [r[0] for r in table_rows(df)] == [
         "vectorized_elementwise_kernel #1", "vectorized_elementwise_kernel #2", "aten::mm", "",
         "vectorized_elementwise_kernel #1"]
+
+
+def test_sql_with_several_statements_says_whose_rows_it_shows(db, tmp_path):
+    """DuckDB runs every statement and returns the last one's rows; one statement gets no note."""
+    r = cli("sql", "SELECT 1 AS a; SELECT 2 AS b", "--db", str(db), "-f", "csv", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "b\n2\n", "note: 2 statements ran; the rows shown are the last one's\n")
+    r = cli("sql", "SELECT 2 AS b;", "--db", str(db), "-f", "csv", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "b\n2\n", "")

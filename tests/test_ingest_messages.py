@@ -67,6 +67,9 @@ def test_the_header_of_several_failures_names_no_single_file(tmp_path):
     assert code == 1 and len(lines) == 3, err
     assert lines[0] == "error: 2 of 3 files cannot be read, nothing stored (--partial stores the others):"
     assert sorted(ln.split(":")[0].strip() for ln in lines[1:]) == [str(d / "empty.json"), str(d / "rank1.json")]
+    (d / "rank2.json").unlink()  # every file fails: no others for --partial to store
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and err.splitlines()[0] == "error: 2 of 2 files cannot be read, nothing stored:", err
 
 
 def test_ctrl_c_while_opening_the_store_says_it_is_as_it_was(tmp_path, monkeypatch):

@@ -372,6 +372,8 @@ def sql(
                 _stream_csv(res.columns, res.rows, raw)
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db) + " (sql is read-only)") from None
+    if res.statements > 1:
+        say(f"{res.statements} statements ran; the rows shown are the last one's", label="note:", style="yellow")
     if res.capped:
         say(f"first {max_rows:,} rows shown; --max-rows 0 prints all", label="note:", style="yellow")
 

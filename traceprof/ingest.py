@@ -322,8 +322,8 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
         raise first
     lines = "".join(f"\n  {msg}" for msg in failed.values())
     # about every file (each line below names its own): no one path heads the message
-    raise TraceFormatError("", "", f"{len(failed)} of {files} files cannot be read, nothing stored "
-                           f"(--partial stores the others):{lines}")
+    others = " (--partial stores the others)" if len(failed) < files else ""  # none when every file failed
+    raise TraceFormatError("", "", f"{len(failed)} of {files} files cannot be read, nothing stored{others}:{lines}")
 
 
 def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path]) -> None:

@@ -32,12 +32,14 @@ class SqlStream:
         numeric: Per column, whether its values are numbers (else strings or None).
         rows: Iterator over row tuples, at most ``max_rows``.
         capped: Set once ``rows`` is exhausted: there were more than ``max_rows`` rows.
+        statements: Statements in the query (DuckDB runs them all; ``rows`` are the last one's).
     """
 
     columns: list[str]
     numeric: list[bool]
     rows: Iterator[tuple[Any, ...]] = field(default_factory=lambda: iter(()))
     capped: bool = False
+    statements: int = 1
 
 
 def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_000) -> SqlStream:
@@ -54,7 +56,7 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
             way from the iterator.
         KeyboardInterrupt: DuckDB was interrupted by Ctrl-C.
     """
-    store.check_user_sql(query)
+    statements = store.check_user_sql(query)
 
     def start() -> tuple[list[str], list[str], Any]:
         rel = store.con.sql(query)
@@ -73,7 +75,7 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
         columns, types, reader = store.interruptible(start)
     except duckdb.Error as e:
         raise _error(e) from None
-    out = SqlStream(columns, [t in _KEEP for t in types])
+    out = SqlStream(columns, [t in _KEEP for t in types], statements=statements)
 
     def rows() -> Iterator[tuple[Any, ...]]:
         n = 0

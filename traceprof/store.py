@@ -341,12 +341,15 @@ class Store:
             raise value
         return value
 
-    def check_user_sql(self, query: str) -> None:
+    def check_user_sql(self, query: str) -> int:
         """Refuse user SQL that would write files through a read-only Parquet-layout store (whose
         connection may touch the dataset's files; :func:`traceprof.layout.refuse_file_writes`),
         and settings that make DuckDB print into the output (its profiler's tree, its progress bar:
         ``PRAGMA enable_profiling``, ``SET enable_progress_bar``, ...), which would corrupt CSV and
         JSON results; ``EXPLAIN ANALYZE`` gives the profile as rows instead.
+
+        Returns:
+            The number of statements in ``query`` (1 when DuckDB cannot parse it: running it says why).
 
         Raises:
             StoreError: ``query`` holds COPY or EXPORT (Parquet layout), or such a setting.
@@ -356,11 +359,12 @@ class Store:
         try:
             statements = self.con.extract_statements(query)
         except duckdb.Error:
-            return  # running it reports the syntax error
+            return 1  # running it reports the syntax error
         for st in statements:
             if st.type in (duckdb.StatementType.PRAGMA, duckdb.StatementType.SET) and _PRINTS.search(st.query):
                 raise StoreError(f"SQL error: {st.query.strip().rstrip(';')!r} is refused: DuckDB would print "
                                  "into the output; use EXPLAIN ANALYZE <query> for a profile")
+        return max(len(statements), 1)
 
     def shift_events(self, trace_id: int, delta_ns: int) -> None:
         """Add ``delta_ns`` (ns) to every ``events.ts_ns`` of trace ``trace_id``, on the store's

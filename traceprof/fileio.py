@@ -335,15 +335,17 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
     except RuntimeError:  # Path.resolve on a symlink loop (Python < 3.13)
         raise UsageError(f"{out}: a symlink loop; write the output elsewhere") from None
     store = Path(db).resolve()
+    # a file with one name is no hard link to a file of the folders: their walk is skipped (an
+    # existing report.html is overwritten every day; a dataset holds a file per trace)
+    st = target.stat() if target.is_file() else None
     for folder in (beside(store, ".parquet"), beside(store, ".results")):
         inside = target == folder or folder in target.parents
-        if not inside and target.is_file() and folder.is_dir():  # a hard link to one of its files
-            st = target.stat()
+        if not inside and st is not None and st.st_nlink > 1 and folder.is_dir():
             inside = any(f.is_file() and os.path.samestat(st, f.stat()) for f in folder.rglob("*"))
         if inside:
             raise UsageError(f"{out}: would overwrite a file of the store {db} (in {folder.name}/); "
                              "write the output elsewhere")
-    guarded = [store, store.with_name(store.name + ".wal"), store.with_name(store.name + ".lock")]
+    guarded = [store, beside(store, ".wal"), beside(store, ".lock")]
     for g in guarded:
         same = target == g
         if not same and target.exists() and g.exists():

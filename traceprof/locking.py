@@ -35,16 +35,17 @@ def check_store_path(db: str | Path) -> None:
         StoreError: Saying which of these it is.
     """
     p = Path(db)
+    loop = f"{db}: a symlink loop; --db takes a store file or a new path"
     try:
         p.resolve()
         p.lstat()
     except FileNotFoundError:
         return
     except RuntimeError:  # Path.resolve on a loop (Python < 3.13)
-        raise StoreError(f"{db}: a symlink loop; --db takes a store file or a new path") from None
+        raise StoreError(loop) from None
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise StoreError(f"{db}: a symlink loop; --db takes a store file or a new path") from None
+            raise StoreError(loop) from None
         if e.errno == errno.ENAMETOOLONG:
             raise StoreError(f"{db}: a file name too long for the file system; use a shorter --db path") from None
         raise StoreError(f"{db}: cannot use as a store: {e.strerror or e}") from None

@@ -81,10 +81,10 @@ def _check_file(path: Path) -> None:
     )
 
 
-#: Settings that make DuckDB print to the terminal (``traceprof sql`` refuses them).
 #: DuckDB's word on a store file locked by a connection that is not traceprof's (its own lock
 #: waits for other traceprof processes).
 _HELD = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)")
+#: Settings that make DuckDB print to the terminal (``traceprof sql`` refuses them).
 _PRINTS = re.compile(r"(?i)profil|progress_bar")
 
 

@@ -59,6 +59,8 @@ __all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace"
 
 #: The store layouts (module doc).
 LAYOUTS = ("duckdb", "parquet")
+#: DuckDB's memory limit while a parser process writes a trace's Parquet file (MB).
+_STAGE_MEMORY_LIMIT_MB = 256
 #: A new store takes the Parquet layout when its first ingest reads more than this (2 GiB), uncompressed.
 AUTO_PARQUET_BYTES = 2 << 30
 #: Assumed inflation of a ``.gz`` trace (JSON traces compress 8-12x) for :func:`estimate_bytes`.
@@ -176,6 +178,9 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
+        # as a DuckDB-layout ingest (store.INGEST_MEMORY_LIMIT_MB): past it DuckDB writes the row
+        # groups out sooner instead of holding them (its default is 80% of RAM, in every parser process)
+        con.execute(f"SET memory_limit = '{_STAGE_MEMORY_LIMIT_MB}MB'")
         con.register("_incoming", spill.readable(tbl))
         con.execute(f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
     except duckdb.Error as e:

@@ -581,3 +581,21 @@ def test_compressed_formats_we_do_not_read_are_named(tmp_path, name, pack):
            else f"{pack}-compressed, which traceprof does not read (it reads JSON, plain or gzip): decompress it first")
     assert (code, err) == (1, f"error: {path}: {why}\n")
     assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_a_file_named_gz_that_is_not_gzip_says_so(tmp_path):
+    """A .json.gz holding plain text that is no JSON was only "invalid JSON (... byte 4)", which
+    points into text the user believes compressed; a valid plain-JSON trace named .gz still ingests."""
+    bad = tmp_path / "bad" / "rank0.json.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not gzip")
+    code, _, err = run("ingest", str(bad), "--db", str(tmp_path / "s.duckdb"))
+    assert (code, err) == (1, f"error: {bad}: invalid JSON (JSON is malformed: invalid character (byte 4)); the file "
+                              "is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy\n")
+    plain = tmp_path / "bad" / "rank0.json"
+    plain.write_bytes(b"not json")
+    assert "named .gz" not in run("ingest", str(plain), "--db", str(tmp_path / "s.duckdb"))[2]
+    good = tmp_path / "good" / "rank0.json.gz"
+    good.parent.mkdir()
+    good.write_bytes(json.dumps(micro_trace(["a"])).encode())
+    assert run("ingest", str(good), "--db", str(tmp_path / "s.duckdb"))[0] == 0

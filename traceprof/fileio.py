@@ -30,7 +30,7 @@ from traceprof.errors import TraceFormatError, UsageError
 from traceprof.locking import beside, check_store_path
 
 __all__ = [
-    "read_maybe_gzip", "not_json_because", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
+    "read_maybe_gzip", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
     "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM",
 ]
 
@@ -319,6 +319,20 @@ def not_json_because(data: bytes) -> str | None:
                     "decompress it first" if what != "gzip inside gzip" else
                     "a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)")
     return None
+
+
+def misnamed_gzip(path: Path) -> str:
+    """``"; ..."`` saying the file is named ``.gz`` but holds no gzip (its first bytes are not
+    the gzip magic ``1f 8b``), to add to a JSON error (a wrong name, or a damaged copy, where the
+    JSON error alone points into the text); ``""`` otherwise, or when the file cannot be read."""
+    if not path.name.lower().endswith(".gz"):
+        return ""
+    try:
+        with path.open("rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return ""
+    return "" if gz else "; the file is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy"
 
 
 def check_not_store(out: str | Path, db: str | Path) -> None:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from collectors._arrow import row_schema
 from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
 from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import not_json_because, read_maybe_gzip
+from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
 from traceprof.limits import record_fits
 from traceprof.matching import canonical_ranks
 from traceprof.ops import dtype_bytes, normalize_op
@@ -88,7 +88,7 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
         return raw, msgspec.json.decode(data), "json"
     except msgspec.DecodeError as err:
         where = f"byte {len(data)}" if "truncated" in str(err) else ""
-        raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})") from None
+        raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
     except RecursionError:
         raise TraceFormatError(path, "", "invalid JSON: nested too deeply (over ~1000 levels)") from None
 

@@ -59,7 +59,7 @@ from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify, spill
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import NotUtf8, TextStream, blank_bom, not_json_because, read_maybe_gzip
+from traceprof.fileio import NotUtf8, TextStream, blank_bom, misnamed_gzip, not_json_because, read_maybe_gzip
 from traceprof.limits import INT32, checked_int, columns_to_table, drop_out_of_range, fits, to_table
 from traceprof.parsed import ParsedTrace
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
@@ -157,7 +157,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
                                    f"no JSON text, only {len(data)} bytes of whitespace or byte order mark") from None
         if "truncated" in str(e).lower():
             raise TraceFormatError(path, f"byte {len(data)}", f"truncated JSON ({e})") from None
-        raise TraceFormatError(path, "", not_json_because(data) or f"invalid JSON ({e})") from None
+        raise TraceFormatError(path, "", not_json_because(data) or f"invalid JSON ({e})" + misnamed_gzip(path)) from None
     except RecursionError:
         raise TraceFormatError(path, "", "invalid JSON: nested too deeply (arrays or objects "
                                "over ~1000 levels deep)") from None

@@ -31,7 +31,7 @@ from traceprof.locking import beside, check_store_path
 
 __all__ = [
     "read_maybe_gzip", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
-    "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM",
+    "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM", "GZIP_MAGIC",
 ]
 
 #: (pid that set it, hook): see :func:`on_read`.
@@ -57,6 +57,8 @@ _OUT_CHUNK = 1 << 20  # decompressed bytes produced per step at most
 #: The UTF-8 byte order mark. JSON (RFC 8259 section 8.1) must not carry one, but parsers may
 #: ignore it, and real tools do; :func:`blank_bom` makes it whitespace.
 UTF8_BOM = codecs.BOM_UTF8
+#: The first two bytes of every gzip member (RFC 1952): how a file is told to be gzip, whatever its name.
+GZIP_MAGIC = b"\x1f\x8b"
 _BOM_BLANK = b" " * len(UTF8_BOM)
 
 _ratio = DEFAULT_INFLATE_RATIO
@@ -130,7 +132,7 @@ def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
         raw = path.read_bytes()
     except OSError as e:
         raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
-    if raw[:2] != b"\x1f\x8b":
+    if raw[:2] != GZIP_MAGIC:
         return raw, _repair_utf8(path, blank_bom(raw), gz=False)
     view = memoryview(raw)
     pieces = (view[i : i + _IN_CHUNK] for i in range(0, len(raw), _IN_CHUNK))
@@ -191,7 +193,7 @@ class TextStream:
         except OSError as e:
             raise TraceFormatError(self.path, "", f"cannot read file: {e.strerror or e}") from None
         with f:
-            gz = f.read(2) == b"\x1f\x8b"
+            gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
             size = os.fstat(f.fileno()).st_size
             text = _inflate(self.path, self._raw(f, _IN_CHUNK), size) if gz else self._raw(f, _OUT_CHUNK)
@@ -266,7 +268,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterat
         at, buf = at + len(buf) - len(rest), rest
         while len(buf) < 2 and (nxt := next(chunks, None)) is not None:
             buf = bytes(buf) + bytes(nxt)
-        if buf[:2] == b"\x1f\x8b":  # another member (as pigz or cat write)
+        if buf[:2] == GZIP_MAGIC:  # another member (as pigz or cat write)
             d = zlib.decompressobj(31)
             continue
         if bytes(buf).strip(b"\x00") or any(bytes(c).strip(b"\x00") for c in chunks):
@@ -304,7 +306,7 @@ def _repair_utf8(path: Path, data: bytes, gz: bool) -> bytes:
 
 #: Magic bytes of compressed formats traceprof does not inflate (gzip it does: here it means a gzip
 #: inside the gzip, or a gzip member behind a plain prefix).
-_COMPRESSED = ((b"\x1f\x8b", "gzip inside gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
+_COMPRESSED = ((GZIP_MAGIC, "gzip inside gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
                (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"), (b"7z\xbc\xaf\x27\x1c", "7z"))
 
 
@@ -329,7 +331,7 @@ def misnamed_gzip(path: Path) -> str:
         return ""
     try:
         with path.open("rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
+            gz = f.read(2) == GZIP_MAGIC
     except OSError:
         return ""
     return "" if gz else "; the file is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy"

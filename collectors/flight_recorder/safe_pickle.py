@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from traceprof.errors import TraceFormatError
+from traceprof.fileio import GZIP_MAGIC
 
 __all__ = ["loads_plain", "is_pickle", "maybe_pickle", "as_json"]
 
@@ -35,7 +36,7 @@ def is_pickle(head: bytes) -> bool:
 def maybe_pickle(head: bytes) -> bool:
     """True unless ``head`` starts like JSON (``{`` / ``[`` after blanks) or gzip: for a file whose
     name says it is a pickle dump, protocol 0/1 included."""
-    return is_pickle(head) or not (head.lstrip()[:1] in (b"{", b"[") or head[:2] == b"\x1f\x8b" or not head)
+    return is_pickle(head) or not (head.lstrip()[:1] in (b"{", b"[") or head[:2] == GZIP_MAGIC or not head)
 
 
 class _Refused(pickle.UnpicklingError):

@@ -346,7 +346,7 @@ def ddl(layout: str = "duckdb") -> list[str]:
     parquet = PARQUET_TABLES if layout == "parquet" else ()
     for t in sorted(TABLES, key=lambda t: bool(t.view_sql or t.name in parquet)):
         if t.view_sql:
-            out.append(f"CREATE VIEW {t.name} AS {t.view_sql.strip()}")
+            out.append(_view(t))
         elif t.name in parquet:
             out.append(f"CREATE VIEW {t.name} AS {parquet_view_sql(t)}")
         else:
@@ -355,6 +355,12 @@ def ddl(layout: str = "duckdb") -> list[str]:
             out.append(f"CREATE TABLE {t.name} (\n  {cols}\n)")
         out += _comments(t, "VIEW" if t.view_sql or t.name in parquet else "TABLE")
     return out
+
+
+def _view(t: Table) -> str:
+    """The statement that makes derived view ``t`` (``CREATE OR REPLACE``: on a new store it creates
+    it, on an older one :func:`view_ddl` replaces it with the same statement)."""
+    return f"CREATE OR REPLACE VIEW {t.name} AS {t.view_sql.strip()}"
 
 
 def _comments(t: Table, kind: str) -> list[str]:
@@ -376,7 +382,7 @@ def view_ddl() -> list[str]:
     out: list[str] = []
     for t in TABLES:
         if t.view_sql:
-            out += [f"CREATE OR REPLACE VIEW {t.name} AS {t.view_sql.strip()}", *_comments(t, "VIEW")]
+            out += [_view(t), *_comments(t, "VIEW")]
     return out
 
 

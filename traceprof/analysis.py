@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,7 +24,7 @@ import polars as pl
 from traceprof.errors import TraceprofError, UsageError
 
 __all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all", "reuse_results",
-           "shared", "reusing", "executing", "Runner"]
+           "shared", "reusing", "executing", "Runner", "memo_store"]
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,53 @@ class Analysis:
 
 _REGISTRY: dict[str, Analysis] = {}
 
+class _Slot:
+    """One memo entry of :func:`reuse_results`: filled once, by the first thread that asks for it;
+    another thread asking meanwhile waits for it (the report runs analyses on two threads, and
+    both may need the run's activity frame). ``store`` keeps the store alive, so that its id
+    stays unique while its results are kept."""
+
+    __slots__ = ("lock", "store", "done", "value")
+
+    def __init__(self, store: Any) -> None:
+        self.lock = threading.RLock()  # re-entrant: a helper asking for itself fails, not hangs
+        self.store = store
+        self.done = False
+        self.value: Any = None
+
+
 #: Results (or the error raised) of the analyses run inside :func:`reuse_results`, by
-#: (id(store), name, params); None outside such a block.
-_MEMO: ContextVar[dict[tuple[int, str, Any], tuple[Any, Any]] | None] = ContextVar(
-    "traceprof_analysis_memo", default=None)
+#: (id(store), name, params), as :class:`_Slot`; None outside such a block. The store is the
+#: one a worker thread's store stands for (:func:`memo_store`).
+_MEMO: ContextVar[dict[tuple[int, str, Any], _Slot] | None] = ContextVar("traceprof_analysis_memo", default=None)
+_MEMO_LOCK = threading.Lock()  # guards adding slots to a memo
+
+
+def memo_store(store: Any) -> Any:
+    """The store whose results ``store`` shares: itself, or for a worker thread's store
+    (``Store.for_thread``) the store it was made from."""
+    return getattr(store, "origin", None) or store
+
+
+def _filled(memo: dict[tuple[int, str, Any], _Slot], key: tuple[int, str, Any], store: Any,
+            compute: Callable[[], Any], keep_errors: bool) -> Any:
+    """The value of memo entry ``key``, computing it with ``compute()`` once. An error
+    ``compute`` raises is kept as the value when ``keep_errors`` (a TraceprofError), else raised
+    and the entry left empty (the next caller tries again)."""
+    with _MEMO_LOCK:
+        slot = memo.get(key)
+        if slot is None:
+            slot = memo[key] = _Slot(store)
+    with slot.lock:
+        if not slot.done:
+            try:
+                slot.value = compute()
+            except TraceprofError as e:
+                if not keep_errors:
+                    raise
+                slot.value = e
+            slot.done = True
+    return slot.value
 
 
 #: Whether the active :func:`reuse_results` block runs many analyses (see :func:`reusing`).
@@ -176,10 +220,9 @@ def shared(fn: _F) -> _F:
         memo = _MEMO.get()
         if memo is None:
             return fn(store, *args, **kwargs)
-        key = (id(store), f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
-        if key not in memo:
-            memo[key] = (store, fn(store, *args, **kwargs))
-        return memo[key][1]
+        origin = memo_store(store)
+        key = (id(origin), f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
+        return _filled(memo, key, origin, lambda: fn(store, *args, **kwargs), keep_errors=False)
 
     return once  # type: ignore[return-value]
 
@@ -197,13 +240,8 @@ def register(name: str, params: type) -> Callable[[Callable[[Any, Any], FrameRes
             memo = _MEMO.get()
             if memo is None:
                 return _compute(name, fn, store, p)
-            key = (id(store), name, p)
-            if key not in memo:
-                try:
-                    memo[key] = (store, _compute(name, fn, store, p))  # the store is kept so that its id stays unique
-                except TraceprofError as e:
-                    memo[key] = (store, e)
-            out = memo[key][1]
+            origin = memo_store(store)
+            out = _filled(memo, (id(origin), name, p), origin, lambda: _compute(name, fn, store, p), keep_errors=True)
             if isinstance(out, TraceprofError):
                 raise out
             return out

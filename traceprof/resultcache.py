@@ -38,6 +38,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -254,6 +255,24 @@ def keep(store: Any, name: str, params: Any, result: Any) -> None:
                            "notes": list(result.notes)})
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask. Read from ``/proc/self/status`` where it is there (Linux 4.7+);
+    elsewhere reading it means setting it for a moment: to 077 (a file another thread creates
+    meanwhile, the report's analyses run on two, is then only the stricter), under a lock (a
+    second reader must not take that moment's value)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Umask:"):
+                return int(line.split()[1], 8)
+    with _UMASK_LOCK:
+        umask = os.umask(0o077)
+        os.umask(umask)
+        return umask
+
+
 def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
     """Write ``frames`` (zstd Arrow IPC) and ``meta`` (JSON, plus each frame's size and SHA-256
     under ``frames``) as the folder ``entry``, all or nothing, readable as the umask allows (a
@@ -265,8 +284,7 @@ def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -
     except OSError:
         return
     try:
-        umask = os.umask(0)
-        os.umask(umask)
+        umask = _umask()
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
         sums = {}
         for k, df in frames.items():

@@ -8,6 +8,7 @@ live in Parquet files beside the file, behind a view of the same name (:mod:`tra
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import shutil
@@ -197,8 +198,8 @@ class Store:
                 try:
                     self.con.close()
                 except duckdb.Error:  # busy with an interrupted result: stop it, then close
-                    self.con.interrupt()
                     with contextlib.suppress(duckdb.Error):
+                        self.con.interrupt()
                         self.con.close()
             if self.dataset is not None:
                 self.dataset.discard()
@@ -293,6 +294,33 @@ class Store:
     def close(self) -> None:
         """Close the connection and release the lock (a second call does nothing)."""
         self._drop(False)
+
+    @contextlib.contextmanager
+    def for_thread(self) -> Iterator[Store]:
+        """This read-only store for another thread: the same database through a connection of its
+        own (``con.cursor()``: DuckDB refuses a call on a connection busy with another thread's).
+        Analyses run on it share their results with this store inside
+        :func:`traceprof.analysis.reuse_results` (its ``origin``). Leaving the block closes that
+        connection only: the lock, the files and this store stay as they were.
+
+        Raises:
+            StoreError: The store is open for writing (writes stay on one connection).
+        """
+        if not self.read_only:
+            raise StoreError(f"{self.path}: open for writing; only a read-only store is shared with other threads")
+        view = object.__new__(_ThreadStore)
+        view.__dict__.update(self.__dict__)
+        view.origin = self
+        view.con = self.con.cursor()
+        try:
+            if self.dataset is not None:  # its temporary views belong to a connection: make them on this one
+                view.dataset = copy.copy(self.dataset)
+                view.dataset.con = view.con
+                view.dataset.refresh()
+            yield view
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                view.con.close()
 
     def __enter__(self) -> Store:
         return self
@@ -788,6 +816,15 @@ class Store:
                 self._housekeep("RESET preserve_insertion_order")
             with contextlib.suppress(duckdb.Error):
                 con.unregister("_incoming")
+
+class _ThreadStore(Store):
+    """A :meth:`Store.for_thread` view: closing it is its creator's business, not its own."""
+
+    origin: Store
+
+    def close(self) -> None:
+        """Nothing: :meth:`Store.for_thread` closes the view's connection."""
+
 
 def _tagged(traces: list[tuple[ParsedTrace, int]], schema_: pa.Schema,
             failed: list[StoreError]) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,144 @@
+"""The report's analyses on two threads: the same results as one thread, each analysis computed
+once (whatif for stragglers too), a connection per thread, and Ctrl-C still stops it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES
+from traceprof import analysis, findings
+from traceprof.analysis import FrameResult, reuse_results
+from traceprof.errors import StoreError
+from traceprof.ingest import ingest
+from traceprof.store import Store
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("threads") / "s.duckdb"
+    with Store(path) as s:
+        ingest(s, [SAMPLES / "straggler_rank2"], jobs=1)
+    return path
+
+
+def _frames(res: FrameResult | Exception) -> dict[str, object]:
+    if not isinstance(res, FrameResult):
+        return {"error": str(res)}
+    return {k: v for k, v in vars(res).items() if isinstance(v, pl.DataFrame)} | {"notes": res.notes}
+
+
+def _run(db: Path, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[tuple[str, str]]]:
+    """The report's analyses with ``threads`` threads, and (analysis, thread name) per computation."""
+    computed: list[tuple[str, str]] = []
+    real = analysis._compute
+
+    def counting(name, fn, store, p):
+        computed.append((name, threading.current_thread().name))
+        return real(name, fn, store, p)
+
+    monkeypatch.setattr(analysis, "_compute", counting)
+    monkeypatch.setattr(findings, "_threads", lambda: threads)  # whatever this machine's CPU count
+    with Store(db, read_only=True) as s, reuse_results():
+        out = findings.run_analyses(s, s.resolve_run(None), {"mfu": {"model_flops_per_step": "1e12"}})
+    monkeypatch.undo()
+    return {k: _frames(v) for k, v in out.items()}, computed
+
+
+def test_two_threads_give_the_results_of_one(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one, computed1 = _run(db, 1, monkeypatch)
+    two, computed2 = _run(db, 2, monkeypatch)
+    # report order, whatever finished first (desync: the sample has Flight Recorder dumps)
+    assert list(two) == list(one) == [*findings.REPORT_ANALYSES, "desync"]
+    for name in one:
+        a, b = one[name], two[name]
+        assert a.keys() == b.keys(), name
+        for k in a:
+            if isinstance(a[k], pl.DataFrame):
+                assert a[k].equals(b[k]), (name, k)
+            else:
+                assert a[k] == b[k], (name, k)
+    assert "error" not in two["stragglers"] and "error" not in two["whatif"]  # the sample has both
+    # every analysis computed once (stragglers reads whatif's result), on the worker threads
+    assert sorted(n for n, _ in computed2) == sorted(n for n, _ in computed1) == sorted(one)
+    threads = {t for _, t in computed2}
+    assert len(threads) == 2 and all(t.startswith("traceprof-analysis") for t in threads)
+    assert {t for _, t in computed1} == {threading.main_thread().name}
+
+
+def test_a_thread_view_has_its_own_connection_and_leaves_the_store_open(db: Path) -> None:
+    with Store(db, read_only=True) as s:
+        with s.for_thread() as view:
+            assert view.con is not s.con and analysis.memo_store(view) is s
+            view.close()  # the creator closes it: nothing happens
+            assert view.sql("SELECT count(*) AS n FROM events")["n"].item() > 0
+        assert s.sql("SELECT count(*) AS n FROM events")["n"].item() > 0  # the store's connection is open
+
+
+def test_a_writable_store_is_not_shared_with_threads(tmp_path: Path) -> None:
+    with Store(tmp_path / "w.duckdb") as s, pytest.raises(StoreError, match="open for writing"):
+        with s.for_thread():
+            pass
+
+
+def test_parquet_layout_views_exist_on_each_threads_connection(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with Store(path, layout="parquet") as s:
+        ingest(s, [SAMPLES / "normal"], jobs=1)
+    with Store(path, read_only=True) as s, s.for_thread() as view:
+        want = s.sql("SELECT count(*) AS n, sum(ts_ns) AS t FROM events").row(0)
+        assert view.sql("SELECT count(*) AS n, sum(ts_ns) AS t FROM events").row(0) == want
+
+
+def test_ctrl_c_while_the_threads_run_is_raised_and_stops_them(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    interrupted: list[object] = []
+    real_view = Store.for_thread
+
+    def view(self):
+        cm = real_view(self)
+        v = cm.__enter__()
+        real_interrupt = v.con.interrupt
+        v.con = _Spy(v.con, lambda: (interrupted.append(v), real_interrupt()))
+        return _Entered(cm, v)
+
+    real_wait, calls = findings.wait, []
+
+    def ctrl_c(fs, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:  # Ctrl-C at the first wait, with the threads busy
+            raise KeyboardInterrupt
+        return real_wait(fs, timeout=timeout)
+
+    monkeypatch.setattr(Store, "for_thread", view)
+    monkeypatch.setattr(findings, "wait", ctrl_c)
+    monkeypatch.setattr(findings, "_threads", lambda: 2)
+    with Store(db, read_only=True) as s, reuse_results(), pytest.raises(KeyboardInterrupt):
+        findings.run_analyses(s, s.resolve_run(None))
+        # raised only once the running analyses stopped: their connections close after them
+    assert len({id(v) for v in interrupted}) == 2  # each thread's connection
+    assert len(calls) > 1
+
+
+class _Spy:
+    """A connection whose ``interrupt`` is recorded."""
+
+    def __init__(self, con, on_interrupt) -> None:
+        self._con, self.interrupt = con, on_interrupt
+
+    def __getattr__(self, k):
+        return getattr(self._con, k)
+
+
+class _Entered:
+    def __init__(self, cm, value) -> None:
+        self.cm, self.value = cm, value
+
+    def __enter__(self):
+        return self.value
+
+    def __exit__(self, *exc):
+        self.value.con = self.value.con._con
+        return self.cm.__exit__(*exc)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceprof import cancel
 from traceprof.activity import activity
 from traceprof.analysis import shared
 from traceprof.errors import AnalysisError, UsageError
@@ -381,6 +382,7 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
     best = np.full(n, -1)
     act = i[pos >= 1]
     for d in range(1, L + 1):
+        cancel.checkpoint()
         act = act[pos[act] >= d]
         if not len(act):
             break
@@ -437,6 +439,7 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
             src_parts.append(pu[ok])
             dst_parts.append(pv[ok])
     for v in np.nonzero(fallback)[0]:
+        cancel.checkpoint()
         g0 = gstart[v]
         keep = _deps_of(start[g0:v + 1], end[g0:v + 1], slack[g0:v + 1], eps, int(v - g0)) + g0
         src_parts.append(keep)
@@ -555,6 +558,7 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     seen = 0
     lvl = 0
     while len(frontier):
+        cancel.checkpoint()  # seconds of levels on a large run: Ctrl-C stops them (traceprof.cancel)
         level[frontier] = lvl
         seen += len(frontier)
         # the successors of every frontier node, gathered without a Python loop
@@ -598,6 +602,7 @@ def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:
     val = np.empty(len(w))
     ptr, pred = tl.pred_ptr, tl.pred
     for a, b in tl.levels:
+        cancel.checkpoint()
         lo, hi = ptr[a], ptr[b]
         ready = base[a:b].copy()
         if hi > lo:

@@ -1,16 +1,17 @@
 """The report's analyses on two threads: the same results as one thread, each analysis computed
-once (whatif for stragglers too), a connection per thread, and Ctrl-C still stops it."""
+once (whatif for stragglers too), a connection per thread, and Ctrl-C still stops it promptly."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.conftest import SAMPLES
-from traceprof import analysis, findings
+from traceprof import analysis, cancel, findings
 from traceprof.analysis import FrameResult, reuse_results
 from traceprof.errors import StoreError
 from traceprof.ingest import ingest
@@ -142,3 +143,59 @@ class _Entered:
     def __exit__(self, *exc):
         self.value.con = self.value.con._con
         return self.cm.__exit__(*exc)
+
+
+def test_ctrl_c_stops_a_running_analysis_at_its_next_checkpoint(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An analysis in Python (no query to interrupt: the what-if graph) stops at its next
+    ``cancel.checkpoint`` once the main thread has had Ctrl-C, not when it is done."""
+    ran_out: list[str] = []
+
+    def spin(store, p):
+        t = time.monotonic()
+        while time.monotonic() - t < 30:  # 30 s unless cancelled
+            cancel.checkpoint()
+            time.sleep(0.01)
+        ran_out.append("not cancelled")
+        raise AssertionError("not cancelled")
+
+    spinner = analysis.Analysis("spin", "", analysis.RunParams, spin)
+    real_wait, calls = findings.wait, []
+
+    def ctrl_c(fs, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 3:  # both threads are spinning by now
+            raise KeyboardInterrupt
+        return real_wait(fs, timeout=timeout)
+
+    monkeypatch.setattr(findings, "wait", ctrl_c)
+    monkeypatch.setattr(findings, "_threads", lambda: 2)
+    t = time.monotonic()
+    with Store(db, read_only=True) as s, pytest.raises(KeyboardInterrupt):
+        findings._run_all(s, [("a", spinner, analysis.RunParams()), ("b", spinner, analysis.RunParams())])
+    assert time.monotonic() - t < 5 and not ran_out
+
+
+def test_checkpoint_raises_only_in_a_cancelled_scope() -> None:
+    cancel.checkpoint()  # outside any scope: nothing
+    with cancel.scope() as stop:
+        cancel.checkpoint()
+        stop.set()
+        with pytest.raises(KeyboardInterrupt):
+            cancel.checkpoint()
+    cancel.checkpoint()  # the scope is over
+
+
+def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
+    from traceprof.errors import UsageError
+
+    with Store(db, read_only=True) as s:
+        with pytest.raises(UsageError, match=r"^mfu\.peak_tflops='abc': expected a number$"):
+            findings.run_analyses(s, 1, {"mfu": {"peak_tflops": "abc"}})
+        with pytest.raises(UsageError, match=r"^analysis 'mfu' has no parameter 'nosuch'"):
+            findings.run_analyses(s, 1, {"mfu": {"nosuch": "1"}})
+        # desync runs in the report of a run with Flight Recorder dumps: its parameters are taken
+        with reuse_results():
+            out = findings.run_analyses(s, 1, {"desync": {"all": "true"}})
+        assert isinstance(out["desync"], FrameResult)
+        with pytest.raises(UsageError, match="no report analysis 'nope'; choose from: .*mfu, desync$"):
+            findings.run_analyses(s, 1, {"nope": {"x": "1"}})

@@ -33,6 +33,7 @@ import duckdb
 import polars as pl
 
 from traceprof import analysis as registry
+from traceprof import cancel
 from traceprof.analysis import FrameResult
 from traceprof.errors import TraceprofError, UsageError
 from traceprof.names import shorten
@@ -161,20 +162,33 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
         KeyboardInterrupt: Ctrl-C (the threads' queries are interrupted).
     """
     params = params or {}
-    unknown = set(params) - set(names)
-    if unknown:
-        raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(names)}")
     known = set(registry.names())
-    todo = []
-    for name in (n for n in names if n in known):
-        an = registry.get(name)
-        todo.append((name, an, registry.make_params(an, str(run_id), params.get(name, {}))))  # UsageError propagates
-    if names == REPORT_ANALYSES and "desync" in known and store.sql(
+    desync = names == REPORT_ANALYSES and "desync" in known  # hang triage, on the runs whose sources record it
+    allowed = (*names, "desync") if desync else names
+    unknown = set(params) - set(allowed)
+    if unknown:
+        raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(allowed)}")
+    if desync and store.sql(
             "SELECT count(*) FROM traces WHERE run_id = ? AND source IN ('flight_recorder', 'nccl_profiler')",
-            [run_id]).item():  # hang triage, on the runs whose sources record it
-        an = registry.get("desync")
-        todo.append(("desync", an, registry.make_params(an, str(run_id), {})))
+            [run_id]).item():
+        names = (*names, "desync")
+    todo = [(name, registry.get(name), _params(name, run_id, params.get(name, {}))) for name in names if name in known]
     return _run_all(store, todo)
+
+
+def _params(name: str, run_id: int, options: dict[str, str]) -> Any:
+    """Analysis ``name``'s parameters from ``-p name.key=value`` options.
+
+    Raises:
+        UsageError: A bad value, named as given (``mfu.peak_tflops='abc': expected a number``).
+    """
+    try:
+        return registry.make_params(registry.get(name), str(run_id), options)
+    except UsageError as e:
+        given = tuple(f"{k.replace('-', '_')}=" for k in options)
+        if given and str(e).startswith(given):
+            raise UsageError(f"{name}.{e}") from None
+        raise
 
 
 #: Threads :func:`run_analyses` uses at most. DuckDB, polars and numpy release the GIL in their
@@ -224,14 +238,17 @@ def _run_all(store: Store, todo: list[tuple[str, registry.Analysis, Any]]) -> di
                 free.put(view)
 
         pool = ThreadPoolExecutor(threads, thread_name_prefix="traceprof-analysis")
-        futures = {name: pool.submit(contextvars.copy_context().run, task, an, p) for name, an, p in order}
+        with cancel.scope() as stop:
+            futures = {name: pool.submit(contextvars.copy_context().run, task, an, p) for name, an, p in order}
         try:
             pending = set(futures.values())
             while pending:  # a timed wait, so that Ctrl-C reaches this thread
                 _, pending = wait(pending, timeout=0.1)
         except KeyboardInterrupt:
-            # Stop the queued analyses, and interrupt the running ones' queries until they stop
-            # (one may be in Python between two queries): the connections close after them.
+            # Drop the queued analyses; stop the running ones at their next checkpoint (a query, a
+            # level of a what-if replay: traceprof.cancel) and interrupt their queries, until they
+            # have stopped: the connections close after them.
+            stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
             running = {f for f in futures.values() if not f.done()}
             while running:

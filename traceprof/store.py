@@ -24,7 +24,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from traceprof import schema, spill
+from traceprof import cancel, schema, spill
 from traceprof.errors import SchemaVersionError, StoreError
 from traceprof.identity import check_append, check_within
 from traceprof.layout import (
@@ -421,6 +421,7 @@ class Store:
         Raises:
             StoreError: The query fails (the message is DuckDB's).
         """
+        cancel.checkpoint()  # a report's analysis thread after Ctrl-C: stop before the next query
         try:
             rel = self.con.sql(query, params=list(params) if params else None)
             if rel is None:  # a statement without a result

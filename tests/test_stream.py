@@ -40,7 +40,23 @@ def test_stream_pieces_equal_whole_read() -> None:
     assert (s.sha256, s.size) == (hashlib.sha256(raw).hexdigest(), len(raw))
 
 
-def test_gzip_and_plain_parse_the_same(tmp_path: Path) -> None:
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each gzip test with ISA-L's inflate (the default when installed) and with zlib (the fallback)."""
+    import zlib
+
+    mod = pytest.importorskip("isal.isal_zlib") if request.param == "isal" else zlib
+    monkeypatch.setattr(fileio, "_inflater", mod)
+    monkeypatch.setattr(fileio, "_INFLATE_ERROR", mod.error)
+    return str(request.param)
+
+
+def test_isal_is_the_inflater_when_installed() -> None:
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    assert fileio._inflater is isal_zlib and fileio._INFLATE_ERROR is isal_zlib.error
+
+
+def test_gzip_and_plain_parse_the_same(tmp_path: Path, inflater: str) -> None:
     # The same document, plain and as a 3-member gzip (as pigz writes), gives the same rows; only
     # the file's hash and size differ.
     src = next(SAMPLES.rglob("*.trace.json.gz"))
@@ -54,7 +70,7 @@ def test_gzip_and_plain_parse_the_same(tmp_path: Path) -> None:
     assert (a.sha256, b.sha256) == (hashlib.sha256(text).hexdigest(), hashlib.sha256(gz.read_bytes()).hexdigest())
 
 
-def test_gzip_bomb_refused_while_streaming(tmp_path: Path) -> None:
+def test_gzip_bomb_refused_while_streaming(tmp_path: Path, inflater: str) -> None:
     # 1 MiB of events-looking text per member, 128 members: 128 MiB from ~130 KB, beyond 64x and the
     # 64 MiB floor; refused with the file named, before the whole text exists.
     path = tmp_path / "bomb.json.gz"
@@ -64,11 +80,16 @@ def test_gzip_bomb_refused_while_streaming(tmp_path: Path) -> None:
         _PARSE.parse(path)
 
 
-def test_broken_gzip_named_while_streaming(tmp_path: Path) -> None:
+def test_broken_gzip_named_while_streaming(tmp_path: Path, inflater: str) -> None:
     path = tmp_path / "cut.json.gz"
-    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b'{"ph": "X", "ts": 1, "dur": 1},' * 5000)[:-40])
+    whole = gzip.compress(b'{"traceEvents": [' + b'{"ph": "X", "ts": 1, "dur": 1},' * 5000)
+    path.write_bytes(whole[:-40])
     with pytest.raises(TraceFormatError, match=rf"^{path}: byte \d+: broken gzip stream \(truncated"):
         _PARSE.parse(path)
+    bad = tmp_path / "bad.json.gz"  # a damaged byte inside the deflate data: the inflater's own error
+    bad.write_bytes(whole[:12] + bytes([whole[12] ^ 0xFF]) + whole[13:])
+    with pytest.raises(TraceFormatError, match=rf"^{bad}: bytes 0-\d+: broken gzip stream \(.*\); re-copy the file$"):
+        _PARSE.parse(bad)
 
 
 def test_invalid_utf8_falls_back_to_repair(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,14 @@ from typing import BinaryIO
 
 from traceprof.errors import TraceFormatError, UsageError
 from traceprof.locking import beside, check_store_path
+
+_inflater: types.ModuleType
+try:  # ISA-L's inflate, zlib's interface: 0.45 s for a 272 MB rank file where zlib takes 0.80-0.94 s
+    from isal import isal_zlib as _inflater
+except ImportError:  # not installed (e.g. a platform without its wheel): the standard library's
+    _inflater = zlib
+#: What a broken stream raises (``zlib.error``, or ISA-L's own).
+_INFLATE_ERROR: type[Exception] = _inflater.error
 
 __all__ = [
     "read_maybe_gzip", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
@@ -241,7 +250,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterat
     at = 0  # offset in the file of buf[0]
     buf: bytes | memoryview = b""
     piece = b""
-    d = zlib.decompressobj(31)
+    d = _inflater.decompressobj(31)
     while True:
         if not buf:
             nxt = next(chunks, None)
@@ -250,7 +259,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterat
             buf = nxt
         try:
             piece = d.decompress(buf, _OUT_CHUNK)
-        except zlib.error as e:
+        except _INFLATE_ERROR as e:
             raise TraceFormatError(path, f"bytes {at}-{at + len(buf)}", f"broken gzip stream ({e}); re-copy the file") from None
         tail = d.unconsumed_tail
         total += len(piece)
@@ -269,7 +278,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterat
         while len(buf) < 2 and (nxt := next(chunks, None)) is not None:
             buf = bytes(buf) + bytes(nxt)
         if buf[:2] == GZIP_MAGIC:  # another member (as pigz or cat write)
-            d = zlib.decompressobj(31)
+            d = _inflater.decompressobj(31)
             continue
         if bytes(buf).strip(b"\x00") or any(bytes(c).strip(b"\x00") for c in chunks):
             raise TraceFormatError(path, f"byte {at}", "data after the end of the gzip stream; re-copy the file")

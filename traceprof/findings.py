@@ -159,7 +159,8 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
 
     Raises:
         UsageError: A parameter names no such analysis or has a bad value.
-        KeyboardInterrupt: Ctrl-C (the threads' queries are interrupted).
+        KeyboardInterrupt: Ctrl-C, once the threads have stopped (their queries interrupted, their
+            Python at its next ``traceprof.cancel`` checkpoint).
     """
     params = params or {}
     known = set(registry.names())

@@ -3,6 +3,7 @@ once (whatif for stragglers too), a connection per thread, and Ctrl-C still stop
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -199,3 +200,27 @@ def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
         assert isinstance(out["desync"], FrameResult)
         with pytest.raises(UsageError, match="no report analysis 'nope'; choose from: .*mfu, desync$"):
             findings.run_analyses(s, 1, {"nope": {"x": "1"}})
+
+
+def test_traceprof_threads_sets_the_threads(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceprof.errors import UsageError
+
+    monkeypatch.setattr(findings.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.delenv("TRACEPROF_THREADS", raising=False)
+    assert findings._threads() == findings.THREADS == 2
+    monkeypatch.setenv("TRACEPROF_THREADS", "1")
+    assert findings._threads() == 1
+    monkeypatch.setenv("TRACEPROF_THREADS", "64")
+    assert findings._threads() == 4  # at most the CPUs
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("TRACEPROF_THREADS", bad)
+        with pytest.raises(UsageError, match=rf"^TRACEPROF_THREADS='{re.escape(bad)}': expected a whole number"):
+            findings._threads()
+    monkeypatch.setenv("TRACEPROF_THREADS", "1")  # one thread: the analyses run on the caller's
+    computed: list[str] = []
+    real = analysis._compute
+    monkeypatch.setattr(analysis, "_compute", lambda n, fn, s, p: (computed.append(threading.current_thread().name),
+                                                                  real(n, fn, s, p))[1])
+    with Store(db, read_only=True) as s, reuse_results():
+        findings.run_analyses(s, 1)
+    assert set(computed) == {threading.main_thread().name}

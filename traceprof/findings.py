@@ -192,9 +192,10 @@ def _params(name: str, run_id: int, options: dict[str, str]) -> Any:
         raise
 
 
-#: Threads :func:`run_analyses` uses at most. DuckDB, polars and numpy release the GIL in their
-#: loops, so a second thread keeps the second core busy while the first runs Python (the what-if
-#: graph): the cold report of 8 ranks x 1 M events took 26-29 s on one thread and 1.5 cores.
+#: Threads :func:`run_analyses` uses at most (``TRACEPROF_THREADS`` sets it: 1 for the least
+#: memory). DuckDB, polars and numpy release the GIL in their loops, so a second thread keeps the
+#: second core busy while the first runs Python (the what-if graph): the cold report of 8 ranks x
+#: 1 M events took 26-29 s on one thread and 1.5 cores. More threads hold more analyses' frames at once.
 THREADS = 2
 
 #: Analyses started first: the longest (what-if, whose result stragglers reads) on one thread
@@ -203,8 +204,23 @@ _FIRST = ("whatif",)
 
 
 def _threads() -> int:
+    """Threads for the analyses: ``TRACEPROF_THREADS`` or :data:`THREADS`, at most the CPUs this
+    process may run on.
+
+    Raises:
+        UsageError: ``TRACEPROF_THREADS`` is not a whole number of 1 or more.
+    """
+    raw = os.environ.get("TRACEPROF_THREADS", "").strip()
+    want = THREADS
+    if raw:
+        try:
+            want = int(raw)
+        except ValueError:
+            want = 0
+        if want < 1:
+            raise UsageError(f"TRACEPROF_THREADS={raw!r}: expected a whole number of threads, 1 or more")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(THREADS, cpus))
+    return max(1, min(want, cpus))
 
 
 def _one(an: registry.Analysis, store: Store, p: Any) -> FrameResult | TraceprofError:

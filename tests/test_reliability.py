@@ -475,7 +475,10 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
     finally:
         fileio.set_max_inflate_ratio(fileio.DEFAULT_INFLATE_RATIO)
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
-    assert (code, err) == (1, "error: --max-inflate 0.0: expected a ratio above 0, e.g. 64\n")
+    assert (code, err) == (1, "error: --max-inflate 0.0: expected a finite ratio above 0, e.g. 64\n")
+    for ratio in ("inf", "1e400", "nan"):  # inf was an OverflowError traceback
+        code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", ratio)
+        assert code == 1 and err.startswith("error: --max-inflate ") and err.endswith(": expected a finite ratio above 0, e.g. 64\n")
 
 
 def test_multi_member_and_corrupt_gzip(tmp_path):

@@ -70,6 +70,22 @@ def test_gzip_and_plain_parse_the_same(tmp_path: Path, inflater: str) -> None:
     assert (a.sha256, b.sha256) == (hashlib.sha256(text).hexdigest(), hashlib.sha256(gz.read_bytes()).hexdigest())
 
 
+def test_members_larger_than_the_output_piece_inflate_exactly(tmp_path: Path, inflater: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Members of several output pieces each, read in small chunks: a member's end then falls where
+    the output cap stopped the inflater (zlib used to feed the next member's first bytes twice)."""
+    text = b"".join(b'{"ph": "X", "name": "op%d", "ts": %d, "dur": 3},' % (i % 977, i) for i in range(200_000))
+    parts = [text[i : i + len(text) // 3 + 1] for i in range(0, len(text), len(text) // 3 + 1)]
+    raw = b"".join(gzip.compress(part, 6) for part in parts)
+    path = tmp_path / "m.json.gz"
+    path.write_bytes(raw)
+    monkeypatch.setattr(fileio, "_ratio", 1.0)  # a cap of twice the text: a wrong inflate stops there
+    monkeypatch.setattr(fileio, "MIN_INFLATE_BYTES", 2 * len(text))
+    for chunk in (1 << 12, 1 << 16, 1 << 20, len(raw)):
+        pieces = list(fileio._inflate(path, (raw[i : i + chunk] for i in range(0, len(raw), chunk)), len(raw)))
+        assert b"".join(pieces) == text, chunk
+
+
 def test_gzip_bomb_refused_while_streaming(tmp_path: Path, inflater: str) -> None:
     # 1 MiB of events-looking text per member, 128 members: 128 MiB from ~130 KB, beyond 64x and the
     # 64 MiB floor; refused with the file named, before the whole text exists.

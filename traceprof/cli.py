@@ -228,8 +228,7 @@ def ingest(
 
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
-    if not max_inflate > 0:
-        raise UsageError(f"--max-inflate {max_inflate}: expected a ratio above 0, e.g. 64")
+    fileio.check_inflate_ratio(max_inflate)
     if executor == "dask" and layout is None and not db.exists():
         layout = "parquet"
     if executor == "dask" and layout == "duckdb":

@@ -39,7 +39,7 @@ except ImportError:  # not installed (e.g. a platform without its wheel): the st
 _INFLATE_ERROR: type[Exception] = _inflater.error
 
 __all__ = [
-    "read_maybe_gzip", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
+    "read_maybe_gzip", "check_inflate_ratio", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
     "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM", "GZIP_MAGIC",
 ]
 
@@ -93,12 +93,21 @@ def set_max_inflate_ratio(ratio: float) -> None:
     """Cap gzip inflation at ``ratio`` x the compressed size (and at least 64 MiB) in this process.
 
     Raises:
-        UsageError: ``ratio`` is not a positive number.
+        UsageError: ``ratio`` is not a finite number above 0.
     """
     global _ratio
-    if not ratio > 0:
-        raise UsageError(f"--max-inflate {ratio}: expected a ratio above 0, e.g. 64")
+    check_inflate_ratio(ratio)
     _ratio = float(ratio)
+
+
+def check_inflate_ratio(ratio: float) -> None:
+    """Refuse a ``--max-inflate`` ratio that is not a finite number above 0.
+
+    Raises:
+        UsageError: Naming the option and the value.
+    """
+    if not 0 < ratio < float("inf"):
+        raise UsageError(f"--max-inflate {ratio}: expected a finite ratio above 0, e.g. 64")
 
 
 def pop_repairs(path: str | Path) -> list[Repair]:
@@ -273,7 +282,10 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterat
         if not d.eof:
             at, buf = at + len(buf) - len(tail), tail
             continue
-        rest = bytes(d.unused_data) + bytes(tail)
+        # the input after the member: CPython's zlib leaves it in both unused_data and the tail
+        # when the output cap stopped it at the member's end (feeding both doubled it), ISA-L in
+        # unused_data only
+        rest = bytes(d.unused_data) or bytes(tail)
         at, buf = at + len(buf) - len(rest), rest
         while len(buf) < 2 and (nxt := next(chunks, None)) is not None:
             buf = bytes(buf) + bytes(nxt)

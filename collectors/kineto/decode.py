@@ -156,26 +156,45 @@ class _Split:
         self.top: dict[str, Any] = {}
         self.ok = True
 
-    def _more(self, buf: bytes) -> tuple[bytes, bool]:
-        """``buf`` with the next chunk appended, and whether there was one."""
-        try:
-            return buf + next(self.chunks), True
-        except StopIteration:
-            return buf, False
+    def _fill(self, buf: bytes, size: int) -> tuple[bytes, bool]:
+        """``buf`` with the next chunks appended until it holds more than ``size`` bytes, joined
+        once (appending chunk by chunk copied the text again for each one: quadratic in a long run
+        without an event boundary, as in a gzip bomb), and whether the source has more."""
+        parts, n = [buf], len(buf)
+        while n <= size:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return b"".join(parts), False
+            parts.append(chunk)
+            n += len(chunk)
+        return b"".join(parts), True
+
+    def _header(self) -> tuple[bytes, bytes, bool] | None:
+        """(the text before ``"traceEvents": [``, the text after it, whether the source has more),
+        or None when the source ends first. Each search starts where a match can still begin
+        (the last ``"traceEvents"`` seen, else near the end), so a long header costs one pass."""
+        buf, start = bytearray(), 0
+        while True:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return None
+            buf += chunk  # amortized: a bytearray grows in place
+            m = _EVENTS_KEY.search(buf, start)
+            if m is not None:
+                return bytes(buf[: m.start()]).rstrip(), bytes(buf[m.end() :]), True
+            seen = buf.rfind(b'"traceEvents"', start)
+            start = seen if seen >= 0 else max(0, len(buf) - len(b'"traceEvents"'))
 
     def __iter__(self) -> Iterator[list[_Ev]]:
-        buf, more, m = b"", True, None
-        while more and m is None:  # the header is small: search it as it grows
-            buf, more = self._more(buf)
-            m = _EVENTS_KEY.search(buf)
-        if m is None:
+        found_key = self._header()
+        if found_key is None:
             self.ok = False
             return
-        head, buf = buf[: m.start()].rstrip(), buf[m.end() :]
+        head, buf, more = found_key
         target = self.batch_bytes
         while True:
-            while more and len(buf) <= 2 * target:
-                buf, more = self._more(buf)
+            if more and len(buf) <= 2 * target:
+                buf, more = self._fill(buf, 2 * target)
             if len(buf) <= 2 * target:
                 break
             found = _cut(buf, target)

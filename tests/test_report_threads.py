@@ -224,3 +224,26 @@ def test_traceprof_threads_sets_the_threads(db: Path, monkeypatch: pytest.Monkey
     with Store(db, read_only=True) as s, reuse_results():
         findings.run_analyses(s, 1)
     assert set(computed) == {threading.main_thread().name}
+
+
+def test_integer_parameters_beyond_64_bits_are_refused(db: Path) -> None:
+    """They went into the result cache's key (orjson: a TypeError traceback) or silently into the analysis."""
+    from tests import _cli_inproc as cli
+
+    for args in (["report", "-o", str(db.parent / "x.html"), "-p", "mfu.layers=99999999999999999999999"],
+                 ["analyze", "idle", "-p", "kernel_wait_ns=99999999999999999999"]):
+        code, _, err = cli.run(*args, "--db", str(db))
+        assert code != 0 and "beyond the 64-bit integer range" in err and "Traceback" not in err, err
+
+
+def test_a_bad_desync_parameter_is_refused_on_a_run_without_its_sources(tmp_path: Path) -> None:
+    from traceprof.errors import UsageError
+
+    path = tmp_path / "k.duckdb"
+    with Store(path) as s:
+        ingest(s, [SAMPLES / "normal" / "rank0.trace.json.gz"], jobs=1)
+    with Store(path, read_only=True) as s:
+        with pytest.raises(UsageError, match=r"^desync\.all='maybe': expected true or false$"):
+            findings.run_analyses(s, 1, {"desync": {"all": "maybe"}})
+        with reuse_results():
+            assert "desync" not in findings.run_analyses(s, 1, {"desync": {"all": "true"}})  # valid: nothing to run

@@ -317,4 +317,6 @@ def make_params(analysis: Analysis, run: str | None, options: dict[str, str]) ->
         except ValueError:
             expected = "true or false" if kind is bool else kind.__name__
             raise UsageError(f"{key}={raw!r}: expected {expected}") from None
+        if kind is int and not -(2**63) <= values[key] < 2**63:  # ns, counts: int64 like the store
+            raise UsageError(f"{key}={raw!r}: beyond the 64-bit integer range")
     return analysis.params(**values)

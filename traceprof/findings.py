@@ -169,6 +169,8 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
     unknown = set(params) - set(allowed)
     if unknown:
         raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(allowed)}")
+    if desync and "desync" in params:
+        _params("desync", run_id, params["desync"])  # a bad value is refused on every run, not only where it runs
     if desync and store.sql(
             "SELECT count(*) FROM traces WHERE run_id = ? AND source IN ('flight_recorder', 'nccl_profiler')",
             [run_id]).item():

@@ -156,9 +156,10 @@ def _entry(store: Any, name: str, params: Any) -> Path | None:
         fields = dataclasses.asdict(params)
         # the run by id: ``run`` None (the latest), a name and an id are one entry
         fields["run"] = store.resolve_run(fields.get("run"))
+        key = _key([name, fields])  # TypeError: a value JSON cannot hold (an int beyond 64 bits)
     except (TypeError, TraceprofError):
         return None
-    return folder / f"{name}-{_key([name, fields])}"
+    return folder / f"{name}-{key}"
 
 
 def lookup(store: Any, name: str, params: Any) -> Any | None:

@@ -52,9 +52,11 @@ MAX_NAME_BYTES = 255 - len(".") - len(".spool-") - 8
 #: DuckDB's memory limit while a run is inserted (MB): the ingest of a run of many ranks otherwise holds
 #: all their inserted pages until the commit (8 x 280 MB rank files: 2.4 GB); past it DuckDB writes
 #: pages to the store file or its temporary folder (``<store>.tmp``) and reads them back as needed.
-#: 8 x 1 M events: the ingest process peaks at 370 MB under 128 (1.36x the 272 MB rank file), 460 MB
-#: under 256, in the same time; a 4.9 GB rank file at 1.7 GB.
-INGEST_MEMORY_LIMIT_MB = 128
+#: 8 x 1 M events: the ingest process peaks at 361-391 MiB under 96 (1.39-1.51x the 260 MiB rank file),
+#: 406-419 MiB under 128, 340-345 MiB under 64 (about 1 s slower), 460 MB under 256 (about 190 MiB of it
+#: is the interpreter, its libraries and the open store; matching adds about 60 MiB after the insert);
+#: a 4.9 GB rank file at 1.74 GB.
+INGEST_MEMORY_LIMIT_MB = 96
 T = TypeVar("T")
 #: The per-batch trace_id and rank columns added to events on their way into the store.
 _TRACE_ID, _RANK = "__traceprof_trace_id", "__traceprof_rank"

@@ -127,3 +127,36 @@ def test_files_stored_in_another_run_are_not_split_off(tmp_path):
     # Into the same run it is an incremental ingest: rank 2 is added, ranks 0-1 skipped.
     r = cli("ingest", str(d), "--run", "a", "--db", str(db), cwd=tmp_path)
     assert r.returncode == 0 and "1 file(s) ingested, 2 already stored" in r.stderr
+
+
+# A library missing from the environment (a partial install, an analyst's laptop): the console
+# entry point runs with an import hook that finds no module of that name.
+_WITHOUT = """import sys
+blocked = sys.argv[1]
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+sys.argv = ["traceprof", *sys.argv[2:]]
+from traceprof.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("module", "package"), [("bokeh", "bokeh"), ("typer", "typer")])
+def test_missing_library_is_one_line_naming_what_to_install(tmp_path: Path, module: str, package: str) -> None:
+    db = tmp_path / "s.duckdb"
+    assert cli("ingest", str(SAMPLES / "normal"), "--db", str(db), cwd=tmp_path).returncode == 0
+    cmd = ["report", "--db", str(db), "-o", str(tmp_path / "r.html")]
+    r = subprocess.run([sys.executable, "-c", _WITHOUT, module, *cmd], cwd=tmp_path, capture_output=True, text=True)
+    _one_line_error(r, f"module {module!r}", f"pip install '{package}'")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_missing_library_at_ingest_stores_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"  # the NDTimeline collector reads its YAML config with pyyaml
+    r = subprocess.run([sys.executable, "-c", _WITHOUT, "yaml", "ingest", str(SAMPLES / "normal"), "--db", str(db)],
+                       cwd=tmp_path, capture_output=True, text=True)
+    _one_line_error(r, "module 'yaml'", "pip install 'pyyaml'")
+    assert not db.exists()

@@ -273,6 +273,8 @@ def get(name: str) -> Analysis:
 
     Raises:
         UsageError: No such analysis (the message lists the known ones).
+        ModuleNotFoundError: The analysis' module needs a library that is not installed (the CLI
+            names it and what to install: :func:`traceprof.entry.missing_module`).
     """
     if name not in _REGISTRY and name.isidentifier() and not name.startswith("_"):
         # an analysis registers itself in the module of its name: import that one alone (the

@@ -741,6 +741,11 @@ def main() -> None:
             raise
         say("interrupted; nothing was changed")
         _exit(130)
+    except ModuleNotFoundError as e:  # a library the command imports late (bokeh for report, dask)
+        from traceprof.entry import missing_module
+
+        say(missing_module(e), label="error:", style="red")
+        sys.exit(1)
     except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
         sys.stderr.close()
         sys.exit(0)

@@ -1,7 +1,8 @@
 """The ``traceprof`` console script: Ctrl-C while the CLI's libraries load is a clean exit too.
 
 Importing the CLI (polars, DuckDB, rich, typer) takes a second or two; a Ctrl-C in that time would
-otherwise print a traceback. Nothing has been changed then, and this says so (exit 130).
+otherwise print a traceback. Nothing has been changed then, and this says so (exit 130). A library
+missing from the environment is one line naming it and what to install (exit 1), not a traceback.
 """
 
 from __future__ import annotations
@@ -9,7 +10,20 @@ from __future__ import annotations
 import signal
 import sys
 
-__all__ = ["main"]
+__all__ = ["main", "missing_module"]
+
+#: pip's name of a module's package, where the two differ (else the module's top-level name).
+_PACKAGES = {"yaml": "pyyaml", "dask": "traceprof[dask]", "distributed": "traceprof[dask]",
+             "hta": "holistictraceanalysis", "torch": "torch==2.13.0"}
+
+
+def missing_module(e: ModuleNotFoundError) -> str:
+    """The one-line message for a library that is not installed (``e.name``, e.g. ``bokeh``):
+    which module, and the ``pip install`` that brings it."""
+    name = e.name or str(e)
+    pkg = _PACKAGES.get(name.split(".")[0], name.split(".")[0])
+    return (f"this command needs the Python module {name!r}, which is not installed here: "
+            f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)")
 
 
 def main() -> None:
@@ -19,6 +33,9 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; nothing was changed\n")
         sys.exit(130)
+    except ModuleNotFoundError as e:  # typer or rich themselves may be the missing ones: plain text
+        sys.stderr.write(f"error: {missing_module(e)}\n")
+        sys.exit(1)
     try:
         cli_main()
     finally:  # the command is over (its outcome printed): a Ctrl-C while Python exits changes nothing

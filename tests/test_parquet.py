@@ -3,6 +3,7 @@ read-only SQL that reads only the store's own files."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -249,6 +250,21 @@ def test_store_path_with_equals_sign_refused(tmp_path: Path) -> None:
     d = tmp_path / "a=b"
     d.mkdir()
     with pytest.raises(StoreError, match="without '='"):
+        Store(d / "s.duckdb", layout="parquet")
+    assert not (d / "s.duckdb").exists()
+
+
+@pytest.mark.parametrize(("folder", "why"), [
+    ("st*ar", "Parquet-layout store needs a path without '*'"),
+    ("br[ack]et", "Parquet-layout store needs a path without '['"),
+    ("qu?es", "DuckDB cannot keep a store at a path holding '?'"),  # any layout (test_reliability)
+])
+def test_store_path_with_a_glob_character_refused(tmp_path: Path, folder: str, why: str) -> None:
+    # DuckDB globs every path read_parquet is given: 'st*ar' would also read 'stXar''s files
+    d = tmp_path / folder
+    d.mkdir()
+    (tmp_path / folder.replace("*", "X").replace("[ack]", "c")).mkdir(exist_ok=True)
+    with pytest.raises(StoreError, match=re.escape(why)):
         Store(d / "s.duckdb", layout="parquet")
     assert not (d / "s.duckdb").exists()
 

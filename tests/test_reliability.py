@@ -161,6 +161,32 @@ def test_db_must_be_a_duckdb_file_or_a_new_path(tmp_path):
     assert run("ingest", str(_job(tmp_path)), "--db", str(tmp_path / "new.json"))[0] == 0  # a new path: a store
 
 
+@pytest.mark.parametrize("folder", ["qu?es", "back\\slash"])
+def test_db_path_duckdb_cannot_open_is_refused_in_one_line(tmp_path, folder):
+    db = tmp_path / folder / "s.duckdb"  # DuckDB cuts a path at '?' and reads '\\' as '/'
+    db.parent.mkdir()
+    code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {db}: DuckDB cannot keep a store at a path holding") and "use another --db path" in err
+    assert sorted(p.name for p in db.parent.iterdir()) == []  # not even a lock file
+
+
+def test_store_folder_without_room_for_a_spool_keeps_the_events_in_memory(tmp_path, monkeypatch):
+    # a store whose folder cannot take the spool folder (read-only, immutable, full of inodes):
+    # the parsed events come back in memory, with the same rows
+    from traceprof import layout
+
+    def refuse(db):
+        raise PermissionError(1, "Operation not permitted", str(db))
+
+    ref, db = tmp_path / "ref.duckdb", tmp_path / "s.duckdb"
+    assert run("ingest", str(_job(tmp_path)), "--db", str(ref))[0] == 0
+    monkeypatch.setattr(layout, "spool_dir", refuse)
+    code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
+    assert code == 0, err
+    assert _state(db) == _state(ref) and _state(db)[0][1] == 2
+
+
 # -- Ctrl-C and kill -9 ---------------------------------------------------------------------------
 
 

@@ -259,7 +259,10 @@ def ingest(
     try:
         tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
         if store.dataset is None and len(tasks) > 1:
-            spool = layout.spool_dir(store.path)
+            try:
+                spool = layout.spool_dir(store.path)
+            except OSError:  # the store's folder is not writable: the events come back in memory
+                spool = None
         parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None,
                             spool)
         by_run: dict[str, list[ParsedTrace]] = {}

@@ -310,6 +310,10 @@ class SpooledTrace(_ParkedTrace):
         return StoreError(f"{self.events_file}: cannot read the events spooled for {self.path}: {e}")
 
 
+#: Characters a Parquet-layout store's dataset path cannot hold (:class:`Dataset`).
+_PATH_SPECIAL = ("=", "*", "?", "[")
+
+
 def spool_dir(db: str | Path) -> Path:
     """Create a new spool folder for one ingest into store file ``db``: ``.<db name>.spool-<random>``
     beside it (absolute), for :func:`spool`. The ingest deletes it when done; one a killed ingest
@@ -379,15 +383,18 @@ class Dataset:
         db: The store file.
 
     Raises:
-        StoreError: The dataset path holds ``=`` (it would read as a partition column).
+        StoreError: The dataset path holds ``=`` (it would read as a partition column) or a glob
+            character (``*``, ``?``, ``[``: DuckDB would read every store the pattern matches).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, db: Path) -> None:
         self.con = con
         self.root = dataset_dir(db)
-        if "=" in str(self.root):
-            raise StoreError(f"{self.root}: a Parquet-layout store needs a path without '=' (DuckDB reads "
-                             "key=value folders as partition columns); move the store")
+        odd = [c for c in _PATH_SPECIAL if c in str(self.root)]
+        if odd:  # read_parquet globs each path it is given, even a listed file's: no escape exists
+            raise StoreError(f"{self.root}: a Parquet-layout store needs a path without {', '.join(map(repr, odd))} "
+                             "(DuckDB reads key=value folders as partition columns and '*', '?', '[' as a glob "
+                             "pattern, which would read another store's files); move the store")
         self._staging: Path | None = None
         #: Files of the open transaction: path relative to the root -> where it is staged.
         self.pending: dict[str, Path] = {}

@@ -31,9 +31,16 @@ def check_store_path(db: str | Path) -> None:
     system, or a symlink to a path that does not exist (creating the store there would replace the
     link with a file, and a failed first ingest would delete the user's link).
 
+    DuckDB itself cannot open a path holding ``?`` (it reads what follows as options: the store
+    and its ``.wal`` end up at different paths) or a backslash (read as a folder separator).
+
     Raises:
         StoreError: Saying which of these it is.
     """
+    odd = [c for c in ("?", "\\") if c in str(db)]
+    if odd:
+        raise StoreError(f"{db}: DuckDB cannot keep a store at a path holding {' or '.join(map(repr, odd))} (it reads "
+                         "'?' as the start of connection options and '\\' as a folder separator); use another --db path")
     p = Path(db)
     loop = f"{db}: a symlink loop; --db takes a store file or a new path"
     try:

@@ -48,6 +48,8 @@ __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
 
 #: JSON text per batch: bounds the Python objects alive at once (about 5x this in memory).
 BATCH_BYTES = 2 << 20
+#: JSON's whitespace, each as a one-byte bytes (``bytes.isspace`` also takes \x0b and \x0c).
+_JSON_SPACE = frozenset((b" ", b"\t", b"\n", b"\r"))
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NO_TEXT = msgspec.Raw(b"")
@@ -193,6 +195,8 @@ class _Split:
         head, buf, more = found_key
         target = self.batch_bytes
         while True:
+            if buf[:1] in _JSON_SPACE:  # between two events: a long run of it would otherwise be held whole
+                buf, target = buf.lstrip(b" \t\n\r"), self.batch_bytes
             if more and len(buf) <= 2 * target:
                 buf, more = self._fill(buf, 2 * target)
             if len(buf) <= 2 * target:

@@ -100,3 +100,47 @@ def test_flight_recorder_only_run_says_nothing_costs_step_time(store):
     f = summarize(store, None)
     assert f.findings == () and {v.topic: v.status for v in f.verdicts}["stragglers"] == "ok"
     assert f.empty_text == "nothing found that costs step time; the verdict per topic follows"
+
+
+def test_impossible_mfu_is_never_ok(store):
+    # nccl_parser_config at 4e13 FLOPs per step has a plausible MFU; 2,500x that is above 100% in
+    # every step, which the inputs (FLOPs or peak) cause, not the GPU: the verdict is unknown, not ok.
+    ingest(store, [corpus("hta/nccl_parser_config")])
+    sane = summarize(store, None, params={"mfu": {"model_flops_per_step": "4e13"}})
+    pct = sane.results["mfu"].frames()["job"]["mfu_pct"][0]
+    assert 0 < pct < 100 and {v.topic: v.status for v in sane.verdicts}["utilization"] in ("ok", "problem")
+    f = summarize(store, None, params={"mfu": {"model_flops_per_step": "1e17"}})
+    job = f.results["mfu"].frames()["job"]["mfu_pct"][0]
+    assert job > 100 and abs(job / pct - 2500) < 1e-6 * 2500
+    v = {v.topic: v for v in f.verdicts}["utilization"]
+    mfu = [x for x in f.findings if x.topic == "mfu"][0]
+    assert v.status == "n/a" and mfu.problem and v.text == mfu.text
+    assert mfu.text.startswith("MFU unknown: MFU above 100% in ") and f"MFU {job:.1f}%" in mfu.text
+
+
+def test_straggler_finding_warns_when_collectives_end_before_the_last_arrival(store, tmp_path):
+    # benchmarks/gen_trace.py draws each rank's timeline on its own (no rank waits for another), so
+    # most rank copies of a collective end before its last rank arrives: the waits are not real.
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "gen"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_trace.py"), str(out), "--ranks", "4",
+                    "--events", "20000", "--steps", "20"], check=True, capture_output=True)
+    ingest(store, [out], jobs=1)
+    f = summarize(store, None)
+    waits = f.results["stragglers"].frames()["waits"]
+    early = int(waits["end_before_last_arrival"].sum())
+    assert early / waits.height > 0.5
+    named = [x for x in f.findings if x.topic == "stragglers" and x.problem]
+    v = {v.topic: v for v in f.verdicts}["stragglers"]
+    caveat = f"caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival"
+    assert named and all(caveat in x.text for x in named)
+    assert v.status != "problem" or caveat in v.text
+    # a real run (straggler_rank3: no copy ends early) carries no caution
+    ingest(store, [SAMPLES / "straggler_rank3"])
+    g = summarize(store, "straggler_rank3")
+    assert not g.results["stragglers"].frames()["waits"]["end_before_last_arrival"].any()
+    assert all("caution:" not in x.text for x in g.findings)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import os
 import queue
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -327,13 +328,41 @@ def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int) -> tuple
     st, wi = res.get("stragglers"), res.get("whatif")
     if st is None and wi is None:
         return [], None
-    findings, mine = _straggler_findings(st, wi)
+    findings, verdict = _straggler_findings(st, wi)
     if st is not None:  # the combined verdict, where traceprof.verdict exists, replaces this module's
         named = [f for f in findings if f.problem]
         found, combined = _combined(store, run_id, named)
         if combined is not None:
-            return found, combined
-    return findings, mine
+            findings, verdict = found, combined
+    caveat = _early_end_caveat(st)
+    if not caveat:
+        return findings, verdict
+    # every straggler problem rests on the arrivals (the what-if replay too): say what is off with them
+    findings = [dataclasses.replace(f, text=f.text + caveat, full=f.full and f.full + caveat)
+                if f.topic == "stragglers" and f.problem else f for f in findings]
+    if verdict is not None and verdict.status == "problem":
+        verdict = dataclasses.replace(verdict, text=verdict.text + caveat)
+    return findings, verdict
+
+
+#: Share of rank copies ending before their collective's last arrival past which a straggler finding
+#: says its waits are not to be trusted (a few are clock noise; most mean the match or the clocks are off).
+EARLY_END_SHARE = 0.01
+
+
+def _early_end_caveat(st: FrameResult | None) -> str:
+    """"; caution: ..." when over :data:`EARLY_END_SHARE` of the rank copies (``stragglers``'
+    ``waits`` rows) ended before their instance's last arrival (``end_before_last_arrival``), which
+    no collective can: the waits and lateness measured from those arrivals are overstated; else ""."""
+    waits = st.frames().get("waits") if st is not None else None
+    if waits is None or "end_before_last_arrival" not in waits.columns or not waits.height:
+        return ""
+    early = int(waits["end_before_last_arrival"].sum())  # false where a source records no end
+    if early / waits.height <= EARLY_END_SHARE:
+        return ""
+    return (f"; caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival, "
+            "which no collective can: the match, the clock alignment or the timestamps are off, so these waits "
+            "are overstated")
 
 
 def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple[list[Finding], Verdict | None]:
@@ -468,6 +497,11 @@ def _mfu(res: dict[str, FrameResult], errors: dict[str, TraceprofError]) -> tupl
     peak = f"{dtype} peak {job['peak_tflops']:g} TFLOP/s" + (f", {dev}" if dev else "")
     text = (f"MFU {job['mfu_pct']:.1f}% ({peak}; precision from {src}; FLOPs from {job['flops_source']}); "
             f"{job['tflops']:.3g} TFLOP/s per device")
+    over = next((n for n in m.notes if n.startswith("MFU above 100%")), None)
+    if over is not None or job["mfu_pct"] > 100.0:  # never "ok": the inputs are wrong, so is the number
+        why = over or "MFU above 100%: impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, peak_tflops)"
+        text = f"MFU unknown: {why}; computed: {text}"
+        return [Finding("mfu", text, None, True, "mfu")], Verdict("utilization", "n/a", text)
     problem = job["mfu_pct"] < 30.0
     return [Finding("mfu", text, None, problem, "mfu")], Verdict("utilization", "problem" if problem else "ok", text)
 

@@ -304,8 +304,10 @@ def run(store: Store, params: Params) -> Result:
                                                      else "the run has no communication"))
     else:
         top = causes.row(0, named=True)
-        notes.append(f"top cause: {top['cause']}: {top['pct']:.0f}% of exposed communication "
-                     f"({top['exposed_ns'] / 1e6:.2f} ms in {top['gaps']} gaps, {top['ranks']} ranks, {top['steps']} steps)")
+        pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"  # 0.6%, not "1%"
+        counts = ", ".join(f"{top[k]:,} {k[:-1] if top[k] == 1 else k}" for k in ("gaps", "ranks", "steps"))
+        notes.append(f"top cause: {top['cause']}: {pct} of exposed communication "
+                     f"({top['exposed_ns'] / 1e6:.2f} ms in {counts})")
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     return Result(frame=causes, gaps=gaps, steps=steps, ranks=ranks, notes=tuple(notes))

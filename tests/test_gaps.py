@@ -218,3 +218,17 @@ def test_no_communication(store, tmp_path):
     assert res.gaps.is_empty() and res.frame.is_empty()
     assert res.ranks.row(0, named=True)["exposed_ns"] == 0
     assert res.notes == ("no exposed communication: the run has no communication",)
+
+
+def test_top_cause_note_counts_in_words(store):
+    # nccl_parser_config: the top cause lies on one rank; the note's counts and share are its row of
+    # the causes table, "1 rank" in the singular, a share under 10% with one decimal
+    ingest(store, [corpus("hta/nccl_parser_config")], run="r")
+    res = analyze(store, "gaps", "r")
+    top = res.frame.row(0, named=True)
+    assert top["ranks"] == 1 and top["gaps"] > 1
+    pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"
+    note = next(n for n in res.notes if n.startswith("top cause: "))
+    assert note == (f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in "
+                    f"{top['gaps']} gaps, 1 rank, {top['steps']} steps)")
+    assert top["exposed_ns"] == res.gaps.filter(pl.col("cause") == top["cause"])["dur_ns"].sum()

@@ -203,6 +203,70 @@ def test_parse_fast_path_equals_general(path: Path | None, tmp_path: Path, monke
     assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys]
 
 
+_GOOD = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 1.5,
+          "args": {"correlation": i}} for i in range(6)] + [{"ph": "i", "cat": "cpu_instant_event", "name": "mark",
+                                                              "pid": 1, "tid": 1, "ts": 3}]
+_BAD_TIMES = {  # events with a malformed time among good ones: (the events, which ones go through the column path)
+    "bad ts": [{"ph": "X", "cat": "kernel", "name": "bad", "pid": 0, "tid": 7, "ts": "abc", "dur": 1}],
+    "missing ts": [{"ph": "X", "cat": "kernel", "name": "nots", "pid": 0, "tid": 7, "dur": 1}],
+    "missing dur": [{"ph": "X", "cat": "cpu_op", "name": "nodur", "pid": 1, "tid": 1, "ts": 4}],
+    "bad dur on an instant": [{"ph": "i", "cat": "cpu_instant_event", "name": "i", "pid": 1, "tid": 1, "ts": 5,
+                               "dur": "x"}],
+    "bad ts and dur": [{"ph": "X", "cat": "kernel", "name": "both", "pid": 0, "tid": 7, "ts": "t", "dur": "d"}],
+    "missing ts, bad dur": [{"ph": "X", "cat": "kernel", "name": "m", "pid": 0, "tid": 7, "dur": "d"}],
+    "several": [{"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": "1x", "dur": 1},
+                {"ph": "X", "cat": "cpu_op", "name": "b" * 90, "pid": 1, "tid": 1, "ts": 2}],
+    "metadata with a bad ts (not stored)": [{"ph": "M", "name": "process_name", "pid": 0, "ts": "z",
+                                             "args": {"name": "gpu"}}],
+    "negative dur (general loop)": [{"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 1,
+                                     "dur": -2.5}],
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_TIMES))
+@pytest.mark.parametrize("mode", ["skip", "raise"])
+def test_malformed_times_take_the_column_path_with_the_general_loops_result(
+        case: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One bad time used to send the whole file through the general loop (it holds the document:
+    # 3.9 GB for one bad event in a 565 MB file). The column path rejects or names it the same way.
+    from traceprof.errors import TraceFormatError
+
+    events = _GOOD[:3] + _BAD_TIMES[case] + _GOOD[3:]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+
+    def parsed(fast: bool) -> object:
+        if not fast:
+            monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)
+        try:
+            return _PARSE.parse(path, on_bad_event=mode)
+        except TraceFormatError as e:
+            return str(e)
+        finally:
+            monkeypatch.undo()
+
+    general = parsed(False)
+    loop_calls = []
+    real_decode = _PARSE._decode
+    monkeypatch.setattr(_PARSE, "_decode", lambda *a: loop_calls.append(1) or real_decode(*a))
+    try:
+        fast = _PARSE.parse(path, on_bad_event=mode)
+    except TraceFormatError as e:
+        fast = str(e)
+    monkeypatch.undo()
+    stored = "metadata" not in case
+    if mode == "raise" and stored:
+        assert isinstance(general, str) and fast == general and "event #3 (ph=" in general
+    else:
+        for t in ("events", "devices", "steps", "collectives"):
+            assert _plain(getattr(fast, t)).equals(_plain(getattr(general, t))), t
+        keys = ("events_read", "rejected", "skipped", "flagged", "warnings")
+        assert [getattr(fast, k) for k in keys] == [getattr(general, k) for k in keys]
+        assert fast.events.num_rows == len(_GOOD)
+        assert sum(fast.rejected.values()) == (0 if "metadata" in case else len(_BAD_TIMES[case]))
+    assert bool(loop_calls) == ("general loop" in case)  # the whole-document decode only where needed
+
+
 @pytest.mark.parametrize(("text", "ns"), [
     (b"1e30", 10**33),  # exact (worked out: 1e30 us = 1e33 ns); the caller reports it beyond int64
     (b"1.5e3", 1_500_000),

@@ -297,6 +297,10 @@ def _coded(values: Iterable[Any], codes: dict[Any, int], n: int) -> np.ndarray:
 _FIELDS = {f: operator.attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid")}
 
 
+#: :attr:`Decoded.bad_time`'s reason for a time beyond int64 ns (the general path rejects it later).
+_BEYOND = "beyond int64"
+
+
 def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
     """ns of microsecond number texts (module doc, step 3); (values, present)."""
     n = len(raw)
@@ -309,7 +313,7 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
         lo, hi = words[0::2], words[1::2]
         beyond = ok & (hi != (lo >> 63))  # the 128-bit value does not fit in int64
         for i in np.flatnonzero(beyond).tolist():  # the general path rejects these per event
-            bad[base + i] = "beyond int64"
+            bad.setdefault(base + i, _BEYOND)
         return np.where(ok & ~beyond, lo, 0), ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         out = np.zeros(n, np.int64)
@@ -318,12 +322,12 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
                 try:
                     v = us_text_to_ns(bytes(r))
                 except ValueError as e:
-                    bad[base + i] = f"bad time: {e}"
+                    bad.setdefault(base + i, f"bad time: {e}")  # a bad ts is named before the dur
                     continue
                 if -(2**63) <= v < 2**63:
                     out[i] = v
                 else:
-                    bad[base + i] = "beyond int64"
+                    bad.setdefault(base + i, _BEYOND)
         return out, ok
 
 
@@ -467,8 +471,33 @@ class Rows:
     process_names: dict[str, str]
 
 
+#: Called with (event index, ph, name, problem) for the first malformed event, in "raise" mode.
+BadEvent = Callable[[int, str, str, str], None]
+
+
+def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray) -> dict[int, str] | None:
+    """The problem of each stored event whose times the general loop refuses, by index, in its
+    words: ``missing 'ts'``, ``bad time: ...`` (ts named before dur), ``missing 'dur'`` (an ``X``
+    event); None when one needs the general loop itself (a negative ``dur``, whose message quotes
+    its text, or a time beyond int64 ns)."""
+    if (keep & (d.dur_ns < 0) & d.dur_ok).any():
+        return None
+    out: dict[int, str] = {}
+    for i, why in d.bad_time.items():
+        if keep[i]:
+            if why == _BEYOND:
+                return None
+            out[i] = why
+    for i in np.flatnonzero(keep & ~d.ts_ok).tolist():
+        out[i] = "missing 'ts'"  # before a bad dur
+    for i in np.flatnonzero(keep & ph_x & ~d.dur_ok).tolist():
+        out.setdefault(i, "missing 'dur'")
+    return out
+
+
 def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None],
-         gpu_kinds: frozenset[str], args_dict: Callable[[str], dict[str, Any]]) -> Rows | None:
+         gpu_kinds: frozenset[str], args_dict: Callable[[str], dict[str, Any]],
+         bad_event: BadEvent | None = None) -> Rows | None:
     """The rows the general loop would store, built a column at a time (the common case only).
 
     Args:
@@ -479,30 +508,48 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
         gpu_kinds: Kinds whose device/stream default to pid/tid.
         args_dict: Decodes an args text (for ``process_name`` metadata).
 
+        bad_event: Called for the first event with a missing or malformed time (it raises: the
+            parser's "raise" mode); None rejects each such event, counted by its problem as the
+            general loop counts it ("skip" mode).
+
     Returns:
         The rows, or None when the general loop is needed: ``B``/``E`` records, an event with a
-        missing, malformed or negative time, a missing ``dur`` on an ``X`` event, or a float
-        pid/tid (kept by the general loop as written).
+        negative ``dur`` or a time beyond int64 ns, or a float pid/tid (kept by the general loop
+        as written). Events with a missing or malformed time are handled here (``bad_event``),
+        so one bad event does not send a large file through the general loop, which holds the
+        whole document.
     """
     n = len(d)
-    if "B" in d.ph.values or d.bad_time or not d.lanes_plain:
+    if "B" in d.ph.values or not d.lanes_plain:
         return None
     kind, ph_x = _kinds(d, kind_of)
     if kind is None:
         return None
     keep = ~kind.is_none()
-    if (keep & ~d.ts_ok).any() or (keep & ph_x & ~d.dur_ok).any() or (keep & (d.dur_ns < 0)).any():
+    problems = _time_problems(d, keep, ph_x)
+    if problems is None:
         return None
     del ph_x
+    refused: dict[str, int] = {}
+    if problems:
+        if bad_event is not None:
+            i = min(problems)
+            bad_event(i, d.ph.values[d.ph.codes[i]], d.name.values[d.name.codes[i]], problems[i])
+        for why in problems.values():
+            refused[why] = refused.get(why, 0) + 1
+        keep[list(problems)] = False
     if base_ns and (keep & ((d.ts_ns > 2**63 - 1 - base_ns) | (d.ts_ns < -(2**63) - base_ns))).any():
         return None  # epoch ns beyond int64: the general path rejects them per event
     kept = int(np.count_nonzero(keep))
     keep_ix = np.flatnonzero(keep) if kept < n else np.zeros(0, np.int64)
     skipped: dict[str, int] = {}
-    rejected: dict[str, int] = {}
+    rejected: dict[str, int] = refused
     names: dict[str, str] = {}
     if kept < n:
-        for code, count in enumerate(np.bincount(d.ph.codes[~keep], minlength=len(d.ph.values)).tolist()):
+        unstored = ~keep
+        if problems:  # rejected above, by their problem
+            unstored[list(problems)] = False
+        for code, count in enumerate(np.bincount(d.ph.codes[unstored], minlength=len(d.ph.values)).tolist()):
             if not count:
                 continue
             ph = d.ph.values[code]

@@ -257,6 +257,9 @@ def _step_number(name: str) -> int | None:
         return None
 
 
+_SKIP_HINT = "; pass --skip-bad-events to skip such events"
+
+
 def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifier | None = None) -> ParsedTrace:
     """Parse one Kineto trace file.
 
@@ -286,7 +289,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         decoded = None
     doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
-    fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict)
+    def refuse(i: int, ph: str, name: str, problem: str) -> None:  # the general loop's words, below
+        raise TraceFormatError(p, f"event #{i} (ph={ph!r}, name={name[:60]!r})", problem + _SKIP_HINT)
+
+    fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict,
+                                                   refuse if on_bad_event == "raise" else None)
     if decoded is not None and fast is None:
         doc = _decode(p, src.data())
     data = src.data() if fast is None else b""
@@ -346,9 +353,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             continue
         if problem:
             if on_bad_event == "raise":
-                raise TraceFormatError(
-                    p, f"event #{i} (ph={ev.ph!r}, name={ev.name[:60]!r})", problem
-                    + "; pass --skip-bad-events to skip such events")
+                refuse(i, ev.ph, ev.name, problem)
             rejected[problem] = rejected.get(problem, 0) + 1
             continue
         a = ids[i].args if ids is not None else _ids_of(ev.args)

@@ -109,6 +109,7 @@ class Decoded:
             no base added). ``ts_ok``/``dur_ok``: False where the field is absent (value 0 then).
         bad_time: Index -> reason for values that are not JSON numbers or do not fit in int64 ns
             (value 0 then).
+        negative_dur: Index -> the text of a ``dur`` below 0 (the general loop's message quotes it).
         args: The ``args`` object's JSON text ("{}" when absent), an Arrow string column (one
             chunk per batch: no Python object per event).
         correlation, external_id, device, stream: Integer args (int64), missing when absent.
@@ -126,6 +127,7 @@ class Decoded:
     ts_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     dur_ok: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     bad_time: dict[int, str] = field(default_factory=dict)
+    negative_dur: dict[int, str] = field(default_factory=dict)
     args: pa.ChunkedArray = field(default_factory=lambda: pa.chunked_array([], pa.string()))
     correlation: Ints = field(default_factory=lambda: Ints.of([]))
     external_id: Ints = field(default_factory=lambda: Ints.of([]))
@@ -411,6 +413,8 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
                 str_cols[f].add(codes.astype(code_type(len(str_codes[f])), copy=False))
             for col, raw in (("ts", [e.ts for e in evs]), ("dur", [e.dur for e in evs])):
                 values, ok = _times(raw, base, out.bad_time)
+                if col == "dur":  # rare: their texts, for the message
+                    out.negative_dur.update((base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist())
                 times[f"{col}_ns"].add(values)
                 times[f"{col}_ok"].add(ok)
             raw_args = [e.args for e in evs]
@@ -477,11 +481,9 @@ BadEvent = Callable[[int, str, str, str], None]
 
 def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray) -> dict[int, str] | None:
     """The problem of each stored event whose times the general loop refuses, by index, in its
-    words: ``missing 'ts'``, ``bad time: ...`` (ts named before dur), ``missing 'dur'`` (an ``X``
-    event); None when one needs the general loop itself (a negative ``dur``, whose message quotes
-    its text, or a time beyond int64 ns)."""
-    if (keep & (d.dur_ns < 0) & d.dur_ok).any():
-        return None
+    words and order: ``missing 'ts'``, ``bad time: ...`` (the ts's before the dur's), ``missing
+    'dur'`` (an ``X`` event), ``negative 'dur' (TEXT us)``; None when one needs the general loop
+    itself (a time beyond int64 ns, which it rejects later)."""
     out: dict[int, str] = {}
     for i, why in d.bad_time.items():
         if keep[i]:
@@ -492,6 +494,9 @@ def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray) -> dict[int, 
         out[i] = "missing 'ts'"  # before a bad dur
     for i in np.flatnonzero(keep & ph_x & ~d.dur_ok).tolist():
         out.setdefault(i, "missing 'dur'")
+    for i, text in d.negative_dur.items():
+        if keep[i]:
+            out.setdefault(i, f"negative 'dur' ({text} us)")
     return out
 
 
@@ -514,8 +519,8 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
 
     Returns:
         The rows, or None when the general loop is needed: ``B``/``E`` records, an event with a
-        negative ``dur`` or a time beyond int64 ns, or a float pid/tid (kept by the general loop
-        as written). Events with a missing or malformed time are handled here (``bad_event``),
+        time beyond int64 ns, or a float pid/tid (kept by the general loop as written). Events
+        with a missing, malformed or negative time are handled here (``bad_event``),
         so one bad event does not send a large file through the general loop, which holds the
         whole document.
     """

@@ -225,6 +225,15 @@ def _causes(gaps: pl.DataFrame) -> pl.DataFrame:
         "cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns")
 
 
+def top_cause_note(causes: pl.DataFrame) -> str:
+    """The note naming the first of ``causes`` (:func:`_causes`, not empty): its share of the
+    exposed communication (one decimal under 10%: 0.6%, not "1%"), ms, and its counts in words."""
+    top = causes.row(0, named=True)
+    pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"
+    counts = ", ".join(f"{top[k]:,} {k[:-1] if top[k] == 1 else k}" for k in ("gaps", "ranks", "steps"))
+    return f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in {counts})"
+
+
 _SPAN = pl.col("end_ns").max() - pl.col("start_ns").min()
 
 
@@ -303,11 +312,7 @@ def run(store: Store, params: Params) -> Result:
         notes.append("no exposed communication: " + ("all of it is hidden behind compute" if comm.height
                                                      else "the run has no communication"))
     else:
-        top = causes.row(0, named=True)
-        pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"  # 0.6%, not "1%"
-        counts = ", ".join(f"{top[k]:,} {k[:-1] if top[k] == 1 else k}" for k in ("gaps", "ranks", "steps"))
-        notes.append(f"top cause: {top['cause']}: {pct} of exposed communication "
-                     f"({top['exposed_ns'] / 1e6:.2f} ms in {counts})")
+        notes.append(top_cause_note(causes))
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     return Result(frame=causes, gaps=gaps, steps=steps, ranks=ranks, notes=tuple(notes))

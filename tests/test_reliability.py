@@ -628,3 +628,19 @@ def test_a_file_named_gz_that_is_not_gzip_says_so(tmp_path):
     good.parent.mkdir()
     good.write_bytes(json.dumps(micro_trace(["a"])).encode())
     assert run("ingest", str(good), "--db", str(tmp_path / "s.duckdb"))[0] == 0
+
+
+def test_ctrl_c_while_duckdb_loads_is_delivered_after_it(tmp_path):
+    # DuckDB's bindings abort the process (SIGABRT) on a KeyboardInterrupt while their types are
+    # created. The entry point loads them with SIGINT held: a module standing in for them signals
+    # itself mid-import, finishes its import all the same, and the Ctrl-C arrives just after.
+    mod = tmp_path / "slowlib.py"
+    done = tmp_path / "loaded"
+    mod.write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\n"
+                   f"open({str(done)!r}, 'w').close()\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from traceprof import entry; "
+            "entry._HELD_IMPORTS = ('slowlib',); sys.argv = ['traceprof', 'runs', '--db', sys.argv[2]]; entry.main()")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(tmp_path / "s.duckdb")],
+                       capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (130, "interrupted; nothing was changed\n")
+    assert done.exists()  # the import ran to its end: the signal waited for it

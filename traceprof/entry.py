@@ -26,9 +26,42 @@ def missing_module(e: ModuleNotFoundError) -> str:
             f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)")
 
 
+#: Compiled libraries whose module initialisation a Ctrl-C must not interrupt: DuckDB's bindings
+#: (nanobind) abort the process (SIGABRT, "Critical nanobind error") when a KeyboardInterrupt
+#: arrives while they create their types, instead of raising it.
+_HELD_IMPORTS = ("duckdb",)
+
+
+def import_holding_sigint(names: tuple[str, ...] | None = None) -> None:
+    """Import ``names`` (default :data:`_HELD_IMPORTS`) with SIGINT blocked (where the platform can), so that a Ctrl-C during their
+    initialisation is delivered once they are loaded, as a KeyboardInterrupt at the next line of
+    Python. A module already imported costs nothing.
+
+    Raises:
+        ModuleNotFoundError: One of them is not installed.
+        KeyboardInterrupt: A Ctrl-C came while they loaded (raised just after).
+    """
+    import importlib
+
+    todo = [n for n in (_HELD_IMPORTS if names is None else names) if n not in sys.modules]
+    if not todo:
+        return
+    if not hasattr(signal, "pthread_sigmask"):
+        for n in todo:
+            importlib.import_module(n)
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        for n in todo:
+            importlib.import_module(n)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def main() -> None:
     """Load :mod:`traceprof.cli` and run it."""
     try:
+        import_holding_sigint()
         from traceprof.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; nothing was changed\n")

@@ -82,9 +82,7 @@ def _finish_gaps(merged: FrameResult, per_rank: list[FrameResult]) -> FrameResul
         said = [n for r in per_rank for n in r.notes if n.startswith("no exposed communication")]
         first = sorted(said, key=lambda n: "hidden" not in n)[:1]
     else:
-        top = causes.row(0, named=True)
-        first = [f"top cause: {top['cause']}: {top['pct']:.0f}% of exposed communication "
-                 f"({top['exposed_ns'] / 1e6:.2f} ms in {top['gaps']} gaps, {top['ranks']} ranks, {top['steps']} steps)"]
+        first = [mod.top_cause_note(causes)]
     rest = [n for n in merged.notes if not n.startswith(("top cause: ", "no exposed communication"))]
     return dataclasses.replace(merged, frame=causes, notes=(*first, *rest))
 

@@ -222,7 +222,9 @@ def run(store: Store, params: Params) -> Result:
            .sort(["flops_per_step", "name", "dtype"], descending=[True, False, False], nulls_last=True))
     over = frame.filter(pl.col("mfu_pct") > 100.0)
     if over.height:
-        notes.append(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {over['mfu_pct'].max():,.0f}%): "
+        worst = float(over["mfu_pct"].max())  # type: ignore[arg-type]
+        shown = f"{worst:,.0f}" if worst >= 1000 else f"{worst:.1f}"  # 100.4%, not "100%"
+        notes.append(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {shown}%): "
                      "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
                      "peak_tflops)")
     job = _job(frame, hw if f is not None else None).with_columns(

@@ -154,6 +154,19 @@ def test_missing_library_is_one_line_naming_what_to_install(tmp_path: Path, modu
     assert not (tmp_path / "r.html").exists()
 
 
+def test_a_library_that_does_not_load_is_one_line_too(tmp_path: Path) -> None:
+    # a broken install: the module is there, but importing it raises a plain ImportError
+    db = tmp_path / "s.duckdb"
+    assert cli("ingest", str(SAMPLES / "normal"), "--db", str(db), cwd=tmp_path).returncode == 0
+    broken = _WITHOUT.replace('raise ModuleNotFoundError(f"No module named {name!r}", name=name)',
+                              'raise ImportError("cannot import name \'file_html\'", name=name)')
+    assert broken != _WITHOUT
+    r = subprocess.run([sys.executable, "-c", broken, "bokeh", "report", "--db", str(db), "-o", str(tmp_path / "r.html")],
+                       cwd=tmp_path, capture_output=True, text=True)
+    _one_line_error(r, "cannot load the Python module 'bokeh", "cannot import name 'file_html'",
+                    "pip install --force-reinstall 'bokeh'")
+
+
 def test_missing_library_at_ingest_stores_nothing(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"  # the NDTimeline collector reads its YAML config with pyyaml
     r = subprocess.run([sys.executable, "-c", _WITHOUT, "yaml", "ingest", str(SAMPLES / "normal"), "--db", str(db)],

@@ -741,7 +741,7 @@ def main() -> None:
             raise
         say("interrupted; nothing was changed")
         _exit(130)
-    except ModuleNotFoundError as e:  # a library the command imports late (bokeh for report, dask)
+    except ImportError as e:  # a library the command imports late (bokeh for report, dask)
         from traceprof.entry import missing_module
 
         say(missing_module(e), label="error:", style="red")

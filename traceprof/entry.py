@@ -17,11 +17,16 @@ _PACKAGES = {"yaml": "pyyaml", "dask": "traceprof[dask]", "distributed": "tracep
              "hta": "holistictraceanalysis", "torch": "torch==2.13.0"}
 
 
-def missing_module(e: ModuleNotFoundError) -> str:
-    """The one-line message for a library that is not installed (``e.name``, e.g. ``bokeh``):
+def missing_module(e: ImportError) -> str:
+    """The one-line message for a library that is not installed (``e.name``, e.g. ``bokeh``), or
+    that is installed but does not load (a plain ImportError: a broken or mismatched install):
     which module, and the ``pip install`` that brings it."""
     name = e.name or str(e)
     pkg = _PACKAGES.get(name.split(".")[0], name.split(".")[0])
+    if not isinstance(e, ModuleNotFoundError):
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return (f"this command cannot load the Python module {name!r} ({why}): its installation looks broken; "
+                f"pip install --force-reinstall '{pkg}' (or reinstall traceprof: pip install -e .)")
     return (f"this command needs the Python module {name!r}, which is not installed here: "
             f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)")
 
@@ -66,7 +71,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; nothing was changed\n")
         sys.exit(130)
-    except ModuleNotFoundError as e:  # typer or rich themselves may be the missing ones: plain text
+    except ImportError as e:  # typer or rich themselves may be the missing ones: plain text
         sys.stderr.write(f"error: {missing_module(e)}\n")
         sys.exit(1)
     try:

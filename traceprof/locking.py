@@ -39,7 +39,8 @@ def check_store_path(db: str | Path) -> None:
     """
     odd = [c for c in ("?", "\\") if c in str(db)]
     if odd:
-        raise StoreError(f"{db}: DuckDB cannot keep a store at a path holding {' or '.join(map(repr, odd))} (it reads "
+        shown = " or ".join(f"'{c}'" for c in odd)
+        raise StoreError(f"{db}: DuckDB cannot keep a store at a path holding {shown} (it reads "
                          "'?' as the start of connection options and '\\' as a folder separator); use another --db path")
     p = Path(db)
     loop = f"{db}: a symlink loop; --db takes a store file or a new path"

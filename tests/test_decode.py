@@ -173,6 +173,21 @@ def test_only_json_whitespace_is_dropped() -> None:
 _PARSE = importlib.import_module("collectors.kineto.parse")
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_id_with_a_fraction_is_no_id(fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "correlation": 1.5 was truncated to 1, pairing the kernel with another kernel's launch
+    kernels = [{"ph": "X", "cat": "kernel", "name": f"k{c}", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 1,
+                "args": {"correlation": c, "device": 0}} for i, c in enumerate([1, 1.5, 3.0, 2.5e0])]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": kernels}))
+    if not fast:
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)
+    ev = _PARSE.parse(path).events.sort_by("ts_ns")
+    assert ev.column("correlation").to_pylist() == [1, None, 3, None]
+    assert int_or_none(2.0) == 2 and int_or_none(-0.5) is None and int_or_none(1e300) is None
+    assert int_or_none(1e20, keep_large=True) == 10**20
+
+
 def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:
     if not fast:
         monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)

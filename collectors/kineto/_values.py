@@ -46,7 +46,8 @@ def meta_dict(text: str | bytes) -> dict[str, Any]:
 
 
 def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
-    """An int64 from a JSON value (int, bool, numeric string in any base, finite float), else None.
+    """An int64 from a JSON value (int, bool, numeric string in any base, a float with no fraction),
+    else None: an id of 1.5 is no id (truncated to 1 it would link a kernel to another's launch).
 
     With ``keep_large`` an integer beyond int64 is returned as is, for the parser's per-event range
     check (``traceprof.limits``) to reject with the event index instead of storing NULL.
@@ -60,8 +61,8 @@ def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
             return int(v, 0)
         except ValueError:
             return None
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v) if keep_large or -(2**63) <= v < 2**63 else None
     return None
 
 

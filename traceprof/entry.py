@@ -37,10 +37,10 @@ def missing_module(e: ImportError) -> str:
 _HELD_IMPORTS = ("duckdb",)
 
 
-def import_holding_sigint(names: tuple[str, ...] | None = None) -> None:
-    """Import ``names`` (default :data:`_HELD_IMPORTS`) with SIGINT blocked (where the platform can), so that a Ctrl-C during their
-    initialisation is delivered once they are loaded, as a KeyboardInterrupt at the next line of
-    Python. A module already imported costs nothing.
+def import_holding_sigint() -> None:
+    """Import :data:`_HELD_IMPORTS` with SIGINT blocked (where the platform can), so that a Ctrl-C
+    during their initialisation is delivered once they are loaded, as a KeyboardInterrupt at the
+    next line of Python. A module already imported costs nothing.
 
     Raises:
         ModuleNotFoundError: One of them is not installed.
@@ -48,19 +48,15 @@ def import_holding_sigint(names: tuple[str, ...] | None = None) -> None:
     """
     import importlib
 
-    todo = [n for n in (_HELD_IMPORTS if names is None else names) if n not in sys.modules]
-    if not todo:
-        return
-    if not hasattr(signal, "pthread_sigmask"):
-        for n in todo:
-            importlib.import_module(n)
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    todo = [n for n in _HELD_IMPORTS if n not in sys.modules]
+    held = bool(todo) and hasattr(signal, "pthread_sigmask")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
     try:
         for n in todo:
             importlib.import_module(n)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def main() -> None:

@@ -535,26 +535,23 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     if problems is None:
         return None
     del ph_x
-    refused: dict[str, int] = {}
+    not_stored = ~keep  # flows, metadata, unknown phases: counted by their phase below
+    rejected: dict[str, int] = {}
     if problems:
         if bad_event is not None:
             i = min(problems)
             bad_event(i, d.ph.values[d.ph.codes[i]], d.name.values[d.name.codes[i]], problems[i])
         for why in problems.values():
-            refused[why] = refused.get(why, 0) + 1
+            rejected[why] = rejected.get(why, 0) + 1
         keep[list(problems)] = False
     if base_ns and (keep & ((d.ts_ns > 2**63 - 1 - base_ns) | (d.ts_ns < -(2**63) - base_ns))).any():
         return None  # epoch ns beyond int64: the general path rejects them per event
     kept = int(np.count_nonzero(keep))
     keep_ix = np.flatnonzero(keep) if kept < n else np.zeros(0, np.int64)
     skipped: dict[str, int] = {}
-    rejected: dict[str, int] = refused
     names: dict[str, str] = {}
     if kept < n:
-        unstored = ~keep
-        if problems:  # rejected above, by their problem
-            unstored[list(problems)] = False
-        for code, count in enumerate(np.bincount(d.ph.codes[unstored], minlength=len(d.ph.values)).tolist()):
+        for code, count in enumerate(np.bincount(d.ph.codes[not_stored], minlength=len(d.ph.values)).tolist()):
             if not count:
                 continue
             ph = d.ph.values[code]

@@ -58,16 +58,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="where --slow-rank sleeps: after forward, before backward (default), or before each "
                         "step starts (before its forward pass)")
     p.add_argument("--extra-matmul", action="store_true", help="one extra matmul per block")
+    p.add_argument("--extra-cols", type=int, default=0,
+                   help="width of the extra matmul (implies --extra-matmul; default 4*d_model = +17.8%% FLOPs; "
+                        "96, 288, 864 give +3.3, +10, +30%%)")
+    p.add_argument("--extra-rank", type=int, default=None,
+                   help="run the extra matmul on this rank only (a compute straggler; default: every rank)")
     p.add_argument("--bucket-cap-mb", type=float, default=0.5, help="DDP bucket size (MB)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     p.add_argument("--d-model", type=int, default=128, help="residual width (default 128)")
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
     p.add_argument("--flight-recorder", action="store_true", help="also write rank<R>.fr.json")
-    p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin rank r to core r % n")
+    p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin rank r to core r %% n")
     p.add_argument("--readme-only", action="store_true", help="only rewrite out_dir/README.md")
     p.add_argument("--overwrite", action="store_true", help="delete rank*.* files in out_dir first")
     args = p.parse_args(argv)
+    if args.extra_cols or args.extra_rank is not None:
+        args.extra_matmul = True
+    if args.extra_cols < 0 or args.extra_cols > 4 * args.d_model:
+        p.error(f"--extra-cols {args.extra_cols} is not in 1..{4 * args.d_model} (4 * --d-model)")
+    if args.extra_rank is not None and not 0 <= args.extra_rank < args.world_size:
+        p.error(f"--extra-rank {args.extra_rank} is not a rank of --world-size {args.world_size}")
     if args.slow_rank is not None and not 0 <= args.slow_rank < args.world_size:
         p.error(f"--slow-rank {args.slow_rank} is not a rank of --world-size {args.world_size}")
     return args
@@ -84,7 +95,8 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    cfg = GPTConfig(n_layers=args.layers, d_model=args.d_model, extra_matmul=args.extra_matmul)
+    extra = args.extra_matmul and args.extra_rank in (None, rank)
+    cfg = GPTConfig(n_layers=args.layers, d_model=args.d_model, extra_matmul=extra, extra_cols=args.extra_cols)
     # forward_sync_buffers=False: the buffers (causal mask, position ids) are constant, so each step's
     # collectives are just the gradient all-reduces of DDP's buckets.
     model = DDP(TinyGPT(cfg), bucket_cap_mb=args.bucket_cap_mb, forward_sync_buffers=False)
@@ -175,10 +187,13 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
             "has a core to itself and runs ahead, so the job's step time grows by less than the sleep."
         )
     elif args.extra_matmul:
+        cols = args.extra_cols or 4 * args.d_model
+        where = "every rank" if args.extra_rank is None else f"rank {args.extra_rank} only (a compute straggler)"
+        shape = "(d, 4d)" if cols == 4 * args.d_model else f"(d, {cols}), zero-padded to 4d,"
         known = (
-            "one extra parameter-free matmul per block, (B*T, d) @ (d, 4d) added to the MLP's "
-            "hidden activation: +17.8 % model FLOPs (nearly all in `aten::mm`), same parameters and "
-            "collectives; a real compute regression against `normal`."
+            f"one extra parameter-free matmul per block on {where}, (B*T, d) @ {shape} added to the MLP's "
+            "hidden activation: more model FLOPs (nearly all in `aten::mm`; the sidecar's figure is "
+            "below), same parameters and collectives; a real compute regression against `normal`."
         )
     else:
         known = "nothing injected: the unchanged job."

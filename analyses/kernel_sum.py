@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses._summary import summarize
+from traceprof.activity import graph_level_notes
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
@@ -55,4 +56,4 @@ def run(store: Store, params: Params) -> Result:
     if frame.is_empty():
         raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace "
                             "(Kineto or nsys)")
-    return Result(frame=frame, ranks=ranks)
+    return Result(frame=frame, ranks=ranks, notes=tuple(graph_level_notes(store, run_id)))

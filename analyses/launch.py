@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
+from traceprof.activity import graph_level_notes
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -131,4 +132,5 @@ def run(store: Store, params: Params) -> Result:
     if not no_launch.is_empty():
         missing = int((no_launch["kernels"] - no_launch["launched"]).sum())
         notes.append(f"{missing} kernels have no launch call in the trace (left out of the latency figures)")
+    notes += graph_level_notes(store, run_id)
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

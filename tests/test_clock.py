@@ -39,6 +39,20 @@ def test_estimate_recovers_offsets_despite_one_sided_delays():
     assert est["offset_ns"].to_list() == [0, -2_000_000, 700_000]
 
 
+def test_offsets_decades_apart_are_exact():
+    # Rank 1 records on a clock that starts at its capture (an Nsight export without a session start
+    # time): its ends read t_k - 10**18 + 7001 for ends t_k on rank 0's epoch clock, so its offset
+    # is 10**18 - 7001 exactly. Rank 2 shares rank 0's clock plus 3 ms and ends 1 us late on every
+    # 2nd instance. float64 holds epoch ns only to 256 ns: the estimate must never see them as floats.
+    rows = []
+    for k in range(9):
+        t = 10**18 + 1_000_000 * k + 123
+        rows += [(k, 0, t), (k, 1, t - 10**18 + 7_001), (k, 2, t + 3_000_000 + (1_000 if k % 2 else 0))]
+    est = estimate_offsets(pl.DataFrame(rows, schema=["instance_id", "rank", "end_ns"], orient="row"))
+    assert est["estimate_ns"].to_list() == [0, 10**18 - 7_001, -3_000_000]
+    assert est["offset_ns"].to_list() == [0, 10**18 - 7_001, -3_000_000]
+
+
 def test_small_estimate_is_not_applied():
     # Two ranks on one clock whose ends differ by 0..60 us at random: the estimate is tiny and
     # below the 50 us floor, so nothing moves.

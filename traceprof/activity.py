@@ -39,7 +39,7 @@ from traceprof.resultcache import kept_frame
 from traceprof.store import Store
 
 __all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL", "step_window",
-           "multi_device_ranks"]
+           "multi_device_ranks", "graph_level_notes", "GRAPH_LEVEL_NOTE"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind", "device")
@@ -230,6 +230,21 @@ def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
         (pl.col("step_window_ns") - pl.col("step_busy_ns")).alias("step_idle_ns"),
         (100.0 * (pl.col("step_window_ns") - pl.col("step_busy_ns")) / pl.col("step_window_ns")).alias("step_idle_pct"),
     ).sort("rank")
+
+
+#: What an analysis says of a run whose GPU records include whole CUDA graph executions (a trace's
+#: ``traces.meta.graph_level``: nsys ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows, graphs traced per graph).
+GRAPH_LEVEL_NOTE = ("CUDA graphs traced per graph (nsys --cuda-graph-trace=graph, the default): each graph execution "
+                    "is one GPU record 'CUDA graph <id>', counted as busy compute time; the kernels inside and their "
+                    "classes (communication included) are unknown: record them with nsys profile "
+                    "--cuda-graph-trace=node")
+
+
+def graph_level_notes(store: Store, run_id: int) -> list[str]:
+    """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, else ``[]``."""
+    n = store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ? AND json_extract(meta, '$.graph_level') "
+                  "IS NOT NULL", [int(run_id)]).item()
+    return [GRAPH_LEVEL_NOTE] if n else []
 
 
 def multi_device_ranks(act: pl.DataFrame) -> list[int]:

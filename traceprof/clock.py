@@ -171,9 +171,12 @@ def _fit_component(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> pl.DataFrame:
     """Estimate per-rank offsets from matched end times (module doc, steps 2 to 4).
 
-    Integer nanoseconds throughout: the ends are taken relative to one of them (an int64
-    subtraction), so every value the estimate handles is an integer below 2**53 and exact in
-    float64, and every median is an integer (:func:`_int_median`).
+    Integer nanoseconds throughout: each rank's ends are taken relative to its own earliest end (an
+    int64 subtraction), so every value the estimate handles is an integer below 2**53 and exact in
+    float64 even when two ranks' clocks are decades apart (an export on its capture-relative clock
+    beside epoch ones), every median is an integer (:func:`_int_median`), and the ranks' bases are
+    added back to the offsets in Python integers (an offset is shift-equivariant: adding d to one
+    rank's ends changes its offset by exactly -d).
 
     Args:
         ends: Columns instance_id, rank, end_ns (int64 ns; one row per rank and instance, raw clocks).
@@ -187,13 +190,15 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
     multi = ends.filter(pl.len().over("instance_id") >= 2)
     if multi.is_empty():
         return pl.DataFrame()
-    base = int(multi["end_ns"].min())  # type: ignore[arg-type]
-    wide = multi.with_columns((pl.col("end_ns").cast(pl.Int64) - base).cast(pl.Float64)).pivot(
+    bases = multi.group_by("rank").agg(pl.col("end_ns").cast(pl.Int64).min().alias("_base"))
+    base_of = {int(r): int(b) for r, b in bases.iter_rows()}
+    wide = multi.join(bases, on="rank").with_columns(
+        (pl.col("end_ns").cast(pl.Int64) - pl.col("_base")).cast(pl.Float64)).pivot(
         on="rank", index="instance_id", values="end_ns", aggregate_function="min", sort_columns=True)
     ranks = np.array(sorted(int(c) for c in wide.columns if c != "instance_id"))
     e = wide.select([str(r) for r in ranks]).to_numpy().astype(np.float64)
     comp = _components(e)
-    off = np.zeros(len(ranks))
+    off: list[int] = [0] * len(ranks)  # Python ints: exact at any magnitude
     half = np.zeros(len(ranks))
     res = np.zeros(len(ranks))
     thr = np.full(len(ranks), math.inf)
@@ -209,19 +214,22 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
         r = np.array([_int_median(c[~np.isnan(c)]) for c in spread.T])
         t = np.maximum.reduce([np.full(len(cols), float(min_offset_ns)), 2.0 * h, 2.0 * np.maximum(r, r[0])])
         t[0] = math.inf
-        off[cols], half[cols], res[cols], thr[cols] = o, h, r, t
+        half[cols], res[cols], thr[cols] = h, r, t
+        ref = base_of[int(ranks[cols[0]])]
+        for k, j in enumerate(cols):  # back from each rank's own base to the raw clocks
+            off[j] = int(o[k]) - base_of[int(ranks[j])] + ref
     n = np.sum(~np.isnan(e), axis=0)
-    applied = np.where(np.abs(off) >= thr, off, 0.0)
+    applied = [o if abs(o) >= t else 0 for o, t in zip(off, thr, strict=True)]
     return pl.DataFrame(
         {
             "rank": ranks.astype(np.int32),
             "component": ranks[comp].astype(np.int32),
             "instances": n.astype(np.int64),
-            "estimate_ns": off.astype(np.int64),
+            "estimate_ns": pl.Series(off, dtype=pl.Int64),
             "residual_ns": res.astype(np.int64),
             "spread_ns": np.round(np.minimum(half, 2**62)).astype(np.int64),
             "threshold_ns": np.where(np.isinf(thr), -1, np.round(np.minimum(thr, 2**62))).astype(np.int64),
-            "offset_ns": applied.astype(np.int64),
+            "offset_ns": pl.Series(applied, dtype=pl.Int64),
         }
     )
 

@@ -35,6 +35,7 @@ import polars as pl
 
 from traceprof import analysis as registry
 from traceprof import cancel
+from traceprof.activity import GRAPH_LEVEL_NOTE
 from traceprof.analysis import FrameResult
 from traceprof.errors import TraceprofError, UsageError
 from traceprof.names import shorten
@@ -409,6 +410,10 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
         return [], None
     df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
     if df.is_empty() or (df["comm_ns"] == 0).all():
+        if _graph_level(ov):  # communication inside a graph traced per graph is not seen
+            return [], Verdict("communication", "n/a", "no communication kernels in the trace, but CUDA graphs were "
+                               "traced per graph and may hold some: record them with nsys profile "
+                               "--cuda-graph-trace=node")
         return [], Verdict("communication", "ok", "no communication in the trace")
     worst = df.sort(["exposed_comm_pct", "rank"], descending=[True, False]).row(0, named=True)
     median = _num(df["exposed_comm_pct"].median())
@@ -439,6 +444,11 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
     full = text.replace(cause, full_cause) if full_cause else ""
     f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
     return [f], Verdict("communication", "problem" if problem else "ok", text)
+
+
+def _graph_level(res: FrameResult) -> bool:
+    """Whether an analysis noted GPU records that stand for whole CUDA graphs (``traceprof.activity``)."""
+    return GRAPH_LEVEL_NOTE in res.notes
 
 
 def _named_ranks(res: dict[str, FrameResult]) -> list[int]:
@@ -479,6 +489,9 @@ def _idle(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
         total = _num(r["stream_idle_sum_ns"].sum()) if "stream_idle_sum_ns" in r.columns else 0.0
         if total:
             text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
+    if _graph_level(te):
+        text += ("; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
+                 "--cuda-graph-trace=node records their kernels)")
     problem = mean >= 10.0
     return [Finding("idle", text, mean, problem, "temporal")], Verdict("idle", "problem" if problem else "ok", text)
 

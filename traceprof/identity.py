@@ -7,11 +7,13 @@ size, distributed backend, device type (accelerator name, or ``cpu``) and time: 
 more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
 Facts a trace does not state are not compared, and times only between sources with epoch clocks
 (:data:`EPOCH_SOURCES`; the NCCL profiler plugin's steady clock and NDTimeline's step-relative times
-are placed by ingest later). A mismatch is refused; ``force`` (CLI ``--force-run``) appends anyway.
+are placed by ingest later), and not for a trace whose ``meta.clock`` is :data:`RELATIVE_CLOCK` (an
+nsys export without a session start time: its times count from its capture start). A mismatch is refused; ``force`` (CLI ``--force-run``) appends anyway.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,13 @@ import pyarrow.compute as pc
 from traceprof.errors import StoreError
 from traceprof.parsed import ParsedTrace
 
-__all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES"]
+__all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES", "RELATIVE_CLOCK"]
 
 #: Sources whose timestamps are epoch ns as recorded (README.md "What traceprof handles"), so spans compare across files.
 EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys")
+
+#: ``traces.meta.clock`` of a trace of an epoch source whose times are relative to its capture start.
+RELATIVE_CLOCK = "session_relative"
 
 #: Largest gap between a new trace's time span and the run's before they are another job's: one
 #: hour (the ranks of one job profile the same steps; clocks differ by milliseconds).
@@ -50,7 +55,8 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
         "list(DISTINCT lower(device_name)) FILTER (device_name IS NOT NULL) FROM traces WHERE run_id = ?",
         [run_id],
     ).fetchone()
-    epoch = f"trace_id IN (SELECT trace_id FROM traces WHERE run_id = ? AND source IN {EPOCH_SOURCES})"
+    epoch = (f"trace_id IN (SELECT trace_id FROM traces WHERE run_id = ? AND source IN {EPOCH_SOURCES} AND "
+             f"coalesce(json_extract_string(meta, '$.clock'), '') <> '{RELATIVE_CLOCK}')")
     span = con.execute(
         f"SELECT min(lo), max(hi) FROM (SELECT min(ts_ns) lo, max(ts_ns + dur_ns) hi FROM events WHERE {epoch} "
         "UNION ALL SELECT min(coalesce(enter_ns, start_ns)), max(coalesce(end_ns, start_ns, enter_ns)) "
@@ -67,7 +73,7 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
                 raise StoreError(
                     f"{pt.path}: {what} {value!r}, but run {name!r} has {', '.join(map(repr, sorted(have)))}: "
                     f"a trace of another job; ingest it as another run (--run NAME){force}")
-        lo, hi = _span(pt) if pt.source in EPOCH_SOURCES else (None, None)
+        lo, hi = _span(pt) if _epoch(pt) else (None, None)
         if lo is not None and span[0] is not None:
             gap = max(lo - span[1], span[0] - hi, 0)
             if gap > MAX_GAP_NS:
@@ -97,7 +103,7 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
     split = (f"files of different jobs in run {name!r}: put each job's files in its own folder (or ingest "
              "them with --run NAME each); if they do belong together, pass --force-run")
     for pt in traces:
-        lo, hi = _span(pt) if pt.source in EPOCH_SOURCES else (None, None)
+        lo, hi = _span(pt) if _epoch(pt) else (None, None)
         if lo is None or hi is None:
             continue
         if lo_all is not None and hi_all is not None:
@@ -107,6 +113,18 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
                 raise StoreError(f"{pt.path}: recorded {_duration(gap)} away from {Path(other).name}: {split}")
         lo_all = (lo, pt.path) if lo_all is None or lo < lo_all[0] else lo_all
         hi_all = (hi, pt.path) if hi_all is None or hi > hi_all[0] else hi_all
+
+
+def _epoch(pt: ParsedTrace) -> bool:
+    """Whether ``pt``'s times are epoch ns (an epoch source, and not on a relative clock)."""
+    if pt.source not in EPOCH_SOURCES:
+        return False
+    meta = pt.trace.get("meta")
+    try:
+        meta = json.loads(meta) if isinstance(meta, str) else meta
+    except ValueError:
+        meta = None
+    return not (isinstance(meta, dict) and meta.get("clock") == RELATIVE_CLOCK)
 
 
 def _facts(pt: ParsedTrace) -> list[tuple[str, Any]]:

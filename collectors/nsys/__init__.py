@@ -1,13 +1,14 @@
-"""Nsight Systems: ``parse`` reads the SQLite export; ``export`` turns a ``.nsys-rep`` into one and
-wraps a command in ``nsys profile`` (both need ``nsys`` on PATH)."""
+"""Nsight Systems: ``parse_all`` reads the SQLite export (one trace per rank it holds; ``parse`` a
+one-rank export); ``export`` turns a ``.nsys-rep`` into one and wraps a command in ``nsys profile``
+(both need ``nsys`` on PATH). What is read, and how: ``docs/nsys.md``."""
 
 from pathlib import Path
 
 from collectors.nsys.export import has_export, launch_nsys, sqlite_for
-from collectors.nsys.parse import SQLITE_MAGIC, parse
+from collectors.nsys.parse import SQLITE_MAGIC, parse, parse_all
 from traceprof import sources
 
-__all__ = ["parse"]
+__all__ = ["parse", "parse_all"]
 
 
 def _claims(path: Path, head: bytes) -> bool:
@@ -18,6 +19,8 @@ def _claims(path: Path, head: bytes) -> bool:
 
 sources.register(sources.Collector(
     "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
-    lambda p, bad: [parse(sqlite_for(p), on_bad_event=bad)], order=5, capture=launch_nsys,
-    rank_field="recorded environment RANK (or the file name)", world_field="recorded environment WORLD_SIZE",
+    lambda p, bad: parse_all(sqlite_for(p), on_bad_event=bad), order=5, capture=launch_nsys,
+    rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
+               "process: else the file name)",
+    world_field="recorded environment WORLD_SIZE",
 ))

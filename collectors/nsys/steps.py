@@ -54,8 +54,12 @@ def assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list
     j = np.searchsorted(starts, t, side="right") - 1
     inside = (j >= 0) & (t < ends[np.clip(j, 0, None)])
     by_time: list[int | None] = [nums[x] if ok else None for x, ok in zip(j.tolist(), inside.tolist(), strict=True)]
-    launched = {cols["correlation"][i]: by_time[i] for i in range(n_ev)
-                if kinds[i] in _LAUNCH and cols["correlation"][i] is not None}
+    first: dict[int, int] = {}  # correlation id -> its earliest launch call, whatever the rows' order
+    for i in range(n_ev):
+        c = cols["correlation"][i]
+        if kinds[i] in _LAUNCH and c is not None and (c not in first or ts[i] < ts[first[c]]):
+            first[c] = i
+    launched = {c: by_time[i] for c, i in first.items()}
     step: list[int | None] = list(by_time)
     bounds: dict[int, list[int]] = {}
     for i in range(n_ev):

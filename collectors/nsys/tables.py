@@ -1,0 +1,330 @@
+"""Rows of the tables of an Nsight Systems SQLite export, as event columns (``collectors.nsys.parse``
+module doc, steps 2-4).
+
+Every query names its columns and checks its rows' times and ids in SQL (:func:`valid`); no query
+relies on the order of the rows (nsys 2025.6+ warns that exports may not be sorted by time).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from collectors.nsys.steps import step_number
+from traceprof.classify import gpu_class
+from traceprof.errors import TraceFormatError
+
+__all__ = ["Rows", "open_export", "table_columns", "kernels", "graphs", "copies", "api", "nvtx", "GRAPH_CAT"]
+
+COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation",
+        "external_id", "args", "class", "flag")
+#: ``events.cat`` of a CUDA graph execution traced per graph (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``).
+GRAPH_CAT = "cuda_graph"
+_GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+_NVTX_RANGES = (59, 60, 70, 71)  # Nvtx(t)PushPopRange, Nvtx(t)StartEndRange
+_NVTX_MARKS = (34, 65)  # NvtxMark, NvtxtMark
+_MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
+_VERSION = re.compile(r"_v\d+$")
+_INT64_MAX = 2**63 - 1
+# Fallbacks for exports without ENUM_* tables (schema 2.x): the same ids and labels.
+_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
+_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+              6: "Managed Static", 7: "Unknown"}
+_SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
+#: The id columns of GPU activity rows, read as integers (lanes, the link to the launch, the process).
+_GPU_IDS = ("deviceId", "streamId", "correlationId", "globalPid")
+
+
+def open_export(path: Path, tolerant: bool = False) -> sqlite3.Connection:
+    """A read-only connection; ``tolerant`` replaces invalid UTF-8 in text.
+
+    Raises:
+        TraceFormatError: Not readable as SQLite.
+    """
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        if tolerant:
+            con.text_factory = lambda b: b.decode("utf-8", "replace")
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        raise TraceFormatError(path, "", f"unreadable SQLite file ({e})") from None
+    return con
+
+
+def table_columns(con: sqlite3.Connection) -> dict[str, set[str]]:
+    """Table name -> its column names."""
+    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+    return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names}
+
+
+def _enum(con: sqlite3.Connection, tables: dict[str, set[str]], name: str, fallback: dict[int, str]) -> dict[int, str]:
+    if name not in tables:
+        return fallback
+    return {int(i): str(label) for i, label in con.execute(f"SELECT id, label FROM {name}")}
+
+
+def _copy_label(label: str) -> str:
+    """``Host-to-Device`` (ENUM label) or ``HtoD`` -> Kineto's short form ``HtoD``."""
+    return label.replace("Unified ", "UVM ").replace("Host", "H").replace("Device", "D").replace(
+        "Array", "A").replace("Peer", "P").replace("-to-", "to")
+
+
+def pid_tid(gtid: int | None) -> tuple[str, str]:
+    """(pid, tid) text of a ``globalTid`` (bits 24-47: pid, 0-23: tid); empty when NULL."""
+    if gtid is None:
+        return "", ""
+    return str((gtid >> 24) & 0xFFFFFF), str(gtid & 0xFFFFFF)
+
+
+def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()) -> str:
+    """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
+    integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
+    ``end - start`` fits too) and its ``ids`` columns are integers or NULL. ``end_optional``: a NULL
+    end is an instant (NVTX), not an error; rows outside the condition ``only`` are not checked
+    (NVTX metadata records)."""
+    s, e = f"{a}.start", f"{a}.end"
+    not_int = "".join(f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
+                      for c in ids)
+    null_end = f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END" \
+        if end_optional else f"WHEN {e} IS NULL THEN 'NULL end'"
+    return f"""CASE WHEN NOT ({only}) THEN NULL
+        WHEN {s} IS NULL THEN 'NULL start'
+        WHEN typeof({s}) <> 'integer' THEN 'start not an integer'
+        WHEN {s} < 0 THEN 'negative start'
+        {null_end}
+        WHEN typeof({e}) <> 'integer' THEN 'end not an integer'
+        WHEN {e} < {s} THEN 'end before start'
+        WHEN {e} > {limit} THEN 'end beyond int64 on the epoch clock'{not_int} END"""
+
+
+class Rows:
+    """Column lists of the events table being built, the process of each row, and what was left out.
+
+    Attributes:
+        cols: Event columns (``COLS``).
+        procs: Process key (``globalPid >> 24``) of each row, None when its table has none.
+        rejected: Rows with unusable times or ids, by ``"<table>: <reason>"``.
+        skipped: Rows not stored by design, by reason.
+        thread_ranks: Process -> ranks named by nsys's ``MPI Rank N`` NVTX thread names.
+    """
+
+    def __init__(self, path: Path, epoch: int, on_bad_event: str) -> None:
+        self.cols: dict[str, list[Any]] = {c: [] for c in COLS}
+        self.procs: list[int | None] = []
+        self.rejected: dict[str, int] = {}
+        self.skipped: dict[str, int] = {}
+        self.thread_ranks: dict[int | None, set[int]] = {}
+        self.path, self.epoch, self.on_bad_event = path, epoch, on_bad_event
+
+    def valid(self, con: sqlite3.Connection, table: str, a: str, end_optional: bool = False, only: str = "1",
+              ids: tuple[str, ...] = ()) -> str:
+        """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times and integer
+        ``ids`` (:func:`_reason`).
+
+        Rows without are counted in ``rejected`` under ``"<table>: <reason>"`` or, with
+        ``on_bad_event="raise"``, the first one raises naming the table and its row id.
+
+        Raises:
+            TraceFormatError: (``raise``) the first unusable row, with its table, row id and times.
+        """
+        why = _reason(a, _INT64_MAX - max(self.epoch, 0), end_optional, only, ids)
+        q = f"""SELECT why, count(*), min(id) FROM (SELECT {why} AS why, {a}.rowid AS id FROM {table} {a})
+                WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"""
+        for reason, n, rowid in con.execute(q).fetchall():
+            if self.on_bad_event == "raise":
+                start, end = con.execute(f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+                raise TraceFormatError(self.path, f"{table} row id {rowid}", f"{reason} (start={start!r}, "
+                                       f"end={end!r}); pass --skip-bad-events to skip such rows")
+            key = f"{table}: {reason}"
+            self.rejected[key] = self.rejected.get(key, 0) + n
+        return f"({why}) IS NULL"
+
+    def add(self, kind: str, cat: str, name: str, ts: int, dur: int, pid: str, tid: str,
+            device: int | None, stream: int | None, corr: int | None, args: dict[str, Any],
+            cls: str | None = None, flag: str | None = None, proc: int | None = None) -> None:
+        """Append one row (``ts`` epoch ns, ``dur`` ns)."""
+        c = self.cols
+        for col, v in (("kind", kind), ("cat", cat), ("name", name), ("ts_ns", ts), ("dur_ns", dur), ("pid", pid),
+                       ("tid", tid), ("device", device), ("stream", stream), ("correlation", corr),
+                       ("external_id", None), ("args", msgspec.json.encode(args).decode()), ("class", cls),
+                       ("flag", flag)):
+            c[col].append(v)
+        self.procs.append(proc)
+
+    def extend(self, kind: str, cat: str, fetched: list[tuple[Any, ...]], gpu: bool,
+               rename: dict[str, str] | None = None) -> None:
+        """Append rows fetched as (name, ts, dur, pid, tid, device, stream, correlation, args JSON,
+        process); GPU rows get their class (one classification per distinct name), ``rename`` maps names."""
+        if not fetched:
+            return
+        names, ts, dur, pid, tid, dev, stream, corr, args, procs = (list(col) for col in zip(*fetched, strict=True))
+        if rename is not None:
+            names = [rename[x] if x in rename else rename.setdefault(x, _VERSION.sub("", x)) for x in names]
+        n = len(names)
+        c = self.cols
+        for col, vals in (("kind", [kind] * n), ("cat", [cat] * n), ("name", names), ("ts_ns", ts), ("dur_ns", dur),
+                          ("pid", pid), ("tid", tid), ("device", dev), ("stream", stream), ("correlation", corr),
+                          ("external_id", [None] * n), ("args", args), ("flag", [None] * n)):
+            c[col] += vals
+        if gpu:
+            classes: dict[str, str] = {}
+            c["class"] += [classes[x] if x in classes else classes.setdefault(x, gpu_class(kind, x)) for x in names]
+        else:
+            c["class"] += [None] * n
+        self.procs += procs
+
+
+def _proc(cols: set[str], a: str, column: str = "globalPid") -> str:
+    """SQL of a row's process key (``column >> 24``), NULL when the table has no such column."""
+    return f"{a}.{column} >> 24" if column in cols else "NULL"
+
+
+def kernels(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
+    """``CUPTI_ACTIVITY_KIND_KERNEL`` rows as ``kernel`` events (name: ``demangledName``)."""
+    table = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if table not in tables:
+        return
+    cols = tables[table]
+    ok = rows.valid(con, table, "k", ids=tuple(c for c in _GPU_IDS if c in cols))
+    graph = ", 'graphNodeId', k.graphNodeId" if "graphNodeId" in cols else ""
+    q = f"""SELECT coalesce(d.value, s.value, ''), k.start + ?, k.end - k.start, CAST(k.deviceId AS TEXT),
+                   CAST(k.streamId AS TEXT), k.deviceId, k.streamId, k.correlationId,
+                   json_object('device', k.deviceId, 'stream', k.streamId, 'correlation', k.correlationId,
+                               'grid', json_array(k.gridX, k.gridY, k.gridZ),
+                               'block', json_array(k.blockX, k.blockY, k.blockZ),
+                               'registers per thread', k.registersPerThread,
+                               'shared memory', k.staticSharedMemory + k.dynamicSharedMemory,
+                               'shortName', s.value{graph}), {_proc(cols, 'k')}
+            FROM {table} k
+            LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName
+            WHERE {ok}"""
+    rows.extend("kernel", "kernel", con.execute(q, (rows.epoch,)).fetchall(), gpu=True)
+
+
+def graphs(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
+    """``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (CUDA graphs traced per graph, ``nsys profile
+    --cuda-graph-trace=graph``, the default) as ``kernel`` events named ``CUDA graph <graphId>``
+    (cat :data:`GRAPH_CAT`), class ``compute``: the graph's kernels and their classes are not recorded.
+
+    Call after :func:`kernels` and :func:`copies`: a graph execution whose launch (process,
+    ``correlationId``; both known) has node-level rows (kernels, copies) is already counted by them,
+    so it is skipped (counted in ``skipped``).
+    """
+    if _GRAPH not in tables:
+        return
+    cols = tables[_GRAPH]
+    ids = tuple(c for c in (*_GPU_IDS, "graphId", "graphExecId") if c in cols)
+    ok = rows.valid(con, _GRAPH, "g", ids=ids)
+    extra = "".join(f", g.{c}" if c in cols else ", NULL" for c in ("graphId", "graphExecId", "contextId",
+                                                                   "greenContextId"))
+    q = f"""SELECT g.start + ?, g.end - g.start, g.deviceId, g.streamId, g.correlationId, {_proc(cols, 'g')}{extra}
+            FROM {_GRAPH} g WHERE {ok}"""
+    c = rows.cols
+    nodes = {(p, corr) for k, p, corr in zip(c["kind"], rows.procs, c["correlation"], strict=True)
+             if k in ("kernel", "memcpy", "memset") and corr is not None and p is not None}
+    for ts, dur, dev, stream, corr, proc, graph, exe, ctx, green in con.execute(q, (rows.epoch,)):
+        if corr is not None and (proc, corr) in nodes:
+            why = f"{_GRAPH}: graph executions also traced per node (their kernels are kept)"
+            rows.skipped[why] = rows.skipped.get(why, 0) + 1
+            continue
+        args = {"device": dev, "stream": stream, "correlation": corr, "graphId": graph, "graphExecId": exe,
+                "contextId": ctx, "greenContextId": green, "graph_level": True}
+        rows.add("kernel", GRAPH_CAT, f"CUDA graph {graph if graph is not None else '?'}", ts, dur, str(dev),
+                 str(stream), dev, stream, corr, args, "compute", proc=proc)
+
+
+def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
+    """Memcpy, memset and CUDA synchronization rows (named as Kineto names them)."""
+    def ok(table: str) -> str:
+        return rows.valid(con, table, "t", ids=tuple(c for c in _GPU_IDS if c in tables[table]))
+
+    epoch = rows.epoch
+    kinds = {i: _copy_label(v) for i, v in _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER", _COPY_KINDS).items()}
+    mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+        t = "CUPTI_ACTIVITY_KIND_MEMCPY"
+        q = (f"SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, "
+             f"{_proc(tables[t], 't')} FROM {t} t WHERE {ok(t)}")
+        for start, end, dev, stream, corr, nbytes, kind, src, dst, proc in con.execute(q):
+            name = f"Memcpy {kinds.get(kind, kind)} ({mems.get(src, src)} -> {mems.get(dst, dst)})"
+            args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes, "copyKind": kind}
+            rows.add("memcpy", "gpu_memcpy", name, epoch + start, end - start, str(dev), str(stream),
+                     dev, stream, corr, args, gpu_class("memcpy", name, args), proc=proc)
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
+        t = "CUPTI_ACTIVITY_KIND_MEMSET"
+        mem = "memKind" if "memKind" in tables[t] else "NULL"
+        q = (f"SELECT start, end, deviceId, streamId, correlationId, bytes, {mem}, {_proc(tables[t], 't')} "
+             f"FROM {t} t WHERE {ok(t)}")
+        for start, end, dev, stream, corr, nbytes, kind, proc in con.execute(q):
+            name = f"Memset ({mems.get(kind, 'Device') if kind is not None else 'Device'})"
+            args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
+            rows.add("memset", "gpu_memset", name, epoch + start, end - start, str(dev), str(stream),
+                     dev, stream, corr, args, gpu_class("memset", name, args), proc=proc)
+    if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
+        t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+        types = _enum(con, tables, "ENUM_CUPTI_SYNC_TYPE", _SYNC_TYPES)
+        q = (f"SELECT start, end, deviceId, streamId, correlationId, syncType, {_proc(tables[t], 't')} "
+             f"FROM {t} t WHERE {ok(t)}")
+        for start, end, dev, stream, corr, st, proc in con.execute(q):
+            args = {"device": dev, "stream": stream, "correlation": corr, "syncType": st}
+            rows.add("sync", "cuda_sync", str(types.get(st, st)), epoch + start, end - start, str(dev),
+                     str(stream), dev, stream, corr, args, proc=proc)
+
+
+def api(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
+    """CUDA runtime and driver calls (``correlationId`` links them to their GPU work)."""
+    rename: dict[str, str] = {}  # cudaLaunchKernel_v7000 -> cudaLaunchKernel, once per name
+    for table, kind in (("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"), ("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver")):
+        if table not in tables:
+            continue
+        ok = rows.valid(con, table, "r", ids=("correlationId", "globalTid"))
+        q = f"""SELECT coalesce(s.value, ''), r.start + ?, r.end - r.start,
+                       coalesce(CAST((r.globalTid >> 24) & 16777215 AS TEXT), ''),
+                       coalesce(CAST(r.globalTid & 16777215 AS TEXT), ''), NULL, NULL, r.correlationId,
+                       json_object('correlation', r.correlationId, 'nsys_name', s.value), r.globalTid >> 24
+                FROM {table} r LEFT JOIN StringIds s ON s.id = r.nameId WHERE {ok}"""
+        rows.extend(kind, kind, con.execute(q, (rows.epoch,)).fetchall(), gpu=False, rename=rename)
+
+
+def nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
+    """NVTX ranges (``user_annotation``, or ``step`` when named like one) and marks (``instant``).
+
+    A range whose ``end`` is NULL (never closed: the capture stopped inside it) is an instant
+    flagged ``unmatched_begin``. Domain names (``NvtxDomainCreate``) are read first, so the order of
+    the rows does not matter; thread names ``MPI Rank N`` (nsys's MPI tracing) fill ``thread_ranks``.
+    """
+    if "NVTX_EVENTS" not in tables:
+        return
+    have = tables["NVTX_EVENTS"]
+    payload = [c for c in ("category", "uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value",
+                           "floatValue", "jsonText") if c in have]
+    text_id = "n.textId" if "textId" in have else "NULL"
+    text = "coalesce(n.text, s.value, '')"
+    domains = dict(con.execute(f"SELECT n.domainId, {text} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = "
+                               f"{text_id} WHERE n.eventType = 75 AND n.domainId IS NOT NULL"))
+    timed = f"n.eventType IN {_NVTX_RANGES + _NVTX_MARKS}"
+    ok = rows.valid(con, "NVTX_EVENTS", "n", end_optional=True, only=timed)
+    q = f"""SELECT n.start, n.end, n.eventType, {text}, n.globalTid, n.domainId {''.join(', n.' + c for c in payload)}
+            FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = {text_id} WHERE {ok}"""
+    epoch = rows.epoch
+    for start, end, etype, name, gtid, domain, *values in con.execute(q):
+        proc = gtid >> 24 if isinstance(gtid, int) else None
+        if etype == 39 and (m := _MPI_RANK.match(name)):  # NvtxThread name set by nsys MPI tracing
+            rows.thread_ranks.setdefault(proc, set()).add(int(m.group(1)))
+        if etype not in _NVTX_RANGES and etype not in _NVTX_MARKS:
+            rows.skipped["nvtx metadata"] = rows.skipped.get("nvtx metadata", 0) + 1
+            continue
+        args: dict[str, Any] = {"eventType": etype, "domain": domains.get(domain, domain) if domain else None}
+        args.update({c: v for c, v in zip(payload, values, strict=True) if v is not None})
+        pid, tid = pid_tid(gtid)
+        if etype in _NVTX_MARKS or end is None:
+            flag = "unmatched_begin" if end is None and etype not in _NVTX_MARKS else None
+            rows.add("instant", "nvtx", name, epoch + start, 0, pid, tid, None, None, None, args, flag=flag, proc=proc)
+            continue
+        kind = "step" if step_number(name) is not None else "user_annotation"
+        rows.add(kind, "nvtx", name, epoch + start, end - start, pid, tid, None, None, None, args, proc=proc)

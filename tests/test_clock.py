@@ -66,6 +66,23 @@ def test_small_estimate_is_not_applied():
     assert abs(est["estimate_ns"][1]) < 60_000
 
 
+def test_even_count_median_is_the_floor_of_the_mean_of_the_two_middle_values():
+    # Two instances, ending at t and t + 1 ms on rank 0's clock; rank 1's clock reads about 2 ms
+    # less: its ends are 2,000,004 and 2,000,001 ns earlier. Differences end_1 - end_0 = -2,000,004
+    # and -2,000,001; the shortest window holding a third of 2 values holds both (an even count):
+    # its integer median is the floor of their mean, floor(-2,000,002.5) = -2,000,003, so the offset
+    # is +2,000,003 (the upper middle would give 2,000,001, the lower 2,000,004).
+    # Residuals after that correction: rank 1 ends 1 ns before rank 0 at the first instance (spreads:
+    # rank 0 1, rank 1 0) and 2 ns after at the second (rank 0 0, rank 1 2): medians floor(1 / 2) = 0
+    # and floor(2 / 2) = 1. 2,000,003 >= 50 us (and > 2 x the residuals): applied.
+    t = 10**18
+    rows = [(1, 0, t), (1, 1, t - 2_000_004), (2, 0, t + 1_000_000), (2, 1, t + 1_000_000 - 2_000_001)]
+    est = estimate_offsets(pl.DataFrame(rows, schema=["instance_id", "rank", "end_ns"], orient="row"))
+    assert est["estimate_ns"].to_list() == [0, 2_000_003]
+    assert est["offset_ns"].to_list() == [0, 2_000_003]
+    assert est["residual_ns"].to_list() == [0, 1]
+
+
 def _copy_run(src: Path, dst: Path, shift_rank: int | None = None) -> Path:
     """Copy the Kineto traces and sidecars of a sample run; shift one rank's clock by moving its
     baseTimeNanoseconds (every event of a new-style trace is base + ts, so all move exactly)."""

@@ -156,6 +156,22 @@ def test_wrapped_ring_buffer_is_not_missing(store, tmp_path):
     assert (r1["first_seq"], r1["wrapped"], r1["last_enqueued"]) == (6, True, 17)
 
 
+def test_common_range_starts_at_the_latest_first_seq(store, tmp_path):
+    """Two ring buffers wrapped by different amounts: rank 1 holds seq 6..17, rank 3 seq 4..17,
+    ranks 0 and 2 all of 1..17. The common range starts at the latest first-held seq, max(1, 6, 1,
+    4) = 6 (not the earliest, 1, nor rank 3's 4): seqs 6..17 are compared, 12 collectives, all ok."""
+    def edit(rank, doc):
+        doc["entries"] = doc["entries"][{1: 5, 3: 3}.get(rank, 0):]
+    ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
+    res = analyze(store, "desync", "run", all=True)
+    assert res.frame["seq"].to_list() == list(range(6, 18)) and set(res.frame["status"]) == {"ok"}
+    v = res.verdict.row(0, named=True)
+    assert v["status"] == "clean"
+    assert v["text"].startswith("no desync: 12 collective(s) in 1 group(s) agree on every member")
+    assert "seq 1..5 not compared (ring buffer of rank(s) 1 starts at seq 6)" in v["text"]
+    assert res.ranks.sort("rank")["first_seq"].to_list() == [1, 6, 1, 4]
+
+
 def test_wrapped_and_a_real_fault(store, tmp_path):
     def edit(rank, doc):
         if rank == 1:

@@ -121,6 +121,63 @@ def test_hand_made_streams_hta_rule_and_threshold(store, tmp_path):
     assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 2_000, 70_000)
 
 
+# Stream 7, times in us (kernel [start, end), launch at L): a kernel nested inside a longer earlier one.
+#   A [0, 100)    L=-5    first of its stream: no gap
+#   B [97, 99)    L=1     nested in A: A runs 3 us past B's start (<= 5 us, programmatic dependent
+#                         launch), so ingest leaves A whole. prev_end = 100 -> gap -3 -> 0, launched
+#                         before A ended -> kernel wait 0
+#   C [110, 111)  L=99.5  prev_end = max(100, 99) = 100 (A, not the previous row B): the launch
+#                         (99.5) came before the stream was free -> not a host wait; gap 10 < 30 ->
+#                         kernel wait 10
+# Default: host 0, kernel 0 + 10 = 10, other 0, idle 10; check: window [0, 111) = 111, busy
+#   [0, 100) + [110, 111) = 101, 111 - 101 = 10. (With prev_end = the previous row's end, B's 99,
+#   C would be a host wait of 11 and idle 11 > window - busy.)
+# HTA rule (previous row's end, negative gaps kept): B -3 (kernel wait), C host wait 11.
+NESTED = [
+    kernel("A", 7, 0, 100, 1), launch(-5, 1),
+    kernel("B", 7, 97, 2, 2), launch(1, 2),
+    kernel("C", 7, 110, 1, 3), launch(99.5, 3),
+]
+
+
+def test_gap_after_a_nested_kernel_is_measured_from_the_running_max_end(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", NESTED)], run="r")
+    assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0  # A is not clipped
+    s7 = _row(analyze(store, "idle", "r").frame, stream=7)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (0, 10_000, 0)
+    assert (s7["host_wait_gaps"], s7["kernel_wait_gaps"], s7["other_gaps"]) == (0, 2, 0)
+    assert (s7["idle_ns"], s7["window_ns"]) == (10_000, 111_000)
+    t = _row(analyze(store, "temporal", "r").frame, rank=0)
+    assert s7["idle_ns"] == t["idle_ns"] == t["window_ns"] - 101_000  # one stream: idle = window - busy
+    hta = _row(analyze(store, "idle", "r", hta=True).frame, stream=7)
+    assert (hta["host_wait_ns"], hta["kernel_wait_ns"], hta["other_ns"]) == (11_000, -3_000, 0)
+
+
+# ProfilerStep#1 [0, 100) and #2 [100, 200) us on the training thread; stream 7 (launch at L):
+#   W [-30, -10)  L=-35   warm-up before the first step
+#   K [10, 60)    L=5     inside step 1
+#   T [150, 250)  L=140   launched in step 2, runs 50 us past the end of the last step
+# Step window [0, 200) = 200 us; busy = |(W ∪ K ∪ T) ∩ [0, 200)| = 0 + 50 + 50 = 100 us, so step
+# idle = 100 us (50 %). Unclipped activity would count W's 20 and T's 100: busy 170 > the part
+# inside the window, idle 30. (The activity window [-30, 250) = 280 us, busy 170, idle 110.)
+STEPPED = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 100, "dur": 100},
+    kernel("W", 7, -30, 20, 1), launch(-35, 1),
+    kernel("K", 7, 10, 50, 2), launch(5, 2),
+    kernel("T", 7, 150, 100, 3), launch(140, 3),
+]
+
+
+def test_step_window_counts_only_activity_inside_the_steps(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", STEPPED)], run="r")
+    want = {"step_window_ns": 200_000, "step_busy_ns": 100_000, "step_idle_ns": 100_000, "step_idle_pct": 50.0}
+    for row in (_row(analyze(store, "idle", "r").ranks, rank=0), _row(analyze(store, "temporal", "r").frame, rank=0)):
+        assert {k: row[k] for k in want} == want
+    t = _row(analyze(store, "temporal", "r").frame, rank=0)
+    assert (t["window_ns"], t["idle_ns"]) == (280_000, 110_000)
+
+
 def test_cpu_only_run_is_an_error(store, tmp_path):
     cpu = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]
     ingest(store, [kineto(tmp_path / "cpu.json.gz", cpu)], run="cpu")

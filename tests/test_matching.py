@@ -32,11 +32,12 @@ def _write(path: Path, events: list[dict], rank: int, world: int = 2, backend: s
     return path
 
 
-def _gloo_rank(enqueues: list[tuple[float, float, float, int]]) -> list[dict]:
-    """One ProfilerStep#3 over [0, 1000] us on the training thread (tid 1); per collective a
+def _gloo_rank(enqueues: list[tuple[float, float, float, int]], step: int = 3, t0: float = 0) -> list[dict]:
+    """One ProfilerStep#step over [t0, t0 + 1000] us on the training thread (tid 1); per collective a
     c10d::allreduce_ enqueue (5 us) and its gloo:all_reduce work on a runloop thread (tid 2):
     (enqueue ts, work start, work end, elements)."""
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t0,
+           "dur": 1000}]
     for enq, start, end, n in enqueues:
         ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": enq, "dur": 5,
                    "args": {"Input Dims": [[[n]], []], "Input type": ["TensorList", ""]}})
@@ -60,6 +61,25 @@ def test_gloo_enqueue_pairing_and_ordinal_matching(store, tmp_path):
                      "last_rank, arrival_skew_ns, bytes FROM collective_instances ORDER BY instance_id", [BASE]).rows()
     # Instance 1: arrivals 100 (rank 0) and 150 us (rank 1): skew 50 us; instance 2: 300 and 500.
     assert inst == [([0, 1], [], 100_000, 150_000, 1, 50_000, 400), ([0, 1], [], 300_000, 500_000, 1, 200_000, 800)]
+
+
+def test_ordinals_count_within_each_step(store, tmp_path):
+    # All-reduces of 100 floats without ids, ProfilerStep#1 [0, 1000] and #2 [1000, 2000] us. Rank 0
+    # enqueues two in step 1 (100, 300 us) and one in step 2 (1100); rank 1's trace lost step 1's
+    # second (enqueues at 150 and 1150). Ordinals count within (group, op, size, step): step 1
+    # #0 = rank 0's 100 + rank 1's 150; step 1 #1 = rank 0's 300 alone (rank 1 missing); step 2 #0 =
+    # 1100 + 1150. Counted over the whole trace instead, step 2's would be #2 on rank 0 and #1 on
+    # rank 1: two one-rank instances, and the loss in step 1 would spread into every later step.
+    _write(tmp_path / "run" / "r0.json", _gloo_rank([(100, 110, 200, 100), (300, 310, 400, 100)], step=1)
+           + _gloo_rank([(1100, 1110, 1200, 100)], step=2, t0=1000), 0)
+    _write(tmp_path / "run" / "r1.json", _gloo_rank([(150, 160, 201, 100)], step=1)
+           + _gloo_rank([(1150, 1160, 1201, 100)], step=2, t0=1000), 1)
+    ingest(store, [tmp_path / "run"])
+    inst = store.sql("SELECT step, ranks_present, ranks_missing, first_arrival_ns - $1 AS first, "
+                     "last_arrival_ns - $1 AS last, match_method FROM collective_instances ORDER BY instance_id",
+                     [BASE]).rows()
+    assert inst == [(1, [0, 1], [], 100_000, 150_000, "ordinal"), (1, [0], [1], 300_000, 300_000, "ordinal"),
+                    (2, [0, 1], [], 1_100_000, 1_150_000, "ordinal")]
 
 
 def _nccl_rank(seqs: list[int]) -> list[dict]:

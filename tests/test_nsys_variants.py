@@ -445,6 +445,28 @@ def test_nvtx_ranges_without_end(tmp_path: Path) -> None:
     assert (t["window_ns"], t["idle_ns"]) == (120_000, 80_000)  # [5000, 125000], busy 40000
 
 
+def test_gpu_rows_take_the_step_of_their_launch(tmp_path: Path) -> None:
+    # ProfilerStep#1 [0, 100000), #2 [100000, 200000) (NVTX); the GPU runs behind the CPU:
+    #   corr 1: launched at 90000 (step 1), runs [110000, 150000): after step 1's range ended -> step 1
+    #   corr 2: launched at 101000 (step 2), runs [150000, 170000) -> step 2
+    #   corr 3: launched at 190000 (step 2), runs [205000, 215000): after every step range -> step 2
+    # Device spans: step 1 [110000, 150000], step 2 [150000, 215000]. (By their own starts the
+    # kernels would fall in steps 2, 2 and none, and step 1 would have no device span.)
+    e = _one_rank(EPOCH)
+    e.nvtx(10, 0, 100_000, "ProfilerStep#1")
+    e.nvtx(10, 100_000, 200_000, "ProfilerStep#2")
+    for corr, launch, start, end in [(1, 90_000, 110_000, 150_000), (2, 101_000, 150_000, 170_000),
+                                     (3, 190_000, 205_000, 215_000)]:
+        e.launch(10, corr, launch, launch + 500)
+        e.kernel(10, 0, corr, start, end)
+    s, _ = _store(tmp_path, e.write(tmp_path / "rank0.sqlite"))
+    assert s.sql("SELECT correlation, step FROM kernels ORDER BY 1").rows() == [(1, 1), (2, 2), (3, 2)]
+    assert s.sql("SELECT correlation, step FROM events WHERE kind = 'cuda_runtime' ORDER BY 1").rows() == [
+        (1, 1), (2, 2), (3, 2)]
+    assert s.sql("SELECT step, device_start_ns - ?, device_end_ns - ? FROM steps ORDER BY step", [EPOCH, EPOCH]).rows() == [
+        (1, 110_000, 150_000), (2, 150_000, 215_000)]
+
+
 # --- 4. Rows not in time order -------------------------------------------------------------------------
 
 

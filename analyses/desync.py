@@ -1,7 +1,9 @@
 """desync: which ranks fell out of step, the first thing to read after a hang (like PyTorch's fr_trace).
 
 Works on any collectives that carry a process group and a sequence number: Flight Recorder dumps
-(preferred when present), NCCL profiler-plugin dumps, Kineto traces with ``Seq``.
+(preferred when present), NCCL profiler-plugin dumps, Kineto traces with ``Seq``. Not on NCCL
+Inspector records: the Inspector writes completed collectives only, and a sample of them (the
+latest of each communicator per dump interval), so what a rank lacks there says nothing of a hang.
 
 Algorithm:
   1. A process group is its name *and* its member ranks (``traces.meta.groups``, from FR
@@ -58,7 +60,7 @@ SELECT c.rank, c.source, c.pg, c.seq, c.op, c.dtype, c.nelems_in, c.enter_ns, c.
        json_extract(t.meta, '$.groups') AS groups, json_extract(t.meta, '$.progress') AS progress,
        json_extract(t.meta, '$.pg_ids') AS pg_ids
 FROM collectives c JOIN traces t USING (trace_id)
-WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL
+WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL AND c.source <> 'nccl_inspector'
 ORDER BY c.rank, c.pg, c.seq, c.enter_ns, c.ordinal
 """
 _P2P_OPS = frozenset({"send", "recv"})
@@ -163,7 +165,8 @@ def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, 
             raise AnalysisError(f"run {run_name!r}: its Flight Recorder dumps hold no entries, only progress ({said}); "
                                 "desync compares entries: dump them all (not only the active ones)")
         raise AnalysisError(f"run {run_name!r}: no collectives with a process group and sequence number (desync "
-                            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq)")
+                            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq; NCCL "
+                            "Inspector records hold completed collectives only)")
     present = df["source"].unique().to_list()
     source = next((s for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
         ["len", "source"], descending=[True, False])["source"][0]

@@ -24,7 +24,7 @@ from traceprof.parsed import ParsedTrace
 __all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES"]
 
 #: Sources whose timestamps are epoch ns as recorded (README.md "What traceprof handles"), so spans compare across files.
-EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys")
+EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys", "nccl_inspector")
 
 #: Largest gap between a new trace's time span and the run's before they are another job's: one
 #: hour (the ranks of one job profile the same steps; clocks differ by milliseconds).

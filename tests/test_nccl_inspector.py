@@ -218,3 +218,24 @@ def test_p2p_records_are_unmatched_point_to_point_rows(tmp_path):
     p2p = [r for r in pt.collectives.to_pylist() if r["p2p"]]
     assert [(r["pg"], r["seq"], r["op"], r["bytes_in"], r["end_ns"] - r["start_ns"], r["comms_id"]) for r in p2p] == [
         ("0xaa:p2p", None, "send", 4096, 100_000, None)]
+
+
+def test_records_printed_over_several_lines(tmp_path):
+    """Records as the plugin's README prints them (indented, one object over many lines) read as the
+    same collectives; a broken object is an error naming its first line (the records after it cannot
+    be found), a last object cut short is dropped with a warning."""
+    recs = [_rec("0xaa", 0, 1, "AllReduce", sn, 8, T + 20 * sn, T + 20 * sn + 10) for sn in (1, 2, 3)]
+    flat = parse(_write(tmp_path / "flat" / "h-pid1.log", recs))
+    text = "\n".join(json.dumps(r, indent=2) for r in recs) + "\n"
+    pretty = tmp_path / "pretty" / "h-pid1.log"
+    pretty.parent.mkdir()
+    pretty.write_text(text)
+    assert sources.claim(pretty).name == "nccl_inspector"
+    assert parse(pretty).collectives.to_pylist() == flat.collectives.to_pylist()
+    per = text.count("\n") // 3  # lines per record; record 2 starts on line per + 1
+    pretty.write_text(text.replace('"coll_sn": 2', '"coll_sn": 2 2'))
+    with pytest.raises(TraceFormatError, match=rf"h-pid1.log: line {per + 1}: not JSON .*the records after it "):
+        parse(pretty)
+    pretty.write_text(text[: len(text) - 40])
+    pt = parse(pretty)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2] and pt.rejected == {"last record cut short": 1}

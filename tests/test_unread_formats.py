@@ -119,3 +119,15 @@ def test_a_folder_of_several_such_files_names_each(tmp_path):
     assert msg.startswith(f"{run}: holds no trace file traceprof reads; ")
     for name in ("report.qdrep", "et_rank0.json", "snapshot.pickle"):
         assert f"{name}: {FORMATS[name][1]}" in msg, name
+
+
+def test_a_snapshot_the_restricted_unpickler_refuses_is_still_named(tmp_path):
+    """A memory snapshot holding a set (no plain data for the Flight Recorder reader, which claims
+    pickles by name): still named as a memory snapshot, not as a refused Flight Recorder pickle."""
+    seg = {"device": 0, "total_size": 512, "segment_type": "small", "blocks": [], "tags": {1, 2}}
+    f = tmp_path / "snapshot.pickle"
+    f.write_bytes(pickle.dumps({"segments": [seg], "device_traces": []}, protocol=4))
+    with Store(tmp_path / "s.duckdb") as store, pytest.raises(TraceFormatError) as e:
+        ingest(store, [f], jobs=1)
+    assert str(e.value).startswith(f"{f}: a PyTorch CUDA memory snapshot (torch.cuda.memory._dump_snapshot), which "
+                                   "traceprof does not read")

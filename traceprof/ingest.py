@@ -90,7 +90,8 @@ def discover(
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
             files = [f for f in found if _claim(f)]
-            rest = [f for f in found if f not in set(files)]
+            claimed = set(files)
+            rest = [f for f in found if f not in claimed]
             known = {f: k for f in rest if (k := sources.recognize(f))}
             if scanned is not None:
                 scanned.update(f.resolve() for f in files)
@@ -144,7 +145,7 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
     try:
         classify.use_patterns(comm_kernels)
         pts = _parse_source(path, on_bad_event)
-    except NotATraceError as e:  # claimed by its name or bytes, then not of that source: of a known format?
+    except TraceFormatError as e:  # claimed by its name or bytes, then not of that source: of a known format?
         known = sources.recognize(path)
         return NotATraceError(path, "", known) if known else e
     except TraceprofError as e:

@@ -15,10 +15,12 @@ counting records the plugin dropped. Versions read: v4.0 to v4.x (v4.1 ``dump_st
 ``coll_algo`` / ``coll_proto`` add fields only); any other version is refused naming it.
 
 Algorithm:
-  1. Read the file (gzip too), one record per line; a line that is not JSON, not an Inspector
-     record or holds a value that cannot be stored is a bad record: an error naming the file and
-     the line, or with ``on_bad_event="skip"`` skipped and counted. A last line cut short (the
-     process died while writing) is dropped with a warning.
+  1. Read the file (gzip too), one record per line (the plugin's output; records printed over
+     several lines, as the plugin's README shows them, are read one JSON object after another); a
+     line that is not JSON, not an Inspector record or holds a value that cannot be stored is a
+     bad record: an error naming the file and the line, or with ``on_bad_event="skip"`` skipped
+     and counted. A last record cut short (the process died while writing) is dropped with a
+     warning.
   2. Each ``coll_perf`` record is one collectives row (source ``nccl_inspector``): pg = the
      communicator ``id``, seq = ``coll_sn``, op from ``coll``; NCCL numbers each op type of a
      communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<coll>:<coll_sn>``
@@ -45,8 +47,10 @@ Source fields read: ``header.{id, rank, n_ranks, nnodes, comm_name}``,
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +217,46 @@ def _rows_of(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], 
     return row, event, why
 
 
+_CUT = object()  # a last record cut short
+
+
+def _records(p: Path, data: bytes) -> Iterator[tuple[int, Any]]:
+    """(line number from 1, decoded record, or :class:`_Bad` / ``_CUT``) per record (module doc, step 1)."""
+    lines = data.split(b"\n")
+    filled = [i for i, ln in enumerate(lines) if ln.strip()]
+    if filled and lines[filled[0]].strip() == b"{":  # pretty-printed: JSON objects one after another
+        yield from _objects(p, data.decode("utf-8", "replace"))
+        return
+    for i in filled:
+        try:
+            yield i + 1, msgspec.json.decode(lines[i])
+        except msgspec.DecodeError as e:
+            cut = i == filled[-1] and not data.endswith(b"\n")
+            yield i + 1, _CUT if cut else _Bad("not JSON", str(e))
+
+
+def _objects(p: Path, text: str) -> Iterator[tuple[int, Any]]:
+    """Records printed over several lines: JSON objects one after another. A broken one leaves no
+    way to find the next: an error naming its line, unless it is the last, cut short."""
+    dec, i, line = json.JSONDecoder(), 0, 1
+    while True:
+        j = len(text) - len(text[i:].lstrip())
+        line += text.count("\n", i, j)
+        if j >= len(text):
+            return
+        try:
+            rec, end = dec.raw_decode(text, j)
+        except (json.JSONDecodeError, RecursionError) as e:
+            if isinstance(e, json.JSONDecodeError) and e.pos >= len(text.rstrip()):
+                yield line, _CUT
+                return
+            raise TraceFormatError(p, f"line {line}", f"not JSON ({e}); the records after it cannot be found: fix "
+                                   "or remove it") from None
+        yield line, rec
+        line += text.count("\n", j, end)
+        i = end
+
+
 def _rank(p: Path, comms: dict[str, tuple[int, int, int]]) -> tuple[int, int, list[str]]:
     """(rank, world size, warnings) from {communicator: (rank, n_ranks, records)} (module doc, step 3)."""
     comm, (rank, world, _) = max(comms.items(), key=lambda kv: (kv[1][1], kv[1][2], kv[0]))
@@ -241,8 +285,6 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     """
     p = Path(path).resolve()
     raw, data = read_maybe_gzip(p)
-    lines = data.split(b"\n")
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
     colls: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     rejected: Counter[str] = Counter()
@@ -254,21 +296,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     dropped = read = 0
     warnings: list[str] = []
     coll_schema, event_schema = row_schema("collectives"), row_schema("events")
-    for i, text in enumerate(lines):
-        if not text.strip():
-            continue
+    for line, rec in _records(p, data):
         read += 1
-        where = f"line {i + 1}"
+        where = f"line {line}"
+        if rec is _CUT:
+            warnings.append(f"{p.name}: the last record (line {line}) is cut short (the process died while writing?): "
+                            "dropped")
+            rejected["last record cut short"] += 1
+            continue
         try:
-            try:
-                rec = msgspec.json.decode(text)
-            except msgspec.DecodeError as e:
-                if i == last and not data.endswith(b"\n"):
-                    warnings.append(f"{p.name}: the last record (line {i + 1}) is cut short (the process died while "
-                                    "writing?): dropped")
-                    rejected["last record cut short"] += 1
-                    continue
-                raise _Bad("not JSON", str(e)) from None
+            if isinstance(rec, _Bad):
+                raise rec
             header, meta, kind, perf = _record(rec)
             v = version_of(rec)
             if not version_read(v):

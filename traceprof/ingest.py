@@ -83,8 +83,8 @@ def discover(
             raise UsageError(f"{p}: no such file or directory")
         if p.is_file():
             if _claim(p) is None:
-                known = sources.recognize(p)
-                raise UsageError(f"{p}: {known}" if known else
+                fmt = sources.recognize(p)
+                raise UsageError(f"{p}: {fmt}" if fmt else
                                  f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}")
             files = [p]
         else:

@@ -282,9 +282,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             continue
         op = normalize_op(name) if name else "unknown"
         p2p = e["is_p2p"] if isinstance(e.get("is_p2p"), bool) else op in ("send", "recv")
-        seq, why, detail = entry_seq(e, style, p2p)
-        if why is not None:
-            bad(i, name, why, f" ({detail})")
+        seq, no_seq, detail = entry_seq(e, style, p2p)
+        if no_seq is not None:
+            bad(i, name, no_seq, f" ({detail})")
             continue
         started = _int(e.get("time_discovered_started_ns")) or None
         completed = _int(e.get("time_discovered_completed_ns")) or None

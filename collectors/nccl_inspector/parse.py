@@ -137,7 +137,8 @@ def _times(perf: dict[str, Any]) -> tuple[int | None, int | None, int | None, bo
     stops = [_us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False), "kernel_stop_ts") for k in kernels]
     unset = bool(kernels) and (None in starts or None in stops)
     start = min((s for s in starts if s is not None), default=None)
-    end = max(stops) if stops and None not in stops else None  # one channel's end unknown: so is the end
+    known = [t for t in stops if t is not None]
+    end = max(known) if known and len(known) == len(stops) else None  # one channel's end unknown: so is the end
     return enter, start, end, True, unset
 
 

@@ -254,7 +254,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             spans.append(_Span(i, known, known, None if known else "zero_ts"))
     spans += [_Span(j, s, None, "unmatched_begin" if s else "zero_ts") for stack in open_.values() for j, s in stack]
     flagged = Counter(sp.flag for sp in spans if sp.flag)
-    spans.sort(key=lambda sp: (sp.start or sp.end or 0, sp.index))
+    spans.sort(key=lambda sp: (sp.start or sp.end or 0, sp.at))
     events, colls = _rows(p, evs, spans, on_bad_event, rejected)
     if not any(ev.ph or ev.name or ev.cat for ev in evs):
         raise TraceFormatError(p, "", "no events: the NCCL profiler plugin wrote an empty dump (the process ran "
@@ -285,10 +285,10 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
 
 
 class _Span(NamedTuple):
-    """A paired (or lone) record: the begin's event index, its start and end ns (None: unknown,
+    """A paired (or lone) record: the begin's event index (``at``), its start and end ns (None: unknown,
     a ts of 0, or no end record) and its ``events.flag``."""
 
-    index: int
+    at: int
     start: int | None
     end: int | None
     flag: str | None

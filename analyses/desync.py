@@ -1,7 +1,9 @@
 """desync: which ranks fell out of step, the first thing to read after a hang (like PyTorch's fr_trace).
 
 Works on any collectives that carry a process group and a sequence number: Flight Recorder dumps
-(preferred when present), NCCL profiler-plugin dumps, Kineto traces with ``Seq``.
+(preferred when present), NCCL profiler-plugin dumps, Kineto traces with ``Seq``. Not on NCCL
+Inspector records: the Inspector writes completed collectives only, and a sample of them (the
+latest of each communicator per dump interval), so what a rank lacks there says nothing of a hang.
 
 Algorithm:
   1. A process group is its name *and* its member ranks (``traces.meta.groups``, from FR
@@ -18,7 +20,12 @@ Algorithm:
      group's progress says so), started (a start time, or progress), completed (an end time, or
      progress); never enqueued (beyond its last, or a hole: no row for it although the member
      holds rows before and after it, e.g. a rank that skipped a collective). Among the members holding a row: the op, the
-     input element count and the dtype must agree (collectives only).
+     input element count and the dtype must agree (collectives only). A coalesced group (several
+     rows of one rank at one seq: torch 2.7+ records each member and the group's end entry) is
+     compared member by member, in enqueue order, once it has as many entries on every rank (else
+     that count is the mismatch);
+     it started / completed when any of its rows did (the members of a batched send / recv stay
+     ``scheduled``: only the group's end entry records times).
   4. Status per (group, seq): ``ok``; ``mismatch`` (op / size / dtype differ); ``missing`` (some
      member never enqueued it); ``not_completed`` (enqueued by all, completed by some only, or by
      none while later ones completed). ``unknown`` completion (no source timing, e.g. a gloo
@@ -26,8 +33,11 @@ Algorithm:
   5. Verdict: the first divergent collective (earliest enqueue, then group and seq) and the ranks
      behind: those that never enqueued it, the minority of a mismatch, or those that did not
      complete it while others did. A rank whose dump holds no collective at all (an empty FR
-     ``entries``) is missing from every seq and leads the verdict (``recorded_nothing``): it is
-     behind everyone; the first divergence among the others follows.
+     ``entries``, or none: ``traces.meta.recorded_nothing``) is missing from every seq and leads
+     the verdict (``recorded_nothing``): it is behind everyone; the first divergence among the
+     others follows. A dump without entries whose ``pg_status`` shows progress (a dump of active
+     entries only) takes part through that progress alone (``progress_by_pg_id``, matched to the
+     groups by the ``pg_id`` the other ranks' entries carry).
 """
 
 from __future__ import annotations
@@ -47,18 +57,20 @@ from traceprof.store import Store
 
 _ROWS = """
 SELECT c.rank, c.source, c.pg, c.seq, c.op, c.dtype, c.nelems_in, c.enter_ns, c.start_ns, c.end_ns,
-       json_extract(t.meta, '$.groups') AS groups, json_extract(t.meta, '$.progress') AS progress
+       json_extract(t.meta, '$.groups') AS groups, json_extract(t.meta, '$.progress') AS progress,
+       json_extract(t.meta, '$.pg_ids') AS pg_ids
 FROM collectives c JOIN traces t USING (trace_id)
-WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL
-ORDER BY c.rank, c.pg, c.seq
+WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL AND c.source <> 'nccl_inspector'
+ORDER BY c.rank, c.pg, c.seq, c.enter_ns, c.ordinal
 """
 _P2P_OPS = frozenset({"send", "recv"})
 _SOURCE_ORDER = ("fr", "nccl_profiler")
 _TRACE_SOURCE = {"fr": "flight_recorder", "nccl_profiler": "nccl_profiler"}
 # Traces of a source that hold no collective with group and seq: an empty FR dump (a rank that
-# recorded nothing, the usual culprit of a hang).
+# recorded nothing, the usual culprit of a hang, unless its pg_status shows progress).
 _EMPTY = """
-SELECT t.rank, t.path FROM traces t
+SELECT t.rank, t.path, json_extract(t.meta, '$.recorded_nothing') AS nothing,
+       json_extract(t.meta, '$.progress_by_pg_id') AS progress FROM traces t
 WHERE t.run_id = ? AND t.source = ? AND t.rank IS NOT NULL AND NOT EXISTS (
     SELECT 1 FROM collectives c WHERE c.trace_id = t.trace_id AND c.pg IS NOT NULL AND c.seq IS NOT NULL)
 ORDER BY t.rank
@@ -99,6 +111,7 @@ class _Rank:
 
     rows: dict[int, dict[str, Any]]
     progress: dict[str, int | None]
+    members: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # seq -> its rows (coalesced: several)
     _memo: dict[str, int | None] = field(default_factory=dict)
 
     def first(self) -> int | None:
@@ -136,20 +149,43 @@ class _Rank:
         return any(r[col] is not None for r in self.rows.values())
 
 
-def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, dict[int, str]]:
-    """Rows of the preferred source, the source, and its traces that hold none: rank -> file name."""
+def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, dict[int, str], dict[int, Any]]:
+    """Rows of the preferred source, the source, and its traces that hold none: rank -> file name
+    of those that recorded nothing, rank -> ``progress_by_pg_id`` of those whose progress says
+    otherwise (module doc, step 5)."""
     df = store.sql(_ROWS, [run_id])
     if df.is_empty():
-        empty = store.sql(_EMPTY, [run_id, "flight_recorder"]).rows()
-        if empty:
-            return df, "fr", {r: Path(path).name for r, path in empty}
+        nothing, progress = _empty_traces(store.sql(_EMPTY, [run_id, "flight_recorder"]).rows())
+        if nothing:
+            return df, "fr", nothing, progress
+        if progress:  # no entries anywhere, only pg_status: nothing to compare seq by seq
+            said = "; ".join(f"rank {r}: " + ", ".join(f"pg_id {pg} enqueued {st.get('enqueued')} completed "
+                                                      f"{st.get('completed')}" for pg, st in sorted(p.items()))
+                             for r, p in sorted(progress.items()))
+            raise AnalysisError(f"run {run_name!r}: its Flight Recorder dumps hold no entries, only progress ({said}); "
+                                "desync compares entries: dump them all (not only the active ones)")
         raise AnalysisError(f"run {run_name!r}: no collectives with a process group and sequence number (desync "
-                            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq)")
+                            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq; NCCL "
+                            "Inspector records hold completed collectives only)")
     present = df["source"].unique().to_list()
     source = next((s for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
         ["len", "source"], descending=[True, False])["source"][0]
     empty = store.sql(_EMPTY, [run_id, _TRACE_SOURCE[source]]).rows() if source in _TRACE_SOURCE else []
-    return df.filter(pl.col("source") == source), source, {r: Path(path).name for r, path in empty}
+    return (df.filter(pl.col("source") == source), source, *_empty_traces(empty))
+
+
+def _empty_traces(rows: list[tuple[Any, ...]]) -> tuple[dict[int, str], dict[int, Any]]:
+    """Split traces without rows into those that recorded nothing (rank -> file name; stores
+    written before ``recorded_nothing`` existed count here) and those with progress (rank ->
+    progress by pg_id)."""
+    nothing: dict[int, str] = {}
+    progress: dict[int, Any] = {}
+    for rank, path, flag, prog in rows:
+        if flag is not None and not orjson.loads(flag) and prog:
+            progress[rank] = orjson.loads(prog)
+        else:
+            nothing[rank] = Path(path).name
+    return nothing, progress
 
 
 def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Rank]]:
@@ -166,7 +202,9 @@ def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Ra
             m = groups.get(r["pg"]) if isinstance(groups, dict) else None
             declared[key] = tuple(sorted(m)) if isinstance(m, list) else None
             ranks[key] = _Rank({}, progress.get(r["pg"], {}) if isinstance(progress, dict) else {})
-        ranks[key].rows.setdefault(r["seq"], r)
+        ranks[key].members.setdefault(r["seq"], []).append(r)
+    for st in ranks.values():
+        st.rows = {seq: _merged(rows) for seq, rows in st.members.items()}
     out: dict[tuple[str, tuple[int, ...]], dict[int, _Rank]] = {}
     for (rank, pg), st in ranks.items():
         members = declared[(rank, pg)] or tuple(sorted(by_name_ranks[pg]))
@@ -174,6 +212,30 @@ def _groups(df: pl.DataFrame) -> dict[tuple[str, tuple[int, ...]], dict[int, _Ra
             members = tuple(sorted({*members, rank}))
         out.setdefault((pg, members), {})[rank] = st
     return out
+
+
+def _merged(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for a rank's rows at one seq: the first's fields, started / completed when any row
+    is (module doc, step 3)."""
+    if len(rows) == 1:
+        return rows[0]
+    starts = [r["start_ns"] for r in rows if r["start_ns"] is not None]
+    ends = [r["end_ns"] for r in rows if r["end_ns"] is not None]
+    return {**rows[0], "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None}
+
+
+def _with_progress(groups: dict[tuple[str, tuple[int, ...]], dict[int, _Rank]], df: pl.DataFrame,
+                   progress: dict[int, Any]) -> None:
+    """Add the ranks known by progress alone (module doc, step 5) to the groups they are members of."""
+    pg_ids: dict[str, str] = {}
+    for text in df["pg_ids"].unique().drop_nulls().to_list() if progress and "pg_ids" in df.columns else []:
+        ids = orjson.loads(text)
+        pg_ids.update(ids if isinstance(ids, dict) else {})
+    for (pg, members), ranks in groups.items():
+        for rank, prog in progress.items():
+            st = prog.get(pg_ids.get(pg, ""))
+            if rank in members and rank not in ranks and isinstance(st, dict):
+                ranks[rank] = _Rank({}, st)
 
 
 def _seqs(rowed: set[int], lasts: dict[int, int | None], start: int | None, end: int | None) -> list[int]:
@@ -253,9 +315,7 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
             if (row is not None and row["end_ns"] is not None) or (lc is not None and lc >= seq):
                 com.append(m)
         op = _agree(held, "op")[0]
-        votes = [_agree(held, c) for c in ("op", "nelems_in", "dtype")]
-        texts = [] if p2p else [text for _, text, _ in votes if text]
-        tie = not p2p and any(t for _, _, t in votes)
+        texts, tie, odd = ([], False, []) if p2p else _compare({m: ranks[m].members[seq] for m in held})
         known_done = [m for m in enq if ranks[m].last("completed") is not None]
         later_done = any((ranks[m].last("completed") or -1) > seq for m in enq)
         if texts:
@@ -271,21 +331,43 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
                     "ranks_enqueued": enq, "ranks_started": sta, "ranks_completed": com, "ranks_missing": miss,
                     "ranks_unknown": unk, "mismatch": "; ".join(texts) or None,
                     "first_enter_ns": min(enters) if enters else None,
-                    "_behind": _behind(status, held, miss, known_done, com, texts), "_tie": tie,
+                    "_behind": _behind(status, odd, miss, known_done, com), "_tie": tie,
                     "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq]})  # type: ignore[operator]
     return out, rank_rows
 
 
-def _behind(status: str, held: dict[int, dict[str, Any]], miss: list[int], known: list[int], com: list[int],
-            texts: list[str]) -> list[int]:
+def _compare(members: dict[int, list[dict[str, Any]]]) -> tuple[list[str], bool, list[int]]:
+    """Op, size and dtype of the ranks' rows at one seq (module doc, step 3): the mismatch texts,
+    whether a mismatch has no majority (a tie), and the ranks behind it (all sides of a tie)."""
+    texts: list[str] = []
+    tie = False
+    bad: set[int] = set()
+
+    def vote(held: dict[int, dict[str, Any]], col: str, prefix: str = "") -> None:
+        nonlocal tie
+        major, text, t = _agree(held, col)
+        if text:
+            texts.append(prefix + text)
+            tie = tie or t
+            bad.update(held if t else (k for k, r in held.items() if r[col] != major))
+
+    counts = {r: len(rows) for r, rows in members.items()}
+    coalesced = max(counts.values(), default=0) > 1
+    if len(set(counts.values())) > 1:  # members cannot be paired up: the count is the mismatch
+        vote({r: {"entries": n} for r, n in counts.items()}, "entries", "coalesced group: ")
+        return texts, tie, sorted(bad)
+    for k in range(max(counts.values(), default=0)):
+        held = {r: rows[k] for r, rows in members.items() if k < len(rows)}
+        for col in ("op", "nelems_in", "dtype"):
+            vote(held, col, f"member {k + 1} of the coalesced group: " if coalesced else "")
+    return texts, tie, sorted(bad)
+
+
+def _behind(status: str, odd: list[int], miss: list[int], known: list[int], com: list[int]) -> list[int]:
     if status == "missing":
         return miss
     if status == "mismatch":
-        bad: set[int] = set()
-        for col in ("op", "nelems_in", "dtype"):
-            major, _, tie = _agree(held, col)
-            bad |= set(held) if tie else {k for k, r in held.items() if r[col] != major}
-        return sorted(bad)
+        return odd
     if status == "not_completed":
         return [m for m in known if m not in com]
     return []
@@ -331,11 +413,12 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id = store.resolve_run(params.run)
     name = run_name(store, run_id)
-    df, source, empty = _load(store, run_id, name)
+    df, source, empty, progress = _load(store, run_id, name)
     inst: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []
     notes: list[str] = []
     groups = _groups(df)
+    _with_progress(groups, df, progress)
     for (pg, members), ranks in sorted(groups.items()):
         rows, rr = _check(pg, members, ranks, empty)
         inst += rows

@@ -2,7 +2,7 @@
 
 Algorithm:
   1. Collectives (any source: NCCL kernels of Kineto and nsys traces, gloo work, Flight Recorder
-     entries, NCCL profiler-plugin events): per op (``collectives.op``), over the run and per rank,
+     entries, NCCL profiler-plugin events, NCCL Inspector records): per op (``collectives.op``), over the run and per rank,
      the statistics of end - start (``analyses._summary``) and the bytes moved (``bytes_in``).
      Rows without both times (gloo Flight Recorder entries record only their enqueue) count in
      ``instances_total`` but not in the time statistics.

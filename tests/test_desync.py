@@ -75,12 +75,24 @@ def test_rank_skipping_a_middle_collective_is_missing_there(store, tmp_path):
     assert inst == (9, [1])
 
 
-def test_rank_that_recorded_nothing_leads_the_verdict(store, tmp_path):
+def _nothing(doc, shape):
+    """A dump of a rank that ran no collective: its pg_status all -1 and, as torch writes it, an empty
+    ``entries`` (pickle) or no ``entries`` key at all (JSON dump of an empty ring buffer)."""
+    if shape == "no_key":
+        del doc["entries"]
+    else:
+        doc["entries"] = []
+    for st in doc["pg_status"].values():
+        st.update(last_enqueued_collective="-1", last_started_collective="-1", last_completed_collective="-1")
+
+
+@pytest.mark.parametrize("shape", ["empty_list", "no_key"])
+def test_rank_that_recorded_nothing_leads_the_verdict(store, tmp_path, shape):
     """Rank 2's dump has no entries (it hung before its first collective): the directory ingests
     (rank 2 with 0 collectives, a warning) and desync leads with rank 2, never "no desync"."""
     def edit(rank, doc):
         if rank == 2:
-            doc["entries"] = []
+            _nothing(doc, shape)
     res = ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
     assert any("fr_rank2.json: rank 2 recorded no collective" in w for w in res.warnings)
     assert store.sql("SELECT t.rank, count(c.seq) FROM traces t LEFT JOIN collectives c USING (trace_id) "
@@ -96,9 +108,10 @@ def test_rank_that_recorded_nothing_leads_the_verdict(store, tmp_path):
     assert set(map(tuple, d.frame["ranks_missing"].to_list())) == {(2,)}
 
 
-def test_every_rank_recorded_nothing(store, tmp_path):
+@pytest.mark.parametrize("shape", ["empty_list", "no_key"])
+def test_every_rank_recorded_nothing(store, tmp_path, shape):
     def edit(rank, doc):
-        doc["entries"] = []
+        _nothing(doc, shape)
     ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
     v = analyze(store, "desync", "run").verdict.row(0, named=True)
     assert (v["status"], v["behind"]) == ("recorded_nothing", [0, 1, 2, 3])

@@ -195,3 +195,90 @@ def test_comm_hash_or_datatype_of_another_type_is_refused(tmp_path, key, value, 
     assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
     pt = parse(path, on_bad_event="skip")
     assert [(r["pg"], r["seq"]) for r in pt.collectives.to_pylist()] == [(str(COMM), 1)]
+
+
+# --- issue 28: sentinel timestamps (ts 0.0 never set by the plugin) and bare pointer tokens ----------
+
+ZERO = "nccl_plugin_zero_timestamps"
+
+
+@pytest.mark.parametrize("variant", ["quoted", "raw"])
+def test_zero_timestamp_case(tmp_path, variant):
+    """Shared case nccl_plugin_zero_timestamps (EXPECT.md), both variants. Per rank 3 AllReduce
+    groups k = 0..2 at wall W = 1000000 + 10000 k us; rank 1's plugin clock started 250 us later
+    (its ts = W - 250). COLL: begin W + 40 r, end W + 500: rank 0 500 us = 500000 ns, rank 1 460 us
+    = 460000 ns. After alignment (+250000 ns on rank 1) rank 1 arrives 40 us = 40000 ns after rank 0
+    at each of the 3 instances. The 6 begin records at ts 0.0 per rank (COLL_API, KERNEL_LAUNCH)
+    and the 3 KernelCh channel-1 ends at 0.0 are unknown times: flagged zero_ts, duration 0, never
+    a ~1 s span from the plugin's time 0 (COLL_API #0 would be 999990000 ns on rank 0); raw/'s bare
+    0x... stream pointers are quoted with a warning (2 per group: COLL_API and KERNEL_LAUNCH)."""
+    folder = case(ZERO) / variant
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [folder], run=variant, jobs=1)
+        rows = store.sql("SELECT rank, seq, op, end_ns - start_ns FROM collectives ORDER BY rank, seq").rows()
+        assert rows == [(r, k, "all_reduce", 500_000 if r == 0 else 460_000) for r in (0, 1) for k in (0, 1, 2)]
+        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 250_000)]
+        inst = store.sql("SELECT seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq")
+        assert inst.rows() == [(k, 2, 40_000, 1) for k in (0, 1, 2)]
+        # the sentinels: flagged, 0 ns, at their known end (begins) or start (KernelCh ends)
+        flagged = store.sql("""SELECT rank, cat, count(*), max(dur_ns) FROM events WHERE flag = 'zero_ts'
+                               GROUP BY ALL ORDER BY ALL""").rows()
+        assert flagged == [(r, c, 3, 0) for r in (0, 1) for c in ("nccl:COLL_API", "nccl:GPU", "nccl:KERNEL_LAUNCH")]
+        assert store.sql("SELECT max(dur_ns) FROM events WHERE flag IS NULL").item() == 504_000  # GROUP, no 1 s span
+        # COLL_API #0 of rank 0 stands at its end, W - 10 us on the plugin clock = 999990 us
+        assert store.sql("""SELECT ts_ns FROM events WHERE rank = 0 AND cat = 'nccl:COLL_API'
+                            ORDER BY ts_ns LIMIT 1""").item() == 999_990_000
+        # channel 0's KernelCh is whole (W + 50 .. W + 480 = 430 us), channel 1's end unknown
+        ch = store.sql("""SELECT json_extract(args, '$.Channel')::INT AS ch, flag, dur_ns FROM events
+                          WHERE rank = 0 AND name = 'KernelCh' ORDER BY ts_ns, ch LIMIT 2""").rows()
+        assert ch == [(0, None, 430_000), (1, "zero_ts", 0)]
+        assert store.sql("SELECT DISTINCT flagged FROM traces").item() == '{"zero_ts":9}'
+    for r in (0, 1):
+        w = f"nccl_profile_rank{r}.txt"
+        assert (f"{w}: 9 record(s) with ts 0.000000, a time the plugin never set (3 x COLL_API AllReduce begin, "
+                "3 x GPU KernelCh end, 3 x KERNEL_LAUNCH KernelLaunch begin): that begin or end is unknown; stored "
+                "at the other end with duration 0, flagged zero_ts (a collective's start or end NULL)") in res.warnings
+        pointers = ", 6 x bare pointer token quoted" if variant == "raw" else ""
+        assert f"{w}: repaired non-strict JSON: 3 x bare enum token quoted{pointers}" in res.warnings
+
+
+def test_zero_sentinels_on_collectives_and_pointer_tokens(tmp_path):
+    """A dump of the kind, written here: a P2P send whose begin is 0.0 (start unknown: NULL start,
+    end 2000.5 us = 2000500 ns), a COLL begun at 3000 us = 3000000 ns whose end is 0.0 (end NULL,
+    not a 0 ns collective; 128 float32 = 512 bytes, like the send's 256 float16), a
+    KernelCh on channel 3 ending at 0.0 and an instant at 0.0; pointers printed bare, one of them
+    glibc's (nil). Every zero is flagged zero_ts and counted; the pointers are read as text / null."""
+    head = '"pid": 7, "tid": 1'
+    lines = [
+        "[",
+        f'{{"name": "Send", "cat": "P2P", "ph": "b", "id": 0, {head}, "ts": 0.000000, "args": {{"CommHash": 9, '
+        f'"Rank": 0, "Peer": 1, "Count": 256, "Datatype": ncclFloat16, "Stream": 0x7f00aa}}}},',
+        f'{{"name": "Send", "cat": "P2P", "ph": "e", "id": 0, {head}, "ts": 2000.500000}},',
+        f'{{"name": "AllGather", "cat": "COLL", "ph": "b", "id": 1, {head}, "ts": 3000.000000, "args": {{"SeqNum": 4, '
+        f'"CommHash": 9, "Rank": 0, "Count": 128, "Datatype": ncclFloat32, "Stream": (nil)}}}},',
+        f'{{"name": "KernelCh", "cat": "GPU", "ph": "b", "id": 2, {head}, "ts": 3010.000000, "args": {{"Channel": 3}}}},',
+        f'{{"name": "KernelCh", "cat": "GPU", "ph": "e", "id": 2, {head}, "ts": 0.000000}},',
+        f'{{"name": "AllGather", "cat": "COLL", "ph": "e", "id": 1, {head}, "ts": 0}},',
+        f'{{"name": "Mark", "cat": "NET", "ph": "i", "id": 3, {head}, "ts": 0.0}},',
+        "{}]",
+    ]
+    f = tmp_path / "nccl_profile_rank0.json"
+    f.write_text("\n".join(lines) + "\n")
+    pt = parse(f)
+    colls = sorted(pt.collectives.to_pylist(), key=lambda r: r["op"])
+    assert [(r["op"], r["pg"], r["seq"], r["start_ns"], r["end_ns"], r["bytes_in"]) for r in colls] == [
+        ("all_gather", "9", 4, 3_000_000, None, 512), ("send", "9:p2p", None, None, 2_000_500, 512)]
+    ev = {(r["cat"], r["name"]): (r["ts_ns"], r["dur_ns"], r["flag"]) for r in pt.events.to_pylist()}
+    assert ev == {("nccl:P2P", "Send"): (2_000_500, 0, "zero_ts"),
+                  ("nccl:COLL", "AllGather"): (3_000_000, 0, "zero_ts"),
+                  ("nccl:GPU", "KernelCh"): (3_010_000, 0, "zero_ts"),
+                  ("nccl:NET", "Mark"): (0, 0, "zero_ts")}
+    assert pt.flagged == {"zero_ts": 4}
+    args = {r["name"]: json.loads(r["args"]) for r in pt.events.to_pylist()}
+    assert (args["Send"]["Stream"], args["AllGather"]["Stream"]) == ("0x7f00aa", None)
+    assert pt.warnings == [
+        f"{f.name}: repaired non-strict JSON: 2 x bare enum token quoted, 1 x bare pointer token quoted, "
+        "1 x null pointer (nil) -> null",
+        f"{f.name}: 4 record(s) with ts 0.000000, a time the plugin never set (1 x COLL AllGather end, 1 x GPU "
+        "KernelCh end, 1 x NET Mark instant, 1 x P2P Send begin): that begin or end is unknown; stored at the "
+        "other end with duration 0, flagged zero_ts (a collective's start or end NULL)"]

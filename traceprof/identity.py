@@ -26,7 +26,7 @@ from traceprof.parsed import ParsedTrace
 __all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES", "RELATIVE_CLOCK"]
 
 #: Sources whose timestamps are epoch ns as recorded (README.md "What traceprof handles"), so spans compare across files.
-EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys")
+EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys", "nccl_inspector")
 
 #: ``traces.meta.clock`` of a trace of an epoch source whose times are relative to its capture start.
 RELATIVE_CLOCK = "session_relative"

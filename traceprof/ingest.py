@@ -7,7 +7,10 @@ the whole run, so both stay current when a run gains ranks.
 
 A file is read by the collector that claims it (``traceprof.sources``: by name rule or by its
 first bytes, Kineto's ``*.json`` catch-all last); a whole-run file (NDTimeline Parquet) is its own
-run, named after the file. A file no collector claims is named with the formats that are read.
+run, named after the file. A file no collector claims is named with the formats that are read, or,
+when it is of a format traceprof recognizes and does not read (``sources.recognize``: an Nsight
+``.qdrep``, a Chakra ET, ...), as that format with what to do: an error for a file named alone or a
+folder holding only such files, a warning for those beside traces.
 
 In a Parquet-layout store (``traceprof.layout``) each parser writes its file's events to Parquet in
 the store's staging folder and hands back the rest; ``executor="dask"`` runs the parsers on a Dask
@@ -55,17 +58,23 @@ class IngestResult:
 
 
 def discover(
-    paths: Iterable[str | Path], unclaimed: list[str] | None = None, scanned: set[Path] | None = None
+    paths: Iterable[str | Path], unclaimed: list[str] | None = None, scanned: set[Path] | None = None,
+    unread: dict[Path, str] | None = None,
 ) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
 
     Args:
         paths: Files and directories (searched recursively).
-        unclaimed: If given, receives the JSON files found in directories that no collector reads.
+        unclaimed: If given, receives the JSON files found in directories that no collector reads
+            (and whose format is not recognized either).
         scanned: If given, receives the files found by scanning a directory (not named by the user).
+        unread: If given, receives file -> ``"<format> ..., which traceprof does not read: <what to
+            do>"`` for each file found in a directory beside traces whose format is recognized and
+            not read (``sources.recognize``).
 
     Raises:
-        UsageError: A path does not exist or holds no trace file.
+        UsageError: A path does not exist or holds no trace file (naming the formats of the files
+            it holds that are recognized and not read).
     """
     groups: dict[Path, list[Path]] = {}
     for raw in paths:
@@ -74,16 +83,25 @@ def discover(
             raise UsageError(f"{p}: no such file or directory")
         if p.is_file():
             if _claim(p) is None:
-                raise UsageError(f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}")
+                fmt = sources.recognize(p)
+                raise UsageError(f"{p}: {fmt}" if fmt else
+                                 f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}")
             files = [p]
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
             files = [f for f in found if _claim(f)]
+            claimed = set(files)
+            rest = [f for f in found if f not in claimed]
+            known = {f: k for f in rest if (k := sources.recognize(f))}
             if scanned is not None:
                 scanned.update(f.resolve() for f in files)
             if unclaimed is not None:
-                unclaimed += [str(f) for f in found if not _claim(f) and f.name.endswith(".json")
+                unclaimed += [str(f) for f in rest if f not in known and f.name.endswith(".json")
                               and not f.name.endswith(".meta.json")]
+            if files and unread is not None:
+                unread.update(known)
+            if not files and known:
+                raise UsageError(_unread_message(p, known))
         if not files:
             raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
         for f in files:
@@ -92,6 +110,17 @@ def discover(
             c = _claim(f)
             groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)
     return groups
+
+
+def _unread_message(folder: Path, known: dict[Path, str]) -> str:
+    """The error for a folder whose only files of a known format are formats not read: each format
+    once, with its files (at most 3 named) and what to do."""
+    by_format: dict[str, list[Path]] = {}
+    for f, k in known.items():
+        by_format.setdefault(k, []).append(f)
+    parts = [f"{', '.join(f.name for f in fs[:3])}{f' and {len(fs) - 3} more' if len(fs) > 3 else ''}: {k}"
+             for k, fs in by_format.items()]
+    return f"{folder}: holds no trace file traceprof reads; " + "; ".join(parts)
 
 
 def _claim(path: Path) -> sources.Collector | None:
@@ -116,6 +145,9 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
     try:
         classify.use_patterns(comm_kernels)
         pts = _parse_source(path, on_bad_event)
+    except TraceFormatError as e:  # claimed by its name or bytes, then not of that source: of a known format?
+        known = sources.recognize(path)
+        return NotATraceError(path, "", known) if known else e
     except TraceprofError as e:
         return e
     finally:
@@ -219,11 +251,13 @@ def ingest(
     _check_executor(store, executor, scheduler)
     result = IngestResult()
     unclaimed: list[str] = []
+    unread: dict[Path, str] = {}
     scanned: set[Path] = set()
     paths = list(paths)  # named again in a message
-    groups = discover(paths, unclaimed, scanned)
+    groups = discover(paths, unclaimed, scanned, unread)
     if unclaimed:
         result.warnings.append(f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}")
+    result.warnings += [f"not read: {f}: {k}" for f, k in unread.items()]
     todo: list[tuple[str, Path]] = []
     # Only a file of a stored size can be stored already: hash just those here (a second read);
     # the parser hashes every file as it reads it (``traces.sha256``).
@@ -278,7 +312,9 @@ def ingest(
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
         if not by_run and not result.failed and not result.skipped:
-            _nothing_to_ingest(paths, not_traces)
+            _nothing_to_ingest(paths, not_traces, unread | {
+                f: pts.reason for (_, f), pts in zip(todo, parsed, strict=True)
+                if isinstance(pts, NotATraceError) and sources.recognize(f)})
         for name, traces in by_run.items():
             _settle_ranks(name, traces, result)
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
@@ -329,11 +365,14 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
     raise TraceFormatError("", "", f"{len(failed)} of {files} files cannot be read, nothing stored{others}:{lines}")
 
 
-def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path]) -> None:
+def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> None:
     """Raise the error for an ingest whose directories hold no trace: each file a collector tried
     (``skipped``) is not a trace, the others no collector reads. One line naming the paths given
-    and the files skipped (those tried first)."""
+    and the files skipped (those tried first); when some are of a format recognized and not read
+    (``known``: file -> its format and what to do), it names those formats instead."""
     named = ", ".join(str(p) for p in paths)
+    if known:
+        raise UsageError(_unread_message(Path(named), known))
     others = sorted({f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
                     - {f.resolve() for f in skipped})
     files = [*skipped, *others]

@@ -42,7 +42,7 @@ Algorithm:
      :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
 
 Arrival of a rank at a collective (:data:`ARRIVAL_SQL`): the start of the communication kernel on
-GPU traces (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
+GPU traces and NCCL Inspector records (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
 op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
 """
 
@@ -60,7 +60,8 @@ __all__ = ["ARRIVAL_SQL", "P2P_OPS", "CROSS_STEP_SHARE", "MatchSummary", "match_
            "preferred_source", "unmatched_p2p", "canonical_ranks", "fallback_note", "RUN_STEPS_SQL", "run_steps"]
 
 #: SQL expression (over a collectives row) for the time a rank arrives at the collective.
-ARRIVAL_SQL = "CASE WHEN source = 'nccl_kernel' THEN start_ns ELSE coalesce(enter_ns, start_ns) END"
+ARRIVAL_SQL = ("CASE WHEN source IN ('nccl_kernel', 'nccl_inspector') THEN coalesce(start_ns, enter_ns) "
+               "ELSE coalesce(enter_ns, start_ns) END")
 
 #: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step: the
 #: k-th step of every rank's own step list is the same step, labelled with the lowest rank's number

@@ -114,7 +114,7 @@ TABLES: tuple[Table, ...] = (
             _RUN,
             _RANK,
             _c("world_size", "INTEGER", "World size written in the trace (distributedInfo.world_size)"),
-            _c("source", "VARCHAR", "Trace source: kineto, flight_recorder, nccl_profiler, nsys"),
+            _c("source", "VARCHAR", "Trace source: kineto, flight_recorder, nccl_profiler, nccl_inspector, nsys, ndtimeline"),
             _c("format", "VARCHAR", "Source dialect, e.g. kineto-new (baseTimeNanoseconds) or kineto-old"),
             _c("path", "VARCHAR", "Absolute path of the file at ingest time"),
             _c("sha256", "VARCHAR", "SHA-256 of the file bytes; re-ingesting the same file is a no-op"),
@@ -199,19 +199,21 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "collectives",
-        "One collective call on one rank (Kineto NCCL kernels, gloo annotations, FR entries)",
+        "One collective call on one rank (Kineto and nsys NCCL kernels, gloo annotations, FR entries, NCCL plugin and Inspector records)",
         (
             _RUN,
             _RANK,
             _TRACE,
-            _c("source", "VARCHAR", "Where the row came from: nccl_kernel, gloo, record_param_comms, fr"),
+            _c("source", "VARCHAR", "Where the row came from: nccl_kernel, gloo, record_param_comms, fr, nccl_profiler, "
+               "nccl_inspector, ndtimeline"),
             _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
             _c("pg_ranks", "VARCHAR", "Member ranks of the process group as a JSON list ('[0, 1]': args.'Process Group "
                "Ranks', FR pg_config), NULL if unknown; with pg it identifies the group"),
             _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
                "and collectives count separately"),
             _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
-            _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks), NULL if absent"),
+            _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL Inspector: "
+               "communicator:op:coll_sn (its sequence numbers count per op); NULL if absent"),
             _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
             _c("dtype", "VARCHAR", "Element type"),
             _c("nelems_in", "BIGINT", "Input elements", "elements"),
@@ -294,7 +296,8 @@ WHERE k.kind IN ('kernel', 'memcpy', 'memset')
             _c("ranks_present", "INTEGER[]", "Ranks holding a row of the instance"),
             _c("ranks_missing", "INTEGER[]", "Ranks of the group (pg_ranks, else the ranks seen in this pg) without a row"),
             _c("n_ranks", "INTEGER", "Number of ranks present"),
-            _c("first_arrival_ns", "BIGINT", "Earliest arrival (enter_ns, or start_ns of NCCL kernels)", "ns"),
+            _c("first_arrival_ns", "BIGINT", "Earliest arrival (enter_ns, or start_ns of NCCL kernels and NCCL Inspector records)",
+               "ns"),
             _c("last_arrival_ns", "BIGINT", "Latest arrival", "ns"),
             _c("last_rank", "INTEGER", "Rank that arrived last; NULL when several arrived at the same last instant (a tie)"),
             _c("arrival_skew_ns", "BIGINT", "last_arrival_ns - first_arrival_ns", "ns"),

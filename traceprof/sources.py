@@ -8,20 +8,28 @@ A collector claims a file by its name or by its first bytes (content sniffing: a
 starts with ``SQLite format 3``, a pickle with ``0x80``). Claims are tried in increasing
 ``order``; the Kineto collector, which reads any other ``*.json``, comes last. A file that no
 collector claims gets a message listing the formats that are read (:func:`formats`).
+
+Formats that traceprof recognizes but does not read (an Nsight ``.qdrep``, a Chakra execution
+trace, a CUDA memory snapshot, ...) register an :class:`Unread` entry the same way
+(``collectors/unread.py``): :func:`recognize` names such a file's format and what to do, so a
+folder of them is never reported as holding no trace files.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traceprof.fileio import GZIP_MAGIC
 from traceprof.parsed import ParsedTrace
 
-__all__ = ["Collector", "register", "claim", "collectors", "get", "formats", "head", "load_all"]
+__all__ = ["Collector", "Unread", "register", "register_unread", "claim", "recognize", "collectors", "get",
+           "formats", "head", "gunzip_head", "load_all"]
 
 #: Bytes read from the start of a file for content sniffing.
 HEAD_BYTES = 4096
@@ -59,7 +67,26 @@ class Collector:
     world_field: str = "world size"
 
 
+@dataclass(frozen=True)
+class Unread:
+    """A format traceprof recognizes and does not read.
+
+    Attributes:
+        name: Short name, e.g. ``nsys_qdrep``.
+        what: The format, for messages, e.g. ``"Nsight Systems report from before 2021.3 (.qdrep)"``.
+        claims: ``claims(path, head)`` -> True for a file of this format (``head``: its first
+            :data:`HEAD_BYTES` bytes, gzip already inflated).
+        advice: What to do instead, e.g. ``"export it with `nsys export --type sqlite ...`"``.
+    """
+
+    name: str
+    what: str
+    claims: Callable[[Path, bytes], bool]
+    advice: str
+
+
 _REGISTRY: dict[str, Collector] = {}
+_UNREAD: dict[str, Unread] = {}
 _LOADED = False
 
 
@@ -67,6 +94,12 @@ def register(collector: Collector) -> Collector:
     """Add (or replace) a collector; returns it."""
     _REGISTRY[collector.name] = collector
     return collector
+
+
+def register_unread(unread: Unread) -> Unread:
+    """Add (or replace) a format that is recognized and not read; returns it."""
+    _UNREAD[unread.name] = unread
+    return unread
 
 
 def load_all() -> None:
@@ -102,6 +135,33 @@ def head(path: Path) -> bytes:
             return f.read(HEAD_BYTES)
     except OSError:
         return b""
+
+
+def gunzip_head(data: bytes) -> bytes:
+    """The first bytes a gzip stream inflates to, from its first bytes ``data`` (empty when they are
+    not a readable gzip start)."""
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, HEAD_BYTES)
+    except zlib.error:
+        return b""
+
+
+def recognize(path: Path, first: bytes | None = None) -> str | None:
+    """``"<format>: <what to do>"`` for a file of a format traceprof recognizes and does not read,
+    else None.
+
+    Args:
+        path: A file.
+        first: Its first bytes when already read (else read here).
+    """
+    load_all()
+    data = head(path) if first is None else first
+    if data.startswith(GZIP_MAGIC):
+        data = gunzip_head(data)
+    for u in _UNREAD.values():
+        if u.claims(path, data):
+            return f"{u.what}, which traceprof does not read: {u.advice}"
+    return None
 
 
 def claim(path: Path, first: bytes | None = None) -> Collector | None:

@@ -8,22 +8,35 @@ a restricted unpickler that admits plain data only (``safe_pickle``): a dump cop
 cluster is untrusted input, and a crafted pickle is refused without running anything.
 
 Algorithm:
-  1. Decode the JSON, or the pickle through ``safe_pickle`` (tuples read as JSON lists); refuse
-     files without ``entries``. An empty ``entries`` is a trace with no collectives (a warning):
-     for hang triage the rank that recorded nothing is the culprit, and ``desync`` says so.
-  2. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
+  1. Decode the JSON, or the pickle through ``safe_pickle`` (tuples read as JSON lists). A dump
+     without ``entries`` (torch's JSON dump leaves the key out when the ring buffer is empty) or
+     with an empty list is a trace with no collectives (a warning): when its ``pg_status`` shows no
+     enqueued collective (all -1, or none) the rank *recorded nothing* (``traces.meta``
+     ``recorded_nothing``), for hang triage the rank to look at, and ``desync`` says so; otherwise
+     its progress is kept (``progress_by_pg_id``) for ``desync``. A document that is neither (no
+     ``entries``, no ``version`` with ``pg_config`` / ``pg_status``) is not a dump.
+  2. Version (``versions`` module): entries of versions 2.x number collectives and
+     point-to-point ops with ``collective_seq_id`` / ``p2p_seq_id``; versions 1.x with one
+     ``seq_id``. The dialect is taken from the entries' fields (the version only for messages); a
+     dump whose entries carry neither is refused naming its version, and an entry without its
+     dialect's number is a bad entry (error, or skipped with ``on_bad_event="skip"``): sequence
+     numbers are never stored NULL.
+  3. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
      ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); world size: the ranks of the default
      process group in ``pg_config``.
-  3. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
-     appended for point-to-point entries), seq = ``collective_seq_id`` (``p2p_seq_id`` for p2p),
+  4. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
+     appended for point-to-point entries: ``is_p2p``, else a send / recv by name), seq =
+     ``collective_seq_id`` (``p2p_seq_id`` for p2p; ``seq_id`` in 1.x). Coalesced groups (torch
+     2.7+ records each member and the group's end entry under one sequence number) give one row
+     per member; ``desync`` compares them member by member.
      op = normalized ``profiling_name``, enter = ``time_created_ns``, start / end =
      ``time_discovered_started_ns`` / ``..._completed_ns`` (0 means unknown: NULL; gloo never
      records them; a completion is derived from ``duration_ms`` when only that is there). An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
-Source fields read: top-level ``version``, ``rank``, ``pg_config``, ``entries``; per entry
-``record_id, pg_id, process_group, collective_seq_id, p2p_seq_id, is_p2p, profiling_name,
+Source fields read: top-level ``version``, ``rank``, ``pg_config``, ``pg_status``, ``entries``; per entry
+``record_id, pg_id, process_group, collective_seq_id, p2p_seq_id, seq_id (1.x), is_p2p, profiling_name,
 time_created_ns, time_discovered_started_ns, time_discovered_completed_ns, duration_ms,
 input_sizes, output_sizes, input_dtypes, output_dtypes, state, thread_id``.
 """
@@ -41,6 +54,7 @@ import pyarrow as pa
 
 from collectors._arrow import row_schema
 from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
+from collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
 from traceprof.limits import record_fits
@@ -145,8 +159,9 @@ def _config_ranks(cfg: dict[str, Any]) -> Any:
 def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
     ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
-    group) and ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
-    -1 for none), so that analyses need no FR field names."""
+    group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
+    -1 for none) and ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``), so
+    that analyses need no FR field names."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
     cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
@@ -161,17 +176,44 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     status = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
     groups: dict[str, list[int] | None] = {}
     progress: dict[str, dict[str, int | None]] = {}
+    pg_ids: dict[str, str] = {}
     for e, r in zip(kept, rows, strict=True):
         pg = r["pg"]
         if pg is None or pg in groups:
             continue
+        if e.get("pg_id") is not None and not pg.endswith(":p2p"):
+            pg_ids[pg] = str(e.get("pg_id"))
         pgv = e.get("process_group")
         names = [str(v) for v in pgv] if isinstance(pgv, list) else []
         groups[pg] = next((members[n] for n in names if n in members), only)
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
             progress[pg] = {k: _int(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
-    return {"groups": groups, "progress": progress}
+    return {"groups": groups, "progress": progress, "pg_ids": pg_ids}
+
+
+def _is_dump(doc: Any) -> bool:
+    """A dict with ``entries`` (a list), or without the key but with ``version`` and ``pg_config`` /
+    ``pg_status`` (torch's JSON dump of an empty ring buffer)."""
+    if not isinstance(doc, dict):
+        return False
+    if "entries" in doc:
+        return isinstance(doc["entries"], list)
+    return "version" in doc and ("pg_config" in doc or "pg_status" in doc)
+
+
+def _empty_dump(name: str, rank: int, doc: dict[str, Any], progress: dict[str, dict[str, int | None]]) -> tuple[bool, str]:
+    """(recorded nothing, warning) for a dump without entries (module doc, step 1)."""
+    how = "empty 'entries'" if "entries" in doc else "no 'entries' in the dump"
+    done = {pg: st["enqueued"] for pg, st in progress.items() if (st["enqueued"] or -1) >= 0}
+    if not done:
+        status = ", every pg_status -1" if progress else ""
+        return True, (f"{name}: rank {rank} recorded no collective ({how}{status}: dumped before any ran on this "
+                      "rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives")
+    upto = ", ".join(f"seq {v} in pg_id {pg}" for pg, v in sorted(done.items()))
+    return False, (f"{name}: rank {rank}'s dump holds no entries ({how}) although its pg_status says it enqueued "
+                   f"up to {upto} (a dump of active entries only, or without collectives); stored with 0 "
+                   "collectives, its progress kept for desync")
 
 
 def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
@@ -180,21 +222,25 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     Args:
         path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
         on_bad_event: ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
-            integer or 0; ``"skip"`` counts it in ``rejected`` (keyed by the reason).
+            integer or 0, or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
+            ``seq_id``) is missing or not an integer; ``"skip"`` counts it in ``rejected`` (keyed by
+            the reason).
 
     Returns:
         A :class:`ParsedTrace` (source ``flight_recorder``) with ``collectives`` and ``events``;
         times are epoch ns as FR records them.
 
     Raises:
-        TraceFormatError: Unreadable, a pickle that is not plain data, invalid JSON, no ``entries`` (or
-            none left after skipping), no rank, or (with ``on_bad_event="raise"``) an entry without a valid
-            creation time, naming the entry.
+        NotATraceError: A document that is not a dump (module doc, step 1).
+        TraceFormatError: Unreadable, a pickle that is not plain data, invalid JSON, entries
+            numbered by no field of a known version (naming the version), none left after skipping,
+            no rank, or (with ``on_bad_event="raise"``) a bad entry, naming it.
     """
     p = Path(path).resolve()
     raw, doc, encoding = _read(p)
-    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+    if not _is_dump(doc):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
+    entries = doc.get("entries", [])
     rank = _int(doc.get("rank"))
     # torch's names end in the rank (a host may precede it); others say rank<R>
     default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
@@ -208,13 +254,22 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     if rank is None:
         raise TraceFormatError(p, "rank", "no 'rank' in the dump and none in the file name; "
                                "name the file rank<R>.fr.json")
+    style, notes = dialect(p, doc.get("version"), entries)
+    warnings += notes
     sizes, world = _group_sizes(doc.get("pg_config"))
     only_size = next(iter(sizes.values())) if len(sizes) == 1 else None
     rows: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []  # the entries behind rows
     events: list[dict[str, Any]] = []
     rejected: dict[str, int] = {}
-    for i, e in enumerate(doc["entries"]):
+
+    def bad(i: int, name: str, why: str, shown: str = "") -> None:
+        if on_bad_event == "raise":
+            raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{shown}; pass --skip-bad-events to skip "
+                                   "such entries")
+        rejected[why] = rejected.get(why, 0) + 1
+
+    for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
         raw_created = e.get("time_created_ns")
@@ -223,11 +278,13 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if not created:
             why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
                    if created is None else "'time_created_ns' is 0")
-            if on_bad_event == "raise":
-                shown = "" if raw_created is None else f" ({raw_created!r})"
-                raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{shown}; "
-                                       "pass --skip-bad-events to skip such entries")
-            rejected[why] = rejected.get(why, 0) + 1
+            bad(i, name, why, "" if raw_created is None else f" ({raw_created!r})")
+            continue
+        op = normalize_op(name) if name else "unknown"
+        p2p = e["is_p2p"] if isinstance(e.get("is_p2p"), bool) else op in ("send", "recv")
+        seq, no_seq, detail = entry_seq(e, style, p2p)
+        if no_seq is not None:
+            bad(i, name, no_seq, f" ({detail})")
             continue
         started = _int(e.get("time_discovered_started_ns")) or None
         completed = _int(e.get("time_discovered_completed_ns")) or None
@@ -239,8 +296,6 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         pgv = e.get("process_group")
         pg_name = str(pgv[0]) if isinstance(pgv, list) and pgv else (
             None if e.get("pg_id") is None else str(e.get("pg_id")))
-        p2p = bool(e.get("is_p2p"))
-        seq = _int(e.get("p2p_seq_id") if p2p else e.get("collective_seq_id"))
         dtypes_in, dtypes_out = (v if isinstance(v := e.get(k), list) else [] for k in ("input_dtypes", "output_dtypes"))
         dtype = str(dtypes_in[0]) if dtypes_in else (str(dtypes_out[0]) if dtypes_out else None)
         n_in, n_out = _nelems(e.get("input_sizes")), _nelems(e.get("output_sizes"))
@@ -253,7 +308,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 "source": "fr",
                 "pg": None if pg_name is None else (pg_name + ":p2p" if p2p else pg_name),
                 "seq": seq,
-                "op": normalize_op(name) if name else "unknown",
+                "p2p": p2p,
+                "op": op,
                 "dtype": dtype,
                 "nelems_in": n_in,
                 "nelems_out": n_out,
@@ -281,11 +337,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if not record_fits(p, f"entry #{i} ({name!r})", on_bad_event, rejected,
                            (rows[-1], row_schema("collectives")), (events[-1], row_schema("events"))):
             rows.pop(), kept.pop(), events.pop()
-    if not doc["entries"]:  # for hang triage the rank that recorded nothing is the one to look at
-        warnings.append(f"{p.name}: rank {rank} recorded no collective (empty 'entries': dumped before any "
-                        "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives")
+    progress = progress_by_pg_id(doc.get("pg_status"))
+    nothing = False
+    if not entries:  # for hang triage the rank that recorded nothing is the one to look at
+        nothing, why = _empty_dump(p.name, rank, doc, progress)
+        warnings.append(why)
     elif not rows:
-        raise TraceFormatError(p, "entries", f"no valid entries: all {len(doc['entries'])} skipped ({rejected})")
+        raise TraceFormatError(p, "entries", f"no valid entries: all {len(entries)} skipped ({rejected})")
+    if style == 1 and any(r["p2p"] for r in rows):
+        warnings.append(f"{p.name}: Flight Recorder version {doc.get('version')} numbers point-to-point ops with "
+                        "the collectives' counter (seq_id): where only some ranks of a group ran send / recv, its "
+                        "sequence numbers differ across ranks (torch 2.4+ dumps, version 2.x, count them apart)")
     counter: dict[tuple[Any, str], int] = {}
     for r in sorted(rows, key=lambda r: r["enter_ns"]):
         key = (r["pg"], r["op"])
@@ -293,7 +355,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         counter[key] = r["ordinal"] + 1
     meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
     facts = _group_facts(doc, kept, rows)
-    meta.update(facts)
+    meta.update(facts, recorded_nothing=nothing, progress_by_pg_id=progress)
     for r in rows:  # member ranks identify a group: two groups can share one name (torchft replicas)
         r["pg_ranks"] = canonical_ranks(facts["groups"].get(r["pg"]))
     return ParsedTrace(
@@ -307,7 +369,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         trace={"meta": msgspec.json.encode(meta).decode()},
         events=pa.Table.from_pylist(events, schema=row_schema("events")),
         collectives=pa.Table.from_pylist(rows, schema=row_schema("collectives")),
-        events_read=len(doc["entries"]),
+        events_read=len(entries),
         rejected=rejected,
         warnings=warnings,
     )

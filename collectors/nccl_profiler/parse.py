@@ -12,11 +12,17 @@ until aligned (``collectors.nccl_profiler.align``).
 Algorithm:
   1. Decode the array strictly. When that fails, read it line by line (the plugin writes one event
      per line) and repair what is unambiguous, counting each kind in a warning: a trailing comma
-     before ``]``, bare enum tokens as values (``"Datatype": ncclFloat32`` -> a string), ``nan`` /
-     ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut short (the
-     process died while writing). Anything else is a TraceFormatError naming line:column.
+     before ``]``, bare enum tokens as values (``"Datatype": ncclFloat32`` -> a string), bare
+     pointers printed by ``%p`` (``"Stream": 0x55d0c3a1f0`` -> a string, ``(nil)`` -> null),
+     ``nan`` / ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut
+     short (the process died while writing). Anything else is a TraceFormatError naming line:column.
   2. Pair each ``e`` with the latest open ``b`` of the same (cat, name, id, pid, tid); times to
-     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``.
+     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``. A ``ts``
+     of 0 is a time the plugin never set (NCCL 2.28's example plugin prints 0.000000 for the begin
+     of ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` events, and for the end of ``KernelCh``
+     on channels other than 0), never the plugin's time 0: that side of the pair is unknown; the
+     event is stored at its known time with duration 0 and flagged ``zero_ts`` (left out of
+     windows and latency), a collective gets a NULL start or end, and a warning counts them.
   3. COLL and P2P pairs are ``collective`` events and ``collectives`` rows (source
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
@@ -35,7 +41,7 @@ import hashlib
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import pyarrow as pa
@@ -51,7 +57,7 @@ from traceprof.timeconv import us_text_to_ns
 __all__ = ["parse", "looks_like_plugin_dump"]
 
 _CAT = re.compile(rb'"cat"\s*:\s*"(GROUP|COLL|P2P|PROXY|NET|GPU)"')
-_BARE = re.compile(r'(:\s*)(-?(?:nan|inf)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])')
+_BARE = re.compile(r'(:\s*)(-?(?:nan|inf)|0[xX][0-9a-fA-F]+|\(nil\)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])')
 _KEYWORDS = frozenset({"true", "false", "null"})
 _BYTE = re.compile(r"byte (\d+)")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -83,6 +89,12 @@ def _repair_line(line: str, counts: Counter[str]) -> str:
         if tok.lstrip("-") in ("nan", "inf"):
             counts["nan/inf printed as a number -> null"] += 1
             return f"{m.group(1)}null{m.group(3)}"
+        if tok == "(nil)":
+            counts["null pointer (nil) -> null"] += 1
+            return f"{m.group(1)}null{m.group(3)}"
+        if tok[:2] in ("0x", "0X"):
+            counts["bare pointer token quoted"] += 1
+            return f'{m.group(1)}"{tok}"{m.group(3)}'
         counts["bare enum token quoted"] += 1
         return f'{m.group(1)}"{tok}"{m.group(3)}'
 
@@ -208,13 +220,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     evs, repairs = _decode(p, blank_bom(raw))  # a leading BOM: blanked, offsets kept
     rejected: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
-    open_: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
-    spans: list[tuple[int, int, int | None]] = []  # (event index, start ns, end ns)
-    times: list[int] = []
+    open_: dict[tuple[Any, ...], list[tuple[int, int | None]]] = {}
+    spans: list[_Span] = []
+    unset: Counter[str] = Counter()  # records whose ts is 0 (never set), by "cat name begin|end"
     for i, ev in enumerate(evs):
         if not ev.ph and not ev.name and not ev.cat:
             skipped["empty object"] += 1
-            times.append(0)
             continue
         try:
             ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
@@ -225,24 +236,25 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 raise TraceFormatError(p, f"event #{i} ({ev.cat} {ev.name!r})", "missing or non-numeric 'ts'; "
                                        "pass --skip-bad-events to skip such events")
             rejected["missing or non-numeric 'ts'"] += 1
-            times.append(0)
             continue
-        times.append(ts)
+        if ts == 0:  # module doc, step 2: a time never set
+            unset[f"{ev.cat} {ev.name} {'begin' if ev.ph == 'b' else 'end' if ev.ph == 'e' else 'instant'}"] += 1
+        known = ts or None
         key = (ev.cat, ev.name, str(ev.id), str(ev.pid), str(ev.tid))
         if ev.ph == "b":
-            open_.setdefault(key, []).append((i, ts))
+            open_.setdefault(key, []).append((i, known))
         elif ev.ph == "e":
             stack = open_.get(key)
             if stack:
                 j, start = stack.pop()
-                spans.append((j, start, ts))
+                spans.append(_Span(j, start, known, None if start and known else "zero_ts"))
             else:
                 rejected["end without a begin"] += 1
         else:
-            spans.append((i, ts, ts))
-    flagged = Counter({"unmatched_begin": sum(len(v) for v in open_.values())}) if any(open_.values()) else Counter()
-    spans += [(j, s, None) for stack in open_.values() for j, s in stack]
-    spans.sort(key=lambda x: (x[1], x[0]))
+            spans.append(_Span(i, known, known, None if known else "zero_ts"))
+    spans += [_Span(j, s, None, "unmatched_begin" if s else "zero_ts") for stack in open_.values() for j, s in stack]
+    flagged = Counter(sp.flag for sp in spans if sp.flag)
+    spans.sort(key=lambda sp: (sp.start or sp.end or 0, sp.at))
     events, colls = _rows(p, evs, spans, on_bad_event, rejected)
     if not any(ev.ph or ev.name or ev.cat for ev in evs):
         raise TraceFormatError(p, "", "no events: the NCCL profiler plugin wrote an empty dump (the process ran "
@@ -255,6 +267,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     if repairs:
         warnings.append(f"{p.name}: repaired non-strict JSON: "
                         + ", ".join(f"{n} x {what}" for what, n in sorted(repairs.items())))
+    if unset:
+        warnings.append(f"{p.name}: {sum(unset.values())} record(s) with ts 0.000000, a time the plugin never set ("
+                        + ", ".join(f"{n} x {what}" for what, n in sorted(unset.items())) + "): that begin or end "
+                        "is unknown; stored at the other end with duration 0, flagged zero_ts (a collective's start "
+                        "or end NULL)")
     return ParsedTrace(
         path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="nccl_profiler",
         format="nccl-profiler-example", rank=rank, world_size=None,
@@ -267,12 +284,22 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     )
 
 
+class _Span(NamedTuple):
+    """A paired (or lone) record: the begin's event index (``at``), its start and end ns (None: unknown,
+    a ts of 0, or no end record) and its ``events.flag``."""
+
+    at: int
+    start: int | None
+    end: int | None
+    flag: str | None
+
+
 _EVENT_COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id", "args", "flag")
 _EVENT_SCHEMA = pa.schema([row_schema("events").field(c) for c in _EVENT_COLS])
 _COLL_SCHEMA = row_schema("collectives")
 
 
-def _rows(p: Path, evs: list[_Event], spans: list[tuple[int, int, int | None]], on_bad_event: str,
+def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
           rejected: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Event and collective rows of the paired spans (module doc, step 3). A COLL / P2P record
     whose ``Count`` or ``SeqNum`` is not an integer, is beyond int64 (its bytes too), whose
@@ -281,7 +308,7 @@ def _rows(p: Path, evs: list[_Event], spans: list[tuple[int, int, int | None]], 
     left out (its event too) and counted in ``rejected``."""
     events: list[dict[str, Any]] = []
     colls: list[dict[str, Any]] = []
-    for j, start, end in spans:
+    for j, start, end, flag in spans:
         ev = evs[j]
         a = ev.args or {}
         coll = ev.cat in ("COLL", "P2P")
@@ -293,10 +320,10 @@ def _rows(p: Path, evs: list[_Event], spans: list[tuple[int, int, int | None]], 
             rejected[problem[: problem.index(" (")]] += 1
             continue
         events.append({
-            "kind": "collective" if coll else "other", "cat": f"nccl:{ev.cat}", "name": ev.name, "ts_ns": start,
-            "dur_ns": 0 if end is None else max(end - start, 0), "pid": str(ev.pid), "tid": str(ev.tid),
-            "correlation": None, "external_id": _int(a.get("SeqNum")) if coll else None,
-            "args": msgspec.json.encode(a).decode(), "flag": "unmatched_begin" if end is None else None,
+            "kind": "collective" if coll else "other", "cat": f"nccl:{ev.cat}", "name": ev.name,
+            "ts_ns": start or end or 0, "dur_ns": max(end - start, 0) if start and end else 0, "pid": str(ev.pid),
+            "tid": str(ev.tid), "correlation": None, "external_id": _int(a.get("SeqNum")) if coll else None,
+            "args": msgspec.json.encode(a).decode(), "flag": flag,
         })
         if not coll:
             if not record_fits(p, where, on_bad_event, rejected, (events[-1], _EVENT_SCHEMA)):

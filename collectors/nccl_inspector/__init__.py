@@ -1,0 +1,23 @@
+"""NCCL Inspector plugin output (``ext-profiler/inspector``, NCCL 2.28.3+): ``parse``."""
+
+from pathlib import Path
+
+from collectors.nccl_inspector.parse import looks_like_inspector, parse
+from traceprof import sources
+from traceprof.fileio import GZIP_MAGIC, blank_bom
+
+__all__ = ["parse"]
+
+
+def _claims(path: Path, head: bytes) -> bool:
+    """A file (any name; ``.gz`` too) whose first line is an Inspector JSON record."""
+    if head.startswith(GZIP_MAGIC):
+        head = sources.gunzip_head(head)
+    return looks_like_inspector(blank_bom(head))
+
+
+sources.register(sources.Collector(
+    "nccl_inspector", "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)", _claims,
+    lambda p, bad: [parse(p, on_bad_event=bad)], order=15,
+    rank_field="header.rank (largest communicator)", world_field="header.n_ranks (largest communicator)",
+))

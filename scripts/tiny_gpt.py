@@ -30,7 +30,7 @@ class GPTConfig:
             gradients and collectives are unchanged): a pure compute regression for diff tests,
             +2*B*T*d*4d FLOPs forward and the same again backward (grad of its input) per block.
         extra_cols: Width of that extra matmul's output (0: ``4*d_model`` when ``extra_matmul``);
-            a narrower one (``(B*T, d) @ (d, cols)``, zero-padded to ``4*d_model`` before the
+            another (``(B*T, d) @ (d, cols)``, zero-padded or cut to ``4*d_model`` before the
             add) scales the added FLOPs: +17.8 % * cols / (4*d_model) with the default shape.
     """
 
@@ -68,9 +68,11 @@ class Block(nn.Module):
         mask = torch.full((cfg.seq, cfg.seq), float("-inf")).triu(diagonal=1)
         self.register_buffer("mask_add", mask, persistent=False)
         cols = cfg.extra_cols or 4 * d
-        extra = torch.randn(d, cols) * d**-0.5 if cfg.extra_matmul else None
+        # A plain attribute, not a buffer: DDP broadcasts buffers at start-up, and with the extra
+        # matmul on one rank only (a compute straggler) the ranks' buffer sets would differ. The
+        # same seed gives every rank the same values.
+        self.extra_w = torch.randn(d, cols) * d**-0.5 if cfg.extra_matmul else None
         self.pad_cols = 4 * d - cols
-        self.register_buffer("extra_w", extra, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -86,7 +88,11 @@ class Block(nn.Module):
         hidden = self.fc(u)
         if self.extra_w is not None:
             more = u @ self.extra_w
-            hidden = hidden + (F.pad(more, (0, self.pad_cols)) if self.pad_cols else more)
+            if self.pad_cols > 0:
+                more = F.pad(more, (0, self.pad_cols))
+            elif self.pad_cols < 0:
+                more = more[..., : hidden.shape[-1]]
+            hidden = hidden + more
         return x + self.out(F.gelu(hidden))
 
 

@@ -13,10 +13,11 @@ Algorithm:
      maximises Welch's t between the runs before and after it (2+ runs on each side) is a change
      point when its two-sided p-value, times the number of splits tried (Bonferroni), is below
      ``alpha``; then each side is split again. Structural metrics change where their value does.
-  4. Noise band of each run: what a healthy next run of its segment could show, from the runs
-     before it in the segment (at most ``window``): mean ± t(1 - alpha/2, df) · SE, with SE the
-     noise floor of :func:`traceprof.noise.estimate` (those runs as the baseline, this run as the
-     candidate). A run outside its band is ``outside``: drift the gate may not flag yet.
+  4. Noise band of each run: what a healthy next run of its segment could show, from the 2+ runs
+     before it in the segment (at most ``window``; one earlier run shows no run-to-run spread):
+     mean ± t(1 - alpha/2, df) · SE, with SE the noise floor of :func:`traceprof.noise.estimate`
+     (those runs as the baseline, this run as the candidate). A run outside its band is
+     ``outside``: drift the gate may not flag yet. Structural bands are the previous value (exact).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class HistoryResult(FrameResult):
     """One row per (run, metric) in ``frame``: order (1 = first recorded), run, metric, layer
     (structural, timing), value (the run's value: ns, %, TFLOP/s, FLOPs, calls or bytes per step),
     noise_pct (timing: the run's own within-run noise, SE of its value from its steps, % of the
-    value), band_lo, band_hi (the noise band, null for a segment's first run), change_pct (value
+    value), band_lo, band_hi (the noise band; null for a segment's first run, and for its second
+    on timing metrics), change_pct (value
     against the mean of the runs the band is made of, or at a change point of the runs before it, %), outside (value outside the band),
     change_point (a new segment starts at this run), segment (from 1)."""
 
@@ -167,7 +169,7 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
             seg_start = max(s for s in starts if s <= i)
             prev = list(range(max(seg_start, i - window), i))
             lo = hi = change = None
-            if prev:
+            if prev and (structural or len(prev) >= 2):  # one earlier run tells no run-to-run spread
                 ref = [values[j] for j in prev]
                 mean = float(np.mean(ref))
                 half = 0.0

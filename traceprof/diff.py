@@ -411,21 +411,25 @@ def _items(bases: Sequence[RunProfile], cand: RunProfile, step_base: float, thre
 
 def _rank_compute(bases: Sequence[RunProfile], cand: RunProfile, threshold: float, alpha: float) -> pl.DataFrame:
     """Each rank's typical compute per step, and whether it grew beyond its own noise (module doc, step 3)."""
+    runs = [*bases, cand]
+    values = [dict(r.timing.compute_ranks.iter_rows()) for r in runs]
+    units = [{key[0]: g["compute_ns"].drop_nulls().to_numpy()
+              for key, g in r.timing.samples.select("rank", "compute_ns").group_by("rank")} for r in runs]
     rows = []
-    for rank, c_val in cand.timing.compute_ranks.iter_rows():
-        b_vals = [b.timing.compute_ranks.filter(pl.col("rank") == rank)["compute_ns"] for b in bases]
-        if any(v.is_empty() for v in b_vals):
+    for rank, c_val in values[-1].items():
+        if any(rank not in v for v in values[:-1]):
             continue
-        units = [p.timing.samples.filter(pl.col("rank") == rank)["compute_ns"].drop_nulls().to_numpy() for p in (*bases, cand)]
-        base = float(np.mean([v[0] for v in b_vals]))
-        nz = noise.estimate([noise.spread(u) for u in units[:-1]], noise.spread(units[-1]), [float(v[0]) for v in b_vals])
+        b_vals = [float(v[rank]) for v in values[:-1]]
+        u = [x.get(rank, np.zeros(0)) for x in units]
+        base = float(np.mean(b_vals))
+        nz = noise.estimate([noise.spread(x) for x in u[:-1]], noise.spread(u[-1]), b_vals)
         delta = round(c_val) - round(base)
         floor, p, beyond = _grew(float(delta), base, nz, alpha)
         change = 100.0 * delta / base if base else math.inf
         rows.append((rank, round(base), round(c_val), delta, change, floor, p, beyond and change > 100.0 * threshold))
     return pl.DataFrame(rows, orient="row", schema={
         "rank": pl.Int32, "base_ns": pl.Int64, "cand_ns": pl.Int64, "delta_ns": pl.Int64, "change_pct": pl.Float64,
-        "noise_pct": pl.Float64, "p_value": pl.Float64, "grew": pl.Boolean})
+        "noise_pct": pl.Float64, "p_value": pl.Float64, "grew": pl.Boolean}).sort("rank")
 
 
 # --- the one-line summary -----------------------------------------------------------------------

@@ -190,6 +190,9 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
             if not structural and len(units) >= 2 and v:
                 own = 100.0 * float(np.std(units, ddof=1)) / math.sqrt(len(units)) / abs(v)
             outside = bool(lo is not None and hi is not None and not lo <= v <= hi)
+            if metric.endswith("_ns"):  # whole ns, as the diff shows them
+                v = float(round(v))
+                lo, hi = (None if x is None or not math.isfinite(x) else float(round(x)) for x in (lo, hi))
             rows.append((i + 1, profiles[i].name, metric, "structural" if structural else "timing", v, own,
                          lo if lo is None or math.isfinite(lo) else None, hi if hi is None or math.isfinite(hi) else None,
                          change, outside, i in cps, starts.index(seg_start) + 1))
@@ -198,6 +201,11 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
         "noise_pct": pl.Float64, "band_lo": pl.Float64, "band_hi": pl.Float64, "change_pct": pl.Float64,
         "outside": pl.Boolean, "change_point": pl.Boolean, "segment": pl.Int64})
     notes = _notes(frame, len(profiles))
+    kinds = {(p.gpu, p.world_size) for p in profiles}
+    if len(kinds) > 1:
+        notes.insert(1, "the runs are not all comparable (" + "; ".join(
+            f"{'GPU' if g else 'CPU-only'}, world size {w}" for g, w in sorted(kinds, key=str))
+            + "): their values differ by design, not by drift")
     return HistoryResult(frame=frame, notes=tuple(notes), job=job)
 
 

@@ -176,7 +176,7 @@ def judge(change_pct: float, noise_pct: float | None, p: float | None, k: int, t
         (verdict, reason): ``ok``, ``inconclusive`` or ``regression``, and a short reason.
     """
     if noise_pct is None or p is None:
-        return INCONCLUSIVE, "too little data for a noise estimate (one baseline run of one step)"
+        return INCONCLUSIVE, "too little data for a noise estimate (one baseline run, one sample per run)"
     change = f"change {change_pct:+.1f}%"
     if k >= 2 and change_pct > threshold_pct and change_pct > noise_pct and p < alpha:
         return REGRESSION, f"{change} > threshold {threshold_pct:g}% and noise {noise_pct:.1f}%, p={p:.2g}"

@@ -24,11 +24,11 @@ from traceprof.diff import (
     DEFAULT_THRESHOLD,
     EXIT_CODES,
     MIN_ITEM_SHARE_PCT,
-    _causes,
     _contention,
     _timing_row,
     diff_runs,
 )
+from traceprof.difftext import causes
 from traceprof.errors import StoreError, UsageError
 from traceprof.findings import _regression
 from traceprof.ingest import ingest
@@ -335,11 +335,11 @@ def test_collective_wait_is_never_the_cause_of_compute():
     items = pl.DataFrame({"kind": ["collective", "op"], "name": ["all_reduce", "aten::mm"], "class": ["comm", "compute"],
                           "delta_ns": [9_000_000, 4_000_000], "delta_pct": [40.0, 25.0], "grew": [True, True]})
     ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "change_pct": [1.0, -2.0, 31.0, 0.5], "grew": [False, False, True, False]})
-    text = _causes(metrics, items, ranks)
+    text = causes(metrics, items, ranks)
     assert text == ("grew: aten::mm +4.00 ms/step (+25%); compute grew on rank 2 (+31%) "
                     "(collective wait on the others is the symptom, not the cause)")
     # exposed communication regressed, compute did not grow anywhere: the collective is named
-    comm = _causes(metrics.with_columns(pl.Series("metric", ["exposed_comm_ns", "idle_ns"])),
+    comm = causes(metrics.with_columns(pl.Series("metric", ["exposed_comm_ns", "idle_ns"])),
                    items, ranks.with_columns(pl.lit(False).alias("grew")))
     assert comm.startswith("grew: all_reduce +9.00 ms/step (+40%)")
 

@@ -139,6 +139,10 @@ def test_runs_not_comparable(store, tmp_path):
                for n in forced.notes)
     # each run has one traced rank (_micro writes rank 0 only): one per-rank median each
     assert forced.frame.filter(pl.col("metric") == "step_time_ns")[["n_base", "n_cand"]].row(0) == (1, 1)
+    # GPU -> CPU: launches count kernels (1 per step) on one and CPU ops (3) on the other: +200 %,
+    # shown but not gated, since they count other things
+    launches = diff_runs(store, "gpu", "cpu", force=True).frame.filter(pl.col("metric") == "launches").row(0, named=True)
+    assert launches["reason"] == "not gated (--force): +200.0% > threshold 5% (exact)" and not launches["regressed"]
 
 
 def test_bad_mfu_param_is_a_usage_error(store, tmp_path):

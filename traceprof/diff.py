@@ -200,7 +200,9 @@ def diff_runs(store: Store, base: str | Sequence[str], cand: str, thresholds_: d
         alpha: Significance level of the timing test.
         mfu_options: Parameters of the ``mfu`` analysis (e.g. ``peak_tflops``), for every run.
         force: Compare runs that are not comparable anyway: each timing metric's samples are then
-            the per-rank medians over steps (ranks, not rank-steps, are the samples), with a note.
+            the per-rank medians over steps (ranks, not rank-steps, are the samples), and the
+            structural metrics are shown but not gated (another device kind or job size counts
+            other things per step), with a note.
         cache: Run profiles computed already (:func:`run_profile`), filled as runs are profiled.
 
     Raises:
@@ -274,9 +276,11 @@ def compare_profiles(bases: Sequence[RunProfile], cand: RunProfile, limits: dict
         smp = [_per_rank(s) for s in smp]
     step_base = float(np.mean([timing.unit_values(s, "step_time_ns")[0] for s in smp[:-1]]))
     s_rows, s_items = structure.compare([b.structure for b in bases], cand.structure, limits)
+    if forced:  # other device kinds or job sizes count other things per step: shown, not gated
+        s_rows = [{**r, "regressed": False} for r in s_rows]
     rows = [{**r, "layer": "structural", "noise_pct": None, "p_value": None, "base_runs": k, "n_base": None,
              "n_cand": None, "verdict": noise.REGRESSION if r["regressed"] else noise.OK,
-             "reason": structural_reason(r)} for r in s_rows]
+             "reason": ("not gated (--force): " if forced else "") + structural_reason(r)} for r in s_rows]
     busier = _contention(bases, cand, limits["step_time_ns"])
     has_mfu = all(s.get_column("mfu_pct").is_not_null().any() if "mfu_pct" in s.columns else False for s in smp)
     for name in METRICS:

@@ -20,7 +20,7 @@ def structural_reason(r: dict[str, object]) -> str:
     varies = " (the baseline runs differ; compared with the nearest)" if r["varies"] else ""
     if not ch:
         return "unchanged" + varies
-    return f"{ch:+.1f}% {'>' if r['regressed'] else '<='} threshold {th:g}% (exact){varies}"
+    return f"{ch:+.1f}% {'>' if ch > float(th) else '<='} threshold {th:g}% (exact){varies}"  # type: ignore[arg-type]
 
 
 def _count(x: float) -> str:

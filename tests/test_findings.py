@@ -8,12 +8,13 @@ from traceprof.ingest import ingest
 
 
 def test_regression_against_a_baseline_is_a_finding(store):
-    # extra_matmul adds +17.8 % FLOPs to the same job (sample_traces/README.md): compute_ns regresses.
+    # extra_matmul adds +17.8 % FLOPs to the same job (sample_traces/README.md): a structural regression.
     ingest(store, [SAMPLES / "normal", SAMPLES / "extra_matmul"])
     f = summarize(store, "extra_matmul", baseline="normal")
     reg = [x for x in f.findings if x.topic == "regression"]
-    assert len(reg) == 1 and reg[0].problem and "REGRESSION normal -> extra_matmul" in reg[0].text
-    assert "aten::mm" in reg[0].text  # the op that grew
+    assert len(reg) == 1 and reg[0].problem and "REGRESSION (structural) normal -> extra_matmul" in reg[0].text
+    assert "+2 aten::mm (512,128)@(128,512) per step on every rank" in reg[0].text  # the op that was added
+    assert {v.topic: v.status for v in f.verdicts}["regression"] == "problem"
     costs = [x.cost_pct for x in f.findings if x.cost_pct is not None]
     assert costs == sorted(costs, reverse=True)  # ranked by cost
     assert [x.cost_pct is None for x in f.findings] == sorted(x.cost_pct is None for x in f.findings)

@@ -1,6 +1,7 @@
 """The ``traceprof`` command line: thin wrappers over the library. The only module importing typer.
 
-Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found (``diff``).
+Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found (``diff``), 4 inconclusive
+(``diff``: the noise does not allow a verdict).
 """
 
 from __future__ import annotations
@@ -495,7 +496,8 @@ def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
 def summary(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="Also compare the run with this run.")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Also compare the run with these baseline runs: a "
+                        "run, runs separated by commas, or a baseline set (the regression verdict, as diff gives it).")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
     fmt: FormatOpt = Format.table,
@@ -540,7 +542,8 @@ def report(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
-    baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against this run.")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against these baseline runs: a "
+                        "run, runs separated by commas, or a baseline set.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
     force: Annotated[bool, typer.Option(
@@ -561,50 +564,147 @@ def report(
     say(f"report written to {output}")
 
 
+BaselineArg = Annotated[str, typer.Argument(
+    help="Baseline: a run (name or id), runs separated by commas (a,b,c: the noise test needs 2+, 3+ is "
+         "better), or a baseline set (traceprof baseline add).")]
+DIFF_TABLES = ("metrics", "structure", "items", "ranks", "top")
+
+
 @app.command()
 def diff(
-    base: Annotated[str, typer.Argument(help="Baseline run (name or id).")],
+    base: BaselineArg,
     cand: Annotated[str, typer.Argument(help="Candidate run (name or id).")],
     db: DbOpt = Path(DEFAULT_DB),
     threshold: Annotated[list[str] | None, typer.Option(
-        "--threshold", "-t", help="Relative regression threshold: 0.05 (every metric) or METRIC=0.05.")] = None,
+        "--threshold", "-t", help="Relative regression threshold: 0.05 (every timing metric) or METRIC=0.05 "
+        "(also flops, launches, collectives, comm_bytes).")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
     fmt: FormatOpt = Format.table,
     table: Annotated[str | None, typer.Option(
-        "--table", help="Print only this table: metrics, items (all) or top (15 largest changes).")] = None,
+        "--table", help="Print only this table: metrics, structure (changed op/kernel/collective counts), items "
+        "(all), ranks (compute per rank) or top (15 largest changes).")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Compare runs that are not comparable (GPU vs CPU, other world size) by per-rank medians.")] = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
-    """Compare two runs per step; exit 3 when a metric regressed beyond its threshold (CI gate).
+    """Compare a run with baseline runs: exit 3 on a regression (structural or timing), 4 when the
+    noise does not allow a verdict (inconclusive), 0 when it is within the thresholds (CI gate).
 
-    Default output: table: metrics, the 20 largest item changes, notes and summary; json: verdict,
-    summary, notes, metrics and every item; csv: the metrics (one table per CSV; ``--table items``
-    for the items). Notes and, except in table format, the summary go to stderr.
+    Default output: table: metrics, structural changes, the 20 largest item changes, notes and
+    summary; json: verdict, exit_code, summary, notes, metrics, structure, items and ranks; csv: the
+    metrics (one table per CSV; ``--table items`` for the items). Notes and, except in table format,
+    the summary go to stderr.
     """
     from traceprof.diff import diff_runs
     from traceprof.resultcache import caching
 
     limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
-    if table is not None and table not in ("metrics", "frame", "items", "top"):
-        raise UsageError(f"diff has tables metrics, items, top; not {table!r}")
+    if table is not None and table not in (*DIFF_TABLES, "frame"):
+        raise UsageError(f"diff has tables {', '.join(DIFF_TABLES)}; not {table!r}")
     with Store(db, read_only=True) as store, caching(not no_cache):
         res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
+    title = f"{res.baseline} -> {cand}"
     if fmt is Format.json and table is None:
         sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         frames = res.frames()
-        render(frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {base} -> {cand}")
+        render(frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {title}")
         if fmt is Format.table and table is None:
-            render(res.items.head(20), fmt, f"items: typical time per step, largest changes first: {base} -> {cand}")
+            if res.structure.height:
+                render(res.structure.drop("sig").head(20), fmt, f"structure: changed counts per step, largest FLOPs change first: {title}")
+            render(res.items.head(20), fmt, f"items: typical time per step, largest changes first: {title}")
         if table is None and fmt is not Format.json and res.items.height > (20 if fmt is Format.table else 0):
             shown = "the first 20" if fmt is Format.table else "none"
             say(f"{res.items.height} items, {shown} shown: --table items for all")
         for note in res.notes[1:]:
             say(note)
         say(res.summary, out if fmt is Format.table else err)
-    if res.regressed:
-        raise typer.Exit(3)
+    if res.exit_code:
+        raise typer.Exit(res.exit_code)
+
+
+baseline_app = typer.Typer(help="Named sets of baseline runs for diff, report and summary (kept in the store): "
+                           "list them; add, rm.", no_args_is_help=False)
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.callback(invoke_without_command=True)
+def baseline(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
+    """List the baseline sets (``baseline list``); ``baseline add NAME RUN...`` makes or extends one,
+    ``baseline rm NAME [RUN...]`` removes runs from one, or the whole set."""
+    if ctx.invoked_subcommand is None:
+        baseline_list(db, fmt)
+
+
+@baseline_app.command("list")
+def baseline_list(db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
+    """List the baseline sets: name, runs, run names."""
+    from traceprof.baselines import sets
+
+    with Store(db, read_only=True) as store:
+        render(sets(store), fmt, f"baseline sets in {db}")
+
+
+@baseline_app.command("add")
+def baseline_add(
+    name: Annotated[str, typer.Argument(help="Name of the set (not a run's name).")],
+    runs: Annotated[list[str], typer.Argument(help="Runs (names or ids) to add.")],
+    db: DbOpt = Path(DEFAULT_DB),
+) -> None:
+    """Add runs to a baseline set, creating it: `traceprof diff NAME CAND` then compares with all of them."""
+    from traceprof.baselines import add
+
+    with Store(db, create=False) as store:
+        added, already = add(store, name, runs)
+    say(f"baseline set {name!r}: added {', '.join(added) or 'nothing'}"
+        + (f"; already in it: {', '.join(already)}" if already else ""))
+
+
+@baseline_app.command("rm")
+def baseline_rm(
+    name: Annotated[str, typer.Argument(help="Name of the set.")],
+    runs: Annotated[list[str] | None, typer.Argument(help="Runs to remove (default: the whole set).")] = None,
+    db: DbOpt = Path(DEFAULT_DB),
+) -> None:
+    """Remove runs from a baseline set, or the whole set (the runs stay in the store)."""
+    from traceprof.baselines import remove
+
+    with Store(db, create=False) as store:
+        n = remove(store, name, runs or [])
+    say(f"baseline set {name!r}: removed {n} run(s)" + ("" if runs else " (the set is gone)"))
+
+
+@app.command()
+def history(
+    job: Annotated[str, typer.Argument(
+        help="The job's runs: a baseline set, runs separated by commas, or the start of their names (nightly_).")],
+    db: DbOpt = Path(DEFAULT_DB),
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Show only this metric (repeatable).")] = None,
+    window: Annotated[int, typer.Option("--window", help="Most earlier runs a run's noise band is computed from.")] = 10,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
+    fmt: FormatOpt = Format.table,
+    raw: RawOpt = False,
+    no_cache: NoCacheOpt = False,
+) -> None:
+    """Each gate metric of a job's runs in recording order, with its noise band and change points (drift
+    before it crosses the diff gate)."""
+    from traceprof.history import history as job_history
+    from traceprof.resultcache import caching
+
+    with Store(db, read_only=True) as store, caching(not no_cache):
+        res = job_history(store, job, window=window, mfu_options=dict(_kv(p) for p in param or []))
+    frame = res.frame
+    if metric:
+        unknown = sorted(set(metric) - set(frame["metric"]))
+        if unknown:
+            raise UsageError(f"--metric {unknown[0]!r}: the job has metrics {', '.join(dict.fromkeys(frame['metric']))}")
+        frame = frame.filter(pl.col("metric").is_in(metric))
+    if fmt is Format.json:
+        sys.stdout.write(orjson.dumps({**res.to_dict(), "rows": frame.to_dicts()}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    render(frame, fmt, f"history of {job}", raw)
+    for note in res.notes:
+        say(note, out if fmt is Format.table else err)
 
 
 def _fraction(key: str, raw: str) -> float:

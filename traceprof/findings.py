@@ -12,7 +12,8 @@ Algorithm:
      straggler analysis' ``cost_pct``; the combined verdict of ``traceprof.verdict`` where it exists),
      exposed communication (``overlap`` exposed_comm_pct, the worst rank, with the top cause from
      ``gaps``), idle (``temporal`` idle_pct), MFU (``mfu`` job: informational, no cost), and the
-     regression against a baseline (``traceprof.diff``: step-time change), and on runs with
+     regression against baselines (``traceprof.diff``: its verdict; cost: the step-time change of a
+     regression), and on runs with
      Flight Recorder or NCCL-plugin data a hang ``desync`` finds (its verdict: no cost, a problem
      unless clean).
   3. Rank findings by cost, largest first (those without a cost last), and give one combined
@@ -92,7 +93,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The combined verdict of one topic: ``status`` problem, ok or n/a, and one line of ``text``."""
+    """The combined verdict of one topic: ``status`` problem, ok, n/a or (the regression gate)
+    inconclusive, and one line of ``text``."""
 
     topic: str
     status: str
@@ -532,19 +534,22 @@ def _desync(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]
 
 
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
+    """The regression gate's verdict (``traceprof.diff``): ``problem`` on a structural or timing
+    regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: the step-time change."""
     if diff is None:
         return [], None
     if isinstance(diff, TraceprofError):
         return [], Verdict("regression", "n/a", f"not compared with the baseline: {diff}")
     summary = getattr(diff, "summary", "")
-    regressed = bool(getattr(diff, "regressed", False))
+    verdict = getattr(diff, "verdict", "ok")
     cost = None
     step = diff.frame.filter(pl.col("metric") == "step_time_ns")
-    if step.height and step["delta_pct"][0] is not None:
+    if verdict == "regression" and step.height and step["delta_pct"][0] is not None:
         cost = max(float(step["delta_pct"][0]), 0.0)
-    text = ("regression vs baseline: " if regressed else "vs baseline: ") + summary
-    return ([Finding("regression", text, cost, regressed, "diff")],
-            Verdict("regression", "problem" if regressed else "ok", text))
+    status, lead = {"regression": ("problem", "regression vs baseline: "),
+                    "inconclusive": ("inconclusive", "inconclusive vs baseline: ")}.get(verdict, ("ok", "vs baseline: "))
+    text = lead + summary
+    return [Finding("regression", text, cost, status == "problem", "diff")], Verdict("regression", status, text)
 
 
 def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofError],
@@ -596,15 +601,17 @@ def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] |
 
 def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str],
             force: bool = False) -> FrameResult | TraceprofError:
-    """``diff_runs(baseline, run)`` (``force``: runs that are not comparable by per-rank medians),
-    or the error that says why the runs cannot be compared.
+    """``diff_runs(baseline, run)`` (``baseline``: a run, runs separated by commas or a baseline
+    set; ``force``: runs that are not comparable by per-rank medians), or the error that says why
+    the runs cannot be compared.
 
     Raises:
-        StoreError: No such baseline run.
+        StoreError: No such baseline run or set.
     """
+    from traceprof.baselines import resolve
     from traceprof.diff import diff_runs
 
-    store.resolve_run(baseline)  # a missing baseline is an error, not a finding
+    resolve(store, baseline)  # a missing baseline is an error, not a finding
     try:
         return diff_runs(store, baseline, str(run_id), mfu_options=mfu_options, force=force)
     except TraceprofError as e:

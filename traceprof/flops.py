@@ -34,7 +34,7 @@ from traceprof.optree import with_parents
 from traceprof.peaks import canonical_dtype
 from traceprof.store import Store
 
-__all__ = ["SHAPE_OPS", "FlopsAccount", "op_flops", "palm_flops", "shape_flops", "sidecar_flops", "account"]
+__all__ = ["SHAPE_OPS", "FlopsAccount", "op_flops", "palm_flops", "signature_flops", "shape_flops", "sidecar_flops", "account"]
 
 Dims = list[list[int]]
 
@@ -200,20 +200,23 @@ def _quoted(names: tuple[str, ...] | list[str]) -> str:
     return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
 
 
-def shape_flops(store: Store, run_id: int) -> pl.DataFrame:
-    """FLOPs of the leaf matmul/convolution/attention ops of a run, from their recorded shapes.
+def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
+    """FLOPs of the leaf matmul/convolution/attention calls of a run, per call signature.
 
     Returns:
-        Frame with columns rank, step (ProfilerStep, null outside steps), name, dtype (canonical,
-        e.g. ``fp32``, ``bf16``; null if unknown), calls, flops (FLOPs of the calls whose shapes
-        the formula could use), unknown_calls (calls without usable shapes, not in ``flops``).
+        Frame with columns rank, step (ProfilerStep, null outside steps), name, dims (Kineto
+        ``Input Dims`` as stored, JSON text), dtype (canonical, e.g. ``fp32``; null if unknown),
+        calls (leaf calls of that signature in the rank-step), flops_call (FLOPs of one call, null
+        when the formula cannot use the shapes). Calls that differ only in ``Input type`` or
+        ``Concrete Inputs`` are separate rows.
     """
     ops = store.sql(_OPS_SQL.format(names=_quoted(list(SHAPE_OPS)), composite=_quoted(_COMPOSITE)), [run_id])
     tree = with_parents(ops, ["trace_id", "pid", "tid"], priority="prio")
     leaves = (tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))
               .group_by("rank", "step", "name", "dims", "types", "concrete").agg(pl.len().cast(pl.Int64).alias("calls")))
-    schema = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "name": pl.Utf8, "dtype": pl.Utf8, "calls": pl.Int64,
-                        "flops": pl.Float64, "unknown_calls": pl.Int64})
+    text = pl.Utf8
+    schema = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "name": text, "dims": text, "dtype": text,
+                        "calls": pl.Int64, "flops_call": pl.Float64})
     if leaves.is_empty():
         return pl.DataFrame(schema=schema)
     sigs = leaves.select("name", "dims", "types", "concrete").unique()
@@ -224,12 +227,25 @@ def shape_flops(store: Store, run_id: int) -> pl.DataFrame:
         t = msgspec.json.decode(types) if types else []
         dtype = next((canonical_dtype(x) for x in t if canonical_dtype(x)), None)
         rows.append((name, dims, types, concrete, dtype, op_flops(name, d, c) if d else None))
-    text = pl.Utf8
     per_sig = pl.DataFrame(rows, orient="row", schema={
         "name": text, "dims": text, "types": text, "concrete": text, "dtype": text, "flops_call": pl.Float64})
+    return (leaves.join(per_sig, on=["name", "dims", "types", "concrete"], how="left", nulls_equal=True)
+            .select(schema.names()).cast(schema))
+
+
+def shape_flops(store: Store, run_id: int) -> pl.DataFrame:
+    """FLOPs of the leaf matmul/convolution/attention ops of a run, from their recorded shapes.
+
+    Returns:
+        Frame with columns rank, step (ProfilerStep, null outside steps), name, dtype (canonical,
+        e.g. ``fp32``, ``bf16``; null if unknown), calls, flops (FLOPs of the calls whose shapes
+        the formula could use), unknown_calls (calls without usable shapes, not in ``flops``).
+    """
+    schema = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "name": pl.Utf8, "dtype": pl.Utf8, "calls": pl.Int64,
+                        "flops": pl.Float64, "unknown_calls": pl.Int64})
     unknown = pl.col("flops_call").is_null()
     return (
-        leaves.join(per_sig, on=["name", "dims", "types", "concrete"], how="left", nulls_equal=True)
+        signature_flops(store, run_id)
         .group_by("rank", "step", "name", "dtype")
         .agg(pl.col("calls").sum(), (pl.col("calls") * pl.col("flops_call")).sum().alias("flops"),
              pl.col("calls").filter(unknown).sum().alias("unknown_calls"))

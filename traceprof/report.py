@@ -54,6 +54,7 @@ ol.findings{padding-left:1.6em;margin:6px 0}ol.findings li{margin:4px 0;line-hei
 li.ok .cost{color:#2b7a2b}
 table.verdicts td{white-space:normal;text-align:left;max-width:1100px;overflow-wrap:anywhere}
 .st-problem{color:#a50f15;font-weight:600}.st-ok{color:#2b7a2b;font-weight:600}.st-na{color:#777}
+.st-inconclusive{color:#9a5b00;font-weight:600}
 .missing{color:#444;background:#f6f6f6;padding:6px 10px;margin:8px 0}
 """
 

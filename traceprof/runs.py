@@ -17,7 +17,7 @@ from traceprof import term
 from traceprof.errors import StoreError, UsageError
 from traceprof.store import Store
 
-__all__ = ["Removed", "remove", "rename", "check_name", "run_name"]
+__all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction"]
 
 
 def run_name(store: Store, run_id: int) -> str:
@@ -66,7 +66,7 @@ def _run_tables(store: Store) -> list[str]:
     return [n for n in names if n != "runs"] + ["runs"]
 
 
-def _transaction(store: Store, what: str, statements: list[tuple[str, list[object]]]) -> int:
+def transaction(store: Store, what: str, statements: list[tuple[str, list[object]]]) -> int:
     """Run ``statements`` in one transaction; the number of rows they changed."""
     con = store.con
     changed = 0
@@ -97,7 +97,7 @@ def remove(store: Store, run: str) -> Removed:
     in_files, parts = (int(x) for x in store.sql(
         "SELECT coalesce(sum(rows), 0) AS n, count(*) AS parts FROM parts WHERE run_id = ?", [run_id]).row(0))
     stmts: list[tuple[str, list[object]]] = [(f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)]
-    rows = _transaction(store, f"removing run {name!r}", stmts) + in_files - parts
+    rows = transaction(store, f"removing run {name!r}", stmts) + in_files - parts
     store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
     return Removed(name, run_id, traces, rows)
 
@@ -115,5 +115,5 @@ def rename(store: Store, old: str, new: str) -> int:
     if taken.height:
         raise UsageError(f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
                          f"remove it first with `traceprof runs rm {new}`")
-    _transaction(store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])])
+    transaction(store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])])
     return run_id

@@ -19,7 +19,7 @@ __all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS"
            "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Tables that a store in the Parquet layout (``traceprof.layout``) keeps as Parquet files, one per trace,
 #: beside the DuckDB file; the store shows each as a view of the same name and columns.
@@ -304,6 +304,16 @@ WHERE k.kind IN ('kernel', 'memcpy', 'memset')
             _c("first_end_ns", "BIGINT", "Earliest end among the ranks, NULL if no end is known", "ns"),
             _c("last_end_ns", "BIGINT", "Latest end among the ranks", "ns"),
             _c("match_method", "VARCHAR", "comms_id, pg_seq (process group + sequence number), ordinal, or step_order"),
+        ),
+    ),
+    Table(
+        "baselines",
+        "Named baseline sets for the regression gate (`traceprof baseline add NAME RUN...`): one row per "
+        "member run; `traceprof diff NAME CAND` compares a run with all of them",
+        (
+            _c("name", "VARCHAR NOT NULL", "Name of the baseline set"),
+            _RUN,
+            _c("added_at", "TIMESTAMP", "When the run was added to the set (UTC)"),
         ),
     ),
     Table(

@@ -1,4 +1,5 @@
-"""nccl_sum: communication time per collective op and per communication kernel, like nsys's NCCL summary.
+"""nccl_sum: communication time per collective op and per communication kernel, like nsys's NCCL summary,
+with where that time went (waiting for peers, launch, transfer) and the bandwidth achieved against the link.
 
 Algorithm:
   1. Collectives (any source: NCCL kernels of Kineto and nsys traces, gloo work, Flight Recorder
@@ -8,18 +9,44 @@ Algorithm:
      ``instances_total`` but not in the time statistics.
   2. Communication kernels (``events.class = 'comm'``, GPU sources only): the same statistics per
      kernel name (table ``kernels``).
+  3. Time split, from the ``collective_perf`` view (one row per collective call; the rules are its
+     column docs): each call's communication time, arrival to end (``span_ns``; on GPU sources the
+     kernel, on CPU sources from the enqueue), is wait for peers (arrival to the last arrival),
+     launch (last arrival to the last rank's start of its work: 0 on GPU sources, where arrival is
+     the kernel start) and transfer (to the end). Summed per op and per (rank, op) where a peer of
+     the call was traced (``traced_ranks`` >= 2); calls with no traced peer cannot tell waiting
+     from moving data and count as ``unsplit_ns``; ``split_pct`` = the split share of ``span_ns``.
+  4. Bandwidth (table ``bandwidth``), as nccl-tests defines it: per call algbw = S / transfer and
+     busbw = algbw x the op's bus factor (``traceprof.ops.BUS_RULES``: S and the factor per op);
+     NULL, never infinite, where the transfer is 0 or unknown or S is unknown. Per (source, op,
+     group size, message-size bucket, ceiling): the median and largest busbw, against the ceiling
+     of the calls' process group (``traceprof.links.choose_ceiling``): ``link_gbps`` when given,
+     else the link table by the ranks' device (``devices`` table, Kineto ``deviceProperties``,
+     else ``traces.device_name``): the network when the group's ranks run on several hosts
+     (``traces.host``; hosts unknown: when the group has more ranks than one node), else the
+     intra-node link; no ceiling for CPU and unknown devices, with the reason. Buckets are powers of
+     two, [2^k, 2^(k+1)) bytes. ``all_ranks_traced`` is false when a rank of a group was not
+     traced: its lateness may then hide in the transfer, so the bandwidth is a lower bound.
+
+A source that reports its own bandwidth (NCCL Inspector's algbw / busbw) keeps it in columns of its
+own beside the computed ones, which always come from the times, so that the two can be compared.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
+from analyses import _common
 from analyses._summary import summarize
-from traceprof.analysis import FrameResult, RunParams, register
+from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
+from traceprof.links import NETWORKS, choose_ceiling
+from traceprof.peaks import rank_devices
 from traceprof.store import Store
 
 _TIMED = ("SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
@@ -31,32 +58,69 @@ SELECT op AS name, count(*)::BIGINT AS instances_total, sum(bytes_in)::BIGINT AS
        string_agg(DISTINCT source, ',' ORDER BY source) AS sources
 FROM collectives WHERE run_id = ? GROUP BY op
 """
+_SPLIT = """
+SELECT {keys}op AS name, sum(span_ns)::BIGINT AS span_ns,
+       coalesce(sum(wait_ns) FILTER (traced_ranks >= 2), 0)::BIGINT AS wait_ns,
+       coalesce(sum(launch_ns) FILTER (traced_ranks >= 2), 0)::BIGINT AS launch_ns,
+       coalesce(sum(transfer_ns) FILTER (traced_ranks >= 2), 0)::BIGINT AS transfer_ns,
+       coalesce(sum(span_ns) FILTER (traced_ranks < 2), 0)::BIGINT AS unsplit_ns
+FROM collective_perf WHERE run_id = ? AND span_ns IS NOT NULL GROUP BY ALL
+"""
+_BW = """
+SELECT source, pg, pg_ranks, rank, op, group_size, size_bytes, transfer_ns, algbw_gbps, busbw_gbps, all_ranks_traced
+FROM collective_perf WHERE run_id = ? AND busbw_gbps IS NOT NULL
+"""
+_SPLIT_COLS = ["span_ns", "wait_ns", "launch_ns", "transfer_ns", "unsplit_ns", "split_pct"]
 
 
 @dataclass(frozen=True)
 class Params(RunParams):
-    """No parameters besides the run."""
+    """``link_gbps``: the ceiling busbw is compared with, GB/s per direction per GPU (10^9 bytes/s,
+    as busbw; beats the link table); ``network``: the network of groups that span hosts
+    (``traceprof.links.NETWORKS``: edr, hdr, ndr, xdr, roce100..roce800), when it is not the
+    device's reference system's."""
+
+    link_gbps: float | None = None
+    network: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "link_gbps", _common.positive_or_none("link_gbps", self.link_gbps))
+        if self.network:
+            _common.choice("network", self.network, NETWORKS)
 
 
 @dataclass(frozen=True)
 class Result(FrameResult):
     """``frame``: per op over the run: time_pct, total_ns, instances (timed), avg_ns, med_ns,
-    min_ns, max_ns, stddev_ns (int64 ns, null when no row is timed), ranks, name (the op),
-    instances_total (all rows), bytes_in (bytes, summed), sources. ``ranks``: timed statistics per
-    (rank, op). ``kernels``: per communication kernel name (GPU sources)."""
+    min_ns, max_ns, stddev_ns (int64 ns of end - start, null when no row is timed), ranks, name
+    (the op), instances_total (all rows), bytes_in (bytes, summed), sources, and the split of the
+    communication time (int64 ns): span_ns (arrival to end, summed) = wait_ns + launch_ns +
+    transfer_ns + unsplit_ns (calls with no traced peer), split_pct (0..100, the split share).
+    ``ranks``: the same per (rank, op). ``kernels``: per communication kernel name (GPU sources).
+    ``bandwidth``: per (source, op, group_size, size bucket, ceiling): size_bucket (label),
+    bucket_bytes (its lower bound, bytes), calls, size_bytes (median S, bytes), transfer_ns
+    (median), algbw_gbps and busbw_gbps (medians, GB/s), busbw_max_gbps, ceiling_gbps (null:
+    none), of_ceiling_pct (median busbw in % of the ceiling), ceiling (which link and why),
+    all_ranks_traced (false: bandwidth a lower bound)."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     kernels: pl.DataFrame = field(default_factory=pl.DataFrame)
+    bandwidth: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Collective (NCCL) summary"
+
+    def charts(self) -> list[Chart]:
+        return [Chart("Time in collectives: waiting for peers, launch, transfer (ns)", "name",
+                      ("wait_ns", "launch_ns", "transfer_ns", "unsplit_ns"), stacked=True, ylabel="ns")]
 
 
 @register("nccl_sum", Params)
 def run(store: Store, params: Params) -> Result:
-    """Communication time per op and per kernel (module doc).
+    """Communication time per op and per kernel, its split, and bandwidth against the link (module doc).
 
     Raises:
         StoreError: No such run.
         AnalysisError: The run has no collectives and no communication kernels.
+        UsageError: A bad ``link_gbps`` or ``network``.
     """
     run_id = store.resolve_run(params.run)
     counts = store.sql(_COUNTS, [run_id])
@@ -72,4 +136,146 @@ def run(store: Store, params: Params) -> Result:
     else:
         frame = timed.join(counts, on="name", how="full", coalesce=True).sort(
             ["total_ns", "name"], descending=[True, False], nulls_last=True)
-    return Result(frame=frame, ranks=ranks, kernels=kernels, notes=tuple(notes))
+    split, split_ranks = (_split(store.sql(_SPLIT.format(keys=k), [run_id])) for k in ("", "rank, "))
+    frame = _with(frame, split, ["name"])
+    ranks = _with(ranks, split_ranks, ["rank", "name"])
+    bandwidth, bw_notes = _bandwidth(store, run_id, params)
+    partial = store.sql("SELECT coalesce(sum(span_ns), 0) FROM collective_perf WHERE run_id = ? AND traced_ranks >= 2 "
+                        "AND NOT all_ranks_traced", [run_id]).item()
+    notes += [n for n in (_split_note(split, int(partial)),) if n] + bw_notes
+    return Result(frame=frame, ranks=ranks, kernels=kernels, bandwidth=bandwidth, notes=tuple(notes))
+
+
+def _split(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(
+        pl.when(pl.col("span_ns") > 0).then(100.0 * (pl.col("span_ns") - pl.col("unsplit_ns")) / pl.col("span_ns"))
+        .otherwise(None).alias("split_pct"))
+
+
+def _with(frame: pl.DataFrame, split: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+    """``frame`` with the split columns (null where the op has no timed call)."""
+    if frame.is_empty() or not set(on) <= set(frame.columns):
+        return frame
+    split = split.select(*on, *_SPLIT_COLS).with_columns(*(pl.col(c).cast(frame.schema[c]) for c in on))
+    return frame.join(split, on=on, how="left")
+
+
+def _split_note(split: pl.DataFrame, partial_ns: int) -> str | None:
+    """How much of the communication time is split into wait, launch and transfer; ``partial_ns``:
+    the split time of calls whose group was not traced on every rank."""
+    if split.is_empty():
+        return None
+    span = int(split["span_ns"].sum())
+    parts = {k: int(split[k].sum()) for k in ("wait_ns", "launch_ns", "transfer_ns", "unsplit_ns")}
+    if span <= 0:
+        return None
+    share = 100.0 * (span - parts["unsplit_ns"]) / span
+    pct = {k: 100.0 * v / span for k, v in parts.items()}
+    text = (f"communication time (arrival to end, all calls) {span / 1e6:,.3f} ms: {share:.1f}% split into wait for "
+            f"peers {pct['wait_ns']:.1f}%, launch {pct['launch_ns']:.1f}%, transfer {pct['transfer_ns']:.1f}%")
+    if partial_ns:
+        text += (f"; {100.0 * partial_ns / span:.1f}% among the traced ranks of groups not traced on every rank "
+                 "(an untraced rank may have arrived later: waits lower bounds, transfers upper bounds)")
+    if parts["unsplit_ns"]:
+        text += (f"; {pct['unsplit_ns']:.1f}% unsplit (calls with no traced peer: waiting cannot be told from "
+                 "moving data; trace every rank)")
+    return text
+
+
+def bucket_label(lo: int) -> str:
+    """``[lo, 2 lo)`` in binary units: ``512 KiB-1 MiB``; ``0 B`` for 0."""
+    def fmt(x: int) -> str:
+        units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+        k = 0
+        while x >= 1024 and k < len(units) - 1:
+            x, k = x // 1024, k + 1
+        return f"{x} {units[k]}"
+    return "0 B" if lo <= 0 else f"{fmt(lo)}-{fmt(2 * lo)}"
+
+
+def _buckets(size: pl.Series) -> pl.Series:
+    """Lower bound 2^floor(log2 S) of each size (bytes; 0 for 0): ``frexp`` gives the exponent
+    exactly for sizes below 2^53."""
+    arr = size.to_numpy().astype(np.float64)
+    _, e = np.frexp(arr)
+    lo = np.where(arr > 0, np.ldexp(1.0, e - 1), 0.0).astype(np.int64)
+    return pl.Series("bucket_bytes", lo, dtype=pl.Int64)
+
+
+def _ceilings(store: Store, run_id: int, rows: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """Ceiling (gbps, text) per process group (source, pg, pg_ranks) of ``rows`` (module doc, step 4)."""
+    devices = {r: d for r, d in rank_devices(store, run_id).select("rank", "device_name").iter_rows()}
+    hosts = {r: h for r, h in store.sql("SELECT rank, any_value(host) AS host FROM traces WHERE run_id = ? "
+                                        "GROUP BY rank", [run_id]).iter_rows()}
+    out = []
+    groups = rows.group_by("source", "pg", "pg_ranks").agg(pl.col("rank").unique(), pl.col("group_size").max())
+    for src, pg, pg_ranks, seen, n in groups.iter_rows():
+        members = sorted(set(seen) | set(_ranks(pg_ranks)))
+        names = [devices.get(r) for r in seen if devices.get(r)]
+        device = max(set(names), key=lambda x: (names.count(x), x)) if names else None
+        member_hosts = [hosts.get(r) for r in members]
+        spans = None if any(h is None for h in member_hosts) else len(set(member_hosts)) > 1
+        c = choose_ceiling(device, spans, n, params.link_gbps, params.network)
+        out.append((src, pg, pg_ranks, c.gbps, c.text))
+    return pl.DataFrame(out, schema={"source": pl.Utf8, "pg": pl.Utf8, "pg_ranks": pl.Utf8, "ceiling_gbps": pl.Float64,
+                                     "ceiling": pl.Utf8}, orient="row")
+
+
+def _ranks(pg_ranks: str | None) -> list[int]:
+    """Member ranks of a canonical ``pg_ranks`` list (``"[0, 1]"``), [] when unknown."""
+    if not pg_ranks:
+        return []
+    try:
+        return [int(x) for x in pg_ranks.strip("[]").split(",") if x.strip()]
+    except ValueError:
+        return []
+
+
+def _bandwidth(store: Store, run_id: int, params: Params) -> tuple[pl.DataFrame, list[str]]:
+    """The ``bandwidth`` table and its notes (module doc, step 4)."""
+    rows = store.sql(_BW, [run_id])
+    if rows.is_empty():
+        sized, alg = store.sql("SELECT count(size_bytes), count(algbw_gbps) FROM collective_perf WHERE run_id = ?",
+                               [run_id]).row(0)
+        why = ("no call records its message size" if not sized else
+               "no call with a known size has a transfer time above 0 (it is 0 or unknown)" if not alg else
+               "the process groups' sizes are unknown, so no bus factor (algbw_gbps in collective_perf)")
+        return pl.DataFrame(), [f"bandwidth: none ({why})"]
+    ceilings = _ceilings(store, run_id, rows, params)
+    rows = rows.join(ceilings, on=["source", "pg", "pg_ranks"], how="left", nulls_equal=True).with_columns(
+        _buckets(rows["size_bytes"]))
+    keys = ["source", "op", "group_size", "bucket_bytes", "ceiling"]
+    bw = rows.group_by(keys).agg(
+        pl.len().alias("calls"), _common.whole_ns(pl.col("size_bytes").median()).alias("size_bytes"),
+        _common.whole_ns(pl.col("transfer_ns").median()), pl.col("transfer_ns").sum().alias("_total"),
+        pl.col("algbw_gbps").median(), pl.col("busbw_gbps").median(), pl.col("busbw_gbps").max().alias("busbw_max_gbps"),
+        pl.col("ceiling_gbps").first(), pl.col("all_ranks_traced").all(),
+    ).with_columns(
+        pl.col("bucket_bytes").map_elements(bucket_label, return_dtype=pl.Utf8).alias("size_bucket"),
+        (100.0 * pl.col("busbw_gbps") / pl.col("ceiling_gbps")).alias("of_ceiling_pct"),
+    ).sort("source", "op", "group_size", "bucket_bytes", "ceiling")
+    notes = [_headline(r) for r in bw.sort("_total", descending=True).unique("op", keep="first", maintain_order=True)
+             .iter_rows(named=True)]
+    if not bw["all_ranks_traced"].all():
+        notes.append("bandwidth: some groups were not traced on every rank (all_ranks_traced false): an untraced "
+                     "rank's lateness may be inside the transfer, so those figures are lower bounds")
+    cols = ["source", "op", "group_size", "size_bucket", "bucket_bytes", "calls", "size_bytes", "transfer_ns",
+            "algbw_gbps", "busbw_gbps", "busbw_max_gbps", "ceiling_gbps", "of_ceiling_pct", "ceiling",
+            "all_ranks_traced"]
+    return bw.select(cols), notes
+
+
+def _headline(r: dict[str, object]) -> str:
+    """``all_reduce, 16 MiB-32 MiB messages, 8 ranks: busbw 180 GB/s of 450 GB/s (40%; NVLink 4, ...)``."""
+    busbw = float(r["busbw_gbps"])  # type: ignore[arg-type]
+    head = (f"{r['op']}, {bucket_label(int(r['bucket_bytes']))} messages"  # type: ignore[call-overload]
+            + (f", {r['group_size']} ranks" if r["group_size"] is not None else "")
+            + f" (most transfer time, {r['calls']} calls): busbw {_gbps(busbw)} GB/s (median)")
+    gbps = r["ceiling_gbps"]
+    if gbps is None or not math.isfinite(float(gbps)):  # type: ignore[arg-type]
+        return f"{head}; {r['ceiling']}"
+    return f"{head} of {_gbps(float(gbps))} GB/s ({100.0 * busbw / float(gbps):.0f}%; {r['ceiling']})"  # type: ignore[arg-type]
+
+
+def _gbps(x: float) -> str:
+    return f"{x:,.3g}" if x < 100 else f"{x:,.0f}"

@@ -46,7 +46,9 @@ from traceprof.store import Store
 __all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_analyses", "build", "summarize"]
 
 #: Analyses the report and the summary run, in report order (those not registered are skipped).
-REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "mfu")
+#: ``nccl_sum``: collective efficiency (time split into wait / launch / transfer, busbw against the link).
+REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "nccl_sum",
+                   "mfu")
 
 #: What each analysis needs and how to get it, shown when it does not apply to a run.
 NEEDS = {
@@ -60,6 +62,7 @@ NEEDS = {
     "stragglers": "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)",
     "whatif": "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)",
     "desync": "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
+    "nccl_sum": "collectives or communication kernels (any source)",
     "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
 }
 HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "

@@ -54,14 +54,12 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from traceprof.schema import ARRIVAL_SQL  # the arrival rule, declared with the view that reads it too
 from traceprof.store import Store
 
 __all__ = ["ARRIVAL_SQL", "P2P_OPS", "CROSS_STEP_SHARE", "MatchSummary", "match_run", "refresh_instances",
            "preferred_source", "unmatched_p2p", "canonical_ranks", "fallback_note", "RUN_STEPS_SQL", "run_steps"]
 
-#: SQL expression (over a collectives row) for the time a rank arrives at the collective.
-ARRIVAL_SQL = ("CASE WHEN source IN ('nccl_kernel', 'nccl_inspector') THEN coalesce(start_ns, enter_ns) "
-               "ELSE coalesce(enter_ns, start_ns) END")
 
 #: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step: the
 #: k-th step of every rank's own step list is the same step, labelled with the lowest rank's number

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-__all__ = ["normalize_op", "kernel_op", "dtype_bytes"]
+__all__ = ["normalize_op", "kernel_op", "dtype_bytes", "BusRule", "BUS_RULES", "bus_rule", "size_bytes_sql",
+           "bus_factor_sql"]
 
 # Checked in order: the first fragment found in the squashed name wins (reducescatter before reduce).
 _OPS = (
@@ -72,3 +74,80 @@ def dtype_bytes(dtype: object) -> int | None:
     if not dtype or not isinstance(dtype, str):
         return None
     return _DTYPE_BYTES.get(dtype.rsplit("::", 1)[-1].lower())
+
+
+@dataclass(frozen=True)
+class BusRule:
+    """nccl-tests' bandwidth convention of one collective op (its ``doc/PERFORMANCE.md``).
+
+    ``size``: which bytes are the message size S in algbw = S / time: ``buffer`` (the op's own
+    buffer, ``bytes_in``, else ``bytes_out``), ``n_out`` (the output of all ranks: ``bytes_out``,
+    which holds n x the per-rank input, else n x ``bytes_in``), ``n_in`` (the input of all ranks:
+    ``bytes_in``, which holds n x the per-rank output, else n x ``bytes_out``). ``factor``: busbw =
+    algbw x factor, ``2(n-1)/n``, ``(n-1)/n`` or ``1``, n the ranks in the process group.
+    """
+
+    size: str
+    factor: str
+
+
+#: Per normalized op (:func:`normalize_op`); a ``*_coalesced`` op follows its base op, and ops not
+#: listed (barrier, unknown) have no bandwidth. Data: extend it here.
+BUS_RULES: dict[str, BusRule] = {
+    "all_reduce": BusRule("buffer", "2(n-1)/n"),
+    "all_gather": BusRule("n_out", "(n-1)/n"),
+    "reduce_scatter": BusRule("n_in", "(n-1)/n"),
+    "all_to_all": BusRule("buffer", "(n-1)/n"),
+    "gather": BusRule("n_out", "(n-1)/n"),
+    "scatter": BusRule("n_in", "(n-1)/n"),
+    "broadcast": BusRule("buffer", "1"),
+    "reduce": BusRule("buffer", "1"),
+    "send": BusRule("buffer", "1"),
+    "recv": BusRule("buffer", "1"),
+    "send_recv": BusRule("buffer", "1"),
+}
+
+
+def bus_rule(op: str | None) -> BusRule | None:
+    """The :data:`BUS_RULES` entry of a normalized op (``all_reduce_coalesced`` -> ``all_reduce``'s), or None."""
+    if not op:
+        return None
+    return BUS_RULES.get(op.removesuffix("_coalesced"))
+
+
+_SIZE_SQL = {
+    "buffer": "coalesce({c}bytes_in, {c}bytes_out)",
+    # a 0 in the whole-array column (a gather's non-root output) says nothing: the per-rank part x n
+    "n_out": "coalesce(nullif({c}bytes_out, 0), try_cast({n}::HUGEINT * {c}bytes_in AS BIGINT))",
+    "n_in": "coalesce(nullif({c}bytes_in, 0), try_cast({n}::HUGEINT * {c}bytes_out AS BIGINT))",
+}
+_FACTOR_SQL = {"2(n-1)/n": "2.0 * ({n} - 1) / {n}", "(n-1)/n": "1.0 * ({n} - 1) / {n}", "1": "1.0"}
+
+
+def _case(op: str, exprs: dict[str, str]) -> str:
+    """A SQL ``CASE`` on the base op (``_coalesced`` removed) of column ``op``, with
+    ``exprs[rule]`` for the ops of each rule (keys of :data:`BUS_RULES`' ``size`` or ``factor``);
+    other ops give NULL."""
+    base = f"regexp_replace({op}, '_coalesced$', '')"
+    field = "size" if set(exprs) == set(_SIZE_SQL) else "factor"
+    whens = []
+    for rule, expr in exprs.items():
+        ops = [o for o, r in BUS_RULES.items() if getattr(r, field) == rule]
+        if ops:
+            whens.append(f"WHEN {base} IN ({', '.join(repr(o) for o in ops)}) THEN {expr}")
+    return f"CASE {' '.join(whens)} END"
+
+
+def size_bytes_sql(n: str, table: str = "") -> str:
+    """SQL for the message size S (bytes) of a ``collectives`` row by :data:`BUS_RULES`: ``n`` is
+    the SQL of the ranks in the process group, ``table`` an alias prefix (``"c."``). NULL when
+    the op has no rule, or the sizes (or n, where S needs it) are unknown; a product beyond
+    BIGINT is NULL too."""
+    return _case(f"{table}op", {k: v.format(c=table, n=n) for k, v in _SIZE_SQL.items()})
+
+
+def bus_factor_sql(n: str, op: str = "op") -> str:
+    """SQL for the bus factor of column ``op`` by :data:`BUS_RULES` (DOUBLE; NULL when the op has
+    no rule, or n is unknown where the factor needs it). ``n``: SQL of the ranks in the process
+    group, NULL or at least 1."""
+    return _case(op, {k: v.format(n=n) for k, v in _FACTOR_SQL.items()})

@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["SCHEMA_VERSION", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "PARQUET_TABLES", "Column", "Table",
+from traceprof.ops import bus_factor_sql, size_bytes_sql
+
+__all__ = ["SCHEMA_VERSION", "ARRIVAL_SQL", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "PARQUET_TABLES", "Column", "Table",
            "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
@@ -43,6 +45,13 @@ EVENT_KINDS = (
     "counter",
     "other",
 )
+
+#: SQL expression (over a ``collectives`` row) for the time a rank arrives at the collective: the
+#: start of the communication kernel on GPU traces (the GPU reaches the collective), otherwise the
+#: CPU enqueue (gloo's c10d op, Flight Recorder ``time_created_ns``), falling back to the start of
+#: the work. The one rule: matching, stragglers, what-if and the ``collective_perf`` view read it.
+ARRIVAL_SQL = ("CASE WHEN source IN ('nccl_kernel', 'nccl_inspector') THEN coalesce(start_ns, enter_ns) "
+               "ELSE coalesce(enter_ns, start_ns) END")
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
 #: PrivateUse1); their ``correlation`` links them to the GPU rows they started.
@@ -87,6 +96,48 @@ def _c(name: str, type_: str, doc: str, unit: str = "") -> Column:
 _RUN = _c("run_id", "INTEGER", "Run (one training job) this row belongs to; see runs")
 _RANK = _c("rank", "INTEGER", "Global rank of the process that recorded the row")
 _TRACE = _c("trace_id", "INTEGER", "Source file this row came from; see traces")
+
+#: Columns of ``collectives`` (the view ``collective_perf`` repeats some of them).
+_COLLECTIVE_COLUMNS: tuple[Column, ...] = (
+        _RUN,
+        _RANK,
+        _TRACE,
+        _c("source", "VARCHAR", "Where the row came from: nccl_kernel, gloo, record_param_comms, fr, nccl_profiler, "
+           "nccl_inspector, ndtimeline"),
+        _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
+        _c("pg_ranks", "VARCHAR", "Member ranks of the process group as a JSON list ('[0, 1]': args.'Process Group "
+           "Ranks', FR pg_config), NULL if unknown; with pg it identifies the group"),
+        _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
+           "and collectives count separately"),
+        _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
+        _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL Inspector: "
+           "communicator:op:coll_sn (its sequence numbers count per op); NULL if absent"),
+        _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
+        _c("dtype", "VARCHAR", "Element type"),
+        _c("nelems_in", "BIGINT", "Input elements", "elements"),
+        _c("nelems_out", "BIGINT", "Output elements", "elements"),
+        _c("bytes_in", "BIGINT", "Input size", "bytes"),
+        _c("bytes_out", "BIGINT", "Output size", "bytes"),
+        _c("group_size", "INTEGER", "Ranks in the process group"),
+        _c("enter_ns", "BIGINT", "CPU enqueue of the collective (record_param_comms / c10d op)", "ns"),
+        _c("start_ns", "BIGINT", "Start of the communication (NCCL kernel / gloo work)", "ns"),
+        _c("end_ns", "BIGINT", "End of the communication", "ns"),
+        _c("stream", "BIGINT", "GPU stream of the NCCL kernel, NULL on CPU"),
+        _c("tid", "VARCHAR", "CPU thread of the gloo work, NULL on GPU"),
+        _c("step", "INTEGER", "ProfilerStep the collective belongs to"),
+        _c("ordinal", "INTEGER", "k-th collective of this (pg, op) on the rank, from 0"),
+        _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
+        _c("match_method", "VARCHAR", "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
+           "(sequence numbers that cannot be per group, matched by order in the step instead)"),
+    
+)
+
+
+def _pick(columns: tuple[Column, ...], *names: str) -> tuple[Column, ...]:
+    """The columns called ``names``, in that order."""
+    by = {c.name: c for c in columns}
+    return tuple(by[n] for n in names)
+
 
 TABLES: tuple[Table, ...] = (
     Table(
@@ -200,38 +251,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         "collectives",
         "One collective call on one rank (Kineto and nsys NCCL kernels, gloo annotations, FR entries, NCCL plugin and Inspector records)",
-        (
-            _RUN,
-            _RANK,
-            _TRACE,
-            _c("source", "VARCHAR", "Where the row came from: nccl_kernel, gloo, record_param_comms, fr, nccl_profiler, "
-               "nccl_inspector, ndtimeline"),
-            _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
-            _c("pg_ranks", "VARCHAR", "Member ranks of the process group as a JSON list ('[0, 1]': args.'Process Group "
-               "Ranks', FR pg_config), NULL if unknown; with pg it identifies the group"),
-            _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
-               "and collectives count separately"),
-            _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
-            _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL Inspector: "
-               "communicator:op:coll_sn (its sequence numbers count per op); NULL if absent"),
-            _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
-            _c("dtype", "VARCHAR", "Element type"),
-            _c("nelems_in", "BIGINT", "Input elements", "elements"),
-            _c("nelems_out", "BIGINT", "Output elements", "elements"),
-            _c("bytes_in", "BIGINT", "Input size", "bytes"),
-            _c("bytes_out", "BIGINT", "Output size", "bytes"),
-            _c("group_size", "INTEGER", "Ranks in the process group"),
-            _c("enter_ns", "BIGINT", "CPU enqueue of the collective (record_param_comms / c10d op)", "ns"),
-            _c("start_ns", "BIGINT", "Start of the communication (NCCL kernel / gloo work)", "ns"),
-            _c("end_ns", "BIGINT", "End of the communication", "ns"),
-            _c("stream", "BIGINT", "GPU stream of the NCCL kernel, NULL on CPU"),
-            _c("tid", "VARCHAR", "CPU thread of the gloo work, NULL on GPU"),
-            _c("step", "INTEGER", "ProfilerStep the collective belongs to"),
-            _c("ordinal", "INTEGER", "k-th collective of this (pg, op) on the rank, from 0"),
-            _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
-            _c("match_method", "VARCHAR", "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
-               "(sequence numbers that cannot be per group, matched by order in the step instead)"),
-        ),
+                _COLLECTIVE_COLUMNS,
     ),
     Table(
         "kernels",
@@ -315,6 +335,88 @@ WHERE k.kind IN ('kernel', 'memcpy', 'memset')
             _RUN,
             _c("added_at", "TIMESTAMP", "When the run was added to the set (UTC)"),
         ),
+    ),
+    Table(
+        "collective_perf",
+        "One collective call on one rank (a collectives row) with its time split into wait, launch and transfer "
+        "and its bandwidth as nccl-tests defines it; a source that reports its own figures (NCCL Inspector) keeps "
+        "them in columns of their own, beside these, which are always computed from the times",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            *_pick(_COLLECTIVE_COLUMNS, "source", "pg", "pg_ranks", "seq", "op", "dtype", "step", "instance_id"),
+            _c("arrival_ns", "BIGINT", "When this rank arrived: its NCCL kernel start on GPU sources, else its CPU "
+               "enqueue (enter_ns), else its start", "ns"),
+            *_pick(_COLLECTIVE_COLUMNS, "start_ns", "end_ns"),
+            _c("last_arrival_ns", "BIGINT", "Latest arrival of the instance's traced ranks (this row's own arrival "
+               "when unmatched)", "ns"),
+            _c("transfer_start_ns", "BIGINT", "When data could move: the last arrival, or the last traced rank's start "
+               "of its communication work when later (CPU sources, where arrival is the enqueue); equal to "
+               "last_arrival_ns on GPU sources", "ns"),
+            _c("span_ns", "BIGINT", "Communication time of the row, end_ns - arrival_ns = wait_ns + launch_ns + "
+               "transfer_ns; NULL when a time is unknown or the end precedes the arrival", "ns"),
+            _c("wait_ns", "BIGINT", "Waiting for peers: arrival to the last arrival (up to the end)", "ns"),
+            _c("launch_ns", "BIGINT", "Everyone arrived but some rank's communication work had not started yet: "
+               "last arrival to transfer_start_ns (backend queue and launch latency; 0 on GPU sources)", "ns"),
+            _c("transfer_ns", "BIGINT", "Moving data: transfer_start_ns to the end, never the wait for peers (0 when "
+               "the row ends before it: a wrong match or clock)", "ns"),
+            _c("group_size", "INTEGER", "Ranks n in the process group: collectives.group_size, else the length of "
+               "pg_ranks, else the instance's ranks present plus missing (not when some ranks of the job were not "
+               "traced); NULL if unknown"),
+            _c("traced_ranks", "INTEGER", "Ranks of the group traced at this instance (1 when unmatched)"),
+            _c("all_ranks_traced", "BOOLEAN", "Every rank of the group was traced at this instance, so transfer_ns "
+               "holds no wait; false: an untraced peer's lateness may be inside transfer_ns (bandwidth a lower "
+               "bound)"),
+            _c("size_bytes", "BIGINT", "Message size S as nccl-tests counts it: all-reduce, all-to-all, broadcast, "
+               "reduce, send/recv the buffer (bytes_in); all-gather and gather the output of all ranks (bytes_out, "
+               "else n x bytes_in); reduce-scatter and scatter the input of all ranks (bytes_in, else n x "
+               "bytes_out); NULL when unknown or the op moves no data (barrier)", "bytes"),
+            _c("bus_factor", "DOUBLE", "busbw / algbw (nccl-tests): all-reduce 2(n-1)/n; all-gather, "
+               "reduce-scatter, all-to-all, gather, scatter (n-1)/n; broadcast, reduce, send/recv 1"),
+            _c("algbw_gbps", "DOUBLE", "Algorithm bandwidth size_bytes / transfer_ns, in GB/s (10^9 bytes/s, not "
+               "gigabits); NULL when the size is unknown or the transfer is 0 or unknown, never infinite", "GB/s"),
+            _c("busbw_gbps", "DOUBLE", "Bus bandwidth algbw_gbps x bus_factor, comparable to a link's per-direction "
+               "bandwidth (GB/s); NULL when algbw_gbps or the factor is", "GB/s"),
+        ),
+        view_sql=f"""
+WITH a AS (
+  SELECT c.*, {ARRIVAL_SQL} AS arrival_ns,
+         CASE WHEN instance_id IS NOT NULL THEN max(start_ns) OVER (PARTITION BY run_id, instance_id)
+              ELSE start_ns END AS last_start_ns
+  FROM collectives c
+),
+-- runs that lack traces of some ranks of the job: there, the ranks seen in a group are not its size
+partial AS (
+  SELECT run_id FROM traces GROUP BY run_id HAVING count(DISTINCT rank) < max(world_size)
+),
+j AS (
+  SELECT a.*, coalesce(i.last_arrival_ns, a.arrival_ns) AS last_arr, coalesce(i.n_ranks, 1) AS traced,
+         coalesce(a.group_size, len(try_cast(a.pg_ranks AS INTEGER[])),
+                  CASE WHEN p.run_id IS NULL THEN i.n_ranks + len(i.ranks_missing) END) AS g
+  FROM a LEFT JOIN collective_instances i ON i.run_id = a.run_id AND i.instance_id = a.instance_id
+  LEFT JOIN partial p ON p.run_id = a.run_id
+),
+t AS (
+  SELECT *, CASE WHEN g >= 1 THEN g::INTEGER END AS group_n, greatest(last_arr, last_start_ns) AS t0,
+         CASE WHEN end_ns >= arrival_ns THEN end_ns - arrival_ns END AS span
+  FROM j
+),
+s AS (
+  SELECT *, {size_bytes_sql("group_n")} AS size_b, {bus_factor_sql("group_n")} AS factor,
+         CASE WHEN span IS NOT NULL THEN greatest(end_ns - t0, 0) END AS transfer
+  FROM t
+)
+SELECT run_id, rank, trace_id, source, pg, pg_ranks, seq, op, dtype, step, instance_id, arrival_ns, start_ns, end_ns,
+       last_arr AS last_arrival_ns, t0 AS transfer_start_ns, span AS span_ns,
+       CASE WHEN span IS NOT NULL THEN least(last_arr, end_ns) - arrival_ns END AS wait_ns,
+       CASE WHEN span IS NOT NULL THEN greatest(least(t0, end_ns) - last_arr, 0) END AS launch_ns,
+       transfer AS transfer_ns, group_n AS group_size, traced AS traced_ranks,
+       coalesce(traced >= group_n, false) AS all_ranks_traced, size_b AS size_bytes, factor AS bus_factor,
+       CASE WHEN transfer > 0 THEN size_b / transfer END AS algbw_gbps,
+       CASE WHEN transfer > 0 THEN size_b / transfer * factor END AS busbw_gbps
+FROM s
+""",
     ),
     Table(
         "parts",

@@ -270,6 +270,18 @@ class Store:
             self.dataset.refresh()
         if not read_only:
             self._refresh_views()
+        else:
+            self._stale_views = self._one("SELECT value FROM meta WHERE key = 'views'") != (schema.views_digest(),)
+            self._temp_views(self.con)
+
+    def _temp_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        """On a read-only store whose derived views an earlier traceprof created (another views
+        digest): this traceprof's views as temporary views of connection ``con``, which shadow the
+        stored ones (a view added since, such as ``collective_perf``, exists then too)."""
+        if getattr(self, "_stale_views", False):
+            for t in schema.TABLES:
+                if t.view_sql:
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {t.name} AS {t.view_sql.strip()}")
 
     def _refresh_views(self) -> None:
         """Replace the derived views of a store created by an earlier traceprof with this one's
@@ -319,6 +331,7 @@ class Store:
                 view.dataset = copy.copy(self.dataset)
                 view.dataset.con = view.con
                 view.dataset.refresh()
+            self._temp_views(view.con)
             yield view
         finally:
             with contextlib.suppress(duckdb.Error):

@@ -26,7 +26,8 @@ Algorithm:
   3. COLL and P2P pairs are ``collective`` events and ``collectives`` rows (source
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
-     ``Count``, enter = begin, end = end. (CommHash, SeqNum) identifies an instance across ranks.
+     ``Count`` as NCCL's API counts them: the input (``nelems_in``), except ReduceScatter's
+     ``recvcount``, the per-rank output (``nelems_out``); enter = begin, end = end. (CommHash, SeqNum) identifies an instance across ranks.
      GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
@@ -334,10 +335,13 @@ def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
         n = _int(a.get("Count"))
         size = dtype_bytes(dtype)
         comm = a.get("CommHash")
+        op = normalize_op(ev.name) if ev.name else "unknown"
+        nbytes = n * size if n is not None and size else None
+        side = "out" if op == "reduce_scatter" else "in"  # ncclReduceScatter's count is the per-rank output
         colls.append({
             "source": "nccl_profiler", "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
-            "seq": None if p2p else _int(a.get("SeqNum")), "op": normalize_op(ev.name) if ev.name else "unknown",
-            "dtype": dtype, "nelems_in": n, "bytes_in": n * size if n is not None and size else None,
+            "seq": None if p2p else _int(a.get("SeqNum")), "op": op, "dtype": dtype,
+            f"nelems_{side}": n, f"bytes_{side}": nbytes,
             "enter_ns": start, "start_ns": start, "end_ns": end, "tid": str(ev.tid),
         })
         if not record_fits(p, where, on_bad_event, rejected, (colls[-1], _COLL_SCHEMA), (events[-1], _EVENT_SCHEMA)):

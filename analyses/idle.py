@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
-from traceprof.activity import activity, step_window
+from traceprof.activity import activity, excluded_note, step_window
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -156,4 +156,5 @@ def run(store: Store, params: Params) -> Result:
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_stream, ranks=per_rank, notes=tuple(notes))

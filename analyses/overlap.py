@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import multi_device_ranks, run_activity
+from traceprof.activity import excluded_note, multi_device_ranks, run_activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import class_measures, subtract
 from traceprof.store import Store
@@ -99,7 +99,7 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    _, act = run_activity(store, params.run, hta=params.hta)
+    run_id, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _overlap(act, ["rank"])
     per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
     notes = []
@@ -114,4 +114,5 @@ def run(store: Store, params: Params) -> Result:
         notes.append(f"ranks without communication (overlap undefined): {no_comm}")
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

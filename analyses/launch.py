@@ -139,7 +139,7 @@ def run(store: Store, params: Params) -> Result:
         notes.append(f"{missing} kernels have no launch call in the trace (left out of the latency figures)")
     skewed = k.filter(pl.col("skewed").fill_null(False))
     if skewed.height:
-        most = int((skewed["launch_ts_ns"] - skewed["ts_ns"]).max() or 0)  # type: ignore[operator]
+        most = int((skewed["launch_ts_ns"] - skewed["ts_ns"]).max() or 0)  # type: ignore[arg-type]
         notes.append(f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
                      "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures")
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

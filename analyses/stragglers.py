@@ -68,7 +68,7 @@ provides):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -441,7 +441,8 @@ def _own_causes(store: Store, run_id: int, per: pl.DataFrame, split: pl.DataFram
     stepless = w["step"].is_null().all()  # e.g. Flight Recorder only: no steps, no compute to split
     units = _cause.per_unit(split, w) if not stepless else w.select(
         "rank", pl.col("instance_id").cast(pl.Int64).alias("unit"), pl.col("arrival_offset_ns").cast(pl.Float64))
-    scale = step_med or float(w["arrival_ns"].max() - w["arrival_ns"].min()) / max(w["instance_id"].n_unique(), 1)  # type: ignore[operator]
+    span = int(w["arrival_ns"].max() or 0) - int(w["arrival_ns"].min() or 0)  # type: ignore[arg-type]
+    scale = step_med or span / max(w["instance_id"].n_unique(), 1)  # without steps: the mean spacing
     rows = []
     for rank in look:
         ex = _cause.excess_at_last(split, w, rank)
@@ -454,7 +455,7 @@ def _own_causes(store: Store, run_id: int, per: pl.DataFrame, split: pl.DataFram
                      "extra_work_pct": more.pct if more else None, "_extra_ops": more.ops if more else None,
                      "_extra_what": more.what if more else None, "_excess": [ex[c] for c in _cause.CAUSES],
                      "_floor_what": "arrival lateness (no steps: per collective)" if stepless else cause})
-    schema = {"rank": per.schema["rank"], "cause": pl.Utf8, "floor_steps_won": pl.Int64, "floor_steps": pl.Int64,
+    schema: dict[str, Any] = {"rank": per.schema["rank"], "cause": pl.Utf8, "floor_steps_won": pl.Int64, "floor_steps": pl.Int64,
               "floor_p_value": pl.Float64, "excess_pct": pl.Float64, "extra_work_pct": pl.Float64,
               "_extra_ops": pl.Utf8, "_extra_what": pl.Utf8, "_excess": pl.List(pl.Float64), "_floor_what": pl.Utf8}
     return pl.DataFrame(rows, schema=schema)

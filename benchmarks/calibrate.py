@@ -189,8 +189,8 @@ def _rate(k: int, n: int) -> str:
     return f"{k} of {n}" + (f" ({100 * k / n:.0f}%)" if n else "")
 
 
-def report(rows: list[dict], diffs: list[dict] | None, alpha: float) -> dict:
-    """The figures (module doc) as a dict, printed as they are computed."""
+def report(rows: list[dict], alpha: float) -> dict:
+    """The verdict figures (module doc, 1-3) as a dict, printed as they are computed."""
     healthy = [r for r in rows if r["kind"] == "healthy"]
     slowed = [r for r in rows if r["kind"] == "slowed"]
     uniform = [r for r in rows if r["kind"] == "uniform"]
@@ -202,6 +202,7 @@ def report(rows: list[dict], diffs: list[dict] | None, alpha: float) -> dict:
         "slowed_wrong_rank": [sum(bool(set(r["named"]) - {r["rank"]}) for r in slowed), len(slowed)],
         "uniform_named": [sum(bool(r["named"]) or r["status"] == "problem" for r in uniform), len(uniform)],
     }
+    print(f"{len(rows)} runs: {len(healthy)} healthy, {len(slowed)} slowed, {len(uniform)} uniform regressions", flush=True)
     print(f"straggler problem on healthy runs: {_rate(*out['healthy_problem'])} (target: at most 1 in 20)")
     for r in healthy:
         if r["status"] == "problem":
@@ -218,7 +219,13 @@ def report(rows: list[dict], diffs: list[dict] | None, alpha: float) -> dict:
     for r in uniform:
         if r["named"] or r["status"] == "problem":
             print(f"    {r['name']}: {r['text'][:300]}")
-    if diffs is not None:
+    return out
+
+
+def report_diffs(diffs: list[dict]) -> dict:
+    """The diff gate's figures (module doc, 4) as a dict, printed as they are computed."""
+    out: dict = {}
+    if diffs:
         aa = [d for d in diffs if d["kind"] == "aa"]
         codes = {c: sum(d["exit"] == c for d in aa) for c in sorted({d["exit"] for d in aa})}
         out["aa_exit_codes"] = codes
@@ -262,13 +269,14 @@ def main(argv: list[str] | None = None) -> None:
         a.db = Path(tmp.name) / "calibrate.duckdb"
     try:
         rows = verdicts(a.db, runs)
+        figures = report(rows, a.alpha)
         diffs = None
         if not a.no_diff:
             healthy = [r.name for r in runs if r.kind == "healthy"]
             diffs = [{**diff(a.db, x, y), "kind": "aa"} for x, y in itertools.permutations(healthy, 2)]
             diffs += [{**diff(a.db, h, r.name), "kind": "injected", "cols": r.cols}
                       for r in runs if r.kind == "uniform" for h in healthy]
-        figures = report(rows, diffs, a.alpha)
+            figures.update(report_diffs(diffs))
         if a.json:
             a.json.write_text(json.dumps({"figures": figures, "runs": rows, "diffs": diffs}, indent=2, default=str))
     finally:

@@ -120,6 +120,7 @@ def combined_verdict(store: Store, run: str | None = None,
     """
     rule = _params("stragglers", run, options)  # the rule's thresholds
     st: Any = analysis.get("stragglers").run(store, rule)  # a stragglers Result
+    wi: Any  # a whatif Result, or None
     try:
         wi = analysis.get("whatif").run(store, _params("whatif", run, options))
     except AnalysisError:

@@ -52,12 +52,13 @@ provides):
      50 ms longer before one collective where skews are 0.2 ms) is named when its cost is at
      least 1% too. Runs without steps (Flight Recorder only: no compute to split) compare the
      suspect's arrival lateness per collective with the unsuspected ranks' instead.
-     Why: on 41 runs of the 4-rank CPU sample job recorded on a loaded 2-core machine
-     (``benchmarks/calibrate.py``), ranks last at 8-9 of 12 (p 0.003-0.0004) in healthy runs
-     were late from compute that the other ranks' noise matched (above the floor in at most 2
-     of 3 steps), while every sleeping rank that was last that often had its untraced host time
-     above every other rank's in 3 of 3 steps; a fixed 5% cost gate had dropped a slowed rank
-     at 4.0% and passed unslowed ones at 15-45%.
+     Why: on 36 runs of the 4-rank CPU sample job recorded on a loaded 2-core machine and the
+     samples (``benchmarks/calibrate.py``; README "Verdicts you can gate on"), ranks last at 8-10
+     of 12 (p 0.003 to 1e-6) in healthy and uniform-regression runs were late from compute that
+     the other ranks' noise matched (above the floor in at most 2 of 3 steps), while every
+     sleeping rank that was last that often had its untraced host time above every other rank's
+     in 3 of 3 steps; a fixed 5% cost gate had dropped a slowed rank at 1.5% (and, in issue 27,
+     one at 4.0%) and passed unslowed ones at 13-23%.
      A straggler is an exception: when more than ``max_named_share`` (a quarter) of the ranks
      qualify, none is named and the verdict calls it a systematic imbalance (the OSDI'25 SE
      trace: half the workers, pipeline stage 1, each last at ~75% of their transfers where chance

@@ -54,11 +54,11 @@ provides):
      suspect's arrival lateness per collective with the unsuspected ranks' instead.
      Why: on 36 runs of the 4-rank CPU sample job recorded on a loaded 2-core machine and the
      samples (``benchmarks/calibrate.py``; README "Verdicts you can gate on"), ranks last at 8-10
-     of 12 (p 0.003 to 1e-6) in healthy and uniform-regression runs were late from compute that
+     of 12 (p 0.003 to 4e-5) in healthy and uniform-regression runs were late from compute that
      the other ranks' noise matched (above the floor in at most 2 of 3 steps), while every
      sleeping rank that was last that often had its untraced host time above every other rank's
      in 3 of 3 steps; a fixed 5% cost gate had dropped a slowed rank at 1.5% (and, in issue 27,
-     one at 4.0%) and passed unslowed ones at 13-23%.
+     one at 4.0%) and passed unslowed ones at 5.5-23%.
      A straggler is an exception: when more than ``max_named_share`` (a quarter) of the ranks
      qualify, none is named and the verdict calls it a systematic imbalance (the OSDI'25 SE
      trace: half the workers, pipeline stage 1, each last at ~75% of their transfers where chance

@@ -34,7 +34,8 @@ import polars as pl
 from traceprof.flops import shape_flops
 from traceprof.store import Store
 
-__all__ = ["CAUSES", "binom_sf", "cause_of", "per_unit", "excess_at_last", "FloorTest", "floor_test", "ExtraWork", "extra_work"]
+__all__ = ["CAUSES", "binom_sf", "cause_of", "per_unit", "excess_at_last", "FloorTest", "floor_test", "ExtraWork",
+           "work_ops", "extra_work"]
 
 #: Component column -> the cause's name in verdicts.
 CAUSES = {"compute_ns": "compute", "comm_ns": "communication", "other_ns": "untraced host time"}
@@ -143,13 +144,16 @@ class ExtraWork:
     ops: str
 
 
-def extra_work(store: Store, run_id: int, rank: int, unsuspected: list[int]) -> ExtraWork | None:
-    """Module doc, step 4; None when the trace records no matmul-family ops or the rank's work per
-    step (median over steps) does not exceed every unsuspected rank's."""
-    if not unsuspected:
-        return None
-    ops = shape_flops(store, run_id).filter(pl.col("step").is_not_null())
-    if ops.is_empty():
+def work_ops(store: Store, run_id: int) -> pl.DataFrame:
+    """The run's matmul-family ops per rank, step and name (``traceprof.flops.shape_flops``, inside
+    steps): the input of :func:`extra_work`, read once for all suspects."""
+    return shape_flops(store, run_id).filter(pl.col("step").is_not_null())
+
+
+def extra_work(ops: pl.DataFrame, rank: int, unsuspected: list[int]) -> ExtraWork | None:
+    """Module doc, step 4, from :func:`work_ops`; None when the trace records no matmul-family ops
+    or the rank's work per step (median over steps) does not exceed every unsuspected rank's."""
+    if not unsuspected or ops.is_empty():
         return None
     use_flops = bool(ops["flops"].fill_null(0).sum() > 0)
     what, col = ("FLOPs", "flops") if use_flops else ("calls", "calls")

@@ -445,11 +445,14 @@ def _own_causes(store: Store, run_id: int, per: pl.DataFrame, split: pl.DataFram
     span = int(w["arrival_ns"].max() or 0) - int(w["arrival_ns"].min() or 0)  # type: ignore[arg-type]
     scale = step_med or span / max(w["instance_id"].n_unique(), 1)  # without steps: the mean spacing
     rows = []
+    ops: pl.DataFrame | None = None  # the matmul-family ops, read once when a suspect is late from compute
     for rank in look:
         ex = _cause.excess_at_last(split, w, rank)
         col, cause = _cause.cause_of(ex)
         ft = _cause.floor_test(units, rank, unsuspected, "arrival_offset_ns" if stepless else col)
-        more = _cause.extra_work(store, run_id, rank, unsuspected) if col == "compute_ns" else None
+        if col == "compute_ns" and ops is None:
+            ops = _cause.work_ops(store, run_id)
+        more = _cause.extra_work(ops, rank, unsuspected) if col == "compute_ns" and ops is not None else None
         rows.append({"rank": rank, "cause": cause, "floor_steps_won": ft.won if ft else None,
                      "floor_steps": ft.compared if ft else None, "floor_p_value": ft.p_value if ft else None,
                      "excess_pct": 100.0 * ft.excess_ns / scale if ft else None,

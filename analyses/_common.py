@@ -3,7 +3,8 @@
 Range checks for parameters, called from each ``Params.__post_init__``: every check raises
 :class:`traceprof.errors.UsageError` naming the parameter, the value given and the allowed range,
 so that the CLI (``-p key=value``) and Python API users get the same message. And
-:func:`whole_ns`, the one rounding of ns statistics to int64.
+:func:`whole_ns`, the one rounding of ns statistics to int64, and :func:`ratio_interval`, the one
+interval of a ratio of per-step means (the what-if slowdowns).
 """
 
 from __future__ import annotations
@@ -11,11 +12,50 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
 import polars as pl
 
 from traceprof.errors import UsageError
 
-__all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns"]
+__all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns", "ratio_interval", "BOOTSTRAP_REPS"]
+
+#: Resamples of :func:`ratio_interval`.
+BOOTSTRAP_REPS = 1000
+
+
+def ratio_interval(num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: int = BOOTSTRAP_REPS,
+                   seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap over steps of ``sum(num) / sum(den)`` (= mean / mean).
+
+    Args:
+        num, den: One value per step (ns), the same length N.
+        level: Two-sided coverage (0.95: the 2.5th and 97.5th percentiles).
+        reps: Resamples (each draws N steps with replacement).
+        seed: The generator's seed: the same input gives the same interval.
+
+    Returns:
+        (low, high); (nan, nan) without steps or with a zero denominator sum. With one step, both
+        are the ratio itself (no spread to resample). Memory: at most about a million draws at a
+        time, whatever N x reps; time O(N x reps).
+    """
+    num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    n = len(num)
+    if n == 0 or not den.sum():
+        return float("nan"), float("nan")
+    if n == 1:
+        r = float(num[0] / den[0])
+        return r, r
+    rng = np.random.default_rng(seed)
+    out = np.empty(reps)
+    chunk = max(1, (1 << 20) // n)
+    for at in range(0, reps, chunk):
+        k = min(chunk, reps - at)
+        idx = rng.integers(0, n, size=(k, n))
+        d = den[idx].sum(axis=1)
+        out[at:at + k] = np.divide(num[idx].sum(axis=1), d, out=np.full(k, np.nan), where=d != 0)
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.nanpercentile(out, [tail, 100 - tail])
+    return float(lo), float(hi)
 
 
 def whole_ns(x: pl.Expr) -> pl.Expr:

@@ -28,8 +28,11 @@ Algorithm:
      ``scheduled``: only the group's end entry records times).
   4. Status per (group, seq): ``ok``; ``mismatch`` (op / size / dtype differ); ``missing`` (some
      member never enqueued it); ``not_completed`` (enqueued by all, completed by some only, or by
-     none while later ones completed). ``unknown`` completion (no source timing, e.g. a gloo
-     dump without pg_status) is not an error.
+     none while later ones completed); ``in_flight``: the group's last seq, enqueued by all and
+     completed by some, while every earlier seq completed on every member: a healthy run whose
+     ranks wrote their dumps moments apart (one rank's copy finished, the others' were finishing),
+     not a divergence (a note says so; a hang leaves earlier seqs or members behind). ``unknown``
+     completion (no source timing, e.g. a gloo dump without pg_status) is not an error.
   5. Verdict: the first divergent collective (earliest enqueue, then group and seq) and the ranks
      behind: those that never enqueued it, the minority of a mismatch, or those that did not
      complete it while others did. A rank whose dump holds no collective at all (an empty FR
@@ -333,7 +336,18 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
                     "first_enter_ns": min(enters) if enters else None,
                     "_behind": _behind(status, odd, miss, known_done, com), "_tie": tie,
                     "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq]})  # type: ignore[operator]
+    _trailing_in_flight(out, members)
     return out, rank_rows
+
+
+def _trailing_in_flight(out: list[dict[str, Any]], members: tuple[int, ...]) -> None:
+    """Module doc, step 4: the group's last seq, not completed on some members while every earlier
+    seq completed on every member, is ``in_flight`` (dumps taken moments apart), not a divergence."""
+    if not out or out[-1]["status"] != "not_completed":
+        return
+    everyone = set(members)
+    if all(r["status"] == "ok" and set(r["ranks_completed"]) == everyone for r in out[:-1]):
+        out[-1].update(status="in_flight", _behind=[])
 
 
 def _compare(members: dict[int, list[dict[str, Any]]]) -> tuple[list[str], bool, list[int]]:
@@ -392,6 +406,15 @@ def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes
             f" but not by {behind}")
 
 
+def _in_flight_note(r: dict[str, Any]) -> str:
+    """What an ``in_flight`` seq is and why it is no divergence."""
+    done = set(r["ranks_completed"])
+    running = [m for m in r["ranks_enqueued"] if m not in done]
+    return (f"group {r['pg']!r} {r['members']} seq {r['seq']} ({r['op']}), the last one: still in flight on rank(s) "
+            f"{', '.join(map(str, running))}, completed on {', '.join(map(str, sorted(done)))}, every earlier seq "
+            "completed on every member: the dumps were taken moments apart, not a divergence")
+
+
 def _nothing_text(empty: dict[int, str], per_rank: list[dict[str, Any]]) -> str:
     who = ", ".join(f"{r} ({name})" for r, name in sorted(empty.items()))
     others = [r["last_enqueued"] for r in per_rank if r["rank"] not in empty and r["last_enqueued"] is not None]
@@ -432,7 +455,10 @@ def run(store: Store, params: Params) -> Result:
         if absent:
             notes.append(f"group {pg!r} {list(members)}: no record from rank(s) {', '.join(map(str, absent))} "
                          "(no dump, or nothing of this group in it)")
-    bad = [r for r in inst if r["status"] != "ok"]
+    bad = [r for r in inst if r["status"] not in ("ok", "in_flight")]
+    for r in inst:
+        if r["status"] == "in_flight":
+            notes.append(_in_flight_note(r))
     first = min(bad, key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
                 default=None)
     text = _verdict_text(first, len(inst), len(groups), notes)

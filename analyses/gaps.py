@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from analyses.overlap import exposed_comm
-from traceprof.activity import graph_level_notes, run_activity
+from traceprof.activity import excluded_note, graph_level_notes, run_activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import merge, union_ns
 from traceprof.store import Store
@@ -316,4 +316,5 @@ def run(store: Store, params: Params) -> Result:
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     notes += graph_level_notes(store, run_id)
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=causes, gaps=gaps, steps=steps, ranks=ranks, notes=tuple(notes))

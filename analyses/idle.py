@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
-from traceprof.activity import activity, graph_level_notes, step_window
+from traceprof.activity import activity, excluded_note, graph_level_notes, step_window
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -157,4 +157,5 @@ def run(store: Store, params: Params) -> Result:
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")
     notes += graph_level_notes(store, run_id)
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_stream, ranks=per_rank, notes=tuple(notes))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
-from traceprof.activity import activity, graph_level_notes
+from traceprof.activity import activity, excluded_note, graph_level_notes
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
@@ -170,4 +170,5 @@ def run(store: Store, params: Params) -> Result:
         notes.append(f"{int(per_rank['flagged_kernels'].sum())} GPU records flagged at ingest (events.flag: "
                      "before their launch, far outside the steps) are left out; flagged_kernels / flagged_ns")
     notes += graph_level_notes(store, run_id)
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=tuple(notes))

@@ -7,7 +7,9 @@ hash passes; the same figures DuckDB window functions gave, in about 65% of thei
      correlation id; ``kernels.first_of_launch``). One call can start many kernels (a CUDA graph
      replay gives every node the launch's correlation): the later ones were not launched by the
      CPU at that moment, so they are counted (``graph_kernels``) but not measured. Kernels whose
-     launch is not in the trace, and records flagged at ingest (``events.flag``), are left out.
+     launch is not in the trace, and records flagged at ingest as impossible (``events.flag``
+     before_launch, far_outside, ...), are left out; a kernel stamped a few us before its launch
+     call (``launch_skew``, clock jitter) is counted with its work but has no latency.
   2. The latency includes queueing behind earlier work on the lane. A kernel is launched onto an
      idle lane (device, stream) when every earlier kernel of it had ended by its launch; the latency of
      those is the launch overhead (``idle_latency_p50_ns``), plus any wait on another stream (an
@@ -26,16 +28,18 @@ import polars as pl
 from analyses import _common
 from traceprof.activity import graph_level_notes
 from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.classify import valid_sql
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
-#: The run's kernels (memcpy and memset aside); records flagged at ingest (before their own launch,
-#: far outside the steps) are left out.
-_KERNELS = """
+#: The run's kernels (memcpy and memset aside); records flagged at ingest as impossible (another
+#: clock domain, far outside the steps) are left out; a kernel a few us before its launch call
+#: (``launch_skew``: clock jitter) is counted but has no latency.
+_KERNELS = f"""
 SELECT trace_id, rank, device, stream, step, ts_ns, dur_ns, end_ns, correlation, launch_ts_ns,
-       launch_name ILIKE '%GraphLaunch%' AS graph_call, first_of_launch
+       launch_name ILIKE '%GraphLaunch%' AS graph_call, first_of_launch, flag = 'launch_skew' AS skewed
 FROM kernels
-WHERE run_id = ? AND kind = 'kernel' AND (flag IS NULL OR flag = 'overrun')
+WHERE run_id = ? AND kind = 'kernel' AND {valid_sql("")}
 """
 
 
@@ -88,7 +92,9 @@ def run(store: Store, params: Params) -> Result:
     lane = ["rank", "device", "stream"]
     k = k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True).with_columns(
         # one latency per launch call: its first GPU activity (a CUDA graph launch starts many kernels)
-        pl.when(pl.col("first_of_launch")).then(pl.col("ts_ns") - pl.col("launch_ts_ns")).alias("latency_ns"),
+        # (a kernel stamped before its own launch call, by clock jitter, has no measurable latency)
+        pl.when(pl.col("first_of_launch") & ~pl.col("skewed").fill_null(False))
+        .then(pl.col("ts_ns") - pl.col("launch_ts_ns")).alias("latency_ns"),
         (pl.col("launch_ts_ns").is_not_null()
          & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))).alias("graph_kernel"),
         # the lane's latest end before this kernel: idle at launch when it ended before the launch
@@ -133,4 +139,9 @@ def run(store: Store, params: Params) -> Result:
         missing = int((no_launch["kernels"] - no_launch["launched"]).sum())
         notes.append(f"{missing} kernels have no launch call in the trace (left out of the latency figures)")
     notes += graph_level_notes(store, run_id)
+    skewed = k.filter(pl.col("skewed").fill_null(False))
+    if skewed.height:
+        most = int((skewed["launch_ts_ns"] - skewed["ts_ns"]).max() or 0)  # type: ignore[arg-type]
+        notes.append(f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
+                     "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures")
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import graph_level_notes, multi_device_ranks, run_activity
+from traceprof.activity import excluded_note, graph_level_notes, multi_device_ranks, run_activity
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import class_measures, subtract
 from traceprof.store import Store
@@ -115,4 +115,5 @@ def run(store: Store, params: Params) -> Result:
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     notes += graph_level_notes(store, run_id)
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import graph_level_notes, multi_device_ranks, run_activity, step_window
+from traceprof.activity import excluded_note, graph_level_notes, multi_device_ranks, run_activity, step_window
 from traceprof.analysis import Chart, FrameResult, RunParams, register
 from traceprof.intervals import class_measures
 from traceprof.store import Store
@@ -88,4 +88,5 @@ def run(store: Store, params: Params) -> Result:
         notes.append(f"rank(s) {', '.join(map(str, multi))} drive several GPUs: the per-rank figures merge "
                      "their devices (one window over all); see the devices table")
     notes += graph_level_notes(store, run_id)
+    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

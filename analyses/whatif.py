@@ -32,8 +32,12 @@ Algorithm:
      the artifact's launch slowdown mean(actual) / mean(nogap), what *all* untraced host time
      costs (the GPU waiting for the CPU on every rank alike counts), and the host-gap slowdown
      mean(replay) / mean(typgap), what host gaps that *differ across ranks* cost (a rank that
-     sleeps, loads data or stalls; 1.0 when every rank has the same gaps). A run is straggling
-     when S or the host-gap slowdown exceeds 1.1 (the paper's threshold). On the artifact's traces
+     sleeps, loads data or stalls; 1.0 when every rank has the same gaps). Each has a 95%
+     interval, a percentile bootstrap over the steps (``_common.ratio_interval``: 1,000
+     resamples, seeded); a run is straggling (``straggling``) when the low end of S's or the
+     host-gap slowdown's interval exceeds 1.1 (the paper's threshold): with few steps or one
+     stalled step the interval reaches below it. That is the slowdown alone: a problem also needs
+     a cause (a rank, group or stage: ``traceprof.verdict``). On the artifact's traces
      S is 1.975 (AR), 1.536 (SE), 1.182 (ST) against the published 1.973, 1.537, 1.179, and the
      launch slowdown 1.005 / 1.002 / 1.018 against 1.007 / 1.005 / 1.019. Per step slowdowns (at
      least 1; ``clamped`` where the ideal is slower than the time it is compared with) and
@@ -111,8 +115,11 @@ class Result(FrameResult):
     recorded durations, or ``host``: the typical-gap replay with only that group's recorded host
     gaps), group, slowdown (at least 1), excess_alone_pct (that group alone, % of the kind's
     slowdown - 1, 0..100; null when there is no excess; not additive across groups). ``summary``:
-    one row with source, pool, gaps, ideal, steps, slowdown, host_slowdown, launch_slowdown,
-    model_slowdown, replay_error_pct, clamped_steps, transient_steps, straggling."""
+    one row with source, pool, gaps, ideal, steps, slowdown, slowdown_lo, slowdown_hi (its 95%
+    interval over steps), host_slowdown, host_slowdown_lo, host_slowdown_hi, launch_slowdown,
+    model_slowdown, replay_error_pct, clamped_steps, transient_steps, straggling (an interval's
+    low end above 1.1). ``blame`` rows by stage also carry slowdown_lo (the low end of that
+    stage's own interval; null for the other rows)."""
 
     blame: pl.DataFrame = field(default_factory=pl.DataFrame)
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -236,19 +243,26 @@ def run(store: Store, params: Params) -> Result:
         _blame(store, run_id, tl, charged, (gap0 if params.gaps == "median" else zero, dur0), ideal_gaps,
                (float(frame["ideal_ns"].mean()), None) if params.gaps == "median" else  # type: ignore[arg-type]
                (float(capped.mean()), frame[base].to_numpy()),  # type: ignore[arg-type]
-               s_model if params.gaps == "median" else s, "blocking", params),
+               s_model if params.gaps == "median" else s, "blocking", params,
+               frame["ideal_ns"].to_numpy() if params.gaps == "median" else capped.to_numpy()),
         _blame(store, run_id, tl, charged, (gap0, dur0), (gap_m, dur0), (float(frame["typgap_ns"].mean()), None),  # type: ignore[arg-type]
-               s_host, "host", params),
+               s_host, "host", params, frame["typgap_ns"].to_numpy()),
     ])
-    straggling = max(s, s_host) > STRAGGLING_S
+    # intervals over steps (percentile bootstrap): straggling needs the low end above 1.1
+    s_lo, s_hi = (max(x, 1.0) for x in _common.ratio_interval(frame[base].to_numpy(), capped.to_numpy()))
+    h_lo, h_hi = (max(x, 1.0) for x in _common.ratio_interval(frame["replay_ns"].to_numpy(),
+                                                               frame["typgap_ns"].to_numpy()))
+    straggling = max(s_lo, h_lo) > STRAGGLING_S
     summary = pl.DataFrame({"source": [source], "pool": [params.pool], "gaps": [params.gaps],
                             "ideal": [params.ideal], "steps": [frame.height],
-                            "slowdown": [s], "host_slowdown": [s_host], "launch_slowdown": [s_launch],
-                            "model_slowdown": [s_model],
+                            "slowdown": [s], "slowdown_lo": [s_lo], "slowdown_hi": [s_hi],
+                            "host_slowdown": [s_host], "host_slowdown_lo": [h_lo], "host_slowdown_hi": [h_hi],
+                            "launch_slowdown": [s_launch], "model_slowdown": [s_model],
                             "replay_error_pct": [err], "clamped_steps": [int(frame["clamped"].sum())],
                             "transient_steps": [len(transient.steps)], "straggling": [straggling]})
     s_uncapped = _ratio(frame[base], frame["ideal_ns"])
-    notes = _notes((s_raw, s_host, s_launch, s_model_raw, s_uncapped), err, frame, blame, params)
+    notes = _notes((s_raw, s_host, s_launch, s_model_raw, s_uncapped), (s_lo, s_hi, h_lo, h_hi), err, frame, blame,
+                   params)
     partial = _replay.partial_note(store, run_id, "the replay covers the traced ranks only (a collective starts "
                                    "at the last traced arrival; an untraced rank's delay counts as transfer time)")
     extra = tuple(n for n in (transient.note, partial) if n)
@@ -257,32 +271,41 @@ def run(store: Store, params: Params) -> Result:
 
 def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray, recorded: tuple[np.ndarray, np.ndarray],
            ideal: tuple[np.ndarray, np.ndarray], ref: tuple[float, np.ndarray | None], s_ref: float, kind: str,
-           params: Params) -> pl.DataFrame:
+           params: Params, ideal_steps: np.ndarray | None = None) -> pl.DataFrame:
     """Slowdown of the ``ideal`` replay with one group's ``recorded`` values put back (module doc,
     step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``. ``ref``: the mean
     step time the slowdown is over, and per step (in step order) the cap of each step's time, as
-    S caps the ideal at the step it is compared with (None: no cap). ``charged``: :func:`_charged`."""
+    S caps the ideal at the step it is compared with (None: no cap). ``charged``: :func:`_charged`.
+    ``ideal_steps``: the per-step time the slowdown is over (its mean is ``ref``'s), for the stage
+    rows' interval (``slowdown_lo``: the low end of a bootstrap over steps); None: that mean."""
     mean_ideal, cap = ref
     (gap0, dur0), (gap_i, dur_i) = recorded, ideal
     nodes = tl.nodes
     node_kind = nodes["kind"].to_numpy()
     none = np.zeros(len(node_kind), bool)
 
-    def with_group(mask: np.ndarray) -> float:
+    def per_step(mask: np.ndarray) -> np.ndarray:
+        """Each step's time with the group's recorded values put back (capped as S is)."""
         mg, md = (none, mask) if kind == "blocking" else (mask, none)
-        v = _replay.replay(tl, np.where(mg, gap0, gap_i), np.where(md, dur0, dur_i))
-        t = _step_t(tl, v)
-        return max(float(np.minimum(t, cap).mean() if cap is not None else t.mean()) / mean_ideal, 1.0)
+        t = _step_t(tl, _replay.replay(tl, np.where(mg, gap0, gap_i), np.where(md, dur0, dur_i)))
+        return np.minimum(t, cap) if cap is not None else t
+
+    def with_group(mask: np.ndarray) -> float:
+        return max(float(per_step(mask).mean()) / mean_ideal, 1.0)
 
     ranks = nodes["rank"].to_numpy()
     rows: list[tuple[str, str, float]] = []
     for r in np.unique(ranks[ranks >= 0]):
         rows.append(("rank", str(int(r)), with_group((ranks == r) & charged)))
     stages = _stages(store, run_id)
+    low: dict[str, float] = {}  # stage -> the low end of its alone slowdown's interval over steps
     if stages:
         stage_of = np.array([stages.get(int(r), -1) for r in ranks])
         for st in sorted(set(stages.values())):
-            rows.append(("stage", str(st), with_group(stage_of == st)))
+            t = per_step(stage_of == st)
+            rows.append(("stage", str(st), max(float(t.mean()) / mean_ideal, 1.0)))
+            low[str(st)] = max(_common.ratio_interval(t, np.broadcast_to(mean_ideal, t.shape) if ideal_steps is None
+                                                      else ideal_steps)[0], 1.0)
     if kind == "blocking":
         # each node's op name as an integer: the dense rank of its name (0: no name, instance nodes)
         name_code = tl.names.rank("dense").cast(pl.Int64).to_numpy()
@@ -305,8 +328,10 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray,
     excess_pct = (100 * (pl.col("slowdown") - 1) / (s_ref - 1)).clip(0.0, 100.0) if s_ref - 1 > 1e-9 else None
     blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
         pl.lit(kind).alias("kind"),
-        pl.lit(None, pl.Float64).alias("excess_alone_pct") if excess_pct is None else excess_pct.alias("excess_alone_pct"))
-    return blame.select("by", "kind", "group", "slowdown", "excess_alone_pct").sort(
+        pl.lit(None, pl.Float64).alias("excess_alone_pct") if excess_pct is None else excess_pct.alias("excess_alone_pct"),
+        pl.when(pl.col("by") == "stage").then(pl.col("group").replace_strict(low, default=None, return_dtype=pl.Float64))
+        .alias("slowdown_lo"))
+    return blame.select("by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct").sort(
         ["by", "slowdown", "group"], descending=[False, True, False])  # group: a total order
 
 
@@ -330,18 +355,21 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
     return out
 
 
-def _notes(raw: tuple[float, float, float, float, float], err: float, frame: pl.DataFrame, blame: pl.DataFrame,
-           params: Params) -> tuple[str, ...]:
+def _notes(raw: tuple[float, float, float, float, float], ci: tuple[float, float, float, float], err: float,
+           frame: pl.DataFrame, blame: pl.DataFrame, params: Params) -> tuple[str, ...]:
     s_raw, s_host, s_launch, s_model_raw, s_uncapped = raw
+    s_lo, s_hi, h_lo, h_hi = ci
     s = max(s_raw, 1.0)
-    verdict = "straggling" if max(s, s_host) > STRAGGLING_S else "not straggling"
+    verdict = ("straggling" if max(s_lo, h_lo) > STRAGGLING_S else
+               "not straggling" if max(s_hi, h_hi) <= STRAGGLING_S else "not shown to straggle")
     what = ("blocking slowdown S (no host gaps, recorded vs ideal op times" if params.gaps == "zero" else
             "S (mean actual step / mean ideal step with idealized host gaps")
     notes = [f"{what}; ideal: {'compute ops at their mean, transfers at their median' if params.ideal == 'mean' else params.ideal}"
-             f", pooled over {'ranks and steps' if params.pool == 'all' else 'ranks within each step'}) = {s:.3f}; "
-             f"host-gap slowdown (recorded host gaps vs each at its median over ranks) = {s_host:.3f}; {verdict} by "
-             f"the OSDI'25 threshold (either above {STRAGGLING_S}); launch slowdown (actual / no host gaps at all, "
-             f"the artifact's) = {s_launch:.3f}; replay error {err:.1f}% of step time"]
+             f", pooled over {'ranks and steps' if params.pool == 'all' else 'ranks within each step'}) = {s:.3f} "
+             f"[{s_lo:.3f}, {s_hi:.3f}]; host-gap slowdown (recorded host gaps vs each at its median over ranks) = "
+             f"{s_host:.3f} [{h_lo:.3f}, {h_hi:.3f}] (95% intervals, bootstrap over the {frame.height} steps); "
+             f"{verdict} by the OSDI'25 threshold (either interval's low end above {STRAGGLING_S}); launch slowdown "
+             f"(actual / no host gaps at all, the artifact's) = {s_launch:.3f}; replay error {err:.1f}% of step time"]
     ranks = blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
     if s > STRAGGLING_S and ranks.height:
         alone = ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").head(4).rows())

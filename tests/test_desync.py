@@ -205,19 +205,53 @@ def test_groups_with_the_same_name_and_not_completed(store, tmp_path):
     # Two groups named "0": [0, 1] and [2, 3], 3 collectives each, all completed.
     assert sorted({tuple(m) for m in res.frame["members"].to_list()}) == [(0, 1), (2, 3)]
     assert res.frame.height == 6 and res.verdict["status"][0] == "clean"
-    # Rank 3 never completes seq 3 (started, no completion), rank 2 did: rank 3 is behind.
+    # Rank 3's dump shows seq 3, the last, started but not completed, while rank 2 completed it and
+    # seqs 1 and 2 completed on both: the dumps were taken moments apart (rank 2's copy finished,
+    # rank 3's was finishing; a completed all-reduce proves both entered it): in flight, no
+    # divergence (issue 27).
     doc = json.loads((out / "rank3.fr.json").read_text())
-    e = doc["entries"][2]
-    e.update(time_discovered_completed_ns=0, state="started", duration_ms=None)
+    doc["entries"][2].update(time_discovered_completed_ns=0, state="started", duration_ms=None)
     doc["pg_status"]["0"]["last_completed_collective"] = "2"
-    bad = tmp_path / "bad"
-    shutil.copytree(out, bad)
-    (bad / "rank3.fr.json").write_text(json.dumps(doc))
-    with Store(tmp_path / "bad.duckdb") as other:
-        ingest(other, [bad], run="bad", jobs=1)
-        v = analyze(other, "desync", "bad").verdict.row(0, named=True)
-    assert (v["status"], v["members"], v["seq"], v["behind"]) == ("not_completed", [2, 3], 3, [3])
+    v = _edited(tmp_path, out, "trailing", doc)
+    assert (v["status"], v["behind"]) == ("clean", [])
+    assert ("group '0' [2, 3] seq 3 (all_reduce), the last one: still in flight on rank(s) 3, completed on 2, every "
+            "earlier seq completed on every member") in v["text"]
+    # Rank 3 also never completed seq 2 (it started seq 3 without finishing seq 2, as an
+    # asynchronous collective can): an earlier seq is behind, so this is a hang at seq 2, rank 3.
+    doc["entries"][1].update(time_discovered_completed_ns=0, state="started", duration_ms=None)
+    doc["pg_status"]["0"]["last_completed_collective"] = "1"
+    v = _edited(tmp_path, out, "hang", doc)
+    assert (v["status"], v["members"], v["seq"], v["behind"]) == ("not_completed", [2, 3], 2, [3])
     assert "completed by rank(s) 2 but not by 3" in v["text"]
+
+
+def _edited(tmp_path: Path, out: Path, name: str, rank3: dict) -> dict:
+    """The desync verdict of the folder ``out`` with ``rank3.fr.json`` replaced by ``rank3``."""
+    bad = tmp_path / name
+    shutil.copytree(out, bad)
+    (bad / "rank3.fr.json").write_text(json.dumps(rank3))
+    with Store(tmp_path / f"{name}.duckdb") as other:
+        ingest(other, [bad], run=name, jobs=1)
+        return analyze(other, "desync", name).verdict.row(0, named=True)
+
+
+def test_trailing_seq_in_flight_flip_point(store, tmp_path):
+    """The in-flight rule needs every earlier seq completed on every member, and the trailing seq
+    completed somewhere: rank 2 of the corpus dumps never completed seq 17, the last, while ranks
+    0, 1, 3 did (in flight: clean); the same with rank 2 also short of seq 16 is a hang at 16."""
+    def edit(last_completed: int):
+        def apply(rank, doc):
+            if rank == 2:
+                doc["pg_status"]["0"].update(last_completed_collective=str(last_completed))
+        return apply
+
+    _, v = _verdict(store, _copy(tmp_path, edit(16)))
+    assert (v["status"], v["behind"]) == ("clean", [])
+    assert "seq 17 (barrier), the last one: still in flight on rank(s) 2, completed on 0, 1, 3" in v["text"]
+    (tmp_path / "h").mkdir()
+    with Store(tmp_path / "h.duckdb") as other:
+        _, v = _verdict(other, _copy(tmp_path / "h", edit(15)))
+    assert (v["status"], v["seq"], v["behind"]) == ("not_completed", 16, [2])
 
 
 def test_needs_sequence_numbers(store):

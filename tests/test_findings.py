@@ -21,7 +21,8 @@ def test_regression_against_a_baseline_is_a_finding(store):
     assert {v.topic for v in f.verdicts} == {"stragglers", "communication", "idle", "utilization", "regression"}
     assert {m.analysis for m in f.missing} == {"idle", "kernels", "launch"}  # CPU-only sample: no GPU kernels
     frame = f.to_frame()
-    assert frame.columns == ["position", "topic", "cost_pct", "problem", "finding"] and frame.height == len(f.findings)
+    assert frame.columns == ["position", "topic", "cost_pct", "problem", "status", "finding"]
+    assert frame.height == len(f.findings)
 
 
 def test_baseline_that_cannot_be_compared_is_a_verdict_not_an_error(store):
@@ -84,14 +85,20 @@ def test_straggler_own_idle_and_wait_do_not_outrank_it(store):
     assert comm.text.startswith("exposed communication beyond waiting for the straggler (rank 3): 0% of the window")
 
 
-def test_no_single_straggler_is_a_problem_in_findings_and_verdict(store):
-    # trace_filter: what-if S = 1.340 with no rank to blame; the verdict says problem, so the
-    # finding is a problem too, costed as a named straggler is: 100 (S - 1) = 34%.
+def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
+    # trace_filter: what-if S = 1.340 (interval low end above 1.1), but no rank is last more often
+    # than chance (rank 1: 8 of 10 with 2 ranks, p = 0.055) and there is no stage or group: the
+    # run's variability, said in the findings with no cost, and the verdict is ok (issue 27: a
+    # problem needs a cause). The finding, the verdict, to_dict and the report say the same.
     ingest(store, [corpus("hta/trace_filter")])
     f = summarize(store, None)
     st = [x for x in f.findings if x.topic == "stragglers"][0]
-    assert st.problem and round(st.cost_pct) == 34 and st.text.startswith("no single straggler")
-    assert {v.topic: v.status for v in f.verdicts}["stragglers"] == "problem"
+    assert not st.problem and st.status == "ok" and st.cost_pct is None
+    assert st.text.startswith("no straggler: the job runs 34% slower than its ideal")
+    assert "the run's variability, not a problem" in st.text
+    assert {v.topic: v.status for v in f.verdicts}["stragglers"] == "ok"
+    d = f.to_dict()
+    assert [x["status"] for x in d["findings"] if x["topic"] == "stragglers"] == ["ok"]
 
 
 def test_flight_recorder_only_run_says_nothing_costs_step_time(store):
@@ -115,7 +122,8 @@ def test_impossible_mfu_is_never_ok(store):
     assert job > 100 and abs(job / pct - 2500) < 1e-6 * 2500
     v = {v.topic: v for v in f.verdicts}["utilization"]
     mfu = [x for x in f.findings if x.topic == "mfu"][0]
-    assert v.status == "n/a" and mfu.problem and v.text == mfu.text
+    # one verdict per topic: the finding carries the topic's n/a, not a problem of its own
+    assert v.status == "n/a" and mfu.status == "n/a" and not mfu.problem and v.text == mfu.text
     assert mfu.text.startswith("MFU unknown: MFU above 100% in ") and f"MFU {job:.1f}%" in mfu.text
 
 
@@ -131,7 +139,10 @@ def test_straggler_finding_warns_when_collectives_end_before_the_last_arrival(st
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_trace.py"), str(out), "--ranks", "4",
                     "--events", "20000", "--steps", "20"], check=True, capture_output=True)
     ingest(store, [out], jobs=1)
-    f = summarize(store, None)
+    # its ranks' timelines are drawn independently, so no rank's cause passes the noise floor
+    # (analyses._cause); with that test off (cause_alpha 1) ranks 0 and 2 qualify, a group: a
+    # straggler problem, which rests on the arrivals
+    f = summarize(store, None, params={"stragglers": {"cause_alpha": "1"}})
     waits = f.results["stragglers"].frames()["waits"]
     early = int(waits["end_before_last_arrival"].sum())
     assert early / waits.height > 0.5
@@ -145,3 +156,32 @@ def test_straggler_finding_warns_when_collectives_end_before_the_last_arrival(st
     g = summarize(store, "straggler_rank3")
     assert not g.results["stragglers"].frames()["waits"]["end_before_last_arrival"].any()
     assert all("caution:" not in x.text for x in g.findings)
+
+
+def test_one_verdict_per_topic_in_findings_verdicts_json_and_report(store):
+    # straggler_rank2 with its Flight Recorder dumps: the dumps were taken moments apart (seq 35
+    # still in flight on ranks 0-2, completed on 3, every earlier seq completed everywhere), so
+    # desync is clean, not a problem in one place and "info" in another; rank 2 is a straggler.
+    # Every finding carries its topic's verdict; the JSON, the summary lines and the report's list
+    # and table all show the same status per topic.
+    import re
+
+    from traceprof.findings import _VERDICT_TOPIC
+    from traceprof.report import render_html
+
+    ingest(store, [SAMPLES / "straggler_rank2"], run="s2")
+    f = summarize(store, "s2")
+    status = {v.topic: v.status for v in f.verdicts}
+    assert status["desync"] == "ok" and status["stragglers"] == "problem"
+    assert not [x for x in f.findings if x.topic == "desync"]
+    for x in f.findings:
+        assert x.status == status[_VERDICT_TOPIC.get(x.topic, x.topic)] and x.problem == (x.status == "problem")
+    d = f.to_dict()
+    assert [(x["topic"], x["status"], x["problem"]) for x in d["findings"]] == [
+        (x.topic, x.status, x.problem) for x in f.findings]
+    assert {v["topic"]: v["status"] for v in d["verdicts"]} == status
+    page = render_html(store, "s2")
+    listed = re.findall(r'<li class="(problem|ok)">.*?<span class="st-[a-z]+">([a-z/]+)</span>', page)
+    assert [(c, s) for c, s in listed] == [("problem" if x.problem else "ok", x.status) for x in f.findings]
+    table = dict(re.findall(r'<td class="s">([a-z]+)</td><td class="s st-[a-z]+">([a-z/]+)</td>', page))
+    assert table == status

@@ -4,8 +4,11 @@ GPU ranks: every kernel, memcpy and memset, classed ``comm``, ``memory`` or ``co
 classifier (``events.class``, ``traceprof.classify``: metadata, then NCCL/RCCL/DeepEP/NVSHMEM/
 symmetric-memory/custom all-reduce name families and user patterns), on lanes keyed by (device,
 stream) (``"dev D stream S"``: a process driving two GPUs reuses stream numbers per device).
-Records flagged as suspect at ingest (``events.flag``: before their own launch, far outside the
-rank's steps, unmatched ``B``) are left out; clipped overruns count with their clipped duration. CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
+Excluded time is one definition for every analysis (``traceprof.arrivals``): records flagged at
+ingest because their time cannot be right (``events.flag``: another clock domain, far outside the
+rank's steps, unmatched ``B``) are left out; clipped overruns, a few us of launch skew and ops still
+open at profiler stop count with their (clipped) times; the steps of the profiler-start transient
+are left out on every rank (HTA-compatible mode keeps them). CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
 annotations are ``comm``; the ``cpu_op`` events of the training thread (the thread that holds the
 ProfilerStep annotations; without steps, the thread with the most cpu_op time), except the c10d
 enqueue ops, are ``compute``.
@@ -33,13 +36,14 @@ import polars as pl
 
 from traceprof import intervals
 from traceprof.analysis import reusing, shared
-from traceprof.classify import VALID_SQL
+from traceprof.arrivals import excluded_steps, run_transient
+from traceprof.classify import VALID_SQL, valid_sql
 from traceprof.errors import AnalysisError
 from traceprof.resultcache import kept_frame
 from traceprof.store import Store
 
-__all__ = ["activity", "run_activity", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL", "step_window",
-           "multi_device_ranks", "graph_level_notes", "GRAPH_LEVEL_NOTE"]
+__all__ = ["activity", "run_activity", "excluded_note", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL",
+           "step_window", "multi_device_ranks", "graph_level_notes", "GRAPH_LEVEL_NOTE"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind", "device")
@@ -130,7 +134,7 @@ _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid
 _DETAIL = {
     "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
     "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")
-    .replace("$launch_valid", "AND (flag IS NULL OR flag = 'overrun')")
+    .replace("$launch_valid", "AND " + valid_sql(""))
     + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
     "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
     "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
@@ -181,7 +185,29 @@ def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataF
         sql = sql.replace(key, value if detail else "")
     # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
     # ``union_ns``) then skip their sorts
-    return store.sql(sql.replace("$run", str(int(run_id)))).sort("rank", "start_ns", "end_ns")
+    df = store.sql(sql.replace("$run", str(int(run_id)))).sort("rank", "start_ns", "end_ns")
+    return df if hta else _drop_transient(store, run_id, df)
+
+
+def _drop_transient(store: Store, run_id: int, df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` without the profiler-start transient (``traceprof.arrivals.excluded_steps``): on each
+    rank, the rows of its transient steps, and the rows of no step that start before the end of
+    the last of them."""
+    cut = excluded_steps(store, run_id)
+    if cut.is_empty():
+        return df
+    ends = cut.group_by("rank").agg(pl.col("cut_ns").first())
+    key = pl.col("rank").cast(pl.Int64) * 2**32 + pl.col("step").cast(pl.Int64)  # (rank, step) as one integer
+    keys = cut.select(key)["rank"]
+    cut_ns = pl.col("rank").cast(pl.Int64).replace_strict(ends["rank"].cast(pl.Int64), ends["cut_ns"], default=None)
+    gone = key.is_in(keys.implode()).fill_null(False) | (pl.col("step").is_null() & (pl.col("start_ns") < cut_ns))
+    return df.filter(~gone.fill_null(False))  # a filter keeps the rows' order
+
+
+def excluded_note(store: Store, run_id: int, hta: bool = False) -> str | None:
+    """The note on the excluded profiler-start transient (``traceprof.arrivals.transient``), or
+    None when there is none or ``hta`` (HTA-compatible mode keeps it)."""
+    return None if hta else run_transient(store, run_id).note
 
 
 def run_activity(store: Store, run: str | None, *, hta: bool = False, detail: bool = False) -> tuple[int, pl.DataFrame]:

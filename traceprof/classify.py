@@ -27,14 +27,29 @@ from typing import Any
 
 from traceprof.errors import UsageError
 
-__all__ = ["EXCLUDED_FLAGS", "VALID_SQL", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class",
+__all__ = ["EXCLUDED_FLAGS", "KEPT_FLAGS", "VALID_SQL", "valid_sql", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class",
            "comm_family", "use_patterns", "current"]
 
 #: ``events.flag`` values whose records are left out of windows, idle, latency and collectives (they
-#: stay in the store); ``overrun`` records are kept with their clipped duration.
+#: stay in the store): their time cannot be right (another clock domain, an unset or far-off time,
+#: a ``B`` never closed).
 EXCLUDED_FLAGS = frozenset({"before_launch", "far_outside", "zero_ts", "unmatched_begin"})
-#: The same as a SQL predicate over an events row aliased ``e``.
-VALID_SQL = "(e.flag IS NULL OR e.flag = 'overrun')"
+#: ``events.flag`` values of records that are kept in every analysis: ``overrun`` (clipped to the
+#: next record of its lane), ``launch_skew`` (a GPU record that starts a few us before its launch
+#: call: clock jitter, the work is real; left out of launch latency only) and ``unclosed`` (a CPU op
+#: still open at profiler stop, ``dur: -1``, clipped to the trace's end).
+KEPT_FLAGS = frozenset({"overrun", "launch_skew", "unclosed"})
+
+
+def valid_sql(alias: str = "e") -> str:
+    """SQL predicate over an events row aliased ``alias`` (``""``: no alias): the record is not
+    flagged, or its flag is one of :data:`KEPT_FLAGS`."""
+    col = f"{alias}.flag" if alias else "flag"
+    return f"({col} IS NULL OR {col} IN ({', '.join(repr(f) for f in sorted(KEPT_FLAGS))}))"
+
+
+#: :func:`valid_sql` over an events row aliased ``e``.
+VALID_SQL = valid_sql()
 
 #: Args that mark a kernel (or the CPU op that launched it) as communication.
 COMM_ARG_KEYS = frozenset({

@@ -517,9 +517,10 @@ def summary(
     if fmt is Format.csv:
         render(f.to_frame(), fmt)
         return
-    say(f"Findings for run {f.run!r}, ranked by cost (% of step time):", out)
+    say(f"Findings for run {f.run!r}, ranked by cost (% of step time; -: none measured), each with its topic's "
+        "verdict:", out)
     for i, x in enumerate(f.findings, 1):
-        say(f"{i:2}. {'info' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.text}", out)
+        say(f"{i:2}. {'-' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.status:8} {x.text}", out)
     if not f.findings:
         say(f"    {f.empty_text}", out)
     say("Verdicts:", out)

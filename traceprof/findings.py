@@ -79,11 +79,14 @@ STRAGGLING_S = 1.1
 class Finding:
     """One line of the findings list.
 
-    ``topic``: stragglers, communication, idle, mfu or regression; ``text``: the finding with its
-    evidence, long kernel and op names shortened (``traceprof.names.shorten``); ``cost_pct``: % of
-    step time it costs (None: informational); ``problem``: whether it is something to fix;
-    ``section``: the report section with the detail; ``full``: the text with full names where
-    ``text`` shortened one (the report shows it on hover), else empty.
+    ``topic``: stragglers, communication, idle, mfu, desync or regression; ``text``: the finding
+    with its evidence, long kernel and op names shortened (``traceprof.names.shorten``);
+    ``cost_pct``: % of step time it costs (None: no cost measured); ``problem``: whether it is
+    something to fix; ``section``: the report section with the detail; ``full``: the text with full
+    names where ``text`` shortened one (the report shows it on hover), else empty; ``status``: its
+    topic's verdict (``problem``, ``ok``, ``n/a``; ``info`` for a topic without one), set by
+    :func:`build`, which also sets ``problem`` to ``status == "problem"``: one verdict per topic,
+    so the findings list, the verdicts table, ``summary -f json`` and the report never disagree.
     """
 
     topic: str
@@ -92,6 +95,7 @@ class Finding:
     problem: bool
     section: str
     full: str = ""
+    status: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,13 +136,14 @@ class Findings:
         return "no findings: no analysis applied to this run"
 
     def to_frame(self) -> pl.DataFrame:
-        """Findings as a frame: position, topic, cost_pct (% of step time, null if none), problem, finding."""
+        """Findings as a frame: position, topic, cost_pct (% of step time, null if none), problem,
+        status (the topic's verdict), finding."""
         return pl.DataFrame(
             {"position": list(range(1, len(self.findings) + 1)), "topic": [f.topic for f in self.findings],
              "cost_pct": [f.cost_pct for f in self.findings], "problem": [f.problem for f in self.findings],
-             "finding": [f.text for f in self.findings]},
+             "status": [f.status for f in self.findings], "finding": [f.text for f in self.findings]},
             schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "problem": pl.Boolean,
-                    "finding": pl.Utf8})
+                    "status": pl.Utf8, "finding": pl.Utf8})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run, findings, verdicts, missing."""
@@ -310,7 +315,8 @@ def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | 
     return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
 
 
-def _combined(store: Store, run_id: int, findings: list[Finding]) -> tuple[list[Finding], Verdict | None]:
+def _combined(store: Store, run_id: int, findings: list[Finding],
+              params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
     """The straggler verdict of ``traceprof.verdict`` (stragglers and whatif read together) where
     that module exists; None otherwise or when it does not apply."""
     try:
@@ -318,26 +324,30 @@ def _combined(store: Store, run_id: int, findings: list[Finding]) -> tuple[list[
     except ImportError:
         return findings, None
     try:
-        v = verdict.combined_verdict(store, str(run_id))
+        v = verdict.combined_verdict(store, str(run_id), params)
     except TraceprofError:
         return findings, None
-    if v.straggling and not v.stragglers:
-        # Slower than ideal, but no rank to blame: a problem, as the verdict says; its cost is the
-        # what-if slowdown (S - 1, in %, as a named straggler's), the larger of blocking and host.
-        s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
+    s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
+    if v.status == "problem" and not v.stragglers:
+        # A group or stage to blame, no single rank: costed as a named straggler is, by the what-if
+        # slowdown (S - 1, in %), the larger of blocking and host.
         cost = 100.0 * (s_max - 1) if s_max is not None else None
         findings = [*findings, Finding("stragglers", v.text, cost, True, "whatif")]
-    return findings, Verdict("stragglers", "problem" if v.straggling else "ok", v.text)
+    elif v.status == "ok" and s_max is not None and s_max > verdict.STRAGGLING_S:
+        # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem)
+        findings = [*findings, Finding("stragglers", v.text, None, False, "whatif")]
+    return findings, Verdict("stragglers", v.status, v.text)
 
 
-def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int) -> tuple[list[Finding], Verdict | None]:
+def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int,
+                params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
     st, wi = res.get("stragglers"), res.get("whatif")
     if st is None and wi is None:
         return [], None
     findings, verdict = _straggler_findings(st, wi)
     if st is not None:  # the combined verdict, where traceprof.verdict exists, replaces this module's
         named = [f for f in findings if f.problem]
-        found, combined = _combined(store, run_id, named)
+        found, combined = _combined(store, run_id, named, params)
         if combined is not None:
             findings, verdict = found, combined
     caveat = _early_end_caveat(st)
@@ -556,7 +566,8 @@ def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding
 
 
 def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofError],
-          diff: FrameResult | TraceprofError | None = None, hta: bool = False) -> Findings:
+          diff: FrameResult | TraceprofError | None = None, hta: bool = False,
+          params: dict[str, dict[str, str]] | None = None) -> Findings:
     """Findings from the results of :func:`run_analyses` (and a diff against a baseline, if any).
 
     Args:
@@ -565,20 +576,38 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
         results: Analysis name -> result or the error it raised.
         diff: ``traceprof.diff.diff_runs`` of a baseline against this run, or why it could not be made.
         hta: Whether the analyses ran in HTA-compatible mode (``hta=true``).
+        params: The analyses' parameters as strings (``run_analyses``'), so that the straggler
+            verdict reads the same results the findings and sections show.
     """
     name = run_name(store, run_id)
     ok = {k: v for k, v in results.items() if isinstance(v, FrameResult)}
     errors = {k: v for k, v in results.items() if isinstance(v, TraceprofError)}
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
-    for part in (_stragglers(ok, store, run_id), _communication(ok), _idle(ok),
+    for part in (_stragglers(ok, store, run_id, params), _communication(ok), _idle(ok),
                  _mfu(ok, errors), _desync(ok), _regression(diff)):
         findings += part[0]
         if part[1] is not None:
             verdicts.append(part[1])
+    findings = _agree(findings, verdicts)
     findings.sort(key=lambda f: (f.cost_pct is None, -(f.cost_pct or 0.0), not f.problem))
     missing = tuple(Missing(k, str(e), NEEDS.get(k, "")) for k, e in errors.items())
     return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
+
+
+#: The verdict topic of a finding topic, where they differ.
+_VERDICT_TOPIC = {"mfu": "utilization"}
+
+
+def _agree(findings: list[Finding], verdicts: list[Verdict]) -> list[Finding]:
+    """Each finding with its topic's verdict as ``status`` (``problem`` exactly when that is
+    ``problem``); a topic without a verdict: ``problem`` or ``info`` as the finding says."""
+    status = {v.topic: v.status for v in verdicts}
+    out = []
+    for f in findings:
+        st = status.get(_VERDICT_TOPIC.get(f.topic, f.topic)) or ("problem" if f.problem else "info")
+        out.append(dataclasses.replace(f, status=st, problem=st == "problem"))
+    return out
 
 
 def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] | None = None,
@@ -599,7 +628,7 @@ def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] |
         if baseline is not None:
             diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
         hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
-        return build(store, run_id, results, diff, hta)
+        return build(store, run_id, results, diff, hta, params)
 
 
 def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str],

@@ -20,7 +20,9 @@ Classification of the per-rank candidates (every row depends on one rank's event
 
 ``hta=true`` counts the ProfilerSteps of the whole run (``traceprof.activity``: fewer than two
 changes the event selection); when one rank's count is on the other side of two than the run's,
-the analysis runs here instead. So does a run with a trace of unknown rank.
+the analysis runs here instead. So does a run with a trace of unknown rank, and (without
+``hta=true``) a run with a profiler-start transient: it is found across ranks
+(``traceprof.arrivals``) and left out of every rank's activity, which one rank alone cannot do.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import polars as pl
 from traceprof import analysis as registry
 from traceprof import schema
 from traceprof.analysis import FrameResult
+from traceprof.arrivals import run_transient
 from traceprof.errors import AnalysisError, StoreError, TraceprofError, UsageError
 from traceprof.layout import Dataset
 from traceprof.store import Store
@@ -146,7 +149,9 @@ def _needs_local(store: Store, run_id: int, params: Any) -> bool:
     if store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ? AND rank IS NULL", [run_id])["n"][0]:
         return True
     if not getattr(params, "hta", False):
-        return False
+        # the profiler-start transient is found across ranks (traceprof.arrivals): one rank alone
+        # cannot see it, so a run that has one is analyzed on the client
+        return bool(run_transient(store, run_id).steps)
     n = store.sql("SELECT rank, count(DISTINCT name) AS n FROM events WHERE run_id = ? AND kind = 'step' "
                   "GROUP BY ALL", [run_id])
     ranks = store.sql("SELECT count(DISTINCT rank) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0]

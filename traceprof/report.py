@@ -123,9 +123,10 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     items = []
     for x in f.findings:
         cost = (f'<span class="cost">{x.cost_pct:.0f}%</span>' if x.cost_pct is not None
-                else '<span class="cost none">info</span>')
+                else '<span class="cost none">&ndash;</span>')
+        status = f'<span class="st-{"na" if x.status == "n/a" else _esc(x.status)}">{_esc(x.status)}</span>'
         text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
-        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {text} '
+        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {status} {text} '
                      f'<a href="#{_esc(x.section)}">details</a></li>')
     empty = f.empty_text[0].upper() + f.empty_text[1:] + "."
     listing = f'<ol class="findings">{"".join(items)}</ol>' if items else f'<p class="findings">{empty}</p>'
@@ -135,7 +136,7 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     verdicts = (f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
                 f"<tbody>{rows}</tbody></table>") if rows else ""
     return (f'<h2 id="findings">Findings</h2><p class="facts">Ranked by what they cost, in % of step time '
-            f"(info: no cost measured).</p>{listing}{verdicts}{_missing_html(f, sources)}")
+            f"(&ndash;: no cost measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}")
 
 
 def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
@@ -202,7 +203,7 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     diff = (fnd.compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
             if baseline is not None else None)
     hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
-    f = fnd.build(store, run_id, results, diff, hta)
+    f = fnd.build(store, run_id, results, diff, hta, params)
     info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
     traces = store.sql(
         """SELECT rank, source, format, device_name, backend, host, events_kept, events_rejected, events_skipped,

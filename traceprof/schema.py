@@ -229,8 +229,11 @@ TABLES: tuple[Table, ...] = (
             Column("args", "JSON", "All source args, unchanged", compression="zstd"),
             _c("class", "VARCHAR", "GPU rows: comm, memory or compute (traceprof.classify); NULL for CPU rows"),
             _c("flag", "VARCHAR", "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
-               "zero_ts, unmatched_begin (left out of windows, idle and latency) or overrun (dur clipped, kept)"),
-            _c("raw_dur_ns", "BIGINT", "Duration as recorded when dur_ns was clipped (flag overrun), else NULL", "ns"),
+               "zero_ts, unmatched_begin (its time cannot be right: left out of windows, idle and latency); "
+               "overrun (dur clipped), launch_skew (starts a few us before its launch: kept, no latency) or "
+               "unclosed (CPU op still open at profiler stop, dur -1: clipped to the trace end), all kept"),
+            _c("raw_dur_ns", "BIGINT", "Duration as recorded when dur_ns was clipped (flag overrun or unclosed), "
+               "else NULL", "ns"),
         ),
     ),
     Table(

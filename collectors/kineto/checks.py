@@ -5,9 +5,13 @@ flag records (``events.flag``) instead of dropping them, so the store keeps what
 
 Algorithm:
   1. ``before_launch``: a GPU row (kernel / memcpy / memset) that starts more than
-     :data:`LAUNCH_TOLERANCE_NS` before the CPU runtime call that launched it (same ``correlation``)
-     comes from another clock domain (a known profiler bug re-registers the timestamp callback and
-     stamps the first records of a session ~1e14 ns early).
+     :data:`LAUNCH_SKEW_MAX_NS` (1 ms) before the CPU runtime call that launched it (same
+     ``correlation``) comes from another clock domain (a known profiler bug re-registers the
+     timestamp callback and stamps the first records of a session ~1e14 ns early): its time cannot
+     be right, and it is left out. ``launch_skew``: one that starts before its launch by more than
+     :data:`LAUNCH_TOLERANCE_NS` (5 us) but at most 1 ms is clock jitter (the CPU and GPU clocks are
+     converted onto one another to a few us): its work is real and it is kept everywhere, noted,
+     and only its launch latency (negative) is not measured.
   2. ``far_outside``: a record apart from the bulk of the trace: sorted by start, the records split
      where two neighbours lie more than the margin apart (the reference range's own length, at
      least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
@@ -22,13 +26,17 @@ Algorithm:
      clipped to that start; the last row of a lane that ends "far" past the reference range (step
      2's margin) is clipped to the end of the rank's other GPU activity or of the range. ``raw_dur_ns`` keeps the recorded duration. Perfetto clips
      the same way.
+  3b. ``unclosed``: a CPU op with ``dur: -1`` (the profiler's mark for an op still open when it
+     stopped; the only negative duration the parsers keep) is clipped to the trace's end (the
+     latest end of its other sound records), ``raw_dur_ns`` -1000, with a warning naming each.
   4. One process per file: several ProfilerStep#N with the same N, ProfilerSteps on several pids,
      or one correlation id launched from several pids mean the file merges several ranks: an error.
      One id launched by several calls of the process (two threads, or two records) is a warning
      naming the id and the count: a GPU record with it is paired with the earliest call.
   5. ProfilerStep ranges that cut through a running op (a CPU op that starts in a step and ends
      after it) are counted in a warning; the op belongs to the step it starts in.
-Flags 1-2 (and unmatched ``B`` records, see the parser) exclude a record from windows, idle, latency and collectives (``traceprof.classify``).
+Flags 1 (``before_launch``) and 2 (and unmatched ``B`` records, see the parser) exclude a record from windows, idle,
+latency and collectives; ``launch_skew`` and ``overrun`` records are kept (``traceprof.classify``).
 """
 
 from __future__ import annotations
@@ -46,10 +54,15 @@ from traceprof.errors import TraceFormatError
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
 __all__ = ["flag_records", "check_one_process", "shared_correlation_warning", "step_cut_warning",
-           "LAUNCH_TOLERANCE_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS", "ZERO_TS_MIN_GAP_NS"]
+           "LAUNCH_TOLERANCE_NS", "LAUNCH_SKEW_MAX_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS", "ZERO_TS_MIN_GAP_NS"]
 
-#: A GPU row may start this much before its launch call (CPU/GPU clock conversion jitter): 5 us.
+#: A GPU row may start this much before its launch call unremarked (CPU/GPU clock conversion
+#: jitter): 5 us.
 LAUNCH_TOLERANCE_NS = 5_000
+#: ... and up to this much it is still jitter, kept and noted (``launch_skew``); beyond it the
+#: record's time cannot be right (another clock domain: ``before_launch``, left out): 1 ms, 200x
+#: the jitter tolerance and far below the seconds to days a clock-domain error shifts a record.
+LAUNCH_SKEW_MAX_NS = 1_000_000
 #: Same-lane overlaps up to this are programmatic dependent launch, not an overrun: 5 us.
 OVERRUN_TOLERANCE_NS = 5_000
 #: A ``ts == 0`` record is an unset time when it lies at least this far from the others: 1 ms.
@@ -104,10 +117,13 @@ def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int
     return far, max(hi, int(st[last[keep]].max()))
 
 
-def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, int]:
-    """(The ``gpu`` rows that start more than :data:`LAUNCH_TOLERANCE_NS` before the earliest of
-    the ``launch`` rows with their correlation id, and the largest gap in ns); step 1 of the module
-    doc. Its per-launch and per-GPU-row arrays go when it returns."""
+def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray,
+                   gpu: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, int]:
+    """Step 1 of the module doc: (the ``gpu`` rows that start more than :data:`LAUNCH_SKEW_MAX_NS`
+    before the earliest of the ``launch`` rows with their correlation id, the largest such gap in
+    ns; the rows that start before it by more than :data:`LAUNCH_TOLERANCE_NS` but at most
+    :data:`LAUNCH_SKEW_MAX_NS`, their largest gap in ns). Its per-launch and per-GPU-row arrays go
+    when it returns."""
     lr = np.flatnonzero(launch & corr.ok)
     ids, inv = np.unique(corr.values[lr], return_inverse=True)
     launch_ts = np.full(len(ids), np.iinfo(np.int64).max)
@@ -118,9 +134,12 @@ def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray, gpu: np.ndarr
     del ids
     lt = launch_ts[pos] if len(launch_ts) else np.zeros(len(g), np.int64)
     del pos, launch_ts
-    is_early = found & (ts[g] < lt - LAUNCH_TOLERANCE_NS)
-    early = g[is_early]
-    return early, int((lt[is_early] - ts[early]).max()) if len(early) else 0
+    ahead = lt - ts[g]  # how long before its launch call the row starts (ns; negative: after)
+    is_early = found & (ahead > LAUNCH_SKEW_MAX_NS)
+    is_skew = found & (ahead > LAUNCH_TOLERANCE_NS) & ~is_early
+    early, skew = g[is_early], g[is_skew]
+    return (early, int(ahead[is_early].max()) if len(early) else 0,
+            skew, int(ahead[is_skew].max()) if len(skew) else 0)
 
 
 #: Rows per block of :func:`_far_records`' gap search.
@@ -182,7 +201,7 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
 
     # 1. before_launch (against launch calls that are themselves sound): the earliest sound
     #    launch of each correlation id
-    early, worst = _before_launch(ts, corr, ok_launch, gpu & unflagged)
+    early, worst, skew, skew_max = _before_launch(ts, corr, ok_launch, gpu & unflagged)
     del ok_launch
     flag.codes[early] = flag.code("before_launch")
     zero[early] = far[early] = False
@@ -192,6 +211,15 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
             f"{path.name}: {len(early)} GPU record(s) start before the CPU call that launched them, by up to "
             f"{worst / 1000:,.3f} us (events {_examples(src_index, early)}): another clock domain; flagged "
             "(events.flag = 'before_launch') and left out of windows, idle and latency")
+    skew = skew[~(zero[skew] | far[skew])]  # a record far off for another reason keeps that flag
+    flag.codes[skew] = flag.code("launch_skew")
+    if len(skew):
+        counts["launch_skew"] = len(skew)
+        warnings.append(
+            f"{path.name}: {len(skew)} GPU record(s) start before the CPU call that launched them by up to "
+            f"{skew_max / 1000:,.3f} us (events {_examples(src_index, skew)}): clock jitter, not another clock "
+            f"domain (at most {LAUNCH_SKEW_MAX_NS / 1e6:g} ms); kept with their work (events.flag = "
+            "'launch_skew'), left out of launch latency only")
     where = "ProfilerStep range" if by_steps else "time range"
     z = np.flatnonzero(zero)
     flag.codes[z] = flag.code("zero_ts")
@@ -210,9 +238,12 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
             f"away, more than {margin / 1e9:,.3f} s; events {_examples(src_index, f)}): flagged "
             "(events.flag = 'far_outside') and left out of windows")
 
+    # 3b. ops still open at profiler stop (dur -1): to the end of the trace's sound records
+    _clip_unclosed(path, cols, src_index, flag.is_none() | flag.isin({"launch_skew"}), counts, warnings)
+
     # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
     #    the end of the reference range plus the margin.
-    rows = np.flatnonzero(gpu & flag.is_none())
+    rows = np.flatnonzero(gpu & (flag.is_none() | flag.isin({"launch_skew"})))
     clipped = []
     if len(rows):
         # one lane at a time (sorted by device, then stream, as the rows are ordered): the sort of
@@ -252,6 +283,31 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
             f"the rank's {where}) by up to {most / 1000:,.3f} us (events {_examples(src_index, clipped)}): clipped "
             "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)")
     return counts, warnings
+
+
+def _clip_unclosed(path: Path, cols: dict[str, Any], src_index: list[int], sound: np.ndarray,
+                   counts: dict[str, int], warnings: list[str]) -> None:
+    """Step 3b of the module doc: every row with a negative ``dur_ns`` (the parsers keep only
+    ``dur: -1`` on a CPU op, ``decode.STILL_OPEN_DUR_NS``) ends at the latest end of the ``sound``
+    rows that have a duration (never before its own start); flagged ``unclosed``, the recorded
+    duration kept in ``raw_dur_ns``; a warning names the rows (event index and name)."""
+    ts = np.asarray(cols["ts_ns"], dtype=np.int64)
+    dur = np.asarray(cols["dur_ns"], dtype=np.int64)
+    open_ = np.flatnonzero(dur < 0)
+    if not len(open_):
+        return
+    closed = sound & (dur >= 0)
+    end = int((ts[closed] + dur[closed]).max()) if closed.any() else int(ts.max())
+    for i in open_.tolist():
+        cols["raw_dur_ns"][i] = int(dur[i])
+        cols["dur_ns"][i] = max(0, end - int(ts[i]))
+        cols["flag"][i] = "unclosed"
+    counts["unclosed"] = len(open_)
+    named = ", ".join(f"#{src_index[int(i)]} {cols['name'][int(i)]!r}" for i in open_[:3]) + (
+        ", ..." if len(open_) > 3 else "")
+    warnings.append(
+        f"{path.name}: {len(open_)} CPU op(s) still open when the profiler stopped (dur -1; events {named}): kept, "
+        "clipped to the end of the trace (events.flag = 'unclosed', raw_dur_ns = -1000)")
 
 
 def _lanes(device: Ints, stream: Ints, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:

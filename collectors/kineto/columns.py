@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
 from traceprof import spill
-from traceprof.classify import Classifier, has_comm_args
+from traceprof.classify import KEPT_FLAGS, Classifier, has_comm_args
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
 __all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "first_by_key", "PAIRING", "lookup", "codes", "kind_mask"]
@@ -227,7 +227,7 @@ def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
     g = np.flatnonzero(gpu & f.corr_ok)
     pos, found = lookup(uniq, f.corr[g])
     span[g[found]] = launch_span[pos[found]]
-    clipped_ok = flags.is_none() | flags.isin({"overrun"})
+    clipped_ok = flags.is_none() | flags.isin(KEPT_FLAGS)
     dev = np.flatnonzero(gpu & f.kind_in(set(GPU_ACTIVITY_KINDS)) & clipped_ok & (span >= 0))
     lo = np.full(len(spans), np.iinfo(np.int64).max)
     hi = np.full(len(spans), np.iinfo(np.int64).min)

@@ -475,14 +475,22 @@ class Rows:
     process_names: dict[str, str]
 
 
+#: ``"dur": -1`` (us), what the PyTorch profiler writes for an op still open when it stopped.
+STILL_OPEN_DUR_NS = -1000
+#: Kinds of the CPU-side records that can be still open at stop: stored with ``dur_ns`` =
+#: :data:`STILL_OPEN_DUR_NS`, then clipped to the trace's end (``checks.flag_records``); any other
+#: negative ``dur`` is an error.
+OPEN_KINDS = frozenset({"cpu_op", "user_annotation", "python_function"})
+
 #: Called with (event index, ph, name, problem) for the first malformed event, in "raise" mode.
 BadEvent = Callable[[int, str, str, str], None]
 
 
-def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray) -> dict[int, str] | None:
+def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: np.ndarray) -> dict[int, str] | None:
     """The problem of each stored event whose times the general loop refuses, by index, in its
     words and order: ``missing 'ts'``, ``bad time: ...`` (the ts's before the dur's), ``missing
-    'dur'`` (an ``X`` event), ``negative 'dur' (TEXT us)``; None when one needs the general loop
+    'dur'`` (an ``X`` event), ``negative 'dur' (TEXT us)`` (not ``dur: -1`` on a row of
+    ``may_be_open``: an op still open at profiler stop, kept); None when one needs the general loop
     itself (a time beyond int64 ns, which it rejects later)."""
     out: dict[int, str] = {}
     for i, why in d.bad_time.items():
@@ -495,7 +503,7 @@ def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray) -> dict[int, 
     for i in np.flatnonzero(keep & ph_x & ~d.dur_ok).tolist():
         out.setdefault(i, "missing 'dur'")
     for i, text in d.negative_dur.items():
-        if keep[i]:
+        if keep[i] and not (may_be_open[i] and d.dur_ns[i] == STILL_OPEN_DUR_NS):
             out.setdefault(i, f"negative 'dur' ({text} us)")
     return out
 
@@ -531,7 +539,7 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     if kind is None:
         return None
     keep = ~kind.is_none()
-    problems = _time_problems(d, keep, ph_x)
+    problems = _time_problems(d, keep, ph_x, kind.isin(OPEN_KINDS))
     if problems is None:
         return None
     del ph_x

@@ -54,6 +54,7 @@ from collectors.kineto.checks import (
 from collectors.kineto.collectives import collectives as _collectives
 from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
 from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
+from collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify, spill
@@ -344,7 +345,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
                     dur = us_text_to_ns(bytes(ev.dur))
                 elif ph_needs_dur(ev.ph):
                     problem = "missing 'dur'"
-                if dur < 0:
+                if dur < 0 and not (dur == STILL_OPEN_DUR_NS and kind in OPEN_KINDS):  # -1: still open, kept
                     problem = f"negative 'dur' ({bytes(ev.dur).decode()} us)"
         except ValueError as e:
             problem = f"bad time: {e}"

@@ -129,7 +129,6 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
         _c("match_method", "VARCHAR", "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
            "(sequence numbers that cannot be per group, matched by order in the step instead)"),
-    
 )
 
 

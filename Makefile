@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 DB     ?= demo.duckdb
 
-.PHONY: demo test install install-test lint schema-doc bench clean fuzz
+.PHONY: demo test install install-test lint schema-doc docs bench clean fuzz
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,10 @@ lint: install-test
 
 schema-doc:
 	$(BIN)/python -m traceprof.schema > docs/schema.md
+
+# Generated references (each checked by a test): the store's schema and the analyses' specs.
+docs: schema-doc
+	$(BIN)/python -m traceprof.analysis_docs > docs/analyses.md
 
 bench: install-test
 	$(BIN)/python benchmarks/bench.py

@@ -4,7 +4,8 @@ Range checks for parameters, called from each ``Params.__post_init__``: every ch
 :class:`traceprof.errors.UsageError` naming the parameter, the value given and the allowed range,
 so that the CLI (``-p key=value``) and Python API users get the same message. And
 :func:`whole_ns`, the one rounding of ns statistics to int64, and :func:`ratio_interval`, the one
-interval of a ratio of per-step means (the what-if slowdowns).
+interval of a ratio of per-step means (the what-if slowdowns). And what the findings hooks
+(each spec's ``Topic``) share: names shortened, durations in words, the ranks ``stragglers`` names.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
+from traceprof.activity import GRAPH_LEVEL_NOTE
+from traceprof.analysis import FrameResult
 from traceprof.errors import UsageError
 
-__all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns", "ratio_interval", "BOOTSTRAP_REPS"]
+__all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns", "ratio_interval", "BOOTSTRAP_REPS",
+           "NAME_WIDTH", "num", "ms", "graph_level", "named_ranks"]
 
 #: Resamples of :func:`ratio_interval`.
 BOOTSTRAP_REPS = 1000
@@ -103,3 +107,34 @@ def positive_or_none(name: str, value: float | str | None) -> float | None:
     if x <= 0:
         raise UsageError(f"{name}={value!r}: must be a finite number > 0")
     return x
+
+
+# -- findings hooks (each analysis' ``Topic``): what several of them read -------------------------
+
+#: Kernel and op names longer than this are shortened to their family in a finding's text.
+NAME_WIDTH = 60
+
+
+def num(v: object) -> float:
+    """A polars scalar (sum, mean, median) as float; null as 0."""
+    return float(v) if isinstance(v, int | float) else 0.0
+
+
+def ms(ns: float) -> str:
+    """``ns`` in human units for a finding's text (``traceprof.display.duration``: ``12.3 ms``)."""
+    from traceprof.display import duration
+
+    return duration(ns)
+
+
+def graph_level(res: FrameResult) -> bool:
+    """Whether an analysis noted GPU records that stand for whole CUDA graphs (``traceprof.activity``)."""
+    return GRAPH_LEVEL_NOTE in res.notes
+
+
+def named_ranks(res: dict[str, FrameResult]) -> list[int]:
+    """The ranks the ``stragglers`` analysis names in ``res`` (results by analysis name)."""
+    st = res.get("stragglers")
+    if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
+        return []
+    return [int(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"]]

@@ -53,10 +53,22 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceprof.analysis import FrameResult, RunParams, register
+from traceprof import columns as rc
+from traceprof.analysis import (
+    Analysis,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
 from traceprof.errors import AnalysisError
 from traceprof.runs import run_name
 from traceprof.store import Store
+from traceprof.vocab import CollectiveSource, TraceSource
 
 _ROWS = """
 SELECT c.rank, c.source, c.pg, c.seq, c.op, c.dtype, c.nelems_in, c.enter_ns, c.start_ns, c.end_ns,
@@ -67,8 +79,8 @@ WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL AND c.source <> 'n
 ORDER BY c.rank, c.pg, c.seq, c.enter_ns, c.ordinal
 """
 _P2P_OPS = frozenset({"send", "recv"})
-_SOURCE_ORDER = ("fr", "nccl_profiler")
-_TRACE_SOURCE = {"fr": "flight_recorder", "nccl_profiler": "nccl_profiler"}
+_SOURCE_ORDER = (CollectiveSource.fr, CollectiveSource.nccl_profiler)
+_TRACE_SOURCE = {CollectiveSource.fr: TraceSource.flight_recorder, CollectiveSource.nccl_profiler: TraceSource.nccl_profiler}
 # Traces of a source that hold no collective with group and seq: an empty FR dump (a rank that
 # recorded nothing, the usual culprit of a hang, unless its pg_status shows progress).
 _EMPTY = """
@@ -89,21 +101,12 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per (group, seq), divergent ones only unless ``all``: pg, members (ranks of the
-    group), seq, op (the majority), status, ranks_enqueued, ranks_started, ranks_completed,
-    ranks_missing (never enqueued), ranks_unknown (no row and no progress: completion or
-    details unknown), mismatch (text), first_enter_ns (ns). ``ranks``: per (group, rank):
-    first_seq (first held), last_enqueued, last_started, last_completed (-1 none, null unknown),
-    wrapped (the ring buffer dropped older entries of the group). ``verdict``: one row: status
-    (``clean``, ``recorded_nothing`` or the first divergent status), pg, members, seq, op, behind
-    (ranks), text."""
+    """Per (group, seq) (``frame``), the verdict (``verdict``) and per (group, rank) (``ranks``);
+    their columns are declared in :data:`SPEC`."""
 
-    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Collective desync (hang triage)"
-
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "verdict": self.verdict, "ranks": self.ranks}
 
 
 @dataclass
@@ -171,7 +174,7 @@ def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, 
                             "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq; NCCL "
                             "Inspector records hold completed collectives only)")
     present = df["source"].unique().to_list()
-    source = next((s for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
+    source = next((str(s) for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
         ["len", "source"], descending=[True, False])["source"][0]
     empty = store.sql(_EMPTY, [run_id, _TRACE_SOURCE[source]]).rows() if source in _TRACE_SOURCE else []
     return (df.filter(pl.col("source") == source), source, *_empty_traces(empty))
@@ -426,7 +429,58 @@ def _nothing_text(empty: dict[int, str], per_rank: list[dict[str, Any]]) -> str:
             "look at")
 
 
-@register("desync", Params)
+def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The desync topic: its verdict (a hang: ranks out of step, or one that recorded nothing); no cost."""
+    d = inp.results.get("desync")
+    verdict = getattr(d, "verdict", None)
+    if verdict is None or verdict.is_empty():
+        return [], None
+    v = verdict.row(0, named=True)
+    if v["status"] == "clean":
+        return [], Verdict("desync", "ok", v["text"])
+    return [Finding("desync", v["text"], None, True, "desync")], Verdict("desync", "problem", v["text"])
+
+
+def _recorded(store: Store, run_id: int) -> bool:
+    """Whether the run holds what desync reads: Flight Recorder or NCCL-plugin dumps."""
+    return bool(store.sql("SELECT count(*) FROM traces WHERE run_id = ? AND source IN "
+                          + TraceSource.sql(*_TRACE_SOURCE.values()), [run_id]).item())
+
+
+_GROUP = (rc.text("pg", "Process group"), rc.ranks_list("members", "Ranks of the group"))
+
+SPEC = Analysis(
+    name="desync", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per (group, seq): the divergent ones only, unless all=true", *_GROUP,
+              rc.count("seq", "Sequence number in the group"), rc.text("op", "Op (the majority's)"),
+              rc.text("status", "What the ranks disagree on (or ok)"),
+              rc.ranks_list("ranks_enqueued", "Ranks that enqueued it"),
+              rc.ranks_list("ranks_started", "Ranks that started it"),
+              rc.ranks_list("ranks_completed", "Ranks that completed it"),
+              rc.ranks_list("ranks_missing", "Ranks that never enqueued it"),
+              rc.ranks_list("ranks_unknown", "Ranks with no row and no progress: completion or details unknown"),
+              rc.text("mismatch", "What differs between the ranks' copies (op, size, dtype), in words"),
+              rc.ns("first_enter_ns", "First enqueue")),
+        rc.frame("verdict", "One row: the verdict",
+              rc.text("status", "clean, recorded_nothing, or the first divergent status"),
+              rc.text("source", "Collectives source read"), *_GROUP,
+              rc.count("seq", "Sequence number of the first divergence"), rc.text("op", "Its op"),
+              rc.ranks_list("behind", "The ranks behind"), rc.text("text", "The verdict in words")),
+        rc.frame("ranks", "Per (group, rank)", *_GROUP, rc.count("rank", "Global rank"),
+              rc.count("first_seq", "First sequence number held"),
+              rc.count("last_enqueued", "Last sequence number enqueued (-1 none, null unknown)"),
+              rc.count("last_started", "Last started (-1 none, null unknown)"),
+              rc.count("last_completed", "Last completed (-1 none, null unknown)"),
+              rc.flag("wrapped", "The ring buffer dropped older entries of the group")),
+    ),
+    report=Report(110, "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
+                  when=_recorded),
+    findings=Topic("desync", 50, _desync_topic),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Desync report of one run (module doc).
 

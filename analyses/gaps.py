@@ -23,6 +23,7 @@ Algorithm (README.md "Analyses": Exposed communication / overlap gaps):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,9 @@ import numpy as np
 import polars as pl
 
 from analyses.overlap import exposed_comm
+from traceprof import columns as rc
 from traceprof.activity import excluded_note, graph_level_notes, run_activity
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.intervals import merge, union_ns
 from traceprof.store import Store
 
@@ -50,17 +52,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Causes (``frame``), the gaps (``gaps``), exposed time per step (``steps``) and rank (``ranks``).
-
-    ``frame``: cause, op, pg, bytes, before (the op or kernel named in the cause), exposed_ns
-    (ns, summed), pct (% of all gaps' time), gaps, ranks, steps (distinct), max_gap_ns.
-    ``gaps``: rank, step, start_ns, end_ns, dur_ns, collective (label), op, pg, seq, bytes,
-    collectives (how many overlap the gap), last_compute, last_compute_end_ns, launch_op, top_op,
-    cause; longest first.
-    ``steps``: rank, step, comm_ns, exposed_ns, gaps, step_ns (window of the step's activity),
-    exposed_pct (% of step_ns). ``ranks``: rank, comm_ns, exposed_ns, window_ns, exposed_pct (% of
-    window_ns), gaps, max_gap_ns.
-    """
+    """Causes (``frame``), the gaps (``gaps``), exposed time per step (``steps``) and rank
+    (``ranks``); their columns are declared in :data:`SPEC`."""
 
     gaps: pl.DataFrame = field(default_factory=pl.DataFrame)
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -225,13 +218,14 @@ def _causes(gaps: pl.DataFrame) -> pl.DataFrame:
         "cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns")
 
 
-def top_cause_note(causes: pl.DataFrame) -> str:
+def top_cause_note(causes: pl.DataFrame) -> Note:
     """The note naming the first of ``causes`` (:func:`_causes`, not empty): its share of the
     exposed communication (one decimal under 10%: 0.6%, not "1%"), ms, and its counts in words."""
     top = causes.row(0, named=True)
     pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"
     counts = ", ".join(f"{top[k]:,} {k[:-1] if top[k] == 1 else k}" for k in ("gaps", "ranks", "steps"))
-    return f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in {counts})"
+    return Note(f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in "
+                f"{counts})", kind="top_cause")
 
 
 _SPAN = pl.col("end_ns").max() - pl.col("start_ns").min()
@@ -266,7 +260,71 @@ def _per_rank(act: pl.DataFrame, comm: pl.DataFrame, lite: pl.DataFrame, gaps: p
     )
 
 
-@register("gaps", Params)
+def _finish(merged: FrameResult, per_rank: list[FrameResult]) -> FrameResult:
+    """The per-rank merge's last step: the causes and their note from every rank's gaps (module doc
+    steps 5-6, rows in the same order as there: by rank, step, start)."""
+    g = merged.frames()["gaps"]
+    src = g.sort(pl.col("rank"), pl.col("step").fill_null(_NO_STEP), pl.col("start_ns"), maintain_order=True)
+    src = src.with_columns(pl.coalesce("top_op", "launch_op", "last_compute").alias("before"))
+    causes = _causes(src)
+    said = [n for r in per_rank for n in r.notes if isinstance(n, Note) and n.kind in ("hidden", "no_comm")]
+    if causes.is_empty():  # every rank says why: hidden wins over "no communication" (any rank had some)
+        first = sorted(said, key=lambda n: n.kind != "hidden")[:1]
+    else:
+        first = [top_cause_note(causes)]
+    drop = ("top_cause", "hidden", "no_comm")
+    rest = [n for n in merged.notes if not (isinstance(n, Note) and n.kind in drop)]
+    return dataclasses.replace(merged, frame=causes, notes=(*first, *rest))
+
+
+_GAP_COLUMNS = (
+    rc.RANK, rc.STEP,
+    rc.ns("start_ns", "Start of the exposed interval"),
+    rc.ns("end_ns", "End of the exposed interval"),
+    rc.ns("dur_ns", "Its length"),
+    rc.text("collective", "The collective running through it, as a label: op (pg P, size)"),
+    rc.text("op", "Op of the collective overlapping the gap longest (ties: the earliest); null when none"),
+    rc.text("pg", "Its process group"),
+    rc.count("seq", "Its sequence number in the group"),
+    rc.count("bytes", "Its size: the larger of input and output", "BIGINT"),
+    rc.rows("collectives", "Collectives of the rank and step overlapping the gap"),
+    rc.text("last_compute", "The rank's compute that ended last at or before the gap start"),
+    rc.ns("last_compute_end_ns", "Its end"),
+    rc.text("launch_op", "Innermost CPU op around the runtime call that launched last_compute (GPU ranks)"),
+    rc.text("top_op", "Outermost such op (on CPU ranks: the outermost op containing last_compute's start)"),
+    rc.text("cause", "<collective> after <top_op, else launch_op, else last_compute>"),
+)
+
+SPEC = Analysis(
+    name="gaps", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Causes of exposed communication, by exposed time summed over ranks and steps",
+              rc.text("cause", "<collective> after <the compute before it>"),
+              rc.text("op", "Collective op"), rc.text("pg", "Process group"),
+              rc.count("bytes", "Collective size (the larger of input and output)"),
+              rc.text("before", "The op or kernel named in the cause"),
+              rc.ns("exposed_ns", "Exposed time of its gaps, summed"),
+              rc.pct("pct", "exposed_ns, % of all gaps' time"),
+              rc.rows("gaps", "Gaps with this cause"), rc.rows("ranks", "Distinct ranks"), rc.rows("steps", "Distinct steps"),
+              rc.ns("max_gap_ns", "Longest gap")),
+        rc.frame("gaps", "Each gap (exposed communication interval), longest first", *_GAP_COLUMNS),
+        rc.frame("steps", "Exposed communication per (rank, step)", rc.RANK, rc.STEP,
+              rc.ns("comm_ns", "Union of the step's communication"),
+              rc.ns("exposed_ns", "Its gaps' time"), rc.rows("gaps", "Its gaps"),
+              rc.ns("step_ns", "Window of the step's activity"),
+              rc.pct("exposed_pct", "exposed_ns, % of step_ns")),
+        rc.frame("ranks", "Exposed communication per rank", rc.RANK,
+              rc.ns("comm_ns", "Union of the rank's communication"),
+              rc.ns("exposed_ns", "Communication not hidden behind compute: |comm - compute|"),
+              rc.WINDOW_NS, rc.pct("exposed_pct", "exposed_ns, % of window_ns"),
+              rc.rows("gaps", "Gaps"), rc.ns("max_gap_ns", "Longest gap")),
+    ),
+    report=Report(30, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
+    per_rank=PerRank(resort={"gaps": (["dur_ns", "rank", "start_ns"], [True, False, False])}, finish=_finish),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Overlap gaps, their collectives and causes, and exposed communication per rank and step.
 
@@ -309,8 +367,8 @@ def run(store: Store, params: Params) -> Result:
     ).sort(["dur_ns", "rank", "start_ns"], descending=[True, False, False])
     notes = []
     if causes.is_empty():
-        notes.append("no exposed communication: " + ("all of it is hidden behind compute" if comm.height
-                                                     else "the run has no communication"))
+        notes.append(Note("no exposed communication: all of it is hidden behind compute", kind="hidden") if comm.height
+                     else Note("no exposed communication: the run has no communication", kind="no_comm"))
     else:
         notes.append(top_cause_note(causes))
     if params.hta:

@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
+from traceprof import columns as rc
 from traceprof.activity import activity, excluded_note, graph_level_notes, step_window
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
 from traceprof.errors import AnalysisError
+from traceprof.schema import Column
 from traceprof.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -48,21 +50,10 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Idle time per (rank, stream) (``frame``) and per rank (``ranks``), int64 ns.
-
-    As everywhere, ``window_ns`` is the first start to the last end of the row's activity: here
-    of the stream (``frame``) or of the rank on all its streams (``ranks``, the same window as
-    ``temporal``'s). ``frame``: rank, device, stream (a lane), kernels (rows), window_ns, idle_ns (the stream's),
-    host_wait_ns, kernel_wait_ns, other_ns (sums of gaps), host_wait_gaps, kernel_wait_gaps,
-    other_gaps (rows whose preceding gap is in that category), host_wait_pct, kernel_wait_pct,
-    other_pct (% of idle_ns, null when it is 0), idle_pct (% of window_ns). ``ranks``: rank,
-    kernels, streams, window_ns, stream_window_sum_ns and stream_idle_sum_ns (summed over the
-    rank's streams, so they exceed window_ns when streams run side by side), the category columns
-    summed over streams, their _pct (% of stream_idle_sum_ns), stream_idle_pct (% of
-    stream_window_sum_ns: the streams' average idle share; not ``temporal``'s idle_pct, the share of
-    the rank's window with no GPU activity at all), then step_window_ns, step_busy_ns, step_idle_ns,
-    step_idle_pct (``traceprof.activity.step_window``: idle over the profiled steps, wall clock).
-    """
+    """Idle time per lane (rank, device, stream) (``frame``) and per rank (``ranks``), int64 ns;
+    their columns are declared in :data:`SPEC`. As everywhere, ``window_ns`` is the first start to the
+    last end of the row's activity: of the stream (``frame``) or of the rank on all its streams
+    (``ranks``, the same window as ``temporal``'s)."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Idle time breakdown (per stream)"
@@ -128,7 +119,48 @@ def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str,
     return out.select(cols).sort(by)
 
 
-@register("idle", Params)
+def _category_columns() -> tuple[Column, ...]:
+    what = {"host_wait": "host wait (the launch came after the stream went idle)",
+            "kernel_wait": "kernel wait (a gap under kernel_wait_ns)", "other": "other idle"}
+    return (
+        *(rc.ns(f"{c}_ns", f"Gaps of {what[c]}, summed") for c in CATEGORIES),
+        *(rc.count(f"{c}_gaps", f"Rows whose preceding gap is {what[c].split(' (')[0]}") for c in CATEGORIES),
+    )
+
+
+def _category_pcts(of: str) -> tuple[Column, ...]:
+    return tuple(rc.pct(f"{c}_pct", f"{c}_ns, % of {of}; null when that is 0") for c in CATEGORIES)
+
+
+SPEC = Analysis(
+    name="idle", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per lane (rank, device, stream)", rc.RANK, rc.DEVICE, rc.STREAM,
+              rc.count("kernels", "GPU rows (kernels, memcpy, memset) on the lane"),
+              rc.ns("window_ns", "Window of the lane: its first start to its last end"),
+              rc.ns("idle_ns", "The lane's idle time: its gaps summed"),
+              *_category_columns(), *_category_pcts("idle_ns"),
+              rc.pct("idle_pct", "idle_ns, % of window_ns")),
+        rc.frame("ranks", "Per rank, summed over its streams (stream-ns)", rc.RANK,
+              rc.count("kernels", "GPU rows of the rank"), rc.count("streams", "Lanes (device, stream) of the rank"),
+              rc.WINDOW_NS,
+              rc.ns("stream_window_sum_ns", "The lanes' windows, summed (exceeds window_ns when streams run side by side)"),
+              rc.ns("stream_idle_sum_ns", "The lanes' idle time, summed"),
+              *_category_columns(), *_category_pcts("stream_idle_sum_ns"),
+              rc.pct("stream_idle_pct", "stream_idle_sum_ns, % of stream_window_sum_ns: the streams' average idle "
+                  "share (not temporal's idle_pct, the share of the window with no GPU activity at all)"),
+              rc.ns("step_window_ns", "Step window: first ProfilerStep start to last step end (wall clock)"),
+              rc.ns("step_busy_ns", "Union of the rank's activity inside its step window"),
+              rc.ns("step_idle_ns", "step_window_ns minus step_busy_ns"),
+              rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns")),
+    ),
+    report=Report(40, "GPU kernels (a Kineto trace with CUDA activity) to say why each GPU stream is idle (an idle "
+                      "verdict without them is temporal's)"),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Idle-time breakdown per GPU stream and per rank of one run.
 

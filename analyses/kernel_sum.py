@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses._summary import summarize
+from traceprof import columns as rc
 from traceprof.activity import graph_level_notes
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.analysis import Analysis, Chart, FrameResult, RunParams, register
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
@@ -32,9 +33,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per kernel name over the run: time_pct (% of all kernel time), total_ns,
-    instances, avg_ns, med_ns, min_ns, max_ns, stddev_ns (int64 ns), ranks, name. ``ranks``: the
-    same per (rank, name), time_pct of the rank's kernel time."""
+    """Per kernel name over the run (``frame``) and per (rank, name) (``ranks``); their columns
+    are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "GPU kernel summary"
@@ -43,7 +43,16 @@ class Result(FrameResult):
         return [Chart("Kernel time by name (run)", "name", ("total_ns",), ylabel="ns")]
 
 
-@register("kernel_sum", Params)
+SPEC = Analysis(
+    name="kernel_sum", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per kernel name over the run", *rc.summary_columns("kernel", per_rank=False)),
+        rc.frame("ranks", "Per (rank, kernel name)", *rc.summary_columns("kernel", per_rank=True)),
+    ),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Kernel time per name (module doc).
 

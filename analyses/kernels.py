@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
+from traceprof import columns as rc
 from traceprof.activity import activity, excluded_note, graph_level_notes
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
@@ -49,18 +50,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per-rank class times (``frame``), overlap types (``types``) and top kernels (``top``).
-
-    ``frame``: rank, kernels (rows), kernel_ns (sum of durations), busy_ns (union of all rows),
-    compute_ns, comm_ns, memory_ns (union per class; they overlap, so their sum can exceed
-    busy_ns), compute_only_ns, comm_only_ns, memory_only_ns (time only that class ran),
-    overlapped_ns (two or more classes at once): these four add up to busy_ns; compute_only_pct,
-    comm_only_pct, memory_only_pct, overlapped_pct (% of busy_ns, adding up to 100), flagged_kernels
-    and flagged_ns (GPU records flagged at ingest and left out of all the above, recorded ns). ``types``:
-    rank, kernel_type (``+``-joined classes), time_ns, pct (% of busy_ns). ``top``: rank, position
-    (1 = largest total on the rank), class, name, count, total_ns, mean_ns, median_ns, p95_ns,
-    min_ns, max_ns, std_ns (int64 ns, statistics rounded; std 0 for one row), pct (% of kernel_ns).
-    """
+    """Per-rank class times (``frame``), overlap types (``types``) and top kernels (``top``);
+    their columns are declared in :data:`SPEC`."""
 
     types: pl.DataFrame = field(default_factory=pl.DataFrame)
     top: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -120,7 +111,38 @@ def _top(act: pl.DataFrame, top: int) -> pl.DataFrame:
     return g.select(cols).sort("rank", "position")
 
 
-@register("kernels", Params)
+SPEC = Analysis(
+    name="kernels", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per rank: GPU time by kernel class", rc.RANK,
+              rc.rows("kernels", "GPU rows (kernels, memcpy, memset)"),
+              rc.ns("kernel_ns", "Their durations, summed"),
+              rc.ns("busy_ns", "Union of all of them"),
+              *(rc.ns(f"{c}_ns", f"Union of the {c} rows (the class unions overlap: their sum can exceed busy_ns)")
+                for c in CLASSES),
+              *(rc.ns(f"{c}_ns", "Time only that class ran (the four *_only and overlapped add up to busy_ns)")
+                for c in _EXCLUSIVE[:3]),
+              rc.ns("overlapped_ns", "Time two or more classes ran at once"),
+              *(rc.pct(f"{c}_pct", f"{c}_ns, % of busy_ns (the four add up to 100)") for c in _EXCLUSIVE),
+              rc.count("flagged_kernels", "GPU records flagged at ingest (events.flag) and left out of the above"),
+              rc.ns("flagged_ns", "Their recorded durations, summed")),
+        rc.frame("types", "Per rank and overlap type (HTA's kernel_type)", rc.RANK,
+              rc.text("kernel_type", "The classes running at once, joined by + (compute+comm, ...)"),
+              rc.ns("time_ns", "Time of that set of classes"), rc.pct("pct", "time_ns, % of busy_ns")),
+        rc.frame("top", "The kernels with the largest total per rank", rc.RANK,
+              rc.count("position", "1 = largest total on the rank"), rc.text("class", "Kernel class"),
+              rc.text("name", "Full kernel name"), rc.rows("count", "Rows of this name"),
+              rc.ns("total_ns", "Durations summed"), rc.ns("mean_ns", "Mean, rounded"), rc.ns("median_ns", "Median, rounded"),
+              rc.ns("p95_ns", "95th percentile (linear interpolation), rounded"), rc.ns("min_ns", "Shortest"),
+              rc.ns("max_ns", "Longest"), rc.ns("std_ns", "Sample standard deviation, rounded; 0 for one row"),
+              rc.pct("pct", "total_ns, % of the rank's kernel_ns")),
+    ),
+    report=Report(50, "GPU kernels (a Kineto trace with CUDA activity)"),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Kernel breakdown per rank of one run.
 
@@ -167,8 +189,9 @@ def run(store: Store, params: Params) -> Result:
         pl.col("flagged_kernels").fill_null(0).cast(pl.Int64), pl.col("flagged_ns").fill_null(0))
     notes = ["HTA-compatible selection and kernel classes"] if params.hta else []
     if int(per_rank["flagged_kernels"].sum()):
-        notes.append(f"{int(per_rank['flagged_kernels'].sum())} GPU records flagged at ingest (events.flag: "
-                     "before their launch, far outside the steps) are left out; flagged_kernels / flagged_ns")
+        notes.append(Note("{number} GPU records flagged at ingest (events.flag: before their launch, far outside the "
+                          "steps) are left out; flagged_kernels / flagged_ns",
+                          number=int(per_rank["flagged_kernels"].sum())))
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=tuple(notes))

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
+from traceprof import columns as rc
 from traceprof.activity import graph_level_notes
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.classify import valid_sql
 from traceprof.errors import AnalysisError
+from traceprof.schema import Column
 from traceprof.store import Store
 
 #: The run's kernels (memcpy and memset aside); records flagged at ingest as impossible (another
@@ -55,16 +57,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Launch latency per rank (``frame``), per (rank, device, stream) (``streams``), per (rank, step) (``steps``).
-
-    Columns: rank, [device, stream | step,] kernels, launched (kernels whose launch is in the trace),
-    launches (launch calls measured: one latency each), graph_launches (calls that started several
-    kernels, or ``*GraphLaunch``), graph_kernels (the kernels they started),
-    latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns, latency_mean_ns (int64 ns),
-    idle_launches (kernels launched onto an idle stream), idle_latency_p50_ns (int64 ns, their median),
-    short_kernels, short_ns (their time), kernel_ns (all kernels' time), short_kernels_pct (% of
-    kernels), short_pct (% of kernel_ns).
-    """
+    """Launch latency per rank (``frame``), per lane (rank, device, stream) (``streams``) and per
+    (rank, step) (``steps``); their columns are declared in :data:`SPEC`."""
 
     streams: pl.DataFrame = field(default_factory=pl.DataFrame)
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -75,7 +69,41 @@ class Result(FrameResult):
                       ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns"), ylabel="ns")]
 
 
-@register("launch", Params)
+def _launch_columns(*keys: Column) -> tuple[Column, ...]:
+    return (
+        rc.RANK, *keys,
+        rc.count("kernels", "Kernels"),
+        rc.count("launched", "Kernels whose launch call is in the trace"),
+        rc.count("launches", "Launch calls measured (one latency each: to their first kernel)"),
+        rc.count("graph_launches", "Calls that started several kernels, or *GraphLaunch calls"),
+        rc.count("graph_kernels", "The kernels they started"),
+        *(rc.ns(f"latency_p{q}_ns", f"{q}th percentile of the launch-to-start latency (linear interpolation), "
+             "rounded") for q in (50, 90, 99)),
+        rc.ns("latency_max_ns", "Largest latency"),
+        rc.ns("latency_mean_ns", "Mean latency, rounded"),
+        rc.count("idle_launches", "Kernels launched onto an idle lane (every earlier kernel of it had ended)"),
+        rc.ns("idle_latency_p50_ns", "Their median latency (the launch overhead), rounded"),
+        rc.count("short_kernels", "Kernels shorter than short_ns (launch-bound)"),
+        rc.ns("short_ns", "Their time"),
+        rc.ns("kernel_ns", "All kernels' time"),
+        rc.pct("short_kernels_pct", "short_kernels, % of kernels"),
+        rc.pct("short_pct", "short_ns, % of kernel_ns"),
+    )
+
+
+SPEC = Analysis(
+    name="launch", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per rank", *_launch_columns()),
+        rc.frame("streams", "Per lane (rank, device, stream)", *_launch_columns(rc.DEVICE, rc.STREAM)),
+        rc.frame("steps", "Per (rank, step)", *_launch_columns(rc.STEP)),
+    ),
+    report=Report(60, "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)"),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Kernel launch latency and short-kernel share of one run.
 
@@ -133,11 +161,12 @@ def run(store: Store, params: Params) -> Result:
     notes = [f"short kernels: under {params.short_ns / 1000:g} us"]
     graph = int(per_rank["graph_kernels"].sum() - per_rank["graph_launches"].sum())
     if graph:
-        notes.append(f"{graph} kernels started by a graph launch after its first kernel are not measured (latency "
-                     "is once per launch call, to its first kernel; the rest is graph execution time)")
+        notes.append(Note("{number} kernels started by a graph launch after its first kernel are not measured (latency "
+                          "is once per launch call, to its first kernel; the rest is graph execution time)", number=graph))
     if not no_launch.is_empty():
         missing = int((no_launch["kernels"] - no_launch["launched"]).sum())
-        notes.append(f"{missing} kernels have no launch call in the trace (left out of the latency figures)")
+        notes.append(Note("{number} kernels have no launch call in the trace (left out of the latency figures)",
+                          number=missing))
     notes += graph_level_notes(store, run_id)
     skewed = k.filter(pl.col("skewed").fill_null(False))
     if skewed.height:

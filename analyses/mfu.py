@@ -31,7 +31,20 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof import columns as rc
+from traceprof.analysis import (
+    Analysis,
+    Chart,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Note,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
 from traceprof.errors import AnalysisError, UsageError
 from traceprof.flops import account
 from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
@@ -81,17 +94,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``).
-
-    ``frame`` columns: rank, step, step_ns (ns), step_time_source (device/cpu), flops (model
-    FLOPs of the rank in the step, float64: see the module doc), tflops (achieved TFLOP/s), device (name in the trace), dtype,
-    peak_device (peak-table entry, or ``user``), peak_tflops (TFLOP/s, null if unknown), mfu_pct, hfu_pct (% of peak; null if unknown), flops_source.
-    ``job`` columns: ranks, steps, flops, time_ns (Σ slowest-rank step time), tflops (per device),
-    peak_tflops (per device, mean), mfu_pct, hfu_pct, flops_source, dtype, dtype_source (declared,
-    kernels, shapes or default), peak_device.
-    ``ops`` columns (shape-derived, whatever the source): name, dtype, calls_per_step, flops_per_step
-    (per rank, mean over the rank-steps).
-    """
+    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``);
+    their columns are declared in :data:`SPEC`."""
 
     job: pl.DataFrame = field(default_factory=pl.DataFrame)
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -119,10 +123,11 @@ def _recompute_fraction(raw: str) -> float | None:
     return f
 
 
-def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.DataFrame, list[str]]:
-    """Per rank: device, peak_tflops (null when unknown), and notes explaining nulls."""
+def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.DataFrame, list[Note]]:
+    """Per rank: device, peak_tflops (null when unknown), and notes explaining nulls (of kind
+    ``mfu_empty``) or naming the peak."""
     devs = rank_devices(store, run_id)
-    notes: list[str] = []
+    notes: list[Note] = []
     rows: list[tuple[object, ...]] = []
     for rank, name, kind in devs.iter_rows():
         if params.peak_tflops is not None:
@@ -131,6 +136,7 @@ def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.Da
         dev = match_device(name) if kind == "gpu" else None
         peak = dev.peak(dtype) if dev else None
         rows.append((rank, name, dev.label if dev else None, peak))
+        empty = True  # the note says why MFU is left empty
         if kind == "cpu":
             msg = "CPU-only run: no device peak FLOP/s, MFU left empty; pass peak_tflops=... for MFU"
         elif not name:
@@ -143,14 +149,75 @@ def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.Da
         elif peak is None:
             msg = f"{dev.label} has no published dense {dtype} peak: MFU left empty; pass peak_tflops or dtype"
         else:
-            msg = f"peak {peak:g} TFLOP/s per device: {dev.label} ({name}), dense {dtype}"
+            msg, empty = f"peak {peak:g} TFLOP/s per device: {dev.label} ({name}), dense {dtype}", False
         if msg not in notes:
-            notes.append(msg)
+            notes.append(Note(msg, kind="mfu_empty" if empty else ""))
     frame = pl.DataFrame(rows, schema={"rank": pl.Int32, "device": pl.Utf8, "peak_device": pl.Utf8, "peak_tflops": pl.Float64}, orient="row")
     return frame, notes
 
 
-@register("mfu", Params)
+def _utilization_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The utilization topic: the job's MFU (informational: no cost); ``n/a`` when it is unknown
+    or impossible (above 100%: the inputs are wrong)."""
+    m = inp.results.get("mfu")
+    if m is None:
+        why = str(inp.errors["mfu"]) if "mfu" in inp.errors else "not run"
+        return [], Verdict("utilization", "n/a", f"MFU unknown: {why}")
+    job = m.frames()["job"].row(0, named=True)
+    dtype, src, dev = job.get("dtype"), job.get("dtype_source"), job.get("peak_device")
+    if job["mfu_pct"] is None:
+        note = m.note("mfu_empty") or "no device peak"
+        text = f"{job['tflops']:.3g} TFLOP/s per device; MFU unknown: {note}"
+        return [Finding("mfu", text, None, False, "mfu")], Verdict("utilization", "n/a", text)
+    peak = f"{dtype} peak {job['peak_tflops']:g} TFLOP/s" + (f", {dev}" if dev else "")
+    text = (f"MFU {job['mfu_pct']:.1f}% ({peak}; precision from {src}; FLOPs from {job['flops_source']}); "
+            f"{job['tflops']:.3g} TFLOP/s per device")
+    over = m.note("mfu_over")
+    if over is not None or job["mfu_pct"] > 100.0:  # never "ok": the inputs are wrong, so is the number
+        why = over or "MFU above 100%: impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, peak_tflops)"
+        text = f"MFU unknown: {why}; computed: {text}"
+        return [Finding("mfu", text, None, True, "mfu")], Verdict("utilization", "n/a", text)
+    problem = job["mfu_pct"] < 30.0
+    return [Finding("mfu", text, None, problem, "mfu")], Verdict("utilization", "problem" if problem else "ok", text)
+
+
+_SHARED = (
+    rc.number("tflops", "Achieved TFLOP/s per device", "TFLOP/s"),
+)
+
+SPEC = Analysis(
+    name="mfu", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per (rank, step)", rc.RANK, rc.STEP,
+              rc.ns("step_ns", "Step time"), rc.text("step_time_source", "device (GPU activity) or cpu (the step range)"),
+              rc.number("flops", "Model FLOPs of the rank in the step (float: see the module doc)", "FLOP"),
+              *_SHARED, rc.text("device", "Device name in the trace"), rc.text("dtype", "Precision the peak is for"),
+              rc.text("peak_device", "Peak-table entry, or user (-p peak_tflops)"),
+              rc.number("peak_tflops", "Dense peak per device; null if unknown", "TFLOP/s"),
+              rc.pct("mfu_pct", "Model FLOPs utilization: tflops, % of peak_tflops; null if unknown"),
+              rc.pct("hfu_pct", "Hardware FLOPs utilization (recomputation counted); null if unknown"),
+              rc.text("flops_source", "Where the FLOPs come from: declared, palm, sidecar or shapes")),
+        rc.frame("job", "One row: the job",
+              rc.count("ranks", "Ranks"), rc.count("steps", "Steps"),
+              rc.number("flops", "Model FLOPs of the job over the steps", "FLOP"),
+              rc.ns("time_ns", "Sum over steps of the slowest rank's step time"),
+              *_SHARED, rc.number("peak_tflops", "Peak per device, mean over ranks", "TFLOP/s"),
+              rc.pct("mfu_pct", "Model FLOPs utilization"), rc.pct("hfu_pct", "Hardware FLOPs utilization"),
+              rc.text("flops_source", "Where the FLOPs come from"), rc.text("dtype", "Precision the peak is for"),
+              rc.text("dtype_source", "How the precision was chosen: declared, kernels, shapes or default"),
+              rc.text("peak_device", "Peak-table entry most ranks use")),
+        rc.frame("ops", "FLOPs by op from the recorded shapes (whatever the FLOPs source)",
+              rc.text("name", "Op"), rc.text("dtype", "Its precision"),
+              rc.number("calls_per_step", "Calls per rank and step (mean)"),
+              rc.number("flops_per_step", "FLOPs per rank and step (mean)", "FLOP")),
+    ),
+    report=Report(100, "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p "
+                       "mfu.model_flops_per_step=)"),
+    findings=Topic("utilization", 40, _utilization_topic),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """MFU per (rank, step) and for the job.
 
@@ -224,9 +291,9 @@ def run(store: Store, params: Params) -> Result:
     if over.height:
         worst = float(over["mfu_pct"].max())  # type: ignore[arg-type]
         shown = f"{worst:,.0f}" if worst >= 1000 else f"{worst:.1f}"  # 100.4%, not "100%"
-        notes.append(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {shown}%): "
-                     "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
-                     "peak_tflops)")
+        notes.append(Note(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {shown}%): "
+                          "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
+                          "peak_tflops)", kind="mfu_over"))
     job = _job(frame, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,

@@ -42,11 +42,13 @@ import polars as pl
 
 from analyses import _common
 from analyses._summary import summarize
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof import columns as rc
+from traceprof.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.classify import VALID_SQL
 from traceprof.errors import AnalysisError
 from traceprof.links import NETWORKS, choose_ceiling
 from traceprof.peaks import rank_devices
+from traceprof.schema import Column
 from traceprof.store import Store
 
 _TIMED = ("SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
@@ -91,17 +93,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per op over the run: time_pct, total_ns, instances (timed), avg_ns, med_ns,
-    min_ns, max_ns, stddev_ns (int64 ns of end - start, null when no row is timed), ranks, name
-    (the op), instances_total (all rows), bytes_in (bytes, summed), sources, and the split of the
-    communication time (int64 ns): span_ns (arrival to end, summed) = wait_ns + launch_ns +
-    transfer_ns + unsplit_ns (calls with no traced peer), split_pct (0..100, the split share).
-    ``ranks``: the same per (rank, op). ``kernels``: per communication kernel name (GPU sources).
-    ``bandwidth``: per (source, op, group_size, size bucket, ceiling): size_bucket (label),
-    bucket_bytes (its lower bound, bytes), calls, size_bytes (median S, bytes), transfer_ns
-    (median), algbw_gbps and busbw_gbps (medians, GB/s), busbw_max_gbps, ceiling_gbps (null:
-    none), of_ceiling_pct (median busbw in % of the ceiling), ceiling (which link and why),
-    all_ranks_traced (false: bandwidth a lower bound)."""
+    """Per op (``frame``), per (rank, op) (``ranks``), per communication kernel (``kernels``) and
+    bandwidth against the link (``bandwidth``); their columns are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     kernels: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -113,7 +106,46 @@ class Result(FrameResult):
                       ("wait_ns", "launch_ns", "transfer_ns", "unsplit_ns"), stacked=True, ylabel="ns")]
 
 
-@register("nccl_sum", Params)
+_SPLIT_COLUMNS = (
+    rc.ns("span_ns", "Arrival to end, summed: wait_ns + launch_ns + transfer_ns + unsplit_ns"),
+    rc.ns("wait_ns", "Waiting for peers: arrival to the last rank's arrival"),
+    rc.ns("launch_ns", "Everyone had arrived, the last rank's communication had not started (0 on GPU sources)"),
+    rc.ns("transfer_ns", "Moving data: transfer start to end"),
+    rc.ns("unsplit_ns", "Calls with no traced peer (waiting cannot be told from moving data)"),
+    rc.pct("split_pct", "Share of span_ns that is split"),
+)
+
+SPEC = Analysis(
+    name="nccl_sum", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per collective op over the run (durations: end - start of the timed rows; null when none "
+              "is timed)", *rc.summary_columns("collective", per_rank=False),
+              rc.count("instances_total", "All rows of the op, timed or not"),
+              rc.number("bytes_in", "Input size, summed", "bytes", "BIGINT"),
+              rc.text("sources", "Collectives sources of the rows"), *_SPLIT_COLUMNS),
+        rc.frame("ranks", "The same per (rank, op)", *rc.summary_columns("collective", per_rank=True), *_SPLIT_COLUMNS),
+        rc.frame("kernels", "Per communication kernel name (GPU sources)", *rc.summary_columns("kernel", per_rank=False)),
+        rc.frame("bandwidth", "Bandwidth per (source, op, group size, message size bucket) against the link's ceiling",
+              rc.text("source", "Collectives source"), rc.text("op", "Collective op"),
+              Column("group_size", "INTEGER", "Ranks in the process group"),
+              rc.text("size_bucket", "Message size bucket [2^k, 2^(k+1)) bytes, as a label"),
+              rc.number("bucket_bytes", "The bucket's lower bound", "bytes", "BIGINT"),
+              rc.rows("calls", "Calls in the bucket"),
+              rc.number("size_bytes", "Median S (the bytes moved, per op: README)", "bytes", "BIGINT"),
+              rc.ns("transfer_ns", "Median transfer time"),
+              rc.number("algbw_gbps", "Median algorithm bandwidth S / transfer", "GB/s"),
+              rc.number("busbw_gbps", "Median bus bandwidth: algbw x the op's bus factor", "GB/s"),
+              rc.number("busbw_max_gbps", "Largest bus bandwidth", "GB/s"),
+              rc.number("ceiling_gbps", "The group's link ceiling, per direction per GPU; null: none", "GB/s"),
+              rc.pct("of_ceiling_pct", "busbw_gbps, % of ceiling_gbps"),
+              rc.text("ceiling", "Which link and why"),
+              rc.flag("all_ranks_traced", "Every rank of the group was traced (false: the bandwidth is a lower bound)")),
+    ),
+    report=Report(90, "collectives or communication kernels (any source)"),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Communication time per op and per kernel, its split, and bandwidth against the link (module doc).
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses._summary import summarize
-from traceprof.analysis import FrameResult, RunParams, register
+from traceprof import columns as rc
+from traceprof.analysis import Analysis, FrameResult, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
@@ -32,14 +33,23 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per range name over the run: time_pct, total_ns, instances, avg_ns, med_ns,
-    min_ns, max_ns, stddev_ns (int64 ns), ranks, name. ``ranks``: the same per (rank, name)."""
+    """Per range name over the run (``frame``) and per (rank, name) (``ranks``); their columns
+    are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Annotated range (NVTX) summary"
 
 
-@register("nvtx_sum", Params)
+SPEC = Analysis(
+    name="nvtx_sum", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per range name over the run", *rc.summary_columns("range", per_rank=False)),
+        rc.frame("ranks", "Per (rank, range name)", *rc.summary_columns("range", per_rank=True)),
+    ),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Range time per name (module doc).
 

@@ -76,10 +76,13 @@ import polars as pl
 
 from analyses import _cause, _common, _replay
 from analyses._cause import binom_sf
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from analyses._stragglers_topic import topic
+from traceprof import columns as rc
+from traceprof.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.errors import AnalysisError
 from traceprof.intervals import merge, union_ns
 from traceprof.matching import fallback_note, run_steps
+from traceprof.schema import Column
 from traceprof.store import Store
 
 
@@ -109,35 +112,15 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per rank (``frame``): rank, instances, last_count (strictly last), tie_count,
-    last_arrival_share (0..1), chance_share (expected share under no straggler), p_value
-    (binomial, last_count or more), median_lateness_ns (>= 0), late_pct (% of the pace),
-    late_step_pct (% of the median step), wait_caused_ns, holdup_ns, holdup_pct (% of the time
-    covered), wait_ns (it waited for others), transfer_ns (median, >= 0), compute_ns (median per
-    step), compute_z; for suspects (p < alpha) and episodic stalls: cause (compute,
-    communication or untraced host time: its largest excess before the collectives it was last
-    at), floor_steps_won / floor_steps (steps where its time in that cause exceeded every
-    unsuspected rank's, of the steps compared), floor_p_value (binomial), excess_pct (its median
-    excess over that floor, % of the median step), extra_work_pct (its FLOPs or matmul calls per
-    step above every unsuspected rank's, %; null when not above); qualifies (bool: passes the
-    rule), named (bool: qualifies, and few enough ranks do). ``instances``: instance_id, step, op, pg, n_ranks,
-    first_arrival_ns, last_arrival_ns, last_rank (null on a tie), transfer_ns (median over ranks),
-    ends_before_last_arrival (ranks whose end precedes the last arrival), skew_ns. ``waits``:
-    instance_id, step, rank, arrival_ns, wait_ns, arrival_offset_ns (signed: negative = early),
-    lateness_ns (>= 0), transfer_ns (>= 0), end_before_last_arrival (bool: transfer clipped).
-    ``heatmap``: step, rank, lateness_ms (mean). All ``_ns`` columns are int64 ns. ``verdict``:
-    one row per named rank (or one with rank null): rank, named, cause, compute_excess_ns,
-    comm_excess_ns, other_excess_ns, evidence."""
+    """Per rank (``frame``), the verdict (``verdict``), each instance (``instances``), each rank's
+    copy of it (``waits``) and mean lateness per step and rank (``heatmap``), in this order (the
+    report's); their columns are declared in :data:`SPEC`. All ``_ns`` columns are int64 ns."""
 
+    verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
     instances: pl.DataFrame = field(default_factory=pl.DataFrame)
     waits: pl.DataFrame = field(default_factory=pl.DataFrame)
     heatmap: pl.DataFrame = field(default_factory=pl.DataFrame)
-    verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Stragglers"
-
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "verdict": self.verdict, "instances": self.instances,
-                "waits": self.waits, "heatmap": self.heatmap}
 
     def charts(self) -> list[Chart]:
         return [
@@ -199,7 +182,73 @@ def _split_windows(waits: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame)
     return pl.concat(out) if out else pl.DataFrame()
 
 
-@register("stragglers", Params)
+_INSTANCE = rc.count("instance_id", "Matched collective instance (collective_instances)")
+
+SPEC = Analysis(
+    name="stragglers", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per rank", rc.RANK,
+              rc.rows("instances", "Instances the rank was seen at"),
+              rc.rows("last_count", "Instances it arrived strictly last at"),
+              rc.rows("tie_count", "Instances where it shared the latest arrival (credits nobody)"),
+              rc.ratio("last_arrival_share", "last_count / instances with one last rank, 0..1"),
+              rc.ratio("chance_share", "Expected share under no straggler: mean of 1/n over the instances"),
+              rc.ratio("p_value", "Binomial p-value of arriving last last_count times or more"),
+              rc.ns("median_lateness_ns", "Median lateness (arrival after the median arrival, >= 0)"),
+              rc.pct("late_pct", "median_lateness_ns, % of the pace (median time between consecutive arrivals)"),
+              rc.pct("late_step_pct", "median_lateness_ns, % of the median step"),
+              rc.ns("wait_caused_ns", "The other ranks' waits at the instances it arrived last at"),
+              rc.ns("holdup_ns", "Union over those instances of [next latest arrival, its arrival]: the job "
+                 "waited for it alone"),
+              rc.pct("holdup_pct", "holdup_ns, % of the time the instances cover"),
+              rc.pct("cost_pct", "What its delays cost the job, % of step time: the what-if replay with only its "
+                  "recorded times (or host gaps) put back, alone S - 1 (holdup_pct where the replay cannot run)"),
+              rc.ns("wait_ns", "Time it waited for others, summed"),
+              rc.ns("transfer_ns", "Median transfer (end - last arrival, >= 0)"),
+              rc.ns("compute_ns", "Median compute time per step"),
+              rc.ratio("compute_z", "Robust z-score of compute_ns against the median rank"),
+              rc.text("cause", "Suspects and episodic stalls: compute, communication or untraced host time (its "
+                   "largest excess before the collectives it was last at)"),
+              rc.count("floor_steps_won", "Steps where its time in that cause exceeded every unsuspected rank's"),
+              rc.count("floor_steps", "Steps compared"),
+              rc.ratio("floor_p_value", "Binomial p-value of floor_steps_won"),
+              rc.pct("excess_pct", "Its median excess over that floor, % of the median step"),
+              rc.pct("extra_work_pct", "Its FLOPs or matmul calls per step above every unsuspected rank's, %; null "
+                  "when not above"),
+              rc.flag("qualifies", "Passes the rule (module doc, step 4)"),
+              rc.flag("named", "Qualifies, and few enough ranks do (max_named_share)")),
+        rc.frame("verdict", "One row per named rank (or one with rank null: no straggler)",
+              rc.RANK, rc.flag("named", "The rank is named a straggler"), rc.text("cause", "Its cause"),
+              rc.ns("compute_excess_ns", "Its compute above the others' median, before the collectives it was last at"),
+              rc.ns("comm_excess_ns", "Its exposed communication above the others' median"),
+              rc.ns("other_excess_ns", "Its untraced host time above the others' median"),
+              rc.text("evidence", "The verdict in words, with its figures")),
+        rc.frame("instances", "Each collective instance seen by two or more ranks", _INSTANCE, rc.STEP,
+              rc.text("op", "Collective op"), rc.text("pg", "Process group"),
+              rc.rows("n_ranks", "Ranks that took part"),
+              rc.ns("first_arrival_ns", "First arrival"), rc.ns("last_arrival_ns", "Last arrival"),
+              Column("last_rank", "INTEGER", "Rank that arrived last; null on a tie"),
+              rc.ns("transfer_ns", "Median transfer over ranks"),
+              rc.count("ends_before_last_arrival", "Ranks whose end precedes the last arrival"),
+              rc.ns("skew_ns", "last_arrival_ns - first_arrival_ns")),
+        rc.frame("waits", "Each rank's copy of each instance", _INSTANCE, rc.STEP, rc.RANK,
+              rc.ns("arrival_ns", "Its arrival (CPU enqueue, or NCCL kernel start)"),
+              rc.ns("wait_ns", "Last arrival - its arrival"),
+              rc.ns("arrival_offset_ns", "Its arrival - the median arrival (signed: negative = early)"),
+              rc.ns("lateness_ns", "max(arrival_offset_ns, 0)"),
+              rc.ns("transfer_ns", "Its end - the last arrival, clipped at 0"),
+              rc.flag("end_before_last_arrival", "Its end precedes the last arrival (transfer clipped): a wrong "
+                   "match or clock")),
+        rc.frame("heatmap", "Mean lateness per (step, rank)", rc.STEP, rc.RANK,
+              rc.number("lateness_ms", "Mean lateness", "ms")),
+    ),
+    report=Report(70, "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)"),
+    findings=Topic("stragglers", 10, topic),
+    requires=("whatif",),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Straggler statistics and verdict for one run (module doc).
 
@@ -327,7 +376,7 @@ def _costs(store: Store, run_id: int, params: Params, source: str | None,
             "hold-up (no what-if replay: the source records no collective end times)")
     try:
         # the same parameters as the report's own whatif (``source`` as given: "" picks the same
-        # source), so that inside ``reuse_results`` the replay runs once
+        # source), so that in a session (the report) the replay runs once
         res = cast(whatif.Result, whatif.run(store, whatif.Params(run=params.run, source=params.source)))
     except AnalysisError:
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (

@@ -70,7 +70,8 @@ import numpy as np
 import polars as pl
 
 from analyses import _common, _replay
-from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof import columns as rc
+from traceprof.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.errors import AnalysisError
 from traceprof.store import Store
 
@@ -106,20 +107,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per step (``frame``): step, actual_ns, replay_ns (recorded gaps and durations), nogap_ns
-    (recorded durations, no host gaps), typgap_ns (recorded durations, gaps at their median),
-    ideal_ns (int64 ns), slowdown (S of the step, at least 1), launch_slowdown (actual / nogap),
-    host_slowdown (replay / typgap), model_slowdown (replay / ideal), all at least 1, clamped
-    (bool: the ideal exceeded the time it is compared with; slowdowns set to 1).
-    ``blame``: by (rank, stage, op), kind (``blocking``: the ideal replay with only that group's
-    recorded durations, or ``host``: the typical-gap replay with only that group's recorded host
-    gaps), group, slowdown (at least 1), excess_alone_pct (that group alone, % of the kind's
-    slowdown - 1, 0..100; null when there is no excess; not additive across groups). ``summary``:
-    one row with source, pool, gaps, ideal, steps, slowdown, slowdown_lo, slowdown_hi (its 95%
-    interval over steps), host_slowdown, host_slowdown_lo, host_slowdown_hi, launch_slowdown,
-    model_slowdown, replay_error_pct, clamped_steps, transient_steps, straggling (an interval's
-    low end above 1.1). ``blame`` rows by stage also carry slowdown_lo (the low end of that
-    stage's own interval; null for the other rows)."""
+    """Per step (``frame``), blame by group (``blame``) and the run's slowdowns (``summary``);
+    their columns are declared in :data:`SPEC`."""
 
     blame: pl.DataFrame = field(default_factory=pl.DataFrame)
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -186,7 +175,53 @@ def _no_steps_text(store: Store, run_id: int, label: str, comp: pl.DataFrame) ->
             "(its ProfilerStep#N annotations mark the steps) and ingest those traces")
 
 
-@register("whatif", Params)
+def _slowdown(name: str, what: str) -> tuple:
+    return (rc.ratio(name, what), rc.ratio(f"{name}_lo", "Its 95% interval over steps: low end"),
+            rc.ratio(f"{name}_hi", "Its 95% interval over steps: high end"))
+
+
+SPEC = Analysis(
+    name="whatif", params=Params, result=Result,
+    frames=(
+        rc.frame("frame", "Per step: the recorded time and the replays",
+              rc.count("step", "ProfilerStep number"),
+              rc.ns("actual_ns", "Recorded step time"),
+              rc.ns("replay_ns", "Replay of the recorded gaps and durations"),
+              rc.ns("nogap_ns", "Replay of the recorded durations without host gaps"),
+              rc.ns("typgap_ns", "Replay of the recorded durations, host gaps at their median"),
+              rc.ns("ideal_ns", "Replay of the ideal (module doc)"),
+              rc.ratio("slowdown", "S of the step, at least 1"),
+              rc.ratio("launch_slowdown", "actual / nogap, at least 1"),
+              rc.ratio("host_slowdown", "replay / typgap, at least 1"),
+              rc.ratio("model_slowdown", "replay / ideal, at least 1"),
+              rc.flag("clamped", "The ideal exceeded the time it is compared with; slowdowns set to 1")),
+        rc.frame("blame", "Each group's share of the slowdown, alone",
+              rc.text("by", "Grouped by rank, stage or op"),
+              rc.text("kind", "blocking (the ideal replay with only that group's recorded durations) or host (the "
+                   "typical-gap replay with only that group's recorded host gaps)"),
+              rc.text("group", "The rank, stage or op"),
+              rc.ratio("slowdown", "That group alone: S, at least 1"),
+              rc.ratio("slowdown_lo", "Rows by stage: the low end of that stage's own 95% interval; null otherwise"),
+              rc.pct("excess_alone_pct", "That group alone, % of the kind's slowdown - 1 (0..100; null without "
+                  "excess; not additive across groups)")),
+        rc.frame("summary", "One row: the run's slowdowns",
+              rc.text("source", "Collectives source replayed"), rc.text("pool", "The pool parameter"),
+              rc.text("gaps", "The gaps parameter"), rc.text("ideal", "The ideal parameter"),
+              rc.count("steps", "Steps replayed"),
+              *_slowdown("slowdown", "S: the job's blocking slowdown"),
+              *_slowdown("host_slowdown", "Host-gap slowdown: recorded gaps vs each at its median"),
+              rc.ratio("launch_slowdown", "actual / no host gaps at all (the artifact's)"),
+              rc.ratio("model_slowdown", "replay / ideal"),
+              rc.pct("replay_error_pct", "Mean |replay - actual| / actual over steps"),
+              rc.count("clamped_steps", "Steps whose ideal exceeded them"),
+              rc.count("transient_steps", "Steps left out as the profiler-start transient"),
+              rc.flag("straggling", "An interval's low end above 1.1")),
+    ),
+    report=Report(80, "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)"),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """What-if replay of one run (module doc).
 

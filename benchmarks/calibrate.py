@@ -147,6 +147,7 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
 
     from traceprof import analysis
     from traceprof.ingest import ingest
+    from traceprof.session import Session
     from traceprof.store import Store
     from traceprof.verdict import combined_verdict
 
@@ -156,7 +157,7 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
             if r.name not in have:
                 ingest(store, [Path(r.path)], run=r.name)
     rows = []
-    with Store(db, read_only=True) as store, analysis.reuse_results():
+    with Store(db, read_only=True) as store, Session(store):  # each analysis once per run
         for r in runs:
             v = combined_verdict(store, r.name)
             st = analysis.get("stragglers")

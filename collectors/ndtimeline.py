@@ -46,8 +46,10 @@ import yaml
 
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
-from traceprof.limits import checked_int, polars_out_of_range
-from traceprof.parsed import ParsedTrace
+from traceprof.limits import polars_out_of_range
+from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.values import checked_int
+from traceprof.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
 
@@ -138,12 +140,12 @@ def _pg(optype: str, dp: int, stage: int) -> str | None:
     return None
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[ParsedTrace]:
     """Parse one NDTimeline Parquet trace into one :class:`ParsedTrace` per worker.
 
     Args:
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
-        on_bad_event: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
+        options: How to read it (``traceprof.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
             a null rank, step or optype); ``"skip"`` drops (and counts) it.
 
     Returns:
@@ -154,6 +156,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
             skipping), or a bad row (naming its index).
     """
     p = Path(path).resolve()
+    on_bad_event = options.on_bad_event
     try:
         raw = p.read_bytes()
         df = pl.read_parquet(p)
@@ -240,7 +243,7 @@ def _trace(
         op = _OP.get(opt, opt)
         key = (pg, op)
         colls.append({
-            "source": "ndtimeline", "pg": pg, "seq": r["step"] * _SEQ_STRIDE + r["seq_id"], "op": op,
+            "source": CollectiveSource.ndtimeline, "pg": pg, "seq": r["step"] * _SEQ_STRIDE + r["seq_id"], "op": op,
             "p2p": op in ("send", "recv"),  # pipeline sends and receives: one peer each
             "dtype": None, "nelems_in": None, "nelems_out": None, "bytes_in": None, "bytes_out": None,
             "group_size": _group_size(opt, sizes), "enter_ns": None, "start_ns": r["ts_ns"], "end_ns": r["ts_ns"] + r["dur_ns"],
@@ -263,7 +266,7 @@ def _trace(
         "clock_synced_by_source": True,
     }
     return ParsedTrace(
-        path=str(p), sha256=sha, bytes=nbytes, source="ndtimeline", format="ndtimeline-parquet",
+        path=str(p), sha256=sha, bytes=nbytes, source=TraceSource.ndtimeline, format="ndtimeline-parquet",
         rank=rank, world_size=int(meta["world_size"]) if meta.get("world_size") else None,
         trace={"meta": msgspec.json.encode(info).decode(), "device_name": None},
         events=pa.Table.from_pylist(events, schema=row_schema("events")),

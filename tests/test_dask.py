@@ -18,6 +18,7 @@ from traceprof import analysis as registry
 from traceprof import executor, layout
 from traceprof.errors import TraceFormatError, TraceprofError, UsageError
 from traceprof.ingest import _park_one, ingest
+from traceprof.parsed import ParseOptions
 from traceprof.store import Store
 
 distributed = pytest.importorskip("distributed")
@@ -142,7 +143,7 @@ def test_losing_the_cluster_is_one_error() -> None:
     timer.start()
     try:
         with pytest.raises(TraceprofError, match="lost the Dask cluster after"):
-            executor.map_on_dask(_slow, [(i,) for i in range(40)], cluster.scheduler_address, 64.0)
+            executor.map_on_dask(_slow, [(i,) for i in range(40)], cluster.scheduler_address)
     finally:
         timer.join()
         cluster.close()
@@ -151,14 +152,14 @@ def test_losing_the_cluster_is_one_error() -> None:
 def test_file_missing_on_a_worker_is_named(tmp_path: Path) -> None:
     """A worker that does not see the file (no shared filesystem) reports the file and the fix."""
     gone = tmp_path / "rank0.trace.json"
-    got = executor._on_worker(_park_one, 64.0, (gone, "raise", False, (), str(tmp_path), "stage"))
+    got = executor._on_worker(_park_one, (gone, ParseOptions(), str(tmp_path), "stage"))
     assert isinstance(got, TraceFormatError) and str(gone) in str(got)
 
 
 def test_without_dask_installed_says_how(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(UsageError, match=r"traceprof\[dask\]"):
-        executor.map_on_dask(len, [(1,)], "tcp://127.0.0.1:9", 64.0)
+        executor.map_on_dask(len, [(1,)], "tcp://127.0.0.1:9")
 
 
 def test_importing_the_library_does_not_import_dask_or_torch() -> None:

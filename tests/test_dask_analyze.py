@@ -18,6 +18,7 @@ from traceprof import executor, rankwise
 from traceprof.errors import TraceprofError
 from traceprof.executor import DaskCluster
 from traceprof.ingest import ingest
+from traceprof.session import Session
 from traceprof.store import Store
 
 distributed = pytest.importorskip("distributed")
@@ -68,7 +69,7 @@ def _cases() -> list[tuple[str, str, dict[str, object]]]:
     registry.load_all()
     out = []
     for run in SOURCES:
-        for name in rankwise.MERGES:
+        for name in (a.name for a in registry.specs() if a.per_rank is not None):
             out.append((run, name, {}))
             if "hta" in {f.name for f in dataclasses.fields(registry.get(name).params)}:
                 out.append((run, name, {"hta": True}))
@@ -82,7 +83,7 @@ def test_same_result_as_local(run: str, name: str, extra: dict[str, object], db:
     params = an.params(run=run, **extra)
     with Store(db, read_only=True) as store:
         local = _result(store, name, params)
-        with rankwise.executing("dask", scheduler, store):
+        with Session(store, executor="dask", scheduler=scheduler, memo=False):
             remote = _result(store, name, params)
     if isinstance(local, str) or isinstance(remote, str):
         assert remote == local
@@ -105,7 +106,7 @@ def test_tasks_run_one_per_rank_on_the_cluster(db: Path, scheduler: str, monkeyp
         return real(self, fn, tasks, *a, **k)
 
     monkeypatch.setattr(DaskCluster, "map", spy)
-    with Store(db, read_only=True) as store, rankwise.executing("dask", scheduler, store):
+    with Store(db, read_only=True) as store, Session(store, executor="dask", scheduler=scheduler, memo=False):
         for name in ("overlap", "stragglers"):
             an = registry.get(name)
             an.run(store, an.params(run="straggler_rank2"))

@@ -22,6 +22,7 @@ import pytest
 from collectors.kineto._values import int_or_none
 from collectors.kineto.decode import decode
 from tests.conftest import CORPUS, SAMPLES
+from traceprof.parsed import ParseOptions
 from traceprof.timeconv import us_to_ns
 
 
@@ -181,7 +182,7 @@ def test_an_id_with_a_fraction_is_no_id(fast: bool, tmp_path: Path, monkeypatch:
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": kernels}))
     if not fast:
-        monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
     ev = _PARSE.parse(path).events.sort_by("ts_ns")
     assert ev.column("correlation").to_pylist() == [1, None, 3, None]
     assert int_or_none(2.0) == 2 and int_or_none(-0.5) is None and int_or_none(1e300) is None
@@ -190,9 +191,9 @@ def test_an_id_with_a_fraction_is_no_id(fast: bool, tmp_path: Path, monkeypatch:
 
 def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:
     if not fast:
-        monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
     try:
-        return _PARSE.parse(path, on_bad_event="skip")
+        return _PARSE.parse(path, ParseOptions(on_bad_event="skip"))
     finally:
         monkeypatch.undo()
 
@@ -255,9 +256,9 @@ def test_malformed_times_take_the_column_path_with_the_general_loops_result(
 
     def parsed(fast: bool) -> object:
         if not fast:
-            monkeypatch.setattr(_PARSE, "decode_columns", lambda data: None)
+            monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
         try:
-            return _PARSE.parse(path, on_bad_event=mode)
+            return _PARSE.parse(path, ParseOptions(on_bad_event=mode))
         except TraceFormatError as e:
             return str(e)
         finally:
@@ -268,7 +269,7 @@ def test_malformed_times_take_the_column_path_with_the_general_loops_result(
     real_decode = _PARSE._decode
     monkeypatch.setattr(_PARSE, "_decode", lambda *a: loop_calls.append(1) or real_decode(*a))
     try:
-        fast = _PARSE.parse(path, on_bad_event=mode)
+        fast = _PARSE.parse(path, ParseOptions(on_bad_event=mode))
     except TraceFormatError as e:
         fast = str(e)
     monkeypatch.undo()

@@ -13,6 +13,7 @@ from collectors.flight_recorder import is_fr_file, parse
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.errors import TraceFormatError
 from traceprof.ingest import ingest
+from traceprof.parsed import ParseOptions
 
 
 def test_parse_corpus_dump_field_by_field():
@@ -58,7 +59,7 @@ def test_missing_creation_time(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): missing 'time_created_ns'"):
         parse(path)
-    pt = parse(path, on_bad_event="skip")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
     (row,) = pt.collectives.to_pylist()
     assert (pt.rank, row["enter_ns"], row["start_ns"], row["end_ns"]) == (3, 10, 20, 50)
     assert pt.rejected == {"missing 'time_created_ns'": 1}
@@ -102,7 +103,7 @@ def test_non_integer_creation_time_and_empty_dump(tmp_path):
     with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): 'time_created_ns' is not an "
                        r"integer \('abc'\)"):
         parse(path)
-    assert parse(path, on_bad_event="skip").rejected == {"'time_created_ns' is not an integer": 1}
+    assert parse(path, ParseOptions(on_bad_event="skip")).rejected == {"'time_created_ns' is not an integer": 1}
     # An empty ring buffer: a trace with 0 collectives and a warning (for hang triage the rank that
     # recorded nothing is the culprit: desync says so); every entry skipped is still an error.
     path.write_text(json.dumps({**doc, "entries": []}))
@@ -112,7 +113,7 @@ def test_non_integer_creation_time_and_empty_dump(tmp_path):
                               "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives"]
     path.write_text(json.dumps({**doc, "entries": doc["entries"][1:]}))
     with pytest.raises(TraceFormatError, match="no valid entries"):
-        parse(path, on_bad_event="skip")
+        parse(path, ParseOptions(on_bad_event="skip"))
 
 
 def test_corpus_dumps_ingest_and_match_by_seq(store):

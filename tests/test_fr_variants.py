@@ -18,6 +18,7 @@ from collectors.flight_recorder import parse
 from tests.conftest import analyze
 from traceprof.errors import AnalysisError, TraceFormatError
 from traceprof.ingest import ingest
+from traceprof.parsed import ParseOptions
 from traceprof.store import Store
 
 T0 = 1_767_225_601_000_000_000  # epoch ns of seq 1's enqueue; each seq 1 ms later
@@ -209,7 +210,7 @@ def test_entry_without_its_sequence_number(tmp_path):
     with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): missing 'collective_seq_id' "
                        r"\(version 2.x numbers its entries there\); pass --skip-bad-events"):
         parse(path)
-    pt = parse(path, on_bad_event="skip")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
     assert pt.rejected == {"missing 'collective_seq_id'": 1}
     bad["collective_seq_id"] = "x"

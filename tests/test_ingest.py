@@ -14,6 +14,7 @@ from collectors.kineto import parse
 from tests.conftest import corpus
 from traceprof.errors import TraceFormatError
 from traceprof.ingest import ingest
+from traceprof.parsed import ParseOptions
 from traceprof.store import Store
 
 
@@ -106,7 +107,7 @@ def test_missing_dur_names_the_event(tmp_path):
     path = _write(tmp_path / "r0.json", doc)
     with pytest.raises(TraceFormatError, match=r"event #1 \(ph='X', name='cudaLaunchKernel'\): missing 'dur'"):
         parse(path)
-    pt = parse(path, on_bad_event="skip")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert pt.rejected["missing 'dur'"] == 1 and pt.events_kept == 2
 
 

@@ -16,6 +16,7 @@ from tests.conftest import analyze, case
 from traceprof import sources
 from traceprof.errors import AnalysisError, TraceFormatError
 from traceprof.ingest import ingest
+from traceprof.parsed import ParseOptions
 from traceprof.store import Store
 
 CASE = "nccl_inspector_records"
@@ -158,7 +159,7 @@ def test_version_not_read_is_named(tmp_path, version):
         recs[1]["metadata"]["inspector_output_format_version"] = version
     f = _write(tmp_path / "h-pid1.log", recs)
     with pytest.raises(TraceFormatError) as e:
-        parse(f, on_bad_event="skip")
+        parse(f, ParseOptions(on_bad_event="skip"))
     assert str(e.value) == (f"{f}: line 2: NCCL Inspector output version {version!r}, which traceprof does not read: "
                             "it reads versions v4.0 to v4.x (NCCL 2.28.3+)")
 
@@ -180,7 +181,7 @@ def test_bad_record_names_file_and_line_or_is_skipped(tmp_path, bad, reason):
         parse(f)
     assert str(e.value).startswith(f"{f}: line 2: {reason}")
     assert str(e.value).endswith("; pass --skip-bad-events to skip such records")
-    pt = parse(f, on_bad_event="skip")
+    pt = parse(f, ParseOptions(on_bad_event="skip"))
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2]
     assert pt.rejected == {reason: 1} and pt.events_read == 3
 

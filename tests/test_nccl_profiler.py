@@ -14,6 +14,7 @@ from tests.conftest import CASES, analyze, case
 from traceprof import sources
 from traceprof.errors import AnalysisError, TraceFormatError
 from traceprof.ingest import ingest
+from traceprof.parsed import ParseOptions
 from traceprof.store import Store
 
 CASE = CASES / "clock_offset_3ms"
@@ -159,7 +160,7 @@ def test_empty_dump_named_like_one_says_no_events(tmp_path, body):
     path.write_text(body)
     assert sources.claim(path).name == "nccl_profiler"
     with pytest.raises(TraceFormatError) as e:
-        sources.claim(path).parse(path, "raise")
+        sources.claim(path).parse(path, ParseOptions())
     assert str(e.value) == (f"{path.resolve()}: no events: the NCCL profiler plugin wrote an empty dump (the "
                             "process ran no NCCL operation while profiled, or exited before the plugin flushed)")
 
@@ -177,7 +178,7 @@ def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
     with pytest.raises(TraceFormatError) as e:
         parse(path)
     assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
-    pt = parse(path, on_bad_event="skip")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
     assert pt.rejected == {reason.split(" (")[0]: 1}
     assert sorted(pt.events.column("kind").to_pylist()) == ["collective"] + ["other"] * 4
@@ -193,7 +194,7 @@ def test_comm_hash_or_datatype_of_another_type_is_refused(tmp_path, key, value, 
     with pytest.raises(TraceFormatError) as e:
         parse(path)
     assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
-    pt = parse(path, on_bad_event="skip")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert [(r["pg"], r["seq"]) for r in pt.collectives.to_pylist()] == [(str(COMM), 1)]
 
 

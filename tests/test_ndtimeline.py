@@ -8,6 +8,7 @@ import pytest
 from collectors import ndtimeline
 from tests.conftest import corpus
 from traceprof.errors import TraceFormatError
+from traceprof.parsed import ParseOptions
 
 _ST = "kineto_misc/bytedance_straggler_whatif/trace-ST.parquet"
 
@@ -17,7 +18,7 @@ def test_empty_file_with_the_real_schema(tmp_path):
     pl.read_parquet(corpus(_ST)).head(0).write_parquet(path)
     for mode in ("raise", "skip"):
         with pytest.raises(TraceFormatError, match="no rows") as e:
-            ndtimeline.parse(path, on_bad_event=mode)
+            ndtimeline.parse(path, ParseOptions(on_bad_event=mode))
         assert e.value.path == str(path.resolve())
 
 
@@ -32,7 +33,7 @@ def test_nan_duration_is_a_bad_row(tmp_path):
     with pytest.raises(TraceFormatError, match="NaN") as e:
         ndtimeline.parse(path)
     assert e.value.where.startswith("row #3 ")
-    traces = ndtimeline.parse(path, on_bad_event="skip")
+    traces = ndtimeline.parse(path, ParseOptions(on_bad_event="skip"))
     # 10 rows, 1 skipped: 9 read, and counted once (on the first trace) as rejected.
     assert sum(len(t.events) for t in traces) == 9
     assert sum(sum(t.rejected.values()) for t in traces) == 1

@@ -14,6 +14,7 @@ from tests.conftest import analyze, corpus
 from traceprof import sources
 from traceprof.errors import NotATraceError, TraceFormatError, UsageError
 from traceprof.ingest import ingest
+from traceprof.parsed import ParseOptions
 
 SAXPY = "nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 CLOVER = "nsys/pipit_perlmutter-cloverleaf-cuda.sqlite"
@@ -306,7 +307,7 @@ def test_rows_with_unusable_times_raise_or_are_counted(store, tmp_path, table, s
         parse(db)
     assert f"{db.name}: {table} row id {rowid}: {reason} (" in str(e.value)
     assert "--skip-bad-events" in str(e.value)
-    t = parse(db, on_bad_event="skip")
+    t = parse(db, ParseOptions(on_bad_event="skip"))
     assert t.rejected == {f"{table}: {reason}": 1}
     clean = parse(corpus(SAXPY))
     assert t.events.num_rows == clean.events.num_rows - 1

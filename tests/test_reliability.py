@@ -264,7 +264,7 @@ def test_parser_workers_die_with_their_parent(tmp_path):
         "from traceprof import procs\n"
         "def work(x):\n"
         "    os.write(1, b'%d\\n' % os.getpid()); time.sleep(60)\n"  # one write: lines never interleave
-        "procs.map_in_workers(work, [1, 2], 2, 64.0)\n"
+        "procs.map_in_workers(work, [1, 2], 2)\n"
     )
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
     workers = [int(p.stdout.readline()) for _ in range(2)]
@@ -408,7 +408,7 @@ def test_parser_workers_never_see_ctrl_c(tmp_path):
         "procs.worker_init = init\n"
         "def work(x):\n"
         "    return x * 2, signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
-        "print(procs.map_in_workers(work, [1, 2, 3], 2, 64.0))\n"
+        "print(procs.map_in_workers(work, [1, 2, 3], 2))\n"
         "print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
@@ -492,14 +492,9 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
     path = tmp_path / "rank0.json.gz"
     path.write_bytes(gzip.compress(raw, 9))
     monkeypatch.setattr(fileio, "MIN_INFLATE_BYTES", 1000)
-    fileio.set_max_inflate_ratio(10)
-    try:
-        with pytest.raises(TraceFormatError, match=r"inflates to more than .* \(10x the"):
-            fileio.read_maybe_gzip(path)
-        fileio.set_max_inflate_ratio(1000)
-        assert fileio.read_maybe_gzip(path)[1] == raw
-    finally:
-        fileio.set_max_inflate_ratio(fileio.DEFAULT_INFLATE_RATIO)
+    with pytest.raises(TraceFormatError, match=r"inflates to more than .* \(10x the"):
+        fileio.read_maybe_gzip(path, 10)
+    assert fileio.read_maybe_gzip(path, 1000)[1] == raw
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
     assert (code, err) == (1, "error: --max-inflate 0.0: expected a finite ratio above 0, e.g. 64\n")
     for ratio in ("inf", "1e400", "nan"):  # inf was an OverflowError traceback

@@ -12,10 +12,11 @@ import polars as pl
 import pytest
 
 from tests.conftest import SAMPLES
-from traceprof import analysis, cancel, findings
-from traceprof.analysis import FrameResult, reuse_results
+from traceprof import analysis, cancel, findings, session
+from traceprof.analysis import FrameResult
 from traceprof.errors import StoreError
 from traceprof.ingest import ingest
+from traceprof.session import Session
 from traceprof.store import Store
 
 
@@ -36,15 +37,15 @@ def _frames(res: FrameResult | Exception) -> dict[str, object]:
 def _run(db: Path, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[tuple[str, str]]]:
     """The report's analyses with ``threads`` threads, and (analysis, thread name) per computation."""
     computed: list[tuple[str, str]] = []
-    real = analysis._compute
+    real = Session._compute
 
-    def counting(name, fn, store, p):
+    def counting(self, name, fn, store, p):
         computed.append((name, threading.current_thread().name))
-        return real(name, fn, store, p)
+        return real(self, name, fn, store, p)
 
-    monkeypatch.setattr(analysis, "_compute", counting)
-    monkeypatch.setattr(findings, "_threads", lambda: threads)  # whatever this machine's CPU count
-    with Store(db, read_only=True) as s, reuse_results():
+    monkeypatch.setattr(Session, "_compute", counting)
+    # the threads as given, whatever this machine's CPU count
+    with Store(db, read_only=True) as s, Session(s, threads=threads):
         out = findings.run_analyses(s, s.resolve_run(None), {"mfu": {"model_flops_per_step": "1e12"}})
     monkeypatch.undo()
     return {k: _frames(v) for k, v in out.items()}, computed
@@ -54,7 +55,8 @@ def test_two_threads_give_the_results_of_one(db: Path, monkeypatch: pytest.Monke
     one, computed1 = _run(db, 1, monkeypatch)
     two, computed2 = _run(db, 2, monkeypatch)
     # report order, whatever finished first (desync: the sample has Flight Recorder dumps)
-    assert list(two) == list(one) == [*findings.REPORT_ANALYSES, "desync"]
+    assert list(two) == list(one) == [a.name for a in findings.report_analyses()]
+    assert list(one)[-1] == "desync"  # last in report order, run on this run (it has Flight Recorder dumps)
     for name in one:
         a, b = one[name], two[name]
         assert a.keys() == b.keys(), name
@@ -116,8 +118,7 @@ def test_ctrl_c_while_the_threads_run_is_raised_and_stops_them(db: Path, monkeyp
 
     monkeypatch.setattr(Store, "for_thread", view)
     monkeypatch.setattr(findings, "wait", ctrl_c)
-    monkeypatch.setattr(findings, "_threads", lambda: 2)
-    with Store(db, read_only=True) as s, reuse_results(), pytest.raises(KeyboardInterrupt):
+    with Store(db, read_only=True) as s, Session(s, threads=2), pytest.raises(KeyboardInterrupt):
         findings.run_analyses(s, s.resolve_run(None))
         # raised only once the running analyses stopped: their connections close after them
     assert len({id(v) for v in interrupted}) == 2  # each thread's connection
@@ -159,7 +160,7 @@ def test_ctrl_c_stops_a_running_analysis_at_its_next_checkpoint(db: Path, monkey
         ran_out.append("not cancelled")
         raise AssertionError("not cancelled")
 
-    spinner = analysis.Analysis("spin", "", analysis.RunParams, spin)
+    spinner = analysis.Analysis("spin", analysis.RunParams, FrameResult, (), spin)
     real_wait, calls = findings.wait, []
 
     def ctrl_c(fs, timeout=None):
@@ -169,10 +170,9 @@ def test_ctrl_c_stops_a_running_analysis_at_its_next_checkpoint(db: Path, monkey
         return real_wait(fs, timeout=timeout)
 
     monkeypatch.setattr(findings, "wait", ctrl_c)
-    monkeypatch.setattr(findings, "_threads", lambda: 2)
     t = time.monotonic()
     with Store(db, read_only=True) as s, pytest.raises(KeyboardInterrupt):
-        findings._run_all(s, [("a", spinner, analysis.RunParams()), ("b", spinner, analysis.RunParams())])
+        findings._run_all(s, [("a", spinner, analysis.RunParams()), ("b", spinner, analysis.RunParams())], 2)
     assert time.monotonic() - t < 5 and not ran_out
 
 
@@ -195,7 +195,7 @@ def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
         with pytest.raises(UsageError, match=r"^analysis 'mfu' has no parameter 'nosuch'"):
             findings.run_analyses(s, 1, {"mfu": {"nosuch": "1"}})
         # desync runs in the report of a run with Flight Recorder dumps: its parameters are taken
-        with reuse_results():
+        with Session(s):
             out = findings.run_analyses(s, 1, {"desync": {"all": "true"}})
         assert isinstance(out["desync"], FrameResult)
         with pytest.raises(UsageError, match="no report analysis 'nope'; choose from: .*mfu, desync$"):
@@ -205,23 +205,23 @@ def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
 def test_traceprof_threads_sets_the_threads(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from traceprof.errors import UsageError
 
-    monkeypatch.setattr(findings.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.delenv("TRACEPROF_THREADS", raising=False)
-    assert findings._threads() == findings.THREADS == 2
+    assert session.threads_from_env() == session.THREADS == 2
     monkeypatch.setenv("TRACEPROF_THREADS", "1")
-    assert findings._threads() == 1
+    assert session.threads_from_env() == 1
     monkeypatch.setenv("TRACEPROF_THREADS", "64")
-    assert findings._threads() == 4  # at most the CPUs
+    assert session.threads_from_env() == 4  # at most the CPUs
     for bad in ("0", "-1", "two", "1.5"):
         monkeypatch.setenv("TRACEPROF_THREADS", bad)
         with pytest.raises(UsageError, match=rf"^TRACEPROF_THREADS='{re.escape(bad)}': expected a whole number"):
-            findings._threads()
+            session.threads_from_env()
     monkeypatch.setenv("TRACEPROF_THREADS", "1")  # one thread: the analyses run on the caller's
     computed: list[str] = []
-    real = analysis._compute
-    monkeypatch.setattr(analysis, "_compute", lambda n, fn, s, p: (computed.append(threading.current_thread().name),
-                                                                  real(n, fn, s, p))[1])
-    with Store(db, read_only=True) as s, reuse_results():
+    real = Session._compute
+    monkeypatch.setattr(Session, "_compute", lambda self, n, fn, s, p: (
+        computed.append(threading.current_thread().name), real(self, n, fn, s, p))[1])
+    with Store(db, read_only=True) as s, Session(s):  # threads from TRACEPROF_THREADS
         findings.run_analyses(s, 1)
     assert set(computed) == {threading.main_thread().name}
 
@@ -245,5 +245,5 @@ def test_a_bad_desync_parameter_is_refused_on_a_run_without_its_sources(tmp_path
     with Store(path, read_only=True) as s:
         with pytest.raises(UsageError, match=r"^desync\.all='maybe': expected true or false$"):
             findings.run_analyses(s, 1, {"desync": {"all": "maybe"}})
-        with reuse_results():
+        with Session(s):
             assert "desync" not in findings.run_analyses(s, 1, {"desync": {"all": "true"}})  # valid: nothing to run

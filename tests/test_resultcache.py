@@ -16,6 +16,7 @@ from tests.conftest import SAMPLES, corpus
 from traceprof import analysis as registry
 from traceprof import resultcache
 from traceprof.errors import TraceprofError
+from traceprof.session import Session
 from traceprof.store import Store
 
 
@@ -58,11 +59,11 @@ def test_every_analysis_reads_back_what_it_computed(tmp_path: Path, hits: list[s
     # launch, overlap): every result's frames (values, dtypes, column order) and notes come back equal
     db = tmp_path / "s.duckdb"
     _ingest(db, SAMPLES / "normal" if where == "sample" else corpus("hta/trace_filter"))
-    with Store(db, read_only=True) as store, resultcache.caching():
+    with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         first = _results(store)
     assert set(hits) <= {"whatif"}  # kept when stragglers ran it for its costs
     hits.clear()
-    with Store(db, read_only=True) as store, resultcache.caching():
+    with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         again = _results(store)
     computed = [n for n, r in first.items() if not isinstance(r, type)]
     assert len(computed) >= 8 and sorted(hits) == sorted(computed)
@@ -228,7 +229,7 @@ def test_params_change_the_key(tmp_path: Path, hits: list[str]) -> None:
     db = tmp_path / "s.duckdb"
     _ingest(db, SAMPLES / "normal")
     an = registry.get("gaps")
-    with Store(db, read_only=True) as store, resultcache.caching():
+    with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         an.run(store, an.params())
         an.run(store, dataclasses.replace(an.params(), run="1"))  # the same run by id: one entry
         assert hits == ["gaps"]
@@ -248,17 +249,17 @@ def test_the_activity_intervals_are_kept_for_the_next_process(tmp_path: Path, mo
 
     db = tmp_path / "s.duckdb"
     _ingest(db, corpus("hta/trace_filter"))
-    with Store(db, read_only=True) as store, resultcache.caching():
+    with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         computed = activity.activity(store, 1)
         detail = activity.activity(store, 1, detail=True)
     (entry, other) = sorted(resultcache.results_dir(db).glob("*/_activity-*"), key=lambda p: (p / "frame.arrow").stat().st_size)
     calls: list[object] = []
     monkeypatch.setattr(Store, "sql", lambda self, *a, **k: calls.append(a) or pl.DataFrame())
-    with Store(db, read_only=True) as store, resultcache.caching():
+    with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         assert_frame_equal(activity.activity(store, 1), computed, check_exact=True)
         assert_frame_equal(activity.activity(store, 1, detail=True), detail, check_exact=True)
     assert calls == []  # no query ran
     monkeypatch.undo()
     (entry / "frame.arrow").write_bytes(b"not arrow")  # damaged: computed again
-    with Store(db, read_only=True) as store, resultcache.caching():
+    with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         assert_frame_equal(activity.activity(store, 1), computed, check_exact=True)

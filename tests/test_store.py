@@ -153,3 +153,27 @@ def test_a_store_held_outside_traceprofs_lock_is_named_with_its_process(tmp_path
     finally:
         holder.communicate("")
     Store(db).close()  # free once it is gone
+
+
+def test_one_transaction_helper_commits_or_leaves_the_store_as_it_was(tmp_path):
+    # Every write of the store goes through Store.transaction: a DuckDB error rolls back and is
+    # the StoreError it names; commit=False always rolls back; the commit is recorded.
+    import duckdb
+    import pytest
+
+    from traceprof.errors import StoreError
+
+    with Store(tmp_path / "t.duckdb") as store:
+        with store.transaction(record=lambda: ("meta", 0)) as con:
+            con.execute("INSERT INTO meta VALUES ('a', '1')")
+        assert store.commits == [("meta", 0)]
+        with pytest.raises(StoreError, match="^adding b failed: "), store.transaction(
+                error=lambda e: f"adding b failed: {e}") as con:
+            con.execute("INSERT INTO meta VALUES ('b', '2')")
+            con.execute("INSERT INTO no_such_table VALUES (1)")
+        with store.transaction(commit=False) as con:
+            con.execute("INSERT INTO meta VALUES ('c', '3')")
+        with pytest.raises(duckdb.Error), store.transaction() as con:  # no error text given: DuckDB's own
+            con.execute("SELECT * FROM no_such_table")
+        keys = {k for (k,) in store.con.execute("SELECT key FROM meta").fetchall()}
+        assert "a" in keys and not {"b", "c"} & keys and store.commits == [("meta", 0)]

@@ -167,10 +167,10 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
         start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
         the op's own thread and start). Sorted by rank, start_ns and end_ns.
 
-    Inside :func:`traceprof.analysis.reuse_results` (the report) the query runs once per run and
-    selection: every analysis reads the same frame.
+    In a session that runs many analyses (``traceprof.session``: the report) the query runs once
+    per run and selection: every analysis reads the same frame.
     """
-    if not detail and reusing():  # one query per run inside a report: the detail columns dropped
+    if not detail and reusing(store):  # one query per run inside a report: the detail columns dropped
         return _activity(store, run_id, hta=hta, detail=True).select(ACTIVITY_COLUMNS)
     return _activity(store, run_id, hta=hta, detail=detail)
 

@@ -1,9 +1,29 @@
-"""The analysis registry and the result protocol every renderer (CLI, report) relies on.
+"""What an analysis is: one declared spec next to its code, and the registry of them.
 
-An analysis module in ``analyses/`` declares a frozen ``Params`` dataclass, a frozen ``Result``
-(a :class:`FrameResult`), and registers ``run(store, params) -> Result`` with :func:`register`.
-Adding an analysis never means editing a central list: ``load_all()`` imports every module of
-the ``analyses`` package.
+An analysis module in ``analyses/`` declares everything about itself in one :class:`Analysis`
+spec and registers it with :func:`register`:
+
+- ``name``: the module's name, the CLI word (``traceprof analyze NAME``) and the test file's;
+- ``params``: a frozen ``Params`` dataclass (typed fields: ``-p key=value`` strings are converted
+  by their annotations, :func:`make_params`);
+- ``result`` and ``frames``: a frozen ``Result`` (a :class:`FrameResult`) and the declaration of
+  each of its frames (:class:`traceprof.schema.Table` of :class:`traceprof.schema.Column`), so
+  that ``--help``, ``--save`` tables' column comments and ``docs/analyses.md`` come from one place;
+- ``report``: whether the report and the summary run it, in what order, what the run must hold
+  for it (shown when it does not apply) and, for some, on which runs (:class:`Report`);
+- ``findings``: the hook that reads its results into findings and one verdict per topic
+  (:class:`Topic`);
+- ``per_rank``: how one result per rank merges into the run's (:class:`PerRank`), when its rows
+  are computed per rank (``--executor dask`` runs it as one task per rank); None: cross-rank;
+- ``requires``: the analyses it runs itself (``stragglers`` runs ``whatif``): run first on the
+  report's threads.
+
+Notes are :class:`Note` strings that carry their figures (ranks listed, rows counted), so that
+per-rank results merge by structure, never by their wording. Adding an analysis is adding one
+module: nothing else names it (``load_all()`` imports every module of the ``analyses`` package).
+
+How analyses run (results shared, kept beside the store, on a Dask cluster) is the business of
+the :class:`traceprof.session.Session` attached to the store; a bare store runs each call here.
 """
 
 from __future__ import annotations
@@ -11,20 +31,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 import pkgutil
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+import types
+import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import polars as pl
 
-from traceprof.errors import TraceprofError, UsageError
+from traceprof.errors import UsageError
+from traceprof.schema import Table
+from traceprof.values import parse_bool
 
-__all__ = ["Analysis", "FrameResult", "Chart", "RunParams", "register", "get", "names", "load_all", "reuse_results",
-           "shared", "reusing", "executing", "Runner", "memo_store"]
+if TYPE_CHECKING:
+    from traceprof.store import Store
+
+__all__ = ["Analysis", "FrameResult", "Chart", "Note", "RunParams", "Report", "Topic", "PerRank", "Finding",
+           "Verdict", "FindingsInput", "register", "get", "names", "specs", "load_all", "shared", "reusing",
+           "make_params", "merge_notes", "memo_store"]
 
 
 @dataclass(frozen=True)
@@ -52,9 +78,88 @@ class Chart:
     frame: str = "frame"
 
 
+class Note(str):
+    """One note of a result: its text, and the figures it is made of.
+
+    A note that lists ranks (``rank(s) 1, 3 drive several GPUs: ...``) or states a number of rows
+    (``12 kernels have no launch call ...``) keeps them, so that the notes of per-rank results
+    merge by structure (:func:`merge_notes`): the ranks joined, the numbers summed.
+
+    Attributes:
+        template: The text with ``{ranks}`` (the ranks joined by ``", "``) and ``{number}`` standing
+            for the figures; the text itself for a plain note.
+        ranks: The ranks the note lists, or None.
+        number: The number of rows it states, or None.
+        kind: A name that code reads the note by (:meth:`FrameResult.note`), ``""`` for none.
+    """
+
+    template: str
+    ranks: tuple[int, ...] | None
+    number: int | None
+    kind: str
+
+    def __new__(cls, template: str = "", *, ranks: Iterable[int] | None = None, number: int | None = None,
+                kind: str = "") -> Note:
+        got = None if ranks is None else tuple(int(r) for r in ranks)
+        text = template
+        if got is not None:
+            text = text.replace("{ranks}", ", ".join(map(str, got)))
+        if number is not None:
+            text = text.replace("{number}", str(int(number)))
+        self = super().__new__(cls, text)
+        self.template, self.ranks, self.number, self.kind = template, got, number, kind
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: text, template, ranks, number, kind (the result cache keeps notes so)."""
+        return {"text": str(self), "template": self.template, "ranks": self.ranks, "number": self.number,
+                "kind": self.kind}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | str) -> Note:
+        """A note from :meth:`to_dict` (or a plain string)."""
+        if isinstance(d, str):
+            return cls(d)
+        return cls(str(d["template"]), ranks=d.get("ranks"), number=d.get("number"), kind=str(d.get("kind") or ""))
+
+
+def _as_note(n: str) -> Note:
+    return n if isinstance(n, Note) else Note(n)
+
+
+def merge_notes(per_rank: list[tuple[str, ...]]) -> tuple[Note, ...]:
+    """Every rank's notes once, in the analysis' order: notes of one template that list ranks are
+    one note listing them all (in order), notes that state a number are one note stating the sum,
+    other notes are kept once each."""
+    order: list[tuple[str, str]] = []
+    merged: dict[tuple[str, str], Note] = {}
+    for notes in per_rank:
+        at = 0
+        for n in map(_as_note, notes):
+            if n.ranks is not None:
+                key = ("ranks", n.template)
+                old = merged.get(key)
+                ranks = sorted({*(old.ranks or () if old is not None else ()), *n.ranks})
+                merged[key] = Note(n.template, ranks=ranks, kind=n.kind)
+            elif n.number is not None:
+                key = ("number", n.template)
+                old = merged.get(key)
+                merged[key] = Note(n.template, number=(old.number or 0 if old is not None else 0) + n.number,
+                                   kind=n.kind)
+            else:
+                key = ("text", str(n))
+                merged.setdefault(key, n)
+            if key in order:
+                at = order.index(key) + 1
+            else:
+                order.insert(at, key)
+                at += 1
+    return tuple(merged[k] for k in order)
+
+
 @dataclass(frozen=True)
 class FrameResult:
-    """Base of analysis results: a polars frame plus text notes.
+    """Base of analysis results: a polars frame plus notes (:class:`Note`, plain strings too).
 
     Renderers use only ``title``, ``to_frame()``, ``frames()``, ``notes`` and ``charts()``.
     """
@@ -79,39 +184,148 @@ class FrameResult:
     def charts(self) -> list[Chart]:
         return []
 
+    def note(self, kind: str) -> Note | None:
+        """The first note of ``kind`` (:attr:`Note.kind`), or None."""
+        return next((n for n in self.notes if isinstance(n, Note) and n.kind == kind), None)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the findings list.
+
+    ``topic``: stragglers, communication, idle, mfu, desync or regression; ``text``: the finding
+    with its evidence, long kernel and op names shortened (``traceprof.names.shorten``);
+    ``cost_pct``: % of step time it costs (None: no cost measured); ``problem``: whether it is
+    something to fix; ``section``: the report section with the detail; ``full``: the text with full
+    names where ``text`` shortened one (the report shows it on hover), else empty; ``status``: its
+    topic's verdict (``problem``, ``ok``, ``n/a``; ``info`` for a topic without one), set by
+    :func:`traceprof.findings.build`, which also sets ``problem`` to ``status == "problem"``: one
+    verdict per topic, so the findings list, the verdicts table, ``summary -f json`` and the
+    report never disagree.
+    """
+
+    topic: str
+    text: str
+    cost_pct: float | None
+    problem: bool
+    section: str
+    full: str = ""
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The combined verdict of one topic: ``status`` problem, ok, n/a or (the regression gate)
+    inconclusive, and one line of ``text``."""
+
+    topic: str
+    status: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FindingsInput:
+    """What a findings hook reads: the run's results by analysis name (those that applied), the
+    errors of those that did not, and the store, run and ``-p`` options they were computed with."""
+
+    results: dict[str, FrameResult]
+    errors: dict[str, Exception]
+    store: Store
+    run_id: int
+    params: dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Report:
+    """An analysis in the report and the summary.
+
+    Attributes:
+        order: Its place among the report's sections (ascending).
+        needs: What the run must hold for it, and how to record it (shown when it does not apply).
+        when: ``when(store, run_id)``: whether to run it at all on this run (``desync``: only on
+            runs with Flight Recorder or NCCL-plugin data); None: on every run.
+    """
+
+    order: int
+    needs: str
+    when: Callable[[Store, int], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A findings hook: ``build(input)`` -> (findings, verdict or None) of one topic.
+
+    Attributes:
+        name: The verdict's topic (``stragglers``, ``communication``, ``idle``, ``utilization``,
+            ``desync``).
+        order: The topic's place among the verdicts (ascending; the regression gate is last).
+        build: Reads the results (:class:`FindingsInput`) into findings and the topic's verdict.
+    """
+
+    name: str
+    order: int
+    build: Callable[[FindingsInput], tuple[list[Finding], Verdict | None]]
+
+
+@dataclass(frozen=True)
+class PerRank:
+    """An analysis whose rows are computed per rank: one result per rank merges into the run's.
+
+    Frames are concatenated in rank order, notes merged (:func:`merge_notes`).
+
+    Attributes:
+        resort: Frames sorted across ranks (not by rank first): frame name -> (columns,
+            descending flags) of the analysis' own sort.
+        finish: ``finish(merged, per_rank)`` -> the result, recomputing what spans ranks.
+    """
+
+    resort: dict[str, tuple[list[str], list[bool]]] = field(default_factory=dict)
+    finish: Callable[[FrameResult, list[FrameResult]], FrameResult] | None = None
+
 
 @dataclass(frozen=True)
 class Analysis:
-    """A registered analysis."""
+    """A registered analysis (module doc).
+
+    Attributes:
+        name: Module name, CLI word, test file name.
+        params: The frozen ``Params`` dataclass (a :class:`RunParams`).
+        result: The frozen ``Result`` class (a :class:`FrameResult`).
+        frames: One :class:`~traceprof.schema.Table` per frame of the result, ``frame`` first.
+        run: ``run(store, params) -> Result``, as registered (results shared and kept by the
+            store's session, if any).
+        doc: The module's docstring: what it computes and its algorithm.
+        report: In the report and summary, and what it needs (None: not there).
+        findings: Its findings hook (None: none).
+        per_rank: How per-rank results merge (None: cross-rank; it runs on the whole run).
+        requires: Analyses it runs itself.
+    """
 
     name: str
-    doc: str
     params: type
-    run: Callable[[Any, Any], FrameResult]
+    result: type
+    frames: tuple[Table, ...]
+    run: Callable[[Any, Any], FrameResult] = field(default=lambda store, p: FrameResult(pl.DataFrame()))
+    doc: str = ""
+    report: Report | None = None
+    findings: Topic | None = None
+    per_rank: PerRank | None = None
+    requires: tuple[str, ...] = ()
+
+    def frame(self, name: str) -> Table:
+        """The declaration of frame ``name``; KeyError when it has none."""
+        for t in self.frames:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    @property
+    def summary(self) -> str:
+        """The first line of :attr:`doc`."""
+        return self.doc.splitlines()[0] if self.doc else self.name
 
 
 _REGISTRY: dict[str, Analysis] = {}
-
-class _Slot:
-    """One memo entry of :func:`reuse_results`: filled once, by the first thread that asks for it;
-    another thread asking meanwhile waits for it (the report runs analyses on two threads, and
-    both may need the run's activity frame). ``store`` keeps the store alive, so that its id
-    stays unique while its results are kept."""
-
-    __slots__ = ("lock", "store", "done", "value")
-
-    def __init__(self, store: Any) -> None:
-        self.lock = threading.RLock()  # re-entrant: a helper asking for itself fails, not hangs
-        self.store = store
-        self.done = False
-        self.value: Any = None
-
-
-#: Results (or the error raised) of the analyses run inside :func:`reuse_results`, by
-#: (id(store), name, params), as :class:`_Slot`; None outside such a block. The store is the
-#: one a worker thread's store stands for (:func:`memo_store`).
-_MEMO: ContextVar[dict[tuple[int, str, Any], _Slot] | None] = ContextVar("traceprof_analysis_memo", default=None)
-_MEMO_LOCK = threading.Lock()  # guards adding slots to a memo
 
 
 def memo_store(store: Any) -> Any:
@@ -120,90 +334,17 @@ def memo_store(store: Any) -> Any:
     return getattr(store, "origin", None) or store
 
 
-def _filled(memo: dict[tuple[int, str, Any], _Slot], key: tuple[int, str, Any], store: Any,
-            compute: Callable[[], Any], keep_errors: bool) -> Any:
-    """The value of memo entry ``key``, computing it with ``compute()`` once. An error
-    ``compute`` raises is kept as the value when ``keep_errors`` (a TraceprofError), else raised
-    and the entry left empty (the next caller tries again)."""
-    with _MEMO_LOCK:
-        slot = memo.get(key)
-        if slot is None:
-            slot = memo[key] = _Slot(store)
-    with slot.lock:
-        if not slot.done:
-            try:
-                slot.value = compute()
-            except TraceprofError as e:
-                if not keep_errors:
-                    raise
-                slot.value = e
-            slot.done = True
-    return slot.value
+def _session(store: Any) -> Any:
+    """The :class:`traceprof.session.Session` attached to ``store`` (or to the store it was made
+    from), or None."""
+    return getattr(memo_store(store), "session", None)
 
 
-#: Whether the active :func:`reuse_results` block runs many analyses (see :func:`reusing`).
-_MANY: ContextVar[bool] = ContextVar("traceprof_analysis_many", default=False)
-
-
-@contextmanager
-def reuse_results(many: bool = True) -> Iterator[None]:
-    """Inside the block, each analysis runs at most once per (store, name, params).
-
-    A repeated call (the report's findings, verdict and sections, or ``stragglers`` running
-    ``whatif`` for its costs) returns the first call's result object, or raises the
-    :class:`~traceprof.errors.TraceprofError` it raised. Results are immutable (frozen
-    dataclasses of polars frames), so sharing them is safe. The store must not change inside the
-    block. Nested blocks share the outermost one's results.
-
-    Args:
-        many: Many analyses will run (the report): shared helpers may fetch once what all of
-            them need (:func:`reusing`). False for one analysis (``analyze NAME``), which would pay
-            for the others' columns (the activity frame's detail columns: +0.8 GB for 8 x 1 M events).
-    """
-    if _MEMO.get() is not None:
-        yield
-        return
-    token, many_token = _MEMO.set({}), _MANY.set(many)
-    try:
-        yield
-    finally:
-        _MEMO.reset(token)
-        _MANY.reset(many_token)
-
-
-def reusing() -> bool:
-    """Whether a :func:`reuse_results` block for many analyses is active."""
-    return _MEMO.get() is not None and _MANY.get()
-
-
-#: Runs a registered analysis in place of calling it here: ``runner(name, store, params, fn)``
-#: returns what ``fn(store, params)`` would (``traceprof.rankwise`` runs per-rank analyses on a
-#: Dask cluster and calls ``fn`` for the rest).
-Runner = Callable[[str, Any, Any, Callable[[Any, Any], "FrameResult"]], "FrameResult"]
-_RUNNER: ContextVar[Runner | None] = ContextVar("traceprof_analysis_runner", default=None)
-
-
-@contextmanager
-def executing(runner: Runner | None) -> Iterator[None]:
-    """Inside the block, every registered analysis is computed by ``runner`` (None: here, as
-    outside any block). Results of :func:`reuse_results` are still shared; a runner must return
-    exactly what the analysis returns here."""
-    token = _RUNNER.set(runner)
-    try:
-        yield
-    finally:
-        _RUNNER.reset(token)
-
-
-def _compute(name: str, fn: Callable[[Any, Any], FrameResult], store: Any, p: Any) -> FrameResult:
-    from traceprof import resultcache  # here: it imports this module's FrameResult
-
-    out = resultcache.lookup(store, name, p)  # None unless inside ``resultcache.caching``
-    if out is None:
-        runner = _RUNNER.get()
-        out = fn(store, p) if runner is None else runner(name, store, p, fn)
-        resultcache.keep(store, name, p, out)
-    return out
+def reusing(store: Any) -> bool:
+    """Whether ``store``'s session runs many analyses (:attr:`Session.many`: the report), so that
+    shared helpers may fetch once what all of them need."""
+    s = _session(store)
+    return s is not None and s.memo is not None and s.many
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -211,44 +352,38 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def shared(fn: _F) -> _F:
     """Decorator for a helper ``fn(store, *args)`` whose result several analyses read (e.g. the
-    activity intervals of a run): inside :func:`reuse_results` it runs once per (store, args)
-    (positional and keyword arguments, all hashable) and every caller gets the same immutable
-    result; outside, every call runs it. Errors are not kept."""
+    activity intervals of a run): with a session that keeps results (``Session.memo``) it runs
+    once per (store, args) (positional and keyword arguments, all hashable) and every caller gets
+    the same immutable result; otherwise every call runs it. Errors are not kept."""
 
     @functools.wraps(fn)
     def once(store: Any, *args: Any, **kwargs: Any) -> Any:
-        memo = _MEMO.get()
-        if memo is None:
+        s = _session(store)
+        if s is None or s.memo is None:
             return fn(store, *args, **kwargs)
-        origin = memo_store(store)
-        key = (id(origin), f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
-        return _filled(memo, key, origin, lambda: fn(store, *args, **kwargs), keep_errors=False)
+        key = (f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
+        return s.once(key, lambda: fn(store, *args, **kwargs), keep_errors=False)
 
     return once  # type: ignore[return-value]
 
 
-def register(name: str, params: type) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:
-    """Decorator that registers ``run(store, params) -> Result`` under ``name``.
+def register(spec: Analysis) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:
+    """Decorator that registers ``run(store, params) -> Result`` as the analysis ``spec`` declares.
 
-    The registered (and returned) function runs ``run`` once per (store, params) inside
-    :func:`reuse_results`, and every time outside it.
+    The registered (and returned) function runs through the store's session when it has one
+    (:meth:`traceprof.session.Session.compute`: once per params, kept beside the store, on its
+    executor); on a bare store it runs ``run`` directly.
     """
 
     def deco(fn: Callable[[Any, Any], FrameResult]) -> Callable[[Any, Any], FrameResult]:
         @functools.wraps(fn)
         def once(store: Any, p: Any) -> FrameResult:
-            memo = _MEMO.get()
-            if memo is None:
-                return _compute(name, fn, store, p)
-            origin = memo_store(store)
-            out = _filled(memo, (id(origin), name, p), origin, lambda: _compute(name, fn, store, p), keep_errors=True)
-            if isinstance(out, TraceprofError):
-                raise out
-            return out
+            s = _session(store)
+            return fn(store, p) if s is None else s.compute(spec.name, fn, store, p)
 
         module = importlib.import_module(fn.__module__)
         doc = (module.__doc__ or fn.__doc__ or "").strip()
-        _REGISTRY[name] = Analysis(name, doc, params, once)
+        _REGISTRY[spec.name] = dataclasses.replace(spec, run=once, doc=spec.doc or doc)
         return once
 
     return deco
@@ -264,8 +399,14 @@ def load_all() -> None:
 
 
 def names() -> list[str]:
+    """The registered analyses' names, sorted."""
     load_all()
     return sorted(_REGISTRY)
+
+
+def specs() -> list[Analysis]:
+    """Every registered analysis, by name."""
+    return [_REGISTRY[n] for n in names()]
 
 
 def get(name: str) -> Analysis:
@@ -291,34 +432,44 @@ def get(name: str) -> Analysis:
     return _REGISTRY[name]
 
 
-_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+def param_types(params: type) -> dict[str, type]:
+    """Each field of a ``Params`` dataclass -> the type a ``-p`` string converts to, from its
+    annotation (``int``, ``float``, ``bool``, ``str``; ``X | None`` gives X)."""
+    hints = typing.get_type_hints(params)
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(params):
+        t = hints.get(f.name, str)
+        if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union:
+            t = next((a for a in typing.get_args(t) if a is not type(None)), str)
+        out[f.name] = t if t in (int, float, bool, str) else str
+    return out
 
 
-def make_params(analysis: Analysis, run: str | None, options: dict[str, str]) -> Any:
-    """Build ``analysis.params`` from the run and ``key=value`` strings, converting types.
+def make_params(analysis: Analysis, run: str | None, options: dict[str, Any]) -> Any:
+    """Build ``analysis.params`` from the run and ``key=value`` options, converting strings by
+    each field's annotation (other values are taken as they are).
 
     Raises:
         UsageError: Unknown key or a value of the wrong type.
     """
-    fields = {f.name: f for f in dataclasses.fields(analysis.params)}
+    kinds = param_types(analysis.params)
     values: dict[str, Any] = {"run": run}
     for key, raw in options.items():
         key = key.replace("-", "_")
-        if key not in fields or key == "run":
-            known = ", ".join(k for k in fields if k != "run") or "none"
+        if key not in kinds or key == "run":
+            known = ", ".join(k for k in kinds if k != "run") or "none"
             raise UsageError(f"analysis {analysis.name!r} has no parameter {key!r}; parameters: {known}")
-        default = fields[key].default
-        kind = type(default) if default is not None and default is not dataclasses.MISSING else str
+        kind = kinds[key]
+        if not isinstance(raw, str):
+            values[key] = raw
+            continue
         try:
-            if kind is bool:
-                if raw.lower() not in _BOOLS:
-                    raise ValueError(raw)
-                values[key] = _BOOLS[raw.lower()]
-            else:
-                values[key] = kind(raw)
+            values[key] = parse_bool(raw) if kind is bool else kind(raw)
         except ValueError:
-            expected = "true or false" if kind is bool else kind.__name__
+            expected = "true or false" if kind is bool else "a number" if kind is float else kind.__name__
             raise UsageError(f"{key}={raw!r}: expected {expected}") from None
+        if kind is float and not math.isfinite(values[key]):
+            raise UsageError(f"{key}={raw!r}: expected a finite number")
         if kind is int and not -(2**63) <= values[key] < 2**63:  # ns, counts: int64 like the store
             raise UsageError(f"{key}={raw!r}: beyond the 64-bit integer range")
     return analysis.params(**values)

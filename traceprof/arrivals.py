@@ -164,7 +164,7 @@ def _start_spread_ns(store: Store, run_id: int) -> int:
 @shared
 def run_transient(store: Store, run_id: int) -> Transient:
     """:func:`transient` of the run's collectives of the preferred source (``comm_items``'s default);
-    empty when the run has none. Once per run inside ``reuse_results``."""
+    empty when the run has none. Once per run in a session (``traceprof.analysis.shared``)."""
     items, _ = comm_items(store, run_id)
     return transient(items, store, run_id)
 

@@ -1,7 +1,8 @@
 """The one classifier of GPU activity: communication, memory or compute (README.md "What traceprof handles": Kernel class).
 
-Every collector calls :func:`gpu_class` for each kernel / memcpy / memset row and stores the answer in
-``events.class``; the ``kernels`` view, ``traceprof.activity`` and the Kineto collectives rows read
+Every collector calls :meth:`Classifier.gpu_class` of its parse options' classifier
+(``traceprof.parsed.ParseOptions.classifier``: the built-in families plus ``--comm-kernel``
+patterns) for each kernel / memcpy / memset row and stores the answer in ``events.class``; the ``kernels`` view, ``traceprof.activity`` and the Kineto collectives rows read
 that column, so the rule lives here only. (``hta=true`` analyses copy HTA 0.5.0's own name rule on
 purpose, see ``traceprof.activity``.)
 
@@ -26,19 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceprof.errors import UsageError
+from traceprof.vocab import Flag
 
-__all__ = ["EXCLUDED_FLAGS", "KEPT_FLAGS", "VALID_SQL", "valid_sql", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "gpu_class",
-           "comm_family", "use_patterns", "current"]
+__all__ = ["EXCLUDED_FLAGS", "KEPT_FLAGS", "VALID_SQL", "valid_sql", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "BUILTIN",
+           "gpu_class", "comm_family"]
 
 #: ``events.flag`` values whose records are left out of windows, idle, latency and collectives (they
 #: stay in the store): their time cannot be right (another clock domain, an unset or far-off time,
 #: a ``B`` never closed).
-EXCLUDED_FLAGS = frozenset({"before_launch", "far_outside", "zero_ts", "unmatched_begin"})
+EXCLUDED_FLAGS = frozenset(Flag.values()[:4])  # before_launch, far_outside, zero_ts, unmatched_begin
 #: ``events.flag`` values of records that are kept in every analysis: ``overrun`` (clipped to the
 #: next record of its lane), ``launch_skew`` (a GPU record that starts a few us before its launch
 #: call: clock jitter, the work is real; left out of launch latency only) and ``unclosed`` (a CPU op
 #: still open at profiler stop, ``dur: -1``, clipped to the trace's end).
-KEPT_FLAGS = frozenset({"overrun", "launch_skew", "unclosed"})
+KEPT_FLAGS = frozenset(Flag.values()[4:])  # overrun, launch_skew, unclosed
 
 
 def valid_sql(alias: str = "e") -> str:
@@ -162,37 +164,19 @@ def has_comm_args(args: Mapping[str, Any] | None) -> bool:
     return bool(args) and not COMM_ARG_KEYS.isdisjoint(args)  # type: ignore[arg-type]
 
 
-_CURRENT = Classifier()
-
-
-def use_patterns(extra_comm: Iterable[str]) -> Classifier:
-    """Make the built-in families plus ``extra_comm`` the classifier of this process (ingest calls it
-    in each parser worker with ``--comm-kernel`` patterns) and return it.
-
-    Raises:
-        UsageError: A pattern is not a valid regular expression.
-    """
-    global _CURRENT
-    extra = tuple(extra_comm)
-    if extra != _CURRENT.extra:
-        _CURRENT = Classifier(extra)
-    return _CURRENT
-
-
-def current() -> Classifier:
-    """The classifier of this process (:func:`use_patterns`)."""
-    return _CURRENT
+#: The built-in families alone (no ``--comm-kernel`` pattern).
+BUILTIN = Classifier()
 
 
 def gpu_class(kind: str, name: str, args: Mapping[str, Any] | None = None,
               launcher_args: Mapping[str, Any] | None = None) -> str:
-    """:meth:`Classifier.gpu_class` of the current classifier (:func:`use_patterns`)."""
-    return _CURRENT.gpu_class(kind, name, args, launcher_args)
+    """:meth:`Classifier.gpu_class` of the built-in families (:data:`BUILTIN`)."""
+    return BUILTIN.gpu_class(kind, name, args, launcher_args)
 
 
 def comm_family(name: str) -> CommFamily | None:
-    """The communication family of a kernel name (current classifier), or ``None``."""
-    return _CURRENT.family(name)
+    """The communication family of a kernel name under the built-in families, or ``None``."""
+    return BUILTIN.family(name)
 
 
 def families_markdown() -> str:

@@ -139,8 +139,10 @@ def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequenc
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
         t.add_column(term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num)  # numbers never wrap
+    from traceprof.display import plain  # the one cell rule (numbers with separators, bytes escaped)
+
     for row in rows:
-        t.add_row(*(term.text(_cell(v)) for v in row))
+        t.add_row(*(term.text(plain(v)) for v in row))
     # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
     # (long names are shortened already; the terminal wraps whole lines instead).
     natural = out.measure(t, options=out.options.update_width(100_000)).maximum
@@ -150,18 +152,6 @@ def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequenc
         out.print(t, crop=False)
     finally:
         out.width = width
-
-
-def _cell(v: object) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1000 else f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    if isinstance(v, bytes):
-        return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in v)
-    return str(v)
 
 
 def _interrupted(store: Store, db: Path) -> str:
@@ -418,10 +408,10 @@ def analyze(
 ) -> None:
     """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
     from traceprof.display import describe
-    from traceprof.resultcache import caching
+    from traceprof.session import open_session
 
     if name == "list":
-        rows = [{"name": n, "summary": registry.get(n).doc.splitlines()[0]} for n in registry.names()]
+        rows = [{"name": a.name, "summary": a.summary} for a in registry.specs()]
         if fmt is Format.table:
             for r in rows:
                 say(f"{r['name']:12} {r['summary']}", out)
@@ -438,17 +428,16 @@ def analyze(
         for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
             say(line, out)
         return
-    from traceprof.rankwise import executing
-
     options = dict(_kv(p) for p in param or [])
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
-    with (Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store),
-          registry.reuse_results(many=False), caching(not no_cache)):  # helpers several stages read (activity, items) run once
-        result = an.run(store, registry.make_params(an, run, options))
-        run_name = _run_name(store, run)
+    # one analysis (many=False): the helpers it calls twice (activity, items) still run once
+    with open_session(db, read_only=not save or apart, cache=not no_cache, executor=executor, scheduler=scheduler,
+                      many=False) as s:
+        result = s.analyze(name, run, **options)
+        run_name = _run_name(s.store, run)
         if save and not apart:
-            _save(store, run, name, result)
+            _save(s.store, run, name, result)
     if apart:
         with Store(db) as store:
             _save(store, run, name, result)
@@ -506,11 +495,10 @@ def summary(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by what they cost, and one verdict per topic (what the report opens with)."""
-    from traceprof.findings import summarize
-    from traceprof.resultcache import caching
+    from traceprof.session import open_session
 
-    with Store(db, read_only=True) as store, caching(not no_cache):
-        f = summarize(store, run, _analysis_params(param), baseline, force)
+    with open_session(db, cache=not no_cache) as s:
+        f = s.summary(run, _analysis_params(param), baseline, force)
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
@@ -554,14 +542,12 @@ def report(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
-    from traceprof.rankwise import executing
-    from traceprof.report import write_report
-    from traceprof.resultcache import caching
+    from traceprof.session import open_session
 
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
-    with Store(db, read_only=True) as store, executing(executor, scheduler, store), caching(not no_cache):
-        write_report(store, run, output, baseline=baseline, params=params, force=force)
+    with open_session(db, cache=not no_cache, executor=executor, scheduler=scheduler) as s:
+        s.report(output, run, baseline=baseline, params=params, force=force)
     say(f"report written to {output}")
 
 
@@ -596,14 +582,13 @@ def diff(
     metrics (one table per CSV; ``--table items`` for the items). Notes and, except in table format,
     the summary go to stderr.
     """
-    from traceprof.diff import diff_runs
-    from traceprof.resultcache import caching
+    from traceprof.session import open_session
 
     limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
     if table is not None and table not in (*DIFF_TABLES, "frame"):
         raise UsageError(f"diff has tables {', '.join(DIFF_TABLES)}; not {table!r}")
-    with Store(db, read_only=True) as store, caching(not no_cache):
-        res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
+    with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
+        res = s.diff(base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     title = f"{res.baseline} -> {cand}"
     if fmt is Format.json and table is None:
         sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -689,11 +674,10 @@ def history(
 ) -> None:
     """Each gate metric of a job's runs in recording order, with its noise band and change points (drift
     before it crosses the diff gate)."""
-    from traceprof.history import history as job_history
-    from traceprof.resultcache import caching
+    from traceprof.session import open_session
 
-    with Store(db, read_only=True) as store, caching(not no_cache):
-        res = job_history(store, job, window=window, mfu_options=dict(_kv(p) for p in param or []))
+    with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
+        res = s.history(job, window=window, mfu_options=dict(_kv(p) for p in param or []))
     frame = res.frame
     if metric:
         unknown = sorted(set(metric) - set(frame["metric"]))

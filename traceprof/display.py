@@ -1,7 +1,9 @@
-"""How the CLI shows a frame as a terminal table: durations in human units, long names shortened.
+"""How a value is shown in a table cell, for the terminal and the HTML report alike: numbers with
+separators (:func:`plain`), durations in human units, long names shortened.
 
-Typer-free so that it can be tested alone; ``traceprof.cli`` prints what this returns. JSON and
-CSV output never go through here: they keep exact ns and full names.
+Typer-free so that it can be tested alone; ``traceprof.cli`` prints what this returns and
+``traceprof.report`` renders its cells with :func:`plain`. JSON and CSV output never go through
+here: they keep exact ns and full names.
 
 - ``units="human"`` (default): an int ``*_ns`` column is shown as ``12.3 ms`` / ``4.56 s`` /
   ``789 us`` / ``12 ns`` (three significant digits) under the column name without ``_ns``
@@ -29,7 +31,7 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["UNITS", "duration", "timestamp", "table_columns", "table_rows", "cell", "describe"]
+__all__ = ["UNITS", "duration", "timestamp", "plain", "table_columns", "table_rows", "cell", "describe"]
 
 UNITS = ("human", "ns")
 
@@ -60,22 +62,34 @@ def timestamp(ns: int, date: bool = False) -> str:
     return f"{t:%Y-%m-%d %H:%M:%S}.{rest // 1000:06d}" if date else f"{t:%H:%M:%S}.{rest // 1000:06d}"
 
 
+def plain(v: object, decimals: int = 2) -> str:
+    """The text of one value in a table, the one rule for every table (terminal, report, ``sql``):
+    None is empty; an integer with thousands separators (``1,234``); a float with ``decimals``
+    places (``0.25``), a whole one of 1,000 or more without (``12,345``); bytes with each
+    non-printable byte and the backslash as ``\\xNN``; anything else as ``str()``."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1000 else f"{v:,.{decimals}f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, bytes):
+        return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in v)
+    return str(v)
+
+
 def cell(v: object, ns: bool | str = False, width: int = 48) -> str:
-    """One table cell: a duration when ``ns`` is True (human units), a time of day when it is
-    ``"time"`` (``"date"``: with the date), numbers with separators, strings shortened."""
+    """One terminal table cell: a duration when ``ns`` is True (human units), a time of day when
+    it is ``"time"`` (``"date"``: with the date), strings shortened to ``width``, else :func:`plain`."""
     if v is None:
         return ""
     if ns in ("time", "date") and isinstance(v, int | float) and not isinstance(v, bool):
         return timestamp(int(v), ns == "date")
     if ns and isinstance(v, int | float) and not isinstance(v, bool):
         return duration(float(v))
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1000 else f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
     if isinstance(v, str):
         return shorten(v, width)
-    return str(v)
+    return plain(v)
 
 
 def _kinds(df: pl.DataFrame, units: str) -> list[bool | str]:
@@ -132,24 +146,32 @@ def _distinct_short(col: pl.Series, width: int) -> dict[str, str]:
 
 
 def describe(an: Any) -> str:
-    """Help text of a registered analysis (``traceprof analyze NAME --help``): its summary, its
-    parameters (``-p KEY=VALUE``, with type and default) and documentation, and its tables
-    (``--table NAME``) with their columns as the result documents them."""
+    """Help text of a registered analysis (``traceprof analyze NAME --help``), from its spec
+    (``traceprof.analysis.Analysis``): its summary and algorithm, its parameters (``-p KEY=VALUE``,
+    with type and default) and their documentation, and its tables (``--table NAME``) with their
+    declared columns (type, unit, doc)."""
     lines = [f"traceprof analyze {an.name} [--run RUN] [-p KEY=VALUE ...] [--table NAME] [-f table|json|csv]", ""]
     lines += [inspect.cleandoc(an.doc), "", "Parameters (-p KEY=VALUE):"]
-    for f in dataclasses.fields(an.params):
-        if f.name == "run":
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else "required"
-        lines.append(f"  {f.name:22} {str(f.type):14} default {default!r}")
-    if len(lines) and lines[-1] == "Parameters (-p KEY=VALUE):":
+    lines += [f"  {name:22} {kind:14} default {default!r}" for name, kind, default in param_rows(an.params)]
+    if lines[-1] == "Parameters (-p KEY=VALUE):":
         lines.append("  none")
     if an.params.__doc__ and not an.params.__doc__.startswith(an.params.__name__ + "("):
         lines += ["", inspect.cleandoc(an.params.__doc__)]
-    result = typing.get_type_hints(an.run).get("return")
-    if result is not None and dataclasses.is_dataclass(result):
-        tables = [f.name for f in dataclasses.fields(result) if "DataFrame" in str(f.type)]
-        lines += ["", f"Tables (--table NAME): {', '.join(tables)}"]
-        if result.__doc__:
-            lines += [inspect.cleandoc(result.__doc__)]
+    lines += ["", f"Tables (--table NAME): {', '.join(t.name for t in an.frames)}"]
+    for t in an.frames:
+        lines += ["", f"{t.name}: {t.doc}"]
+        lines += [f"  {c.name:26} {c.type:9} {c.comment()}" for c in t.columns]
     return "\n".join(lines)
+
+
+def param_rows(params: type) -> list[tuple[str, str, object]]:
+    """(name, type as written, default) of each parameter of a ``Params`` dataclass but ``run``."""
+    hints = typing.get_type_hints(params)
+    out = []
+    for f in dataclasses.fields(params):
+        if f.name == "run":
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else "required"
+        kind = hints.get(f.name, f.type)
+        out.append((f.name, getattr(kind, "__name__", None) or str(kind).replace("typing.", ""), default))
+    return out

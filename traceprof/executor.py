@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from traceprof import fileio
 from traceprof.errors import TraceFormatError, TraceprofError, UsageError
 
 __all__ = ["EXECUTORS", "DaskCluster", "check_options", "map_on_dask"]
@@ -45,10 +44,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _on_worker(fn: Callable[[Any], R], max_inflate_ratio: float | None, task: Any) -> R | TraceprofError:
+def _on_worker(fn: Callable[[Any], R], task: Any) -> R | TraceprofError:
     """Run ``fn(task)`` on a worker; a file the worker cannot read is an error naming it and the host."""
-    if max_inflate_ratio is not None:
-        fileio.set_max_inflate_ratio(max_inflate_ratio)
     try:
         return fn(task)
     except OSError as e:
@@ -120,17 +117,14 @@ class DaskCluster:
         return self._client
 
     def map(
-        self, fn: Callable[[T], R], tasks: list[T], max_inflate_ratio: float | None = None,
-        done: Callable[[int], None] | None = None,
+        self, fn: Callable[[T], R], tasks: list[T], done: Callable[[int], None] | None = None,
     ) -> list[R | TraceprofError]:
         """``[fn(t) for t in tasks]`` on the cluster, one Dask task each, results in task order.
 
         Args:
             fn: A function importable on the workers (module-level in traceprof) of one task; a task
                 is a tuple whose first item is the file the task reads (for messages).
-            tasks: The tasks.
-            max_inflate_ratio: Gzip inflate cap for the workers (:mod:`traceprof.fileio`); None
-                leaves theirs as it is.
+            tasks: The tasks (each with what it needs, e.g. the parse options).
             done: Called with the number of results so far after each one.
 
         Returns:
@@ -141,7 +135,7 @@ class DaskCluster:
             KeyboardInterrupt: Ctrl-C (the tasks are cancelled).
         """
         client = self.connect()
-        futures = client.map(functools.partial(_on_worker, fn, max_inflate_ratio), tasks, pure=False)
+        futures = client.map(functools.partial(_on_worker, fn), tasks, pure=False)
         out: list[R | TraceprofError] = []
         try:
             for fut in futures:  # in task order: results come back in it, progress follows
@@ -189,10 +183,9 @@ def _probe(scheduler: str) -> None:
 
 
 def map_on_dask(
-    fn: Callable[[T], R], tasks: list[T], scheduler: str, max_inflate_ratio: float,
-    done: Callable[[int], None] | None = None,
+    fn: Callable[[T], R], tasks: list[T], scheduler: str, done: Callable[[int], None] | None = None,
 ) -> list[R | TraceprofError]:
     """:meth:`DaskCluster.map` on a connection of its own to the scheduler at ``scheduler``
     (arguments, results and errors as there)."""
     with DaskCluster(scheduler) as cluster:
-        return cluster.map(fn, tasks, max_inflate_ratio, done)
+        return cluster.map(fn, tasks, done)

@@ -2,7 +2,7 @@
 
 Reading (:func:`read_maybe_gzip`: the whole file; :class:`TextStream`: its text in pieces, never held
 whole, for parsers that decode as they read): plain or gzipped bytes. Gzip is inflated as a stream under a cap
-on the decompressed size (:func:`set_max_inflate_ratio`, default 64x the file, at least 64 MiB), so
+on the decompressed size (``max_ratio``: ``ParseOptions.max_inflate_ratio``, default 64x the file, at least 64 MiB), so
 a small file that inflates to gigabytes (a gzip bomb) is refused before it fills the memory.
 Invalid UTF-8 is replaced by U+FFFD and reported (:func:`pop_repairs`) instead of failing the file.
 A leading UTF-8 byte order mark (``EF BB BF``, as some Windows editors and tools write, and as
@@ -39,7 +39,7 @@ except ImportError:  # not installed (e.g. a platform without its wheel): the st
 _INFLATE_ERROR: type[Exception] = _inflater.error
 
 __all__ = [
-    "read_maybe_gzip", "check_inflate_ratio", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "set_max_inflate_ratio", "pop_repairs", "Repair", "write_output", "check_not_store",
+    "read_maybe_gzip", "check_inflate_ratio", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "pop_repairs", "Repair", "write_output", "check_not_store",
     "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM", "GZIP_MAGIC",
 ]
 
@@ -57,9 +57,10 @@ def on_read(hook: Callable[[Path, int, int], None] | None) -> None:
 
 #: Default cap on decompressed size, as a multiple of the compressed file size. Real Kineto
 #: traces compress 8-20x; 64x leaves room and still stops a bomb early.
-DEFAULT_INFLATE_RATIO = 64.0
 #: Small files may always inflate to this many bytes (a 1 KiB file 64x is no memory risk).
 MIN_INFLATE_BYTES = 64 << 20
+#: Default cap on gzip inflation: 64x the compressed size (``--max-inflate``, ``ParseOptions.max_inflate_ratio``).
+DEFAULT_INFLATE_RATIO = 64.0
 _IN_CHUNK = 1 << 16  # compressed bytes fed per step
 _OUT_CHUNK = 1 << 20  # decompressed bytes produced per step at most
 
@@ -70,7 +71,6 @@ UTF8_BOM = codecs.BOM_UTF8
 GZIP_MAGIC = b"\x1f\x8b"
 _BOM_BLANK = b" " * len(UTF8_BOM)
 
-_ratio = DEFAULT_INFLATE_RATIO
 _repairs: dict[str, list[Repair]] = {}
 
 
@@ -87,17 +87,6 @@ class Repair:
     reason: str
     count: int
     message: str
-
-
-def set_max_inflate_ratio(ratio: float) -> None:
-    """Cap gzip inflation at ``ratio`` x the compressed size (and at least 64 MiB) in this process.
-
-    Raises:
-        UsageError: ``ratio`` is not a finite number above 0.
-    """
-    global _ratio
-    check_inflate_ratio(ratio)
-    _ratio = float(ratio)
 
 
 def check_inflate_ratio(ratio: float) -> None:
@@ -134,8 +123,9 @@ def _blank_bom_pieces(pieces: Iterator[bytes]) -> Iterator[bytes]:
     yield from pieces
 
 
-def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
-    """Read a file, gunzipping it when it starts with the gzip magic bytes; repair invalid UTF-8.
+def read_maybe_gzip(path: Path, max_ratio: float = DEFAULT_INFLATE_RATIO) -> tuple[bytes, bytes]:
+    """Read a file, gunzipping it when it starts with the gzip magic bytes (under the cap:
+    ``max_ratio`` x its size, at least 64 MiB); repair invalid UTF-8.
 
     Returns:
         (the file's bytes, the decompressed bytes, or the same bytes when not gzip), the latter with
@@ -154,7 +144,7 @@ def read_maybe_gzip(path: Path) -> tuple[bytes, bytes]:
         return raw, _repair_utf8(path, blank_bom(raw), gz=False)
     view = memoryview(raw)
     pieces = (view[i : i + _IN_CHUNK] for i in range(0, len(raw), _IN_CHUNK))
-    data = b"".join(_inflate(path, pieces, len(raw)))
+    data = b"".join(_inflate(path, pieces, len(raw), max_ratio))
     return raw, _repair_utf8(path, blank_bom(data), gz=True)
 
 
@@ -174,6 +164,7 @@ class TextStream:
 
     Args:
         path: The file (plain, or gzip by its magic bytes).
+        max_ratio: The inflate cap: ``max_ratio`` x the file's size (at least 64 MiB).
 
     Raises:
         TraceFormatError: While iterating: the file cannot be read, the gzip stream is broken or
@@ -181,8 +172,9 @@ class TextStream:
         NotUtf8: While iterating: invalid UTF-8 in the text (nothing is repaired here).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_ratio: float = DEFAULT_INFLATE_RATIO) -> None:
         self.path = path
+        self.max_ratio = max_ratio
         self._hash = hashlib.sha256()
         self._size = 0
         self._it: Iterator[bytes] | None = None
@@ -214,7 +206,8 @@ class TextStream:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
             size = os.fstat(f.fileno()).st_size
-            text = _inflate(self.path, self._raw(f, _IN_CHUNK), size) if gz else self._raw(f, _OUT_CHUNK)
+            text = (_inflate(self.path, self._raw(f, _IN_CHUNK), size, self.max_ratio) if gz
+                    else self._raw(f, _OUT_CHUNK))
             text = _blank_bom_pieces(text)
             utf8 = codecs.getincrementaldecoder("utf-8")()
             for piece in text:
@@ -246,14 +239,14 @@ class TextStream:
         return self._size
 
 
-def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]:
+def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio: float) -> Iterator[bytes]:
     """Inflate every gzip member of the ``size``-byte file whose bytes ``src`` yields, under the cap
-    (see the module doc); pieces of at most ``_OUT_CHUNK`` bytes.
+    (``max_ratio`` x ``size``, see the module doc); pieces of at most ``_OUT_CHUNK`` bytes.
 
     Raises:
         TraceFormatError: Broken or truncated gzip, data after the last member, or beyond the cap.
     """
-    limit = max(int(_ratio * size), MIN_INFLATE_BYTES)
+    limit = max(int(max_ratio * size), MIN_INFLATE_BYTES)
     chunks = iter(src)
     total = 0
     at = 0  # offset in the file of buf[0]
@@ -275,7 +268,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int) -> Iterat
         if total > limit:
             raise TraceFormatError(
                 path, f"byte {at + len(buf) - len(tail)}",
-                f"inflates to more than {limit:,} bytes ({_ratio:g}x the {size:,}-byte file): a gzip bomb "
+                f"inflates to more than {limit:,} bytes ({max_ratio:g}x the {size:,}-byte file): a gzip bomb "
                 "or an unusually compressible trace; raise the cap with --max-inflate RATIO")
         if piece:
             yield piece

@@ -1,21 +1,20 @@
 """Findings: what a run's analyses say, ranked by what they cost, one line each.
 
 The report opens with these and ``traceprof summary`` prints them. Nothing here renders: a
-:class:`Findings` holds plain strings and numbers; the report and the CLI format them.
+:class:`Findings` holds plain strings and numbers; the report and the CLI format them. Nothing here
+names an analysis either: each declares in its spec (``traceprof.analysis``) whether the report
+runs it (``Report``: its order, what the run must hold, on which runs) and how its results become
+findings (``Topic``: its findings hook).
 
 Algorithm:
-  1. Run the report's analyses on the run (:func:`run_analyses`); an analysis that does not apply
-     (a :class:`~traceprof.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only
-     run) becomes a :class:`Missing` entry with what the run lacks and how to record it.
-  2. Per topic, read the results into findings with a cost in % of step time:
-     stragglers (``stragglers`` verdict + ``whatif``: cost 100·(S − 1) of the named rank alone, the
-     straggler analysis' ``cost_pct``; the combined verdict of ``traceprof.verdict`` where it exists),
-     exposed communication (``overlap`` exposed_comm_pct, the worst rank, with the top cause from
-     ``gaps``), idle (``temporal`` idle_pct), MFU (``mfu`` job: informational, no cost), and the
-     regression against baselines (``traceprof.diff``: its verdict; cost: the step-time change of a
-     regression), and on runs with
-     Flight Recorder or NCCL-plugin data a hang ``desync`` finds (its verdict: no cost, a problem
-     unless clean).
+  1. Run the report's analyses on the run (:func:`run_analyses`, in their declared order; one whose
+     ``Report.when`` leaves the run out is not run); an analysis that does not apply (a
+     :class:`~traceprof.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only run)
+     becomes a :class:`Missing` entry with what the run lacks (``Report.needs``) and how to record it.
+  2. Per topic, in the topics' declared order, the analysis' findings hook reads the results into
+     findings with a cost in % of step time and one verdict (stragglers, communication, idle,
+     utilization, desync); last the regression against baselines (``traceprof.diff``: its verdict;
+     cost: the step-time change of a regression).
   3. Rank findings by cost, largest first (those without a cost last), and give one combined
      verdict per topic (``problem``, ``ok`` or ``n/a``).
 """
@@ -25,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import os
 import queue
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -35,77 +33,19 @@ import duckdb
 import polars as pl
 
 from traceprof import analysis as registry
-from traceprof import cancel
-from traceprof.activity import GRAPH_LEVEL_NOTE
-from traceprof.analysis import FrameResult
+from traceprof import cancel, session
+from traceprof.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.errors import TraceprofError, UsageError
-from traceprof.names import shorten
 from traceprof.runs import run_name
 from traceprof.store import Store
+from traceprof.timing import analysis_mfu_options
+from traceprof.values import parse_bool
 
-__all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_analyses", "build", "summarize"]
+__all__ = ["Finding", "Verdict", "Missing", "Findings", "report_analyses", "run_analyses", "build", "summarize",
+           "compare", "hta_mode"]
 
-#: Analyses the report and the summary run, in report order (those not registered are skipped).
-#: ``nccl_sum``: collective efficiency (time split into wait / launch / transfer, busbw against the link).
-REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "nccl_sum",
-                   "mfu")
-
-#: What each analysis needs and how to get it, shown when it does not apply to a run.
-NEEDS = {
-    "temporal": "GPU kernels or CPU training-thread ops (a Kineto trace)",
-    "overlap": "GPU kernels or CPU training-thread ops (a Kineto trace)",
-    "gaps": "GPU kernels or CPU training-thread ops (a Kineto trace)",
-    "idle": "GPU kernels (a Kineto trace with CUDA activity) to say why each GPU stream is idle (an idle "
-            "verdict without them is temporal's)",
-    "kernels": "GPU kernels (a Kineto trace with CUDA activity)",
-    "launch": "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)",
-    "stragglers": "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)",
-    "whatif": "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)",
-    "desync": "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
-    "nccl_sum": "collectives or communication kernels (any source)",
-    "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
-}
 HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
        "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True")
-
-#: Kernel and op names longer than this are shortened to their family in a finding's text.
-NAME_WIDTH = 60
-
-#: A straggler costs the job when the what-if slowdown of its rank alone exceeds this (OSDI'25: S > 1.1).
-STRAGGLING_S = 1.1
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of the findings list.
-
-    ``topic``: stragglers, communication, idle, mfu, desync or regression; ``text``: the finding
-    with its evidence, long kernel and op names shortened (``traceprof.names.shorten``);
-    ``cost_pct``: % of step time it costs (None: no cost measured); ``problem``: whether it is
-    something to fix; ``section``: the report section with the detail; ``full``: the text with full
-    names where ``text`` shortened one (the report shows it on hover), else empty; ``status``: its
-    topic's verdict (``problem``, ``ok``, ``n/a``; ``info`` for a topic without one), set by
-    :func:`build`, which also sets ``problem`` to ``status == "problem"``: one verdict per topic,
-    so the findings list, the verdicts table, ``summary -f json`` and the report never disagree.
-    """
-
-    topic: str
-    text: str
-    cost_pct: float | None
-    problem: bool
-    section: str
-    full: str = ""
-    status: str = ""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The combined verdict of one topic: ``status`` problem, ok, n/a or (the regression gate)
-    inconclusive, and one line of ``text``."""
-
-    topic: str
-    status: str
-    text: str
 
 
 @dataclass(frozen=True)
@@ -151,23 +91,42 @@ class Findings:
                 "verdicts": [v.__dict__ for v in self.verdicts], "missing": [m.__dict__ for m in self.missing]}
 
 
-def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | None = None,
-                 names: tuple[str, ...] = REPORT_ANALYSES) -> dict[str, FrameResult | TraceprofError]:
-    """Run ``names`` on a run; an analysis that does not apply gives its error instead of a result.
+def report_analyses() -> list[registry.Analysis]:
+    """The analyses the report and the summary run (their spec's ``report``), in report order."""
+    return sorted((a for a in registry.specs() if a.report is not None),
+                  key=lambda a: (a.report.order, a.name))  # type: ignore[union-attr]
 
-    On a read-only store with two or more CPUs the analyses run on :data:`THREADS` threads, each
-    with its own connection (``Store.for_thread``), sharing results inside the caller's
-    :func:`~traceprof.analysis.reuse_results` (see :func:`_run_all`). The results do not depend
-    on the threads: each analysis reads the store alone.
+
+def hta_mode(params: dict[str, dict[str, str]] | None) -> bool:
+    """Whether ``-p ANALYSIS.hta=...`` options turn HTA-compatible mode on for some analysis."""
+    def on(v: object) -> bool:
+        try:
+            return parse_bool(str(v))
+        except ValueError:
+            return False
+
+    return any(on(v["hta"]) for v in (params or {}).values() if "hta" in v)
+
+
+def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | None = None,
+                 names: tuple[str, ...] | None = None) -> dict[str, FrameResult | TraceprofError]:
+    """Run ``names`` (default: the report's analyses) on a run; an analysis that does not apply
+    gives its error instead of a result.
+
+    On a read-only store with two or more CPUs the analyses run on the session's threads
+    (``Session.threads``), each with its own connection (``Store.for_thread``), sharing results in
+    the store's session (see :func:`_run_all`). The results do not depend on the threads: each
+    analysis reads the store alone.
 
     Args:
         store: An open store.
         run_id: The run.
         params: Parameters per analysis as strings, e.g. ``{"mfu": {"peak_tflops": "989"}}``.
-        names: Analyses to run (those not registered are skipped).
+        names: Analyses to run (those not registered are skipped); default: those of
+            :func:`report_analyses`, each on the runs its ``Report.when`` admits.
 
     Returns:
-        Name -> result or error, in ``names`` order (``desync`` last, when it applies).
+        Name -> result or error, in report order.
 
     Raises:
         UsageError: A parameter names no such analysis or has a bad value.
@@ -176,19 +135,23 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
     """
     params = params or {}
     known = set(registry.names())
-    desync = names == REPORT_ANALYSES and "desync" in known  # hang triage, on the runs whose sources record it
-    allowed = (*names, "desync") if desync else names
+    if names is None:
+        specs = report_analyses()
+        allowed = tuple(a.name for a in specs)
+        names = tuple(a.name for a in specs if a.report is not None and a.report.when is None)
+        conditional = [a for a in specs if a.report is not None and a.report.when is not None]
+    else:
+        allowed, conditional = names, []
     unknown = set(params) - set(allowed)
     if unknown:
         raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(allowed)}")
-    if desync and "desync" in params:
-        _params("desync", run_id, params["desync"])  # a bad value is refused on every run, not only where it runs
-    if desync and store.sql(
-            "SELECT count(*) FROM traces WHERE run_id = ? AND source IN ('flight_recorder', 'nccl_profiler')",
-            [run_id]).item():
-        names = (*names, "desync")
+    for a in conditional:
+        if a.name in params:
+            _params(a.name, run_id, params[a.name])  # a bad value is refused on every run, not only where it runs
+    names = (*names, *(a.name for a in conditional if a.report.when(store, run_id)))  # type: ignore[union-attr, misc]
     todo = [(name, registry.get(name), _params(name, run_id, params.get(name, {}))) for name in names if name in known]
-    return _run_all(store, todo)
+    with session.of(store) as s:
+        return _run_all(store, todo, s.threads)
 
 
 def _params(name: str, run_id: int, options: dict[str, str]) -> Any:
@@ -206,37 +169,6 @@ def _params(name: str, run_id: int, options: dict[str, str]) -> Any:
         raise
 
 
-#: Threads :func:`run_analyses` uses at most (``TRACEPROF_THREADS`` sets it: 1 for the least
-#: memory). DuckDB, polars and numpy release the GIL in their loops, so a second thread keeps the
-#: second core busy while the first runs Python (the what-if graph): the cold report of 8 ranks x
-#: 1 M events took 26-29 s on one thread and 1.5 cores. More threads hold more analyses' frames at once.
-THREADS = 2
-
-#: Analyses started first: the longest (what-if, whose result stragglers reads) on one thread
-#: while the other works through the rest.
-_FIRST = ("whatif",)
-
-
-def _threads() -> int:
-    """Threads for the analyses: ``TRACEPROF_THREADS`` or :data:`THREADS`, at most the CPUs this
-    process may run on.
-
-    Raises:
-        UsageError: ``TRACEPROF_THREADS`` is not a whole number of 1 or more.
-    """
-    raw = os.environ.get("TRACEPROF_THREADS", "").strip()
-    want = THREADS
-    if raw:
-        try:
-            want = int(raw)
-        except ValueError:
-            want = 0
-        if want < 1:
-            raise UsageError(f"TRACEPROF_THREADS={raw!r}: expected a whole number of threads, 1 or more")
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(want, cpus))
-
-
 def _one(an: registry.Analysis, store: Store, p: Any) -> FrameResult | TraceprofError:
     try:
         return an.run(store, p)
@@ -246,15 +178,18 @@ def _one(an: registry.Analysis, store: Store, p: Any) -> FrameResult | Traceprof
         return e
 
 
-def _run_all(store: Store, todo: list[tuple[str, registry.Analysis, Any]]) -> dict[str, FrameResult | TraceprofError]:
-    """Each (name, analysis, params) of ``todo`` run on ``store``, on threads when it can (see
-    :func:`run_analyses`): each thread takes the next analysis, :data:`_FIRST` first, on a
+def _run_all(store: Store, todo: list[tuple[str, registry.Analysis, Any]],
+             threads: int) -> dict[str, FrameResult | TraceprofError]:
+    """Each (name, analysis, params) of ``todo`` run on ``store``, on up to ``threads`` threads
+    when it can (see :func:`run_analyses`): each thread takes the next analysis, first those that
+    another of ``todo`` requires (``whatif``, which ``stragglers`` runs: the longest), on a
     connection of its own; an analysis another thread is computing (whatif for stragglers, the
-    activity frame) is waited for, not computed twice (``traceprof.analysis`` memo)."""
-    threads = min(_threads(), len(todo))
+    activity frame) is waited for, not computed twice (the session's memo)."""
+    threads = min(threads, len(todo))
     if threads < 2 or not store.read_only:
         return {name: _one(an, store, p) for name, an, p in todo}
-    order = sorted(todo, key=lambda t: t[0] not in _FIRST)  # stable: the rest in report order
+    first = {r for _, an, _ in todo for r in an.requires}
+    order = sorted(todo, key=lambda t: t[0] not in first)  # stable: the rest in report order
     with contextlib.ExitStack() as stack:
         views = [stack.enter_context(store.for_thread()) for _ in range(threads)]
         free: queue.SimpleQueue[Store] = queue.SimpleQueue()
@@ -290,260 +225,6 @@ def _run_all(store: Store, todo: list[tuple[str, registry.Analysis, Any]]) -> di
             raise
         pool.shutdown()
         return {name: futures[name].result() for name, _, _ in todo}
-
-
-def _num(v: object) -> float:
-    """A polars scalar (sum, mean, median) as float; null as 0."""
-    return float(v) if isinstance(v, int | float) else 0.0
-
-
-def _ms(ns: float) -> str:
-    from traceprof.display import duration
-
-    return duration(ns)
-
-
-def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | None:
-    """The job's what-if slowdown from one rank's recorded times alone: the straggler analysis'
-    ``cost_pct`` (slowdown - 1, in %) where it has one, else the largest ``whatif`` blame slowdown
-    of that rank."""
-    if row.get("cost_pct") is not None:
-        return 1.0 + float(row["cost_pct"]) / 100.0
-    if blame is None or blame.is_empty() or not {"by", "group", "slowdown"} <= set(blame.columns):
-        return None
-    mine = blame.filter((pl.col("by") == "rank") & (pl.col("group") == str(row["rank"])))["slowdown"]
-    return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
-
-
-def _combined(store: Store, run_id: int, findings: list[Finding],
-              params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
-    """The straggler verdict of ``traceprof.verdict`` (stragglers and whatif read together) where
-    that module exists; None otherwise or when it does not apply."""
-    try:
-        from traceprof import verdict
-    except ImportError:
-        return findings, None
-    try:
-        v = verdict.combined_verdict(store, str(run_id), params)
-    except TraceprofError:
-        return findings, None
-    s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
-    if v.status == "problem" and not v.stragglers:
-        # A group or stage to blame, no single rank: costed as a named straggler is, by the what-if
-        # slowdown (S - 1, in %), the larger of blocking and host.
-        cost = 100.0 * (s_max - 1) if s_max is not None else None
-        findings = [*findings, Finding("stragglers", v.text, cost, True, "whatif")]
-    elif v.status == "ok" and s_max is not None and s_max > verdict.STRAGGLING_S:
-        # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem)
-        findings = [*findings, Finding("stragglers", v.text, None, False, "whatif")]
-    return findings, Verdict("stragglers", v.status, v.text)
-
-
-def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int,
-                params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
-    st, wi = res.get("stragglers"), res.get("whatif")
-    if st is None and wi is None:
-        return [], None
-    findings, verdict = _straggler_findings(st, wi)
-    if st is not None:  # the combined verdict, where traceprof.verdict exists, replaces this module's
-        named = [f for f in findings if f.problem]
-        found, combined = _combined(store, run_id, named, params)
-        if combined is not None:
-            findings, verdict = found, combined
-    caveat = _early_end_caveat(st)
-    if not caveat:
-        return findings, verdict
-    # every straggler problem rests on the arrivals (the what-if replay too): say what is off with them
-    findings = [dataclasses.replace(f, text=f.text + caveat, full=f.full and f.full + caveat)
-                if f.topic == "stragglers" and f.problem else f for f in findings]
-    if verdict is not None and verdict.status == "problem":
-        verdict = dataclasses.replace(verdict, text=verdict.text + caveat)
-    return findings, verdict
-
-
-#: Share of rank copies ending before their collective's last arrival past which a straggler finding
-#: says its waits are not to be trusted (a few are clock noise; most mean the match or the clocks are off).
-EARLY_END_SHARE = 0.01
-
-
-def _early_end_caveat(st: FrameResult | None) -> str:
-    """"; caution: ..." when over :data:`EARLY_END_SHARE` of the rank copies (``stragglers``'
-    ``waits`` rows) ended before their instance's last arrival (``end_before_last_arrival``), which
-    no collective can: the waits and lateness measured from those arrivals are overstated; else ""."""
-    waits = st.frames().get("waits") if st is not None else None
-    if waits is None or "end_before_last_arrival" not in waits.columns or not waits.height:
-        return ""
-    early = int(waits["end_before_last_arrival"].sum())  # false where a source records no end
-    if early / waits.height <= EARLY_END_SHARE:
-        return ""
-    return (f"; caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival, "
-            "which no collective can: the match, the clock alignment or the timestamps are off, so these waits "
-            "are overstated")
-
-
-def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple[list[Finding], Verdict | None]:
-    """Findings and verdict from the ``stragglers`` and ``whatif`` results alone."""
-    s_job = alone = None
-    if wi is not None and "summary" in wi.frames() and wi.frames()["summary"].height:
-        s_job = wi.frames()["summary"]["slowdown"][0]
-    blame = wi.frames().get("blame") if wi is not None else None
-    findings: list[Finding] = []
-    named = st.frames()["verdict"].filter(pl.col("named")) if st is not None and "verdict" in st.frames() else None
-    if named is not None and named.height:
-        per = st.frame if st is not None else pl.DataFrame()
-        for v in named.iter_rows(named=True):
-            r = per.filter(pl.col("rank") == v["rank"]).row(0, named=True)
-            alone = _alone_slowdown(r, blame)
-            # the straggler analysis' own cost (S alone - 1, in %) where it has one, so the two agree
-            cost = (float(r["cost_pct"]) if r.get("cost_pct") is not None
-                    else 100.0 * (alone - 1) if alone and alone > 1 else None)
-            waited = f"the others waited {_ms(r['wait_caused_ns'])} in total"
-            late = f"median {_ms(r['median_lateness_ns'])} late" + (
-                f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else "")
-            faster = f"; without its delays steps would be {alone:.2f}x faster (what-if)" if alone and alone > 1 else ""
-            text = (f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
-                    f"{late}, {waited}; late because of {v['cause']}{faster}")
-            findings.append(Finding("stragglers", text, cost, True, "stragglers"))
-        verdict = Verdict("stragglers", "problem", findings[0].text if len(findings) == 1 else
-                          f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers")
-        return findings, verdict
-    why = st.frames()["verdict"]["evidence"][0] if st is not None and "verdict" in st.frames() and \
-        st.frames()["verdict"].height else "no straggler analysis"
-    text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix("no straggler: ")
-    if s_job is not None and s_job > STRAGGLING_S:
-        text += (f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
-                 "(no single rank explains it)")
-        findings.append(Finding("stragglers", text, None, False, "whatif"))
-    elif s_job is not None:
-        text += f"; what-if slowdown S = {s_job:.2f} (straggling above {STRAGGLING_S})"
-    return findings, Verdict("stragglers", "ok", text)
-
-
-def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
-    ov = res.get("overlap")
-    if ov is None or ov.frame.is_empty() or "exposed_comm_pct" not in ov.frame.columns:
-        return [], None
-    df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
-    if df.is_empty() or (df["comm_ns"] == 0).all():
-        if _graph_level(ov):  # communication inside a graph traced per graph is not seen
-            return [], Verdict("communication", "n/a", "no communication kernels in the trace, but CUDA graphs were "
-                               "traced per graph and may hold some: record them with nsys profile "
-                               "--cuda-graph-trace=node")
-        return [], Verdict("communication", "ok", "no communication in the trace")
-    worst = df.sort(["exposed_comm_pct", "rank"], descending=[True, False]).row(0, named=True)
-    median = _num(df["exposed_comm_pct"].median())
-    cause = full_cause = ""
-    gaps = res.get("gaps")
-    if gaps is not None and gaps.frame.height and "cause" in gaps.frame.columns:
-        top = gaps.frame.row(0, named=True)
-        cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
-        before = top.get("before") or ""
-        if len(before) > NAME_WIDTH:  # a 1,000-character kernel name: its family, the full name on hover
-            full_cause, cause = cause, cause.replace(before, shorten(before, NAME_WIDTH))
-    overlap = f"{worst['overlap_pct']:.0f}% of its communication hidden" if worst.get("overlap_pct") is not None else ""
-    text = (f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
-            f"({_ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}")
-    cost = median
-    st = res.get("stragglers")
-    if st is not None and st.frames()["verdict"]["named"].any() and "wait_ns" in st.frame.columns:
-        # Waiting at a collective for a late peer shows as exposed communication: it is the
-        # straggler's cost (counted there), so only the exposed time beyond it costs here.
-        own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(
-            (100.0 * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0) / pl.col("window_ns"))
-            .median())
-        cost = float(own.item() or 0.0)
-        named = ", ".join(map(str, _named_ranks(res)))
-        text = (f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
-                f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}")
-    problem = cost >= 5.0
-    full = text.replace(cause, full_cause) if full_cause else ""
-    f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
-    return [f], Verdict("communication", "problem" if problem else "ok", text)
-
-
-def _graph_level(res: FrameResult) -> bool:
-    """Whether an analysis noted GPU records that stand for whole CUDA graphs (``traceprof.activity``)."""
-    return GRAPH_LEVEL_NOTE in res.notes
-
-
-def _named_ranks(res: dict[str, FrameResult]) -> list[int]:
-    """The ranks the ``stragglers`` analysis names."""
-    st = res.get("stragglers")
-    if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
-        return []
-    return [int(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"]]
-
-
-def _idle(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
-    te = res.get("temporal")
-    if te is None or te.frame.is_empty():
-        return [], None
-    cpu = res.get("idle") is None
-    what = "the training thread" if cpu else "the GPU"
-    named = _named_ranks(res)
-    others = te.frame.filter(~pl.col("rank").is_in(named))
-    if named and others.height:
-        # A straggler's own idle time (its sleep, its stall) is why it is late: the straggler
-        # finding counts it, so idle costs what the other ranks are idle.
-        mean = _num(others["idle_pct"].mean())
-        own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
-        theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
-        worst = others.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
-        text = (f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
-                f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
-                "counted in its finding")
-    else:
-        mean = _num(te.frame["idle_pct"].mean())
-        worst = te.frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
-        text = (f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
-                f"{worst['idle_pct']:.0f}%)")
-    idle = res.get("idle")
-    if idle is not None and "ranks" in idle.frames():
-        r = idle.frames()["ranks"]
-        host = _num(r["host_wait_ns"].sum())
-        total = _num(r["stream_idle_sum_ns"].sum()) if "stream_idle_sum_ns" in r.columns else 0.0
-        if total:
-            text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
-    if _graph_level(te):
-        text += ("; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
-                 "--cuda-graph-trace=node records their kernels)")
-    problem = mean >= 10.0
-    return [Finding("idle", text, mean, problem, "temporal")], Verdict("idle", "problem" if problem else "ok", text)
-
-
-def _mfu(res: dict[str, FrameResult], errors: dict[str, TraceprofError]) -> tuple[list[Finding], Verdict | None]:
-    m = res.get("mfu")
-    if m is None:
-        why = str(errors["mfu"]) if "mfu" in errors else "not run"
-        return [], Verdict("utilization", "n/a", f"MFU unknown: {why}")
-    job = m.frames()["job"].row(0, named=True)
-    dtype, src, dev = job.get("dtype"), job.get("dtype_source"), job.get("peak_device")
-    if job["mfu_pct"] is None:
-        note = next((n for n in m.notes if "MFU left empty" in n), "no device peak")
-        text = f"{job['tflops']:.3g} TFLOP/s per device; MFU unknown: {note}"
-        return [Finding("mfu", text, None, False, "mfu")], Verdict("utilization", "n/a", text)
-    peak = f"{dtype} peak {job['peak_tflops']:g} TFLOP/s" + (f", {dev}" if dev else "")
-    text = (f"MFU {job['mfu_pct']:.1f}% ({peak}; precision from {src}; FLOPs from {job['flops_source']}); "
-            f"{job['tflops']:.3g} TFLOP/s per device")
-    over = next((n for n in m.notes if n.startswith("MFU above 100%")), None)
-    if over is not None or job["mfu_pct"] > 100.0:  # never "ok": the inputs are wrong, so is the number
-        why = over or "MFU above 100%: impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, peak_tflops)"
-        text = f"MFU unknown: {why}; computed: {text}"
-        return [Finding("mfu", text, None, True, "mfu")], Verdict("utilization", "n/a", text)
-    problem = job["mfu_pct"] < 30.0
-    return [Finding("mfu", text, None, problem, "mfu")], Verdict("utilization", "problem" if problem else "ok", text)
-
-
-def _desync(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
-    """The ``desync`` verdict (a hang: ranks out of step, or one that recorded nothing)."""
-    d = res.get("desync")
-    verdict = getattr(d, "verdict", None)
-    if verdict is None or verdict.is_empty():
-        return [], None
-    v = verdict.row(0, named=True)
-    if v["status"] == "clean":
-        return [], Verdict("desync", "ok", v["text"])
-    return [Finding("desync", v["text"], None, True, "desync")], Verdict("desync", "problem", v["text"])
 
 
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
@@ -582,30 +263,27 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     name = run_name(store, run_id)
     ok = {k: v for k, v in results.items() if isinstance(v, FrameResult)}
     errors = {k: v for k, v in results.items() if isinstance(v, TraceprofError)}
+    inp = FindingsInput(ok, dict(errors), store, run_id, params or {})
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
-    for part in (_stragglers(ok, store, run_id, params), _communication(ok), _idle(ok),
-                 _mfu(ok, errors), _desync(ok), _regression(diff)):
-        findings += part[0]
-        if part[1] is not None:
-            verdicts.append(part[1])
-    findings = _agree(findings, verdicts)
+    topics = sorted((a.findings for a in registry.specs() if a.findings is not None), key=lambda t: (t.order, t.name))
+    for found, verdict in (*(t.build(inp) for t in topics), _regression(diff)):
+        findings += _agree(found, verdict)
+        if verdict is not None:
+            verdicts.append(verdict)
     findings.sort(key=lambda f: (f.cost_pct is None, -(f.cost_pct or 0.0), not f.problem))
-    missing = tuple(Missing(k, str(e), NEEDS.get(k, "")) for k, e in errors.items())
+    needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
+    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
     return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
 
 
-#: The verdict topic of a finding topic, where they differ.
-_VERDICT_TOPIC = {"mfu": "utilization"}
-
-
-def _agree(findings: list[Finding], verdicts: list[Verdict]) -> list[Finding]:
-    """Each finding with its topic's verdict as ``status`` (``problem`` exactly when that is
-    ``problem``); a topic without a verdict: ``problem`` or ``info`` as the finding says."""
-    status = {v.topic: v.status for v in verdicts}
+def _agree(findings: list[Finding], verdict: Verdict | None) -> list[Finding]:
+    """Each finding of one topic with that topic's verdict as ``status`` (``problem`` exactly when
+    that is ``problem``; the ``mfu`` finding's verdict is ``utilization``'s); a topic without a
+    verdict: ``problem`` or ``info`` as the finding says."""
     out = []
     for f in findings:
-        st = status.get(_VERDICT_TOPIC.get(f.topic, f.topic)) or ("problem" if f.problem else "info")
+        st = (verdict.status if verdict is not None else "") or ("problem" if f.problem else "info")
         out.append(dataclasses.replace(f, status=st, problem=st == "problem"))
     return out
 
@@ -616,19 +294,20 @@ def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] |
 
     With ``baseline`` the run is also diffed against it; runs that are not comparable give a
     regression verdict saying why instead of failing (with ``force``, per-rank medians are compared).
+    Each analysis runs once (the store's session, or one for the call): the verdict reuses
+    stragglers and whatif.
 
     Raises:
         StoreError: No such run.
         UsageError: A bad parameter.
     """
     run_id = store.resolve_run(run)
-    with registry.reuse_results():  # each analysis once: the verdict reuses stragglers and whatif
+    with session.of(store):
         results = run_analyses(store, run_id, params)
         diff = None
         if baseline is not None:
-            diff = compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
-        hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
-        return build(store, run_id, results, diff, hta, params)
+            diff = compare(store, baseline, run_id, analysis_mfu_options(params), force)
+        return build(store, run_id, results, diff, hta_mode(params), params)
 
 
 def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str],

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import orjson
 
-from traceprof import classify, clock, fileio, layout, matching, procs, sources, spill
+from traceprof import classify, clock, fileio, layout, matching, procs, sources
 from traceprof.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
-from traceprof.parsed import ParsedTrace
+from traceprof.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.store import Store
 
 __all__ = ["ingest", "discover", "IngestResult"]
@@ -137,14 +137,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrace] | TraceprofError:
-    """Parse one file; its error comes back as a value (the caller skips a scanned non-trace,
-    lists the failure with --partial, or refuses). What the reader repaired (invalid UTF-8) is
-    added to each trace's warnings and counted in ``traces.meta`` under ``repaired``."""
-    path, on_bad_event, scanned, comm_kernels = args
+def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file with its options; its error comes back as a value (the caller skips a
+    scanned non-trace, lists the failure with --partial, or refuses). What the reader repaired
+    (invalid UTF-8) is added to each trace's warnings and counted in ``traces.meta`` under
+    ``repaired``."""
+    path, options = args
     try:
-        classify.use_patterns(comm_kernels)
-        pts = _parse_source(path, on_bad_event)
+        pts = _parse_source(path, options)
     except TraceFormatError as e:  # claimed by its name or bytes, then not of that source: of a known format?
         known = sources.recognize(path)
         return NotATraceError(path, "", known) if known else e
@@ -167,24 +167,24 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
 _PARK = {"stage": layout.stage, "spool": layout.spool}
 
 
-def _park_one(args: tuple[Path, str, bool, tuple[str, ...], str, str]) -> list[ParsedTrace] | TraceprofError:
-    """Parse one file (:func:`_parse_one`) and write each trace's events into folder ``args[4]``
-    the way ``args[5]`` names (:data:`_PARK`): the traces come back without their event rows."""
-    got = _parse_one(args[:4])
+def _park_one(args: tuple[Path, ParseOptions, str, str]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file (:func:`_parse_one`) and write each trace's events into folder ``args[2]``
+    the way ``args[3]`` names (:data:`_PARK`): the traces come back without their event rows."""
+    got = _parse_one(args[:2])
     if isinstance(got, TraceprofError):
         return got
-    park = _PARK[args[5]]
+    park = _PARK[args[3]]
     try:
-        return [park(pt, Path(args[4])) for pt in got]
+        return [park(pt, Path(args[2])) for pt in got]
     except TraceprofError as e:
         return e
 
 
-def _parse_source(path: Path, on_bad_event: str) -> list[ParsedTrace]:
+def _parse_source(path: Path, options: ParseOptions) -> list[ParsedTrace]:
     collector = _claim(path)
     if collector is None:
         raise UsageError(f"{path}: not a trace file traceprof reads; it reads: {sources.formats()}")
-    return collector.parse(path, on_bad_event)
+    return collector.parse(path, options)
 
 
 def ingest(
@@ -198,7 +198,7 @@ def ingest(
     align: bool = True,
     partial: bool = False,
     force_run: bool = False,
-    max_inflate_ratio: float = fileio.DEFAULT_INFLATE_RATIO,
+    max_inflate_ratio: float = DEFAULT_INFLATE_RATIO,
     comm_kernels: Iterable[str] = (),
     executor: str = "local",
     scheduler: str | None = None,
@@ -283,22 +283,23 @@ def ingest(
                 "to one run: ingest the files under that run's name, or into another store (--db)"
             )
         todo += [(name, f) for f in new]
+    fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:
         result.warnings.append(
             f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
             "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)")
     spool: Path | None = None  # DuckDB layout, several files: events wait here (Arrow IPC) until inserted
-    spill.use_dir(Path(store.path).absolute().parent)  # large args text on the store's disk (not /tmp)
+    # how every file is read, carried by each task (large args text spills on the store's disk, not /tmp)
+    options = ParseOptions(on_bad_event, comm_kernels, float(max_inflate_ratio), str(Path(store.path).absolute().parent))
     try:
-        tasks = [(f, on_bad_event, f in scanned, comm_kernels) for _, f in todo]
+        tasks = [(f, options) for _, f in todo]
         if store.dataset is None and len(tasks) > 1:
             try:
                 spool = layout.spool_dir(store.path)
             except OSError:  # the store's folder is not writable: the events come back in memory
                 spool = None
-        parsed = _parse_all(tasks, jobs, progress, max_inflate_ratio, store, scheduler if executor == "dask" else None,
-                            spool)
+        parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
         by_run: dict[str, list[ParsedTrace]] = {}
         not_traces: list[Path] = []
         for (name, f), pts in zip(todo, parsed, strict=True):
@@ -335,7 +336,6 @@ def ingest(
             result.added += sorted({pt.path for pt in traces})
             result.warnings += [f"run {name!r}: {n}" for n in notes]
     finally:  # staged Parquet files no run took (failed or skipped files); spooled events, on success too
-        spill.use_dir(None)
         if store.dataset is not None:
             store.dataset.discard()
         if spool is not None:
@@ -406,8 +406,8 @@ _PARALLEL_BYTES = 16 << 20
 
 
 def _parse_all(
-    tasks: list[tuple[Path, str, bool, tuple[str, ...]]], jobs: int | None, progress: Progress | None,
-    max_inflate_ratio: float, store: Store, scheduler: str | None = None, spool: Path | None = None,
+    tasks: list[tuple[Path, ParseOptions]], jobs: int | None, progress: Progress | None,
+    store: Store, scheduler: str | None = None, spool: Path | None = None,
 ) -> list[list[ParsedTrace] | TraceprofError]:
     """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
     in a Parquet-layout store the events go to its staging folder, else, when ``spool`` is given, to
@@ -423,16 +423,16 @@ def _parse_all(
         if scheduler is not None:
             from traceprof.executor import map_on_dask
 
-            return map_on_dask(_park_one, staged, scheduler, max_inflate_ratio, done)
+            return map_on_dask(_park_one, staged, scheduler, done)
     if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
         size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
         jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
     if store.dataset is not None:
-        return procs.map_in_workers(_park_one, staged, min(jobs, n), max_inflate_ratio, done)
+        return procs.map_in_workers(_park_one, staged, min(jobs, n), done)
     if spool is not None:
         spooled = [(*t, str(spool), "spool") for t in tasks]
-        return procs.map_in_workers(_park_one, spooled, min(jobs, n), max_inflate_ratio, done)
-    return procs.map_in_workers(_parse_one, tasks, min(jobs, n), max_inflate_ratio, done)
+        return procs.map_in_workers(_park_one, spooled, min(jobs, n), done)
+    return procs.map_in_workers(_parse_one, tasks, min(jobs, n), done)
 
 
 def _field(pt: ParsedTrace, which: str) -> str:

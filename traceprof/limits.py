@@ -4,12 +4,12 @@ A trace may hold any JSON number; the store's columns are BIGINT (times, sizes, 
 (device, step, rank). Parsers call :func:`drop_out_of_range` once on their row columns (with the
 index of each row's record in the file) and build the other tables with :func:`to_table`; a value
 that does not fit is an error naming the record, or with ``on_bad_event="skip"`` the record is
-dropped and counted in ``rejected`` under a reason such as ``"'ts_ns' beyond int64"``.
+dropped and counted in ``rejected`` under a reason such as ``"'ts_ns' beyond int64"``. Which
+value is an integer at all is ``traceprof.values``' one rule.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from traceprof.errors import TraceFormatError
 
-__all__ = ["checked_int", "drop_out_of_range", "to_table", "columns_to_table", "record_fits", "polars_out_of_range", "fits", "INT64",
+__all__ = ["drop_out_of_range", "to_table", "columns_to_table", "record_fits", "polars_out_of_range", "fits", "INT64",
            "INT32"]
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -31,36 +31,6 @@ _BOUNDS = {pa.int64(): INT64, pa.int32(): INT32, pa.int16(): (-(2**15), 2**15 - 
 def fits(v: Any, bounds: tuple[int, int]) -> bool:
     """True for None, non-integers, and integers within ``bounds`` (inclusive)."""
     return not isinstance(v, int) or bounds[0] <= v <= bounds[1]
-
-
-def checked_int(v: Any, bits: int = 64) -> tuple[int | None, str | None]:
-    """An integer from a JSON value, or why there is none: (value, None), (None, None) for an
-    absent value, or (None, problem) with problem ``"beyond int64"`` (an integer, an integral
-    float such as 1e300 or a numeric string that does not fit ``bits``) or ``"not an integer"``
-    (a bool, a fractional or non-finite float, a non-numeric string, a list or an object).
-
-    ``collectors.kineto._values.int_or_none`` turns all of these into None (or truncates 1.5 to 1); a caller that must
-    tell the user (``collectors.kineto.collectives``, ``collectors.nccl_profiler``) uses this instead.
-    """
-    if v is None:
-        return None, None
-    n: int | None = None
-    if isinstance(v, bool):
-        n = None
-    elif isinstance(v, int):
-        n = v
-    elif isinstance(v, float) and math.isfinite(v) and v.is_integer():
-        n = int(v)
-    elif isinstance(v, str):
-        try:
-            n = int(v, 0)
-        except ValueError:
-            n = None
-    if n is None:
-        return None, "not an integer"
-    if not -(2 ** (bits - 1)) <= n < 2 ** (bits - 1):
-        return None, f"beyond int{bits}"
-    return n, None
 
 
 def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tuple[int, int]]) -> str | None:

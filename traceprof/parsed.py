@@ -1,4 +1,9 @@
-"""What a collector's parser hands to the store: one trace file, normalized.
+"""What a collector's parser is given and what it hands to the store.
+
+A parser receives the file and a :class:`ParseOptions` (what to do with a bad record, the
+``--comm-kernel`` patterns, the gzip inflate cap, where large text may spill to disk): every
+choice that changes how a file is read travels with the task, to a worker process or a Dask worker
+alike, never as a module switch.
 
 Collectors build a :class:`ParsedTrace`; the store assigns run and trace ids and inserts it in one
 transaction. Row tables are pyarrow Tables whose columns are those of the store table of the same
@@ -7,12 +12,63 @@ name (``traceprof.schema``) minus ``run_id`` and ``trace_id``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-__all__ = ["ParsedTrace"]
+from traceprof.fileio import DEFAULT_INFLATE_RATIO
+
+if TYPE_CHECKING:
+    from traceprof.classify import Classifier
+
+__all__ = ["ParsedTrace", "ParseOptions", "DEFAULT_OPTIONS", "DEFAULT_INFLATE_RATIO", "ON_BAD_EVENT"]
+
+#: What a parser may do with a malformed record: stop with an error naming it, or skip and count it.
+ON_BAD_EVENT = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """How a parser reads a file (module doc). Picklable: it goes to parser processes as is.
+
+    Attributes:
+        on_bad_event: ``raise`` (stop at the first malformed record, naming it) or ``skip`` (count
+            it in ``rejected``; ``--skip-bad-events``).
+        comm_kernels: Extra regexes of communication kernel names (``--comm-kernel``), added to the
+            built-in families of ``traceprof.classify``.
+        max_inflate_ratio: Refuse a gzip file that inflates beyond this multiple of its size (and
+            at least 64 MiB; ``--max-inflate``).
+        spill_dir: Folder for the files large args text spills to (``traceprof.spill``; ingest
+            passes the store's folder); None: the system's temporary folder.
+    """
+
+    on_bad_event: str = "raise"
+    comm_kernels: tuple[str, ...] = ()
+    max_inflate_ratio: float = DEFAULT_INFLATE_RATIO
+    spill_dir: str | None = None
+
+    @property
+    def classifier(self) -> Classifier:
+        """The GPU-activity classifier of these patterns (built once per process and patterns).
+
+        Raises:
+            UsageError: A pattern is not a valid regular expression, or matches the empty string.
+        """
+        return _classifier(self.comm_kernels)
+
+
+#: The options of a parser called without any: raise on a bad record, the built-in classifier, the
+#: default inflate cap, spill files in the system's temporary folder.
+DEFAULT_OPTIONS = ParseOptions()
+
+
+@functools.lru_cache(maxsize=8)
+def _classifier(patterns: tuple[str, ...]) -> Classifier:
+    from traceprof.classify import Classifier
+
+    return Classifier(patterns)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
-from traceprof import fileio, locking
+from traceprof import locking
 
 __all__ = ["worker_init", "deferred_sigint", "ignored_sigint", "map_in_workers"]
 
@@ -30,18 +30,16 @@ R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1
 
 
-def worker_init(parent_pid: int, max_inflate_ratio: float) -> None:
-    """Initializer of a parser worker process.
+def worker_init(parent_pid: int) -> None:
+    """Initializer of a parser worker process (the parse options travel with each task).
 
     Args:
         parent_pid: The ingest process's pid (the worker exits at once if it is already gone).
-        max_inflate_ratio: The parent's gzip inflate cap (:func:`traceprof.fileio.set_max_inflate_ratio`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):  # forked with Ctrl-C blocked (see map_in_workers): a pending one is dropped
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     locking.close_inherited()
-    fileio.set_max_inflate_ratio(max_inflate_ratio)
     if not _pdeathsig():
         threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
@@ -122,8 +120,7 @@ def deferred_sigint() -> Iterator[Callable[[], bool]]:
 
 
 def map_in_workers(
-    fn: Callable[[T], R], tasks: list[T], workers: int, max_inflate_ratio: float,
-    done: Callable[[int], None] | None = None,
+    fn: Callable[[T], R], tasks: list[T], workers: int, done: Callable[[int], None] | None = None,
 ) -> list[R]:
     """``[fn(t) for t in tasks]`` in ``workers`` forked processes (in this one when ``workers`` <= 1).
 
@@ -134,10 +131,8 @@ def map_in_workers(
         fn: A picklable function of one task.
         tasks: The tasks; results come back in the same order.
         workers: Processes to use.
-        max_inflate_ratio: Gzip inflate cap for the workers (:mod:`traceprof.fileio`).
         done: Called with the number of results so far after each one.
     """
-    fileio.set_max_inflate_ratio(max_inflate_ratio)
     out: list[R] = []
     if workers <= 1:
         for t in tasks:
@@ -146,7 +141,7 @@ def map_in_workers(
                 done(len(out))
         return out
     pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init,
-                               initargs=(os.getpid(), max_inflate_ratio))
+                               initargs=(os.getpid(),))
     try:
         with _sigint_blocked():  # Executor.map submits every task, which forks the workers
             results = pool.map(fn, tasks)

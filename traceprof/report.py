@@ -23,16 +23,17 @@ from typing import Any
 import polars as pl
 
 from traceprof import findings as fnd
-from traceprof import term
-from traceprof.analysis import Chart, FrameResult, reuse_results
+from traceprof import session, term
+from traceprof.analysis import Chart, FrameResult
+from traceprof.display import plain
 from traceprof.errors import AnalysisError, TraceprofError
 from traceprof.fileio import write_output
 from traceprof.names import shorten
 from traceprof.store import Store
+from traceprof.timing import analysis_mfu_options
 
-__all__ = ["write_report", "render_html", "REPORT_ANALYSES", "SIZE_BUDGET_BYTES"]
+__all__ = ["write_report", "render_html", "SIZE_BUDGET_BYTES"]
 
-REPORT_ANALYSES = fnd.REPORT_ANALYSES
 #: The report of a sample run stays below this (tests/test_report.py checks it).
 SIZE_BUDGET_BYTES = 1_000_000
 
@@ -66,11 +67,11 @@ def _esc(s: str) -> str:
 
 
 def _cell(v: object) -> str:
-    if isinstance(v, float):
-        return f"<td>{v:,.0f}</td>" if v.is_integer() and abs(v) >= 1000 else f"<td>{v:,.3f}</td>"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"<td>{v:,}</td>"
-    text = "" if v is None else str(v)
+    """One HTML table cell: numbers right-aligned (:func:`traceprof.display.plain`, three decimals),
+    text left-aligned and escaped, a long name shortened to its family with the full text on hover."""
+    if isinstance(v, float | int) and not isinstance(v, bool):
+        return f"<td>{plain(v, 3)}</td>"
+    text = plain(v)
     short = shorten(text, 80)
     if short != text:  # long kernel/op names: the family, the full name on hover
         return f'<td class="s" title="{_esc(text)}">{_esc(short)}</td>'
@@ -190,7 +191,7 @@ def render_html(
         StoreError: No such run (or baseline).
         UsageError: A parameter names no report analysis or has a bad value.
     """
-    with reuse_results():  # each analysis once: findings, verdict and sections share the results
+    with session.of(store):  # each analysis once: findings, verdict and sections share the results
         return _render(store, run, extra, params, baseline, force)
 
 
@@ -200,9 +201,9 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
 
     run_id = store.resolve_run(run)
     results = fnd.run_analyses(store, run_id, params)
-    diff = (fnd.compare(store, baseline, run_id, (params or {}).get("mfu", {}), force)
+    diff = (fnd.compare(store, baseline, run_id, analysis_mfu_options(params), force)
             if baseline is not None else None)
-    hta = any(str(v.get("hta", "")).lower() in ("1", "true", "yes", "on") for v in (params or {}).values())
+    hta = fnd.hta_mode(params)
     f = fnd.build(store, run_id, results, diff, hta, params)
     info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
     traces = store.sql(

@@ -2,9 +2,9 @@
 
 A CI job typically runs ``traceprof analyze stragglers`` (to gate on it), a few more analyses,
 then ``traceprof report``, which runs every analysis again: on 8 ranks x 1 M events that is about
-30 s of repeated work. Inside :func:`caching` (the CLI's ``analyze``, ``report``, ``summary`` and
-``diff``), a registered analysis first looks for its result in the store's results folder
-(``STORE.results/``) and, when it computes one, writes it there.
+30 s of repeated work. In a session that caches (``traceprof.session``: the CLI's ``analyze``,
+``report``, ``summary``, ``diff`` and ``history``), a registered analysis first looks for its result
+in the store's results folder (``STORE.results/``) and, when it computes one, writes it there.
 
 An entry is keyed by:
   1. the store's *state*: the store file, its write-ahead log and every file of its Parquet
@@ -17,7 +17,8 @@ An entry is keyed by:
   3. the analysis name and its parameters (``run`` as given: the latest run is part of the state).
 
 Only stores opened read-only are cached: their shared lock keeps writers out while the command
-runs. An entry holds each frame of the result as Arrow IPC and its notes as JSON; it is read back
+runs. An entry holds each frame of the result as Arrow IPC and its notes as JSON (with their
+figures, ``traceprof.analysis.Note``); it is read back
 into the analysis' own ``Result`` class (a ``FrameResult`` of ``analyses``, nothing else), and an
 entry that cannot be read, or fails its checks (each frame's SHA-256 and size, its analysis and
 Result class, the set of its frames), is ignored and computed again. A folder that cannot be written
@@ -39,9 +40,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from functools import cache, wraps
 from pathlib import Path
 from typing import Any
@@ -53,12 +52,10 @@ from traceprof.errors import TraceprofError
 from traceprof.layout import dataset_dir
 from traceprof.locking import beside
 
-__all__ = ["caching", "results_dir", "lookup", "keep", "state_key", "kept_frame"]
+__all__ = ["results_dir", "lookup", "keep", "state_key", "kept_frame"]
 
-#: Whether registered analyses read and write cached results (:func:`caching`).
-_ON: ContextVar[bool] = ContextVar("traceprof_result_cache", default=False)
-#: Bumped when the entry format changes.
-_FORMAT = 2
+#: Bumped when the entry format changes (3: notes with their figures).
+_FORMAT = 3
 #: Names of the folders this module creates in a results folder (24 hex digits); it deletes no other.
 _OURS = re.compile(r"[0-9a-f]{24}")
 
@@ -73,18 +70,6 @@ def results_dir(db: str | Path) -> Path:
     """The results folder of the store ``db``: ``DB.results`` beside it (beside the file a
     symlinked ``db`` points to)."""
     return beside(db, ".results")
-
-
-@contextmanager
-def caching(enabled: bool = True) -> Iterator[None]:
-    """Inside the block, registered analyses on read-only stores use the results folder
-    (module doc). ``enabled`` False (``--no-cache``), or ``TRACEPROF_NO_CACHE=1``: they do not."""
-    on = enabled and os.environ.get("TRACEPROF_NO_CACHE", "").strip().lower() in ("", "0", "false", "no", "off")
-    token = _ON.set(on)
-    try:
-        yield
-    finally:
-        _ON.reset(token)
 
 
 def _stat(p: Path) -> list[int]:
@@ -129,8 +114,12 @@ def _code_key() -> str:
 
 
 def _folder(store: Any) -> Path | None:
-    """The folder of ``store``'s current state and this code; None when not caching."""
-    if not _ON.get() or not getattr(store, "read_only", False) or store.path.name == ":memory:":
+    """The folder of ``store``'s current state and this code; None when not caching (no session
+    that caches, a store open for writing, an in-memory store)."""
+    session = getattr(getattr(store, "origin", None) or store, "session", None)
+    if session is None or not session.cache:
+        return None
+    if not getattr(store, "read_only", False) or store.path.name == ":memory:":
         return None
     try:
         state = store.__dict__.get("_result_state") or state_key(store.path)
@@ -166,7 +155,7 @@ def lookup(store: Any, name: str, params: Any) -> Any | None:
     """The cached result of analysis ``name`` with ``params`` on ``store``, or None (not
     caching, no entry, or an entry that cannot be read or fails its checks: its analysis, its
     Result class, the set of its frames and each frame's SHA-256)."""
-    from traceprof.analysis import get
+    from traceprof.analysis import Note, get
 
     entry = _entry(store, name, params)
     if entry is None:
@@ -180,7 +169,7 @@ def lookup(store: Any, name: str, params: Any) -> Any | None:
         expected = {f.name for f in dataclasses.fields(cls)} - {"notes"}
         if meta.get("analysis") != name or cls.__module__ != get(name).run.__module__ or set(frames) != expected:
             return None
-        return cls(notes=tuple(str(n) for n in meta["notes"]), **frames)
+        return cls(notes=tuple(Note.from_dict(n) for n in meta["notes"]), **frames)
     except Exception:  # noqa: BLE001 - a foreign entry: compute instead
         return None
 
@@ -252,8 +241,10 @@ def keep(store: Any, name: str, params: Any, result: Any) -> None:
     frames = {k: v for k, v in fields.items() if isinstance(v, pl.DataFrame)}
     if set(fields) - set(frames) != {"notes"} or not cls.__module__.startswith("analyses."):
         return
-    _write(entry, frames, {"analysis": name, "class": f"{cls.__module__}:{cls.__qualname__}",
-                           "notes": list(result.notes)})
+    from traceprof.analysis import Note
+
+    notes = [(n if isinstance(n, Note) else Note(n)).to_dict() for n in result.notes]
+    _write(entry, frames, {"analysis": name, "class": f"{cls.__module__}:{cls.__qualname__}", "notes": notes})
 
 
 _UMASK_LOCK = threading.Lock()
@@ -312,7 +303,7 @@ _F = Callable[..., pl.DataFrame]
 def kept_frame(fn: _F) -> _F:
     """Decorator for a helper ``fn(store, *args, **kwargs) -> DataFrame`` that several analyses
     read, each in its own process (``traceprof.activity``'s intervals: about 2 s on 8 ranks x 1 M
-    events, read back in 0.2 s): inside :func:`caching` its frame is kept as an entry too, keyed
+    events, read back in 0.2 s): in a session that caches its frame is kept as an entry too, keyed
     by the function and its (hashable, JSON-able) arguments."""
 
     @wraps(fn)

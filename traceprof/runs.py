@@ -8,13 +8,10 @@ Removing a run frees its files' SHA-256, so they can be ingested again (e.g. und
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-import duckdb
-
 from traceprof import term
-from traceprof.errors import StoreError, UsageError
+from traceprof.errors import UsageError
 from traceprof.store import Store
 
 __all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction"]
@@ -67,19 +64,16 @@ def _run_tables(store: Store) -> list[str]:
 
 
 def transaction(store: Store, what: str, statements: list[tuple[str, list[object]]]) -> int:
-    """Run ``statements`` in one transaction; the number of rows they changed."""
-    con = store.con
+    """Run ``statements`` in one transaction (``Store.transaction``); the number of rows they changed.
+
+    Raises:
+        StoreError: DuckDB refused one (``"<what> failed, store unchanged: ..."``).
+    """
     changed = 0
-    con.execute("BEGIN")
-    try:
+    with store.transaction(error=lambda e: f"{what} failed, store unchanged: {e}") as con:
         for sql, args in statements:
             row = con.execute(sql, args).fetchone()
             changed += int(row[0]) if row else 0
-        con.execute("COMMIT")
-    except duckdb.Error as e:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise StoreError(f"{what} failed, store unchanged: {e}") from None
     return changed
 
 

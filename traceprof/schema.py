@@ -12,10 +12,12 @@ epoch nanoseconds on the clock of the rank that recorded them, plus that trace's
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from dataclasses import dataclass
 
 from traceprof.ops import bus_factor_sql, size_bytes_sql
+from traceprof.vocab import CollectiveSource, EventClass, EventKind, Flag, TraceSource, Vocab
 
 __all__ = ["SCHEMA_VERSION", "ARRIVAL_SQL", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "PARQUET_TABLES", "Column", "Table",
            "TABLES", "ddl", "table"]
@@ -27,49 +29,36 @@ SCHEMA_VERSION = 6
 #: beside the DuckDB file; the store shows each as a view of the same name and columns.
 PARQUET_TABLES = ("events",)
 
-#: The normalized event kinds (README.md "What traceprof handles"). ``other`` keeps unknown categories.
-EVENT_KINDS = (
-    "cpu_op",
-    "user_annotation",
-    "gpu_user_annotation",
-    "python_function",
-    "cuda_runtime",
-    "cuda_driver",
-    "kernel",
-    "memcpy",
-    "memset",
-    "sync",
-    "collective",
-    "step",
-    "instant",
-    "counter",
-    "other",
-)
+#: The normalized event kinds (README.md "What traceprof handles"; ``traceprof.vocab.EventKind``).
+#: ``other`` keeps unknown categories.
+EVENT_KINDS = EventKind.values()
 
 #: SQL expression (over a ``collectives`` row) for the time a rank arrives at the collective: the
 #: start of the communication kernel on GPU traces (the GPU reaches the collective), otherwise the
 #: CPU enqueue (gloo's c10d op, Flight Recorder ``time_created_ns``), falling back to the start of
 #: the work. The one rule: matching, stragglers, what-if and the ``collective_perf`` view read it.
-ARRIVAL_SQL = ("CASE WHEN source IN ('nccl_kernel', 'nccl_inspector') THEN coalesce(start_ns, enter_ns) "
-               "ELSE coalesce(enter_ns, start_ns) END")
+ARRIVAL_SQL = (f"CASE WHEN source IN {CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)} "
+               "THEN coalesce(start_ns, enter_ns) ELSE coalesce(enter_ns, start_ns) END")
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
 #: PrivateUse1); their ``correlation`` links them to the GPU rows they started.
-LAUNCH_KINDS = ("cuda_runtime", "cuda_driver")
+LAUNCH_KINDS = EventKind.values()[4:6]  # cuda_runtime, cuda_driver
 #: Kinds of GPU activity that occupy a (device, stream) lane.
-GPU_ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
+GPU_ACTIVITY_KINDS = EventKind.values()[6:9]  # kernel, memcpy, memset
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column: name, DuckDB type, unit (``""`` when unitless), a one-line doc and the
-    storage compression DuckDB is told to use (``""``: its own choice)."""
+    """One column: name, DuckDB type, unit (``""`` when unitless), a one-line doc, the storage
+    compression DuckDB is told to use (``""``: its own choice) and, for a vocabulary column, the
+    value set it holds (``traceprof.vocab``; a test checks every value written is declared)."""
 
     name: str
     type: str
     doc: str
     unit: str = ""
     compression: str = ""
+    values: builtins.type[Vocab] | None = None
 
     def comment(self) -> str:
         return f"{self.doc} [{self.unit}]" if self.unit else self.doc
@@ -93,6 +82,11 @@ def _c(name: str, type_: str, doc: str, unit: str = "") -> Column:
     return Column(name, type_, doc, unit)
 
 
+def _v(name: str, vocab: type[Vocab], doc: str) -> Column:
+    """A vocabulary column; ``{values}`` in ``doc`` stands for its values, listed."""
+    return Column(name, "VARCHAR", doc.replace("{values}", ", ".join(vocab.values())), values=vocab)
+
+
 _RUN = _c("run_id", "INTEGER", "Run (one training job) this row belongs to; see runs")
 _RANK = _c("rank", "INTEGER", "Global rank of the process that recorded the row")
 _TRACE = _c("trace_id", "INTEGER", "Source file this row came from; see traces")
@@ -102,8 +96,7 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         _RUN,
         _RANK,
         _TRACE,
-        _c("source", "VARCHAR", "Where the row came from: nccl_kernel, gloo, record_param_comms, fr, nccl_profiler, "
-           "nccl_inspector, ndtimeline"),
+        _v("source", CollectiveSource, "Where the row came from: {values}"),
         _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
         _c("pg_ranks", "VARCHAR", "Member ranks of the process group as a JSON list ('[0, 1]': args.'Process Group "
            "Ranks', FR pg_config), NULL if unknown; with pg it identifies the group"),
@@ -164,7 +157,7 @@ TABLES: tuple[Table, ...] = (
             _RUN,
             _RANK,
             _c("world_size", "INTEGER", "World size written in the trace (distributedInfo.world_size)"),
-            _c("source", "VARCHAR", "Trace source: kineto, flight_recorder, nccl_profiler, nccl_inspector, nsys, ndtimeline"),
+            _v("source", TraceSource, "Trace source: {values}"),
             _c("format", "VARCHAR", "Source dialect, e.g. kineto-new (baseTimeNanoseconds) or kineto-old"),
             _c("path", "VARCHAR", "Absolute path of the file at ingest time"),
             _c("sha256", "VARCHAR", "SHA-256 of the file bytes; re-ingesting the same file is a no-op"),
@@ -211,7 +204,7 @@ TABLES: tuple[Table, ...] = (
             _RUN,
             _RANK,
             _TRACE,
-            _c("kind", "VARCHAR", "Normalized event kind (cpu_op, kernel, memcpy, step, ...)"),
+            _v("kind", EventKind, "Normalized event kind (cpu_op, kernel, memcpy, step, ...)"),
             _c("cat", "VARCHAR", "Source category (Kineto 'cat')"),
             _c("name", "VARCHAR", "Event name"),
             _c("ts_ns", "BIGINT", "Start, epoch ns plus the trace's clock_offset_ns", "ns"),
@@ -226,8 +219,8 @@ TABLES: tuple[Table, ...] = (
             # zstd: one distinct text per row, which DuckDB's default (dictionary + FSST) spends
             # ~2x the CPU on at ingest and stores 2-3x larger (8x1M: 0.64 s less per rank file)
             Column("args", "JSON", "All source args, unchanged", compression="zstd"),
-            _c("class", "VARCHAR", "GPU rows: comm, memory or compute (traceprof.classify); NULL for CPU rows"),
-            _c("flag", "VARCHAR", "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
+            _v("class", EventClass, "GPU rows: comm, memory or compute (traceprof.classify); NULL for CPU rows"),
+            _v("flag", Flag, "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
                "zero_ts, unmatched_begin (its time cannot be right: left out of windows, idle and latency); "
                "overrun (dur clipped), launch_skew (starts a few us before its launch: kept, no latency) or "
                "unclosed (CPU op still open at profiler stop, dur -1: clipped to the trace end), all kept"),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from traceprof.fileio import GZIP_MAGIC
-from traceprof.parsed import ParsedTrace
+from traceprof.parsed import ParsedTrace, ParseOptions
 
 __all__ = ["Collector", "Unread", "register", "register_unread", "claim", "recognize", "collectors", "get",
            "formats", "head", "gunzip_head", "load_all"]
@@ -44,7 +44,8 @@ class Collector:
         formats: What it reads, for messages, e.g. ``"Nsight Systems SQLite export (*.sqlite)"``.
         claims: ``claims(path, head)`` -> True when this collector reads the file; ``head`` is its
             first :data:`HEAD_BYTES` bytes (raw, not decompressed).
-        parse: ``parse(path, on_bad_event)`` -> the file's traces (one per rank it holds).
+        parse: ``parse(path, options)`` -> the file's traces (one per rank it holds); ``options``
+            (a :class:`~traceprof.parsed.ParseOptions`) says how to read it.
         order: Claims are tried in increasing order (catch-all collectors last).
         whole_run: One file holds a whole run (it is its own run, named after the file).
         settle: Optional ``settle(store, run_id)`` -> notes, run inside the ingest transaction
@@ -58,7 +59,7 @@ class Collector:
     name: str
     formats: str
     claims: Callable[[Path, bytes], bool]
-    parse: Callable[[Path, str], list[ParsedTrace]]
+    parse: Callable[[Path, ParseOptions], list[ParsedTrace]]
     order: int = 50
     whole_run: bool = False
     settle: Callable[[Any, int], list[str]] | None = None
@@ -194,13 +195,13 @@ def _register_legacy() -> None:
         register(Collector(
             "kineto", "PyTorch profiler / Kineto JSON (*.json, *.json.gz)",
             lambda p, h: kineto.is_trace_file(p),
-            lambda p, bad: [fill_gloo_enter(kineto.parse(p, on_bad_event=bad))],
+            lambda p, options: [fill_gloo_enter(kineto.parse(p, options))],
             order=100, capture=launch, rank_field="distributedInfo.rank", world_field="distributedInfo.world_size",
         ))
     if "ndtimeline" not in _REGISTRY:
         register(Collector(
             "ndtimeline", "NDTimeline per-op Parquet (*.parquet, one file per run)",
             lambda p, h: ndtimeline.is_ndtimeline_file(p),
-            lambda p, bad: ndtimeline.parse(p, on_bad_event=bad),
+            lambda p, options: ndtimeline.parse(p, options),
             order=40, whole_run=True, world_field="world_size (meta-*.yaml)",
         ))

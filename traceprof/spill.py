@@ -33,7 +33,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["TextSpill", "column", "release", "trim", "note_read", "scan", "chunks", "batches", "readable", "use_dir", "SPILL_BYTES"]
+__all__ = ["TextSpill", "column", "release", "trim", "note_read", "scan", "chunks", "batches", "readable", "SPILL_BYTES"]
 
 T = TypeVar("T", bound=Any)
 
@@ -42,9 +42,6 @@ SPILL_BYTES = 16 << 20
 
 #: Free space (bytes) a spill always leaves on its disk (see ``TextSpill._room_for``).
 RESERVE_BYTES = 1 << 30
-
-#: Where spill files are created (:func:`use_dir`); None: the system's temporary folder.
-_DIR: str | None = None
 
 #: The live maps (weak: a map goes when the last array on it goes), for :func:`release`.
 _MAPS: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
@@ -55,13 +52,6 @@ _BATCH_ROWS = 1 << 16
 _RELEASE_BYTES = 32 << 20
 
 _ALIGN = 64
-
-
-def use_dir(folder: str | Path | None) -> None:
-    """Create the spill files of this process in ``folder`` (e.g. beside the store: the disk the
-    user chose for the data) from now on; ``None``: the system's temporary folder."""
-    global _DIR
-    _DIR = None if folder is None else str(folder)
 
 
 def trim() -> None:
@@ -155,13 +145,14 @@ def _room(folder: str, nbytes: int, written: int = 0) -> bool:
     return free - nbytes >= max(RESERVE_BYTES, written + nbytes)
 
 
-def column(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+def column(values: pa.Array | pa.ChunkedArray, folder: str | Path | None = None) -> pa.Array | pa.ChunkedArray:
     """A finished column of any type, on disk when it passes :data:`SPILL_BYTES` (module doc): the
-    same values and type, its buffers a read-only memory map of an unlinked Arrow IPC file.
-    Where the file cannot be written or mapped (no room, no folder), ``values`` itself."""
+    same values and type, its buffers a read-only memory map of an unlinked Arrow IPC file in
+    ``folder`` (``ParseOptions.spill_dir``: ingest passes the store's; None: the system's temporary
+    folder). Where the file cannot be written or mapped (no room, no folder), ``values`` itself."""
     if values.nbytes <= SPILL_BYTES or not len(values):
         return values
-    folder = _DIR or tempfile.gettempdir()
+    folder = str(folder) if folder is not None else tempfile.gettempdir()
     if not _room(folder, values.nbytes):
         return values
     table = pa.table({"c": values})
@@ -182,9 +173,13 @@ class TextSpill:
     """Builds a string column chunk by chunk, on disk past :data:`SPILL_BYTES` (module doc).
 
     Usage: ``add`` each chunk (a ``pa.StringArray``), then ``finish()`` once for the column.
+
+    Args:
+        folder: Where the file goes (``ParseOptions.spill_dir``); None: the system's temporary folder.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self._folder = None if folder is None else str(folder)
         self._mem: list[pa.Array] = []  # chunks not written (yet)
         self._mem_bytes = 0
         self._file: IO[bytes] | None = None
@@ -222,7 +217,7 @@ class TextSpill:
         return self._assemble(buf.slice)
 
     def _open(self) -> None:
-        self._dir = _DIR or tempfile.gettempdir()
+        self._dir = self._folder or tempfile.gettempdir()
         if not self._room_for(self._mem_bytes):
             self._failed = True
             return

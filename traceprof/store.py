@@ -148,6 +148,8 @@ class Store:
         self.layout = layout or "duckdb"
         self.dataset: Dataset | None = None
         self.commits: list[tuple[str, int]] = []
+        #: The :class:`traceprof.session.Session` running analyses on this store, if any (it sets this).
+        self.session: Any = None
         if (read_only or not create) and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
         if not read_only and len(name := os.fsencode(self.path.resolve().name)) > MAX_NAME_BYTES:
@@ -237,17 +239,16 @@ class Store:
                 raise StoreError(f"{self.path}: a DuckDB file, but not a traceprof store")
             if read_only:
                 raise StoreError(f"{self.path}: empty store; run `traceprof ingest PATH` first")
-            self.con.execute("BEGIN")
-            for stmt in schema.ddl(self.layout):
-                if self.layout == "parquet" and self.dataset is None and stmt.startswith("CREATE VIEW"):
-                    self.dataset = Dataset(self.con, self.path)  # the views read its temporary views
-                    self.dataset.sweep()  # a stale folder of an earlier store of this name
-                    self.dataset.refresh()
-                self.con.execute(stmt)
-            self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
-            self.con.execute("INSERT INTO meta VALUES ('layout', ?)", [self.layout])
-            self.con.execute("INSERT INTO meta VALUES ('views', ?)", [schema.views_digest()])
-            self.con.execute("COMMIT")
+            with self.transaction() as con:
+                for stmt in schema.ddl(self.layout):
+                    if self.layout == "parquet" and self.dataset is None and stmt.startswith("CREATE VIEW"):
+                        self.dataset = Dataset(con, self.path)  # the views read its temporary views
+                        self.dataset.sweep()  # a stale folder of an earlier store of this name
+                        self.dataset.refresh()
+                    con.execute(stmt)
+                con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+                con.execute("INSERT INTO meta VALUES ('layout', ?)", [self.layout])
+                con.execute("INSERT INTO meta VALUES ('views', ?)", [schema.views_digest()])
             return
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         version = int(row[0]) if row else -1
@@ -289,15 +290,68 @@ class Store:
         digest = schema.views_digest()
         if self._one("SELECT value FROM meta WHERE key = 'views'") == (digest,):
             return
-        self.con.execute("BEGIN")
-        try:
+        with self.transaction() as con:
             for stmt in schema.view_ddl():
-                self.con.execute(stmt)
-            self.con.execute("DELETE FROM meta WHERE key = 'views'")
-            self.con.execute("INSERT INTO meta VALUES ('views', ?)", [digest])
-            self.con.execute("COMMIT")
-        except BaseException:
-            self._housekeep("ROLLBACK")
+                con.execute(stmt)
+            con.execute("DELETE FROM meta WHERE key = 'views'")
+            con.execute("INSERT INTO meta VALUES ('views', ?)", [digest])
+
+    @contextlib.contextmanager
+    def transaction(
+        self, *, error: Callable[[duckdb.Error], str] | None = None, commit: bool = True,
+        record: Callable[[], tuple[str, int]] | None = None,
+        before_commit: Callable[[], Any] | None = None, undo_commit: Callable[[Any], object] | None = None,
+        after_rollback: Callable[[], object] | None = None,
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction on the store's connection, the one way the store writes: ``BEGIN``, the
+        block (given the connection), then ``COMMIT``, during which a Ctrl-C is held off until it is
+        done (then raised: the caller learns from :attr:`commits` what was stored); on any error or
+        Ctrl-C before it, ``ROLLBACK`` and nothing is written.
+
+        Args:
+            error: The message of the :class:`StoreError` a DuckDB error becomes (None: raised as is).
+            commit: False: roll back after the block too (checks that must leave no trace).
+            record: The entry appended to :attr:`commits` once committed, e.g. (run name, run id).
+            before_commit: Runs just before the ``COMMIT``, Ctrl-C held off (moving staged files into
+                place); ``undo_commit`` gets its result when the ``COMMIT`` fails.
+            after_rollback: Runs after a rollback (deleting staged files).
+
+        Raises:
+            StoreError: A DuckDB error, when ``error`` is given (the store unchanged).
+            KeyboardInterrupt: Ctrl-C (DuckDB's report of one too): before the commit, nothing
+                stored; during it, stored (and in :attr:`commits`).
+        """
+        con = self.con
+        con.execute("BEGIN")
+        committed = False
+        try:
+            yield con
+            if not commit:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                return
+            with deferred_sigint():
+                prepared = before_commit() if before_commit is not None else None
+                try:
+                    con.execute("COMMIT")
+                except BaseException:
+                    if undo_commit is not None:
+                        undo_commit(prepared)
+                    raise
+                if record is not None:
+                    self.commits.append(record())
+                committed = True
+        except BaseException as e:
+            if committed:  # Ctrl-C held off during the commit
+                raise
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            if after_rollback is not None:
+                after_rollback()
+            if interrupted(e):
+                raise KeyboardInterrupt from None
+            if error is not None and isinstance(e, duckdb.Error):
+                raise StoreError(error(e)) from None
             raise
 
     def _one(self, query: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
@@ -313,8 +367,8 @@ class Store:
     def for_thread(self) -> Iterator[Store]:
         """This read-only store for another thread: the same database through a connection of its
         own (``con.cursor()``: DuckDB refuses a call on a connection busy with another thread's).
-        Analyses run on it share their results with this store inside
-        :func:`traceprof.analysis.reuse_results` (its ``origin``). Leaving the block closes that
+        Analyses run on it share their results through this store's session (``traceprof.session``;
+        the view's ``origin``). Leaving the block closes that
         connection only: the lock, the files and this store stay as they were.
 
         Raises:
@@ -532,34 +586,19 @@ class Store:
                 ``prefix`` is the last entry of :attr:`commits`, with run_id).
         """
         written = []
-        committed = False
-        self.con.execute("BEGIN")
-        try:
+        with self.transaction(error=lambda e: f"cannot save {prefix} results: {e}",
+                              record=lambda: (prefix, run_id)) as con:
             for fname, frame in frames.items():
                 name = f"{prefix}_{fname}"
                 tbl = frame.with_columns(pl.lit(run_id, pl.Int32).alias("run_id")).select(
                     "run_id", *[c for c in frame.columns if c != "run_id"]
                 ).to_arrow()
-                self.con.register("_result", tbl)
-                self.con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM _result LIMIT 0')
-                self.con.execute(f'DELETE FROM "{name}" WHERE run_id = ?', [run_id])
-                self.con.execute(f'INSERT INTO "{name}" BY NAME SELECT * FROM _result')
-                self.con.unregister("_result")
+                con.register("_result", tbl)
+                con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM _result LIMIT 0')
+                con.execute(f'DELETE FROM "{name}" WHERE run_id = ?', [run_id])
+                con.execute(f'INSERT INTO "{name}" BY NAME SELECT * FROM _result')
+                con.unregister("_result")
                 written.append(name)
-            with deferred_sigint():
-                self.con.execute("COMMIT")
-                self.commits.append((prefix, run_id))
-                committed = True
-        except BaseException as e:
-            if committed:
-                raise
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute("ROLLBACK")
-            if interrupted(e):
-                raise KeyboardInterrupt from None
-            if isinstance(e, duckdb.Error):
-                raise StoreError(f"cannot save {prefix} results: {e}") from None
-            raise
         return written
 
     # -- ingest --------------------------------------------------------------------------------
@@ -611,13 +650,9 @@ class Store:
         Raises:
             StoreError: What ``insert_run`` raises for those conflicts.
         """
-        self.con.execute("BEGIN")
-        try:
+        with self.transaction(commit=False):
             for name, traces in runs.items():
                 self._run_id(name, traces, force)
-        finally:
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute("ROLLBACK")
 
     def _housekeep(self, sql: str) -> None:
         """Run ``sql``, which changes no data (a checkpoint, a setting), ignoring DuckDB's errors
@@ -639,10 +674,11 @@ class Store:
     def _insert_run(self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None,
                     force: bool) -> int:
         """:meth:`insert_run`'s transaction."""
-        con = self.con
-        committed = False
-        con.execute("BEGIN")
-        try:
+        run_id = -1
+        with self.transaction(error=lambda e: f"ingest of run {name!r} failed, store unchanged: {e}",
+                              before_commit=self.dataset.publish if self.dataset is not None else None,
+                              undo_commit=self.dataset.unpublish if self.dataset is not None else None,
+                              record=lambda: (name, run_id), after_rollback=self._forget_staged) as con:
             run_id = self._run_id(name, traces, force)
             self._insert_events(run_id, [(pt, self._insert_trace(run_id, pt)) for pt in traces])
             # A trace's world size is a lower bound (a Flight Recorder dump shows only its own
@@ -660,27 +696,6 @@ class Store:
                 self.dataset.refresh()  # matching and clock alignment read the staged files
             if after is not None:
                 after(run_id)
-            with deferred_sigint():
-                moved = self.dataset.publish() if self.dataset is not None else []
-                try:
-                    con.execute("COMMIT")
-                except BaseException:
-                    if self.dataset is not None:
-                        self.dataset.unpublish(moved)
-                    raise
-                self.commits.append((name, run_id))
-                committed = True
-        except BaseException as e:
-            if committed:  # Ctrl-C held off during the commit
-                raise
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            self._forget_staged()
-            if interrupted(e):
-                raise KeyboardInterrupt from None
-            if isinstance(e, duckdb.Error):
-                raise StoreError(f"ingest of run {name!r} failed, store unchanged: {e}") from None
-            raise
         return run_id
 
     def _forget_staged(self) -> None:

@@ -172,7 +172,7 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
             "rank", "step", (pl.col("comm_ns") - pl.col("overlap_ns")).alias("exposed_comm_ns"),
             (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"))
         steps = steps.join(m, on=["rank", "step"], how="left")
-    an = registry.get("mfu")
+    an = registry.get(MFU)
     params = registry.make_params(an, str(run_id), mfu_options)  # bad -p values: UsageError, not a note
     try:
         mfu = an.run(store, params).to_frame()
@@ -180,6 +180,16 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
     except AnalysisError as e:
         notes.append(f"run {run_name(store, run_id)!r}: no MFU ({e})")
     return steps, notes
+
+
+#: The analysis the gate's MFU metric reads.
+MFU = "mfu"
+
+
+def analysis_mfu_options(params: dict[str, dict[str, str]] | None) -> dict[str, str]:
+    """The options for :data:`MFU` among a command's ``-p ANALYSIS.KEY=VALUE`` options (the report
+    and the summary pass theirs to the regression diff)."""
+    return (params or {}).get(MFU, {})
 
 
 def profile(store: Store, run_id: int, mfu_options: dict[str, str] | None = None) -> Timing:

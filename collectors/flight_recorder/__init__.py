@@ -18,6 +18,6 @@ def _claims(path: Path, head: bytes) -> bool:
 
 sources.register(sources.Collector(
     "flight_recorder", "PyTorch Flight Recorder dumps (*.fr.json, fr_*.json, nccl_trace_rank_*, JSON or pickle)",
-    _claims, lambda p, bad: [parse(p, on_bad_event=bad)], order=10,
+    _claims, lambda p, options: [parse(p, options)], order=10,
     rank_field="rank (or the file name)", world_field="pg_config (largest group)",
 ))

@@ -60,7 +60,9 @@ from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
 from traceprof.limits import record_fits
 from traceprof.matching import canonical_ranks
 from traceprof.ops import dtype_bytes, normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.values import integer
+from traceprof.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "is_fr_file"]
 
@@ -79,7 +81,7 @@ def is_fr_file(path: Path) -> bool:
     return _NAME.search(path.name) is not None
 
 
-def _read(path: Path) -> tuple[bytes, Any, str]:
+def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
     """(file bytes, decoded document, ``json`` or ``pickle``); a file with a pickle dump's name
     that is not JSON is unpickled (protocols 0 and 1 have no first-byte marker)."""
     try:
@@ -97,7 +99,7 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
                                        "not a Flight Recorder dump") from None
     except OSError:
         pass  # read_maybe_gzip reports it
-    raw, data = read_maybe_gzip(path)
+    raw, data = read_maybe_gzip(path, max_ratio)
     try:
         return raw, msgspec.json.decode(data), "json"
     except msgspec.DecodeError as err:
@@ -105,21 +107,6 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
         raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
     except RecursionError:
         raise TraceFormatError(path, "", "invalid JSON: nested too deeply (over ~1000 levels)") from None
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
-    return None
 
 
 def _nelems(sizes: Any) -> int | None:
@@ -188,7 +175,7 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
         groups[pg] = next((members[n] for n in names if n in members), only)
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
-            progress[pg] = {k: _int(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
+            progress[pg] = {k: integer(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
     return {"groups": groups, "progress": progress, "pg_ids": pg_ids}
 
 
@@ -216,12 +203,13 @@ def _empty_dump(name: str, rank: int, doc: dict[str, Any], progress: dict[str, d
                    "collectives, its progress kept for desync")
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Flight Recorder dump.
 
     Args:
         path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
-        on_bad_event: ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
+        options: How to read it (``traceprof.parsed.ParseOptions``: the gzip inflate cap, and
+            ``on_bad_event``): ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
             integer or 0, or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
             ``seq_id``) is missing or not an integer; ``"skip"`` counts it in ``rejected`` (keyed by
             the reason).
@@ -237,11 +225,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             no rank, or (with ``on_bad_event="raise"``) a bad entry, naming it.
     """
     p = Path(path).resolve()
-    raw, doc, encoding = _read(p)
+    on_bad_event = options.on_bad_event
+    raw, doc, encoding = _read(p, options.max_inflate_ratio)
     if not _is_dump(doc):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     entries = doc.get("entries", [])
-    rank = _int(doc.get("rank"))
+    rank = integer(doc.get("rank"))
     # torch's names end in the rank (a host may precede it); others say rank<R>
     default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
     m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
@@ -273,7 +262,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
         raw_created = e.get("time_created_ns")
-        created = _int(raw_created)
+        created = integer(raw_created)
         name = str(e.get("profiling_name", ""))
         if not created:
             why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
@@ -286,8 +275,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if no_seq is not None:
             bad(i, name, no_seq, f" ({detail})")
             continue
-        started = _int(e.get("time_discovered_started_ns")) or None
-        completed = _int(e.get("time_discovered_completed_ns")) or None
+        started = integer(e.get("time_discovered_started_ns")) or None
+        completed = integer(e.get("time_discovered_completed_ns")) or None
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
@@ -305,7 +294,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             group = sizes.get(str(pgv[1]))
         rows.append(
             {
-                "source": "fr",
+                "source": CollectiveSource.fr,
                 "pg": None if pg_name is None else (pg_name + ":p2p" if p2p else pg_name),
                 "seq": seq,
                 "p2p": p2p,
@@ -330,7 +319,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 "kind": "collective", "cat": "flight_recorder", "name": name, "ts_ns": created,
                 "dur_ns": (completed - created) if completed and completed >= created else 0,
                 "pid": "", "tid": rows[-1]["tid"] or "", "device": None, "stream": None,
-                "correlation": None, "external_id": _int(e.get("record_id")), "step": None,
+                "correlation": None, "external_id": integer(e.get("record_id")), "step": None,
                 "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
             }
         )
@@ -362,7 +351,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         path=str(p),
         sha256=hashlib.sha256(raw).hexdigest(),
         bytes=len(raw),
-        source="flight_recorder",
+        source=TraceSource.flight_recorder,
         format=f"fr-{encoding}-{doc.get('version', '?')}",
         rank=rank,
         world_size=world,

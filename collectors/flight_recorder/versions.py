@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceprof.errors import TraceFormatError
-from traceprof.limits import checked_int
+from traceprof.values import checked_int
 
 __all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
 

@@ -27,12 +27,14 @@ import numpy as np
 from collectors.kineto._values import meta_dict
 from collectors.kineto.columns import Frame
 from traceprof import spill
-from traceprof.classify import EXCLUDED_FLAGS, comm_family
-from traceprof.limits import INT64, checked_int, fits
+from traceprof.classify import EXCLUDED_FLAGS, Classifier
+from traceprof.limits import INT64, fits
 from traceprof.matching import P2P_OPS, canonical_ranks
 from traceprof.ops import dtype_bytes, kernel_op
 from traceprof.ops import normalize_op as _normalize_op
 from traceprof.schema import LAUNCH_KINDS
+from traceprof.values import checked_int
+from traceprof.vocab import CollectiveSource
 
 __all__ = ["collectives", "BadValues"]
 
@@ -293,7 +295,8 @@ def _sizes(n_in: int | None, n_out: int | None, size: int | None, holder: Any,
     return out[0], out[1]
 
 
-def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict[str, list[Any]], BadValues]:
+def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool,
+                classifier: Classifier) -> tuple[dict[str, list[Any]], BadValues]:
     """Collective rows (module doc), in start order, with per-(pg, op) ordinals.
 
     Args:
@@ -301,6 +304,8 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
             flag, stream, step, ...), ns times.
         f: The same rows as arrays (``collectors.kineto.columns``), ``args`` included.
         gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
+        classifier: The parse's classifier: a kernel whose name alone says its op (DeepEP
+            dispatch/combine: all_to_all) is named by its family.
 
     Returns:
         (the ``collectives`` columns a collector fills: name -> one value per row, times ns; the
@@ -326,7 +331,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
         m = a  # the metadata: the kernel's args, a key missing or null there taken from its record_param_comms
         holder = functools.partial(_holder, a, row, -1)  # the event row a key's value came from
         if gpu_present:
-            source = "nccl_kernel"
+            source = CollectiveSource.nccl_kernel
             enter, launch_op, rpc_row = launchers.get(corr, (None, None, -1))
             if rpc_row >= 0 and None in map(a.get, _RPC_KEYS):  # read only where the kernel's args lack a key
                 rpc = _rpc_args(f, rpc_row)
@@ -335,7 +340,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
                     holder = functools.partial(_holder, a, row, rpc_row)
             own = _text(a.get("Collective name"), "Collective name", row, bad)
             op = normalize_op(own) if own else launch_op or kernel_op(name)
-            if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
+            if op == "unknown" and (fam := classifier.family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
             dtype = _text(m.get("dtype"), "dtype", holder("dtype"), bad)
             ints = _metadata_ints(m, holder, bad)
@@ -344,7 +349,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
             seq, n_in, n_out, group_size = ints["seq"], ints["nelems_in"], ints["nelems_out"], ints["group_size"]
             tid = None
         else:
-            source = "gloo"
+            source = CollectiveSource.gloo
             op = normalize_op(name)
             types = a.get("Input type")
             dtype = _text(types[0], "Input type", row, bad) if isinstance(types, list) and types else None

@@ -114,6 +114,7 @@ class Decoded:
             chunk per batch: no Python object per event).
         correlation, external_id, device, stream: Integer args (int64), missing when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
+        spill_dir: Where large args text spills (``ParseOptions.spill_dir``; None: the temporary folder).
     """
 
     top: dict[str, Any]
@@ -134,6 +135,7 @@ class Decoded:
     device: Ints = field(default_factory=lambda: Ints.of([]))
     stream: Ints = field(default_factory=lambda: Ints.of([]))
     lanes_plain: bool = True
+    spill_dir: str | None = None
 
     def __len__(self) -> int:
         return len(self.ph)
@@ -341,13 +343,15 @@ def _text_column(raw: list[msgspec.Raw]) -> pa.Array:
     return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw)))
 
 
-def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Decoded | None:
+def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES, spill_dir: str | None = None) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
     Args:
         data: The document (decompressed JSON text), whole or as successive pieces (e.g. from a
             streaming gunzip: then only about ``2 * batch_bytes`` of the text is held at once).
         batch_bytes: JSON text decoded at once.
+        spill_dir: Where the args text goes when large (``traceprof.spill``; None: the system's
+            temporary folder).
 
     Returns:
         The columns, or None when the document needs the general decoder: it does not have the
@@ -355,7 +359,7 @@ def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Dec
         typed structs (an id arg that is not an integer, a ``name`` that is not a string).
     """
     try:
-        return _decode(data, batch_bytes)
+        return _decode(data, batch_bytes, spill_dir)
     except RecursionError:  # nested too deeply for msgspec: the general decoder reports it
         return None
 
@@ -386,9 +390,9 @@ class _Growing:
         return out
 
 
-def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
+def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | None) -> Decoded | None:
     batches = _Split(data, batch_bytes)
-    out = Decoded(top={})
+    out = Decoded(top={}, spill_dir=spill_dir)
     times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")}
     # ph, cat and name each have their own codes; pid and tid share the codes of their texts
     str_codes = {f: _Codes() for f in _FIELDS}
@@ -397,7 +401,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     value_codes["tid"] = _LaneCodes(str_codes["tid"])
     str_cols = {f: _Growing(np.int8) for f in _FIELDS}
     rows = 0
-    args = TextSpill()  # on disk when large (traceprof.spill)
+    args = TextSpill(spill_dir)  # on disk when large (traceprof.spill)
     ids = {col: (_Growing(np.int64), _Growing(np.bool_)) for col in _ID_COLS}
     try:
         for evs in batches:
@@ -659,7 +663,7 @@ def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
             chunks[i] = None  # type: ignore[call-overload]
             yield chunk
 
-    out, at = TextSpill(), 0
+    out, at = TextSpill(d.spill_dir), 0
     for chunk in spill.scan(each()):
         out.add(chunk.filter(pa.array(keep[at : at + len(chunk)])))
         at += len(chunk)

@@ -57,14 +57,15 @@ from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
 from collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
-from traceprof import classify, spill
-from traceprof.classify import Classifier
+from traceprof import spill
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import NotUtf8, TextStream, blank_bom, misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import INT32, checked_int, columns_to_table, drop_out_of_range, fits, to_table
-from traceprof.parsed import ParsedTrace
+from traceprof.limits import INT32, columns_to_table, drop_out_of_range, fits, to_table
+from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.timeconv import us_text_to_ns
+from traceprof.values import checked_int
+from traceprof.vocab import TraceSource
 
 __all__ = ["parse", "sidecar_path", "is_trace_file"]
 
@@ -167,15 +168,16 @@ def _decode(path: Path, data: bytes) -> _Trace:
 class _Source:
     """A trace file: its text streamed (``stream``), or read whole when the general path needs it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_ratio: float) -> None:
         self.path = path
-        self.stream = TextStream(path)
+        self.max_ratio = max_ratio  # the gzip inflate cap (ParseOptions.max_inflate_ratio)
+        self.stream = TextStream(path, max_ratio)
         self._whole: tuple[bytes, bytes] | None = None
 
     def data(self) -> bytes:
         """The whole text (decompressed, invalid UTF-8 repaired: ``traceprof.fileio``)."""
         if self._whole is None:
-            self._whole = read_maybe_gzip(self.path)
+            self._whole = read_maybe_gzip(self.path, self.max_ratio)
         return self._whole[1]
 
     def sha256(self) -> str:
@@ -261,15 +263,15 @@ def _step_number(name: str) -> int | None:
 _SKIP_HINT = "; pass --skip-bad-events to skip such events"
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifier | None = None) -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Kineto trace file.
 
     Args:
         path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler.
-        on_bad_event: ``"raise"`` (default) stops at the first malformed event (e.g. an ``X`` event
-            without ``dur``); ``"skip"`` counts it in ``rejected`` and goes on.
-        classifier: GPU-activity classifier (``traceprof.classify``; user ``--comm-kernel``
-            patterns); default ``traceprof.classify.current()``.
+        options: How to read it (``traceprof.parsed.ParseOptions``): ``on_bad_event`` ``"raise"``
+            (default) stops at the first malformed event (e.g. an ``X`` event without ``dur``),
+            ``"skip"`` counts it in ``rejected`` and goes on; the classifier of GPU activity
+            (``--comm-kernel`` patterns); the gzip inflate cap; where large args text spills.
 
     Returns:
         A :class:`ParsedTrace` with ``events``, ``steps``, ``devices`` and ``collectives`` tables.
@@ -280,12 +282,13 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             (with ``on_bad_event="raise"``) a malformed event, naming the event index.
     """
     p = Path(path).resolve()
+    on_bad_event, classifier = options.on_bad_event, options.classifier
     # Columnar decode and row building (collectors.kineto.decode) for the common case, streamed
     # from the file; the loop below is the general path (B/E records, malformed events, unusual
     # values, invalid UTF-8), which reads the file whole.
-    src = _Source(p)
+    src = _Source(p, options.max_inflate_ratio)
     try:
-        decoded = decode_columns(src.stream)
+        decoded = decode_columns(src.stream, spill_dir=options.spill_dir)
     except NotUtf8:
         decoded = None
     doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
@@ -413,7 +416,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         warnings.append(shared)
     spill.release()
     frame = Frame(cols)
-    cols["class"] = classes(frame, classifier or classify.current())
+    cols["class"] = classes(frame, classifier)
     steps_rows, step_col, spans = assign_steps(frame, step_numbers, cols["flag"])
     cols["step"] = step_col
     spill.release()
@@ -421,7 +424,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     if cut:
         warnings.append(cut)
     gpu_present = bool(cols["kind"].isin(_GPU_KINDS).any())
-    coll, bad_values = _collectives(cols, frame, gpu_present)
+    coll, bad_values = _collectives(cols, frame, gpu_present, classifier)
     bad_values.count(rejected)
     warnings += bad_values.warnings(p.name, src_index)
     spill.release()
@@ -468,12 +471,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         path=str(p),
         sha256=src.sha256(),
         bytes=src.size(),
-        source="kineto",
+        source=TraceSource.kineto,
         format="kineto-new" if doc.baseTimeNanoseconds is not None else "kineto-old",
         rank=rank,
         world_size=world,
         trace=trace_info,
-        events=_events_table(cols),
+        events=_events_table(cols, options.spill_dir),
         devices=to_table(devices, _DEVICE_SCHEMA, rejected, "device"),
         steps=to_table(steps_rows, _STEP_SCHEMA, rejected, "step"),
         collectives=columns_to_table(coll, _COLL_SCHEMA, rejected, "collective"),
@@ -650,10 +653,10 @@ _DEVICE_SCHEMA = pa.schema(
 _COLL_SCHEMA = row_schema("collectives")
 
 
-def _events_table(cols: dict[str, Any]) -> pa.Table:
+def _events_table(cols: dict[str, Any], spill_dir: str | None) -> pa.Table:
     """The events table of the parser's columns, emptying ``cols`` as it goes (each column is
     converted, then its list or array dropped, so the two copies of one column live at once at
-    most; a large column is then on disk, ``traceprof.spill.column``).
+    most; a large column is then on disk in ``spill_dir``, ``traceprof.spill.column``).
 
     Returns:
         Columns of :data:`_EVENT_SCHEMA`; the low-cardinality strings dictionary-encoded (:data:`STR_DICT`).
@@ -663,6 +666,6 @@ def _events_table(cols: dict[str, Any]) -> pa.Table:
         v = cols.pop(f.name)
         # each column built here goes to disk once whole when large (traceprof.spill: the events
         # table of 18 M events is 1.6 GB, more than the columns it is built from); args already is
-        arrays.append(v if f.name == "args" else spill.column(pa.array(v, f.type)))
+        arrays.append(v if f.name == "args" else spill.column(pa.array(v, f.type), spill_dir))
         del v
     return pa.Table.from_arrays(arrays, schema=_EVENT_SCHEMA)

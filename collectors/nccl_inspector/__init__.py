@@ -18,6 +18,6 @@ def _claims(path: Path, head: bytes) -> bool:
 
 sources.register(sources.Collector(
     "nccl_inspector", "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)", _claims,
-    lambda p, bad: [parse(p, on_bad_event=bad)], order=15,
+    lambda p, options: [parse(p, options)], order=15,
     rank_field="header.rank (largest communicator)", world_field="header.n_ranks (largest communicator)",
 ))

@@ -60,9 +60,11 @@ import pyarrow as pa
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
 from traceprof.fileio import read_maybe_gzip
-from traceprof.limits import INT64, checked_int, fits, record_fits
+from traceprof.limits import INT64, fits, record_fits
 from traceprof.ops import normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.values import checked_int
+from traceprof.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
 
@@ -199,7 +201,7 @@ def _rows_of(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], 
     dump_ns = _us_ns(_uint(meta, "dump_timestamp_us", "metadata", required=False), "dump_timestamp_us")
     pid = meta.get("pid")
     row = {
-        "source": "nccl_inspector", "pg": f"{comm}:p2p" if p2p else comm, "pg_ranks": None, "seq": seq, "p2p": p2p,
+        "source": CollectiveSource.nccl_inspector, "pg": f"{comm}:p2p" if p2p else comm, "pg_ranks": None, "seq": seq, "p2p": p2p,
         "comms_id": None if p2p else f"{comm}:{name}:{seq}", "op": op, "dtype": None, "nelems_in": None,
         "nelems_out": None, "bytes_in": b_in, "bytes_out": b_out, "group_size": n, "enter_ns": enter,
         "start_ns": start, "end_ns": end, "stream": None, "tid": None, "step": None,
@@ -268,12 +270,12 @@ def _rank(p: Path, comms: dict[str, tuple[int, int, int]]) -> tuple[int, int, li
     return rank, world, warn
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one NCCL Inspector output file (module doc).
 
     Args:
         path: A ``<host>-pid<pid>.log`` file (or any name; ``.gz`` too).
-        on_bad_event: ``"raise"`` stops at a bad record naming its line; ``"skip"`` counts it in
+        options: How to read it (``traceprof.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a bad record naming its line; ``"skip"`` counts it in
             ``rejected`` (keyed by the reason).
 
     Returns:
@@ -285,7 +287,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             ``on_bad_event="raise"`` a bad record (naming the line); no record left.
     """
     p = Path(path).resolve()
-    raw, data = read_maybe_gzip(p)
+    on_bad_event = options.on_bad_event
+    raw, data = read_maybe_gzip(p, options.max_inflate_ratio)
     colls: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     rejected: Counter[str] = Counter()
@@ -361,7 +364,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     meta_out = {"inspector_output_format_version": dict(versions), "dropped_records": dropped,
                 "communicators": {c: {"rank": r, "n_ranks": n, "records": k} for c, (r, n, k) in comms.items()}}
     return ParsedTrace(
-        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="nccl_inspector",
+        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source=TraceSource.nccl_inspector,
         format=f"nccl-inspector-{versions.most_common(1)[0][0]}", rank=rank, world_size=world,
         trace={"host": hosts.most_common(1)[0][0] if hosts else None, "pid": events[0]["pid"] or None,
                "meta": msgspec.json.encode(meta_out).decode()},

@@ -17,6 +17,6 @@ def _claims(path: Path, head: bytes) -> bool:
 
 sources.register(sources.Collector(
     "nccl_profiler", "NCCL profiler-plugin (example) JSON dumps (*.json, *.txt)", _claims,
-    lambda p, bad: [parse(p, on_bad_event=bad)], order=20, settle=settle,
+    lambda p, options: [parse(p, options)], order=20, settle=settle,
     rank_field="file name rank<R> (or the events' Rank)",
 ))

@@ -50,10 +50,12 @@ import pyarrow as pa
 from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
 from traceprof.fileio import blank_bom
-from traceprof.limits import checked_int, record_fits
+from traceprof.limits import record_fits
 from traceprof.ops import dtype_bytes, normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.timeconv import us_text_to_ns
+from traceprof.values import checked_int, integer
+from traceprof.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_plugin_dump"]
 
@@ -186,23 +188,12 @@ def _bad_value(a: dict[str, Any]) -> str | None:
     return None
 
 
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    try:
-        return int(str(v))
-    except ValueError:
-        return None
-
-
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one NCCL example-profiler dump.
 
     Args:
         path: The plugin's JSON file.
-        on_bad_event: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
+        options: How to read it (``traceprof.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
             with a value that cannot be stored (:func:`_rows`); ``"skip"`` counts it.
 
     Returns:
@@ -214,6 +205,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             ``ts`` (with ``raise``); no COLL / P2P event, or no rank.
     """
     p = Path(path).resolve()
+    on_bad_event = options.on_bad_event
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -274,7 +266,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                         "is unknown; stored at the other end with duration 0, flagged zero_ts (a collective's start "
                         "or end NULL)")
     return ParsedTrace(
-        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="nccl_profiler",
+        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source=TraceSource.nccl_profiler,
         format="nccl-profiler-example", rank=rank, world_size=None,
         trace={"pid": events[0]["pid"] if events else None,
                "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode()},
@@ -323,7 +315,7 @@ def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
         events.append({
             "kind": "collective" if coll else "other", "cat": f"nccl:{ev.cat}", "name": ev.name,
             "ts_ns": start or end or 0, "dur_ns": max(end - start, 0) if start and end else 0, "pid": str(ev.pid),
-            "tid": str(ev.tid), "correlation": None, "external_id": _int(a.get("SeqNum")) if coll else None,
+            "tid": str(ev.tid), "correlation": None, "external_id": integer(a.get("SeqNum")) if coll else None,
             "args": msgspec.json.encode(a).decode(), "flag": flag,
         })
         if not coll:
@@ -332,15 +324,15 @@ def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
             continue
         p2p = ev.cat == "P2P"
         dtype = _dtype(a.get("Datatype"))
-        n = _int(a.get("Count"))
+        n = integer(a.get("Count"))
         size = dtype_bytes(dtype)
         comm = a.get("CommHash")
         op = normalize_op(ev.name) if ev.name else "unknown"
         nbytes = n * size if n is not None and size else None
         side = "out" if op == "reduce_scatter" else "in"  # ncclReduceScatter's count is the per-rank output
         colls.append({
-            "source": "nccl_profiler", "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
-            "seq": None if p2p else _int(a.get("SeqNum")), "op": op, "dtype": dtype,
+            "source": CollectiveSource.nccl_profiler, "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
+            "seq": None if p2p else integer(a.get("SeqNum")), "op": op, "dtype": dtype,
             f"nelems_{side}": n, f"bytes_{side}": nbytes,
             "enter_ns": start, "start_ns": start, "end_ns": end, "tid": str(ev.tid),
         })
@@ -360,7 +352,7 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
     per_comm: dict[Any, Counter[int]] = {}
     for ev in evs:
         a = ev.args or {}
-        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and (r := _int(a.get("Rank"))) is not None \
+        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and (r := integer(a.get("Rank"))) is not None \
                 and _bad_value(a) is None:  # a refused record (skipped) says nothing of the rank
             per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
     if not per_comm:

@@ -19,7 +19,7 @@ def _claims(path: Path, head: bytes) -> bool:
 
 sources.register(sources.Collector(
     "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
-    lambda p, bad: parse_all(sqlite_for(p), on_bad_event=bad), order=5, capture=launch_nsys,
+    lambda p, options: parse_all(sqlite_for(p), options), order=5, capture=launch_nsys,
     rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
                "process: else the file name)",
     world_field="recorded environment WORLD_SIZE",

@@ -15,7 +15,7 @@ Algorithm:
   2. GPU rows (``collectors.nsys.tables``): ``CUPTI_ACTIVITY_KIND_KERNEL`` (name = ``demangledName``
      via ``StringIds``, as Kineto names kernels; lane = (``deviceId``, ``streamId``)), ``..._MEMCPY``
      (named like Kineto: ``Memcpy HtoD (Pageable -> Device)``), ``..._MEMSET`` (``Memset (Device)``),
-     classed by ``traceprof.classify.gpu_class``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
+     classed by the parse options' ``traceprof.classify.Classifier``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
      kernels traced per node carry the correlation id of their ``cudaGraphLaunch`` (and a
      ``graphNodeId``), so they link to it. Graphs traced per graph (``--cuda-graph-trace=graph``,
      nsys's default) are ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows with no kernel rows: each
@@ -73,11 +73,12 @@ import pyarrow as pa
 from collectors._arrow import row_schema
 from collectors.nsys import ranks, tables
 from collectors.nsys.steps import assign_steps, step_number
-from traceprof.classify import comm_family
+from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.identity import RELATIVE_CLOCK
 from traceprof.ops import kernel_op
-from traceprof.parsed import ParsedTrace
+from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "parse_all", "SQLITE_MAGIC"]
 
@@ -140,7 +141,7 @@ def _devices(con: sqlite3.Connection, have: dict[str, set[str]]) -> list[dict[st
             for i, n, sm, mem, a, b in con.execute(q)]
 
 
-def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> _Export:
+def _read(con: sqlite3.Connection, p: Path, options: ParseOptions) -> _Export:
     """Everything :func:`parse_all` reads from the open export (module doc, steps 1-4, 7)."""
     have = tables.table_columns(con)
     if not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_")) for t in have):
@@ -151,7 +152,7 @@ def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> _Export:
                                "export has; the export is incomplete: export the .nsys-rep again "
                                "(nsys export --type sqlite)")
     epoch, clock_warning = _session_start(con, have, p)
-    rows = tables.Rows(p, epoch, on_bad_event)
+    rows = tables.Rows(p, epoch, options.on_bad_event, options.classifier)
     tables.kernels(con, have, rows)
     tables.copies(con, have, rows)
     tables.graphs(con, have, rows)  # after the node-level rows it may duplicate
@@ -166,12 +167,13 @@ def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> _Export:
                    [clock_warning] if clock_warning else [])
 
 
-def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]:
+def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[ParsedTrace]:
     """Parse one Nsight Systems SQLite export: one trace per rank it holds.
 
     Args:
         path: A ``.sqlite`` file written by ``nsys export --type sqlite``.
-        on_bad_event: ``"raise"`` stops at the first row of a kernel, graph-trace, memcpy, memset,
+        options: How to read it (``traceprof.parsed.ParseOptions``): its classifier of GPU
+            activity (``--comm-kernel`` patterns), and ``on_bad_event``: ``"raise"`` stops at the first row of a kernel, graph-trace, memcpy, memset,
             sync, runtime, driver or NVTX table whose ``start``/``end`` are not integers with
             0 <= start <= end and session start + end within int64 (or whose ids are not
             integers); ``"skip"`` counts such rows in ``rejected`` by table and reason
@@ -193,7 +195,7 @@ def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTr
     for tolerant in (False, True):  # a rare non-UTF-8 string: read again, replacing bad bytes
         con = tables.open_export(p, tolerant)
         try:
-            exp = _read(con, p, on_bad_event)
+            exp = _read(con, p, options)
             break
         except sqlite3.OperationalError as e:
             if tolerant or "decode" not in str(e):
@@ -234,14 +236,14 @@ def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTr
     return out
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse a one-rank Nsight Systems SQLite export (:func:`parse_all`, which see).
 
     Raises:
         TraceFormatError: As :func:`parse_all`, and an export that holds several ranks' processes
             (read it with :func:`parse_all`, as ``traceprof ingest`` does).
     """
-    traces = parse_all(path, on_bad_event=on_bad_event)
+    traces = parse_all(path, options)
     if len(traces) > 1:
         raise TraceFormatError(path, "", f"holds {len(traces)} processes with CUDA work (several ranks): read it "
                                "with parse_all() (traceprof ingest does)")
@@ -275,12 +277,12 @@ def _trace(p: Path, size: int, sha: str, exp: _Export, cols: dict[str, list[Any]
     }
     flagged = dict(Counter(f for f in cols["flag"] if f is not None))
     return ParsedTrace(
-        path=str(p), sha256=sha, bytes=size, source="nsys", format=f"nsys-sqlite-{meta.get('export_schema') or '?'}",
+        path=str(p), sha256=sha, bytes=size, source=TraceSource.nsys, format=f"nsys-sqlite-{meta.get('export_schema') or '?'}",
         rank=rank, world_size=world, trace=trace,
         events=pa.Table.from_pydict(cols, schema=pa.schema([row_schema("events").field(c) for c in cols])),
         devices=pa.Table.from_pylist(devices, schema=row_schema("devices")),
         steps=pa.Table.from_pylist(steps, schema=row_schema("steps")),
-        collectives=pa.Table.from_pylist(_collectives(cols), schema=row_schema("collectives")),
+        collectives=pa.Table.from_pylist(_collectives(cols, exp.rows.classifier), schema=row_schema("collectives")),
         events_read=len(cols["kind"]) + sum(rejected.values()) + sum(skipped.values()),
         rejected=rejected, skipped=skipped, flagged=flagged, warnings=warnings,
     )
@@ -307,8 +309,9 @@ def _notices(label: str, cols: dict[str, list[Any]], graph: list[int]) -> list[s
     return out
 
 
-def _collectives(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """One ``nccl_kernel`` row per communication kernel (module doc, step 8), with ordinals."""
+def _collectives(cols: dict[str, list[Any]], classifier: Classifier) -> list[dict[str, Any]]:
+    """One ``nccl_kernel`` row per communication kernel (module doc, step 8), with ordinals; a
+    kernel's family (``classifier``) names its op where its name does (DeepEP: all_to_all)."""
     launch: dict[int, int] = {}
     for k, c, t in zip(cols["kind"], cols["correlation"], cols["ts_ns"], strict=True):
         if k in ("cuda_runtime", "cuda_driver") and c is not None:
@@ -318,9 +321,9 @@ def _collectives(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
         if k != "kernel" or cols["class"][i] != "comm":
             continue
         name = cols["name"][i]
-        fam = comm_family(name)
+        fam = classifier.family(name)
         out.append({
-            "source": "nccl_kernel", "pg": None, "seq": None,
+            "source": CollectiveSource.nccl_kernel, "pg": None, "seq": None,
             "op": (fam.op if fam is not None and fam.op else kernel_op(name)),
             "enter_ns": launch.get(cols["correlation"][i]), "start_ns": cols["ts_ns"][i],
             "end_ns": cols["ts_ns"][i] + cols["dur_ns"][i], "stream": cols["stream"][i], "step": cols["step"][i],

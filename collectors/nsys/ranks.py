@@ -155,7 +155,7 @@ def _distinct(found: dict[int, int | None]) -> bool:
     return None not in vals and len(set(vals)) == len(vals)
 
 
-def process_ranks(path: Path, procs: list[int], env: Env, thread_ranks: dict[int, set[int]],
+def process_ranks(path: Path, procs: list[int], env: Env, thread_ranks: dict[int | None, set[int]],
                   devices: dict[int, set[int]]) -> tuple[dict[int, int], str, list[str]]:
     """The rank of each process with CUDA work (module doc, step 3).
 
@@ -236,8 +236,9 @@ def split(cols: dict[str, list[Any]], procs: list[int | None]) -> Split:
     out = Split({p: [] for p in cuda})
     launched: dict[int, set[int]] = {}  # correlation id -> processes whose launch call has it
     for i in range(n):
-        if kinds[i] in ("cuda_runtime", "cuda_driver") and cols["correlation"][i] is not None and procs[i] is not None:
-            launched.setdefault(cols["correlation"][i], set()).add(procs[i])
+        proc = procs[i]
+        if kinds[i] in ("cuda_runtime", "cuda_driver") and cols["correlation"][i] is not None and proc is not None:
+            launched.setdefault(cols["correlation"][i], set()).add(proc)
     others: set[int] = set()
     for i in range(n):
         p = procs[i]

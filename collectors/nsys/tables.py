@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from collectors.nsys.steps import step_number
-from traceprof.classify import gpu_class
+from traceprof.classify import Classifier
 from traceprof.errors import TraceFormatError
 
 __all__ = ["Rows", "open_export", "table_columns", "kernels", "graphs", "copies", "api", "nvtx", "GRAPH_CAT"]
@@ -113,13 +113,14 @@ class Rows:
         thread_ranks: Process -> ranks named by nsys's ``MPI Rank N`` NVTX thread names.
     """
 
-    def __init__(self, path: Path, epoch: int, on_bad_event: str) -> None:
+    def __init__(self, path: Path, epoch: int, on_bad_event: str, classifier: Classifier) -> None:
         self.cols: dict[str, list[Any]] = {c: [] for c in COLS}
         self.procs: list[int | None] = []
         self.rejected: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
         self.thread_ranks: dict[int | None, set[int]] = {}
         self.path, self.epoch, self.on_bad_event = path, epoch, on_bad_event
+        self.classifier = classifier  # the parse options' (traceprof.classify: --comm-kernel patterns too)
 
     def valid(self, con: sqlite3.Connection, table: str, a: str, end_optional: bool = False, only: str = "1",
               ids: tuple[str, ...] = ()) -> str:
@@ -173,7 +174,7 @@ class Rows:
             c[col] += vals
         if gpu:
             classes: dict[str, str] = {}
-            c["class"] += [classes[x] if x in classes else classes.setdefault(x, gpu_class(kind, x)) for x in names]
+            c["class"] += [classes[x] if x in classes else classes.setdefault(x, self.classifier.gpu_class(kind, x)) for x in names]
         else:
             c["class"] += [None] * n
         self.procs += procs
@@ -254,7 +255,7 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             name = f"Memcpy {kinds.get(kind, kind)} ({mems.get(src, src)} -> {mems.get(dst, dst)})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes, "copyKind": kind}
             rows.add("memcpy", "gpu_memcpy", name, epoch + start, end - start, str(dev), str(stream),
-                     dev, stream, corr, args, gpu_class("memcpy", name, args), proc=proc)
+                     dev, stream, corr, args, rows.classifier.gpu_class("memcpy", name, args), proc=proc)
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
         mem = "memKind" if "memKind" in tables[t] else "NULL"
@@ -264,7 +265,7 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             name = f"Memset ({mems.get(kind, 'Device') if kind is not None else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
             rows.add("memset", "gpu_memset", name, epoch + start, end - start, str(dev), str(stream),
-                     dev, stream, corr, args, gpu_class("memset", name, args), proc=proc)
+                     dev, stream, corr, args, rows.classifier.gpu_class("memset", name, args), proc=proc)
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
         types = _enum(con, tables, "ENUM_CUPTI_SYNC_TYPE", _SYNC_TYPES)

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from traceprof import intervals
-from traceprof.activity import activity
+from traceprof.activity import activity, op_activity
 from traceprof.store import Store
 
 __all__ = ["Timeline", "STATES", "choose_step", "lanes", "step_timeline"]
@@ -124,16 +124,6 @@ def _coverage(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarr
     return np.diff(upto(edges))
 
 
-def _op_activity(store: Store, run_id: int, step: int | None) -> pl.DataFrame:
-    """Activity of a run traced per op rather than per kernel (NDTimeline): ``gpu_user_annotation``
-    events (forward/backward compute ranges) as compute, ``collective`` events as communication."""
-    return store.sql(
-        """SELECT rank, CASE WHEN kind = 'collective' THEN 'comm' ELSE 'compute' END AS class,
-                  ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-           FROM events WHERE run_id = ? AND kind IN ('collective', 'gpu_user_annotation') AND dur_ns > 0
-             AND (? IS NULL OR step = ?)""", [run_id, step, step])
-
-
 def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ranks: int = 64,
                   bins: int = 400) -> Timeline | str:
     """The lanes of ``step`` (default: the median step) of a run, or a sentence saying why none.
@@ -154,7 +144,7 @@ def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ran
     else:
         act = act.filter(pl.col("step") == step)
     if act.is_empty():  # per-op traces without kernels (NDTimeline): its GPU annotations and collectives
-        act = _op_activity(store, run_id, step)
+        act = op_activity(store, run_id, step)
     if act.is_empty():
         return "no compute or communication " + (f"launched in step {step}" if step is not None else "in the trace")
     ranks, span, rows, grid, bin_ms = lanes(act, detail_ranks, bins)

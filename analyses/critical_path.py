@@ -1,6 +1,6 @@
 """critical_path: where every nanosecond of each step went on each rank, and the path across ranks.
 
-The step account (DESIGN.md §4 "Critical path / step account"; README "Analyses"): every ns of a
+The step account (docs/critical_path.md; README.md "Analyses"): every ns of a
 rank's step belongs to exactly one category, so the categories add up to the step to the ns:
 
 - ``compute``: compute work runs (GPU compute kernels; CPU ranks: the training thread's ops);

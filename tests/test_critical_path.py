@@ -239,3 +239,24 @@ def test_every_row_sums_to_its_step(path: Path, tmp_path):
         assert (got["c"] == got["compute_ns"]).all()
     finally:
         s.close()
+
+
+def test_report_opens_with_the_step_waterfall_and_marks_the_path(store):
+    from traceprof import plots
+    from traceprof.report import render_html
+    from traceprof.timeline import step_timeline, with_path
+
+    ingest(store, [SAMPLES / "straggler_rank2"])
+    page = render_html(store, None)
+    assert page.index('id="waterfall"') < page.index('id="findings"') < page.index('id="timeline"')
+    assert "Every ns of each rank's steps in one category" in page
+    # the median step's timeline carries its critical path, which runs through rank 2's sleep
+    res = analyze(store, "critical_path")
+    tl = with_path(step_timeline(store, store.resolve_run(None)), res.path)
+    assert tl.path is not None and set(tl.path["rank"].to_list()) <= set(tl.ranks)
+    assert (tl.path["start_ms"] >= 0).all() and (tl.path["end_ms"] <= tl.span_ms).all()
+    sleep = tl.path.filter((pl.col("rank") == 2) & (pl.col("kind") == "host_bound"))
+    assert (sleep["end_ms"] - sleep["start_ms"]).max() > 25  # ms
+    fig = plots.timeline(tl)
+    labels = [str(i.label.get("value") if isinstance(i.label, dict) else i.label) for i in fig.legend[0].items]
+    assert any("critical path" in x for x in labels), labels

@@ -289,7 +289,9 @@ def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
                 what = "all compute time (not split: MFU n/a)"
             rows.append((name, n, 100.0 * n / total if n is not None and total else None,
                          f"n/a: {why}" if name == "MFU" else what))
-        return pl.DataFrame(rows, schema=schema, orient="row"), f"waterfall: MFU n/a: {why}"
+        # the missing peak has a note of its own (with what to pass): not said twice
+        said = "the device peak is unknown (see above)" if why.startswith("the device peak") else why
+        return pl.DataFrame(rows, schema=schema, orient="row"), f"waterfall: MFU n/a: {said}"
 
     try:
         cp = critical_path.run(store, critical_path.Params(run=params.run))

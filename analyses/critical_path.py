@@ -156,17 +156,9 @@ _PIECE = {"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl
           "peer": pl.Int32, "cross": pl.Int32, "last_ns": pl.Int64}
 
 
-def _piece(df: pl.DataFrame, **lits: object) -> pl.DataFrame:
-    """``df`` with the piece schema: missing columns null, ``lits`` as constants."""
-    cols = []
-    for c, t in _PIECE.items():
-        if c in lits:
-            cols.append(pl.lit(lits[c], t).alias(c))
-        elif c in df.columns:
-            cols.append(pl.col(c).cast(t))
-        else:
-            cols.append(pl.lit(None, t).alias(c))
-    return df.select(cols)
+def _piece(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the piece schema (:data:`_PIECE`), the columns it lacks null."""
+    return df.select(pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in _PIECE.items())
 
 
 def _collective_parts(store: Store, run_id: int, source: str | None) -> tuple[pl.DataFrame, pl.DataFrame, str | None, int]:

@@ -241,3 +241,21 @@ def test_waterfall_refuses_an_impossible_or_unknown_mfu(store, tmp_path, peak, w
     # the compute time is not split: one row holds all of it, and the known rows still add up to 100
     assert wf.row(5)[:2] == ("kernel efficiency", 70_000)
     assert sum(wf["pct"].drop_nulls()) == pytest.approx(100.0)
+
+
+def test_waterfall_of_a_sample_run_adds_up_to_its_step_account(store):
+    # straggler_rank2 (CPU, gloo) with a stated peak of 1 TFLOP/s: 1,511,071,744 sidecar FLOPs per
+    # step and rank need 1.511 ms each at peak. The rows are critical_path's sums over the 12 rank
+    # steps (exact ns), kernel efficiency the rest of compute; the pcts add up to 100.
+    from tests.conftest import SAMPLES
+
+    ingest(store, [SAMPLES / "straggler_rank2"])
+    wf = analyze(store, "mfu", peak_tflops=1.0).waterfall
+    acc = analyze(store, "critical_path").frame
+    got = dict(wf.select("component", "ns").rows())
+    assert got["idle"] == acc["idle_ns"].sum() and got["waiting for peers"] == acc["wait_ns"].sum()
+    assert got["exposed communication"] == acc["transfer_ns"].sum()
+    assert got["launch/host-bound"] == acc["host_bound_ns"].sum() and got["memory"] == 0
+    assert got["MFU"] == round(12 * 1_511_071_744 / 1e3)  # FLOPs / (1 TFLOP/s) in ns
+    assert got["kernel efficiency"] + got["MFU"] == acc["compute_ns"].sum()
+    assert sum(got.values()) == acc["step_ns"].sum() and sum(wf["pct"]) == pytest.approx(100.0)

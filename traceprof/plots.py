@@ -108,8 +108,10 @@ def downsample(df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str
                  f"{x}s labelled by the first (the table has every {x})")
 
 
-def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False) -> Any:
-    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side).
+def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False,
+         height: int = 320) -> Any:
+    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side),
+    ``height`` px tall.
 
     ``_ns`` columns are drawn in ms (axis ``ms``); other columns as they are, the axis labelled
     ``ylabel``.
@@ -128,7 +130,7 @@ def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = 
     rotate = len(xs) > 12 or max(map(len, xs), default=0) > 8
     nested = not stacked and len(ys) > 1
     factors = [(xv, label(y)) for xv in xs for y in ys] if nested else xs
-    fig = figure(title=title, width=_WIDTH, height=320, toolbar_location="right", tools="save,reset",
+    fig = figure(title=title, width=_WIDTH, height=height, toolbar_location="right", tools="save,reset",
                  output_backend="canvas", y_axis_label=unit, x_axis_label=x, x_range=FactorRange(*factors))
     if not nested:
         src = ColumnDataSource(data)

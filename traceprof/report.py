@@ -176,28 +176,26 @@ def _timeline_html(store: Store, run_id: int, figs: list[Any], account: object =
 # central lists when analyses declare their report blocks (issue 30)
 def _account_html(account: object, figs: list[Any]) -> str:
     """The per-rank step waterfall: a stacked bar per rank of its mean step by category
-    (``critical_path`` table ``ranks``), or why there is none."""
+    (``critical_path`` table ``ranks``), or why there is none. Compact, so that the findings
+    below it stay on the first screen."""
     from traceprof import plots
 
-    head = '<h2 id="waterfall">Where the step time went</h2>'
     if not isinstance(account, FrameResult):
         why = str(account) if account is not None else "critical_path did not run"
-        return f'{head}<p class="missing">No step account: {_esc(why)}.</p>'
+        return f'<p class="missing" id="waterfall">No step account: {_esc(why)}.</p>'
     from analyses.critical_path import CATEGORIES
 
     ranks = account.frames()["ranks"]
     if ranks.is_empty():
-        return f'{head}<p class="missing">No step account: no steps.</p>'
+        return '<p class="missing" id="waterfall">No step account: no steps.</p>'
     per_step = ranks.select("rank", *((pl.col(f"{c}_ns") / pl.col("steps")).alias(f"{c}_ns") for c in CATEGORIES))
-    with plots.quiet():
-        figs.append(plots.bars(per_step, "rank", [f"{c}_ns" for c in CATEGORIES],
-                               "Mean step per rank by category (critical_path)", stacked=True))
     total = ranks.select([pl.col(f"{c}_ns").sum() for c in CATEGORIES]).row(0)
     whole = sum(total) or 1
     shares = ", ".join(f"{c.replace('_', '-')} {100 * v / whole:.0f}%" for c, v in zip(CATEGORIES, total, strict=True))
-    return (f'{head}<p class="facts">Every ns of each rank\'s steps in one category (precedence compute &gt; '
-            f'transfer &gt; memory &gt; wait &gt; host-bound &gt; idle); over all ranks: {_esc(shares)}. '
-            f'<a href="#critical_path">details</a></p><!--PLOT{len(figs) - 1}-->')
+    with plots.quiet():
+        figs.append(plots.bars(per_step, "rank", [f"{c}_ns" for c in CATEGORIES],
+                               f"Where each rank's mean step went (all ranks: {shares})", stacked=True, height=230))
+    return f'<div id="waterfall"><!--PLOT{len(figs) - 1}--></div>'
 
 
 def render_html(
@@ -269,6 +267,7 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     body = "\n".join(sections)
     for i, div in enumerate(divs):
         body = body.replace(f"<!--PLOT{i}-->", div)
+        top = top.replace(f"<!--PLOT{i}-->", div)
     title = f"traceprof report: {info['name']}"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     nav = " · ".join(f'<a href="#{_esc(n)}">{_esc(n)}</a>' for n in [*toc, "traces"])

@@ -321,7 +321,8 @@ class _Walk:
         i0 = -1 marks a piece outside the rank's segments; waiting_rank: the rank the path went
         on with after this stretch (-1: none)."""
         out: list[tuple[int, int, int, int, int, int]] = []
-        came_from, seen_t, seen = -1, None, set()
+        came_from, seen_t = -1, None
+        seen: set[int] = set()
         while t > stop:
             if r not in self.bounds:
                 out.append((r, -1, -1, stop, t, came_from))

@@ -16,8 +16,10 @@ Algorithm:
      regression), and on runs with
      Flight Recorder or NCCL-plugin data a hang ``desync`` finds (its verdict: no cost, a problem
      unless clean).
-  3. Rank findings by cost, largest first (those without a cost last), and give one combined
-     verdict per topic (``problem``, ``ok`` or ``n/a``).
+  3. Give each finding the time it could recover by the step account (``critical_path``,
+     :func:`_recoverable`: % of all ranks' step time), rank them by it, largest first (by their cost
+     where the account has no figure; those without either last), and give one combined verdict
+     per topic (``problem``, ``ok`` or ``n/a``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ __all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_
 #: Analyses the report and the summary run, in report order (those not registered are skipped).
 #: ``nccl_sum``: collective efficiency (time split into wait / launch / transfer, busbw against the link).
 REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "nccl_sum",
-                   "mfu")
+                   "mfu", "critical_path")
 
 #: What each analysis needs and how to get it, shown when it does not apply to a run.
 NEEDS = {
@@ -64,6 +66,7 @@ NEEDS = {
     "desync": "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
     "nccl_sum": "collectives or communication kernels (any source)",
     "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
+    "critical_path": "GPU kernels, CPU training-thread ops or op-level ranges (Kineto, Nsight or NDTimeline traces)",
 }
 HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
        "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True")
@@ -86,7 +89,9 @@ class Finding:
     names where ``text`` shortened one (the report shows it on hover), else empty; ``status``: its
     topic's verdict (``problem``, ``ok``, ``n/a``; ``info`` for a topic without one), set by
     :func:`build`, which also sets ``problem`` to ``status == "problem"``: one verdict per topic,
-    so the findings list, the verdicts table, ``summary -f json`` and the report never disagree.
+    so the findings list, the verdicts table, ``summary -f json`` and the report never disagree;
+    ``rank``: the rank a straggler finding names; ``recoverable_pct``: the time fixing it could
+    recover by the step account (``critical_path``), % of all ranks' step time (None: no figure).
     """
 
     topic: str
@@ -96,6 +101,13 @@ class Finding:
     section: str
     full: str = ""
     status: str = ""
+    rank: int | None = None
+    recoverable_pct: float | None = None
+
+    @property
+    def rank_by(self) -> float | None:
+        """What findings are ranked by: ``recoverable_pct`` where the account gives one, else ``cost_pct``."""
+        return self.recoverable_pct if self.recoverable_pct is not None else self.cost_pct
 
 
 @dataclass(frozen=True)
@@ -135,15 +147,25 @@ class Findings:
             return "nothing found that costs step time; the verdict per topic follows"
         return "no findings: no analysis applied to this run"
 
+    @property
+    def ranking(self) -> str:
+        """How the findings are ranked, in words (the summary and the report say it)."""
+        if any(f.recoverable_pct is not None for f in self.findings):
+            return ("Ranked by the time each could recover by the step account (critical_path), in % of all ranks' "
+                    "step time; the others by what they cost, in % of step time")
+        return "Ranked by what they cost, in % of step time"
+
     def to_frame(self) -> pl.DataFrame:
-        """Findings as a frame: position, topic, cost_pct (% of step time, null if none), problem,
+        """Findings as a frame: position, topic, cost_pct (% of step time, null if none),
+        recoverable_pct (% of all ranks' step time by the step account, null if none), problem,
         status (the topic's verdict), finding."""
         return pl.DataFrame(
             {"position": list(range(1, len(self.findings) + 1)), "topic": [f.topic for f in self.findings],
-             "cost_pct": [f.cost_pct for f in self.findings], "problem": [f.problem for f in self.findings],
+             "cost_pct": [f.cost_pct for f in self.findings],
+             "recoverable_pct": [f.recoverable_pct for f in self.findings], "problem": [f.problem for f in self.findings],
              "status": [f.status for f in self.findings], "finding": [f.text for f in self.findings]},
-            schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "problem": pl.Boolean,
-                    "status": pl.Utf8, "finding": pl.Utf8})
+            schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "recoverable_pct": pl.Float64,
+                    "problem": pl.Boolean, "status": pl.Utf8, "finding": pl.Utf8})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run, findings, verdicts, missing."""
@@ -403,7 +425,7 @@ def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple
             faster = f"; without its delays steps would be {alone:.2f}x faster (what-if)" if alone and alone > 1 else ""
             text = (f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
                     f"{late}, {waited}; late because of {v['cause']}{faster}")
-            findings.append(Finding("stragglers", text, cost, True, "stragglers"))
+            findings.append(Finding("stragglers", text, cost, True, "stragglers", rank=int(v["rank"])))
         verdict = Verdict("stragglers", "problem", findings[0].text if len(findings) == 1 else
                           f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers")
         return findings, verdict
@@ -565,6 +587,44 @@ def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding
     return [Finding("regression", text, cost, status == "problem", "diff")], Verdict("regression", status, text)
 
 
+# --- the time each finding could recover, by the step account (critical_path): one function, to dissolve
+# with the central lists when analyses declare their findings (issue 30)
+def _recoverable(res: dict[str, FrameResult], findings: list[Finding]) -> list[Finding]:
+    """``findings`` with ``recoverable_pct`` from the ``critical_path`` result, as % of all ranks'
+    step time: a named straggler, the others' exposed waits credited to it (blame); a straggling
+    run with no single rank to blame, all exposed waits; communication, the exposed transfer time;
+    idle, the host-bound and idle time of the ranks that are not named stragglers (a straggler's
+    own is why it is late, counted in its finding). Other findings keep None."""
+    cp = res.get("critical_path")
+    if cp is None:
+        return findings
+    frame, blame = cp.frame, cp.frames()["blame"]
+    total = int(frame["step_ns"].sum()) if "step_ns" in frame.columns else 0
+    if not total:
+        return findings
+    named = _named_ranks(res)
+    others = frame.filter(~pl.col("rank").is_in(named))
+    ns: dict[str, tuple[float, str]] = {
+        "communication": (float(frame["transfer_ns"].sum()), "exposed transfer"),
+        "idle": (float((others["host_bound_ns"] + others["idle_ns"]).sum()),
+                 "host-bound and idle time" + (" of the other ranks" if named else "")),
+    }
+    out = []
+    for f in findings:
+        x = ns.get(f.topic)
+        if f.topic == "stragglers" and f.rank is not None:
+            x = (float(blame.filter(pl.col("rank") == f.rank)["waited_ns"].sum()), "the others' waits for it")
+        elif f.topic == "stragglers" and f.problem:
+            x = (float(frame["wait_ns"].sum()), "all waits at collectives")
+        if x is None:
+            out.append(f)
+            continue
+        pct = 100.0 * x[0] / total
+        said = f"; step account: {x[1]} {pct:.1f}% of all ranks' step time"
+        out.append(dataclasses.replace(f, recoverable_pct=pct, text=f.text + said, full=f.full + said if f.full else ""))
+    return out
+
+
 def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofError],
           diff: FrameResult | TraceprofError | None = None, hta: bool = False,
           params: dict[str, dict[str, str]] | None = None) -> Findings:
@@ -589,8 +649,8 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
         findings += part[0]
         if part[1] is not None:
             verdicts.append(part[1])
-    findings = _agree(findings, verdicts)
-    findings.sort(key=lambda f: (f.cost_pct is None, -(f.cost_pct or 0.0), not f.problem))
+    findings = _agree(_recoverable(ok, findings), verdicts)
+    findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
     missing = tuple(Missing(k, str(e), NEEDS.get(k, "")) for k, e in errors.items())
     return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
 

@@ -108,8 +108,10 @@ def downsample(df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str
                  f"{x}s labelled by the first (the table has every {x})")
 
 
-def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False) -> Any:
-    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side).
+def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False,
+         height: int = 320) -> Any:
+    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side),
+    ``height`` px tall.
 
     ``_ns`` columns are drawn in ms (axis ``ms``); other columns as they are, the axis labelled
     ``ylabel``.
@@ -128,7 +130,7 @@ def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = 
     rotate = len(xs) > 12 or max(map(len, xs), default=0) > 8
     nested = not stacked and len(ys) > 1
     factors = [(xv, label(y)) for xv in xs for y in ys] if nested else xs
-    fig = figure(title=title, width=_WIDTH, height=320, toolbar_location="right", tools="save,reset",
+    fig = figure(title=title, width=_WIDTH, height=height, toolbar_location="right", tools="save,reset",
                  output_backend="canvas", y_axis_label=unit, x_axis_label=x, x_range=FactorRange(*factors))
     if not nested:
         src = ColumnDataSource(data)
@@ -229,10 +231,35 @@ def timeline(tl: Any) -> Any:
             items.append(LegendItem(label=state, renderers=[fig.scatter([], [], color=STATE_COLORS[code], size=8,
                                                                          marker="square")]))
         fig.title.text += f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
+    if tl.path is not None and not tl.path.is_empty():
+        items.append(LegendItem(label="critical path", renderers=[_path_glyphs(fig, tl)]))
+        fig.title.text += "; critical path in black"
     fig.y_range.flipped = True
     fig.ygrid.grid_line_color = None
     fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
     return fig
+
+
+def _path_glyphs(fig: Any, tl: Any) -> Any:
+    """The critical path (``tl.path``) over the lanes: a black line along each piece on its rank's
+    lane and a vertical one where it crosses to another rank (a rank waited for that one)."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    index = {r: i for i, r in enumerate(tl.ranks)}
+    p = tl.path.with_columns(pl.col("rank").replace_strict(index, return_dtype=pl.Int64).alias("lane"))
+    src = ColumnDataSource({"l": p["start_ms"].to_list(), "r": p["end_ms"].to_list(), "y": p["lane"].to_list(),
+                            "rank": p["rank"].to_list(), "kind": p["kind"].to_list(),
+                            "name": [shorten(n, 60) for n in p["name"].to_list()],
+                            "dur": (p["end_ms"] - p["start_ms"]).to_list()})
+    r = fig.segment(x0="l", x1="r", y0="y", y1="y", source=src, color="black", line_width=3)
+    fig.add_tools(HoverTool(renderers=[r], tooltips=[("critical path, rank", "@rank"), ("", "@kind @name"),
+                                                     ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")]))
+    turn = p.filter(pl.col("lane") != pl.col("lane").shift(1))
+    prev = p["lane"].shift(1).filter(p["lane"] != p["lane"].shift(1))
+    if turn.height:
+        fig.segment(x0=turn["start_ms"].to_list(), x1=turn["start_ms"].to_list(), y0=prev.to_list(),
+                    y1=turn["lane"].to_list(), color="black", line_width=2, line_dash="dotted")
+    return r
 
 
 def _bokeh_js() -> bytes:

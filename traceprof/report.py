@@ -1,6 +1,8 @@
-"""The self-contained HTML report: findings first, then a timeline of one step, then every analysis.
+"""The self-contained HTML report: the step waterfall and findings first, then a timeline of one step,
+then every analysis.
 
-Layout: the run's facts; the ranked findings (``traceprof.findings``) and one verdict per topic;
+Layout: the run's facts; the per-rank step waterfall (``critical_path``: a stacked bar per rank of
+where its step time went); the ranked findings (``traceprof.findings``) and one verdict per topic;
 one line naming the analyses that do not apply to the run's sources and what they need; the
 timeline of the median step (``traceprof.timeline``); a section per analysis (notes, plots, the
 tables behind them); the diff against a baseline when asked (or why the runs cannot be compared);
@@ -122,7 +124,8 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
 def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     items = []
     for x in f.findings:
-        cost = (f'<span class="cost">{x.cost_pct:.0f}%</span>' if x.cost_pct is not None
+        shown = x.rank_by  # recoverable time by the step account, else the finding's own cost
+        cost = (f'<span class="cost">{shown:.0f}%</span>' if shown is not None
                 else '<span class="cost none">&ndash;</span>')
         status = f'<span class="st-{"na" if x.status == "n/a" else _esc(x.status)}">{_esc(x.status)}</span>'
         text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
@@ -135,8 +138,8 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
         f'{_esc(v.status)}</td><td class="s">{_esc(v.text)}</td></tr>' for v in f.verdicts)
     verdicts = (f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
                 f"<tbody>{rows}</tbody></table>") if rows else ""
-    return (f'<h2 id="findings">Findings</h2><p class="facts">Ranked by what they cost, in % of step time '
-            f"(&ndash;: no cost measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}")
+    return (f'<h2 id="findings">Findings</h2><p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
+            f"measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}")
 
 
 def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
@@ -152,9 +155,11 @@ def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
             f"{_esc(fnd.HOW)}.</p>")
 
 
-def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
+def _timeline_html(store: Store, run_id: int, figs: list[Any], account: object = None) -> str:
+    """The timeline of the median step, with its critical path when ``account`` (the
+    ``critical_path`` result or the error it raised) has one."""
     from traceprof import plots
-    from traceprof.timeline import step_timeline
+    from traceprof.timeline import step_timeline, with_path
 
     head = '<h2 id="timeline">Timeline</h2>'
     try:
@@ -163,8 +168,36 @@ def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
         return f'{head}<p class="missing">No timeline: {_esc(str(e))}.</p>'
     if isinstance(tl, str):
         return f'{head}<p class="missing">No timeline: {_esc(tl)}.</p>'
+    if isinstance(account, FrameResult):
+        tl = with_path(tl, account.frames()["path"])
     figs.append(plots.timeline(tl))
     return f"{head}<!--PLOT{len(figs) - 1}-->"
+
+
+# --- the step account (critical_path) at the top of the report: one function, to dissolve with the
+# central lists when analyses declare their report blocks (issue 30)
+def _account_html(account: object, figs: list[Any]) -> str:
+    """The per-rank step waterfall: a stacked bar per rank of its mean step by category
+    (``critical_path`` table ``ranks``), or why there is none. Compact, so that the findings
+    below it stay on the first screen."""
+    from traceprof import plots
+
+    if not isinstance(account, FrameResult):
+        why = str(account) if account is not None else "critical_path did not run"
+        return f'<p class="missing" id="waterfall">No step account: {_esc(why)}.</p>'
+    from analyses.critical_path import CATEGORIES
+
+    ranks = account.frames()["ranks"]
+    if ranks.is_empty():
+        return '<p class="missing" id="waterfall">No step account: no steps.</p>'
+    per_step = ranks.select("rank", *((pl.col(f"{c}_ns") / pl.col("steps")).alias(f"{c}_ns") for c in CATEGORIES))
+    total = ranks.select([pl.col(f"{c}_ns").sum() for c in CATEGORIES]).row(0)
+    whole = sum(total) or 1
+    shares = ", ".join(f"{c.replace('_', '-')} {100 * v / whole:.0f}%" for c, v in zip(CATEGORIES, total, strict=True))
+    with plots.quiet():
+        figs.append(plots.bars(per_step, "rank", [f"{c}_ns" for c in CATEGORIES],
+                               f"Where each rank's mean step went (all ranks: {shares})", stacked=True, height=230))
+    return f'<div id="waterfall"><!--PLOT{len(figs) - 1}--></div>'
 
 
 def render_html(
@@ -213,8 +246,10 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     )
     sources = list(info["sources"] or [])
     figs: list[Any] = []
-    sections = [_timeline_html(store, run_id, figs)]
-    toc = ["findings", "timeline"]
+    account = results.get("critical_path")
+    top = _account_html(account, figs)
+    sections = [_timeline_html(store, run_id, figs, account)]
+    toc = ["waterfall", "findings", "timeline"]
     with plots.quiet():
         for name, res in results.items():
             if isinstance(res, FrameResult):
@@ -234,6 +269,7 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     body = "\n".join(sections)
     for i, div in enumerate(divs):
         body = body.replace(f"<!--PLOT{i}-->", div)
+        top = top.replace(f"<!--PLOT{i}-->", div)
     title = f"traceprof report: {info['name']}"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     nav = " · ".join(f'<a href="#{_esc(n)}">{_esc(n)}</a>' for n in [*toc, "traces"])
@@ -254,6 +290,7 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
 sources {_esc(', '.join(sources))} · devices {_esc(devices)} · clocks aligned: {info['clock_aligned']} ·
 generated {now} by traceprof</p>
 {hta_note}
+{top}
 {_findings_html(f, sources)}
 <p>{nav}</p>
 {body}

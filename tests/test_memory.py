@@ -42,13 +42,15 @@ def step(n: int, ts: float, dur: float) -> dict:
 
 def trace(path: Path, events: list[dict], devices: dict[int, int] | None = None, rank: int = 0,
           world_size: int = 1) -> Path:
-    """A Kineto trace with ``deviceProperties`` (device -> totalGlobalMem) when given."""
+    """A Kineto trace with ``deviceProperties`` (device -> totalGlobalMem) when given; its folder's
+    name is in ``traceName`` (two runs of equal events are two files, not one stored once)."""
     kineto(path, events, rank=rank, world_size=world_size)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["traceName"] = path.parent.name
     if devices:
-        doc = json.loads(gzip.decompress(path.read_bytes()))
         doc["deviceProperties"] = [{"id": d, "name": "Test GPU", "totalGlobalMem": m, "numSms": 1}
                                    for d, m in devices.items()]
-        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return path
 
 
@@ -413,3 +415,138 @@ def test_linear_in_records(tmp_path):
     build(2_000, tmp_path / "warm")
     small, large = build(20_000, tmp_path / "a"), build(40_000, tmp_path / "b")
     assert large < 4 * small + 0.5
+
+
+# --- the diff gate ---------------------------------------------------------------------------------------
+
+
+def _gate_run(d: Path, extra: int = 0, jitter: int = 0) -> Path:
+    """Two steps of one rank; each step allocates 4,096 at 0x30 in aten::linear (t = +20 us) over 512
+    held from step 1 on, and frees it; ``extra`` bytes more in aten::cat inside aten::linear (t = +25 us,
+    freed at +30), ``jitter`` bytes more in step 2's allocation."""
+    d.mkdir()
+    ev: list[dict] = [mem(5, 0, 0x10, 512, 512, 1 << 20)]
+    for n, base in ((1, 0), (2, 100)):
+        big = 4096 + (jitter if n == 2 else 0)
+        ev += [step(n, base, 100), op("aten::linear", base + 10, 30), op("aten::mm", base + 40, 10),
+               mem(base + 20, 0, 0x30, big, 512 + big, 1 << 20)]
+        if extra:
+            ev += [op("aten::cat", base + 24, 2), mem(base + 25, 0, 0x40, extra, 512 + big + extra, 1 << 20),
+                   mem(base + 30, 0, 0x40, -extra, 512 + big, 1 << 20)]
+        ev.append(mem(base + 35, 0, 0x30, -big, 512, 1 << 20))
+    return trace(d / "rank0.json.gz", ev, {0: 1 << 30})
+
+
+def test_diff_gates_peak_memory_structurally_when_deterministic(store, tmp_path):
+    from traceprof.diff import diff_runs
+
+    # base1 = base2: every step peaks at 512 + 4,096 = 4,608 (deterministic). cand: + 1,024 in aten::cat
+    # inside aten::linear -> 5,632 = +22.2 % > 1 %: a structural regression naming aten::cat.
+    for name, extra in (("b1", 0), ("b2", 0), ("same", 0), ("cand", 1024)):
+        ingest(store, [_gate_run(tmp_path / name, extra)], run=name)
+    res = diff_runs(store, "b1,b2", "cand")
+    m = _one(res.frame, metric="peak_mem_bytes")
+    assert (m["layer"], m["base"], m["cand"], m["regressed"]) == ("structural", 4608, 5632, True)
+    assert m["change_pct"] == pytest.approx(100 * 1024 / 4608)
+    assert "deterministic" in m["reason"] and "aten::cat in aten::linear holds +1 KiB more at the peak" in m["reason"]
+    assert res.verdict == "regression" and "structural" in res.layers
+    assert "peak_mem_bytes +22.2% per step (> 1%): aten::cat in aten::linear" in res.summary
+    ok = _one(diff_runs(store, "b1,b2", "same").frame, metric="peak_mem_bytes")
+    assert (ok["layer"], ok["change_pct"], ok["verdict"]) == ("structural", 0.0, "ok")
+    # -t peak_mem_bytes=0.25 lets +22 % pass
+    assert not _one(diff_runs(store, "b1,b2", "cand", {"peak_mem_bytes": 0.25}).frame,
+                    metric="peak_mem_bytes")["regressed"]
+
+
+def test_diff_noise_tests_peak_memory_when_allocations_vary(store, tmp_path):
+    from traceprof.diff import diff_runs
+
+    # The baselines' step-2 allocations differ (jitter 0 / 200 bytes): peaks 4,608 and 4,808, not
+    # deterministic, so the metric goes through the noise test: k = 2 baselines, their mean 4,708; the
+    # candidate's 4,808 is +2.1 % but within the spread between the baselines: not a regression.
+    for name, jitter in (("b1", 0), ("b2", 200), ("cand", 200)):
+        ingest(store, [_gate_run(tmp_path / name, jitter=jitter)], run=name)
+    m = _one(diff_runs(store, "b1,b2", "cand").frame, metric="peak_mem_bytes")
+    assert (m["layer"], m["base"], m["cand"], m["regressed"]) == ("timing", 4708, 4808, False)
+    assert "noise-tested" in m["reason"]
+
+
+def test_diff_without_memory_has_no_memory_metric(store, tmp_path):
+    from traceprof.diff import diff_runs
+
+    for name in ("b1", "cand"):
+        (tmp_path / name).mkdir()
+        ingest(store, [trace(tmp_path / name / "rank0.json.gz", [step(1, 0, 100), op("aten::mm", 10, 5)])], run=name)
+    assert "peak_mem_bytes" not in diff_runs(store, "b1", "cand").frame["metric"].to_list()
+
+
+# --- summary, findings, report ------------------------------------------------------------------------
+
+
+def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
+    from traceprof.findings import summarize
+
+    # No memory recorded: no memory verdict, finding or "not available" line.
+    (tmp_path / "plain").mkdir()
+    ingest(store, [trace(tmp_path / "plain" / "rank0.json.gz", [step(1, 0, 100), op("aten::mm", 10, 5)])], run="plain")
+    f = summarize(store, "plain")
+    assert not [x for x in f.findings if x.topic == "memory"] and not [v for v in f.verdicts if v.topic == "memory"]
+    assert not [m for m in f.missing if m.analysis == "memory"]
+    # Memory recorded, nothing wrong (device 1 alone: 48.8 % headroom): an ok verdict, no finding.
+    (tmp_path / "fine").mkdir()
+    fine = [e for e in EVENTS if e["name"] != "[memory]" or e["args"]["Device Id"] != 0]
+    ingest(store, [trace(tmp_path / "fine" / "rank0.json.gz", fine, CAPS)], run="fine")
+    f = summarize(store, "fine")
+    assert not [x for x in f.findings if x.topic == "memory"]
+    assert [(v.status, v.text) for v in f.verdicts if v.topic == "memory"] == [
+        ("ok", "peak allocated 400 B on rank 0, 49% headroom; no rank near its capacity, no group imbalanced")]
+    # Near the limit (rank 2: 99,000 of 100,000 bytes) and imbalanced (group '0': +20 %): two problems.
+    d = tmp_path / "job"
+    d.mkdir()
+    ingest(store, [_rank_trace(d / f"rank{r}.json.gz", r, p) for r, p in ((0, 60_000), (1, 50_000), (2, 99_000))],
+           run="job")
+    f = summarize(store, "job")
+    mem_f = [x.text for x in f.findings if x.topic == "memory" and x.problem and x.cost_pct is None]
+    assert mem_f == ["memory: rank 2 device 0 peaks at 96.7 KiB of its 97.7 KiB (1.0% headroom): allocated 96.7 KiB "
+                     "in step 1",
+                     "memory: peak memory differs by 20% within group 0 (ranks [0, 1]): rank 0 58.6 KiB, rank 1 "
+                     "48.8 KiB"]
+    assert [v.status for v in f.verdicts if v.topic == "memory"] == ["problem"]
+
+
+def test_out_of_memory_record_is_a_finding(store, tmp_path):
+    from traceprof.findings import summarize
+
+    oom = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[OutOfMemory]", "pid": 1, "tid": 1, "ts": 150,
+           "args": {"Device Type": 1, "Device Id": 0, "Bytes": 10**9, "Total Allocated": 512, "Total Reserved": 8192}}
+    ingest(store, [trace(tmp_path / "r0.json.gz", [*EVENTS, oom], CAPS)], run="r")
+    res = analyze(store, "memory", "r")
+    assert _one(res.frame, device=0)["ooms"] == 1 and _one(res.frame, device=1)["ooms"] == 0
+    assert _one(res.frame, device=0)["peak_allocated_bytes"] == 4608  # the failed request is not an allocation
+    texts = [x.text for x in summarize(store, "r").findings if x.topic == "memory"]
+    assert texts[0] == "memory: 1 out-of-memory record(s) ([OutOfMemory]); the first on rank 0 device 0 in step 2"
+
+
+def test_report_memory_section(store, tmp_path):
+    from traceprof.report import render_html
+
+    ingest(store, [trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
+    page = render_html(store, "r")
+    assert '<h2 id="memory">Accelerator memory</h2>' in page
+    assert "peak_allocated_bytes" in page and "<!--PLOT" not in page
+    res = analyze(store, "memory", "r")
+    tl = res.timeline.filter(pl.col("peak"))
+    assert tl.select("series", "allocated_bytes").rows() == [("rank 0 device 0", 4608), ("rank 0 device 1", 400)]
+
+
+def test_parquet_layout_gives_the_same_tables(tmp_path):
+    # The memory_events view reads the events view of a Parquet-layout store the same way.
+    f = trace(tmp_path / "r0.json.gz", EVENTS, CAPS)
+    out = {}
+    for lay in ("duckdb", "parquet"):
+        with Store(tmp_path / f"{lay}.duckdb", layout=lay) as s:
+            ingest(s, [f], run="r")
+            res = analyze(s, "memory", "r")
+            out[lay] = {name: df.sort(df.columns, nulls_last=True) for name, df in res.frames().items()}
+    for name, df in out["duckdb"].items():
+        assert df.equals(out["parquet"][name]), name

@@ -207,6 +207,7 @@ SELECT rank, device, source, device_type, ts_ns, seq, step, pid, tid, addr, byte
        category, action
 FROM ({schema.table("memory_events").view_sql.strip()}) m
 WHERE run_id = ? AND (source = 'memory_timeline' OR device_type IS NULL OR device_type <> 0)
+  AND (device IS NULL OR device >= 0)  -- Device Id -1: host memory
 """
 _OPS = """
 SELECT e.rank, e.pid, e.tid, e.name, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
@@ -235,7 +236,9 @@ def run(store: Store, params: Params) -> Result:
                             "torch.profiler.profile(profile_memory=True), nsys profile --cuda-memory-usage=true, "
                             "or export_memory_timeline")
     ooms = raw.filter(pl.col("action") == "oom")
-    rec = raw.filter(pl.col("action").ne_missing("oom")).sort([*_SERIES, "ts_ns", "seq"], nulls_last=True).with_row_index("ord")
+    # (ts, seq) orders the records; the rest only makes the order of records without seq the same every time
+    rec = raw.filter(pl.col("action").ne_missing("oom")).sort(
+        [*_SERIES, "ts_ns", "seq", "total_allocated", "addr", "bytes"], nulls_last=True).with_row_index("ord")
     rec = _steps(store, run_id, _ops(store, run_id, rec))
     pairs = _pairs(rec)
     points = _allocated(rec, pairs, notes)
@@ -270,7 +273,7 @@ def _ops(store: Store, run_id: int, rec: pl.DataFrame) -> pl.DataFrame:
     tree = with_parents(ops.filter(pl.col("end_ns") >= pl.col("start_ns")), lane)
     parent = tree["parent"].to_numpy().astype(np.int64, copy=False) if tree["parent"].null_count() == 0 else \
         tree["parent"].fill_null(-1).to_numpy()
-    ends, names = tree["end_ns"].to_numpy(), tree["name"].to_list()
+    ends, names = tree["end_ns"].to_numpy(), tree["name"]
     root = np.where(parent < 0, np.arange(tree.height), parent)
     while True:  # pointer jumping: the outermost ancestor in log(depth) passes
         nxt = root[root]
@@ -288,10 +291,10 @@ def _ops(store: Store, run_id: int, rec: pl.DataFrame) -> pl.DataFrame:
         if not up.any():
             break
         ids = np.where(up, parent[np.maximum(ids, 0)], ids)
-    found = ids >= 0
-    got = pl.DataFrame({"ord": cand["ord"], "op": [names[i] if ok else None for i, ok in zip(ids, found, strict=True)],
-                        "top_op": [names[root[i]] if ok else None for i, ok in zip(ids, found, strict=True)]},
-                       schema={"ord": pl.UInt32, "op": pl.Utf8, "top_op": pl.Utf8})
+    named = pl.DataFrame({"_i": np.arange(tree.height, dtype=np.int64), "_n": names})
+    got = pl.DataFrame({"ord": cand["ord"], "_i": ids, "_r": root[np.maximum(ids, 0)]}).filter(pl.col("_i") >= 0)
+    got = got.join(named.rename({"_n": "op"}), on="_i", how="left").join(
+        named.rename({"_i": "_r", "_n": "top_op"}), on="_r", how="left").select("ord", "op", "top_op")
     return rec.join(got, on="ord", how="left")
 
 
@@ -314,10 +317,13 @@ def _pairs(rec: pl.DataFrame) -> pl.DataFrame:
     its address on its series (``free_ord``), each free whether an allocation precedes it (``matched``)."""
     key = [*_SERIES, "addr"]
     b = pl.col("bytes")
+    # sorted by address then time: a row's neighbour is of its address when every key column agrees
+    same_next = pl.all_horizontal(*(pl.col(k).shift(-1).eq_missing(pl.col(k)) for k in key))
+    same_prev = pl.all_horizontal(*(pl.col(k).shift(1).eq_missing(pl.col(k)) for k in key))
     return rec.filter((pl.col("source") != "memory_timeline") & pl.col("addr").is_not_null() & b.is_not_null()
                       & (b != 0)).select(*key, "ord", "bytes", "op", "top_op").sort([*key, "ord"]).with_columns(
-        pl.when(b.shift(-1).over(key) < 0).then(pl.col("ord").shift(-1).over(key)).alias("free_ord"),
-        (b.shift(1).over(key) > 0).fill_null(False).alias("matched"))
+        pl.when(same_next & (b.shift(-1) < 0)).then(pl.col("ord").shift(-1)).alias("free_ord"),
+        (same_prev & (b.shift(1) > 0)).fill_null(False).alias("matched"))
 
 
 def _allocated(rec: pl.DataFrame, pairs: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
@@ -335,9 +341,13 @@ def _allocated(rec: pl.DataFrame, pairs: pl.DataFrame, notes: list[str]) -> pl.D
 
     fwd = pl.when(anchor(nb, "f") == nb).then(anchor(tot, "f") + cb - anchor(cb, "f"))
     bwd = pl.when(anchor(nb, "b") == nb).then(anchor(tot, "b") - (anchor(cb, "b") - cb))
-    early = pairs.filter((pl.col("bytes") < 0) & ~pl.col("matched")).group_by(_SERIES).agg(
-        (-pl.col("bytes")).sum().alias("_before"))
-    v = rec.join(early, on=_SERIES, how="left").with_columns(known.any().over(_SERIES).alias("_totals"))
+    early = pl.concat([
+        pairs.filter((pl.col("bytes") < 0) & ~pl.col("matched")).group_by(_SERIES).agg(
+            (-pl.col("bytes")).sum().alias("_before")),
+        _held(rec).group_by("rank", "device").agg(pl.col("held").sum().alias("_before"), pl.lit("memory_timeline")
+                                                  .alias("source")).select(*_SERIES, "_before"),
+    ], how="vertical_relaxed")
+    v = rec.join(early, on=_SERIES, how="left", nulls_equal=True).with_columns(known.any().over(_SERIES).alias("_totals"))
     v = v.with_columns(pl.when(pl.col("_totals")).then(pl.coalesce(tot, fwd, bwd))
                        .otherwise(cb + pl.col("_before").fill_null(0)).alias("allocated"),
                        pl.col("total_reserved").alias("reserved"))
@@ -347,6 +357,14 @@ def _allocated(rec: pl.DataFrame, pairs: pl.DataFrame, notes: list[str]) -> pl.D
         pl.col("ts_ns").shift(-1).over(_SERIES).is_null()
     return v.filter(last).select(*_SERIES, "ord", "ts_ns", "step", "op", "top_op", "allocated", "reserved", "exact",
                                  "_before", "_totals")
+
+
+def _held(rec: pl.DataFrame) -> pl.DataFrame:
+    """rank, device, category, held: bytes of each export_memory_timeline category destroyed before
+    they were created in the file (held from the start: the deepest its running sum goes below 0)."""
+    mt = rec.filter(pl.col("source") == "memory_timeline")
+    return mt.group_by("rank", "device", "category", maintain_order=True).agg(
+        (-pl.col("bytes").fill_null(0).cum_sum().min()).clip(0).alias("held"))
 
 
 def _value_notes(v: pl.DataFrame, notes: list[str]) -> None:
@@ -368,6 +386,11 @@ def _value_notes(v: pl.DataFrame, notes: list[str]) -> None:
     if no_bytes.height:
         notes.append(f"{no_bytes.height:,} memory record(s) without a usable 'Bytes' in series without totals: counted as "
                      f"0, so the peaks of rank(s) {_ranks(no_bytes)} may be off (peak_exact false)")
+    held = v.filter((pl.col("source") == "memory_timeline") & (pl.col("_before").fill_null(0) > 0)).select(
+        *_SERIES, "_before").unique()
+    if held.height:
+        notes.append(f"export_memory_timeline: {held['_before'].sum():,} bytes destroyed before they were created in "
+                     f"the file count as held from the start (rank(s) {_ranks(held)}; the peak is a lower bound)")
     sums = acc.filter(~pl.col("_totals")).select(*_SERIES, "_before").unique()
     if sums.height:
         kinds = sorted(set(sums["source"].to_list()))
@@ -504,8 +527,12 @@ def _categories(rec: pl.DataFrame, points: int) -> tuple[pl.DataFrame, pl.DataFr
                                                                                                  "category_timeline")}
         return empty["categories"], empty["category_timeline"]
     key = ["rank", "device"]
+    held = _held(rec).group_by(key).agg(*(pl.col("held").filter(pl.col("category") == c).sum().alias(f"_h_{c}")
+                                          for c in CATEGORIES))
+    mt = mt.join(held, on=key, how="left", nulls_equal=True, maintain_order="left")
     wide = mt.with_columns(*(pl.when(pl.col("category") == c).then(pl.col("bytes")).otherwise(0).fill_null(0)
-                             .cum_sum().over(key).alias(f"{c}_bytes") for c in CATEGORIES))
+                             .cum_sum().over(key).add(pl.col(f"_h_{c}").fill_null(0)).alias(f"{c}_bytes")
+                             for c in CATEGORIES))
     wide = wide.with_columns(pl.sum_horizontal(*(f"{c}_bytes" for c in CATEGORIES)).alias("total_bytes"))
     last = wide.filter((pl.col("ts_ns") != pl.col("ts_ns").shift(-1).over(key)) | pl.col("ts_ns").shift(-1).over(key).is_null())
     at = pl.col("total_bytes").arg_max()

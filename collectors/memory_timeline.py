@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from collectors._arrow import row_schema
 from traceprof import sources
-from traceprof.errors import TraceFormatError
+from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
 from traceprof.limits import INT64, fits
 from traceprof.parsed import ParsedTrace
@@ -77,10 +77,14 @@ def _name_int(pattern: re.Pattern[str], name: str) -> int | None:
 def _entries(p: Path, doc: Any, on_bad_event: str, rejected: dict[str, int]) -> tuple[list[tuple[int, int, int, int, int]], str]:
     """(entries as (index, t, action, bytes, category), form): the raw form as it is, the coalesced
     form as the changes of each category between consecutive times (t in ns)."""
-    if not isinstance(doc, list) or not doc:
-        raise TraceFormatError(p, "", "not an export_memory_timeline file: expected a non-empty JSON list of entries")
-    if len(doc) == 2 and isinstance(doc[1], list) and doc[1] and isinstance(doc[1][0], list) and len(doc[1][0]) != 4:
+    coalesced = (isinstance(doc, list) and len(doc) == 2 and isinstance(doc[0], list) and isinstance(doc[1], list)
+                 and bool(doc[1]) and isinstance(doc[1][0], list) and len(doc[1][0]) == len(CATEGORIES) + 1)
+    if coalesced:
         return _coalesced(p, doc), "coalesced"
+    if not isinstance(doc, list) or not doc or _bad_entry(doc[0]):
+        # a JSON list of integer lists of another kind (a config, say): not this source's file
+        raise NotATraceError(p, "", "not an export_memory_timeline file: expected a JSON list of entries [t, action, "
+                             "bytes, category], or [times, sizes]")
     out: list[tuple[int, int, int, int, int]] = []
     for i, e in enumerate(doc):
         why = _bad_entry(e)

@@ -550,3 +550,33 @@ def test_parquet_layout_gives_the_same_tables(tmp_path):
             out[lay] = {name: df.sort(df.columns, nulls_last=True) for name, df in res.frames().items()}
     for name, df in out["duckdb"].items():
         assert df.equals(out["parquet"][name]), name
+
+
+def test_memory_timeline_destroy_before_create_is_held_from_the_start(store, tmp_path):
+    # A hand-made raw file whose first entry destroys 30 bytes of activation never created in it:
+    #   1,000 destroy activation -30 -> activation -30: so 30 were held from the start (lower bound)
+    #   2,000 create gradient +100   -> activation 0, gradient 100: total 100 (the peak, a lower bound)
+    raw = [[1000, 4, -30, 4], [2000, 2, 100, 5]]
+    f = tmp_path / "rank0_cuda0.raw.json.gz"
+    f.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    ingest(store, [f], run="r")
+    res = analyze(store, "memory", "r")
+    row = res.categories.row(0, named=True)
+    assert (row["total_bytes"], row["activation_bytes"], row["gradient_bytes"]) == (100, 0, 100)
+    r = _one(res.frame, source="memory_timeline")
+    assert (r["peak_allocated_bytes"], r["peak_exact"]) == (100, False)
+    assert any("30 bytes destroyed before they were created" in n for n in res.notes)
+
+
+def test_a_list_of_integer_lists_that_is_no_timeline_is_skipped_beside_traces(store, tmp_path):
+    # A folder with a trace and a JSON matrix (a config, say): the matrix is claimed by its first bytes,
+    # found not to be a timeline (its first entry has three values) and skipped with a warning.
+    d = tmp_path / "run"
+    d.mkdir()
+    trace(d / "rank0.json.gz", EVENTS, CAPS)
+    (d / "matrix.json").write_text("[[1, 2, 3], [4, 5, 6]]")
+    res = ingest(store, [d], run="r")
+    assert any("matrix.json" in w for w in res.warnings)
+    assert store.sql("SELECT source FROM traces").rows() == [("kineto",)]
+    with pytest.raises(TraceFormatError, match="not an export_memory_timeline file"):
+        ingest(store, [d / "matrix.json"], run="m")

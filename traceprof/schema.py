@@ -84,11 +84,16 @@ def _c(name: str, type_: str, doc: str, unit: str = "") -> Column:
     return Column(name, type_, doc, unit)
 
 
+#: The args the ``memory_events`` view reads, in the order of its ``j`` list (one JSON parse per row).
+_MEMORY_ARGS = ('"Ev Idx"', '"Device Type"', '"Device Id"', "Addr", "Bytes", '"Total Allocated"', '"Total Reserved"',
+                "Action")
+
+
 def _int_arg(key: str, type_: str = "BIGINT") -> str:
-    """SQL of ``args.<key>`` as ``type_`` when it is a JSON integer that fits, else NULL (``12.5``,
-    ``"5"``, ``true`` are not integers: never rounded or parsed)."""
-    return (f"CASE WHEN json_type(args, '$.{key}') IN ('BIGINT', 'UBIGINT') "
-            f"THEN TRY_CAST(json_extract(args, '$.{key}') AS {type_}) END")
+    """SQL of memory arg ``key`` (one of :data:`_MEMORY_ARGS`) as ``type_`` when it is a JSON integer
+    that fits, else NULL (``12.5``, ``"5"``, ``true`` are not integers: never rounded or parsed)."""
+    j = f"j[{_MEMORY_ARGS.index(key) + 1}]"
+    return f"CASE WHEN json_type({j}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({j} AS {type_}) END"
 
 
 _RUN = _c("run_id", "INTEGER", "Run (one training job) this row belongs to; see runs")
@@ -316,16 +321,21 @@ WHERE k.kind IN ('kernel', 'memcpy', 'memset')
                "preexisting, create, increment_version or destroy"),
         ),
         view_sql=f"""
-SELECT run_id, rank, trace_id,
-       CASE cat WHEN 'memory_timeline' THEN 'memory_timeline' WHEN 'cuda_memory' THEN 'nsys' ELSE 'kineto' END AS source,
-       ts_ns, {_int_arg('"Ev Idx"')} AS seq, step, pid, tid, {_int_arg('"Device Type"', "INTEGER")} AS device_type,
-       {_int_arg('"Device Id"', "INTEGER")} AS device, {_int_arg("Addr")} AS addr, {_int_arg("Bytes")} AS bytes,
-       {_int_arg('"Total Allocated"')} AS total_allocated, {_int_arg('"Total Reserved"')} AS total_reserved,
-       CASE WHEN cat = 'memory_timeline' THEN name END AS category,
-       CASE WHEN cat = 'memory_timeline' THEN json_extract_string(args, '$.Action') WHEN name = '[OutOfMemory]' THEN 'oom'
-            WHEN {_int_arg("Bytes")} < 0 THEN 'free' WHEN {_int_arg("Bytes")} >= 0 THEN 'alloc' END AS action
-FROM events
-WHERE kind = 'instant' AND (name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline')
+SELECT run_id, rank, trace_id, source, ts_ns, seq, step, pid, tid, device_type, device, addr, bytes, total_allocated,
+       total_reserved, category,
+       CASE WHEN source = 'memory_timeline' THEN action WHEN oom THEN 'oom' WHEN bytes < 0 THEN 'free'
+            WHEN bytes >= 0 THEN 'alloc' END AS action
+FROM (SELECT run_id, rank, trace_id,
+             CASE cat WHEN 'memory_timeline' THEN 'memory_timeline' WHEN 'cuda_memory' THEN 'nsys' ELSE 'kineto' END
+               AS source,
+             ts_ns, {_int_arg('"Ev Idx"')} AS seq, step, pid, tid, {_int_arg('"Device Type"', "INTEGER")} AS device_type,
+             {_int_arg('"Device Id"', "INTEGER")} AS device, {_int_arg("Addr")} AS addr, {_int_arg("Bytes")} AS bytes,
+             {_int_arg('"Total Allocated"')} AS total_allocated, {_int_arg('"Total Reserved"')} AS total_reserved,
+             CASE WHEN cat = 'memory_timeline' THEN name END AS category, name = '[OutOfMemory]' AS oom,
+             json_extract_string(j[{len(_MEMORY_ARGS)}], '$') AS action
+      FROM (SELECT run_id, rank, trace_id, cat, name, ts_ns, step, pid, tid,
+                   json_extract(args, [{", ".join(f"'$.{k}'" for k in _MEMORY_ARGS)}]) AS j
+            FROM events WHERE kind = 'instant' AND (name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline')))
 """,
     ),
     Table(

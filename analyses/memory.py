@@ -247,7 +247,7 @@ def run(store: Store, params: Params) -> Result:
     ops = _live_ops(rec, pairs, frame)
     groups = _groups(store, run_id, frame)
     categories, cat_tl = _categories(rec, params.points)
-    notes += _summary_notes(frame, groups, ooms)
+    notes += _summary_notes(frame, ooms)
     return Result(frame=frame.select([c.name for c in TABLES["frame"]]), steps=steps, ops=ops, groups=groups,
                   categories=categories, timeline=_timeline(points, frame, params.points), category_timeline=cat_tl,
                   notes=tuple(notes))
@@ -271,8 +271,7 @@ def _ops(store: Store, run_id: int, rec: pl.DataFrame) -> pl.DataFrame:
         return none
     lane = ["rank", "pid", "tid"]
     tree = with_parents(ops.filter(pl.col("end_ns") >= pl.col("start_ns")), lane)
-    parent = tree["parent"].to_numpy().astype(np.int64, copy=False) if tree["parent"].null_count() == 0 else \
-        tree["parent"].fill_null(-1).to_numpy()
+    parent = tree["parent"].cast(pl.Int64).fill_null(-1).to_numpy()
     ends, names = tree["end_ns"].to_numpy(), tree["name"]
     root = np.where(parent < 0, np.arange(tree.height), parent)
     while True:  # pointer jumping: the outermost ancestor in log(depth) passes
@@ -575,7 +574,7 @@ def _timeline(points: pl.DataFrame, frame: pl.DataFrame, n: int) -> pl.DataFrame
     return tl.select([c.name for c in TABLES["timeline"]]).sort(*_SERIES, "ts_ns", nulls_last=True)
 
 
-def _summary_notes(frame: pl.DataFrame, groups: pl.DataFrame, ooms: pl.DataFrame) -> list[str]:
+def _summary_notes(frame: pl.DataFrame, ooms: pl.DataFrame) -> list[str]:
     """Notes on what the tables alone do not say: capacities unknown, out-of-memory records."""
     out = []
     unknown = frame.filter(pl.col("capacity_bytes").is_null())

@@ -580,3 +580,57 @@ def test_a_list_of_integer_lists_that_is_no_timeline_is_skipped_beside_traces(st
     assert store.sql("SELECT source FROM traces").rows() == [("kineto",)]
     with pytest.raises(TraceFormatError, match="not an export_memory_timeline file"):
         ingest(store, [d / "matrix.json"], run="m")
+
+
+def test_both_forms_torch_writes_give_the_same_categories(store, tmp_path):
+    # torch itself writes both forms of one profile (on CPU here): the categories at the peak agree,
+    # the coalesced form's times being whole us (torch's int(t / 1000) of a float: within 1 us of the raw time).
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
+    opt = torch.optim.Adam(m.parameters())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            m(torch.randn(32, 64)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    rows = {}
+    for form, name in (("raw", "rank0_cpu.raw.json.gz"), ("coalesced", "rank0_cpu.json")):
+        (tmp_path / form).mkdir()
+        prof.export_memory_timeline(str(tmp_path / form / name), device="cpu")
+        ingest(store, [tmp_path / form / name], run=form)
+        rows[form] = analyze(store, "memory", form).categories.row(0, named=True)
+    raw, co = rows["raw"], rows["coalesced"]
+    assert abs(co["peak_ts_ns"] - raw["peak_ts_ns"] // 1000 * 1000) <= 1000
+    assert {k: v for k, v in co.items() if k != "peak_ts_ns"} == {k: v for k, v in raw.items() if k != "peak_ts_ns"}
+    assert raw["parameter_bytes"] > 0 and raw["optimizer_state_bytes"] > 0
+
+
+def test_lines_plot_draws_the_largest_series_and_marks_peaks():
+    from bokeh.models import GlyphRenderer
+
+    from traceprof import plots
+
+    # 20 series of two points each (series i peaks at i GiB at its second point): the 16 largest are
+    # drawn (4..19), one allocated line each plus one peak marker each.
+    rows = [(f"rank {i}", t, i * 2**30 if t else 0, t == 1) for i in range(20) for t in (0, 1)]
+    df = pl.DataFrame(rows, schema=["series", "ts_ns", "allocated_bytes", "peak"], orient="row")
+    fig = plots.lines(df, "ts_ns", ["allocated_bytes", "reserved_bytes"], "series", "peak", "memory")
+    glyphs = [r.glyph.__class__.__name__ for r in fig.renderers if isinstance(r, GlyphRenderer)]
+    assert glyphs.count("Line") == 16 and glyphs.count("Scatter") == 16
+    assert fig.title.text == "memory (the 16 largest of 20; the table has all)"
+    assert fig.yaxis[0].axis_label == "GiB"
+
+
+def test_host_memory_alone_is_not_memory_to_speak_of(store, tmp_path):
+    from traceprof.findings import summarize
+
+    # A CPU run with profile_memory=True records host memory only (Device Type 0): the analysis has no
+    # accelerator memory, and the summary neither runs it nor lists it as missing.
+    ingest(store, [trace(tmp_path / "r0.json.gz", [step(1, 0, 100), op("aten::mm", 10, 5),
+                                                   mem(12, -1, 0x1, 64, 64, 0, dtype=0)])], run="cpu")
+    with pytest.raises(AnalysisError, match="no accelerator memory"):
+        analyze(store, "memory", "cpu")
+    f = summarize(store, "cpu")
+    assert not [m for m in f.missing if m.analysis == "memory"] and not [v for v in f.verdicts if v.topic == "memory"]

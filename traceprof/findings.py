@@ -545,10 +545,11 @@ def _desync(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]
 
 
 def _has_memory(store: Store, run_id: int) -> bool:
-    """Whether the run holds memory records (``memory_events``: Kineto ``[memory]``, nsys CUDA memory,
-    export_memory_timeline)."""
+    """Whether the run holds accelerator memory records (``memory_events``: Kineto ``[memory]`` of a
+    device other than the CPU, nsys CUDA memory, export_memory_timeline)."""
     return bool(store.sql("SELECT EXISTS (SELECT 1 FROM events WHERE run_id = ? AND kind = 'instant' AND "
-                          "(name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline'))", [run_id]).item())
+                          "(name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline') AND "
+                          "coalesce(json_extract_string(args, '$.\"Device Type\"'), '') <> '0')", [run_id]).item())
 
 
 def _memory(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
@@ -578,6 +579,8 @@ def _memory(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]
         return ([Finding("memory", "memory: " + f, None, True, "memory") for f in findings],
                 Verdict("memory", "problem", text if len(findings) == 1 else f"{text} (and {len(findings) - 1} more)"))
     top = frame.sort("peak_allocated_bytes", descending=True, nulls_last=True).row(0, named=True)
+    if top["peak_allocated_bytes"] is None:
+        return [], Verdict("memory", "n/a", "memory records without a known allocated value (see the memory notes)")
     room = f", {top['headroom_pct']:.0f}% headroom" if top["headroom_pct"] is not None else ""
     return [], Verdict("memory", "ok", f"peak allocated {size(top['peak_allocated_bytes'])} on rank "
                        f"{top['rank']}{room}; no rank near its capacity, no group imbalanced")

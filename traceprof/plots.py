@@ -33,7 +33,8 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["bars", "heatmap", "lines", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS"]
+__all__ = ["bars", "heatmap", "lines", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS",
+           "MAX_LINES"]
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 #: Colours of the timeline states (``traceprof.timeline.STATES``): idle, compute, hidden and exposed communication.
@@ -44,6 +45,8 @@ _WIDTH = 900
 #: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
 #: that the figure stays responsive and the report's size bounded whatever the run's length.
 MAX_COLUMNS = 400
+#: A lines chart draws at most this many groups (e.g. ranks): those with the largest values.
+MAX_LINES = 16
 
 
 @contextlib.contextmanager
@@ -193,6 +196,11 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
                  x_axis_label="ms from the first record", y_axis_label=unit)
     items, dashes = [], ("solid", "dashed", "dotted", "dotdash")
     groups = df[group].unique(maintain_order=True).to_list() if group else [None]
+    if len(groups) > MAX_LINES:  # many ranks: the largest series, so that the figure stays readable and small
+        top = df.group_by(group).agg(pl.col(ys[0]).max()).sort(ys[0], group, descending=[True, False], nulls_last=True)
+        keep = set(top[group].head(MAX_LINES).to_list())
+        fig.title.text += f" (the {MAX_LINES} largest of {len(groups)}; the table has all)"
+        groups = [g for g in groups if g in keep]
     for i, g in enumerate(groups):
         part = df.filter(pl.col(group) == g) if group else df
         color = PALETTE[i % len(PALETTE)]

@@ -634,3 +634,16 @@ def test_host_memory_alone_is_not_memory_to_speak_of(store, tmp_path):
         analyze(store, "memory", "cpu")
     f = summarize(store, "cpu")
     assert not [m for m in f.missing if m.analysis == "memory"] and not [v for v in f.verdicts if v.topic == "memory"]
+
+
+def test_one_baseline_is_deterministic_when_its_later_steps_agree(store, tmp_path):
+    from traceprof.diff import diff_runs
+
+    # One baseline whose two steps peak at 4,608 and 4,608 (repeated to the byte): structural. One whose
+    # step 2 differs (jitter 200: 4,608 then 4,808): no repetition to rely on, so the noise test decides
+    # (with one baseline run a change can only be ok or inconclusive there).
+    for name, jitter in (("steady", 0), ("jumpy", 200), ("cand", 0)):
+        ingest(store, [_gate_run(tmp_path / name, jitter=jitter)], run=name)
+    assert _one(diff_runs(store, "steady", "cand").frame, metric="peak_mem_bytes")["layer"] == "structural"
+    m = _one(diff_runs(store, "jumpy", "cand").frame, metric="peak_mem_bytes")
+    assert m["layer"] == "timing" and m["verdict"] in ("ok", "inconclusive") and not m["regressed"]

@@ -198,7 +198,7 @@ def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
         with reuse_results():
             out = findings.run_analyses(s, 1, {"desync": {"all": "true"}})
         assert isinstance(out["desync"], FrameResult)
-        with pytest.raises(UsageError, match="no report analysis 'nope'; choose from: .*mfu, critical_path, desync$"):
+        with pytest.raises(UsageError, match="no report analysis 'nope'; choose from: .*mfu, critical_path, memory, desync$"):
             findings.run_analyses(s, 1, {"nope": {"x": "1"}})
 
 

@@ -39,7 +39,9 @@ class Chart:
     """A declarative plot of a result's frame, drawn by the report.
 
     ``kind`` is ``bars`` (one bar per ``x`` value, one series per ``ys`` column, stacked when
-    ``stacked``) or ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``).
+    ``stacked``), ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``) or ``lines`` (``ys`` over a
+    time ``x`` in epoch ns, one line per ``group`` value and y column, the rows where the boolean
+    column ``mark`` is true drawn as markers).
     """
 
     title: str
@@ -50,6 +52,8 @@ class Chart:
     ylabel: str = ""
     value: str = ""
     frame: str = "frame"
+    group: str = ""
+    mark: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ Algorithm:
      regression against baselines (``traceprof.diff``: its verdict; cost: the step-time change of a
      regression), and on runs with
      Flight Recorder or NCCL-plugin data a hang ``desync`` finds (its verdict: no cost, a problem
-     unless clean).
+     unless clean), and on runs that recorded memory the ``memory`` findings (a rank near its
+     capacity, imbalanced groups, out-of-memory records: no cost, a problem).
   3. Give each finding the time it could recover by the step account (``critical_path``,
      :func:`_recoverable`: % of all ranks' step time), rank them by it, largest first (by their cost
      where the account has no figure; those without either last), and give one combined verdict
@@ -65,6 +66,8 @@ NEEDS = {
     "whatif": "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)",
     "desync": "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
     "nccl_sum": "collectives or communication kernels (any source)",
+    "memory": "memory records (torch.profiler profile_memory=True, nsys --cuda-memory-usage=true, or "
+              "export_memory_timeline)",
     "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
     "critical_path": "GPU kernels, CPU training-thread ops or op-level ranges (Kineto, Nsight or NDTimeline traces)",
 }
@@ -82,8 +85,8 @@ STRAGGLING_S = 1.1
 class Finding:
     """One line of the findings list.
 
-    ``topic``: stragglers, communication, idle, mfu, desync or regression; ``text``: the finding
-    with its evidence, long kernel and op names shortened (``traceprof.names.shorten``);
+    ``topic``: stragglers, communication, idle, mfu, memory, desync or regression; ``text``: the
+    finding with its evidence, long kernel and op names shortened (``traceprof.names.shorten``);
     ``cost_pct``: % of step time it costs (None: no cost measured); ``problem``: whether it is
     something to fix; ``section``: the report section with the detail; ``full``: the text with full
     names where ``text`` shortened one (the report shows it on hover), else empty; ``status``: its
@@ -199,7 +202,7 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
     params = params or {}
     known = set(registry.names())
     desync = names == REPORT_ANALYSES and "desync" in known  # hang triage, on the runs whose sources record it
-    allowed = (*names, "desync") if desync else names
+    allowed = (*names, "memory", "desync") if desync else (*names, "memory")  # memory: on runs that recorded it
     unknown = set(params) - set(allowed)
     if unknown:
         raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(allowed)}")
@@ -209,6 +212,8 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
             "SELECT count(*) FROM traces WHERE run_id = ? AND source IN ('flight_recorder', 'nccl_profiler')",
             [run_id]).item():
         names = (*names, "desync")
+    if names == REPORT_ANALYSES and "memory" in known and _has_memory(store, run_id):
+        names = (*names, "memory")
     todo = [(name, registry.get(name), _params(name, run_id, params.get(name, {}))) for name in names if name in known]
     return _run_all(store, todo)
 
@@ -568,6 +573,54 @@ def _desync(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]
     return [Finding("desync", v["text"], None, True, "desync")], Verdict("desync", "problem", v["text"])
 
 
+# --- memory (issue 35): the one place findings read the ``memory`` analysis ---------------------------
+# The report and the summary run ``memory`` only on runs that recorded memory (:func:`_has_memory`), and
+# :func:`_memory` speaks only of what matters: a rank near its device's capacity, peaks imbalanced within
+# a process group, an out-of-memory record. No time cost (memory costs no step time until it runs out).
+
+
+def _has_memory(store: Store, run_id: int) -> bool:
+    """Whether the run holds accelerator memory records (``memory_events``: Kineto ``[memory]`` of a
+    device other than the CPU, nsys CUDA memory, export_memory_timeline)."""
+    return bool(store.sql("SELECT EXISTS (SELECT 1 FROM events WHERE run_id = ? AND kind = 'instant' AND "
+                          "(name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline') AND "
+                          "coalesce(json_extract_string(args, '$.\"Device Type\"'), '') <> '0')", [run_id]).item())
+
+
+def _memory(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
+    """Findings from the ``memory`` result: near the limit (``near_limit``), imbalanced groups, OOMs."""
+    m = res.get("memory")
+    if m is None or m.frame.is_empty():
+        return [], None
+    from traceprof.display import size
+
+    frame, groups = m.frame.filter(pl.col("primary")), m.frames().get("groups", pl.DataFrame())
+    findings = []
+    for r in frame.filter(pl.col("near_limit")).sort("headroom_pct").iter_rows(named=True):
+        use = max(x for x in (r["peak_reserved_bytes"], r["peak_allocated_bytes"]) if x is not None)
+        at = f" at {r['peak_op']}" + (f" in {r['peak_top_op']}" if r["peak_top_op"] else "") if r["peak_op"] else ""
+        findings.append(f"rank {r['rank']} device {r['device']} peaks at {size(use)} of its "
+                        f"{size(r['capacity_bytes'])} ({r['headroom_pct']:.1f}% headroom): allocated "
+                        f"{size(r['peak_allocated_bytes'])} in step {r['peak_step']}{at}")
+    for g in groups.filter(pl.col("imbalanced")).iter_rows(named=True) if groups.height else ():
+        findings.append(f"peak memory differs by {g['spread_pct']:.0f}% within group {g['group']} (ranks "
+                        f"{g['ranks']}): rank {g['max_rank']} {size(g['max_peak_bytes'])}, rank "
+                        f"{g['min_rank']} {size(g['min_peak_bytes'])}")
+    oom = next((n for n in m.notes if "out-of-memory record" in n), None)
+    if oom:
+        findings.insert(0, oom)
+    if findings:
+        text = "memory: " + findings[0]
+        return ([Finding("memory", "memory: " + f, None, True, "memory") for f in findings],
+                Verdict("memory", "problem", text if len(findings) == 1 else f"{text} (and {len(findings) - 1} more)"))
+    top = frame.sort("peak_allocated_bytes", descending=True, nulls_last=True).row(0, named=True)
+    if top["peak_allocated_bytes"] is None:
+        return [], Verdict("memory", "n/a", "memory records without a known allocated value (see the memory notes)")
+    room = f", {top['headroom_pct']:.0f}% headroom" if top["headroom_pct"] is not None else ""
+    return [], Verdict("memory", "ok", f"peak allocated {size(top['peak_allocated_bytes'])} on rank "
+                       f"{top['rank']}{room}; no rank near its capacity, no group imbalanced")
+
+
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
     """The regression gate's verdict (``traceprof.diff``): ``problem`` on a structural or timing
     regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: the step-time change."""
@@ -645,7 +698,7 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
     for part in (_stragglers(ok, store, run_id, params), _communication(ok), _idle(ok),
-                 _mfu(ok, errors), _desync(ok), _regression(diff)):
+                 _mfu(ok, errors), _desync(ok), _memory(ok), _regression(diff)):
         findings += part[0]
         if part[1] is not None:
             verdicts.append(part[1])

@@ -33,7 +33,8 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["bars", "heatmap", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS"]
+__all__ = ["bars", "heatmap", "lines", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS",
+           "MAX_LINES"]
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 #: Colours of the timeline states (``traceprof.timeline.STATES``): idle, compute, hidden and exposed communication.
@@ -44,6 +45,8 @@ _WIDTH = 900
 #: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
 #: that the figure stays responsive and the report's size bounded whatever the run's length.
 MAX_COLUMNS = 400
+#: A lines chart draws at most this many groups (e.g. ranks): those with the largest values.
+MAX_LINES = 16
 
 
 @contextlib.contextmanager
@@ -176,6 +179,49 @@ def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
     fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@x"), (y, "@y"), (label(value), "@v{0,0.[00]}")]))
     fig.add_layout(ColorBar(color_mapper=mapper, title=label(value) + _unit(value)), "right")
     fig.grid.grid_line_color = None
+    return fig
+
+
+def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, title: str) -> Any:
+    """Lines over time: ``x`` epoch ns drawn as ms from the earliest, one line per ``group`` value and
+    ``ys`` column (the first solid, the others dashed), in the group's colour; the rows where the
+    boolean column ``mark`` is true drawn as markers (e.g. each series' peak). ``_bytes`` columns
+    are drawn in GiB, ``_ns`` in ms; hover gives the group, the column and the value."""
+    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    ys = [y for y in ys if y in df.columns]
+    scale, unit = (1 / 2**30, "GiB") if all(y.endswith("_bytes") for y in ys) else \
+        (1e-6, "ms") if all(y.endswith("_ns") for y in ys) else (1.0, "value")
+    t0 = df[x].min() or 0
+    fig = figure(title=title, width=_WIDTH, height=360, tools="xpan,xwheel_zoom,reset,save", output_backend="canvas",
+                 x_axis_label="ms from the first record", y_axis_label=unit)
+    items, dashes = [], ("solid", "dashed", "dotted", "dotdash")
+    groups = df[group].unique(maintain_order=True).to_list() if group else [None]
+    if len(groups) > MAX_LINES:  # many ranks: the largest series, so that the figure stays readable and small
+        top = df.group_by(group).agg(pl.col(ys[0]).max()).sort(ys[0], group, descending=[True, False], nulls_last=True)
+        keep = set(top[group].head(MAX_LINES).to_list())
+        fig.title.text += f" (the {MAX_LINES} largest of {len(groups)}; the table has all)"
+        groups = [g for g in groups if g in keep]
+    for i, g in enumerate(groups):
+        part = df.filter(pl.col(group) == g) if group else df
+        color = PALETTE[i % len(PALETTE)]
+        for j, y in enumerate(ys):
+            d = part.filter(pl.col(y).is_not_null())
+            if d.is_empty():
+                continue
+            src = ColumnDataSource({"t": [(v - t0) / 1e6 for v in d[x].to_list()],
+                                    "v": [float(v) * scale for v in d[y].to_list()], "g": [str(g)] * d.height})
+            r = fig.line("t", "v", source=src, color=color, line_dash=dashes[j % len(dashes)], line_width=1.5)
+            fig.add_tools(HoverTool(renderers=[r], tooltips=[("", "@g"), (label(y), f"@v{{0,0.000}} {unit}"),
+                                                             ("at", "@t{0,0.000} ms")]))
+            items.append(LegendItem(label=f"{g} {label(y)}" if group else label(y), renderers=[r]))
+            if mark and mark in d.columns:
+                m = d.filter(pl.col(mark))
+                fig.scatter([(v - t0) / 1e6 for v in m[x].to_list()], [float(v) * scale for v in m[y].to_list()],
+                            color=color, size=9, marker="circle")
+    if items:
+        fig.add_layout(Legend(items=items[:20]), "right")
     return fig
 
 

@@ -94,6 +94,8 @@ def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
 
     df = result.frames()[chart.frame]
     title = chart.title.replace(" (ns)", "")
+    if chart.kind == "lines":  # a time series the analysis bounded already (e.g. memory's buckets)
+        return plots.lines(df, chart.x, chart.ys, chart.group, chart.mark, title), ""
     if chart.kind == "heatmap":
         df, note = plots.downsample(df, chart.x, [chart.value], by=[chart.ys[0]])
         return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title), note

@@ -93,6 +93,18 @@ def _c(name: str, type_: str, doc: str, unit: str = "") -> Column:
     return Column(name, type_, doc, unit)
 
 
+#: The args the ``memory_events`` view reads, in the order of its ``j`` list (one JSON parse per row).
+_MEMORY_ARGS = ('"Ev Idx"', '"Device Type"', '"Device Id"', "Addr", "Bytes", '"Total Allocated"', '"Total Reserved"',
+                "Action")
+
+
+def _int_arg(key: str, type_: str = "BIGINT") -> str:
+    """SQL of memory arg ``key`` (one of :data:`_MEMORY_ARGS`) as ``type_`` when it is a JSON integer
+    that fits, else NULL (``12.5``, ``"5"``, ``true`` are not integers: never rounded or parsed)."""
+    j = f"j[{_MEMORY_ARGS.index(key) + 1}]"
+    return f"CASE WHEN json_type({j}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({j} AS {type_}) END"
+
+
 _RUN = _c("run_id", "INTEGER", "Run (one training job) this row belongs to; see runs")
 _RANK = _c("rank", "INTEGER", "Global rank of the process that recorded the row")
 _TRACE = _c("trace_id", "INTEGER", "Source file this row came from; see traces")
@@ -164,7 +176,8 @@ TABLES: tuple[Table, ...] = (
             _RUN,
             _RANK,
             _c("world_size", "INTEGER", "World size written in the trace (distributedInfo.world_size)"),
-            _c("source", "VARCHAR", "Trace source: kineto, flight_recorder, nccl_profiler, nccl_inspector, nsys, ndtimeline"),
+            _c("source", "VARCHAR", "Trace source: kineto, flight_recorder, nccl_profiler, nccl_inspector, nsys, ndtimeline, "
+               "memory_timeline"),
             _c("format", "VARCHAR", "Source dialect, e.g. kineto-new (baseTimeNanoseconds) or kineto-old"),
             _c("path", "VARCHAR", "Absolute path of the file at ingest time"),
             _c("sha256", "VARCHAR", "SHA-256 of the file bytes; re-ingesting the same file is a no-op"),
@@ -298,6 +311,53 @@ LEFT JOIN (
   GROUP BY ALL
 ) r ON r.run_id = k.run_id AND r.trace_id = k.trace_id AND r.correlation = k.correlation
 WHERE k.kind IN ('kernel', 'memcpy', 'memset')
+""",
+    ),
+    Table(
+        "memory_events",
+        "One accelerator or host memory record: a Kineto allocation or free ('[memory]', "
+        "profile_memory=True) or out-of-memory ('[OutOfMemory]'), an Nsight Systems CUDA allocation or "
+        "free (CUDA_GPU_MEMORY_USAGE_EVENTS), or a torch export_memory_timeline entry; the events rows "
+        "(kind instant) with their args read as typed columns (NULL where missing or not an integer)",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("source", "VARCHAR", "kineto, nsys or memory_timeline"),
+            _c("ts_ns", "BIGINT", "When it happened (events.ts_ns)", "ns"),
+            _c("seq", "BIGINT", "Order in its file (args.'Ev Idx'): orders records of one ts_ns"),
+            _c("step", "INTEGER", "ProfilerStep of the record (events.step), NULL outside steps"),
+            _c("pid", "VARCHAR", "CPU process that allocated (events.pid)"),
+            _c("tid", "VARCHAR", "CPU thread that allocated (events.tid)"),
+            _c("device_type", "INTEGER", "c10 DeviceType (args.'Device Type'): 0 CPU, 1 CUDA (and ROCm), 12 XPU, ..."),
+            _c("device", "INTEGER", "Device index (args.'Device Id'); -1 for host memory"),
+            _c("addr", "BIGINT", "Address of the block (args.Addr)"),
+            _c("bytes", "BIGINT", "Size: positive for an allocation, negative for a free (args.Bytes)", "bytes"),
+            _c("total_allocated", "BIGINT", "Bytes allocated on the device after it (Kineto args.'Total Allocated')",
+               "bytes"),
+            _c("total_reserved", "BIGINT", "Bytes the caching allocator holds on the device after it (Kineto "
+               "args.'Total Reserved')", "bytes"),
+            _c("category", "VARCHAR", "memory_timeline: parameter, optimizer_state, input, temporary, activation, "
+               "gradient, autograd_detail or unknown; else NULL"),
+            _c("action", "VARCHAR", "alloc or free (sign of bytes), oom ('[OutOfMemory]'); memory_timeline: "
+               "preexisting, create, increment_version or destroy"),
+        ),
+        view_sql=f"""
+SELECT run_id, rank, trace_id, source, ts_ns, seq, step, pid, tid, device_type, device, addr, bytes, total_allocated,
+       total_reserved, category,
+       CASE WHEN source = 'memory_timeline' THEN action WHEN oom THEN 'oom' WHEN bytes < 0 THEN 'free'
+            WHEN bytes >= 0 THEN 'alloc' END AS action
+FROM (SELECT run_id, rank, trace_id,
+             CASE cat WHEN 'memory_timeline' THEN 'memory_timeline' WHEN 'cuda_memory' THEN 'nsys' ELSE 'kineto' END
+               AS source,
+             ts_ns, {_int_arg('"Ev Idx"')} AS seq, step, pid, tid, {_int_arg('"Device Type"', "INTEGER")} AS device_type,
+             {_int_arg('"Device Id"', "INTEGER")} AS device, {_int_arg("Addr")} AS addr, {_int_arg("Bytes")} AS bytes,
+             {_int_arg('"Total Allocated"')} AS total_allocated, {_int_arg('"Total Reserved"')} AS total_reserved,
+             CASE WHEN cat = 'memory_timeline' THEN name END AS category, name = '[OutOfMemory]' AS oom,
+             json_extract_string(j[{len(_MEMORY_ARGS)}], '$') AS action
+      FROM (SELECT run_id, rank, trace_id, cat, name, ts_ns, step, pid, tid,
+                   json_extract(args, [{", ".join(f"'$.{k}'" for k in _MEMORY_ARGS)}]) AS j
+            FROM events WHERE kind = 'instant' AND (name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline')))
 """,
     ),
     Table(

@@ -160,8 +160,10 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
     ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
     group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
-    -1 for none) and ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``), so
-    that analyses need no FR field names."""
+    -1 for none), ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``) and
+    ``process_groups`` (``[{"name", "desc", "ranks"}]``, the entries' ``process_group`` name and
+    description with the members, ranks null when ``pg_config`` lacks them; the normalized form every
+    collector writes), so that analyses need no FR field names."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
     cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
@@ -177,6 +179,7 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     groups: dict[str, list[int] | None] = {}
     progress: dict[str, dict[str, int | None]] = {}
     pg_ids: dict[str, str] = {}
+    described: list[dict[str, Any]] = []
     for e, r in zip(kept, rows, strict=True):
         pg = r["pg"]
         if pg is None or pg in groups:
@@ -186,10 +189,13 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
         pgv = e.get("process_group")
         names = [str(v) for v in pgv] if isinstance(pgv, list) else []
         groups[pg] = next((members[n] for n in names if n in members), only)
+        if not pg.endswith(":p2p"):  # process_group = [name, description]
+            described.append({"name": pg, "desc": names[1] if len(names) > 1 and names[1] else None,
+                              "ranks": groups[pg]})
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
             progress[pg] = {k: _int(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
-    return {"groups": groups, "progress": progress, "pg_ids": pg_ids}
+    return {"groups": groups, "progress": progress, "pg_ids": pg_ids, "process_groups": described}
 
 
 def _is_dump(doc: Any) -> bool:

@@ -39,7 +39,8 @@ class Chart:
     """A declarative plot of a result's frame, drawn by the report.
 
     ``kind`` is ``bars`` (one bar per ``x`` value, one series per ``ys`` column, stacked when
-    ``stacked``) or ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``).
+    ``stacked``), ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``) or ``spans`` (intervals
+    from ``ys[0]`` to ``ys[1]``, in ms, on lanes ``x``, coloured by ``value``).
     """
 
     title: str

@@ -17,6 +17,12 @@ combined verdict:
      is both last significantly often and costly), e.g. CPU op-time noise on a shared machine. Not a contradiction: S counts every
      op slower than typical, whoever runs it.
 
+  4. The mesh (``analyses.parallelism``): a slow pipeline stage or data-parallel replica (every
+     rank of it computing more than its peers) leads the text as that group, and the ranks of it
+     that ``stragglers`` named are not named as stragglers (the OSDI'25 ST trace: "slow stage:
+     pipeline stage 3 (ranks 6, 7)", no straggler rank); a named rank outside them is given its
+     place in the mesh (stage, replica, tensor-parallel group).
+
 The report and summary put :attr:`Verdict.text` at the top.
 """
 
@@ -28,7 +34,7 @@ from typing import Any
 import polars as pl
 
 from traceprof import analysis
-from traceprof.errors import AnalysisError
+from traceprof.errors import AnalysisError, TraceprofError
 from traceprof.store import Store
 
 __all__ = ["Verdict", "combined_verdict", "STRAGGLING_S"]
@@ -95,6 +101,9 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
         wi = None
     per = st.frame
     named = tuple(int(r) for r in per.filter(pl.col("named"))["rank"].to_list())
+    mesh = _mesh_regroup(store, run, named)  # ranks of a slow stage or replica are named as that group
+    per = per.with_columns(pl.col("named") & ~pl.col("rank").is_in(list(mesh.absorbed)))
+    named = tuple(r for r in named if r not in mesh.absorbed)
     s = float(wi.summary["slowdown"].item()) if wi is not None else None
     ls = float(wi.summary["launch_slowdown"].item()) if wi is not None else None
     hs = float(wi.summary["host_slowdown"].item()) if wi is not None else None
@@ -145,6 +154,46 @@ def combined_verdict(store: Store, run: str | None = None) -> Verdict:
                   for r in per.iter_rows(named=True)},
         "whatif_alone_by_rank": alone,
     }
-    return Verdict(text=text, stragglers=named, slowdown=s, host_slowdown=hs, launch_slowdown=ls,
-                   straggling=bool(named) or slow,
-                   figures=figures)
+    return Verdict(text=mesh.text(text, named), stragglers=named, slowdown=s, host_slowdown=hs, launch_slowdown=ls,
+                   straggling=bool(named) or slow or bool(mesh.groups),
+                   figures={**figures, **mesh.figures()})
+
+
+@dataclass(frozen=True)
+class _MeshNaming:
+    """The mesh's say in the verdict (:func:`_mesh_regroup`): ``groups``, one sentence per slow
+    stage or data-parallel replica; ``absorbed``, the named ranks inside them (named as the group,
+    not as stragglers); ``labels``, rank -> its place in the mesh (``pp stage 2, dp replica 1, tp
+    group 4, 5, 6, 7``)."""
+
+    groups: tuple[str, ...] = ()
+    absorbed: frozenset[int] = frozenset()
+    labels: dict[int, str] = field(default_factory=dict)
+
+    def text(self, text: str, named: tuple[int, ...]) -> str:
+        """The verdict text with the slow groups first and each named rank's place in the mesh."""
+        if named and self.labels:
+            text += "; in the mesh: " + "; ".join(f"rank {r} is {self.labels[r]}" for r in named if r in self.labels)
+        if self.groups:
+            also = (f" (ranks {', '.join(map(str, sorted(self.absorbed)))} arrive last because of it: named as the "
+                    "group, not as stragglers)" if self.absorbed else "")
+            text = "; ".join(self.groups) + also + "; " + text
+        return text
+
+    def figures(self) -> dict[str, Any]:
+        return {"mesh_groups": list(self.groups), "mesh_absorbed": sorted(self.absorbed)}
+
+
+def _mesh_regroup(store: Store, run: str | None, named: tuple[int, ...]) -> _MeshNaming:
+    """Mesh-aware naming (``analyses.parallelism``): its slow stages and replicas (a whole stage or
+    replica slower than its peers) become the verdict's subject, and the ranks ``stragglers`` named
+    inside them are not called stragglers; the other named ranks get their place in the mesh (a rank
+    slow only within its tensor-parallel group is named with that group). Nothing when the analysis
+    is not registered or does not apply."""
+    try:
+        an = analysis.get("parallelism")
+        res: Any = an.run(store, an.params(run=run))
+    except TraceprofError:
+        return _MeshNaming()
+    view = res.mesh_view()
+    return _MeshNaming(view.texts, frozenset(view.absorbed(named)), view.labels)

@@ -5,8 +5,10 @@ Algorithm:
      from the process groups the traces record, by their names and by size and stride; NDTimeline's
      stage and dp_rank; or the user's ``-p mesh=pp:4,dp:2,tp:8`` (outermost first). Table ``ranks``.
   2. The group of each collective row: its ``pg_ranks``; else its ``pg`` looked up among the rank's
-     recorded groups (then the run's); else (gloo rows name no group) the rank's only group of two
-     or more ranks. Its axis label: the axes along which the members' coordinates differ
+     recorded groups (then the run's). Kineto's gloo rows name no group: theirs is the group of the
+     Flight Recorder entry their rank created while enqueueing them (when the run has those dumps),
+     else the one the other rows of their gloo worker thread name, else the rank's only group of
+     two or more ranks. Its axis label: the axes along which the members' coordinates differ
      (``_mesh.Mesh.label``). Point-to-point rows with no group (or a group of which only their own
      rank is known) are the pipeline's (``pp``) when the mesh has a pp axis. Rows whose group stays
      unknown are ``unassigned``, never dropped.
@@ -175,9 +177,41 @@ ORDER BY rank, start_ns, end_ns
 
 _ROWS = f"""
 SELECT rank, source, regexp_replace(pg, ':p2p$', '') AS pg, pg_ranks, coalesce(p2p, false) AS p2p, op,
-       start_ns, end_ns, bytes_in, split_in, step, instance_id, {ARRIVAL_SQL} AS arrival_ns
+       start_ns, end_ns, bytes_in, split_in, step, instance_id, {ARRIVAL_SQL} AS arrival_ns, enter_ns, tid
 FROM collectives WHERE run_id = ?
 """
+
+
+def _gloo_groups(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Name the group of gloo rows, which Kineto records without one (module doc, step 2): from the
+    Flight Recorder entry the same rank created for the same op while enqueueing it (the first one
+    created at or after the ``c10d`` enqueue and before the rank's next enqueue of that op), then
+    for the rest from the other rows of their gloo worker thread (a process group's work runs on
+    its own threads), when those name exactly one group."""
+    gloo = (pl.col("source") == "gloo") & pl.col("pg").is_null() & ~pl.col("p2p")
+    fr = rows.filter((pl.col("source") == "fr") & pl.col("pg").is_not_null() & pl.col("enter_ns").is_not_null())
+    todo = rows.with_row_index("_i").filter(gloo & pl.col("enter_ns").is_not_null())
+    if todo.is_empty():
+        return rows, []
+    notes = []
+    named = todo.head(0).select("_i", pl.lit(None, pl.Utf8).alias("_pg"))
+    if fr.height:
+        left = todo.select("_i", "rank", "op", "enter_ns").sort("enter_ns").with_columns(
+            pl.col("enter_ns").shift(-1).over("rank", "op", order_by="enter_ns").alias("_next"))
+        right = fr.select("rank", "op", pl.col("enter_ns").alias("_created"), pl.col("pg").alias("_pg")).sort("_created")
+        got = left.join_asof(right, left_on="enter_ns", right_on="_created", by=["rank", "op"], strategy="forward",
+                              check_sortedness=False)
+        named = got.filter(pl.col("_pg").is_not_null() & (pl.col("_next").is_null() | (pl.col("_created") < pl.col("_next"))))
+        named = named.select("_i", "_pg")
+        if named.height:
+            notes.append(f"{named.height} gloo collectives take their process group from the Flight Recorder entry "
+                         "their rank created while enqueueing them")
+    threads = todo.join(named, on="_i", how="left").filter(pl.col("_pg").is_not_null()).group_by("rank", "tid").agg(
+        pl.col("_pg").unique().alias("_pgs")).filter(pl.col("_pgs").list.len() == 1).select(
+        "rank", "tid", pl.col("_pgs").list.first().alias("_tpg"))
+    out = rows.with_row_index("_i").join(named, on="_i", how="left").join(threads, on=["rank", "tid"], how="left")
+    out = out.with_columns(pl.when(gloo).then(pl.coalesce("_pg", "_tpg")).otherwise(pl.col("pg")).alias("pg"))
+    return out.drop("_i", "_pg", "_tpg"), notes
 
 
 def _activity(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
@@ -229,7 +263,7 @@ def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     comm = act.filter(pl.col("class") == "comm").select("rank", "start_ns", "end_ns", "step")
     order = {lab: i for i, lab in enumerate(sorted(set(rows["axis"].to_list()), key=label_order))}
     keyed = rows.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()).select(
-        pl.col("rank").cast(comm.schema["rank"]), "start_ns", "end_ns", "axis", "p2p",
+        pl.col("rank").cast(comm.schema["rank"]), "start_ns", "end_ns", "axis", "p2p", "source",
         pl.col("axis").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
     keyed = keyed.sort("_o", "rank", "start_ns").unique(["rank", "start_ns", "end_ns"], keep="first").drop("_o")
     return comm.join(keyed, on=["rank", "start_ns", "end_ns"], how="left").with_columns(
@@ -261,6 +295,8 @@ def _axes(act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame,
         remaining = left
     ar = pl.concat(per_rank).filter((pl.col("comm_ns") > 0) | (pl.col("exposed_comm_ns") > 0))
     total = int(ar["exposed_comm_ns"].sum() or 0)
+    linked = set(labelled.filter(pl.col("source").is_not_null())["source"].to_list())
+    rows = rows.filter(pl.col("source").is_in(sorted(linked))) if linked else rows
     counts = rows.group_by("axis").agg(pl.col("members").n_unique().alias("groups"), pl.len().alias("collectives"),
                                        pl.col("bytes_in").sum().cast(pl.Int64).alias("bytes"))
     sizes = {a.name: a.size for a in mesh.axes}
@@ -317,7 +353,9 @@ def run(store: Store, params: Params) -> Result:
     act, what = _activity(store, run_id)
     if act.is_empty() and rows.is_empty():
         raise AnalysisError(f"run {params.run or run_id}: no activity and no collectives to place on a mesh")
+    rows, gloo_notes = _gloo_groups(rows)
     rows, label_notes = _labels(rows, mesh, groups, own)
+    label_notes = gloo_notes + label_notes
     notes = [_mesh_note(mesh), *mesh.notes, *label_notes]
     frame = pl.DataFrame(schema={c: pl.Utf8 if c in ("axis", "found_by") else pl.Float64 if c.endswith("_pct")
                                  else pl.Int64 for c in COLUMNS["frame"]})

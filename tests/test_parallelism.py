@@ -131,6 +131,46 @@ def test_a_slow_data_parallel_replica_is_named_as_the_replica(store, tmp_path):
     assert 2 not in v.stragglers and 3 not in v.stragglers and v.straggling
 
 
+def test_gloo_device_mesh_groups_come_from_the_flight_recorder(store, tmp_path):
+    # A dp 2 x tp 2 DeviceMesh on gloo: Kineto's gloo rows name no group; the Flight Recorder dump
+    # (torch 2.13's gloo dump: no member ranks in pg_config, the group's name and description per
+    # entry) names the group of the entry created while the rank enqueued each all-reduce. Rank r,
+    # in us: compute [0, 100] and [160, 200] (training thread); tp all-reduce enqueued at 100, run on
+    # gloo thread 30 over [101, 160]; dp all-reduce enqueued at 170, on thread 40 over [180, 260].
+    # Exposed per rank: [101, 160] = 59 us tp, [200, 260] = 60 us dp; four ranks: 236 and 240 us.
+    for r in range(4):
+        dp, tp = [r % 2, r % 2 + 2], [r // 2 * 2, r // 2 * 2 + 1]
+        dp_pg, tp_pg = str(1 + r % 2), str(3 + r // 2)
+        mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1}
+        enq = {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "dur": 2,
+               "args": {"Input Dims": [[[256]], []]}}
+        work = {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1,
+                "args": {"Input Dims": [[256]], "Input type": ["float"]}}
+        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": -5, "dur": 400},
+              {**mm, "ts": 0, "dur": 100}, {**mm, "ts": 160, "dur": 40}, {**enq, "ts": 100}, {**enq, "ts": 170},
+              {**work, "tid": 30, "ts": 101, "dur": 59}, {**work, "tid": 40, "ts": 180, "dur": 80}]
+        pgs = [_pg("0", "default_pg", [0, 1, 2, 3]), _pg(dp_pg, "mesh_dp", dp), _pg(tp_pg, "mesh_tp", tp)]
+        _write(tmp_path / "run" / f"rank{r}.json", ev, r, 4, pgs, backend="gloo")
+        entries = [{"record_id": k, "pg_id": int(pg), "process_group": [pg, desc], "collective_seq_id": 1,
+                    "p2p_seq_id": 0, "op_id": k + 1, "profiling_name": "gloo:all_reduce",
+                    "time_created_ns": BASE + created * 1000, "time_discovered_started_ns": 0,
+                    "time_discovered_completed_ns": 0, "input_sizes": [[256]], "input_dtypes": ["Float"],
+                    "output_sizes": [[256]], "output_dtypes": ["Float"], "state": "scheduled", "retired": True,
+                    "is_p2p": False, "timeout_ms": 1800000, "thread_id": "1", "thread_name": "python"}
+                   for k, (pg, desc, created) in enumerate([(tp_pg, "mesh_tp", 150), (dp_pg, "mesh_dp", 200)])]
+        (tmp_path / "run" / f"rank{r}.fr.json").write_text(json.dumps(
+            {"version": "2.10", "comm_lib_version": "", "pg_config": {"": {"desc": "", "name": "", "ranks": "[]"}},
+             "pg_status": {}, "nccl_comm_state": {}, "entries": entries}))
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "parallelism", "run")
+    assert res.ranks.select("rank", "dp", "tp").rows() == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    frame = {r["axis"]: r for r in res.frame.iter_rows(named=True)}
+    assert {a: r["exposed_comm_ns"] for a, r in frame.items()} == {"tp": 236 * US, "dp": 240 * US}
+    assert (frame["tp"]["collectives"], frame["dp"]["collectives"]) == (4, 4)  # the gloo rows, not the FR copies
+    assert int(analyze(store, "overlap", "run").frame["exposed_comm_ns"].sum()) == 476 * US
+    assert any("Flight Recorder entry" in n for n in res.notes)
+
+
 def test_unnamed_groups_are_axes_by_size_and_stride(store, tmp_path):
     # The same mesh, its groups described "undefined": two axes found by structure alone, groups of
     # 2 ranks with stride 2 ({0, 2}, {1, 3}: outer) and stride 1 ({0, 1}, {2, 3}: inner), named by

@@ -132,14 +132,15 @@ def _nelems(sizes: Any) -> int | None:
 
 def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
     """Ranks per process group name from ``pg_config`` (``ranks`` is a JSON string like
-    ``"[0, 1, 2, 3]"``), and the world size (largest group)."""
+    ``"[0, 1, 2, 3]"``), and the world size (largest group); a group listed with no ranks (torch
+    2.13's gloo dumps: ``{"": {"name": "", "desc": "", "ranks": "[]"}}``) says nothing of either."""
     sizes: dict[str, int] = {}
     if isinstance(pg_config, dict):
         for key, cfg in pg_config.items():
             if not isinstance(cfg, dict):
                 continue
             ranks = _config_ranks(cfg)
-            if isinstance(ranks, list):
+            if isinstance(ranks, list) and ranks:  # torch 2.13's gloo dumps list one group of no ranks
                 sizes[str(cfg.get("name", key))] = len(ranks)
     return sizes, (max(sizes.values()) if sizes else None)
 

@@ -18,9 +18,10 @@ Algorithm:
      ``embedding`` group (first and last pipeline stage) is no axis.
   3. Families: the groups of one axis, merged where they share ranks (NDTimeline's stage pairs
      pp0:0->1 and pp0:1->2 join into the pipeline of replica 0), are that axis' groups: all of one
-     size, else the axis is dropped with a note. Groups without axis words (of 2 to world-1 ranks)
-     of one (size, stride) that do not overlap are an axis found by structure: ``pp`` when its
-     traffic is point-to-point only, ``ep`` when all-to-all only, else ``dim<stride>``.
+     size, else the axis is dropped with a note. Groups without axis words (of 2 to world-1 ranks,
+     evenly spaced) of one (size, stride) that do not overlap are an axis found by structure:
+     ``pp`` when its traffic is point-to-point only, ``ep`` when all-to-all only, else
+     ``dim<stride>``.
   4. Coordinates: a rank's coordinate on an axis is its position in its group of the axis (sorted
      ranks). NDTimeline traces give them directly (``traces.meta`` ``stage`` and ``dp_rank``: pp and
      dp; tensor parallelism is collapsed there, one worker per TP group). A mesh the user states
@@ -356,7 +357,8 @@ def _from_groups(store: Store, run_id: int, groups: list[Group], world: int,
             known |= set(comps)
     by_sig: dict[tuple[int, float], list[tuple[int, ...]]] = {}
     for members in sorted(unnamed):
-        if members in known:
+        steps = {b - a for a, b in zip(members, members[1:], strict=False)}
+        if members in known or len(steps) != 1:  # not evenly spaced (Megatron's tp x pp groups): no axis
             continue
         d = (members[-1] - members[0]) / (len(members) - 1)
         by_sig.setdefault((len(members), d), []).append(members)

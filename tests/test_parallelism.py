@@ -48,7 +48,8 @@ def _allreduce(pg: str, ranks: list[int], seq: int) -> dict:
             "Seq": seq, "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float"}
 
 
-def _mesh_2x2(folder: Path, dp_desc: str = "mesh_dp", tp_desc: str = "mesh_tp", slow: tuple[int, ...] = ()) -> None:
+def _mesh_2x2(folder: Path, dp_desc: str = "mesh_dp", tp_desc: str = "mesh_tp", slow: tuple[int, ...] = (),
+              extra: tuple[dict, ...] = ()) -> None:
     """Four GPU ranks, DeviceMesh (dp 2, tp 2): dp groups {0, 2}, {1, 3} (pg 1, 2), tp groups {0, 1},
     {2, 3} (pg 3, 4). Every rank, in us: compute [0, 100] and [160, 200]; tp all-reduce [100, 160];
     dp all-reduce [180, 260]; a second tp all-reduce [230, 290]. Ranks in ``slow`` compute [0, 150]
@@ -64,6 +65,7 @@ def _mesh_2x2(folder: Path, dp_desc: str = "mesh_dp", tp_desc: str = "mesh_tp", 
         ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 180, 80, 13, 21, **_allreduce(dp_pg, dp, 1))
         ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 230, 60, 14, 20, **_allreduce(tp_pg, tp, 2))
         pgs = [_pg("0", "default_pg", [0, 1, 2, 3]), _pg(dp_pg, dp_desc, dp), _pg(tp_pg, tp_desc, tp)]
+        pgs += [g for g in extra if r in g["ranks"]]
         _write(folder / f"rank{r}.json", ev, r, 4, pgs)
 
 
@@ -174,8 +176,9 @@ def test_gloo_device_mesh_groups_come_from_the_flight_recorder(store, tmp_path):
 def test_unnamed_groups_are_axes_by_size_and_stride(store, tmp_path):
     # The same mesh, its groups described "undefined": two axes found by structure alone, groups of
     # 2 ranks with stride 2 ({0, 2}, {1, 3}: outer) and stride 1 ({0, 1}, {2, 3}: inner), named by
-    # their stride since their all-reduces say nothing of their role.
-    _mesh_2x2(tmp_path / "run", "undefined", "undefined")
+    # their stride since their all-reduces say nothing of their role. A group of ranks 0, 1, 3 (not
+    # evenly spaced, like Megatron's tp x pp groups) is no axis.
+    _mesh_2x2(tmp_path / "run", "undefined", "undefined", extra=(_pg("9", "undefined", [0, 1, 3]),))
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "parallelism", "run")
     assert res.ranks.columns == ["rank", "traced", "dim2", "dim1"]

@@ -253,10 +253,12 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
             cost = 100.0 * (comp - peer) / step if step else 0.0  # type: ignore[operator]
             slow = excess > params.slow_pct and cost >= params.min_cost_pct
             what = f"pipeline stage {v}" if kind == "stage" else f"data-parallel replica {v}"
-            text = (f"slow {kind}: {what} (rank{'s' if len(mine) > 1 else ''} {_ranks_text(mine)}) computes {comp / 1e6:,.1f} ms per step, "
-                    f"{100.0 * (comp / peer - 1):.0f}% more than its peers on the other {kind}s "  # type: ignore[operator]
-                    f"({peer / 1e6:,.1f} ms, median; each of its ranks at least {excess:.0f}% more), costing "  # type: ignore[operator]
-                    f"{cost:.0f}% of its {step / 1e6:,.1f} ms step: the whole {kind} is slow, not one rank")
+            rel = 100.0 * (comp / peer - 1)  # type: ignore[operator]
+            head = f"{what} (rank{'s' if len(mine) > 1 else ''} {_ranks_text(mine)}) computes {comp / 1e6:,.1f} ms per step"
+            vs = f"its peers on the other {kind}s ({peer / 1e6:,.1f} ms, median"  # type: ignore[operator]
+            text = (f"slow {kind}: {head}, {rel:.0f}% more than {vs}; each of its ranks at least {excess:.0f}% more), "
+                    f"costing {cost:.0f}% of its {step / 1e6:,.1f} ms step: the whole {kind} is slow, not one rank"
+                    if slow else f"{head}, {abs(rel):.0f}% {'more' if rel >= 0 else 'less'} than {vs}): not slow")
             rows.append({"kind": kind, "axis": axis, "index": int(v), "ranks": mine, "compute_ns": round(comp),
                          "peers_ns": round(peer), "excess_pct": excess, "cost_pct": cost, "slow": slow,  # type: ignore[arg-type]
                          "text": text})

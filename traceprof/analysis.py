@@ -39,9 +39,10 @@ class Chart:
     """A declarative plot of a result's frame, drawn by the report.
 
     ``kind`` is ``bars`` (one bar per ``x`` value, one series per ``ys`` column, stacked when
-    ``stacked``), ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``) or ``lines`` (``ys`` over a
+    ``stacked``), ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``), ``lines`` (``ys`` over a
     time ``x`` in epoch ns, one line per ``group`` value and y column, the rows where the boolean
-    column ``mark`` is true drawn as markers).
+    column ``mark`` is true drawn as markers) or ``spans`` (intervals from ``ys[0]`` to ``ys[1]``,
+    in ms, on lanes ``x``, coloured by ``value``).
     """
 
     title: str

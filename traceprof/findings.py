@@ -7,7 +7,9 @@ Algorithm:
   1. Run the report's analyses on the run (:func:`run_analyses`); an analysis that does not apply
      (a :class:`~traceprof.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only
      run) becomes a :class:`Missing` entry with what the run lacks and how to record it.
-  2. Per topic, read the results into findings with a cost in % of step time:
+  2. Per topic, read the results into findings with a cost in % of step time (``parallelism``:
+     exposed communication per mesh axis and the pipeline bubble, informational; its slow stages
+     and replicas reach the straggler verdict through ``traceprof.verdict``):
      stragglers (``stragglers`` verdict + ``whatif``: cost 100·(S − 1) of the named rank alone, the
      straggler analysis' ``cost_pct``; the combined verdict of ``traceprof.verdict`` where it exists),
      exposed communication (``overlap`` exposed_comm_pct, the worst rank, with the top cause from
@@ -50,8 +52,8 @@ __all__ = ["Finding", "Verdict", "Missing", "Findings", "REPORT_ANALYSES", "run_
 
 #: Analyses the report and the summary run, in report order (those not registered are skipped).
 #: ``nccl_sum``: collective efficiency (time split into wait / launch / transfer, busbw against the link).
-REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "nccl_sum",
-                   "mfu", "critical_path")
+REPORT_ANALYSES = ("temporal", "overlap", "gaps", "idle", "kernels", "launch", "stragglers", "whatif", "parallelism",
+                   "nccl_sum", "mfu", "critical_path")
 
 #: What each analysis needs and how to get it, shown when it does not apply to a run.
 NEEDS = {
@@ -68,6 +70,7 @@ NEEDS = {
     "nccl_sum": "collectives or communication kernels (any source)",
     "memory": "memory records (torch.profiler profile_memory=True, nsys --cuda-memory-usage=true, or "
               "export_memory_timeline)",
+    "parallelism": "collectives or compute and communication activity (any trace with process groups)",
     "mfu": "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p mfu.model_flops_per_step=)",
     "critical_path": "GPU kernels, CPU training-thread ops or op-level ranges (Kineto, Nsight or NDTimeline traces)",
 }
@@ -354,6 +357,8 @@ def _combined(store: Store, run_id: int, findings: list[Finding],
         v = verdict.combined_verdict(store, str(run_id), params)
     except TraceprofError:
         return findings, None
+    absorbed = set(v.figures.get("mesh_absorbed", ()))  # named as their slow stage or replica instead
+    findings = [f for f in findings if not any(f.text.startswith(_RANK_FINDING.format(r)) for r in absorbed)]
     s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
     if v.status == "problem" and not v.stragglers:
         # A group or stage to blame, no single rank: costed as a named straggler is, by the what-if
@@ -408,6 +413,46 @@ def _early_end_caveat(st: FrameResult | None) -> str:
             "are overstated")
 
 
+#: How a straggler rank's finding begins (``_combined`` drops those of ranks the verdict names as a group).
+_RANK_FINDING = "rank {} is a straggler"
+
+
+def _parallelism(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:
+    """Informational findings of ``parallelism``: exposed communication per mesh axis, and the
+    pipeline's bubble split of the stage with the largest bubble beyond the schedule's own (no
+    cost: the exposed time is the communication finding's, a slow stage the straggler verdict's).
+    Where ``stragglers`` does not apply (nothing matched across ranks), its slow stages and
+    replicas are the stragglers topic's findings, with their cost."""
+    p = res.get("parallelism")
+    if p is None:
+        return [], None
+    out, verdict = [], None
+    slow = p.frames()["slow"].filter(pl.col("slow")) if "slow" in p.frames() and p.frames()["slow"].height else None
+    if slow is not None and slow.height and res.get("stragglers") is None:
+        # no straggler verdict (no collective matched across ranks): the slow stages speak here
+        out += [Finding("stragglers", r["text"], r["cost_pct"], True, "parallelism") for r in slow.iter_rows(named=True)]
+        verdict = Verdict("stragglers", "problem", "; ".join(slow["text"].to_list()))
+    axes = p.frame.filter(pl.col("exposed_comm_ns") > 0)
+    total = _num(axes["exposed_comm_ns"].sum()) if axes.height else 0.0
+    mesh = next((n for n in p.notes if n.startswith("mesh ")), "").split(" (")[0]
+    if total and axes.height >= 2:  # one axis (a DDP run): the communication finding says it all
+        parts = ", ".join(f"{r['axis']} {r['exposed_pct']:.0f}% ({_ms(r['exposed_comm_ns'])})"
+                          for r in axes.iter_rows(named=True))
+        out.append(Finding("parallelism", f"exposed communication by mesh axis ({mesh}): {parts}", None, False,
+                           "parallelism"))
+    stages = p.frames().get("stages")
+    if stages is not None and stages.height:
+        top = stages.with_columns((pl.col("bubble_ns") - pl.col("schedule_bubble_ns")).alias("_x")).sort(
+            "_x", "stage", descending=[True, False]).row(0, named=True)
+        step = top["step_ns"] or 1
+        out.append(Finding("parallelism", (
+            f"pipeline bubble: stage {top['stage']} idle {top['bubble_pct']:.0f}% of its {_ms(step)} step: schedule "
+            f"{100 * top['schedule_bubble_ns'] / step:.0f}% ({top['schedule_from']}), imbalance "
+            f"{100 * top['imbalance_ns'] / step:.0f}%, p2p wait {100 * top['p2p_wait_ns'] / step:.0f}%, other "
+            f"{100 * top['other_ns'] / step:.0f}%"), None, False, "parallelism"))
+    return out, verdict
+
+
 def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple[list[Finding], Verdict | None]:
     """Findings and verdict from the ``stragglers`` and ``whatif`` results alone."""
     s_job = alone = None
@@ -428,7 +473,7 @@ def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple
             late = f"median {_ms(r['median_lateness_ns'])} late" + (
                 f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else "")
             faster = f"; without its delays steps would be {alone:.2f}x faster (what-if)" if alone and alone > 1 else ""
-            text = (f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
+            text = (_RANK_FINDING.format(v["rank"]) + f": last at {r['last_count']}/{r['instances']} collectives, "
                     f"{late}, {waited}; late because of {v['cause']}{faster}")
             findings.append(Finding("stragglers", text, cost, True, "stragglers", rank=int(v["rank"])))
         verdict = Verdict("stragglers", "problem", findings[0].text if len(findings) == 1 else
@@ -698,7 +743,7 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
     for part in (_stragglers(ok, store, run_id, params), _communication(ok), _idle(ok),
-                 _mfu(ok, errors), _desync(ok), _memory(ok), _regression(diff)):
+                 _mfu(ok, errors), _desync(ok), _memory(ok), _regression(diff), _parallelism(ok)):
         findings += part[0]
         if part[1] is not None:
             verdicts.append(part[1])

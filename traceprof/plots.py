@@ -33,8 +33,8 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["bars", "heatmap", "lines", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS",
-           "MAX_LINES"]
+__all__ = ["bars", "heatmap", "lines", "spans", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS",
+           "MAX_COLUMNS", "MAX_LINES"]
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 #: Colours of the timeline states (``traceprof.timeline.STATES``): idle, compute, hidden and exposed communication.
@@ -222,6 +222,29 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
                             color=color, size=9, marker="circle")
     if items:
         fig.add_layout(Legend(items=items[:20]), "right")
+
+
+def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: str) -> Any:
+    """Intervals on lanes (a Gantt chart): one bar per row from ``start`` to ``end`` (ms) on lane
+    ``lane`` (a category, in first-seen order, top to bottom), coloured by ``state``."""
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    lanes = list(dict.fromkeys(str(v) for v in df[lane].to_list()))
+    states = list(dict.fromkeys(str(v) for v in df[state].to_list()))
+    fig = figure(title=title, width=_WIDTH, height=min(140 + 30 * len(lanes), 700), tools="xpan,xwheel_zoom,reset,save",
+                 output_backend="canvas", x_axis_label="ms from the step's start", y_range=FactorRange(*reversed(lanes)))
+    items = []
+    for k, st in enumerate(states):
+        d = df.filter(pl.col(state).cast(pl.Utf8) == st)
+        src = ColumnDataSource({"y": [str(v) for v in d[lane].to_list()], "l": d[start].to_list(),
+                                "r": d[end].to_list(), "dur": (d[end] - d[start]).to_list()})
+        r = fig.hbar(y="y", left="l", right="r", height=0.7, source=src, color=PALETTE[k % len(PALETTE)])
+        fig.add_tools(HoverTool(renderers=[r], tooltips=[(lane, "@y"), ("", st), ("from", "@l{0,0.000} ms"),
+                                                         ("for", "@dur{0,0.000} ms")]))
+        items.append(LegendItem(label=st, renderers=[r]))
+    fig.ygrid.grid_line_color = None
+    fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
     return fig
 
 

@@ -99,6 +99,8 @@ def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
     if chart.kind == "heatmap":
         df, note = plots.downsample(df, chart.x, [chart.value], by=[chart.ys[0]])
         return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title), note
+    if chart.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
+        return plots.spans(df, chart.x, chart.ys[0], chart.ys[1], chart.value, title), ""
     df, note = plots.downsample(df, chart.x, chart.ys)
     return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
 

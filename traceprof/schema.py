@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "ARRIVAL_SQL", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_
            "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Tables that a store in the Parquet layout (``traceprof.layout``) keeps as Parquet files, one per trace,
 #: beside the DuckDB file; the store shows each as a view of the same name and columns.
@@ -141,6 +141,11 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
         _c("match_method", "VARCHAR", "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
            "(sequence numbers that cannot be per group, matched by order in the step instead)"),
+    _c("split_in", "VARCHAR", "All-to-all: what this rank sends to each peer, as a JSON list of first-dimension "
+       "sizes in group-rank order (Kineto 'In split size', gloo input_split_sizes); '[]' an even split; "
+       "NULL unknown or not an all-to-all"),
+    _c("split_out", "VARCHAR", "All-to-all: what this rank receives from each peer, as split_in "
+       "(Kineto 'Out split size', gloo output_split_sizes)"),
 )
 
 
@@ -266,7 +271,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         "collectives",
         "One collective call on one rank (Kineto and nsys NCCL kernels, gloo annotations, FR entries, NCCL plugin and Inspector records)",
-                _COLLECTIVE_COLUMNS,
+        _COLLECTIVE_COLUMNS,
     ),
     Table(
         "kernels",

@@ -53,6 +53,8 @@ def _combined(store: Store, run_id: int, findings: list[Finding],
         v = verdict.combined_verdict(store, str(run_id), params)
     except TraceprofError:
         return findings, None
+    absorbed = set(v.figures.get("mesh_absorbed", ()))  # named as their slow stage or replica instead
+    findings = [f for f in findings if f.rank not in absorbed]
     s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
     if v.status == "problem" and not v.stragglers:
         # A group or stage to blame, no single rank: costed as a named straggler is, by the what-if
@@ -129,7 +131,7 @@ def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple
             faster = f"; without its delays steps would be {alone:.2f}x faster (what-if)" if alone and alone > 1 else ""
             text = (f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
                     f"{late}, {waited}; late because of {v['cause']}{faster}")
-            findings.append(Finding("stragglers", text, cost, True, "stragglers"))
+            findings.append(Finding("stragglers", text, cost, True, "stragglers", rank=int(v["rank"])))
         verdict = Verdict("stragglers", "problem", findings[0].text if len(findings) == 1 else
                           f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers")
         return findings, verdict

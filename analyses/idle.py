@@ -68,6 +68,14 @@ class Result(FrameResult):
         return charts
 
 
+def host_wait(launch: pl.Expr, prev_end: pl.Expr) -> pl.Expr:
+    """The host-wait rule (module doc, step 3), one place for every analysis that uses it: a gap
+    that ends with a GPU row is the device waiting for the host when the row's launch (CPU runtime
+    call start, ns) started after the gap began (``prev_end``, ns); a row without a known launch
+    never is. ``critical_path`` applies it to each rank's gaps between all its activity."""
+    return launch.is_not_null() & (launch > prev_end)
+
+
 def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.DataFrame:
     """Gap before each GPU row and its category (module doc, steps 1-3).
 
@@ -86,7 +94,7 @@ def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.D
     s = s.with_columns(prev.over(by).alias("_prev_end"))
     gap = pl.col("start_ns") - pl.col("_prev_end")
     s = s.with_columns((gap if hta else pl.max_horizontal(gap, 0)).alias("gap_ns"))
-    host = pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") > pl.col("_prev_end"))
+    host = host_wait(pl.col("launch_ts_ns"), pl.col("_prev_end"))
     cat = (
         pl.when(pl.col("_prev_end").is_null()).then(None)
         .when(host).then(pl.lit("host_wait"))

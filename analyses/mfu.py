@@ -19,6 +19,17 @@ Algorithm (README.md "Analyses": MFU):
      Declared/PaLM FLOPs are model FLOPs; sidecar/shape counts are executed (hardware) FLOPs.
      hfu_pct is null while recompute is unknown.
   5. Job: total model FLOPs / (Σ over steps of the slowest rank's step time · Σ of rank peaks).
+  6. Waterfall (``waterfall``), from peak FLOP time to achieved over the step account of
+     ``critical_path`` (every rank's step windows, to the ns): the time at peak the model FLOPs
+     need (FLOPs / peak) is MFU; the rest of the compute time is kernel efficiency; the account's
+     idle, transfer (exposed communication), wait (waiting for peers), host_bound
+     (launch/host-bound) and memory time are the other rows. Each row's ``pct`` is its share of
+     the account's time, so they add up to 100. Refused (n/a with the reason) where the peak is
+     unknown, or where the FLOPs at peak would need more time than the compute ran (an MFU above
+     100 % of the compute time, let alone of the step: the FLOPs or the peak are wrong).
+FLOPs convention (``traceprof.flops.CAUSAL_CONVENTION``): a multiply-add counts 2; causal attention
+counts half of its score and value products (shape counts; the PaLM formula and torch's sidecar
+counts count attention in full), stated in a note and in the waterfall.
 FLOP counts (``flops``, ``flops_per_step``) are float64 FLOPs, in every frame: a job's FLOPs per
 step exceed int64 (6·N·tokens for a 405B-parameter model at 16M tokens per step is 3.9e19; int64
 holds 9.2e18). They are whole numbers except where a job total is split over its ranks.
@@ -45,8 +56,8 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.errors import AnalysisError, UsageError
-from traceprof.flops import account
+from traceprof.errors import AnalysisError, TraceprofError, UsageError
+from traceprof.flops import CAUSAL_CONVENTION, account
 from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
 from traceprof.store import Store
 
@@ -94,11 +105,12 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``);
-    their columns are declared in :data:`SPEC`."""
+    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``)
+    and the waterfall from peak to achieved (``waterfall``); their columns are declared in :data:`SPEC`."""
 
     job: pl.DataFrame = field(default_factory=pl.DataFrame)
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)
+    waterfall: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "MFU (model FLOPs utilization)"
 
     def charts(self) -> list[Chart]:
@@ -210,10 +222,18 @@ SPEC = Analysis(
               rc.text("name", "Op"), rc.text("dtype", "Its precision"),
               rc.number("calls_per_step", "Calls per rank and step (mean)"),
               rc.number("flops_per_step", "FLOPs per rank and step (mean)", "FLOP")),
+        rc.frame("waterfall", "From the time at peak to the step time (module doc, step 6), over all rank-steps "
+                 "with FLOPs: the rows add up to the step account's time",
+                 rc.text("component", "idle, exposed communication, waiting for peers, launch/host-bound, memory, "
+                         "kernel efficiency, MFU (in that order)"),
+                 rc.Column("ns", "BIGINT", "Its time, summed over the rank-steps", "ns"),
+                 rc.pct("pct", "ns, % of the account's time; null where refused"),
+                 rc.text("detail", "What it is, or why it is refused (n/a)")),
     ),
     report=Report(100, "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p "
                        "mfu.model_flops_per_step=)"),
-    findings=Topic("utilization", 40, _utilization_topic),
+    findings=Topic("utilization", 40, _utilization_topic, aliases=("mfu",)),
+    requires=("critical_path",),
 )
 
 
@@ -294,11 +314,89 @@ def run(store: Store, params: Params) -> Result:
         notes.append(Note(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {shown}%): "
                           "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
                           "peak_tflops)", kind="mfu_over"))
+    waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source)
+    notes += [_convention(acc.source), wnote]
     job = _job(frame, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,
                pl.Utf8).alias("peak_device"))
-    return Result(frame=frame, job=job, ops=ops, notes=tuple(notes))
+    return Result(frame=frame, job=job, ops=ops, waterfall=waterfall, notes=tuple(notes))
+
+
+def _convention(source: str) -> str:
+    """The FLOPs convention of ``source``, for the notes."""
+    how = {"shapes": "these shape counts follow it",
+           "sidecar": "torch's profiler counts (the sidecar) count attention in full, not halved when causal",
+           "palm": "the PaLM formula counts attention in full (its 12·L·H·Q·T term), not halved when causal",
+           "declared": "declared FLOPs are taken as given"}.get(source, "")
+    return f"FLOPs convention: {CAUSAL_CONVENTION}; {how}"
+
+
+#: Waterfall rows: (component, critical_path column or None, what it is).
+_WATERFALL = (
+    ("idle", "idle_ns", "nothing ran and no cause found"),
+    ("exposed communication", "transfer_ns", "communication not hidden by compute, after the last rank arrived"),
+    ("waiting for peers", "wait_ns", "arrived at a collective, waiting for the last rank"),
+    ("launch/host-bound", "host_bound_ns", "the device waited for the host to launch work (Python, data loading)"),
+    ("memory", "memory_ns", "memory copies and sets not hidden by compute"),
+    ("kernel efficiency", None, "compute time beyond what the model FLOPs need at peak"),
+    ("MFU", None, "time the model FLOPs need at the device's peak"),
+)
+
+
+def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
+               source: str) -> tuple[pl.DataFrame, str]:
+    """The waterfall from peak FLOP time to achieved (module doc, step 6), and a note on it."""
+    from analyses import critical_path  # here: it registers itself; mfu works without it
+    from traceprof.matching import run_steps
+
+    schema = {"component": pl.Utf8, "ns": pl.Int64, "pct": pl.Float64, "detail": pl.Utf8}
+
+    def refused(why: str, ns: dict[str, int] | None = None, total: int = 0) -> tuple[pl.DataFrame, str]:
+        rows = []
+        for name, col, what in _WATERFALL:
+            n = (ns or {}).get(col or "", None) if col else None
+            if name == "kernel efficiency" and ns is not None:
+                n = ns["compute_ns"]
+                what = "all compute time (not split: MFU n/a)"
+            rows.append((name, n, 100.0 * n / total if n is not None and total else None,
+                         f"n/a: {why}" if name == "MFU" else what))
+        # the missing peak has a note of its own (with what to pass): not said twice
+        said = "the device peak is unknown (see above)" if why.startswith("the device peak") else why
+        return pl.DataFrame(rows, schema=schema, orient="row"), f"waterfall: MFU n/a: {said}"
+
+    try:
+        cp = critical_path.run(store, critical_path.Params(run=params.run))
+    except TraceprofError as e:
+        return refused(f"no step account ({e})")
+    mapped = run_steps(store, run_id, frame.select("rank", "step", "flops", "peak_tflops"))
+    acc = cp.frame.join(mapped, on=["rank", "step"], how="inner")
+    if acc.is_empty():
+        return refused("no step of the account has FLOPs")
+    cols = [c for _, c, _ in _WATERFALL if c] + ["compute_ns"]
+    ns = {c: int(acc[c].sum()) for c in cols}
+    total = int(acc["step_ns"].sum())
+    if acc["peak_tflops"].null_count():
+        return refused("the device peak is unknown (pass -p peak_tflops=)", ns, total)
+    ideal = round(float((acc["flops"] / (acc["peak_tflops"] * 1e3)).sum()))  # FLOPs / (TFLOP/s) = ns / 1e3
+    if ideal > total:
+        return refused(f"MFU above 100% ({100.0 * ideal / total:.1f}%): at peak the FLOPs need {ideal / 1e6:,.1f} ms, "
+                       f"more than the {total / 1e6:,.1f} ms of step time; the FLOPs per step or the peak is wrong",
+                       ns, total)
+    if ideal > ns["compute_ns"]:
+        return refused(f"at peak the FLOPs need {ideal / 1e6:,.1f} ms, more than the {ns['compute_ns'] / 1e6:,.1f} ms "
+                       "that compute ran; the FLOPs per step or the peak is wrong", ns, total)
+    ns["kernel efficiency"], ns["MFU"] = ns["compute_ns"] - ideal, ideal
+    rows = []
+    for name, col, what in _WATERFALL:
+        n = ns[col] if col else ns[name]
+        if name == "MFU":
+            what = f"{what}; FLOPs from {source} ({_convention(source).removeprefix('FLOPs convention: ')})"
+        rows.append((name, n, 100.0 * n / total, what))
+    note = (f"waterfall: over the step account's {total / 1e6:,.1f} ms of rank-step time (critical_path: each "
+            f"rank's steps from the end of the previous one's work), MFU {100.0 * ideal / total:.1f}%; the job row's "
+            "mfu_pct divides by the slowest rank's step time per step (device span, else the ProfilerStep) instead")
+    return pl.DataFrame(rows, schema=schema, orient="row"), note
 
 
 def _job(frame: pl.DataFrame, hw: float | None) -> pl.DataFrame:

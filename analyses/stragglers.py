@@ -265,7 +265,7 @@ def run(store: Store, params: Params) -> Result:
     items = items.filter(~pl.col("instance_id").is_in(list(transient.instances)))
     if items.is_empty():
         raise AnalysisError(f"run {label}: no collective matched across two or more ranks has an arrival time")
-    w = _per_rank_instance(items)
+    w = per_rank_instance(items)
     inst = w.group_by("instance_id").agg(
         pl.col("step").first(), pl.col("op").first(), pl.col("pg").first(), pl.len().alias("n_ranks"),
         pl.col("arrival_ns").min().alias("first_arrival_ns"), pl.col("arrival_ns").max().alias("last_arrival_ns"),
@@ -409,10 +409,19 @@ def _covered_ns(w: pl.DataFrame, step_med: int | None) -> int:
     return max(last - int(w["arrival_ns"].min()), 1)  # type: ignore[arg-type]
 
 
-def _per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
+def per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
     """Per rank and instance: n (ranks), last_ns, last_rank (null on a tie), _second_ns (the next
     latest arrival), wait_ns, arrival_offset_ns, lateness_ns, transfer_ns and
-    end_before_last_arrival (module doc, step 2)."""
+    end_before_last_arrival (module doc, step 2): the one definition of waits and transfers
+    (``critical_path`` splits exposed communication with it).
+
+    Args:
+        items: ``_replay.comm_items`` rows (instance_id, rank, arrival_ns, end_ns, ...) of
+            instances seen by two or more ranks, arrivals not null.
+
+    Returns:
+        ``items`` with those columns added (ns, int64).
+    """
     # relative to the instance's first arrival: epoch ns do not fit a float64 exactly
     rel = pl.col("arrival_ns") - pl.col("arrival_ns").min().over("instance_id")
     raw_transfer = pl.col("end_ns") - pl.col("last_ns")

@@ -62,7 +62,7 @@ GENERATED = {
 }
 HUGE = {"gen_1x18M_huge": (1, 18_000_000, 100_000, False)}  # about 5 GB: --huge only
 CURVE = [1_000, 10_000, 100_000]  # steps, 20 events each
-ANALYSES = ["temporal", "overlap", "gaps", "idle", "kernels", "launch", "mfu", "stragglers", "whatif"]
+ANALYSES = ["temporal", "overlap", "gaps", "idle", "kernels", "launch", "mfu", "stragglers", "whatif", "critical_path"]
 # the synthetic traces record no shapes: declare the FLOPs so that mfu computes (1 PFLOP per step)
 PARAMS = {"mfu": ["-p", "model_flops_per_step=1e15"]}
 PY = sys.executable

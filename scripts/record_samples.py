@@ -54,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--active", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down")
     p.add_argument("--slow-ms", type=float, default=0.0, help="sleep per step on --slow-rank (ms)")
+    p.add_argument("--slow-every", type=int, default=1,
+                   help="sleep only on every K-th iteration (those whose ProfilerStep number is a multiple of K; "
+                        "default 1: every step): the steps in between are the same job without the delay, "
+                        "recorded under the same machine load (benchmarks/validate_critical_path.py)")
     p.add_argument("--slow-at", choices=("backward", "step"), default="backward",
                    help="where --slow-rank sleeps: after forward, before backward (default), or before each "
                         "step starts (before its forward pass)")
@@ -79,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--extra-cols {args.extra_cols} is negative")
     if args.extra_rank is not None and not 0 <= args.extra_rank < args.world_size:
         p.error(f"--extra-rank {args.extra_rank} is not a rank of --world-size {args.world_size}")
+    if args.slow_every < 1:
+        p.error(f"--slow-every {args.slow_every}: must be 1 or more")
     if args.slow_rank is not None and not 0 <= args.slow_rank < args.world_size:
         p.error(f"--slow-rank {args.slow_rank} is not a rank of --world-size {args.world_size}")
     return args
@@ -116,12 +122,13 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     ) as prof:
         for it in range(args.steps):
             batch = tokens[it % len(tokens)]
-            if slow_s and args.slow_at == "step":
-                time.sleep(slow_s)  # the known straggler: starts every step late
+            slow = slow_s if it % args.slow_every == 0 else 0.0  # ProfilerStep#it
+            if slow and args.slow_at == "step":
+                time.sleep(slow)  # the known straggler: starts every step late
             logits = model(batch[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), batch[:, 1:].reshape(-1))
-            if slow_s and args.slow_at == "backward":
-                time.sleep(slow_s)  # the known straggler: late for the gradient all-reduce
+            if slow and args.slow_at == "backward":
+                time.sleep(slow)  # the known straggler: late for the gradient all-reduce
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -179,6 +186,9 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
         mate = [r for r in range(args.world_size) if r % 2 == args.slow_rank % 2 and r != args.slow_rank]
         where = ("at the start of every step, before its forward pass" if args.slow_at == "step"
                  else "every step after its forward pass, before backward")
+        if args.slow_every > 1:
+            where = where.replace("every step", f"one step in {args.slow_every} (ProfilerStep#N with N % "
+                                  f"{args.slow_every} == 0)")
         known = (
             f"rank {args.slow_rank} sleeps {args.slow_ms:g} ms {where} (nothing marks the "
             "sleep: it is a gap between CPU ops on its main "

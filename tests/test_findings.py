@@ -15,13 +15,15 @@ def test_regression_against_a_baseline_is_a_finding(store):
     assert len(reg) == 1 and reg[0].problem and "REGRESSION (structural) normal -> extra_matmul" in reg[0].text
     assert "+2 aten::mm (512,128)@(128,512) per step on every rank" in reg[0].text  # the op that was added
     assert {v.topic: v.status for v in f.verdicts}["regression"] == "problem"
-    costs = [x.cost_pct for x in f.findings if x.cost_pct is not None]
-    assert costs == sorted(costs, reverse=True)  # ranked by cost
-    assert [x.cost_pct is None for x in f.findings] == sorted(x.cost_pct is None for x in f.findings)
+    # ranked by the time recoverable by the step account (critical_path), else by cost
+    keys = [x.rank_by for x in f.findings if x.rank_by is not None]
+    assert keys == sorted(keys, reverse=True)
+    assert [x.rank_by is None for x in f.findings] == sorted(x.rank_by is None for x in f.findings)
+    assert reg[0].recoverable_pct is None and reg[0].rank_by == reg[0].cost_pct  # no account figure: its cost
     assert {v.topic for v in f.verdicts} == {"stragglers", "communication", "idle", "utilization", "regression"}
     assert {m.analysis for m in f.missing} == {"idle", "kernels", "launch"}  # CPU-only sample: no GPU kernels
     frame = f.to_frame()
-    assert frame.columns == ["position", "topic", "cost_pct", "problem", "status", "finding"]
+    assert frame.columns == ["position", "topic", "cost_pct", "recoverable_pct", "problem", "status", "finding"]
     assert frame.height == len(f.findings)
 
 
@@ -70,19 +72,31 @@ def test_long_names_shortened_in_findings(store, tmp_path):
 
 def test_straggler_own_idle_and_wait_do_not_outrank_it(store):
     # straggler_rank3: rank 3 sleeps before its all-reduces (sample_traces/README.md). Its sleep is
-    # idle time and the others' wait for it is exposed communication: both are the straggler's cost,
-    # so idle is the other ranks' mean and exposed communication beyond the wait costs 0%.
+    # idle time and the others' wait for it is exposed communication: both are the straggler's cost.
+    # By the step account (critical_path), the others' waits are credited to rank 3 (blame), idle
+    # counts the other ranks' host-bound and idle time only, communication the exposed transfer
+    # only (no wait): the straggler's own sleep and the waits for it recover nothing elsewhere.
     ingest(store, [SAMPLES / "straggler_rank3"])
     f = summarize(store, None)
-    assert [x.topic for x in f.findings] == ["stragglers", "idle", "communication", "mfu"]
+    by = {x.topic: x for x in f.findings}
+    cp = f.results["critical_path"]
+    acc, total = cp.frame, cp.frame["step_ns"].sum()
+    others = acc.filter(acc["rank"] != 3)
+    assert by["stragglers"].recoverable_pct == 100 * cp.frames()["blame"].filter(
+        cp.frames()["blame"]["rank"] == 3)["waited_ns"].sum() / total
+    assert by["idle"].recoverable_pct == 100 * (others["host_bound_ns"] + others["idle_ns"]).sum() / total
+    assert by["communication"].recoverable_pct == 100 * acc["transfer_ns"].sum() / total
+    assert by["idle"].recoverable_pct < by["stragglers"].recoverable_pct
+    # ranked by them: the exposed transfer (gloo all-reduces after the last arrival) is the largest
+    assert [x.topic for x in f.findings] == ["communication", "stragglers", "idle", "mfu"]
+    # the costs as before: idle is the other ranks' mean, communication beyond the wait 0%
     temporal = f.results["temporal"].frame
-    others = temporal.filter(temporal["rank"] != 3)["idle_pct"].mean()
-    idle = f.findings[1]
-    assert idle.cost_pct == others and idle.cost_pct < f.findings[0].cost_pct
-    assert "mean over the ranks that are not stragglers" in idle.text and "(rank 3 29%)" in idle.text
-    comm = f.findings[2]
+    assert by["idle"].cost_pct == temporal.filter(temporal["rank"] != 3)["idle_pct"].mean()
+    assert "mean over the ranks that are not stragglers" in by["idle"].text and "(rank 3 29%)" in by["idle"].text
+    comm = by["communication"]
     assert comm.cost_pct == 0.0 and not comm.problem
     assert comm.text.startswith("exposed communication beyond waiting for the straggler (rank 3): 0% of the window")
+    assert comm.text.endswith(f"; step account: exposed transfer {comm.recoverable_pct:.1f}% of all ranks' step time")
 
 
 def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):

@@ -109,6 +109,15 @@ def test_shape_flops_leaf_ops_by_hand(store, tmp_path):
      2 * 1 * 25 * 4 * 2 * 9),
     ("aten::_scaled_dot_product_flash_attention_backward", [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
      None, 2 * (2 * (1 * 2 * 4) * 6 * (8 + 8))),
+    # causal attention counts half its score and value products (FlashAttention's benchmark, MaxText):
+    # q=k=v [2,4,16,8]: full 2*(2*4*16)*16*(8+8) = 65536, causal 32768; is_causal is argument 5 of
+    # scaled_dot_product_attention, 4 of the flash kernels, 11 of the flash backward
+    ("aten::scaled_dot_product_attention", [[2, 4, 16, 8]] * 3, ["", "", "", "", "0.", "True", "", "False"], 32768),
+    ("aten::scaled_dot_product_attention", [[2, 4, 16, 8]] * 3, ["", "", "", "", "0.", "False", "", "False"], 65536),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", [[2, 4, 16, 8]] * 3, ["", "", "", "0.", "True", "", ""],
+     32768),
+    ("aten::_scaled_dot_product_flash_attention_backward", [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
+     [""] * 11 + ["True"], 2 * (2 * (1 * 2 * 4) * 6 * (8 + 8)) / 2),
     ("aten::convolution", [[1, 4, 5, 5], [4, 2, 3, 3]], None, None),  # no stride/padding: unknown
     ("aten::mm", [[2, 3]], None, None),  # malformed
     ("aten::add", [[2, 3], [2, 3]], None, None),  # not a counted op

@@ -197,3 +197,65 @@ def test_mfu_above_100_percent_is_called_impossible(store):
     assert (res.frame["mfu_pct"] > 100).all()
     assert any(n.startswith("MFU above 100% in 3 of 3 step(s)") and "impossible" in n for n in res.notes)
     assert not any("MFU above 100%" in n for n in analyze(store, "mfu", model_flops_per_step=4e13).notes)
+
+
+def test_waterfall_by_hand_on_a_gpu_step(store, tmp_path):
+    # tests/test_critical_path.py GPU_STEP: one rank, window 150 us = compute 70 + memory 25 +
+    # host_bound 40 + idle 15 us. Declared 4e9 FLOPs per step at a 100 TFLOP/s peak need
+    # 4e9 / 1e14 s = 40 us at peak: MFU 40 us; kernel efficiency 70 - 40 = 30 us.
+    # pct of 150 us: idle 10, exposed comm 0, wait 0, host 26.67, memory 16.67, efficiency 20, MFU 26.67.
+    from tests.test_critical_path import GPU_STEP
+    from tests.test_matching import _write
+
+    ingest(store, [_write(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
+    res = analyze(store, "mfu", "g", model_flops_per_step=4e9, peak_tflops=100.0)
+    wf = res.waterfall
+    assert wf.columns == ["component", "ns", "pct", "detail"]
+    assert wf.select("component", "ns").rows() == [
+        ("idle", 15_000), ("exposed communication", 0), ("waiting for peers", 0), ("launch/host-bound", 40_000),
+        ("memory", 25_000), ("kernel efficiency", 30_000), ("MFU", 40_000)]
+    assert wf["pct"].to_list() == pytest.approx([10.0, 0.0, 0.0, 80 / 3, 50 / 3, 20.0, 80 / 3])
+    assert sum(wf["pct"]) == pytest.approx(100.0)
+    assert "causal attention" in wf["detail"][-1] and "declared" in wf["detail"][-1]
+    assert any(n.startswith("FLOPs convention: a multiply-add counts 2; causal attention") for n in res.notes)
+    # the job row divides by the device span of the step (10..150 us): 4e9 / 140 us / 1e14 = 28.6%
+    assert res.job["mfu_pct"][0] == pytest.approx(100 * 4e9 / 140e-6 / 1e14)
+
+
+@pytest.mark.parametrize("peak, why", [
+    (None, "n/a: the device peak is unknown (pass -p peak_tflops=)"),
+    # 4e9 FLOPs at 10 TFLOP/s: 400 us at peak, more than the 150 us step: MFU 266.7%
+    (10.0, "n/a: MFU above 100% (266.7%)"),
+    # at 40 TFLOP/s: 100 us at peak, within the step but more than the 70 us of compute
+    (40.0, "n/a: at peak the FLOPs need 0.1 ms, more than the 0.1 ms that compute ran"),
+])
+def test_waterfall_refuses_an_impossible_or_unknown_mfu(store, tmp_path, peak, why):
+    from tests.test_critical_path import GPU_STEP
+    from tests.test_matching import _write
+
+    ingest(store, [_write(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
+    params = {"model_flops_per_step": 4e9} | ({"peak_tflops": peak} if peak else {})
+    wf = analyze(store, "mfu", "g", **params).waterfall
+    mfu = wf.row(6, named=True)
+    assert (mfu["component"], mfu["ns"], mfu["pct"]) == ("MFU", None, None) and mfu["detail"].startswith(why)
+    # the compute time is not split: one row holds all of it, and the known rows still add up to 100
+    assert wf.row(5)[:2] == ("kernel efficiency", 70_000)
+    assert sum(wf["pct"].drop_nulls()) == pytest.approx(100.0)
+
+
+def test_waterfall_of_a_sample_run_adds_up_to_its_step_account(store):
+    # straggler_rank2 (CPU, gloo) with a stated peak of 1 TFLOP/s: 1,511,071,744 sidecar FLOPs per
+    # step and rank need 1.511 ms each at peak. The rows are critical_path's sums over the 12 rank
+    # steps (exact ns), kernel efficiency the rest of compute; the pcts add up to 100.
+    from tests.conftest import SAMPLES
+
+    ingest(store, [SAMPLES / "straggler_rank2"])
+    wf = analyze(store, "mfu", peak_tflops=1.0).waterfall
+    acc = analyze(store, "critical_path").frame
+    got = dict(wf.select("component", "ns").rows())
+    assert got["idle"] == acc["idle_ns"].sum() and got["waiting for peers"] == acc["wait_ns"].sum()
+    assert got["exposed communication"] == acc["transfer_ns"].sum()
+    assert got["launch/host-bound"] == acc["host_bound_ns"].sum() and got["memory"] == 0
+    assert got["MFU"] == round(12 * 1_511_071_744 / 1e3)  # FLOPs / (1 TFLOP/s) in ns
+    assert got["kernel efficiency"] + got["MFU"] == acc["compute_ns"].sum()
+    assert sum(got.values()) == acc["step_ns"].sum() and sum(wf["pct"]) == pytest.approx(100.0)

@@ -41,19 +41,24 @@ def test_samples(store, run, named, straggling, start):
 
 @pytest.mark.parametrize("trial, start, named", [
     ("AR", "straggler: rank 0 (compute", (0,)),
-    ("SE", "no single straggler: 32 of 64 ranks", ()),
-    ("ST", "straggler: rank 6 (compute", (6, 7)),
+    ("SE", "slow stage: pipeline stage 1 (ranks 64, 66,", ()),
+    ("ST", "slow stage: pipeline stage 3 (ranks 6, 7)", ()),
 ])
 def test_production_traces(store, trial, start, named):
-    # AR: one slow worker (global rank 0); SE: sequence-length imbalance, half the workers (stage 1)
-    # each last significantly often: a systematic imbalance, no single worker; ST: the last pipeline
-    # stage (its two workers, ranks 6 and 7).
+    # AR: one slow worker (global rank 0), given its place in the mesh; SE: sequence-length
+    # imbalance, half the workers (stage 1) each last significantly often: no single worker, the
+    # whole stage 1 computes 50% more than stage 0 (parallelism's slow stage); ST: the last pipeline
+    # stage (its two workers, ranks 6 and 7), named as the stage, not as two stragglers.
     ingest(store, [corpus(f"kineto_misc/bytedance_straggler_whatif/trace-{trial}.parquet")])
     v = combined_verdict(store, f"trace-{trial}")
     assert v.text.startswith(start), v.text
     assert v.stragglers == named and v.straggling
     if trial == "SE":
-        assert "largest by stage: 1" in v.text
+        assert "no single straggler: 32 of 64 ranks" in v.text and "largest by stage: 1" in v.text
+    if trial == "ST":  # stragglers' rule picks ranks 6 and 7; the mesh names their stage instead
+        assert v.figures["mesh_absorbed"] == [6, 7]
+    if trial == "AR":
+        assert "in the mesh: rank 0 is pp stage 0, dp replica 0" in v.text
 
 
 def test_flight_recorder_only_run_quotes_no_step_time(store):

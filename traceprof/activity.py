@@ -43,7 +43,7 @@ from traceprof.resultcache import kept_frame
 from traceprof.store import Store
 
 __all__ = ["activity", "run_activity", "excluded_note", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL",
-           "step_window", "multi_device_ranks", "graph_level_notes", "GRAPH_LEVEL_NOTE"]
+           "step_window", "multi_device_ranks", "graph_level_notes", "GRAPH_LEVEL_NOTE", "op_activity"]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind", "device")
@@ -208,6 +208,26 @@ def excluded_note(store: Store, run_id: int, hta: bool = False) -> str | None:
     """The note on the excluded profiler-start transient (``traceprof.arrivals.transient``), or
     None when there is none or ``hta`` (HTA-compatible mode keeps it)."""
     return None if hta else run_transient(store, run_id).note
+
+
+def op_activity(store: Store, run_id: int, step: int | None = None) -> pl.DataFrame:
+    """Activity of a run traced per op rather than per kernel (NDTimeline): ``gpu_user_annotation``
+    events (forward/backward compute ranges) as compute, ``collective`` events as communication.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        step: Only the events of this step (events.step); None for all.
+
+    Returns:
+        Frame rank, class (compute/comm), start_ns, end_ns (ns, aligned), name, step; intervals of
+        positive length only, sorted by rank, start_ns and end_ns.
+    """
+    return store.sql(
+        """SELECT rank, CASE WHEN kind = 'collective' THEN 'comm' ELSE 'compute' END AS class,
+                  ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name, step
+           FROM events WHERE run_id = ? AND kind IN ('collective', 'gpu_user_annotation') AND dur_ns > 0
+             AND (? IS NULL OR step = ?)""", [run_id, step, step]).sort("rank", "start_ns", "end_ns")
 
 
 def run_activity(store: Store, run: str | None, *, hta: bool = False, detail: bool = False) -> tuple[int, pl.DataFrame]:

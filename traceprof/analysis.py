@@ -48,7 +48,7 @@ from traceprof.values import parse_bool
 if TYPE_CHECKING:
     from traceprof.store import Store
 
-__all__ = ["Analysis", "FrameResult", "Chart", "Note", "RunParams", "Report", "Topic", "PerRank", "Finding",
+__all__ = ["Analysis", "FrameResult", "Chart", "Note", "RunParams", "Report", "Lead", "Topic", "PerRank", "Finding",
            "Verdict", "FindingsInput", "register", "get", "names", "specs", "load_all", "shared", "reusing",
            "make_params", "merge_notes", "memo_store"]
 
@@ -65,7 +65,10 @@ class Chart:
     """A declarative plot of a result's frame, drawn by the report.
 
     ``kind`` is ``bars`` (one bar per ``x`` value, one series per ``ys`` column, stacked when
-    ``stacked``) or ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``).
+    ``stacked``), ``heatmap`` (``x`` × ``ys[0]`` coloured by ``value``), ``lines`` (``ys`` over a
+    time ``x`` in epoch ns, one line per ``group`` value and y column, the rows where the boolean
+    column ``mark`` is true drawn as markers) or ``spans`` (intervals from ``ys[0]`` to ``ys[1]``,
+    in ms, on lanes ``x``, coloured by ``value``).
     """
 
     title: str
@@ -76,6 +79,8 @@ class Chart:
     ylabel: str = ""
     value: str = ""
     frame: str = "frame"
+    group: str = ""
+    mark: str = ""
 
 
 class Note(str):
@@ -201,7 +206,9 @@ class Finding:
     topic's verdict (``problem``, ``ok``, ``n/a``; ``info`` for a topic without one), set by
     :func:`traceprof.findings.build`, which also sets ``problem`` to ``status == "problem"``: one
     verdict per topic, so the findings list, the verdicts table, ``summary -f json`` and the
-    report never disagree.
+    report never disagree; ``rank``: the rank a straggler finding names; ``recoverable_pct``: the
+    time fixing it could recover by the step account (``critical_path``'s ``refine`` hook), % of
+    all ranks' step time (None: no figure).
     """
 
     topic: str
@@ -211,6 +218,13 @@ class Finding:
     section: str
     full: str = ""
     status: str = ""
+    rank: int | None = None
+    recoverable_pct: float | None = None
+
+    @property
+    def rank_by(self) -> float | None:
+        """What findings are ranked by: ``recoverable_pct`` where the account gives one, else ``cost_pct``."""
+        return self.recoverable_pct if self.recoverable_pct is not None else self.cost_pct
 
 
 @dataclass(frozen=True)
@@ -236,6 +250,21 @@ class FindingsInput:
 
 
 @dataclass(frozen=True)
+class Lead:
+    """A chart that opens the report, above the findings, built from the analysis' result.
+
+    Attributes:
+        anchor: Its id in the page (``waterfall``).
+        what: What it shows, for the line that says why there is none (``step account``).
+        build: ``build(result)`` -> (frame, chart) to draw as stacked bars, or why there is none.
+    """
+
+    anchor: str
+    what: str
+    build: Callable[[FrameResult], tuple[pl.DataFrame, Chart] | str]
+
+
+@dataclass(frozen=True)
 class Report:
     """An analysis in the report and the summary.
 
@@ -244,11 +273,16 @@ class Report:
         needs: What the run must hold for it, and how to record it (shown when it does not apply).
         when: ``when(store, run_id)``: whether to run it at all on this run (``desync``: only on
             runs with Flight Recorder or NCCL-plugin data); None: on every run.
+        lead: A chart the report opens with (``critical_path``'s step waterfall); None: none.
+        timeline_path: A frame of the result (step, rank, kind, start_ns, duration_ns) the report
+            draws on the timeline of the median step (``critical_path``'s ``path``); "": none.
     """
 
     order: int
     needs: str
     when: Callable[[Store, int], bool] | None = None
+    lead: Lead | None = None
+    timeline_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -257,14 +291,17 @@ class Topic:
 
     Attributes:
         name: The verdict's topic (``stragglers``, ``communication``, ``idle``, ``utilization``,
-            ``desync``).
-        order: The topic's place among the verdicts (ascending; the regression gate is last).
+            ``desync``, ``memory``).
+        order: The topic's place among the verdicts (ascending; the regression gate's is
+            ``traceprof.findings.REGRESSION_ORDER``).
         build: Reads the results (:class:`FindingsInput`) into findings and the topic's verdict.
+        aliases: Finding topics whose status is this topic's verdict (``mfu`` findings: ``utilization``).
     """
 
     name: str
     order: int
     build: Callable[[FindingsInput], tuple[list[Finding], Verdict | None]]
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -297,6 +334,9 @@ class Analysis:
         doc: The module's docstring: what it computes and its algorithm.
         report: In the report and summary, and what it needs (None: not there).
         findings: Its findings hook (None: none).
+        refine: ``refine(input, findings)`` -> every topic's findings refined with what this
+            analysis measures (``critical_path``: the time each could recover), before they are
+            ranked (None: none).
         per_rank: How per-rank results merge (None: cross-rank; it runs on the whole run).
         requires: Analyses it runs itself.
     """
@@ -309,6 +349,7 @@ class Analysis:
     doc: str = ""
     report: Report | None = None
     findings: Topic | None = None
+    refine: Callable[[FindingsInput, list[Finding]], list[Finding]] | None = None
     per_rank: PerRank | None = None
     requires: tuple[str, ...] = ()
 

@@ -494,7 +494,7 @@ def summary(
         "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
-    """The findings of a run, ranked by what they cost, and one verdict per topic (what the report opens with)."""
+    """The findings of a run, ranked by the time they could recover (the step account), and one verdict per topic."""
     from traceprof.session import open_session
 
     with open_session(db, cache=not no_cache) as s:
@@ -505,10 +505,9 @@ def summary(
     if fmt is Format.csv:
         render(f.to_frame(), fmt)
         return
-    say(f"Findings for run {f.run!r}, ranked by cost (% of step time; -: none measured), each with its topic's "
-        "verdict:", out)
+    say(f"Findings for run {f.run!r}. {f.ranking} (-: none measured); each with its topic's verdict:", out)
     for i, x in enumerate(f.findings, 1):
-        say(f"{i:2}. {'-' if x.cost_pct is None else f'{x.cost_pct:.0f}%':>5}  {x.status:8} {x.text}", out)
+        say(f"{i:2}. {'-' if x.rank_by is None else f'{x.rank_by:.0f}%':>5}  {x.status:8} {x.text}", out)
     if not f.findings:
         say(f"    {f.empty_text}", out)
     say("Verdicts:", out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from traceprof.schema import Column, Table
 
-__all__ = ["frame", "ns", "pct", "count", "rows", "text", "flag", "ratio", "number", "ranks_list", "RANK", "STEP",
+__all__ = ["Column", "frame", "ns", "pct", "count", "rows", "text", "flag", "ratio", "number", "ranks_list", "typed", "RANK", "STEP",
            "DEVICE", "STREAM", "WINDOW_NS", "summary_columns", "POLARS_TYPES"]
 
 #: DuckDB type of each polars type a result frame holds (``str(dtype)``), for the declarations' test.
@@ -98,3 +98,22 @@ def summary_columns(what: str, per_rank: bool) -> tuple[Column, ...]:
         text("name", f"{what.capitalize()} name (full)"),
     )
     return cols
+
+
+def typed(docs: dict[str, str], types: dict[str, str]) -> tuple[Column, ...]:
+    """Columns from ``docs`` (name -> doc, in order) and their types: ``types[name]``, else by the
+    name's suffix (``_ns`` and ``_bytes``: BIGINT, ``_pct``: DOUBLE); the unit from the suffix too
+    (``_ns``: ns, ``_pct``: %, ``_bytes``: bytes).
+
+    Raises:
+        KeyError: A column with neither a type given nor a suffix that says it.
+    """
+    out = []
+    for name, doc in docs.items():
+        unit = "ns" if name.endswith("_ns") else "%" if name.endswith("_pct") else \
+            "bytes" if name.endswith("_bytes") else ""
+        t = types.get(name) or {"ns": "BIGINT", "%": "DOUBLE", "bytes": "BIGINT"}.get(unit)
+        if t is None:
+            raise KeyError(f"{name}: no type")
+        out.append(Column(name, t, doc, unit))
+    return tuple(out)

@@ -43,17 +43,20 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
+from traceprof import analysis as registry
 from traceprof import noise, structure, timing
 from traceprof.analysis import Chart, FrameResult
 from traceprof.baselines import resolve
 from traceprof.difftext import structural_reason, summary_line
-from traceprof.errors import UsageError
+from traceprof.errors import TraceprofError, UsageError
+from traceprof.names import shorten
 from traceprof.runs import run_name
 from traceprof.store import Store
 from traceprof.timing import typical_items
 
 __all__ = ["DEFAULT_THRESHOLD", "DEFAULT_ALPHA", "METRICS", "EXIT_CODES", "MIN_ITEM_SHARE_PCT", "RunProfile",
-           "DiffResult", "diff_runs", "run_profile", "compare_profiles", "thresholds", "typical_items"]
+           "DiffResult", "diff_runs", "run_profile", "compare_profiles", "thresholds", "typical_items", "MEMORY_METRIC",
+           "MEMORY_THRESHOLD", "MemoryProfile", "memory_profile"]
 
 #: Default relative threshold of every timing metric (10 %); see README "CI gating" for how it was chosen.
 DEFAULT_THRESHOLD = 0.10
@@ -67,6 +70,7 @@ METRICS: dict[str, tuple[bool, bool]] = {
     "tflops": (False, False),
     "exposed_comm_ns": (True, True),
     "idle_ns": (True, True),
+    "peak_mem_bytes": (True, False),  # structural when allocations are deterministic (see _memory_rows)
 }
 #: Exit code of each verdict (``traceprof diff``); 1 is an input or usage error.
 EXIT_CODES = {noise.OK: 0, noise.REGRESSION: 3, noise.INCONCLUSIVE: 4}
@@ -84,6 +88,7 @@ class RunProfile:
     world_size: int | None
     structure: structure.Structure
     timing: timing.Timing
+    memory: MemoryProfile | None = None
 
 
 def run_profile(store: Store, run_id: int, mfu_options: dict[str, str] | None = None,
@@ -101,7 +106,8 @@ def run_profile(store: Store, run_id: int, mfu_options: dict[str, str] | None = 
                                             AND e.kind IN ('kernel', 'memcpy', 'memset')) AS gpu
            FROM runs r WHERE run_id = ?""", [run_id]).row(0, named=True)
     p = RunProfile(run_id, info["name"], bool(info["gpu"]), info["world_size"],
-                   structure.profile(store, run_id), timing.profile(store, run_id, mfu_options))
+                   structure.profile(store, run_id), timing.profile(store, run_id, mfu_options),
+                   memory_profile(store, run_id))
     if cache is not None:
         cache[run_id] = p
     return p
@@ -174,7 +180,8 @@ def thresholds(given: dict[str, float]) -> dict[str, float]:
     Raises:
         UsageError: An unknown metric, or a value outside (0, 1].
     """
-    out = {**dict.fromkeys(METRICS, given.get("*", DEFAULT_THRESHOLD)), **structure.DEFAULT_THRESHOLDS}
+    out = {**dict.fromkeys(METRICS, given.get("*", DEFAULT_THRESHOLD)), **structure.DEFAULT_THRESHOLDS,
+           MEMORY_METRIC: MEMORY_THRESHOLD}
     for key, value in given.items():
         if key != "*" and key not in out:
             raise UsageError(f"--threshold {key}=...: no such metric; metrics: {', '.join(out)}")
@@ -281,10 +288,12 @@ def compare_profiles(bases: Sequence[RunProfile], cand: RunProfile, limits: dict
     rows = [{**r, "layer": "structural", "noise_pct": None, "p_value": None, "base_runs": k, "n_base": None,
              "n_cand": None, "verdict": noise.REGRESSION if r["regressed"] else noise.OK,
              "reason": ("not gated (--force): " if forced else "") + structural_reason(r)} for r in s_rows]
+    mem_rows = _memory_rows(bases, cand, limits[MEMORY_METRIC], alpha, step_base, forced, notes)
+    rows += mem_rows
     busier = _contention(bases, cand, limits["step_time_ns"])
     has_mfu = all(s.get_column("mfu_pct").is_not_null().any() if "mfu_pct" in s.columns else False for s in smp)
     for name in METRICS:
-        if name == ("tflops" if has_mfu else "mfu_pct") or any(name not in s.columns for s in smp):
+        if name == ("tflops" if has_mfu else "mfu_pct") or name == MEMORY_METRIC or any(name not in s.columns for s in smp):
             continue  # with MFU known, gate on it rather than on its numerator; else on TFLOP/s
         if name == "compute_ns":
             per = [(b.timing.compute_ns, _compute_units(b.timing, forced)) for b in (*bases, cand)]
@@ -313,7 +322,8 @@ def compare_profiles(bases: Sequence[RunProfile], cand: RunProfile, limits: dict
     if k == 1 and noise.INCONCLUSIVE in verdicts:
         notes.append("one baseline run: a timing change cannot be told from run-to-run variation; give 3+ baseline "
                      "runs (`traceprof diff a,b,c CAND`, or a set: `traceprof baseline add NAME RUN...`)")
-    summary = summary_line(label, cand.name, verdict, layers, metrics, s_rows, s_items, items, ranks, k)
+    struct_rows = s_rows + [r for r in mem_rows if r["layer"] == "structural"]
+    summary = summary_line(label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k)
     return DiffResult(frame=metrics, items=items, structure=s_items, ranks=ranks, verdict=verdict, layers=layers,
                       summary=summary, baseline=label, notes=(summary, *notes))
 
@@ -427,3 +437,131 @@ def _rank_compute(bases: Sequence[RunProfile], cand: RunProfile, threshold: floa
     return pl.DataFrame(rows, orient="row", schema={
         "rank": pl.Int32, "base_ns": pl.Int64, "cand_ns": pl.Int64, "delta_ns": pl.Int64, "change_pct": pl.Float64,
         "noise_pct": pl.Float64, "p_value": pl.Float64, "grew": pl.Boolean}).sort("rank")
+
+
+# --- peak memory (issue 35): the gate's memory metric ---------------------------------------------------
+#: The metric: per step, the largest peak allocated over the ranks (``memory`` analysis, each rank's
+#: primary series, the largest of its devices); a run's value is the largest over its steps, the peak
+#: that can run out of memory.
+MEMORY_METRIC = "peak_mem_bytes"
+#: Default growth that makes it a regression (1 %: with deterministic allocations any growth is real
+#: extra memory; set it by name, ``-t peak_mem_bytes=0.05``).
+MEMORY_THRESHOLD = 0.01
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """A run's memory for the gate.
+
+    Attributes:
+        steps: rank, step, peak_bytes: each rank's peak allocated per ProfilerStep (bytes).
+        ops: op, top_op, live_bytes: bytes live at each rank's peak by allocating op, summed over ranks.
+    """
+
+    steps: pl.DataFrame
+    ops: pl.DataFrame
+
+    def rank_values(self) -> dict[int, int]:
+        """Rank -> its largest step peak (bytes)."""
+        return dict(self.steps.group_by("rank").agg(pl.col("peak_bytes").max()).iter_rows())
+
+    def units(self) -> np.ndarray:
+        """Per step (in step order), the largest peak over the ranks: the metric's unit values."""
+        return self.steps.group_by("step").agg(pl.col("peak_bytes").max()).sort("step")["peak_bytes"].to_numpy()
+
+    @property
+    def value(self) -> float:
+        """The run's value of :data:`MEMORY_METRIC` (bytes)."""
+        return float(self.steps["peak_bytes"].max())  # type: ignore[arg-type]
+
+
+def memory_profile(store: Store, run_id: int) -> MemoryProfile | None:
+    """The run's :class:`MemoryProfile` from the ``memory`` analysis, or None when it recorded no
+    memory (or none within ProfilerSteps)."""
+    try:
+        an = registry.get("memory")
+        res = an.run(store, an.params(run=str(run_id)))
+    except TraceprofError:
+        return None
+    key = ["rank", "device", "source"]
+    primary = res.frame.filter(pl.col("primary")).select(key)
+    steps = res.frames()["steps"].join(primary, on=key, nulls_equal=True).filter(
+        pl.col("step").is_not_null() & pl.col("peak_allocated_bytes").is_not_null()).group_by("rank", "step").agg(
+        pl.col("peak_allocated_bytes").max().alias("peak_bytes"))
+    if steps.is_empty():
+        return None
+    ops = res.frames()["ops"].join(primary, on=key, nulls_equal=True).group_by("op", "top_op").agg(
+        pl.col("live_bytes").sum())
+    return MemoryProfile(steps.sort("rank", "step"), ops)
+
+
+def _memory_deterministic(bases: Sequence[RunProfile]) -> bool:
+    """Whether the baselines' allocations are deterministic: 2+ baseline runs whose ranks' peaks agree
+    to the byte, or one in which each rank repeats its peak to the byte: all its 2+ steps, or its 2+
+    steps after the first (which allocates the optimizer state, workspaces, ...)."""
+    mems = [b.memory for b in bases if b.memory is not None]
+    if len(mems) >= 2:
+        first = mems[0].rank_values()
+        return all(m.rank_values() == first for m in mems[1:])
+    for _, g in mems[0].steps.sort("step").group_by("rank"):
+        vals = g["peak_bytes"].to_list()  # repetition is the evidence: 2+ equal steps, the first aside or not
+        if not ((len(vals) >= 2 and len(set(vals)) == 1) or (len(vals) >= 3 and len(set(vals[1:])) == 1)):
+            return False
+    return True
+
+
+def _memory_cause(bases: Sequence[RunProfile], cand: RunProfile) -> str:
+    """The op whose live bytes at the peak grew most (candidate minus the baselines' mean), or ""."""
+    from traceprof.display import size
+
+    k = len(bases)
+    parts = [b.memory.ops.with_columns(pl.lit(-1.0 / k).alias("_w")) for b in bases if b.memory is not None]
+    if cand.memory is not None:
+        parts.append(cand.memory.ops.with_columns(pl.lit(1.0).alias("_w")))
+    stacked = pl.concat(parts)
+    grew = stacked.group_by("op", "top_op").agg((pl.col("live_bytes") * pl.col("_w")).sum().alias("d")).filter(
+        pl.col("d") > 0).sort("d", "op", descending=[True, False], nulls_last=True)
+    if grew.is_empty():
+        return ""
+    r = grew.row(0, named=True)
+    who = ("memory allocated before the trace" if r["op"] == "(before the trace)" else
+           shorten(str(r["op"] or "allocations outside any CPU op"), 60)
+           + (f" in {shorten(r['top_op'], 60)}" if r["top_op"] else ""))
+    return f"{who} holds +{size(r['d'])} more at the peak"
+
+
+def _memory_rows(bases: Sequence[RunProfile], cand: RunProfile, threshold: float, alpha: float, step_base: float,
+                 forced: bool, notes: list[str]) -> list[dict[str, object]]:
+    """The :data:`MEMORY_METRIC` row: structural (exact) when the baselines' allocations are
+    deterministic (:func:`_memory_deterministic`), else through the timing layer's noise test; none
+    when a side recorded no memory (with a note when only one did)."""
+    have = [b.memory is not None for b in bases] + [cand.memory is not None]
+    if not all(have):
+        if any(have):
+            notes.append(f"{MEMORY_METRIC} not compared: only some of the runs recorded memory (profile_memory=True)")
+        return []
+    cause = _memory_cause(bases, cand)
+    if not _memory_deterministic(bases):
+        per = [(b.memory.value, b.memory.units()) for b in (*bases, cand) if b.memory is not None]
+        noisy = _timing_row(MEMORY_METRIC, per, [len(u) for _, u in per], step_base, threshold, alpha)
+        noisy["reason"] = f"{noisy['reason']} (allocations differ between the baseline runs: noise-tested)" + (
+            f"; {cause}" if cause and float(noisy["delta"]) > 0 else "")  # type: ignore[arg-type]
+        return [noisy]
+    values = [b.memory.value for b in bases if b.memory is not None]
+    c = cand.memory.value if cand.memory is not None else math.nan
+    base, change = structure.metric_change(values, c)
+    regressed = bool(change > 100.0 * threshold) and not forced
+    row: dict[str, object] = {
+        "metric": MEMORY_METRIC, "base": base, "cand": c, "delta": c - base,
+        "delta_pct": 100.0 * (c - base) / base if base else None, "change_pct": change,
+        "threshold_pct": 100.0 * threshold, "regressed": regressed, "varies": len(set(values)) > 1, "ranks": [],
+        "per_rank": None, "layer": "structural", "noise_pct": None, "p_value": None, "base_runs": len(bases),
+        "n_base": None, "n_cand": None, "verdict": noise.REGRESSION if regressed else noise.OK,
+        "text": cause,
+    }
+    reason = structural_reason(row)
+    if change:
+        reason += "; allocations are deterministic (the baselines' peaks agree to the byte)" + (
+            f"; {cause}" if cause and change > 0 else "")
+    row["reason"] = ("not gated (--force): " if forced else "") + reason
+    return [row]

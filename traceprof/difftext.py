@@ -31,9 +31,11 @@ def _structural_text(m: dict[str, object], changed: pl.DataFrame, world: int) ->
     """``flops +17.8% per step (> 1%): +2 aten::mm (512,128)@(128,512) per step on every rank, ...``"""
     name = str(m["metric"])
     head = f"{name} {float(m['change_pct']):+.1f}% per step (> {m['threshold_pct']:g}%)"  # type: ignore[arg-type]
-    col, kinds = {"flops": ("delta_flops", None), "comm_bytes": ("delta_bytes", ("collective",)),
-                  "collectives": ("delta_calls", ("collective",)),
-                  "launches": ("delta_calls", ("kernel", "op"))}[name]
+    by = {"flops": ("delta_flops", None), "comm_bytes": ("delta_bytes", ("collective",)),
+          "collectives": ("delta_calls", ("collective",)), "launches": ("delta_calls", ("kernel", "op"))}
+    if name not in by:  # a metric that words its own cause (peak_mem_bytes: the op whose memory grew)
+        return head + (f": {m['text']}" if m.get("text") else "")
+    col, kinds = by[name]
     rows = changed.filter(pl.col(col) > 0)
     if kinds:
         rows = rows.filter(pl.col("kind").is_in(kinds))

@@ -31,7 +31,7 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["UNITS", "duration", "timestamp", "plain", "table_columns", "table_rows", "cell", "describe"]
+__all__ = ["UNITS", "duration", "size", "timestamp", "plain", "table_columns", "table_rows", "cell", "describe"]
 
 UNITS = ("human", "ns")
 
@@ -52,6 +52,15 @@ def duration(ns: float) -> str:
             text = f"{v:.3g}"
             return f"{text} {unit}" if "e" not in text else f"{v:,.0f} {unit}"  # 999.9 -> 1,000, not 1e+03
     return f"{ns:,.0f} ns"
+
+
+def size(nbytes: float) -> str:
+    """``nbytes`` in the largest binary unit that keeps it at or above 1: ``6.17 GiB``, ``512 MiB``, ``300 B``."""
+    a = abs(nbytes)
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if a >= scale:
+            return f"{nbytes / scale:.3g} {unit}" if a < 1000 * scale else f"{nbytes / scale:,.0f} {unit}"
+    return f"{nbytes:,.0f} B"
 
 
 def timestamp(ns: int, date: bool = False) -> str:

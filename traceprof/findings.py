@@ -13,10 +13,14 @@ Algorithm:
      becomes a :class:`Missing` entry with what the run lacks (``Report.needs``) and how to record it.
   2. Per topic, in the topics' declared order, the analysis' findings hook reads the results into
      findings with a cost in % of step time and one verdict (stragglers, communication, idle,
-     utilization, desync); last the regression against baselines (``traceprof.diff``: its verdict;
-     cost: the step-time change of a regression).
-  3. Rank findings by cost, largest first (those without a cost last), and give one combined
-     verdict per topic (``problem``, ``ok`` or ``n/a``).
+     utilization, desync, memory, parallelism); the regression against baselines
+     (``traceprof.diff``: its verdict; cost: the step-time change of a regression) at its place
+     among them (:data:`REGRESSION_ORDER`).
+  3. Let the analyses that measure what a finding could recover refine them (their spec's
+     ``refine``: ``critical_path`` gives each the time it could recover by the step account, % of
+     all ranks' step time), rank them by it, largest first (by their cost where there is no such
+     figure; those without either last), and give one combined verdict per topic (``problem``,
+     ``ok`` or ``n/a``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,10 @@ from traceprof.timing import analysis_mfu_options
 from traceprof.values import parse_bool
 
 __all__ = ["Finding", "Verdict", "Missing", "Findings", "report_analyses", "run_analyses", "build", "summarize",
-           "compare", "hta_mode"]
+           "compare", "hta_mode", "REGRESSION_ORDER"]
+
+#: The regression gate's place among the topics' verdicts (``Topic.order``).
+REGRESSION_ORDER = 60
 
 HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
        "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True")
@@ -75,15 +82,25 @@ class Findings:
             return "nothing found that costs step time; the verdict per topic follows"
         return "no findings: no analysis applied to this run"
 
+    @property
+    def ranking(self) -> str:
+        """How the findings are ranked, in words (the summary and the report say it)."""
+        if any(f.recoverable_pct is not None for f in self.findings):
+            return ("Ranked by the time each could recover by the step account (critical_path), in % of all ranks' "
+                    "step time; the others by what they cost, in % of step time")
+        return "Ranked by what they cost, in % of step time"
+
     def to_frame(self) -> pl.DataFrame:
-        """Findings as a frame: position, topic, cost_pct (% of step time, null if none), problem,
+        """Findings as a frame: position, topic, cost_pct (% of step time, null if none),
+        recoverable_pct (% of all ranks' step time by the step account, null if none), problem,
         status (the topic's verdict), finding."""
         return pl.DataFrame(
             {"position": list(range(1, len(self.findings) + 1)), "topic": [f.topic for f in self.findings],
-             "cost_pct": [f.cost_pct for f in self.findings], "problem": [f.problem for f in self.findings],
+             "cost_pct": [f.cost_pct for f in self.findings],
+             "recoverable_pct": [f.recoverable_pct for f in self.findings], "problem": [f.problem for f in self.findings],
              "status": [f.status for f in self.findings], "finding": [f.text for f in self.findings]},
-            schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "problem": pl.Boolean,
-                    "status": pl.Utf8, "finding": pl.Utf8})
+            schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "recoverable_pct": pl.Float64,
+                    "problem": pl.Boolean, "status": pl.Utf8, "finding": pl.Utf8})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run, findings, verdicts, missing."""
@@ -266,24 +283,33 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     inp = FindingsInput(ok, dict(errors), store, run_id, params or {})
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
-    topics = sorted((a.findings for a in registry.specs() if a.findings is not None), key=lambda t: (t.order, t.name))
-    for found, verdict in (*(t.build(inp) for t in topics), _regression(diff)):
-        findings += _agree(found, verdict)
+    specs = registry.specs()
+    topics = sorted((a.findings for a in specs if a.findings is not None), key=lambda t: (t.order, t.name))
+    parts = [(t.order, lambda t=t: t.build(inp)) for t in topics] + [(REGRESSION_ORDER, lambda: _regression(diff))]
+    for _, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
+        found, verdict = part()
+        findings += found
         if verdict is not None:
             verdicts.append(verdict)
-    findings.sort(key=lambda f: (f.cost_pct is None, -(f.cost_pct or 0.0), not f.problem))
+    for a in specs:
+        if a.refine is not None:
+            findings = a.refine(inp, findings)
+    aliases = {alias: t.name for t in topics for alias in t.aliases}
+    findings = _agree(findings, verdicts, aliases)
+    findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
     needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
     missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
     return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
 
 
-def _agree(findings: list[Finding], verdict: Verdict | None) -> list[Finding]:
-    """Each finding of one topic with that topic's verdict as ``status`` (``problem`` exactly when
-    that is ``problem``; the ``mfu`` finding's verdict is ``utilization``'s); a topic without a
-    verdict: ``problem`` or ``info`` as the finding says."""
+def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:
+    """Each finding with its topic's verdict as ``status`` (``problem`` exactly when that is
+    ``problem``; ``aliases``: the verdict topic of a finding topic where they differ, ``Topic.aliases``);
+    a topic without a verdict: ``problem`` or ``info`` as the finding says."""
+    status = {v.topic: v.status for v in verdicts}
     out = []
     for f in findings:
-        st = (verdict.status if verdict is not None else "") or ("problem" if f.problem else "info")
+        st = status.get(aliases.get(f.topic, f.topic)) or ("problem" if f.problem else "info")
         out.append(dataclasses.replace(f, status=st, problem=st == "problem"))
     return out
 

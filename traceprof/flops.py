@@ -1,7 +1,9 @@
 """Model FLOPs per step and rank, from a stated source (README.md "Analyses": MFU).
 
 FLOPs are floating-point operations; a multiply-add counts 2 (the convention of torch's profiler
-and FlopCounterMode). Sources, in the order :func:`account` prefers them:
+and FlopCounterMode). Causal attention (``is_causal`` true in the op's ``Concrete Inputs``) counts
+half of its score and value products, as FlashAttention's benchmark and MaxText count it
+(:data:`CAUSAL_CONVENTION`); torch's FlopCounterMode counts them in full. Sources, in the order :func:`account` prefers them:
 
 1. ``declared``: the user's model FLOPs per step of the whole job, split evenly over its ranks.
 2. ``palm``: the PaLM formula (Chowdhery et al. 2022, appendix B) per step of the whole job,
@@ -34,7 +36,8 @@ from traceprof.optree import with_parents
 from traceprof.peaks import canonical_dtype
 from traceprof.store import Store
 
-__all__ = ["SHAPE_OPS", "FlopsAccount", "op_flops", "palm_flops", "signature_flops", "shape_flops", "sidecar_flops", "account"]
+__all__ = ["CAUSAL_CONVENTION", "SHAPE_OPS", "FlopsAccount", "op_flops", "palm_flops", "signature_flops", "shape_flops",
+           "sidecar_flops", "account"]
 
 Dims = list[list[int]]
 
@@ -101,15 +104,39 @@ def _conv_backward(d: Dims, c: list[object]) -> float | None:
     return fwd * (int(bool(mask[0])) + int(bool(mask[1])))
 
 
-def _sdpa(d: Dims, c: list[object]) -> float:
-    q, k, v = d[0], d[1], d[2]
-    return 2.0 * _prod(q[:-1]) * k[-2] * (q[-1] + v[-1])
+def _causal(c: list[object], at: int) -> bool:
+    """Whether concrete input ``at`` (the op's ``is_causal`` argument) is true."""
+    return len(c) > at and c[at] is True
 
 
-def _sdpa_backward(d: Dims, c: list[object]) -> float:
-    # (grad_out, query, key, value, ...): dq, dk, dv and dP are four matmuls, twice the forward
-    # (torch's FlopCounterMode convention; a flash kernel's recomputation of QK^T is not counted).
-    return 2.0 * _sdpa(d[1:], c)
+def _sdpa_at(at: int) -> Callable[[Dims, list[object]], float]:
+    """Forward attention FLOPs, ``is_causal`` at concrete input ``at``: the score (QK^T) and
+    value (PV) products, ``2·B·H·Lq·Lk·(Dqk + Dv)``, halved when causal (:data:`CAUSAL_CONVENTION`)."""
+
+    def sdpa(d: Dims, c: list[object]) -> float:
+        q, k, v = d[0], d[1], d[2]
+        full = 2.0 * _prod(q[:-1]) * k[-2] * (q[-1] + v[-1])
+        return full / 2 if _causal(c, at) else full
+
+    return sdpa
+
+
+def _sdpa_backward_at(at: int) -> Callable[[Dims, list[object]], float]:
+    """Backward attention FLOPs (grad_out, query, key, value, ...): dq, dk, dv and dP are four
+    matmuls, twice the forward (torch's FlopCounterMode convention; a flash kernel's recomputation
+    of QK^T is not counted); halved when causal, like the forward."""
+    fwd = _sdpa_at(at - 1)  # the forward's arguments start one later (after grad_out)
+
+    def sdpa_backward(d: Dims, c: list[object]) -> float:
+        return 2.0 * fwd(d[1:], c[1:])
+
+    return sdpa_backward
+
+
+#: How attention is counted (``mfu`` states it): causal attention (``is_causal``) counts half the
+#: score and value products, as FlashAttention's own benchmark and MaxText count it.
+CAUSAL_CONVENTION = ("a multiply-add counts 2; causal attention (SDPA / flash attention with is_causal) counts half "
+                     "of its score (QK^T) and value (PV) products, as FlashAttention's benchmark and MaxText do")
 
 
 #: Ops whose FLOPs are computed from shapes, with their formula ``f(input dims, concrete inputs)``.
@@ -123,15 +150,16 @@ SHAPE_OPS: dict[str, Callable[[Dims, list[object]], float | None]] = {
     "aten::convolution": _conv_forward,
     "aten::_convolution": _conv_forward,
     "aten::convolution_backward": _conv_backward,
-    "aten::scaled_dot_product_attention": _sdpa,
-    "aten::_scaled_dot_product_flash_attention": _sdpa,
-    "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa,
-    "aten::_scaled_dot_product_efficient_attention": _sdpa,
-    "aten::_scaled_dot_product_cudnn_attention": _sdpa,
-    "aten::_scaled_dot_product_flash_attention_backward": _sdpa_backward,
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward,
-    "aten::_scaled_dot_product_efficient_attention_backward": _sdpa_backward,
-    "aten::_scaled_dot_product_cudnn_attention_backward": _sdpa_backward,
+    # attention: the position of is_causal among the op's arguments (ATen's schemas) is its argument
+    "aten::scaled_dot_product_attention": _sdpa_at(5),
+    "aten::_scaled_dot_product_flash_attention": _sdpa_at(4),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa_at(4),
+    "aten::_scaled_dot_product_efficient_attention": _sdpa_at(6),
+    "aten::_scaled_dot_product_cudnn_attention": _sdpa_at(6),
+    "aten::_scaled_dot_product_flash_attention_backward": _sdpa_backward_at(11),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward_at(7),
+    "aten::_scaled_dot_product_efficient_attention_backward": _sdpa_backward_at(11),
+    "aten::_scaled_dot_product_cudnn_attention_backward": _sdpa_backward_at(14),
 }
 # Composite ops that dispatch to other ops of the set; on identical intervals the other one is the leaf.
 _COMPOSITE = ("aten::linear", "aten::matmul", "aten::convolution", "aten::scaled_dot_product_attention")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["merge", "union_ns", "clip", "subtract", "complement", "class_measures"]
+__all__ = ["merge", "union_ns", "clip", "subtract", "remove", "tile", "cut", "complement", "class_measures"]
 
 
 def merge(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
@@ -94,12 +94,9 @@ def subtract(
 ) -> pl.DataFrame:
     """The parts of ``a`` not covered by ``b``: ``∪a - ∪b`` within each group, as maximal intervals.
 
-    Linear after one sort (never a join of intervals x groups): ``∪b`` of each ``b_by`` group is
-    turned into its complement, the sorted disjoint gaps between its intervals (plus the two
-    unbounded ends); each merged interval of ``a`` meets a contiguous run of those gaps, found by
-    two as-of joins, and its pieces are its intersections with them. Work and memory grow with
-    ``|a| + |b|`` plus the number of pieces returned, whatever the number of groups (e.g. one
-    group per step).
+    :func:`remove` applied to the merged ``a``: linear after one sort (never a join of intervals x
+    groups). Work and memory grow with ``|a| + |b|`` plus the number of pieces returned, whatever
+    the number of groups (e.g. one group per step).
 
     Args:
         a: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive).
@@ -112,17 +109,71 @@ def subtract(
         Frame with columns ``by + [start_ns, end_ns]``: disjoint, sorted within each group, touching
         pieces merged.
     """
-    b_by = by if b_by is None else b_by
     ma = merge(a, by)
     if ma.is_empty():
         return ma
+    return remove(ma, b, by, b_by).select(*by, "start_ns", "end_ns").sort([*by, "start_ns"])
+
+
+def remove(a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | None = None) -> pl.DataFrame:
+    """The parts of each interval of ``a`` not covered by any interval of ``b`` of its group,
+    keeping ``a``'s other columns on every piece (``a`` is not merged: overlapping intervals of
+    ``a`` give overlapping pieces).
+
+    Linear after one sort: ``∪b`` of each ``b_by`` group is turned into its complement, the sorted
+    disjoint gaps between its intervals (plus the two unbounded ends); each interval of ``a`` meets a
+    contiguous run of those gaps, found by two as-of joins, and its pieces are its intersections
+    with them.
+
+    Args:
+        a: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive, any other columns).
+        b: Intervals to remove (``b_by`` columns, start_ns, end_ns).
+        by: Group columns of ``a``.
+        b_by: Group columns of ``b``, a subset of ``by`` (default ``by``); a null key is a group
+            of its own.
+
+    Returns:
+        ``a``'s columns, one row per piece (ns), unordered; intervals of ``a`` of zero length and
+        those ``b`` covers entirely give none.
+    """
+    b_by = by if b_by is None else b_by
+    a = a.filter(pl.col("end_ns") > pl.col("start_ns"))
+    if a.is_empty():
+        return a
     # One dense id per b_by group of ``a``; b's groups that ``a`` lacks remove nothing.
-    keys = ma.select(b_by).unique().with_row_index("_g")
-    ma = ma.join(keys, on=b_by, how="left", nulls_equal=True)
-    mb = merge(b.join(keys, on=b_by, how="inner", nulls_equal=True), ["_g"])
+    keys = a.select(b_by).unique().with_row_index("_g")
+    ag = a.join(keys, on=b_by, how="left", nulls_equal=True)
+    mb = merge(b.select(*b_by, "start_ns", "end_ns").join(keys, on=b_by, how="inner", nulls_equal=True), ["_g"])
     gaps = complement(mb, "_g", keys.select("_g"))
-    pieces = _intersect_runs(ma.select(*by, "_g", "start_ns", "end_ns"), gaps, "_g")
-    return pieces.select(*by, "start_ns", "end_ns").sort([*by, "start_ns"])
+    return _intersect_runs(ag, gaps, "_g").drop("_g").select(a.columns)
+
+
+def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.DataFrame:
+    """Disjoint pieces that tile the union of each group's intervals, each keeping the other
+    columns of the interval it comes from.
+
+    In start order (ties broken by ``order``, then end, longest first), each interval keeps the part
+    of it past the running max end of its group's earlier intervals, ``[max(start, that end), end)``
+    when that is not empty (the sweep of :func:`union_ns`): an interval nested in an earlier one
+    gives nothing, one overlapping an earlier one gives its tail. One sort and one pass.
+
+    Args:
+        df: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive, any other columns).
+        by: Group columns.
+        order: Columns that decide, among intervals starting at the same time, which comes first
+            (and so keeps the common part), ascending.
+
+    Returns:
+        ``df``'s columns, one row per piece (ns), disjoint and sorted by ``by`` and start within
+        each group; their lengths add up to ``|∪ df|`` of the group.
+    """
+    s = df.filter(pl.col("end_ns") > pl.col("start_ns"))
+    keys = [*by, "start_ns", *(order or []), "end_ns"]
+    s = s.sort(keys, descending=[False] * (len(keys) - 1) + [True], nulls_last=True)
+    before = pl.col("end_ns").cum_max().shift(1)
+    before = (before.over(by) if by else before).fill_null(_LO)
+    return s.with_columns(pl.max_horizontal("start_ns", before).alias("start_ns")).filter(
+        pl.col("end_ns") > pl.col("start_ns"))
 
 
 _LO, _HI = -(2**63), 2**63 - 1  # unbounded ends of a complement (int64 ns)
@@ -150,7 +201,30 @@ def complement(m: pl.DataFrame, g: str, groups: pl.DataFrame) -> pl.DataFrame:
     return out.sort(g, "start_ns").with_row_index("_c").with_columns(pl.col("_c").cast(pl.Int64))
 
 
-def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str) -> pl.DataFrame:
+def cut(a: pl.DataFrame, runs: pl.DataFrame, g: str, carry: list[str]) -> pl.DataFrame:
+    """Each interval of ``a`` intersected with the intervals ``runs`` of its group (e.g. a rank's
+    step windows), the run's ``carry`` columns added to each piece.
+
+    Args:
+        a: Intervals (``g``, int64 ``start_ns``/``end_ns``, any other columns).
+        runs: Disjoint intervals per ``g`` (``g``, start_ns, end_ns and the ``carry`` columns);
+            those of zero length are left out.
+        g: Group column of both (one column).
+        carry: Columns of ``runs`` to copy onto the pieces.
+
+    Returns:
+        ``a``'s columns (start_ns, end_ns replaced by the pieces, ns) plus ``carry``, unordered;
+        parts of ``a`` outside every run are dropped. Linear after sorts (two as-of joins).
+    """
+    r = runs.filter(pl.col("end_ns") > pl.col("start_ns")).sort(g, "start_ns").with_row_index("_c").with_columns(
+        pl.col("_c").cast(pl.Int64))
+    if a.is_empty() or r.is_empty():
+        return a.head(0).with_columns(*(pl.lit(None, runs.schema[c]).alias(c) for c in carry))
+    pieces = _intersect_runs(a, r.select(g, "start_ns", "end_ns", "_c"), g, keep="_pos")
+    return pieces.join(r.select(pl.col("_c").alias("_pos"), *carry), on="_pos", how="left").drop("_pos")
+
+
+def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | None = None) -> pl.DataFrame:
     """Each interval of ``a`` intersected with the disjoint sorted intervals ``runs`` of its group.
 
     The runs an interval [s, e) meets are a contiguous range of positions ``_c``: from the first
@@ -162,6 +236,7 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str) -> pl.DataFrame
         runs: Output of :func:`complement` (or any disjoint intervals sorted within ``g``, ``_c``
             their positions).
         g: Group column shared by both.
+        keep: Name of a column to hold each piece's run position ``_c`` (None: not kept).
 
     Returns:
         ``a``'s columns with start_ns, end_ns replaced by the pieces (ns), unordered.
@@ -183,9 +258,10 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str) -> pl.DataFrame
         .explode("_c")
         .join(runs.select("_c", pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re")), on="_c")
     )
-    return pairs.with_columns(
+    out = pairs.with_columns(
         pl.max_horizontal("start_ns", "_rs").alias("start_ns"), pl.min_horizontal("end_ns", "_re").alias("end_ns")
-    ).drop("_c", "_rs", "_re")
+    ).drop("_rs", "_re")
+    return out.rename({"_c": keep}) if keep else out.drop("_c")
 
 
 def _sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:

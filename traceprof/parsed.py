@@ -79,8 +79,8 @@ class ParsedTrace:
         path: Absolute path of the file.
         sha256: SHA-256 hex digest of the file bytes.
         bytes: File size in bytes.
-        source: ``kineto``, ``flight_recorder``, ``nccl_profiler``, ``nccl_inspector``, ``nsys`` or
-            ``ndtimeline`` (the collector's name in ``traceprof.sources``).
+        source: ``kineto``, ``flight_recorder``, ``nccl_profiler``, ``nccl_inspector``, ``nsys``,
+            ``ndtimeline`` or ``memory_timeline`` (the collector's name in ``traceprof.sources``).
         format: Source dialect, e.g. ``kineto-new`` or ``kineto-old``.
         rank: Global rank, or ``None`` when the file does not say (the store decides).
         world_size: World size the file states, or ``None``.

@@ -33,7 +33,8 @@ import polars as pl
 
 from traceprof.names import shorten
 
-__all__ = ["bars", "heatmap", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS", "MAX_COLUMNS"]
+__all__ = ["bars", "heatmap", "lines", "spans", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS",
+           "MAX_COLUMNS", "MAX_LINES"]
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 #: Colours of the timeline states (``traceprof.timeline.STATES``): idle, compute, hidden and exposed communication.
@@ -44,6 +45,8 @@ _WIDTH = 900
 #: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
 #: that the figure stays responsive and the report's size bounded whatever the run's length.
 MAX_COLUMNS = 400
+#: A lines chart draws at most this many groups (e.g. ranks): those with the largest values.
+MAX_LINES = 16
 
 
 @contextlib.contextmanager
@@ -108,8 +111,10 @@ def downsample(df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str
                  f"{x}s labelled by the first (the table has every {x})")
 
 
-def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False) -> Any:
-    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side).
+def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False,
+         height: int = 320) -> Any:
+    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side),
+    ``height`` px tall.
 
     ``_ns`` columns are drawn in ms (axis ``ms``); other columns as they are, the axis labelled
     ``ylabel``.
@@ -128,7 +133,7 @@ def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = 
     rotate = len(xs) > 12 or max(map(len, xs), default=0) > 8
     nested = not stacked and len(ys) > 1
     factors = [(xv, label(y)) for xv in xs for y in ys] if nested else xs
-    fig = figure(title=title, width=_WIDTH, height=320, toolbar_location="right", tools="save,reset",
+    fig = figure(title=title, width=_WIDTH, height=height, toolbar_location="right", tools="save,reset",
                  output_backend="canvas", y_axis_label=unit, x_axis_label=x, x_range=FactorRange(*factors))
     if not nested:
         src = ColumnDataSource(data)
@@ -174,6 +179,72 @@ def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
     fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@x"), (y, "@y"), (label(value), "@v{0,0.[00]}")]))
     fig.add_layout(ColorBar(color_mapper=mapper, title=label(value) + _unit(value)), "right")
     fig.grid.grid_line_color = None
+    return fig
+
+
+def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, title: str) -> Any:
+    """Lines over time: ``x`` epoch ns drawn as ms from the earliest, one line per ``group`` value and
+    ``ys`` column (the first solid, the others dashed), in the group's colour; the rows where the
+    boolean column ``mark`` is true drawn as markers (e.g. each series' peak). ``_bytes`` columns
+    are drawn in GiB, ``_ns`` in ms; hover gives the group, the column and the value."""
+    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    ys = [y for y in ys if y in df.columns]
+    scale, unit = (1 / 2**30, "GiB") if all(y.endswith("_bytes") for y in ys) else \
+        (1e-6, "ms") if all(y.endswith("_ns") for y in ys) else (1.0, "value")
+    t0 = df[x].min() or 0
+    fig = figure(title=title, width=_WIDTH, height=360, tools="xpan,xwheel_zoom,reset,save", output_backend="canvas",
+                 x_axis_label="ms from the first record", y_axis_label=unit)
+    items, dashes = [], ("solid", "dashed", "dotted", "dotdash")
+    groups = df[group].unique(maintain_order=True).to_list() if group else [None]
+    if len(groups) > MAX_LINES:  # many ranks: the largest series, so that the figure stays readable and small
+        top = df.group_by(group).agg(pl.col(ys[0]).max()).sort(ys[0], group, descending=[True, False], nulls_last=True)
+        keep = set(top[group].head(MAX_LINES).to_list())
+        fig.title.text += f" (the {MAX_LINES} largest of {len(groups)}; the table has all)"
+        groups = [g for g in groups if g in keep]
+    for i, g in enumerate(groups):
+        part = df.filter(pl.col(group) == g) if group else df
+        color = PALETTE[i % len(PALETTE)]
+        for j, y in enumerate(ys):
+            d = part.filter(pl.col(y).is_not_null())
+            if d.is_empty():
+                continue
+            src = ColumnDataSource({"t": [(v - t0) / 1e6 for v in d[x].to_list()],
+                                    "v": [float(v) * scale for v in d[y].to_list()], "g": [str(g)] * d.height})
+            r = fig.line("t", "v", source=src, color=color, line_dash=dashes[j % len(dashes)], line_width=1.5)
+            fig.add_tools(HoverTool(renderers=[r], tooltips=[("", "@g"), (label(y), f"@v{{0,0.000}} {unit}"),
+                                                             ("at", "@t{0,0.000} ms")]))
+            items.append(LegendItem(label=f"{g} {label(y)}" if group else label(y), renderers=[r]))
+            if mark and mark in d.columns:
+                m = d.filter(pl.col(mark))
+                fig.scatter([(v - t0) / 1e6 for v in m[x].to_list()], [float(v) * scale for v in m[y].to_list()],
+                            color=color, size=9, marker="circle")
+    if items:
+        fig.add_layout(Legend(items=items[:20]), "right")
+
+
+def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: str) -> Any:
+    """Intervals on lanes (a Gantt chart): one bar per row from ``start`` to ``end`` (ms) on lane
+    ``lane`` (a category, in first-seen order, top to bottom), coloured by ``state``."""
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    lanes = list(dict.fromkeys(str(v) for v in df[lane].to_list()))
+    states = list(dict.fromkeys(str(v) for v in df[state].to_list()))
+    fig = figure(title=title, width=_WIDTH, height=min(140 + 30 * len(lanes), 700), tools="xpan,xwheel_zoom,reset,save",
+                 output_backend="canvas", x_axis_label="ms from the step's start", y_range=FactorRange(*reversed(lanes)))
+    items = []
+    for k, st in enumerate(states):
+        d = df.filter(pl.col(state).cast(pl.Utf8) == st)
+        src = ColumnDataSource({"y": [str(v) for v in d[lane].to_list()], "l": d[start].to_list(),
+                                "r": d[end].to_list(), "dur": (d[end] - d[start]).to_list()})
+        r = fig.hbar(y="y", left="l", right="r", height=0.7, source=src, color=PALETTE[k % len(PALETTE)])
+        fig.add_tools(HoverTool(renderers=[r], tooltips=[(lane, "@y"), ("", st), ("from", "@l{0,0.000} ms"),
+                                                         ("for", "@dur{0,0.000} ms")]))
+        items.append(LegendItem(label=st, renderers=[r]))
+    fig.ygrid.grid_line_color = None
+    fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
     return fig
 
 
@@ -229,10 +300,35 @@ def timeline(tl: Any) -> Any:
             items.append(LegendItem(label=state, renderers=[fig.scatter([], [], color=STATE_COLORS[code], size=8,
                                                                          marker="square")]))
         fig.title.text += f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
+    if tl.path is not None and not tl.path.is_empty():
+        items.append(LegendItem(label="critical path", renderers=[_path_glyphs(fig, tl)]))
+        fig.title.text += "; critical path in black"
     fig.y_range.flipped = True
     fig.ygrid.grid_line_color = None
     fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
     return fig
+
+
+def _path_glyphs(fig: Any, tl: Any) -> Any:
+    """The critical path (``tl.path``) over the lanes: a black line along each piece on its rank's
+    lane and a vertical one where it crosses to another rank (a rank waited for that one)."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    index = {r: i for i, r in enumerate(tl.ranks)}
+    p = tl.path.with_columns(pl.col("rank").replace_strict(index, return_dtype=pl.Int64).alias("lane"))
+    src = ColumnDataSource({"l": p["start_ms"].to_list(), "r": p["end_ms"].to_list(), "y": p["lane"].to_list(),
+                            "rank": p["rank"].to_list(), "kind": p["kind"].to_list(),
+                            "name": [shorten(n, 60) for n in p["name"].to_list()],
+                            "dur": (p["end_ms"] - p["start_ms"]).to_list()})
+    r = fig.segment(x0="l", x1="r", y0="y", y1="y", source=src, color="black", line_width=3)
+    fig.add_tools(HoverTool(renderers=[r], tooltips=[("critical path, rank", "@rank"), ("", "@kind @name"),
+                                                     ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")]))
+    turn = p.filter(pl.col("lane") != pl.col("lane").shift(1))
+    prev = p["lane"].shift(1).filter(p["lane"] != p["lane"].shift(1))
+    if turn.height:
+        fig.segment(x0=turn["start_ms"].to_list(), x1=turn["start_ms"].to_list(), y0=prev.to_list(),
+                    y1=turn["lane"].to_list(), color="black", line_width=2, line_dash="dotted")
+    return r
 
 
 def _bokeh_js() -> bytes:

@@ -1,6 +1,8 @@
-"""The self-contained HTML report: findings first, then a timeline of one step, then every analysis.
+"""The self-contained HTML report: the step waterfall and findings first, then a timeline of one step,
+then every analysis.
 
-Layout: the run's facts; the ranked findings (``traceprof.findings``) and one verdict per topic;
+Layout: the run's facts; the per-rank step waterfall (``critical_path``: a stacked bar per rank of
+where its step time went); the ranked findings (``traceprof.findings``) and one verdict per topic;
 one line naming the analyses that do not apply to the run's sources and what they need; the
 timeline of the median step (``traceprof.timeline``); a section per analysis (notes, plots, the
 tables behind them); the diff against a baseline when asked (or why the runs cannot be compared);
@@ -93,9 +95,13 @@ def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
 
     df = result.frames()[chart.frame]
     title = chart.title.replace(" (ns)", "")
+    if chart.kind == "lines":  # a time series the analysis bounded already (e.g. memory's buckets)
+        return plots.lines(df, chart.x, chart.ys, chart.group, chart.mark, title), ""
     if chart.kind == "heatmap":
         df, note = plots.downsample(df, chart.x, [chart.value], by=[chart.ys[0]])
         return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title), note
+    if chart.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
+        return plots.spans(df, chart.x, chart.ys[0], chart.ys[1], chart.value, title), ""
     df, note = plots.downsample(df, chart.x, chart.ys)
     return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
 
@@ -123,7 +129,8 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
 def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     items = []
     for x in f.findings:
-        cost = (f'<span class="cost">{x.cost_pct:.0f}%</span>' if x.cost_pct is not None
+        shown = x.rank_by  # recoverable time by the step account, else the finding's own cost
+        cost = (f'<span class="cost">{shown:.0f}%</span>' if shown is not None
                 else '<span class="cost none">&ndash;</span>')
         status = f'<span class="st-{"na" if x.status == "n/a" else _esc(x.status)}">{_esc(x.status)}</span>'
         text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
@@ -136,8 +143,8 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
         f'{_esc(v.status)}</td><td class="s">{_esc(v.text)}</td></tr>' for v in f.verdicts)
     verdicts = (f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
                 f"<tbody>{rows}</tbody></table>") if rows else ""
-    return (f'<h2 id="findings">Findings</h2><p class="facts">Ranked by what they cost, in % of step time '
-            f"(&ndash;: no cost measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}")
+    return (f'<h2 id="findings">Findings</h2><p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
+            f"measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}")
 
 
 def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
@@ -153,9 +160,10 @@ def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
             f"{_esc(fnd.HOW)}.</p>")
 
 
-def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
+def _timeline_html(store: Store, run_id: int, figs: list[Any], paths: list[pl.DataFrame] | None = None) -> str:
+    """The timeline of the median step, with the paths an analysis draws on it (``critical_path``'s)."""
     from traceprof import plots
-    from traceprof.timeline import step_timeline
+    from traceprof.timeline import step_timeline, with_path
 
     head = '<h2 id="timeline">Timeline</h2>'
     try:
@@ -164,8 +172,45 @@ def _timeline_html(store: Store, run_id: int, figs: list[Any]) -> str:
         return f'{head}<p class="missing">No timeline: {_esc(str(e))}.</p>'
     if isinstance(tl, str):
         return f'{head}<p class="missing">No timeline: {_esc(tl)}.</p>'
+    for path in paths or []:
+        tl = with_path(tl, path)
     figs.append(plots.timeline(tl))
     return f"{head}<!--PLOT{len(figs) - 1}-->"
+
+
+def _leads_html(results: dict[str, FrameResult | TraceprofError], figs: list[Any]) -> tuple[str, list[str]]:
+    """The charts the report opens with, above the findings (their spec's ``Report.lead``:
+    ``critical_path``'s per-rank step waterfall, compact so that the findings below stay on the
+    first screen), or for each one why there is none; and their anchors."""
+    from traceprof import plots
+
+    html, anchors = [], []
+    for spec in fnd.report_analyses():
+        lead = spec.report.lead if spec.report is not None else None
+        if lead is None:
+            continue
+        anchors.append(lead.anchor)
+        res = results.get(spec.name)
+        built = lead.build(res) if isinstance(res, FrameResult) else (
+            str(res) if res is not None else f"{spec.name} did not run")
+        if isinstance(built, str):
+            html.append(f'<p class="missing" id="{_esc(lead.anchor)}">No {_esc(lead.what)}: {_esc(built)}.</p>')
+            continue
+        frame, chart = built
+        with plots.quiet():
+            figs.append(plots.bars(frame, chart.x, list(chart.ys), chart.title, stacked=chart.stacked, height=230))
+        html.append(f'<div id="{_esc(lead.anchor)}"><!--PLOT{len(figs) - 1}--></div>')
+    return "\n".join(html), anchors
+
+
+def _timeline_paths(results: dict[str, FrameResult | TraceprofError]) -> list[pl.DataFrame]:
+    """The frames the report draws as a path on the timeline (``Report.timeline_path``)."""
+    out = []
+    for spec in fnd.report_analyses():
+        res = results.get(spec.name)
+        if spec.report is not None and spec.report.timeline_path and isinstance(res, FrameResult):
+            out.append(res.frames()[spec.report.timeline_path])
+    return out
 
 
 def render_html(
@@ -214,8 +259,9 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     )
     sources = list(info["sources"] or [])
     figs: list[Any] = []
-    sections = [_timeline_html(store, run_id, figs)]
-    toc = ["findings", "timeline"]
+    top, leads = _leads_html(results, figs)
+    sections = [_timeline_html(store, run_id, figs, _timeline_paths(results))]
+    toc = [*leads, "findings", "timeline"]
     with plots.quiet():
         for name, res in results.items():
             if isinstance(res, FrameResult):
@@ -235,6 +281,7 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     body = "\n".join(sections)
     for i, div in enumerate(divs):
         body = body.replace(f"<!--PLOT{i}-->", div)
+        top = top.replace(f"<!--PLOT{i}-->", div)
     title = f"traceprof report: {info['name']}"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     nav = " · ".join(f'<a href="#{_esc(n)}">{_esc(n)}</a>' for n in [*toc, "traces"])
@@ -255,6 +302,7 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
 sources {_esc(', '.join(sources))} · devices {_esc(devices)} · clocks aligned: {info['clock_aligned']} ·
 generated {now} by traceprof</p>
 {hta_note}
+{top}
 {_findings_html(f, sources)}
 <p>{nav}</p>
 {body}

@@ -23,7 +23,7 @@ __all__ = ["SCHEMA_VERSION", "ARRIVAL_SQL", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_
            "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Tables that a store in the Parquet layout (``traceprof.layout``) keeps as Parquet files, one per trace,
 #: beside the DuckDB file; the store shows each as a view of the same name and columns.
@@ -87,6 +87,18 @@ def _v(name: str, vocab: type[Vocab], doc: str) -> Column:
     return Column(name, "VARCHAR", doc.replace("{values}", ", ".join(vocab.values())), values=vocab)
 
 
+#: The args the ``memory_events`` view reads, in the order of its ``j`` list (one JSON parse per row).
+_MEMORY_ARGS = ('"Ev Idx"', '"Device Type"', '"Device Id"', "Addr", "Bytes", '"Total Allocated"', '"Total Reserved"',
+                "Action")
+
+
+def _int_arg(key: str, type_: str = "BIGINT") -> str:
+    """SQL of memory arg ``key`` (one of :data:`_MEMORY_ARGS`) as ``type_`` when it is a JSON integer
+    that fits, else NULL (``12.5``, ``"5"``, ``true`` are not integers: never rounded or parsed)."""
+    j = f"j[{_MEMORY_ARGS.index(key) + 1}]"
+    return f"CASE WHEN json_type({j}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({j} AS {type_}) END"
+
+
 _RUN = _c("run_id", "INTEGER", "Run (one training job) this row belongs to; see runs")
 _RANK = _c("rank", "INTEGER", "Global rank of the process that recorded the row")
 _TRACE = _c("trace_id", "INTEGER", "Source file this row came from; see traces")
@@ -122,6 +134,11 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
         _c("match_method", "VARCHAR", "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
            "(sequence numbers that cannot be per group, matched by order in the step instead)"),
+    _c("split_in", "VARCHAR", "All-to-all: what this rank sends to each peer, as a JSON list of first-dimension "
+       "sizes in group-rank order (Kineto 'In split size', gloo input_split_sizes); '[]' an even split; "
+       "NULL unknown or not an all-to-all"),
+    _c("split_out", "VARCHAR", "All-to-all: what this rank receives from each peer, as split_in "
+       "(Kineto 'Out split size', gloo output_split_sizes)"),
 )
 
 
@@ -246,7 +263,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         "collectives",
         "One collective call on one rank (Kineto and nsys NCCL kernels, gloo annotations, FR entries, NCCL plugin and Inspector records)",
-                _COLLECTIVE_COLUMNS,
+        _COLLECTIVE_COLUMNS,
     ),
     Table(
         "kernels",
@@ -291,6 +308,53 @@ LEFT JOIN (
   GROUP BY ALL
 ) r ON r.run_id = k.run_id AND r.trace_id = k.trace_id AND r.correlation = k.correlation
 WHERE k.kind IN ('kernel', 'memcpy', 'memset')
+""",
+    ),
+    Table(
+        "memory_events",
+        "One accelerator or host memory record: a Kineto allocation or free ('[memory]', "
+        "profile_memory=True) or out-of-memory ('[OutOfMemory]'), an Nsight Systems CUDA allocation or "
+        "free (CUDA_GPU_MEMORY_USAGE_EVENTS), or a torch export_memory_timeline entry; the events rows "
+        "(kind instant) with their args read as typed columns (NULL where missing or not an integer)",
+        (
+            _RUN,
+            _RANK,
+            _TRACE,
+            _c("source", "VARCHAR", "kineto, nsys or memory_timeline"),
+            _c("ts_ns", "BIGINT", "When it happened (events.ts_ns)", "ns"),
+            _c("seq", "BIGINT", "Order in its file (args.'Ev Idx'): orders records of one ts_ns"),
+            _c("step", "INTEGER", "ProfilerStep of the record (events.step), NULL outside steps"),
+            _c("pid", "VARCHAR", "CPU process that allocated (events.pid)"),
+            _c("tid", "VARCHAR", "CPU thread that allocated (events.tid)"),
+            _c("device_type", "INTEGER", "c10 DeviceType (args.'Device Type'): 0 CPU, 1 CUDA (and ROCm), 12 XPU, ..."),
+            _c("device", "INTEGER", "Device index (args.'Device Id'); -1 for host memory"),
+            _c("addr", "BIGINT", "Address of the block (args.Addr)"),
+            _c("bytes", "BIGINT", "Size: positive for an allocation, negative for a free (args.Bytes)", "bytes"),
+            _c("total_allocated", "BIGINT", "Bytes allocated on the device after it (Kineto args.'Total Allocated')",
+               "bytes"),
+            _c("total_reserved", "BIGINT", "Bytes the caching allocator holds on the device after it (Kineto "
+               "args.'Total Reserved')", "bytes"),
+            _c("category", "VARCHAR", "memory_timeline: parameter, optimizer_state, input, temporary, activation, "
+               "gradient, autograd_detail or unknown; else NULL"),
+            _c("action", "VARCHAR", "alloc or free (sign of bytes), oom ('[OutOfMemory]'); memory_timeline: "
+               "preexisting, create, increment_version or destroy"),
+        ),
+        view_sql=f"""
+SELECT run_id, rank, trace_id, source, ts_ns, seq, step, pid, tid, device_type, device, addr, bytes, total_allocated,
+       total_reserved, category,
+       CASE WHEN source = 'memory_timeline' THEN action WHEN oom THEN 'oom' WHEN bytes < 0 THEN 'free'
+            WHEN bytes >= 0 THEN 'alloc' END AS action
+FROM (SELECT run_id, rank, trace_id,
+             CASE cat WHEN 'memory_timeline' THEN 'memory_timeline' WHEN 'cuda_memory' THEN 'nsys' ELSE 'kineto' END
+               AS source,
+             ts_ns, {_int_arg('"Ev Idx"')} AS seq, step, pid, tid, {_int_arg('"Device Type"', "INTEGER")} AS device_type,
+             {_int_arg('"Device Id"', "INTEGER")} AS device, {_int_arg("Addr")} AS addr, {_int_arg("Bytes")} AS bytes,
+             {_int_arg('"Total Allocated"')} AS total_allocated, {_int_arg('"Total Reserved"')} AS total_reserved,
+             CASE WHEN cat = 'memory_timeline' THEN name END AS category, name = '[OutOfMemory]' AS oom,
+             json_extract_string(j[{len(_MEMORY_ARGS)}], '$') AS action
+      FROM (SELECT run_id, rank, trace_id, cat, name, ts_ns, step, pid, tid,
+                   json_extract(args, [{", ".join(f"'$.{k}'" for k in _MEMORY_ARGS)}]) AS j
+            FROM events WHERE kind = 'instant' AND (name IN ('[memory]', '[OutOfMemory]') OR cat = 'memory_timeline')))
 """,
     ),
     Table(

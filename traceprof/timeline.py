@@ -13,20 +13,22 @@ Algorithm:
      rank's lane cut into ``bins`` equal time bins, each bin labelled with the state that held most
      of its time (0 idle, 1 compute, 2 hidden communication, 3 exposed communication) (``grid``),
      so 1,024 ranks are one image, not a glyph per kernel.
+  5. :func:`with_path` adds the step's critical path (``analyses.critical_path`` table ``path``) on the
+     same time axis, which the report draws over the lanes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 
 from traceprof import intervals
-from traceprof.activity import activity
+from traceprof.activity import activity, op_activity
 from traceprof.store import Store
 
-__all__ = ["Timeline", "STATES", "choose_step", "lanes", "step_timeline"]
+__all__ = ["Timeline", "STATES", "choose_step", "lanes", "step_timeline", "with_path"]
 
 #: Lane states, in the order of their codes in ``Timeline.grid``.
 STATES = ("idle", "compute", "communication (hidden)", "communication (exposed)")
@@ -40,7 +42,9 @@ class Timeline:
     (earliest start to latest end over ranks, ms); ``intervals``: rank, state (a :data:`STATES`
     name other than idle), start_ms, end_ms (from the step's start), or None when binned;
     ``grid``: uint8 array ranks × bins of state codes, or None when detailed; ``bin_ms``: bin width.
-    ``note``: how the step was chosen.
+    ``note``: how the step was chosen. ``t0_ns``: the epoch ns the axis starts at (None: not
+    known). ``path``: the critical path over the lanes (:func:`with_path`): rank, kind, name,
+    start_ms, end_ms, in time order; None when not added.
     """
 
     step: int
@@ -50,6 +54,8 @@ class Timeline:
     grid: np.ndarray | None
     bin_ms: float
     note: str
+    t0_ns: int | None = None
+    path: pl.DataFrame | None = None
 
     @property
     def axis(self) -> str:
@@ -124,16 +130,6 @@ def _coverage(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarr
     return np.diff(upto(edges))
 
 
-def _op_activity(store: Store, run_id: int, step: int | None) -> pl.DataFrame:
-    """Activity of a run traced per op rather than per kernel (NDTimeline): ``gpu_user_annotation``
-    events (forward/backward compute ranges) as compute, ``collective`` events as communication."""
-    return store.sql(
-        """SELECT rank, CASE WHEN kind = 'collective' THEN 'comm' ELSE 'compute' END AS class,
-                  ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-           FROM events WHERE run_id = ? AND kind IN ('collective', 'gpu_user_annotation') AND dur_ns > 0
-             AND (? IS NULL OR step = ?)""", [run_id, step, step])
-
-
 def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ranks: int = 64,
                   bins: int = 400) -> Timeline | str:
     """The lanes of ``step`` (default: the median step) of a run, or a sentence saying why none.
@@ -154,8 +150,23 @@ def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ran
     else:
         act = act.filter(pl.col("step") == step)
     if act.is_empty():  # per-op traces without kernels (NDTimeline): its GPU annotations and collectives
-        act = _op_activity(store, run_id, step)
+        act = op_activity(store, run_id, step)
     if act.is_empty():
         return "no compute or communication " + (f"launched in step {step}" if step is not None else "in the trace")
     ranks, span, rows, grid, bin_ms = lanes(act, detail_ranks, bins)
-    return Timeline(-1 if step is None else step, ranks, span, rows, grid, bin_ms, note)
+    return Timeline(-1 if step is None else step, ranks, span, rows, grid, bin_ms, note,
+                    t0_ns=int(act["start_ns"].to_numpy().min()))
+
+
+def with_path(tl: Timeline, path: pl.DataFrame) -> Timeline:
+    """``tl`` with the critical path of its step (``analyses.critical_path`` table ``path``: step,
+    rank, kind, name, start_ns, duration_ns) on its time axis, clipped to the lanes' span and to
+    the ranks shown; unchanged when its origin is unknown or the path has no piece there."""
+    if tl.t0_ns is None or path.is_empty():
+        return tl
+    p = path if tl.step < 0 else path.filter(pl.col("step") == tl.step)
+    p = p.filter(pl.col("rank").is_in(list(tl.ranks))).sort("start_ns").select(
+        "rank", "kind", "name", ((pl.col("start_ns") - tl.t0_ns) / 1e6).clip(0, tl.span_ms).alias("start_ms"),
+        ((pl.col("start_ns") + pl.col("duration_ns") - tl.t0_ns) / 1e6).clip(0, tl.span_ms).alias("end_ms"))
+    p = p.filter(pl.col("end_ms") > pl.col("start_ms"))
+    return tl if p.is_empty() else replace(tl, path=p)

@@ -16,6 +16,12 @@ variability, reported with its figures (issue 27). The causes, in order:
      variability (op-time or host-time spread over ranks and steps: on a shared CPU one sample
      reaches 1.14 from ranks that are not slowed), said with its interval, not a problem.
 
+  4. The mesh (``analyses.parallelism``): a slow pipeline stage or data-parallel replica (every
+     rank of it computing more than its peers) leads the text as that group, and the ranks of it
+     that ``stragglers`` named are not named as stragglers (the OSDI'25 ST trace: "slow stage:
+     pipeline stage 3 (ranks 6, 7)", no straggler rank); a named rank outside them is given its
+     place in the mesh (stage, replica, tensor-parallel group).
+
 The what-if slowdowns carry 95% intervals (a bootstrap over steps, ``whatif``'s summary): the OSDI'25
 threshold 1.1 counts only when an interval's low end is above it.
 
@@ -32,7 +38,7 @@ from typing import Any
 import polars as pl
 
 from traceprof import analysis
-from traceprof.errors import AnalysisError
+from traceprof.errors import AnalysisError, TraceprofError
 from traceprof.store import Store
 
 __all__ = ["Verdict", "combined_verdict", "STRAGGLING_S"]
@@ -127,6 +133,9 @@ def combined_verdict(store: Store, run: str | None = None,
         wi = None
     per = st.frame
     named = tuple(int(r) for r in per.filter(pl.col("named"))["rank"].to_list())
+    mesh = _mesh_regroup(store, run, named)  # ranks of a slow stage or replica are named as that group
+    per = per.with_columns(pl.col("named") & ~pl.col("rank").is_in(list(mesh.absorbed)))
+    named = tuple(r for r in named if r not in mesh.absorbed)
     m = wi.summary.row(0, named=True) if wi is not None else None
     s, hs, ls = (None, None, None) if m is None else (m["slowdown"], m["host_slowdown"], m["launch_slowdown"])
     s_ci = None if m is None else (m["slowdown_lo"], m["slowdown_hi"])
@@ -181,10 +190,12 @@ def combined_verdict(store: Store, run: str | None = None,
                   for r in per.iter_rows(named=True)},
         "whatif_alone_by_rank": alone,
     }
+    if cause is None and mesh.groups:
+        cause = "group"  # a slow stage or replica: the mesh names it
     problem = cause is not None
-    return Verdict(text=text, stragglers=named, slowdown=s, host_slowdown=hs, launch_slowdown=ls, straggling=problem,
-                   status="problem" if problem else "ok", cause=cause, slowdown_interval=s_ci, host_interval=h_ci,
-                   figures=figures)
+    return Verdict(text=mesh.text(text, named), stragglers=named, slowdown=s, host_slowdown=hs, launch_slowdown=ls,
+                   straggling=problem, status="problem" if problem else "ok", cause=cause, slowdown_interval=s_ci,
+                   host_interval=h_ci, figures={**figures, **mesh.figures()})
 
 
 def _own(r: dict[str, Any], alpha: float) -> str:
@@ -195,3 +206,43 @@ def _own(r: dict[str, Any], alpha: float) -> str:
         return f"it runs {r['extra_work_pct']:.1f}% more work per step than every other rank"
     return (f"its {r['cause']} above every unsuspected rank's in {r['floor_steps_won']} of {r['floor_steps']} steps "
             f"(p = {r['floor_p_value']:.2g}), by {r['excess_pct']:+.1f}% of a step")
+
+
+@dataclass(frozen=True)
+class _MeshNaming:
+    """The mesh's say in the verdict (:func:`_mesh_regroup`): ``groups``, one sentence per slow
+    stage or data-parallel replica; ``absorbed``, the named ranks inside them (named as the group,
+    not as stragglers); ``labels``, rank -> its place in the mesh (``pp stage 2, dp replica 1, tp
+    group 4, 5, 6, 7``)."""
+
+    groups: tuple[str, ...] = ()
+    absorbed: frozenset[int] = frozenset()
+    labels: dict[int, str] = field(default_factory=dict)
+
+    def text(self, text: str, named: tuple[int, ...]) -> str:
+        """The verdict text with the slow groups first and each named rank's place in the mesh."""
+        if named and self.labels:
+            text += "; in the mesh: " + "; ".join(f"rank {r} is {self.labels[r]}" for r in named if r in self.labels)
+        if self.groups:
+            also = (f" (ranks {', '.join(map(str, sorted(self.absorbed)))} arrive last because of it: named as the "
+                    "group, not as stragglers)" if self.absorbed else "")
+            text = "; ".join(self.groups) + also + "; " + text
+        return text
+
+    def figures(self) -> dict[str, Any]:
+        return {"mesh_groups": list(self.groups), "mesh_absorbed": sorted(self.absorbed)}
+
+
+def _mesh_regroup(store: Store, run: str | None, named: tuple[int, ...]) -> _MeshNaming:
+    """Mesh-aware naming (``analyses.parallelism``): its slow stages and replicas (a whole stage or
+    replica slower than its peers) become the verdict's subject, and the ranks ``stragglers`` named
+    inside them are not called stragglers; the other named ranks get their place in the mesh (a rank
+    slow only within its tensor-parallel group is named with that group). Nothing when the analysis
+    is not registered or does not apply."""
+    try:
+        an = analysis.get("parallelism")
+        res: Any = an.run(store, an.params(run=run))
+    except TraceprofError:
+        return _MeshNaming()
+    view = res.mesh_view()
+    return _MeshNaming(view.texts, frozenset(view.absorbed(named)), view.labels)

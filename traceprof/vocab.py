@@ -43,6 +43,7 @@ class TraceSource(Vocab):
     nccl_inspector = "nccl_inspector"
     nsys = "nsys"
     ndtimeline = "ndtimeline"
+    memory_timeline = "memory_timeline"
 
 
 class CollectiveSource(Vocab):

@@ -119,14 +119,15 @@ def _nelems(sizes: Any) -> int | None:
 
 def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
     """Ranks per process group name from ``pg_config`` (``ranks`` is a JSON string like
-    ``"[0, 1, 2, 3]"``), and the world size (largest group)."""
+    ``"[0, 1, 2, 3]"``), and the world size (largest group); a group listed with no ranks (torch
+    2.13's gloo dumps: ``{"": {"name": "", "desc": "", "ranks": "[]"}}``) says nothing of either."""
     sizes: dict[str, int] = {}
     if isinstance(pg_config, dict):
         for key, cfg in pg_config.items():
             if not isinstance(cfg, dict):
                 continue
             ranks = _config_ranks(cfg)
-            if isinstance(ranks, list):
+            if isinstance(ranks, list) and ranks:  # torch 2.13's gloo dumps list one group of no ranks
                 sizes[str(cfg.get("name", key))] = len(ranks)
     return sizes, (max(sizes.values()) if sizes else None)
 
@@ -147,8 +148,10 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
     ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
     group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
-    -1 for none) and ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``), so
-    that analyses need no FR field names."""
+    -1 for none), ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``) and
+    ``process_groups`` (``[{"name", "desc", "ranks"}]``, the entries' ``process_group`` name and
+    description with the members, ranks null when ``pg_config`` lacks them; the normalized form every
+    collector writes), so that analyses need no FR field names."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
     cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
@@ -164,6 +167,7 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     groups: dict[str, list[int] | None] = {}
     progress: dict[str, dict[str, int | None]] = {}
     pg_ids: dict[str, str] = {}
+    described: list[dict[str, Any]] = []
     for e, r in zip(kept, rows, strict=True):
         pg = r["pg"]
         if pg is None or pg in groups:
@@ -173,10 +177,13 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
         pgv = e.get("process_group")
         names = [str(v) for v in pgv] if isinstance(pgv, list) else []
         groups[pg] = next((members[n] for n in names if n in members), only)
+        if not pg.endswith(":p2p"):  # process_group = [name, description]
+            described.append({"name": pg, "desc": names[1] if len(names) > 1 and names[1] else None,
+                              "ranks": groups[pg]})
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
             progress[pg] = {k: integer(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
-    return {"groups": groups, "progress": progress, "pg_ids": pg_ids}
+    return {"groups": groups, "progress": progress, "pg_ids": pg_ids, "process_groups": described}
 
 
 def _is_dump(doc: Any) -> bool:

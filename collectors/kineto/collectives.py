@@ -11,13 +11,14 @@ all-to-alls too); the kernel name's family. Process group, sequence number, memb
 
 Source fields read (from the event's ``args`` JSON): ``Collective name``, ``Process Group Name``,
 ``Process Group Ranks``, ``Seq``, ``Comms Id``, ``In msg nelems``, ``Out msg nelems``, ``dtype``,
-``Group size``, ``Input Dims``, ``Input type``; events ``pid``, ``tid``, ``ts_ns``, ``dur_ns``,
+``Group size``, ``In split size``, ``Out split size`` (all-to-alls), ``Input Dims``, ``Input type``; events ``pid``, ``tid``, ``ts_ns``, ``dur_ns``,
 ``correlation`` of runtime calls and CPU ops.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -36,7 +37,7 @@ from traceprof.schema import LAUNCH_KINDS
 from traceprof.values import checked_int
 from traceprof.vocab import CollectiveSource
 
-__all__ = ["collectives", "BadValues"]
+__all__ = ["collectives", "BadValues", "split_sizes"]
 
 _LAUNCH_KINDS = frozenset(LAUNCH_KINDS)
 
@@ -369,10 +370,12 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool,
             continue
         pg = _text(m.get("Process Group Name"), "Process Group Name", holder("Process Group Name"), bad)
         cid = _text(m.get("Comms Id"), "Comms Id", holder("Comms Id"), bad, integer=True)
+        a2a = op.startswith("all_to_all")  # splits only matter (and are only kept) for all-to-alls
         rows.append((
             source, pg, _canonical_ranks(m.get("Process Group Ranks"), ranks_text), seq,
             op in P2P_OPS, cid, op, dtype, n_in,
             n_out, sizes[0], sizes[1], group_size, enter, start_ns, end_ns, stream, tid, step,
+            split_sizes(m.get("In split size")) if a2a else None, split_sizes(m.get("Out split size")) if a2a else None,
         ))
     start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")
     rows.sort(key=lambda r: r[start])
@@ -388,6 +391,22 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool,
     return out, bad
 
 
+def split_sizes(value: Any) -> str | None:
+    """An all-to-all's split sizes (first-dimension sizes per peer, in group-rank order) as the
+    canonical JSON text ``"[3, 3, 2]"`` (``"[]"``: an even split), from a list of integers or its
+    text (Kineto ``In split size`` / ``Out split size``: ``"[]"``, ``"[3, 3]"``; gloo's
+    ``c10d::alltoall_base_`` concrete inputs); None when absent or not a list of integers >= 0."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value):
+        return None
+    return "[" + ", ".join(str(v) for v in value) + "]"
+
+
 def _holder(a: dict[str, Any], row: int, rpc_row: int, key: str) -> int:
     """The event row whose args gave ``key``: the kernel's (``row``) where it has the key, else its
     record_param_comms (``rpc_row``, -1: none)."""
@@ -396,6 +415,7 @@ def _holder(a: dict[str, Any], row: int, rpc_row: int, key: str) -> int:
 
 #: The ``collectives`` columns a Kineto trace fills (besides ``ordinal``), in the order of the row tuples.
 _FIELDS = ("source", "pg", "pg_ranks", "seq", "p2p", "comms_id", "op", "dtype", "nelems_in", "nelems_out",
-           "bytes_in", "bytes_out", "group_size", "enter_ns", "start_ns", "end_ns", "stream", "tid", "step")
+           "bytes_in", "bytes_out", "group_size", "enter_ns", "start_ns", "end_ns", "stream", "tid", "step",
+           "split_in", "split_out")
 
 

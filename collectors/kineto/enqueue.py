@@ -11,10 +11,13 @@ enqueue of an op feeds the k-th work item of that op. Walk the work items in sta
 each the first not-yet-used enqueue that (1) started no later than the work and (2) has the same
 element count (``Input Dims`` of its first tensor) when both sides know it; enqueues skipped over
 are dropped (their work lies outside the trace). A work item without such an enqueue keeps
-``enter_ns`` NULL, and arrival falls back to the work start.
+``enter_ns`` NULL, and arrival falls back to the work start. An all-to-all also takes its
+enqueue's split sizes.
 
 Source fields read: events ``kind``, ``name``, ``ts_ns``, ``step``, ``args."Input Dims"`` of
-``c10d::*`` cpu_ops; collectives ``source``, ``op``, ``nelems_in``, ``start_ns``.
+``c10d::*`` cpu_ops, and ``args."Concrete Inputs"`` of ``c10d::alltoall_base_`` (its output and input
+split sizes, copied to the row's ``split_out`` / ``split_in``); collectives ``source``, ``op``,
+``nelems_in``, ``start_ns``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collectors.kineto.collectives import split_sizes
 from traceprof.ops import normalize_op
 from traceprof.parsed import ParsedTrace
 
@@ -43,6 +47,19 @@ def _first_tensor_nelems(dims: Any) -> int | None:
     if isinstance(first, list) and first and all(isinstance(d, int) for d in first):
         return math.prod(first)
     return None
+
+
+def _alltoall_splits(name: str, args: Any) -> tuple[str | None, str | None] | None:
+    """(received, sent) split sizes of a ``c10d::alltoall_base_`` enqueue, from its ``Concrete
+    Inputs`` (output, input, group, output_split_sizes, input_split_sizes, ...: ``"[3, 3, 3, 3]"``,
+    ``"[]"`` for an even split); None for another op or when the inputs were not recorded."""
+    if "alltoall_base" not in name or not isinstance(args, dict):
+        return None
+    concrete = args.get("Concrete Inputs")
+    if not isinstance(concrete, list) or len(concrete) < 5:
+        return None
+    out, sent = split_sizes(concrete[3]), split_sizes(concrete[4])
+    return None if out is None and sent is None else (out, sent)
 
 
 def _starts_with(col: pa.ChunkedArray, prefix: str) -> pa.ChunkedArray:
@@ -84,6 +101,7 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
             args = {}
         dims = args.get("Input Dims") if isinstance(args, dict) else None
         e["nelems"] = _first_tensor_nelems(dims)
+        e["splits"] = _alltoall_splits(e["name"], args)
         enqueues.setdefault(normalize_op(e["name"]), []).append(e)
     for lst in enqueues.values():
         lst.sort(key=lambda e: e["ts_ns"])
@@ -102,6 +120,8 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
                     r["enter_ns"] = e["ts_ns"]
                     if e["step"] is not None:
                         r["step"] = e["step"]
+                    if e["splits"] is not None:
+                        r["split_out"], r["split_in"] = e["splits"]
                     i = j + 1
                     break
     pt.collectives = pa.Table.from_pylist(rows, schema=coll.schema)

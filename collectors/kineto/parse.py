@@ -24,6 +24,7 @@ Algorithm:
      annotation on CPU-only traces.
 
 Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distributedInfo.{rank,world_size,backend}``,
+``distributedInfo.pg_config[].{pg_name,pg_desc,ranks}`` (kept normalized as ``traces.meta.process_groups``),
 ``deviceProperties[]``; per event ``ph, cat, name, pid, tid, ts, dur, args`` and in args
 ``correlation``, ``External id``, ``device``, ``stream``, ``Collective name``, ``Process Group Name``,
 ``Seq``, ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Input Dims``,
@@ -437,7 +438,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         "pid": main_pid,
         "device_name": devices[0]["name"] if devices else ("cpu" if not gpu_present else None),
         "meta": msgspec.json.encode(
-            {"distributedInfo": dist, "process_names": process_names}
+            {"distributedInfo": dist, "process_names": process_names, "process_groups": _process_groups(dist)}
         ).decode(),
     }
     side = _read_sidecar(p)
@@ -649,6 +650,23 @@ _DEVICE_SCHEMA = pa.schema(
         ("memory_bytes", pa.int64()), ("compute_capability", pa.string()),
     ]
 )
+def _process_groups(dist: Any) -> list[dict[str, Any]]:
+    """The process groups the rank belongs to, from ``distributedInfo.pg_config``, normalized for
+    ``traces.meta.process_groups``: ``[{"name": "1", "desc": "mesh_dp", "ranks": [0, 2]}, ...]``
+    (name and description as text or null; entries without a list of integer ranks are left out)."""
+    cfg = dist.get("pg_config") if isinstance(dist, dict) else None
+    out: list[dict[str, Any]] = []
+    for g in cfg if isinstance(cfg, list) else []:
+        ranks = g.get("ranks") if isinstance(g, dict) else None
+        if not isinstance(ranks, list) or not ranks or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            continue
+        name, desc = g.get("pg_name"), g.get("pg_desc")
+        out.append({"name": name if isinstance(name, str) else None, "desc": desc if isinstance(desc, str) else None,
+                    "ranks": sorted(set(ranks))})
+    return out
+
+
 # the store's collectives columns (traceprof.schema): one declaration, so new columns reach the store
 _COLL_SCHEMA = row_schema("collectives")
 

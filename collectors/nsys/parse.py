@@ -48,6 +48,9 @@ Algorithm:
   8. Collectives: one ``nccl_kernel`` row per communication kernel (class ``comm``), op from the
      kernel name, enter = start of its launch call; no process group or sequence number (matched
      by order across ranks).
+  9. CUDA memory (``CUDA_GPU_MEMORY_USAGE_EVENTS``, ``nsys profile --cuda-memory-usage=true``): one
+     ``instant`` event ``[memory]`` per allocation or free with Kineto's ``[memory]`` args (``Bytes``
+     negative for a free, no totals; ``collectors.nsys.tables.memory``), read by ``analyses/memory.py``.
 
 Source fields read: ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, ``StringIds``, the kernel /
 graph-trace / memcpy / memset / sync / runtime / driver tables (start, end, deviceId, streamId,
@@ -55,7 +58,9 @@ correlationId, globalPid / globalTid, names, grid/block, registers, shared memor
 srcKind, dstKind, memKind, syncType, graphNodeId, graphId, graphExecId, contextId, greenContextId),
 ``ENUM_CUDA_MEMCPY_OPER``, ``ENUM_CUDA_MEM_KIND``, ``ENUM_CUPTI_SYNC_TYPE``, ``NVTX_EVENTS`` (start,
 end, eventType, text, textId, globalTid, domainId, category, payloads), ``TARGET_INFO_GPU``,
-``TARGET_INFO_SYSTEM_ENV``, ``META_DATA_CAPTURE``, ``META_DATA_EXPORT`` / ``EXPORT_META_DATA``.
+``TARGET_INFO_SYSTEM_ENV``, ``META_DATA_CAPTURE``, ``META_DATA_EXPORT`` / ``EXPORT_META_DATA``,
+``CUDA_GPU_MEMORY_USAGE_EVENTS`` (start, globalPid, deviceId, address, bytes, memKind,
+memoryOperationType, pc, correlationId, name).
 """
 
 from __future__ import annotations
@@ -158,6 +163,7 @@ def _read(con: sqlite3.Connection, p: Path, options: ParseOptions) -> _Export:
     tables.graphs(con, have, rows)  # after the node-level rows it may duplicate
     tables.api(con, have, rows)
     tables.nvtx(con, have, rows)
+    tables.memory(con, have, rows)
     meta = _meta(con, have)
     if clock_warning:
         meta["clock"] = RELATIVE_CLOCK

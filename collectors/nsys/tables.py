@@ -18,12 +18,18 @@ from collectors.nsys.steps import step_number
 from traceprof.classify import Classifier
 from traceprof.errors import TraceFormatError
 
-__all__ = ["Rows", "open_export", "table_columns", "kernels", "graphs", "copies", "api", "nvtx", "GRAPH_CAT"]
+__all__ = ["Rows", "open_export", "table_columns", "kernels", "graphs", "copies", "api", "nvtx", "memory", "GRAPH_CAT",
+           "MEMORY_CAT"]
 
 COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation",
         "external_id", "args", "class", "flag")
 #: ``events.cat`` of a CUDA graph execution traced per graph (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``).
 GRAPH_CAT = "cuda_graph"
+#: ``events.cat`` of a CUDA memory allocation or free (``CUDA_GPU_MEMORY_USAGE_EVENTS``).
+MEMORY_CAT = "cuda_memory"
+_MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+#: Memory kinds that live in host memory (``ENUM_CUDA_MEM_KIND``: pageable, pinned); the rest are device memory.
+_HOST_MEM_KINDS = frozenset({0, 1})
 _GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 _NVTX_RANGES = (59, 60, 70, 71)  # Nvtx(t)PushPopRange, Nvtx(t)StartEndRange
 _NVTX_MARKS = (34, 65)  # NvtxMark, NvtxtMark
@@ -329,3 +335,52 @@ def nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> No
             continue
         kind = "step" if step_number(name) is not None else "user_annotation"
         rows.add(kind, "nvtx", name, epoch + start, end - start, pid, tid, None, None, None, args, proc=proc)
+
+
+def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
+    """``CUDA_GPU_MEMORY_USAGE_EVENTS`` (``nsys profile --cuda-memory-usage=true``) as ``instant``
+    events named ``[memory]`` (cat :data:`MEMORY_CAT`), with Kineto's ``[memory]`` args: ``Device Type``
+    1 (CUDA) and ``Device Id`` = ``deviceId`` for device memory, 0 and -1 for host memory (memKind
+    pageable or pinned); ``Addr`` = ``address``; ``Bytes`` = ``bytes``, negative for a free
+    (``memoryOperationType`` 1); ``Ev Idx`` = the row's place in (start, rowid) order; ``memKind``,
+    ``pc``, ``correlation`` and ``name`` as recorded. No running totals: ``analyses/memory.py`` sums
+    the bytes. A row whose start, device, address, bytes or operation is not a usable integer is
+    rejected (or, with ``on_bad_event="raise"``, an error naming its row id).
+    """
+    if _MEMORY not in tables:
+        return
+    cols = tables[_MEMORY]
+    need = ("start", "deviceId", "address", "bytes", "memoryOperationType")
+    if any(c not in cols for c in need):
+        rows.skipped[f"{_MEMORY}: columns missing"] = 1
+        return
+    limit = _INT64_MAX - max(rows.epoch, 0)
+    why = "CASE " + "".join(f"WHEN m.{c} IS NULL OR typeof(m.{c}) <> 'integer' THEN '{c} not an integer' " for c in need)
+    why += (f"WHEN m.start < 0 THEN 'negative start' WHEN m.start > {limit} THEN 'start beyond int64 on the epoch clock' "
+            "WHEN m.bytes < 0 THEN 'negative bytes' WHEN m.memoryOperationType NOT IN (0, 1) THEN "
+            "'memoryOperationType not 0 (allocation) or 1 (deallocation)' END")
+    for reason, n, rowid in con.execute(f"SELECT why, count(*), min(id) FROM (SELECT {why} AS why, m.rowid AS id "
+                                        f"FROM {_MEMORY} m) WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"):
+        if rows.on_bad_event == "raise":
+            raise TraceFormatError(rows.path, f"{_MEMORY} row id {rowid}", f"{reason}; pass --skip-bad-events to "
+                                   "skip such rows")
+        key = f"{_MEMORY}: {reason}"
+        rows.rejected[key] = rows.rejected.get(key, 0) + n
+    mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)
+    extra = [c for c in ("memKind", "pc", "correlationId", "globalPid") if c in cols]
+    name = "coalesce(s.value, m.name)" if "name" in cols else "NULL"
+    join = "LEFT JOIN StringIds s ON typeof(m.name) = 'integer' AND s.id = m.name" if "name" in cols else ""
+    q = (f"SELECT m.start, m.deviceId, m.address, m.bytes, m.memoryOperationType, {name}"
+         f"{''.join(', m.' + c for c in extra)} FROM {_MEMORY} m {join} WHERE ({why}) IS NULL ORDER BY m.start, m.rowid")
+    for i, (start, dev, addr, nbytes, op, label, *more) in enumerate(con.execute(q)):
+        got = dict(zip(extra, more, strict=True))
+        kind = got.get("memKind")
+        host = kind in _HOST_MEM_KINDS
+        gpid = got.get("globalPid")
+        args = {"Device Type": 0 if host else 1, "Device Id": -1 if host else dev, "Addr": addr,
+                "Bytes": -nbytes if op == 1 else nbytes, "Ev Idx": i, "deviceId": dev,
+                "memKind": mems.get(kind, kind) if kind is not None else None, "pc": got.get("pc"),
+                "correlation": got.get("correlationId"), "name": label}
+        pid = str((gpid >> 24) & 0xFFFFFF) if isinstance(gpid, int) else ""
+        rows.add("instant", MEMORY_CAT, "[memory]", rows.epoch + start, 0, pid, "", None, None, None, args,
+                 proc=gpid >> 24 if isinstance(gpid, int) else None)

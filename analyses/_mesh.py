@@ -1,0 +1,424 @@
+"""The parallelism mesh of a run: each rank's coordinate on each axis, and the axis of each group.
+
+A helper of ``analyses.parallelism`` (not an analysis). Axis names: ``dp``, ``dp_shard``,
+``dp_replicate``, ``tp``, ``pp``, ``cp``, ``ep`` (:data:`AXIS_WORDS` says which words of a group's
+name or description give which), ``dim<k>`` for an axis found by structure alone.
+
+Algorithm:
+  1. Groups: every process group the run records, with name, description and member ranks: the
+     collectors' normalized ``traces.meta.process_groups`` (Kineto ``distributedInfo.pg_config``,
+     Flight Recorder ``pg_config`` and entries), the ``collectives`` rows' (``pg``, ``pg_ranks``),
+     and for a group with a name but no member list (NDTimeline's groups, which name them exactly)
+     the ranks holding its rows.
+  2. Axis words: a group's name and description are split into lower-case words (``mesh_dp_shard``
+     -> mesh, dp, shard; ``TENSOR_MODEL_PARALLEL_GROUP`` -> tensor, model, parallel, group;
+     ``pp0:1->2:fwd`` -> pp, fwd; trailing digits dropped) and looked up in :data:`AXIS_WORDS`. One
+     axis: a group of that axis; two or more (``dp_shard_cp``, ``tensor_and_data_parallel``): a
+     group spanning them (no axis of its own); ``default_pg`` / ``world``: the world; an
+     ``embedding`` group (first and last pipeline stage) is no axis.
+  3. Families: the groups of one axis, merged where they share ranks (NDTimeline's stage pairs
+     pp0:0->1 and pp0:1->2 join into the pipeline of replica 0), are that axis' groups: all of one
+     size, else the axis is dropped with a note. Groups without axis words (of 2 to world-1 ranks,
+     evenly spaced) of one (size, stride) that do not overlap are an axis found by structure:
+     ``pp`` when its traffic is point-to-point only, ``ep`` when all-to-all only, else
+     ``dim<stride>``.
+  4. Coordinates: a rank's coordinate on an axis is its position in its group of the axis (sorted
+     ranks). NDTimeline traces give them directly (``traces.meta`` ``stage`` and ``dp_rank``: pp and
+     dp; tensor parallelism is collapsed there, one worker per TP group). A mesh the user states
+     (``pp:4,dp:2,tp:8``, outermost first) replaces all of this: the last axis varies fastest,
+     rank = sum of coordinate x stride.
+  5. Completion: axes whose sizes multiply to less than the world size leave one more axis, the
+     rest (``dp`` when there is no data-parallel axis yet, else ``rest``): a rank's coordinate is
+     its position among the ranks that share its other coordinates. A run with no axis at all and
+     the world group recorded is one axis of the world size: ``pp`` when ranks exchange
+     point-to-point traffic (a pipeline's activations), else ``dp`` (DDP). With no group recorded
+     at all the axis is ``world`` (unknown: state the mesh).
+  6. Order: axes by the stride of their groups, outermost (largest) first.
+  7. The axis of a group (:meth:`Mesh.label`): the axes along which its members' coordinates
+     differ, joined by ``+`` in mesh order (``dp``, ``dp+pp``); a group of every rank of a mesh of
+     two or more axes is ``world``.
+
+Work: linear in the groups and ranks (plus one sort), never in events.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from traceprof.errors import UsageError
+from traceprof.store import Store
+
+__all__ = ["AXIS_WORDS", "Axis", "Mesh", "Group", "infer", "parse_mesh", "axis_words", "run_groups"]
+
+#: Words of a group's name or description and the axis they name (module doc, step 2).
+AXIS_WORDS = {
+    "tp": "tp", "tensor": "tp",
+    "pp": "pp", "pipeline": "pp", "pipe": "pp",
+    "dp": "dp", "data": "dp", "ddp": "dp",
+    "shard": "dp_shard", "fsdp": "dp_shard",
+    "replicate": "dp_replicate",
+    "cp": "cp", "context": "cp", "sp": "cp", "sequence": "cp", "dsp": "cp",
+    "ep": "ep", "expert": "ep", "moe": "ep",
+}
+_WORLD_WORDS = frozenset({"world", "default"})
+_NOT_AXIS = frozenset({"embedding", "embd"})
+_DP_AXES = ("dp", "dp_shard", "dp_replicate")
+_WORD = re.compile(r"[^a-z0-9]+")
+
+
+def axis_words(*texts: str | None) -> tuple[frozenset[str], bool, bool]:
+    """(axes named, names the world, names an embedding group) of a group's name and description
+    (module doc, step 2)."""
+    words: set[str] = set()
+    for t in texts:
+        if t:
+            words |= {re.sub(r"\d+$", "", w) for w in _WORD.split(t.lower()) if w}
+    axes = {AXIS_WORDS[w] for w in words if w in AXIS_WORDS}
+    if axes & {"dp_shard", "dp_replicate"}:  # dp_shard / dp_replicate: the dp word is theirs
+        axes.discard("dp")
+    return frozenset(axes), bool(words & _WORLD_WORDS), bool(words & _NOT_AXIS)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group: name (``collectives.pg``; a Flight Recorder ``:p2p`` suffix dropped),
+    description (or None) and member ranks (sorted)."""
+
+    name: str | None
+    desc: str | None
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An axis of the mesh: name, size (ranks per group), stride (rank distance of neighbours in
+    its groups, for the order) and how it was found."""
+
+    name: str
+    size: int
+    found_by: str
+    stride: float = 0.0
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """The mesh of a run: ``axes`` outermost first, ``coords`` rank -> coordinate per axis (None
+    where unknown), ``world_size``, ``notes``."""
+
+    axes: tuple[Axis, ...]
+    coords: dict[int, tuple[int | None, ...]]
+    world_size: int
+    notes: tuple[str, ...] = field(default=())
+
+    def axis(self, name: str) -> int | None:
+        """Position of axis ``name`` in :attr:`axes`, or None."""
+        return next((i for i, a in enumerate(self.axes) if a.name == name), None)
+
+    def label(self, members: Iterable[int]) -> str | None:
+        """The axis label of a group of ``members`` (module doc, step 7); None when fewer than two
+        members have coordinates."""
+        known = [self.coords[r] for r in set(members) if r in self.coords]
+        if len(known) < 2:
+            return None
+        varying = [a.name for i, a in enumerate(self.axes)
+                   if len({c[i] for c in known if c[i] is not None}) > 1]
+        multi = sum(1 for a in self.axes if a.size > 1)
+        if not varying:
+            return None
+        if multi >= 2 and len(set(members)) == self.world_size and len(varying) == multi:
+            return "world"
+        return "+".join(varying)
+
+    def frame(self, traced: Iterable[int]) -> pl.DataFrame:
+        """The ``ranks`` table: rank, traced (bool), one column per axis (coordinate, null unknown)."""
+        ranks = sorted(self.coords)
+        seen = set(traced)
+        data: dict[str, list[Any]] = {"rank": ranks, "traced": [r in seen for r in ranks]}
+        for i, a in enumerate(self.axes):
+            data[a.name] = [self.coords[r][i] for r in ranks]
+        return pl.DataFrame(data, schema={"rank": pl.Int32, "traced": pl.Boolean,
+                                          **{a.name: pl.Int32 for a in self.axes}})
+
+
+def parse_mesh(text: str, world: int) -> list[tuple[str, int]]:
+    """A mesh stated as ``pp:4,dp:2,tp:8`` (outermost first) as [(axis, size)].
+
+    Raises:
+        UsageError: Not ``name:size`` pairs, a size below 1, a name twice, or sizes whose product
+            is not the run's world size.
+    """
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, size = part.partition(":")
+        name = name.strip()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or not size.strip().isdigit() or int(size) < 1:
+            raise UsageError(f"mesh={text!r}: expected axis:size pairs such as pp:4,dp:2,tp:8 (got {part!r})")
+        if name in {n for n, _ in out}:
+            raise UsageError(f"mesh={text!r}: axis {name!r} given twice")
+        out.append((name, int(size)))
+    if not out:
+        raise UsageError(f"mesh={text!r}: expected axis:size pairs such as pp:4,dp:2,tp:8")
+    product = 1
+    for _, n in out:
+        product *= n
+    if product != world:
+        raise UsageError(f"mesh={text!r}: the sizes multiply to {product}, but the run has {world} ranks")
+    return out
+
+
+def _stated(text: str, world: int) -> Mesh:
+    axes = parse_mesh(text, world)
+    coords: dict[int, tuple[int | None, ...]] = {}
+    for r in range(world):
+        c, rest = [], r
+        for _, n in reversed(axes):
+            c.append(rest % n)
+            rest //= n
+        coords[r] = tuple(reversed(c))
+    stride, out = 1, []
+    for name, n in reversed(axes):
+        out.append(Axis(name, n, f"stated (-p mesh={text})", float(stride)))
+        stride *= n
+    return Mesh(tuple(reversed(out)), coords, world)
+
+
+def run_groups(store: Store, run_id: int) -> tuple[list[Group], dict[int, list[Group]]]:
+    """The run's groups (module doc, step 1) and each traced rank's own groups (from its traces'
+    ``process_groups``)."""
+    traces = store.sql("SELECT rank, json_extract(meta, '$.process_groups') AS pgs FROM traces WHERE run_id = ?",
+                       [run_id])
+    groups: dict[tuple[str | None, tuple[int, ...]], Group] = {}
+    own: dict[int, list[Group]] = {}
+    descs: dict[str, str] = {}
+    for rank, text in traces.iter_rows():
+        try:
+            pgs = msgspec.json.decode(text) if text else []
+        except msgspec.DecodeError:
+            pgs = []
+        for g in pgs if isinstance(pgs, list) else []:
+            ranks = g.get("ranks") if isinstance(g, dict) else None
+            name, desc = (g.get("name"), g.get("desc")) if isinstance(g, dict) else (None, None)
+            if isinstance(name, str) and isinstance(desc, str) and desc:
+                descs.setdefault(name, desc)
+            if not isinstance(ranks, list) or not ranks or not all(isinstance(x, int) for x in ranks):
+                continue
+            grp = Group(name if isinstance(name, str) else None, desc if isinstance(desc, str) else None,
+                        tuple(sorted(set(ranks))))
+            groups.setdefault((grp.name, grp.ranks), grp)
+            if rank is not None:
+                own.setdefault(int(rank), []).append(grp)
+    rows = store.sql(
+        """SELECT regexp_replace(pg, ':p2p$', '') AS pg, pg_ranks, list(DISTINCT rank ORDER BY rank) AS seen
+           FROM collectives WHERE run_id = ? AND pg IS NOT NULL GROUP BY ALL""", [run_id])
+    for pg, pg_ranks, seen in rows.iter_rows():
+        ranks = _ranks(pg_ranks) or tuple(int(r) for r in seen)
+        if (pg, ranks) not in groups:
+            groups[(pg, ranks)] = Group(pg, descs.get(pg), ranks)
+    return list(groups.values()), own
+
+
+def _ranks(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        v = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+    return tuple(sorted(int(x) for x in v)) if isinstance(v, list) and v else None
+
+
+def _components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Groups merged where they share ranks (union-find), each sorted; sorted by first rank."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for g in groups:
+        for r in g[1:]:
+            a, b = find(g[0]), find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+        find(g[0])
+    comps: dict[int, list[int]] = {}
+    for r in parent:
+        comps.setdefault(find(r), []).append(r)
+    return sorted(tuple(sorted(c)) for c in comps.values())
+
+
+def _stride(groups: list[tuple[int, ...]]) -> float:
+    return float(statistics.median((g[-1] - g[0]) / (len(g) - 1) for g in groups if len(g) > 1)) if groups else 0.0
+
+
+def _family(name: str, comps: list[tuple[int, ...]], found_by: str,
+            notes: list[str]) -> tuple[Axis, dict[int, int]] | None:
+    sizes = sorted({len(c) for c in comps})
+    if len(sizes) != 1:
+        notes.append(f"axis {name}: its groups have {', '.join(map(str, sizes))} ranks, not one size: left out "
+                     "(state the mesh with -p mesh=...)")
+        return None
+    coord = {r: i for c in comps for i, r in enumerate(c)}
+    return Axis(name, sizes[0], found_by, _stride(comps)), coord
+
+
+def _ndtimeline(store: Store, run_id: int) -> tuple[list[tuple[Axis, dict[int, int]]], list[str]] | None:
+    df = store.sql(
+        """SELECT rank, try_cast(json_extract(meta, '$.stage') AS INTEGER) AS stage,
+                  try_cast(json_extract(meta, '$.dp_rank') AS INTEGER) AS dp,
+                  json_extract_string(meta, '$.parallelism.tp_size') AS tp
+           FROM traces WHERE run_id = ? AND source = 'ndtimeline'""", [run_id])
+    if df.is_empty() or df["stage"].null_count() or df["dp"].null_count():
+        return None
+    out = []
+    first = df.row(0, named=True)
+    for col, axis, other in (("stage", "pp", "dp"), ("dp", "dp", "stage")):
+        coord = {int(r): int(c) for r, c in zip(df["rank"], df[col], strict=True)}
+        # stride: the rank distance between neighbours on the axis, among the workers that share
+        # the other coordinate with the first worker
+        line = sorted((int(c), int(r)) for r, c, o in zip(df["rank"], df[col], df[other], strict=True)
+                      if o == first[other])
+        stride = (line[-1][1] - line[0][1]) / (len(line) - 1) if len(line) > 1 else 0.0
+        out.append((Axis(axis, len(set(coord.values())), f"NDTimeline: each worker's {'stage' if col == 'stage' else 'dp_rank'}",
+                         abs(stride)), coord))
+    workers = df["rank"].n_unique()
+    world = store.sql("SELECT max(world_size) FROM traces WHERE run_id = ?", [run_id]).item()
+    tp = df["tp"].drop_nulls()
+    notes = [f"NDTimeline traces hold one worker per {world // workers} GPUs (tensor parallelism, tp "
+             f"{tp[0] if tp.len() else '?'}, and sequence parallelism are collapsed): the mesh is over the "
+             f"{workers} workers"] if world and world > workers else []
+    return out, notes
+
+
+def infer(store: Store, run_id: int, stated: str = "") -> tuple[Mesh, list[Group], dict[int, list[Group]]]:
+    """The mesh of a run (module doc), its groups and each rank's own groups.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        stated: The user's mesh (``pp:4,dp:2,tp:8``), "" to infer it.
+
+    Raises:
+        UsageError: A stated mesh that is malformed or does not multiply to the world size.
+    """
+    traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id])["rank"]
+    world = int(store.sql("SELECT coalesce(max(world_size), 0) FROM runs WHERE run_id = ?", [run_id]).item() or 0)
+    world = max(world, int(traced.max()) + 1 if traced.len() else 1)  # type: ignore[operator, arg-type]
+    groups, own = run_groups(store, run_id)
+    if stated:
+        return _stated(stated, world), groups, own
+    notes: list[str] = []
+    nd = _ndtimeline(store, run_id)
+    found: list[tuple[Axis, dict[int, int]]] = []
+    if nd is not None:
+        found, nd_notes = nd
+        notes += nd_notes
+        world = traced.n_unique()  # one worker per collapsed group: the mesh is over the workers
+    else:
+        found = _from_groups(store, run_id, groups, world, notes)
+    return _complete(store, run_id, found, groups, world, notes), groups, own
+
+
+def _from_groups(store: Store, run_id: int, groups: list[Group], world: int,
+                 notes: list[str]) -> list[tuple[Axis, dict[int, int]]]:
+    """Axes of the named families and of the unnamed ones found by structure (module doc, step 3)."""
+    named: dict[str, set[tuple[int, ...]]] = {}
+    labels: dict[str, set[str]] = {}
+    unnamed: set[tuple[int, ...]] = set()
+    for g in groups:
+        if not 1 < len(g.ranks) <= world:
+            continue
+        axes, is_world, embedding = axis_words(g.name, g.desc)
+        if embedding or is_world:
+            continue
+        if len(axes) == 1:  # a named group of every rank (mesh_ep over the world) is a whole axis too
+            (a,) = axes
+            named.setdefault(a, set()).add(g.ranks)
+            labels.setdefault(a, set()).add(g.desc or g.name or "?")
+        elif not axes and len(g.ranks) < world:
+            unnamed.add(g.ranks)
+    out = []
+    known: set[tuple[int, ...]] = set()  # member sets of the named axes' groups
+    for a in sorted(named):
+        comps = _components(sorted(named[a]))
+        how = f"named groups ({', '.join(sorted(labels[a])[:3])}{', ...' if len(labels[a]) > 3 else ''})"
+        fam = _family(a, comps, how, notes)
+        if fam is not None:
+            out.append(fam)
+            known |= set(comps)
+    by_sig: dict[tuple[int, float], list[tuple[int, ...]]] = {}
+    for members in sorted(unnamed):
+        steps = {b - a for a, b in zip(members, members[1:], strict=False)}
+        if members in known or len(steps) != 1:  # not evenly spaced (Megatron's tp x pp groups): no axis
+            continue
+        d = (members[-1] - members[0]) / (len(members) - 1)
+        by_sig.setdefault((len(members), d), []).append(members)
+    for (size, d), gs in sorted(by_sig.items()):
+        if len({r for m in gs for r in m}) != size * len(gs):
+            continue  # overlapping groups of one shape: not one axis
+        name = _traffic_name(store, run_id, gs) or f"dim{d:g}"
+        if any(a.name == name for a, _ in out):
+            name = f"dim{d:g}"
+        fam = _family(name, gs, f"structure: unnamed groups of {size} ranks, stride {d:g}", notes)
+        if fam is not None:
+            out.append(fam)
+    return out
+
+
+def _traffic_name(store: Store, run_id: int, gs: list[tuple[int, ...]]) -> str | None:
+    """``pp`` when the collectives on groups ``gs`` are all point-to-point, ``ep`` when all
+    all-to-all, else None."""
+    texts = ["[" + ", ".join(map(str, g)) + "]" for g in gs]
+    df = store.sql(
+        """SELECT bool_and(coalesce(p2p, false)) AS p2p, bool_and(op LIKE 'all_to_all%') AS a2a, count(*) AS n
+           FROM collectives WHERE run_id = ? AND list_contains(?, pg_ranks)""", [run_id, texts])
+    row = df.row(0, named=True)
+    if not row["n"]:
+        return None
+    return "pp" if row["p2p"] else "ep" if row["a2a"] else None
+
+
+def _complete(store: Store, run_id: int, found: list[tuple[Axis, dict[int, int]]], groups: list[Group],
+              world: int, notes: list[str]) -> Mesh:
+    """Coordinates per rank, the rest axis, the one-axis fallbacks and the order (steps 4-6)."""
+    product = 1
+    for a, _ in found:
+        product *= a.size
+    if not found:
+        has_world = any(len(g.ranks) == world for g in groups) or world == 1
+        if has_world:
+            p2p = bool(store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND p2p", [run_id]).item())
+            name = "pp" if p2p and world > 1 else "dp"
+            why = ("only the world group, and its ranks exchange point-to-point traffic: one pipeline of the world size"
+                   if name == "pp" else "only the world group: data parallel over every rank (DDP)")
+        else:
+            name, why = "world", "no process group recorded: the mesh is unknown; state it with -p mesh=..."
+        return Mesh((Axis(name, world, why, 1.0),), {r: (r,) for r in range(world)}, world, tuple(notes))
+    axes = [a for a, _ in found]
+    coords = {r: tuple(c.get(r) for _, c in found) for r in sorted({r for _, c in found for r in c})}
+    if product < world and world % product == 0 and all(r in coords and None not in coords[r] for r in range(world)):
+        clusters: dict[tuple[int | None, ...], list[int]] = {}
+        for r in range(world):
+            clusters.setdefault(coords[r], []).append(r)
+        rest = world // product
+        if all(len(v) == rest for v in clusters.values()):
+            name = "dp" if not any(a.name in _DP_AXES for a in axes) else "rest"
+            pos = {r: i for v in clusters.values() for i, r in enumerate(sorted(v))}
+            axes.append(Axis(name, rest, f"the rest of the world: {world} ranks / {product} (the other axes)",
+                             _stride([tuple(sorted(v)) for v in clusters.values()])))
+            coords = {r: (*coords[r], pos[r]) for r in coords}
+    elif product != world:
+        notes.append(f"the axes found ({', '.join(f'{a.name} {a.size}' for a in axes)}) multiply to {product}, not "
+                     f"the world size {world}: some ranks' coordinates are unknown (state the mesh with -p mesh=...)")
+    order = sorted(range(len(axes)), key=lambda i: (-axes[i].stride, axes[i].name))
+    return Mesh(tuple(axes[i] for i in order), {r: tuple(c[i] for i in order) for r, c in coords.items()},
+                world, tuple(notes))

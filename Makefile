@@ -30,21 +30,21 @@ demo: install
 test: install-test
 	$(BIN)/python -m pytest -q
 
-# Long property-based fuzz run of ingest (tests/test_fuzz.py; the suite runs 40 inputs).
+# Long property-based fuzz run of ingest (tests/ingest/test_fuzz.py; the suite runs 40 inputs).
 FUZZ_EXAMPLES ?= 3000
 fuzz: install-test
-	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/ingest/test_fuzz.py
 
 lint: install-test
 	$(BIN)/ruff check traceprof collectors analyses tests
 	$(BIN)/mypy
 
 schema-doc:
-	$(BIN)/python -m traceprof.schema > docs/schema.md
+	$(BIN)/python -m traceprof.core.schema > docs/schema.md
 
 # Generated references (each checked by a test): the store's schema and the analyses' specs.
 docs: schema-doc
-	$(BIN)/python -m traceprof.analysis_docs > docs/analyses.md
+	$(BIN)/python -m traceprof.render.analysis_docs > docs/analyses.md
 
 bench: install-test
 	$(BIN)/python benchmarks/bench.py

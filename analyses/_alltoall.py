@@ -1,4 +1,4 @@
-"""All-to-all load per peer (expert parallelism): a helper of ``analyses.parallelism``.
+"""All-to-all load per peer (expert parallelism): a helper of ``traceprof.analyses.parallelism``.
 
 Algorithm:
   1. Rows: the all-to-all(-v) collectives (``op`` all_to_all...) of one source (the one with the
@@ -29,8 +29,8 @@ from typing import Any
 
 import polars as pl
 
-from analyses import _common
-from analyses._mesh import Mesh
+from traceprof.analyses import _common
+from traceprof.analyses._mesh import Mesh
 
 __all__ = ["A2A", "alltoall", "matrix", "gini", "INSTANCE_COLUMNS", "PEER_COLUMNS", "MATRIX_COLUMNS"]
 

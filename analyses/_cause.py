@@ -18,7 +18,7 @@ share (issue 27: "slower than ideal" from op-time spread is the run's variabilit
      (0.05). With 4 ranks and 3 steps this needs all 3 steps (p = 1/64); its excess over the
      floor (median over steps) is reported as % of the median step.
   4. Extra work (:func:`extra_work`), certain where the trace records shapes: the suspect's model
-     FLOPs per step (``traceprof.flops.shape_flops``: leaf matmul/conv/attention ops), or without
+     FLOPs per step (``traceprof.engine.flops.shape_flops``: leaf matmul/conv/attention ops), or without
      shapes its calls of those ops, above every unsuspected rank's: it runs more work than the
      others, whatever the timing noise. When every rank runs the same work, no rank is a compute
      straggler from the work itself (it must pass step 3).
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceprof.flops import shape_flops
-from traceprof.store import Store
+from traceprof.engine.flops import shape_flops
+from traceprof.storage.store import Store
 
 __all__ = ["CAUSES", "binom_sf", "cause_of", "per_unit", "excess_at_last", "FloorTest", "floor_test", "ExtraWork",
            "work_ops", "extra_work"]
@@ -145,7 +145,7 @@ class ExtraWork:
 
 
 def work_ops(store: Store, run_id: int) -> pl.DataFrame:
-    """The run's matmul-family ops per rank, step and name (``traceprof.flops.shape_flops``, inside
+    """The run's matmul-family ops per rank, step and name (``traceprof.engine.flops.shape_flops``, inside
     steps): the input of :func:`extra_work`, read once for all suspects."""
     return shape_flops(store, run_id).filter(pl.col("step").is_not_null())
 

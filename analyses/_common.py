@@ -1,7 +1,7 @@
 """Helpers shared by the analyses (not an analysis).
 
 Range checks for parameters, called from each ``Params.__post_init__``: every check raises
-:class:`traceprof.errors.UsageError` naming the parameter, the value given and the allowed range,
+:class:`traceprof.core.errors.UsageError` naming the parameter, the value given and the allowed range,
 so that the CLI (``-p key=value``) and Python API users get the same message. And
 :func:`whole_ns`, the one rounding of ns statistics to int64, and :func:`ratio_interval`, the one
 interval of a ratio of per-step means (the what-if slowdowns). And what the findings hooks
@@ -16,9 +16,9 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
-from traceprof.activity import GRAPH_LEVEL_NOTE
-from traceprof.analysis import FrameResult
-from traceprof.errors import UsageError
+from traceprof.core.errors import UsageError
+from traceprof.engine.activity import GRAPH_LEVEL_NOTE
+from traceprof.engine.analysis import FrameResult
 
 __all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns", "ratio_interval", "BOOTSTRAP_REPS",
            "NAME_WIDTH", "num", "ms", "graph_level", "named_ranks"]
@@ -121,14 +121,14 @@ def num(v: object) -> float:
 
 
 def ms(ns: float) -> str:
-    """``ns`` in human units for a finding's text (``traceprof.display.duration``: ``12.3 ms``)."""
-    from traceprof.display import duration
+    """``ns`` in human units for a finding's text (``traceprof.core.display.duration``: ``12.3 ms``)."""
+    from traceprof.core.display import duration
 
     return duration(ns)
 
 
 def graph_level(res: FrameResult) -> bool:
-    """Whether an analysis noted GPU records that stand for whole CUDA graphs (``traceprof.activity``)."""
+    """Whether an analysis noted GPU records that stand for whole CUDA graphs (``traceprof.engine.activity``)."""
     return GRAPH_LEVEL_NOTE in res.notes
 
 

@@ -1,6 +1,6 @@
 """The parallelism mesh of a run: each rank's coordinate on each axis, and the axis of each group.
 
-A helper of ``analyses.parallelism`` (not an analysis). Axis names: ``dp``, ``dp_shard``,
+A helper of ``traceprof.analyses.parallelism`` (not an analysis). Axis names: ``dp``, ``dp_shard``,
 ``dp_replicate``, ``tp``, ``pp``, ``cp``, ``ep`` (:data:`AXIS_WORDS` says which words of a group's
 name or description give which), ``dim<k>`` for an axis found by structure alone.
 
@@ -52,8 +52,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from traceprof.errors import UsageError
-from traceprof.store import Store
+from traceprof.core.errors import UsageError
+from traceprof.storage.store import Store
 
 __all__ = ["AXIS_WORDS", "Axis", "Mesh", "Group", "infer", "parse_mesh", "axis_words", "run_groups"]
 

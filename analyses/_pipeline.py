@@ -1,4 +1,4 @@
-"""Pipeline bubbles, slow stages and slow replicas: a helper of ``analyses.parallelism``.
+"""Pipeline bubbles, slow stages and slow replicas: a helper of ``traceprof.analyses.parallelism``.
 
 Algorithm:
   1. Windows: each rank's steps (``steps``: device start/end, else the ProfilerStep), numbered as
@@ -31,7 +31,7 @@ Algorithm:
   5. Timeline: the median step (by window length) of the first pipeline: per stage its compute,
      point-to-point and other communication not hidden by compute, ms from the window start.
 
-Work: sorts and linear sweeps over the activity (``traceprof.intervals``); one SQL scan of the
+Work: sorts and linear sweeps over the activity (``traceprof.engine.intervals``); one SQL scan of the
 run's annotations for the micro-batch counts.
 """
 
@@ -42,11 +42,11 @@ from typing import Any
 
 import polars as pl
 
-from analyses import _common
-from analyses._mesh import Mesh
-from traceprof.intervals import clip, merge, subtract, union_ns
-from traceprof.matching import run_steps
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.analyses._mesh import Mesh
+from traceprof.engine.intervals import clip, merge, subtract, union_ns
+from traceprof.ingest.matching import run_steps
+from traceprof.storage.store import Store
 
 __all__ = ["Pipe", "pipeline", "rank_labels", "FORWARD_MICROBATCH", "STAGE_COLUMNS", "STEP_COLUMNS",
            "TIMELINE_COLUMNS", "SLOW_COLUMNS"]

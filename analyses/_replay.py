@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceprof import cancel
-from traceprof.activity import activity
-from traceprof.analysis import shared
-from traceprof.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
-from traceprof.errors import AnalysisError
-from traceprof.matching import run_steps, unmatched_p2p
-from traceprof.store import Store
+from traceprof.core import cancel
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import activity
+from traceprof.engine.analysis import shared
+from traceprof.engine.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
+from traceprof.ingest.matching import run_steps, unmatched_p2p
+from traceprof.storage.store import Store
 
 __all__ = ["compute_items", "comm_items", "require_matched", "partial_note", "Timeline", "build", "replay",
            "EPS_NS", "KEY_SPAN", "Transient", "transient", "TRANSIENT_SKEW_FACTOR"]
@@ -53,7 +53,7 @@ _OVERLAP_SHARE = 0.05
 def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     """Top-level compute intervals of every rank.
 
-    Compute = ``traceprof.activity`` rows of class compute (training-thread ops on CPU ranks,
+    Compute = ``traceprof.engine.activity`` rows of class compute (training-thread ops on CPU ranks,
     compute kernels on GPU ranks); runs without them (NDTimeline) use their ``gpu_user_annotation``
     events. Intervals nested in another of the same rank and lane are dropped.
 
@@ -92,7 +92,7 @@ def _code(col: str, uniq: pl.Series | None = None) -> pl.Expr:
 
 
 def _run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
-    """:func:`traceprof.matching.run_steps` of ``frame``, mapped on its distinct (rank, step)
+    """:func:`traceprof.ingest.matching.run_steps` of ``frame``, mapped on its distinct (rank, step)
     pairs (a few thousand) rather than joined row by row; no join at all when no step changes."""
     if frame.is_empty():
         return frame
@@ -425,7 +425,7 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     seen = 0
     lvl = 0
     while len(frontier):
-        cancel.checkpoint()  # seconds of levels on a large run: Ctrl-C stops them (traceprof.cancel)
+        cancel.checkpoint()  # seconds of levels on a large run: Ctrl-C stops them (traceprof.core.cancel)
         level[frontier] = lvl
         seen += len(frontier)
         # the successors of every frontier node, gathered without a Python loop
@@ -433,8 +433,8 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         tot = int(cnt.sum())
         nxt = succ[np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)]
         if len(nxt):
-            nxt, k = np.unique(nxt, return_counts=True)  # one sort; faster than np.subtract.at
-            indeg[nxt] -= k
+            nxt, counts = np.unique(nxt, return_counts=True)  # one sort; faster than np.subtract.at
+            indeg[nxt] -= counts
             frontier = nxt[indeg[nxt] == 0]
         else:
             frontier = nxt

@@ -1,7 +1,7 @@
 """The ``stragglers`` topic of the findings: its findings hook (``stragglers``' spec, ``Topic``).
 
 Reads ``stragglers`` and ``whatif`` together (cost: 100·(S − 1) of the named rank alone, the
-straggler analysis' ``cost_pct``), then the combined verdict of ``traceprof.verdict`` where it
+straggler analysis' ``cost_pct``), then the combined verdict of ``traceprof.engine.verdict`` where it
 applies, so the findings list, the verdicts and ``stragglers`` never disagree; adds a caution when
 many collectives ended before their last arrival (the waits rest on the match and the clocks).
 """
@@ -13,10 +13,10 @@ from typing import Any
 
 import polars as pl
 
-from analyses._common import ms
-from traceprof.analysis import Finding, FindingsInput, FrameResult, Verdict
-from traceprof.errors import TraceprofError
-from traceprof.store import Store
+from traceprof.analyses._common import ms
+from traceprof.core.errors import TraceprofError
+from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
+from traceprof.storage.store import Store
 
 __all__ = ["topic", "STRAGGLING_S", "EARLY_END_SHARE"]
 
@@ -43,10 +43,10 @@ def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | 
 
 def _combined(store: Store, run_id: int, findings: list[Finding],
               params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
-    """The straggler verdict of ``traceprof.verdict`` (stragglers and whatif read together) where
+    """The straggler verdict of ``traceprof.engine.verdict`` (stragglers and whatif read together) where
     that module exists; None otherwise or when it does not apply."""
     try:
-        from traceprof import verdict
+        from traceprof.engine import verdict
     except ImportError:
         return findings, None
     try:
@@ -73,7 +73,7 @@ def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int,
     if st is None and wi is None:
         return [], None
     findings, verdict = _straggler_findings(st, wi)
-    if st is not None:  # the combined verdict, where traceprof.verdict exists, replaces this module's
+    if st is not None:  # the combined verdict, where traceprof.engine.verdict exists, replaces this module's
         named = [f for f in findings if f.problem]
         found, combined = _combined(store, run_id, named, params)
         if combined is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceprof.store import Store
+from traceprof.storage.store import Store
 
 __all__ = ["summarize"]
 

@@ -25,7 +25,7 @@ Algorithm:
      at its ProfilerStep (or its first device row, if earlier). Steps are the run's
      (``matching.run_steps``): step k is the same step on every rank. Without steps: one window
      per rank, its first to last activity, step null.
-  2. Intervals per rank (``traceprof.activity``; traces at op granularity such as NDTimeline:
+  2. Intervals per rank (``traceprof.engine.activity``; traces at op granularity such as NDTimeline:
      ``activity.op_activity``): compute C, communication K, memory M. For the collectives seen by
      two or more ranks (``_replay.comm_items``: arrival by ``matching.ARRIVAL_SQL``; last arrival
      and last rank by ``stragglers.per_rank_instance``): wait W = [own arrival, last arrival),
@@ -36,12 +36,12 @@ Algorithm:
      order an interval keeps the part past the earlier ones), so every piece names its op,
      kernel or collective.
   4. What is left of the rank's time are gaps between pieces. A gap is host-bound when the work
-     that ends it was launched after it began (``analyses.idle.host_wait``, HTA's host-wait rule
+     that ends it was launched after it began (``traceprof.analyses.idle.host_wait``, HTA's host-wait rule
      on the rank's merged timeline; a CPU row and a CPU rank's arrival are their own launch, so a
      CPU rank's gaps are host-bound), else idle; the gap after the rank's last work is idle.
   5. Pieces and gaps, cut at the step windows (``intervals.cut``), are summed per (rank, step) and
      category: the sums equal the window to the ns. Compute is also summed per op family
-     (``traceprof.names.family``).
+     (``traceprof.core.names.family``).
   6. Path, per step of the job: the job's step k runs from the end of its step k-1 to the latest
      end of step k over the ranks. From that end, walk back through the pieces of the rank that
      ended last. At a transfer of a collective whose last rank was another (ties: the lowest
@@ -66,14 +66,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _replay
-from analyses._common import named_ranks
-from analyses.idle import host_wait
-from analyses.stragglers import per_rank_instance
-from traceprof import columns as rc
-from traceprof import intervals
-from traceprof.activity import activity, graph_level_notes, multi_device_ranks, op_activity
-from traceprof.analysis import (
+from traceprof.analyses import _replay
+from traceprof.analyses._common import named_ranks
+from traceprof.analyses.idle import host_wait
+from traceprof.analyses.stragglers import per_rank_instance
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.names import family
+from traceprof.engine import intervals
+from traceprof.engine.activity import activity, graph_level_notes, multi_device_ranks, op_activity
+from traceprof.engine.analysis import (
     Analysis,
     Chart,
     Finding,
@@ -84,10 +86,8 @@ from traceprof.analysis import (
     RunParams,
     register,
 )
-from traceprof.errors import AnalysisError
-from traceprof.matching import run_steps
-from traceprof.names import family
-from traceprof.store import Store
+from traceprof.ingest.matching import run_steps
+from traceprof.storage.store import Store
 
 __all__ = ["CATEGORIES", "Params", "Result", "run"]
 
@@ -541,7 +541,7 @@ SPEC = Analysis(
                  rc.pct("pct", "waited_ns, % of all ranks' step time"),
                  rc.ns("rank_waited_ns", "The rank's total"), rc.pct("rank_pct", "rank_waited_ns, % of all ranks' step time")),
         rc.frame("compute", "Compute per (rank, step, op family)", rc.RANK, rc.STEP,
-                 rc.text("family", "Op family (traceprof.names.family)"),
+                 rc.text("family", "Op family (traceprof.core.names.family)"),
                  rc.ns("compute_ns", "Its compute time (the families add up to the frame's compute_ns)")),
         rc.frame("steps", "The job's steps", rc.STEP, rc.ns("start_ns", "Start: the end of the job's previous step"),
                  rc.ns("step_ns", "The job's step"), rc.Column("end_rank", "INTEGER", "The rank that ended it last"),
@@ -557,7 +557,7 @@ SPEC = Analysis(
 def run(store: Store, params: Params) -> Result:
     """The step account, its path across ranks and the blame for waits, of one run (module doc).
 
-    Source fields read: ``events`` through ``traceprof.activity`` (kernels, memcpy/memset with their
+    Source fields read: ``events`` through ``traceprof.engine.activity`` (kernels, memcpy/memset with their
     launching runtime call's start; CPU ranks: training-thread ops and ``gloo:*`` work; NDTimeline:
     ``gpu_user_annotation`` and ``collective`` events), ``steps``, ``collectives`` and
     ``collective_instances`` (arrivals, ends).

@@ -53,8 +53,10 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceprof import columns as rc
-from traceprof.analysis import (
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.engine.analysis import (
     Analysis,
     Finding,
     FindingsInput,
@@ -65,10 +67,8 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.errors import AnalysisError
-from traceprof.runs import run_name
-from traceprof.store import Store
-from traceprof.vocab import CollectiveSource, TraceSource
+from traceprof.storage.runs import run_name
+from traceprof.storage.store import Store
 
 _ROWS = """
 SELECT c.rank, c.source, c.pg, c.seq, c.op, c.dtype, c.nelems_in, c.enter_ns, c.start_ns, c.end_ns,
@@ -80,7 +80,7 @@ ORDER BY c.rank, c.pg, c.seq, c.enter_ns, c.ordinal
 """
 _P2P_OPS = frozenset({"send", "recv"})
 _SOURCE_ORDER = (CollectiveSource.fr, CollectiveSource.nccl_profiler)
-_TRACE_SOURCE = {CollectiveSource.fr: TraceSource.flight_recorder, CollectiveSource.nccl_profiler: TraceSource.nccl_profiler}
+_TRACE_SOURCE: dict[str, str] = {CollectiveSource.fr: TraceSource.flight_recorder, CollectiveSource.nccl_profiler: TraceSource.nccl_profiler}
 # Traces of a source that hold no collective with group and seq: an empty FR dump (a rank that
 # recorded nothing, the usual culprit of a hang, unless its pg_status shows progress).
 _EMPTY = """
@@ -281,7 +281,7 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
     # Point-to-point: FR's ":p2p" groups, or a group of sends and recvs only (NDTimeline's
     # "pp0:0->1:fwd"): a send and its recv share a seq and differ in op by design.
     p2p = pg.endswith(":p2p") or all(r["op"] in _P2P_OPS for st in ranks.values() for r in st.rows.values())
-    firsts = {r: st.first() for r, st in ranks.items() if st.first() is not None}
+    firsts = {r: f for r, st in ranks.items() if (f := st.first()) is not None}
     lasts = {r: st.last("enqueued") for r, st in ranks.items()}
     start = max(firsts.values()) if firsts else None
     end = max((v for v in lasts.values() if v is not None), default=None)

@@ -1,10 +1,10 @@
 """gaps: where communication is exposed, which collective ran, and what compute came just before.
 
 Algorithm (README.md "Analyses": Exposed communication / overlap gaps):
-  1. Take each rank's activity (``traceprof.activity``): NCCL/RCCL kernels vs compute kernels on
+  1. Take each rank's activity (``traceprof.engine.activity``): NCCL/RCCL kernels vs compute kernels on
      GPU ranks; gloo work vs training-thread ops on CPU-only ranks.
   2. Gaps: for each (rank, step), the step's communication minus all of the rank's compute
-     (``analyses.overlap.exposed_comm``), as maximal intervals. A gap belongs to the step its
+     (``traceprof.analyses.overlap.exposed_comm``), as maximal intervals. A gap belongs to the step its
      communication was launched in (CPU ranks: started in); null step = outside ProfilerSteps.
      Exposed communication of two steps running at the same time counts in both steps' gaps.
   3. Collectives running: the ``collectives`` rows of the same rank and step that overlap the gap.
@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.overlap import exposed_comm
-from traceprof import columns as rc
-from traceprof.activity import excluded_note, graph_level_notes, run_activity
-from traceprof.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.intervals import merge, union_ns
-from traceprof.store import Store
+from traceprof.analyses.overlap import exposed_comm
+from traceprof.core import columns as rc
+from traceprof.engine.activity import excluded_note, graph_level_notes, run_activity
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.engine.intervals import merge, union_ns
+from traceprof.storage.store import Store
 
 _COLLECTIVES_SQL, _OPS_SQL = (s.strip() for s in Path(__file__).with_name("gaps.sql").read_text().split(";\n"))
 _NO_STEP = -1  # join key for activity outside ProfilerSteps (step numbers are >= 0)
@@ -328,7 +328,7 @@ SPEC = Analysis(
 def run(store: Store, params: Params) -> Result:
     """Overlap gaps, their collectives and causes, and exposed communication per rank and step.
 
-    Source: activity (``traceprof.activity``), the ``collectives`` table, and cpu_op /
+    Source: activity (``traceprof.engine.activity``), the ``collectives`` table, and cpu_op /
     user_annotation events (with the runtime calls' correlation and thread) for the launching ops.
 
     Raises:
@@ -365,7 +365,7 @@ def run(store: Store, params: Params) -> Result:
         "rank", "step", "start_ns", "end_ns", "dur_ns", "collective", "op", "pg", "seq", "bytes", "collectives",
         "last_compute", "last_compute_end_ns", "launch_op", "top_op", "cause",
     ).sort(["dur_ns", "rank", "start_ns"], descending=[True, False, False])
-    notes = []
+    notes: list[str] = []
     if causes.is_empty():
         notes.append(Note("no exposed communication: all of it is hidden behind compute", kind="hidden") if comm.height
                      else Note("no exposed communication: the run has no communication", kind="no_comm"))

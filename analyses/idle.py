@@ -2,7 +2,7 @@
 
 Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idle time breakdown):
   1. Take each rank's GPU kernels, memcpys and memsets with the start of the CPU runtime call that
-     launched them (same correlation id; ``traceprof.activity`` with ``detail``); sort each
+     launched them (same correlation id; ``traceprof.engine.activity`` with ``detail``); sort each
      lane (rank, device, stream) by start: a process driving two GPUs reuses stream numbers.
   2. For each row but the first of its stream: prev_end = end of the rows before it, gap = start -
      prev_end. The first row of a stream has no gap and adds nothing.
@@ -16,7 +16,7 @@ Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idl
      stream), the same window as ``temporal``'s.
 Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
 idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event
-selection (``traceprof.activity``), prev_end = end of the previous row only, negative gaps included.
+selection (``traceprof.engine.activity``), prev_end = end of the previous row only, negative gaps included.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof import columns as rc
-from traceprof.activity import activity, excluded_note, graph_level_notes, step_window
-from traceprof.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import Column
+from traceprof.engine.activity import activity, excluded_note, graph_level_notes, step_window
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
+from traceprof.storage.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 

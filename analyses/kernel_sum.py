@@ -2,11 +2,11 @@
 
 Algorithm:
   1. Take every GPU kernel of the run (``events`` kind ``kernel``; any source: Kineto, nsys), except
-     records flagged as suspect at ingest (``events.flag``, see ``traceprof.classify``); memcpy and
+     records flagged as suspect at ingest (``events.flag``, see ``traceprof.core.classify``); memcpy and
      memset are left out, as in nsys.
   2. Per kernel name (the full, demangled name), over the run and per rank: total time, instances,
      average, median, minimum, maximum and sample standard deviation of the durations, and the
-     share of the summed kernel time (``analyses._summary``).
+     share of the summed kernel time (``traceprof.analyses._summary``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses._summary import summarize
-from traceprof import columns as rc
-from traceprof.activity import graph_level_notes
-from traceprof.analysis import Analysis, Chart, FrameResult, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import graph_level_notes
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, RunParams, register
+from traceprof.storage.store import Store
 
 _ROWS = f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND {VALID_SQL}"
 

@@ -1,7 +1,7 @@
 """kernels: where each rank's GPU time goes by kernel class and by kernel.
 
 Algorithm (README.md "What traceprof handles": Kernel class; the same measures as HTA's kernel breakdown):
-  1. Take each rank's GPU kernels, memcpys and memsets (``traceprof.activity``), classed comm
+  1. Take each rank's GPU kernels, memcpys and memsets (``traceprof.engine.activity``), classed comm
      (NCCL/RCCL: ``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclSymkDevKernel_*``, ``rccl*``), memory
      (memcpy/memset) or compute (the rest; ROCm traces alike).
   2. Time by class: merge each class's intervals per rank (all streams together); busy = the union
@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof import columns as rc
-from traceprof.activity import activity, excluded_note, graph_level_notes
-from traceprof.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.intervals import merge, union_ns
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import activity, excluded_note, graph_level_notes
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.engine.intervals import merge, union_ns
+from traceprof.storage.store import Store
 
 CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
 _EXCLUSIVE = ("compute_only", "comm_only", "memory_only", "overlapped")

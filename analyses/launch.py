@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof import columns as rc
-from traceprof.activity import graph_level_notes
-from traceprof.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.classify import valid_sql
-from traceprof.errors import AnalysisError
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.classify import valid_sql
+from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import Column
+from traceprof.engine.activity import graph_level_notes
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.storage.store import Store
 
 #: The run's kernels (memcpy and memset aside); records flagged at ingest as impossible (another
 #: clock domain, far outside the steps) are left out; a kernel a few us before its launch call
@@ -159,7 +159,7 @@ def run(store: Store, params: Params) -> Result:
     per_rank, streams, steps = per("rank"), per(*lane), per("rank", "step")
     no_launch = per_rank.filter(pl.col("launched") < pl.col("kernels"))
     notes = [f"short kernels: under {params.short_ns / 1000:g} us"]
-    graph = int(per_rank["graph_kernels"].sum() - per_rank["graph_launches"].sum())
+    graph = int(per_rank["graph_kernels"].sum()) - int(per_rank["graph_launches"].sum())
     if graph:
         notes.append(Note("{number} kernels started by a graph launch after its first kernel are not measured (latency "
                           "is once per launch call, to its first kernel; the rest is graph execution time)", number=graph))

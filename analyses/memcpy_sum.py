@@ -11,7 +11,7 @@ Algorithm:
      as nsys groups them), or ``Memset``.
   3. Per operation, over the run (``frame``) and per rank (``ranks``): total time, count, average,
      median, minimum, maximum and sample standard deviation of the durations, and the share of
-     the summed copy time (``analyses._summary``, as the other ``*_sum`` analyses).
+     the summed copy time (``traceprof.analyses._summary``, as the other ``*_sum`` analyses).
   4. Per operation (``sizes``): the bytes moved, from each row's ``bytes`` arg (Kineto
      ``args.bytes``, nsys ``bytes``): total, count of the rows that record it, average, median,
      minimum, maximum and sample standard deviation (rounded to whole bytes), as nsys does.
@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses._summary import summarize
-from traceprof import columns as rc
-from traceprof.analysis import Analysis, Chart, FrameResult, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import Column
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, RunParams, register
+from traceprof.storage.store import Store
 
 #: The operation of a memcpy / memset row (module doc, step 2).
 _OPERATION = (r"CASE WHEN e.kind = 'memset' THEN 'Memset' "

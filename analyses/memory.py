@@ -1,6 +1,6 @@
 """memory: where each rank's accelerator memory goes, step by step, and how close it comes to the limit.
 
-Reads the run's memory records (the ``memory_events`` view, ``traceprof.schema``): Kineto
+Reads the run's memory records (the ``memory_events`` view, ``traceprof.core.schema``): Kineto
 ``[memory]`` events (``profile_memory=True``: ``Addr``, ``Bytes``, ``Total Allocated``, ``Total
 Reserved``, ``Device Type``, ``Device Id``) and ``[OutOfMemory]`` events, Nsight Systems CUDA
 allocations and frees (``CUDA_GPU_MEMORY_USAGE_EVENTS``: no totals) and torch's
@@ -20,7 +20,7 @@ Algorithm (one *series* per (rank, device, source); records in (ts_ns, seq) orde
      are what PyTorch's caching allocator reserves).
   2. The step of a record: ``events.step``, else the rank's ProfilerStep whose CPU span holds it;
      the CPU op at a record: the innermost ``cpu_op`` on the allocating (pid, tid) that encloses it,
-     and the outermost one (``top_op``), from the op tree (``traceprof.optree``): one as-of join and
+     and the outermost one (``top_op``), from the op tree (``traceprof.engine.optree``): one as-of join and
      a walk up the parents, linear in records and ops.
   3. Per step and per series: the peak allocated (largest value; the first record that reaches
      it), its time and ops, the peak reserved, reserved - allocated at the allocated peak (cache
@@ -52,9 +52,12 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from analyses import _common
-from traceprof import schema
-from traceprof.analysis import (
+from traceprof.analyses import _common
+from traceprof.core import schema
+from traceprof.core.columns import frame as result_frame
+from traceprof.core.errors import AnalysisError, UsageError
+from traceprof.core.schema import Column
+from traceprof.engine.analysis import (
     Analysis,
     Chart,
     Finding,
@@ -67,11 +70,8 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.columns import frame as result_frame
-from traceprof.errors import AnalysisError, UsageError
-from traceprof.optree import with_parents
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.engine.optree import with_parents
+from traceprof.storage.store import Store
 
 __all__ = ["Params", "Result", "TABLES", "run", "GIB", "NEAR_LIMIT_PCT", "IMBALANCE_PCT"]
 
@@ -245,7 +245,7 @@ def _memory_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     m = inp.results.get("memory")
     if m is None or m.frame.is_empty():
         return [], None
-    from traceprof.display import size
+    from traceprof.core.display import size
 
     frame, groups = m.frame.filter(pl.col("primary")), m.frames().get("groups", pl.DataFrame())
     findings = []

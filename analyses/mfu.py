@@ -1,15 +1,15 @@
 """mfu: achieved TFLOP/s and model FLOPs utilization per step and rank, and for the job.
 
 Algorithm (README.md "Analyses": MFU):
-  1. Model FLOPs per (rank, step) from the first available source (``traceprof.flops``):
+  1. Model FLOPs per (rank, step) from the first available source (``traceprof.engine.flops``):
      declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
   2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity
      launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
-     the rank's device (``traceprof.peaks``, matched from ``devices`` / ``traces.device_name``) for
+     the rank's device (``traceprof.engine.peaks``, matched from ``devices`` / ``traces.device_name``) for
      the precision: given (``dtype``), else the precision of most matrix-kernel time (kernel names:
      TF32 tensor-op GEMMs such as ``*xmma_gemm*tf32*`` or CUTLASS ``tensorop_s1688gemm``, bf16/fp16
-     names; ``traceprof.peaks.kernel_precision``), else the dtype of most matmul FLOPs in the op
+     names; ``traceprof.engine.peaks.kernel_precision``), else the dtype of most matmul FLOPs in the op
      shapes, else bf16. ``dtype_source`` says which (declared, kernels, shapes, default); a note
      gives the reason. A TF32 run thus uses the TF32 tensor-core peak, not the fp32 CUDA-core one.
      mfu_pct = 100 · tflops / peak; no peak (CPU, unknown device, no device name in the trace)
@@ -27,7 +27,7 @@ Algorithm (README.md "Analyses": MFU):
      the account's time, so they add up to 100. Refused (n/a with the reason) where the peak is
      unknown, or where the FLOPs at peak would need more time than the compute ran (an MFU above
      100 % of the compute time, let alone of the step: the FLOPs or the peak are wrong).
-FLOPs convention (``traceprof.flops.CAUSAL_CONVENTION``): a multiply-add counts 2; causal attention
+FLOPs convention (``traceprof.engine.flops.CAUSAL_CONVENTION``): a multiply-add counts 2; causal attention
 counts half of its score and value products (shape counts; the PaLM formula and torch's sidecar
 counts count attention in full), stated in a note and in the waterfall.
 FLOP counts (``flops``, ``flops_per_step``) are float64 FLOPs, in every frame: a job's FLOPs per
@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof import columns as rc
-from traceprof.analysis import (
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
+from traceprof.engine.analysis import (
     Analysis,
     Chart,
     Finding,
@@ -56,10 +57,9 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.errors import AnalysisError, TraceprofError, UsageError
-from traceprof.flops import CAUSAL_CONVENTION, account
-from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
-from traceprof.store import Store
+from traceprof.engine.flops import CAUSAL_CONVENTION, account
+from traceprof.engine.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -347,8 +347,8 @@ _WATERFALL = (
 def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
                source: str) -> tuple[pl.DataFrame, str]:
     """The waterfall from peak FLOP time to achieved (module doc, step 6), and a note on it."""
-    from analyses import critical_path  # here: it registers itself; mfu works without it
-    from traceprof.matching import run_steps
+    from traceprof.analyses import critical_path  # here: it registers itself; mfu works without it
+    from traceprof.ingest.matching import run_steps
 
     schema = {"component": pl.Utf8, "ns": pl.Int64, "pct": pl.Float64, "detail": pl.Utf8}
 

@@ -4,7 +4,7 @@ with where that time went (waiting for peers, launch, transfer) and the bandwidt
 Algorithm:
   1. Collectives (any source: NCCL kernels of Kineto and nsys traces, gloo work, Flight Recorder
      entries, NCCL profiler-plugin events, NCCL Inspector records): per op (``collectives.op``), over the run and per rank,
-     the statistics of end - start (``analyses._summary``) and the bytes moved (``bytes_in``).
+     the statistics of end - start (``traceprof.analyses._summary``) and the bytes moved (``bytes_in``).
      Rows without both times (gloo Flight Recorder entries record only their enqueue) count in
      ``instances_total`` but not in the time statistics.
   2. Communication kernels (``events.class = 'comm'``, GPU sources only): the same statistics per
@@ -17,10 +17,10 @@ Algorithm:
      the call was traced (``traced_ranks`` >= 2); calls with no traced peer cannot tell waiting
      from moving data and count as ``unsplit_ns``; ``split_pct`` = the split share of ``span_ns``.
   4. Bandwidth (table ``bandwidth``), as nccl-tests defines it: per call algbw = S / transfer and
-     busbw = algbw x the op's bus factor (``traceprof.ops.BUS_RULES``: S and the factor per op);
+     busbw = algbw x the op's bus factor (``traceprof.core.ops.BUS_RULES``: S and the factor per op);
      NULL, never infinite, where the transfer is 0 or unknown or S is unknown. Per (source, op,
      group size, message-size bucket, ceiling): the median and largest busbw, against the ceiling
-     of the calls' process group (``traceprof.links.choose_ceiling``): ``link_gbps`` when given,
+     of the calls' process group (``traceprof.core.links.choose_ceiling``): ``link_gbps`` when given,
      else the link table by the ranks' device (``devices`` table, Kineto ``deviceProperties``,
      else ``traces.device_name``): the network when the group's ranks run on several hosts
      (``traces.host``; hosts unknown: when the group has more ranks than one node), else the
@@ -40,16 +40,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _common
-from analyses._summary import summarize
-from traceprof import columns as rc
-from traceprof.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.links import NETWORKS, choose_ceiling
-from traceprof.peaks import rank_devices
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.core.links import NETWORKS, choose_ceiling
+from traceprof.core.schema import Column
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.engine.peaks import rank_devices
+from traceprof.storage.store import Store
 
 _TIMED = ("SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
           "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL")
@@ -79,7 +79,7 @@ _SPLIT_COLS = ["span_ns", "wait_ns", "launch_ns", "transfer_ns", "unsplit_ns", "
 class Params(RunParams):
     """``link_gbps``: the ceiling busbw is compared with, GB/s per direction per GPU (10^9 bytes/s,
     as busbw; beats the link table); ``network``: the network of groups that span hosts
-    (``traceprof.links.NETWORKS``: edr, hdr, ndr, xdr, roce100..roce800), when it is not the
+    (``traceprof.core.links.NETWORKS``: edr, hdr, ndr, xdr, roce100..roce800), when it is not the
     device's reference system's."""
 
     link_gbps: float | None = None

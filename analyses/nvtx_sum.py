@@ -7,7 +7,7 @@ Algorithm:
      left out. With ``gpu=true`` the GPU-side annotations (Kineto ``gpu_user_annotation``) are
      summarized instead.
   2. Per range name, over the run and per rank: total time, instances, average, median, minimum,
-     maximum, sample standard deviation, share of the summed range time (``analyses._summary``).
+     maximum, sample standard deviation, share of the summed range time (``traceprof.analyses._summary``).
      Nested ranges each count in full, so shares add up to more than wall time when ranges nest.
 """
 
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses._summary import summarize
-from traceprof import columns as rc
-from traceprof.analysis import Analysis, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.analysis import Analysis, FrameResult, RunParams, register
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)

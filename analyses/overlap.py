@@ -2,7 +2,7 @@
 
 Algorithm (README.md "Analyses"; HTA's "comm-comp overlap" and Nsight's recipes use the same definition):
   1. Merge the rank's comm intervals and its compute intervals separately, all streams together
-     (``traceprof.activity``: NCCL/RCCL kernels vs compute kernels; gloo work vs training-thread
+     (``traceprof.engine.activity``: NCCL/RCCL kernels vs compute kernels; gloo work vs training-thread
      ops on CPU-only ranks).
   2. overlap = |comm ∩ compute| = |comm| + |compute| - |comm ∪ compute|.
   3. overlap_pct = overlap / |comm|; exposed communication = |comm| - overlap.
@@ -19,10 +19,18 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof import columns as rc
-from traceprof.activity import excluded_note, graph_level_notes, multi_device_ranks, run_activity
-from traceprof.analysis import (
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.names import shorten
+from traceprof.core.schema import Column
+from traceprof.engine.activity import (
+    excluded_note,
+    exposed_comm,
+    graph_level_notes,
+    multi_device_ranks,
+    run_activity,
+)
+from traceprof.engine.analysis import (
     Analysis,
     Chart,
     Finding,
@@ -36,10 +44,8 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.intervals import class_measures, subtract
-from traceprof.names import shorten
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.engine.intervals import class_measures
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -63,21 +69,6 @@ class Result(FrameResult):
             Chart("Communication per rank: hidden vs exposed", "rank", ("overlap_ns", "exposed_comm_ns"),
                   stacked=True, ylabel="ns"),
         ]
-
-
-def exposed_comm(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Maximal intervals of communication not hidden behind any compute of the same rank.
-
-    Args:
-        act: Activity frame (``traceprof.activity``).
-        by: ``["rank"]`` or ``["rank", "step"]`` (one step's communication minus all the rank's
-            compute, module doc step 4); rows with a null step form their own group.
-
-    Returns:
-        Frame with ``by`` + start_ns, end_ns (ns), disjoint and sorted within each group.
-    """
-    comm = act.filter(pl.col("class") == "comm")
-    return subtract(comm, act.filter(pl.col("class") == "compute"), by, ["rank"])
 
 
 def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:

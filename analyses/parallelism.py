@@ -1,7 +1,7 @@
 """parallelism: the mesh, exposed communication per axis, pipeline bubbles, all-to-all load, slow stages.
 
 Algorithm:
-  1. The mesh (``analyses._mesh``): each rank's coordinate on each axis (dp, tp, pp, cp, ep, ...)
+  1. The mesh (``traceprof.analyses._mesh``): each rank's coordinate on each axis (dp, tp, pp, cp, ep, ...)
      from the process groups the traces record, by their names and by size and stride; NDTimeline's
      stage and dp_rank; or the user's ``-p mesh=pp:4,dp:2,tp:8`` (outermost first). Table ``ranks``.
   2. The group of each collective row: its ``pg_ranks``; else its ``pg`` looked up among the rank's
@@ -12,24 +12,24 @@ Algorithm:
      (``_mesh.Mesh.label``). Point-to-point rows with no group (or a group of which only their own
      rank is known) are the pipeline's (``pp``) when the mesh has a pp axis. Rows whose group stays
      unknown are ``unassigned``, never dropped.
-  3. Per axis: each communication interval of the activity (``traceprof.activity``, as ``overlap``
+  3. Per axis: each communication interval of the activity (``traceprof.engine.activity``, as ``overlap``
      reads it; NDTimeline: its collective and compute ops) takes the label of the collectives row
      with its rank, start and end. Exposed communication = communication minus compute, per rank
-     (``analyses.overlap.exposed_comm``). **Attribution rule**: where collectives of several axes run
+     (``traceprof.analyses.overlap.exposed_comm``). **Attribution rule**: where collectives of several axes run
      at the same exposed instant, that instant goes to the first of them in :func:`label_order`:
      tp, cp, ep, pp, dp_shard, dp, dp_replicate, other single axes by name, then labels spanning
      several axes (fewest first), ``world``, and ``unassigned`` last (the inner axes' collectives
      block every layer; data-parallel traffic is meant to run behind compute). In that order each
      label takes the exposed time its intervals cover and removes it, so every exposed ns is
      counted once and the axes' ``exposed_comm_ns`` sum exactly to ``overlap``'s total.
-  4. Pipeline (a pp axis of 2+ stages; ``analyses._pipeline``): per stage and step, the bubble
+  4. Pipeline (a pp axis of 2+ stages; ``traceprof.analyses._pipeline``): per stage and step, the bubble
      (step - compute) split into the schedule's own bubble, stage imbalance, waiting for p2p and the
      rest; slow stages and slow data-parallel replicas (table ``slow``).
-  5. All-to-all (``analyses._alltoall``): per instance the bytes each rank sends to and receives
+  5. All-to-all (``traceprof.analyses._alltoall``): per instance the bytes each rank sends to and receives
      from each peer (recorded split sizes, else an even split), the load's max/mean and Gini, the
      arrival waits and the transfer time the imbalance costs; a rank x peer matrix of bytes.
 
-Linear in events after one sort per interval operation (``traceprof.intervals``); the labels are
+Linear in events after one sort per interval operation (``traceprof.engine.intervals``); the labels are
 computed once per distinct (rank, group) key.
 """
 
@@ -40,11 +40,12 @@ from typing import Any
 
 import polars as pl
 
-from analyses import _alltoall, _common, _mesh, _pipeline
-from analyses.overlap import exposed_comm
-from traceprof import columns as rc
-from traceprof.activity import activity
-from traceprof.analysis import (
+from traceprof.analyses import _alltoall, _common, _mesh, _pipeline
+from traceprof.analyses.overlap import exposed_comm
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import activity
+from traceprof.engine.analysis import (
     Analysis,
     Chart,
     Finding,
@@ -57,10 +58,9 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.errors import AnalysisError
-from traceprof.intervals import subtract, union_ns
-from traceprof.matching import ARRIVAL_SQL, run_steps
-from traceprof.store import Store
+from traceprof.engine.intervals import subtract, union_ns
+from traceprof.ingest.matching import ARRIVAL_SQL, run_steps
+from traceprof.storage.store import Store
 
 __all__ = ["Params", "Result", "run", "COLUMNS", "label_order", "MeshView"]
 
@@ -163,7 +163,7 @@ class Result(FrameResult):
     title = "Parallelism: mesh, axes, pipeline, all-to-all"
 
     def mesh_view(self) -> MeshView:
-        """The slow stages and replicas and each rank's place in the mesh (for ``traceprof.verdict``)."""
+        """The slow stages and replicas and each rank's place in the mesh (for ``traceprof.engine.verdict``)."""
         slow = tuple(r for r in self.slow.iter_rows(named=True) if r["slow"]) if self.slow.height else ()
         return MeshView(slow, _pipeline.rank_labels(self.ranks), tuple(r["text"] for r in slow))
 
@@ -229,7 +229,7 @@ def _gloo_groups(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
 
 def _activity(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
     """Activity intervals (rank, class, start_ns, end_ns, step) and what they are: kernels or
-    training-thread ops (``traceprof.activity``), else per-op traces' collective and compute ops."""
+    training-thread ops (``traceprof.engine.activity``), else per-op traces' collective and compute ops."""
     act = activity(store, run_id)
     if act.height:
         return act.select("rank", "class", "start_ns", "end_ns", "step"), "activity"
@@ -388,7 +388,7 @@ def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
 
 
 _RANKS = "BIGINT[]"
-#: Types of the columns whose names do not say it (``traceprof.columns.typed``).
+#: Types of the columns whose names do not say it (``traceprof.core.columns.typed``).
 _TYPES = {
     "axis": "VARCHAR", "size": "BIGINT", "groups": "BIGINT", "collectives": "BIGINT", "bytes": "BIGINT",
     "found_by": "VARCHAR", "rank": "INTEGER", "traced": "BOOLEAN", "<axis>": "INTEGER",

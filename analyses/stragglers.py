@@ -28,7 +28,7 @@ provides):
      instances when the run has no steps); median lateness, also as % of the pace (the median
      time between a rank's consecutive arrivals in a step; with one collective per step, the
      median step time) and of the median step; compute time per step (top-level compute
-     intervals, ``analyses._replay``) against the median rank as a robust z-score:
+     intervals, ``traceprof.analyses._replay``) against the median rank as a robust z-score:
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
      0, not infinity. The profiler-start transient (``_replay.transient``) is left out first.
   4. Verdict, one rule (issue 27: a rank is named only with a cause of its own that the evidence
@@ -37,14 +37,14 @@ provides):
      arrived last, the span since its previous arrival (or step start) is split into compute,
      communication not hidden by compute, and the rest (untraced host time: Python, data
      loading, sleeps); the part that exceeds the other ranks' median the most is the cause. It is
-     named when that cause is its own, beyond the run's noise (``analyses._cause``): in each step
+     named when that cause is its own, beyond the run's noise (``traceprof.analyses._cause``): in each step
      its time in that cause exceeds the largest of the same measure on the ranks not suspected
      (the noise floor) in more steps than chance (binomial, 1/(u+1) per step for u unsuspected
      ranks, p < ``cause_alpha``, 0.05: with 4 ranks and 3 steps, all 3), or it runs more work
      per step than every unsuspected rank (FLOPs from the recorded shapes, else matmul calls:
      exact); *and* its delays matter: ``cost_pct`` >= ``min_cost_pct`` (1%; for extra work, the
      extra FLOPs in %). ``cost_pct`` is what the rank's delays cost the job: the what-if replay
-     (``analyses.whatif``) with only that rank's recorded op times (the rest ideal) or only its
+     (``traceprof.analyses.whatif``) with only that rank's recorded op times (the rest ideal) or only its
      host gaps (the rest at their median) put back, the larger of (alone S - 1) in %, the figures
      whatif blames ranks with (runs the replay cannot model, e.g. Flight Recorder only, use
      ``holdup_pct``). A rank that once held the job up by more than
@@ -74,16 +74,16 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from analyses import _cause, _common, _replay
-from analyses._cause import binom_sf
-from analyses._stragglers_topic import topic
-from traceprof import columns as rc
-from traceprof.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
-from traceprof.errors import AnalysisError
-from traceprof.intervals import merge, union_ns
-from traceprof.matching import fallback_note, run_steps
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.analyses import _cause, _common, _replay
+from traceprof.analyses._cause import binom_sf
+from traceprof.analyses._stragglers_topic import topic
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import Column
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
+from traceprof.engine.intervals import merge, union_ns
+from traceprof.ingest.matching import fallback_note, run_steps
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class Params(RunParams):
     """``source``: collectives source (default: the best matched); ``alpha``: significance of
     arriving last more often than chance (binomial test, one-sided); ``cause_alpha``: significance
     of the noise-floor test of a suspect's cause (its time in that cause above every unsuspected
-    rank's in more steps than chance, ``analyses._cause``); ``min_cost_pct``: what the rank's delays
+    rank's in more steps than chance, ``traceprof.analyses._cause``); ``min_cost_pct``: what the rank's delays
     must cost the job at least (``cost_pct``, % of step time) to matter (the noise is the floor
     test's, not this); ``max_named_share``: when more than this share of the ranks (and more than
     one) qualify, none is named (a systematic imbalance, e.g. a slow pipeline stage, not a
@@ -364,11 +364,11 @@ def _absent_note(store: Store, run_id: int, source: str | None, w: pl.DataFrame)
 def _costs(store: Store, run_id: int, params: Params, source: str | None,
            per: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """What each rank's delays cost the job, % of step time (``cost_pct``), and how it was measured:
-    the what-if replay (``analyses.whatif``, its defaults) with only that rank's recorded values
+    the what-if replay (``traceprof.analyses.whatif``, its defaults) with only that rank's recorded values
     put back, blocking (op times) or host (host gaps), whichever is larger: (alone S - 1) x 100,
     the same figures whatif blames ranks with. Runs the replay cannot model (no compute or no
     steps, e.g. Flight Recorder only) use ``holdup_pct`` instead."""
-    from analyses import whatif  # the replay's rank blame; imported here, it registers itself
+    from traceprof.analyses import whatif  # the replay's rank blame; imported here, it registers itself
 
     if not store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND end_ns IS NOT NULL AND source = ?",
                      [run_id, source]).item():
@@ -491,7 +491,7 @@ def _rank_list(ranks: list[int]) -> str:
 def _own_causes(store: Store, run_id: int, per: pl.DataFrame, split: pl.DataFrame, w: pl.DataFrame,
                 step_med: int | None, params: Params) -> pl.DataFrame:
     """Per suspect (and episodic) rank, its own cause and the noise-floor test of it
-    (``analyses._cause``, module doc step 4): rank, cause, floor_steps_won, floor_steps,
+    (``traceprof.analyses._cause``, module doc step 4): rank, cause, floor_steps_won, floor_steps,
     floor_p_value, excess_pct (its median excess over the floor, % of the median step; of the
     median unit's time without steps), extra_work_pct, and for the verdict _extra_ops, _extra_what,
     _excess (the three component excesses at its last arrivals, ns)."""

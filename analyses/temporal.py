@@ -1,7 +1,7 @@
 """temporal: where each rank's accelerator time goes (idle / compute / non-compute).
 
 Algorithm (README.md "Analyses", the same definition as HTA's temporal breakdown):
-  1. Take the rank's activity intervals (``traceprof.activity``): GPU kernels, memcpy and memset,
+  1. Take the rank's activity intervals (``traceprof.engine.activity``): GPU kernels, memcpy and memset,
      or on CPU-only ranks the training thread's ops and the gloo work.
   2. Window = first activity start to last activity end, for the whole trace and per step (the
      activity launched in that step).
@@ -12,7 +12,7 @@ Algorithm (README.md "Analyses", the same definition as HTA's temporal breakdown
      kernel of a step (data loading, host stalls) shows there, not in the activity window.
   6. Per device (``devices``): the same breakdown per (rank, device), for processes that drive
      several GPUs (the per-rank figures then merge the devices, as a note says).
-With ``hta=true`` the events are selected as HTA loads them (see ``traceprof.activity``).
+With ``hta=true`` the events are selected as HTA loads them (see ``traceprof.engine.activity``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof import columns as rc
-from traceprof.activity import excluded_note, graph_level_notes, multi_device_ranks, run_activity, step_window
-from traceprof.analysis import (
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.schema import Column
+from traceprof.engine.activity import (
+    excluded_note,
+    graph_level_notes,
+    multi_device_ranks,
+    run_activity,
+    step_window,
+)
+from traceprof.engine.analysis import (
     Analysis,
     Chart,
     Finding,
@@ -38,9 +45,8 @@ from traceprof.analysis import (
     Verdict,
     register,
 )
-from traceprof.intervals import class_measures
-from traceprof.schema import Column
-from traceprof.store import Store
+from traceprof.engine.intervals import class_measures
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)

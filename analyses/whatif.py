@@ -5,7 +5,7 @@ arXiv 2505.05713) and its artifact (ByteDance-Seed/StragglerAnalysis): replay ev
 dependency graph with each operation's time replaced by the typical one, and compare.
 
 Algorithm:
-  1. Items and graph (``analyses._replay``): per rank and step, top-level compute intervals and
+  1. Items and graph (``traceprof.analyses._replay``): per rank and step, top-level compute intervals and
      the rank's matched collectives; an item depends on the earlier items of its rank that ended
      before it started; a collective starts at its last arrival. The profiler-start transient
      (``_replay.transient``) is left out: its steps are dropped, with a note.
@@ -37,14 +37,14 @@ Algorithm:
      resamples, seeded); a run is straggling (``straggling``) when the low end of S's or the
      host-gap slowdown's interval exceeds 1.1 (the paper's threshold): with few steps or one
      stalled step the interval reaches below it. That is the slowdown alone: a problem also needs
-     a cause (a rank, group or stage: ``traceprof.verdict``). On the artifact's traces
+     a cause (a rank, group or stage: ``traceprof.engine.verdict``). On the artifact's traces
      S is 1.975 (AR), 1.536 (SE), 1.182 (ST) against the published 1.973, 1.537, 1.179, and the
      launch slowdown 1.005 / 1.002 / 1.018 against 1.007 / 1.005 / 1.019. Per step slowdowns (at
      least 1; ``clamped`` where the ideal is slower than the time it is compared with) and
      ``model_slowdown`` = mean(replay) / mean(ideal). On the CPU samples the unslowed runs have
      host-gap slowdowns of 1.00-1.04 and the slowed ones 1.07-1.30; op-time noise on a shared
      few-core CPU can still lift S above 1.1 (straggler_rank3: 1.14, from ranks 0 and 2, not the
-     slowed rank 3): a note then gives each rank's S alone, and ``traceprof.verdict`` puts this
+     slowed rank 3): a note then gives each rank's S alone, and ``traceprof.engine.verdict`` puts this
      next to the stragglers rule in one sentence.
   5. Blame (paper's Eq. 2 and 4), of two kinds: ``blocking``: for each rank, pipeline stage
      (when the collector records one) and op type, replay the ideal with that group's recorded
@@ -69,11 +69,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _common, _replay
-from traceprof import columns as rc
-from traceprof.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses import _common, _replay
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.storage.store import Store
 
 #: A run whose slowdown exceeds this is straggling (the paper's threshold).
 STRAGGLING_S = 1.1
@@ -418,7 +418,7 @@ def _notes(raw: tuple[float, float, float, float, float], ci: tuple[float, float
             f"S > {STRAGGLING_S} does not by itself mean one rank is to blame. Alone S by rank (its recorded values "
             f"up to the collectives it arrived at last, the rest ideal): {alone}; {largest}. Whether one rank holds up "
             "the collectives: "
-            "traceprof analyze stragglers (the combined verdict: traceprof.verdict)")
+            "traceprof analyze stragglers (the combined verdict: traceprof.engine.verdict)")
     clamped = frame.filter("clamped")
     if clamped.height:
         why = ("the replay overestimates those steps (replay error; with ideal=min the ideal is never slower "

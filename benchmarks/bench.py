@@ -291,7 +291,9 @@ def main() -> None:
         drop_store(db)
         cmds = tools(folder, db, parser, not a.no_hta, parquet=name == "gen_8x1M", only_traceprof=name in HUGE)
         res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800) for k, cmd in cmds.items()}
-        from traceprof.layout import dataset_dir  # here: the measuring children import traceprof themselves
+        from traceprof.storage.layout import (
+            dataset_dir,  # here: the measuring children import traceprof themselves
+        )
 
         parquet_db(db).unlink(missing_ok=True)
         shutil.rmtree(dataset_dir(parquet_db(db)), ignore_errors=True)

@@ -22,7 +22,7 @@ arrival order follows the other load).
 
 It ingests every run into one store and prints:
 
-1. straggler ``problem`` rate on healthy runs (``traceprof.verdict.combined_verdict``, the verdict
+1. straggler ``problem`` rate on healthy runs (``traceprof.engine.verdict.combined_verdict``, the verdict
    of the ``stragglers`` topic that ``summary`` and the report show); target at most 1 in 20;
 2. on slowed runs, the named-rank hit rate where the trace shows the slowed rank arriving last
    significantly often (``stragglers``' binomial p < ``--alpha``) — target at least 9 of 10 —
@@ -145,11 +145,11 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
     """The straggler verdict of every run (library calls: one process, results shared)."""
     import polars as pl
 
-    from traceprof import analysis
-    from traceprof.ingest import ingest
-    from traceprof.session import Session
-    from traceprof.store import Store
-    from traceprof.verdict import combined_verdict
+    from traceprof.engine import analysis
+    from traceprof.engine.session import Session
+    from traceprof.engine.verdict import combined_verdict
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
 
     with Store(db) as store:
         have = set(store.sql("SELECT name FROM runs")["name"].to_list())

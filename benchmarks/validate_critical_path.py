@@ -37,9 +37,9 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from traceprof import analysis  # noqa: E402
-from traceprof.ingest import ingest  # noqa: E402
-from traceprof.store import Store  # noqa: E402
+from traceprof.engine import analysis  # noqa: E402
+from traceprof.ingest.ingest import ingest  # noqa: E402
+from traceprof.storage.store import Store  # noqa: E402
 
 #: Runs whose unslowed steps vary less than this (coefficient of variation, %) were recorded with the
 #: shared machine quiet enough to resolve a 5 % error; the others are reported, not judged.

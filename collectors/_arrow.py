@@ -1,4 +1,4 @@
-"""Arrow schemas of the row tables collectors hand to the store, derived from ``traceprof.schema``.
+"""Arrow schemas of the row tables collectors hand to the store, derived from ``traceprof.core.schema``.
 
 A collector builds ``pa.Table.from_pylist(rows, schema=row_schema("collectives"))``; the columns are
 the store table's minus those the store fills (run_id, trace_id, rank) and those filled after ingest
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from traceprof import schema
+from traceprof.core import schema
 
 __all__ = ["row_schema"]
 

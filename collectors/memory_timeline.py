@@ -42,13 +42,13 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from traceprof import sources
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
-from traceprof.limits import INT64, fits
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.vocab import TraceSource
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
+from traceprof.core.limits import INT64, fits
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.vocab import TraceSource
+from traceprof.ingest import sources
 
 __all__ = ["parse", "CATEGORIES", "ACTIONS"]
 
@@ -148,7 +148,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Args:
         path: The file (``.gz`` or plain JSON).
-        options: How to read it (``traceprof.parsed.ParseOptions``): the gzip inflate cap, and
+        options: How to read it (``traceprof.core.parsed.ParseOptions``): the gzip inflate cap, and
             ``on_bad_event``: ``raise`` (default) or ``skip`` bad entries (counted in ``rejected``).
 
     Returns:

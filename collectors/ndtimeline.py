@@ -44,12 +44,13 @@ import polars as pl
 import pyarrow as pa
 import yaml
 
-from collectors._arrow import row_schema
-from traceprof.errors import TraceFormatError
-from traceprof.limits import polars_out_of_range
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.values import checked_int
-from traceprof.vocab import CollectiveSource, TraceSource
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.limits import polars_out_of_range
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.ingest import sources
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
 
@@ -145,7 +146,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
 
     Args:
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
-        options: How to read it (``traceprof.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
             a null rank, step or optype); ``"skip"`` drops (and counts) it.
 
     Returns:
@@ -274,3 +275,9 @@ def _trace(
         collectives=pa.Table.from_pylist(colls, schema=row_schema("collectives")),
         events_read=len(rows), rejected=dict(rejected),
     )
+
+
+sources.register(sources.Collector(
+    "ndtimeline", "NDTimeline per-op Parquet (*.parquet, one file per run)",
+    lambda p, h: is_ndtimeline_file(p), parse, order=40, whole_run=True, world_field="world_size (meta-*.yaml)",
+))

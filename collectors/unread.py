@@ -1,8 +1,8 @@
 """Formats traceprof recognizes and does not read, each named with what to do instead.
 
 A folder of these is never reported as holding "no trace files": ingest names each file's format
-(``traceprof.sources.recognize``). Each entry claims a file by its name or its first bytes, like a
-collector (``traceprof.sources.Unread``):
+(``traceprof.ingest.sources.recognize``). Each entry claims a file by its name or its first bytes, like a
+collector (``traceprof.ingest.sources.Unread``):
 
 - Nsight Systems ``.qdrep`` reports (before 2021.3) and Nsight Compute ``.ncu-rep`` reports
   (``.nsys-rep`` is read: the nsys collector exports it, or says how);
@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from collectors.flight_recorder.safe_pickle import is_pickle
-from traceprof.fileio import blank_bom
-from traceprof.sources import Unread, register_unread
+from traceprof.collectors.flight_recorder.safe_pickle import is_pickle
+from traceprof.core.fileio import blank_bom
+from traceprof.ingest.sources import Unread, register_unread
 
 __all__: list[str] = []
 

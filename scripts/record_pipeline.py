@@ -36,7 +36,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from tiny_gpt import GPTConfig  # noqa: E402
 
-from collectors.kineto.capture import profile_ranks  # noqa: E402
+from traceprof.collectors.kineto.capture import profile_ranks  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -37,8 +37,8 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from tiny_gpt import GPTConfig, TinyGPT  # noqa: E402
 
-from collectors.flight_recorder.capture import dump_fr_json, enable_fr  # noqa: E402
-from collectors.kineto.capture import profile_ranks  # noqa: E402
+from traceprof.collectors.flight_recorder.capture import dump_fr_json, enable_fr  # noqa: E402
+from traceprof.collectors.kineto.capture import profile_ranks  # noqa: E402
 
 FR_BUFFER_ENTRIES = 2000  # Flight Recorder ring size (collective records per rank)
 

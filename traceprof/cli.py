@@ -23,15 +23,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from traceprof import fileio, term
-from traceprof.errors import Interrupted, TraceprofError, UsageError
+from traceprof.core import fileio, term
+from traceprof.core.errors import Interrupted, TraceprofError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from traceprof import analysis as registry
-    from traceprof.ingest import IngestResult
-    from traceprof.store import Store
+    from traceprof.engine import analysis as registry
+    from traceprof.ingest.ingest import IngestResult
+    from traceprof.storage.store import Store
 else:
 
     class _Lazy:
@@ -45,15 +45,15 @@ else:
             return getattr(importlib.import_module(self._name), attr)
 
     pl = _Lazy("polars")
-    registry = _Lazy("traceprof.analysis")
+    registry = _Lazy("traceprof.engine.analysis")
 
     def Store(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for the class
-        from traceprof.store import Store as _Store
+        from traceprof.storage.store import Store as _Store
 
         return _Store(*args, **kwargs)
 
 
-#: = traceprof.store.DEFAULT_DB, not imported from there so that --help stays fast (test_cli_output checks both).
+#: = traceprof.storage.store.DEFAULT_DB, not imported from there so that --help stays fast (test_cli_output checks both).
 DEFAULT_DB = "traceprof.duckdb"
 
 app = typer.Typer(
@@ -63,14 +63,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Strings from traces are untrusted: nothing printed is read as markup or emoji codes, and every
-# message and cell goes through traceprof.term (control characters written out as \x1b, \n).
+# message and cell goes through traceprof.core.term (control characters written out as \x1b, \n).
 err = Console(stderr=True, markup=False, emoji=False, highlight=False)
 # Tables of ns values are wide: do not squeeze them to 80 columns when piped.
 out = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
 
 
 def say(message: object, console: Console = err, label: str = "", style: str = "") -> None:
-    """Print one message, escaped (:func:`traceprof.term.escape`), after an optional styled label."""
+    """Print one message, escaped (:func:`traceprof.core.term.escape`), after an optional styled label."""
     line = term.text(label, style) + " " if label else term.text("")
     console.print(line + term.text(message), soft_wrap=True)
 
@@ -109,7 +109,7 @@ TABLE_ROWS = 200
 def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, units: str = "human") -> None:
     """Print a frame as a rich table (strings escaped; the first :data:`TABLE_ROWS` rows, and a
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
-    neutralized by :func:`traceprof.term.csv_cell` unless ``raw``)."""
+    neutralized by :func:`traceprof.core.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
     elif fmt is Format.csv:
@@ -124,7 +124,7 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
             )
         sys.stdout.write(flat.write_csv())
     else:
-        from traceprof import display  # durations in human units, long names shortened
+        from traceprof.core import display  # durations in human units, long names shortened
 
         if units not in display.UNITS:
             raise UsageError(f"--units {units!r}: expected human or ns")
@@ -139,7 +139,7 @@ def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequenc
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
         t.add_column(term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num)  # numbers never wrap
-    from traceprof.display import plain  # the one cell rule (numbers with separators, bytes escaped)
+    from traceprof.core.display import plain  # the one cell rule (numbers with separators, bytes escaped)
 
     for row in rows:
         t.add_row(*(term.text(plain(v)) for v in row))
@@ -210,10 +210,10 @@ def ingest(
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     try:  # a Ctrl-C while the libraries load: the store is not touched yet
-        from traceprof.ingest import ingest as do_ingest
-        from traceprof.layout import choose
-        from traceprof.procs import ignored_sigint
-        from traceprof.store import interrupted
+        from traceprof.core.procs import ignored_sigint
+        from traceprof.ingest.ingest import ingest as do_ingest
+        from traceprof.storage.layout import choose
+        from traceprof.storage.store import interrupted
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db)) from None
 
@@ -313,7 +313,7 @@ def _warn_broken(store: Store) -> None:
 @runs_app.command("rm")
 def runs_rm(name: Annotated[str, typer.Argument(help="Run name or id.")], db: DbOpt = Path(DEFAULT_DB)) -> None:
     """Remove a run and every row of it from the store (its files can then be ingested again)."""
-    from traceprof.runs import remove
+    from traceprof.storage.runs import remove
 
     with Store(db, create=False) as store:  # runs rm / mv never create one
         r = remove(store, name)
@@ -327,7 +327,7 @@ def runs_mv(
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Rename a run."""
-    from traceprof.runs import rename
+    from traceprof.storage.runs import rename
 
     with Store(db, create=False) as store:  # runs rm / mv never create one
         run_id = rename(store, old, new)
@@ -344,7 +344,7 @@ def sql(
     raw: RawOpt = False,
 ) -> None:
     """Run read-only SQL on the store (no writes, no file access); prints every DuckDB type."""
-    from traceprof.sqlstream import stream
+    from traceprof.storage.sqlstream import stream
 
     if not query.strip():
         raise UsageError("empty query; e.g. traceprof sql \"SELECT * FROM runs\"")
@@ -381,7 +381,7 @@ def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
 
 
 def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool) -> None:
-    """Write rows as CSV; string cells go through :func:`traceprof.term.csv_cell` unless ``raw``."""
+    """Write rows as CSV; string cells go through :func:`traceprof.core.term.csv_cell` unless ``raw``."""
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(columns if raw else [term.csv_cell(c) for c in columns])
     for row in rows:
@@ -407,8 +407,8 @@ def analyze(
         "--help", "-h", is_eager=True, help="Show this message; with NAME: the analysis' parameters and tables.")] = False,
 ) -> None:
     """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
-    from traceprof.display import describe
-    from traceprof.session import open_session
+    from traceprof.api import open as open_session
+    from traceprof.core.display import describe
 
     if name == "list":
         rows = [{"name": a.name, "summary": a.summary} for a in registry.specs()]
@@ -463,7 +463,7 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
 
 def _run_name(store: Store, run: str | None) -> str:
     """``'name' (id N)`` of a run, for table titles."""
-    from traceprof.runs import run_name
+    from traceprof.storage.runs import run_name
 
     run_id = store.resolve_run(run)
     return f"{run_name(store, run_id)!r} (id {run_id})"
@@ -495,7 +495,7 @@ def summary(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by the time they could recover (the step account), and one verdict per topic."""
-    from traceprof.session import open_session
+    from traceprof.api import open as open_session
 
     with open_session(db, cache=not no_cache) as s:
         f = s.summary(run, _analysis_params(param), baseline, force)
@@ -541,7 +541,7 @@ def report(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
-    from traceprof.session import open_session
+    from traceprof.api import open as open_session
 
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
@@ -581,7 +581,7 @@ def diff(
     metrics (one table per CSV; ``--table items`` for the items). Notes and, except in table format,
     the summary go to stderr.
     """
-    from traceprof.session import open_session
+    from traceprof.api import open as open_session
 
     limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
     if table is not None and table not in (*DIFF_TABLES, "frame"):
@@ -624,7 +624,7 @@ def baseline(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = 
 @baseline_app.command("list")
 def baseline_list(db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
     """List the baseline sets: name, runs, run names."""
-    from traceprof.baselines import sets
+    from traceprof.storage.baselines import sets
 
     with Store(db, read_only=True) as store:
         render(sets(store), fmt, f"baseline sets in {db}")
@@ -637,7 +637,7 @@ def baseline_add(
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Add runs to a baseline set, creating it: `traceprof diff NAME CAND` then compares with all of them."""
-    from traceprof.baselines import add
+    from traceprof.storage.baselines import add
 
     with Store(db, create=False) as store:
         added, already = add(store, name, runs)
@@ -652,7 +652,7 @@ def baseline_rm(
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Remove runs from a baseline set, or the whole set (the runs stay in the store)."""
-    from traceprof.baselines import remove
+    from traceprof.storage.baselines import remove
 
     with Store(db, create=False) as store:
         n = remove(store, name, runs or [])
@@ -673,7 +673,7 @@ def history(
 ) -> None:
     """Each gate metric of a job's runs in recording order, with its noise band and change points (drift
     before it crosses the diff gate)."""
-    from traceprof.session import open_session
+    from traceprof.api import open as open_session
 
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
         res = s.history(job, window=window, mfu_options=dict(_kv(p) for p in param or []))
@@ -710,9 +710,9 @@ def collect(
 ) -> None:
     """Run a training script on N ranks (torchrun) that profiles itself with profile_ranks(), or under nsys."""
     if nsys:
-        from collectors.nsys.export import launch_nsys as launch
+        from traceprof.collectors.nsys.export import launch_nsys as launch
     else:
-        from collectors.kineto.launch import launch
+        from traceprof.collectors.kineto.launch import launch
 
     fileio.check_not_store(out, db)
     code = launch(script, out, nproc=nproc)
@@ -734,7 +734,7 @@ def export_perfetto(
     output: Annotated[Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")] = Path("trace.json.gz"),
 ) -> None:
     """One merged, clock-aligned Chrome/Perfetto trace of all ranks (open in ui.perfetto.dev)."""
-    from traceprof.export import export_perfetto as do_export
+    from traceprof.render.export import export_perfetto as do_export
 
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
@@ -826,7 +826,7 @@ def main() -> None:
         say("interrupted; nothing was changed")
         _exit(130)
     except ImportError as e:  # a library the command imports late (bokeh for report, dask)
-        from traceprof.entry import missing_module
+        from traceprof.core.errors import missing_module
 
         say(missing_module(e), label="error:", style="red")
         sys.exit(1)

@@ -3,9 +3,9 @@ pickle, no torch)."""
 
 from pathlib import Path
 
-from collectors.flight_recorder.parse import is_fr_file, parse
-from collectors.flight_recorder.safe_pickle import is_pickle
-from traceprof import sources
+from traceprof.collectors.flight_recorder.parse import is_fr_file, parse
+from traceprof.collectors.flight_recorder.safe_pickle import is_pickle
+from traceprof.ingest import sources
 
 __all__ = ["parse", "is_fr_file"]
 

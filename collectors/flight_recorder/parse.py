@@ -1,7 +1,7 @@
 """Parse PyTorch Flight Recorder (FR) dumps, JSON or pickle, into collectives rows.
 
 A dump holds one rank's ring buffer of collective records (``entries``), written by
-``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``collectors.flight_recorder.capture``)
+``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``traceprof.collectors.flight_recorder.capture``)
 or, by default, pickled to ``TORCH_FR_DUMP_TEMP_FILE`` + rank (e.g. ``nccl_trace_rank_3``;
 jobs often put the host in the prefix: ``nccl_trace_rank_<host>_<rank>``). Pickles are read with
 a restricted unpickler that admits plain data only (``safe_pickle``): a dump copied from a
@@ -52,17 +52,17 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
-from collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import record_fits
-from traceprof.matching import canonical_ranks
-from traceprof.ops import dtype_bytes, normalize_op
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.values import integer
-from traceprof.vocab import CollectiveSource, TraceSource
+from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
+from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
+from traceprof.core.limits import record_fits
+from traceprof.core.ops import dtype_bytes, normalize_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.values import integer
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.ingest.matching import canonical_ranks
 
 __all__ = ["parse", "is_fr_file"]
 
@@ -154,7 +154,8 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     collector writes), so that analyses need no FR field names."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
-    cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
+    raw_cfg = doc.get("pg_config")
+    cfg: dict[Any, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
     for key, c in cfg.items():
         if isinstance(c, dict):
             ranks = _config_ranks(c)
@@ -163,7 +164,8 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
     only = configs[0] if len({tuple(v) for v in configs}) == 1 else None
-    status = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
+    raw_status = doc.get("pg_status")
+    status: dict[Any, Any] = raw_status if isinstance(raw_status, dict) else {}
     groups: dict[str, list[int] | None] = {}
     progress: dict[str, dict[str, int | None]] = {}
     pg_ids: dict[str, str] = {}
@@ -215,7 +217,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Args:
         path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
-        options: How to read it (``traceprof.parsed.ParseOptions``: the gzip inflate cap, and
+        options: How to read it (``traceprof.core.parsed.ParseOptions``: the gzip inflate cap, and
             ``on_bad_event``): ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
             integer or 0, or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
             ``seq_id``) is missing or not an integer; ``"skip"`` counts it in ``rejected`` (keyed by

@@ -16,8 +16,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from traceprof.errors import TraceFormatError
-from traceprof.fileio import GZIP_MAGIC
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import GZIP_MAGIC
 
 __all__ = ["loads_plain", "is_pickle", "maybe_pickle", "as_json"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceprof.errors import TraceFormatError
-from traceprof.values import checked_int
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.values import checked_int
 
 __all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
 
@@ -84,7 +84,7 @@ def entry_seq(e: dict[str, Any], style: int, p2p: bool) -> tuple[int | None, str
         return None, f"missing '{key}'", f"version {style}.x numbers its entries there"
     v = e[key]
     if isinstance(v, int) and not isinstance(v, bool):
-        n: int | None = v  # beyond int64: refused by the row check (traceprof.limits), naming the column
+        n: int | None = v  # beyond int64: refused by the row check (traceprof.core.limits), naming the column
     else:
         n, problem = checked_int(v)
         if problem is not None:

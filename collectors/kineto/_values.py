@@ -10,8 +10,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from traceprof.classify import COMM_ARG_KEYS
-from traceprof.values import integer
+from traceprof.core.classify import COMM_ARG_KEYS
+from traceprof.core.values import integer
 
 __all__ = ["args_dict", "int_or_none", "Ints", "Strs", "META_KEYS", "meta_dict"]
 
@@ -25,8 +25,8 @@ def args_dict(text: str | bytes) -> dict[str, Any]:
     return d if isinstance(d, dict) else {"value": d}
 
 
-#: The args keys the parser reads beyond the ids: communication metadata (``traceprof.classify``
-#: ``COMM_ARG_KEYS``) and what the collectives rows take (``collectors.kineto.collectives``).
+#: The args keys the parser reads beyond the ids: communication metadata (``traceprof.core.classify``
+#: ``COMM_ARG_KEYS``) and what the collectives rows take (``traceprof.collectors.kineto.collectives``).
 META_KEYS = tuple(sorted(COMM_ARG_KEYS | {"Seq", "In msg nelems", "Out msg nelems", "dtype", "Group size",
                                           "Input Dims", "Input type", "In split size", "Out split size"}))
 _Meta = msgspec.defstruct(
@@ -46,12 +46,12 @@ def meta_dict(text: str | bytes) -> dict[str, Any]:
 
 
 def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
-    """An int64 from a JSON value (``traceprof.values.integer``: an int, a numeric string in any
+    """An int64 from a JSON value (``traceprof.core.values.integer``: an int, a numeric string in any
     base, a float with no fraction; not a bool), else None: an id of 1.5 is no id (truncated to 1 it
     would link a kernel to another's launch).
 
     With ``keep_large`` an integer beyond int64 is returned as is, for the parser's per-event range
-    check (``traceprof.limits``) to reject with the event index instead of storing NULL.
+    check (``traceprof.core.limits``) to reject with the event index instead of storing NULL.
     """
     n = integer(v)
     return n if n is None or keep_large or -(2**63) <= n < 2**63 else None

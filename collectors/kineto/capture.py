@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from collectors.kineto.launch import OUT_ENV
+from traceprof.collectors.kineto.launch import OUT_ENV
 
 __all__ = ["META_FORMAT", "META_VERSION", "RankProfiler", "build_meta", "profile_ranks", "rank_info"]
 

@@ -1,6 +1,6 @@
 """Sanity passes over a parsed Kineto trace: suspect timestamps, same-lane overruns, several processes.
 
-They run on the parser's column lists (``collectors.kineto.parse``) after every record is read, and
+They run on the parser's column lists (``traceprof.collectors.kineto.parse``) after every record is read, and
 flag records (``events.flag``) instead of dropping them, so the store keeps what the file said.
 
 Algorithm:
@@ -36,7 +36,7 @@ Algorithm:
   5. ProfilerStep ranges that cut through a running op (a CPU op that starts in a step and ends
      after it) are counted in a warning; the op belongs to the step it starts in.
 Flags 1 (``before_launch``) and 2 (and unmatched ``B`` records, see the parser) exclude a record from windows, idle,
-latency and collectives; ``launch_skew`` and ``overrun`` records are kept (``traceprof.classify``).
+latency and collectives; ``launch_skew`` and ``overrun`` records are kept (``traceprof.core.classify``).
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, Strs
-from collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
-from traceprof.errors import TraceFormatError
-from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.collectors.kineto._values import Ints, Strs
+from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
 __all__ = ["flag_records", "check_one_process", "shared_correlation_warning", "step_cut_warning",
            "LAUNCH_TOLERANCE_NS", "LAUNCH_SKEW_MAX_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS", "ZERO_TS_MIN_GAP_NS"]
@@ -167,7 +167,7 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
 
     Args:
         path: The trace file (for messages).
-        cols: Parser columns (``collectors.kineto.decode.Rows``): kind and flag lists, ts_ns and
+        cols: Parser columns (``traceprof.collectors.kineto.decode.Rows``): kind and flag lists, ts_ns and
             dur_ns int64 ns arrays, device, stream, correlation and raw_dur_ns ``Ints``.
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
@@ -382,7 +382,7 @@ def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list
 
     A sound trace gives each launch its own id; a shared one (a damaged or hand-merged trace) leaves
     the launch of such a GPU record ambiguous. It is paired with the earliest of the calls
-    (``collectors.kineto.columns.PAIRING``: the rule the store's ``kernels`` view uses too).
+    (``traceprof.collectors.kineto.columns.PAIRING``: the rule the store's ``kernels`` view uses too).
 
     Args:
         path: The trace file.

@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from collectors.kineto._values import meta_dict
-from collectors.kineto.columns import Frame
-from traceprof import spill
-from traceprof.classify import EXCLUDED_FLAGS, Classifier
-from traceprof.limits import INT64, fits
-from traceprof.matching import P2P_OPS, canonical_ranks
-from traceprof.ops import dtype_bytes, kernel_op
-from traceprof.ops import normalize_op as _normalize_op
-from traceprof.schema import LAUNCH_KINDS
-from traceprof.values import checked_int
-from traceprof.vocab import CollectiveSource
+from traceprof.collectors.kineto._values import meta_dict
+from traceprof.collectors.kineto.columns import Frame
+from traceprof.core import spill
+from traceprof.core.classify import EXCLUDED_FLAGS, Classifier
+from traceprof.core.limits import INT64, fits
+from traceprof.core.ops import dtype_bytes, kernel_op
+from traceprof.core.ops import normalize_op as _normalize_op
+from traceprof.core.schema import LAUNCH_KINDS
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import CollectiveSource
+from traceprof.ingest.matching import P2P_OPS, canonical_ranks
 
 __all__ = ["collectives", "BadValues", "split_sizes"]
 
@@ -140,7 +140,7 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray,
                     rpc = int(naming[ops[m]])
                     break
             found_at[k] = (t, op, rpc)
-    # a repeated id: its earliest launch (collectors.kineto.columns.PAIRING)
+    # a repeated id: its earliest launch (traceprof.collectors.kineto.columns.PAIRING)
     first = np.lexsort((f.ts[launches], f.corr[launches]))[::-1].tolist()  # the earliest last, so it stays
     corr = f.corr[launches].tolist()
     return {corr[k]: found_at[k] for k in first}
@@ -175,12 +175,12 @@ def _rpc_args(f: Frame, row: int) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4096)
 def normalize_op(name: str) -> str:
-    """``traceprof.ops.normalize_op``, once per distinct name (a trace repeats a few names)."""
+    """``traceprof.core.ops.normalize_op``, once per distinct name (a trace repeats a few names)."""
     return _normalize_op(name)
 
 
 def _canonical_ranks(value: Any, seen: dict[str, str | None]) -> str | None:
-    """``traceprof.matching.canonical_ranks``, once per distinct value (keyed by its ``repr``: a
+    """``traceprof.ingest.matching.canonical_ranks``, once per distinct value (keyed by its ``repr``: a
     list of ints and of bools differ there)."""
     key = repr(value)
     if key not in seen:
@@ -201,7 +201,7 @@ class BadValues:
     *ignored*: read as absent (the op then comes from the launching op or the kernel's name), the
     collective is kept. A number that cannot be stored (beyond its column's type, a negative
     element count, a byte count beyond int64) *drops* the collective row, counted in ``rejected``
-    as ``collective: <reason>`` like :func:`traceprof.limits.to_table` does; the kernel (or gloo
+    as ``collective: <reason>`` like :func:`traceprof.core.limits.to_table` does; the kernel (or gloo
     annotation) itself stays in ``events``. Either way the warning names the events.
     """
 
@@ -303,7 +303,7 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool,
     Args:
         cols: The parsed event columns (kind, name, ts_ns, dur_ns, pid, tid, correlation, class,
             flag, stream, step, ...), ns times.
-        f: The same rows as arrays (``collectors.kineto.columns``), ``args`` included.
+        f: The same rows as arrays (``traceprof.collectors.kineto.columns``), ``args`` included.
         gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
         classifier: The parse's classifier: a kernel whose name alone says its op (DeepEP
             dispatch/combine: all_to_all) is named by its family.

@@ -1,7 +1,7 @@
 """Column-at-a-time passes over a parsed Kineto trace: the class of every GPU row and the step of
-every row (``collectors.kineto.parse``, module doc steps 3-4).
+every row (``traceprof.collectors.kineto.parse``, module doc steps 3-4).
 
-The parser's rows are columns (``collectors.kineto.decode.Rows``: strings as lists, integers as
+The parser's rows are columns (``traceprof.collectors.kineto.decode.Rows``: strings as lists, integers as
 numpy arrays, ``args`` an Arrow string column); :class:`Frame` adds the encodings the passes share,
 and each pass works on whole columns: names and
 kinds dictionary-encoded (each distinct name classified once), the args searched with one
@@ -10,7 +10,7 @@ launch-call lookups by correlation id with sorted arrays.
 
 Source fields read: events ``kind``, ``name``, ``ts_ns``, ``dur_ns``, ``correlation``,
 ``external_id``, ``flag``, ``args`` (``Collective name``, ``Process Group Name``, ... of
-``traceprof.classify.COMM_ARG_KEYS``).
+``traceprof.core.classify.COMM_ARG_KEYS``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
-from traceprof import spill
-from traceprof.classify import KEPT_FLAGS, Classifier, has_comm_args
-from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
+from traceprof.core import spill
+from traceprof.core.classify import KEPT_FLAGS, Classifier, has_comm_args
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
 __all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "first_by_key", "PAIRING", "lookup", "codes", "kind_mask"]
 
@@ -86,7 +86,7 @@ class Frame:
         return _rows_of(self.kind_code, self.kinds, kinds)
 
     def args_of(self, rows: np.ndarray) -> Iterator[dict[str, Any]]:
-        """The args of ``rows`` (indices), decoded for :data:`collectors.kineto._values.META_KEYS`
+        """The args of ``rows`` (indices), decoded for :data:`traceprof.collectors.kineto._values.META_KEYS`
         only (``meta_dict``); their texts are taken :data:`_ARGS_AT_ONCE` at a time."""
         for at in range(0, len(rows), _ARGS_AT_ONCE):
             yield from map(meta_dict, self.args_text(np.asarray(rows[at : at + _ARGS_AT_ONCE], np.int64)))
@@ -127,9 +127,9 @@ def first_by_key(keys: np.ndarray, ts: np.ndarray, values: np.ndarray) -> tuple[
 
 
 #: How a GPU row finds the runtime call that launched it, everywhere (the parser's steps, classes and
-#: collectives here; the ``kernels`` view and ``traceprof.activity`` in SQL): the call with its
+#: collectives here; the ``kernels`` view and ``traceprof.engine.activity`` in SQL): the call with its
 #: correlation id, and where a broken trace gives several calls one id (the parser warns,
-#: ``collectors.kineto.checks.shared_correlation_warning``), the one that starts first.
+#: ``traceprof.collectors.kineto.checks.shared_correlation_warning``), the one that starts first.
 PAIRING = "the earliest runtime call with the GPU row's correlation id"
 
 
@@ -142,7 +142,7 @@ def lookup(uniq: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def classes(f: Frame, classifier: Classifier) -> Strs:
-    """``class`` of every row (``traceprof.classify``): GPU activity rows get comm / memory / compute
+    """``class`` of every row (``traceprof.core.classify``): GPU activity rows get comm / memory / compute
     from their own args, the args of the CPU op with their ``External id`` (the op that launched
     them; a GPU row without its own ``External id`` reaches it through its runtime call's
     ``correlation``) and their name; other rows None.
@@ -194,7 +194,7 @@ class RowInts(Protocol):
 
 def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
                  ) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
-    """Step of every row and one row per ProfilerStep (``collectors.kineto.parse`` module doc, step 3).
+    """Step of every row and one row per ProfilerStep (``traceprof.collectors.kineto.parse`` module doc, step 3).
 
     Args:
         f: The rows.

@@ -16,7 +16,7 @@ sizes of the raw args are converted a whole column at a time in C:
      id args (``correlation``, ``External id``, ``device``, ``stream``) as integers.
   3. Times: the ``ts``/``dur`` texts of the batch are joined and cast to ``decimal128(38, 3)`` by
      Arrow; the decimal's unscaled integer *is* the time in ns, so microsecond text with up to
-     3 decimals converts exactly (``traceprof.timeconv`` semantics). A value with more decimals,
+     3 decimals converts exactly (``traceprof.core.timeconv`` semantics). A value with more decimals,
      an exponent Arrow rejects, or a non-number sends that batch's times through
      ``timeconv.us_text_to_ns`` one at a time (half-to-even rounding, same results).
   4. ``pid``/``tid`` keep their text (a JSON string without its quotes); args are kept as their
@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, Strs, code_type, int_or_none
-from traceprof import spill
-from traceprof.spill import TextSpill
-from traceprof.timeconv import us_text_to_ns
+from traceprof.collectors.kineto._values import Ints, Strs, code_type, int_or_none
+from traceprof.core import spill
+from traceprof.core.spill import TextSpill
+from traceprof.core.timeconv import us_text_to_ns
 
 __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
 
@@ -337,7 +337,7 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
 
 def _text_column(raw: list[msgspec.Raw]) -> pa.Array:
     """The JSON texts as an Arrow string array, built from their lengths and joined bytes (no Python
-    string per value). The text is UTF-8: ``traceprof.fileio`` checked it (or repaired it)."""
+    string per value). The text is UTF-8: ``traceprof.core.fileio`` checked it (or repaired it)."""
     offsets = np.zeros(len(raw) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
     return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw)))
@@ -350,7 +350,7 @@ def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES, spill_
         data: The document (decompressed JSON text), whole or as successive pieces (e.g. from a
             streaming gunzip: then only about ``2 * batch_bytes`` of the text is held at once).
         batch_bytes: JSON text decoded at once.
-        spill_dir: Where the args text goes when large (``traceprof.spill``; None: the system's
+        spill_dir: Where the args text goes when large (``traceprof.core.spill``; None: the system's
             temporary folder).
 
     Returns:
@@ -401,7 +401,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
     value_codes["tid"] = _LaneCodes(str_codes["tid"])
     str_cols = {f: _Growing(np.int8) for f in _FIELDS}
     rows = 0
-    args = TextSpill(spill_dir)  # on disk when large (traceprof.spill)
+    args = TextSpill(spill_dir)  # on disk when large (traceprof.core.spill)
     ids = {col: (_Growing(np.int64), _Growing(np.bool_)) for col in _ID_COLS}
     try:
         for evs in batches:
@@ -457,12 +457,12 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
 
 @dataclass
 class Rows:
-    """The stored rows of a document, as the general per-event loop of ``collectors.kineto.parse``
+    """The stored rows of a document, as the general per-event loop of ``traceprof.collectors.kineto.parse``
     builds them (see :func:`rows`).
 
     Attributes:
         cols: Column name -> column, one entry per kept event (the parser's columns, see
-            ``collectors.kineto.parse``): kind, cat, name, pid, tid and flag (None) as lists;
+            ``traceprof.collectors.kineto.parse``): kind, cat, name, pid, tid and flag (None) as lists;
             ts_ns and dur_ns (epoch ns: the base added) as int64 arrays; device, stream,
             correlation, external_id and raw_dur_ns (missing) as :class:`Ints`; args as an Arrow
             string column (JSON text).
@@ -607,7 +607,7 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     }
     d.cat = d.name = _no_strs()
     d.correlation = d.external_id = Ints.missing(0)
-    # Positions does what the parser's checks do with a list (traceprof.limits, checks.flag_records)
+    # Positions does what the parser's checks do with a list (traceprof.core.limits, checks.flag_records)
     return Rows(cols, cast(list[int], Positions(kept if kept == n else keep_ix)), skipped, rejected, names)
 
 
@@ -655,7 +655,7 @@ _DENSE_KEYS = 1 << 26
 def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
     """``d.args`` without the rows ``keep`` is False for, a chunk at a time: each chunk is dropped
     from ``d`` once filtered, so the args text is held about once, not twice (and a large column
-    is written to disk again, ``traceprof.spill``)."""
+    is written to disk again, ``traceprof.core.spill``)."""
     chunks, d.args = list(d.args.chunks), pa.chunked_array([], pa.string())
 
     def each() -> Iterator[pa.Array]:

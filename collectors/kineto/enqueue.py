@@ -29,9 +29,9 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto.collectives import split_sizes
-from traceprof.ops import normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors.kineto.collectives import split_sizes
+from traceprof.core.ops import normalize_op
+from traceprof.core.parsed import ParsedTrace
 
 __all__ = ["fill_gloo_enter"]
 

@@ -6,19 +6,19 @@ GPU traces (CUDA or ROCm) and CPU-only (gloo) traces.
 
 Algorithm:
   1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` from their text so the
-     microsecond text converts to integer ns exactly (``traceprof.timeconv``). The common case
+     microsecond text converts to integer ns exactly (``traceprof.core.timeconv``). The common case
      (no B/E pairs, no malformed event, valid UTF-8) is decoded as the file is read
-     (``traceprof.fileio.TextStream``: plain files in chunks, gzip inflated as a stream; the whole
-     text is never held) and turned into rows a column at a time by ``collectors.kineto.decode``;
+     (``traceprof.core.fileio.TextStream``: plain files in chunks, gzip inflated as a stream; the whole
+     text is never held) and turned into rows a column at a time by ``traceprof.collectors.kineto.decode``;
      the per-event loop below is the general path, with the same rows, on the file read whole.
      Rows are columns from here on: strings as lists, integers as numpy arrays
-     (``collectors.kineto._values.Ints`` where values may be missing), ``args`` an Arrow string
-     column; the passes below work a column at a time (``collectors.kineto.columns``).
+     (``traceprof.collectors.kineto._values.Ints`` where values may be missing), ``args`` an Arrow string
+     column; the passes below work a column at a time (``traceprof.collectors.kineto.columns``).
   2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
      GPU event the step of the runtime call that launched it (``args.correlation``; of calls that
-     share an id, the earliest, with a warning: ``collectors.kineto.columns.PAIRING``), falling back
+     share an id, the earliest, with a warning: ``traceprof.collectors.kineto.columns.PAIRING``), falling back
      to its own start time.
   4. Derive collectives: one row per NCCL/RCCL kernel on GPU traces; one per ``gloo:<op>``
      annotation on CPU-only traces.
@@ -42,31 +42,38 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from collectors.kineto._values import Ints, Strs
-from collectors.kineto._values import args_dict as _args_dict
-from collectors.kineto._values import int_or_none as _int_or_none
-from collectors.kineto.checks import (
+from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.kineto._values import Ints, Strs
+from traceprof.collectors.kineto._values import args_dict as _args_dict
+from traceprof.collectors.kineto._values import int_or_none as _int_or_none
+from traceprof.collectors.kineto.checks import (
     check_one_process,
     flag_records,
     shared_correlation_warning,
     step_cut_warning,
 )
-from collectors.kineto.collectives import collectives as _collectives
-from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
-from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
-from collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
-from collectors.kineto.decode import decode as decode_columns
-from collectors.kineto.decode import rows as fast_rows
-from traceprof import spill
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import NotUtf8, TextStream, blank_bom, misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import INT32, columns_to_table, drop_out_of_range, fits, to_table
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
-from traceprof.timeconv import us_text_to_ns
-from traceprof.values import checked_int
-from traceprof.vocab import TraceSource
+from traceprof.collectors.kineto.collectives import collectives as _collectives
+from traceprof.collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
+from traceprof.collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
+from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
+from traceprof.collectors.kineto.decode import decode as decode_columns
+from traceprof.collectors.kineto.decode import rows as fast_rows
+from traceprof.core import spill
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import (
+    NotUtf8,
+    TextStream,
+    blank_bom,
+    misnamed_gzip,
+    not_json_because,
+    read_maybe_gzip,
+)
+from traceprof.core.limits import INT32, columns_to_table, drop_out_of_range, fits, to_table
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import TraceSource
 
 __all__ = ["parse", "sidecar_path", "is_trace_file"]
 
@@ -176,7 +183,7 @@ class _Source:
         self._whole: tuple[bytes, bytes] | None = None
 
     def data(self) -> bytes:
-        """The whole text (decompressed, invalid UTF-8 repaired: ``traceprof.fileio``)."""
+        """The whole text (decompressed, invalid UTF-8 repaired: ``traceprof.core.fileio``)."""
         if self._whole is None:
             self._whole = read_maybe_gzip(self.path, self.max_ratio)
         return self._whole[1]
@@ -269,7 +276,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Args:
         path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler.
-        options: How to read it (``traceprof.parsed.ParseOptions``): ``on_bad_event`` ``"raise"``
+        options: How to read it (``traceprof.core.parsed.ParseOptions``): ``on_bad_event`` ``"raise"``
             (default) stops at the first malformed event (e.g. an ``X`` event without ``dur``),
             ``"skip"`` counts it in ``rejected`` and goes on; the classifier of GPU activity
             (``--comm-kernel`` patterns); the gzip inflate cap; where large args text spills.
@@ -284,7 +291,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     """
     p = Path(path).resolve()
     on_bad_event, classifier = options.on_bad_event, options.classifier
-    # Columnar decode and row building (collectors.kineto.decode) for the common case, streamed
+    # Columnar decode and row building (traceprof.collectors.kineto.decode) for the common case, streamed
     # from the file; the loop below is the general path (B/E records, malformed events, unusual
     # values, invalid UTF-8), which reads the file whole.
     src = _Source(p, options.max_inflate_ratio)
@@ -516,8 +523,8 @@ def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[
 
 
 def _as_arrays(cols: dict[str, Any]) -> None:
-    """The general path's lists as the columns :func:`collectors.kineto.decode.rows` builds
-    (in place; the values fit int64: ``traceprof.limits.drop_out_of_range`` ran)."""
+    """The general path's lists as the columns :func:`traceprof.collectors.kineto.decode.rows` builds
+    (in place; the values fit int64: ``traceprof.core.limits.drop_out_of_range`` ran)."""
     for c in ("ts_ns", "dur_ns"):
         cols[c] = np.asarray(cols[c], np.int64)
     for c in ("device", "stream", "correlation", "external_id", "raw_dur_ns"):
@@ -550,7 +557,7 @@ def _identity_text(doc: dict[str, Any], key: str, what: str, warnings: list[str]
 
 
 def _read_sidecar(trace: Path) -> dict[str, Any] | None:
-    """The collector's sidecar next to ``trace`` (see ``collectors.kineto.capture``), or None."""
+    """The collector's sidecar next to ``trace`` (see ``traceprof.collectors.kineto.capture``), or None."""
     side = sidecar_path(trace)
     if not side.is_file():
         return None
@@ -578,7 +585,7 @@ _STR_COLS = ("kind", "cat", "name", "pid", "tid", "flag")
 
 class _StepNumbers:
     """N of each ``step`` row's ``ProfilerStep#N`` name (None elsewhere), read through the row's
-    name code in ``cols`` as it is now (rows dropped by ``traceprof.limits`` included): no column
+    name code in ``cols`` as it is now (rows dropped by ``traceprof.core.limits`` included): no column
     of one value per row. Reads like a list (``[i]``, ``len``, iteration)."""
 
     def __init__(self, cols: dict[str, Any]) -> None:
@@ -603,7 +610,7 @@ class _StepNumbers:
         return (self.per_name[c] if s else None for c, s in zip(name.tolist(), is_step, strict=True))
 
     def fit(self) -> bool:
-        """Whether every step row's N fits the store's INTEGER (``traceprof.limits``)."""
+        """Whether every step row's N fits the store's INTEGER (``traceprof.core.limits``)."""
         kind, name = self._codes()
         used = np.unique(name[kind == self.step]).tolist()
         return all(fits(self.per_name[c], INT32) for c in used)
@@ -667,14 +674,14 @@ def _process_groups(dist: Any) -> list[dict[str, Any]]:
     return out
 
 
-# the store's collectives columns (traceprof.schema): one declaration, so new columns reach the store
+# the store's collectives columns (traceprof.core.schema): one declaration, so new columns reach the store
 _COLL_SCHEMA = row_schema("collectives")
 
 
 def _events_table(cols: dict[str, Any], spill_dir: str | None) -> pa.Table:
     """The events table of the parser's columns, emptying ``cols`` as it goes (each column is
     converted, then its list or array dropped, so the two copies of one column live at once at
-    most; a large column is then on disk in ``spill_dir``, ``traceprof.spill.column``).
+    most; a large column is then on disk in ``spill_dir``, ``traceprof.core.spill.column``).
 
     Returns:
         Columns of :data:`_EVENT_SCHEMA`; the low-cardinality strings dictionary-encoded (:data:`STR_DICT`).
@@ -682,7 +689,7 @@ def _events_table(cols: dict[str, Any], spill_dir: str | None) -> pa.Table:
     arrays = []
     for f in _EVENT_SCHEMA:
         v = cols.pop(f.name)
-        # each column built here goes to disk once whole when large (traceprof.spill: the events
+        # each column built here goes to disk once whole when large (traceprof.core.spill: the events
         # table of 18 M events is 1.6 GB, more than the columns it is built from); args already is
         arrays.append(v if f.name == "args" else spill.column(pa.array(v, f.type), spill_dir))
         del v

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from collectors.nccl_inspector.parse import looks_like_inspector, parse
-from traceprof import sources
-from traceprof.fileio import GZIP_MAGIC, blank_bom
+from traceprof.collectors.nccl_inspector.parse import looks_like_inspector, parse
+from traceprof.core.fileio import GZIP_MAGIC, blank_bom
+from traceprof.ingest import sources
 
 __all__ = ["parse"]
 

@@ -57,14 +57,14 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from traceprof.errors import TraceFormatError
-from traceprof.fileio import read_maybe_gzip
-from traceprof.limits import INT64, fits, record_fits
-from traceprof.ops import normalize_op
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.values import checked_int
-from traceprof.vocab import CollectiveSource, TraceSource
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import read_maybe_gzip
+from traceprof.core.limits import INT64, fits, record_fits
+from traceprof.core.ops import normalize_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
 
@@ -275,7 +275,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Args:
         path: A ``<host>-pid<pid>.log`` file (or any name; ``.gz`` too).
-        options: How to read it (``traceprof.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a bad record naming its line; ``"skip"`` counts it in
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a bad record naming its line; ``"skip"`` counts it in
             ``rejected`` (keyed by the reason).
 
     Returns:

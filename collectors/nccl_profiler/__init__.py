@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from collectors.nccl_profiler.align import settle
-from collectors.nccl_profiler.parse import looks_like_plugin_dump, parse
-from traceprof import sources
+from traceprof.collectors.nccl_profiler.align import settle
+from traceprof.collectors.nccl_profiler.parse import looks_like_plugin_dump, parse
+from traceprof.ingest import sources
 
 __all__ = ["parse"]
 

@@ -1,7 +1,7 @@
 """Put NCCL profiler-plugin times on the clock of their rank's other trace (ingest settle hook).
 
 The plugin's timestamps count from the plugin's start in its process, so before collectives are
-matched and clocks aligned across ranks (``traceprof.clock``, one offset per rank for all its
+matched and clocks aligned across ranks (``traceprof.ingest.clock``, one offset per rank for all its
 traces), each plugin trace is moved onto the clock of a Kineto or nsys trace of the same rank.
 
 Algorithm, per plugin trace of rank r (not yet moved: ``traces.meta.clock`` = ``plugin``):
@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from traceprof.store import Store
+from traceprof.storage.store import Store
 
 __all__ = ["settle"]
 

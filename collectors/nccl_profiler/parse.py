@@ -7,7 +7,7 @@ with ``cat`` ``GROUP``, ``COLL`` (args ``SeqNum``, ``CommHash``, ``Rank``, ``Cou
 ``Datatype``), ``PROXY`` (proxy ops and proxy-progress states), ``NET`` (proxy steps) and ``GPU``
 (``KernelCh``), closed by an empty object: ``{}]``. ``ts`` is microseconds on the plugin's own
 steady clock (from the plugin's start in that process), so it is not comparable across processes
-until aligned (``collectors.nccl_profiler.align``).
+until aligned (``traceprof.collectors.nccl_profiler.align``).
 
 Algorithm:
   1. Decode the array strictly. When that fails, read it line by line (the plugin writes one event
@@ -47,15 +47,15 @@ from typing import Any, NamedTuple
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from traceprof.errors import TraceFormatError
-from traceprof.fileio import blank_bom
-from traceprof.limits import record_fits
-from traceprof.ops import dtype_bytes, normalize_op
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.timeconv import us_text_to_ns
-from traceprof.values import checked_int, integer
-from traceprof.vocab import CollectiveSource, TraceSource
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import blank_bom
+from traceprof.core.limits import record_fits
+from traceprof.core.ops import dtype_bytes, normalize_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.values import checked_int, integer
+from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_plugin_dump"]
 
@@ -193,7 +193,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Args:
         path: The plugin's JSON file.
-        options: How to read it (``traceprof.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
             with a value that cannot be stored (:func:`_rows`); ``"skip"`` counts it.
 
     Returns:

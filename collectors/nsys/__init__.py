@@ -4,9 +4,9 @@ one-rank export); ``export`` turns a ``.nsys-rep`` into one and wraps a command 
 
 from pathlib import Path
 
-from collectors.nsys.export import has_export, launch_nsys, sqlite_for
-from collectors.nsys.parse import SQLITE_MAGIC, parse, parse_all
-from traceprof import sources
+from traceprof.collectors.nsys.export import has_export, launch_nsys, sqlite_for
+from traceprof.collectors.nsys.parse import SQLITE_MAGIC, parse, parse_all
+from traceprof.ingest import sources
 
 __all__ = ["parse", "parse_all"]
 

@@ -1,7 +1,7 @@
 """Capture side of the nsys collector: ``nsys profile`` around every rank, ``nsys export`` of reports.
 
 Both need the ``nsys`` executable (Nsight Systems CLI) on PATH; without it they raise a one-line
-:class:`~traceprof.errors.UsageError` / :class:`~traceprof.errors.TraceFormatError` saying what to run.
+:class:`~traceprof.core.errors.UsageError` / :class:`~traceprof.core.errors.TraceFormatError` saying what to run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from traceprof.errors import TraceFormatError, UsageError
+from traceprof.core.errors import TraceFormatError, UsageError
 
 __all__ = ["sqlite_for", "profile_command", "launch_nsys", "TRACE_OPTIONS"]
 

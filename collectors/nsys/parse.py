@@ -12,10 +12,10 @@ Algorithm:
      with a warning; ``traces.meta.clock`` = ``session_relative``: such a trace is never compared
      with other files' epoch times, and clock alignment moves it onto the other ranks' clock through
      matched collectives when there are any.
-  2. GPU rows (``collectors.nsys.tables``): ``CUPTI_ACTIVITY_KIND_KERNEL`` (name = ``demangledName``
+  2. GPU rows (``traceprof.collectors.nsys.tables``): ``CUPTI_ACTIVITY_KIND_KERNEL`` (name = ``demangledName``
      via ``StringIds``, as Kineto names kernels; lane = (``deviceId``, ``streamId``)), ``..._MEMCPY``
      (named like Kineto: ``Memcpy HtoD (Pageable -> Device)``), ``..._MEMSET`` (``Memset (Device)``),
-     classed by the parse options' ``traceprof.classify.Classifier``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
+     classed by the parse options' ``traceprof.core.classify.Classifier``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
      kernels traced per node carry the correlation id of their ``cudaGraphLaunch`` (and a
      ``graphNodeId``), so they link to it. Graphs traced per graph (``--cuda-graph-trace=graph``,
      nsys's default) are ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows with no kernel rows: each
@@ -33,7 +33,7 @@ Algorithm:
      the step ranges among them), not an error; domain and thread-name records are metadata (skipped).
      Ranges named like steps (``ProfilerStep#N``, ``step N``, ``iteration_N``, ``train_step:N``...)
      are ``step`` events.
-  5. Processes and ranks (``collectors.nsys.ranks``): an export with several processes with CUDA
+  5. Processes and ranks (``traceprof.collectors.nsys.ranks``): an export with several processes with CUDA
      work (one ``nsys profile`` around a whole ``torchrun``) becomes one trace per process, its rank
      from the process's recorded environment, its ``MPI Rank N`` thread name or its device (the rule
      is in ``traces.meta.rank_source`` and a warning); one process: the recorded environment
@@ -50,7 +50,7 @@ Algorithm:
      by order across ranks).
   9. CUDA memory (``CUDA_GPU_MEMORY_USAGE_EVENTS``, ``nsys profile --cuda-memory-usage=true``): one
      ``instant`` event ``[memory]`` per allocation or free with Kineto's ``[memory]`` args (``Bytes``
-     negative for a free, no totals; ``collectors.nsys.tables.memory``), read by ``analyses/memory.py``.
+     negative for a free, no totals; ``traceprof.collectors.nsys.tables.memory``), read by ``analyses/memory.py``.
 
 Source fields read: ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, ``StringIds``, the kernel /
 graph-trace / memcpy / memset / sync / runtime / driver tables (start, end, deviceId, streamId,
@@ -75,15 +75,15 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from collectors.nsys import ranks, tables
-from collectors.nsys.steps import assign_steps, step_number
-from traceprof.classify import Classifier
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.identity import RELATIVE_CLOCK
-from traceprof.ops import kernel_op
-from traceprof.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.vocab import CollectiveSource, TraceSource
+from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.nsys import ranks, tables
+from traceprof.collectors.nsys.steps import assign_steps, step_number
+from traceprof.core.classify import Classifier
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.ops import kernel_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.storage.identity import RELATIVE_CLOCK
 
 __all__ = ["parse", "parse_all", "SQLITE_MAGIC"]
 
@@ -178,7 +178,7 @@ def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list
 
     Args:
         path: A ``.sqlite`` file written by ``nsys export --type sqlite``.
-        options: How to read it (``traceprof.parsed.ParseOptions``): its classifier of GPU
+        options: How to read it (``traceprof.core.parsed.ParseOptions``): its classifier of GPU
             activity (``--comm-kernel`` patterns), and ``on_bad_event``: ``"raise"`` stops at the first row of a kernel, graph-trace, memcpy, memset,
             sync, runtime, driver or NVTX table whose ``start``/``end`` are not integers with
             0 <= start <= end and session start + end within int64 (or whose ids are not

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceprof.errors import TraceFormatError
+from traceprof.core.errors import TraceFormatError
 
 __all__ = ["Env", "read_env", "env_int", "file_rank", "process_ranks", "split", "RANK_ENV", "WORLD_ENV"]
 

@@ -26,7 +26,7 @@ def step_number(name: str) -> int | None:
 
 
 def assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list[int | None]]:
-    """Step rows and each event's step (``collectors.nsys.parse`` module doc, step 5).
+    """Step rows and each event's step (``traceprof.collectors.nsys.parse`` module doc, step 5).
 
     Args:
         cols: Event columns (kind, name, ts_ns, dur_ns, correlation), epoch ns.

@@ -1,4 +1,4 @@
-"""Rows of the tables of an Nsight Systems SQLite export, as event columns (``collectors.nsys.parse``
+"""Rows of the tables of an Nsight Systems SQLite export, as event columns (``traceprof.collectors.nsys.parse``
 module doc, steps 2-4).
 
 Every query names its columns and checks its rows' times and ids in SQL (:func:`valid`); no query
@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from collectors.nsys.steps import step_number
-from traceprof.classify import Classifier
-from traceprof.errors import TraceFormatError
+from traceprof.collectors.nsys.steps import step_number
+from traceprof.core.classify import Classifier
+from traceprof.core.errors import TraceFormatError
 
 __all__ = ["Rows", "open_export", "table_columns", "kernels", "graphs", "copies", "api", "nvtx", "memory", "GRAPH_CAT",
            "MEMORY_CAT"]
@@ -126,7 +126,7 @@ class Rows:
         self.skipped: dict[str, int] = {}
         self.thread_ranks: dict[int | None, set[int]] = {}
         self.path, self.epoch, self.on_bad_event = path, epoch, on_bad_event
-        self.classifier = classifier  # the parse options' (traceprof.classify: --comm-kernel patterns too)
+        self.classifier = classifier  # the parse options' (traceprof.core.classify: --comm-kernel patterns too)
 
     def valid(self, con: sqlite3.Connection, table: str, a: str, end_optional: bool = False, only: str = "1",
               ids: tuple[str, ...] = ()) -> str:

@@ -100,6 +100,9 @@ RawOpt = Annotated[bool, typer.Option(
     "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).")]
 
 
+#: Default and largest ``sql --timeout`` (s): a CI job's query on a large store takes seconds to a minute.
+SQL_TIMEOUT_S, MAX_SQL_TIMEOUT_S = 300.0, 7 * 86400
+
 #: Rows a table shows (rich lays out every row before printing: 100,000 steps took over a minute);
 #: JSON and CSV always give every row.
 TABLE_ROWS = 200
@@ -351,18 +354,22 @@ def sql(
     max_rows: Annotated[int, typer.Option(
         "--max-rows", help="Print at most this many rows (0: all; rows are streamed).")] = 1000,
     raw: RawOpt = False,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="Stop a query that runs longer (DuckDB's time, not printing's).")] = SQL_TIMEOUT_S,
 ) -> None:
-    """Run read-only SQL on the store (no writes, no file access); prints every DuckDB type."""
+    """Run a read-only query on the store (queries only: no writes, no settings, no other files); prints every DuckDB type."""
     from traceprof.sqlstream import stream
 
     if not query.strip():
         raise UsageError("empty query; e.g. traceprof sql \"SELECT * FROM runs\"")
     if max_rows < 0:
         raise UsageError(f"--max-rows {max_rows}: expected 0 (all) or more")
+    if not 0 < timeout <= MAX_SQL_TIMEOUT_S:  # nan and inf too
+        raise UsageError(f"--timeout {timeout}: expected seconds above 0, at most {MAX_SQL_TIMEOUT_S:,} (a week)")
     try:
-        with Store(db, read_only=True) as store:
+        with Store(db, user_sql=True) as store:
             _warn_broken(store)
-            res = stream(store, query, max_rows or None)
+            res = stream(store, query, max_rows or None, timeout_s=timeout)
             if fmt is Format.table:
                 _print_table(res.columns, res.numeric, res.rows)
             elif fmt is Format.json:

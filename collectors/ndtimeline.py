@@ -7,7 +7,7 @@ collapsed: one worker stands for its TP group, so a 64-GPU job with tp 4 has 16 
 
 Algorithm:
   1. Read the Parquet columns (``dp_rank, stage, rank, step, optype, start_ts, duration, seq_id,
-     mc, mb_id, gmc``) and the meta YAML (``yaml.safe_load``).
+     mc, mb_id, gmc``) and the meta YAML (PyYAML's safe loader without aliases, at most 1 MiB).
   2. Times: ``start_ts`` / ``duration`` are float32 seconds relative to the step (its earliest op
      at 0). Sampled steps are laid end to end on one synthetic clock, in step order, 1 ms apart:
      ``ts_ns = step_base_ns + round(start_ts * 1e9)``. Durations within a step are exact to the
@@ -45,6 +45,7 @@ import pyarrow as pa
 import yaml
 
 from collectors._arrow import row_schema
+from traceprof.bounded import check_nesting, too_deep
 from traceprof.errors import TraceFormatError
 from traceprof.limits import checked_int, polars_out_of_range
 from traceprof.parsed import ParsedTrace
@@ -79,20 +80,28 @@ def _read_meta(path: Path) -> dict[str, Any]:
     """The meta YAML beside ``path`` as a mapping ({} when there is none).
 
     Raises:
-        TraceFormatError: Unreadable, not UTF-8, invalid YAML (naming ``line L:C`` and what the
-            parser expected, on one line: PyYAML's own message spans several, with caret lines),
-            not a mapping, or a ``*_size`` that is not a positive integer (naming the key).
+        TraceFormatError: Unreadable, over 1 MiB, not UTF-8, invalid YAML (naming ``line L:C`` and
+            what the parser expected, on one line: PyYAML's own message spans several, with caret
+            lines), an alias (``*name``: a "billion laughs" file expands without bound), nested over
+            :data:`traceprof.bounded.MAX_DEPTH` levels, not a mapping, or a ``*_size`` that is not a
+            positive integer (naming the key).
     """
     side = meta_path(path)
     if not side.is_file():
         return {}
     try:
-        doc = yaml.safe_load(side.read_bytes())
+        if (size := side.stat().st_size) > _MAX_META_BYTES:
+            raise TraceFormatError(side, "", f"meta YAML of {size:,} bytes: an NDTimeline meta file is a few "
+                                   f"hundred; refused above {_MAX_META_BYTES:,} bytes")
+        doc = yaml.load(side.read_bytes(), Loader=_NoAliases)  # noqa: S506 - SafeLoader without aliases
     except OSError as e:
         raise TraceFormatError(side, "", f"cannot read the meta YAML: {e.strerror or e}") from None
     except yaml.YAMLError as e:
         where, why = _yaml_problem(e)
         raise TraceFormatError(side, where, f"invalid meta YAML: {why}; fix the file or move it away") from None
+    except RecursionError:
+        raise too_deep(side, what="meta YAML") from None
+    check_nesting(doc, side, "meta YAML")
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "meta YAML is not a mapping")
     for key, v in doc.items():
@@ -102,6 +111,22 @@ def _read_meta(path: Path) -> dict[str, Any]:
                 raise TraceFormatError(side, key, f"{v!r} is not a positive integer")
             doc[key] = n
     return doc
+
+
+#: Largest meta YAML read (bytes); real ones are a few hundred.
+_MAX_META_BYTES = 1 << 20
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases (``*name``): nested aliases ("billion laughs") make a
+    few hundred bytes stand for billions of values once the document is copied or encoded, and a
+    meta file never needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "an alias (*name): aliases are not read", mark)
+        return super().compose_node(parent, index)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:
@@ -165,6 +190,13 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     missing = [c for c in _COLUMNS if c not in df.columns]
     if missing:
         raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")
+    for c in _COLUMNS:  # a column of another type made polars fail on the checks below
+        dtype = df.schema[c]
+        ok = (dtype.is_numeric() if c in ("start_ts", "duration") else dtype == pl.String
+              or isinstance(dtype, (pl.Categorical, pl.Enum)) if c == "optype" else dtype.is_integer())
+        if not ok:
+            want = "numbers" if c in ("start_ts", "duration") else "text" if c == "optype" else "integers"
+            raise TraceFormatError(p, "", f"not an NDTimeline trace: column {c!r} holds {dtype}, not {want}")
     meta = _read_meta(p)
     df = df.select(_COLUMNS).with_columns(pl.col("optype").cast(pl.Utf8)).with_row_index("_row")
     if df.is_empty():

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from collectors._arrow import row_schema
 from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
+from traceprof.bounded import check_nesting, too_deep
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
 from traceprof.limits import record_fits
@@ -85,12 +86,14 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
         pass  # read_maybe_gzip reports it
     raw, data = read_maybe_gzip(path)
     try:
-        return raw, msgspec.json.decode(data), "json"
+        doc = msgspec.json.decode(data)
     except msgspec.DecodeError as err:
         where = f"byte {len(data)}" if "truncated" in str(err) else ""
         raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
     except RecursionError:
-        raise TraceFormatError(path, "", "invalid JSON: nested too deeply (over ~1000 levels)") from None
+        raise too_deep(path) from None
+    check_nesting(doc, path, "JSON")
+    return raw, doc, "json"
 
 
 def _int(v: Any) -> int | None:

@@ -16,13 +16,13 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from traceprof.bounded import check_nesting
 from traceprof.errors import TraceFormatError
 from traceprof.fileio import GZIP_MAGIC
 
 __all__ = ["loads_plain", "is_pickle", "maybe_pickle", "as_json"]
 
 _PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
-_MAX_DEPTH = 200
 
 
 def is_pickle(head: bytes) -> bool:
@@ -51,19 +51,24 @@ class _Restricted(pickle.Unpickler):
         raise _Refused("uses a persistent id, not plain data")
 
 
-def _check(obj: Any, path: str, depth: int = 0) -> None:
-    """Raise ValueError naming the first value that is not plain data (``path`` locates it)."""
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"{path}: nested deeper than {_MAX_DEPTH}")
-    if not isinstance(obj, _PLAIN):
-        raise ValueError(f"{path}: a {type(obj).__name__}, not plain data")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check(k, f"{path} key", depth + 1)
-            _check(v, f"{path}[{k!r}]", depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _check(v, f"{path}[{i}]", depth + 1)
+def _check(obj: Any) -> None:
+    """Raise ValueError naming the first value that is not plain data (``dump['entries'][3]``).
+    Each distinct container is looked at once (the depth, cycles and expansion are bounded first,
+    :func:`traceprof.bounded.check_nesting`)."""
+    seen: set[int] = set()
+    todo: list[tuple[Any, str]] = [(obj, "dump")]
+    while todo:
+        value, where = todo.pop()
+        if not isinstance(value, _PLAIN):
+            raise ValueError(f"{where}: a {type(value).__name__}, not plain data")
+        if not isinstance(value, (dict, list, tuple)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                todo += [(v, f"{where}[{k!r}]"), (k, f"{where} key")]
+        else:
+            todo += [(v, f"{where}[{i}]") for i, v in reversed(list(enumerate(value)))]
 
 
 def loads_plain(path: Path, data: bytes) -> Any:
@@ -74,7 +79,9 @@ def loads_plain(path: Path, data: bytes) -> Any:
 
     Raises:
         TraceFormatError: The pickle names a global (a class or function: it would run code), uses
-            a persistent id, builds another type, or is broken; nothing of it is executed.
+            a persistent id, builds another type, nests deeper than :data:`traceprof.bounded.MAX_DEPTH`,
+            holds itself, expands past :data:`traceprof.bounded.MAX_NODES` values through shared
+            references (a 326-byte pickle can stand for 2**40), or is broken; nothing of it is executed.
     """
     try:
         obj = _Restricted(io.BytesIO(data)).load()
@@ -87,8 +94,9 @@ def loads_plain(path: Path, data: bytes) -> Any:
         if isinstance(e, EOFError) or "truncated" in why:
             why = "cut short (pickle data was truncated): copy the whole file, or dump it again"
         raise TraceFormatError(path, "", f"broken pickle: {why}") from None
+    check_nesting(obj, path, "pickle")  # before anything walks it as a tree
     try:
-        _check(obj, "dump")
+        _check(obj)
     except ValueError as e:
         raise TraceFormatError(path, "", f"pickle holds {e}; refused (plain data only)") from None
     return obj

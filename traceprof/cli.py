@@ -113,7 +113,7 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
     neutralized by :func:`traceprof.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
-        sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+        sys.stdout.write(term.json_text(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode()) + "\n")
     elif fmt is Format.csv:
         nested = [c for c, t in df.schema.items() if t.is_nested()]
         flat = df.with_columns(
@@ -222,6 +222,7 @@ def ingest(
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     try:  # a Ctrl-C while the libraries load: the store is not touched yet
+        from traceprof.ingest import check_input
         from traceprof.ingest import ingest as do_ingest
         from traceprof.layout import choose
         from traceprof.procs import ignored_sigint
@@ -232,6 +233,8 @@ def ingest(
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
     fileio.check_inflate_ratio(max_inflate)
+    for p in paths:  # before the store (and its lock file) is created
+        check_input(p)
     if executor == "dask" and layout is None and not db.exists():
         layout = "parquet"
     if executor == "dask" and layout == "duckdb":
@@ -385,13 +388,14 @@ def sql(
 
 
 def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
-    """Write rows as a JSON list of objects, one row at a time (duplicate column names get _2, _3)."""
+    """Write rows as a JSON list of objects, one row at a time (duplicate column names get _2, _3;
+    bidi and C1 control characters as ``\\uXXXX``, :func:`traceprof.term.json_text`)."""
     keys: list[str] = []
     for c in columns:
         keys.append(c if c not in keys else f"{c}_{sum(k == c or k.startswith(c + '_') for k in keys) + 1}")
     sep = "[\n"
     for row in rows:
-        sys.stdout.write(sep + "  " + orjson.dumps(dict(zip(keys, row, strict=True))).decode())
+        sys.stdout.write(sep + "  " + term.json_text(orjson.dumps(dict(zip(keys, row, strict=True))).decode()))
         sep = ",\n"
     sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
 
@@ -517,7 +521,7 @@ def summary(
     with Store(db, read_only=True) as store, caching(not no_cache):
         f = summarize(store, run, _analysis_params(param), baseline, force)
     if fmt is Format.json:
-        sys.stdout.write(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
         return
     if fmt is Format.csv:
         render(f.to_frame(), fmt)
@@ -598,7 +602,7 @@ def diff(
     with Store(db, read_only=True) as store, caching(not no_cache):
         res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     if fmt is Format.json and table is None:
-        sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(term.json_text(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         frames = res.frames()
         render(frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {base} -> {cand}")

@@ -26,11 +26,13 @@ from pathlib import Path
 import orjson
 
 from traceprof import classify, clock, fileio, layout, matching, procs, sources, spill
+from traceprof.bounded import too_deep
 from traceprof.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
+from traceprof.locking import special_kind
 from traceprof.parsed import ParsedTrace
 from traceprof.store import Store
 
-__all__ = ["ingest", "discover", "IngestResult"]
+__all__ = ["ingest", "discover", "check_input", "IngestResult"]
 
 Progress = Callable[[int, int, str], None]
 
@@ -54,6 +56,20 @@ class IngestResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+def check_input(path: Path) -> None:
+    """Refuse an input path that does not exist or is neither a file nor a folder (a FIFO: reading it
+    would wait for a writer forever). The CLI calls this before it opens the store, so that a typo
+    leaves no store and no lock file behind.
+
+    Raises:
+        UsageError: Naming the path and what it is.
+    """
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if kind := special_kind(path):
+        raise UsageError(f"{path}: {kind}, not a trace file or a folder")
+
+
 def discover(
     paths: Iterable[str | Path], unclaimed: list[str] | None = None, scanned: set[Path] | None = None
 ) -> dict[Path, list[Path]]:
@@ -70,8 +86,7 @@ def discover(
     groups: dict[Path, list[Path]] = {}
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
-            raise UsageError(f"{p}: no such file or directory")
+        check_input(p)
         if p.is_file():
             if _claim(p) is None:
                 raise UsageError(f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}")
@@ -118,6 +133,8 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
         pts = _parse_source(path, on_bad_event)
     except TraceprofError as e:
         return e
+    except RecursionError:  # any source's data nested past Python's stack, wherever it is walked
+        return too_deep(path, what="data")
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:

@@ -61,6 +61,8 @@ _OP = {
     "optimizer-clip-main-grad": "all_reduce",
 }
 _DP_OPS = ("params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce")
+#: Columns a row cannot do without (its group and sequence number are computed from them).
+_NOT_NULL = ["rank", "step", "stage", "dp_rank", "seq_id", "optype"]
 _STEP_GAP_NS = 1_000_000
 _SEQ_STRIDE = 1_000_000
 
@@ -101,6 +103,8 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise TraceFormatError(side, where, f"invalid meta YAML: {why}; fix the file or move it away") from None
     except RecursionError:
         raise too_deep(side, what="meta YAML") from None
+    except ValueError as e:  # PyYAML's int() of a number over 4300 digits
+        raise TraceFormatError(side, "", f"invalid meta YAML: {e}; fix the file or move it away") from None
     check_nesting(doc, side, "meta YAML")
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "meta YAML is not a mapping")
@@ -169,7 +173,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     Args:
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
         on_bad_event: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
-            a null rank, step or optype); ``"skip"`` drops (and counts) it.
+            a null rank, step, stage, dp_rank, seq_id or optype); ``"skip"`` drops (and counts) it.
 
     Returns:
         Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
@@ -203,8 +207,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
         raise TraceFormatError(p, "", "no rows: the trace holds no operation")
     # not finite also catches null (is_finite keeps null; fill_null(False) turns it into bad)
     bad = df.filter(~pl.col("start_ts").is_finite().fill_null(False) | ~pl.col("duration").is_finite().fill_null(False)
-                    | (pl.col("duration") < 0) | pl.col("rank").is_null() | pl.col("step").is_null()
-                    | pl.col("optype").is_null()
+                    | (pl.col("duration") < 0) | pl.any_horizontal(pl.col(_NOT_NULL).is_null())
                     | polars_out_of_range(int32=("rank", "step", "stage", "dp_rank"), seconds=("start_ts", "duration"),
                                           below={"seq_id": _SEQ_STRIDE}))
     rejected: dict[str, int] = {}
@@ -212,7 +215,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
         if on_bad_event == "raise":
             row = bad.row(0, named=True)
             raise TraceFormatError(p, f"row #{row['_row']} (optype={row['optype']!r})",
-                                   "null, NaN, infinite or negative time (or null rank/step/optype, or a "
+                                   "null, NaN, infinite or negative time (or null rank/step/stage/dp_rank/"
+                                   "seq_id/optype, or a "
                                    "number beyond its column type: rank/step int32, time over 2**62 ns); pass "
                                    "--skip-bad-events to skip such rows")
         rejected["null, NaN, negative or out-of-range value"] = bad.height

@@ -20,14 +20,17 @@ from typing import Any
 
 from traceprof.errors import TraceFormatError
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "check_nesting", "too_deep"]
+__all__ = ["MAX_DEPTH", "MIN_NODES", "NODES_PER_BYTE", "max_nodes", "check_nesting", "too_deep"]
 
 #: Deepest nesting of arrays/objects (lists, tuples, dicts) read in a document. Real sidecars, Flight
 #: Recorder entries and plugin args nest 2 to 6 deep; Python's own limit is about 1000 frames.
 MAX_DEPTH = 100
 #: Values (containers and scalars) a document may expand to when shared references are followed as
-#: copies, at least: a Flight Recorder pickle of 20,000 entries with 50 frames each is about 8 M.
-MAX_NODES = 32_000_000
+#: copies: :data:`MIN_NODES`, or :data:`NODES_PER_BYTE` per byte of the file if that is more. Without
+#: sharing a value takes at least one byte; torch's Flight Recorder pickles share each stack frame
+#: between the entries that hold it (about 3 values per byte), so 16 leaves a wide margin while a
+#: pickle bomb (2**40 values from 326 bytes) is refused, and memory stays proportional to the file.
+MIN_NODES, NODES_PER_BYTE = 1_000_000, 16
 
 _CONTAINERS = (list, tuple, dict)
 
@@ -37,8 +40,13 @@ def too_deep(path: str | Path, where: str = "", what: str = "JSON") -> TraceForm
     return TraceFormatError(path, where, f"invalid {what}: nested too deeply (over ~1000 levels of arrays or objects)")
 
 
+def max_nodes(nbytes: int) -> int:
+    """Most values a document of ``nbytes`` bytes may expand to (:data:`MIN_NODES`, :data:`NODES_PER_BYTE`)."""
+    return max(MIN_NODES, NODES_PER_BYTE * nbytes)
+
+
 def check_nesting(value: Any, path: str | Path, what: str = "document", *, max_depth: int = MAX_DEPTH,
-                  max_nodes: int = MAX_NODES) -> int:
+                  max_nodes: int = MIN_NODES) -> int:
     """Refuse a decoded value that nests too deeply, holds itself, or expands too far.
 
     Visits each distinct container once (by identity), without recursion, so it takes time linear in
@@ -49,7 +57,8 @@ def check_nesting(value: Any, path: str | Path, what: str = "document", *, max_d
         path: The file, for the message.
         what: What the value is, for the message (``"pickle"``, ``"sidecar"``, ``"event #3 args"``).
         max_depth: Deepest container nesting allowed.
-        max_nodes: Most values the document may expand to (shared references counted every time).
+        max_nodes: Most values the document may expand to (shared references counted every time):
+            :func:`max_nodes` of the file's size.
 
     Returns:
         The number of values the document expands to (containers and scalars, dict keys included).

@@ -656,7 +656,12 @@ class Store:
             if interrupted(e):
                 raise KeyboardInterrupt from None
             if isinstance(e, duckdb.Error):
-                raise StoreError(f"ingest of run {name!r} failed, store unchanged: {e}") from None
+                files = ", ".join(pt.path for pt in traces[:3]) + (f" and {len(traces) - 3} more" if len(traces) > 3 else "")
+                hint = (f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for some value in "
+                        "these files (an event's args text of several MB?)"
+                        if isinstance(e, duckdb.OutOfMemoryException) else "")
+                raise StoreError(f"ingest of run {name!r} ({files}) failed, store unchanged: {error_line(e)}{hint}") \
+                    from None
             raise
         return run_id
 

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from collectors._arrow import row_schema
 from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
-from traceprof.bounded import check_nesting, too_deep
+from traceprof.bounded import check_nesting, max_nodes, too_deep
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
 from traceprof.limits import record_fits
@@ -92,7 +92,7 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
         raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
     except RecursionError:
         raise too_deep(path) from None
-    check_nesting(doc, path, "JSON")
+    check_nesting(doc, path, "JSON", max_nodes=max_nodes(len(data)))
     return raw, doc, "json"
 
 

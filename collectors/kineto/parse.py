@@ -57,7 +57,7 @@ from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
 from collectors.kineto.decode import decode as decode_columns
 from collectors.kineto.decode import rows as fast_rows
 from traceprof import classify, spill
-from traceprof.bounded import check_nesting, too_deep
+from traceprof.bounded import check_nesting, max_nodes, too_deep
 from traceprof.classify import Classifier
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import NotUtf8, TextStream, blank_bom, misnamed_gzip, not_json_because, read_maybe_gzip
@@ -560,14 +560,15 @@ def _read_sidecar(trace: Path) -> dict[str, Any] | None:
     if not side.is_file():
         return None
     try:
-        doc = msgspec.json.decode(blank_bom(side.read_bytes()))
+        raw = side.read_bytes()
+        doc = msgspec.json.decode(blank_bom(raw))
     except (OSError, msgspec.DecodeError) as e:
         raise TraceFormatError(side, "", f"unreadable sidecar: {e}") from None
     except RecursionError:
         raise too_deep(side) from None
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "sidecar is not a JSON object")
-    check_nesting(doc, side, "sidecar")
+    check_nesting(doc, side, "sidecar", max_nodes=max_nodes(len(raw)))
     return doc
 
 

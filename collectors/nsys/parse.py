@@ -59,6 +59,7 @@ from collectors._arrow import row_schema
 from collectors.nsys.steps import assign_steps, step_number
 from traceprof.classify import comm_family, gpu_class
 from traceprof.errors import NotATraceError, TraceFormatError
+from traceprof.limits import to_table
 from traceprof.ops import kernel_op
 from traceprof.parsed import ParsedTrace
 
@@ -126,11 +127,13 @@ _INT64_MAX = 2**63 - 1
 def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()) -> str:
     """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
     integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
-    ``end - start`` fits too) and its ``ids`` columns are integers or NULL. ``end_optional``: a NULL
+    ``end - start`` fits too) and its ``ids`` columns are integers or NULL (``deviceId`` within int32). ``end_optional``: a NULL
     end is an instant (NVTX), not an error; rows outside the condition ``only`` are not checked
     (NVTX metadata records)."""
     s, e = f"{a}.start", f"{a}.end"
     not_int = "".join(f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
+                      + (f"\n        WHEN {a}.{c} NOT BETWEEN {-(2**31)} AND {2**31 - 1} THEN '{c} beyond int32'"
+                         if c == "deviceId" else "")  # events.device is INTEGER
                       for c in ids)
     null_end = f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END" \
         if end_optional else f"WHEN {e} IS NULL THEN 'NULL end'"
@@ -389,9 +392,14 @@ def _devices(con: sqlite3.Connection, tables: dict[str, set[str]]) -> list[dict[
     if "TARGET_INFO_GPU" not in tables:
         return []
     q = "SELECT id, name, smCount, totalMemory, computeMajor, computeMinor FROM TARGET_INFO_GPU ORDER BY id"
-    return [{"device": i, "name": n, "sm_count": sm, "memory_bytes": mem,
+    return [{"device": i, "name": None if n is None else str(n), "sm_count": _int(sm), "memory_bytes": _int(mem),
              "compute_capability": f"{a}.{b}" if a is not None else None}
-            for i, n, sm, mem, a, b in con.execute(q)]
+            for i, n, sm, mem, a, b in con.execute(q) if isinstance(i, int)]  # a device without an id is no device
+
+
+def _int(v: Any) -> int | None:
+    """An integer cell, else None (a damaged export's text in a number column)."""
+    return v if isinstance(v, int) else None
 
 
 def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> tuple[Any, ...]:
@@ -483,7 +491,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         format=f"nsys-sqlite-{meta.get('export_schema') or '?'}", rank=rank,
         world_size=(world[1].pop() if world and len(world[1]) == 1 else None), trace=trace,
         events=pa.Table.from_pydict(cols, schema=pa.schema([row_schema("events").field(c) for c in cols])),
-        devices=pa.Table.from_pylist(devices, schema=row_schema("devices")),
+        devices=to_table(devices, row_schema("devices"), rejected, "TARGET_INFO_GPU"),  # ints beyond: left out
         steps=pa.Table.from_pylist(steps, schema=row_schema("steps")),
         collectives=pa.Table.from_pylist(_collectives(cols), schema=row_schema("collectives")),
         events_read=len(cols["kind"]) + sum(rejected.values()) + sum(skipped.values()),

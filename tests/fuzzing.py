@@ -212,7 +212,7 @@ def _kineto_seeds() -> list[Input]:
         if not p.name.endswith(".fr.json"):
             seeds += _one(p)
     seeds += _one(SAMPLES / "normal" / "rank0.trace.json.gz", "rank0.json.gz")
-    return [Input({k: gzip.decompress(v) if k.endswith(".gz") else v for k, v in s.files.items()},
+    return [Input({k.removesuffix(".gz"): gzip.decompress(v) if k.endswith(".gz") else v for k, v in s.files.items()},
                   s.main.removesuffix(".gz")) for s in seeds]
 
 
@@ -494,7 +494,8 @@ def _sqlite_op(draw: Draw, con: sqlite3.Connection, table: str) -> None:
 
 
 def _inspector_seeds() -> list[Input]:
-    return [Input({p.name: p.read_bytes()}, p.name)
+    # kept in their folder (nccl-inspector-<jobid>/), which a collector may claim them by
+    return [Input({f"{p.parent.name}/{p.name}": p.read_bytes()}, f"{p.parent.name}/{p.name}")
             for p in sorted((CASES / "nccl_inspector_records").glob("*/*.log"))[:1]]
 
 
@@ -505,6 +506,7 @@ def _inspector_unavailable(seeds: list[Input]) -> str | None:
 
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / seeds[0].main
+        p.parent.mkdir(parents=True)
         p.write_bytes(seeds[0].files[seeds[0].main])
         return None if sources.claim(p) is not None else "no collector reads NCCL Inspector output yet"
 
@@ -542,6 +544,8 @@ class Worker:
     proc: subprocess.Popen[bytes] | None = None
     n: int = 0
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: (kind, outcome) of each failure, for the report.
+    failures: list[tuple[str, Outcome]] = field(default_factory=list)
 
     def start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzzing"], cwd=REPO, stdin=subprocess.PIPE,
@@ -560,9 +564,9 @@ class Worker:
             self.start()
         assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
         self.n += 1
-        d = self.root / f"in{self.n}"
-        d.mkdir()
-        for name, data in inp.files.items():
+        d = Path(tempfile.mkdtemp(prefix=f"{kind_name}-{self.n}-", dir=self.root))
+        for name, data in inp.files.items():  # a name may hold a folder (a collector may claim by it)
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
             (d / name).write_bytes(data)
         self.proc.stdin.write(json.dumps({"dir": str(d), "main": inp.main, "skip": skip}).encode() + b"\n")
         self.proc.stdin.flush()
@@ -593,6 +597,8 @@ class Worker:
     def _count(self, kind_name: str, out: Outcome) -> Outcome:
         c = self.counts.setdefault(kind_name, {})
         c[out.status] = c.get(out.status, 0) + 1
+        if not out.ok:
+            self.failures.append((kind_name, out))
         return out
 
 

@@ -28,14 +28,19 @@ PWNED = Path("/tmp/traceprof_fuzz_pwned")
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
-    w = Worker(tmp_path_factory.mktemp("fuzz"))
+    # FUZZ_DIR keeps the inputs that failed (under a temporary folder they go with the session)
+    root = Path(os.environ["FUZZ_DIR"]) if os.environ.get("FUZZ_DIR") else tmp_path_factory.mktemp("fuzz")
+    root.mkdir(parents=True, exist_ok=True)
+    w = Worker(root)
     yield w
     w.stop()
     total = sum(sum(c.values()) for c in w.counts.values())
     print(f"\nfuzz outcomes ({total} inputs): " + "; ".join(
         f"{k}: " + ", ".join(f"{s} {n}" for s, n in sorted(c.items())) for k, c in sorted(w.counts.items())))
     if os.environ.get("FUZZ_REPORT"):
-        Path(os.environ["FUZZ_REPORT"]).write_text(json.dumps(w.counts, indent=2, sort_keys=True))
+        Path(os.environ["FUZZ_REPORT"]).write_text(json.dumps({
+            "counts": w.counts, "failures": [{"kind": k, "status": o.status, "input": o.input_dir,
+                                              "detail": o.detail[-600:]} for k, o in w.failures]}, indent=2))
 
 
 def _param(name: str) -> object:

@@ -109,7 +109,8 @@ def test_every_escape_is_refused_and_writes_nothing(home, monkeypatch):
     before = _snapshot(d)
     held = []
     for q in _escapes(d, db):
-        code, out, err = run("sql", q, "--db", str(db), "-f", "csv")
+        code, out, err = run("sql", "--db", str(db), "-f", "csv", "--", q)  # '--': a query may start with '--'
+        assert "No such option" not in err, q
         lines = err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and lines[0].startswith("error: "), (q, code, out, err)
         assert "Traceback" not in err and out == "", q

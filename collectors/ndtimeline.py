@@ -42,6 +42,7 @@ import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from collectors._arrow import row_schema
@@ -185,12 +186,18 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     p = Path(path).resolve()
     try:
         raw = p.read_bytes()
-        df = pl.read_parquet(p)
     except OSError as e:
         raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
-    except Exception as e:  # polars raises several types for non-Parquet bytes
+    try:
+        # pyarrow checks every page of a damaged file and says what is wrong; polars' reader
+        # aborted the process on some (a 2**61-byte allocation) and panicked on others
+        table = pq.read_table(pa.BufferReader(raw))
+        table.validate(full=True)
+        df = pl.from_arrow(table)
+    except Exception as e:  # pyarrow and polars raise several types for bytes that are not Parquet
         first = str(e).splitlines()[0] if str(e) else ""  # one line: polars may add hints below
-        raise TraceFormatError(p, "", f"not a Parquet file ({type(e).__name__}: {first})") from None
+        raise TraceFormatError(p, "", f"not a readable Parquet file ({type(e).__name__}: {first})") from None
+    assert isinstance(df, pl.DataFrame)  # a table converts to a frame
     missing = [c for c in _COLUMNS if c not in df.columns]
     if missing:
         raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")

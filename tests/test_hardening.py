@@ -476,3 +476,51 @@ def test_ndtimeline_null_group_columns_are_bad_rows(tmp_path, column):
     assert code == 0, err
     n = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True).execute("SELECT count(*) FROM events").fetchone()
     assert n == (9,)
+
+
+def test_damaged_parquet_is_one_line_never_an_abort(tmp_path):
+    """One bit flipped in each of the first 400 bytes of an NDTimeline file (page headers among
+    them): polars' reader aborted the whole process on some (a 2**61-byte allocation: SIGABRT, no
+    message at all) and panicked on others; pyarrow reads and checks the file now. In a child
+    process, so that an abort fails this test rather than the suite."""
+    import polars as pl
+
+    seed = tmp_path / "seed.parquet"
+    pl.read_parquet(corpus("kineto_misc/bytedance_straggler_whatif/trace-ST.parquet")).head(400).write_parquet(seed)
+    script = f"""
+import sys
+from pathlib import Path
+from collectors import ndtimeline
+from traceprof.errors import TraceFormatError
+data = Path({str(seed)!r}).read_bytes()
+out = Path({str(tmp_path / "trace-X.parquet")!r})
+counts = {{"stored": 0, "error": 0}}
+for i in range(400):
+    out.write_bytes(data[:i] + bytes([data[i] ^ 1]) + data[i + 1:])
+    try:
+        ndtimeline.parse(out)
+        counts["stored"] += 1
+    except TraceFormatError as e:
+        assert "\\n" not in str(e) and str(out) in str(e), str(e)
+        counts["error"] += 1
+print(counts["stored"], counts["error"])
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0, r.stderr[-2000:]
+    stored, errors = map(int, r.stdout.split())
+    assert stored + errors == 400 and errors > 0
+
+
+def test_an_integer_too_long_to_print_is_shown_by_its_size(tmp_path):
+    # 5000 dims of 1,000,000 multiply to a 100,000-bit element count: the message that named it
+    # raised ValueError (Python prints no integer over 4300 digits); found by the fuzzer
+    doc = json.loads((corpus("flight_recorder/gloo_cpu_4rank") / "fr_rank0.json").read_text())
+    doc["entries"][0]["output_sizes"] = [[1_000_000] * 5000]
+    f = tmp_path / "rank0.fr.json"
+    f.write_text(json.dumps(doc))
+    code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"))
+    name = doc["entries"][0]["profiling_name"]
+    assert code == 1 and _one_line(err) == (f"error: {f}: entry #0 ({name!r}): 'nelems_out' beyond int64 (<an integer "
+                                            f"of {(10**30000).bit_length():,} bits>); pass --skip-bad-events to skip "
+                                            "such records")

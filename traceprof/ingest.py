@@ -135,6 +135,10 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
         return e
     except RecursionError:  # any source's data nested past Python's stack, wherever it is walked
         return too_deep(path, what="data")
+    except ValueError as e:  # any message that tried to print a number over 4300 digits
+        if "integer string conversion" not in str(e):
+            raise
+        return TraceFormatError(path, "", "holds an integer over 4300 digits long, which no trace field holds")
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:

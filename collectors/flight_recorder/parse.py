@@ -44,7 +44,7 @@ from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_pla
 from traceprof.bounded import check_nesting, max_nodes, too_deep
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import record_fits
+from traceprof.limits import record_fits, shown
 from traceprof.matching import canonical_ranks
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
@@ -227,8 +227,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
                    if created is None else "'time_created_ns' is 0")
             if on_bad_event == "raise":
-                shown = "" if raw_created is None else f" ({raw_created!r})"
-                raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{shown}; "
+                value = "" if raw_created is None else f" ({shown(raw_created)})"
+                raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{value}; "
                                        "pass --skip-bad-events to skip such entries")
             rejected[why] = rejected.get(why, 0) + 1
             continue

@@ -44,7 +44,7 @@ from collectors._arrow import row_schema
 from traceprof.bounded import too_deep
 from traceprof.errors import TraceFormatError
 from traceprof.fileio import blank_bom
-from traceprof.limits import checked_int, record_fits
+from traceprof.limits import checked_int, record_fits, shown
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
 from traceprof.timeconv import us_text_to_ns
@@ -168,14 +168,14 @@ def _bad_value(a: dict[str, Any]) -> str | None:
     for key in ("Count", "SeqNum"):
         n, problem = checked_int(a.get(key))
         if problem is not None:
-            return f"{key!r} {problem} ({a.get(key)!r})"
+            return f"{key!r} {problem} ({shown(a.get(key))})"
         if n is not None and n < 0:
             return f"negative {key!r} ({n})"
     comm, dtype = a.get("CommHash"), a.get("Datatype")
     if comm is not None and (isinstance(comm, bool) or not isinstance(comm, (int, str))):
-        return f"'CommHash' not a string or an integer ({comm!r})"
+        return f"'CommHash' not a string or an integer ({shown(comm)})"
     if dtype is not None and not isinstance(dtype, str):
-        return f"'Datatype' not a string ({dtype!r})"
+        return f"'Datatype' not a string ({shown(dtype)})"
     return None
 
 

@@ -546,6 +546,8 @@ class Worker:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     #: (kind, outcome) of each failure, for the report.
     failures: list[tuple[str, Outcome]] = field(default_factory=list)
+    #: Per kind: the longest input (s) and the highest resident memory of the worker (MiB).
+    worst: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzzing"], cwd=REPO, stdin=subprocess.PIPE,
@@ -599,6 +601,8 @@ class Worker:
         c[out.status] = c.get(out.status, 0) + 1
         if not out.ok:
             self.failures.append((kind_name, out))
+        w = self.worst.setdefault(kind_name, {"seconds": 0.0, "peak_mib": 0.0})
+        w["seconds"], w["peak_mib"] = max(w["seconds"], round(out.seconds, 2)), max(w["peak_mib"], round(out.peak_mib))
         return out
 
 

@@ -39,7 +39,7 @@ def worker(tmp_path_factory):
         f"{k}: " + ", ".join(f"{s} {n}" for s, n in sorted(c.items())) for k, c in sorted(w.counts.items())))
     if os.environ.get("FUZZ_REPORT"):
         Path(os.environ["FUZZ_REPORT"]).write_text(json.dumps({
-            "counts": w.counts, "failures": [{"kind": k, "status": o.status, "input": o.input_dir,
+            "counts": w.counts, "worst": w.worst, "failures": [{"kind": k, "status": o.status, "input": o.input_dir,
                                               "detail": o.detail[-600:]} for k, o in w.failures]}, indent=2))
 
 

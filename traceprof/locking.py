@@ -43,7 +43,11 @@ def check_store_path(db: str | Path) -> None:
         StoreError: Saying which of these it is.
     """
     try:
-        os.fsencode(os.path.abspath(db)).decode("utf-8")
+        try:
+            full = os.path.abspath(db)
+        except OSError:  # the working folder was deleted: the path as given
+            full = str(db)
+        os.fsencode(full).decode("utf-8")
     except UnicodeDecodeError:
         shown = str(db).encode("utf-8", "backslashreplace").decode()
         raise StoreError(f"{shown}: the store path is not UTF-8 (DuckDB takes UTF-8 paths only); use another --db "

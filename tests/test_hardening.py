@@ -524,3 +524,23 @@ def test_an_integer_too_long_to_print_is_shown_by_its_size(tmp_path):
     assert code == 1 and _one_line(err) == (f"error: {f}: entry #0 ({name!r}): 'nelems_out' beyond int64 (<an integer "
                                             f"of {(10**30000).bit_length():,} bits>); pass --skip-bad-events to skip "
                                             "such records")
+
+
+def test_fr_group_numbers_beyond_their_columns_are_ignored(tmp_path):
+    # pg_config ranks and pg_status sequence numbers of 30 digits went into traces.meta, which
+    # orjson then could not read back ("number is infinity": a traceback when the file also held
+    # invalid UTF-8, whose repair rewrites the meta); found by the fuzzer
+    doc = json.loads((corpus("flight_recorder/gloo_cpu_4rank") / "fr_rank0.json").read_text())
+    doc["pg_config"][""]["ranks"] = "[0, 1, 2, " + "9" * 30 + "]"
+    doc["pg_status"]["0"]["last_completed_collective"] = "9" * 30
+    f = tmp_path / "rank0.fr.json"
+    f.write_bytes(json.dumps(doc).replace('"comm_lib_version": "', '"comm_lib_version": "\\xff').encode()
+                  .replace(b"\\xff", b"\xff"))
+    db = tmp_path / "s.duckdb"
+    code, _, err = run("ingest", str(f), "--db", str(db))
+    assert code == 0 and "invalid UTF-8" in err, err
+    meta = json.loads(duckdb.connect(str(db), read_only=True).execute("SELECT meta FROM traces").fetchone()[0])
+    assert meta["groups"] == {"0": None} and meta["progress"]["0"]["completed"] is None
+    assert meta["repaired"] == {"invalid UTF-8 replaced by U+FFFD": 1}
+    code, out, err = run("analyze", "desync", "--db", str(db), "-f", "json")
+    assert code == 0, err

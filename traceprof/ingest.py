@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
+import msgspec
 
 from traceprof import classify, clock, fileio, layout, matching, procs, sources, spill
 from traceprof.bounded import too_deep
@@ -143,9 +143,9 @@ def _parse_one(args: tuple[Path, str, bool, tuple[str, ...]]) -> list[ParsedTrac
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
         if repairs:
-            meta = orjson.loads(pt.trace.get("meta") or "{}")
+            meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
             meta["repaired"] = {r.reason: r.count for r in repairs}
-            pt.trace["meta"] = orjson.dumps(meta).decode()
+            pt.trace["meta"] = msgspec.json.encode(meta).decode()
             pt.warnings += [r.message for r in repairs]
     return pts
 

@@ -44,7 +44,7 @@ from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_pla
 from traceprof.bounded import check_nesting, max_nodes, too_deep
 from traceprof.errors import NotATraceError, TraceFormatError
 from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import record_fits, shown
+from traceprof.limits import INT32, INT64, fits, record_fits, shown
 from traceprof.matching import canonical_ranks
 from traceprof.ops import dtype_bytes, normalize_op
 from traceprof.parsed import ParsedTrace
@@ -156,7 +156,7 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     for key, c in cfg.items():
         if isinstance(c, dict):
             ranks = _config_ranks(c)
-            if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+            if isinstance(ranks, list) and all(isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks):
                 configs.append(ranks)
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
@@ -173,7 +173,8 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
         groups[pg] = next((members[n] for n in names if n in members), only)
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
-            progress[pg] = {k: _int(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
+            progress[pg] = {k: v if fits(v := _int(st.get(f"last_{k}_collective")), INT64) else None
+                            for k in ("enqueued", "started", "completed")}
     return {"groups": groups, "progress": progress}
 
 

@@ -501,10 +501,17 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
     finally:
         fileio.set_max_inflate_ratio(fileio.DEFAULT_INFLATE_RATIO)
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
-    assert (code, err) == (1, "error: --max-inflate 0.0: expected a finite ratio above 0, e.g. 64\n")
-    for ratio in ("inf", "1e400", "nan"):  # inf was an OverflowError traceback
+    assert (code, err) == (1, "error: --max-inflate 0.0: expected a ratio above 0 and at most 1,000,000, e.g. 64 "
+                              "(gzip inflates at most about 1032x)\n")
+    # inf was an OverflowError traceback, and so was 1e308 (finite, but 1e308 x the size is not)
+    for ratio in ("inf", "1e400", "nan", "1e308", "-1", "1000001"):
         code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", ratio)
-        assert code == 1 and err.startswith("error: --max-inflate ") and err.endswith(": expected a finite ratio above 0, e.g. 64\n")
+        assert code == 1 and err.startswith("error: --max-inflate ") and "at most 1,000,000" in err, err
+    fileio.set_max_inflate_ratio(fileio.MAX_INFLATE_RATIO)  # the largest: the byte limit is an integer
+    try:
+        assert fileio.read_maybe_gzip(path)[1] == raw
+    finally:
+        fileio.set_max_inflate_ratio(fileio.DEFAULT_INFLATE_RATIO)
 
 
 def test_multi_member_and_corrupt_gzip(tmp_path):

@@ -15,6 +15,7 @@ import duckdb
 
 from traceprof import term
 from traceprof.errors import StoreError, UsageError
+from traceprof.layout import error_line
 from traceprof.store import Store
 
 __all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction"]
@@ -79,7 +80,7 @@ def transaction(store: Store, what: str, statements: list[tuple[str, list[object
     except duckdb.Error as e:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
-        raise StoreError(f"{what} failed, store unchanged: {e}") from None
+        raise StoreError(f"{what} failed, store unchanged: {error_line(e)}") from None
     return changed
 
 

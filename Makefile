@@ -30,10 +30,13 @@ demo: install
 test: install-test
 	$(BIN)/python -m pytest -q
 
-# Long property-based fuzz run of ingest (tests/ingest/test_fuzz.py; the suite runs 40 inputs).
-FUZZ_EXAMPLES ?= 3000
+# Long property-based fuzz run of ingest over every input kind (tests/ingest/test_fuzz.py, tests/fuzzing.py):
+# FUZZ_EXAMPLES inputs per kind (the suite runs 20); outcome counts per kind go to fuzz-report.json,
+# and the inputs that failed stay in fuzz-inputs/.
+FUZZ_EXAMPLES ?= 400
 fuzz: install-test
-	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/ingest/test_fuzz.py
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REPORT=fuzz-report.json FUZZ_DIR=fuzz-inputs \
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/ingest/test_fuzz.py
 
 lint: install-test
 	$(BIN)/ruff check traceprof collectors analyses tests
@@ -50,4 +53,4 @@ bench: install-test
 	$(BIN)/python benchmarks/bench.py
 
 clean:
-	rm -rf $(VENV) *.duckdb *.duckdb.results report.html .pytest_cache
+	rm -rf $(VENV) *.duckdb *.duckdb.results report.html .pytest_cache fuzz-report.json fuzz-inputs

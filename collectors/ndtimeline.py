@@ -7,7 +7,7 @@ collapsed: one worker stands for its TP group, so a 64-GPU job with tp 4 has 16 
 
 Algorithm:
   1. Read the Parquet columns (``dp_rank, stage, rank, step, optype, start_ts, duration, seq_id,
-     mc, mb_id, gmc``) and the meta YAML (``yaml.safe_load``).
+     mc, mb_id, gmc``) and the meta YAML (PyYAML's safe loader without aliases, at most 1 MiB).
   2. Times: ``start_ts`` / ``duration`` are float32 seconds relative to the step (its earliest op
      at 0). Sampled steps are laid end to end on one synthetic clock, in step order, 1 ms apart:
      ``ts_ns = step_base_ns + round(start_ts * 1e9)``. Durations within a step are exact to the
@@ -42,9 +42,11 @@ import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.limits import polars_out_of_range
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
@@ -63,6 +65,8 @@ _OP = {
     "optimizer-clip-main-grad": "all_reduce",
 }
 _DP_OPS = ("params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce")
+#: Columns a row cannot do without (its group and sequence number are computed from them).
+_NOT_NULL = ["rank", "step", "stage", "dp_rank", "seq_id", "optype"]
 _STEP_GAP_NS = 1_000_000
 _SEQ_STRIDE = 1_000_000
 
@@ -82,20 +86,30 @@ def _read_meta(path: Path) -> dict[str, Any]:
     """The meta YAML beside ``path`` as a mapping ({} when there is none).
 
     Raises:
-        TraceFormatError: Unreadable, not UTF-8, invalid YAML (naming ``line L:C`` and what the
-            parser expected, on one line: PyYAML's own message spans several, with caret lines),
-            not a mapping, or a ``*_size`` that is not a positive integer (naming the key).
+        TraceFormatError: Unreadable, over 1 MiB, not UTF-8, invalid YAML (naming ``line L:C`` and
+            what the parser expected, on one line: PyYAML's own message spans several, with caret
+            lines), an alias (``*name``: a "billion laughs" file expands without bound), nested over
+            :data:`traceprof.core.bounded.MAX_DEPTH` levels, not a mapping, or a ``*_size`` that is not a
+            positive integer (naming the key).
     """
     side = meta_path(path)
     if not side.is_file():
         return {}
     try:
-        doc = yaml.safe_load(side.read_bytes())
+        if (size := side.stat().st_size) > _MAX_META_BYTES:
+            raise TraceFormatError(side, "", f"meta YAML of {size:,} bytes: an NDTimeline meta file is a few "
+                                   f"hundred; refused above {_MAX_META_BYTES:,} bytes")
+        doc = yaml.load(side.read_bytes(), Loader=_NoAliases)  # noqa: S506 - SafeLoader without aliases
     except OSError as e:
         raise TraceFormatError(side, "", f"cannot read the meta YAML: {e.strerror or e}") from None
     except yaml.YAMLError as e:
         where, why = _yaml_problem(e)
         raise TraceFormatError(side, where, f"invalid meta YAML: {why}; fix the file or move it away") from None
+    except RecursionError:
+        raise too_deep(side, what="meta YAML") from None
+    except ValueError as e:  # PyYAML's int() of a number over 4300 digits
+        raise TraceFormatError(side, "", f"invalid meta YAML: {e}; fix the file or move it away") from None
+    check_nesting(doc, side, "meta YAML")
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "meta YAML is not a mapping")
     for key, v in doc.items():
@@ -105,6 +119,22 @@ def _read_meta(path: Path) -> dict[str, Any]:
                 raise TraceFormatError(side, key, f"{v!r} is not a positive integer")
             doc[key] = n
     return doc
+
+
+#: Largest meta YAML read (bytes); real ones are a few hundred.
+_MAX_META_BYTES = 1 << 20
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases (``*name``): nested aliases ("billion laughs") make a
+    few hundred bytes stand for billions of values once the document is copied or encoded, and a
+    meta file never needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "an alias (*name): aliases are not read", mark)
+        return super().compose_node(parent, index)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:
@@ -146,8 +176,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
 
     Args:
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
-        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
-            a null rank, step or optype); ``"skip"`` drops (and counts) it.
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"``
+            stops at a row with a null, NaN, infinite or negative time (or a null rank, step, stage,
+            dp_rank, seq_id or optype); ``"skip"`` drops (and counts) it.
 
     Returns:
         Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
@@ -160,23 +191,37 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
     on_bad_event = options.on_bad_event
     try:
         raw = p.read_bytes()
-        df = pl.read_parquet(p)
     except OSError as e:
         raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
-    except Exception as e:  # polars raises several types for non-Parquet bytes
+    try:
+        # pyarrow checks every page of a damaged file and says what is wrong; polars' reader
+        # aborted the process on some (a 2**61-byte allocation) and panicked on others. One thread:
+        # after threaded reads of damaged files, with polars loaded, the process sometimes aborted
+        # at exit (2 in 12 runs of 400 damaged files; none in 36 runs on one thread)
+        table = pq.read_table(pa.BufferReader(raw), use_threads=False)
+        table.validate(full=True)
+        df = pl.from_arrow(table)
+    except Exception as e:  # pyarrow and polars raise several types for bytes that are not Parquet
         first = str(e).splitlines()[0] if str(e) else ""  # one line: polars may add hints below
-        raise TraceFormatError(p, "", f"not a Parquet file ({type(e).__name__}: {first})") from None
+        raise TraceFormatError(p, "", f"not a readable Parquet file ({type(e).__name__}: {first})") from None
+    assert isinstance(df, pl.DataFrame)  # a table converts to a frame
     missing = [c for c in _COLUMNS if c not in df.columns]
     if missing:
         raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")
+    for c in _COLUMNS:  # a column of another type made polars fail on the checks below
+        dtype = df.schema[c]
+        ok = (dtype.is_numeric() if c in ("start_ts", "duration") else dtype == pl.String
+              or isinstance(dtype, (pl.Categorical, pl.Enum)) if c == "optype" else dtype.is_integer())
+        if not ok:
+            want = "numbers" if c in ("start_ts", "duration") else "text" if c == "optype" else "integers"
+            raise TraceFormatError(p, "", f"not an NDTimeline trace: column {c!r} holds {dtype}, not {want}")
     meta = _read_meta(p)
     df = df.select(_COLUMNS).with_columns(pl.col("optype").cast(pl.Utf8)).with_row_index("_row")
     if df.is_empty():
         raise TraceFormatError(p, "", "no rows: the trace holds no operation")
     # not finite also catches null (is_finite keeps null; fill_null(False) turns it into bad)
     bad = df.filter(~pl.col("start_ts").is_finite().fill_null(False) | ~pl.col("duration").is_finite().fill_null(False)
-                    | (pl.col("duration") < 0) | pl.col("rank").is_null() | pl.col("step").is_null()
-                    | pl.col("optype").is_null()
+                    | (pl.col("duration") < 0) | pl.any_horizontal(pl.col(_NOT_NULL).is_null())
                     | polars_out_of_range(int32=("rank", "step", "stage", "dp_rank"), seconds=("start_ts", "duration"),
                                           below={"seq_id": _SEQ_STRIDE}))
     rejected: dict[str, int] = {}
@@ -184,7 +229,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         if on_bad_event == "raise":
             row = bad.row(0, named=True)
             raise TraceFormatError(p, f"row #{row['_row']} (optype={row['optype']!r})",
-                                   "null, NaN, infinite or negative time (or null rank/step/optype, or a "
+                                   "null, NaN, infinite or negative time (or null rank/step/stage/dp_rank/"
+                                   "seq_id/optype, or a "
                                    "number beyond its column type: rank/step int32, time over 2**62 ns); pass "
                                    "--skip-bad-events to skip such rows")
         rejected["null, NaN, negative or out-of-range value"] = bad.height

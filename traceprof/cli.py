@@ -101,6 +101,9 @@ RawOpt = Annotated[bool, typer.Option(
     "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).")]
 
 
+#: Default and largest ``sql --timeout`` (s): a CI job's query on a large store takes seconds to a minute.
+SQL_TIMEOUT_S, MAX_SQL_TIMEOUT_S = 300.0, 7 * 86400
+
 #: Rows a table shows (rich lays out every row before printing: 100,000 steps took over a minute);
 #: JSON and CSV always give every row.
 TABLE_ROWS = 200
@@ -111,7 +114,7 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
     neutralized by :func:`traceprof.core.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
-        sys.stdout.write(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+        sys.stdout.write(term.json_text(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode()) + "\n")
     elif fmt is Format.csv:
         nested = [c for c, t in df.schema.items() if t.is_nested()]
         flat = df.with_columns(
@@ -211,6 +214,7 @@ def ingest(
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     try:  # a Ctrl-C while the libraries load: the store is not touched yet
         from traceprof.core.procs import ignored_sigint
+        from traceprof.ingest.ingest import check_input
         from traceprof.ingest.ingest import ingest as do_ingest
         from traceprof.storage.layout import choose
         from traceprof.storage.store import interrupted
@@ -220,6 +224,8 @@ def ingest(
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
     fileio.check_inflate_ratio(max_inflate)
+    for p in paths:  # before the store (and its lock file) is created
+        check_input(p)
     if executor == "dask" and layout is None and not db.exists():
         layout = "parquet"
     if executor == "dask" and layout == "duckdb":
@@ -342,18 +348,22 @@ def sql(
     max_rows: Annotated[int, typer.Option(
         "--max-rows", help="Print at most this many rows (0: all; rows are streamed).")] = 1000,
     raw: RawOpt = False,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="Stop a query that runs longer (DuckDB's time, not printing's).")] = SQL_TIMEOUT_S,
 ) -> None:
-    """Run read-only SQL on the store (no writes, no file access); prints every DuckDB type."""
+    """Run a read-only query on the store (queries only: no writes, no settings, no other files); prints every DuckDB type."""
     from traceprof.storage.sqlstream import stream
 
     if not query.strip():
         raise UsageError("empty query; e.g. traceprof sql \"SELECT * FROM runs\"")
     if max_rows < 0:
         raise UsageError(f"--max-rows {max_rows}: expected 0 (all) or more")
+    if not 0 < timeout <= MAX_SQL_TIMEOUT_S:  # nan and inf too
+        raise UsageError(f"--timeout {timeout}: expected seconds above 0, at most {MAX_SQL_TIMEOUT_S:,} (a week)")
     try:
-        with Store(db, read_only=True) as store:
+        with Store(db, user_sql=True) as store:
             _warn_broken(store)
-            res = stream(store, query, max_rows or None)
+            res = stream(store, query, max_rows or None, timeout_s=timeout)
             if fmt is Format.table:
                 _print_table(res.columns, res.numeric, res.rows)
             elif fmt is Format.json:
@@ -369,13 +379,14 @@ def sql(
 
 
 def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
-    """Write rows as a JSON list of objects, one row at a time (duplicate column names get _2, _3)."""
+    """Write rows as a JSON list of objects, one row at a time (duplicate column names get _2, _3;
+    bidi and C1 control characters as ``\\uXXXX``, :func:`traceprof.core.term.json_text`)."""
     keys: list[str] = []
     for c in columns:
         keys.append(c if c not in keys else f"{c}_{sum(k == c or k.startswith(c + '_') for k in keys) + 1}")
     sep = "[\n"
     for row in rows:
-        sys.stdout.write(sep + "  " + orjson.dumps(dict(zip(keys, row, strict=True))).decode())
+        sys.stdout.write(sep + "  " + term.json_text(orjson.dumps(dict(zip(keys, row, strict=True))).decode()))
         sep = ",\n"
     sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
 
@@ -500,7 +511,7 @@ def summary(
     with open_session(db, cache=not no_cache) as s:
         f = s.summary(run, _analysis_params(param), baseline, force)
     if fmt is Format.json:
-        sys.stdout.write(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
         return
     if fmt is Format.csv:
         render(f.to_frame(), fmt)
@@ -590,7 +601,7 @@ def diff(
         res = s.diff(base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     title = f"{res.baseline} -> {cand}"
     if fmt is Format.json and table is None:
-        sys.stdout.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(term.json_text(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         frames = res.frames()
         render(frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {title}")

@@ -55,9 +55,10 @@ import pyarrow as pa
 from traceprof.collectors._arrow import row_schema
 from traceprof.collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
 from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
+from traceprof.core.bounded import check_nesting, max_nodes, too_deep
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.core.limits import record_fits
+from traceprof.core.limits import INT32, INT64, fits, record_fits, shown
 from traceprof.core.ops import dtype_bytes, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import integer
@@ -101,12 +102,14 @@ def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
         pass  # read_maybe_gzip reports it
     raw, data = read_maybe_gzip(path, max_ratio)
     try:
-        return raw, msgspec.json.decode(data), "json"
+        doc = msgspec.json.decode(data)
     except msgspec.DecodeError as err:
         where = f"byte {len(data)}" if "truncated" in str(err) else ""
         raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
     except RecursionError:
-        raise TraceFormatError(path, "", "invalid JSON: nested too deeply (over ~1000 levels)") from None
+        raise too_deep(path) from None
+    check_nesting(doc, path, "JSON", max_nodes=max_nodes(len(data)))
+    return raw, doc, "json"
 
 
 def _nelems(sizes: Any) -> int | None:
@@ -159,7 +162,7 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     for key, c in cfg.items():
         if isinstance(c, dict):
             ranks = _config_ranks(c)
-            if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+            if isinstance(ranks, list) and all(isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks):
                 configs.append(ranks)
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
@@ -184,7 +187,8 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
                               "ranks": groups[pg]})
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
-            progress[pg] = {k: integer(st.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
+            progress[pg] = {k: v if fits(v := integer(st.get(f"last_{k}_collective")), INT64) else None
+                            for k in ("enqueued", "started", "completed")}
     return {"groups": groups, "progress": progress, "pg_ids": pg_ids, "process_groups": described}
 
 
@@ -261,9 +265,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     events: list[dict[str, Any]] = []
     rejected: dict[str, int] = {}
 
-    def bad(i: int, name: str, why: str, shown: str = "") -> None:
+    def bad(i: int, name: str, why: str, value: str = "") -> None:
         if on_bad_event == "raise":
-            raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{shown}; pass --skip-bad-events to skip "
+            raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip "
                                    "such entries")
         rejected[why] = rejected.get(why, 0) + 1
 
@@ -276,7 +280,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if not created:
             why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
                    if created is None else "'time_created_ns' is 0")
-            bad(i, name, why, "" if raw_created is None else f" ({raw_created!r})")
+            bad(i, name, why, "" if raw_created is None else f" ({shown(raw_created)})")
             continue
         op = normalize_op(name) if name else "unknown"
         p2p = e["is_p2p"] if isinstance(e.get("is_p2p"), bool) else op in ("send", "recv")

@@ -16,13 +16,17 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from traceprof.core.bounded import check_nesting, max_nodes
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import GZIP_MAGIC
 
 __all__ = ["loads_plain", "is_pickle", "maybe_pickle", "as_json"]
 
 _PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
-_MAX_DEPTH = 200
+#: Largest integer kept (bits): beyond, Python cannot even print it (4300 digits) and a JSON dump
+#: could not hold it either (msgspec refuses such a number); out-of-range fields are then rejected
+#: per entry as for JSON.
+_MAX_INT_BITS = 4096
 
 
 def is_pickle(head: bytes) -> bool:
@@ -51,19 +55,26 @@ class _Restricted(pickle.Unpickler):
         raise _Refused("uses a persistent id, not plain data")
 
 
-def _check(obj: Any, path: str, depth: int = 0) -> None:
-    """Raise ValueError naming the first value that is not plain data (``path`` locates it)."""
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"{path}: nested deeper than {_MAX_DEPTH}")
-    if not isinstance(obj, _PLAIN):
-        raise ValueError(f"{path}: a {type(obj).__name__}, not plain data")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check(k, f"{path} key", depth + 1)
-            _check(v, f"{path}[{k!r}]", depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _check(v, f"{path}[{i}]", depth + 1)
+def _check(obj: Any) -> None:
+    """Raise ValueError naming the first value that is not plain data (``dump['entries'][3]``).
+    Each distinct container is looked at once (the depth, cycles and expansion are bounded first,
+    :func:`traceprof.core.bounded.check_nesting`)."""
+    seen: set[int] = set()
+    todo: list[tuple[Any, str]] = [(obj, "dump")]
+    while todo:
+        value, where = todo.pop()
+        if not isinstance(value, _PLAIN):
+            raise ValueError(f"{where}: a {type(value).__name__}, not plain data")
+        if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise ValueError(f"{where}: an integer of {value.bit_length():,} bits, which no dump field holds")
+        if not isinstance(value, (dict, list, tuple)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                todo += [(v, f"{where}[{k!r}]"), (k, f"{where} key")]
+        else:
+            todo += [(v, f"{where}[{i}]") for i, v in reversed(list(enumerate(value)))]
 
 
 def loads_plain(path: Path, data: bytes) -> Any:
@@ -74,7 +85,10 @@ def loads_plain(path: Path, data: bytes) -> Any:
 
     Raises:
         TraceFormatError: The pickle names a global (a class or function: it would run code), uses
-            a persistent id, builds another type, or is broken; nothing of it is executed.
+            a persistent id, builds another type, holds an integer over 4096 bits, nests deeper than
+            :data:`traceprof.core.bounded.MAX_DEPTH`, holds itself, expands past
+            :func:`traceprof.core.bounded.max_nodes` values through shared references (a 326-byte pickle
+            can stand for 2**40), or is broken; nothing of it is executed.
     """
     try:
         obj = _Restricted(io.BytesIO(data)).load()
@@ -87,20 +101,28 @@ def loads_plain(path: Path, data: bytes) -> Any:
         if isinstance(e, EOFError) or "truncated" in why:
             why = "cut short (pickle data was truncated): copy the whole file, or dump it again"
         raise TraceFormatError(path, "", f"broken pickle: {why}") from None
+    check_nesting(obj, path, "pickle", max_nodes=max_nodes(len(data)))  # before anything walks it as a tree
     try:
-        _check(obj, "dump")
+        _check(obj)
     except ValueError as e:
         raise TraceFormatError(path, "", f"pickle holds {e}; refused (plain data only)") from None
     return obj
 
 
-def as_json(obj: Any) -> Any:
+def as_json(obj: Any, _done: dict[int, Any] | None = None) -> Any:
     """The value as the JSON dump writes it: tuples become lists, bytes are decoded as UTF-8
-    (invalid bytes replaced), dict keys become strings."""
+    (invalid bytes replaced), dict keys become strings. A container the pickle shares is converted
+    once and stays shared (call after :func:`loads_plain`, which refuses cycles)."""
+    done = {} if _done is None else _done
+    if isinstance(obj, (dict, list, tuple)) and id(obj) in done:
+        return done[id(obj)]
     if isinstance(obj, dict):
-        return {(k if isinstance(k, str) else str(as_json(k))): as_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [as_json(v) for v in obj]
-    if isinstance(obj, bytes):
+        out: Any = {(k if isinstance(k, str) else str(as_json(k, done))): as_json(v, done) for k, v in obj.items()}
+    elif isinstance(obj, (list, tuple)):
+        out = [as_json(v, done) for v in obj]
+    elif isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
-    return obj
+    else:
+        return obj
+    done[id(obj)] = out
+    return out

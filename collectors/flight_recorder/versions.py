@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.limits import INT64, fits
 from traceprof.core.values import checked_int
 
 __all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
@@ -96,11 +97,11 @@ def entry_seq(e: dict[str, Any], style: int, p2p: bool) -> tuple[int | None, str
 
 def progress_by_pg_id(pg_status: Any) -> dict[str, dict[str, int | None]]:
     """``pg_status`` as {pg_id: {enqueued, started, completed}} integers (-1: none; None when a
-    value is not an integer). JSON dumps write the numbers as strings."""
+    value is not an integer or beyond int64). JSON dumps write the numbers as strings."""
     out: dict[str, dict[str, int | None]] = {}
     if isinstance(pg_status, dict):
         for pg_id, st in pg_status.items():
             if isinstance(st, dict):
-                out[str(pg_id)] = {k: checked_int(st.get(f"last_{k}_collective"))[0]
-                                   for k in ("enqueued", "started", "completed")}
+                out[str(pg_id)] = {k: v if fits(v := checked_int(st.get(f"last_{k}_collective"))[0], INT64) else None
+                                   for k in ("enqueued", "started", "completed")}  # beyond int64: unknown
     return out

@@ -89,6 +89,7 @@ _IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
 _LOOSE_IDS = msgspec.json.Decoder(list[_LooseIds | None])
 _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(dict[str, Any])
+_I64 = np.iinfo(np.int64)
 
 
 def _no_strs() -> Strs:
@@ -594,6 +595,8 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     del gpu
     ts, d.ts_ns = take(d.ts_ns), np.zeros(0, np.int64)
     if base_ns:
+        if len(ts) and not (_I64.min - min(base_ns, 0) <= ts.min() and ts.max() <= _I64.max - max(base_ns, 0)):
+            return None  # some base + ts beyond int64 (numpy would wrap): the general path names them
         ts += base_ns  # in place: ``ts`` is the decoded array, or its copy
     dur, d.dur_ns = d.dur_ns, np.zeros(0, np.int64)
     dur[~d.dur_ok] = 0

@@ -59,6 +59,7 @@ from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
 from traceprof.collectors.kineto.decode import decode as decode_columns
 from traceprof.collectors.kineto.decode import rows as fast_rows
 from traceprof.core import spill
+from traceprof.core.bounded import check_nesting, max_nodes, too_deep
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import (
     NotUtf8,
@@ -68,7 +69,7 @@ from traceprof.core.fileio import (
     not_json_because,
     read_maybe_gzip,
 )
-from traceprof.core.limits import INT32, columns_to_table, drop_out_of_range, fits, to_table
+from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_range, fits, to_table
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.core.timeconv import us_text_to_ns
@@ -153,14 +154,21 @@ def sidecar_path(path: Path) -> Path:
     return path.with_name(n + ".meta.json")
 
 
-def _decode(path: Path, data: bytes) -> _Trace:
+def _typed(path: Path, data: bytes) -> _Trace:
     try:
         return msgspec.json.decode(data, type=_Trace)
     except msgspec.ValidationError as e:
         top = "$." not in str(e)  # the document itself, e.g. a JSON array or a config object
         if top and ("missing required field `traceEvents`" in str(e) or str(e).startswith("Expected `object`")):
+            # msgspec stops at the first byte of an array: is the rest JSON at all ('[' * 200000 is not)?
+            msgspec.json.decode(data, type=msgspec.Raw)  # a DecodeError or RecursionError: _decode says why
             raise NotATraceError(path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)") from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
+
+
+def _decode(path: Path, data: bytes) -> _Trace:
+    try:
+        return _typed(path, data)
     except msgspec.DecodeError as e:
         if not data.strip():  # blank_bom made a leading BOM whitespace
             raise TraceFormatError(path, "", "empty: no JSON text" if not data else
@@ -169,8 +177,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
             raise TraceFormatError(path, f"byte {len(data)}", f"truncated JSON ({e})") from None
         raise TraceFormatError(path, "", not_json_because(data) or f"invalid JSON ({e})" + misnamed_gzip(path)) from None
     except RecursionError:
-        raise TraceFormatError(path, "", "invalid JSON: nested too deeply (arrays or objects "
-                               "over ~1000 levels deep)") from None
+        raise too_deep(path) from None
 
 
 class _Source:
@@ -301,6 +308,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         decoded = None
     doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
+    if not fits(base_ns, INT64):  # every event's time is base + ts: none could be stored
+        raise TraceFormatError(p, "baseTimeNanoseconds", f"{base_ns} is beyond int64 (epoch ns must fit a "
+                               "64-bit integer); the file is damaged or not written by the profiler")
     def refuse(i: int, ph: str, name: str, problem: str) -> None:  # the general loop's words, below
         raise TraceFormatError(p, f"event #{i} (ph={ph!r}, name={name[:60]!r})", problem + _SKIP_HINT)
 
@@ -562,11 +572,15 @@ def _read_sidecar(trace: Path) -> dict[str, Any] | None:
     if not side.is_file():
         return None
     try:
-        doc = msgspec.json.decode(blank_bom(side.read_bytes()))
+        raw = side.read_bytes()
+        doc = msgspec.json.decode(blank_bom(raw))
     except (OSError, msgspec.DecodeError) as e:
         raise TraceFormatError(side, "", f"unreadable sidecar: {e}") from None
+    except RecursionError:
+        raise too_deep(side) from None
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "sidecar is not a JSON object")
+    check_nesting(doc, side, "sidecar", max_nodes=max_nodes(len(raw)))
     return doc
 
 

@@ -48,9 +48,10 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
-from traceprof.core.limits import record_fits
+from traceprof.core.limits import record_fits, shown
 from traceprof.core.ops import dtype_bytes, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.timeconv import us_text_to_ns
@@ -135,10 +136,14 @@ def _decode_lines(path: Path, text: str) -> tuple[list[_Event], Counter[str]]:
             continue
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass
+        except RecursionError:
+            raise too_deep(path, f"line {i + 1}") from None
         fixed = _repair_line(body, counts)
         try:
             events.append(msgspec.json.decode(fixed, type=_Event))
             continue
+        except RecursionError:
+            raise too_deep(path, f"line {i + 1}") from None
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             if i == last and not closed:
                 counts["last event cut short (file truncated) dropped"] += 1
@@ -158,7 +163,7 @@ def _decode_lines(path: Path, text: str) -> tuple[list[_Event], Counter[str]]:
 def _decode(path: Path, data: bytes) -> tuple[list[_Event], Counter[str]]:
     try:
         return msgspec.json.decode(data, type=list[_Event]), Counter()
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # the lines say which one
         return _decode_lines(path, data.decode("utf-8", "replace"))
 
 
@@ -171,20 +176,21 @@ def _dtype(v: Any) -> str | None:
 
 
 def _bad_value(a: dict[str, Any]) -> str | None:
-    """Why a COLL / P2P record cannot be stored (``"negative 'Count' (-4)"``, ``"'SeqNum' not an
-    integer ('x')"``, ``"'CommHash' not a string or an integer ({'a': 1})"``), or None. A CommHash
-    or Datatype of another JSON type would be stored as Python's text of it."""
+    """Why a COLL / P2P record cannot be stored (``"negative 'Count' (-4)"``, ``"negative 'SeqNum'
+    (-1)"``, ``"'SeqNum' not an integer ('x')"``, ``"'CommHash' not a string or an integer ({'a':
+    1})"``), or None. A CommHash or Datatype of another JSON type would be stored as Python's text of
+    it."""
     for key in ("Count", "SeqNum"):
         n, problem = checked_int(a.get(key))
         if problem is not None:
-            return f"{key!r} {problem} ({a.get(key)!r})"
-        if key == "Count" and n is not None and n < 0:
-            return f"negative 'Count' ({n})"
+            return f"{key!r} {problem} ({shown(a.get(key))})"
+        if n is not None and n < 0:
+            return f"negative {key!r} ({n})"
     comm, dtype = a.get("CommHash"), a.get("Datatype")
     if comm is not None and (isinstance(comm, bool) or not isinstance(comm, (int, str))):
-        return f"'CommHash' not a string or an integer ({comm!r})"
+        return f"'CommHash' not a string or an integer ({shown(comm)})"
     if dtype is not None and not isinstance(dtype, str):
-        return f"'Datatype' not a string ({dtype!r})"
+        return f"'Datatype' not a string ({shown(dtype)})"
     return None
 
 

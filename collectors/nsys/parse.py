@@ -80,6 +80,7 @@ from traceprof.collectors.nsys import ranks, tables
 from traceprof.collectors.nsys.steps import assign_steps, step_number
 from traceprof.core.classify import Classifier
 from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.limits import to_table
 from traceprof.core.ops import kernel_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.vocab import CollectiveSource, TraceSource
@@ -141,9 +142,14 @@ def _devices(con: sqlite3.Connection, have: dict[str, set[str]]) -> list[dict[st
     if "TARGET_INFO_GPU" not in have:
         return []
     q = "SELECT id, name, smCount, totalMemory, computeMajor, computeMinor FROM TARGET_INFO_GPU ORDER BY id"
-    return [{"device": i, "name": n, "sm_count": sm, "memory_bytes": mem,
+    return [{"device": i, "name": None if n is None else str(n), "sm_count": _int(sm), "memory_bytes": _int(mem),
              "compute_capability": f"{a}.{b}" if a is not None else None}
-            for i, n, sm, mem, a, b in con.execute(q)]
+            for i, n, sm, mem, a, b in con.execute(q) if isinstance(i, int)]  # a device without an id is no device
+
+
+def _int(v: Any) -> int | None:
+    """An integer cell, else None (a damaged export's text in a number column)."""
+    return v if isinstance(v, int) else None
 
 
 def _read(con: sqlite3.Connection, p: Path, options: ParseOptions) -> _Export:
@@ -286,7 +292,7 @@ def _trace(p: Path, size: int, sha: str, exp: _Export, cols: dict[str, list[Any]
         path=str(p), sha256=sha, bytes=size, source=TraceSource.nsys, format=f"nsys-sqlite-{meta.get('export_schema') or '?'}",
         rank=rank, world_size=world, trace=trace,
         events=pa.Table.from_pydict(cols, schema=pa.schema([row_schema("events").field(c) for c in cols])),
-        devices=pa.Table.from_pylist(devices, schema=row_schema("devices")),
+        devices=to_table(devices, row_schema("devices"), rejected, "TARGET_INFO_GPU"),  # ints beyond: left out
         steps=pa.Table.from_pylist(steps, schema=row_schema("steps")),
         collectives=pa.Table.from_pylist(_collectives(cols, exp.rows.classifier), schema=row_schema("collectives")),
         events_read=len(cols["kind"]) + sum(rejected.values()) + sum(skipped.values()),

@@ -20,9 +20,10 @@ _LAUNCH = frozenset({"cuda_runtime", "cuda_driver"})
 
 
 def step_number(name: str) -> int | None:
-    """The step number of a range named like a step, else None."""
+    """The step number of a range named like a step, else None (also for a number beyond int32,
+    the store's step column: such a range stays an annotation)."""
     m = _STEP.match(name.strip())
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and len(m.group(1)) <= 10 and int(m.group(1)) < 2**31 else None
 
 
 def assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list[int | None]]:

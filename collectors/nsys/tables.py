@@ -90,11 +90,13 @@ def pid_tid(gtid: int | None) -> tuple[str, str]:
 def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()) -> str:
     """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
     integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
-    ``end - start`` fits too) and its ``ids`` columns are integers or NULL. ``end_optional``: a NULL
-    end is an instant (NVTX), not an error; rows outside the condition ``only`` are not checked
-    (NVTX metadata records)."""
+    ``end - start`` fits too) and its ``ids`` columns are integers or NULL (``deviceId`` within
+    int32). ``end_optional``: a NULL end is an instant (NVTX), not an error; rows outside the
+    condition ``only`` are not checked (NVTX metadata records)."""
     s, e = f"{a}.start", f"{a}.end"
     not_int = "".join(f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
+                      + (f"\n        WHEN {a}.{c} NOT BETWEEN {-(2**31)} AND {2**31 - 1} THEN '{c} beyond int32'"
+                         if c == "deviceId" else "")  # events.device is INTEGER
                       for c in ids)
     null_end = f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END" \
         if end_optional else f"WHEN {e} IS NULL THEN 'NULL end'"

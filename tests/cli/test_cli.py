@@ -49,10 +49,12 @@ def test_bad_params_and_queries(db, tmp_path):
     _one_line_error(cli("analyze", "temporal", "--db", str(db), "-p", "nope=1", cwd=tmp_path), "no parameter 'nope'")
     _one_line_error(cli("sql", "", "--db", str(db), cwd=tmp_path), "empty query")
     _one_line_error(cli("sql", "SELEC 1", "--db", str(db), cwd=tmp_path), "SQL error")
-    # settings that make DuckDB print into the result (a profile tree in the middle of a CSV)
-    for q in ("PRAGMA enable_profiling; SELECT 1 AS x", "SET enable_profiling = 'json'", "pragma ENABLE_PROFILE",
-              "SET enable_progress_bar = true"):
-        _one_line_error(cli("sql", q, "-f", "csv", "--db", str(db), cwd=tmp_path), "is refused", "EXPLAIN ANALYZE")
+    # settings (no statement but a query runs; these would make DuckDB print into the result, a
+    # profile tree in the middle of a CSV): refused, pointing to EXPLAIN ANALYZE for a profile
+    for q in ("PRAGMA enable_profiling; SELECT 1 AS x", "SET enable_profiling = 'json'", "pragma ENABLE_PROFILE"):
+        _one_line_error(cli("sql", q, "-f", "csv", "--db", str(db), cwd=tmp_path), "is refused", "use EXPLAIN ANALYZE")
+    _one_line_error(cli("sql", "SET enable_progress_bar = true", "-f", "csv", "--db", str(db), cwd=tmp_path),
+                    "SET statement", "is refused", "queries only")
     r = cli("sql", "EXPLAIN ANALYZE SELECT count(*) FROM events", "-f", "csv", "--db", str(db), cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith("explain_key,explain_value"), r.stderr
     _one_line_error(cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "-j", "0", cwd=tmp_path), "--jobs")

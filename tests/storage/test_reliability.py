@@ -262,7 +262,7 @@ def test_parser_workers_die_with_their_parent(tmp_path):
     """A worker started by procs.map_in_workers gets SIGKILL when its parent dies."""
     script = (
         "import os, sys, time\n"
-        "from traceprof import procs\n"
+        "from traceprof.core import procs\n"
         "def work(x):\n"
         "    os.write(1, b'%d\\n' % os.getpid()); time.sleep(60)\n"  # one write: lines never interleave
         "procs.map_in_workers(work, [1, 2], 2)\n"
@@ -401,7 +401,7 @@ def test_parser_workers_never_see_ctrl_c(tmp_path):
     traceback, no broken pool (workers are forked with SIGINT blocked)."""
     script = (
         "import os, signal\n"
-        "from traceprof import procs\n"
+        "from traceprof.core import procs\n"
         "real = procs.worker_init\n"
         "def init(*a):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"  # as the terminal's Ctrl-C reaching a just-forked worker
@@ -497,10 +497,14 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
         fileio.read_maybe_gzip(path, 10)
     assert fileio.read_maybe_gzip(path, 1000)[1] == raw
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
-    assert (code, err) == (1, "error: --max-inflate 0.0: expected a finite ratio above 0, e.g. 64\n")
-    for ratio in ("inf", "1e400", "nan"):  # inf was an OverflowError traceback
+    assert (code, err) == (1, "error: --max-inflate 0.0: expected a ratio above 0 and at most 1,000,000, e.g. 64 "
+                              "(gzip inflates at most about 1032x)\n")
+    # inf was an OverflowError traceback, and so was 1e308 (finite, but 1e308 x the size is not)
+    for ratio in ("inf", "1e400", "nan", "1e308", "-1", "1000001"):
         code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", ratio)
-        assert code == 1 and err.startswith("error: --max-inflate ") and err.endswith(": expected a finite ratio above 0, e.g. 64\n")
+        assert code == 1 and err.startswith("error: --max-inflate ") and "at most 1,000,000" in err, err
+    # the largest: the byte limit is an integer
+    assert fileio.read_maybe_gzip(path, fileio.MAX_INFLATE_RATIO)[1] == raw
 
 
 def test_multi_member_and_corrupt_gzip(tmp_path):

@@ -99,7 +99,7 @@ def test_cli_sql_is_read_only(tmp_path):
 def test_analysis_side_does_not_import_torch():
     code = (
         "import sys, traceprof.cli, traceprof.render.report, traceprof.ingest.ingest, traceprof.collectors.kineto;"
-        "from traceprof import analysis; analysis.load_all();"
+        "from traceprof.engine import analysis; analysis.load_all();"
         "bad = [m for m in ('torch', 'pandas') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

@@ -35,7 +35,9 @@ class TraceFormatError(TraceprofError):
     """A trace file cannot be read.
 
     Args:
-        path: The file, or ``""`` for an error about several files (``reason`` names each).
+        path: The file, or ``""`` for an error about several files (``reason`` names each, one line
+            each). An error about one file is one line: line breaks in ``where`` and ``reason``
+            become spaces.
         where: The record, e.g. ``"event #18231 (ph='X', name='ncclDevKernel_...')"``, or ``""``
             when the problem is the whole file.
         reason: What is wrong and, where possible, what to do.
@@ -43,6 +45,8 @@ class TraceFormatError(TraceprofError):
 
     def __init__(self, path: str | Path, where: str, reason: str) -> None:
         self.path = str(path)
+        if self.path:  # one file, one line: a library's message may span several (SQLite quotes schema text)
+            where, reason = _one_line(where), _one_line(reason)
         self.where = where
         self.reason = reason
         loc = "".join(f"{part}: " for part in (self.path, where) if part)
@@ -51,6 +55,12 @@ class TraceFormatError(TraceprofError):
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         # Parsers run in worker processes; the error must survive the trip back.
         return (type(self), (self.path, self.where, self.reason))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with each line break (and the blanks around it) made one space."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) if "\n" in text or "\r" in text \
+        else text
 
 
 class NotATraceError(TraceFormatError):

@@ -13,6 +13,7 @@ Errors name the file and the byte offset.
 Writing (:func:`write_output`, :func:`check_not_store`): an output path the user named never
 overwrites the store, also through a symlink or a hard link, nor any other DuckDB database (another
 store): :func:`write_output` reads the first bytes of an existing file and refuses DuckDB's magic.
+It writes the output whole or not at all (a temporary file beside, renamed into place).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from traceprof.core.errors import TraceFormatError, UsageError
-from traceprof.core.locking import beside, check_store_path
+from traceprof.core.locking import beside, check_store_path, special_kind
 
 _inflater: types.ModuleType
 try:  # ISA-L's inflate, zlib's interface: 0.45 s for a 272 MB rank file where zlib takes 0.80-0.94 s
@@ -89,14 +90,21 @@ class Repair:
     message: str
 
 
+#: Largest ``--max-inflate`` ratio: deflate cannot inflate more than about 1032x, so any ratio above
+#: that is no limit at all; beyond this one the byte limit would not fit an integer (1e308 did not).
+MAX_INFLATE_RATIO = 1_000_000
+
+
 def check_inflate_ratio(ratio: float) -> None:
-    """Refuse a ``--max-inflate`` ratio that is not a finite number above 0.
+    """Refuse a ``--max-inflate`` ratio that is not a number above 0 and at most
+    :data:`MAX_INFLATE_RATIO` (nan, inf and 1e308 included).
 
     Raises:
         UsageError: Naming the option and the value.
     """
-    if not 0 < ratio < float("inf"):
-        raise UsageError(f"--max-inflate {ratio}: expected a finite ratio above 0, e.g. 64")
+    if not 0 < ratio <= MAX_INFLATE_RATIO:
+        raise UsageError(f"--max-inflate {ratio}: expected a ratio above 0 and at most {MAX_INFLATE_RATIO:,}, "
+                         "e.g. 64 (gzip inflates at most about 1032x)")
 
 
 def pop_repairs(path: str | Path) -> list[Repair]:
@@ -246,7 +254,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio
     Raises:
         TraceFormatError: Broken or truncated gzip, data after the last member, or beyond the cap.
     """
-    limit = max(int(max_ratio * size), MIN_INFLATE_BYTES)
+    limit = max(int(min(max_ratio * size, 2**62)), MIN_INFLATE_BYTES)
     chunks = iter(src)
     total = 0
     at = 0  # offset in the file of buf[0]
@@ -403,22 +411,46 @@ def is_duckdb(path: str | Path) -> bool:
 
 
 def write_output(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to an output file the user named.
+    """Write ``data`` to an output file the user named, whole or not at all.
+
+    The bytes go to a temporary file beside it (``.<name>.<random>.tmp``), which is renamed over the
+    output once written and flushed to disk: a full disk or a Ctrl-C leaves the earlier file (or
+    none), never a cut or empty one. An output that is a symlink is written where it points; one
+    that exists and is not a regular file (``/dev/stdout``, a FIFO) is written directly.
 
     Raises:
-        UsageError: The folder does not exist, the path is a directory, it cannot be written, or it
-            is an existing DuckDB database (a store: never overwritten by a report or an export).
+        UsageError: The folder does not exist, the path is a directory, it cannot be written (a full
+            disk: nothing is left behind), or it is an existing DuckDB database (a store: never
+            overwritten by a report or an export).
     """
     out = Path(path)
     if out.is_file() and is_duckdb(out):
         raise UsageError(f"{out}: is a DuckDB database (a traceprof store?); not overwriting it, write the output "
                          "elsewhere")
+    target = out.resolve() if out.is_symlink() else out
+    tmp: Path | None = None
     try:
-        out.write_bytes(data)
+        if out.is_dir():
+            raise IsADirectoryError
+        if special_kind(target):
+            target.write_bytes(data)
+            return out
+        tmp = target.with_name(f".{target.name[:200]}.{os.urandom(4).hex()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        with open(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        tmp = None
     except IsADirectoryError:
         raise UsageError(f"{out}: is a directory; give a file name, e.g. {out / 'report.html'}") from None
     except FileNotFoundError:
         raise UsageError(f"{out}: folder {out.parent} does not exist") from None
     except OSError as e:
-        raise UsageError(f"{out}: cannot write: {e.strerror or e}") from None
+        raise UsageError(f"{out}: cannot write: {e.strerror or e}" + (
+            "; nothing written (an earlier file there is kept)" if tmp is not None else "")) from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
     return out

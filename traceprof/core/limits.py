@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from traceprof.core.errors import TraceFormatError
 
-__all__ = ["drop_out_of_range", "to_table", "columns_to_table", "record_fits", "polars_out_of_range", "fits", "INT64",
+__all__ = ["shown", "drop_out_of_range", "to_table", "columns_to_table", "record_fits", "polars_out_of_range", "fits", "INT64",
            "INT32"]
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -33,11 +33,20 @@ def fits(v: Any, bounds: tuple[int, int]) -> bool:
     return not isinstance(v, int) or bounds[0] <= v <= bounds[1]
 
 
+def shown(v: Any, width: int = 60) -> str:
+    """``repr(v)`` for a message, cut to ``width`` characters; an integer too long to print (Python
+    refuses over 4300 digits, a ValueError) is shown by its size."""
+    if isinstance(v, int) and v.bit_length() > 256:
+        return f"<an integer of {v.bit_length():,} bits>"
+    text = repr(v)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tuple[int, int]]) -> str | None:
     values = row if isinstance(row, list) else [row.get(n) for n in names]
     for name, v, b in zip(names, values, bounds, strict=True):
         if not fits(v, b):
-            return f"{name!r} beyond int{64 if b == INT64 else 32} ({v})"
+            return f"{name!r} beyond int{64 if b == INT64 else 32} ({shown(v)})"
     return None
 
 
@@ -86,7 +95,7 @@ def drop_out_of_range(
         if problem is None and "ts_ns" in cols and "dur_ns" in cols:
             ts, dur = values["ts_ns"][r], values["dur_ns"][r]
             if isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
-                problem = f"'ts_ns' + 'dur_ns' beyond int64 ({ts} + {dur})"
+                problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"
         if problem is None:
             continue
         if on_bad_event == "raise":
@@ -199,7 +208,7 @@ def record_fits(
         problem = _problem(row, names, [_BOUNDS[schema.field(n).type] for n in names])
         ts, dur = row.get("ts_ns"), row.get("dur_ns")
         if problem is None and isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
-            problem = f"'ts_ns' + 'dur_ns' beyond int64 ({ts} + {dur})"
+            problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"
         if problem is not None:
             if on_bad_event == "raise":
                 raise TraceFormatError(path, where, f"{problem}; pass --skip-bad-events to skip such records")

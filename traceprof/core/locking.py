@@ -13,13 +13,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import sys
 import time
 from pathlib import Path
 
 from traceprof.core.errors import StoreError
 
-__all__ = ["StoreLock", "lock_path", "beside", "check_store_path", "close_inherited"]
+__all__ = ["StoreLock", "lock_path", "beside", "check_store_path", "close_inherited", "special_kind"]
 
 #: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
 #: file in one process shares the lock (DuckDB arbitrates within a process).
@@ -34,15 +35,33 @@ def check_store_path(db: str | Path) -> None:
     DuckDB itself cannot open a path holding ``?`` (it reads what follows as options: the store
     and its ``.wal`` end up at different paths) or a backslash (read as a folder separator).
 
+    Also refused: a path that is not UTF-8 (DuckDB takes UTF-8 paths only; it failed with
+    ``std::bad_cast``), and an existing store or ``.wal`` that is not a regular file (a FIFO, a
+    socket, a device): opening a FIFO waits forever for a writer.
+
     Raises:
         StoreError: Saying which of these it is.
     """
+    try:
+        try:
+            full = os.path.abspath(db)
+        except OSError:  # the working folder was deleted: the path as given
+            full = str(db)
+        os.fsencode(full).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = str(db).encode("utf-8", "backslashreplace").decode()
+        raise StoreError(f"{shown}: the store path is not UTF-8 (DuckDB takes UTF-8 paths only); use another --db "
+                         "path, or run from a folder whose path is UTF-8") from None
     odd = [c for c in ("?", "\\") if c in str(db)]
     if odd:
         shown = " or ".join(f"'{c}'" for c in odd)
         raise StoreError(f"{db}: DuckDB cannot keep a store at a path holding {shown} (it reads "
                          "'?' as the start of connection options and '\\' as a folder separator); use another --db path")
     p = Path(db)
+    for f in (p, p.with_name(p.name + ".wal")):
+        kind = special_kind(f)
+        if kind:
+            raise StoreError(f"{f}: {kind}, not a regular file; --db takes a store file or a new path")
     loop = f"{db}: a symlink loop; --db takes a store file or a new path"
     try:
         p.resolve()
@@ -60,6 +79,22 @@ def check_store_path(db: str | Path) -> None:
     if p.is_symlink() and not p.exists():
         raise StoreError(f"{db}: a symlink to {os.readlink(p)}, which does not exist; give the target as --db "
                          "to create the store there, or remove the link")
+
+
+#: What a file that is not a regular file or a folder is, for messages.
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists (symlinks followed) and is neither a regular file nor a folder."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "a special file")
 
 
 def beside(db: str | Path, suffix: str) -> Path:

@@ -3,14 +3,15 @@
 A trace is untrusted input: its names may hold terminal escape sequences (clear the screen, set
 the window title), rich markup (``[link=...]``, ``[/x]``), newlines that forge table rows, or
 spreadsheet formulas. :func:`escape` makes a string inert for a terminal; :func:`text` wraps it in
-a rich ``Text`` (never parsed as markup); :func:`csv_cell` neutralizes a CSV cell.
+a rich ``Text`` (never parsed as markup); :func:`csv_cell` neutralizes a CSV cell; :func:`json_text`
+makes JSON output inert and keeps every value exact.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
 
-__all__ = ["escape", "text", "csv_cell", "FORMULA_PREFIXES"]
+__all__ = ["escape", "text", "csv_cell", "json_text", "FORMULA_PREFIXES"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: Invisible characters that reorder or break lines (bidi overrides and isolates, line separators).
@@ -19,6 +20,9 @@ _TABLE = {
     **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
     **{c: f"\\u{c:04x}" for c in _INVISIBLE},
 }
+#: What JSON output writes as ``\\uXXXX`` beyond the control characters every encoder escapes: DEL,
+#: C1 controls and the invisible characters (the value is the same once parsed).
+_JSON_TABLE = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_INVISIBLE)}
 #: A CSV cell starting with one of these is read as a formula by spreadsheets.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
@@ -39,3 +43,10 @@ def csv_cell(s: str) -> str:
     characters escaped as in :func:`escape`, and a leading ``= + - @`` (or tab, CR) gets a ``'`` in
     front (OWASP's advice)."""
     return "'" + escape(s) if s.startswith(FORMULA_PREFIXES) else escape(s)
+
+
+def json_text(s: str) -> str:
+    r"""JSON text (from orjson, which escapes only what JSON requires) with DEL, C1 controls and
+    bidi overrides, isolates and line separators written as ``\u202e``: parsed, every string is
+    exactly as stored; printed on a terminal, none of them reorders or hides text."""
+    return s.translate(_JSON_TABLE)

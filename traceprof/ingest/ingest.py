@@ -26,16 +26,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
+import msgspec
 
 from traceprof.core import classify, fileio, procs
+from traceprof.core.bounded import too_deep
 from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
+from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.ingest import clock, matching, sources
 from traceprof.storage import layout
 from traceprof.storage.store import Store
 
-__all__ = ["ingest", "discover", "IngestResult"]
+__all__ = ["ingest", "discover", "check_input", "IngestResult"]
 
 Progress = Callable[[int, int, str], None]
 
@@ -57,6 +59,20 @@ class IngestResult:
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+
+
+def check_input(path: Path) -> None:
+    """Refuse an input path that does not exist or is neither a file nor a folder (a FIFO: reading it
+    would wait for a writer forever). The CLI calls this before it opens the store, so that a typo
+    leaves no store and no lock file behind.
+
+    Raises:
+        UsageError: Naming the path and what it is.
+    """
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if kind := special_kind(path):
+        raise UsageError(f"{path}: {kind}, not a trace file or a folder")
 
 
 def discover(
@@ -81,8 +97,7 @@ def discover(
     groups: dict[Path, list[Path]] = {}
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
-            raise UsageError(f"{p}: no such file or directory")
+        check_input(p)
         if p.is_file():
             if _claim(p) is None:
                 fmt = sources.recognize(p)
@@ -152,13 +167,19 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
         return NotATraceError(path, "", known) if known else e
     except TraceprofError as e:
         return e
+    except RecursionError:  # any source's data nested past Python's stack, wherever it is walked
+        return too_deep(path, what="data")
+    except ValueError as e:  # any message that tried to print a number over 4300 digits
+        if "integer string conversion" not in str(e):
+            raise
+        return TraceFormatError(path, "", "holds an integer over 4300 digits long, which no trace field holds")
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
         if repairs:
-            meta = orjson.loads(pt.trace.get("meta") or "{}")
+            meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
             meta["repaired"] = {r.reason: r.count for r in repairs}
-            pt.trace["meta"] = orjson.dumps(meta).decode()
+            pt.trace["meta"] = msgspec.json.encode(meta).decode()
             pt.warnings += [r.message for r in repairs]
     return pts
 

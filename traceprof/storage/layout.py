@@ -21,8 +21,8 @@ How the guarantees of the store hold with files outside it:
 2. *Clock alignment* never rewrites a file: it adds to ``parts.ts_shift_ns``, which the view adds to
    ``ts_ns`` (:meth:`traceprof.storage.store.Store.shift_events`).
 3. *Read-only SQL* keeps DuckDB's external access disabled except for exactly the files that
-   ``parts`` names (DuckDB ``allowed_paths``), and statements that write files (COPY, EXPORT) are
-   refused (:func:`refuse_file_writes`), so ``traceprof sql`` reads no other file and writes none.
+   ``parts`` names (DuckDB ``allowed_paths``); ``traceprof sql`` runs queries only
+   (:mod:`traceprof.storage.sandbox`), so it reads no other file and writes none.
 4. ``runs rm`` deletes the run's ``parts`` rows with its other rows, then its folders.
 
 Partition values come from the folder names, so a parquet store's path must not hold ``=``.
@@ -54,7 +54,7 @@ from traceprof.core.locking import beside, check_store_path
 from traceprof.core.parsed import ParsedTrace
 
 __all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "SpooledTrace", "Dataset",
-           "dataset_dir", "estimate_bytes", "choose", "stage", "spool", "spool_dir", "sweep_spools", "write_part", "refuse_file_writes",
+           "dataset_dir", "estimate_bytes", "choose", "stage", "spool", "spool_dir", "sweep_spools", "write_part",
            "interrupted", "error_line"]
 
 #: The store layouts (module doc).
@@ -358,21 +358,6 @@ def spool(pt: ParsedTrace, folder: Path) -> ParsedTrace:
     except (OSError, pa.ArrowInvalid) as e:
         raise StoreError(f"{path}: cannot spool the events of {pt.path}: {e}") from None
     return _parked(SpooledTrace, pt, ev, path, ev.num_rows)
-
-
-def refuse_file_writes(con: duckdb.DuckDBPyConnection, query: str) -> None:
-    """Refuse statements that write files (COPY, EXPORT), for read-only stores.
-
-    Raises:
-        StoreError: ``query`` holds such a statement, or does not parse (DuckDB's message).
-    """
-    try:
-        kinds = [s.type for s in con.extract_statements(query)]
-    except duckdb.Error as e:
-        raise StoreError(f"SQL error: {str(e).strip().splitlines()[0]}") from None
-    bad = [k.name for k in kinds if k in (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT)]
-    if bad:
-        raise StoreError(f"SQL error: {bad[0]} is refused: sql is read-only (no writes, no file access)")
 
 
 class Dataset:

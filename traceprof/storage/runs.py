@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from traceprof.core import term
 from traceprof.core.errors import UsageError
+from traceprof.storage.layout import error_line
 from traceprof.storage.store import Store
 
 __all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction"]
@@ -70,7 +71,7 @@ def transaction(store: Store, what: str, statements: list[tuple[str, list[object
         StoreError: DuckDB refused one (``"<what> failed, store unchanged: ..."``).
     """
     changed = 0
-    with store.transaction(error=lambda e: f"{what} failed, store unchanged: {e}") as con:
+    with store.transaction(error=lambda e: f"{what} failed, store unchanged: {error_line(e)}") as con:
         for sql, args in statements:
             row = con.execute(sql, args).fetchone()
             changed += int(row[0]) if row else 0

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,7 @@ from traceprof.core.limits import INT32, fits
 from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
 from traceprof.core.procs import deferred_sigint
+from traceprof.storage import sandbox
 from traceprof.storage.identity import check_append, check_within
 from traceprof.storage.layout import (
     LAYOUTS,
@@ -39,7 +41,6 @@ from traceprof.storage.layout import (
     dataset_dir,
     error_line,
     interrupted,
-    refuse_file_writes,
     sweep_spools,
 )
 
@@ -89,8 +90,6 @@ def _check_file(path: Path) -> None:
 #: DuckDB's word on a store file locked by a connection that is not traceprof's (its own lock
 #: waits for other traceprof processes).
 _HELD = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)")
-#: Settings that make DuckDB print to the terminal (``traceprof sql`` refuses them).
-_PRINTS = re.compile(r"(?i)profil|progress_bar")
 
 
 def _create_file(path: Path) -> None:
@@ -120,6 +119,9 @@ class Store:
         layout: ``duckdb`` or ``parquet`` (:mod:`traceprof.storage.layout`) for a new store; for an existing
             one it must match the store's layout. None: the store's, ``duckdb`` for a new one.
         create: Create the file when absent (false: a missing file is an error, as read-only).
+        user_sql: For user SQL (``traceprof sql``; implies ``read_only``): the store is attached to a
+            private DuckDB with no writable place and locked settings (:mod:`traceprof.storage.sandbox`);
+            run user text only after :func:`traceprof.storage.sandbox.check`.
 
     Attributes:
         created: This Store created the file (see :meth:`discard_if_new`).
@@ -137,13 +139,14 @@ class Store:
 
     def __init__(
         self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, lock_timeout_s: float = 120.0,
-        layout: str | None = None, create: bool = True,
+        layout: str | None = None, create: bool = True, user_sql: bool = False,
     ) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
         self.path = Path(path)
         check_store_path(self.path)
         self.created = False
+        read_only = read_only or user_sql
         self.read_only = read_only
         self.layout = layout or "duckdb"
         self.dataset: Dataset | None = None
@@ -167,7 +170,8 @@ class Store:
                 if not existed and not read_only:
                     _create_file(self.path)
                 # Read-only: external access is disabled once the store's own files are allowed.
-                self.con = duckdb.connect(str(self.path), read_only=read_only)
+                self.con = (sandbox.connect(str(self.path)) if user_sql
+                            else duckdb.connect(str(self.path), read_only=read_only))
                 # No progress bar: DuckDB would draw it on stdout, into CSV or JSON output.
                 self.con.execute("SET enable_progress_bar = false")
             except duckdb.Error as e:
@@ -187,7 +191,10 @@ class Store:
             if read_only:
                 if self.dataset is not None:
                     self.dataset.allow_reads()
-                self.con.execute("SET enable_external_access = false")
+                if user_sql:
+                    sandbox.lock(self.con)
+                else:
+                    self.con.execute("SET enable_external_access = false")
         except BaseException as e:
             self._drop(self.created or (not existed and self.path.exists()))
             if interrupted(e):
@@ -399,14 +406,19 @@ class Store:
 
     # -- queries -------------------------------------------------------------------------------
 
-    def interruptible(self, fn: Callable[[], T]) -> T:
+    def interruptible(self, fn: Callable[[], T], timeout_s: float | None = None) -> T:
         """``fn()`` (DuckDB work on this store) in a helper thread, so that Ctrl-C interrupts it.
 
         DuckDB does not see Python's SIGINT while a query runs; the main thread waits here instead,
         and on Ctrl-C interrupts the connection (again every 50 ms, until ``fn`` stops) and raises.
 
+        Args:
+            fn: The work.
+            timeout_s: Stop it the same way after this many seconds (None: no limit).
+
         Raises:
             KeyboardInterrupt: Ctrl-C (the query was interrupted).
+            TimeoutError: ``timeout_s`` passed (the query was interrupted).
         """
         box: list[Any] = []
         # Not Thread.join: a join that Ctrl-C interrupts can leave the thread marked as stopped
@@ -422,9 +434,13 @@ class Store:
                 done.set()
 
         threading.Thread(target=target, daemon=True).start()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        stop: type[BaseException] = KeyboardInterrupt
         try:
             while not done.wait(0.05):
-                pass
+                if deadline is not None and time.monotonic() >= deadline:
+                    stop = TimeoutError
+                    raise KeyboardInterrupt
         except KeyboardInterrupt:
             # Interrupt until ``fn`` stops: a Ctrl-C that lands before DuckDB has started the query
             # (or while an earlier statement of ``fn`` runs) finds nothing to interrupt, and the
@@ -432,38 +448,13 @@ class Store:
             while not done.wait(0.05):
                 self.con.interrupt()
             box.clear()  # a result it returned meanwhile would keep the connection busy
-            raise KeyboardInterrupt from None
+            raise stop from None
         ok, value = box[0]
         if not ok:
             if interrupted(value):
                 raise KeyboardInterrupt from None
             raise value
         return value
-
-    def check_user_sql(self, query: str) -> int:
-        """Refuse user SQL that would write files through a read-only Parquet-layout store (whose
-        connection may touch the dataset's files; :func:`traceprof.storage.layout.refuse_file_writes`),
-        and settings that make DuckDB print into the output (its profiler's tree, its progress bar:
-        ``PRAGMA enable_profiling``, ``SET enable_progress_bar``, ...), which would corrupt CSV and
-        JSON results; ``EXPLAIN ANALYZE`` gives the profile as rows instead.
-
-        Returns:
-            The number of statements in ``query`` (1 when DuckDB cannot parse it: running it says why).
-
-        Raises:
-            StoreError: ``query`` holds COPY or EXPORT (Parquet layout), or such a setting.
-        """
-        if self.read_only and self.dataset is not None:
-            refuse_file_writes(self.con, query)
-        try:
-            statements = self.con.extract_statements(query)
-        except duckdb.Error:
-            return 1  # running it reports the syntax error
-        for st in statements:
-            if st.type in (duckdb.StatementType.PRAGMA, duckdb.StatementType.SET) and _PRINTS.search(st.query):
-                raise StoreError(f"SQL error: {st.query.strip().rstrip(';')!r} is refused: DuckDB would print "
-                                 "into the output; use EXPLAIN ANALYZE <query> for a profile")
-        return max(len(statements), 1)
 
     def shift_events(self, trace_id: int, delta_ns: int) -> None:
         """Add ``delta_ns`` (ns) to every ``events.ts_ns`` of trace ``trace_id``, on the store's
@@ -675,7 +666,15 @@ class Store:
                     force: bool) -> int:
         """:meth:`insert_run`'s transaction."""
         run_id = -1
-        with self.transaction(error=lambda e: f"ingest of run {name!r} failed, store unchanged: {e}",
+
+        def failed(e: duckdb.Error) -> str:
+            files = ", ".join(pt.path for pt in traces[:3]) + (f" and {len(traces) - 3} more" if len(traces) > 3 else "")
+            hint = (f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for some value in "
+                    "these files (an event's args text of several MB?)"
+                    if isinstance(e, duckdb.OutOfMemoryException) else "")
+            return f"ingest of run {name!r} ({files}) failed, store unchanged: {error_line(e)}{hint}"
+
+        with self.transaction(error=failed,
                               before_commit=self.dataset.publish if self.dataset is not None else None,
                               undo_commit=self.dataset.unpublish if self.dataset is not None else None,
                               record=lambda: (name, run_id), after_rollback=self._forget_staged) as con:

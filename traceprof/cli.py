@@ -62,6 +62,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
 # Strings from traces are untrusted: nothing printed is read as markup or emoji codes, and every
 # message and cell goes through traceprof.core.term (control characters written out as \x1b, \n).
 err = Console(stderr=True, markup=False, emoji=False, highlight=False)
@@ -96,6 +97,14 @@ NoCacheOpt = Annotated[bool, typer.Option(
                        "beside the store (STORE.results/, dropped whenever the store changes).")]
 UnitsOpt = Annotated[str, typer.Option(
     "--units", help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.")]
+#: ``-p ANALYSIS.KEY=VALUE`` of the commands that run the report's analyses (summary, report).
+AnalysisParamOpt = Annotated[list[str] | None, typer.Option(
+    "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")]
+#: ``-p KEY=VALUE`` of the commands whose one analysis parameter set is mfu's (diff, history).
+MfuParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")]
+#: ``--force`` with ``--baseline`` (summary, report).
+BaselineForceOpt = Annotated[bool, typer.Option(
+    "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")]
 RawOpt = Annotated[bool, typer.Option(
     "--raw", help="CSV: write cells exactly as stored (default: control characters escaped, and cells "
     "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).")]
@@ -179,6 +188,21 @@ def _progress() -> Progress | contextlib.nullcontext[None]:
         TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.description}"), console=err, transient=True,
     )
+
+
+def _version(value: bool) -> None:
+    """``--version``: print ``traceprof VERSION`` (``traceprof.__version__``, the wheel's version) and exit 0."""
+    if value:
+        from traceprof import __version__
+
+        sys.stdout.write(f"traceprof {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print traceprof's version and exit.")] = False) -> None:
+    """Profile distributed training traces: ingest into DuckDB, analyze, report."""
 
 
 @app.command()
@@ -498,11 +522,9 @@ def summary(
     run: RunOpt = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Also compare the run with these baseline runs: a "
                         "run, runs separated by commas, or a baseline set (the regression verdict, as diff gives it).")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
+    param: AnalysisParamOpt = None,
     fmt: FormatOpt = Format.table,
-    force: Annotated[bool, typer.Option(
-        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
+    force: BaselineForceOpt = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by the time they could recover (the step account), and one verdict per topic."""
@@ -543,10 +565,8 @@ def report(
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
     baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against these baseline runs: a "
                         "run, runs separated by commas, or a baseline set.")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
+    param: AnalysisParamOpt = None,
+    force: BaselineForceOpt = False,
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
     no_cache: NoCacheOpt = False,
@@ -575,7 +595,7 @@ def diff(
     threshold: Annotated[list[str] | None, typer.Option(
         "--threshold", "-t", help="Relative regression threshold: 0.05 (every timing metric) or METRIC=0.05 "
         "(also flops, launches, collectives, comm_bytes).")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
+    param: MfuParamOpt = None,
     fmt: FormatOpt = Format.table,
     table: Annotated[str | None, typer.Option(
         "--table", help="Print only this table: metrics, structure (changed op/kernel/collective counts), items "
@@ -677,7 +697,7 @@ def history(
     db: DbOpt = Path(DEFAULT_DB),
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Show only this metric (repeatable).")] = None,
     window: Annotated[int, typer.Option("--window", help="Most earlier runs a run's noise band is computed from.")] = 10,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
+    param: MfuParamOpt = None,
     fmt: FormatOpt = Format.table,
     raw: RawOpt = False,
     no_cache: NoCacheOpt = False,

@@ -312,7 +312,7 @@ def infer(store: Store, run_id: int, stated: str = "") -> tuple[Mesh, list[Group
     """
     traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id])["rank"]
     world = int(store.sql("SELECT coalesce(max(world_size), 0) FROM runs WHERE run_id = ?", [run_id]).item() or 0)
-    world = max(world, int(traced.max()) + 1 if traced.len() else 1)  # type: ignore[operator, arg-type]
+    world = max(world, int(traced.max()) + 1 if traced.len() else 1)  # type: ignore[arg-type]
     groups, own = run_groups(store, run_id)
     if stated:
         return _stated(stated, world), groups, own

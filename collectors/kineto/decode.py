@@ -663,7 +663,7 @@ def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
 
     def each() -> Iterator[pa.Array]:
         for i, chunk in enumerate(chunks):
-            chunks[i] = None  # type: ignore[call-overload]
+            chunks[i] = None
             yield chunk
 
     out, at = TextSpill(d.spill_dir), 0

@@ -589,7 +589,7 @@ def _main_pid(cols: dict[str, Any]) -> str | None:
     for kind in ("step", "cpu_op"):
         rows = np.flatnonzero(cols["kind"].isin({kind}))
         if len(rows):
-            return cols["pid"][int(rows[0])]  # type: ignore[no-any-return]
+            return cols["pid"][int(rows[0])]
     return None
 
 

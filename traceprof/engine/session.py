@@ -135,7 +135,7 @@ class Session:
         self._owns = owns_store
         self._stack = ExitStack()
         self._previous = getattr(store, "session", None)
-        store.session = self  # type: ignore[attr-defined]
+        store.session = self
         if executor != "local" or scheduler is not None:
             try:
                 from traceprof.engine.rankwise import attach_executor
@@ -157,7 +157,7 @@ class Session:
             self._stack.close()
         finally:
             if getattr(self.store, "session", None) is self:
-                self.store.session = self._previous  # type: ignore[attr-defined]
+                self.store.session = self._previous
             if self._owns:
                 self.store.close()
 

@@ -122,8 +122,8 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
            "and collectives count separately"),
         _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
-        _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL Inspector: "
-           "communicator:op:coll_sn (its sequence numbers count per op); NULL if absent"),
+        _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL profiler plugin "
+           "and Inspector: communicator:op:sequence number (NCCL counts per op type); NULL if absent"),
         _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
         _c("dtype", "VARCHAR", "Element type"),
         _c("nelems_in", "BIGINT", "Input elements", "elements"),

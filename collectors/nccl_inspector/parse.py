@@ -23,7 +23,7 @@ Algorithm:
      warning.
   2. Each ``coll_perf`` record is one collectives row (source ``nccl_inspector``): pg = the
      communicator ``id``, seq = ``coll_sn``, op from ``coll``; NCCL numbers each op type of a
-     communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<coll>:<coll_sn>``
+     communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<op>:<coll_sn>`` (``traceprof.ops.nccl_comms_id``)
      is the key that matches one instance across ranks. Bytes as nccl-tests counts them (the
      plugin's ``coll_msg_size_bytes`` is the per-rank size of AllGather / ReduceScatter: bytes_in
      = size, bytes_out = size x n_ranks for AllGather, the reverse for ReduceScatter, both = size
@@ -61,7 +61,7 @@ from collectors._arrow import row_schema
 from traceprof.errors import TraceFormatError
 from traceprof.fileio import read_maybe_gzip
 from traceprof.limits import INT64, checked_int, fits, record_fits
-from traceprof.ops import normalize_op
+from traceprof.ops import nccl_comms_id, normalize_op
 from traceprof.parsed import ParsedTrace
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
@@ -200,7 +200,7 @@ def _rows_of(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], 
     pid = meta.get("pid")
     row = {
         "source": "nccl_inspector", "pg": f"{comm}:p2p" if p2p else comm, "pg_ranks": None, "seq": seq, "p2p": p2p,
-        "comms_id": None if p2p else f"{comm}:{name}:{seq}", "op": op, "dtype": None, "nelems_in": None,
+        "comms_id": None if p2p else nccl_comms_id(comm, op, seq), "op": op, "dtype": None, "nelems_in": None,
         "nelems_out": None, "bytes_in": b_in, "bytes_out": b_out, "group_size": n, "enter_ns": enter,
         "start_ns": start, "end_ns": end, "stream": None, "tid": None, "step": None,
     }

@@ -222,6 +222,7 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
                             color=color, size=9, marker="circle")
     if items:
         fig.add_layout(Legend(items=items[:20]), "right")
+    return fig
 
 
 def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: str) -> Any:

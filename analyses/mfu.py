@@ -5,6 +5,8 @@ Algorithm (README.md "Analyses": MFU):
      declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
   2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity
      launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
+     The steps of the profiler-start transient are left out (``traceprof.arrivals``, as in every
+     analysis; a note says so), here and in the waterfall.
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
      the rank's device (``traceprof.peaks``, matched from ``devices`` / ``traces.device_name``) for
      the precision: given (``dtype``), else the precision of most matrix-kernel time (kernel names:
@@ -42,7 +44,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyses import _common
+from traceprof.activity import excluded_note
 from traceprof.analysis import Chart, FrameResult, RunParams, register
+from traceprof.arrivals import excluded_steps
 from traceprof.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.flops import CAUSAL_CONVENTION, account
 from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
@@ -228,6 +232,8 @@ def run(store: Store, params: Params) -> Result:
         .select("rank", "step", "step_ns", "step_time_source", "flops", "tflops", "device", "dtype",
                 "peak_device", "peak_tflops", "mfu_pct", "hfu_pct", "flops_source")
     )
+    # the profiler-start transient's steps are left out, as of every analysis (traceprof.activity)
+    frame = frame.join(excluded_steps(store, run_id).select("rank", "step"), on=["rank", "step"], how="anti")
     if f is None:
         notes.append("recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)")
     ops = acc.shapes.filter(pl.col("step").is_not_null())
@@ -243,7 +249,7 @@ def run(store: Store, params: Params) -> Result:
                      "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
                      "peak_tflops)")
     waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source)
-    notes += [_convention(acc.source), wnote]
+    notes += [_convention(acc.source), wnote, *(n for n in (excluded_note(store, run_id),) if n)]
     job = _job(frame, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,

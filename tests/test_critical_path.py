@@ -260,3 +260,45 @@ def test_report_opens_with_the_step_waterfall_and_marks_the_path(store):
     fig = plots.timeline(tl)
     labels = [str(i.label.get("value") if isinstance(i.label, dict) else i.label) for i in fig.legend[0].items]
     assert any("critical path" in x for x in labels), labels
+
+
+def test_profiler_start_transient_is_left_out_of_the_account_and_the_waterfall(store, tmp_path):
+    # tests.test_excluded's transient run: rank 1's profiler starts 3 s late, so rank 0's step 1
+    # [0, 3010] ms waits 3000 ms at its first all-reduce. Step 1 is the transient (the one
+    # definition of excluded time, traceprof.arrivals) and is left out, as overlap leaves it out.
+    from tests.test_excluded import _transient_rank
+
+    for r in (0, 1):
+        _write(tmp_path / "run" / f"rank{r}.json", _transient_rank(r), r)
+    ingest(store, [tmp_path / "run"], run="tr")
+    cp = analyze(store, "critical_path", "tr")
+    (note,) = [n for n in cp.notes if n.startswith("profiler-start transient: the first collective (step 1)")]
+    assert note in analyze(store, "overlap", "tr").notes  # the same note
+    # Steps 2-4 (S = 3010, 3020, 3030 ms), each 10 ms on both ranks. Rank 0: aten::mm [S, S+5] =
+    # 5 ms compute; arrival S+5, rank 1's S+5.1: wait 0.1 ms; transfer [S+5.1, S+5.6] = 0.5 ms;
+    # the 4.4 ms gap to the next step's aten::mm is host-bound (a CPU rank's own work), the one
+    # after its last step's work idle. Rank 1: compute 5; host-bound 0.1 ms before its arrival
+    # (and 4.4 after, but idle after its last work); transfer 0.5 ms; no wait.
+    ms = 1_000_000
+    want = {(0, 2): (5, 0.5, 0.1, 4.4, 0), (0, 3): (5, 0.5, 0.1, 4.4, 0), (0, 4): (5, 0.5, 0.1, 0, 4.4),
+            (1, 2): (5, 0.5, 0, 4.5, 0), (1, 3): (5, 0.5, 0, 4.5, 0), (1, 4): (5, 0.5, 0, 0.1, 4.4)}
+    got = {(r["rank"], r["step"]): (r["compute_ns"], r["transfer_ns"], r["wait_ns"], r["host_bound_ns"], r["idle_ns"])
+           for r in cp.frame.iter_rows(named=True)}
+    assert got == {k: tuple(round(x * ms) for x in v) for k, v in want.items()}
+    assert cp.frame["step_ns"].to_list() == [10 * ms] * 6 and cp.frame["memory_ns"].sum() == 0
+    assert cp.steps["step"].to_list() == [2, 3, 4]
+    # Blame: rank 0's 3 x 0.1 ms of waits, for rank 1 (host-bound before its arrival); not the
+    # transient's 3000 ms
+    assert cp.blame.select("rank", "kind", "waited_ns").rows() == [(1, "host_bound", 300_000)]
+    # The MFU waterfall over the same account: 6 rank-steps x 10 ms = 60 ms. 2e9 FLOPs per step for
+    # the job = 1e9 per rank at 1 TFLOP/s: 1 ms at peak per rank-step, 6 ms in all (MFU 10%);
+    # kernel efficiency 30 - 6 = 24 ms; idle 2 x 4.4 = 8.8; exposed communication 6 x 0.5 = 3.0;
+    # waiting 0.3; host-bound 2 x 4.4 + 2 x 4.5 + 0.1 = 17.9 ms.
+    m = analyze(store, "mfu", "tr", peak_tflops=1.0, model_flops_per_step=2e9)
+    wf = dict(m.waterfall.select("component", "ns").iter_rows())
+    assert wf == {"idle": 8_800_000, "exposed communication": 3_000_000, "waiting for peers": 300_000,
+                  "launch/host-bound": 17_900_000, "memory": 0, "kernel efficiency": 24_000_000, "MFU": 6_000_000}
+    assert sum(wf.values()) == 60 * ms and m.waterfall["pct"].sum() == pytest.approx(100.0)
+    # mfu's per-step frame leaves step 1 out too: every rank-step 1e9 FLOPs in 10 ms = 0.1 TFLOP/s
+    assert m.frame["step"].unique().sort().to_list() == [2, 3, 4] and m.frame["mfu_pct"].to_list() == [10.0] * 6
+    assert note in m.notes

@@ -273,6 +273,35 @@ def test_memory_timeline_bad_entry_names_it(store, tmp_path, entry, why):
     assert store.sql("SELECT events_kept, events_rejected FROM traces").rows() == [(1, 1)]
 
 
+def test_memory_timeline_device_beyond_int32_is_refused(store, tmp_path):
+    # The device comes from the file name; the view reads it as INTEGER, so cuda2147483648 would be
+    # a silent NULL device: refused in one line naming the file (2**31 - 1 is the largest int32).
+    for dev, ok in ((2**31 - 1, True), (2**31, False), (10**20, False)):
+        f = tmp_path / f"rank0_cuda{dev}.raw.json"
+        f.write_text(json.dumps([[1000, 2, dev % 97 + 1, 0]]))  # other bytes: another file
+        if ok:
+            ingest(store, [f], run=f"d{dev}")
+            continue
+        with pytest.raises(TraceFormatError, match=rf"{f.name}: device {dev} in the file name \(cuda:N\) is beyond int32"):
+            ingest(store, [f], run=f"d{dev}")
+    assert store.sql("SELECT DISTINCT device FROM memory_events").rows() == [(2**31 - 1,)]
+
+
+@pytest.mark.parametrize("doc, total", [
+    # 2**62 + 2**62 would wrap to -2**63 in the analysis' int64 running total: a wrong peak
+    ([[1000, 2, 2**62, 0], [2000, 2, 2**62, 0]], 2**63),
+    # the coalesced form's change from -2**63 to 2**63 - 1 is 2**64 - 1 bytes in one entry
+    ([[1, 2], [[0, -(2**63), 0, 0, 0, 0, 0, 0, 0], [0, 2**63 - 1, 0, 0, 0, 0, 0, 0, 0]]], 2**63 + 2**64 - 1),
+])
+def test_memory_timeline_bytes_beyond_int64_are_refused(store, tmp_path, doc, total):
+    f = tmp_path / "rank0_cuda0.raw.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=rf"the entries' bytes add up to {total} \(allocated and freed\), "
+                                               "beyond int64"):
+        ingest(store, [f], run="big")
+    assert store.sql("SELECT count(*) FROM traces").item() == 0
+
+
 # --- Nsight Systems ---------------------------------------------------------------------------------
 
 

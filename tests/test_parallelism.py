@@ -250,14 +250,21 @@ def _pipeline_4(folder: Path) -> Path:
     for k, (kind, a, e) in send.items():
         s = int(k)
         rows.append(_op(s, s, kind, a, e))
+    return write_ndtimeline(folder, rows, "P4", dp=1, pp=4)
+
+
+def write_ndtimeline(folder: Path, rows: list[dict], trial: str, dp: int, pp: int) -> Path:
+    """``rows`` (NDTimeline's columns) as ``folder/trace-<trial>.parquet`` with its column types, and
+    its ``meta-<trial>.yaml`` (dp x pp workers, tp 1)."""
     df = pl.DataFrame(rows).with_columns(
         pl.col("dp_rank", "stage", "mc").cast(pl.Int8), pl.col("rank", "gmc").cast(pl.Int16), pl.col("mb_id").cast(pl.Int8),
         pl.col("start_ts", "duration").cast(pl.Float32), pl.col("seq_id").cast(pl.Int32),
         pl.col("optype").cast(pl.Categorical))
     folder.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(folder / "trace-P4.parquet")
-    (folder / "meta-P4.yaml").write_text("trial_name: P4\ndp_size: 1\npp_size: 4\ntp_size: 1\nworld_size: 4\n")
-    return folder / "trace-P4.parquet"
+    df.write_parquet(folder / f"trace-{trial}.parquet")
+    (folder / f"meta-{trial}.yaml").write_text(
+        f"trial_name: {trial}\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\nworld_size: {dp * pp}\n")
+    return folder / f"trace-{trial}.parquet"
 
 
 def test_pipeline_bubble_split_and_slow_stage_by_hand(store, tmp_path):

@@ -517,7 +517,7 @@ def _communication(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict 
             f"({_ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}")
     cost = median
     st = res.get("stragglers")
-    if st is not None and st.frames()["verdict"]["named"].any() and "wait_ns" in st.frame.columns:
+    if st is not None and _named_ranks(res) and "wait_ns" in st.frame.columns:
         # Waiting at a collective for a late peer shows as exposed communication: it is the
         # straggler's cost (counted there), so only the exposed time beyond it costs here.
         own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(
@@ -539,11 +539,14 @@ def _graph_level(res: FrameResult) -> bool:
 
 
 def _named_ranks(res: dict[str, FrameResult]) -> list[int]:
-    """The ranks the ``stragglers`` analysis names."""
+    """The ranks the ``stragglers`` analysis names, and those it reports as part of a slow stage or
+    replica (``slow_group``): their lateness is the straggler finding's either way."""
     st = res.get("stragglers")
     if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
         return []
-    return [int(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"]]
+    v = st.frames()["verdict"]
+    late = pl.col("named") | pl.col("slow_group").is_not_null() if "slow_group" in v.columns else pl.col("named")
+    return [int(r) for r in v.filter(late)["rank"]]
 
 
 def _idle(res: dict[str, FrameResult]) -> tuple[list[Finding], Verdict | None]:

@@ -133,8 +133,12 @@ def graph_level(res: FrameResult) -> bool:
 
 
 def named_ranks(res: dict[str, FrameResult]) -> list[int]:
-    """The ranks the ``stragglers`` analysis names in ``res`` (results by analysis name)."""
+    """The ranks the ``stragglers`` analysis names in ``res`` (results by analysis name), and those it
+    reports as part of a slow stage or replica (``slow_group``): their lateness is the straggler
+    finding's either way."""
     st = res.get("stragglers")
     if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
         return []
-    return [int(r) for r in st.frames()["verdict"].filter(pl.col("named"))["rank"]]
+    v = st.frames()["verdict"]
+    late = pl.col("named") | pl.col("slow_group").is_not_null() if "slow_group" in v.columns else pl.col("named")
+    return [int(r) for r in v.filter(late)["rank"]]

@@ -48,7 +48,7 @@ from traceprof.engine.intervals import clip, merge, subtract, union_ns
 from traceprof.ingest.matching import run_steps
 from traceprof.storage.store import Store
 
-__all__ = ["Pipe", "pipeline", "rank_labels", "FORWARD_MICROBATCH", "STAGE_COLUMNS", "STEP_COLUMNS",
+__all__ = ["Pipe", "pipeline", "rank_labels", "slice_name", "FORWARD_MICROBATCH", "STAGE_COLUMNS", "STEP_COLUMNS",
            "TIMELINE_COLUMNS", "SLOW_COLUMNS"]
 
 #: Names of one forward micro-batch: torch.distributed.pipelining annotates ``Forward i``
@@ -252,7 +252,7 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
             step = sum(float(steps[r] or 0) for r in mine) / len(mine)
             cost = 100.0 * (comp - peer) / step if step else 0.0  # type: ignore[operator]
             slow = excess > params.slow_pct and cost >= params.min_cost_pct
-            what = f"pipeline stage {v}" if kind == "stage" else f"data-parallel replica {v}"
+            what = slice_name(kind, v)
             rel = 100.0 * (comp / peer - 1)  # type: ignore[operator]
             head = f"{what} (rank{'s' if len(mine) > 1 else ''} {_ranks_text(mine)}) computes {comp / 1e6:,.1f} ms per step"
             vs = f"its peers on the other {kind}s ({peer / 1e6:,.1f} ms, median"  # type: ignore[operator]
@@ -263,6 +263,11 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
                          "peers_ns": round(peer), "excess_pct": excess, "cost_pct": cost, "slow": slow,  # type: ignore[arg-type]
                          "text": text})
     return pl.DataFrame(rows, schema={c: _SLOW_TYPES.get(c, pl.Int64) for c in SLOW_COLUMNS})
+
+
+def slice_name(kind: str, index: Any) -> str:
+    """What a row of the ``slow`` table is called: ``pipeline stage 3`` or ``data-parallel replica 1``."""
+    return f"pipeline stage {index}" if kind == "stage" else f"data-parallel replica {index}"
 
 
 def _ranks_text(ranks: list[int]) -> str:

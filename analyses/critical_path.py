@@ -25,6 +25,10 @@ Algorithm:
      at its ProfilerStep (or its first device row, if earlier). Steps are the run's
      (``matching.run_steps``): step k is the same step on every rank. Without steps: one window
      per rank, its first to last activity, step null.
+     Excluded time is one definition (``traceprof.engine.activity``, ``traceprof.engine.arrivals``): the steps
+     of the profiler-start transient are left out (their windows, so the account covers the
+     other steps only; a note says so, as in overlap, temporal, stragglers and whatif), and so
+     are the transient's collectives (their waits are not blamed on anyone).
   2. Intervals per rank (``traceprof.engine.activity``; traces at op granularity such as NDTimeline:
      ``activity.op_activity``): compute C, communication K, memory M. For the collectives seen by
      two or more ranks (``_replay.comm_items``: arrival by ``matching.ARRIVAL_SQL``; last arrival
@@ -74,7 +78,13 @@ from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.core.names import family
 from traceprof.engine import intervals
-from traceprof.engine.activity import activity, graph_level_notes, multi_device_ranks, op_activity
+from traceprof.engine.activity import (
+    activity,
+    excluded_note,
+    graph_level_notes,
+    multi_device_ranks,
+    op_activity,
+)
 from traceprof.engine.analysis import (
     Analysis,
     Chart,
@@ -86,6 +96,7 @@ from traceprof.engine.analysis import (
     RunParams,
     register,
 )
+from traceprof.engine.arrivals import run_transient
 from traceprof.ingest.matching import run_steps
 from traceprof.storage.store import Store
 
@@ -170,6 +181,7 @@ def _collective_parts(store: Store, run_id: int, source: str | None) -> tuple[pl
     if source is None or items.is_empty():
         return empty, empty, source, 0
     items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
+    items = items.filter(~pl.col("instance_id").is_in(list(_replay.transient(items, store, run_id).instances)))
     if items.is_empty():
         return empty, empty, source, 0
     w = per_rank_instance(items).with_columns(
@@ -584,7 +596,9 @@ def run(store: Store, params: Params) -> Result:
         kinds = act.group_by("rank").agg((pl.col("device_kind") == "cpu").all().alias("cpu"))
         cpu_ranks = sorted(kinds.filter("cpu")["rank"].to_list())
     act = act.with_columns(pl.col("rank").cast(pl.Int32))
-    windows = _windows(store, run_id, act)
+    # the profiler-start transient's steps are left out (their activity is, by traceprof.engine.activity)
+    windows = _windows(store, run_id, act).filter(~pl.col("step").is_in(list(run_transient(store, run_id).steps))
+                                                  .fill_null(False))
     wait, xfer, source, n_inst = _collective_parts(store, run_id, params.source or None)
     pieces = _pieces(act, wait, xfer)
     gaps = _gaps(pieces, windows, _launches(act, wait, cpu_ranks))
@@ -600,6 +614,7 @@ def run(store: Store, params: Params) -> Result:
     blame = _blame(segs, total)
     notes += _notes(frame, segs, source, n_inst, cpu_ranks, act)
     notes += graph_level_notes(store, run_id)
+    notes += [n for n in (excluded_note(store, run_id),) if n]
     return Result(frame=frame, ranks=_ranks(frame), path=path, blame=blame, compute=_families(segs), steps=steps,
                   notes=tuple(notes))
 

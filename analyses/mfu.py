@@ -5,6 +5,8 @@ Algorithm (README.md "Analyses": MFU):
      declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
   2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity
      launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
+     The steps of the profiler-start transient are left out (``traceprof.engine.arrivals``, as in every
+     analysis; a note says so), here and in the waterfall.
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
      the rank's device (``traceprof.engine.peaks``, matched from ``devices`` / ``traces.device_name``) for
      the precision: given (``dtype``), else the precision of most matrix-kernel time (kernel names:
@@ -44,6 +46,7 @@ import polars as pl
 from traceprof.analyses import _common
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
+from traceprof.engine.activity import excluded_note
 from traceprof.engine.analysis import (
     Analysis,
     Chart,
@@ -57,6 +60,7 @@ from traceprof.engine.analysis import (
     Verdict,
     register,
 )
+from traceprof.engine.arrivals import excluded_steps
 from traceprof.engine.flops import CAUSAL_CONVENTION, account
 from traceprof.engine.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
 from traceprof.storage.store import Store
@@ -300,6 +304,8 @@ def run(store: Store, params: Params) -> Result:
         .select("rank", "step", "step_ns", "step_time_source", "flops", "tflops", "device", "dtype",
                 "peak_device", "peak_tflops", "mfu_pct", "hfu_pct", "flops_source")
     )
+    # the profiler-start transient's steps are left out, as of every analysis (traceprof.engine.activity)
+    frame = frame.join(excluded_steps(store, run_id).select("rank", "step"), on=["rank", "step"], how="anti")
     if f is None:
         notes.append("recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)")
     ops = acc.shapes.filter(pl.col("step").is_not_null())
@@ -315,7 +321,7 @@ def run(store: Store, params: Params) -> Result:
                           "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
                           "peak_tflops)", kind="mfu_over"))
     waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source)
-    notes += [_convention(acc.source), wnote]
+    notes += [_convention(acc.source), wnote, *(n for n in (excluded_note(store, run_id),) if n)]
     job = _job(frame, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,

@@ -29,7 +29,10 @@ Algorithm:
      traced: its lateness may then hide in the transfer, so the bandwidth is a lower bound.
 
 A source that reports its own bandwidth (NCCL Inspector's algbw / busbw) keeps it in columns of its
-own beside the computed ones, which always come from the times, so that the two can be compared.
+own beside the computed ones (``collective_perf.reported_algbw_gbps`` / ``reported_busbw_gbps``, their
+medians in ``bandwidth``), which always come from the times, so that the two can be compared: the
+Inspector divides by its own execution time, which may include waiting for peers. Calls with only a
+reported figure (records without kernel times) are in ``bandwidth`` with the computed columns null.
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ SELECT {keys}op AS name, sum(span_ns)::BIGINT AS span_ns,
 FROM collective_perf WHERE run_id = ? AND span_ns IS NOT NULL GROUP BY ALL
 """
 _BW = """
-SELECT source, pg, pg_ranks, rank, op, group_size, size_bytes, transfer_ns, algbw_gbps, busbw_gbps, all_ranks_traced
-FROM collective_perf WHERE run_id = ? AND busbw_gbps IS NOT NULL
+SELECT source, pg, pg_ranks, rank, op, group_size, size_bytes, transfer_ns, algbw_gbps, busbw_gbps, all_ranks_traced,
+       reported_algbw_gbps, reported_busbw_gbps
+FROM collective_perf WHERE run_id = ? AND (busbw_gbps IS NOT NULL OR reported_busbw_gbps IS NOT NULL)
 """
 _SPLIT_COLS = ["span_ns", "wait_ns", "launch_ns", "transfer_ns", "unsplit_ns", "split_pct"]
 
@@ -136,6 +140,11 @@ SPEC = Analysis(
               rc.number("algbw_gbps", "Median algorithm bandwidth S / transfer", "GB/s"),
               rc.number("busbw_gbps", "Median bus bandwidth: algbw x the op's bus factor", "GB/s"),
               rc.number("busbw_max_gbps", "Largest bus bandwidth", "GB/s"),
+              rc.number("reported_algbw_gbps", "Median algorithm bandwidth the source reports itself (NCCL "
+                        "Inspector; its own time, which may include waiting for peers); null for other sources",
+                        "GB/s"),
+              rc.number("reported_busbw_gbps", "Median bus bandwidth the source reports itself; null for other "
+                        "sources", "GB/s"),
               rc.number("ceiling_gbps", "The group's link ceiling, per direction per GPU; null: none", "GB/s"),
               rc.pct("of_ceiling_pct", "busbw_gbps, % of ceiling_gbps"),
               rc.text("ceiling", "Which link and why"),
@@ -281,6 +290,7 @@ def _bandwidth(store: Store, run_id: int, params: Params) -> tuple[pl.DataFrame,
         pl.len().alias("calls"), _common.whole_ns(pl.col("size_bytes").median()).alias("size_bytes"),
         _common.whole_ns(pl.col("transfer_ns").median()), pl.col("transfer_ns").sum().alias("_total"),
         pl.col("algbw_gbps").median(), pl.col("busbw_gbps").median(), pl.col("busbw_gbps").max().alias("busbw_max_gbps"),
+        pl.col("reported_algbw_gbps").median(), pl.col("reported_busbw_gbps").median(),
         pl.col("ceiling_gbps").first(), pl.col("all_ranks_traced").all(),
     ).with_columns(
         pl.col("bucket_bytes").map_elements(bucket_label, return_dtype=pl.Utf8).alias("size_bucket"),
@@ -292,21 +302,29 @@ def _bandwidth(store: Store, run_id: int, params: Params) -> tuple[pl.DataFrame,
         notes.append("bandwidth: some groups were not traced on every rank (all_ranks_traced false): an untraced "
                      "rank's lateness may be inside the transfer, so those figures are lower bounds")
     cols = ["source", "op", "group_size", "size_bucket", "bucket_bytes", "calls", "size_bytes", "transfer_ns",
-            "algbw_gbps", "busbw_gbps", "busbw_max_gbps", "ceiling_gbps", "of_ceiling_pct", "ceiling",
-            "all_ranks_traced"]
+            "algbw_gbps", "busbw_gbps", "busbw_max_gbps", "reported_algbw_gbps", "reported_busbw_gbps", "ceiling_gbps",
+            "of_ceiling_pct", "ceiling", "all_ranks_traced"]
     return bw.select(cols), notes
 
 
 def _headline(r: dict[str, object]) -> str:
-    """``all_reduce, 16 MiB-32 MiB messages, 8 ranks: busbw 180 GB/s of 450 GB/s (40%; NVLink 4, ...)``."""
-    busbw = float(r["busbw_gbps"])  # type: ignore[arg-type]
+    """``all_reduce, 16 MiB-32 MiB messages, 8 ranks: busbw 180 GB/s of 450 GB/s (40%; NVLink 4, ...)``;
+    with the source's own figure where it reports one (``; the source reports busbw 170 GB/s ...``)."""
     head = (f"{r['op']}, {bucket_label(int(r['bucket_bytes']))} messages"  # type: ignore[call-overload]
             + (f", {r['group_size']} ranks" if r["group_size"] is not None else "")
-            + f" (most transfer time, {r['calls']} calls): busbw {_gbps(busbw)} GB/s (median)")
+            + f" (most transfer time, {r['calls']} calls): ")
+    reported = r.get("reported_busbw_gbps")
+    own = (f"the source reports busbw {_gbps(float(reported))} GB/s (median; its own time, which may include "  # type: ignore[arg-type]
+           "waiting for peers)" if reported is not None else "")
+    if r["busbw_gbps"] is None:  # no transfer time to compute one from: the source's figure alone
+        return head + own
+    busbw = float(r["busbw_gbps"])  # type: ignore[arg-type]
+    head += f"busbw {_gbps(busbw)} GB/s (median)"
+    own = f"; {own}" if own else ""
     gbps = r["ceiling_gbps"]
     if gbps is None or not math.isfinite(float(gbps)):  # type: ignore[arg-type]
-        return f"{head}; {r['ceiling']}"
-    return f"{head} of {_gbps(float(gbps))} GB/s ({100.0 * busbw / float(gbps):.0f}%; {r['ceiling']})"  # type: ignore[arg-type]
+        return f"{head}; {r['ceiling']}{own}"
+    return f"{head} of {_gbps(float(gbps))} GB/s ({100.0 * busbw / float(gbps):.0f}%; {r['ceiling']}){own}"  # type: ignore[arg-type]
 
 
 def _gbps(x: float) -> str:

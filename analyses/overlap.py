@@ -137,7 +137,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
             f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}")
     cost = median
     st = res.get("stragglers")
-    if st is not None and st.frames()["verdict"]["named"].any() and "wait_ns" in st.frame.columns:
+    if st is not None and _common.named_ranks(res) and "wait_ns" in st.frame.columns:
         # Waiting at a collective for a late peer shows as exposed communication: it is the
         # straggler's cost (counted there), so only the exposed time beyond it costs here.
         own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(

@@ -138,8 +138,13 @@ class MeshView:
 
     def absorbed(self, ranks: tuple[int, ...] | list[int]) -> set[int]:
         """The ``ranks`` that lie in a slow stage or replica (named as that group, not as ranks)."""
-        inside = {r for s in self.slow for r in s["ranks"]}
-        return {r for r in ranks if r in inside}
+        return set(self.group_of(ranks))
+
+    def group_of(self, ranks: tuple[int, ...] | list[int]) -> dict[int, tuple[str, str]]:
+        """The ``ranks`` that lie in a slow stage or replica -> (its name, ``pipeline stage 3``; its
+        sentence)."""
+        inside = {r: (_pipeline.slice_name(s["kind"], s["index"]), s["text"]) for s in self.slow for r in s["ranks"]}
+        return {r: inside[r] for r in ranks if r in inside}
 
 
 @dataclass(frozen=True)

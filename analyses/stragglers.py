@@ -64,6 +64,12 @@ provides):
      trace: half the workers, pipeline stage 1, each last at ~75% of their transfers where chance
      is 43%, each costing ~15%). Otherwise "no straggler", with the figures (and for a suspect,
      why its cause is within the noise).
+  5. The mesh (``analyses.parallelism``, run only when a rank is named): a named rank that lies in
+     a slow pipeline stage or data-parallel replica (every rank of it computes more than its peers)
+     is late because its whole group is: it is not named, its ``slow_group`` says which
+     (``pipeline stage 3``) and its verdict row reads "part of slow pipeline stage 3", as the
+     combined verdict (``traceprof.engine.verdict``) and the summary name the group (the OSDI'25 ST
+     trace: ranks 6 and 7, the last stage). ``parallelism`` does not run this analysis (no cycle).
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ from traceprof.analyses import _cause, _common, _replay
 from traceprof.analyses._cause import binom_sf
 from traceprof.analyses._stragglers_topic import topic
 from traceprof.core import columns as rc
-from traceprof.core.errors import AnalysisError
+from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.core.schema import Column
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
@@ -216,9 +222,15 @@ SPEC = Analysis(
               rc.pct("extra_work_pct", "Its FLOPs or matmul calls per step above every unsuspected rank's, %; null "
                   "when not above"),
               rc.flag("qualifies", "Passes the rule (module doc, step 4)"),
-              rc.flag("named", "Qualifies, and few enough ranks do (max_named_share)")),
-        rc.frame("verdict", "One row per named rank (or one with rank null: no straggler)",
-              rc.RANK, rc.flag("named", "The rank is named a straggler"), rc.text("cause", "Its cause"),
+              rc.flag("named", "Qualifies, few enough ranks do (max_named_share), and it is not part of a slow "
+                   "group"),
+              rc.text("slow_group", "The slow pipeline stage or data-parallel replica a rank that would be named "
+                   "lies in (pipeline stage 3); null otherwise")),
+        rc.frame("verdict", "One row per named rank and per rank of a slow group (or one with rank null: no "
+                 "straggler)",
+              rc.RANK, rc.flag("named", "The rank is named a straggler (false: part of a slow group)"),
+              rc.text("slow_group", "The slow stage or replica it is part of (null for a named rank)"),
+              rc.text("cause", "Its cause"),
               rc.ns("compute_excess_ns", "Its compute above the others' median, before the collectives it was last at"),
               rc.ns("comm_excess_ns", "Its exposed communication above the others' median"),
               rc.ns("other_excess_ns", "Its untraced host time above the others' median"),
@@ -324,16 +336,21 @@ def run(store: Store, params: Params) -> Result:
     n_ranks = per.height
     allowed = max(1.0, params.max_named_share * n_ranks) if params.max_named_share > 0 else 0.0  # 0: name none
     widespread = int(per["qualifies"].sum()) > allowed
-    per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named")).select(
+    per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named"))
+    # a rank of a slow pipeline stage or data-parallel replica is named as that group, not as a straggler
+    per = per.join(_slow_groups(store, params, per), on="rank", how="left").with_columns(
+        pl.col("named") & pl.col("slow_group").is_null())
+    per = per.select(
         "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
         "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",
         "wait_ns", "transfer_ns", "compute_ns", "compute_z", "cause", "floor_steps_won", "floor_steps",
-        "floor_p_value", "excess_pct", "extra_work_pct", "qualifies", "named", "_decided", "_last_steps",
-        "_max_hold_ns", "_suspect", "_episodic", "_extra_ops", "_extra_what", "_excess", "_floor_what").sort("rank")
+        "floor_p_value", "excess_pct", "extra_work_pct", "qualifies", "named", "slow_group", "_decided", "_last_steps",
+        "_max_hold_ns", "_suspect", "_episodic", "_extra_ops", "_extra_what", "_excess", "_floor_what",
+        "_group_text").sort("rank")
     n_steps = w["step"].drop_nulls().n_unique()
     verdict = _verdict(per.with_columns(pl.lit(n_steps).alias("_steps")), params)
     per = per.drop("_decided", "_last_steps", "_max_hold_ns", "_suspect", "_episodic", "_extra_ops", "_extra_what",
-                   "_excess", "_floor_what")
+                   "_excess", "_floor_what", "_group_text")
     heat = w.group_by("step", "rank").agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms")).sort("step", "rank")
     waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "arrival_offset_ns", "lateness_ns",
                      "transfer_ns", "end_before_last_arrival").sort("instance_id", "rank")
@@ -384,6 +401,26 @@ def _costs(store: Store, run_id: int, params: Params, source: str | None,
     b = res.blame.filter(pl.col("by") == "rank").group_by("group").agg(pl.col("slowdown").max())
     costs = b.select(pl.col("group").cast(pl.Int32).alias("rank"), (100.0 * (pl.col("slowdown") - 1)).alias("cost_pct"))
     return costs, "what-if: the job's slowdown from that rank's recorded op times or host gaps alone, - 1, in %"
+
+
+def _slow_groups(store: Store, params: Params, per: pl.DataFrame) -> pl.DataFrame:
+    """The named ranks (``per.named``) that lie in a slow pipeline stage or data-parallel replica
+    (``analyses.parallelism``'s ``slow`` table: every rank of it computes more than its peers):
+    rank, slow_group (``pipeline stage 3``), _group_text (parallelism's sentence). Such a rank
+    arrives last because its whole group is slow: it is reported as part of that group, not as a
+    straggler (module doc, step 4). Empty when no rank is named or the mesh cannot be placed."""
+    empty = pl.DataFrame(schema={"rank": per.schema["rank"], "slow_group": pl.Utf8, "_group_text": pl.Utf8})
+    named = per.filter(pl.col("named"))["rank"].to_list()
+    if not named:
+        return empty
+    from traceprof.analyses import parallelism  # the mesh's slow groups; imported here, it registers itself
+
+    try:
+        res = cast(parallelism.Result, parallelism.run(store, parallelism.Params(run=params.run)))
+    except TraceprofError:
+        return empty
+    groups = res.mesh_view().group_of(named)
+    return pl.DataFrame([(r, g, t) for r, (g, t) in sorted(groups.items())], schema=empty.schema, orient="row")
 
 
 def _holdup(w: pl.DataFrame) -> pl.DataFrame:
@@ -544,7 +581,8 @@ def _p_text(p: float) -> str:
 def _verdict(per: pl.DataFrame, params: Params) -> pl.DataFrame:
     per = per.with_columns(pl.lit(int((~per["_suspect"] & ~per["_episodic"]).sum()) + 1).alias("_u"))
     named = per.filter(pl.col("named"))
-    if named.is_empty():
+    grouped = per.filter(pl.col("slow_group").is_not_null())
+    if named.is_empty() and grouped.is_empty():
         top = per.sort("p_value", pl.col("cost_pct"), "rank", descending=[False, True, False]).row(0, named=True)
         many = per.filter(pl.col("qualifies"))
         suspects = per.filter(pl.col("_suspect") & ~pl.col("qualifies"))
@@ -565,12 +603,12 @@ def _verdict(per: pl.DataFrame, params: Params) -> pl.DataFrame:
         else:
             evidence = (f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
                         "other ranks' noise floor: the skew is within the run's noise")
-        return pl.DataFrame({"rank": [None], "named": [False], "cause": ["none"], "compute_excess_ns": [0],
-                             "comm_excess_ns": [0], "other_excess_ns": [0], "evidence": [evidence]},
-                            schema_overrides={"rank": pl.Int32})
+        return pl.DataFrame({"rank": [None], "named": [False], "slow_group": [None], "cause": ["none"],
+                             "compute_excess_ns": [0], "comm_excess_ns": [0], "other_excess_ns": [0],
+                             "evidence": [evidence]}, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
     rows = []
     for r in named.iter_rows(named=True):
-        cx, mx, ox = r["_excess"] if r["_excess"] is not None else (0.0, 0.0, 0.0)
+        cx, mx, ox = _excess(r)
         spike = ("" if r["p_value"] < params.alpha else
                  f"; named for one hold-up of {r['_max_hold_ns'] / 1e6:.2f} ms, over {_replay.TRANSIENT_SKEW_FACTOR} x "
                  "the median skew, though not last more often than chance")
@@ -580,6 +618,24 @@ def _verdict(per: pl.DataFrame, params: Params) -> pl.DataFrame:
             f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {cx / 1e6:+.1f} ms compute, {mx / 1e6:+.1f} ms communication, {ox / 1e6:+.1f} ms "
             f"untraced host time vs the other ranks' median: late because of {r['cause']}{own}")
-        rows.append({"rank": r["rank"], "named": True, "cause": r["cause"], "compute_excess_ns": int(cx),
-                     "comm_excess_ns": int(mx), "other_excess_ns": int(ox), "evidence": evidence})
-    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32})
+        rows.append(_verdict_row(r, evidence))
+    for r in grouped.iter_rows(named=True):
+        evidence = (f"part of slow {r['slow_group']}: named as that group, not as a straggler ({r['_group_text']}); "
+                    f"{_figures(r)}; late because of {r['cause']}, as its whole group is")
+        rows.append(_verdict_row(r, evidence))
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
+
+
+def _excess(r: dict) -> tuple[float, float, float]:
+    """A rank's compute, communication and untraced host excess at its last arrivals (ns)."""
+    if r["_excess"] is None:
+        return (0.0, 0.0, 0.0)
+    c, m, h = r["_excess"]
+    return (float(c), float(m), float(h))
+
+
+def _verdict_row(r: dict, evidence: str) -> dict[str, Any]:
+    """One row of the ``verdict`` table for a named rank or a rank of a slow group."""
+    cx, mx, ox = _excess(r)
+    return {"rank": r["rank"], "named": r["named"], "slow_group": r["slow_group"], "cause": r["cause"],
+            "compute_excess_ns": int(cx), "comm_excess_ns": int(mx), "other_excess_ns": int(ox), "evidence": evidence}

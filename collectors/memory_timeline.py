@@ -21,7 +21,9 @@ Neither form names the rank or the device: the rank comes from the file name (``
 Algorithm:
   1. Read the file (gzip too), decode it as one of the two forms; an entry that is not four
      integers, an action outside 1..4 or a category outside 0..7 is a bad entry (an error naming
-     the file and the entry, or with ``on_bad_event="skip"`` skipped and counted).
+     the file and the entry, or with ``on_bad_event="skip"`` skipped and counted). Entries whose
+     bytes add up (in absolute value) beyond int64 are refused: a running total of them would
+     overflow the analysis' int64 sums (a silent wrong peak).
   2. Every entry is one ``events`` row of kind ``instant``, cat ``memory_timeline``, named after its
      category, at ``t`` (preexisting entries at the first real time), with args ``Ev Idx`` (its
      index: the order of entries of one time), ``Action``, ``Bytes`` (signed as in the file),
@@ -45,7 +47,7 @@ import pyarrow as pa
 from traceprof.collectors._arrow import row_schema
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
-from traceprof.core.limits import INT64, fits
+from traceprof.core.limits import INT32, INT64, fits, shown
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.vocab import TraceSource
 from traceprof.ingest import sources
@@ -156,7 +158,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Raises:
         TraceFormatError: Unreadable or not JSON; not one of the two forms; with
-            ``on_bad_event="raise"`` a bad entry (naming its index); no entry left.
+            ``on_bad_event="raise"`` a bad entry (naming its index); no entry left; a device in
+            the file name beyond int32; bytes adding up (in absolute value) beyond int64.
     """
     p = Path(path).resolve()
     on_bad_event = options.on_bad_event
@@ -169,7 +172,14 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     entries, form = _entries(p, doc, on_bad_event, rejected)
     if not entries:
         raise TraceFormatError(p, "", f"no readable entry (all {sum(rejected.values())} skipped: {rejected})")
+    moved = sum(abs(b) for _, _, _, b, _ in entries)  # bounds every running total the analysis sums in int64
+    if moved > INT64[1]:
+        raise TraceFormatError(p, "", f"the entries' bytes add up to {shown(moved)} (allocated and freed), beyond "
+                               "int64: not a real timeline (its totals would overflow)")
     device = _name_int(_DEVICE, p.name)
+    if device is not None and not fits(device, INT32):  # the view reads Device Id as INTEGER: never a silent NULL
+        raise TraceFormatError(p, "", f"device {shown(device)} in the file name (cuda:N) is beyond int32; not a "
+                               "real device")
     real = [t for _, t, _, _, _ in entries if t >= 0]
     first = min(real) if real else 0
     warnings = [] if real else [f"{p.name}: every entry is preexisting (t = -1): no time, stored at 0"]

@@ -19,6 +19,8 @@ import random
 import sqlite3
 from pathlib import Path
 
+import polars as pl
+
 #: The base time (ns since the epoch) of the Kineto micro-traces.
 BASE = BASE_NS = 1_700_000_000_000_000_000
 #: The session start (ns since the epoch) of the nsys micro-exports.
@@ -212,3 +214,158 @@ class Export:
         con.commit()
         con.close()
         return path
+
+
+# -- Kineto memory records (profile_memory=True) -------------------------------------------------
+
+def mem(ts: float, dev: int, addr: int, nbytes: int | None, alloc: int | None, reserved: int | None,
+        tid: int = 1, dtype: int = 1, **extra: object) -> dict:
+    """A Kineto [memory] instant (ts in us); None leaves the field out."""
+    args = {"Device Type": dtype, "Device Id": dev, "Addr": addr, "Bytes": nbytes, "Total Allocated": alloc,
+            "Total Reserved": reserved, **extra}
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts,
+            "args": {k: v for k, v in args.items() if v is not None}}
+
+
+def memory_op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+    """A cpu_op on pid 1 without args (times in us)."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def memory_trace(path: Path, events: list[dict], devices: dict[int, int] | None = None, rank: int = 0,
+          world_size: int = 1) -> Path:
+    """A Kineto trace with ``deviceProperties`` (device -> totalGlobalMem) when given; its folder's
+    name is in ``traceName`` (two runs of equal events are two files, not one stored once)."""
+    kineto(path, events, rank=rank, world_size=world_size)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["traceName"] = path.parent.name
+    if devices:
+        doc["deviceProperties"] = [{"id": d, "name": "Test GPU", "totalGlobalMem": m, "numSms": 1}
+                                   for d, m in devices.items()]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def memory_gate_run(d: Path, extra: int = 0, jitter: int = 0) -> Path:
+    """Two steps of one rank; each step allocates 4,096 at 0x30 in aten::linear (t = +20 us) over 512
+    held from step 1 on, and frees it; ``extra`` bytes more in aten::cat inside aten::linear (t = +25 us,
+    freed at +30), ``jitter`` bytes more in step 2's allocation."""
+    d.mkdir()
+    ev: list[dict] = [mem(5, 0, 0x10, 512, 512, 1 << 20)]
+    for n, base in ((1, 0), (2, 100)):
+        big = 4096 + (jitter if n == 2 else 0)
+        ev += [step(n, base, 100), memory_op("aten::linear", base + 10, 30), memory_op("aten::mm", base + 40, 10),
+               mem(base + 20, 0, 0x30, big, 512 + big, 1 << 20)]
+        if extra:
+            ev += [memory_op("aten::cat", base + 24, 2), mem(base + 25, 0, 0x40, extra, 512 + big + extra, 1 << 20),
+                   mem(base + 30, 0, 0x40, -extra, 512 + big, 1 << 20)]
+        ev.append(mem(base + 35, 0, 0x30, -big, 512, 1 << 20))
+    return memory_trace(d / "rank0.json.gz", ev, {0: 1 << 30})
+
+
+# -- worked multi-rank runs --------------------------------------------------------------------
+
+def _skewed_rank(a_ms: int, gloo_ms: tuple[int, int], b_ms: int) -> list[dict]:
+    """Step 1: aten::A for ``a_ms``, the all-reduce enqueued at its end, gloo work over
+    ``gloo_ms``, then aten::B for ``b_ms`` (none when 0) from the work's end."""
+    us = 1000
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 40 * us},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::A", "pid": 1, "tid": 1, "ts": 0, "dur": a_ms * us},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": a_ms * us, "dur": 0,
+         "args": {"Input Dims": [[[256]], []]}},
+    ]
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+               "ts": gloo_ms[0] * us, "dur": (gloo_ms[1] - gloo_ms[0]) * us,
+               "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+    if b_ms:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::B", "pid": 1, "tid": 1, "ts": gloo_ms[1] * us,
+                   "dur": b_ms * us})
+    return ev
+
+
+def write_skewed_pair(folder, world: int = 2) -> None:
+    """Two ranks whose clocks disagree (ingest with ``align=False``): rank 0 arrives at 10 ms and
+    its copy of the all-reduce ends at 12 ms, before rank 1 arrives at 30 ms (ends 32 ms)."""
+    write_rank(folder / "r0.json", _skewed_rank(10, (11, 12), 40), 0, world=world)
+    write_rank(folder / "r1.json", _skewed_rank(30, (31, 32), 0), 1, world=world)
+
+
+def transient_rank(rank: int, late: bool = True) -> list[dict]:
+    """Two gloo ranks, 4 steps. Rank 1's profiler starts 3 s late (``late``): rank 0's step 1 is
+    [0, 3010] ms, rank 1's [3000, 3010]; each computes (aten::mm) 5 ms from its step start and
+    enqueues its all-reduce (rank 0 at 5 ms, rank 1 at 3005 ms), and rank 0's gloo work spins from
+    5 ms until rank 1 arrives: [5, 3005.5] ms (rank 1's [3005, 3005.5]). Steps 2-4 start at S =
+    3010, 3020, 3030 ms on both: aten::mm [S, S+5], arrivals S+5 (rank 0) and S+5.1 (rank 1), gloo
+    work [S+5, S+5.6] (rank 0) and [S+5.1, S+5.6] (rank 1). Without ``late`` step 1 is like the
+    others, from 3000 ms on both ranks."""
+    def op(name: str, cat: str, tid: int, a: float, b: float, **args: object) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": round(a * 1000, 3),
+                "dur": round((b - a) * 1000, 3), "args": args}
+    ev = []
+    for k, s in enumerate([0 if rank == 0 and late else 3000, 3010, 3020, 3030]):
+        arr = s + 5 + (0.1 if rank == 1 and (k or not late) else 0)
+        ev.append(op(f"ProfilerStep#{k + 1}", "user_annotation", 1, s, 3010 + 10 * k))
+        ev.append(op("aten::mm", "cpu_op", 1, s, s + 5))
+        ev.append(op("c10d::allreduce_", "cpu_op", 1, arr, arr + 0.001, **{"Input Dims": [[[64]], []]}))
+        work_end = 3005.5 if k == 0 and late else s + 5.6
+        ev.append(op("gloo:all_reduce", "user_annotation", 2, arr, work_end,
+                     **{"Input Dims": [[64]], "Input type": ["float"]}))
+    return ev
+
+
+# -- one GPU rank: the critical path's step ----------------------------------------------------
+
+def pid1_op(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op", **args: object) -> dict:
+    """One Kineto complete event on pid 1 (times in us), its args as given."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def stream_kernel(name: str, ts: float, dur: float, corr: int, stream: int = 7, cat: str = "kernel", **args: object) -> dict:
+    """A kernel on ``stream`` of device 0 (times in us), linked to its launch by ``corr``."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": corr, **args}}
+
+
+def runtime_launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
+    """A 1-us CUDA runtime call on thread 1 (times in us)."""
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1,
+            "args": {"correlation": corr}}
+
+
+# One GPU rank, ProfilerStep#1 [0, 200) us on the CPU. Stream 7 (kernel [start, end), launch at L):
+#   K1 [10, 30) L=5; memcpy [30, 40) L=8; K2 [60, 80) L=55; K3 [90, 100) L=20;
+#   a CUDA graph launched at 102 runs G1 [110, 120) and G2 [125, 135) (one correlation);
+#   stream 9: memset [130, 150) L=104.
+# Window: from the step start 0 (before its first kernel) to its last device end 150.
+#   compute: K1 20 + K2 20 + K3 10 + G1 10 + G2 10 = 70;
+#   memory: memcpy 10 + memset [135, 150) 15 (compute G2 takes [130, 135)) = 25;
+#   gaps: [0, 10) K1 launched at 5 > 0: host_bound 10; [40, 60) K2 launched at 55 > 40: host_bound
+#   20; [80, 90) K3 launched at 20, before the gap: idle 10; [100, 110) the graph launched at 102 >
+#   100: host_bound 10; [120, 125) G2, launched with the graph at 102 < 120: idle 5.
+#   host_bound 40, idle 15; 70 + 25 + 40 + 15 = 150.
+GPU_STEP = [
+    pid1_op("ProfilerStep#1", 0, 200, cat="user_annotation"),
+    runtime_launch(5, 1), stream_kernel("K1", 10, 20, 1),
+    runtime_launch(8, 2, "cudaMemcpyAsync"), stream_kernel("Memcpy HtoD (Pageable -> Device)", 30, 10, 2, cat="gpu_memcpy"),
+    runtime_launch(55, 3), stream_kernel("K2", 60, 20, 3),
+    runtime_launch(20, 4), stream_kernel("K3", 90, 10, 4),
+    runtime_launch(102, 5, "cudaGraphLaunch"), stream_kernel("G1", 110, 10, 5), stream_kernel("G2", 125, 10, 5),
+    runtime_launch(104, 6, "cudaMemsetAsync"), stream_kernel("Memset (Device)", 130, 20, 6, stream=9, cat="gpu_memset"),
+]
+
+
+# -- NDTimeline ---------------------------------------------------------------------------------
+
+def write_ndtimeline(folder: Path, rows: list[dict], trial: str, dp: int, pp: int) -> Path:
+    """``rows`` (NDTimeline's columns) as ``folder/trace-<trial>.parquet`` with its column types, and
+    its ``meta-<trial>.yaml`` (dp x pp workers, tp 1)."""
+    df = pl.DataFrame(rows).with_columns(
+        pl.col("dp_rank", "stage", "mc").cast(pl.Int8), pl.col("rank", "gmc").cast(pl.Int16), pl.col("mb_id").cast(pl.Int8),
+        pl.col("start_ts", "duration").cast(pl.Float32), pl.col("seq_id").cast(pl.Int32),
+        pl.col("optype").cast(pl.Categorical))
+    folder.mkdir(parents=True, exist_ok=True)
+    df.write_parquet(folder / f"trace-{trial}.parquet")
+    (folder / f"meta-{trial}.yaml").write_text(
+        f"trial_name: {trial}\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\nworld_size: {dp * pp}\n")
+    return folder / f"trace-{trial}.parquet"

@@ -45,6 +45,17 @@ def store(tmp_path: Path) -> Store:
     s.close()
 
 
+def sample_run(store: Store, name: str) -> int:
+    """Ingest ``sample_traces/NAME`` into ``store`` and return its run id (skip when not recorded)."""
+    from traceprof.ingest.ingest import ingest
+
+    path = SAMPLES / name
+    if not list(path.glob("rank*.trace.json.gz")):
+        pytest.skip(f"{path} not recorded yet")
+    ingest(store, [path])
+    return store.resolve_run(name)
+
+
 def analyze(store: Store, name: str, run: str | None = None, **params: object):
     """Run analysis ``name`` with keyword parameters and return its result."""
     an = registry.get(name)

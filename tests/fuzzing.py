@@ -5,7 +5,9 @@ the command line) and a mutation that knows the format: JSON (numbers at the int
 and non-UTF-8 strings, nesting 50 to 100,000 deep, changed types, dropped keys, repeated elements),
 pickles (shared references, cycles, deep nesting, globals, sets, big ints), YAML (aliases, billion
 laughs, deep nesting, bad sizes), Parquet (values at the column edges, NaN, nulls, dropped or
-retyped columns) and SQLite (hostile cell values, dropped tables and columns, corrupt pages), plus
+retyped columns), export_memory_timeline entries (fields at the edges or of other types, entries of
+other arity, out of order or repeated, coalesced rows of another width, rank and device in the file
+name at the edges) and SQLite (hostile cell values, dropped tables and columns, corrupt pages), plus
 truncation and byte flips everywhere. Adding a kind is one :func:`kind` entry.
 
 Each input is ingested by the CLI (``traceprof ingest FILE``) in a worker process (:class:`Worker`)
@@ -514,6 +516,92 @@ def _inspector_unavailable(seeds: list[Input]) -> str | None:
 @kind("nccl_inspector", _inspector_seeds, _inspector_unavailable)
 def _inspector(draw: Draw, seed: Input) -> Input:
     return Input({seed.main: mutate_json(draw, seed.files[seed.main])}, seed.main)
+
+
+# -- torch.profiler export_memory_timeline output (raw and coalesced forms) -------------------------
+
+#: A raw timeline worked by hand in tests/test_memory.py: [t ns, action, bytes, category] entries.
+_TIMELINE_RAW = [[-1, 1, 100, 0], [1000, 2, 50, 4], [1000, 2, 8, 7], [2000, 3, -50, 4], [2000, 3, 50, 5],
+                 [3000, 2, 40, 3], [4000, 4, -40, 3]]
+#: The same timeline in the coalesced form: [times in us, sizes [0, parameter, ..., unknown] per time].
+_TIMELINE_COALESCED = [[1, 2, 3, 4], [[0, 100, 0, 0, 0, 50, 0, 0, 8], [0, 100, 0, 0, 0, 0, 50, 0, 8],
+                                      [0, 100, 0, 0, 40, 0, 50, 0, 8], [0, 100, 0, 0, 0, 0, 50, 0, 8]]]
+
+
+def _timeline_seeds() -> list[Input]:
+    seeds = [Input({"rank0_cuda0.raw.json.gz": gzip.compress(json.dumps(_TIMELINE_RAW).encode())},
+                   "rank0_cuda0.raw.json.gz"),
+             Input({"rank1_cuda0.json": json.dumps(_TIMELINE_COALESCED).encode()}, "rank1_cuda0.json")]
+    corpus = _read(CORPUS / "hta" / "memory_analysis" / "memory_timeline.raw.gz")
+    if corpus is not None:  # a few entries of the real file, in memory (the corpus is never copied)
+        entries = json.loads(gzip.decompress(corpus))
+        few = entries[:8] + entries[5000:5032]
+        seeds.append(Input({"rank2_cuda1.raw.json.gz": gzip.compress(json.dumps(few).encode())},
+                           "rank2_cuda1.raw.json.gz"))
+    return seeds
+
+
+#: File names the rank and device are read from: numbers at the edges, several matches, none.
+_TIMELINE_NAMES = ["rank99999999999999999999_cuda0", "rank0_cuda99999999999999999999", "rank2147483648_cuda1",
+                   "rank-1_cuda_3", "RANK_7_CUDA:2", "memory_timeline", "rank0_rank1_cuda0_cuda1",
+                   "rank" + "9" * 200, "\u202erank0"]
+_ENTRY_VALUES: list[Any] = [*INT_EDGES, 1.5, -0.5, True, None, "3", [], {}, [1, 2], float("nan")]
+
+
+def _timeline_tree(draw: Draw, doc: Any) -> Any:
+    """A change that knows the two forms: an entry's field (time, action, bytes, category) at an
+    edge or of another type, an entry with fewer or more values, entries out of time order or
+    repeated, a preexisting entry at a real time, a coalesced row of another width, times and
+    sizes of different lengths, an entry nested deep."""
+    coalesced = len(doc) == 2 and all(isinstance(x, list) for x in doc) and bool(doc[1]) and \
+        isinstance(doc[1][0], list) and len(doc[1][0]) == 9
+    rows = doc[1] if coalesced else doc
+    if not rows:
+        return doc
+    i = number(draw, 0, len(rows) - 1)
+    op = pick(draw, ["value", "value", "arity", "order", "repeat", "deep", "sign", "lengths" if coalesced else "pre"])
+    row = rows[i]
+    if op == "value" and isinstance(row, list) and row:
+        row[number(draw, 0, len(row) - 1)] = pick(draw, _ENTRY_VALUES)
+        if coalesced and draw(_st().booleans()):
+            doc[0][i] = pick(draw, _ENTRY_VALUES)
+    elif op == "arity" and isinstance(row, list):
+        rows[i] = row[:-1] if row and draw(_st().booleans()) else [*row, 0]
+    elif op == "order":
+        rows.reverse()
+    elif op == "repeat":
+        rows[i:i + 1] = [row] * pick(draw, [2, 1000, 100_000])
+    elif op == "deep":
+        d = pick(draw, DEPTHS[:5])
+        for _ in range(d):
+            row = [row]
+        rows[i] = row
+    elif op == "sign" and isinstance(row, list) and len(row) == 4 and isinstance(row[2], int):
+        row[2] = -row[2] or -1
+    elif op == "pre" and isinstance(row, list) and len(row) == 4:
+        row[:2] = [pick(draw, [-1, -2, 0, 2**63 - 1]), 1]
+    elif op == "lengths":
+        doc[0] = doc[0][:-1] if draw(_st().booleans()) else [*doc[0], doc[0][-1]]
+    return doc
+
+
+@kind("memory_timeline", _timeline_seeds)
+def _memory_timeline(draw: Draw, seed: Input) -> Input:
+    data = seed.files[seed.main]
+    gz = seed.main.endswith(".gz")
+    text = gzip.decompress(data) if gz else data
+    if draw(_st().booleans()):
+        text = json.dumps(_timeline_tree(draw, json.loads(text))).encode()
+    else:
+        text = mutate_json(draw, text)
+    name = seed.main
+    if draw(_st().integers(0, 3)) == 0:  # the rank and device come from the file name
+        name = pick(draw, _TIMELINE_NAMES) + (".raw.json.gz" if gz else ".json")
+    if gz:
+        text = gzip.compress(text, 1)
+        if draw(_st().integers(0, 4)) == 0:
+            text = mutate_bytes(draw, text)
+    return Input({name: text}, name)
 
 
 # -- the worker ---------------------------------------------------------------------------------------

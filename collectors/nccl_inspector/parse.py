@@ -23,13 +23,16 @@ Algorithm:
      warning.
   2. Each ``coll_perf`` record is one collectives row (source ``nccl_inspector``): pg = the
      communicator ``id``, seq = ``coll_sn``, op from ``coll``; NCCL numbers each op type of a
-     communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<coll>:<coll_sn>``
+     communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<op>:<coll_sn>`` (``traceprof.core.ops.nccl_comms_id``)
      is the key that matches one instance across ranks. Bytes as nccl-tests counts them (the
      plugin's ``coll_msg_size_bytes`` is the per-rank size of AllGather / ReduceScatter: bytes_in
      = size, bytes_out = size x n_ranks for AllGather, the reverse for ReduceScatter, both = size
      otherwise). enter = ``coll_start_ts``, start = the earliest ``kernel_start_ts``, end = the
      latest ``kernel_stop_ts`` (all channels; a 0 is a time never set: unknown, flagged
-     ``zero_ts``). One ``collective`` event per record keeps the whole record as args (the
+     ``zero_ts``). The reported ``coll_algobw_gbs`` / ``coll_busbw_gbs`` are kept as
+     ``reported_algbw_gbps`` / ``reported_busbw_gbps`` (a value that is not a finite non-negative
+     number is a bad record), beside the bandwidth ``collective_perf`` computes from the times.
+     One ``collective`` event per record keeps the whole record as args (the
      reported ``coll_exec_time_us``, ``coll_algobw_gbs``, ``coll_busbw_gbs``); a record without
      ``event_trace_ts`` (not verbose) has no start / end: its event is an ``instant`` at its dump
      time, with a warning. ``p2p_perf`` records are point-to-point rows (pg ``<id>:p2p``), left
@@ -40,7 +43,8 @@ Algorithm:
 
 Source fields read: ``header.{id, rank, n_ranks, nnodes, comm_name}``,
 ``metadata.{inspector_output_format_version, dump_timestamp_us, hostname, pid}``,
-``coll_perf.{coll, coll_sn, coll_msg_size_bytes, coll_exec_time_us, event_trace_ts}``,
+``coll_perf.{coll, coll_sn, coll_msg_size_bytes, coll_exec_time_us, coll_algobw_gbs, coll_busbw_gbs,
+event_trace_ts}``,
 ``p2p_perf.{p2p, p2p_peer, p2p_msg_size_bytes, event_trace_ts}``, ``dump_stats.*num_dropped*``.
 """
 
@@ -61,9 +65,9 @@ from traceprof.collectors._arrow import row_schema
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import read_maybe_gzip
 from traceprof.core.limits import INT64, fits, record_fits
-from traceprof.core.ops import normalize_op
+from traceprof.core.ops import nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import checked_int
+from traceprof.core.values import checked_int, number
 from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
@@ -113,6 +117,17 @@ def _uint(obj: dict[str, Any], key: str, where: str, *, required: bool = True) -
     if problem is not None or n is None or n < 0:
         raise _Bad(f"'{where}.{key}' not a non-negative integer", repr(v))
     return n
+
+
+def _gbps(perf: dict[str, Any], key: str) -> float | None:
+    """A reported bandwidth (GB/s): a finite non-negative number, None when absent; else :class:`_Bad`."""
+    v = perf.get(key)
+    if v is None:
+        return None
+    x = number(v)
+    if x is None or x < 0:
+        raise _Bad(f"'coll_perf.{key}' not a non-negative number", repr(v))
+    return x
 
 
 def _us_ns(v: int | None, key: str) -> int | None:
@@ -202,9 +217,11 @@ def _rows_of(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], 
     pid = meta.get("pid")
     row = {
         "source": CollectiveSource.nccl_inspector, "pg": f"{comm}:p2p" if p2p else comm, "pg_ranks": None, "seq": seq, "p2p": p2p,
-        "comms_id": None if p2p else f"{comm}:{name}:{seq}", "op": op, "dtype": None, "nelems_in": None,
+        "comms_id": None if p2p else nccl_comms_id(comm, op, seq), "op": op, "dtype": None, "nelems_in": None,
         "nelems_out": None, "bytes_in": b_in, "bytes_out": b_out, "group_size": n, "enter_ns": enter,
         "start_ns": start, "end_ns": end, "stream": None, "tid": None, "step": None,
+        "reported_algbw_gbps": None if p2p else _gbps(perf, "coll_algobw_gbs"),
+        "reported_busbw_gbps": None if p2p else _gbps(perf, "coll_busbw_gbs"),
     }
     at = start or enter or end
     event = {

@@ -27,7 +27,10 @@ Algorithm:
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
      ``Count`` as NCCL's API counts them: the input (``nelems_in``), except ReduceScatter's
-     ``recvcount``, the per-rank output (``nelems_out``); enter = begin, end = end. (CommHash, SeqNum) identifies an instance across ranks.
+     ``recvcount``, the per-rank output (``nelems_out``); enter = begin, end = end. NCCL numbers
+     each op type of a communicator separately (``seqNumber[func]``: AllReduce 0 and AllGather 0
+     are different collectives), so ``comms_id`` = ``<CommHash>:<op>:<SeqNum>``
+     (``traceprof.core.ops.nccl_comms_id``) identifies an instance across ranks.
      GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
@@ -52,7 +55,7 @@ from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
 from traceprof.core.limits import record_fits, shown
-from traceprof.core.ops import dtype_bytes, normalize_op
+from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.timeconv import us_text_to_ns
 from traceprof.core.values import checked_int, integer
@@ -339,6 +342,7 @@ def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
         colls.append({
             "source": CollectiveSource.nccl_profiler, "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
             "seq": None if p2p else integer(a.get("SeqNum")), "op": op, "dtype": dtype,
+            "comms_id": None if p2p else nccl_comms_id(comm, op, integer(a.get("SeqNum"))),
             f"nelems_{side}": n, f"bytes_{side}": nbytes,
             "enter_ns": start, "start_ns": start, "end_ns": end, "tid": str(ev.tid),
         })

@@ -8,7 +8,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.builders import BASE, write_rank
+from tests.builders import BASE, GPU_STEP, transient_rank, write_rank
+from tests.builders import pid1_op as _op
+from tests.builders import runtime_launch as _launch
+from tests.builders import stream_kernel as _kernel
 from tests.conftest import CASES, CORPUS, SAMPLES, analyze, corpus
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.ingest.ingest import ingest
@@ -16,20 +19,6 @@ from traceprof.storage.store import Store
 
 US = 1000
 CATS = ["compute_ns", "transfer_ns", "memory_ns", "wait_ns", "host_bound_ns", "idle_ns"]
-
-
-def _op(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op", **args: object) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
-
-def _kernel(name: str, ts: float, dur: float, corr: int, stream: int = 7, cat: str = "kernel", **args: object) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": stream, "correlation": corr, **args}}
-
-
-def _launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1,
-            "args": {"correlation": corr}}
 
 
 def _account(res, rank: int) -> dict:
@@ -90,28 +79,6 @@ def test_two_cpu_ranks_one_late(store, tmp_path):
     assert (ranks["steps"], ranks["host_bound_ns"], ranks["host_bound_pct"]) == (1, 310 * US, pytest.approx(31.0))
     assert res.compute.filter(pl.col("rank") == 1).select("family", "compute_ns").rows() == [
         ("mm", 100 * US), ("add", 70 * US)]
-
-
-# One GPU rank, ProfilerStep#1 [0, 200) us on the CPU. Stream 7 (kernel [start, end), launch at L):
-#   K1 [10, 30) L=5; memcpy [30, 40) L=8; K2 [60, 80) L=55; K3 [90, 100) L=20;
-#   a CUDA graph launched at 102 runs G1 [110, 120) and G2 [125, 135) (one correlation);
-#   stream 9: memset [130, 150) L=104.
-# Window: from the step start 0 (before its first kernel) to its last device end 150.
-#   compute: K1 20 + K2 20 + K3 10 + G1 10 + G2 10 = 70;
-#   memory: memcpy 10 + memset [135, 150) 15 (compute G2 takes [130, 135)) = 25;
-#   gaps: [0, 10) K1 launched at 5 > 0: host_bound 10; [40, 60) K2 launched at 55 > 40: host_bound
-#   20; [80, 90) K3 launched at 20, before the gap: idle 10; [100, 110) the graph launched at 102 >
-#   100: host_bound 10; [120, 125) G2, launched with the graph at 102 < 120: idle 5.
-#   host_bound 40, idle 15; 70 + 25 + 40 + 15 = 150.
-GPU_STEP = [
-    _op("ProfilerStep#1", 0, 200, cat="user_annotation"),
-    _launch(5, 1), _kernel("K1", 10, 20, 1),
-    _launch(8, 2, "cudaMemcpyAsync"), _kernel("Memcpy HtoD (Pageable -> Device)", 30, 10, 2, cat="gpu_memcpy"),
-    _launch(55, 3), _kernel("K2", 60, 20, 3),
-    _launch(20, 4), _kernel("K3", 90, 10, 4),
-    _launch(102, 5, "cudaGraphLaunch"), _kernel("G1", 110, 10, 5), _kernel("G2", 125, 10, 5),
-    _launch(104, 6, "cudaMemsetAsync"), _kernel("Memset (Device)", 130, 20, 6, stream=9, cat="gpu_memset"),
-]
 
 
 def test_gpu_step_host_bound_gap_graph_launch_and_memory(store, tmp_path):
@@ -260,3 +227,43 @@ def test_report_opens_with_the_step_waterfall_and_marks_the_path(store):
     fig = plots.timeline(tl)
     labels = [str(i.label.get("value") if isinstance(i.label, dict) else i.label) for i in fig.legend[0].items]
     assert any("critical path" in x for x in labels), labels
+
+
+def test_profiler_start_transient_is_left_out_of_the_account_and_the_waterfall(store, tmp_path):
+    # tests.builders.transient_rank: rank 1's profiler starts 3 s late, so rank 0's step 1
+    # [0, 3010] ms waits 3000 ms at its first all-reduce. Step 1 is the transient (the one
+    # definition of excluded time, traceprof.engine.arrivals) and is left out, as overlap leaves it out.
+    for r in (0, 1):
+        write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r), r)
+    ingest(store, [tmp_path / "run"], run="tr")
+    cp = analyze(store, "critical_path", "tr")
+    (note,) = [n for n in cp.notes if n.startswith("profiler-start transient: the first collective (step 1)")]
+    assert note in analyze(store, "overlap", "tr").notes  # the same note
+    # Steps 2-4 (S = 3010, 3020, 3030 ms), each 10 ms on both ranks. Rank 0: aten::mm [S, S+5] =
+    # 5 ms compute; arrival S+5, rank 1's S+5.1: wait 0.1 ms; transfer [S+5.1, S+5.6] = 0.5 ms;
+    # the 4.4 ms gap to the next step's aten::mm is host-bound (a CPU rank's own work), the one
+    # after its last step's work idle. Rank 1: compute 5; host-bound 0.1 ms before its arrival
+    # (and 4.4 after, but idle after its last work); transfer 0.5 ms; no wait.
+    ms = 1_000_000
+    want = {(0, 2): (5, 0.5, 0.1, 4.4, 0), (0, 3): (5, 0.5, 0.1, 4.4, 0), (0, 4): (5, 0.5, 0.1, 0, 4.4),
+            (1, 2): (5, 0.5, 0, 4.5, 0), (1, 3): (5, 0.5, 0, 4.5, 0), (1, 4): (5, 0.5, 0, 0.1, 4.4)}
+    got = {(r["rank"], r["step"]): (r["compute_ns"], r["transfer_ns"], r["wait_ns"], r["host_bound_ns"], r["idle_ns"])
+           for r in cp.frame.iter_rows(named=True)}
+    assert got == {k: tuple(round(x * ms) for x in v) for k, v in want.items()}
+    assert cp.frame["step_ns"].to_list() == [10 * ms] * 6 and cp.frame["memory_ns"].sum() == 0
+    assert cp.steps["step"].to_list() == [2, 3, 4]
+    # Blame: rank 0's 3 x 0.1 ms of waits, for rank 1 (host-bound before its arrival); not the
+    # transient's 3000 ms
+    assert cp.blame.select("rank", "kind", "waited_ns").rows() == [(1, "host_bound", 300_000)]
+    # The MFU waterfall over the same account: 6 rank-steps x 10 ms = 60 ms. 2e9 FLOPs per step for
+    # the job = 1e9 per rank at 1 TFLOP/s: 1 ms at peak per rank-step, 6 ms in all (MFU 10%);
+    # kernel efficiency 30 - 6 = 24 ms; idle 2 x 4.4 = 8.8; exposed communication 6 x 0.5 = 3.0;
+    # waiting 0.3; host-bound 2 x 4.4 + 2 x 4.5 + 0.1 = 17.9 ms.
+    m = analyze(store, "mfu", "tr", peak_tflops=1.0, model_flops_per_step=2e9)
+    wf = dict(m.waterfall.select("component", "ns").iter_rows())
+    assert wf == {"idle": 8_800_000, "exposed communication": 3_000_000, "waiting for peers": 300_000,
+                  "launch/host-bound": 17_900_000, "memory": 0, "kernel efficiency": 24_000_000, "MFU": 6_000_000}
+    assert sum(wf.values()) == 60 * ms and m.waterfall["pct"].sum() == pytest.approx(100.0)
+    # mfu's per-step frame leaves step 1 out too: every rank-step 1e9 FLOPs in 10 ms = 0.1 TFLOP/s
+    assert m.frame["step"].unique().sort().to_list() == [2, 3, 4] and m.frame["mfu_pct"].to_list() == [10.0] * 6
+    assert note in m.notes

@@ -12,7 +12,17 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.builders import EPOCH, Export, kernel, kineto, launch, step
+from tests.builders import (
+    EPOCH,
+    Export,
+    kernel,
+    launch,
+    mem,
+    memory_gate_run,
+    memory_op,
+    memory_trace,
+    step,
+)
 from tests.conftest import analyze, corpus
 from traceprof.core.errors import AnalysisError, TraceFormatError, UsageError
 from traceprof.ingest.ingest import ingest
@@ -20,33 +30,6 @@ from traceprof.storage.store import Store
 
 BASE_NS = 1_700_000_000_000_000_000  # tests.builders.kineto's baseTimeNanoseconds
 US = 1_000
-
-
-def mem(ts: float, dev: int, addr: int, nbytes: int | None, alloc: int | None, reserved: int | None,
-        tid: int = 1, dtype: int = 1, **extra: object) -> dict:
-    """A Kineto [memory] instant (ts in us); None leaves the field out."""
-    args = {"Device Type": dtype, "Device Id": dev, "Addr": addr, "Bytes": nbytes, "Total Allocated": alloc,
-            "Total Reserved": reserved, **extra}
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts,
-            "args": {k: v for k, v in args.items() if v is not None}}
-
-
-def op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
-
-
-def trace(path: Path, events: list[dict], devices: dict[int, int] | None = None, rank: int = 0,
-          world_size: int = 1) -> Path:
-    """A Kineto trace with ``deviceProperties`` (device -> totalGlobalMem) when given; its folder's
-    name is in ``traceName`` (two runs of equal events are two files, not one stored once)."""
-    kineto(path, events, rank=rank, world_size=world_size)
-    doc = json.loads(gzip.decompress(path.read_bytes()))
-    doc["traceName"] = path.parent.name
-    if devices:
-        doc["deviceProperties"] = [{"id": d, "name": "Test GPU", "totalGlobalMem": m, "numSms": 1}
-                                   for d, m in devices.items()]
-    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return path
 
 
 # Rank 0 drives two devices. Steps: #1 [0, 100) us, #2 [100, 200) us; ops on thread 1:
@@ -66,7 +49,7 @@ def trace(path: Path, events: list[dict], devices: dict[int, int] | None = None,
 #   peak 400 in step 2; headroom 4,000 - 2,048 = 1,952 = 48.8 %.
 # A CPU record (Device Type 0, Device Id -1) is host memory: left out.
 EVENTS = [
-    step(1, 0, 100), step(2, 100, 100), op("aten::linear", 10, 30), op("aten::empty", 12, 2),
+    step(1, 0, 100), step(2, 100, 100), memory_op("aten::linear", 10, 30), memory_op("aten::empty", 12, 2),
     mem(13, 0, 0x10, 512, 1512, 4096), mem(20, 0, 0x20, 2048, 3560, 4096), mem(50, 0, 0xA, -1000, 2560, 4096),
     mem(60, 0, 0x20, -2048, 512, 4096), mem(110, 0, 0x30, 4096, 4608, 8192), mem(120, 0, 0x30, -4096, 512, 8192),
     mem(15, 1, 0x99, 100, 100, 2048), mem(115, 1, 0x98, 300, 400, 2048),
@@ -83,7 +66,7 @@ def _one(df: pl.DataFrame, **eq: object) -> dict:
 
 
 def test_two_devices_peaks_steps_ops_by_hand(store, tmp_path):
-    ingest(store, [trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
     res = analyze(store, "memory", "r")
     assert res.frame.height == 2  # one series per device; host memory left out
     d0 = _one(res.frame, device=0)
@@ -114,7 +97,7 @@ def test_missing_totals_are_derived_or_make_the_peak_a_lower_bound(store, tmp_pa
     ev = [e for e in EVENTS if not (e["name"] == "[memory]" and e["ts"] == 20)]
     derived = [*ev, mem(20, 0, 0x20, 2048, None, 4096)]
     (tmp_path / "a").mkdir()
-    ingest(store, [trace(tmp_path / "a" / "r0.json.gz", derived, CAPS)], run="a")
+    ingest(store, [memory_trace(tmp_path / "a" / "r0.json.gz", derived, CAPS)], run="a")
     res = analyze(store, "memory", "a")
     assert _one(res.steps, device=0, step=1)["peak_allocated_bytes"] == 3560
     assert _one(res.frame, device=0)["peak_exact"]
@@ -124,14 +107,14 @@ def test_missing_totals_are_derived_or_make_the_peak_a_lower_bound(store, tmp_pa
     ev2 = [e for e in EVENTS if not (e["name"] == "[memory]" and e["ts"] in (110, 120))]
     back = [*ev2, mem(110, 0, 0x30, None, None, 8192), mem(120, 0, 0x30, -4096, 512, 8192)]
     (tmp_path / "b").mkdir()
-    ingest(store, [trace(tmp_path / "b" / "r0.json.gz", back, CAPS)], run="b")
+    ingest(store, [memory_trace(tmp_path / "b" / "r0.json.gz", back, CAPS)], run="b")
     d0 = _one(analyze(store, "memory", "b").frame, device=0)
     assert (d0["peak_allocated_bytes"], d0["peak_step"], d0["peak_exact"]) == (4608, 2, True)
     # Without the next total either, t=110 and t=120 are unknown: the peak is a lower bound, 3,560
     # (step 1), flagged with a note, never 4,608 guessed nor 512 + 0.
     unknown = [*ev2, mem(110, 0, 0x30, None, None, 8192), mem(120, 0, 0x30, -4096, None, 8192)]
     (tmp_path / "c").mkdir()
-    ingest(store, [trace(tmp_path / "c" / "r0.json.gz", unknown, CAPS)], run="c")
+    ingest(store, [memory_trace(tmp_path / "c" / "r0.json.gz", unknown, CAPS)], run="c")
     res = analyze(store, "memory", "c")
     d0 = _one(res.frame, device=0)
     assert (d0["peak_allocated_bytes"], d0["peak_step"], d0["peak_exact"]) == (3560, 1, False)
@@ -146,7 +129,7 @@ def test_bad_values_are_notes_not_numbers(store, tmp_path):
     ev = [e for e in EVENTS if not (e["name"] == "[memory]" and e["ts"] in (20, 50))]
     bad = [*ev, mem(20, 0, 0x20, 2048, "3561", 4096), mem(50, 0, 0xA, -1000, 2560.5, 4096),
            mem(70, None, 0x1, 5, 5, 5)]  # no Device Id: left out with a note
-    ingest(store, [trace(tmp_path / "r0.json.gz", bad, CAPS)], run="r")
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", bad, CAPS)], run="r")
     res = analyze(store, "memory", "r")
     assert _one(res.steps, device=0, step=1)["peak_allocated_bytes"] == 3560
     assert any("2 Kineto memory record(s) without a usable 'Total Allocated'" in n for n in res.notes)
@@ -154,7 +137,7 @@ def test_bad_values_are_notes_not_numbers(store, tmp_path):
 
 
 def test_no_memory_records_is_an_error(store, tmp_path):
-    ingest(store, [trace(tmp_path / "r0.json.gz", [step(1, 0, 10), op("aten::mm", 1, 2)])], run="r")
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", [step(1, 0, 10), memory_op("aten::mm", 1, 2)])], run="r")
     with pytest.raises(AnalysisError, match="profile_memory=True"):
         analyze(store, "memory", "r")
 
@@ -268,6 +251,35 @@ def test_memory_timeline_bad_entry_names_it(store, tmp_path, entry, why):
     assert store.sql("SELECT events_kept, events_rejected FROM traces").rows() == [(1, 1)]
 
 
+def test_memory_timeline_device_beyond_int32_is_refused(store, tmp_path):
+    # The device comes from the file name; the view reads it as INTEGER, so cuda2147483648 would be
+    # a silent NULL device: refused in one line naming the file (2**31 - 1 is the largest int32).
+    for dev, ok in ((2**31 - 1, True), (2**31, False), (10**20, False)):
+        f = tmp_path / f"rank0_cuda{dev}.raw.json"
+        f.write_text(json.dumps([[1000, 2, dev % 97 + 1, 0]]))  # other bytes: another file
+        if ok:
+            ingest(store, [f], run=f"d{dev}")
+            continue
+        with pytest.raises(TraceFormatError, match=rf"{f.name}: device {dev} in the file name \(cuda:N\) is beyond int32"):
+            ingest(store, [f], run=f"d{dev}")
+    assert store.sql("SELECT DISTINCT device FROM memory_events").rows() == [(2**31 - 1,)]
+
+
+@pytest.mark.parametrize("doc, total", [
+    # 2**62 + 2**62 would wrap to -2**63 in the analysis' int64 running total: a wrong peak
+    ([[1000, 2, 2**62, 0], [2000, 2, 2**62, 0]], 2**63),
+    # the coalesced form's change from -2**63 to 2**63 - 1 is 2**64 - 1 bytes in one entry
+    ([[1, 2], [[0, -(2**63), 0, 0, 0, 0, 0, 0, 0], [0, 2**63 - 1, 0, 0, 0, 0, 0, 0, 0]]], 2**63 + 2**64 - 1),
+])
+def test_memory_timeline_bytes_beyond_int64_are_refused(store, tmp_path, doc, total):
+    f = tmp_path / "rank0_cuda0.raw.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=rf"the entries' bytes add up to {total} \(allocated and freed\), "
+                                               "beyond int64"):
+        ingest(store, [f], run="big")
+    assert store.sql("SELECT count(*) FROM traces").item() == 0
+
+
 # --- Nsight Systems ---------------------------------------------------------------------------------
 
 
@@ -337,7 +349,7 @@ def _rank_trace(path: Path, rank: int, peak: int) -> Path:
         "Collective name": "allreduce", "Seq": 1, "In msg nelems": 4, "Out msg nelems": 4, "dtype": "Float",
         "Group size": 2 if rank < 2 else 1, **pg})
     ev = [step(1, 0, 100), mem(10, 0, 0x1, peak, peak, peak), mem(20, 0, 0x1, -peak, 0, peak), nccl, launch(30, 1)]
-    return trace(path, ev, {0: 100_000}, rank=rank, world_size=3)
+    return memory_trace(path, ev, {0: 100_000}, rank=rank, world_size=3)
 
 
 def test_imbalance_within_process_groups(store, tmp_path):
@@ -361,7 +373,7 @@ def test_without_groups_the_whole_run_is_one_group(store, tmp_path):
     # No collectives: ranks 0 and 1 of a 2-rank job, peaks 1,000 and 1,050 -> spread 5 %: balanced.
     d = tmp_path / "job"
     d.mkdir()
-    paths = [trace(d / f"rank{r}.json.gz", [step(1, 0, 100), mem(10, 0, 0x1, p, p, p)], rank=r, world_size=2)
+    paths = [memory_trace(d / f"rank{r}.json.gz", [step(1, 0, 100), mem(10, 0, 0x1, p, p, p)], rank=r, world_size=2)
              for r, p in ((0, 1000), (1, 1050))]
     ingest(store, paths, run="job")
     g = analyze(store, "memory", "job").groups.row(0, named=True)
@@ -371,7 +383,7 @@ def test_without_groups_the_whole_run_is_one_group(store, tmp_path):
 def test_result_tables_match_their_declarations(store, tmp_path):
     from traceprof.analyses.memory import TABLES, Result
 
-    ingest(store, [trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
     res = analyze(store, "memory", "r")
     frames = res.frames()
     assert list(frames) == list(TABLES)
@@ -392,14 +404,14 @@ def test_linear_in_records(tmp_path):
         ev = [step(1, 0, n * 3 + 10)]
         total = 0
         for i in range(n // 2):
-            ev.append(op("aten::empty", 3 * i + 1, 1))
+            ev.append(memory_op("aten::empty", 3 * i + 1, 1))
             total += 512
             ev.append(mem(3 * i + 1.5, 0, 0x1000 + i, 512, total, 1 << 30))
         for i in range(n // 2):
             total -= 512
             ev.append(mem(3 * n + 5 + i * 1e-3, 0, 0x1000 + i, -512, total, 1 << 30))
         s = Store(d / "s.duckdb")
-        ingest(s, [trace(d / "r0.json.gz", ev)], run="r")
+        ingest(s, [memory_trace(d / "r0.json.gz", ev)], run="r")
         t0 = time.perf_counter()
         res = analyze(s, "memory", "r")
         took = time.perf_counter() - t0
@@ -415,30 +427,13 @@ def test_linear_in_records(tmp_path):
 # --- the diff gate ---------------------------------------------------------------------------------------
 
 
-def _gate_run(d: Path, extra: int = 0, jitter: int = 0) -> Path:
-    """Two steps of one rank; each step allocates 4,096 at 0x30 in aten::linear (t = +20 us) over 512
-    held from step 1 on, and frees it; ``extra`` bytes more in aten::cat inside aten::linear (t = +25 us,
-    freed at +30), ``jitter`` bytes more in step 2's allocation."""
-    d.mkdir()
-    ev: list[dict] = [mem(5, 0, 0x10, 512, 512, 1 << 20)]
-    for n, base in ((1, 0), (2, 100)):
-        big = 4096 + (jitter if n == 2 else 0)
-        ev += [step(n, base, 100), op("aten::linear", base + 10, 30), op("aten::mm", base + 40, 10),
-               mem(base + 20, 0, 0x30, big, 512 + big, 1 << 20)]
-        if extra:
-            ev += [op("aten::cat", base + 24, 2), mem(base + 25, 0, 0x40, extra, 512 + big + extra, 1 << 20),
-                   mem(base + 30, 0, 0x40, -extra, 512 + big, 1 << 20)]
-        ev.append(mem(base + 35, 0, 0x30, -big, 512, 1 << 20))
-    return trace(d / "rank0.json.gz", ev, {0: 1 << 30})
-
-
 def test_diff_gates_peak_memory_structurally_when_deterministic(store, tmp_path):
     from traceprof.engine.diff import diff_runs
 
     # base1 = base2: every step peaks at 512 + 4,096 = 4,608 (deterministic). cand: + 1,024 in aten::cat
     # inside aten::linear -> 5,632 = +22.2 % > 1 %: a structural regression naming aten::cat.
     for name, extra in (("b1", 0), ("b2", 0), ("same", 0), ("cand", 1024)):
-        ingest(store, [_gate_run(tmp_path / name, extra)], run=name)
+        ingest(store, [memory_gate_run(tmp_path / name, extra)], run=name)
     res = diff_runs(store, "b1,b2", "cand")
     m = _one(res.frame, metric="peak_mem_bytes")
     assert (m["layer"], m["base"], m["cand"], m["regressed"]) == ("structural", 4608, 5632, True)
@@ -460,7 +455,7 @@ def test_diff_noise_tests_peak_memory_when_allocations_vary(store, tmp_path):
     # deterministic, so the metric goes through the noise test: k = 2 baselines, their mean 4,708; the
     # candidate's 4,808 is +2.1 % but within the spread between the baselines: not a regression.
     for name, jitter in (("b1", 0), ("b2", 200), ("cand", 200)):
-        ingest(store, [_gate_run(tmp_path / name, jitter=jitter)], run=name)
+        ingest(store, [memory_gate_run(tmp_path / name, jitter=jitter)], run=name)
     m = _one(diff_runs(store, "b1,b2", "cand").frame, metric="peak_mem_bytes")
     assert (m["layer"], m["base"], m["cand"], m["regressed"]) == ("timing", 4708, 4808, False)
     assert "noise-tested" in m["reason"]
@@ -471,7 +466,7 @@ def test_diff_without_memory_has_no_memory_metric(store, tmp_path):
 
     for name in ("b1", "cand"):
         (tmp_path / name).mkdir()
-        ingest(store, [trace(tmp_path / name / "rank0.json.gz", [step(1, 0, 100), op("aten::mm", 10, 5)])], run=name)
+        ingest(store, [memory_trace(tmp_path / name / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])], run=name)
     assert "peak_mem_bytes" not in diff_runs(store, "b1", "cand").frame["metric"].to_list()
 
 
@@ -483,14 +478,14 @@ def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
 
     # No memory recorded: no memory verdict, finding or "not available" line.
     (tmp_path / "plain").mkdir()
-    ingest(store, [trace(tmp_path / "plain" / "rank0.json.gz", [step(1, 0, 100), op("aten::mm", 10, 5)])], run="plain")
+    ingest(store, [memory_trace(tmp_path / "plain" / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])], run="plain")
     f = summarize(store, "plain")
     assert not [x for x in f.findings if x.topic == "memory"] and not [v for v in f.verdicts if v.topic == "memory"]
     assert not [m for m in f.missing if m.analysis == "memory"]
     # Memory recorded, nothing wrong (device 1 alone: 48.8 % headroom): an ok verdict, no finding.
     (tmp_path / "fine").mkdir()
     fine = [e for e in EVENTS if e["name"] != "[memory]" or e["args"]["Device Id"] != 0]
-    ingest(store, [trace(tmp_path / "fine" / "rank0.json.gz", fine, CAPS)], run="fine")
+    ingest(store, [memory_trace(tmp_path / "fine" / "rank0.json.gz", fine, CAPS)], run="fine")
     f = summarize(store, "fine")
     assert not [x for x in f.findings if x.topic == "memory"]
     assert [(v.status, v.text) for v in f.verdicts if v.topic == "memory"] == [
@@ -514,7 +509,7 @@ def test_out_of_memory_record_is_a_finding(store, tmp_path):
 
     oom = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[OutOfMemory]", "pid": 1, "tid": 1, "ts": 150,
            "args": {"Device Type": 1, "Device Id": 0, "Bytes": 10**9, "Total Allocated": 512, "Total Reserved": 8192}}
-    ingest(store, [trace(tmp_path / "r0.json.gz", [*EVENTS, oom], CAPS)], run="r")
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", [*EVENTS, oom], CAPS)], run="r")
     res = analyze(store, "memory", "r")
     assert _one(res.frame, device=0)["ooms"] == 1 and _one(res.frame, device=1)["ooms"] == 0
     assert _one(res.frame, device=0)["peak_allocated_bytes"] == 4608  # the failed request is not an allocation
@@ -525,7 +520,7 @@ def test_out_of_memory_record_is_a_finding(store, tmp_path):
 def test_report_memory_section(store, tmp_path):
     from traceprof.render.report import render_html
 
-    ingest(store, [trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", EVENTS, CAPS)], run="r")
     page = render_html(store, "r")
     assert '<h2 id="memory">Accelerator memory</h2>' in page
     assert "peak_allocated_bytes" in page and "<!--PLOT" not in page
@@ -536,7 +531,7 @@ def test_report_memory_section(store, tmp_path):
 
 def test_parquet_layout_gives_the_same_tables(tmp_path):
     # The memory_events view reads the events view of a Parquet-layout store the same way.
-    f = trace(tmp_path / "r0.json.gz", EVENTS, CAPS)
+    f = memory_trace(tmp_path / "r0.json.gz", EVENTS, CAPS)
     out = {}
     for lay in ("duckdb", "parquet"):
         with Store(tmp_path / f"{lay}.duckdb", layout=lay) as s:
@@ -568,7 +563,7 @@ def test_a_list_of_integer_lists_that_is_no_timeline_is_skipped_beside_traces(st
     # found not to be a timeline (its first entry has three values) and skipped with a warning.
     d = tmp_path / "run"
     d.mkdir()
-    trace(d / "rank0.json.gz", EVENTS, CAPS)
+    memory_trace(d / "rank0.json.gz", EVENTS, CAPS)
     (d / "matrix.json").write_text("[[1, 2, 3], [4, 5, 6]]")
     res = ingest(store, [d], run="r")
     assert any("matrix.json" in w for w in res.warnings)
@@ -623,7 +618,7 @@ def test_host_memory_alone_is_not_memory_to_speak_of(store, tmp_path):
 
     # A CPU run with profile_memory=True records host memory only (Device Type 0): the analysis has no
     # accelerator memory, and the summary neither runs it nor lists it as missing.
-    ingest(store, [trace(tmp_path / "r0.json.gz", [step(1, 0, 100), op("aten::mm", 10, 5),
+    ingest(store, [memory_trace(tmp_path / "r0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5),
                                                    mem(12, -1, 0x1, 64, 64, 0, dtype=0)])], run="cpu")
     with pytest.raises(AnalysisError, match="no accelerator memory"):
         analyze(store, "memory", "cpu")
@@ -638,7 +633,7 @@ def test_one_baseline_is_deterministic_when_its_later_steps_agree(store, tmp_pat
     # step 2 differs (jitter 200: 4,608 then 4,808): no repetition to rely on, so the noise test decides
     # (with one baseline run a change can only be ok or inconclusive there).
     for name, jitter in (("steady", 0), ("jumpy", 200), ("cand", 0)):
-        ingest(store, [_gate_run(tmp_path / name, jitter=jitter)], run=name)
+        ingest(store, [memory_gate_run(tmp_path / name, jitter=jitter)], run=name)
     assert _one(diff_runs(store, "steady", "cand").frame, metric="peak_mem_bytes")["layer"] == "structural"
     m = _one(diff_runs(store, "jumpy", "cand").frame, metric="peak_mem_bytes")
     assert m["layer"] == "timing" and m["verdict"] in ("ok", "inconclusive") and not m["regressed"]

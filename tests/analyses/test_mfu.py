@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import op, write_run
-from tests.conftest import analyze, corpus
-from tests.engine.test_flops import sample_run
+from tests.builders import GPU_STEP, op, write_rank, write_run
+from tests.conftest import analyze, corpus, sample_run
 from traceprof.core.errors import UsageError
 from traceprof.engine.peaks import kernel_dtype, match_device
 from traceprof.ingest.ingest import ingest
@@ -201,14 +200,11 @@ def test_mfu_above_100_percent_is_called_impossible(store):
 
 
 def test_waterfall_by_hand_on_a_gpu_step(store, tmp_path):
-    # tests/analyses/test_critical_path.py GPU_STEP: one rank, window 150 us = compute 70 + memory 25 +
+    # tests.builders.GPU_STEP: one rank, window 150 us = compute 70 + memory 25 +
     # host_bound 40 + idle 15 us. Declared 4e9 FLOPs per step at a 100 TFLOP/s peak need
     # 4e9 / 1e14 s = 40 us at peak: MFU 40 us; kernel efficiency 70 - 40 = 30 us.
     # pct of 150 us: idle 10, exposed comm 0, wait 0, host 26.67, memory 16.67, efficiency 20, MFU 26.67.
-    from tests.analyses.test_critical_path import GPU_STEP
-    from tests.builders import write_rank as _write
-
-    ingest(store, [_write(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
+    ingest(store, [write_rank(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
     res = analyze(store, "mfu", "g", model_flops_per_step=4e9, peak_tflops=100.0)
     wf = res.waterfall
     assert wf.columns == ["component", "ns", "pct", "detail"]
@@ -231,10 +227,7 @@ def test_waterfall_by_hand_on_a_gpu_step(store, tmp_path):
     (40.0, "n/a: at peak the FLOPs need 0.1 ms, more than the 0.1 ms that compute ran"),
 ])
 def test_waterfall_refuses_an_impossible_or_unknown_mfu(store, tmp_path, peak, why):
-    from tests.analyses.test_critical_path import GPU_STEP
-    from tests.builders import write_rank as _write
-
-    ingest(store, [_write(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
+    ingest(store, [write_rank(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
     params = {"model_flops_per_step": 4e9} | ({"peak_tflops": peak} if peak else {})
     wf = analyze(store, "mfu", "g", **params).waterfall
     mfu = wf.row(6, named=True)

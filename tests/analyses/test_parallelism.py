@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.builders import BASE, SHIFT_US
+from tests.builders import BASE, SHIFT_US, write_ndtimeline
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.analyses import _alltoall, _mesh, _pipeline, parallelism
 from traceprof.core.errors import UsageError
@@ -250,14 +250,7 @@ def _pipeline_4(folder: Path) -> Path:
     for k, (kind, a, e) in send.items():
         s = int(k)
         rows.append(_op(s, s, kind, a, e))
-    df = pl.DataFrame(rows).with_columns(
-        pl.col("dp_rank", "stage", "mc").cast(pl.Int8), pl.col("rank", "gmc").cast(pl.Int16), pl.col("mb_id").cast(pl.Int8),
-        pl.col("start_ts", "duration").cast(pl.Float32), pl.col("seq_id").cast(pl.Int32),
-        pl.col("optype").cast(pl.Categorical))
-    folder.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(folder / "trace-P4.parquet")
-    (folder / "meta-P4.yaml").write_text("trial_name: P4\ndp_size: 1\npp_size: 4\ntp_size: 1\nworld_size: 4\n")
-    return folder / "trace-P4.parquet"
+    return write_ndtimeline(folder, rows, "P4", dp=1, pp=4)
 
 
 def test_pipeline_bubble_split_and_slow_stage_by_hand(store, tmp_path):

@@ -8,8 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.analyses.test_whatif import write_skewed_pair
-from tests.builders import BASE, write_rank
+from tests.builders import BASE, write_ndtimeline, write_rank, write_skewed_pair
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.core.errors import UsageError
 from traceprof.ingest.ingest import ingest
@@ -251,3 +250,82 @@ def test_an_underflowed_p_value_is_not_printed_as_zero() -> None:
            "median_lateness_ns": 2.43e6, "late_pct": 3068.0}
     assert "binomial p < 1e-300)" in _figures(row)
     assert "binomial p = 0.037)" in _figures({**row, "p_value": 0.037})
+
+
+# --- a slow pipeline stage is reported as that stage, not as straggler ranks (issue 32) ------------
+
+U = 7_812_500  # ns: 1/128 s, exact in NDTimeline's float32 seconds
+
+
+def _pp4_dp2(folder, slow: dict[int, tuple[float, float]]):
+    """NDTimeline, pp 4 x dp 2 (rank = 2 stage + dp_rank, as the OSDI'25 ST trace), 12 steps. Each
+    step every rank computes (forward-compute) from 0 to its arrival, then joins the world
+    grad-norm all-reduce (optimizer-clip-main-grad, seq_id 0), which ends on every rank 1 U after the
+    last arrival. Compute is 1 U, except ``slow[rank]`` = (U in even steps, U in odd steps)."""
+    rows = []
+    for step in range(12):
+        arr = {r: slow.get(r, (1.0, 1.0))[step % 2] for r in range(8)}
+        end = max(arr.values()) + 1
+        for r in range(8):
+            base = {"dp_rank": r % 2, "stage": r // 2, "rank": r, "step": step, "mc": 0, "gmc": r // 2}
+            rows.append({**base, "optype": "forward-compute", "start_ts": 0.0, "duration": arr[r] / 128, "seq_id": 0,
+                         "mb_id": 0})
+            rows.append({**base, "optype": "optimizer-clip-main-grad", "start_ts": arr[r] / 128,
+                         "duration": (end - arr[r]) / 128, "seq_id": 0, "mb_id": -1})
+    return write_ndtimeline(folder, rows, "PP", dp=2, pp=4)
+
+
+def test_ranks_of_a_slow_stage_are_that_stage_not_stragglers(store, tmp_path):
+    # Stage 3 (ranks 6, 7) computes 2 U and 2.25 U, alternating which is slower: rank 6 is last at
+    # the 6 even steps' all-reduces, rank 7 at the 6 odd ones (chance 1/8 each: binomial P(X >= 6
+    # of 12) = sum over k = 6..12 of C(12, k) (1/8)^k (7/8)^(12-k) = 1.794e-3 < 0.01); each
+    # computes more than every other rank in all 12 steps, so both pass stragglers' rule (2 of 8 ranks: a quarter, few enough to name). But the whole stage computes
+    # 2.125 U against its peers' 1 U (+100% > 10%, each rank at least +100%): parallelism's slow
+    # stage 3; its ranks are reported as part of it, not named.
+    from traceprof.engine.verdict import combined_verdict
+
+    ingest(store, [_pp4_dp2(tmp_path / "pp", {6: (2.25, 2.0), 7: (2.0, 2.25)})], run="pp")
+    res = analyze(store, "stragglers", "pp")
+    f = res.frame.filter(pl.col("rank").is_in([6, 7])).sort("rank")
+    assert f["last_count"].to_list() == [6, 6] and f["p_value"].to_list() == [pytest.approx(1.794e-3, rel=1e-3)] * 2
+    assert f["qualifies"].to_list() == [True, True] and f["named"].to_list() == [False, False]
+    assert f["slow_group"].to_list() == ["pipeline stage 3"] * 2 and not res.frame["named"].any()
+    v = res.verdict.sort("rank")
+    assert v.select("rank", "named", "slow_group", "cause").rows() == [
+        (6, False, "pipeline stage 3", "compute"), (7, False, "pipeline stage 3", "compute")]
+    assert all(e.startswith("part of slow pipeline stage 3: named as that group, not as a straggler (slow stage: "
+                            "pipeline stage 3 (ranks 6, 7)") for e in v["evidence"])
+    assert not any(n.startswith("straggler:") for n in res.notes)
+    # the combined verdict (summary, report) names the stage and the same two ranks as absorbed
+    cv = combined_verdict(store, "pp")
+    assert cv.text.startswith("slow stage: pipeline stage 3 (ranks 6, 7)") and cv.stragglers == ()
+    assert cv.figures["mesh_absorbed"] == [6, 7]
+
+
+def test_a_slow_rank_whose_stage_is_not_slow_is_still_named(store, tmp_path):
+    # Only rank 6 computes 2 U (every step): last at 12 of 12 (p = 8^-12 = 1.455e-11); its stage-mate rank 7
+    # computes 1 U, so no stage or replica is slow (each of its ranks must exceed its peers): rank 6
+    # is named, with no slow_group.
+    ingest(store, [_pp4_dp2(tmp_path / "pp", {6: (2.0, 2.0)})], run="pp")
+    res = analyze(store, "stragglers", "pp")
+    r6 = res.frame.filter(pl.col("rank") == 6).row(0, named=True)
+    assert (r6["last_count"], r6["named"], r6["slow_group"]) == (12, True, None)
+    assert r6["p_value"] == pytest.approx(8.0 ** -12)
+    assert res.verdict.select("rank", "named", "slow_group").rows() == [(6, True, None)]
+    assert res.verdict["evidence"][0].startswith("straggler: rank 6 arrived last at 12 of 12")
+
+
+@pytest.mark.parametrize("trial, rows", [
+    ("ST", [(6, False, "pipeline stage 3"), (7, False, "pipeline stage 3")]),
+    ("AR", [(0, True, None)]),
+])
+def test_production_trace_verdict_tables_agree_with_the_summary(store, trial, rows):
+    # ST: the last pipeline stage (ranks 6, 7) is slow: its ranks are part of it, not stragglers,
+    # as the summary's "slow stage: pipeline stage 3"; AR: one slow worker (rank 0), still named.
+    from traceprof.engine import findings
+
+    ingest(store, [corpus(f"kineto_misc/bytedance_straggler_whatif/trace-{trial}.parquet")], run=trial)
+    res = analyze(store, "stragglers", trial)
+    assert res.verdict.select("rank", "named", "slow_group").sort("rank").rows() == rows
+    top = findings.summarize(store, trial).findings[0].text
+    assert top.startswith("slow stage: pipeline stage 3 (ranks 6, 7)" if trial == "ST" else "rank 0 is a straggler")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.builders import write_rank
+from tests.builders import write_rank, write_skewed_pair
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.core.errors import AnalysisError, UsageError
 from traceprof.ingest.ingest import ingest
@@ -261,28 +261,6 @@ def test_median_ideal_slower_than_the_replay_is_clamped(store, tmp_path):
     assert (step["ideal_ns"], step["slowdown"], step["clamped"]) == (62_000_000, 1.0, False)
 
 
-def _skewed_rank(a_ms: int, gloo_ms: tuple[int, int], b_ms: int) -> list[dict]:
-    """Step 1: aten::A for ``a_ms``, the all-reduce enqueued at its end, gloo work over
-    ``gloo_ms``, then aten::B for ``b_ms`` (none when 0) from the work's end."""
-    us = 1000
-    ev = _rank(a_ms)[:3]
-    ev[2]["ts"] = a_ms * us
-    ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-               "ts": gloo_ms[0] * us, "dur": (gloo_ms[1] - gloo_ms[0]) * us,
-               "args": {"Input Dims": [[256]], "Input type": ["float"]}})
-    if b_ms:
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::B", "pid": 1, "tid": 1, "ts": gloo_ms[1] * us,
-                   "dur": b_ms * us})
-    return ev
-
-
-def write_skewed_pair(folder, world: int = 2) -> None:
-    """Two ranks whose clocks disagree (ingest with ``align=False``): rank 0 arrives at 10 ms and
-    its copy of the all-reduce ends at 12 ms, before rank 1 arrives at 30 ms (ends 32 ms)."""
-    write_rank(folder / "r0.json", _skewed_rank(10, (11, 12), 40), 0, world=world)
-    write_rank(folder / "r1.json", _skewed_rank(30, (31, 32), 0), 1, world=world)
-
-
 def test_ideal_is_never_slower_than_the_recording(store, tmp_path):
     # Actual step: rank 0 ends B at 12 + 40 = 52 ms (rank 1 at 32). The replay starts the
     # all-reduce at the last arrival (30), so rank 0's copy ends at 30 (its transfer 12 - 30 < 0
@@ -428,7 +406,6 @@ def test_deps_vectorized_equals_definition(monkeypatch: pytest.MonkeyPatch, look
             for v in range(1, len(idx)):
                 want |= {(int(idx[u]), int(idx[v])) for u in _replay._deps_of(start[idx], end[idx], slack[idx], eps, v)}
         assert len(got) == len(set(got)) and set(got) == want
-
 
 
 def _tied_rank(a_ms: int) -> list[dict]:

@@ -171,6 +171,10 @@ def test_version_not_read_is_named(tmp_path, version):
     (json.dumps(_rec("0xaa", 0, 1, "AllReduce", -3, 8, T, T + 10)), "'coll_perf.coll_sn' not a non-negative integer"),
     (json.dumps(_rec("0xaa", 5, 2, "AllReduce", 3, 8, T, T + 10)), "'header.rank' not below 'header.n_ranks'"),
     (json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T + 50, T + 10)), "kernel stop before kernel start"),
+    (json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_busbw_gbs": -1.0})),
+     "'coll_perf.coll_busbw_gbs' not a non-negative number"),
+    (json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_algobw_gbs": "fast"})),
+     "'coll_perf.coll_algobw_gbs' not a non-negative number"),
 ])
 def test_bad_record_names_file_and_line_or_is_skipped(tmp_path, bad, reason):
     """A bad record on line 2 of 3: an error naming the file and line 2; with --skip-bad-events the
@@ -240,3 +244,47 @@ def test_records_printed_over_several_lines(tmp_path):
     pretty.write_text(text[: len(text) - 40])
     pt = parse(pretty)
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2] and pt.rejected == {"last record cut short": 1}
+
+
+def test_reported_bandwidth_beside_the_computed_one(store):
+    """Shared case nccl_inspector_records (EXPECT.md): 67108864 bytes; rank 0's kernel runs 400 us,
+    rank 1's 360 us (it starts 40 us later; both end together). The Inspector divides by each rank's
+    own time: algbw 67108864 / 400 us = 167.77216 GB/s (rank 0), / 360 us = 186.413511 (rank 1);
+    busbw = algbw x 2(n-1)/n = algbw for n = 2. collective_perf computes from the transfer, end -
+    last arrival = 360 us on both ranks: 186.41351 GB/s each (rank 0's 40 us of waiting left out).
+    nccl_sum's bandwidth row (6 calls) shows both: the reported medians are the mean of the middle
+    two, (167.77216 + 186.413511) / 2 = 177.0928355."""
+    ingest(store, [case(CASE) / "nccl-inspector-unknown-jobid"], jobs=1)
+    rows = store.sql("""SELECT rank, transfer_ns, algbw_gbps, busbw_gbps, reported_algbw_gbps, reported_busbw_gbps
+                        FROM collective_perf ORDER BY rank, seq""").rows()
+    computed = 67108864 / 360_000
+    assert rows == [(0, 360_000, pytest.approx(computed), pytest.approx(computed), 167.77216, 167.77216)] * 3 + [
+        (1, 360_000, pytest.approx(computed), pytest.approx(computed), 186.413511, 186.413511)] * 3
+    bw = analyze(store, "nccl_sum").bandwidth.row(0, named=True)
+    assert (bw["source"], bw["op"], bw["calls"]) == ("nccl_inspector", "all_reduce", 6)
+    assert bw["reported_algbw_gbps"] == bw["reported_busbw_gbps"] == pytest.approx(177.0928355)
+    assert bw["busbw_gbps"] == pytest.approx(computed)
+    head = next(n for n in analyze(store, "nccl_sum").notes if n.startswith("all_reduce, 64 MiB-128 MiB messages"))
+    assert head.endswith("; the source reports busbw 177 GB/s (median; its own time, which may include waiting for "
+                         "peers)")
+
+
+def test_reported_bandwidth_without_kernel_times_and_other_sources(tmp_path):
+    """A record written without event_trace_ts has no transfer time, so no computed bandwidth: its
+    reported figures (1.5 and 0.75 GB/s, _rec's) alone make its bandwidth row. Another source's rows
+    (the NCCL plugin case) have NULL reported columns."""
+    recs = [_rec("0xc", r, 2, "AllReduce", 1, 4096, 0, 0, verbose=False, pid=r) for r in (0, 1)]
+    for r in (0, 1):
+        _write(tmp_path / "nccl-inspector-1" / f"h-pid{r}.log", [recs[r]])
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [tmp_path / "nccl-inspector-1"], jobs=1)
+        assert store.sql("SELECT algbw_gbps, reported_algbw_gbps, reported_busbw_gbps FROM collective_perf").rows() == [
+            (None, 1.5, 0.75)] * 2
+        bw = analyze(store, "nccl_sum").bandwidth.row(0, named=True)
+        assert (bw["calls"], bw["busbw_gbps"], bw["reported_algbw_gbps"], bw["reported_busbw_gbps"]) == (2, None, 1.5, 0.75)
+        assert any(n.endswith("(most transfer time, 2 calls): the source reports busbw 0.75 GB/s (median; its own "
+                              "time, which may include waiting for peers)") for n in analyze(store, "nccl_sum").notes)
+    with Store(tmp_path / "p.duckdb") as store:
+        ingest(store, [case("nccl_plugin_zero_timestamps") / "quoted"], jobs=1)
+        got = store.sql("SELECT count(*), count(reported_algbw_gbps), count(reported_busbw_gbps) FROM collective_perf")
+        assert got.row(0) == (6, 0, 0)

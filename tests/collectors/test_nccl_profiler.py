@@ -108,7 +108,7 @@ def test_ingest_aligns_and_matches_with_kineto(store, run_dir):
         assert got == [(s, e) for s, e, _ in _kineto_colls(r)]
     inst = store.sql("""SELECT pg, seq, match_method, n_ranks, ranks_missing FROM collective_instances
                         WHERE source = 'nccl_profiler' ORDER BY seq""").rows()
-    assert inst == [(str(COMM), 0, "pg_seq", 2, []), (str(COMM), 1, "pg_seq", 2, [])]
+    assert inst == [(str(COMM), 0, "comms_id", 2, []), (str(COMM), 1, "comms_id", 2, [])]
     s = analyze(store, "nccl_sum").frame.filter(name="all_reduce").row(0, named=True)
     assert s["instances_total"] == 8 and "nccl_profiler" in s["sources"]  # 2 ranks x 2, Kineto and plugin
 
@@ -283,3 +283,46 @@ def test_zero_sentinels_on_collectives_and_pointer_tokens(tmp_path):
         f"{f.name}: 4 record(s) with ts 0.000000, a time the plugin never set (1 x COLL AllGather end, 1 x GPU "
         "KernelCh end, 1 x NET Mark instant, 1 x P2P Send begin): that begin or end is unknown; stored at the "
         "other end with duration 0, flagged zero_ts (a collective's start or end NULL)"]
+
+
+# --- NCCL numbers each op type of a communicator separately: (CommHash, SeqNum) is per op ------------
+
+def _mixed_dump(rank: int) -> str:
+    """A plugin dump of one communicator (CommHash 77) running AllReduce and AllGather alternately,
+    each numbered from 0 by NCCL's per-op counter: AllReduce SeqNum 0, AllGather 0, AllReduce 1,
+    AllGather 1 (the plugin's COLL begin / end, us on the plugin clock, the same origin on both ranks)."""
+    begins = {0: (1000, 2000, 3000, 4000), 1: (1010, 2030, 3005, 4050)}[rank]
+    ends = (1100, 2200, 3100, 4200)
+    colls = (("AllReduce", 0, 1024), ("AllGather", 0, 256), ("AllReduce", 1, 1024), ("AllGather", 1, 256))
+    lines = ["["]
+    for i, ((name, seq, count), b, e) in enumerate(zip(colls, begins, ends, strict=True)):
+        head = f'"id": {i}, "pid": {500 + rank}, "tid": 1'
+        lines += [f'{{"name": "{name}", "cat": "COLL", "ph": "b", {head}, "ts": {b}.000000, "args": {{"SeqNum": {seq}, '
+                  f'"CommHash": 77, "Rank": {rank}, "Count": {count}, "Datatype": "ncclFloat32"}}}},',
+                  f'{{"name": "{name}", "cat": "COLL", "ph": "e", {head}, "ts": {e}.000000}},']
+    lines.append("{}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
+    # By hand: 4 instances of 2 ranks, one per (op, SeqNum), never AllReduce 0 with AllGather 0.
+    # Ends agree on both ranks, so clock alignment moves rank 1 by 0. Arrival skew = rank 1's begin
+    # - rank 0's: 1010 - 1000 = 10 us, 2030 - 2000 = 30 us, 3005 - 3000 = 5 us, 4050 - 4000 = 50 us,
+    # rank 1 last each time. Bytes: AllReduce 1024 float32 = 4096, AllGather 256 float32 (its
+    # per-rank input) = 1024. The stored values stay pg = CommHash, seq = SeqNum.
+    for r in (0, 1):
+        (tmp_path / "job").mkdir(exist_ok=True)
+        (tmp_path / "job" / f"nccl_profile_rank{r}.txt").write_text(_mixed_dump(r))
+    with Store(tmp_path / "t.duckdb") as store:
+        ingest(store, [tmp_path / "job"], jobs=1)
+        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
+        inst = store.sql("""SELECT op, seq, n_ranks, bytes, arrival_skew_ns, last_rank, match_method
+                            FROM collective_instances ORDER BY first_arrival_ns""").rows()
+        assert inst == [("all_reduce", 0, 2, 4096, 10_000, 1, "comms_id"), ("all_gather", 0, 2, 1024, 30_000, 1, "comms_id"),
+                        ("all_reduce", 1, 2, 4096, 5_000, 1, "comms_id"), ("all_gather", 1, 2, 1024, 50_000, 1, "comms_id")]
+        rows = store.sql("SELECT DISTINCT pg, seq, op, comms_id FROM collectives ORDER BY seq, op").rows()
+        assert rows == [("77", 0, "all_gather", "77:all_gather:0"), ("77", 0, "all_reduce", "77:all_reduce:0"),
+                        ("77", 1, "all_gather", "77:all_gather:1"), ("77", 1, "all_reduce", "77:all_reduce:1")]
+        # every row of an instance is of one op
+        assert store.sql("""SELECT count(*) FROM (SELECT instance_id FROM collectives GROUP BY instance_id
+                            HAVING count(DISTINCT op) > 1)""").item() == 0

@@ -8,7 +8,7 @@ import pytest
 
 from traceprof.collectors.kineto import parse as parse_kineto
 from traceprof.collectors.kineto._values import int_or_none
-from traceprof.core.values import checked_int, integer, parse_bool
+from traceprof.core.values import checked_int, integer, number, parse_bool
 
 
 @pytest.mark.parametrize(("raw", "want"), [
@@ -27,6 +27,15 @@ def test_one_integer_rule(raw, want):
     # the Kineto id reader is the same rule, bounded to int64 unless told to keep larger values
     assert int_or_none(raw) == (want if want is None or -(2**63) <= want < 2**63 else None)
     assert int_or_none(raw, keep_large=True) == want
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    (7, 7.0), (-3, -3.0), (2.5, 2.5), (0, 0.0),  # JSON numbers, as floats (the sign is the caller's)
+    (float("nan"), None), (float("inf"), None), (10**400, None),  # not finite (10**400 is beyond any float)
+    (True, None), ("1.5", None), (None, None), ([1.0], None),  # a bool or a string is no bandwidth
+])
+def test_one_real_number_rule(raw, want):
+    assert number(raw) == want and (want is None or type(number(raw)) is float)
 
 
 def test_a_boolean_id_links_nothing(tmp_path):

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from tests.builders import op, write_run
-from tests.conftest import SAMPLES
+from tests.conftest import sample_run
 from traceprof.core.errors import AnalysisError, UsageError
 from traceprof.engine import flops
 from traceprof.engine.optree import self_times, with_parents
@@ -144,14 +144,6 @@ HAND_STEP = HAND_MM + HAND_BADDBMM + HAND_BMM  # 1,509,949,440 per rank and step
 # extra_matmul: u @ extra_w, (BT, d) @ (d, 4d) per block, forward 2*512*128*512 = 67,108,864 and
 # its input's gradient the same (extra_w is a buffer, no weight gradient): x2 per block, x2 blocks.
 HAND_EXTRA = 4 * 67_108_864
-
-
-def sample_run(store, name):
-    path = SAMPLES / name
-    if not list(path.glob("rank*.trace.json.gz")):
-        pytest.skip(f"{path} not recorded yet")
-    ingest(store, [path])
-    return store.resolve_run(name)
 
 
 def test_cpu_sample_shapes_vs_sidecar_vs_hand(store):

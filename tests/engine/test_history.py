@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.builders import cause_run
+from tests.builders import cause_run, memory_gate_run, memory_op, memory_trace, step
 from traceprof.core.errors import StoreError, UsageError
 from traceprof.engine import noise
 from traceprof.engine.history import change_points, history, job_runs
@@ -92,3 +92,60 @@ def test_diff_rates_on_micro_runs(store, tmp_path):
         "REGRESSION (structural) h0 -> x: flops +100.0% per step (> 1%): +1 aten::mm (4,4)@(4,4) per step on rank 0")
     with pytest.raises(UsageError, match="baselines of 3 need at least 4"):
         diff_rates(store, ["h0", "h1", "h2"], sizes=(3,))
+
+
+# --- peak memory, as the diff gate has it ---------------------------------------------------------
+
+
+def _memory_rows(h) -> dict[str, dict]:
+    return {r["run"]: r for r in h.frame.filter(h.frame["metric"] == "peak_mem_bytes").iter_rows(named=True)}
+
+
+def test_peak_memory_deterministic_is_exact(store, tmp_path):
+    # tests.builders.memory_gate_run: each step peaks at 512 + 4,096 = 4,608 bytes; mem_3 and mem_4
+    # allocate 1,024 more in aten::cat: 5,632. Every run repeats its peak in both steps to the
+    # byte (deterministic, diff's rule), so the metric is exact, as a structural one: a change
+    # point where the value changes (order 4, +1,024 / 4,608 = +22.2 % against the runs before),
+    # bands = the previous value of the segment.
+    for i, extra in enumerate((0, 0, 0, 1024, 1024)):
+        ingest(store, [memory_gate_run(tmp_path / f"mem_{i}", extra)], run=f"mem_{i}")
+    h = history(store, "mem_")
+    m = _memory_rows(h)
+    assert [m[f"mem_{i}"]["value"] for i in range(5)] == [4608, 4608, 4608, 5632, 5632]
+    assert {r["layer"] for r in m.values()} == {"structural"}
+    assert [m[f"mem_{i}"]["change_point"] for i in range(5)] == [False, False, False, True, False]
+    assert m["mem_3"]["change_pct"] == pytest.approx(100 * 1024 / 4608) and m["mem_3"]["segment"] == 2
+    assert (m["mem_1"]["band_lo"], m["mem_1"]["band_hi"]) == (4608, 4608)
+    assert (m["mem_4"]["band_lo"], m["mem_4"]["band_hi"], m["mem_4"]["outside"]) == (5632, 5632, False)
+    assert any(n.startswith("peak_mem_bytes: allocations are deterministic") for n in h.notes)
+    assert "change point: peak_mem_bytes from run mem_3 (order 4) (+22.2% vs the runs before)" in h.notes
+
+
+def test_peak_memory_that_varies_gets_noise_bands(store, tmp_path):
+    # Step 2 allocates ``jitter`` bytes more: runs 200, 0, 200 give per-step peaks [4608, 4808],
+    # [4608, 4608], [4608, 4808] and values 4808, 4608, 4808; mem_0 and mem_2 do not repeat their
+    # peak: not deterministic, so a timing metric. Band of mem_2 from mem_0, mem_1 (traceprof.engine.noise):
+    # between-run variance s_b² = var(4808, 4608) = 20,000; within-run pooled w² = (20,000 + 0 +
+    # 20,000) / 3 df; each run's variance max(s_b², w² / 2) = 20,000; SE² = 20,000 + 2 x 20,000 / 4
+    # = 30,000 on k - 1 = 1 df; band = 4,708 ± t(0.995, 1) x sqrt(30,000) (low end clipped at 0).
+    for i, jitter in enumerate((200, 0, 200)):
+        ingest(store, [memory_gate_run(tmp_path / f"mem_{i}", jitter=jitter)], run=f"mem_{i}")
+    h = history(store, "mem_")
+    m = _memory_rows(h)
+    assert [m[f"mem_{i}"]["value"] for i in range(3)] == [4808, 4608, 4808]
+    assert {r["layer"] for r in m.values()} == {"timing"}
+    assert m["mem_1"]["band_lo"] is None  # one earlier run shows no run-to-run spread
+    half = noise.t_ppf(0.995, 1) * math.sqrt(30_000)
+    assert m["mem_2"]["band_lo"] == max(4708 - half, 0.0) == 0.0 and m["mem_2"]["band_hi"] == pytest.approx(4708 + half)
+    # its own noise: the sample std of [4608, 4808], 141.4, over sqrt(2 steps) = 100 bytes of 4,808
+    assert m["mem_2"]["noise_pct"] == pytest.approx(100 * 100 / 4808)
+    assert any(n.startswith("peak_mem_bytes: peaks differ between the steps") for n in h.notes)
+
+
+def test_peak_memory_left_out_when_some_runs_have_none(store, tmp_path):
+    ingest(store, [memory_gate_run(tmp_path / "mem_0")], run="mem_0")
+    (tmp_path / "mem_1").mkdir()
+    ingest(store, [memory_trace(tmp_path / "mem_1" / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])],
+           run="mem_1")
+    h = history(store, "mem_")
+    assert not _memory_rows(h) and "peak_mem_bytes not shown: only 1 of 2 runs recorded memory (profile_memory=True)" in h.notes

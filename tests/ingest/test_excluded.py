@@ -13,7 +13,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.builders import BASE, write_rank
+from tests.builders import BASE, transient_rank, write_rank
 from tests.conftest import analyze
 from traceprof.core.errors import TraceFormatError
 from traceprof.engine.findings import summarize
@@ -135,32 +135,9 @@ def test_other_negative_durations_are_still_refused(store, tmp_path, cat, dur):
 # --- the profiler-start transient: left out everywhere ---------------------------------------------
 
 
-def _transient_rank(rank: int, late: bool = True) -> list[dict]:
-    """Two gloo ranks, 4 steps. Rank 1's profiler starts 3 s late (``late``): rank 0's step 1 is
-    [0, 3010] ms, rank 1's [3000, 3010]; each computes (aten::mm) 5 ms from its step start and
-    enqueues its all-reduce (rank 0 at 5 ms, rank 1 at 3005 ms), and rank 0's gloo work spins from
-    5 ms until rank 1 arrives: [5, 3005.5] ms (rank 1's [3005, 3005.5]). Steps 2-4 start at S =
-    3010, 3020, 3030 ms on both: aten::mm [S, S+5], arrivals S+5 (rank 0) and S+5.1 (rank 1), gloo
-    work [S+5, S+5.6] (rank 0) and [S+5.1, S+5.6] (rank 1). Without ``late`` step 1 is like the
-    others, from 3000 ms on both ranks."""
-    def op(name: str, cat: str, tid: int, a: float, b: float, **args: object) -> dict:
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": round(a * 1000, 3),
-                "dur": round((b - a) * 1000, 3), "args": args}
-    ev = []
-    for k, s in enumerate([0 if rank == 0 and late else 3000, 3010, 3020, 3030]):
-        arr = s + 5 + (0.1 if rank == 1 and (k or not late) else 0)
-        ev.append(op(f"ProfilerStep#{k + 1}", "user_annotation", 1, s, 3010 + 10 * k))
-        ev.append(op("aten::mm", "cpu_op", 1, s, s + 5))
-        ev.append(op("c10d::allreduce_", "cpu_op", 1, arr, arr + 0.001, **{"Input Dims": [[[64]], []]}))
-        work_end = 3005.5 if k == 0 and late else s + 5.6
-        ev.append(op("gloo:all_reduce", "user_annotation", 2, arr, work_end,
-                     **{"Input Dims": [[64]], "Input type": ["float"]}))
-    return ev
-
-
 def test_profiler_start_transient_is_left_out_of_every_analysis(store, tmp_path):
     for r in (0, 1):
-        write_rank(tmp_path / "run" / f"rank{r}.json", _transient_rank(r), r)
+        write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r), r)
     ingest(store, [tmp_path / "run"], run="tr")
     # The transient: skews 3000, 0.1, 0.1, 0.1 ms; threshold max(20 x 0.1 ms, the 10 ms median
     # step) = 10 ms; the profiling starts differ by 3000 ms: step 1 is the transient.
@@ -189,7 +166,7 @@ def test_runs_without_a_transient_keep_every_step(store, tmp_path):
     # The same job with both profilers started together (step 1 from 3000 ms on both ranks): no
     # transient, step 1 stays in overlap.
     for r in (0, 1):
-        write_rank(tmp_path / "run" / f"rank{r}.json", _transient_rank(r, late=False), r)
+        write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r, late=False), r)
     ingest(store, [tmp_path / "run"], run="ok")
     ov = analyze(store, "overlap", "ok")
     assert not any("transient" in n for n in ov.notes)

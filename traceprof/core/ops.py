@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["normalize_op", "kernel_op", "dtype_bytes", "BusRule", "BUS_RULES", "bus_rule", "size_bytes_sql",
+__all__ = ["normalize_op", "kernel_op", "nccl_comms_id", "dtype_bytes", "BusRule", "BUS_RULES", "bus_rule", "size_bytes_sql",
            "bus_factor_sql"]
 
 # Checked in order: the first fragment found in the squashed name wins (reducescatter before reduce).
@@ -43,6 +43,26 @@ def _match(name: str) -> str | None:
         if frag in key:
             return op + "_coalesced" if "coalesced" in key else op
     return None
+
+
+def nccl_comms_id(comm: object, op: str, seq: int | None) -> str | None:
+    """The key that matches one NCCL collective across ranks: ``<communicator>:<op>:<seq>``.
+
+    NCCL numbers the collectives of a communicator per op type (``comm->seqNumber[func]``): the
+    first AllReduce and the first AllGather of a communicator both have sequence number 0, so
+    (communicator, seq) alone would merge different ops of a run that mixes them. Both NCCL
+    sources key their instances with this (``collectives.comms_id``): the profiler plugin
+    (``CommHash``, ``SeqNum``) and NCCL Inspector (``header.id``, ``coll_sn``).
+
+    Args:
+        comm: The communicator's id or hash as the source writes it.
+        op: The normalized op (:func:`normalize_op`).
+        seq: The per-op sequence number.
+
+    Returns:
+        The key, or None when the communicator or the sequence number is unknown.
+    """
+    return None if comm is None or seq is None else f"{comm}:{op}:{seq}"
 
 
 def kernel_op(kernel_name: str) -> str:

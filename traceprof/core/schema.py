@@ -23,7 +23,7 @@ __all__ = ["SCHEMA_VERSION", "ARRIVAL_SQL", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_
            "TABLES", "ddl", "table"]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Tables that a store in the Parquet layout (``traceprof.storage.layout``) keeps as Parquet files, one per trace,
 #: beside the DuckDB file; the store shows each as a view of the same name and columns.
@@ -115,8 +115,8 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
            "and collectives count separately"),
         _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
-        _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL Inspector: "
-           "communicator:op:coll_sn (its sequence numbers count per op); NULL if absent"),
+        _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL profiler plugin "
+           "and Inspector: communicator:op:sequence number (NCCL counts per op type); NULL if absent"),
         _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
         _c("dtype", "VARCHAR", "Element type"),
         _c("nelems_in", "BIGINT", "Input elements", "elements"),
@@ -139,6 +139,11 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
        "NULL unknown or not an all-to-all"),
     _c("split_out", "VARCHAR", "All-to-all: what this rank receives from each peer, as split_in "
        "(Kineto 'Out split size', gloo output_split_sizes)"),
+    _c("reported_algbw_gbps", "DOUBLE", "Algorithm bandwidth the source reports itself (NCCL Inspector "
+       "coll_perf.coll_algobw_gbs: its message size / its own execution time, which may include waiting for "
+       "peers), GB/s; NULL for other sources", "GB/s"),
+    _c("reported_busbw_gbps", "DOUBLE", "Bus bandwidth the source reports itself (NCCL Inspector "
+       "coll_perf.coll_busbw_gbs), GB/s; NULL for other sources", "GB/s"),
 )
 
 
@@ -437,6 +442,7 @@ FROM (SELECT run_id, rank, trace_id,
                "gigabits); NULL when the size is unknown or the transfer is 0 or unknown, never infinite", "GB/s"),
             _c("busbw_gbps", "DOUBLE", "Bus bandwidth algbw_gbps x bus_factor, comparable to a link's per-direction "
                "bandwidth (GB/s); NULL when algbw_gbps or the factor is", "GB/s"),
+            *_pick(_COLLECTIVE_COLUMNS, "reported_algbw_gbps", "reported_busbw_gbps"),
         ),
         view_sql=f"""
 WITH a AS (
@@ -473,7 +479,8 @@ SELECT run_id, rank, trace_id, source, pg, pg_ranks, seq, op, dtype, step, insta
        transfer AS transfer_ns, group_n AS group_size, traced AS traced_ranks,
        coalesce(traced >= group_n, false) AS all_ranks_traced, size_b AS size_bytes, factor AS bus_factor,
        CASE WHEN transfer > 0 THEN size_b / transfer END AS algbw_gbps,
-       CASE WHEN transfer > 0 THEN size_b / transfer * factor END AS busbw_gbps
+       CASE WHEN transfer > 0 THEN size_b / transfer * factor END AS busbw_gbps,
+       reported_algbw_gbps, reported_busbw_gbps
 FROM s
 """,
     ),

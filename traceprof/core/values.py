@@ -1,4 +1,5 @@
-"""Values from outside: integers from trace files, booleans from option strings. One rule each.
+"""Values from outside: integers and real numbers from trace files, booleans from option strings.
+One rule each.
 
 Every parser reads integers (ids, ranks, sizes, times) from JSON, pickles and YAML through
 :func:`integer` or :func:`checked_int`, so a value means the same in every source:
@@ -9,6 +10,9 @@ Every parser reads integers (ids, ranks, sizes, times) from JSON, pickles and YA
 - a string is an integer when Python reads it as one in any base (``"12"``, ``" 7 "``, ``"0x1f"``);
 - anything else (None, lists, objects) is none.
 
+A real number (a bandwidth, a rate a source reports) is read through :func:`number`: a JSON
+number, ``int`` or ``float``, that is finite; not a ``bool``, not a string.
+
 Which callers bound the value (int64, int32) and what they do with a bad one (an error naming the
 record, a warning, NULL) stays theirs; :func:`checked_int` also says *why* there is no value.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["integer", "checked_int", "parse_bool", "BOOL_WORDS"]
+__all__ = ["integer", "checked_int", "number", "parse_bool", "BOOL_WORDS"]
 
 #: Option words read as booleans (``-p hta=true``, ``TRACEPROF_NO_CACHE=1``), lower case.
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
@@ -55,6 +59,18 @@ def checked_int(v: Any, bits: int = 64) -> tuple[int | None, str | None]:
     if not -(2 ** (bits - 1)) <= n < 2 ** (bits - 1):
         return None, f"beyond int{bits}"
     return n, None
+
+
+def number(v: Any) -> float | None:
+    """The real number a value from a trace file stands for (module doc) as a float; None when it is
+    not one (a bool, a string, None, infinite or NaN)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        x = float(v)
+    except OverflowError:  # an int beyond any float
+        return None
+    return x if math.isfinite(x) else None
 
 
 def parse_bool(raw: str) -> bool:

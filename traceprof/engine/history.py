@@ -8,7 +8,10 @@ Algorithm:
      name starts with the given prefix; in the order they were recorded (their first step's start,
      epoch ns; ties by run id).
   2. Per run, the gate's metrics (:mod:`traceprof.engine.diff`): the timing metrics (value and unit
-     values per step) and the structural totals per step (exact).
+     values per step) and the structural totals per step (exact). ``peak_mem_bytes`` (the largest
+     step peak of allocated memory over the ranks; per step, the step's) is structural when every
+     run's allocations are deterministic (each rank repeats its peak to the byte: ``diff``'s rule
+     for one baseline run), else a timing metric; a note says which.
   3. Change points per timing metric, by binary segmentation of the run values: the split that
      maximises Welch's t between the runs before and after it (2+ runs on each side) is a change
      point when its two-sided p-value, times the number of splits tried (Bonferroni), is below
@@ -33,7 +36,8 @@ import polars as pl
 from traceprof.core.errors import StoreError, UsageError
 from traceprof.engine import noise, timing
 from traceprof.engine.analysis import FrameResult
-from traceprof.engine.diff import DEFAULT_ALPHA, METRICS, RunProfile, run_profile
+from traceprof.engine.diff import DEFAULT_ALPHA, MEMORY_METRIC, METRICS, RunProfile, run_profile
+from traceprof.engine.diff import _memory_deterministic as memory_deterministic  # the gate's own rule
 from traceprof.engine.structure import METRICS as STRUCTURAL
 from traceprof.storage.baselines import members
 from traceprof.storage.store import Store
@@ -123,6 +127,8 @@ def change_points(values: Sequence[float], alpha: float) -> list[int]:
 
 
 def _series(p: RunProfile, metric: str) -> tuple[float, np.ndarray]:
+    if metric == MEMORY_METRIC:  # the largest step peak over the ranks; per step, its units
+        return (p.memory.value, p.memory.units()) if p.memory is not None else (math.nan, np.zeros(0))
     if metric == "compute_ns":
         units = p.timing.compute_steps["compute_ns"].to_numpy()
         return p.timing.compute_ns, units
@@ -156,13 +162,14 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
     profiles = [run_profile(store, i, mfu_options, cache) for i in ids]
     has_mfu = all("mfu_pct" in p.timing.samples.columns and p.timing.samples["mfu_pct"].is_not_null().any() for p in profiles)
     names = [m for m in STRUCTURAL] + [m for m in METRICS if m != ("tflops" if has_mfu else "mfu_pct")]
+    mem_notes, exact = _memory_layer(profiles)
     rows: list[tuple[object, ...]] = []
     for metric in names:
         series = [_series(p, metric) for p in profiles]
         if any(math.isnan(v) for v, _ in series):
             continue
         values = [v for v, _ in series]
-        structural = metric in STRUCTURAL
+        structural = metric in STRUCTURAL or (metric == MEMORY_METRIC and exact)
         cps = [i for i in range(1, len(values)) if values[i] != values[i - 1]] if structural else change_points(values, alpha)
         starts = [0, *cps]
         for i, (v, units) in enumerate(series):
@@ -201,12 +208,29 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
         "noise_pct": pl.Float64, "band_lo": pl.Float64, "band_hi": pl.Float64, "change_pct": pl.Float64,
         "outside": pl.Boolean, "change_point": pl.Boolean, "segment": pl.Int64})
     notes = _notes(frame, len(profiles))
+    notes[1:1] = mem_notes
     kinds = {(p.gpu, p.world_size) for p in profiles}
     if len(kinds) > 1:
         notes.insert(1, "the runs are not all comparable (" + "; ".join(
             f"{'GPU' if g else 'CPU-only'}, world size {w}" for g, w in sorted(kinds, key=str))
             + "): their values differ by design, not by drift")
     return HistoryResult(frame=frame, notes=tuple(notes), job=job)
+
+
+def _memory_layer(profiles: Sequence[RunProfile]) -> tuple[list[str], bool]:
+    """How :data:`~traceprof.engine.diff.MEMORY_METRIC` is shown (notes, exact): exact, as a structural
+    metric, when every run's allocations are deterministic by the gate's rule (each rank repeats
+    its peak to the byte over its steps: ``diff``'s test of one baseline run); else with noise
+    bands, as a timing metric. Not shown when some run recorded no memory."""
+    have = [p.memory is not None for p in profiles]
+    if not all(have):
+        return ([f"{MEMORY_METRIC} not shown: only {sum(have)} of {len(have)} runs recorded memory "
+                 "(profile_memory=True)"] if any(have) else []), False
+    if all(memory_deterministic([p]) for p in profiles):
+        return [f"{MEMORY_METRIC}: allocations are deterministic (each run's ranks repeat their peak to the byte "
+                "over their steps): compared exactly, as a structural metric"], True
+    return [f"{MEMORY_METRIC}: peaks differ between the steps of a run (allocations not deterministic): noise bands "
+            "and change points as a timing metric"], False
 
 
 def _notes(frame: pl.DataFrame, runs: int) -> list[str]:

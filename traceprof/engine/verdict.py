@@ -132,7 +132,8 @@ def combined_verdict(store: Store, run: str | None = None,
     except AnalysisError:
         wi = None
     per = st.frame
-    named = tuple(int(r) for r in per.filter(pl.col("named"))["rank"].to_list())
+    # stragglers leaves the ranks of a slow stage or replica unnamed (its slow_group): regrouped here alike
+    named = tuple(int(r) for r in per.filter(pl.col("named") | pl.col("slow_group").is_not_null())["rank"].to_list())
     mesh = _mesh_regroup(store, run, named)  # ranks of a slow stage or replica are named as that group
     per = per.with_columns(pl.col("named") & ~pl.col("rank").is_in(list(mesh.absorbed)))
     named = tuple(r for r in named if r not in mesh.absorbed)

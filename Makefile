@@ -38,7 +38,7 @@ test: install-test
 # and the inputs that failed stay in fuzz-inputs/.
 FUZZ_EXAMPLES ?= 400
 fuzz: install-test
-	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REPORT=fuzz-report.json FUZZ_DIR=fuzz-inputs \
+	FUZZ_RANDOM=1 FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REPORT=fuzz-report.json FUZZ_DIR=fuzz-inputs \
 		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/ingest/test_fuzz.py
 
 # Every Python folder of the repository; mypy's files (pyproject) are the traceprof package, which

@@ -214,6 +214,9 @@ def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list
                 raise TraceFormatError(p, "", f"SQLite error while reading the export ({e})") from None
         except sqlite3.Error as e:
             raise TraceFormatError(p, "", f"SQLite error while reading the export ({e})") from None
+        except UnicodeDecodeError:  # an SQLite error message quoting damaged bytes
+            raise TraceFormatError(p, "", "SQLite error while reading the export (damaged file: "
+                                   "SQLite's error is not UTF-8)") from None
         finally:
             con.close()
     sha = hashlib.sha256(raw).hexdigest()

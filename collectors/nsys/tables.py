@@ -50,7 +50,7 @@ def open_export(path: Path, tolerant: bool = False) -> sqlite3.Connection:
     """A read-only connection; ``tolerant`` replaces invalid UTF-8 in text.
 
     Raises:
-        TraceFormatError: Not readable as SQLite.
+        TraceFormatError: Not readable as SQLite, or a damaged schema whose error message is not UTF-8.
     """
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
@@ -59,6 +59,8 @@ def open_export(path: Path, tolerant: bool = False) -> sqlite3.Connection:
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as e:
         raise TraceFormatError(path, "", f"unreadable SQLite file ({e})") from None
+    except UnicodeDecodeError:  # SQLite's own error message held the damaged schema's bytes
+        raise TraceFormatError(path, "", "unreadable SQLite file (damaged schema: SQLite's error is not UTF-8)") from None
     return con
 
 

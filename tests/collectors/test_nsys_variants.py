@@ -413,3 +413,20 @@ def test_rows_out_of_time_order(tmp_path: Path) -> None:
     shuffled = _two_processes(tmp_path, "shuffled.sqlite", shuffle=7)
     s, _ = _store(tmp_path, shuffled, name="shuffled")
     _check_two_processes(s, 0, 1)
+
+
+def test_damaged_schema_whose_sqlite_error_is_not_utf8_is_a_clean_error(tmp_path: Path) -> None:
+    """One byte of a CREATE TABLE statement turned into invalid UTF-8 (``NOT NU\\xbaL``, as the fuzz run
+    found it): SQLite's "malformed database schema" message quotes the byte, and Python's sqlite3 fails to
+    decode the message itself (UnicodeDecodeError, not an sqlite3.Error). It is a format error naming the file."""
+    p = tmp_path / "train_rank0.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL)")
+    con.commit()
+    con.close()
+    data = p.read_bytes()
+    assert data.count(b"NOT NULL") == 2
+    p.write_bytes(data.replace(b"NOT NULL", b"NOT NU\xbaL", 1))
+    with pytest.raises(TraceFormatError, match="damaged schema") as e:
+        parse_all(p)
+    assert str(p) in str(e.value)

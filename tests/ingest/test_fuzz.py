@@ -21,6 +21,9 @@ from tests.fuzzing import KINDS, Worker
 
 #: Inputs per kind: 20 in the suite (about 150 in all); `make fuzz` sets FUZZ_EXAMPLES.
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
+#: The suite draws the same inputs on every run (a CI result is reproducible, a red one is a real
+#: regression); `make fuzz` sets FUZZ_RANDOM=1 to draw new ones each time, which is how new faults are found.
+RANDOM = bool(os.environ.get("FUZZ_RANDOM"))
 _SEEDS = {name: k.seeds() for name, k in KINDS.items()}
 #: A pickle global that ran would leave this file (the fr_pickle kind tries os.system).
 PWNED = Path("/tmp/traceprof_fuzz_pwned")
@@ -49,7 +52,7 @@ def _param(name: str) -> object:
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in KINDS])
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not RANDOM,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data())

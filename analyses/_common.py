@@ -20,15 +20,28 @@ from traceprof.core.errors import UsageError
 from traceprof.engine.activity import GRAPH_LEVEL_NOTE
 from traceprof.engine.analysis import FrameResult
 
-__all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns", "ratio_interval", "BOOTSTRAP_REPS",
-           "NAME_WIDTH", "num", "ms", "graph_level", "named_ranks"]
+__all__ = [
+    "at_least",
+    "fraction",
+    "choice",
+    "positive_or_none",
+    "whole_ns",
+    "ratio_interval",
+    "BOOTSTRAP_REPS",
+    "NAME_WIDTH",
+    "num",
+    "ms",
+    "graph_level",
+    "named_ranks",
+]
 
 #: Resamples of :func:`ratio_interval`.
 BOOTSTRAP_REPS = 1000
 
 
-def ratio_interval(num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: int = BOOTSTRAP_REPS,
-                   seed: int = 0) -> tuple[float, float]:
+def ratio_interval(
+    num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: int = BOOTSTRAP_REPS, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap over steps of ``sum(num) / sum(den)`` (= mean / mean).
 
     Args:
@@ -56,7 +69,7 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: 
         k = min(chunk, reps - at)
         idx = rng.integers(0, n, size=(k, n))
         d = den[idx].sum(axis=1)
-        out[at:at + k] = np.divide(num[idx].sum(axis=1), d, out=np.full(k, np.nan), where=d != 0)
+        out[at : at + k] = np.divide(num[idx].sum(axis=1), d, out=np.full(k, np.nan), where=d != 0)
     tail = 100 * (1 - level) / 2
     lo, hi = np.nanpercentile(out, [tail, 100 - tail])
     return float(lo), float(hi)
@@ -140,5 +153,7 @@ def named_ranks(res: dict[str, FrameResult]) -> list[int]:
     if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
         return []
     v = st.frames()["verdict"]
-    late = pl.col("named") | pl.col("slow_group").is_not_null() if "slow_group" in v.columns else pl.col("named")
+    late = (
+        pl.col("named") | pl.col("slow_group").is_not_null() if "slow_group" in v.columns else pl.col("named")
+    )
     return [int(r) for r in v.filter(late)["rank"]]

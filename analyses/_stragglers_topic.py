@@ -41,8 +41,9 @@ def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | 
     return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
 
 
-def _combined(store: Store, run_id: int, findings: list[Finding],
-              params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
+def _combined(
+    store: Store, run_id: int, findings: list[Finding], params: dict[str, dict[str, str]] | None = None
+) -> tuple[list[Finding], Verdict | None]:
     """The straggler verdict of ``traceprof.engine.verdict`` (stragglers and whatif read together) where
     that module exists; None otherwise or when it does not apply."""
     try:
@@ -67,8 +68,9 @@ def _combined(store: Store, run_id: int, findings: list[Finding],
     return findings, Verdict("stragglers", v.status, v.text)
 
 
-def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int,
-                params: dict[str, dict[str, str]] | None = None) -> tuple[list[Finding], Verdict | None]:
+def _stragglers(
+    res: dict[str, FrameResult], store: Store, run_id: int, params: dict[str, dict[str, str]] | None = None
+) -> tuple[list[Finding], Verdict | None]:
     st, wi = res.get("stragglers"), res.get("whatif")
     if st is None and wi is None:
         return [], None
@@ -82,8 +84,12 @@ def _stragglers(res: dict[str, FrameResult], store: Store, run_id: int,
     if not caveat:
         return findings, verdict
     # every straggler problem rests on the arrivals (the what-if replay too): say what is off with them
-    findings = [dataclasses.replace(f, text=f.text + caveat, full=f.full and f.full + caveat)
-                if f.topic == "stragglers" and f.problem else f for f in findings]
+    findings = [
+        dataclasses.replace(f, text=f.text + caveat, full=f.full and f.full + caveat)
+        if f.topic == "stragglers" and f.problem
+        else f
+        for f in findings
+    ]
     if verdict is not None and verdict.status == "problem":
         verdict = dataclasses.replace(verdict, text=verdict.text + caveat)
     return findings, verdict
@@ -95,7 +101,7 @@ EARLY_END_SHARE = 0.01
 
 
 def _early_end_caveat(st: FrameResult | None) -> str:
-    """"; caution: ..." when over :data:`EARLY_END_SHARE` of the rank copies (``stragglers``'
+    """ "; caution: ..." when over :data:`EARLY_END_SHARE` of the rank copies (``stragglers``'
     ``waits`` rows) ended before their instance's last arrival (``end_before_last_arrival``), which
     no collective can: the waits and lateness measured from those arrivals are overstated; else ""."""
     waits = st.frames().get("waits") if st is not None else None
@@ -104,43 +110,73 @@ def _early_end_caveat(st: FrameResult | None) -> str:
     early = int(waits["end_before_last_arrival"].sum())  # false where a source records no end
     if early / waits.height <= EARLY_END_SHARE:
         return ""
-    return (f"; caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival, "
-            "which no collective can: the match, the clock alignment or the timestamps are off, so these waits "
-            "are overstated")
+    return (
+        f"; caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival, "
+        "which no collective can: the match, the clock alignment or the timestamps are off, so these waits "
+        "are overstated"
+    )
 
 
-def _straggler_findings(st: FrameResult | None, wi: FrameResult | None) -> tuple[list[Finding], Verdict | None]:
+def _straggler_findings(
+    st: FrameResult | None, wi: FrameResult | None
+) -> tuple[list[Finding], Verdict | None]:
     """Findings and verdict from the ``stragglers`` and ``whatif`` results alone."""
     s_job = alone = None
     if wi is not None and "summary" in wi.frames() and wi.frames()["summary"].height:
         s_job = wi.frames()["summary"]["slowdown"][0]
     blame = wi.frames().get("blame") if wi is not None else None
     findings: list[Finding] = []
-    named = st.frames()["verdict"].filter(pl.col("named")) if st is not None and "verdict" in st.frames() else None
+    named = (
+        st.frames()["verdict"].filter(pl.col("named"))
+        if st is not None and "verdict" in st.frames()
+        else None
+    )
     if named is not None and named.height:
         per = st.frame if st is not None else pl.DataFrame()
         for v in named.iter_rows(named=True):
             r = per.filter(pl.col("rank") == v["rank"]).row(0, named=True)
             alone = _alone_slowdown(r, blame)
             # the straggler analysis' own cost (S alone - 1, in %) where it has one, so the two agree
-            cost = (float(r["cost_pct"]) if r.get("cost_pct") is not None
-                    else 100.0 * (alone - 1) if alone and alone > 1 else None)
+            cost = (
+                float(r["cost_pct"])
+                if r.get("cost_pct") is not None
+                else 100.0 * (alone - 1)
+                if alone and alone > 1
+                else None
+            )
             waited = f"the others waited {ms(r['wait_caused_ns'])} in total"
             late = f"median {ms(r['median_lateness_ns'])} late" + (
-                f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else "")
-            faster = f"; without its delays steps would be {alone:.2f}x faster (what-if)" if alone and alone > 1 else ""
-            text = (f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
-                    f"{late}, {waited}; late because of {v['cause']}{faster}")
+                f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else ""
+            )
+            faster = (
+                f"; without its delays steps would be {alone:.2f}x faster (what-if)"
+                if alone and alone > 1
+                else ""
+            )
+            text = (
+                f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
+                f"{late}, {waited}; late because of {v['cause']}{faster}"
+            )
             findings.append(Finding("stragglers", text, cost, True, "stragglers", rank=int(v["rank"])))
-        verdict = Verdict("stragglers", "problem", findings[0].text if len(findings) == 1 else
-                          f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers")
+        verdict = Verdict(
+            "stragglers",
+            "problem",
+            findings[0].text
+            if len(findings) == 1
+            else f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers",
+        )
         return findings, verdict
-    why = st.frames()["verdict"]["evidence"][0] if st is not None and "verdict" in st.frames() and \
-        st.frames()["verdict"].height else "no straggler analysis"
+    why = (
+        st.frames()["verdict"]["evidence"][0]
+        if st is not None and "verdict" in st.frames() and st.frames()["verdict"].height
+        else "no straggler analysis"
+    )
     text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix("no straggler: ")
     if s_job is not None and s_job > STRAGGLING_S:
-        text += (f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
-                 "(no single rank explains it)")
+        text += (
+            f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
+            "(no single rank explains it)"
+        )
         findings.append(Finding("stragglers", text, None, False, "whatif"))
     elif s_job is not None:
         text += f"; what-if slowdown S = {s_job:.2f} (straggling above {STRAGGLING_S})"

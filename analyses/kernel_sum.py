@@ -44,7 +44,9 @@ class Result(FrameResult):
 
 
 SPEC = Analysis(
-    name="kernel_sum", params=Params, result=Result,
+    name="kernel_sum",
+    params=Params,
+    result=Result,
     frames=(
         rc.frame("frame", "Per kernel name over the run", *rc.summary_columns("kernel", per_rank=False)),
         rc.frame("ranks", "Per (rank, kernel name)", *rc.summary_columns("kernel", per_rank=True)),
@@ -63,6 +65,7 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     frame, ranks = summarize(store, run_id, _ROWS)
     if frame.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace "
-                            "(Kineto or nsys)")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace (Kineto or nsys)"
+        )
     return Result(frame=frame, ranks=ranks, notes=tuple(graph_level_notes(store, run_id)))

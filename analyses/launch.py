@@ -65,23 +65,37 @@ class Result(FrameResult):
     title = "Kernel launch latency"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Launch-to-start latency per rank", "rank",
-                      ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns"), ylabel="ns")]
+        return [
+            Chart(
+                "Launch-to-start latency per rank",
+                "rank",
+                ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns"),
+                ylabel="ns",
+            )
+        ]
 
 
 def _launch_columns(*keys: Column) -> tuple[Column, ...]:
     return (
-        rc.RANK, *keys,
+        rc.RANK,
+        *keys,
         rc.count("kernels", "Kernels"),
         rc.count("launched", "Kernels whose launch call is in the trace"),
         rc.count("launches", "Launch calls measured (one latency each: to their first kernel)"),
         rc.count("graph_launches", "Calls that started several kernels, or *GraphLaunch calls"),
         rc.count("graph_kernels", "The kernels they started"),
-        *(rc.ns(f"latency_p{q}_ns", f"{q}th percentile of the launch-to-start latency (linear interpolation), "
-             "rounded") for q in (50, 90, 99)),
+        *(
+            rc.ns(
+                f"latency_p{q}_ns",
+                f"{q}th percentile of the launch-to-start latency (linear interpolation), rounded",
+            )
+            for q in (50, 90, 99)
+        ),
         rc.ns("latency_max_ns", "Largest latency"),
         rc.ns("latency_mean_ns", "Mean latency, rounded"),
-        rc.count("idle_launches", "Kernels launched onto an idle lane (every earlier kernel of it had ended)"),
+        rc.count(
+            "idle_launches", "Kernels launched onto an idle lane (every earlier kernel of it had ended)"
+        ),
         rc.ns("idle_latency_p50_ns", "Their median latency (the launch overhead), rounded"),
         rc.count("short_kernels", "Kernels shorter than short_ns (launch-bound)"),
         rc.ns("short_ns", "Their time"),
@@ -92,7 +106,9 @@ def _launch_columns(*keys: Column) -> tuple[Column, ...]:
 
 
 SPEC = Analysis(
-    name="launch", params=Params, result=Result,
+    name="launch",
+    params=Params,
+    result=Result,
     frames=(
         rc.frame("frame", "Per rank", *_launch_columns()),
         rc.frame("streams", "Per lane (rank, device, stream)", *_launch_columns(rc.DEVICE, rc.STREAM)),
@@ -118,18 +134,30 @@ def run(store: Store, params: Params) -> Result:
     if k.is_empty():
         raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; launch latency needs a GPU trace")
     lane = ["rank", "device", "stream"]
-    k = k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True).with_columns(
-        # one latency per launch call: its first GPU activity (a CUDA graph launch starts many kernels)
-        # (a kernel stamped before its own launch call, by clock jitter, has no measurable latency)
-        pl.when(pl.col("first_of_launch") & ~pl.col("skewed").fill_null(False))
-        .then(pl.col("ts_ns") - pl.col("launch_ts_ns")).alias("latency_ns"),
-        (pl.col("launch_ts_ns").is_not_null()
-         & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))).alias("graph_kernel"),
-        # the lane's latest end before this kernel: idle at launch when it ended before the launch
-        pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
-    ).with_columns(
-        (pl.col("first_of_launch")
-         & (pl.col("launch_ts_ns") >= pl.coalesce("prev_end_ns", "launch_ts_ns"))).fill_null(False).alias("idle_at_launch"))
+    k = (
+        k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True)
+        .with_columns(
+            # one latency per launch call: its first GPU activity (a CUDA graph launch starts many kernels)
+            # (a kernel stamped before its own launch call, by clock jitter, has no measurable latency)
+            pl.when(pl.col("first_of_launch") & ~pl.col("skewed").fill_null(False))
+            .then(pl.col("ts_ns") - pl.col("launch_ts_ns"))
+            .alias("latency_ns"),
+            (
+                pl.col("launch_ts_ns").is_not_null()
+                & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))
+            ).alias("graph_kernel"),
+            # the lane's latest end before this kernel: idle at launch when it ended before the launch
+            pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
+        )
+        .with_columns(
+            (
+                pl.col("first_of_launch")
+                & (pl.col("launch_ts_ns") >= pl.coalesce("prev_end_ns", "launch_ts_ns"))
+            )
+            .fill_null(False)
+            .alias("idle_at_launch")
+        )
+    )
     lat, dur = pl.col("latency_ns"), pl.col("dur_ns")
     short = dur < params.short_ns
     stats = [
@@ -139,11 +167,16 @@ def run(store: Store, params: Params) -> Result:
         (pl.col("graph_kernel") & pl.col("first_of_launch")).sum().cast(pl.Int64).alias("graph_launches"),
         pl.col("graph_kernel").sum().cast(pl.Int64).alias("graph_kernels"),
         # statistics rounded to whole ns (interpolated percentiles and means are fractional)
-        *(_common.whole_ns(lat.quantile(q, "linear")).alias(f"latency_p{n}_ns") for q, n in ((0.5, 50), (0.9, 90), (0.99, 99))),
+        *(
+            _common.whole_ns(lat.quantile(q, "linear")).alias(f"latency_p{n}_ns")
+            for q, n in ((0.5, 50), (0.9, 90), (0.99, 99))
+        ),
         lat.max().alias("latency_max_ns"),
         _common.whole_ns(lat.mean()).alias("latency_mean_ns"),
         pl.col("idle_at_launch").sum().cast(pl.Int64).alias("idle_launches"),
-        _common.whole_ns(lat.filter(pl.col("idle_at_launch")).quantile(0.5, "linear")).alias("idle_latency_p50_ns"),
+        _common.whole_ns(lat.filter(pl.col("idle_at_launch")).quantile(0.5, "linear")).alias(
+            "idle_latency_p50_ns"
+        ),
         short.sum().cast(pl.Int64).alias("short_kernels"),
         dur.filter(short).sum().cast(pl.Int64).alias("short_ns"),
         dur.sum().cast(pl.Int64).alias("kernel_ns"),
@@ -161,16 +194,27 @@ def run(store: Store, params: Params) -> Result:
     notes = [f"short kernels: under {params.short_ns / 1000:g} us"]
     graph = int(per_rank["graph_kernels"].sum()) - int(per_rank["graph_launches"].sum())
     if graph:
-        notes.append(Note("{number} kernels started by a graph launch after its first kernel are not measured (latency "
-                          "is once per launch call, to its first kernel; the rest is graph execution time)", number=graph))
+        notes.append(
+            Note(
+                "{number} kernels started by a graph launch after its first kernel are not measured (latency "
+                "is once per launch call, to its first kernel; the rest is graph execution time)",
+                number=graph,
+            )
+        )
     if not no_launch.is_empty():
         missing = int((no_launch["kernels"] - no_launch["launched"]).sum())
-        notes.append(Note("{number} kernels have no launch call in the trace (left out of the latency figures)",
-                          number=missing))
+        notes.append(
+            Note(
+                "{number} kernels have no launch call in the trace (left out of the latency figures)",
+                number=missing,
+            )
+        )
     notes += graph_level_notes(store, run_id)
     skewed = k.filter(pl.col("skewed").fill_null(False))
     if skewed.height:
         most = int((skewed["launch_ts_ns"] - skewed["ts_ns"]).max() or 0)  # type: ignore[arg-type]
-        notes.append(f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
-                     "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures")
+        notes.append(
+            f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
+            "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures"
+        )
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

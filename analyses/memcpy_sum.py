@@ -32,10 +32,14 @@ from traceprof.engine.analysis import Analysis, Chart, FrameResult, RunParams, r
 from traceprof.storage.store import Store
 
 #: The operation of a memcpy / memset row (module doc, step 2).
-_OPERATION = (r"CASE WHEN e.kind = 'memset' THEN 'Memset' "
-              r"ELSE coalesce(nullif(regexp_extract(e.name, '^(Memcpy \S+)', 1), ''), e.name) END")
-_ROWS = (f"SELECT e.rank, {_OPERATION} AS name, e.dur_ns FROM events e "
-         f"WHERE e.run_id = $run AND e.kind IN ('memcpy', 'memset') AND {VALID_SQL}")
+_OPERATION = (
+    r"CASE WHEN e.kind = 'memset' THEN 'Memset' "
+    r"ELSE coalesce(nullif(regexp_extract(e.name, '^(Memcpy \S+)', 1), ''), e.name) END"
+)
+_ROWS = (
+    f"SELECT e.rank, {_OPERATION} AS name, e.dur_ns FROM events e "
+    f"WHERE e.run_id = $run AND e.kind IN ('memcpy', 'memset') AND {VALID_SQL}"
+)
 _SIZES = f"""
 SELECT name,
        sum(bytes)::BIGINT AS total_bytes, count(bytes)::BIGINT AS count,
@@ -71,18 +75,28 @@ def _bytes(name: str, doc: str) -> Column:
 
 
 SPEC = Analysis(
-    name="memcpy_sum", params=Params, result=Result,
+    name="memcpy_sum",
+    params=Params,
+    result=Result,
     frames=(
-        rc.frame("frame", "Time per operation over the run (nsys stats cuda_gpu_mem_time_sum)",
-                 *rc.summary_columns("copy", per_rank=False)),
+        rc.frame(
+            "frame",
+            "Time per operation over the run (nsys stats cuda_gpu_mem_time_sum)",
+            *rc.summary_columns("copy", per_rank=False),
+        ),
         rc.frame("ranks", "Time per (rank, operation)", *rc.summary_columns("copy", per_rank=True)),
-        rc.frame("sizes", "Bytes per operation (nsys stats cuda_gpu_mem_size_sum), the rows that record them",
-                 rc.text("name", "Operation: Memcpy HtoD, Memcpy DtoH, Memcpy DtoD, ..., Memset"),
-                 _bytes("total_bytes", "Bytes copied (or set), summed"),
-                 rc.count("count", "Rows that record their bytes"),
-                 _bytes("avg_bytes", "Mean, rounded"), _bytes("med_bytes", "Median, rounded"),
-                 _bytes("min_bytes", "Smallest"), _bytes("max_bytes", "Largest"),
-                 _bytes("stddev_bytes", "Sample standard deviation, rounded; 0 for one row")),
+        rc.frame(
+            "sizes",
+            "Bytes per operation (nsys stats cuda_gpu_mem_size_sum), the rows that record them",
+            rc.text("name", "Operation: Memcpy HtoD, Memcpy DtoH, Memcpy DtoD, ..., Memset"),
+            _bytes("total_bytes", "Bytes copied (or set), summed"),
+            rc.count("count", "Rows that record their bytes"),
+            _bytes("avg_bytes", "Mean, rounded"),
+            _bytes("med_bytes", "Median, rounded"),
+            _bytes("min_bytes", "Smallest"),
+            _bytes("max_bytes", "Largest"),
+            _bytes("stddev_bytes", "Sample standard deviation, rounded; 0 for one row"),
+        ),
     ),
 )
 
@@ -100,8 +114,10 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     frame, ranks = summarize(store, run_id, _ROWS)
     if frame.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU memory copies or memsets; memcpy_sum needs a GPU "
-                            "trace (Kineto or nsys)")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no GPU memory copies or memsets; memcpy_sum needs a GPU "
+            "trace (Kineto or nsys)"
+        )
     sizes = store.sql(_SIZES, [run_id])
     notes = [] if sizes.height else ["no row records its bytes (args.bytes): no sizes table"]
     return Result(frame=frame, ranks=ranks, sizes=sizes, notes=tuple(notes))

@@ -41,7 +41,9 @@ class Result(FrameResult):
 
 
 SPEC = Analysis(
-    name="nvtx_sum", params=Params, result=Result,
+    name="nvtx_sum",
+    params=Params,
+    result=Result,
     frames=(
         rc.frame("frame", "Per range name over the run", *rc.summary_columns("range", per_rank=False)),
         rc.frame("ranks", "Per (rank, range name)", *rc.summary_columns("range", per_rank=True)),
@@ -62,6 +64,8 @@ def run(store: Store, params: Params) -> Result:
     rows = f"SELECT rank, name, dur_ns FROM events WHERE run_id = $run AND kind IN {kinds}"
     frame, ranks = summarize(store, run_id, rows)
     if frame.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no {'GPU ' if params.gpu else ''}annotation ranges "
-                            "(NVTX / record_function) in the trace")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no {'GPU ' if params.gpu else ''}annotation ranges "
+            "(NVTX / record_function) in the trace"
+        )
     return Result(frame=frame, ranks=ranks)

@@ -66,18 +66,29 @@ class Result(FrameResult):
 
     def charts(self) -> list[Chart]:
         return [
-            Chart("Communication per rank: hidden vs exposed", "rank", ("overlap_ns", "exposed_comm_ns"),
-                  stacked=True, ylabel="ns"),
+            Chart(
+                "Communication per rank: hidden vs exposed",
+                "rank",
+                ("overlap_ns", "exposed_comm_ns"),
+                stacked=True,
+                ylabel="ns",
+            ),
         ]
 
 
 def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     m = class_measures(act, by)
     if "step" in by:  # hidden behind any compute of the rank (module doc, step 4)
-        exp = exposed_comm(act, by).group_by(by).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_exp"))
-        m = m.join(exp, on=by, how="left").with_columns(
-            (pl.col("comm_ns") - pl.col("_exp").fill_null(0)).alias("overlap_ns")
-        ).drop("_exp")
+        exp = (
+            exposed_comm(act, by)
+            .group_by(by)
+            .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_exp"))
+        )
+        m = (
+            m.join(exp, on=by, how="left")
+            .with_columns((pl.col("comm_ns") - pl.col("_exp").fill_null(0)).alias("overlap_ns"))
+            .drop("_exp")
+        )
     return m.select(
         *by,
         "comm_ns",
@@ -97,7 +108,8 @@ def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def overlap_columns(*keys: Column) -> tuple[Column, ...]:
     """rank, ``keys`` and the overlap columns."""
     return (
-        rc.RANK, *keys,
+        rc.RANK,
+        *keys,
         rc.ns("comm_ns", "Union of communication"),
         rc.ns("compute_ns", "Union of compute"),
         rc.ns("overlap_ns", "Communication hidden behind compute: |comm ∩ compute|"),
@@ -118,9 +130,13 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
     df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
     if df.is_empty() or (df["comm_ns"] == 0).all():
         if _common.graph_level(ov):  # communication inside a graph traced per graph is not seen
-            return [], Verdict("communication", "n/a", "no communication kernels in the trace, but CUDA graphs were "
-                               "traced per graph and may hold some: record them with nsys profile "
-                               "--cuda-graph-trace=node")
+            return [], Verdict(
+                "communication",
+                "n/a",
+                "no communication kernels in the trace, but CUDA graphs were "
+                "traced per graph and may hold some: record them with nsys profile "
+                "--cuda-graph-trace=node",
+            )
         return [], Verdict("communication", "ok", "no communication in the trace")
     worst = df.sort(["exposed_comm_pct", "rank"], descending=[True, False]).row(0, named=True)
     median = _common.num(df["exposed_comm_pct"].median())
@@ -130,23 +146,37 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         top = gaps.frame.row(0, named=True)
         cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
         before = top.get("before") or ""
-        if len(before) > _common.NAME_WIDTH:  # a 1,000-character kernel name: its family, the full name on hover
+        if (
+            len(before) > _common.NAME_WIDTH
+        ):  # a 1,000-character kernel name: its family, the full name on hover
             full_cause, cause = cause, cause.replace(before, shorten(before, _common.NAME_WIDTH))
-    overlap = f"{worst['overlap_pct']:.0f}% of its communication hidden" if worst.get("overlap_pct") is not None else ""
-    text = (f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
-            f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}")
+    overlap = (
+        f"{worst['overlap_pct']:.0f}% of its communication hidden"
+        if worst.get("overlap_pct") is not None
+        else ""
+    )
+    text = (
+        f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
+        f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}"
+    )
     cost = median
     st = res.get("stragglers")
     if st is not None and _common.named_ranks(res) and "wait_ns" in st.frame.columns:
         # Waiting at a collective for a late peer shows as exposed communication: it is the
         # straggler's cost (counted there), so only the exposed time beyond it costs here.
         own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(
-            (100.0 * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0) / pl.col("window_ns"))
-            .median())
+            (
+                100.0
+                * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0)
+                / pl.col("window_ns")
+            ).median()
+        )
         cost = float(own.item() or 0.0)
         named = ", ".join(map(str, _common.named_ranks(res)))
-        text = (f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
-                f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}")
+        text = (
+            f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
+            f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}"
+        )
     problem = cost >= 5.0
     full = text.replace(cause, full_cause) if full_cause else ""
     f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
@@ -154,13 +184,23 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
 
 
 SPEC = Analysis(
-    name="overlap", params=Params, result=Result,
+    name="overlap",
+    params=Params,
+    result=Result,
     frames=(
         rc.frame("frame", "Per rank", *overlap_columns()),
-        rc.frame("steps", "Per (rank, step): the step's communication against all the rank's compute; window of the "
-              "step's activity", *overlap_columns(rc.STEP)),
-        rc.frame("devices", "Per (rank, device), only when a rank drives several GPUs: each device's communication "
-              "against that device's compute", *overlap_columns(rc.DEVICE)),
+        rc.frame(
+            "steps",
+            "Per (rank, step): the step's communication against all the rank's compute; window of the "
+            "step's activity",
+            *overlap_columns(rc.STEP),
+        ),
+        rc.frame(
+            "devices",
+            "Per (rank, device), only when a rank drives several GPUs: each device's communication "
+            "against that device's compute",
+            *overlap_columns(rc.DEVICE),
+        ),
     ),
     report=Report(20, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
     findings=Topic("communication", 20, _communication_topic),
@@ -184,8 +224,13 @@ def run(store: Store, params: Params) -> Result:
     per_device = pl.DataFrame()
     if multi:
         per_device = _overlap(act.filter(pl.col("device_kind") == "gpu"), ["rank", "device"])
-        notes.append(Note("rank(s) {ranks} drive several GPUs: per rank, communication on one device counts as "
-                          "hidden behind compute on any of them; the devices table keeps them apart", ranks=multi))
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: per rank, communication on one device counts as "
+                "hidden behind compute on any of them; the devices table keeps them apart",
+                ranks=multi,
+            )
+        )
     no_comm = per_rank.filter(pl.col("comm_ns") == 0)["rank"].to_list()
     if no_comm:
         notes.append(Note("ranks without communication (overlap undefined): [{ranks}]", ranks=no_comm))

@@ -66,8 +66,15 @@ class Result(FrameResult):
     title = "Temporal breakdown"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Share of the window per rank", "rank", ("compute_pct", "non_compute_pct", "idle_pct"),
-                      stacked=True, ylabel="% of window")]
+        return [
+            Chart(
+                "Share of the window per rank",
+                "rank",
+                ("compute_pct", "non_compute_pct", "idle_pct"),
+                stacked=True,
+                ylabel="% of window",
+            )
+        ]
 
 
 def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -89,10 +96,15 @@ def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def breakdown_columns(*keys: Column) -> tuple[Column, ...]:
     """rank, ``keys``, window_ns and the breakdown's columns (``steps``, ``devices``)."""
     return (
-        rc.RANK, *keys, rc.WINDOW_NS,
+        rc.RANK,
+        *keys,
+        rc.WINDOW_NS,
         rc.ns("idle_ns", "Window minus the union of all activity"),
         rc.ns("compute_ns", "Union of compute activity"),
-        rc.ns("non_compute_ns", "Union of all activity minus compute: communication and memory work not under compute"),
+        rc.ns(
+            "non_compute_ns",
+            "Union of all activity minus compute: communication and memory work not under compute",
+        ),
         rc.pct("idle_pct", "idle_ns, % of window_ns"),
         rc.pct("compute_pct", "compute_ns, % of window_ns"),
         rc.pct("non_compute_pct", "non_compute_ns, % of window_ns"),
@@ -117,14 +129,18 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
         own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
         theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
         worst = others.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
-        text = (f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
-                f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
-                "counted in its finding")
+        text = (
+            f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
+            f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
+            "counted in its finding"
+        )
     else:
         mean = _common.num(te.frame["idle_pct"].mean())
         worst = te.frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
-        text = (f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
-                f"{worst['idle_pct']:.0f}%)")
+        text = (
+            f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
+            f"{worst['idle_pct']:.0f}%)"
+        )
     idle = res.get("idle")
     if idle is not None and "ranks" in idle.frames():
         r = idle.frames()["ranks"]
@@ -133,24 +149,42 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
         if total:
             text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
     if _common.graph_level(te):
-        text += ("; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
-                 "--cuda-graph-trace=node records their kernels)")
+        text += (
+            "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
+            "--cuda-graph-trace=node records their kernels)"
+        )
     problem = mean >= 10.0
-    return [Finding("idle", text, mean, problem, "temporal")], Verdict("idle", "problem" if problem else "ok", text)
+    return [Finding("idle", text, mean, problem, "temporal")], Verdict(
+        "idle", "problem" if problem else "ok", text
+    )
 
 
 SPEC = Analysis(
-    name="temporal", params=Params, result=Result,
+    name="temporal",
+    params=Params,
+    result=Result,
     frames=(
-        rc.frame("frame", "Per rank: its whole window, and its step window", *breakdown_columns(),
-              rc.ns("step_window_ns", "Step window: first ProfilerStep start to last step end (wall clock); null "
-                 "without steps"),
-              rc.ns("step_busy_ns", "Union of the rank's activity inside its step window"),
-              rc.ns("step_idle_ns", "step_window_ns minus step_busy_ns (idle before a step's first kernel shows here)"),
-              rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns; null without steps")),
+        rc.frame(
+            "frame",
+            "Per rank: its whole window, and its step window",
+            *breakdown_columns(),
+            rc.ns(
+                "step_window_ns",
+                "Step window: first ProfilerStep start to last step end (wall clock); null without steps",
+            ),
+            rc.ns("step_busy_ns", "Union of the rank's activity inside its step window"),
+            rc.ns(
+                "step_idle_ns",
+                "step_window_ns minus step_busy_ns (idle before a step's first kernel shows here)",
+            ),
+            rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns; null without steps"),
+        ),
         rc.frame("steps", "Per (rank, step): the activity launched in the step", *breakdown_columns(rc.STEP)),
-        rc.frame("devices", "Per (rank, device) of GPU ranks (a process that drives several GPUs)",
-              *breakdown_columns(rc.DEVICE)),
+        rc.frame(
+            "devices",
+            "Per (rank, device) of GPU ranks (a process that drives several GPUs)",
+            *breakdown_columns(rc.DEVICE),
+        ),
     ),
     report=Report(10, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
     findings=Topic("idle", 30, _idle_topic),
@@ -174,8 +208,13 @@ def run(store: Store, params: Params) -> Result:
     notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
     multi = multi_device_ranks(act)
     if multi:
-        notes.append(Note("rank(s) {ranks} drive several GPUs: the per-rank figures merge their devices (one "
-                          "window over all); see the devices table", ranks=multi))
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: the per-rank figures merge their devices (one "
+                "window over all); see the devices table",
+                ranks=multi,
+            )
+        )
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

@@ -14,8 +14,14 @@ from traceprof.core import schema
 __all__ = ["row_schema"]
 
 _STORE_FILLS = frozenset({"run_id", "trace_id", "rank", "instance_id", "match_method"})
-_TYPES = {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string(), "JSON": pa.string(),
-          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+_TYPES = {
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "VARCHAR": pa.string(),
+    "JSON": pa.string(),
+    "BOOLEAN": pa.bool_(),
+    "DOUBLE": pa.float64(),
+}
 
 
 def row_schema(table: str) -> pa.Schema:

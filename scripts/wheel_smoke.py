@@ -28,21 +28,32 @@ REPO = Path(__file__).resolve().parent.parent
 def _run(cmd: list[str], cwd: Path, what: str) -> str:
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"wheel smoke test: {what} failed (exit {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-4000:]}")
+        sys.exit(
+            f"wheel smoke test: {what} failed (exit {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-4000:]}"
+        )
     return r.stdout
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="traceprof-smoke-") as tmp:
         work = Path(tmp)
-        _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(REPO)], REPO,
-             "building the wheel")
+        _run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(REPO)],
+            REPO,
+            "building the wheel",
+        )
         (wheel,) = (work / "dist").glob("traceprof-*.whl")
         names = zipfile.ZipFile(wheel).namelist()
         tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
         if tops != {"traceprof"}:
-            sys.exit(f"wheel smoke test: {wheel.name} installs {sorted(tops)}, not the traceprof package alone")
-        for pkg in ("traceprof/analyses/__init__.py", "traceprof/collectors/__init__.py", "traceprof/analyses/gaps.sql"):
+            sys.exit(
+                f"wheel smoke test: {wheel.name} installs {sorted(tops)}, not the traceprof package alone"
+            )
+        for pkg in (
+            "traceprof/analyses/__init__.py",
+            "traceprof/collectors/__init__.py",
+            "traceprof/analyses/gaps.sql",
+        ):
             if pkg not in names:
                 sys.exit(f"wheel smoke test: {wheel.name} lacks {pkg}")
         venv.create(work / "venv", with_pip=True)
@@ -57,10 +68,14 @@ def main() -> None:
         shutil.copytree(REPO / "sample_traces" / "normal", sample)
         _run([str(cli), "ingest", str(sample), "--db", "s.duckdb"], work, "traceprof ingest")
         text = _run([str(cli), "summary", "--db", "s.duckdb"], work, "traceprof summary")
-        data = json.loads(_run([str(cli), "summary", "--db", "s.duckdb", "-f", "json"], work, "traceprof summary -f json"))
+        data = json.loads(
+            _run([str(cli), "summary", "--db", "s.duckdb", "-f", "json"], work, "traceprof summary -f json")
+        )
         if "Findings for run 'normal'" not in text or data["run"] != "normal" or not data["verdicts"]:
             sys.exit(f"wheel smoke test: the summary of the sample is not what it should be:\n{text}")
-    print(f"wheel smoke test: ok ({wheel.name}: traceprof only; --version, ingest and summary from another folder)")
+    print(
+        f"wheel smoke test: ok ({wheel.name}: traceprof only; --version, ingest and summary from another folder)"
+    )
 
 
 if __name__ == "__main__":

@@ -29,31 +29,66 @@ EPOCH = 1_767_225_600_000_000_000
 
 # -- Kineto ---------------------------------------------------------------------------------------
 
+
 def kineto(path: Path, events: list[dict], rank: int = 0, world_size: int = 1) -> Path:
     """Write a new-style Kineto trace (ts/dur in us relative to BASE_NS) and return its path."""
-    doc = {"baseTimeNanoseconds": BASE_NS, "distributedInfo": {"rank": rank, "world_size": world_size},
-           "traceEvents": events}
+    doc = {
+        "baseTimeNanoseconds": BASE_NS,
+        "distributedInfo": {"rank": rank, "world_size": world_size},
+        "traceEvents": events,
+    }
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return path
 
 
 def kernel(name: str, stream: int, ts: float, dur: float, corr: int, cat: str = "kernel", **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"stream": stream, "device": 0, "correlation": corr, **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": stream, "device": 0, "correlation": corr, **args},
+    }
 
 
 def launch(ts: float, corr: int, dur: float = 1.0, tid: int = 1, name: str = "cudaLaunchKernel") -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": corr},
+    }
 
 
 def step(n: int, ts: float, dur: float) -> dict:
-    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1,
-            "ts": ts, "dur": dur}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"ProfilerStep#{n}",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+    }
 
 
-def op(name: str, ts: float, dur: float, dims: list | None = None, types: list | None = None,
-       concrete: list | None = None, tid: int = 1, cat: str = "cpu_op") -> dict:
+def op(
+    name: str,
+    ts: float,
+    dur: float,
+    dims: list | None = None,
+    types: list | None = None,
+    concrete: list | None = None,
+    tid: int = 1,
+    cat: str = "cpu_op",
+) -> dict:
     """One Kineto complete event (times in us); shape args as torch's record_shapes writes them."""
     args: dict = {}
     if dims is not None:
@@ -64,11 +99,16 @@ def op(name: str, ts: float, dur: float, dims: list | None = None, types: list |
     return {"ph": "X", "cat": cat, "name": name, "pid": 9, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
-def write_run(folder: Path, events: list[dict], rank: int = 0, world: int = 1, devices: list | None = None) -> Path:
+def write_run(
+    folder: Path, events: list[dict], rank: int = 0, world: int = 1, devices: list | None = None
+) -> Path:
     """A one-rank Kineto trace in ``folder`` (baseTimeNanoseconds 0)."""
     folder.mkdir(parents=True, exist_ok=True)
-    doc = {"baseTimeNanoseconds": 0, "distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
-           "traceEvents": events}
+    doc = {
+        "baseTimeNanoseconds": 0,
+        "distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
+        "traceEvents": events,
+    }
     if devices:
         doc["deviceProperties"] = devices
     (folder / f"rank{rank}.json").write_text(json.dumps(doc))
@@ -83,33 +123,82 @@ SHIFT_US = 1000
 def write_rank(path: Path, events: list[dict], rank: int, world: int = 2, backend: str = "gloo") -> Path:
     """Write a new-style Kineto trace whose event at ``ts`` us is at BASE + ts * 1000 ns."""
     events = [{**e, "ts": e["ts"] + SHIFT_US} if "ts" in e else e for e in events]
-    doc = {"baseTimeNanoseconds": BASE - SHIFT_US * 1000,
-           "distributedInfo": {"rank": rank, "world_size": world, "backend": backend}, "traceEvents": events}
+    doc = {
+        "baseTimeNanoseconds": BASE - SHIFT_US * 1000,
+        "distributedInfo": {"rank": rank, "world_size": world, "backend": backend},
+        "traceEvents": events,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
     return path
 
 
-def micro_trace(names: list[str], rank: int = 0, world: int = 1, base_ns: int = 1_700_000_000_000_000_000) -> dict:
+def micro_trace(
+    names: list[str], rank: int = 0, world: int = 1, base_ns: int = 1_700_000_000_000_000_000
+) -> dict:
     """A new-style Kineto trace: one ProfilerStep (100 us) holding one 1-us cpu_op per name."""
-    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100}]
-    events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 1 + i, "dur": 1}
-               for i, n in enumerate(names)]
-    return {"baseTimeNanoseconds": base_ns, "distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
-            "traceEvents": events}
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        }
+    ]
+    events += [
+        {"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 1 + i, "dur": 1}
+        for i, n in enumerate(names)
+    ]
+    return {
+        "baseTimeNanoseconds": base_ns,
+        "distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
+        "traceEvents": events,
+    }
 
 
 def gloo_rank(enqueues: list[tuple[float, float, float, int]], step: int = 3, t0: float = 0) -> list[dict]:
     """One ProfilerStep#step over [t0, t0 + 1000] us on the training thread (tid 1); per collective a
     c10d::allreduce_ enqueue (5 us) and its gloo:all_reduce work on a runloop thread (tid 2):
     (enqueue ts, work start, work end, elements)."""
-    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t0,
-           "dur": 1000}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{step}",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0,
+            "dur": 1000,
+        }
+    ]
     for enq, start, end, n in enqueues:
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": enq, "dur": 5,
-                   "args": {"Input Dims": [[[n]], []], "Input type": ["TensorList", ""]}})
-        ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": start,
-                   "dur": end - start, "args": {"Input Dims": [[n]], "Input type": ["float"]}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "c10d::allreduce_",
+                "pid": 1,
+                "tid": 1,
+                "ts": enq,
+                "dur": 5,
+                "args": {"Input Dims": [[[n]], []], "Input type": ["TensorList", ""]},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": 1,
+                "tid": 2,
+                "ts": start,
+                "dur": end - start,
+                "args": {"Input Dims": [[n]], "Input type": ["float"]},
+            }
+        )
     return ev
 
 
@@ -118,9 +207,12 @@ def cause_run(folder: Path, relu_us: float, gelu_us: float) -> Path:
     aten::relu ``relu_us``, aten::gelu ``gelu_us`` (the same in both steps)."""
     ev = []
     for s in (0, 100):
-        ev += [op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"),
-               op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]), op("aten::relu", s + 20, relu_us, [[4, 4]]),
-               op("aten::gelu", s + 60, gelu_us, [[4, 4]])]
+        ev += [
+            op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"),
+            op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]),
+            op("aten::relu", s + 20, relu_us, [[4, 4]]),
+            op("aten::gelu", s + 60, gelu_us, [[4, 4]]),
+        ]
     return write_run(folder, ev)
 
 
@@ -133,27 +225,27 @@ _DDL = {
     "META_DATA_EXPORT": "name TEXT, value TEXT",
     "META_DATA_CAPTURE": "name TEXT NOT NULL, value TEXT",
     "TARGET_INFO_SYSTEM_ENV": "globalVid INTEGER, devStateName TEXT NOT NULL, name TEXT NOT NULL, "
-                              "nameEnum INTEGER NOT NULL, value TEXT NOT NULL",
+    "nameEnum INTEGER NOT NULL, value TEXT NOT NULL",
     "TARGET_INFO_GPU": "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, totalMemory INTEGER, "
-                       "smCount INTEGER, computeMajor INTEGER, computeMinor INTEGER",
+    "smCount INTEGER, computeMajor INTEGER, computeMinor INTEGER",
     "PROCESSES": "globalPid INTEGER, pid INTEGER, name TEXT",
     "CUPTI_ACTIVITY_KIND_KERNEL": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
-                                  "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
-                                  "correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, "
-                                  "shortName INTEGER NOT NULL, registersPerThread INTEGER NOT NULL, "
-                                  "gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, "
-                                  "blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, "
-                                  "staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL, "
-                                  "gridId INTEGER NOT NULL, graphNodeId INTEGER",
+    "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
+    "correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, "
+    "shortName INTEGER NOT NULL, registersPerThread INTEGER NOT NULL, "
+    "gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, "
+    "blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, "
+    "staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL, "
+    "gridId INTEGER NOT NULL, graphNodeId INTEGER",
     "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
-                                   "globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
-                                   "returnValue INTEGER NOT NULL, callchainId INTEGER",
+    "globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
+    "returnValue INTEGER NOT NULL, callchainId INTEGER",
     "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
-                                       "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
-                                       "correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, "
-                                       "graphExecId INTEGER NOT NULL",
+    "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
+    "correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, "
+    "graphExecId INTEGER NOT NULL",
     "NVTX_EVENTS": "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, "
-                   "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER",
+    "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER",
 }
 
 
@@ -165,7 +257,10 @@ class Export:
         self.ids: dict[str, int] = {}
         if epoch is not None:
             self.rows["TARGET_INFO_SESSION_START_TIME"].append((epoch, "2026-01-01T00:00:00.000Z", None))
-        self.rows["META_DATA_EXPORT"] += [("EXPORT_SCHEMA_VERSION", "3.22.0"), ("EXPORT_PRODUCT_VERSION", "2025.6.1")]
+        self.rows["META_DATA_EXPORT"] += [
+            ("EXPORT_SCHEMA_VERSION", "3.22.0"),
+            ("EXPORT_PRODUCT_VERSION", "2025.6.1"),
+        ]
 
     def string(self, s: str) -> int:
         if s not in self.ids:
@@ -174,27 +269,67 @@ class Export:
         return self.ids[s]
 
     def gpu(self, dev: int) -> None:
-        self.rows["TARGET_INFO_GPU"].append((0, dev, "NVIDIA H100 80GB HBM3", f"0000:{dev:02d}:00.0", 85 << 30, 132, 9, 0))
+        self.rows["TARGET_INFO_GPU"].append(
+            (0, dev, "NVIDIA H100 80GB HBM3", f"0000:{dev:02d}:00.0", 85 << 30, 132, 9, 0)
+        )
 
     def process(self, pid: int, name: str = "python") -> None:
         self.rows["PROCESSES"].append((pid << 24, pid, name))
 
     def launch(self, pid: int, corr: int, start: int, end: int, name: str = "cudaLaunchKernel_v7000") -> None:
         self.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append(
-            (start, end, 1, (pid << 24) | pid, corr, self.string(name), 0, None))
+            (start, end, 1, (pid << 24) | pid, corr, self.string(name), 0, None)
+        )
 
-    def kernel(self, pid: int, dev: int, corr: int, start: int, end: int, name: str = "void gemm_kernel<float>()",
-               stream: int = 7, node: int | None = None) -> None:
+    def kernel(
+        self,
+        pid: int,
+        dev: int,
+        corr: int,
+        start: int,
+        end: int,
+        name: str = "void gemm_kernel<float>()",
+        stream: int = 7,
+        node: int | None = None,
+    ) -> None:
         sid = self.string(name)
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
-            (start, end, dev, 1, None, stream, corr, pid << 24, sid, sid, 64, 108, 1, 1, 256, 1, 1, 0, 0, corr, node))
+            (
+                start,
+                end,
+                dev,
+                1,
+                None,
+                stream,
+                corr,
+                pid << 24,
+                sid,
+                sid,
+                64,
+                108,
+                1,
+                1,
+                256,
+                1,
+                1,
+                0,
+                0,
+                corr,
+                node,
+            )
+        )
 
-    def graph(self, pid: int, dev: int, corr: int, start: int, end: int, graph_id: int = 1, stream: int = 7) -> None:
+    def graph(
+        self, pid: int, dev: int, corr: int, start: int, end: int, graph_id: int = 1, stream: int = 7
+    ) -> None:
         self.rows["CUPTI_ACTIVITY_KIND_GRAPH_TRACE"].append(
-            (start, end, dev, 1, None, stream, corr, pid << 24, graph_id, graph_id))
+            (start, end, dev, 1, None, stream, corr, pid << 24, graph_id, graph_id)
+        )
 
     def nvtx(self, pid: int, start: int, end: int | None, text: str, etype: int = 59) -> None:
-        self.rows["NVTX_EVENTS"].append((start, end, etype, None, None, None, text, (pid << 24) | pid, None, None, 0))
+        self.rows["NVTX_EVENTS"].append(
+            (start, end, etype, None, None, None, text, (pid << 24) | pid, None, None, 0)
+        )
 
     def capture(self, name: str, value: str) -> None:
         self.rows["META_DATA_CAPTURE"].append((name, value))
@@ -218,13 +353,38 @@ class Export:
 
 # -- Kineto memory records (profile_memory=True) -------------------------------------------------
 
-def mem(ts: float, dev: int, addr: int, nbytes: int | None, alloc: int | None, reserved: int | None,
-        tid: int = 1, dtype: int = 1, **extra: object) -> dict:
+
+def mem(
+    ts: float,
+    dev: int,
+    addr: int,
+    nbytes: int | None,
+    alloc: int | None,
+    reserved: int | None,
+    tid: int = 1,
+    dtype: int = 1,
+    **extra: object,
+) -> dict:
     """A Kineto [memory] instant (ts in us); None leaves the field out."""
-    args = {"Device Type": dtype, "Device Id": dev, "Addr": addr, "Bytes": nbytes, "Total Allocated": alloc,
-            "Total Reserved": reserved, **extra}
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts,
-            "args": {k: v for k, v in args.items() if v is not None}}
+    args = {
+        "Device Type": dtype,
+        "Device Id": dev,
+        "Addr": addr,
+        "Bytes": nbytes,
+        "Total Allocated": alloc,
+        "Total Reserved": reserved,
+        **extra,
+    }
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "args": {k: v for k, v in args.items() if v is not None},
+    }
 
 
 def memory_op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
@@ -232,16 +392,18 @@ def memory_op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
     return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
 
 
-def memory_trace(path: Path, events: list[dict], devices: dict[int, int] | None = None, rank: int = 0,
-          world_size: int = 1) -> Path:
+def memory_trace(
+    path: Path, events: list[dict], devices: dict[int, int] | None = None, rank: int = 0, world_size: int = 1
+) -> Path:
     """A Kineto trace with ``deviceProperties`` (device -> totalGlobalMem) when given; its folder's
     name is in ``traceName`` (two runs of equal events are two files, not one stored once)."""
     kineto(path, events, rank=rank, world_size=world_size)
     doc = json.loads(gzip.decompress(path.read_bytes()))
     doc["traceName"] = path.parent.name
     if devices:
-        doc["deviceProperties"] = [{"id": d, "name": "Test GPU", "totalGlobalMem": m, "numSms": 1}
-                                   for d, m in devices.items()]
+        doc["deviceProperties"] = [
+            {"id": d, "name": "Test GPU", "totalGlobalMem": m, "numSms": 1} for d, m in devices.items()
+        ]
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return path
 
@@ -254,33 +416,75 @@ def memory_gate_run(d: Path, extra: int = 0, jitter: int = 0) -> Path:
     ev: list[dict] = [mem(5, 0, 0x10, 512, 512, 1 << 20)]
     for n, base in ((1, 0), (2, 100)):
         big = 4096 + (jitter if n == 2 else 0)
-        ev += [step(n, base, 100), memory_op("aten::linear", base + 10, 30), memory_op("aten::mm", base + 40, 10),
-               mem(base + 20, 0, 0x30, big, 512 + big, 1 << 20)]
+        ev += [
+            step(n, base, 100),
+            memory_op("aten::linear", base + 10, 30),
+            memory_op("aten::mm", base + 40, 10),
+            mem(base + 20, 0, 0x30, big, 512 + big, 1 << 20),
+        ]
         if extra:
-            ev += [memory_op("aten::cat", base + 24, 2), mem(base + 25, 0, 0x40, extra, 512 + big + extra, 1 << 20),
-                   mem(base + 30, 0, 0x40, -extra, 512 + big, 1 << 20)]
+            ev += [
+                memory_op("aten::cat", base + 24, 2),
+                mem(base + 25, 0, 0x40, extra, 512 + big + extra, 1 << 20),
+                mem(base + 30, 0, 0x40, -extra, 512 + big, 1 << 20),
+            ]
         ev.append(mem(base + 35, 0, 0x30, -big, 512, 1 << 20))
     return memory_trace(d / "rank0.json.gz", ev, {0: 1 << 30})
 
 
 # -- worked multi-rank runs --------------------------------------------------------------------
 
+
 def _skewed_rank(a_ms: int, gloo_ms: tuple[int, int], b_ms: int) -> list[dict]:
     """Step 1: aten::A for ``a_ms``, the all-reduce enqueued at its end, gloo work over
     ``gloo_ms``, then aten::B for ``b_ms`` (none when 0) from the work's end."""
     us = 1000
     ev = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 40 * us},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 40 * us,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::A", "pid": 1, "tid": 1, "ts": 0, "dur": a_ms * us},
-        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": a_ms * us, "dur": 0,
-         "args": {"Input Dims": [[[256]], []]}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "pid": 1,
+            "tid": 1,
+            "ts": a_ms * us,
+            "dur": 0,
+            "args": {"Input Dims": [[[256]], []]},
+        },
     ]
-    ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-               "ts": gloo_ms[0] * us, "dur": (gloo_ms[1] - gloo_ms[0]) * us,
-               "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 1,
+            "tid": 2,
+            "ts": gloo_ms[0] * us,
+            "dur": (gloo_ms[1] - gloo_ms[0]) * us,
+            "args": {"Input Dims": [[256]], "Input type": ["float"]},
+        }
+    )
     if b_ms:
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::B", "pid": 1, "tid": 1, "ts": gloo_ms[1] * us,
-                   "dur": b_ms * us})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::B",
+                "pid": 1,
+                "tid": 1,
+                "ts": gloo_ms[1] * us,
+                "dur": b_ms * us,
+            }
+        )
     return ev
 
 
@@ -299,9 +503,19 @@ def transient_rank(rank: int, late: bool = True) -> list[dict]:
     3010, 3020, 3030 ms on both: aten::mm [S, S+5], arrivals S+5 (rank 0) and S+5.1 (rank 1), gloo
     work [S+5, S+5.6] (rank 0) and [S+5.1, S+5.6] (rank 1). Without ``late`` step 1 is like the
     others, from 3000 ms on both ranks."""
+
     def op(name: str, cat: str, tid: int, a: float, b: float, **args: object) -> dict:
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": round(a * 1000, 3),
-                "dur": round((b - a) * 1000, 3), "args": args}
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": 1,
+            "tid": tid,
+            "ts": round(a * 1000, 3),
+            "dur": round((b - a) * 1000, 3),
+            "args": args,
+        }
+
     ev = []
     for k, s in enumerate([0 if rank == 0 and late else 3000, 3010, 3020, 3030]):
         arr = s + 5 + (0.1 if rank == 1 and (k or not late) else 0)
@@ -309,28 +523,55 @@ def transient_rank(rank: int, late: bool = True) -> list[dict]:
         ev.append(op("aten::mm", "cpu_op", 1, s, s + 5))
         ev.append(op("c10d::allreduce_", "cpu_op", 1, arr, arr + 0.001, **{"Input Dims": [[[64]], []]}))
         work_end = 3005.5 if k == 0 and late else s + 5.6
-        ev.append(op("gloo:all_reduce", "user_annotation", 2, arr, work_end,
-                     **{"Input Dims": [[64]], "Input type": ["float"]}))
+        ev.append(
+            op(
+                "gloo:all_reduce",
+                "user_annotation",
+                2,
+                arr,
+                work_end,
+                **{"Input Dims": [[64]], "Input type": ["float"]},
+            )
+        )
     return ev
 
 
 # -- one GPU rank: the critical path's step ----------------------------------------------------
+
 
 def pid1_op(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op", **args: object) -> dict:
     """One Kineto complete event on pid 1 (times in us), its args as given."""
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
-def stream_kernel(name: str, ts: float, dur: float, corr: int, stream: int = 7, cat: str = "kernel", **args: object) -> dict:
+def stream_kernel(
+    name: str, ts: float, dur: float, corr: int, stream: int = 7, cat: str = "kernel", **args: object
+) -> dict:
     """A kernel on ``stream`` of device 0 (times in us), linked to its launch by ``corr``."""
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": stream, "correlation": corr, **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": stream, "correlation": corr, **args},
+    }
 
 
 def runtime_launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
     """A 1-us CUDA runtime call on thread 1 (times in us)."""
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1,
-            "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": 1,
+        "args": {"correlation": corr},
+    }
 
 
 # One GPU rank, ProfilerStep#1 [0, 200) us on the CPU. Stream 7 (kernel [start, end), launch at L):
@@ -346,26 +587,39 @@ def runtime_launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict
 #   host_bound 40, idle 15; 70 + 25 + 40 + 15 = 150.
 GPU_STEP = [
     pid1_op("ProfilerStep#1", 0, 200, cat="user_annotation"),
-    runtime_launch(5, 1), stream_kernel("K1", 10, 20, 1),
-    runtime_launch(8, 2, "cudaMemcpyAsync"), stream_kernel("Memcpy HtoD (Pageable -> Device)", 30, 10, 2, cat="gpu_memcpy"),
-    runtime_launch(55, 3), stream_kernel("K2", 60, 20, 3),
-    runtime_launch(20, 4), stream_kernel("K3", 90, 10, 4),
-    runtime_launch(102, 5, "cudaGraphLaunch"), stream_kernel("G1", 110, 10, 5), stream_kernel("G2", 125, 10, 5),
-    runtime_launch(104, 6, "cudaMemsetAsync"), stream_kernel("Memset (Device)", 130, 20, 6, stream=9, cat="gpu_memset"),
+    runtime_launch(5, 1),
+    stream_kernel("K1", 10, 20, 1),
+    runtime_launch(8, 2, "cudaMemcpyAsync"),
+    stream_kernel("Memcpy HtoD (Pageable -> Device)", 30, 10, 2, cat="gpu_memcpy"),
+    runtime_launch(55, 3),
+    stream_kernel("K2", 60, 20, 3),
+    runtime_launch(20, 4),
+    stream_kernel("K3", 90, 10, 4),
+    runtime_launch(102, 5, "cudaGraphLaunch"),
+    stream_kernel("G1", 110, 10, 5),
+    stream_kernel("G2", 125, 10, 5),
+    runtime_launch(104, 6, "cudaMemsetAsync"),
+    stream_kernel("Memset (Device)", 130, 20, 6, stream=9, cat="gpu_memset"),
 ]
 
 
 # -- NDTimeline ---------------------------------------------------------------------------------
 
+
 def write_ndtimeline(folder: Path, rows: list[dict], trial: str, dp: int, pp: int) -> Path:
     """``rows`` (NDTimeline's columns) as ``folder/trace-<trial>.parquet`` with its column types, and
     its ``meta-<trial>.yaml`` (dp x pp workers, tp 1)."""
     df = pl.DataFrame(rows).with_columns(
-        pl.col("dp_rank", "stage", "mc").cast(pl.Int8), pl.col("rank", "gmc").cast(pl.Int16), pl.col("mb_id").cast(pl.Int8),
-        pl.col("start_ts", "duration").cast(pl.Float32), pl.col("seq_id").cast(pl.Int32),
-        pl.col("optype").cast(pl.Categorical))
+        pl.col("dp_rank", "stage", "mc").cast(pl.Int8),
+        pl.col("rank", "gmc").cast(pl.Int16),
+        pl.col("mb_id").cast(pl.Int8),
+        pl.col("start_ts", "duration").cast(pl.Float32),
+        pl.col("seq_id").cast(pl.Int32),
+        pl.col("optype").cast(pl.Categorical),
+    )
     folder.mkdir(parents=True, exist_ok=True)
     df.write_parquet(folder / f"trace-{trial}.parquet")
     (folder / f"meta-{trial}.yaml").write_text(
-        f"trial_name: {trial}\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\nworld_size: {dp * pp}\n")
+        f"trial_name: {trial}\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\nworld_size: {dp * pp}\n"
+    )
     return folder / f"trace-{trial}.parquet"

@@ -27,8 +27,14 @@ __all__ = ["Session", "open"]
 class Session(_engine.Session):
     """:class:`traceprof.engine.session.Session` with :meth:`report`."""
 
-    def report(self, output: str | Path, run: str | None = None, baseline: str | None = None,
-               params: dict[str, dict[str, str]] | None = None, force: bool = False) -> Path:
+    def report(
+        self,
+        output: str | Path,
+        run: str | None = None,
+        baseline: str | None = None,
+        params: dict[str, dict[str, str]] | None = None,
+        force: bool = False,
+    ) -> Path:
         """``traceprof report``: write the HTML report of ``run`` to ``output``; returns the path.
 
         Raises:

@@ -51,8 +51,13 @@ def commands_markdown() -> str:
     for path, cmd in _commands(typer.main.get_command(app), "traceprof"):
         doc = (cmd.help or "").strip().split("\n\n")[0]
         args = " ".join(_argument(p) for p in cmd.params if p.param_type_name == "argument")
-        opts = ", ".join(f"`{o}`" for p in cmd.params if p.param_type_name == "option" and not p.hidden
-                         for o in p.opts[:1] if o != "--help")
+        opts = ", ".join(
+            f"`{o}`"
+            for p in cmd.params
+            if p.param_type_name == "option" and not p.hidden
+            for o in p.opts[:1]
+            if o != "--help"
+        )
         rows.append(f"| `{path}{' ' + args if args else ''}` | {_cell(doc)} | {opts} |")
     return "\n".join(rows)
 
@@ -68,7 +73,9 @@ def render(text: str) -> str:
         ValueError: A section's markers are missing.
     """
     for name, make in SECTIONS.items():
-        rx = re.compile(rf"(<!-- generated: {re.escape(name)} [^\n]*-->\n)(.*?)(<!-- end: {re.escape(name)} -->)", re.S)
+        rx = re.compile(
+            rf"(<!-- generated: {re.escape(name)} [^\n]*-->\n)(.*?)(<!-- end: {re.escape(name)} -->)", re.S
+        )
         m = rx.search(text)
         if m is None:
             raise ValueError(f"README: no <!-- generated: {name} ... --> ... <!-- end: {name} --> section")

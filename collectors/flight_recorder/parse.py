@@ -67,12 +67,13 @@ from traceprof.ingest.matching import canonical_ranks
 
 __all__ = ["parse", "is_fr_file"]
 
-_NAME = re.compile(r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
-                   r"(\.pkl|\.pickle)?$)")
+_NAME = re.compile(
+    r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
+    r"(\.pkl|\.pickle)?$)"
+)
 _PICKLE_NAME = re.compile(r"(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+$)|\.(pkl|pickle)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
 _TRAILING_RANK = re.compile(r"[_.-](\d+)(\.pkl|\.pickle)?$")
-
 
 
 def is_fr_file(path: Path) -> bool:
@@ -96,8 +97,11 @@ def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
             except TraceFormatError as e:
                 if is_pickle(head) or not e.reason.startswith("broken pickle"):
                     raise
-                raise TraceFormatError(path, "", f"neither JSON nor a readable pickle (starts {head[:12]!r}): "
-                                       "not a Flight Recorder dump") from None
+                raise TraceFormatError(
+                    path,
+                    "",
+                    f"neither JSON nor a readable pickle (starts {head[:12]!r}): not a Flight Recorder dump",
+                ) from None
     except OSError:
         pass  # read_maybe_gzip reports it
     raw, data = read_maybe_gzip(path, max_ratio)
@@ -105,7 +109,9 @@ def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as err:
         where = f"byte {len(data)}" if "truncated" in str(err) else ""
-        raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
+        raise TraceFormatError(
+            path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)
+        ) from None
     except RecursionError:
         raise too_deep(path) from None
     check_nesting(doc, path, "JSON", max_nodes=max_nodes(len(data)))
@@ -147,7 +153,9 @@ def _config_ranks(cfg: dict[str, Any]) -> Any:
     return ranks
 
 
-def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _group_facts(
+    doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
     ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
     group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
@@ -162,7 +170,9 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     for key, c in cfg.items():
         if isinstance(c, dict):
             ranks = _config_ranks(c)
-            if isinstance(ranks, list) and all(isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks):
+            if isinstance(ranks, list) and all(
+                isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks
+            ):
                 configs.append(ranks)
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
@@ -183,12 +193,15 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
         names = [str(v) for v in pgv] if isinstance(pgv, list) else []
         groups[pg] = next((members[n] for n in names if n in members), only)
         if not pg.endswith(":p2p"):  # process_group = [name, description]
-            described.append({"name": pg, "desc": names[1] if len(names) > 1 and names[1] else None,
-                              "ranks": groups[pg]})
+            described.append(
+                {"name": pg, "desc": names[1] if len(names) > 1 and names[1] else None, "ranks": groups[pg]}
+            )
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
-            progress[pg] = {k: v if fits(v := integer(st.get(f"last_{k}_collective")), INT64) else None
-                            for k in ("enqueued", "started", "completed")}
+            progress[pg] = {
+                k: v if fits(v := integer(st.get(f"last_{k}_collective")), INT64) else None
+                for k in ("enqueued", "started", "completed")
+            }
     return {"groups": groups, "progress": progress, "pg_ids": pg_ids, "process_groups": described}
 
 
@@ -202,18 +215,24 @@ def _is_dump(doc: Any) -> bool:
     return "version" in doc and ("pg_config" in doc or "pg_status" in doc)
 
 
-def _empty_dump(name: str, rank: int, doc: dict[str, Any], progress: dict[str, dict[str, int | None]]) -> tuple[bool, str]:
+def _empty_dump(
+    name: str, rank: int, doc: dict[str, Any], progress: dict[str, dict[str, int | None]]
+) -> tuple[bool, str]:
     """(recorded nothing, warning) for a dump without entries (module doc, step 1)."""
     how = "empty 'entries'" if "entries" in doc else "no 'entries' in the dump"
     done = {pg: st["enqueued"] for pg, st in progress.items() if (st["enqueued"] or -1) >= 0}
     if not done:
         status = ", every pg_status -1" if progress else ""
-        return True, (f"{name}: rank {rank} recorded no collective ({how}{status}: dumped before any ran on this "
-                      "rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives")
+        return True, (
+            f"{name}: rank {rank} recorded no collective ({how}{status}: dumped before any ran on this "
+            "rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives"
+        )
     upto = ", ".join(f"seq {v} in pg_id {pg}" for pg, v in sorted(done.items()))
-    return False, (f"{name}: rank {rank}'s dump holds no entries ({how}) although its pg_status says it enqueued "
-                   f"up to {upto} (a dump of active entries only, or without collectives); stored with 0 "
-                   "collectives, its progress kept for desync")
+    return False, (
+        f"{name}: rank {rank}'s dump holds no entries ({how}) although its pg_status says it enqueued "
+        f"up to {upto} (a dump of active entries only, or without collectives); stored with 0 "
+        "collectives, its progress kept for desync"
+    )
 
 
 def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
@@ -250,12 +269,15 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     by_name = int(m.group(1)) if m else None
     warnings = []
     if rank is not None and by_name is not None and by_name != rank:
-        warnings.append(f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
-                        f"stored as rank {rank} (the dump's own field)")
+        warnings.append(
+            f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
+            f"stored as rank {rank} (the dump's own field)"
+        )
     rank = by_name if rank is None else rank
     if rank is None:
-        raise TraceFormatError(p, "rank", "no 'rank' in the dump and none in the file name; "
-                               "name the file rank<R>.fr.json")
+        raise TraceFormatError(
+            p, "rank", "no 'rank' in the dump and none in the file name; name the file rank<R>.fr.json"
+        )
     style, notes = dialect(p, doc.get("version"), entries)
     warnings += notes
     sizes, world = _group_sizes(doc.get("pg_config"))
@@ -267,8 +289,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     def bad(i: int, name: str, why: str, value: str = "") -> None:
         if on_bad_event == "raise":
-            raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip "
-                                   "such entries")
+            raise TraceFormatError(
+                p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip such entries"
+            )
         rejected[why] = rejected.get(why, 0) + 1
 
     for i, e in enumerate(entries):
@@ -278,8 +301,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         created = integer(raw_created)
         name = str(e.get("profiling_name", ""))
         if not created:
-            why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
-                   if created is None else "'time_created_ns' is 0")
+            why = (
+                "missing 'time_created_ns'"
+                if raw_created is None
+                else "'time_created_ns' is not an integer"
+                if created is None
+                else "'time_created_ns' is 0"
+            )
             bad(i, name, why, "" if raw_created is None else f" ({shown(raw_created)})")
             continue
         op = normalize_op(name) if name else "unknown"
@@ -296,9 +324,14 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         elif completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
             completed = started + round(float(e["duration_ms"]) * 1e6)
         pgv = e.get("process_group")
-        pg_name = str(pgv[0]) if isinstance(pgv, list) and pgv else (
-            None if e.get("pg_id") is None else str(e.get("pg_id")))
-        dtypes_in, dtypes_out = (v if isinstance(v := e.get(k), list) else [] for k in ("input_dtypes", "output_dtypes"))
+        pg_name = (
+            str(pgv[0])
+            if isinstance(pgv, list) and pgv
+            else (None if e.get("pg_id") is None else str(e.get("pg_id")))
+        )
+        dtypes_in, dtypes_out = (
+            v if isinstance(v := e.get(k), list) else [] for k in ("input_dtypes", "output_dtypes")
+        )
         dtype = str(dtypes_in[0]) if dtypes_in else (str(dtypes_out[0]) if dtypes_out else None)
         n_in, n_out = _nelems(e.get("input_sizes")), _nelems(e.get("output_sizes"))
         size = dtype_bytes(dtype)
@@ -329,15 +362,29 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         kept.append(e)
         events.append(
             {
-                "kind": "collective", "cat": "flight_recorder", "name": name, "ts_ns": created,
+                "kind": "collective",
+                "cat": "flight_recorder",
+                "name": name,
+                "ts_ns": created,
                 "dur_ns": (completed - created) if completed and completed >= created else 0,
-                "pid": "", "tid": rows[-1]["tid"] or "", "device": None, "stream": None,
-                "correlation": None, "external_id": integer(e.get("record_id")), "step": None,
+                "pid": "",
+                "tid": rows[-1]["tid"] or "",
+                "device": None,
+                "stream": None,
+                "correlation": None,
+                "external_id": integer(e.get("record_id")),
+                "step": None,
                 "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
             }
         )
-        if not record_fits(p, f"entry #{i} ({name!r})", on_bad_event, rejected,
-                           (rows[-1], row_schema("collectives")), (events[-1], row_schema("events"))):
+        if not record_fits(
+            p,
+            f"entry #{i} ({name!r})",
+            on_bad_event,
+            rejected,
+            (rows[-1], row_schema("collectives")),
+            (events[-1], row_schema("events")),
+        ):
             rows.pop(), kept.pop(), events.pop()
     progress = progress_by_pg_id(doc.get("pg_status"))
     nothing = False
@@ -347,9 +394,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     elif not rows:
         raise TraceFormatError(p, "entries", f"no valid entries: all {len(entries)} skipped ({rejected})")
     if style == 1 and any(r["p2p"] for r in rows):
-        warnings.append(f"{p.name}: Flight Recorder version {doc.get('version')} numbers point-to-point ops with "
-                        "the collectives' counter (seq_id): where only some ranks of a group ran send / recv, its "
-                        "sequence numbers differ across ranks (torch 2.4+ dumps, version 2.x, count them apart)")
+        warnings.append(
+            f"{p.name}: Flight Recorder version {doc.get('version')} numbers point-to-point ops with "
+            "the collectives' counter (seq_id): where only some ranks of a group ran send / recv, its "
+            "sequence numbers differ across ranks (torch 2.4+ dumps, version 2.x, count them apart)"
+        )
     counter: dict[tuple[Any, str], int] = {}
     for r in sorted(rows, key=lambda r: r["enter_ns"]):
         key = (r["pg"], r["op"])

@@ -93,10 +93,24 @@ def loads_plain(path: Path, data: bytes) -> Any:
     try:
         obj = _Restricted(io.BytesIO(data)).load()
     except _Refused as e:
-        raise TraceFormatError(path, "", f"pickle {e}; refused: traceprof unpickles plain data only "
-                               "(a Flight Recorder dump holds nothing else)") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            MemoryError, RecursionError, OverflowError) as e:
+        raise TraceFormatError(
+            path,
+            "",
+            f"pickle {e}; refused: traceprof unpickles plain data only "
+            "(a Flight Recorder dump holds nothing else)",
+        ) from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        MemoryError,
+        RecursionError,
+        OverflowError,
+    ) as e:
         why = str(e).removeprefix("pickle ") or type(e).__name__
         if isinstance(e, EOFError) or "truncated" in why:
             why = "cut short (pickle data was truncated): copy the whole file, or dump it again"
@@ -117,7 +131,9 @@ def as_json(obj: Any, _done: dict[int, Any] | None = None) -> Any:
     if isinstance(obj, (dict, list, tuple)) and id(obj) in done:
         return done[id(obj)]
     if isinstance(obj, dict):
-        out: Any = {(k if isinstance(k, str) else str(as_json(k, done))): as_json(v, done) for k, v in obj.items()}
+        out: Any = {
+            (k if isinstance(k, str) else str(as_json(k, done))): as_json(v, done) for k, v in obj.items()
+        }
     elif isinstance(obj, (list, tuple)):
         out = [as_json(v, done) for v in obj]
     elif isinstance(obj, bytes):

@@ -27,11 +27,27 @@ def args_dict(text: str | bytes) -> dict[str, Any]:
 
 #: The args keys the parser reads beyond the ids: communication metadata (``traceprof.core.classify``
 #: ``COMM_ARG_KEYS``) and what the collectives rows take (``traceprof.collectors.kineto.collectives``).
-META_KEYS = tuple(sorted(COMM_ARG_KEYS | {"Seq", "In msg nelems", "Out msg nelems", "dtype", "Group size",
-                                          "Input Dims", "Input type", "In split size", "Out split size"}))
+META_KEYS = tuple(
+    sorted(
+        COMM_ARG_KEYS
+        | {
+            "Seq",
+            "In msg nelems",
+            "Out msg nelems",
+            "dtype",
+            "Group size",
+            "Input Dims",
+            "Input type",
+            "In split size",
+            "Out split size",
+        }
+    )
+)
 _Meta = msgspec.defstruct(
-    "_Meta", [(f"k{i}", Any, msgspec.field(default=msgspec.UNSET, name=k)) for i, k in enumerate(META_KEYS)],
-    gc=False)
+    "_Meta",
+    [(f"k{i}", Any, msgspec.field(default=msgspec.UNSET, name=k)) for i, k in enumerate(META_KEYS)],
+    gc=False,
+)
 _META = msgspec.json.Decoder(_Meta)
 
 

@@ -254,7 +254,9 @@ def profile_ranks(
     if out_dir is None:
         out_dir = os.environ.get(OUT_ENV)
         if not out_dir:
-            raise ValueError(f"profile_ranks(): pass out_dir, or run under `traceprof collect` (sets ${OUT_ENV})")
+            raise ValueError(
+                f"profile_ranks(): pass out_dir, or run under `traceprof collect` (sets ${OUT_ENV})"
+            )
     return RankProfiler(
         out_dir, wait=wait, warmup=warmup, active=active, skip_first=skip_first, with_stack=with_stack
     )

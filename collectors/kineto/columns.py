@@ -27,7 +27,19 @@ from traceprof.core import spill
 from traceprof.core.classify import KEPT_FLAGS, Classifier, has_comm_args
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "first_by_key", "PAIRING", "lookup", "codes", "kind_mask"]
+__all__ = [
+    "Frame",
+    "COMM_HINT",
+    "GPU_KINDS",
+    "STR_DICT",
+    "classes",
+    "assign_steps",
+    "first_by_key",
+    "PAIRING",
+    "lookup",
+    "codes",
+    "kind_mask",
+]
 
 #: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
 #: and Python ``re`` read this literal alternation the same way).
@@ -155,7 +167,8 @@ def classes(f: Frame, classifier: Classifier) -> Strs:
     at = 0
     for chunk in spill.chunks(f.args):  # a chunk at a time: spilled args stay off the resident set
         hint[at : at + len(chunk)] = pc.fill_null(pc.match_substring_regex(chunk, COMM_HINT), False).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
         at += len(chunk)
     ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
     comm_ext = np.unique(f.ext[ops][np.fromiter(map(has_comm_args, f.args_of(ops)), bool, len(ops))])
@@ -178,8 +191,12 @@ def classes(f: Frame, classifier: Classifier) -> Strs:
     del hint, hits
     key = (f.name_code[rows].astype(np.int64) * len(f.kinds) + f.kind_code[rows]) * 2 + comm
     uniq_keys, inv = np.unique(key, return_inverse=True)
-    per_key = [classifier.gpu_class_of(f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)],
-                                       bool(k & 1)) for k in uniq_keys.tolist()]
+    per_key = [
+        classifier.gpu_class_of(
+            f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)], bool(k & 1)
+        )
+        for k in uniq_keys.tolist()
+    ]
     out = Strs.none(f.n)
     if len(rows):
         out.codes[rows] = np.array([out.code(c) for c in per_key], np.int32)[inv]
@@ -192,8 +209,9 @@ class RowInts(Protocol):
     def __getitem__(self, i: int) -> int | None: ...
 
 
-def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
-                 ) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
+def assign_steps(
+    f: Frame, step_numbers: RowInts, flags: Strs
+) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
     """Step of every row and one row per ProfilerStep (``traceprof.collectors.kineto.parse`` module doc, step 3).
 
     Args:
@@ -237,9 +255,14 @@ def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
     has[span[dev]] = True
     last = spans[-1][2]
     rows = [
-        {"step": num, "cpu_start_ns": s, "cpu_end_ns": e,
-         "device_start_ns": int(lo[k]) if has[k] else None, "device_end_ns": int(hi[k]) if has[k] else None,
-         "is_last": num == last}
+        {
+            "step": num,
+            "cpu_start_ns": s,
+            "cpu_end_ns": e,
+            "device_start_ns": int(lo[k]) if has[k] else None,
+            "device_end_ns": int(hi[k]) if has[k] else None,
+            "is_last": num == last,
+        }
         for k, (s, e, num) in enumerate(spans)
     ]
     inside = span >= 0

@@ -341,10 +341,14 @@ def _text_column(raw: list[msgspec.Raw]) -> pa.Array:
     string per value). The text is UTF-8: ``traceprof.core.fileio`` checked it (or repaired it)."""
     offsets = np.zeros(len(raw) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
-    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw)))
+    return pa.StringArray.from_buffers(
+        len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw))
+    )
 
 
-def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES, spill_dir: str | None = None) -> Decoded | None:
+def decode(
+    data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES, spill_dir: str | None = None
+) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
     Args:
@@ -394,7 +398,9 @@ class _Growing:
 def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | None) -> Decoded | None:
     batches = _Split(data, batch_bytes)
     out = Decoded(top={}, spill_dir=spill_dir)
-    times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")}
+    times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {
+        c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")
+    }
     # ph, cat and name each have their own codes; pid and tid share the codes of their texts
     str_codes = {f: _Codes() for f in _FIELDS}
     value_codes: dict[str, dict[Any, int]] = {f: str_codes[f] for f in ("ph", "cat", "name")}
@@ -419,7 +425,9 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
             for col, raw in (("ts", [e.ts for e in evs]), ("dur", [e.dur for e in evs])):
                 values, ok = _times(raw, base, out.bad_time)
                 if col == "dur":  # rare: their texts, for the message
-                    out.negative_dur.update((base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist())
+                    out.negative_dur.update(
+                        (base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist()
+                    )
                 times[f"{col}_ns"].add(values)
                 times[f"{col}_ok"].add(ok)
             raw_args = [e.args for e in evs]
@@ -433,8 +441,10 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
                 # an id beyond int64 (OverflowError): the general path rejects it
-                batch = [Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])
-                         for col in _ID_COLS]
+                batch = [
+                    Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])
+                    for col in _ID_COLS
+                ]
             for col, part in zip(_ID_COLS, batch, strict=True):
                 ids[col][0].add(part.values)
                 ids[col][1].add(part.ok)
@@ -491,7 +501,9 @@ OPEN_KINDS = frozenset({"cpu_op", "user_annotation", "python_function"})
 BadEvent = Callable[[int, str, str, str], None]
 
 
-def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: np.ndarray) -> dict[int, str] | None:
+def _time_problems(
+    d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: np.ndarray
+) -> dict[int, str] | None:
     """The problem of each stored event whose times the general loop refuses, by index, in its
     words and order: ``missing 'ts'``, ``bad time: ...`` (the ts's before the dur's), ``missing
     'dur'`` (an ``X`` event), ``negative 'dur' (TEXT us)`` (not ``dur: -1`` on a row of
@@ -513,9 +525,14 @@ def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: 
     return out
 
 
-def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None],
-         gpu_kinds: frozenset[str], args_dict: Callable[[str], dict[str, Any]],
-         bad_event: BadEvent | None = None) -> Rows | None:
+def rows(
+    d: Decoded,
+    base_ns: int,
+    kind_of: Callable[[str, str, str], str | None],
+    gpu_kinds: frozenset[str],
+    args_dict: Callable[[str], dict[str, Any]],
+    bad_event: BadEvent | None = None,
+) -> Rows | None:
     """The rows the general loop would store, built a column at a time (the common case only).
 
     Args:
@@ -564,7 +581,9 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     skipped: dict[str, int] = {}
     names: dict[str, str] = {}
     if kept < n:
-        for code, count in enumerate(np.bincount(d.ph.codes[not_stored], minlength=len(d.ph.values)).tolist()):
+        for code, count in enumerate(
+            np.bincount(d.ph.codes[not_stored], minlength=len(d.ph.values)).tolist()
+        ):
             if not count:
                 continue
             ph = d.ph.values[code]
@@ -595,18 +614,29 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     del gpu
     ts, d.ts_ns = take(d.ts_ns), np.zeros(0, np.int64)
     if base_ns:
-        if len(ts) and not (_I64.min - min(base_ns, 0) <= ts.min() and ts.max() <= _I64.max - max(base_ns, 0)):
+        if len(ts) and not (
+            _I64.min - min(base_ns, 0) <= ts.min() and ts.max() <= _I64.max - max(base_ns, 0)
+        ):
             return None  # some base + ts beyond int64 (numpy would wrap): the general path names them
         ts += base_ns  # in place: ``ts`` is the decoded array, or its copy
     dur, d.dur_ns = d.dur_ns, np.zeros(0, np.int64)
     dur[~d.dur_ok] = 0
     dur = take(dur)
     cols = {
-        "kind": kind, "cat": take(d.cat), "name": take(d.name), "ts_ns": ts, "dur_ns": dur,
-        "pid": pid, "tid": tid, "device": device, "stream": stream,
-        "correlation": take(d.correlation), "external_id": take(d.external_id),
+        "kind": kind,
+        "cat": take(d.cat),
+        "name": take(d.name),
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "pid": pid,
+        "tid": tid,
+        "device": device,
+        "stream": stream,
+        "correlation": take(d.correlation),
+        "external_id": take(d.external_id),
         "args": d.args if kept == n else _filter_chunks(d, keep),
-        "flag": Strs.none(kept), "raw_dur_ns": Ints.missing(kept),
+        "flag": Strs.none(kept),
+        "raw_dur_ns": Ints.missing(kept),
     }
     d.cat = d.name = _no_strs()
     d.correlation = d.external_id = Ints.missing(0)
@@ -645,7 +675,11 @@ def _kinds(d: Decoded, kind_of: Callable[[str, str, str], str | None]) -> tuple[
         if kd == "end":
             return None, np.zeros(0, bool)
         per_key.append(kind.code(kd))
-    kind.codes = np.asarray(per_key, code_type(len(kind.values)))[inv.reshape(-1)] if len(keys) else np.zeros(len(d), np.int8)
+    kind.codes = (
+        np.asarray(per_key, code_type(len(kind.values)))[inv.reshape(-1)]
+        if len(keys)
+        else np.zeros(len(d), np.int8)
+    )
     del inv
     ph_x = d.ph.isin({"X"})
     return kind, ph_x

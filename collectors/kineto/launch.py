@@ -23,7 +23,9 @@ __all__ = ["launch", "OUT_ENV"]
 OUT_ENV = "TRACEPROF_OUT"
 
 
-def launch(script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, python: str = sys.executable) -> int:
+def launch(
+    script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, python: str = sys.executable
+) -> int:
     """Run ``python -m torch.distributed.run --nproc-per-node NPROC SCRIPT...`` with ``$TRACEPROF_OUT``.
 
     Args:

@@ -159,10 +159,14 @@ def _typed(path: Path, data: bytes) -> _Trace:
         return msgspec.json.decode(data, type=_Trace)
     except msgspec.ValidationError as e:
         top = "$." not in str(e)  # the document itself, e.g. a JSON array or a config object
-        if top and ("missing required field `traceEvents`" in str(e) or str(e).startswith("Expected `object`")):
+        if top and (
+            "missing required field `traceEvents`" in str(e) or str(e).startswith("Expected `object`")
+        ):
             # msgspec stops at the first byte of an array: is the rest JSON at all ('[' * 200000 is not)?
             msgspec.json.decode(data, type=msgspec.Raw)  # a DecodeError or RecursionError: _decode says why
-            raise NotATraceError(path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)") from None
+            raise NotATraceError(
+                path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)"
+            ) from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
 
 
@@ -171,11 +175,18 @@ def _decode(path: Path, data: bytes) -> _Trace:
         return _typed(path, data)
     except msgspec.DecodeError as e:
         if not data.strip():  # blank_bom made a leading BOM whitespace
-            raise TraceFormatError(path, "", "empty: no JSON text" if not data else
-                                   f"no JSON text, only {len(data)} bytes of whitespace or byte order mark") from None
+            raise TraceFormatError(
+                path,
+                "",
+                "empty: no JSON text"
+                if not data
+                else f"no JSON text, only {len(data)} bytes of whitespace or byte order mark",
+            ) from None
         if "truncated" in str(e).lower():
             raise TraceFormatError(path, f"byte {len(data)}", f"truncated JSON ({e})") from None
-        raise TraceFormatError(path, "", not_json_because(data) or f"invalid JSON ({e})" + misnamed_gzip(path)) from None
+        raise TraceFormatError(
+            path, "", not_json_because(data) or f"invalid JSON ({e})" + misnamed_gzip(path)
+        ) from None
     except RecursionError:
         raise too_deep(path) from None
 
@@ -226,7 +237,9 @@ def _kind_of_cat(cat: str) -> str:
     c = cat.lower()
     kind = _KIND_BY_CAT.get(c)
     if kind is None:
-        kind = "cuda_runtime" if c.endswith("_runtime") else "cuda_driver" if c.endswith("_driver") else "other"
+        kind = (
+            "cuda_runtime" if c.endswith("_runtime") else "cuda_driver" if c.endswith("_driver") else "other"
+        )
     return kind
 
 
@@ -309,13 +322,28 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
     if not fits(base_ns, INT64):  # every event's time is base + ts: none could be stored
-        raise TraceFormatError(p, "baseTimeNanoseconds", f"{base_ns} is beyond int64 (epoch ns must fit a "
-                               "64-bit integer); the file is damaged or not written by the profiler")
+        raise TraceFormatError(
+            p,
+            "baseTimeNanoseconds",
+            f"{base_ns} is beyond int64 (epoch ns must fit a "
+            "64-bit integer); the file is damaged or not written by the profiler",
+        )
+
     def refuse(i: int, ph: str, name: str, problem: str) -> None:  # the general loop's words, below
         raise TraceFormatError(p, f"event #{i} (ph={ph!r}, name={name[:60]!r})", problem + _SKIP_HINT)
 
-    fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict,
-                                                   refuse if on_bad_event == "raise" else None)
+    fast = (
+        None
+        if decoded is None
+        else fast_rows(
+            decoded,
+            base_ns,
+            _kind_of_text,
+            _GPU_KINDS,
+            _args_dict,
+            refuse if on_bad_event == "raise" else None,
+        )
+    )
     if decoded is not None and fast is None:
         doc = _decode(p, src.data())
     data = src.data() if fast is None else b""
@@ -330,8 +358,20 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     cols: dict[str, Any] = {
         k: []
         for k in (
-            "kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream",
-            "correlation", "external_id", "args", "flag", "raw_dur_ns",
+            "kind",
+            "cat",
+            "name",
+            "ts_ns",
+            "dur_ns",
+            "pid",
+            "tid",
+            "device",
+            "stream",
+            "correlation",
+            "external_id",
+            "args",
+            "flag",
+            "raw_dur_ns",
         )
     }
     src_index: list[int] = []  # index in traceEvents of each row
@@ -341,7 +381,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     process_names: dict[str, str] = {}
     if fast is not None:
         cols, src_index, skipped, rejected, process_names = (
-            fast.cols, fast.src_index, fast.skipped, fast.rejected, fast.process_names)
+            fast.cols,
+            fast.src_index,
+            fast.skipped,
+            fast.rejected,
+            fast.process_names,
+        )
     ids = _decode_ids(data) if fast is None else None
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         kind = _kind(ev)
@@ -415,7 +460,14 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     by_name = _StepNumbers(cols)
     if not by_name.fit():  # a ProfilerStep#N beyond int32: its row is rejected, with the others
         cols["step_no"] = list(by_name)
-    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]} if "step_no" in cols else None)
+    drop_out_of_range(
+        p,
+        cols,
+        src_index,
+        on_bad_event,
+        rejected,
+        extra={"step": cols["step_no"]} if "step_no" in cols else None,
+    )
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
@@ -426,8 +478,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             warnings.append(f"{p.name}: {skipped[what]} {what}")
     if unmatched:
         flagged["unmatched_begin"] = unmatched
-        warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
-                        "the trace; events.flag = 'unmatched_begin')")
+        warnings.append(
+            f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
+            "the trace; events.flag = 'unmatched_begin')"
+        )
     check_one_process(p, cols, step_numbers)
     shared = shared_correlation_warning(p, cols, src_index)
     if shared:
@@ -463,13 +517,19 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         side_rank = _identity_int(side, "rank", f"{sidecar_path(p).name}: rank", identity_warnings)
         if rank is not None and side_rank is not None and side_rank != rank:
             raise TraceFormatError(
-                p, "distributedInfo.rank",
-                f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}")
+                p,
+                "distributedInfo.rank",
+                f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}",
+            )
         rank = rank if rank is not None else side_rank
-        side_world = _identity_int(side, "world_size", f"{sidecar_path(p).name}: world_size", identity_warnings)
+        side_world = _identity_int(
+            side, "world_size", f"{sidecar_path(p).name}: world_size", identity_warnings
+        )
         world = world if world is not None else side_world
-        side_text = {k: _identity_text(side, k, f"{sidecar_path(p).name}: {k}", identity_warnings)
-                     for k in ("host", "torch_version", "backend", "device", "flops_method")}
+        side_text = {
+            k: _identity_text(side, k, f"{sidecar_path(p).name}: {k}", identity_warnings)
+            for k in ("host", "torch_version", "backend", "device", "flops_method")
+        }
         trace_info["host"] = side_text["host"] or doc.host_name
         trace_info["torch_version"] = side_text["torch_version"]
         trace_info["backend"] = trace_info["backend"] or side_text["backend"]
@@ -483,8 +543,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if not any(": distributedInfo.rank is " in w for w in identity_warnings):
             warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
     elif rank < 0 or (world is not None and rank >= world):
-        raise TraceFormatError(p, "distributedInfo.rank", f"rank {rank} is outside 0..world_size-1 "
-                               f"(world_size {world}); fix the trace's distributedInfo or its sidecar")
+        raise TraceFormatError(
+            p,
+            "distributedInfo.rank",
+            f"rank {rank} is outside 0..world_size-1 "
+            f"(world_size {world}); fix the trace's distributedInfo or its sidecar",
+        )
     return ParsedTrace(
         path=str(p),
         sha256=src.sha256(),
@@ -510,8 +574,14 @@ _E_MISMATCH = "'E' whose name matches no open 'B' on its thread (closed the late
 _E_EARLY = "'E' before its 'B' (the B is flagged unmatched_begin)"
 
 
-def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[int]], ev: _Event, end_ns: int,
-                 rejected: dict[str, int], skipped: dict[str, int]) -> None:
+def _close_begin(
+    cols: dict[str, list[Any]],
+    open_b: dict[tuple[str, str], list[int]],
+    ev: _Event,
+    end_ns: int,
+    rejected: dict[str, int],
+    skipped: dict[str, int],
+) -> None:
     """Close a ``B`` row with its ``E`` (stack-matched per pid/tid; a named ``E`` closes the latest ``B``
     of that name, an unnamed one the latest ``B``). An ``E`` with nothing open is rejected."""
     stack = open_b.get((_lane(ev.pid), _lane(ev.tid)))
@@ -652,25 +722,45 @@ def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: stand for (``VARCHAR``), so the stored rows are the same.
 _EVENT_SCHEMA = pa.schema(
     [
-        ("kind", STR_DICT), ("cat", STR_DICT), ("name", STR_DICT),
-        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("pid", STR_DICT), ("tid", STR_DICT),
-        ("device", pa.int32()), ("stream", pa.int64()), ("correlation", pa.int64()),
-        ("external_id", pa.int64()), ("step", pa.int32()), ("args", pa.string()),
-        ("class", STR_DICT), ("flag", STR_DICT), ("raw_dur_ns", pa.int64()),
+        ("kind", STR_DICT),
+        ("cat", STR_DICT),
+        ("name", STR_DICT),
+        ("ts_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("pid", STR_DICT),
+        ("tid", STR_DICT),
+        ("device", pa.int32()),
+        ("stream", pa.int64()),
+        ("correlation", pa.int64()),
+        ("external_id", pa.int64()),
+        ("step", pa.int32()),
+        ("args", pa.string()),
+        ("class", STR_DICT),
+        ("flag", STR_DICT),
+        ("raw_dur_ns", pa.int64()),
     ]
 )
 _STEP_SCHEMA = pa.schema(
     [
-        ("step", pa.int32()), ("cpu_start_ns", pa.int64()), ("cpu_end_ns", pa.int64()),
-        ("device_start_ns", pa.int64()), ("device_end_ns", pa.int64()), ("is_last", pa.bool_()),
+        ("step", pa.int32()),
+        ("cpu_start_ns", pa.int64()),
+        ("cpu_end_ns", pa.int64()),
+        ("device_start_ns", pa.int64()),
+        ("device_end_ns", pa.int64()),
+        ("is_last", pa.bool_()),
     ]
 )
 _DEVICE_SCHEMA = pa.schema(
     [
-        ("device", pa.int32()), ("name", pa.string()), ("sm_count", pa.int32()),
-        ("memory_bytes", pa.int64()), ("compute_capability", pa.string()),
+        ("device", pa.int32()),
+        ("name", pa.string()),
+        ("sm_count", pa.int32()),
+        ("memory_bytes", pa.int64()),
+        ("compute_capability", pa.string()),
     ]
 )
+
+
 def _process_groups(dist: Any) -> list[dict[str, Any]]:
     """The process groups the rank belongs to, from ``distributedInfo.pg_config``, normalized for
     ``traces.meta.process_groups``: ``[{"name": "1", "desc": "mesh_dp", "ranks": [0, 2]}, ...]``
@@ -679,12 +769,20 @@ def _process_groups(dist: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for g in cfg if isinstance(cfg, list) else []:
         ranks = g.get("ranks") if isinstance(g, dict) else None
-        if not isinstance(ranks, list) or not ranks or not all(
-                isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        if (
+            not isinstance(ranks, list)
+            or not ranks
+            or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+        ):
             continue
         name, desc = g.get("pg_name"), g.get("pg_desc")
-        out.append({"name": name if isinstance(name, str) else None, "desc": desc if isinstance(desc, str) else None,
-                    "ranks": sorted(set(ranks))})
+        out.append(
+            {
+                "name": name if isinstance(name, str) else None,
+                "desc": desc if isinstance(desc, str) else None,
+                "ranks": sorted(set(ranks)),
+            }
+        )
     return out
 
 

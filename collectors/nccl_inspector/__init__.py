@@ -16,8 +16,14 @@ def _claims(path: Path, head: bytes) -> bool:
     return looks_like_inspector(blank_bom(head))
 
 
-sources.register(sources.Collector(
-    "nccl_inspector", "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)", _claims,
-    lambda p, options: [parse(p, options)], order=15,
-    rank_field="header.rank (largest communicator)", world_field="header.n_ranks (largest communicator)",
-))
+sources.register(
+    sources.Collector(
+        "nccl_inspector",
+        "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)",
+        _claims,
+        lambda p, options: [parse(p, options)],
+        order=15,
+        rank_field="header.rank (largest communicator)",
+        world_field="header.n_ranks (largest communicator)",
+    )
+)

@@ -17,10 +17,16 @@ def _claims(path: Path, head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC) or (path.name.endswith(".nsys-rep") and not has_export(path))
 
 
-sources.register(sources.Collector(
-    "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
-    lambda p, options: parse_all(sqlite_for(p), options), order=5, capture=launch_nsys,
-    rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
-               "process: else the file name)",
-    world_field="recorded environment WORLD_SIZE",
-))
+sources.register(
+    sources.Collector(
+        "nsys",
+        "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)",
+        _claims,
+        lambda p, options: parse_all(sqlite_for(p), options),
+        order=5,
+        capture=launch_nsys,
+        rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
+        "process: else the file name)",
+        world_field="recorded environment WORLD_SIZE",
+    )
+)

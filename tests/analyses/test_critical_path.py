@@ -27,8 +27,10 @@ def _account(res, rank: int) -> dict:
 
 
 def _path(res) -> list[tuple]:
-    return [(r["rank"], r["kind"], r["start_ns"] // US - BASE // US, r["duration_ns"] // US, r["waiting_rank"])
-            for r in res.path.iter_rows(named=True)]
+    return [
+        (r["rank"], r["kind"], r["start_ns"] // US - BASE // US, r["duration_ns"] // US, r["waiting_rank"])
+        for r in res.path.iter_rows(named=True)
+    ]
 
 
 # Two CPU (gloo) ranks, one all-reduce, rank 1 late. Times in us, ProfilerStep#1 [0, 1000).
@@ -45,11 +47,20 @@ def _path(res) -> list[tuple]:
 def _gloo_rank(late: bool) -> list[dict]:
     arrive = 400 if late else 100
     add = (430, 70) if late else (450, 50)
-    return [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"), _op("aten::mm", 0, 100),
-            _op("c10d::allreduce_", arrive, 1, **{"Input Dims": [[[64]], []]}),
-            _op("gloo:all_reduce", arrive, 420 - arrive, tid=2, cat="user_annotation",
-                **{"Input Dims": [[64]], "Input type": ["float"]}),
-            _op("aten::add", *add)]
+    return [
+        _op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        _op("aten::mm", 0, 100),
+        _op("c10d::allreduce_", arrive, 1, **{"Input Dims": [[[64]], []]}),
+        _op(
+            "gloo:all_reduce",
+            arrive,
+            420 - arrive,
+            tid=2,
+            cat="user_annotation",
+            **{"Input Dims": [[64]], "Input type": ["float"]},
+        ),
+        _op("aten::add", *add),
+    ]
 
 
 def test_two_cpu_ranks_one_late(store, tmp_path):
@@ -58,47 +69,109 @@ def test_two_cpu_ranks_one_late(store, tmp_path):
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "critical_path", "run")
     assert res.frame.columns == ["rank", "step", "step_ns", *CATS]
-    assert _account(res, 0) == {"step_ns": 1000, "compute_ns": 150, "transfer_ns": 20, "memory_ns": 0,
-                                "wait_ns": 300, "host_bound_ns": 30, "idle_ns": 500}
-    assert _account(res, 1) == {"step_ns": 1000, "compute_ns": 170, "transfer_ns": 20, "memory_ns": 0,
-                                "wait_ns": 0, "host_bound_ns": 310, "idle_ns": 500}
+    assert _account(res, 0) == {
+        "step_ns": 1000,
+        "compute_ns": 150,
+        "transfer_ns": 20,
+        "memory_ns": 0,
+        "wait_ns": 300,
+        "host_bound_ns": 30,
+        "idle_ns": 500,
+    }
+    assert _account(res, 1) == {
+        "step_ns": 1000,
+        "compute_ns": 170,
+        "transfer_ns": 20,
+        "memory_ns": 0,
+        "wait_ns": 0,
+        "host_bound_ns": 310,
+        "idle_ns": 500,
+    }
     # Path: both ranks end the step at 1000, the lower one (0) is taken. Walking back on rank 0:
     # idle [500, 1000), aten::add [450, 500), host_bound [420, 450), the transfer [400, 420) of
     # the all-reduce whose last arrival was rank 1's at 400: the path crosses to rank 1 there,
     # which spent [100, 400) host-bound (rank 0 waited for it) after aten::mm [0, 100).
-    assert _path(res) == [(1, "compute", 0, 100, None), (1, "host_bound", 100, 300, 0), (0, "transfer", 400, 20, None),
-                          (0, "host_bound", 420, 30, None), (0, "compute", 450, 50, None), (0, "idle", 500, 500, None)]
+    assert _path(res) == [
+        (1, "compute", 0, 100, None),
+        (1, "host_bound", 100, 300, 0),
+        (0, "transfer", 400, 20, None),
+        (0, "host_bound", 420, 30, None),
+        (0, "compute", 450, 50, None),
+        (0, "idle", 500, 500, None),
+    ]
     assert res.steps.select("step_ns", "end_rank", "crossings").row(0) == (1000 * US, 0, 1)
     # Blame: rank 0's 300 us of wait, credited to rank 1, which was host-bound all that time
     # (the gap ends with the all-reduce); 300 / 2000 us of the job's rank-time = 15%.
     (b,) = res.blame.iter_rows(named=True)
     assert (b["rank"], b["kind"], b["name"], b["waited_ns"], b["rank_waited_ns"]) == (
-        1, "host_bound", "all_reduce", 300 * US, 300 * US)
+        1,
+        "host_bound",
+        "all_reduce",
+        300 * US,
+        300 * US,
+    )
     assert b["pct"] == pytest.approx(15.0)
     ranks = res.ranks.row(1, named=True)
-    assert (ranks["steps"], ranks["host_bound_ns"], ranks["host_bound_pct"]) == (1, 310 * US, pytest.approx(31.0))
+    assert (ranks["steps"], ranks["host_bound_ns"], ranks["host_bound_pct"]) == (
+        1,
+        310 * US,
+        pytest.approx(31.0),
+    )
     assert res.compute.filter(pl.col("rank") == 1).select("family", "compute_ns").rows() == [
-        ("mm", 100 * US), ("add", 70 * US)]
+        ("mm", 100 * US),
+        ("add", 70 * US),
+    ]
 
 
 def test_gpu_step_host_bound_gap_graph_launch_and_memory(store, tmp_path):
     ingest(store, [write_rank(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
     res = analyze(store, "critical_path", "g")
-    assert _account(res, 0) == {"step_ns": 150, "compute_ns": 70, "transfer_ns": 0, "memory_ns": 25, "wait_ns": 0,
-                                "host_bound_ns": 40, "idle_ns": 15}
+    assert _account(res, 0) == {
+        "step_ns": 150,
+        "compute_ns": 70,
+        "transfer_ns": 0,
+        "memory_ns": 25,
+        "wait_ns": 0,
+        "host_bound_ns": 40,
+        "idle_ns": 15,
+    }
     # One rank: the path is its timeline, each gap named after the work that ended it.
     assert [(k, s, d) for _, k, s, d, _ in _path(res)] == [
-        ("host_bound", 0, 10), ("compute", 10, 20), ("memory", 30, 10), ("host_bound", 40, 20), ("compute", 60, 20),
-        ("idle", 80, 10), ("compute", 90, 10), ("host_bound", 100, 10), ("compute", 110, 10), ("idle", 120, 5),
-        ("compute", 125, 10), ("memory", 135, 15)]
+        ("host_bound", 0, 10),
+        ("compute", 10, 20),
+        ("memory", 30, 10),
+        ("host_bound", 40, 20),
+        ("compute", 60, 20),
+        ("idle", 80, 10),
+        ("compute", 90, 10),
+        ("host_bound", 100, 10),
+        ("compute", 110, 10),
+        ("idle", 120, 5),
+        ("compute", 125, 10),
+        ("memory", 135, 15),
+    ]
     assert res.path["name"].to_list()[:4] == ["K1", "K1", "Memcpy HtoD (Pageable -> Device)", "K2"]
     assert res.blame.is_empty()
 
 
 def _nccl(ts: float, dur: float, corr: int) -> dict:
-    return _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ts, dur, corr, stream=20, **{
-        "Collective name": "allreduce", "Process Group Name": "0", "Process Group Ranks": "[0, 1]", "Seq": 1,
-        "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2, "dtype": "Float"})
+    return _kernel(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        ts,
+        dur,
+        corr,
+        stream=20,
+        **{
+            "Collective name": "allreduce",
+            "Process Group Name": "0",
+            "Process Group Ranks": "[0, 1]",
+            "Seq": 1,
+            "In msg nelems": 1024,
+            "Out msg nelems": 1024,
+            "Group size": 2,
+            "dtype": "Float",
+        },
+    )
 
 
 # Two GPU ranks, one NCCL all-reduce; a rank arrives when its kernel starts. Step [0, 300) us.
@@ -112,22 +185,51 @@ def _nccl(ts: float, dur: float, corr: int) -> dict:
 def test_two_gpu_ranks_nccl_late_rank(store, tmp_path):
     for r, a_end in ((0, 50), (1, 150)):
         arrive = a_end + 10
-        ev = [_op("ProfilerStep#1", 0, 300, cat="user_annotation"), _launch(5, 1), _kernel("A", 10, a_end - 10, 1),
-              _launch(55, 2), _nccl(arrive, 200 - arrive, 2), _launch(100, 3), _kernel("B", 210, 40, 3)]
+        ev = [
+            _op("ProfilerStep#1", 0, 300, cat="user_annotation"),
+            _launch(5, 1),
+            _kernel("A", 10, a_end - 10, 1),
+            _launch(55, 2),
+            _nccl(arrive, 200 - arrive, 2),
+            _launch(100, 3),
+            _kernel("B", 210, 40, 3),
+        ]
         write_rank(tmp_path / "run" / f"r{r}.json", ev, r, backend="nccl")
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "critical_path", "run")
-    assert _account(res, 0) == {"step_ns": 250, "compute_ns": 80, "transfer_ns": 40, "memory_ns": 0, "wait_ns": 100,
-                                "host_bound_ns": 20, "idle_ns": 10}
-    assert _account(res, 1) == {"step_ns": 250, "compute_ns": 180, "transfer_ns": 40, "memory_ns": 0, "wait_ns": 0,
-                                "host_bound_ns": 10, "idle_ns": 20}
+    assert _account(res, 0) == {
+        "step_ns": 250,
+        "compute_ns": 80,
+        "transfer_ns": 40,
+        "memory_ns": 0,
+        "wait_ns": 100,
+        "host_bound_ns": 20,
+        "idle_ns": 10,
+    }
+    assert _account(res, 1) == {
+        "step_ns": 250,
+        "compute_ns": 180,
+        "transfer_ns": 40,
+        "memory_ns": 0,
+        "wait_ns": 0,
+        "host_bound_ns": 10,
+        "idle_ns": 20,
+    }
     # Path from rank 0's end back to the transfer, across to rank 1 at its arrival (160).
-    assert _path(res) == [(1, "host_bound", 0, 10, None), (1, "compute", 10, 140, None), (1, "idle", 150, 10, 0),
-                          (0, "transfer", 160, 40, None), (0, "idle", 200, 10, None), (0, "compute", 210, 40, None)]
+    assert _path(res) == [
+        (1, "host_bound", 0, 10, None),
+        (1, "compute", 10, 140, None),
+        (1, "idle", 150, 10, 0),
+        (0, "transfer", 160, 40, None),
+        (0, "idle", 200, 10, None),
+        (0, "compute", 210, 40, None),
+    ]
     # Rank 0 waited [60, 160) for rank 1, which ran A until 150 and then sat idle: 90 + 10 us
     # (a gap is named after the work that ends it: here the all-reduce).
     assert res.blame.select("rank", "kind", "name", "waited_ns").rows() == [
-        (1, "compute", "A", 90 * US), (1, "idle", "all_reduce", 10 * US)]
+        (1, "compute", "A", 90 * US),
+        (1, "idle", "all_reduce", 10 * US),
+    ]
     assert res.blame["rank_pct"][0] == pytest.approx(100 * 100 / 500)
 
 
@@ -137,11 +239,19 @@ def test_cuda_graph_case(store):
     # at 800 runs [830, 1170) (us from the step start). Compute 100 + 340 + 60 + 340 = 840 us; the
     # gaps before each launch's first kernel are host-bound (each launched after the gap began):
     # 30 + 130 + 40 + 130 = 330; none inside a graph. Window [0, 1170).
-    ingest(store, [Path(CASES) / "cuda_graph_launch"] if (Path(CASES) / "cuda_graph_launch").exists()
-           else pytest.skip("cases not available"))
+    ingest(
+        store,
+        [Path(CASES) / "cuda_graph_launch"]
+        if (Path(CASES) / "cuda_graph_launch").exists()
+        else pytest.skip("cases not available"),
+    )
     row = analyze(store, "critical_path").frame.row(0, named=True)
     assert (row["step_ns"], row["compute_ns"], row["host_bound_ns"], row["idle_ns"]) == (
-        1_170_000, 840_000, 330_000, 0)
+        1_170_000,
+        840_000,
+        330_000,
+        0,
+    )
 
 
 def test_straggler_rank2_blame_and_path(store):
@@ -153,8 +263,11 @@ def test_straggler_rank2_blame_and_path(store):
     assert res.blame["rank"][0] == 2 and res.blame["rank"].unique().to_list() == [2]
     assert res.blame["waited_ns"].sum() == res.frame["wait_ns"].sum() == res.blame["rank_waited_ns"][0]
     # the sleep is on the path: every step's path holds a host-bound stretch of rank 2 over 25 ms
-    sleep = res.path.filter((pl.col("rank") == 2) & (pl.col("kind") == "host_bound")).group_by("step").agg(
-        pl.col("duration_ns").max())
+    sleep = (
+        res.path.filter((pl.col("rank") == 2) & (pl.col("kind") == "host_bound"))
+        .group_by("step")
+        .agg(pl.col("duration_ns").max())
+    )
     assert sleep.height == 3 and (sleep["duration_ns"] > 25_000_000).all()
     # the others' waits are the larger part of their step; rank 2 never waits
     ranks = res.ranks.sort("rank")
@@ -170,14 +283,24 @@ def test_flight_recorder_only_run_has_nothing_to_account(store):
 def _inputs() -> list[Path]:
     """Every sample run, corpus trace and case: each folder that holds files (one run), and the
     corpus' lone-file runs (Nsight exports, NDTimeline Parquet)."""
+
     def runs(root: Path) -> list[Path]:
         if not root.exists():
             return []
-        return sorted(d for d in [root, *root.rglob("*")] if d.is_dir() and d != root
-                      and any(f.is_file() and f.suffix != ".md" for f in d.iterdir()))
+        return sorted(
+            d
+            for d in [root, *root.rglob("*")]
+            if d.is_dir() and d != root and any(f.is_file() and f.suffix != ".md" for f in d.iterdir())
+        )
 
-    return (runs(SAMPLES) + runs(CORPUS / "hta") + runs(CORPUS / "flight_recorder") + runs(CASES)
-            + sorted(CORPUS.glob("nsys/*.sqlite")) + sorted(CORPUS.glob("kineto_misc/*/trace-*.parquet")))
+    return (
+        runs(SAMPLES)
+        + runs(CORPUS / "hta")
+        + runs(CORPUS / "flight_recorder")
+        + runs(CASES)
+        + sorted(CORPUS.glob("nsys/*.sqlite"))
+        + sorted(CORPUS.glob("kineto_misc/*/trace-*.parquet"))
+    )
 
 
 @pytest.mark.parametrize("path", _inputs(), ids=lambda p: "/".join(p.parts[-3:]))
@@ -225,7 +348,9 @@ def test_report_opens_with_the_step_waterfall_and_marks_the_path(store):
     sleep = tl.path.filter((pl.col("rank") == 2) & (pl.col("kind") == "host_bound"))
     assert (sleep["end_ms"] - sleep["start_ms"]).max() > 25  # ms
     fig = plots.timeline(tl)
-    labels = [str(i.label.get("value") if isinstance(i.label, dict) else i.label) for i in fig.legend[0].items]
+    labels = [
+        str(i.label.get("value") if isinstance(i.label, dict) else i.label) for i in fig.legend[0].items
+    ]
     assert any("critical path" in x for x in labels), labels
 
 
@@ -245,10 +370,24 @@ def test_profiler_start_transient_is_left_out_of_the_account_and_the_waterfall(s
     # after its last step's work idle. Rank 1: compute 5; host-bound 0.1 ms before its arrival
     # (and 4.4 after, but idle after its last work); transfer 0.5 ms; no wait.
     ms = 1_000_000
-    want = {(0, 2): (5, 0.5, 0.1, 4.4, 0), (0, 3): (5, 0.5, 0.1, 4.4, 0), (0, 4): (5, 0.5, 0.1, 0, 4.4),
-            (1, 2): (5, 0.5, 0, 4.5, 0), (1, 3): (5, 0.5, 0, 4.5, 0), (1, 4): (5, 0.5, 0, 0.1, 4.4)}
-    got = {(r["rank"], r["step"]): (r["compute_ns"], r["transfer_ns"], r["wait_ns"], r["host_bound_ns"], r["idle_ns"])
-           for r in cp.frame.iter_rows(named=True)}
+    want = {
+        (0, 2): (5, 0.5, 0.1, 4.4, 0),
+        (0, 3): (5, 0.5, 0.1, 4.4, 0),
+        (0, 4): (5, 0.5, 0.1, 0, 4.4),
+        (1, 2): (5, 0.5, 0, 4.5, 0),
+        (1, 3): (5, 0.5, 0, 4.5, 0),
+        (1, 4): (5, 0.5, 0, 0.1, 4.4),
+    }
+    got = {
+        (r["rank"], r["step"]): (
+            r["compute_ns"],
+            r["transfer_ns"],
+            r["wait_ns"],
+            r["host_bound_ns"],
+            r["idle_ns"],
+        )
+        for r in cp.frame.iter_rows(named=True)
+    }
     assert got == {k: tuple(round(x * ms) for x in v) for k, v in want.items()}
     assert cp.frame["step_ns"].to_list() == [10 * ms] * 6 and cp.frame["memory_ns"].sum() == 0
     assert cp.steps["step"].to_list() == [2, 3, 4]
@@ -261,9 +400,18 @@ def test_profiler_start_transient_is_left_out_of_the_account_and_the_waterfall(s
     # waiting 0.3; host-bound 2 x 4.4 + 2 x 4.5 + 0.1 = 17.9 ms.
     m = analyze(store, "mfu", "tr", peak_tflops=1.0, model_flops_per_step=2e9)
     wf = dict(m.waterfall.select("component", "ns").iter_rows())
-    assert wf == {"idle": 8_800_000, "exposed communication": 3_000_000, "waiting for peers": 300_000,
-                  "launch/host-bound": 17_900_000, "memory": 0, "kernel efficiency": 24_000_000, "MFU": 6_000_000}
+    assert wf == {
+        "idle": 8_800_000,
+        "exposed communication": 3_000_000,
+        "waiting for peers": 300_000,
+        "launch/host-bound": 17_900_000,
+        "memory": 0,
+        "kernel efficiency": 24_000_000,
+        "MFU": 6_000_000,
+    }
     assert sum(wf.values()) == 60 * ms and m.waterfall["pct"].sum() == pytest.approx(100.0)
     # mfu's per-step frame leaves step 1 out too: every rank-step 1e9 FLOPs in 10 ms = 0.1 TFLOP/s
-    assert m.frame["step"].unique().sort().to_list() == [2, 3, 4] and m.frame["mfu_pct"].to_list() == [10.0] * 6
+    assert (
+        m.frame["step"].unique().sort().to_list() == [2, 3, 4] and m.frame["mfu_pct"].to_list() == [10.0] * 6
+    )
     assert note in m.notes

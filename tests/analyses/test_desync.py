@@ -52,6 +52,7 @@ def test_rank_missing_the_last_collective(store, tmp_path):
         if rank == 2:  # rank 2 hangs before enqueueing seq 17: its ring and pg_status end at 16
             doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 17]
             doc["pg_status"]["0"].update(last_enqueued_collective="16", last_completed_collective="16")
+
     res, v = _verdict(store, _copy(tmp_path, edit))
     assert (v["status"], v["pg"], v["seq"], v["op"], v["behind"]) == ("missing", "0", 17, "barrier", [2])
     assert "rank(s) 2 never enqueued it; rank(s) 0, 1, 3 did" in v["text"]
@@ -62,16 +63,22 @@ def test_rank_missing_the_last_collective(store, tmp_path):
 def test_rank_skipping_a_middle_collective_is_missing_there(store, tmp_path):
     """Rank 1 holds seq 8 and 10 but not 9 (pg_status untouched: it says 17 enqueued). Rank 1 never
     enqueued seq 9 although it has later ones: missing at 9, as collective_instances says."""
+
     def edit(rank, doc):
         if rank == 1:
             doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 9]
+
     res, v = _verdict(store, _copy(tmp_path, edit))
     assert (v["status"], v["pg"], v["seq"], v["op"], v["behind"]) == ("missing", "0", 9, "all_reduce", [1])
-    assert ("rank(s) 1 never enqueued it (rank(s) 1 did enqueue later ones); rank(s) 0, 2, 3 did and wait "
-            "for them") in v["text"]
+    assert (
+        "rank(s) 1 never enqueued it (rank(s) 1 did enqueue later ones); rank(s) 0, 2, 3 did and wait "
+        "for them"
+    ) in v["text"]
     (row,) = res.frame.rows(named=True)
     assert (row["seq"], row["ranks_missing"], row["ranks_enqueued"]) == (9, [1], [0, 2, 3])
-    (inst,) = store.sql("SELECT seq, ranks_missing FROM collective_instances WHERE len(ranks_missing) > 0").rows()
+    (inst,) = store.sql(
+        "SELECT seq, ranks_missing FROM collective_instances WHERE len(ranks_missing) > 0"
+    ).rows()
     assert inst == (9, [1])
 
 
@@ -90,19 +97,25 @@ def _nothing(doc, shape):
 def test_rank_that_recorded_nothing_leads_the_verdict(store, tmp_path, shape):
     """Rank 2's dump has no entries (it hung before its first collective): the directory ingests
     (rank 2 with 0 collectives, a warning) and desync leads with rank 2, never "no desync"."""
+
     def edit(rank, doc):
         if rank == 2:
             _nothing(doc, shape)
+
     res = ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
     assert any("fr_rank2.json: rank 2 recorded no collective" in w for w in res.warnings)
-    assert store.sql("SELECT t.rank, count(c.seq) FROM traces t LEFT JOIN collectives c USING (trace_id) "
-                     "GROUP BY t.rank ORDER BY t.rank").rows() == [(0, 17), (1, 17), (2, 0), (3, 17)]
+    assert store.sql(
+        "SELECT t.rank, count(c.seq) FROM traces t LEFT JOIN collectives c USING (trace_id) "
+        "GROUP BY t.rank ORDER BY t.rank"
+    ).rows() == [(0, 17), (1, 17), (2, 0), (3, 17)]
     d = analyze(store, "desync", "run")
     v = d.verdict.row(0, named=True)
     assert (v["status"], v["behind"], v["seq"]) == ("recorded_nothing", [2], None)
-    assert v["text"] == ("rank(s) 2 (fr_rank2.json) recorded nothing while the others enqueued up to seq 17: a "
-                         "rank that hung or crashed before its first collective (or ran with "
-                         "TORCH_NCCL_TRACE_BUFFER_SIZE=0) is the one to look at")
+    assert v["text"] == (
+        "rank(s) 2 (fr_rank2.json) recorded nothing while the others enqueued up to seq 17: a "
+        "rank that hung or crashed before its first collective (or ran with "
+        "TORCH_NCCL_TRACE_BUFFER_SIZE=0) is the one to look at"
+    )
     # Every seq 1..17 lists rank 2 as missing (as collective_instances does).
     assert d.frame["seq"].to_list() == list(range(1, 18))
     assert set(map(tuple, d.frame["ranks_missing"].to_list())) == {(2,)}
@@ -112,11 +125,14 @@ def test_rank_that_recorded_nothing_leads_the_verdict(store, tmp_path, shape):
 def test_every_rank_recorded_nothing(store, tmp_path, shape):
     def edit(rank, doc):
         _nothing(doc, shape)
+
     ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
     v = analyze(store, "desync", "run").verdict.row(0, named=True)
     assert (v["status"], v["behind"]) == ("recorded_nothing", [0, 1, 2, 3])
-    assert v["text"].startswith("rank(s) 0 (fr_rank0.json), 1 (fr_rank1.json), 2 (fr_rank2.json), 3 "
-                                "(fr_rank3.json) recorded nothing: no collective ran before the dumps")
+    assert v["text"].startswith(
+        "rank(s) 0 (fr_rank0.json), 1 (fr_rank1.json), 2 (fr_rank2.json), 3 "
+        "(fr_rank3.json) recorded nothing: no collective ran before the dumps"
+    )
 
 
 def test_rank_missing_without_pg_status(store, tmp_path):
@@ -124,6 +140,7 @@ def test_rank_missing_without_pg_status(store, tmp_path):
         doc.pop("pg_status")  # completion then unknown (gloo records no times): presence only
         if rank == 0:
             doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] < 16]
+
     _, v = _verdict(store, _copy(tmp_path, edit))
     assert (v["status"], v["seq"], v["behind"]) == ("missing", 16, [0])
 
@@ -133,6 +150,7 @@ def test_size_mismatch(store, tmp_path):
         if rank == 3:  # seq 4 (all_reduce of 667136 floats): rank 3 passes a smaller tensor
             e = next(e for e in doc["entries"] if e["collective_seq_id"] == 4)
             e["input_sizes"] = [[1000]]
+
     res, v = _verdict(store, _copy(tmp_path, edit))
     assert (v["status"], v["seq"], v["op"], v["behind"]) == ("mismatch", 4, "all_reduce", [3])
     assert "size 667136 on most ranks, rank 3 1000" in v["text"]
@@ -150,18 +168,23 @@ def test_one_against_one_is_a_tie(store, tmp_path):
         for cfg in doc["pg_config"].values():
             cfg["ranks"] = "[0, 1]"
         if r == 1:
-            next(e for e in doc["entries"] if e["collective_seq_id"] == 4)["profiling_name"] = "gloo:broadcast"
+            next(e for e in doc["entries"] if e["collective_seq_id"] == 4)["profiling_name"] = (
+                "gloo:broadcast"
+            )
         (out / f"fr_rank{r}.json").write_text(json.dumps(doc))
     _, v = _verdict(store, out)
     assert (v["status"], v["seq"], v["behind"]) == ("mismatch", 4, [0, 1])
-    assert v["text"] == ("first divergence at group '0' [0, 1] seq 4 (all_reduce): ranks 0 and 1 disagree on op "
-                         "with no majority (rank 0 all_reduce, rank 1 broadcast)")
+    assert v["text"] == (
+        "first divergence at group '0' [0, 1] seq 4 (all_reduce): ranks 0 and 1 disagree on op "
+        "with no majority (rank 0 all_reduce, rank 1 broadcast)"
+    )
 
 
 def test_wrapped_ring_buffer_is_not_missing(store, tmp_path):
     def edit(rank, doc):
         if rank == 1:  # rank 1's ring buffer wrapped: its oldest 5 entries (seq 1..5) are gone
             doc["entries"] = doc["entries"][5:]
+
     res, v = _verdict(store, _copy(tmp_path, edit))
     assert v["status"] == "clean" and res.frame.is_empty()
     assert "seq 1..5 not compared (ring buffer of rank(s) 1 starts at seq 6)" in " ".join(res.notes)
@@ -173,8 +196,10 @@ def test_common_range_starts_at_the_latest_first_seq(store, tmp_path):
     """Two ring buffers wrapped by different amounts: rank 1 holds seq 6..17, rank 3 seq 4..17,
     ranks 0 and 2 all of 1..17. The common range starts at the latest first-held seq, max(1, 6, 1,
     4) = 6 (not the earliest, 1, nor rank 3's 4): seqs 6..17 are compared, 12 collectives, all ok."""
+
     def edit(rank, doc):
-        doc["entries"] = doc["entries"][{1: 5, 3: 3}.get(rank, 0):]
+        doc["entries"] = doc["entries"][{1: 5, 3: 3}.get(rank, 0) :]
+
     ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
     res = analyze(store, "desync", "run", all=True)
     assert res.frame["seq"].to_list() == list(range(6, 18)) and set(res.frame["status"]) == {"ok"}
@@ -193,6 +218,7 @@ def test_wrapped_and_a_real_fault(store, tmp_path):
             e = next(e for e in doc["entries"] if e["collective_seq_id"] == 9)
             other = "gloo:broadcast" if e["profiling_name"] != "gloo:broadcast" else "gloo:all_reduce"
             e["profiling_name"] = other
+
     _, v = _verdict(store, _copy(tmp_path, edit))
     assert (v["status"], v["seq"], v["behind"]) == ("mismatch", 9, [3])
 
@@ -214,8 +240,10 @@ def test_groups_with_the_same_name_and_not_completed(store, tmp_path):
     doc["pg_status"]["0"]["last_completed_collective"] = "2"
     v = _edited(tmp_path, out, "trailing", doc)
     assert (v["status"], v["behind"]) == ("clean", [])
-    assert ("group '0' [2, 3] seq 3 (all_reduce), the last one: still in flight on rank(s) 3, completed on 2, every "
-            "earlier seq completed on every member") in v["text"]
+    assert (
+        "group '0' [2, 3] seq 3 (all_reduce), the last one: still in flight on rank(s) 3, completed on 2, every "
+        "earlier seq completed on every member"
+    ) in v["text"]
     # Rank 3 also never completed seq 2 (it started seq 3 without finishing seq 2, as an
     # asynchronous collective can): an earlier seq is behind, so this is a hang at seq 2, rank 3.
     doc["entries"][1].update(time_discovered_completed_ns=0, state="started", duration_ms=None)
@@ -239,10 +267,12 @@ def test_trailing_seq_in_flight_flip_point(store, tmp_path):
     """The in-flight rule needs every earlier seq completed on every member, and the trailing seq
     completed somewhere: rank 2 of the corpus dumps never completed seq 17, the last, while ranks
     0, 1, 3 did (in flight: clean); the same with rank 2 also short of seq 16 is a hang at 16."""
+
     def edit(last_completed: int):
         def apply(rank, doc):
             if rank == 2:
                 doc["pg_status"]["0"].update(last_completed_collective=str(last_completed))
+
         return apply
 
     _, v = _verdict(store, _copy(tmp_path, edit(16)))
@@ -283,11 +313,13 @@ def test_summary_and_report_carry_the_desync_verdict(store, tmp_path):
     def edit(rank, doc):
         if rank == 1:
             doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 9]
+
     ingest(store, [_copy(tmp_path, edit)], run="run", jobs=1)
     f = findings.summarize(store, "run")
     text = analyze(store, "desync", "run").verdict["text"][0]
     assert [(x.topic, x.text, x.problem, x.section) for x in f.findings if x.topic == "desync"] == [
-        ("desync", text, True, "desync")]
+        ("desync", text, True, "desync")
+    ]
     assert [(v.status, v.text) for v in f.verdicts if v.topic == "desync"] == [("problem", text)]
     html = render_html(store, "run")
     assert 'id="desync"' in html and 'href="#desync"' in html
@@ -303,11 +335,13 @@ SPARSE = 10**9  # seq k of the corpus dumps becomes k * 10**9: NDTimeline-like n
 def _sparse(tmp_path: Path, drop: tuple[int, int] | None = None) -> Path:
     """The corpus dumps with every seq k renumbered k * SPARSE and no pg_status (NDTimeline has no
     progress); ``drop`` = (rank, k) removes that rank's entry of seq k."""
+
     def edit(rank, doc):
         doc["entries"] = [e for e in doc["entries"] if drop is None or (rank, e["collective_seq_id"]) != drop]
         for e in doc["entries"]:
             e["collective_seq_id"] *= SPARSE
         doc.pop("pg_status", None)
+
     return _copy(tmp_path, edit)
 
 

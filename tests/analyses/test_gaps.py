@@ -15,8 +15,20 @@ def op(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1, **ar
 
 
 def nccl(name: str, ts: float, dur: float, corr: int, coll: str, pg: str, nelems: int, dtype: str) -> dict:
-    return kernel(name, 20, ts, dur, corr, **{"Collective name": coll, "Process Group Name": pg,
-                                              "In msg nelems": nelems, "Out msg nelems": nelems, "dtype": dtype})
+    return kernel(
+        name,
+        20,
+        ts,
+        dur,
+        corr,
+        **{
+            "Collective name": coll,
+            "Process Group Name": pg,
+            "In msg nelems": nelems,
+            "Out msg nelems": nelems,
+            "dtype": dtype,
+        },
+    )
 
 
 # Rank 0, times in us. ProfilerStep#1 [0, 100), #2 [100, 200). CPU thread 1 (ops contain the launches):
@@ -40,16 +52,37 @@ def nccl(name: str, ts: float, dur: float, corr: int, coll: str, pg: str, nelems
 #   window [112, 180) = 68.
 # Rank 1: only communication, no steps: N [10, 20) and [30, 50) all_reduce pg 0 4096 B: both exposed.
 RANK0 = [
-    op("ProfilerStep#1", 0, 100, cat="user_annotation"), op("ProfilerStep#2", 100, 100, cat="user_annotation"),
-    op("forward", 1, 29), op("aten::mm", 2, 3), launch(3, 1, 0.5), launch(4, 2, 0.5),
-    op("autograd::engine::evaluate_function: MmBackward0", 31, 19), op("MmBackward0", 31.5, 7.5),
-    op("aten::mm", 32, 4), launch(33, 3, 0.5), launch(34, 4, 0.5), launch(38, 5, 0.5),
-    op("c10d::allreduce_", 40, 4), launch(41, 6, 0.5),
-    op("Optimizer.step#SGD.step", 94, 5, cat="user_annotation"), op("aten::add_", 94.5, 1.5), launch(95, 7, 0.5),
-    op("forward", 101, 29), op("aten::mm", 102, 6), launch(106, 8, 0.5),
-    op("c10d::allreduce_", 109, 3), launch(110, 9, 0.5), op("c10d::broadcast_", 164, 2), launch(165, 10, 0.5),
-    kernel("K1", 7, 10, 20, 1), kernel("K1n", 9, 12, 6, 2), kernel("K2", 7, 35, 25, 3), kernel("K3", 7, 60, 10, 4),
-    kernel("S1", 8, 40, 10, 5), kernel("K4", 7, 95, 35, 7), kernel("K5", 7, 150, 10, 8),
+    op("ProfilerStep#1", 0, 100, cat="user_annotation"),
+    op("ProfilerStep#2", 100, 100, cat="user_annotation"),
+    op("forward", 1, 29),
+    op("aten::mm", 2, 3),
+    launch(3, 1, 0.5),
+    launch(4, 2, 0.5),
+    op("autograd::engine::evaluate_function: MmBackward0", 31, 19),
+    op("MmBackward0", 31.5, 7.5),
+    op("aten::mm", 32, 4),
+    launch(33, 3, 0.5),
+    launch(34, 4, 0.5),
+    launch(38, 5, 0.5),
+    op("c10d::allreduce_", 40, 4),
+    launch(41, 6, 0.5),
+    op("Optimizer.step#SGD.step", 94, 5, cat="user_annotation"),
+    op("aten::add_", 94.5, 1.5),
+    launch(95, 7, 0.5),
+    op("forward", 101, 29),
+    op("aten::mm", 102, 6),
+    launch(106, 8, 0.5),
+    op("c10d::allreduce_", 109, 3),
+    launch(110, 9, 0.5),
+    op("c10d::broadcast_", 164, 2),
+    launch(165, 10, 0.5),
+    kernel("K1", 7, 10, 20, 1),
+    kernel("K1n", 9, 12, 6, 2),
+    kernel("K2", 7, 35, 25, 3),
+    kernel("K3", 7, 60, 10, 4),
+    kernel("S1", 8, 40, 10, 5),
+    kernel("K4", 7, 95, 35, 7),
+    kernel("K5", 7, 150, 10, 8),
     nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 45, 45, 6, "allreduce", "0", 1024, "Float"),
     nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 112, 38, 9, "allreduce", "0", 2_621_440, "Float"),
     nccl("ncclDevKernel_Broadcast_RING_LL(x)", 170, 10, 10, "broadcast", "1", 100, "Byte"),
@@ -77,10 +110,30 @@ def test_gaps_hand_made(hand):
     res = analyze(hand, "gaps", "hand")
     g = res.gaps.sort("rank", "start_ns")
     us = lambda ns: (ns - 1_700_000_000_000_000_000) / 1000  # noqa: E731
-    got = [(r["rank"], r["step"], us(r["start_ns"]), us(r["end_ns"]), r["collective"], r["last_compute"],
-            r["launch_op"], r["top_op"]) for r in g.iter_rows(named=True)]
+    got = [
+        (
+            r["rank"],
+            r["step"],
+            us(r["start_ns"]),
+            us(r["end_ns"]),
+            r["collective"],
+            r["last_compute"],
+            r["launch_op"],
+            r["top_op"],
+        )
+        for r in g.iter_rows(named=True)
+    ]
     assert got == [
-        (0, 1, 70, 90, "all_reduce (pg 0, 4.1 kB)", "K3", "aten::mm", "autograd::engine::evaluate_function: MmBackward0"),
+        (
+            0,
+            1,
+            70,
+            90,
+            "all_reduce (pg 0, 4.1 kB)",
+            "K3",
+            "aten::mm",
+            "autograd::engine::evaluate_function: MmBackward0",
+        ),
         (0, 2, 130, 150, "all_reduce (pg 0, 10.5 MB)", "K4", "aten::add_", "Optimizer.step#SGD.step"),
         (0, 2, 170, 180, "broadcast (pg 1, 100 B)", "K5", "aten::mm", "forward"),
         (1, None, 10, 20, "all_reduce (pg 0, 4.1 kB)", None, None, None),
@@ -100,24 +153,54 @@ def test_gaps_hand_made(hand):
     assert c["pct"].to_list() == pytest.approx([37.5, 25.0, 25.0, 12.5])
     assert (c["gaps"][0], c["ranks"][0], c["steps"][0]) == (2, 1, 0)
     steps = _rows(res.steps, "step")
-    assert (steps[1]["comm_ns"], steps[1]["exposed_ns"], steps[1]["step_ns"], steps[1]["gaps"]) == (45_000, 20_000, 120_000, 1)
-    assert (steps[2]["comm_ns"], steps[2]["exposed_ns"], steps[2]["step_ns"], steps[2]["gaps"]) == (48_000, 30_000, 68_000, 2)
+    assert (steps[1]["comm_ns"], steps[1]["exposed_ns"], steps[1]["step_ns"], steps[1]["gaps"]) == (
+        45_000,
+        20_000,
+        120_000,
+        1,
+    )
+    assert (steps[2]["comm_ns"], steps[2]["exposed_ns"], steps[2]["step_ns"], steps[2]["gaps"]) == (
+        48_000,
+        30_000,
+        68_000,
+        2,
+    )
     assert steps[2]["exposed_pct"] == pytest.approx(100 * 30 / 68)
     ranks = _rows(res.ranks, "rank")
-    assert (ranks[0]["comm_ns"], ranks[0]["exposed_ns"], ranks[0]["window_ns"], ranks[0]["gaps"]) == (93_000, 50_000, 170_000, 3)
+    assert (ranks[0]["comm_ns"], ranks[0]["exposed_ns"], ranks[0]["window_ns"], ranks[0]["gaps"]) == (
+        93_000,
+        50_000,
+        170_000,
+        3,
+    )
     assert (ranks[1]["comm_ns"], ranks[1]["exposed_ns"], ranks[1]["exposed_pct"]) == (30_000, 30_000, 75.0)
 
 
 def test_overlap_hand_made(hand):
     res = analyze(hand, "overlap", "hand")
     r = _rows(res.frame, "rank")
-    assert (r[0]["comm_ns"], r[0]["compute_ns"], r[0]["overlap_ns"], r[0]["exposed_comm_ns"]) == (93_000, 100_000, 43_000, 50_000)
+    assert (r[0]["comm_ns"], r[0]["compute_ns"], r[0]["overlap_ns"], r[0]["exposed_comm_ns"]) == (
+        93_000,
+        100_000,
+        43_000,
+        50_000,
+    )
     assert r[0]["overlap_pct"] == pytest.approx(100 * 43 / 93)
     assert (r[1]["overlap_ns"], r[1]["exposed_comm_ns"], r[1]["overlap_pct"]) == (0, 30_000, 0.0)
     s = _rows(res.steps.filter(res.steps["rank"] == 0), "step")
-    assert (s[1]["comm_ns"], s[1]["compute_ns"], s[1]["overlap_ns"], s[1]["window_ns"]) == (45_000, 90_000, 25_000, 120_000)
+    assert (s[1]["comm_ns"], s[1]["compute_ns"], s[1]["overlap_ns"], s[1]["window_ns"]) == (
+        45_000,
+        90_000,
+        25_000,
+        120_000,
+    )
     # K4 (launched in step 1) hides 18 us of step 2's all-reduce: exposed 30, not the 48 of step 2 alone.
-    assert (s[2]["comm_ns"], s[2]["compute_ns"], s[2]["overlap_ns"], s[2]["exposed_comm_ns"]) == (48_000, 10_000, 18_000, 30_000)
+    assert (s[2]["comm_ns"], s[2]["compute_ns"], s[2]["overlap_ns"], s[2]["exposed_comm_ns"]) == (
+        48_000,
+        10_000,
+        18_000,
+        30_000,
+    )
     assert s[2]["exposed_comm_pct"] == pytest.approx(100 * 30 / 68)
 
 
@@ -143,10 +226,20 @@ def test_idle_hand_made(hand):
 # the whole all-reduce [42, 70) is exposed (28 us); the last compute before it ends at 40.
 CPU = [
     op("ProfilerStep#3", 0, 100, cat="user_annotation"),
-    op("autograd::engine::evaluate_function: AddmmBackward0", 10, 30), op("aten::mm", 12, 18),
-    op("c10d::allreduce_", 41, 2), op("torch.distributed.ddp.reducer::copy_bucket_to_grad", 70, 5),
-    op("Optimizer.step#SGD.step", 80, 10, cat="user_annotation"), op("aten::_fused_sgd_", 81, 8),
-    op("gloo:all_reduce", 42, 28, cat="user_annotation", tid=2, **{"Input Dims": [[256]], "Input type": ["float"]}),
+    op("autograd::engine::evaluate_function: AddmmBackward0", 10, 30),
+    op("aten::mm", 12, 18),
+    op("c10d::allreduce_", 41, 2),
+    op("torch.distributed.ddp.reducer::copy_bucket_to_grad", 70, 5),
+    op("Optimizer.step#SGD.step", 80, 10, cat="user_annotation"),
+    op("aten::_fused_sgd_", 81, 8),
+    op(
+        "gloo:all_reduce",
+        42,
+        28,
+        cat="user_annotation",
+        tid=2,
+        **{"Input Dims": [[256]], "Input type": ["float"]},
+    ),
 ]
 
 
@@ -157,7 +250,10 @@ def test_gaps_cpu_gloo_hand_made(store, tmp_path):
     assert (g["step"], g["dur_ns"], g["collective"], g["bytes"]) == (3, 28_000, "all_reduce (1.0 kB)", 1024)
     assert g["last_compute"] == g["top_op"] == "autograd::engine::evaluate_function: AddmmBackward0"
     assert g["launch_op"] is None
-    assert res.frame["cause"][0] == "all_reduce (1.0 kB) after autograd::engine::evaluate_function: AddmmBackward0"
+    assert (
+        res.frame["cause"][0]
+        == "all_reduce (1.0 kB) after autograd::engine::evaluate_function: AddmmBackward0"
+    )
 
 
 def test_cpu_sample_top_gap_is_gradient_all_reduce_at_end_of_backward(store):
@@ -187,11 +283,14 @@ def test_cpu_sample_top_gap_is_gradient_all_reduce_at_end_of_backward(store):
     assert per_rank["s"].to_list() == res.ranks.sort("rank")["exposed_ns"].to_list()
 
 
-@pytest.mark.parametrize("rel, ops", [
-    ("hta/nccl_parser_config", {"all_reduce", "broadcast"}),
-    ("hta/trace_filter", {"all_gather", "all_reduce", "all_to_all"}),  # named by the launching CPU op
-    ("hta/df_index_resolver", {"all_reduce"}),
-])
+@pytest.mark.parametrize(
+    "rel, ops",
+    [
+        ("hta/nccl_parser_config", {"all_reduce", "broadcast"}),
+        ("hta/trace_filter", {"all_gather", "all_reduce", "all_to_all"}),  # named by the launching CPU op
+        ("hta/df_index_resolver", {"all_reduce"}),
+    ],
+)
 def test_gpu_corpus_gaps_name_nccl_collectives(store, rel, ops):
     ingest(store, [corpus(rel)], run="r")
     res = analyze(store, "gaps", "r")
@@ -229,6 +328,8 @@ def test_top_cause_note_counts_in_words(store):
     assert top["ranks"] == 1 and top["gaps"] > 1
     pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"
     note = next(n for n in res.notes if n.startswith("top cause: "))
-    assert note == (f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in "
-                    f"{top['gaps']} gaps, 1 rank, {top['steps']} steps)")
+    assert note == (
+        f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in "
+        f"{top['gaps']} gaps, 1 rank, {top['steps']} steps)"
+    )
     assert top["exposed_ns"] == res.gaps.filter(pl.col("cause") == top["cause"])["dur_ns"].sum()

@@ -29,14 +29,22 @@ from traceprof.ingest.ingest import ingest
 #   busy = 10+8+10+5+2+3+1 = 39 (E clipped), 151 - 39 = 112. Stream 9: idle 96 in window [0, 110).
 # HTA rule: stream 7 kernel wait 2+5-8+15 = 14, host 40, other 50 -> idle 104.
 STREAMS = [
-    kernel("A", 7, 0, 10, 1), launch(-5, 1),
-    kernel("B", 7, 12, 8, 2), launch(1, 2),
-    kernel("C", 7, 60, 10, 3), launch(55, 3),
-    kernel("D", 7, 75, 5, 4), launch(50, 4),
-    kernel("E", 7, 130, 10, 5), launch(60, 5),
-    kernel("F", 7, 132, 3, 6), launch(61, 6),
-    kernel("G", 7, 150, 1, 7), launch(62, 7),
-    kernel("Memset (Device)", 9, 0, 4, 8, cat="gpu_memset"), launch(-2, 8, name="cudaMemsetAsync"),
+    kernel("A", 7, 0, 10, 1),
+    launch(-5, 1),
+    kernel("B", 7, 12, 8, 2),
+    launch(1, 2),
+    kernel("C", 7, 60, 10, 3),
+    launch(55, 3),
+    kernel("D", 7, 75, 5, 4),
+    launch(50, 4),
+    kernel("E", 7, 130, 10, 5),
+    launch(60, 5),
+    kernel("F", 7, 132, 3, 6),
+    launch(61, 6),
+    kernel("G", 7, 150, 1, 7),
+    launch(62, 7),
+    kernel("Memset (Device)", 9, 0, 4, 8, cat="gpu_memset"),
+    launch(-2, 8, name="cudaMemsetAsync"),
     kernel("N", 9, 100, 10, 9),
 ]
 
@@ -67,7 +75,10 @@ def test_hand_made_streams(store, tmp_path):
     assert (r0["stream_idle_sum_ns"], r0["other_ns"]) == (208_000, 146_000)
     assert r0["stream_idle_pct"] == pytest.approx(100 * 208 / 261) and "idle_pct" not in r0
     assert r0["window_ns"] == _row(analyze(store, "temporal", "r").frame, rank=0)["window_ns"]
-    assert [c.ys for c in res.charts()] == [("stream_idle_pct",), ("host_wait_pct", "kernel_wait_pct", "other_pct")]
+    assert [c.ys for c in res.charts()] == [
+        ("stream_idle_pct",),
+        ("host_wait_pct", "kernel_wait_pct", "other_pct"),
+    ]
 
 
 def test_rank_window_is_temporals_on_a_corpus_trace(store):
@@ -83,6 +94,7 @@ def test_rank_window_is_temporals_on_a_corpus_trace(store):
 @pytest.mark.parametrize("value", [-5, float("inf")])
 def test_bad_kernel_wait(value):
     from traceprof.analyses.idle import Params
+
     with pytest.raises(UsageError, match="kernel_wait_ns="):
         Params(kernel_wait_ns=value)
 
@@ -110,9 +122,12 @@ def test_hand_made_streams_hta_rule_and_threshold(store, tmp_path):
 #   C would be a host wait of 11 and idle 11 > window - busy.)
 # HTA rule (previous row's end, negative gaps kept): B -3 (kernel wait), C host wait 11.
 NESTED = [
-    kernel("A", 7, 0, 100, 1), launch(-5, 1),
-    kernel("B", 7, 97, 2, 2), launch(1, 2),
-    kernel("C", 7, 110, 1, 3), launch(99.5, 3),
+    kernel("A", 7, 0, 100, 1),
+    launch(-5, 1),
+    kernel("B", 7, 97, 2, 2),
+    launch(1, 2),
+    kernel("C", 7, 110, 1, 3),
+    launch(99.5, 3),
 ]
 
 
@@ -138,17 +153,36 @@ def test_gap_after_a_nested_kernel_is_measured_from_the_running_max_end(store, t
 # inside the window, idle 30. (The activity window [-30, 250) = 280 us, busy 170, idle 110.)
 STEPPED = [
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 100, "dur": 100},
-    kernel("W", 7, -30, 20, 1), launch(-35, 1),
-    kernel("K", 7, 10, 50, 2), launch(5, 2),
-    kernel("T", 7, 150, 100, 3), launch(140, 3),
+    {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": "ProfilerStep#2",
+        "pid": 1,
+        "tid": 1,
+        "ts": 100,
+        "dur": 100,
+    },
+    kernel("W", 7, -30, 20, 1),
+    launch(-35, 1),
+    kernel("K", 7, 10, 50, 2),
+    launch(5, 2),
+    kernel("T", 7, 150, 100, 3),
+    launch(140, 3),
 ]
 
 
 def test_step_window_counts_only_activity_inside_the_steps(store, tmp_path):
     ingest(store, [kineto(tmp_path / "r0.json.gz", STEPPED)], run="r")
-    want = {"step_window_ns": 200_000, "step_busy_ns": 100_000, "step_idle_ns": 100_000, "step_idle_pct": 50.0}
-    for row in (_row(analyze(store, "idle", "r").ranks, rank=0), _row(analyze(store, "temporal", "r").frame, rank=0)):
+    want = {
+        "step_window_ns": 200_000,
+        "step_busy_ns": 100_000,
+        "step_idle_ns": 100_000,
+        "step_idle_pct": 50.0,
+    }
+    for row in (
+        _row(analyze(store, "idle", "r").ranks, rank=0),
+        _row(analyze(store, "temporal", "r").frame, rank=0),
+    ):
         assert {k: row[k] for k in want} == want
     t = _row(analyze(store, "temporal", "r").frame, rank=0)
     assert (t["window_ns"], t["idle_ns"]) == (280_000, 110_000)
@@ -163,6 +197,7 @@ def test_cpu_only_run_is_an_error(store, tmp_path):
 
 # --- agreement with HTA 0.5.0 ------------------------------------------------------------------
 
+
 #: Corpus traces compared with HTA: old style (2 ranks), new style with fractional us (HTA rounds),
 #: kernels without launch events, a V100 trace, and ROCm.
 @pytest.mark.slow
@@ -175,7 +210,9 @@ def test_idle_matches_hta(store, rel):
     logging.disable(logging.WARNING)
     try:
         theirs = {
-            r: BreakdownAnalysis.get_idle_time_breakdown(t, consecutive_kernel_delay=30, rank=r, visualize=False)[0]
+            r: BreakdownAnalysis.get_idle_time_breakdown(
+                t, consecutive_kernel_delay=30, rank=r, visualize=False
+            )[0]
             for r in t.get_ranks()
         }
     finally:

@@ -26,7 +26,9 @@ from traceprof.ingest.ingest import ingest
 # [70,80) comm 10; [90,95) comm 5; [100,102) comm 2.
 #   compute 30, compute+comm 18, comm 25, compute+comm+memory 2, comm+memory 2: total 77.
 EVENTS = [
-    kernel("gemm", 7, 0, 10, 1), kernel("gemm", 7, 20, 10, 2), kernel("gemm", 7, 40, 30, 3),
+    kernel("gemm", 7, 0, 10, 1),
+    kernel("gemm", 7, 20, 10, 2),
+    kernel("gemm", 7, 40, 30, 3),
     kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 20, 5, 20, 4),
     kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 20, 60, 20, 5),
     kernel("ncclSymkDevKernel_AllReduce_AGxLL_R_sum_bf16(ncclSymkDevWorkArgs4K)", 20, 90, 5, 6),
@@ -48,11 +50,18 @@ def test_classes_types_and_stats_by_hand(store, tmp_path):
     excl = (r["compute_only_ns"], r["comm_only_ns"], r["memory_only_ns"], r["overlapped_ns"])
     assert excl == (30_000, 25_000, 0, 22_000)
     assert r["comm_only_pct"] == pytest.approx(100 * 25 / 77)
-    assert sum(r[f"{c}_pct"] for c in ("compute_only", "comm_only", "memory_only", "overlapped")) == pytest.approx(100)
+    assert sum(
+        r[f"{c}_pct"] for c in ("compute_only", "comm_only", "memory_only", "overlapped")
+    ) == pytest.approx(100)
     assert "compute_pct" not in res.frame.columns
     types = dict(zip(res.types["kernel_type"], res.types["time_ns"], strict=True))
-    assert types == {"compute": 30_000, "compute+comm": 18_000, "comm": 25_000,
-                     "compute+comm+memory": 2_000, "comm+memory": 2_000}
+    assert types == {
+        "compute": 30_000,
+        "compute+comm": 18_000,
+        "comm": 25_000,
+        "compute+comm+memory": 2_000,
+        "comm+memory": 2_000,
+    }
     assert res.types["pct"].sum() == pytest.approx(100.0)
     top = res.top
     classes = dict(zip(top["name"], top["class"], strict=True))
@@ -61,7 +70,13 @@ def test_classes_types_and_stats_by_hand(store, tmp_path):
     g = top.filter(top["name"] == "gemm").row(0, named=True)
     # gemm durations 10, 10, 30 us: total 50, mean 50/3, median 10, p95 = 10 + 0.9 * (30 - 10) = 28
     # (linear interpolation at rank 0.95 * 2 = 1.9), std = sqrt(((10-50/3)^2 * 2 + (30-50/3)^2) / 2).
-    assert (g["position"], g["count"], g["total_ns"], g["min_ns"], g["max_ns"]) == (1, 3, 50_000, 10_000, 30_000)
+    assert (g["position"], g["count"], g["total_ns"], g["min_ns"], g["max_ns"]) == (
+        1,
+        3,
+        50_000,
+        10_000,
+        30_000,
+    )
     # Statistics are whole ns: mean 16_666.67 -> 16_667; std 11_547.005 -> 11_547.
     assert (g["mean_ns"], g["median_ns"], g["p95_ns"]) == (round(50_000 / 3), 10_000, 28_000)
     assert g["std_ns"] == round((((10 - 50 / 3) ** 2 * 2 + (30 - 50 / 3) ** 2) / 2) ** 0.5 * 1000)
@@ -74,6 +89,7 @@ def test_classes_types_and_stats_by_hand(store, tmp_path):
 
 def test_bad_top():
     from traceprof.analyses.kernels import Params
+
     with pytest.raises(UsageError, match=r"top=-1: must be >= 0 \(0: all kernels\)"):
         Params(top=-1)
 
@@ -101,15 +117,21 @@ def test_kernels_match_hta(store, rel):
         mine = res.types.filter(res.types["rank"] == int(rank))
         ours = dict(zip(mine["kernel_type"], zip(mine["time_ns"], mine["pct"], strict=True), strict=True))
         total = ktt["sum"].sum()
-        theirs = {"+".join(names[p] for p in k.split(" overlapping ")): v
-                  for k, v in zip(ktt["kernel_type"], ktt["sum"], strict=True)}
+        theirs = {
+            "+".join(names[p] for p in k.split(" overlapping ")): v
+            for k, v in zip(ktt["kernel_type"], ktt["sum"], strict=True)
+        }
         assert set(ours) == {k for k, v in theirs.items() if v > 0}
         for k, v in theirs.items():
             if v > 0:
                 assert ours[k][0] == pytest.approx(v * 1000, abs=1000), k  # whole us vs ns
                 assert ours[k][1] == pytest.approx(100 * v / total, abs=0.1), k
         # Per-name statistics against HTA's own rows (its un-folded group-by, as in its all_kernel_df).
-        per_name = g[g["kernel_type"] != "OTHER"].groupby("s_name")["dur"].agg(["count", "sum", "mean", "max", "min"])
+        per_name = (
+            g[g["kernel_type"] != "OTHER"]
+            .groupby("s_name")["dur"]
+            .agg(["count", "sum", "mean", "max", "min"])
+        )
         top = res.top.filter(res.top["rank"] == int(rank))
         assert top.height == len(per_name)
         for row in top.iter_rows(named=True):
@@ -117,4 +139,7 @@ def test_kernels_match_hta(store, rel):
             assert row["count"] == h["count"]
             assert row["total_ns"] == pytest.approx(h["sum"] * 1000, abs=1000)
             assert row["mean_ns"] == pytest.approx(h["mean"] * 1000, abs=1000)
-            assert (row["max_ns"], row["min_ns"]) == (pytest.approx(h["max"] * 1000), pytest.approx(h["min"] * 1000))
+            assert (row["max_ns"], row["min_ns"]) == (
+                pytest.approx(h["max"] * 1000),
+                pytest.approx(h["min"] * 1000),
+            )

@@ -23,10 +23,19 @@ from traceprof.ingest.ingest import ingest
 # Steps (by launch; K5 by its own start): step 1 [-5, 50): K1, K2, K6 -> p50 11; step 2 [50, 200):
 # K3, K4, K5 -> p50 of 5, 7 = 6.
 EVENTS = [
-    step(1, -5, 55), step(2, 50, 150),
-    kernel("K1", 7, 10, 2, 1), launch(0, 1), kernel("K2", 7, 12, 30, 2), launch(1, 2),
-    kernel("K3", 7, 100, 3, 3), launch(95, 3), kernel("K4", 7, 103, 100, 4), launch(96, 4),
-    kernel("K5", 9, 50, 1, 5), kernel("K6", 9, 60, 20, 6), launch(40, 6),
+    step(1, -5, 55),
+    step(2, 50, 150),
+    kernel("K1", 7, 10, 2, 1),
+    launch(0, 1),
+    kernel("K2", 7, 12, 30, 2),
+    launch(1, 2),
+    kernel("K3", 7, 100, 3, 3),
+    launch(95, 3),
+    kernel("K4", 7, 103, 100, 4),
+    launch(96, 4),
+    kernel("K5", 9, 50, 1, 5),
+    kernel("K6", 9, 60, 20, 6),
+    launch(40, 6),
 ]
 
 
@@ -44,7 +53,11 @@ def test_latency_and_short_kernels_by_hand(store, tmp_path):
     assert (s7["kernels"], s7["latency_p50_ns"]) == (4, pytest.approx(8_500))  # (7 + 10) / 2
     steps = {row["step"]: row for row in res.steps.iter_rows(named=True)}
     assert (steps[1]["kernels"], steps[1]["latency_p50_ns"]) == (3, pytest.approx(11_000))
-    assert (steps[2]["kernels"], steps[2]["launched"], steps[2]["latency_p50_ns"]) == (3, 2, pytest.approx(6_000))
+    assert (steps[2]["kernels"], steps[2]["launched"], steps[2]["latency_p50_ns"]) == (
+        3,
+        2,
+        pytest.approx(6_000),
+    )
     # A 3 us threshold (strict) leaves K1 (2 us) and K5 (1 us), not K3 (3 us): 3 of 156 us.
     r = analyze(store, "launch", "r", short_ns=3_000).frame.row(0, named=True)
     assert (r["short_kernels"], r["short_ns"]) == (2, 3_000)
@@ -69,6 +82,7 @@ def test_corpus_against_plain_sql(store):
     r = analyze(store, "launch", "r").frame.row(0, named=True)
     assert r["launched"] == lat.height == r["kernels"]
     assert r["latency_max_ns"] == lat["lat"].max()
+
     # Statistics are whole ns (the interpolated p90 used to print as 55404400.000000045 on
     # trace_filter): the independent percentiles, halves rounded up (all are positive here).
     def up(x: float) -> int:
@@ -86,6 +100,7 @@ def test_corpus_against_plain_sql(store):
 
 def test_bad_short_ns():
     from traceprof.analyses.launch import Params
+
     with pytest.raises(UsageError, match=r"short_ns=-1: must be >= 0"):
         Params(short_ns=-1)
 
@@ -101,11 +116,14 @@ def test_kernels_view_is_filtered_by_run_before_its_window(store, tmp_path):
     assert len(scans) == 2 and all("run_id = 1" in s.split("rows")[0] for s in scans), plan
     cols = "rank, trace_id, name, ts_ns, launch_ts_ns, launch_name, first_of_launch"
     alone = store.sql(f"SELECT {cols} FROM kernels WHERE run_id = 1 ORDER BY ts_ns")
-    by_hand = store.sql(  # the launch call: the earliest runtime event of the correlation id, in the same trace
-        """SELECT k.rank, k.trace_id, k.name, k.ts_ns, r.ts_ns AS launch_ts_ns, r.name AS launch_name,
+    by_hand = (
+        store.sql(  # the launch call: the earliest runtime event of the correlation id, in the same trace
+            """SELECT k.rank, k.trace_id, k.name, k.ts_ns, r.ts_ns AS launch_ts_ns, r.name AS launch_name,
                    r.ts_ns IS NOT NULL AS first_of_launch FROM events k
             LEFT JOIN events r ON r.trace_id = k.trace_id AND r.correlation = k.correlation AND r.kind = 'cuda_runtime'
-            WHERE k.run_id = 1 AND k.kind = 'kernel' ORDER BY k.ts_ns""")
+            WHERE k.run_id = 1 AND k.kind = 'kernel' ORDER BY k.ts_ns"""
+        )
+    )
     assert alone.equals(by_hand) and alone.height == 6 and alone["launch_ts_ns"].null_count() == 1
 
 
@@ -120,7 +138,9 @@ def test_a_store_with_older_views_gets_these_at_a_writable_open(tmp_path):
     with Store(db) as s:
         ingest(s, [kineto(tmp_path / "a.json.gz", EVENTS)], run="a")
         want = s.sql("SELECT * FROM kernels ORDER BY ts_ns")
-        s.con.execute("CREATE OR REPLACE VIEW kernels AS SELECT * FROM events WHERE false")  # stands for the old one
+        s.con.execute(
+            "CREATE OR REPLACE VIEW kernels AS SELECT * FROM events WHERE false"
+        )  # stands for the old one
         s.con.execute("UPDATE meta SET value = 'old' WHERE key = 'views'")
     with Store(db, read_only=True) as s:
         assert s.sql("SELECT * FROM kernels ORDER BY ts_ns").equals(want)  # the temporary view
@@ -128,5 +148,7 @@ def test_a_store_with_older_views_gets_these_at_a_writable_open(tmp_path):
     with Store(db) as s:
         assert s.sql("SELECT * FROM kernels ORDER BY ts_ns").equals(want)
         assert s.sql("SELECT value FROM meta WHERE key = 'views'")["value"].item() == schema.views_digest()
-        comment = s.sql("SELECT comment FROM duckdb_columns() WHERE table_name = 'kernels' AND column_name = 'first_of_launch'")
+        comment = s.sql(
+            "SELECT comment FROM duckdb_columns() WHERE table_name = 'kernels' AND column_name = 'first_of_launch'"
+        )
         assert comment["comment"].item().startswith("First GPU row of its launch call")

@@ -21,12 +21,18 @@ def test_nsys_copy_time_and_bytes_equal_the_export(store):
     path = corpus("nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
     ingest(store, [path], run="saxpy", jobs=1)
     con = sqlite3.connect(path)
-    want = {{1: "Memcpy HtoD", 2: "Memcpy DtoH"}[k]: (n, t, b, lo, hi) for k, n, t, b, lo, hi in con.execute(
-        "SELECT copyKind, count(*), sum(end - start), sum(bytes), min(end - start), max(end - start) "
-        "FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind")}
+    want = {
+        {1: "Memcpy HtoD", 2: "Memcpy DtoH"}[k]: (n, t, b, lo, hi)
+        for k, n, t, b, lo, hi in con.execute(
+            "SELECT copyKind, count(*), sum(end - start), sum(bytes), min(end - start), max(end - start) "
+            "FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind"
+        )
+    }
     con.close()
-    assert want == {"Memcpy HtoD": (10, 186_001_123, 2_621_440_000, 18_112_420, 19_124_598),
-                    "Memcpy DtoH": (5, 98_698_477, 1_310_720_000, 19_681_488, 19_833_582)}
+    assert want == {
+        "Memcpy HtoD": (10, 186_001_123, 2_621_440_000, 18_112_420, 19_124_598),
+        "Memcpy DtoH": (5, 98_698_477, 1_310_720_000, 19_681_488, 19_833_582),
+    }
     res = analyze(store, "memcpy_sum", run="saxpy")
     got = {r["name"]: (r["instances"], r["total_ns"], r["min_ns"], r["max_ns"]) for r in res.frame.to_dicts()}
     assert got == {k: (n, t, lo, hi) for k, (n, t, _, lo, hi) in want.items()}
@@ -57,7 +63,9 @@ def test_kineto_copies_equal_the_json(store):
     half_up = lambda x: int(Decimal(x).quantize(Decimal(1), ROUND_HALF_UP))  # noqa: E731 - DuckDB's round()
     assert got == {k: (len(v), sum(v), half_up(statistics.median(v))) for k, v in durs.items()}
     assert set(got) == {"Memcpy DtoD", "Memcpy DtoH", "Memcpy HtoD", "Memset"}
-    assert {r["name"]: r["total_bytes"] for r in res.sizes.to_dicts()} == {k: sum(v) for k, v in sizes.items()}
+    assert {r["name"]: r["total_bytes"] for r in res.sizes.to_dicts()} == {
+        k: sum(v) for k, v in sizes.items()
+    }
     assert res.ranks["total_ns"].sum() == sum(map(sum, durs.values()))  # the ranks' rows add up to the run
 
 

@@ -49,10 +49,18 @@ US = 1_000
 #   peak 400 in step 2; headroom 4,000 - 2,048 = 1,952 = 48.8 %.
 # A CPU record (Device Type 0, Device Id -1) is host memory: left out.
 EVENTS = [
-    step(1, 0, 100), step(2, 100, 100), memory_op("aten::linear", 10, 30), memory_op("aten::empty", 12, 2),
-    mem(13, 0, 0x10, 512, 1512, 4096), mem(20, 0, 0x20, 2048, 3560, 4096), mem(50, 0, 0xA, -1000, 2560, 4096),
-    mem(60, 0, 0x20, -2048, 512, 4096), mem(110, 0, 0x30, 4096, 4608, 8192), mem(120, 0, 0x30, -4096, 512, 8192),
-    mem(15, 1, 0x99, 100, 100, 2048), mem(115, 1, 0x98, 300, 400, 2048),
+    step(1, 0, 100),
+    step(2, 100, 100),
+    memory_op("aten::linear", 10, 30),
+    memory_op("aten::empty", 12, 2),
+    mem(13, 0, 0x10, 512, 1512, 4096),
+    mem(20, 0, 0x20, 2048, 3560, 4096),
+    mem(50, 0, 0xA, -1000, 2560, 4096),
+    mem(60, 0, 0x20, -2048, 512, 4096),
+    mem(110, 0, 0x30, 4096, 4608, 8192),
+    mem(120, 0, 0x30, -4096, 512, 8192),
+    mem(15, 1, 0x99, 100, 100, 2048),
+    mem(115, 1, 0x98, 300, 400, 2048),
     mem(30, -1, 0x5, 10**9, 10**9, 0, dtype=0),
 ]
 CAPS = {0: 8500, 1: 4000}
@@ -79,12 +87,22 @@ def test_two_devices_peaks_steps_ops_by_hand(store, tmp_path):
     assert (d1["peak_allocated_bytes"], d1["peak_step"], d1["headroom_bytes"]) == (400, 2, 1952)
     assert not d1["near_limit"]
     s1 = _one(res.steps, device=0, step=1)
-    assert (s1["peak_allocated_bytes"], s1["peak_op"], s1["peak_top_op"]) == (3560, "aten::linear", "aten::linear")
+    assert (s1["peak_allocated_bytes"], s1["peak_op"], s1["peak_top_op"]) == (
+        3560,
+        "aten::linear",
+        "aten::linear",
+    )
     assert s1["peak_ts_ns"] == BASE_NS + 20 * US and s1["records"] == 4
     s2 = _one(res.steps, device=0, step=2)
     assert (s2["peak_allocated_bytes"], s2["peak_op"], s2["peak_reserved_bytes"]) == (4608, None, 8192)
-    live = {(r["op"], r["top_op"]): r["live_bytes"] for r in res.ops.filter(pl.col("device") == 0).iter_rows(named=True)}
-    assert live == {("aten::empty", "aten::linear"): 512, (None, None): 4096}  # sums to the peak: none from before
+    live = {
+        (r["op"], r["top_op"]): r["live_bytes"]
+        for r in res.ops.filter(pl.col("device") == 0).iter_rows(named=True)
+    }
+    assert live == {
+        ("aten::empty", "aten::linear"): 512,
+        (None, None): 4096,
+    }  # sums to the peak: none from before
     assert res.groups.is_empty()  # one rank
     # a user capacity wins over the trace's: 10 GiB for every device
     big = analyze(store, "memory", "r", capacity_gib=10)
@@ -118,7 +136,10 @@ def test_missing_totals_are_derived_or_make_the_peak_a_lower_bound(store, tmp_pa
     res = analyze(store, "memory", "c")
     d0 = _one(res.frame, device=0)
     assert (d0["peak_allocated_bytes"], d0["peak_step"], d0["peak_exact"]) == (3560, 1, False)
-    assert not _one(res.steps, device=0, step=2)["peak_exact"] and _one(res.steps, device=0, step=1)["peak_exact"]
+    assert (
+        not _one(res.steps, device=0, step=2)["peak_exact"]
+        and _one(res.steps, device=0, step=1)["peak_exact"]
+    )
     assert _one(res.steps, device=0, step=2)["peak_allocated_bytes"] is None
     assert any("lower bounds" in n and "2 unknown" in n for n in res.notes)
 
@@ -127,8 +148,12 @@ def test_bad_values_are_notes_not_numbers(store, tmp_path):
     # 'Total Allocated' as text and as a float are not integers: treated as missing and derived from the
     # previous total and Bytes (1,512 + 2,048 = 3,560, 3,560 - 1,000 = 2,560), never read as 3561 or 2.56e3.
     ev = [e for e in EVENTS if not (e["name"] == "[memory]" and e["ts"] in (20, 50))]
-    bad = [*ev, mem(20, 0, 0x20, 2048, "3561", 4096), mem(50, 0, 0xA, -1000, 2560.5, 4096),
-           mem(70, None, 0x1, 5, 5, 5)]  # no Device Id: left out with a note
+    bad = [
+        *ev,
+        mem(20, 0, 0x20, 2048, "3561", 4096),
+        mem(50, 0, 0xA, -1000, 2560.5, 4096),
+        mem(70, None, 0x1, 5, 5, 5),
+    ]  # no Device Id: left out with a note
     ingest(store, [memory_trace(tmp_path / "r0.json.gz", bad, CAPS)], run="r")
     res = analyze(store, "memory", "r")
     assert _one(res.steps, device=0, step=1)["peak_allocated_bytes"] == 3560
@@ -137,16 +162,24 @@ def test_bad_values_are_notes_not_numbers(store, tmp_path):
 
 
 def test_no_memory_records_is_an_error(store, tmp_path):
-    ingest(store, [memory_trace(tmp_path / "r0.json.gz", [step(1, 0, 10), memory_op("aten::mm", 1, 2)])], run="r")
+    ingest(
+        store, [memory_trace(tmp_path / "r0.json.gz", [step(1, 0, 10), memory_op("aten::mm", 1, 2)])], run="r"
+    )
     with pytest.raises(AnalysisError, match="profile_memory=True"):
         analyze(store, "memory", "r")
 
 
-@pytest.mark.parametrize("given, match", [
-    ({"capacity_gib": 0}, "capacity_gib"), ({"capacity_gib": "abc"}, "capacity_gib"),
-    ({"capacity_bytes": "1.5"}, "capacity_bytes"), ({"capacity_bytes": -4}, "capacity_bytes"),
-    ({"capacity_gib": 1, "capacity_bytes": 5}, "not both"), ({"points": -1}, "points"),
-])
+@pytest.mark.parametrize(
+    "given, match",
+    [
+        ({"capacity_gib": 0}, "capacity_gib"),
+        ({"capacity_gib": "abc"}, "capacity_gib"),
+        ({"capacity_bytes": "1.5"}, "capacity_bytes"),
+        ({"capacity_bytes": -4}, "capacity_bytes"),
+        ({"capacity_gib": 1, "capacity_bytes": 5}, "not both"),
+        ({"points": -1}, "points"),
+    ],
+)
 def test_bad_params(given, match):
     from traceprof.analyses.memory import Params
 
@@ -169,11 +202,20 @@ def test_df_index_resolver_peak_equals_plain_sql(store):
         SELECT rank, device, max(a), arg_min(step, ts_ns) FILTER (WHERE a = (SELECT max(a) FROM m)), max(r), count(*)
         FROM m GROUP BY ALL"""
     ((rank, device, peak, peak_step, reserved, records),) = store.sql(sql).rows()
-    assert (peak, peak_step, reserved, records) == (6_629_508_096, 2, 12_782_141_440, 26_770)  # read once, by hand
+    assert (peak, peak_step, reserved, records) == (
+        6_629_508_096,
+        2,
+        12_782_141_440,
+        26_770,
+    )  # read once, by hand
     res = analyze(store, "memory", "dfi")
     r = _one(res.frame, rank=rank, device=device)
-    assert (r["peak_allocated_bytes"], r["peak_step"], r["peak_reserved_bytes"], r["records"]) == \
-        (peak, peak_step, reserved, records)
+    assert (r["peak_allocated_bytes"], r["peak_step"], r["peak_reserved_bytes"], r["records"]) == (
+        peak,
+        peak_step,
+        reserved,
+        records,
+    )
     per_step = store.sql("""SELECT step, max(json_extract(args, '$."Total Allocated"')::BIGINT) FROM events
                             WHERE name = '[memory]' AND json_extract(args, '$."Device Type"')::INT = 1
                             GROUP BY step ORDER BY step""").rows()
@@ -191,8 +233,16 @@ def test_memory_analysis_categories_equal_plain_python(store):
     # Plain Python: apply the entries in file order, keep the state after the last entry of each
     # timestamp (preexisting entries at t = -1 first), take the first largest total.
     entries = json.loads(gzip.decompress(path.read_bytes()))
-    names = ["parameter", "optimizer_state", "input", "temporary", "activation", "gradient", "autograd_detail",
-             "unknown"]
+    names = [
+        "parameter",
+        "optimizer_state",
+        "input",
+        "temporary",
+        "activation",
+        "gradient",
+        "autograd_detail",
+        "unknown",
+    ]
     totals, best, at = [0] * 8, None, None
     for i, (t, _action, nbytes, cat) in enumerate(entries):
         totals[cat] += nbytes
@@ -216,19 +266,35 @@ def test_memory_timeline_raw_and_coalesced_by_hand(store, tmp_path):
     #   2,000 increment_version: activation -50 / gradient +50  -> 158 (never 208: one timestamp)
     #   3,000 create temporary +40                                -> 198 (peak: param 100, grad 50, tmp 40, unk 8)
     #   4,000 destroy temporary -40                               -> 158
-    raw = [[-1, 1, 100, 0], [1000, 2, 50, 4], [1000, 2, 8, 7], [2000, 3, -50, 4], [2000, 3, 50, 5],
-           [3000, 2, 40, 3], [4000, 4, -40, 3]]
+    raw = [
+        [-1, 1, 100, 0],
+        [1000, 2, 50, 4],
+        [1000, 2, 8, 7],
+        [2000, 3, -50, 4],
+        [2000, 3, 50, 5],
+        [3000, 2, 40, 3],
+        [4000, 4, -40, 3],
+    ]
     d = tmp_path / "raw"
     d.mkdir()
     (d / "rank2_cuda1.raw.json.gz").write_bytes(gzip.compress(json.dumps(raw).encode()))
     ingest(store, [d], run="raw")
     row = analyze(store, "memory", "raw").categories.row(0, named=True)
     assert (row["rank"], row["device"], row["peak_ts_ns"], row["total_bytes"]) == (2, 1, 3000, 198)
-    assert (row["parameter_bytes"], row["gradient_bytes"], row["temporary_bytes"], row["unknown_bytes"],
-            row["activation_bytes"]) == (100, 50, 40, 8, 0)
+    assert (
+        row["parameter_bytes"],
+        row["gradient_bytes"],
+        row["temporary_bytes"],
+        row["unknown_bytes"],
+        row["activation_bytes"],
+    ) == (100, 50, 40, 8, 0)
     # The coalesced form of the same timeline: times in us, sizes [0, parameter, ..., unknown] after each time.
-    sizes = [[0, 100, 0, 0, 0, 50, 0, 0, 8], [0, 100, 0, 0, 0, 0, 50, 0, 8], [0, 100, 0, 0, 40, 0, 50, 0, 8],
-             [0, 100, 0, 0, 0, 0, 50, 0, 8]]
+    sizes = [
+        [0, 100, 0, 0, 0, 50, 0, 0, 8],
+        [0, 100, 0, 0, 0, 0, 50, 0, 8],
+        [0, 100, 0, 0, 40, 0, 50, 0, 8],
+        [0, 100, 0, 0, 0, 0, 50, 0, 8],
+    ]
     c = tmp_path / "co"
     c.mkdir()
     (c / "rank2_cuda1.json").write_text(json.dumps([[1, 2, 3, 4], sizes]))
@@ -237,10 +303,17 @@ def test_memory_timeline_raw_and_coalesced_by_hand(store, tmp_path):
     assert {k: v for k, v in row2.items()} == {**row, "peak_ts_ns": 3000}
 
 
-@pytest.mark.parametrize("entry, why", [
-    ([5, 9, 1, 0], "action 9"), ([5, 2, 1, 8], "category 8"), ([5, 2, 1.5, 0], "not an integer"),
-    ([5, 2, 1], "four values"), ([-7, 2, 1, 0], "negative time"), ([5, 4, 10, 0], "wrong sign"),
-])
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ([5, 9, 1, 0], "action 9"),
+        ([5, 2, 1, 8], "category 8"),
+        ([5, 2, 1.5, 0], "not an integer"),
+        ([5, 2, 1], "four values"),
+        ([-7, 2, 1, 0], "negative time"),
+        ([5, 4, 10, 0], "wrong sign"),
+    ],
+)
 def test_memory_timeline_bad_entry_names_it(store, tmp_path, entry, why):
     f = tmp_path / "rank0.raw.json.gz"
     f.write_bytes(gzip.compress(json.dumps([[1, 2, 3, 0], entry]).encode()))
@@ -260,22 +333,33 @@ def test_memory_timeline_device_beyond_int32_is_refused(store, tmp_path):
         if ok:
             ingest(store, [f], run=f"d{dev}")
             continue
-        with pytest.raises(TraceFormatError, match=rf"{f.name}: device {dev} in the file name \(cuda:N\) is beyond int32"):
+        with pytest.raises(
+            TraceFormatError, match=rf"{f.name}: device {dev} in the file name \(cuda:N\) is beyond int32"
+        ):
             ingest(store, [f], run=f"d{dev}")
     assert store.sql("SELECT DISTINCT device FROM memory_events").rows() == [(2**31 - 1,)]
 
 
-@pytest.mark.parametrize("doc, total", [
-    # 2**62 + 2**62 would wrap to -2**63 in the analysis' int64 running total: a wrong peak
-    ([[1000, 2, 2**62, 0], [2000, 2, 2**62, 0]], 2**63),
-    # the coalesced form's change from -2**63 to 2**63 - 1 is 2**64 - 1 bytes in one entry
-    ([[1, 2], [[0, -(2**63), 0, 0, 0, 0, 0, 0, 0], [0, 2**63 - 1, 0, 0, 0, 0, 0, 0, 0]]], 2**63 + 2**64 - 1),
-])
+@pytest.mark.parametrize(
+    "doc, total",
+    [
+        # 2**62 + 2**62 would wrap to -2**63 in the analysis' int64 running total: a wrong peak
+        ([[1000, 2, 2**62, 0], [2000, 2, 2**62, 0]], 2**63),
+        # the coalesced form's change from -2**63 to 2**63 - 1 is 2**64 - 1 bytes in one entry
+        (
+            [[1, 2], [[0, -(2**63), 0, 0, 0, 0, 0, 0, 0], [0, 2**63 - 1, 0, 0, 0, 0, 0, 0, 0]]],
+            2**63 + 2**64 - 1,
+        ),
+    ],
+)
 def test_memory_timeline_bytes_beyond_int64_are_refused(store, tmp_path, doc, total):
     f = tmp_path / "rank0_cuda0.raw.json"
     f.write_text(json.dumps(doc))
-    with pytest.raises(TraceFormatError, match=rf"the entries' bytes add up to {total} \(allocated and freed\), "
-                                               "beyond int64"):
+    with pytest.raises(
+        TraceFormatError,
+        match=rf"the entries' bytes add up to {total} \(allocated and freed\), "
+        "beyond int64",
+    ):
         ingest(store, [f], run="big")
     assert store.sql("SELECT count(*) FROM traces").item() == 0
 
@@ -299,8 +383,10 @@ def _nsys_with_memory(path: Path, rows: list[tuple[int, int, int, int, int, int]
         deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL,
         bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, name TEXT,
         correlationId INTEGER)""")
-    con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, 1, ?, 0, ?, ?, ?, NULL, NULL)",
-                    [(s, 7 << 24, d, a, b, k, o) for s, d, a, b, k, o in rows])
+    con.executemany(
+        "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, 1, ?, 0, ?, ?, ?, NULL, NULL)",
+        [(s, 7 << 24, d, a, b, k, o) for s, d, a, b, k, o in rows],
+    )
     con.commit()
     con.close()
     return path
@@ -315,16 +401,25 @@ def test_nsys_allocations_and_frees_by_hand(store, tmp_path):
     #   1100 free  0x2 1000 -> 500
     #   1200 alloc 0x4 1200 -> 1,700 (step 2 and run peak)
     #   1300 free  0x4 1200 -> 500
-    rows = [(100, 0, 1, 300, 2, 1), (200, 0, 2, 1000, 2, 0), (300, 0, 3, 500, 2, 0), (400, 0, 9, 10**6, 1, 0),
-            (1100, 0, 2, 1000, 2, 1), (1200, 0, 4, 1200, 2, 0), (1300, 0, 4, 1200, 2, 1)]
+    rows = [
+        (100, 0, 1, 300, 2, 1),
+        (200, 0, 2, 1000, 2, 0),
+        (300, 0, 3, 500, 2, 0),
+        (400, 0, 9, 10**6, 1, 0),
+        (1100, 0, 2, 1000, 2, 1),
+        (1200, 0, 4, 1200, 2, 0),
+        (1300, 0, 4, 1200, 2, 1),
+    ]
     ingest(store, [_nsys_with_memory(tmp_path / "rank0.sqlite", rows)], run="n")
     res = analyze(store, "memory", "n")
     r = _one(res.frame, source="nsys")
     assert (r["peak_allocated_bytes"], r["peak_step"], r["peak_ts_ns"]) == (1700, 2, EPOCH + 1200)
     assert r["peak_reserved_bytes"] is None and not r["peak_exact"]  # 300 bytes assumed held from the start
     assert r["capacity_bytes"] == 85 << 30 and r["records"] == 6
-    assert res.steps.filter(pl.col("source") == "nsys").select("step", "peak_allocated_bytes").rows() == \
-        [(1, 1500), (2, 1700)]
+    assert res.steps.filter(pl.col("source") == "nsys").select("step", "peak_allocated_bytes").rows() == [
+        (1, 1500),
+        (2, 1700),
+    ]
     assert any("300 bytes freed before any allocation" in n for n in res.notes)
     # live at the peak (t=1200): 0x3 500 and 0x4 1,200 from the capture, 0 from before (0x1 freed at 100)
     assert res.ops["live_bytes"].sum() == 1700
@@ -344,11 +439,33 @@ def test_nsys_bad_memory_row_is_named(store, tmp_path):
 def _rank_trace(path: Path, rank: int, peak: int) -> Path:
     """A rank of a 3-rank job whose device 0 (capacity 100,000) peaks at ``peak`` bytes in step 1, with
     one all-reduce kernel on group '0' = [0, 1] (ranks 0 and 1) or '5' = [2] (rank 2 alone)."""
-    pg = {"Process Group Name": "0" if rank < 2 else "5", "Process Group Ranks": "[0, 1]" if rank < 2 else "[2]"}
-    nccl = kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, 40, 5, 1, **{
-        "Collective name": "allreduce", "Seq": 1, "In msg nelems": 4, "Out msg nelems": 4, "dtype": "Float",
-        "Group size": 2 if rank < 2 else 1, **pg})
-    ev = [step(1, 0, 100), mem(10, 0, 0x1, peak, peak, peak), mem(20, 0, 0x1, -peak, 0, peak), nccl, launch(30, 1)]
+    pg = {
+        "Process Group Name": "0" if rank < 2 else "5",
+        "Process Group Ranks": "[0, 1]" if rank < 2 else "[2]",
+    }
+    nccl = kernel(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        20,
+        40,
+        5,
+        1,
+        **{
+            "Collective name": "allreduce",
+            "Seq": 1,
+            "In msg nelems": 4,
+            "Out msg nelems": 4,
+            "dtype": "Float",
+            "Group size": 2 if rank < 2 else 1,
+            **pg,
+        },
+    )
+    ev = [
+        step(1, 0, 100),
+        mem(10, 0, 0x1, peak, peak, peak),
+        mem(20, 0, 0x1, -peak, 0, peak),
+        nccl,
+        launch(30, 1),
+    ]
     return memory_trace(path, ev, {0: 100_000}, rank=rank, world_size=3)
 
 
@@ -361,8 +478,13 @@ def test_imbalance_within_process_groups(store, tmp_path):
     ingest(store, paths, run="job")
     res = analyze(store, "memory", "job")
     g = _one(res.groups, group="0")
-    assert (g["ranks"], g["min_rank"], g["max_rank"], g["min_peak_bytes"], g["max_peak_bytes"]) == \
-        ("[0, 1]", 1, 0, 50_000, 60_000)
+    assert (g["ranks"], g["min_rank"], g["max_rank"], g["min_peak_bytes"], g["max_peak_bytes"]) == (
+        "[0, 1]",
+        1,
+        0,
+        50_000,
+        60_000,
+    )
     assert g["spread_pct"] == pytest.approx(20.0) and g["imbalanced"]
     assert res.groups.height == 1
     near = _one(res.frame, rank=2)
@@ -373,11 +495,20 @@ def test_without_groups_the_whole_run_is_one_group(store, tmp_path):
     # No collectives: ranks 0 and 1 of a 2-rank job, peaks 1,000 and 1,050 -> spread 5 %: balanced.
     d = tmp_path / "job"
     d.mkdir()
-    paths = [memory_trace(d / f"rank{r}.json.gz", [step(1, 0, 100), mem(10, 0, 0x1, p, p, p)], rank=r, world_size=2)
-             for r, p in ((0, 1000), (1, 1050))]
+    paths = [
+        memory_trace(
+            d / f"rank{r}.json.gz", [step(1, 0, 100), mem(10, 0, 0x1, p, p, p)], rank=r, world_size=2
+        )
+        for r, p in ((0, 1000), (1, 1050))
+    ]
     ingest(store, paths, run="job")
     g = analyze(store, "memory", "job").groups.row(0, named=True)
-    assert (g["group"], g["ranks"], g["spread_pct"], g["imbalanced"]) == ("all", "[0, 1]", pytest.approx(5.0), False)
+    assert (g["group"], g["ranks"], g["spread_pct"], g["imbalanced"]) == (
+        "all",
+        "[0, 1]",
+        pytest.approx(5.0),
+        False,
+    )
 
 
 def test_result_tables_match_their_declarations(store, tmp_path):
@@ -438,14 +569,18 @@ def test_diff_gates_peak_memory_structurally_when_deterministic(store, tmp_path)
     m = _one(res.frame, metric="peak_mem_bytes")
     assert (m["layer"], m["base"], m["cand"], m["regressed"]) == ("structural", 4608, 5632, True)
     assert m["change_pct"] == pytest.approx(100 * 1024 / 4608)
-    assert "deterministic" in m["reason"] and "aten::cat in aten::linear holds +1 KiB more at the peak" in m["reason"]
+    assert (
+        "deterministic" in m["reason"]
+        and "aten::cat in aten::linear holds +1 KiB more at the peak" in m["reason"]
+    )
     assert res.verdict == "regression" and "structural" in res.layers
     assert "peak_mem_bytes +22.2% per step (> 1%): aten::cat in aten::linear" in res.summary
     ok = _one(diff_runs(store, "b1,b2", "same").frame, metric="peak_mem_bytes")
     assert (ok["layer"], ok["change_pct"], ok["verdict"]) == ("structural", 0.0, "ok")
     # -t peak_mem_bytes=0.25 lets +22 % pass
-    assert not _one(diff_runs(store, "b1,b2", "cand", {"peak_mem_bytes": 0.25}).frame,
-                    metric="peak_mem_bytes")["regressed"]
+    assert not _one(
+        diff_runs(store, "b1,b2", "cand", {"peak_mem_bytes": 0.25}).frame, metric="peak_mem_bytes"
+    )["regressed"]
 
 
 def test_diff_noise_tests_peak_memory_when_allocations_vary(store, tmp_path):
@@ -466,7 +601,15 @@ def test_diff_without_memory_has_no_memory_metric(store, tmp_path):
 
     for name in ("b1", "cand"):
         (tmp_path / name).mkdir()
-        ingest(store, [memory_trace(tmp_path / name / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])], run=name)
+        ingest(
+            store,
+            [
+                memory_trace(
+                    tmp_path / name / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)]
+                )
+            ],
+            run=name,
+        )
     assert "peak_mem_bytes" not in diff_runs(store, "b1", "cand").frame["metric"].to_list()
 
 
@@ -478,9 +621,15 @@ def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
 
     # No memory recorded: no memory verdict, finding or "not available" line.
     (tmp_path / "plain").mkdir()
-    ingest(store, [memory_trace(tmp_path / "plain" / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])], run="plain")
+    ingest(
+        store,
+        [memory_trace(tmp_path / "plain" / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])],
+        run="plain",
+    )
     f = summarize(store, "plain")
-    assert not [x for x in f.findings if x.topic == "memory"] and not [v for v in f.verdicts if v.topic == "memory"]
+    assert not [x for x in f.findings if x.topic == "memory"] and not [
+        v for v in f.verdicts if v.topic == "memory"
+    ]
     assert not [m for m in f.missing if m.analysis == "memory"]
     # Memory recorded, nothing wrong (device 1 alone: 48.8 % headroom): an ok verdict, no finding.
     (tmp_path / "fine").mkdir()
@@ -489,32 +638,56 @@ def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
     f = summarize(store, "fine")
     assert not [x for x in f.findings if x.topic == "memory"]
     assert [(v.status, v.text) for v in f.verdicts if v.topic == "memory"] == [
-        ("ok", "peak allocated 400 B on rank 0, 49% headroom; no rank near its capacity, no group imbalanced")]
+        ("ok", "peak allocated 400 B on rank 0, 49% headroom; no rank near its capacity, no group imbalanced")
+    ]
     # Near the limit (rank 2: 99,000 of 100,000 bytes) and imbalanced (group '0': +20 %): two problems.
     d = tmp_path / "job"
     d.mkdir()
-    ingest(store, [_rank_trace(d / f"rank{r}.json.gz", r, p) for r, p in ((0, 60_000), (1, 50_000), (2, 99_000))],
-           run="job")
+    ingest(
+        store,
+        [_rank_trace(d / f"rank{r}.json.gz", r, p) for r, p in ((0, 60_000), (1, 50_000), (2, 99_000))],
+        run="job",
+    )
     f = summarize(store, "job")
     mem_f = [x.text for x in f.findings if x.topic == "memory" and x.problem and x.cost_pct is None]
-    assert mem_f == ["memory: rank 2 device 0 peaks at 96.7 KiB of its 97.7 KiB (1.0% headroom): allocated 96.7 KiB "
-                     "in step 1",
-                     "memory: peak memory differs by 20% within group 0 (ranks [0, 1]): rank 0 58.6 KiB, rank 1 "
-                     "48.8 KiB"]
+    assert mem_f == [
+        "memory: rank 2 device 0 peaks at 96.7 KiB of its 97.7 KiB (1.0% headroom): allocated 96.7 KiB "
+        "in step 1",
+        "memory: peak memory differs by 20% within group 0 (ranks [0, 1]): rank 0 58.6 KiB, rank 1 48.8 KiB",
+    ]
     assert [v.status for v in f.verdicts if v.topic == "memory"] == ["problem"]
 
 
 def test_out_of_memory_record_is_a_finding(store, tmp_path):
     from traceprof.engine.findings import summarize
 
-    oom = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[OutOfMemory]", "pid": 1, "tid": 1, "ts": 150,
-           "args": {"Device Type": 1, "Device Id": 0, "Bytes": 10**9, "Total Allocated": 512, "Total Reserved": 8192}}
+    oom = {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[OutOfMemory]",
+        "pid": 1,
+        "tid": 1,
+        "ts": 150,
+        "args": {
+            "Device Type": 1,
+            "Device Id": 0,
+            "Bytes": 10**9,
+            "Total Allocated": 512,
+            "Total Reserved": 8192,
+        },
+    }
     ingest(store, [memory_trace(tmp_path / "r0.json.gz", [*EVENTS, oom], CAPS)], run="r")
     res = analyze(store, "memory", "r")
     assert _one(res.frame, device=0)["ooms"] == 1 and _one(res.frame, device=1)["ooms"] == 0
-    assert _one(res.frame, device=0)["peak_allocated_bytes"] == 4608  # the failed request is not an allocation
+    assert (
+        _one(res.frame, device=0)["peak_allocated_bytes"] == 4608
+    )  # the failed request is not an allocation
     texts = [x.text for x in summarize(store, "r").findings if x.topic == "memory"]
-    assert texts[0] == "memory: 1 out-of-memory record(s) ([OutOfMemory]); the first on rank 0 device 0 in step 2"
+    assert (
+        texts[0]
+        == "memory: 1 out-of-memory record(s) ([OutOfMemory]); the first on rank 0 device 0 in step 2"
+    )
 
 
 def test_report_memory_section(store, tmp_path):
@@ -526,7 +699,10 @@ def test_report_memory_section(store, tmp_path):
     assert "peak_allocated_bytes" in page and "<!--PLOT" not in page
     res = analyze(store, "memory", "r")
     tl = res.timeline.filter(pl.col("peak"))
-    assert tl.select("series", "allocated_bytes").rows() == [("rank 0 device 0", 4608), ("rank 0 device 1", 400)]
+    assert tl.select("series", "allocated_bytes").rows() == [
+        ("rank 0 device 0", 4608),
+        ("rank 0 device 1", 400),
+    ]
 
 
 def test_parquet_layout_gives_the_same_tables(tmp_path):
@@ -580,7 +756,9 @@ def test_both_forms_torch_writes_give_the_same_categories(store, tmp_path):
 
     m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
     opt = torch.optim.Adam(m.parameters())
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
         for _ in range(2):
             m(torch.randn(32, 64)).sum().backward()
             opt.step()
@@ -593,7 +771,9 @@ def test_both_forms_torch_writes_give_the_same_categories(store, tmp_path):
         rows[form] = analyze(store, "memory", form).categories.row(0, named=True)
     raw, co = rows["raw"], rows["coalesced"]
     assert abs(co["peak_ts_ns"] - raw["peak_ts_ns"] // 1000 * 1000) <= 1000
-    assert {k: v for k, v in co.items() if k != "peak_ts_ns"} == {k: v for k, v in raw.items() if k != "peak_ts_ns"}
+    assert {k: v for k, v in co.items() if k != "peak_ts_ns"} == {
+        k: v for k, v in raw.items() if k != "peak_ts_ns"
+    }
     assert raw["parameter_bytes"] > 0 and raw["optimizer_state_bytes"] > 0
 
 
@@ -618,12 +798,22 @@ def test_host_memory_alone_is_not_memory_to_speak_of(store, tmp_path):
 
     # A CPU run with profile_memory=True records host memory only (Device Type 0): the analysis has no
     # accelerator memory, and the summary neither runs it nor lists it as missing.
-    ingest(store, [memory_trace(tmp_path / "r0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5),
-                                                   mem(12, -1, 0x1, 64, 64, 0, dtype=0)])], run="cpu")
+    ingest(
+        store,
+        [
+            memory_trace(
+                tmp_path / "r0.json.gz",
+                [step(1, 0, 100), memory_op("aten::mm", 10, 5), mem(12, -1, 0x1, 64, 64, 0, dtype=0)],
+            )
+        ],
+        run="cpu",
+    )
     with pytest.raises(AnalysisError, match="no accelerator memory"):
         analyze(store, "memory", "cpu")
     f = summarize(store, "cpu")
-    assert not [m for m in f.missing if m.analysis == "memory"] and not [v for v in f.verdicts if v.topic == "memory"]
+    assert not [m for m in f.missing if m.analysis == "memory"] and not [
+        v for v in f.verdicts if v.topic == "memory"
+    ]
 
 
 def test_one_baseline_is_deterministic_when_its_later_steps_agree(store, tmp_path):

@@ -11,22 +11,25 @@ from traceprof.engine.peaks import kernel_dtype, match_device
 from traceprof.ingest.ingest import ingest
 
 
-@pytest.mark.parametrize("name, dtype, tflops", [
-    ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
-    ("NVIDIA A100-PG509-200", "bf16", 312.0),
-    ("NVIDIA A100-PCIE-40GB", "tf32", 156.0),
-    ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
-    ("NVIDIA H100 PCIe", "bf16", 756.0),
-    ("NVIDIA H100 NVL", "fp8", 1670.5),
-    ("NVIDIA H200", "bf16", 989.4),
-    ("NVIDIA B200", "bf16", 2250.0),
-    ("AMD Instinct MI300X", "bf16", 1307.4),
-    ("Tesla V100-SXM2-32GB", "fp16", 125.0),
-    ("Tesla V100-SXM2-32GB", "bf16", None),  # V100 has no bf16 tensor cores: unknown, not guessed
-    ("NVIDIA GB200", "bf16", None),  # not B200
-    ("AMD Radeon Graphics", "bf16", None),
-    ("cpu", "fp32", None),
-])
+@pytest.mark.parametrize(
+    "name, dtype, tflops",
+    [
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+        ("NVIDIA A100-PG509-200", "bf16", 312.0),
+        ("NVIDIA A100-PCIE-40GB", "tf32", 156.0),
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
+        ("NVIDIA H100 PCIe", "bf16", 756.0),
+        ("NVIDIA H100 NVL", "fp8", 1670.5),
+        ("NVIDIA H200", "bf16", 989.4),
+        ("NVIDIA B200", "bf16", 2250.0),
+        ("AMD Instinct MI300X", "bf16", 1307.4),
+        ("Tesla V100-SXM2-32GB", "fp16", 125.0),
+        ("Tesla V100-SXM2-32GB", "bf16", None),  # V100 has no bf16 tensor cores: unknown, not guessed
+        ("NVIDIA GB200", "bf16", None),  # not B200
+        ("AMD Radeon Graphics", "bf16", None),
+        ("cpu", "fp32", None),
+    ],
+)
 def test_peak_table(name, dtype, tflops):
     dev = match_device(name)
     assert (dev.peak(dtype) if dev else None) == tflops
@@ -43,7 +46,12 @@ def test_gpu_corpus_trace_uses_the_a100_tf32_peak(store):
     span = dict(store.sql("SELECT step, device_end_ns - device_start_ns FROM steps ORDER BY step").rows())
     assert len(span) == 3
     for r in res.frame.iter_rows(named=True):
-        assert (r["device"], r["peak_device"], r["peak_tflops"], r["dtype"]) == ("NVIDIA A100-PG509-200", "A100", 156.0, "tf32")
+        assert (r["device"], r["peak_device"], r["peak_tflops"], r["dtype"]) == (
+            "NVIDIA A100-PG509-200",
+            "A100",
+            156.0,
+            "tf32",
+        )
         assert r["step_ns"] == span[r["step"]] and r["step_time_source"] == "device"
         assert r["flops"] == 2e13 and r["flops_source"] == "declared"
         assert r["mfu_pct"] == pytest.approx(100 * 2e13 / (span[r["step"]] * 1e-9) / 156e12)
@@ -52,26 +60,37 @@ def test_gpu_corpus_trace_uses_the_a100_tf32_peak(store):
     assert job["mfu_pct"] == pytest.approx(100 * 3 * 2e13 / (sum(span.values()) * 1e-9) / 156e12)
     assert (job["dtype"], job["dtype_source"], job["peak_device"]) == ("tf32", "kernels", "A100")
     assert any("peak 156 TFLOP/s" in n and "A100-PG509-200" in n for n in res.notes)
-    assert any(n.startswith("precision tf32 from the kernels") and "tensorop_s1688gemm" in n for n in res.notes)
+    assert any(
+        n.startswith("precision tf32 from the kernels") and "tensorop_s1688gemm" in n for n in res.notes
+    )
     bf16 = analyze(store, "mfu", model_flops_per_step=4e13, dtype="bf16")
     assert set(bf16.frame["peak_tflops"]) == {312.0} and bf16.job["dtype_source"][0] == "declared"
     full = analyze(store, "mfu", model_flops_per_step=4e13, recompute="full").frame.row(0, named=True)
     assert full["hfu_pct"] == pytest.approx(full["mfu_pct"] * 4 / 3)  # forward (1/3 of 6N) done twice
 
 
-@pytest.mark.parametrize("name, dtype", [
-    ("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16", "tf32"),
-    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4::Params)", "tf32"),
-    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "tf32"),
-    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn", "bf16"),
-    ("void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "bf16"),
-    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64", "fp16"),
-    ("volta_h884gemm_64x64_ldg8_nn", "fp16"),
-    ("ampere_sgemm_32x32_sliced1x4_tn", "fp32"),
-    ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n", "fp8"),
-    ("void at::native::vectorized_elementwise_kernel<4, float>", None),  # not a matrix kernel
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", None),
-])
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16", "tf32"),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4::Params)",
+            "tf32",
+        ),
+        (
+            "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16",
+            "tf32",
+        ),
+        ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn", "bf16"),
+        ("void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "bf16"),
+        ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64", "fp16"),
+        ("volta_h884gemm_64x64_ldg8_nn", "fp16"),
+        ("ampere_sgemm_32x32_sliced1x4_tn", "fp32"),
+        ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n", "fp8"),
+        ("void at::native::vectorized_elementwise_kernel<4, float>", None),  # not a matrix kernel
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", None),
+    ],
+)
 def test_kernel_dtype_from_names(name, dtype):
     assert kernel_dtype(name) == dtype
 
@@ -82,10 +101,26 @@ def _gpu_run(tmp_path, device1: str):
     ev = [
         op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
         op("aten::mm", 5, 20, [[1024, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"]),
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 1, "ts": 10, "dur": 5,
-         "args": {"correlation": 1}},
-        {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 1, "tid": 7, "ts": 100, "dur": 400,
-         "args": {"correlation": 1, "device": 1, "stream": 7}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 9,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "sm90_gemm",
+            "pid": 1,
+            "tid": 7,
+            "ts": 100,
+            "dur": 400,
+            "args": {"correlation": 1, "device": 1, "stream": 7},
+        },
     ]
     devices = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}, {"id": 1, "name": device1}]
     return write_run(tmp_path / "gpu", ev, devices=devices)
@@ -94,13 +129,20 @@ def _gpu_run(tmp_path, device1: str):
 def test_shapes_dtype_and_the_device_the_rank_used(store, tmp_path):
     ingest(store, [_gpu_run(tmp_path, "NVIDIA H100 80GB HBM3")])
     r = analyze(store, "mfu").frame.row(0, named=True)
-    assert (r["flops_source"], r["dtype"], r["device"], r["peak_tflops"]) == ("shapes", "bf16", "NVIDIA H100 80GB HBM3", 989.4)
+    assert (r["flops_source"], r["dtype"], r["device"], r["peak_tflops"]) == (
+        "shapes",
+        "bf16",
+        "NVIDIA H100 80GB HBM3",
+        989.4,
+    )
     assert r["step_ns"] == 400_000
     assert r["tflops"] == pytest.approx(2 * 1024**3 / 400e-6 / 1e12)  # 5.3687 TFLOP/s
     assert r["mfu_pct"] == pytest.approx(100 * 2 * 1024**3 / 400e-6 / 989.4e12)
     # Executed (shape) FLOPs include the recomputed forward: model = executed / (1 + 1/3).
     rec = analyze(store, "mfu", recompute="full").frame.row(0, named=True)
-    assert rec["mfu_pct"] == pytest.approx(r["mfu_pct"] * 3 / 4) and rec["hfu_pct"] == pytest.approx(r["mfu_pct"])
+    assert rec["mfu_pct"] == pytest.approx(r["mfu_pct"] * 3 / 4) and rec["hfu_pct"] == pytest.approx(
+        r["mfu_pct"]
+    )
     with pytest.raises(UsageError):
         analyze(store, "mfu", recompute="sometimes")
 
@@ -111,7 +153,8 @@ def test_unknown_device_says_so(store, tmp_path):
     assert res.frame["mfu_pct"].to_list() == [None] and res.frame["tflops"][0] > 0
     assert any("unknown device 'Mystery Accelerator 9000'" in n for n in res.notes)
     assert analyze(store, "mfu", peak_tflops=100.0).frame["mfu_pct"][0] == pytest.approx(
-        100 * 2 * 1024**3 / 400e-6 / 100e12)
+        100 * 2 * 1024**3 / 400e-6 / 100e12
+    )
 
 
 def test_cpu_sample_needs_a_user_peak(store):
@@ -120,10 +163,14 @@ def test_cpu_sample_needs_a_user_peak(store):
     assert res.frame["mfu_pct"].null_count() == res.frame.height == 12
     assert any(n.startswith("CPU-only run") for n in res.notes)
     # With a peak: tflops from the sidecar FLOPs and the ProfilerStep durations, by plain SQL.
-    expected = dict(((r, s), f / ns / 1e3) for r, s, f, ns in store.sql(
-        """SELECT s.rank, s.step, CAST(k.value AS DOUBLE), s.cpu_end_ns - s.cpu_start_ns
+    expected = dict(
+        ((r, s), f / ns / 1e3)
+        for r, s, f, ns in store.sql(
+            """SELECT s.rank, s.step, CAST(k.value AS DOUBLE), s.cpu_end_ns - s.cpu_start_ns
            FROM steps s JOIN traces t USING (run_id, rank), json_each(t.flops_per_step) k
-           WHERE CAST(k.key AS INTEGER) = s.step""").rows())
+           WHERE CAST(k.key AS INTEGER) = s.step"""
+        ).rows()
+    )
     user = analyze(store, "mfu", peak_tflops=0.05).frame
     for r in user.iter_rows(named=True):
         assert r["flops_source"] == "sidecar" and r["step_time_source"] == "cpu"
@@ -142,20 +189,27 @@ def test_missing_device_name_says_what_to_do(store):
     assert res.frame["mfu_pct"].null_count() == res.frame.height
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({"peak_tflops": 0}, r"peak_tflops=0: must be a finite number > 0"),
-    ({"peak_tflops": -5.0}, r"peak_tflops=-5.0: must be a finite number > 0"),
-    ({"peak_tflops": "nan"}, r"peak_tflops='nan': expected a finite number"),
-    ({"peak_tflops": float("inf")}, r"peak_tflops=inf: expected a finite number"),
-    ({"peak_tflops": "fast"}, r"peak_tflops='fast': expected a number"),
-    ({"model_flops_per_step": -1e12}, r"model_flops_per_step=-1000000000000.0: must be >= 0 \(0: not given\)"),
-    ({"layers": -2}, r"layers=-2: must be >= 0"),
-    ({"flops_source": "guess"}, r"flops_source='guess': choose one of auto, declared"),
-    ({"dtype": "int8"}, r"dtype='int8': expected one of"),
-    ({"recompute": "2"}, r"recompute='2': expected none, full or a fraction 0..1"),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"peak_tflops": 0}, r"peak_tflops=0: must be a finite number > 0"),
+        ({"peak_tflops": -5.0}, r"peak_tflops=-5.0: must be a finite number > 0"),
+        ({"peak_tflops": "nan"}, r"peak_tflops='nan': expected a finite number"),
+        ({"peak_tflops": float("inf")}, r"peak_tflops=inf: expected a finite number"),
+        ({"peak_tflops": "fast"}, r"peak_tflops='fast': expected a number"),
+        (
+            {"model_flops_per_step": -1e12},
+            r"model_flops_per_step=-1000000000000.0: must be >= 0 \(0: not given\)",
+        ),
+        ({"layers": -2}, r"layers=-2: must be >= 0"),
+        ({"flops_source": "guess"}, r"flops_source='guess': choose one of auto, declared"),
+        ({"dtype": "int8"}, r"dtype='int8': expected one of"),
+        ({"recompute": "2"}, r"recompute='2': expected none, full or a fraction 0..1"),
+    ],
+)
 def test_bad_params(params, expected):
     from traceprof.analyses.mfu import Params
+
     with pytest.raises(UsageError, match=expected):
         Params(**params)
 
@@ -163,6 +217,7 @@ def test_bad_params(params, expected):
 def test_peak_from_the_cli_string(store, tmp_path):
     # The CLI hands "-p peak_tflops=100" over as a string (its default is None): converted.
     from traceprof.analyses.mfu import Params
+
     assert Params(peak_tflops="100").peak_tflops == 100.0 and Params().peak_tflops is None
 
 
@@ -175,8 +230,13 @@ def test_job_mfu_over_ranks_with_different_devices(store, tmp_path):
     # 100 * 1e11 / 1e-3 / (312 + 989.4)e12 = 7.684 %, not the mean of the ranks (11.17 %); job
     # tflops per device 1e11 / 1e-3 / 1e12 / 2 = 50; peak_tflops per device (312 + 989.4) / 2.
     for rank, dur, dev in ((0, 1000, "NVIDIA A100-SXM4-80GB"), (1, 800, "NVIDIA H100 80GB HBM3")):
-        write_run(tmp_path / "job", [op("ProfilerStep#1", 0, dur, cat="user_annotation"), op("aten::mm", 10, dur - 20)],
-                  rank=rank, world=2, devices=[{"id": 0, "name": dev, "totalGlobalMem": 85e9, "numSms": 132}])
+        write_run(
+            tmp_path / "job",
+            [op("ProfilerStep#1", 0, dur, cat="user_annotation"), op("aten::mm", 10, dur - 20)],
+            rank=rank,
+            world=2,
+            devices=[{"id": 0, "name": dev, "totalGlobalMem": 85e9, "numSms": 132}],
+        )
     ingest(store, [tmp_path / "job"], run="job")
     res = analyze(store, "mfu", "job", model_flops_per_step=1e11, dtype="bf16")
     per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
@@ -209,8 +269,14 @@ def test_waterfall_by_hand_on_a_gpu_step(store, tmp_path):
     wf = res.waterfall
     assert wf.columns == ["component", "ns", "pct", "detail"]
     assert wf.select("component", "ns").rows() == [
-        ("idle", 15_000), ("exposed communication", 0), ("waiting for peers", 0), ("launch/host-bound", 40_000),
-        ("memory", 25_000), ("kernel efficiency", 30_000), ("MFU", 40_000)]
+        ("idle", 15_000),
+        ("exposed communication", 0),
+        ("waiting for peers", 0),
+        ("launch/host-bound", 40_000),
+        ("memory", 25_000),
+        ("kernel efficiency", 30_000),
+        ("MFU", 40_000),
+    ]
     assert wf["pct"].to_list() == pytest.approx([10.0, 0.0, 0.0, 80 / 3, 50 / 3, 20.0, 80 / 3])
     assert sum(wf["pct"]) == pytest.approx(100.0)
     assert "causal attention" in wf["detail"][-1] and "declared" in wf["detail"][-1]
@@ -219,13 +285,16 @@ def test_waterfall_by_hand_on_a_gpu_step(store, tmp_path):
     assert res.job["mfu_pct"][0] == pytest.approx(100 * 4e9 / 140e-6 / 1e14)
 
 
-@pytest.mark.parametrize("peak, why", [
-    (None, "n/a: the device peak is unknown (pass -p peak_tflops=)"),
-    # 4e9 FLOPs at 10 TFLOP/s: 400 us at peak, more than the 150 us step: MFU 266.7%
-    (10.0, "n/a: MFU above 100% (266.7%)"),
-    # at 40 TFLOP/s: 100 us at peak, within the step but more than the 70 us of compute
-    (40.0, "n/a: at peak the FLOPs need 0.1 ms, more than the 0.1 ms that compute ran"),
-])
+@pytest.mark.parametrize(
+    "peak, why",
+    [
+        (None, "n/a: the device peak is unknown (pass -p peak_tflops=)"),
+        # 4e9 FLOPs at 10 TFLOP/s: 400 us at peak, more than the 150 us step: MFU 266.7%
+        (10.0, "n/a: MFU above 100% (266.7%)"),
+        # at 40 TFLOP/s: 100 us at peak, within the step but more than the 70 us of compute
+        (40.0, "n/a: at peak the FLOPs need 0.1 ms, more than the 0.1 ms that compute ran"),
+    ],
+)
 def test_waterfall_refuses_an_impossible_or_unknown_mfu(store, tmp_path, peak, why):
     ingest(store, [write_rank(tmp_path / "r0.json", GPU_STEP, 0, world=1, backend="nccl")], run="g")
     params = {"model_flops_per_step": 4e9} | ({"peak_tflops": peak} if peak else {})

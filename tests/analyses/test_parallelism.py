@@ -20,36 +20,81 @@ from traceprof.ingest.ingest import ingest
 US = 1000  # ns per us
 
 
-def _write(path: Path, events: list[dict], rank: int, world: int, pg_config: list[dict],
-           backend: str = "nccl") -> None:
+def _write(
+    path: Path, events: list[dict], rank: int, world: int, pg_config: list[dict], backend: str = "nccl"
+) -> None:
     """A new-style Kineto trace (event ``ts`` us at BASE + ts * 1000 ns) with process groups."""
     events = [{**e, "ts": e["ts"] + SHIFT_US} for e in events]
-    doc = {"baseTimeNanoseconds": BASE - SHIFT_US * 1000, "traceEvents": events,
-           "distributedInfo": {"rank": rank, "world_size": world, "backend": backend,
-                               "pg_count": len(pg_config), "pg_config": pg_config}}
+    doc = {
+        "baseTimeNanoseconds": BASE - SHIFT_US * 1000,
+        "traceEvents": events,
+        "distributedInfo": {
+            "rank": rank,
+            "world_size": world,
+            "backend": backend,
+            "pg_count": len(pg_config),
+            "pg_config": pg_config,
+        },
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
 
 
 def _kernel(name: str, ts: float, dur: float, corr: int, stream: int, **args: object) -> list[dict]:
     """A runtime launch (1 us before) and its GPU kernel on device 0, ``stream``."""
-    return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts - 1,
-             "dur": 0.5, "args": {"correlation": corr}},
-            {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-             "args": {"correlation": corr, "device": 0, "stream": stream, **args}}]
+    return [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts - 1,
+            "dur": 0.5,
+            "args": {"correlation": corr},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": 0,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": {"correlation": corr, "device": 0, "stream": stream, **args},
+        },
+    ]
 
 
 def _pg(name: str, desc: str, ranks: list[int]) -> dict:
-    return {"pg_name": name, "pg_desc": desc, "backend_config": "cuda:nccl", "pg_size": len(ranks), "ranks": ranks}
+    return {
+        "pg_name": name,
+        "pg_desc": desc,
+        "backend_config": "cuda:nccl",
+        "pg_size": len(ranks),
+        "ranks": ranks,
+    }
 
 
 def _allreduce(pg: str, ranks: list[int], seq: int) -> dict:
-    return {"Collective name": "allreduce", "Process Group Name": pg, "Process Group Ranks": json.dumps(ranks),
-            "Seq": seq, "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float"}
+    return {
+        "Collective name": "allreduce",
+        "Process Group Name": pg,
+        "Process Group Ranks": json.dumps(ranks),
+        "Seq": seq,
+        "In msg nelems": 1024,
+        "Out msg nelems": 1024,
+        "dtype": "Float",
+    }
 
 
-def _mesh_2x2(folder: Path, dp_desc: str = "mesh_dp", tp_desc: str = "mesh_tp", slow: tuple[int, ...] = (),
-              extra: tuple[dict, ...] = ()) -> None:
+def _mesh_2x2(
+    folder: Path,
+    dp_desc: str = "mesh_dp",
+    tp_desc: str = "mesh_tp",
+    slow: tuple[int, ...] = (),
+    extra: tuple[dict, ...] = (),
+) -> None:
     """Four GPU ranks, DeviceMesh (dp 2, tp 2): dp groups {0, 2}, {1, 3} (pg 1, 2), tp groups {0, 1},
     {2, 3} (pg 3, 4). Every rank, in us: compute [0, 100] and [160, 200]; tp all-reduce [100, 160];
     dp all-reduce [180, 260]; a second tp all-reduce [230, 290]. Ranks in ``slow`` compute [0, 150]
@@ -58,9 +103,20 @@ def _mesh_2x2(folder: Path, dp_desc: str = "mesh_dp", tp_desc: str = "mesh_tp", 
         dp = [r % 2, r % 2 + 2]
         tp = [r // 2 * 2, r // 2 * 2 + 1]
         dp_pg, tp_pg = str(1 + r % 2), str(3 + r // 2)
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": -5, "dur": 305}]
-        ev += _kernel("sm90_gemm_kernel", 0, 150 if r in slow else 100, 10, 7) + _kernel("sm90_gemm_kernel", 160, 40,
-                                                                                        11, 7)
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": -5,
+                "dur": 305,
+            }
+        ]
+        ev += _kernel("sm90_gemm_kernel", 0, 150 if r in slow else 100, 10, 7) + _kernel(
+            "sm90_gemm_kernel", 160, 40, 11, 7
+        )
         ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 60, 12, 20, **_allreduce(tp_pg, tp, 1))
         ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 180, 80, 13, 21, **_allreduce(dp_pg, dp, 1))
         ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 230, 60, 14, 20, **_allreduce(tp_pg, tp, 2))
@@ -125,11 +181,16 @@ def test_a_slow_data_parallel_replica_is_named_as_the_replica(store, tmp_path):
     res = analyze(store, "parallelism", "run")
     slow = res.slow.filter(pl.col("slow"))
     assert slow.select("kind", "axis", "index", "ranks", "compute_ns", "peers_ns").rows() == [
-        ("replica", "dp", 1, [2, 3], 190 * US, 140 * US)]
-    assert slow["excess_pct"][0] == pytest.approx(100 * 50 / 140) and slow["cost_pct"][0] == pytest.approx(100 * 50 / 290)
+        ("replica", "dp", 1, [2, 3], 190 * US, 140 * US)
+    ]
+    assert slow["excess_pct"][0] == pytest.approx(100 * 50 / 140) and slow["cost_pct"][0] == pytest.approx(
+        100 * 50 / 290
+    )
     assert res.mesh_view().absorbed([0, 2, 3]) == {2, 3}
     v = verdict.combined_verdict(store, "run")
-    assert v.text.startswith("slow replica: data-parallel replica 1 (ranks 2, 3) computes 0.2 ms per step, 36% more")
+    assert v.text.startswith(
+        "slow replica: data-parallel replica 1 (ranks 2, 3) computes 0.2 ms per step, 36% more"
+    )
     assert 2 not in v.stragglers and 3 not in v.stragglers and v.straggling
 
 
@@ -144,31 +205,87 @@ def test_gloo_device_mesh_groups_come_from_the_flight_recorder(store, tmp_path):
         dp, tp = [r % 2, r % 2 + 2], [r // 2 * 2, r // 2 * 2 + 1]
         dp_pg, tp_pg = str(1 + r % 2), str(3 + r // 2)
         mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1}
-        enq = {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "dur": 2,
-               "args": {"Input Dims": [[[256]], []]}}
-        work = {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1,
-                "args": {"Input Dims": [[256]], "Input type": ["float"]}}
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": -5, "dur": 400},
-              {**mm, "ts": 0, "dur": 100}, {**mm, "ts": 160, "dur": 40}, {**enq, "ts": 100}, {**enq, "ts": 170},
-              {**work, "tid": 30, "ts": 101, "dur": 59}, {**work, "tid": 40, "ts": 180, "dur": 80}]
+        enq = {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "pid": 1,
+            "tid": 1,
+            "dur": 2,
+            "args": {"Input Dims": [[[256]], []]},
+        }
+        work = {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 1,
+            "args": {"Input Dims": [[256]], "Input type": ["float"]},
+        }
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": -5,
+                "dur": 400,
+            },
+            {**mm, "ts": 0, "dur": 100},
+            {**mm, "ts": 160, "dur": 40},
+            {**enq, "ts": 100},
+            {**enq, "ts": 170},
+            {**work, "tid": 30, "ts": 101, "dur": 59},
+            {**work, "tid": 40, "ts": 180, "dur": 80},
+        ]
         pgs = [_pg("0", "default_pg", [0, 1, 2, 3]), _pg(dp_pg, "mesh_dp", dp), _pg(tp_pg, "mesh_tp", tp)]
         _write(tmp_path / "run" / f"rank{r}.json", ev, r, 4, pgs, backend="gloo")
-        entries = [{"record_id": k, "pg_id": int(pg), "process_group": [pg, desc], "collective_seq_id": 1,
-                    "p2p_seq_id": 0, "op_id": k + 1, "profiling_name": "gloo:all_reduce",
-                    "time_created_ns": BASE + created * 1000, "time_discovered_started_ns": 0,
-                    "time_discovered_completed_ns": 0, "input_sizes": [[256]], "input_dtypes": ["Float"],
-                    "output_sizes": [[256]], "output_dtypes": ["Float"], "state": "scheduled", "retired": True,
-                    "is_p2p": False, "timeout_ms": 1800000, "thread_id": "1", "thread_name": "python"}
-                   for k, (pg, desc, created) in enumerate([(tp_pg, "mesh_tp", 150), (dp_pg, "mesh_dp", 200)])]
-        (tmp_path / "run" / f"rank{r}.fr.json").write_text(json.dumps(
-            {"version": "2.10", "comm_lib_version": "", "pg_config": {"": {"desc": "", "name": "", "ranks": "[]"}},
-             "pg_status": {}, "nccl_comm_state": {}, "entries": entries}))
+        entries = [
+            {
+                "record_id": k,
+                "pg_id": int(pg),
+                "process_group": [pg, desc],
+                "collective_seq_id": 1,
+                "p2p_seq_id": 0,
+                "op_id": k + 1,
+                "profiling_name": "gloo:all_reduce",
+                "time_created_ns": BASE + created * 1000,
+                "time_discovered_started_ns": 0,
+                "time_discovered_completed_ns": 0,
+                "input_sizes": [[256]],
+                "input_dtypes": ["Float"],
+                "output_sizes": [[256]],
+                "output_dtypes": ["Float"],
+                "state": "scheduled",
+                "retired": True,
+                "is_p2p": False,
+                "timeout_ms": 1800000,
+                "thread_id": "1",
+                "thread_name": "python",
+            }
+            for k, (pg, desc, created) in enumerate([(tp_pg, "mesh_tp", 150), (dp_pg, "mesh_dp", 200)])
+        ]
+        (tmp_path / "run" / f"rank{r}.fr.json").write_text(
+            json.dumps(
+                {
+                    "version": "2.10",
+                    "comm_lib_version": "",
+                    "pg_config": {"": {"desc": "", "name": "", "ranks": "[]"}},
+                    "pg_status": {},
+                    "nccl_comm_state": {},
+                    "entries": entries,
+                }
+            )
+        )
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "parallelism", "run")
     assert res.ranks.select("rank", "dp", "tp").rows() == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     frame = {r["axis"]: r for r in res.frame.iter_rows(named=True)}
     assert {a: r["exposed_comm_ns"] for a, r in frame.items()} == {"tp": 236 * US, "dp": 240 * US}
-    assert (frame["tp"]["collectives"], frame["dp"]["collectives"]) == (4, 4)  # the gloo rows, not the FR copies
+    assert (frame["tp"]["collectives"], frame["dp"]["collectives"]) == (
+        4,
+        4,
+    )  # the gloo rows, not the FR copies
     assert int(analyze(store, "overlap", "run").frame["exposed_comm_ns"].sum()) == 476 * US
     assert any("Flight Recorder entry" in n for n in res.notes)
 
@@ -201,12 +318,20 @@ def test_flight_recorder_groups(store):
     assert json.loads(pgs)[0]["ranks"] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize(("name", "desc", "axes"), [
-    ("1", "mesh_dp", {"dp"}), ("1", "mesh_dp_shard", {"dp_shard"}), ("5", "mesh_dp_shard_cp", {"dp_shard", "cp"}),
-    ("2", "TENSOR_MODEL_PARALLEL_GROUP", {"tp"}), ("3", "PIPELINE_MODEL_PARALLEL_GROUP", {"pp"}),
-    ("4", "EXPERT_MODEL_PARALLEL_GROUP", {"ep"}), ("pp0:0->1:fwd", None, {"pp"}),
-    ("dp:stage3:grads-reduce-scatter", None, {"dp"}), ("0", "undefined", set()),
-])
+@pytest.mark.parametrize(
+    ("name", "desc", "axes"),
+    [
+        ("1", "mesh_dp", {"dp"}),
+        ("1", "mesh_dp_shard", {"dp_shard"}),
+        ("5", "mesh_dp_shard_cp", {"dp_shard", "cp"}),
+        ("2", "TENSOR_MODEL_PARALLEL_GROUP", {"tp"}),
+        ("3", "PIPELINE_MODEL_PARALLEL_GROUP", {"pp"}),
+        ("4", "EXPERT_MODEL_PARALLEL_GROUP", {"ep"}),
+        ("pp0:0->1:fwd", None, {"pp"}),
+        ("dp:stage3:grads-reduce-scatter", None, {"dp"}),
+        ("0", "undefined", set()),
+    ],
+)
 def test_axis_words(name, desc, axes):
     assert _mesh.axis_words(name, desc)[0] == axes
 
@@ -221,8 +346,19 @@ U = 7_812_500  # ns: 1/128 s, exact in NDTimeline's float32 seconds
 
 
 def _op(rank: int, stage: int, optype: str, start: int, end: int, mb: int = -1, seq: int = 0) -> dict:
-    return {"dp_rank": 0, "stage": stage, "rank": rank, "step": 1, "optype": optype, "start_ts": start / 128,
-            "duration": (end - start) / 128, "seq_id": seq, "mc": 0, "mb_id": mb, "gmc": stage}
+    return {
+        "dp_rank": 0,
+        "stage": stage,
+        "rank": rank,
+        "step": 1,
+        "optype": optype,
+        "start_ts": start / 128,
+        "duration": (end - start) / 128,
+        "seq_id": seq,
+        "mc": 0,
+        "mb_id": mb,
+        "gmc": stage,
+    }
 
 
 def _pipeline_4(folder: Path) -> Path:
@@ -236,11 +372,19 @@ def _pipeline_4(folder: Path) -> Path:
     backward [10, 11), stage 2 [12, 13), stage 1 [14, 15)), hidden."""
     f = {0: [(0, 1), (1, 2)], 1: [(1, 2), (2, 3)], 2: [(2, 3), (3, 4)], 3: [(3, 5), (5, 7)]}
     b = {3: [(7, 11), (11, 15)], 2: [(11, 13), (15, 17)], 1: [(13, 15), (17, 19)], 0: [(16, 18), (20, 22)]}
-    recv = {3: ("forward-recv", 2, 3), 2: ("backward-recv", 7, 11), 1: ("backward-recv", 11, 13),
-            0: ("backward-recv", 13, 16)}
+    recv = {
+        3: ("forward-recv", 2, 3),
+        2: ("backward-recv", 7, 11),
+        1: ("backward-recv", 11, 13),
+        0: ("backward-recv", 13, 16),
+    }
     # the sending side of each receive, inside a compute op of the sender (hidden)
-    send = {2: ("forward-send", 2, 3), 3: ("backward-send", 10, 11), 2.5: ("backward-send", 12, 13),
-            1: ("backward-send", 14, 15)}
+    send = {
+        2: ("forward-send", 2, 3),
+        3: ("backward-send", 10, 11),
+        2.5: ("backward-send", 12, 13),
+        1: ("backward-send", 14, 15),
+    }
     rows = []
     for s in range(4):
         rows += [_op(s, s, "forward-compute", a, e, mb) for mb, (a, e) in enumerate(f[s])]
@@ -263,20 +407,40 @@ def test_pipeline_bubble_split_and_slow_stage_by_hand(store, tmp_path):
     # bubble). Stages 0-2: bubble 22 - 6 = 16 U = schedule 9 + imbalance (12 - 6) 6 + p2p 1 (their
     # receives are 3, 2, 4 U) + other 0. Stage 3: bubble 22 - 12 = 10 U, all schedule (its 18 U
     # capped at 10): imbalance, p2p and other 0 (its 1 U forward receive is explained already).
-    want = {0: (6, 16, 9, 6, 1, 0, 3, 0, 0), 1: (6, 16, 9, 6, 1, 0, 2, 1, 3), 2: (6, 16, 9, 6, 1, 0, 4, 2, 5),
-            3: (12, 10, 10, 0, 0, 0, 1, 3, 7)}
+    want = {
+        0: (6, 16, 9, 6, 1, 0, 3, 0, 0),
+        1: (6, 16, 9, 6, 1, 0, 2, 1, 3),
+        2: (6, 16, 9, 6, 1, 0, 4, 2, 5),
+        3: (12, 10, 10, 0, 0, 0, 1, 3, 7),
+    }
     for s, (comp, bubble, sched, imb, p2p, other, exposed, warm, cool) in want.items():
         r = st[s]
         assert (r["step_ns"], r["microbatches"], r["schedule_from"]) == (22 * U, 2, "formula")
-        got = tuple(r[c] for c in ("compute_ns", "bubble_ns", "schedule_bubble_ns", "imbalance_ns", "p2p_wait_ns",
-                                   "other_ns", "p2p_exposed_ns", "warmup_ns", "cooldown_ns"))
+        got = tuple(
+            r[c]
+            for c in (
+                "compute_ns",
+                "bubble_ns",
+                "schedule_bubble_ns",
+                "imbalance_ns",
+                "p2p_wait_ns",
+                "other_ns",
+                "p2p_exposed_ns",
+                "warmup_ns",
+                "cooldown_ns",
+            )
+        )
         # warm-up: first compute at s U (stage 3: 3); cool-down: 22 - last compute end (22, 19, 17, 15)
         assert got == tuple(x * U for x in (comp, bubble, sched, imb, p2p, other, exposed, warm, cool)), s
-        assert r["schedule_bubble_ns"] + r["imbalance_ns"] + r["p2p_wait_ns"] + r["other_ns"] == r["bubble_ns"]
+        assert (
+            r["schedule_bubble_ns"] + r["imbalance_ns"] + r["p2p_wait_ns"] + r["other_ns"] == r["bubble_ns"]
+        )
     # Stage 3 computes 12 U against its peers' median 6 U: +100%, costing 6 / 22 = 27% of the step.
     slow = res.slow.filter(pl.col("slow"))
     assert slow.select("kind", "index", "ranks").rows() == [("stage", 3, [3])]
-    assert slow["cost_pct"][0] == pytest.approx(100 * 6 / 22) and slow["excess_pct"][0] == pytest.approx(100.0)
+    assert slow["cost_pct"][0] == pytest.approx(100 * 6 / 22) and slow["excess_pct"][0] == pytest.approx(
+        100.0
+    )
     assert st[3]["slow"] and not st[0]["slow"]
     _declared(res)
     # Exposed communication: the receives, all in idle time: 3 + 2 + 4 + 1 = 10 U, all pp.
@@ -284,22 +448,44 @@ def test_pipeline_bubble_split_and_slow_stage_by_hand(store, tmp_path):
     # The timeline: the one step's compute of each stage, merged, ms from the window start: stage 3
     # computes [3, 15) U without a break; stage 0 [0, 2), then [16, 18) and [20, 22).
     tl = res.timeline.filter(pl.col("state") == "compute")
-    assert tl.filter(pl.col("stage") == 3).select("start_ms", "end_ms").rows() == [(3 * U / 1e6, 15 * U / 1e6)]
+    assert tl.filter(pl.col("stage") == 3).select("start_ms", "end_ms").rows() == [
+        (3 * U / 1e6, 15 * U / 1e6)
+    ]
     assert tl.filter(pl.col("stage") == 0).select("start_ms", "end_ms").rows() == [
-        (0.0, 2 * U / 1e6), (16 * U / 1e6, 18 * U / 1e6), (20 * U / 1e6, 22 * U / 1e6)]
+        (0.0, 2 * U / 1e6),
+        (16 * U / 1e6, 18 * U / 1e6),
+        (20 * U / 1e6, 22 * U / 1e6),
+    ]
     assert res.timeline.filter(pl.col("state") == "p2p")["lane"].to_list() == [
-        "stage 0 (rank 0)", "stage 1 (rank 1)", "stage 2 (rank 2)", "stage 3 (rank 3)"]
+        "stage 0 (rank 0)",
+        "stage 1 (rank 1)",
+        "stage 2 (rank 2)",
+        "stage 3 (rank 3)",
+    ]
     # The verdict calls the stage slow; it names no rank as a straggler.
     v = verdict.combined_verdict(store, "p4")
-    assert v.text.startswith("slow stage: pipeline stage 3 (rank 3) computes 93.8 ms per step, 100% more") and v.stragglers == () and v.straggling
+    assert (
+        v.text.startswith("slow stage: pipeline stage 3 (rank 3) computes 93.8 ms per step, 100% more")
+        and v.stragglers == ()
+        and v.straggling
+    )
 
 
 # --- all-to-all with a known imbalance ------------------------------------------------------------
 
+
 def _a2a(split_in: list[int], split_out: list[int], seq: int) -> dict:
-    return {"Collective name": "all_to_all", "Process Group Name": "1", "Process Group Ranks": "[0, 1, 2, 3]",
-            "Seq": seq, "In msg nelems": 256 * sum(split_in), "Out msg nelems": 256 * sum(split_out),
-            "dtype": "Float", "In split size": json.dumps(split_in), "Out split size": json.dumps(split_out)}
+    return {
+        "Collective name": "all_to_all",
+        "Process Group Name": "1",
+        "Process Group Ranks": "[0, 1, 2, 3]",
+        "Seq": seq,
+        "In msg nelems": 256 * sum(split_in),
+        "Out msg nelems": 256 * sum(split_out),
+        "dtype": "Float",
+        "In split size": json.dumps(split_in),
+        "Out split size": json.dumps(split_out),
+    }
 
 
 def test_all_to_all_load_by_hand(store, tmp_path):
@@ -307,21 +493,52 @@ def test_all_to_all_load_by_hand(store, tmp_path):
     # (256 floats = 1 KiB a row) to ranks 0..3; rank r's kernel starts at 100 + 10 r us, all end at
     # 200. Layer 1: an even [2, 2, 2, 2], from 300 + 10 r to 400.
     for r in range(4):
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 500}]
-        ev += _kernel("ncclDevKernel_SendRecv", 100 + 10 * r, 100 - 10 * r, 20, 20,
-                      **_a2a([1, 1, 1, 5], [5] * 4 if r == 3 else [1] * 4, 1))
-        ev += _kernel("ncclDevKernel_SendRecv", 300 + 10 * r, 100 - 10 * r, 21, 20, **_a2a([2] * 4, [2] * 4, 2))
-        _write(tmp_path / "ep" / f"rank{r}.json", ev, r, 4,
-               [_pg("0", "default_pg", [0, 1, 2, 3]), _pg("1", "mesh_ep", [0, 1, 2, 3])])
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 500,
+            }
+        ]
+        ev += _kernel(
+            "ncclDevKernel_SendRecv",
+            100 + 10 * r,
+            100 - 10 * r,
+            20,
+            20,
+            **_a2a([1, 1, 1, 5], [5] * 4 if r == 3 else [1] * 4, 1),
+        )
+        ev += _kernel(
+            "ncclDevKernel_SendRecv", 300 + 10 * r, 100 - 10 * r, 21, 20, **_a2a([2] * 4, [2] * 4, 2)
+        )
+        _write(
+            tmp_path / "ep" / f"rank{r}.json",
+            ev,
+            r,
+            4,
+            [_pg("0", "default_pg", [0, 1, 2, 3]), _pg("1", "mesh_ep", [0, 1, 2, 3])],
+        )
     ingest(store, [tmp_path / "ep"])
-    assert store.sql("SELECT DISTINCT split_in FROM collectives ORDER BY 1").rows() == [("[1, 1, 1, 5]",), ("[2, 2, 2, 2]",)]
+    assert store.sql("SELECT DISTINCT split_in FROM collectives ORDER BY 1").rows() == [
+        ("[1, 1, 1, 5]",),
+        ("[2, 2, 2, 2]",),
+    ]
     res = analyze(store, "parallelism", "ep")
     assert res.ranks.columns == ["rank", "traced", "ep"]
     layer0, layer1 = res.alltoall.sort("index").iter_rows(named=True)
     # Layer 0: each rank sends 8 KiB: 1 KiB to ranks 0-2, 5 KiB to rank 3, so ranks 0-2 receive
     # 4 KiB and rank 3 20 KiB: max 20480, mean 8192, max/mean 2.5; Gini over [4096, 4096, 4096,
     # 20480] = 2 (4096 + 8192 + 12288 + 81920) / (4 x 32768) - 5/4 = 1.625 - 1.25 = 0.375.
-    assert (layer0["index"], layer0["axis"], layer0["splits"], layer0["bytes"]) == (0, "ep", "recorded", 4 * 8192)
+    assert (layer0["index"], layer0["axis"], layer0["splits"], layer0["bytes"]) == (
+        0,
+        "ep",
+        "recorded",
+        4 * 8192,
+    )
     assert (layer0["recv_max_bytes"], layer0["recv_mean_bytes"]) == (20480, 8192.0)
     assert layer0["recv_max_mean"] == pytest.approx(2.5) and layer0["recv_gini"] == pytest.approx(0.375)
     assert (layer0["send_gini"], layer0["send_max_mean"]) == (0.0, 1.0)
@@ -331,8 +548,12 @@ def test_all_to_all_load_by_hand(store, tmp_path):
     assert (layer1["index"], layer1["recv_gini"], layer1["imbalance_ns"]) == (1, 0.0, 0)
     _declared(res)
     peers = res.alltoall_peers.filter(pl.col("instance") == layer0["instance"])
-    assert peers.filter(pl.col("rank") == 0).select("peer", "bytes").rows() == [(0, 1024), (1, 1024), (2, 1024),
-                                                                               (3, 5120)]
+    assert peers.filter(pl.col("rank") == 0).select("peer", "bytes").rows() == [
+        (0, 1024),
+        (1, 1024),
+        (2, 1024),
+        (3, 5120),
+    ]
     m = res.alltoall_matrix.filter((pl.col("rank") == 1) & (pl.col("peer") == 3)).row(0, named=True)
     assert m["bytes"] == 5120 + 2048 and m["mib"] == pytest.approx(7168 / 2**20)
 
@@ -346,12 +567,48 @@ def test_gloo_all_to_all_splits_come_from_the_enqueue(store, tmp_path):
     # gloo's annotation carries no split sizes; its c10d::alltoall_base_ enqueue does, as concrete
     # inputs (output, input, group, output_split_sizes, input_split_sizes, async_op, timeout).
     for r in range(2):
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-              {"ph": "X", "cat": "cpu_op", "name": "c10d::alltoall_base_", "pid": 1, "tid": 1, "ts": 10, "dur": 2,
-               "args": {"Input Dims": [[4], [4], [], [], [], [], []],
-                        "Concrete Inputs": ["", "", "", "[3, 1]" if r == 0 else "[1, 1]", "[1, 3]", "False", "-1"]}},
-              {"ph": "X", "cat": "user_annotation", "name": "gloo:all_to_all", "pid": 1, "tid": 2, "ts": 20,
-               "dur": 30, "args": {"Input Dims": [[4]], "Input type": ["float"]}}]
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 100,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "c10d::alltoall_base_",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10,
+                "dur": 2,
+                "args": {
+                    "Input Dims": [[4], [4], [], [], [], [], []],
+                    "Concrete Inputs": [
+                        "",
+                        "",
+                        "",
+                        "[3, 1]" if r == 0 else "[1, 1]",
+                        "[1, 3]",
+                        "False",
+                        "-1",
+                    ],
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_to_all",
+                "pid": 1,
+                "tid": 2,
+                "ts": 20,
+                "dur": 30,
+                "args": {"Input Dims": [[4]], "Input type": ["float"]},
+            },
+        ]
         _write(tmp_path / "g" / f"rank{r}.json", ev, r, 2, [_pg("0", "default_pg", [0, 1])], backend="gloo")
     ingest(store, [tmp_path / "g"])
     rows = store.sql("SELECT rank, split_in, split_out FROM collectives ORDER BY rank").rows()
@@ -360,14 +617,19 @@ def test_gloo_all_to_all_splits_come_from_the_enqueue(store, tmp_path):
 
 # --- recorded runs and the corpus -----------------------------------------------------------------
 
+
 def _exposed_by_hand(store, run: str) -> int:
     """Exposed communication of a per-op trace, computed with numpy: per rank, the union of its
     collective ops minus the union of its compute ops."""
-    df = store.sql("""SELECT rank, kind = 'collective' AS comm, ts_ns, ts_ns + dur_ns AS e FROM events
+    df = store.sql(
+        """SELECT rank, kind = 'collective' AS comm, ts_ns, ts_ns + dur_ns AS e FROM events
                       WHERE run_id = (SELECT run_id FROM runs WHERE name = ?) AND dur_ns > 0
-                        AND kind IN ('collective', 'gpu_user_annotation')""", [run])
+                        AND kind IN ('collective', 'gpu_user_annotation')""",
+        [run],
+    )
     total = 0
     for (_,), g in df.group_by(["rank"]):
+
         def union(sel: pl.DataFrame) -> list[tuple[int, int]]:
             out: list[list[int]] = []
             for a, b in sorted(sel.select("ts_ns", "e").rows()):
@@ -376,6 +638,7 @@ def _exposed_by_hand(store, run: str) -> int:
                 else:
                     out.append([a, b])
             return [(a, b) for a, b in out]
+
         comm, comp = union(g.filter(pl.col("comm"))), union(g.filter(~pl.col("comm")))
         starts = np.array([a for a, _ in comp] or [0])
         ends = np.array([b for _, b in comp] or [0])
@@ -420,8 +683,19 @@ def test_ar_still_names_the_slow_worker(store):
     assert v.stragglers == (0,) and "in the mesh: rank 0 is pp stage 0, dp replica 0" in v.text
 
 
-@pytest.mark.parametrize("run", ["normal", "normal_repeat", "straggler_rank2", "straggler_rank3", "clean",
-                                 "sleep_rank1", "extra_matmul", "pipeline_2stage"])
+@pytest.mark.parametrize(
+    "run",
+    [
+        "normal",
+        "normal_repeat",
+        "straggler_rank2",
+        "straggler_rank3",
+        "clean",
+        "sleep_rank1",
+        "extra_matmul",
+        "pipeline_2stage",
+    ],
+)
 def test_axes_sum_exactly_on_the_samples(store, run):
     ingest(store, [SAMPLES / run], run=run)
     res = analyze(store, "parallelism", run)
@@ -436,19 +710,29 @@ def test_axes_sum_exactly_on_the_samples(store, run):
         assert res.frame["axis"].to_list() == ["pp"]
         st = res.stages
         assert st["stage"].to_list() == [0, 1] and st["microbatches"].to_list() == [3, 3]
-        assert (st["schedule_bubble_ns"] + st["imbalance_ns"] + st["p2p_wait_ns"] + st["other_ns"]
-                == st["bubble_ns"]).all()
+        assert (
+            st["schedule_bubble_ns"] + st["imbalance_ns"] + st["p2p_wait_ns"] + st["other_ns"]
+            == st["bubble_ns"]
+        ).all()
         # the schedule's own bubble: (p-1)/m x compute = compute / 3, at most the bubble
-        assert st.select((pl.col("schedule_bubble_ns") == pl.min_horizontal(pl.col("compute_ns") // 3, "bubble_ns"))
-                         .all()).item()
+        assert st.select(
+            (pl.col("schedule_bubble_ns") == pl.min_horizontal(pl.col("compute_ns") // 3, "bubble_ns")).all()
+        ).item()
         assert set(res.timeline["lane"]) == {"stage 0 (rank 0)", "stage 1 (rank 1)"}
     else:  # 4-rank DDP on gloo: one dp axis of the world size
         assert axes == ["dp"] and res.frame["axis"].to_list() == ["dp"] and res.frame["size"].to_list() == [4]
 
 
-@pytest.mark.parametrize(("folder", "axis"), [("hta/nccl_parser_config", "dp"), ("hta/trace_filter", "unassigned"),
-                                             ("hta/negative_queue_length_values_check", "unassigned"),
-                                             ("hta/df_index_resolver", "unassigned"), ("hta/cpu_only", "dp")])
+@pytest.mark.parametrize(
+    ("folder", "axis"),
+    [
+        ("hta/nccl_parser_config", "dp"),
+        ("hta/trace_filter", "unassigned"),
+        ("hta/negative_queue_length_values_check", "unassigned"),
+        ("hta/df_index_resolver", "unassigned"),
+        ("hta/cpu_only", "dp"),
+    ],
+)
 def test_axes_sum_exactly_on_corpus_kineto(store, folder, axis):
     ingest(store, [corpus(folder)], run="c")
     res = analyze(store, "parallelism", "c")

@@ -30,17 +30,46 @@ def _rank(buckets: list[list[tuple[list[float], float]]]) -> list[dict]:
     ev = []
     for s, bks in enumerate(buckets):
         t0 = s * STEP_MS
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}", "pid": 1, "tid": 1,
-                   "ts": t0 * 1000, "dur": STEP_MS * 1000})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s + 1}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 * 1000,
+                "dur": STEP_MS * 1000,
+            }
+        )
         t = t0
         for mms, gap in bks:
             for d in mms:
-                ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": round(t * 1000, 3),
-                           "dur": round(d * 1000, 3), "args": MM})
+                ev.append(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::mm",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": round(t * 1000, 3),
+                        "dur": round(d * 1000, 3),
+                        "args": MM,
+                    }
+                )
                 t += d
             t += gap
-            ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
-                       "ts": round(t * 1000, 3), "dur": 1, "args": {"Input Dims": [[[64]], []]}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "c10d::allreduce_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": round(t * 1000, 3),
+                    "dur": 1,
+                    "args": {"Input Dims": [[[64]], []]},
+                }
+            )
     return ev
 
 
@@ -60,9 +89,18 @@ def _with_gloo(runs: dict[int, list[list[tuple[list[float], float]]]]) -> dict[i
         ev = _rank(b)
         for k, a in enumerate(arrivals[r]):
             last = max(arrivals[q][k] for q in runs)
-            ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                       "ts": round(a * 1000, 3), "dur": round((last + 0.5 - a) * 1000, 3),
-                       "args": {"Input Dims": [[64]], "Input type": ["float"]}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_reduce",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": round(a * 1000, 3),
+                    "dur": round((last + 0.5 - a) * 1000, 3),
+                    "args": {"Input Dims": [[64]], "Input type": ["float"]},
+                }
+            )
         out[r] = ev
     return out
 
@@ -98,11 +136,11 @@ def test_host_time_against_the_noise_floor(store, tmp_path, noisy_step):
         runs[0][1] = [([1.0], 6.5)] * 4
     res = _ingest(store, tmp_path, runs, "host")
     r3 = res.frame.filter(pl.col("rank") == 3).row(0, named=True)
-    assert r3["last_count"] == 12 and r3["p_value"] == pytest.approx(0.25 ** 12)
+    assert r3["last_count"] == 12 and r3["p_value"] == pytest.approx(0.25**12)
     assert r3["cause"] == "untraced host time"
     if noisy_step:
         assert (r3["floor_steps_won"], r3["floor_steps"]) == (2, 3)
-        assert r3["floor_p_value"] == pytest.approx(3 * 0.25 ** 2 * 0.75 + 0.25 ** 3)
+        assert r3["floor_p_value"] == pytest.approx(3 * 0.25**2 * 0.75 + 0.25**3)
         assert not r3["named"] and res.verdict["evidence"][0].startswith("no straggler: rank 3")
         assert "within the run's noise" in res.verdict["evidence"][0]
         v = combined_verdict(store, "host")

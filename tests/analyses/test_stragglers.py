@@ -17,13 +17,46 @@ from traceprof.ingest.ingest import ingest
 def _rank(arrivals: list[int], compute: list[tuple[int, int]], lasts: list[int]) -> list[dict]:
     """ProfilerStep#1 over [0, 1000] us; training-thread compute ops (aten::mm) and, per
     collective, its c10d enqueue at the arrival and gloo work [last arrival + 1, + 20] us."""
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
-    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": a, "dur": b - a} for a, b in compute]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1000,
+        }
+    ]
+    ev += [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": a, "dur": b - a}
+        for a, b in compute
+    ]
     for arr, last in zip(arrivals, lasts, strict=True):
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": arr, "dur": 1,
-                   "args": {"Input Dims": [[[64]], []]}})
-        ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                   "ts": last + 1, "dur": 19, "args": {"Input Dims": [[64]], "Input type": ["float"]}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "c10d::allreduce_",
+                "pid": 1,
+                "tid": 1,
+                "ts": arr,
+                "dur": 1,
+                "args": {"Input Dims": [[[64]], []]},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": 1,
+                "tid": 2,
+                "ts": last + 1,
+                "dur": 19,
+                "args": {"Input Dims": [[64]], "Input type": ["float"]},
+            }
+        )
     return ev
 
 
@@ -31,8 +64,11 @@ def test_micro_trace_by_hand(store, tmp_path):
     # Arrivals (us): rank 0 at 100, 200, 300; rank 1 at 110, 210, 310; rank 2 at 400, 450, 500,
     # after 300 us it spent outside any traced op (e.g. a sleep) following its first op.
     arr = {0: [100, 200, 300], 1: [110, 210, 310], 2: [400, 450, 500]}
-    comp = {0: [(0, 100), (105, 200), (205, 300)], 1: [(0, 110), (115, 210), (215, 310)],
-            2: [(0, 100), (405, 450), (455, 500)]}
+    comp = {
+        0: [(0, 100), (105, 200), (205, 300)],
+        1: [(0, 110), (115, 210), (215, 310)],
+        2: [(0, 100), (405, 450), (455, 500)],
+    }
     lasts = [400, 450, 500]
     for r in range(3):
         write_rank(tmp_path / "run" / f"r{r}.json", _rank(arr[r], comp[r], lasts), r, world=3)
@@ -47,7 +83,11 @@ def test_micro_trace_by_hand(store, tmp_path):
     # the noise at 0.05, so the test is loosened here too (cause_alpha 0.5) to reach the figures.
     res = analyze(store, "stragglers", "run", alpha=0.05, cause_alpha=0.5)
     per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
-    assert (per[2]["floor_steps_won"], per[2]["floor_steps"], per[2]["floor_p_value"]) == (1, 1, pytest.approx(1 / 3))
+    assert (per[2]["floor_steps_won"], per[2]["floor_steps"], per[2]["floor_p_value"]) == (
+        1,
+        1,
+        pytest.approx(1 / 3),
+    )
     # Rank 2 is last at all 3. Waits of the others: (300 + 290) + (250 + 240) + (200 + 190) = 1470 us.
     assert per[2]["last_arrival_share"] == 1.0 and per[0]["last_arrival_share"] == 0.0
     assert per[2]["wait_caused_ns"] == 1_470_000 and per[0]["wait_caused_ns"] == 0
@@ -81,8 +121,17 @@ def _share_from_json(run: str, rank: int) -> float:
     return lasts.count(rank) / len(lasts)
 
 
-@pytest.mark.parametrize("run, slow", [("straggler_rank2", 2), ("straggler_rank3", 3), ("sleep_rank1", 1),
-                                       ("normal", None), ("normal_repeat", None), ("clean", None)])
+@pytest.mark.parametrize(
+    "run, slow",
+    [
+        ("straggler_rank2", 2),
+        ("straggler_rank3", 3),
+        ("sleep_rank1", 1),
+        ("normal", None),
+        ("normal_repeat", None),
+        ("clean", None),
+    ],
+)
 def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
     if not (SAMPLES / run / "rank3.trace.json.gz").exists():
         pytest.skip(f"sample_traces/{run} not recorded")
@@ -95,8 +144,11 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
         # TCPStore host) 7 of 12, p = 0.0143 (not < 0.01); normal_repeat: rank 0 9 of 12, p =
         # 0.00039, significant, but its delays cost 3.5% (< 5%); clean: rank 1 7 of 15, p = 0.0566.
         top = res.frame.sort("p_value").row(0, named=True)
-        rank, last, n, p = {"normal": (0, 7, 12, 0.01425), "normal_repeat": (0, 9, 12, 0.000392),
-                            "clean": (1, 7, 15, 0.0566)}[run]
+        rank, last, n, p = {
+            "normal": (0, 7, 12, 0.01425),
+            "normal_repeat": (0, 9, 12, 0.000392),
+            "clean": (1, 7, 15, 0.0566),
+        }[run]
         assert (top["rank"], top["last_count"], top["instances"]) == (rank, last, n)
         assert top["p_value"] == pytest.approx(p, rel=2e-3)
         assert top["cost_pct"] < 5
@@ -160,9 +212,13 @@ def test_end_before_last_arrival_is_flagged_not_negative(store, tmp_path):
     per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
     assert (per[0]["transfer_ns"], per[0]["median_lateness_ns"], per[0]["late_pct"]) == (0, 0, 0.0)
     assert res.instances["ends_before_last_arrival"].to_list() == [1]
-    assert any("1 of 2 rank copies (all_reduce) ended before the last rank arrived, by up to 18.000 ms" in n
-               for n in res.notes)
-    assert any(n.startswith("2 of 3 ranks traced: ") and "among the traced ranks only" in n for n in res.notes)
+    assert any(
+        "1 of 2 rank copies (all_reduce) ended before the last rank arrived, by up to 18.000 ms" in n
+        for n in res.notes
+    )
+    assert any(
+        n.startswith("2 of 3 ranks traced: ") and "among the traced ranks only" in n for n in res.notes
+    )
     for frame in res.frames().values():
         for col, dtype in frame.schema.items():
             if col.endswith("_ns"):
@@ -180,12 +236,18 @@ def test_lateness_is_never_negative_on_pipeline_traces(store):
     assert (res.waits["transfer_ns"] >= 0).all()
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("alpha", 1.5, "between 0 and 1"), ("alpha", float("nan"), "finite"), ("min_cost_pct", -1, ">= 0"),
-    ("cause_alpha", -1, "between 0 and 1"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("alpha", 1.5, "between 0 and 1"),
+        ("alpha", float("nan"), "finite"),
+        ("min_cost_pct", -1, ">= 0"),
+        ("cause_alpha", -1, "between 0 and 1"),
+    ],
+)
 def test_bad_params(key, value, expected):
     from traceprof.analyses.stragglers import Params
+
     with pytest.raises(UsageError, match=f"{key}=.*{expected}"):
         Params(**{key: value})
 
@@ -202,10 +264,16 @@ def test_flight_recorder_source_on_a_run_with_steps(store):
     assert not [n for n in res.notes if "one collective per step" in n]
     assert [n for n in res.notes if "median spacing of a rank's collectives" in n]
     # No end times: no what-if replay, the cost is the hold-up; rank 2 named as with source=gloo.
-    assert [n for n in res.notes if "cost_pct: hold-up (no what-if replay: the source records no collective end" in n]
+    assert [
+        n
+        for n in res.notes
+        if "cost_pct: hold-up (no what-if replay: the source records no collective end" in n
+    ]
     assert res.verdict["rank"].to_list() == [2]
     # an unknown source is one line naming the run's sources
-    with pytest.raises(UsageError, match=r"^unknown source 'bogus': run 1 has collectives from fr, gloo \(-p source=NAME\)$"):
+    with pytest.raises(
+        UsageError, match=r"^unknown source 'bogus': run 1 has collectives from fr, gloo \(-p source=NAME\)$"
+    ):
         analyze(store, "stragglers", "s2", source="bogus")
 
 
@@ -221,33 +289,75 @@ def test_max_named_share_zero_names_no_rank(store, tmp_path):
     # noise-floor test is loosened (cause_alpha 0.6): it qualifies and is named; with
     # max_named_share=0 no rank is.
     for r in range(2):
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
-               "dur": 100_000}]
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 100_000,
+            }
+        ]
         for k in range(1, 9):
-            ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
-                       "ts": (10 * k + r) * 1000, "dur": 0, "args": {"Input Dims": [[[256]], []]}})
-            ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                       "ts": (10 * k + 1) * 1000, "dur": 500, "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "c10d::allreduce_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": (10 * k + r) * 1000,
+                    "dur": 0,
+                    "args": {"Input Dims": [[[256]], []]},
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_reduce",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": (10 * k + 1) * 1000,
+                    "dur": 500,
+                    "args": {"Input Dims": [[256]], "Input type": ["float"]},
+                }
+            )
         write_rank(tmp_path / "run" / f"r{r}.json", ev, r)
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "stragglers", "run", cause_alpha=0.6)
     r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
-    assert (r1["last_count"], r1["p_value"]) == (8, pytest.approx(0.5 ** 8))
+    assert (r1["last_count"], r1["p_value"]) == (8, pytest.approx(0.5**8))
     assert (r1["floor_steps_won"], r1["floor_steps"], r1["floor_p_value"]) == (1, 1, 0.5)
     assert r1["cost_pct"] == pytest.approx(100 * (71.5 / 67.5 - 1))
     assert r1["named"]
     res = analyze(store, "stragglers", "run", max_named_share=0.0, cause_alpha=0.6)
     assert not res.frame["named"].any() and res.verdict["rank"].to_list() == [None]
-    assert res.verdict["evidence"][0].startswith("no rank named (max_named_share = 0); 1 of 2 ranks pass the rule")
+    assert res.verdict["evidence"][0].startswith(
+        "no rank named (max_named_share = 0); 1 of 2 ranks pass the rule"
+    )
 
 
 def test_an_underflowed_p_value_is_not_printed_as_zero() -> None:
     # 5,919 last arrivals of 10,000 with chance 1/8: the binomial tail underflows to 0.0 in floats.
     from traceprof.analyses.stragglers import _figures
 
-    row = {"rank": 3, "last_count": 5919, "instances": 10000, "_decided": 10000, "_last_steps": [], "_steps": 100,
-           "chance_share": 0.125, "p_value": 0.0, "cost_pct": 85.3, "holdup_ns": 1.3e9,
-           "median_lateness_ns": 2.43e6, "late_pct": 3068.0}
+    row = {
+        "rank": 3,
+        "last_count": 5919,
+        "instances": 10000,
+        "_decided": 10000,
+        "_last_steps": [],
+        "_steps": 100,
+        "chance_share": 0.125,
+        "p_value": 0.0,
+        "cost_pct": 85.3,
+        "holdup_ns": 1.3e9,
+        "median_lateness_ns": 2.43e6,
+        "late_pct": 3068.0,
+    }
     assert "binomial p < 1e-300)" in _figures(row)
     assert "binomial p = 0.037)" in _figures({**row, "p_value": 0.037})
 
@@ -268,10 +378,26 @@ def _pp4_dp2(folder, slow: dict[int, tuple[float, float]]):
         end = max(arr.values()) + 1
         for r in range(8):
             base = {"dp_rank": r % 2, "stage": r // 2, "rank": r, "step": step, "mc": 0, "gmc": r // 2}
-            rows.append({**base, "optype": "forward-compute", "start_ts": 0.0, "duration": arr[r] / 128, "seq_id": 0,
-                         "mb_id": 0})
-            rows.append({**base, "optype": "optimizer-clip-main-grad", "start_ts": arr[r] / 128,
-                         "duration": (end - arr[r]) / 128, "seq_id": 0, "mb_id": -1})
+            rows.append(
+                {
+                    **base,
+                    "optype": "forward-compute",
+                    "start_ts": 0.0,
+                    "duration": arr[r] / 128,
+                    "seq_id": 0,
+                    "mb_id": 0,
+                }
+            )
+            rows.append(
+                {
+                    **base,
+                    "optype": "optimizer-clip-main-grad",
+                    "start_ts": arr[r] / 128,
+                    "duration": (end - arr[r]) / 128,
+                    "seq_id": 0,
+                    "mb_id": -1,
+                }
+            )
     return write_ndtimeline(folder, rows, "PP", dp=2, pp=4)
 
 
@@ -287,14 +413,24 @@ def test_ranks_of_a_slow_stage_are_that_stage_not_stragglers(store, tmp_path):
     ingest(store, [_pp4_dp2(tmp_path / "pp", {6: (2.25, 2.0), 7: (2.0, 2.25)})], run="pp")
     res = analyze(store, "stragglers", "pp")
     f = res.frame.filter(pl.col("rank").is_in([6, 7])).sort("rank")
-    assert f["last_count"].to_list() == [6, 6] and f["p_value"].to_list() == [pytest.approx(1.794e-3, rel=1e-3)] * 2
+    assert (
+        f["last_count"].to_list() == [6, 6]
+        and f["p_value"].to_list() == [pytest.approx(1.794e-3, rel=1e-3)] * 2
+    )
     assert f["qualifies"].to_list() == [True, True] and f["named"].to_list() == [False, False]
     assert f["slow_group"].to_list() == ["pipeline stage 3"] * 2 and not res.frame["named"].any()
     v = res.verdict.sort("rank")
     assert v.select("rank", "named", "slow_group", "cause").rows() == [
-        (6, False, "pipeline stage 3", "compute"), (7, False, "pipeline stage 3", "compute")]
-    assert all(e.startswith("part of slow pipeline stage 3: named as that group, not as a straggler (slow stage: "
-                            "pipeline stage 3 (ranks 6, 7)") for e in v["evidence"])
+        (6, False, "pipeline stage 3", "compute"),
+        (7, False, "pipeline stage 3", "compute"),
+    ]
+    assert all(
+        e.startswith(
+            "part of slow pipeline stage 3: named as that group, not as a straggler (slow stage: "
+            "pipeline stage 3 (ranks 6, 7)"
+        )
+        for e in v["evidence"]
+    )
     assert not any(n.startswith("straggler:") for n in res.notes)
     # the combined verdict (summary, report) names the stage and the same two ranks as absorbed
     cv = combined_verdict(store, "pp")
@@ -310,15 +446,18 @@ def test_a_slow_rank_whose_stage_is_not_slow_is_still_named(store, tmp_path):
     res = analyze(store, "stragglers", "pp")
     r6 = res.frame.filter(pl.col("rank") == 6).row(0, named=True)
     assert (r6["last_count"], r6["named"], r6["slow_group"]) == (12, True, None)
-    assert r6["p_value"] == pytest.approx(8.0 ** -12)
+    assert r6["p_value"] == pytest.approx(8.0**-12)
     assert res.verdict.select("rank", "named", "slow_group").rows() == [(6, True, None)]
     assert res.verdict["evidence"][0].startswith("straggler: rank 6 arrived last at 12 of 12")
 
 
-@pytest.mark.parametrize("trial, rows", [
-    ("ST", [(6, False, "pipeline stage 3"), (7, False, "pipeline stage 3")]),
-    ("AR", [(0, True, None)]),
-])
+@pytest.mark.parametrize(
+    "trial, rows",
+    [
+        ("ST", [(6, False, "pipeline stage 3"), (7, False, "pipeline stage 3")]),
+        ("AR", [(0, True, None)]),
+    ],
+)
 def test_production_trace_verdict_tables_agree_with_the_summary(store, trial, rows):
     # ST: the last pipeline stage (ranks 6, 7) is slow: its ranks are part of it, not stragglers,
     # as the summary's "slow stage: pipeline stage 3"; AR: one slow worker (rank 0), still named.
@@ -328,4 +467,6 @@ def test_production_trace_verdict_tables_agree_with_the_summary(store, trial, ro
     res = analyze(store, "stragglers", trial)
     assert res.verdict.select("rank", "named", "slow_group").sort("rank").rows() == rows
     top = findings.summarize(store, trial).findings[0].text
-    assert top.startswith("slow stage: pipeline stage 3 (ranks 6, 7)" if trial == "ST" else "rank 0 is a straggler")
+    assert top.startswith(
+        "slow stage: pipeline stage 3 (ranks 6, 7)" if trial == "ST" else "rank 0 is a straggler"
+    )

@@ -16,8 +16,13 @@ from traceprof.ingest.ingest import ingest
 
 
 def _stats(durs: list[int]) -> dict[str, int]:
-    return {"instances": len(durs), "total_ns": sum(durs), "min_ns": min(durs), "max_ns": max(durs),
-            "med2": int(2 * statistics.median(durs))}
+    return {
+        "instances": len(durs),
+        "total_ns": sum(durs),
+        "min_ns": min(durs),
+        "max_ns": max(durs),
+        "med2": int(2 * statistics.median(durs)),
+    }
 
 
 def test_kernel_sum_on_kineto(store):
@@ -34,7 +39,11 @@ def test_kernel_sum_on_kineto(store):
         want = _stats(durs)
         r = got[name]
         assert (r["instances"], r["total_ns"], r["min_ns"], r["max_ns"]) == (
-            want["instances"], want["total_ns"], want["min_ns"], want["max_ns"]), name
+            want["instances"],
+            want["total_ns"],
+            want["min_ns"],
+            want["max_ns"],
+        ), name
         assert abs(2 * r["med_ns"] - want["med2"]) <= 1  # median of an even count: x.5 rounded
     nccl = analyze(store, "nccl_sum", "k").kernels
     assert set(nccl["name"]) == {n for n in by_name if "nccl" in n.lower()}

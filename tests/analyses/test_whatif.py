@@ -17,12 +17,36 @@ def _rank(a_ms: int) -> list[dict]:
     gloo work from 30 to 31 ms (the last arrival is at 30), then aten::B from 31 to 36 ms."""
     us = 1000
     return [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 40 * us},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 40 * us,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::A", "pid": 1, "tid": 1, "ts": 0, "dur": a_ms * us},
-        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": a_ms * us, "dur": 0,
-         "args": {"Input Dims": [[[256]], []]}},
-        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 30 * us,
-         "dur": 1 * us, "args": {"Input Dims": [[256]], "Input type": ["float"]}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "pid": 1,
+            "tid": 1,
+            "ts": a_ms * us,
+            "dur": 0,
+            "args": {"Input Dims": [[[256]], []]},
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 1,
+            "tid": 2,
+            "ts": 30 * us,
+            "dur": 1 * us,
+            "args": {"Input Dims": [[256]], "Input type": ["float"]},
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::B", "pid": 1, "tid": 1, "ts": 31 * us, "dur": 5 * us},
     ]
 
@@ -46,11 +70,21 @@ def test_replay_by_hand(store, tmp_path):
     for pool, ideal in (("step", "median"), ("all", "median"), ("step", "min")):
         res = analyze(store, "whatif", "run", pool=pool, ideal=ideal, gaps="median")
         (step,) = res.frame.iter_rows(named=True)
-        assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (36_000_000, 36_000_000, 16_000_000)
+        assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (
+            36_000_000,
+            36_000_000,
+            16_000_000,
+        )
         assert res.summary["slowdown"].item() == pytest.approx(2.25)
-        blame = {(b["by"], b["group"]): b["slowdown"] for b in res.blame.iter_rows(named=True) if b["kind"] == "blocking"}
+        blame = {
+            (b["by"], b["group"]): b["slowdown"]
+            for b in res.blame.iter_rows(named=True)
+            if b["kind"] == "blocking"
+        }
         assert blame[("rank", "2")] == pytest.approx(2.25) and blame[("rank", "0")] == pytest.approx(1.0)
-        assert blame[("op", "aten::A")] == pytest.approx(2.25) and blame[("op", "aten::B")] == pytest.approx(1.0)
+        assert blame[("op", "aten::A")] == pytest.approx(2.25) and blame[("op", "aten::B")] == pytest.approx(
+            1.0
+        )
 
 
 # (run, straggling, the rank whose host gaps alone explain most of the host-gap slowdown or None).
@@ -61,8 +95,14 @@ def test_replay_by_hand(store, tmp_path):
 # S above 1.1 from ranks 0 and 2's op times, but neither interval's low end above 1.1, so not
 # straggling by the slowdowns alone (stragglers still names rank 3: tests/engine/test_verdict.py);
 # sleep_rank1 1.335 [1.140, 1.550] / 1.298 (1.397), rank 1.
-SAMPLE_VERDICTS = [("normal", False, None), ("normal_repeat", False, None), ("clean", False, None),
-                   ("straggler_rank2", True, "2"), ("straggler_rank3", False, "3"), ("sleep_rank1", True, "1")]
+SAMPLE_VERDICTS = [
+    ("normal", False, None),
+    ("normal_repeat", False, None),
+    ("clean", False, None),
+    ("straggler_rank2", True, "2"),
+    ("straggler_rank3", False, "3"),
+    ("sleep_rank1", True, "1"),
+]
 
 
 @pytest.mark.parametrize("run, straggling, slow", SAMPLE_VERDICTS)
@@ -117,8 +157,11 @@ def test_rank_never_last_is_not_charged(store, tmp_path):
     res = analyze(store, "whatif", "run")
     ideal = 21 + 1 / 3 + 6
     assert res.summary["slowdown"].item() == pytest.approx(36 / ideal)
-    alone = {b["group"]: b["slowdown"] for b in res.blame.iter_rows(named=True)
-             if b["kind"] == "blocking" and b["by"] == "rank"}
+    alone = {
+        b["group"]: b["slowdown"]
+        for b in res.blame.iter_rows(named=True)
+        if b["kind"] == "blocking" and b["by"] == "rank"
+    }
     assert alone == pytest.approx({"0": 1.0, "1": 1.0, "2": 36 / ideal})
     assert "blocking: largest by rank: 2 " in " ".join(res.notes)
     # stragglers' cost_pct is the same figure: (alone S - 1) x 100
@@ -148,7 +191,10 @@ def test_noise_note_when_s_comes_from_other_ranks(store):
     assert host["group"][0] == "3"  # the slowed rank: its host gaps alone, S 1.069 (97% of the host excess)
     (note,) = [n for n in res.notes if "Alone S by rank" in n]
     assert ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").rows()) in note
-    assert f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0]:.0f}% of the excess" in note
+    assert (
+        f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0]:.0f}% of the excess"
+        in note
+    )
     assert "noise" in note and "traceprof analyze stragglers" in note
 
 
@@ -198,18 +244,52 @@ def _chain(pre: list[tuple[str, int]], arrive_ms: int, post: list[tuple[str, int
     ``arrive_ms`` + 1, then the ``post`` ops back to back."""
     us, t, ev = 1000, 0, []
     for name, ms in pre:
-        ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t * us, "dur": ms * us})
+        ev.append(
+            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t * us, "dur": ms * us}
+        )
         t += ms
-    ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": t * us, "dur": 0,
-               "args": {"Input Dims": [[[256]], []]}})
-    ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-               "ts": arrive_ms * us, "dur": us, "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "pid": 1,
+            "tid": 1,
+            "ts": t * us,
+            "dur": 0,
+            "args": {"Input Dims": [[[256]], []]},
+        }
+    )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 1,
+            "tid": 2,
+            "ts": arrive_ms * us,
+            "dur": us,
+            "args": {"Input Dims": [[256]], "Input type": ["float"]},
+        }
+    )
     t = arrive_ms + 1
     for name, ms in post:
-        ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t * us, "dur": ms * us})
+        ev.append(
+            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t * us, "dur": ms * us}
+        )
         t += ms
-    return [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
-             "dur": t * us}, *ev]
+    return [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": t * us,
+        },
+        *ev,
+    ]
 
 
 def test_median_ideal_by_hand(store, tmp_path):
@@ -222,16 +302,27 @@ def test_median_ideal_by_hand(store, tmp_path):
     #   min(10, 20) = 10, C min(30, 20) = 20; rank 1 B 20, C 10: both end at 21 + 30 = 51 ms,
     #   S = 71 / 51 = 1.39216: each rank keeps its fast op and only its slow one is cut, so the
     #   ideal is faster than any rank could be with median ops, and S higher.
-    write_rank(tmp_path / "run" / "r0.json", _chain([("aten::A", 10)], 30, [("aten::B", 10), ("aten::C", 30)]), 0)
-    write_rank(tmp_path / "run" / "r1.json", _chain([("aten::A", 30)], 30, [("aten::B", 30), ("aten::C", 10)]), 1)
+    write_rank(
+        tmp_path / "run" / "r0.json", _chain([("aten::A", 10)], 30, [("aten::B", 10), ("aten::C", 30)]), 0
+    )
+    write_rank(
+        tmp_path / "run" / "r1.json", _chain([("aten::A", 30)], 30, [("aten::B", 30), ("aten::C", 10)]), 1
+    )
     ingest(store, [tmp_path / "run"])
     for ideal, ideal_ms in (("median", 61), ("min", 51)):
         res = analyze(store, "whatif", "run", ideal=ideal, gaps="median")
         (step,) = res.frame.iter_rows(named=True)
-        assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (71_000_000, 71_000_000, ideal_ms * 10**6)
+        assert (step["actual_ns"], step["replay_ns"], step["ideal_ns"]) == (
+            71_000_000,
+            71_000_000,
+            ideal_ms * 10**6,
+        )
         s = res.summary.row(0, named=True)
         assert s["ideal"] == ideal and s["slowdown"] == pytest.approx(71 / ideal_ms)
-        assert s["model_slowdown"] == pytest.approx(71 / ideal_ms) and (s["clamped_steps"], step["clamped"]) == (0, False)
+        assert s["model_slowdown"] == pytest.approx(71 / ideal_ms) and (
+            s["clamped_steps"],
+            step["clamped"],
+        ) == (0, False)
 
 
 def test_median_ideal_slower_than_the_replay_is_clamped(store, tmp_path):
@@ -243,8 +334,12 @@ def test_median_ideal_slower_than_the_replay_is_clamped(store, tmp_path):
     # = replay = 62, S = 1 exactly, nothing clamped.
     ops = ((30, 30, 1), (30, 1, 30), (1, 30, 30))
     for r, (x, y, z) in enumerate(ops):
-        write_rank(tmp_path / "run" / f"r{r}.json", _chain([("aten::X", x), ("aten::Y", y), ("aten::Z", z)], 61, []), r,
-               world=3)
+        write_rank(
+            tmp_path / "run" / f"r{r}.json",
+            _chain([("aten::X", x), ("aten::Y", y), ("aten::Z", z)], 61, []),
+            r,
+            world=3,
+        )
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "whatif", "run", ideal="median", gaps="median")
     (step,) = res.frame.iter_rows(named=True)
@@ -252,8 +347,10 @@ def test_median_ideal_slower_than_the_replay_is_clamped(store, tmp_path):
     assert (step["slowdown"], step["model_slowdown"], step["clamped"]) == (1.0, 1.0, True)
     s = res.summary.row(0, named=True)
     assert (s["slowdown"], s["model_slowdown"], s["clamped_steps"], s["straggling"]) == (1.0, 1.0, 1, False)
-    assert any("S clamped to 1 (ratio 0.681)" in n and "model S clamped to 1 (replay / ideal = 0.681)" in n
-               for n in res.notes)
+    assert any(
+        "S clamped to 1 (ratio 0.681)" in n and "model S clamped to 1 (replay / ideal = 0.681)" in n
+        for n in res.notes
+    )
     assert res.blame["excess_alone_pct"].is_null().all() and res.blame["slowdown"].min() >= 1.0
     assert "no excess over the ideal: nothing to blame" in res.notes
     res = analyze(store, "whatif", "run", ideal="min", gaps="median")
@@ -288,27 +385,40 @@ def test_ideal_is_never_slower_than_the_recording(store, tmp_path):
     # Blame, each alone: rank 1's values (A 30, transfer 2) bring back all of 70 / 60; rank 0's
     # equal its ideal ones (0%); no host gaps (0%); the all-reduce's transfer alone starts it at
     # 20 as in the ideal (0%).
-    blame = {(b["by"], b["group"]): b["excess_alone_pct"] for b in res.blame.iter_rows(named=True)
-             if b["kind"] == "blocking"}
+    blame = {
+        (b["by"], b["group"]): b["excess_alone_pct"]
+        for b in res.blame.iter_rows(named=True)
+        if b["kind"] == "blocking"
+    }
     assert blame[("rank", "1")] == pytest.approx(100.0) and blame[("rank", "0")] == pytest.approx(0.0)
-    assert blame[("op", "aten::A")] == pytest.approx(100.0) and blame[("op", "all_reduce")] == pytest.approx(0.0)
+    assert blame[("op", "aten::A")] == pytest.approx(100.0) and blame[("op", "all_reduce")] == pytest.approx(
+        0.0
+    )
 
 
 def test_one_rank_is_an_error_as_in_stragglers(store, tmp_path):
     write_rank(tmp_path / "solo" / "r0.json", _rank(10), 0, world=1)
     ingest(store, [tmp_path / "solo"])
     for name in ("whatif", "stragglers"):
-        with pytest.raises(AnalysisError, match=r"no collective matched across two or more ranks \(1 rank traced"):
+        with pytest.raises(
+            AnalysisError, match=r"no collective matched across two or more ranks \(1 rank traced"
+        ):
             analyze(store, name, "solo")
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("pool", "rank", "choose one of all, step"), ("gaps", "mean", "choose one of zero, median"),
-    ("ideal", "max", "choose one of mean, median, min"),
-    ("eps_ns", -1, "must be >= 0"), ("top_ops", -3, "must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("pool", "rank", "choose one of all, step"),
+        ("gaps", "mean", "choose one of zero, median"),
+        ("ideal", "max", "choose one of mean, median, min"),
+        ("eps_ns", -1, "must be >= 0"),
+        ("top_ops", -3, "must be >= 0"),
+    ],
+)
 def test_bad_params(key, value, expected):
     from traceprof.analyses.whatif import Params
+
     with pytest.raises(UsageError, match=f"{key}=.*{expected}"):
         Params(**{key: value})
 
@@ -322,14 +432,49 @@ def _stepped_rank(stalled: bool, stall_step: int = 2, steps: int = 5) -> list[di
         start = t
         for _ in range(4):
             a, last = (16 if stalled and s == stall_step else 10), (16 if s == stall_step else 10)
-            ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::A", "pid": 1, "tid": 1, "ts": t * us, "dur": a * us},
-                   {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": (t + a) * us,
-                    "dur": 0, "args": {"Input Dims": [[[256]], []]}},
-                   {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                    "ts": (t + last) * us, "dur": 1 * us, "args": {"Input Dims": [[256]], "Input type": ["float"]}}]
+            ev += [
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::A",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t * us,
+                    "dur": a * us,
+                },
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "c10d::allreduce_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": (t + a) * us,
+                    "dur": 0,
+                    "args": {"Input Dims": [[[256]], []]},
+                },
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_reduce",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": (t + last) * us,
+                    "dur": 1 * us,
+                    "args": {"Input Dims": [[256]], "Input type": ["float"]},
+                },
+            ]
             t += last + 1
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}", "pid": 1, "tid": 1,
-                   "ts": start * us, "dur": (t - start) * us})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s + 1}",
+                "pid": 1,
+                "tid": 1,
+                "ts": start * us,
+                "dur": (t - start) * us,
+            }
+        )
     return ev
 
 
@@ -350,8 +495,11 @@ def test_episodic_stall_in_one_step_is_named(store, tmp_path):
     assert res.summary["slowdown_lo"].item() == pytest.approx(1.0)
     assert res.summary["clamped_steps"].item() == 4 and not res.summary["straggling"].item()
     # Rank 1 alone (charged at step 3 only): 44 x 4 + 68 = 244 / 5 = 48.8 ms: the whole of S.
-    alone = {b["group"]: b["slowdown"] for b in res.blame.iter_rows(named=True)
-             if b["kind"] == "blocking" and b["by"] == "rank"}
+    alone = {
+        b["group"]: b["slowdown"]
+        for b in res.blame.iter_rows(named=True)
+        if b["kind"] == "blocking" and b["by"] == "rank"
+    }
     assert alone["1"] == pytest.approx(48.8 / 44.24) and alone["0"] == pytest.approx(1.0)
     # Stragglers: ties are left out of the binomial test: last at 4 of the 4 decided instances
     # (chance 1/4 each): p = 0.25^4 = 0.0039 < 0.01 (over all 20 with chance 1/4, p = 0.77);
@@ -361,7 +509,9 @@ def test_episodic_stall_in_one_step_is_named(store, tmp_path):
     st = analyze(store, "stragglers", "run")
     r1 = st.frame.filter(st.frame["rank"] == 1).row(0, named=True)
     assert (r1["last_count"], r1["tie_count"], r1["instances"]) == (4, 16, 20)
-    assert r1["p_value"] == pytest.approx(0.25 ** 4) and r1["cost_pct"] == pytest.approx(100 * (48.8 / 44.24 - 1))
+    assert r1["p_value"] == pytest.approx(0.25**4) and r1["cost_pct"] == pytest.approx(
+        100 * (48.8 / 44.24 - 1)
+    )
     assert st.verdict["rank"].to_list() == [1]
     assert "all in step 3 (of 5 steps): an episodic stall" in st.verdict["evidence"][0]
 
@@ -404,7 +554,10 @@ def test_deps_vectorized_equals_definition(monkeypatch: pytest.MonkeyPatch, look
         for g in np.unique(group):
             idx = np.nonzero(group == g)[0]
             for v in range(1, len(idx)):
-                want |= {(int(idx[u]), int(idx[v])) for u in _replay._deps_of(start[idx], end[idx], slack[idx], eps, v)}
+                want |= {
+                    (int(idx[u]), int(idx[v]))
+                    for u in _replay._deps_of(start[idx], end[idx], slack[idx], eps, v)
+                }
         assert len(got) == len(set(got)) and set(got) == want
 
 
@@ -414,8 +567,17 @@ def _tied_rank(a_ms: int) -> list[dict]:
     on row order."""
     us = 1000
     return _rank(a_ms) + [
-        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 36 * us, "dur": (2 if a_ms > 10 else 1) * us}
-        for name in ("aten::Y", "aten::X")]
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": name,
+            "pid": 1,
+            "tid": 1,
+            "ts": 36 * us,
+            "dur": (2 if a_ms > 10 else 1) * us,
+        }
+        for name in ("aten::Y", "aten::X")
+    ]
 
 
 def test_same_result_whatever_the_row_order(store, monkeypatch, tmp_path):
@@ -449,10 +611,15 @@ def test_same_result_whatever_the_row_order(store, monkeypatch, tmp_path):
     sql = type(store).sql
     ordered = re.compile(r"ORDER BY[^()]*$", re.IGNORECASE)  # a final ORDER BY outside parentheses
     for seed in (1, 2, 3):
+
         def shuffled(self, query, params=None, _seed=seed):
             df = sql(self, query, params)
-            return df if ordered.search(query.strip()) or df.height < 2 else df.sample(
-                fraction=1.0, shuffle=True, seed=_seed)
+            return (
+                df
+                if ordered.search(query.strip()) or df.height < 2
+                else df.sample(fraction=1.0, shuffle=True, seed=_seed)
+            )
+
         monkeypatch.setattr(type(store), "sql", shuffled)
         assert tables() == want
 
@@ -461,6 +628,9 @@ def test_flight_recorder_only_says_no_compute_traced(store):
     """Flight Recorder dumps alone: the message names what is missing (compute, as summary says) and
     what to ingest, not the replay's internals."""
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")], run="fr", jobs=1)
-    with pytest.raises(AnalysisError, match=r"run fr: no compute traced \(its traces: flight_recorder;.*ingest the "
-                       r"run's Kineto traces"):
+    with pytest.raises(
+        AnalysisError,
+        match=r"run fr: no compute traced \(its traces: flight_recorder;.*ingest the "
+        r"run's Kineto traces",
+    ):
         analyze(store, "whatif", "fr")

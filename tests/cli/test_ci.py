@@ -12,9 +12,22 @@ from tests.conftest import REPO
 def _pytest(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TRACEPROF_REQUIRE_CORPUS"}
     env.update({"TRACEPROF_CORPUS": "/nonexistent/corpus", **env_extra})
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/engine/test_verdict.py::test_production_traces"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/engine/test_verdict.py::test_production_traces",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_missing_corpus_skips_locally_and_fails_in_ci():
@@ -37,7 +50,11 @@ def test_ci_fails_on_lint_format_types_imports_and_the_wheel_before_the_tests():
     make = (REPO / "Makefile").read_text()
     lint = make.split("\nlint:")[1].split("\n\n")[0]
     assert [ln.split()[0] for ln in lint.strip().splitlines()[1:]] == [
-        "$(BIN)/ruff", "$(BIN)/ruff", "$(BIN)/mypy", "$(BIN)/lint-imports"]
+        "$(BIN)/ruff",
+        "$(BIN)/ruff",
+        "$(BIN)/mypy",
+        "$(BIN)/lint-imports",
+    ]
     assert "ruff check $(SRC)" in lint and "ruff format --check $(SRC)" in lint
     src = make.split("\nSRC := ")[1].split("\n")[0].split()
     assert set(src) >= {"traceprof", "collectors", "analyses", "tests", "benchmarks", "scripts"}

@@ -14,7 +14,9 @@ from tests.conftest import SAMPLES
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def _one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
@@ -26,8 +28,13 @@ def _one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
 
 
 def _trace(rank: int, world: int) -> dict:
-    return {"baseTimeNanoseconds": 0, "distributedInfo": {"rank": rank, "world_size": world},
-            "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}
+    return {
+        "baseTimeNanoseconds": 0,
+        "distributedInfo": {"rank": rank, "world_size": world},
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+        ],
+    }
 
 
 @pytest.fixture
@@ -38,26 +45,48 @@ def db(tmp_path):
 
 
 def test_output_paths(db, tmp_path):
-    _one_line_error(cli("report", "--db", str(db), "-o", str(tmp_path / "no" / "r.html"), cwd=tmp_path), "does not exist")
+    _one_line_error(
+        cli("report", "--db", str(db), "-o", str(tmp_path / "no" / "r.html"), cwd=tmp_path), "does not exist"
+    )
     _one_line_error(cli("report", "--db", str(db), "-o", str(tmp_path), cwd=tmp_path), "is a directory")
-    _one_line_error(cli("export", "perfetto", "--db", str(db), "-o", str(tmp_path / "no" / "t.json"), cwd=tmp_path),
-                    "does not exist")
+    _one_line_error(
+        cli("export", "perfetto", "--db", str(db), "-o", str(tmp_path / "no" / "t.json"), cwd=tmp_path),
+        "does not exist",
+    )
 
 
 def test_bad_params_and_queries(db, tmp_path):
-    _one_line_error(cli("analyze", "temporal", "--db", str(db), "-p", "hta=maybe", cwd=tmp_path), "hta='maybe'", "true or false")
-    _one_line_error(cli("analyze", "temporal", "--db", str(db), "-p", "nope=1", cwd=tmp_path), "no parameter 'nope'")
+    _one_line_error(
+        cli("analyze", "temporal", "--db", str(db), "-p", "hta=maybe", cwd=tmp_path),
+        "hta='maybe'",
+        "true or false",
+    )
+    _one_line_error(
+        cli("analyze", "temporal", "--db", str(db), "-p", "nope=1", cwd=tmp_path), "no parameter 'nope'"
+    )
     _one_line_error(cli("sql", "", "--db", str(db), cwd=tmp_path), "empty query")
     _one_line_error(cli("sql", "SELEC 1", "--db", str(db), cwd=tmp_path), "SQL error")
     # settings (no statement but a query runs; these would make DuckDB print into the result, a
     # profile tree in the middle of a CSV): refused, pointing to EXPLAIN ANALYZE for a profile
-    for q in ("PRAGMA enable_profiling; SELECT 1 AS x", "SET enable_profiling = 'json'", "pragma ENABLE_PROFILE"):
-        _one_line_error(cli("sql", q, "-f", "csv", "--db", str(db), cwd=tmp_path), "is refused", "use EXPLAIN ANALYZE")
-    _one_line_error(cli("sql", "SET enable_progress_bar = true", "-f", "csv", "--db", str(db), cwd=tmp_path),
-                    "SET statement", "is refused", "queries only")
+    for q in (
+        "PRAGMA enable_profiling; SELECT 1 AS x",
+        "SET enable_profiling = 'json'",
+        "pragma ENABLE_PROFILE",
+    ):
+        _one_line_error(
+            cli("sql", q, "-f", "csv", "--db", str(db), cwd=tmp_path), "is refused", "use EXPLAIN ANALYZE"
+        )
+    _one_line_error(
+        cli("sql", "SET enable_progress_bar = true", "-f", "csv", "--db", str(db), cwd=tmp_path),
+        "SET statement",
+        "is refused",
+        "queries only",
+    )
     r = cli("sql", "EXPLAIN ANALYZE SELECT count(*) FROM events", "-f", "csv", "--db", str(db), cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith("explain_key,explain_value"), r.stderr
-    _one_line_error(cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "-j", "0", cwd=tmp_path), "--jobs")
+    _one_line_error(
+        cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "-j", "0", cwd=tmp_path), "--jobs"
+    )
 
 
 def test_numeric_run_name_refused_and_resolves_by_name_first(db, tmp_path):
@@ -66,13 +95,17 @@ def test_numeric_run_name_refused_and_resolves_by_name_first(db, tmp_path):
     d = tmp_path / "other"
     d.mkdir()
     (d / "rank0.json").write_text(json.dumps(_trace(0, 1)))
-    _one_line_error(cli("ingest", str(d), "--run", "1", "--db", str(db), cwd=tmp_path), "would read as a run id")
+    _one_line_error(
+        cli("ingest", str(d), "--run", "1", "--db", str(db), cwd=tmp_path), "would read as a run id"
+    )
     assert cli("ingest", str(d), "--run", "other", "--db", str(db), cwd=tmp_path).returncode == 0
     import duckdb
 
     with duckdb.connect(str(db)) as con:
         con.execute("UPDATE runs SET name = '1' WHERE run_id = 2")
-    out = cli("sql", "SELECT name FROM runs WHERE run_id = 2", "--db", str(db), "-f", "csv", cwd=tmp_path).stdout
+    out = cli(
+        "sql", "SELECT name FROM runs WHERE run_id = 2", "--db", str(db), "-f", "csv", cwd=tmp_path
+    ).stdout
     assert out.split() == ["name", "1"]
     r = cli("analyze", "temporal", "--run", "1", "--db", str(db), "-f", "json", cwd=tmp_path)
     assert [row["rank"] for row in json.loads(r.stdout)] == [0]  # run "1" has one rank; "normal" has 4
@@ -96,7 +129,11 @@ def test_scanned_non_trace_json_is_skipped_named_one_fails(tmp_path):
     db = tmp_path / "s.duckdb"
     r = cli("ingest", str(d), "--db", str(db), cwd=tmp_path)
     assert r.returncode == 0 and "skipped" in r.stderr and "config.json" in r.stderr
-    _one_line_error(cli("ingest", str(d / "config.json"), "--db", str(db), cwd=tmp_path), "config.json", "not a Kineto trace")
+    _one_line_error(
+        cli("ingest", str(d / "config.json"), "--db", str(db), cwd=tmp_path),
+        "config.json",
+        "not a Kineto trace",
+    )
 
 
 def test_sqlite_file_as_store(tmp_path):
@@ -125,7 +162,9 @@ def test_files_stored_in_another_run_are_not_split_off(tmp_path):
     db = tmp_path / "s.duckdb"
     assert cli("ingest", str(d), "--run", "a", "--db", str(db), cwd=tmp_path).returncode == 0
     (d / "rank2.json").write_text(json.dumps(_trace(2, 3)))
-    _one_line_error(cli("ingest", str(d), "--run", "b", "--db", str(db), cwd=tmp_path), "already stored in run 'a'")
+    _one_line_error(
+        cli("ingest", str(d), "--run", "b", "--db", str(db), cwd=tmp_path), "already stored in run 'a'"
+    )
     # Into the same run it is an incremental ingest: rank 2 is added, ranks 0-1 skipped.
     r = cli("ingest", str(d), "--run", "a", "--db", str(db), cwd=tmp_path)
     assert r.returncode == 0 and "1 file(s) ingested, 2 already stored" in r.stderr
@@ -147,11 +186,15 @@ main()
 
 
 @pytest.mark.parametrize(("module", "package"), [("bokeh", "bokeh"), ("typer", "typer")])
-def test_missing_library_is_one_line_naming_what_to_install(tmp_path: Path, module: str, package: str) -> None:
+def test_missing_library_is_one_line_naming_what_to_install(
+    tmp_path: Path, module: str, package: str
+) -> None:
     db = tmp_path / "s.duckdb"
     assert cli("ingest", str(SAMPLES / "normal"), "--db", str(db), cwd=tmp_path).returncode == 0
     cmd = ["report", "--db", str(db), "-o", str(tmp_path / "r.html")]
-    r = subprocess.run([sys.executable, "-c", _WITHOUT, module, *cmd], cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, module, *cmd], cwd=tmp_path, capture_output=True, text=True
+    )
     _one_line_error(r, f"module {module!r}", f"pip install '{package}'")
     assert not (tmp_path / "r.html").exists()
 
@@ -160,18 +203,32 @@ def test_a_library_that_does_not_load_is_one_line_too(tmp_path: Path) -> None:
     # a broken install: the module is there, but importing it raises a plain ImportError
     db = tmp_path / "s.duckdb"
     assert cli("ingest", str(SAMPLES / "normal"), "--db", str(db), cwd=tmp_path).returncode == 0
-    broken = _WITHOUT.replace('raise ModuleNotFoundError(f"No module named {name!r}", name=name)',
-                              'raise ImportError("cannot import name \'file_html\'", name=name)')
+    broken = _WITHOUT.replace(
+        'raise ModuleNotFoundError(f"No module named {name!r}", name=name)',
+        "raise ImportError(\"cannot import name 'file_html'\", name=name)",
+    )
     assert broken != _WITHOUT
-    r = subprocess.run([sys.executable, "-c", broken, "bokeh", "report", "--db", str(db), "-o", str(tmp_path / "r.html")],
-                       cwd=tmp_path, capture_output=True, text=True)
-    _one_line_error(r, "cannot load the Python module 'bokeh", "cannot import name 'file_html'",
-                    "pip install --force-reinstall 'bokeh'")
+    r = subprocess.run(
+        [sys.executable, "-c", broken, "bokeh", "report", "--db", str(db), "-o", str(tmp_path / "r.html")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    _one_line_error(
+        r,
+        "cannot load the Python module 'bokeh",
+        "cannot import name 'file_html'",
+        "pip install --force-reinstall 'bokeh'",
+    )
 
 
 def test_missing_library_at_ingest_stores_nothing(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"  # the NDTimeline collector reads its YAML config with pyyaml
-    r = subprocess.run([sys.executable, "-c", _WITHOUT, "yaml", "ingest", str(SAMPLES / "normal"), "--db", str(db)],
-                       cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, "yaml", "ingest", str(SAMPLES / "normal"), "--db", str(db)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     _one_line_error(r, "module 'yaml'", "pip install 'pyyaml'")
     assert not db.exists()

@@ -66,13 +66,17 @@ def test_version_is_declared_once_and_printed():
     pyproject = (REPO / "pyproject.toml").read_text()
     project = pyproject.split("\n[project]\n")[1].split("\n[")[0]
     dynamic = pyproject.split("\n[tool.setuptools.dynamic]\n")[1].split("\n[")[0]
-    assert re.search(r'^dynamic = \["version"\]', project, re.M) and not re.search(r"^version =", project, re.M)
+    assert re.search(r'^dynamic = \["version"\]', project, re.M) and not re.search(
+        r"^version =", project, re.M
+    )
     assert re.search(r'^version = \{attr = "traceprof.__version__"\}', dynamic, re.M)
     assert re.fullmatch(r"\d+\.\d+\.\d+", traceprof.__version__)
     r = subprocess.run([sys.executable, "-m", "traceprof.cli", "--version"], capture_output=True, text=True)
     assert (r.returncode, r.stdout, r.stderr) == (0, f"traceprof {traceprof.__version__}\n", "")
     # --version is eager: it answers before a command's own arguments are parsed.
-    r = subprocess.run([sys.executable, "-m", "traceprof.cli", "--version", "diff"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", "--version", "diff"], capture_output=True, text=True
+    )
     assert r.returncode == 0 and r.stdout == f"traceprof {traceprof.__version__}\n"
 
 

@@ -39,7 +39,20 @@ def test_collect_two_ranks_then_ingest(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out, db = tmp_path / "run1", tmp_path / "s.duckdb"
-    cmd = [sys.executable, "-m", "traceprof.cli", "collect", "-o", str(out), "-n", "2", "--db", str(db), "--", str(script)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "traceprof.cli",
+        "collect",
+        "-o",
+        str(out),
+        "-n",
+        "2",
+        "--db",
+        str(db),
+        "--",
+        str(script),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0 and TORCH_TEARDOWN_CRASH in r.stderr:
         # torch 2.13's CPU profiler sometimes aborts a rank as it stops (std::terminate in a profiler
@@ -49,12 +62,26 @@ def test_collect_two_ranks_then_ingest(tmp_path):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [
-        "rank0.meta.json", "rank0.trace.json.gz", "rank1.meta.json", "rank1.trace.json.gz"]
+        "rank0.meta.json",
+        "rank0.trace.json.gz",
+        "rank1.meta.json",
+        "rank1.trace.json.gz",
+    ]
     assert json.loads((out / "rank1.meta.json").read_text())["world_size"] == 2
     q = subprocess.run(
-        [sys.executable, "-m", "traceprof.cli", "sql", "--db", str(db), "-f", "json",
-         "SELECT name, world_size, (SELECT count(*) FROM collectives) AS colls FROM runs"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "traceprof.cli",
+            "sql",
+            "--db",
+            str(db),
+            "-f",
+            "json",
+            "SELECT name, world_size, (SELECT count(*) FROM collectives) AS colls FROM runs",
+        ],
+        capture_output=True,
+        text=True,
     )
     (row,) = json.loads(q.stdout)
     # 2 active steps x 1 all_reduce x 2 ranks
@@ -62,6 +89,7 @@ def test_collect_two_ranks_then_ingest(tmp_path):
     # A second collect into the same folder is refused before anything runs.
     again = subprocess.run(
         [sys.executable, "-m", "traceprof.cli", "collect", "-o", str(out), "--", str(script)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert again.returncode == 1 and "already holds traces" in again.stderr

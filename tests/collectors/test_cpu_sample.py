@@ -24,16 +24,29 @@ def _micro_gloo_trace(path):
     window = [0, 95] = 95 us; busy = [0,80] ∪ [85,95] = 90 us -> idle 5 us; non-compute = 20 us
     """
     X = lambda name, tid, ts, dur, cat="cpu_op": {  # noqa: E731
-        "ph": "X", "cat": cat, "name": name, "pid": 9, "tid": tid, "ts": ts, "dur": dur}
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 9,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+    }
     ev = [
         X("ProfilerStep#1", 1, 0, 100, "user_annotation"),
-        X("aten::mm", 1, 0, 40), X("aten::mm", 1, 50, 30), X("aten::add", 1, 55, 5),
+        X("aten::mm", 1, 0, 40),
+        X("aten::mm", 1, 50, 30),
+        X("aten::add", 1, 55, 5),
         X("c10d::allreduce_", 1, 81, 1),
-        X("gloo:all_reduce", 2, 30, 30, "user_annotation"), X("gloo:all_reduce", 2, 85, 10, "user_annotation"),
+        X("gloo:all_reduce", 2, 30, 30, "user_annotation"),
+        X("gloo:all_reduce", 2, 85, 10, "user_annotation"),
     ]
     path.mkdir()
-    doc = {"baseTimeNanoseconds": 0, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "gloo"},
-           "traceEvents": ev}
+    doc = {
+        "baseTimeNanoseconds": 0,
+        "distributedInfo": {"rank": 0, "world_size": 1, "backend": "gloo"},
+        "traceEvents": ev,
+    }
     (path / "rank0.json").write_text(json.dumps(doc))
     return path
 
@@ -42,10 +55,19 @@ def test_micro_gloo_trace_by_hand(store, tmp_path):
     ingest(store, [_micro_gloo_trace(tmp_path / "gloo")])
     ov = analyze(store, "overlap").frame.row(0, named=True)
     assert (ov["comm_ns"], ov["compute_ns"], ov["overlap_ns"], ov["exposed_comm_ns"]) == (
-        40 * US, 70 * US, 20 * US, 20 * US)
+        40 * US,
+        70 * US,
+        20 * US,
+        20 * US,
+    )
     assert ov["overlap_pct"] == pytest.approx(50.0)
     t = analyze(store, "temporal").frame.row(0, named=True)
-    assert (t["window_ns"], t["idle_ns"], t["compute_ns"], t["non_compute_ns"]) == (95 * US, 5 * US, 70 * US, 20 * US)
+    assert (t["window_ns"], t["idle_ns"], t["compute_ns"], t["non_compute_ns"]) == (
+        95 * US,
+        5 * US,
+        70 * US,
+        20 * US,
+    )
 
 
 def _merge(iv):
@@ -68,8 +90,13 @@ def _independent_overlap(path):
     main = {e["tid"] for e in ev if e["name"].startswith("ProfilerStep#")}
     ns = lambda v: int(Decimal(v) * 1000)  # noqa: E731  (Kineto writes <= 3 decimals)
     comm = _merge([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in ev if e["name"].startswith("gloo:")])
-    comp = _merge([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in ev
-                   if e.get("cat") == "cpu_op" and e["tid"] in main and not e["name"].startswith("c10d::")])
+    comp = _merge(
+        [
+            (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+            for e in ev
+            if e.get("cat") == "cpu_op" and e["tid"] in main and not e["name"].startswith("c10d::")
+        ]
+    )
     total = lambda m: sum(b - a for a, b in m)  # noqa: E731
     both = total(_merge(comm + comp))
     return total(comm), total(comp), total(comm) + total(comp) - both

@@ -44,7 +44,9 @@ def _check(data: bytes, batch_bytes: int) -> None:
         args = plain[i].get("args", {})
         ids = args if isinstance(args, dict) else {}
         assert (d.ph[i], d.cat[i], d.name[i]) == (e.get("ph", ""), e.get("cat", ""), e.get("name", "")), i
-        assert (d.pid[i], d.tid[i]) == tuple("" if e.get(k) is None else str(e.get(k)) for k in ("pid", "tid")), i
+        assert (d.pid[i], d.tid[i]) == tuple(
+            "" if e.get(k) is None else str(e.get(k)) for k in ("pid", "tid")
+        ), i
         for col, ok, key in ((d.ts_ns, d.ts_ok, "ts"), (d.dur_ns, d.dur_ok, "dur")):
             assert bool(ok[i]) == (key in e), (i, key)
             if key in e:
@@ -91,8 +93,11 @@ def test_a_trace_without_events_is_stored_empty(tmp_path: Path) -> None:
     from traceprof.collectors.kineto import parse  # the package's parse(): the parser module's function
 
     path = tmp_path / "rank1.json"
-    path.write_text(json.dumps({"distributedInfo": {"rank": 1, "world_size": 2}, "baseTimeNanoseconds": 5,
-                                "traceEvents": []}))
+    path.write_text(
+        json.dumps(
+            {"distributedInfo": {"rank": 1, "world_size": 2}, "baseTimeNanoseconds": 5, "traceEvents": []}
+        )
+    )
     pt = parse(path)
     assert (pt.rank, pt.events_read, pt.events.num_rows, pt.collectives.num_rows) == (1, 0, 0, 0)
 
@@ -103,12 +108,15 @@ def test_events_first_or_alone() -> None:
     _check(b'{"a": 1, "traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts": 2, "dur": 2}]}', 1)
 
 
-@pytest.mark.parametrize("doc", [
-    b'[{"ph": "X"}]',  # not an object
-    b'{"traceEvents": [{"ph": "X", "ts": 1}',  # truncated
-    b'{"traceEvents": [{"ph": "X", "name": 5}]}',  # a name that is not a string
-    b'{"other": 1}',  # no events
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'[{"ph": "X"}]',  # not an object
+        b'{"traceEvents": [{"ph": "X", "ts": 1}',  # truncated
+        b'{"traceEvents": [{"ph": "X", "name": 5}]}',  # a name that is not a string
+        b'{"other": 1}',  # no events
+    ],
+)
 def test_general_path_needed(doc: bytes) -> None:
     assert decode(doc, 1) is None
 
@@ -135,8 +143,19 @@ def test_pieces_decode_as_the_whole(piece: int) -> None:
     whole = decode(EDGE, 64)
     parts = decode((EDGE[i : i + piece] for i in range(0, len(EDGE), piece)), 64)
     assert parts is not None and whole is not None
-    assert (parts.name.tolist(), parts.pid.tolist(), parts.args.to_pylist(), parts.correlation.tolist(), parts.top) == (
-        whole.name.tolist(), whole.pid.tolist(), whole.args.to_pylist(), whole.correlation.tolist(), whole.top)
+    assert (
+        parts.name.tolist(),
+        parts.pid.tolist(),
+        parts.args.to_pylist(),
+        parts.correlation.tolist(),
+        parts.top,
+    ) == (
+        whole.name.tolist(),
+        whole.pid.tolist(),
+        whole.args.to_pylist(),
+        whole.correlation.tolist(),
+        whole.top,
+    )
     assert (parts.ts_ns == whole.ts_ns).all() and (parts.dur_ok == whole.dur_ok).all()
 
 
@@ -177,8 +196,19 @@ _PARSE = importlib.import_module("traceprof.collectors.kineto.parse")
 @pytest.mark.parametrize("fast", [True, False])
 def test_an_id_with_a_fraction_is_no_id(fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # "correlation": 1.5 was truncated to 1, pairing the kernel with another kernel's launch
-    kernels = [{"ph": "X", "cat": "kernel", "name": f"k{c}", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 1,
-                "args": {"correlation": c, "device": 0}} for i, c in enumerate([1, 1.5, 3.0, 2.5e0])]
+    kernels = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{c}",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10 + i,
+            "dur": 1,
+            "args": {"correlation": c, "device": 0},
+        }
+        for i, c in enumerate([1, 1.5, 3.0, 2.5e0])
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": kernels}))
     if not fast:
@@ -201,12 +231,18 @@ def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:
 def _plain(t: pa.Table) -> pa.Table:
     """``t`` with its dictionary columns as plain strings (the two paths may order a dictionary
     differently: the same values)."""
-    return pa.table({f.name: t.column(f.name).cast(pa.string()) if pa.types.is_dictionary(f.type) else
-                     t.column(f.name) for f in t.schema})
+    return pa.table(
+        {
+            f.name: t.column(f.name).cast(pa.string()) if pa.types.is_dictionary(f.type) else t.column(f.name)
+            for f in t.schema
+        }
+    )
 
 
 @pytest.mark.parametrize("path", _traces()[:12] + [None], ids=lambda p: "edge" if p is None else p.name)
-def test_parse_fast_path_equals_general(path: Path | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parse_fast_path_equals_general(
+    path: Path | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # parse() builds the same tables and counts through decode.rows() as through its per-event loop
     # (and falls back to the loop, e.g. for the float pid of the edge document).
     if path is None:
@@ -215,37 +251,67 @@ def test_parse_fast_path_equals_general(path: Path | None, tmp_path: Path, monke
     a, b = _parsed(path, False, monkeypatch), _parsed(path, True, monkeypatch)
     for t in ("events", "devices", "steps", "collectives"):
         assert _plain(getattr(a, t)).equals(_plain(getattr(b, t))), t
-    keys = ("rank", "world_size", "trace", "events_read", "rejected", "skipped", "flagged", "warnings", "format")
+    keys = (
+        "rank",
+        "world_size",
+        "trace",
+        "events_read",
+        "rejected",
+        "skipped",
+        "flagged",
+        "warnings",
+        "format",
+    )
     assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys]
 
 
-_GOOD = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 1.5,
-          "args": {"correlation": i}} for i in range(6)] + [{"ph": "i", "cat": "cpu_instant_event", "name": "mark",
-                                                              "pid": 1, "tid": 1, "ts": 3}]
+_GOOD = [
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": f"k{i}",
+        "pid": 0,
+        "tid": 7,
+        "ts": 10 + i,
+        "dur": 1.5,
+        "args": {"correlation": i},
+    }
+    for i in range(6)
+] + [{"ph": "i", "cat": "cpu_instant_event", "name": "mark", "pid": 1, "tid": 1, "ts": 3}]
 _BAD_TIMES = {  # events with a malformed time among good ones: (the events, which ones go through the column path)
     "bad ts": [{"ph": "X", "cat": "kernel", "name": "bad", "pid": 0, "tid": 7, "ts": "abc", "dur": 1}],
     "missing ts": [{"ph": "X", "cat": "kernel", "name": "nots", "pid": 0, "tid": 7, "dur": 1}],
     "missing dur": [{"ph": "X", "cat": "cpu_op", "name": "nodur", "pid": 1, "tid": 1, "ts": 4}],
-    "bad dur on an instant": [{"ph": "i", "cat": "cpu_instant_event", "name": "i", "pid": 1, "tid": 1, "ts": 5,
-                               "dur": "x"}],
-    "bad ts and dur": [{"ph": "X", "cat": "kernel", "name": "both", "pid": 0, "tid": 7, "ts": "t", "dur": "d"}],
+    "bad dur on an instant": [
+        {"ph": "i", "cat": "cpu_instant_event", "name": "i", "pid": 1, "tid": 1, "ts": 5, "dur": "x"}
+    ],
+    "bad ts and dur": [
+        {"ph": "X", "cat": "kernel", "name": "both", "pid": 0, "tid": 7, "ts": "t", "dur": "d"}
+    ],
     "missing ts, bad dur": [{"ph": "X", "cat": "kernel", "name": "m", "pid": 0, "tid": 7, "dur": "d"}],
-    "several": [{"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": "1x", "dur": 1},
-                {"ph": "X", "cat": "cpu_op", "name": "b" * 90, "pid": 1, "tid": 1, "ts": 2}],
-    "metadata with a bad ts (not stored)": [{"ph": "M", "name": "process_name", "pid": 0, "ts": "z",
-                                             "args": {"name": "gpu"}}],
+    "several": [
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": "1x", "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "b" * 90, "pid": 1, "tid": 1, "ts": 2},
+    ],
+    "metadata with a bad ts (not stored)": [
+        {"ph": "M", "name": "process_name", "pid": 0, "ts": "z", "args": {"name": "gpu"}}
+    ],
     "negative dur": [{"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 1, "dur": -2.50}],
-    "bad ts, negative dur": [{"ph": "X", "cat": "kernel", "name": "n", "pid": 0, "tid": 7, "ts": "q", "dur": -1}],
+    "bad ts, negative dur": [
+        {"ph": "X", "cat": "kernel", "name": "n", "pid": 0, "tid": 7, "ts": "q", "dur": -1}
+    ],
     "missing ts, negative dur": [{"ph": "X", "cat": "kernel", "name": "n", "pid": 0, "tid": 7, "dur": -1}],
-    "ts beyond int64 ns (general loop)": [{"ph": "X", "cat": "kernel", "name": "far", "pid": 0, "tid": 7,
-                                           "ts": 1e30, "dur": 1}],
+    "ts beyond int64 ns (general loop)": [
+        {"ph": "X", "cat": "kernel", "name": "far", "pid": 0, "tid": 7, "ts": 1e30, "dur": 1}
+    ],
 }
 
 
 @pytest.mark.parametrize("case", list(_BAD_TIMES))
 @pytest.mark.parametrize("mode", ["skip", "raise"])
 def test_malformed_times_take_the_column_path_with_the_general_loops_result(
-        case: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # One bad time used to send the whole file through the general loop (it holds the document:
     # 3.9 GB for one bad event in a 565 MB file). The column path rejects or names it the same way.
     from traceprof.core.errors import TraceFormatError
@@ -286,26 +352,34 @@ def test_malformed_times_take_the_column_path_with_the_general_loops_result(
     assert bool(loop_calls) == ("general loop" in case)  # the whole-document decode only where needed
 
 
-@pytest.mark.parametrize(("text", "ns"), [
-    (b"1e30", 10**33),  # exact (worked out: 1e30 us = 1e33 ns); the caller reports it beyond int64
-    (b"1.5e3", 1_500_000),
-    (b"-1e2", -100_000),
-    (b"12.3456", 12_346),  # half-to-even at the 4th decimal: 12345.6 ns -> 12346
-    (b"0.0005", 0),  # 0.5 ns -> 0 (half to even)
-    (b"1e-100", 0),  # tiny: rounds to 0 ns (not "out of range")
-    (b"-1e-1000000000", 0),
-    (b"123456789012345678901234567890", 123456789012345678901234567890 * 1000),
-])
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        (b"1e30", 10**33),  # exact (worked out: 1e30 us = 1e33 ns); the caller reports it beyond int64
+        (b"1.5e3", 1_500_000),
+        (b"-1e2", -100_000),
+        (b"12.3456", 12_346),  # half-to-even at the 4th decimal: 12345.6 ns -> 12346
+        (b"0.0005", 0),  # 0.5 ns -> 0 (half to even)
+        (b"1e-100", 0),  # tiny: rounds to 0 ns (not "out of range")
+        (b"-1e-1000000000", 0),
+        (b"123456789012345678901234567890", 123456789012345678901234567890 * 1000),
+    ],
+)
 def test_us_text_to_ns_is_exact_for_large_exponents(text: bytes, ns: int) -> None:
     from traceprof.core.timeconv import us_text_to_ns
 
     assert us_text_to_ns(text) == ns
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (b"abc", "not a number: 'abc'"), (b'"12"', "not a number: '\"12\"'"), (b"NaN", "not a number: 'NaN'"),
-    (b"1e400000000", "1e400000000 us is out of range"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"abc", "not a number: 'abc'"),
+        (b'"12"', "not a number: '\"12\"'"),
+        (b"NaN", "not a number: 'NaN'"),
+        (b"1e400000000", "1e400000000 us is out of range"),
+    ],
+)
 def test_us_text_to_ns_names_the_value_plainly(text: bytes, message: str) -> None:
     from traceprof.core.timeconv import us_text_to_ns
 

@@ -29,7 +29,12 @@ def test_parse_corpus_dump_field_by_field():
         assert r["start_ns"] is None and r["end_ns"] is None  # gloo records 0: unknown
         assert r["op"] == e["profiling_name"].split(":")[1]  # gloo:all_reduce -> all_reduce, ...
     # First entry: all_gather of 1 Long (8 bytes) into [4, 1].
-    assert (rows[0]["nelems_in"], rows[0]["bytes_in"], rows[0]["nelems_out"], rows[0]["group_size"]) == (1, 8, 4, 4)
+    assert (rows[0]["nelems_in"], rows[0]["bytes_in"], rows[0]["nelems_out"], rows[0]["group_size"]) == (
+        1,
+        8,
+        4,
+        4,
+    )
 
 
 class _Evil:
@@ -51,10 +56,25 @@ def test_pickle_dump_is_refused_and_never_unpickled(tmp_path):
 
 
 def test_missing_creation_time(tmp_path):
-    doc = {"version": "2.10", "pg_config": {}, "entries": [
-        {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-         "time_created_ns": 10, "time_discovered_started_ns": 20, "time_discovered_completed_ns": 50},
-        {"collective_seq_id": 2, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce"}]}
+    doc = {
+        "version": "2.10",
+        "pg_config": {},
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+                "time_discovered_started_ns": 20,
+                "time_discovered_completed_ns": 50,
+            },
+            {
+                "collective_seq_id": 2,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+            },
+        ],
+    }
     path = tmp_path / "rank3.fr.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): missing 'time_created_ns'"):
@@ -69,8 +89,15 @@ def test_missing_creation_time(tmp_path):
 def test_dtypes_that_are_not_a_list_leave_the_dtype_unknown(tmp_path, dtypes):
     # input_dtypes 5 was a traceback ('int' object is not subscriptable); a string would have
     # been read as its first letter ("F"). Only a list names the dtype; the sizes stay.
-    entry = {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-             "time_created_ns": 10, "input_sizes": [[4, 8]], "input_dtypes": dtypes, "output_dtypes": dtypes}
+    entry = {
+        "collective_seq_id": 1,
+        "process_group": ["0", "default_pg"],
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 10,
+        "input_sizes": [[4, 8]],
+        "input_dtypes": dtypes,
+        "output_dtypes": dtypes,
+    }
     path = tmp_path / "rank0.fr.json"
     path.write_text(json.dumps({"version": "2.4", "rank": 0, "entries": [entry]}))
     (row,) = parse(path).collectives.to_pylist()
@@ -81,36 +108,67 @@ def test_state_wins_over_duration(tmp_path):
     """Seq 1 "started" with a duration (torch fills duration_ms from CUDA events that may be
     recorded while the kernel still runs): not completed, end NULL. Seq 2 "completed" with only
     duration_ms = 0.03: end = started 20 + 30_000 ns."""
+
     def entry(seq, state):
-        return {"collective_seq_id": seq, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-                "time_created_ns": 10, "time_discovered_started_ns": 20, "time_discovered_completed_ns": 0,
-                "duration_ms": 0.03, "state": state}
+        return {
+            "collective_seq_id": seq,
+            "process_group": ["0", "default_pg"],
+            "profiling_name": "nccl:all_reduce",
+            "time_created_ns": 10,
+            "time_discovered_started_ns": 20,
+            "time_discovered_completed_ns": 0,
+            "duration_ms": 0.03,
+            "state": state,
+        }
+
     path = tmp_path / "rank0.fr.json"
-    path.write_text(json.dumps({"version": "2.4", "rank": 0, "entries": [entry(1, "started"), entry(2, "completed")]}))
+    path.write_text(
+        json.dumps({"version": "2.4", "rank": 0, "entries": [entry(1, "started"), entry(2, "completed")]})
+    )
     rows = parse(path).collectives.to_pylist()
     assert [(r["seq"], r["start_ns"], r["end_ns"]) for r in rows] == [(1, 20, None), (2, 20, 30_020)]
 
 
 def test_non_integer_creation_time_and_empty_dump(tmp_path):
     # Present but not an integer: said so, not "missing".
-    doc = {"version": "2.10", "pg_config": {}, "entries": [
-        {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-         "time_created_ns": 10},
-        {"collective_seq_id": 2, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-         "time_created_ns": "abc"}]}
+    doc = {
+        "version": "2.10",
+        "pg_config": {},
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+            },
+            {
+                "collective_seq_id": 2,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": "abc",
+            },
+        ],
+    }
     path = tmp_path / "rank0.fr.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): 'time_created_ns' is not an "
-                       r"integer \('abc'\)"):
+    with pytest.raises(
+        TraceFormatError,
+        match=r"entry #1 \('nccl:all_reduce'\): 'time_created_ns' is not an "
+        r"integer \('abc'\)",
+    ):
         parse(path)
-    assert parse(path, ParseOptions(on_bad_event="skip")).rejected == {"'time_created_ns' is not an integer": 1}
+    assert parse(path, ParseOptions(on_bad_event="skip")).rejected == {
+        "'time_created_ns' is not an integer": 1
+    }
     # An empty ring buffer: a trace with 0 collectives and a warning (for hang triage the rank that
     # recorded nothing is the culprit: desync says so); every entry skipped is still an error.
     path.write_text(json.dumps({**doc, "entries": []}))
     empty = parse(path)
     assert (empty.rank, empty.collectives.num_rows, empty.events.num_rows) == (0, 0, 0)
-    assert empty.warnings == ["rank0.fr.json: rank 0 recorded no collective (empty 'entries': dumped before any "
-                              "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives"]
+    assert empty.warnings == [
+        "rank0.fr.json: rank 0 recorded no collective (empty 'entries': dumped before any "
+        "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives"
+    ]
     path.write_text(json.dumps({**doc, "entries": doc["entries"][1:]}))
     with pytest.raises(TraceFormatError, match="no valid entries"):
         parse(path, ParseOptions(on_bad_event="skip"))
@@ -118,7 +176,9 @@ def test_non_integer_creation_time_and_empty_dump(tmp_path):
 
 def test_corpus_dumps_ingest_and_match_by_seq(store):
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
-    got = store.sql("SELECT match_method, count(*), min(n_ranks) FROM collective_instances GROUP BY ALL").rows()
+    got = store.sql(
+        "SELECT match_method, count(*), min(n_ranks) FROM collective_instances GROUP BY ALL"
+    ).rows()
     assert got == [("pg_seq", 17, 4)]
     # Independent check: instance k's first and last arrival are the min / max time_created_ns of
     # the four dumps' entries with collective_seq_id k.
@@ -126,7 +186,9 @@ def test_corpus_dumps_ingest_and_match_by_seq(store):
     for f in sorted(corpus("flight_recorder/gloo_cpu_4rank").glob("fr_rank*.json")):
         for e in json.loads(f.read_text())["entries"]:
             created.setdefault(e["collective_seq_id"], []).append(e["time_created_ns"])
-    rows = store.sql("SELECT seq, first_arrival_ns, last_arrival_ns FROM collective_instances ORDER BY seq").rows()
+    rows = store.sql(
+        "SELECT seq, first_arrival_ns, last_arrival_ns FROM collective_instances ORDER BY seq"
+    ).rows()
     assert rows == [(k, min(v), max(v)) for k, v in sorted(created.items())]
     # No end times on gloo: clocks cannot be aligned, and the run says so.
     assert store.sql("SELECT clock_aligned FROM runs").item() is False
@@ -142,7 +204,10 @@ def test_sample_dumps_beside_kineto_traces(store, tmp_path):
     sources = store.sql("SELECT source, count(*) FROM traces GROUP BY ALL ORDER BY source").rows()
     assert sources == [("flight_recorder", 4), ("kineto", 4)]
     # Kineto rows have end times, so they are the analysed source; FR rows match on (pg, seq).
-    assert store.sql("SELECT DISTINCT match_method FROM collective_instances WHERE source = 'fr'").item() == "pg_seq"
+    assert (
+        store.sql("SELECT DISTINCT match_method FROM collective_instances WHERE source = 'fr'").item()
+        == "pg_seq"
+    )
     res = analyze(store, "stragglers", source="fr")
     assert res.verdict["rank"].to_list() == [2]
     # A lone dump is rank <R> by its file name.
@@ -151,14 +216,25 @@ def test_sample_dumps_beside_kineto_traces(store, tmp_path):
 
 
 def test_rank_field_conflicting_with_the_file_name_warns(tmp_path):
-    doc = {"version": "2.4", "rank": 5, "entries": [
-        {"collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-         "time_created_ns": 10}]}
+    doc = {
+        "version": "2.4",
+        "rank": 5,
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+            }
+        ],
+    }
     path = tmp_path / "fr_rank2.json"
     path.write_text(json.dumps(doc))
     pt = parse(path)
     assert pt.rank == 5
-    assert pt.warnings == ["fr_rank2.json: the dump's 'rank' 5 differs from rank 2 in the file name; stored as "
-                           "rank 5 (the dump's own field)"]
+    assert pt.warnings == [
+        "fr_rank2.json: the dump's 'rank' 5 differs from rank 2 in the file name; stored as "
+        "rank 5 (the dump's own field)"
+    ]
     path.write_text(json.dumps({**doc, "rank": 2}))
     assert (parse(path).rank, parse(path).warnings) == (2, [])

@@ -32,8 +32,12 @@ def _as_torch_pickle(doc: dict) -> bytes:
     """The dump as torch pickles it: process_group and sizes as tuples (JSON has lists)."""
     d = dict(doc)
     d["entries"] = [
-        {**e, "process_group": tuple(e["process_group"]),
-         "input_sizes": [tuple(s) for s in e["input_sizes"]], "frames": [{"name": "train", "line": 1}]}
+        {
+            **e,
+            "process_group": tuple(e["process_group"]),
+            "input_sizes": [tuple(s) for s in e["input_sizes"]],
+            "frames": [{"name": "train", "line": 1}],
+        }
         for e in doc["entries"]
     ]
     return pickle.dumps(d, protocol=2)
@@ -41,10 +45,12 @@ def _as_torch_pickle(doc: dict) -> bytes:
 
 def test_malicious_pickle_runs_nothing(tmp_path):
     marker = tmp_path / "created_by_unpickling"
-    for i, payload in enumerate([
-        {"entries": [_Evil(marker)]},           # nested in the dump
-        _Evil(marker),                            # the whole file
-    ]):
+    for i, payload in enumerate(
+        [
+            {"entries": [_Evil(marker)]},  # nested in the dump
+            _Evil(marker),  # the whole file
+        ]
+    ):
         bad = tmp_path / f"nccl_trace_rank_node7_{i}"
         bad.write_bytes(pickle.dumps(payload, protocol=4))
         with pytest.raises(TraceFormatError, match="refers to pathlib.*refused"):
@@ -62,11 +68,14 @@ def test_non_plain_types_refused(tmp_path):
         parse(bad)
 
 
-@pytest.mark.parametrize("name,rank", [
-    ("nccl_trace_rank_3", 3),
-    ("nccl_trace_rank_node-a01_2", 2),
-    ("fr_trace_rank_gpu12.cluster_1", 1),
-])
+@pytest.mark.parametrize(
+    "name,rank",
+    [
+        ("nccl_trace_rank_3", 3),
+        ("nccl_trace_rank_node-a01_2", 2),
+        ("fr_trace_rank_gpu12.cluster_1", 1),
+    ],
+)
 def test_real_dump_names_and_rank(tmp_path, name, rank):
     doc = json.loads(corpus(f"{FR}/fr_rank0.json").read_text())
     path = tmp_path / name
@@ -83,11 +92,18 @@ def _tables(db: Path) -> dict[str, list[tuple]]:
     with Store(db, read_only=True) as s:
         return {
             t: sorted(s.con.execute(f"SELECT * EXCLUDE (run_id{x}) FROM {t}").fetchall(), key=repr)
-            for t, x in (("events", ", trace_id"), ("collectives", ", trace_id"), ("collective_instances", ""),
-                         ("steps", ", trace_id"), ("devices", ", trace_id"))
-        } | {"traces": s.con.execute(
-            "SELECT rank, world_size, source, events_read, events_kept, clock_offset_ns FROM traces ORDER BY rank"
-        ).fetchall()}
+            for t, x in (
+                ("events", ", trace_id"),
+                ("collectives", ", trace_id"),
+                ("collective_instances", ""),
+                ("steps", ", trace_id"),
+                ("devices", ", trace_id"),
+            )
+        } | {
+            "traces": s.con.execute(
+                "SELECT rank, world_size, source, events_read, events_kept, clock_offset_ns FROM traces ORDER BY rank"
+            ).fetchall()
+        }
 
 
 def test_pickles_give_the_same_store_as_json(tmp_path):
@@ -108,10 +124,23 @@ def test_pickles_give_the_same_store_as_json(tmp_path):
 
 def _tiny_dump(rank: int) -> dict:
     """One completed all_reduce: created 10, started 20, completed 50 (ns)."""
-    return {"version": "2.4", "rank": rank, "entries": [{
-        "collective_seq_id": 1, "process_group": ["0", "default_pg"], "profiling_name": "nccl:all_reduce",
-        "time_created_ns": 10, "time_discovered_started_ns": 20, "time_discovered_completed_ns": 50,
-        "input_sizes": [[4]], "input_dtypes": ["Float"], "state": "completed"}]}
+    return {
+        "version": "2.4",
+        "rank": rank,
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+                "time_discovered_started_ns": 20,
+                "time_discovered_completed_ns": 50,
+                "input_sizes": [[4]],
+                "input_dtypes": ["Float"],
+                "state": "completed",
+            }
+        ],
+    }
 
 
 @pytest.mark.parametrize("protocol", [0, 1])
@@ -137,11 +166,13 @@ def test_broken_pickle_messages(tmp_path):
     cut.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(TraceFormatError) as e:
         parse(cut)
-    assert str(e.value) == (f"{cut}: broken pickle: cut short (pickle data was truncated): copy the whole file, "
-                            "or dump it again")
+    assert str(e.value) == (
+        f"{cut}: broken pickle: cut short (pickle data was truncated): copy the whole file, or dump it again"
+    )
     other = tmp_path / "nccl_trace_rank_2"
     other.write_bytes(b"garbage not a pickle")
     with pytest.raises(TraceFormatError) as e:
         parse(other)
-    assert str(e.value) == (f"{other}: neither JSON nor a readable pickle (starts b'garbage not '): not a Flight "
-                            "Recorder dump")
+    assert str(e.value) == (
+        f"{other}: neither JSON nor a readable pickle (starts b'garbage not '): not a Flight Recorder dump"
+    )

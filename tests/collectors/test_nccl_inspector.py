@@ -33,13 +33,17 @@ def test_shared_case_records_are_collectives(store):
     assert {sources.claim(f).name for f in folder.iterdir()} == {"nccl_inspector"}
     ingest(store, [folder], jobs=1)
     assert store.sql("SELECT rank, source, host, pid, world_size FROM traces ORDER BY rank").rows() == [
-        (0, "nccl_inspector", "node-a", "3101", 2), (1, "nccl_inspector", "node-a", "3102", 2)]
+        (0, "nccl_inspector", "node-a", "3101", 2),
+        (1, "nccl_inspector", "node-a", "3102", 2),
+    ]
     assert store.sql("""SELECT DISTINCT rank, pg, op, bytes_in, bytes_out, group_size FROM collectives
                         ORDER BY rank""").rows() == [
-        (r, "0x7f3a96be51c2d1", "all_reduce", 67108864, 67108864, 2) for r in (0, 1)]
+        (r, "0x7f3a96be51c2d1", "all_reduce", 67108864, 67108864, 2) for r in (0, 1)
+    ]
     # start/end from event_trace_ts: rank 0's sn 1 kernel 1767225601010000 .. 1767225601010400 us
     assert store.sql("SELECT seq, start_ns, end_ns FROM collectives WHERE rank = 0 ORDER BY seq").rows() == [
-        (sn, (T + 10_000 * sn) * 1000, (T + 10_000 * sn + 400) * 1000) for sn in (1, 2, 3)]
+        (sn, (T + 10_000 * sn) * 1000, (T + 10_000 * sn + 400) * 1000) for sn in (1, 2, 3)
+    ]
     inst = store.sql("""SELECT pg, seq, op, ranks_present, arrival_skew_ns, last_rank FROM collective_instances
                         ORDER BY seq""").rows()
     assert inst == [("0x7f3a96be51c2d1", sn, "all_reduce", [0, 1], 40_000, 1) for sn in (1, 2, 3)]
@@ -54,23 +58,61 @@ def test_shared_case_records_are_collectives(store):
         analyze(store, "desync")
 
 
-def _rec(comm: str, rank: int, n: int, coll: str, sn: int, size: int, start_us: int | None, stop_us: int | None,
-         *, version: str = "v4.0", channels: int = 2, pid: int = 100, verbose: bool = True,
-         extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _rec(
+    comm: str,
+    rank: int,
+    n: int,
+    coll: str,
+    sn: int,
+    size: int,
+    start_us: int | None,
+    stop_us: int | None,
+    *,
+    version: str = "v4.0",
+    channels: int = 2,
+    pid: int = 100,
+    verbose: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One Inspector record; channel c starts at ``start_us + c`` and stops at ``stop_us - c`` (the
     collective: earliest start, latest stop); ``stop_us`` 0 leaves channel 1's stop unset (0)."""
-    perf: dict[str, Any] = {"coll": coll, "coll_sn": sn, "coll_msg_size_bytes": size, "coll_exec_time_us": 1,
-                            "coll_timing_source": "kernel_gpu", "coll_algobw_gbs": 1.5, "coll_busbw_gbs": 0.75,
-                            **(extra or {})}
+    perf: dict[str, Any] = {
+        "coll": coll,
+        "coll_sn": sn,
+        "coll_msg_size_bytes": size,
+        "coll_exec_time_us": 1,
+        "coll_timing_source": "kernel_gpu",
+        "coll_algobw_gbs": 1.5,
+        "coll_busbw_gbs": 0.75,
+        **(extra or {}),
+    }
     if verbose:
-        kernels = [{"channel_id": c, "kernel_start_ts": start_us + c,
-                    "kernel_stop_ts": 0 if stop_us == 0 and c == 1 else (stop_us or 0) - c,
-                    "kernel_record_ts": stop_us} for c in range(channels)]
-        perf["event_trace_ts"] = {"coll_start_ts": start_us - 5, "coll_stop_ts": start_us - 2, "kernel_events": kernels}
-    return {"header": {"id": comm, "rank": rank, "n_ranks": n, "nnodes": 1},
-            "metadata": {"inspector_output_format_version": version, "git_rev": "", "rec_mechanism":
-                         "nccl_profiler_interface", "dump_timestamp_us": T + 900_000, "hostname": f"h{pid}",
-                         "pid": pid}, "coll_perf" if coll not in ("Send", "Recv") else "p2p_perf": perf}
+        kernels = [
+            {
+                "channel_id": c,
+                "kernel_start_ts": start_us + c,
+                "kernel_stop_ts": 0 if stop_us == 0 and c == 1 else (stop_us or 0) - c,
+                "kernel_record_ts": stop_us,
+            }
+            for c in range(channels)
+        ]
+        perf["event_trace_ts"] = {
+            "coll_start_ts": start_us - 5,
+            "coll_stop_ts": start_us - 2,
+            "kernel_events": kernels,
+        }
+    return {
+        "header": {"id": comm, "rank": rank, "n_ranks": n, "nnodes": 1},
+        "metadata": {
+            "inspector_output_format_version": version,
+            "git_rev": "",
+            "rec_mechanism": "nccl_profiler_interface",
+            "dump_timestamp_us": T + 900_000,
+            "hostname": f"h{pid}",
+            "pid": pid,
+        },
+        "coll_perf" if coll not in ("Send", "Recv") else "p2p_perf": perf,
+    }
 
 
 def _write(path: Path, records: list[Any], tail: str = "") -> Path:
@@ -87,16 +129,35 @@ def _process(r: int) -> list[Any]:
     pid = 100 + r
     out: list[Any] = [
         _rec("0xaa", r, 2, "AllGather", 1, 1024, T + 30 * r, T + 100, pid=pid),
-        _rec("0xaa", r, 2, "ReduceScatter", 1, 512, T + 200 + 10 * r, T + 300, pid=pid, version="v4.2",
-             extra={"coll_algo": "RING", "coll_proto": "LL"}),
+        _rec(
+            "0xaa",
+            r,
+            2,
+            "ReduceScatter",
+            1,
+            512,
+            T + 200 + 10 * r,
+            T + 300,
+            pid=pid,
+            version="v4.2",
+            extra={"coll_algo": "RING", "coll_proto": "LL"},
+        ),
         _rec("0xaa", r, 2, "AllGather", 2, 1024, T + 400 + 30 * r, T + 500, pid=pid),
         _rec(f"0xb{r}", 0, 1, "AllReduce", 7, 64, 0, 0, pid=pid, verbose=False),
     ]
     if r == 0:
-        out.append({"header": {"id": "0xaa", "rank": 0, "n_ranks": 2, "nnodes": 1},
-                    "metadata": {"inspector_output_format_version": "v4.1", "dump_timestamp_us": T + 900_000,
-                                 "hostname": "h100", "pid": 100},
-                    "dump_stats": {"num_dropped_coll_records": 2, "num_dropped_p2p_records": 0}})
+        out.append(
+            {
+                "header": {"id": "0xaa", "rank": 0, "n_ranks": 2, "nnodes": 1},
+                "metadata": {
+                    "inspector_output_format_version": "v4.1",
+                    "dump_timestamp_us": T + 900_000,
+                    "hostname": "h100",
+                    "pid": 100,
+                },
+                "dump_stats": {"num_dropped_coll_records": 2, "num_dropped_p2p_records": 0},
+            }
+        )
     return out
 
 
@@ -113,29 +174,44 @@ def test_records_of_several_ops_and_communicators(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
         res = ingest(store, [run], jobs=1)
         assert store.sql("SELECT rank, host, world_size, format FROM traces ORDER BY rank").rows() == [
-            (0, "h100", 2, "nccl-inspector-v4.0"), (1, "h101", 2, "nccl-inspector-v4.0")]
+            (0, "h100", 2, "nccl-inspector-v4.0"),
+            (1, "h101", 2, "nccl-inspector-v4.0"),
+        ]
         inst = store.sql("""SELECT op, seq, ranks_present, arrival_skew_ns, last_rank, match_method
                             FROM collective_instances WHERE pg = '0xaa' ORDER BY first_arrival_ns""").rows()
-        assert inst == [("all_gather", 1, [0, 1], 30_000, 1, "comms_id"), ("reduce_scatter", 1, [0, 1], 10_000, 1,
-                                                                            "comms_id"),
-                        ("all_gather", 2, [0, 1], 30_000, 1, "comms_id")]
+        assert inst == [
+            ("all_gather", 1, [0, 1], 30_000, 1, "comms_id"),
+            ("reduce_scatter", 1, [0, 1], 10_000, 1, "comms_id"),
+            ("all_gather", 2, [0, 1], 30_000, 1, "comms_id"),
+        ]
         rows = store.sql("""SELECT op, seq, bytes_in, bytes_out, start_ns, end_ns FROM collectives
                             WHERE rank = 0 AND pg = '0xaa' ORDER BY start_ns""").rows()
-        assert rows == [("all_gather", 1, 1024, 2048, T * 1000, (T + 100) * 1000),
-                        ("reduce_scatter", 1, 1024, 512, (T + 200) * 1000, (T + 300) * 1000),
-                        ("all_gather", 2, 1024, 2048, (T + 400) * 1000, (T + 500) * 1000)]
+        assert rows == [
+            ("all_gather", 1, 1024, 2048, T * 1000, (T + 100) * 1000),
+            ("reduce_scatter", 1, 1024, 512, (T + 200) * 1000, (T + 300) * 1000),
+            ("all_gather", 2, 1024, 2048, (T + 400) * 1000, (T + 500) * 1000),
+        ]
         # the record without event_trace_ts: a collective without times, its event an instant at the dump time
         assert store.sql("""SELECT c.start_ns, c.end_ns, e.kind, e.ts_ns FROM collectives c JOIN events e
                             ON e.rank = c.rank AND e.name = 'AllReduce' WHERE c.rank = 0 AND c.op = 'all_reduce'
                             """).rows() == [(None, None, "instant", (T + 900_000) * 1000)]
-        assert store.sql("SELECT DISTINCT skipped FROM traces WHERE rank = 0").item() == '{"dump_stats record":1}'
-    assert ("h101-pid101.log: the process has ranks [0, 1] in its 2 communicators; rank 1 of communicator 0xaa "
-            "(2 ranks, the largest) taken as its rank") in res.warnings
-    assert ("h100-pid100.log: 1 record(s) without event_trace_ts (written with NCCL_INSPECTOR_DUMP_VERBOSE=0): exec "
-            "time and bandwidth kept in events.args, but no start or end, so stragglers and nccl_sum cannot time "
-            "them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1") in res.warnings
-    assert ("h100-pid100.log: the Inspector dropped 2 record(s) (dump_stats: its ring buffer filled before the dump "
-            "thread wrote it); those collectives are missing here") in res.warnings
+        assert (
+            store.sql("SELECT DISTINCT skipped FROM traces WHERE rank = 0").item()
+            == '{"dump_stats record":1}'
+        )
+    assert (
+        "h101-pid101.log: the process has ranks [0, 1] in its 2 communicators; rank 1 of communicator 0xaa "
+        "(2 ranks, the largest) taken as its rank"
+    ) in res.warnings
+    assert (
+        "h100-pid100.log: 1 record(s) without event_trace_ts (written with NCCL_INSPECTOR_DUMP_VERBOSE=0): exec "
+        "time and bandwidth kept in events.args, but no start or end, so stragglers and nccl_sum cannot time "
+        "them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1"
+    ) in res.warnings
+    assert (
+        "h100-pid100.log: the Inspector dropped 2 record(s) (dump_stats: its ring buffer filled before the dump "
+        "thread wrote it); those collectives are missing here"
+    ) in res.warnings
 
 
 def test_kernel_time_never_set(tmp_path):
@@ -152,7 +228,10 @@ def test_kernel_time_never_set(tmp_path):
 @pytest.mark.parametrize("version", ["v5.0", "v3.1", "4", None])
 def test_version_not_read_is_named(tmp_path, version):
     """Only v4.x is read; another version (or none) is refused naming the version and the line."""
-    recs = [_rec("0xaa", 0, 1, "AllReduce", 1, 8, T, T + 10), _rec("0xaa", 0, 1, "AllReduce", 2, 8, T + 20, T + 30)]
+    recs = [
+        _rec("0xaa", 0, 1, "AllReduce", 1, 8, T, T + 10),
+        _rec("0xaa", 0, 1, "AllReduce", 2, 8, T + 20, T + 30),
+    ]
     if version is None:
         del recs[1]["metadata"]["inspector_output_format_version"]
     else:
@@ -160,22 +239,42 @@ def test_version_not_read_is_named(tmp_path, version):
     f = _write(tmp_path / "h-pid1.log", recs)
     with pytest.raises(TraceFormatError) as e:
         parse(f, ParseOptions(on_bad_event="skip"))
-    assert str(e.value) == (f"{f}: line 2: NCCL Inspector output version {version!r}, which traceprof does not read: "
-                            "it reads versions v4.0 to v4.x (NCCL 2.28.3+)")
+    assert str(e.value) == (
+        f"{f}: line 2: NCCL Inspector output version {version!r}, which traceprof does not read: "
+        "it reads versions v4.0 to v4.x (NCCL 2.28.3+)"
+    )
 
 
-@pytest.mark.parametrize(("bad", "reason"), [
-    ("{not json", "not JSON"),
-    ('{"header": {"id": "0xaa"}, "metadata": {}}', "not an NCCL Inspector record (no 'header', 'metadata' and "
-                                                   "'coll_perf' / 'p2p_perf')"),
-    (json.dumps(_rec("0xaa", 0, 1, "AllReduce", -3, 8, T, T + 10)), "'coll_perf.coll_sn' not a non-negative integer"),
-    (json.dumps(_rec("0xaa", 5, 2, "AllReduce", 3, 8, T, T + 10)), "'header.rank' not below 'header.n_ranks'"),
-    (json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T + 50, T + 10)), "kernel stop before kernel start"),
-    (json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_busbw_gbs": -1.0})),
-     "'coll_perf.coll_busbw_gbs' not a non-negative number"),
-    (json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_algobw_gbs": "fast"})),
-     "'coll_perf.coll_algobw_gbs' not a non-negative number"),
-])
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("{not json", "not JSON"),
+        (
+            '{"header": {"id": "0xaa"}, "metadata": {}}',
+            "not an NCCL Inspector record (no 'header', 'metadata' and 'coll_perf' / 'p2p_perf')",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", -3, 8, T, T + 10)),
+            "'coll_perf.coll_sn' not a non-negative integer",
+        ),
+        (
+            json.dumps(_rec("0xaa", 5, 2, "AllReduce", 3, 8, T, T + 10)),
+            "'header.rank' not below 'header.n_ranks'",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T + 50, T + 10)),
+            "kernel stop before kernel start",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_busbw_gbs": -1.0})),
+            "'coll_perf.coll_busbw_gbs' not a non-negative number",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_algobw_gbs": "fast"})),
+            "'coll_perf.coll_algobw_gbs' not a non-negative number",
+        ),
+    ],
+)
 def test_bad_record_names_file_and_line_or_is_skipped(tmp_path, bad, reason):
     """A bad record on line 2 of 3: an error naming the file and line 2; with --skip-bad-events the
     two good records are stored and the bad one counted by reason."""
@@ -198,7 +297,9 @@ def test_cut_short_last_line_and_gzip(tmp_path):
     pt = parse(f)
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
     assert pt.rejected == {"last record cut short": 1}
-    assert pt.warnings == ["h-pid1.log: the last record (line 2) is cut short (the process died while writing?): dropped"]
+    assert pt.warnings == [
+        "h-pid1.log: the last record (line 2) is cut short (the process died while writing?): dropped"
+    ]
     gz = tmp_path / "h-pid2.log.gz"
     gz.write_bytes(gzip.compress(f.read_bytes()))
     assert sources.claim(gz).name == "nccl_inspector"
@@ -216,13 +317,29 @@ def test_p2p_records_are_unmatched_point_to_point_rows(tmp_path):
     no sequence number (p2p_sn does not pair a send with its recv), 100 us long."""
     rec = _rec("0xaa", 0, 2, "AllReduce", 1, 8, T, T + 10)
     perf = rec.pop("coll_perf")
-    rec["p2p_perf"] = {"p2p": "Send", "p2p_peer": 1, "p2p_sn": 4, "p2p_msg_size_bytes": 4096,
-                       "p2p_exec_time_us": 100, "event_trace_ts": {**perf["event_trace_ts"], "kernel_events": [
-                           {"channel_id": 0, "kernel_start_ts": T, "kernel_stop_ts": T + 100, "kernel_record_ts": T + 100}]}}
+    rec["p2p_perf"] = {
+        "p2p": "Send",
+        "p2p_peer": 1,
+        "p2p_sn": 4,
+        "p2p_msg_size_bytes": 4096,
+        "p2p_exec_time_us": 100,
+        "event_trace_ts": {
+            **perf["event_trace_ts"],
+            "kernel_events": [
+                {
+                    "channel_id": 0,
+                    "kernel_start_ts": T,
+                    "kernel_stop_ts": T + 100,
+                    "kernel_record_ts": T + 100,
+                }
+            ],
+        },
+    }
     pt = parse(_write(tmp_path / "h-pid1.log", [_rec("0xaa", 0, 2, "AllReduce", 1, 8, T, T + 10), rec]))
     p2p = [r for r in pt.collectives.to_pylist() if r["p2p"]]
-    assert [(r["pg"], r["seq"], r["op"], r["bytes_in"], r["end_ns"] - r["start_ns"], r["comms_id"]) for r in p2p] == [
-        ("0xaa:p2p", None, "send", 4096, 100_000, None)]
+    assert [
+        (r["pg"], r["seq"], r["op"], r["bytes_in"], r["end_ns"] - r["start_ns"], r["comms_id"]) for r in p2p
+    ] == [("0xaa:p2p", None, "send", 4096, 100_000, None)]
 
 
 def test_records_printed_over_several_lines(tmp_path):
@@ -239,11 +356,15 @@ def test_records_printed_over_several_lines(tmp_path):
     assert parse(pretty).collectives.to_pylist() == flat.collectives.to_pylist()
     per = text.count("\n") // 3  # lines per record; record 2 starts on line per + 1
     pretty.write_text(text.replace('"coll_sn": 2', '"coll_sn": 2 2'))
-    with pytest.raises(TraceFormatError, match=rf"h-pid1.log: line {per + 1}: not JSON .*the records after it "):
+    with pytest.raises(
+        TraceFormatError, match=rf"h-pid1.log: line {per + 1}: not JSON .*the records after it "
+    ):
         parse(pretty)
     pretty.write_text(text[: len(text) - 40])
     pt = parse(pretty)
-    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2] and pt.rejected == {"last record cut short": 1}
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2] and pt.rejected == {
+        "last record cut short": 1
+    }
 
 
 def test_reported_bandwidth_beside_the_computed_one(store):
@@ -258,15 +379,21 @@ def test_reported_bandwidth_beside_the_computed_one(store):
     rows = store.sql("""SELECT rank, transfer_ns, algbw_gbps, busbw_gbps, reported_algbw_gbps, reported_busbw_gbps
                         FROM collective_perf ORDER BY rank, seq""").rows()
     computed = 67108864 / 360_000
-    assert rows == [(0, 360_000, pytest.approx(computed), pytest.approx(computed), 167.77216, 167.77216)] * 3 + [
-        (1, 360_000, pytest.approx(computed), pytest.approx(computed), 186.413511, 186.413511)] * 3
+    assert (
+        rows
+        == [(0, 360_000, pytest.approx(computed), pytest.approx(computed), 167.77216, 167.77216)] * 3
+        + [(1, 360_000, pytest.approx(computed), pytest.approx(computed), 186.413511, 186.413511)] * 3
+    )
     bw = analyze(store, "nccl_sum").bandwidth.row(0, named=True)
     assert (bw["source"], bw["op"], bw["calls"]) == ("nccl_inspector", "all_reduce", 6)
     assert bw["reported_algbw_gbps"] == bw["reported_busbw_gbps"] == pytest.approx(177.0928355)
     assert bw["busbw_gbps"] == pytest.approx(computed)
-    head = next(n for n in analyze(store, "nccl_sum").notes if n.startswith("all_reduce, 64 MiB-128 MiB messages"))
-    assert head.endswith("; the source reports busbw 177 GB/s (median; its own time, which may include waiting for "
-                         "peers)")
+    head = next(
+        n for n in analyze(store, "nccl_sum").notes if n.startswith("all_reduce, 64 MiB-128 MiB messages")
+    )
+    assert head.endswith(
+        "; the source reports busbw 177 GB/s (median; its own time, which may include waiting for peers)"
+    )
 
 
 def test_reported_bandwidth_without_kernel_times_and_other_sources(tmp_path):
@@ -278,13 +405,29 @@ def test_reported_bandwidth_without_kernel_times_and_other_sources(tmp_path):
         _write(tmp_path / "nccl-inspector-1" / f"h-pid{r}.log", [recs[r]])
     with Store(tmp_path / "s.duckdb") as store:
         ingest(store, [tmp_path / "nccl-inspector-1"], jobs=1)
-        assert store.sql("SELECT algbw_gbps, reported_algbw_gbps, reported_busbw_gbps FROM collective_perf").rows() == [
-            (None, 1.5, 0.75)] * 2
+        assert (
+            store.sql(
+                "SELECT algbw_gbps, reported_algbw_gbps, reported_busbw_gbps FROM collective_perf"
+            ).rows()
+            == [(None, 1.5, 0.75)] * 2
+        )
         bw = analyze(store, "nccl_sum").bandwidth.row(0, named=True)
-        assert (bw["calls"], bw["busbw_gbps"], bw["reported_algbw_gbps"], bw["reported_busbw_gbps"]) == (2, None, 1.5, 0.75)
-        assert any(n.endswith("(most transfer time, 2 calls): the source reports busbw 0.75 GB/s (median; its own "
-                              "time, which may include waiting for peers)") for n in analyze(store, "nccl_sum").notes)
+        assert (bw["calls"], bw["busbw_gbps"], bw["reported_algbw_gbps"], bw["reported_busbw_gbps"]) == (
+            2,
+            None,
+            1.5,
+            0.75,
+        )
+        assert any(
+            n.endswith(
+                "(most transfer time, 2 calls): the source reports busbw 0.75 GB/s (median; its own "
+                "time, which may include waiting for peers)"
+            )
+            for n in analyze(store, "nccl_sum").notes
+        )
     with Store(tmp_path / "p.duckdb") as store:
         ingest(store, [case("nccl_plugin_zero_timestamps") / "quoted"], jobs=1)
-        got = store.sql("SELECT count(*), count(reported_algbw_gbps), count(reported_busbw_gbps) FROM collective_perf")
+        got = store.sql(
+            "SELECT count(*), count(reported_algbw_gbps), count(reported_busbw_gbps) FROM collective_perf"
+        )
         assert got.row(0) == (6, 0, 0)

@@ -28,9 +28,15 @@ def _kineto_colls(rank: int) -> list[tuple[int, int, int]]:
     doc = json.loads((CASE / f"rank{rank}.json").read_text())
     base = doc["baseTimeNanoseconds"]
     launch = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"}
-    out = [(base + round(launch[e["args"]["correlation"]] * 1000), base + round((e["ts"] + e["dur"]) * 1000),
-            e["args"]["In msg nelems"])
-           for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]]
+    out = [
+        (
+            base + round(launch[e["args"]["correlation"]] * 1000),
+            base + round((e["ts"] + e["dur"]) * 1000),
+            e["args"]["In msg nelems"],
+        )
+        for e in doc["traceEvents"]
+        if e.get("cat") == "kernel" and "nccl" in e["name"]
+    ]
     return sorted(out)
 
 
@@ -83,10 +89,13 @@ def test_parse_repairs_and_rows(run_dir):
     rows = pt.collectives.to_pylist()
     want = _kineto_colls(1)
     assert [(r["pg"], r["seq"], r["op"], r["dtype"], r["nelems_in"], r["bytes_in"]) for r in rows] == [
-        (str(COMM), 0, "all_reduce", "bfloat16", 524288, 2 * 524288), (str(COMM), 1, "all_reduce", "bfloat16", 524288,
-                                                                      2 * 524288)]
+        (str(COMM), 0, "all_reduce", "bfloat16", 524288, 2 * 524288),
+        (str(COMM), 1, "all_reduce", "bfloat16", 524288, 2 * 524288),
+    ]
     # Plugin clock, exact to the ns: enter = launch - origin.
-    assert [(r["enter_ns"], r["end_ns"]) for r in rows] == [(s - ORIGIN[1], e - ORIGIN[1]) for s, e, _ in want]
+    assert [(r["enter_ns"], r["end_ns"]) for r in rows] == [
+        (s - ORIGIN[1], e - ORIGIN[1]) for s, e, _ in want
+    ]
     kinds = sorted(pt.events.column("kind").to_pylist())
     assert kinds == ["collective"] * 2 + ["other"] * 4 and pt.skipped == {"empty object": 1}
 
@@ -99,8 +108,14 @@ def test_ingest_aligns_and_matches_with_kineto(store, run_dir):
                         FROM traces WHERE source = 'nccl_profiler' ORDER BY rank""").rows()
     # The plugin clock is put on the rank's Kineto clock (offset = the plugin's origin), then the run's
     # clock alignment moves rank 1 (3 ms ahead) by -3 ms, Kineto and plugin traces alike.
-    assert meta == [(0, "aligned_to:nccl_kernel", ORIGIN[0], 0), (1, "aligned_to:nccl_kernel", ORIGIN[1], -3_000_000)]
-    assert store.sql("SELECT DISTINCT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, -3_000_000)]
+    assert meta == [
+        (0, "aligned_to:nccl_kernel", ORIGIN[0], 0),
+        (1, "aligned_to:nccl_kernel", ORIGIN[1], -3_000_000),
+    ]
+    assert store.sql("SELECT DISTINCT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
+        (0, 0),
+        (1, -3_000_000),
+    ]
     for r in (0, 1):
         got = store.sql(f"""SELECT enter_ns - t.clock_offset_ns AS e, end_ns - t.clock_offset_ns AS x FROM collectives c
                             JOIN traces t USING (trace_id) WHERE c.source = 'nccl_profiler' AND c.rank = {r}
@@ -137,15 +152,19 @@ def test_plugin_only_run(tmp_path, run_dir):
 def test_unrepairable_line_and_truncation(tmp_path, run_dir):
     text = _plugin_dump(0).split("\n")
     bad = tmp_path / "bad.json"
-    bad.write_text("\n".join(text[:3] + ['{"name": "AllReduce", "cat": "COLL", "ph": "b", "ts": 12.5,, }'] + text[3:]))
+    bad.write_text(
+        "\n".join(text[:3] + ['{"name": "AllReduce", "cat": "COLL", "ph": "b", "ts": 12.5,, }'] + text[3:])
+    )
     with pytest.raises(TraceFormatError, match=r"line 4:\d+"):
         parse(bad)
     cut = tmp_path / "cut_rank0.json"
     body = "\n".join(text[:-2])  # the process died while writing: no "{}]", last line cut short
     cut.write_text(body[: len(body) - 10])
     pt = parse(cut)
-    assert pt.warnings == [f"{cut.name}: repaired non-strict JSON: 2 x bare enum token quoted, 1 x last event cut "
-                           "short (file truncated) dropped"]
+    assert pt.warnings == [
+        f"{cut.name}: repaired non-strict JSON: 2 x bare enum token quoted, 1 x last event cut "
+        "short (file truncated) dropped"
+    ]
     trailing = tmp_path / "comma_rank0.json"  # "...},\n]": a trailing comma before the closing bracket
     trailing.write_text("\n".join(text[:-2]) + "\n]\n")
     assert parse(trailing).warnings[0].endswith("1 x trailing comma before ']' dropped")
@@ -161,16 +180,24 @@ def test_empty_dump_named_like_one_says_no_events(tmp_path, body):
     assert sources.claim(path).name == "nccl_profiler"
     with pytest.raises(TraceFormatError) as e:
         sources.claim(path).parse(path, ParseOptions())
-    assert str(e.value) == (f"{path.resolve()}: no events: the NCCL profiler plugin wrote an empty dump (the "
-                            "process ran no NCCL operation while profiled, or exited before the plugin flushed)")
+    assert str(e.value) == (
+        f"{path.resolve()}: no events: the NCCL profiler plugin wrote an empty dump (the "
+        "process ran no NCCL operation while profiled, or exited before the plugin flushed)"
+    )
 
 
-@pytest.mark.parametrize(("count", "reason"), [
-    ("-524288", "negative 'Count' (-524288)"),  # was stored as -1048576 bytes
-    ("1e300", "'Count' beyond int64 (1e+300)"),
-    (str(2**62), f"'bytes_in' beyond int64 ({2**63})"),  # 2**62 bfloat16 elements: 2**63 bytes (was a traceback)
-    ('"many"', "'Count' not an integer ('many')"),  # was a NULL count, silently
-])
+@pytest.mark.parametrize(
+    ("count", "reason"),
+    [
+        ("-524288", "negative 'Count' (-524288)"),  # was stored as -1048576 bytes
+        ("1e300", "'Count' beyond int64 (1e+300)"),
+        (
+            str(2**62),
+            f"'bytes_in' beyond int64 ({2**63})",
+        ),  # 2**62 bfloat16 elements: 2**63 bytes (was a traceback)
+        ('"many"', "'Count' not an integer ('many')"),  # was a NULL count, silently
+    ],
+)
 def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
     # The first AllReduce begin (event #1: #0 is its Group) gets the bad Count; the second is intact.
     path = tmp_path / f"nccl_profile_{COMM}_0.json"
@@ -184,10 +211,17 @@ def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
     assert sorted(pt.events.column("kind").to_pylist()) == ["collective"] + ["other"] * 4
 
 
-@pytest.mark.parametrize(("key", "value", "reason"), [
-    ("CommHash", '{"h": 1}', "'CommHash' not a string or an integer ({'h': 1})"),  # was stored as pg "{'h': 1}"
-    ("Datatype", "[1]", "'Datatype' not a string ([1])"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (
+            "CommHash",
+            '{"h": 1}',
+            "'CommHash' not a string or an integer ({'h': 1})",
+        ),  # was stored as pg "{'h': 1}"
+        ("Datatype", "[1]", "'Datatype' not a string ([1])"),
+    ],
+)
 def test_comm_hash_or_datatype_of_another_type_is_refused(tmp_path, key, value, reason):
     path = tmp_path / f"nccl_profile_{COMM}_0.json"
     path.write_text(_plugin_dump(0).replace(f'"{key}": ', f'"{key}": {value}, "Was": ', 1))
@@ -217,18 +251,32 @@ def test_zero_timestamp_case(tmp_path, variant):
     with Store(tmp_path / "t.duckdb") as store:
         res = ingest(store, [folder], run=variant, jobs=1)
         rows = store.sql("SELECT rank, seq, op, end_ns - start_ns FROM collectives ORDER BY rank, seq").rows()
-        assert rows == [(r, k, "all_reduce", 500_000 if r == 0 else 460_000) for r in (0, 1) for k in (0, 1, 2)]
-        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 250_000)]
-        inst = store.sql("SELECT seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq")
+        assert rows == [
+            (r, k, "all_reduce", 500_000 if r == 0 else 460_000) for r in (0, 1) for k in (0, 1, 2)
+        ]
+        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
+            (0, 0),
+            (1, 250_000),
+        ]
+        inst = store.sql(
+            "SELECT seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq"
+        )
         assert inst.rows() == [(k, 2, 40_000, 1) for k in (0, 1, 2)]
         # the sentinels: flagged, 0 ns, at their known end (begins) or start (KernelCh ends)
         flagged = store.sql("""SELECT rank, cat, count(*), max(dur_ns) FROM events WHERE flag = 'zero_ts'
                                GROUP BY ALL ORDER BY ALL""").rows()
-        assert flagged == [(r, c, 3, 0) for r in (0, 1) for c in ("nccl:COLL_API", "nccl:GPU", "nccl:KERNEL_LAUNCH")]
-        assert store.sql("SELECT max(dur_ns) FROM events WHERE flag IS NULL").item() == 504_000  # GROUP, no 1 s span
+        assert flagged == [
+            (r, c, 3, 0) for r in (0, 1) for c in ("nccl:COLL_API", "nccl:GPU", "nccl:KERNEL_LAUNCH")
+        ]
+        assert (
+            store.sql("SELECT max(dur_ns) FROM events WHERE flag IS NULL").item() == 504_000
+        )  # GROUP, no 1 s span
         # COLL_API #0 of rank 0 stands at its end, W - 10 us on the plugin clock = 999990 us
-        assert store.sql("""SELECT ts_ns FROM events WHERE rank = 0 AND cat = 'nccl:COLL_API'
-                            ORDER BY ts_ns LIMIT 1""").item() == 999_990_000
+        assert (
+            store.sql("""SELECT ts_ns FROM events WHERE rank = 0 AND cat = 'nccl:COLL_API'
+                            ORDER BY ts_ns LIMIT 1""").item()
+            == 999_990_000
+        )
         # channel 0's KernelCh is whole (W + 50 .. W + 480 = 430 us), channel 1's end unknown
         ch = store.sql("""SELECT json_extract(args, '$.Channel')::INT AS ch, flag, dur_ns FROM events
                           WHERE rank = 0 AND name = 'KernelCh' ORDER BY ts_ns, ch LIMIT 2""").rows()
@@ -236,9 +284,11 @@ def test_zero_timestamp_case(tmp_path, variant):
         assert store.sql("SELECT DISTINCT flagged FROM traces").item() == '{"zero_ts":9}'
     for r in (0, 1):
         w = f"nccl_profile_rank{r}.txt"
-        assert (f"{w}: 9 record(s) with ts 0.000000, a time the plugin never set (3 x COLL_API AllReduce begin, "
-                "3 x GPU KernelCh end, 3 x KERNEL_LAUNCH KernelLaunch begin): that begin or end is unknown; stored "
-                "at the other end with duration 0, flagged zero_ts (a collective's start or end NULL)") in res.warnings
+        assert (
+            f"{w}: 9 record(s) with ts 0.000000, a time the plugin never set (3 x COLL_API AllReduce begin, "
+            "3 x GPU KernelCh end, 3 x KERNEL_LAUNCH KernelLaunch begin): that begin or end is unknown; stored "
+            "at the other end with duration 0, flagged zero_ts (a collective's start or end NULL)"
+        ) in res.warnings
         pointers = ", 6 x bare pointer token quoted" if variant == "raw" else ""
         assert f"{w}: repaired non-strict JSON: 3 x bare enum token quoted{pointers}" in res.warnings
 
@@ -268,12 +318,16 @@ def test_zero_sentinels_on_collectives_and_pointer_tokens(tmp_path):
     pt = parse(f)
     colls = sorted(pt.collectives.to_pylist(), key=lambda r: r["op"])
     assert [(r["op"], r["pg"], r["seq"], r["start_ns"], r["end_ns"], r["bytes_in"]) for r in colls] == [
-        ("all_gather", "9", 4, 3_000_000, None, 512), ("send", "9:p2p", None, None, 2_000_500, 512)]
+        ("all_gather", "9", 4, 3_000_000, None, 512),
+        ("send", "9:p2p", None, None, 2_000_500, 512),
+    ]
     ev = {(r["cat"], r["name"]): (r["ts_ns"], r["dur_ns"], r["flag"]) for r in pt.events.to_pylist()}
-    assert ev == {("nccl:P2P", "Send"): (2_000_500, 0, "zero_ts"),
-                  ("nccl:COLL", "AllGather"): (3_000_000, 0, "zero_ts"),
-                  ("nccl:GPU", "KernelCh"): (3_010_000, 0, "zero_ts"),
-                  ("nccl:NET", "Mark"): (0, 0, "zero_ts")}
+    assert ev == {
+        ("nccl:P2P", "Send"): (2_000_500, 0, "zero_ts"),
+        ("nccl:COLL", "AllGather"): (3_000_000, 0, "zero_ts"),
+        ("nccl:GPU", "KernelCh"): (3_010_000, 0, "zero_ts"),
+        ("nccl:NET", "Mark"): (0, 0, "zero_ts"),
+    }
     assert pt.flagged == {"zero_ts": 4}
     args = {r["name"]: json.loads(r["args"]) for r in pt.events.to_pylist()}
     assert (args["Send"]["Stream"], args["AllGather"]["Stream"]) == ("0x7f00aa", None)
@@ -282,10 +336,12 @@ def test_zero_sentinels_on_collectives_and_pointer_tokens(tmp_path):
         "1 x null pointer (nil) -> null",
         f"{f.name}: 4 record(s) with ts 0.000000, a time the plugin never set (1 x COLL AllGather end, 1 x GPU "
         "KernelCh end, 1 x NET Mark instant, 1 x P2P Send begin): that begin or end is unknown; stored at the "
-        "other end with duration 0, flagged zero_ts (a collective's start or end NULL)"]
+        "other end with duration 0, flagged zero_ts (a collective's start or end NULL)",
+    ]
 
 
 # --- NCCL numbers each op type of a communicator separately: (CommHash, SeqNum) is per op ------------
+
 
 def _mixed_dump(rank: int) -> str:
     """A plugin dump of one communicator (CommHash 77) running AllReduce and AllGather alternately,
@@ -297,9 +353,11 @@ def _mixed_dump(rank: int) -> str:
     lines = ["["]
     for i, ((name, seq, count), b, e) in enumerate(zip(colls, begins, ends, strict=True)):
         head = f'"id": {i}, "pid": {500 + rank}, "tid": 1'
-        lines += [f'{{"name": "{name}", "cat": "COLL", "ph": "b", {head}, "ts": {b}.000000, "args": {{"SeqNum": {seq}, '
-                  f'"CommHash": 77, "Rank": {rank}, "Count": {count}, "Datatype": "ncclFloat32"}}}},',
-                  f'{{"name": "{name}", "cat": "COLL", "ph": "e", {head}, "ts": {e}.000000}},']
+        lines += [
+            f'{{"name": "{name}", "cat": "COLL", "ph": "b", {head}, "ts": {b}.000000, "args": {{"SeqNum": {seq}, '
+            f'"CommHash": 77, "Rank": {rank}, "Count": {count}, "Datatype": "ncclFloat32"}}}},',
+            f'{{"name": "{name}", "cat": "COLL", "ph": "e", {head}, "ts": {e}.000000}},',
+        ]
     lines.append("{}]")
     return "\n".join(lines) + "\n"
 
@@ -318,11 +376,22 @@ def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
         assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
         inst = store.sql("""SELECT op, seq, n_ranks, bytes, arrival_skew_ns, last_rank, match_method
                             FROM collective_instances ORDER BY first_arrival_ns""").rows()
-        assert inst == [("all_reduce", 0, 2, 4096, 10_000, 1, "comms_id"), ("all_gather", 0, 2, 1024, 30_000, 1, "comms_id"),
-                        ("all_reduce", 1, 2, 4096, 5_000, 1, "comms_id"), ("all_gather", 1, 2, 1024, 50_000, 1, "comms_id")]
+        assert inst == [
+            ("all_reduce", 0, 2, 4096, 10_000, 1, "comms_id"),
+            ("all_gather", 0, 2, 1024, 30_000, 1, "comms_id"),
+            ("all_reduce", 1, 2, 4096, 5_000, 1, "comms_id"),
+            ("all_gather", 1, 2, 1024, 50_000, 1, "comms_id"),
+        ]
         rows = store.sql("SELECT DISTINCT pg, seq, op, comms_id FROM collectives ORDER BY seq, op").rows()
-        assert rows == [("77", 0, "all_gather", "77:all_gather:0"), ("77", 0, "all_reduce", "77:all_reduce:0"),
-                        ("77", 1, "all_gather", "77:all_gather:1"), ("77", 1, "all_reduce", "77:all_reduce:1")]
+        assert rows == [
+            ("77", 0, "all_gather", "77:all_gather:0"),
+            ("77", 0, "all_reduce", "77:all_reduce:0"),
+            ("77", 1, "all_gather", "77:all_gather:1"),
+            ("77", 1, "all_reduce", "77:all_reduce:1"),
+        ]
         # every row of an instance is of one op
-        assert store.sql("""SELECT count(*) FROM (SELECT instance_id FROM collectives GROUP BY instance_id
-                            HAVING count(DISTINCT op) > 1)""").item() == 0
+        assert (
+            store.sql("""SELECT count(*) FROM (SELECT instance_id FROM collectives GROUP BY instance_id
+                            HAVING count(DISTINCT op) > 1)""").item()
+            == 0
+        )

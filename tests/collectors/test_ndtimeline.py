@@ -40,19 +40,33 @@ def test_nan_duration_is_a_bad_row(tmp_path):
     assert all(n >= 0 for t in traces for n in t.events.column("dur_ns").to_pylist())
 
 
-@pytest.mark.parametrize(("meta", "where", "reason"), [
-    # PyYAML's message is 8 lines with its caret lines; the error is one line naming line:column
-    (b"dp_size: 2\npp_size: [4\nworld_size: 8\n", "line 3:11", "invalid meta YAML: expected ',' or ']', but got ':' "
-     "(while parsing a flow sequence started at line 2:10); fix the file or move it away"),
-    (b"dp_size: 2\n\tpp_size: 4\n", "line 2:1", "invalid meta YAML: found character '\\t' that cannot start any "
-     "token (while scanning for the next token); fix the file or move it away"),
-    # was a UnicodeDecodeError traceback
-    (b"trial_name: \xff\n", "byte 12", "invalid meta YAML: not UTF-8 text (invalid start byte); fix the file or "
-     "move it away"),
-    # was a ValueError traceback (int('four'))
-    (b"dp_size: 2\npp_size: four\n", "pp_size", "'four' is not a positive integer"),
-    (b"world_size: 0\n", "world_size", "0 is not a positive integer"),
-])
+@pytest.mark.parametrize(
+    ("meta", "where", "reason"),
+    [
+        # PyYAML's message is 8 lines with its caret lines; the error is one line naming line:column
+        (
+            b"dp_size: 2\npp_size: [4\nworld_size: 8\n",
+            "line 3:11",
+            "invalid meta YAML: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence started at line 2:10); fix the file or move it away",
+        ),
+        (
+            b"dp_size: 2\n\tpp_size: 4\n",
+            "line 2:1",
+            "invalid meta YAML: found character '\\t' that cannot start any "
+            "token (while scanning for the next token); fix the file or move it away",
+        ),
+        # was a UnicodeDecodeError traceback
+        (
+            b"trial_name: \xff\n",
+            "byte 12",
+            "invalid meta YAML: not UTF-8 text (invalid start byte); fix the file or move it away",
+        ),
+        # was a ValueError traceback (int('four'))
+        (b"dp_size: 2\npp_size: four\n", "pp_size", "'four' is not a positive integer"),
+        (b"world_size: 0\n", "world_size", "0 is not a positive integer"),
+    ],
+)
 def test_bad_meta_yaml_is_one_line_naming_the_place(tmp_path, meta, where, reason):
     path = tmp_path / "trace-ST.parquet"
     pl.read_parquet(corpus(_ST)).head(10).write_parquet(path)

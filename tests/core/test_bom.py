@@ -59,7 +59,9 @@ def test_bom_copy_of_a_run_ingests_to_the_same_rows(tmp_path, gz):
     orig.mkdir()
     bom.mkdir()
     for f in sorted(src.iterdir()):
-        if f.name.endswith((".trace.json.gz", ".fr.json", ".meta.json")):  # .meta.json: the collector's sidecar
+        if f.name.endswith(
+            (".trace.json.gz", ".fr.json", ".meta.json")
+        ):  # .meta.json: the collector's sidecar
             name = f.name if gz or f.suffix != ".gz" else f.name[: -len(".gz")]
             plain = f if name == f.name else orig / name
             if plain is not f:
@@ -122,11 +124,14 @@ def test_bom_nccl_profiler_dump_is_claimed_and_parsed_the_same(tmp_path):
     assert (b.rank, b.world_size, b.rejected) == (a.rank, a.world_size, a.rejected)
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    (b"", "empty: no JSON text"),
-    (BOM, "no JSON text, only 3 bytes of whitespace or byte order mark"),
-    (b"  \n", "no JSON text, only 3 bytes of whitespace or byte order mark"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "empty: no JSON text"),
+        (BOM, "no JSON text, only 3 bytes of whitespace or byte order mark"),
+        (b"  \n", "no JSON text, only 3 bytes of whitespace or byte order mark"),
+    ],
+)
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_file_without_json_text_says_so(tmp_path, body, message, gz):
     from traceprof.collectors.kineto.parse import parse

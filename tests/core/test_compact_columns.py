@@ -63,12 +63,15 @@ def test_growing_column_equals_the_concatenation() -> None:
     assert codes.finish().tolist() == [1, 2, 300]
 
 
-@pytest.mark.parametrize("values", [
-    pa.array(np.arange(50_000)),
-    pa.array([None, 3, None] * 1000, pa.int32()),
-    pa.array(["a", None, "b"] * 1000, STR_DICT),
-    pa.chunked_array([pa.array(np.arange(10)), pa.array(np.arange(5))]),
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        pa.array(np.arange(50_000)),
+        pa.array([None, 3, None] * 1000, pa.int32()),
+        pa.array(["a", None, "b"] * 1000, STR_DICT),
+        pa.chunked_array([pa.array(np.arange(10)), pa.array(np.arange(5))]),
+    ],
+)
 def test_a_spilled_column_reads_the_same(values: pa.Array, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spill, "SPILL_BYTES", 0)
     out = spill.column(values)
@@ -100,10 +103,17 @@ def test_range_check_of_numpy_and_ints_columns() -> None:
     from traceprof.core.limits import _all_fit
 
     types = {"device": pa.int32(), "ts_ns": pa.int64(), "dur_ns": pa.int64()}
-    ok = {"device": Ints(np.array([0, 2**40]), np.array([True, False])),  # the big one is missing: fits
-          "ts_ns": np.array([1, 2**62]), "dur_ns": np.array([5, 2**62 - 1])}
+    ok = {
+        "device": Ints(np.array([0, 2**40]), np.array([True, False])),  # the big one is missing: fits
+        "ts_ns": np.array([1, 2**62]),
+        "dur_ns": np.array([5, 2**62 - 1]),
+    }
     assert _all_fit(ok, ["device", "ts_ns", "dur_ns"], types)
-    assert not _all_fit({**ok, "device": Ints(np.array([0, 2**31]), np.array([True, True]))}, ["device"], types)
-    assert not _all_fit({**ok, "dur_ns": np.array([5, 2**62])}, ["ts_ns", "dur_ns"], types)  # ts + dur > int64
+    assert not _all_fit(
+        {**ok, "device": Ints(np.array([0, 2**31]), np.array([True, True]))}, ["device"], types
+    )
+    assert not _all_fit(
+        {**ok, "dur_ns": np.array([5, 2**62])}, ["ts_ns", "dur_ns"], types
+    )  # ts + dur > int64
     assert not _all_fit({**ok, "dur_ns": np.array([-2, 2**62])}, ["ts_ns", "dur_ns"], types)  # through Arrow
     assert _all_fit({"device": [1, None]}, ["device"], types)  # lists go through Arrow

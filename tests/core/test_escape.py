@@ -16,7 +16,7 @@ CLOSE_TAG = "close[/x]tag"
 LINK = "[link=http://evil.example]click[/link]"
 MEMORY = "[memory]"
 NEWLINE = "fake\n│ forged │ row"
-FORMULA = "=HYPERLINK(\"http://evil.example\",\"x\")"
+FORMULA = '=HYPERLINK("http://evil.example","x")'
 NAMES = [CLEAR, CLOSE_TAG, LINK, MEMORY, NEWLINE, FORMULA, "-2+3", "@SUM(A1)", "+1", "\u202eevil"]
 
 
@@ -51,13 +51,25 @@ def db(tmp_path):
 
 
 def test_table_prints_names_literally(db):
-    code, out, err = run("sql", "SELECT name FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns", "--db", str(db))
+    code, out, err = run(
+        "sql", "SELECT name FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns", "--db", str(db)
+    )
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     rows = [ln.strip("│ ") for ln in out.splitlines() if ln.startswith("│")]
     # One table row per event: the newline in a name cannot forge a row.
-    assert rows == ["\\x1b[2J\\x1b]0;pwned\\x07clear", "close[/x]tag", LINK, "[memory]",
-                    "fake\\n│ forged │ row", FORMULA, "-2+3", "@SUM(A1)", "+1", "\\u202eevil"]
+    assert rows == [
+        "\\x1b[2J\\x1b]0;pwned\\x07clear",
+        "close[/x]tag",
+        LINK,
+        "[memory]",
+        "fake\\n│ forged │ row",
+        FORMULA,
+        "-2+3",
+        "@SUM(A1)",
+        "+1",
+        "\\u202eevil",
+    ]
 
 
 def test_analysis_table_and_runs_escape_names(db):
@@ -78,7 +90,7 @@ def test_csv_neutralizes_formulas_unless_raw(db):
     assert lines[7:10] == ["'-2+3,-1", "'@SUM(A1),-1", "'+1,-1"]
     assert len(lines) == 11  # the newline is escaped, so one line per row
     code, out, _ = run("sql", q, "--db", str(db), "-f", "csv", "--raw")
-    assert code == 0 and "\n\"=HYPERLINK" in out and "\n@SUM(A1),-1\n" in out and "\x1b[2J" in out
+    assert code == 0 and '\n"=HYPERLINK' in out and "\n@SUM(A1),-1\n" in out and "\x1b[2J" in out
 
 
 def test_render_csv_neutralizes_too(db):
@@ -87,42 +99,70 @@ def test_render_csv_neutralizes_too(db):
 
 
 def test_sql_prints_every_duckdb_type(db):
-    q = ("SELECT INTERVAL 1 MONTH AS i, union_value(k := 7) AS u, 'infinity'::TIMESTAMP AS t, "
-         "'-infinity'::DATE AS d, '\\xAA\\x00'::BLOB AS b, 170141183460469231731687303715884105727::HUGEINT AS h, "
-         "{'a': 1} AS s, [1, 2] AS l, 1.5::DECIMAL(4,2) AS dec, 2.5::DOUBLE AS x")
+    q = (
+        "SELECT INTERVAL 1 MONTH AS i, union_value(k := 7) AS u, 'infinity'::TIMESTAMP AS t, "
+        "'-infinity'::DATE AS d, '\\xAA\\x00'::BLOB AS b, 170141183460469231731687303715884105727::HUGEINT AS h, "
+        "{'a': 1} AS s, [1, 2] AS l, 1.5::DECIMAL(4,2) AS dec, 2.5::DOUBLE AS x"
+    )
     code, out, err = run("sql", q, "--db", str(db), "-f", "json")
     assert code == 0, err
-    assert json.loads(out) == [{"i": "1 month", "u": "7", "t": "infinity", "d": "-infinity", "b": "\\xAA\\x00",
-                                "h": "170141183460469231731687303715884105727", "s": "{'a': 1}", "l": "[1, 2]",
-                                "dec": "1.50", "x": 2.5}]
+    assert json.loads(out) == [
+        {
+            "i": "1 month",
+            "u": "7",
+            "t": "infinity",
+            "d": "-infinity",
+            "b": "\\xAA\\x00",
+            "h": "170141183460469231731687303715884105727",
+            "s": "{'a': 1}",
+            "l": "[1, 2]",
+            "dec": "1.50",
+            "x": 2.5,
+        }
+    ]
     code, out, err = run("sql", q, "--db", str(db))
     assert code == 0 and "infinity" in out and "1 month" in out and "\\xAA\\x00" in out, err
     code, out, err = run("sql", q, "--db", str(db), "-f", "csv")
-    assert out.splitlines()[1] == "1 month,7,infinity,'-infinity,\\xAA\\x00,170141183460469231731687303715884105727,{'a': 1},\"[1, 2]\",1.50,2.5"
+    assert (
+        out.splitlines()[1]
+        == "1 month,7,infinity,'-infinity,\\xAA\\x00,170141183460469231731687303715884105727,{'a': 1},\"[1, 2]\",1.50,2.5"
+    )
 
 
 def test_sql_caps_rows_and_says_so(db):
     code, out, err = run("sql", "SELECT range AS n FROM range(1500)", "--db", str(db), "-f", "csv")
     assert code == 0 and len(out.splitlines()) == 1 + 1000
     assert err.strip() == "note: first 1,000 rows shown; --max-rows 0 prints all"
-    code, out, err = run("sql", "SELECT range AS n FROM range(1500)", "--db", str(db), "-f", "csv", "--max-rows", "0")
+    code, out, err = run(
+        "sql", "SELECT range AS n FROM range(1500)", "--db", str(db), "-f", "csv", "--max-rows", "0"
+    )
     assert code == 0 and len(out.splitlines()) == 1 + 1500 and err == ""
-    code, out, err = run("sql", "SELECT range AS n FROM range(3)", "--db", str(db), "-f", "json", "--max-rows", "2")
+    code, out, err = run(
+        "sql", "SELECT range AS n FROM range(3)", "--db", str(db), "-f", "json", "--max-rows", "2"
+    )
     assert json.loads(out) == [{"n": 0}, {"n": 1}] and "first 2 rows shown" in err
 
 
 def test_sql_error_is_one_line(db):
     code, out, err = run("sql", "SELECT 'a'::INTEGER", "--db", str(db))
-    assert code == 1 and len(err.strip().splitlines()) == 1 and err.startswith("error: SQL error: Conversion Error")
+    assert (
+        code == 1
+        and len(err.strip().splitlines()) == 1
+        and err.startswith("error: SQL error: Conversion Error")
+    )
 
 
 def test_error_messages_are_escaped(tmp_path):
     d = tmp_path / "x"
     d.mkdir()
     bad = d / "rank0.json"
-    bad.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "[link=http://e]\x1b[2J", "ts": 1}]}))
+    bad.write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "[link=http://e]\x1b[2J", "ts": 1}]})
+    )
     code, _, err = run("ingest", str(bad), "--db", str(tmp_path / "s.duckdb"))
     assert code == 1
-    assert err.strip().endswith("event #0 (ph='X', name='[link=http://e]\\x1b[2J'): missing 'dur'; pass "
-                                "--skip-bad-events to skip such events")
+    assert err.strip().endswith(
+        "event #0 (ph='X', name='[link=http://e]\\x1b[2J'): missing 'dur'; pass "
+        "--skip-bad-events to skip such events"
+    )
     assert "\x1b" not in err

@@ -26,17 +26,26 @@ def test_union_ns_and_class_measures_share_one_sweep():
     rng = np.random.default_rng(7)
     n = 2000
     start = rng.integers(0, 1_000_000, n)
-    act = pl.DataFrame({
-        "rank": rng.integers(0, 3, n), "step": rng.integers(0, 4, n),
-        "class": rng.choice(["compute", "comm", "memory"], n),
-        "start_ns": start, "end_ns": start + rng.integers(0, 5_000, n),
-    })
+    act = pl.DataFrame(
+        {
+            "rank": rng.integers(0, 3, n),
+            "step": rng.integers(0, 4, n),
+            "class": rng.choice(["compute", "comm", "memory"], n),
+            "start_ns": start,
+            "end_ns": start + rng.integers(0, 5_000, n),
+        }
+    )
     cm = class_measures(act, ["rank", "step"])
     busy = union_ns(act, ["rank", "step"], "busy_ns").sort("rank", "step")
-    assert busy.join(cm.select("rank", "step", "busy_ns"), on=["rank", "step"], how="full").filter(
-        pl.col("busy_ns") != pl.col("busy_ns_right")).is_empty()
+    assert (
+        busy.join(cm.select("rank", "step", "busy_ns"), on=["rank", "step"], how="full")
+        .filter(pl.col("busy_ns") != pl.col("busy_ns_right"))
+        .is_empty()
+    )
     comp = union_ns(act.filter(pl.col("class") == "compute"), ["rank", "step"], "compute_ns")
-    assert comp.sort("rank", "step")["compute_ns"].to_list() == cm.sort("rank", "step")["compute_ns"].to_list()
+    assert (
+        comp.sort("rank", "step")["compute_ns"].to_list() == cm.sort("rank", "step")["compute_ns"].to_list()
+    )
     # no group columns: one total, the union over everything, measured by hand on a merge
     total = union_ns(act, [], "u")["u"].item()
     ivs = sorted(zip(act["start_ns"].to_list(), act["end_ns"].to_list(), strict=True))

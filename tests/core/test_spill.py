@@ -30,7 +30,11 @@ def _mapped(col: pa.ChunkedArray) -> int:
     n = 0
     for c in col.chunks:
         data = c.buffers()[2]
-        if data is not None and data.size and any(m.address <= data.address < m.address + m.size for m in maps):
+        if (
+            data is not None
+            and data.size
+            and any(m.address <= data.address < m.address + m.size for m in maps)
+        ):
             n += 1
     return n
 
@@ -53,7 +57,9 @@ def test_round_trip_of_every_chunk_shape(spill_all: None) -> None:
     assert _mapped(col) == 3  # the plain chunks with text (the 1st, 2nd and last): on disk
     spill.release()
     assert col.to_pylist() == want  # pages dropped are read again from the file
-    got = pa.RecordBatchReader.from_batches(*_schema_and(spill.batches(pa.table({"a": col}), rows=3))).read_all()
+    got = pa.RecordBatchReader.from_batches(
+        *_schema_and(spill.batches(pa.table({"a": col}), rows=3))
+    ).read_all()
     assert got.column("a").to_pylist() == want
 
 
@@ -80,14 +86,21 @@ def test_unwritable_folder_keeps_the_column_in_memory(spill_all: None, tmp_path:
 def _parsed(path: Path) -> list[object]:
     pt = _PARSE.parse(path)
     return [getattr(pt, t).to_pydict() for t in ("events", "devices", "steps", "collectives")] + [
-        pt.rejected, pt.skipped, pt.flagged, pt.warnings]
+        pt.rejected,
+        pt.skipped,
+        pt.flagged,
+        pt.warnings,
+    ]
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(lambda: next(SAMPLES.rglob("*.trace.json.gz")), id="sample"),
-    pytest.param(lambda: corpus("hta/trace_diff/test/test.json.gz"), id="hta-trace_diff"),
-    pytest.param(lambda: corpus("hta/negative_queue_length_values_check/rank0.json.gz"), id="hta-queue"),
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(lambda: next(SAMPLES.rglob("*.trace.json.gz")), id="sample"),
+        pytest.param(lambda: corpus("hta/trace_diff/test/test.json.gz"), id="hta-trace_diff"),
+        pytest.param(lambda: corpus("hta/negative_queue_length_values_check/rank0.json.gz"), id="hta-queue"),
+    ],
+)
 def test_parse_with_spilled_args_gives_the_same_tables(path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = path()
     in_memory = _parsed(p)
@@ -106,11 +119,15 @@ def test_store_rows_are_the_same_with_spilled_args(tmp_path: Path, monkeypatch: 
             from traceprof.ingest.ingest import ingest
 
             ingest(s, [src], jobs=1)
-            dumps.append(s.con.execute("SELECT * EXCLUDE (trace_id) FROM events ORDER BY ts_ns, name, args").fetchall())
+            dumps.append(
+                s.con.execute("SELECT * EXCLUDE (trace_id) FROM events ORDER BY ts_ns, name, args").fetchall()
+            )
     assert dumps[0] == dumps[1] and len(dumps[0]) > 100
 
 
-def test_a_column_that_cannot_be_mapped_is_read_back(spill_all: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_column_that_cannot_be_mapped_is_read_back(
+    spill_all: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refuse(*a: object, **k: object) -> None:
         raise OSError("no maps here")
 

@@ -36,8 +36,9 @@ SOURCES = {
 @pytest.fixture(scope="module")
 def scheduler() -> Iterator[str]:
     """A small in-process Dask cluster (threads: fast to start; the machine is shared)."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         yield cluster.scheduler_address
 
 
@@ -77,9 +78,16 @@ def _cases() -> list[tuple[str, str, dict[str, object]]]:
     return out
 
 
-@pytest.mark.parametrize(("run", "name", "extra"), _cases(), ids=lambda v: str(v) if not isinstance(v, dict) else
-                         ",".join(f"{k}={x}" for k, x in v.items()) or "default")
-def test_same_result_as_local(run: str, name: str, extra: dict[str, object], db: Path, scheduler: str) -> None:
+@pytest.mark.parametrize(
+    ("run", "name", "extra"),
+    _cases(),
+    ids=lambda v: (
+        str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items()) or "default"
+    ),
+)
+def test_same_result_as_local(
+    run: str, name: str, extra: dict[str, object], db: Path, scheduler: str
+) -> None:
     an = registry.get(name)
     params = an.params(run=run, **extra)
     with Store(db, read_only=True) as store:
@@ -97,7 +105,9 @@ def test_same_result_as_local(run: str, name: str, extra: dict[str, object], db:
         assert_frame_equal(remote[0][k], local[0][k], check_exact=False, rel_tol=1e-12, abs_tol=1e-12)
 
 
-def test_tasks_run_one_per_rank_on_the_cluster(db: Path, scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tasks_run_one_per_rank_on_the_cluster(
+    db: Path, scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The per-rank analyses go to the cluster, one task per rank; cross-rank ones stay here."""
     seen: list[tuple[str, int]] = []
     real = DaskCluster.map
@@ -130,8 +140,19 @@ def test_cli_analyze_and_report(db: Path, scheduler: str, tmp_path: Path) -> Non
     assert code == 0, err
     assert remote == local
     out = tmp_path / "r.html"
-    code, _, err = cli("report", "--db", str(db), "--run", "normal", "-o", str(out), "--executor", "dask",
-                       "--scheduler", scheduler)
+    code, _, err = cli(
+        "report",
+        "--db",
+        str(db),
+        "--run",
+        "normal",
+        "-o",
+        str(out),
+        "--executor",
+        "dask",
+        "--scheduler",
+        scheduler,
+    )
     assert code == 0, err
     assert out.stat().st_size > 0
 
@@ -140,8 +161,9 @@ def test_cli_analyze_save_with_dask(scheduler: str, tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     with Store(path, layout="parquet") as s:
         ingest(s, [SAMPLES / "normal"], jobs=1)
-    code, _, err = cli("analyze", "temporal", "--db", str(path), "--save", "--executor", "dask",
-                       "--scheduler", scheduler)
+    code, _, err = cli(
+        "analyze", "temporal", "--db", str(path), "--save", "--executor", "dask", "--scheduler", scheduler
+    )
     assert code == 0, err
     with Store(path, read_only=True) as s:
         assert s.sql("SELECT count(*) AS n FROM result_temporal_frame")["n"][0] == 4
@@ -151,7 +173,9 @@ def test_cli_refusals(scheduler: str, tmp_path: Path, monkeypatch: pytest.Monkey
     path = tmp_path / "duck.duckdb"
     with Store(path) as s:  # duckdb layout
         ingest(s, [SAMPLES / "normal"], jobs=1)
-    code, _, err = cli("analyze", "overlap", "--db", str(path), "--executor", "dask", "--scheduler", scheduler)
+    code, _, err = cli(
+        "analyze", "overlap", "--db", str(path), "--executor", "dask", "--scheduler", scheduler
+    )
     assert code == 1 and "duckdb layout" in err and "--layout parquet" in err
     code, _, err = cli("analyze", "overlap", "--db", str(path), "--executor", "dask")
     assert code == 1 and "--scheduler" in err
@@ -163,7 +187,16 @@ def test_cli_refusals(scheduler: str, tmp_path: Path, monkeypatch: pytest.Monkey
     with Store(pq, layout="parquet") as s:
         ingest(s, [SAMPLES / "normal"], jobs=1)
     monkeypatch.setattr(executor, "CONNECT_TIMEOUT_S", 1)
-    code, _, err = cli("report", "--db", str(pq), "--executor", "dask", "--scheduler", "tcp://127.0.0.1:9",
-                       "-o", str(tmp_path / "r.html"))
+    code, _, err = cli(
+        "report",
+        "--db",
+        str(pq),
+        "--executor",
+        "dask",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+        "-o",
+        str(tmp_path / "r.html"),
+    )
     assert code == 1 and "cannot reach a Dask scheduler" in err
     assert len(err.strip().splitlines()) == 1

@@ -45,10 +45,12 @@ def _micro(folder: Path, extra: bool, world: int = 1, gpu: bool = False) -> Path
     """
     ev = []
     for s in (0, 100):
-        ev += [op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"),
-               op("aten::linear", s + 1, 30, [[4, 4], [4, 4], []]),
-               op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]),
-               op("aten::mm", s + 40, 40 if s else 10, [[4, 4], [4, 4]])]
+        ev += [
+            op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"),
+            op("aten::linear", s + 1, 30, [[4, 4], [4, 4], []]),
+            op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]),
+            op("aten::mm", s + 40, 40 if s else 10, [[4, 4], [4, 4]]),
+        ]
         if extra:
             ev.append(op("aten::mm", s + 32, 8, [[8, 8], [8, 8]]))
         if gpu:  # one kernel per step on stream 7: makes it a GPU run
@@ -67,11 +69,19 @@ def test_micro_diff_by_hand(store, tmp_path):
     assert m["launches"]["change_pct"] == pytest.approx(100 / 3) and m["launches"]["regressed"]
     assert m["collectives"]["verdict"] == "ok" and m["collectives"]["reason"] == "unchanged"
     mm = res.structure.row(0, named=True)
-    assert (mm["name"], mm["shape"], mm["delta_calls"], mm["delta_flops"], mm["ranks"]) == ("aten::mm", "(8,8)@(8,8)", 1, 1024, [0])
+    assert (mm["name"], mm["shape"], mm["delta_calls"], mm["delta_flops"], mm["ranks"]) == (
+        "aten::mm",
+        "(8,8)@(8,8)",
+        1,
+        1024,
+        [0],
+    )
     assert res.verdict == "regression" and res.layers == ("structural",) and res.exit_code == 3
-    assert res.summary.startswith("REGRESSION (structural) base -> cand: flops +400.0% per step (> 1%): "
-                                  "+1 aten::mm (8,8)@(8,8) per step on rank 0; launches +33.3% per step (> 5%): "
-                                  "+1 CPU ops per step on rank 0")
+    assert res.summary.startswith(
+        "REGRESSION (structural) base -> cand: flops +400.0% per step (> 1%): "
+        "+1 aten::mm (8,8)@(8,8) per step on rank 0; launches +33.3% per step (> 5%): "
+        "+1 CPU ops per step on rank 0"
+    )
     # Timing. compute_ns, the typical time: 40,000 -> 48,000 ns (+20 %). Its noise, one baseline
     # run: per-step typical compute base step 1: linear 20 + mm median(10, 10) x 2 = 40 us; step 2:
     # 20 + median(10, 40) x 2 = 70; cand 48 and 78 (+8 each). Pooled within-run variance
@@ -90,7 +100,11 @@ def test_micro_diff_by_hand(store, tmp_path):
     # idle 9 us -> 1 us per step (the extra mm fills a gap): -8 % of the step, within threshold
     assert m["idle_ns"]["change_pct"] == pytest.approx(-8.0) and m["idle_ns"]["verdict"] == "ok"
     items = {r["name"]: r for r in res.items.iter_rows(named=True)}
-    assert (items["aten::mm"]["base_ns"], items["aten::mm"]["cand_ns"], items["aten::mm"]["cand_calls"]) == (20_000, 28_000, 3)
+    assert (items["aten::mm"]["base_ns"], items["aten::mm"]["cand_ns"], items["aten::mm"]["cand_calls"]) == (
+        20_000,
+        28_000,
+        3,
+    )
     assert items["aten::linear"]["delta_ns"] == 0
     with pytest.raises(UsageError, match="no such metric"):
         diff_runs(store, "base", "cand", {"speed": 0.1})
@@ -100,8 +114,12 @@ def test_ns_are_whole_and_chart_labels_short(store, tmp_path):
     # Base step times 100 us and 101.001 us (two samples): median 100,500.5 ns, rounded half to
     # even -> 100,500 (int64 ns, not 100,500.50). Items: mm calls 10 us and 10.001 us, median
     # 10,000.5 ns x 2 calls / 2 steps -> 10,000 ns per step (ns columns int64).
-    ev = [op("ProfilerStep#1", 0, 100, cat="user_annotation"), op("ProfilerStep#2", 100, 101.001, cat="user_annotation"),
-          op("aten::mm", 5, 10, [[4, 4], [4, 4]]), op("aten::mm", 105, 10.001, [[4, 4], [4, 4]])]
+    ev = [
+        op("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        op("ProfilerStep#2", 100, 101.001, cat="user_annotation"),
+        op("aten::mm", 5, 10, [[4, 4], [4, 4]]),
+        op("aten::mm", 105, 10.001, [[4, 4], [4, 4]]),
+    ]
     ingest(store, [write_run(tmp_path / "odd", ev)])
     res = diff_runs(store, "odd", "odd")
     step = res.frame.filter(pl.col("metric") == "step_time_ns").row(0, named=True)
@@ -109,7 +127,7 @@ def test_ns_are_whole_and_chart_labels_short(store, tmp_path):
     assert {res.items[c].dtype for c in ("base_ns", "cand_ns", "delta_ns")} == {pl.Int64}
     assert res.items.filter(pl.col("name") == "aten::mm")["base_ns"].to_list() == [10_000]
     assert all(isinstance(m["base"], int) for m in res.to_dict()["metrics"] if m["metric"].endswith("_ns"))
-    chart, = res.charts()  # one series: the report can rotate plain labels, not grouped ones
+    (chart,) = res.charts()  # one series: the report can rotate plain labels, not grouped ones
     assert chart.ys == ("delta_ns",) and "(ns)" not in chart.title and chart.x == "label"
     assert res.frames()["top"]["label"].to_list() == ["1. aten::mm"]
 
@@ -126,7 +144,10 @@ def _mfu_run(folder: Path, rows: int, shift: int = 0) -> Path:
     ev, t = [], 0
     steps = _MFU_STEPS[shift:] + _MFU_STEPS[:shift]
     for i, dur in enumerate(steps):
-        ev += [op(f"ProfilerStep#{i + 1}", t, dur, cat="user_annotation"), op("aten::mm", t + 10, 50, [[rows, 64], [64, 64]])]
+        ev += [
+            op(f"ProfilerStep#{i + 1}", t, dur, cat="user_annotation"),
+            op("aten::mm", t + 10, 50, [[rows, 64], [64, 64]]),
+        ]
         t += dur
     return write_run(folder, ev)
 
@@ -165,25 +186,42 @@ def test_thresholds_are_fractions(store, tmp_path):
 
 
 def test_runs_not_comparable(store, tmp_path):
-    ingest(store, [_micro(tmp_path / "cpu", False), _micro(tmp_path / "gpu", False, gpu=True),
-                   _micro(tmp_path / "two", False, world=2)])
+    ingest(
+        store,
+        [
+            _micro(tmp_path / "cpu", False),
+            _micro(tmp_path / "gpu", False, gpu=True),
+            _micro(tmp_path / "two", False, world=2),
+        ],
+    )
     with pytest.raises(UsageError, match="not comparable .cpu is a CPU-only run, gpu a GPU run.:"):
         diff_runs(store, "cpu", "gpu")
     with pytest.raises(UsageError, match=r"not comparable \(world size 1 vs 2\)"):
         diff_runs(store, "cpu", "two")
-    with pytest.raises(UsageError, match=r"runs gpu,cpu and two are not comparable"):  # every baseline checked
+    with pytest.raises(
+        UsageError, match=r"runs gpu,cpu and two are not comparable"
+    ):  # every baseline checked
         diff_runs(store, "gpu,cpu", "two")
     assert not diff_runs(store, "gpu", "gpu").regressed
     # --force: compared anyway, on per-rank medians (one sample per rank), with a note saying so.
     forced = diff_runs(store, "cpu", "two", force=True)
-    assert any(n.startswith("forced (--force): runs cpu and two are not comparable (world size 1 vs 2)")
-               for n in forced.notes)
+    assert any(
+        n.startswith("forced (--force): runs cpu and two are not comparable (world size 1 vs 2)")
+        for n in forced.notes
+    )
     # each run has one traced rank (_micro writes rank 0 only): one per-rank median each
     assert forced.frame.filter(pl.col("metric") == "step_time_ns")[["n_base", "n_cand"]].row(0) == (1, 1)
     # GPU -> CPU: launches count kernels (1 per step) on one and CPU ops (3) on the other: +200 %,
     # shown but not gated, since they count other things
-    launches = diff_runs(store, "gpu", "cpu", force=True).frame.filter(pl.col("metric") == "launches").row(0, named=True)
-    assert launches["reason"] == "not gated (--force): +200.0% > threshold 5% (exact)" and not launches["regressed"]
+    launches = (
+        diff_runs(store, "gpu", "cpu", force=True)
+        .frame.filter(pl.col("metric") == "launches")
+        .row(0, named=True)
+    )
+    assert (
+        launches["reason"] == "not gated (--force): +200.0% > threshold 5% (exact)"
+        and not launches["regressed"]
+    )
 
 
 def test_bad_mfu_param_is_a_usage_error(store, tmp_path):
@@ -207,6 +245,7 @@ def test_gpu_corpus_run_against_itself(store):
 
 
 # --- the noise model: Student's t, and the verdict where it flips -------------------------------
+
 
 def test_t_distribution_closed_forms():
     # df = 1 (Cauchy): F(t) = 1/2 + atan(t)/pi; df = 2: F(t) = 1/2 + t / (2 sqrt(2 + t²)).
@@ -233,12 +272,15 @@ def _per(values: list[float], units: int = 2) -> list[tuple[float, np.ndarray]]:
 BASE3 = [100.0, 102.0, 98.0]
 
 
-@pytest.mark.parametrize("cand, verdict", [
-    (110.0, "ok"),             # +10 % exactly: not above the 10 % threshold (strictly greater)
-    (111.0, "inconclusive"),   # +11 % > 10 %, t = 4.76: p = 0.0207, not significant
-    (116.0, "inconclusive"),   # +16.0 %: t = 6.928, p = 0.01010, just not significant
-    (116.2, "regression"),     # +16.2 %: t = 7.015, p = 0.00986 < 0.01
-])
+@pytest.mark.parametrize(
+    "cand, verdict",
+    [
+        (110.0, "ok"),  # +10 % exactly: not above the 10 % threshold (strictly greater)
+        (111.0, "inconclusive"),  # +11 % > 10 %, t = 4.76: p = 0.0207, not significant
+        (116.0, "inconclusive"),  # +16.0 %: t = 6.928, p = 0.01010, just not significant
+        (116.2, "regression"),  # +16.2 %: t = 7.015, p = 0.00986 < 0.01
+    ],
+)
 def test_noise_floor_and_significance_flip(cand, verdict):
     row = _timing_row("compute_ns", _per([*BASE3, cand]), [2, 2, 2, 2], 100_000.0, 0.10, 0.01)
     se = math.sqrt(4 + 4 / 3)
@@ -253,7 +295,9 @@ def test_noise_above_the_threshold_is_inconclusive(spread, verdict):
     # Baselines 100 - d, 100, 100 + d us: s_b = d, SE = d sqrt(1 + 1/3) = 1.1547 d. d = 8: noise
     # 9.24 % <= 10 %, the unchanged candidate is ok; d = 8.7: noise 10.05 % > 10 %: the gate cannot
     # see a change of 10 %, so even an unchanged candidate is inconclusive, never ok by default.
-    row = _timing_row("step_time_ns", _per([100 - spread, 100.0, 100 + spread, 100.0]), [2] * 4, 100_000.0, 0.10, 0.01)
+    row = _timing_row(
+        "step_time_ns", _per([100 - spread, 100.0, 100 + spread, 100.0]), [2] * 4, 100_000.0, 0.10, 0.01
+    )
     assert row["noise_pct"] == pytest.approx(spread * math.sqrt(4 / 3)) and row["verdict"] == verdict
 
 
@@ -264,26 +308,39 @@ def test_one_baseline_run_never_makes_a_timing_regression():
     # run-to-run variance is unknown: inconclusive. 15 % faster: inconclusive too (the machine may
     # have been faster and hidden a regression); 5 % faster or 8 % slower: ok.
     def row(c: float) -> dict:
-        per = [(100_000.0, np.array([95_000.0, 105_000.0])), (1000 * c, np.array([1000 * (c - 5), 1000 * (c + 5)]))]
+        per = [
+            (100_000.0, np.array([95_000.0, 105_000.0])),
+            (1000 * c, np.array([1000 * (c - 5), 1000 * (c + 5)])),
+        ]
         return _timing_row("step_time_ns", per, [2, 2], 100_000.0, 0.10, 0.01)
 
     slow = row(150.0)
     assert slow["noise_pct"] == pytest.approx(math.sqrt(50)) and slow["p_value"] < 0.01
     assert slow["verdict"] == "inconclusive" and "one baseline run cannot tell" in slow["reason"]
-    assert row(85.0)["verdict"] == "inconclusive" and "differ by more than the threshold" in row(85.0)["reason"]
+    assert (
+        row(85.0)["verdict"] == "inconclusive" and "differ by more than the threshold" in row(85.0)["reason"]
+    )
     assert row(95.0)["verdict"] == "ok" and row(108.0)["verdict"] == "ok"
 
 
 def test_too_little_data_is_inconclusive():
     # one baseline run of one step, a candidate of one step: no spread of any kind to estimate
-    row = _timing_row("step_time_ns", [(1e5, np.array([1e5])), (1e5, np.array([1e5]))], [1, 1], 1e5, 0.10, 0.01)
-    assert row["noise_pct"] is None and row["verdict"] == "inconclusive" and row["reason"].startswith("too little data")
+    row = _timing_row(
+        "step_time_ns", [(1e5, np.array([1e5])), (1e5, np.array([1e5]))], [1, 1], 1e5, 0.10, 0.01
+    )
+    assert (
+        row["noise_pct"] is None
+        and row["verdict"] == "inconclusive"
+        and row["reason"].startswith("too little data")
+    )
 
 
 def test_mfu_counts_a_drop_and_components_a_share_of_the_step():
     # mfu_pct 50 -> 40 with baselines 50, 51, 49 (SE 1.1547): the drop is the bad direction,
     # change +20 % of 50; t = 10 / 1.1547 = 8.66, p = 0.0065: regression.
-    mfu = _timing_row("mfu_pct", [(v, np.full(2, v)) for v in (50.0, 51.0, 49.0, 40.0)], [2] * 4, 100.0, 0.10, 0.01)
+    mfu = _timing_row(
+        "mfu_pct", [(v, np.full(2, v)) for v in (50.0, 51.0, 49.0, 40.0)], [2] * 4, 100.0, 0.10, 0.01
+    )
     assert mfu["change_pct"] == pytest.approx(20.0) and mfu["verdict"] == "regression"
     # exposed_comm_ns 10 -> 20 us with a 1,000 us base step: +100 % of itself but +1 % of the step: ok
     comm = _timing_row("exposed_comm_ns", _per([10.0, 10.0, 10.0, 20.0]), [2] * 4, 1_000_000.0, 0.10, 0.01)
@@ -300,7 +357,9 @@ def test_contention_blocks_wall_clock_regressions_only():
     bases = [prof(1.8), prof(2.0)]
     assert _contention(bases, prof(2.2), 0.10) == ""
     busier = _contention(bases, prof(2.21), 0.10)
-    assert busier == "the candidate ran under more contention than every baseline run (2.21x vs at most 2.00x)"
+    assert (
+        busier == "the candidate ran under more contention than every baseline run (2.21x vs at most 2.00x)"
+    )
     per = _per([*BASE3, 130.0])  # +30 %: p = 0.0017, a regression without contention
     assert _timing_row("step_time_ns", per, [2] * 4, 100_000.0, 0.10, 0.01)["verdict"] == "regression"
     blocked = _timing_row("step_time_ns", per, [2] * 4, 100_000.0, 0.10, 0.01, busier)
@@ -311,83 +370,147 @@ def test_contention_blocks_wall_clock_regressions_only():
 
 # --- the structural layer: exact, with a threshold ----------------------------------------------
 
+
 def _structure(flops: float, launches: float = 10.0) -> structure.Structure:
-    totals = pl.DataFrame({"rank": [0], "steps": [3], "flops": [flops], "launches": [launches],
-                           "collectives": [4.0], "comm_bytes": [1024.0]}, schema_overrides={"rank": pl.Int32})
-    keys = pl.DataFrame(schema={"rank": pl.Int32, "kind": pl.Utf8, "name": pl.Utf8, "sig": pl.Utf8,
-                                "calls": pl.Float64, "flops": pl.Float64, "bytes": pl.Float64})
+    totals = pl.DataFrame(
+        {
+            "rank": [0],
+            "steps": [3],
+            "flops": [flops],
+            "launches": [launches],
+            "collectives": [4.0],
+            "comm_bytes": [1024.0],
+        },
+        schema_overrides={"rank": pl.Int32},
+    )
+    keys = pl.DataFrame(
+        schema={
+            "rank": pl.Int32,
+            "kind": pl.Utf8,
+            "name": pl.Utf8,
+            "sig": pl.Utf8,
+            "calls": pl.Float64,
+            "flops": pl.Float64,
+            "bytes": pl.Float64,
+        }
+    )
     return structure.Structure(keys, totals, "shapes")
 
 
-@pytest.mark.parametrize("bases, cand, change, regressed", [
-    ([1000.0], 1010.0, 1.0, False),           # +1 % exactly: not above the 1 % default
-    ([1000.0], 1011.0, 1.1, True),            # +1.1 %
-    ([1000.0, 2000.0], 1500.0, 0.0, False),   # inside the baselines' range: no change
-    ([1000.0, 2000.0], 2020.0, 1.0, False),   # +1 % of the largest baseline (2000)
-    ([1000.0, 2000.0], 2021.0, 1.05, True),
-    ([1000.0], 900.0, -10.0, False),          # fewer FLOPs: a change, not a regression
-])
+@pytest.mark.parametrize(
+    "bases, cand, change, regressed",
+    [
+        ([1000.0], 1010.0, 1.0, False),  # +1 % exactly: not above the 1 % default
+        ([1000.0], 1011.0, 1.1, True),  # +1.1 %
+        ([1000.0, 2000.0], 1500.0, 0.0, False),  # inside the baselines' range: no change
+        ([1000.0, 2000.0], 2020.0, 1.0, False),  # +1 % of the largest baseline (2000)
+        ([1000.0, 2000.0], 2021.0, 1.05, True),
+        ([1000.0], 900.0, -10.0, False),  # fewer FLOPs: a change, not a regression
+    ],
+)
 def test_structural_threshold_flip(bases, cand, change, regressed):
-    rows, _ = structure.compare([_structure(b) for b in bases], _structure(cand), structure.DEFAULT_THRESHOLDS)
+    rows, _ = structure.compare(
+        [_structure(b) for b in bases], _structure(cand), structure.DEFAULT_THRESHOLDS
+    )
     f = {r["metric"]: r for r in rows}["flops"]
     assert f["change_pct"] == pytest.approx(change) and f["regressed"] is regressed
     assert f["varies"] is (len(set(bases)) > 1)
     # exact counts: a launch count that grows 5 % is not above the 5 % default, 5.1 % is
-    rows, _ = structure.compare([_structure(1.0, 1000.0)], _structure(1.0, 1051.0), structure.DEFAULT_THRESHOLDS)
+    rows, _ = structure.compare(
+        [_structure(1.0, 1000.0)], _structure(1.0, 1051.0), structure.DEFAULT_THRESHOLDS
+    )
     assert {r["metric"]: r for r in rows}["launches"]["regressed"]
-    rows, _ = structure.compare([_structure(1.0, 1000.0)], _structure(1.0, 1050.0), structure.DEFAULT_THRESHOLDS)
+    rows, _ = structure.compare(
+        [_structure(1.0, 1000.0)], _structure(1.0, 1050.0), structure.DEFAULT_THRESHOLDS
+    )
     assert not {r["metric"]: r for r in rows}["launches"]["regressed"]
 
 
 def test_shape_text():
     assert structure.shape_text("op", "aten::mm", "[[512,128],[128,512]]") == "(512,128)@(128,512)"
-    assert structure.shape_text("op", "aten::addmm", "[[512],[8,128],[128,512],[],[]]") == "(512), (8,128), (128,512), (), ()"
+    assert (
+        structure.shape_text("op", "aten::addmm", "[[512],[8,128],[128,512],[],[]]")
+        == "(512), (8,128), (128,512), (), ()"
+    )
     assert structure.shape_text("collective", "all_reduce", "0") == "pg 0"
 
 
 # --- cause: named only above its own spread; collective wait never the cause of compute ---------
+
 
 def test_an_item_is_named_only_above_its_own_spread(store, tmp_path):
     # Baselines: relu 10, 11, 9 us per step (mean 10, s_b = 1), gelu 5, 7, 3 (mean 5, s_b = 2).
     # Candidate: relu 20, gelu 7. relu: +10 us, SE = sqrt(1 + 3/9) = 1.155 us, t = 8.66, p =
     # 0.0065 < 0.01: grew. gelu: +2 us (+40 % of itself, 2 % of the 100 us step: the old rule
     # named it), SE = 2 x 1.155 = 2.31 us, t = 0.87: within its spread, not named.
-    runs = [cause_run(tmp_path / n, r, g) for n, r, g in (("b1", 10, 5), ("b2", 11, 7), ("b3", 9, 3), ("c", 20, 7))]
+    runs = [
+        cause_run(tmp_path / n, r, g)
+        for n, r, g in (("b1", 10, 5), ("b2", 11, 7), ("b3", 9, 3), ("c", 20, 7))
+    ]
     ingest(store, runs)
     res = diff_runs(store, "b1,b2,b3", "c")
     items = {r["name"]: r for r in res.items.iter_rows(named=True)}
     relu, gelu = items["aten::relu"], items["aten::gelu"]
     assert (relu["delta_ns"], relu["noise_pct"]) == (10_000, pytest.approx(100 * math.sqrt(4 / 3) / 100))
-    assert relu["p_value"] == pytest.approx(0.5 - 8.6603 / (2 * math.sqrt(2 + 75.0)), abs=1e-4) and relu["grew"]
+    assert (
+        relu["p_value"] == pytest.approx(0.5 - 8.6603 / (2 * math.sqrt(2 + 75.0)), abs=1e-4) and relu["grew"]
+    )
     assert gelu["delta_pct"] == pytest.approx(40.0) and gelu["share_of_step_pct"] >= MIN_ITEM_SHARE_PCT
     assert not gelu["grew"]
     assert res.baseline == "b1,b2,b3" and res.frame["base_runs"].unique().to_list() == [3]
 
 
 def test_collective_wait_is_never_the_cause_of_compute():
-    metrics = pl.DataFrame({"metric": ["compute_ns", "step_time_ns"], "layer": ["timing"] * 2, "regressed": [True, True]})
-    items = pl.DataFrame({"kind": ["collective", "op"], "name": ["all_reduce", "aten::mm"], "class": ["comm", "compute"],
-                          "delta_ns": [9_000_000, 4_000_000], "delta_pct": [40.0, 25.0], "grew": [True, True]})
-    ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "change_pct": [1.0, -2.0, 31.0, 0.5], "grew": [False, False, True, False]})
+    metrics = pl.DataFrame(
+        {"metric": ["compute_ns", "step_time_ns"], "layer": ["timing"] * 2, "regressed": [True, True]}
+    )
+    items = pl.DataFrame(
+        {
+            "kind": ["collective", "op"],
+            "name": ["all_reduce", "aten::mm"],
+            "class": ["comm", "compute"],
+            "delta_ns": [9_000_000, 4_000_000],
+            "delta_pct": [40.0, 25.0],
+            "grew": [True, True],
+        }
+    )
+    ranks = pl.DataFrame(
+        {"rank": [0, 1, 2, 3], "change_pct": [1.0, -2.0, 31.0, 0.5], "grew": [False, False, True, False]}
+    )
     text = causes(metrics, items, ranks)
-    assert text == ("grew: aten::mm +4.00 ms/step (+25%); compute grew on rank 2 (+31%) "
-                    "(collective wait on the others is the symptom, not the cause)")
+    assert text == (
+        "grew: aten::mm +4.00 ms/step (+25%); compute grew on rank 2 (+31%) "
+        "(collective wait on the others is the symptom, not the cause)"
+    )
     # exposed communication regressed, compute did not grow anywhere: the collective is named
-    comm = causes(metrics.with_columns(pl.Series("metric", ["exposed_comm_ns", "idle_ns"])),
-                   items, ranks.with_columns(pl.lit(False).alias("grew")))
+    comm = causes(
+        metrics.with_columns(pl.Series("metric", ["exposed_comm_ns", "idle_ns"])),
+        items,
+        ranks.with_columns(pl.lit(False).alias("grew")),
+    )
     assert comm.startswith("grew: all_reduce +9.00 ms/step (+40%)")
 
 
 def test_findings_verdict_follows_the_gate(store, tmp_path):
     # _micro: +1 aten::mm per step, a structural regression. _cause_run with a slower relu: the
     # same ops and shapes, compute 25 -> 37 us (+48 %) against one baseline run: inconclusive.
-    ingest(store, [_micro(tmp_path / "base", False), _micro(tmp_path / "cand", True),
-                   cause_run(tmp_path / "b1", 10, 5), cause_run(tmp_path / "c", 20, 7)])
+    ingest(
+        store,
+        [
+            _micro(tmp_path / "base", False),
+            _micro(tmp_path / "cand", True),
+            cause_run(tmp_path / "b1", 10, 5),
+            cause_run(tmp_path / "c", 20, 7),
+        ],
+    )
     for base, cand, status in (("base", "cand", "problem"), ("b1", "c", "inconclusive"), ("b1", "b1", "ok")):
         res = diff_runs(store, base, cand)
         findings, verdict = _regression(res)
         assert verdict.status == status and findings[0].problem is (status == "problem")
-        assert verdict.text.endswith(res.summary) and res.exit_code == {"problem": 3, "inconclusive": 4, "ok": 0}[status]
+        assert (
+            verdict.text.endswith(res.summary)
+            and res.exit_code == {"problem": 3, "inconclusive": 4, "ok": 0}[status]
+        )
 
 
 # --- the CI gate on the real samples, through the CLI -----------------------------------------
@@ -408,8 +531,14 @@ def sample_db(tmp_path_factory) -> Path:
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_extra_matmul_is_a_structural_regression_with_exit_3(sample_db):
@@ -420,41 +549,64 @@ def test_extra_matmul_is_a_structural_regression_with_exit_3(sample_db):
     # backward +2 (512,512)@(512,128) (its input's gradient; the weight's is the same shape pair).
     # FLOPs per rank-step: +4 x 2*512*128*512 = 268,435,456 over 1,509,949,440 (+17.78 %; the
     # collector's torch count, elementwise ops included, says 1,511,071,744 -> 1,780,162,560: +17.81 %).
-    assert summary.startswith("REGRESSION (structural) normal -> extra_matmul: flops +17.8% per step (> 1%): "
-                              "+2 aten::mm (512,128)@(128,512) per step on every rank, "
-                              "+2 aten::mm (512,512)@(512,128) per step on every rank")
+    assert summary.startswith(
+        "REGRESSION (structural) normal -> extra_matmul: flops +17.8% per step (> 1%): "
+        "+2 aten::mm (512,128)@(128,512) per step on every rank, "
+        "+2 aten::mm (512,512)@(512,128) per step on every rank"
+    )
     doc = json.loads(_cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "json").stdout)
     assert doc["verdict"] == "regression" and doc["exit_code"] == 3 and doc["layers"] == ["structural"]
     flops = next(m for m in doc["metrics"] if m["metric"] == "flops")
     assert (flops["base"], flops["delta"]) == (4 * 1_509_949_440, 4 * 268_435_456)
     mm = [s for s in doc["structure"] if s["name"] == "aten::mm"]
     assert {(s["shape"], s["base_calls"], s["cand_calls"]) for s in mm} == {
-        ("(512,128)@(128,512)", 20, 28), ("(512,512)@(512,128)", 32, 40)}  # 4 ranks x (5 -> 7, 8 -> 10)
+        ("(512,128)@(128,512)", 20, 28),
+        ("(512,512)@(512,128)", 32, 40),
+    }  # 4 ranks x (5 -> 7, 8 -> 10)
     # the timing items still show the typical time: 4 of 27 -> 31 aten::mm calls per step
     item = next(i for i in doc["items"] if i["name"] == "aten::mm")
     assert (item["base_calls"], item["cand_calls"]) == (27, 31)
 
 
-@pytest.mark.parametrize("base, cand", [("normal", "normal"), ("normal", "normal_repeat"), ("normal_repeat", "normal")])
+@pytest.mark.parametrize(
+    "base, cand", [("normal", "normal"), ("normal", "normal_repeat"), ("normal_repeat", "normal")]
+)
 def test_unchanged_job_passes(sample_db, base, cand):
     code, out, err = cli("diff", base, cand, "--db", str(sample_db))
     assert code == 0, out + err
-    assert out.strip().splitlines()[-1].startswith(f"OK {base} -> {cand}: no structural change; timing within thresholds")
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(f"OK {base} -> {cand}: no structural change; timing within thresholds")
+    )
 
 
 def test_inconclusive_exits_4(sample_db):
     # Structural thresholds lifted to 100 %: only the timing layer speaks, and with one baseline
     # run the +21.6 % step time and +25.9 % compute cannot be told from run-to-run variation.
-    code, out, err = cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "flops=1", "-t", "launches=1")
+    code, out, err = cli(
+        "diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "flops=1", "-t", "launches=1"
+    )
     assert code == EXIT_CODES["inconclusive"] == 4, out + err
-    assert out.strip().splitlines()[-1].startswith("INCONCLUSIVE normal -> extra_matmul: structure changed within "
-                                                   "thresholds: flops +17.8%, launches +5.8%; inconclusive: step_time_ns")
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(
+            "INCONCLUSIVE normal -> extra_matmul: structure changed within "
+            "thresholds: flops +17.8%, launches +5.8%; inconclusive: step_time_ns"
+        )
+    )
     assert "give 3+ baseline runs" in err
 
 
 def test_threshold_option(sample_db):
     assert DEFAULT_THRESHOLD == 0.10
-    assert cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "flops=0.2", "-t", "launches=0.1")[0] == 4
+    assert (
+        cli(
+            "diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "flops=0.2", "-t", "launches=0.1"
+        )[0]
+        == 4
+    )
     assert cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "flops=0.17")[0] == 3
     bad = cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "speed=0.1")
     assert bad[0] == 1 and "no such metric" in bad[2]
@@ -465,11 +617,22 @@ def test_threshold_option(sample_db):
 
 
 def test_csv_and_json_carry_the_items(sample_db):
-    n = len(json.loads(cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "json")[1])["items"])
+    n = len(
+        json.loads(cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "json")[1])["items"]
+    )
     # Independent count: distinct training-thread CPU op names of either run + the one collective op.
-    names = json.loads(cli("sql", "SELECT count(DISTINCT e.name) AS n FROM events e JOIN (SELECT DISTINCT run_id, rank, "
-                           "pid, tid FROM events WHERE kind = 'step') USING (run_id, rank, pid, tid) "
-                           "WHERE kind = 'cpu_op'", "--db", str(sample_db), "-f", "json")[1])[0]["n"]
+    names = json.loads(
+        cli(
+            "sql",
+            "SELECT count(DISTINCT e.name) AS n FROM events e JOIN (SELECT DISTINCT run_id, rank, "
+            "pid, tid FROM events WHERE kind = 'step') USING (run_id, rank, pid, tid) "
+            "WHERE kind = 'cpu_op'",
+            "--db",
+            str(sample_db),
+            "-f",
+            "json",
+        )[1]
+    )[0]["n"]
     assert n == names + 1  # json: every item, no cap
     code, out, err = cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-f", "csv")
     assert out.startswith("metric,layer,") and f"{n} items, none shown: --table items for all" in err
@@ -484,23 +647,40 @@ def test_baseline_sets_and_lists(sample_db, tmp_path):
     db.write_bytes(sample_db.read_bytes())
     assert cli("baseline", "add", "nightly", "normal", "normal_repeat", "--db", str(db))[0] == 0
     code, out, _ = cli("baseline", "list", "--db", str(db), "-f", "json")
-    assert json.loads(out) == [{"name": "nightly", "runs": 2, "run_names": ["normal", "normal_repeat"],
-                                "added_at": json.loads(out)[0]["added_at"]}]
+    assert json.loads(out) == [
+        {
+            "name": "nightly",
+            "runs": 2,
+            "run_names": ["normal", "normal_repeat"],
+            "added_at": json.loads(out)[0]["added_at"],
+        }
+    ]
     _, _, err = cli("baseline", "add", "nightly", "normal", "--db", str(db))
     assert "added nothing; already in it: normal" in err
     # a set named like a run, and an unknown run, are refused (nothing added)
     assert "is the name of a run" in cli("baseline", "add", "normal", "normal_repeat", "--db", str(db))[2]
     assert cli("baseline", "add", "other", "normal", "nope", "--db", str(db))[0] == 1
-    assert json.loads(cli("baseline", "--db", str(db), "-f", "json")[1])[0]["name"] == "nightly"  # only one set
+    assert (
+        json.loads(cli("baseline", "--db", str(db), "-f", "json")[1])[0]["name"] == "nightly"
+    )  # only one set
     # The set, and the same runs as a list: two baseline runs, the structural change exits 3.
     for spec in ("nightly", "normal,normal_repeat"):
         code, out, _ = cli("diff", spec, "extra_matmul", "--db", str(db))
-        assert code == 3 and out.strip().splitlines()[-1].startswith(f"REGRESSION (structural) {spec} -> extra_matmul")
-    code, out, _ = cli("diff", "nightly", "normal", "--db", str(db), "-f", "json")  # the candidate is left out of its baseline
+        assert code == 3 and out.strip().splitlines()[-1].startswith(
+            f"REGRESSION (structural) {spec} -> extra_matmul"
+        )
+    code, out, _ = cli(
+        "diff", "nightly", "normal", "--db", str(db), "-f", "json"
+    )  # the candidate is left out of its baseline
     doc = json.loads(out)
-    assert doc["baseline"] == "normal_repeat" and "is in the baseline 'nightly': left out of it" in doc["notes"][0]
+    assert (
+        doc["baseline"] == "normal_repeat"
+        and "is in the baseline 'nightly': left out of it" in doc["notes"][0]
+    )
     assert cli("baseline", "rm", "nightly", "normal", "--db", str(db))[0] == 0
-    assert json.loads(cli("baseline", "list", "--db", str(db), "-f", "json")[1])[0]["run_names"] == ["normal_repeat"]
+    assert json.loads(cli("baseline", "list", "--db", str(db), "-f", "json")[1])[0]["run_names"] == [
+        "normal_repeat"
+    ]
     assert cli("baseline", "rm", "nightly", "--db", str(db))[0] == 0
     assert json.loads(cli("baseline", "list", "--db", str(db), "-f", "json")[1]) == []
     assert "no baseline set 'nightly'" in cli("baseline", "rm", "nightly", "--db", str(db))[2]
@@ -527,8 +707,17 @@ def test_gpu_vs_cpu_runs_exit_1(tmp_path):
 
 def test_report_with_baseline_has_a_diff_section(sample_db, tmp_path):
     out = tmp_path / "r.html"
-    code, _, err = cli("report", "--db", str(sample_db), "--run", "extra_matmul", "--baseline", "normal,normal_repeat",
-                       "-o", str(out))
+    code, _, err = cli(
+        "report",
+        "--db",
+        str(sample_db),
+        "--run",
+        "extra_matmul",
+        "--baseline",
+        "normal,normal_repeat",
+        "-o",
+        str(out),
+    )
     assert code == 0, err
     page = out.read_text()
     assert 'id="diff"' in page and "REGRESSION (structural) normal,normal_repeat -&gt; extra_matmul" in page
@@ -536,11 +725,16 @@ def test_report_with_baseline_has_a_diff_section(sample_db, tmp_path):
 
 
 def test_history_finds_the_structural_change(sample_db):
-    code, out, err = cli("history", "normal,normal_repeat,extra_matmul", "--db", str(sample_db), "-f", "json", "-m", "flops")
+    code, out, err = cli(
+        "history", "normal,normal_repeat,extra_matmul", "--db", str(sample_db), "-f", "json", "-m", "flops"
+    )
     assert code == 0, err
     rows = json.loads(out)["rows"]
     assert [(r["run"], r["change_point"], r["segment"]) for r in rows] == [
-        ("normal", False, 1), ("normal_repeat", False, 1), ("extra_matmul", True, 2)]
+        ("normal", False, 1),
+        ("normal_repeat", False, 1),
+        ("extra_matmul", True, 2),
+    ]
     assert rows[2]["change_pct"] == pytest.approx(100 * 268_435_456 / 1_509_949_440)
     code, out, _ = cli("history", "normal", "--db", str(sample_db), "-m", "step_time_ns")  # a name prefix
     assert code == 0 and "2 runs, in the order they were recorded" in out
@@ -557,7 +751,10 @@ def test_the_same_diff_twice_is_the_same_output(tmp_path):
         for r in ("normal", "extra_matmul"):
             ingest(store, [SAMPLES / r], jobs=1)
     with Store(db, read_only=True) as store:
-        outs = {json.dumps(diff_runs(store, "normal", "extra_matmul", {}).to_dict(), sort_keys=True) for _ in range(8)}
+        outs = {
+            json.dumps(diff_runs(store, "normal", "extra_matmul", {}).to_dict(), sort_keys=True)
+            for _ in range(8)
+        }
     assert len(outs) == 1
     doc = json.loads(outs.pop())
     keys = [(-abs(i["delta_ns"]), i["kind"], i["name"]) for i in doc["items"]]

@@ -12,7 +12,9 @@ def test_regression_against_a_baseline_is_a_finding(store):
     ingest(store, [SAMPLES / "normal", SAMPLES / "extra_matmul"])
     f = summarize(store, "extra_matmul", baseline="normal")
     reg = [x for x in f.findings if x.topic == "regression"]
-    assert len(reg) == 1 and reg[0].problem and "REGRESSION (structural) normal -> extra_matmul" in reg[0].text
+    assert (
+        len(reg) == 1 and reg[0].problem and "REGRESSION (structural) normal -> extra_matmul" in reg[0].text
+    )
     assert "+2 aten::mm (512,128)@(128,512) per step on every rank" in reg[0].text  # the op that was added
     assert {v.topic: v.status for v in f.verdicts}["regression"] == "problem"
     # ranked by the time recoverable by the step account (critical_path), else by cost
@@ -20,10 +22,24 @@ def test_regression_against_a_baseline_is_a_finding(store):
     assert keys == sorted(keys, reverse=True)
     assert [x.rank_by is None for x in f.findings] == sorted(x.rank_by is None for x in f.findings)
     assert reg[0].recoverable_pct is None and reg[0].rank_by == reg[0].cost_pct  # no account figure: its cost
-    assert {v.topic for v in f.verdicts} == {"stragglers", "communication", "idle", "utilization", "regression"}
+    assert {v.topic for v in f.verdicts} == {
+        "stragglers",
+        "communication",
+        "idle",
+        "utilization",
+        "regression",
+    }
     assert {m.analysis for m in f.missing} == {"idle", "kernels", "launch"}  # CPU-only sample: no GPU kernels
     frame = f.to_frame()
-    assert frame.columns == ["position", "topic", "cost_pct", "recoverable_pct", "problem", "status", "finding"]
+    assert frame.columns == [
+        "position",
+        "topic",
+        "cost_pct",
+        "recoverable_pct",
+        "problem",
+        "status",
+        "finding",
+    ]
     assert frame.height == len(f.findings)
 
 
@@ -57,7 +73,9 @@ def test_long_names_shortened_in_findings(store, tmp_path):
     # name the finding was a 1,542-character line. The name shortens to its family
     # (traceprof.core.names.family: no "void ", namespaces, template arguments); full text kept in `full`.
     long = "void at::native::very_long_kernel<" + ", ".join(["float"] * 200) + ">(int)"
-    run = _renamed(SAMPLES / "normal", tmp_path / "long", "torch.distributed.ddp.reducer::copy_bucket_to_grad", long)
+    run = _renamed(
+        SAMPLES / "normal", tmp_path / "long", "torch.distributed.ddp.reducer::copy_bucket_to_grad", long
+    )
     ingest(store, [run])
     f = summarize(store, None)
     comm = [x for x in f.findings if x.topic == "communication"][0]
@@ -82,8 +100,10 @@ def test_straggler_own_idle_and_wait_do_not_outrank_it(store):
     cp = f.results["critical_path"]
     acc, total = cp.frame, cp.frame["step_ns"].sum()
     others = acc.filter(acc["rank"] != 3)
-    assert by["stragglers"].recoverable_pct == 100 * cp.frames()["blame"].filter(
-        cp.frames()["blame"]["rank"] == 3)["waited_ns"].sum() / total
+    assert (
+        by["stragglers"].recoverable_pct
+        == 100 * cp.frames()["blame"].filter(cp.frames()["blame"]["rank"] == 3)["waited_ns"].sum() / total
+    )
     assert by["idle"].recoverable_pct == 100 * (others["host_bound_ns"] + others["idle_ns"]).sum() / total
     assert by["communication"].recoverable_pct == 100 * acc["transfer_ns"].sum() / total
     assert by["idle"].recoverable_pct < by["stragglers"].recoverable_pct
@@ -92,11 +112,17 @@ def test_straggler_own_idle_and_wait_do_not_outrank_it(store):
     # the costs as before: idle is the other ranks' mean, communication beyond the wait 0%
     temporal = f.results["temporal"].frame
     assert by["idle"].cost_pct == temporal.filter(temporal["rank"] != 3)["idle_pct"].mean()
-    assert "mean over the ranks that are not stragglers" in by["idle"].text and "(rank 3 29%)" in by["idle"].text
+    assert (
+        "mean over the ranks that are not stragglers" in by["idle"].text and "(rank 3 29%)" in by["idle"].text
+    )
     comm = by["communication"]
     assert comm.cost_pct == 0.0 and not comm.problem
-    assert comm.text.startswith("exposed communication beyond waiting for the straggler (rank 3): 0% of the window")
-    assert comm.text.endswith(f"; step account: exposed transfer {comm.recoverable_pct:.1f}% of all ranks' step time")
+    assert comm.text.startswith(
+        "exposed communication beyond waiting for the straggler (rank 3): 0% of the window"
+    )
+    assert comm.text.endswith(
+        f"; step account: exposed transfer {comm.recoverable_pct:.1f}% of all ranks' step time"
+    )
 
 
 def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
@@ -150,8 +176,21 @@ def test_straggler_finding_warns_when_collectives_end_before_the_last_arrival(st
     from tests.conftest import REPO
 
     out = tmp_path / "gen"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_trace.py"), str(out), "--ranks", "4",
-                    "--events", "20000", "--steps", "20"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gen_trace.py"),
+            str(out),
+            "--ranks",
+            "4",
+            "--events",
+            "20000",
+            "--steps",
+            "20",
+        ],
+        check=True,
+        capture_output=True,
+    )
     ingest(store, [out], jobs=1)
     # its ranks' timelines are drawn independently, so no rank's cause passes the noise floor
     # (traceprof.analyses._cause); with that test off (cause_alpha 1) ranks 0 and 2 qualify, a group: a
@@ -162,7 +201,9 @@ def test_straggler_finding_warns_when_collectives_end_before_the_last_arrival(st
     assert early / waits.height > 0.5
     named = [x for x in f.findings if x.topic == "stragglers" and x.problem]
     v = {v.topic: v for v in f.verdicts}["stragglers"]
-    caveat = f"caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival"
+    caveat = (
+        f"caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival"
+    )
     assert named and all(caveat in x.text for x in named)
     assert v.status != "problem" or caveat in v.text
     # a real run (straggler_rank3: no copy ends early) carries no caution
@@ -189,10 +230,13 @@ def test_one_verdict_per_topic_in_findings_verdicts_json_and_report(store):
     assert not [x for x in f.findings if x.topic == "desync"]
     verdict_topic = {"mfu": "utilization"}  # the mfu finding's verdict is the utilization topic's
     for x in f.findings:
-        assert x.status == status[verdict_topic.get(x.topic, x.topic)] and x.problem == (x.status == "problem")
+        assert x.status == status[verdict_topic.get(x.topic, x.topic)] and x.problem == (
+            x.status == "problem"
+        )
     d = f.to_dict()
     assert [(x["topic"], x["status"], x["problem"]) for x in d["findings"]] == [
-        (x.topic, x.status, x.problem) for x in f.findings]
+        (x.topic, x.status, x.problem) for x in f.findings
+    ]
     assert {v["topic"]: v["status"] for v in d["verdicts"]} == status
     page = render_html(store, "s2")
     listed = re.findall(r'<li class="(problem|ok)">.*?<span class="st-[a-z]+">([a-z/]+)</span>', page)

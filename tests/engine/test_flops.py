@@ -40,10 +40,32 @@ def micro_events() -> list[dict]:
         op("aten::baddbmm", 300, 50, [[8, 8], [3, 8, 5], [3, 5, 8], [], []]),
         op("aten::conv2d", 400, 60, [[2, 3, 10, 10], [4, 3, 3, 3], [], [], [], [], []]),
         op("aten::convolution", 401, 58, [[2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 7, concrete=CONV_CONCRETE),
-        op("aten::_convolution", 402, 56, [[2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 11,
-           concrete=CONV_CONCRETE + ["False", "False", "True", "True"]),
-        op("aten::convolution_backward", 500, 60, [[2, 4, 5, 5], [2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 8,
-           concrete=["", "", "", "[0]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, False]"]),
+        op(
+            "aten::_convolution",
+            402,
+            56,
+            [[2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 11,
+            concrete=CONV_CONCRETE + ["False", "False", "True", "True"],
+        ),
+        op(
+            "aten::convolution_backward",
+            500,
+            60,
+            [[2, 4, 5, 5], [2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 8,
+            concrete=[
+                "",
+                "",
+                "",
+                "[0]",
+                "[2, 2]",
+                "[1, 1]",
+                "[1, 1]",
+                "False",
+                "[0, 0]",
+                "1",
+                "[True, True, False]",
+            ],
+        ),
         op("aten::scaled_dot_product_attention", 600, 50, [[2, 4, 16, 8]] * 3 + [[]] * 5),
         op("aten::_scaled_dot_product_flash_attention_for_cpu", 600, 50, [[2, 4, 16, 8]] * 3 + [[]] * 4),
         op("aten::mm", 700, 10, [[8, 8], [8, 8]], ["c10::BFloat16", "c10::BFloat16"], tid=2),
@@ -56,7 +78,10 @@ def test_shape_flops_leaf_ops_by_hand(store, tmp_path):
     ingest(store, [write_run(tmp_path / "micro", micro_events())])
     sf = flops.shape_flops(store, store.resolve_run(None))
     in_step = sf.filter(sf["step"] == 1)
-    by_name = {(r["name"], r["dtype"]): (r["calls"], r["flops"], r["unknown_calls"]) for r in in_step.iter_rows(named=True)}
+    by_name = {
+        (r["name"], r["dtype"]): (r["calls"], r["flops"], r["unknown_calls"])
+        for r in in_step.iter_rows(named=True)
+    }
     assert by_name == {
         ("aten::mm", "fp32"): (1, 32768.0, 0),
         ("aten::mm", None): (1, 0.0, 1),
@@ -74,28 +99,57 @@ def test_shape_flops_leaf_ops_by_hand(store, tmp_path):
     assert any("outside ProfilerSteps" in n for n in acc.notes)  # the mm after the step
 
 
-@pytest.mark.parametrize("name, dims, concrete, expected", [
-    ("aten::matmul", [[5, 7], [7]], None, 2 * 5 * 7),  # matrix @ vector
-    ("aten::matmul", [[2, 1, 3, 4], [5, 4, 6]], None, 2 * (2 * 5) * 3 * 4 * 6),  # broadcast batch
-    ("aten::linear", [[3, 5, 7], [11, 7], [11]], None, 2 * 15 * 7 * 11),
-    # transposed conv, weight (Cin=4, Cout=2, 3x3), input 1x4x5x5: each input pixel x Cout x 9 taps
-    ("aten::convolution", [[1, 4, 5, 5], [4, 2, 3, 3]], ["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "True", "[0, 0]", "1"],
-     2 * 1 * 25 * 4 * 2 * 9),
-    ("aten::_scaled_dot_product_flash_attention_backward", [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
-     None, 2 * (2 * (1 * 2 * 4) * 6 * (8 + 8))),
-    # causal attention counts half its score and value products (FlashAttention's benchmark, MaxText):
-    # q=k=v [2,4,16,8]: full 2*(2*4*16)*16*(8+8) = 65536, causal 32768; is_causal is argument 5 of
-    # scaled_dot_product_attention, 4 of the flash kernels, 11 of the flash backward
-    ("aten::scaled_dot_product_attention", [[2, 4, 16, 8]] * 3, ["", "", "", "", "0.", "True", "", "False"], 32768),
-    ("aten::scaled_dot_product_attention", [[2, 4, 16, 8]] * 3, ["", "", "", "", "0.", "False", "", "False"], 65536),
-    ("aten::_scaled_dot_product_flash_attention_for_cpu", [[2, 4, 16, 8]] * 3, ["", "", "", "0.", "True", "", ""],
-     32768),
-    ("aten::_scaled_dot_product_flash_attention_backward", [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
-     [""] * 11 + ["True"], 2 * (2 * (1 * 2 * 4) * 6 * (8 + 8)) / 2),
-    ("aten::convolution", [[1, 4, 5, 5], [4, 2, 3, 3]], None, None),  # no stride/padding: unknown
-    ("aten::mm", [[2, 3]], None, None),  # malformed
-    ("aten::add", [[2, 3], [2, 3]], None, None),  # not a counted op
-])
+@pytest.mark.parametrize(
+    "name, dims, concrete, expected",
+    [
+        ("aten::matmul", [[5, 7], [7]], None, 2 * 5 * 7),  # matrix @ vector
+        ("aten::matmul", [[2, 1, 3, 4], [5, 4, 6]], None, 2 * (2 * 5) * 3 * 4 * 6),  # broadcast batch
+        ("aten::linear", [[3, 5, 7], [11, 7], [11]], None, 2 * 15 * 7 * 11),
+        # transposed conv, weight (Cin=4, Cout=2, 3x3), input 1x4x5x5: each input pixel x Cout x 9 taps
+        (
+            "aten::convolution",
+            [[1, 4, 5, 5], [4, 2, 3, 3]],
+            ["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "True", "[0, 0]", "1"],
+            2 * 1 * 25 * 4 * 2 * 9,
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_backward",
+            [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
+            None,
+            2 * (2 * (1 * 2 * 4) * 6 * (8 + 8)),
+        ),
+        # causal attention counts half its score and value products (FlashAttention's benchmark, MaxText):
+        # q=k=v [2,4,16,8]: full 2*(2*4*16)*16*(8+8) = 65536, causal 32768; is_causal is argument 5 of
+        # scaled_dot_product_attention, 4 of the flash kernels, 11 of the flash backward
+        (
+            "aten::scaled_dot_product_attention",
+            [[2, 4, 16, 8]] * 3,
+            ["", "", "", "", "0.", "True", "", "False"],
+            32768,
+        ),
+        (
+            "aten::scaled_dot_product_attention",
+            [[2, 4, 16, 8]] * 3,
+            ["", "", "", "", "0.", "False", "", "False"],
+            65536,
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            [[2, 4, 16, 8]] * 3,
+            ["", "", "", "0.", "True", "", ""],
+            32768,
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_backward",
+            [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
+            [""] * 11 + ["True"],
+            2 * (2 * (1 * 2 * 4) * 6 * (8 + 8)) / 2,
+        ),
+        ("aten::convolution", [[1, 4, 5, 5], [4, 2, 3, 3]], None, None),  # no stride/padding: unknown
+        ("aten::mm", [[2, 3]], None, None),  # malformed
+        ("aten::add", [[2, 3], [2, 3]], None, None),  # not a counted op
+    ],
+)
 def test_op_flops_formulas(name, dims, concrete, expected):
     c = [flops._concrete(v) for v in concrete] if concrete else None
     assert flops.op_flops(name, dims, c) == expected
@@ -122,8 +176,15 @@ def test_source_order_and_errors(store, tmp_path):
 
 
 def test_no_source_is_an_error(store, tmp_path):
-    ingest(store, [write_run(tmp_path / "bare", [op("ProfilerStep#1", 0, 100, cat="user_annotation"),
-                                                 op("aten::mm", 10, 10)])])
+    ingest(
+        store,
+        [
+            write_run(
+                tmp_path / "bare",
+                [op("ProfilerStep#1", 0, 100, cat="user_annotation"), op("aten::mm", 10, 10)],
+            )
+        ],
+    )
     with pytest.raises(AnalysisError, match="no FLOPs source"):
         flops.account(store, store.resolve_run(None))
 
@@ -150,7 +211,11 @@ def test_cpu_sample_shapes_vs_sidecar_vs_hand(store):
     rid = sample_run(store, "normal")
     sf = flops.shape_flops(store, rid).filter(pl.col("step").is_not_null())
     per_op = sf.group_by("name").agg(pl.col("flops").sum() / sf.select("rank", "step").n_unique())
-    assert dict(per_op.iter_rows()) == {"aten::mm": HAND_MM, "aten::baddbmm": HAND_BADDBMM, "aten::bmm": HAND_BMM}
+    assert dict(per_op.iter_rows()) == {
+        "aten::mm": HAND_MM,
+        "aten::baddbmm": HAND_BADDBMM,
+        "aten::bmm": HAND_BMM,
+    }
     shapes = flops.account(store, rid, source="shapes").per_step
     side = flops.account(store, rid, source="sidecar").per_step
     assert shapes.height == side.height == 12  # 4 ranks x ProfilerStep#4..#6
@@ -180,14 +245,33 @@ def test_call_tree_by_hand():
     #   h [100, 120] (touches a: top level)      -          20
     #   i [110, 130] (overlaps h, not inside)    -          20
     # Lane tid 2: j [15, 40] is top level though it lies inside a's interval.
-    rows = [("a", 1, 0, 100, 1), ("b", 1, 10, 50, 1), ("c", 1, 10, 20, 1), ("d", 1, 20, 30, 1),
-            ("e", 1, 60, 90, 0), ("f", 1, 60, 90, 1), ("g", 1, 95, 95, 1), ("h", 1, 100, 120, 1),
-            ("i", 1, 110, 130, 1), ("j", 2, 15, 40, 1)]
+    rows = [
+        ("a", 1, 0, 100, 1),
+        ("b", 1, 10, 50, 1),
+        ("c", 1, 10, 20, 1),
+        ("d", 1, 20, 30, 1),
+        ("e", 1, 60, 90, 0),
+        ("f", 1, 60, 90, 1),
+        ("g", 1, 95, 95, 1),
+        ("h", 1, 100, 120, 1),
+        ("i", 1, 110, 130, 1),
+        ("j", 2, 15, 40, 1),
+    ]
     df = pl.DataFrame(rows, schema=["name", "tid", "start_ns", "end_ns", "prio"], orient="row")
     tree = with_parents(df, ["tid"], priority="prio")
     names = dict(zip(tree["id"], tree["name"], strict=True))
     parent = {n: names.get(p) for n, p in zip(tree["name"], tree["parent"], strict=True)}
-    assert parent == {"a": None, "b": "a", "c": "b", "d": "b", "e": "a", "f": "e", "g": "a", "h": None,
-                      "i": None, "j": None}
+    assert parent == {
+        "a": None,
+        "b": "a",
+        "c": "b",
+        "d": "b",
+        "e": "a",
+        "f": "e",
+        "g": "a",
+        "h": None,
+        "i": None,
+        "j": None,
+    }
     own = dict(zip(tree["name"], self_times(tree), strict=True))
     assert own == {"a": 30, "b": 20, "c": 10, "d": 10, "e": 0, "f": 30, "g": 0, "h": 20, "i": 20, "j": 25}

@@ -32,16 +32,22 @@ def test_noise_band_and_drift_by_hand(store, tmp_path):
     # compute (typical per step) = 15 + r: 25, 26, 24, 25, then 55 (r = 40).
     runs = [cause_run(tmp_path / f"job_{i}", r, 5) for i, r in enumerate((10, 11, 9, 10, 40))]
     ingest(store, runs)
-    assert [store.sql(f"SELECT name FROM runs WHERE run_id = {i}")["name"][0] for i in job_runs(store, "job_")] == [
-        f"job_{i}" for i in range(5)]
+    assert [
+        store.sql(f"SELECT name FROM runs WHERE run_id = {i}")["name"][0] for i in job_runs(store, "job_")
+    ] == [f"job_{i}" for i in range(5)]
     h = history(store, "job_")
     c = {r["run"]: r for r in h.frame.filter(h.frame["metric"] == "compute_ns").iter_rows(named=True)}
     assert [c[f"job_{i}"]["value"] for i in range(5)] == [25_000, 26_000, 24_000, 25_000, 55_000]
-    assert c["job_0"]["band_lo"] is None and c["job_1"]["band_lo"] is None  # no run-to-run spread before the third run
+    assert (
+        c["job_0"]["band_lo"] is None and c["job_1"]["band_lo"] is None
+    )  # no run-to-run spread before the third run
     # job_3 against job_0..2: mean 25 us, s_b = 1 us, SE = sqrt(1 + 3/9) = 1.1547 us on 2 df;
     # band = 25 ± t(0.995, 2) x SE = 25 ± 9.925 x 1.1547 = 25 ± 11.46 us: inside.
     half = noise.t_ppf(0.995, 2) * math.sqrt(4 / 3) * 1000
-    assert (c["job_3"]["band_lo"], c["job_3"]["band_hi"]) == (round(25_000 - half), round(25_000 + half))  # whole ns
+    assert (c["job_3"]["band_lo"], c["job_3"]["band_hi"]) == (
+        round(25_000 - half),
+        round(25_000 + half),
+    )  # whole ns
     assert not c["job_3"]["outside"]
     # job_4 against job_0..3: mean 25, s_b = sqrt(2/3), SE = s_b sqrt(1 + 1/4) = 0.9129 us on 3 df:
     # band 25 ± 5.841 x 0.9129 = 25 ± 5.33 us; 55 is outside (+120 %): drift. One run after it
@@ -77,9 +83,13 @@ def test_diff_rates_on_micro_runs(store, tmp_path):
     healthy = [cause_run(tmp_path / f"h{i}", r, 5) for i, r in enumerate((10, 11, 9, 10))]
     ev = []
     for s in (0, 100):
-        ev += [op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"), op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]),
-               op("aten::mm", s + 16, 3, [[4, 4], [4, 4]]), op("aten::relu", s + 20, 10, [[4, 4]]),
-               op("aten::gelu", s + 60, 5, [[4, 4]])]
+        ev += [
+            op(f"ProfilerStep#{1 + s // 100}", s, 100, cat="user_annotation"),
+            op("aten::mm", s + 5, 10, [[4, 4], [4, 4]]),
+            op("aten::mm", s + 16, 3, [[4, 4], [4, 4]]),
+            op("aten::relu", s + 20, 10, [[4, 4]]),
+            op("aten::gelu", s + 60, 5, [[4, 4]]),
+        ]
     ingest(store, [*healthy, write_run(tmp_path / "x", ev)])
     r = diff_rates(store, [f"h{i}" for i in range(4)], ["x"], sizes=(1, 3))
     rates = {(row["kind"], row["k"], row["candidate"]): row for row in r.rates.iter_rows(named=True)}
@@ -89,7 +99,8 @@ def test_diff_rates_on_micro_runs(store, tmp_path):
         x = rates[("injected", k, "x")]
         assert x["diffs"] == 4 and x["regression"] == 4 and x["named_pct"] == 100.0
     assert r.diffs.filter(r.diffs["kind"] == "injected")["summary"][0].startswith(
-        "REGRESSION (structural) h0 -> x: flops +100.0% per step (> 1%): +1 aten::mm (4,4)@(4,4) per step on rank 0")
+        "REGRESSION (structural) h0 -> x: flops +100.0% per step (> 1%): +1 aten::mm (4,4)@(4,4) per step on rank 0"
+    )
     with pytest.raises(UsageError, match="baselines of 3 need at least 4"):
         diff_rates(store, ["h0", "h1", "h2"], sizes=(3,))
 
@@ -136,7 +147,9 @@ def test_peak_memory_that_varies_gets_noise_bands(store, tmp_path):
     assert {r["layer"] for r in m.values()} == {"timing"}
     assert m["mem_1"]["band_lo"] is None  # one earlier run shows no run-to-run spread
     half = noise.t_ppf(0.995, 1) * math.sqrt(30_000)
-    assert m["mem_2"]["band_lo"] == max(4708 - half, 0.0) == 0.0 and m["mem_2"]["band_hi"] == pytest.approx(4708 + half)
+    assert m["mem_2"]["band_lo"] == max(4708 - half, 0.0) == 0.0 and m["mem_2"]["band_hi"] == pytest.approx(
+        4708 + half
+    )
     # its own noise: the sample std of [4608, 4808], 141.4, over sqrt(2 steps) = 100 bytes of 4,808
     assert m["mem_2"]["noise_pct"] == pytest.approx(100 * 100 / 4808)
     assert any(n.startswith("peak_mem_bytes: peaks differ between the steps") for n in h.notes)
@@ -145,7 +158,13 @@ def test_peak_memory_that_varies_gets_noise_bands(store, tmp_path):
 def test_peak_memory_left_out_when_some_runs_have_none(store, tmp_path):
     ingest(store, [memory_gate_run(tmp_path / "mem_0")], run="mem_0")
     (tmp_path / "mem_1").mkdir()
-    ingest(store, [memory_trace(tmp_path / "mem_1" / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])],
-           run="mem_1")
+    ingest(
+        store,
+        [memory_trace(tmp_path / "mem_1" / "rank0.json.gz", [step(1, 0, 100), memory_op("aten::mm", 10, 5)])],
+        run="mem_1",
+    )
     h = history(store, "mem_")
-    assert not _memory_rows(h) and "peak_mem_bytes not shown: only 1 of 2 runs recorded memory (profile_memory=True)" in h.notes
+    assert (
+        not _memory_rows(h)
+        and "peak_mem_bytes not shown: only 1 of 2 runs recorded memory (profile_memory=True)" in h.notes
+    )

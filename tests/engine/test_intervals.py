@@ -22,9 +22,15 @@ def _random(rng: random.Random, n: int) -> pl.DataFrame:
     rows = []
     for _ in range(n):
         s = rng.randint(0, 120)
-        rows.append({"rank": rng.randint(0, 2), "step": rng.choice([None, 0, 1, 2, 3]),
-                     "class": rng.choice(["comm", "compute", "memory"]), "start_ns": s,
-                     "end_ns": s + rng.choice([0, 1, 2, 5, 10, 30])})
+        rows.append(
+            {
+                "rank": rng.randint(0, 2),
+                "step": rng.choice([None, 0, 1, 2, 3]),
+                "class": rng.choice(["comm", "compute", "memory"]),
+                "start_ns": s,
+                "end_ns": s + rng.choice([0, 1, 2, 5, 10, 30]),
+            }
+        )
     return pl.DataFrame(rows, schema=SCHEMA)
 
 
@@ -47,12 +53,16 @@ def _runs(points: set[int]) -> list[tuple[int, int]]:
 
 
 def _as_rows(groups: dict[tuple, set[int]], by: list[str]) -> list[tuple]:
-    return sorted(((*k, s, e) for k, p in groups.items() for s, e in _runs(p)),
-                  key=lambda r: tuple((x is not None, x) for x in r))
+    return sorted(
+        ((*k, s, e) for k, p in groups.items() for s, e in _runs(p)),
+        key=lambda r: tuple((x is not None, x) for x in r),
+    )
 
 
 def _rows(df: pl.DataFrame, by: list[str]) -> list[tuple]:
-    return sorted(df.select(*by, "start_ns", "end_ns").rows(), key=lambda r: tuple((x is not None, x) for x in r))
+    return sorted(
+        df.select(*by, "start_ns", "end_ns").rows(), key=lambda r: tuple((x is not None, x) for x in r)
+    )
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -70,7 +80,11 @@ def test_merge_and_union_match_reference(seed: int) -> None:
 def test_subtract_matches_reference(seed: int) -> None:
     rng = random.Random(seed)
     a, b = _random(rng, rng.randint(0, 50)), _random(rng, rng.randint(0, 50))
-    for by, b_by in ((["rank", "step"], ["rank"]), (["rank"], ["rank"]), (["rank", "step"], ["rank", "step"])):
+    for by, b_by in (
+        (["rank", "step"], ["rank"]),
+        (["rank"], ["rank"]),
+        (["rank", "step"], ["rank", "step"]),
+    ):
         pa, pb = _points(a, by), _points(b, b_by)
         ref = {k: p - pb.get(tuple(k[by.index(c)] for c in b_by), set()) for k, p in pa.items()}
         assert _rows(subtract(a, b, by, b_by), by) == _as_rows(ref, by), (by, b_by)
@@ -93,8 +107,12 @@ def test_class_measures_match_reference(seed: int) -> None:
     if act.is_empty():
         return
     by = ["rank", "step"]
-    got = {tuple(r[:2]): r[2:] for r in class_measures(act, by).select(
-        *by, "window_ns", "busy_ns", "compute_ns", "comm_ns", "overlap_ns").rows()}
+    got = {
+        tuple(r[:2]): r[2:]
+        for r in class_measures(act, by)
+        .select(*by, "window_ns", "busy_ns", "compute_ns", "comm_ns", "overlap_ns")
+        .rows()
+    }
     for key, part in act.group_by(by):
         every = _points(part, by)[tuple(key)]
         comp = _points(part.filter(pl.col("class") == "compute"), by).get(tuple(key), set())

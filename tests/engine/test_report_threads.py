@@ -99,7 +99,9 @@ def test_parquet_layout_views_exist_on_each_threads_connection(tmp_path: Path) -
         assert view.sql("SELECT count(*) AS n, sum(ts_ns) AS t FROM events").row(0) == want
 
 
-def test_ctrl_c_while_the_threads_run_is_raised_and_stops_them(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_while_the_threads_run_is_raised_and_stops_them(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     interrupted: list[object] = []
     real_view = Store.for_thread
 
@@ -149,7 +151,9 @@ class _Entered:
         return self.cm.__exit__(*exc)
 
 
-def test_ctrl_c_stops_a_running_analysis_at_its_next_checkpoint(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_stops_a_running_analysis_at_its_next_checkpoint(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An analysis in Python (no query to interrupt: the what-if graph) stops at its next
     ``cancel.checkpoint`` once the main thread has had Ctrl-C, not when it is done."""
     ran_out: list[str] = []
@@ -200,7 +204,9 @@ def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
         with Session(s):
             out = findings.run_analyses(s, 1, {"desync": {"all": "true"}})
         assert isinstance(out["desync"], FrameResult)
-        with pytest.raises(UsageError, match="no report analysis 'nope'; choose from: .*mfu, critical_path, desync, memory$"):
+        with pytest.raises(
+            UsageError, match="no report analysis 'nope'; choose from: .*mfu, critical_path, desync, memory$"
+        ):
             findings.run_analyses(s, 1, {"nope": {"x": "1"}})
 
 
@@ -216,13 +222,20 @@ def test_traceprof_threads_sets_the_threads(db: Path, monkeypatch: pytest.Monkey
     assert session.threads_from_env() == 4  # at most the CPUs
     for bad in ("0", "-1", "two", "1.5"):
         monkeypatch.setenv("TRACEPROF_THREADS", bad)
-        with pytest.raises(UsageError, match=rf"^TRACEPROF_THREADS='{re.escape(bad)}': expected a whole number"):
+        with pytest.raises(
+            UsageError, match=rf"^TRACEPROF_THREADS='{re.escape(bad)}': expected a whole number"
+        ):
             session.threads_from_env()
     monkeypatch.setenv("TRACEPROF_THREADS", "1")  # one thread: the analyses run on the caller's
     computed: list[str] = []
     real = Session._compute
-    monkeypatch.setattr(Session, "_compute", lambda self, n, fn, s, p: (
-        computed.append(threading.current_thread().name), real(self, n, fn, s, p))[1])
+    monkeypatch.setattr(
+        Session,
+        "_compute",
+        lambda self, n, fn, s, p: (computed.append(threading.current_thread().name), real(self, n, fn, s, p))[
+            1
+        ],
+    )
     with Store(db, read_only=True) as s, Session(s):  # threads from TRACEPROF_THREADS
         findings.run_analyses(s, 1)
     assert set(computed) == {threading.main_thread().name}
@@ -232,8 +245,10 @@ def test_integer_parameters_beyond_64_bits_are_refused(db: Path) -> None:
     """They went into the result cache's key (orjson: a TypeError traceback) or silently into the analysis."""
     from tests import _cli_inproc as cli
 
-    for args in (["report", "-o", str(db.parent / "x.html"), "-p", "mfu.layers=99999999999999999999999"],
-                 ["analyze", "idle", "-p", "kernel_wait_ns=99999999999999999999"]):
+    for args in (
+        ["report", "-o", str(db.parent / "x.html"), "-p", "mfu.layers=99999999999999999999999"],
+        ["analyze", "idle", "-p", "kernel_wait_ns=99999999999999999999"],
+    ):
         code, _, err = cli.run(*args, "--db", str(db))
         assert code != 0 and "beyond the 64-bit integer range" in err and "Traceback" not in err, err
 
@@ -248,4 +263,6 @@ def test_a_bad_desync_parameter_is_refused_on_a_run_without_its_sources(tmp_path
         with pytest.raises(UsageError, match=r"^desync\.all='maybe': expected true or false$"):
             findings.run_analyses(s, 1, {"desync": {"all": "maybe"}})
         with Session(s):
-            assert "desync" not in findings.run_analyses(s, 1, {"desync": {"all": "true"}})  # valid: nothing to run
+            assert "desync" not in findings.run_analyses(
+                s, 1, {"desync": {"all": "true"}}
+            )  # valid: nothing to run

@@ -86,12 +86,17 @@ def test_a_write_to_the_store_makes_every_kept_result_stale(tmp_path: Path, hits
     assert code == 0 and hits == []
     folders = list(resultcache.results_dir(db).iterdir())
     assert len(folders) == 1 and {p.name.split("-")[0] for p in folders[0].iterdir()} == {
-        "stragglers", "whatif", "_activity"}
+        "stragglers",
+        "whatif",
+        "_activity",
+    }
     # a second run becomes the latest: `analyze stragglers` (no --run) must not answer for the first one
     _ingest(db, SAMPLES / "straggler_rank2")
     code, after, _ = cli.run("analyze", "stragglers", "--db", str(db), "-f", "csv")
     assert code == 0 and hits == [] and after != before
-    assert [p.name for p in resultcache.results_dir(db).iterdir()] != [folders[0].name]  # the old state is gone
+    assert [p.name for p in resultcache.results_dir(db).iterdir()] != [
+        folders[0].name
+    ]  # the old state is gone
     code, by_name, _ = cli.run("analyze", "stragglers", "--db", str(db), "-f", "csv", "--run", "normal")
     assert code == 0 and hits == [] and by_name == before
     # the same run by id is the same entry
@@ -108,7 +113,9 @@ def test_the_report_reuses_what_analyze_kept(tmp_path: Path, hits: list[str]) ->
     assert "straggler" in (tmp_path / "r.html").read_text()
 
 
-def test_no_cache_and_the_environment_switch_turn_it_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_cache_and_the_environment_switch_turn_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "s.duckdb"
     _ingest(db, SAMPLES / "normal")
     assert cli.run("analyze", "temporal", "--db", str(db), "--no-cache")[0] == 0
@@ -155,9 +162,14 @@ def test_a_damaged_or_foreign_entry_is_computed_again(tmp_path: Path, hits: list
     again()
     # a meta that names another analysis' class, drops a frame, or a class that is no result
     m = orjson.loads(intact_meta)
-    for edit in ({"class": "traceprof.analyses.temporal:Result"}, {"analysis": "temporal"},
-                 {"frames": {k: v for k, v in m["frames"].items() if k != "steps"}},
-                 {"class": "os:system"}, {"class": "traceprof.storage.store:Store"}, {"class": "traceprof.analyses.overlap:Params"}):
+    for edit in (
+        {"class": "traceprof.analyses.temporal:Result"},
+        {"analysis": "temporal"},
+        {"frames": {k: v for k, v in m["frames"].items() if k != "steps"}},
+        {"class": "os:system"},
+        {"class": "traceprof.storage.store:Store"},
+        {"class": "traceprof.analyses.overlap:Params"},
+    ):
         meta.write_bytes(orjson.dumps({**m, **edit}))
         again()
     # special files are not read (a FIFO would block, /dev/zero never end)
@@ -180,7 +192,11 @@ def test_only_its_own_folders_are_deleted(tmp_path: Path) -> None:
     _ingest(db, SAMPLES / "sleep_rank1")  # a new state: the old state's folder goes, nothing else
     assert cli.run("analyze", "temporal", "--db", str(db))[0] == 0
     names = sorted(p.name for p in mine.iterdir())
-    assert len(names) == 3 and names[1:] == ["notebooks", "summary.csv"] and (mine / "notebooks" / "a.ipynb").exists()
+    assert (
+        len(names) == 3
+        and names[1:] == ["notebooks", "summary.csv"]
+        and (mine / "notebooks" / "a.ipynb").exists()
+    )
     # a results path that is a symlink is not followed: no caching, its target untouched
     victim = tmp_path / "victim"
     (victim / "photos").mkdir(parents=True)
@@ -216,7 +232,9 @@ def test_an_unwritable_folder_only_means_no_cache(tmp_path: Path, monkeypatch: p
     assert not list(resultcache.results_dir(db).rglob("*.arrow"))
 
 
-def test_the_code_is_part_of_the_key(tmp_path: Path, hits: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_code_is_part_of_the_key(
+    tmp_path: Path, hits: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "s.duckdb"
     _ingest(db, SAMPLES / "normal")
     assert cli.run("analyze", "temporal", "--db", str(db))[0] == 0
@@ -244,7 +262,9 @@ def test_params_change_the_key(tmp_path: Path, hits: list[str]) -> None:
     assert hits == ["gaps"]
 
 
-def test_the_activity_intervals_are_kept_for_the_next_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_activity_intervals_are_kept_for_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # every time-based analysis starts from traceprof.engine.activity's frame; a second command reads it back
     from traceprof.engine import activity
 
@@ -253,7 +273,9 @@ def test_the_activity_intervals_are_kept_for_the_next_process(tmp_path: Path, mo
     with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):
         computed = activity.activity(store, 1)
         detail = activity.activity(store, 1, detail=True)
-    (entry, other) = sorted(resultcache.results_dir(db).glob("*/_activity-*"), key=lambda p: (p / "frame.arrow").stat().st_size)
+    (entry, other) = sorted(
+        resultcache.results_dir(db).glob("*/_activity-*"), key=lambda p: (p / "frame.arrow").stat().st_size
+    )
     calls: list[object] = []
     monkeypatch.setattr(Store, "sql", lambda self, *a, **k: calls.append(a) or pl.DataFrame())
     with Store(db, read_only=True) as store, Session(store, cache=True, memo=False):

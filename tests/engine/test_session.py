@@ -36,8 +36,12 @@ def test_the_library_mirrors_the_cli(db, tmp_path):
         out = s.report(tmp_path / "r.html", run="normal")
         d = s.diff("normal,normal_repeat", "extra_matmul")
     assert same is st  # one session computes each analysis once per params
-    code, text, _ = cli.run("analyze", "gaps", "--db", str(db), "--run", "normal", "-f", "json", "--table", "gaps")
-    assert code == 0 and json.loads(text) == json.loads(json.dumps(gaps.frames()["gaps"].to_dicts(), default=str))
+    code, text, _ = cli.run(
+        "analyze", "gaps", "--db", str(db), "--run", "normal", "-f", "json", "--table", "gaps"
+    )
+    assert code == 0 and json.loads(text) == json.loads(
+        json.dumps(gaps.frames()["gaps"].to_dicts(), default=str)
+    )
     code, text, _ = cli.run("summary", "--db", str(db), "--run", "normal", "-f", "json")
     assert code == 0 and json.loads(text) == json.loads(json.dumps(summary.to_dict()))
     assert out.read_text().startswith("<!DOCTYPE html>")
@@ -69,9 +73,13 @@ def test_no_ambient_switches_are_left():
         assert not hasattr(mod, gone), (mod.__name__, gone)
     for path in (REPO / "traceprof").rglob("*.py"):
         tree = ast.parse(path.read_text())
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ContextVar"]
+        calls = [
+            n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ContextVar"
+        ]
         assert not calls or path.name == "cancel.py", path.name
-    assert ParseOptions().on_bad_event == "raise" and ParseOptions(comm_kernels=("x",)).classifier.extra == ("x",)
+    assert ParseOptions().on_bad_event == "raise" and ParseOptions(comm_kernels=("x",)).classifier.extra == (
+        "x",
+    )
 
 
 def test_comm_kernel_patterns_travel_with_the_parse_options(tmp_path):
@@ -85,5 +93,7 @@ def test_comm_kernel_patterns_travel_with_the_parse_options(tmp_path):
         ingest(b, [src], jobs=1)
         comm_a = a.sql("SELECT count(*) AS n FROM events WHERE class = 'comm'")["n"].item()
         comm_b = b.sql("SELECT count(*) AS n FROM events WHERE class = 'comm'")["n"].item()
-        gemm = b.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel' AND name ILIKE '%gemm%'")["n"].item()
+        gemm = b.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel' AND name ILIKE '%gemm%'")[
+            "n"
+        ].item()
     assert gemm > 0 and comm_a == comm_b + gemm

@@ -57,14 +57,28 @@ def test_every_frame_has_its_declared_columns_and_types(runs):
                     assert set(cols) <= set(declared), (spec.name, fname, run, df.columns)
                     for c, t in df.schema.items():
                         if str(t) != "Null":
-                            assert POLARS_TYPES.get(str(t)) == declared.get(c, wild), (spec.name, fname, c, str(t))
+                            assert POLARS_TYPES.get(str(t)) == declared.get(c, wild), (
+                                spec.name,
+                                fname,
+                                c,
+                                str(t),
+                            )
                     if df.height and df.columns:
                         checked.add((spec.name, fname))
     # every frame of every analysis but memcpy_sum (GPU traces only) was seen with rows
     expected = {(s.name, t.name) for s in registry.specs() for t in s.frames}
     unseen = expected - checked
-    assert {a for a, _ in unseen} <= {"memcpy_sum", "nvtx_sum", "kernel_sum", "nccl_sum", "overlap", "temporal",
-                                      "desync", "parallelism", "memory"}, unseen
+    assert {a for a, _ in unseen} <= {
+        "memcpy_sum",
+        "nvtx_sum",
+        "kernel_sum",
+        "nccl_sum",
+        "overlap",
+        "temporal",
+        "desync",
+        "parallelism",
+        "memory",
+    }, unseen
 
 
 def test_every_analysis_declares_what_it_is():
@@ -75,7 +89,11 @@ def test_every_analysis_declares_what_it_is():
             assert t.doc and all(c.doc for c in t.columns), (spec.name, t.name)
             assert len({c.name for c in t.columns}) == len(t.columns), (spec.name, t.name)
             for c in t.columns:  # units follow the names: _ns is ns, _pct is %
-                assert (c.unit == "ns") == (c.name == "ns" or c.name.endswith("_ns")), (spec.name, t.name, c.name)
+                assert (c.unit == "ns") == (c.name == "ns" or c.name.endswith("_ns")), (
+                    spec.name,
+                    t.name,
+                    c.name,
+                )
                 if c.name == "pct" or c.name.endswith("_pct"):
                     assert c.unit == "%", (spec.name, t.name, c.name)
         for r in spec.requires:
@@ -89,18 +107,33 @@ def test_docs_analyses_md_is_current():
 def _code_strings(path) -> set[str]:
     """The string constants of a module's code (docstrings left out)."""
     tree = ast.parse(path.read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs}
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    }
 
 
 def test_nothing_central_names_an_analysis():
     # The findings, the report, the per-rank merge and the session read the specs: no analysis
     # name in their code, no regex over note wording.
     names = set(registry.names())
-    for mod in ("engine/findings", "engine/rankwise", "render/report", "engine/session", "engine/resultcache", "cli"):
+    for mod in (
+        "engine/findings",
+        "engine/rankwise",
+        "render/report",
+        "engine/session",
+        "engine/resultcache",
+        "cli",
+    ):
         path = REPO / "traceprof" / f"{mod}.py"
         assert not names & _code_strings(path), (mod, names & _code_strings(path))
         assert "re.fullmatch" not in path.read_text(), mod
@@ -111,11 +144,19 @@ def test_notes_merge_by_structure_not_wording():
     # in the analysis' order; each merged note renders as a local run's would.
     several = "rank(s) {ranks} drive several GPUs: see the devices table"
     rank0 = (Note("plain"), Note(several, ranks=[0]), Note("{number} kernels have no launch call", number=3))
-    rank2 = (Note("plain"), Note(several, ranks=[2]), Note("{number} kernels have no launch call", number=4),
-             Note("only on rank 2"))
+    rank2 = (
+        Note("plain"),
+        Note(several, ranks=[2]),
+        Note("{number} kernels have no launch call", number=4),
+        Note("only on rank 2"),
+    )
     merged = merge_notes([rank0, rank2])
-    assert merged == ("plain", "rank(s) 0, 2 drive several GPUs: see the devices table", "7 kernels have no launch call",
-                      "only on rank 2")
+    assert merged == (
+        "plain",
+        "rank(s) 0, 2 drive several GPUs: see the devices table",
+        "7 kernels have no launch call",
+        "only on rank 2",
+    )
     assert merged[1].ranks == (0, 2) and merged[2].number == 7
     # a note survives the result cache's JSON (and pickling to a Dask worker) with its figures
     import pickle

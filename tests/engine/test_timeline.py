@@ -14,8 +14,11 @@ from traceprof.render import plots
 
 
 def _act(rows: list[tuple[int, str, int, int]]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema={"rank": pl.Int32, "class": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64},
-                        orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"rank": pl.Int32, "class": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        orient="row",
+    )
 
 
 def test_lanes_mark_the_exposed_communication():
@@ -25,8 +28,9 @@ def test_lanes_mark_the_exposed_communication():
     ranks, span_ms, rows, grid, _ = lanes(act)
     assert ranks == (0, 1) and span_ms == 200 / 1e6 and grid is None
     exposed = rows.filter(pl.col("state") == STATES[3]).sort("rank")
-    assert exposed.select("rank", (pl.col("start_ms") * 1e6).round(), (pl.col("end_ms") * 1e6).round()).rows() == [
-        (0, 100.0, 150.0), (1, 0.0, 50.0)]
+    assert exposed.select(
+        "rank", (pl.col("start_ms") * 1e6).round(), (pl.col("end_ms") * 1e6).round()
+    ).rows() == [(0, 100.0, 150.0), (1, 0.0, 50.0)]
 
 
 def test_coverage_per_bin_by_hand():
@@ -59,7 +63,9 @@ def test_1024_ranks_are_binned_into_one_small_image():
 def test_median_step_of_a_sample(store):
     ingest(store, [SAMPLES / "normal"])
     tl = step_timeline(store, store.resolve_run("normal"))
-    steps = store.sql("SELECT step, median(cpu_end_ns - cpu_start_ns) AS ns FROM steps GROUP BY step ORDER BY ns")
+    steps = store.sql(
+        "SELECT step, median(cpu_end_ns - cpu_start_ns) AS ns FROM steps GROUP BY step ORDER BY ns"
+    )
     assert tl.step == steps["step"][(steps.height - 1) // 2]  # the middle (lower middle) step
     assert tl.ranks == (0, 1, 2, 3) and tl.grid is None and "median" in tl.note
     assert set(tl.intervals["state"]) == set(STATES[1:])

@@ -39,11 +39,14 @@ def test_samples(store, run, named, straggling, start):
     assert f"what-if S = {v.slowdown:.3f}" in v.text
 
 
-@pytest.mark.parametrize("trial, start, named", [
-    ("AR", "straggler: rank 0 (compute", (0,)),
-    ("SE", "slow stage: pipeline stage 1 (ranks 64, 66,", ()),
-    ("ST", "slow stage: pipeline stage 3 (ranks 6, 7)", ()),
-])
+@pytest.mark.parametrize(
+    "trial, start, named",
+    [
+        ("AR", "straggler: rank 0 (compute", (0,)),
+        ("SE", "slow stage: pipeline stage 1 (ranks 64, 66,", ()),
+        ("ST", "slow stage: pipeline stage 3 (ranks 6, 7)", ()),
+    ],
+)
 def test_production_traces(store, trial, start, named):
     # AR: one slow worker (global rank 0), given its place in the mesh; SE: sequence-length
     # imbalance, half the workers (stage 1) each last significantly often: no single worker, the
@@ -67,6 +70,8 @@ def test_flight_recorder_only_run_quotes_no_step_time(store):
     # hold-ups over the time the collectives cover, so no verdict speaks of "% of step time".
     ingest(store, [case("fr_two_groups_same_pg_name")], run="fr2")
     v = combined_verdict(store, "fr2")
-    assert v.stragglers == () and "of step time" not in v.text and "of the time the collectives cover" in v.text
+    assert (
+        v.stragglers == () and "of step time" not in v.text and "of the time the collectives cover" in v.text
+    )
     evidence = analyze(store, "stragglers", "fr2").verdict["evidence"][0]
     assert "of step time" not in evidence and "of the time the collectives cover" in evidence

@@ -98,7 +98,9 @@ def _copy_run(src: Path, dst: Path, shift_rank: int | None = None) -> Path:
 
 
 def _offsets(store, run: str) -> dict[int, int]:
-    df = store.sql("SELECT t.rank, t.clock_offset_ns FROM traces t JOIN runs r USING (run_id) WHERE r.name = ?", [run])
+    df = store.sql(
+        "SELECT t.rank, t.clock_offset_ns FROM traces t JOIN runs r USING (run_id) WHERE r.name = ?", [run]
+    )
     return dict(df.iter_rows())
 
 
@@ -132,12 +134,19 @@ def test_shifted_rank_is_realigned_and_verdict_unchanged(store, tmp_path):
     # by more than in the recorded run.
     assert _offsets(raw, "raw") == {0: 0, 1: 0, 2: 0, 3: 0}
     assert raw.sql("SELECT clock_aligned FROM runs")["clock_aligned"].to_list() == [False]
-    raw_starts = dict(raw.sql("SELECT rank, min(cpu_start_ns) FROM steps WHERE rank IN (0, 1) GROUP BY rank").iter_rows())
-    orig_starts = dict(store.sql(
-        "SELECT s.rank, min(s.cpu_start_ns) FROM steps s JOIN runs r USING (run_id) WHERE r.name = 'orig' "
-        "AND s.rank IN (0, 1) GROUP BY s.rank").iter_rows())
+    raw_starts = dict(
+        raw.sql("SELECT rank, min(cpu_start_ns) FROM steps WHERE rank IN (0, 1) GROUP BY rank").iter_rows()
+    )
+    orig_starts = dict(
+        store.sql(
+            "SELECT s.rank, min(s.cpu_start_ns) FROM steps s JOIN runs r USING (run_id) WHERE r.name = 'orig' "
+            "AND s.rank IN (0, 1) GROUP BY s.rank"
+        ).iter_rows()
+    )
     assert (raw_starts[1] - raw_starts[0]) - (orig_starts[1] - orig_starts[0]) == SHIFT_NS
     raw.close()
     # The verdict does not depend on the shift once aligned.
-    verdicts = {run: analyze(store, "stragglers", run).verdict["rank"].to_list() for run in ("orig", "shifted")}
+    verdicts = {
+        run: analyze(store, "stragglers", run).verdict["rank"].to_list() for run in ("orig", "shifted")
+    }
     assert verdicts["orig"] == verdicts["shifted"] == [2]

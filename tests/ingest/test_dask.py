@@ -33,8 +33,9 @@ VOLATILE = ("ingested_at",)
 @pytest.fixture(scope="module")
 def scheduler() -> Iterator[str]:
     """A small in-process Dask cluster (threads: fast to start, nothing to install)."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         yield cluster.scheduler_address
 
 
@@ -53,12 +54,15 @@ def _analysis(store: Store, name: str, run: str) -> dict[str, pl.DataFrame] | st
         return str(e)
 
 
-@pytest.mark.parametrize("source", [
-    pytest.param(lambda: SAMPLES / "straggler_rank2", id="sample_straggler_rank2"),
-    pytest.param(lambda: SAMPLES / "normal", id="sample_normal"),
-    pytest.param(lambda: corpus("hta/trace_filter"), id="corpus_hta_trace_filter"),
-    pytest.param(lambda: corpus("flight_recorder/gloo_cpu_4rank"), id="corpus_fr_gloo_4rank"),
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(lambda: SAMPLES / "straggler_rank2", id="sample_straggler_rank2"),
+        pytest.param(lambda: SAMPLES / "normal", id="sample_normal"),
+        pytest.param(lambda: corpus("hta/trace_filter"), id="corpus_hta_trace_filter"),
+        pytest.param(lambda: corpus("flight_recorder/gloo_cpu_4rank"), id="corpus_fr_gloo_4rank"),
+    ],
+)
 def test_dask_ingest_equals_local(source, scheduler: str, tmp_path: Path) -> None:
     src = source()
     with Store(tmp_path / "local.duckdb") as s:
@@ -67,7 +71,10 @@ def test_dask_ingest_equals_local(source, scheduler: str, tmp_path: Path) -> Non
         remote = ingest(s, [src], executor="dask", scheduler=scheduler)
     assert remote.runs == local.runs and remote.added == local.added and remote.warnings == local.warnings
     run = next(iter(local.runs))
-    with Store(tmp_path / "local.duckdb", read_only=True) as a, Store(tmp_path / "dask.duckdb", read_only=True) as b:
+    with (
+        Store(tmp_path / "local.duckdb", read_only=True) as a,
+        Store(tmp_path / "dask.duckdb", read_only=True) as b,
+    ):
         assert b.layout == "parquet"
         for t in TABLES:
             assert _rows(a, t).equals(_rows(b, t)), t
@@ -86,8 +93,9 @@ def test_dask_ingest_equals_local(source, scheduler: str, tmp_path: Path) -> Non
 
 def test_cli_dask_ingest_makes_a_parquet_store(scheduler: str, tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
-    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db), "--executor", "dask",
-                       "--scheduler", scheduler)
+    code, _, err = cli(
+        "ingest", str(SAMPLES / "normal"), "--db", str(db), "--executor", "dask", "--scheduler", scheduler
+    )
     assert code == 0, err
     with Store(db, read_only=True) as s:
         assert s.layout == "parquet" and s.sql("SELECT count(*) AS n FROM events")["n"][0] > 0
@@ -104,31 +112,62 @@ def test_cli_dask_refusals(scheduler: str, tmp_path: Path, monkeypatch: pytest.M
     assert not db.exists()  # a refused first ingest leaves no store
     code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(db))  # a duckdb-layout store
     assert code == 0, err
-    code, _, err = cli("ingest", str(SAMPLES / "clean"), "--db", str(db), "--executor", "dask",
-                       "--scheduler", scheduler)
+    code, _, err = cli(
+        "ingest", str(SAMPLES / "clean"), "--db", str(db), "--executor", "dask", "--scheduler", scheduler
+    )
     assert code == 1 and "duckdb layout" in err
     monkeypatch.setattr(executor, "CONNECT_TIMEOUT_S", 1)
-    code, _, err = cli("ingest", str(SAMPLES / "clean"), "--db", str(tmp_path / "n.duckdb"), "--executor", "dask",
-                       "--scheduler", "tcp://127.0.0.1:9")
+    code, _, err = cli(
+        "ingest",
+        str(SAMPLES / "clean"),
+        "--db",
+        str(tmp_path / "n.duckdb"),
+        "--executor",
+        "dask",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+    )
     assert code == 1 and "cannot reach a Dask scheduler" in err
     assert not (tmp_path / "n.duckdb").exists() and not layout.dataset_dir(tmp_path / "n.duckdb").exists()
 
 
-@pytest.mark.parametrize("address", ["notanaddress", "http://192.0.2.2", "tcp://host:port", "tcp://127.0.0.1:9"])
+@pytest.mark.parametrize(
+    "address", ["notanaddress", "http://192.0.2.2", "tcp://host:port", "tcp://127.0.0.1:9"]
+)
 def test_bad_scheduler_addresses_fail_at_once(address: str, tmp_path: Path) -> None:
     """No 30 s connect timeout and no hang at exit: a malformed address or a closed port is one line."""
     t0 = time.monotonic()
-    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(tmp_path / "s.duckdb"), "--executor", "dask",
-                       "--scheduler", address)
+    code, _, err = cli(
+        "ingest",
+        str(SAMPLES / "normal"),
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        "--executor",
+        "dask",
+        "--scheduler",
+        address,
+    )
     assert code == 1 and f"--scheduler {address}" in err and "Traceback" not in err, err
     assert ("expected a Dask scheduler address" in err) or ("cannot reach a Dask scheduler" in err)
-    assert time.monotonic() - t0 < executor.PROBE_TIMEOUT_S + 15  # not the 30 s connect timeout; slack for a busy CI
+    assert (
+        time.monotonic() - t0 < executor.PROBE_TIMEOUT_S + 15
+    )  # not the 30 s connect timeout; slack for a busy CI
     assert not (tmp_path / "s.duckdb").exists()
 
 
 def test_dask_with_layout_duckdb_is_a_conflict(tmp_path: Path) -> None:
-    code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(tmp_path / "s.duckdb"), "--executor", "dask",
-                       "--scheduler", "tcp://127.0.0.1:9", "--layout", "duckdb")
+    code, _, err = cli(
+        "ingest",
+        str(SAMPLES / "normal"),
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        "--executor",
+        "dask",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+        "--layout",
+        "duckdb",
+    )
     assert code == 1 and "leave out --layout duckdb" in err
 
 
@@ -139,7 +178,9 @@ def _slow(task: tuple[int]) -> int:
 
 def test_losing_the_cluster_is_one_error() -> None:
     """The scheduler going away mid-map is a TraceprofError saying so, not Dask's traceback."""
-    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    )
     timer = threading.Timer(1.0, cluster.close)
     timer.start()
     try:
@@ -164,7 +205,9 @@ def test_without_dask_installed_says_how(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_importing_the_library_does_not_import_dask_or_torch() -> None:
-    code = ("import sys, traceprof.cli, traceprof.ingest.ingest, traceprof.storage.store, traceprof.engine.analysis, traceprof.ingest.executor; "
-            "bad = [m for m in ('dask', 'distributed', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    code = (
+        "import sys, traceprof.cli, traceprof.ingest.ingest, traceprof.storage.store, traceprof.engine.analysis, traceprof.ingest.executor; "
+        "bad = [m for m in ('dask', 'distributed', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

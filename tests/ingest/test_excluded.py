@@ -37,24 +37,67 @@ def _gpu_trace(gemm_ahead_ns: int) -> list[dict]:
     3000 us that starts 20 us later, at 3020 (correlation 2)."""
     gemm_ts = (2000 * US - gemm_ahead_ns) / 1000  # us, exact to the ns with 3 decimals
     return [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 4000},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2000, "dur": 5,
-         "args": {"correlation": 1}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": gemm_ts, "dur": 500,
-         "args": {"correlation": 1, "device": 0, "stream": 7}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 3000, "dur": 5,
-         "args": {"correlation": 2}},
-        {"ph": "X", "cat": "kernel", "name": "fill", "pid": 0, "tid": 7, "ts": 3020, "dur": 50,
-         "args": {"correlation": 2, "device": 0, "stream": 7}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 4000,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 2000,
+            "dur": 5,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": gemm_ts,
+            "dur": 500,
+            "args": {"correlation": 1, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 3000,
+            "dur": 5,
+            "args": {"correlation": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "fill",
+            "pid": 0,
+            "tid": 7,
+            "ts": 3020,
+            "dur": 50,
+            "args": {"correlation": 2, "device": 0, "stream": 7},
+        },
     ]
 
 
-@pytest.mark.parametrize("ahead_ns, flag", [
-    (5_000, None),               # within the 5 us tolerance: nothing to say
-    (10_000, "launch_skew"),     # the issue's 10 us: jitter, kept
-    (1_000_000, "launch_skew"),  # 1 ms: the largest jitter
-    (1_000_001, "before_launch"),  # 1 ms + 1 ns: another clock domain, left out
-])
+@pytest.mark.parametrize(
+    "ahead_ns, flag",
+    [
+        (5_000, None),  # within the 5 us tolerance: nothing to say
+        (10_000, "launch_skew"),  # the issue's 10 us: jitter, kept
+        (1_000_000, "launch_skew"),  # 1 ms: the largest jitter
+        (1_000_001, "before_launch"),  # 1 ms + 1 ns: another clock domain, left out
+    ],
+)
 def test_launch_skew_flip_point(store, tmp_path, ahead_ns, flag):
     write_rank(tmp_path / "run" / "rank0.json", _gpu_trace(ahead_ns), 0, world=1, backend="nccl")
     res = ingest(store, [tmp_path / "run"], run="g")
@@ -95,13 +138,25 @@ def test_launch_skew_flip_point(store, tmp_path, ahead_ns, flag):
 def _open_trace(general_path: bool, open_kind: str = "cpu_op", dur: float = -1) -> dict:
     """ProfilerStep#1 [0, 100] us; aten::mm [10, 60]; aten::open at 70 with ``dur``; aten::last
     [80, 120]: the trace ends at 120 us. ``general_path`` adds a B/E pair (the per-event parser; on another thread)."""
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
-          {"ph": "X", "cat": open_kind, "name": "aten::open", "pid": 1, "tid": 1, "ts": 70, "dur": dur},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::last", "pid": 1, "tid": 1, "ts": 80, "dur": 40}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": open_kind, "name": "aten::open", "pid": 1, "tid": 1, "ts": 70, "dur": dur},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::last", "pid": 1, "tid": 1, "ts": 80, "dur": 40},
+    ]
     if general_path:
-        ev += [{"ph": "B", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 9, "ts": 1},
-               {"ph": "E", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 9, "ts": 2}]
+        ev += [
+            {"ph": "B", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 9, "ts": 1},
+            {"ph": "E", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 9, "ts": 2},
+        ]
     return ev
 
 
@@ -112,7 +167,9 @@ def test_cpu_op_still_open_at_stop_is_clipped_with_a_warning(store, tmp_path, ge
     (w,) = [w for w in res.warnings if "still open" in w]
     assert "rank0.json: 1 CPU op(s)" in w and "#2 'aten::open'" in w  # the event index and its name
     # clipped to the trace's end, 120 us: 120 - 70 = 50 us; the recorded -1 us kept
-    row = store.sql(f"SELECT ts_ns - {BASE} AS t, dur_ns, raw_dur_ns, flag FROM events WHERE name = 'aten::open'").row(0)
+    row = store.sql(
+        f"SELECT ts_ns - {BASE} AS t, dur_ns, raw_dur_ns, flag FROM events WHERE name = 'aten::open'"
+    ).row(0)
     assert row == (70 * US, 50 * US, -1 * US, "unclosed")
     assert store.sql("SELECT rejected FROM traces").item() in (None, "{}")
     # it counts as the training thread's work: busy = [10, 60] + [70, 120] = 100 us of [10, 120]
@@ -152,7 +209,9 @@ def test_profiler_start_transient_is_left_out_of_every_analysis(store, tmp_path)
     assert ov.steps["step"].unique().sort().to_list() == [2, 3, 4]
     te = analyze(store, "temporal", "tr")
     # busy: aten::mm 3 x 5 ms + the gloo work 3 x 0.6 ms (rank 0): 16.8 ms of 25.6 ms
-    assert _row(te.frame, rank=0)["window_ns"] == 25_600_000 and _row(te.frame, rank=0)["idle_ns"] == 8_800_000
+    assert (
+        _row(te.frame, rank=0)["window_ns"] == 25_600_000 and _row(te.frame, rank=0)["idle_ns"] == 8_800_000
+    )
     gaps = analyze(store, "gaps", "tr")
     assert int(gaps.gaps["dur_ns"].max()) == 600_000  # no 3 s gap
     # the summary's communication finding is the steady state's: median over ranks of 1.8/25.6

@@ -38,12 +38,27 @@ def worker(tmp_path_factory):
     yield w
     w.stop()
     total = sum(sum(c.values()) for c in w.counts.values())
-    print(f"\nfuzz outcomes ({total} inputs): " + "; ".join(
-        f"{k}: " + ", ".join(f"{s} {n}" for s, n in sorted(c.items())) for k, c in sorted(w.counts.items())))
+    print(
+        f"\nfuzz outcomes ({total} inputs): "
+        + "; ".join(
+            f"{k}: " + ", ".join(f"{s} {n}" for s, n in sorted(c.items()))
+            for k, c in sorted(w.counts.items())
+        )
+    )
     if os.environ.get("FUZZ_REPORT"):
-        Path(os.environ["FUZZ_REPORT"]).write_text(json.dumps({
-            "counts": w.counts, "worst": w.worst, "failures": [{"kind": k, "status": o.status, "input": o.input_dir,
-                                              "detail": o.detail[-600:]} for k, o in w.failures]}, indent=2))
+        Path(os.environ["FUZZ_REPORT"]).write_text(
+            json.dumps(
+                {
+                    "counts": w.counts,
+                    "worst": w.worst,
+                    "failures": [
+                        {"kind": k, "status": o.status, "input": o.input_dir, "detail": o.detail[-600:]}
+                        for k, o in w.failures
+                    ],
+                },
+                indent=2,
+            )
+        )
 
 
 def _param(name: str) -> object:
@@ -52,16 +67,27 @@ def _param(name: str) -> object:
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in KINDS])
-@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not RANDOM,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=not RANDOM,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(data=st.data())
 def test_mutated_inputs_ingest_or_fail_in_one_line(worker, name, data):
     kind = KINDS[name]
     seed = data.draw(st.sampled_from(_SEEDS[name]))
     inp = kind.mutate(data.draw, seed)
     out = worker.run(name, inp, skip=data.draw(st.booleans()))
-    assert out.ok, f"{name}: {out.status} after {out.seconds:.1f} s, {out.peak_mib:.0f} MiB ({out.input_dir}): {out.detail}"
+    assert out.ok, (
+        f"{name}: {out.status} after {out.seconds:.1f} s, {out.peak_mib:.0f} MiB ({out.input_dir}): {out.detail}"
+    )
     assert not PWNED.exists(), "a pickle ran code"
 
 

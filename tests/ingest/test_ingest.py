@@ -31,15 +31,46 @@ def _new_style(rank: int = 0) -> dict:
         "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
         "traceEvents": [
-            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 10, "tid": 10,
-             "ts": 1000.5, "dur": 100.25},
-            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10,
-             "ts": 1001.001, "dur": 2.5, "args": {"correlation": 42, "External id": 5}},
-            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", "pid": 0,
-             "tid": 7, "ts": 1010.123, "dur": 20.0,
-             "args": {"correlation": 42, "device": 0, "stream": 7, "Collective name": "allreduce",
-                      "Process Group Name": "0", "Seq": 3, "In msg nelems": 1024,
-                      "Out msg nelems": 1024, "dtype": "Float", "Group size": 2}},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#7",
+                "pid": 10,
+                "tid": 10,
+                "ts": 1000.5,
+                "dur": 100.25,
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 10,
+                "tid": 10,
+                "ts": 1001.001,
+                "dur": 2.5,
+                "args": {"correlation": 42, "External id": 5},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1010.123,
+                "dur": 20.0,
+                "args": {
+                    "correlation": 42,
+                    "device": 0,
+                    "stream": 7,
+                    "Collective name": "allreduce",
+                    "Process Group Name": "0",
+                    "Seq": 3,
+                    "In msg nelems": 1024,
+                    "Out msg nelems": 1024,
+                    "dtype": "Float",
+                    "Group size": 2,
+                },
+            },
             {"ph": "s", "id": 42, "pid": 10, "tid": 10, "ts": 1001.001, "cat": "ac2g", "name": "ac2g"},
             {"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "args": {"name": "python"}},
         ],
@@ -57,14 +88,31 @@ def test_new_style_exact_ns_steps_and_collectives(tmp_path):
     assert kernel["step"] == 7  # step of the launch, via args.correlation
     assert pt.skipped == {"flow": 1, "metadata": 1} and pt.rejected == {}
     (c,) = pt.collectives.to_pylist()
-    assert (c["op"], c["pg"], c["seq"], c["bytes_in"], c["enter_ns"]) == ("all_reduce", "0", 3, 4096, base + 1_001_001)
+    assert (c["op"], c["pg"], c["seq"], c["bytes_in"], c["enter_ns"]) == (
+        "all_reduce",
+        "0",
+        3,
+        4096,
+        base + 1_001_001,
+    )
     assert pt.format == "kineto-new" and pt.rank == 0 and pt.world_size == 2
 
 
 def test_old_style_integer_epoch_us(tmp_path):
-    doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                            "ts": 1682725898236567, "dur": 68}],
-           "distributedInfo": {"rank": 3}}
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1682725898236567,
+                "dur": 68,
+            }
+        ],
+        "distributedInfo": {"rank": 3},
+    }
     pt = parse(_write(tmp_path / "r3.json.gz", doc, gz=True))
     (e,) = pt.events.to_pylist()
     assert e["ts_ns"] == 1682725898236567000 and e["dur_ns"] == 68000 and pt.format == "kineto-old"
@@ -105,7 +153,9 @@ def test_missing_dur_names_the_event(tmp_path):
     doc = _new_style()
     del doc["traceEvents"][1]["dur"]
     path = _write(tmp_path / "r0.json", doc)
-    with pytest.raises(TraceFormatError, match=r"event #1 \(ph='X', name='cudaLaunchKernel'\): missing 'dur'"):
+    with pytest.raises(
+        TraceFormatError, match=r"event #1 \(ph='X', name='cudaLaunchKernel'\): missing 'dur'"
+    ):
         parse(path)
     pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert pt.rejected["missing 'dur'"] == 1 and pt.events_kept == 2
@@ -113,11 +163,15 @@ def test_missing_dur_names_the_event(tmp_path):
 
 def _dump(db: Path) -> dict:
     with Store(db, read_only=True) as s:
-        return {t: s.sql(f"SELECT * FROM {t} ORDER BY ALL").rows() for t in ("runs", "traces", "events", "steps")}
+        return {
+            t: s.sql(f"SELECT * FROM {t} ORDER BY ALL").rows() for t in ("runs", "traces", "events", "steps")
+        }
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def test_cli_bad_file_exit_1_store_unchanged_and_reingest_noop(tmp_path):
@@ -137,7 +191,11 @@ def test_cli_bad_file_exit_1_store_unchanged_and_reingest_noop(tmp_path):
     run2 = tmp_path / "run2"
     run2.mkdir()
     _write(run2 / "rank0.json", _new_style(0) | {"baseTimeNanoseconds": 1})
-    for name, content in (("rank1.json", b'{"traceEvents": [{"ph'), ("rank1.json.gz", b"\x1f\x8bxx"), ("rank1.txt.json", b"nope")):
+    for name, content in (
+        ("rank1.json", b'{"traceEvents": [{"ph'),
+        ("rank1.json.gz", b"\x1f\x8bxx"),
+        ("rank1.txt.json", b"nope"),
+    ):
         for f in run2.glob("rank1*"):
             f.unlink()
         (run2 / name).write_bytes(content)

@@ -28,7 +28,9 @@ def test_a_refused_run_stores_no_other_run_of_the_ingest(tmp_path):
     code, _, err = run("ingest", str(corpus("hta/trace_diff")), "--db", str(db))
     lines = err.splitlines()
     assert code == 1 and len(lines) == 1 and "run 'test' already has rank 1" in lines[0], err
-    assert lines[0].startswith(f"error: {corpus('hta/trace_diff').resolve()}/test/test.json.gz: ")  # paths resolved
+    assert lines[0].startswith(
+        f"error: {corpus('hta/trace_diff').resolve()}/test/test.json.gz: "
+    )  # paths resolved
     assert _runs(db) == ["base", "test"]  # 'control' was not stored either
 
 
@@ -67,7 +69,10 @@ def test_the_header_of_several_failures_names_no_single_file(tmp_path):
     lines = err.splitlines()
     assert code == 1 and len(lines) == 3, err
     assert lines[0] == "error: 2 of 3 files cannot be read, nothing stored (--partial stores the others):"
-    assert sorted(ln.split(":")[0].strip() for ln in lines[1:]) == [str(d / "empty.json"), str(d / "rank1.json")]
+    assert sorted(ln.split(":")[0].strip() for ln in lines[1:]) == [
+        str(d / "empty.json"),
+        str(d / "rank1.json"),
+    ]
     (d / "rank2.json").unlink()  # every file fails: no others for --partial to store
     code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
     assert code == 1 and err.splitlines()[0] == "error: 2 of 2 files cannot be read, nothing stored:", err
@@ -113,7 +118,6 @@ def test_waiting_for_the_lock_says_so_once(tmp_path, capfd):
 def test_a_free_lock_says_nothing(tmp_path, capfd):
     StoreLock(tmp_path / "s.duckdb", exclusive=True).release()
     assert capfd.readouterr().err == ""
-
 
 
 def test_a_run_failing_after_another_was_stored_says_which_was(tmp_path, monkeypatch):
@@ -172,8 +176,10 @@ def test_a_rank_that_is_not_an_integer_says_so(tmp_path):
         (d / "rank0.json").write_text(json.dumps(doc))
         with Store(d / "s.duckdb") as store:
             res = ingest(store, [d / "rank0.json"], jobs=1)
-            assert res.warnings[:2] == [f"rank0.json: distributedInfo.rank is {value!r}, not an integer: ignored",
-                                        f"rank0.json: rank unknown, stored as rank 0 of run '{d.name}'"]
+            assert res.warnings[:2] == [
+                f"rank0.json: distributedInfo.rank is {value!r}, not an integer: ignored",
+                f"rank0.json: rank unknown, stored as rank 0 of run '{d.name}'",
+            ]
     d = tmp_path / "two"
     d.mkdir()
     doc = micro_trace(["x"], world=2)
@@ -182,9 +188,11 @@ def test_a_rank_that_is_not_an_integer_says_so(tmp_path):
     (d / "r1.json").write_text(json.dumps(micro_trace(["x"], rank=0, world=2)))
     with Store(tmp_path / "two.duckdb") as store, pytest.raises(TraceFormatError) as e:
         ingest(store, [d], jobs=1)
-    assert str(e.value) == (f"{(d / 'r0.json').resolve()}: distributedInfo.rank: no rank in the trace "
-                            "(distributedInfo.rank is 1.5, not an integer: ignored) and 2 files in run 'two'; add a "
-                            "<name>.meta.json sidecar with \"rank\", or ingest the file alone with --run")
+    assert str(e.value) == (
+        f"{(d / 'r0.json').resolve()}: distributedInfo.rank: no rank in the trace "
+        "(distributedInfo.rank is 1.5, not an integer: ignored) and 2 files in run 'two'; add a "
+        '<name>.meta.json sidecar with "rank", or ingest the file alone with --run'
+    )
 
 
 def test_a_backend_that_is_not_a_string_is_ignored_with_a_warning(tmp_path):
@@ -210,5 +218,8 @@ def test_an_empty_trace_is_stored_with_a_warning(tmp_path):
     (d / "rank1.json").write_text(json.dumps(empty))
     code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
     assert code == 0, err
-    assert "warning: rank1.json: no events in the trace (an empty capture?); its run has no activity from it\n" in err
+    assert (
+        "warning: rank1.json: no events in the trace (an empty capture?); its run has no activity from it\n"
+        in err
+    )
     assert "rank0.json: no events" not in err

@@ -80,9 +80,14 @@ def test_metadata_makes_comm() -> None:
     assert gpu_class("kernel", "some_kernel", None, {"Process Group Name": "0"}) == "comm"
     assert gpu_class("kernel", "some_kernel") == "compute"
     assert gpu_class("memcpy", "Memcpy DtoD", {"Collective name": "x"}) == "memory"
-    for name in ("void deep_ep::internode::dispatch<4>()", "cross_device_reduce_2stage<half>",
-                 "ncclDevKernel_AllGather_RING_LL()", "rccl_kernel", "nvshmemi_reduce",
-                 "c10d::symmetric_memory::two_shot_all_reduce_kernel"):
+    for name in (
+        "void deep_ep::internode::dispatch<4>()",
+        "cross_device_reduce_2stage<half>",
+        "ncclDevKernel_AllGather_RING_LL()",
+        "rccl_kernel",
+        "nvshmemi_reduce",
+        "c10d::symmetric_memory::two_shot_all_reduce_kernel",
+    ):
         assert gpu_class("kernel", name) == "comm", name
     for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>"):
         assert gpu_class("kernel", name) == "compute", name
@@ -93,8 +98,10 @@ def test_metadata_makes_comm() -> None:
 
 def test_cuda_graph_launch(tmp_path: Path) -> None:
     s = _store(tmp_path, case("cuda_graph_launch"))
-    k = s.sql("SELECT count(*) AS n, sum(dur_ns) AS t, count(DISTINCT step) AS steps, min(step) AS step "
-              "FROM kernels WHERE kind = 'kernel'")
+    k = s.sql(
+        "SELECT count(*) AS n, sum(dur_ns) AS t, count(DISTINCT step) AS steps, min(step) AS step "
+        "FROM kernels WHERE kind = 'kernel'"
+    )
     assert k.row(0) == (12, 840 * US, 1, 3)  # all kept, 100 + 340 + 60 + 340 us, in ProfilerStep#3
     la = _row(analyze(s, "launch").frame, rank=0)
     # per launch call: 20, 60, 20, 30 us -> p50 25 us (linear), max 60 us
@@ -168,9 +175,18 @@ def test_two_gpus_one_process(tmp_path: Path) -> None:
     idle = analyze(s, "idle")
     for dev in (0, 1):
         r = _row(idle.frame, rank=0, device=dev, stream=1)
-        assert (r["kernels"], r["window_ns"], r["idle_ns"], r["host_wait_ns"]) == (2, 1000 * US, 200 * US, 200 * US)
+        assert (r["kernels"], r["window_ns"], r["idle_ns"], r["host_wait_ns"]) == (
+            2,
+            1000 * US,
+            200 * US,
+            200 * US,
+        )
     ranks = _row(idle.ranks, rank=0)
-    assert (ranks["streams"], ranks["stream_window_sum_ns"], ranks["stream_idle_sum_ns"]) == (2, 2000 * US, 400 * US)
+    assert (ranks["streams"], ranks["stream_window_sum_ns"], ranks["stream_idle_sum_ns"]) == (
+        2,
+        2000 * US,
+        400 * US,
+    )
     assert ranks["stream_idle_pct"] == pytest.approx(20.0)
     la = analyze(s, "launch")
     r = _row(la.frame, rank=0)
@@ -204,8 +220,11 @@ def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
 
 def _write(tmp_path: Path, events: list[dict], name: str = "rank0.json") -> Path:
     """A new-style trace of ``events`` (``ts`` in us after baseTimeNanoseconds; 0 would be an unset time)."""
-    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 1767225600000000000,
-           "traceEvents": events}
+    doc = {
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "baseTimeNanoseconds": 1767225600000000000,
+        "traceEvents": events,
+    }
     d = tmp_path / "in"
     d.mkdir(exist_ok=True)
     f = d / name
@@ -232,23 +251,71 @@ def test_begin_end_pairs(tmp_path: Path) -> None:
 
 def test_one_file_several_processes_is_an_error(tmp_path: Path) -> None:
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 10, "tid": 10, "ts": 0.0, "dur": 10.0},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 20, "tid": 20, "ts": 0.0, "dur": 10.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 10,
+            "tid": 10,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 20,
+            "tid": 20,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
     ]
     with pytest.raises(TraceFormatError, match=r"rank0\.json.*ProfilerStep#5.*several"):
         ingest(Store(tmp_path / "t.duckdb"), [_write(tmp_path, evs)])
     evs = [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10, "ts": 1.0, "dur": 1.0,
-         "args": {"correlation": 7}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 20, "tid": 20, "ts": 1.0, "dur": 1.0,
-         "args": {"correlation": 7}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 10,
+            "tid": 10,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 20,
+            "tid": 20,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"correlation": 7},
+        },
     ]
     with pytest.raises(TraceFormatError, match=r"correlation 7.*two processes"):
         ingest(Store(tmp_path / "u.duckdb"), [_write(tmp_path, evs, "rank1.json")])
     # the same step twice on one pid (two profiler sessions in one file) says so, not "pids 10 and 10"
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 10, "tid": 10, "ts": 0.0, "dur": 10.0},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 10, "tid": 10, "ts": 20.0, "dur": 10.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 10,
+            "tid": 10,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 10,
+            "tid": 10,
+            "ts": 20.0,
+            "dur": 10.0,
+        },
     ]
     with pytest.raises(TraceFormatError, match=r"ProfilerStep#5.*appears twice \(both on pid 10\)"):
         ingest(Store(tmp_path / "v.duckdb"), [_write(tmp_path, evs, "rank2.json")])
@@ -260,23 +327,61 @@ def test_one_correlation_id_on_two_launches_warns_and_pairs_with_the_earliest(tm
     # all-reduce kernel with id 7 runs at 160 us. It was paired silently with the last launch in the file
     # (step 2, enter 150 us) while the kernels view took the earliest (launch 50 us); now both take the
     # earliest call: step 1, enter = launch = 50 us, and a warning names the id and the count.
-    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "dur": 2.0,
-              "args": {"correlation": 7}}
+    launch = {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "dur": 2.0,
+        "args": {"correlation": 7},
+    }
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 10.0, "dur": 100.0},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 110.0, "dur": 100.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10.0,
+            "dur": 100.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#2",
+            "pid": 1,
+            "tid": 1,
+            "ts": 110.0,
+            "dur": 100.0,
+        },
         {**launch, "tid": 1, "ts": 50.0},
         {**launch, "tid": 2, "ts": 150.0},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
-         "ts": 160.0, "dur": 20.0, "args": {"correlation": 7, "device": 0, "stream": 7,
-                                            "Collective name": "allreduce", "Process Group Name": "0", "Seq": 1}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "pid": 0,
+            "tid": 7,
+            "ts": 160.0,
+            "dur": 20.0,
+            "args": {
+                "correlation": 7,
+                "device": 0,
+                "stream": 7,
+                "Collective name": "allreduce",
+                "Process Group Name": "0",
+                "Seq": 1,
+            },
+        },
     ]
     s = Store(tmp_path / "t.duckdb")
     res = ingest(s, [_write(tmp_path, evs)])
-    assert ("rank0.json: 1 correlation id(s) of GPU records belong to several CUDA runtime/driver calls (e.g. "
-            "correlation 7: 2 calls, events #2, #3, on thread(s) '1', '2'): each such GPU record is paired with "
-            "the earliest of them (its step, class, collective and launch latency follow from that call)"
-            in res.warnings)
+    assert (
+        "rank0.json: 1 correlation id(s) of GPU records belong to several CUDA runtime/driver calls (e.g. "
+        "correlation 7: 2 calls, events #2, #3, on thread(s) '1', '2'): each such GPU record is paired with "
+        "the earliest of them (its step, class, collective and launch latency follow from that call)"
+        in res.warnings
+    )
     b = 1767225600000000000
     assert s.sql("SELECT step, launch_ts_ns - $1 AS l FROM kernels", [b]).rows() == [(1, 50 * US)]
     assert s.sql("SELECT step, enter_ns - $1 AS e FROM collectives", [b]).rows() == [(1, 50 * US)]
@@ -286,13 +391,21 @@ def test_one_correlation_id_on_two_launches_warns_and_pairs_with_the_earliest(tm
 def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:
     k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
     evs = [
-        {**k, "name": "a", "ts": 1000.0, "dur": 5000.0, "args": {"device": 0, "stream": 7}},   # runs 4,990 us past b
+        {
+            **k,
+            "name": "a",
+            "ts": 1000.0,
+            "dur": 5000.0,
+            "args": {"device": 0, "stream": 7},
+        },  # runs 4,990 us past b
         {**k, "name": "b", "ts": 1010.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
         {**k, "name": "c", "ts": 1100.0, "dur": 13.0, "args": {"device": 0, "stream": 7}},  # 3 us PDL overlap
         {**k, "name": "d", "ts": 1110.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
     ]
     s = _store(tmp_path, _write(tmp_path, evs))
-    got = {n: (d, f, r) for n, d, f, r in s.sql("SELECT name, dur_ns, flag, raw_dur_ns FROM events").iter_rows()}
+    got = {
+        n: (d, f, r) for n, d, f, r in s.sql("SELECT name, dur_ns, flag, raw_dur_ns FROM events").iter_rows()
+    }
     assert got["a"] == (10 * US, "overrun", 5000 * US)
     assert got["c"] == (13 * US, None, None)
     # busy from clipped values: [1000,1020] + [1100,1120] = 40 us (times: us after the trace's base)
@@ -311,18 +424,66 @@ def test_launching_op_metadata_makes_comm(tmp_path: Path) -> None:
     # A kernel with a name no family knows, launched under record_param_comms carrying a collective:
     # its External id (or, without one, its runtime call's) links it to that op -> comm.
     evs = [
-        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 0.0, "dur": 50.0,
-         "args": {"External id": 5, "Collective name": "all_reduce", "Process Group Name": "0"}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
-         "args": {"External id": 5, "correlation": 11}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 3.0, "dur": 2.0,
-         "args": {"External id": 5, "correlation": 12}},
-        {"ph": "X", "cat": "kernel", "name": "vendor_xfer_kernel", "pid": 0, "tid": 7, "ts": 10.0, "dur": 10.0,
-         "args": {"External id": 5, "correlation": 11, "device": 0, "stream": 7}},
-        {"ph": "X", "cat": "kernel", "name": "vendor_xfer_kernel", "pid": 0, "tid": 7, "ts": 30.0, "dur": 10.0,
-         "args": {"correlation": 12, "device": 0, "stream": 7}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 8, "ts": 10.0, "dur": 5.0,
-         "args": {"correlation": 13, "device": 0, "stream": 8}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.0,
+            "dur": 50.0,
+            "args": {"External id": 5, "Collective name": "all_reduce", "Process Group Name": "0"},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 2.0,
+            "args": {"External id": 5, "correlation": 11},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 3.0,
+            "dur": 2.0,
+            "args": {"External id": 5, "correlation": 12},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "vendor_xfer_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10.0,
+            "dur": 10.0,
+            "args": {"External id": 5, "correlation": 11, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "vendor_xfer_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 30.0,
+            "dur": 10.0,
+            "args": {"correlation": 12, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 8,
+            "ts": 10.0,
+            "dur": 5.0,
+            "args": {"correlation": 13, "device": 0, "stream": 8},
+        },
     ]
     s = _store(tmp_path, _write(tmp_path, evs))
     got = s.sql("SELECT name, class FROM kernels ORDER BY ts_ns, name").rows()
@@ -331,8 +492,24 @@ def test_launching_op_metadata_makes_comm(tmp_path: Path) -> None:
 
 def test_step_cutting_through_an_op_warns(tmp_path: Path) -> None:
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000.0, "dur": 100.0},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 1100.0, "dur": 100.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000.0,
+            "dur": 100.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#2",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1100.0,
+            "dur": 100.0,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 1090.0, "dur": 20.0},
     ]
     s = Store(tmp_path / "t.duckdb")
@@ -361,17 +538,25 @@ def _by_corr(evs: list[dict], corr: int, cat: str) -> list[dict]:
 def test_last_kernel_of_a_lane_running_seconds_is_clipped(tmp_path: Path) -> None:
     # The last graph kernel (corr 104, [1130, 1170]) reported 5 s long: no later record on its lane,
     # but it ends ~5 s past the 2 ms step. Clipped to the end of the step range (T0 + 2000).
-    f = _variant(tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 104, "kernel")[-1].update(dur=5_000_000.0))
+    f = _variant(
+        tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 104, "kernel")[-1].update(dur=5_000_000.0)
+    )
     s = Store(tmp_path / "t.duckdb")
     res = ingest(s, [f])
     assert any("clipped" in w for w in res.warnings)
-    assert s.sql("SELECT dur_ns, raw_dur_ns FROM events WHERE flag = 'overrun'").row(0) == (870 * US, 5_000_000 * US)
+    assert s.sql("SELECT dur_ns, raw_dur_ns FROM events WHERE flag = 'overrun'").row(0) == (
+        870 * US,
+        5_000_000 * US,
+    )
     assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == (2000 - 30) * US
 
 
 def test_kernel_seconds_after_the_steps_is_flagged(tmp_path: Path) -> None:
-    f = _variant(tmp_path, "cuda_graph_launch",
-                 lambda evs: _by_corr(evs, 104, "kernel")[-1].update(ts=1001130.0 + 5_000_000))
+    f = _variant(
+        tmp_path,
+        "cuda_graph_launch",
+        lambda evs: _by_corr(evs, 104, "kernel")[-1].update(ts=1001130.0 + 5_000_000),
+    )
     s = Store(tmp_path / "t.duckdb")
     assert any("far outside" in w for w in ingest(s, [f]).warnings)
     assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == (1130 - 30) * US
@@ -379,7 +564,9 @@ def test_kernel_seconds_after_the_steps_is_flagged(tmp_path: Path) -> None:
 
 def test_unset_launch_time_vouches_for_nothing(tmp_path: Path) -> None:
     # cudaLaunchKernel of corr 103 at ts 0: flagged; its kernel keeps its step and is not measured.
-    f = _variant(tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 103, "cuda_runtime")[0].update(ts=0))
+    f = _variant(
+        tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 103, "cuda_runtime")[0].update(ts=0)
+    )
     s = _store(tmp_path, f)
     la = _row(analyze(s, "launch").frame, rank=0)
     assert (la["launches"], la["latency_max_ns"]) == (3, 60 * US)  # 20, 60, 30 us
@@ -397,7 +584,9 @@ def test_unset_step_time_is_flagged(tmp_path: Path) -> None:
 
 
 def test_graph_launch_whose_first_kernel_is_flagged_is_not_measured(tmp_path: Path) -> None:
-    f = _variant(tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 102, "kernel")[0].update(ts=1000260.0 - 2000))
+    f = _variant(
+        tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 102, "kernel")[0].update(ts=1000260.0 - 2000)
+    )
     s = _store(tmp_path, f)
     la = _row(analyze(s, "launch").frame, rank=0)
     assert (la["launches"], la["latency_max_ns"]) == (3, 30 * US)  # 20, 20, 30: not 100 us of graph execution
@@ -424,8 +613,11 @@ def test_comm_kernel_pattern_matching_everything_is_refused(tmp_path: Path, patt
 
 def test_rank_outside_world_is_an_error(tmp_path: Path) -> None:
     for rank in (-1, 5):
-        f = _write(tmp_path, [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}],
-                   f"r{rank}.json")
+        f = _write(
+            tmp_path,
+            [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}],
+            f"r{rank}.json",
+        )
         doc = json.loads(f.read_text())
         doc["distributedInfo"] = {"rank": rank, "world_size": 4}
         f.write_text(json.dumps(doc))
@@ -466,9 +658,15 @@ def test_overlap_per_device_for_a_rank_with_two_gpus(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key", ["correlation", "External id"])
 def test_ids_beyond_int64_are_rejected_per_event_not_stored_null(tmp_path: Path, key: str) -> None:
     # The kernel of correlation 101 is event #9 of the file; 2**63 does not fit the BIGINT column.
-    f = _variant(tmp_path, "cuda_graph_launch",
-                 lambda evs: _by_corr(evs, 101, "kernel")[0]["args"].update({key: 2**63}))
-    with pytest.raises(TraceFormatError, match=rf"event #9: '{'correlation' if key == 'correlation' else 'external_id'}' beyond int64"):
+    f = _variant(
+        tmp_path,
+        "cuda_graph_launch",
+        lambda evs: _by_corr(evs, 101, "kernel")[0]["args"].update({key: 2**63}),
+    )
+    with pytest.raises(
+        TraceFormatError,
+        match=rf"event #9: '{'correlation' if key == 'correlation' else 'external_id'}' beyond int64",
+    ):
         ingest(Store(tmp_path / "a.duckdb"), [f])
     s = Store(tmp_path / "b.duckdb")
     ingest(s, [f], on_bad_event="skip")

@@ -21,7 +21,11 @@ def test_export_all_ranks_aligned(store, tmp_path):
     k = store.sql(
         "SELECT name, device, stream, ts_ns, dur_ns FROM events WHERE rank = 1 AND kind = 'kernel' ORDER BY ts_ns LIMIT 1"
     ).row(0, named=True)
-    match = [e for e in events if e["pid"] == 3 and e["tid"] == f"dev {k['device']} stream {k['stream']}" and e["name"] == k["name"]]
+    match = [
+        e
+        for e in events
+        if e["pid"] == 3 and e["tid"] == f"dev {k['device']} stream {k['stream']}" and e["name"] == k["name"]
+    ]
     assert match[0]["ts"] == (k["ts_ns"] - stored["t0"]) / 1000 and match[0]["dur"] == k["dur_ns"] / 1000
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {"rank 0", "rank 0 GPU", "rank 1", "rank 1 GPU"}

@@ -6,8 +6,10 @@ import polars as pl
 
 from traceprof.render import plots
 
-LONG = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-        "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+LONG = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+    "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"
+)
 
 
 def _legend(fig) -> list[str]:
@@ -15,8 +17,12 @@ def _legend(fig) -> list[str]:
 
 
 def test_ns_series_are_drawn_in_ms_with_plain_legends():
-    df = pl.DataFrame({"rank": [0, 1], "overlap_ns": [2_000_000, 4_000_000], "exposed_comm_ns": [1_000_000, 0]})
-    fig = plots.bars(df, "rank", ("overlap_ns", "exposed_comm_ns"), "Communication", ylabel="ns", stacked=True)
+    df = pl.DataFrame(
+        {"rank": [0, 1], "overlap_ns": [2_000_000, 4_000_000], "exposed_comm_ns": [1_000_000, 0]}
+    )
+    fig = plots.bars(
+        df, "rank", ("overlap_ns", "exposed_comm_ns"), "Communication", ylabel="ns", stacked=True
+    )
     assert fig.yaxis[0].axis_label == "ms" and _legend(fig) == ["overlap", "exposed comm"]
     src = fig.renderers[0].data_source.data
     assert list(src["overlap_ns"]) == [2.0, 4.0]  # 2,000,000 ns = 2 ms
@@ -33,7 +39,10 @@ def test_long_names_are_shortened_with_the_full_name_on_hover():
     df = pl.DataFrame({"name": [LONG, "aten::mm"], "total_ns": [5_000, 3_000]})
     fig = plots.bars(df, "name", ("total_ns",), "Top kernels")
     data = fig.renderers[0].data_source.data
-    assert list(data["x"]) == ["vectorized_elementwise_kernel", "aten::mm"] and list(data["full"]) == [LONG, "aten::mm"]
+    assert list(data["x"]) == ["vectorized_elementwise_kernel", "aten::mm"] and list(data["full"]) == [
+        LONG,
+        "aten::mm",
+    ]
     assert any("@full" in str(t.tooltips) for t in fig.tools if hasattr(t, "tooltips"))
 
 
@@ -59,11 +68,17 @@ def test_shorten_symbols_to_their_family_and_prose_at_both_ends():
     from traceprof.core.names import shorten
 
     assert shorten(LONG) == "vectorized_elementwise_kernel"
-    assert shorten("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 30) == \
-        "ncclDevKernel_AllReduce"
+    assert (
+        shorten("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 30)
+        == "ncclDevKernel_AllReduce"
+    )
     cause = "all_reduce (524.3 kB) after autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
     short = shorten(cause, 48)
-    assert len(short) == 48 and short.startswith("all_reduce (524.3 kB) after") and short.endswith("AccumulateGrad")
+    assert (
+        len(short) == 48
+        and short.startswith("all_reduce (524.3 kB) after")
+        and short.endswith("AccumulateGrad")
+    )
     assert shorten("aten::mm") == "aten::mm"
 
 

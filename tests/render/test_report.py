@@ -24,18 +24,62 @@ def _evil_trace(path: Path, evil: str = EVIL) -> Path:
     # A kernel and an NCCL kernel whose names try to inject HTML.
     base = 1_700_000_000_000_000_000
     ev = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
-         "args": {"correlation": 1}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 1,
-         "args": {"correlation": 2}},
-        {"ph": "X", "cat": "kernel", "name": evil, "pid": 0, "tid": 7, "ts": 10, "dur": 30,
-         "args": {"correlation": 1, "stream": 7, "device": 0}},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_" + evil, "pid": 0, "tid": 8, "ts": 20,
-         "dur": 40, "args": {"correlation": 2, "stream": 8, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 2,
+            "dur": 1,
+            "args": {"correlation": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": evil,
+            "pid": 0,
+            "tid": 7,
+            "ts": 10,
+            "dur": 30,
+            "args": {"correlation": 1, "stream": 7, "device": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_" + evil,
+            "pid": 0,
+            "tid": 8,
+            "ts": 20,
+            "dur": 40,
+            "args": {"correlation": 2, "stream": 8, "device": 0},
+        },
     ]
-    doc = {"baseTimeNanoseconds": base, "distributedInfo": {"rank": 0, "world_size": 1},
-           "deviceProperties": [{"id": 0, "name": evil}], "traceEvents": ev}
+    doc = {
+        "baseTimeNanoseconds": base,
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "deviceProperties": [{"id": 0, "name": evil}],
+        "traceEvents": ev,
+    }
     path.mkdir()
     (path / "rank0.json").write_text(json.dumps(doc))
     return path
@@ -85,9 +129,20 @@ setTimeout(function () {
 }, 3000);
 </script>"""
 
-_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-          "--disable-component-update", "--disable-sync", "--disable-quic", "--enable-logging=stderr", "--v=0",
-          "--virtual-time-budget=10000", "--window-size=1400,900"]
+_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=10000",
+    "--window-size=1400,900",
+]
 
 
 def _browse(report: Path, tmp_path: Path, name: str) -> dict:
@@ -96,16 +151,24 @@ def _browse(report: Path, tmp_path: Path, name: str) -> dict:
     exe = _chromium()
     SHOTS.mkdir(parents=True, exist_ok=True)
     shot = SHOTS / f"{name}.png"
-    r = subprocess.run([exe, *_FLAGS, f"--user-data-dir={tmp_path / 'profile1'}", f"--screenshot={shot}",
-                        report.as_uri()], capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [exe, *_FLAGS, f"--user-data-dir={tmp_path / 'profile1'}", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     console = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
     errors = [ln for ln in console if re.search(r"error|Uncaught|warn", ln, re.I)]
     assert shot.exists() and shot.stat().st_size > 10_000, r.stderr[-2000:]
     assert not errors, "\n".join(errors)
     probed = tmp_path / f"{name}.probe.html"
     probed.write_text(report.read_text().replace("</body>", _PROBE + "</body>"))
-    d = subprocess.run([exe, *_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--dump-dom", probed.as_uri()],
-                       capture_output=True, text=True, timeout=180)
+    d = subprocess.run(
+        [exe, *_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--dump-dom", probed.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     m = re.search(r'<pre id="probe">(.*?)</pre>', d.stdout)
     assert m, d.stderr[-2000:]
     return json.loads(html.unescape(m.group(1)))
@@ -146,7 +209,9 @@ def test_report_in_a_browser(store, tmp_path, case):
 def test_report_params_reach_the_analysis(store, tmp_path):
     # nccl_parser_config (A100) has no FLOPs sidecar and no shapes: MFU needs declared FLOPs.
     ingest(store, [corpus("hta/nccl_parser_config")])
-    text = write_report(store, None, tmp_path / "r.html", params={"mfu": {"model_flops_per_step": "4e13"}}).read_text()
+    text = write_report(
+        store, None, tmp_path / "r.html", params={"mfu": {"model_flops_per_step": "4e13"}}
+    ).read_text()
     assert "MFU (model FLOPs utilization)" in text and "FLOPs source: declared" in text
     with pytest.raises(UsageError, match="no report analysis 'nope'"):
         write_report(store, None, tmp_path / "r2.html", params={"nope": {"x": "1"}})
@@ -160,8 +225,10 @@ def test_findings_open_the_report_within_the_size_budget(store, tmp_path, caplog
     with caplog.at_level(logging.INFO):
         text = write_report(store, "straggler_rank2", tmp_path / "r.html").read_text()
     size = len(text.encode())
-    assert size < SIZE_BUDGET_BYTES, f"report is {size:,} bytes, budget {SIZE_BUDGET_BYTES:,} (was 4.1 MB with holoviews)"
-    body = text[text.index("<body>"):]
+    assert size < SIZE_BUDGET_BYTES, (
+        f"report is {size:,} bytes, budget {SIZE_BUDGET_BYTES:,} (was 4.1 MB with holoviews)"
+    )
+    body = text[text.index("<body>") :]
     # Findings come first, ranked; the straggler finding names rank 2 with its evidence and cost.
     order = [body.index(f'id="{s}"') for s in ("findings", "timeline", "temporal", "stragglers", "traces")]
     assert order == sorted(order)
@@ -225,7 +292,9 @@ def test_report_and_export_never_overwrite_a_duckdb_database(store, tmp_path):
     before = other.read_bytes()
     ingest(store, [SAMPLES / "normal"])
     for write in (lambda: write_report(store, None, other), lambda: write_output(other, b"x")):
-        with pytest.raises(UsageError, match=r"other\.duckdb: is a DuckDB database .*write the output elsewhere"):
+        with pytest.raises(
+            UsageError, match=r"other\.duckdb: is a DuckDB database .*write the output elsewhere"
+        ):
             write()
     assert other.read_bytes() == before
     plain = tmp_path / "old.html"
@@ -237,8 +306,10 @@ def test_report_force_compares_runs_that_are_not_comparable(store, tmp_path):
     # The refusal says "pass --force": report takes --force too. A GPU run vs a CPU run (world
     # size 1 vs 4): per-rank medians are compared, with the forced note; messages name runs, not ids.
     ingest(store, [corpus("hta/nccl_parser_config"), SAMPLES / "normal"])
-    text = write_report(store, "nccl_parser_config", tmp_path / "r.html", baseline="normal", force=True).read_text()
-    diff = text[text.index('<h2 id="diff">'):]
+    text = write_report(
+        store, "nccl_parser_config", tmp_path / "r.html", baseline="normal", force=True
+    ).read_text()
+    diff = text[text.index('<h2 id="diff">') :]
     assert "forced (--force)" in diff and "not compared" not in diff
     from traceprof.core.errors import AnalysisError
     from traceprof.engine.diff import typical_items

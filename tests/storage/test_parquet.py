@@ -78,7 +78,10 @@ def test_same_rows_and_analyses_as_duckdb_layout(both: tuple[Path, Path]) -> Non
         for t in TABLES:
             assert _table(a, t).equals(_table(b, t)), t
         assert a.sql("SELECT count(*) AS n FROM parts")["n"][0] == 0
-        assert b.sql("SELECT sum(rows) AS n FROM parts")["n"][0] == a.sql("SELECT count(*) AS n FROM events")["n"][0]
+        assert (
+            b.sql("SELECT sum(rows) AS n FROM parts")["n"][0]
+            == a.sql("SELECT count(*) AS n FROM events")["n"][0]
+        )
         ra, rb = _results(a), _results(b)
     assert ra.keys() == rb.keys()
     for key, fa in ra.items():
@@ -102,7 +105,9 @@ def test_events_live_in_parquet_files_and_the_store_stays_small(both: tuple[Path
         kinds = dict(s.sql("SELECT table_name, table_type FROM information_schema.tables").iter_rows())
         assert kinds["events"] == "VIEW" and kinds["parts"] == "BASE TABLE"
         # the column docs are there for SQL users as in the DuckDB layout
-        doc = s.sql("SELECT comment FROM duckdb_columns() WHERE table_name = 'events' AND column_name = 'ts_ns'")
+        doc = s.sql(
+            "SELECT comment FROM duckdb_columns() WHERE table_name = 'events' AND column_name = 'ts_ns'"
+        )
         assert "[ns]" in doc["comment"][0]
 
 
@@ -180,8 +185,10 @@ def test_failed_ingest_leaves_no_parquet_files(tmp_path: Path) -> None:
         pts = [pt for f in sorted((SAMPLES / "clean").glob("*.gz")) for pt in _parse_one((f, ParseOptions()))]
         with pytest.raises(StoreError, match="injected"):
             s.insert_run("clean", pts, after=boom)
-        assert s.sql("SELECT count(*) AS n FROM events")["n"][0] == s.sql(
-            "SELECT sum(events_kept) AS n FROM traces")["n"][0]
+        assert (
+            s.sql("SELECT count(*) AS n FROM events")["n"][0]
+            == s.sql("SELECT sum(events_kept) AS n FROM traces")["n"][0]
+        )
     assert _files(db) == before
 
 
@@ -255,11 +262,14 @@ def test_store_path_with_equals_sign_refused(tmp_path: Path) -> None:
     assert not (d / "s.duckdb").exists()
 
 
-@pytest.mark.parametrize(("folder", "why"), [
-    ("st*ar", "Parquet-layout store needs a path without '*'"),
-    ("br[ack]et", "Parquet-layout store needs a path without '['"),
-    ("qu?es", "DuckDB cannot keep a store at a path holding '?'"),  # any layout (test_reliability)
-])
+@pytest.mark.parametrize(
+    ("folder", "why"),
+    [
+        ("st*ar", "Parquet-layout store needs a path without '*'"),
+        ("br[ack]et", "Parquet-layout store needs a path without '['"),
+        ("qu?es", "DuckDB cannot keep a store at a path holding '?'"),  # any layout (test_reliability)
+    ],
+)
 def test_store_path_with_a_glob_character_refused(tmp_path: Path, folder: str, why: str) -> None:
     # DuckDB globs every path read_parquet is given: 'st*ar' would also read 'stXar''s files
     d = tmp_path / folder
@@ -275,8 +285,9 @@ def test_a_damaged_file_refuses_its_run_only_and_runs_rm_recovers(tmp_path: Path
     db = tmp_path / "s.duckdb"
     with Store(db, layout="parquet") as s:
         ingest(s, [SAMPLES / "normal", SAMPLES / "clean"], jobs=1)
-        ((kept,),) = s.con.execute("SELECT count(*) FROM events e JOIN runs r USING (run_id) "
-                                   "WHERE r.name = 'clean'").fetchall()
+        ((kept,),) = s.con.execute(
+            "SELECT count(*) FROM events e JOIN runs r USING (run_id) WHERE r.name = 'clean'"
+        ).fetchall()
         ((total,),) = s.con.execute("SELECT count(*) FROM events").fetchall()
     part = next((layout.dataset_dir(db) / "events").glob("run_id=1/rank=*/trace_id=*/part-0.parquet"))
     with Store(db, read_only=True) as s:
@@ -315,7 +326,9 @@ def test_runs_rm_and_mv_never_create_a_store(tmp_path: Path, cmd: list[str]) -> 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ctrl_c_while_a_part_is_written_is_a_keyboard_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_while_a_part_is_written_is_a_keyboard_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # DuckDB reads the rows as a stream of batches (spilled args); Ctrl-C in that Python generator
     # comes back inside DuckDB's error, which was reported as "cannot write events rows" (exit 1).
     import pyarrow as pa
@@ -339,12 +352,16 @@ def test_ctrl_c_while_a_part_is_written_is_a_keyboard_interrupt(tmp_path: Path, 
 def test_duckdb_io_errors_are_one_plain_line() -> None:
     import duckdb
 
-    full = duckdb.IOException('IO Error: Async write failed for range [offset=2026602, size=124794]: {"exception_type":'
-                              '"IO","exception_message":"Could not write file \\"/x/p.parquet\\": No space left on device",'
-                              '"errno":"28"}')
+    full = duckdb.IOException(
+        'IO Error: Async write failed for range [offset=2026602, size=124794]: {"exception_type":'
+        '"IO","exception_message":"Could not write file \\"/x/p.parquet\\": No space left on device",'
+        '"errno":"28"}'
+    )
     assert layout.error_line(full) == "no space left on the device"
-    other = duckdb.IOException('IO Error: {"exception_type":"IO","exception_message":"Cannot open file \\"/x\\": '
-                               'Permission denied","errno":"13"}\nmore')
+    other = duckdb.IOException(
+        'IO Error: {"exception_type":"IO","exception_message":"Cannot open file \\"/x\\": '
+        'Permission denied","errno":"13"}\nmore'
+    )
     assert layout.error_line(other) == 'IO Error: Cannot open file "/x": Permission denied'
 
 
@@ -365,8 +382,13 @@ def test_a_symlinked_store_finds_the_dataset_and_results_of_its_target(tmp_path:
     with Store(real, read_only=True) as s:
         assert s.sql("SELECT count(*) AS n FROM runs")["n"].item() == 2
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".link")]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.duckdb", "real.duckdb", "real.duckdb.lock",
-                                                           "real.duckdb.parquet", "real.duckdb.results"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "link.duckdb",
+        "real.duckdb",
+        "real.duckdb.lock",
+        "real.duckdb.parquet",
+        "real.duckdb.results",
+    ]
 
 
 @pytest.mark.parametrize("lay", layout.LAYOUTS)
@@ -382,7 +404,10 @@ def test_store_names_too_long_for_their_sidecars_are_refused(tmp_path: Path, lay
     assert (tmp_path / (longest.name + ".results")).is_dir()
     over = tmp_path / ("s" * (MAX_NAME_BYTES + 1 - len(".duckdb")) + ".duckdb")
     code, _, err = cli("ingest", str(SAMPLES / "normal"), "--db", str(over), "--layout", lay)
-    assert (code, err) == (1, f"error: {over}: a store file name of {MAX_NAME_BYTES + 1} bytes is too long to "
-                              "write: its Parquet, results and spool folders are kept beside it under longer names; "
-                              f"use a name of at most {MAX_NAME_BYTES} bytes\n")
+    assert (code, err) == (
+        1,
+        f"error: {over}: a store file name of {MAX_NAME_BYTES + 1} bytes is too long to "
+        "write: its Parquet, results and spool folders are kept beside it under longer names; "
+        f"use a name of at most {MAX_NAME_BYTES} bytes\n",
+    )
     assert not over.exists()

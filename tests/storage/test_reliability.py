@@ -33,7 +33,9 @@ def _job(tmp_path: Path, ranks: int = 2, name: str = "job") -> Path:
     d = tmp_path / name
     d.mkdir(exist_ok=True)
     for r in range(ranks):
-        (d / f"rank{r}.json").write_text(json.dumps(micro_trace([f"op{i}" for i in range(50)], rank=r, world=ranks)))
+        (d / f"rank{r}.json").write_text(
+            json.dumps(micro_trace([f"op{i}" for i in range(50)], rank=r, world=ranks))
+        )
     return d
 
 
@@ -44,8 +46,15 @@ def _state(db: Path) -> tuple | None:
         return None
     try:
         with Store(db, read_only=True) as s:
-            return tuple(s.sql("SELECT r.name, count(t.trace_id), sum(t.events_kept) FROM runs r "
-                               "LEFT JOIN traces t USING (run_id) GROUP BY ALL ORDER BY r.name").rows()) or None
+            return (
+                tuple(
+                    s.sql(
+                        "SELECT r.name, count(t.trace_id), sum(t.events_kept) FROM runs r "
+                        "LEFT JOIN traces t USING (run_id) GROUP BY ALL ORDER BY r.name"
+                    ).rows()
+                )
+                or None
+            )
     except StoreError as e:
         assert "empty store" in str(e)  # killed after creating the file, before the schema committed
         return None
@@ -85,8 +94,15 @@ def test_concurrent_first_ingest_20_times(tmp_path):
     want = (("job", 2, 2 * 51),)
     for i in range(20):
         db = tmp_path / f"race{i}.duckdb"
-        procs = [subprocess.Popen([*CLI, "ingest", str(d), "--db", str(db)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [*CLI, "ingest", str(d), "--db", str(db)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         results = [(p.wait(), p.communicate()[1]) for p in procs]
         for code, err in results:
             assert code == 0 or (code == 1 and len(err.strip().splitlines()) == 1), err
@@ -139,11 +155,18 @@ def test_no_output_path_can_be_the_store(tmp_path):
     before = db.read_bytes()
     (tmp_path / "link.html").symlink_to(db)
     os.link(db, tmp_path / "hard.json")
-    for args in (["report", "-o", str(db)], ["report", "-o", str(tmp_path / "link.html")],
-                 ["export", "perfetto", "-o", str(tmp_path / "hard.json")],
-                 ["export", "perfetto", "-o", str(db) + ".wal"],
-                 ["collect", "-o", str(db), "--no-ingest"]):
-        code, _, err = run(*args, "--db", str(db), "--", "train.py") if args[0] == "collect" else run(*args, "--db", str(db))
+    for args in (
+        ["report", "-o", str(db)],
+        ["report", "-o", str(tmp_path / "link.html")],
+        ["export", "perfetto", "-o", str(tmp_path / "hard.json")],
+        ["export", "perfetto", "-o", str(db) + ".wal"],
+        ["collect", "-o", str(db), "--no-ingest"],
+    ):
+        code, _, err = (
+            run(*args, "--db", str(db), "--", "train.py")
+            if args[0] == "collect"
+            else run(*args, "--db", str(db))
+        )
         target = args[args.index("-o") + 1]
         assert code == 1 and err.startswith(f"error: {target}: would overwrite the store {db}"), (args, err)
     assert db.read_bytes() == before
@@ -154,12 +177,16 @@ def test_db_must_be_a_duckdb_file_or_a_new_path(tmp_path):
     js.write_text('{"a": 1}')
     code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(js))
     assert code == 1
-    assert err == (f"error: {js}: not a DuckDB file (it starts with b'{{\"a\": 1}}'); --db takes a traceprof "
-                   "store or a new path\n")
+    assert err == (
+        f"error: {js}: not a DuckDB file (it starts with b'{{\"a\": 1}}'); --db takes a traceprof "
+        "store or a new path\n"
+    )
     assert js.read_text() == '{"a": 1}'
     code, _, err = run("runs", "--db", str(tmp_path))
     assert code == 1 and "a directory; --db takes a store file" in err
-    assert run("ingest", str(_job(tmp_path)), "--db", str(tmp_path / "new.json"))[0] == 0  # a new path: a store
+    assert (
+        run("ingest", str(_job(tmp_path)), "--db", str(tmp_path / "new.json"))[0] == 0
+    )  # a new path: a store
 
 
 @pytest.mark.parametrize("folder", ["qu?es", "back\\slash"])
@@ -168,7 +195,10 @@ def test_db_path_duckdb_cannot_open_is_refused_in_one_line(tmp_path, folder):
     db.parent.mkdir()
     code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"error: {db}: DuckDB cannot keep a store at a path holding") and "use another --db path" in err
+    assert (
+        err.startswith(f"error: {db}: DuckDB cannot keep a store at a path holding")
+        and "use another --db path" in err
+    )
     assert sorted(p.name for p in db.parent.iterdir()) == []  # not even a lock file
 
 
@@ -193,7 +223,9 @@ def test_store_folder_without_room_for_a_spool_keeps_the_events_in_memory(tmp_pa
 
 def _timed_ingest(tmp_path: Path, d: Path) -> float:
     t = time.monotonic()
-    r = subprocess.run([*CLI, "ingest", str(d), "--db", str(tmp_path / "ref.duckdb"), "-j", "2"], capture_output=True)
+    r = subprocess.run(
+        [*CLI, "ingest", str(d), "--db", str(tmp_path / "ref.duckdb"), "-j", "2"], capture_output=True
+    )
     assert r.returncode == 0, r.stderr
     return time.monotonic() - t
 
@@ -207,8 +239,13 @@ def _start(tmp_path: Path, k: int, d: Path, name: str) -> tuple[Path, tuple | No
         with Store(db) as s:
             ingest(s, [_job(tmp_path, 1, "old")], jobs=1)
         old = _state(db)
-    p = subprocess.Popen([*CLI, "ingest", str(d), "--db", str(db), "-j", "2"], start_new_session=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*CLI, "ingest", str(d), "--db", str(db), "-j", "2"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return db, old, p
 
 
@@ -230,11 +267,17 @@ def test_ctrl_c_leaves_old_or_new_state_and_says_which(tmp_path):
         lines = err.strip().splitlines()
         assert p.returncode == 130 and len(lines) == 1 and "Traceback" not in err, err
         # The ingest's own wording; cli.main's store-less one only before the command starts.
-        if lines[0] in (f"interrupted; nothing stored, {db} is as it was",
-                        f"interrupted; nothing stored, no store created ({db})", "interrupted; nothing was changed"):
+        if lines[0] in (
+            f"interrupted; nothing stored, {db} is as it was",
+            f"interrupted; nothing stored, no store created ({db})",
+            "interrupted; nothing was changed",
+        ):
             assert state == old, (k, lines)
         else:
-            assert lines[0] == f"interrupted; stored run 'normal' (id {2 if old else 1}) in {db}; the rest of this ingest was not stored"
+            assert (
+                lines[0]
+                == f"interrupted; stored run 'normal' (id {2 if old else 1}) in {db}; the rest of this ingest was not stored"
+            )
             assert state == tuple(sorted((*(old or ()), new_run)))
 
 
@@ -267,14 +310,18 @@ def test_parser_workers_die_with_their_parent(tmp_path):
         "    os.write(1, b'%d\\n' % os.getpid()); time.sleep(60)\n"  # one write: lines never interleave
         "procs.map_in_workers(work, [1, 2], 2)\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     workers = [int(p.stdout.readline()) for _ in range(2)]
     assert len(_session_alive(p.pid)) == 3
     p.kill()
     p.wait()
     _no_process_left(p.pid, 3.0)
-    assert all(not Path(f"/proc/{w}").exists() or "\nState:\tZ" in Path(f"/proc/{w}/status").read_text()
-               for w in workers)
+    assert all(
+        not Path(f"/proc/{w}").exists() or "\nState:\tZ" in Path(f"/proc/{w}/status").read_text()
+        for w in workers
+    )
 
 
 def test_interrupt_while_committing_is_held_until_the_commit_is_done(tmp_path):
@@ -318,8 +365,12 @@ class _FailAt:
 # What Ctrl-C during a DuckDB statement raises: Python's KeyboardInterrupt (between statements),
 # DuckDB's RuntimeError (its check of Python's signals during a query), its InterruptException, and a
 # KeyboardInterrupt raised while DuckDB read a Python Arrow stream, quoted in DuckDB's own error.
-_CTRL_C = [KeyboardInterrupt(), RuntimeError("Query interrupted"), duckdb.InterruptException("INTERRUPT Error: Interrupted!"),
-           duckdb.InvalidInputException("Invalid Input Error: arrow_scan failed: KeyboardInterrupt: ")]
+_CTRL_C = [
+    KeyboardInterrupt(),
+    RuntimeError("Query interrupted"),
+    duckdb.InterruptException("INTERRUPT Error: Interrupted!"),
+    duckdb.InvalidInputException("Invalid Input Error: arrow_scan failed: KeyboardInterrupt: "),
+]
 
 
 @pytest.mark.parametrize("exc", _CTRL_C, ids=lambda e: type(e).__name__)
@@ -369,7 +420,10 @@ def test_cli_ctrl_c_after_the_commit_says_stored_and_exits_130(tmp_path, monkeyp
     finally:
         signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
     monkeypatch.undo()
-    assert (code, err) == (130, f"interrupted; stored run 'job' (id 1) in {db}; the rest of this ingest was not stored\n")
+    assert (code, err) == (
+        130,
+        f"interrupted; stored run 'job' (id 1) in {db}; the rest of this ingest was not stored\n",
+    )
     assert _state(db) == (("job", 2, 102),)
 
 
@@ -436,8 +490,9 @@ def test_ctrl_c_before_the_query_starts_still_stops_it(tmp_path):
         "    time.sleep(0.5)\n"  # where the old code left the query running, started after its interrupt
         "    print('stopped', store.con.execute('SELECT 42').fetchone())\n"  # waits for a running query
     )
-    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.duckdb")], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "s.duckdb")], capture_output=True, text=True, timeout=60
+    )
     assert (r.returncode, r.stdout, r.stderr) == (0, "stopped (42,)\n", "")
 
 
@@ -445,13 +500,20 @@ def test_ctrl_c_before_the_query_starts_still_stops_it(tmp_path):
 def test_ctrl_c_in_sql_is_one_line_and_130(tmp_path):
     db = tmp_path / "s.duckdb"
     assert run("ingest", str(_job(tmp_path)), "--db", str(db))[0] == 0
-    p = subprocess.Popen([*CLI, "sql", "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3",
-                          "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [*CLI, "sql", "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     time.sleep(4)
     os.killpg(p.pid, signal.SIGINT)
     _, err = p.communicate(timeout=60)
-    assert (p.returncode, err) == (130, f"interrupted; nothing stored, {db} is as it was (sql is read-only)\n")
+    assert (p.returncode, err) == (
+        130,
+        f"interrupted; nothing stored, {db} is as it was (sql is read-only)\n",
+    )
 
 
 # -- bounded memory ------------------------------------------------------------------------------
@@ -467,8 +529,10 @@ def _bomb(path: Path) -> int:
 # The CLI, reporting its own peak RSS (getrusage) on stderr's last line. A process forked from pytest
 # starts with pytest's RSS in its high-water mark, which exec keeps; so the CLI is started by a
 # small `sh` that forks it (not exec), and measures itself.
-_MEASURED = ("import resource, sys\nfrom traceprof.entry import main\ntry:\n    main()\nfinally:\n"
-             "    sys.stderr.write(f'peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n")
+_MEASURED = (
+    "import resource, sys\nfrom traceprof.entry import main\ntry:\n    main()\nfinally:\n"
+    "    sys.stderr.write(f'peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n"
+)
 
 
 @pytest.mark.slow
@@ -476,15 +540,33 @@ def test_gzip_bomb_refused_under_1gb_rss(tmp_path):
     path = tmp_path / "rank0.json.gz"
     size = _bomb(path)
     assert 1_900_000 < size < 2_300_000
-    r = subprocess.run(["sh", "-c", '"$@"; exit $?', "sh", sys.executable, "-c", _MEASURED, "ingest", str(path),
-                        "--db", str(tmp_path / "s.duckdb"), "-j", "1"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "sh",
+            "-c",
+            '"$@"; exit $?',
+            "sh",
+            sys.executable,
+            "-c",
+            _MEASURED,
+            "ingest",
+            str(path),
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "-j",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     *lines, rss = r.stderr.splitlines()
     peak_mib = int(rss.removeprefix("peak_rss_kib ")) / 1024  # Linux: KiB
     limit = 64 * size
     assert r.returncode == 1 and len(lines) == 1
     assert lines[0].startswith(f"error: {path}: byte ") and lines[0].endswith(
         f": inflates to more than {limit:,} bytes (64x the {size:,}-byte file): a gzip bomb or an unusually "
-        "compressible trace; raise the cap with --max-inflate RATIO"), lines
+        "compressible trace; raise the cap with --max-inflate RATIO"
+    ), lines
     assert peak_mib < 1024, peak_mib
 
 
@@ -497,8 +579,11 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
         fileio.read_maybe_gzip(path, 10)
     assert fileio.read_maybe_gzip(path, 1000)[1] == raw
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
-    assert (code, err) == (1, "error: --max-inflate 0.0: expected a ratio above 0 and at most 1,000,000, e.g. 64 "
-                              "(gzip inflates at most about 1032x)\n")
+    assert (code, err) == (
+        1,
+        "error: --max-inflate 0.0: expected a ratio above 0 and at most 1,000,000, e.g. 64 "
+        "(gzip inflates at most about 1032x)\n",
+    )
     # inf was an OverflowError traceback, and so was 1e308 (finite, but 1e308 x the size is not)
     for ratio in ("inf", "1e400", "nan", "1e308", "-1", "1000001"):
         code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", ratio)
@@ -554,8 +639,11 @@ def test_outputs_never_overwrite_the_stores_parquet_files_or_kept_results(tmp_pa
         for args in (["report", "-o", str(out)], ["export", "perfetto", "-o", str(out)]):
             code, _, err = run(*args, "--db", str(db))
             folder = "s.duckdb.results" if out == kept else "s.duckdb.parquet"
-            assert (code, err) == (1, f"error: {out}: would overwrite a file of the store {db} (in {folder}/); "
-                                      "write the output elsewhere\n"), (args, err)
+            assert (code, err) == (
+                1,
+                f"error: {out}: would overwrite a file of the store {db} (in {folder}/); "
+                "write the output elsewhere\n",
+            ), (args, err)
     assert {f: f.read_bytes() for f in (part, kept)} == before
     assert not (tmp_path / "s.duckdb.parquet" / "new.html").exists()
 
@@ -568,13 +656,21 @@ def test_db_paths_no_store_can_be_at_are_one_line_and_touch_nothing(tmp_path):
     loop.symlink_to("loop.duckdb")
     long_ = tmp_path / ("s" * 250 + ".duckdb")
     job = str(_job(tmp_path))
-    want = {dangling: f"{dangling}: a symlink to real.duckdb, which does not exist; give the target as --db to "
-                      "create the store there, or remove the link",
-            loop: f"{loop}: a symlink loop; --db takes a store file or a new path",
-            long_: f"{long_}: a file name too long for the file system; use a shorter --db path"}
+    want = {
+        dangling: f"{dangling}: a symlink to real.duckdb, which does not exist; give the target as --db to "
+        "create the store there, or remove the link",
+        loop: f"{loop}: a symlink loop; --db takes a store file or a new path",
+        long_: f"{long_}: a file name too long for the file system; use a shorter --db path",
+    }
     for db, message in want.items():
-        for args in (["ingest", job], ["runs"], ["analyze", "overlap"], ["sql", "SELECT 1"],
-                     ["report", "-o", str(tmp_path / "r.html")], ["export", "perfetto", "-o", str(tmp_path / "p.json")]):
+        for args in (
+            ["ingest", job],
+            ["runs"],
+            ["analyze", "overlap"],
+            ["sql", "SELECT 1"],
+            ["report", "-o", str(tmp_path / "r.html")],
+            ["export", "perfetto", "-o", str(tmp_path / "p.json")],
+        ):
             assert run(*args, "--db", str(db)) == (1, "", f"error: {message}\n"), (db.name[:20], args)
     assert dangling.is_symlink() and not (tmp_path / "real.duckdb").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "link.duckdb", "loop.duckdb"]
@@ -588,8 +684,11 @@ def test_a_run_named_after_its_folder_follows_the_rules_of_run(tmp_path):
         (d / f.name).write_bytes(f.read_bytes())
     db = tmp_path / "s.duckdb"
     assert run("ingest", str(d), "--db", str(db)) == (
-        1, "", f"error: {d} (its run name; set another with --run NAME): '5' would read as a run id; choose a "
-               "name with a letter in it\n")
+        1,
+        "",
+        f"error: {d} (its run name; set another with --run NAME): '5' would read as a run id; choose a "
+        "name with a letter in it\n",
+    )
     assert not db.exists()
     assert run("ingest", str(d), "--db", str(db), "--run", "five")[0] == 0
 
@@ -602,12 +701,19 @@ def test_compressed_formats_we_do_not_read_are_named(tmp_path, name, pack):
     import lzma
 
     raw = json.dumps(micro_trace(["a"])).encode()
-    data = {"bzip2": bz2.compress(raw), "xz": lzma.compress(raw), "gzip inside gzip": gzip.compress(gzip.compress(raw))}
+    data = {
+        "bzip2": bz2.compress(raw),
+        "xz": lzma.compress(raw),
+        "gzip inside gzip": gzip.compress(gzip.compress(raw)),
+    }
     path = tmp_path / name
     path.write_bytes(data[pack])
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"))
-    why = ("a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)" if pack == "gzip inside gzip"
-           else f"{pack}-compressed, which traceprof does not read (it reads JSON, plain or gzip): decompress it first")
+    why = (
+        "a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)"
+        if pack == "gzip inside gzip"
+        else f"{pack}-compressed, which traceprof does not read (it reads JSON, plain or gzip): decompress it first"
+    )
     assert (code, err) == (1, f"error: {path}: {why}\n")
     assert not (tmp_path / "s.duckdb").exists()
 
@@ -619,8 +725,11 @@ def test_a_file_named_gz_that_is_not_gzip_says_so(tmp_path):
     bad.parent.mkdir()
     bad.write_bytes(b"not gzip")
     code, _, err = run("ingest", str(bad), "--db", str(tmp_path / "s.duckdb"))
-    assert (code, err) == (1, f"error: {bad}: invalid JSON (JSON is malformed: invalid character (byte 4)); the file "
-                              "is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy\n")
+    assert (code, err) == (
+        1,
+        f"error: {bad}: invalid JSON (JSON is malformed: invalid character (byte 4)); the file "
+        "is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy\n",
+    )
     plain = tmp_path / "bad" / "rank0.json"
     plain.write_bytes(b"not json")
     assert "named .gz" not in run("ingest", str(plain), "--db", str(tmp_path / "s.duckdb"))[2]
@@ -636,11 +745,18 @@ def test_ctrl_c_while_duckdb_loads_is_delivered_after_it(tmp_path):
     # itself mid-import, finishes its import all the same, and the Ctrl-C arrives just after.
     mod = tmp_path / "slowlib.py"
     done = tmp_path / "loaded"
-    mod.write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\n"
-                   f"open({str(done)!r}, 'w').close()\n")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from traceprof import entry; "
-            "entry._HELD_IMPORTS = ('slowlib',); sys.argv = ['traceprof', 'runs', '--db', sys.argv[2]]; entry.main()")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(tmp_path / "s.duckdb")],
-                       capture_output=True, text=True)
+    mod.write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\n"
+        f"open({str(done)!r}, 'w').close()\n"
+    )
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from traceprof import entry; "
+        "entry._HELD_IMPORTS = ('slowlib',); sys.argv = ['traceprof', 'runs', '--db', sys.argv[2]]; entry.main()"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), str(tmp_path / "s.duckdb")],
+        capture_output=True,
+        text=True,
+    )
     assert (r.returncode, r.stderr) == (130, "interrupted; nothing was changed\n")
     assert done.exists()  # the import ran to its end: the signal waited for it

@@ -17,8 +17,10 @@ from traceprof.storage.store import Store
 
 
 def _counts(store: Store) -> dict[str, int]:
-    return {t: int(store.sql(f'SELECT count(*) AS n FROM "{t}"')["n"][0])
-            for t in ("runs", "traces", "events", "steps", "collectives", "collective_instances")}
+    return {
+        t: int(store.sql(f'SELECT count(*) AS n FROM "{t}"')["n"][0])
+        for t in ("runs", "traces", "events", "steps", "collectives", "collective_instances")
+    }
 
 
 def test_remove_deletes_every_row_and_frees_the_files(store):
@@ -49,8 +51,14 @@ def test_rename(store):
         rename(store, "baseline", "42")
 
 
-@pytest.mark.parametrize("name, why", [("1", "would read as a run id"), ("", "empty"),
-                                       ("a\x1b[31mb\nc", r"'a\\x1b\[31mb\\nc' holds control characters")])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("1", "would read as a run id"),
+        ("", "empty"),
+        ("a\x1b[31mb\nc", r"'a\\x1b\[31mb\\nc' holds control characters"),
+    ],
+)
 def test_run_names_refused_at_ingest_and_rename(store, name, why):
     # "1" would shadow run id 1 (then `runs rm 1` removes the run with id 1, not this one); ESC and
     # newline would reach terminals raw. Nothing is stored when ingest refuses.
@@ -64,7 +72,9 @@ def test_run_names_refused_at_ingest_and_rename(store, name, why):
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def test_cli_runs_rm_mv_and_names_with_brackets(tmp_path):

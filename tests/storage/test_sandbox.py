@@ -37,7 +37,9 @@ def home(tmp_path_factory):
 
 def _snapshot(root: Path) -> dict[str, str]:
     """Every file under ``root`` (the working folder of the test) with its SHA-256."""
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def _escapes(d: Path, db: Path) -> list[str]:
@@ -70,16 +72,34 @@ def _escapes(d: Path, db: Path) -> list[str]:
         "CREATE SEQUENCE s",
         "CREATE SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
         "CREATE PERSISTENT SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
-        "CHECKPOINT", "FORCE CHECKPOINT", "CALL checkpoint()", "VACUUM", "ANALYZE",
-        "BEGIN", "BEGIN; SELECT 1; COMMIT",
+        "CHECKPOINT",
+        "FORCE CHECKPOINT",
+        "CALL checkpoint()",
+        "VACUUM",
+        "ANALYZE",
+        "BEGIN",
+        "BEGIN; SELECT 1; COMMIT",
         "PREPARE p AS SELECT 1",
         # extensions
-        "INSTALL httpfs", "FORCE INSTALL httpfs", "LOAD httpfs", f"LOAD '{out}.duckdb_extension'", "UPDATE EXTENSIONS",
+        "INSTALL httpfs",
+        "FORCE INSTALL httpfs",
+        "LOAD httpfs",
+        f"LOAD '{out}.duckdb_extension'",
+        "UPDATE EXTENSIONS",
         # settings: none may change (threads, memory, spill folder, file access, the lock itself)
-        "SET memory_limit = '100TB'", "RESET threads", "SET GLOBAL enable_external_access = true",
-        "SET allowed_directories = ['/']", f"SET temp_directory = '{tmp}'", "SET lock_configuration = false",
-        "SET VARIABLE x = 1", "USE memory", "PRAGMA threads = 4", "PRAGMA enable_profiling",
-        f"PRAGMA profiling_output = '{out}.json'", "PRAGMA table_info('runs')", "PRAGMA show_tables",
+        "SET memory_limit = '100TB'",
+        "RESET threads",
+        "SET GLOBAL enable_external_access = true",
+        "SET allowed_directories = ['/']",
+        f"SET temp_directory = '{tmp}'",
+        "SET lock_configuration = false",
+        "SET VARIABLE x = 1",
+        "USE memory",
+        "PRAGMA threads = 4",
+        "PRAGMA enable_profiling",
+        f"PRAGMA profiling_output = '{out}.json'",
+        "PRAGMA table_info('runs')",
+        "PRAGMA show_tables",
         # statements hidden in a query's clothes
         "SELECT 1; COPY (SELECT 1) TO 'x.csv'",
         "/* a comment */ COPY (SELECT 1) TO 'x.csv'",
@@ -100,7 +120,9 @@ def _escapes(d: Path, db: Path) -> list[str]:
         f"SELECT * FROM glob('{tmp}/*')",
         f"SELECT * FROM read_parquet('{REPO}/*.parquet')",
         # text that is not a statement
-        ";", "-- nothing", "\udcff SELECT 1",
+        ";",
+        "-- nothing",
+        "\udcff SELECT 1",
     ]
 
 
@@ -110,7 +132,9 @@ def test_every_escape_is_refused_and_writes_nothing(home, monkeypatch):
     before = _snapshot(d)
     held = []
     for q in _escapes(d, db):
-        code, out, err = run("sql", "--db", str(db), "-f", "csv", "--", q)  # '--': a query may start with '--'
+        code, out, err = run(
+            "sql", "--db", str(db), "-f", "csv", "--", q
+        )  # '--': a query may start with '--'
         assert "No such option" not in err, q
         lines = err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and lines[0].startswith("error: "), (q, code, out, err)
@@ -122,27 +146,49 @@ def test_every_escape_is_refused_and_writes_nothing(home, monkeypatch):
 
 def test_the_engine_has_no_writable_place_and_default_limits(home):
     d, db = home
-    code, out, err = run("sql", "SELECT current_setting('temp_directory') AS t, current_setting('allowed_directories') "
-                         "AS dirs, current_setting('threads') AS th, current_setting('enable_external_access') AS ext, "
-                         "current_setting('lock_configuration') AS locked", "--db", str(db), "-f", "json")
+    code, out, err = run(
+        "sql",
+        "SELECT current_setting('temp_directory') AS t, current_setting('allowed_directories') "
+        "AS dirs, current_setting('threads') AS th, current_setting('enable_external_access') AS ext, "
+        "current_setting('lock_configuration') AS locked",
+        "--db",
+        str(db),
+        "-f",
+        "json",
+    )
     assert code == 0, err
     # no spill folder, no directory allowed, external access off, settings locked; threads as
     # DuckDB's default (one per core), which SET threads cannot raise
-    assert json.loads(out) == [{"t": "", "dirs": "[]", "th": duckdb.connect().execute(
-        "SELECT current_setting('threads')").fetchone()[0], "ext": False, "locked": True}]
+    assert json.loads(out) == [
+        {
+            "t": "",
+            "dirs": "[]",
+            "th": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],
+            "ext": False,
+            "locked": True,
+        }
+    ]
 
 
 def test_queries_still_run(home, monkeypatch):
     d, db = home
     monkeypatch.chdir(d)
-    for q, first in [("SELECT count(*) AS n FROM runs", "n"), ("DESCRIBE runs", "column_name"),
-                     ("SHOW TABLES", "name"), ("SUMMARIZE runs", "column_name"), ("FROM runs SELECT name", "name"),
-                     ("WITH a AS (SELECT 1 AS x) SELECT * FROM a", "x"), ("VALUES (1)", "col0"),
-                     ("SELECT * FROM pragma_table_info('runs')", "cid"),
-                     ("EXPLAIN SELECT 1", "explain_key"), ("EXPLAIN ANALYZE SELECT count(*) FROM events", "explain_key"),
-                     ("EXPLAIN (ANALYZE, FORMAT json) SELECT 1", "explain_key"),
-                     ("/* c */ SELECT 1 AS x -- ; COPY (SELECT 1) TO 'x.csv'", "x"),
-                     ("SELECT * FROM main.runs", "run_id"), ("SELECT * FROM store.main.runs", "run_id")]:
+    for q, first in [
+        ("SELECT count(*) AS n FROM runs", "n"),
+        ("DESCRIBE runs", "column_name"),
+        ("SHOW TABLES", "name"),
+        ("SUMMARIZE runs", "column_name"),
+        ("FROM runs SELECT name", "name"),
+        ("WITH a AS (SELECT 1 AS x) SELECT * FROM a", "x"),
+        ("VALUES (1)", "col0"),
+        ("SELECT * FROM pragma_table_info('runs')", "cid"),
+        ("EXPLAIN SELECT 1", "explain_key"),
+        ("EXPLAIN ANALYZE SELECT count(*) FROM events", "explain_key"),
+        ("EXPLAIN (ANALYZE, FORMAT json) SELECT 1", "explain_key"),
+        ("/* c */ SELECT 1 AS x -- ; COPY (SELECT 1) TO 'x.csv'", "x"),
+        ("SELECT * FROM main.runs", "run_id"),
+        ("SELECT * FROM store.main.runs", "run_id"),
+    ]:
         code, out, err = run("sql", q, "--db", str(db), "-f", "csv")
         assert code == 0 and out.splitlines()[0].split(",")[0] == first, (q, out, err)
     assert not Path("x.csv").exists()
@@ -152,36 +198,54 @@ def test_non_utf8_query_is_one_line(home):
     # bytes that are not UTF-8 in argv reach Python as lone surrogates; was a TypeError traceback
     # in DuckDB's extract_statements
     d, db = home
-    r = subprocess.run([sys.executable, "-m", "traceprof.cli", "sql", b"SELECT '\xff' AS x", "--db", str(db)],
-                       capture_output=True, cwd=d)
+    r = subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", "sql", b"SELECT '\xff' AS x", "--db", str(db)],
+        capture_output=True,
+        cwd=d,
+    )
     assert r.returncode == 1 and b"Traceback" not in r.stderr, r.stderr
-    assert r.stderr.decode() == "error: SQL error: the query is not UTF-8 text (a byte that is not UTF-8 at " \
-                                "character 8); write it in UTF-8\n"
+    assert (
+        r.stderr.decode() == "error: SQL error: the query is not UTF-8 text (a byte that is not UTF-8 at "
+        "character 8); write it in UTF-8\n"
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e308", "604801"])
 def test_timeout_option_is_range_checked(home, value):
     d, db = home
     code, out, err = run("sql", "SELECT 1", "--db", str(db), "--timeout", value)
-    assert code == 1 and err.startswith(f"error: --timeout {float(value)}: expected seconds above 0") and out == ""
+    assert (
+        code == 1
+        and err.startswith(f"error: --timeout {float(value)}: expected seconds above 0")
+        and out == ""
+    )
 
 
 def test_timeout_stops_a_long_query(home):
     d, db = home
     start = time.monotonic()
-    code, out, err = run("sql", "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3", "--db", str(db),
-                         "--timeout", "0.5")
+    code, out, err = run(
+        "sql",
+        "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3",
+        "--db",
+        str(db),
+        "--timeout",
+        "0.5",
+    )
     took = time.monotonic() - start
     assert (code, out) == (1, "")
-    assert err == ("error: SQL error: the query ran for over 0.5 s and was stopped (--timeout); give it more time "
-                   "with --timeout SECONDS\n")
+    assert err == (
+        "error: SQL error: the query ran for over 0.5 s and was stopped (--timeout); give it more time "
+        "with --timeout SECONDS\n"
+    )
     assert took < 10, took  # the interrupt lands within DuckDB's next check, well under a second here
 
 
 def test_huge_max_rows_is_all_rows(home):
     d, db = home
-    code, out, err = run("sql", "SELECT range AS n FROM range(3)", "--db", str(db), "-f", "csv",
-                         "--max-rows", str(10**30))
+    code, out, err = run(
+        "sql", "SELECT range AS n FROM range(3)", "--db", str(db), "-f", "csv", "--max-rows", str(10**30)
+    )
     assert (code, out, err) == (0, "n\n0\n1\n2\n", "")
 
 
@@ -192,13 +256,25 @@ def test_the_engine_alone_holds_too(home, tmp_path):
 
     d, db = home
     with Store(db, user_sql=True) as store:
-        for q in [f"COPY (SELECT 1) TO '{d}/s.duckdb.tmp/x.csv'", f"COPY (SELECT 1) TO '{tmp_path}/x.csv'",
-                  f"ATTACH '{tmp_path}/a.duckdb' AS a", f"EXPORT DATABASE '{tmp_path}/e'", "INSTALL httpfs",
-                  "LOAD httpfs", f"SELECT * FROM read_text('{d / 'secret.txt'}')"]:
+        for q in [
+            f"COPY (SELECT 1) TO '{d}/s.duckdb.tmp/x.csv'",
+            f"COPY (SELECT 1) TO '{tmp_path}/x.csv'",
+            f"ATTACH '{tmp_path}/a.duckdb' AS a",
+            f"EXPORT DATABASE '{tmp_path}/e'",
+            "INSTALL httpfs",
+            "LOAD httpfs",
+            f"SELECT * FROM read_text('{d / 'secret.txt'}')",
+        ]:
             with pytest.raises(duckdb.Error, match="Permission Error|disabled"):
                 store.con.execute(q)
-        for q in ["SET threads = 1000000", "SET memory_limit = '1TB'", f"SET temp_directory = '{tmp_path}'",
-                  "SET enable_external_access = true", "RESET threads", "SET lock_configuration = false"]:
+        for q in [
+            "SET threads = 1000000",
+            "SET memory_limit = '1TB'",
+            f"SET temp_directory = '{tmp_path}'",
+            "SET enable_external_access = true",
+            "RESET threads",
+            "SET lock_configuration = false",
+        ]:
             with pytest.raises(duckdb.Error, match="locked|disabled"):
                 store.con.execute(q)
         for q in ["CREATE TABLE t AS SELECT 1", "DELETE FROM runs"]:  # the store is attached read-only

@@ -103,7 +103,9 @@ def test_spooled_file_that_fails_mid_stream_names_the_file_and_stores_nothing(
     Store(db).close()
     monkeypatch.setattr(layout.SpooledTrace, "read_events", broken)
     with Store(db) as s:
-        with pytest.raises(StoreError, match=r"cannot read the events spooled for .*rank0\.trace\.json\.gz: bad block"):
+        with pytest.raises(
+            StoreError, match=r"cannot read the events spooled for .*rank0\.trace\.json\.gz: bad block"
+        ):
             ingest(s, files, run="r", align=False, jobs=1)
         assert s.con.execute("SELECT count(*) FROM events").fetchone() == (0,)
         assert s.con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
@@ -118,4 +120,7 @@ def test_spooled_file_that_fails_mid_stream_names_the_file_and_stores_nothing(
     assert _events(db) == _events(apart)
     with Store(db, read_only=True) as s:  # each row carries its own trace's id and rank
         assert s.con.execute("""SELECT count(*), count(DISTINCT e.trace_id) FROM events e JOIN traces t
-                                ON e.trace_id = t.trace_id AND e.rank = t.rank""").fetchone() == (len(_events(db)), 2)
+                                ON e.trace_id = t.trace_id AND e.rank = t.rank""").fetchone() == (
+            len(_events(db)),
+            2,
+        )

@@ -21,9 +21,7 @@ def test_schema_doc_is_current():
 
 def test_column_comments_carry_units(store):
     rows = dict(
-        store.sql(
-            "SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'events'"
-        ).rows()
+        store.sql("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'events'").rows()
     )
     assert rows["ts_ns"].endswith("[ns]") and rows["dur_ns"].endswith("[ns]")
     # Every declared column of every table and view is in the store with its doc.
@@ -48,12 +46,16 @@ def test_args_are_stored_zstd_compressed(store):
 
     ingest(store, [SAMPLES / "normal"])
     store.con.execute("CHECKPOINT")
-    comp = store.sql("SELECT DISTINCT compression FROM pragma_storage_info('events') "
-                     "WHERE column_name = 'args' AND segment_type = 'JSON'")["compression"].to_list()
+    comp = store.sql(
+        "SELECT DISTINCT compression FROM pragma_storage_info('events') "
+        "WHERE column_name = 'args' AND segment_type = 'JSON'"
+    )["compression"].to_list()
     assert comp == ["ZSTD"]
     # the stored text is the source's: each op's args still give its external_id column
-    ops = store.sql("SELECT count(*) AS n, count(*) FILTER (WHERE CAST(args->>'External id' AS BIGINT) "
-                    "IS DISTINCT FROM external_id) AS bad FROM events WHERE kind = 'cpu_op'").row(0)
+    ops = store.sql(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE CAST(args->>'External id' AS BIGINT) "
+        "IS DISTINCT FROM external_id) AS bad FROM events WHERE kind = 'cpu_op'"
+    ).row(0)
     assert ops[0] > 1000 and ops[1] == 0
 
 
@@ -90,7 +92,8 @@ def test_cli_sql_is_read_only(tmp_path):
     ):
         r = subprocess.run(
             [sys.executable, "-m", "traceprof.cli", "sql", query, "--db", str(db)],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr, query
     assert not target.exists()
@@ -127,9 +130,14 @@ def test_ctrl_c_inside_a_stream_duckdb_reads_counts_as_interrupted():
         con.execute("CREATE TABLE t AS SELECT * FROM _incoming")
     assert interrupted(got.value)
     # the form CI saw when Ctrl-C came while DuckDB read the stream's schema
-    assert interrupted(duckdb.InvalidInputException(
-        "Invalid Input Error: reading the schema of the object registered as '_incoming' failed: KeyboardInterrupt: "))
-    assert not interrupted(duckdb.InvalidInputException("Conversion Error: 'KeyboardInterrupt' is not a number"))
+    assert interrupted(
+        duckdb.InvalidInputException(
+            "Invalid Input Error: reading the schema of the object registered as '_incoming' failed: KeyboardInterrupt: "
+        )
+    )
+    assert not interrupted(
+        duckdb.InvalidInputException("Conversion Error: 'KeyboardInterrupt' is not a number")
+    )
 
 
 @pytest.mark.parametrize("holder_read_only", [True, False])
@@ -139,17 +147,28 @@ def test_a_store_held_outside_traceprofs_lock_is_named_with_its_process(tmp_path
     db = tmp_path / "s.duckdb"
     Store(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=sys.argv[2] == '1'); "
-         "print('ready', flush=True); sys.stdin.read()", str(db), "1" if holder_read_only else "0"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=sys.argv[2] == '1'); "
+            "print('ready', flush=True); sys.stdin.read()",
+            str(db),
+            "1" if holder_read_only else "0",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "ready\n"
         with pytest.raises(StoreError) as e:
             Store(db, read_only=not holder_read_only)
-        assert str(e.value) == (f"{db}: open in another process that does not hold traceprof's lock for this "
-                                f"path (PID {holder.pid}, {Path(sys.executable).resolve()}): a DuckDB shell or "
-                                "notebook, or traceprof through a hard link to this file; close it or wait for it, "
-                                "and retry")
+        assert str(e.value) == (
+            f"{db}: open in another process that does not hold traceprof's lock for this "
+            f"path (PID {holder.pid}, {Path(sys.executable).resolve()}): a DuckDB shell or "
+            "notebook, or traceprof through a hard link to this file; close it or wait for it, "
+            "and retry"
+        )
     finally:
         holder.communicate("")
     Store(db).close()  # free once it is gone
@@ -167,8 +186,10 @@ def test_one_transaction_helper_commits_or_leaves_the_store_as_it_was(tmp_path):
         with store.transaction(record=lambda: ("meta", 0)) as con:
             con.execute("INSERT INTO meta VALUES ('a', '1')")
         assert store.commits == [("meta", 0)]
-        with pytest.raises(StoreError, match="^adding b failed: "), store.transaction(
-                error=lambda e: f"adding b failed: {e}") as con:
+        with (
+            pytest.raises(StoreError, match="^adding b failed: "),
+            store.transaction(error=lambda e: f"adding b failed: {e}") as con,
+        ):
             con.execute("INSERT INTO meta VALUES ('b', '2')")
             con.execute("INSERT INTO no_such_table VALUES (1)")
         with store.transaction(commit=False) as con:

@@ -24,9 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tables(pt: object) -> list[object]:
-    keys = ("rank", "world_size", "trace", "events_read", "rejected", "skipped", "flagged", "warnings", "format")
+    keys = (
+        "rank",
+        "world_size",
+        "trace",
+        "events_read",
+        "rejected",
+        "skipped",
+        "flagged",
+        "warnings",
+        "format",
+    )
     return [getattr(pt, t).to_pydict() for t in ("events", "devices", "steps", "collectives")] + [
-        getattr(pt, k) for k in keys]
+        getattr(pt, k) for k in keys
+    ]
 
 
 def test_stream_pieces_equal_whole_read() -> None:
@@ -67,21 +78,29 @@ def test_gzip_and_plain_parse_the_same(tmp_path: Path, inflater: str) -> None:
     gz.write_bytes(b"".join(gzip.compress(text[i : i + third]) for i in range(0, len(text), third)))
     a, b = _PARSE.parse(plain), _PARSE.parse(gz)
     assert _tables(a)[:4] == _tables(b)[:4]
-    assert (a.sha256, b.sha256) == (hashlib.sha256(text).hexdigest(), hashlib.sha256(gz.read_bytes()).hexdigest())
+    assert (a.sha256, b.sha256) == (
+        hashlib.sha256(text).hexdigest(),
+        hashlib.sha256(gz.read_bytes()).hexdigest(),
+    )
 
 
-def test_members_larger_than_the_output_piece_inflate_exactly(tmp_path: Path, inflater: str,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_members_larger_than_the_output_piece_inflate_exactly(
+    tmp_path: Path, inflater: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Members of several output pieces each, read in small chunks: a member's end then falls where
     the output cap stopped the inflater (zlib used to feed the next member's first bytes twice)."""
-    text = b"".join(b'{"ph": "X", "name": "op%d", "ts": %d, "dur": 3},' % (i % 977, i) for i in range(200_000))
+    text = b"".join(
+        b'{"ph": "X", "name": "op%d", "ts": %d, "dur": 3},' % (i % 977, i) for i in range(200_000)
+    )
     parts = [text[i : i + len(text) // 3 + 1] for i in range(0, len(text), len(text) // 3 + 1)]
     raw = b"".join(gzip.compress(part, 6) for part in parts)
     path = tmp_path / "m.json.gz"
     path.write_bytes(raw)
     monkeypatch.setattr(fileio, "MIN_INFLATE_BYTES", 2 * len(text))  # ratio 1.0: a cap of twice the text
     for chunk in (1 << 12, 1 << 16, 1 << 20, len(raw)):
-        pieces = list(fileio._inflate(path, (raw[i : i + chunk] for i in range(0, len(raw), chunk)), len(raw), 1.0))
+        pieces = list(
+            fileio._inflate(path, (raw[i : i + chunk] for i in range(0, len(raw), chunk)), len(raw), 1.0)
+        )
         assert b"".join(pieces) == text, chunk
 
 
@@ -103,15 +122,19 @@ def test_broken_gzip_named_while_streaming(tmp_path: Path, inflater: str) -> Non
         _PARSE.parse(path)
     bad = tmp_path / "bad.json.gz"  # a damaged byte inside the deflate data: the inflater's own error
     bad.write_bytes(whole[:12] + bytes([whole[12] ^ 0xFF]) + whole[13:])
-    with pytest.raises(TraceFormatError, match=rf"^{bad}: bytes 0-\d+: broken gzip stream \(.*\); re-copy the file$"):
+    with pytest.raises(
+        TraceFormatError, match=rf"^{bad}: bytes 0-\d+: broken gzip stream \(.*\); re-copy the file$"
+    ):
         _PARSE.parse(bad)
 
 
 def test_invalid_utf8_falls_back_to_repair(tmp_path: Path) -> None:
     # Invalid UTF-8 stops the stream; the file is read whole, repaired and the repair reported.
     path = tmp_path / "bad.json"
-    path.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\xffb", "pid": 1, "tid": 1, '
-                     b'"ts": 1, "dur": 2}], "baseTimeNanoseconds": 1000}')
+    path.write_bytes(
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\xffb", "pid": 1, "tid": 1, '
+        b'"ts": 1, "dur": 2}], "baseTimeNanoseconds": 1000}'
+    )
     pt = _PARSE.parse(path)
     assert pt.events.column("name").to_pylist() == ["a\ufffdb"]
     assert [r.reason for r in fileio.pop_repairs(path.resolve())] == ["invalid UTF-8 replaced by U+FFFD"]
@@ -142,11 +165,24 @@ def parse_peak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, int, int]
     ~400 MB generated rank file (benchmarks/gen_trace.py: 1.5 M events, 15k steps; 3 s to write,
     7 s to parse)."""
     out_dir = tmp_path_factory.mktemp("big")
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_trace.py"), str(out_dir), "--events",
-                    "1500000", "--steps", "15000"], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gen_trace.py"),
+            str(out_dir),
+            "--events",
+            "1500000",
+            "--steps",
+            "15000",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     path = out_dir / "rank0.trace.json"
-    out = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], check=True, capture_output=True, text=True,
-                         cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(path)], check=True, capture_output=True, text=True, cwd=ROOT
+    )
     base, peak = map(int, out.stdout.split()[-2:])
     return base, peak, path.stat().st_size
 

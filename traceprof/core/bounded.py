@@ -37,7 +37,9 @@ _CONTAINERS = (list, tuple, dict)
 
 def too_deep(path: str | Path, where: str = "", what: str = "JSON") -> TraceFormatError:
     """The one error for a document nested beyond the decoder's (Python's) recursion limit."""
-    return TraceFormatError(path, where, f"invalid {what}: nested too deeply (over ~1000 levels of arrays or objects)")
+    return TraceFormatError(
+        path, where, f"invalid {what}: nested too deeply (over ~1000 levels of arrays or objects)"
+    )
 
 
 def max_nodes(nbytes: int) -> int:
@@ -45,8 +47,14 @@ def max_nodes(nbytes: int) -> int:
     return max(MIN_NODES, NODES_PER_BYTE * nbytes)
 
 
-def check_nesting(value: Any, path: str | Path, what: str = "document", *, max_depth: int = MAX_DEPTH,
-                  max_nodes: int = MIN_NODES) -> int:
+def check_nesting(
+    value: Any,
+    path: str | Path,
+    what: str = "document",
+    *,
+    max_depth: int = MAX_DEPTH,
+    max_nodes: int = MIN_NODES,
+) -> int:
     """Refuse a decoded value that nests too deeply, holds itself, or expands too far.
 
     Visits each distinct container once (by identity), without recursion, so it takes time linear in
@@ -87,8 +95,9 @@ def check_nesting(value: Any, path: str | Path, what: str = "document", *, max_d
             if cid in open_:
                 raise TraceFormatError(path, "", f"{what} holds itself (a reference cycle); refused")
             if len(stack) >= max_depth:
-                raise TraceFormatError(path, "", f"{what} nested deeper than {max_depth} levels of arrays or "
-                                       "objects; refused")
+                raise TraceFormatError(
+                    path, "", f"{what} nested deeper than {max_depth} levels of arrays or objects; refused"
+                )
             open_.add(cid)
             stack.append((child, iter(_items(child)), [1]))
             break
@@ -113,5 +122,8 @@ def _items(node: Any) -> Any:
 
 
 def _expands(path: str | Path, what: str, max_nodes: int) -> TraceFormatError:
-    return TraceFormatError(path, "", f"{what} expands to over {max_nodes:,} values through shared references "
-                            "(an expansion bomb); refused")
+    return TraceFormatError(
+        path,
+        "",
+        f"{what} expands to over {max_nodes:,} values through shared references (an expansion bomb); refused",
+    )

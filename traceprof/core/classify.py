@@ -29,8 +29,19 @@ from typing import Any
 from traceprof.core.errors import UsageError
 from traceprof.core.vocab import Flag
 
-__all__ = ["EXCLUDED_FLAGS", "KEPT_FLAGS", "VALID_SQL", "valid_sql", "COMM_ARG_KEYS", "COMM_FAMILIES", "CommFamily", "Classifier", "BUILTIN",
-           "gpu_class", "comm_family"]
+__all__ = [
+    "EXCLUDED_FLAGS",
+    "KEPT_FLAGS",
+    "VALID_SQL",
+    "valid_sql",
+    "COMM_ARG_KEYS",
+    "COMM_FAMILIES",
+    "CommFamily",
+    "Classifier",
+    "BUILTIN",
+    "gpu_class",
+    "comm_family",
+]
 
 #: ``events.flag`` values whose records are left out of windows, idle, latency and collectives (they
 #: stay in the store): their time cannot be right (another clock domain, an unset or far-off time,
@@ -54,10 +65,18 @@ def valid_sql(alias: str = "e") -> str:
 VALID_SQL = valid_sql()
 
 #: Args that mark a kernel (or the CPU op that launched it) as communication.
-COMM_ARG_KEYS = frozenset({
-    "Collective name", "Process Group Name", "Process Group Description", "Process Group Ranks",
-    "Comms Id", "collective_name", "process_group", "pg_name",
-})
+COMM_ARG_KEYS = frozenset(
+    {
+        "Collective name",
+        "Process Group Name",
+        "Process Group Description",
+        "Process Group Ranks",
+        "Comms Id",
+        "collective_name",
+        "process_group",
+        "pg_name",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -78,21 +97,35 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("rccl", r"(?i)rccl", None, "ROCm RCCL kernels"),
     CommFamily("msccl", r"(?i)msccl", None, "MSCCL / MSCCL++ kernels"),
     CommFamily("other_ccl", r"(?i)hccl|oneccl", None, "other vendors' collective libraries (HCCL, oneCCL)"),
-    CommFamily("deepep", r"deep_ep::", "all_to_all",
-               "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM)"),
+    CommFamily(
+        "deepep",
+        r"deep_ep::",
+        "all_to_all",
+        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM)",
+    ),
     CommFamily("nvshmem", r"(?i)nvshmem", None, "NVSHMEM collectives and puts/gets"),
-    CommFamily("symm_mem", r"(?i)symmetric_memory|symm_mem|multimem_(all_reduce|all_gather|reduce)",
-               None, "torch symmetric-memory collectives (one_shot / two_shot / multimem)"),
-    CommFamily("custom_all_reduce",
-               r"(?i)cross_device_reduce|custom_?all_?reduce|allreduce_fusion|one_?shot_?all_?reduce|"
-               r"two_?shot_?all_?reduce|lamport|quick_?reduce|quickreduce",
-               "all_reduce", "custom all-reduce kernels (vLLM/SGLang cross_device_reduce, TRT-LLM, "
-               "FlashInfer allreduce_fusion, quick-reduce)"),
+    CommFamily(
+        "symm_mem",
+        r"(?i)symmetric_memory|symm_mem|multimem_(all_reduce|all_gather|reduce)",
+        None,
+        "torch symmetric-memory collectives (one_shot / two_shot / multimem)",
+    ),
+    CommFamily(
+        "custom_all_reduce",
+        r"(?i)cross_device_reduce|custom_?all_?reduce|allreduce_fusion|one_?shot_?all_?reduce|"
+        r"two_?shot_?all_?reduce|lamport|quick_?reduce|quickreduce",
+        "all_reduce",
+        "custom all-reduce kernels (vLLM/SGLang cross_device_reduce, TRT-LLM, "
+        "FlashInfer allreduce_fusion, quick-reduce)",
+    ),
     CommFamily("userbuffers", r"(?i)userbuffers", None, "Transformer Engine userbuffers comm overlap"),
-    CommFamily("collective_name",
-               r"(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
-               r"|All_?Reduce|All_?Gather|Reduce_?Scatter|All_?To_?All|ALL_?REDUCE|ALL_?GATHER", None,
-               "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall)"),
+    CommFamily(
+        "collective_name",
+        r"(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
+        r"|All_?Reduce|All_?Gather|Reduce_?Scatter|All_?To_?All|ALL_?REDUCE|ALL_?GATHER",
+        None,
+        "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall)",
+    ),
 )
 
 _MEMORY_NAME = re.compile(r"^(Memcpy|Memset|dma)", re.IGNORECASE)
@@ -104,8 +137,10 @@ def _compile(pattern: str, origin: str) -> re.Pattern[str]:
     except re.error as e:
         raise UsageError(f"{origin} {pattern!r}: not a valid regular expression ({e})") from None
     if rx.search(""):
-        raise UsageError(f"{origin} {pattern!r}: matches the empty string, so every kernel would be "
-                         "communication; give a pattern that names the kernels, e.g. 'fused_exchange'")
+        raise UsageError(
+            f"{origin} {pattern!r}: matches the empty string, so every kernel would be "
+            "communication; give a pattern that names the kernels, e.g. 'fused_exchange'"
+        )
     return rx
 
 
@@ -136,8 +171,13 @@ class Classifier:
             self._cache[name] = fam
         return fam
 
-    def gpu_class(self, kind: str, name: str, args: Mapping[str, Any] | None = None,
-                  launcher_args: Mapping[str, Any] | None = None) -> str:
+    def gpu_class(
+        self,
+        kind: str,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        launcher_args: Mapping[str, Any] | None = None,
+    ) -> str:
         """Class of one GPU row: ``comm``, ``memory`` or ``compute`` (module doc, rule 1-4).
 
         Args:
@@ -168,8 +208,12 @@ def has_comm_args(args: Mapping[str, Any] | None) -> bool:
 BUILTIN = Classifier()
 
 
-def gpu_class(kind: str, name: str, args: Mapping[str, Any] | None = None,
-              launcher_args: Mapping[str, Any] | None = None) -> str:
+def gpu_class(
+    kind: str,
+    name: str,
+    args: Mapping[str, Any] | None = None,
+    launcher_args: Mapping[str, Any] | None = None,
+) -> str:
     """:meth:`Classifier.gpu_class` of the built-in families (:data:`BUILTIN`)."""
     return BUILTIN.gpu_class(kind, name, args, launcher_args)
 
@@ -182,6 +226,8 @@ def comm_family(name: str) -> CommFamily | None:
 def families_markdown() -> str:
     """The family list as a Markdown table (for the README)."""
     rows = ["| family | name pattern (regex) | op | what |", "|---|---|---|---|"]
-    rows += [f"| `{f.name}` | `{f.pattern.replace('|', '&#124;')}` | {f.op or 'from name/args'} | {f.doc} |"
-             for f in COMM_FAMILIES]
+    rows += [
+        f"| `{f.name}` | `{f.pattern.replace('|', '&#124;')}` | {f.op or 'from name/args'} | {f.doc} |"
+        for f in COMM_FAMILIES
+    ]
     return "\n".join(rows)

@@ -14,12 +14,38 @@ from __future__ import annotations
 
 from traceprof.core.schema import Column, Table
 
-__all__ = ["Column", "frame", "ns", "pct", "count", "rows", "text", "flag", "ratio", "number", "ranks_list", "typed", "RANK", "STEP",
-           "DEVICE", "STREAM", "WINDOW_NS", "summary_columns", "POLARS_TYPES"]
+__all__ = [
+    "Column",
+    "frame",
+    "ns",
+    "pct",
+    "count",
+    "rows",
+    "text",
+    "flag",
+    "ratio",
+    "number",
+    "ranks_list",
+    "typed",
+    "RANK",
+    "STEP",
+    "DEVICE",
+    "STREAM",
+    "WINDOW_NS",
+    "summary_columns",
+    "POLARS_TYPES",
+]
 
 #: DuckDB type of each polars type a result frame holds (``str(dtype)``), for the declarations' test.
-POLARS_TYPES = {"Int64": "BIGINT", "Int32": "INTEGER", "UInt32": "UINTEGER", "Float64": "DOUBLE", "String": "VARCHAR",
-                "Boolean": "BOOLEAN", "List(Int64)": "BIGINT[]"}
+POLARS_TYPES = {
+    "Int64": "BIGINT",
+    "Int32": "INTEGER",
+    "UInt32": "UINTEGER",
+    "Float64": "DOUBLE",
+    "String": "VARCHAR",
+    "Boolean": "BOOLEAN",
+    "List(Int64)": "BIGINT[]",
+}
 
 
 def frame(name: str, doc: str, *columns: Column) -> Table:
@@ -110,8 +136,15 @@ def typed(docs: dict[str, str], types: dict[str, str]) -> tuple[Column, ...]:
     """
     out = []
     for name, doc in docs.items():
-        unit = "ns" if name.endswith("_ns") else "%" if name.endswith("_pct") else \
-            "bytes" if name.endswith("_bytes") else ""
+        unit = (
+            "ns"
+            if name.endswith("_ns")
+            else "%"
+            if name.endswith("_pct")
+            else "bytes"
+            if name.endswith("_bytes")
+            else ""
+        )
         t = types.get(name) or {"ns": "BIGINT", "%": "DOUBLE", "bytes": "BIGINT"}.get(unit)
         if t is None:
             raise KeyError(f"{name}: no type")

@@ -31,7 +31,17 @@ import polars as pl
 
 from traceprof.core.names import shorten
 
-__all__ = ["UNITS", "duration", "size", "timestamp", "plain", "table_columns", "table_rows", "cell", "describe"]
+__all__ = [
+    "UNITS",
+    "duration",
+    "size",
+    "timestamp",
+    "plain",
+    "table_columns",
+    "table_rows",
+    "cell",
+    "describe",
+]
 
 UNITS = ("human", "ns")
 
@@ -135,8 +145,10 @@ def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Itera
     kinds = _kinds(df, units)
     names = [_distinct_short(df[c], width) if df[c].dtype == pl.String else None for c in df.columns]
     for row in df.iter_rows():
-        yield [names[i].get(v, "") if names[i] is not None and v is not None else cell(v, k, width)  # type: ignore[union-attr]
-               for i, (v, k) in enumerate(zip(row, kinds, strict=True))]
+        yield [
+            names[i].get(v, "") if names[i] is not None and v is not None else cell(v, k, width)  # type: ignore[union-attr]
+            for i, (v, k) in enumerate(zip(row, kinds, strict=True))
+        ]
 
 
 def _distinct_short(col: pl.Series, width: int) -> dict[str, str]:
@@ -159,7 +171,10 @@ def describe(an: Any) -> str:
     (``traceprof.engine.analysis.Analysis``): its summary and algorithm, its parameters (``-p KEY=VALUE``,
     with type and default) and their documentation, and its tables (``--table NAME``) with their
     declared columns (type, unit, doc)."""
-    lines = [f"traceprof analyze {an.name} [--run RUN] [-p KEY=VALUE ...] [--table NAME] [-f table|json|csv]", ""]
+    lines = [
+        f"traceprof analyze {an.name} [--run RUN] [-p KEY=VALUE ...] [--table NAME] [-f table|json|csv]",
+        "",
+    ]
     lines += [inspect.cleandoc(an.doc), "", "Parameters (-p KEY=VALUE):"]
     lines += [f"  {name:22} {kind:14} default {default!r}" for name, kind, default in param_rows(an.params)]
     if lines[-1] == "Parameters (-p KEY=VALUE):":

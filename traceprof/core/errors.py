@@ -59,8 +59,11 @@ class TraceFormatError(TraceprofError):
 
 def _one_line(text: str) -> str:
     """``text`` with each line break (and the blanks around it) made one space."""
-    return " ".join(part.strip() for part in text.splitlines() if part.strip()) if "\n" in text or "\r" in text \
+    return (
+        " ".join(part.strip() for part in text.splitlines() if part.strip())
+        if "\n" in text or "\r" in text
         else text
+    )
 
 
 class NotATraceError(TraceFormatError):
@@ -94,8 +97,13 @@ class Interrupted(TraceprofError):
 
 
 #: pip's name of a module's package, where the two differ (else the module's top-level name).
-_PACKAGES = {"yaml": "pyyaml", "dask": "traceprof[dask]", "distributed": "traceprof[dask]",
-             "hta": "holistictraceanalysis", "torch": "torch==2.13.0"}
+_PACKAGES = {
+    "yaml": "pyyaml",
+    "dask": "traceprof[dask]",
+    "distributed": "traceprof[dask]",
+    "hta": "holistictraceanalysis",
+    "torch": "torch==2.13.0",
+}
 
 
 def missing_module(e: ImportError) -> str:
@@ -106,7 +114,11 @@ def missing_module(e: ImportError) -> str:
     pkg = _PACKAGES.get(name.split(".")[0], name.split(".")[0])
     if not isinstance(e, ModuleNotFoundError):
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return (f"this command cannot load the Python module {name!r} ({why}): its installation looks broken; "
-                f"pip install --force-reinstall '{pkg}' (or reinstall traceprof: pip install -e .)")
-    return (f"this command needs the Python module {name!r}, which is not installed here: "
-            f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)")
+        return (
+            f"this command cannot load the Python module {name!r} ({why}): its installation looks broken; "
+            f"pip install --force-reinstall '{pkg}' (or reinstall traceprof: pip install -e .)"
+        )
+    return (
+        f"this command needs the Python module {name!r}, which is not installed here: "
+        f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)"
+    )

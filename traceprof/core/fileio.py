@@ -40,8 +40,21 @@ except ImportError:  # not installed (e.g. a platform without its wheel): the st
 _INFLATE_ERROR: type[Exception] = _inflater.error
 
 __all__ = [
-    "read_maybe_gzip", "check_inflate_ratio", "not_json_because", "misnamed_gzip", "TextStream", "NotUtf8", "pop_repairs", "Repair", "write_output", "check_not_store",
-    "DEFAULT_INFLATE_RATIO", "on_read", "blank_bom", "UTF8_BOM", "GZIP_MAGIC",
+    "read_maybe_gzip",
+    "check_inflate_ratio",
+    "not_json_because",
+    "misnamed_gzip",
+    "TextStream",
+    "NotUtf8",
+    "pop_repairs",
+    "Repair",
+    "write_output",
+    "check_not_store",
+    "DEFAULT_INFLATE_RATIO",
+    "on_read",
+    "blank_bom",
+    "UTF8_BOM",
+    "GZIP_MAGIC",
 ]
 
 #: (pid that set it, hook): see :func:`on_read`.
@@ -55,6 +68,7 @@ def on_read(hook: Callable[[Path, int, int], None] | None) -> None:
     not this process's, and a worker must not draw on the terminal)."""
     global _ON_READ
     _ON_READ = None if hook is None else (os.getpid(), hook)
+
 
 #: Default cap on decompressed size, as a multiple of the compressed file size. Real Kineto
 #: traces compress 8-20x; 64x leaves room and still stops a bomb early.
@@ -103,8 +117,10 @@ def check_inflate_ratio(ratio: float) -> None:
         UsageError: Naming the option and the value.
     """
     if not 0 < ratio <= MAX_INFLATE_RATIO:
-        raise UsageError(f"--max-inflate {ratio}: expected a ratio above 0 and at most {MAX_INFLATE_RATIO:,}, "
-                         "e.g. 64 (gzip inflates at most about 1032x)")
+        raise UsageError(
+            f"--max-inflate {ratio}: expected a ratio above 0 and at most {MAX_INFLATE_RATIO:,}, "
+            "e.g. 64 (gzip inflates at most about 1032x)"
+        )
 
 
 def pop_repairs(path: str | Path) -> list[Repair]:
@@ -214,8 +230,11 @@ class TextStream:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
             size = os.fstat(f.fileno()).st_size
-            text = (_inflate(self.path, self._raw(f, _IN_CHUNK), size, self.max_ratio) if gz
-                    else self._raw(f, _OUT_CHUNK))
+            text = (
+                _inflate(self.path, self._raw(f, _IN_CHUNK), size, self.max_ratio)
+                if gz
+                else self._raw(f, _OUT_CHUNK)
+            )
             text = _blank_bom_pieces(text)
             utf8 = codecs.getincrementaldecoder("utf-8")()
             for piece in text:
@@ -270,14 +289,18 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio
         try:
             piece = d.decompress(buf, _OUT_CHUNK)
         except _INFLATE_ERROR as e:
-            raise TraceFormatError(path, f"bytes {at}-{at + len(buf)}", f"broken gzip stream ({e}); re-copy the file") from None
+            raise TraceFormatError(
+                path, f"bytes {at}-{at + len(buf)}", f"broken gzip stream ({e}); re-copy the file"
+            ) from None
         tail = d.unconsumed_tail
         total += len(piece)
         if total > limit:
             raise TraceFormatError(
-                path, f"byte {at + len(buf) - len(tail)}",
+                path,
+                f"byte {at + len(buf) - len(tail)}",
                 f"inflates to more than {limit:,} bytes ({max_ratio:g}x the {size:,}-byte file): a gzip bomb "
-                "or an unusually compressible trace; raise the cap with --max-inflate RATIO")
+                "or an unusually compressible trace; raise the cap with --max-inflate RATIO",
+            )
         if piece:
             yield piece
         if not d.eof:
@@ -294,21 +317,28 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio
             d = _inflater.decompressobj(31)
             continue
         if bytes(buf).strip(b"\x00") or any(bytes(c).strip(b"\x00") for c in chunks):
-            raise TraceFormatError(path, f"byte {at}", "data after the end of the gzip stream; re-copy the file")
+            raise TraceFormatError(
+                path, f"byte {at}", "data after the end of the gzip stream; re-copy the file"
+            )
         return
     if piece:  # output was pending at the end of the input: drain it
         while not d.eof and (piece := d.decompress(b"", _OUT_CHUNK)):
             total += len(piece)
             if total > limit:
-                raise TraceFormatError(path, f"byte {size}", f"inflates to more than {limit:,} bytes; "
-                                       "raise the cap with --max-inflate RATIO")
+                raise TraceFormatError(
+                    path,
+                    f"byte {size}",
+                    f"inflates to more than {limit:,} bytes; raise the cap with --max-inflate RATIO",
+                )
             yield piece
         if d.eof:
             return
     raise TraceFormatError(
-        path, f"byte {size}",
+        path,
+        f"byte {size}",
         f"broken gzip stream (truncated: the file ends after {size:,} bytes, {total:,} decompressed, "
-        "before the end of the compressed data); re-copy the file")
+        "before the end of the compressed data); re-copy the file",
+    )
 
 
 def _repair_utf8(path: Path, data: bytes, gz: bool) -> bytes:
@@ -322,14 +352,21 @@ def _repair_utf8(path: Path, data: bytes, gz: bool) -> bytes:
     reason = "invalid UTF-8 replaced by U+FFFD"
     where = f"byte {first}" + (" of the decompressed data" if gz else "")
     _repairs.setdefault(str(path), []).append(
-        Repair(reason, count, f"{path}: {where}: {count} invalid UTF-8 sequence(s) replaced by U+FFFD"))
+        Repair(reason, count, f"{path}: {where}: {count} invalid UTF-8 sequence(s) replaced by U+FFFD")
+    )
     return text.encode("utf-8")
 
 
 #: Magic bytes of compressed formats traceprof does not inflate (gzip it does: here it means a gzip
 #: inside the gzip, or a gzip member behind a plain prefix).
-_COMPRESSED = ((GZIP_MAGIC, "gzip inside gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
-               (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"), (b"7z\xbc\xaf\x27\x1c", "7z"))
+_COMPRESSED = (
+    (GZIP_MAGIC, "gzip inside gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+)
 
 
 def not_json_because(data: bytes) -> str | None:
@@ -339,9 +376,12 @@ def not_json_because(data: bytes) -> str | None:
     UTF-8 replaced by U+FFFD, as the reader repairs it: the magic is matched in both forms)."""
     for magic, what in _COMPRESSED:
         if data.startswith(magic) or data.startswith(magic.decode("utf-8", "replace").encode()):
-            return (f"{what}-compressed, which traceprof does not read (it reads JSON, plain or gzip): "
-                    "decompress it first" if what != "gzip inside gzip" else
-                    "a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)")
+            return (
+                f"{what}-compressed, which traceprof does not read (it reads JSON, plain or gzip): "
+                "decompress it first"
+                if what != "gzip inside gzip"
+                else "a gzip inside the gzip: gunzip it once, then ingest the result (a .json.gz)"
+            )
     return None
 
 
@@ -356,7 +396,11 @@ def misnamed_gzip(path: Path) -> str:
             gz = f.read(2) == GZIP_MAGIC
     except OSError:
         return ""
-    return "" if gz else "; the file is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy"
+    return (
+        ""
+        if gz
+        else "; the file is named .gz but is not gzip (no gzip magic bytes): a wrong name or a damaged copy"
+    )
 
 
 def check_not_store(out: str | Path, db: str | Path) -> None:
@@ -381,8 +425,10 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
         if not inside and st is not None and st.st_nlink > 1 and folder.is_dir():
             inside = any(f.is_file() and os.path.samestat(st, f.stat()) for f in folder.rglob("*"))
         if inside:
-            raise UsageError(f"{out}: would overwrite a file of the store {db} (in {folder.name}/); "
-                             "write the output elsewhere")
+            raise UsageError(
+                f"{out}: would overwrite a file of the store {db} (in {folder.name}/); "
+                "write the output elsewhere"
+            )
     guarded = [store, beside(store, ".wal"), beside(store, ".lock")]
     for g in guarded:
         same = target == g
@@ -392,8 +438,10 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
             except OSError:
                 same = False
         if same:
-            raise UsageError(f"{out}: would overwrite the store {db}{'' if g == store else ' (' + g.name + ')'}; "
-                             "write the output elsewhere")
+            raise UsageError(
+                f"{out}: would overwrite the store {db}{'' if g == store else ' (' + g.name + ')'}; "
+                "write the output elsewhere"
+            )
 
 
 #: A DuckDB database file holds these bytes at this offset (after an 8-byte checksum).
@@ -425,8 +473,10 @@ def write_output(path: str | Path, data: bytes) -> Path:
     """
     out = Path(path)
     if out.is_file() and is_duckdb(out):
-        raise UsageError(f"{out}: is a DuckDB database (a traceprof store?); not overwriting it, write the output "
-                         "elsewhere")
+        raise UsageError(
+            f"{out}: is a DuckDB database (a traceprof store?); not overwriting it, write the output "
+            "elsewhere"
+        )
     target = out.resolve() if out.is_symlink() else out
     tmp: Path | None = None
     try:
@@ -448,8 +498,10 @@ def write_output(path: str | Path, data: bytes) -> Path:
     except FileNotFoundError:
         raise UsageError(f"{out}: folder {out.parent} does not exist") from None
     except OSError as e:
-        raise UsageError(f"{out}: cannot write: {e.strerror or e}" + (
-            "; nothing written (an earlier file there is kept)" if tmp is not None else "")) from None
+        raise UsageError(
+            f"{out}: cannot write: {e.strerror or e}"
+            + ("; nothing written (an earlier file there is kept)" if tmp is not None else "")
+        ) from None
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)

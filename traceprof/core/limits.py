@@ -20,8 +20,17 @@ import pyarrow.compute as pc
 
 from traceprof.core.errors import TraceFormatError
 
-__all__ = ["shown", "drop_out_of_range", "to_table", "columns_to_table", "record_fits", "polars_out_of_range", "fits", "INT64",
-           "INT32"]
+__all__ = [
+    "shown",
+    "drop_out_of_range",
+    "to_table",
+    "columns_to_table",
+    "record_fits",
+    "polars_out_of_range",
+    "fits",
+    "INT64",
+    "INT32",
+]
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
@@ -51,8 +60,13 @@ def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tup
 
 
 def drop_out_of_range(
-    path: str | Path, cols: dict[str, Any], src_index: list[int], on_bad_event: str,
-    rejected: dict[str, int], what: str = "event", types: dict[str, pa.DataType] | None = None,
+    path: str | Path,
+    cols: dict[str, Any],
+    src_index: list[int],
+    on_bad_event: str,
+    rejected: dict[str, int],
+    what: str = "event",
+    types: dict[str, pa.DataType] | None = None,
     extra: dict[str, list[Any]] | None = None,
 ) -> None:
     """Check the integer columns of parser rows; drop (or raise on) rows that do not fit.
@@ -78,16 +92,27 @@ def drop_out_of_range(
         TraceFormatError: With ``on_bad_event="raise"``, the first row that does not fit, naming
             ``what #index``, the column and the value.
     """
-    checks = {"ts_ns": pa.int64(), "dur_ns": pa.int64(), "device": pa.int32(), "step": pa.int32(),
-              "stream": pa.int64(), "correlation": pa.int64(), "external_id": pa.int64(), **(types or {})}
+    checks = {
+        "ts_ns": pa.int64(),
+        "dur_ns": pa.int64(),
+        "device": pa.int32(),
+        "step": pa.int32(),
+        "stream": pa.int64(),
+        "correlation": pa.int64(),
+        "external_id": pa.int64(),
+        **(types or {}),
+    }
     values = {**cols, **(extra or {})}
     names = [n for n in checks if n in values]
     if _all_fit(values, names, checks):
         return
     bounds = [_BOUNDS[checks[n]] for n in names]
     n_rows = len(src_index)
-    values = {k: v if isinstance(v, list) else _pylist(v) for k, v in values.items() if k in names or k in
-              ("ts_ns", "dur_ns")}
+    values = {
+        k: v if isinstance(v, list) else _pylist(v)
+        for k, v in values.items()
+        if k in names or k in ("ts_ns", "dur_ns")
+    }
     bad: list[int] = []
     for r in range(n_rows):
         row = [values[n][r] for n in names]
@@ -99,8 +124,9 @@ def drop_out_of_range(
         if problem is None:
             continue
         if on_bad_event == "raise":
-            raise TraceFormatError(path, f"{what} #{src_index[r]}",
-                                   f"{problem}; pass --skip-bad-events to skip such records")
+            raise TraceFormatError(
+                path, f"{what} #{src_index[r]}", f"{problem}; pass --skip-bad-events to skip such records"
+            )
         reason = problem[: problem.index(" (")]
         rejected[reason] = rejected.get(reason, 0) + 1
         bad.append(r)
@@ -174,8 +200,9 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema, rejected: dict[str, 
     return pa.Table.from_pylist(kept, schema=schema)
 
 
-def columns_to_table(columns: dict[str, list[Any]], schema: pa.Schema, rejected: dict[str, int],
-                     what: str) -> pa.Table:
+def columns_to_table(
+    columns: dict[str, list[Any]], schema: pa.Schema, rejected: dict[str, int], what: str
+) -> pa.Table:
     """:func:`to_table` of rows given as columns (name -> values, one per row; a schema column not
     given is null), without a dict per row unless some integer does not fit."""
     n = len(next(iter(columns.values()), []))
@@ -183,12 +210,19 @@ def columns_to_table(columns: dict[str, list[Any]], schema: pa.Schema, rejected:
         return pa.Table.from_pydict({f.name: columns.get(f.name, [None] * n) for f in schema}, schema=schema)
     except (pa.ArrowInvalid, OverflowError):
         names = list(columns)
-        return to_table([dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)],
-                        schema, rejected, what)
+        return to_table(
+            [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)],
+            schema,
+            rejected,
+            what,
+        )
 
 
 def record_fits(
-    path: str | Path, where: str, on_bad_event: str, rejected: dict[str, int],
+    path: str | Path,
+    where: str,
+    on_bad_event: str,
+    rejected: dict[str, int],
     *rows: tuple[dict[str, Any], pa.Schema],
 ) -> bool:
     """Whether the rows one source record produced fit their schemas' integer columns.
@@ -218,8 +252,9 @@ def record_fits(
     return True
 
 
-def polars_out_of_range(int32: tuple[str, ...] = (), seconds: tuple[str, ...] = (),
-                        below: dict[str, int] | None = None) -> pl.Expr:
+def polars_out_of_range(
+    int32: tuple[str, ...] = (), seconds: tuple[str, ...] = (), below: dict[str, int] | None = None
+) -> pl.Expr:
     """A polars predicate, true for rows whose values would not fit the store (for table sources).
 
     Args:

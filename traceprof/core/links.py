@@ -50,7 +50,9 @@ LINKS: dict[str, Link] = {
     "nvlink3_a800": Link("NVLink 3 (A800)", 200.0, "A800 SXM4: 400 GB/s bidirectional (8 links x 50)"),
     "nvlink4": Link("NVLink 4", 450.0, "H100/H200 SXM, GH200: 900 GB/s bidirectional (18 links x 50)"),
     "nvlink4_h800": Link("NVLink 4 (H800)", 200.0, "H800 SXM5: 400 GB/s bidirectional (8 links x 50)"),
-    "nvlink4_nvl": Link("NVLink 4 bridge (H100 NVL)", 300.0, "H100 NVL: 600 GB/s bidirectional NVLink bridge"),
+    "nvlink4_nvl": Link(
+        "NVLink 4 bridge (H100 NVL)", 300.0, "H100 NVL: 600 GB/s bidirectional NVLink bridge"
+    ),
     "nvlink5": Link("NVLink 5", 900.0, "B200, GB200, B300: 1.8 TB/s bidirectional (18 links x 100)"),
     "xgmi_mi300": Link("Infinity Fabric (MI300X)", 448.0, "MI300X/MI325X: 7 links x 128 GB/s bidirectional"),
     "pcie3": Link("PCIe 3.0 x16", _pcie(8), "8 GT/s x 16 lanes, 128b/130b"),
@@ -104,7 +106,11 @@ DEVICE_LINKS: tuple[DeviceLinks, ...] = (
     DeviceLinks("V100 SXM", r"V100", "nvlink2"),
     DeviceLinks("P100 PCIe", r"P100.*PCIE", "pcie3"),
     DeviceLinks("P100 SXM2", r"P100", "nvlink1"),
-    DeviceLinks("L40S / L40 / L4 / A40 / A30 / A10", r"L40S|L40|(?<![A-Z0-9])L4(?![0-9])|A40|A30|A10(?![0-9])", "pcie4"),
+    DeviceLinks(
+        "L40S / L40 / L4 / A40 / A30 / A10",
+        r"L40S|L40|(?<![A-Z0-9])L4(?![0-9])|A40|A30|A10(?![0-9])",
+        "pcie4",
+    ),
     DeviceLinks("T4", r"(?<![A-Z0-9])T4(?![0-9])", "pcie3"),
     DeviceLinks("MI300X", r"MI300X|MI325X", "xgmi_mi300"),
 )
@@ -127,8 +133,13 @@ class Ceiling:
     text: str
 
 
-def choose_ceiling(device: str | None, spans_hosts: bool | None, group_size: int | None,
-                   link_gbps: float | None = None, network: str = "") -> Ceiling:
+def choose_ceiling(
+    device: str | None,
+    spans_hosts: bool | None,
+    group_size: int | None,
+    link_gbps: float | None = None,
+    network: str = "",
+) -> Ceiling:
     """The ceiling of a process group's collectives.
 
     Rule, first match wins: ``link_gbps`` (given by the user); an unknown device (no name,
@@ -148,8 +159,11 @@ def choose_ceiling(device: str | None, spans_hosts: bool | None, group_size: int
         return Ceiling(link_gbps, f"{link_gbps:g} GB/s per direction, given (link_gbps)")
     dev = device_links(device)
     if dev is None:
-        what = "CPU devices" if (device or "").lower() == "cpu" else (
-            f"device {device!r} not in the link table" if device else "device unknown")
+        what = (
+            "CPU devices"
+            if (device or "").lower() == "cpu"
+            else (f"device {device!r} not in the link table" if device else "device unknown")
+        )
         return Ceiling(None, f"no ceiling: {what}; give -p link_gbps= (GB/s per direction per GPU)")
     inferred = ""
     if spans_hosts is None and group_size is not None and group_size > dev.domain:
@@ -157,12 +171,21 @@ def choose_ceiling(device: str | None, spans_hosts: bool | None, group_size: int
     if spans_hosts:
         key = network or dev.inter
         if not key:
-            return Ceiling(None, f"no ceiling: the group spans hosts and the {dev.label}'s network is unknown; "
-                                 "give -p network= (ndr, hdr, ...) or -p link_gbps=")
+            return Ceiling(
+                None,
+                f"no ceiling: the group spans hosts and the {dev.label}'s network is unknown; "
+                "give -p network= (ndr, hdr, ...) or -p link_gbps=",
+            )
         link = LINKS[key]
-        why = "given (network)" if network else f"assumed: one NIC per GPU as in the {dev.label} reference system"
-        return Ceiling(link.gbps, f"{link.name}, {link.gbps:g} GB/s per direction per GPU (the group spans hosts"
-                                  f"{inferred}; {why})")
+        why = (
+            "given (network)"
+            if network
+            else f"assumed: one NIC per GPU as in the {dev.label} reference system"
+        )
+        return Ceiling(
+            link.gbps,
+            f"{link.name}, {link.gbps:g} GB/s per direction per GPU (the group spans hosts{inferred}; {why})",
+        )
     link = LINKS[dev.intra]
     where = "" if spans_hosts is False else "; hosts unknown, assumed one node"
     return Ceiling(link.gbps, f"{link.name}, {dev.label}: {link.gbps:g} GB/s per direction{where}")

@@ -50,13 +50,17 @@ def check_store_path(db: str | Path) -> None:
         os.fsencode(full).decode("utf-8")
     except UnicodeDecodeError:
         shown = str(db).encode("utf-8", "backslashreplace").decode()
-        raise StoreError(f"{shown}: the store path is not UTF-8 (DuckDB takes UTF-8 paths only); use another --db "
-                         "path, or run from a folder whose path is UTF-8") from None
+        raise StoreError(
+            f"{shown}: the store path is not UTF-8 (DuckDB takes UTF-8 paths only); use another --db "
+            "path, or run from a folder whose path is UTF-8"
+        ) from None
     odd = [c for c in ("?", "\\") if c in str(db)]
     if odd:
         shown = " or ".join(f"'{c}'" for c in odd)
-        raise StoreError(f"{db}: DuckDB cannot keep a store at a path holding {shown} (it reads "
-                         "'?' as the start of connection options and '\\' as a folder separator); use another --db path")
+        raise StoreError(
+            f"{db}: DuckDB cannot keep a store at a path holding {shown} (it reads "
+            "'?' as the start of connection options and '\\' as a folder separator); use another --db path"
+        )
     p = Path(db)
     for f in (p, p.with_name(p.name + ".wal")):
         kind = special_kind(f)
@@ -74,16 +78,24 @@ def check_store_path(db: str | Path) -> None:
         if e.errno == errno.ELOOP:
             raise StoreError(loop) from None
         if e.errno == errno.ENAMETOOLONG:
-            raise StoreError(f"{db}: a file name too long for the file system; use a shorter --db path") from None
+            raise StoreError(
+                f"{db}: a file name too long for the file system; use a shorter --db path"
+            ) from None
         raise StoreError(f"{db}: cannot use as a store: {e.strerror or e}") from None
     if p.is_symlink() and not p.exists():
-        raise StoreError(f"{db}: a symlink to {os.readlink(p)}, which does not exist; give the target as --db "
-                         "to create the store there, or remove the link")
+        raise StoreError(
+            f"{db}: a symlink to {os.readlink(p)}, which does not exist; give the target as --db "
+            "to create the store there, or remove the link"
+        )
 
 
 #: What a file that is not a regular file or a folder is, for messages.
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def special_kind(path: Path) -> str | None:
@@ -180,8 +192,10 @@ def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path) -> None:
                 noted = True
                 # A reader waits only for a writer; a writer for anyone.
                 holder = "is writing it (ingest?)" if not exclusive else "is using it (ingest, or a reader?)"
-                sys.stderr.write(f"waiting for {db}: another traceprof process {holder}; "
-                                 f"waiting up to {timeout_s:.0f} s...\n")
+                sys.stderr.write(
+                    f"waiting for {db}: another traceprof process {holder}; "
+                    f"waiting up to {timeout_s:.0f} s...\n"
+                )
                 sys.stderr.flush()
             if now >= deadline:
                 raise StoreError(

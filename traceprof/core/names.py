@@ -46,7 +46,9 @@ def family(name: str) -> str:
         s = _strip_brackets(_strip_brackets(s, "<", ">"), "(", ")").strip() or s
     if "::" in s and " " not in s:
         s = s.rsplit("::", 1)[-1] or s
-    if s.lower() in _GENERIC and "<" in name:  # cutlass::Kernel<cutlass_80_tensorop_...>: the argument says more
+    if (
+        s.lower() in _GENERIC and "<" in name
+    ):  # cutlass::Kernel<cutlass_80_tensorop_...>: the argument says more
         inner = name.split("<", 1)[1]
         inner = re.split(r"[<>,(]", inner, maxsplit=1)[0].strip()
         s = inner.rsplit("::", 1)[-1] or s

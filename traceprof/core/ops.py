@@ -5,8 +5,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["normalize_op", "kernel_op", "nccl_comms_id", "dtype_bytes", "BusRule", "BUS_RULES", "bus_rule", "size_bytes_sql",
-           "bus_factor_sql"]
+__all__ = [
+    "normalize_op",
+    "kernel_op",
+    "nccl_comms_id",
+    "dtype_bytes",
+    "BusRule",
+    "BUS_RULES",
+    "bus_rule",
+    "size_bytes_sql",
+    "bus_factor_sql",
+]
 
 # Checked in order: the first fragment found in the squashed name wins (reducescatter before reduce).
 _OPS = (
@@ -80,11 +89,33 @@ def kernel_op(kernel_name: str) -> str:
 
 
 _DTYPE_BYTES = {
-    "double": 8, "float64": 8, "long": 8, "int64": 8, "int64_t": 8, "uint64": 8, "complexfloat": 8,
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "int32_t": 4, "uint32": 4,
-    "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "int16": 2,
-    "byte": 1, "char": 1, "bool": 1, "int8": 1, "int8_t": 1, "uint8": 1, "uint8_t": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "double": 8,
+    "float64": 8,
+    "long": 8,
+    "int64": 8,
+    "int64_t": 8,
+    "uint64": 8,
+    "complexfloat": 8,
+    "float": 4,
+    "float32": 4,
+    "int": 4,
+    "int32": 4,
+    "int32_t": 4,
+    "uint32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "short": 2,
+    "int16": 2,
+    "byte": 1,
+    "char": 1,
+    "bool": 1,
+    "int8": 1,
+    "int8_t": 1,
+    "uint8": 1,
+    "uint8_t": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
 }
 
 

@@ -37,7 +37,9 @@ def worker_init(parent_pid: int) -> None:
         parent_pid: The ingest process's pid (the worker exits at once if it is already gone).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):  # forked with Ctrl-C blocked (see map_in_workers): a pending one is dropped
+    if hasattr(
+        signal, "pthread_sigmask"
+    ):  # forked with Ctrl-C blocked (see map_in_workers): a pending one is dropped
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     locking.close_inherited()
     if not _pdeathsig():
@@ -120,7 +122,10 @@ def deferred_sigint() -> Iterator[Callable[[], bool]]:
 
 
 def map_in_workers(
-    fn: Callable[[T], R], tasks: list[T], workers: int, done: Callable[[int], None] | None = None,
+    fn: Callable[[T], R],
+    tasks: list[T],
+    workers: int,
+    done: Callable[[int], None] | None = None,
 ) -> list[R]:
     """``[fn(t) for t in tasks]`` in ``workers`` forked processes (in this one when ``workers`` <= 1).
 
@@ -140,8 +145,7 @@ def map_in_workers(
             if done:
                 done(len(out))
         return out
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init,
-                               initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
     try:
         with _sigint_blocked():  # Executor.map submits every task, which forks the workers
             results = pool.map(fn, tasks)

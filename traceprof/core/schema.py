@@ -19,8 +19,19 @@ from dataclasses import dataclass
 from traceprof.core.ops import bus_factor_sql, size_bytes_sql
 from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, TraceSource, Vocab
 
-__all__ = ["SCHEMA_VERSION", "ARRIVAL_SQL", "EVENT_KINDS", "LAUNCH_KINDS", "GPU_ACTIVITY_KINDS", "PARQUET_TABLES", "Column", "Table",
-           "TABLES", "ddl", "table"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "ARRIVAL_SQL",
+    "EVENT_KINDS",
+    "LAUNCH_KINDS",
+    "GPU_ACTIVITY_KINDS",
+    "PARQUET_TABLES",
+    "Column",
+    "Table",
+    "TABLES",
+    "ddl",
+    "table",
+]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
 SCHEMA_VERSION = 8
@@ -37,8 +48,10 @@ EVENT_KINDS = EventKind.values()
 #: start of the communication kernel on GPU traces (the GPU reaches the collective), otherwise the
 #: CPU enqueue (gloo's c10d op, Flight Recorder ``time_created_ns``), falling back to the start of
 #: the work. The one rule: matching, stragglers, what-if and the ``collective_perf`` view read it.
-ARRIVAL_SQL = (f"CASE WHEN source IN {CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)} "
-               "THEN coalesce(start_ns, enter_ns) ELSE coalesce(enter_ns, start_ns) END")
+ARRIVAL_SQL = (
+    f"CASE WHEN source IN {CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)} "
+    "THEN coalesce(start_ns, enter_ns) ELSE coalesce(enter_ns, start_ns) END"
+)
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
 #: PrivateUse1); their ``correlation`` links them to the GPU rows they started.
@@ -88,8 +101,16 @@ def _v(name: str, vocab: type[Vocab], doc: str) -> Column:
 
 
 #: The args the ``memory_events`` view reads, in the order of its ``j`` list (one JSON parse per row).
-_MEMORY_ARGS = ('"Ev Idx"', '"Device Type"', '"Device Id"', "Addr", "Bytes", '"Total Allocated"', '"Total Reserved"',
-                "Action")
+_MEMORY_ARGS = (
+    '"Ev Idx"',
+    '"Device Type"',
+    '"Device Id"',
+    "Addr",
+    "Bytes",
+    '"Total Allocated"',
+    '"Total Reserved"',
+    "Action",
+)
 
 
 def _int_arg(key: str, type_: str = "BIGINT") -> str:
@@ -105,45 +126,83 @@ _TRACE = _c("trace_id", "INTEGER", "Source file this row came from; see traces")
 
 #: Columns of ``collectives`` (the view ``collective_perf`` repeats some of them).
 _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
-        _RUN,
-        _RANK,
-        _TRACE,
-        _v("source", CollectiveSource, "Where the row came from: {values}"),
-        _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
-        _c("pg_ranks", "VARCHAR", "Member ranks of the process group as a JSON list ('[0, 1]': args.'Process Group "
-           "Ranks', FR pg_config), NULL if unknown; with pg it identifies the group"),
-        _c("seq", "BIGINT", "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
-           "and collectives count separately"),
-        _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
-        _c("comms_id", "VARCHAR", "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL profiler plugin "
-           "and Inspector: communicator:op:sequence number (NCCL counts per op type); NULL if absent"),
-        _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
-        _c("dtype", "VARCHAR", "Element type"),
-        _c("nelems_in", "BIGINT", "Input elements", "elements"),
-        _c("nelems_out", "BIGINT", "Output elements", "elements"),
-        _c("bytes_in", "BIGINT", "Input size", "bytes"),
-        _c("bytes_out", "BIGINT", "Output size", "bytes"),
-        _c("group_size", "INTEGER", "Ranks in the process group"),
-        _c("enter_ns", "BIGINT", "CPU enqueue of the collective (record_param_comms / c10d op)", "ns"),
-        _c("start_ns", "BIGINT", "Start of the communication (NCCL kernel / gloo work)", "ns"),
-        _c("end_ns", "BIGINT", "End of the communication", "ns"),
-        _c("stream", "BIGINT", "GPU stream of the NCCL kernel, NULL on CPU"),
-        _c("tid", "VARCHAR", "CPU thread of the gloo work, NULL on GPU"),
-        _c("step", "INTEGER", "ProfilerStep the collective belongs to"),
-        _c("ordinal", "INTEGER", "k-th collective of this (pg, op) on the rank, from 0"),
-        _c("instance_id", "BIGINT", "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq"),
-        _c("match_method", "VARCHAR", "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
-           "(sequence numbers that cannot be per group, matched by order in the step instead)"),
-    _c("split_in", "VARCHAR", "All-to-all: what this rank sends to each peer, as a JSON list of first-dimension "
-       "sizes in group-rank order (Kineto 'In split size', gloo input_split_sizes); '[]' an even split; "
-       "NULL unknown or not an all-to-all"),
-    _c("split_out", "VARCHAR", "All-to-all: what this rank receives from each peer, as split_in "
-       "(Kineto 'Out split size', gloo output_split_sizes)"),
-    _c("reported_algbw_gbps", "DOUBLE", "Algorithm bandwidth the source reports itself (NCCL Inspector "
-       "coll_perf.coll_algobw_gbs: its message size / its own execution time, which may include waiting for "
-       "peers), GB/s; NULL for other sources", "GB/s"),
-    _c("reported_busbw_gbps", "DOUBLE", "Bus bandwidth the source reports itself (NCCL Inspector "
-       "coll_perf.coll_busbw_gbs), GB/s; NULL for other sources", "GB/s"),
+    _RUN,
+    _RANK,
+    _TRACE,
+    _v("source", CollectiveSource, "Where the row came from: {values}"),
+    _c("pg", "VARCHAR", "Process group name (args.'Process Group Name'), NULL if unknown"),
+    _c(
+        "pg_ranks",
+        "VARCHAR",
+        "Member ranks of the process group as a JSON list ('[0, 1]': args.'Process Group "
+        "Ranks', FR pg_config), NULL if unknown; with pg it identifies the group",
+    ),
+    _c(
+        "seq",
+        "BIGINT",
+        "Sequence number in the process group (args.Seq), NULL if unknown; point-to-point ops "
+        "and collectives count separately",
+    ),
+    _c("p2p", "BOOLEAN", "Point-to-point op (send/recv: c10d's separate p2p sequence counter)"),
+    _c(
+        "comms_id",
+        "VARCHAR",
+        "args.'Comms Id' (hash of pg, seq, p2p flag, ranks); NCCL profiler plugin "
+        "and Inspector: communicator:op:sequence number (NCCL counts per op type); NULL if absent",
+    ),
+    _c("op", "VARCHAR", "Collective op, normalized (all_reduce, all_gather, broadcast, ...)"),
+    _c("dtype", "VARCHAR", "Element type"),
+    _c("nelems_in", "BIGINT", "Input elements", "elements"),
+    _c("nelems_out", "BIGINT", "Output elements", "elements"),
+    _c("bytes_in", "BIGINT", "Input size", "bytes"),
+    _c("bytes_out", "BIGINT", "Output size", "bytes"),
+    _c("group_size", "INTEGER", "Ranks in the process group"),
+    _c("enter_ns", "BIGINT", "CPU enqueue of the collective (record_param_comms / c10d op)", "ns"),
+    _c("start_ns", "BIGINT", "Start of the communication (NCCL kernel / gloo work)", "ns"),
+    _c("end_ns", "BIGINT", "End of the communication", "ns"),
+    _c("stream", "BIGINT", "GPU stream of the NCCL kernel, NULL on CPU"),
+    _c("tid", "VARCHAR", "CPU thread of the gloo work, NULL on GPU"),
+    _c("step", "INTEGER", "ProfilerStep the collective belongs to"),
+    _c("ordinal", "INTEGER", "k-th collective of this (pg, op) on the rank, from 0"),
+    _c(
+        "instance_id",
+        "BIGINT",
+        "Matched instance across ranks (collective_instances); NULL if unmatched, e.g. send/recv without pg and seq",
+    ),
+    _c(
+        "match_method",
+        "VARCHAR",
+        "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
+        "(sequence numbers that cannot be per group, matched by order in the step instead)",
+    ),
+    _c(
+        "split_in",
+        "VARCHAR",
+        "All-to-all: what this rank sends to each peer, as a JSON list of first-dimension "
+        "sizes in group-rank order (Kineto 'In split size', gloo input_split_sizes); '[]' an even split; "
+        "NULL unknown or not an all-to-all",
+    ),
+    _c(
+        "split_out",
+        "VARCHAR",
+        "All-to-all: what this rank receives from each peer, as split_in "
+        "(Kineto 'Out split size', gloo output_split_sizes)",
+    ),
+    _c(
+        "reported_algbw_gbps",
+        "DOUBLE",
+        "Algorithm bandwidth the source reports itself (NCCL Inspector "
+        "coll_perf.coll_algobw_gbs: its message size / its own execution time, which may include waiting for "
+        "peers), GB/s; NULL for other sources",
+        "GB/s",
+    ),
+    _c(
+        "reported_busbw_gbps",
+        "DOUBLE",
+        "Bus bandwidth the source reports itself (NCCL Inspector "
+        "coll_perf.coll_busbw_gbs), GB/s; NULL for other sources",
+        "GB/s",
+    ),
 )
 
 
@@ -194,11 +253,26 @@ TABLES: tuple[Table, ...] = (
             _c("clock_residual_ns", "BIGINT", "Spread of collective end times after alignment (MAD)", "ns"),
             _c("events_read", "BIGINT", "Records read from the file", "events"),
             _c("events_kept", "BIGINT", "Records stored in events", "events"),
-            _c("events_rejected", "BIGINT", "Malformed or unknown records not stored (see rejected)", "events"),
+            _c(
+                "events_rejected",
+                "BIGINT",
+                "Malformed or unknown records not stored (see rejected)",
+                "events",
+            ),
             _c("rejected", "JSON", "Rejected record counts by reason"),
-            _c("events_skipped", "BIGINT", "Records not stored by design: flows (links kept as ids), metadata", "events"),
+            _c(
+                "events_skipped",
+                "BIGINT",
+                "Records not stored by design: flows (links kept as ids), metadata",
+                "events",
+            ),
             _c("skipped", "JSON", "Skipped record counts by kind"),
-            _c("events_flagged", "BIGINT", "Records stored with a flag (events.flag), e.g. clipped overruns", "events"),
+            _c(
+                "events_flagged",
+                "BIGINT",
+                "Records stored with a flag (events.flag), e.g. clipped overruns",
+                "events",
+            ),
             _c("flagged", "JSON", "Flagged record counts by flag"),
             _c("flops_per_step", "JSON", "Model FLOPs per profiled step from the collector sidecar"),
             _c("flops_method", "VARCHAR", "How the sidecar FLOPs were counted"),
@@ -241,13 +315,25 @@ TABLES: tuple[Table, ...] = (
             # zstd: one distinct text per row, which DuckDB's default (dictionary + FSST) spends
             # ~2x the CPU on at ingest and stores 2-3x larger (8x1M: 0.64 s less per rank file)
             Column("args", "JSON", "All source args, unchanged", compression="zstd"),
-            _v("class", EventClass, "GPU rows: comm, memory or compute (traceprof.core.classify); NULL for CPU rows"),
-            _v("flag", Flag, "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
-               "zero_ts, unmatched_begin (its time cannot be right: left out of windows, idle and latency); "
-               "overrun (dur clipped), launch_skew (starts a few us before its launch: kept, no latency) or "
-               "unclosed (CPU op still open at profiler stop, dur -1: clipped to the trace end), all kept"),
-            _c("raw_dur_ns", "BIGINT", "Duration as recorded when dur_ns was clipped (flag overrun or unclosed), "
-               "else NULL", "ns"),
+            _v(
+                "class",
+                EventClass,
+                "GPU rows: comm, memory or compute (traceprof.core.classify); NULL for CPU rows",
+            ),
+            _v(
+                "flag",
+                Flag,
+                "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
+                "zero_ts, unmatched_begin (its time cannot be right: left out of windows, idle and latency); "
+                "overrun (dur clipped), launch_skew (starts a few us before its launch: kept, no latency) or "
+                "unclosed (CPU op still open at profiler stop, dur -1: clipped to the trace end), all kept",
+            ),
+            _c(
+                "raw_dur_ns",
+                "BIGINT",
+                "Duration as recorded when dur_ns was clipped (flag overrun or unclosed), else NULL",
+                "ns",
+            ),
         ),
     ),
     Table(
@@ -287,13 +373,22 @@ TABLES: tuple[Table, ...] = (
             _c("end_ns", "BIGINT", "Kernel end", "ns"),
             _c("correlation", "BIGINT", "Correlation id with the launching runtime call"),
             _c("step", "INTEGER", "ProfilerStep of the launch"),
-            _c("launch_ts_ns", "BIGINT", "Start of the (first) CPU runtime call with its correlation id, NULL if unknown", "ns"),
+            _c(
+                "launch_ts_ns",
+                "BIGINT",
+                "Start of the (first) CPU runtime call with its correlation id, NULL if unknown",
+                "ns",
+            ),
             _c("launch_name", "VARCHAR", "Runtime call that launched it (cudaLaunchKernel, ...)"),
             _c("grid", "VARCHAR", "Grid dimensions (args.grid) as JSON"),
             _c("block", "VARCHAR", "Block dimensions (args.block) as JSON"),
-            _c("first_of_launch", "BOOLEAN", "First GPU row of its launch call (one launch can start many "
-               "kernels, e.g. a CUDA graph replay); launch latency is measured on these only (and not when "
-               "that first row is flagged)"),
+            _c(
+                "first_of_launch",
+                "BOOLEAN",
+                "First GPU row of its launch call (one launch can start many "
+                "kernels, e.g. a CUDA graph replay); launch latency is measured on these only (and not when "
+                "that first row is flagged)",
+            ),
             _c("flag", "VARCHAR", "events.flag (NULL for a normal record)"),
         ),
         view_sql="""
@@ -331,18 +426,43 @@ WHERE k.kind IN ('kernel', 'memcpy', 'memset')
             _c("step", "INTEGER", "ProfilerStep of the record (events.step), NULL outside steps"),
             _c("pid", "VARCHAR", "CPU process that allocated (events.pid)"),
             _c("tid", "VARCHAR", "CPU thread that allocated (events.tid)"),
-            _c("device_type", "INTEGER", "c10 DeviceType (args.'Device Type'): 0 CPU, 1 CUDA (and ROCm), 12 XPU, ..."),
+            _c(
+                "device_type",
+                "INTEGER",
+                "c10 DeviceType (args.'Device Type'): 0 CPU, 1 CUDA (and ROCm), 12 XPU, ...",
+            ),
             _c("device", "INTEGER", "Device index (args.'Device Id'); -1 for host memory"),
             _c("addr", "BIGINT", "Address of the block (args.Addr)"),
-            _c("bytes", "BIGINT", "Size: positive for an allocation, negative for a free (args.Bytes)", "bytes"),
-            _c("total_allocated", "BIGINT", "Bytes allocated on the device after it (Kineto args.'Total Allocated')",
-               "bytes"),
-            _c("total_reserved", "BIGINT", "Bytes the caching allocator holds on the device after it (Kineto "
-               "args.'Total Reserved')", "bytes"),
-            _c("category", "VARCHAR", "memory_timeline: parameter, optimizer_state, input, temporary, activation, "
-               "gradient, autograd_detail or unknown; else NULL"),
-            _c("action", "VARCHAR", "alloc or free (sign of bytes), oom ('[OutOfMemory]'); memory_timeline: "
-               "preexisting, create, increment_version or destroy"),
+            _c(
+                "bytes",
+                "BIGINT",
+                "Size: positive for an allocation, negative for a free (args.Bytes)",
+                "bytes",
+            ),
+            _c(
+                "total_allocated",
+                "BIGINT",
+                "Bytes allocated on the device after it (Kineto args.'Total Allocated')",
+                "bytes",
+            ),
+            _c(
+                "total_reserved",
+                "BIGINT",
+                "Bytes the caching allocator holds on the device after it (Kineto args.'Total Reserved')",
+                "bytes",
+            ),
+            _c(
+                "category",
+                "VARCHAR",
+                "memory_timeline: parameter, optimizer_state, input, temporary, activation, "
+                "gradient, autograd_detail or unknown; else NULL",
+            ),
+            _c(
+                "action",
+                "VARCHAR",
+                "alloc or free (sign of bytes), oom ('[OutOfMemory]'); memory_timeline: "
+                "preexisting, create, increment_version or destroy",
+            ),
         ),
         view_sql=f"""
 SELECT run_id, rank, trace_id, source, ts_ns, seq, step, pid, tid, device_type, device, addr, bytes, total_allocated,
@@ -372,22 +492,42 @@ FROM (SELECT run_id, rank, trace_id,
             _c("pg", "VARCHAR", "Process group name, NULL if unknown"),
             _c("pg_ranks", "VARCHAR", "Member ranks of the process group (JSON list), NULL if unknown"),
             _c("p2p", "BOOLEAN", "Point-to-point transfer (send/recv) rather than a collective"),
-            _c("seq", "BIGINT", "Sequence number in the process group (comms_id / pg_seq matching), else NULL"),
+            _c(
+                "seq",
+                "BIGINT",
+                "Sequence number in the process group (comms_id / pg_seq matching), else NULL",
+            ),
             _c("op", "VARCHAR", "Collective op, normalized"),
             _c("step", "INTEGER", "Step of the instance (the most common step of its rows)"),
             _c("bytes", "BIGINT", "Message size (bytes_in, or nelems_in when bytes are unknown)", "bytes"),
             _c("ordinal", "INTEGER", "k-th instance of this (pg, op, size) in its step (ordinal matching)"),
             _c("ranks_present", "INTEGER[]", "Ranks holding a row of the instance"),
-            _c("ranks_missing", "INTEGER[]", "Ranks of the group (pg_ranks, else the ranks seen in this pg) without a row"),
+            _c(
+                "ranks_missing",
+                "INTEGER[]",
+                "Ranks of the group (pg_ranks, else the ranks seen in this pg) without a row",
+            ),
             _c("n_ranks", "INTEGER", "Number of ranks present"),
-            _c("first_arrival_ns", "BIGINT", "Earliest arrival (enter_ns, or start_ns of NCCL kernels and NCCL Inspector records)",
-               "ns"),
+            _c(
+                "first_arrival_ns",
+                "BIGINT",
+                "Earliest arrival (enter_ns, or start_ns of NCCL kernels and NCCL Inspector records)",
+                "ns",
+            ),
             _c("last_arrival_ns", "BIGINT", "Latest arrival", "ns"),
-            _c("last_rank", "INTEGER", "Rank that arrived last; NULL when several arrived at the same last instant (a tie)"),
+            _c(
+                "last_rank",
+                "INTEGER",
+                "Rank that arrived last; NULL when several arrived at the same last instant (a tie)",
+            ),
             _c("arrival_skew_ns", "BIGINT", "last_arrival_ns - first_arrival_ns", "ns"),
             _c("first_end_ns", "BIGINT", "Earliest end among the ranks, NULL if no end is known", "ns"),
             _c("last_end_ns", "BIGINT", "Latest end among the ranks", "ns"),
-            _c("match_method", "VARCHAR", "comms_id, pg_seq (process group + sequence number), ordinal, or step_order"),
+            _c(
+                "match_method",
+                "VARCHAR",
+                "comms_id, pg_seq (process group + sequence number), ordinal, or step_order",
+            ),
         ),
     ),
     Table(
@@ -409,39 +549,97 @@ FROM (SELECT run_id, rank, trace_id,
             _RUN,
             _RANK,
             _TRACE,
-            *_pick(_COLLECTIVE_COLUMNS, "source", "pg", "pg_ranks", "seq", "op", "dtype", "step", "instance_id"),
-            _c("arrival_ns", "BIGINT", "When this rank arrived: its NCCL kernel start on GPU sources, else its CPU "
-               "enqueue (enter_ns), else its start", "ns"),
+            *_pick(
+                _COLLECTIVE_COLUMNS, "source", "pg", "pg_ranks", "seq", "op", "dtype", "step", "instance_id"
+            ),
+            _c(
+                "arrival_ns",
+                "BIGINT",
+                "When this rank arrived: its NCCL kernel start on GPU sources, else its CPU "
+                "enqueue (enter_ns), else its start",
+                "ns",
+            ),
             *_pick(_COLLECTIVE_COLUMNS, "start_ns", "end_ns"),
-            _c("last_arrival_ns", "BIGINT", "Latest arrival of the instance's traced ranks (this row's own arrival "
-               "when unmatched)", "ns"),
-            _c("transfer_start_ns", "BIGINT", "When data could move: the last arrival, or the last traced rank's start "
-               "of its communication work when later (CPU sources, where arrival is the enqueue); equal to "
-               "last_arrival_ns on GPU sources", "ns"),
-            _c("span_ns", "BIGINT", "Communication time of the row, end_ns - arrival_ns = wait_ns + launch_ns + "
-               "transfer_ns; NULL when a time is unknown or the end precedes the arrival", "ns"),
+            _c(
+                "last_arrival_ns",
+                "BIGINT",
+                "Latest arrival of the instance's traced ranks (this row's own arrival when unmatched)",
+                "ns",
+            ),
+            _c(
+                "transfer_start_ns",
+                "BIGINT",
+                "When data could move: the last arrival, or the last traced rank's start "
+                "of its communication work when later (CPU sources, where arrival is the enqueue); equal to "
+                "last_arrival_ns on GPU sources",
+                "ns",
+            ),
+            _c(
+                "span_ns",
+                "BIGINT",
+                "Communication time of the row, end_ns - arrival_ns = wait_ns + launch_ns + "
+                "transfer_ns; NULL when a time is unknown or the end precedes the arrival",
+                "ns",
+            ),
             _c("wait_ns", "BIGINT", "Waiting for peers: arrival to the last arrival (up to the end)", "ns"),
-            _c("launch_ns", "BIGINT", "Everyone arrived but some rank's communication work had not started yet: "
-               "last arrival to transfer_start_ns (backend queue and launch latency; 0 on GPU sources)", "ns"),
-            _c("transfer_ns", "BIGINT", "Moving data: transfer_start_ns to the end, never the wait for peers (0 when "
-               "the row ends before it: a wrong match or clock)", "ns"),
-            _c("group_size", "INTEGER", "Ranks n in the process group: collectives.group_size, else the length of "
-               "pg_ranks, else the instance's ranks present plus missing (not when some ranks of the job were not "
-               "traced); NULL if unknown"),
+            _c(
+                "launch_ns",
+                "BIGINT",
+                "Everyone arrived but some rank's communication work had not started yet: "
+                "last arrival to transfer_start_ns (backend queue and launch latency; 0 on GPU sources)",
+                "ns",
+            ),
+            _c(
+                "transfer_ns",
+                "BIGINT",
+                "Moving data: transfer_start_ns to the end, never the wait for peers (0 when "
+                "the row ends before it: a wrong match or clock)",
+                "ns",
+            ),
+            _c(
+                "group_size",
+                "INTEGER",
+                "Ranks n in the process group: collectives.group_size, else the length of "
+                "pg_ranks, else the instance's ranks present plus missing (not when some ranks of the job were not "
+                "traced); NULL if unknown",
+            ),
             _c("traced_ranks", "INTEGER", "Ranks of the group traced at this instance (1 when unmatched)"),
-            _c("all_ranks_traced", "BOOLEAN", "Every rank of the group was traced at this instance, so transfer_ns "
-               "holds no wait; false: an untraced peer's lateness may be inside transfer_ns (bandwidth a lower "
-               "bound)"),
-            _c("size_bytes", "BIGINT", "Message size S as nccl-tests counts it: all-reduce, all-to-all, broadcast, "
-               "reduce, send/recv the buffer (bytes_in); all-gather and gather the output of all ranks (bytes_out, "
-               "else n x bytes_in); reduce-scatter and scatter the input of all ranks (bytes_in, else n x "
-               "bytes_out); NULL when unknown or the op moves no data (barrier)", "bytes"),
-            _c("bus_factor", "DOUBLE", "busbw / algbw (nccl-tests): all-reduce 2(n-1)/n; all-gather, "
-               "reduce-scatter, all-to-all, gather, scatter (n-1)/n; broadcast, reduce, send/recv 1"),
-            _c("algbw_gbps", "DOUBLE", "Algorithm bandwidth size_bytes / transfer_ns, in GB/s (10^9 bytes/s, not "
-               "gigabits); NULL when the size is unknown or the transfer is 0 or unknown, never infinite", "GB/s"),
-            _c("busbw_gbps", "DOUBLE", "Bus bandwidth algbw_gbps x bus_factor, comparable to a link's per-direction "
-               "bandwidth (GB/s); NULL when algbw_gbps or the factor is", "GB/s"),
+            _c(
+                "all_ranks_traced",
+                "BOOLEAN",
+                "Every rank of the group was traced at this instance, so transfer_ns "
+                "holds no wait; false: an untraced peer's lateness may be inside transfer_ns (bandwidth a lower "
+                "bound)",
+            ),
+            _c(
+                "size_bytes",
+                "BIGINT",
+                "Message size S as nccl-tests counts it: all-reduce, all-to-all, broadcast, "
+                "reduce, send/recv the buffer (bytes_in); all-gather and gather the output of all ranks (bytes_out, "
+                "else n x bytes_in); reduce-scatter and scatter the input of all ranks (bytes_in, else n x "
+                "bytes_out); NULL when unknown or the op moves no data (barrier)",
+                "bytes",
+            ),
+            _c(
+                "bus_factor",
+                "DOUBLE",
+                "busbw / algbw (nccl-tests): all-reduce 2(n-1)/n; all-gather, "
+                "reduce-scatter, all-to-all, gather, scatter (n-1)/n; broadcast, reduce, send/recv 1",
+            ),
+            _c(
+                "algbw_gbps",
+                "DOUBLE",
+                "Algorithm bandwidth size_bytes / transfer_ns, in GB/s (10^9 bytes/s, not "
+                "gigabits); NULL when the size is unknown or the transfer is 0 or unknown, never infinite",
+                "GB/s",
+            ),
+            _c(
+                "busbw_gbps",
+                "DOUBLE",
+                "Bus bandwidth algbw_gbps x bus_factor, comparable to a link's per-direction "
+                "bandwidth (GB/s); NULL when algbw_gbps or the factor is",
+                "GB/s",
+            ),
             *_pick(_COLLECTIVE_COLUMNS, "reported_algbw_gbps", "reported_busbw_gbps"),
         ),
         view_sql=f"""
@@ -493,12 +691,20 @@ FROM s
             _RANK,
             _TRACE,
             _c("table_name", "VARCHAR", "Store table whose rows the file holds (events)"),
-            _c("path", "VARCHAR", "File path relative to the dataset folder <store>.parquet/, "
-               "<table>/run_id=R/rank=K/trace_id=T/part-0.parquet"),
+            _c(
+                "path",
+                "VARCHAR",
+                "File path relative to the dataset folder <store>.parquet/, "
+                "<table>/run_id=R/rank=K/trace_id=T/part-0.parquet",
+            ),
             _c("rows", "BIGINT", "Rows in the file", "rows"),
             _c("bytes", "BIGINT", "File size", "bytes"),
-            _c("ts_shift_ns", "BIGINT", "Added to the file's ts_ns by the view (clock alignment after the file was "
-               "written)", "ns"),
+            _c(
+                "ts_shift_ns",
+                "BIGINT",
+                "Added to the file's ts_ns by the view (clock alignment after the file was written)",
+                "ns",
+            ),
         ),
     ),
 )
@@ -531,8 +737,10 @@ def ddl(layout: str = "duckdb") -> list[str]:
         elif t.name in parquet:
             out.append(f"CREATE VIEW {t.name} AS {parquet_view_sql(t)}")
         else:
-            cols = ",\n  ".join(f'"{c.name}" {c.type}' + (f" USING COMPRESSION {c.compression}" if c.compression else "")
-                                 for c in t.columns)
+            cols = ",\n  ".join(
+                f'"{c.name}" {c.type}' + (f" USING COMPRESSION {c.compression}" if c.compression else "")
+                for c in t.columns
+            )
             out.append(f"CREATE TABLE {t.name} (\n  {cols}\n)")
         out += _comments(t, "VIEW" if t.view_sql or t.name in parquet else "TABLE")
     return out
@@ -546,8 +754,10 @@ def _view(t: Table) -> str:
 
 def _comments(t: Table, kind: str) -> list[str]:
     """The table's and its columns' COMMENT statements (``kind``: TABLE or VIEW)."""
-    return [f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}",
-            *(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}' for c in t.columns)]
+    return [
+        f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}",
+        *(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}' for c in t.columns),
+    ]
 
 
 def views_digest() -> str:
@@ -575,9 +785,13 @@ def sql_type(c: Column) -> str:
 def parquet_view_sql(t: Table) -> str:
     """The view that shows table ``t``'s Parquet files (temporary view ``_<name>_files``) as the
     table: same columns in the same order, ``ts_ns`` plus the file's ``parts.ts_shift_ns``."""
-    cols = ", ".join('f.ts_ns + p.ts_shift_ns AS ts_ns' if c.name == "ts_ns" else f'f."{c.name}"' for c in t.columns)
-    return (f"SELECT {cols} FROM _{t.name}_files f "
-            f"JOIN parts p ON p.trace_id = f.trace_id AND p.table_name = {_quote(t.name)}")
+    cols = ", ".join(
+        "f.ts_ns + p.ts_shift_ns AS ts_ns" if c.name == "ts_ns" else f'f."{c.name}"' for c in t.columns
+    )
+    return (
+        f"SELECT {cols} FROM _{t.name}_files f "
+        f"JOIN parts p ON p.trace_id = f.trace_id AND p.table_name = {_quote(t.name)}"
+    )
 
 
 def markdown() -> str:

@@ -33,7 +33,18 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["TextSpill", "column", "release", "trim", "note_read", "scan", "chunks", "batches", "readable", "SPILL_BYTES"]
+__all__ = [
+    "TextSpill",
+    "column",
+    "release",
+    "trim",
+    "note_read",
+    "scan",
+    "chunks",
+    "batches",
+    "readable",
+    "SPILL_BYTES",
+]
 
 T = TypeVar("T", bound=Any)
 
@@ -145,7 +156,9 @@ def _room(folder: str, nbytes: int, written: int = 0) -> bool:
     return free - nbytes >= max(RESERVE_BYTES, written + nbytes)
 
 
-def column(values: pa.Array | pa.ChunkedArray, folder: str | Path | None = None) -> pa.Array | pa.ChunkedArray:
+def column(
+    values: pa.Array | pa.ChunkedArray, folder: str | Path | None = None
+) -> pa.Array | pa.ChunkedArray:
     """A finished column of any type, on disk when it passes :data:`SPILL_BYTES` (module doc): the
     same values and type, its buffers a read-only memory map of an unlinked Arrow IPC file in
     ``folder`` (``ParseOptions.spill_dir``: ingest passes the store's; None: the system's temporary
@@ -184,7 +197,9 @@ class TextSpill:
         self._mem_bytes = 0
         self._file: IO[bytes] | None = None
         self._at = 0
-        self._parts: list[tuple[int, int, int, int] | pa.Array] = []  # (rows, offsets at, data at, data bytes)
+        self._parts: list[
+            tuple[int, int, int, int] | pa.Array
+        ] = []  # (rows, offsets at, data at, data bytes)
         self._failed = False  # no more spilling (no folder, no room, a failed write)
         self._dir = ""
 
@@ -291,6 +306,8 @@ class TextSpill:
                 chunks.append(p)
             else:
                 rows, off_at, data_at, data_len = p
-                chunks.append(pa.StringArray.from_buffers(rows, read(off_at, 4 * (rows + 1)), read(data_at, data_len)))
+                chunks.append(
+                    pa.StringArray.from_buffers(rows, read(off_at, 4 * (rows + 1)), read(data_at, data_len))
+                )
         self._parts = []
         return pa.chunked_array(chunks, pa.string())

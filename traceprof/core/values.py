@@ -25,8 +25,16 @@ from typing import Any
 __all__ = ["integer", "checked_int", "number", "parse_bool", "BOOL_WORDS"]
 
 #: Option words read as booleans (``-p hta=true``, ``TRACEPROF_NO_CACHE=1``), lower case.
-BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
-              "off": False}
+BOOL_WORDS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 
 
 def integer(v: Any) -> int | None:

@@ -42,8 +42,20 @@ from traceprof.engine.arrivals import excluded_steps, run_transient
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.store import Store
 
-__all__ = ["activity", "run_activity", "excluded_note", "ACTIVITY_COLUMNS", "DETAIL_COLUMNS", "LANE_SQL",
-           "step_window", "multi_device_ranks", "graph_level_notes", "GRAPH_LEVEL_NOTE", "op_activity", "exposed_comm"]
+__all__ = [
+    "activity",
+    "run_activity",
+    "excluded_note",
+    "ACTIVITY_COLUMNS",
+    "DETAIL_COLUMNS",
+    "LANE_SQL",
+    "step_window",
+    "multi_device_ranks",
+    "graph_level_notes",
+    "GRAPH_LEVEL_NOTE",
+    "op_activity",
+    "exposed_comm",
+]
 
 #: Columns of :func:`activity`.
 ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind", "device")
@@ -133,15 +145,19 @@ _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid
    WHERE run_id = $run AND $kinds AND correlation IS NOT NULL $launch_valid GROUP BY trace_id, correlation)"""
 _DETAIL = {
     "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
-    "$gpu_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')")
-    .replace("$launch_valid", "AND " + valid_sql(""))
+    "$gpu_join": "\nLEFT JOIN "
+    + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')").replace(
+        "$launch_valid", "AND " + valid_sql("")
+    )
     + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
     "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
     "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
     "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
     # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
-    "$hta_join": "\nLEFT JOIN " + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')")
-    .replace("$launch_valid", "")
+    "$hta_join": "\nLEFT JOIN "
+    + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')").replace(
+        "$launch_valid", ""
+    )
     + " l ON l.trace_id = g.trace_id AND l.correlation = g.correlation",
 }
 
@@ -179,8 +195,11 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
 @kept_frame
 def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataFrame:
     sql = _HTA_SQL if hta else _SQL
-    sql = (sql.replace("$lane", LANE_SQL).replace("$glane", LANE_SQL.replace("e.", "g."))
-           .replace("$valid", VALID_SQL))
+    sql = (
+        sql.replace("$lane", LANE_SQL)
+        .replace("$glane", LANE_SQL.replace("e.", "g."))
+        .replace("$valid", VALID_SQL)
+    )
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
     # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
@@ -199,8 +218,14 @@ def _drop_transient(store: Store, run_id: int, df: pl.DataFrame) -> pl.DataFrame
     ends = cut.group_by("rank").agg(pl.col("cut_ns").first())
     key = pl.col("rank").cast(pl.Int64) * 2**32 + pl.col("step").cast(pl.Int64)  # (rank, step) as one integer
     keys = cut.select(key)["rank"]
-    cut_ns = pl.col("rank").cast(pl.Int64).replace_strict(ends["rank"].cast(pl.Int64), ends["cut_ns"], default=None)
-    gone = key.is_in(keys.implode()).fill_null(False) | (pl.col("step").is_null() & (pl.col("start_ns") < cut_ns))
+    cut_ns = (
+        pl.col("rank")
+        .cast(pl.Int64)
+        .replace_strict(ends["rank"].cast(pl.Int64), ends["cut_ns"], default=None)
+    )
+    gone = key.is_in(keys.implode()).fill_null(False) | (
+        pl.col("step").is_null() & (pl.col("start_ns") < cut_ns)
+    )
     return df.filter(~gone.fill_null(False))  # a filter keeps the rows' order
 
 
@@ -227,10 +252,14 @@ def op_activity(store: Store, run_id: int, step: int | None = None) -> pl.DataFr
         """SELECT rank, CASE WHEN kind = 'collective' THEN 'comm' ELSE 'compute' END AS class,
                   ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name, step
            FROM events WHERE run_id = ? AND kind IN ('collective', 'gpu_user_annotation') AND dur_ns > 0
-             AND (? IS NULL OR step = ?)""", [run_id, step, step]).sort("rank", "start_ns", "end_ns")
+             AND (? IS NULL OR step = ?)""",
+        [run_id, step, step],
+    ).sort("rank", "start_ns", "end_ns")
 
 
-def run_activity(store: Store, run: str | None, *, hta: bool = False, detail: bool = False) -> tuple[int, pl.DataFrame]:
+def run_activity(
+    store: Store, run: str | None, *, hta: bool = False, detail: bool = False
+) -> tuple[int, pl.DataFrame]:
     """Resolve ``run`` (name, id or None for the latest) and return (run_id, :func:`activity`).
 
     Raises:
@@ -265,31 +294,48 @@ def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
         f"WHERE run_id = {int(run_id)} GROUP BY rank"
     )
     if win.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32, "step_window_ns": pl.Int64, "step_busy_ns": pl.Int64,
-                                    "step_idle_ns": pl.Int64, "step_idle_pct": pl.Float64})
+        return pl.DataFrame(
+            schema={
+                "rank": pl.Int32,
+                "step_window_ns": pl.Int64,
+                "step_busy_ns": pl.Int64,
+                "step_idle_ns": pl.Int64,
+                "step_idle_pct": pl.Float64,
+            }
+        )
     inside = intervals.clip(act.select("rank", "start_ns", "end_ns").join(win, on="rank"), "_lo", "_hi")
     busy = intervals.union_ns(inside, ["rank"], "step_busy_ns")
     out = win.join(busy, on="rank", how="left").with_columns(
-        (pl.col("_hi") - pl.col("_lo")).alias("step_window_ns"), pl.col("step_busy_ns").fill_null(0))
+        (pl.col("_hi") - pl.col("_lo")).alias("step_window_ns"), pl.col("step_busy_ns").fill_null(0)
+    )
     return out.select(
-        "rank", "step_window_ns", "step_busy_ns",
+        "rank",
+        "step_window_ns",
+        "step_busy_ns",
         (pl.col("step_window_ns") - pl.col("step_busy_ns")).alias("step_idle_ns"),
-        (100.0 * (pl.col("step_window_ns") - pl.col("step_busy_ns")) / pl.col("step_window_ns")).alias("step_idle_pct"),
+        (100.0 * (pl.col("step_window_ns") - pl.col("step_busy_ns")) / pl.col("step_window_ns")).alias(
+            "step_idle_pct"
+        ),
     ).sort("rank")
 
 
 #: What an analysis says of a run whose GPU records include whole CUDA graph executions (a trace's
 #: ``traces.meta.graph_level``: nsys ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows, graphs traced per graph).
-GRAPH_LEVEL_NOTE = ("CUDA graphs traced per graph (nsys --cuda-graph-trace=graph, the default): each graph execution "
-                    "is one GPU record 'CUDA graph <id>', counted as busy compute time; the kernels inside and their "
-                    "classes (communication included) are unknown: record them with nsys profile "
-                    "--cuda-graph-trace=node")
+GRAPH_LEVEL_NOTE = (
+    "CUDA graphs traced per graph (nsys --cuda-graph-trace=graph, the default): each graph execution "
+    "is one GPU record 'CUDA graph <id>', counted as busy compute time; the kernels inside and their "
+    "classes (communication included) are unknown: record them with nsys profile "
+    "--cuda-graph-trace=node"
+)
 
 
 def graph_level_notes(store: Store, run_id: int) -> list[str]:
     """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, else ``[]``."""
-    n = store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ? AND json_extract(meta, '$.graph_level') "
-                  "IS NOT NULL", [int(run_id)]).item()
+    n = store.sql(
+        "SELECT count(*) AS n FROM traces WHERE run_id = ? AND json_extract(meta, '$.graph_level') "
+        "IS NOT NULL",
+        [int(run_id)],
+    ).item()
     return [GRAPH_LEVEL_NOTE] if n else []
 
 

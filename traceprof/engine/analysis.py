@@ -48,9 +48,30 @@ from traceprof.core.values import parse_bool
 if TYPE_CHECKING:
     from traceprof.storage.store import Store
 
-__all__ = ["Analysis", "FrameResult", "Chart", "Note", "RunParams", "Report", "Lead", "Topic", "PerRank", "Finding",
-           "Verdict", "FindingsInput", "register", "get", "names", "specs", "load_all", "shared", "reusing",
-           "make_params", "merge_notes", "memo_store"]
+__all__ = [
+    "Analysis",
+    "FrameResult",
+    "Chart",
+    "Note",
+    "RunParams",
+    "Report",
+    "Lead",
+    "Topic",
+    "PerRank",
+    "Finding",
+    "Verdict",
+    "FindingsInput",
+    "register",
+    "get",
+    "names",
+    "specs",
+    "load_all",
+    "shared",
+    "reusing",
+    "make_params",
+    "merge_notes",
+    "memo_store",
+]
 
 
 @dataclass(frozen=True)
@@ -103,8 +124,14 @@ class Note(str):
     number: int | None
     kind: str
 
-    def __new__(cls, template: str = "", *, ranks: Iterable[int] | None = None, number: int | None = None,
-                kind: str = "") -> Note:
+    def __new__(
+        cls,
+        template: str = "",
+        *,
+        ranks: Iterable[int] | None = None,
+        number: int | None = None,
+        kind: str = "",
+    ) -> Note:
         got = None if ranks is None else tuple(int(r) for r in ranks)
         text = template
         if got is not None:
@@ -117,15 +144,22 @@ class Note(str):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: text, template, ranks, number, kind (the result cache keeps notes so)."""
-        return {"text": str(self), "template": self.template, "ranks": self.ranks, "number": self.number,
-                "kind": self.kind}
+        return {
+            "text": str(self),
+            "template": self.template,
+            "ranks": self.ranks,
+            "number": self.number,
+            "kind": self.kind,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | str) -> Note:
         """A note from :meth:`to_dict` (or a plain string)."""
         if isinstance(d, str):
             return cls(d)
-        return cls(str(d["template"]), ranks=d.get("ranks"), number=d.get("number"), kind=str(d.get("kind") or ""))
+        return cls(
+            str(d["template"]), ranks=d.get("ranks"), number=d.get("number"), kind=str(d.get("kind") or "")
+        )
 
 
 def _as_note(n: str) -> Note:
@@ -149,8 +183,9 @@ def merge_notes(per_rank: list[tuple[str, ...]]) -> tuple[Note, ...]:
             elif n.number is not None:
                 key = ("number", n.template)
                 old = merged.get(key)
-                merged[key] = Note(n.template, number=(old.number or 0 if old is not None else 0) + n.number,
-                                   kind=n.kind)
+                merged[key] = Note(
+                    n.template, number=(old.number or 0 if old is not None else 0) + n.number, kind=n.kind
+                )
             else:
                 key = ("text", str(n))
                 merged.setdefault(key, n)
@@ -408,7 +443,9 @@ def shared(fn: _F) -> _F:
     return once  # type: ignore[return-value]
 
 
-def register(spec: Analysis) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:
+def register(
+    spec: Analysis,
+) -> Callable[[Callable[[Any, Any], FrameResult]], Callable[[Any, Any], FrameResult]]:
     """Decorator that registers ``run(store, params) -> Result`` as the analysis ``spec`` declares.
 
     The registered (and returned) function runs through the store's session when it has one

@@ -42,22 +42,37 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     source = source or preferred_source(store, run_id)
     if source is None:
         return pl.DataFrame(), None
-    known = store.sql("SELECT DISTINCT source FROM collectives WHERE run_id = ? ORDER BY source", [run_id])["source"]
+    known = store.sql("SELECT DISTINCT source FROM collectives WHERE run_id = ? ORDER BY source", [run_id])[
+        "source"
+    ]
     if source not in known.to_list():
-        raise UsageError(f"unknown source {source!r}: run {run_id} has collectives from "
-                         f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)")
-    arrival = ARRIVAL_SQL.replace("source", "c.source").replace("start_ns", "c.start_ns").replace("enter_ns", "c.enter_ns")
+        raise UsageError(
+            f"unknown source {source!r}: run {run_id} has collectives from "
+            f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)"
+        )
+    arrival = (
+        ARRIVAL_SQL.replace("source", "c.source")
+        .replace("start_ns", "c.start_ns")
+        .replace("enter_ns", "c.enter_ns")
+    )
     # The step holding each row's arrival on its rank's clock: an as-of join on the steps sorted by
     # start (linear after one sort, never collectives x steps), exact when a rank's steps do not
     # overlap; ranks whose steps overlap keep the range join (the lowest step holding the arrival).
-    overlapping = bool(store.sql(
-        """SELECT count(*) FROM (SELECT cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY
+    overlapping = bool(
+        store.sql(
+            """SELECT count(*) FROM (SELECT cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY
                cpu_start_ns, cpu_end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS o
-           FROM steps WHERE run_id = ?) WHERE o""", [run_id]).item())
-    join = ("LEFT JOIN steps s ON s.run_id = c.run_id AND s.rank = c.rank AND c._arr >= s.cpu_start_ns "
-            "AND c._arr < s.cpu_end_ns" if overlapping else
-            "ASOF LEFT JOIN (SELECT rank, step, cpu_start_ns, cpu_end_ns FROM steps WHERE run_id = $1) s "
-            "ON s.rank = c.rank AND c._arr >= s.cpu_start_ns")
+           FROM steps WHERE run_id = ?) WHERE o""",
+            [run_id],
+        ).item()
+    )
+    join = (
+        "LEFT JOIN steps s ON s.run_id = c.run_id AND s.rank = c.rank AND c._arr >= s.cpu_start_ns "
+        "AND c._arr < s.cpu_end_ns"
+        if overlapping
+        else "ASOF LEFT JOIN (SELECT rank, step, cpu_start_ns, cpu_end_ns FROM steps WHERE run_id = $1) s "
+        "ON s.rank = c.rank AND c._arr >= s.cpu_start_ns"
+    )
     df = store.sql(
         f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {arrival} AS _arr
                        FROM collectives c WHERE c.run_id = $1 AND c.source = $2)
@@ -75,7 +90,8 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     # their arrival on each rank's clock (the most common over the instance's ranks).
     own = run_steps(store, run_id, df.select("rank", pl.col("_own_step").alias("step")))["step"]
     df = df.with_columns(own.alias("_own_step")).with_columns(
-        pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().min().over("instance_id")).alias("step"))
+        pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().min().over("instance_id")).alias("step")
+    )
     # SQL's GROUP BY returns rows in any order: sorted, every later tie and float sum is reproducible
     return df.drop("_own_step").sort("instance_id", "rank"), source
 
@@ -121,14 +137,22 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     """
     if items.is_empty():
         return Transient()
-    inst = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null()).group_by("instance_id").agg(
-        pl.col("arrival_ns").min().alias("first"), (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
-        pl.col("step").drop_nulls().mode().min().alias("step")).sort("first", "instance_id")
+    inst = (
+        items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
+        .group_by("instance_id")
+        .agg(
+            pl.col("arrival_ns").min().alias("first"),
+            (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
+            pl.col("step").drop_nulls().mode().min().alias("step"),
+        )
+        .sort("first", "instance_id")
+    )
     if inst.height < 3:
         return Transient()
     med_skew = int(inst["skew"].sort()[(inst.height - 1) // 2])
-    step_ns = store.sql("SELECT quantile_disc(cpu_end_ns - cpu_start_ns, 0.5) AS s FROM steps WHERE run_id = ?",
-                        [run_id]).item()
+    step_ns = store.sql(
+        "SELECT quantile_disc(cpu_end_ns - cpu_start_ns, 0.5) AS s FROM steps WHERE run_id = ?", [run_id]
+    ).item()
     thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or 0), 1)
     over = (inst["skew"] > thr).to_list()
     k = over.index(False) if False in over else len(over)
@@ -142,10 +166,12 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     steps = tuple(sorted({int(s) for s in lead["step"].drop_nulls().to_list()}))
     where = f" (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))})" if steps else ""
     first = "the first collective" if k == 1 else f"the first {k} collectives"
-    note = (f"profiler-start transient: {first}{where} waited up to "
-            f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
-            f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
-            f"profiling {spread / 1e6:,.1f} ms apart; left out of every analysis (not with hta=true)")
+    note = (
+        f"profiler-start transient: {first}{where} waited up to "
+        f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
+        f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
+        f"profiling {spread / 1e6:,.1f} ms apart; left out of every analysis (not with hta=true)"
+    )
     return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
 
 
@@ -157,7 +183,8 @@ def _start_spread_ns(store: Store, run_id: int) -> int:
                 e AS (SELECT rank, min(ts_ns) AS t FROM events WHERE run_id = $1 GROUP BY rank)
            SELECT coalesce(max(t) - min(t), 0) AS spread
            FROM (SELECT * FROM s UNION ALL SELECT * FROM e WHERE NOT EXISTS (SELECT 1 FROM s))""",
-        [run_id]).item()
+        [run_id],
+    ).item()
     return int(row or 0)
 
 
@@ -188,5 +215,8 @@ def excluded_steps(store: Store, run_id: int) -> pl.DataFrame:
         return empty
     mapped = run_steps(store, run_id, own.with_columns(pl.col("step").alias("_own")))
     hit = mapped.filter(pl.col("step").is_in(list(tr.steps)))
-    return hit.select(pl.col("rank").cast(pl.Int32), pl.col("_own").cast(pl.Int32).alias("step"),
-                      pl.col("cpu_end_ns").max().over("rank").cast(pl.Int64).alias("cut_ns"))
+    return hit.select(
+        pl.col("rank").cast(pl.Int32),
+        pl.col("_own").cast(pl.Int32).alias("step"),
+        pl.col("cpu_end_ns").max().over("rank").cast(pl.Int64).alias("cut_ns"),
+    )

@@ -51,10 +51,18 @@ def _sets(pool: Sequence[str], k: int, cap: int | None, rng: random.Random) -> l
     return every if cap is None or len(every) <= cap else rng.sample(every, cap)
 
 
-def diff_rates(store: Store, healthy: Sequence[str], injected: Sequence[str] = (), sizes: Sequence[int] = (1, 3),
-               thresholds: dict[str, float] | None = None, alpha: float = gate.DEFAULT_ALPHA,
-               max_sets: int | None = 40, expect: str = "aten::mm", seed: int = 0,
-               mfu_options: dict[str, str] | None = None) -> Rates:
+def diff_rates(
+    store: Store,
+    healthy: Sequence[str],
+    injected: Sequence[str] = (),
+    sizes: Sequence[int] = (1, 3),
+    thresholds: dict[str, float] | None = None,
+    alpha: float = gate.DEFAULT_ALPHA,
+    max_sets: int | None = 40,
+    expect: str = "aten::mm",
+    seed: int = 0,
+    mfu_options: dict[str, str] | None = None,
+) -> Rates:
     """A/A false-alarm rates and injected-change verdicts of the gate (module doc).
 
     Args:
@@ -80,9 +88,14 @@ def diff_rates(store: Store, healthy: Sequence[str], injected: Sequence[str] = (
 
     limits = gate.thresholds(thresholds or {})
     if len(healthy) < max(sizes) + 1:
-        raise UsageError(f"diff_rates: {len(healthy)} healthy runs; baselines of {max(sizes)} need at least {max(sizes) + 1}")
+        raise UsageError(
+            f"diff_rates: {len(healthy)} healthy runs; baselines of {max(sizes)} need at least {max(sizes) + 1}"
+        )
     cache: dict[int, gate.RunProfile] = {}
-    prof = {name: gate.run_profile(store, store.resolve_run(name), mfu_options, cache) for name in (*healthy, *injected)}
+    prof = {
+        name: gate.run_profile(store, store.resolve_run(name), mfu_options, cache)
+        for name in (*healthy, *injected)
+    }
     rng = random.Random(seed)
     rows = []
     for k in sizes:
@@ -91,11 +104,36 @@ def diff_rates(store: Store, healthy: Sequence[str], injected: Sequence[str] = (
                 pool = [h for h in healthy if h != c]
                 for bset in _sets(pool, k, None if k == 1 else max_sets, rng):
                     res = gate.compare_profiles([prof[b] for b in bset], prof[c], limits, alpha)
-                    rows.append((kind, k, ",".join(bset), c, res.verdict, res.exit_code, "structural" in res.layers,
-                                 "timing" in res.layers, expect in res.summary, res.summary))
-    diffs = pl.DataFrame(rows, orient="row", schema={
-        "kind": pl.Utf8, "k": pl.Int64, "baseline": pl.Utf8, "candidate": pl.Utf8, "verdict": pl.Utf8,
-        "exit_code": pl.Int64, "structural": pl.Boolean, "timing": pl.Boolean, "named": pl.Boolean, "summary": pl.Utf8})
+                    rows.append(
+                        (
+                            kind,
+                            k,
+                            ",".join(bset),
+                            c,
+                            res.verdict,
+                            res.exit_code,
+                            "structural" in res.layers,
+                            "timing" in res.layers,
+                            expect in res.summary,
+                            res.summary,
+                        )
+                    )
+    diffs = pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "kind": pl.Utf8,
+            "k": pl.Int64,
+            "baseline": pl.Utf8,
+            "candidate": pl.Utf8,
+            "verdict": pl.Utf8,
+            "exit_code": pl.Int64,
+            "structural": pl.Boolean,
+            "timing": pl.Boolean,
+            "named": pl.Boolean,
+            "summary": pl.Utf8,
+        },
+    )
     return Rates(diffs, _rates(diffs))
 
 
@@ -104,8 +142,12 @@ def _rates(diffs: pl.DataFrame) -> pl.DataFrame:
         return diffs.group_by(by, maintain_order=True).agg(
             pl.len().alias("diffs"),
             *((pl.col("verdict") == v).sum().alias(v) for v in ("regression", "inconclusive", "ok")),
-            *((100.0 * (pl.col("verdict") == v).mean()).alias(f"{v}_pct") for v in ("regression", "inconclusive", "ok")),
-            (100.0 * pl.col("named").mean()).alias("named_pct"))
+            *(
+                (100.0 * (pl.col("verdict") == v).mean()).alias(f"{v}_pct")
+                for v in ("regression", "inconclusive", "ok")
+            ),
+            (100.0 * pl.col("named").mean()).alias("named_pct"),
+        )
 
     whole = agg(["kind", "k"]).with_columns(pl.lit("(all)").alias("candidate"))
     per = agg(["kind", "k", "candidate"]).filter(pl.col("kind") == "injected")

@@ -31,8 +31,12 @@ def _structural_text(m: dict[str, object], changed: pl.DataFrame, world: int) ->
     """``flops +17.8% per step (> 1%): +2 aten::mm (512,128)@(128,512) per step on every rank, ...``"""
     name = str(m["metric"])
     head = f"{name} {float(m['change_pct']):+.1f}% per step (> {m['threshold_pct']:g}%)"  # type: ignore[arg-type]
-    by = {"flops": ("delta_flops", None), "comm_bytes": ("delta_bytes", ("collective",)),
-          "collectives": ("delta_calls", ("collective",)), "launches": ("delta_calls", ("kernel", "op"))}
+    by = {
+        "flops": ("delta_flops", None),
+        "comm_bytes": ("delta_bytes", ("collective",)),
+        "collectives": ("delta_calls", ("collective",)),
+        "launches": ("delta_calls", ("kernel", "op")),
+    }
     if name not in by:  # a metric that words its own cause (peak_mem_bytes: the op whose memory grew)
         return head + (f": {m['text']}" if m.get("text") else "")
     col, kinds = by[name]
@@ -77,11 +81,26 @@ def causes(metrics: pl.DataFrame, items: pl.DataFrame, ranks: pl.DataFrame) -> s
     bad = set(metrics.filter(pl.col("regressed") & (pl.col("layer") == "timing"))["metric"])
     grown_ranks = ranks.filter(pl.col("grew"))
     compute_grew = "compute_ns" in bad or grown_ranks.height > 0
-    classes = ["compute"] if compute_grew else ["comm", "memory", "compute"] if "exposed_comm_ns" in bad else ["compute", "memory", "comm"]
-    grew = items.filter(pl.col("grew") & pl.col("class").is_in(classes)).sort(
-        pl.col("class").replace_strict({c: i for i, c in enumerate(classes)}, default=9), -pl.col("delta_ns")).head(3)
-    parts = [f"{shorten(r['name'], 60)} +{r['delta_ns'] / 1e6:.2f} ms/step"
-             + (f" ({r['delta_pct']:+.0f}%)" if r["delta_pct"] is not None else " (new)") for r in grew.iter_rows(named=True)]
+    classes = (
+        ["compute"]
+        if compute_grew
+        else ["comm", "memory", "compute"]
+        if "exposed_comm_ns" in bad
+        else ["compute", "memory", "comm"]
+    )
+    grew = (
+        items.filter(pl.col("grew") & pl.col("class").is_in(classes))
+        .sort(
+            pl.col("class").replace_strict({c: i for i, c in enumerate(classes)}, default=9),
+            -pl.col("delta_ns"),
+        )
+        .head(3)
+    )
+    parts = [
+        f"{shorten(r['name'], 60)} +{r['delta_ns'] / 1e6:.2f} ms/step"
+        + (f" ({r['delta_pct']:+.0f}%)" if r["delta_pct"] is not None else " (new)")
+        for r in grew.iter_rows(named=True)
+    ]
     text = ("grew: " + ", ".join(parts)) if parts else ""
     if grown_ranks.height:
         who = ", ".join(f"{r['rank']} ({r['change_pct']:+.0f}%)" for r in grown_ranks.iter_rows(named=True))
@@ -97,9 +116,18 @@ def _moved(m: dict[str, object]) -> str:
     return f"{m['metric']} {float(pct):+.1f}%" if pct is not None else f"{m['metric']} {float(m['delta']):+g}"  # type: ignore[arg-type]
 
 
-def summary_line(base: str, cand: str, verdict: str, layers: tuple[str, ...], metrics: pl.DataFrame,
-             s_rows: list[dict[str, object]], changed: pl.DataFrame, items: pl.DataFrame, ranks: pl.DataFrame,
-             k: int) -> str:
+def summary_line(
+    base: str,
+    cand: str,
+    verdict: str,
+    layers: tuple[str, ...],
+    metrics: pl.DataFrame,
+    s_rows: list[dict[str, object]],
+    changed: pl.DataFrame,
+    items: pl.DataFrame,
+    ranks: pl.DataFrame,
+    k: int,
+) -> str:
     """The gate's one-line CI summary: the verdict and its layers, then the structural changes past
     their thresholds (what was added, on which ranks), the timing regressions with their causes, and
     the figures of every inconclusive metric."""
@@ -112,20 +140,29 @@ def summary_line(base: str, cand: str, verdict: str, layers: tuple[str, ...], me
     if struct.filter(pl.col("regressed")).height:
         parts += [_structural_text(m, changed, world) for m in s_rows if m["regressed"]]
     elif moved.height:
-        parts.append("structure changed within thresholds: " + ", ".join(
-            f"{m['metric']} {m['change_pct']:+.1f}%" for m in moved.iter_rows(named=True)))
+        parts.append(
+            "structure changed within thresholds: "
+            + ", ".join(f"{m['metric']} {m['change_pct']:+.1f}%" for m in moved.iter_rows(named=True))
+        )
     else:
         parts.append("no structural change")
     if "timing" in layers:
-        parts += [f"{_moved(m)} ({m['reason']})" for m in tim.filter(pl.col("regressed")).iter_rows(named=True)]
+        parts += [
+            f"{_moved(m)} ({m['reason']})" for m in tim.filter(pl.col("regressed")).iter_rows(named=True)
+        ]
         cause = causes(metrics, items, ranks)
         if cause:
             parts.append(cause)
     unsure = tim.filter(pl.col("verdict") == noise.INCONCLUSIVE)
     if unsure.height:
-        parts.append("inconclusive: " + ", ".join(f"{_moved(m)} ({m['reason']})" for m in unsure.iter_rows(named=True)))
+        parts.append(
+            "inconclusive: " + ", ".join(f"{_moved(m)} ({m['reason']})" for m in unsure.iter_rows(named=True))
+        )
     if verdict == noise.OK:
-        parts.append("timing within thresholds (" + ", ".join(
-            f"{_moved(m)}, noise {m['noise_pct']:.1f}%" for m in tim.iter_rows(named=True)) + ")")
+        parts.append(
+            "timing within thresholds ("
+            + ", ".join(f"{_moved(m)}, noise {m['noise_pct']:.1f}%" for m in tim.iter_rows(named=True))
+            + ")"
+        )
     runs = f" ({k} baseline runs)" if k > 1 and "," not in base else ""
     return f"{head}{runs}: " + "; ".join(parts)

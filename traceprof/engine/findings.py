@@ -46,14 +46,27 @@ from traceprof.engine.timing import analysis_mfu_options
 from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
-__all__ = ["Finding", "Verdict", "Missing", "Findings", "report_analyses", "run_analyses", "build", "summarize",
-           "compare", "hta_mode", "REGRESSION_ORDER"]
+__all__ = [
+    "Finding",
+    "Verdict",
+    "Missing",
+    "Findings",
+    "report_analyses",
+    "run_analyses",
+    "build",
+    "summarize",
+    "compare",
+    "hta_mode",
+    "REGRESSION_ORDER",
+]
 
 #: The regression gate's place among the topics' verdicts (``Topic.order``).
 REGRESSION_ORDER = 60
 
-HOW = ("record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
-       "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True")
+HOW = (
+    "record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
+    "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True"
+)
 
 
 @dataclass(frozen=True)
@@ -87,8 +100,10 @@ class Findings:
     def ranking(self) -> str:
         """How the findings are ranked, in words (the summary and the report say it)."""
         if any(f.recoverable_pct is not None for f in self.findings):
-            return ("Ranked by the time each could recover by the step account (critical_path), in % of all ranks' "
-                    "step time; the others by what they cost, in % of step time")
+            return (
+                "Ranked by the time each could recover by the step account (critical_path), in % of all ranks' "
+                "step time; the others by what they cost, in % of step time"
+            )
         return "Ranked by what they cost, in % of step time"
 
     def to_frame(self) -> pl.DataFrame:
@@ -96,27 +111,46 @@ class Findings:
         recoverable_pct (% of all ranks' step time by the step account, null if none), problem,
         status (the topic's verdict), finding."""
         return pl.DataFrame(
-            {"position": list(range(1, len(self.findings) + 1)), "topic": [f.topic for f in self.findings],
-             "cost_pct": [f.cost_pct for f in self.findings],
-             "recoverable_pct": [f.recoverable_pct for f in self.findings], "problem": [f.problem for f in self.findings],
-             "status": [f.status for f in self.findings], "finding": [f.text for f in self.findings]},
-            schema={"position": pl.Int64, "topic": pl.Utf8, "cost_pct": pl.Float64, "recoverable_pct": pl.Float64,
-                    "problem": pl.Boolean, "status": pl.Utf8, "finding": pl.Utf8})
+            {
+                "position": list(range(1, len(self.findings) + 1)),
+                "topic": [f.topic for f in self.findings],
+                "cost_pct": [f.cost_pct for f in self.findings],
+                "recoverable_pct": [f.recoverable_pct for f in self.findings],
+                "problem": [f.problem for f in self.findings],
+                "status": [f.status for f in self.findings],
+                "finding": [f.text for f in self.findings],
+            },
+            schema={
+                "position": pl.Int64,
+                "topic": pl.Utf8,
+                "cost_pct": pl.Float64,
+                "recoverable_pct": pl.Float64,
+                "problem": pl.Boolean,
+                "status": pl.Utf8,
+                "finding": pl.Utf8,
+            },
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run, findings, verdicts, missing."""
-        return {"run": self.run, "findings": self.to_frame().to_dicts(),
-                "verdicts": [v.__dict__ for v in self.verdicts], "missing": [m.__dict__ for m in self.missing]}
+        return {
+            "run": self.run,
+            "findings": self.to_frame().to_dicts(),
+            "verdicts": [v.__dict__ for v in self.verdicts],
+            "missing": [m.__dict__ for m in self.missing],
+        }
 
 
 def report_analyses() -> list[registry.Analysis]:
     """The analyses the report and the summary run (their spec's ``report``), in report order."""
-    return sorted((a for a in registry.specs() if a.report is not None),
-                  key=lambda a: (a.report.order, a.name))  # type: ignore[union-attr]
+    return sorted(
+        (a for a in registry.specs() if a.report is not None), key=lambda a: (a.report.order, a.name)
+    )  # type: ignore[union-attr]
 
 
 def hta_mode(params: dict[str, dict[str, str]] | None) -> bool:
     """Whether ``-p ANALYSIS.hta=...`` options turn HTA-compatible mode on for some analysis."""
+
     def on(v: object) -> bool:
         try:
             return parse_bool(str(v))
@@ -126,8 +160,12 @@ def hta_mode(params: dict[str, dict[str, str]] | None) -> bool:
     return any(on(v["hta"]) for v in (params or {}).values() if "hta" in v)
 
 
-def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | None = None,
-                 names: tuple[str, ...] | None = None) -> dict[str, FrameResult | TraceprofError]:
+def run_analyses(
+    store: Store,
+    run_id: int,
+    params: dict[str, dict[str, str]] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> dict[str, FrameResult | TraceprofError]:
     """Run ``names`` (default: the report's analyses) on a run; an analysis that does not apply
     gives its error instead of a result.
 
@@ -165,9 +203,15 @@ def run_analyses(store: Store, run_id: int, params: dict[str, dict[str, str]] | 
         raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(allowed)}")
     for a in conditional:
         if a.name in params:
-            _params(a.name, run_id, params[a.name])  # a bad value is refused on every run, not only where it runs
+            _params(
+                a.name, run_id, params[a.name]
+            )  # a bad value is refused on every run, not only where it runs
     names = (*names, *(a.name for a in conditional if a.report.when(store, run_id)))  # type: ignore[union-attr, misc]
-    todo = [(name, registry.get(name), _params(name, run_id, params.get(name, {}))) for name in names if name in known]
+    todo = [
+        (name, registry.get(name), _params(name, run_id, params.get(name, {})))
+        for name in names
+        if name in known
+    ]
     with session.of(store) as s:
         return _run_all(store, todo, s.threads)
 
@@ -196,8 +240,9 @@ def _one(an: registry.Analysis, store: Store, p: Any) -> FrameResult | Traceprof
         return e
 
 
-def _run_all(store: Store, todo: list[tuple[str, registry.Analysis, Any]],
-             threads: int) -> dict[str, FrameResult | TraceprofError]:
+def _run_all(
+    store: Store, todo: list[tuple[str, registry.Analysis, Any]], threads: int
+) -> dict[str, FrameResult | TraceprofError]:
     """Each (name, analysis, params) of ``todo`` run on ``store``, on up to ``threads`` threads
     when it can (see :func:`run_analyses`): each thread takes the next analysis, first those that
     another of ``todo`` requires (``whatif``, which ``stragglers`` runs: the longest), on a
@@ -223,7 +268,9 @@ def _run_all(store: Store, todo: list[tuple[str, registry.Analysis, Any]],
 
         pool = ThreadPoolExecutor(threads, thread_name_prefix="traceprof-analysis")
         with cancel.scope() as stop:
-            futures = {name: pool.submit(contextvars.copy_context().run, task, an, p) for name, an, p in order}
+            futures = {
+                name: pool.submit(contextvars.copy_context().run, task, an, p) for name, an, p in order
+            }
         try:
             pending = set(futures.values())
             while pending:  # a timed wait, so that Ctrl-C reaches this thread
@@ -258,15 +305,24 @@ def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding
     step = diff.frame.filter(pl.col("metric") == "step_time_ns")
     if verdict == "regression" and step.height and step["delta_pct"][0] is not None:
         cost = max(float(step["delta_pct"][0]), 0.0)
-    status, lead = {"regression": ("problem", "regression vs baseline: "),
-                    "inconclusive": ("inconclusive", "inconclusive vs baseline: ")}.get(verdict, ("ok", "vs baseline: "))
+    status, lead = {
+        "regression": ("problem", "regression vs baseline: "),
+        "inconclusive": ("inconclusive", "inconclusive vs baseline: "),
+    }.get(verdict, ("ok", "vs baseline: "))
     text = lead + summary
-    return [Finding("regression", text, cost, status == "problem", "diff")], Verdict("regression", status, text)
+    return [Finding("regression", text, cost, status == "problem", "diff")], Verdict(
+        "regression", status, text
+    )
 
 
-def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofError],
-          diff: FrameResult | TraceprofError | None = None, hta: bool = False,
-          params: dict[str, dict[str, str]] | None = None) -> Findings:
+def build(
+    store: Store,
+    run_id: int,
+    results: dict[str, FrameResult | TraceprofError],
+    diff: FrameResult | TraceprofError | None = None,
+    hta: bool = False,
+    params: dict[str, dict[str, str]] | None = None,
+) -> Findings:
     """Findings from the results of :func:`run_analyses` (and a diff against a baseline, if any).
 
     Args:
@@ -286,7 +342,9 @@ def build(store: Store, run_id: int, results: dict[str, FrameResult | TraceprofE
     verdicts: list[Verdict] = []
     specs = registry.specs()
     topics = sorted((a.findings for a in specs if a.findings is not None), key=lambda t: (t.order, t.name))
-    parts = [(t.order, lambda t=t: t.build(inp)) for t in topics] + [(REGRESSION_ORDER, lambda: _regression(diff))]
+    parts = [(t.order, lambda t=t: t.build(inp)) for t in topics] + [
+        (REGRESSION_ORDER, lambda: _regression(diff))
+    ]
     for _, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
         found, verdict = part()
         findings += found
@@ -315,8 +373,13 @@ def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, 
     return out
 
 
-def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] | None = None,
-              baseline: str | None = None, force: bool = False) -> Findings:
+def summarize(
+    store: Store,
+    run: str | None,
+    params: dict[str, dict[str, str]] | None = None,
+    baseline: str | None = None,
+    force: bool = False,
+) -> Findings:
     """Run the analyses on ``run`` (name or id, default latest) and return its findings.
 
     With ``baseline`` the run is also diffed against it; runs that are not comparable give a
@@ -337,8 +400,9 @@ def summarize(store: Store, run: str | None, params: dict[str, dict[str, str]] |
         return build(store, run_id, results, diff, hta_mode(params), params)
 
 
-def compare(store: Store, baseline: str, run_id: int, mfu_options: dict[str, str],
-            force: bool = False) -> FrameResult | TraceprofError:
+def compare(
+    store: Store, baseline: str, run_id: int, mfu_options: dict[str, str], force: bool = False
+) -> FrameResult | TraceprofError:
     """``diff_runs(baseline, run)`` (``baseline``: a run, runs separated by commas or a baseline
     set; ``force``: runs that are not comparable by per-rank medians), or the error that says why
     the runs cannot be compared.

@@ -36,8 +36,17 @@ from traceprof.engine.optree import with_parents
 from traceprof.engine.peaks import canonical_dtype
 from traceprof.storage.store import Store
 
-__all__ = ["CAUSAL_CONVENTION", "SHAPE_OPS", "FlopsAccount", "op_flops", "palm_flops", "signature_flops", "shape_flops",
-           "sidecar_flops", "account"]
+__all__ = [
+    "CAUSAL_CONVENTION",
+    "SHAPE_OPS",
+    "FlopsAccount",
+    "op_flops",
+    "palm_flops",
+    "signature_flops",
+    "shape_flops",
+    "sidecar_flops",
+    "account",
+]
 
 Dims = list[list[int]]
 
@@ -90,7 +99,10 @@ def _conv_forward(d: Dims, c: list[object]) -> float | None:
     if transposed:  # weight (C_in, C_out/g, k...): every input pixel scatters into the output
         sp = x[2:]
     else:
-        sp = [(i + 2 * p - dl * (k - 1) - 1) // s + 1 for i, p, dl, k, s in zip(x[2:], pad, dil, w[2:], stride, strict=True)]
+        sp = [
+            (i + 2 * p - dl * (k - 1) - 1) // s + 1
+            for i, p, dl, k, s in zip(x[2:], pad, dil, w[2:], stride, strict=True)
+        ]
     return 2.0 * x[0] * _prod(sp) * w[0] * w[1] * _prod(w[2:])
 
 
@@ -135,8 +147,10 @@ def _sdpa_backward_at(at: int) -> Callable[[Dims, list[object]], float]:
 
 #: How attention is counted (``mfu`` states it): causal attention (``is_causal``) counts half the
 #: score and value products, as FlashAttention's own benchmark and MaxText count it.
-CAUSAL_CONVENTION = ("a multiply-add counts 2; causal attention (SDPA / flash attention with is_causal) counts half "
-                     "of its score (QK^T) and value (PV) products, as FlashAttention's benchmark and MaxText do")
+CAUSAL_CONVENTION = (
+    "a multiply-add counts 2; causal attention (SDPA / flash attention with is_causal) counts half "
+    "of its score (QK^T) and value (PV) products, as FlashAttention's benchmark and MaxText do"
+)
 
 
 #: Ops whose FLOPs are computed from shapes, with their formula ``f(input dims, concrete inputs)``.
@@ -209,7 +223,9 @@ def palm_flops(params: float, layers: int, heads: int, head_dim: int, seq_len: i
         UsageError: A non-positive input.
     """
     if min(params, layers, heads, head_dim, seq_len, tokens) <= 0:
-        raise UsageError("the PaLM formula needs params, layers, heads, head_dim, seq_len and tokens_per_step > 0")
+        raise UsageError(
+            "the PaLM formula needs params, layers, heads, head_dim, seq_len and tokens_per_step > 0"
+        )
     return 6.0 * params * tokens + 12.0 * layers * heads * head_dim * seq_len * tokens
 
 
@@ -240,11 +256,23 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     """
     ops = store.sql(_OPS_SQL.format(names=_quoted(list(SHAPE_OPS)), composite=_quoted(_COMPOSITE)), [run_id])
     tree = with_parents(ops, ["trace_id", "pid", "tid"], priority="prio")
-    leaves = (tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))
-              .group_by("rank", "step", "name", "dims", "types", "concrete").agg(pl.len().cast(pl.Int64).alias("calls")))
+    leaves = (
+        tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))
+        .group_by("rank", "step", "name", "dims", "types", "concrete")
+        .agg(pl.len().cast(pl.Int64).alias("calls"))
+    )
     text = pl.Utf8
-    schema = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "name": text, "dims": text, "dtype": text,
-                        "calls": pl.Int64, "flops_call": pl.Float64})
+    schema = pl.Schema(
+        {
+            "rank": pl.Int32,
+            "step": pl.Int32,
+            "name": text,
+            "dims": text,
+            "dtype": text,
+            "calls": pl.Int64,
+            "flops_call": pl.Float64,
+        }
+    )
     if leaves.is_empty():
         return pl.DataFrame(schema=schema)
     sigs = leaves.select("name", "dims", "types", "concrete").unique()
@@ -255,10 +283,23 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
         t = msgspec.json.decode(types) if types else []
         dtype = next((canonical_dtype(x) for x in t if canonical_dtype(x)), None)
         rows.append((name, dims, types, concrete, dtype, op_flops(name, d, c) if d else None))
-    per_sig = pl.DataFrame(rows, orient="row", schema={
-        "name": text, "dims": text, "types": text, "concrete": text, "dtype": text, "flops_call": pl.Float64})
-    return (leaves.join(per_sig, on=["name", "dims", "types", "concrete"], how="left", nulls_equal=True)
-            .select(schema.names()).cast(schema))
+    per_sig = pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "name": text,
+            "dims": text,
+            "types": text,
+            "concrete": text,
+            "dtype": text,
+            "flops_call": pl.Float64,
+        },
+    )
+    return (
+        leaves.join(per_sig, on=["name", "dims", "types", "concrete"], how="left", nulls_equal=True)
+        .select(schema.names())
+        .cast(schema)
+    )
 
 
 def shape_flops(store: Store, run_id: int) -> pl.DataFrame:
@@ -269,14 +310,26 @@ def shape_flops(store: Store, run_id: int) -> pl.DataFrame:
         e.g. ``fp32``, ``bf16``; null if unknown), calls, flops (FLOPs of the calls whose shapes
         the formula could use), unknown_calls (calls without usable shapes, not in ``flops``).
     """
-    schema = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "name": pl.Utf8, "dtype": pl.Utf8, "calls": pl.Int64,
-                        "flops": pl.Float64, "unknown_calls": pl.Int64})
+    schema = pl.Schema(
+        {
+            "rank": pl.Int32,
+            "step": pl.Int32,
+            "name": pl.Utf8,
+            "dtype": pl.Utf8,
+            "calls": pl.Int64,
+            "flops": pl.Float64,
+            "unknown_calls": pl.Int64,
+        }
+    )
     unknown = pl.col("flops_call").is_null()
     return (
         signature_flops(store, run_id)
         .group_by("rank", "step", "name", "dtype")
-        .agg(pl.col("calls").sum(), (pl.col("calls") * pl.col("flops_call")).sum().alias("flops"),
-             pl.col("calls").filter(unknown).sum().alias("unknown_calls"))
+        .agg(
+            pl.col("calls").sum(),
+            (pl.col("calls") * pl.col("flops_call")).sum().alias("flops"),
+            pl.col("calls").filter(unknown).sum().alias("unknown_calls"),
+        )
         .cast(schema)
         .sort("rank", "step", "name")
     )
@@ -348,21 +401,38 @@ def account(
     if source != "auto" and source not in order:
         raise UsageError(f"flops_source={source!r}: choose auto, {', '.join(order)}")
     steps = store.sql("SELECT rank, step FROM steps WHERE run_id = ? ORDER BY rank, step", [run_id])
-    world = store.sql("SELECT world_size FROM runs WHERE run_id = ?", [run_id])["world_size"][0] or steps["rank"].n_unique()
+    world = (
+        store.sql("SELECT world_size FROM runs WHERE run_id = ?", [run_id])["world_size"][0]
+        or steps["rank"].n_unique()
+    )
     shapes = shape_flops(store, run_id)
     dtype = _dominant_dtype(shapes)
     for name in order if source == "auto" else (source,):
         if name == "declared" and declared_per_step > 0:
             per = steps.with_columns(pl.lit(declared_per_step / world).alias("flops"))
-            return FlopsAccount(per, name, dtype, (f"declared {declared_per_step:.4g} FLOPs/step for the job, split over {world} ranks",), shapes)
+            return FlopsAccount(
+                per,
+                name,
+                dtype,
+                (f"declared {declared_per_step:.4g} FLOPs/step for the job, split over {world} ranks",),
+                shapes,
+            )
         if name == "palm" and palm is not None:
             total = palm_flops(*palm)
             per = steps.with_columns(pl.lit(total / world).alias("flops"))
-            return FlopsAccount(per, name, dtype, (f"PaLM formula: {total:.4g} FLOPs/step for the job, split over {world} ranks",), shapes)
+            return FlopsAccount(
+                per,
+                name,
+                dtype,
+                (f"PaLM formula: {total:.4g} FLOPs/step for the job, split over {world} ranks",),
+                shapes,
+            )
         if name == "sidecar":
             side = sidecar_flops(store, run_id)
             if not side.is_empty():
-                return FlopsAccount(steps.join(side, on=["rank", "step"], how="inner"), name, dtype, shapes=shapes)
+                return FlopsAccount(
+                    steps.join(side, on=["rank", "step"], how="inner"), name, dtype, shapes=shapes
+                )
         if name == "shapes" and shapes["flops"].sum() > 0:
             return _from_shapes(steps, shapes, dtype)
         if source != "auto":
@@ -383,8 +453,7 @@ def _from_shapes(steps: pl.DataFrame, shapes: pl.DataFrame, dtype: str | None) -
     outside = shapes.filter(pl.col("step").is_null())["flops"].sum()
     if outside:
         notes.append(f"{outside:.4g} FLOPs outside ProfilerSteps not counted")
-    per = (
-        steps.join(shapes.group_by("rank", "step").agg(pl.col("flops").sum()), on=["rank", "step"], how="left")
-        .with_columns(pl.col("flops").fill_null(0.0))
-    )
+    per = steps.join(
+        shapes.group_by("rank", "step").agg(pl.col("flops").sum()), on=["rank", "step"], how="left"
+    ).with_columns(pl.col("flops").fill_null(0.0))
     return FlopsAccount(per, "shapes", dtype, tuple(notes), shapes)

@@ -78,11 +78,14 @@ def job_runs(store: Store, job: str) -> list[int]:
     if not ids:
         ids = store.sql("SELECT run_id FROM runs WHERE starts_with(name, ?)", [job])["run_id"].to_list()
     if not ids:
-        raise StoreError(f"no job {job!r}: name a baseline set, runs separated by commas, or the start of run names")
+        raise StoreError(
+            f"no job {job!r}: name a baseline set, runs separated by commas, or the start of run names"
+        )
     order = store.sql(
         """SELECT r.run_id, min(s.cpu_start_ns) AS t FROM runs r LEFT JOIN steps s USING (run_id)
            WHERE r.run_id IN (SELECT unnest(?::INTEGER[])) GROUP BY r.run_id ORDER BY t NULLS LAST, r.run_id""",
-        [list(dict.fromkeys(ids))])
+        [list(dict.fromkeys(ids))],
+    )
     return order["run_id"].to_list()
 
 
@@ -139,8 +142,13 @@ def _series(p: RunProfile, metric: str) -> tuple[float, np.ndarray]:
     return timing.unit_values(p.timing.samples, metric)
 
 
-def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = DEFAULT_WINDOW,
-            mfu_options: dict[str, str] | None = None) -> HistoryResult:
+def history(
+    store: Store,
+    job: str,
+    alpha: float = DEFAULT_ALPHA,
+    window: int = DEFAULT_WINDOW,
+    mfu_options: dict[str, str] | None = None,
+) -> HistoryResult:
     """Each gate metric of a job's runs, with noise bands and change points (module doc).
 
     Args:
@@ -160,7 +168,10 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
     ids = job_runs(store, job)
     cache: dict[int, RunProfile] = {}
     profiles = [run_profile(store, i, mfu_options, cache) for i in ids]
-    has_mfu = all("mfu_pct" in p.timing.samples.columns and p.timing.samples["mfu_pct"].is_not_null().any() for p in profiles)
+    has_mfu = all(
+        "mfu_pct" in p.timing.samples.columns and p.timing.samples["mfu_pct"].is_not_null().any()
+        for p in profiles
+    )
     names = [m for m in STRUCTURAL] + [m for m in METRICS if m != ("tflops" if has_mfu else "mfu_pct")]
     mem_notes, exact = _memory_layer(profiles)
     rows: list[tuple[object, ...]] = []
@@ -170,7 +181,11 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
             continue
         values = [v for v, _ in series]
         structural = metric in STRUCTURAL or (metric == MEMORY_METRIC and exact)
-        cps = [i for i in range(1, len(values)) if values[i] != values[i - 1]] if structural else change_points(values, alpha)
+        cps = (
+            [i for i in range(1, len(values)) if values[i] != values[i - 1]]
+            if structural
+            else change_points(values, alpha)
+        )
         starts = [0, *cps]
         for i, (v, units) in enumerate(series):
             seg_start = max(s for s in starts if s <= i)
@@ -182,8 +197,11 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
                 half = 0.0
                 if not structural:
                     nz = noise.estimate([noise.spread(series[j][1]) for j in prev], noise.spread(units), ref)
-                    half = (noise.t_ppf(1.0 - alpha / 2.0, nz.df) * nz.se if nz.se is not None and nz.df > 0
-                            else math.inf)
+                    half = (
+                        noise.t_ppf(1.0 - alpha / 2.0, nz.df) * nz.se
+                        if nz.se is not None and nz.df > 0
+                        else math.inf
+                    )
                 lo, hi = max(mean - half, 0.0), mean + half  # every metric is >= 0
             if not prev and i:  # a change point: against the segment before it
                 prev_start = max(s for s in starts if s < i)
@@ -200,20 +218,50 @@ def history(store: Store, job: str, alpha: float = DEFAULT_ALPHA, window: int = 
             if metric.endswith("_ns"):  # whole ns, as the diff shows them
                 v = float(round(v))
                 lo, hi = (None if x is None or not math.isfinite(x) else float(round(x)) for x in (lo, hi))
-            rows.append((i + 1, profiles[i].name, metric, "structural" if structural else "timing", v, own,
-                         lo if lo is None or math.isfinite(lo) else None, hi if hi is None or math.isfinite(hi) else None,
-                         change, outside, i in cps, starts.index(seg_start) + 1))
-    frame = pl.DataFrame(rows, orient="row", schema={
-        "order": pl.Int64, "run": pl.Utf8, "metric": pl.Utf8, "layer": pl.Utf8, "value": pl.Float64,
-        "noise_pct": pl.Float64, "band_lo": pl.Float64, "band_hi": pl.Float64, "change_pct": pl.Float64,
-        "outside": pl.Boolean, "change_point": pl.Boolean, "segment": pl.Int64})
+            rows.append(
+                (
+                    i + 1,
+                    profiles[i].name,
+                    metric,
+                    "structural" if structural else "timing",
+                    v,
+                    own,
+                    lo if lo is None or math.isfinite(lo) else None,
+                    hi if hi is None or math.isfinite(hi) else None,
+                    change,
+                    outside,
+                    i in cps,
+                    starts.index(seg_start) + 1,
+                )
+            )
+    frame = pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "order": pl.Int64,
+            "run": pl.Utf8,
+            "metric": pl.Utf8,
+            "layer": pl.Utf8,
+            "value": pl.Float64,
+            "noise_pct": pl.Float64,
+            "band_lo": pl.Float64,
+            "band_hi": pl.Float64,
+            "change_pct": pl.Float64,
+            "outside": pl.Boolean,
+            "change_point": pl.Boolean,
+            "segment": pl.Int64,
+        },
+    )
     notes = _notes(frame, len(profiles))
     notes[1:1] = mem_notes
     kinds = {(p.gpu, p.world_size) for p in profiles}
     if len(kinds) > 1:
-        notes.insert(1, "the runs are not all comparable (" + "; ".join(
-            f"{'GPU' if g else 'CPU-only'}, world size {w}" for g, w in sorted(kinds, key=str))
-            + "): their values differ by design, not by drift")
+        notes.insert(
+            1,
+            "the runs are not all comparable ("
+            + "; ".join(f"{'GPU' if g else 'CPU-only'}, world size {w}" for g, w in sorted(kinds, key=str))
+            + "): their values differ by design, not by drift",
+        )
     return HistoryResult(frame=frame, notes=tuple(notes), job=job)
 
 
@@ -224,13 +272,23 @@ def _memory_layer(profiles: Sequence[RunProfile]) -> tuple[list[str], bool]:
     bands, as a timing metric. Not shown when some run recorded no memory."""
     have = [p.memory is not None for p in profiles]
     if not all(have):
-        return ([f"{MEMORY_METRIC} not shown: only {sum(have)} of {len(have)} runs recorded memory "
-                 "(profile_memory=True)"] if any(have) else []), False
+        return (
+            [
+                f"{MEMORY_METRIC} not shown: only {sum(have)} of {len(have)} runs recorded memory "
+                "(profile_memory=True)"
+            ]
+            if any(have)
+            else []
+        ), False
     if all(memory_deterministic([p]) for p in profiles):
-        return [f"{MEMORY_METRIC}: allocations are deterministic (each run's ranks repeat their peak to the byte "
-                "over their steps): compared exactly, as a structural metric"], True
-    return [f"{MEMORY_METRIC}: peaks differ between the steps of a run (allocations not deterministic): noise bands "
-            "and change points as a timing metric"], False
+        return [
+            f"{MEMORY_METRIC}: allocations are deterministic (each run's ranks repeat their peak to the byte "
+            "over their steps): compared exactly, as a structural metric"
+        ], True
+    return [
+        f"{MEMORY_METRIC}: peaks differ between the steps of a run (allocations not deterministic): noise bands "
+        "and change points as a timing metric"
+    ], False
 
 
 def _notes(frame: pl.DataFrame, runs: int) -> list[str]:
@@ -240,6 +298,8 @@ def _notes(frame: pl.DataFrame, runs: int) -> list[str]:
         notes.append(f"change point: {r['metric']} from run {r['run']} (order {r['order']}){ch}")
     out = frame.filter(pl.col("outside") & ~pl.col("change_point"))
     if out.height:
-        notes.append("outside the noise band of the runs before: " + ", ".join(
-            f"{r['run']} {r['metric']}" for r in out.iter_rows(named=True)))
+        notes.append(
+            "outside the noise band of the runs before: "
+            + ", ".join(f"{r['run']} {r['metric']}" for r in out.iter_rows(named=True))
+        )
     return notes

@@ -69,7 +69,9 @@ def union_ns(
     return s.group_by(by).agg(pl.col(name).sum()) if by else s.select(pl.col(name).sum())
 
 
-def _added(by: list[str], start: str = "start_ns", end: str = "end_ns", mask: pl.Expr | None = None) -> pl.Expr:
+def _added(
+    by: list[str], start: str = "start_ns", end: str = "end_ns", mask: pl.Expr | None = None
+) -> pl.Expr:
     """Per row of a frame whose groups (``by``) lie in start order, what the row adds to the union
     of its group's rows of ``mask`` (all rows when None; 0 outside it): the part of it past the
     running max end of the earlier ones, ``max(0, end - max(start, that end))`` (int64 ns). The
@@ -89,9 +91,7 @@ def clip(df: pl.DataFrame, lo: str, hi: str, start: str = "start_ns", end: str =
     ).filter(pl.col(end) > pl.col(start))
 
 
-def subtract(
-    a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | None = None
-) -> pl.DataFrame:
+def subtract(a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | None = None) -> pl.DataFrame:
     """The parts of ``a`` not covered by ``b``: ``∪a - ∪b`` within each group, as maximal intervals.
 
     :func:`remove` applied to the merged ``a``: linear after one sort (never a join of intervals x
@@ -143,7 +143,9 @@ def remove(a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | No
     # One dense id per b_by group of ``a``; b's groups that ``a`` lacks remove nothing.
     keys = a.select(b_by).unique().with_row_index("_g")
     ag = a.join(keys, on=b_by, how="left", nulls_equal=True)
-    mb = merge(b.select(*b_by, "start_ns", "end_ns").join(keys, on=b_by, how="inner", nulls_equal=True), ["_g"])
+    mb = merge(
+        b.select(*b_by, "start_ns", "end_ns").join(keys, on=b_by, how="inner", nulls_equal=True), ["_g"]
+    )
     gaps = complement(mb, "_g", keys.select("_g"))
     return _intersect_runs(ag, gaps, "_g").drop("_g").select(a.columns)
 
@@ -173,7 +175,8 @@ def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.
     before = pl.col("end_ns").cum_max().shift(1)
     before = (before.over(by) if by else before).fill_null(_LO)
     return s.with_columns(pl.max_horizontal("start_ns", before).alias("start_ns")).filter(
-        pl.col("end_ns") > pl.col("start_ns"))
+        pl.col("end_ns") > pl.col("start_ns")
+    )
 
 
 _LO, _HI = -(2**63), 2**63 - 1  # unbounded ends of a complement (int64 ns)
@@ -195,7 +198,9 @@ def complement(m: pl.DataFrame, g: str, groups: pl.DataFrame) -> pl.DataFrame:
     first = groups.join(m.group_by(g).agg(pl.col("start_ns").min().alias("end_ns")), on=g, how="left")
     head = first.select(g, pl.lit(_LO, pl.Int64).alias("start_ns"), pl.col("end_ns").fill_null(_HI))
     tail = m.select(
-        g, pl.col("end_ns").alias("start_ns"), pl.col("start_ns").shift(-1).over(g).fill_null(_HI).alias("end_ns")
+        g,
+        pl.col("end_ns").alias("start_ns"),
+        pl.col("start_ns").shift(-1).over(g).fill_null(_HI).alias("end_ns"),
     )
     out = pl.concat([head, tail.cast(head.schema)]).filter(pl.col("end_ns") > pl.col("start_ns"))
     return out.sort(g, "start_ns").with_row_index("_c").with_columns(pl.col("_c").cast(pl.Int64))
@@ -216,8 +221,12 @@ def cut(a: pl.DataFrame, runs: pl.DataFrame, g: str, carry: list[str]) -> pl.Dat
         ``a``'s columns (start_ns, end_ns replaced by the pieces, ns) plus ``carry``, unordered;
         parts of ``a`` outside every run are dropped. Linear after sorts (two as-of joins).
     """
-    r = runs.filter(pl.col("end_ns") > pl.col("start_ns")).sort(g, "start_ns").with_row_index("_c").with_columns(
-        pl.col("_c").cast(pl.Int64))
+    r = (
+        runs.filter(pl.col("end_ns") > pl.col("start_ns"))
+        .sort(g, "start_ns")
+        .with_row_index("_c")
+        .with_columns(pl.col("_c").cast(pl.Int64))
+    )
     if a.is_empty() or r.is_empty():
         return a.head(0).with_columns(*(pl.lit(None, runs.schema[c]).alias(c) for c in carry))
     pieces = _intersect_runs(a, r.select(g, "start_ns", "end_ns", "_c"), g, keep="_pos")
@@ -243,14 +252,26 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | Non
     """
     lo = a.sort("start_ns").join_asof(
         runs.select(g, pl.col("end_ns").alias("_re"), pl.col("_c").alias("_i0")).sort("_re"),
-        left_on="start_ns", right_on="_re", by=g, strategy="forward", allow_exact_matches=False,
+        left_on="start_ns",
+        right_on="_re",
+        by=g,
+        strategy="forward",
+        allow_exact_matches=False,
         check_sortedness=False,
     )
-    both = lo.sort("end_ns").join_asof(
-        runs.select(g, pl.col("start_ns").alias("_rs"), pl.col("_c").alias("_i1")).sort("_rs"),
-        left_on="end_ns", right_on="_rs", by=g, strategy="backward", allow_exact_matches=False,
-        check_sortedness=False,
-    ).drop("_re", "_rs")
+    both = (
+        lo.sort("end_ns")
+        .join_asof(
+            runs.select(g, pl.col("start_ns").alias("_rs"), pl.col("_c").alias("_i1")).sort("_rs"),
+            left_on="end_ns",
+            right_on="_rs",
+            by=g,
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .drop("_re", "_rs")
+    )
     pairs = (
         both.filter(pl.col("_i0") <= pl.col("_i1"))
         .with_columns(pl.int_ranges("_i0", pl.col("_i1") + 1, dtype=pl.Int64).alias("_c"))
@@ -259,7 +280,8 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | Non
         .join(runs.select("_c", pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re")), on="_c")
     )
     out = pairs.with_columns(
-        pl.max_horizontal("start_ns", "_rs").alias("start_ns"), pl.min_horizontal("end_ns", "_re").alias("end_ns")
+        pl.max_horizontal("start_ns", "_rs").alias("start_ns"),
+        pl.min_horizontal("end_ns", "_re").alias("end_ns"),
     ).drop("_rs", "_re")
     return out.rename({"_c": keep}) if keep else out.drop("_c")
 
@@ -312,13 +334,24 @@ def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     cls = pl.col("class")
     comp, comm = cls == "compute", cls == "comm"
     parts = act.select(
-        *by, "start_ns", "end_ns", _added(by).alias("busy_ns"), _added(by, mask=comp).alias("compute_ns"),
-        _added(by, mask=comm).alias("comm_ns"), _added(by, mask=comp | comm).alias("_cc_ns"))
+        *by,
+        "start_ns",
+        "end_ns",
+        _added(by).alias("busy_ns"),
+        _added(by, mask=comp).alias("compute_ns"),
+        _added(by, mask=comm).alias("comm_ns"),
+        _added(by, mask=comp | comm).alias("_cc_ns"),
+    )
     out = parts.group_by(by).agg(
-        pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"),
-        *(pl.col(c).sum() for c in ("busy_ns", "compute_ns", "comm_ns", "_cc_ns")))
+        pl.col("start_ns").min().alias("first_ns"),
+        pl.col("end_ns").max().alias("last_ns"),
+        *(pl.col(c).sum() for c in ("busy_ns", "compute_ns", "comm_ns", "_cc_ns")),
+    )
     return out.select(
-        *by, "first_ns", "last_ns", (pl.col("last_ns") - pl.col("first_ns")).alias("window_ns"),
+        *by,
+        "first_ns",
+        "last_ns",
+        (pl.col("last_ns") - pl.col("first_ns")).alias("window_ns"),
         *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", "compute_ns", "comm_ns")),
         (pl.col("comm_ns") + pl.col("compute_ns") - pl.col("_cc_ns")).cast(pl.Int64).alias("overlap_ns"),
     ).sort(by)

@@ -43,7 +43,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OK", "INCONCLUSIVE", "REGRESSION", "Noise", "t_cdf", "t_ppf", "spread", "estimate", "p_value", "judge"]
+__all__ = [
+    "OK",
+    "INCONCLUSIVE",
+    "REGRESSION",
+    "Noise",
+    "t_cdf",
+    "t_ppf",
+    "spread",
+    "estimate",
+    "p_value",
+    "judge",
+]
 
 OK, INCONCLUSIVE, REGRESSION = "ok", "inconclusive", "regression"
 
@@ -55,8 +66,10 @@ def _beta_cf(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c
@@ -131,7 +144,9 @@ def spread(units: np.ndarray) -> tuple[int, float]:
     return len(u), float(((u - u.mean()) ** 2).sum()) if len(u) else 0.0
 
 
-def estimate(base: Sequence[tuple[int, float]], cand: tuple[int, float], base_values: Sequence[float] | np.ndarray) -> Noise:
+def estimate(
+    base: Sequence[tuple[int, float]], cand: tuple[int, float], base_values: Sequence[float] | np.ndarray
+) -> Noise:
     """Noise of the change of one metric between baseline runs and a candidate (module doc).
 
     Args:
@@ -160,8 +175,9 @@ def estimate(base: Sequence[tuple[int, float]], cand: tuple[int, float], base_va
     return Noise(math.sqrt(var), float(k - 1 if k >= 2 else df_w), between, k)
 
 
-def judge(change_pct: float, noise_pct: float | None, p: float | None, k: int, threshold_pct: float,
-          alpha: float) -> tuple[str, str]:
+def judge(
+    change_pct: float, noise_pct: float | None, p: float | None, k: int, threshold_pct: float, alpha: float
+) -> tuple[str, str]:
     """The verdict of one metric and why (module doc, step 6).
 
     Args:
@@ -184,11 +200,16 @@ def judge(change_pct: float, noise_pct: float | None, p: float | None, k: int, t
         return INCONCLUSIVE, f"noise {noise_pct:.1f}% > threshold {threshold_pct:g}%"
     if change_pct > threshold_pct:
         if k < 2:
-            return INCONCLUSIVE, f"{change} > threshold {threshold_pct:g}%; one baseline run cannot tell it from run-to-run variation"
+            return (
+                INCONCLUSIVE,
+                f"{change} > threshold {threshold_pct:g}%; one baseline run cannot tell it from run-to-run variation",
+            )
         return INCONCLUSIVE, f"{change} > threshold {threshold_pct:g}% but not significant (p={p:.2g})"
     if k < 2 and -change_pct > threshold_pct:
-        return INCONCLUSIVE, (f"{change}: the runs differ by more than the threshold {threshold_pct:g}%; one baseline run "
-                              "cannot tell the code from the machine")
+        return INCONCLUSIVE, (
+            f"{change}: the runs differ by more than the threshold {threshold_pct:g}%; one baseline run "
+            "cannot tell the code from the machine"
+        )
     return OK, f"{change} within threshold {threshold_pct:g}%, noise {noise_pct:.1f}%"
 
 

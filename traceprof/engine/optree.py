@@ -45,27 +45,47 @@ def with_parents(df: pl.DataFrame, lane: list[str], priority: str | None = None)
     # Same-start ops sorted before i that have a duration enclose it (they end no earlier; step 1).
     has_dur = (pl.col("end_ns") > pl.col("start_ns")).cast(pl.Int64)
     same = s.select(has_dur.cum_sum().over([*lane, "start_ns"]) - has_dur).to_series().to_numpy()
-    bounds = s.with_row_index("_r").group_by(lane, maintain_order=True).agg(
-        pl.col("_r").first().alias("lo"), pl.col("_r").last().alias("hi"))
+    bounds = (
+        s.with_row_index("_r")
+        .group_by(lane, maintain_order=True)
+        .agg(pl.col("_r").first().alias("lo"), pl.col("_r").last().alias("hi"))
+    )
     for lo, hi in zip(bounds["lo"], bounds["hi"], strict=True):
-        st, en, p = start_all[lo:hi + 1], end_all[lo:hi + 1], pos[lo:hi + 1]
+        st, en, p = start_all[lo : hi + 1], end_all[lo : hi + 1], pos[lo : hi + 1]
         starts, ends = np.sort(st[p]), np.sort(en[p])
-        depth[lo:hi + 1] = np.searchsorted(starts, st, "left") - np.searchsorted(ends, st, "right")
+        depth[lo : hi + 1] = np.searchsorted(starts, st, "left") - np.searchsorted(ends, st, "right")
     s = s.with_columns(pl.Series("_depth", depth + same))
-    right = s.select(*lane, (pl.col("_depth") + 1).alias("_depth"), pl.col("id").alias("parent"),
-                     pl.col("start_ns").alias("_ps"), pl.col("end_ns").alias("_pe"))
-    out = s.join_asof(right, left_on="id", right_on="parent", by=[*lane, "_depth"], strategy="backward",
-                      allow_exact_matches=False, check_sortedness=False)
+    right = s.select(
+        *lane,
+        (pl.col("_depth") + 1).alias("_depth"),
+        pl.col("id").alias("parent"),
+        pl.col("start_ns").alias("_ps"),
+        pl.col("end_ns").alias("_pe"),
+    )
+    out = s.join_asof(
+        right,
+        left_on="id",
+        right_on="parent",
+        by=[*lane, "_depth"],
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
     encloses = (pl.col("_ps") <= pl.col("start_ns")) & (pl.col("_pe") >= pl.col("end_ns"))
     return out.with_columns(pl.when(encloses).then(pl.col("parent")).otherwise(None).alias("parent")).drop(
-        "_depth", "_ps", "_pe")
+        "_depth", "_ps", "_pe"
+    )
 
 
 def self_times(tree: pl.DataFrame) -> pl.Series:
     """Self time (ns) of each row of a :func:`with_parents` frame: duration minus its children's."""
-    child = tree.filter(pl.col("parent").is_not_null()).group_by("parent").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("_child"))
+    child = (
+        tree.filter(pl.col("parent").is_not_null())
+        .group_by("parent")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_child"))
+    )
     joined = tree.select("id", "start_ns", "end_ns").join(
-        child, left_on="id", right_on="parent", how="left", maintain_order="left")
+        child, left_on="id", right_on="parent", how="left", maintain_order="left"
+    )
     own = pl.col("end_ns") - pl.col("start_ns") - pl.col("_child").fill_null(0)
     return joined.select(pl.max_horizontal(own, pl.lit(0)).alias("self_ns"))["self_ns"]

@@ -21,8 +21,17 @@ import polars as pl
 
 from traceprof.storage.store import Store
 
-__all__ = ["DevicePeak", "PEAKS", "DTYPES", "Precision", "canonical_dtype", "kernel_dtype", "kernel_precision",
-           "match_device", "rank_devices"]
+__all__ = [
+    "DevicePeak",
+    "PEAKS",
+    "DTYPES",
+    "Precision",
+    "canonical_dtype",
+    "kernel_dtype",
+    "kernel_precision",
+    "match_device",
+    "rank_devices",
+]
 
 #: Canonical dtype names used by the peak table and by ``traceprof.engine.flops``.
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
@@ -46,13 +55,27 @@ _MI300 = {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "fp16": 1307.4, "bf16": 1
 
 #: Matched in order against the device name (case-insensitive regular expressions).
 PEAKS: tuple[DevicePeak, ...] = (
-    DevicePeak("H100 PCIe", r"H[18]00.*PCIE", {"fp64": 51.0, "fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0}),
-    DevicePeak("H100 NVL", r"H100.*NVL", {"fp64": 60.0, "fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5}),
-    DevicePeak("H200 NVL", r"H200.*NVL", {"fp64": 60.0, "fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5}),
+    DevicePeak(
+        "H100 PCIe",
+        r"H[18]00.*PCIE",
+        {"fp64": 51.0, "fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},
+    ),
+    DevicePeak(
+        "H100 NVL",
+        r"H100.*NVL",
+        {"fp64": 60.0, "fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
+    ),
+    DevicePeak(
+        "H200 NVL",
+        r"H200.*NVL",
+        {"fp64": 60.0, "fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
+    ),
     DevicePeak("H200", r"H200", _H100_SXM),
     DevicePeak("H100 SXM", r"H100|H800|GH200", _H100_SXM),
     DevicePeak("B200", r"(?<![A-Z])B200", {"tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0}),
-    DevicePeak("A100", r"A100|A800", {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}),
+    DevicePeak(
+        "A100", r"A100|A800", {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}
+    ),
     DevicePeak("V100S", r"V100S", {"fp64": 8.2, "fp32": 16.4, "fp16": 130.0}),
     DevicePeak("V100 PCIe", r"V100.*PCIE", {"fp64": 7.0, "fp32": 14.0, "fp16": 112.0}),
     DevicePeak("V100 SXM2", r"V100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}),
@@ -64,12 +87,24 @@ PEAKS: tuple[DevicePeak, ...] = (
 )
 
 _DTYPE_ALIASES = {
-    "double": "fp64", "float64": "fp64", "fp64": "fp64",
-    "float": "fp32", "float32": "fp32", "fp32": "fp32",
-    "tf32": "tf32", "tensorfloat32": "tf32",
-    "half": "fp16", "float16": "fp16", "fp16": "fp16",
-    "bfloat16": "bf16", "bf16": "bf16",
-    "fp8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
+    "double": "fp64",
+    "float64": "fp64",
+    "fp64": "fp64",
+    "float": "fp32",
+    "float32": "fp32",
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "tensorfloat32": "tf32",
+    "half": "fp16",
+    "float16": "fp16",
+    "fp16": "fp16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "fp8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
 }
 
 
@@ -164,8 +199,10 @@ class Precision:
     @property
     def reason(self) -> str:
         """One line: which kernels set the precision."""
-        return (f"{self.share_pct:.0f}% of matrix-kernel time is {self.dtype} "
-                f"(e.g. {self.example[:80]}{'...' if len(self.example) > 80 else ''})")
+        return (
+            f"{self.share_pct:.0f}% of matrix-kernel time is {self.dtype} "
+            f"(e.g. {self.example[:80]}{'...' if len(self.example) > 80 else ''})"
+        )
 
 
 def kernel_precision(store: Store, run_id: int) -> Precision | None:

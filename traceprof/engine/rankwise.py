@@ -50,8 +50,10 @@ __all__ = ["restrict", "dask_runner", "attach_executor", "merge"]
 def _require_parquet(store: Store) -> Dataset:
     """The store's Parquet dataset; a UsageError for a duckdb-layout store."""
     if store.dataset is None:
-        raise UsageError(f"--executor dask runs per-rank analyses on the store's Parquet files, but {store.path} "
-                         "has the duckdb layout; drop --executor dask, or ingest into a new store with --layout parquet")
+        raise UsageError(
+            f"--executor dask runs per-rank analyses on the store's Parquet files, but {store.path} "
+            "has the duckdb layout; drop --executor dask, or ingest into a new store with --layout parquet"
+        )
     return store.dataset
 
 
@@ -69,9 +71,15 @@ def restrict(store: Store, rank: int) -> None:
     ((db_name,),) = con.execute("SELECT current_database()").fetchall()
     cat = '"' + str(db_name).replace('"', '""') + '"'
     for t in schema.TABLES:
-        if not t.view_sql and t.name not in schema.PARQUET_TABLES and any(c.name == "rank" for c in t.columns):
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {t.name} AS SELECT * FROM {cat}.main.{t.name} "
-                        f"WHERE rank = {int(rank)}")
+        if (
+            not t.view_sql
+            and t.name not in schema.PARQUET_TABLES
+            and any(c.name == "rank" for c in t.columns)
+        ):
+            con.execute(
+                f"CREATE OR REPLACE TEMP VIEW {t.name} AS SELECT * FROM {cat}.main.{t.name} "
+                f"WHERE rank = {int(rank)}"
+            )
     dataset.refresh()  # its file list comes from parts: now the rank's
 
 
@@ -82,7 +90,9 @@ def _rank_task(task: tuple[str, int, str, Any, int]) -> FrameResult | TraceprofE
         with Store(db, read_only=True) as store:
             restrict(store, rank)
             if store.resolve_run(params.run) != run_id:
-                raise StoreError(f"{db}: the store changed while the analysis ran (run {params.run!r}); run it again")
+                raise StoreError(
+                    f"{db}: the store changed while the analysis ran (run {params.run!r}); run it again"
+                )
             return registry.get(name).run(store, params)  # a bare store: computed here
     except TraceprofError as e:
         return e
@@ -96,11 +106,14 @@ def _needs_local(store: Store, run_id: int, params: Any) -> bool:
         # the profiler-start transient is found across ranks (traceprof.engine.arrivals): one rank alone
         # cannot see it, so a run that has one is analyzed on the client
         return bool(run_transient(store, run_id).steps)
-    n = store.sql("SELECT rank, count(DISTINCT name) AS n FROM events WHERE run_id = ? AND kind = 'step' "
-                  "GROUP BY ALL", [run_id])
+    n = store.sql(
+        "SELECT rank, count(DISTINCT name) AS n FROM events WHERE run_id = ? AND kind = 'step' GROUP BY ALL",
+        [run_id],
+    )
     ranks = store.sql("SELECT count(DISTINCT rank) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0]
-    total = store.sql("SELECT count(DISTINCT name) AS n FROM events WHERE run_id = ? AND kind = 'step'",
-                      [run_id])["n"][0]
+    total = store.sql(
+        "SELECT count(DISTINCT name) AS n FROM events WHERE run_id = ? AND kind = 'step'", [run_id]
+    )["n"][0]
     few = [k < 2 for k in n["n"].to_list()] + [True] * (ranks - n.height)  # ranks without steps: 0
     return any(f != (total < 2) for f in few)
 
@@ -152,7 +165,9 @@ def dask_runner(cluster: Any) -> Runner:
         run_id = store.resolve_run(params.run)
         if _needs_local(store, run_id, params):
             return fn(store, params)
-        ranks = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? ORDER BY rank", [run_id])["rank"].to_list()
+        ranks = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? ORDER BY rank", [run_id])[
+            "rank"
+        ].to_list()
         db = str(Path(store.path).absolute())
         results = cluster.map(_rank_task, [(db, run_id, name, params, int(r)) for r in ranks])
         ok = [r for r in results if not isinstance(r, TraceprofError)]

@@ -101,8 +101,11 @@ def _code_key() -> str:
     import numpy
     import pyarrow
 
-    h = hashlib.sha256(orjson.dumps([_FORMAT, sys.version, duckdb.__version__, pl.__version__,
-                                     pyarrow.__version__, numpy.__version__]))
+    h = hashlib.sha256(
+        orjson.dumps(
+            [_FORMAT, sys.version, duckdb.__version__, pl.__version__, pyarrow.__version__, numpy.__version__]
+        )
+    )
     root = Path(__file__).resolve().parent.parent  # the traceprof package
     # the whole package, traceprof.analyses and traceprof.collectors included (in a checkout they
     # are links to the repository's analyses/ and collectors/ folders: followed)
@@ -167,7 +170,11 @@ def lookup(store: Any, name: str, params: Any) -> Any | None:
     try:
         cls = _result_class(meta["class"])
         expected = {f.name for f in dataclasses.fields(cls)} - {"notes"}
-        if meta.get("analysis") != name or cls.__module__ != get(name).run.__module__ or set(frames) != expected:
+        if (
+            meta.get("analysis") != name
+            or cls.__module__ != get(name).run.__module__
+            or set(frames) != expected
+        ):
             return None
         return cls(notes=tuple(Note.from_dict(n) for n in meta["notes"]), **frames)
     except Exception:  # noqa: BLE001 - a foreign entry: compute instead

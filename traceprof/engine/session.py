@@ -122,9 +122,18 @@ class Session:
         owns_store: Close the store with the session.
     """
 
-    def __init__(self, store: Store, *, cache: bool = False, executor: str = "local", scheduler: str | None = None,
-                 threads: int | None = None, memo: bool = True, many: bool = True,
-                 owns_store: bool = False) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        cache: bool = False,
+        executor: str = "local",
+        scheduler: str | None = None,
+        threads: int | None = None,
+        memo: bool = True,
+        many: bool = True,
+        owns_store: bool = False,
+    ) -> None:
         self.store = store
         self.cache = cache
         self.runner: Runner | None = None
@@ -197,16 +206,21 @@ class Session:
             raise slot.value
         return slot.value
 
-    def compute(self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any) -> FrameResult:
+    def compute(
+        self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any
+    ) -> FrameResult:
         """Analysis ``name`` (its unwrapped ``run`` is ``fn``) with ``params`` on ``store`` (this
         session's store, or a thread's view of it): from the memo, else from the results kept
         beside the store, else computed by the runner (or here) and kept."""
         if self.memo is None:
             return self._compute(name, fn, store, params)
-        return self.once(("analysis", name, params), lambda: self._compute(name, fn, store, params),
-                         keep_errors=True)
+        return self.once(
+            ("analysis", name, params), lambda: self._compute(name, fn, store, params), keep_errors=True
+        )
 
-    def _compute(self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any) -> FrameResult:
+    def _compute(
+        self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any
+    ) -> FrameResult:
         from traceprof.engine import resultcache
 
         out = resultcache.lookup(store, name, params) if self.cache else None
@@ -246,15 +260,26 @@ class Session:
         spec = registry.get(name)
         return spec.run(self.store, registry.make_params(spec, run, params))
 
-    def summary(self, run: str | None = None, params: dict[str, dict[str, str]] | None = None,
-                baseline: str | None = None, force: bool = False) -> Findings:
+    def summary(
+        self,
+        run: str | None = None,
+        params: dict[str, dict[str, str]] | None = None,
+        baseline: str | None = None,
+        force: bool = False,
+    ) -> Findings:
         """``traceprof summary``: the run's findings and verdicts (``traceprof.engine.findings.summarize``)."""
         from traceprof.engine.findings import summarize
 
         return summarize(self.store, run, params, baseline, force)
 
-    def diff(self, base: str, cand: str, thresholds: dict[str, float] | None = None,
-             mfu_options: dict[str, str] | None = None, force: bool = False) -> Any:
+    def diff(
+        self,
+        base: str,
+        cand: str,
+        thresholds: dict[str, float] | None = None,
+        mfu_options: dict[str, str] | None = None,
+        force: bool = False,
+    ) -> Any:
         """``traceprof diff BASE CAND``: the regression diff (``traceprof.engine.diff.diff_runs``)."""
         from traceprof.engine.diff import diff_runs
 
@@ -280,9 +305,18 @@ def of(store: Store, *, many: bool = True) -> Iterator[Session]:
         yield s
 
 
-def open_session(db: str | Path, *, read_only: bool = True, cache: bool = True, executor: str = "local",
-                 scheduler: str | None = None, threads: int | None = None, memo: bool = True,
-                 many: bool = True, cls: type[Session] | None = None) -> Session:
+def open_session(
+    db: str | Path,
+    *,
+    read_only: bool = True,
+    cache: bool = True,
+    executor: str = "local",
+    scheduler: str | None = None,
+    threads: int | None = None,
+    memo: bool = True,
+    many: bool = True,
+    cls: type[Session] | None = None,
+) -> Session:
     """Open the store ``db`` as a :class:`Session` (``cls``, default this one: ``traceprof.open``
     gives ``traceprof.api.Session``, which also writes the report); close it with the session.
 
@@ -306,8 +340,16 @@ def open_session(db: str | Path, *, read_only: bool = True, cache: bool = True, 
 
     store = Store(db, read_only=read_only)
     try:
-        return (cls or Session)(store, cache=cache_from_env(cache), executor=executor, scheduler=scheduler,
-                                threads=threads, memo=memo, many=many, owns_store=True)
+        return (cls or Session)(
+            store,
+            cache=cache_from_env(cache),
+            executor=executor,
+            scheduler=scheduler,
+            threads=threads,
+            memo=memo,
+            many=many,
+            owns_store=True,
+        )
     except BaseException:
         store.close()
         raise

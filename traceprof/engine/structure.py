@@ -93,7 +93,9 @@ class Structure:
         return float(self.totals[metric].sum())
 
 
-def _median_over_steps(rows: pl.DataFrame, by: list[str], values: list[str], steps: pl.DataFrame) -> pl.DataFrame:
+def _median_over_steps(
+    rows: pl.DataFrame, by: list[str], values: list[str], steps: pl.DataFrame
+) -> pl.DataFrame:
     """Per (rank, *by): the median of each value column over the rank's steps, a missing step being 0.
 
     ``rows`` holds one row per (rank, step, *by) present; ``steps`` the number of steps per rank
@@ -118,27 +120,48 @@ def profile(store: Store, run_id: int) -> Structure:
     """
     steps = store.sql("SELECT rank, count(*) AS steps FROM steps WHERE run_id = ? GROUP BY rank", [run_id])
     counts = store.sql(_COUNTS_SQL.replace("$run", str(int(run_id))))
-    sig = signature_flops(store, run_id).filter(pl.col("step").is_not_null() & pl.col("flops_call").is_not_null())
+    sig = signature_flops(store, run_id).filter(
+        pl.col("step").is_not_null() & pl.col("flops_call").is_not_null()
+    )
     source: str | None = "shapes" if sig.height else None
-    per_key = sig.group_by("rank", "step", "name", pl.col("dims").alias("sig")).agg(
-        (pl.col("calls") * pl.col("flops_call")).sum().alias("flops")).with_columns(pl.lit("op").alias("kind"))
+    per_key = (
+        sig.group_by("rank", "step", "name", pl.col("dims").alias("sig"))
+        .agg((pl.col("calls") * pl.col("flops_call")).sum().alias("flops"))
+        .with_columns(pl.lit("op").alias("kind"))
+    )
     counts = counts.join(per_key, on=["rank", "step", *_KEYS], how="left").with_columns(
-        pl.col("flops").fill_null(0.0), pl.col("calls").cast(pl.Float64), pl.col("bytes").cast(pl.Float64))
+        pl.col("flops").fill_null(0.0), pl.col("calls").cast(pl.Float64), pl.col("bytes").cast(pl.Float64)
+    )
     step_flops = per_key.group_by("rank", "step").agg(pl.col("flops").sum())
     if source is None:
         side = sidecar_flops(store, run_id)
         if side.height:
-            source, step_flops = "sidecar", side.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "flops")
+            source, step_flops = (
+                "sidecar",
+                side.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "flops"),
+            )
     keys = _median_over_steps(counts, _KEYS, ["calls", "flops", "bytes"], steps)
     kind = pl.col("kind")
-    per_step = counts.group_by("rank", "step").agg(
-        pl.col("calls").filter(pl.col("launch")).sum().alias("launches"),
-        pl.col("calls").filter(kind == "collective").sum().alias("collectives"),
-        pl.col("bytes").sum().alias("comm_bytes"),
-    ).join(step_flops.with_columns(pl.col("flops").cast(pl.Float64)), on=["rank", "step"], how="full", coalesce=True)
+    per_step = (
+        counts.group_by("rank", "step")
+        .agg(
+            pl.col("calls").filter(pl.col("launch")).sum().alias("launches"),
+            pl.col("calls").filter(kind == "collective").sum().alias("collectives"),
+            pl.col("bytes").sum().alias("comm_bytes"),
+        )
+        .join(
+            step_flops.with_columns(pl.col("flops").cast(pl.Float64)),
+            on=["rank", "step"],
+            how="full",
+            coalesce=True,
+        )
+    )
     per_step = per_step.with_columns(pl.col(m).fill_null(0.0).cast(pl.Float64) for m in METRICS)
-    totals = steps.join(_median_over_steps(per_step, [], list(METRICS), steps), on="rank", how="left").with_columns(
-        pl.col(m).fill_null(0.0) for m in METRICS).sort("rank")
+    totals = (
+        steps.join(_median_over_steps(per_step, [], list(METRICS), steps), on="rank", how="left")
+        .with_columns(pl.col(m).fill_null(0.0) for m in METRICS)
+        .sort("rank")
+    )
     return Structure(keys.sort("rank", *_KEYS), totals, source)
 
 
@@ -176,7 +199,9 @@ def metric_change(bases: Sequence[float], cand: float) -> tuple[float, float]:
     return cand, 0.0
 
 
-def compare(bases: Sequence[Structure], cand: Structure, thresholds: dict[str, float]) -> tuple[list[dict[str, object]], pl.DataFrame]:
+def compare(
+    bases: Sequence[Structure], cand: Structure, thresholds: dict[str, float]
+) -> tuple[list[dict[str, object]], pl.DataFrame]:
     """Compare the structure of a candidate run with its baseline runs (module doc, step 4).
 
     Args:
@@ -202,16 +227,27 @@ def compare(bases: Sequence[Structure], cand: Structure, thresholds: dict[str, f
         if m == "flops" and (cand.flops_source is None or any(b.flops_source is None for b in bases)):
             continue  # FLOPs unknown on a side: nothing to compare
         ranks, per_rank = _ranks_changed(bases, cand, m)
-        metrics.append({
-            "metric": m, "base": base, "cand": c, "delta": c - base,
-            "delta_pct": 100.0 * (c - base) / base if base else None, "change_pct": change,
-            "threshold_pct": 100.0 * thresholds[m], "regressed": bool(change > 100.0 * thresholds[m]),
-            "varies": len(set(values)) > 1, "ranks": ranks, "per_rank": per_rank,
-        })
+        metrics.append(
+            {
+                "metric": m,
+                "base": base,
+                "cand": c,
+                "delta": c - base,
+                "delta_pct": 100.0 * (c - base) / base if base else None,
+                "change_pct": change,
+                "threshold_pct": 100.0 * thresholds[m],
+                "regressed": bool(change > 100.0 * thresholds[m]),
+                "varies": len(set(values)) > 1,
+                "ranks": ranks,
+                "per_rank": per_rank,
+            }
+        )
     return metrics, _changed_keys(bases, cand)
 
 
-def _ranks_changed(bases: Sequence[Structure], cand: Structure, metric: str) -> tuple[list[int], float | None]:
+def _ranks_changed(
+    bases: Sequence[Structure], cand: Structure, metric: str
+) -> tuple[list[int], float | None]:
     """The ranks whose value of ``metric`` is outside the baselines' range, and the change on each
     of them when it is the same on all (else None)."""
     got: dict[int, list[float]] = {}
@@ -236,26 +272,50 @@ def _changed_keys(bases: Sequence[Structure], cand: Structure) -> pl.DataFrame:
     # a key a baseline lacks counts 0 there: sums over baselines / k, and min over present rows and 0
     agg = stacked.group_by(idx).agg(
         *(pl.col(v).sum().alias(f"sum_{v}") for v in vals),
-        *(pl.when(pl.len() < k).then(pl.min_horizontal(pl.col(v).min(), pl.lit(0.0))).otherwise(pl.col(v).min()).alias(f"lo_{v}")
-          for v in vals),
-        *(pl.when(pl.len() < k).then(pl.max_horizontal(pl.col(v).max(), pl.lit(0.0))).otherwise(pl.col(v).max()).alias(f"hi_{v}")
-          for v in vals),
+        *(
+            pl.when(pl.len() < k)
+            .then(pl.min_horizontal(pl.col(v).min(), pl.lit(0.0)))
+            .otherwise(pl.col(v).min())
+            .alias(f"lo_{v}")
+            for v in vals
+        ),
+        *(
+            pl.when(pl.len() < k)
+            .then(pl.max_horizontal(pl.col(v).max(), pl.lit(0.0)))
+            .otherwise(pl.col(v).max())
+            .alias(f"hi_{v}")
+            for v in vals
+        ),
     )
     both = agg.join(cand.keys, on=idx, how="full", coalesce=True).with_columns(
         *(pl.col(v).fill_null(0.0) for v in vals),
         *(pl.col(f"{p}_{v}").fill_null(0.0) for p in ("sum", "lo", "hi") for v in vals),
     )
-    outside = pl.any_horizontal(*((pl.col(v) > pl.col(f"hi_{v}")) | (pl.col(v) < pl.col(f"lo_{v}")) for v in vals))
+    outside = pl.any_horizontal(
+        *((pl.col(v) > pl.col(f"hi_{v}")) | (pl.col(v) < pl.col(f"lo_{v}")) for v in vals)
+    )
     changed = both.with_columns(outside.alias("_changed"))
-    job = changed.group_by(_KEYS).agg(
-        *(pl.col(v).sum().alias(f"cand_{v}") for v in vals),
-        *((pl.col(f"sum_{v}").sum() / k).alias(f"base_{v}") for v in vals),
-        pl.col("rank").filter(pl.col("_changed")).sort().alias("ranks"),
-    ).filter(pl.col("ranks").list.len() > 0)
+    job = (
+        changed.group_by(_KEYS)
+        .agg(
+            *(pl.col(v).sum().alias(f"cand_{v}") for v in vals),
+            *((pl.col(f"sum_{v}").sum() / k).alias(f"base_{v}") for v in vals),
+            pl.col("rank").filter(pl.col("_changed")).sort().alias("ranks"),
+        )
+        .filter(pl.col("ranks").list.len() > 0)
+    )
     out = job.with_columns(*((pl.col(f"cand_{v}") - pl.col(f"base_{v}")).alias(f"delta_{v}") for v in vals))
-    out = out.with_columns(pl.struct(_KEYS).map_elements(lambda r: shape_text(r["kind"], r["name"], r["sig"]),
-                                                         return_dtype=pl.Utf8).alias("shape") if out.height
-                           else pl.lit("").alias("shape"))
+    out = out.with_columns(
+        pl.struct(_KEYS)
+        .map_elements(lambda r: shape_text(r["kind"], r["name"], r["sig"]), return_dtype=pl.Utf8)
+        .alias("shape")
+        if out.height
+        else pl.lit("").alias("shape")
+    )
     cols = [*_KEYS, "shape", *(f"{p}_{v}" for v in vals for p in ("base", "cand", "delta")), "ranks"]
-    return out.select(cols).sort(pl.col("delta_flops").abs(), pl.col("delta_calls").abs(), *_KEYS,
-                                 descending=[True, True, False, False, False])
+    return out.select(cols).sort(
+        pl.col("delta_flops").abs(),
+        pl.col("delta_calls").abs(),
+        *_KEYS,
+        descending=[True, True, False, False, False],
+    )

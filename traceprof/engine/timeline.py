@@ -68,14 +68,20 @@ def choose_step(store: Store, run_id: int) -> tuple[int | None, str]:
     """The median step of a run (module doc, step 1) and a note saying so; (None, reason) without steps."""
     df = store.sql(
         """SELECT step, median(coalesce(device_end_ns - device_start_ns, cpu_end_ns - cpu_start_ns)) AS ns
-           FROM steps WHERE run_id = ? GROUP BY step ORDER BY ns, step""", [run_id])
+           FROM steps WHERE run_id = ? GROUP BY step ORDER BY ns, step""",
+        [run_id],
+    )
     if df.is_empty():
         return None, "the run has no ProfilerSteps"
     row = df.row((df.height - 1) // 2, named=True)
-    return int(row["step"]), f"step {row['step']}, the median of {df.height} steps ({row['ns'] / 1e6:,.1f} ms)"
+    return int(
+        row["step"]
+    ), f"step {row['step']}, the median of {df.height} steps ({row['ns'] / 1e6:,.1f} ms)"
 
 
-def lanes(act: pl.DataFrame, detail_ranks: int = 64, bins: int = 400) -> tuple[tuple[int, ...], float, pl.DataFrame | None, np.ndarray | None, float]:
+def lanes(
+    act: pl.DataFrame, detail_ranks: int = 64, bins: int = 400
+) -> tuple[tuple[int, ...], float, pl.DataFrame | None, np.ndarray | None, float]:
     """Lanes of the activity of one step (module doc, steps 2-4).
 
     Args:
@@ -94,17 +100,26 @@ def lanes(act: pl.DataFrame, detail_ranks: int = 64, bins: int = 400) -> tuple[t
     exposed = exposed_comm(act.filter(pl.col("class").is_in(["comm", "compute"])), ["rank"])
     parts = [(comp, STATES[1]), (comm, STATES[2]), (exposed, STATES[3])]
     if len(ranks) <= detail_ranks:
-        rows = pl.concat([
-            p.select(pl.col("rank").cast(pl.Int32), pl.lit(state).alias("state"),
-                     ((pl.col("start_ns") - t0) / 1e6).alias("start_ms"), ((pl.col("end_ns") - t0) / 1e6).alias("end_ms"))
-            for p, state in parts])
+        rows = pl.concat(
+            [
+                p.select(
+                    pl.col("rank").cast(pl.Int32),
+                    pl.lit(state).alias("state"),
+                    ((pl.col("start_ns") - t0) / 1e6).alias("start_ms"),
+                    ((pl.col("end_ns") - t0) / 1e6).alias("end_ms"),
+                )
+                for p, state in parts
+            ]
+        )
         return ranks, span_ns / 1e6, rows, None, 0.0
     edges = t0 + np.linspace(0, span_ns, bins + 1)
     index = {r: i for i, r in enumerate(ranks)}
     covered = np.zeros((4, len(ranks), bins))
     for code, (p, _) in enumerate(parts, start=1):
         for (rank,), g in p.group_by(["rank"]):
-            covered[code, index[int(rank)]] = _coverage(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), edges)
+            covered[code, index[int(rank)]] = _coverage(
+                g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), edges
+            )
     covered[2] -= covered[3]  # hidden = all communication - exposed
     busy = intervals.merge(act, ["rank"])
     covered[0] = span_ns / bins
@@ -128,8 +143,9 @@ def _coverage(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarr
     return np.diff(upto(edges))
 
 
-def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ranks: int = 64,
-                  bins: int = 400) -> Timeline | str:
+def step_timeline(
+    store: Store, run_id: int, step: int | None = None, detail_ranks: int = 64, bins: int = 400
+) -> Timeline | str:
     """The lanes of ``step`` (default: the median step) of a run, or a sentence saying why none.
 
     Args:
@@ -150,10 +166,20 @@ def step_timeline(store: Store, run_id: int, step: int | None = None, detail_ran
     if act.is_empty():  # per-op traces without kernels (NDTimeline): its GPU annotations and collectives
         act = op_activity(store, run_id, step)
     if act.is_empty():
-        return "no compute or communication " + (f"launched in step {step}" if step is not None else "in the trace")
+        return "no compute or communication " + (
+            f"launched in step {step}" if step is not None else "in the trace"
+        )
     ranks, span, rows, grid, bin_ms = lanes(act, detail_ranks, bins)
-    return Timeline(-1 if step is None else step, ranks, span, rows, grid, bin_ms, note,
-                    t0_ns=int(act["start_ns"].to_numpy().min()))
+    return Timeline(
+        -1 if step is None else step,
+        ranks,
+        span,
+        rows,
+        grid,
+        bin_ms,
+        note,
+        t0_ns=int(act["start_ns"].to_numpy().min()),
+    )
 
 
 def with_path(tl: Timeline, path: pl.DataFrame) -> Timeline:
@@ -163,8 +189,18 @@ def with_path(tl: Timeline, path: pl.DataFrame) -> Timeline:
     if tl.t0_ns is None or path.is_empty():
         return tl
     p = path if tl.step < 0 else path.filter(pl.col("step") == tl.step)
-    p = p.filter(pl.col("rank").is_in(list(tl.ranks))).sort("start_ns").select(
-        "rank", "kind", "name", ((pl.col("start_ns") - tl.t0_ns) / 1e6).clip(0, tl.span_ms).alias("start_ms"),
-        ((pl.col("start_ns") + pl.col("duration_ns") - tl.t0_ns) / 1e6).clip(0, tl.span_ms).alias("end_ms"))
+    p = (
+        p.filter(pl.col("rank").is_in(list(tl.ranks)))
+        .sort("start_ns")
+        .select(
+            "rank",
+            "kind",
+            "name",
+            ((pl.col("start_ns") - tl.t0_ns) / 1e6).clip(0, tl.span_ms).alias("start_ms"),
+            ((pl.col("start_ns") + pl.col("duration_ns") - tl.t0_ns) / 1e6)
+            .clip(0, tl.span_ms)
+            .alias("end_ms"),
+        )
+    )
     p = p.filter(pl.col("end_ms") > pl.col("start_ms"))
     return tl if p.is_empty() else replace(tl, path=p)

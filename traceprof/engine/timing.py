@@ -94,19 +94,37 @@ def _calls(store: Store, run_id: int) -> pl.DataFrame:
     ops = store.sql(_OPS_SQL.replace("$run", str(int(run_id))))
     tree = with_parents(ops, ["rank", "pid", "tid"])
     enqueue = pl.col("name").str.starts_with("c10d::") | (pl.col("name") == "record_param_comms")
-    op_calls = tree.with_columns(self_times(tree).alias("ns")).filter(pl.col("step").is_not_null()).select(
-        "rank", "step", pl.lit("op").alias("kind"), "name", "sig",
-        pl.when(enqueue).then(pl.lit("comm")).otherwise(pl.lit("compute")).alias("class"), "ns")
-    return pl.concat([op_calls, store.sql(_CALLS_SQL.replace("$run", str(int(run_id))))], how="vertical_relaxed")
+    op_calls = (
+        tree.with_columns(self_times(tree).alias("ns"))
+        .filter(pl.col("step").is_not_null())
+        .select(
+            "rank",
+            "step",
+            pl.lit("op").alias("kind"),
+            "name",
+            "sig",
+            pl.when(enqueue).then(pl.lit("comm")).otherwise(pl.lit("compute")).alias("class"),
+            "ns",
+        )
+    )
+    return pl.concat(
+        [op_calls, store.sql(_CALLS_SQL.replace("$run", str(int(run_id))))], how="vertical_relaxed"
+    )
 
 
 def _typical(calls: pl.DataFrame, by: list[str], denom: pl.DataFrame) -> pl.DataFrame:
     """Per (*by, kind, name): Σ over shapes of calls × median ns, and the calls, divided by the
     rank-steps of each ``by`` group (``denom``: the ``by`` columns and ``n``)."""
-    groups = calls.group_by(*by, "kind", "name", "sig").agg(pl.len().alias("c"), pl.col("ns").cast(pl.Float64).median().alias("med"))
-    out = groups.group_by(*by, "kind", "name").agg((pl.col("c") * pl.col("med")).sum().alias("ns"), pl.col("c").sum().alias("calls"))
+    groups = calls.group_by(*by, "kind", "name", "sig").agg(
+        pl.len().alias("c"), pl.col("ns").cast(pl.Float64).median().alias("med")
+    )
+    out = groups.group_by(*by, "kind", "name").agg(
+        (pl.col("c") * pl.col("med")).sum().alias("ns"), pl.col("c").sum().alias("calls")
+    )
     out = out.join(denom, on=by, how="left") if by else out.with_columns(pl.lit(denom["n"][0]).alias("n"))
-    return out.with_columns((pl.col("ns") / pl.col("n")).alias("ns"), (pl.col("calls") / pl.col("n")).alias("calls")).drop("n")
+    return out.with_columns(
+        (pl.col("ns") / pl.col("n")).alias("ns"), (pl.col("calls") / pl.col("n")).alias("calls")
+    ).drop("n")
 
 
 def typical_items(store: Store, run_id: int) -> pl.DataFrame:
@@ -130,8 +148,13 @@ def _item_frames(store: Store, run_id: int) -> dict[str, pl.DataFrame]:
     calls = _calls(store, run_id)
     # one class per name (a name under several classes takes its most called one), sorted first so
     # that the class and the float sums do not change from one run of diff to the next
-    cls = (calls.group_by("kind", "name", "class").agg(pl.len().alias("c")).sort("kind", "name", "class")
-           .group_by("kind", "name", maintain_order=True).agg(pl.col("class").sort_by("c", descending=True, maintain_order=True).first()))
+    cls = (
+        calls.group_by("kind", "name", "class")
+        .agg(pl.len().alias("c"))
+        .sort("kind", "name", "class")
+        .group_by("kind", "name", maintain_order=True)
+        .agg(pl.col("class").sort_by("c", descending=True, maintain_order=True).first())
+    )
     calls = calls.drop("class").join(cls, on=["kind", "name"])
     denoms = {
         (): pl.DataFrame({"n": [steps.height]}),
@@ -149,12 +172,24 @@ def _item_frames(store: Store, run_id: int) -> dict[str, pl.DataFrame]:
         return keys.join(got, on=by, how="left").with_columns(pl.col("compute_ns").fill_null(0.0)).sort(by)
 
     item_steps = typ[("step",)].select("kind", "name", "step", "ns").sort("kind", "name", "step")
-    g = calls.filter(compute).group_by("kind", "name", "sig").agg(
-        pl.len().alias("c"), pl.col("ns").cast(pl.Float64).median().alias("med"), pl.col("ns").cast(pl.Float64).sum().alias("tot"))
+    g = (
+        calls.filter(compute)
+        .group_by("kind", "name", "sig")
+        .agg(
+            pl.len().alias("c"),
+            pl.col("ns").cast(pl.Float64).median().alias("med"),
+            pl.col("ns").cast(pl.Float64).sum().alias("tot"),
+        )
+    )
     typical = float((g["c"] * g["med"]).sum())
-    return {"items": items, "item_steps": item_steps, "compute_steps": compute_by(["step"]),
-            "compute_ranks": compute_by(["rank"]), "compute_rank_steps": compute_by(["rank", "step"]),
-            "inflation": pl.DataFrame({"inflation": [float(g["tot"].sum()) / typical if typical else 1.0]})}
+    return {
+        "items": items,
+        "item_steps": item_steps,
+        "compute_steps": compute_by(["step"]),
+        "compute_ranks": compute_by(["rank"]),
+        "compute_rank_steps": compute_by(["rank", "step"]),
+        "inflation": pl.DataFrame({"inflation": [float(g["tot"].sum()) / typical if typical else 1.0]}),
+    }
 
 
 def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl.DataFrame, list[str]]:
@@ -169,8 +204,11 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
     act = activity(store, run_id).filter(pl.col("step").is_not_null())
     if not act.is_empty():
         m = class_measures(act, ["rank", "step"]).select(
-            "rank", "step", (pl.col("comm_ns") - pl.col("overlap_ns")).alias("exposed_comm_ns"),
-            (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"))
+            "rank",
+            "step",
+            (pl.col("comm_ns") - pl.col("overlap_ns")).alias("exposed_comm_ns"),
+            (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"),
+        )
         steps = steps.join(m, on=["rank", "step"], how="left")
     an = registry.get(MFU)
     params = registry.make_params(an, str(run_id), mfu_options)  # bad -p values: UsageError, not a note
@@ -207,8 +245,15 @@ def profile(store: Store, run_id: int, mfu_options: dict[str, str] | None = None
     f = _item_frames(store, run_id)
     samples, notes = _samples(store, run_id, mfu_options or {})
     samples = samples.join(f["compute_rank_steps"], on=["rank", "step"], how="left").sort("rank", "step")
-    return Timing(samples, f["items"], f["item_steps"], f["compute_steps"], f["compute_ranks"],
-                  float(f["inflation"]["inflation"][0]), tuple(notes))
+    return Timing(
+        samples,
+        f["items"],
+        f["item_steps"],
+        f["compute_steps"],
+        f["compute_ranks"],
+        float(f["inflation"]["inflation"][0]),
+        tuple(notes),
+    )
 
 
 def unit_values(samples: pl.DataFrame, metric: str) -> tuple[float, np.ndarray]:

@@ -94,9 +94,11 @@ def _whatif_text(wi: Any) -> str:
     if wi is None:
         return "what-if: not available (no compute traced)"
     m = wi.summary.row(0, named=True)
-    return (f"what-if S = {m['slowdown']:.3f} [{m['slowdown_lo']:.3f}, {m['slowdown_hi']:.3f}], host-gap slowdown = "
-            f"{m['host_slowdown']:.3f} [{m['host_slowdown_lo']:.3f}, {m['host_slowdown_hi']:.3f}] (95% intervals over "
-            f"{m['steps']} steps; launch slowdown {m['launch_slowdown']:.3f})")
+    return (
+        f"what-if S = {m['slowdown']:.3f} [{m['slowdown_lo']:.3f}, {m['slowdown_hi']:.3f}], host-gap slowdown = "
+        f"{m['host_slowdown']:.3f} [{m['host_slowdown_lo']:.3f}, {m['host_slowdown_hi']:.3f}] (95% intervals over "
+        f"{m['steps']} steps; launch slowdown {m['launch_slowdown']:.3f})"
+    )
 
 
 def _stage(wi: Any) -> dict[str, Any] | None:
@@ -107,8 +109,9 @@ def _stage(wi: Any) -> dict[str, Any] | None:
     return b.sort("slowdown", "group", descending=[True, False]).row(0, named=True) if b.height else None
 
 
-def combined_verdict(store: Store, run: str | None = None,
-                     options: dict[str, dict[str, str]] | None = None) -> Verdict:
+def combined_verdict(
+    store: Store, run: str | None = None, options: dict[str, dict[str, str]] | None = None
+) -> Verdict:
     """The straggler verdict of a run from ``stragglers`` and ``whatif`` (module doc).
 
     Args:
@@ -133,7 +136,9 @@ def combined_verdict(store: Store, run: str | None = None,
         wi = None
     per = st.frame
     # stragglers leaves the ranks of a slow stage or replica unnamed (its slow_group): regrouped here alike
-    named = tuple(int(r) for r in per.filter(pl.col("named") | pl.col("slow_group").is_not_null())["rank"].to_list())
+    named = tuple(
+        int(r) for r in per.filter(pl.col("named") | pl.col("slow_group").is_not_null())["rank"].to_list()
+    )
     mesh = _mesh_regroup(store, run, named)  # ranks of a slow stage or replica are named as that group
     per = per.with_columns(pl.col("named") & ~pl.col("rank").is_in(list(mesh.absorbed)))
     named = tuple(r for r in named if r not in mesh.absorbed)
@@ -149,7 +154,9 @@ def combined_verdict(store: Store, run: str | None = None,
     low = max(s_ci[0], h_ci[0]) if s_ci and h_ci else None  # the low ends: "straggling" needs one above 1.1
     point = max(s or 1.0, hs or 1.0)
     # without steps (Flight Recorder only) a cost is a share of the time the collectives cover
-    has_steps = bool(store.sql("SELECT count(*) FROM steps WHERE run_id = ?", [store.resolve_run(run)]).item())
+    has_steps = bool(
+        store.sql("SELECT count(*) FROM steps WHERE run_id = ?", [store.resolve_run(run)]).item()
+    )
     of_time = "of step time" if has_steps else "of the time the collectives cover"
     stage = _stage(wi)
     cause: str | None = None
@@ -158,45 +165,74 @@ def combined_verdict(store: Store, run: str | None = None,
         parts = []
         for r in per.filter(pl.col("named")).iter_rows(named=True):
             episodic = "" if r["p_value"] < rule.alpha else " (not more often than chance: an episodic stall)"
-            parts.append(f"rank {r['rank']} ({causes.get(r['rank'], 'unknown')}: last at {r['last_count']} of "
-                         f"{r['instances']} collectives, p = {r['p_value']:.2g}{episodic}; {_own(r, rule.alpha)}; its delays alone "
-                         f"cost {r['cost_pct']:.1f}% {of_time})")
+            parts.append(
+                f"rank {r['rank']} ({causes.get(r['rank'], 'unknown')}: last at {r['last_count']} of "
+                f"{r['instances']} collectives, p = {r['p_value']:.2g}{episodic}; {_own(r, rule.alpha)}; its delays alone "
+                f"cost {r['cost_pct']:.1f}% {of_time})"
+            )
         text, cause = f"straggler: {'; '.join(parts)}; {whatif}", "rank"
     elif per["qualifies"].any():
         many = per.filter(pl.col("qualifies"))
-        where = (f"; largest by stage: {stage['group']} (alone S = {stage['slowdown']:.3f})" if stage else "")
+        where = f"; largest by stage: {stage['group']} (alone S = {stage['slowdown']:.3f})" if stage else ""
         ranks = ", ".join(map(str, many["rank"].to_list()[:8])) + (", ..." if many.height > 8 else "")
-        text = (f"no single straggler: {many.height} of {per.height} ranks ({ranks}) each arrive last significantly "
-                "often with a cause of their own beyond the other ranks' noise: a systematic imbalance (a slow stage "
-                f"or group, uneven work), not one rank; {whatif}{where}")
+        text = (
+            f"no single straggler: {many.height} of {per.height} ranks ({ranks}) each arrive last significantly "
+            "often with a cause of their own beyond the other ranks' noise: a systematic imbalance (a slow stage "
+            f"or group, uneven work), not one rank; {whatif}{where}"
+        )
         cause = "group"
-    elif (stage is not None and low is not None and low > STRAGGLING_S and stage["slowdown_lo"] is not None
-          and stage["slowdown_lo"] > STRAGGLING_S):
-        text = (f"slow stage: pipeline stage {stage['group']} alone makes the job {stage['slowdown']:.3f}x slower "
-                f"than its ideal (interval low end {stage['slowdown_lo']:.3f} > {STRAGGLING_S}); {whatif}")
+    elif (
+        stage is not None
+        and low is not None
+        and low > STRAGGLING_S
+        and stage["slowdown_lo"] is not None
+        and stage["slowdown_lo"] > STRAGGLING_S
+    ):
+        text = (
+            f"slow stage: pipeline stage {stage['group']} alone makes the job {stage['slowdown']:.3f}x slower "
+            f"than its ideal (interval low end {stage['slowdown_lo']:.3f} > {STRAGGLING_S}); {whatif}"
+        )
         cause = "stage"
     elif point > STRAGGLING_S:
         worst = max(alone.items(), key=lambda kv: kv[1]) if alone else None
-        shown = (f"its interval's low end {low:.3f} is above {STRAGGLING_S}" if low is not None and low > STRAGGLING_S
-                 else f"its interval reaches below {STRAGGLING_S}, so not even that is shown")
-        text = (f"no straggler: the job runs {100 * (point - 1):.0f}% slower than its ideal ({whatif}; {shown}), from "
-                "variation spread over ranks and steps (op-time or host-time noise) with no rank, group or stage "
-                "to blame: the run's variability, not a problem"
-                + (f" (largest single-rank cost: rank {worst[0]}, {100 * (worst[1] - 1):.0f}%)" if worst else ""))
+        shown = (
+            f"its interval's low end {low:.3f} is above {STRAGGLING_S}"
+            if low is not None and low > STRAGGLING_S
+            else f"its interval reaches below {STRAGGLING_S}, so not even that is shown"
+        )
+        text = (
+            f"no straggler: the job runs {100 * (point - 1):.0f}% slower than its ideal ({whatif}; {shown}), from "
+            "variation spread over ranks and steps (op-time or host-time noise) with no rank, group or stage "
+            "to blame: the run's variability, not a problem"
+            + (f" (largest single-rank cost: rank {worst[0]}, {100 * (worst[1] - 1):.0f}%)" if worst else "")
+        )
     else:
         text = f"no straggler: {st.verdict['evidence'][0].removeprefix('no straggler: ')}; {whatif}"
     figures = {
-        "ranks": {int(r["rank"]): {k: r[k] for k in ("last_count", "instances", "p_value", "cost_pct", "cause",
-                                                      "floor_p_value")}
-                  for r in per.iter_rows(named=True)},
+        "ranks": {
+            int(r["rank"]): {
+                k: r[k] for k in ("last_count", "instances", "p_value", "cost_pct", "cause", "floor_p_value")
+            }
+            for r in per.iter_rows(named=True)
+        },
         "whatif_alone_by_rank": alone,
     }
     if cause is None and mesh.groups:
         cause = "group"  # a slow stage or replica: the mesh names it
     problem = cause is not None
-    return Verdict(text=mesh.text(text, named), stragglers=named, slowdown=s, host_slowdown=hs, launch_slowdown=ls,
-                   straggling=problem, status="problem" if problem else "ok", cause=cause, slowdown_interval=s_ci,
-                   host_interval=h_ci, figures={**figures, **mesh.figures()})
+    return Verdict(
+        text=mesh.text(text, named),
+        stragglers=named,
+        slowdown=s,
+        host_slowdown=hs,
+        launch_slowdown=ls,
+        straggling=problem,
+        status="problem" if problem else "ok",
+        cause=cause,
+        slowdown_interval=s_ci,
+        host_interval=h_ci,
+        figures={**figures, **mesh.figures()},
+    )
 
 
 def _own(r: dict[str, Any], alpha: float) -> str:
@@ -205,8 +241,10 @@ def _own(r: dict[str, Any], alpha: float) -> str:
         return "one hold-up far above the run's skew"
     if r.get("extra_work_pct") is not None and r["extra_work_pct"] > 0:
         return f"it runs {r['extra_work_pct']:.1f}% more work per step than every other rank"
-    return (f"its {r['cause']} above every unsuspected rank's in {r['floor_steps_won']} of {r['floor_steps']} steps "
-            f"(p = {r['floor_p_value']:.2g}), by {r['excess_pct']:+.1f}% of a step")
+    return (
+        f"its {r['cause']} above every unsuspected rank's in {r['floor_steps_won']} of {r['floor_steps']} steps "
+        f"(p = {r['floor_p_value']:.2g}), by {r['excess_pct']:+.1f}% of a step"
+    )
 
 
 @dataclass(frozen=True)
@@ -223,10 +261,16 @@ class _MeshNaming:
     def text(self, text: str, named: tuple[int, ...]) -> str:
         """The verdict text with the slow groups first and each named rank's place in the mesh."""
         if named and self.labels:
-            text += "; in the mesh: " + "; ".join(f"rank {r} is {self.labels[r]}" for r in named if r in self.labels)
+            text += "; in the mesh: " + "; ".join(
+                f"rank {r} is {self.labels[r]}" for r in named if r in self.labels
+            )
         if self.groups:
-            also = (f" (ranks {', '.join(map(str, sorted(self.absorbed)))} arrive last because of it: named as the "
-                    "group, not as stragglers)" if self.absorbed else "")
+            also = (
+                f" (ranks {', '.join(map(str, sorted(self.absorbed)))} arrive last because of it: named as the "
+                "group, not as stragglers)"
+                if self.absorbed
+                else ""
+            )
             text = "; ".join(self.groups) + also + "; " + text
         return text
 

@@ -108,8 +108,8 @@ def _modal(x: np.ndarray) -> tuple[float, float]:
     if n == 0:
         return math.nan, math.nan
     h = max(min(n, 2), math.ceil(n * _MODAL_SHARE))
-    i = int(np.argmin(x[h - 1:] - x[: n - h + 1]))
-    return _int_median(x[i:i + h]), float(x[i + h - 1] - x[i]) / 2
+    i = int(np.argmin(x[h - 1 :] - x[: n - h + 1]))
+    return _int_median(x[i : i + h]), float(x[i + h - 1] - x[i]) / 2
 
 
 def _components(e: np.ndarray) -> np.ndarray:
@@ -192,9 +192,11 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
         return pl.DataFrame()
     bases = multi.group_by("rank").agg(pl.col("end_ns").cast(pl.Int64).min().alias("_base"))
     base_of = {int(r): int(b) for r, b in bases.iter_rows()}
-    wide = multi.join(bases, on="rank").with_columns(
-        (pl.col("end_ns").cast(pl.Int64) - pl.col("_base")).cast(pl.Float64)).pivot(
-        on="rank", index="instance_id", values="end_ns", aggregate_function="min", sort_columns=True)
+    wide = (
+        multi.join(bases, on="rank")
+        .with_columns((pl.col("end_ns").cast(pl.Int64) - pl.col("_base")).cast(pl.Float64))
+        .pivot(on="rank", index="instance_id", values="end_ns", aggregate_function="min", sort_columns=True)
+    )
     ranks = np.array(sorted(int(c) for c in wide.columns if c != "instance_id"))
     e = wide.select([str(r) for r in ranks]).to_numpy().astype(np.float64)
     comp = _components(e)
@@ -234,7 +236,9 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
     )
 
 
-def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns: int = MIN_OFFSET_NS) -> ClockResult:
+def align_run(
+    store: Store, run_id: int, *, enabled: bool = True, min_offset_ns: int = MIN_OFFSET_NS
+) -> ClockResult:
     """Estimate and apply clock offsets for every rank of a run (module doc).
 
     Idempotent: timestamps are re-derived from the recorded ones, so re-running (when the run gains
@@ -263,11 +267,17 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
     estimated = not est.is_empty()
     linked = estimated and est["component"].n_unique() == 1
     offsets = dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if estimated else {}
-    residuals = dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if estimated else {}
-    traces = store.sql(f"SELECT trace_id, rank, clock_offset_ns, {_SYNCED} AS synced FROM traces t WHERE run_id = ?",
-                       [run_id])
+    residuals = (
+        dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if estimated else {}
+    )
+    traces = store.sql(
+        f"SELECT trace_id, rank, clock_offset_ns, {_SYNCED} AS synced FROM traces t WHERE run_id = ?",
+        [run_id],
+    )
     if traces["synced"].all():
-        notes.append("clocks already aligned by the source (traces.meta.clock_synced_by_source); nothing estimated")
+        notes.append(
+            "clocks already aligned by the source (traces.meta.clock_synced_by_source); nothing estimated"
+        )
     con = store.con
     for trace_id, rank, old, _ in traces.iter_rows():
         new = int(offsets.get(rank, 0))
@@ -293,12 +303,18 @@ def align_run(store: Store, run_id: int, *, enabled: bool = True, min_offset_ns:
     warn: list[str] = []
     if estimated and not linked:
         parts = est.group_by("component").agg(pl.col("rank").sort()).sort("component")
-        groups = "; ".join(f"ranks {', '.join(map(str, rs))} (relative to rank {c})" for c, rs in parts.iter_rows())
-        warn.append("no collective links these sets of ranks, so their clocks cannot be aligned to each other "
-                    f"(each set is aligned within itself only; runs.clock_aligned is false): {groups}")
+        groups = "; ".join(
+            f"ranks {', '.join(map(str, rs))} (relative to rank {c})" for c, rs in parts.iter_rows()
+        )
+        warn.append(
+            "no collective links these sets of ranks, so their clocks cannot be aligned to each other "
+            f"(each set is aligned within itself only; runs.clock_aligned is false): {groups}"
+        )
         notes += warn
     moved = {r: o for r, o in offsets.items() if o}
     if moved:
-        notes.append("clock offsets applied (ns): " + ", ".join(f"rank {r}: {o:+,}" for r, o in sorted(moved.items())))
+        notes.append(
+            "clock offsets applied (ns): " + ", ".join(f"rank {r}: {o:+,}" for r, o in sorted(moved.items()))
+        )
     refresh_instances(store, run_id)
     return ClockResult(aligned=linked, estimates=est, notes=tuple(notes), warnings=tuple(warn))

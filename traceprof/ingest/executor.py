@@ -38,7 +38,9 @@ EXECUTORS = ("local", "dask")
 CONNECT_TIMEOUT_S = 30
 #: Seconds to wait for a TCP connection to the scheduler's port before Dask is asked to connect.
 PROBE_TIMEOUT_S = 5
-_ADDRESS = re.compile(r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[^:/\s\[\]]+):(?P<port>\d{1,5})/?$")
+_ADDRESS = re.compile(
+    r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[^:/\s\[\]]+):(?P<port>\d{1,5})/?$"
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,8 +53,11 @@ def _on_worker(fn: Callable[[Any], R], task: Any) -> R | TraceprofError:
     except OSError as e:
         path = Path(task[0]) if isinstance(task, tuple) and task else Path("?")
         return TraceFormatError(
-            path, "", f"cannot read on Dask worker {socket.gethostname()}: {e.strerror or e}; --executor dask "
-            "needs the trace files and the store's folder on a filesystem every worker mounts at the same path")
+            path,
+            "",
+            f"cannot read on Dask worker {socket.gethostname()}: {e.strerror or e}; --executor dask "
+            "needs the trace files and the store's folder on a filesystem every worker mounts at the same path",
+        )
 
 
 def check_options(executor: str, scheduler: str | None) -> bool:
@@ -113,11 +118,16 @@ class DaskCluster:
             try:
                 self._client = Client(self.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as e:
-                raise UsageError(f"--scheduler {self.scheduler}: cannot reach a Dask scheduler there: {e}") from None
+                raise UsageError(
+                    f"--scheduler {self.scheduler}: cannot reach a Dask scheduler there: {e}"
+                ) from None
         return self._client
 
     def map(
-        self, fn: Callable[[T], R], tasks: list[T], done: Callable[[int], None] | None = None,
+        self,
+        fn: Callable[[T], R],
+        tasks: list[T],
+        done: Callable[[int], None] | None = None,
     ) -> list[R | TraceprofError]:
         """``[fn(t) for t in tasks]`` on the cluster, one Dask task each, results in task order.
 
@@ -149,14 +159,16 @@ class DaskCluster:
             if _lost(e):
                 raise TraceprofError(
                     f"--scheduler {self.scheduler}: lost the Dask cluster after {len(out)} of {len(tasks)} task(s) "
-                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'})") from None
+                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'})"
+                ) from None
             raise
 
 
 def _lost(e: BaseException) -> bool:
     """Whether ``e`` is Dask losing the scheduler or a worker (not an error of the task itself)."""
-    return isinstance(e, asyncio.CancelledError | TimeoutError | ConnectionError) or \
-        type(e).__module__.split(".")[0] in ("distributed", "tornado")
+    return isinstance(e, asyncio.CancelledError | TimeoutError | ConnectionError) or type(e).__module__.split(
+        "."
+    )[0] in ("distributed", "tornado")
 
 
 def _probe(scheduler: str) -> None:
@@ -172,18 +184,25 @@ def _probe(scheduler: str) -> None:
         return  # Dask's other transports are left to Dask
     m = _ADDRESS.match(scheduler.strip())
     if m is None or m["scheme"] not in (None, "tcp", "tls"):
-        raise UsageError(f"--scheduler {scheduler}: expected a Dask scheduler address [tcp://]HOST:PORT, "
-                         "e.g. tcp://10.0.0.5:8786")
+        raise UsageError(
+            f"--scheduler {scheduler}: expected a Dask scheduler address [tcp://]HOST:PORT, "
+            "e.g. tcp://10.0.0.5:8786"
+        )
     host, port = m["host"].strip("[]"), int(m["port"])
     try:
         socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except OSError as e:
-        raise UsageError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there: "
-                         f"{e.strerror or type(e).__name__} (is `dask scheduler` running, and the port open?)") from None
+        raise UsageError(
+            f"--scheduler {scheduler}: cannot reach a Dask scheduler there: "
+            f"{e.strerror or type(e).__name__} (is `dask scheduler` running, and the port open?)"
+        ) from None
 
 
 def map_on_dask(
-    fn: Callable[[T], R], tasks: list[T], scheduler: str, done: Callable[[int], None] | None = None,
+    fn: Callable[[T], R],
+    tasks: list[T],
+    scheduler: str,
+    done: Callable[[int], None] | None = None,
 ) -> list[R | TraceprofError]:
     """:meth:`DaskCluster.map` on a connection of its own to the scheduler at ``scheduler``
     (arguments, results and errors as there)."""

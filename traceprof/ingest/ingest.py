@@ -76,7 +76,9 @@ def check_input(path: Path) -> None:
 
 
 def discover(
-    paths: Iterable[str | Path], unclaimed: list[str] | None = None, scanned: set[Path] | None = None,
+    paths: Iterable[str | Path],
+    unclaimed: list[str] | None = None,
+    scanned: set[Path] | None = None,
     unread: dict[Path, str] | None = None,
 ) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
@@ -101,8 +103,11 @@ def discover(
         if p.is_file():
             if _claim(p) is None:
                 fmt = sources.recognize(p)
-                raise UsageError(f"{p}: {fmt}" if fmt else
-                                 f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}")
+                raise UsageError(
+                    f"{p}: {fmt}"
+                    if fmt
+                    else f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
+                )
             files = [p]
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
@@ -113,8 +118,11 @@ def discover(
             if scanned is not None:
                 scanned.update(f.resolve() for f in files)
             if unclaimed is not None:
-                unclaimed += [str(f) for f in rest if f not in known and f.name.endswith(".json")
-                              and not f.name.endswith(".meta.json")]
+                unclaimed += [
+                    str(f)
+                    for f in rest
+                    if f not in known and f.name.endswith(".json") and not f.name.endswith(".meta.json")
+                ]
             if files and unread is not None:
                 unread.update(known)
             if not files and known:
@@ -135,8 +143,10 @@ def _unread_message(folder: Path, known: dict[Path, str]) -> str:
     by_format: dict[str, list[Path]] = {}
     for f, k in known.items():
         by_format.setdefault(k, []).append(f)
-    parts = [f"{', '.join(f.name for f in fs[:3])}{f' and {len(fs) - 3} more' if len(fs) > 3 else ''}: {k}"
-             for k, fs in by_format.items()]
+    parts = [
+        f"{', '.join(f.name for f in fs[:3])}{f' and {len(fs) - 3} more' if len(fs) > 3 else ''}: {k}"
+        for k, fs in by_format.items()
+    ]
     return f"{folder}: holds no trace file traceprof reads; " + "; ".join(parts)
 
 
@@ -172,7 +182,9 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
     except ValueError as e:  # any message that tried to print a number over 4300 digits
         if "integer string conversion" not in str(e):
             raise
-        return TraceFormatError(path, "", "holds an integer over 4300 digits long, which no trace field holds")
+        return TraceFormatError(
+            path, "", "holds an integer over 4300 digits long, which no trace field holds"
+        )
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
@@ -279,7 +291,9 @@ def ingest(
     paths = list(paths)  # named again in a message
     groups = discover(paths, unclaimed, scanned, unread)
     if unclaimed:
-        result.warnings.append(f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}")
+        result.warnings.append(
+            f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}"
+        )
     result.warnings += [f"not read: {f}: {k}" for f, k in unread.items()]
     todo: list[tuple[str, Path]] = []
     # Only a file of a stored size can be stored already: hash just those here (a second read);
@@ -311,10 +325,13 @@ def ingest(
     if comm_kernels and result.skipped:
         result.warnings.append(
             f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
-            "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)")
+            "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)"
+        )
     spool: Path | None = None  # DuckDB layout, several files: events wait here (Arrow IPC) until inserted
     # how every file is read, carried by each task (large args text spills on the store's disk, not /tmp)
-    options = ParseOptions(on_bad_event, comm_kernels, float(max_inflate_ratio), str(Path(store.path).absolute().parent))
+    options = ParseOptions(
+        on_bad_event, comm_kernels, float(max_inflate_ratio), str(Path(store.path).absolute().parent)
+    )
     try:
         tasks = [(f, options) for _, f in todo]
         if store.dataset is None and len(tasks) > 1:
@@ -336,9 +353,16 @@ def ingest(
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
         if not by_run and not result.failed and not result.skipped:
-            _nothing_to_ingest(paths, not_traces, unread | {
-                f: pts.reason for (_, f), pts in zip(todo, parsed, strict=True)
-                if isinstance(pts, NotATraceError) and sources.recognize(f)})
+            _nothing_to_ingest(
+                paths,
+                not_traces,
+                unread
+                | {
+                    f: pts.reason
+                    for (_, f), pts in zip(todo, parsed, strict=True)
+                    if isinstance(pts, NotATraceError) and sources.recognize(f)
+                },
+            )
         for name, traces in by_run.items():
             _settle_ranks(name, traces, result)
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
@@ -371,8 +395,10 @@ def _check_executor(store: Store, executor: str, scheduler: str | None) -> None:
     from traceprof.ingest.executor import check_options
 
     if check_options(executor, scheduler) and store.dataset is None:
-        raise UsageError(f"--executor dask writes the Parquet layout, but {store.path} has the duckdb layout; "
-                         "ingest into a new store (--db) or without --executor dask")
+        raise UsageError(
+            f"--executor dask writes the Parquet layout, but {store.path} has the duckdb layout; "
+            "ingest into a new store (--db) or without --executor dask"
+        )
 
 
 def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) -> None:
@@ -380,12 +406,16 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
     first = next(e for e in errors if str(e) in failed.values())
     if len(failed) == 1:
         if files > 1 and isinstance(first, TraceFormatError):
-            raise type(first)(first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)")
+            raise type(first)(
+                first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)"
+            )
         raise first
     lines = "".join(f"\n  {msg}" for msg in failed.values())
     # about every file (each line below names its own): no one path heads the message
     others = " (--partial stores the others)" if len(failed) < files else ""  # none when every file failed
-    raise TraceFormatError("", "", f"{len(failed)} of {files} files cannot be read, nothing stored{others}:{lines}")
+    raise TraceFormatError(
+        "", "", f"{len(failed)} of {files} files cannot be read, nothing stored{others}:{lines}"
+    )
 
 
 def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> None:
@@ -396,12 +426,16 @@ def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path], known: 
     named = ", ".join(str(p) for p in paths)
     if known:
         raise UsageError(_unread_message(Path(named), known))
-    others = sorted({f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
-                    - {f.resolve() for f in skipped})
+    others = sorted(
+        {f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
+        - {f.resolve() for f in skipped}
+    )
     files = [*skipped, *others]
     shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    raise UsageError(f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
-                     f"traceprof reads: {sources.formats()}")
+    raise UsageError(
+        f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
+        f"traceprof reads: {sources.formats()}"
+    )
 
 
 def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
@@ -412,15 +446,18 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
         fallbacks). Ranks are counted over the whole run, with what earlier ingests stored.
     """
     held, world = store.sql(
-        "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]).row(0)
+        "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]
+    ).row(0)
     notes = [f"{held} of {world} ranks traced"] if world and held < world else []
     notes += [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)
     notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead
     notes += clock.align_run(store, run_id, enabled=align).warnings  # e.g. replica groups never linked
     if summary.incomplete:
-        notes.append(f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "
-                     "(see collective_instances.ranks_missing)")
+        notes.append(
+            f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "
+            "(see collective_instances.ranks_missing)"
+        )
     return notes
 
 
@@ -429,8 +466,12 @@ _PARALLEL_BYTES = 16 << 20
 
 
 def _parse_all(
-    tasks: list[tuple[Path, ParseOptions]], jobs: int | None, progress: Progress | None,
-    store: Store, scheduler: str | None = None, spool: Path | None = None,
+    tasks: list[tuple[Path, ParseOptions]],
+    jobs: int | None,
+    progress: Progress | None,
+    store: Store,
+    scheduler: str | None = None,
+    spool: Path | None = None,
 ) -> list[list[ParsedTrace] | TraceprofError]:
     """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
     in a Parquet-layout store the events go to its staging folder, else, when ``spool`` is given, to
@@ -472,30 +513,38 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
     for pt in traces:
         result.warnings += pt.warnings
         if not pt.events_read:  # stored (its metadata is the file's), but no analysis has anything to read
-            result.warnings.append(f"{Path(pt.path).name}: no events in the trace (an empty capture?); "
-                                   "its run has no activity from it")
+            result.warnings.append(
+                f"{Path(pt.path).name}: no events in the trace (an empty capture?); "
+                "its run has no activity from it"
+            )
         if pt.rejected:
             why = ", ".join(f"{n} {reason}" for reason, n in pt.rejected.items())
-            result.warnings.append(f"{Path(pt.path).name}: {sum(pt.rejected.values())} record(s) not stored: {why}")
+            result.warnings.append(
+                f"{Path(pt.path).name}: {sum(pt.rejected.values())} record(s) not stored: {why}"
+            )
     missing = [pt for pt in traces if pt.rank is None]
     if missing and len(traces) == 1:
         missing[0].rank = 0
-        result.warnings.append(f"{Path(missing[0].path).name}: rank unknown, stored as rank 0 of run {name!r}")
+        result.warnings.append(
+            f"{Path(missing[0].path).name}: rank unknown, stored as rank 0 of run {name!r}"
+        )
     elif missing:
         field = _field(missing[0], "rank_field")
         # the parser's word on a rank that is there but unusable (e.g. "distributedInfo.rank is 1.5, not an integer")
         said = [w.split(": ", 1)[-1] for w in missing[0].warnings if f"{field} is " in w]
         raise TraceFormatError(
-            missing[0].path, field,
+            missing[0].path,
+            field,
             f"no rank in the trace{f' ({said[0]})' if said else ''} and {len(traces)} files in run {name!r}; add a "
-            "<name>.meta.json sidecar with \"rank\", or ingest the file alone with --run",
+            '<name>.meta.json sidecar with "rank", or ingest the file alone with --run',
         )
     seen: dict[tuple[int, str], str] = {}
     for pt in traces:
         assert pt.rank is not None
         if (pt.rank, pt.source) in seen:
             raise TraceFormatError(
-                pt.path, _field(pt, "rank_field"),
+                pt.path,
+                _field(pt, "rank_field"),
                 f"rank {pt.rank} also in {seen[(pt.rank, pt.source)]} (same run {name!r}); put each run's "
                 "files in their own directory or use --run",
             )
@@ -504,7 +553,8 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
     if len(worlds) > 1:
         (w1, t1), (w2, t2) = sorted(worlds.items(), key=lambda kv: kv[0])[:2]
         raise TraceFormatError(
-            t2.path, _field(t2, "world_field"),
+            t2.path,
+            _field(t2, "world_field"),
             f"world size {w2}, but {t1.path} in the same run {name!r} says {w1}: traces of different jobs "
             "cannot be one run; ingest them as separate runs (one directory each, or --run)",
         )

@@ -57,8 +57,20 @@ import polars as pl
 from traceprof.core.schema import ARRIVAL_SQL  # the arrival rule, declared with the view that reads it too
 from traceprof.storage.store import Store
 
-__all__ = ["ARRIVAL_SQL", "P2P_OPS", "CROSS_STEP_SHARE", "MatchSummary", "match_run", "refresh_instances",
-           "preferred_source", "unmatched_p2p", "canonical_ranks", "fallback_note", "RUN_STEPS_SQL", "run_steps"]
+__all__ = [
+    "ARRIVAL_SQL",
+    "P2P_OPS",
+    "CROSS_STEP_SHARE",
+    "MatchSummary",
+    "match_run",
+    "refresh_instances",
+    "preferred_source",
+    "unmatched_p2p",
+    "canonical_ranks",
+    "fallback_note",
+    "RUN_STEPS_SQL",
+    "run_steps",
+]
 
 
 #: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step: the
@@ -80,11 +92,17 @@ def run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
     m = store.sql(RUN_STEPS_SQL.replace("$run", str(int(run_id))))
     if m.is_empty():
         return frame
-    m = m.with_columns(pl.col("rank").cast(frame.schema["rank"]), pl.col("step").cast(frame.schema["step"]),
-                       pl.col("run_step").cast(frame.schema["step"]))
+    m = m.with_columns(
+        pl.col("rank").cast(frame.schema["rank"]),
+        pl.col("step").cast(frame.schema["step"]),
+        pl.col("run_step").cast(frame.schema["step"]),
+    )
     cols = frame.columns
-    return frame.join(m, on=["rank", "step"], how="left").with_columns(
-        pl.coalesce("run_step", "step").alias("step")).select(cols)
+    return (
+        frame.join(m, on=["rank", "step"], how="left")
+        .with_columns(pl.coalesce("run_step", "step").alias("step"))
+        .select(cols)
+    )
 
 
 #: Point-to-point ops (``traceprof.core.ops`` names): one peer each, never matched by ordinal.
@@ -138,8 +156,11 @@ def canonical_ranks(value: Any) -> str | None:
             value = msgspec.json.decode(value)
         except msgspec.DecodeError:
             return None
-    if not isinstance(value, list) or not value or not all(isinstance(r, int) and not isinstance(r, bool)
-                                                           for r in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(r, int) and not isinstance(r, bool) for r in value)
+    ):
         return None
     return "[" + ", ".join(str(r) for r in sorted(set(value))) + "]"
 
@@ -158,69 +179,146 @@ def _bad_groups(ided: pl.DataFrame) -> pl.DataFrame:
     with a ``why`` column."""
     if ided.is_empty():
         return pl.DataFrame(schema={**{c: ided.schema[c] for c in _GROUP}, "why": pl.Utf8})
-    keys = ided.group_by([*_GROUP, "seq"]).agg(pl.col("rank").n_unique().alias("n"),
-                                              pl.col("step").drop_nulls().n_unique().alias("steps"))
-    cross = keys.filter(pl.col("n") >= 2).group_by(_GROUP).agg(
-        (pl.col("steps") > 1).mean().alias("share"), (pl.col("steps") > 1).sum().alias("k"), pl.len().alias("of"))
+    keys = ided.group_by([*_GROUP, "seq"]).agg(
+        pl.col("rank").n_unique().alias("n"), pl.col("step").drop_nulls().n_unique().alias("steps")
+    )
+    cross = (
+        keys.filter(pl.col("n") >= 2)
+        .group_by(_GROUP)
+        .agg(
+            (pl.col("steps") > 1).mean().alias("share"),
+            (pl.col("steps") > 1).sum().alias("k"),
+            pl.len().alias("of"),
+        )
+    )
     cross = cross.filter(pl.col("share") > CROSS_STEP_SHARE).select(
-        *_GROUP, pl.format("{} of {} sequence numbers hold rows of different steps", "k", "of").alias("why"))
-    stride = ided.sort("arrival_ns", "seq").with_columns(pl.col("seq").diff().over([*_GROUP, "rank"]).alias("d"))
-    per_rank = stride.filter(pl.col("d").is_not_null()).group_by([*_GROUP, "rank"]).agg(
-        pl.col("d").sort().get((pl.len() - 1) // 2).alias("stride"), pl.len().alias("n"),  # lower median: an int
-    ).filter(pl.col("n") >= MIN_STRIDE_DIFFS)
-    strides = per_rank.group_by(_GROUP).agg(pl.col("stride").n_unique().alias("n"),
-                                            pl.col("stride").min().alias("lo"), pl.col("stride").max().alias("hi"))
+        *_GROUP, pl.format("{} of {} sequence numbers hold rows of different steps", "k", "of").alias("why")
+    )
+    stride = ided.sort("arrival_ns", "seq").with_columns(
+        pl.col("seq").diff().over([*_GROUP, "rank"]).alias("d")
+    )
+    per_rank = (
+        stride.filter(pl.col("d").is_not_null())
+        .group_by([*_GROUP, "rank"])
+        .agg(
+            pl.col("d").sort().get((pl.len() - 1) // 2).alias("stride"),
+            pl.len().alias("n"),  # lower median: an int
+        )
+        .filter(pl.col("n") >= MIN_STRIDE_DIFFS)
+    )
+    strides = per_rank.group_by(_GROUP).agg(
+        pl.col("stride").n_unique().alias("n"),
+        pl.col("stride").min().alias("lo"),
+        pl.col("stride").max().alias("hi"),
+    )
     strides = strides.filter(pl.col("n") > 1).select(
-        *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why"))
+        *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why")
+    )
     # a point-to-point transfer has two ends: a key holding three or more ranks mixes transfers
     # (per-rank p2p counters of a group wider than a pair do not line up across ranks)
-    wide = keys.filter(pl.col("p2p") & (pl.col("n") >= 2)).group_by(_GROUP).agg(
-        (pl.col("n") > 2).mean().alias("share"), (pl.col("n") > 2).sum().alias("k"), pl.len().alias("of"))
+    wide = (
+        keys.filter(pl.col("p2p") & (pl.col("n") >= 2))
+        .group_by(_GROUP)
+        .agg(
+            (pl.col("n") > 2).mean().alias("share"), (pl.col("n") > 2).sum().alias("k"), pl.len().alias("of")
+        )
+    )
     wide = wide.filter(pl.col("share") > CROSS_STEP_SHARE).select(
-        *_GROUP, pl.format("{} of {} point-to-point sequence numbers are held by three or more ranks", "k", "of")
-        .alias("why"))
+        *_GROUP,
+        pl.format(
+            "{} of {} point-to-point sequence numbers are held by three or more ranks", "k", "of"
+        ).alias("why"),
+    )
     return pl.concat([cross, strides, wide]).unique(_GROUP, keep="first")
 
 
 def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Instance key and method of every matchable row (module doc, steps 1 to 4)."""
-    rows = rows.with_columns(pl.col("pg").fill_null("").alias("g_pg"), pl.col("pg_ranks").fill_null("").alias("g_ranks"))
+    rows = rows.with_columns(
+        pl.col("pg").fill_null("").alias("g_pg"), pl.col("pg_ranks").fill_null("").alias("g_ranks")
+    )
     cid = rows.filter(pl.col("comms_id").is_not_null())
     rest = rows.filter(pl.col("comms_id").is_null())
     ided = rest.filter(pl.col("pg").is_not_null() & pl.col("seq").is_not_null())
     bad = _bad_groups(ided)
-    notes = [f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
-             f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
-             + ("left unmatched (each transfer has one unknown peer)" if r["p2p"] else
-                "matched by order within the step instead (match_method step_order)")
-             for r in bad.iter_rows(named=True)]
+    notes = [
+        f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
+        f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
+        + (
+            "left unmatched (each transfer has one unknown peer)"
+            if r["p2p"]
+            else "matched by order within the step instead (match_method step_order)"
+        )
+        for r in bad.iter_rows(named=True)
+    ]
     bad_p2p = ided.join(bad.filter(pl.col("p2p")).select(_GROUP), on=_GROUP, how="semi").select("rid")
     ided = ided.join(bad.select(_GROUP), on=_GROUP, how="anti")
-    by_order = rest.join(ided.select("rid"), on="rid", how="anti").join(bad_p2p, on="rid", how="anti").filter(
-        ~(pl.col("p2p") & (pl.col("pg").is_null() | pl.col("seq").is_null())))
-    size = pl.when(pl.col("op").fill_null("").str.contains("all_to_all")).then(pl.lit("*")).otherwise(
-        pl.col("size").cast(pl.Utf8).fill_null("?"))
+    by_order = (
+        rest.join(ided.select("rid"), on="rid", how="anti")
+        .join(bad_p2p, on="rid", how="anti")
+        .filter(~(pl.col("p2p") & (pl.col("pg").is_null() | pl.col("seq").is_null())))
+    )
+    size = (
+        pl.when(pl.col("op").fill_null("").str.contains("all_to_all"))
+        .then(pl.lit("*"))
+        .otherwise(pl.col("size").cast(pl.Utf8).fill_null("?"))
+    )
     part = [*_GROUP, "op", "_size", "step"]
     # k-th of its kind on its rank, in arrival order
-    by_order = by_order.with_columns(size.alias("_size")).sort("rank", "arrival_ns", "start_ns", nulls_last=True)
+    by_order = by_order.with_columns(size.alias("_size")).sort(
+        "rank", "arrival_ns", "start_ns", nulls_last=True
+    )
     by_order = by_order.with_columns(pl.int_range(pl.len()).over([*part, "rank"]).alias("_k"))
-    is_fallback = pl.struct(_GROUP).is_in(bad.select(pl.struct(_GROUP)).to_series().implode()) if bad.height else pl.lit(False)
-    keyed = pl.concat([
-        cid.select("rid", "arrival_ns", pl.lit("comms_id").alias("method"),
-                   pl.concat_str([pl.lit("c"), "source", "comms_id"], separator="|").alias("key")),
-        ided.select("rid", "arrival_ns", pl.lit("pg_seq").alias("method"),
-                    pl.concat_str([pl.lit("s"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("seq").cast(pl.Utf8)],
-                                  separator="|").alias("key")),
-        by_order.select("rid", "arrival_ns",
-                        pl.when(is_fallback).then(pl.lit("step_order")).otherwise(pl.lit("ordinal")).alias("method"),
-                        pl.concat_str([pl.lit("o"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("op").fill_null("?"),
-                                       "_size", pl.col("step").cast(pl.Utf8).fill_null("-"), pl.col("_k").cast(pl.Utf8)],
-                                      separator="|").alias("key")),
-    ])
-    firsts = keyed.group_by("key").agg(pl.col("arrival_ns").min().alias("first")).sort(
-        "first", "key", nulls_last=True).with_row_index("instance_id", offset=1)
+    is_fallback = (
+        pl.struct(_GROUP).is_in(bad.select(pl.struct(_GROUP)).to_series().implode())
+        if bad.height
+        else pl.lit(False)
+    )
+    keyed = pl.concat(
+        [
+            cid.select(
+                "rid",
+                "arrival_ns",
+                pl.lit("comms_id").alias("method"),
+                pl.concat_str([pl.lit("c"), "source", "comms_id"], separator="|").alias("key"),
+            ),
+            ided.select(
+                "rid",
+                "arrival_ns",
+                pl.lit("pg_seq").alias("method"),
+                pl.concat_str(
+                    [pl.lit("s"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("seq").cast(pl.Utf8)],
+                    separator="|",
+                ).alias("key"),
+            ),
+            by_order.select(
+                "rid",
+                "arrival_ns",
+                pl.when(is_fallback).then(pl.lit("step_order")).otherwise(pl.lit("ordinal")).alias("method"),
+                pl.concat_str(
+                    [
+                        pl.lit("o"),
+                        *_GROUP[:3],
+                        pl.col("p2p").cast(pl.Utf8),
+                        pl.col("op").fill_null("?"),
+                        "_size",
+                        pl.col("step").cast(pl.Utf8).fill_null("-"),
+                        pl.col("_k").cast(pl.Utf8),
+                    ],
+                    separator="|",
+                ).alias("key"),
+            ),
+        ]
+    )
+    firsts = (
+        keyed.group_by("key")
+        .agg(pl.col("arrival_ns").min().alias("first"))
+        .sort("first", "key", nulls_last=True)
+        .with_row_index("instance_id", offset=1)
+    )
     return keyed.join(firsts.select("key", "instance_id"), on="key").select(
-        "rid", pl.col("instance_id").cast(pl.Int64), "method"), notes
+        "rid", pl.col("instance_id").cast(pl.Int64), "method"
+    ), notes
 
 
 _INSTANCES = f"""
@@ -309,7 +407,9 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     refresh_instances(store, run_id)
     stats = store.sql(
         """SELECT match_method, count(*) AS n, count(*) FILTER (WHERE len(ranks_missing) > 0) AS inc
-           FROM collective_instances WHERE run_id = ? GROUP BY ALL""", [run_id])
+           FROM collective_instances WHERE run_id = ? GROUP BY ALL""",
+        [run_id],
+    )
     by_method = {r["match_method"]: int(r["n"]) for r in stats.iter_rows(named=True)}
     return MatchSummary(
         rows=rows.height,
@@ -323,9 +423,13 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
 
 def unmatched_p2p(store: Store, run_id: int) -> int:
     """Point-to-point rows of a run that matching left unmatched (module doc, step 4)."""
-    return int(store.sql(
-        f"""SELECT count(*) AS n FROM collectives
-            WHERE run_id = ? AND instance_id IS NULL AND {_IS_P2P_SQL}""", [run_id]).item())
+    return int(
+        store.sql(
+            f"""SELECT count(*) AS n FROM collectives
+            WHERE run_id = ? AND instance_id IS NULL AND {_IS_P2P_SQL}""",
+            [run_id],
+        ).item()
+    )
 
 
 def fallback_note(store: Store, run_id: int) -> str | None:
@@ -333,12 +437,16 @@ def fallback_note(store: Store, run_id: int) -> str | None:
     sequence numbers cannot be per group (module doc, step 3); None otherwise."""
     df = store.sql(
         """SELECT source, coalesce(pg, '?') AS pg, count(*) AS n FROM collective_instances
-           WHERE run_id = ? AND match_method = 'step_order' GROUP BY ALL ORDER BY source, pg""", [run_id])
+           WHERE run_id = ? AND match_method = 'step_order' GROUP BY ALL ORDER BY source, pg""",
+        [run_id],
+    )
     if df.is_empty():
         return None
     groups = ", ".join(f"{r['source']} pg {r['pg']} ({r['n']})" for r in df.iter_rows(named=True))
-    return (f"sequence numbers that cannot be per process group (pairs in different steps, or strides that differ "
-            f"across ranks) were ignored: {groups} instances matched by order within the step instead")
+    return (
+        f"sequence numbers that cannot be per process group (pairs in different steps, or strides that differ "
+        f"across ranks) were ignored: {groups} instances matched by order within the step instead"
+    )
 
 
 def refresh_instances(store: Store, run_id: int) -> None:

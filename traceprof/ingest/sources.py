@@ -28,8 +28,20 @@ from traceprof.core import plugins
 from traceprof.core.fileio import GZIP_MAGIC
 from traceprof.core.parsed import ParsedTrace, ParseOptions
 
-__all__ = ["Collector", "Unread", "register", "register_unread", "claim", "recognize", "collectors", "get",
-           "formats", "head", "gunzip_head", "load_all"]
+__all__ = [
+    "Collector",
+    "Unread",
+    "register",
+    "register_unread",
+    "claim",
+    "recognize",
+    "collectors",
+    "get",
+    "formats",
+    "head",
+    "gunzip_head",
+    "load_all",
+]
 
 #: Bytes read from the start of a file for content sniffing.
 HEAD_BYTES = 4096

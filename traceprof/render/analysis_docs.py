@@ -38,23 +38,32 @@ def markdown() -> str:
     for a in specs:
         where = "per rank (one Dask task each)" if a.per_rank is not None else "on the whole run"
         report = "yes" if a.report is not None else "no"
-        lines.append(f"| [`{a.name}`](#{a.name}) | {_cell(a.summary.split(': ', 1)[-1])} | {report} | {where} |")
+        lines.append(
+            f"| [`{a.name}`](#{a.name}) | {_cell(a.summary.split(': ', 1)[-1])} | {report} | {where} |"
+        )
     lines.append("")
     for a in specs:
         lines += [f"## `{a.name}`", "", inspect.cleandoc(a.doc), ""]
         facts = []
         if a.report is not None:
-            facts.append(f"- In the report and `summary` (section {a.report.order // 10}); it needs "
-                         f"{a.report.needs}" + (" (run only on the runs that hold it)" if a.report.when else "") + ".")
+            facts.append(
+                f"- In the report and `summary` (section {a.report.order // 10}); it needs "
+                f"{a.report.needs}" + (" (run only on the runs that hold it)" if a.report.when else "") + "."
+            )
         else:
             facts.append("- Not in the report: `traceprof analyze " + a.name + "`.")
         if a.findings is not None:
             facts.append(f"- Its findings hook gives the verdict of the topic `{a.findings.name}`.")
-        facts.append("- Runs per rank: with `--executor dask`, one task per rank, results merged." if a.per_rank
-                     is not None else "- Runs on the whole run (cross-rank).")
+        facts.append(
+            "- Runs per rank: with `--executor dask`, one task per rank, results merged."
+            if a.per_rank is not None
+            else "- Runs on the whole run (cross-rank)."
+        )
         if a.requires:
-            facts.append(f"- Runs {', '.join(f'`{r}`' for r in a.requires)} itself (started first on the report's "
-                         "threads).")
+            facts.append(
+                f"- Runs {', '.join(f'`{r}`' for r in a.requires)} itself (started first on the report's "
+                "threads)."
+            )
         lines += [*facts, "", "### Parameters (`-p KEY=VALUE`)", ""]
         rows = param_rows(a.params)
         if rows:

@@ -28,7 +28,9 @@ def _track(kind: str, device: int | None, stream: int | None, tid: str) -> str:
     lane = f"dev {'?' if device is None else device} stream {stream}"
     if kind in ("kernel", "memcpy", "memset"):
         return lane
-    return f"{lane} {kind} {tid}" if kind == "sync" else f"dev {'?' if device is None else device} {kind} {tid}"
+    return (
+        f"{lane} {kind} {tid}" if kind == "sync" else f"dev {'?' if device is None else device} {kind} {tid}"
+    )
 
 
 def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
@@ -47,7 +49,12 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
         UsageError: ``output`` cannot be written.
     """
     run_id = store.resolve_run(run)
-    t0 = store.sql(f"SELECT min(ts_ns) AS t0 FROM events e WHERE run_id = ? AND {VALID_SQL}", [run_id])["t0"][0] or 0
+    t0 = (
+        store.sql(f"SELECT min(ts_ns) AS t0 FROM events e WHERE run_id = ? AND {VALID_SQL}", [run_id])["t0"][
+            0
+        ]
+        or 0
+    )
     rel = store.con.sql(
         f"""
         SELECT rank, kind, name, cat, ts_ns - {int(t0)} AS ts, dur_ns, tid, device, stream, args
@@ -62,15 +69,31 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
     for batch in reader:
         cols = batch.to_pydict()
         for rank, kind, name, cat, ts, dur, tid, device, stream, args in zip(
-            cols["rank"], cols["kind"], cols["name"], cols["cat"], cols["ts"], cols["dur_ns"],
-            cols["tid"], cols["device"], cols["stream"], cols["args"], strict=True,
+            cols["rank"],
+            cols["kind"],
+            cols["name"],
+            cols["cat"],
+            cols["ts"],
+            cols["dur_ns"],
+            cols["tid"],
+            cols["device"],
+            cols["stream"],
+            cols["args"],
+            strict=True,
         ):
             gpu = kind in _GPU_KINDS
             pid = rank * 2 + (1 if gpu else 0)
             lane = _track(kind, device, stream, tid) if gpu else str(tid)
             ranks.add(rank)
-            ev = {"ph": "X" if kind != "instant" else "i", "cat": cat, "name": name, "pid": pid,
-                  "tid": lane, "ts": round(ts / 1000, 3), "dur": round(dur / 1000, 3)}
+            ev = {
+                "ph": "X" if kind != "instant" else "i",
+                "cat": cat,
+                "name": name,
+                "pid": pid,
+                "tid": lane,
+                "ts": round(ts / 1000, 3),
+                "dur": round(dur / 1000, 3),
+            }
             if kind == "instant":
                 ev["s"] = "t"
                 del ev["dur"]
@@ -81,7 +104,9 @@ def export_perfetto(store: Store, run: str | None, output: str | Path) -> int:
         meta.append({"ph": "M", "name": "process_name", "pid": r * 2, "args": {"name": f"rank {r}"}})
         meta.append({"ph": "M", "name": "process_name", "pid": r * 2 + 1, "args": {"name": f"rank {r} GPU"}})
         meta.append({"ph": "M", "name": "process_sort_index", "pid": r * 2, "args": {"sort_index": r * 2}})
-        meta.append({"ph": "M", "name": "process_sort_index", "pid": r * 2 + 1, "args": {"sort_index": r * 2 + 1}})
+        meta.append(
+            {"ph": "M", "name": "process_sort_index", "pid": r * 2 + 1, "args": {"sort_index": r * 2 + 1}}
+        )
     body = b",\n".join([orjson.dumps(m) for m in meta] + out)
     data = b'{"displayTimeUnit": "ns", "traceEvents": [\n' + body + b"\n]}\n"
     write_output(output, gzip.compress(data, 6) if str(output).endswith(".gz") else data)

@@ -33,8 +33,19 @@ import polars as pl
 
 from traceprof.core.names import shorten
 
-__all__ = ["bars", "heatmap", "lines", "spans", "timeline", "embed", "downsample", "PALETTE", "STATE_COLORS",
-           "MAX_COLUMNS", "MAX_LINES"]
+__all__ = [
+    "bars",
+    "heatmap",
+    "lines",
+    "spans",
+    "timeline",
+    "embed",
+    "downsample",
+    "PALETTE",
+    "STATE_COLORS",
+    "MAX_COLUMNS",
+    "MAX_LINES",
+]
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 #: Colours of the timeline states (``traceprof.engine.timeline.STATES``): idle, compute, hidden and exposed communication.
@@ -82,8 +93,9 @@ def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
     return short, full
 
 
-def downsample(df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str] = (),
-               max_columns: int = MAX_COLUMNS) -> tuple[pl.DataFrame, str]:
+def downsample(
+    df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str] = (), max_columns: int = MAX_COLUMNS
+) -> tuple[pl.DataFrame, str]:
     """At most ``max_columns`` distinct ``x`` values: consecutive runs of them averaged.
 
     Args:
@@ -105,14 +117,25 @@ def downsample(df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str
     per = -(-n // max_columns)  # x values per column, rounded up
     cols = [c for c in values if c in df.columns]
     binned = df.with_columns(((pl.col(x).rank("dense") - 1) // per).alias("_bin"))
-    out = binned.group_by("_bin", *by).agg(pl.col(x).min(), *(pl.col(c).mean() for c in cols)).sort("_bin", *by)
+    out = (
+        binned.group_by("_bin", *by).agg(pl.col(x).min(), *(pl.col(c).mean() for c in cols)).sort("_bin", *by)
+    )
     out = out.with_columns(pl.col(x).min().over("_bin")).drop("_bin").select(x, *by, *cols)
-    return out, (f"{n:,} {x} values drawn as {out[x].n_unique():,} columns, each the mean of {per:,} consecutive "
-                 f"{x}s labelled by the first (the table has every {x})")
+    return out, (
+        f"{n:,} {x} values drawn as {out[x].n_unique():,} columns, each the mean of {per:,} consecutive "
+        f"{x}s labelled by the first (the table has every {x})"
+    )
 
 
-def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", stacked: bool = False,
-         height: int = 320) -> Any:
+def bars(
+    df: pl.DataFrame,
+    x: str,
+    ys: Sequence[str],
+    title: str,
+    ylabel: str = "",
+    stacked: bool = False,
+    height: int = 320,
+) -> Any:
     """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side),
     ``height`` px tall.
 
@@ -133,24 +156,52 @@ def bars(df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = 
     rotate = len(xs) > 12 or max(map(len, xs), default=0) > 8
     nested = not stacked and len(ys) > 1
     factors = [(xv, label(y)) for xv in xs for y in ys] if nested else xs
-    fig = figure(title=title, width=_WIDTH, height=height, toolbar_location="right", tools="save,reset",
-                 output_backend="canvas", y_axis_label=unit, x_axis_label=x, x_range=FactorRange(*factors))
+    fig = figure(
+        title=title,
+        width=_WIDTH,
+        height=height,
+        toolbar_location="right",
+        tools="save,reset",
+        output_backend="canvas",
+        y_axis_label=unit,
+        x_axis_label=x,
+        x_range=FactorRange(*factors),
+    )
     if not nested:
         src = ColumnDataSource(data)
         if stacked:
-            rs = fig.vbar_stack(ys, x="x", width=0.8, source=src, color=list(PALETTE[: len(ys)]),
-                                legend_label=[label(y) for y in ys])
+            rs = fig.vbar_stack(
+                ys,
+                x="x",
+                width=0.8,
+                source=src,
+                color=list(PALETTE[: len(ys)]),
+                legend_label=[label(y) for y in ys],
+            )
         else:
-            rs = [fig.vbar(x="x", top=ys[0], width=0.8, source=src, color=PALETTE[0], legend_label=label(ys[0]))]
+            rs = [
+                fig.vbar(x="x", top=ys[0], width=0.8, source=src, color=PALETTE[0], legend_label=label(ys[0]))
+            ]
         for r, y in zip(rs, ys, strict=True):
-            fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@full"), (label(y), f"@{{{y}}}{{0,0.[000]}} {unit}")]))
+            fig.add_tools(
+                HoverTool(renderers=[r], tooltips=[(x, "@full"), (label(y), f"@{{{y}}}{{0,0.[000]}} {unit}")])
+            )
     else:  # side by side: nested factors (x, series)
-        src = ColumnDataSource({
-            "f": factors, "full": [fv for fv in full for _ in ys], "series": [label(y) for _ in xs for y in ys],
-            "v": [data[y][i] for i in range(len(xs)) for y in ys],
-            "c": [PALETTE[j % len(PALETTE)] for _ in xs for j in range(len(ys))]})
+        src = ColumnDataSource(
+            {
+                "f": factors,
+                "full": [fv for fv in full for _ in ys],
+                "series": [label(y) for _ in xs for y in ys],
+                "v": [data[y][i] for i in range(len(xs)) for y in ys],
+                "c": [PALETTE[j % len(PALETTE)] for _ in xs for j in range(len(ys))],
+            }
+        )
         r = fig.vbar(x="f", top="v", width=0.8, source=src, color="c", legend_field="series")
-        fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@full"), ("", "@series"), ("value", f"@v{{0,0.[000]}} {unit}")]))
+        fig.add_tools(
+            HoverTool(
+                renderers=[r], tooltips=[(x, "@full"), ("", "@series"), ("value", f"@v{{0,0.[000]}} {unit}")]
+            )
+        )
     if all((v or 0) >= 0 for y in ys for v in data[y]):  # bars of non-negative values start at zero
         fig.y_range.start = 0
     fig.xaxis.major_label_orientation = 0.8 if rotate else 0
@@ -172,8 +223,17 @@ def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
     mapper = LinearColorMapper(palette=_REDS, low=0.0, high=top, nan_color="#dddddd")
     xr = sorted(set(xs), key=_natural)
     yr = sorted(set(ys), key=_natural)
-    fig = figure(title=title, x_range=xr, y_range=yr, width=_WIDTH, height=min(120 + 28 * len(yr), 520),
-                 tools="save,reset", output_backend="canvas", x_axis_label=x, y_axis_label=y)
+    fig = figure(
+        title=title,
+        x_range=xr,
+        y_range=yr,
+        width=_WIDTH,
+        height=min(120 + 28 * len(yr), 520),
+        tools="save,reset",
+        output_backend="canvas",
+        x_axis_label=x,
+        y_axis_label=y,
+    )
     src = ColumnDataSource({"x": xs, "y": ys, "v": vals})
     r = fig.rect("x", "y", 1, 1, source=src, fill_color={"field": "v", "transform": mapper}, line_color=None)
     fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@x"), (y, "@y"), (label(value), "@v{0,0.[00]}")]))
@@ -191,15 +251,31 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
     from bokeh.plotting import figure
 
     ys = [y for y in ys if y in df.columns]
-    scale, unit = (1 / 2**30, "GiB") if all(y.endswith("_bytes") for y in ys) else \
-        (1e-6, "ms") if all(y.endswith("_ns") for y in ys) else (1.0, "value")
+    scale, unit = (
+        (1 / 2**30, "GiB")
+        if all(y.endswith("_bytes") for y in ys)
+        else (1e-6, "ms")
+        if all(y.endswith("_ns") for y in ys)
+        else (1.0, "value")
+    )
     t0 = df[x].min() or 0
-    fig = figure(title=title, width=_WIDTH, height=360, tools="xpan,xwheel_zoom,reset,save", output_backend="canvas",
-                 x_axis_label="ms from the first record", y_axis_label=unit)
+    fig = figure(
+        title=title,
+        width=_WIDTH,
+        height=360,
+        tools="xpan,xwheel_zoom,reset,save",
+        output_backend="canvas",
+        x_axis_label="ms from the first record",
+        y_axis_label=unit,
+    )
     items, dashes = [], ("solid", "dashed", "dotted", "dotdash")
     groups = df[group].unique(maintain_order=True).to_list() if group else [None]
     if len(groups) > MAX_LINES:  # many ranks: the largest series, so that the figure stays readable and small
-        top = df.group_by(group).agg(pl.col(ys[0]).max()).sort(ys[0], group, descending=[True, False], nulls_last=True)
+        top = (
+            df.group_by(group)
+            .agg(pl.col(ys[0]).max())
+            .sort(ys[0], group, descending=[True, False], nulls_last=True)
+        )
         keep = set(top[group].head(MAX_LINES).to_list())
         fig.title.text += f" (the {MAX_LINES} largest of {len(groups)}; the table has all)"
         groups = [g for g in groups if g in keep]
@@ -210,16 +286,30 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
             d = part.filter(pl.col(y).is_not_null())
             if d.is_empty():
                 continue
-            src = ColumnDataSource({"t": [(v - t0) / 1e6 for v in d[x].to_list()],
-                                    "v": [float(v) * scale for v in d[y].to_list()], "g": [str(g)] * d.height})
+            src = ColumnDataSource(
+                {
+                    "t": [(v - t0) / 1e6 for v in d[x].to_list()],
+                    "v": [float(v) * scale for v in d[y].to_list()],
+                    "g": [str(g)] * d.height,
+                }
+            )
             r = fig.line("t", "v", source=src, color=color, line_dash=dashes[j % len(dashes)], line_width=1.5)
-            fig.add_tools(HoverTool(renderers=[r], tooltips=[("", "@g"), (label(y), f"@v{{0,0.000}} {unit}"),
-                                                             ("at", "@t{0,0.000} ms")]))
+            fig.add_tools(
+                HoverTool(
+                    renderers=[r],
+                    tooltips=[("", "@g"), (label(y), f"@v{{0,0.000}} {unit}"), ("at", "@t{0,0.000} ms")],
+                )
+            )
             items.append(LegendItem(label=f"{g} {label(y)}" if group else label(y), renderers=[r]))
             if mark and mark in d.columns:
                 m = d.filter(pl.col(mark))
-                fig.scatter([(v - t0) / 1e6 for v in m[x].to_list()], [float(v) * scale for v in m[y].to_list()],
-                            color=color, size=9, marker="circle")
+                fig.scatter(
+                    [(v - t0) / 1e6 for v in m[x].to_list()],
+                    [float(v) * scale for v in m[y].to_list()],
+                    color=color,
+                    size=9,
+                    marker="circle",
+                )
     if items:
         fig.add_layout(Legend(items=items[:20]), "right")
     return fig
@@ -233,16 +323,33 @@ def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: 
 
     lanes = list(dict.fromkeys(str(v) for v in df[lane].to_list()))
     states = list(dict.fromkeys(str(v) for v in df[state].to_list()))
-    fig = figure(title=title, width=_WIDTH, height=min(140 + 30 * len(lanes), 700), tools="xpan,xwheel_zoom,reset,save",
-                 output_backend="canvas", x_axis_label="ms from the step's start", y_range=FactorRange(*reversed(lanes)))
+    fig = figure(
+        title=title,
+        width=_WIDTH,
+        height=min(140 + 30 * len(lanes), 700),
+        tools="xpan,xwheel_zoom,reset,save",
+        output_backend="canvas",
+        x_axis_label="ms from the step's start",
+        y_range=FactorRange(*reversed(lanes)),
+    )
     items = []
     for k, st in enumerate(states):
         d = df.filter(pl.col(state).cast(pl.Utf8) == st)
-        src = ColumnDataSource({"y": [str(v) for v in d[lane].to_list()], "l": d[start].to_list(),
-                                "r": d[end].to_list(), "dur": (d[end] - d[start]).to_list()})
+        src = ColumnDataSource(
+            {
+                "y": [str(v) for v in d[lane].to_list()],
+                "l": d[start].to_list(),
+                "r": d[end].to_list(),
+                "dur": (d[end] - d[start]).to_list(),
+            }
+        )
         r = fig.hbar(y="y", left="l", right="r", height=0.7, source=src, color=PALETTE[k % len(PALETTE)])
-        fig.add_tools(HoverTool(renderers=[r], tooltips=[(lane, "@y"), ("", st), ("from", "@l{0,0.000} ms"),
-                                                         ("for", "@dur{0,0.000} ms")]))
+        fig.add_tools(
+            HoverTool(
+                renderers=[r],
+                tooltips=[(lane, "@y"), ("", st), ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")],
+            )
+        )
         items.append(LegendItem(label=st, renderers=[r]))
     fig.ygrid.grid_line_color = None
     fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
@@ -270,25 +377,61 @@ def timeline(tl: Any) -> Any:
 
     n = len(tl.ranks)
     height = min(140 + 26 * n, 700)
-    fig = figure(title=f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)",
-                 width=_WIDTH, height=height, tools="xpan,xwheel_zoom,reset,save", output_backend="canvas",
-                 x_axis_label=tl.axis, y_axis_label="rank", x_range=(0, tl.span_ms))
+    fig = figure(
+        title=f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)",
+        width=_WIDTH,
+        height=height,
+        tools="xpan,xwheel_zoom,reset,save",
+        output_backend="canvas",
+        x_axis_label=tl.axis,
+        y_axis_label="rank",
+        x_range=(0, tl.span_ms),
+    )
     items = []
     if tl.intervals is not None:
         index = {r: i for i, r in enumerate(tl.ranks)}
-        fig.quad(left=0, right=tl.span_ms, bottom=[i - 0.4 for i in range(n)], top=[i + 0.4 for i in range(n)],
-                 color=STATE_COLORS[0])
+        fig.quad(
+            left=0,
+            right=tl.span_ms,
+            bottom=[i - 0.4 for i in range(n)],
+            top=[i + 0.4 for i in range(n)],
+            color=STATE_COLORS[0],
+        )
         for code, state in enumerate(STATES[1:], start=1):
             d = tl.intervals.filter(pl.col("state") == state)
             lane = [index[r] for r in d["rank"].to_list()]
-            src = ColumnDataSource({"l": d["start_ms"].to_list(), "r": d["end_ms"].to_list(),
-                                    "b": [i - 0.4 for i in lane], "t": [i + 0.4 for i in lane],
-                                    "rank": d["rank"].to_list(), "dur": (d["end_ms"] - d["start_ms"]).to_list()})
+            src = ColumnDataSource(
+                {
+                    "l": d["start_ms"].to_list(),
+                    "r": d["end_ms"].to_list(),
+                    "b": [i - 0.4 for i in lane],
+                    "t": [i + 0.4 for i in lane],
+                    "rank": d["rank"].to_list(),
+                    "dur": (d["end_ms"] - d["start_ms"]).to_list(),
+                }
+            )
             if d.is_empty():
                 continue
-            r = fig.quad(left="l", right="r", bottom="b", top="t", source=src, color=STATE_COLORS[code], line_color=None)
-            fig.add_tools(HoverTool(renderers=[r], tooltips=[("rank", "@rank"), ("", state),
-                                                             ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")]))
+            r = fig.quad(
+                left="l",
+                right="r",
+                bottom="b",
+                top="t",
+                source=src,
+                color=STATE_COLORS[code],
+                line_color=None,
+            )
+            fig.add_tools(
+                HoverTool(
+                    renderers=[r],
+                    tooltips=[
+                        ("rank", "@rank"),
+                        ("", state),
+                        ("from", "@l{0,0.000} ms"),
+                        ("for", "@dur{0,0.000} ms"),
+                    ],
+                )
+            )
             items.append(LegendItem(label=state, renderers=[r]))
         fig.yaxis.ticker = list(range(n))
         fig.yaxis.major_label_overrides = {i: str(r) for i, r in enumerate(tl.ranks)}
@@ -298,9 +441,15 @@ def timeline(tl: Any) -> Any:
         mapper = LinearColorMapper(palette=list(STATE_COLORS), low=-0.5, high=3.5)
         fig.image(image=[tl.grid], x=0, y=-0.5, dw=tl.span_ms, dh=n, color_mapper=mapper)
         for code, state in enumerate(STATES):
-            items.append(LegendItem(label=state, renderers=[fig.scatter([], [], color=STATE_COLORS[code], size=8,
-                                                                         marker="square")]))
-        fig.title.text += f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
+            items.append(
+                LegendItem(
+                    label=state,
+                    renderers=[fig.scatter([], [], color=STATE_COLORS[code], size=8, marker="square")],
+                )
+            )
+        fig.title.text += (
+            f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
+        )
     if tl.path is not None and not tl.path.is_empty():
         items.append(LegendItem(label="critical path", renderers=[_path_glyphs(fig, tl)]))
         fig.title.text += "; critical path in black"
@@ -317,18 +466,41 @@ def _path_glyphs(fig: Any, tl: Any) -> Any:
 
     index = {r: i for i, r in enumerate(tl.ranks)}
     p = tl.path.with_columns(pl.col("rank").replace_strict(index, return_dtype=pl.Int64).alias("lane"))
-    src = ColumnDataSource({"l": p["start_ms"].to_list(), "r": p["end_ms"].to_list(), "y": p["lane"].to_list(),
-                            "rank": p["rank"].to_list(), "kind": p["kind"].to_list(),
-                            "name": [shorten(n, 60) for n in p["name"].to_list()],
-                            "dur": (p["end_ms"] - p["start_ms"]).to_list()})
+    src = ColumnDataSource(
+        {
+            "l": p["start_ms"].to_list(),
+            "r": p["end_ms"].to_list(),
+            "y": p["lane"].to_list(),
+            "rank": p["rank"].to_list(),
+            "kind": p["kind"].to_list(),
+            "name": [shorten(n, 60) for n in p["name"].to_list()],
+            "dur": (p["end_ms"] - p["start_ms"]).to_list(),
+        }
+    )
     r = fig.segment(x0="l", x1="r", y0="y", y1="y", source=src, color="black", line_width=3)
-    fig.add_tools(HoverTool(renderers=[r], tooltips=[("critical path, rank", "@rank"), ("", "@kind @name"),
-                                                     ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")]))
+    fig.add_tools(
+        HoverTool(
+            renderers=[r],
+            tooltips=[
+                ("critical path, rank", "@rank"),
+                ("", "@kind @name"),
+                ("from", "@l{0,0.000} ms"),
+                ("for", "@dur{0,0.000} ms"),
+            ],
+        )
+    )
     turn = p.filter(pl.col("lane") != pl.col("lane").shift(1))
     prev = p["lane"].shift(1).filter(p["lane"] != p["lane"].shift(1))
     if turn.height:
-        fig.segment(x0=turn["start_ms"].to_list(), x1=turn["start_ms"].to_list(), y0=prev.to_list(),
-                    y1=turn["lane"].to_list(), color="black", line_width=2, line_dash="dotted")
+        fig.segment(
+            x0=turn["start_ms"].to_list(),
+            x1=turn["start_ms"].to_list(),
+            y0=prev.to_list(),
+            y1=turn["lane"].to_list(),
+            color="black",
+            line_width=2,
+            line_dash="dotted",
+        )
     return r
 
 
@@ -374,6 +546,8 @@ def embed(figs: Sequence[Any]) -> tuple[str, list[str]]:
         items = [(f"tp-plot-{i}", json_item(f)) for i, f in enumerate(figs)]
     divs = [f'<div class="plot" id="{pid}"></div>' for pid, _ in items]
     data = json.dumps(items, separators=(",", ":")).encode()
-    tail = (f'<script id="tp-bokeh" type="application/octet-stream">{_packed(_bokeh_js())}</script>\n'
-            f'<script id="tp-plots" type="application/octet-stream">{_packed(data)}</script>\n{_LOADER}')
+    tail = (
+        f'<script id="tp-bokeh" type="application/octet-stream">{_packed(_bokeh_js())}</script>\n'
+        f'<script id="tp-plots" type="application/octet-stream">{_packed(data)}</script>\n{_LOADER}'
+    )
     return tail, divs

@@ -84,7 +84,11 @@ def _cell(v: object) -> str:
 def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
     head = "".join(f"<th>{_esc(str(c))}</th>" for c in df.columns)
     rows = ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in df.head(max_rows).iter_rows()]
-    more = f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>" if df.height > max_rows else ""
+    more = (
+        f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>"
+        if df.height > max_rows
+        else ""
+    )
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     return f'<div class="scroll">{table}</div>{more}'
 
@@ -123,7 +127,9 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
     for fname, frame in result.frames().items():
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""
-        parts.append(f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>")
+        parts.append(
+            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>"
+        )
     return "\n".join(parts)
 
 
@@ -131,21 +137,36 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     items = []
     for x in f.findings:
         shown = x.rank_by  # recoverable time by the step account, else the finding's own cost
-        cost = (f'<span class="cost">{shown:.0f}%</span>' if shown is not None
-                else '<span class="cost none">&ndash;</span>')
+        cost = (
+            f'<span class="cost">{shown:.0f}%</span>'
+            if shown is not None
+            else '<span class="cost none">&ndash;</span>'
+        )
         status = f'<span class="st-{"na" if x.status == "n/a" else _esc(x.status)}">{_esc(x.status)}</span>'
         text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
-        items.append(f'<li class="{"problem" if x.problem else "ok"}">{cost} {status} {text} '
-                     f'<a href="#{_esc(x.section)}">details</a></li>')
+        items.append(
+            f'<li class="{"problem" if x.problem else "ok"}">{cost} {status} {text} '
+            f'<a href="#{_esc(x.section)}">details</a></li>'
+        )
     empty = f.empty_text[0].upper() + f.empty_text[1:] + "."
     listing = f'<ol class="findings">{"".join(items)}</ol>' if items else f'<p class="findings">{empty}</p>'
     rows = "".join(
         f'<tr><td class="s">{_esc(v.topic)}</td><td class="s st-{"na" if v.status == "n/a" else v.status}">'
-        f'{_esc(v.status)}</td><td class="s">{_esc(v.text)}</td></tr>' for v in f.verdicts)
-    verdicts = (f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
-                f"<tbody>{rows}</tbody></table>") if rows else ""
-    return (f'<h2 id="findings">Findings</h2><p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
-            f"measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}")
+        f'{_esc(v.status)}</td><td class="s">{_esc(v.text)}</td></tr>'
+        for v in f.verdicts
+    )
+    verdicts = (
+        (
+            f'<table class="verdicts"><thead><tr><th>topic</th><th>verdict</th><th></th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
+        )
+        if rows
+        else ""
+    )
+    return (
+        f'<h2 id="findings">Findings</h2><p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
+        f"measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}"
+    )
 
 
 def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
@@ -156,12 +177,16 @@ def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
     for m in f.missing:
         groups.setdefault(m.needs or m.reason, []).append(m.analysis)
     parts = "; ".join(f"{', '.join(names)} need {needs}" for needs, names in groups.items())
-    return (f'<p class="missing" id="missing"><b>Not available from this run\'s sources '
-            f'({_esc(", ".join(sources) or "none")}):</b> {_esc(parts)}. To get them, '
-            f"{_esc(fnd.HOW)}.</p>")
+    return (
+        f'<p class="missing" id="missing"><b>Not available from this run\'s sources '
+        f"({_esc(', '.join(sources) or 'none')}):</b> {_esc(parts)}. To get them, "
+        f"{_esc(fnd.HOW)}.</p>"
+    )
 
 
-def _timeline_html(store: Store, run_id: int, figs: list[Any], paths: list[pl.DataFrame] | None = None) -> str:
+def _timeline_html(
+    store: Store, run_id: int, figs: list[Any], paths: list[pl.DataFrame] | None = None
+) -> str:
     """The timeline of the median step, with the paths an analysis draws on it (``critical_path``'s)."""
     from traceprof.engine.timeline import step_timeline, with_path
     from traceprof.render import plots
@@ -192,14 +217,21 @@ def _leads_html(results: dict[str, FrameResult | TraceprofError], figs: list[Any
             continue
         anchors.append(lead.anchor)
         res = results.get(spec.name)
-        built = lead.build(res) if isinstance(res, FrameResult) else (
-            str(res) if res is not None else f"{spec.name} did not run")
+        built = (
+            lead.build(res)
+            if isinstance(res, FrameResult)
+            else (str(res) if res is not None else f"{spec.name} did not run")
+        )
         if isinstance(built, str):
-            html.append(f'<p class="missing" id="{_esc(lead.anchor)}">No {_esc(lead.what)}: {_esc(built)}.</p>')
+            html.append(
+                f'<p class="missing" id="{_esc(lead.anchor)}">No {_esc(lead.what)}: {_esc(built)}.</p>'
+            )
             continue
         frame, chart = built
         with plots.quiet():
-            figs.append(plots.bars(frame, chart.x, list(chart.ys), chart.title, stacked=chart.stacked, height=230))
+            figs.append(
+                plots.bars(frame, chart.x, list(chart.ys), chart.title, stacked=chart.stacked, height=230)
+            )
         html.append(f'<div id="{_esc(lead.anchor)}"><!--PLOT{len(figs) - 1}--></div>')
     return "\n".join(html), anchors
 
@@ -241,14 +273,23 @@ def render_html(
         return _render(store, run, extra, params, baseline, force)
 
 
-def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] | None,
-            params: dict[str, dict[str, str]] | None, baseline: str | None, force: bool) -> str:
+def _render(
+    store: Store,
+    run: str | None,
+    extra: list[tuple[str, FrameResult]] | None,
+    params: dict[str, dict[str, str]] | None,
+    baseline: str | None,
+    force: bool,
+) -> str:
     from traceprof.render import plots
 
     run_id = store.resolve_run(run)
     results = fnd.run_analyses(store, run_id, params)
-    diff = (fnd.compare(store, baseline, run_id, analysis_mfu_options(params), force)
-            if baseline is not None else None)
+    diff = (
+        fnd.compare(store, baseline, run_id, analysis_mfu_options(params), force)
+        if baseline is not None
+        else None
+    )
     hta = fnd.hta_mode(params)
     f = fnd.build(store, run_id, results, diff, hta, params)
     info = store.sql("SELECT * FROM runs WHERE run_id = ?", [run_id]).row(0, named=True)
@@ -275,8 +316,10 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
             sections.append(_section("diff", diff, figs))
             toc.append("diff")
         elif diff is not None:
-            sections.append(f'<h2 id="diff">Regression diff against {_esc(str(baseline))}</h2>'
-                            f'<div class="err">not compared: {_esc(str(diff))}</div>')
+            sections.append(
+                f'<h2 id="diff">Regression diff against {_esc(str(baseline))}</h2>'
+                f'<div class="err">not compared: {_esc(str(diff))}</div>'
+            )
             toc.append("diff")
         tail, divs = plots.embed(figs)
     body = "\n".join(sections)
@@ -290,17 +333,23 @@ def _render(store: Store, run: str | None, extra: list[tuple[str, FrameResult]] 
     world = info["world_size"] or traced
     ranks = f"{world} rank{'s' if world != 1 else ''}" + (f", {traced} traced" if traced != world else "")
     devices = ", ".join(sorted({str(d) for d in traces["device_name"].drop_nulls().to_list()})) or "unknown"
-    hta_note = ('<p class="hta"><b>HTA-compatible mode</b> (hta=true): events selected as Holistic Trace '
-                "Analysis 0.5.0 does (last ProfilerStep and GPU events without a launch dropped, times rounded "
-                "inward to whole us, HTA's kernel classes). By default traceprof keeps all GPU activity, so "
-                "windows, idle and overlap can differ.</p>") if hta else ""
+    hta_note = (
+        (
+            '<p class="hta"><b>HTA-compatible mode</b> (hta=true): events selected as Holistic Trace '
+            "Analysis 0.5.0 does (last ProfilerStep and GPU events without a launch dropped, times rounded "
+            "inward to whole us, HTA's kernel classes). By default traceprof keeps all GPU activity, so "
+            "windows, idle and overlap can differ.</p>"
+        )
+        if hta
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
 <style>{_CSS}</style>
 </head><body>
 <h1>{_esc(title)}</h1>
-<p class="facts">Run <b>{_esc(str(info['name']))}</b> (id {run_id}) · {ranks} ·
-sources {_esc(', '.join(sources))} · devices {_esc(devices)} · clocks aligned: {info['clock_aligned']} ·
+<p class="facts">Run <b>{_esc(str(info["name"]))}</b> (id {run_id}) · {ranks} ·
+sources {_esc(", ".join(sources))} · devices {_esc(devices)} · clocks aligned: {info["clock_aligned"]} ·
 generated {now} by traceprof</p>
 {hta_note}
 {top}

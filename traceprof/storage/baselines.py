@@ -38,7 +38,9 @@ class Baseline:
 
 def members(store: Store, name: str) -> list[int]:
     """Run ids of baseline set ``name`` in the order they were added ([] when there is no such set)."""
-    return store.sql("SELECT run_id FROM baselines WHERE name = ? ORDER BY added_at, run_id", [name])["run_id"].to_list()
+    return store.sql("SELECT run_id FROM baselines WHERE name = ? ORDER BY added_at, run_id", [name])[
+        "run_id"
+    ].to_list()
 
 
 def sets(store: Store) -> pl.DataFrame:
@@ -46,7 +48,8 @@ def sets(store: Store) -> pl.DataFrame:
     return store.sql(
         """SELECT b.name, count(*) AS runs, list(r.name ORDER BY b.added_at, b.run_id) AS run_names,
                   max(b.added_at) AS added_at
-           FROM baselines b JOIN runs r USING (run_id) GROUP BY b.name ORDER BY b.name""")
+           FROM baselines b JOIN runs r USING (run_id) GROUP BY b.name ORDER BY b.name"""
+    )
 
 
 def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -65,15 +68,23 @@ def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[s
         raise UsageError("baseline add: name at least one run")
     taken = store.sql("SELECT run_id FROM runs WHERE name = ?", [name])
     if taken.height:
-        raise UsageError(f"baseline add: {name!r} is the name of a run (id {taken['run_id'][0]}); choose a set "
-                         "name that no run has, so that `traceprof diff NAME CAND` is not ambiguous")
+        raise UsageError(
+            f"baseline add: {name!r} is the name of a run (id {taken['run_id'][0]}); choose a set "
+            "name that no run has, so that `traceprof diff NAME CAND` is not ambiguous"
+        )
     ids = [store.resolve_run(r, whole=False) for r in runs]
     have = set(members(store, name))
     new = list(dict.fromkeys(i for i in ids if i not in have))
     now = datetime.now(timezone.utc).replace(tzinfo=None)  # UTC, as runs.ingested_at
     # one microsecond apart: the set keeps the order the runs were given in
-    transaction(store, f"adding runs to baseline set {name!r}", [
-        ("INSERT INTO baselines VALUES (?, ?, ?)", [name, i, now + timedelta(microseconds=j)]) for j, i in enumerate(new)])
+    transaction(
+        store,
+        f"adding runs to baseline set {name!r}",
+        [
+            ("INSERT INTO baselines VALUES (?, ?, ?)", [name, i, now + timedelta(microseconds=j)])
+            for j, i in enumerate(new)
+        ],
+    )
     return [run_name(store, i) for i in new], [run_name(store, i) for i in dict.fromkeys(ids) if i in have]
 
 
@@ -92,9 +103,14 @@ def remove(store: Store, name: str, runs: Sequence[str] = ()) -> int:
     if outside:
         raise StoreError(f"baseline set {name!r} does not hold {', '.join(outside)}")
     if not ids:
-        return transaction(store, f"removing baseline set {name!r}", [("DELETE FROM baselines WHERE name = ?", [name])])
-    return transaction(store, f"removing runs from baseline set {name!r}", [
-        ("DELETE FROM baselines WHERE name = ? AND run_id = ?", [name, i]) for i in dict.fromkeys(ids)])
+        return transaction(
+            store, f"removing baseline set {name!r}", [("DELETE FROM baselines WHERE name = ?", [name])]
+        )
+    return transaction(
+        store,
+        f"removing runs from baseline set {name!r}",
+        [("DELETE FROM baselines WHERE name = ? AND run_id = ?", [name, i]) for i in dict.fromkeys(ids)],
+    )
 
 
 def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
@@ -114,8 +130,10 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
     in_set = members(store, spec)
     is_run = store.sql("SELECT run_id FROM runs WHERE name = ?", [spec])
     if in_set and is_run.height:
-        raise UsageError(f"{spec!r} is both a baseline set and a run; rename the run (`traceprof runs mv`) "
-                         "or the set (`traceprof baseline rm` and `add`)")
+        raise UsageError(
+            f"{spec!r} is both a baseline set and a run; rename the run (`traceprof runs mv`) "
+            "or the set (`traceprof baseline rm` and `add`)"
+        )
     if in_set:
         return Baseline(tuple(store.resolve_run(str(i)) for i in in_set), spec)
     if is_run.height or "," not in spec:

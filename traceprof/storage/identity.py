@@ -55,8 +55,10 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
         "list(DISTINCT lower(device_name)) FILTER (device_name IS NOT NULL) FROM traces WHERE run_id = ?",
         [run_id],
     ).fetchone()
-    epoch = (f"trace_id IN (SELECT trace_id FROM traces WHERE run_id = ? AND source IN {EPOCH_SOURCES} AND "
-             f"coalesce(json_extract_string(meta, '$.clock'), '') <> '{RELATIVE_CLOCK}')")
+    epoch = (
+        f"trace_id IN (SELECT trace_id FROM traces WHERE run_id = ? AND source IN {EPOCH_SOURCES} AND "
+        f"coalesce(json_extract_string(meta, '$.clock'), '') <> '{RELATIVE_CLOCK}')"
+    )
     span = con.execute(
         f"SELECT min(lo), max(hi) FROM (SELECT min(ts_ns) lo, max(ts_ns + dur_ns) hi FROM events WHERE {epoch} "
         "UNION ALL SELECT min(coalesce(enter_ns, start_ns)), max(coalesce(end_ns, start_ns, enter_ns)) "
@@ -72,14 +74,16 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
             if value is not None and have and value not in have:
                 raise StoreError(
                     f"{pt.path}: {what} {value!r}, but run {name!r} has {', '.join(map(repr, sorted(have)))}: "
-                    f"a trace of another job; ingest it as another run (--run NAME){force}")
+                    f"a trace of another job; ingest it as another run (--run NAME){force}"
+                )
         lo, hi = _span(pt) if _epoch(pt) else (None, None)
         if lo is not None and span[0] is not None:
             gap = max(lo - span[1], span[0] - hi, 0)
             if gap > MAX_GAP_NS:
                 raise StoreError(
                     f"{pt.path}: recorded {_duration(gap)} away from the traces of run {name!r}: a trace of "
-                    f"another job; ingest it as another run (--run NAME){force}")
+                    f"another job; ingest it as another run (--run NAME){force}"
+                )
 
 
 def check_within(name: str, traces: list[ParsedTrace]) -> None:
@@ -100,8 +104,10 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
     """
     lo_all: tuple[int, str] | None = None
     hi_all: tuple[int, str] | None = None
-    split = (f"files of different jobs in run {name!r}: put each job's files in its own folder (or ingest "
-             "them with --run NAME each); if they do belong together, pass --force-run")
+    split = (
+        f"files of different jobs in run {name!r}: put each job's files in its own folder (or ingest "
+        "them with --run NAME each); if they do belong together, pass --force-run"
+    )
     for pt in traces:
         lo, hi = _span(pt) if _epoch(pt) else (None, None)
         if lo is None or hi is None:
@@ -110,7 +116,9 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
             gap = max(lo - hi_all[0], lo_all[0] - hi, 0)
             if gap > MAX_GAP_NS:
                 other = hi_all[1] if lo > hi_all[0] else lo_all[1]
-                raise StoreError(f"{pt.path}: recorded {_duration(gap)} away from {Path(other).name}: {split}")
+                raise StoreError(
+                    f"{pt.path}: recorded {_duration(gap)} away from {Path(other).name}: {split}"
+                )
         lo_all = (lo, pt.path) if lo_all is None or lo < lo_all[0] else lo_all
         hi_all = (hi, pt.path) if hi_all is None or hi > hi_all[0] else hi_all
 
@@ -129,27 +137,39 @@ def _epoch(pt: ParsedTrace) -> bool:
 
 def _facts(pt: ParsedTrace) -> list[tuple[str, Any]]:
     """(what, value) of world size, backend and device (lower case) as a trace states them."""
-    return [("world size", pt.world_size), ("backend", (pt.trace.get("backend") or "").lower() or None),
-            ("device", (pt.trace.get("device_name") or "").lower() or None)]
+    return [
+        ("world size", pt.world_size),
+        ("backend", (pt.trace.get("backend") or "").lower() or None),
+        ("device", (pt.trace.get("device_name") or "").lower() or None),
+    ]
 
 
 def _duration(ns: int) -> str:
     """``2.5 h``, ``3.0 days`` or ``2.6 years``."""
     hours = ns / 3.6e12
-    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days" if hours < 24 * 365 else \
-        f"{hours / (24 * 365.25):.1f} years"
+    return (
+        f"{hours:.1f} h"
+        if hours < 48
+        else f"{hours / 24:.1f} days"
+        if hours < 24 * 365
+        else f"{hours / (24 * 365.25):.1f} years"
+    )
 
 
 def _span(pt: ParsedTrace) -> tuple[int | None, int | None]:
     """First and last time of a trace's events and collectives (epoch ns), or (None, None)."""
     los, his = [], []
-    for tbl, lo_col, hi_cols in ((pt.events, "ts_ns", ("ts_ns", "dur_ns")),
-                                 (pt.collectives, "start_ns", ("end_ns",))):
+    for tbl, lo_col, hi_cols in (
+        (pt.events, "ts_ns", ("ts_ns", "dur_ns")),
+        (pt.collectives, "start_ns", ("end_ns",)),
+    ):
         if tbl is None or tbl.num_rows == 0 or lo_col not in tbl.column_names:
             continue
         lo = pc.min(tbl[lo_col]).as_py()
         if len(hi_cols) == 2:
-            hi = pc.max(pc.add(tbl[hi_cols[0]], pc.fill_null(tbl[hi_cols[1]], pa.scalar(0, pa.int64())))).as_py()
+            hi = pc.max(
+                pc.add(tbl[hi_cols[0]], pc.fill_null(tbl[hi_cols[1]], pa.scalar(0, pa.int64())))
+            ).as_py()
         else:
             hi = pc.max(tbl[hi_cols[0]]).as_py()
         if lo is not None:

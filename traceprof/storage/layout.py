@@ -53,9 +53,24 @@ from traceprof.core.errors import StoreError, UsageError
 from traceprof.core.locking import beside, check_store_path
 from traceprof.core.parsed import ParsedTrace
 
-__all__ = ["LAYOUTS", "AUTO_PARQUET_BYTES", "GZ_INFLATE_ESTIMATE", "StagedTrace", "SpooledTrace", "Dataset",
-           "dataset_dir", "estimate_bytes", "choose", "stage", "spool", "spool_dir", "sweep_spools", "write_part",
-           "interrupted", "error_line"]
+__all__ = [
+    "LAYOUTS",
+    "AUTO_PARQUET_BYTES",
+    "GZ_INFLATE_ESTIMATE",
+    "StagedTrace",
+    "SpooledTrace",
+    "Dataset",
+    "dataset_dir",
+    "estimate_bytes",
+    "choose",
+    "stage",
+    "spool",
+    "spool_dir",
+    "sweep_spools",
+    "write_part",
+    "interrupted",
+    "error_line",
+]
 
 #: The store layouts (module doc).
 LAYOUTS = ("duckdb", "parquet")
@@ -125,9 +140,11 @@ def interrupted(e: BaseException) -> bool:
     DuckDB's own interrupt, or a KeyboardInterrupt raised in Python code DuckDB was reading from
     (an Arrow stream of batches), which DuckDB reports inside its error: ``...failed: KeyboardInterrupt: ``
     (reading the stream's schema) or Python's traceback ending in a ``KeyboardInterrupt`` line (a batch)."""
-    return isinstance(e, duckdb.InterruptException) or (
-        isinstance(e, RuntimeError) and "interrupted" in str(e).lower()) or (
-        isinstance(e, duckdb.Error) and _PY_INTERRUPT.search(str(e)) is not None)
+    return (
+        isinstance(e, duckdb.InterruptException)
+        or (isinstance(e, RuntimeError) and "interrupted" in str(e).lower())
+        or (isinstance(e, duckdb.Error) and _PY_INTERRUPT.search(str(e)) is not None)
+    )
 
 
 #: Python's KeyboardInterrupt as DuckDB quotes it in an error (after ": " or alone on a line).
@@ -173,8 +190,11 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     select = ", ".join(
-        f'CAST("{c.name}" AS {schema.sql_type(c)}) AS "{c.name}"' if c.name in tbl.column_names
-        else f'NULL::{schema.sql_type(c)} AS "{c.name}"' for c in _columns(table))
+        f'CAST("{c.name}" AS {schema.sql_type(c)}) AS "{c.name}"'
+        if c.name in tbl.column_names
+        else f'NULL::{schema.sql_type(c)} AS "{c.name}"'
+        for c in _columns(table)
+    )
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
@@ -182,7 +202,9 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
         # groups out sooner instead of holding them (its default is 80% of RAM, in every parser process)
         con.execute(f"SET memory_limit = '{_STAGE_MEMORY_LIMIT_MB}MB'")
         con.register("_incoming", spill.readable(tbl))
-        con.execute(f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
+        con.execute(
+            f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)"
+        )
     except duckdb.Error as e:
         if interrupted(e):  # Ctrl-C while DuckDB read the rows (a stream of spilled batches)
             raise KeyboardInterrupt from None
@@ -377,9 +399,11 @@ class Dataset:
         self.root = dataset_dir(db)
         odd = [c for c in _PATH_SPECIAL if c in str(self.root)]
         if odd:  # read_parquet globs each path it is given, even a listed file's: no escape exists
-            raise StoreError(f"{self.root}: a Parquet-layout store needs a path without {', '.join(map(repr, odd))} "
-                             "(DuckDB reads key=value folders as partition columns and '*', '?', '[' as a glob "
-                             "pattern, which would read another store's files); move the store")
+            raise StoreError(
+                f"{self.root}: a Parquet-layout store needs a path without {', '.join(map(repr, odd))} "
+                "(DuckDB reads key=value folders as partition columns and '*', '?', '[' as a glob "
+                "pattern, which would read another store's files); move the store"
+            )
         self._staging: Path | None = None
         #: Files of the open transaction: path relative to the root -> where it is staged.
         self.pending: dict[str, Path] = {}
@@ -390,7 +414,8 @@ class Dataset:
         """(run_id, path relative to the dataset, absolute path) of ``table``'s files named in
         ``parts`` (staged ones where they lie)."""
         rows = self.con.execute(
-            "SELECT run_id, path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]).fetchall()
+            "SELECT run_id, path FROM parts WHERE table_name = ? ORDER BY trace_id", [table]
+        ).fetchall()
         return [(int(run_id), rel, self.pending.get(rel, self.root / rel)) for run_id, rel in rows]
 
     def files(self, table: str = "events") -> list[Path]:
@@ -416,16 +441,22 @@ class Dataset:
                     self.broken.setdefault(run_id, []).append(rel)
             if paths:
                 listed = ", ".join(_quote(str(p)) for p in paths)
-                body = f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, hive_types = {_HIVE})"
+                body = (
+                    f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, hive_types = {_HIVE})"
+                )
             else:  # read_parquet refuses an empty list: the same columns, no rows
-                cols = ", ".join(f'NULL::{schema.sql_type(c)} AS "{c.name}"' for c in schema.table(table).columns)
+                cols = ", ".join(
+                    f'NULL::{schema.sql_type(c)} AS "{c.name}"' for c in schema.table(table).columns
+                )
                 body = f"SELECT {cols} LIMIT 0"
             try:
                 self.con.execute(f"CREATE OR REPLACE TEMP VIEW _{table}_files AS {body}")
             except duckdb.Error as e:  # damaged past the magic bytes
-                raise StoreError(f"{self.root}: cannot read the store's Parquet files: {str(e).splitlines()[0]}; "
-                                 "restore them, or remove the affected run (`traceprof runs rm`) and ingest "
-                                 "it again") from None
+                raise StoreError(
+                    f"{self.root}: cannot read the store's Parquet files: {str(e).splitlines()[0]}; "
+                    "restore them, or remove the affected run (`traceprof runs rm`) and ingest "
+                    "it again"
+                ) from None
 
     def check_run(self, run_id: int, name: str) -> None:
         """Refuse run ``run_id`` when one of its files is missing or damaged (see :meth:`refresh`).
@@ -435,9 +466,13 @@ class Dataset:
         """
         bad = self.broken.get(run_id)
         if bad:
-            shown = ", ".join(str(self.root / b) for b in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-            raise StoreError(f"run {name!r}: {len(bad)} of its Parquet file(s) are missing or damaged ({shown}); "
-                             f"restore them, or remove the run (`traceprof runs rm {name}`) and ingest it again")
+            shown = ", ".join(str(self.root / b) for b in bad[:3]) + (
+                f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            )
+            raise StoreError(
+                f"run {name!r}: {len(bad)} of its Parquet file(s) are missing or damaged ({shown}); "
+                f"restore them, or remove the run (`traceprof runs rm {name}`) and ingest it again"
+            )
 
     def allow_reads(self) -> None:
         """Allow the read-only connection to read exactly the dataset's files; call before disabling

@@ -40,8 +40,10 @@ def check_name(name: str, what: str) -> None:
     if name.isdigit():
         raise UsageError(f"{what}: {name!r} would read as a run id; choose a name with a letter in it")
     if term.escape(name) != name:
-        raise UsageError(f"{what}: the run name '{term.escape(name)}' holds control characters; "
-                         "choose one without (letters, digits, -_.)")
+        raise UsageError(
+            f"{what}: the run name '{term.escape(name)}' holds control characters; "
+            "choose one without (letters, digits, -_.)"
+        )
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def _run_tables(store: Store) -> list[str]:
     names = store.sql(
         """SELECT DISTINCT c.table_name FROM duckdb_columns() c JOIN duckdb_tables() t
              ON t.table_name = c.table_name AND t.schema_name = c.schema_name AND t.database_name = c.database_name
-           WHERE c.column_name = 'run_id' AND c.database_name = current_database() ORDER BY 1""")["table_name"].to_list()
+           WHERE c.column_name = 'run_id' AND c.database_name = current_database() ORDER BY 1"""
+    )["table_name"].to_list()
     return [n for n in names if n != "runs"] + ["runs"]
 
 
@@ -89,9 +92,15 @@ def remove(store: Store, run: str) -> Removed:
     traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
     # rows kept in Parquet files (traceprof.storage.layout) count instead of their parts rows (one per file:
     # bookkeeping, so the count is the same in both layouts)
-    in_files, parts = (int(x) for x in store.sql(
-        "SELECT coalesce(sum(rows), 0) AS n, count(*) AS parts FROM parts WHERE run_id = ?", [run_id]).row(0))
-    stmts: list[tuple[str, list[object]]] = [(f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)]
+    in_files, parts = (
+        int(x)
+        for x in store.sql(
+            "SELECT coalesce(sum(rows), 0) AS n, count(*) AS parts FROM parts WHERE run_id = ?", [run_id]
+        ).row(0)
+    )
+    stmts: list[tuple[str, list[object]]] = [
+        (f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)
+    ]
     rows = transaction(store, f"removing run {name!r}", stmts) + in_files - parts
     store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
     return Removed(name, run_id, traces, rows)
@@ -108,7 +117,11 @@ def rename(store: Store, old: str, new: str) -> int:
     check_name(new, "runs mv")
     taken = store.sql("SELECT run_id FROM runs WHERE name = ? AND run_id <> ?", [new, run_id])
     if taken.height:
-        raise UsageError(f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
-                         f"remove it first with `traceprof runs rm {new}`")
-    transaction(store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])])
+        raise UsageError(
+            f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
+            f"remove it first with `traceprof runs rm {new}`"
+        )
+    transaction(
+        store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])]
+    )
     return run_id

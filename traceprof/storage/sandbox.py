@@ -35,8 +35,10 @@ __all__ = ["connect", "lock", "check", "ALIAS"]
 #: The name the store is attached under (its catalog: ``store.main.events``); the default catalog.
 ALIAS = "store"
 #: What runs, for messages.
-ALLOWED = ("queries only: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN [ANALYZE] <query>; "
-           "no writes, no settings, no other files")
+ALLOWED = (
+    "queries only: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN [ANALYZE] <query>; "
+    "no writes, no settings, no other files"
+)
 _QUERY = duckdb.StatementType.SELECT
 _EXPLAIN = duckdb.StatementType.EXPLAIN
 
@@ -49,10 +51,15 @@ def connect(path: str) -> duckdb.DuckDBPyConnection:
     Raises:
         duckdb.Error: The file cannot be attached (not a DuckDB file, locked by another process).
     """
-    con = duckdb.connect(":memory:", config={
-        "temp_directory": "", "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-        "allow_community_extensions": False,
-    })
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "temp_directory": "",
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "allow_community_extensions": False,
+        },
+    )
     try:
         quoted = path.replace("'", "''")
         con.execute(f"ATTACH '{quoted}' AS {ALIAS} (READ_ONLY)")
@@ -83,8 +90,10 @@ def check(con: duckdb.DuckDBPyConnection, query: str) -> int:
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as e:  # bytes that are not UTF-8 reach Python as lone surrogates
-        raise StoreError(f"SQL error: the query is not UTF-8 text (a byte that is not UTF-8 at character "
-                         f"{e.start}); write it in UTF-8") from None
+        raise StoreError(
+            f"SQL error: the query is not UTF-8 text (a byte that is not UTF-8 at character "
+            f"{e.start}); write it in UTF-8"
+        ) from None
     statements = _statements(con, query)
     for kind, text in statements:
         if kind is _EXPLAIN:
@@ -95,8 +104,10 @@ def check(con: duckdb.DuckDBPyConnection, query: str) -> int:
             continue
         flat = " ".join(text.split())
         shown = flat if len(flat) <= 60 else flat[:57] + "..."
-        raise StoreError(f"SQL error: {kind.name} statement {shown!r} is refused: traceprof sql runs {ALLOWED}"
-                         + ("; for a profile use EXPLAIN ANALYZE <query>" if "profil" in flat.lower() else ""))
+        raise StoreError(
+            f"SQL error: {kind.name} statement {shown!r} is refused: traceprof sql runs {ALLOWED}"
+            + ("; for a profile use EXPLAIN ANALYZE <query>" if "profil" in flat.lower() else "")
+        )
     return len(statements)
 
 
@@ -107,7 +118,9 @@ def _statements(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[duckdb
     except duckdb.Error as e:
         raise StoreError(f"SQL error: {error_line(e)}") from None
     except (ValueError, TypeError):  # a statement kind this duckdb module has no name for (UPDATE EXTENSIONS)
-        raise StoreError(f"SQL error: a statement of a kind traceprof sql does not run; it runs {ALLOWED}") from None
+        raise StoreError(
+            f"SQL error: a statement of a kind traceprof sql does not run; it runs {ALLOWED}"
+        ) from None
     if not statements:
         raise StoreError("SQL error: no statement (only comments or semicolons)")
     return statements
@@ -117,8 +130,11 @@ def _explained(text: str) -> str | None:
     """The statement an ``EXPLAIN [ANALYZE | (options)]`` explains (comments skipped), or None."""
     tokens = duckdb.tokenize(text)
     ends = [pos for pos, _ in tokens[1:]] + [len(text)]
-    words = [(pos, text[pos:end].strip()) for (pos, kind), end in zip(tokens, ends, strict=True)
-             if kind != duckdb.token_type.comment]
+    words = [
+        (pos, text[pos:end].strip())
+        for (pos, kind), end in zip(tokens, ends, strict=True)
+        if kind != duckdb.token_type.comment
+    ]
     if not words or words[0][1].upper() != "EXPLAIN":
         return None
     i = 1
@@ -133,4 +149,4 @@ def _explained(text: str) -> str | None:
                 break
         if j < len(words):  # else the parentheses held the query itself: EXPLAIN (SELECT 1)
             i = j
-    return text[words[i][0]:] if i < len(words) else None
+    return text[words[i][0] :] if i < len(words) else None

@@ -22,8 +22,21 @@ from traceprof.storage.store import Store
 __all__ = ["stream", "SqlStream"]
 
 T = TypeVar("T")
-_KEEP = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
-                   "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE"})
+_KEEP = frozenset(
+    {
+        "BOOLEAN",
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "FLOAT",
+        "DOUBLE",
+    }
+)
 
 
 @dataclass
@@ -45,8 +58,9 @@ class SqlStream:
     statements: int = 1
 
 
-def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_000,
-           timeout_s: float | None = None) -> SqlStream:
+def stream(
+    store: Store, query: str, max_rows: int | None, batch_rows: int = 10_000, timeout_s: float | None = None
+) -> SqlStream:
     """Run ``query`` and stream its rows (see the module doc).
 
     Args:
@@ -71,7 +85,9 @@ def stream(store: Store, query: str, max_rows: int | None, batch_rows: int = 10_
             return [], [], iter(())
         columns, types = list(rel.columns), [str(t) for t in rel.types]
         names = [f"c{i}" for i in range(len(columns))]
-        sel = ", ".join(n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True))
+        sel = ", ".join(
+            n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True)
+        )
         limit = "" if max_rows is None or max_rows >= 2**62 else f" LIMIT {int(max_rows) + 1}"  # beyond: all
         sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
         projected = rel.query("_q", sql)
@@ -122,8 +138,10 @@ class _Budget:
         try:
             return store.interruptible(fn, None if self.left is None else max(self.left, 0.0))
         except TimeoutError:
-            raise StoreError(f"SQL error: the query ran for over {self.timeout_s:g} s and was stopped (--timeout); "
-                             "give it more time with --timeout SECONDS") from None
+            raise StoreError(
+                f"SQL error: the query ran for over {self.timeout_s:g} s and was stopped (--timeout); "
+                "give it more time with --timeout SECONDS"
+            ) from None
         finally:
             if self.left is not None:
                 self.left -= time.monotonic() - start

@@ -81,7 +81,9 @@ def _check_file(path: Path) -> None:
     if not head or head[8:12] == b"DUCK":
         return
     if head == b"SQLite format 3\x00":
-        raise StoreError(f"{path}: an SQLite file (an Nsight Systems export?), not a traceprof store (DuckDB)")
+        raise StoreError(
+            f"{path}: an SQLite file (an Nsight Systems export?), not a traceprof store (DuckDB)"
+        )
     raise StoreError(
         f"{path}: not a DuckDB file (it starts with {head[:8]!r}); --db takes a traceprof store or a new path"
     )
@@ -138,8 +140,14 @@ class Store:
     """
 
     def __init__(
-        self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, lock_timeout_s: float = 120.0,
-        layout: str | None = None, create: bool = True, user_sql: bool = False,
+        self,
+        path: str | Path = DEFAULT_DB,
+        *,
+        read_only: bool = False,
+        lock_timeout_s: float = 120.0,
+        layout: str | None = None,
+        create: bool = True,
+        user_sql: bool = False,
     ) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -156,9 +164,11 @@ class Store:
         if (read_only or not create) and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; create it with `traceprof ingest PATH`")
         if not read_only and len(name := os.fsencode(self.path.resolve().name)) > MAX_NAME_BYTES:
-            raise StoreError(f"{self.path}: a store file name of {len(name)} bytes is too long to write: its "
-                             f"Parquet, results and spool folders are kept beside it under longer names; use "
-                             f"a name of at most {MAX_NAME_BYTES} bytes")
+            raise StoreError(
+                f"{self.path}: a store file name of {len(name)} bytes is too long to write: its "
+                f"Parquet, results and spool folders are kept beside it under longer names; use "
+                f"a name of at most {MAX_NAME_BYTES} bytes"
+            )
         _check_file(self.path)
         self._lock = StoreLock(self.path, exclusive=not read_only, timeout_s=lock_timeout_s)
         self._open = False
@@ -170,16 +180,22 @@ class Store:
                 if not existed and not read_only:
                     _create_file(self.path)
                 # Read-only: external access is disabled once the store's own files are allowed.
-                self.con = (sandbox.connect(str(self.path)) if user_sql
-                            else duckdb.connect(str(self.path), read_only=read_only))
+                self.con = (
+                    sandbox.connect(str(self.path))
+                    if user_sql
+                    else duckdb.connect(str(self.path), read_only=read_only)
+                )
                 # No progress bar: DuckDB would draw it on stdout, into CSV or JSON output.
                 self.con.execute("SET enable_progress_bar = false")
             except duckdb.Error as e:
-                if held := _HELD.search(str(e)):  # a process outside traceprof's lock (a DuckDB shell, a notebook)
+                if held := _HELD.search(
+                    str(e)
+                ):  # a process outside traceprof's lock (a DuckDB shell, a notebook)
                     raise StoreError(
                         f"{self.path}: open in another process that does not hold traceprof's lock for this "
                         f"path (PID {held['pid']}, {held['exe']}): a DuckDB shell or notebook, or traceprof "
-                        "through a hard link to this file; close it or wait for it, and retry") from None
+                        "through a hard link to this file; close it or wait for it, and retry"
+                    ) from None
                 raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
             except OSError as e:  # creating it beside: the folder refused
                 raise StoreError(f"{self.path}: cannot create the store: {e}") from None
@@ -263,14 +279,19 @@ class Store:
             raise SchemaVersionError(
                 f"{self.path}: store schema version {version}, this traceprof reads version "
                 f"{schema.SCHEMA_VERSION}; "
-                + ("upgrade traceprof" if version > schema.SCHEMA_VERSION else "re-ingest the traces into a new store")
+                + (
+                    "upgrade traceprof"
+                    if version > schema.SCHEMA_VERSION
+                    else "re-ingest the traces into a new store"
+                )
             )
         row = self._one("SELECT value FROM meta WHERE key = 'layout'")
         self.layout = str(row[0]) if row else "duckdb"
         if layout is not None and layout != self.layout:
             raise StoreError(
                 f"{self.path}: the store has the {self.layout} layout (chosen at its first ingest, kept for "
-                f"every later one), not {layout}; drop --layout, or ingest into a new store with --db")
+                f"every later one), not {layout}; drop --layout, or ingest into a new store with --db"
+            )
         if self.layout == "parquet":
             self.dataset = Dataset(self.con, self.path)
             if not read_only:
@@ -279,7 +300,9 @@ class Store:
         if not read_only:
             self._refresh_views()
         else:
-            self._stale_views = self._one("SELECT value FROM meta WHERE key = 'views'") != (schema.views_digest(),)
+            self._stale_views = self._one("SELECT value FROM meta WHERE key = 'views'") != (
+                schema.views_digest(),
+            )
             self._temp_views(self.con)
 
     def _temp_views(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -305,9 +328,13 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(
-        self, *, error: Callable[[duckdb.Error], str] | None = None, commit: bool = True,
+        self,
+        *,
+        error: Callable[[duckdb.Error], str] | None = None,
+        commit: bool = True,
         record: Callable[[], tuple[str, int]] | None = None,
-        before_commit: Callable[[], Any] | None = None, undo_commit: Callable[[Any], object] | None = None,
+        before_commit: Callable[[], Any] | None = None,
+        undo_commit: Callable[[Any], object] | None = None,
         after_rollback: Callable[[], object] | None = None,
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """One transaction on the store's connection, the one way the store writes: ``BEGIN``, the
@@ -382,7 +409,9 @@ class Store:
             StoreError: The store is open for writing (writes stay on one connection).
         """
         if not self.read_only:
-            raise StoreError(f"{self.path}: open for writing; only a read-only store is shared with other threads")
+            raise StoreError(
+                f"{self.path}: open for writing; only a read-only store is shared with other threads"
+            )
         view = object.__new__(_ThreadStore)
         view.__dict__.update(self.__dict__)
         view.origin = self
@@ -467,7 +496,9 @@ class Store:
         if self.dataset is None:
             self.con.execute("UPDATE events SET ts_ns = ts_ns + ? WHERE trace_id = ?", [delta_ns, trace_id])
         else:
-            self.con.execute("UPDATE parts SET ts_shift_ns = ts_shift_ns + ? WHERE trace_id = ?", [delta_ns, trace_id])
+            self.con.execute(
+                "UPDATE parts SET ts_shift_ns = ts_shift_ns + ? WHERE trace_id = ?", [delta_ns, trace_id]
+            )
 
     def remove_run_files(self, run_id: int) -> None:
         """Delete run ``run_id``'s Parquet files once its rows are deleted and committed
@@ -515,10 +546,12 @@ class Store:
             got = issues.setdefault(rid, {})
             for what, counts in (("rejected", rejected), ("repaired", repaired)):
                 parsed = orjson.loads(counts) if counts else {}
-                for reason, n in (parsed.items() if isinstance(parsed, dict) else ()):
+                for reason, n in parsed.items() if isinstance(parsed, dict) else ():
                     key = f"{what}: {reason}"
                     got[key] = got.get(key, 0) + int(n)
-        text = ["; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in frame["run_id"].to_list()]
+        text = [
+            "; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in frame["run_id"].to_list()
+        ]
         return frame.with_columns(pl.Series("issues", text, dtype=pl.String))
 
     def resolve_run(self, run: str | int | None, *, whole: bool = True) -> int:
@@ -555,7 +588,11 @@ class Store:
         """The sizes in bytes of the files stored (``traces.bytes``: every collector records the
         file's size as read, compressed or not). A file of another size is not stored, so its
         SHA-256 need not be looked up (:meth:`find_sha`) before it is parsed."""
-        return {int(b) for (b,) in self.con.execute("SELECT DISTINCT bytes FROM traces").fetchall() if b is not None}
+        return {
+            int(b)
+            for (b,) in self.con.execute("SELECT DISTINCT bytes FROM traces").fetchall()
+            if b is not None
+        }
 
     def find_sha(self, sha256: str) -> tuple[str, str] | None:
         """Where a file with this SHA-256 is stored: (run name, "run 'x' (id 3), rank 0"), or None."""
@@ -577,13 +614,16 @@ class Store:
                 ``prefix`` is the last entry of :attr:`commits`, with run_id).
         """
         written = []
-        with self.transaction(error=lambda e: f"cannot save {prefix} results: {e}",
-                              record=lambda: (prefix, run_id)) as con:
+        with self.transaction(
+            error=lambda e: f"cannot save {prefix} results: {e}", record=lambda: (prefix, run_id)
+        ) as con:
             for fname, frame in frames.items():
                 name = f"{prefix}_{fname}"
-                tbl = frame.with_columns(pl.lit(run_id, pl.Int32).alias("run_id")).select(
-                    "run_id", *[c for c in frame.columns if c != "run_id"]
-                ).to_arrow()
+                tbl = (
+                    frame.with_columns(pl.lit(run_id, pl.Int32).alias("run_id"))
+                    .select("run_id", *[c for c in frame.columns if c != "run_id"])
+                    .to_arrow()
+                )
                 con.register("_result", tbl)
                 con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM _result LIMIT 0')
                 con.execute(f'DELETE FROM "{name}" WHERE run_id = ?', [run_id])
@@ -595,8 +635,12 @@ class Store:
     # -- ingest --------------------------------------------------------------------------------
 
     def insert_run(
-        self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None = None,
-        *, force: bool = False,
+        self,
+        name: str,
+        traces: list[ParsedTrace],
+        after: Callable[[int], object] | None = None,
+        *,
+        force: bool = False,
     ) -> int:
         """Insert parsed traces as (part of) run ``name`` in one transaction.
 
@@ -662,22 +706,31 @@ class Store:
             if not isinstance(e, duckdb.Error):
                 raise
 
-    def _insert_run(self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None,
-                    force: bool) -> int:
+    def _insert_run(
+        self, name: str, traces: list[ParsedTrace], after: Callable[[int], object] | None, force: bool
+    ) -> int:
         """:meth:`insert_run`'s transaction."""
         run_id = -1
 
         def failed(e: duckdb.Error) -> str:
-            files = ", ".join(pt.path for pt in traces[:3]) + (f" and {len(traces) - 3} more" if len(traces) > 3 else "")
-            hint = (f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for some value in "
-                    "these files (an event's args text of several MB?)"
-                    if isinstance(e, duckdb.OutOfMemoryException) else "")
+            files = ", ".join(pt.path for pt in traces[:3]) + (
+                f" and {len(traces) - 3} more" if len(traces) > 3 else ""
+            )
+            hint = (
+                f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for some value in "
+                "these files (an event's args text of several MB?)"
+                if isinstance(e, duckdb.OutOfMemoryException)
+                else ""
+            )
             return f"ingest of run {name!r} ({files}) failed, store unchanged: {error_line(e)}{hint}"
 
-        with self.transaction(error=failed,
-                              before_commit=self.dataset.publish if self.dataset is not None else None,
-                              undo_commit=self.dataset.unpublish if self.dataset is not None else None,
-                              record=lambda: (name, run_id), after_rollback=self._forget_staged) as con:
+        with self.transaction(
+            error=failed,
+            before_commit=self.dataset.publish if self.dataset is not None else None,
+            undo_commit=self.dataset.unpublish if self.dataset is not None else None,
+            record=lambda: (name, run_id),
+            after_rollback=self._forget_staged,
+        ) as con:
             run_id = self._run_id(name, traces, force)
             self._insert_events(run_id, [(pt, self._insert_trace(run_id, pt)) for pt in traces])
             # A trace's world size is a lower bound (a Flight Recorder dump shows only its own
@@ -749,13 +802,34 @@ class Store:
             f"INSERT INTO traces ({', '.join(schema.table('traces').column_names)}) "
             f"VALUES ({', '.join('?' * len(schema.table('traces').columns))})",
             [
-                trace_id, run_id, pt.rank, pt.world_size, pt.source, pt.format, pt.path, pt.sha256,
-                pt.bytes, t.get("host"), t.get("pid"), t.get("backend"), t.get("device_name"),
-                t.get("torch_version"), t.get("base_time_ns", 0), 0, None, pt.events_read,
-                pt.events_kept, sum(pt.rejected.values()), orjson.dumps(pt.rejected).decode(),
-                sum(pt.skipped.values()), orjson.dumps(pt.skipped).decode(),
-                sum(pt.flagged.values()), orjson.dumps(pt.flagged).decode(),
-                t.get("flops_per_step"), t.get("flops_method"), t.get("meta"),
+                trace_id,
+                run_id,
+                pt.rank,
+                pt.world_size,
+                pt.source,
+                pt.format,
+                pt.path,
+                pt.sha256,
+                pt.bytes,
+                t.get("host"),
+                t.get("pid"),
+                t.get("backend"),
+                t.get("device_name"),
+                t.get("torch_version"),
+                t.get("base_time_ns", 0),
+                0,
+                None,
+                pt.events_read,
+                pt.events_kept,
+                sum(pt.rejected.values()),
+                orjson.dumps(pt.rejected).decode(),
+                sum(pt.skipped.values()),
+                orjson.dumps(pt.skipped).decode(),
+                sum(pt.flagged.values()),
+                orjson.dumps(pt.flagged).decode(),
+                t.get("flops_per_step"),
+                t.get("flops_method"),
+                t.get("meta"),
             ],
         )
         if self.dataset is not None:
@@ -763,8 +837,10 @@ class Store:
                 raise StoreError(f"{pt.path}: no rank; a Parquet-layout store files events by rank")
             part = self.dataset.add(pt, run_id, pt.rank, trace_id)
             if part is not None:
-                con.execute("INSERT INTO parts VALUES (?, ?, ?, 'events', ?, ?, ?, 0)",
-                            [run_id, pt.rank, trace_id, *part])
+                con.execute(
+                    "INSERT INTO parts VALUES (?, ?, ?, 'events', ?, ?, ?, 0)",
+                    [run_id, pt.rank, trace_id, *part],
+                )
         elif isinstance(pt, StagedTrace):
             raise StoreError(f"{pt.path}: events staged as Parquet, but {self.path} has the duckdb layout")
         for name in ("devices", "steps", "collectives"):
@@ -806,15 +882,26 @@ class Store:
             full = sch.append(pa.field(_TRACE_ID, pa.int32())).append(pa.field(_RANK, pa.int32()))
             failed: list[StoreError] = []
             try:
-                self._insert_arrow("events", pa.RecordBatchReader.from_batches(full, _tagged(members, full, failed)),
-                                   run_id, parallel=True)
+                self._insert_arrow(
+                    "events",
+                    pa.RecordBatchReader.from_batches(full, _tagged(members, full, failed)),
+                    run_id,
+                    parallel=True,
+                )
             except duckdb.Error:
                 if failed:  # DuckDB's message hides the reader's own error (a damaged spool file)
                     raise failed[0] from None
                 raise
 
-    def _insert_arrow(self, name: str, src: pa.Table | pa.RecordBatchReader, run_id: int,
-                      trace: tuple[int, int | None] | None = None, *, parallel: bool = False) -> None:
+    def _insert_arrow(
+        self,
+        name: str,
+        src: pa.Table | pa.RecordBatchReader,
+        run_id: int,
+        trace: tuple[int, int | None] | None = None,
+        *,
+        parallel: bool = False,
+    ) -> None:
         """``INSERT INTO name`` the rows of ``src``, its columns matched to the table's by name
         (absent ones NULL). ``trace``: (trace_id, rank) of every row; None: ``src``'s columns
         :data:`_TRACE_ID` and :data:`_RANK` hold them. ``parallel``: insertion order is not kept,
@@ -829,8 +916,13 @@ class Store:
         from_src = {} if trace is not None else {"trace_id": f'"{_TRACE_ID}"', "rank": f'"{_RANK}"'}
         cols = schema.table(name).column_names
         select = ", ".join(
-            f"? AS {c}" if c in given else f"{from_src[c]} AS {c}" if c in from_src else
-            f'"{c}"' if c in have else f'NULL AS "{c}"'
+            f"? AS {c}"
+            if c in given
+            else f"{from_src[c]} AS {c}"
+            if c in from_src
+            else f'"{c}"'
+            if c in have
+            else f'NULL AS "{c}"'
             for c in cols
         )
         # a table with spilled args (traceprof.core.spill) goes in as batches, its pages dropped as read
@@ -838,7 +930,9 @@ class Store:
         try:
             if parallel:
                 con.execute("SET preserve_insertion_order = false")
-            con.execute(f"INSERT INTO {name} SELECT {select} FROM _incoming", [given[c] for c in cols if c in given])
+            con.execute(
+                f"INSERT INTO {name} SELECT {select} FROM _incoming", [given[c] for c in cols if c in given]
+            )
         finally:
             # after a failed INSERT the transaction refuses statements (insert_run resets the setting
             # after its rollback); the registration is the connection's, not the transaction's
@@ -846,6 +940,7 @@ class Store:
                 self._housekeep("RESET preserve_insertion_order")
             with contextlib.suppress(duckdb.Error):
                 con.unregister("_incoming")
+
 
 class _ThreadStore(Store):
     """A :meth:`Store.for_thread` view: closing it is its creator's business, not its own."""
@@ -856,8 +951,9 @@ class _ThreadStore(Store):
         """Nothing: :meth:`Store.for_thread` closes the view's connection."""
 
 
-def _tagged(traces: list[tuple[ParsedTrace, int]], schema_: pa.Schema,
-            failed: list[StoreError]) -> Iterator[pa.RecordBatch]:
+def _tagged(
+    traces: list[tuple[ParsedTrace, int]], schema_: pa.Schema, failed: list[StoreError]
+) -> Iterator[pa.RecordBatch]:
     """The events of ``traces`` ((trace, trace_id), all with ``schema_`` less its last two
     columns) as record batches of ``schema_``: each batch with its trace's trace_id and rank
     (:data:`_TRACE_ID`, :data:`_RANK`) appended. Spooled traces are read one file at a time.

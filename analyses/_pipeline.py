@@ -389,10 +389,10 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
                     "index": int(v),
                     "ranks": mine,
                     "compute_ns": round(comp),
-                    "peers_ns": round(peer),
+                    "peers_ns": round(peer),  # type: ignore[arg-type]
                     "excess_pct": excess,
                     "cost_pct": cost,
-                    "slow": slow,  # type: ignore[arg-type]
+                    "slow": slow,
                     "text": text,
                 }
             )

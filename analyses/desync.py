@@ -380,9 +380,9 @@ def _check(
                 "first_enter_ns": min(enters) if enters else None,
                 "_behind": _behind(status, odd, miss, known_done, com),
                 "_tie": tie,
-                "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq],
+                "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq],  # type: ignore[operator]
             }
-        )  # type: ignore[operator]
+        )
     _trailing_in_flight(out, members)
     return out, rank_rows
 

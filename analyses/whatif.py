@@ -328,9 +328,8 @@ def run(store: Store, params: Params) -> Result:
                 charged,
                 (gap0 if params.gaps == "median" else zero, dur0),
                 ideal_gaps,
-                (float(frame["ideal_ns"].mean()), None)
+                (float(frame["ideal_ns"].mean()), None)  # type: ignore[arg-type]
                 if params.gaps == "median"
-                # type: ignore[arg-type]
                 else (float(capped.mean()), frame[base].to_numpy()),  # type: ignore[arg-type]
                 s_model if params.gaps == "median" else s,
                 "blocking",

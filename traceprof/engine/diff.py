@@ -819,8 +819,8 @@ def _memory_rows(
         noisy = _timing_row(MEMORY_METRIC, per, [len(u) for _, u in per], step_base, threshold, alpha)
         noisy["reason"] = (
             f"{noisy['reason']} (allocations differ between the baseline runs: noise-tested)"
-            + (f"; {cause}" if cause and float(noisy["delta"]) > 0 else "")
-        )  # type: ignore[arg-type]
+            + (f"; {cause}" if cause and float(noisy["delta"]) > 0 else "")  # type: ignore[arg-type]
+        )
         return [noisy]
     values = [b.memory.value for b in bases if b.memory is not None]
     c = cand.memory.value if cand.memory is not None else math.nan

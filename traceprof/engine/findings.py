@@ -144,8 +144,9 @@ class Findings:
 def report_analyses() -> list[registry.Analysis]:
     """The analyses the report and the summary run (their spec's ``report``), in report order."""
     return sorted(
-        (a for a in registry.specs() if a.report is not None), key=lambda a: (a.report.order, a.name)
-    )  # type: ignore[union-attr]
+        (a for a in registry.specs() if a.report is not None),
+        key=lambda a: (a.report.order, a.name),  # type: ignore[union-attr]
+    )
 
 
 def hta_mode(params: dict[str, dict[str, str]] | None) -> bool:

@@ -1,5 +1,8 @@
 # traceprof: `make demo` (set up, run the main job on sample_traces/, write report.html)
 #            `make test` (set up with test dependencies, run the tests)
+#            `make lint` (ruff check, ruff format --check, mypy, the import contract: what CI fails on)
+#            `make smoke` (build the wheel, install it in a fresh venv, run it from another folder)
+#            `make docs` (regenerate docs/schema.md, docs/analyses.md and the README's tables)
 PY     ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -7,7 +10,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 DB     ?= demo.duckdb
 
-.PHONY: demo test install install-test lint schema-doc bench clean fuzz
+.PHONY: demo test install install-test lint smoke schema-doc docs bench clean fuzz
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,23 +33,40 @@ demo: install
 test: install-test
 	$(BIN)/python -m pytest -q
 
-# Long property-based fuzz run of ingest over every input kind (tests/test_fuzz.py, tests/fuzzing.py):
+# Long property-based fuzz run of ingest over every input kind (tests/ingest/test_fuzz.py, tests/fuzzing.py):
 # FUZZ_EXAMPLES inputs per kind (the suite runs 20); outcome counts per kind go to fuzz-report.json,
 # and the inputs that failed stay in fuzz-inputs/.
 FUZZ_EXAMPLES ?= 400
 fuzz: install-test
 	FUZZ_RANDOM=1 FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REPORT=fuzz-report.json FUZZ_DIR=fuzz-inputs \
-		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/ingest/test_fuzz.py
+
+# Every Python folder of the repository; mypy's files (pyproject) are the traceprof package, which
+# holds analyses/ and collectors/ as traceprof.analyses and traceprof.collectors.
+SRC := traceprof collectors analyses tests benchmarks scripts
 
 lint: install-test
-	$(BIN)/ruff check traceprof collectors analyses tests
+	$(BIN)/ruff check $(SRC)
+	$(BIN)/ruff format --check $(SRC)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+# What a user who pip-installs traceprof gets (scripts/wheel_smoke.py): the wheel holds the traceprof
+# package only, and its CLI ingests and summarises a sample from another folder.
+smoke: install-test
+	$(BIN)/python scripts/wheel_smoke.py
 
 schema-doc:
-	$(BIN)/python -m traceprof.schema > docs/schema.md
+	$(BIN)/python -m traceprof.core.schema > docs/schema.md
+
+# Generated references (each checked by a test): the store's schema, the analyses' specs, and the
+# README's command and kernel-family tables (traceprof/docs.py).
+docs: schema-doc
+	$(BIN)/python -m traceprof.render.analysis_docs > docs/analyses.md
+	$(BIN)/python -m traceprof.docs README.md
 
 bench: install-test
 	$(BIN)/python benchmarks/bench.py
 
 clean:
-	rm -rf $(VENV) *.duckdb *.duckdb.results report.html .pytest_cache fuzz-report.json fuzz-inputs
+	rm -rf $(VENV) *.duckdb *.duckdb.results report.html .pytest_cache .mypy_cache .ruff_cache fuzz-report.json fuzz-inputs build *.egg-info

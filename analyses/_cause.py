@@ -18,7 +18,7 @@ share (issue 27: "slower than ideal" from op-time spread is the run's variabilit
      (0.05). With 4 ranks and 3 steps this needs all 3 steps (p = 1/64); its excess over the
      floor (median over steps) is reported as % of the median step.
   4. Extra work (:func:`extra_work`), certain where the trace records shapes: the suspect's model
-     FLOPs per step (``traceprof.flops.shape_flops``: leaf matmul/conv/attention ops), or without
+     FLOPs per step (``traceprof.engine.flops.shape_flops``: leaf matmul/conv/attention ops), or without
      shapes its calls of those ops, above every unsuspected rank's: it runs more work than the
      others, whatever the timing noise. When every rank runs the same work, no rank is a compute
      straggler from the work itself (it must pass step 3).
@@ -31,11 +31,21 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceprof.flops import shape_flops
-from traceprof.store import Store
+from traceprof.engine.flops import shape_flops
+from traceprof.storage.store import Store
 
-__all__ = ["CAUSES", "binom_sf", "cause_of", "per_unit", "excess_at_last", "FloorTest", "floor_test", "ExtraWork",
-           "work_ops", "extra_work"]
+__all__ = [
+    "CAUSES",
+    "binom_sf",
+    "cause_of",
+    "per_unit",
+    "excess_at_last",
+    "FloorTest",
+    "floor_test",
+    "ExtraWork",
+    "work_ops",
+    "extra_work",
+]
 
 #: Component column -> the cause's name in verdicts.
 CAUSES = {"compute_ns": "compute", "comm_ns": "communication", "other_ns": "untraced host time"}
@@ -56,8 +66,11 @@ def per_unit(split: pl.DataFrame, w: pl.DataFrame) -> pl.DataFrame:
     if split.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "unit": pl.Int64, **{c: pl.Float64 for c in CAUSES}})
     j = split.join(w.select("instance_id", "rank", "step"), on=["instance_id", "rank"]).filter(
-        pl.col("step").is_not_null())
-    return j.group_by("rank", pl.col("step").cast(pl.Int64).alias("unit")).agg(pl.col(c).sum() for c in CAUSES)
+        pl.col("step").is_not_null()
+    )
+    return j.group_by("rank", pl.col("step").cast(pl.Int64).alias("unit")).agg(
+        pl.col(c).sum() for c in CAUSES
+    )
 
 
 def excess_at_last(split: pl.DataFrame, w: pl.DataFrame, rank: int) -> dict[str, float]:
@@ -68,9 +81,14 @@ def excess_at_last(split: pl.DataFrame, w: pl.DataFrame, rank: int) -> dict[str,
     own = parts.filter(pl.col("rank") == rank).drop("rank")
     if own.is_empty():
         return {c: 0.0 for c in CAUSES}
-    others = parts.filter(pl.col("rank") != rank).group_by("instance_id").agg(pl.col(c).median() for c in CAUSES)
-    ex = own.join(others, on="instance_id", suffix="_o").select(
-        (pl.col(c) - pl.col(f"{c}_o")).sum().alias(c) for c in CAUSES).row(0, named=True)
+    others = (
+        parts.filter(pl.col("rank") != rank).group_by("instance_id").agg(pl.col(c).median() for c in CAUSES)
+    )
+    ex = (
+        own.join(others, on="instance_id", suffix="_o")
+        .select((pl.col(c) - pl.col(f"{c}_o")).sum().alias(c) for c in CAUSES)
+        .row(0, named=True)
+    )
     return {c: float(ex[c] or 0.0) for c in CAUSES}
 
 
@@ -84,8 +102,10 @@ def binom_sf(k: int, n: int, p: float) -> float:
     if p >= 1.0:
         return 1.0
     lp, lq = math.log(p), math.log1p(-p)
-    terms = (math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-             for i in range(k, n + 1))
+    terms = (
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k, n + 1)
+    )
     return float(min(1.0, sum(math.exp(t) for t in terms)))
 
 
@@ -117,8 +137,11 @@ def floor_test(units: pl.DataFrame, rank: int, unsuspected: list[int], col: str)
     None when no unsuspected rank shares a step with it (nothing to compare with)."""
     if not unsuspected or not col:
         return None
-    floor = units.filter(pl.col("rank").is_in(unsuspected)).group_by("unit").agg(
-        pl.col(col).max().alias("_floor"), pl.len().alias("_u"))
+    floor = (
+        units.filter(pl.col("rank").is_in(unsuspected))
+        .group_by("unit")
+        .agg(pl.col(col).max().alias("_floor"), pl.len().alias("_u"))
+    )
     mine = units.filter(pl.col("rank") == rank).select("unit", col).join(floor, on="unit")
     if mine.is_empty():
         return None
@@ -145,7 +168,7 @@ class ExtraWork:
 
 
 def work_ops(store: Store, run_id: int) -> pl.DataFrame:
-    """The run's matmul-family ops per rank, step and name (``traceprof.flops.shape_flops``, inside
+    """The run's matmul-family ops per rank, step and name (``traceprof.engine.flops.shape_flops``, inside
     steps): the input of :func:`extra_work`, read once for all suspects."""
     return shape_flops(store, run_id).filter(pl.col("step").is_not_null())
 
@@ -157,8 +180,12 @@ def extra_work(ops: pl.DataFrame, rank: int, unsuspected: list[int]) -> ExtraWor
         return None
     use_flops = bool(ops["flops"].fill_null(0).sum() > 0)
     what, col = ("FLOPs", "flops") if use_flops else ("calls", "calls")
-    per = ops.group_by("rank", "step").agg(pl.col(col).sum().cast(pl.Float64).alias("w")).group_by("rank").agg(
-        pl.col("w").median())
+    per = (
+        ops.group_by("rank", "step")
+        .agg(pl.col(col).sum().cast(pl.Float64).alias("w"))
+        .group_by("rank")
+        .agg(pl.col("w").median())
+    )
     mine = per.filter(pl.col("rank") == rank)["w"]
     theirs = per.filter(pl.col("rank").is_in(unsuspected))["w"]
     if mine.is_empty() or theirs.is_empty():
@@ -167,12 +194,19 @@ def extra_work(ops: pl.DataFrame, rank: int, unsuspected: list[int]) -> ExtraWor
     own = float(mine[0])
     if own <= top or top <= 0:
         return None
-    calls = ops.group_by("rank", "step", "name").agg(pl.col("calls").sum()).group_by("rank", "name").agg(
-        pl.col("calls").median())
+    calls = (
+        ops.group_by("rank", "step", "name")
+        .agg(pl.col("calls").sum())
+        .group_by("rank", "name")
+        .agg(pl.col("calls").median())
+    )
     own_calls = calls.filter(pl.col("rank") == rank).select("name", pl.col("calls").alias("own"))
     max_calls = calls.filter(pl.col("rank").is_in(unsuspected)).group_by("name").agg(pl.col("calls").max())
-    grew = own_calls.join(max_calls, on="name", how="left").with_columns(
-        (pl.col("own") - pl.col("calls").fill_null(0)).alias("d")).filter(pl.col("d") > 0).sort("d", "name",
-                                                                                              descending=[True, False])
+    grew = (
+        own_calls.join(max_calls, on="name", how="left")
+        .with_columns((pl.col("own") - pl.col("calls").fill_null(0)).alias("d"))
+        .filter(pl.col("d") > 0)
+        .sort("d", "name", descending=[True, False])
+    )
     text = ", ".join(f"+{d:g} {n}" for n, d in grew.select("name", "d").iter_rows())
     return ExtraWork(100.0 * (own - top) / top, what, text)

@@ -1,10 +1,11 @@
 """Helpers shared by the analyses (not an analysis).
 
 Range checks for parameters, called from each ``Params.__post_init__``: every check raises
-:class:`traceprof.errors.UsageError` naming the parameter, the value given and the allowed range,
+:class:`traceprof.core.errors.UsageError` naming the parameter, the value given and the allowed range,
 so that the CLI (``-p key=value``) and Python API users get the same message. And
 :func:`whole_ns`, the one rounding of ns statistics to int64, and :func:`ratio_interval`, the one
-interval of a ratio of per-step means (the what-if slowdowns).
+interval of a ratio of per-step means (the what-if slowdowns). And what the findings hooks
+(each spec's ``Topic``) share: names shortened, durations in words, the ranks ``stragglers`` names.
 """
 
 from __future__ import annotations
@@ -15,16 +16,32 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
-from traceprof.errors import UsageError
+from traceprof.core.errors import UsageError
+from traceprof.engine.activity import GRAPH_LEVEL_NOTE
+from traceprof.engine.analysis import FrameResult
 
-__all__ = ["at_least", "fraction", "choice", "positive_or_none", "whole_ns", "ratio_interval", "BOOTSTRAP_REPS"]
+__all__ = [
+    "at_least",
+    "fraction",
+    "choice",
+    "positive_or_none",
+    "whole_ns",
+    "ratio_interval",
+    "BOOTSTRAP_REPS",
+    "NAME_WIDTH",
+    "num",
+    "ms",
+    "graph_level",
+    "named_ranks",
+]
 
 #: Resamples of :func:`ratio_interval`.
 BOOTSTRAP_REPS = 1000
 
 
-def ratio_interval(num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: int = BOOTSTRAP_REPS,
-                   seed: int = 0) -> tuple[float, float]:
+def ratio_interval(
+    num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: int = BOOTSTRAP_REPS, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap over steps of ``sum(num) / sum(den)`` (= mean / mean).
 
     Args:
@@ -52,7 +69,7 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, level: float = 0.95, reps: 
         k = min(chunk, reps - at)
         idx = rng.integers(0, n, size=(k, n))
         d = den[idx].sum(axis=1)
-        out[at:at + k] = np.divide(num[idx].sum(axis=1), d, out=np.full(k, np.nan), where=d != 0)
+        out[at : at + k] = np.divide(num[idx].sum(axis=1), d, out=np.full(k, np.nan), where=d != 0)
     tail = 100 * (1 - level) / 2
     lo, hi = np.nanpercentile(out, [tail, 100 - tail])
     return float(lo), float(hi)
@@ -103,3 +120,40 @@ def positive_or_none(name: str, value: float | str | None) -> float | None:
     if x <= 0:
         raise UsageError(f"{name}={value!r}: must be a finite number > 0")
     return x
+
+
+# -- findings hooks (each analysis' ``Topic``): what several of them read -------------------------
+
+#: Kernel and op names longer than this are shortened to their family in a finding's text.
+NAME_WIDTH = 60
+
+
+def num(v: object) -> float:
+    """A polars scalar (sum, mean, median) as float; null as 0."""
+    return float(v) if isinstance(v, int | float) else 0.0
+
+
+def ms(ns: float) -> str:
+    """``ns`` in human units for a finding's text (``traceprof.core.display.duration``: ``12.3 ms``)."""
+    from traceprof.core.display import duration
+
+    return duration(ns)
+
+
+def graph_level(res: FrameResult) -> bool:
+    """Whether an analysis noted GPU records that stand for whole CUDA graphs (``traceprof.engine.activity``)."""
+    return GRAPH_LEVEL_NOTE in res.notes
+
+
+def named_ranks(res: dict[str, FrameResult]) -> list[int]:
+    """The ranks the ``stragglers`` analysis names in ``res`` (results by analysis name), and those it
+    reports as part of a slow stage or replica (``slow_group``): their lateness is the straggler
+    finding's either way."""
+    st = res.get("stragglers")
+    if st is None or "verdict" not in st.frames() or st.frames()["verdict"].is_empty():
+        return []
+    v = st.frames()["verdict"]
+    late = (
+        pl.col("named") | pl.col("slow_group").is_not_null() if "slow_group" in v.columns else pl.col("named")
+    )
+    return [int(r) for r in v.filter(late)["rank"]]

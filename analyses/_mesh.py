@@ -1,6 +1,6 @@
 """The parallelism mesh of a run: each rank's coordinate on each axis, and the axis of each group.
 
-A helper of ``analyses.parallelism`` (not an analysis). Axis names: ``dp``, ``dp_shard``,
+A helper of ``traceprof.analyses.parallelism`` (not an analysis). Axis names: ``dp``, ``dp_shard``,
 ``dp_replicate``, ``tp``, ``pp``, ``cp``, ``ep`` (:data:`AXIS_WORDS` says which words of a group's
 name or description give which), ``dim<k>`` for an axis found by structure alone.
 
@@ -52,20 +52,32 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from traceprof.errors import UsageError
-from traceprof.store import Store
+from traceprof.core.errors import UsageError
+from traceprof.storage.store import Store
 
 __all__ = ["AXIS_WORDS", "Axis", "Mesh", "Group", "infer", "parse_mesh", "axis_words", "run_groups"]
 
 #: Words of a group's name or description and the axis they name (module doc, step 2).
 AXIS_WORDS = {
-    "tp": "tp", "tensor": "tp",
-    "pp": "pp", "pipeline": "pp", "pipe": "pp",
-    "dp": "dp", "data": "dp", "ddp": "dp",
-    "shard": "dp_shard", "fsdp": "dp_shard",
+    "tp": "tp",
+    "tensor": "tp",
+    "pp": "pp",
+    "pipeline": "pp",
+    "pipe": "pp",
+    "dp": "dp",
+    "data": "dp",
+    "ddp": "dp",
+    "shard": "dp_shard",
+    "fsdp": "dp_shard",
     "replicate": "dp_replicate",
-    "cp": "cp", "context": "cp", "sp": "cp", "sequence": "cp", "dsp": "cp",
-    "ep": "ep", "expert": "ep", "moe": "ep",
+    "cp": "cp",
+    "context": "cp",
+    "sp": "cp",
+    "sequence": "cp",
+    "dsp": "cp",
+    "ep": "ep",
+    "expert": "ep",
+    "moe": "ep",
 }
 _WORLD_WORDS = frozenset({"world", "default"})
 _NOT_AXIS = frozenset({"embedding", "embd"})
@@ -127,8 +139,9 @@ class Mesh:
         known = [self.coords[r] for r in set(members) if r in self.coords]
         if len(known) < 2:
             return None
-        varying = [a.name for i, a in enumerate(self.axes)
-                   if len({c[i] for c in known if c[i] is not None}) > 1]
+        varying = [
+            a.name for i, a in enumerate(self.axes) if len({c[i] for c in known if c[i] is not None}) > 1
+        ]
         multi = sum(1 for a in self.axes if a.size > 1)
         if not varying:
             return None
@@ -143,8 +156,9 @@ class Mesh:
         data: dict[str, list[Any]] = {"rank": ranks, "traced": [r in seen for r in ranks]}
         for i, a in enumerate(self.axes):
             data[a.name] = [self.coords[r][i] for r in ranks]
-        return pl.DataFrame(data, schema={"rank": pl.Int32, "traced": pl.Boolean,
-                                          **{a.name: pl.Int32 for a in self.axes}})
+        return pl.DataFrame(
+            data, schema={"rank": pl.Int32, "traced": pl.Boolean, **{a.name: pl.Int32 for a in self.axes}}
+        )
 
 
 def parse_mesh(text: str, world: int) -> list[tuple[str, int]]:
@@ -192,8 +206,9 @@ def _stated(text: str, world: int) -> Mesh:
 def run_groups(store: Store, run_id: int) -> tuple[list[Group], dict[int, list[Group]]]:
     """The run's groups (module doc, step 1) and each traced rank's own groups (from its traces'
     ``process_groups``)."""
-    traces = store.sql("SELECT rank, json_extract(meta, '$.process_groups') AS pgs FROM traces WHERE run_id = ?",
-                       [run_id])
+    traces = store.sql(
+        "SELECT rank, json_extract(meta, '$.process_groups') AS pgs FROM traces WHERE run_id = ?", [run_id]
+    )
     groups: dict[tuple[str | None, tuple[int, ...]], Group] = {}
     own: dict[int, list[Group]] = {}
     descs: dict[str, str] = {}
@@ -209,14 +224,19 @@ def run_groups(store: Store, run_id: int) -> tuple[list[Group], dict[int, list[G
                 descs.setdefault(name, desc)
             if not isinstance(ranks, list) or not ranks or not all(isinstance(x, int) for x in ranks):
                 continue
-            grp = Group(name if isinstance(name, str) else None, desc if isinstance(desc, str) else None,
-                        tuple(sorted(set(ranks))))
+            grp = Group(
+                name if isinstance(name, str) else None,
+                desc if isinstance(desc, str) else None,
+                tuple(sorted(set(ranks))),
+            )
             groups.setdefault((grp.name, grp.ranks), grp)
             if rank is not None:
                 own.setdefault(int(rank), []).append(grp)
     rows = store.sql(
         """SELECT regexp_replace(pg, ':p2p$', '') AS pg, pg_ranks, list(DISTINCT rank ORDER BY rank) AS seen
-           FROM collectives WHERE run_id = ? AND pg IS NOT NULL GROUP BY ALL""", [run_id])
+           FROM collectives WHERE run_id = ? AND pg IS NOT NULL GROUP BY ALL""",
+        [run_id],
+    )
     for pg, pg_ranks, seen in rows.iter_rows():
         ranks = _ranks(pg_ranks) or tuple(int(r) for r in seen)
         if (pg, ranks) not in groups:
@@ -257,15 +277,22 @@ def _components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 
 def _stride(groups: list[tuple[int, ...]]) -> float:
-    return float(statistics.median((g[-1] - g[0]) / (len(g) - 1) for g in groups if len(g) > 1)) if groups else 0.0
+    return (
+        float(statistics.median((g[-1] - g[0]) / (len(g) - 1) for g in groups if len(g) > 1))
+        if groups
+        else 0.0
+    )
 
 
-def _family(name: str, comps: list[tuple[int, ...]], found_by: str,
-            notes: list[str]) -> tuple[Axis, dict[int, int]] | None:
+def _family(
+    name: str, comps: list[tuple[int, ...]], found_by: str, notes: list[str]
+) -> tuple[Axis, dict[int, int]] | None:
     sizes = sorted({len(c) for c in comps})
     if len(sizes) != 1:
-        notes.append(f"axis {name}: its groups have {', '.join(map(str, sizes))} ranks, not one size: left out "
-                     "(state the mesh with -p mesh=...)")
+        notes.append(
+            f"axis {name}: its groups have {', '.join(map(str, sizes))} ranks, not one size: left out "
+            "(state the mesh with -p mesh=...)"
+        )
         return None
     coord = {r: i for c in comps for i, r in enumerate(c)}
     return Axis(name, sizes[0], found_by, _stride(comps)), coord
@@ -276,7 +303,9 @@ def _ndtimeline(store: Store, run_id: int) -> tuple[list[tuple[Axis, dict[int, i
         """SELECT rank, try_cast(json_extract(meta, '$.stage') AS INTEGER) AS stage,
                   try_cast(json_extract(meta, '$.dp_rank') AS INTEGER) AS dp,
                   json_extract_string(meta, '$.parallelism.tp_size') AS tp
-           FROM traces WHERE run_id = ? AND source = 'ndtimeline'""", [run_id])
+           FROM traces WHERE run_id = ? AND source = 'ndtimeline'""",
+        [run_id],
+    )
     if df.is_empty() or df["stage"].null_count() or df["dp"].null_count():
         return None
     out = []
@@ -285,17 +314,35 @@ def _ndtimeline(store: Store, run_id: int) -> tuple[list[tuple[Axis, dict[int, i
         coord = {int(r): int(c) for r, c in zip(df["rank"], df[col], strict=True)}
         # stride: the rank distance between neighbours on the axis, among the workers that share
         # the other coordinate with the first worker
-        line = sorted((int(c), int(r)) for r, c, o in zip(df["rank"], df[col], df[other], strict=True)
-                      if o == first[other])
+        line = sorted(
+            (int(c), int(r))
+            for r, c, o in zip(df["rank"], df[col], df[other], strict=True)
+            if o == first[other]
+        )
         stride = (line[-1][1] - line[0][1]) / (len(line) - 1) if len(line) > 1 else 0.0
-        out.append((Axis(axis, len(set(coord.values())), f"NDTimeline: each worker's {'stage' if col == 'stage' else 'dp_rank'}",
-                         abs(stride)), coord))
+        out.append(
+            (
+                Axis(
+                    axis,
+                    len(set(coord.values())),
+                    f"NDTimeline: each worker's {'stage' if col == 'stage' else 'dp_rank'}",
+                    abs(stride),
+                ),
+                coord,
+            )
+        )
     workers = df["rank"].n_unique()
     world = store.sql("SELECT max(world_size) FROM traces WHERE run_id = ?", [run_id]).item()
     tp = df["tp"].drop_nulls()
-    notes = [f"NDTimeline traces hold one worker per {world // workers} GPUs (tensor parallelism, tp "
-             f"{tp[0] if tp.len() else '?'}, and sequence parallelism are collapsed): the mesh is over the "
-             f"{workers} workers"] if world and world > workers else []
+    notes = (
+        [
+            f"NDTimeline traces hold one worker per {world // workers} GPUs (tensor parallelism, tp "
+            f"{tp[0] if tp.len() else '?'}, and sequence parallelism are collapsed): the mesh is over the "
+            f"{workers} workers"
+        ]
+        if world and world > workers
+        else []
+    )
     return out, notes
 
 
@@ -310,9 +357,13 @@ def infer(store: Store, run_id: int, stated: str = "") -> tuple[Mesh, list[Group
     Raises:
         UsageError: A stated mesh that is malformed or does not multiply to the world size.
     """
-    traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id])["rank"]
-    world = int(store.sql("SELECT coalesce(max(world_size), 0) FROM runs WHERE run_id = ?", [run_id]).item() or 0)
-    world = max(world, int(traced.max()) + 1 if traced.len() else 1)  # type: ignore[operator, arg-type]
+    traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id])[
+        "rank"
+    ]
+    world = int(
+        store.sql("SELECT coalesce(max(world_size), 0) FROM runs WHERE run_id = ?", [run_id]).item() or 0
+    )
+    world = max(world, int(traced.max()) + 1 if traced.len() else 1)  # type: ignore[arg-type]
     groups, own = run_groups(store, run_id)
     if stated:
         return _stated(stated, world), groups, own
@@ -328,8 +379,9 @@ def infer(store: Store, run_id: int, stated: str = "") -> tuple[Mesh, list[Group
     return _complete(store, run_id, found, groups, world, notes), groups, own
 
 
-def _from_groups(store: Store, run_id: int, groups: list[Group], world: int,
-                 notes: list[str]) -> list[tuple[Axis, dict[int, int]]]:
+def _from_groups(
+    store: Store, run_id: int, groups: list[Group], world: int, notes: list[str]
+) -> list[tuple[Axis, dict[int, int]]]:
     """Axes of the named families and of the unnamed ones found by structure (module doc, step 3)."""
     named: dict[str, set[tuple[int, ...]]] = {}
     labels: dict[str, set[str]] = {}
@@ -380,15 +432,23 @@ def _traffic_name(store: Store, run_id: int, gs: list[tuple[int, ...]]) -> str |
     texts = ["[" + ", ".join(map(str, g)) + "]" for g in gs]
     df = store.sql(
         """SELECT bool_and(coalesce(p2p, false)) AS p2p, bool_and(op LIKE 'all_to_all%') AS a2a, count(*) AS n
-           FROM collectives WHERE run_id = ? AND list_contains(?, pg_ranks)""", [run_id, texts])
+           FROM collectives WHERE run_id = ? AND list_contains(?, pg_ranks)""",
+        [run_id, texts],
+    )
     row = df.row(0, named=True)
     if not row["n"]:
         return None
     return "pp" if row["p2p"] else "ep" if row["a2a"] else None
 
 
-def _complete(store: Store, run_id: int, found: list[tuple[Axis, dict[int, int]]], groups: list[Group],
-              world: int, notes: list[str]) -> Mesh:
+def _complete(
+    store: Store,
+    run_id: int,
+    found: list[tuple[Axis, dict[int, int]]],
+    groups: list[Group],
+    world: int,
+    notes: list[str],
+) -> Mesh:
     """Coordinates per rank, the rest axis, the one-axis fallbacks and the order (steps 4-6)."""
     product = 1
     for a, _ in found:
@@ -396,16 +456,25 @@ def _complete(store: Store, run_id: int, found: list[tuple[Axis, dict[int, int]]
     if not found:
         has_world = any(len(g.ranks) == world for g in groups) or world == 1
         if has_world:
-            p2p = bool(store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND p2p", [run_id]).item())
+            p2p = bool(
+                store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND p2p", [run_id]).item()
+            )
             name = "pp" if p2p and world > 1 else "dp"
-            why = ("only the world group, and its ranks exchange point-to-point traffic: one pipeline of the world size"
-                   if name == "pp" else "only the world group: data parallel over every rank (DDP)")
+            why = (
+                "only the world group, and its ranks exchange point-to-point traffic: one pipeline of the world size"
+                if name == "pp"
+                else "only the world group: data parallel over every rank (DDP)"
+            )
         else:
             name, why = "world", "no process group recorded: the mesh is unknown; state it with -p mesh=..."
         return Mesh((Axis(name, world, why, 1.0),), {r: (r,) for r in range(world)}, world, tuple(notes))
     axes = [a for a, _ in found]
     coords = {r: tuple(c.get(r) for _, c in found) for r in sorted({r for _, c in found for r in c})}
-    if product < world and world % product == 0 and all(r in coords and None not in coords[r] for r in range(world)):
+    if (
+        product < world
+        and world % product == 0
+        and all(r in coords and None not in coords[r] for r in range(world))
+    ):
         clusters: dict[tuple[int | None, ...], list[int]] = {}
         for r in range(world):
             clusters.setdefault(coords[r], []).append(r)
@@ -413,12 +482,24 @@ def _complete(store: Store, run_id: int, found: list[tuple[Axis, dict[int, int]]
         if all(len(v) == rest for v in clusters.values()):
             name = "dp" if not any(a.name in _DP_AXES for a in axes) else "rest"
             pos = {r: i for v in clusters.values() for i, r in enumerate(sorted(v))}
-            axes.append(Axis(name, rest, f"the rest of the world: {world} ranks / {product} (the other axes)",
-                             _stride([tuple(sorted(v)) for v in clusters.values()])))
+            axes.append(
+                Axis(
+                    name,
+                    rest,
+                    f"the rest of the world: {world} ranks / {product} (the other axes)",
+                    _stride([tuple(sorted(v)) for v in clusters.values()]),
+                )
+            )
             coords = {r: (*coords[r], pos[r]) for r in coords}
     elif product != world:
-        notes.append(f"the axes found ({', '.join(f'{a.name} {a.size}' for a in axes)}) multiply to {product}, not "
-                     f"the world size {world}: some ranks' coordinates are unknown (state the mesh with -p mesh=...)")
+        notes.append(
+            f"the axes found ({', '.join(f'{a.name} {a.size}' for a in axes)}) multiply to {product}, not "
+            f"the world size {world}: some ranks' coordinates are unknown (state the mesh with -p mesh=...)"
+        )
     order = sorted(range(len(axes)), key=lambda i: (-axes[i].stride, axes[i].name))
-    return Mesh(tuple(axes[i] for i in order), {r: tuple(c[i] for i in order) for r, c in coords.items()},
-                world, tuple(notes))
+    return Mesh(
+        tuple(axes[i] for i in order),
+        {r: tuple(c[i] for i in order) for r, c in coords.items()},
+        world,
+        tuple(notes),
+    )

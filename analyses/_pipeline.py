@@ -1,4 +1,4 @@
-"""Pipeline bubbles, slow stages and slow replicas: a helper of ``analyses.parallelism``.
+"""Pipeline bubbles, slow stages and slow replicas: a helper of ``traceprof.analyses.parallelism``.
 
 Algorithm:
   1. Windows: each rank's steps (``steps``: device start/end, else the ProfilerStep), numbered as
@@ -31,7 +31,7 @@ Algorithm:
   5. Timeline: the median step (by window length) of the first pipeline: per stage its compute,
      point-to-point and other communication not hidden by compute, ms from the window start.
 
-Work: sorts and linear sweeps over the activity (``traceprof.intervals``); one SQL scan of the
+Work: sorts and linear sweeps over the activity (``traceprof.engine.intervals``); one SQL scan of the
 run's annotations for the micro-batch counts.
 """
 
@@ -42,14 +42,23 @@ from typing import Any
 
 import polars as pl
 
-from analyses import _common
-from analyses._mesh import Mesh
-from traceprof.intervals import clip, merge, subtract, union_ns
-from traceprof.matching import run_steps
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.analyses._mesh import Mesh
+from traceprof.engine.intervals import clip, merge, subtract, union_ns
+from traceprof.ingest.matching import run_steps
+from traceprof.storage.store import Store
 
-__all__ = ["Pipe", "pipeline", "rank_labels", "slice_name", "FORWARD_MICROBATCH", "STAGE_COLUMNS", "STEP_COLUMNS",
-           "TIMELINE_COLUMNS", "SLOW_COLUMNS"]
+__all__ = [
+    "Pipe",
+    "pipeline",
+    "rank_labels",
+    "slice_name",
+    "FORWARD_MICROBATCH",
+    "STAGE_COLUMNS",
+    "STEP_COLUMNS",
+    "TIMELINE_COLUMNS",
+    "SLOW_COLUMNS",
+]
 
 #: Names of one forward micro-batch: torch.distributed.pipelining annotates ``Forward i``
 #: (ScheduleGPipe and single-stage schedules) and ``PP:<stage>F<i>`` (multi-stage schedules);
@@ -57,42 +66,79 @@ __all__ = ["Pipe", "pipeline", "rank_labels", "slice_name", "FORWARD_MICROBATCH"
 FORWARD_MICROBATCH = r"^(Forward [0-9]+|PP:[0-9]+F[0-9]+)$"
 
 STAGE_COLUMNS = {
-    "stage": "pp coordinate", "ranks": "ranks of the stage", "samples": "rank-steps averaged",
-    "step_ns": "mean pipeline step (window) of the stage's rank-steps", "compute_ns": "mean compute per step",
-    "bubble_ns": "step_ns - compute_ns", "bubble_pct": "bubble_ns as % of step_ns",
+    "stage": "pp coordinate",
+    "ranks": "ranks of the stage",
+    "samples": "rank-steps averaged",
+    "step_ns": "mean pipeline step (window) of the stage's rank-steps",
+    "compute_ns": "mean compute per step",
+    "bubble_ns": "step_ns - compute_ns",
+    "bubble_pct": "bubble_ns as % of step_ns",
     "microbatches": "forward micro-batches per step (median; null unknown)",
     "schedule_bubble_ns": "the schedule's own bubble: (p-1)/m x compute_ns, else warm-up + cool-down",
     "schedule_from": "formula ((p-1)/m) or measured (warm-up + cool-down)",
     "imbalance_ns": "waiting for the slowest stage: its compute - this stage's",
     "p2p_wait_ns": "exposed point-to-point time beyond schedule and imbalance",
-    "other_ns": "the rest of the bubble", "p2p_exposed_ns": "mean exposed point-to-point time per step (raw)",
-    "warmup_ns": "mean first compute start - window start", "cooldown_ns": "mean window end - last compute end",
+    "other_ns": "the rest of the bubble",
+    "p2p_exposed_ns": "mean exposed point-to-point time per step (raw)",
+    "warmup_ns": "mean first compute start - window start",
+    "cooldown_ns": "mean window end - last compute end",
     "slow": "the stage is slow (module doc, step 4)",
 }
 STEP_COLUMNS = {
-    "rank": "global rank", "stage": "pp coordinate", "pipeline": "the other coordinates (the replica)",
-    "step": "run step", "window_ns": "the pipeline's step window", "compute_ns": "compute inside it",
-    "p2p_exposed_ns": "point-to-point communication not hidden by compute", "warmup_ns": "first compute - start",
-    "cooldown_ns": "end - last compute", "microbatches": "forward micro-batches (null unknown)",
+    "rank": "global rank",
+    "stage": "pp coordinate",
+    "pipeline": "the other coordinates (the replica)",
+    "step": "run step",
+    "window_ns": "the pipeline's step window",
+    "compute_ns": "compute inside it",
+    "p2p_exposed_ns": "point-to-point communication not hidden by compute",
+    "warmup_ns": "first compute - start",
+    "cooldown_ns": "end - last compute",
+    "microbatches": "forward micro-batches (null unknown)",
 }
 TIMELINE_COLUMNS = {
-    "lane": "stage s (rank r)", "stage": "pp coordinate", "rank": "global rank",
+    "lane": "stage s (rank r)",
+    "stage": "pp coordinate",
+    "rank": "global rank",
     "state": "compute, p2p (exposed point-to-point), communication (other exposed)",
-    "start_ms": "ms from the window start", "end_ms": "ms from the window start",
+    "start_ms": "ms from the window start",
+    "end_ms": "ms from the window start",
 }
 SLOW_COLUMNS = {
-    "kind": "stage or replica", "axis": "pp or dp", "index": "the coordinate", "ranks": "its ranks",
-    "compute_ns": "mean compute per step of its ranks", "peers_ns": "median of its peers' (other slices)",
+    "kind": "stage or replica",
+    "axis": "pp or dp",
+    "index": "the coordinate",
+    "ranks": "its ranks",
+    "compute_ns": "mean compute per step of its ranks",
+    "peers_ns": "median of its peers' (other slices)",
     "excess_pct": "the smallest excess of one of its ranks over its peers (%)",
-    "cost_pct": "its extra compute as % of its mean step", "slow": "excess > slow_pct and cost >= min_cost_pct",
+    "cost_pct": "its extra compute as % of its mean step",
+    "slow": "excess > slow_pct and cost >= min_cost_pct",
     "text": "one sentence",
 }
 
-_STAGE_TYPES: dict[str, Any] = {"ranks": pl.List(pl.Int64), "bubble_pct": pl.Float64, "schedule_from": pl.Utf8, "slow": pl.Boolean}
-_STEP_TYPES: dict[str, Any] = {"pipeline": pl.Utf8}
-_TIMELINE_TYPES: dict[str, Any] = {"lane": pl.Utf8, "state": pl.Utf8, "start_ms": pl.Float64, "end_ms": pl.Float64}
-_SLOW_TYPES: dict[str, Any] = {"kind": pl.Utf8, "axis": pl.Utf8, "ranks": pl.List(pl.Int64), "excess_pct": pl.Float64,
-               "cost_pct": pl.Float64, "slow": pl.Boolean, "text": pl.Utf8}
+_STAGE_TYPES: dict[str, Any] = {
+    "ranks": pl.List(pl.Int64),
+    "bubble_pct": pl.Float64,
+    "schedule_from": pl.Utf8,
+    "slow": pl.Boolean,
+}
+_STEP_TYPES: dict[str, Any] = {"pipeline": pl.Utf8, "step": pl.Int32}
+_TIMELINE_TYPES: dict[str, Any] = {
+    "lane": pl.Utf8,
+    "state": pl.Utf8,
+    "start_ms": pl.Float64,
+    "end_ms": pl.Float64,
+}
+_SLOW_TYPES: dict[str, Any] = {
+    "kind": pl.Utf8,
+    "axis": pl.Utf8,
+    "ranks": pl.List(pl.Int64),
+    "excess_pct": pl.Float64,
+    "cost_pct": pl.Float64,
+    "slow": pl.Boolean,
+    "text": pl.Utf8,
+}
 
 
 def _empty(columns: dict[str, str], types: dict[str, Any]) -> pl.DataFrame:
@@ -131,55 +177,103 @@ def _coord_frame(mesh: Mesh) -> pl.DataFrame:
     for r, c in mesh.coords.items():
         rest = ",".join(f"{a.name}{c[i]}" for i, a in enumerate(mesh.axes) if i != pp)
         rows.append((r, *c, rest or "-"))
-    return pl.DataFrame(rows, schema={"rank": pl.Int64, **{f"c_{a.name}": pl.Int64 for a in mesh.axes},
-                                      "pipeline": pl.Utf8}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"rank": pl.Int64, **{f"c_{a.name}": pl.Int64 for a in mesh.axes}, "pipeline": pl.Utf8},
+        orient="row",
+    )
 
 
 def _windows(store: Store, run_id: int, coords: pl.DataFrame) -> pl.DataFrame:
     """Per rank and run step: its own step (s, e) and its pipeline's window (ws, we)."""
     st = run_steps(store, run_id, store.sql(_STEPS_SQL, [run_id]))
-    st = st.filter(pl.col("s").is_not_null() & pl.col("e").is_not_null()).group_by("rank", "step").agg(
-        pl.col("s").min(), pl.col("e").max()).with_columns(pl.col("rank").cast(pl.Int64))
+    st = (
+        st.filter(pl.col("s").is_not_null() & pl.col("e").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("s").min(), pl.col("e").max())
+        .with_columns(pl.col("rank").cast(pl.Int64))
+    )
     st = st.join(coords.select("rank", "pipeline", "c_pp"), on="rank")
-    return st.with_columns(pl.col("s").min().over("pipeline", "step").alias("ws"),
-                           pl.col("e").max().over("pipeline", "step").alias("we"))
+    return st.with_columns(
+        pl.col("s").min().over("pipeline", "step").alias("ws"),
+        pl.col("e").max().over("pipeline", "step").alias("we"),
+    )
 
 
-def _per_step(store: Store, run_id: int, act: pl.DataFrame, comm: pl.DataFrame,
-              win: pl.DataFrame) -> pl.DataFrame:
+def _per_step(
+    store: Store, run_id: int, act: pl.DataFrame, comm: pl.DataFrame, win: pl.DataFrame
+) -> pl.DataFrame:
     """Per rank and step: window, compute, p2p exposed, warm-up, cool-down, micro-batches (step 2)."""
     keyed = run_steps(store, run_id, act.filter(pl.col("step").is_not_null())).with_columns(
-        pl.col("rank").cast(pl.Int64))
+        pl.col("rank").cast(pl.Int64)
+    )
     w = win.select("rank", "step", "ws", "we")
     comp = clip(keyed.filter(pl.col("class") == "compute").join(w, on=["rank", "step"]), "ws", "we")
     p2p = run_steps(store, run_id, comm.filter(pl.col("p2p") & pl.col("step").is_not_null())).with_columns(
-        pl.col("rank").cast(pl.Int64))
-    exposed = subtract(p2p.select("rank", "step", "start_ns", "end_ns"),
-                       comp.select("rank", "step", "start_ns", "end_ns"), ["rank", "step"], ["rank"])
+        pl.col("rank").cast(pl.Int64)
+    )
+    exposed = subtract(
+        p2p.select("rank", "step", "start_ns", "end_ns"),
+        comp.select("rank", "step", "start_ns", "end_ns"),
+        ["rank", "step"],
+        ["rank"],
+    )
     exposed = clip(exposed.join(w, on=["rank", "step"]), "ws", "we")
     c = union_ns(comp, ["rank", "step"], "compute_ns")
     x = union_ns(exposed, ["rank", "step"], "p2p_exposed_ns")
-    edges = comp.group_by("rank", "step").agg(pl.col("start_ns").min().alias("_f"), pl.col("end_ns").max().alias("_l"))
-    mb = run_steps(store, run_id, store.sql(_MICROBATCH_SQL, [run_id])).with_columns(
-        pl.col("rank").cast(pl.Int64), pl.when(pl.col("nd") > 0).then(pl.col("nd")).when(pl.col("k") > 0)
-        .then(pl.col("k")).alias("microbatches")).group_by("rank", "step").agg(pl.col("microbatches").max())
-    out = win.join(c, on=["rank", "step"], how="left").join(x, on=["rank", "step"], how="left").join(
-        edges, on=["rank", "step"], how="left").join(mb, on=["rank", "step"], how="left")
+    edges = comp.group_by("rank", "step").agg(
+        pl.col("start_ns").min().alias("_f"), pl.col("end_ns").max().alias("_l")
+    )
+    mb = (
+        run_steps(store, run_id, store.sql(_MICROBATCH_SQL, [run_id]))
+        .with_columns(
+            pl.col("rank").cast(pl.Int64),
+            pl.when(pl.col("nd") > 0)
+            .then(pl.col("nd"))
+            .when(pl.col("k") > 0)
+            .then(pl.col("k"))
+            .alias("microbatches"),
+        )
+        .group_by("rank", "step")
+        .agg(pl.col("microbatches").max())
+    )
+    out = (
+        win.join(c, on=["rank", "step"], how="left")
+        .join(x, on=["rank", "step"], how="left")
+        .join(edges, on=["rank", "step"], how="left")
+        .join(mb, on=["rank", "step"], how="left")
+    )
     return out.select(
-        "rank", pl.col("c_pp").alias("stage"), "pipeline", "step", (pl.col("we") - pl.col("ws")).alias("window_ns"),
-        pl.col("compute_ns").fill_null(0).cast(pl.Int64), pl.col("p2p_exposed_ns").fill_null(0).cast(pl.Int64),
+        "rank",
+        pl.col("c_pp").alias("stage"),
+        "pipeline",
+        "step",
+        (pl.col("we") - pl.col("ws")).alias("window_ns"),
+        pl.col("compute_ns").fill_null(0).cast(pl.Int64),
+        pl.col("p2p_exposed_ns").fill_null(0).cast(pl.Int64),
         (pl.col("_f") - pl.col("ws")).fill_null(0).alias("warmup_ns"),
-        (pl.col("we") - pl.col("_l")).fill_null(0).alias("cooldown_ns"), pl.col("microbatches").cast(pl.Int64),
+        (pl.col("we") - pl.col("_l")).fill_null(0).alias("cooldown_ns"),
+        pl.col("microbatches").cast(pl.Int64),
         "ws",
     ).sort("pipeline", "step", "stage", "rank")
 
 
 def _stages(per: pl.DataFrame, p: int) -> tuple[pl.DataFrame, list[str]]:
     """Per stage means and the exact bubble split (step 3)."""
-    mean = [_common.whole_ns(pl.col(c).mean()).alias(c) for c in
-            ("window_ns", "compute_ns", "p2p_exposed_ns", "warmup_ns", "cooldown_ns")]
-    st = per.group_by("stage").agg(pl.col("rank").unique().sort().alias("ranks"), pl.len().alias("samples"), *mean,
-                                   pl.col("microbatches").median().alias("m")).sort("stage")
+    mean = [
+        _common.whole_ns(pl.col(c).mean()).alias(c)
+        for c in ("window_ns", "compute_ns", "p2p_exposed_ns", "warmup_ns", "cooldown_ns")
+    ]
+    st = (
+        per.group_by("stage")
+        .agg(
+            pl.col("rank").unique().sort().alias("ranks"),
+            pl.len().alias("samples"),
+            *mean,
+            pl.col("microbatches").median().alias("m"),
+        )
+        .sort("stage")
+    )
     cmax = int(st["compute_ns"].max() or 0)  # type: ignore[arg-type]
     rows, notes = [], []
     for r in st.iter_rows(named=True):
@@ -192,31 +286,52 @@ def _stages(per: pl.DataFrame, p: int) -> tuple[pl.DataFrame, list[str]]:
             sched, source = min(bubble, int(r["warmup_ns"]) + int(r["cooldown_ns"])), "measured"
         imb = min(bubble - sched, cmax - comp)
         p2p = min(bubble - sched - imb, int(r["p2p_exposed_ns"]))
-        rows.append({"stage": r["stage"], "ranks": r["ranks"], "samples": r["samples"], "step_ns": step,
-                     "compute_ns": comp, "bubble_ns": bubble, "bubble_pct": 100.0 * bubble / step if step else None,
-                     "microbatches": m, "schedule_bubble_ns": sched, "schedule_from": source, "imbalance_ns": imb,
-                     "p2p_wait_ns": p2p, "other_ns": bubble - sched - imb - p2p,
-                     "p2p_exposed_ns": int(r["p2p_exposed_ns"]), "warmup_ns": int(r["warmup_ns"]),
-                     "cooldown_ns": int(r["cooldown_ns"])})
+        rows.append(
+            {
+                "stage": r["stage"],
+                "ranks": r["ranks"],
+                "samples": r["samples"],
+                "step_ns": step,
+                "compute_ns": comp,
+                "bubble_ns": bubble,
+                "bubble_pct": 100.0 * bubble / step if step else None,
+                "microbatches": m,
+                "schedule_bubble_ns": sched,
+                "schedule_from": source,
+                "imbalance_ns": imb,
+                "p2p_wait_ns": p2p,
+                "other_ns": bubble - sched - imb - p2p,
+                "p2p_exposed_ns": int(r["p2p_exposed_ns"]),
+                "warmup_ns": int(r["warmup_ns"]),
+                "cooldown_ns": int(r["cooldown_ns"]),
+            }
+        )
     if rows and all(x["microbatches"] is None for x in rows):
-        notes.append("pipeline: no forward micro-batch annotations, so the schedule's bubble is the measured "
-                     "warm-up + cool-down (first compute after the step's start, last compute before its end)")
+        notes.append(
+            "pipeline: no forward micro-batch annotations, so the schedule's bubble is the measured "
+            "warm-up + cool-down (first compute after the step's start, last compute before its end)"
+        )
     elif rows:
         ms = sorted({x["microbatches"] for x in rows if x["microbatches"] is not None})
-        notes.append(f"pipeline: {p} stages, {'/'.join(map(str, ms))} micro-batches per step: the schedule's own "
-                     f"bubble is (p-1)/(m+p-1) = {p - 1}/{ms[0] + p - 1} of a balanced step")
+        notes.append(
+            f"pipeline: {p} stages, {'/'.join(map(str, ms))} micro-batches per step: the schedule's own "
+            f"bubble is (p-1)/(m+p-1) = {p - 1}/{ms[0] + p - 1} of a balanced step"
+        )
     return pl.DataFrame(rows, schema_overrides={"ranks": pl.List(pl.Int64), "microbatches": pl.Int64}), notes
 
 
 def _rank_compute(store: Store, run_id: int, act: pl.DataFrame, per: pl.DataFrame | None) -> pl.DataFrame:
     """rank, compute_ns (mean per step), step_ns (mean own step) (step 4)."""
     if per is not None and per.height:
-        return per.group_by("rank").agg(pl.col("compute_ns").mean(), pl.col("window_ns").mean().alias("step_ns"))
+        return per.group_by("rank").agg(
+            pl.col("compute_ns").mean(), pl.col("window_ns").mean().alias("step_ns")
+        )
     comp = act.filter((pl.col("class") == "compute") & pl.col("step").is_not_null())
     c = union_ns(comp, ["rank", "step"], "compute_ns").group_by("rank").agg(pl.col("compute_ns").mean())
     st = store.sql(f"SELECT rank, avg(e - s) AS step_ns FROM ({_STEPS_SQL}) GROUP BY rank", [run_id])
-    return c.with_columns(pl.col("rank").cast(pl.Int64)).join(st.with_columns(pl.col("rank").cast(pl.Int64)),
-                                                                on="rank", how="inner")
+    return c.with_columns(pl.col("rank").cast(pl.Int64)).join(
+        st.with_columns(pl.col("rank").cast(pl.Int64)), on="rank", how="inner"
+    )
 
 
 def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl.DataFrame:
@@ -229,7 +344,9 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
         if axis not in names or mesh.axes[names.index(axis)].size < 2 or data.is_empty():
             continue
         at = names.index(axis)
-        lines: dict[tuple[Any, ...], list[tuple[int, int, float]]] = {}  # other coords -> (coord, rank, compute)
+        lines: dict[
+            tuple[Any, ...], list[tuple[int, int, float]]
+        ] = {}  # other coords -> (coord, rank, compute)
         for r in data.iter_rows(named=True):
             key = tuple(r[f"c_{n}"] for i, n in enumerate(names) if i != at)
             lines.setdefault(key, []).append((r[f"c_{axis}"], int(r["rank"]), float(r["compute_ns"] or 0.0)))
@@ -243,8 +360,11 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
         for v in sorted({x[0] for x in per_rank.values() if x[0] is not None}):
             mine = sorted(r for r, x in per_rank.items() if x[0] == v)
             meds = [per_rank[r][2] for r in mine]
-            if len(mine) == len(per_rank) or any(m is None or m <= 0 for m in meds) or (kind == "replica"
-                                                                                        and len(mine) < 2):
+            if (
+                len(mine) == len(per_rank)
+                or any(m is None or m <= 0 for m in meds)
+                or (kind == "replica" and len(mine) < 2)
+            ):
                 continue  # a one-rank replica is a rank: the stragglers analysis' business
             excess = min(100.0 * (per_rank[r][1] / per_rank[r][2] - 1) for r in mine)  # type: ignore[operator]
             comp = sum(per_rank[r][1] for r in mine) / len(mine)
@@ -256,12 +376,26 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
             rel = 100.0 * (comp / peer - 1)  # type: ignore[operator]
             head = f"{what} (rank{'s' if len(mine) > 1 else ''} {_ranks_text(mine)}) computes {comp / 1e6:,.1f} ms per step"
             vs = f"its peers on the other {kind}s ({peer / 1e6:,.1f} ms, median"  # type: ignore[operator]
-            text = (f"slow {kind}: {head}, {rel:.0f}% more than {vs}; each of its ranks at least {excess:.0f}% more), "
-                    f"costing {cost:.0f}% of its {step / 1e6:,.1f} ms step: the whole {kind} is slow, not one rank"
-                    if slow else f"{head}, {abs(rel):.0f}% {'more' if rel >= 0 else 'less'} than {vs}): not slow")
-            rows.append({"kind": kind, "axis": axis, "index": int(v), "ranks": mine, "compute_ns": round(comp),
-                         "peers_ns": round(peer), "excess_pct": excess, "cost_pct": cost, "slow": slow,  # type: ignore[arg-type]
-                         "text": text})
+            text = (
+                f"slow {kind}: {head}, {rel:.0f}% more than {vs}; each of its ranks at least {excess:.0f}% more), "
+                f"costing {cost:.0f}% of its {step / 1e6:,.1f} ms step: the whole {kind} is slow, not one rank"
+                if slow
+                else f"{head}, {abs(rel):.0f}% {'more' if rel >= 0 else 'less'} than {vs}): not slow"
+            )
+            rows.append(
+                {
+                    "kind": kind,
+                    "axis": axis,
+                    "index": int(v),
+                    "ranks": mine,
+                    "compute_ns": round(comp),
+                    "peers_ns": round(peer),  # type: ignore[arg-type]
+                    "excess_pct": excess,
+                    "cost_pct": cost,
+                    "slow": slow,
+                    "text": text,
+                }
+            )
     return pl.DataFrame(rows, schema={c: _SLOW_TYPES.get(c, pl.Int64) for c in SLOW_COLUMNS})
 
 
@@ -271,7 +405,11 @@ def slice_name(kind: str, index: Any) -> str:
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
+    return (
+        ", ".join(map(str, ranks))
+        if len(ranks) <= 8
+        else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
+    )
 
 
 def _timeline(per: pl.DataFrame, act: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
@@ -284,26 +422,42 @@ def _timeline(per: pl.DataFrame, act: pl.DataFrame, comm: pl.DataFrame) -> pl.Da
     pick = lens.row((lens.height - 1) // 2, named=True)
     ws, we = int(pick["ws"]), int(pick["ws"]) + int(pick["window_ns"])
     ranks = first.filter(pl.col("step") == pick["step"]).select("rank", "stage")
-    a = act.with_columns(pl.col("rank").cast(pl.Int64)).join(ranks, on="rank").with_columns(
-        pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi"))
+    a = (
+        act.with_columns(pl.col("rank").cast(pl.Int64))
+        .join(ranks, on="rank")
+        .with_columns(pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi"))
+    )
     a = clip(a, "_lo", "_hi")
-    c = comm.with_columns(pl.col("rank").cast(pl.Int64)).join(ranks, on="rank").with_columns(
-        pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi"))
+    c = (
+        comm.with_columns(pl.col("rank").cast(pl.Int64))
+        .join(ranks, on="rank")
+        .with_columns(pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi"))
+    )
     c = clip(c, "_lo", "_hi")
     comp = a.filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns")
     parts = [comp.with_columns(pl.lit("compute").alias("state"))]
     for state, sel in (("p2p", pl.col("p2p")), ("communication", ~pl.col("p2p"))):
         ex = subtract(c.filter(sel).select("rank", "start_ns", "end_ns"), comp, ["rank"], ["rank"])
         parts.append(ex.with_columns(pl.lit(state).alias("state")))
-    out = pl.concat([merge(p, ["rank", "state"]) for p in parts if p.height] or [pl.DataFrame(
-        schema={"rank": pl.Int64, "state": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64})])
+    out = pl.concat(
+        [merge(p, ["rank", "state"]) for p in parts if p.height]
+        or [
+            pl.DataFrame(
+                schema={"rank": pl.Int64, "state": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
+            )
+        ]
+    )
     out = out.join(ranks, on="rank").with_columns(
         pl.format("stage {} (rank {})", "stage", "rank").alias("lane"),
-        ((pl.col("start_ns") - ws) / 1e6).alias("start_ms"), ((pl.col("end_ns") - ws) / 1e6).alias("end_ms"))
+        ((pl.col("start_ns") - ws) / 1e6).alias("start_ms"),
+        ((pl.col("end_ns") - ws) / 1e6).alias("end_ms"),
+    )
     return out.select(*schema).sort("stage", "rank", "start_ms")
 
 
-def pipeline(store: Store, run_id: int, mesh: Mesh, act: pl.DataFrame, comm: pl.DataFrame, params: Any) -> Pipe:
+def pipeline(
+    store: Store, run_id: int, mesh: Mesh, act: pl.DataFrame, comm: pl.DataFrame, params: Any
+) -> Pipe:
     """The pipeline tables of a run (module doc).
 
     Args:
@@ -314,12 +468,18 @@ def pipeline(store: Store, run_id: int, mesh: Mesh, act: pl.DataFrame, comm: pl.
         comm: The activity's communication intervals with rank, start_ns, end_ns, step, p2p, axis.
         params: ``parallelism.Params`` (slow_pct, min_cost_pct).
     """
-    coords = _coord_frame(mesh) if mesh.axis("pp") is not None else _coord_frame(mesh).with_columns(
-        pl.lit(0, pl.Int64).alias("c_pp"))
+    coords = (
+        _coord_frame(mesh)
+        if mesh.axis("pp") is not None
+        else _coord_frame(mesh).with_columns(pl.lit(0, pl.Int64).alias("c_pp"))
+    )
     pp = mesh.axis("pp")
     per = None
-    stages, steps, timeline = (_empty(STAGE_COLUMNS, _STAGE_TYPES), _empty(STEP_COLUMNS, _STEP_TYPES),
-                               _empty(TIMELINE_COLUMNS, _TIMELINE_TYPES))
+    stages, steps, timeline = (
+        _empty(STAGE_COLUMNS, _STAGE_TYPES),
+        _empty(STEP_COLUMNS, _STEP_TYPES),
+        _empty(TIMELINE_COLUMNS, _TIMELINE_TYPES),
+    )
     notes: list[str] = []
     if pp is not None and mesh.axes[pp].size > 1 and act.height:
         win = _windows(store, run_id, coords)
@@ -364,6 +524,8 @@ def rank_labels(ranks: pl.DataFrame) -> dict[int, str]:
             elif a.startswith("dp"):
                 parts.append(f"{a} replica {r[a]}")
             else:
-                parts.append(f"{a} group {_ranks_text(sorted(lines[(a, tuple(r[o] for o in axes if o != a))]))}")
+                parts.append(
+                    f"{a} group {_ranks_text(sorted(lines[(a, tuple(r[o] for o in axes if o != a))]))}"
+                )
         out[int(r["rank"])] = ", ".join(parts)
     return out

@@ -29,16 +29,28 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceprof import cancel
-from traceprof.activity import activity
-from traceprof.analysis import shared
-from traceprof.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
-from traceprof.errors import AnalysisError
-from traceprof.matching import run_steps, unmatched_p2p
-from traceprof.store import Store
+from traceprof.core import cancel
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import activity
+from traceprof.engine.analysis import shared
+from traceprof.engine.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
+from traceprof.ingest.matching import run_steps, unmatched_p2p
+from traceprof.storage.store import Store
 
-__all__ = ["compute_items", "comm_items", "require_matched", "partial_note", "Timeline", "build", "replay",
-           "EPS_NS", "KEY_SPAN", "Transient", "transient", "TRANSIENT_SKEW_FACTOR"]
+__all__ = [
+    "compute_items",
+    "comm_items",
+    "require_matched",
+    "partial_note",
+    "Timeline",
+    "build",
+    "replay",
+    "EPS_NS",
+    "KEY_SPAN",
+    "Transient",
+    "transient",
+    "TRANSIENT_SKEW_FACTOR",
+]
 
 #: Pooling keys (``Timeline.nodes["key"]``) are key0 position x this + ordinal in the step.
 KEY_SPAN = 2**32
@@ -53,7 +65,7 @@ _OVERLAP_SHARE = 0.05
 def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     """Top-level compute intervals of every rank.
 
-    Compute = ``traceprof.activity`` rows of class compute (training-thread ops on CPU ranks,
+    Compute = ``traceprof.engine.activity`` rows of class compute (training-thread ops on CPU ranks,
     compute kernels on GPU ranks); runs without them (NDTimeline) use their ``gpu_user_annotation``
     events. Intervals nested in another of the same rank and lane are dropped.
 
@@ -73,9 +85,19 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     comp = _run_steps(store, run_id, comp)
     # a total order (name last): of two intervals with the same bounds on a lane, the same one is
     # kept; lanes and names sorted as integers (their positions among the sorted distinct values)
-    comp = comp.with_columns(_code("lane").alias("_lane"), _code("name").alias("_name")).sort(
-        "rank", "_lane", "start_ns", "end_ns", "_name", descending=[False, False, False, True, False],
-        nulls_last=True).drop("_lane", "_name")
+    comp = (
+        comp.with_columns(_code("lane").alias("_lane"), _code("name").alias("_name"))
+        .sort(
+            "rank",
+            "_lane",
+            "start_ns",
+            "end_ns",
+            "_name",
+            descending=[False, False, False, True, False],
+            nulls_last=True,
+        )
+        .drop("_lane", "_name")
+    )
     prev = pl.col("end_ns").cum_max().shift(1).over("rank", "lane")
     return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
 
@@ -92,7 +114,7 @@ def _code(col: str, uniq: pl.Series | None = None) -> pl.Expr:
 
 
 def _run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
-    """:func:`traceprof.matching.run_steps` of ``frame``, mapped on its distinct (rank, step)
+    """:func:`traceprof.ingest.matching.run_steps` of ``frame``, mapped on its distinct (rank, step)
     pairs (a few thousand) rather than joined row by row; no join at all when no step changes."""
     if frame.is_empty():
         return frame
@@ -102,21 +124,31 @@ def _run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
     if moved.is_empty():
         return frame
     cols = frame.columns
-    return frame.join(moved.select("rank", pl.col("_own").alias("step"), pl.col("step").alias("_run")),
-                      on=["rank", "step"], how="left", nulls_equal=True).with_columns(
-        pl.coalesce("_run", "step").alias("step")).select(cols)
+    return (
+        frame.join(
+            moved.select("rank", pl.col("_own").alias("step"), pl.col("step").alias("_run")),
+            on=["rank", "step"],
+            how="left",
+            nulls_equal=True,
+        )
+        .with_columns(pl.coalesce("_run", "step").alias("step"))
+        .select(cols)
+    )
 
 
 def _ranks(store: Store, run_id: int) -> tuple[int, int | None]:
     """(ranks traced, world size of the job or None when unknown)."""
     row = store.sql(
         """SELECT (SELECT count(DISTINCT rank) FROM traces WHERE run_id = $1) AS traced,
-                  (SELECT world_size FROM runs WHERE run_id = $1) AS world""", [run_id]).row(0)
+                  (SELECT world_size FROM runs WHERE run_id = $1) AS world""",
+        [run_id],
+    ).row(0)
     return int(row[0]), (int(row[1]) if row[1] is not None else None)
 
 
-def require_matched(store: Store, run_id: int, items: pl.DataFrame, source: str | None, label: str,
-                    analysis: str) -> None:
+def require_matched(
+    store: Store, run_id: int, items: pl.DataFrame, source: str | None, label: str, analysis: str
+) -> None:
     """Raise unless ``items`` (:func:`comm_items`) hold a collective seen by two or more ranks.
 
     Both straggler analyses compare ranks at the same collective; with one rank (or nothing
@@ -133,10 +165,14 @@ def require_matched(store: Store, run_id: int, items: pl.DataFrame, source: str 
         why.append("trace two or more ranks of the job")
     p2p = unmatched_p2p(store, run_id)
     if p2p:
-        why.append(f"{p2p} point-to-point ops (send/recv) have no process group and sequence number, so "
-                   "their peers are unknown and they cannot be matched across ranks")
-    raise AnalysisError(f"run {label}: no collective matched across two or more ranks ({'; '.join(why)}); "
-                        f"{analysis} compares ranks at the same collective")
+        why.append(
+            f"{p2p} point-to-point ops (send/recv) have no process group and sequence number, so "
+            "their peers are unknown and they cannot be matched across ranks"
+        )
+    raise AnalysisError(
+        f"run {label}: no collective matched across two or more ranks ({'; '.join(why)}); "
+        f"{analysis} compares ranks at the same collective"
+    )
 
 
 def partial_note(store: Store, run_id: int, consequence: str) -> str | None:
@@ -183,7 +219,11 @@ class Timeline:
             st = step[order]
             seg = np.concatenate([[0], np.nonzero(np.diff(st))[0] + 1]) if len(st) else np.zeros(0, np.int64)
             steps = st[seg]
-            start = dict(zip(self.step_start["step"].to_list(), self.step_start["step_start_ns"].to_list(), strict=True))
+            start = dict(
+                zip(
+                    self.step_start["step"].to_list(), self.step_start["step_start_ns"].to_list(), strict=True
+                )
+            )
             self._by_step = (order, seg, steps, np.array([start[int(x)] for x in steps], dtype=np.float64))
         return self._by_step
 
@@ -300,7 +340,9 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
         span &= cm[np.where(span, lim - 1, 0)] > start[w] + eps
         if span.any():
             vs = pl.DataFrame({"v": i[span], "g": group[span], "w": w[span], "lim": lim[span]})
-            pairs = vs.join(pl.DataFrame({"u": lg, "g": group[lg]}), on="g").filter(pl.col("u") < pl.col("lim"))
+            pairs = vs.join(pl.DataFrame({"u": lg, "g": group[lg]}), on="g").filter(
+                pl.col("u") < pl.col("lim")
+            )
             pu, pv, pw = pairs["u"].to_numpy(), pairs["v"].to_numpy(), pairs["w"].to_numpy()
             ok = before(pu, pv) & kept(pu, pw)
             src_parts.append(pu[ok])
@@ -308,13 +350,15 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
     for v in np.nonzero(fallback)[0]:
         cancel.checkpoint()
         g0 = gstart[v]
-        keep = _deps_of(start[g0:v + 1], end[g0:v + 1], slack[g0:v + 1], eps, int(v - g0)) + g0
+        keep = _deps_of(start[g0 : v + 1], end[g0 : v + 1], slack[g0 : v + 1], eps, int(v - g0)) + g0
         src_parts.append(keep)
         dst_parts.append(np.full(len(keep), v))
     return np.concatenate(src_parts).astype(np.int64), np.concatenate(dst_parts).astype(np.int64)
 
 
-def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_early: bool = False) -> Timeline:
+def build(
+    comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_early: bool = False
+) -> Timeline:
     """Build the replay graph from compute and comm items (module doc).
 
     Args:
@@ -330,15 +374,34 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         AnalysisError: The graph has a cycle (ranks hold matched collectives in different orders).
     """
     c = comp.filter(pl.col("step").is_not_null()).select(
-        pl.lit(0).alias("kind"), "rank", "step", pl.col("name").alias("key0"), "start_ns", "end_ns",
-        pl.lit(None, pl.Int64).alias("instance_id"))
-    m = comm.filter(pl.col("step").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("arrival_ns").is_not_null())
+        pl.lit(0).alias("kind"),
+        "rank",
+        "step",
+        pl.col("name").alias("key0"),
+        "start_ns",
+        "end_ns",
+        pl.lit(None, pl.Int64).alias("instance_id"),
+    )
+    m = comm.filter(
+        pl.col("step").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("arrival_ns").is_not_null()
+    )
     m = m.with_columns(pl.col("arrival_ns").max().over("instance_id").alias("last_ns"))
     k = m.select(
-        pl.lit(1).alias("kind"), "rank", "step",
-        pl.concat_str([pl.col("op"), pl.col("pg").fill_null("").str.replace_all(r"\d+", "#"),
-                       pl.col("bytes").cast(pl.Utf8).fill_null("?")], separator="|").alias("key0"),
-        pl.col("arrival_ns").alias("start_ns"), "end_ns", "instance_id")
+        pl.lit(1).alias("kind"),
+        "rank",
+        "step",
+        pl.concat_str(
+            [
+                pl.col("op"),
+                pl.col("pg").fill_null("").str.replace_all(r"\d+", "#"),
+                pl.col("bytes").cast(pl.Utf8).fill_null("?"),
+            ],
+            separator="|",
+        ).alias("key0"),
+        pl.col("arrival_ns").alias("start_ns"),
+        "end_ns",
+        "instance_id",
+    )
     both = pl.concat([c, k])
     # key0 as an integer (its position among the distinct key0s, sorted): sorting, pooling and
     # blaming compare integers, not millions of strings
@@ -346,8 +409,9 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     both = both.with_columns(_code("key0", uniq))
     # a total order: items with the same bounds keep one order whatever the input order (their
     # pooling ordinals, and so the blame, depend on it)
-    items = both.sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id",
-                      nulls_last=True).with_row_index("idx")
+    items = both.sort(
+        "rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id", nulls_last=True
+    ).with_row_index("idx")
     # times relative to the run's first item: epoch ns do not fit a float64 exactly
     t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
     items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)
@@ -356,17 +420,24 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     step_start = items.group_by("step").agg(pl.col("start_ns").min().alias("step_start_ns"))
     # pooling key: key0 and its ordinal among the items of the rank's step with that key0
     items = items.with_columns(
-        (pl.col("key0") * KEY_SPAN + pl.int_range(pl.len()).over("rank", "step", "key0")).alias("key"))
+        (pl.col("key0") * KEY_SPAN + pl.int_range(pl.len()).over("rank", "step", "key0")).alias("key")
+    )
     rs = items.select("rank", "step")
-    group = np.cumsum(rs.select((pl.col("rank").diff() != 0) | (pl.col("step").diff() != 0))["rank"]
-                      .fill_null(True).to_numpy())  # (rank, step) groups, contiguous in the sort
+    group = np.cumsum(
+        rs.select((pl.col("rank").diff() != 0) | (pl.col("step").diff() != 0))["rank"]
+        .fill_null(True)
+        .to_numpy()
+    )  # (rank, step) groups, contiguous in the sort
     src, dst = _deps(items["start_ns"].to_numpy(), items["end_ns"].to_numpy(), group, eps)
     n_items = items.height
     start = items["start_ns"].to_numpy()
     end = items["end_ns"].to_numpy()
     kind = items["kind"].to_numpy()
-    last = items.join(m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
-                      on=["instance_id", "rank"], how="left")["last_ns"].to_numpy()
+    last = items.join(
+        m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
+        on=["instance_id", "rank"],
+        how="left",
+    )["last_ns"].to_numpy()
     if _drop_early:
         # A copy that ended before its instance's last arrival (a wrong match or clock) made the
         # graph cyclic: dependencies on such copies are dropped (second attempt only).
@@ -384,7 +455,9 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     # comm: item node = arrival (weight gap); instance node; end node (weight transfer)
     is_comm = kind == 1
     comm_idx = np.nonzero(is_comm)[0]
-    dur = np.where(is_comm, np.maximum(end - np.nan_to_num(last.astype(np.float64)), 0.0), end - start).astype(np.float64)
+    dur = np.where(
+        is_comm, np.maximum(end - np.nan_to_num(last.astype(np.float64)), 0.0), end - start
+    ).astype(np.float64)
     inst_ids, inst_of = np.unique(inst[comm_idx].astype(np.int64), return_inverse=True)
     n_inst = len(inst_ids)
     # node numbering: items 0..n-1 (compute or arrival), instances n..n+I-1, comm ends after
@@ -398,18 +471,34 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     n_nodes = n_items + n_inst + len(comm_idx)
     inst_step = np.zeros(n_inst, np.int64)
     inst_step[inst_of] = steps[comm_idx]
-    nodes = pl.DataFrame({
-        "kind": np.concatenate([np.where(is_comm, 1, 0), np.full(n_inst, 2), np.full(len(comm_idx), 3)]),
-        "rank": np.concatenate([items["rank"].to_numpy(), np.full(n_inst, -1), items["rank"].to_numpy()[comm_idx]]),
-        "step": np.concatenate([steps, inst_step, steps[comm_idx]]),
-        "key": pl.concat([items["key"], pl.Series([None] * n_inst, dtype=pl.Int64), items["key"].gather(comm_idx)]),
-        "instance": np.concatenate([np.where(is_comm, np.nan_to_num(inst.astype(np.float64), nan=-1), -1).astype(np.int64),
-                                    inst_ids, inst[comm_idx].astype(np.int64)]),
-        "gap": np.concatenate([gap, np.zeros(n_inst), np.zeros(len(comm_idx))]),
-        "dur": np.concatenate([np.where(is_comm, 0.0, dur), np.zeros(n_inst), dur[comm_idx]]),
-        "end": np.concatenate([np.where(is_comm, start, end).astype(np.float64), np.full(n_inst, np.nan),
-                               end[comm_idx].astype(np.float64)]),
-    })
+    nodes = pl.DataFrame(
+        {
+            "kind": np.concatenate([np.where(is_comm, 1, 0), np.full(n_inst, 2), np.full(len(comm_idx), 3)]),
+            "rank": np.concatenate(
+                [items["rank"].to_numpy(), np.full(n_inst, -1), items["rank"].to_numpy()[comm_idx]]
+            ),
+            "step": np.concatenate([steps, inst_step, steps[comm_idx]]),
+            "key": pl.concat(
+                [items["key"], pl.Series([None] * n_inst, dtype=pl.Int64), items["key"].gather(comm_idx)]
+            ),
+            "instance": np.concatenate(
+                [
+                    np.where(is_comm, np.nan_to_num(inst.astype(np.float64), nan=-1), -1).astype(np.int64),
+                    inst_ids,
+                    inst[comm_idx].astype(np.int64),
+                ]
+            ),
+            "gap": np.concatenate([gap, np.zeros(n_inst), np.zeros(len(comm_idx))]),
+            "dur": np.concatenate([np.where(is_comm, 0.0, dur), np.zeros(n_inst), dur[comm_idx]]),
+            "end": np.concatenate(
+                [
+                    np.where(is_comm, start, end).astype(np.float64),
+                    np.full(n_inst, np.nan),
+                    end[comm_idx].astype(np.float64),
+                ]
+            ),
+        }
+    )
     has_pred = np.zeros(n_nodes, bool)
     has_pred[e_dst_a] = True
     base_all = np.concatenate([ss.astype(np.float64), np.zeros(n_inst), np.zeros(len(comm_idx))])
@@ -425,7 +514,7 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     seen = 0
     lvl = 0
     while len(frontier):
-        cancel.checkpoint()  # seconds of levels on a large run: Ctrl-C stops them (traceprof.cancel)
+        cancel.checkpoint()  # seconds of levels on a large run: Ctrl-C stops them (traceprof.core.cancel)
         level[frontier] = lvl
         seen += len(frontier)
         # the successors of every frontier node, gathered without a Python loop
@@ -433,8 +522,8 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
         tot = int(cnt.sum())
         nxt = succ[np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)]
         if len(nxt):
-            nxt, k = np.unique(nxt, return_counts=True)  # one sort; faster than np.subtract.at
-            indeg[nxt] -= k
+            nxt, counts = np.unique(nxt, return_counts=True)  # one sort; faster than np.subtract.at
+            indeg[nxt] -= counts
             frontier = nxt[indeg[nxt] == 0]
         else:
             frontier = nxt
@@ -442,9 +531,11 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     if seen != n_nodes and not _drop_early:
         return build(comp, comm, eps, _drop_early=True)
     if seen != n_nodes:
-        raise AnalysisError(f"the replay graph has a cycle ({n_nodes - seen} of {n_nodes} nodes): two ranks hold "
-                            "collectives of one group in different orders, so the matching (or the clock alignment) "
-                            "is inconsistent there; check collective_instances")
+        raise AnalysisError(
+            f"the replay graph has a cycle ({n_nodes - seen} of {n_nodes} nodes): two ranks hold "
+            "collectives of one group in different orders, so the matching (or the clock alignment) "
+            "is inconsistent there; check collective_instances"
+        )
     perm = np.argsort(level, kind="stable")
     inv = np.empty_like(perm)
     inv[perm] = np.arange(n_nodes)
@@ -457,8 +548,14 @@ def build(comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_ea
     bounds = np.nonzero(np.diff(lv))[0] + 1
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [n_nodes]])
-    return Timeline(nodes, pred_ptr, pred, list(zip(starts.tolist(), ends.tolist(), strict=True)), step_start,
-                    uniq.str.split("|").list.first())
+    return Timeline(
+        nodes,
+        pred_ptr,
+        pred,
+        list(zip(starts.tolist(), ends.tolist(), strict=True)),
+        step_start,
+        uniq.str.split("|").list.first(),
+    )
 
 
 def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -473,7 +570,7 @@ def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:
         lo, hi = ptr[a], ptr[b]
         ready = base[a:b].copy()
         if hi > lo:
-            seg = ptr[a:b + 1] - lo
+            seg = ptr[a : b + 1] - lo
             pv = val[pred[lo:hi]]
             nonempty = seg[1:] > seg[:-1]
             mx = np.maximum.reduceat(pv, seg[:-1][nonempty]) if nonempty.any() else pv[:0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceprof.store import Store
+from traceprof.storage.store import Store
 
 __all__ = ["summarize"]
 
@@ -46,4 +46,6 @@ def _order(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     df = df.with_columns((100.0 * pl.col("total_ns") / total).alias("time_pct"))
     cols = [*by, "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
     cols += ["ranks"] if "ranks" in df.columns else []
-    return df.sort([*by, "total_ns", "name"], descending=[False] * len(by) + [True, False]).select(*cols, "name")
+    return df.sort([*by, "total_ns", "name"], descending=[False] * len(by) + [True, False]).select(
+        *cols, "name"
+    )

@@ -25,11 +25,11 @@ Algorithm:
      at its ProfilerStep (or its first device row, if earlier). Steps are the run's
      (``matching.run_steps``): step k is the same step on every rank. Without steps: one window
      per rank, its first to last activity, step null.
-     Excluded time is one definition (``traceprof.activity``, ``traceprof.arrivals``): the steps
+     Excluded time is one definition (``traceprof.engine.activity``, ``traceprof.engine.arrivals``): the steps
      of the profiler-start transient are left out (their windows, so the account covers the
      other steps only; a note says so, as in overlap, temporal, stragglers and whatif), and so
      are the transient's collectives (their waits are not blamed on anyone).
-  2. Intervals per rank (``traceprof.activity``; traces at op granularity such as NDTimeline:
+  2. Intervals per rank (``traceprof.engine.activity``; traces at op granularity such as NDTimeline:
      ``activity.op_activity``): compute C, communication K, memory M. For the collectives seen by
      two or more ranks (``_replay.comm_items``: arrival by ``matching.ARRIVAL_SQL``; last arrival
      and last rank by ``stragglers.per_rank_instance``): wait W = [own arrival, last arrival),
@@ -40,12 +40,12 @@ Algorithm:
      order an interval keeps the part past the earlier ones), so every piece names its op,
      kernel or collective.
   4. What is left of the rank's time are gaps between pieces. A gap is host-bound when the work
-     that ends it was launched after it began (``analyses.idle.host_wait``, HTA's host-wait rule
+     that ends it was launched after it began (``traceprof.analyses.idle.host_wait``, HTA's host-wait rule
      on the rank's merged timeline; a CPU row and a CPU rank's arrival are their own launch, so a
      CPU rank's gaps are host-bound), else idle; the gap after the rank's last work is idle.
   5. Pieces and gaps, cut at the step windows (``intervals.cut``), are summed per (rank, step) and
      category: the sums equal the window to the ns. Compute is also summed per op family
-     (``traceprof.names.family``).
+     (``traceprof.core.names.family``).
   6. Path, per step of the job: the job's step k runs from the end of its step k-1 to the latest
      end of step k over the ranks. From that end, walk back through the pieces of the rank that
      ended last. At a transfer of a collective whose last rank was another (ties: the lowest
@@ -64,22 +64,41 @@ loop runs once per rank crossing (steps without one are taken together).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
-from analyses import _replay
-from analyses.idle import host_wait
-from analyses.stragglers import per_rank_instance
-from traceprof import intervals
-from traceprof.activity import activity, excluded_note, graph_level_notes, multi_device_ranks, op_activity
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.arrivals import run_transient
-from traceprof.errors import AnalysisError
-from traceprof.matching import run_steps
-from traceprof.names import family
-from traceprof.store import Store
+from traceprof.analyses import _replay
+from traceprof.analyses._common import named_ranks
+from traceprof.analyses.idle import host_wait
+from traceprof.analyses.stragglers import per_rank_instance
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.names import family
+from traceprof.engine import intervals
+from traceprof.engine.activity import (
+    activity,
+    excluded_note,
+    graph_level_notes,
+    multi_device_ranks,
+    op_activity,
+)
+from traceprof.engine.analysis import (
+    Analysis,
+    Chart,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Lead,
+    Report,
+    RunParams,
+    register,
+)
+from traceprof.engine.arrivals import run_transient
+from traceprof.ingest.matching import run_steps
+from traceprof.storage.store import Store
 
 __all__ = ["CATEGORIES", "Params", "Result", "run"]
 
@@ -101,23 +120,9 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """The step account per (rank, step) (``frame``) and what follows from it.
-
-    ``frame``: rank, step, step_ns, then compute_ns, transfer_ns, memory_ns, wait_ns,
-    host_bound_ns, idle_ns (int64 ns; they add up to step_ns exactly). ``ranks``: rank, steps,
-    the same columns summed over the rank's steps, and each category's share of its step time
-    (``<category>_pct``). ``compute``: rank, step, family (op family, ``traceprof.names.family``),
-    compute_ns (adds up to the frame's compute_ns). ``path``: step, seq (order in the step), rank,
-    kind (category), name (op, kernel or collective; a gap: the work that ended it), start_ns,
-    duration_ns (ns; a step's durations add up to its ``steps.step_ns``), waiting_rank (on the
-    piece where the path crosses ranks: the rank that had waited for this one, where the path
-    goes on; null elsewhere). ``blame``: rank (the last rank the others waited for; null: a tie,
-    credited to nobody), kind and name (what it was doing meanwhile), waited_ns (exposed waits of
-    the other ranks over that time), pct (% of the job's rank-time: all ranks' step_ns),
-    rank_waited_ns and rank_pct (the rank's total); ranked. ``steps``: step, start_ns, step_ns
-    (the job's step, ns), end_rank (the rank that ended it last), crossings (rank changes on its
-    path).
-    """
+    """The step account per (rank, step) (``frame``) and what follows from it: per rank
+    (``ranks``), the path across ranks (``path``), the blame for waits (``blame``), compute by op
+    family (``compute``) and the job's steps (``steps``); their columns are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     path: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -127,46 +132,80 @@ class Result(FrameResult):
     title = "Critical path: where each step went"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Where each rank's step time went (% of its steps)", "rank",
-                      tuple(f"{c}_pct" for c in CATEGORIES), stacked=True, ylabel="% of step time",
-                      frame="ranks")]
+        return [
+            Chart(
+                "Where each rank's step time went (% of its steps)",
+                "rank",
+                tuple(f"{c}_pct" for c in CATEGORIES),
+                stacked=True,
+                ylabel="% of step time",
+                frame="ranks",
+            )
+        ]
 
 
 # -- 1. windows ------------------------------------------------------------------------------------
 
+
 def _windows(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
     """Step windows per rank (module doc, step 1): rank, step, start_ns, end_ns (ns)."""
-    steps = run_steps(store, run_id, store.sql(
-        """SELECT rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns FROM steps
-           WHERE run_id = ? AND step IS NOT NULL""", [run_id]))
+    steps = run_steps(
+        store,
+        run_id,
+        store.sql(
+            """SELECT rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns FROM steps
+           WHERE run_id = ? AND step IS NOT NULL""",
+            [run_id],
+        ),
+    )
     span = act.group_by("rank").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
     if steps.is_empty():
-        return span.select(pl.col("rank").cast(pl.Int32), pl.lit(None, pl.Int32).alias("step"), "start_ns",
-                           "end_ns").sort("rank")
+        return span.select(
+            pl.col("rank").cast(pl.Int32), pl.lit(None, pl.Int32).alias("step"), "start_ns", "end_ns"
+        ).sort("rank")
     w = steps.sort("rank", "step").with_columns(
         pl.coalesce("device_end_ns", "cpu_end_ns").cum_max().over("rank").alias("end_ns"),
-        pl.min_horizontal("cpu_start_ns", "device_start_ns").alias("_first"))
+        pl.min_horizontal("cpu_start_ns", "device_start_ns").alias("_first"),
+    )
     w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
     w = w.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "start_ns", "end_ns")
     others = span.filter(~pl.col("rank").is_in(w["rank"].unique().to_list()))  # ranks without steps
     if others.height:
-        w = pl.concat([w, others.select(pl.col("rank").cast(pl.Int32), pl.lit(None, pl.Int32).alias("step"),
-                                        "start_ns", "end_ns")])
+        w = pl.concat(
+            [
+                w,
+                others.select(
+                    pl.col("rank").cast(pl.Int32), pl.lit(None, pl.Int32).alias("step"), "start_ns", "end_ns"
+                ),
+            ]
+        )
     return w.sort("rank", "start_ns")
 
 
 # -- 2.-4. pieces ----------------------------------------------------------------------------------
 
-_PIECE = {"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.Utf8, "instance_id": pl.Int64,
-          "peer": pl.Int32, "cross": pl.Int32, "last_ns": pl.Int64}
+_PIECE = {
+    "rank": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "name": pl.Utf8,
+    "instance_id": pl.Int64,
+    "peer": pl.Int32,
+    "cross": pl.Int32,
+    "last_ns": pl.Int64,
+}
 
 
 def _piece(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with the piece schema (:data:`_PIECE`), the columns it lacks null."""
-    return df.select(pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in _PIECE.items())
+    return df.select(
+        pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in _PIECE.items()
+    )
 
 
-def _collective_parts(store: Store, run_id: int, source: str | None) -> tuple[pl.DataFrame, pl.DataFrame, str | None, int]:
+def _collective_parts(
+    store: Store, run_id: int, source: str | None
+) -> tuple[pl.DataFrame, pl.DataFrame, str | None, int]:
     """(W, X, source, instances): wait and transfer intervals of every rank's copy of the
     collectives seen by two or more ranks (module doc, step 2), in the piece schema; peer = the
     last rank (null on a tie), cross = the rank the path crosses to (the lowest that arrived
@@ -176,23 +215,39 @@ def _collective_parts(store: Store, run_id: int, source: str | None) -> tuple[pl
     if source is None or items.is_empty():
         return empty, empty, source, 0
     items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
-    items = items.filter(~pl.col("instance_id").is_in(list(_replay.transient(items, store, run_id).instances)))
+    items = items.filter(
+        ~pl.col("instance_id").is_in(list(_replay.transient(items, store, run_id).instances))
+    )
     if items.is_empty():
         return empty, empty, source, 0
     w = per_rank_instance(items).with_columns(
-        pl.col("rank").filter(pl.col("arrival_ns") == pl.col("last_ns")).min().over("instance_id").alias("cross"),
-        pl.col("last_rank").alias("peer"), pl.col("op").fill_null("collective").alias("name"))
-    wait = w.with_columns(pl.col("arrival_ns").alias("start_ns"),
-                          pl.min_horizontal("last_ns", pl.coalesce("end_ns", "last_ns")).alias("end_ns"))
+        pl.col("rank")
+        .filter(pl.col("arrival_ns") == pl.col("last_ns"))
+        .min()
+        .over("instance_id")
+        .alias("cross"),
+        pl.col("last_rank").alias("peer"),
+        pl.col("op").fill_null("collective").alias("name"),
+    )
+    wait = w.with_columns(
+        pl.col("arrival_ns").alias("start_ns"),
+        pl.min_horizontal("last_ns", pl.coalesce("end_ns", "last_ns")).alias("end_ns"),
+    )
     xfer = w.filter(pl.col("end_ns").is_not_null()).with_columns(
-        pl.max_horizontal(pl.coalesce("start_ns", "arrival_ns"), "last_ns").alias("start_ns"))
-    return (_piece(wait).filter(pl.col("end_ns") > pl.col("start_ns")),
-            _piece(xfer).filter(pl.col("end_ns") > pl.col("start_ns")), source, int(w["instance_id"].n_unique()))
+        pl.max_horizontal(pl.coalesce("start_ns", "arrival_ns"), "last_ns").alias("start_ns")
+    )
+    return (
+        _piece(wait).filter(pl.col("end_ns") > pl.col("start_ns")),
+        _piece(xfer).filter(pl.col("end_ns") > pl.col("start_ns")),
+        source,
+        int(w["instance_id"].n_unique()),
+    )
 
 
 def _pieces(act: pl.DataFrame, wait: pl.DataFrame, xfer: pl.DataFrame) -> pl.DataFrame:
     """Disjoint named pieces of compute, transfer, memory and wait per rank (module doc, step 3),
     with ``cat`` (category code), sorted by rank and start."""
+
     def of(cls: str) -> pl.DataFrame:
         return _piece(act.filter(pl.col("class") == cls))
 
@@ -204,8 +259,12 @@ def _pieces(act: pl.DataFrame, wait: pl.DataFrame, xfer: pl.DataFrame) -> pl.Dat
     t = intervals.remove(intervals.tile(t_src, by, order=["_prio"]).drop("_prio"), comp, by)
     m = intervals.remove(intervals.tile(mem, by), pl.concat([comp, t]), by)
     w = intervals.remove(intervals.tile(wait, by), pl.concat([comp, t, m]), by)
-    return pl.concat([p.with_columns(pl.lit(code, pl.Int8).alias("cat"))
-                      for p, code in ((c, _COMPUTE), (t, _TRANSFER), (m, _MEMORY), (w, _WAIT))]).sort("rank", "start_ns")
+    return pl.concat(
+        [
+            p.with_columns(pl.lit(code, pl.Int8).alias("cat"))
+            for p, code in ((c, _COMPUTE), (t, _TRANSFER), (m, _MEMORY), (w, _WAIT))
+        ]
+    ).sort("rank", "start_ns")
 
 
 def _launches(act: pl.DataFrame, wait: pl.DataFrame, cpu_ranks: list[int]) -> pl.DataFrame:
@@ -213,10 +272,15 @@ def _launches(act: pl.DataFrame, wait: pl.DataFrame, cpu_ranks: list[int]) -> pl
     runtime call, a CPU row's own start, a CPU rank's arrival at a collective (module doc, step 4)."""
     parts = []
     if "launch_ts_ns" in act.columns:
-        parts.append(act.select(pl.col("rank").cast(pl.Int32), "start_ns", pl.col("launch_ts_ns").alias("launch_ns")))
+        parts.append(
+            act.select(pl.col("rank").cast(pl.Int32), "start_ns", pl.col("launch_ts_ns").alias("launch_ns"))
+        )
     if cpu_ranks and wait.height:
-        parts.append(wait.filter(pl.col("rank").is_in(cpu_ranks)).select("rank", "start_ns",
-                                                                          pl.col("start_ns").alias("launch_ns")))
+        parts.append(
+            wait.filter(pl.col("rank").is_in(cpu_ranks)).select(
+                "rank", "start_ns", pl.col("start_ns").alias("launch_ns")
+            )
+        )
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "launch_ns": pl.Int64})
     return pl.concat(parts).group_by("rank", "start_ns").agg(pl.col("launch_ns").min())
@@ -225,38 +289,64 @@ def _launches(act: pl.DataFrame, wait: pl.DataFrame, cpu_ranks: list[int]) -> pl
 def _gaps(pieces: pl.DataFrame, windows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """The gaps of each rank's time between its pieces, in the piece schema plus ``cat``
     (host_bound or idle; module doc, step 4); name: the work that ends the gap."""
-    span = windows.group_by("rank").agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
+    span = windows.group_by("rank").agg(
+        pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi")
+    )
     p = pieces.select("rank", "start_ns", "end_ns", "name")
     # each piece's predecessor end (pieces are disjoint and sorted); the first: the rank's span start
     p = p.join(span, on="rank", how="left").with_columns(
-        pl.coalesce(pl.col("end_ns").shift(1).over("rank"), pl.min_horizontal("_lo", "start_ns")).alias("_prev"))
+        pl.coalesce(pl.col("end_ns").shift(1).over("rank"), pl.min_horizontal("_lo", "start_ns")).alias(
+            "_prev"
+        )
+    )
     inner = p.filter(pl.col("start_ns") > pl.col("_prev")).select(
-        "rank", pl.col("_prev").alias("start_ns"), pl.col("start_ns").alias("_next"), "name")
+        "rank", pl.col("_prev").alias("start_ns"), pl.col("start_ns").alias("_next"), "name"
+    )
     inner = inner.join(launches, left_on=["rank", "_next"], right_on=["rank", "start_ns"], how="left")
     inner = inner.with_columns(
-        pl.when(host_wait(pl.col("launch_ns"), pl.col("start_ns"))).then(pl.lit(_HOST, pl.Int8))
-        .otherwise(pl.lit(_IDLE, pl.Int8)).alias("cat"), pl.col("_next").alias("end_ns"))
-    last = p.group_by("rank").agg(pl.col("end_ns").max().alias("start_ns"), pl.col("_hi").first().alias("end_ns"))
+        pl.when(host_wait(pl.col("launch_ns"), pl.col("start_ns")))
+        .then(pl.lit(_HOST, pl.Int8))
+        .otherwise(pl.lit(_IDLE, pl.Int8))
+        .alias("cat"),
+        pl.col("_next").alias("end_ns"),
+    )
+    last = p.group_by("rank").agg(
+        pl.col("end_ns").max().alias("start_ns"), pl.col("_hi").first().alias("end_ns")
+    )
     empty = span.filter(~pl.col("rank").is_in(p["rank"].unique().to_list())).select(
-        "rank", pl.col("_lo").alias("start_ns"), pl.col("_hi").alias("end_ns"))  # ranks with no work at all
-    tail = pl.concat([last, empty]).with_columns(pl.lit(_IDLE, pl.Int8).alias("cat"), pl.lit("").alias("name"))
+        "rank", pl.col("_lo").alias("start_ns"), pl.col("_hi").alias("end_ns")
+    )  # ranks with no work at all
+    tail = pl.concat([last, empty]).with_columns(
+        pl.lit(_IDLE, pl.Int8).alias("cat"), pl.lit("").alias("name")
+    )
     out = pl.concat([_piece(inner).with_columns(inner["cat"]), _piece(tail).with_columns(tail["cat"])])
     return out.filter(pl.col("end_ns") > pl.col("start_ns"))
 
 
 # -- 5. account ------------------------------------------------------------------------------------
 
+
 def _account(segs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, step): step_ns and one <category>_ns column each (module doc, step 5)."""
     dur = pl.col("end_ns") - pl.col("start_ns")
     sums = segs.group_by("rank", "step").agg(
-        *(dur.filter(pl.col("cat") == i).sum().alias(f"{c}_ns") for i, c in enumerate(CATEGORIES)))
-    out = windows.join(sums, on=["rank", "step"], how="left", nulls_equal=True).select(
-        "rank", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"),
-        *(pl.col(f"{c}_ns").fill_null(0).cast(pl.Int64) for c in CATEGORIES)).sort("rank", "step")
+        *(dur.filter(pl.col("cat") == i).sum().alias(f"{c}_ns") for i, c in enumerate(CATEGORIES))
+    )
+    out = (
+        windows.join(sums, on=["rank", "step"], how="left", nulls_equal=True)
+        .select(
+            "rank",
+            "step",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"),
+            *(pl.col(f"{c}_ns").fill_null(0).cast(pl.Int64) for c in CATEGORIES),
+        )
+        .sort("rank", "step")
+    )
     bad = out.filter(pl.sum_horizontal(*(pl.col(f"{c}_ns") for c in CATEGORIES)) != pl.col("step_ns"))
     if bad.height:  # the pieces tile each window by construction: a mismatch is a bug
-        raise RuntimeError(f"critical_path: categories do not add up to the step in {bad.height} rows: {bad.head(3)}")
+        raise RuntimeError(
+            f"critical_path: categories do not add up to the step in {bad.height} rows: {bad.head(3)}"
+        )
     return out
 
 
@@ -264,11 +354,18 @@ def _families(segs: pl.DataFrame) -> pl.DataFrame:
     """Compute time per (rank, step, op family)."""
     comp = segs.filter(pl.col("cat") == _COMPUTE)
     names = comp["name"].unique().drop_nulls()
-    fam = pl.DataFrame({"name": names, "family": [family(n) for n in names.to_list()]},
-                       schema={"name": pl.Utf8, "family": pl.Utf8})
-    return comp.join(fam, on="name", how="left").group_by("rank", "step", "family").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("compute_ns")).sort(
-        ["rank", "step", "compute_ns", "family"], descending=[False, False, True, False], nulls_last=True)
+    fam = pl.DataFrame(
+        {"name": names, "family": [family(n) for n in names.to_list()]},
+        schema={"name": pl.Utf8, "family": pl.Utf8},
+    )
+    return (
+        comp.join(fam, on="name", how="left")
+        .group_by("rank", "step", "family")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("compute_ns"))
+        .sort(
+            ["rank", "step", "compute_ns", "family"], descending=[False, False, True, False], nulls_last=True
+        )
+    )
 
 
 def _ranks(frame: pl.DataFrame) -> pl.DataFrame:
@@ -276,21 +373,26 @@ def _ranks(frame: pl.DataFrame) -> pl.DataFrame:
     out = frame.group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"), *(pl.col(c).sum() for c in cols))
     return out.with_columns(
         (pl.when(pl.col("step_ns") > 0).then(100.0 * pl.col(f"{c}_ns") / pl.col("step_ns"))).alias(f"{c}_pct")
-        for c in CATEGORIES).sort("rank")
+        for c in CATEGORIES
+    ).sort("rank")
 
 
 # -- 6. path ---------------------------------------------------------------------------------------
+
 
 def _job_steps(windows: pl.DataFrame) -> pl.DataFrame:
     """The job's steps: step, start_ns, end_ns (the latest end over ranks, non-decreasing; start:
     the previous step's end, the first: the earliest window start), end_rank."""
     w = windows.filter(pl.col("end_ns") > pl.col("start_ns"))
     g = w.group_by("step").agg(
-        pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("end_ns"),
-        pl.col("rank").sort_by("end_ns", "rank", descending=[True, False]).first().alias("end_rank"))
+        pl.col("start_ns").min().alias("_lo"),
+        pl.col("end_ns").max().alias("end_ns"),
+        pl.col("rank").sort_by("end_ns", "rank", descending=[True, False]).first().alias("end_rank"),
+    )
     g = g.sort("step", nulls_last=True).with_columns(pl.col("end_ns").cum_max())
     return g.with_columns(pl.coalesce(pl.col("end_ns").shift(1), "_lo").alias("start_ns")).select(
-        "step", "start_ns", "end_ns", pl.col("end_rank").cast(pl.Int32))
+        "step", "start_ns", "end_ns", pl.col("end_rank").cast(pl.Int32)
+    )
 
 
 class _Walk:
@@ -348,7 +450,9 @@ class _Walk:
             j = int(self.prev_trig[i])
             # not taken: a wait that lasts past t (the rank went on working meanwhile: its later
             # arrival is its own doing), or a jump with no progress to a rank already left at t
-            while j >= lo and (self.jump_t[j] > t or (self.jump_t[j] == t and int(self.jump_rank[j]) in seen)):
+            while j >= lo and (
+                self.jump_t[j] > t or (self.jump_t[j] == t and int(self.jump_rank[j]) in seen)
+            ):
                 j = int(self.prev_trig[j - 1]) if j - 1 >= lo else -1
             if j < lo or self.end[j] <= stop:
                 i0 = self._at(r, stop + 1)
@@ -371,7 +475,9 @@ class _Walk:
         """The path of every job step (columns of ``Result.path`` plus cat)."""
         steps, starts = jobs["step"].to_list(), jobs["start_ns"].to_numpy()
         ends, end_ranks = jobs["end_ns"].to_numpy(), jobs["end_rank"].to_numpy()
-        rows: list[tuple[int | None, int, int, int, int, int, int]] = []  # step, rank, i0, i1, lo, hi, waiting
+        rows: list[
+            tuple[int | None, int, int, int, int, int, int]
+        ] = []  # step, rank, i0, i1, lo, hi, waiting
         simple = np.zeros(len(steps), bool)
         # steps whose path stays on the rank that ended them: taken together, no Python loop per step
         for r in np.unique(end_ranks):
@@ -383,57 +489,106 @@ class _Walk:
             i0 = lo + np.searchsorted(self.start[lo:hi], starts[sel] + 1, side="left") - 1
             ic = np.clip(i, lo, hi - 1)
             j = self.prev_trig[ic]
-            ok = (i >= lo) & (i0 >= lo) & (self.end[ic] >= ends[sel]) & ((j < lo) | (self.end[np.maximum(j, 0)] <= starts[sel]))
+            ok = (
+                (i >= lo)
+                & (i0 >= lo)
+                & (self.end[ic] >= ends[sel])
+                & ((j < lo) | (self.end[np.maximum(j, 0)] <= starts[sel]))
+            )
             simple[sel[ok]] = True
             for k, a, b in zip(sel[ok].tolist(), i0[ok].tolist(), i[ok].tolist(), strict=True):
                 rows.append((steps[k], int(r), a, b, int(starts[k]), int(ends[k]), -1))
         for k in np.nonzero(~simple)[0].tolist():
-            for r, a, b, lo_t, hi_t, waiting in reversed(self.walk(int(end_ranks[k]), int(ends[k]), int(starts[k]))):
+            for r, a, b, lo_t, hi_t, waiting in reversed(
+                self.walk(int(end_ranks[k]), int(ends[k]), int(starts[k]))
+            ):
                 rows.append((steps[k], r, a, b, lo_t, hi_t, waiting))
         return self._rows(rows)
 
     def _rows(self, rows: list[tuple[int | None, int, int, int, int, int, int]]) -> pl.DataFrame:
         """Path rows from stretches (step, rank, i0, i1, lo_ns, hi_ns, waiting_rank): the
         segments of each stretch clipped to [lo_ns, hi_ns), waiting_rank on its last one."""
-        schema = {"step": pl.Int32, "rank": pl.Int32, "i0": pl.Int64, "i1": pl.Int64, "lo": pl.Int64,
-                  "hi": pl.Int64, "waiting_rank": pl.Int32}
+        schema = {
+            "step": pl.Int32,
+            "rank": pl.Int32,
+            "i0": pl.Int64,
+            "i1": pl.Int64,
+            "lo": pl.Int64,
+            "hi": pl.Int64,
+            "waiting_rank": pl.Int32,
+        }
         st = pl.DataFrame(rows, schema=schema, orient="row")
         real = st.filter(pl.col("i0") >= 0)
         n = (real["i1"] - real["i0"] + 1).to_numpy()
         of = np.repeat(np.arange(real.height), n)  # the stretch of each path segment
         idx = real["i0"].to_numpy()[of] + np.arange(len(of)) - np.concatenate([[0], np.cumsum(n)[:-1]])[of]
         last = np.append(of[1:] != of[:-1], True) if len(of) else np.zeros(0, bool)
-        body = pl.concat([real[of].select("step", "rank", "lo", "hi", "waiting_rank"),
-                          self.segs[idx].select("cat", "name", "start_ns", "end_ns")], how="horizontal")
+        body = pl.concat(
+            [
+                real[of].select("step", "rank", "lo", "hi", "waiting_rank"),
+                self.segs[idx].select("cat", "name", "start_ns", "end_ns"),
+            ],
+            how="horizontal",
+        )
         body = body.with_columns(
-            pl.max_horizontal("start_ns", "lo").alias("start_ns"), pl.min_horizontal("end_ns", "hi").alias("end_ns"),
-            pl.when(pl.Series(last) & (pl.col("waiting_rank") >= 0)).then(pl.col("waiting_rank")).alias("waiting_rank"))
+            pl.max_horizontal("start_ns", "lo").alias("start_ns"),
+            pl.min_horizontal("end_ns", "hi").alias("end_ns"),
+            pl.when(pl.Series(last) & (pl.col("waiting_rank") >= 0))
+            .then(pl.col("waiting_rank"))
+            .alias("waiting_rank"),
+        )
         outside = st.filter(pl.col("i0") < 0).select(
-            "step", "rank", "lo", "hi", pl.when(pl.col("waiting_rank") >= 0).then(pl.col("waiting_rank")).alias("waiting_rank"), pl.lit(_IDLE, pl.Int8).alias("cat"),
-            pl.lit(_OUTSIDE).alias("name"), pl.col("lo").alias("start_ns"), pl.col("hi").alias("end_ns"))
+            "step",
+            "rank",
+            "lo",
+            "hi",
+            pl.when(pl.col("waiting_rank") >= 0).then(pl.col("waiting_rank")).alias("waiting_rank"),
+            pl.lit(_IDLE, pl.Int8).alias("cat"),
+            pl.lit(_OUTSIDE).alias("name"),
+            pl.col("lo").alias("start_ns"),
+            pl.col("hi").alias("end_ns"),
+        )
         full = pl.concat([body, outside.cast(body.schema)]).filter(pl.col("end_ns") > pl.col("start_ns"))
-        full = full.sort("step", "start_ns", nulls_last=True).with_columns(pl.int_range(pl.len()).over("step").alias("seq"))
+        full = full.sort("step", "start_ns", nulls_last=True).with_columns(
+            pl.int_range(pl.len()).over("step").alias("seq")
+        )
         return full.select(
-            "step", pl.col("seq").cast(pl.Int64), "rank", _kind(pl.col("cat")), "name", "start_ns",
-            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"), "waiting_rank")
+            "step",
+            pl.col("seq").cast(pl.Int64),
+            "rank",
+            _kind(pl.col("cat")),
+            "name",
+            "start_ns",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+            "waiting_rank",
+        )
 
 
 def _kind(cat: pl.Expr) -> pl.Expr:
     """Category codes as names (column ``kind``)."""
-    return cat.cast(pl.Int64).replace_strict(list(range(len(CATEGORIES))), list(CATEGORIES),
-                                            return_dtype=pl.Utf8).alias("kind")
+    return (
+        cat.cast(pl.Int64)
+        .replace_strict(list(range(len(CATEGORIES))), list(CATEGORIES), return_dtype=pl.Utf8)
+        .alias("kind")
+    )
 
 
 # -- 7. blame --------------------------------------------------------------------------------------
+
 
 def _blame(segs: pl.DataFrame, total_ns: int) -> pl.DataFrame:
     """What the ranks that others waited for were doing meanwhile (module doc, step 7)."""
     dur = pl.col("end_ns") - pl.col("start_ns")
     waits = segs.filter(pl.col("cat") == _WAIT).select("rank", "start_ns", "end_ns", "peer")
     ties = waits.filter(pl.col("peer").is_null()).select(
-        "peer", pl.lit(None, pl.Int8).alias("cat"), pl.lit("(a tie: several ranks arrived last together)").alias("name"),
-        dur.alias("waited_ns"))
-    runs = segs.select(pl.col("rank").alias("peer"), "start_ns", "end_ns", "cat", "name", pl.col("peer").alias("_next"))
+        "peer",
+        pl.lit(None, pl.Int8).alias("cat"),
+        pl.lit("(a tie: several ranks arrived last together)").alias("name"),
+        dur.alias("waited_ns"),
+    )
+    runs = segs.select(
+        pl.col("rank").alias("peer"), "start_ns", "end_ns", "cat", "name", pl.col("peer").alias("_next")
+    )
     level = waits.filter(pl.col("peer").is_not_null()).select("peer", "start_ns", "end_ns")
     parts = [ties]
     for _ in range(len(segs["rank"].unique()) + 1):  # a chain of waits visits each rank at most once
@@ -443,15 +598,23 @@ def _blame(segs: pl.DataFrame, total_ns: int) -> pl.DataFrame:
         inside = intervals.cut(level, runs, "peer", ["cat", "name", "_next"])
         covered = inside.group_by("_l").agg(dur.sum().alias("_in"))
         # a wait for a rank before its first profiled step (or after its last): nothing says what it did
-        parts.append(level.join(covered, on="_l", how="left").select(
-            "peer", pl.lit(_IDLE, pl.Int8).alias("cat"), pl.lit(_OUTSIDE).alias("name"),
-            (dur - pl.col("_in").fill_null(0)).alias("waited_ns")))
+        parts.append(
+            level.join(covered, on="_l", how="left").select(
+                "peer",
+                pl.lit(_IDLE, pl.Int8).alias("cat"),
+                pl.lit(_OUTSIDE).alias("name"),
+                (dur - pl.col("_in").fill_null(0)).alias("waited_ns"),
+            )
+        )
         # the rank was itself waiting for another: the wait passes on to that one
         on = (pl.col("cat") == _WAIT) & pl.col("_next").is_not_null()
         parts.append(inside.filter(~on).select("peer", "cat", "name", dur.alias("waited_ns")))
         level = inside.filter(on).select(pl.col("_next").alias("peer"), "start_ns", "end_ns")
-    parts.append(level.select("peer", pl.lit(_WAIT, pl.Int8).alias("cat"), pl.lit("").alias("name"),
-                              dur.alias("waited_ns")))
+    parts.append(
+        level.select(
+            "peer", pl.lit(_WAIT, pl.Int8).alias("cat"), pl.lit("").alias("name"), dur.alias("waited_ns")
+        )
+    )
     rows = pl.concat(parts, how="vertical_relaxed").filter(pl.col("waited_ns") > 0)
     out = rows.group_by("peer", "cat", "name").agg(pl.col("waited_ns").sum())
     out = out.with_columns(pl.col("waited_ns").sum().over("peer").alias("rank_waited_ns"))
@@ -459,20 +622,184 @@ def _blame(segs: pl.DataFrame, total_ns: int) -> pl.DataFrame:
     def pct(c: str) -> pl.Expr:
         return 100.0 * pl.col(c) / total_ns if total_ns else pl.lit(None, pl.Float64)
 
-    out = out.select(pl.col("peer").alias("rank"), pl.when(pl.col("cat").is_null()).then(pl.lit("tie")).otherwise(
-        _kind(pl.col("cat"))).alias("kind"), "name", "waited_ns", pct("waited_ns").alias("pct"), "rank_waited_ns",
-        pct("rank_waited_ns").alias("rank_pct"))
-    return out.sort(["rank_waited_ns", "rank", "waited_ns", "kind", "name"],
-                    descending=[True, False, True, False, False], nulls_last=True)
+    out = out.select(
+        pl.col("peer").alias("rank"),
+        pl.when(pl.col("cat").is_null()).then(pl.lit("tie")).otherwise(_kind(pl.col("cat"))).alias("kind"),
+        "name",
+        "waited_ns",
+        pct("waited_ns").alias("pct"),
+        "rank_waited_ns",
+        pct("rank_waited_ns").alias("rank_pct"),
+    )
+    return out.sort(
+        ["rank_waited_ns", "rank", "waited_ns", "kind", "name"],
+        descending=[True, False, True, False, False],
+        nulls_last=True,
+    )
 
 
 # -- run -------------------------------------------------------------------------------------------
 
-@register("critical_path", Params)
+
+def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
+    """The findings with ``recoverable_pct``: the time fixing each could recover by the step
+    account, as % of all ranks' step time (the spec's ``refine`` hook): a named straggler, the
+    others' exposed waits credited to it (blame); a straggling run with no single rank to blame,
+    all exposed waits; communication, the exposed transfer time; idle, the host-bound and idle
+    time of the ranks that are not named stragglers (a straggler's own is why it is late, counted
+    in its finding). Other findings keep None."""
+    cp = inp.results.get("critical_path")
+    if cp is None:
+        return findings
+    frame, blame = cp.frame, cp.frames()["blame"]
+    total = int(frame["step_ns"].sum()) if "step_ns" in frame.columns else 0
+    if not total:
+        return findings
+    named = named_ranks(inp.results)
+    others = frame.filter(~pl.col("rank").is_in(named))
+    ns: dict[str, tuple[float, str]] = {
+        "communication": (float(frame["transfer_ns"].sum()), "exposed transfer"),
+        "idle": (
+            float((others["host_bound_ns"] + others["idle_ns"]).sum()),
+            "host-bound and idle time" + (" of the other ranks" if named else ""),
+        ),
+    }
+    out = []
+    for f in findings:
+        x = ns.get(f.topic)
+        if f.topic == "stragglers" and f.rank is not None:
+            x = (float(blame.filter(pl.col("rank") == f.rank)["waited_ns"].sum()), "the others' waits for it")
+        elif f.topic == "stragglers" and f.problem:
+            x = (float(frame["wait_ns"].sum()), "all waits at collectives")
+        if x is None:
+            out.append(f)
+            continue
+        pct = 100.0 * x[0] / total
+        said = f"; step account: {x[1]} {pct:.1f}% of all ranks' step time"
+        out.append(
+            dataclasses.replace(
+                f, recoverable_pct=pct, text=f.text + said, full=f.full + said if f.full else ""
+            )
+        )
+    return out
+
+
+def waterfall(result: FrameResult) -> tuple[pl.DataFrame, Chart] | str:
+    """The report's lead chart (``Lead``): a stacked bar per rank of its mean step by category
+    (table ``ranks``), titled with the shares over all ranks; or why there is none."""
+    ranks = result.frames()["ranks"]
+    if ranks.is_empty():
+        return "no steps"
+    per_step = ranks.select(
+        "rank", *((pl.col(f"{c}_ns") / pl.col("steps")).alias(f"{c}_ns") for c in CATEGORIES)
+    )
+    total = ranks.select([pl.col(f"{c}_ns").sum() for c in CATEGORIES]).row(0)
+    whole = sum(total) or 1
+    shares = ", ".join(
+        f"{c.replace('_', '-')} {100 * v / whole:.0f}%" for c, v in zip(CATEGORIES, total, strict=True)
+    )
+    return per_step, Chart(
+        f"Where each rank's mean step went (all ranks: {shares})",
+        "rank",
+        tuple(f"{c}_ns" for c in CATEGORIES),
+        stacked=True,
+    )
+
+
+_CATEGORY_DOCS = {
+    "compute": "compute work runs",
+    "transfer": "communication runs after the last rank arrived",
+    "memory": "memory copies and sets run",
+    "wait": "waiting at a collective for its last rank",
+    "host_bound": "waiting for the host to launch the next work",
+    "idle": "nothing runs, no cause found",
+}
+_CATEGORIES_NS = tuple(rc.ns(f"{c}_ns", f"Time {d}") for c, d in _CATEGORY_DOCS.items())
+
+SPEC = Analysis(
+    name="critical_path",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "The step account per (rank, step): the categories add up to step_ns exactly",
+            rc.RANK,
+            rc.STEP,
+            rc.ns("step_ns", "The rank's step window"),
+            *_CATEGORIES_NS,
+        ),
+        rc.frame(
+            "ranks",
+            "The account summed over each rank's steps",
+            rc.RANK,
+            rc.count("steps", "Steps"),
+            rc.ns("step_ns", "Its steps' time"),
+            *_CATEGORIES_NS,
+            *(rc.pct(f"{c}_pct", f"{c}_ns, % of step_ns") for c in CATEGORIES),
+        ),
+        rc.frame(
+            "path",
+            "The critical path of each job step: pieces that tile it",
+            rc.STEP,
+            rc.count("seq", "Order of the piece in the step"),
+            rc.RANK,
+            rc.text("kind", "Category of the piece"),
+            rc.text("name", "Op, kernel or collective (a gap: the work that ended it)"),
+            rc.ns("start_ns", "Start"),
+            rc.ns("duration_ns", "Length (a step's add up to its step_ns)"),
+            rc.Column(
+                "waiting_rank",
+                "INTEGER",
+                "Where the path crosses ranks: the rank that had waited for this one; null elsewhere",
+            ),
+        ),
+        rc.frame(
+            "blame",
+            "What the ranks the others waited for were doing meanwhile, ranked",
+            rc.Column(
+                "rank", "INTEGER", "The last rank the others waited for (null: a tie, credited to nobody)"
+            ),
+            rc.text("kind", "What it was doing: category"),
+            rc.text("name", "Its op, kernel or collective"),
+            rc.ns("waited_ns", "The other ranks' exposed waits over that time"),
+            rc.pct("pct", "waited_ns, % of all ranks' step time"),
+            rc.ns("rank_waited_ns", "The rank's total"),
+            rc.pct("rank_pct", "rank_waited_ns, % of all ranks' step time"),
+        ),
+        rc.frame(
+            "compute",
+            "Compute per (rank, step, op family)",
+            rc.RANK,
+            rc.STEP,
+            rc.text("family", "Op family (traceprof.core.names.family)"),
+            rc.ns("compute_ns", "Its compute time (the families add up to the frame's compute_ns)"),
+        ),
+        rc.frame(
+            "steps",
+            "The job's steps",
+            rc.STEP,
+            rc.ns("start_ns", "Start: the end of the job's previous step"),
+            rc.ns("step_ns", "The job's step"),
+            rc.Column("end_rank", "INTEGER", "The rank that ended it last"),
+            rc.count("crossings", "Rank changes on its path"),
+        ),
+    ),
+    report=Report(
+        105,
+        "GPU kernels, CPU training-thread ops or op-level ranges (Kineto, Nsight or NDTimeline traces)",
+        lead=Lead("waterfall", "step account", waterfall),
+        timeline_path="path",
+    ),
+    refine=_recoverable,
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """The step account, its path across ranks and the blame for waits, of one run (module doc).
 
-    Source fields read: ``events`` through ``traceprof.activity`` (kernels, memcpy/memset with their
+    Source fields read: ``events`` through ``traceprof.engine.activity`` (kernels, memcpy/memset with their
     launching runtime call's start; CPU ranks: training-thread ops and ``gloo:*`` work; NDTimeline:
     ``gpu_user_annotation`` and ``collective`` events), ``steps``, ``collectives`` and
     ``collective_instances`` (arrivals, ends).
@@ -491,17 +818,22 @@ def run(store: Store, params: Params) -> Result:
     if act.is_empty():
         act = op_activity(store, run_id)
         if act.is_empty():
-            raise AnalysisError(f"run {label}: no GPU kernels, no CPU training-thread ops and no op-level ranges "
-                                "(NDTimeline): nothing to account for (Flight Recorder dumps record collectives only)")
-        notes.append("op-level trace (NDTimeline): compute = its compute ranges, communication = its collectives; "
-                     "no launches are recorded, so gaps between ops are idle, never host-bound")
+            raise AnalysisError(
+                f"run {label}: no GPU kernels, no CPU training-thread ops and no op-level ranges "
+                "(NDTimeline): nothing to account for (Flight Recorder dumps record collectives only)"
+            )
+        notes.append(
+            "op-level trace (NDTimeline): compute = its compute ranges, communication = its collectives; "
+            "no launches are recorded, so gaps between ops are idle, never host-bound"
+        )
     else:
         kinds = act.group_by("rank").agg((pl.col("device_kind") == "cpu").all().alias("cpu"))
         cpu_ranks = sorted(kinds.filter("cpu")["rank"].to_list())
     act = act.with_columns(pl.col("rank").cast(pl.Int32))
-    # the profiler-start transient's steps are left out (their activity is, by traceprof.activity)
-    windows = _windows(store, run_id, act).filter(~pl.col("step").is_in(list(run_transient(store, run_id).steps))
-                                                  .fill_null(False))
+    # the profiler-start transient's steps are left out (their activity is, by traceprof.engine.activity)
+    windows = _windows(store, run_id, act).filter(
+        ~pl.col("step").is_in(list(run_transient(store, run_id).steps)).fill_null(False)
+    )
     wait, xfer, source, n_inst = _collective_parts(store, run_id, params.source or None)
     pieces = _pieces(act, wait, xfer)
     gaps = _gaps(pieces, windows, _launches(act, wait, cpu_ranks))
@@ -510,40 +842,75 @@ def run(store: Store, params: Params) -> Result:
     total = int(frame["step_ns"].sum())
     jobs = _job_steps(windows)
     path = _Walk(segs).path(jobs)
-    crossings = path.group_by("step").agg((pl.col("rank") != pl.col("rank").shift(1)).sum().alias("crossings"))
-    steps = jobs.join(crossings, on="step", how="left", nulls_equal=True).select(
-        "step", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"), "end_rank",
-        pl.col("crossings").fill_null(0).cast(pl.Int64)).sort("step", nulls_last=True)
+    crossings = path.group_by("step").agg(
+        (pl.col("rank") != pl.col("rank").shift(1)).sum().alias("crossings")
+    )
+    steps = (
+        jobs.join(crossings, on="step", how="left", nulls_equal=True)
+        .select(
+            "step",
+            "start_ns",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"),
+            "end_rank",
+            pl.col("crossings").fill_null(0).cast(pl.Int64),
+        )
+        .sort("step", nulls_last=True)
+    )
     blame = _blame(segs, total)
     notes += _notes(frame, segs, source, n_inst, cpu_ranks, act)
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id),) if n]
-    return Result(frame=frame, ranks=_ranks(frame), path=path, blame=blame, compute=_families(segs), steps=steps,
-                  notes=tuple(notes))
+    return Result(
+        frame=frame,
+        ranks=_ranks(frame),
+        path=path,
+        blame=blame,
+        compute=_families(segs),
+        steps=steps,
+        notes=tuple(notes),
+    )
 
 
-def _notes(frame: pl.DataFrame, segs: pl.DataFrame, source: str | None, n_inst: int, cpu_ranks: list[int],
-           act: pl.DataFrame) -> list[str]:
-    notes = ["step windows tile each rank's time: a step runs from the end of the previous step's work to the end "
-             "of its own (device rows launched in it; CPU ranks: its ProfilerStep), the first from its ProfilerStep "
-             "start; categories add up to step_ns exactly, by precedence compute > transfer > memory > wait > "
-             "host_bound > idle"]
+def _notes(
+    frame: pl.DataFrame,
+    segs: pl.DataFrame,
+    source: str | None,
+    n_inst: int,
+    cpu_ranks: list[int],
+    act: pl.DataFrame,
+) -> list[str]:
+    notes = [
+        "step windows tile each rank's time: a step runs from the end of the previous step's work to the end "
+        "of its own (device rows launched in it; CPU ranks: its ProfilerStep), the first from its ProfilerStep "
+        "start; categories add up to step_ns exactly, by precedence compute > transfer > memory > wait > "
+        "host_bound > idle"
+    ]
     if n_inst:
-        notes.append(f"waits and transfers from source {source}: {n_inst:,} collectives seen by two or more ranks; a "
-                     "wait runs from the rank's arrival to the last arrival and is credited to the last rank (blame)")
+        notes.append(
+            f"waits and transfers from source {source}: {n_inst:,} collectives seen by two or more ranks; a "
+            "wait runs from the rank's arrival to the last arrival and is credited to the last rank (blame)"
+        )
     else:
-        notes.append("no collective matched across two or more ranks: communication counts as transfer, no waits")
+        notes.append(
+            "no collective matched across two or more ranks: communication counts as transfer, no waits"
+        )
     loose = segs.filter((pl.col("cat") == _TRANSFER) & pl.col("instance_id").is_null())
     if n_inst and loose.height:
         ns = int((loose["end_ns"] - loose["start_ns"]).sum())
-        notes.append(f"{ns / 1e6:,.3f} ms of transfer is communication that matched no collective across ranks "
-                     "(its waits, if any, are unknown)")
+        notes.append(
+            f"{ns / 1e6:,.3f} ms of transfer is communication that matched no collective across ranks "
+            "(its waits, if any, are unknown)"
+        )
     if cpu_ranks:
-        notes.append("CPU-only ranks (gloo): compute = the training thread's top-level ops, communication = gloo "
-                     "work, arrival = the c10d enqueue; the gaps between the training thread's ops are host_bound "
-                     "(untraced host time: Python, data loading, sleeps)")
+        notes.append(
+            "CPU-only ranks (gloo): compute = the training thread's top-level ops, communication = gloo "
+            "work, arrival = the c10d enqueue; the gaps between the training thread's ops are host_bound "
+            "(untraced host time: Python, data loading, sleeps)"
+        )
     multi = multi_device_ranks(act) if "device" in act.columns else []
     if multi:
-        notes.append(f"rank(s) {', '.join(map(str, multi))} drive several GPUs: an instant counts once for the rank, "
-                     "by the busiest lane of any of its devices")
+        notes.append(
+            f"rank(s) {', '.join(map(str, multi))} drive several GPUs: an instant counts once for the rank, "
+            "by the busiest lane of any of its devices"
+        )
     return notes

@@ -53,10 +53,22 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceprof.analysis import FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.runs import run_name
-from traceprof.store import Store
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.engine.analysis import (
+    Analysis,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
+from traceprof.storage.runs import run_name
+from traceprof.storage.store import Store
 
 _ROWS = """
 SELECT c.rank, c.source, c.pg, c.seq, c.op, c.dtype, c.nelems_in, c.enter_ns, c.start_ns, c.end_ns,
@@ -67,8 +79,11 @@ WHERE c.run_id = ? AND c.pg IS NOT NULL AND c.seq IS NOT NULL AND c.source <> 'n
 ORDER BY c.rank, c.pg, c.seq, c.enter_ns, c.ordinal
 """
 _P2P_OPS = frozenset({"send", "recv"})
-_SOURCE_ORDER = ("fr", "nccl_profiler")
-_TRACE_SOURCE = {"fr": "flight_recorder", "nccl_profiler": "nccl_profiler"}
+_SOURCE_ORDER = (CollectiveSource.fr, CollectiveSource.nccl_profiler)
+_TRACE_SOURCE: dict[str, str] = {
+    CollectiveSource.fr: TraceSource.flight_recorder,
+    CollectiveSource.nccl_profiler: TraceSource.nccl_profiler,
+}
 # Traces of a source that hold no collective with group and seq: an empty FR dump (a rank that
 # recorded nothing, the usual culprit of a hang, unless its pg_status shows progress).
 _EMPTY = """
@@ -89,21 +104,12 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per (group, seq), divergent ones only unless ``all``: pg, members (ranks of the
-    group), seq, op (the majority), status, ranks_enqueued, ranks_started, ranks_completed,
-    ranks_missing (never enqueued), ranks_unknown (no row and no progress: completion or
-    details unknown), mismatch (text), first_enter_ns (ns). ``ranks``: per (group, rank):
-    first_seq (first held), last_enqueued, last_started, last_completed (-1 none, null unknown),
-    wrapped (the ring buffer dropped older entries of the group). ``verdict``: one row: status
-    (``clean``, ``recorded_nothing`` or the first divergent status), pg, members, seq, op, behind
-    (ranks), text."""
+    """Per (group, seq) (``frame``), the verdict (``verdict``) and per (group, rank) (``ranks``);
+    their columns are declared in :data:`SPEC`."""
 
-    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Collective desync (hang triage)"
-
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "verdict": self.verdict, "ranks": self.ranks}
 
 
 @dataclass
@@ -114,7 +120,9 @@ class _Rank:
 
     rows: dict[int, dict[str, Any]]
     progress: dict[str, int | None]
-    members: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # seq -> its rows (coalesced: several)
+    members: dict[int, list[dict[str, Any]]] = field(
+        default_factory=dict
+    )  # seq -> its rows (coalesced: several)
     _memo: dict[str, int | None] = field(default_factory=dict)
 
     def first(self) -> int | None:
@@ -143,7 +151,11 @@ class _Rank:
             return max(p, best) if best is not None else p
         if key == "started":
             done = self.last("completed")
-            return max(x for x in (best, done) if x is not None) if best is not None or done is not None else None
+            return (
+                max(x for x in (best, done) if x is not None)
+                if best is not None or done is not None
+                else None
+            )
         if p == -1 and key == "enqueued":
             return best
         return best if best is not None or key == "enqueued" or self._timed(col) else None
@@ -152,7 +164,9 @@ class _Rank:
         return any(r[col] is not None for r in self.rows.values())
 
 
-def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, dict[int, str], dict[int, Any]]:
+def _load(
+    store: Store, run_id: int, run_name: str
+) -> tuple[pl.DataFrame, str, dict[int, str], dict[int, Any]]:
     """Rows of the preferred source, the source, and its traces that hold none: rank -> file name
     of those that recorded nothing, rank -> ``progress_by_pg_id`` of those whose progress says
     otherwise (module doc, step 5)."""
@@ -162,17 +176,28 @@ def _load(store: Store, run_id: int, run_name: str) -> tuple[pl.DataFrame, str, 
         if nothing:
             return df, "fr", nothing, progress
         if progress:  # no entries anywhere, only pg_status: nothing to compare seq by seq
-            said = "; ".join(f"rank {r}: " + ", ".join(f"pg_id {pg} enqueued {st.get('enqueued')} completed "
-                                                      f"{st.get('completed')}" for pg, st in sorted(p.items()))
-                             for r, p in sorted(progress.items()))
-            raise AnalysisError(f"run {run_name!r}: its Flight Recorder dumps hold no entries, only progress ({said}); "
-                                "desync compares entries: dump them all (not only the active ones)")
-        raise AnalysisError(f"run {run_name!r}: no collectives with a process group and sequence number (desync "
-                            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq; NCCL "
-                            "Inspector records hold completed collectives only)")
+            said = "; ".join(
+                f"rank {r}: "
+                + ", ".join(
+                    f"pg_id {pg} enqueued {st.get('enqueued')} completed {st.get('completed')}"
+                    for pg, st in sorted(p.items())
+                )
+                for r, p in sorted(progress.items())
+            )
+            raise AnalysisError(
+                f"run {run_name!r}: its Flight Recorder dumps hold no entries, only progress ({said}); "
+                "desync compares entries: dump them all (not only the active ones)"
+            )
+        raise AnalysisError(
+            f"run {run_name!r}: no collectives with a process group and sequence number (desync "
+            "needs Flight Recorder dumps, NCCL profiler-plugin dumps or Kineto traces with Seq; NCCL "
+            "Inspector records hold completed collectives only)"
+        )
     present = df["source"].unique().to_list()
-    source = next((s for s in _SOURCE_ORDER if s in present), None) or df.group_by("source").len().sort(
-        ["len", "source"], descending=[True, False])["source"][0]
+    source = (
+        next((str(s) for s in _SOURCE_ORDER if s in present), None)
+        or df.group_by("source").len().sort(["len", "source"], descending=[True, False])["source"][0]
+    )
     empty = store.sql(_EMPTY, [run_id, _TRACE_SOURCE[source]]).rows() if source in _TRACE_SOURCE else []
     return (df.filter(pl.col("source") == source), source, *_empty_traces(empty))
 
@@ -227,8 +252,9 @@ def _merged(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {**rows[0], "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None}
 
 
-def _with_progress(groups: dict[tuple[str, tuple[int, ...]], dict[int, _Rank]], df: pl.DataFrame,
-                   progress: dict[int, Any]) -> None:
+def _with_progress(
+    groups: dict[tuple[str, tuple[int, ...]], dict[int, _Rank]], df: pl.DataFrame, progress: dict[int, Any]
+) -> None:
     """Add the ranks known by progress alone (module doc, step 5) to the groups they are members of."""
     pg_ids: dict[str, str] = {}
     for text in df["pg_ids"].unique().drop_nulls().to_list() if progress and "pg_ids" in df.columns else []:
@@ -271,14 +297,15 @@ def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str, bool]:
     return major, f"{what} {major} on most ranks, {odd}", False
 
 
-def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
-           empty: dict[int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _check(
+    pg: str, members: tuple[int, ...], ranks: dict[int, _Rank], empty: dict[int, str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Instance rows and per-rank rows of one group (module doc, steps 2 to 4); members in
     ``empty`` (a dump with no collective) never enqueued anything."""
     # Point-to-point: FR's ":p2p" groups, or a group of sends and recvs only (NDTimeline's
     # "pp0:0->1:fwd"): a send and its recv share a seq and differ in op by design.
     p2p = pg.endswith(":p2p") or all(r["op"] in _P2P_OPS for st in ranks.values() for r in st.rows.values())
-    firsts = {r: st.first() for r, st in ranks.items() if st.first() is not None}
+    firsts = {r: f for r, st in ranks.items() if (f := st.first()) is not None}
     lasts = {r: st.last("enqueued") for r, st in ranks.items()}
     start = max(firsts.values()) if firsts else None
     end = max((v for v in lasts.values() if v is not None), default=None)
@@ -288,12 +315,19 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
     # sparse numbering (NDTimeline: 23000000, 47000000, ...) only by a first seq above the others'.
     dense = not rowed or max(rowed) - min(rowed) + 1 == len(rowed)
     floor = 1 if dense or not firsts else min(firsts.values())
-    rank_rows = [{"pg": pg, "members": list(members), "rank": m,
-                  "first_seq": firsts.get(m), "last_enqueued": lasts.get(m),
-                  "last_started": ranks[m].last("started") if m in ranks else None,
-                  "last_completed": ranks[m].last("completed") if m in ranks else None,
-                  "wrapped": bool(firsts.get(m) is not None and start is not None and firsts[m] > floor)}
-                 for m in members]
+    rank_rows = [
+        {
+            "pg": pg,
+            "members": list(members),
+            "rank": m,
+            "first_seq": firsts.get(m),
+            "last_enqueued": lasts.get(m),
+            "last_started": ranks[m].last("started") if m in ranks else None,
+            "last_completed": ranks[m].last("completed") if m in ranks else None,
+            "wrapped": bool(firsts.get(m) is not None and start is not None and firsts[m] > floor),
+        }
+        for m in members
+    ]
     out = []
     for seq in seqs:
         held = {m: ranks[m].rows[seq] for m in members if m in ranks and seq in ranks[m].rows}
@@ -330,12 +364,25 @@ def _check(pg: str, members: tuple[int, ...], ranks: dict[int, _Rank],
         else:
             status = "ok"
         enters = [r["enter_ns"] for r in held.values() if r["enter_ns"] is not None]
-        out.append({"pg": pg, "members": list(members), "seq": seq, "op": op, "status": status,
-                    "ranks_enqueued": enq, "ranks_started": sta, "ranks_completed": com, "ranks_missing": miss,
-                    "ranks_unknown": unk, "mismatch": "; ".join(texts) or None,
-                    "first_enter_ns": min(enters) if enters else None,
-                    "_behind": _behind(status, odd, miss, known_done, com), "_tie": tie,
-                    "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq]})  # type: ignore[operator]
+        out.append(
+            {
+                "pg": pg,
+                "members": list(members),
+                "seq": seq,
+                "op": op,
+                "status": status,
+                "ranks_enqueued": enq,
+                "ranks_started": sta,
+                "ranks_completed": com,
+                "ranks_missing": miss,
+                "ranks_unknown": unk,
+                "mismatch": "; ".join(texts) or None,
+                "first_enter_ns": min(enters) if enters else None,
+                "_behind": _behind(status, odd, miss, known_done, com),
+                "_tie": tie,
+                "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq],  # type: ignore[operator]
+            }
+        )
     _trailing_in_flight(out, members)
     return out, rank_rows
 
@@ -389,44 +436,136 @@ def _behind(status: str, odd: list[int], miss: list[int], known: list[int], com:
 
 def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes: list[str]) -> str:
     if first is None:
-        return (f"no desync: {checked} collective(s) in {groups} group(s) agree on every member"
-                + (f" ({'; '.join(notes)})" if notes else ""))
+        return f"no desync: {checked} collective(s) in {groups} group(s) agree on every member" + (
+            f" ({'; '.join(notes)})" if notes else ""
+        )
     where = f"group {first['pg']!r} {first['members']} seq {first['seq']} ({first['op']})"
     behind = ", ".join(map(str, first["_behind"])) or "none"
     if first["status"] == "missing":
         holes = first["_holes"]
         later = f" (rank(s) {', '.join(map(str, holes))} did enqueue later ones)" if holes else ""
-        return (f"first divergence at {where}: rank(s) {behind} never enqueued it{later}; rank(s) "
-                f"{', '.join(map(str, first['ranks_enqueued']))} did and wait for them")
+        return (
+            f"first divergence at {where}: rank(s) {behind} never enqueued it{later}; rank(s) "
+            f"{', '.join(map(str, first['ranks_enqueued']))} did and wait for them"
+        )
     if first["status"] == "mismatch":
         if first["_tie"]:  # a tie is a tie: no rank is the odd one
             return f"first divergence at {where}: {first['mismatch']}"
         return f"first divergence at {where}: {first['mismatch']} (ranks behind the mismatch: {behind})"
-    return (f"first divergence at {where}: completed by rank(s) {', '.join(map(str, first['ranks_completed'])) or 'none'}"
-            f" but not by {behind}")
+    return (
+        f"first divergence at {where}: completed by rank(s) {', '.join(map(str, first['ranks_completed'])) or 'none'}"
+        f" but not by {behind}"
+    )
 
 
 def _in_flight_note(r: dict[str, Any]) -> str:
     """What an ``in_flight`` seq is and why it is no divergence."""
     done = set(r["ranks_completed"])
     running = [m for m in r["ranks_enqueued"] if m not in done]
-    return (f"group {r['pg']!r} {r['members']} seq {r['seq']} ({r['op']}), the last one: still in flight on rank(s) "
-            f"{', '.join(map(str, running))}, completed on {', '.join(map(str, sorted(done)))}, every earlier seq "
-            "completed on every member: the dumps were taken moments apart, not a divergence")
+    return (
+        f"group {r['pg']!r} {r['members']} seq {r['seq']} ({r['op']}), the last one: still in flight on rank(s) "
+        f"{', '.join(map(str, running))}, completed on {', '.join(map(str, sorted(done)))}, every earlier seq "
+        "completed on every member: the dumps were taken moments apart, not a divergence"
+    )
 
 
 def _nothing_text(empty: dict[int, str], per_rank: list[dict[str, Any]]) -> str:
     who = ", ".join(f"{r} ({name})" for r, name in sorted(empty.items()))
-    others = [r["last_enqueued"] for r in per_rank if r["rank"] not in empty and r["last_enqueued"] is not None]
+    others = [
+        r["last_enqueued"] for r in per_rank if r["rank"] not in empty and r["last_enqueued"] is not None
+    ]
     if not others:
-        return (f"rank(s) {who} recorded nothing: no collective ran before the dumps were written (or the "
-                "ring buffer was off: TORCH_NCCL_TRACE_BUFFER_SIZE=0)")
-    return (f"rank(s) {who} recorded nothing while the others enqueued up to seq {max(others)}: a rank that hung "
-            "or crashed before its first collective (or ran with TORCH_NCCL_TRACE_BUFFER_SIZE=0) is the one to "
-            "look at")
+        return (
+            f"rank(s) {who} recorded nothing: no collective ran before the dumps were written (or the "
+            "ring buffer was off: TORCH_NCCL_TRACE_BUFFER_SIZE=0)"
+        )
+    return (
+        f"rank(s) {who} recorded nothing while the others enqueued up to seq {max(others)}: a rank that hung "
+        "or crashed before its first collective (or ran with TORCH_NCCL_TRACE_BUFFER_SIZE=0) is the one to "
+        "look at"
+    )
 
 
-@register("desync", Params)
+def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The desync topic: its verdict (a hang: ranks out of step, or one that recorded nothing); no cost."""
+    d = inp.results.get("desync")
+    verdict = getattr(d, "verdict", None)
+    if verdict is None or verdict.is_empty():
+        return [], None
+    v = verdict.row(0, named=True)
+    if v["status"] == "clean":
+        return [], Verdict("desync", "ok", v["text"])
+    return [Finding("desync", v["text"], None, True, "desync")], Verdict("desync", "problem", v["text"])
+
+
+def _recorded(store: Store, run_id: int) -> bool:
+    """Whether the run holds what desync reads: Flight Recorder or NCCL-plugin dumps."""
+    return bool(
+        store.sql(
+            "SELECT count(*) FROM traces WHERE run_id = ? AND source IN "
+            + TraceSource.sql(*_TRACE_SOURCE.values()),
+            [run_id],
+        ).item()
+    )
+
+
+_GROUP = (rc.text("pg", "Process group"), rc.ranks_list("members", "Ranks of the group"))
+
+SPEC = Analysis(
+    name="desync",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per (group, seq): the divergent ones only, unless all=true",
+            *_GROUP,
+            rc.count("seq", "Sequence number in the group"),
+            rc.text("op", "Op (the majority's)"),
+            rc.text("status", "What the ranks disagree on (or ok)"),
+            rc.ranks_list("ranks_enqueued", "Ranks that enqueued it"),
+            rc.ranks_list("ranks_started", "Ranks that started it"),
+            rc.ranks_list("ranks_completed", "Ranks that completed it"),
+            rc.ranks_list("ranks_missing", "Ranks that never enqueued it"),
+            rc.ranks_list(
+                "ranks_unknown", "Ranks with no row and no progress: completion or details unknown"
+            ),
+            rc.text("mismatch", "What differs between the ranks' copies (op, size, dtype), in words"),
+            rc.ns("first_enter_ns", "First enqueue"),
+        ),
+        rc.frame(
+            "verdict",
+            "One row: the verdict",
+            rc.text("status", "clean, recorded_nothing, or the first divergent status"),
+            rc.text("source", "Collectives source read"),
+            *_GROUP,
+            rc.count("seq", "Sequence number of the first divergence"),
+            rc.text("op", "Its op"),
+            rc.ranks_list("behind", "The ranks behind"),
+            rc.text("text", "The verdict in words"),
+        ),
+        rc.frame(
+            "ranks",
+            "Per (group, rank)",
+            *_GROUP,
+            rc.count("rank", "Global rank"),
+            rc.count("first_seq", "First sequence number held"),
+            rc.count("last_enqueued", "Last sequence number enqueued (-1 none, null unknown)"),
+            rc.count("last_started", "Last started (-1 none, null unknown)"),
+            rc.count("last_completed", "Last completed (-1 none, null unknown)"),
+            rc.flag("wrapped", "The ring buffer dropped older entries of the group"),
+        ),
+    ),
+    report=Report(
+        110,
+        "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
+        when=_recorded,
+    ),
+    findings=Topic("desync", 50, _desync_topic),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Desync report of one run (module doc).
 
@@ -449,41 +588,92 @@ def run(store: Store, params: Params) -> Result:
         firsts = [r["first_seq"] for r in rr if r["first_seq"] is not None]
         if firsts and max(firsts) > min(firsts):
             late = [r["rank"] for r in rr if r["first_seq"] == max(firsts)]
-            notes.append(f"group {pg!r} {list(members)}: seq {min(firsts)}..{max(firsts) - 1} not compared (ring "
-                         f"buffer of rank(s) {', '.join(map(str, late))} starts at seq {max(firsts)})")
+            notes.append(
+                f"group {pg!r} {list(members)}: seq {min(firsts)}..{max(firsts) - 1} not compared (ring "
+                f"buffer of rank(s) {', '.join(map(str, late))} starts at seq {max(firsts)})"
+            )
         absent = [m for m in members if m not in ranks and m not in empty]
         if absent:
-            notes.append(f"group {pg!r} {list(members)}: no record from rank(s) {', '.join(map(str, absent))} "
-                         "(no dump, or nothing of this group in it)")
+            notes.append(
+                f"group {pg!r} {list(members)}: no record from rank(s) {', '.join(map(str, absent))} "
+                "(no dump, or nothing of this group in it)"
+            )
     bad = [r for r in inst if r["status"] not in ("ok", "in_flight")]
     for r in inst:
         if r["status"] == "in_flight":
             notes.append(_in_flight_note(r))
-    first = min(bad, key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
-                default=None)
+    first = min(
+        bad,
+        key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
+        default=None,
+    )
     text = _verdict_text(first, len(inst), len(groups), notes)
     row: dict[str, Any] = {
-        "status": "clean" if first is None else first["status"], "source": source,
-        "pg": None if first is None else first["pg"], "members": None if first is None else first["members"],
-        "seq": None if first is None else first["seq"], "op": None if first is None else first["op"],
-        "behind": [] if first is None else first["_behind"], "text": text,
+        "status": "clean" if first is None else first["status"],
+        "source": source,
+        "pg": None if first is None else first["pg"],
+        "members": None if first is None else first["members"],
+        "seq": None if first is None else first["seq"],
+        "op": None if first is None else first["op"],
+        "behind": [] if first is None else first["_behind"],
+        "text": text,
     }
     if empty:  # leads: nothing recorded is further behind than any divergence
         rest = [r for r in bad if r["status"] != "missing" or set(r["_behind"]) - set(empty)]
-        then = min(rest, key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
-                   default=None)
-        text = _nothing_text(empty, per_rank) + ("" if then is None else
-                                                 f"; among the others, {_verdict_text(then, 0, 0, [])}")
-        row.update(status="recorded_nothing", pg=None, members=None, seq=None, op=None, behind=sorted(empty),
-                   text=text)
-    verdict = pl.DataFrame([row], schema={"status": pl.Utf8, "source": pl.Utf8, "pg": pl.Utf8, "members": pl.List(pl.Int64),
-                "seq": pl.Int64, "op": pl.Utf8, "behind": pl.List(pl.Int64), "text": pl.Utf8})
-    cols = ["pg", "members", "seq", "op", "status", "ranks_enqueued", "ranks_started", "ranks_completed",
-            "ranks_missing", "ranks_unknown", "mismatch", "first_enter_ns"]
+        then = min(
+            rest,
+            key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
+            default=None,
+        )
+        text = _nothing_text(empty, per_rank) + (
+            "" if then is None else f"; among the others, {_verdict_text(then, 0, 0, [])}"
+        )
+        row.update(
+            status="recorded_nothing",
+            pg=None,
+            members=None,
+            seq=None,
+            op=None,
+            behind=sorted(empty),
+            text=text,
+        )
+    verdict = pl.DataFrame(
+        [row],
+        schema={
+            "status": pl.Utf8,
+            "source": pl.Utf8,
+            "pg": pl.Utf8,
+            "members": pl.List(pl.Int64),
+            "seq": pl.Int64,
+            "op": pl.Utf8,
+            "behind": pl.List(pl.Int64),
+            "text": pl.Utf8,
+        },
+    )
+    cols = [
+        "pg",
+        "members",
+        "seq",
+        "op",
+        "status",
+        "ranks_enqueued",
+        "ranks_started",
+        "ranks_completed",
+        "ranks_missing",
+        "ranks_unknown",
+        "mismatch",
+        "first_enter_ns",
+    ]
     shown = [{k: r[k] for k in cols} for r in (inst if params.all else bad)]
     frame = pl.DataFrame(shown, schema={c: _TYPES.get(c, pl.List(pl.Int64)) for c in cols})
     return Result(frame=frame, ranks=pl.DataFrame(per_rank), verdict=verdict, notes=(text, *notes))
 
 
-_TYPES = {"pg": pl.Utf8, "seq": pl.Int64, "op": pl.Utf8, "status": pl.Utf8, "mismatch": pl.Utf8,
-          "first_enter_ns": pl.Int64}
+_TYPES = {
+    "pg": pl.Utf8,
+    "seq": pl.Int64,
+    "op": pl.Utf8,
+    "status": pl.Utf8,
+    "mismatch": pl.Utf8,
+    "first_enter_ns": pl.Int64,
+}

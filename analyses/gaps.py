@@ -1,10 +1,10 @@
 """gaps: where communication is exposed, which collective ran, and what compute came just before.
 
 Algorithm (README.md "Analyses": Exposed communication / overlap gaps):
-  1. Take each rank's activity (``traceprof.activity``): NCCL/RCCL kernels vs compute kernels on
+  1. Take each rank's activity (``traceprof.engine.activity``): NCCL/RCCL kernels vs compute kernels on
      GPU ranks; gloo work vs training-thread ops on CPU-only ranks.
   2. Gaps: for each (rank, step), the step's communication minus all of the rank's compute
-     (``analyses.overlap.exposed_comm``), as maximal intervals. A gap belongs to the step its
+     (``traceprof.analyses.overlap.exposed_comm``), as maximal intervals. A gap belongs to the step its
      communication was launched in (CPU ranks: started in); null step = outside ProfilerSteps.
      Exposed communication of two steps running at the same time counts in both steps' gaps.
   3. Collectives running: the ``collectives`` rows of the same rank and step that overlap the gap.
@@ -23,6 +23,7 @@ Algorithm (README.md "Analyses": Exposed communication / overlap gaps):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyses.overlap import exposed_comm
-from traceprof.activity import excluded_note, graph_level_notes, run_activity
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.intervals import merge, union_ns
-from traceprof.store import Store
+from traceprof.analyses.overlap import exposed_comm
+from traceprof.core import columns as rc
+from traceprof.engine.activity import excluded_note, graph_level_notes, run_activity
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.engine.intervals import merge, union_ns
+from traceprof.storage.store import Store
 
-_COLLECTIVES_SQL, _OPS_SQL = (s.strip() for s in Path(__file__).with_name("gaps.sql").read_text().split(";\n"))
+_COLLECTIVES_SQL, _OPS_SQL = (
+    s.strip() for s in Path(__file__).with_name("gaps.sql").read_text().split(";\n")
+)
 _NO_STEP = -1  # join key for activity outside ProfilerSteps (step numbers are >= 0)
 _THREAD = ["trace_id", "tid"]
 
@@ -50,17 +54,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Causes (``frame``), the gaps (``gaps``), exposed time per step (``steps``) and rank (``ranks``).
-
-    ``frame``: cause, op, pg, bytes, before (the op or kernel named in the cause), exposed_ns
-    (ns, summed), pct (% of all gaps' time), gaps, ranks, steps (distinct), max_gap_ns.
-    ``gaps``: rank, step, start_ns, end_ns, dur_ns, collective (label), op, pg, seq, bytes,
-    collectives (how many overlap the gap), last_compute, last_compute_end_ns, launch_op, top_op,
-    cause; longest first.
-    ``steps``: rank, step, comm_ns, exposed_ns, gaps, step_ns (window of the step's activity),
-    exposed_pct (% of step_ns). ``ranks``: rank, comm_ns, exposed_ns, window_ns, exposed_pct (% of
-    window_ns), gaps, max_gap_ns.
-    """
+    """Causes (``frame``), the gaps (``gaps``), exposed time per step (``steps``) and rank
+    (``ranks``); their columns are declared in :data:`SPEC`."""
 
     gaps: pl.DataFrame = field(default_factory=pl.DataFrame)
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -97,18 +92,34 @@ def _collectives_per_gap(gaps: pl.DataFrame, colls: pl.DataFrame) -> pl.DataFram
     """
     by = ["rank", "step_key"]
     g = gaps.select(*by, "gid", "start_ns", "end_ns")
-    c = colls.sort("start_ns").join_asof(
-        g.sort("end_ns").select(*by, pl.col("end_ns").alias("_ge"), pl.col("gid").alias("i0")),
-        left_on="start_ns", right_on="_ge", by=by, strategy="forward", allow_exact_matches=False,
-        check_sortedness=False,
-    ).sort("end_ns").join_asof(
-        g.sort("start_ns").select(*by, pl.col("start_ns").alias("_gs"), pl.col("gid").alias("i1")),
-        left_on="end_ns", right_on="_gs", by=by, strategy="backward", allow_exact_matches=False,
-        check_sortedness=False,
+    c = (
+        colls.sort("start_ns")
+        .join_asof(
+            g.sort("end_ns").select(*by, pl.col("end_ns").alias("_ge"), pl.col("gid").alias("i0")),
+            left_on="start_ns",
+            right_on="_ge",
+            by=by,
+            strategy="forward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .sort("end_ns")
+        .join_asof(
+            g.sort("start_ns").select(*by, pl.col("start_ns").alias("_gs"), pl.col("gid").alias("i1")),
+            left_on="end_ns",
+            right_on="_gs",
+            by=by,
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
     )
-    pairs = c.filter(pl.col("i0") <= pl.col("i1")).with_columns(
-        pl.int_ranges("i0", pl.col("i1") + 1).alias("gid")
-    ).explode("gid").join(g.select("gid", pl.col("start_ns").alias("gs"), pl.col("end_ns").alias("ge")), on="gid")
+    pairs = (
+        c.filter(pl.col("i0") <= pl.col("i1"))
+        .with_columns(pl.int_ranges("i0", pl.col("i1") + 1).alias("gid"))
+        .explode("gid")
+        .join(g.select("gid", pl.col("start_ns").alias("gs"), pl.col("end_ns").alias("ge")), on="gid")
+    )
     pairs = pairs.with_columns(
         (pl.min_horizontal("end_ns", "ge") - pl.max_horizontal("start_ns", "gs")).alias("_ov")
     ).filter(pl.col("_ov") > 0)
@@ -167,7 +178,9 @@ def enclosing(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"pid": pl.Int64, "launch_op": pl.Utf8, "top_op": pl.Utf8})
 
     def name_of(ix: np.ndarray) -> pl.Series:
-        return pl.select(pl.when(pl.lit(pl.Series(ix >= 0))).then(names.gather(np.maximum(ix, 0)))).to_series()
+        return pl.select(
+            pl.when(pl.lit(pl.Series(ix >= 0))).then(names.gather(np.maximum(ix, 0)))
+        ).to_series()
 
     inner, top = np.concatenate(inner_idx), np.concatenate(top_idx)
     return pl.DataFrame({"pid": np.concatenate(pids).astype(np.int64)}).with_columns(
@@ -184,21 +197,44 @@ def _compute_before(
     before the gap ends (a gap start is never inside compute), so the search runs on the merged
     intervals and only their ends are looked up among the raw ones.
     """
-    last = gaps.select("gid", "rank", "start_ns").sort("start_ns").join_asof(
-        comp_merged.select("rank", pl.col("end_ns").alias("last_compute_end_ns")).sort("last_compute_end_ns"),
-        left_on="start_ns", right_on="last_compute_end_ns", by="rank", check_sortedness=False,
+    last = (
+        gaps.select("gid", "rank", "start_ns")
+        .sort("start_ns")
+        .join_asof(
+            comp_merged.select("rank", pl.col("end_ns").alias("last_compute_end_ns")).sort(
+                "last_compute_end_ns"
+            ),
+            left_on="start_ns",
+            right_on="last_compute_end_ns",
+            by="rank",
+            check_sortedness=False,
+        )
     )
     ends = last.select("rank", pl.col("last_compute_end_ns").alias("end_ns")).drop_nulls().unique()
     # Among intervals ending together keep the longest (the outer op of nested CPU ops).
-    cand = comp.join(ends, on=["rank", "end_ns"], how="semi").sort("rank", "end_ns", "start_ns").unique(
-        ["rank", "end_ns"], keep="first")
+    cand = (
+        comp.join(ends, on=["rank", "end_ns"], how="semi")
+        .sort("rank", "end_ns", "start_ns")
+        .unique(["rank", "end_ns"], keep="first")
+    )
     last = last.join(
-        cand.select("rank", pl.col("end_ns").alias("last_compute_end_ns"), pl.col("name").alias("last_compute"),
-                    "device_kind", "trace_id", "launch_tid", "launch_ts_ns"),
-        on=["rank", "last_compute_end_ns"], how="left",
+        cand.select(
+            "rank",
+            pl.col("end_ns").alias("last_compute_end_ns"),
+            pl.col("name").alias("last_compute"),
+            "device_kind",
+            "trace_id",
+            "launch_tid",
+            "launch_ts_ns",
+        ),
+        on=["rank", "last_compute_end_ns"],
+        how="left",
     )
     pts = last.filter(pl.col("launch_ts_ns").is_not_null() & pl.col("launch_tid").is_not_null()).select(
-        pl.col("gid").alias("pid"), "trace_id", pl.col("launch_tid").alias("tid"), pl.col("launch_ts_ns").alias("p")
+        pl.col("gid").alias("pid"),
+        "trace_id",
+        pl.col("launch_tid").alias("tid"),
+        pl.col("launch_ts_ns").alias("p"),
     )
     found = pl.DataFrame(schema={"pid": pl.Int64, "launch_op": pl.Utf8, "top_op": pl.Utf8})
     if not pts.is_empty():
@@ -209,68 +245,182 @@ def _compute_before(
     out = last.join(found, left_on="gid", right_on="pid", how="left")
     cpu = pl.col("device_kind") == "cpu"
     return out.select(
-        "gid", "last_compute", "last_compute_end_ns",
-        pl.when(cpu).then(None).otherwise(pl.col("launch_op")).alias("launch_op"), "top_op",
+        "gid",
+        "last_compute",
+        "last_compute_end_ns",
+        pl.when(cpu).then(None).otherwise(pl.col("launch_op")).alias("launch_op"),
+        "top_op",
     )
 
 
 def _causes(gaps: pl.DataFrame) -> pl.DataFrame:
     total = gaps["dur_ns"].sum()
-    causes = gaps.group_by("cause").agg(
-        pl.col("op", "pg", "bytes", "before").first(), pl.col("dur_ns").sum().alias("exposed_ns"),
-        pl.len().alias("gaps"), pl.col("rank").n_unique().alias("ranks"),
-        pl.col("step").drop_nulls().n_unique().alias("steps"), pl.col("dur_ns").max().alias("max_gap_ns"),
-    ).with_columns((100.0 * pl.col("exposed_ns") / total).alias("pct"))
+    causes = (
+        gaps.group_by("cause")
+        .agg(
+            pl.col("op", "pg", "bytes", "before").first(),
+            pl.col("dur_ns").sum().alias("exposed_ns"),
+            pl.len().alias("gaps"),
+            pl.col("rank").n_unique().alias("ranks"),
+            pl.col("step").drop_nulls().n_unique().alias("steps"),
+            pl.col("dur_ns").max().alias("max_gap_ns"),
+        )
+        .with_columns((100.0 * pl.col("exposed_ns") / total).alias("pct"))
+    )
     return causes.sort(["exposed_ns", "cause"], descending=[True, False]).select(
-        "cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns")
+        "cause", "op", "pg", "bytes", "before", "exposed_ns", "pct", "gaps", "ranks", "steps", "max_gap_ns"
+    )
 
 
-def top_cause_note(causes: pl.DataFrame) -> str:
+def top_cause_note(causes: pl.DataFrame) -> Note:
     """The note naming the first of ``causes`` (:func:`_causes`, not empty): its share of the
     exposed communication (one decimal under 10%: 0.6%, not "1%"), ms, and its counts in words."""
     top = causes.row(0, named=True)
     pct = f"{top['pct']:.0f}%" if top["pct"] >= 10 else f"{top['pct']:.1f}%"
     counts = ", ".join(f"{top[k]:,} {k[:-1] if top[k] == 1 else k}" for k in ("gaps", "ranks", "steps"))
-    return f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in {counts})"
+    return Note(
+        f"top cause: {top['cause']}: {pct} of exposed communication ({top['exposed_ns'] / 1e6:.2f} ms in "
+        f"{counts})",
+        kind="top_cause",
+    )
 
 
 _SPAN = pl.col("end_ns").max() - pl.col("start_ns").min()
 
 
 def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
-    per_step = gaps.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
-        pl.col("dur_ns").sum().alias("exposed_ns"), pl.len().alias("gaps"))
+    per_step = (
+        gaps.filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("dur_ns").sum().alias("exposed_ns"), pl.len().alias("gaps"))
+    )
     comm_ns = union_ns(comm.filter(pl.col("step").is_not_null()), ["rank", "step"], "comm_ns")
     return (
-        act.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(_SPAN.alias("step_ns"))
+        act.filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(_SPAN.alias("step_ns"))
         .join(comm_ns, on=["rank", "step"], how="left")
         .join(per_step, on=["rank", "step"], how="left")
         .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
         .with_columns((100.0 * pl.col("exposed_ns") / pl.col("step_ns")).alias("exposed_pct"))
-        .select("rank", "step", "comm_ns", "exposed_ns", "gaps", "step_ns", "exposed_pct").sort("rank", "step")
+        .select("rank", "step", "comm_ns", "exposed_ns", "gaps", "step_ns", "exposed_pct")
+        .sort("rank", "step")
     )
 
 
 def _per_rank(act: pl.DataFrame, comm: pl.DataFrame, lite: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
-    exposed = exposed_comm(lite, ["rank"]).group_by("rank").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
+    exposed = (
+        exposed_comm(lite, ["rank"])
+        .group_by("rank")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
+    )
     return (
-        act.group_by("rank").agg(_SPAN.alias("window_ns"))
+        act.group_by("rank")
+        .agg(_SPAN.alias("window_ns"))
         .join(union_ns(comm, ["rank"], "comm_ns"), on="rank", how="left")
         .join(exposed, on="rank", how="left")
-        .join(gaps.group_by("rank").agg(pl.len().alias("gaps"), pl.col("dur_ns").max().alias("max_gap_ns")),
-              on="rank", how="left")
+        .join(
+            gaps.group_by("rank").agg(pl.len().alias("gaps"), pl.col("dur_ns").max().alias("max_gap_ns")),
+            on="rank",
+            how="left",
+        )
         .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
         .with_columns((100.0 * pl.col("exposed_ns") / pl.col("window_ns")).alias("exposed_pct"))
-        .select("rank", "comm_ns", "exposed_ns", "window_ns", "exposed_pct", "gaps", "max_gap_ns").sort("rank")
+        .select("rank", "comm_ns", "exposed_ns", "window_ns", "exposed_pct", "gaps", "max_gap_ns")
+        .sort("rank")
     )
 
 
-@register("gaps", Params)
+def _finish(merged: FrameResult, per_rank: list[FrameResult]) -> FrameResult:
+    """The per-rank merge's last step: the causes and their note from every rank's gaps (module doc
+    steps 5-6, rows in the same order as there: by rank, step, start)."""
+    g = merged.frames()["gaps"]
+    src = g.sort(pl.col("rank"), pl.col("step").fill_null(_NO_STEP), pl.col("start_ns"), maintain_order=True)
+    src = src.with_columns(pl.coalesce("top_op", "launch_op", "last_compute").alias("before"))
+    causes = _causes(src)
+    said = [n for r in per_rank for n in r.notes if isinstance(n, Note) and n.kind in ("hidden", "no_comm")]
+    if causes.is_empty():  # every rank says why: hidden wins over "no communication" (any rank had some)
+        first = sorted(said, key=lambda n: n.kind != "hidden")[:1]
+    else:
+        first = [top_cause_note(causes)]
+    drop = ("top_cause", "hidden", "no_comm")
+    rest = [n for n in merged.notes if not (isinstance(n, Note) and n.kind in drop)]
+    return dataclasses.replace(merged, frame=causes, notes=(*first, *rest))
+
+
+_GAP_COLUMNS = (
+    rc.RANK,
+    rc.STEP,
+    rc.ns("start_ns", "Start of the exposed interval"),
+    rc.ns("end_ns", "End of the exposed interval"),
+    rc.ns("dur_ns", "Its length"),
+    rc.text("collective", "The collective running through it, as a label: op (pg P, size)"),
+    rc.text("op", "Op of the collective overlapping the gap longest (ties: the earliest); null when none"),
+    rc.text("pg", "Its process group"),
+    rc.count("seq", "Its sequence number in the group"),
+    rc.count("bytes", "Its size: the larger of input and output", "BIGINT"),
+    rc.rows("collectives", "Collectives of the rank and step overlapping the gap"),
+    rc.text("last_compute", "The rank's compute that ended last at or before the gap start"),
+    rc.ns("last_compute_end_ns", "Its end"),
+    rc.text("launch_op", "Innermost CPU op around the runtime call that launched last_compute (GPU ranks)"),
+    rc.text("top_op", "Outermost such op (on CPU ranks: the outermost op containing last_compute's start)"),
+    rc.text("cause", "<collective> after <top_op, else launch_op, else last_compute>"),
+)
+
+SPEC = Analysis(
+    name="gaps",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Causes of exposed communication, by exposed time summed over ranks and steps",
+            rc.text("cause", "<collective> after <the compute before it>"),
+            rc.text("op", "Collective op"),
+            rc.text("pg", "Process group"),
+            rc.count("bytes", "Collective size (the larger of input and output)"),
+            rc.text("before", "The op or kernel named in the cause"),
+            rc.ns("exposed_ns", "Exposed time of its gaps, summed"),
+            rc.pct("pct", "exposed_ns, % of all gaps' time"),
+            rc.rows("gaps", "Gaps with this cause"),
+            rc.rows("ranks", "Distinct ranks"),
+            rc.rows("steps", "Distinct steps"),
+            rc.ns("max_gap_ns", "Longest gap"),
+        ),
+        rc.frame("gaps", "Each gap (exposed communication interval), longest first", *_GAP_COLUMNS),
+        rc.frame(
+            "steps",
+            "Exposed communication per (rank, step)",
+            rc.RANK,
+            rc.STEP,
+            rc.ns("comm_ns", "Union of the step's communication"),
+            rc.ns("exposed_ns", "Its gaps' time"),
+            rc.rows("gaps", "Its gaps"),
+            rc.ns("step_ns", "Window of the step's activity"),
+            rc.pct("exposed_pct", "exposed_ns, % of step_ns"),
+        ),
+        rc.frame(
+            "ranks",
+            "Exposed communication per rank",
+            rc.RANK,
+            rc.ns("comm_ns", "Union of the rank's communication"),
+            rc.ns("exposed_ns", "Communication not hidden behind compute: |comm - compute|"),
+            rc.WINDOW_NS,
+            rc.pct("exposed_pct", "exposed_ns, % of window_ns"),
+            rc.rows("gaps", "Gaps"),
+            rc.ns("max_gap_ns", "Longest gap"),
+        ),
+    ),
+    report=Report(30, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
+    per_rank=PerRank(resort={"gaps": (["dur_ns", "rank", "start_ns"], [True, False, False])}, finish=_finish),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Overlap gaps, their collectives and causes, and exposed communication per rank and step.
 
-    Source: activity (``traceprof.activity``), the ``collectives`` table, and cpu_op /
+    Source: activity (``traceprof.engine.activity``), the ``collectives`` table, and cpu_op /
     user_annotation events (with the runtime calls' correlation and thread) for the launching ops.
 
     Raises:
@@ -283,34 +433,70 @@ def run(store: Store, params: Params) -> Result:
     # The merged compute hides communication as well as every compute row does, and is far smaller.
     comp_merged = merge(comp, ["rank"])
     cols = ["rank", "class", "step", "start_ns", "end_ns"]
-    lite = pl.concat([comm.select(cols), comp_merged.with_columns(
-        pl.lit("compute").alias("class"), pl.lit(None, act.schema["step"]).alias("step")).select(cols)])
-    gaps = exposed_comm(lite, ["rank", "step"]).with_columns(pl.col("step").fill_null(_NO_STEP).alias("step_key"))
-    gaps = gaps.sort("rank", "step_key", "start_ns").with_row_index("gid").with_columns(pl.col("gid").cast(pl.Int64))
+    lite = pl.concat(
+        [
+            comm.select(cols),
+            comp_merged.with_columns(
+                pl.lit("compute").alias("class"), pl.lit(None, act.schema["step"]).alias("step")
+            ).select(cols),
+        ]
+    )
+    gaps = exposed_comm(lite, ["rank", "step"]).with_columns(
+        pl.col("step").fill_null(_NO_STEP).alias("step_key")
+    )
+    gaps = (
+        gaps.sort("rank", "step_key", "start_ns")
+        .with_row_index("gid")
+        .with_columns(pl.col("gid").cast(pl.Int64))
+    )
     colls = store.sql(_COLLECTIVES_SQL.replace("$run", str(run_id)))
-    colls = colls.with_columns(pl.col("step_key").cast(gaps.schema["step_key"]), pl.col("rank").cast(gaps.schema["rank"]))
+    colls = colls.with_columns(
+        pl.col("step_key").cast(gaps.schema["step_key"]), pl.col("rank").cast(gaps.schema["rank"])
+    )
     gaps = (
         gaps.join(_collectives_per_gap(gaps, colls), on="gid", how="left")
         .join(_compute_before(store, run_id, gaps, comp, comp_merged), on="gid", how="left")
-        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"), _label().alias("collective"),
-                      pl.col("collectives").fill_null(0))
+        .with_columns(
+            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+            _label().alias("collective"),
+            pl.col("collectives").fill_null(0),
+        )
     )
     before = pl.coalesce("top_op", "launch_op", "last_compute")
     gaps = gaps.with_columns(
         before.alias("before"),
-        pl.when(before.is_null()).then(pl.format("{} with no compute before", pl.col("collective")))
-        .otherwise(pl.format("{} after {}", pl.col("collective"), before)).alias("cause"),
+        pl.when(before.is_null())
+        .then(pl.format("{} with no compute before", pl.col("collective")))
+        .otherwise(pl.format("{} after {}", pl.col("collective"), before))
+        .alias("cause"),
     )
     causes = _causes(gaps)
     steps, ranks = _per_step(act, comm, gaps), _per_rank(act, comm, lite, gaps)
     gaps = gaps.select(
-        "rank", "step", "start_ns", "end_ns", "dur_ns", "collective", "op", "pg", "seq", "bytes", "collectives",
-        "last_compute", "last_compute_end_ns", "launch_op", "top_op", "cause",
+        "rank",
+        "step",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "collective",
+        "op",
+        "pg",
+        "seq",
+        "bytes",
+        "collectives",
+        "last_compute",
+        "last_compute_end_ns",
+        "launch_op",
+        "top_op",
+        "cause",
     ).sort(["dur_ns", "rank", "start_ns"], descending=[True, False, False])
-    notes = []
+    notes: list[str] = []
     if causes.is_empty():
-        notes.append("no exposed communication: " + ("all of it is hidden behind compute" if comm.height
-                                                     else "the run has no communication"))
+        notes.append(
+            Note("no exposed communication: all of it is hidden behind compute", kind="hidden")
+            if comm.height
+            else Note("no exposed communication: the run has no communication", kind="no_comm")
+        )
     else:
         notes.append(top_cause_note(causes))
     if params.hta:

@@ -2,7 +2,7 @@
 
 Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idle time breakdown):
   1. Take each rank's GPU kernels, memcpys and memsets with the start of the CPU runtime call that
-     launched them (same correlation id; ``traceprof.activity`` with ``detail``); sort each
+     launched them (same correlation id; ``traceprof.engine.activity`` with ``detail``); sort each
      lane (rank, device, stream) by start: a process driving two GPUs reuses stream numbers.
   2. For each row but the first of its stream: prev_end = end of the rows before it, gap = start -
      prev_end. The first row of a stream has no gap and adds nothing.
@@ -16,7 +16,7 @@ Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idl
      stream), the same window as ``temporal``'s.
 Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
 idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event
-selection (``traceprof.activity``), prev_end = end of the previous row only, negative gaps included.
+selection (``traceprof.engine.activity``), prev_end = end of the previous row only, negative gaps included.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof.activity import activity, excluded_note, graph_level_notes, step_window
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import Column
+from traceprof.engine.activity import activity, excluded_note, graph_level_notes, step_window
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
+from traceprof.storage.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 
@@ -48,32 +50,35 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Idle time per (rank, stream) (``frame``) and per rank (``ranks``), int64 ns.
-
-    As everywhere, ``window_ns`` is the first start to the last end of the row's activity: here
-    of the stream (``frame``) or of the rank on all its streams (``ranks``, the same window as
-    ``temporal``'s). ``frame``: rank, device, stream (a lane), kernels (rows), window_ns, idle_ns (the stream's),
-    host_wait_ns, kernel_wait_ns, other_ns (sums of gaps), host_wait_gaps, kernel_wait_gaps,
-    other_gaps (rows whose preceding gap is in that category), host_wait_pct, kernel_wait_pct,
-    other_pct (% of idle_ns, null when it is 0), idle_pct (% of window_ns). ``ranks``: rank,
-    kernels, streams, window_ns, stream_window_sum_ns and stream_idle_sum_ns (summed over the
-    rank's streams, so they exceed window_ns when streams run side by side), the category columns
-    summed over streams, their _pct (% of stream_idle_sum_ns), stream_idle_pct (% of
-    stream_window_sum_ns: the streams' average idle share; not ``temporal``'s idle_pct, the share of
-    the rank's window with no GPU activity at all), then step_window_ns, step_busy_ns, step_idle_ns,
-    step_idle_pct (``traceprof.activity.step_window``: idle over the profiled steps, wall clock).
-    """
+    """Idle time per lane (rank, device, stream) (``frame``) and per rank (``ranks``), int64 ns;
+    their columns are declared in :data:`SPEC`. As everywhere, ``window_ns`` is the first start to the
+    last end of the row's activity: of the stream (``frame``) or of the rank on all its streams
+    (``ranks``, the same window as ``temporal``'s)."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Idle time breakdown (per stream)"
 
     def charts(self) -> list[Chart]:
-        charts = [Chart("Idle share of stream time per rank (all streams)", "rank", ("stream_idle_pct",),
-                        ylabel="% of stream time", frame="ranks")]
+        charts = [
+            Chart(
+                "Idle share of stream time per rank (all streams)",
+                "rank",
+                ("stream_idle_pct",),
+                ylabel="% of stream time",
+                frame="ranks",
+            )
+        ]
         if self.ranks["host_wait_pct"].is_not_null().any():  # null where nothing was idle
-            charts.append(Chart("Idle time per rank by cause (% of idle time, all streams)", "rank",
-                                ("host_wait_pct", "kernel_wait_pct", "other_pct"), stacked=True,
-                                ylabel="% of idle", frame="ranks"))
+            charts.append(
+                Chart(
+                    "Idle time per rank by cause (% of idle time, all streams)",
+                    "rank",
+                    ("host_wait_pct", "kernel_wait_pct", "other_pct"),
+                    stacked=True,
+                    ylabel="% of idle",
+                    frame="ranks",
+                )
+            )
         return charts
 
 
@@ -105,16 +110,20 @@ def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.D
     s = s.with_columns((gap if hta else pl.max_horizontal(gap, 0)).alias("gap_ns"))
     host = host_wait(pl.col("launch_ts_ns"), pl.col("_prev_end"))
     cat = (
-        pl.when(pl.col("_prev_end").is_null()).then(None)
-        .when(host).then(pl.lit("host_wait"))
-        .when(pl.col("gap_ns") < kernel_wait_ns).then(pl.lit("kernel_wait"))
+        pl.when(pl.col("_prev_end").is_null())
+        .then(None)
+        .when(host)
+        .then(pl.lit("host_wait"))
+        .when(pl.col("gap_ns") < kernel_wait_ns)
+        .then(pl.lit("kernel_wait"))
         .otherwise(pl.lit("other"))
     )
     return s.with_columns(cat.alias("category")).drop("_prev_end")
 
 
-def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str, idle: str,
-             idle_pct: str = "idle_pct") -> pl.DataFrame:
+def _summary(
+    g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str, idle: str, idle_pct: str = "idle_pct"
+) -> pl.DataFrame:
     """Category sums, counts and shares per ``by`` group. ``windows``: ``by`` plus the columns
     shown before the idle one, among them ``window`` (the denominator of ``idle_pct``); ``idle``
     and ``idle_pct``: the names of the idle column and of its share."""
@@ -131,12 +140,88 @@ def _summary(g: pl.DataFrame, by: list[str], windows: pl.DataFrame, window: str,
     ]
     out = out.with_columns(*pct, (100.0 * pl.col(idle) / pl.col(window)).alias(idle_pct))
     extra = [c for c in windows.columns if c not in by]
-    cols = [*by, "kernels", *extra, idle, *(f"{c}_ns" for c in CATEGORIES), *(f"{c}_gaps" for c in CATEGORIES),
-            *(f"{c}_pct" for c in CATEGORIES), idle_pct]
+    cols = [
+        *by,
+        "kernels",
+        *extra,
+        idle,
+        *(f"{c}_ns" for c in CATEGORIES),
+        *(f"{c}_gaps" for c in CATEGORIES),
+        *(f"{c}_pct" for c in CATEGORIES),
+        idle_pct,
+    ]
     return out.select(cols).sort(by)
 
 
-@register("idle", Params)
+def _category_columns() -> tuple[Column, ...]:
+    what = {
+        "host_wait": "host wait (the launch came after the stream went idle)",
+        "kernel_wait": "kernel wait (a gap under kernel_wait_ns)",
+        "other": "other idle",
+    }
+    return (
+        *(rc.ns(f"{c}_ns", f"Gaps of {what[c]}, summed") for c in CATEGORIES),
+        *(rc.count(f"{c}_gaps", f"Rows whose preceding gap is {what[c].split(' (')[0]}") for c in CATEGORIES),
+    )
+
+
+def _category_pcts(of: str) -> tuple[Column, ...]:
+    return tuple(rc.pct(f"{c}_pct", f"{c}_ns, % of {of}; null when that is 0") for c in CATEGORIES)
+
+
+SPEC = Analysis(
+    name="idle",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per lane (rank, device, stream)",
+            rc.RANK,
+            rc.DEVICE,
+            rc.STREAM,
+            rc.count("kernels", "GPU rows (kernels, memcpy, memset) on the lane"),
+            rc.ns("window_ns", "Window of the lane: its first start to its last end"),
+            rc.ns("idle_ns", "The lane's idle time: its gaps summed"),
+            *_category_columns(),
+            *_category_pcts("idle_ns"),
+            rc.pct("idle_pct", "idle_ns, % of window_ns"),
+        ),
+        rc.frame(
+            "ranks",
+            "Per rank, summed over its streams (stream-ns)",
+            rc.RANK,
+            rc.count("kernels", "GPU rows of the rank"),
+            rc.count("streams", "Lanes (device, stream) of the rank"),
+            rc.WINDOW_NS,
+            rc.ns(
+                "stream_window_sum_ns",
+                "The lanes' windows, summed (exceeds window_ns when streams run side by side)",
+            ),
+            rc.ns("stream_idle_sum_ns", "The lanes' idle time, summed"),
+            *_category_columns(),
+            *_category_pcts("stream_idle_sum_ns"),
+            rc.pct(
+                "stream_idle_pct",
+                "stream_idle_sum_ns, % of stream_window_sum_ns: the streams' average idle "
+                "share (not temporal's idle_pct, the share of the window with no GPU activity at all)",
+            ),
+            rc.ns("step_window_ns", "Step window: first ProfilerStep start to last step end (wall clock)"),
+            rc.ns("step_busy_ns", "Union of the rank's activity inside its step window"),
+            rc.ns("step_idle_ns", "step_window_ns minus step_busy_ns"),
+            rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns"),
+        ),
+    ),
+    report=Report(
+        40,
+        "GPU kernels (a Kineto trace with CUDA activity) to say why each GPU stream is idle (an idle "
+        "verdict without them is temporal's)",
+    ),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Idle-time breakdown per GPU stream and per rank of one run.
 
@@ -151,15 +236,21 @@ def run(store: Store, params: Params) -> Result:
         pl.col("kind").is_in(["kernel", "memcpy", "memset"])
     )
     if act.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams"
+        )
     g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
     span = pl.col("end_ns").max() - pl.col("start_ns").min()
     win = g.group_by("rank", "device", "stream").agg(span.alias("window_ns"))
     per_stream = _summary(g, ["rank", "device", "stream"], win, "window_ns", "idle_ns")
-    rank_win = g.group_by("rank").agg(pl.col("lane").n_unique().cast(pl.Int64).alias("streams"),
-                                      span.alias("window_ns")).join(
-        win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
-    per_rank = _summary(g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct")
+    rank_win = (
+        g.group_by("rank")
+        .agg(pl.col("lane").n_unique().cast(pl.Int64).alias("streams"), span.alias("window_ns"))
+        .join(win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
+    )
+    per_rank = _summary(
+        g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct"
+    )
     per_rank = per_rank.join(step_window(store, run_id, act), on="rank", how="left")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:

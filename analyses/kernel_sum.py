@@ -2,11 +2,11 @@
 
 Algorithm:
   1. Take every GPU kernel of the run (``events`` kind ``kernel``; any source: Kineto, nsys), except
-     records flagged as suspect at ingest (``events.flag``, see ``traceprof.classify``); memcpy and
+     records flagged as suspect at ingest (``events.flag``, see ``traceprof.core.classify``); memcpy and
      memset are left out, as in nsys.
   2. Per kernel name (the full, demangled name), over the run and per rank: total time, instances,
      average, median, minimum, maximum and sample standard deviation of the durations, and the
-     share of the summed kernel time (``analyses._summary``).
+     share of the summed kernel time (``traceprof.analyses._summary``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses._summary import summarize
-from traceprof.activity import graph_level_notes
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import graph_level_notes
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, RunParams, register
+from traceprof.storage.store import Store
 
 _ROWS = f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND {VALID_SQL}"
 
@@ -32,9 +33,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per kernel name over the run: time_pct (% of all kernel time), total_ns,
-    instances, avg_ns, med_ns, min_ns, max_ns, stddev_ns (int64 ns), ranks, name. ``ranks``: the
-    same per (rank, name), time_pct of the rank's kernel time."""
+    """Per kernel name over the run (``frame``) and per (rank, name) (``ranks``); their columns
+    are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "GPU kernel summary"
@@ -43,7 +43,18 @@ class Result(FrameResult):
         return [Chart("Kernel time by name (run)", "name", ("total_ns",), ylabel="ns")]
 
 
-@register("kernel_sum", Params)
+SPEC = Analysis(
+    name="kernel_sum",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame("frame", "Per kernel name over the run", *rc.summary_columns("kernel", per_rank=False)),
+        rc.frame("ranks", "Per (rank, kernel name)", *rc.summary_columns("kernel", per_rank=True)),
+    ),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Kernel time per name (module doc).
 
@@ -54,6 +65,7 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     frame, ranks = summarize(store, run_id, _ROWS)
     if frame.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace "
-                            "(Kineto or nsys)")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace (Kineto or nsys)"
+        )
     return Result(frame=frame, ranks=ranks, notes=tuple(graph_level_notes(store, run_id)))

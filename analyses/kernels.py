@@ -1,7 +1,7 @@
 """kernels: where each rank's GPU time goes by kernel class and by kernel.
 
 Algorithm (README.md "What traceprof handles": Kernel class; the same measures as HTA's kernel breakdown):
-  1. Take each rank's GPU kernels, memcpys and memsets (``traceprof.activity``), classed comm
+  1. Take each rank's GPU kernels, memcpys and memsets (``traceprof.engine.activity``), classed comm
      (NCCL/RCCL: ``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclSymkDevKernel_*``, ``rccl*``), memory
      (memcpy/memset) or compute (the rest; ROCm traces alike).
   2. Time by class: merge each class's intervals per rank (all streams together); busy = the union
@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof.activity import activity, excluded_note, graph_level_notes
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.intervals import merge, union_ns
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import activity, excluded_note, graph_level_notes
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.engine.intervals import merge, union_ns
+from traceprof.storage.store import Store
 
 CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
 _EXCLUSIVE = ("compute_only", "comm_only", "memory_only", "overlapped")
@@ -49,26 +50,23 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per-rank class times (``frame``), overlap types (``types``) and top kernels (``top``).
-
-    ``frame``: rank, kernels (rows), kernel_ns (sum of durations), busy_ns (union of all rows),
-    compute_ns, comm_ns, memory_ns (union per class; they overlap, so their sum can exceed
-    busy_ns), compute_only_ns, comm_only_ns, memory_only_ns (time only that class ran),
-    overlapped_ns (two or more classes at once): these four add up to busy_ns; compute_only_pct,
-    comm_only_pct, memory_only_pct, overlapped_pct (% of busy_ns, adding up to 100), flagged_kernels
-    and flagged_ns (GPU records flagged at ingest and left out of all the above, recorded ns). ``types``:
-    rank, kernel_type (``+``-joined classes), time_ns, pct (% of busy_ns). ``top``: rank, position
-    (1 = largest total on the rank), class, name, count, total_ns, mean_ns, median_ns, p95_ns,
-    min_ns, max_ns, std_ns (int64 ns, statistics rounded; std 0 for one row), pct (% of kernel_ns).
-    """
+    """Per-rank class times (``frame``), overlap types (``types``) and top kernels (``top``);
+    their columns are declared in :data:`SPEC`."""
 
     types: pl.DataFrame = field(default_factory=pl.DataFrame)
     top: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Kernel breakdown"
 
     def charts(self) -> list[Chart]:
-        return [Chart("GPU busy time per rank by kernel class (exclusive: stacks to busy time)", "rank",
-                      tuple(f"{c}_ns" for c in _EXCLUSIVE), stacked=True, ylabel="ns")]
+        return [
+            Chart(
+                "GPU busy time per rank by kernel class (exclusive: stacks to busy time)",
+                "rank",
+                tuple(f"{c}_ns" for c in _EXCLUSIVE),
+                stacked=True,
+                ylabel="ns",
+            )
+        ]
 
 
 def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
@@ -90,23 +88,30 @@ def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
         pl.col("d").cum_sum().over("rank").alias("state"), pl.col("t").shift(-1).over("rank").alias("next")
     ).filter((pl.col("state") > 0) & pl.col("next").is_not_null())
     labels = pl.DataFrame(
-        {"state": list(range(1, 8)),
-         "kernel_type": ["+".join(c for b, c in enumerate(CLASSES) if s & (1 << b)) for s in range(1, 8)]},
+        {
+            "state": list(range(1, 8)),
+            "kernel_type": ["+".join(c for b, c in enumerate(CLASSES) if s & (1 << b)) for s in range(1, 8)],
+        },
         schema={"state": ev.schema["state"], "kernel_type": pl.Utf8},
     )
     return (
-        ev.group_by("rank", "state").agg((pl.col("next") - pl.col("t")).sum().alias("time_ns"))
-        .join(labels, on="state").select("rank", "kernel_type", "time_ns")
+        ev.group_by("rank", "state")
+        .agg((pl.col("next") - pl.col("t")).sum().alias("time_ns"))
+        .join(labels, on="state")
+        .select("rank", "kernel_type", "time_ns")
     )
 
 
 def _top(act: pl.DataFrame, top: int) -> pl.DataFrame:
     d = pl.col("end_ns") - pl.col("start_ns")
     g = act.group_by("rank", "class", "name").agg(
-        pl.len().alias("count"), d.sum().alias("total_ns"), _common.whole_ns(d.mean()).alias("mean_ns"),
+        pl.len().alias("count"),
+        d.sum().alias("total_ns"),
+        _common.whole_ns(d.mean()).alias("mean_ns"),
         _common.whole_ns(d.median()).alias("median_ns"),
         _common.whole_ns(d.quantile(0.95, "linear")).alias("p95_ns"),
-        d.min().alias("min_ns"), d.max().alias("max_ns"),
+        d.min().alias("min_ns"),
+        d.max().alias("max_ns"),
         _common.whole_ns(d.std(ddof=1).fill_null(0.0)).alias("std_ns"),
     )
     g = g.sort(["rank", "total_ns", "name"], descending=[False, True, False]).with_columns(
@@ -115,12 +120,88 @@ def _top(act: pl.DataFrame, top: int) -> pl.DataFrame:
     )
     if top > 0:
         g = g.filter(pl.col("position") <= top)
-    cols = ["rank", "position", "class", "name", "count", "total_ns", "mean_ns", "median_ns", "p95_ns",
-            "min_ns", "max_ns", "std_ns", "pct"]
+    cols = [
+        "rank",
+        "position",
+        "class",
+        "name",
+        "count",
+        "total_ns",
+        "mean_ns",
+        "median_ns",
+        "p95_ns",
+        "min_ns",
+        "max_ns",
+        "std_ns",
+        "pct",
+    ]
     return g.select(cols).sort("rank", "position")
 
 
-@register("kernels", Params)
+SPEC = Analysis(
+    name="kernels",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per rank: GPU time by kernel class",
+            rc.RANK,
+            rc.rows("kernels", "GPU rows (kernels, memcpy, memset)"),
+            rc.ns("kernel_ns", "Their durations, summed"),
+            rc.ns("busy_ns", "Union of all of them"),
+            *(
+                rc.ns(
+                    f"{c}_ns",
+                    f"Union of the {c} rows (the class unions overlap: their sum can exceed busy_ns)",
+                )
+                for c in CLASSES
+            ),
+            *(
+                rc.ns(
+                    f"{c}_ns", "Time only that class ran (the four *_only and overlapped add up to busy_ns)"
+                )
+                for c in _EXCLUSIVE[:3]
+            ),
+            rc.ns("overlapped_ns", "Time two or more classes ran at once"),
+            *(rc.pct(f"{c}_pct", f"{c}_ns, % of busy_ns (the four add up to 100)") for c in _EXCLUSIVE),
+            rc.count(
+                "flagged_kernels", "GPU records flagged at ingest (events.flag) and left out of the above"
+            ),
+            rc.ns("flagged_ns", "Their recorded durations, summed"),
+        ),
+        rc.frame(
+            "types",
+            "Per rank and overlap type (HTA's kernel_type)",
+            rc.RANK,
+            rc.text("kernel_type", "The classes running at once, joined by + (compute+comm, ...)"),
+            rc.ns("time_ns", "Time of that set of classes"),
+            rc.pct("pct", "time_ns, % of busy_ns"),
+        ),
+        rc.frame(
+            "top",
+            "The kernels with the largest total per rank",
+            rc.RANK,
+            rc.count("position", "1 = largest total on the rank"),
+            rc.text("class", "Kernel class"),
+            rc.text("name", "Full kernel name"),
+            rc.rows("count", "Rows of this name"),
+            rc.ns("total_ns", "Durations summed"),
+            rc.ns("mean_ns", "Mean, rounded"),
+            rc.ns("median_ns", "Median, rounded"),
+            rc.ns("p95_ns", "95th percentile (linear interpolation), rounded"),
+            rc.ns("min_ns", "Shortest"),
+            rc.ns("max_ns", "Longest"),
+            rc.ns("std_ns", "Sample standard deviation, rounded; 0 for one row"),
+            rc.pct("pct", "total_ns, % of the rank's kernel_ns"),
+        ),
+    ),
+    report=Report(50, "GPU kernels (a Kineto trace with CUDA activity)"),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Kernel breakdown per rank of one run.
 
@@ -135,7 +216,9 @@ def run(store: Store, params: Params) -> Result:
         (pl.col("device_kind") == "gpu") & pl.col("class").is_in(CLASSES)
     )
     if act.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; the kernel breakdown needs a GPU trace")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no GPU kernels; the kernel breakdown needs a GPU trace"
+        )
     d = pl.col("end_ns") - pl.col("start_ns")
     per_rank = act.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
     per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
@@ -145,14 +228,19 @@ def run(store: Store, params: Params) -> Result:
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
     types = overlap_types(act)
     exclusive = types.with_columns(
-        pl.when(pl.col("kernel_type").str.contains("+", literal=True)).then(pl.lit("overlapped"))
-        .otherwise(pl.col("kernel_type") + "_only").alias("part")
+        pl.when(pl.col("kernel_type").str.contains("+", literal=True))
+        .then(pl.lit("overlapped"))
+        .otherwise(pl.col("kernel_type") + "_only")
+        .alias("part")
     ).pivot("part", index="rank", values="time_ns", aggregate_function="sum")
     for c in _EXCLUSIVE:
         if c not in exclusive.columns:
             exclusive = exclusive.with_columns(pl.lit(0, pl.Int64).alias(c))
-    per_rank = per_rank.join(exclusive.select("rank", *(pl.col(c).fill_null(0).alias(f"{c}_ns") for c in _EXCLUSIVE)),
-                             on="rank", how="left")
+    per_rank = per_rank.join(
+        exclusive.select("rank", *(pl.col(c).fill_null(0).alias(f"{c}_ns") for c in _EXCLUSIVE)),
+        on="rank",
+        how="left",
+    )
     per_rank = per_rank.with_columns(
         (100.0 * pl.col(f"{c}_ns") / pl.col("busy_ns")).alias(f"{c}_pct") for c in _EXCLUSIVE
     ).sort("rank")
@@ -162,13 +250,20 @@ def run(store: Store, params: Params) -> Result:
     flagged = store.sql(
         "SELECT rank, count(*) AS flagged_kernels, sum(coalesce(raw_dur_ns, dur_ns))::BIGINT AS flagged_ns "
         f"FROM events e WHERE run_id = {int(run_id)} AND kind IN ('kernel', 'memcpy', 'memset') "
-        f"AND NOT {VALID_SQL} GROUP BY rank")
+        f"AND NOT {VALID_SQL} GROUP BY rank"
+    )
     per_rank = per_rank.join(flagged, on="rank", how="left").with_columns(
-        pl.col("flagged_kernels").fill_null(0).cast(pl.Int64), pl.col("flagged_ns").fill_null(0))
+        pl.col("flagged_kernels").fill_null(0).cast(pl.Int64), pl.col("flagged_ns").fill_null(0)
+    )
     notes = ["HTA-compatible selection and kernel classes"] if params.hta else []
     if int(per_rank["flagged_kernels"].sum()):
-        notes.append(f"{int(per_rank['flagged_kernels'].sum())} GPU records flagged at ingest (events.flag: "
-                     "before their launch, far outside the steps) are left out; flagged_kernels / flagged_ns")
+        notes.append(
+            Note(
+                "{number} GPU records flagged at ingest (events.flag: before their launch, far outside the "
+                "steps) are left out; flagged_kernels / flagged_ns",
+                number=int(per_rank["flagged_kernels"].sum()),
+            )
+        )
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=tuple(notes))

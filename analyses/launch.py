@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof.activity import graph_level_notes
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.classify import valid_sql
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.classify import valid_sql
+from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import Column
+from traceprof.engine.activity import graph_level_notes
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.storage.store import Store
 
 #: The run's kernels (memcpy and memset aside); records flagged at ingest as impossible (another
 #: clock domain, far outside the steps) are left out; a kernel a few us before its launch call
@@ -55,27 +57,69 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Launch latency per rank (``frame``), per (rank, device, stream) (``streams``), per (rank, step) (``steps``).
-
-    Columns: rank, [device, stream | step,] kernels, launched (kernels whose launch is in the trace),
-    launches (launch calls measured: one latency each), graph_launches (calls that started several
-    kernels, or ``*GraphLaunch``), graph_kernels (the kernels they started),
-    latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns, latency_mean_ns (int64 ns),
-    idle_launches (kernels launched onto an idle stream), idle_latency_p50_ns (int64 ns, their median),
-    short_kernels, short_ns (their time), kernel_ns (all kernels' time), short_kernels_pct (% of
-    kernels), short_pct (% of kernel_ns).
-    """
+    """Launch latency per rank (``frame``), per lane (rank, device, stream) (``streams``) and per
+    (rank, step) (``steps``); their columns are declared in :data:`SPEC`."""
 
     streams: pl.DataFrame = field(default_factory=pl.DataFrame)
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Kernel launch latency"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Launch-to-start latency per rank", "rank",
-                      ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns"), ylabel="ns")]
+        return [
+            Chart(
+                "Launch-to-start latency per rank",
+                "rank",
+                ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns"),
+                ylabel="ns",
+            )
+        ]
 
 
-@register("launch", Params)
+def _launch_columns(*keys: Column) -> tuple[Column, ...]:
+    return (
+        rc.RANK,
+        *keys,
+        rc.count("kernels", "Kernels"),
+        rc.count("launched", "Kernels whose launch call is in the trace"),
+        rc.count("launches", "Launch calls measured (one latency each: to their first kernel)"),
+        rc.count("graph_launches", "Calls that started several kernels, or *GraphLaunch calls"),
+        rc.count("graph_kernels", "The kernels they started"),
+        *(
+            rc.ns(
+                f"latency_p{q}_ns",
+                f"{q}th percentile of the launch-to-start latency (linear interpolation), rounded",
+            )
+            for q in (50, 90, 99)
+        ),
+        rc.ns("latency_max_ns", "Largest latency"),
+        rc.ns("latency_mean_ns", "Mean latency, rounded"),
+        rc.count(
+            "idle_launches", "Kernels launched onto an idle lane (every earlier kernel of it had ended)"
+        ),
+        rc.ns("idle_latency_p50_ns", "Their median latency (the launch overhead), rounded"),
+        rc.count("short_kernels", "Kernels shorter than short_ns (launch-bound)"),
+        rc.ns("short_ns", "Their time"),
+        rc.ns("kernel_ns", "All kernels' time"),
+        rc.pct("short_kernels_pct", "short_kernels, % of kernels"),
+        rc.pct("short_pct", "short_ns, % of kernel_ns"),
+    )
+
+
+SPEC = Analysis(
+    name="launch",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame("frame", "Per rank", *_launch_columns()),
+        rc.frame("streams", "Per lane (rank, device, stream)", *_launch_columns(rc.DEVICE, rc.STREAM)),
+        rc.frame("steps", "Per (rank, step)", *_launch_columns(rc.STEP)),
+    ),
+    report=Report(60, "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)"),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Kernel launch latency and short-kernel share of one run.
 
@@ -90,18 +134,30 @@ def run(store: Store, params: Params) -> Result:
     if k.is_empty():
         raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; launch latency needs a GPU trace")
     lane = ["rank", "device", "stream"]
-    k = k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True).with_columns(
-        # one latency per launch call: its first GPU activity (a CUDA graph launch starts many kernels)
-        # (a kernel stamped before its own launch call, by clock jitter, has no measurable latency)
-        pl.when(pl.col("first_of_launch") & ~pl.col("skewed").fill_null(False))
-        .then(pl.col("ts_ns") - pl.col("launch_ts_ns")).alias("latency_ns"),
-        (pl.col("launch_ts_ns").is_not_null()
-         & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))).alias("graph_kernel"),
-        # the lane's latest end before this kernel: idle at launch when it ended before the launch
-        pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
-    ).with_columns(
-        (pl.col("first_of_launch")
-         & (pl.col("launch_ts_ns") >= pl.coalesce("prev_end_ns", "launch_ts_ns"))).fill_null(False).alias("idle_at_launch"))
+    k = (
+        k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True)
+        .with_columns(
+            # one latency per launch call: its first GPU activity (a CUDA graph launch starts many kernels)
+            # (a kernel stamped before its own launch call, by clock jitter, has no measurable latency)
+            pl.when(pl.col("first_of_launch") & ~pl.col("skewed").fill_null(False))
+            .then(pl.col("ts_ns") - pl.col("launch_ts_ns"))
+            .alias("latency_ns"),
+            (
+                pl.col("launch_ts_ns").is_not_null()
+                & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))
+            ).alias("graph_kernel"),
+            # the lane's latest end before this kernel: idle at launch when it ended before the launch
+            pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
+        )
+        .with_columns(
+            (
+                pl.col("first_of_launch")
+                & (pl.col("launch_ts_ns") >= pl.coalesce("prev_end_ns", "launch_ts_ns"))
+            )
+            .fill_null(False)
+            .alias("idle_at_launch")
+        )
+    )
     lat, dur = pl.col("latency_ns"), pl.col("dur_ns")
     short = dur < params.short_ns
     stats = [
@@ -111,11 +167,16 @@ def run(store: Store, params: Params) -> Result:
         (pl.col("graph_kernel") & pl.col("first_of_launch")).sum().cast(pl.Int64).alias("graph_launches"),
         pl.col("graph_kernel").sum().cast(pl.Int64).alias("graph_kernels"),
         # statistics rounded to whole ns (interpolated percentiles and means are fractional)
-        *(_common.whole_ns(lat.quantile(q, "linear")).alias(f"latency_p{n}_ns") for q, n in ((0.5, 50), (0.9, 90), (0.99, 99))),
+        *(
+            _common.whole_ns(lat.quantile(q, "linear")).alias(f"latency_p{n}_ns")
+            for q, n in ((0.5, 50), (0.9, 90), (0.99, 99))
+        ),
         lat.max().alias("latency_max_ns"),
         _common.whole_ns(lat.mean()).alias("latency_mean_ns"),
         pl.col("idle_at_launch").sum().cast(pl.Int64).alias("idle_launches"),
-        _common.whole_ns(lat.filter(pl.col("idle_at_launch")).quantile(0.5, "linear")).alias("idle_latency_p50_ns"),
+        _common.whole_ns(lat.filter(pl.col("idle_at_launch")).quantile(0.5, "linear")).alias(
+            "idle_latency_p50_ns"
+        ),
         short.sum().cast(pl.Int64).alias("short_kernels"),
         dur.filter(short).sum().cast(pl.Int64).alias("short_ns"),
         dur.sum().cast(pl.Int64).alias("kernel_ns"),
@@ -131,17 +192,29 @@ def run(store: Store, params: Params) -> Result:
     per_rank, streams, steps = per("rank"), per(*lane), per("rank", "step")
     no_launch = per_rank.filter(pl.col("launched") < pl.col("kernels"))
     notes = [f"short kernels: under {params.short_ns / 1000:g} us"]
-    graph = int(per_rank["graph_kernels"].sum() - per_rank["graph_launches"].sum())
+    graph = int(per_rank["graph_kernels"].sum()) - int(per_rank["graph_launches"].sum())
     if graph:
-        notes.append(f"{graph} kernels started by a graph launch after its first kernel are not measured (latency "
-                     "is once per launch call, to its first kernel; the rest is graph execution time)")
+        notes.append(
+            Note(
+                "{number} kernels started by a graph launch after its first kernel are not measured (latency "
+                "is once per launch call, to its first kernel; the rest is graph execution time)",
+                number=graph,
+            )
+        )
     if not no_launch.is_empty():
         missing = int((no_launch["kernels"] - no_launch["launched"]).sum())
-        notes.append(f"{missing} kernels have no launch call in the trace (left out of the latency figures)")
+        notes.append(
+            Note(
+                "{number} kernels have no launch call in the trace (left out of the latency figures)",
+                number=missing,
+            )
+        )
     notes += graph_level_notes(store, run_id)
     skewed = k.filter(pl.col("skewed").fill_null(False))
     if skewed.height:
         most = int((skewed["launch_ts_ns"] - skewed["ts_ns"]).max() or 0)  # type: ignore[arg-type]
-        notes.append(f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
-                     "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures")
+        notes.append(
+            f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
+            "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures"
+        )
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

@@ -1,17 +1,17 @@
 """mfu: achieved TFLOP/s and model FLOPs utilization per step and rank, and for the job.
 
 Algorithm (README.md "Analyses": MFU):
-  1. Model FLOPs per (rank, step) from the first available source (``traceprof.flops``):
+  1. Model FLOPs per (rank, step) from the first available source (``traceprof.engine.flops``):
      declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
   2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity
      launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
-     The steps of the profiler-start transient are left out (``traceprof.arrivals``, as in every
+     The steps of the profiler-start transient are left out (``traceprof.engine.arrivals``, as in every
      analysis; a note says so), here and in the waterfall.
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
-     the rank's device (``traceprof.peaks``, matched from ``devices`` / ``traces.device_name``) for
+     the rank's device (``traceprof.engine.peaks``, matched from ``devices`` / ``traces.device_name``) for
      the precision: given (``dtype``), else the precision of most matrix-kernel time (kernel names:
      TF32 tensor-op GEMMs such as ``*xmma_gemm*tf32*`` or CUTLASS ``tensorop_s1688gemm``, bf16/fp16
-     names; ``traceprof.peaks.kernel_precision``), else the dtype of most matmul FLOPs in the op
+     names; ``traceprof.engine.peaks.kernel_precision``), else the dtype of most matmul FLOPs in the op
      shapes, else bf16. ``dtype_source`` says which (declared, kernels, shapes, default); a note
      gives the reason. A TF32 run thus uses the TF32 tensor-core peak, not the fp32 CUDA-core one.
      mfu_pct = 100 · tflops / peak; no peak (CPU, unknown device, no device name in the trace)
@@ -29,7 +29,7 @@ Algorithm (README.md "Analyses": MFU):
      the account's time, so they add up to 100. Refused (n/a with the reason) where the peak is
      unknown, or where the FLOPs at peak would need more time than the compute ran (an MFU above
      100 % of the compute time, let alone of the step: the FLOPs or the peak are wrong).
-FLOPs convention (``traceprof.flops.CAUSAL_CONVENTION``): a multiply-add counts 2; causal attention
+FLOPs convention (``traceprof.engine.flops.CAUSAL_CONVENTION``): a multiply-add counts 2; causal attention
 counts half of its score and value products (shape counts; the PaLM formula and torch's sidecar
 counts count attention in full), stated in a note and in the waterfall.
 FLOP counts (``flops``, ``flops_per_step``) are float64 FLOPs, in every frame: a job's FLOPs per
@@ -43,14 +43,27 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses import _common
-from traceprof.activity import excluded_note
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.arrivals import excluded_steps
-from traceprof.errors import AnalysisError, TraceprofError, UsageError
-from traceprof.flops import CAUSAL_CONVENTION, account
-from traceprof.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
+from traceprof.engine.activity import excluded_note
+from traceprof.engine.analysis import (
+    Analysis,
+    Chart,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Note,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
+from traceprof.engine.arrivals import excluded_steps
+from traceprof.engine.flops import CAUSAL_CONVENTION, account
+from traceprof.engine.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -83,8 +96,15 @@ class Params(RunParams):
     recompute: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("model_flops_per_step", "params_count", "tokens_per_step", "layers", "heads", "head_dim",
-                     "seq_len"):
+        for name in (
+            "model_flops_per_step",
+            "params_count",
+            "tokens_per_step",
+            "layers",
+            "heads",
+            "head_dim",
+            "seq_len",
+        ):
             _common.at_least(name, getattr(self, name), 0, "0: not given")
         _common.choice("flops_source", self.flops_source, ("auto", "declared", "palm", "sidecar", "shapes"))
         # the CLI passes a string for a parameter whose default is None
@@ -96,20 +116,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``).
-
-    ``frame`` columns: rank, step, step_ns (ns), step_time_source (device/cpu), flops (model
-    FLOPs of the rank in the step, float64: see the module doc), tflops (achieved TFLOP/s), device (name in the trace), dtype,
-    peak_device (peak-table entry, or ``user``), peak_tflops (TFLOP/s, null if unknown), mfu_pct, hfu_pct (% of peak; null if unknown), flops_source.
-    ``job`` columns: ranks, steps, flops, time_ns (Σ slowest-rank step time), tflops (per device),
-    peak_tflops (per device, mean), mfu_pct, hfu_pct, flops_source, dtype, dtype_source (declared,
-    kernels, shapes or default), peak_device.
-    ``ops`` columns (shape-derived, whatever the source): name, dtype, calls_per_step, flops_per_step
-    (per rank, mean over the rank-steps).
-    ``waterfall`` (module doc, step 6): component (idle, exposed communication, waiting for peers,
-    launch/host-bound, memory, kernel efficiency, MFU, in that order), ns (int64 ns over all rank
-    steps with FLOPs), pct (% of their time; the rows add up to 100; null where refused), detail.
-    """
+    """Per (rank, step) utilization (``frame``), the job summary (``job``), FLOPs by op (``ops``)
+    and the waterfall from peak to achieved (``waterfall``); their columns are declared in :data:`SPEC`."""
 
     job: pl.DataFrame = field(default_factory=pl.DataFrame)
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -138,10 +146,11 @@ def _recompute_fraction(raw: str) -> float | None:
     return f
 
 
-def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.DataFrame, list[str]]:
-    """Per rank: device, peak_tflops (null when unknown), and notes explaining nulls."""
+def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.DataFrame, list[Note]]:
+    """Per rank: device, peak_tflops (null when unknown), and notes explaining nulls (of kind
+    ``mfu_empty``) or naming the peak."""
     devs = rank_devices(store, run_id)
-    notes: list[str] = []
+    notes: list[Note] = []
     rows: list[tuple[object, ...]] = []
     for rank, name, kind in devs.iter_rows():
         if params.peak_tflops is not None:
@@ -150,26 +159,141 @@ def _peaks(store: Store, run_id: int, params: Params, dtype: str) -> tuple[pl.Da
         dev = match_device(name) if kind == "gpu" else None
         peak = dev.peak(dtype) if dev else None
         rows.append((rank, name, dev.label if dev else None, peak))
+        empty = True  # the note says why MFU is left empty
         if kind == "cpu":
             msg = "CPU-only run: no device peak FLOP/s, MFU left empty; pass peak_tflops=... for MFU"
         elif not name:
-            msg = ("the trace names no device (no Kineto deviceProperties, no device_name from the collector), "
-                   "so the peak FLOP/s is unknown: MFU left empty; pass -p peak_tflops=<dense TFLOP/s of one "
-                   "device> (e.g. 312 for an A100 in bf16)")
+            msg = (
+                "the trace names no device (no Kineto deviceProperties, no device_name from the collector), "
+                "so the peak FLOP/s is unknown: MFU left empty; pass -p peak_tflops=<dense TFLOP/s of one "
+                "device> (e.g. 312 for an A100 in bf16)"
+            )
         elif dev is None:
-            msg = (f"unknown device {name!r} (not in the peak table): MFU left empty; pass -p "
-                   "peak_tflops=<dense TFLOP/s of one device>")
+            msg = (
+                f"unknown device {name!r} (not in the peak table): MFU left empty; pass -p "
+                "peak_tflops=<dense TFLOP/s of one device>"
+            )
         elif peak is None:
-            msg = f"{dev.label} has no published dense {dtype} peak: MFU left empty; pass peak_tflops or dtype"
+            msg = (
+                f"{dev.label} has no published dense {dtype} peak: MFU left empty; pass peak_tflops or dtype"
+            )
         else:
-            msg = f"peak {peak:g} TFLOP/s per device: {dev.label} ({name}), dense {dtype}"
+            msg, empty = f"peak {peak:g} TFLOP/s per device: {dev.label} ({name}), dense {dtype}", False
         if msg not in notes:
-            notes.append(msg)
-    frame = pl.DataFrame(rows, schema={"rank": pl.Int32, "device": pl.Utf8, "peak_device": pl.Utf8, "peak_tflops": pl.Float64}, orient="row")
+            notes.append(Note(msg, kind="mfu_empty" if empty else ""))
+    frame = pl.DataFrame(
+        rows,
+        schema={"rank": pl.Int32, "device": pl.Utf8, "peak_device": pl.Utf8, "peak_tflops": pl.Float64},
+        orient="row",
+    )
     return frame, notes
 
 
-@register("mfu", Params)
+def _utilization_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The utilization topic: the job's MFU (informational: no cost); ``n/a`` when it is unknown
+    or impossible (above 100%: the inputs are wrong)."""
+    m = inp.results.get("mfu")
+    if m is None:
+        why = str(inp.errors["mfu"]) if "mfu" in inp.errors else "not run"
+        return [], Verdict("utilization", "n/a", f"MFU unknown: {why}")
+    job = m.frames()["job"].row(0, named=True)
+    dtype, src, dev = job.get("dtype"), job.get("dtype_source"), job.get("peak_device")
+    if job["mfu_pct"] is None:
+        note = m.note("mfu_empty") or "no device peak"
+        text = f"{job['tflops']:.3g} TFLOP/s per device; MFU unknown: {note}"
+        return [Finding("mfu", text, None, False, "mfu")], Verdict("utilization", "n/a", text)
+    peak = f"{dtype} peak {job['peak_tflops']:g} TFLOP/s" + (f", {dev}" if dev else "")
+    text = (
+        f"MFU {job['mfu_pct']:.1f}% ({peak}; precision from {src}; FLOPs from {job['flops_source']}); "
+        f"{job['tflops']:.3g} TFLOP/s per device"
+    )
+    over = m.note("mfu_over")
+    if over is not None or job["mfu_pct"] > 100.0:  # never "ok": the inputs are wrong, so is the number
+        why = (
+            over
+            or "MFU above 100%: impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, peak_tflops)"
+        )
+        text = f"MFU unknown: {why}; computed: {text}"
+        return [Finding("mfu", text, None, True, "mfu")], Verdict("utilization", "n/a", text)
+    problem = job["mfu_pct"] < 30.0
+    return [Finding("mfu", text, None, problem, "mfu")], Verdict(
+        "utilization", "problem" if problem else "ok", text
+    )
+
+
+_SHARED = (rc.number("tflops", "Achieved TFLOP/s per device", "TFLOP/s"),)
+
+SPEC = Analysis(
+    name="mfu",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per (rank, step)",
+            rc.RANK,
+            rc.STEP,
+            rc.ns("step_ns", "Step time"),
+            rc.text("step_time_source", "device (GPU activity) or cpu (the step range)"),
+            rc.number("flops", "Model FLOPs of the rank in the step (float: see the module doc)", "FLOP"),
+            *_SHARED,
+            rc.text("device", "Device name in the trace"),
+            rc.text("dtype", "Precision the peak is for"),
+            rc.text("peak_device", "Peak-table entry, or user (-p peak_tflops)"),
+            rc.number("peak_tflops", "Dense peak per device; null if unknown", "TFLOP/s"),
+            rc.pct("mfu_pct", "Model FLOPs utilization: tflops, % of peak_tflops; null if unknown"),
+            rc.pct("hfu_pct", "Hardware FLOPs utilization (recomputation counted); null if unknown"),
+            rc.text("flops_source", "Where the FLOPs come from: declared, palm, sidecar or shapes"),
+        ),
+        rc.frame(
+            "job",
+            "One row: the job",
+            rc.count("ranks", "Ranks"),
+            rc.count("steps", "Steps"),
+            rc.number("flops", "Model FLOPs of the job over the steps", "FLOP"),
+            rc.ns("time_ns", "Sum over steps of the slowest rank's step time"),
+            *_SHARED,
+            rc.number("peak_tflops", "Peak per device, mean over ranks", "TFLOP/s"),
+            rc.pct("mfu_pct", "Model FLOPs utilization"),
+            rc.pct("hfu_pct", "Hardware FLOPs utilization"),
+            rc.text("flops_source", "Where the FLOPs come from"),
+            rc.text("dtype", "Precision the peak is for"),
+            rc.text("dtype_source", "How the precision was chosen: declared, kernels, shapes or default"),
+            rc.text("peak_device", "Peak-table entry most ranks use"),
+        ),
+        rc.frame(
+            "ops",
+            "FLOPs by op from the recorded shapes (whatever the FLOPs source)",
+            rc.text("name", "Op"),
+            rc.text("dtype", "Its precision"),
+            rc.number("calls_per_step", "Calls per rank and step (mean)"),
+            rc.number("flops_per_step", "FLOPs per rank and step (mean)", "FLOP"),
+        ),
+        rc.frame(
+            "waterfall",
+            "From the time at peak to the step time (module doc, step 6), over all rank-steps "
+            "with FLOPs: the rows add up to the step account's time",
+            rc.text(
+                "component",
+                "idle, exposed communication, waiting for peers, launch/host-bound, memory, "
+                "kernel efficiency, MFU (in that order)",
+            ),
+            rc.Column("ns", "BIGINT", "Its time, summed over the rank-steps", "ns"),
+            rc.pct("pct", "ns, % of the account's time; null where refused"),
+            rc.text("detail", "What it is, or why it is refused (n/a)"),
+        ),
+    ),
+    report=Report(
+        100,
+        "ProfilerSteps and a FLOPs source (record_shapes=True, the traceprof collector, or -p "
+        "mfu.model_flops_per_step=)",
+    ),
+    findings=Topic("utilization", 40, _utilization_topic, aliases=("mfu",)),
+    requires=("critical_path",),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """MFU per (rank, step) and for the job.
 
@@ -181,8 +305,17 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     palm = None
     if params.params_count > 0 or params.tokens_per_step > 0:
-        palm = (params.params_count, params.layers, params.heads, params.head_dim, params.seq_len, params.tokens_per_step)
-    acc = account(store, run_id, declared_per_step=params.model_flops_per_step, palm=palm, source=params.flops_source)
+        palm = (
+            params.params_count,
+            params.layers,
+            params.heads,
+            params.head_dim,
+            params.seq_len,
+            params.tokens_per_step,
+        )
+    acc = account(
+        store, run_id, declared_per_step=params.model_flops_per_step, palm=palm, source=params.flops_source
+    )
     notes = [f"FLOPs source: {acc.source}", *acc.notes]
     prec = None if params.dtype else kernel_precision(store, run_id)
     if params.dtype:
@@ -197,13 +330,17 @@ def run(store: Store, params: Params) -> Result:
     peaks, peak_notes = _peaks(store, run_id, params, dtype)
     if (peaks["peak_device"].drop_nulls() != "user").any():  # a peak from the table: say which dtype
         if dtype_source == "default":
-            notes.append("dtype unknown (no matrix kernels or shapes in the trace): using the bf16 peak; "
-                         "pass dtype=... to change")
+            notes.append(
+                "dtype unknown (no matrix kernels or shapes in the trace): using the bf16 peak; "
+                "pass dtype=... to change"
+            )
         elif prec is not None:
             notes.append(f"precision {dtype} from the kernels: {prec.reason}; pass dtype=... to override")
         elif dtype == "fp32" and dtype_source == "shapes":
-            notes.append("fp32 matmuls (from shapes, no matrix kernels named): using the FP32 (non-tensor-core) "
-                         "peak; pass dtype=tf32 if TF32 was enabled")
+            notes.append(
+                "fp32 matmuls (from shapes, no matrix kernels named): using the FP32 (non-tensor-core) "
+                "peak; pass dtype=tf32 if TF32 was enabled"
+            )
     notes += peak_notes
     steps = store.sql(
         """SELECT rank, step,
@@ -223,66 +360,112 @@ def run(store: Store, params: Params) -> Result:
         steps.join(acc.per_step.select("rank", "step", "flops"), on=["rank", "step"], how="inner")
         .with_columns(model.alias("flops"))
         .join(peaks, on="rank", how="left")
-        .with_columns((pl.col("flops") / pl.col("step_ns") / 1e3).alias("tflops"), pl.lit(dtype).alias("dtype"))
+        .with_columns(
+            (pl.col("flops") / pl.col("step_ns") / 1e3).alias("tflops"), pl.lit(dtype).alias("dtype")
+        )
         .with_columns(
             (100.0 * pl.col("tflops") / pl.col("peak_tflops")).alias("mfu_pct"),
             pl.lit(acc.source).alias("flops_source"),
         )
-        .with_columns((pl.col("mfu_pct") * hw if f is not None else pl.lit(None, pl.Float64)).alias("hfu_pct"))
-        .select("rank", "step", "step_ns", "step_time_source", "flops", "tflops", "device", "dtype",
-                "peak_device", "peak_tflops", "mfu_pct", "hfu_pct", "flops_source")
+        .with_columns(
+            (pl.col("mfu_pct") * hw if f is not None else pl.lit(None, pl.Float64)).alias("hfu_pct")
+        )
+        .select(
+            "rank",
+            "step",
+            "step_ns",
+            "step_time_source",
+            "flops",
+            "tflops",
+            "device",
+            "dtype",
+            "peak_device",
+            "peak_tflops",
+            "mfu_pct",
+            "hfu_pct",
+            "flops_source",
+        )
     )
-    # the profiler-start transient's steps are left out, as of every analysis (traceprof.activity)
+    # the profiler-start transient's steps are left out, as of every analysis (traceprof.engine.activity)
     frame = frame.join(excluded_steps(store, run_id).select("rank", "step"), on=["rank", "step"], how="anti")
     if f is None:
-        notes.append("recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)")
+        notes.append(
+            "recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)"
+        )
     ops = acc.shapes.filter(pl.col("step").is_not_null())
     n = max(steps.height, 1)
-    ops = (ops.group_by("name", "dtype").agg((pl.col("calls").sum() / n).alias("calls_per_step"),
-                                             (pl.col("flops").sum() / n).alias("flops_per_step"))
-           .sort(["flops_per_step", "name", "dtype"], descending=[True, False, False], nulls_last=True))
+    ops = (
+        ops.group_by("name", "dtype")
+        .agg(
+            (pl.col("calls").sum() / n).alias("calls_per_step"),
+            (pl.col("flops").sum() / n).alias("flops_per_step"),
+        )
+        .sort(["flops_per_step", "name", "dtype"], descending=[True, False, False], nulls_last=True)
+    )
     over = frame.filter(pl.col("mfu_pct") > 100.0)
     if over.height:
         worst = float(over["mfu_pct"].max())  # type: ignore[arg-type]
         shown = f"{worst:,.0f}" if worst >= 1000 else f"{worst:.1f}"  # 100.4%, not "100%"
-        notes.append(f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {shown}%): "
-                     "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
-                     "peak_tflops)")
+        notes.append(
+            Note(
+                f"MFU above 100% in {over.height:,} of {frame.height:,} step(s) (up to {shown}%): "
+                "impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, "
+                "peak_tflops)",
+                kind="mfu_over",
+            )
+        )
     waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source)
     notes += [_convention(acc.source), wnote, *(n for n in (excluded_note(store, run_id),) if n)]
     job = _job(frame, hw if f is not None else None).with_columns(
-        pl.lit(dtype).alias("dtype"), pl.lit(dtype_source).alias("dtype_source"),
-        pl.lit(peaks["peak_device"].drop_nulls().mode().sort().first() if peaks["peak_device"].drop_nulls().len() else None,
-               pl.Utf8).alias("peak_device"))
+        pl.lit(dtype).alias("dtype"),
+        pl.lit(dtype_source).alias("dtype_source"),
+        pl.lit(
+            peaks["peak_device"].drop_nulls().mode().sort().first()
+            if peaks["peak_device"].drop_nulls().len()
+            else None,
+            pl.Utf8,
+        ).alias("peak_device"),
+    )
     return Result(frame=frame, job=job, ops=ops, waterfall=waterfall, notes=tuple(notes))
 
 
 def _convention(source: str) -> str:
     """The FLOPs convention of ``source``, for the notes."""
-    how = {"shapes": "these shape counts follow it",
-           "sidecar": "torch's profiler counts (the sidecar) count attention in full, not halved when causal",
-           "palm": "the PaLM formula counts attention in full (its 12·L·H·Q·T term), not halved when causal",
-           "declared": "declared FLOPs are taken as given"}.get(source, "")
+    how = {
+        "shapes": "these shape counts follow it",
+        "sidecar": "torch's profiler counts (the sidecar) count attention in full, not halved when causal",
+        "palm": "the PaLM formula counts attention in full (its 12·L·H·Q·T term), not halved when causal",
+        "declared": "declared FLOPs are taken as given",
+    }.get(source, "")
     return f"FLOPs convention: {CAUSAL_CONVENTION}; {how}"
 
 
 #: Waterfall rows: (component, critical_path column or None, what it is).
 _WATERFALL = (
     ("idle", "idle_ns", "nothing ran and no cause found"),
-    ("exposed communication", "transfer_ns", "communication not hidden by compute, after the last rank arrived"),
+    (
+        "exposed communication",
+        "transfer_ns",
+        "communication not hidden by compute, after the last rank arrived",
+    ),
     ("waiting for peers", "wait_ns", "arrived at a collective, waiting for the last rank"),
-    ("launch/host-bound", "host_bound_ns", "the device waited for the host to launch work (Python, data loading)"),
+    (
+        "launch/host-bound",
+        "host_bound_ns",
+        "the device waited for the host to launch work (Python, data loading)",
+    ),
     ("memory", "memory_ns", "memory copies and sets not hidden by compute"),
     ("kernel efficiency", None, "compute time beyond what the model FLOPs need at peak"),
     ("MFU", None, "time the model FLOPs need at the device's peak"),
 )
 
 
-def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
-               source: str) -> tuple[pl.DataFrame, str]:
+def _waterfall(
+    store: Store, run_id: int, params: Params, frame: pl.DataFrame, source: str
+) -> tuple[pl.DataFrame, str]:
     """The waterfall from peak FLOP time to achieved (module doc, step 6), and a note on it."""
-    from analyses import critical_path  # here: it registers itself; mfu works without it
-    from traceprof.matching import run_steps
+    from traceprof.analyses import critical_path  # here: it registers itself; mfu works without it
+    from traceprof.ingest.matching import run_steps
 
     schema = {"component": pl.Utf8, "ns": pl.Int64, "pct": pl.Float64, "detail": pl.Utf8}
 
@@ -293,8 +476,14 @@ def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
             if name == "kernel efficiency" and ns is not None:
                 n = ns["compute_ns"]
                 what = "all compute time (not split: MFU n/a)"
-            rows.append((name, n, 100.0 * n / total if n is not None and total else None,
-                         f"n/a: {why}" if name == "MFU" else what))
+            rows.append(
+                (
+                    name,
+                    n,
+                    100.0 * n / total if n is not None and total else None,
+                    f"n/a: {why}" if name == "MFU" else what,
+                )
+            )
         # the missing peak has a note of its own (with what to pass): not said twice
         said = "the device peak is unknown (see above)" if why.startswith("the device peak") else why
         return pl.DataFrame(rows, schema=schema, orient="row"), f"waterfall: MFU n/a: {said}"
@@ -314,12 +503,19 @@ def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
         return refused("the device peak is unknown (pass -p peak_tflops=)", ns, total)
     ideal = round(float((acc["flops"] / (acc["peak_tflops"] * 1e3)).sum()))  # FLOPs / (TFLOP/s) = ns / 1e3
     if ideal > total:
-        return refused(f"MFU above 100% ({100.0 * ideal / total:.1f}%): at peak the FLOPs need {ideal / 1e6:,.1f} ms, "
-                       f"more than the {total / 1e6:,.1f} ms of step time; the FLOPs per step or the peak is wrong",
-                       ns, total)
+        return refused(
+            f"MFU above 100% ({100.0 * ideal / total:.1f}%): at peak the FLOPs need {ideal / 1e6:,.1f} ms, "
+            f"more than the {total / 1e6:,.1f} ms of step time; the FLOPs per step or the peak is wrong",
+            ns,
+            total,
+        )
     if ideal > ns["compute_ns"]:
-        return refused(f"at peak the FLOPs need {ideal / 1e6:,.1f} ms, more than the {ns['compute_ns'] / 1e6:,.1f} ms "
-                       "that compute ran; the FLOPs per step or the peak is wrong", ns, total)
+        return refused(
+            f"at peak the FLOPs need {ideal / 1e6:,.1f} ms, more than the {ns['compute_ns'] / 1e6:,.1f} ms "
+            "that compute ran; the FLOPs per step or the peak is wrong",
+            ns,
+            total,
+        )
     ns["kernel efficiency"], ns["MFU"] = ns["compute_ns"] - ideal, ideal
     rows = []
     for name, col, what in _WATERFALL:
@@ -327,9 +523,11 @@ def _waterfall(store: Store, run_id: int, params: Params, frame: pl.DataFrame,
         if name == "MFU":
             what = f"{what}; FLOPs from {source} ({_convention(source).removeprefix('FLOPs convention: ')})"
         rows.append((name, n, 100.0 * n / total, what))
-    note = (f"waterfall: over the step account's {total / 1e6:,.1f} ms of rank-step time (critical_path: each "
-            f"rank's steps from the end of the previous one's work), MFU {100.0 * ideal / total:.1f}%; the job row's "
-            "mfu_pct divides by the slowest rank's step time per step (device span, else the ProfilerStep) instead")
+    note = (
+        f"waterfall: over the step account's {total / 1e6:,.1f} ms of rank-step time (critical_path: each "
+        f"rank's steps from the end of the previous one's work), MFU {100.0 * ideal / total:.1f}%; the job row's "
+        "mfu_pct divides by the slowest rank's step time per step (device span, else the ProfilerStep) instead"
+    )
     return pl.DataFrame(rows, schema=schema, orient="row"), note
 
 
@@ -343,10 +541,20 @@ def _job(frame: pl.DataFrame, hw: float | None) -> pl.DataFrame:
     mfu = 100.0 * total / time_ns / 1e3 / float(peaks.sum()) if known else None
     return pl.DataFrame(
         {
-            "ranks": [ranks], "steps": [frame["step"].n_unique()], "flops": [total], "time_ns": [int(time_ns)],
-            "tflops": [tflops], "peak_tflops": [float(peaks.sum()) / ranks if known else None], "mfu_pct": [mfu],
+            "ranks": [ranks],
+            "steps": [frame["step"].n_unique()],
+            "flops": [total],
+            "time_ns": [int(time_ns)],
+            "tflops": [tflops],
+            "peak_tflops": [float(peaks.sum()) / ranks if known else None],
+            "mfu_pct": [mfu],
             "hfu_pct": [mfu * hw if mfu is not None and hw is not None else None],
             "flops_source": [frame["flops_source"][0] if frame.height else None],
         },
-        schema_overrides={"tflops": pl.Float64, "peak_tflops": pl.Float64, "mfu_pct": pl.Float64, "hfu_pct": pl.Float64},
+        schema_overrides={
+            "tflops": pl.Float64,
+            "peak_tflops": pl.Float64,
+            "mfu_pct": pl.Float64,
+            "hfu_pct": pl.Float64,
+        },
     )

@@ -4,7 +4,7 @@ with where that time went (waiting for peers, launch, transfer) and the bandwidt
 Algorithm:
   1. Collectives (any source: NCCL kernels of Kineto and nsys traces, gloo work, Flight Recorder
      entries, NCCL profiler-plugin events, NCCL Inspector records): per op (``collectives.op``), over the run and per rank,
-     the statistics of end - start (``analyses._summary``) and the bytes moved (``bytes_in``).
+     the statistics of end - start (``traceprof.analyses._summary``) and the bytes moved (``bytes_in``).
      Rows without both times (gloo Flight Recorder entries record only their enqueue) count in
      ``instances_total`` but not in the time statistics.
   2. Communication kernels (``events.class = 'comm'``, GPU sources only): the same statistics per
@@ -17,10 +17,10 @@ Algorithm:
      the call was traced (``traced_ranks`` >= 2); calls with no traced peer cannot tell waiting
      from moving data and count as ``unsplit_ns``; ``split_pct`` = the split share of ``span_ns``.
   4. Bandwidth (table ``bandwidth``), as nccl-tests defines it: per call algbw = S / transfer and
-     busbw = algbw x the op's bus factor (``traceprof.ops.BUS_RULES``: S and the factor per op);
+     busbw = algbw x the op's bus factor (``traceprof.core.ops.BUS_RULES``: S and the factor per op);
      NULL, never infinite, where the transfer is 0 or unknown or S is unknown. Per (source, op,
      group size, message-size bucket, ceiling): the median and largest busbw, against the ceiling
-     of the calls' process group (``traceprof.links.choose_ceiling``): ``link_gbps`` when given,
+     of the calls' process group (``traceprof.core.links.choose_ceiling``): ``link_gbps`` when given,
      else the link table by the ranks' device (``devices`` table, Kineto ``deviceProperties``,
      else ``traces.device_name``): the network when the group's ranks run on several hosts
      (``traces.host``; hosts unknown: when the group has more ranks than one node), else the
@@ -43,19 +43,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _common
-from analyses._summary import summarize
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.classify import VALID_SQL
-from traceprof.errors import AnalysisError
-from traceprof.links import NETWORKS, choose_ceiling
-from traceprof.peaks import rank_devices
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.classify import VALID_SQL
+from traceprof.core.errors import AnalysisError
+from traceprof.core.links import NETWORKS, choose_ceiling
+from traceprof.core.schema import Column
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.engine.peaks import rank_devices
+from traceprof.storage.store import Store
 
-_TIMED = ("SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
-          "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL")
-_KERNELS = (f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' "
-            f"AND e.class = 'comm' AND {VALID_SQL}")
+_TIMED = (
+    "SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
+    "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+)
+_KERNELS = (
+    f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' "
+    f"AND e.class = 'comm' AND {VALID_SQL}"
+)
 _COUNTS = """
 SELECT op AS name, count(*)::BIGINT AS instances_total, sum(bytes_in)::BIGINT AS bytes_in,
        string_agg(DISTINCT source, ',' ORDER BY source) AS sources
@@ -81,7 +87,7 @@ _SPLIT_COLS = ["span_ns", "wait_ns", "launch_ns", "transfer_ns", "unsplit_ns", "
 class Params(RunParams):
     """``link_gbps``: the ceiling busbw is compared with, GB/s per direction per GPU (10^9 bytes/s,
     as busbw; beats the link table); ``network``: the network of groups that span hosts
-    (``traceprof.links.NETWORKS``: edr, hdr, ndr, xdr, roce100..roce800), when it is not the
+    (``traceprof.core.links.NETWORKS``: edr, hdr, ndr, xdr, roce100..roce800), when it is not the
     device's reference system's."""
 
     link_gbps: float | None = None
@@ -95,18 +101,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per op over the run: time_pct, total_ns, instances (timed), avg_ns, med_ns,
-    min_ns, max_ns, stddev_ns (int64 ns of end - start, null when no row is timed), ranks, name
-    (the op), instances_total (all rows), bytes_in (bytes, summed), sources, and the split of the
-    communication time (int64 ns): span_ns (arrival to end, summed) = wait_ns + launch_ns +
-    transfer_ns + unsplit_ns (calls with no traced peer), split_pct (0..100, the split share).
-    ``ranks``: the same per (rank, op). ``kernels``: per communication kernel name (GPU sources).
-    ``bandwidth``: per (source, op, group_size, size bucket, ceiling): size_bucket (label),
-    bucket_bytes (its lower bound, bytes), calls, size_bytes (median S, bytes), transfer_ns
-    (median), algbw_gbps and busbw_gbps (medians, GB/s), busbw_max_gbps, ceiling_gbps (null:
-    none), of_ceiling_pct (median busbw in % of the ceiling), ceiling (which link and why),
-    all_ranks_traced (false: bandwidth a lower bound), reported_algbw_gbps and reported_busbw_gbps
-    (medians of what the source reports itself, NCCL Inspector; null for other sources)."""
+    """Per op (``frame``), per (rank, op) (``ranks``), per communication kernel (``kernels``) and
+    bandwidth against the link (``bandwidth``); their columns are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     kernels: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -114,11 +110,93 @@ class Result(FrameResult):
     title = "Collective (NCCL) summary"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Time in collectives: waiting for peers, launch, transfer (ns)", "name",
-                      ("wait_ns", "launch_ns", "transfer_ns", "unsplit_ns"), stacked=True, ylabel="ns")]
+        return [
+            Chart(
+                "Time in collectives: waiting for peers, launch, transfer (ns)",
+                "name",
+                ("wait_ns", "launch_ns", "transfer_ns", "unsplit_ns"),
+                stacked=True,
+                ylabel="ns",
+            )
+        ]
 
 
-@register("nccl_sum", Params)
+_SPLIT_COLUMNS = (
+    rc.ns("span_ns", "Arrival to end, summed: wait_ns + launch_ns + transfer_ns + unsplit_ns"),
+    rc.ns("wait_ns", "Waiting for peers: arrival to the last rank's arrival"),
+    rc.ns(
+        "launch_ns", "Everyone had arrived, the last rank's communication had not started (0 on GPU sources)"
+    ),
+    rc.ns("transfer_ns", "Moving data: transfer start to end"),
+    rc.ns("unsplit_ns", "Calls with no traced peer (waiting cannot be told from moving data)"),
+    rc.pct("split_pct", "Share of span_ns that is split"),
+)
+
+SPEC = Analysis(
+    name="nccl_sum",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per collective op over the run (durations: end - start of the timed rows; null when none "
+            "is timed)",
+            *rc.summary_columns("collective", per_rank=False),
+            rc.count("instances_total", "All rows of the op, timed or not"),
+            rc.number("bytes_in", "Input size, summed", "bytes", "BIGINT"),
+            rc.text("sources", "Collectives sources of the rows"),
+            *_SPLIT_COLUMNS,
+        ),
+        rc.frame(
+            "ranks",
+            "The same per (rank, op)",
+            *rc.summary_columns("collective", per_rank=True),
+            *_SPLIT_COLUMNS,
+        ),
+        rc.frame(
+            "kernels",
+            "Per communication kernel name (GPU sources)",
+            *rc.summary_columns("kernel", per_rank=False),
+        ),
+        rc.frame(
+            "bandwidth",
+            "Bandwidth per (source, op, group size, message size bucket) against the link's ceiling",
+            rc.text("source", "Collectives source"),
+            rc.text("op", "Collective op"),
+            Column("group_size", "INTEGER", "Ranks in the process group"),
+            rc.text("size_bucket", "Message size bucket [2^k, 2^(k+1)) bytes, as a label"),
+            rc.number("bucket_bytes", "The bucket's lower bound", "bytes", "BIGINT"),
+            rc.rows("calls", "Calls in the bucket"),
+            rc.number("size_bytes", "Median S (the bytes moved, per op: README)", "bytes", "BIGINT"),
+            rc.ns("transfer_ns", "Median transfer time"),
+            rc.number("algbw_gbps", "Median algorithm bandwidth S / transfer", "GB/s"),
+            rc.number("busbw_gbps", "Median bus bandwidth: algbw x the op's bus factor", "GB/s"),
+            rc.number("busbw_max_gbps", "Largest bus bandwidth", "GB/s"),
+            rc.number(
+                "reported_algbw_gbps",
+                "Median algorithm bandwidth the source reports itself (NCCL "
+                "Inspector; its own time, which may include waiting for peers); null for other sources",
+                "GB/s",
+            ),
+            rc.number(
+                "reported_busbw_gbps",
+                "Median bus bandwidth the source reports itself; null for other sources",
+                "GB/s",
+            ),
+            rc.number("ceiling_gbps", "The group's link ceiling, per direction per GPU; null: none", "GB/s"),
+            rc.pct("of_ceiling_pct", "busbw_gbps, % of ceiling_gbps"),
+            rc.text("ceiling", "Which link and why"),
+            rc.flag(
+                "all_ranks_traced",
+                "Every rank of the group was traced (false: the bandwidth is a lower bound)",
+            ),
+        ),
+    ),
+    report=Report(90, "collectives or communication kernels (any source)"),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Communication time per op and per kernel, its split, and bandwidth against the link (module doc).
 
@@ -136,25 +214,34 @@ def run(store: Store, params: Params) -> Result:
     notes = []
     if timed.is_empty():
         frame = counts
-        notes.append("no collective has both a start and an end time (e.g. gloo Flight Recorder dumps record "
-                     "only the enqueue); counts only")
+        notes.append(
+            "no collective has both a start and an end time (e.g. gloo Flight Recorder dumps record "
+            "only the enqueue); counts only"
+        )
     else:
         frame = timed.join(counts, on="name", how="full", coalesce=True).sort(
-            ["total_ns", "name"], descending=[True, False], nulls_last=True)
+            ["total_ns", "name"], descending=[True, False], nulls_last=True
+        )
     split, split_ranks = (_split(store.sql(_SPLIT.format(keys=k), [run_id])) for k in ("", "rank, "))
     frame = _with(frame, split, ["name"])
     ranks = _with(ranks, split_ranks, ["rank", "name"])
     bandwidth, bw_notes = _bandwidth(store, run_id, params)
-    partial = store.sql("SELECT coalesce(sum(span_ns), 0) FROM collective_perf WHERE run_id = ? AND traced_ranks >= 2 "
-                        "AND NOT all_ranks_traced", [run_id]).item()
+    partial = store.sql(
+        "SELECT coalesce(sum(span_ns), 0) FROM collective_perf WHERE run_id = ? AND traced_ranks >= 2 "
+        "AND NOT all_ranks_traced",
+        [run_id],
+    ).item()
     notes += [n for n in (_split_note(split, int(partial)),) if n] + bw_notes
     return Result(frame=frame, ranks=ranks, kernels=kernels, bandwidth=bandwidth, notes=tuple(notes))
 
 
 def _split(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
-        pl.when(pl.col("span_ns") > 0).then(100.0 * (pl.col("span_ns") - pl.col("unsplit_ns")) / pl.col("span_ns"))
-        .otherwise(None).alias("split_pct"))
+        pl.when(pl.col("span_ns") > 0)
+        .then(100.0 * (pl.col("span_ns") - pl.col("unsplit_ns")) / pl.col("span_ns"))
+        .otherwise(None)
+        .alias("split_pct")
+    )
 
 
 def _with(frame: pl.DataFrame, split: pl.DataFrame, on: list[str]) -> pl.DataFrame:
@@ -176,25 +263,33 @@ def _split_note(split: pl.DataFrame, partial_ns: int) -> str | None:
         return None
     share = 100.0 * (span - parts["unsplit_ns"]) / span
     pct = {k: 100.0 * v / span for k, v in parts.items()}
-    text = (f"communication time (arrival to end, all calls) {span / 1e6:,.3f} ms: {share:.1f}% split into wait for "
-            f"peers {pct['wait_ns']:.1f}%, launch {pct['launch_ns']:.1f}%, transfer {pct['transfer_ns']:.1f}%")
+    text = (
+        f"communication time (arrival to end, all calls) {span / 1e6:,.3f} ms: {share:.1f}% split into wait for "
+        f"peers {pct['wait_ns']:.1f}%, launch {pct['launch_ns']:.1f}%, transfer {pct['transfer_ns']:.1f}%"
+    )
     if partial_ns:
-        text += (f"; {100.0 * partial_ns / span:.1f}% among the traced ranks of groups not traced on every rank "
-                 "(an untraced rank may have arrived later: waits lower bounds, transfers upper bounds)")
+        text += (
+            f"; {100.0 * partial_ns / span:.1f}% among the traced ranks of groups not traced on every rank "
+            "(an untraced rank may have arrived later: waits lower bounds, transfers upper bounds)"
+        )
     if parts["unsplit_ns"]:
-        text += (f"; {pct['unsplit_ns']:.1f}% unsplit (calls with no traced peer: waiting cannot be told from "
-                 "moving data; trace every rank)")
+        text += (
+            f"; {pct['unsplit_ns']:.1f}% unsplit (calls with no traced peer: waiting cannot be told from "
+            "moving data; trace every rank)"
+        )
     return text
 
 
 def bucket_label(lo: int) -> str:
     """``[lo, 2 lo)`` in binary units: ``512 KiB-1 MiB``; ``0 B`` for 0."""
+
     def fmt(x: int) -> str:
         units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
         k = 0
         while x >= 1024 and k < len(units) - 1:
             x, k = x // 1024, k + 1
         return f"{x} {units[k]}"
+
     return "0 B" if lo <= 0 else f"{fmt(lo)}-{fmt(2 * lo)}"
 
 
@@ -210,10 +305,16 @@ def _buckets(size: pl.Series) -> pl.Series:
 def _ceilings(store: Store, run_id: int, rows: pl.DataFrame, params: Params) -> pl.DataFrame:
     """Ceiling (gbps, text) per process group (source, pg, pg_ranks) of ``rows`` (module doc, step 4)."""
     devices = {r: d for r, d in rank_devices(store, run_id).select("rank", "device_name").iter_rows()}
-    hosts = {r: h for r, h in store.sql("SELECT rank, any_value(host) AS host FROM traces WHERE run_id = ? "
-                                        "GROUP BY rank", [run_id]).iter_rows()}
+    hosts = {
+        r: h
+        for r, h in store.sql(
+            "SELECT rank, any_value(host) AS host FROM traces WHERE run_id = ? GROUP BY rank", [run_id]
+        ).iter_rows()
+    }
     out = []
-    groups = rows.group_by("source", "pg", "pg_ranks").agg(pl.col("rank").unique(), pl.col("group_size").max())
+    groups = rows.group_by("source", "pg", "pg_ranks").agg(
+        pl.col("rank").unique(), pl.col("group_size").max()
+    )
     for src, pg, pg_ranks, seen, n in groups.iter_rows():
         members = sorted(set(seen) | set(_ranks(pg_ranks)))
         names = [devices.get(r) for r in seen if devices.get(r)]
@@ -222,8 +323,17 @@ def _ceilings(store: Store, run_id: int, rows: pl.DataFrame, params: Params) -> 
         spans = None if any(h is None for h in member_hosts) else len(set(member_hosts)) > 1
         c = choose_ceiling(device, spans, n, params.link_gbps, params.network)
         out.append((src, pg, pg_ranks, c.gbps, c.text))
-    return pl.DataFrame(out, schema={"source": pl.Utf8, "pg": pl.Utf8, "pg_ranks": pl.Utf8, "ceiling_gbps": pl.Float64,
-                                     "ceiling": pl.Utf8}, orient="row")
+    return pl.DataFrame(
+        out,
+        schema={
+            "source": pl.Utf8,
+            "pg": pl.Utf8,
+            "pg_ranks": pl.Utf8,
+            "ceiling_gbps": pl.Float64,
+            "ceiling": pl.Utf8,
+        },
+        orient="row",
+    )
 
 
 def _ranks(pg_ranks: str | None) -> list[int]:
@@ -240,46 +350,91 @@ def _bandwidth(store: Store, run_id: int, params: Params) -> tuple[pl.DataFrame,
     """The ``bandwidth`` table and its notes (module doc, step 4)."""
     rows = store.sql(_BW, [run_id])
     if rows.is_empty():
-        sized, alg = store.sql("SELECT count(size_bytes), count(algbw_gbps) FROM collective_perf WHERE run_id = ?",
-                               [run_id]).row(0)
-        why = ("no call records its message size" if not sized else
-               "no call with a known size has a transfer time above 0 (it is 0 or unknown)" if not alg else
-               "the process groups' sizes are unknown, so no bus factor (algbw_gbps in collective_perf)")
+        sized, alg = store.sql(
+            "SELECT count(size_bytes), count(algbw_gbps) FROM collective_perf WHERE run_id = ?", [run_id]
+        ).row(0)
+        why = (
+            "no call records its message size"
+            if not sized
+            else "no call with a known size has a transfer time above 0 (it is 0 or unknown)"
+            if not alg
+            else "the process groups' sizes are unknown, so no bus factor (algbw_gbps in collective_perf)"
+        )
         return pl.DataFrame(), [f"bandwidth: none ({why})"]
     ceilings = _ceilings(store, run_id, rows, params)
     rows = rows.join(ceilings, on=["source", "pg", "pg_ranks"], how="left", nulls_equal=True).with_columns(
-        _buckets(rows["size_bytes"]))
+        _buckets(rows["size_bytes"])
+    )
     keys = ["source", "op", "group_size", "bucket_bytes", "ceiling"]
-    bw = rows.group_by(keys).agg(
-        pl.len().alias("calls"), _common.whole_ns(pl.col("size_bytes").median()).alias("size_bytes"),
-        _common.whole_ns(pl.col("transfer_ns").median()), pl.col("transfer_ns").sum().alias("_total"),
-        pl.col("algbw_gbps").median(), pl.col("busbw_gbps").median(), pl.col("busbw_gbps").max().alias("busbw_max_gbps"),
-        pl.col("reported_algbw_gbps").median(), pl.col("reported_busbw_gbps").median(),
-        pl.col("ceiling_gbps").first(), pl.col("all_ranks_traced").all(),
-    ).with_columns(
-        pl.col("bucket_bytes").map_elements(bucket_label, return_dtype=pl.Utf8).alias("size_bucket"),
-        (100.0 * pl.col("busbw_gbps") / pl.col("ceiling_gbps")).alias("of_ceiling_pct"),
-    ).sort("source", "op", "group_size", "bucket_bytes", "ceiling")
-    notes = [_headline(r) for r in bw.sort("_total", descending=True).unique("op", keep="first", maintain_order=True)
-             .iter_rows(named=True)]
+    bw = (
+        rows.group_by(keys)
+        .agg(
+            pl.len().alias("calls"),
+            _common.whole_ns(pl.col("size_bytes").median()).alias("size_bytes"),
+            _common.whole_ns(pl.col("transfer_ns").median()),
+            pl.col("transfer_ns").sum().alias("_total"),
+            pl.col("algbw_gbps").median(),
+            pl.col("busbw_gbps").median(),
+            pl.col("busbw_gbps").max().alias("busbw_max_gbps"),
+            pl.col("reported_algbw_gbps").median(),
+            pl.col("reported_busbw_gbps").median(),
+            pl.col("ceiling_gbps").first(),
+            pl.col("all_ranks_traced").all(),
+        )
+        .with_columns(
+            pl.col("bucket_bytes").map_elements(bucket_label, return_dtype=pl.Utf8).alias("size_bucket"),
+            (100.0 * pl.col("busbw_gbps") / pl.col("ceiling_gbps")).alias("of_ceiling_pct"),
+        )
+        .sort("source", "op", "group_size", "bucket_bytes", "ceiling")
+    )
+    notes = [
+        _headline(r)
+        for r in bw.sort("_total", descending=True)
+        .unique("op", keep="first", maintain_order=True)
+        .iter_rows(named=True)
+    ]
     if not bw["all_ranks_traced"].all():
-        notes.append("bandwidth: some groups were not traced on every rank (all_ranks_traced false): an untraced "
-                     "rank's lateness may be inside the transfer, so those figures are lower bounds")
-    cols = ["source", "op", "group_size", "size_bucket", "bucket_bytes", "calls", "size_bytes", "transfer_ns",
-            "algbw_gbps", "busbw_gbps", "busbw_max_gbps", "reported_algbw_gbps", "reported_busbw_gbps", "ceiling_gbps",
-            "of_ceiling_pct", "ceiling", "all_ranks_traced"]
+        notes.append(
+            "bandwidth: some groups were not traced on every rank (all_ranks_traced false): an untraced "
+            "rank's lateness may be inside the transfer, so those figures are lower bounds"
+        )
+    cols = [
+        "source",
+        "op",
+        "group_size",
+        "size_bucket",
+        "bucket_bytes",
+        "calls",
+        "size_bytes",
+        "transfer_ns",
+        "algbw_gbps",
+        "busbw_gbps",
+        "busbw_max_gbps",
+        "reported_algbw_gbps",
+        "reported_busbw_gbps",
+        "ceiling_gbps",
+        "of_ceiling_pct",
+        "ceiling",
+        "all_ranks_traced",
+    ]
     return bw.select(cols), notes
 
 
 def _headline(r: dict[str, object]) -> str:
     """``all_reduce, 16 MiB-32 MiB messages, 8 ranks: busbw 180 GB/s of 450 GB/s (40%; NVLink 4, ...)``;
     with the source's own figure where it reports one (``; the source reports busbw 170 GB/s ...``)."""
-    head = (f"{r['op']}, {bucket_label(int(r['bucket_bytes']))} messages"  # type: ignore[call-overload]
-            + (f", {r['group_size']} ranks" if r["group_size"] is not None else "")
-            + f" (most transfer time, {r['calls']} calls): ")
+    head = (
+        f"{r['op']}, {bucket_label(int(r['bucket_bytes']))} messages"  # type: ignore[call-overload]
+        + (f", {r['group_size']} ranks" if r["group_size"] is not None else "")
+        + f" (most transfer time, {r['calls']} calls): "
+    )
     reported = r.get("reported_busbw_gbps")
-    own = (f"the source reports busbw {_gbps(float(reported))} GB/s (median; its own time, which may include "  # type: ignore[arg-type]
-           "waiting for peers)" if reported is not None else "")
+    own = (
+        f"the source reports busbw {_gbps(float(reported))} GB/s (median; its own time, which may include "  # type: ignore[arg-type]
+        "waiting for peers)"
+        if reported is not None
+        else ""
+    )
     if r["busbw_gbps"] is None:  # no transfer time to compute one from: the source's figure alone
         return head + own
     busbw = float(r["busbw_gbps"])  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ Algorithm:
      left out. With ``gpu=true`` the GPU-side annotations (Kineto ``gpu_user_annotation``) are
      summarized instead.
   2. Per range name, over the run and per rank: total time, instances, average, median, minimum,
-     maximum, sample standard deviation, share of the summed range time (``analyses._summary``).
+     maximum, sample standard deviation, share of the summed range time (``traceprof.analyses._summary``).
      Nested ranges each count in full, so shares add up to more than wall time when ranges nest.
 """
 
@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyses._summary import summarize
-from traceprof.analysis import FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses._summary import summarize
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.analysis import Analysis, FrameResult, RunParams, register
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,25 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """``frame``: per range name over the run: time_pct, total_ns, instances, avg_ns, med_ns,
-    min_ns, max_ns, stddev_ns (int64 ns), ranks, name. ``ranks``: the same per (rank, name)."""
+    """Per range name over the run (``frame``) and per (rank, name) (``ranks``); their columns
+    are declared in :data:`SPEC`."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Annotated range (NVTX) summary"
 
 
-@register("nvtx_sum", Params)
+SPEC = Analysis(
+    name="nvtx_sum",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame("frame", "Per range name over the run", *rc.summary_columns("range", per_rank=False)),
+        rc.frame("ranks", "Per (rank, range name)", *rc.summary_columns("range", per_rank=True)),
+    ),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Range time per name (module doc).
 
@@ -52,6 +64,8 @@ def run(store: Store, params: Params) -> Result:
     rows = f"SELECT rank, name, dur_ns FROM events WHERE run_id = $run AND kind IN {kinds}"
     frame, ranks = summarize(store, run_id, rows)
     if frame.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no {'GPU ' if params.gpu else ''}annotation ranges "
-                            "(NVTX / record_function) in the trace")
+        raise AnalysisError(
+            f"run {params.run or run_id}: no {'GPU ' if params.gpu else ''}annotation ranges "
+            "(NVTX / record_function) in the trace"
+        )
     return Result(frame=frame, ranks=ranks)

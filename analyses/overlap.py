@@ -2,7 +2,7 @@
 
 Algorithm (README.md "Analyses"; HTA's "comm-comp overlap" and Nsight's recipes use the same definition):
   1. Merge the rank's comm intervals and its compute intervals separately, all streams together
-     (``traceprof.activity``: NCCL/RCCL kernels vs compute kernels; gloo work vs training-thread
+     (``traceprof.engine.activity``: NCCL/RCCL kernels vs compute kernels; gloo work vs training-thread
      ops on CPU-only ranks).
   2. overlap = |comm ∩ compute| = |comm| + |compute| - |comm ∪ compute|.
   3. overlap_pct = overlap / |comm|; exposed communication = |comm| - overlap.
@@ -19,10 +19,33 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import excluded_note, graph_level_notes, multi_device_ranks, run_activity
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.intervals import class_measures, subtract
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.names import shorten
+from traceprof.core.schema import Column
+from traceprof.engine.activity import (
+    excluded_note,
+    exposed_comm,
+    graph_level_notes,
+    multi_device_ranks,
+    run_activity,
+)
+from traceprof.engine.analysis import (
+    Analysis,
+    Chart,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Note,
+    PerRank,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
+from traceprof.engine.intervals import class_measures
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -34,13 +57,8 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per-rank overlap (``frame``) and per step (``steps``).
-
-    Columns: rank, [step,] comm_ns, compute_ns, overlap_ns, exposed_comm_ns, window_ns (ns),
-    overlap_pct (% of comm_ns; null without communication), exposed_comm_pct (% of window_ns).
-    ``devices`` (only when a rank drives several GPUs): rank, device and the same columns, each
-    device's communication measured against that device's compute.
-    """
+    """Per-rank overlap (``frame``), per step (``steps``) and per device (``devices``, only when a
+    rank drives several GPUs); their columns are declared in :data:`SPEC`."""
 
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     devices: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -48,33 +66,29 @@ class Result(FrameResult):
 
     def charts(self) -> list[Chart]:
         return [
-            Chart("Communication per rank: hidden vs exposed", "rank", ("overlap_ns", "exposed_comm_ns"),
-                  stacked=True, ylabel="ns"),
+            Chart(
+                "Communication per rank: hidden vs exposed",
+                "rank",
+                ("overlap_ns", "exposed_comm_ns"),
+                stacked=True,
+                ylabel="ns",
+            ),
         ]
-
-
-def exposed_comm(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Maximal intervals of communication not hidden behind any compute of the same rank.
-
-    Args:
-        act: Activity frame (``traceprof.activity``).
-        by: ``["rank"]`` or ``["rank", "step"]`` (one step's communication minus all the rank's
-            compute, module doc step 4); rows with a null step form their own group.
-
-    Returns:
-        Frame with ``by`` + start_ns, end_ns (ns), disjoint and sorted within each group.
-    """
-    comm = act.filter(pl.col("class") == "comm")
-    return subtract(comm, act.filter(pl.col("class") == "compute"), by, ["rank"])
 
 
 def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     m = class_measures(act, by)
     if "step" in by:  # hidden behind any compute of the rank (module doc, step 4)
-        exp = exposed_comm(act, by).group_by(by).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_exp"))
-        m = m.join(exp, on=by, how="left").with_columns(
-            (pl.col("comm_ns") - pl.col("_exp").fill_null(0)).alias("overlap_ns")
-        ).drop("_exp")
+        exp = (
+            exposed_comm(act, by)
+            .group_by(by)
+            .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_exp"))
+        )
+        m = (
+            m.join(exp, on=by, how="left")
+            .with_columns((pl.col("comm_ns") - pl.col("_exp").fill_null(0)).alias("overlap_ns"))
+            .drop("_exp")
+        )
     return m.select(
         *by,
         "comm_ns",
@@ -91,7 +105,110 @@ def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
-@register("overlap", Params)
+def overlap_columns(*keys: Column) -> tuple[Column, ...]:
+    """rank, ``keys`` and the overlap columns."""
+    return (
+        rc.RANK,
+        *keys,
+        rc.ns("comm_ns", "Union of communication"),
+        rc.ns("compute_ns", "Union of compute"),
+        rc.ns("overlap_ns", "Communication hidden behind compute: |comm ∩ compute|"),
+        rc.ns("exposed_comm_ns", "Communication not hidden: comm_ns - overlap_ns"),
+        rc.WINDOW_NS,
+        rc.pct("overlap_pct", "overlap_ns, % of comm_ns; null without communication"),
+        rc.pct("exposed_comm_pct", "exposed_comm_ns, % of window_ns"),
+    )
+
+
+def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The communication topic: exposed communication, median over ranks, with the worst rank and
+    ``gaps``' largest cause; beyond the waits for a straggler ``stragglers`` names (its cost)."""
+    res = inp.results
+    ov = res.get("overlap")
+    if ov is None or ov.frame.is_empty() or "exposed_comm_pct" not in ov.frame.columns:
+        return [], None
+    df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
+    if df.is_empty() or (df["comm_ns"] == 0).all():
+        if _common.graph_level(ov):  # communication inside a graph traced per graph is not seen
+            return [], Verdict(
+                "communication",
+                "n/a",
+                "no communication kernels in the trace, but CUDA graphs were "
+                "traced per graph and may hold some: record them with nsys profile "
+                "--cuda-graph-trace=node",
+            )
+        return [], Verdict("communication", "ok", "no communication in the trace")
+    worst = df.sort(["exposed_comm_pct", "rank"], descending=[True, False]).row(0, named=True)
+    median = _common.num(df["exposed_comm_pct"].median())
+    cause = full_cause = ""
+    gaps = res.get("gaps")
+    if gaps is not None and gaps.frame.height and "cause" in gaps.frame.columns:
+        top = gaps.frame.row(0, named=True)
+        cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
+        before = top.get("before") or ""
+        if (
+            len(before) > _common.NAME_WIDTH
+        ):  # a 1,000-character kernel name: its family, the full name on hover
+            full_cause, cause = cause, cause.replace(before, shorten(before, _common.NAME_WIDTH))
+    overlap = (
+        f"{worst['overlap_pct']:.0f}% of its communication hidden"
+        if worst.get("overlap_pct") is not None
+        else ""
+    )
+    text = (
+        f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
+        f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}"
+    )
+    cost = median
+    st = res.get("stragglers")
+    if st is not None and _common.named_ranks(res) and "wait_ns" in st.frame.columns:
+        # Waiting at a collective for a late peer shows as exposed communication: it is the
+        # straggler's cost (counted there), so only the exposed time beyond it costs here.
+        own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(
+            (
+                100.0
+                * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0)
+                / pl.col("window_ns")
+            ).median()
+        )
+        cost = float(own.item() or 0.0)
+        named = ", ".join(map(str, _common.named_ranks(res)))
+        text = (
+            f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
+            f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}"
+        )
+    problem = cost >= 5.0
+    full = text.replace(cause, full_cause) if full_cause else ""
+    f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
+    return [f], Verdict("communication", "problem" if problem else "ok", text)
+
+
+SPEC = Analysis(
+    name="overlap",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame("frame", "Per rank", *overlap_columns()),
+        rc.frame(
+            "steps",
+            "Per (rank, step): the step's communication against all the rank's compute; window of the "
+            "step's activity",
+            *overlap_columns(rc.STEP),
+        ),
+        rc.frame(
+            "devices",
+            "Per (rank, device), only when a rank drives several GPUs: each device's communication "
+            "against that device's compute",
+            *overlap_columns(rc.DEVICE),
+        ),
+    ),
+    report=Report(20, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
+    findings=Topic("communication", 20, _communication_topic),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Communication/computation overlap per rank and per step of one run.
 
@@ -102,16 +219,21 @@ def run(store: Store, params: Params) -> Result:
     run_id, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _overlap(act, ["rank"])
     per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
-    notes = []
+    notes: list[str] = []
     multi = multi_device_ranks(act)
     per_device = pl.DataFrame()
     if multi:
         per_device = _overlap(act.filter(pl.col("device_kind") == "gpu"), ["rank", "device"])
-        notes.append(f"rank(s) {', '.join(map(str, multi))} drive several GPUs: per rank, communication on one "
-                     "device counts as hidden behind compute on any of them; the devices table keeps them apart")
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: per rank, communication on one device counts as "
+                "hidden behind compute on any of them; the devices table keeps them apart",
+                ranks=multi,
+            )
+        )
     no_comm = per_rank.filter(pl.col("comm_ns") == 0)["rank"].to_list()
     if no_comm:
-        notes.append(f"ranks without communication (overlap undefined): {no_comm}")
+        notes.append(Note("ranks without communication (overlap undefined): [{ranks}]", ranks=no_comm))
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     notes += graph_level_notes(store, run_id)

@@ -1,7 +1,7 @@
 """parallelism: the mesh, exposed communication per axis, pipeline bubbles, all-to-all load, slow stages.
 
 Algorithm:
-  1. The mesh (``analyses._mesh``): each rank's coordinate on each axis (dp, tp, pp, cp, ep, ...)
+  1. The mesh (``traceprof.analyses._mesh``): each rank's coordinate on each axis (dp, tp, pp, cp, ep, ...)
      from the process groups the traces record, by their names and by size and stride; NDTimeline's
      stage and dp_rank; or the user's ``-p mesh=pp:4,dp:2,tp:8`` (outermost first). Table ``ranks``.
   2. The group of each collective row: its ``pg_ranks``; else its ``pg`` looked up among the rank's
@@ -12,24 +12,24 @@ Algorithm:
      (``_mesh.Mesh.label``). Point-to-point rows with no group (or a group of which only their own
      rank is known) are the pipeline's (``pp``) when the mesh has a pp axis. Rows whose group stays
      unknown are ``unassigned``, never dropped.
-  3. Per axis: each communication interval of the activity (``traceprof.activity``, as ``overlap``
+  3. Per axis: each communication interval of the activity (``traceprof.engine.activity``, as ``overlap``
      reads it; NDTimeline: its collective and compute ops) takes the label of the collectives row
      with its rank, start and end. Exposed communication = communication minus compute, per rank
-     (``analyses.overlap.exposed_comm``). **Attribution rule**: where collectives of several axes run
+     (``traceprof.analyses.overlap.exposed_comm``). **Attribution rule**: where collectives of several axes run
      at the same exposed instant, that instant goes to the first of them in :func:`label_order`:
      tp, cp, ep, pp, dp_shard, dp, dp_replicate, other single axes by name, then labels spanning
      several axes (fewest first), ``world``, and ``unassigned`` last (the inner axes' collectives
      block every layer; data-parallel traffic is meant to run behind compute). In that order each
      label takes the exposed time its intervals cover and removes it, so every exposed ns is
      counted once and the axes' ``exposed_comm_ns`` sum exactly to ``overlap``'s total.
-  4. Pipeline (a pp axis of 2+ stages; ``analyses._pipeline``): per stage and step, the bubble
+  4. Pipeline (a pp axis of 2+ stages; ``traceprof.analyses._pipeline``): per stage and step, the bubble
      (step - compute) split into the schedule's own bubble, stage imbalance, waiting for p2p and the
      rest; slow stages and slow data-parallel replicas (table ``slow``).
-  5. All-to-all (``analyses._alltoall``): per instance the bytes each rank sends to and receives
+  5. All-to-all (``traceprof.analyses._alltoall``): per instance the bytes each rank sends to and receives
      from each peer (recorded split sizes, else an even split), the load's max/mean and Gini, the
      arrival waits and the transfer time the imbalance costs; a rank x peer matrix of bytes.
 
-Linear in events after one sort per interval operation (``traceprof.intervals``); the labels are
+Linear in events after one sort per interval operation (``traceprof.engine.intervals``); the labels are
 computed once per distinct (rank, group) key.
 """
 
@@ -40,14 +40,27 @@ from typing import Any
 
 import polars as pl
 
-from analyses import _alltoall, _common, _mesh, _pipeline
-from analyses.overlap import exposed_comm
-from traceprof.activity import activity
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.intervals import subtract, union_ns
-from traceprof.matching import ARRIVAL_SQL, run_steps
-from traceprof.store import Store
+from traceprof.analyses import _alltoall, _common, _mesh, _pipeline
+from traceprof.analyses.overlap import exposed_comm
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.activity import activity
+from traceprof.engine.analysis import (
+    Analysis,
+    Chart,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Note,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
+from traceprof.engine.intervals import subtract, union_ns
+from traceprof.ingest.matching import ARRIVAL_SQL, run_steps
+from traceprof.storage.store import Store
 
 __all__ = ["Params", "Result", "run", "COLUMNS", "label_order", "MeshView"]
 
@@ -73,20 +86,28 @@ COLUMNS: dict[str, dict[str, str]] = {
     "frame": {
         "axis": "mesh axis (dp, tp, pp, ...), a label spanning axes (dp+pp), world, or unassigned",
         "size": "ranks per group of the axis (product for a spanning label; null unassigned)",
-        "groups": "distinct process groups of the label", "collectives": "collective rows of the label",
+        "groups": "distinct process groups of the label",
+        "collectives": "collective rows of the label",
         "bytes": "bytes moved (sum of bytes_in)",
         "comm_ns": "communication of the label, its own union per rank, summed over ranks",
         "exposed_comm_ns": "exposed communication attributed to the label (rule: module doc, step 3); "
-                           "sums to overlap's total",
+        "sums to overlap's total",
         "exposed_pct": "share of all exposed communication (%)",
         "hidden_ns": "the label's communication hidden behind compute (comm_ns minus its own exposed part)",
         "hidden_pct": "hidden_ns as a share of comm_ns (%)",
         "found_by": "how the axis was found",
     },
-    "ranks": {"rank": "global rank", "traced": "a trace of the rank is in the run",
-              "<axis>": "one column per mesh axis: the rank's coordinate"},
-    "axis_ranks": {"rank": "global rank", "axis": "label", "comm_ns": "communication of the label on the rank",
-                   "exposed_comm_ns": "exposed communication attributed to the label on the rank"},
+    "ranks": {
+        "rank": "global rank",
+        "traced": "a trace of the rank is in the run",
+        "<axis>": "one column per mesh axis: the rank's coordinate",
+    },
+    "axis_ranks": {
+        "rank": "global rank",
+        "axis": "label",
+        "comm_ns": "communication of the label on the rank",
+        "exposed_comm_ns": "exposed communication attributed to the label on the rank",
+    },
     "stages": _pipeline.STAGE_COLUMNS,
     "pipeline": _pipeline.STEP_COLUMNS,
     "timeline": _pipeline.TIMELINE_COLUMNS,
@@ -130,7 +151,9 @@ class MeshView:
     def group_of(self, ranks: tuple[int, ...] | list[int]) -> dict[int, tuple[str, str]]:
         """The ``ranks`` that lie in a slow stage or replica -> (its name, ``pipeline stage 3``; its
         sentence)."""
-        inside = {r: (_pipeline.slice_name(s["kind"], s["index"]), s["text"]) for s in self.slow for r in s["ranks"]}
+        inside = {
+            r: (_pipeline.slice_name(s["kind"], s["index"]), s["text"]) for s in self.slow for r in s["ranks"]
+        }
         return {r: inside[r] for r in ranks if r in inside}
 
 
@@ -155,21 +178,43 @@ class Result(FrameResult):
     title = "Parallelism: mesh, axes, pipeline, all-to-all"
 
     def mesh_view(self) -> MeshView:
-        """The slow stages and replicas and each rank's place in the mesh (for ``traceprof.verdict``)."""
+        """The slow stages and replicas and each rank's place in the mesh (for ``traceprof.engine.verdict``)."""
         slow = tuple(r for r in self.slow.iter_rows(named=True) if r["slow"]) if self.slow.height else ()
         return MeshView(slow, _pipeline.rank_labels(self.ranks), tuple(r["text"] for r in slow))
 
     def charts(self) -> list[Chart]:
         return [
-            Chart("Communication per mesh axis: hidden behind compute, and exposed (attributed)", "axis",
-                  ("hidden_ns", "exposed_comm_ns"), stacked=True, ylabel="ns"),
-            Chart("Pipeline bubble per stage (mean step)", "stage",
-                  ("schedule_bubble_ns", "imbalance_ns", "p2p_wait_ns", "other_ns"), stacked=True, ylabel="ns",
-                  frame="stages"),
-            Chart("Pipeline stages over the median step: compute, p2p, other communication", "lane",
-                  ("start_ms", "end_ms"), kind="spans", value="state", frame="timeline"),
-            Chart("All-to-all bytes sent, rank x peer (MiB, all instances)", "peer", ("rank",), kind="heatmap",
-                  value="mib", frame="alltoall_matrix"),
+            Chart(
+                "Communication per mesh axis: hidden behind compute, and exposed (attributed)",
+                "axis",
+                ("hidden_ns", "exposed_comm_ns"),
+                stacked=True,
+                ylabel="ns",
+            ),
+            Chart(
+                "Pipeline bubble per stage (mean step)",
+                "stage",
+                ("schedule_bubble_ns", "imbalance_ns", "p2p_wait_ns", "other_ns"),
+                stacked=True,
+                ylabel="ns",
+                frame="stages",
+            ),
+            Chart(
+                "Pipeline stages over the median step: compute, p2p, other communication",
+                "lane",
+                ("start_ms", "end_ms"),
+                kind="spans",
+                value="state",
+                frame="timeline",
+            ),
+            Chart(
+                "All-to-all bytes sent, rank x peer (MiB, all instances)",
+                "peer",
+                ("rank",),
+                kind="heatmap",
+                value="mib",
+                frame="alltoall_matrix",
+            ),
         ]
 
 
@@ -194,42 +239,69 @@ def _gloo_groups(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     for the rest from the other rows of their gloo worker thread (a process group's work runs on
     its own threads), when those name exactly one group."""
     gloo = (pl.col("source") == "gloo") & pl.col("pg").is_null() & ~pl.col("p2p")
-    fr = rows.filter((pl.col("source") == "fr") & pl.col("pg").is_not_null() & pl.col("enter_ns").is_not_null())
+    fr = rows.filter(
+        (pl.col("source") == "fr") & pl.col("pg").is_not_null() & pl.col("enter_ns").is_not_null()
+    )
     todo = rows.with_row_index("_i").filter(gloo & pl.col("enter_ns").is_not_null())
     if todo.is_empty():
         return rows, []
     notes = []
     named = todo.head(0).select("_i", pl.lit(None, pl.Utf8).alias("_pg"))
     if fr.height:
-        left = todo.select("_i", "rank", "op", "enter_ns").sort("enter_ns").with_columns(
-            pl.col("enter_ns").shift(-1).over("rank", "op", order_by="enter_ns").alias("_next"))
-        right = fr.select("rank", "op", pl.col("enter_ns").alias("_created"), pl.col("pg").alias("_pg")).sort("_created")
-        got = left.join_asof(right, left_on="enter_ns", right_on="_created", by=["rank", "op"], strategy="forward",
-                              check_sortedness=False)
-        named = got.filter(pl.col("_pg").is_not_null() & (pl.col("_next").is_null() | (pl.col("_created") < pl.col("_next"))))
+        left = (
+            todo.select("_i", "rank", "op", "enter_ns")
+            .sort("enter_ns")
+            .with_columns(pl.col("enter_ns").shift(-1).over("rank", "op", order_by="enter_ns").alias("_next"))
+        )
+        right = fr.select("rank", "op", pl.col("enter_ns").alias("_created"), pl.col("pg").alias("_pg")).sort(
+            "_created"
+        )
+        got = left.join_asof(
+            right,
+            left_on="enter_ns",
+            right_on="_created",
+            by=["rank", "op"],
+            strategy="forward",
+            check_sortedness=False,
+        )
+        named = got.filter(
+            pl.col("_pg").is_not_null() & (pl.col("_next").is_null() | (pl.col("_created") < pl.col("_next")))
+        )
         named = named.select("_i", "_pg")
         if named.height:
-            notes.append(f"{named.height} gloo collectives take their process group from the Flight Recorder entry "
-                         "their rank created while enqueueing them")
-    threads = todo.join(named, on="_i", how="left").filter(pl.col("_pg").is_not_null()).group_by("rank", "tid").agg(
-        pl.col("_pg").unique().alias("_pgs")).filter(pl.col("_pgs").list.len() == 1).select(
-        "rank", "tid", pl.col("_pgs").list.first().alias("_tpg"))
-    out = rows.with_row_index("_i").join(named, on="_i", how="left").join(threads, on=["rank", "tid"], how="left")
+            notes.append(
+                f"{named.height} gloo collectives take their process group from the Flight Recorder entry "
+                "their rank created while enqueueing them"
+            )
+    threads = (
+        todo.join(named, on="_i", how="left")
+        .filter(pl.col("_pg").is_not_null())
+        .group_by("rank", "tid")
+        .agg(pl.col("_pg").unique().alias("_pgs"))
+        .filter(pl.col("_pgs").list.len() == 1)
+        .select("rank", "tid", pl.col("_pgs").list.first().alias("_tpg"))
+    )
+    out = (
+        rows.with_row_index("_i")
+        .join(named, on="_i", how="left")
+        .join(threads, on=["rank", "tid"], how="left")
+    )
     out = out.with_columns(pl.when(gloo).then(pl.coalesce("_pg", "_tpg")).otherwise(pl.col("pg")).alias("pg"))
     return out.drop("_i", "_pg", "_tpg"), notes
 
 
 def _activity(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
     """Activity intervals (rank, class, start_ns, end_ns, step) and what they are: kernels or
-    training-thread ops (``traceprof.activity``), else per-op traces' collective and compute ops."""
+    training-thread ops (``traceprof.engine.activity``), else per-op traces' collective and compute ops."""
     act = activity(store, run_id)
     if act.height:
         return act.select("rank", "class", "start_ns", "end_ns", "step"), "activity"
     return store.sql(_OP_ACTIVITY, [run_id]), "ops"
 
 
-def _labels(rows: pl.DataFrame, mesh: _mesh.Mesh, groups: list[_mesh.Group],
-            own: dict[int, list[_mesh.Group]]) -> tuple[pl.DataFrame, list[str]]:
+def _labels(
+    rows: pl.DataFrame, mesh: _mesh.Mesh, groups: list[_mesh.Group], own: dict[int, list[_mesh.Group]]
+) -> tuple[pl.DataFrame, list[str]]:
     """Each row's group members and axis label (module doc, step 2), computed once per distinct
     (rank, pg, pg_ranks, p2p)."""
     by_name: dict[str, list[tuple[int, ...]]] = {}
@@ -254,10 +326,28 @@ def _labels(rows: pl.DataFrame, mesh: _mesh.Mesh, groups: list[_mesh.Group],
         if label is None and p2p and has_pp:  # no group, or only this rank of it seen
             label = "pp"
             notes.add("point-to-point ops that name no process group are the pipeline's (pp)")
-        out.append((rank, pg, pg_ranks, p2p, "[" + ", ".join(map(str, members)) + "]" if members else None,
-                    label or "unassigned"))
-    lab = pl.DataFrame(out, schema={"rank": rows.schema["rank"], "pg": pl.Utf8, "pg_ranks": pl.Utf8,
-                                    "p2p": pl.Boolean, "members": pl.Utf8, "axis": pl.Utf8}, orient="row")
+        out.append(
+            (
+                rank,
+                pg,
+                pg_ranks,
+                p2p,
+                "[" + ", ".join(map(str, members)) + "]" if members else None,
+                label or "unassigned",
+            )
+        )
+    lab = pl.DataFrame(
+        out,
+        schema={
+            "rank": rows.schema["rank"],
+            "pg": pl.Utf8,
+            "pg_ranks": pl.Utf8,
+            "p2p": pl.Boolean,
+            "members": pl.Utf8,
+            "axis": pl.Utf8,
+        },
+        orient="row",
+    )
     return rows.join(lab, on=["rank", "pg", "pg_ranks", "p2p"], how="left", nulls_equal=True), sorted(notes)
 
 
@@ -268,15 +358,25 @@ def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     comm = act.filter(pl.col("class") == "comm").select("rank", "start_ns", "end_ns", "step")
     order = {lab: i for i, lab in enumerate(sorted(set(rows["axis"].to_list()), key=label_order))}
     keyed = rows.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()).select(
-        pl.col("rank").cast(comm.schema["rank"]), "start_ns", "end_ns", "axis", "p2p", "source",
-        pl.col("axis").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
-    keyed = keyed.sort("_o", "rank", "start_ns").unique(["rank", "start_ns", "end_ns"], keep="first").drop("_o")
+        pl.col("rank").cast(comm.schema["rank"]),
+        "start_ns",
+        "end_ns",
+        "axis",
+        "p2p",
+        "source",
+        pl.col("axis").replace_strict(order, return_dtype=pl.Int64).alias("_o"),
+    )
+    keyed = (
+        keyed.sort("_o", "rank", "start_ns").unique(["rank", "start_ns", "end_ns"], keep="first").drop("_o")
+    )
     return comm.join(keyed, on=["rank", "start_ns", "end_ns"], how="left").with_columns(
-        pl.col("axis").fill_null("unassigned"), pl.col("p2p").fill_null(False))
+        pl.col("axis").fill_null("unassigned"), pl.col("p2p").fill_null(False)
+    )
 
 
-def _axes(act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame,
-          mesh: _mesh.Mesh) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _axes(
+    act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame, mesh: _mesh.Mesh
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3)."""
     remaining = exposed_comm(act, ["rank"])
     compute = act.filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns")
@@ -292,18 +392,31 @@ def _axes(act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame,
         after = union_ns(left, ["rank"], "_a")
         comm = union_ns(mine, ["rank"], "comm_ns")
         own = union_ns(subtract(mine, compute, ["rank"], ["rank"]), ["rank"], "_own")
-        got = before.join(after, on="rank", how="left").join(comm, on="rank", how="full", coalesce=True).join(
-            own, on="rank", how="left").with_columns(pl.col(c).fill_null(0) for c in ("_b", "_a", "comm_ns", "_own"))
-        per_rank.append(got.select("rank", pl.lit(label).alias("axis"), pl.col("comm_ns").cast(pl.Int64),
-                                   (pl.col("_b") - pl.col("_a")).cast(pl.Int64).alias("exposed_comm_ns"),
-                                   pl.col("_own").cast(pl.Int64).alias("_own")))
+        got = (
+            before.join(after, on="rank", how="left")
+            .join(comm, on="rank", how="full", coalesce=True)
+            .join(own, on="rank", how="left")
+            .with_columns(pl.col(c).fill_null(0) for c in ("_b", "_a", "comm_ns", "_own"))
+        )
+        per_rank.append(
+            got.select(
+                "rank",
+                pl.lit(label).alias("axis"),
+                pl.col("comm_ns").cast(pl.Int64),
+                (pl.col("_b") - pl.col("_a")).cast(pl.Int64).alias("exposed_comm_ns"),
+                pl.col("_own").cast(pl.Int64).alias("_own"),
+            )
+        )
         remaining = left
     ar = pl.concat(per_rank).filter((pl.col("comm_ns") > 0) | (pl.col("exposed_comm_ns") > 0))
     total = int(ar["exposed_comm_ns"].sum() or 0)
     linked = set(labelled.filter(pl.col("source").is_not_null())["source"].to_list())
     rows = rows.filter(pl.col("source").is_in(sorted(linked))) if linked else rows
-    counts = rows.group_by("axis").agg(pl.col("members").n_unique().alias("groups"), pl.len().alias("collectives"),
-                                       pl.col("bytes_in").sum().cast(pl.Int64).alias("bytes"))
+    counts = rows.group_by("axis").agg(
+        pl.col("members").n_unique().alias("groups"),
+        pl.len().alias("collectives"),
+        pl.col("bytes_in").sum().cast(pl.Int64).alias("bytes"),
+    )
     sizes = {a.name: a.size for a in mesh.axes}
     found = {a.name: a.found_by for a in mesh.axes}
 
@@ -318,20 +431,30 @@ def _axes(act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame,
             n *= sizes[p]
         return n
 
-    frame = ar.group_by("axis").agg(pl.col("comm_ns").sum(), pl.col("exposed_comm_ns").sum(), pl.col("_own").sum())
+    frame = ar.group_by("axis").agg(
+        pl.col("comm_ns").sum(), pl.col("exposed_comm_ns").sum(), pl.col("_own").sum()
+    )
     frame = frame.join(counts, on="axis", how="left").with_columns(
         pl.col("axis").map_elements(size, return_dtype=pl.Int64).alias("size"),
-        pl.col("groups").fill_null(0).cast(pl.Int64), pl.col("collectives").fill_null(0).cast(pl.Int64),
+        pl.col("groups").fill_null(0).cast(pl.Int64),
+        pl.col("collectives").fill_null(0).cast(pl.Int64),
         (100.0 * pl.col("exposed_comm_ns") / total if total else pl.lit(0.0)).alias("exposed_pct"),
         (pl.col("comm_ns") - pl.col("_own")).alias("hidden_ns"),
-        pl.when(pl.col("comm_ns") > 0).then(100.0 * (pl.col("comm_ns") - pl.col("_own")) / pl.col("comm_ns"))
+        pl.when(pl.col("comm_ns") > 0)
+        .then(100.0 * (pl.col("comm_ns") - pl.col("_own")) / pl.col("comm_ns"))
         .alias("hidden_pct"),
-        pl.col("axis").map_elements(lambda a: found.get(a) or _label_how(a), return_dtype=pl.Utf8).alias("found_by"),
+        pl.col("axis")
+        .map_elements(lambda a: found.get(a) or _label_how(a), return_dtype=pl.Utf8)
+        .alias("found_by"),
     )
     order = {lab: i for i, lab in enumerate(sorted(frame["axis"].to_list(), key=label_order))}
-    frame = frame.with_columns(pl.col("axis").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort("_o")
-    return (frame.select(*COLUMNS["frame"]),
-            ar.drop("_own").sort("rank", pl.col("axis").replace_strict(order, return_dtype=pl.Int64)))
+    frame = frame.with_columns(pl.col("axis").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort(
+        "_o"
+    )
+    return (
+        frame.select(*COLUMNS["frame"]),
+        ar.drop("_own").sort("rank", pl.col("axis").replace_strict(order, return_dtype=pl.Int64)),
+    )
 
 
 def _label_how(label: str) -> str:
@@ -342,7 +465,144 @@ def _label_how(label: str) -> str:
     return "groups spanning the axes " + label.replace("+", ", ")
 
 
-@register("parallelism", Params)
+def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """Informational findings of ``parallelism``: exposed communication per mesh axis, and the
+    pipeline's bubble split of the stage with the largest bubble beyond the schedule's own (no
+    cost: the exposed time is the communication finding's, a slow stage the straggler verdict's).
+    Where ``stragglers`` does not apply (nothing matched across ranks), its slow stages and
+    replicas are the stragglers topic's findings, with their cost."""
+    res = inp.results
+    p = res.get("parallelism")
+    if p is None:
+        return [], None
+    out, verdict = [], None
+    slow = (
+        p.frames()["slow"].filter(pl.col("slow"))
+        if "slow" in p.frames() and p.frames()["slow"].height
+        else None
+    )
+    if slow is not None and slow.height and res.get("stragglers") is None:
+        # no straggler verdict (no collective matched across ranks): the slow stages speak here
+        out += [
+            Finding("stragglers", r["text"], r["cost_pct"], True, "parallelism")
+            for r in slow.iter_rows(named=True)
+        ]
+        verdict = Verdict("stragglers", "problem", "; ".join(slow["text"].to_list()))
+    axes = p.frame.filter(pl.col("exposed_comm_ns") > 0)
+    total = _common.num(axes["exposed_comm_ns"].sum()) if axes.height else 0.0
+    mesh = str(p.note("mesh") or "").split(" (")[0]  # the mesh note's head: "mesh pp:2, dp:2"
+    if total and axes.height >= 2:  # one axis (a DDP run): the communication finding says it all
+        parts = ", ".join(
+            f"{r['axis']} {r['exposed_pct']:.0f}% ({_common.ms(r['exposed_comm_ns'])})"
+            for r in axes.iter_rows(named=True)
+        )
+        out.append(
+            Finding(
+                "parallelism",
+                f"exposed communication by mesh axis ({mesh}): {parts}",
+                None,
+                False,
+                "parallelism",
+            )
+        )
+    stages = p.frames().get("stages")
+    if stages is not None and stages.height:
+        top = (
+            stages.with_columns((pl.col("bubble_ns") - pl.col("schedule_bubble_ns")).alias("_x"))
+            .sort("_x", "stage", descending=[True, False])
+            .row(0, named=True)
+        )
+        step = top["step_ns"] or 1
+        out.append(
+            Finding(
+                "parallelism",
+                (
+                    f"pipeline bubble: stage {top['stage']} idle {top['bubble_pct']:.0f}% of its {_common.ms(step)} step: schedule "
+                    f"{100 * top['schedule_bubble_ns'] / step:.0f}% ({top['schedule_from']}), imbalance "
+                    f"{100 * top['imbalance_ns'] / step:.0f}%, p2p wait {100 * top['p2p_wait_ns'] / step:.0f}%, other "
+                    f"{100 * top['other_ns'] / step:.0f}%"
+                ),
+                None,
+                False,
+                "parallelism",
+            )
+        )
+    return out, verdict
+
+
+_RANKS = "BIGINT[]"
+#: Types of the columns whose names do not say it (``traceprof.core.columns.typed``).
+_TYPES = {
+    "axis": "VARCHAR",
+    "size": "BIGINT",
+    "groups": "BIGINT",
+    "collectives": "BIGINT",
+    "bytes": "BIGINT",
+    "found_by": "VARCHAR",
+    "rank": "INTEGER",
+    "traced": "BOOLEAN",
+    "<axis>": "INTEGER",
+    "stage": "BIGINT",
+    "ranks": _RANKS,
+    "samples": "BIGINT",
+    "microbatches": "BIGINT",
+    "schedule_from": "VARCHAR",
+    "slow": "BOOLEAN",
+    "pipeline": "VARCHAR",
+    "step": "INTEGER",
+    "lane": "VARCHAR",
+    "state": "VARCHAR",
+    "start_ms": "DOUBLE",
+    "end_ms": "DOUBLE",
+    "kind": "VARCHAR",
+    "index": "BIGINT",
+    "text": "VARCHAR",
+    "instance": "BIGINT",
+    "splits": "VARCHAR",
+    "send_mean_bytes": "DOUBLE",
+    "send_max_mean": "DOUBLE",
+    "send_gini": "DOUBLE",
+    "recv_mean_bytes": "DOUBLE",
+    "recv_max_mean": "DOUBLE",
+    "recv_gini": "DOUBLE",
+    "peer": "BIGINT",
+    "mib": "DOUBLE",
+}
+#: Where a table's types differ from :data:`_TYPES`: the pipeline's and the all-to-all tables' ranks.
+_OWN_TYPES = {
+    "pipeline": {"rank": "BIGINT"},
+    "timeline": {"rank": "BIGINT", "step": "BIGINT"},
+    "alltoall": {"step": "BIGINT"},
+    "alltoall_peers": {"rank": "BIGINT"},
+    "alltoall_matrix": {"rank": "BIGINT"},
+}
+_TABLE_DOCS = {
+    "frame": "Per mesh axis (or label spanning axes)",
+    "ranks": "The mesh: each rank's coordinate per axis",
+    "axis_ranks": "Per (rank, axis)",
+    "stages": "The pipeline per stage (mean step)",
+    "pipeline": "The pipeline per (rank, step)",
+    "timeline": "The pipeline's median step as intervals per lane",
+    "slow": "Slow pipeline stages and data-parallel replicas",
+    "alltoall": "All-to-all instances: their load",
+    "alltoall_peers": "Bytes per (all-to-all instance, rank, peer)",
+    "alltoall_matrix": "Bytes per (rank, peer), summed over the instances",
+}
+
+SPEC = Analysis(
+    name="parallelism",
+    params=Params,
+    result=Result,
+    frames=tuple(
+        rc.frame(name, _TABLE_DOCS[name], *rc.typed(docs, {**_TYPES, **_OWN_TYPES.get(name, {})}))
+        for name, docs in COLUMNS.items()
+    ),
+    report=Report(85, "collectives or compute and communication activity (any trace with process groups)"),
+    findings=Topic("parallelism", 70, _parallelism_topic),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """The mesh, communication per axis, the pipeline and the all-to-all load of one run (module doc).
 
@@ -362,26 +622,62 @@ def run(store: Store, params: Params) -> Result:
     rows, label_notes = _labels(rows, mesh, groups, own)
     label_notes = gloo_notes + label_notes
     notes = [_mesh_note(mesh), *mesh.notes, *label_notes]
-    frame = pl.DataFrame(schema={c: pl.Utf8 if c in ("axis", "found_by") else pl.Float64 if c.endswith("_pct")
-                                 else pl.Int64 for c in COLUMNS["frame"]})
-    axis_ranks = pl.DataFrame(schema={"rank": pl.Int32, "axis": pl.Utf8, "comm_ns": pl.Int64, "exposed_comm_ns": pl.Int64})
+    frame = pl.DataFrame(
+        schema={
+            c: pl.Utf8 if c in ("axis", "found_by") else pl.Float64 if c.endswith("_pct") else pl.Int64
+            for c in COLUMNS["frame"]
+        }
+    )
+    axis_ranks = pl.DataFrame(
+        schema={"rank": pl.Int32, "axis": pl.Utf8, "comm_ns": pl.Int64, "exposed_comm_ns": pl.Int64}
+    )
     labelled: pl.DataFrame | None = None
     if act.height:
         labelled = _comm_labels(act, rows)
         frame, axis_ranks = _axes(act, labelled, rows, mesh)
         if what == "ops":
-            notes.append("per-op trace (NDTimeline): communication and compute are its collective and compute ops")
-    comm = labelled if labelled is not None else pl.DataFrame(schema={
-        "rank": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "step": pl.Int64, "axis": pl.Utf8, "p2p": pl.Boolean})
+            notes.append(
+                "per-op trace (NDTimeline): communication and compute are its collective and compute ops"
+            )
+    comm = (
+        labelled
+        if labelled is not None
+        else pl.DataFrame(
+            schema={
+                "rank": pl.Int64,
+                "start_ns": pl.Int64,
+                "end_ns": pl.Int64,
+                "step": pl.Int64,
+                "axis": pl.Utf8,
+                "p2p": pl.Boolean,
+            }
+        )
+    )
     pipe = _pipeline.pipeline(store, run_id, mesh, act, comm, params)
     notes += pipe.notes
     a2a = _alltoall.alltoall(rows, mesh)
     notes += a2a.notes
-    return Result(frame=frame, ranks=mesh.frame(traced), axis_ranks=axis_ranks, stages=pipe.stages,
-                  pipeline=pipe.steps, timeline=pipe.timeline, slow=pipe.slow, alltoall=a2a.instances,
-                  alltoall_peers=a2a.peers, alltoall_matrix=_alltoall.matrix(a2a.peers), notes=tuple(notes))
+    return Result(
+        frame=frame,
+        ranks=mesh.frame(traced),
+        axis_ranks=axis_ranks,
+        stages=pipe.stages,
+        pipeline=pipe.steps,
+        timeline=pipe.timeline,
+        slow=pipe.slow,
+        alltoall=a2a.instances,
+        alltoall_peers=a2a.peers,
+        alltoall_matrix=_alltoall.matrix(a2a.peers),
+        notes=tuple(notes),
+    )
 
 
-def _mesh_note(mesh: _mesh.Mesh) -> str:
-    return ("mesh " + ", ".join(f"{a.name}:{a.size}" for a in mesh.axes) + " (outermost first; "
-            + "; ".join(f"{a.name}: {a.found_by}" for a in mesh.axes) + ")")
+def _mesh_note(mesh: _mesh.Mesh) -> Note:
+    return Note(
+        "mesh "
+        + ", ".join(f"{a.name}:{a.size}" for a in mesh.axes)
+        + " (outermost first; "
+        + "; ".join(f"{a.name}: {a.found_by}" for a in mesh.axes)
+        + ")",
+        kind="mesh",
+    )

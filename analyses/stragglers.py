@@ -28,7 +28,7 @@ provides):
      instances when the run has no steps); median lateness, also as % of the pace (the median
      time between a rank's consecutive arrivals in a step; with one collective per step, the
      median step time) and of the median step; compute time per step (top-level compute
-     intervals, ``analyses._replay``) against the median rank as a robust z-score:
+     intervals, ``traceprof.analyses._replay``) against the median rank as a robust z-score:
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
      0, not infinity. The profiler-start transient (``_replay.transient``) is left out first.
   4. Verdict, one rule (issue 27: a rank is named only with a cause of its own that the evidence
@@ -37,14 +37,14 @@ provides):
      arrived last, the span since its previous arrival (or step start) is split into compute,
      communication not hidden by compute, and the rest (untraced host time: Python, data
      loading, sleeps); the part that exceeds the other ranks' median the most is the cause. It is
-     named when that cause is its own, beyond the run's noise (``analyses._cause``): in each step
+     named when that cause is its own, beyond the run's noise (``traceprof.analyses._cause``): in each step
      its time in that cause exceeds the largest of the same measure on the ranks not suspected
      (the noise floor) in more steps than chance (binomial, 1/(u+1) per step for u unsuspected
      ranks, p < ``cause_alpha``, 0.05: with 4 ranks and 3 steps, all 3), or it runs more work
      per step than every unsuspected rank (FLOPs from the recorded shapes, else matmul calls:
      exact); *and* its delays matter: ``cost_pct`` >= ``min_cost_pct`` (1%; for extra work, the
      extra FLOPs in %). ``cost_pct`` is what the rank's delays cost the job: the what-if replay
-     (``analyses.whatif``) with only that rank's recorded op times (the rest ideal) or only its
+     (``traceprof.analyses.whatif``) with only that rank's recorded op times (the rest ideal) or only its
      host gaps (the rest at their median) put back, the larger of (alone S - 1) in %, the figures
      whatif blames ranks with (runs the replay cannot model, e.g. Flight Recorder only, use
      ``holdup_pct``). A rank that once held the job up by more than
@@ -68,7 +68,7 @@ provides):
      a slow pipeline stage or data-parallel replica (every rank of it computes more than its peers)
      is late because its whole group is: it is not named, its ``slow_group`` says which
      (``pipeline stage 3``) and its verdict row reads "part of slow pipeline stage 3", as the
-     combined verdict (``traceprof.verdict``) and the summary name the group (the OSDI'25 ST
+     combined verdict (``traceprof.engine.verdict``) and the summary name the group (the OSDI'25 ST
      trace: ranks 6 and 7, the last stage). ``parallelism`` does not run this analysis (no cycle).
 """
 
@@ -80,13 +80,16 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from analyses import _cause, _common, _replay
-from analyses._cause import binom_sf
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError, TraceprofError
-from traceprof.intervals import merge, union_ns
-from traceprof.matching import fallback_note, run_steps
-from traceprof.store import Store
+from traceprof.analyses import _cause, _common, _replay
+from traceprof.analyses._cause import binom_sf
+from traceprof.analyses._stragglers_topic import topic
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError, TraceprofError
+from traceprof.core.schema import Column
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
+from traceprof.engine.intervals import merge, union_ns
+from traceprof.ingest.matching import fallback_note, run_steps
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class Params(RunParams):
     """``source``: collectives source (default: the best matched); ``alpha``: significance of
     arriving last more often than chance (binomial test, one-sided); ``cause_alpha``: significance
     of the noise-floor test of a suspect's cause (its time in that cause above every unsuspected
-    rank's in more steps than chance, ``analyses._cause``); ``min_cost_pct``: what the rank's delays
+    rank's in more steps than chance, ``traceprof.analyses._cause``); ``min_cost_pct``: what the rank's delays
     must cost the job at least (``cost_pct``, % of step time) to matter (the noise is the floor
     test's, not this); ``max_named_share``: when more than this share of the ranks (and more than
     one) qualify, none is named (a systematic imbalance, e.g. a slow pipeline stage, not a
@@ -115,44 +118,32 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per rank (``frame``): rank, instances, last_count (strictly last), tie_count,
-    last_arrival_share (0..1), chance_share (expected share under no straggler), p_value
-    (binomial, last_count or more), median_lateness_ns (>= 0), late_pct (% of the pace),
-    late_step_pct (% of the median step), wait_caused_ns, holdup_ns, holdup_pct (% of the time
-    covered), wait_ns (it waited for others), transfer_ns (median, >= 0), compute_ns (median per
-    step), compute_z; for suspects (p < alpha) and episodic stalls: cause (compute,
-    communication or untraced host time: its largest excess before the collectives it was last
-    at), floor_steps_won / floor_steps (steps where its time in that cause exceeded every
-    unsuspected rank's, of the steps compared), floor_p_value (binomial), excess_pct (its median
-    excess over that floor, % of the median step), extra_work_pct (its FLOPs or matmul calls per
-    step above every unsuspected rank's, %; null when not above); qualifies (bool: passes the
-    rule), named (bool: qualifies, few enough ranks do, and it is not part of a slow group),
-    slow_group (the slow pipeline stage or data-parallel replica a rank that would be named lies
-    in, e.g. ``pipeline stage 3``; null otherwise). ``instances``: instance_id, step, op, pg, n_ranks,
-    first_arrival_ns, last_arrival_ns, last_rank (null on a tie), transfer_ns (median over ranks),
-    ends_before_last_arrival (ranks whose end precedes the last arrival), skew_ns. ``waits``:
-    instance_id, step, rank, arrival_ns, wait_ns, arrival_offset_ns (signed: negative = early),
-    lateness_ns (>= 0), transfer_ns (>= 0), end_before_last_arrival (bool: transfer clipped).
-    ``heatmap``: step, rank, lateness_ms (mean). All ``_ns`` columns are int64 ns. ``verdict``:
-    one row per named rank and per rank of a slow group (named false; or one row with rank null):
-    rank, named, slow_group, cause, compute_excess_ns, comm_excess_ns, other_excess_ns, evidence."""
+    """Per rank (``frame``), the verdict (``verdict``), each instance (``instances``), each rank's
+    copy of it (``waits``) and mean lateness per step and rank (``heatmap``), in this order (the
+    report's); their columns are declared in :data:`SPEC`. All ``_ns`` columns are int64 ns."""
 
+    verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
     instances: pl.DataFrame = field(default_factory=pl.DataFrame)
     waits: pl.DataFrame = field(default_factory=pl.DataFrame)
     heatmap: pl.DataFrame = field(default_factory=pl.DataFrame)
-    verdict: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Stragglers"
-
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return {"frame": self.frame, "verdict": self.verdict, "instances": self.instances,
-                "waits": self.waits, "heatmap": self.heatmap}
 
     def charts(self) -> list[Chart]:
         return [
-            Chart("Share of collectives where the rank arrived last", "rank", ("last_arrival_share",),
-                  ylabel="share"),
-            Chart("Mean arrival lateness per step and rank (ms)", "step", ("rank",), kind="heatmap",
-                  value="lateness_ms", frame="heatmap"),
+            Chart(
+                "Share of collectives where the rank arrived last",
+                "rank",
+                ("last_arrival_share",),
+                ylabel="share",
+            ),
+            Chart(
+                "Mean arrival lateness per step and rank (ms)",
+                "step",
+                ("rank",),
+                kind="heatmap",
+                value="lateness_ms",
+                frame="heatmap",
+            ),
         ]
 
 
@@ -163,7 +154,9 @@ def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
     gaps = w.sort("rank", "arrival_ns").select(pl.col("arrival_ns").diff().over("rank", "step")).drop_nulls()
     has_steps = w["step"].is_not_null().any()
     if gaps.height and (has_steps or step_med is None):
-        return max(int(gaps.to_series().sort()[(gaps.height - 1) // 2]), 1), "median spacing of a rank's collectives"
+        return max(
+            int(gaps.to_series().sort()[(gaps.height - 1) // 2]), 1
+        ), "median spacing of a rank's collectives"
     if step_med:
         return max(step_med, 1), "median step time: one collective per step, so no spacing within a step"
     return 1, "unknown"
@@ -189,25 +182,166 @@ def _coverage(iv: pl.DataFrame, t: np.ndarray) -> np.ndarray:
 def _split_windows(waits: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Compute / communication / other time of each rank between its previous arrival (or step
     start) and each arrival (module doc, step 4)."""
-    w = waits.sort("rank", "arrival_ns").with_columns(pl.col("arrival_ns").shift(1).over("rank", "step").alias("prev"))
-    w = w.join(steps, on=["rank", "step"], how="left").with_columns(
-        pl.coalesce("prev", "step_start_ns").alias("from_ns")).filter(pl.col("from_ns").is_not_null())
+    w = waits.sort("rank", "arrival_ns").with_columns(
+        pl.col("arrival_ns").shift(1).over("rank", "step").alias("prev")
+    )
+    w = (
+        w.join(steps, on=["rank", "step"], how="left")
+        .with_columns(pl.coalesce("prev", "step_start_ns").alias("from_ns"))
+        .filter(pl.col("from_ns").is_not_null())
+    )
     out = []
     comp_m = merge(comp, ["rank"])
-    busy_m = merge(pl.concat([comp.select("rank", "start_ns", "end_ns"),
-                              waits.select("rank", "start_ns", "end_ns").drop_nulls()]), ["rank"])
+    busy_m = merge(
+        pl.concat(
+            [
+                comp.select("rank", "start_ns", "end_ns"),
+                waits.select("rank", "start_ns", "end_ns").drop_nulls(),
+            ]
+        ),
+        ["rank"],
+    )
     for (rank,), g in w.group_by("rank"):
         a, b = g["from_ns"].to_numpy(), g["arrival_ns"].to_numpy()
         c = comp_m.filter(pl.col("rank") == rank).sort("start_ns")
         u = busy_m.filter(pl.col("rank") == rank).sort("start_ns")
         cc = _coverage(c, b) - _coverage(c, a)
         uu = _coverage(u, b) - _coverage(u, a)
-        out.append(g.select("instance_id", "rank").with_columns(
-            pl.Series("compute_ns", cc), pl.Series("comm_ns", uu - cc), pl.Series("other_ns", (b - a) - uu)))
+        out.append(
+            g.select("instance_id", "rank").with_columns(
+                pl.Series("compute_ns", cc),
+                pl.Series("comm_ns", uu - cc),
+                pl.Series("other_ns", (b - a) - uu),
+            )
+        )
     return pl.concat(out) if out else pl.DataFrame()
 
 
-@register("stragglers", Params)
+_INSTANCE = rc.count("instance_id", "Matched collective instance (collective_instances)")
+
+SPEC = Analysis(
+    name="stragglers",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per rank",
+            rc.RANK,
+            rc.rows("instances", "Instances the rank was seen at"),
+            rc.rows("last_count", "Instances it arrived strictly last at"),
+            rc.rows("tie_count", "Instances where it shared the latest arrival (credits nobody)"),
+            rc.ratio("last_arrival_share", "last_count / instances with one last rank, 0..1"),
+            rc.ratio("chance_share", "Expected share under no straggler: mean of 1/n over the instances"),
+            rc.ratio("p_value", "Binomial p-value of arriving last last_count times or more"),
+            rc.ns("median_lateness_ns", "Median lateness (arrival after the median arrival, >= 0)"),
+            rc.pct(
+                "late_pct", "median_lateness_ns, % of the pace (median time between consecutive arrivals)"
+            ),
+            rc.pct("late_step_pct", "median_lateness_ns, % of the median step"),
+            rc.ns("wait_caused_ns", "The other ranks' waits at the instances it arrived last at"),
+            rc.ns(
+                "holdup_ns",
+                "Union over those instances of [next latest arrival, its arrival]: the job "
+                "waited for it alone",
+            ),
+            rc.pct("holdup_pct", "holdup_ns, % of the time the instances cover"),
+            rc.pct(
+                "cost_pct",
+                "What its delays cost the job, % of step time: the what-if replay with only its "
+                "recorded times (or host gaps) put back, alone S - 1 (holdup_pct where the replay cannot run)",
+            ),
+            rc.ns("wait_ns", "Time it waited for others, summed"),
+            rc.ns("transfer_ns", "Median transfer (end - last arrival, >= 0)"),
+            rc.ns("compute_ns", "Median compute time per step"),
+            rc.ratio("compute_z", "Robust z-score of compute_ns against the median rank"),
+            rc.text(
+                "cause",
+                "Suspects and episodic stalls: compute, communication or untraced host time (its "
+                "largest excess before the collectives it was last at)",
+            ),
+            rc.count(
+                "floor_steps_won", "Steps where its time in that cause exceeded every unsuspected rank's"
+            ),
+            rc.count("floor_steps", "Steps compared"),
+            rc.ratio("floor_p_value", "Binomial p-value of floor_steps_won"),
+            rc.pct("excess_pct", "Its median excess over that floor, % of the median step"),
+            rc.pct(
+                "extra_work_pct",
+                "Its FLOPs or matmul calls per step above every unsuspected rank's, %; null when not above",
+            ),
+            rc.flag("qualifies", "Passes the rule (module doc, step 4)"),
+            rc.flag(
+                "named",
+                "Qualifies, few enough ranks do (max_named_share), and it is not part of a slow group",
+            ),
+            rc.text(
+                "slow_group",
+                "The slow pipeline stage or data-parallel replica a rank that would be named "
+                "lies in (pipeline stage 3); null otherwise",
+            ),
+        ),
+        rc.frame(
+            "verdict",
+            "One row per named rank and per rank of a slow group (or one with rank null: no straggler)",
+            rc.RANK,
+            rc.flag("named", "The rank is named a straggler (false: part of a slow group)"),
+            rc.text("slow_group", "The slow stage or replica it is part of (null for a named rank)"),
+            rc.text("cause", "Its cause"),
+            rc.ns(
+                "compute_excess_ns",
+                "Its compute above the others' median, before the collectives it was last at",
+            ),
+            rc.ns("comm_excess_ns", "Its exposed communication above the others' median"),
+            rc.ns("other_excess_ns", "Its untraced host time above the others' median"),
+            rc.text("evidence", "The verdict in words, with its figures"),
+        ),
+        rc.frame(
+            "instances",
+            "Each collective instance seen by two or more ranks",
+            _INSTANCE,
+            rc.STEP,
+            rc.text("op", "Collective op"),
+            rc.text("pg", "Process group"),
+            rc.rows("n_ranks", "Ranks that took part"),
+            rc.ns("first_arrival_ns", "First arrival"),
+            rc.ns("last_arrival_ns", "Last arrival"),
+            Column("last_rank", "INTEGER", "Rank that arrived last; null on a tie"),
+            rc.ns("transfer_ns", "Median transfer over ranks"),
+            rc.count("ends_before_last_arrival", "Ranks whose end precedes the last arrival"),
+            rc.ns("skew_ns", "last_arrival_ns - first_arrival_ns"),
+        ),
+        rc.frame(
+            "waits",
+            "Each rank's copy of each instance",
+            _INSTANCE,
+            rc.STEP,
+            rc.RANK,
+            rc.ns("arrival_ns", "Its arrival (CPU enqueue, or NCCL kernel start)"),
+            rc.ns("wait_ns", "Last arrival - its arrival"),
+            rc.ns("arrival_offset_ns", "Its arrival - the median arrival (signed: negative = early)"),
+            rc.ns("lateness_ns", "max(arrival_offset_ns, 0)"),
+            rc.ns("transfer_ns", "Its end - the last arrival, clipped at 0"),
+            rc.flag(
+                "end_before_last_arrival",
+                "Its end precedes the last arrival (transfer clipped): a wrong match or clock",
+            ),
+        ),
+        rc.frame(
+            "heatmap",
+            "Mean lateness per (step, rank)",
+            rc.STEP,
+            rc.RANK,
+            rc.number("lateness_ms", "Mean lateness", "ms"),
+        ),
+    ),
+    report=Report(70, "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)"),
+    findings=Topic("stragglers", 10, topic),
+    requires=("whatif",),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Straggler statistics and verdict for one run (module doc).
 
@@ -223,46 +357,90 @@ def run(store: Store, params: Params) -> Result:
     transient = _replay.transient(items, store, run_id)
     items = items.filter(~pl.col("instance_id").is_in(list(transient.instances)))
     if items.is_empty():
-        raise AnalysisError(f"run {label}: no collective matched across two or more ranks has an arrival time")
+        raise AnalysisError(
+            f"run {label}: no collective matched across two or more ranks has an arrival time"
+        )
     w = per_rank_instance(items)
-    inst = w.group_by("instance_id").agg(
-        pl.col("step").first(), pl.col("op").first(), pl.col("pg").first(), pl.len().alias("n_ranks"),
-        pl.col("arrival_ns").min().alias("first_arrival_ns"), pl.col("arrival_ns").max().alias("last_arrival_ns"),
-        pl.col("last_rank").first(), _common.whole_ns(pl.col("transfer_ns").median()),
-        pl.col("end_before_last_arrival").sum().cast(pl.Int64).alias("ends_before_last_arrival"),
-    ).with_columns((pl.col("last_arrival_ns") - pl.col("first_arrival_ns")).alias("skew_ns")).sort("instance_id")
+    inst = (
+        w.group_by("instance_id")
+        .agg(
+            pl.col("step").first(),
+            pl.col("op").first(),
+            pl.col("pg").first(),
+            pl.len().alias("n_ranks"),
+            pl.col("arrival_ns").min().alias("first_arrival_ns"),
+            pl.col("arrival_ns").max().alias("last_arrival_ns"),
+            pl.col("last_rank").first(),
+            _common.whole_ns(pl.col("transfer_ns").median()),
+            pl.col("end_before_last_arrival").sum().cast(pl.Int64).alias("ends_before_last_arrival"),
+        )
+        .with_columns((pl.col("last_arrival_ns") - pl.col("first_arrival_ns")).alias("skew_ns"))
+        .sort("instance_id")
+    )
     is_last = pl.col("last_rank") == pl.col("rank")
-    caused = w.filter(pl.col("rank") != pl.col("last_rank")).group_by("last_rank").agg(
-        pl.col("wait_ns").sum().alias("wait_caused_ns")).rename({"last_rank": "rank"})
-    steps = run_steps(store, run_id, store.sql(
-        """SELECT rank, step, cpu_start_ns AS step_start_ns, cpu_end_ns - cpu_start_ns AS step_ns
-           FROM steps WHERE run_id = ?""", [run_id]))
+    caused = (
+        w.filter(pl.col("rank") != pl.col("last_rank"))
+        .group_by("last_rank")
+        .agg(pl.col("wait_ns").sum().alias("wait_caused_ns"))
+        .rename({"last_rank": "rank"})
+    )
+    steps = run_steps(
+        store,
+        run_id,
+        store.sql(
+            """SELECT rank, step, cpu_start_ns AS step_start_ns, cpu_end_ns - cpu_start_ns AS step_ns
+           FROM steps WHERE run_id = ?""",
+            [run_id],
+        ),
+    )
     step_med = int(steps["step_ns"].sort()[(steps.height - 1) // 2]) if steps.height else None
     pace, pace_what = _pace_ns(w, step_med)
     covered = _covered_ns(w, step_med)
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")
     comp_rank = comp_step.group_by("rank").agg(_common.whole_ns(pl.col("compute_ns").median()))
-    per = w.group_by("rank").agg(
-        pl.len().alias("instances"), is_last.fill_null(False).sum().alias("last_count"),
-        (pl.col("last_rank").is_null() & (pl.col("arrival_ns") == pl.col("last_ns"))).sum().alias("tie_count"),
-        (1.0 / pl.col("n")).mean().alias("chance_share"),
-        pl.col("last_rank").is_not_null().sum().alias("_decided"),
-        (1.0 / pl.col("n")).filter(pl.col("last_rank").is_not_null()).mean().fill_null(0.0).alias("_chance_decided"),
-        pl.col("step").filter(is_last.fill_null(False)).unique().sort().alias("_last_steps"),
-        (pl.col("arrival_ns") - pl.col("_second_ns")).filter(is_last.fill_null(False)).max().fill_null(0)
-        .alias("_max_hold_ns"),
-        _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
-        pl.col("wait_ns").sum().alias("wait_ns"), _common.whole_ns(pl.col("transfer_ns").median()),
-    ).join(caused, on="rank", how="left").join(comp_rank, on="rank", how="left").join(
-        _holdup(w), on="rank", how="left").with_columns(pl.col("holdup_ns").fill_null(0))
+    per = (
+        w.group_by("rank")
+        .agg(
+            pl.len().alias("instances"),
+            is_last.fill_null(False).sum().alias("last_count"),
+            (pl.col("last_rank").is_null() & (pl.col("arrival_ns") == pl.col("last_ns")))
+            .sum()
+            .alias("tie_count"),
+            (1.0 / pl.col("n")).mean().alias("chance_share"),
+            pl.col("last_rank").is_not_null().sum().alias("_decided"),
+            (1.0 / pl.col("n"))
+            .filter(pl.col("last_rank").is_not_null())
+            .mean()
+            .fill_null(0.0)
+            .alias("_chance_decided"),
+            pl.col("step").filter(is_last.fill_null(False)).unique().sort().alias("_last_steps"),
+            (pl.col("arrival_ns") - pl.col("_second_ns"))
+            .filter(is_last.fill_null(False))
+            .max()
+            .fill_null(0)
+            .alias("_max_hold_ns"),
+            _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
+            pl.col("wait_ns").sum().alias("wait_ns"),
+            _common.whole_ns(pl.col("transfer_ns").median()),
+        )
+        .join(caused, on="rank", how="left")
+        .join(comp_rank, on="rank", how="left")
+        .join(_holdup(w), on="rank", how="left")
+        .with_columns(pl.col("holdup_ns").fill_null(0))
+    )
     per = per.with_columns(
-        pl.struct("last_count", "_decided", "_chance_decided").map_elements(
+        pl.struct("last_count", "_decided", "_chance_decided")
+        .map_elements(
             lambda r: binom_sf(int(r["last_count"]), int(r["_decided"]), float(r["_chance_decided"])),
-            return_dtype=pl.Float64).alias("p_value"),
+            return_dtype=pl.Float64,
+        )
+        .alias("p_value"),
         (pl.col("last_count") / pl.col("instances")).alias("last_arrival_share"),
         (100.0 * pl.col("median_lateness_ns") / pace).alias("late_pct"),
-        (100.0 * pl.col("median_lateness_ns") / step_med if step_med else pl.lit(None, pl.Float64)).alias("late_step_pct"),
+        (100.0 * pl.col("median_lateness_ns") / step_med if step_med else pl.lit(None, pl.Float64)).alias(
+            "late_step_pct"
+        ),
         (100.0 * pl.col("holdup_ns") / covered if covered else pl.lit(0.0)).alias("holdup_pct"),
         pl.col("wait_caused_ns").fill_null(0),
         _robust_z(pl.col("compute_ns")).alias("compute_z"),
@@ -276,39 +454,109 @@ def run(store: Store, params: Params) -> Result:
     # a suspect's own cause: beyond the noise floor and material, or extra work (its own measure of
     # what it costs: the replay pools ops by name and ordinal, which extra ops make unlike)
     material = pl.col("cost_pct") >= params.min_cost_pct
-    own = (((pl.col("floor_p_value") < params.cause_alpha) & material)
-           | (pl.col("extra_work_pct") >= params.min_cost_pct)).fill_null(False)
+    own = (
+        ((pl.col("floor_p_value") < params.cause_alpha) & material)
+        | (pl.col("extra_work_pct") >= params.min_cost_pct)
+    ).fill_null(False)
     per = per.with_columns(
-        ((pl.col("_suspect") & own) | (pl.col("_episodic") & material)).fill_null(False).alias("qualifies"))
+        ((pl.col("_suspect") & own) | (pl.col("_episodic") & material)).fill_null(False).alias("qualifies")
+    )
     n_ranks = per.height
-    allowed = max(1.0, params.max_named_share * n_ranks) if params.max_named_share > 0 else 0.0  # 0: name none
+    allowed = (
+        max(1.0, params.max_named_share * n_ranks) if params.max_named_share > 0 else 0.0
+    )  # 0: name none
     widespread = int(per["qualifies"].sum()) > allowed
     per = per.with_columns((pl.col("qualifies") & pl.lit(not widespread)).alias("named"))
     # a rank of a slow pipeline stage or data-parallel replica is named as that group, not as a straggler
     per = per.join(_slow_groups(store, params, per), on="rank", how="left").with_columns(
-        pl.col("named") & pl.col("slow_group").is_null())
+        pl.col("named") & pl.col("slow_group").is_null()
+    )
     per = per.select(
-        "rank", "instances", "last_count", "tie_count", "last_arrival_share", "chance_share", "p_value",
-        "median_lateness_ns", "late_pct", "late_step_pct", "wait_caused_ns", "holdup_ns", "holdup_pct", "cost_pct",
-        "wait_ns", "transfer_ns", "compute_ns", "compute_z", "cause", "floor_steps_won", "floor_steps",
-        "floor_p_value", "excess_pct", "extra_work_pct", "qualifies", "named", "slow_group", "_decided", "_last_steps",
-        "_max_hold_ns", "_suspect", "_episodic", "_extra_ops", "_extra_what", "_excess", "_floor_what",
-        "_group_text").sort("rank")
+        "rank",
+        "instances",
+        "last_count",
+        "tie_count",
+        "last_arrival_share",
+        "chance_share",
+        "p_value",
+        "median_lateness_ns",
+        "late_pct",
+        "late_step_pct",
+        "wait_caused_ns",
+        "holdup_ns",
+        "holdup_pct",
+        "cost_pct",
+        "wait_ns",
+        "transfer_ns",
+        "compute_ns",
+        "compute_z",
+        "cause",
+        "floor_steps_won",
+        "floor_steps",
+        "floor_p_value",
+        "excess_pct",
+        "extra_work_pct",
+        "qualifies",
+        "named",
+        "slow_group",
+        "_decided",
+        "_last_steps",
+        "_max_hold_ns",
+        "_suspect",
+        "_episodic",
+        "_extra_ops",
+        "_extra_what",
+        "_excess",
+        "_floor_what",
+        "_group_text",
+    ).sort("rank")
     n_steps = w["step"].drop_nulls().n_unique()
     verdict = _verdict(per.with_columns(pl.lit(n_steps).alias("_steps")), params)
-    per = per.drop("_decided", "_last_steps", "_max_hold_ns", "_suspect", "_episodic", "_extra_ops", "_extra_what",
-                   "_excess", "_floor_what", "_group_text")
-    heat = w.group_by("step", "rank").agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms")).sort("step", "rank")
-    waits = w.select("instance_id", "step", "rank", "arrival_ns", "wait_ns", "arrival_offset_ns", "lateness_ns",
-                     "transfer_ns", "end_before_last_arrival").sort("instance_id", "rank")
-    notes = [f"source {source}: {inst.height} collectives matched across two or more ranks; pace {pace / 1e6:.2f} ms "
-             f"({pace_what})" + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")
-             + f"; time covered {covered / 1e6:.1f} ms; cost_pct: {cost_what}"]
-    partial = _replay.partial_note(store, run_id, "arrivals, skew, waits and last arrivals are among the traced "
-                                   "ranks only; an untraced rank may have arrived later, so waits are lower "
-                                   "bounds and transfers (end - last traced arrival) upper bounds")
+    per = per.drop(
+        "_decided",
+        "_last_steps",
+        "_max_hold_ns",
+        "_suspect",
+        "_episodic",
+        "_extra_ops",
+        "_extra_what",
+        "_excess",
+        "_floor_what",
+        "_group_text",
+    )
+    heat = (
+        w.group_by("step", "rank")
+        .agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms"))
+        .sort("step", "rank")
+    )
+    waits = w.select(
+        "instance_id",
+        "step",
+        "rank",
+        "arrival_ns",
+        "wait_ns",
+        "arrival_offset_ns",
+        "lateness_ns",
+        "transfer_ns",
+        "end_before_last_arrival",
+    ).sort("instance_id", "rank")
+    notes = [
+        f"source {source}: {inst.height} collectives matched across two or more ranks; pace {pace / 1e6:.2f} ms "
+        f"({pace_what})"
+        + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")
+        + f"; time covered {covered / 1e6:.1f} ms; cost_pct: {cost_what}"
+    ]
+    partial = _replay.partial_note(
+        store,
+        run_id,
+        "arrivals, skew, waits and last arrivals are among the traced "
+        "ranks only; an untraced rank may have arrived later, so waits are lower "
+        "bounds and transfers (end - last traced arrival) upper bounds",
+    )
     absent = _absent_note(store, run_id, source, w)
-    notes += [n for n in (transient.note, fallback_note(store, run_id), partial, absent, _early_end_note(w)) if n]
+    notes += [
+        n for n in (transient.note, fallback_note(store, run_id), partial, absent, _early_end_note(w)) if n
+    ]
     notes += verdict["evidence"].to_list()
     return Result(frame=per, instances=inst, waits=waits, heatmap=heat, verdict=verdict, notes=tuple(notes))
 
@@ -316,38 +564,52 @@ def run(store: Store, params: Params) -> Result:
 def _absent_note(store: Store, run_id: int, source: str | None, w: pl.DataFrame) -> str | None:
     """A note naming the traced ranks that hold no instance of ``source`` seen by another rank (they
     are left out of every figure, and chance is 1/N over the ranks present); None if there are none."""
-    traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? ORDER BY rank", [run_id])["rank"].to_list()
+    traced = store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? ORDER BY rank", [run_id])[
+        "rank"
+    ].to_list()
     absent = sorted(set(traced) - set(w["rank"].to_list()))
     if not absent:
         return None
-    return (f"rank{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} traced but no {source} collective of "
-            f"{'them' if len(absent) > 1 else 'it'} matched another rank's: left out of these figures (chance of "
-            "arriving last is over the ranks present); see collective_instances and the ingest warnings")
+    return (
+        f"rank{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} traced but no {source} collective of "
+        f"{'them' if len(absent) > 1 else 'it'} matched another rank's: left out of these figures (chance of "
+        "arriving last is over the ranks present); see collective_instances and the ingest warnings"
+    )
 
 
-def _costs(store: Store, run_id: int, params: Params, source: str | None,
-           per: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+def _costs(
+    store: Store, run_id: int, params: Params, source: str | None, per: pl.DataFrame
+) -> tuple[pl.DataFrame, str]:
     """What each rank's delays cost the job, % of step time (``cost_pct``), and how it was measured:
-    the what-if replay (``analyses.whatif``, its defaults) with only that rank's recorded values
+    the what-if replay (``traceprof.analyses.whatif``, its defaults) with only that rank's recorded values
     put back, blocking (op times) or host (host gaps), whichever is larger: (alone S - 1) x 100,
     the same figures whatif blames ranks with. Runs the replay cannot model (no compute or no
     steps, e.g. Flight Recorder only) use ``holdup_pct`` instead."""
-    from analyses import whatif  # the replay's rank blame; imported here, it registers itself
+    from traceprof.analyses import whatif  # the replay's rank blame; imported here, it registers itself
 
-    if not store.sql("SELECT count(*) FROM collectives WHERE run_id = ? AND end_ns IS NOT NULL AND source = ?",
-                     [run_id, source]).item():
+    if not store.sql(
+        "SELECT count(*) FROM collectives WHERE run_id = ? AND end_ns IS NOT NULL AND source = ?",
+        [run_id, source],
+    ).item():
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
-            "hold-up (no what-if replay: the source records no collective end times)")
+            "hold-up (no what-if replay: the source records no collective end times)"
+        )
     try:
         # the same parameters as the report's own whatif (``source`` as given: "" picks the same
-        # source), so that inside ``reuse_results`` the replay runs once
+        # source), so that in a session (the report) the replay runs once
         res = cast(whatif.Result, whatif.run(store, whatif.Params(run=params.run, source=params.source)))
     except AnalysisError:
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
-            "hold-up (no what-if replay: the run has no compute items in steps)")
+            "hold-up (no what-if replay: the run has no compute items in steps)"
+        )
     b = res.blame.filter(pl.col("by") == "rank").group_by("group").agg(pl.col("slowdown").max())
-    costs = b.select(pl.col("group").cast(pl.Int32).alias("rank"), (100.0 * (pl.col("slowdown") - 1)).alias("cost_pct"))
-    return costs, "what-if: the job's slowdown from that rank's recorded op times or host gaps alone, - 1, in %"
+    costs = b.select(
+        pl.col("group").cast(pl.Int32).alias("rank"), (100.0 * (pl.col("slowdown") - 1)).alias("cost_pct")
+    )
+    return (
+        costs,
+        "what-if: the job's slowdown from that rank's recorded op times or host gaps alone, - 1, in %",
+    )
 
 
 def _slow_groups(store: Store, params: Params, per: pl.DataFrame) -> pl.DataFrame:
@@ -360,14 +622,16 @@ def _slow_groups(store: Store, params: Params, per: pl.DataFrame) -> pl.DataFram
     named = per.filter(pl.col("named"))["rank"].to_list()
     if not named:
         return empty
-    from analyses import parallelism  # the mesh's slow groups; imported here, it registers itself
+    from traceprof.analyses import parallelism  # the mesh's slow groups; imported here, it registers itself
 
     try:
         res = cast(parallelism.Result, parallelism.run(store, parallelism.Params(run=params.run)))
     except TraceprofError:
         return empty
     groups = res.mesh_view().group_of(named)
-    return pl.DataFrame([(r, g, t) for r, (g, t) in sorted(groups.items())], schema=empty.schema, orient="row")
+    return pl.DataFrame(
+        [(r, g, t) for r, (g, t) in sorted(groups.items())], schema=empty.schema, orient="row"
+    )
 
 
 def _holdup(w: pl.DataFrame) -> pl.DataFrame:
@@ -375,7 +639,8 @@ def _holdup(w: pl.DataFrame) -> pl.DataFrame:
     latest arrival to its own arrival at the instances where it was last. A union, not a sum:
     a rank late for every bucket of a step holds the job up once, not once per bucket."""
     iv = w.filter(pl.col("last_rank") == pl.col("rank")).select(
-        "rank", pl.col("_second_ns").alias("start_ns"), pl.col("arrival_ns").alias("end_ns"))
+        "rank", pl.col("_second_ns").alias("start_ns"), pl.col("arrival_ns").alias("end_ns")
+    )
     iv = iv.filter(pl.col("end_ns") > pl.col("start_ns"))
     if iv.is_empty():
         return pl.DataFrame(schema={"rank": w.schema["rank"], "holdup_ns": pl.Int64})
@@ -415,16 +680,22 @@ def per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
         rel.alias("rel_ns"),
         pl.len().over("instance_id").alias("n"),
     ).with_columns(
-        pl.when(at_last.sum().over("instance_id") == 1).then(
-            pl.col("rank").filter(at_last).first().over("instance_id")).alias("last_rank"),
+        pl.when(at_last.sum().over("instance_id") == 1)
+        .then(pl.col("rank").filter(at_last).first().over("instance_id"))
+        .alias("last_rank"),
         # next latest arrival: the largest arrival below the last (the last itself on a tie)
-        pl.when(at_last.sum().over("instance_id") > 1).then(pl.col("last_ns")).otherwise(
-            pl.col("arrival_ns").filter(~at_last).max().over("instance_id")).alias("_second_ns"),
+        pl.when(at_last.sum().over("instance_id") > 1)
+        .then(pl.col("last_ns"))
+        .otherwise(pl.col("arrival_ns").filter(~at_last).max().over("instance_id"))
+        .alias("_second_ns"),
     )
     return w.with_columns(
         (pl.col("last_ns") - pl.col("arrival_ns")).alias("wait_ns"),
-        _common.whole_ns(pl.when(pl.col("n") == 2).then(2 * pl.col("rel_ns") - pl.col("rel_ns").sum().over("instance_id"))
-             .otherwise(pl.col("rel_ns") - pl.col("rel_ns").median().over("instance_id"))).alias("arrival_offset_ns"),
+        _common.whole_ns(
+            pl.when(pl.col("n") == 2)
+            .then(2 * pl.col("rel_ns") - pl.col("rel_ns").sum().over("instance_id"))
+            .otherwise(pl.col("rel_ns") - pl.col("rel_ns").median().over("instance_id"))
+        ).alias("arrival_offset_ns"),
         pl.max_horizontal(raw_transfer, 0).alias("transfer_ns"),
         (raw_transfer < 0).fill_null(False).alias("end_before_last_arrival"),
         raw_transfer.alias("_raw_transfer_ns"),
@@ -438,10 +709,12 @@ def _early_end_note(w: pl.DataFrame) -> str | None:
         return None
     ops = ", ".join(sorted(set(bad["op"].drop_nulls().to_list()))) or "unknown op"
     worst = -int(bad["_raw_transfer_ns"].min())  # type: ignore[arg-type]
-    return (f"{bad.height} of {w.filter(pl.col('end_ns').is_not_null()).height} rank copies ({ops}) ended before "
-            f"the last rank arrived, by up to {worst / 1e6:.3f} ms: a collective cannot, so the match, the clock "
-            "alignment or the timestamps' resolution is off there (a buffered send, though, may finish before its "
-            "receiver arrives); their transfer_ns is clipped to 0 (waits.end_before_last_arrival)")
+    return (
+        f"{bad.height} of {w.filter(pl.col('end_ns').is_not_null()).height} rank copies ({ops}) ended before "
+        f"the last rank arrived, by up to {worst / 1e6:.3f} ms: a collective cannot, so the match, the clock "
+        "alignment or the timestamps' resolution is off there (a buffered send, though, may finish before its "
+        "receiver arrives); their transfer_ns is clipped to 0 (waits.end_before_last_arrival)"
+    )
 
 
 def _z_text(z: float | None) -> str:
@@ -453,37 +726,63 @@ def _z_text(z: float | None) -> str:
 def _figures(r: dict) -> str:
     """The rule's figures of one rank, for the verdict text."""
     ties = r["instances"] - r["_decided"]
-    tied = (f"{ties} ties, which credit nobody and are left out of the test; of the other {r['_decided']}, "
-            if ties else "")
+    tied = (
+        f"{ties} ties, which credit nobody and are left out of the test; of the other {r['_decided']}, "
+        if ties
+        else ""
+    )
     last_steps = [s for s in (r["_last_steps"] or []) if s is not None]
-    episodic = (f", all in step{'s' if len(last_steps) > 1 else ''} {', '.join(map(str, last_steps))} (of "
-                f"{r['_steps']} steps): an episodic stall" if r["last_count"] and 0 < len(last_steps) <= 2
-                and r["_steps"] >= 5 * len(last_steps) else "")
-    return (f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
-            f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p "
-            f"{'< 1e-300' if r['p_value'] == 0 else '= ' + format(r['p_value'], '.2g')}); its delays alone cost the job {r['cost_pct']:.1f}% "
-            f"{'of step time' if r['_steps'] else 'of the time the collectives cover'} (it held collectives "
-            f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
-            f"({r['late_pct']:.0f}% of the pace)")
+    episodic = (
+        f", all in step{'s' if len(last_steps) > 1 else ''} {', '.join(map(str, last_steps))} (of "
+        f"{r['_steps']} steps): an episodic stall"
+        if r["last_count"] and 0 < len(last_steps) <= 2 and r["_steps"] >= 5 * len(last_steps)
+        else ""
+    )
+    return (
+        f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
+        f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p "
+        f"{'< 1e-300' if r['p_value'] == 0 else '= ' + format(r['p_value'], '.2g')}); its delays alone cost the job {r['cost_pct']:.1f}% "
+        f"{'of step time' if r['_steps'] else 'of the time the collectives cover'} (it held collectives "
+        f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
+        f"({r['late_pct']:.0f}% of the pace)"
+    )
 
 
 def _rank_list(ranks: list[int]) -> str:
     """``0, 1, 2, ... 63`` style: up to 8 ranks listed, else the first 6 and the count."""
-    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
+    return (
+        ", ".join(map(str, ranks))
+        if len(ranks) <= 8
+        else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
+    )
 
 
-def _own_causes(store: Store, run_id: int, per: pl.DataFrame, split: pl.DataFrame, w: pl.DataFrame,
-                step_med: int | None, params: Params) -> pl.DataFrame:
+def _own_causes(
+    store: Store,
+    run_id: int,
+    per: pl.DataFrame,
+    split: pl.DataFrame,
+    w: pl.DataFrame,
+    step_med: int | None,
+    params: Params,
+) -> pl.DataFrame:
     """Per suspect (and episodic) rank, its own cause and the noise-floor test of it
-    (``analyses._cause``, module doc step 4): rank, cause, floor_steps_won, floor_steps,
+    (``traceprof.analyses._cause``, module doc step 4): rank, cause, floor_steps_won, floor_steps,
     floor_p_value, excess_pct (its median excess over the floor, % of the median step; of the
     median unit's time without steps), extra_work_pct, and for the verdict _extra_ops, _extra_what,
     _excess (the three component excesses at its last arrivals, ns)."""
     look = per.filter(pl.col("_suspect") | pl.col("_episodic"))["rank"].to_list()
     unsuspected = per.filter(~pl.col("_suspect") & ~pl.col("_episodic"))["rank"].to_list()
     stepless = w["step"].is_null().all()  # e.g. Flight Recorder only: no steps, no compute to split
-    units = _cause.per_unit(split, w) if not stepless else w.select(
-        "rank", pl.col("instance_id").cast(pl.Int64).alias("unit"), pl.col("arrival_offset_ns").cast(pl.Float64))
+    units = (
+        _cause.per_unit(split, w)
+        if not stepless
+        else w.select(
+            "rank",
+            pl.col("instance_id").cast(pl.Int64).alias("unit"),
+            pl.col("arrival_offset_ns").cast(pl.Float64),
+        )
+    )
     span = int(w["arrival_ns"].max() or 0) - int(w["arrival_ns"].min() or 0)  # type: ignore[arg-type]
     scale = step_med or span / max(w["instance_id"].n_unique(), 1)  # without steps: the mean spacing
     rows = []
@@ -495,15 +794,34 @@ def _own_causes(store: Store, run_id: int, per: pl.DataFrame, split: pl.DataFram
         if col == "compute_ns" and ops is None:
             ops = _cause.work_ops(store, run_id)
         more = _cause.extra_work(ops, rank, unsuspected) if col == "compute_ns" and ops is not None else None
-        rows.append({"rank": rank, "cause": cause, "floor_steps_won": ft.won if ft else None,
-                     "floor_steps": ft.compared if ft else None, "floor_p_value": ft.p_value if ft else None,
-                     "excess_pct": 100.0 * ft.excess_ns / scale if ft else None,
-                     "extra_work_pct": more.pct if more else None, "_extra_ops": more.ops if more else None,
-                     "_extra_what": more.what if more else None, "_excess": [ex[c] for c in _cause.CAUSES],
-                     "_floor_what": "arrival lateness (no steps: per collective)" if stepless else cause})
-    schema: dict[str, Any] = {"rank": per.schema["rank"], "cause": pl.Utf8, "floor_steps_won": pl.Int64, "floor_steps": pl.Int64,
-              "floor_p_value": pl.Float64, "excess_pct": pl.Float64, "extra_work_pct": pl.Float64,
-              "_extra_ops": pl.Utf8, "_extra_what": pl.Utf8, "_excess": pl.List(pl.Float64), "_floor_what": pl.Utf8}
+        rows.append(
+            {
+                "rank": rank,
+                "cause": cause,
+                "floor_steps_won": ft.won if ft else None,
+                "floor_steps": ft.compared if ft else None,
+                "floor_p_value": ft.p_value if ft else None,
+                "excess_pct": 100.0 * ft.excess_ns / scale if ft else None,
+                "extra_work_pct": more.pct if more else None,
+                "_extra_ops": more.ops if more else None,
+                "_extra_what": more.what if more else None,
+                "_excess": [ex[c] for c in _cause.CAUSES],
+                "_floor_what": "arrival lateness (no steps: per collective)" if stepless else cause,
+            }
+        )
+    schema: dict[str, Any] = {
+        "rank": per.schema["rank"],
+        "cause": pl.Utf8,
+        "floor_steps_won": pl.Int64,
+        "floor_steps": pl.Int64,
+        "floor_p_value": pl.Float64,
+        "excess_pct": pl.Float64,
+        "extra_work_pct": pl.Float64,
+        "_extra_ops": pl.Utf8,
+        "_extra_what": pl.Utf8,
+        "_excess": pl.List(pl.Float64),
+        "_floor_what": pl.Utf8,
+    }
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -511,14 +829,18 @@ def _floor_text(r: dict, params: Params) -> str:
     """The noise-floor figures of one suspect, for the verdict."""
     if r["extra_work_pct"] is not None and r["extra_work_pct"] > 0:
         ops = f" ({r['_extra_ops']} per step)" if r["_extra_ops"] else ""
-        return (f"it runs more work than every other rank: +{r['extra_work_pct']:.1f}% {r['_extra_what']} per "
-                f"step{ops}, from the recorded shapes (exact, whatever the timing noise)")
+        return (
+            f"it runs more work than every other rank: +{r['extra_work_pct']:.1f}% {r['_extra_what']} per "
+            f"step{ops}, from the recorded shapes (exact, whatever the timing noise)"
+        )
     if r["floor_steps"] is None:
         return f"no unsuspected rank to compare its {r['cause']} with"
-    return (f"its {r['_floor_what']} exceeded every unsuspected rank's (the noise floor) in {r['floor_steps_won']} "
-            f"of {r['floor_steps']} {'collectives' if 'no steps' in r['_floor_what'] else 'steps'} (chance {1 / max(r['_u'], 1):.2f} each, binomial p "
-            f"{_p_text(r['floor_p_value'])}; naming needs p < {params.cause_alpha:g}), by a median "
-            f"{r['excess_pct']:+.1f}% of a step")
+    return (
+        f"its {r['_floor_what']} exceeded every unsuspected rank's (the noise floor) in {r['floor_steps_won']} "
+        f"of {r['floor_steps']} {'collectives' if 'no steps' in r['_floor_what'] else 'steps'} (chance {1 / max(r['_u'], 1):.2f} each, binomial p "
+        f"{_p_text(r['floor_p_value'])}; naming needs p < {params.cause_alpha:g}), by a median "
+        f"{r['excess_pct']:+.1f}% of a step"
+    )
 
 
 def _p_text(p: float) -> str:
@@ -530,56 +852,91 @@ def _verdict(per: pl.DataFrame, params: Params) -> pl.DataFrame:
     named = per.filter(pl.col("named"))
     grouped = per.filter(pl.col("slow_group").is_not_null())
     if named.is_empty() and grouped.is_empty():
-        top = per.sort("p_value", pl.col("cost_pct"), "rank", descending=[False, True, False]).row(0, named=True)
+        top = per.sort("p_value", pl.col("cost_pct"), "rank", descending=[False, True, False]).row(
+            0, named=True
+        )
         many = per.filter(pl.col("qualifies"))
         suspects = per.filter(pl.col("_suspect") & ~pl.col("qualifies"))
         if many.height and params.max_named_share == 0:
-            evidence = (f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "
-                        f"Strongest: {_figures(top)}")
+            evidence = (
+                f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "
+                f"Strongest: {_figures(top)}"
+            )
         elif many.height:
             evidence = (
                 f"no single straggler: {many.height} of {per.height} ranks ({_rank_list(many['rank'].to_list())}) "
                 f"each arrive last significantly often with a cause of their own beyond the noise floor, more than "
                 f"{params.max_named_share:.0%} of the ranks: a systematic imbalance (a slow stage or group, uneven "
-                f"work), not a straggler; see whatif's blame by stage and op. Strongest: {_figures(top)}")
+                f"work), not a straggler; see whatif's blame by stage and op. Strongest: {_figures(top)}"
+            )
         elif suspects.height:
             r = suspects.sort("p_value", "rank").row(0, named=True)
             evidence = (
                 f"no straggler: {_figures(r)}; late because of {r['cause']}, but {_floor_text(r, params)}: within "
-                "the run's noise (the other ranks vary as much)")
+                "the run's noise (the other ranks vary as much)"
+            )
         else:
-            evidence = (f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
-                        "other ranks' noise floor: the skew is within the run's noise")
-        return pl.DataFrame({"rank": [None], "named": [False], "slow_group": [None], "cause": ["none"],
-                             "compute_excess_ns": [0], "comm_excess_ns": [0], "other_excess_ns": [0],
-                             "evidence": [evidence]}, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
+            evidence = (
+                f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
+                "other ranks' noise floor: the skew is within the run's noise"
+            )
+        return pl.DataFrame(
+            {
+                "rank": [None],
+                "named": [False],
+                "slow_group": [None],
+                "cause": ["none"],
+                "compute_excess_ns": [0],
+                "comm_excess_ns": [0],
+                "other_excess_ns": [0],
+                "evidence": [evidence],
+            },
+            schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8},
+        )
     rows = []
     for r in named.iter_rows(named=True):
         cx, mx, ox = _excess(r)
-        spike = ("" if r["p_value"] < params.alpha else
-                 f"; named for one hold-up of {r['_max_hold_ns'] / 1e6:.2f} ms, over {_replay.TRANSIENT_SKEW_FACTOR} x "
-                 "the median skew, though not last more often than chance")
+        spike = (
+            ""
+            if r["p_value"] < params.alpha
+            else f"; named for one hold-up of {r['_max_hold_ns'] / 1e6:.2f} ms, over {_replay.TRANSIENT_SKEW_FACTOR} x "
+            "the median skew, though not last more often than chance"
+        )
         own = "" if not r["_suspect"] else f"; {_floor_text(r, params)}"
         evidence = (
             f"straggler: {_figures(r)}{spike}, making the others wait "
             f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {cx / 1e6:+.1f} ms compute, {mx / 1e6:+.1f} ms communication, {ox / 1e6:+.1f} ms "
-            f"untraced host time vs the other ranks' median: late because of {r['cause']}{own}")
+            f"untraced host time vs the other ranks' median: late because of {r['cause']}{own}"
+        )
         rows.append(_verdict_row(r, evidence))
     for r in grouped.iter_rows(named=True):
-        evidence = (f"part of slow {r['slow_group']}: named as that group, not as a straggler ({r['_group_text']}); "
-                    f"{_figures(r)}; late because of {r['cause']}, as its whole group is")
+        evidence = (
+            f"part of slow {r['slow_group']}: named as that group, not as a straggler ({r['_group_text']}); "
+            f"{_figures(r)}; late because of {r['cause']}, as its whole group is"
+        )
         rows.append(_verdict_row(r, evidence))
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
 
 
 def _excess(r: dict) -> tuple[float, float, float]:
     """A rank's compute, communication and untraced host excess at its last arrivals (ns)."""
-    return tuple(r["_excess"]) if r["_excess"] is not None else (0.0, 0.0, 0.0)  # type: ignore[return-value]
+    if r["_excess"] is None:
+        return (0.0, 0.0, 0.0)
+    c, m, h = r["_excess"]
+    return (float(c), float(m), float(h))
 
 
 def _verdict_row(r: dict, evidence: str) -> dict[str, Any]:
     """One row of the ``verdict`` table for a named rank or a rank of a slow group."""
     cx, mx, ox = _excess(r)
-    return {"rank": r["rank"], "named": r["named"], "slow_group": r["slow_group"], "cause": r["cause"],
-            "compute_excess_ns": int(cx), "comm_excess_ns": int(mx), "other_excess_ns": int(ox), "evidence": evidence}
+    return {
+        "rank": r["rank"],
+        "named": r["named"],
+        "slow_group": r["slow_group"],
+        "cause": r["cause"],
+        "compute_excess_ns": int(cx),
+        "comm_excess_ns": int(mx),
+        "other_excess_ns": int(ox),
+        "evidence": evidence,
+    }

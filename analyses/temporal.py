@@ -1,7 +1,7 @@
 """temporal: where each rank's accelerator time goes (idle / compute / non-compute).
 
 Algorithm (README.md "Analyses", the same definition as HTA's temporal breakdown):
-  1. Take the rank's activity intervals (``traceprof.activity``): GPU kernels, memcpy and memset,
+  1. Take the rank's activity intervals (``traceprof.engine.activity``): GPU kernels, memcpy and memset,
      or on CPU-only ranks the training thread's ops and the gloo work.
   2. Window = first activity start to last activity end, for the whole trace and per step (the
      activity launched in that step).
@@ -12,7 +12,7 @@ Algorithm (README.md "Analyses", the same definition as HTA's temporal breakdown
      kernel of a step (data loading, host stalls) shows there, not in the activity window.
   6. Per device (``devices``): the same breakdown per (rank, device), for processes that drive
      several GPUs (the per-rank figures then merge the devices, as a note says).
-With ``hta=true`` the events are selected as HTA loads them (see ``traceprof.activity``).
+With ``hta=true`` the events are selected as HTA loads them (see ``traceprof.engine.activity``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,32 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.activity import excluded_note, graph_level_notes, multi_device_ranks, run_activity, step_window
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.intervals import class_measures
-from traceprof.store import Store
+from traceprof.analyses import _common
+from traceprof.core import columns as rc
+from traceprof.core.schema import Column
+from traceprof.engine.activity import (
+    excluded_note,
+    graph_level_notes,
+    multi_device_ranks,
+    run_activity,
+    step_window,
+)
+from traceprof.engine.analysis import (
+    Analysis,
+    Chart,
+    Finding,
+    FindingsInput,
+    FrameResult,
+    Note,
+    PerRank,
+    Report,
+    RunParams,
+    Topic,
+    Verdict,
+    register,
+)
+from traceprof.engine.intervals import class_measures
+from traceprof.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -36,21 +58,23 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per-rank breakdown (``frame``) and per-step breakdown (``steps``).
-
-    Columns of both: rank, [step,] window_ns, idle_ns, compute_ns, non_compute_ns (ns) and
-    idle_pct, compute_pct, non_compute_pct (% of window_ns). ``frame`` also has step_window_ns,
-    step_busy_ns, step_idle_ns (ns) and step_idle_pct (% of step_window_ns; null without steps).
-    ``devices``: rank, device and the columns of ``steps`` (GPU ranks).
-    """
+    """Per-rank breakdown (``frame``), per step (``steps``) and per device (``devices``, GPU
+    ranks); their columns are declared in :data:`SPEC`."""
 
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     devices: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Temporal breakdown"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Share of the window per rank", "rank", ("compute_pct", "non_compute_pct", "idle_pct"),
-                      stacked=True, ylabel="% of window")]
+        return [
+            Chart(
+                "Share of the window per rank",
+                "rank",
+                ("compute_pct", "non_compute_pct", "idle_pct"),
+                stacked=True,
+                ylabel="% of window",
+            )
+        ]
 
 
 def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -69,7 +93,106 @@ def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
-@register("temporal", Params)
+def breakdown_columns(*keys: Column) -> tuple[Column, ...]:
+    """rank, ``keys``, window_ns and the breakdown's columns (``steps``, ``devices``)."""
+    return (
+        rc.RANK,
+        *keys,
+        rc.WINDOW_NS,
+        rc.ns("idle_ns", "Window minus the union of all activity"),
+        rc.ns("compute_ns", "Union of compute activity"),
+        rc.ns(
+            "non_compute_ns",
+            "Union of all activity minus compute: communication and memory work not under compute",
+        ),
+        rc.pct("idle_pct", "idle_ns, % of window_ns"),
+        rc.pct("compute_pct", "compute_ns, % of window_ns"),
+        rc.pct("non_compute_pct", "non_compute_ns, % of window_ns"),
+    )
+
+
+def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The idle topic: the mean idle share of the window over ranks (over those that are not named
+    stragglers: their idle time is their finding's), with ``idle``'s host-wait share of stream idle time."""
+    res = inp.results
+    te = res.get("temporal")
+    if te is None or te.frame.is_empty():
+        return [], None
+    cpu = res.get("idle") is None
+    what = "the training thread" if cpu else "the GPU"
+    named = _common.named_ranks(res)
+    others = te.frame.filter(~pl.col("rank").is_in(named))
+    if named and others.height:
+        # A straggler's own idle time (its sleep, its stall) is why it is late: the straggler
+        # finding counts it, so idle costs what the other ranks are idle.
+        mean = _common.num(others["idle_pct"].mean())
+        own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
+        theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
+        worst = others.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
+        text = (
+            f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
+            f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
+            "counted in its finding"
+        )
+    else:
+        mean = _common.num(te.frame["idle_pct"].mean())
+        worst = te.frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
+        text = (
+            f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
+            f"{worst['idle_pct']:.0f}%)"
+        )
+    idle = res.get("idle")
+    if idle is not None and "ranks" in idle.frames():
+        r = idle.frames()["ranks"]
+        host = _common.num(r["host_wait_ns"].sum())
+        total = _common.num(r["stream_idle_sum_ns"].sum()) if "stream_idle_sum_ns" in r.columns else 0.0
+        if total:
+            text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
+    if _common.graph_level(te):
+        text += (
+            "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
+            "--cuda-graph-trace=node records their kernels)"
+        )
+    problem = mean >= 10.0
+    return [Finding("idle", text, mean, problem, "temporal")], Verdict(
+        "idle", "problem" if problem else "ok", text
+    )
+
+
+SPEC = Analysis(
+    name="temporal",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per rank: its whole window, and its step window",
+            *breakdown_columns(),
+            rc.ns(
+                "step_window_ns",
+                "Step window: first ProfilerStep start to last step end (wall clock); null without steps",
+            ),
+            rc.ns("step_busy_ns", "Union of the rank's activity inside its step window"),
+            rc.ns(
+                "step_idle_ns",
+                "step_window_ns minus step_busy_ns (idle before a step's first kernel shows here)",
+            ),
+            rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns; null without steps"),
+        ),
+        rc.frame("steps", "Per (rank, step): the activity launched in the step", *breakdown_columns(rc.STEP)),
+        rc.frame(
+            "devices",
+            "Per (rank, device) of GPU ranks (a process that drives several GPUs)",
+            *breakdown_columns(rc.DEVICE),
+        ),
+    ),
+    report=Report(10, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
+    findings=Topic("idle", 30, _idle_topic),
+    per_rank=PerRank(),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Temporal breakdown per rank and per step of one run.
 
@@ -85,8 +208,13 @@ def run(store: Store, params: Params) -> Result:
     notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
     multi = multi_device_ranks(act)
     if multi:
-        notes.append(f"rank(s) {', '.join(map(str, multi))} drive several GPUs: the per-rank figures merge "
-                     "their devices (one window over all); see the devices table")
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: the per-rank figures merge their devices (one "
+                "window over all); see the devices table",
+                ranks=multi,
+            )
+        )
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

@@ -5,7 +5,7 @@ arXiv 2505.05713) and its artifact (ByteDance-Seed/StragglerAnalysis): replay ev
 dependency graph with each operation's time replaced by the typical one, and compare.
 
 Algorithm:
-  1. Items and graph (``analyses._replay``): per rank and step, top-level compute intervals and
+  1. Items and graph (``traceprof.analyses._replay``): per rank and step, top-level compute intervals and
      the rank's matched collectives; an item depends on the earlier items of its rank that ended
      before it started; a collective starts at its last arrival. The profiler-start transient
      (``_replay.transient``) is left out: its steps are dropped, with a note.
@@ -37,14 +37,14 @@ Algorithm:
      resamples, seeded); a run is straggling (``straggling``) when the low end of S's or the
      host-gap slowdown's interval exceeds 1.1 (the paper's threshold): with few steps or one
      stalled step the interval reaches below it. That is the slowdown alone: a problem also needs
-     a cause (a rank, group or stage: ``traceprof.verdict``). On the artifact's traces
+     a cause (a rank, group or stage: ``traceprof.engine.verdict``). On the artifact's traces
      S is 1.975 (AR), 1.536 (SE), 1.182 (ST) against the published 1.973, 1.537, 1.179, and the
      launch slowdown 1.005 / 1.002 / 1.018 against 1.007 / 1.005 / 1.019. Per step slowdowns (at
      least 1; ``clamped`` where the ideal is slower than the time it is compared with) and
      ``model_slowdown`` = mean(replay) / mean(ideal). On the CPU samples the unslowed runs have
      host-gap slowdowns of 1.00-1.04 and the slowed ones 1.07-1.30; op-time noise on a shared
      few-core CPU can still lift S above 1.1 (straggler_rank3: 1.14, from ranks 0 and 2, not the
-     slowed rank 3): a note then gives each rank's S alone, and ``traceprof.verdict`` puts this
+     slowed rank 3): a note then gives each rank's S alone, and ``traceprof.engine.verdict`` puts this
      next to the stragglers rule in one sentence.
   5. Blame (paper's Eq. 2 and 4), of two kinds: ``blocking``: for each rank, pipeline stage
      (when the collector records one) and op type, replay the ideal with that group's recorded
@@ -69,10 +69,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyses import _common, _replay
-from traceprof.analysis import Chart, FrameResult, RunParams, register
-from traceprof.errors import AnalysisError
-from traceprof.store import Store
+from traceprof.analyses import _common, _replay
+from traceprof.core import columns as rc
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.storage.store import Store
 
 #: A run whose slowdown exceeds this is straggling (the paper's threshold).
 STRAGGLING_S = 1.1
@@ -106,28 +107,22 @@ class Params(RunParams):
 
 @dataclass(frozen=True)
 class Result(FrameResult):
-    """Per step (``frame``): step, actual_ns, replay_ns (recorded gaps and durations), nogap_ns
-    (recorded durations, no host gaps), typgap_ns (recorded durations, gaps at their median),
-    ideal_ns (int64 ns), slowdown (S of the step, at least 1), launch_slowdown (actual / nogap),
-    host_slowdown (replay / typgap), model_slowdown (replay / ideal), all at least 1, clamped
-    (bool: the ideal exceeded the time it is compared with; slowdowns set to 1).
-    ``blame``: by (rank, stage, op), kind (``blocking``: the ideal replay with only that group's
-    recorded durations, or ``host``: the typical-gap replay with only that group's recorded host
-    gaps), group, slowdown (at least 1), excess_alone_pct (that group alone, % of the kind's
-    slowdown - 1, 0..100; null when there is no excess; not additive across groups). ``summary``:
-    one row with source, pool, gaps, ideal, steps, slowdown, slowdown_lo, slowdown_hi (its 95%
-    interval over steps), host_slowdown, host_slowdown_lo, host_slowdown_hi, launch_slowdown,
-    model_slowdown, replay_error_pct, clamped_steps, transient_steps, straggling (an interval's
-    low end above 1.1). ``blame`` rows by stage also carry slowdown_lo (the low end of that
-    stage's own interval; null for the other rows)."""
+    """Per step (``frame``), blame by group (``blame``) and the run's slowdowns (``summary``);
+    their columns are declared in :data:`SPEC`."""
 
     blame: pl.DataFrame = field(default_factory=pl.DataFrame)
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "What-if: step time without stragglers"
 
     def charts(self) -> list[Chart]:
-        return [Chart("Step time: actual vs simulated without stragglers (ns)", "step", ("actual_ns", "ideal_ns"),
-                      ylabel="ns")]
+        return [
+            Chart(
+                "Step time: actual vs simulated without stragglers (ns)",
+                "step",
+                ("actual_ns", "ideal_ns"),
+                ylabel="ns",
+            )
+        ]
 
 
 def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -164,7 +159,9 @@ def _step_t(tl: _replay.Timeline, val: np.ndarray) -> np.ndarray:
 def _stages(store: Store, run_id: int) -> dict[int, int]:
     df = store.sql(
         """SELECT DISTINCT rank, try_cast(json_extract(meta, '$.stage') AS INTEGER) AS stage
-           FROM traces WHERE run_id = ? AND json_extract(meta, '$.stage') IS NOT NULL""", [run_id])
+           FROM traces WHERE run_id = ? AND json_extract(meta, '$.stage') IS NOT NULL""",
+        [run_id],
+    )
     return {int(r): int(s) for r, s in df.iter_rows() if s is not None}
 
 
@@ -177,16 +174,95 @@ def _ratio(num: pl.Series, den: pl.Series) -> float:
 def _no_steps_text(store: Store, run_id: int, label: str, comp: pl.DataFrame) -> str:
     """Why the replay has no step to replay, in summary's terms, and what to ingest."""
     if comp.is_empty():
-        sources = ", ".join(store.sql("SELECT DISTINCT source FROM traces WHERE run_id = ? ORDER BY source",
-                                      [run_id])["source"].to_list())
-        return (f"run {label}: no compute traced (its traces: {sources or 'none'}; Flight Recorder dumps hold "
-                "collectives only): what-if replays each step's compute and collectives, so ingest the run's "
-                "Kineto traces (torch.profiler) into the same run (--run)")
-    return (f"run {label}: no ProfilerSteps, so no step to replay: profile with a torch.profiler schedule "
-            "(its ProfilerStep#N annotations mark the steps) and ingest those traces")
+        sources = ", ".join(
+            store.sql("SELECT DISTINCT source FROM traces WHERE run_id = ? ORDER BY source", [run_id])[
+                "source"
+            ].to_list()
+        )
+        return (
+            f"run {label}: no compute traced (its traces: {sources or 'none'}; Flight Recorder dumps hold "
+            "collectives only): what-if replays each step's compute and collectives, so ingest the run's "
+            "Kineto traces (torch.profiler) into the same run (--run)"
+        )
+    return (
+        f"run {label}: no ProfilerSteps, so no step to replay: profile with a torch.profiler schedule "
+        "(its ProfilerStep#N annotations mark the steps) and ingest those traces"
+    )
 
 
-@register("whatif", Params)
+def _slowdown(name: str, what: str) -> tuple:
+    return (
+        rc.ratio(name, what),
+        rc.ratio(f"{name}_lo", "Its 95% interval over steps: low end"),
+        rc.ratio(f"{name}_hi", "Its 95% interval over steps: high end"),
+    )
+
+
+SPEC = Analysis(
+    name="whatif",
+    params=Params,
+    result=Result,
+    frames=(
+        rc.frame(
+            "frame",
+            "Per step: the recorded time and the replays",
+            rc.count("step", "ProfilerStep number"),
+            rc.ns("actual_ns", "Recorded step time"),
+            rc.ns("replay_ns", "Replay of the recorded gaps and durations"),
+            rc.ns("nogap_ns", "Replay of the recorded durations without host gaps"),
+            rc.ns("typgap_ns", "Replay of the recorded durations, host gaps at their median"),
+            rc.ns("ideal_ns", "Replay of the ideal (module doc)"),
+            rc.ratio("slowdown", "S of the step, at least 1"),
+            rc.ratio("launch_slowdown", "actual / nogap, at least 1"),
+            rc.ratio("host_slowdown", "replay / typgap, at least 1"),
+            rc.ratio("model_slowdown", "replay / ideal, at least 1"),
+            rc.flag("clamped", "The ideal exceeded the time it is compared with; slowdowns set to 1"),
+        ),
+        rc.frame(
+            "blame",
+            "Each group's share of the slowdown, alone",
+            rc.text("by", "Grouped by rank, stage or op"),
+            rc.text(
+                "kind",
+                "blocking (the ideal replay with only that group's recorded durations) or host (the "
+                "typical-gap replay with only that group's recorded host gaps)",
+            ),
+            rc.text("group", "The rank, stage or op"),
+            rc.ratio("slowdown", "That group alone: S, at least 1"),
+            rc.ratio(
+                "slowdown_lo", "Rows by stage: the low end of that stage's own 95% interval; null otherwise"
+            ),
+            rc.pct(
+                "excess_alone_pct",
+                "That group alone, % of the kind's slowdown - 1 (0..100; null without "
+                "excess; not additive across groups)",
+            ),
+        ),
+        rc.frame(
+            "summary",
+            "One row: the run's slowdowns",
+            rc.text("source", "Collectives source replayed"),
+            rc.text("pool", "The pool parameter"),
+            rc.text("gaps", "The gaps parameter"),
+            rc.text("ideal", "The ideal parameter"),
+            rc.count("steps", "Steps replayed"),
+            *_slowdown("slowdown", "S: the job's blocking slowdown"),
+            *_slowdown("host_slowdown", "Host-gap slowdown: recorded gaps vs each at its median"),
+            rc.ratio("launch_slowdown", "actual / no host gaps at all (the artifact's)"),
+            rc.ratio("model_slowdown", "replay / ideal"),
+            rc.pct("replay_error_pct", "Mean |replay - actual| / actual over steps"),
+            rc.count("clamped_steps", "Steps whose ideal exceeded them"),
+            rc.count("transient_steps", "Steps left out as the profiler-start transient"),
+            rc.flag("straggling", "An interval's low end above 1.1"),
+        ),
+    ),
+    report=Report(
+        80, "per-step ops and collectives on 2+ ranks (Kineto traces of every rank, or NDTimeline)"
+    ),
+)
+
+
+@register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """What-if replay of one run (module doc).
 
@@ -215,8 +291,12 @@ def run(store: Store, params: Params) -> Result:
         gap_i = zero
     actual = _step_times(tl, np.nan_to_num(nodes["end"].to_numpy(), nan=-np.inf))
     frame = actual.rename({"t": "actual_ns"})
-    replays = (("replay_ns", (gap0, dur0)), ("nogap_ns", (zero, dur0)), ("typgap_ns", (gap_m, dur0)),
-               ("ideal_ns", (gap_i, dur_i)))
+    replays = (
+        ("replay_ns", (gap0, dur0)),
+        ("nogap_ns", (zero, dur0)),
+        ("typgap_ns", (gap_m, dur0)),
+        ("ideal_ns", (gap_i, dur_i)),
+    )
     for col, (g, d) in replays:
         frame = frame.join(_step_times(tl, _replay.replay(tl, g, d)).rename({"t": col}), on="step")
     frame = frame.with_columns(_common.whole_ns(pl.col(c)) for c in ("actual_ns", *(c for c, _ in replays)))
@@ -239,39 +319,98 @@ def run(store: Store, params: Params) -> Result:
     err = float(((frame["replay_ns"] - frame["actual_ns"]).abs() / frame["actual_ns"]).mean()) * 100  # type: ignore[arg-type]
     ideal_gaps = (gap_i, dur_i)
     charged = _charged(nodes)  # the same for both kinds of blame
-    blame = pl.concat([
-        _blame(store, run_id, tl, charged, (gap0 if params.gaps == "median" else zero, dur0), ideal_gaps,
-               (float(frame["ideal_ns"].mean()), None) if params.gaps == "median" else  # type: ignore[arg-type]
-               (float(capped.mean()), frame[base].to_numpy()),  # type: ignore[arg-type]
-               s_model if params.gaps == "median" else s, "blocking", params,
-               frame["ideal_ns"].to_numpy() if params.gaps == "median" else capped.to_numpy()),
-        _blame(store, run_id, tl, charged, (gap0, dur0), (gap_m, dur0), (float(frame["typgap_ns"].mean()), None),  # type: ignore[arg-type]
-               s_host, "host", params, frame["typgap_ns"].to_numpy()),
-    ])
+    blame = pl.concat(
+        [
+            _blame(
+                store,
+                run_id,
+                tl,
+                charged,
+                (gap0 if params.gaps == "median" else zero, dur0),
+                ideal_gaps,
+                (float(frame["ideal_ns"].mean()), None)  # type: ignore[arg-type]
+                if params.gaps == "median"
+                else (float(capped.mean()), frame[base].to_numpy()),  # type: ignore[arg-type]
+                s_model if params.gaps == "median" else s,
+                "blocking",
+                params,
+                frame["ideal_ns"].to_numpy() if params.gaps == "median" else capped.to_numpy(),
+            ),
+            _blame(
+                store,
+                run_id,
+                tl,
+                charged,
+                (gap0, dur0),
+                (gap_m, dur0),
+                (float(frame["typgap_ns"].mean()), None),  # type: ignore[arg-type]
+                s_host,
+                "host",
+                params,
+                frame["typgap_ns"].to_numpy(),
+            ),
+        ]
+    )
     # intervals over steps (percentile bootstrap): straggling needs the low end above 1.1
     s_lo, s_hi = (max(x, 1.0) for x in _common.ratio_interval(frame[base].to_numpy(), capped.to_numpy()))
-    h_lo, h_hi = (max(x, 1.0) for x in _common.ratio_interval(frame["replay_ns"].to_numpy(),
-                                                               frame["typgap_ns"].to_numpy()))
+    h_lo, h_hi = (
+        max(x, 1.0)
+        for x in _common.ratio_interval(frame["replay_ns"].to_numpy(), frame["typgap_ns"].to_numpy())
+    )
     straggling = max(s_lo, h_lo) > STRAGGLING_S
-    summary = pl.DataFrame({"source": [source], "pool": [params.pool], "gaps": [params.gaps],
-                            "ideal": [params.ideal], "steps": [frame.height],
-                            "slowdown": [s], "slowdown_lo": [s_lo], "slowdown_hi": [s_hi],
-                            "host_slowdown": [s_host], "host_slowdown_lo": [h_lo], "host_slowdown_hi": [h_hi],
-                            "launch_slowdown": [s_launch], "model_slowdown": [s_model],
-                            "replay_error_pct": [err], "clamped_steps": [int(frame["clamped"].sum())],
-                            "transient_steps": [len(transient.steps)], "straggling": [straggling]})
+    summary = pl.DataFrame(
+        {
+            "source": [source],
+            "pool": [params.pool],
+            "gaps": [params.gaps],
+            "ideal": [params.ideal],
+            "steps": [frame.height],
+            "slowdown": [s],
+            "slowdown_lo": [s_lo],
+            "slowdown_hi": [s_hi],
+            "host_slowdown": [s_host],
+            "host_slowdown_lo": [h_lo],
+            "host_slowdown_hi": [h_hi],
+            "launch_slowdown": [s_launch],
+            "model_slowdown": [s_model],
+            "replay_error_pct": [err],
+            "clamped_steps": [int(frame["clamped"].sum())],
+            "transient_steps": [len(transient.steps)],
+            "straggling": [straggling],
+        }
+    )
     s_uncapped = _ratio(frame[base], frame["ideal_ns"])
-    notes = _notes((s_raw, s_host, s_launch, s_model_raw, s_uncapped), (s_lo, s_hi, h_lo, h_hi), err, frame, blame,
-                   params)
-    partial = _replay.partial_note(store, run_id, "the replay covers the traced ranks only (a collective starts "
-                                   "at the last traced arrival; an untraced rank's delay counts as transfer time)")
+    notes = _notes(
+        (s_raw, s_host, s_launch, s_model_raw, s_uncapped),
+        (s_lo, s_hi, h_lo, h_hi),
+        err,
+        frame,
+        blame,
+        params,
+    )
+    partial = _replay.partial_note(
+        store,
+        run_id,
+        "the replay covers the traced ranks only (a collective starts "
+        "at the last traced arrival; an untraced rank's delay counts as transfer time)",
+    )
     extra = tuple(n for n in (transient.note, partial) if n)
     return Result(frame=frame, blame=blame, summary=summary, notes=notes + extra)
 
 
-def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray, recorded: tuple[np.ndarray, np.ndarray],
-           ideal: tuple[np.ndarray, np.ndarray], ref: tuple[float, np.ndarray | None], s_ref: float, kind: str,
-           params: Params, ideal_steps: np.ndarray | None = None) -> pl.DataFrame:
+def _blame(
+    store: Store,
+    run_id: int,
+    tl: _replay.Timeline,
+    charged: np.ndarray,
+    recorded: tuple[np.ndarray, np.ndarray],
+    ideal: tuple[np.ndarray, np.ndarray],
+    ref: tuple[float, np.ndarray | None],
+    s_ref: float,
+    kind: str,
+    params: Params,
+    ideal_steps: np.ndarray | None = None,
+) -> pl.DataFrame:
     """Slowdown of the ``ideal`` replay with one group's ``recorded`` values put back (module doc,
     step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``. ``ref``: the mean
     step time the slowdown is over, and per step (in step order) the cap of each step's time, as
@@ -304,8 +443,12 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray,
         for st in sorted(set(stages.values())):
             t = per_step(stage_of == st)
             rows.append(("stage", str(st), max(float(t.mean()) / mean_ideal, 1.0)))
-            low[str(st)] = max(_common.ratio_interval(t, np.broadcast_to(mean_ideal, t.shape) if ideal_steps is None
-                                                      else ideal_steps)[0], 1.0)
+            low[str(st)] = max(
+                _common.ratio_interval(
+                    t, np.broadcast_to(mean_ideal, t.shape) if ideal_steps is None else ideal_steps
+                )[0],
+                1.0,
+            )
     if kind == "blocking":
         # each node's op name as an integer: the dense rank of its name (0: no name, instance nodes)
         name_code = tl.names.rank("dense").cast(pl.Int64).to_numpy()
@@ -316,23 +459,33 @@ def _blame(store: Store, run_id: int, tl: _replay.Timeline, charged: np.ndarray,
         # when the ideal is the mean, which then picked the top list at random), summed in node
         # order (np.bincount: one summation order), the most first, then by name
         real = node_kind != 2
-        x = np.bincount(code[real], weights=np.maximum(dur0 - dur_i, 0.0)[real],
-                        minlength=int(code.max(initial=0)) + 1)
+        x = np.bincount(
+            code[real], weights=np.maximum(dur0 - dur_i, 0.0)[real], minlength=int(code.max(initial=0)) + 1
+        )
         present = np.unique(code[real])
-        excess = pl.DataFrame({"name": [name_of.get(int(c)) for c in present], "code": present, "x": x[present]},
-                              schema={"name": pl.Utf8, "code": pl.Int64, "x": pl.Float64})
+        excess = pl.DataFrame(
+            {"name": [name_of.get(int(c)) for c in present], "code": present, "x": x[present]},
+            schema={"name": pl.Utf8, "code": pl.Int64, "x": pl.Float64},
+        )
         top = excess.sort(["x", "name"], descending=[True, False], nulls_last=True).head(params.top_ops)
-        rows.extend(("op", str(name), with_group(code == c)) for name, c in zip(top["name"], top["code"], strict=True))
+        rows.extend(
+            ("op", str(name), with_group(code == c)) for name, c in zip(top["name"], top["code"], strict=True)
+        )
     else:
         rows.append(("op", "(host gaps)", with_group(node_kind != 2)))
     excess_pct = (100 * (pl.col("slowdown") - 1) / (s_ref - 1)).clip(0.0, 100.0) if s_ref - 1 > 1e-9 else None
     blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
         pl.lit(kind).alias("kind"),
-        pl.lit(None, pl.Float64).alias("excess_alone_pct") if excess_pct is None else excess_pct.alias("excess_alone_pct"),
-        pl.when(pl.col("by") == "stage").then(pl.col("group").replace_strict(low, default=None, return_dtype=pl.Float64))
-        .alias("slowdown_lo"))
+        pl.lit(None, pl.Float64).alias("excess_alone_pct")
+        if excess_pct is None
+        else excess_pct.alias("excess_alone_pct"),
+        pl.when(pl.col("by") == "stage")
+        .then(pl.col("group").replace_strict(low, default=None, return_dtype=pl.Float64))
+        .alias("slowdown_lo"),
+    )
     return blame.select("by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct").sort(
-        ["by", "slowdown", "group"], descending=[False, True, False])  # group: a total order
+        ["by", "slowdown", "group"], descending=[False, True, False]
+    )  # group: a total order
 
 
 def _charged(nodes: pl.DataFrame) -> np.ndarray:
@@ -341,60 +494,101 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
     transfer). A rank's slow ops hidden while it waited for another rank, or after its step's last
     collective, delayed no one and are not charged to it."""
     n = nodes.with_row_index("i").with_columns(pl.when(pl.col("kind") == 1).then(pl.col("end")).alias("arr"))
-    arr = n.filter(pl.col("kind") == 1).group_by("instance").agg(
-        pl.col("arr").max().alias("top"), (pl.col("arr") == pl.col("arr").max()).sum().alias("k"))
-    items = n.filter(pl.col("kind") <= 1).join(arr, on="instance", how="left").sort("i").with_columns(
-        pl.when(pl.col("kind") == 1).then((pl.col("arr") == pl.col("top")) & (pl.col("k") == 1)).alias("last"))
-    items = items.with_columns(pl.col("last").backward_fill().over("rank", "step").fill_null(False).alias("charged"))
+    arr = (
+        n.filter(pl.col("kind") == 1)
+        .group_by("instance")
+        .agg(pl.col("arr").max().alias("top"), (pl.col("arr") == pl.col("arr").max()).sum().alias("k"))
+    )
+    items = (
+        n.filter(pl.col("kind") <= 1)
+        .join(arr, on="instance", how="left")
+        .sort("i")
+        .with_columns(
+            pl.when(pl.col("kind") == 1)
+            .then((pl.col("arr") == pl.col("top")) & (pl.col("k") == 1))
+            .alias("last")
+        )
+    )
+    items = items.with_columns(
+        pl.col("last").backward_fill().over("rank", "step").fill_null(False).alias("charged")
+    )
     out = np.zeros(nodes.height, bool)
     out[items["i"].to_numpy()] = items["charged"].to_numpy()
     # a comm end node (its transfer) goes with its arrival item
     tx = n.filter(pl.col("kind") == 3).join(
-        items.filter(pl.col("kind") == 1).select("instance", "rank", "charged"), on=["instance", "rank"], how="left")
+        items.filter(pl.col("kind") == 1).select("instance", "rank", "charged"),
+        on=["instance", "rank"],
+        how="left",
+    )
     out[tx["i"].to_numpy()] = tx["charged"].fill_null(False).to_numpy()
     return out
 
 
-def _notes(raw: tuple[float, float, float, float, float], ci: tuple[float, float, float, float], err: float,
-           frame: pl.DataFrame, blame: pl.DataFrame, params: Params) -> tuple[str, ...]:
+def _notes(
+    raw: tuple[float, float, float, float, float],
+    ci: tuple[float, float, float, float],
+    err: float,
+    frame: pl.DataFrame,
+    blame: pl.DataFrame,
+    params: Params,
+) -> tuple[str, ...]:
     s_raw, s_host, s_launch, s_model_raw, s_uncapped = raw
     s_lo, s_hi, h_lo, h_hi = ci
     s = max(s_raw, 1.0)
-    verdict = ("straggling" if max(s_lo, h_lo) > STRAGGLING_S else
-               "not straggling" if max(s_hi, h_hi) <= STRAGGLING_S else "not shown to straggle")
-    what = ("blocking slowdown S (no host gaps, recorded vs ideal op times" if params.gaps == "zero" else
-            "S (mean actual step / mean ideal step with idealized host gaps")
-    notes = [f"{what}; ideal: {'compute ops at their mean, transfers at their median' if params.ideal == 'mean' else params.ideal}"
-             f", pooled over {'ranks and steps' if params.pool == 'all' else 'ranks within each step'}) = {s:.3f} "
-             f"[{s_lo:.3f}, {s_hi:.3f}]; host-gap slowdown (recorded host gaps vs each at its median over ranks) = "
-             f"{s_host:.3f} [{h_lo:.3f}, {h_hi:.3f}] (95% intervals, bootstrap over the {frame.height} steps); "
-             f"{verdict} by the OSDI'25 threshold (either interval's low end above {STRAGGLING_S}); launch slowdown "
-             f"(actual / no host gaps at all, the artifact's) = {s_launch:.3f}; replay error {err:.1f}% of step time"]
+    verdict = (
+        "straggling"
+        if max(s_lo, h_lo) > STRAGGLING_S
+        else "not straggling"
+        if max(s_hi, h_hi) <= STRAGGLING_S
+        else "not shown to straggle"
+    )
+    what = (
+        "blocking slowdown S (no host gaps, recorded vs ideal op times"
+        if params.gaps == "zero"
+        else "S (mean actual step / mean ideal step with idealized host gaps"
+    )
+    notes = [
+        f"{what}; ideal: {'compute ops at their mean, transfers at their median' if params.ideal == 'mean' else params.ideal}"
+        f", pooled over {'ranks and steps' if params.pool == 'all' else 'ranks within each step'}) = {s:.3f} "
+        f"[{s_lo:.3f}, {s_hi:.3f}]; host-gap slowdown (recorded host gaps vs each at its median over ranks) = "
+        f"{s_host:.3f} [{h_lo:.3f}, {h_hi:.3f}] (95% intervals, bootstrap over the {frame.height} steps); "
+        f"{verdict} by the OSDI'25 threshold (either interval's low end above {STRAGGLING_S}); launch slowdown "
+        f"(actual / no host gaps at all, the artifact's) = {s_launch:.3f}; replay error {err:.1f}% of step time"
+    ]
     ranks = blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
     if s > STRAGGLING_S and ranks.height:
         alone = ", ".join(f"{g} {x:.3f}" for g, x in ranks.select("group", "slowdown").head(4).rows())
-        largest = (f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0] or 0:.0f}% of the "
-               "excess alone" if ranks["slowdown"][0] - 1 > 1e-6 else
-               "no rank's op times at the collectives it arrived at last explain any of it (slower ops hidden "
-               "while waiting for another rank are not charged)")
+        largest = (
+            f"the largest, rank {ranks['group'][0]}, explains {ranks['excess_alone_pct'][0] or 0:.0f}% of the "
+            "excess alone"
+            if ranks["slowdown"][0] - 1 > 1e-6
+            else "no rank's op times at the collectives it arrived at last explain any of it (slower ops hidden "
+            "while waiting for another rank are not charged)"
+        )
         notes.append(
             "S counts every op slower than its typical value, run-to-run op-time noise included (on a shared "
             "few-core CPU, as in the sample traces, op times vary by 10-30% between ranks with no straggler), so "
             f"S > {STRAGGLING_S} does not by itself mean one rank is to blame. Alone S by rank (its recorded values "
             f"up to the collectives it arrived at last, the rest ideal): {alone}; {largest}. Whether one rank holds up "
             "the collectives: "
-            "traceprof analyze stragglers (the combined verdict: traceprof.verdict)")
+            "traceprof analyze stragglers (the combined verdict: traceprof.engine.verdict)"
+        )
     clamped = frame.filter("clamped")
     if clamped.height:
-        why = ("the replay overestimates those steps (replay error; with ideal=min the ideal is never slower "
-               "than the replay)" if params.ideal == "min" else
-               "ideal values are slower there than the recording (an op short on one rank's critical path is long "
-               "on another, where it was hidden; ideal=min rules this out) or the replay overestimates them")
-        notes.append(f"{clamped.height} of {frame.height} steps: the ideal replay is slower than the step it is "
-                     f"compared with because {why}: slowdowns clamped to 1 there, and S counts those steps at their "
-                     "own time (the ideal capped at the step)"
-                     + (f"; S clamped to 1 (ratio {s_uncapped:.3f})" if s_uncapped < 1 else "")
-                     + (f"; model S clamped to 1 (replay / ideal = {s_model_raw:.3f})" if s_model_raw < 1 else ""))
+        why = (
+            "the replay overestimates those steps (replay error; with ideal=min the ideal is never slower "
+            "than the replay)"
+            if params.ideal == "min"
+            else "ideal values are slower there than the recording (an op short on one rank's critical path is long "
+            "on another, where it was hidden; ideal=min rules this out) or the replay overestimates them"
+        )
+        notes.append(
+            f"{clamped.height} of {frame.height} steps: the ideal replay is slower than the step it is "
+            f"compared with because {why}: slowdowns clamped to 1 there, and S counts those steps at their "
+            "own time (the ideal capped at the step)"
+            + (f"; S clamped to 1 (ratio {s_uncapped:.3f})" if s_uncapped < 1 else "")
+            + (f"; model S clamped to 1 (replay / ideal = {s_model_raw:.3f})" if s_model_raw < 1 else "")
+        )
     if s - 1 <= 1e-9 and s_host - 1 <= 1e-9:
         notes.append("no excess over the ideal: nothing to blame")
         return tuple(notes)
@@ -405,8 +599,12 @@ def _notes(raw: tuple[float, float, float, float, float], ci: tuple[float, float
             b = blame.filter((pl.col("by") == by) & (pl.col("kind") == kind))
             if b.height and b["slowdown"][0] - 1 > 1e-6:
                 top = b.row(0, named=True)
-                notes.append(f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}, "
-                             f"{top['excess_alone_pct']:.0f}% of the excess on its own)")
-    notes.append("blame shares are each group alone and not additive: groups late at the same collectives each "
-                 "explain it alone, so one category's shares can add up to more than 100%")
+                notes.append(
+                    f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}, "
+                    f"{top['excess_alone_pct']:.0f}% of the excess on its own)"
+                )
+    notes.append(
+        "blame shares are each group alone and not additive: groups late at the same collectives each "
+        "explain it alone, so one category's shares can add up to more than 100%"
+    )
     return tuple(notes)

@@ -52,8 +52,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CORPUS = Path(os.environ.get("TRACEPROF_CORPUS", REPO.parent / "shared" / "corpus"))
-CORPUS_SETS = ["hta/trace_filter", "hta/nccl_parser_config", "hta/negative_queue_length_values_check",
-               "hta/df_index_resolver"]
+CORPUS_SETS = [
+    "hta/trace_filter",
+    "hta/nccl_parser_config",
+    "hta/negative_queue_length_values_check",
+    "hta/df_index_resolver",
+]
 # name: (ranks, events per rank, steps, gzip)
 GENERATED = {
     "gen_1x2M_100k": (1, 2_000_000, 100_000, False),
@@ -62,7 +66,18 @@ GENERATED = {
 }
 HUGE = {"gen_1x18M_huge": (1, 18_000_000, 100_000, False)}  # about 5 GB: --huge only
 CURVE = [1_000, 10_000, 100_000]  # steps, 20 events each
-ANALYSES = ["temporal", "overlap", "gaps", "idle", "kernels", "launch", "mfu", "stragglers", "whatif", "critical_path"]
+ANALYSES = [
+    "temporal",
+    "overlap",
+    "gaps",
+    "idle",
+    "kernels",
+    "launch",
+    "mfu",
+    "stragglers",
+    "whatif",
+    "critical_path",
+]
 # the synthetic traces record no shapes: declare the FLOPs so that mfu computes (1 PFLOP per step)
 PARAMS = {"mfu": ["-p", "model_flops_per_step=1e15"]}
 PY = sys.executable
@@ -116,15 +131,26 @@ def _measure(timeout: float, cmd: list[str]) -> None:
     wall = time.perf_counter() - t0
     th.join()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_max": ru.ru_maxrss / 1024,
-                      "rss_sum": peak[0] / 2**20, "pss_sum": peak[1] / 2**20, "rc": proc.returncode,
-                      "err": err.decode(errors="replace")[-400:] if proc.returncode else ""}))
+    print(
+        json.dumps(
+            {
+                "wall": wall,
+                "cpu": ru.ru_utime + ru.ru_stime,
+                "rss_max": ru.ru_maxrss / 1024,
+                "rss_sum": peak[0] / 2**20,
+                "pss_sum": peak[1] / 2**20,
+                "rc": proc.returncode,
+                "err": err.decode(errors="replace")[-400:] if proc.returncode else "",
+            }
+        )
+    )
 
 
 def measure(cmd: list[str], timeout: float = 1800) -> dict:
     """Measure ``cmd`` in a fresh measuring process (so the rusage is this command's alone)."""
-    out = subprocess.run([PY, __file__, "--measure", str(timeout), "--", *cmd], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [PY, __file__, "--measure", str(timeout), "--", *cmd], capture_output=True, text=True, check=True
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     if r["rc"]:
         print(f"  ! {' '.join(cmd)[:120]}: exit {r['rc']}: {r['err'].strip()[-300:]}", file=sys.stderr)
@@ -187,8 +213,21 @@ def generated(out: Path, name: str, ranks: int, events: int, steps: int, gz: boo
     stamp = folder / ".done"
     if not stamp.exists():
         shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run([PY, str(HERE / "gen_trace.py"), str(folder), "--ranks", str(ranks), "--events",
-                        str(events), "--steps", str(steps), *(["--gzip"] if gz else [])], check=True)
+        subprocess.run(
+            [
+                PY,
+                str(HERE / "gen_trace.py"),
+                str(folder),
+                "--ranks",
+                str(ranks),
+                "--events",
+                str(events),
+                "--steps",
+                str(steps),
+                *(["--gzip"] if gz else []),
+            ],
+            check=True,
+        )
         stamp.write_text("")
     return folder
 
@@ -216,19 +255,25 @@ def parquet_db(db: Path) -> Path:
     return db.with_suffix(".pq.duckdb")
 
 
-def tools(folder: Path, db: Path, parser: str, hta: bool, parquet: bool = False,
-          only_traceprof: bool = False) -> dict[str, list[str]]:
+def tools(
+    folder: Path, db: Path, parser: str, hta: bool, parquet: bool = False, only_traceprof: bool = False
+) -> dict[str, list[str]]:
     files = [str(p) for p in trace_files(folder)]
     cmds = {"traceprof": traceprof("ingest", str(folder), "--db", str(db), "--run", "bench")}
     if parquet:
-        cmds["traceprof_parquet"] = traceprof("ingest", str(folder), "--db", str(parquet_db(db)),
-                                              "--run", "bench", "--layout", "parquet")
+        cmds["traceprof_parquet"] = traceprof(
+            "ingest", str(folder), "--db", str(parquet_db(db)), "--run", "bench", "--layout", "parquet"
+        )
     if only_traceprof:
         return cmds
     if hta:
-        cmds["hta"] = [PY, "-c", "import logging, sys; logging.disable(logging.WARNING); "
-                       "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])",
-                       str(folder)]
+        cmds["hta"] = [
+            PY,
+            "-c",
+            "import logging, sys; logging.disable(logging.WARNING); "
+            "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])",
+            str(folder),
+        ]
     cmds["bare"] = [PY, __file__, "--bare-parse", parser, "--", *files]
     return cmds
 
@@ -265,7 +310,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE / "out")
     ap.add_argument("--quick", action="store_true", help="generated sizes / 10")
     ap.add_argument("--no-hta", action="store_true")
-    ap.add_argument("--hta-timeout", type=float, default=300, help="seconds; HTA is stopped after (default 300)")
+    ap.add_argument(
+        "--hta-timeout", type=float, default=300, help="seconds; HTA is stopped after (default 300)"
+    )
     ap.add_argument("--only", nargs="*", help="sets to run (corpus paths or generated names)")
     ap.add_argument("--skip-analyses", action="store_true")
     ap.add_argument("--huge", action="store_true", help="add a ~5 GB rank file (traceprof ingest only)")
@@ -273,15 +320,25 @@ def main() -> None:
     out = a.out / ("quick" if a.quick else "full")
     out.mkdir(parents=True, exist_ok=True)
     div = 10 if a.quick else 1
-    gen = {n: (r, e // div, max(s // div, 1), gz)
-           for n, (r, e, s, gz) in {**GENERATED, **(HUGE if a.huge else {})}.items()}
+    gen = {
+        n: (r, e // div, max(s // div, 1), gz)
+        for n, (r, e, s, gz) in {**GENERATED, **(HUGE if a.huge else {})}.items()
+    }
     folders = {n: generated(out, n, *spec) for n, spec in gen.items() if not a.only or n in a.only}
-    sets = {rel: CORPUS / rel for rel in CORPUS_SETS if (not a.only or rel in a.only) and (CORPUS / rel).exists()}
+    sets = {
+        rel: CORPUS / rel for rel in CORPUS_SETS if (not a.only or rel in a.only) and (CORPUS / rel).exists()
+    }
     sets.update(folders)
     candidates = [f for folder in folders.values() for f in trace_files(folder)]
     parser = fastest_parser(min(candidates, key=lambda f: f.stat().st_size)) if candidates else "orjson"
-    result: dict = {"parser": parser, "quick": a.quick, "cpus": os.cpu_count(), "ingest": {}, "analyses": {},
-                    "curve": {}}
+    result: dict = {
+        "parser": parser,
+        "quick": a.quick,
+        "cpus": os.cpu_count(),
+        "ingest": {},
+        "analyses": {},
+        "curve": {},
+    }
     print(f"bare parse: {parser}; ratios are traceprof / other (wall, cpu, summed rss)")
     for name, folder in sets.items():
         files = trace_files(folder)
@@ -289,9 +346,13 @@ def main() -> None:
         print(f"\n{name}: {len(files)} files, {size / 1e6:.1f} MB on disk\n{HEAD}")
         db = out / f"{name.replace('/', '_')}.duckdb"
         drop_store(db)
-        cmds = tools(folder, db, parser, not a.no_hta, parquet=name == "gen_8x1M", only_traceprof=name in HUGE)
+        cmds = tools(
+            folder, db, parser, not a.no_hta, parquet=name == "gen_8x1M", only_traceprof=name in HUGE
+        )
         res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800) for k, cmd in cmds.items()}
-        from traceprof.layout import dataset_dir  # here: the measuring children import traceprof themselves
+        from traceprof.storage.layout import (
+            dataset_dir,  # here: the measuring children import traceprof themselves
+        )
 
         parquet_db(db).unlink(missing_ok=True)
         shutil.rmtree(dataset_dir(parquet_db(db)), ignore_errors=True)
@@ -301,32 +362,46 @@ def main() -> None:
             if k in res:
                 print(_row(k, res[k]))
         tp = res["traceprof"]
-        print(f"  traceprof peak memory / largest uncompressed rank file ({big / 1e6:.0f} MB): summed RSS "
-              f"{tp['rss_sum'] * 2**20 / big:.2f}x, summed PSS {tp['pss_sum'] * 2**20 / big:.2f}x, largest "
-              f"process {tp['rss_max'] * 2**20 / big:.2f}x")
+        print(
+            f"  traceprof peak memory / largest uncompressed rank file ({big / 1e6:.0f} MB): summed RSS "
+            f"{tp['rss_sum'] * 2**20 / big:.2f}x, summed PSS {tp['pss_sum'] * 2**20 / big:.2f}x, largest "
+            f"process {tp['rss_max'] * 2**20 / big:.2f}x"
+        )
         for k in ("hta", "bare"):
             if k in res:
                 tp, o = res["traceprof"], res[k]
-                print(f"  traceprof / {k:<10} wall {tp['wall'] / o['wall']:.2f}x  cpu {tp['cpu'] / o['cpu']:.2f}x  "
-                      f"rss_sum {tp['rss_sum'] / o['rss_sum']:.2f}x")
+                print(
+                    f"  traceprof / {k:<10} wall {tp['wall'] / o['wall']:.2f}x  cpu {tp['cpu'] / o['cpu']:.2f}x  "
+                    f"rss_sum {tp['rss_sum'] / o['rss_sum']:.2f}x"
+                )
         result["ingest"][name] = res
         if name in ("gen_1x2M_100k", "gen_8x1M") and not a.skip_analyses:
-            names = ANALYSES if name == "gen_8x1M" else [x for x in ANALYSES if x not in ("stragglers", "whatif")]
+            names = (
+                ANALYSES if name == "gen_8x1M" else [x for x in ANALYSES if x not in ("stragglers", "whatif")]
+            )
             an = analyses(db, names, out / f"{name}.html")
             print(f"  analyses on {name}:\n{HEAD}")
             for k, r in an.items():
                 print(_row(k, r))
             total = res["traceprof"]["wall"] + sum(r["wall"] for k, r in an.items() if k != "report_cold")
-            print(f"  ingest + every analysis + report: {total:.1f} s wall (the report reusing the analyses' "
-                  f"results; with --no-cache it takes {an['report_cold']['wall']:.1f} s)")
+            print(
+                f"  ingest + every analysis + report: {total:.1f} s wall (the report reusing the analyses' "
+                f"results; with --no-cache it takes {an['report_cold']['wall']:.1f} s)"
+            )
             result["analyses"][name] = {**an, "ingest_plus_all_wall": total}
         drop_store(db)  # stores are large; the traces stay for the next run
     if not a.skip_analyses and (not a.only or "curve" in a.only):
-        print(f"\noverlap vs steps (20 events per step):\n  {'steps':>8} {'events':>9} {'wall s':>8} {'rss MB':>8}")
+        print(
+            f"\noverlap vs steps (20 events per step):\n  {'steps':>8} {'events':>9} {'wall s':>8} {'rss MB':>8}"
+        )
         for steps in CURVE:
             s = max(steps // div, 10)
             same = [n for n, spec in gen.items() if spec == (1, 20 * s, s, False)]  # reuse an identical set
-            folder = generated(out, same[0], *gen[same[0]]) if same else generated(out, f"curve_{s}", 1, 20 * s, s, False)
+            folder = (
+                generated(out, same[0], *gen[same[0]])
+                if same
+                else generated(out, f"curve_{s}", 1, 20 * s, s, False)
+            )
             db = out / f"curve_{s}.duckdb"
             drop_store(db)
             ing = measure(traceprof("ingest", str(folder), "--db", str(db)))
@@ -334,24 +409,33 @@ def main() -> None:
             print(f"  {s:>8} {20 * s:>9} {ov['wall']:8.2f} {ov['rss_max']:8.0f}")
             result["curve"][s] = {"ingest": ing, "overlap": ov}
             drop_store(db)
-    print("\nsummary (one run): wall s / cpu s / peak summed RSS MB; ratios traceprof / other (wall, cpu, rss)")
+    print(
+        "\nsummary (one run): wall s / cpu s / peak summed RSS MB; ratios traceprof / other (wall, cpu, rss)"
+    )
     print(f"  {'set':<40} {'traceprof':>20} {'hta':>22} {'bare':>20}   {'vs hta':>18}   {'vs bare':>18}")
     for name, res in result["ingest"].items():
         cells, ratios = [], []
         for k in ("traceprof", "hta", "bare"):
             r = res.get(k)
             cpu = "-" if r is None or r["rc"] == 124 else f"{r['cpu']:.1f}"  # killed workers report no CPU
-            cells.append("-" if r is None else f"{r['wall']:.1f}{'+' if r['rc'] == 124 else ''}/{cpu}/{r['rss_sum']:.0f}")
+            cells.append(
+                "-"
+                if r is None
+                else f"{r['wall']:.1f}{'+' if r['rc'] == 124 else ''}/{cpu}/{r['rss_sum']:.0f}"
+            )
         tp = res["traceprof"]
         for k in ("hta", "bare"):
             r = res.get(k)
             cpu = "-" if r is None or r["rc"] == 124 else f"{tp['cpu'] / r['cpu']:.2f}"
-            ratios.append("-" if r is None else
-                          f"{tp['wall'] / r['wall']:.2f}/{cpu}/{tp['rss_sum'] / r['rss_sum']:.2f}")
-        print(f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}"
-              f"   rss/file {tp['rss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
-              f" pss/file {tp['pss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
-              f" max/file {tp['rss_max'] * 2**20 / res['largest_rank_bytes']:.2f}x")
+            ratios.append(
+                "-" if r is None else f"{tp['wall'] / r['wall']:.2f}/{cpu}/{tp['rss_sum'] / r['rss_sum']:.2f}"
+            )
+        print(
+            f"  {name:<40} {cells[0]:>20} {cells[1]:>22} {cells[2]:>20}   {ratios[0]:>18}   {ratios[1]:>18}"
+            f"   rss/file {tp['rss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
+            f" pss/file {tp['pss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
+            f" max/file {tp['rss_max'] * 2**20 / res['largest_rank_bytes']:.2f}x"
+        )
     print("  (+: stopped at the time limit, a lower bound)")
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'bench.json'}")

@@ -22,7 +22,7 @@ arrival order follows the other load).
 
 It ingests every run into one store and prints:
 
-1. straggler ``problem`` rate on healthy runs (``traceprof.verdict.combined_verdict``, the verdict
+1. straggler ``problem`` rate on healthy runs (``traceprof.engine.verdict.combined_verdict``, the verdict
    of the ``stragglers`` topic that ``summary`` and the report show); target at most 1 in 20;
 2. on slowed runs, the named-rank hit rate where the trace shows the slowed rank arriving last
    significantly often (``stragglers``' binomial p < ``--alpha``) — target at least 9 of 10 —
@@ -124,8 +124,16 @@ def record(out: Path, healthy: int, injected: int) -> list[Path]:
         folder = out / name
         if not (folder / "rank3.trace.json.gz").exists():
             print(f"recording {name} {opts}", file=sys.stderr, flush=True)
-            subprocess.run([sys.executable, str(REPO / "scripts" / "record_samples.py"), str(folder),
-                            *shlex.split(opts)], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "scripts" / "record_samples.py"),
+                    str(folder),
+                    *shlex.split(opts),
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         done.append(folder)
     return done
 
@@ -145,10 +153,11 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
     """The straggler verdict of every run (library calls: one process, results shared)."""
     import polars as pl
 
-    from traceprof import analysis
-    from traceprof.ingest import ingest
-    from traceprof.store import Store
-    from traceprof.verdict import combined_verdict
+    from traceprof.engine import analysis
+    from traceprof.engine.session import Session
+    from traceprof.engine.verdict import combined_verdict
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
 
     with Store(db) as store:
         have = set(store.sql("SELECT name FROM runs")["name"].to_list())
@@ -156,15 +165,24 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
             if r.name not in have:
                 ingest(store, [Path(r.path)], run=r.name)
     rows = []
-    with Store(db, read_only=True) as store, analysis.reuse_results():
+    with Store(db, read_only=True) as store, Session(store):  # each analysis once per run
         for r in runs:
             v = combined_verdict(store, r.name)
             st = analysis.get("stragglers")
             per = st.run(store, st.params(run=r.name)).frame
-            p = (float(per.filter(pl.col("rank") == r.rank)["p_value"][0]) if r.rank is not None else None)
-            rows.append({**asdict(r), "status": v.status, "named": list(v.stragglers), "cause": v.cause,
-                         "rank_p": p, "slowdown": v.slowdown, "slowdown_interval": v.slowdown_interval,
-                         "text": v.text})
+            p = float(per.filter(pl.col("rank") == r.rank)["p_value"][0]) if r.rank is not None else None
+            rows.append(
+                {
+                    **asdict(r),
+                    "status": v.status,
+                    "named": list(v.stragglers),
+                    "cause": v.cause,
+                    "rank_p": p,
+                    "slowdown": v.slowdown,
+                    "slowdown_interval": v.slowdown_interval,
+                    "text": v.text,
+                }
+            )
     return rows
 
 
@@ -176,13 +194,20 @@ def _cli() -> list[str]:
 
 def diff(db: Path, base: str, cand: str) -> dict:
     """``traceprof diff base cand -f json``: exit code and the JSON's verdict and summary."""
-    p = subprocess.run([*_cli(), "diff", base, cand, "--db", str(db), "-f", "json"], capture_output=True, text=True)
+    p = subprocess.run(
+        [*_cli(), "diff", base, cand, "--db", str(db), "-f", "json"], capture_output=True, text=True
+    )
     try:
         doc = json.loads(p.stdout) if p.stdout.strip() else {}
     except json.JSONDecodeError:
         doc = {}
-    return {"base": base, "cand": cand, "exit": p.returncode, "verdict": doc.get("verdict"),
-            "summary": doc.get("summary") or p.stderr.strip().splitlines()[-1:] or [""]}
+    return {
+        "base": base,
+        "cand": cand,
+        "exit": p.returncode,
+        "verdict": doc.get("verdict"),
+        "summary": doc.get("summary") or p.stderr.strip().splitlines()[-1:] or [""],
+    }
 
 
 def _rate(k: int, n: int) -> str:
@@ -202,20 +227,31 @@ def report(rows: list[dict], alpha: float) -> dict:
         "slowed_wrong_rank": [sum(bool(set(r["named"]) - {r["rank"]}) for r in slowed), len(slowed)],
         "uniform_named": [sum(bool(r["named"]) or r["status"] == "problem" for r in uniform), len(uniform)],
     }
-    print(f"{len(rows)} runs: {len(healthy)} healthy, {len(slowed)} slowed, {len(uniform)} uniform regressions", flush=True)
+    print(
+        f"{len(rows)} runs: {len(healthy)} healthy, {len(slowed)} slowed, {len(uniform)} uniform regressions",
+        flush=True,
+    )
     print(f"straggler problem on healthy runs: {_rate(*out['healthy_problem'])} (target: at most 1 in 20)")
     for r in healthy:
         if r["status"] == "problem":
             print(f"    {r['name']}: {r['text'][:300]}")
-    print(f"slowed rank named where the trace shows it last significantly often (p < {alpha:g}): "
-          f"{_rate(*out['slowed_named_where_significant'])} (target: at least 9 of 10)")
-    print(f"slowed rank named, all slowed runs: {_rate(*out['slowed_named_all'])}; another rank named: "
-          f"{_rate(*out['slowed_wrong_rank'])}")
+    print(
+        f"slowed rank named where the trace shows it last significantly often (p < {alpha:g}): "
+        f"{_rate(*out['slowed_named_where_significant'])} (target: at least 9 of 10)"
+    )
+    print(
+        f"slowed rank named, all slowed runs: {_rate(*out['slowed_named_all'])}; another rank named: "
+        f"{_rate(*out['slowed_wrong_rank'])}"
+    )
     for r in slowed:
         mark = "named" if r["rank"] in r["named"] else "not named"
-        print(f"    {r['name']}: rank {r['rank']} ({r['how']}) p = {r['rank_p']:.2g}: {mark}"
-              + (f" (named {r['named']})" if r["named"] and r["rank"] not in r["named"] else ""))
-    print(f"straggler named or problem on uniform-regression runs: {_rate(*out['uniform_named'])} (target: 0)")
+        print(
+            f"    {r['name']}: rank {r['rank']} ({r['how']}) p = {r['rank_p']:.2g}: {mark}"
+            + (f" (named {r['named']})" if r["named"] and r["rank"] not in r["named"] else "")
+        )
+    print(
+        f"straggler named or problem on uniform-regression runs: {_rate(*out['uniform_named'])} (target: 0)"
+    )
     for r in uniform:
         if r["named"] or r["status"] == "problem":
             print(f"    {r['name']}: {r['text'][:300]}")
@@ -230,8 +266,10 @@ def report_diffs(diffs: list[dict]) -> dict:
         codes = {c: sum(d["exit"] == c for d in aa) for c in sorted({d["exit"] for d in aa})}
         out["aa_exit_codes"] = codes
         out["aa_regression"] = [codes.get(3, 0), len(aa)]
-        print(f"diff A/A over every ordered pair of healthy runs: regression (exit 3) {_rate(codes.get(3, 0), len(aa))}; "
-              f"exit codes {codes} (target: at most 1 in 20 exit 3)")
+        print(
+            f"diff A/A over every ordered pair of healthy runs: regression (exit 3) {_rate(codes.get(3, 0), len(aa))}; "
+            f"exit codes {codes} (target: at most 1 in 20 exit 3)"
+        )
         inj = [d for d in diffs if d["kind"] == "injected"]
         by_cols: dict[int, list[dict]] = {}
         for d in inj:
@@ -241,9 +279,16 @@ def report_diffs(diffs: list[dict]) -> dict:
             caught = sum(d["exit"] == 3 for d in ds)
             mm = sum(d["exit"] == 3 and "aten::mm" in json.dumps(d["summary"]) for d in ds)
             inc = sum(d["exit"] == 4 for d in ds)
-            out["injected"][cols] = {"caught": caught, "aten_mm_named": mm, "inconclusive": inc, "pairs": len(ds)}
-            print(f"    uniform +{cols} cols vs each healthy baseline: regression {_rate(caught, len(ds))}, aten::mm named "
-                  f"in {mm}, inconclusive {inc}")
+            out["injected"][cols] = {
+                "caught": caught,
+                "aten_mm_named": mm,
+                "inconclusive": inc,
+                "pairs": len(ds),
+            }
+            print(
+                f"    uniform +{cols} cols vs each healthy baseline: regression {_rate(caught, len(ds))}, aten::mm named "
+                f"in {mm}, inconclusive {inc}"
+            )
     return out
 
 
@@ -274,11 +319,17 @@ def main(argv: list[str] | None = None) -> None:
         if not a.no_diff:
             healthy = [r.name for r in runs if r.kind == "healthy"]
             diffs = [{**diff(a.db, x, y), "kind": "aa"} for x, y in itertools.permutations(healthy, 2)]
-            diffs += [{**diff(a.db, h, r.name), "kind": "injected", "cols": r.cols}
-                      for r in runs if r.kind == "uniform" for h in healthy]
+            diffs += [
+                {**diff(a.db, h, r.name), "kind": "injected", "cols": r.cols}
+                for r in runs
+                if r.kind == "uniform"
+                for h in healthy
+            ]
             figures.update(report_diffs(diffs))
         if a.json:
-            a.json.write_text(json.dumps({"figures": figures, "runs": rows, "diffs": diffs}, indent=2, default=str))
+            a.json.write_text(
+                json.dumps({"figures": figures, "runs": rows, "diffs": diffs}, indent=2, default=str)
+            )
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -51,8 +51,10 @@ NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul
 
 def _ev(head: str, ts: str, dur: str, args: str) -> str:
     """One event in libkineto's layout (its line breaks and indentation)."""
-    return (f'  {{\n    "ph": "X", {head},\n    "ts": {ts}, "dur": {dur},\n'
-            f'    "args": {{\n      {args}\n    }}\n  }}')
+    return (
+        f'  {{\n    "ph": "X", {head},\n    "ts": {ts}, "dur": {dur},\n'
+        f'    "args": {{\n      {args}\n    }}\n  }}'
+    )
 
 
 def _us(ns: int) -> str:
@@ -85,7 +87,6 @@ def _header(rank: int, world: int) -> str:
 TRAILER = f'\n],\n  "traceName": "synthetic.json",\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {BASE_NS}}}\n'
 
 
-
 def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.TextIOBase) -> int:
     """Write one rank's events (comma-separated JSON objects, one a line); returns their number."""
     rng = np.random.default_rng(rank)
@@ -100,8 +101,7 @@ def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.Text
         step_start = t
         gaps = rng.integers(5 * US, 9 * US, k)
         launch = t + 20 * US + np.cumsum(gaps)
-        dur = np.where(rng.random(k) < 0.3, rng.integers(2 * US, 6 * US, k),
-                       rng.integers(6 * US, 14 * US, k))
+        dur = np.where(rng.random(k) < 0.3, rng.integers(2 * US, 6 * US, k), rng.integers(6 * US, 14 * US, k))
         which = rng.integers(0, len(KERNELS), k)
         ends = np.empty(k, dtype=np.int64)
         free = gpu_free
@@ -115,15 +115,32 @@ def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.Text
             corr += 1
             ext += 1
             cpu = f'"pid": {PID}, "tid": {TID}'
-            lines.append(_ev(f'"cat": "cpu_op", "name": "{OPS[w]}", {cpu}', _us(ls - 1 * US), "5.000",
-                             f'"External id": {ext}, "Sequence number": {ext}'))
-            lines.append(_ev(f'"cat": "cuda_runtime", "name": "cudaLaunchKernel", {cpu}', _us(ls), "3.000",
-                             f'"External id": {ext}, "cbid": 211, "correlation": {corr}'))
-            lines.append(_ev(f'"cat": "kernel", "name": "{KERNELS[w]}", "pid": 0, "tid": {COMPUTE_STREAM}',
-                             _us(st), _us(d),
-                             f'"External id": {ext}, "queued": 0, "device": 0, "context": 1, '
-                             f'"stream": {COMPUTE_STREAM}, "correlation": {corr}, "registers per thread": 64, '
-                             '"grid": [132, 1, 1], "block": [256, 1, 1]'))
+            lines.append(
+                _ev(
+                    f'"cat": "cpu_op", "name": "{OPS[w]}", {cpu}',
+                    _us(ls - 1 * US),
+                    "5.000",
+                    f'"External id": {ext}, "Sequence number": {ext}',
+                )
+            )
+            lines.append(
+                _ev(
+                    f'"cat": "cuda_runtime", "name": "cudaLaunchKernel", {cpu}',
+                    _us(ls),
+                    "3.000",
+                    f'"External id": {ext}, "cbid": 211, "correlation": {corr}',
+                )
+            )
+            lines.append(
+                _ev(
+                    f'"cat": "kernel", "name": "{KERNELS[w]}", "pid": 0, "tid": {COMPUTE_STREAM}',
+                    _us(st),
+                    _us(d),
+                    f'"External id": {ext}, "queued": 0, "device": 0, "context": 1, '
+                    f'"stream": {COMPUTE_STREAM}, "correlation": {corr}, "registers per thread": 64, '
+                    '"grid": [132, 1, 1], "block": [256, 1, 1]',
+                )
+            )
         gpu_free = free
         after = [int(k * 0.7 + (k * 0.3) * i / c) for i in range(c)]
         for j in after:
@@ -135,24 +152,56 @@ def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.Text
             corr += 1
             ext += 1
             seq += 1
-            meta = (f'"Collective name": "allreduce", "In msg nelems": {nel}, "Out msg nelems": {nel}, '
-                    f'"Group size": {world}, "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]", '
-                    f'"Process Group Name": "0", "Process Group Description": "default_pg", '
-                    f'"Process Group Ranks": "{ranks}", "Seq": {seq}')
+            meta = (
+                f'"Collective name": "allreduce", "In msg nelems": {nel}, "Out msg nelems": {nel}, '
+                f'"Group size": {world}, "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]", '
+                f'"Process Group Name": "0", "Process Group Description": "default_pg", '
+                f'"Process Group Ranks": "{ranks}", "Seq": {seq}'
+            )
             cpu = f'"pid": {PID}, "tid": {TID}'
-            lines.append(_ev(f'"cat": "cpu_op", "name": "record_param_comms", {cpu}', _us(ls - 1 * US), "8.000",
-                             f'"External id": {ext}, {meta}'))
-            lines.append(_ev(f'"cat": "cuda_runtime", "name": "cudaLaunchKernel", {cpu}', _us(ls), "4.000",
-                             f'"External id": {ext}, "cbid": 211, "correlation": {corr}'))
-            lines.append(_ev(f'"cat": "kernel", "name": "{NCCL}", "pid": 0, "tid": {NCCL_STREAM}', _us(st), _us(d),
-                             f'"External id": {ext}, "queued": 0, "device": 0, "context": 1, '
-                             f'"stream": {NCCL_STREAM}, "correlation": {corr}, {meta}'))
+            lines.append(
+                _ev(
+                    f'"cat": "cpu_op", "name": "record_param_comms", {cpu}',
+                    _us(ls - 1 * US),
+                    "8.000",
+                    f'"External id": {ext}, {meta}',
+                )
+            )
+            lines.append(
+                _ev(
+                    f'"cat": "cuda_runtime", "name": "cudaLaunchKernel", {cpu}',
+                    _us(ls),
+                    "4.000",
+                    f'"External id": {ext}, "cbid": 211, "correlation": {corr}',
+                )
+            )
+            lines.append(
+                _ev(
+                    f'"cat": "kernel", "name": "{NCCL}", "pid": 0, "tid": {NCCL_STREAM}',
+                    _us(st),
+                    _us(d),
+                    f'"External id": {ext}, "queued": 0, "device": 0, "context": 1, '
+                    f'"stream": {NCCL_STREAM}, "correlation": {corr}, {meta}',
+                )
+            )
         cpu_end = int(launch[-1]) + 30 * US
         cpu = f'"pid": {PID}, "tid": {TID}'
-        lines.append(_ev(f'"cat": "cpu_op", "name": "forward", {cpu}', _us(step_start + 10 * US),
-                         _us(cpu_end - step_start - 15 * US), ""))
-        lines.append(_ev(f'"cat": "user_annotation", "name": "ProfilerStep#{s}", {cpu}', _us(step_start),
-                         _us(cpu_end - step_start), f'"External id": {ext}'))
+        lines.append(
+            _ev(
+                f'"cat": "cpu_op", "name": "forward", {cpu}',
+                _us(step_start + 10 * US),
+                _us(cpu_end - step_start - 15 * US),
+                "",
+            )
+        )
+        lines.append(
+            _ev(
+                f'"cat": "user_annotation", "name": "ProfilerStep#{s}", {cpu}',
+                _us(step_start),
+                _us(cpu_end - step_start),
+                f'"External id": {ext}',
+            )
+        )
         ext += 1
         # The next step starts when the CPU is done, or waits for the GPU when it is far behind.
         t = max(cpu_end + 5 * US, min(gpu_free, nccl_free) - 200 * US)

@@ -1,4 +1,4 @@
-"""Arrow schemas of the row tables collectors hand to the store, derived from ``traceprof.schema``.
+"""Arrow schemas of the row tables collectors hand to the store, derived from ``traceprof.core.schema``.
 
 A collector builds ``pa.Table.from_pylist(rows, schema=row_schema("collectives"))``; the columns are
 the store table's minus those the store fills (run_id, trace_id, rank) and those filled after ingest
@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from traceprof import schema
+from traceprof.core import schema
 
 __all__ = ["row_schema"]
 
 _STORE_FILLS = frozenset({"run_id", "trace_id", "rank", "instance_id", "match_method"})
-_TYPES = {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string(), "JSON": pa.string(),
-          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+_TYPES = {
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "VARCHAR": pa.string(),
+    "JSON": pa.string(),
+    "BOOLEAN": pa.bool_(),
+    "DOUBLE": pa.float64(),
+}
 
 
 def row_schema(table: str) -> pa.Schema:

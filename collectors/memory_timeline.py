@@ -44,18 +44,27 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from traceprof import sources
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
-from traceprof.limits import INT32, INT64, fits, shown
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
+from traceprof.core.limits import INT32, INT64, fits, shown
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.vocab import TraceSource
+from traceprof.ingest import sources
 
 __all__ = ["parse", "CATEGORIES", "ACTIONS"]
 
 #: torch's category index -> name (``_CATEGORY_TO_INDEX``: the order of ``_CATEGORY_TO_COLORS``).
-CATEGORIES = ("parameter", "optimizer_state", "input", "temporary", "activation", "gradient", "autograd_detail",
-              "unknown")
+CATEGORIES = (
+    "parameter",
+    "optimizer_state",
+    "input",
+    "temporary",
+    "activation",
+    "gradient",
+    "autograd_detail",
+    "unknown",
+)
 #: torch's ``Action`` value -> name.
 ACTIONS = {1: "preexisting", 2: "create", 3: "increment_version", 4: "destroy"}
 _HEAD = re.compile(rb"^\s*\[\s*\[\s*-?\d")
@@ -76,17 +85,30 @@ def _name_int(pattern: re.Pattern[str], name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _entries(p: Path, doc: Any, on_bad_event: str, rejected: dict[str, int]) -> tuple[list[tuple[int, int, int, int, int]], str]:
+def _entries(
+    p: Path, doc: Any, on_bad_event: str, rejected: dict[str, int]
+) -> tuple[list[tuple[int, int, int, int, int]], str]:
     """(entries as (index, t, action, bytes, category), form): the raw form as it is, the coalesced
     form as the changes of each category between consecutive times (t in ns)."""
-    coalesced = (isinstance(doc, list) and len(doc) == 2 and isinstance(doc[0], list) and isinstance(doc[1], list)
-                 and bool(doc[1]) and isinstance(doc[1][0], list) and len(doc[1][0]) == len(CATEGORIES) + 1)
+    coalesced = (
+        isinstance(doc, list)
+        and len(doc) == 2
+        and isinstance(doc[0], list)
+        and isinstance(doc[1], list)
+        and bool(doc[1])
+        and isinstance(doc[1][0], list)
+        and len(doc[1][0]) == len(CATEGORIES) + 1
+    )
     if coalesced:
         return _coalesced(p, doc), "coalesced"
     if not isinstance(doc, list) or not doc or _bad_entry(doc[0]):
         # a JSON list of integer lists of another kind (a config, say): not this source's file
-        raise NotATraceError(p, "", "not an export_memory_timeline file: expected a JSON list of entries [t, action, "
-                             "bytes, category], or [times, sizes]")
+        raise NotATraceError(
+            p,
+            "",
+            "not an export_memory_timeline file: expected a JSON list of entries [t, action, "
+            "bytes, category], or [times, sizes]",
+        )
     out: list[tuple[int, int, int, int, int]] = []
     for i, e in enumerate(doc):
         why = _bad_entry(e)
@@ -133,10 +155,21 @@ def _coalesced(p: Path, doc: list[Any]) -> list[tuple[int, int, int, int, int]]:
     prev = [0] * len(CATEGORIES)
     out: list[tuple[int, int, int, int, int]] = []
     for i, (t, row) in enumerate(zip(times, sizes, strict=True)):
-        if (not isinstance(t, int) or isinstance(t, bool) or not isinstance(row, list) or len(row) != width
-                or any(not isinstance(v, int) or isinstance(v, bool) for v in row) or t < 0 or t > INT64[1] // 1000):
-            raise TraceFormatError(p, f"time #{i}", f"expected an integer time in us and {width} integer sizes "
-                                   f"[0, {', '.join(CATEGORIES)}], got {_show([t, row])}")
+        if (
+            not isinstance(t, int)
+            or isinstance(t, bool)
+            or not isinstance(row, list)
+            or len(row) != width
+            or any(not isinstance(v, int) or isinstance(v, bool) for v in row)
+            or t < 0
+            or t > INT64[1] // 1000
+        ):
+            raise TraceFormatError(
+                p,
+                f"time #{i}",
+                f"expected an integer time in us and {width} integer sizes "
+                f"[0, {', '.join(CATEGORIES)}], got {_show([t, row])}",
+            )
         for c, v in enumerate(row[1:]):
             if v != prev[c]:
                 out.append((len(out), t * 1000, 2 if v > prev[c] else 4, v - prev[c], c))
@@ -144,12 +177,13 @@ def _coalesced(p: Path, doc: list[Any]) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one ``export_memory_timeline`` file (module doc) into ``instant`` events.
 
     Args:
         path: The file (``.gz`` or plain JSON).
-        on_bad_event: ``raise`` (default) or ``skip`` bad entries (counted in ``rejected``).
+        options: How to read it (``traceprof.core.parsed.ParseOptions``): the gzip inflate cap, and
+            ``on_bad_event``: ``raise`` (default) or ``skip`` bad entries (counted in ``rejected``).
 
     Returns:
         A :class:`ParsedTrace` (source ``memory_timeline``); rank from the file name or None.
@@ -160,7 +194,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             the file name beyond int32; bytes adding up (in absolute value) beyond int64.
     """
     p = Path(path).resolve()
-    raw, data = read_maybe_gzip(p)
+    on_bad_event = options.on_bad_event
+    raw, data = read_maybe_gzip(p, options.max_inflate_ratio)
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as e:
@@ -171,41 +206,71 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         raise TraceFormatError(p, "", f"no readable entry (all {sum(rejected.values())} skipped: {rejected})")
     moved = sum(abs(b) for _, _, _, b, _ in entries)  # bounds every running total the analysis sums in int64
     if moved > INT64[1]:
-        raise TraceFormatError(p, "", f"the entries' bytes add up to {shown(moved)} (allocated and freed), beyond "
-                               "int64: not a real timeline (its totals would overflow)")
+        raise TraceFormatError(
+            p,
+            "",
+            f"the entries' bytes add up to {shown(moved)} (allocated and freed), beyond "
+            "int64: not a real timeline (its totals would overflow)",
+        )
     device = _name_int(_DEVICE, p.name)
-    if device is not None and not fits(device, INT32):  # the view reads Device Id as INTEGER: never a silent NULL
-        raise TraceFormatError(p, "", f"device {shown(device)} in the file name (cuda:N) is beyond int32; not a "
-                               "real device")
+    if device is not None and not fits(
+        device, INT32
+    ):  # the view reads Device Id as INTEGER: never a silent NULL
+        raise TraceFormatError(
+            p, "", f"device {shown(device)} in the file name (cuda:N) is beyond int32; not a real device"
+        )
     real = [t for _, t, _, _, _ in entries if t >= 0]
     first = min(real) if real else 0
     warnings = [] if real else [f"{p.name}: every entry is preexisting (t = -1): no time, stored at 0"]
     dev_arg = "" if device is None else f',"Device Id":{device}'
     n = len(entries)
     cols = {
-        "kind": ["instant"] * n, "cat": ["memory_timeline"] * n,
+        "kind": ["instant"] * n,
+        "cat": ["memory_timeline"] * n,
         "name": [CATEGORIES[c] for *_, c in entries],
-        "ts_ns": [t if t >= 0 else first for _, t, _, _, _ in entries], "dur_ns": [0] * n,
-        "pid": [""] * n, "tid": [""] * n,
-        "args": [f'{{"Ev Idx":{i},"Action":"{ACTIONS[a]}","Bytes":{b},"Category":"{CATEGORIES[c]}"{dev_arg}}}'
-                 for i, _, a, b, c in entries],
+        "ts_ns": [t if t >= 0 else first for _, t, _, _, _ in entries],
+        "dur_ns": [0] * n,
+        "pid": [""] * n,
+        "tid": [""] * n,
+        "args": [
+            f'{{"Ev Idx":{i},"Action":"{ACTIONS[a]}","Bytes":{b},"Category":"{CATEGORIES[c]}"{dev_arg}}}'
+            for i, _, a, b, c in entries
+        ],
     }
     schema = row_schema("events")
-    table = pa.table({f.name: pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type)
-                      for f in schema}, schema=schema)
+    table = pa.table(
+        {f.name: pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema},
+        schema=schema,
+    )
     if device is None:
-        warnings.append(f"{p.name}: export_memory_timeline output does not name its device and the file name has "
-                        "no cuda:N: stored with device unknown (name it <...>_cuda<N>.raw.json.gz to say)")
+        warnings.append(
+            f"{p.name}: export_memory_timeline output does not name its device and the file name has "
+            "no cuda:N: stored with device unknown (name it <...>_cuda<N>.raw.json.gz to say)"
+        )
     return ParsedTrace(
-        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="memory_timeline",
-        format=f"memory-timeline-{form}", rank=_name_int(_RANK, p.name), world_size=None,
+        path=str(p),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        bytes=len(raw),
+        source=TraceSource.memory_timeline,
+        format=f"memory-timeline-{form}",
+        rank=_name_int(_RANK, p.name),
+        world_size=None,
         trace={"device_name": None, "meta": msgspec.json.encode({"form": form, "device": device}).decode()},
-        events=table, events_read=len(doc) if form == "raw" else n, rejected=rejected, warnings=warnings,
+        events=table,
+        events_read=len(doc) if form == "raw" else n,
+        rejected=rejected,
+        warnings=warnings,
     )
 
 
-sources.register(sources.Collector(
-    "memory_timeline", "torch.profiler export_memory_timeline output (*.raw.json.gz, or [times, sizes] *.json)",
-    _claims, lambda p, bad: [parse(p, on_bad_event=bad)], order=30,
-    rank_field="rank<N> in the file name", world_field="world size (not recorded)",
-))
+sources.register(
+    sources.Collector(
+        "memory_timeline",
+        "torch.profiler export_memory_timeline output (*.raw.json.gz, or [times, sizes] *.json)",
+        _claims,
+        lambda p, options: [parse(p, options)],
+        order=30,
+        rank_field="rank<N> in the file name",
+        world_field="world size (not recorded)",
+    )
+)

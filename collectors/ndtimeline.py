@@ -45,20 +45,40 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from collectors._arrow import row_schema
-from traceprof.bounded import check_nesting, too_deep
-from traceprof.errors import TraceFormatError
-from traceprof.limits import checked_int, polars_out_of_range
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.bounded import check_nesting, too_deep
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.limits import polars_out_of_range
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.ingest import sources
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
 
-_COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "mb_id", "gmc")
+_COLUMNS = (
+    "dp_rank",
+    "stage",
+    "rank",
+    "step",
+    "optype",
+    "start_ts",
+    "duration",
+    "seq_id",
+    "mc",
+    "mb_id",
+    "gmc",
+)
 _COMPUTE = frozenset({"forward-compute", "backward-compute", "optimizer", "gc", "layernorm-grads-all-reduce"})
 _OP = {
-    "forward-send": "send", "backward-send": "send", "forward-recv": "recv", "backward-recv": "recv",
-    "params-all-gather": "all_gather", "grads-reduce-scatter": "reduce_scatter",
-    "separate-grads-all-reduce": "all_reduce", "embedding-grads-all-reduce": "all_reduce",
+    "forward-send": "send",
+    "backward-send": "send",
+    "forward-recv": "recv",
+    "backward-recv": "recv",
+    "params-all-gather": "all_gather",
+    "grads-reduce-scatter": "reduce_scatter",
+    "separate-grads-all-reduce": "all_reduce",
+    "embedding-grads-all-reduce": "all_reduce",
     "optimizer-clip-main-grad": "all_reduce",
 }
 _DP_OPS = ("params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce")
@@ -76,7 +96,9 @@ def is_ndtimeline_file(path: Path) -> bool:
 def meta_path(path: Path) -> Path:
     """The meta YAML of a trace: ``trace-AR.parquet`` -> ``meta-AR.yaml``."""
     stem = path.name[: -len(".parquet")]
-    return path.with_name(("meta-" + stem[len("trace-"):] if stem.startswith("trace-") else stem + ".meta") + ".yaml")
+    return path.with_name(
+        ("meta-" + stem[len("trace-") :] if stem.startswith("trace-") else stem + ".meta") + ".yaml"
+    )
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -86,7 +108,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
         TraceFormatError: Unreadable, over 1 MiB, not UTF-8, invalid YAML (naming ``line L:C`` and
             what the parser expected, on one line: PyYAML's own message spans several, with caret
             lines), an alias (``*name``: a "billion laughs" file expands without bound), nested over
-            :data:`traceprof.bounded.MAX_DEPTH` levels, not a mapping, or a ``*_size`` that is not a
+            :data:`traceprof.core.bounded.MAX_DEPTH` levels, not a mapping, or a ``*_size`` that is not a
             positive integer (naming the key).
     """
     side = meta_path(path)
@@ -94,14 +116,20 @@ def _read_meta(path: Path) -> dict[str, Any]:
         return {}
     try:
         if (size := side.stat().st_size) > _MAX_META_BYTES:
-            raise TraceFormatError(side, "", f"meta YAML of {size:,} bytes: an NDTimeline meta file is a few "
-                                   f"hundred; refused above {_MAX_META_BYTES:,} bytes")
+            raise TraceFormatError(
+                side,
+                "",
+                f"meta YAML of {size:,} bytes: an NDTimeline meta file is a few "
+                f"hundred; refused above {_MAX_META_BYTES:,} bytes",
+            )
         doc = yaml.load(side.read_bytes(), Loader=_NoAliases)  # noqa: S506 - SafeLoader without aliases
     except OSError as e:
         raise TraceFormatError(side, "", f"cannot read the meta YAML: {e.strerror or e}") from None
     except yaml.YAMLError as e:
         where, why = _yaml_problem(e)
-        raise TraceFormatError(side, where, f"invalid meta YAML: {why}; fix the file or move it away") from None
+        raise TraceFormatError(
+            side, where, f"invalid meta YAML: {why}; fix the file or move it away"
+        ) from None
     except RecursionError:
         raise too_deep(side, what="meta YAML") from None
     except ValueError as e:  # PyYAML's int() of a number over 4300 digits
@@ -141,8 +169,11 @@ def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:
         why = e.problem or "invalid YAML"
         if e.context:
             cm = e.context_mark
-            started = f" started at line {cm.line + 1}:{cm.column + 1}" if cm is not None and (
-                cm.line, cm.column) != (mark.line, mark.column) else ""
+            started = (
+                f" started at line {cm.line + 1}:{cm.column + 1}"
+                if cm is not None and (cm.line, cm.column) != (mark.line, mark.column)
+                else ""
+            )
             why += f" ({e.context}{started})"
         return f"line {mark.line + 1}:{mark.column + 1}", why
     if isinstance(e, yaml.reader.ReaderError):
@@ -168,13 +199,14 @@ def _pg(optype: str, dp: int, stage: int) -> str | None:
     return None
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[ParsedTrace]:
     """Parse one NDTimeline Parquet trace into one :class:`ParsedTrace` per worker.
 
     Args:
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
-        on_bad_event: ``"raise"`` stops at a row with a null, NaN, infinite or negative time (or
-            a null rank, step, stage, dp_rank, seq_id or optype); ``"skip"`` drops (and counts) it.
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"``
+            stops at a row with a null, NaN, infinite or negative time (or a null rank, step, stage,
+            dp_rank, seq_id or optype); ``"skip"`` drops (and counts) it.
 
     Returns:
         Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
@@ -184,6 +216,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
             skipping), or a bad row (naming its index).
     """
     p = Path(path).resolve()
+    on_bad_event = options.on_bad_event
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -205,8 +238,13 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
         raise TraceFormatError(p, "", f"not an NDTimeline trace: missing columns {missing}")
     for c in _COLUMNS:  # a column of another type made polars fail on the checks below
         dtype = df.schema[c]
-        ok = (dtype.is_numeric() if c in ("start_ts", "duration") else dtype == pl.String
-              or isinstance(dtype, (pl.Categorical, pl.Enum)) if c == "optype" else dtype.is_integer())
+        ok = (
+            dtype.is_numeric()
+            if c in ("start_ts", "duration")
+            else dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum))
+            if c == "optype"
+            else dtype.is_integer()
+        )
         if not ok:
             want = "numbers" if c in ("start_ts", "duration") else "text" if c == "optype" else "integers"
             raise TraceFormatError(p, "", f"not an NDTimeline trace: column {c!r} holds {dtype}, not {want}")
@@ -215,19 +253,29 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     if df.is_empty():
         raise TraceFormatError(p, "", "no rows: the trace holds no operation")
     # not finite also catches null (is_finite keeps null; fill_null(False) turns it into bad)
-    bad = df.filter(~pl.col("start_ts").is_finite().fill_null(False) | ~pl.col("duration").is_finite().fill_null(False)
-                    | (pl.col("duration") < 0) | pl.any_horizontal(pl.col(_NOT_NULL).is_null())
-                    | polars_out_of_range(int32=("rank", "step", "stage", "dp_rank"), seconds=("start_ts", "duration"),
-                                          below={"seq_id": _SEQ_STRIDE}))
+    bad = df.filter(
+        ~pl.col("start_ts").is_finite().fill_null(False)
+        | ~pl.col("duration").is_finite().fill_null(False)
+        | (pl.col("duration") < 0)
+        | pl.any_horizontal(pl.col(_NOT_NULL).is_null())
+        | polars_out_of_range(
+            int32=("rank", "step", "stage", "dp_rank"),
+            seconds=("start_ts", "duration"),
+            below={"seq_id": _SEQ_STRIDE},
+        )
+    )
     rejected: dict[str, int] = {}
     if bad.height:
         if on_bad_event == "raise":
             row = bad.row(0, named=True)
-            raise TraceFormatError(p, f"row #{row['_row']} (optype={row['optype']!r})",
-                                   "null, NaN, infinite or negative time (or null rank/step/stage/dp_rank/"
-                                   "seq_id/optype, or a "
-                                   "number beyond its column type: rank/step int32, time over 2**62 ns); pass "
-                                   "--skip-bad-events to skip such rows")
+            raise TraceFormatError(
+                p,
+                f"row #{row['_row']} (optype={row['optype']!r})",
+                "null, NaN, infinite or negative time (or null rank/step/stage/dp_rank/"
+                "seq_id/optype, or a "
+                "number beyond its column type: rank/step int32, time over 2**62 ns); pass "
+                "--skip-bad-events to skip such rows",
+            )
         rejected["null, NaN, negative or out-of-range value"] = bad.height
         df = df.join(bad.select("_row"), on="_row", how="anti")
         if df.is_empty():
@@ -247,7 +295,9 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]
     last_step = int(df["step"].max())  # type: ignore[arg-type]
     out: list[ParsedTrace] = []
     for (rank,), g in df.sort("rank", "ts_ns", "optype").group_by("rank", maintain_order=True):
-        out.append(_trace(p, sha, len(raw), int(rank), g, meta, sizes, last_step, rejected if not out else {}))
+        out.append(
+            _trace(p, sha, len(raw), int(rank), g, meta, sizes, last_step, rejected if not out else {})
+        )
     return out
 
 
@@ -263,8 +313,15 @@ def _group_size(optype: str, sizes: dict[str, int]) -> int:
 
 
 def _trace(
-    p: Path, sha: str, nbytes: int, rank: int, g: pl.DataFrame, meta: dict[str, Any],
-    sizes: dict[str, int], last_step: int, rejected: dict[str, int],
+    p: Path,
+    sha: str,
+    nbytes: int,
+    rank: int,
+    g: pl.DataFrame,
+    meta: dict[str, Any],
+    sizes: dict[str, int],
+    last_step: int,
+    rejected: dict[str, int],
 ) -> ParsedTrace:
     rows = g.to_dicts()
     events, colls = [], []
@@ -273,46 +330,101 @@ def _trace(
         opt = r["optype"]
         comm = opt not in _COMPUTE
         args = {k: r[k] for k in ("dp_rank", "stage", "seq_id", "mc", "mb_id", "gmc")}
-        events.append({
-            "kind": "collective" if comm else "gpu_user_annotation", "cat": "ndtimeline", "name": opt,
-            "ts_ns": r["ts_ns"], "dur_ns": r["dur_ns"], "pid": str(rank),
-            "tid": "comm" if comm else "compute", "device": None, "stream": None, "correlation": None,
-            "external_id": None, "step": r["step"], "args": msgspec.json.encode(args).decode(),
-        })
+        events.append(
+            {
+                "kind": "collective" if comm else "gpu_user_annotation",
+                "cat": "ndtimeline",
+                "name": opt,
+                "ts_ns": r["ts_ns"],
+                "dur_ns": r["dur_ns"],
+                "pid": str(rank),
+                "tid": "comm" if comm else "compute",
+                "device": None,
+                "stream": None,
+                "correlation": None,
+                "external_id": None,
+                "step": r["step"],
+                "args": msgspec.json.encode(args).decode(),
+            }
+        )
         pg = _pg(opt, r["dp_rank"], r["stage"]) if comm else None
         if pg is None:
             continue
         op = _OP.get(opt, opt)
         key = (pg, op)
-        colls.append({
-            "source": "ndtimeline", "pg": pg, "seq": r["step"] * _SEQ_STRIDE + r["seq_id"], "op": op,
-            "p2p": op in ("send", "recv"),  # pipeline sends and receives: one peer each
-            "dtype": None, "nelems_in": None, "nelems_out": None, "bytes_in": None, "bytes_out": None,
-            "group_size": _group_size(opt, sizes), "enter_ns": None, "start_ns": r["ts_ns"], "end_ns": r["ts_ns"] + r["dur_ns"],
-            "stream": None, "tid": None, "step": r["step"], "ordinal": counter.get(key, 0),
-        })
+        colls.append(
+            {
+                "source": CollectiveSource.ndtimeline,
+                "pg": pg,
+                "seq": r["step"] * _SEQ_STRIDE + r["seq_id"],
+                "op": op,
+                "p2p": op in ("send", "recv"),  # pipeline sends and receives: one peer each
+                "dtype": None,
+                "nelems_in": None,
+                "nelems_out": None,
+                "bytes_in": None,
+                "bytes_out": None,
+                "group_size": _group_size(opt, sizes),
+                "enter_ns": None,
+                "start_ns": r["ts_ns"],
+                "end_ns": r["ts_ns"] + r["dur_ns"],
+                "stream": None,
+                "tid": None,
+                "step": r["step"],
+                "ordinal": counter.get(key, 0),
+            }
+        )
         counter[key] = counter.get(key, 0) + 1
     steps = (
-        g.group_by("step").agg(pl.col("ts_ns").min().alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("e"))
+        g.group_by("step")
+        .agg(pl.col("ts_ns").min().alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("e"))
         .sort("step")
     )
     step_rows = [
-        {"step": s, "cpu_start_ns": a, "cpu_end_ns": b, "device_start_ns": a, "device_end_ns": b, "is_last": s == last_step}
+        {
+            "step": s,
+            "cpu_start_ns": a,
+            "cpu_end_ns": b,
+            "device_start_ns": a,
+            "device_end_ns": b,
+            "is_last": s == last_step,
+        }
         for s, a, b in steps.iter_rows()
     ]
     first = rows[0]
     info = {
-        "trial_name": meta.get("trial_name"), "parallelism": {k: v for k, v in meta.items() if k.endswith("_size")},
-        "dp_rank": first["dp_rank"], "stage": first["stage"],
+        "trial_name": meta.get("trial_name"),
+        "parallelism": {k: v for k, v in meta.items() if k.endswith("_size")},
+        "dp_rank": first["dp_rank"],
+        "stage": first["stage"],
         "clock": "NDTimeline step-relative seconds; sampled steps laid end to end, 1 ms apart",
         "clock_synced_by_source": True,
     }
     return ParsedTrace(
-        path=str(p), sha256=sha, bytes=nbytes, source="ndtimeline", format="ndtimeline-parquet",
-        rank=rank, world_size=int(meta["world_size"]) if meta.get("world_size") else None,
+        path=str(p),
+        sha256=sha,
+        bytes=nbytes,
+        source=TraceSource.ndtimeline,
+        format="ndtimeline-parquet",
+        rank=rank,
+        world_size=int(meta["world_size"]) if meta.get("world_size") else None,
         trace={"meta": msgspec.json.encode(info).decode(), "device_name": None},
         events=pa.Table.from_pylist(events, schema=row_schema("events")),
         steps=pa.Table.from_pylist(step_rows, schema=row_schema("steps")),
         collectives=pa.Table.from_pylist(colls, schema=row_schema("collectives")),
-        events_read=len(rows), rejected=dict(rejected),
+        events_read=len(rows),
+        rejected=dict(rejected),
     )
+
+
+sources.register(
+    sources.Collector(
+        "ndtimeline",
+        "NDTimeline per-op Parquet (*.parquet, one file per run)",
+        lambda p, h: is_ndtimeline_file(p),
+        parse,
+        order=40,
+        whole_run=True,
+        world_field="world_size (meta-*.yaml)",
+    )
+)

@@ -36,7 +36,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from tiny_gpt import GPTConfig  # noqa: E402
 
-from collectors.kineto.capture import profile_ranks  # noqa: E402
+from traceprof.collectors.kineto.capture import profile_ranks  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,7 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-first", type=int, default=2, help="unprofiled first steps (default 2)")
     p.add_argument("--active", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--slow-stage", type=int, default=None, help="stage that sleeps in every forward")
-    p.add_argument("--slow-ms", type=float, default=0.0, help="sleep per micro-batch forward on --slow-stage (ms)")
+    p.add_argument(
+        "--slow-ms", type=float, default=0.0, help="sleep per micro-batch forward on --slow-stage (ms)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data")
     p.add_argument("--overwrite", action="store_true", help="delete rank*.* files in out_dir first")
     args = p.parse_args(argv)
@@ -116,7 +118,9 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
     sleep_s = args.slow_ms / 1000.0 if rank == args.slow_stage else 0.0
     module = StageModule(cfg, blocks, rank == 0, rank == world - 1, sleep_s)
     mb = args.batch // args.microbatches
-    example = (torch.zeros(mb, cfg.seq, dtype=torch.long) if rank == 0 else torch.zeros(mb, cfg.seq, cfg.d_model),)
+    example = (
+        torch.zeros(mb, cfg.seq, dtype=torch.long) if rank == 0 else torch.zeros(mb, cfg.seq, cfg.d_model),
+    )
     stage = PipelineStage(module, rank, world, torch.device("cpu"), input_args=example)
 
     def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -126,7 +130,9 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
     opt = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9, fused=True)
     gen = torch.Generator().manual_seed(args.seed * 1000)
     tokens = torch.randint(0, cfg.vocab, (4, args.batch, cfg.seq + 1), generator=gen)
-    with profile_ranks(args.out_dir, skip_first=args.skip_first, wait=1, warmup=1, active=args.active) as prof:
+    with profile_ranks(
+        args.out_dir, skip_first=args.skip_first, wait=1, warmup=1, active=args.active
+    ) as prof:
         for it in range(args.steps):
             batch = tokens[it % len(tokens)]
             if rank == 0:
@@ -155,7 +161,9 @@ def summarize(out_dir: Path) -> dict[int, dict[str, float]]:
         events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
         rank = trace["distributedInfo"]["rank"]
         out[rank] = {
-            "step_ms": statistics.median(e["dur"] / 1e3 for e in events if e["name"].startswith("ProfilerStep#")),
+            "step_ms": statistics.median(
+                e["dur"] / 1e3 for e in events if e["name"].startswith("ProfilerStep#")
+            ),
             "fwd_ms": statistics.mean(e["dur"] / 1e3 for e in events if e["name"].startswith("Forward ")),
             "bwd_ms": statistics.mean(e["dur"] / 1e3 for e in events if e["name"].startswith("Backward ")),
         }
@@ -167,10 +175,15 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
     steps = meta["profiled_steps"]
     date = time.strftime("%Y-%m-%d", time.gmtime(meta["written_at_ns"] / 1e9))
     command = " ".join(a for a in argv if a != "--overwrite")
-    slow = (f"stage {args.slow_stage} sleeps {args.slow_ms:g} ms in every micro-batch forward"
-            if args.slow_stage is not None and args.slow_ms else "nothing injected")
-    rows = "\n".join(f"| {r} | {r} | {v['step_ms']:.1f} | {v['fwd_ms']:.2f} | {v['bwd_ms']:.2f} |"
-                     for r, v in sorted(summary.items()))
+    slow = (
+        f"stage {args.slow_stage} sleeps {args.slow_ms:g} ms in every micro-batch forward"
+        if args.slow_stage is not None and args.slow_ms
+        else "nothing injected"
+    )
+    rows = "\n".join(
+        f"| {r} | {r} | {v['step_ms']:.1f} | {v['fwd_ms']:.2f} | {v['bwd_ms']:.2f} |"
+        for r, v in sorted(summary.items())
+    )
     text = f"""# {args.out_dir.name}
 
 Recorded with traceprof's Kineto collector (`collectors/kineto/capture.py`) by
@@ -219,7 +232,9 @@ def main(argv: list[str] | None = None) -> None:
     summary = summarize(args.out_dir)
     write_readme(args, sys.argv[1:] if argv is None else argv, summary)
     for rank, v in sorted(summary.items()):
-        print(f"rank {rank}: median step {v['step_ms']:.1f} ms, forward {v['fwd_ms']:.2f} ms, backward {v['bwd_ms']:.2f} ms")
+        print(
+            f"rank {rank}: median step {v['step_ms']:.1f} ms, forward {v['fwd_ms']:.2f} ms, backward {v['bwd_ms']:.2f} ms"
+        )
 
 
 if __name__ == "__main__":

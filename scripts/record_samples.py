@@ -37,8 +37,8 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from tiny_gpt import GPTConfig, TinyGPT  # noqa: E402
 
-from collectors.flight_recorder.capture import dump_fr_json, enable_fr  # noqa: E402
-from collectors.kineto.capture import profile_ranks  # noqa: E402
+from traceprof.collectors.flight_recorder.capture import dump_fr_json, enable_fr  # noqa: E402
+from traceprof.collectors.kineto.capture import profile_ranks  # noqa: E402
 
 FR_BUFFER_ENTRIES = 2000  # Flight Recorder ring size (collective records per rank)
 
@@ -54,19 +54,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--active", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down")
     p.add_argument("--slow-ms", type=float, default=0.0, help="sleep per step on --slow-rank (ms)")
-    p.add_argument("--slow-every", type=int, default=1,
-                   help="sleep only on every K-th iteration (those whose ProfilerStep number is a multiple of K; "
-                        "default 1: every step): the steps in between are the same job without the delay, "
-                        "recorded under the same machine load (benchmarks/validate_critical_path.py)")
-    p.add_argument("--slow-at", choices=("backward", "step"), default="backward",
-                   help="where --slow-rank sleeps: after forward, before backward (default), or before each "
-                        "step starts (before its forward pass)")
+    p.add_argument(
+        "--slow-every",
+        type=int,
+        default=1,
+        help="sleep only on every K-th iteration (those whose ProfilerStep number is a multiple of K; "
+        "default 1: every step): the steps in between are the same job without the delay, "
+        "recorded under the same machine load (benchmarks/validate_critical_path.py)",
+    )
+    p.add_argument(
+        "--slow-at",
+        choices=("backward", "step"),
+        default="backward",
+        help="where --slow-rank sleeps: after forward, before backward (default), or before each "
+        "step starts (before its forward pass)",
+    )
     p.add_argument("--extra-matmul", action="store_true", help="one extra matmul per block")
-    p.add_argument("--extra-cols", type=int, default=0,
-                   help="width of the extra matmul (implies --extra-matmul; default 4*d_model = +17.8%% FLOPs; "
-                        "96, 288, 864 give +3.3, +10, +30%%)")
-    p.add_argument("--extra-rank", type=int, default=None,
-                   help="run the extra matmul on this rank only (a compute straggler; default: every rank)")
+    p.add_argument(
+        "--extra-cols",
+        type=int,
+        default=0,
+        help="width of the extra matmul (implies --extra-matmul; default 4*d_model = +17.8%% FLOPs; "
+        "96, 288, 864 give +3.3, +10, +30%%)",
+    )
+    p.add_argument(
+        "--extra-rank",
+        type=int,
+        default=None,
+        help="run the extra matmul on this rank only (a compute straggler; default: every rank)",
+    )
     p.add_argument("--bucket-cap-mb", type=float, default=0.5, help="DDP bucket size (MB)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
@@ -102,7 +118,9 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     extra = args.extra_matmul and args.extra_rank in (None, rank)
-    cfg = GPTConfig(n_layers=args.layers, d_model=args.d_model, extra_matmul=extra, extra_cols=args.extra_cols)
+    cfg = GPTConfig(
+        n_layers=args.layers, d_model=args.d_model, extra_matmul=extra, extra_cols=args.extra_cols
+    )
     # forward_sync_buffers=False: the buffers (causal mask, position ids) are constant, so each step's
     # collectives are just the gradient all-reduces of DDP's buckets.
     model = DDP(TinyGPT(cfg), bucket_cap_mb=args.bucket_cap_mb, forward_sync_buffers=False)
@@ -184,11 +202,16 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
     meta = json.loads((args.out_dir / "rank0.meta.json").read_text())
     if args.slow_rank is not None and args.slow_ms:
         mate = [r for r in range(args.world_size) if r % 2 == args.slow_rank % 2 and r != args.slow_rank]
-        where = ("at the start of every step, before its forward pass" if args.slow_at == "step"
-                 else "every step after its forward pass, before backward")
+        where = (
+            "at the start of every step, before its forward pass"
+            if args.slow_at == "step"
+            else "every step after its forward pass, before backward"
+        )
         if args.slow_every > 1:
-            where = where.replace("every step", f"one step in {args.slow_every} (ProfilerStep#N with N % "
-                                  f"{args.slow_every} == 0)")
+            where = where.replace(
+                "every step",
+                f"one step in {args.slow_every} (ProfilerStep#N with N % {args.slow_every} == 0)",
+            )
         known = (
             f"rank {args.slow_rank} sleeps {args.slow_ms:g} ms {where} (nothing marks the "
             "sleep: it is a gap between CPU ops on its main "
@@ -198,7 +221,9 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
         )
     elif args.extra_matmul:
         cols = args.extra_cols or 4 * args.d_model
-        where = "every rank" if args.extra_rank is None else f"rank {args.extra_rank} only (a compute straggler)"
+        where = (
+            "every rank" if args.extra_rank is None else f"rank {args.extra_rank} only (a compute straggler)"
+        )
         shape = "(d, 4d)" if cols == 4 * args.d_model else f"(d, {cols}), zero-padded to 4d,"
         known = (
             f"one extra parameter-free matmul per block on {where}, (B*T, d) @ {shape} added to the MLP's "

@@ -33,12 +33,3 @@ def run(*args: str) -> tuple[int, str, str]:
         # later in-process `report` draws with bokeh, which imports pandas)
         sys.meta_path[:] = [f.finder if type(f).__name__ == "_NoPandas" else f for f in sys.meta_path]
     return code, out.getvalue(), err.getvalue()
-
-
-def micro_trace(names: list[str], rank: int = 0, world: int = 1, base_ns: int = 1_700_000_000_000_000_000) -> dict:
-    """A new-style Kineto trace: one ProfilerStep (100 us) holding one 1-us cpu_op per name."""
-    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100}]
-    events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 1 + i, "dur": 1}
-               for i, n in enumerate(names)]
-    return {"baseTimeNanoseconds": base_ns, "distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
-            "traceEvents": events}

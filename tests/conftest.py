@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
-from traceprof import analysis as registry
-from traceprof.store import Store
+from traceprof.engine import analysis as registry
+from traceprof.storage.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -43,7 +45,51 @@ def store(tmp_path: Path) -> Store:
     s.close()
 
 
+def sample_run(store: Store, name: str) -> int:
+    """Ingest ``sample_traces/NAME`` into ``store`` and return its run id (skip when not recorded)."""
+    from traceprof.ingest.ingest import ingest
+
+    path = SAMPLES / name
+    if not list(path.glob("rank*.trace.json.gz")):
+        pytest.skip(f"{path} not recorded yet")
+    ingest(store, [path])
+    return store.resolve_run(name)
+
+
 def analyze(store: Store, name: str, run: str | None = None, **params: object):
     """Run analysis ``name`` with keyword parameters and return its result."""
     an = registry.get(name)
     return an.run(store, an.params(run=run, **params))
+
+
+#: Corpus runs that the HTA comparisons (idle, kernels) read, and HTA's own load of one.
+HTA_CASES = [
+    "hta/trace_filter",
+    "hta/nccl_parser_config",
+    "hta/negative_queue_length_values_check",
+    "hta/trace_diff/test",
+    "hta/amd_trace",
+]
+
+
+@functools.cache
+def _load_hta(folder: str):
+    from hta.common.trace import Trace
+
+    logging.disable(logging.WARNING)
+    try:
+        t = Trace(trace_dir=folder)
+        t.load_traces(include_last_profiler_step=False, use_multiprocessing=False)
+    finally:
+        logging.disable(logging.NOTSET)
+    return t
+
+
+def hta_case(store, rel: str):
+    """Ingest corpus folder ``rel`` as run "r" and return HTA's Trace of it (loaded once per session)."""
+    pytest.importorskip("hta", reason="holistictraceanalysis not installed")
+    folder = corpus(rel)
+    from traceprof.ingest.ingest import ingest
+
+    ingest(store, [folder], run="r")
+    return _load_hta(str(folder))

@@ -76,13 +76,17 @@ class Kind:
 KINDS: dict[str, Kind] = {}
 
 
-def kind(name: str, seeds: Callable[[], list[Input]],
-         unavailable: Callable[[list[Input]], str | None] | None = None) -> Callable[[Callable[[Draw, Input], Input]],
-                                                                                      Callable[[Draw, Input], Input]]:
+def kind(
+    name: str,
+    seeds: Callable[[], list[Input]],
+    unavailable: Callable[[list[Input]], str | None] | None = None,
+) -> Callable[[Callable[[Draw, Input], Input]], Callable[[Draw, Input], Input]]:
     """Register a kind (decorates its mutation)."""
+
     def register(mutate: Callable[[Draw, Input], Input]) -> Callable[[Draw, Input], Input]:
         KINDS[name] = Kind(name, seeds, mutate, *(() if unavailable is None else (unavailable,)))
         return mutate
+
     return register
 
 
@@ -105,12 +109,39 @@ def number(draw: Draw, lo: int, hi: int) -> int:
 
 INT_EDGES = [2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**31, -(2**31) - 1, -1, 0, 10**30, -(10**30)]
 NUMBER_TEXT = [str(n).encode() for n in INT_EDGES] + [
-    b"1e308", b"1e400", b"-1e400", b"9" * 400, b"0.0000001", b"1.5", b"-0.5", b"NaN", b"Infinity", b"true", b"null",
-    b'"12"', b'"0x1f"', b'""']
+    b"1e308",
+    b"1e400",
+    b"-1e400",
+    b"9" * 400,
+    b"0.0000001",
+    b"1.5",
+    b"-0.5",
+    b"NaN",
+    b"Infinity",
+    b"true",
+    b"null",
+    b'"12"',
+    b'"0x1f"',
+    b'""',
+]
 STRING_TEXT = [
-    b'""', b'"\\u001b[2J[/x][link=http://e]x"', b'"\\u202eevil\\u2066"', b'"\xff\xfe"', b'"\xc3"', b'"\xed\xa0\x80"',
-    b'"' + b"A" * 10_000 + b'"', b'"ProfilerStep#99999999999"', b'"ncclDevKernel_AllReduce"', b'"\\ud800"',
-    b'"nccl:all_reduce"', b"12", b"[]", b"{}", b'{"a": [1, {"b": null}]}', b"null"]
+    b'""',
+    b'"\\u001b[2J[/x][link=http://e]x"',
+    b'"\\u202eevil\\u2066"',
+    b'"\xff\xfe"',
+    b'"\xc3"',
+    b'"\xed\xa0\x80"',
+    b'"' + b"A" * 10_000 + b'"',
+    b'"ProfilerStep#99999999999"',
+    b'"ncclDevKernel_AllReduce"',
+    b'"\\ud800"',
+    b'"nccl:all_reduce"',
+    b"12",
+    b"[]",
+    b"{}",
+    b'{"a": [1, {"b": null}]}',
+    b"null",
+]
 NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
 DEPTHS = [50, 101, 150, 990, 1500, 5000, 100_000]
@@ -139,13 +170,18 @@ def _tree_op(draw: Draw, doc: Any) -> Any:
     if op == "drop":
         del node[key]
     elif op == "repeat" and isinstance(node, list):
-        node[key:key + 1] = [node[key]] * pick(draw, [2, 100, 5000])
+        node[key : key + 1] = [node[key]] * pick(draw, [2, 100, 5000])
     elif op == "move":
         node[key] = json.loads(json.dumps(pick(draw, nodes)))
     else:
         v = node[key]
-        node[key] = (str(v) if isinstance(v, (int, float)) else pick(draw, [0, -1, 2**63, 1.5, None, [], {}, "x", True])
-                     if not isinstance(v, (dict, list)) else pick(draw, ["x", 7, None]))
+        node[key] = (
+            str(v)
+            if isinstance(v, (int, float))
+            else pick(draw, [0, -1, 2**63, 1.5, None, [], {}, "x", True])
+            if not isinstance(v, (dict, list))
+            else pick(draw, ["x", 7, None])
+        )
     return doc
 
 
@@ -176,8 +212,11 @@ def mutate_json(draw: Draw, data: bytes) -> bytes:
             data = bytes(buf)
         elif op == "utf8" and strs:
             a, b = pick(draw, strs)
-            data = data[: a + 1] + pick(draw, [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80\x80", b"\xf4\x90\x80\x80"]) \
-                + data[a + 1:]
+            data = (
+                data[: a + 1]
+                + pick(draw, [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80\x80", b"\xf4\x90\x80\x80"])
+                + data[a + 1 :]
+            )
     return data
 
 
@@ -214,8 +253,16 @@ def _kineto_seeds() -> list[Input]:
         if not p.name.endswith(".fr.json"):
             seeds += _one(p)
     seeds += _one(SAMPLES / "normal" / "rank0.trace.json.gz", "rank0.json.gz")
-    return [Input({k.removesuffix(".gz"): gzip.decompress(v) if k.endswith(".gz") else v for k, v in s.files.items()},
-                  s.main.removesuffix(".gz")) for s in seeds]
+    return [
+        Input(
+            {
+                k.removesuffix(".gz"): gzip.decompress(v) if k.endswith(".gz") else v
+                for k, v in s.files.items()
+            },
+            s.main.removesuffix(".gz"),
+        )
+        for s in seeds
+    ]
 
 
 @kind("kineto", _kineto_seeds)
@@ -225,13 +272,16 @@ def _kineto(draw: Draw, seed: Input) -> Input:
         data = gzip.compress(data, 1)
         if draw(_st().booleans()):
             i = number(draw, 0, len(data) - 1)
-            data = data[:i] + bytes([data[i] ^ 0x55]) + data[i + 1:]
+            data = data[:i] + bytes([data[i] ^ 0x55]) + data[i + 1 :]
         return Input({seed.main + ".gz": data}, seed.main + ".gz")
     return Input({seed.main: data}, seed.main)
 
 
 def _sidecar_seeds() -> list[Input]:
-    trace, side = _read(SAMPLES / "normal" / "rank0.trace.json.gz"), _read(SAMPLES / "normal" / "rank0.meta.json")
+    trace, side = (
+        _read(SAMPLES / "normal" / "rank0.trace.json.gz"),
+        _read(SAMPLES / "normal" / "rank0.meta.json"),
+    )
     if trace is None or side is None:
         return []
     return [Input({"rank0.trace.json.gz": trace, "rank0.meta.json": side}, "rank0.trace.json.gz")]
@@ -239,15 +289,18 @@ def _sidecar_seeds() -> list[Input]:
 
 @kind("kineto_sidecar", _sidecar_seeds)
 def _sidecar(draw: Draw, seed: Input) -> Input:
-    return Input({**seed.files, "rank0.meta.json": mutate_json(draw, seed.files["rank0.meta.json"])}, seed.main)
+    return Input(
+        {**seed.files, "rank0.meta.json": mutate_json(draw, seed.files["rank0.meta.json"])}, seed.main
+    )
 
 
 # -- Flight Recorder: JSON and pickle -------------------------------------------------------------
 
 
 def _fr_seeds() -> list[Input]:
-    return (_one(CORPUS / "flight_recorder" / "gloo_cpu_4rank" / "fr_rank0.json")
-            + _one(CASES / "fr_two_groups_same_pg_name" / "rank0.fr.json"))
+    return _one(CORPUS / "flight_recorder" / "gloo_cpu_4rank" / "fr_rank0.json") + _one(
+        CASES / "fr_two_groups_same_pg_name" / "rank0.fr.json"
+    )
 
 
 @kind("fr_json", _fr_seeds)
@@ -256,8 +309,12 @@ def _fr_json(draw: Draw, seed: Input) -> Input:
 
 
 def _fr_pickle_seeds() -> list[Input]:
-    return [Input({"nccl_trace_rank_0": pickle.dumps(json.loads(s.files[s.main]), protocol=4)}, "nccl_trace_rank_0")
-            for s in _fr_seeds()]
+    return [
+        Input(
+            {"nccl_trace_rank_0": pickle.dumps(json.loads(s.files[s.main]), protocol=4)}, "nccl_trace_rank_0"
+        )
+        for s in _fr_seeds()
+    ]
 
 
 #: Pickle opcodes (protocol 2+) standing in for a placeholder string: deep nesting, a cycle, a global.
@@ -304,7 +361,10 @@ def _fr_pickle(draw: Draw, seed: Input) -> Input:
     data = pickle.dumps(doc, protocol=protocol)
     if deep:  # the placeholder string's opcodes -> `deep` empty lists, each appended to the one before
         opcodes = b"]" * deep + b"a" * (deep - 1)
-        for enc in (b"\x8c" + bytes([len(_DEEP)]) + _DEEP.encode(), b"X" + len(_DEEP).to_bytes(4, "little") + _DEEP.encode()):
+        for enc in (
+            b"\x8c" + bytes([len(_DEEP)]) + _DEEP.encode(),
+            b"X" + len(_DEEP).to_bytes(4, "little") + _DEEP.encode(),
+        ):
             data = data.replace(enc, opcodes, 1)
     if op == "global":  # os.system, the classic: refused before it runs
         data = b"cos\nsystem\n(S'echo pwned > /tmp/traceprof_fuzz_pwned'\ntR."
@@ -349,17 +409,37 @@ def _nd_seeds() -> list[Input]:
 
     buf = io.BytesIO()
     pl.read_parquet(src / "trace-ST.parquet").head(400).write_parquet(buf)
-    return [Input({"trace-ST.parquet": buf.getvalue(), "meta-ST.yaml": (src / "meta-ST.yaml").read_bytes()},
-                  "trace-ST.parquet")]
+    return [
+        Input(
+            {"trace-ST.parquet": buf.getvalue(), "meta-ST.yaml": (src / "meta-ST.yaml").read_bytes()},
+            "trace-ST.parquet",
+        )
+    ]
 
 
-_YAML_VALUES = [b"2", b"1180591620717411303424", b"-1", b"0", b"1.5", b".inf", b".nan", b"x", b"null", b"[1]", b"{}",
-                b"!!binary aGk=", b'"\xff"', b"2e400"]
+_YAML_VALUES = [
+    b"2",
+    b"1180591620717411303424",
+    b"-1",
+    b"0",
+    b"1.5",
+    b".inf",
+    b".nan",
+    b"x",
+    b"null",
+    b"[1]",
+    b"{}",
+    b"!!binary aGk=",
+    b'"\xff"',
+    b"2e400",
+]
 
 
 def _laughs(levels: int) -> bytes:
     lines = [b'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    lines += [f"a{i}: &a{i} [".encode() + b",".join([f"*a{i - 1}".encode()] * 9) + b"]" for i in range(1, levels)]
+    lines += [
+        f"a{i}: &a{i} [".encode() + b",".join([f"*a{i - 1}".encode()] * 9) + b"]" for i in range(1, levels)
+    ]
     return b"\n".join(lines) + f"\ntrial_name: *a{levels - 1}\n".encode()
 
 
@@ -419,8 +499,14 @@ def _mutate_parquet(draw: Draw, data: bytes) -> bytes:
         vals = df[col].to_list()
         vals[row] = v
         try:
-            df = df.with_columns(pl.Series(col, vals, dtype=dtype if v is None or not dtype.is_integer() or
-                                           -(2**63) <= v < 2**63 else pl.Int64, strict=False))
+            df = df.with_columns(
+                pl.Series(
+                    col,
+                    vals,
+                    dtype=dtype if v is None or not dtype.is_integer() or -(2**63) <= v < 2**63 else pl.Int64,
+                    strict=False,
+                )
+            )
         except Exception:  # noqa: BLE001 - a value the column type cannot hold: widen to Int64 / String
             df = df.with_columns(pl.Series(col, [None if x is None else str(x) for x in vals]))
     elif op == "drop":
@@ -442,12 +528,27 @@ def _mutate_parquet(draw: Draw, data: bytes) -> bytes:
 
 
 def _nsys_seeds() -> list[Input]:
-    return (_one(CASES / "nsys_graph_level_trace" / "train_rank0.sqlite")
-            + _one(CORPUS / "nsys" / "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "rank0.sqlite"))
+    return _one(CASES / "nsys_graph_level_trace" / "train_rank0.sqlite") + _one(
+        CORPUS / "nsys" / "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "rank0.sqlite"
+    )
 
 
-_SQL_VALUES = ["NULL", str(2**63 - 1), str(-(2**63)), "-1", "0", "1.5", "'abc'", "x'ff00'", "CAST(x'ffc3' AS TEXT)",
-               "'" + "A" * 10_000 + "'", "'ProfilerStep#99999999999'", "'\u202e\x1b[2J'", "1e308", "'RANK=99999999999'"]
+_SQL_VALUES = [
+    "NULL",
+    str(2**63 - 1),
+    str(-(2**63)),
+    "-1",
+    "0",
+    "1.5",
+    "'abc'",
+    "x'ff00'",
+    "CAST(x'ffc3' AS TEXT)",
+    "'" + "A" * 10_000 + "'",
+    "'ProfilerStep#99999999999'",
+    "'\u202e\x1b[2J'",
+    "1e308",
+    "'RANK=99999999999'",
+]
 
 
 @kind("nsys", _nsys_seeds)
@@ -473,12 +574,19 @@ def _nsys(draw: Draw, seed: Input) -> Input:
 
 def _sqlite_op(draw: Draw, con: sqlite3.Connection, table: str) -> None:
     cols = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
-    op = pick(draw, ["value", "value", "value", "drop_table", "drop_column", "rename_column", "clear", "repeat"])
+    op = pick(
+        draw, ["value", "value", "value", "drop_table", "drop_column", "rename_column", "clear", "repeat"]
+    )
     if op == "value" and cols:
         n = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
         if n:
-            rid = con.execute(f'SELECT rowid FROM "{table}" LIMIT 1 OFFSET ?', [number(draw, 0, n - 1)]).fetchone()[0]
-            con.execute(f'UPDATE "{table}" SET "{pick(draw, cols)}" = {pick(draw, _SQL_VALUES)} WHERE rowid = ?', [rid])
+            rid = con.execute(
+                f'SELECT rowid FROM "{table}" LIMIT 1 OFFSET ?', [number(draw, 0, n - 1)]
+            ).fetchone()[0]
+            con.execute(
+                f'UPDATE "{table}" SET "{pick(draw, cols)}" = {pick(draw, _SQL_VALUES)} WHERE rowid = ?',
+                [rid],
+            )
     elif op == "drop_table":
         con.execute(f'DROP TABLE "{table}"')
     elif op == "drop_column" and len(cols) > 1:
@@ -497,14 +605,16 @@ def _sqlite_op(draw: Draw, con: sqlite3.Connection, table: str) -> None:
 
 def _inspector_seeds() -> list[Input]:
     # kept in their folder (nccl-inspector-<jobid>/), which a collector may claim them by
-    return [Input({f"{p.parent.name}/{p.name}": p.read_bytes()}, f"{p.parent.name}/{p.name}")
-            for p in sorted((CASES / "nccl_inspector_records").glob("*/*.log"))[:1]]
+    return [
+        Input({f"{p.parent.name}/{p.name}": p.read_bytes()}, f"{p.parent.name}/{p.name}")
+        for p in sorted((CASES / "nccl_inspector_records").glob("*/*.log"))[:1]
+    ]
 
 
 def _inspector_unavailable(seeds: list[Input]) -> str | None:
     if not seeds:
         return "no seed files"
-    from traceprof import sources
+    from traceprof.ingest import sources
 
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / seeds[0].main
@@ -521,30 +631,60 @@ def _inspector(draw: Draw, seed: Input) -> Input:
 # -- torch.profiler export_memory_timeline output (raw and coalesced forms) -------------------------
 
 #: A raw timeline worked by hand in tests/test_memory.py: [t ns, action, bytes, category] entries.
-_TIMELINE_RAW = [[-1, 1, 100, 0], [1000, 2, 50, 4], [1000, 2, 8, 7], [2000, 3, -50, 4], [2000, 3, 50, 5],
-                 [3000, 2, 40, 3], [4000, 4, -40, 3]]
+_TIMELINE_RAW = [
+    [-1, 1, 100, 0],
+    [1000, 2, 50, 4],
+    [1000, 2, 8, 7],
+    [2000, 3, -50, 4],
+    [2000, 3, 50, 5],
+    [3000, 2, 40, 3],
+    [4000, 4, -40, 3],
+]
 #: The same timeline in the coalesced form: [times in us, sizes [0, parameter, ..., unknown] per time].
-_TIMELINE_COALESCED = [[1, 2, 3, 4], [[0, 100, 0, 0, 0, 50, 0, 0, 8], [0, 100, 0, 0, 0, 0, 50, 0, 8],
-                                      [0, 100, 0, 0, 40, 0, 50, 0, 8], [0, 100, 0, 0, 0, 0, 50, 0, 8]]]
+_TIMELINE_COALESCED = [
+    [1, 2, 3, 4],
+    [
+        [0, 100, 0, 0, 0, 50, 0, 0, 8],
+        [0, 100, 0, 0, 0, 0, 50, 0, 8],
+        [0, 100, 0, 0, 40, 0, 50, 0, 8],
+        [0, 100, 0, 0, 0, 0, 50, 0, 8],
+    ],
+]
 
 
 def _timeline_seeds() -> list[Input]:
-    seeds = [Input({"rank0_cuda0.raw.json.gz": gzip.compress(json.dumps(_TIMELINE_RAW).encode())},
-                   "rank0_cuda0.raw.json.gz"),
-             Input({"rank1_cuda0.json": json.dumps(_TIMELINE_COALESCED).encode()}, "rank1_cuda0.json")]
+    seeds = [
+        Input(
+            {"rank0_cuda0.raw.json.gz": gzip.compress(json.dumps(_TIMELINE_RAW).encode())},
+            "rank0_cuda0.raw.json.gz",
+        ),
+        Input({"rank1_cuda0.json": json.dumps(_TIMELINE_COALESCED).encode()}, "rank1_cuda0.json"),
+    ]
     corpus = _read(CORPUS / "hta" / "memory_analysis" / "memory_timeline.raw.gz")
     if corpus is not None:  # a few entries of the real file, in memory (the corpus is never copied)
         entries = json.loads(gzip.decompress(corpus))
         few = entries[:8] + entries[5000:5032]
-        seeds.append(Input({"rank2_cuda1.raw.json.gz": gzip.compress(json.dumps(few).encode())},
-                           "rank2_cuda1.raw.json.gz"))
+        seeds.append(
+            Input(
+                {"rank2_cuda1.raw.json.gz": gzip.compress(json.dumps(few).encode())},
+                "rank2_cuda1.raw.json.gz",
+            )
+        )
     return seeds
 
 
 #: File names the rank and device are read from: numbers at the edges, several matches, none.
-_TIMELINE_NAMES = ["rank99999999999999999999_cuda0", "rank0_cuda99999999999999999999", "rank2147483648_cuda1",
-                   "rank-1_cuda_3", "RANK_7_CUDA:2", "memory_timeline", "rank0_rank1_cuda0_cuda1",
-                   "rank" + "9" * 200, "\u202erank0"]
+_TIMELINE_NAMES = [
+    "rank99999999999999999999_cuda0",
+    "rank0_cuda99999999999999999999",
+    "rank2147483648_cuda1",
+    "rank-1_cuda_3",
+    "RANK_7_CUDA:2",
+    "memory_timeline",
+    "rank0_rank1_cuda0_cuda1",
+    "rank" + "9" * 200,
+    "\u202erank0",
+]
 _ENTRY_VALUES: list[Any] = [*INT_EDGES, 1.5, -0.5, True, None, "3", [], {}, [1, 2], float("nan")]
 
 
@@ -553,13 +693,21 @@ def _timeline_tree(draw: Draw, doc: Any) -> Any:
     edge or of another type, an entry with fewer or more values, entries out of time order or
     repeated, a preexisting entry at a real time, a coalesced row of another width, times and
     sizes of different lengths, an entry nested deep."""
-    coalesced = len(doc) == 2 and all(isinstance(x, list) for x in doc) and bool(doc[1]) and \
-        isinstance(doc[1][0], list) and len(doc[1][0]) == 9
+    coalesced = (
+        len(doc) == 2
+        and all(isinstance(x, list) for x in doc)
+        and bool(doc[1])
+        and isinstance(doc[1][0], list)
+        and len(doc[1][0]) == 9
+    )
     rows = doc[1] if coalesced else doc
     if not rows:
         return doc
     i = number(draw, 0, len(rows) - 1)
-    op = pick(draw, ["value", "value", "arity", "order", "repeat", "deep", "sign", "lengths" if coalesced else "pre"])
+    op = pick(
+        draw,
+        ["value", "value", "arity", "order", "repeat", "deep", "sign", "lengths" if coalesced else "pre"],
+    )
     row = rows[i]
     if op == "value" and isinstance(row, list) and row:
         row[number(draw, 0, len(row) - 1)] = pick(draw, _ENTRY_VALUES)
@@ -570,7 +718,7 @@ def _timeline_tree(draw: Draw, doc: Any) -> Any:
     elif op == "order":
         rows.reverse()
     elif op == "repeat":
-        rows[i:i + 1] = [row] * pick(draw, [2, 1000, 100_000])
+        rows[i : i + 1] = [row] * pick(draw, [2, 1000, 100_000])
     elif op == "deep":
         d = pick(draw, DEPTHS[:5])
         for _ in range(d):
@@ -638,8 +786,13 @@ class Worker:
     worst: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzzing"], cwd=REPO, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fuzzing"],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -676,8 +829,10 @@ class Worker:
                 return self._count(kind_name, Outcome("hang", f"over {TIME_LIMIT_S:g} s", took, peak, str(d)))
             elif peak > MEMORY_LIMIT_MIB:
                 self.stop()
-                return self._count(kind_name, Outcome("memory", f"over {MEMORY_LIMIT_MIB} MiB", took, peak, str(d)))
-        res = json.loads(line[len(_ANSWER):])
+                return self._count(
+                    kind_name, Outcome("memory", f"over {MEMORY_LIMIT_MIB} MiB", took, peak, str(d))
+                )
+        res = json.loads(line[len(_ANSWER) :])
         out = _judge(res, d, inp.main)
         out.seconds, out.peak_mib, out.input_dir = time.monotonic() - start, peak, str(d)
         if out.ok:
@@ -690,7 +845,10 @@ class Worker:
         if not out.ok:
             self.failures.append((kind_name, out))
         w = self.worst.setdefault(kind_name, {"seconds": 0.0, "peak_mib": 0.0})
-        w["seconds"], w["peak_mib"] = max(w["seconds"], round(out.seconds, 2)), max(w["peak_mib"], round(out.peak_mib))
+        w["seconds"], w["peak_mib"] = (
+            max(w["seconds"], round(out.seconds, 2)),
+            max(w["peak_mib"], round(out.peak_mib)),
+        )
         return out
 
 
@@ -717,7 +875,9 @@ def _judge(res: dict[str, Any], d: Path, main: str) -> Outcome:
     errors = [ln for ln in lines if not ln.startswith("warning:")]
     if code == 0 and not any(ln.startswith("error") for ln in lines):
         return Outcome("stored")
-    named = len(errors) == 1 and errors[0].startswith("error: ") and (str(d) in errors[0] or main in errors[0])
+    named = (
+        len(errors) == 1 and errors[0].startswith("error: ") and (str(d) in errors[0] or main in errors[0])
+    )
     if code == 1 and named and "Traceback" not in err:
         return Outcome("clean error", errors[0])
     return Outcome("failure", f"exit {code}: {err[-3000:]}")
@@ -730,7 +890,13 @@ def _serve() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         d = Path(req["dir"])
-        args = ["ingest", str(d / req["main"]), "--db", str(d / "s.duckdb"), *(["--skip-bad-events"] if req["skip"] else [])]
+        args = [
+            "ingest",
+            str(d / req["main"]),
+            "--db",
+            str(d / "s.duckdb"),
+            *(["--skip-bad-events"] if req["skip"] else []),
+        ]
         try:
             code, out, err = run(*args)
         except BaseException:  # noqa: BLE001 - a traceback is the finding

@@ -23,15 +23,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from traceprof import fileio, term
-from traceprof.errors import Interrupted, TraceprofError, UsageError
+from traceprof.core import fileio, term
+from traceprof.core.errors import Interrupted, TraceprofError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from traceprof import analysis as registry
-    from traceprof.ingest import IngestResult
-    from traceprof.store import Store
+    from traceprof.engine import analysis as registry
+    from traceprof.ingest.ingest import IngestResult
+    from traceprof.storage.store import Store
 else:
 
     class _Lazy:
@@ -45,15 +45,15 @@ else:
             return getattr(importlib.import_module(self._name), attr)
 
     pl = _Lazy("polars")
-    registry = _Lazy("traceprof.analysis")
+    registry = _Lazy("traceprof.engine.analysis")
 
     def Store(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for the class
-        from traceprof.store import Store as _Store
+        from traceprof.storage.store import Store as _Store
 
         return _Store(*args, **kwargs)
 
 
-#: = traceprof.store.DEFAULT_DB, not imported from there so that --help stays fast (test_cli_output checks both).
+#: = traceprof.storage.store.DEFAULT_DB, not imported from there so that --help stays fast (test_cli_output checks both).
 DEFAULT_DB = "traceprof.duckdb"
 
 app = typer.Typer(
@@ -62,17 +62,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
 # Strings from traces are untrusted: nothing printed is read as markup or emoji codes, and every
-# message and cell goes through traceprof.term (control characters written out as \x1b, \n).
+# message and cell goes through traceprof.core.term (control characters written out as \x1b, \n).
 err = Console(stderr=True, markup=False, emoji=False, highlight=False)
 # Tables of ns values are wide: do not squeeze them to 80 columns when piped.
 out = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
 
 
 def say(message: object, console: Console = err, label: str = "", style: str = "") -> None:
-    """Print one message, escaped (:func:`traceprof.term.escape`), after an optional styled label."""
+    """Print one message, escaped (:func:`traceprof.core.term.escape`), after an optional styled label."""
     line = term.text(label, style) + " " if label else term.text("")
     console.print(line + term.text(message), soft_wrap=True)
+
 
 DbOpt = Annotated[Path, typer.Option("--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB")]
 RunOpt = Annotated[str | None, typer.Option("--run", help="Run name or id (default: latest run).")]
@@ -84,21 +86,61 @@ class Format(str, Enum):
     csv = "csv"
 
 
-ExecutorOpt = Annotated[str, typer.Option(
-    "--executor", metavar="local|dask",
-    help="Where per-rank analyses run: here, or dask (one task per rank on a Dask cluster, see --scheduler; "
-         "needs a Parquet-layout store on a filesystem every worker mounts). Cross-rank analyses run here.")]
-SchedulerOpt = Annotated[str | None, typer.Option(
-    "--scheduler", metavar="ADDR", help="Dask scheduler address for --executor dask, e.g. tcp://HOST:8786.")]
+ExecutorOpt = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        metavar="local|dask",
+        help="Where per-rank analyses run: here, or dask (one task per rank on a Dask cluster, see --scheduler; "
+        "needs a Parquet-layout store on a filesystem every worker mounts). Cross-rank analyses run here.",
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDR",
+        help="Dask scheduler address for --executor dask, e.g. tcp://HOST:8786.",
+    ),
+]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-NoCacheOpt = Annotated[bool, typer.Option(
-    "--no-cache", help="Compute every analysis again rather than reuse the results an earlier command kept "
-                       "beside the store (STORE.results/, dropped whenever the store changes).")]
-UnitsOpt = Annotated[str, typer.Option(
-    "--units", help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.")]
-RawOpt = Annotated[bool, typer.Option(
-    "--raw", help="CSV: write cells exactly as stored (default: control characters escaped, and cells "
-    "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).")]
+NoCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        help="Compute every analysis again rather than reuse the results an earlier command kept "
+        "beside the store (STORE.results/, dropped whenever the store changes).",
+    ),
+]
+UnitsOpt = Annotated[
+    str,
+    typer.Option(
+        "--units",
+        help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.",
+    ),
+]
+#: ``-p ANALYSIS.KEY=VALUE`` of the commands that run the report's analyses (summary, report).
+AnalysisParamOpt = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989."),
+]
+#: ``-p KEY=VALUE`` of the commands whose one analysis parameter set is mfu's (diff, history).
+MfuParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")]
+#: ``--force`` with ``--baseline`` (summary, report).
+BaselineForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians."
+    ),
+]
+RawOpt = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        help="CSV: write cells exactly as stored (default: control characters escaped, and cells "
+        "starting with = + - @ prefixed with ' so that spreadsheets do not run them as formulas).",
+    ),
+]
 
 
 #: Default and largest ``sql --timeout`` (s): a CI job's query on a large store takes seconds to a minute.
@@ -112,9 +154,12 @@ TABLE_ROWS = 200
 def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, units: str = "human") -> None:
     """Print a frame as a rich table (strings escaped; the first :data:`TABLE_ROWS` rows, and a
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
-    neutralized by :func:`traceprof.term.csv_cell` unless ``raw``)."""
+    neutralized by :func:`traceprof.core.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
-        sys.stdout.write(term.json_text(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode()) + "\n")
+        sys.stdout.write(
+            term.json_text(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode())
+            + "\n"
+        )
     elif fmt is Format.csv:
         nested = [c for c, t in df.schema.items() if t.is_nested()]
         flat = df.with_columns(
@@ -123,27 +168,40 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
         if not raw:
             flat = flat.with_columns(
                 pl.col(c).map_elements(term.csv_cell, return_dtype=pl.String)
-                for c, t in flat.schema.items() if t == pl.String
+                for c, t in flat.schema.items()
+                if t == pl.String
             )
         sys.stdout.write(flat.write_csv())
     else:
-        from traceprof import display  # durations in human units, long names shortened
+        from traceprof.core import display  # durations in human units, long names shortened
 
         if units not in display.UNITS:
             raise UsageError(f"--units {units!r}: expected human or ns")
-        _print_table(display.table_columns(df, units), [df[c].dtype.is_numeric() for c in df.columns],
-                     display.table_rows(df.head(TABLE_ROWS), units), title)
+        _print_table(
+            display.table_columns(df, units),
+            [df[c].dtype.is_numeric() for c in df.columns],
+            display.table_rows(df.head(TABLE_ROWS), units),
+            title,
+        )
         if df.height > TABLE_ROWS:
-            say(f"{df.height - TABLE_ROWS:,} more row(s) of {df.height:,} not shown; "
-                "--format csv or --format json prints every row")
+            say(
+                f"{df.height - TABLE_ROWS:,} more row(s) of {df.height:,} not shown; "
+                "--format csv or --format json prints every row"
+            )
 
 
-def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = "") -> None:
+def _print_table(
+    columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = ""
+) -> None:
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
-        t.add_column(term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num)  # numbers never wrap
+        t.add_column(
+            term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num
+        )  # numbers never wrap
+    from traceprof.core.display import plain  # the one cell rule (numbers with separators, bytes escaped)
+
     for row in rows:
-        t.add_row(*(term.text(_cell(v)) for v in row))
+        t.add_row(*(term.text(plain(v)) for v in row))
     # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
     # (long names are shortened already; the terminal wraps whole lines instead).
     natural = out.measure(t, options=out.options.update_width(100_000)).maximum
@@ -153,18 +211,6 @@ def _print_table(columns: list[str], numeric: list[bool], rows: Iterable[Sequenc
         out.print(t, crop=False)
     finally:
         out.width = width
-
-
-def _cell(v: object) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1000 else f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    if isinstance(v, bytes):
-        return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in v)
-    return str(v)
 
 
 def _interrupted(store: Store, db: Path) -> str:
@@ -178,7 +224,9 @@ def _interrupted(store: Store, db: Path) -> str:
 
 def _nothing_stored(db: Path, gone: bool = False) -> str:
     """The one wording of a Ctrl-C that stored nothing in store ``db`` (``gone``: none was created)."""
-    return "interrupted; nothing stored, " + (f"no store created ({db})" if gone or not db.exists() else f"{db} is as it was")
+    return "interrupted; nothing stored, " + (
+        f"no store created ({db})" if gone or not db.exists() else f"{db} is as it was"
+    )
 
 
 def _progress() -> Progress | contextlib.nullcontext[None]:
@@ -186,48 +234,111 @@ def _progress() -> Progress | contextlib.nullcontext[None]:
     if not err.is_terminal:
         return contextlib.nullcontext()
     return Progress(
-        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.description}"), console=err, transient=True,
+        TextColumn("[bold]ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
     )
+
+
+def _version(value: bool) -> None:
+    """``--version``: print ``traceprof VERSION`` (``traceprof.__version__``, the wheel's version) and exit 0."""
+    if value:
+        from traceprof import __version__
+
+        sys.stdout.write(f"traceprof {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print traceprof's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Profile distributed training traces: ingest into DuckDB, analyze, report."""
 
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Trace files or directories (a directory of rank files is one run).")],
+    paths: Annotated[
+        list[Path], typer.Argument(help="Trace files or directories (a directory of rank files is one run).")
+    ],
     db: DbOpt = Path(DEFAULT_DB),
-    run: Annotated[str | None, typer.Option("--run", help="Run name for all files (default: directory name).")] = None,
-    skip_bad_events: Annotated[bool, typer.Option(help="Skip malformed events (counted) instead of failing.")] = False,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Run name for all files (default: directory name).")
+    ] = None,
+    skip_bad_events: Annotated[
+        bool, typer.Option(help="Skip malformed events (counted) instead of failing.")
+    ] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parser processes.")] = None,
-    align: Annotated[bool, typer.Option("--align/--no-align", help="Align rank clocks from matched collectives.")] = True,
-    partial: Annotated[bool, typer.Option(
-        "--partial", help="Store the files that parse, list each one that does not (exit 1 if any).")] = False,
-    force_run: Annotated[bool, typer.Option(
-        "--force-run", help="Append to an existing run even if world size, backend, device or time differ.")] = False,
-    max_inflate: Annotated[float, typer.Option(
-        "--max-inflate", help="Refuse a .gz that inflates beyond RATIO x its size (at least 64 MiB).",
-        metavar="RATIO")] = 64.0,
-    comm_kernel: Annotated[list[str] | None, typer.Option(
-        "--comm-kernel", metavar="REGEX",
-        help="Kernel names matching REGEX are communication (added to the built-in NCCL/RCCL/DeepEP/... "
-             "families; repeatable).")] = None,
-    layout: Annotated[str | None, typer.Option(
-        "--layout", metavar="duckdb|parquet",
-        help="Layout of a new store: duckdb (one file) or parquet (events as Parquet files beside it). "
-             "Default: parquet when the input exceeds 2 GiB uncompressed (estimated), else duckdb; an "
-             "existing store keeps its layout.")] = None,
-    executor: Annotated[str, typer.Option(
-        "--executor", metavar="local|dask",
-        help="Where files are parsed: local processes, or dask (a Dask cluster, see --scheduler; implies "
-             "--layout parquet; files and store on a shared filesystem).")] = "local",
+    align: Annotated[
+        bool, typer.Option("--align/--no-align", help="Align rank clocks from matched collectives.")
+    ] = True,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial", help="Store the files that parse, list each one that does not (exit 1 if any)."
+        ),
+    ] = False,
+    force_run: Annotated[
+        bool,
+        typer.Option(
+            "--force-run",
+            help="Append to an existing run even if world size, backend, device or time differ.",
+        ),
+    ] = False,
+    max_inflate: Annotated[
+        float,
+        typer.Option(
+            "--max-inflate",
+            help="Refuse a .gz that inflates beyond RATIO x its size (at least 64 MiB).",
+            metavar="RATIO",
+        ),
+    ] = 64.0,
+    comm_kernel: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--comm-kernel",
+            metavar="REGEX",
+            help="Kernel names matching REGEX are communication (added to the built-in NCCL/RCCL/DeepEP/... "
+            "families; repeatable).",
+        ),
+    ] = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            metavar="duckdb|parquet",
+            help="Layout of a new store: duckdb (one file) or parquet (events as Parquet files beside it). "
+            "Default: parquet when the input exceeds 2 GiB uncompressed (estimated), else duckdb; an "
+            "existing store keeps its layout.",
+        ),
+    ] = None,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            metavar="local|dask",
+            help="Where files are parsed: local processes, or dask (a Dask cluster, see --scheduler; implies "
+            "--layout parquet; files and store on a shared filesystem).",
+        ),
+    ] = "local",
     scheduler: SchedulerOpt = None,
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     try:  # a Ctrl-C while the libraries load: the store is not touched yet
-        from traceprof.ingest import check_input
-        from traceprof.ingest import ingest as do_ingest
-        from traceprof.layout import choose
-        from traceprof.procs import ignored_sigint
-        from traceprof.store import interrupted
+        from traceprof.core.procs import ignored_sigint
+        from traceprof.ingest.ingest import check_input
+        from traceprof.ingest.ingest import ingest as do_ingest
+        from traceprof.storage.layout import choose
+        from traceprof.storage.store import interrupted
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db)) from None
 
@@ -239,7 +350,9 @@ def ingest(
     if executor == "dask" and layout is None and not db.exists():
         layout = "parquet"
     if executor == "dask" and layout == "duckdb":
-        raise UsageError("--executor dask writes the Parquet layout: leave out --layout duckdb (or use --layout parquet)")
+        raise UsageError(
+            "--executor dask writes the Parquet layout: leave out --layout duckdb (or use --layout parquet)"
+        )
     try:  # a Ctrl-C while it waits for the lock or creates the store: Store removes what it created
         store = Store(db, layout=choose(db, paths, layout))  # choose() reads the inputs' sizes
     except KeyboardInterrupt:
@@ -254,16 +367,29 @@ def ingest(
                     bar.update(task, completed=done, total=total, description=term.escape(Path(p).name))
 
                 def reading(p: Path, done: int, total: int) -> None:  # a file parsed in this process
-                    bar.update(task, description=f"{term.escape(p.name)}: {done / 2**20:,.0f} of "
-                               f"{total / 2**20:,.0f} MiB read")
+                    bar.update(
+                        task,
+                        description=f"{term.escape(p.name)}: {done / 2**20:,.0f} of "
+                        f"{total / 2**20:,.0f} MiB read",
+                    )
 
                 fileio.on_read(reading)
 
             try:
                 res = do_ingest(
-                    store, paths, run=run, on_bad_event="skip" if skip_bad_events else "raise", jobs=jobs,
-                    align=align, progress=show, partial=partial, force_run=force_run, max_inflate_ratio=max_inflate,
-                    comm_kernels=comm_kernel or (), executor=executor, scheduler=scheduler,
+                    store,
+                    paths,
+                    run=run,
+                    on_bad_event="skip" if skip_bad_events else "raise",
+                    jobs=jobs,
+                    align=align,
+                    progress=show,
+                    partial=partial,
+                    force_run=force_run,
+                    max_inflate_ratio=max_inflate,
+                    comm_kernels=comm_kernel or (),
+                    executor=executor,
+                    scheduler=scheduler,
                 )
             finally:
                 fileio.on_read(None)
@@ -290,9 +416,15 @@ def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
         say(w, label="warning:", style="yellow")
     for path, where in res.skipped.items():
         elsewhere = run is not None and not where.startswith(f"run {run!r} ")
-        say(f"already stored: {path} ({where})" + (
-            f"; not added to run {run!r} (a file belongs to one run: `traceprof runs mv` renames that run, "
-            "`traceprof runs rm` removes it so its files can be ingested again)" if elsewhere else ""))
+        say(
+            f"already stored: {path} ({where})"
+            + (
+                f"; not added to run {run!r} (a file belongs to one run: `traceprof runs mv` renames that run, "
+                "`traceprof runs rm` removes it so its files can be ingested again)"
+                if elsewhere
+                else ""
+            )
+        )
     for name, rid in res.runs.items():
         say(f"run {name!r} (id {rid}): stored in {db}")
     for msg in res.failed.values():
@@ -301,12 +433,16 @@ def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
     say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
 
 
-runs_app = typer.Typer(help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False)
+runs_app = typer.Typer(
+    help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False
+)
 app.add_typer(runs_app, name="runs")
 
 
 @runs_app.callback(invoke_without_command=True)
-def runs(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table, raw: RawOpt = False) -> None:
+def runs(
+    ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table, raw: RawOpt = False
+) -> None:
     """List the runs in the store (``issues``: records rejected or repaired at ingest, by reason);
     ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
     if ctx.invoked_subcommand is None:
@@ -322,14 +458,20 @@ def _warn_broken(store: Store) -> None:
     if broken:
         names = dict(store.con.execute("SELECT run_id, name FROM runs").fetchall())
         runs = ", ".join(repr(names.get(r, r)) for r in sorted(broken))
-        say(f"run(s) {runs}: Parquet files missing or damaged, their events are left out of queries; "
-            "restore the files, or `traceprof runs rm NAME` and ingest again", label="warning:", style="yellow")
+        say(
+            f"run(s) {runs}: Parquet files missing or damaged, their events are left out of queries; "
+            "restore the files, or `traceprof runs rm NAME` and ingest again",
+            label="warning:",
+            style="yellow",
+        )
 
 
 @runs_app.command("rm")
-def runs_rm(name: Annotated[str, typer.Argument(help="Run name or id.")], db: DbOpt = Path(DEFAULT_DB)) -> None:
+def runs_rm(
+    name: Annotated[str, typer.Argument(help="Run name or id.")], db: DbOpt = Path(DEFAULT_DB)
+) -> None:
     """Remove a run and every row of it from the store (its files can then be ingested again)."""
-    from traceprof.runs import remove
+    from traceprof.storage.runs import remove
 
     with Store(db, create=False) as store:  # runs rm / mv never create one
         r = remove(store, name)
@@ -343,7 +485,7 @@ def runs_mv(
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Rename a run."""
-    from traceprof.runs import rename
+    from traceprof.storage.runs import rename
 
     with Store(db, create=False) as store:  # runs rm / mv never create one
         run_id = rename(store, old, new)
@@ -355,21 +497,30 @@ def sql(
     query: Annotated[str, typer.Argument(help="SQL to run; the schema is in docs/schema.md.")],
     db: DbOpt = Path(DEFAULT_DB),
     fmt: FormatOpt = Format.table,
-    max_rows: Annotated[int, typer.Option(
-        "--max-rows", help="Print at most this many rows (0: all; rows are streamed).")] = 1000,
+    max_rows: Annotated[
+        int, typer.Option("--max-rows", help="Print at most this many rows (0: all; rows are streamed).")
+    ] = 1000,
     raw: RawOpt = False,
-    timeout: Annotated[float, typer.Option(
-        "--timeout", metavar="SECONDS", help="Stop a query that runs longer (DuckDB's time, not printing's).")] = SQL_TIMEOUT_S,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Stop a query that runs longer (DuckDB's time, not printing's).",
+        ),
+    ] = SQL_TIMEOUT_S,
 ) -> None:
     """Run a read-only query on the store (queries only: no writes, no settings, no other files); prints every DuckDB type."""
-    from traceprof.sqlstream import stream
+    from traceprof.storage.sqlstream import stream
 
     if not query.strip():
-        raise UsageError("empty query; e.g. traceprof sql \"SELECT * FROM runs\"")
+        raise UsageError('empty query; e.g. traceprof sql "SELECT * FROM runs"')
     if max_rows < 0:
         raise UsageError(f"--max-rows {max_rows}: expected 0 (all) or more")
     if not 0 < timeout <= MAX_SQL_TIMEOUT_S:  # nan and inf too
-        raise UsageError(f"--timeout {timeout}: expected seconds above 0, at most {MAX_SQL_TIMEOUT_S:,} (a week)")
+        raise UsageError(
+            f"--timeout {timeout}: expected seconds above 0, at most {MAX_SQL_TIMEOUT_S:,} (a week)"
+        )
     try:
         with Store(db, user_sql=True) as store:
             _warn_broken(store)
@@ -383,56 +534,77 @@ def sql(
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db) + " (sql is read-only)") from None
     if res.statements > 1:
-        say(f"{res.statements} statements ran; the rows shown are the last one's", label="note:", style="yellow")
+        say(
+            f"{res.statements} statements ran; the rows shown are the last one's",
+            label="note:",
+            style="yellow",
+        )
     if res.capped:
         say(f"first {max_rows:,} rows shown; --max-rows 0 prints all", label="note:", style="yellow")
 
 
 def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
     """Write rows as a JSON list of objects, one row at a time (duplicate column names get _2, _3;
-    bidi and C1 control characters as ``\\uXXXX``, :func:`traceprof.term.json_text`)."""
+    bidi and C1 control characters as ``\\uXXXX``, :func:`traceprof.core.term.json_text`)."""
     keys: list[str] = []
     for c in columns:
         keys.append(c if c not in keys else f"{c}_{sum(k == c or k.startswith(c + '_') for k in keys) + 1}")
     sep = "[\n"
     for row in rows:
-        sys.stdout.write(sep + "  " + term.json_text(orjson.dumps(dict(zip(keys, row, strict=True))).decode()))
+        sys.stdout.write(
+            sep + "  " + term.json_text(orjson.dumps(dict(zip(keys, row, strict=True))).decode())
+        )
         sep = ",\n"
     sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
 
 
 def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool) -> None:
-    """Write rows as CSV; string cells go through :func:`traceprof.term.csv_cell` unless ``raw``."""
+    """Write rows as CSV; string cells go through :func:`traceprof.core.term.csv_cell` unless ``raw``."""
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(columns if raw else [term.csv_cell(c) for c in columns])
     for row in rows:
-        w.writerow(["" if v is None else v if raw or not isinstance(v, str) else term.csv_cell(v) for v in row])
+        w.writerow(
+            ["" if v is None else v if raw or not isinstance(v, str) else term.csv_cell(v) for v in row]
+        )
 
 
 @app.command()
 def analyze(
     ctx: typer.Context,
-    name: Annotated[str | None, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")
+    ] = None,
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     fmt: FormatOpt = Format.table,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")
+    ] = None,
     table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
-    save: Annotated[bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")] = False,
+    save: Annotated[
+        bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")
+    ] = False,
     raw: RawOpt = False,
     units: UnitsOpt = "human",
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
     no_cache: NoCacheOpt = False,
-    show_help: Annotated[bool, typer.Option(
-        "--help", "-h", is_eager=True, help="Show this message; with NAME: the analysis' parameters and tables.")] = False,
+    show_help: Annotated[
+        bool,
+        typer.Option(
+            "--help",
+            "-h",
+            is_eager=True,
+            help="Show this message; with NAME: the analysis' parameters and tables.",
+        ),
+    ] = False,
 ) -> None:
     """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
-    from traceprof.display import describe
-    from traceprof.resultcache import caching
+    from traceprof.api import open as open_session
+    from traceprof.core.display import describe
 
     if name == "list":
-        rows = [{"name": n, "summary": registry.get(n).doc.splitlines()[0]} for n in registry.names()]
+        rows = [{"name": a.name, "summary": a.summary} for a in registry.specs()]
         if fmt is Format.table:
             for r in rows:
                 say(f"{r['name']:12} {r['summary']}", out)
@@ -449,25 +621,35 @@ def analyze(
         for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
             say(line, out)
         return
-    from traceprof.rankwise import executing
-
     options = dict(_kv(p) for p in param or [])
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
-    with (Store(db, read_only=not save or apart) as store, executing(executor, scheduler, store),
-          registry.reuse_results(many=False), caching(not no_cache)):  # helpers several stages read (activity, items) run once
-        result = an.run(store, registry.make_params(an, run, options))
-        run_name = _run_name(store, run)
+    # one analysis (many=False): the helpers it calls twice (activity, items) still run once
+    with open_session(
+        db,
+        read_only=not save or apart,
+        cache=not no_cache,
+        executor=executor,
+        scheduler=scheduler,
+        many=False,
+    ) as s:
+        result = s.analyze(name, run, **options)
+        run_name = _run_name(s.store, run)
         if save and not apart:
-            _save(store, run, name, result)
+            _save(s.store, run, name, result)
     if apart:
         with Store(db) as store:
             _save(store, run, name, result)
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
-    render(frames[table or "frame"], fmt, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}",
-           raw, units)
+    render(
+        frames[table or "frame"],
+        fmt,
+        f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}",
+        raw,
+        units,
+    )
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
@@ -485,7 +667,7 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
 
 def _run_name(store: Store, run: str | None) -> str:
     """``'name' (id N)`` of a run, for table titles."""
-    from traceprof.runs import run_name
+    from traceprof.storage.runs import run_name
 
     run_id = store.resolve_run(run)
     return f"{run_name(store, run_id)!r} (id {run_id})"
@@ -507,23 +689,28 @@ def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
 def summary(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="Also compare the run with these baseline runs: a "
-                        "run, runs separated by commas, or a baseline set (the regression verdict, as diff gives it).")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="Also compare the run with these baseline runs: a "
+            "run, runs separated by commas, or a baseline set (the regression verdict, as diff gives it).",
+        ),
+    ] = None,
+    param: AnalysisParamOpt = None,
     fmt: FormatOpt = Format.table,
-    force: Annotated[bool, typer.Option(
-        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
+    force: BaselineForceOpt = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by the time they could recover (the step account), and one verdict per topic."""
-    from traceprof.findings import summarize
-    from traceprof.resultcache import caching
+    from traceprof.api import open as open_session
 
-    with Store(db, read_only=True) as store, caching(not no_cache):
-        f = summarize(store, run, _analysis_params(param), baseline, force)
+    with open_session(db, cache=not no_cache) as s:
+        f = s.summary(run, _analysis_params(param), baseline, force)
     if fmt is Format.json:
-        sys.stdout.write(term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
+        sys.stdout.write(
+            term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
+        )
         return
     if fmt is Format.csv:
         render(f.to_frame(), fmt)
@@ -537,8 +724,11 @@ def summary(
     for v in f.verdicts:
         say(f"    {v.topic:14} {v.status:8} {v.text}", out)
     if f.missing:
-        say("Not available from this run's sources: " + "; ".join(
-            f"{m.analysis} ({m.needs or m.reason})" for m in f.missing), out)
+        say(
+            "Not available from this run's sources: "
+            + "; ".join(f"{m.analysis} ({m.needs or m.reason})" for m in f.missing),
+            out,
+        )
 
 
 def _kv(s: str) -> tuple[str, str]:
@@ -553,31 +743,37 @@ def report(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
-    baseline: Annotated[str | None, typer.Option("--baseline", help="Also diff the run against these baseline runs: a "
-                        "run, runs separated by commas, or a baseline set.")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989.")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="With --baseline: compare runs that are not comparable by per-rank medians.")] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="Also diff the run against these baseline runs: a "
+            "run, runs separated by commas, or a baseline set.",
+        ),
+    ] = None,
+    param: AnalysisParamOpt = None,
+    force: BaselineForceOpt = False,
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
-    from traceprof.rankwise import executing
-    from traceprof.report import write_report
-    from traceprof.resultcache import caching
+    from traceprof.api import open as open_session
 
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
-    with Store(db, read_only=True) as store, executing(executor, scheduler, store), caching(not no_cache):
-        write_report(store, run, output, baseline=baseline, params=params, force=force)
+    with open_session(db, cache=not no_cache, executor=executor, scheduler=scheduler) as s:
+        s.report(output, run, baseline=baseline, params=params, force=force)
     say(f"report written to {output}")
 
 
-BaselineArg = Annotated[str, typer.Argument(
-    help="Baseline: a run (name or id), runs separated by commas (a,b,c: the noise test needs 2+, 3+ is "
-         "better), or a baseline set (traceprof baseline add).")]
+BaselineArg = Annotated[
+    str,
+    typer.Argument(
+        help="Baseline: a run (name or id), runs separated by commas (a,b,c: the noise test needs 2+, 3+ is "
+        "better), or a baseline set (traceprof baseline add)."
+    ),
+]
 DIFF_TABLES = ("metrics", "structure", "items", "ranks", "top")
 
 
@@ -586,16 +782,32 @@ def diff(
     base: BaselineArg,
     cand: Annotated[str, typer.Argument(help="Candidate run (name or id).")],
     db: DbOpt = Path(DEFAULT_DB),
-    threshold: Annotated[list[str] | None, typer.Option(
-        "--threshold", "-t", help="Relative regression threshold: 0.05 (every timing metric) or METRIC=0.05 "
-        "(also flops, launches, collectives, comm_bytes).")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--threshold",
+            "-t",
+            help="Relative regression threshold: 0.05 (every timing metric) or METRIC=0.05 "
+            "(also flops, launches, collectives, comm_bytes).",
+        ),
+    ] = None,
+    param: MfuParamOpt = None,
     fmt: FormatOpt = Format.table,
-    table: Annotated[str | None, typer.Option(
-        "--table", help="Print only this table: metrics, structure (changed op/kernel/collective counts), items "
-        "(all), ranks (compute per rank) or top (15 largest changes).")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Compare runs that are not comparable (GPU vs CPU, other world size) by per-rank medians.")] = False,
+    table: Annotated[
+        str | None,
+        typer.Option(
+            "--table",
+            help="Print only this table: metrics, structure (changed op/kernel/collective counts), items "
+            "(all), ranks (compute per rank) or top (15 largest changes).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Compare runs that are not comparable (GPU vs CPU, other world size) by per-rank medians.",
+        ),
+    ] = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Compare a run with baseline runs: exit 3 on a regression (structural or timing), 4 when the
@@ -606,23 +818,30 @@ def diff(
     metrics (one table per CSV; ``--table items`` for the items). Notes and, except in table format,
     the summary go to stderr.
     """
-    from traceprof.diff import diff_runs
-    from traceprof.resultcache import caching
+    from traceprof.api import open as open_session
 
     limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
     if table is not None and table not in (*DIFF_TABLES, "frame"):
         raise UsageError(f"diff has tables {', '.join(DIFF_TABLES)}; not {table!r}")
-    with Store(db, read_only=True) as store, caching(not no_cache):
-        res = diff_runs(store, base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
+    with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
+        res = s.diff(base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     title = f"{res.baseline} -> {cand}"
     if fmt is Format.json and table is None:
-        sys.stdout.write(term.json_text(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
+        sys.stdout.write(
+            term.json_text(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
+        )
     else:
         frames = res.frames()
-        render(frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {title}")
+        render(
+            frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {title}"
+        )
         if fmt is Format.table and table is None:
             if res.structure.height:
-                render(res.structure.drop("sig").head(20), fmt, f"structure: changed counts per step, largest FLOPs change first: {title}")
+                render(
+                    res.structure.drop("sig").head(20),
+                    fmt,
+                    f"structure: changed counts per step, largest FLOPs change first: {title}",
+                )
             render(res.items.head(20), fmt, f"items: typical time per step, largest changes first: {title}")
         if table is None and fmt is not Format.json and res.items.height > (20 if fmt is Format.table else 0):
             shown = "the first 20" if fmt is Format.table else "none"
@@ -634,8 +853,10 @@ def diff(
         raise typer.Exit(res.exit_code)
 
 
-baseline_app = typer.Typer(help="Named sets of baseline runs for diff, report and summary (kept in the store): "
-                           "list them; add, rm.", no_args_is_help=False)
+baseline_app = typer.Typer(
+    help="Named sets of baseline runs for diff, report and summary (kept in the store): list them; add, rm.",
+    no_args_is_help=False,
+)
 app.add_typer(baseline_app, name="baseline")
 
 
@@ -650,7 +871,7 @@ def baseline(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = 
 @baseline_app.command("list")
 def baseline_list(db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
     """List the baseline sets: name, runs, run names."""
-    from traceprof.baselines import sets
+    from traceprof.storage.baselines import sets
 
     with Store(db, read_only=True) as store:
         render(sets(store), fmt, f"baseline sets in {db}")
@@ -663,12 +884,14 @@ def baseline_add(
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Add runs to a baseline set, creating it: `traceprof diff NAME CAND` then compares with all of them."""
-    from traceprof.baselines import add
+    from traceprof.storage.baselines import add
 
     with Store(db, create=False) as store:
         added, already = add(store, name, runs)
-    say(f"baseline set {name!r}: added {', '.join(added) or 'nothing'}"
-        + (f"; already in it: {', '.join(already)}" if already else ""))
+    say(
+        f"baseline set {name!r}: added {', '.join(added) or 'nothing'}"
+        + (f"; already in it: {', '.join(already)}" if already else "")
+    )
 
 
 @baseline_app.command("rm")
@@ -678,7 +901,7 @@ def baseline_rm(
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Remove runs from a baseline set, or the whole set (the runs stay in the store)."""
-    from traceprof.baselines import remove
+    from traceprof.storage.baselines import remove
 
     with Store(db, create=False) as store:
         n = remove(store, name, runs or [])
@@ -687,31 +910,43 @@ def baseline_rm(
 
 @app.command()
 def history(
-    job: Annotated[str, typer.Argument(
-        help="The job's runs: a baseline set, runs separated by commas, or the start of their names (nightly_).")],
+    job: Annotated[
+        str,
+        typer.Argument(
+            help="The job's runs: a baseline set, runs separated by commas, or the start of their names (nightly_)."
+        ),
+    ],
     db: DbOpt = Path(DEFAULT_DB),
-    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Show only this metric (repeatable).")] = None,
-    window: Annotated[int, typer.Option("--window", help="Most earlier runs a run's noise band is computed from.")] = 10,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")] = None,
+    metric: Annotated[
+        list[str] | None, typer.Option("--metric", "-m", help="Show only this metric (repeatable).")
+    ] = None,
+    window: Annotated[
+        int, typer.Option("--window", help="Most earlier runs a run's noise band is computed from.")
+    ] = 10,
+    param: MfuParamOpt = None,
     fmt: FormatOpt = Format.table,
     raw: RawOpt = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Each gate metric of a job's runs in recording order, with its noise band and change points (drift
     before it crosses the diff gate)."""
-    from traceprof.history import history as job_history
-    from traceprof.resultcache import caching
+    from traceprof.api import open as open_session
 
-    with Store(db, read_only=True) as store, caching(not no_cache):
-        res = job_history(store, job, window=window, mfu_options=dict(_kv(p) for p in param or []))
+    with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
+        res = s.history(job, window=window, mfu_options=dict(_kv(p) for p in param or []))
     frame = res.frame
     if metric:
         unknown = sorted(set(metric) - set(frame["metric"]))
         if unknown:
-            raise UsageError(f"--metric {unknown[0]!r}: the job has metrics {', '.join(dict.fromkeys(frame['metric']))}")
+            raise UsageError(
+                f"--metric {unknown[0]!r}: the job has metrics {', '.join(dict.fromkeys(frame['metric']))}"
+            )
         frame = frame.filter(pl.col("metric").is_in(metric))
     if fmt is Format.json:
-        sys.stdout.write(orjson.dumps({**res.to_dict(), "rows": frame.to_dicts()}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps({**res.to_dict(), "rows": frame.to_dicts()}, option=orjson.OPT_INDENT_2).decode()
+            + "\n"
+        )
         return
     render(frame, fmt, f"history of {job}", raw)
     for note in res.notes:
@@ -731,20 +966,32 @@ def collect(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rank traces (one run).")],
     nproc: Annotated[int, typer.Option("--nproc", "-n", help="Ranks on this machine.")] = 1,
     db: DbOpt = Path(DEFAULT_DB),
-    then_ingest: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Ingest the traces afterwards.")] = True,
-    nsys: Annotated[bool, typer.Option("--nsys", help="Run each rank under nsys profile (cuda, nvtx, osrt; "
-                                       "rank%q{RANK} reports with SQLite exports) instead of torch.profiler.")] = False,
+    then_ingest: Annotated[
+        bool, typer.Option("--ingest/--no-ingest", help="Ingest the traces afterwards.")
+    ] = True,
+    nsys: Annotated[
+        bool,
+        typer.Option(
+            "--nsys",
+            help="Run each rank under nsys profile (cuda, nvtx, osrt; "
+            "rank%q{RANK} reports with SQLite exports) instead of torch.profiler.",
+        ),
+    ] = False,
 ) -> None:
     """Run a training script on N ranks (torchrun) that profiles itself with profile_ranks(), or under nsys."""
     if nsys:
-        from collectors.nsys.export import launch_nsys as launch
+        from traceprof.collectors.nsys.export import launch_nsys as launch
     else:
-        from collectors.kineto.launch import launch
+        from traceprof.collectors.kineto.launch import launch
 
     fileio.check_not_store(out, db)
     code = launch(script, out, nproc=nproc)
     if code != 0:
-        say(f"the training job exited with status {code}; traces in {out} may be partial", label="error:", style="red")
+        say(
+            f"the training job exited with status {code}; traces in {out} may be partial",
+            label="error:",
+            style="red",
+        )
         raise typer.Exit(1)
     if then_ingest:
         ingest([out], db=db, run=None, skip_bad_events=False, jobs=None, align=True)
@@ -758,10 +1005,12 @@ app.add_typer(export_app, name="export")
 def export_perfetto(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")] = Path("trace.json.gz"),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")
+    ] = Path("trace.json.gz"),
 ) -> None:
     """One merged, clock-aligned Chrome/Perfetto trace of all ranks (open in ui.perfetto.dev)."""
-    from traceprof.export import export_perfetto as do_export
+    from traceprof.render.export import export_perfetto as do_export
 
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
@@ -853,7 +1102,7 @@ def main() -> None:
         say("interrupted; nothing was changed")
         _exit(130)
     except ImportError as e:  # a library the command imports late (bokeh for report, dask)
-        from traceprof.entry import missing_module
+        from traceprof.core.errors import missing_module
 
         say(missing_module(e), label="error:", style="red")
         sys.exit(1)

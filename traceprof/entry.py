@@ -10,26 +10,9 @@ from __future__ import annotations
 import signal
 import sys
 
-__all__ = ["main", "missing_module"]
+from traceprof.core.errors import missing_module
 
-#: pip's name of a module's package, where the two differ (else the module's top-level name).
-_PACKAGES = {"yaml": "pyyaml", "dask": "traceprof[dask]", "distributed": "traceprof[dask]",
-             "hta": "holistictraceanalysis", "torch": "torch==2.13.0"}
-
-
-def missing_module(e: ImportError) -> str:
-    """The one-line message for a library that is not installed (``e.name``, e.g. ``bokeh``), or
-    that is installed but does not load (a plain ImportError: a broken or mismatched install):
-    which module, and the ``pip install`` that brings it."""
-    name = e.name or str(e)
-    pkg = _PACKAGES.get(name.split(".")[0], name.split(".")[0])
-    if not isinstance(e, ModuleNotFoundError):
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return (f"this command cannot load the Python module {name!r} ({why}): its installation looks broken; "
-                f"pip install --force-reinstall '{pkg}' (or reinstall traceprof: pip install -e .)")
-    return (f"this command needs the Python module {name!r}, which is not installed here: "
-            f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)")
-
+__all__ = ["main"]
 
 #: Compiled libraries whose module initialisation a Ctrl-C must not interrupt: DuckDB's bindings
 #: (nanobind) abort the process (SIGABRT, "Critical nanobind error") when a KeyboardInterrupt

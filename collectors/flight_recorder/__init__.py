@@ -3,9 +3,9 @@ pickle, no torch)."""
 
 from pathlib import Path
 
-from collectors.flight_recorder.parse import is_fr_file, parse
-from collectors.flight_recorder.safe_pickle import is_pickle
-from traceprof import sources
+from traceprof.collectors.flight_recorder.parse import is_fr_file, parse
+from traceprof.collectors.flight_recorder.safe_pickle import is_pickle
+from traceprof.ingest import sources
 
 __all__ = ["parse", "is_fr_file"]
 
@@ -13,11 +13,19 @@ __all__ = ["parse", "is_fr_file"]
 def _claims(path: Path, head: bytes) -> bool:
     """By name, or a pickle whose name says nothing else (a custom ``TORCH_FR_DUMP_TEMP_FILE``
     prefix); a pickle that is not a dump is then skipped as not a trace."""
-    return is_fr_file(path) or (is_pickle(head) and (path.suffix in ("", ".pkl", ".pickle") or path.suffix[1:].isdigit()))
+    return is_fr_file(path) or (
+        is_pickle(head) and (path.suffix in ("", ".pkl", ".pickle") or path.suffix[1:].isdigit())
+    )
 
 
-sources.register(sources.Collector(
-    "flight_recorder", "PyTorch Flight Recorder dumps (*.fr.json, fr_*.json, nccl_trace_rank_*, JSON or pickle)",
-    _claims, lambda p, bad: [parse(p, on_bad_event=bad)], order=10,
-    rank_field="rank (or the file name)", world_field="pg_config (largest group)",
-))
+sources.register(
+    sources.Collector(
+        "flight_recorder",
+        "PyTorch Flight Recorder dumps (*.fr.json, fr_*.json, nccl_trace_rank_*, JSON or pickle)",
+        _claims,
+        lambda p, options: [parse(p, options)],
+        order=10,
+        rank_field="rank (or the file name)",
+        world_field="pg_config (largest group)",
+    )
+)

@@ -1,7 +1,7 @@
 """Parse PyTorch Flight Recorder (FR) dumps, JSON or pickle, into collectives rows.
 
 A dump holds one rank's ring buffer of collective records (``entries``), written by
-``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``collectors.flight_recorder.capture``)
+``torch._C._distributed_c10d._dump_fr_trace_json()`` (see ``traceprof.collectors.flight_recorder.capture``)
 or, by default, pickled to ``TORCH_FR_DUMP_TEMP_FILE`` + rank (e.g. ``nccl_trace_rank_3``;
 jobs often put the host in the prefix: ``nccl_trace_rank_<host>_<rank>``). Pickles are read with
 a restricted unpickler that admits plain data only (``safe_pickle``): a dump copied from a
@@ -52,25 +52,28 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
-from collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
-from traceprof.bounded import check_nesting, max_nodes, too_deep
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import INT32, INT64, fits, record_fits, shown
-from traceprof.matching import canonical_ranks
-from traceprof.ops import dtype_bytes, normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
+from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
+from traceprof.core.bounded import check_nesting, max_nodes, too_deep
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
+from traceprof.core.limits import INT32, INT64, fits, record_fits, shown
+from traceprof.core.ops import dtype_bytes, normalize_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.values import integer
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.ingest.matching import canonical_ranks
 
 __all__ = ["parse", "is_fr_file"]
 
-_NAME = re.compile(r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
-                   r"(\.pkl|\.pickle)?$)")
+_NAME = re.compile(
+    r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
+    r"(\.pkl|\.pickle)?$)"
+)
 _PICKLE_NAME = re.compile(r"(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+$)|\.(pkl|pickle)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
 _TRAILING_RANK = re.compile(r"[_.-](\d+)(\.pkl|\.pickle)?$")
-
 
 
 def is_fr_file(path: Path) -> bool:
@@ -80,7 +83,7 @@ def is_fr_file(path: Path) -> bool:
     return _NAME.search(path.name) is not None
 
 
-def _read(path: Path) -> tuple[bytes, Any, str]:
+def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
     """(file bytes, decoded document, ``json`` or ``pickle``); a file with a pickle dump's name
     that is not JSON is unpickled (protocols 0 and 1 have no first-byte marker)."""
     try:
@@ -94,35 +97,25 @@ def _read(path: Path) -> tuple[bytes, Any, str]:
             except TraceFormatError as e:
                 if is_pickle(head) or not e.reason.startswith("broken pickle"):
                     raise
-                raise TraceFormatError(path, "", f"neither JSON nor a readable pickle (starts {head[:12]!r}): "
-                                       "not a Flight Recorder dump") from None
+                raise TraceFormatError(
+                    path,
+                    "",
+                    f"neither JSON nor a readable pickle (starts {head[:12]!r}): not a Flight Recorder dump",
+                ) from None
     except OSError:
         pass  # read_maybe_gzip reports it
-    raw, data = read_maybe_gzip(path)
+    raw, data = read_maybe_gzip(path, max_ratio)
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as err:
         where = f"byte {len(data)}" if "truncated" in str(err) else ""
-        raise TraceFormatError(path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)) from None
+        raise TraceFormatError(
+            path, where, not_json_because(data) or f"invalid JSON ({err})" + misnamed_gzip(path)
+        ) from None
     except RecursionError:
         raise too_deep(path) from None
     check_nesting(doc, path, "JSON", max_nodes=max_nodes(len(data)))
     return raw, doc, "json"
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
-    return None
 
 
 def _nelems(sizes: Any) -> int | None:
@@ -160,7 +153,9 @@ def _config_ranks(cfg: dict[str, Any]) -> Any:
     return ranks
 
 
-def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _group_facts(
+    doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
     ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
     group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
@@ -170,16 +165,20 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
     collector writes), so that analyses need no FR field names."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
-    cfg = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
+    raw_cfg = doc.get("pg_config")
+    cfg: dict[Any, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
     for key, c in cfg.items():
         if isinstance(c, dict):
             ranks = _config_ranks(c)
-            if isinstance(ranks, list) and all(isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks):
+            if isinstance(ranks, list) and all(
+                isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks
+            ):
                 configs.append(ranks)
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
     only = configs[0] if len({tuple(v) for v in configs}) == 1 else None
-    status = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
+    raw_status = doc.get("pg_status")
+    status: dict[Any, Any] = raw_status if isinstance(raw_status, dict) else {}
     groups: dict[str, list[int] | None] = {}
     progress: dict[str, dict[str, int | None]] = {}
     pg_ids: dict[str, str] = {}
@@ -194,12 +193,15 @@ def _group_facts(doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dic
         names = [str(v) for v in pgv] if isinstance(pgv, list) else []
         groups[pg] = next((members[n] for n in names if n in members), only)
         if not pg.endswith(":p2p"):  # process_group = [name, description]
-            described.append({"name": pg, "desc": names[1] if len(names) > 1 and names[1] else None,
-                              "ranks": groups[pg]})
+            described.append(
+                {"name": pg, "desc": names[1] if len(names) > 1 and names[1] else None, "ranks": groups[pg]}
+            )
         st = status.get(str(e.get("pg_id"))) if not pg.endswith(":p2p") else None
         if isinstance(st, dict):
-            progress[pg] = {k: v if fits(v := _int(st.get(f"last_{k}_collective")), INT64) else None
-                            for k in ("enqueued", "started", "completed")}
+            progress[pg] = {
+                k: v if fits(v := integer(st.get(f"last_{k}_collective")), INT64) else None
+                for k in ("enqueued", "started", "completed")
+            }
     return {"groups": groups, "progress": progress, "pg_ids": pg_ids, "process_groups": described}
 
 
@@ -213,26 +215,33 @@ def _is_dump(doc: Any) -> bool:
     return "version" in doc and ("pg_config" in doc or "pg_status" in doc)
 
 
-def _empty_dump(name: str, rank: int, doc: dict[str, Any], progress: dict[str, dict[str, int | None]]) -> tuple[bool, str]:
+def _empty_dump(
+    name: str, rank: int, doc: dict[str, Any], progress: dict[str, dict[str, int | None]]
+) -> tuple[bool, str]:
     """(recorded nothing, warning) for a dump without entries (module doc, step 1)."""
     how = "empty 'entries'" if "entries" in doc else "no 'entries' in the dump"
     done = {pg: st["enqueued"] for pg, st in progress.items() if (st["enqueued"] or -1) >= 0}
     if not done:
         status = ", every pg_status -1" if progress else ""
-        return True, (f"{name}: rank {rank} recorded no collective ({how}{status}: dumped before any ran on this "
-                      "rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives")
+        return True, (
+            f"{name}: rank {rank} recorded no collective ({how}{status}: dumped before any ran on this "
+            "rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives"
+        )
     upto = ", ".join(f"seq {v} in pg_id {pg}" for pg, v in sorted(done.items()))
-    return False, (f"{name}: rank {rank}'s dump holds no entries ({how}) although its pg_status says it enqueued "
-                   f"up to {upto} (a dump of active entries only, or without collectives); stored with 0 "
-                   "collectives, its progress kept for desync")
+    return False, (
+        f"{name}: rank {rank}'s dump holds no entries ({how}) although its pg_status says it enqueued "
+        f"up to {upto} (a dump of active entries only, or without collectives); stored with 0 "
+        "collectives, its progress kept for desync"
+    )
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Flight Recorder dump.
 
     Args:
         path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
-        on_bad_event: ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
+        options: How to read it (``traceprof.core.parsed.ParseOptions``: the gzip inflate cap, and
+            ``on_bad_event``): ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
             integer or 0, or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
             ``seq_id``) is missing or not an integer; ``"skip"`` counts it in ``rejected`` (keyed by
             the reason).
@@ -248,23 +257,27 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             no rank, or (with ``on_bad_event="raise"``) a bad entry, naming it.
     """
     p = Path(path).resolve()
-    raw, doc, encoding = _read(p)
+    on_bad_event = options.on_bad_event
+    raw, doc, encoding = _read(p, options.max_inflate_ratio)
     if not _is_dump(doc):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     entries = doc.get("entries", [])
-    rank = _int(doc.get("rank"))
+    rank = integer(doc.get("rank"))
     # torch's names end in the rank (a host may precede it); others say rank<R>
     default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
     m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
     by_name = int(m.group(1)) if m else None
     warnings = []
     if rank is not None and by_name is not None and by_name != rank:
-        warnings.append(f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
-                        f"stored as rank {rank} (the dump's own field)")
+        warnings.append(
+            f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
+            f"stored as rank {rank} (the dump's own field)"
+        )
     rank = by_name if rank is None else rank
     if rank is None:
-        raise TraceFormatError(p, "rank", "no 'rank' in the dump and none in the file name; "
-                               "name the file rank<R>.fr.json")
+        raise TraceFormatError(
+            p, "rank", "no 'rank' in the dump and none in the file name; name the file rank<R>.fr.json"
+        )
     style, notes = dialect(p, doc.get("version"), entries)
     warnings += notes
     sizes, world = _group_sizes(doc.get("pg_config"))
@@ -276,19 +289,25 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
 
     def bad(i: int, name: str, why: str, value: str = "") -> None:
         if on_bad_event == "raise":
-            raise TraceFormatError(p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip "
-                                   "such entries")
+            raise TraceFormatError(
+                p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip such entries"
+            )
         rejected[why] = rejected.get(why, 0) + 1
 
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
         raw_created = e.get("time_created_ns")
-        created = _int(raw_created)
+        created = integer(raw_created)
         name = str(e.get("profiling_name", ""))
         if not created:
-            why = ("missing 'time_created_ns'" if raw_created is None else "'time_created_ns' is not an integer"
-                   if created is None else "'time_created_ns' is 0")
+            why = (
+                "missing 'time_created_ns'"
+                if raw_created is None
+                else "'time_created_ns' is not an integer"
+                if created is None
+                else "'time_created_ns' is 0"
+            )
             bad(i, name, why, "" if raw_created is None else f" ({shown(raw_created)})")
             continue
         op = normalize_op(name) if name else "unknown"
@@ -297,17 +316,22 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         if no_seq is not None:
             bad(i, name, no_seq, f" ({detail})")
             continue
-        started = _int(e.get("time_discovered_started_ns")) or None
-        completed = _int(e.get("time_discovered_completed_ns")) or None
+        started = integer(e.get("time_discovered_started_ns")) or None
+        completed = integer(e.get("time_discovered_completed_ns")) or None
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
         elif completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
             completed = started + round(float(e["duration_ms"]) * 1e6)
         pgv = e.get("process_group")
-        pg_name = str(pgv[0]) if isinstance(pgv, list) and pgv else (
-            None if e.get("pg_id") is None else str(e.get("pg_id")))
-        dtypes_in, dtypes_out = (v if isinstance(v := e.get(k), list) else [] for k in ("input_dtypes", "output_dtypes"))
+        pg_name = (
+            str(pgv[0])
+            if isinstance(pgv, list) and pgv
+            else (None if e.get("pg_id") is None else str(e.get("pg_id")))
+        )
+        dtypes_in, dtypes_out = (
+            v if isinstance(v := e.get(k), list) else [] for k in ("input_dtypes", "output_dtypes")
+        )
         dtype = str(dtypes_in[0]) if dtypes_in else (str(dtypes_out[0]) if dtypes_out else None)
         n_in, n_out = _nelems(e.get("input_sizes")), _nelems(e.get("output_sizes"))
         size = dtype_bytes(dtype)
@@ -316,7 +340,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             group = sizes.get(str(pgv[1]))
         rows.append(
             {
-                "source": "fr",
+                "source": CollectiveSource.fr,
                 "pg": None if pg_name is None else (pg_name + ":p2p" if p2p else pg_name),
                 "seq": seq,
                 "p2p": p2p,
@@ -338,15 +362,29 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         kept.append(e)
         events.append(
             {
-                "kind": "collective", "cat": "flight_recorder", "name": name, "ts_ns": created,
+                "kind": "collective",
+                "cat": "flight_recorder",
+                "name": name,
+                "ts_ns": created,
                 "dur_ns": (completed - created) if completed and completed >= created else 0,
-                "pid": "", "tid": rows[-1]["tid"] or "", "device": None, "stream": None,
-                "correlation": None, "external_id": _int(e.get("record_id")), "step": None,
+                "pid": "",
+                "tid": rows[-1]["tid"] or "",
+                "device": None,
+                "stream": None,
+                "correlation": None,
+                "external_id": integer(e.get("record_id")),
+                "step": None,
                 "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
             }
         )
-        if not record_fits(p, f"entry #{i} ({name!r})", on_bad_event, rejected,
-                           (rows[-1], row_schema("collectives")), (events[-1], row_schema("events"))):
+        if not record_fits(
+            p,
+            f"entry #{i} ({name!r})",
+            on_bad_event,
+            rejected,
+            (rows[-1], row_schema("collectives")),
+            (events[-1], row_schema("events")),
+        ):
             rows.pop(), kept.pop(), events.pop()
     progress = progress_by_pg_id(doc.get("pg_status"))
     nothing = False
@@ -356,9 +394,11 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     elif not rows:
         raise TraceFormatError(p, "entries", f"no valid entries: all {len(entries)} skipped ({rejected})")
     if style == 1 and any(r["p2p"] for r in rows):
-        warnings.append(f"{p.name}: Flight Recorder version {doc.get('version')} numbers point-to-point ops with "
-                        "the collectives' counter (seq_id): where only some ranks of a group ran send / recv, its "
-                        "sequence numbers differ across ranks (torch 2.4+ dumps, version 2.x, count them apart)")
+        warnings.append(
+            f"{p.name}: Flight Recorder version {doc.get('version')} numbers point-to-point ops with "
+            "the collectives' counter (seq_id): where only some ranks of a group ran send / recv, its "
+            "sequence numbers differ across ranks (torch 2.4+ dumps, version 2.x, count them apart)"
+        )
     counter: dict[tuple[Any, str], int] = {}
     for r in sorted(rows, key=lambda r: r["enter_ns"]):
         key = (r["pg"], r["op"])
@@ -373,7 +413,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         path=str(p),
         sha256=hashlib.sha256(raw).hexdigest(),
         bytes=len(raw),
-        source="flight_recorder",
+        source=TraceSource.flight_recorder,
         format=f"fr-{encoding}-{doc.get('version', '?')}",
         rank=rank,
         world_size=world,

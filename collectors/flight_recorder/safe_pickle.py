@@ -16,9 +16,9 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from traceprof.bounded import check_nesting, max_nodes
-from traceprof.errors import TraceFormatError
-from traceprof.fileio import GZIP_MAGIC
+from traceprof.core.bounded import check_nesting, max_nodes
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import GZIP_MAGIC
 
 __all__ = ["loads_plain", "is_pickle", "maybe_pickle", "as_json"]
 
@@ -58,7 +58,7 @@ class _Restricted(pickle.Unpickler):
 def _check(obj: Any) -> None:
     """Raise ValueError naming the first value that is not plain data (``dump['entries'][3]``).
     Each distinct container is looked at once (the depth, cycles and expansion are bounded first,
-    :func:`traceprof.bounded.check_nesting`)."""
+    :func:`traceprof.core.bounded.check_nesting`)."""
     seen: set[int] = set()
     todo: list[tuple[Any, str]] = [(obj, "dump")]
     while todo:
@@ -86,17 +86,31 @@ def loads_plain(path: Path, data: bytes) -> Any:
     Raises:
         TraceFormatError: The pickle names a global (a class or function: it would run code), uses
             a persistent id, builds another type, holds an integer over 4096 bits, nests deeper than
-            :data:`traceprof.bounded.MAX_DEPTH`, holds itself, expands past
-            :func:`traceprof.bounded.max_nodes` values through shared references (a 326-byte pickle
+            :data:`traceprof.core.bounded.MAX_DEPTH`, holds itself, expands past
+            :func:`traceprof.core.bounded.max_nodes` values through shared references (a 326-byte pickle
             can stand for 2**40), or is broken; nothing of it is executed.
     """
     try:
         obj = _Restricted(io.BytesIO(data)).load()
     except _Refused as e:
-        raise TraceFormatError(path, "", f"pickle {e}; refused: traceprof unpickles plain data only "
-                               "(a Flight Recorder dump holds nothing else)") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            MemoryError, RecursionError, OverflowError) as e:
+        raise TraceFormatError(
+            path,
+            "",
+            f"pickle {e}; refused: traceprof unpickles plain data only "
+            "(a Flight Recorder dump holds nothing else)",
+        ) from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        MemoryError,
+        RecursionError,
+        OverflowError,
+    ) as e:
         why = str(e).removeprefix("pickle ") or type(e).__name__
         if isinstance(e, EOFError) or "truncated" in why:
             why = "cut short (pickle data was truncated): copy the whole file, or dump it again"
@@ -117,7 +131,9 @@ def as_json(obj: Any, _done: dict[int, Any] | None = None) -> Any:
     if isinstance(obj, (dict, list, tuple)) and id(obj) in done:
         return done[id(obj)]
     if isinstance(obj, dict):
-        out: Any = {(k if isinstance(k, str) else str(as_json(k, done))): as_json(v, done) for k, v in obj.items()}
+        out: Any = {
+            (k if isinstance(k, str) else str(as_json(k, done))): as_json(v, done) for k, v in obj.items()
+        }
     elif isinstance(obj, (list, tuple)):
         out = [as_json(v, done) for v in obj]
     elif isinstance(obj, bytes):

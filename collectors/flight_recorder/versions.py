@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceprof.errors import TraceFormatError
-from traceprof.limits import INT64, checked_int, fits
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.limits import INT64, fits
+from traceprof.core.values import checked_int
 
 __all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
 
@@ -58,20 +59,30 @@ def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]
     elif any("seq_id" in e for e in dicts):
         style = 1
     else:
-        raise TraceFormatError(path, "entries", f"Flight Recorder dump version {version!r}: its entries carry "
-                               "neither 'collective_seq_id' / 'p2p_seq_id' nor 'seq_id', so its collectives "
-                               f"cannot be numbered; traceprof reads versions {READ_VERSIONS}")
+        raise TraceFormatError(
+            path,
+            "entries",
+            f"Flight Recorder dump version {version!r}: its entries carry "
+            "neither 'collective_seq_id' / 'p2p_seq_id' nor 'seq_id', so its collectives "
+            f"cannot be numbered; traceprof reads versions {READ_VERSIONS}",
+        )
     major = _major(version)
     name = getattr(path, "name", path)
     if major is None:
-        return style, [f"{name}: Flight Recorder dump without a readable version ({version!r}); read as "
-                       f"version {style}.x by its fields"]
+        return style, [
+            f"{name}: Flight Recorder dump without a readable version ({version!r}); read as "
+            f"version {style}.x by its fields"
+        ]
     if major > 2:
-        return style, [f"{name}: Flight Recorder dump version {version} is newer than the versions traceprof knows "
-                       f"({READ_VERSIONS}); read by its fields as version {style}.x"]
+        return style, [
+            f"{name}: Flight Recorder dump version {version} is newer than the versions traceprof knows "
+            f"({READ_VERSIONS}); read by its fields as version {style}.x"
+        ]
     if major != style:
-        return style, [f"{name}: Flight Recorder dump version {version} has the fields of version {style}.x; "
-                       "read by its fields"]
+        return style, [
+            f"{name}: Flight Recorder dump version {version} has the fields of version {style}.x; "
+            "read by its fields"
+        ]
     return style, []
 
 
@@ -84,7 +95,7 @@ def entry_seq(e: dict[str, Any], style: int, p2p: bool) -> tuple[int | None, str
         return None, f"missing '{key}'", f"version {style}.x numbers its entries there"
     v = e[key]
     if isinstance(v, int) and not isinstance(v, bool):
-        n: int | None = v  # beyond int64: refused by the row check (traceprof.limits), naming the column
+        n: int | None = v  # beyond int64: refused by the row check (traceprof.core.limits), naming the column
     else:
         n, problem = checked_int(v)
         if problem is not None:
@@ -101,6 +112,8 @@ def progress_by_pg_id(pg_status: Any) -> dict[str, dict[str, int | None]]:
     if isinstance(pg_status, dict):
         for pg_id, st in pg_status.items():
             if isinstance(st, dict):
-                out[str(pg_id)] = {k: v if fits(v := checked_int(st.get(f"last_{k}_collective"))[0], INT64) else None
-                                   for k in ("enqueued", "started", "completed")}  # beyond int64: unknown
+                out[str(pg_id)] = {
+                    k: v if fits(v := checked_int(st.get(f"last_{k}_collective"))[0], INT64) else None
+                    for k in ("enqueued", "started", "completed")
+                }  # beyond int64: unknown
     return out

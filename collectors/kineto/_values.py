@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +10,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from traceprof.classify import COMM_ARG_KEYS
+from traceprof.core.classify import COMM_ARG_KEYS
+from traceprof.core.values import integer
 
 __all__ = ["args_dict", "int_or_none", "Ints", "Strs", "META_KEYS", "meta_dict"]
 
@@ -25,13 +25,29 @@ def args_dict(text: str | bytes) -> dict[str, Any]:
     return d if isinstance(d, dict) else {"value": d}
 
 
-#: The args keys the parser reads beyond the ids: communication metadata (``traceprof.classify``
-#: ``COMM_ARG_KEYS``) and what the collectives rows take (``collectors.kineto.collectives``).
-META_KEYS = tuple(sorted(COMM_ARG_KEYS | {"Seq", "In msg nelems", "Out msg nelems", "dtype", "Group size",
-                                          "Input Dims", "Input type", "In split size", "Out split size"}))
+#: The args keys the parser reads beyond the ids: communication metadata (``traceprof.core.classify``
+#: ``COMM_ARG_KEYS``) and what the collectives rows take (``traceprof.collectors.kineto.collectives``).
+META_KEYS = tuple(
+    sorted(
+        COMM_ARG_KEYS
+        | {
+            "Seq",
+            "In msg nelems",
+            "Out msg nelems",
+            "dtype",
+            "Group size",
+            "Input Dims",
+            "Input type",
+            "In split size",
+            "Out split size",
+        }
+    )
+)
 _Meta = msgspec.defstruct(
-    "_Meta", [(f"k{i}", Any, msgspec.field(default=msgspec.UNSET, name=k)) for i, k in enumerate(META_KEYS)],
-    gc=False)
+    "_Meta",
+    [(f"k{i}", Any, msgspec.field(default=msgspec.UNSET, name=k)) for i, k in enumerate(META_KEYS)],
+    gc=False,
+)
 _META = msgspec.json.Decoder(_Meta)
 
 
@@ -46,24 +62,15 @@ def meta_dict(text: str | bytes) -> dict[str, Any]:
 
 
 def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
-    """An int64 from a JSON value (int, bool, numeric string in any base, a float with no fraction),
-    else None: an id of 1.5 is no id (truncated to 1 it would link a kernel to another's launch).
+    """An int64 from a JSON value (``traceprof.core.values.integer``: an int, a numeric string in any
+    base, a float with no fraction; not a bool), else None: an id of 1.5 is no id (truncated to 1 it
+    would link a kernel to another's launch).
 
     With ``keep_large`` an integer beyond int64 is returned as is, for the parser's per-event range
-    check (``traceprof.limits``) to reject with the event index instead of storing NULL.
+    check (``traceprof.core.limits``) to reject with the event index instead of storing NULL.
     """
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v if keep_large or -(2**63) <= v < 2**63 else None
-    if isinstance(v, str):
-        try:
-            return int(v, 0)
-        except ValueError:
-            return None
-    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
-        return int(v) if keep_large or -(2**63) <= v < 2**63 else None
-    return None
+    n = integer(v)
+    return n if n is None or keep_large or -(2**63) <= n < 2**63 else None
 
 
 @dataclass

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from collectors.kineto.launch import OUT_ENV
+from traceprof.collectors.kineto.launch import OUT_ENV
 
 __all__ = ["META_FORMAT", "META_VERSION", "RankProfiler", "build_meta", "profile_ranks", "rank_info"]
 
@@ -254,7 +254,9 @@ def profile_ranks(
     if out_dir is None:
         out_dir = os.environ.get(OUT_ENV)
         if not out_dir:
-            raise ValueError(f"profile_ranks(): pass out_dir, or run under `traceprof collect` (sets ${OUT_ENV})")
+            raise ValueError(
+                f"profile_ranks(): pass out_dir, or run under `traceprof collect` (sets ${OUT_ENV})"
+            )
     return RankProfiler(
         out_dir, wait=wait, warmup=warmup, active=active, skip_first=skip_first, with_stack=with_stack
     )

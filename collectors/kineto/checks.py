@@ -1,6 +1,6 @@
 """Sanity passes over a parsed Kineto trace: suspect timestamps, same-lane overruns, several processes.
 
-They run on the parser's column lists (``collectors.kineto.parse``) after every record is read, and
+They run on the parser's column lists (``traceprof.collectors.kineto.parse``) after every record is read, and
 flag records (``events.flag``) instead of dropping them, so the store keeps what the file said.
 
 Algorithm:
@@ -36,7 +36,7 @@ Algorithm:
   5. ProfilerStep ranges that cut through a running op (a CPU op that starts in a step and ends
      after it) are counted in a warning; the op belongs to the step it starts in.
 Flags 1 (``before_launch``) and 2 (and unmatched ``B`` records, see the parser) exclude a record from windows, idle,
-latency and collectives; ``launch_skew`` and ``overrun`` records are kept (``traceprof.classify``).
+latency and collectives; ``launch_skew`` and ``overrun`` records are kept (``traceprof.core.classify``).
 """
 
 from __future__ import annotations
@@ -48,13 +48,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, Strs
-from collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
-from traceprof.errors import TraceFormatError
-from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.collectors.kineto._values import Ints, Strs
+from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["flag_records", "check_one_process", "shared_correlation_warning", "step_cut_warning",
-           "LAUNCH_TOLERANCE_NS", "LAUNCH_SKEW_MAX_NS", "OVERRUN_TOLERANCE_NS", "FAR_MARGIN_MIN_NS", "ZERO_TS_MIN_GAP_NS"]
+__all__ = [
+    "flag_records",
+    "check_one_process",
+    "shared_correlation_warning",
+    "step_cut_warning",
+    "LAUNCH_TOLERANCE_NS",
+    "LAUNCH_SKEW_MAX_NS",
+    "OVERRUN_TOLERANCE_NS",
+    "FAR_MARGIN_MIN_NS",
+    "ZERO_TS_MIN_GAP_NS",
+]
 
 #: A GPU row may start this much before its launch call unremarked (CPU/GPU clock conversion
 #: jitter): 5 us.
@@ -79,7 +88,9 @@ def _examples(src_index: list[int], rows: np.ndarray | list[int], n: int = 3) ->
     return ", ".join(f"#{src_index[int(i)]}" for i in rows[:n]) + (", ..." if len(rows) > n else "")
 
 
-def _reference_range(step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray) -> tuple[int, int, bool]:
+def _reference_range(
+    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray
+) -> tuple[int, int, bool]:
     """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
     1st..99th percentile of the other records' starts; and whether steps defined it."""
     steps = step & ~skip
@@ -90,8 +101,9 @@ def _reference_range(step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np
     return lo, hi, False
 
 
-def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int,
-                 by_steps: bool) -> tuple[np.ndarray, int]:
+def _far_records(
+    ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int, by_steps: bool
+) -> tuple[np.ndarray, int]:
     """Records (of ``cand``) far from the bulk: split the sorted starts where two neighbours lie more
     than ``margin`` apart; the clusters that overlap the step range (without steps: the largest)
     are the bulk, every other record is far. Returns (mask, end of the bulk: at least ``hi``)."""
@@ -100,8 +112,9 @@ def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int
     if not len(st):
         return far, hi
     st.sort()
-    cut = np.concatenate([np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at
-                          for at in range(0, len(st), _BLOCK)])  # a block at a time: no array of every gap
+    cut = np.concatenate(
+        [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]
+    )  # a block at a time: no array of every gap
     first = np.concatenate(([0], cut + 1))
     last = np.concatenate((cut, [len(st) - 1]))
     if by_steps:
@@ -117,8 +130,9 @@ def _far_records(ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int
     return far, max(hi, int(st[last[keep]].max()))
 
 
-def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray,
-                   gpu: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, int]:
+def _before_launch(
+    ts: np.ndarray, corr: Ints, launch: np.ndarray, gpu: np.ndarray
+) -> tuple[np.ndarray, int, np.ndarray, int]:
     """Step 1 of the module doc: (the ``gpu`` rows that start more than :data:`LAUNCH_SKEW_MAX_NS`
     before the earliest of the ``launch`` rows with their correlation id, the largest such gap in
     ns; the rows that start before it by more than :data:`LAUNCH_TOLERANCE_NS` but at most
@@ -138,8 +152,12 @@ def _before_launch(ts: np.ndarray, corr: Ints, launch: np.ndarray,
     is_early = found & (ahead > LAUNCH_SKEW_MAX_NS)
     is_skew = found & (ahead > LAUNCH_TOLERANCE_NS) & ~is_early
     early, skew = g[is_early], g[is_skew]
-    return (early, int(ahead[is_early].max()) if len(early) else 0,
-            skew, int(ahead[is_skew].max()) if len(skew) else 0)
+    return (
+        early,
+        int(ahead[is_early].max()) if len(early) else 0,
+        skew,
+        int(ahead[is_skew].max()) if len(skew) else 0,
+    )
 
 
 #: Rows per block of :func:`_far_records`' gap search.
@@ -161,13 +179,14 @@ def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
     return raw_zero & ((ts < lo - apart) | (ts > hi + apart))
 
 
-def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
-                 base_ns: int = 0) -> tuple[dict[str, int], list[str]]:
+def flag_records(
+    path: Path, cols: dict[str, Any], src_index: list[int], base_ns: int = 0
+) -> tuple[dict[str, int], list[str]]:
     """Fill ``cols["flag"]`` / ``cols["raw_dur_ns"]`` and clip overruns in ``cols["dur_ns"]`` (steps 1-3).
 
     Args:
         path: The trace file (for messages).
-        cols: Parser columns (``collectors.kineto.decode.Rows``): kind and flag lists, ts_ns and
+        cols: Parser columns (``traceprof.collectors.kineto.decode.Rows``): kind and flag lists, ts_ns and
             dur_ns int64 ns arrays, device, stream, correlation and raw_dur_ns ``Ints``.
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
@@ -210,7 +229,8 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
         warnings.append(
             f"{path.name}: {len(early)} GPU record(s) start before the CPU call that launched them, by up to "
             f"{worst / 1000:,.3f} us (events {_examples(src_index, early)}): another clock domain; flagged "
-            "(events.flag = 'before_launch') and left out of windows, idle and latency")
+            "(events.flag = 'before_launch') and left out of windows, idle and latency"
+        )
     skew = skew[~(zero[skew] | far[skew])]  # a record far off for another reason keeps that flag
     flag.codes[skew] = flag.code("launch_skew")
     if len(skew):
@@ -219,15 +239,18 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
             f"{path.name}: {len(skew)} GPU record(s) start before the CPU call that launched them by up to "
             f"{skew_max / 1000:,.3f} us (events {_examples(src_index, skew)}): clock jitter, not another clock "
             f"domain (at most {LAUNCH_SKEW_MAX_NS / 1e6:g} ms); kept with their work (events.flag = "
-            "'launch_skew'), left out of launch latency only")
+            "'launch_skew'), left out of launch latency only"
+        )
     where = "ProfilerStep range" if by_steps else "time range"
     z = np.flatnonzero(zero)
     flag.codes[z] = flag.code("zero_ts")
     if len(z):
         counts["zero_ts"] = len(z)
-        warnings.append(f"{path.name}: {len(z)} record(s) with ts == 0, apart from the other records (events "
-                        f"{_examples(src_index, z)}): flagged (events.flag = 'zero_ts') and left out of windows, "
-                        "steps and latency")
+        warnings.append(
+            f"{path.name}: {len(z)} record(s) with ts == 0, apart from the other records (events "
+            f"{_examples(src_index, z)}): flagged (events.flag = 'zero_ts') and left out of windows, "
+            "steps and latency"
+        )
     f = np.flatnonzero(far)
     flag.codes[f] = flag.code("far_outside")
     if len(f):
@@ -236,7 +259,8 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
         warnings.append(
             f"{path.name}: {len(f)} record(s) lie far outside the rank's {where} (up to {gap / 1e9:,.3f} s "
             f"away, more than {margin / 1e9:,.3f} s; events {_examples(src_index, f)}): flagged "
-            "(events.flag = 'far_outside') and left out of windows")
+            "(events.flag = 'far_outside') and left out of windows"
+        )
 
     # 3b. ops still open at profiler stop (dur -1): to the end of the trace's sound records
     _clip_unclosed(path, cols, src_index, flag.is_none() | flag.isin({"launch_skew"}), counts, warnings)
@@ -250,7 +274,9 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
         # one lane's rows is the largest transient, where a sort of every GPU row by (device,
         # stream, start, duration) at once was the parse's peak on 18 M events
         lane, lanes = _lanes(cols["device"], cols["stream"], rows)
-        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per lane: rows, last of lane, next start
+        found: list[
+            tuple[np.ndarray, np.ndarray, np.ndarray]
+        ] = []  # per lane: rows, last of lane, next start
         tail = hi  # the end of the rank's sound GPU activity (or of the range), whichever is later
         for code in lanes:
             r = rows[lane == code]
@@ -281,12 +307,19 @@ def flag_records(path: Path, cols: dict[str, Any], src_index: list[int],
         warnings.append(
             f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
             f"the rank's {where}) by up to {most / 1000:,.3f} us (events {_examples(src_index, clipped)}): clipped "
-            "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)")
+            "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
+        )
     return counts, warnings
 
 
-def _clip_unclosed(path: Path, cols: dict[str, Any], src_index: list[int], sound: np.ndarray,
-                   counts: dict[str, int], warnings: list[str]) -> None:
+def _clip_unclosed(
+    path: Path,
+    cols: dict[str, Any],
+    src_index: list[int],
+    sound: np.ndarray,
+    counts: dict[str, int],
+    warnings: list[str],
+) -> None:
     """Step 3b of the module doc: every row with a negative ``dur_ns`` (the parsers keep only
     ``dur: -1`` on a CPU op, ``decode.STILL_OPEN_DUR_NS``) ends at the latest end of the ``sound``
     rows that have a duration (never before its own start); flagged ``unclosed``, the recorded
@@ -304,10 +337,12 @@ def _clip_unclosed(path: Path, cols: dict[str, Any], src_index: list[int], sound
         cols["flag"][i] = "unclosed"
     counts["unclosed"] = len(open_)
     named = ", ".join(f"#{src_index[int(i)]} {cols['name'][int(i)]!r}" for i in open_[:3]) + (
-        ", ..." if len(open_) > 3 else "")
+        ", ..." if len(open_) > 3 else ""
+    )
     warnings.append(
         f"{path.name}: {len(open_)} CPU op(s) still open when the profiler stopped (dur -1; events {named}): kept, "
-        "clipped to the end of the trace (events.flag = 'unclosed', raw_dur_ns = -1000)")
+        "clipped to the end of the trace (events.flag = 'unclosed', raw_dur_ns = -1000)"
+    )
 
 
 def _lanes(device: Ints, stream: Ints, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
@@ -325,7 +360,9 @@ def _lanes(device: Ints, stream: Ints, rows: np.ndarray) -> tuple[np.ndarray, li
     lane *= len(st_values)
     lane += st
     present = np.flatnonzero(np.bincount(lane, minlength=len(dev_values) * len(st_values)))
-    present = present[np.lexsort((st_values[present % len(st_values)], dev_values[present // len(st_values)]))]
+    present = present[
+        np.lexsort((st_values[present % len(st_values)], dev_values[present // len(st_values)]))
+    ]
     return lane, present.tolist()
 
 
@@ -350,13 +387,19 @@ def check_one_process(path: Path, cols: dict[str, Any], step_numbers: RowInts) -
         step_pids.add(pid)
         if num in seen:
             raise TraceFormatError(
-                path, f"ProfilerStep#{num}",
+                path,
+                f"ProfilerStep#{num}",
                 f"appears twice ({f'pids {seen[num]} and {pid}' if seen[num] != pid else f'both on pid {pid}'}): "
-                "the file holds several processes, ranks or profiler sessions; give each its own trace file")
+                "the file holds several processes, ranks or profiler sessions; give each its own trace file",
+            )
         seen[num] = pid
     if len(step_pids) > 1:
-        raise TraceFormatError(path, "ProfilerStep", f"steps on several processes (pids {sorted(step_pids)}): "
-                               "the file holds several ranks; give each rank its own trace file")
+        raise TraceFormatError(
+            path,
+            "ProfilerStep",
+            f"steps on several processes (pids {sorted(step_pids)}): "
+            "the file holds several ranks; give each rank its own trace file",
+        )
     corr: Ints = cols["correlation"]
     rows = np.flatnonzero(kind_mask(cols["kind"])(_LAUNCH) & corr.ok)
     pids = codes(cols["pid"])[0][rows]
@@ -371,9 +414,11 @@ def check_one_process(path: Path, cols: dict[str, Any], step_numbers: RowInts) -
         other = launcher.setdefault(c, pid)
         if other != pid:
             raise TraceFormatError(
-                path, f"correlation {c}",
+                path,
+                f"correlation {c}",
                 f"launched from two processes (pids {other} and {pid}): the file holds several ranks; "
-                "give each rank its own trace file")
+                "give each rank its own trace file",
+            )
 
 
 def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list[int]) -> str | None:
@@ -382,7 +427,7 @@ def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list
 
     A sound trace gives each launch its own id; a shared one (a damaged or hand-merged trace) leaves
     the launch of such a GPU record ambiguous. It is paired with the earliest of the calls
-    (``collectors.kineto.columns.PAIRING``: the rule the store's ``kernels`` view uses too).
+    (``traceprof.collectors.kineto.columns.PAIRING``: the rule the store's ``kernels`` view uses too).
 
     Args:
         path: The trace file.
@@ -403,10 +448,12 @@ def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list
     calls = rows[corr.values[rows] == shared[0]]
     calls = calls[np.argsort(np.asarray(cols["ts_ns"])[calls], kind="stable")]
     tids = sorted({cols["tid"][int(i)] for i in calls})
-    return (f"{path.name}: {len(shared)} correlation id(s) of GPU records belong to several CUDA runtime/driver calls "
-            f"(e.g. correlation {int(shared[0])}: {len(calls)} calls, events {_examples(src_index, calls)}, on "
-            f"thread(s) {', '.join(map(repr, tids))}): each such GPU record is paired with the earliest of them "
-            "(its step, class, collective and launch latency follow from that call)")
+    return (
+        f"{path.name}: {len(shared)} correlation id(s) of GPU records belong to several CUDA runtime/driver calls "
+        f"(e.g. correlation {int(shared[0])}: {len(calls)} calls, events {_examples(src_index, calls)}, on "
+        f"thread(s) {', '.join(map(repr, tids))}): each such GPU record is paired with the earliest of them "
+        "(its step, class, collective and launch latency follow from that call)"
+    )
 
 
 def step_cut_warning(path: Path, cols: dict[str, Any], spans: list[tuple[int, int, int]]) -> str | None:
@@ -432,5 +479,7 @@ def step_cut_warning(path: Path, cols: dict[str, Any], spans: list[tuple[int, in
     if not len(cut):
         return None
     first = ops[int(cut[0])]
-    return (f"{path.name}: {len(cut)} CPU op(s) run past the end of the ProfilerStep they start in "
-            f"(e.g. {cols['name'][first][:60]!r}); each belongs to the step it starts in")
+    return (
+        f"{path.name}: {len(cut)} CPU op(s) run past the end of the ProfilerStep they start in "
+        f"(e.g. {cols['name'][first][:60]!r}); each belongs to the step it starts in"
+    )

@@ -25,15 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from collectors.kineto._values import meta_dict
-from collectors.kineto.columns import Frame
-from traceprof import spill
-from traceprof.classify import EXCLUDED_FLAGS, comm_family
-from traceprof.limits import INT64, checked_int, fits
-from traceprof.matching import P2P_OPS, canonical_ranks
-from traceprof.ops import dtype_bytes, kernel_op
-from traceprof.ops import normalize_op as _normalize_op
-from traceprof.schema import LAUNCH_KINDS
+from traceprof.collectors.kineto._values import meta_dict
+from traceprof.collectors.kineto.columns import Frame
+from traceprof.core import spill
+from traceprof.core.classify import EXCLUDED_FLAGS, Classifier
+from traceprof.core.limits import INT64, fits
+from traceprof.core.ops import dtype_bytes, kernel_op
+from traceprof.core.ops import normalize_op as _normalize_op
+from traceprof.core.schema import LAUNCH_KINDS
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import CollectiveSource
+from traceprof.ingest.matching import P2P_OPS, canonical_ranks
 
 __all__ = ["collectives", "BadValues", "split_sizes"]
 
@@ -65,8 +67,9 @@ def _naming_rank(name: str, collective_name: Any) -> int | None:
     return None
 
 
-def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray,
-               bad: BadValues) -> dict[int, tuple[int, str | None, int]]:
+def _launchers(
+    cols: dict[str, Any], f: Frame, wanted: np.ndarray, bad: BadValues
+) -> dict[int, tuple[int, str | None, int]]:
     """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, the ``op`` the enclosing
     CPU ops name or None, the row of the naming ``record_param_comms`` or -1), from the innermost
     naming op of best precedence.
@@ -95,7 +98,9 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray,
     for k, cname in zip(rpc_at, _collective_names(f, naming[rpc_at]), strict=True):
         cnames[k] = _text(cname, "Collective name", int(naming[k]), bad)
     rank_all = [_naming_rank(n, c) for n, c in zip(names, cnames, strict=True)]
-    names_op = [k for k, r in enumerate(rank_all) if r is not None]  # a c10d wait, a bare record_param_comms: no
+    names_op = [
+        k for k, r in enumerate(rank_all) if r is not None
+    ]  # a c10d wait, a bare record_param_comms: no
     rank: list[int] = [rank_all[k] for k in names_op]  # type: ignore[misc]
     op_of = [normalize_op(cnames[k] if rank_all[k] == 0 else names[k]) for k in names_op]
     naming = naming[np.array(names_op, np.int64)]
@@ -138,18 +143,23 @@ def _launchers(cols: dict[str, Any], f: Frame, wanted: np.ndarray,
                     rpc = int(naming[ops[m]])
                     break
             found_at[k] = (t, op, rpc)
-    # a repeated id: its earliest launch (collectors.kineto.columns.PAIRING)
+    # a repeated id: its earliest launch (traceprof.collectors.kineto.columns.PAIRING)
     first = np.lexsort((f.ts[launches], f.corr[launches]))[::-1].tolist()  # the earliest last, so it stays
     corr = f.corr[launches].tolist()
     return {corr[k]: found_at[k] for k in first}
 
 
-def _by_lane(pid: np.ndarray, tid: np.ndarray, naming: np.ndarray,
-             launches: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _by_lane(
+    pid: np.ndarray, tid: np.ndarray, naming: np.ndarray, launches: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Per (pid, tid) lane holding launches: (positions in ``naming`` of its ops, positions in
     ``launches`` of its launches); lanes are grouped by one sort, not a Python loop over rows."""
-    lane = np.concatenate([pid[naming].astype(np.int64) << 32 | tid[naming].astype(np.int64) & 0xFFFFFFFF,
-                           pid[launches].astype(np.int64) << 32 | tid[launches].astype(np.int64) & 0xFFFFFFFF])
+    lane = np.concatenate(
+        [
+            pid[naming].astype(np.int64) << 32 | tid[naming].astype(np.int64) & 0xFFFFFFFF,
+            pid[launches].astype(np.int64) << 32 | tid[launches].astype(np.int64) & 0xFFFFFFFF,
+        ]
+    )
     is_launch = np.arange(len(lane)) >= len(naming)
     order = np.argsort(lane, kind="stable")
     bounds = np.flatnonzero(np.diff(lane[order])) + 1
@@ -173,12 +183,12 @@ def _rpc_args(f: Frame, row: int) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4096)
 def normalize_op(name: str) -> str:
-    """``traceprof.ops.normalize_op``, once per distinct name (a trace repeats a few names)."""
+    """``traceprof.core.ops.normalize_op``, once per distinct name (a trace repeats a few names)."""
     return _normalize_op(name)
 
 
 def _canonical_ranks(value: Any, seen: dict[str, str | None]) -> str | None:
-    """``traceprof.matching.canonical_ranks``, once per distinct value (keyed by its ``repr``: a
+    """``traceprof.ingest.matching.canonical_ranks``, once per distinct value (keyed by its ``repr``: a
     list of ints and of bools differ there)."""
     key = repr(value)
     if key not in seen:
@@ -187,8 +197,16 @@ def _canonical_ranks(value: Any, seen: dict[str, str | None]) -> str | None:
 
 
 #: The metadata keys read (a kernel's launching record_param_comms is decoded only when one is missing).
-_RPC_KEYS = ("dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "Comms Id", "Process Group Ranks",
-             "Seq", "Group size")
+_RPC_KEYS = (
+    "dtype",
+    "In msg nelems",
+    "Out msg nelems",
+    "Process Group Name",
+    "Comms Id",
+    "Process Group Ranks",
+    "Seq",
+    "Group size",
+)
 
 
 class BadValues:
@@ -199,7 +217,7 @@ class BadValues:
     *ignored*: read as absent (the op then comes from the launching op or the kernel's name), the
     collective is kept. A number that cannot be stored (beyond its column's type, a negative
     element count, a byte count beyond int64) *drops* the collective row, counted in ``rejected``
-    as ``collective: <reason>`` like :func:`traceprof.limits.to_table` does; the kernel (or gloo
+    as ``collective: <reason>`` like :func:`traceprof.core.limits.to_table` does; the kernel (or gloo
     annotation) itself stays in ``events``. Either way the warning names the events.
     """
 
@@ -221,14 +239,21 @@ class BadValues:
 
     def warnings(self, name: str, src_index: list[int]) -> list[str]:
         """One warning per reason, naming the file, an example value and the events (``#12, #40, ...``)."""
+
         def events(at: list[tuple[int, Any]]) -> str:
             rows = sorted({r for r, _ in at})
             return ", ".join(f"#{src_index[r]}" for r in rows[:3]) + (", ..." if len(rows) > 3 else "")
 
-        out = [f"{name}: {len(at)} collective row(s) not stored (their events are): {reason}, e.g. "
-               f"{_shown(at[0][1])} (events {events(at)})" for reason, at in self.dropped.items()]
-        out += [f"{name}: {len(at)} value(s) ignored, read as absent: {reason}, e.g. {_shown(at[0][1])} "
-                f"(events {events(at)})" for reason, at in self.ignored.items()]
+        out = [
+            f"{name}: {len(at)} collective row(s) not stored (their events are): {reason}, e.g. "
+            f"{_shown(at[0][1])} (events {events(at)})"
+            for reason, at in self.dropped.items()
+        ]
+        out += [
+            f"{name}: {len(at)} value(s) ignored, read as absent: {reason}, e.g. {_shown(at[0][1])} "
+            f"(events {events(at)})"
+            for reason, at in self.ignored.items()
+        ]
         return out
 
 
@@ -251,12 +276,17 @@ def _text(value: Any, key: str, row: int, bad: BadValues, *, integer: bool = Fal
 
 
 #: Integer metadata: (args key, column, bits of the column, a count: negative refused).
-_INT_KEYS = (("Seq", "seq", 64, False), ("In msg nelems", "nelems_in", 64, True),
-             ("Out msg nelems", "nelems_out", 64, True), ("Group size", "group_size", 32, True))
+_INT_KEYS = (
+    ("Seq", "seq", 64, False),
+    ("In msg nelems", "nelems_in", 64, True),
+    ("Out msg nelems", "nelems_out", 64, True),
+    ("Group size", "group_size", 32, True),
+)
 
 
-def _metadata_ints(m: dict[str, Any], holder: Any, bad: BadValues,
-                   keys: tuple[tuple[str, str, int, bool], ...] = _INT_KEYS) -> dict[str, int | None] | None:
+def _metadata_ints(
+    m: dict[str, Any], holder: Any, bad: BadValues, keys: tuple[tuple[str, str, int, bool], ...] = _INT_KEYS
+) -> dict[str, int | None] | None:
     """The integer columns (of ``keys``) of a row from its metadata ``m``, or None when the row
     must be dropped (:class:`BadValues`); ``holder(key)`` is the event row the value of ``key``
     came from."""
@@ -280,8 +310,9 @@ def _metadata_ints(m: dict[str, Any], holder: Any, bad: BadValues,
 _GLOO_INT_KEYS = tuple(k for k in _INT_KEYS if k[0] in ("Seq", "Group size"))
 
 
-def _sizes(n_in: int | None, n_out: int | None, size: int | None, holder: Any,
-           bad: BadValues) -> tuple[int | None, int | None] | None:
+def _sizes(
+    n_in: int | None, n_out: int | None, size: int | None, holder: Any, bad: BadValues
+) -> tuple[int | None, int | None] | None:
     """(bytes_in, bytes_out) of element counts of ``size`` bytes, or None when one is beyond int64
     (the row is dropped: :class:`BadValues`)."""
     out = []
@@ -294,14 +325,18 @@ def _sizes(n_in: int | None, n_out: int | None, size: int | None, holder: Any,
     return out[0], out[1]
 
 
-def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict[str, list[Any]], BadValues]:
+def collectives(
+    cols: dict[str, Any], f: Frame, gpu_present: bool, classifier: Classifier
+) -> tuple[dict[str, list[Any]], BadValues]:
     """Collective rows (module doc), in start order, with per-(pg, op) ordinals.
 
     Args:
         cols: The parsed event columns (kind, name, ts_ns, dur_ns, pid, tid, correlation, class,
             flag, stream, step, ...), ns times.
-        f: The same rows as arrays (``collectors.kineto.columns``), ``args`` included.
+        f: The same rows as arrays (``traceprof.collectors.kineto.columns``), ``args`` included.
         gpu_present: The trace has GPU lanes (rows from comm kernels) or not (rows from gloo).
+        classifier: The parse's classifier: a kernel whose name alone says its op (DeepEP
+            dispatch/combine: all_to_all) is named by its family.
 
     Returns:
         (the ``collectives`` columns a collector fills: name -> one value per row, times ns; the
@@ -309,25 +344,36 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
     """
     bad = BadValues()
     if gpu_present:
-        cand = np.flatnonzero(f.kind_in({"kernel"}) & cols["class"].isin({"comm"})
-                              & ~cols["flag"].isin(EXCLUDED_FLAGS))
+        cand = np.flatnonzero(
+            f.kind_in({"kernel"}) & cols["class"].isin({"comm"}) & ~cols["flag"].isin(EXCLUDED_FLAGS)
+        )
         wanted = np.unique(f.corr[cand][f.corr_ok[cand]])
     else:
         gloo = np.array([n.startswith("gloo:") for n in f.names], bool)
-        cand = np.flatnonzero(f.kind_in({"user_annotation"}) & gloo[f.name_code] if f.n else np.zeros(0, bool))
+        cand = np.flatnonzero(
+            f.kind_in({"user_annotation"}) & gloo[f.name_code] if f.n else np.zeros(0, bool)
+        )
         wanted = np.zeros(0, np.int64)
     launchers = _launchers(cols, f, wanted, bad) if gpu_present else {}
     ranks_text: dict[str, str | None] = {}
     rows: list[tuple[Any, ...]] = []
     per_row = zip(
-        cand.tolist(), f.args_of(cand), cols["name"].take(cand).tolist(), cols["correlation"].take(cand).tolist(),
-        cols["tid"].take(cand).tolist(), f.ts[cand].tolist(), (f.ts[cand] + f.dur[cand]).tolist(),
-        cols["stream"].take(cand).tolist(), cols["step"].take(cand).tolist(), strict=True)
+        cand.tolist(),
+        f.args_of(cand),
+        cols["name"].take(cand).tolist(),
+        cols["correlation"].take(cand).tolist(),
+        cols["tid"].take(cand).tolist(),
+        f.ts[cand].tolist(),
+        (f.ts[cand] + f.dur[cand]).tolist(),
+        cols["stream"].take(cand).tolist(),
+        cols["step"].take(cand).tolist(),
+        strict=True,
+    )
     for row, a, name, corr, lane_tid, start_ns, end_ns, stream, step in per_row:
         m = a  # the metadata: the kernel's args, a key missing or null there taken from its record_param_comms
         holder = functools.partial(_holder, a, row, -1)  # the event row a key's value came from
         if gpu_present:
-            source = "nccl_kernel"
+            source = CollectiveSource.nccl_kernel
             enter, launch_op, rpc_row = launchers.get(corr, (None, None, -1))
             if rpc_row >= 0 and None in map(a.get, _RPC_KEYS):  # read only where the kernel's args lack a key
                 rpc = _rpc_args(f, rpc_row)
@@ -336,23 +382,35 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
                     holder = functools.partial(_holder, a, row, rpc_row)
             own = _text(a.get("Collective name"), "Collective name", row, bad)
             op = normalize_op(own) if own else launch_op or kernel_op(name)
-            if op == "unknown" and (fam := comm_family(name)) is not None and fam.op:
+            if op == "unknown" and (fam := classifier.family(name)) is not None and fam.op:
                 op = fam.op  # e.g. DeepEP dispatch/combine: all_to_all
             dtype = _text(m.get("dtype"), "dtype", holder("dtype"), bad)
             ints = _metadata_ints(m, holder, bad)
             if ints is None:
                 continue
-            seq, n_in, n_out, group_size = ints["seq"], ints["nelems_in"], ints["nelems_out"], ints["group_size"]
+            seq, n_in, n_out, group_size = (
+                ints["seq"],
+                ints["nelems_in"],
+                ints["nelems_out"],
+                ints["group_size"],
+            )
             tid = None
         else:
-            source = "gloo"
+            source = CollectiveSource.gloo
             op = normalize_op(name)
             types = a.get("Input type")
             dtype = _text(types[0], "Input type", row, bad) if isinstance(types, list) and types else None
             ints = _metadata_ints(m, holder, bad, _GLOO_INT_KEYS)
             n_in = _nelems(a.get("Input Dims"))
-            problem = (None if n_in is None else "'nelems_in' beyond int64" if not fits(n_in, INT64)
-                       else "negative 'nelems_in'" if n_in < 0 else None)
+            problem = (
+                None
+                if n_in is None
+                else "'nelems_in' beyond int64"
+                if not fits(n_in, INT64)
+                else "negative 'nelems_in'"
+                if n_in < 0
+                else None
+            )
             if problem is not None:
                 bad.drop(problem, row, a.get("Input Dims"))
             if ints is None or problem is not None:
@@ -366,12 +424,31 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
         pg = _text(m.get("Process Group Name"), "Process Group Name", holder("Process Group Name"), bad)
         cid = _text(m.get("Comms Id"), "Comms Id", holder("Comms Id"), bad, integer=True)
         a2a = op.startswith("all_to_all")  # splits only matter (and are only kept) for all-to-alls
-        rows.append((
-            source, pg, _canonical_ranks(m.get("Process Group Ranks"), ranks_text), seq,
-            op in P2P_OPS, cid, op, dtype, n_in,
-            n_out, sizes[0], sizes[1], group_size, enter, start_ns, end_ns, stream, tid, step,
-            split_sizes(m.get("In split size")) if a2a else None, split_sizes(m.get("Out split size")) if a2a else None,
-        ))
+        rows.append(
+            (
+                source,
+                pg,
+                _canonical_ranks(m.get("Process Group Ranks"), ranks_text),
+                seq,
+                op in P2P_OPS,
+                cid,
+                op,
+                dtype,
+                n_in,
+                n_out,
+                sizes[0],
+                sizes[1],
+                group_size,
+                enter,
+                start_ns,
+                end_ns,
+                stream,
+                tid,
+                step,
+                split_sizes(m.get("In split size")) if a2a else None,
+                split_sizes(m.get("Out split size")) if a2a else None,
+            )
+        )
     start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")
     rows.sort(key=lambda r: r[start])
     counter: dict[tuple[Any, str], int] = {}
@@ -380,8 +457,11 @@ def collectives(cols: dict[str, Any], f: Frame, gpu_present: bool) -> tuple[dict
         key = (r[pg_at], r[op_at])
         ordinals.append(counter.get(key, 0))
         counter[key] = ordinals[-1] + 1
-    out = {name: list(col) for name, col in zip(_FIELDS, zip(*rows, strict=True), strict=True)} if rows else {
-        name: [] for name in _FIELDS}
+    out = (
+        {name: list(col) for name, col in zip(_FIELDS, zip(*rows, strict=True), strict=True)}
+        if rows
+        else {name: [] for name in _FIELDS}
+    )
     out["ordinal"] = ordinals
     return out, bad
 
@@ -396,8 +476,9 @@ def split_sizes(value: Any) -> str | None:
             value = json.loads(value)
         except ValueError:
             return None
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                              for v in value):
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
         return None
     return "[" + ", ".join(str(v) for v in value) + "]"
 
@@ -409,8 +490,26 @@ def _holder(a: dict[str, Any], row: int, rpc_row: int, key: str) -> int:
 
 
 #: The ``collectives`` columns a Kineto trace fills (besides ``ordinal``), in the order of the row tuples.
-_FIELDS = ("source", "pg", "pg_ranks", "seq", "p2p", "comms_id", "op", "dtype", "nelems_in", "nelems_out",
-           "bytes_in", "bytes_out", "group_size", "enter_ns", "start_ns", "end_ns", "stream", "tid", "step",
-           "split_in", "split_out")
-
-
+_FIELDS = (
+    "source",
+    "pg",
+    "pg_ranks",
+    "seq",
+    "p2p",
+    "comms_id",
+    "op",
+    "dtype",
+    "nelems_in",
+    "nelems_out",
+    "bytes_in",
+    "bytes_out",
+    "group_size",
+    "enter_ns",
+    "start_ns",
+    "end_ns",
+    "stream",
+    "tid",
+    "step",
+    "split_in",
+    "split_out",
+)

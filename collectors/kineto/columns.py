@@ -1,7 +1,7 @@
 """Column-at-a-time passes over a parsed Kineto trace: the class of every GPU row and the step of
-every row (``collectors.kineto.parse``, module doc steps 3-4).
+every row (``traceprof.collectors.kineto.parse``, module doc steps 3-4).
 
-The parser's rows are columns (``collectors.kineto.decode.Rows``: strings as lists, integers as
+The parser's rows are columns (``traceprof.collectors.kineto.decode.Rows``: strings as lists, integers as
 numpy arrays, ``args`` an Arrow string column); :class:`Frame` adds the encodings the passes share,
 and each pass works on whole columns: names and
 kinds dictionary-encoded (each distinct name classified once), the args searched with one
@@ -10,7 +10,7 @@ launch-call lookups by correlation id with sorted arrays.
 
 Source fields read: events ``kind``, ``name``, ``ts_ns``, ``dur_ns``, ``correlation``,
 ``external_id``, ``flag``, ``args`` (``Collective name``, ``Process Group Name``, ... of
-``traceprof.classify.COMM_ARG_KEYS``).
+``traceprof.core.classify.COMM_ARG_KEYS``).
 """
 
 from __future__ import annotations
@@ -22,12 +22,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
-from traceprof import spill
-from traceprof.classify import KEPT_FLAGS, Classifier, has_comm_args
-from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
+from traceprof.core import spill
+from traceprof.core.classify import KEPT_FLAGS, Classifier, has_comm_args
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
-__all__ = ["Frame", "COMM_HINT", "GPU_KINDS", "STR_DICT", "classes", "assign_steps", "first_by_key", "PAIRING", "lookup", "codes", "kind_mask"]
+__all__ = [
+    "Frame",
+    "COMM_HINT",
+    "GPU_KINDS",
+    "STR_DICT",
+    "classes",
+    "assign_steps",
+    "first_by_key",
+    "PAIRING",
+    "lookup",
+    "codes",
+    "kind_mask",
+]
 
 #: Fragments of the args text that mark communication (a cheap test before decoding the args; RE2
 #: and Python ``re`` read this literal alternation the same way).
@@ -86,7 +98,7 @@ class Frame:
         return _rows_of(self.kind_code, self.kinds, kinds)
 
     def args_of(self, rows: np.ndarray) -> Iterator[dict[str, Any]]:
-        """The args of ``rows`` (indices), decoded for :data:`collectors.kineto._values.META_KEYS`
+        """The args of ``rows`` (indices), decoded for :data:`traceprof.collectors.kineto._values.META_KEYS`
         only (``meta_dict``); their texts are taken :data:`_ARGS_AT_ONCE` at a time."""
         for at in range(0, len(rows), _ARGS_AT_ONCE):
             yield from map(meta_dict, self.args_text(np.asarray(rows[at : at + _ARGS_AT_ONCE], np.int64)))
@@ -127,9 +139,9 @@ def first_by_key(keys: np.ndarray, ts: np.ndarray, values: np.ndarray) -> tuple[
 
 
 #: How a GPU row finds the runtime call that launched it, everywhere (the parser's steps, classes and
-#: collectives here; the ``kernels`` view and ``traceprof.activity`` in SQL): the call with its
+#: collectives here; the ``kernels`` view and ``traceprof.engine.activity`` in SQL): the call with its
 #: correlation id, and where a broken trace gives several calls one id (the parser warns,
-#: ``collectors.kineto.checks.shared_correlation_warning``), the one that starts first.
+#: ``traceprof.collectors.kineto.checks.shared_correlation_warning``), the one that starts first.
 PAIRING = "the earliest runtime call with the GPU row's correlation id"
 
 
@@ -142,7 +154,7 @@ def lookup(uniq: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def classes(f: Frame, classifier: Classifier) -> Strs:
-    """``class`` of every row (``traceprof.classify``): GPU activity rows get comm / memory / compute
+    """``class`` of every row (``traceprof.core.classify``): GPU activity rows get comm / memory / compute
     from their own args, the args of the CPU op with their ``External id`` (the op that launched
     them; a GPU row without its own ``External id`` reaches it through its runtime call's
     ``correlation``) and their name; other rows None.
@@ -155,7 +167,8 @@ def classes(f: Frame, classifier: Classifier) -> Strs:
     at = 0
     for chunk in spill.chunks(f.args):  # a chunk at a time: spilled args stay off the resident set
         hint[at : at + len(chunk)] = pc.fill_null(pc.match_substring_regex(chunk, COMM_HINT), False).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
         at += len(chunk)
     ops = np.flatnonzero(~gpu & ~launch & f.ext_ok & hint)
     comm_ext = np.unique(f.ext[ops][np.fromiter(map(has_comm_args, f.args_of(ops)), bool, len(ops))])
@@ -178,8 +191,12 @@ def classes(f: Frame, classifier: Classifier) -> Strs:
     del hint, hits
     key = (f.name_code[rows].astype(np.int64) * len(f.kinds) + f.kind_code[rows]) * 2 + comm
     uniq_keys, inv = np.unique(key, return_inverse=True)
-    per_key = [classifier.gpu_class_of(f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)],
-                                       bool(k & 1)) for k in uniq_keys.tolist()]
+    per_key = [
+        classifier.gpu_class_of(
+            f.kinds[(k >> 1) % len(f.kinds)], f.names[(k >> 1) // len(f.kinds)], bool(k & 1)
+        )
+        for k in uniq_keys.tolist()
+    ]
     out = Strs.none(f.n)
     if len(rows):
         out.codes[rows] = np.array([out.code(c) for c in per_key], np.int32)[inv]
@@ -192,9 +209,10 @@ class RowInts(Protocol):
     def __getitem__(self, i: int) -> int | None: ...
 
 
-def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
-                 ) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
-    """Step of every row and one row per ProfilerStep (``collectors.kineto.parse`` module doc, step 3).
+def assign_steps(
+    f: Frame, step_numbers: RowInts, flags: Strs
+) -> tuple[list[dict[str, Any]], Ints, list[tuple[int, int, int]]]:
+    """Step of every row and one row per ProfilerStep (``traceprof.collectors.kineto.parse`` module doc, step 3).
 
     Args:
         f: The rows.
@@ -237,9 +255,14 @@ def assign_steps(f: Frame, step_numbers: RowInts, flags: Strs
     has[span[dev]] = True
     last = spans[-1][2]
     rows = [
-        {"step": num, "cpu_start_ns": s, "cpu_end_ns": e,
-         "device_start_ns": int(lo[k]) if has[k] else None, "device_end_ns": int(hi[k]) if has[k] else None,
-         "is_last": num == last}
+        {
+            "step": num,
+            "cpu_start_ns": s,
+            "cpu_end_ns": e,
+            "device_start_ns": int(lo[k]) if has[k] else None,
+            "device_end_ns": int(hi[k]) if has[k] else None,
+            "is_last": num == last,
+        }
         for k, (s, e, num) in enumerate(spans)
     ]
     inside = span >= 0

@@ -16,7 +16,7 @@ sizes of the raw args are converted a whole column at a time in C:
      id args (``correlation``, ``External id``, ``device``, ``stream``) as integers.
   3. Times: the ``ts``/``dur`` texts of the batch are joined and cast to ``decimal128(38, 3)`` by
      Arrow; the decimal's unscaled integer *is* the time in ns, so microsecond text with up to
-     3 decimals converts exactly (``traceprof.timeconv`` semantics). A value with more decimals,
+     3 decimals converts exactly (``traceprof.core.timeconv`` semantics). A value with more decimals,
      an exponent Arrow rejects, or a non-number sends that batch's times through
      ``timeconv.us_text_to_ns`` one at a time (half-to-even rounding, same results).
   4. ``pid``/``tid`` keep their text (a JSON string without its quotes); args are kept as their
@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto._values import Ints, Strs, code_type, int_or_none
-from traceprof import spill
-from traceprof.spill import TextSpill
-from traceprof.timeconv import us_text_to_ns
+from traceprof.collectors.kineto._values import Ints, Strs, code_type, int_or_none
+from traceprof.core import spill
+from traceprof.core.spill import TextSpill
+from traceprof.core.timeconv import us_text_to_ns
 
 __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
 
@@ -115,6 +115,7 @@ class Decoded:
             chunk per batch: no Python object per event).
         correlation, external_id, device, stream: Integer args (int64), missing when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
+        spill_dir: Where large args text spills (``ParseOptions.spill_dir``; None: the temporary folder).
     """
 
     top: dict[str, Any]
@@ -135,6 +136,7 @@ class Decoded:
     device: Ints = field(default_factory=lambda: Ints.of([]))
     stream: Ints = field(default_factory=lambda: Ints.of([]))
     lanes_plain: bool = True
+    spill_dir: str | None = None
 
     def __len__(self) -> int:
         return len(self.ph)
@@ -336,19 +338,25 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
 
 def _text_column(raw: list[msgspec.Raw]) -> pa.Array:
     """The JSON texts as an Arrow string array, built from their lengths and joined bytes (no Python
-    string per value). The text is UTF-8: ``traceprof.fileio`` checked it (or repaired it)."""
+    string per value). The text is UTF-8: ``traceprof.core.fileio`` checked it (or repaired it)."""
     offsets = np.zeros(len(raw) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
-    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw)))
+    return pa.StringArray.from_buffers(
+        len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw))
+    )
 
 
-def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Decoded | None:
+def decode(
+    data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES, spill_dir: str | None = None
+) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
     Args:
         data: The document (decompressed JSON text), whole or as successive pieces (e.g. from a
             streaming gunzip: then only about ``2 * batch_bytes`` of the text is held at once).
         batch_bytes: JSON text decoded at once.
+        spill_dir: Where the args text goes when large (``traceprof.core.spill``; None: the system's
+            temporary folder).
 
     Returns:
         The columns, or None when the document needs the general decoder: it does not have the
@@ -356,7 +364,7 @@ def decode(data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES) -> Dec
         typed structs (an id arg that is not an integer, a ``name`` that is not a string).
     """
     try:
-        return _decode(data, batch_bytes)
+        return _decode(data, batch_bytes, spill_dir)
     except RecursionError:  # nested too deeply for msgspec: the general decoder reports it
         return None
 
@@ -387,10 +395,12 @@ class _Growing:
         return out
 
 
-def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
+def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | None) -> Decoded | None:
     batches = _Split(data, batch_bytes)
-    out = Decoded(top={})
-    times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")}
+    out = Decoded(top={}, spill_dir=spill_dir)
+    times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {
+        c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")
+    }
     # ph, cat and name each have their own codes; pid and tid share the codes of their texts
     str_codes = {f: _Codes() for f in _FIELDS}
     value_codes: dict[str, dict[Any, int]] = {f: str_codes[f] for f in ("ph", "cat", "name")}
@@ -398,7 +408,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
     value_codes["tid"] = _LaneCodes(str_codes["tid"])
     str_cols = {f: _Growing(np.int8) for f in _FIELDS}
     rows = 0
-    args = TextSpill()  # on disk when large (traceprof.spill)
+    args = TextSpill(spill_dir)  # on disk when large (traceprof.core.spill)
     ids = {col: (_Growing(np.int64), _Growing(np.bool_)) for col in _ID_COLS}
     try:
         for evs in batches:
@@ -415,7 +425,9 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             for col, raw in (("ts", [e.ts for e in evs]), ("dur", [e.dur for e in evs])):
                 values, ok = _times(raw, base, out.bad_time)
                 if col == "dur":  # rare: their texts, for the message
-                    out.negative_dur.update((base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist())
+                    out.negative_dur.update(
+                        (base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist()
+                    )
                 times[f"{col}_ns"].add(values)
                 times[f"{col}_ok"].add(ok)
             raw_args = [e.args for e in evs]
@@ -429,8 +441,10 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
                 # an id beyond int64 (OverflowError): the general path rejects it
-                batch = [Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])
-                         for col in _ID_COLS]
+                batch = [
+                    Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])
+                    for col in _ID_COLS
+                ]
             for col, part in zip(_ID_COLS, batch, strict=True):
                 ids[col][0].add(part.values)
                 ids[col][1].add(part.ok)
@@ -454,12 +468,12 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int) -> Decoded | None:
 
 @dataclass
 class Rows:
-    """The stored rows of a document, as the general per-event loop of ``collectors.kineto.parse``
+    """The stored rows of a document, as the general per-event loop of ``traceprof.collectors.kineto.parse``
     builds them (see :func:`rows`).
 
     Attributes:
         cols: Column name -> column, one entry per kept event (the parser's columns, see
-            ``collectors.kineto.parse``): kind, cat, name, pid, tid and flag (None) as lists;
+            ``traceprof.collectors.kineto.parse``): kind, cat, name, pid, tid and flag (None) as lists;
             ts_ns and dur_ns (epoch ns: the base added) as int64 arrays; device, stream,
             correlation, external_id and raw_dur_ns (missing) as :class:`Ints`; args as an Arrow
             string column (JSON text).
@@ -487,7 +501,9 @@ OPEN_KINDS = frozenset({"cpu_op", "user_annotation", "python_function"})
 BadEvent = Callable[[int, str, str, str], None]
 
 
-def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: np.ndarray) -> dict[int, str] | None:
+def _time_problems(
+    d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: np.ndarray
+) -> dict[int, str] | None:
     """The problem of each stored event whose times the general loop refuses, by index, in its
     words and order: ``missing 'ts'``, ``bad time: ...`` (the ts's before the dur's), ``missing
     'dur'`` (an ``X`` event), ``negative 'dur' (TEXT us)`` (not ``dur: -1`` on a row of
@@ -509,9 +525,14 @@ def _time_problems(d: Decoded, keep: np.ndarray, ph_x: np.ndarray, may_be_open: 
     return out
 
 
-def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None],
-         gpu_kinds: frozenset[str], args_dict: Callable[[str], dict[str, Any]],
-         bad_event: BadEvent | None = None) -> Rows | None:
+def rows(
+    d: Decoded,
+    base_ns: int,
+    kind_of: Callable[[str, str, str], str | None],
+    gpu_kinds: frozenset[str],
+    args_dict: Callable[[str], dict[str, Any]],
+    bad_event: BadEvent | None = None,
+) -> Rows | None:
     """The rows the general loop would store, built a column at a time (the common case only).
 
     Args:
@@ -560,7 +581,9 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     skipped: dict[str, int] = {}
     names: dict[str, str] = {}
     if kept < n:
-        for code, count in enumerate(np.bincount(d.ph.codes[not_stored], minlength=len(d.ph.values)).tolist()):
+        for code, count in enumerate(
+            np.bincount(d.ph.codes[not_stored], minlength=len(d.ph.values)).tolist()
+        ):
             if not count:
                 continue
             ph = d.ph.values[code]
@@ -591,22 +614,33 @@ def rows(d: Decoded, base_ns: int, kind_of: Callable[[str, str, str], str | None
     del gpu
     ts, d.ts_ns = take(d.ts_ns), np.zeros(0, np.int64)
     if base_ns:
-        if len(ts) and not (_I64.min - min(base_ns, 0) <= ts.min() and ts.max() <= _I64.max - max(base_ns, 0)):
+        if len(ts) and not (
+            _I64.min - min(base_ns, 0) <= ts.min() and ts.max() <= _I64.max - max(base_ns, 0)
+        ):
             return None  # some base + ts beyond int64 (numpy would wrap): the general path names them
         ts += base_ns  # in place: ``ts`` is the decoded array, or its copy
     dur, d.dur_ns = d.dur_ns, np.zeros(0, np.int64)
     dur[~d.dur_ok] = 0
     dur = take(dur)
     cols = {
-        "kind": kind, "cat": take(d.cat), "name": take(d.name), "ts_ns": ts, "dur_ns": dur,
-        "pid": pid, "tid": tid, "device": device, "stream": stream,
-        "correlation": take(d.correlation), "external_id": take(d.external_id),
+        "kind": kind,
+        "cat": take(d.cat),
+        "name": take(d.name),
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "pid": pid,
+        "tid": tid,
+        "device": device,
+        "stream": stream,
+        "correlation": take(d.correlation),
+        "external_id": take(d.external_id),
         "args": d.args if kept == n else _filter_chunks(d, keep),
-        "flag": Strs.none(kept), "raw_dur_ns": Ints.missing(kept),
+        "flag": Strs.none(kept),
+        "raw_dur_ns": Ints.missing(kept),
     }
     d.cat = d.name = _no_strs()
     d.correlation = d.external_id = Ints.missing(0)
-    # Positions does what the parser's checks do with a list (traceprof.limits, checks.flag_records)
+    # Positions does what the parser's checks do with a list (traceprof.core.limits, checks.flag_records)
     return Rows(cols, cast(list[int], Positions(kept if kept == n else keep_ix)), skipped, rejected, names)
 
 
@@ -641,7 +675,11 @@ def _kinds(d: Decoded, kind_of: Callable[[str, str, str], str | None]) -> tuple[
         if kd == "end":
             return None, np.zeros(0, bool)
         per_key.append(kind.code(kd))
-    kind.codes = np.asarray(per_key, code_type(len(kind.values)))[inv.reshape(-1)] if len(keys) else np.zeros(len(d), np.int8)
+    kind.codes = (
+        np.asarray(per_key, code_type(len(kind.values)))[inv.reshape(-1)]
+        if len(keys)
+        else np.zeros(len(d), np.int8)
+    )
     del inv
     ph_x = d.ph.isin({"X"})
     return kind, ph_x
@@ -654,15 +692,15 @@ _DENSE_KEYS = 1 << 26
 def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
     """``d.args`` without the rows ``keep`` is False for, a chunk at a time: each chunk is dropped
     from ``d`` once filtered, so the args text is held about once, not twice (and a large column
-    is written to disk again, ``traceprof.spill``)."""
+    is written to disk again, ``traceprof.core.spill``)."""
     chunks, d.args = list(d.args.chunks), pa.chunked_array([], pa.string())
 
     def each() -> Iterator[pa.Array]:
         for i, chunk in enumerate(chunks):
-            chunks[i] = None  # type: ignore[call-overload]
+            chunks[i] = None
             yield chunk
 
-    out, at = TextSpill(), 0
+    out, at = TextSpill(d.spill_dir), 0
     for chunk in spill.scan(each()):
         out.add(chunk.filter(pa.array(keep[at : at + len(chunk)])))
         at += len(chunk)

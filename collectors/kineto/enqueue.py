@@ -29,9 +29,9 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.kineto.collectives import split_sizes
-from traceprof.ops import normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors.kineto.collectives import split_sizes
+from traceprof.core.ops import normalize_op
+from traceprof.core.parsed import ParsedTrace
 
 __all__ = ["fill_gloo_enter"]
 
@@ -92,7 +92,9 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
         return pt
     ev = pt.events.select(["kind", "name", "ts_ns", "step", "args"])
     # only the c10d ops become Python objects (not every event of the trace)
-    ev = ev.filter(pc.and_(pc.fill_null(pc.equal(ev["kind"], "cpu_op"), False), _starts_with(ev["name"], "c10d::")))
+    ev = ev.filter(
+        pc.and_(pc.fill_null(pc.equal(ev["kind"], "cpu_op"), False), _starts_with(ev["name"], "c10d::"))
+    )
     enqueues: dict[str, list[dict[str, Any]]] = {}
     for e in ev.to_pylist():  # the c10d cpu ops (filtered above)
         try:

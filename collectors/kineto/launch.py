@@ -1,6 +1,6 @@
 """Launch a training script on N local ranks under the Kineto collector (``traceprof collect``).
 
-The script profiles itself with :func:`collectors.kineto.capture.profile_ranks` (no ``out_dir``): this
+The script profiles itself with :func:`traceprof.collectors.kineto.capture.profile_ranks` (no ``out_dir``): this
 launcher runs it through ``torch.distributed.run`` (torchrun) with ``$TRACEPROF_OUT`` set, so every rank
 writes ``rank<R>.trace.json.gz`` and ``rank<R>.meta.json`` into one folder, ready for ``traceprof ingest``.
 torch is not imported here (only looked up); the ranks import it.
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from traceprof.errors import UsageError
+from traceprof.core.errors import UsageError
 
 __all__ = ["launch", "OUT_ENV"]
 
@@ -23,7 +23,9 @@ __all__ = ["launch", "OUT_ENV"]
 OUT_ENV = "TRACEPROF_OUT"
 
 
-def launch(script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, python: str = sys.executable) -> int:
+def launch(
+    script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, python: str = sys.executable
+) -> int:
     """Run ``python -m torch.distributed.run --nproc-per-node NPROC SCRIPT...`` with ``$TRACEPROF_OUT``.
 
     Args:

@@ -6,19 +6,19 @@ GPU traces (CUDA or ROCm) and CPU-only (gloo) traces.
 
 Algorithm:
   1. Decode the JSON with msgspec into typed events; ``ts``/``dur`` from their text so the
-     microsecond text converts to integer ns exactly (``traceprof.timeconv``). The common case
+     microsecond text converts to integer ns exactly (``traceprof.core.timeconv``). The common case
      (no B/E pairs, no malformed event, valid UTF-8) is decoded as the file is read
-     (``traceprof.fileio.TextStream``: plain files in chunks, gzip inflated as a stream; the whole
-     text is never held) and turned into rows a column at a time by ``collectors.kineto.decode``;
+     (``traceprof.core.fileio.TextStream``: plain files in chunks, gzip inflated as a stream; the whole
+     text is never held) and turned into rows a column at a time by ``traceprof.collectors.kineto.decode``;
      the per-event loop below is the general path, with the same rows, on the file read whole.
      Rows are columns from here on: strings as lists, integers as numpy arrays
-     (``collectors.kineto._values.Ints`` where values may be missing), ``args`` an Arrow string
-     column; the passes below work a column at a time (``collectors.kineto.columns``).
+     (``traceprof.collectors.kineto._values.Ints`` where values may be missing), ``args`` an Arrow string
+     column; the passes below work a column at a time (``traceprof.collectors.kineto.columns``).
   2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
      GPU event the step of the runtime call that launched it (``args.correlation``; of calls that
-     share an id, the earliest, with a warning: ``collectors.kineto.columns.PAIRING``), falling back
+     share an id, the earliest, with a warning: ``traceprof.collectors.kineto.columns.PAIRING``), falling back
      to its own start time.
   4. Derive collectives: one row per NCCL/RCCL kernel on GPU traces; one per ``gloo:<op>``
      annotation on CPU-only traces.
@@ -42,31 +42,39 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from collectors.kineto._values import Ints, Strs
-from collectors.kineto._values import args_dict as _args_dict
-from collectors.kineto._values import int_or_none as _int_or_none
-from collectors.kineto.checks import (
+from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.kineto._values import Ints, Strs
+from traceprof.collectors.kineto._values import args_dict as _args_dict
+from traceprof.collectors.kineto._values import int_or_none as _int_or_none
+from traceprof.collectors.kineto.checks import (
     check_one_process,
     flag_records,
     shared_correlation_warning,
     step_cut_warning,
 )
-from collectors.kineto.collectives import collectives as _collectives
-from collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
-from collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
-from collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
-from collectors.kineto.decode import decode as decode_columns
-from collectors.kineto.decode import rows as fast_rows
-from traceprof import classify, spill
-from traceprof.bounded import check_nesting, max_nodes, too_deep
-from traceprof.classify import Classifier
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.fileio import NotUtf8, TextStream, blank_bom, misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.limits import INT32, INT64, checked_int, columns_to_table, drop_out_of_range, fits, to_table
-from traceprof.parsed import ParsedTrace
-from traceprof.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
-from traceprof.timeconv import us_text_to_ns
+from traceprof.collectors.kineto.collectives import collectives as _collectives
+from traceprof.collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
+from traceprof.collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
+from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
+from traceprof.collectors.kineto.decode import decode as decode_columns
+from traceprof.collectors.kineto.decode import rows as fast_rows
+from traceprof.core import spill
+from traceprof.core.bounded import check_nesting, max_nodes, too_deep
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import (
+    NotUtf8,
+    TextStream,
+    blank_bom,
+    misnamed_gzip,
+    not_json_because,
+    read_maybe_gzip,
+)
+from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_range, fits, to_table
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.values import checked_int
+from traceprof.core.vocab import TraceSource
 
 __all__ = ["parse", "sidecar_path", "is_trace_file"]
 
@@ -151,10 +159,14 @@ def _typed(path: Path, data: bytes) -> _Trace:
         return msgspec.json.decode(data, type=_Trace)
     except msgspec.ValidationError as e:
         top = "$." not in str(e)  # the document itself, e.g. a JSON array or a config object
-        if top and ("missing required field `traceEvents`" in str(e) or str(e).startswith("Expected `object`")):
+        if top and (
+            "missing required field `traceEvents`" in str(e) or str(e).startswith("Expected `object`")
+        ):
             # msgspec stops at the first byte of an array: is the rest JSON at all ('[' * 200000 is not)?
             msgspec.json.decode(data, type=msgspec.Raw)  # a DecodeError or RecursionError: _decode says why
-            raise NotATraceError(path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)") from None
+            raise NotATraceError(
+                path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)"
+            ) from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
 
 
@@ -163,11 +175,18 @@ def _decode(path: Path, data: bytes) -> _Trace:
         return _typed(path, data)
     except msgspec.DecodeError as e:
         if not data.strip():  # blank_bom made a leading BOM whitespace
-            raise TraceFormatError(path, "", "empty: no JSON text" if not data else
-                                   f"no JSON text, only {len(data)} bytes of whitespace or byte order mark") from None
+            raise TraceFormatError(
+                path,
+                "",
+                "empty: no JSON text"
+                if not data
+                else f"no JSON text, only {len(data)} bytes of whitespace or byte order mark",
+            ) from None
         if "truncated" in str(e).lower():
             raise TraceFormatError(path, f"byte {len(data)}", f"truncated JSON ({e})") from None
-        raise TraceFormatError(path, "", not_json_because(data) or f"invalid JSON ({e})" + misnamed_gzip(path)) from None
+        raise TraceFormatError(
+            path, "", not_json_because(data) or f"invalid JSON ({e})" + misnamed_gzip(path)
+        ) from None
     except RecursionError:
         raise too_deep(path) from None
 
@@ -175,15 +194,16 @@ def _decode(path: Path, data: bytes) -> _Trace:
 class _Source:
     """A trace file: its text streamed (``stream``), or read whole when the general path needs it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_ratio: float) -> None:
         self.path = path
-        self.stream = TextStream(path)
+        self.max_ratio = max_ratio  # the gzip inflate cap (ParseOptions.max_inflate_ratio)
+        self.stream = TextStream(path, max_ratio)
         self._whole: tuple[bytes, bytes] | None = None
 
     def data(self) -> bytes:
-        """The whole text (decompressed, invalid UTF-8 repaired: ``traceprof.fileio``)."""
+        """The whole text (decompressed, invalid UTF-8 repaired: ``traceprof.core.fileio``)."""
         if self._whole is None:
-            self._whole = read_maybe_gzip(self.path)
+            self._whole = read_maybe_gzip(self.path, self.max_ratio)
         return self._whole[1]
 
     def sha256(self) -> str:
@@ -217,7 +237,9 @@ def _kind_of_cat(cat: str) -> str:
     c = cat.lower()
     kind = _KIND_BY_CAT.get(c)
     if kind is None:
-        kind = "cuda_runtime" if c.endswith("_runtime") else "cuda_driver" if c.endswith("_driver") else "other"
+        kind = (
+            "cuda_runtime" if c.endswith("_runtime") else "cuda_driver" if c.endswith("_driver") else "other"
+        )
     return kind
 
 
@@ -269,15 +291,15 @@ def _step_number(name: str) -> int | None:
 _SKIP_HINT = "; pass --skip-bad-events to skip such events"
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifier | None = None) -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Kineto trace file.
 
     Args:
         path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler.
-        on_bad_event: ``"raise"`` (default) stops at the first malformed event (e.g. an ``X`` event
-            without ``dur``); ``"skip"`` counts it in ``rejected`` and goes on.
-        classifier: GPU-activity classifier (``traceprof.classify``; user ``--comm-kernel``
-            patterns); default ``traceprof.classify.current()``.
+        options: How to read it (``traceprof.core.parsed.ParseOptions``): ``on_bad_event`` ``"raise"``
+            (default) stops at the first malformed event (e.g. an ``X`` event without ``dur``),
+            ``"skip"`` counts it in ``rejected`` and goes on; the classifier of GPU activity
+            (``--comm-kernel`` patterns); the gzip inflate cap; where large args text spills.
 
     Returns:
         A :class:`ParsedTrace` with ``events``, ``steps``, ``devices`` and ``collectives`` tables.
@@ -288,24 +310,40 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             (with ``on_bad_event="raise"``) a malformed event, naming the event index.
     """
     p = Path(path).resolve()
-    # Columnar decode and row building (collectors.kineto.decode) for the common case, streamed
+    on_bad_event, classifier = options.on_bad_event, options.classifier
+    # Columnar decode and row building (traceprof.collectors.kineto.decode) for the common case, streamed
     # from the file; the loop below is the general path (B/E records, malformed events, unusual
     # values, invalid UTF-8), which reads the file whole.
-    src = _Source(p)
+    src = _Source(p, options.max_inflate_ratio)
     try:
-        decoded = decode_columns(src.stream)
+        decoded = decode_columns(src.stream, spill_dir=options.spill_dir)
     except NotUtf8:
         decoded = None
     doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
     if not fits(base_ns, INT64):  # every event's time is base + ts: none could be stored
-        raise TraceFormatError(p, "baseTimeNanoseconds", f"{base_ns} is beyond int64 (epoch ns must fit a "
-                               "64-bit integer); the file is damaged or not written by the profiler")
+        raise TraceFormatError(
+            p,
+            "baseTimeNanoseconds",
+            f"{base_ns} is beyond int64 (epoch ns must fit a "
+            "64-bit integer); the file is damaged or not written by the profiler",
+        )
+
     def refuse(i: int, ph: str, name: str, problem: str) -> None:  # the general loop's words, below
         raise TraceFormatError(p, f"event #{i} (ph={ph!r}, name={name[:60]!r})", problem + _SKIP_HINT)
 
-    fast = None if decoded is None else fast_rows(decoded, base_ns, _kind_of_text, _GPU_KINDS, _args_dict,
-                                                   refuse if on_bad_event == "raise" else None)
+    fast = (
+        None
+        if decoded is None
+        else fast_rows(
+            decoded,
+            base_ns,
+            _kind_of_text,
+            _GPU_KINDS,
+            _args_dict,
+            refuse if on_bad_event == "raise" else None,
+        )
+    )
     if decoded is not None and fast is None:
         doc = _decode(p, src.data())
     data = src.data() if fast is None else b""
@@ -320,8 +358,20 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     cols: dict[str, Any] = {
         k: []
         for k in (
-            "kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream",
-            "correlation", "external_id", "args", "flag", "raw_dur_ns",
+            "kind",
+            "cat",
+            "name",
+            "ts_ns",
+            "dur_ns",
+            "pid",
+            "tid",
+            "device",
+            "stream",
+            "correlation",
+            "external_id",
+            "args",
+            "flag",
+            "raw_dur_ns",
         )
     }
     src_index: list[int] = []  # index in traceEvents of each row
@@ -331,7 +381,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     process_names: dict[str, str] = {}
     if fast is not None:
         cols, src_index, skipped, rejected, process_names = (
-            fast.cols, fast.src_index, fast.skipped, fast.rejected, fast.process_names)
+            fast.cols,
+            fast.src_index,
+            fast.skipped,
+            fast.rejected,
+            fast.process_names,
+        )
     ids = _decode_ids(data) if fast is None else None
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         kind = _kind(ev)
@@ -405,7 +460,14 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     by_name = _StepNumbers(cols)
     if not by_name.fit():  # a ProfilerStep#N beyond int32: its row is rejected, with the others
         cols["step_no"] = list(by_name)
-    drop_out_of_range(p, cols, src_index, on_bad_event, rejected, extra={"step": cols["step_no"]} if "step_no" in cols else None)
+    drop_out_of_range(
+        p,
+        cols,
+        src_index,
+        on_bad_event,
+        rejected,
+        extra={"step": cols["step_no"]} if "step_no" in cols else None,
+    )
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
@@ -416,15 +478,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
             warnings.append(f"{p.name}: {skipped[what]} {what}")
     if unmatched:
         flagged["unmatched_begin"] = unmatched
-        warnings.append(f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
-                        "the trace; events.flag = 'unmatched_begin')")
+        warnings.append(
+            f"{p.name}: {unmatched} 'B' record(s) without their 'E' (not extended to the end of "
+            "the trace; events.flag = 'unmatched_begin')"
+        )
     check_one_process(p, cols, step_numbers)
     shared = shared_correlation_warning(p, cols, src_index)
     if shared:
         warnings.append(shared)
     spill.release()
     frame = Frame(cols)
-    cols["class"] = classes(frame, classifier or classify.current())
+    cols["class"] = classes(frame, classifier)
     steps_rows, step_col, spans = assign_steps(frame, step_numbers, cols["flag"])
     cols["step"] = step_col
     spill.release()
@@ -432,7 +496,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
     if cut:
         warnings.append(cut)
     gpu_present = bool(cols["kind"].isin(_GPU_KINDS).any())
-    coll, bad_values = _collectives(cols, frame, gpu_present)
+    coll, bad_values = _collectives(cols, frame, gpu_present, classifier)
     bad_values.count(rejected)
     warnings += bad_values.warnings(p.name, src_index)
     spill.release()
@@ -453,13 +517,19 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         side_rank = _identity_int(side, "rank", f"{sidecar_path(p).name}: rank", identity_warnings)
         if rank is not None and side_rank is not None and side_rank != rank:
             raise TraceFormatError(
-                p, "distributedInfo.rank",
-                f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}")
+                p,
+                "distributedInfo.rank",
+                f"rank {rank} conflicts with rank {side_rank} in {sidecar_path(p).name}",
+            )
         rank = rank if rank is not None else side_rank
-        side_world = _identity_int(side, "world_size", f"{sidecar_path(p).name}: world_size", identity_warnings)
+        side_world = _identity_int(
+            side, "world_size", f"{sidecar_path(p).name}: world_size", identity_warnings
+        )
         world = world if world is not None else side_world
-        side_text = {k: _identity_text(side, k, f"{sidecar_path(p).name}: {k}", identity_warnings)
-                     for k in ("host", "torch_version", "backend", "device", "flops_method")}
+        side_text = {
+            k: _identity_text(side, k, f"{sidecar_path(p).name}: {k}", identity_warnings)
+            for k in ("host", "torch_version", "backend", "device", "flops_method")
+        }
         trace_info["host"] = side_text["host"] or doc.host_name
         trace_info["torch_version"] = side_text["torch_version"]
         trace_info["backend"] = trace_info["backend"] or side_text["backend"]
@@ -473,18 +543,22 @@ def parse(path: str | Path, *, on_bad_event: str = "raise", classifier: Classifi
         if not any(": distributedInfo.rank is " in w for w in identity_warnings):
             warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
     elif rank < 0 or (world is not None and rank >= world):
-        raise TraceFormatError(p, "distributedInfo.rank", f"rank {rank} is outside 0..world_size-1 "
-                               f"(world_size {world}); fix the trace's distributedInfo or its sidecar")
+        raise TraceFormatError(
+            p,
+            "distributedInfo.rank",
+            f"rank {rank} is outside 0..world_size-1 "
+            f"(world_size {world}); fix the trace's distributedInfo or its sidecar",
+        )
     return ParsedTrace(
         path=str(p),
         sha256=src.sha256(),
         bytes=src.size(),
-        source="kineto",
+        source=TraceSource.kineto,
         format="kineto-new" if doc.baseTimeNanoseconds is not None else "kineto-old",
         rank=rank,
         world_size=world,
         trace=trace_info,
-        events=_events_table(cols),
+        events=_events_table(cols, options.spill_dir),
         devices=to_table(devices, _DEVICE_SCHEMA, rejected, "device"),
         steps=to_table(steps_rows, _STEP_SCHEMA, rejected, "step"),
         collectives=columns_to_table(coll, _COLL_SCHEMA, rejected, "collective"),
@@ -500,8 +574,14 @@ _E_MISMATCH = "'E' whose name matches no open 'B' on its thread (closed the late
 _E_EARLY = "'E' before its 'B' (the B is flagged unmatched_begin)"
 
 
-def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[int]], ev: _Event, end_ns: int,
-                 rejected: dict[str, int], skipped: dict[str, int]) -> None:
+def _close_begin(
+    cols: dict[str, list[Any]],
+    open_b: dict[tuple[str, str], list[int]],
+    ev: _Event,
+    end_ns: int,
+    rejected: dict[str, int],
+    skipped: dict[str, int],
+) -> None:
     """Close a ``B`` row with its ``E`` (stack-matched per pid/tid; a named ``E`` closes the latest ``B``
     of that name, an unnamed one the latest ``B``). An ``E`` with nothing open is rejected."""
     stack = open_b.get((_lane(ev.pid), _lane(ev.tid)))
@@ -523,8 +603,8 @@ def _close_begin(cols: dict[str, list[Any]], open_b: dict[tuple[str, str], list[
 
 
 def _as_arrays(cols: dict[str, Any]) -> None:
-    """The general path's lists as the columns :func:`collectors.kineto.decode.rows` builds
-    (in place; the values fit int64: ``traceprof.limits.drop_out_of_range`` ran)."""
+    """The general path's lists as the columns :func:`traceprof.collectors.kineto.decode.rows` builds
+    (in place; the values fit int64: ``traceprof.core.limits.drop_out_of_range`` ran)."""
     for c in ("ts_ns", "dur_ns"):
         cols[c] = np.asarray(cols[c], np.int64)
     for c in ("device", "stream", "correlation", "external_id", "raw_dur_ns"):
@@ -557,7 +637,7 @@ def _identity_text(doc: dict[str, Any], key: str, what: str, warnings: list[str]
 
 
 def _read_sidecar(trace: Path) -> dict[str, Any] | None:
-    """The collector's sidecar next to ``trace`` (see ``collectors.kineto.capture``), or None."""
+    """The collector's sidecar next to ``trace`` (see ``traceprof.collectors.kineto.capture``), or None."""
     side = sidecar_path(trace)
     if not side.is_file():
         return None
@@ -579,7 +659,7 @@ def _main_pid(cols: dict[str, Any]) -> str | None:
     for kind in ("step", "cpu_op"):
         rows = np.flatnonzero(cols["kind"].isin({kind}))
         if len(rows):
-            return cols["pid"][int(rows[0])]  # type: ignore[no-any-return]
+            return cols["pid"][int(rows[0])]
     return None
 
 
@@ -589,7 +669,7 @@ _STR_COLS = ("kind", "cat", "name", "pid", "tid", "flag")
 
 class _StepNumbers:
     """N of each ``step`` row's ``ProfilerStep#N`` name (None elsewhere), read through the row's
-    name code in ``cols`` as it is now (rows dropped by ``traceprof.limits`` included): no column
+    name code in ``cols`` as it is now (rows dropped by ``traceprof.core.limits`` included): no column
     of one value per row. Reads like a list (``[i]``, ``len``, iteration)."""
 
     def __init__(self, cols: dict[str, Any]) -> None:
@@ -614,7 +694,7 @@ class _StepNumbers:
         return (self.per_name[c] if s else None for c, s in zip(name.tolist(), is_step, strict=True))
 
     def fit(self) -> bool:
-        """Whether every step row's N fits the store's INTEGER (``traceprof.limits``)."""
+        """Whether every step row's N fits the store's INTEGER (``traceprof.core.limits``)."""
         kind, name = self._codes()
         used = np.unique(name[kind == self.step]).tolist()
         return all(fits(self.per_name[c], INT32) for c in used)
@@ -642,25 +722,45 @@ def _devices(props: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: stand for (``VARCHAR``), so the stored rows are the same.
 _EVENT_SCHEMA = pa.schema(
     [
-        ("kind", STR_DICT), ("cat", STR_DICT), ("name", STR_DICT),
-        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("pid", STR_DICT), ("tid", STR_DICT),
-        ("device", pa.int32()), ("stream", pa.int64()), ("correlation", pa.int64()),
-        ("external_id", pa.int64()), ("step", pa.int32()), ("args", pa.string()),
-        ("class", STR_DICT), ("flag", STR_DICT), ("raw_dur_ns", pa.int64()),
+        ("kind", STR_DICT),
+        ("cat", STR_DICT),
+        ("name", STR_DICT),
+        ("ts_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("pid", STR_DICT),
+        ("tid", STR_DICT),
+        ("device", pa.int32()),
+        ("stream", pa.int64()),
+        ("correlation", pa.int64()),
+        ("external_id", pa.int64()),
+        ("step", pa.int32()),
+        ("args", pa.string()),
+        ("class", STR_DICT),
+        ("flag", STR_DICT),
+        ("raw_dur_ns", pa.int64()),
     ]
 )
 _STEP_SCHEMA = pa.schema(
     [
-        ("step", pa.int32()), ("cpu_start_ns", pa.int64()), ("cpu_end_ns", pa.int64()),
-        ("device_start_ns", pa.int64()), ("device_end_ns", pa.int64()), ("is_last", pa.bool_()),
+        ("step", pa.int32()),
+        ("cpu_start_ns", pa.int64()),
+        ("cpu_end_ns", pa.int64()),
+        ("device_start_ns", pa.int64()),
+        ("device_end_ns", pa.int64()),
+        ("is_last", pa.bool_()),
     ]
 )
 _DEVICE_SCHEMA = pa.schema(
     [
-        ("device", pa.int32()), ("name", pa.string()), ("sm_count", pa.int32()),
-        ("memory_bytes", pa.int64()), ("compute_capability", pa.string()),
+        ("device", pa.int32()),
+        ("name", pa.string()),
+        ("sm_count", pa.int32()),
+        ("memory_bytes", pa.int64()),
+        ("compute_capability", pa.string()),
     ]
 )
+
+
 def _process_groups(dist: Any) -> list[dict[str, Any]]:
     """The process groups the rank belongs to, from ``distributedInfo.pg_config``, normalized for
     ``traces.meta.process_groups``: ``[{"name": "1", "desc": "mesh_dp", "ranks": [0, 2]}, ...]``
@@ -669,23 +769,31 @@ def _process_groups(dist: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for g in cfg if isinstance(cfg, list) else []:
         ranks = g.get("ranks") if isinstance(g, dict) else None
-        if not isinstance(ranks, list) or not ranks or not all(
-                isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        if (
+            not isinstance(ranks, list)
+            or not ranks
+            or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+        ):
             continue
         name, desc = g.get("pg_name"), g.get("pg_desc")
-        out.append({"name": name if isinstance(name, str) else None, "desc": desc if isinstance(desc, str) else None,
-                    "ranks": sorted(set(ranks))})
+        out.append(
+            {
+                "name": name if isinstance(name, str) else None,
+                "desc": desc if isinstance(desc, str) else None,
+                "ranks": sorted(set(ranks)),
+            }
+        )
     return out
 
 
-# the store's collectives columns (traceprof.schema): one declaration, so new columns reach the store
+# the store's collectives columns (traceprof.core.schema): one declaration, so new columns reach the store
 _COLL_SCHEMA = row_schema("collectives")
 
 
-def _events_table(cols: dict[str, Any]) -> pa.Table:
+def _events_table(cols: dict[str, Any], spill_dir: str | None) -> pa.Table:
     """The events table of the parser's columns, emptying ``cols`` as it goes (each column is
     converted, then its list or array dropped, so the two copies of one column live at once at
-    most; a large column is then on disk, ``traceprof.spill.column``).
+    most; a large column is then on disk in ``spill_dir``, ``traceprof.core.spill.column``).
 
     Returns:
         Columns of :data:`_EVENT_SCHEMA`; the low-cardinality strings dictionary-encoded (:data:`STR_DICT`).
@@ -693,8 +801,8 @@ def _events_table(cols: dict[str, Any]) -> pa.Table:
     arrays = []
     for f in _EVENT_SCHEMA:
         v = cols.pop(f.name)
-        # each column built here goes to disk once whole when large (traceprof.spill: the events
+        # each column built here goes to disk once whole when large (traceprof.core.spill: the events
         # table of 18 M events is 1.6 GB, more than the columns it is built from); args already is
-        arrays.append(v if f.name == "args" else spill.column(pa.array(v, f.type)))
+        arrays.append(v if f.name == "args" else spill.column(pa.array(v, f.type), spill_dir))
         del v
     return pa.Table.from_arrays(arrays, schema=_EVENT_SCHEMA)

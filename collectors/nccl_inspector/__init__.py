@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from collectors.nccl_inspector.parse import looks_like_inspector, parse
-from traceprof import sources
-from traceprof.fileio import GZIP_MAGIC, blank_bom
+from traceprof.collectors.nccl_inspector.parse import looks_like_inspector, parse
+from traceprof.core.fileio import GZIP_MAGIC, blank_bom
+from traceprof.ingest import sources
 
 __all__ = ["parse"]
 
@@ -16,8 +16,14 @@ def _claims(path: Path, head: bytes) -> bool:
     return looks_like_inspector(blank_bom(head))
 
 
-sources.register(sources.Collector(
-    "nccl_inspector", "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)", _claims,
-    lambda p, bad: [parse(p, on_bad_event=bad)], order=15,
-    rank_field="header.rank (largest communicator)", world_field="header.n_ranks (largest communicator)",
-))
+sources.register(
+    sources.Collector(
+        "nccl_inspector",
+        "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)",
+        _claims,
+        lambda p, options: [parse(p, options)],
+        order=15,
+        rank_field="header.rank (largest communicator)",
+        world_field="header.n_ranks (largest communicator)",
+    )
+)

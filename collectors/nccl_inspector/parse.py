@@ -23,7 +23,7 @@ Algorithm:
      warning.
   2. Each ``coll_perf`` record is one collectives row (source ``nccl_inspector``): pg = the
      communicator ``id``, seq = ``coll_sn``, op from ``coll``; NCCL numbers each op type of a
-     communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<op>:<coll_sn>`` (``traceprof.ops.nccl_comms_id``)
+     communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<op>:<coll_sn>`` (``traceprof.core.ops.nccl_comms_id``)
      is the key that matches one instance across ranks. Bytes as nccl-tests counts them (the
      plugin's ``coll_msg_size_bytes`` is the per-rank size of AllGather / ReduceScatter: bytes_in
      = size, bytes_out = size x n_ranks for AllGather, the reverse for ReduceScatter, both = size
@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -62,12 +61,14 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from traceprof.errors import TraceFormatError
-from traceprof.fileio import read_maybe_gzip
-from traceprof.limits import INT64, checked_int, fits, record_fits
-from traceprof.ops import nccl_comms_id, normalize_op
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import read_maybe_gzip
+from traceprof.core.limits import INT64, fits, record_fits
+from traceprof.core.ops import nccl_comms_id, normalize_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.values import checked_int, number
+from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
 
@@ -123,9 +124,10 @@ def _gbps(perf: dict[str, Any], key: str) -> float | None:
     v = perf.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    x = number(v)
+    if x is None or x < 0:
         raise _Bad(f"'coll_perf.{key}' not a non-negative number", repr(v))
-    return float(v)
+    return x
 
 
 def _us_ns(v: int | None, key: str) -> int | None:
@@ -148,12 +150,20 @@ def _times(perf: dict[str, Any]) -> tuple[int | None, int | None, int | None, bo
     kernels = ts.get("kernel_events") or []
     if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
         raise _Bad("'event_trace_ts.kernel_events' not a list of objects")
-    starts = [_us_ns(_uint(k, "kernel_start_ts", "kernel_events[]", required=False), "kernel_start_ts") for k in kernels]
-    stops = [_us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False), "kernel_stop_ts") for k in kernels]
+    starts = [
+        _us_ns(_uint(k, "kernel_start_ts", "kernel_events[]", required=False), "kernel_start_ts")
+        for k in kernels
+    ]
+    stops = [
+        _us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False), "kernel_stop_ts")
+        for k in kernels
+    ]
     unset = bool(kernels) and (None in starts or None in stops)
     start = min((s for s in starts if s is not None), default=None)
     known = [t for t in stops if t is not None]
-    end = max(known) if known and len(known) == len(stops) else None  # one channel's end unknown: so is the end
+    end = (
+        max(known) if known and len(known) == len(stops) else None
+    )  # one channel's end unknown: so is the end
     return enter, start, end, True, unset
 
 
@@ -185,15 +195,18 @@ def _record(rec: Any) -> tuple[dict[str, Any], dict[str, Any], str, dict[str, An
 def _dropped(stats: Any) -> int:
     """Sum of the ``*num_dropped*`` counters anywhere in a ``dump_stats`` record."""
     if isinstance(stats, dict):
-        return sum(v if "num_dropped" in k and isinstance(v, int) and not isinstance(v, bool) else _dropped(v)
-                   for k, v in stats.items())
+        return sum(
+            v if "num_dropped" in k and isinstance(v, int) and not isinstance(v, bool) else _dropped(v)
+            for k, v in stats.items()
+        )
     if isinstance(stats, list):
         return sum(_dropped(v) for v in stats)
     return 0
 
 
-def _rows_of(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], kind: str,
-             perf: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _rows_of(
+    rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], kind: str, perf: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], str]:
     """The collectives row and event row of one coll_perf / p2p_perf record, and its warning key
     ("" when its times are complete)."""
     comm = header.get("id")
@@ -214,24 +227,52 @@ def _rows_of(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], 
     dump_ns = _us_ns(_uint(meta, "dump_timestamp_us", "metadata", required=False), "dump_timestamp_us")
     pid = meta.get("pid")
     row = {
-        "source": "nccl_inspector", "pg": f"{comm}:p2p" if p2p else comm, "pg_ranks": None, "seq": seq, "p2p": p2p,
-        "comms_id": None if p2p else nccl_comms_id(comm, op, seq), "op": op, "dtype": None, "nelems_in": None,
-        "nelems_out": None, "bytes_in": b_in, "bytes_out": b_out, "group_size": n, "enter_ns": enter,
-        "start_ns": start, "end_ns": end, "stream": None, "tid": None, "step": None,
+        "source": CollectiveSource.nccl_inspector,
+        "pg": f"{comm}:p2p" if p2p else comm,
+        "pg_ranks": None,
+        "seq": seq,
+        "p2p": p2p,
+        "comms_id": None if p2p else nccl_comms_id(comm, op, seq),
+        "op": op,
+        "dtype": None,
+        "nelems_in": None,
+        "nelems_out": None,
+        "bytes_in": b_in,
+        "bytes_out": b_out,
+        "group_size": n,
+        "enter_ns": enter,
+        "start_ns": start,
+        "end_ns": end,
+        "stream": None,
+        "tid": None,
+        "step": None,
         "reported_algbw_gbps": None if p2p else _gbps(perf, "coll_algobw_gbs"),
         "reported_busbw_gbps": None if p2p else _gbps(perf, "coll_busbw_gbs"),
     }
     at = start or enter or end
     event = {
-        "kind": "collective" if verbose else "instant", "cat": "nccl_inspector", "name": name,
-        "ts_ns": at if at is not None else (dump_ns or 0), "dur_ns": end - start if start and end and end >= start else 0,
-        "pid": "" if pid is None else str(pid), "tid": "", "device": None, "stream": None, "correlation": None,
-        "external_id": seq, "step": None, "args": msgspec.json.encode(rec).decode(),
+        "kind": "collective" if verbose else "instant",
+        "cat": "nccl_inspector",
+        "name": name,
+        "ts_ns": at if at is not None else (dump_ns or 0),
+        "dur_ns": end - start if start and end and end >= start else 0,
+        "pid": "" if pid is None else str(pid),
+        "tid": "",
+        "device": None,
+        "stream": None,
+        "correlation": None,
+        "external_id": seq,
+        "step": None,
+        "args": msgspec.json.encode(rec).decode(),
         "flag": "zero_ts" if unset else None,
     }
     if end is not None and start is not None and end < start:
         raise _Bad("kernel stop before kernel start", f"{start} > {end} ns")
-    why = "" if verbose and not unset else ("no event_trace_ts" if not verbose else "a kernel time never set (0)")
+    why = (
+        ""
+        if verbose and not unset
+        else ("no event_trace_ts" if not verbose else "a kernel time never set (0)")
+    )
     return row, event, why
 
 
@@ -268,8 +309,9 @@ def _objects(p: Path, text: str) -> Iterator[tuple[int, Any]]:
             if isinstance(e, json.JSONDecodeError) and e.pos >= len(text.rstrip()):
                 yield line, _CUT
                 return
-            raise TraceFormatError(p, f"line {line}", f"not JSON ({e}); the records after it cannot be found: fix "
-                                   "or remove it") from None
+            raise TraceFormatError(
+                p, f"line {line}", f"not JSON ({e}); the records after it cannot be found: fix or remove it"
+            ) from None
         yield line, rec
         line += text.count("\n", j, end)
         i = end
@@ -279,18 +321,23 @@ def _rank(p: Path, comms: dict[str, tuple[int, int, int]]) -> tuple[int, int, li
     """(rank, world size, warnings) from {communicator: (rank, n_ranks, records)} (module doc, step 3)."""
     comm, (rank, world, _) = max(comms.items(), key=lambda kv: (kv[1][1], kv[1][2], kv[0]))
     ranks = {r for r, _, _ in comms.values()}
-    warn = [] if len(ranks) == 1 else [
-        f"{p.name}: the process has ranks {sorted(ranks)} in its {len(comms)} communicators; rank {rank} of "
-        f"communicator {comm} ({world} ranks, the largest) taken as its rank"]
+    warn = (
+        []
+        if len(ranks) == 1
+        else [
+            f"{p.name}: the process has ranks {sorted(ranks)} in its {len(comms)} communicators; rank {rank} of "
+            f"communicator {comm} ({world} ranks, the largest) taken as its rank"
+        ]
+    )
     return rank, world, warn
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one NCCL Inspector output file (module doc).
 
     Args:
         path: A ``<host>-pid<pid>.log`` file (or any name; ``.gz`` too).
-        on_bad_event: ``"raise"`` stops at a bad record naming its line; ``"skip"`` counts it in
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at a bad record naming its line; ``"skip"`` counts it in
             ``rejected`` (keyed by the reason).
 
     Returns:
@@ -302,7 +349,8 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             ``on_bad_event="raise"`` a bad record (naming the line); no record left.
     """
     p = Path(path).resolve()
-    raw, data = read_maybe_gzip(p)
+    on_bad_event = options.on_bad_event
+    raw, data = read_maybe_gzip(p, options.max_inflate_ratio)
     colls: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     rejected: Counter[str] = Counter()
@@ -318,8 +366,10 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
         read += 1
         where = f"line {line}"
         if rec is _CUT:
-            warnings.append(f"{p.name}: the last record (line {line}) is cut short (the process died while writing?): "
-                            "dropped")
+            warnings.append(
+                f"{p.name}: the last record (line {line}) is cut short (the process died while writing?): "
+                "dropped"
+            )
             rejected["last record cut short"] += 1
             continue
         try:
@@ -328,8 +378,12 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             header, meta, kind, perf = _record(rec)
             v = version_of(rec)
             if not version_read(v):
-                raise TraceFormatError(p, where, f"NCCL Inspector output version {v!r}, which traceprof does not "
-                                       f"read: it reads versions {READ_VERSIONS}")
+                raise TraceFormatError(
+                    p,
+                    where,
+                    f"NCCL Inspector output version {v!r}, which traceprof does not "
+                    f"read: it reads versions {READ_VERSIONS}",
+                )
             versions[str(v)] += 1
             if kind == "dump_stats":
                 skipped["dump_stats record"] += 1
@@ -338,12 +392,15 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             row, event, why = _rows_of(rec, header, meta, kind, perf)
             header_rank = _uint(header, "rank", "header") or 0
             if header_rank >= row["group_size"]:
-                raise _Bad("'header.rank' not below 'header.n_ranks'", f"{header_rank} >= {row['group_size']}")
+                raise _Bad(
+                    "'header.rank' not below 'header.n_ranks'", f"{header_rank} >= {row['group_size']}"
+                )
         except _Bad as bad:
             if on_bad_event == "raise":
                 detail = f" ({bad.detail})" if bad.detail else ""
-                raise TraceFormatError(p, where, f"{bad.reason}{detail}; pass --skip-bad-events to skip such "
-                                       "records") from None
+                raise TraceFormatError(
+                    p, where, f"{bad.reason}{detail}; pass --skip-bad-events to skip such records"
+                ) from None
             rejected[bad.reason] += 1
             continue
         if not record_fits(p, where, on_bad_event, rejected, (row, coll_schema), (event, event_schema)):
@@ -362,28 +419,48 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
     rank, world, notes = _rank(p, comms)
     warnings += notes
     if incomplete.get("no event_trace_ts"):
-        warnings.append(f"{p.name}: {incomplete['no event_trace_ts']} record(s) without event_trace_ts (written with "
-                        "NCCL_INSPECTOR_DUMP_VERBOSE=0): exec time and bandwidth kept in events.args, but no start "
-                        "or end, so stragglers and nccl_sum cannot time them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1")
+        warnings.append(
+            f"{p.name}: {incomplete['no event_trace_ts']} record(s) without event_trace_ts (written with "
+            "NCCL_INSPECTOR_DUMP_VERBOSE=0): exec time and bandwidth kept in events.args, but no start "
+            "or end, so stragglers and nccl_sum cannot time them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1"
+        )
     if incomplete.get("a kernel time never set (0)"):
-        warnings.append(f"{p.name}: {incomplete['a kernel time never set (0)']} record(s) with a kernel timestamp of 0 "
-                        "(never set): that start or end is unknown (NULL), the event flagged zero_ts")
+        warnings.append(
+            f"{p.name}: {incomplete['a kernel time never set (0)']} record(s) with a kernel timestamp of 0 "
+            "(never set): that start or end is unknown (NULL), the event flagged zero_ts"
+        )
     if dropped:
-        warnings.append(f"{p.name}: the Inspector dropped {dropped} record(s) (dump_stats: its ring buffer filled "
-                        "before the dump thread wrote it); those collectives are missing here")
+        warnings.append(
+            f"{p.name}: the Inspector dropped {dropped} record(s) (dump_stats: its ring buffer filled "
+            "before the dump thread wrote it); those collectives are missing here"
+        )
     seen: Counter[tuple[Any, str]] = Counter()
-    for row in sorted(colls, key=lambda r: (r["start_ns"] or r["enter_ns"] or 0)):
+    for row in sorted(colls, key=lambda r: r["start_ns"] or r["enter_ns"] or 0):
         row["ordinal"] = seen[(row["pg"], row["op"])]
         seen[(row["pg"], row["op"])] += 1
-    meta_out = {"inspector_output_format_version": dict(versions), "dropped_records": dropped,
-                "communicators": {c: {"rank": r, "n_ranks": n, "records": k} for c, (r, n, k) in comms.items()}}
+    meta_out = {
+        "inspector_output_format_version": dict(versions),
+        "dropped_records": dropped,
+        "communicators": {c: {"rank": r, "n_ranks": n, "records": k} for c, (r, n, k) in comms.items()},
+    }
     return ParsedTrace(
-        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="nccl_inspector",
-        format=f"nccl-inspector-{versions.most_common(1)[0][0]}", rank=rank, world_size=world,
-        trace={"host": hosts.most_common(1)[0][0] if hosts else None, "pid": events[0]["pid"] or None,
-               "meta": msgspec.json.encode(meta_out).decode()},
+        path=str(p),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        bytes=len(raw),
+        source=TraceSource.nccl_inspector,
+        format=f"nccl-inspector-{versions.most_common(1)[0][0]}",
+        rank=rank,
+        world_size=world,
+        trace={
+            "host": hosts.most_common(1)[0][0] if hosts else None,
+            "pid": events[0]["pid"] or None,
+            "meta": msgspec.json.encode(meta_out).decode(),
+        },
         events=pa.Table.from_pylist(events, schema=event_schema),
         collectives=pa.Table.from_pylist(colls, schema=coll_schema),
-        events_read=read, rejected=dict(rejected), skipped=dict(skipped),
-        flagged={"zero_ts": n} if (n := sum(1 for e in events if e["flag"])) else {}, warnings=warnings,
+        events_read=read,
+        rejected=dict(rejected),
+        skipped=dict(skipped),
+        flagged={"zero_ts": n} if (n := sum(1 for e in events if e["flag"])) else {},
+        warnings=warnings,
     )

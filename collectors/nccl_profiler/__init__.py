@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from collectors.nccl_profiler.align import settle
-from collectors.nccl_profiler.parse import looks_like_plugin_dump, parse
-from traceprof import sources
+from traceprof.collectors.nccl_profiler.align import settle
+from traceprof.collectors.nccl_profiler.parse import looks_like_plugin_dump, parse
+from traceprof.ingest import sources
 
 __all__ = ["parse"]
 
@@ -15,8 +15,14 @@ def _claims(path: Path, head: bytes) -> bool:
     return path.suffix in (".json", ".txt") and looks_like_plugin_dump(head, path.name)
 
 
-sources.register(sources.Collector(
-    "nccl_profiler", "NCCL profiler-plugin (example) JSON dumps (*.json, *.txt)", _claims,
-    lambda p, bad: [parse(p, on_bad_event=bad)], order=20, settle=settle,
-    rank_field="file name rank<R> (or the events' Rank)",
-))
+sources.register(
+    sources.Collector(
+        "nccl_profiler",
+        "NCCL profiler-plugin (example) JSON dumps (*.json, *.txt)",
+        _claims,
+        lambda p, options: [parse(p, options)],
+        order=20,
+        settle=settle,
+        rank_field="file name rank<R> (or the events' Rank)",
+    )
+)

@@ -1,7 +1,7 @@
 """Put NCCL profiler-plugin times on the clock of their rank's other trace (ingest settle hook).
 
 The plugin's timestamps count from the plugin's start in its process, so before collectives are
-matched and clocks aligned across ranks (``traceprof.clock``, one offset per rank for all its
+matched and clocks aligned across ranks (``traceprof.ingest.clock``, one offset per rank for all its
 traces), each plugin trace is moved onto the clock of a Kineto or nsys trace of the same rank.
 
 Algorithm, per plugin trace of rank r (not yet moved: ``traces.meta.clock`` = ``plugin``):
@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from traceprof.store import Store
+from traceprof.storage.store import Store
 
 __all__ = ["settle"]
 
@@ -47,7 +47,7 @@ def _placements(p: list[tuple[Any, ...]], k: list[tuple[Any, ...]]) -> list[list
     out = []
     short, long_, p_short = (p, k, True) if len(p) <= len(k) else (k, p, False)
     for j in range(len(long_) - len(short) + 1):
-        pairs = list(zip(short, long_[j:j + len(short)], strict=True))
+        pairs = list(zip(short, long_[j : j + len(short)], strict=True))
         if all(_fits(a, b) for a, b in pairs):
             out.append([(b[2] - a[2]) if p_short else (a[2] - b[2]) for a, b in pairs])
     return out
@@ -62,23 +62,34 @@ def settle(store: Store, run_id: int) -> list[str]:
         krows = store.sql(_K, [run_id, rank])
         k = [tuple(r[:3]) for r in krows.iter_rows()]
         if not k or not p:
-            notes.append(f"rank {rank}: NCCL profiler-plugin times stay on the plugin's clock (no Kineto or nsys "
-                         "trace of the rank with collectives to align to)")
+            notes.append(
+                f"rank {rank}: NCCL profiler-plugin times stay on the plugin's clock (no Kineto or nsys "
+                "trace of the rank with collectives to align to)"
+            )
             continue
         cands = sorted((max(d) - min(d), statistics.median_low(d)) for d in _placements(p, k))
         if not cands:
-            notes.append(f"rank {rank}: NCCL profiler-plugin collectives do not line up with the rank's GPU trace "
-                         "(different ops or sizes); plugin times not moved")
+            notes.append(
+                f"rank {rank}: NCCL profiler-plugin collectives do not line up with the rank's GPU trace "
+                "(different ops or sizes); plugin times not moved"
+            )
             continue
         if len(cands) > 1 and cands[1][0] <= 2 * cands[0][0] + 1_000:
-            notes.append(f"rank {rank}: the GPU trace fits the plugin trace at several places (repetitive steps); "
-                         "plugin times not moved")
+            notes.append(
+                f"rank {rank}: the GPU trace fits the plugin trace at several places (repetitive steps); "
+                "plugin times not moved"
+            )
             continue
         d = int(cands[0][1])
         store.shift_events(trace_id, d)
-        con.execute("""UPDATE collectives SET enter_ns = enter_ns + $d, start_ns = start_ns + $d,
-                       end_ns = end_ns + $d WHERE trace_id = $t""", {"d": d, "t": trace_id})
+        con.execute(
+            """UPDATE collectives SET enter_ns = enter_ns + $d, start_ns = start_ns + $d,
+                       end_ns = end_ns + $d WHERE trace_id = $t""",
+            {"d": d, "t": trace_id},
+        )
         src = krows["source"][0]
-        con.execute("UPDATE traces SET meta = json_merge_patch(meta, ?) WHERE trace_id = ?",
-                    [f'{{"clock": "aligned_to:{src}", "plugin_clock_offset_ns": {d}}}', trace_id])
+        con.execute(
+            "UPDATE traces SET meta = json_merge_patch(meta, ?) WHERE trace_id = ?",
+            [f'{{"clock": "aligned_to:{src}", "plugin_clock_offset_ns": {d}}}', trace_id],
+        )
     return notes

@@ -7,7 +7,7 @@ with ``cat`` ``GROUP``, ``COLL`` (args ``SeqNum``, ``CommHash``, ``Rank``, ``Cou
 ``Datatype``), ``PROXY`` (proxy ops and proxy-progress states), ``NET`` (proxy steps) and ``GPU``
 (``KernelCh``), closed by an empty object: ``{}]``. ``ts`` is microseconds on the plugin's own
 steady clock (from the plugin's start in that process), so it is not comparable across processes
-until aligned (``collectors.nccl_profiler.align``).
+until aligned (``traceprof.collectors.nccl_profiler.align``).
 
 Algorithm:
   1. Decode the array strictly. When that fails, read it line by line (the plugin writes one event
@@ -30,7 +30,7 @@ Algorithm:
      ``recvcount``, the per-rank output (``nelems_out``); enter = begin, end = end. NCCL numbers
      each op type of a communicator separately (``seqNumber[func]``: AllReduce 0 and AllGather 0
      are different collectives), so ``comms_id`` = ``<CommHash>:<op>:<SeqNum>``
-     (``traceprof.ops.nccl_comms_id``) identifies an instance across ranks.
+     (``traceprof.core.ops.nccl_comms_id``) identifies an instance across ranks.
      GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
@@ -50,19 +50,21 @@ from typing import Any, NamedTuple
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from traceprof.bounded import too_deep
-from traceprof.errors import TraceFormatError
-from traceprof.fileio import blank_bom
-from traceprof.limits import checked_int, record_fits, shown
-from traceprof.ops import dtype_bytes, nccl_comms_id, normalize_op
-from traceprof.parsed import ParsedTrace
-from traceprof.timeconv import us_text_to_ns
+from traceprof.collectors._arrow import row_schema
+from traceprof.core.bounded import too_deep
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import blank_bom
+from traceprof.core.limits import record_fits, shown
+from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.values import checked_int, integer
+from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_plugin_dump"]
 
 _CAT = re.compile(rb'"cat"\s*:\s*"(GROUP|COLL|P2P|PROXY|NET|GPU)"')
-_BARE = re.compile(r'(:\s*)(-?(?:nan|inf)|0[xX][0-9a-fA-F]+|\(nil\)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])')
+_BARE = re.compile(r"(:\s*)(-?(?:nan|inf)|0[xX][0-9a-fA-F]+|\(nil\)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])")
 _KEYWORDS = frozenset({"true", "false", "null"})
 _BYTE = re.compile(r"byte (\d+)")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -83,7 +85,9 @@ def looks_like_plugin_dump(head: bytes, name: str = "") -> bool:
     """True when the first bytes are a JSON array of events with an NCCL plugin ``cat``, or any
     JSON array (an empty dump included) in a file named like one (``nccl_profile*``)."""
     body = blank_bom(head).lstrip()
-    return body.startswith(b"[") and (_CAT.search(body) is not None or name.lower().startswith("nccl_profile"))
+    return body.startswith(b"[") and (
+        _CAT.search(body) is not None or name.lower().startswith("nccl_profile")
+    )
 
 
 def _repair_line(line: str, counts: Counter[str]) -> str:
@@ -152,8 +156,9 @@ def _decode_lines(path: Path, text: str) -> tuple[list[_Event], Counter[str]]:
                 continue
             m = _BYTE.search(str(e))
             col = (int(m.group(1)) if m else 0) + 1 + (len(raw) - len(raw.lstrip()))
-            raise TraceFormatError(path, f"line {i + 1}:{col}", f"not an event the plugin writes ({e}); "
-                                   "fix or remove the line") from None
+            raise TraceFormatError(
+                path, f"line {i + 1}:{col}", f"not an event the plugin writes ({e}); fix or remove the line"
+            ) from None
     if not closed:
         counts["missing closing ']' added"] += 1
     if text.rstrip().rstrip("]").rstrip().endswith(","):
@@ -195,23 +200,12 @@ def _bad_value(a: dict[str, Any]) -> str | None:
     return None
 
 
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    try:
-        return int(str(v))
-    except ValueError:
-        return None
-
-
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one NCCL example-profiler dump.
 
     Args:
         path: The plugin's JSON file.
-        on_bad_event: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
             with a value that cannot be stored (:func:`_rows`); ``"skip"`` counts it.
 
     Returns:
@@ -223,6 +217,7 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             ``ts`` (with ``raise``); no COLL / P2P event, or no rank.
     """
     p = Path(path).resolve()
+    on_bad_event = options.on_bad_event
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -243,12 +238,17 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
             ts = None
         if ts is None:
             if on_bad_event == "raise":
-                raise TraceFormatError(p, f"event #{i} ({ev.cat} {ev.name!r})", "missing or non-numeric 'ts'; "
-                                       "pass --skip-bad-events to skip such events")
+                raise TraceFormatError(
+                    p,
+                    f"event #{i} ({ev.cat} {ev.name!r})",
+                    "missing or non-numeric 'ts'; pass --skip-bad-events to skip such events",
+                )
             rejected["missing or non-numeric 'ts'"] += 1
             continue
         if ts == 0:  # module doc, step 2: a time never set
-            unset[f"{ev.cat} {ev.name} {'begin' if ev.ph == 'b' else 'end' if ev.ph == 'e' else 'instant'}"] += 1
+            unset[
+                f"{ev.cat} {ev.name} {'begin' if ev.ph == 'b' else 'end' if ev.ph == 'e' else 'instant'}"
+            ] += 1
         known = ts or None
         key = (ev.cat, ev.name, str(ev.id), str(ev.pid), str(ev.tid))
         if ev.ph == "b":
@@ -262,34 +262,57 @@ def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
                 rejected["end without a begin"] += 1
         else:
             spans.append(_Span(i, known, known, None if known else "zero_ts"))
-    spans += [_Span(j, s, None, "unmatched_begin" if s else "zero_ts") for stack in open_.values() for j, s in stack]
+    spans += [
+        _Span(j, s, None, "unmatched_begin" if s else "zero_ts") for stack in open_.values() for j, s in stack
+    ]
     flagged = Counter(sp.flag for sp in spans if sp.flag)
     spans.sort(key=lambda sp: (sp.start or sp.end or 0, sp.at))
     events, colls = _rows(p, evs, spans, on_bad_event, rejected)
     if not any(ev.ph or ev.name or ev.cat for ev in evs):
-        raise TraceFormatError(p, "", "no events: the NCCL profiler plugin wrote an empty dump (the process ran "
-                               "no NCCL operation while profiled, or exited before the plugin flushed)")
+        raise TraceFormatError(
+            p,
+            "",
+            "no events: the NCCL profiler plugin wrote an empty dump (the process ran "
+            "no NCCL operation while profiled, or exited before the plugin flushed)",
+        )
     if not colls and rejected:
         raise TraceFormatError(p, "", f"no valid COLL or P2P event: all skipped ({dict(rejected)})")
     if not colls:
-        raise TraceFormatError(p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives")
+        raise TraceFormatError(
+            p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives"
+        )
     rank, warnings = _rank(p, evs)
     if repairs:
-        warnings.append(f"{p.name}: repaired non-strict JSON: "
-                        + ", ".join(f"{n} x {what}" for what, n in sorted(repairs.items())))
+        warnings.append(
+            f"{p.name}: repaired non-strict JSON: "
+            + ", ".join(f"{n} x {what}" for what, n in sorted(repairs.items()))
+        )
     if unset:
-        warnings.append(f"{p.name}: {sum(unset.values())} record(s) with ts 0.000000, a time the plugin never set ("
-                        + ", ".join(f"{n} x {what}" for what, n in sorted(unset.items())) + "): that begin or end "
-                        "is unknown; stored at the other end with duration 0, flagged zero_ts (a collective's start "
-                        "or end NULL)")
+        warnings.append(
+            f"{p.name}: {sum(unset.values())} record(s) with ts 0.000000, a time the plugin never set ("
+            + ", ".join(f"{n} x {what}" for what, n in sorted(unset.items()))
+            + "): that begin or end "
+            "is unknown; stored at the other end with duration 0, flagged zero_ts (a collective's start "
+            "or end NULL)"
+        )
     return ParsedTrace(
-        path=str(p), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), source="nccl_profiler",
-        format="nccl-profiler-example", rank=rank, world_size=None,
-        trace={"pid": events[0]["pid"] if events else None,
-               "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode()},
+        path=str(p),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        bytes=len(raw),
+        source=TraceSource.nccl_profiler,
+        format="nccl-profiler-example",
+        rank=rank,
+        world_size=None,
+        trace={
+            "pid": events[0]["pid"] if events else None,
+            "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode(),
+        },
         events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),
         collectives=pa.Table.from_pylist(colls, schema=_COLL_SCHEMA),
-        events_read=len(evs), rejected=dict(rejected), skipped=dict(skipped), flagged=dict(flagged),
+        events_read=len(evs),
+        rejected=dict(rejected),
+        skipped=dict(skipped),
+        flagged=dict(flagged),
         warnings=warnings,
     )
 
@@ -304,13 +327,26 @@ class _Span(NamedTuple):
     flag: str | None
 
 
-_EVENT_COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id", "args", "flag")
+_EVENT_COLS = (
+    "kind",
+    "cat",
+    "name",
+    "ts_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "correlation",
+    "external_id",
+    "args",
+    "flag",
+)
 _EVENT_SCHEMA = pa.schema([row_schema("events").field(c) for c in _EVENT_COLS])
 _COLL_SCHEMA = row_schema("collectives")
 
 
-def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
-          rejected: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _rows(
+    p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str, rejected: Counter[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Event and collective rows of the paired spans (module doc, step 3). A COLL / P2P record
     whose ``Count`` or ``SeqNum`` is not an integer, is beyond int64 (its bytes too), whose
     ``Count`` is negative, or whose ``CommHash`` / ``Datatype`` is of another JSON type
@@ -329,32 +365,52 @@ def _rows(p: Path, evs: list[_Event], spans: list[_Span], on_bad_event: str,
                 raise TraceFormatError(p, where, f"{problem}; pass --skip-bad-events to skip such events")
             rejected[problem[: problem.index(" (")]] += 1
             continue
-        events.append({
-            "kind": "collective" if coll else "other", "cat": f"nccl:{ev.cat}", "name": ev.name,
-            "ts_ns": start or end or 0, "dur_ns": max(end - start, 0) if start and end else 0, "pid": str(ev.pid),
-            "tid": str(ev.tid), "correlation": None, "external_id": _int(a.get("SeqNum")) if coll else None,
-            "args": msgspec.json.encode(a).decode(), "flag": flag,
-        })
+        events.append(
+            {
+                "kind": "collective" if coll else "other",
+                "cat": f"nccl:{ev.cat}",
+                "name": ev.name,
+                "ts_ns": start or end or 0,
+                "dur_ns": max(end - start, 0) if start and end else 0,
+                "pid": str(ev.pid),
+                "tid": str(ev.tid),
+                "correlation": None,
+                "external_id": integer(a.get("SeqNum")) if coll else None,
+                "args": msgspec.json.encode(a).decode(),
+                "flag": flag,
+            }
+        )
         if not coll:
             if not record_fits(p, where, on_bad_event, rejected, (events[-1], _EVENT_SCHEMA)):
                 events.pop()
             continue
         p2p = ev.cat == "P2P"
         dtype = _dtype(a.get("Datatype"))
-        n = _int(a.get("Count"))
+        n = integer(a.get("Count"))
         size = dtype_bytes(dtype)
         comm = a.get("CommHash")
         op = normalize_op(ev.name) if ev.name else "unknown"
         nbytes = n * size if n is not None and size else None
         side = "out" if op == "reduce_scatter" else "in"  # ncclReduceScatter's count is the per-rank output
-        colls.append({
-            "source": "nccl_profiler", "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
-            "seq": None if p2p else _int(a.get("SeqNum")), "op": op, "dtype": dtype,
-            "comms_id": None if p2p else nccl_comms_id(comm, op, _int(a.get("SeqNum"))),
-            f"nelems_{side}": n, f"bytes_{side}": nbytes,
-            "enter_ns": start, "start_ns": start, "end_ns": end, "tid": str(ev.tid),
-        })
-        if not record_fits(p, where, on_bad_event, rejected, (colls[-1], _COLL_SCHEMA), (events[-1], _EVENT_SCHEMA)):
+        colls.append(
+            {
+                "source": CollectiveSource.nccl_profiler,
+                "pg": None if comm is None else f"{comm}{':p2p' if p2p else ''}",
+                "seq": None if p2p else integer(a.get("SeqNum")),
+                "op": op,
+                "dtype": dtype,
+                "comms_id": None if p2p else nccl_comms_id(comm, op, integer(a.get("SeqNum"))),
+                f"nelems_{side}": n,
+                f"bytes_{side}": nbytes,
+                "enter_ns": start,
+                "start_ns": start,
+                "end_ns": end,
+                "tid": str(ev.tid),
+            }
+        )
+        if not record_fits(
+            p, where, on_bad_event, rejected, (colls[-1], _COLL_SCHEMA), (events[-1], _EVENT_SCHEMA)
+        ):
             colls.pop(), events.pop()
     seen: Counter[tuple[Any, str]] = Counter()
     for r in colls:
@@ -370,8 +426,12 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
     per_comm: dict[Any, Counter[int]] = {}
     for ev in evs:
         a = ev.args or {}
-        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and (r := _int(a.get("Rank"))) is not None \
-                and _bad_value(a) is None:  # a refused record (skipped) says nothing of the rank
+        if (
+            ev.cat in ("COLL", "P2P")
+            and ev.ph == "b"
+            and (r := integer(a.get("Rank"))) is not None
+            and _bad_value(a) is None
+        ):  # a refused record (skipped) says nothing of the rank
             per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
     if not per_comm:
         return None, []
@@ -380,5 +440,7 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
         return ranks.pop(), []
     comm, counts = max(per_comm.items(), key=lambda kv: sum(kv[1].values()))
     rank = counts.most_common(1)[0][0]
-    return rank, [f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
-                  f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise"]
+    return rank, [
+        f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
+        f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise"
+    ]

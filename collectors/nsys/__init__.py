@@ -4,9 +4,9 @@ one-rank export); ``export`` turns a ``.nsys-rep`` into one and wraps a command 
 
 from pathlib import Path
 
-from collectors.nsys.export import has_export, launch_nsys, sqlite_for
-from collectors.nsys.parse import SQLITE_MAGIC, parse, parse_all
-from traceprof import sources
+from traceprof.collectors.nsys.export import has_export, launch_nsys, sqlite_for
+from traceprof.collectors.nsys.parse import SQLITE_MAGIC, parse, parse_all
+from traceprof.ingest import sources
 
 __all__ = ["parse", "parse_all"]
 
@@ -17,10 +17,16 @@ def _claims(path: Path, head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC) or (path.name.endswith(".nsys-rep") and not has_export(path))
 
 
-sources.register(sources.Collector(
-    "nsys", "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)", _claims,
-    lambda p, bad: parse_all(sqlite_for(p), on_bad_event=bad), order=5, capture=launch_nsys,
-    rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
-               "process: else the file name)",
-    world_field="recorded environment WORLD_SIZE",
-))
+sources.register(
+    sources.Collector(
+        "nsys",
+        "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)",
+        _claims,
+        lambda p, options: parse_all(sqlite_for(p), options),
+        order=5,
+        capture=launch_nsys,
+        rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
+        "process: else the file name)",
+        world_field="recorded environment WORLD_SIZE",
+    )
+)

@@ -1,7 +1,7 @@
 """Capture side of the nsys collector: ``nsys profile`` around every rank, ``nsys export`` of reports.
 
 Both need the ``nsys`` executable (Nsight Systems CLI) on PATH; without it they raise a one-line
-:class:`~traceprof.errors.UsageError` / :class:`~traceprof.errors.TraceFormatError` saying what to run.
+:class:`~traceprof.core.errors.UsageError` / :class:`~traceprof.core.errors.TraceFormatError` saying what to run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from traceprof.errors import TraceFormatError, UsageError
+from traceprof.core.errors import TraceFormatError, UsageError
 
 __all__ = ["sqlite_for", "profile_command", "launch_nsys", "TRACE_OPTIONS"]
 
@@ -46,10 +46,18 @@ def sqlite_for(path: Path) -> Path:
         return out
     nsys = shutil.which("nsys")
     if nsys is None:
-        raise TraceFormatError(path, "", f"an Nsight Systems report; nsys is not on PATH to export it: run "
-                               f"`nsys export --type sqlite -o {out.name} {path.name}` and ingest {out.name}")
-    proc = subprocess.run([nsys, "export", "--type", "sqlite", "--output", str(out), str(path)],
-                          capture_output=True, text=True, check=False)
+        raise TraceFormatError(
+            path,
+            "",
+            f"an Nsight Systems report; nsys is not on PATH to export it: run "
+            f"`nsys export --type sqlite -o {out.name} {path.name}` and ingest {out.name}",
+        )
+    proc = subprocess.run(
+        [nsys, "export", "--type", "sqlite", "--output", str(out), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0 or not out.is_file():
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise TraceFormatError(path, "", f"nsys export failed (status {proc.returncode}): {last[0]}")
@@ -59,11 +67,20 @@ def sqlite_for(path: Path) -> Path:
 def profile_command(command: Sequence[str], out_dir: Path) -> list[str]:
     """``nsys profile`` wrapping ``command`` for one rank: per-rank output ``rank%q{RANK}`` in
     ``out_dir``, with an SQLite export written next to the report (``--export=sqlite``)."""
-    return ["nsys", "profile", *TRACE_OPTIONS, "--export=sqlite", "--force-overwrite=true",
-            f"--output={out_dir / 'rank%q{RANK}'}", *command]
+    return [
+        "nsys",
+        "profile",
+        *TRACE_OPTIONS,
+        "--export=sqlite",
+        "--force-overwrite=true",
+        f"--output={out_dir / 'rank%q{RANK}'}",
+        *command,
+    ]
 
 
-def launch_nsys(script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, python: str = sys.executable) -> int:
+def launch_nsys(
+    script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, python: str = sys.executable
+) -> int:
     """Run a training script on ``nproc`` local ranks with each rank under ``nsys profile``
     (``torchrun --no-python ... nsys profile ... python SCRIPT``).
 
@@ -78,9 +95,18 @@ def launch_nsys(script: Sequence[str], out_dir: str | Path, *, nproc: int = 1, p
     if nproc < 1:
         raise UsageError(f"--nproc {nproc}: expected 1 or more ranks")
     if shutil.which("nsys") is None:
-        raise UsageError("--nsys: nsys (Nsight Systems CLI) is not on PATH; install it or add its bin folder to PATH")
+        raise UsageError(
+            "--nsys: nsys (Nsight Systems CLI) is not on PATH; install it or add its bin folder to PATH"
+        )
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--no-python",
-           *profile_command([python, *script], out)]
+    cmd = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "--no-python",
+        *profile_command([python, *script], out),
+    ]
     return subprocess.run(cmd, env=dict(os.environ), check=False).returncode

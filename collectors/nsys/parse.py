@@ -12,10 +12,10 @@ Algorithm:
      with a warning; ``traces.meta.clock`` = ``session_relative``: such a trace is never compared
      with other files' epoch times, and clock alignment moves it onto the other ranks' clock through
      matched collectives when there are any.
-  2. GPU rows (``collectors.nsys.tables``): ``CUPTI_ACTIVITY_KIND_KERNEL`` (name = ``demangledName``
+  2. GPU rows (``traceprof.collectors.nsys.tables``): ``CUPTI_ACTIVITY_KIND_KERNEL`` (name = ``demangledName``
      via ``StringIds``, as Kineto names kernels; lane = (``deviceId``, ``streamId``)), ``..._MEMCPY``
      (named like Kineto: ``Memcpy HtoD (Pageable -> Device)``), ``..._MEMSET`` (``Memset (Device)``),
-     classed by ``traceprof.classify.gpu_class``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
+     classed by the parse options' ``traceprof.core.classify.Classifier``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
      kernels traced per node carry the correlation id of their ``cudaGraphLaunch`` (and a
      ``graphNodeId``), so they link to it. Graphs traced per graph (``--cuda-graph-trace=graph``,
      nsys's default) are ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows with no kernel rows: each
@@ -33,7 +33,7 @@ Algorithm:
      the step ranges among them), not an error; domain and thread-name records are metadata (skipped).
      Ranges named like steps (``ProfilerStep#N``, ``step N``, ``iteration_N``, ``train_step:N``...)
      are ``step`` events.
-  5. Processes and ranks (``collectors.nsys.ranks``): an export with several processes with CUDA
+  5. Processes and ranks (``traceprof.collectors.nsys.ranks``): an export with several processes with CUDA
      work (one ``nsys profile`` around a whole ``torchrun``) becomes one trace per process, its rank
      from the process's recorded environment, its ``MPI Rank N`` thread name or its device (the rule
      is in ``traces.meta.rank_source`` and a warning); one process: the recorded environment
@@ -50,7 +50,7 @@ Algorithm:
      by order across ranks).
   9. CUDA memory (``CUDA_GPU_MEMORY_USAGE_EVENTS``, ``nsys profile --cuda-memory-usage=true``): one
      ``instant`` event ``[memory]`` per allocation or free with Kineto's ``[memory]`` args (``Bytes``
-     negative for a free, no totals; ``collectors.nsys.tables.memory``), read by ``analyses/memory.py``.
+     negative for a free, no totals; ``traceprof.collectors.nsys.tables.memory``), read by ``analyses/memory.py``.
 
 Source fields read: ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, ``StringIds``, the kernel /
 graph-trace / memcpy / memset / sync / runtime / driver tables (start, end, deviceId, streamId,
@@ -75,15 +75,16 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collectors._arrow import row_schema
-from collectors.nsys import ranks, tables
-from collectors.nsys.steps import assign_steps, step_number
-from traceprof.classify import comm_family
-from traceprof.errors import NotATraceError, TraceFormatError
-from traceprof.identity import RELATIVE_CLOCK
-from traceprof.limits import to_table
-from traceprof.ops import kernel_op
-from traceprof.parsed import ParsedTrace
+from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.nsys import ranks, tables
+from traceprof.collectors.nsys.steps import assign_steps, step_number
+from traceprof.core.classify import Classifier
+from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.limits import to_table
+from traceprof.core.ops import kernel_op
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.vocab import CollectiveSource, TraceSource
+from traceprof.storage.identity import RELATIVE_CLOCK
 
 __all__ = ["parse", "parse_all", "SQLITE_MAGIC"]
 
@@ -117,9 +118,11 @@ def _session_start(con: sqlite3.Connection, have: dict[str, set[str]], p: Path) 
         if isinstance(value, int) and value > 0:
             return value, None
         why = f"{_SESSION} is empty" if row is None else f"{_SESSION}.utcEpochNs is {value!r}"
-    return 0, (f"{p.name}: {why} (no capture start time): its times are ns from the capture start, not epoch "
-               "time; they are aligned to the other ranks' through matched collectives when there are any, "
-               "else they cannot be compared with other files' times")
+    return 0, (
+        f"{p.name}: {why} (no capture start time): its times are ns from the capture start, not epoch "
+        "time; they are aligned to the other ranks' through matched collectives when there are any, "
+        "else they cannot be compared with other files' times"
+    )
 
 
 def _meta(con: sqlite3.Connection, have: dict[str, set[str]]) -> dict[str, Any]:
@@ -130,9 +133,12 @@ def _meta(con: sqlite3.Connection, have: dict[str, set[str]]) -> dict[str, Any]:
             meta["nsys_version"] = rows.get("EXPORT_PRODUCT_VERSION") or rows.get("NSYS_VERSION")
             meta["export_schema"] = rows.get("EXPORT_SCHEMA_VERSION")
     if "META_DATA_CAPTURE" in have:
-        cap = dict(con.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'").fetchall())
-        cmd = [cap.get("PROCESS_0:COMMAND")] + [cap[k] for k in sorted(cap, key=lambda k: (len(k), k))
-                                                 if k.startswith("PROCESS_0:ARGUMENT_")]
+        cap = dict(
+            con.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'").fetchall()
+        )
+        cmd = [cap.get("PROCESS_0:COMMAND")] + [
+            cap[k] for k in sorted(cap, key=lambda k: (len(k), k)) if k.startswith("PROCESS_0:ARGUMENT_")
+        ]
         meta["command"] = " ".join(c for c in cmd if c)
     return meta
 
@@ -141,9 +147,17 @@ def _devices(con: sqlite3.Connection, have: dict[str, set[str]]) -> list[dict[st
     if "TARGET_INFO_GPU" not in have:
         return []
     q = "SELECT id, name, smCount, totalMemory, computeMajor, computeMinor FROM TARGET_INFO_GPU ORDER BY id"
-    return [{"device": i, "name": None if n is None else str(n), "sm_count": _int(sm), "memory_bytes": _int(mem),
-             "compute_capability": f"{a}.{b}" if a is not None else None}
-            for i, n, sm, mem, a, b in con.execute(q) if isinstance(i, int)]  # a device without an id is no device
+    return [
+        {
+            "device": i,
+            "name": None if n is None else str(n),
+            "sm_count": _int(sm),
+            "memory_bytes": _int(mem),
+            "compute_capability": f"{a}.{b}" if a is not None else None,
+        }
+        for i, n, sm, mem, a, b in con.execute(q)
+        if isinstance(i, int)
+    ]  # a device without an id is no device
 
 
 def _int(v: Any) -> int | None:
@@ -151,18 +165,26 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) else None
 
 
-def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> _Export:
+def _read(con: sqlite3.Connection, p: Path, options: ParseOptions) -> _Export:
     """Everything :func:`parse_all` reads from the open export (module doc, steps 1-4, 7)."""
     have = tables.table_columns(con)
     if not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_")) for t in have):
-        raise NotATraceError(p, "", "an SQLite file but not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* "
-                             "/ NVTX_EVENTS / TARGET_INFO_* tables)")
+        raise NotATraceError(
+            p,
+            "",
+            "an SQLite file but not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* "
+            "/ NVTX_EVENTS / TARGET_INFO_* tables)",
+        )
     if "StringIds" not in have:
-        raise TraceFormatError(p, "StringIds", "missing: the table of names (kernels, CUDA calls) that every "
-                               "export has; the export is incomplete: export the .nsys-rep again "
-                               "(nsys export --type sqlite)")
+        raise TraceFormatError(
+            p,
+            "StringIds",
+            "missing: the table of names (kernels, CUDA calls) that every "
+            "export has; the export is incomplete: export the .nsys-rep again "
+            "(nsys export --type sqlite)",
+        )
     epoch, clock_warning = _session_start(con, have, p)
-    rows = tables.Rows(p, epoch, on_bad_event)
+    rows = tables.Rows(p, epoch, options.on_bad_event, options.classifier)
     tables.kernels(con, have, rows)
     tables.copies(con, have, rows)
     tables.graphs(con, have, rows)  # after the node-level rows it may duplicate
@@ -172,18 +194,31 @@ def _read(con: sqlite3.Connection, p: Path, on_bad_event: str) -> _Export:
     meta = _meta(con, have)
     if clock_warning:
         meta["clock"] = RELATIVE_CLOCK
-    host = dict(con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'").fetchall()
-                ).get("Hostname") if "TARGET_INFO_SYSTEM_ENV" in have else None
-    return _Export(rows, ranks.read_env(con, have), _devices(con, have), meta, host, epoch,
-                   [clock_warning] if clock_warning else [])
+    host = (
+        dict(
+            con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'").fetchall()
+        ).get("Hostname")
+        if "TARGET_INFO_SYSTEM_ENV" in have
+        else None
+    )
+    return _Export(
+        rows,
+        ranks.read_env(con, have),
+        _devices(con, have),
+        meta,
+        host,
+        epoch,
+        [clock_warning] if clock_warning else [],
+    )
 
 
-def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTrace]:
+def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[ParsedTrace]:
     """Parse one Nsight Systems SQLite export: one trace per rank it holds.
 
     Args:
         path: A ``.sqlite`` file written by ``nsys export --type sqlite``.
-        on_bad_event: ``"raise"`` stops at the first row of a kernel, graph-trace, memcpy, memset,
+        options: How to read it (``traceprof.core.parsed.ParseOptions``): its classifier of GPU
+            activity (``--comm-kernel`` patterns), and ``on_bad_event``: ``"raise"`` stops at the first row of a kernel, graph-trace, memcpy, memset,
             sync, runtime, driver or NVTX table whose ``start``/``end`` are not integers with
             0 <= start <= end and session start + end within int64 (or whose ids are not
             integers); ``"skip"`` counts such rows in ``rejected`` by table and reason
@@ -205,7 +240,7 @@ def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTr
     for tolerant in (False, True):  # a rare non-UTF-8 string: read again, replacing bad bytes
         con = tables.open_export(p, tolerant)
         try:
-            exp = _read(con, p, on_bad_event)
+            exp = _read(con, p, options)
             break
         except sqlite3.OperationalError as e:
             if tolerant or "decode" not in str(e):
@@ -213,8 +248,9 @@ def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTr
         except sqlite3.Error as e:
             raise TraceFormatError(p, "", f"SQLite error while reading the export ({e})") from None
         except UnicodeDecodeError:  # an SQLite error message quoting damaged bytes
-            raise TraceFormatError(p, "", "SQLite error while reading the export (damaged file: "
-                                   "SQLite's error is not UTF-8)") from None
+            raise TraceFormatError(
+                p, "", "SQLite error while reading the export (damaged file: SQLite's error is not UTF-8)"
+            ) from None
         finally:
             con.close()
     sha = hashlib.sha256(raw).hexdigest()
@@ -225,47 +261,95 @@ def parse_all(path: str | Path, *, on_bad_event: str = "raise") -> list[ParsedTr
     if None in sp.rows:
         names = set().union(*exp.rows.thread_ranks.values()) if exp.rows.thread_ranks else set()
         rank, how, warns = ranks.file_rank(p, exp.env.text, names)
-        return [_trace(p, len(raw), sha, exp, cols, rank, how, ranks.world_size(exp.env, False),
-                       [*exp.warnings, *warns], rejected, skipped, None)]
+        return [
+            _trace(
+                p,
+                len(raw),
+                sha,
+                exp,
+                cols,
+                rank,
+                how,
+                ranks.world_size(exp.env, False),
+                [*exp.warnings, *warns],
+                rejected,
+                skipped,
+                None,
+            )
+        ]
     procs = sorted(k for k in sp.rows if k is not None)
     sub = {k: {c: [v[i] for i in sp.rows[k]] for c, v in cols.items()} for k in procs}
-    used = {k: {d for kd, d in zip(sub[k]["kind"], sub[k]["device"], strict=True) if kd in _GPU and d is not None}
-            for k in procs}
+    used = {
+        k: {d for kd, d in zip(sub[k]["kind"], sub[k]["device"], strict=True) if kd in _GPU and d is not None}
+        for k in procs
+    }
     rank_of, how, warns = ranks.process_ranks(p, procs, exp.env, exp.rows.thread_ranks, used)
     procs.sort(key=lambda k: rank_of[k])
-    note = (f"{p.name}: {len(procs)} processes with CUDA work (one nsys profile around several ranks): one trace "
-            f"each, kernels linked to launches within their process; rank from {how}: "
-            + ", ".join(f"pid {k & _PID_BITS} -> rank {rank_of[k]}" for k in procs))
+    note = (
+        f"{p.name}: {len(procs)} processes with CUDA work (one nsys profile around several ranks): one trace "
+        f"each, kernels linked to launches within their process; rank from {how}: "
+        + ", ".join(f"pid {k & _PID_BITS} -> rank {rank_of[k]}" for k in procs)
+    )
     if sp.others:
-        note += (f"; rows of {len(sp.others)} other process(es) without CUDA work not stored (pid "
-                 f"{', '.join(map(str, sp.others[:5]))}{', ...' if len(sp.others) > 5 else ''})")
+        note += (
+            f"; rows of {len(sp.others)} other process(es) without CUDA work not stored (pid "
+            f"{', '.join(map(str, sp.others[:5]))}{', ...' if len(sp.others) > 5 else ''})"
+        )
     world = ranks.world_size(exp.env, True)
     out = []
     for i, k in enumerate(procs):
         first = i == 0
-        out.append(_trace(p, len(raw), sha, exp, sub[k], rank_of[k], how, world,
-                          [*exp.warnings, note, *warns] if first else [], rejected if first else {},
-                          skipped if first else {}, k))
+        out.append(
+            _trace(
+                p,
+                len(raw),
+                sha,
+                exp,
+                sub[k],
+                rank_of[k],
+                how,
+                world,
+                [*exp.warnings, note, *warns] if first else [],
+                rejected if first else {},
+                skipped if first else {},
+                k,
+            )
+        )
     return out
 
 
-def parse(path: str | Path, *, on_bad_event: str = "raise") -> ParsedTrace:
+def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse a one-rank Nsight Systems SQLite export (:func:`parse_all`, which see).
 
     Raises:
         TraceFormatError: As :func:`parse_all`, and an export that holds several ranks' processes
             (read it with :func:`parse_all`, as ``traceprof ingest`` does).
     """
-    traces = parse_all(path, on_bad_event=on_bad_event)
+    traces = parse_all(path, options)
     if len(traces) > 1:
-        raise TraceFormatError(path, "", f"holds {len(traces)} processes with CUDA work (several ranks): read it "
-                               "with parse_all() (traceprof ingest does)")
+        raise TraceFormatError(
+            path,
+            "",
+            f"holds {len(traces)} processes with CUDA work (several ranks): read it "
+            "with parse_all() (traceprof ingest does)",
+        )
     return traces[0]
 
 
-def _trace(p: Path, size: int, sha: str, exp: _Export, cols: dict[str, list[Any]], rank: int | None, how: str,
-           world: int | None, warnings: list[str], rejected: dict[str, int], skipped: dict[str, int],
-           proc: int | None) -> ParsedTrace:
+def _trace(
+    p: Path,
+    size: int,
+    sha: str,
+    exp: _Export,
+    cols: dict[str, list[Any]],
+    rank: int | None,
+    how: str,
+    world: int | None,
+    warnings: list[str],
+    rejected: dict[str, int],
+    skipped: dict[str, int],
+    proc: int | None,
+) -> ParsedTrace:
     """One trace from the rows ``cols`` of one process (``proc``; None: the whole export)."""
     label = p.name if proc is None else f"{p.name} (pid {proc & _PID_BITS})"
     steps, cols["step"] = assign_steps(cols)
@@ -290,14 +374,27 @@ def _trace(p: Path, size: int, sha: str, exp: _Export, cols: dict[str, list[Any]
     }
     flagged = dict(Counter(f for f in cols["flag"] if f is not None))
     return ParsedTrace(
-        path=str(p), sha256=sha, bytes=size, source="nsys", format=f"nsys-sqlite-{meta.get('export_schema') or '?'}",
-        rank=rank, world_size=world, trace=trace,
+        path=str(p),
+        sha256=sha,
+        bytes=size,
+        source=TraceSource.nsys,
+        format=f"nsys-sqlite-{meta.get('export_schema') or '?'}",
+        rank=rank,
+        world_size=world,
+        trace=trace,
         events=pa.Table.from_pydict(cols, schema=pa.schema([row_schema("events").field(c) for c in cols])),
-        devices=to_table(devices, row_schema("devices"), rejected, "TARGET_INFO_GPU"),  # ints beyond: left out
+        devices=to_table(
+            devices, row_schema("devices"), rejected, "TARGET_INFO_GPU"
+        ),  # ints beyond: left out
         steps=pa.Table.from_pylist(steps, schema=row_schema("steps")),
-        collectives=pa.Table.from_pylist(_collectives(cols), schema=row_schema("collectives")),
+        collectives=pa.Table.from_pylist(
+            _collectives(cols, exp.rows.classifier), schema=row_schema("collectives")
+        ),
         events_read=len(cols["kind"]) + sum(rejected.values()) + sum(skipped.values()),
-        rejected=rejected, skipped=skipped, flagged=flagged, warnings=warnings,
+        rejected=rejected,
+        skipped=skipped,
+        flagged=flagged,
+        warnings=warnings,
     )
 
 
@@ -306,15 +403,19 @@ def _notices(label: str, cols: dict[str, list[Any]], graph: list[int]) -> list[s
     durations of its graph-level records, ns), NVTX ranges never closed."""
     out = []
     if graph:
-        out.append(f"{label}: {len(graph)} CUDA graph execution(s) ({sum(graph):,} ns of GPU time) were traced per "
-                   "graph (CUPTI_ACTIVITY_KIND_GRAPH_TRACE: nsys --cuda-graph-trace=graph, the default) with no "
-                   "kernel rows: each is one GPU record 'CUDA graph <graphId>' counted as busy compute time; the "
-                   "kernels inside and their classes (communication included) are unknown: record them with "
-                   "nsys profile --cuda-graph-trace=node")
+        out.append(
+            f"{label}: {len(graph)} CUDA graph execution(s) ({sum(graph):,} ns of GPU time) were traced per "
+            "graph (CUPTI_ACTIVITY_KIND_GRAPH_TRACE: nsys --cuda-graph-trace=graph, the default) with no "
+            "kernel rows: each is one GPU record 'CUDA graph <graphId>' counted as busy compute time; the "
+            "kernels inside and their classes (communication included) are unknown: record them with "
+            "nsys profile --cuda-graph-trace=node"
+        )
     opened = [n for n, f in zip(cols["name"], cols["flag"], strict=True) if f == "unmatched_begin"]
     if opened:
-        msg = (f"{label}: {len(opened)} NVTX range(s) never closed (end NULL: the capture stopped inside them), "
-               "stored as instants flagged unmatched_begin (left out of windows)")
+        msg = (
+            f"{label}: {len(opened)} NVTX range(s) never closed (end NULL: the capture stopped inside them), "
+            "stored as instants flagged unmatched_begin (left out of windows)"
+        )
         open_steps = sorted({n for n in opened if step_number(n) is not None})
         if open_steps:
             msg += f"; the work launched in step range(s) {', '.join(open_steps[:3])} belongs to no step"
@@ -322,8 +423,9 @@ def _notices(label: str, cols: dict[str, list[Any]], graph: list[int]) -> list[s
     return out
 
 
-def _collectives(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """One ``nccl_kernel`` row per communication kernel (module doc, step 8), with ordinals."""
+def _collectives(cols: dict[str, list[Any]], classifier: Classifier) -> list[dict[str, Any]]:
+    """One ``nccl_kernel`` row per communication kernel (module doc, step 8), with ordinals; a
+    kernel's family (``classifier``) names its op where its name does (DeepEP: all_to_all)."""
     launch: dict[int, int] = {}
     for k, c, t in zip(cols["kind"], cols["correlation"], cols["ts_ns"], strict=True):
         if k in ("cuda_runtime", "cuda_driver") and c is not None:
@@ -333,13 +435,20 @@ def _collectives(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
         if k != "kernel" or cols["class"][i] != "comm":
             continue
         name = cols["name"][i]
-        fam = comm_family(name)
-        out.append({
-            "source": "nccl_kernel", "pg": None, "seq": None,
-            "op": (fam.op if fam is not None and fam.op else kernel_op(name)),
-            "enter_ns": launch.get(cols["correlation"][i]), "start_ns": cols["ts_ns"][i],
-            "end_ns": cols["ts_ns"][i] + cols["dur_ns"][i], "stream": cols["stream"][i], "step": cols["step"][i],
-        })
+        fam = classifier.family(name)
+        out.append(
+            {
+                "source": CollectiveSource.nccl_kernel,
+                "pg": None,
+                "seq": None,
+                "op": (fam.op if fam is not None and fam.op else kernel_op(name)),
+                "enter_ns": launch.get(cols["correlation"][i]),
+                "start_ns": cols["ts_ns"][i],
+                "end_ns": cols["ts_ns"][i] + cols["dur_ns"][i],
+                "stream": cols["stream"][i],
+                "step": cols["step"][i],
+            }
+        )
     out.sort(key=lambda r: (r["start_ns"], r["end_ns"]))
     seen: dict[str, int] = {}
     for r in out:

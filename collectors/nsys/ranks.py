@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceprof.errors import TraceFormatError
+from traceprof.core.errors import TraceFormatError
 
 __all__ = ["Env", "read_env", "env_int", "file_rank", "process_ranks", "split", "RANK_ENV", "WORLD_ENV"]
 
@@ -71,8 +71,11 @@ class Env:
 
 def _text(con: sqlite3.Connection, table: str) -> list[tuple[str, str]]:
     q = f"SELECT CAST(name AS BLOB), CAST(value AS BLOB) FROM {table}"
-    return [(bytes(n).decode("utf-8", "replace"), bytes(v).decode("utf-8", "replace")) for n, v in con.execute(q)
-            if n is not None and v]
+    return [
+        (bytes(n).decode("utf-8", "replace"), bytes(v).decode("utf-8", "replace"))
+        for n, v in con.execute(q)
+        if n is not None and v
+    ]
 
 
 def read_env(con: sqlite3.Connection, tables: dict[str, set[str]]) -> Env:
@@ -130,23 +133,34 @@ def file_rank(path: Path, env: str, thread_ranks: set[int]) -> tuple[int | None,
         TraceFormatError: Several ranks in the environment, or a rank that conflicts with the one
             in the file name.
     """
-    hit = env_int(env, RANK_ENV) or (("NVTX thread name 'MPI Rank N'", thread_ranks) if thread_ranks else None)
+    hit = env_int(env, RANK_ENV) or (
+        ("NVTX thread name 'MPI Rank N'", thread_ranks) if thread_ranks else None
+    )
     stem = path.name.split(".sqlite")[0].split(".nsys-rep")[0]
     m = _RANK_IN_NAME.search(stem) or _TRAILING_NUMBER.search(stem)
     by_name = int(m.group(1)) if m else None
     if hit:
         var, values = hit
         if len(values) > 1:
-            raise TraceFormatError(path, f"environment {var}", f"several ranks recorded ({sorted(values)}) but one "
-                                   "process with CUDA work: profile each rank to its own file "
-                                   "(nsys profile -o name_%q{RANK})")
+            raise TraceFormatError(
+                path,
+                f"environment {var}",
+                f"several ranks recorded ({sorted(values)}) but one "
+                "process with CUDA work: profile each rank to its own file "
+                "(nsys profile -o name_%q{RANK})",
+            )
         rank = next(iter(values))
         if by_name is not None and by_name != rank and _RANK_IN_NAME.search(stem):
-            raise TraceFormatError(path, f"environment {var}", f"rank {rank} conflicts with rank {by_name} in the file name")
+            raise TraceFormatError(
+                path, f"environment {var}", f"rank {rank} conflicts with rank {by_name} in the file name"
+            )
         return rank, (var if var.startswith("NVTX") else f"environment {var}"), []
     if by_name is not None:
-        return by_name, "file name", [f"{path.name}: rank {by_name} taken from the file name (no RANK in the "
-                                      "recorded environment)"]
+        return (
+            by_name,
+            "file name",
+            [f"{path.name}: rank {by_name} taken from the file name (no RANK in the recorded environment)"],
+        )
     return None, "none", []
 
 
@@ -155,8 +169,13 @@ def _distinct(found: dict[int, int | None]) -> bool:
     return None not in vals and len(set(vals)) == len(vals)
 
 
-def process_ranks(path: Path, procs: list[int], env: Env, thread_ranks: dict[int, set[int]],
-                  devices: dict[int, set[int]]) -> tuple[dict[int, int], str, list[str]]:
+def process_ranks(
+    path: Path,
+    procs: list[int],
+    env: Env,
+    thread_ranks: dict[int | None, set[int]],
+    devices: dict[int, set[int]],
+) -> tuple[dict[int, int], str, list[str]]:
     """The rank of each process with CUDA work (module doc, step 3).
 
     Args:
@@ -169,12 +188,15 @@ def process_ranks(path: Path, procs: list[int], env: Env, thread_ranks: dict[int
     Returns:
         (process -> rank, the rule used, warnings).
     """
+
     def one(values: set[int] | None) -> int | None:
         return next(iter(values)) if values and len(values) == 1 else None
 
     def by_env(names: tuple[str, ...]) -> tuple[dict[int, int | None], str]:
         hits = {p: env_int(env.per_pid.get(p & _PID_BITS, ""), names) for p in procs}
-        return {p: one(h[1]) if h else None for p, h in hits.items()}, next((h[0] for h in hits.values() if h), "")
+        return {p: one(h[1]) if h else None for p, h in hits.items()}, next(
+            (h[0] for h in hits.values() if h), ""
+        )
 
     node = env_int(env.shared, _NODE_ENV)
     local = env_int(env.shared, _LOCAL_WORLD_ENV)
@@ -188,17 +210,22 @@ def process_ranks(path: Path, procs: list[int], env: Env, thread_ranks: dict[int
         return {p: r for p, r in found.items() if r is not None}, "NVTX thread name 'MPI Rank N'", []
     found, var = by_env(_LOCAL_RANK_ENV)
     if _distinct(found):
-        return ({p: n_node * n_local + r for p, r in found.items() if r is not None},
-                f"environment {var} of each process{on_node}", [])
+        return (
+            {p: n_node * n_local + r for p, r in found.items() if r is not None},
+            f"environment {var} of each process{on_node}",
+            [],
+        )
     found = {p: one(devices.get(p)) for p in procs}
     if _distinct(found):
         order = sorted(d for d in found.values() if d is not None)
         how = f"device (LOCAL_RANK = the position of its GPU among the processes' GPUs{on_node})"
         return {p: n_node * n_local + order.index(d) for p, d in found.items() if d is not None}, how, []
     ranks = {p: i for i, p in enumerate(procs)}
-    warn = (f"{path.name}: {len(procs)} processes with CUDA work and no RANK, 'MPI Rank N' thread name or "
-            "one GPU per process to tell their ranks: numbered by pid order (a guess; profile each rank to its "
-            "own file with nsys profile -o name_%q{RANK} to record them)")
+    warn = (
+        f"{path.name}: {len(procs)} processes with CUDA work and no RANK, 'MPI Rank N' thread name or "
+        "one GPU per process to tell their ranks: numbered by pid order (a guess; profile each rank to its "
+        "own file with nsys profile -o name_%q{RANK} to record them)"
+    )
     return ranks, "process order (pid)", [warn]
 
 
@@ -236,8 +263,13 @@ def split(cols: dict[str, list[Any]], procs: list[int | None]) -> Split:
     out = Split({p: [] for p in cuda})
     launched: dict[int, set[int]] = {}  # correlation id -> processes whose launch call has it
     for i in range(n):
-        if kinds[i] in ("cuda_runtime", "cuda_driver") and cols["correlation"][i] is not None and procs[i] is not None:
-            launched.setdefault(cols["correlation"][i], set()).add(procs[i])
+        proc = procs[i]
+        if (
+            kinds[i] in ("cuda_runtime", "cuda_driver")
+            and cols["correlation"][i] is not None
+            and proc is not None
+        ):
+            launched.setdefault(cols["correlation"][i], set()).add(proc)
     others: set[int] = set()
     for i in range(n):
         p = procs[i]
@@ -255,7 +287,8 @@ def split(cols: dict[str, list[Any]], procs: list[int | None]) -> Split:
             out.rows[p].append(i)
         else:
             others.add(p)
-            out.skipped["rows of processes without CUDA work"] = out.skipped.get("rows of processes without CUDA work",
-                                                                                  0) + 1
+            out.skipped["rows of processes without CUDA work"] = (
+                out.skipped.get("rows of processes without CUDA work", 0) + 1
+            )
     out.others = sorted(p & _PID_BITS for p in others)
     return out

@@ -14,7 +14,9 @@ import numpy as np
 
 __all__ = ["step_number", "assign_steps"]
 
-_STEP = re.compile(r"^(?:ProfilerStep|train[_ ]?step|step|iteration|iter)\s*[#:_=\- ]?\s*(\d+)$", re.IGNORECASE)
+_STEP = re.compile(
+    r"^(?:ProfilerStep|train[_ ]?step|step|iteration|iter)\s*[#:_=\- ]?\s*(\d+)$", re.IGNORECASE
+)
 _GPU = frozenset({"kernel", "memcpy", "memset", "sync"})
 _LAUNCH = frozenset({"cuda_runtime", "cuda_driver"})
 
@@ -27,7 +29,7 @@ def step_number(name: str) -> int | None:
 
 
 def assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list[int | None]]:
-    """Step rows and each event's step (``collectors.nsys.parse`` module doc, step 5).
+    """Step rows and each event's step (``traceprof.collectors.nsys.parse`` module doc, step 5).
 
     Args:
         cols: Event columns (kind, name, ts_ns, dur_ns, correlation), epoch ns.
@@ -54,7 +56,9 @@ def assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list
     t = np.array(ts, dtype=np.int64)
     j = np.searchsorted(starts, t, side="right") - 1
     inside = (j >= 0) & (t < ends[np.clip(j, 0, None)])
-    by_time: list[int | None] = [nums[x] if ok else None for x, ok in zip(j.tolist(), inside.tolist(), strict=True)]
+    by_time: list[int | None] = [
+        nums[x] if ok else None for x, ok in zip(j.tolist(), inside.tolist(), strict=True)
+    ]
     first: dict[int, int] = {}  # correlation id -> its earliest launch call, whatever the rows' order
     for i in range(n_ev):
         c = cols["correlation"][i]
@@ -73,7 +77,15 @@ def assign_steps(cols: dict[str, list[Any]]) -> tuple[list[dict[str, Any]], list
             b = bounds.setdefault(s, [ts[i], ts[i] + dur[i]])
             b[0], b[1] = min(b[0], ts[i]), max(b[1], ts[i] + dur[i])
     last = nums[-1]
-    rows = [{"step": n, "cpu_start_ns": s, "cpu_end_ns": e,
-             "device_start_ns": bounds.get(n, [None, None])[0], "device_end_ns": bounds.get(n, [None, None])[1],
-             "is_last": n == last} for n, (s, e) in order]
+    rows = [
+        {
+            "step": n,
+            "cpu_start_ns": s,
+            "cpu_end_ns": e,
+            "device_start_ns": bounds.get(n, [None, None])[0],
+            "device_end_ns": bounds.get(n, [None, None])[1],
+            "is_last": n == last,
+        }
+        for n, (s, e) in order
+    ]
     return rows, step

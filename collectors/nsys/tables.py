@@ -1,4 +1,4 @@
-"""Rows of the tables of an Nsight Systems SQLite export, as event columns (``collectors.nsys.parse``
+"""Rows of the tables of an Nsight Systems SQLite export, as event columns (``traceprof.collectors.nsys.parse``
 module doc, steps 2-4).
 
 Every query names its columns and checks its rows' times and ids in SQL (:func:`valid`); no query
@@ -14,15 +14,40 @@ from typing import Any
 
 import msgspec
 
-from collectors.nsys.steps import step_number
-from traceprof.classify import gpu_class
-from traceprof.errors import TraceFormatError
+from traceprof.collectors.nsys.steps import step_number
+from traceprof.core.classify import Classifier
+from traceprof.core.errors import TraceFormatError
 
-__all__ = ["Rows", "open_export", "table_columns", "kernels", "graphs", "copies", "api", "nvtx", "memory", "GRAPH_CAT",
-           "MEMORY_CAT"]
+__all__ = [
+    "Rows",
+    "open_export",
+    "table_columns",
+    "kernels",
+    "graphs",
+    "copies",
+    "api",
+    "nvtx",
+    "memory",
+    "GRAPH_CAT",
+    "MEMORY_CAT",
+]
 
-COLS = ("kind", "cat", "name", "ts_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation",
-        "external_id", "args", "class", "flag")
+COLS = (
+    "kind",
+    "cat",
+    "name",
+    "ts_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "device",
+    "stream",
+    "correlation",
+    "external_id",
+    "args",
+    "class",
+    "flag",
+)
 #: ``events.cat`` of a CUDA graph execution traced per graph (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``).
 GRAPH_CAT = "cuda_graph"
 #: ``events.cat`` of a CUDA memory allocation or free (``CUDA_GPU_MEMORY_USAGE_EVENTS``).
@@ -37,10 +62,32 @@ _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 _VERSION = re.compile(r"_v\d+$")
 _INT64_MAX = 2**63 - 1
 # Fallbacks for exports without ENUM_* tables (schema 2.x): the same ids and labels.
-_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
-              6: "Managed Static", 7: "Unknown"}
+_COPY_KINDS = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
+_MEM_KINDS = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device Static",
+    6: "Managed Static",
+    7: "Unknown",
+}
 _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 #: The id columns of GPU activity rows, read as integers (lanes, the link to the launch, the process).
 _GPU_IDS = ("deviceId", "streamId", "correlationId", "globalPid")
@@ -60,7 +107,9 @@ def open_export(path: Path, tolerant: bool = False) -> sqlite3.Connection:
     except sqlite3.Error as e:
         raise TraceFormatError(path, "", f"unreadable SQLite file ({e})") from None
     except UnicodeDecodeError:  # SQLite's own error message held the damaged schema's bytes
-        raise TraceFormatError(path, "", "unreadable SQLite file (damaged schema: SQLite's error is not UTF-8)") from None
+        raise TraceFormatError(
+            path, "", "unreadable SQLite file (damaged schema: SQLite's error is not UTF-8)"
+        ) from None
     return con
 
 
@@ -70,7 +119,9 @@ def table_columns(con: sqlite3.Connection) -> dict[str, set[str]]:
     return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names}
 
 
-def _enum(con: sqlite3.Connection, tables: dict[str, set[str]], name: str, fallback: dict[int, str]) -> dict[int, str]:
+def _enum(
+    con: sqlite3.Connection, tables: dict[str, set[str]], name: str, fallback: dict[int, str]
+) -> dict[int, str]:
     if name not in tables:
         return fallback
     return {int(i): str(label) for i, label in con.execute(f"SELECT id, label FROM {name}")}
@@ -78,8 +129,14 @@ def _enum(con: sqlite3.Connection, tables: dict[str, set[str]], name: str, fallb
 
 def _copy_label(label: str) -> str:
     """``Host-to-Device`` (ENUM label) or ``HtoD`` -> Kineto's short form ``HtoD``."""
-    return label.replace("Unified ", "UVM ").replace("Host", "H").replace("Device", "D").replace(
-        "Array", "A").replace("Peer", "P").replace("-to-", "to")
+    return (
+        label.replace("Unified ", "UVM ")
+        .replace("Host", "H")
+        .replace("Device", "D")
+        .replace("Array", "A")
+        .replace("Peer", "P")
+        .replace("-to-", "to")
+    )
 
 
 def pid_tid(gtid: int | None) -> tuple[str, str]:
@@ -89,19 +146,29 @@ def pid_tid(gtid: int | None) -> tuple[str, str]:
     return str((gtid >> 24) & 0xFFFFFF), str(gtid & 0xFFFFFF)
 
 
-def _reason(a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()) -> str:
+def _reason(
+    a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()
+) -> str:
     """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
     integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
     ``end - start`` fits too) and its ``ids`` columns are integers or NULL (``deviceId`` within
     int32). ``end_optional``: a NULL end is an instant (NVTX), not an error; rows outside the
     condition ``only`` are not checked (NVTX metadata records)."""
     s, e = f"{a}.start", f"{a}.end"
-    not_int = "".join(f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
-                      + (f"\n        WHEN {a}.{c} NOT BETWEEN {-(2**31)} AND {2**31 - 1} THEN '{c} beyond int32'"
-                         if c == "deviceId" else "")  # events.device is INTEGER
-                      for c in ids)
-    null_end = f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END" \
-        if end_optional else f"WHEN {e} IS NULL THEN 'NULL end'"
+    not_int = "".join(
+        f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
+        + (
+            f"\n        WHEN {a}.{c} NOT BETWEEN {-(2**31)} AND {2**31 - 1} THEN '{c} beyond int32'"
+            if c == "deviceId"
+            else ""
+        )  # events.device is INTEGER
+        for c in ids
+    )
+    null_end = (
+        f"WHEN {e} IS NULL THEN CASE WHEN {s} > {limit} THEN 'start beyond int64 on the epoch clock' END"
+        if end_optional
+        else f"WHEN {e} IS NULL THEN 'NULL end'"
+    )
     return f"""CASE WHEN NOT ({only}) THEN NULL
         WHEN {s} IS NULL THEN 'NULL start'
         WHEN typeof({s}) <> 'integer' THEN 'start not an integer'
@@ -123,16 +190,26 @@ class Rows:
         thread_ranks: Process -> ranks named by nsys's ``MPI Rank N`` NVTX thread names.
     """
 
-    def __init__(self, path: Path, epoch: int, on_bad_event: str) -> None:
+    def __init__(self, path: Path, epoch: int, on_bad_event: str, classifier: Classifier) -> None:
         self.cols: dict[str, list[Any]] = {c: [] for c in COLS}
         self.procs: list[int | None] = []
         self.rejected: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
         self.thread_ranks: dict[int | None, set[int]] = {}
         self.path, self.epoch, self.on_bad_event = path, epoch, on_bad_event
+        self.classifier = (
+            classifier  # the parse options' (traceprof.core.classify: --comm-kernel patterns too)
+        )
 
-    def valid(self, con: sqlite3.Connection, table: str, a: str, end_optional: bool = False, only: str = "1",
-              ids: tuple[str, ...] = ()) -> str:
+    def valid(
+        self,
+        con: sqlite3.Connection,
+        table: str,
+        a: str,
+        end_optional: bool = False,
+        only: str = "1",
+        ids: tuple[str, ...] = (),
+    ) -> str:
         """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times and integer
         ``ids`` (:func:`_reason`).
 
@@ -147,43 +224,97 @@ class Rows:
                 WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"""
         for reason, n, rowid in con.execute(q).fetchall():
             if self.on_bad_event == "raise":
-                start, end = con.execute(f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
-                raise TraceFormatError(self.path, f"{table} row id {rowid}", f"{reason} (start={start!r}, "
-                                       f"end={end!r}); pass --skip-bad-events to skip such rows")
+                start, end = con.execute(
+                    f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)
+                ).fetchone()
+                raise TraceFormatError(
+                    self.path,
+                    f"{table} row id {rowid}",
+                    f"{reason} (start={start!r}, end={end!r}); pass --skip-bad-events to skip such rows",
+                )
             key = f"{table}: {reason}"
             self.rejected[key] = self.rejected.get(key, 0) + n
         return f"({why}) IS NULL"
 
-    def add(self, kind: str, cat: str, name: str, ts: int, dur: int, pid: str, tid: str,
-            device: int | None, stream: int | None, corr: int | None, args: dict[str, Any],
-            cls: str | None = None, flag: str | None = None, proc: int | None = None) -> None:
+    def add(
+        self,
+        kind: str,
+        cat: str,
+        name: str,
+        ts: int,
+        dur: int,
+        pid: str,
+        tid: str,
+        device: int | None,
+        stream: int | None,
+        corr: int | None,
+        args: dict[str, Any],
+        cls: str | None = None,
+        flag: str | None = None,
+        proc: int | None = None,
+    ) -> None:
         """Append one row (``ts`` epoch ns, ``dur`` ns)."""
         c = self.cols
-        for col, v in (("kind", kind), ("cat", cat), ("name", name), ("ts_ns", ts), ("dur_ns", dur), ("pid", pid),
-                       ("tid", tid), ("device", device), ("stream", stream), ("correlation", corr),
-                       ("external_id", None), ("args", msgspec.json.encode(args).decode()), ("class", cls),
-                       ("flag", flag)):
+        for col, v in (
+            ("kind", kind),
+            ("cat", cat),
+            ("name", name),
+            ("ts_ns", ts),
+            ("dur_ns", dur),
+            ("pid", pid),
+            ("tid", tid),
+            ("device", device),
+            ("stream", stream),
+            ("correlation", corr),
+            ("external_id", None),
+            ("args", msgspec.json.encode(args).decode()),
+            ("class", cls),
+            ("flag", flag),
+        ):
             c[col].append(v)
         self.procs.append(proc)
 
-    def extend(self, kind: str, cat: str, fetched: list[tuple[Any, ...]], gpu: bool,
-               rename: dict[str, str] | None = None) -> None:
+    def extend(
+        self,
+        kind: str,
+        cat: str,
+        fetched: list[tuple[Any, ...]],
+        gpu: bool,
+        rename: dict[str, str] | None = None,
+    ) -> None:
         """Append rows fetched as (name, ts, dur, pid, tid, device, stream, correlation, args JSON,
         process); GPU rows get their class (one classification per distinct name), ``rename`` maps names."""
         if not fetched:
             return
-        names, ts, dur, pid, tid, dev, stream, corr, args, procs = (list(col) for col in zip(*fetched, strict=True))
+        names, ts, dur, pid, tid, dev, stream, corr, args, procs = (
+            list(col) for col in zip(*fetched, strict=True)
+        )
         if rename is not None:
             names = [rename[x] if x in rename else rename.setdefault(x, _VERSION.sub("", x)) for x in names]
         n = len(names)
         c = self.cols
-        for col, vals in (("kind", [kind] * n), ("cat", [cat] * n), ("name", names), ("ts_ns", ts), ("dur_ns", dur),
-                          ("pid", pid), ("tid", tid), ("device", dev), ("stream", stream), ("correlation", corr),
-                          ("external_id", [None] * n), ("args", args), ("flag", [None] * n)):
+        for col, vals in (
+            ("kind", [kind] * n),
+            ("cat", [cat] * n),
+            ("name", names),
+            ("ts_ns", ts),
+            ("dur_ns", dur),
+            ("pid", pid),
+            ("tid", tid),
+            ("device", dev),
+            ("stream", stream),
+            ("correlation", corr),
+            ("external_id", [None] * n),
+            ("args", args),
+            ("flag", [None] * n),
+        ):
             c[col] += vals
         if gpu:
             classes: dict[str, str] = {}
-            c["class"] += [classes[x] if x in classes else classes.setdefault(x, gpu_class(kind, x)) for x in names]
+            c["class"] += [
+                classes[x] if x in classes else classes.setdefault(x, self.classifier.gpu_class(kind, x))
+                for x in names
+            ]
         else:
             c["class"] += [None] * n
         self.procs += procs
@@ -209,7 +340,7 @@ def kernels(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) ->
                                'block', json_array(k.blockX, k.blockY, k.blockZ),
                                'registers per thread', k.registersPerThread,
                                'shared memory', k.staticSharedMemory + k.dynamicSharedMemory,
-                               'shortName', s.value{graph}), {_proc(cols, 'k')}
+                               'shortName', s.value{graph}), {_proc(cols, "k")}
             FROM {table} k
             LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName
             WHERE {ok}"""
@@ -230,26 +361,53 @@ def graphs(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
     cols = tables[_GRAPH]
     ids = tuple(c for c in (*_GPU_IDS, "graphId", "graphExecId") if c in cols)
     ok = rows.valid(con, _GRAPH, "g", ids=ids)
-    extra = "".join(f", g.{c}" if c in cols else ", NULL" for c in ("graphId", "graphExecId", "contextId",
-                                                                   "greenContextId"))
-    q = f"""SELECT g.start + ?, g.end - g.start, g.deviceId, g.streamId, g.correlationId, {_proc(cols, 'g')}{extra}
+    extra = "".join(
+        f", g.{c}" if c in cols else ", NULL"
+        for c in ("graphId", "graphExecId", "contextId", "greenContextId")
+    )
+    q = f"""SELECT g.start + ?, g.end - g.start, g.deviceId, g.streamId, g.correlationId, {_proc(cols, "g")}{extra}
             FROM {_GRAPH} g WHERE {ok}"""
     c = rows.cols
-    nodes = {(p, corr) for k, p, corr in zip(c["kind"], rows.procs, c["correlation"], strict=True)
-             if k in ("kernel", "memcpy", "memset") and corr is not None and p is not None}
+    nodes = {
+        (p, corr)
+        for k, p, corr in zip(c["kind"], rows.procs, c["correlation"], strict=True)
+        if k in ("kernel", "memcpy", "memset") and corr is not None and p is not None
+    }
     for ts, dur, dev, stream, corr, proc, graph, exe, ctx, green in con.execute(q, (rows.epoch,)):
         if corr is not None and (proc, corr) in nodes:
             why = f"{_GRAPH}: graph executions also traced per node (their kernels are kept)"
             rows.skipped[why] = rows.skipped.get(why, 0) + 1
             continue
-        args = {"device": dev, "stream": stream, "correlation": corr, "graphId": graph, "graphExecId": exe,
-                "contextId": ctx, "greenContextId": green, "graph_level": True}
-        rows.add("kernel", GRAPH_CAT, f"CUDA graph {graph if graph is not None else '?'}", ts, dur, str(dev),
-                 str(stream), dev, stream, corr, args, "compute", proc=proc)
+        args = {
+            "device": dev,
+            "stream": stream,
+            "correlation": corr,
+            "graphId": graph,
+            "graphExecId": exe,
+            "contextId": ctx,
+            "greenContextId": green,
+            "graph_level": True,
+        }
+        rows.add(
+            "kernel",
+            GRAPH_CAT,
+            f"CUDA graph {graph if graph is not None else '?'}",
+            ts,
+            dur,
+            str(dev),
+            str(stream),
+            dev,
+            stream,
+            corr,
+            args,
+            "compute",
+            proc=proc,
+        )
 
 
 def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
     """Memcpy, memset and CUDA synchronization rows (named as Kineto names them)."""
+
     def ok(table: str) -> str:
         return rows.valid(con, table, "t", ids=tuple(c for c in _GPU_IDS if c in tables[table]))
 
@@ -258,38 +416,85 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
     mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         t = "CUPTI_ACTIVITY_KIND_MEMCPY"
-        q = (f"SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, "
-             f"{_proc(tables[t], 't')} FROM {t} t WHERE {ok(t)}")
+        q = (
+            f"SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, "
+            f"{_proc(tables[t], 't')} FROM {t} t WHERE {ok(t)}"
+        )
         for start, end, dev, stream, corr, nbytes, kind, src, dst, proc in con.execute(q):
             name = f"Memcpy {kinds.get(kind, kind)} ({mems.get(src, src)} -> {mems.get(dst, dst)})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes, "copyKind": kind}
-            rows.add("memcpy", "gpu_memcpy", name, epoch + start, end - start, str(dev), str(stream),
-                     dev, stream, corr, args, gpu_class("memcpy", name, args), proc=proc)
+            rows.add(
+                "memcpy",
+                "gpu_memcpy",
+                name,
+                epoch + start,
+                end - start,
+                str(dev),
+                str(stream),
+                dev,
+                stream,
+                corr,
+                args,
+                rows.classifier.gpu_class("memcpy", name, args),
+                proc=proc,
+            )
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
         mem = "memKind" if "memKind" in tables[t] else "NULL"
-        q = (f"SELECT start, end, deviceId, streamId, correlationId, bytes, {mem}, {_proc(tables[t], 't')} "
-             f"FROM {t} t WHERE {ok(t)}")
+        q = (
+            f"SELECT start, end, deviceId, streamId, correlationId, bytes, {mem}, {_proc(tables[t], 't')} "
+            f"FROM {t} t WHERE {ok(t)}"
+        )
         for start, end, dev, stream, corr, nbytes, kind, proc in con.execute(q):
             name = f"Memset ({mems.get(kind, 'Device') if kind is not None else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
-            rows.add("memset", "gpu_memset", name, epoch + start, end - start, str(dev), str(stream),
-                     dev, stream, corr, args, gpu_class("memset", name, args), proc=proc)
+            rows.add(
+                "memset",
+                "gpu_memset",
+                name,
+                epoch + start,
+                end - start,
+                str(dev),
+                str(stream),
+                dev,
+                stream,
+                corr,
+                args,
+                rows.classifier.gpu_class("memset", name, args),
+                proc=proc,
+            )
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
         types = _enum(con, tables, "ENUM_CUPTI_SYNC_TYPE", _SYNC_TYPES)
-        q = (f"SELECT start, end, deviceId, streamId, correlationId, syncType, {_proc(tables[t], 't')} "
-             f"FROM {t} t WHERE {ok(t)}")
+        q = (
+            f"SELECT start, end, deviceId, streamId, correlationId, syncType, {_proc(tables[t], 't')} "
+            f"FROM {t} t WHERE {ok(t)}"
+        )
         for start, end, dev, stream, corr, st, proc in con.execute(q):
             args = {"device": dev, "stream": stream, "correlation": corr, "syncType": st}
-            rows.add("sync", "cuda_sync", str(types.get(st, st)), epoch + start, end - start, str(dev),
-                     str(stream), dev, stream, corr, args, proc=proc)
+            rows.add(
+                "sync",
+                "cuda_sync",
+                str(types.get(st, st)),
+                epoch + start,
+                end - start,
+                str(dev),
+                str(stream),
+                dev,
+                stream,
+                corr,
+                args,
+                proc=proc,
+            )
 
 
 def api(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:
     """CUDA runtime and driver calls (``correlationId`` links them to their GPU work)."""
     rename: dict[str, str] = {}  # cudaLaunchKernel_v7000 -> cudaLaunchKernel, once per name
-    for table, kind in (("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"), ("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver")):
+    for table, kind in (
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
+        ("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"),
+    ):
         if table not in tables:
             continue
         ok = rows.valid(con, table, "r", ids=("correlationId", "globalTid"))
@@ -311,15 +516,31 @@ def nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> No
     if "NVTX_EVENTS" not in tables:
         return
     have = tables["NVTX_EVENTS"]
-    payload = [c for c in ("category", "uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value",
-                           "floatValue", "jsonText") if c in have]
+    payload = [
+        c
+        for c in (
+            "category",
+            "uint64Value",
+            "int64Value",
+            "doubleValue",
+            "uint32Value",
+            "int32Value",
+            "floatValue",
+            "jsonText",
+        )
+        if c in have
+    ]
     text_id = "n.textId" if "textId" in have else "NULL"
     text = "coalesce(n.text, s.value, '')"
-    domains = dict(con.execute(f"SELECT n.domainId, {text} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = "
-                               f"{text_id} WHERE n.eventType = 75 AND n.domainId IS NOT NULL"))
+    domains = dict(
+        con.execute(
+            f"SELECT n.domainId, {text} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = "
+            f"{text_id} WHERE n.eventType = 75 AND n.domainId IS NOT NULL"
+        )
+    )
     timed = f"n.eventType IN {_NVTX_RANGES + _NVTX_MARKS}"
     ok = rows.valid(con, "NVTX_EVENTS", "n", end_optional=True, only=timed)
-    q = f"""SELECT n.start, n.end, n.eventType, {text}, n.globalTid, n.domainId {''.join(', n.' + c for c in payload)}
+    q = f"""SELECT n.start, n.end, n.eventType, {text}, n.globalTid, n.domainId {"".join(", n." + c for c in payload)}
             FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = {text_id} WHERE {ok}"""
     epoch = rows.epoch
     for start, end, etype, name, gtid, domain, *values in con.execute(q):
@@ -334,7 +555,21 @@ def nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> No
         pid, tid = pid_tid(gtid)
         if etype in _NVTX_MARKS or end is None:
             flag = "unmatched_begin" if end is None and etype not in _NVTX_MARKS else None
-            rows.add("instant", "nvtx", name, epoch + start, 0, pid, tid, None, None, None, args, flag=flag, proc=proc)
+            rows.add(
+                "instant",
+                "nvtx",
+                name,
+                epoch + start,
+                0,
+                pid,
+                tid,
+                None,
+                None,
+                None,
+                args,
+                flag=flag,
+                proc=proc,
+            )
             continue
         kind = "step" if step_number(name) is not None else "user_annotation"
         rows.add(kind, "nvtx", name, epoch + start, end - start, pid, tid, None, None, None, args, proc=proc)
@@ -358,32 +593,61 @@ def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
         rows.skipped[f"{_MEMORY}: columns missing"] = 1
         return
     limit = _INT64_MAX - max(rows.epoch, 0)
-    why = "CASE " + "".join(f"WHEN m.{c} IS NULL OR typeof(m.{c}) <> 'integer' THEN '{c} not an integer' " for c in need)
-    why += (f"WHEN m.start < 0 THEN 'negative start' WHEN m.start > {limit} THEN 'start beyond int64 on the epoch clock' "
-            "WHEN m.bytes < 0 THEN 'negative bytes' WHEN m.memoryOperationType NOT IN (0, 1) THEN "
-            "'memoryOperationType not 0 (allocation) or 1 (deallocation)' END")
-    for reason, n, rowid in con.execute(f"SELECT why, count(*), min(id) FROM (SELECT {why} AS why, m.rowid AS id "
-                                        f"FROM {_MEMORY} m) WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"):
+    why = "CASE " + "".join(
+        f"WHEN m.{c} IS NULL OR typeof(m.{c}) <> 'integer' THEN '{c} not an integer' " for c in need
+    )
+    why += (
+        f"WHEN m.start < 0 THEN 'negative start' WHEN m.start > {limit} THEN 'start beyond int64 on the epoch clock' "
+        "WHEN m.bytes < 0 THEN 'negative bytes' WHEN m.memoryOperationType NOT IN (0, 1) THEN "
+        "'memoryOperationType not 0 (allocation) or 1 (deallocation)' END"
+    )
+    for reason, n, rowid in con.execute(
+        f"SELECT why, count(*), min(id) FROM (SELECT {why} AS why, m.rowid AS id "
+        f"FROM {_MEMORY} m) WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"
+    ):
         if rows.on_bad_event == "raise":
-            raise TraceFormatError(rows.path, f"{_MEMORY} row id {rowid}", f"{reason}; pass --skip-bad-events to "
-                                   "skip such rows")
+            raise TraceFormatError(
+                rows.path, f"{_MEMORY} row id {rowid}", f"{reason}; pass --skip-bad-events to skip such rows"
+            )
         key = f"{_MEMORY}: {reason}"
         rows.rejected[key] = rows.rejected.get(key, 0) + n
     mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)
     extra = [c for c in ("memKind", "pc", "correlationId", "globalPid") if c in cols]
     name = "coalesce(s.value, m.name)" if "name" in cols else "NULL"
     join = "LEFT JOIN StringIds s ON typeof(m.name) = 'integer' AND s.id = m.name" if "name" in cols else ""
-    q = (f"SELECT m.start, m.deviceId, m.address, m.bytes, m.memoryOperationType, {name}"
-         f"{''.join(', m.' + c for c in extra)} FROM {_MEMORY} m {join} WHERE ({why}) IS NULL ORDER BY m.start, m.rowid")
+    q = (
+        f"SELECT m.start, m.deviceId, m.address, m.bytes, m.memoryOperationType, {name}"
+        f"{''.join(', m.' + c for c in extra)} FROM {_MEMORY} m {join} WHERE ({why}) IS NULL ORDER BY m.start, m.rowid"
+    )
     for i, (start, dev, addr, nbytes, op, label, *more) in enumerate(con.execute(q)):
         got = dict(zip(extra, more, strict=True))
         kind = got.get("memKind")
         host = kind in _HOST_MEM_KINDS
         gpid = got.get("globalPid")
-        args = {"Device Type": 0 if host else 1, "Device Id": -1 if host else dev, "Addr": addr,
-                "Bytes": -nbytes if op == 1 else nbytes, "Ev Idx": i, "deviceId": dev,
-                "memKind": mems.get(kind, kind) if kind is not None else None, "pc": got.get("pc"),
-                "correlation": got.get("correlationId"), "name": label}
+        args = {
+            "Device Type": 0 if host else 1,
+            "Device Id": -1 if host else dev,
+            "Addr": addr,
+            "Bytes": -nbytes if op == 1 else nbytes,
+            "Ev Idx": i,
+            "deviceId": dev,
+            "memKind": mems.get(kind, kind) if kind is not None else None,
+            "pc": got.get("pc"),
+            "correlation": got.get("correlationId"),
+            "name": label,
+        }
         pid = str((gpid >> 24) & 0xFFFFFF) if isinstance(gpid, int) else ""
-        rows.add("instant", MEMORY_CAT, "[memory]", rows.epoch + start, 0, pid, "", None, None, None, args,
-                 proc=gpid >> 24 if isinstance(gpid, int) else None)
+        rows.add(
+            "instant",
+            MEMORY_CAT,
+            "[memory]",
+            rows.epoch + start,
+            0,
+            pid,
+            "",
+            None,
+            None,
+            None,
+            args,
+            proc=gpid >> 24 if isinstance(gpid, int) else None,
+        )

@@ -1,0 +1,183 @@
+"""The ``stragglers`` topic of the findings: its findings hook (``stragglers``' spec, ``Topic``).
+
+Reads ``stragglers`` and ``whatif`` together (cost: 100·(S − 1) of the named rank alone, the
+straggler analysis' ``cost_pct``), then the combined verdict of ``traceprof.engine.verdict`` where it
+applies, so the findings list, the verdicts and ``stragglers`` never disagree; adds a caution when
+many collectives ended before their last arrival (the waits rest on the match and the clocks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import polars as pl
+
+from traceprof.analyses._common import ms
+from traceprof.core.errors import TraceprofError
+from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
+from traceprof.storage.store import Store
+
+__all__ = ["topic", "STRAGGLING_S", "EARLY_END_SHARE"]
+
+#: A straggler costs the job when the what-if slowdown of its rank alone exceeds this (OSDI'25: S > 1.1).
+STRAGGLING_S = 1.1
+
+
+def topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
+    """The stragglers topic's findings and verdict (module doc)."""
+    return _stragglers(inp.results, inp.store, inp.run_id, inp.params)
+
+
+def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | None:
+    """The job's what-if slowdown from one rank's recorded times alone: the straggler analysis'
+    ``cost_pct`` (slowdown - 1, in %) where it has one, else the largest ``whatif`` blame slowdown
+    of that rank."""
+    if row.get("cost_pct") is not None:
+        return 1.0 + float(row["cost_pct"]) / 100.0
+    if blame is None or blame.is_empty() or not {"by", "group", "slowdown"} <= set(blame.columns):
+        return None
+    mine = blame.filter((pl.col("by") == "rank") & (pl.col("group") == str(row["rank"])))["slowdown"]
+    return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
+
+
+def _combined(
+    store: Store, run_id: int, findings: list[Finding], params: dict[str, dict[str, str]] | None = None
+) -> tuple[list[Finding], Verdict | None]:
+    """The straggler verdict of ``traceprof.engine.verdict`` (stragglers and whatif read together) where
+    that module exists; None otherwise or when it does not apply."""
+    try:
+        from traceprof.engine import verdict
+    except ImportError:
+        return findings, None
+    try:
+        v = verdict.combined_verdict(store, str(run_id), params)
+    except TraceprofError:
+        return findings, None
+    absorbed = set(v.figures.get("mesh_absorbed", ()))  # named as their slow stage or replica instead
+    findings = [f for f in findings if f.rank not in absorbed]
+    s_max = max((x for x in (v.slowdown, v.host_slowdown) if x is not None), default=None)
+    if v.status == "problem" and not v.stragglers:
+        # A group or stage to blame, no single rank: costed as a named straggler is, by the what-if
+        # slowdown (S - 1, in %), the larger of blocking and host.
+        cost = 100.0 * (s_max - 1) if s_max is not None else None
+        findings = [*findings, Finding("stragglers", v.text, cost, True, "whatif")]
+    elif v.status == "ok" and s_max is not None and s_max > verdict.STRAGGLING_S:
+        # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem)
+        findings = [*findings, Finding("stragglers", v.text, None, False, "whatif")]
+    return findings, Verdict("stragglers", v.status, v.text)
+
+
+def _stragglers(
+    res: dict[str, FrameResult], store: Store, run_id: int, params: dict[str, dict[str, str]] | None = None
+) -> tuple[list[Finding], Verdict | None]:
+    st, wi = res.get("stragglers"), res.get("whatif")
+    if st is None and wi is None:
+        return [], None
+    findings, verdict = _straggler_findings(st, wi)
+    if st is not None:  # the combined verdict, where traceprof.engine.verdict exists, replaces this module's
+        named = [f for f in findings if f.problem]
+        found, combined = _combined(store, run_id, named, params)
+        if combined is not None:
+            findings, verdict = found, combined
+    caveat = _early_end_caveat(st)
+    if not caveat:
+        return findings, verdict
+    # every straggler problem rests on the arrivals (the what-if replay too): say what is off with them
+    findings = [
+        dataclasses.replace(f, text=f.text + caveat, full=f.full and f.full + caveat)
+        if f.topic == "stragglers" and f.problem
+        else f
+        for f in findings
+    ]
+    if verdict is not None and verdict.status == "problem":
+        verdict = dataclasses.replace(verdict, text=verdict.text + caveat)
+    return findings, verdict
+
+
+#: Share of rank copies ending before their collective's last arrival past which a straggler finding
+#: says its waits are not to be trusted (a few are clock noise; most mean the match or the clocks are off).
+EARLY_END_SHARE = 0.01
+
+
+def _early_end_caveat(st: FrameResult | None) -> str:
+    """ "; caution: ..." when over :data:`EARLY_END_SHARE` of the rank copies (``stragglers``'
+    ``waits`` rows) ended before their instance's last arrival (``end_before_last_arrival``), which
+    no collective can: the waits and lateness measured from those arrivals are overstated; else ""."""
+    waits = st.frames().get("waits") if st is not None else None
+    if waits is None or "end_before_last_arrival" not in waits.columns or not waits.height:
+        return ""
+    early = int(waits["end_before_last_arrival"].sum())  # false where a source records no end
+    if early / waits.height <= EARLY_END_SHARE:
+        return ""
+    return (
+        f"; caution: {early:,} of {waits.height:,} rank copies ended before their collective's last arrival, "
+        "which no collective can: the match, the clock alignment or the timestamps are off, so these waits "
+        "are overstated"
+    )
+
+
+def _straggler_findings(
+    st: FrameResult | None, wi: FrameResult | None
+) -> tuple[list[Finding], Verdict | None]:
+    """Findings and verdict from the ``stragglers`` and ``whatif`` results alone."""
+    s_job = alone = None
+    if wi is not None and "summary" in wi.frames() and wi.frames()["summary"].height:
+        s_job = wi.frames()["summary"]["slowdown"][0]
+    blame = wi.frames().get("blame") if wi is not None else None
+    findings: list[Finding] = []
+    named = (
+        st.frames()["verdict"].filter(pl.col("named"))
+        if st is not None and "verdict" in st.frames()
+        else None
+    )
+    if named is not None and named.height:
+        per = st.frame if st is not None else pl.DataFrame()
+        for v in named.iter_rows(named=True):
+            r = per.filter(pl.col("rank") == v["rank"]).row(0, named=True)
+            alone = _alone_slowdown(r, blame)
+            # the straggler analysis' own cost (S alone - 1, in %) where it has one, so the two agree
+            cost = (
+                float(r["cost_pct"])
+                if r.get("cost_pct") is not None
+                else 100.0 * (alone - 1)
+                if alone and alone > 1
+                else None
+            )
+            waited = f"the others waited {ms(r['wait_caused_ns'])} in total"
+            late = f"median {ms(r['median_lateness_ns'])} late" + (
+                f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else ""
+            )
+            faster = (
+                f"; without its delays steps would be {alone:.2f}x faster (what-if)"
+                if alone and alone > 1
+                else ""
+            )
+            text = (
+                f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
+                f"{late}, {waited}; late because of {v['cause']}{faster}"
+            )
+            findings.append(Finding("stragglers", text, cost, True, "stragglers", rank=int(v["rank"])))
+        verdict = Verdict(
+            "stragglers",
+            "problem",
+            findings[0].text
+            if len(findings) == 1
+            else f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers",
+        )
+        return findings, verdict
+    why = (
+        st.frames()["verdict"]["evidence"][0]
+        if st is not None and "verdict" in st.frames() and st.frames()["verdict"].height
+        else "no straggler analysis"
+    )
+    text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix("no straggler: ")
+    if s_job is not None and s_job > STRAGGLING_S:
+        text += (
+            f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
+            "(no single rank explains it)"
+        )
+        findings.append(Finding("stragglers", text, None, False, "whatif"))
+    elif s_job is not None:
+        text += f"; what-if slowdown S = {s_job:.2f} (straggling above {STRAGGLING_S})"
+    return findings, Verdict("stragglers", "ok", text)

@@ -1,0 +1,1 @@
+"""Tests of the analyses (analyses/, traceprof.analyses)."""

@@ -1,0 +1,232 @@
+"""idle: hand-made streams with answers worked out below, and agreement with HTA run in-process."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.builders import kernel, kineto, launch
+from tests.conftest import HTA_CASES, analyze, corpus, hta_case
+from traceprof.core.errors import AnalysisError, UsageError
+from traceprof.ingest.ingest import ingest
+
+# Stream 7, times in us (kernel [start, end), launch at L):
+#   A [0, 10)  L=-5     first of its stream: no gap
+#   B [12, 20) L=1      gap 2, launched before A ended      -> kernel wait 2 (< 30)
+#   C [60, 70) L=55     gap 40, launched at 55 > 20         -> host wait 40
+#   D [75, 80) L=50     gap 5, launched before C ended      -> kernel wait 5
+#   E [130, 140) L=60   gap 50 >= 30, launched before D end -> other 50
+#   F [132, 135) L=61   nested in E: E runs 8 us past F's start on the same stream (> 5 us), an
+#                       overrun: by default E is clipped to [130, 132) at ingest -> F's gap 0.
+#                       HTA (recorded durations): prev row E ends 140 -> gap -8 (kernel wait -8)
+#   G [150, 151) L=62   default: prev end max(132, 135) = 135 -> gap 15, kernel wait 15
+#                       HTA: prev row F ends 135 -> gap 15, kernel wait 15
+# Stream 9 (a memset, then a kernel without a launch event in the trace):
+#   M [0, 4)   L=-2     first: nothing
+#   N [100, 110) no launch -> not host wait; gap 96 >= 30 -> other 96
+# Default: stream 7 host 40, kernel 2+5+0+15 = 22, other 50, idle 112; check: window [0, 151) = 151,
+#   busy = 10+8+10+5+2+3+1 = 39 (E clipped), 151 - 39 = 112. Stream 9: idle 96 in window [0, 110).
+# HTA rule: stream 7 kernel wait 2+5-8+15 = 14, host 40, other 50 -> idle 104.
+STREAMS = [
+    kernel("A", 7, 0, 10, 1),
+    launch(-5, 1),
+    kernel("B", 7, 12, 8, 2),
+    launch(1, 2),
+    kernel("C", 7, 60, 10, 3),
+    launch(55, 3),
+    kernel("D", 7, 75, 5, 4),
+    launch(50, 4),
+    kernel("E", 7, 130, 10, 5),
+    launch(60, 5),
+    kernel("F", 7, 132, 3, 6),
+    launch(61, 6),
+    kernel("G", 7, 150, 1, 7),
+    launch(62, 7),
+    kernel("Memset (Device)", 9, 0, 4, 8, cat="gpu_memset"),
+    launch(-2, 8, name="cudaMemsetAsync"),
+    kernel("N", 9, 100, 10, 9),
+]
+
+
+def _row(df, **keys):
+    for k, v in keys.items():
+        df = df.filter(df[k] == v)
+    assert df.height == 1, df
+    return df.row(0, named=True)
+
+
+def test_hand_made_streams(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", STREAMS)], run="r")
+    res = analyze(store, "idle", "r")
+    s7 = _row(res.frame, stream=7)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 22_000, 50_000)
+    assert (s7["idle_ns"], s7["window_ns"], s7["kernels"]) == (112_000, 151_000, 7)
+    assert (s7["host_wait_gaps"], s7["kernel_wait_gaps"], s7["other_gaps"]) == (1, 4, 1)
+    assert s7["host_wait_pct"] == pytest.approx(100 * 40 / 112)
+    assert s7["idle_pct"] == pytest.approx(100 * 112 / 151)
+    s9 = _row(res.frame, stream=9)
+    assert (s9["host_wait_ns"], s9["kernel_wait_ns"], s9["other_ns"], s9["idle_ns"]) == (0, 0, 96_000, 96_000)
+    # The rank: streams 7 [0, 151) and 9 [0, 110) us. Its window is [0, 151) (temporal's window,
+    # computed there independently); the stream sums are 151 + 110 = 261 and 112 + 96 = 208 us,
+    # and stream_idle_pct is of the stream sum: 208 / 261. (window_ns used to hold the 261 us sum.)
+    r0 = _row(res.ranks, rank=0)
+    assert (r0["streams"], r0["window_ns"], r0["stream_window_sum_ns"]) == (2, 151_000, 261_000)
+    assert (r0["stream_idle_sum_ns"], r0["other_ns"]) == (208_000, 146_000)
+    assert r0["stream_idle_pct"] == pytest.approx(100 * 208 / 261) and "idle_pct" not in r0
+    assert r0["window_ns"] == _row(analyze(store, "temporal", "r").frame, rank=0)["window_ns"]
+    assert [c.ys for c in res.charts()] == [
+        ("stream_idle_pct",),
+        ("host_wait_pct", "kernel_wait_pct", "other_pct"),
+    ]
+
+
+def test_rank_window_is_temporals_on_a_corpus_trace(store):
+    # trace_filter rank 0 has 5 streams over a 1.22 s trace: the summed stream windows are ~4.8 s.
+    ingest(store, [corpus("hta/trace_filter")], run="r")
+    ranks = analyze(store, "idle", "r").ranks.sort("rank")
+    temporal = analyze(store, "temporal", "r").frame.sort("rank")
+    assert ranks["window_ns"].to_list() == temporal["window_ns"].to_list()
+    assert (ranks["stream_window_sum_ns"] > 3 * ranks["window_ns"]).all()
+    assert (ranks["stream_idle_pct"] <= 100).all()
+
+
+@pytest.mark.parametrize("value", [-5, float("inf")])
+def test_bad_kernel_wait(value):
+    from traceprof.analyses.idle import Params
+
+    with pytest.raises(UsageError, match="kernel_wait_ns="):
+        Params(kernel_wait_ns=value)
+
+
+def test_hand_made_streams_hta_rule_and_threshold(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", STREAMS)], run="r")
+    s7 = _row(analyze(store, "idle", "r", hta=True).frame, stream=7)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 14_000, 50_000)
+    # Threshold 5 us: D's gap 5 is no longer < 5 -> other; B (2), F (0) and G (15 -> other) change too:
+    # kernel wait = 2 + 0 = 2, other = 50 + 5 + 15 = 70.
+    s7 = _row(analyze(store, "idle", "r", kernel_wait_ns=5_000).frame, stream=7)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (40_000, 2_000, 70_000)
+
+
+# Stream 7, times in us (kernel [start, end), launch at L): a kernel nested inside a longer earlier one.
+#   A [0, 100)    L=-5    first of its stream: no gap
+#   B [97, 99)    L=1     nested in A: A runs 3 us past B's start (<= 5 us, programmatic dependent
+#                         launch), so ingest leaves A whole. prev_end = 100 -> gap -3 -> 0, launched
+#                         before A ended -> kernel wait 0
+#   C [110, 111)  L=99.5  prev_end = max(100, 99) = 100 (A, not the previous row B): the launch
+#                         (99.5) came before the stream was free -> not a host wait; gap 10 < 30 ->
+#                         kernel wait 10
+# Default: host 0, kernel 0 + 10 = 10, other 0, idle 10; check: window [0, 111) = 111, busy
+#   [0, 100) + [110, 111) = 101, 111 - 101 = 10. (With prev_end = the previous row's end, B's 99,
+#   C would be a host wait of 11 and idle 11 > window - busy.)
+# HTA rule (previous row's end, negative gaps kept): B -3 (kernel wait), C host wait 11.
+NESTED = [
+    kernel("A", 7, 0, 100, 1),
+    launch(-5, 1),
+    kernel("B", 7, 97, 2, 2),
+    launch(1, 2),
+    kernel("C", 7, 110, 1, 3),
+    launch(99.5, 3),
+]
+
+
+def test_gap_after_a_nested_kernel_is_measured_from_the_running_max_end(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", NESTED)], run="r")
+    assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0  # A is not clipped
+    s7 = _row(analyze(store, "idle", "r").frame, stream=7)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"]) == (0, 10_000, 0)
+    assert (s7["host_wait_gaps"], s7["kernel_wait_gaps"], s7["other_gaps"]) == (0, 2, 0)
+    assert (s7["idle_ns"], s7["window_ns"]) == (10_000, 111_000)
+    t = _row(analyze(store, "temporal", "r").frame, rank=0)
+    assert s7["idle_ns"] == t["idle_ns"] == t["window_ns"] - 101_000  # one stream: idle = window - busy
+    hta = _row(analyze(store, "idle", "r", hta=True).frame, stream=7)
+    assert (hta["host_wait_ns"], hta["kernel_wait_ns"], hta["other_ns"]) == (11_000, -3_000, 0)
+
+
+# ProfilerStep#1 [0, 100) and #2 [100, 200) us on the training thread; stream 7 (launch at L):
+#   W [-30, -10)  L=-35   warm-up before the first step
+#   K [10, 60)    L=5     inside step 1
+#   T [150, 250)  L=140   launched in step 2, runs 50 us past the end of the last step
+# Step window [0, 200) = 200 us; busy = |(W ∪ K ∪ T) ∩ [0, 200)| = 0 + 50 + 50 = 100 us, so step
+# idle = 100 us (50 %). Unclipped activity would count W's 20 and T's 100: busy 170 > the part
+# inside the window, idle 30. (The activity window [-30, 250) = 280 us, busy 170, idle 110.)
+STEPPED = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": "ProfilerStep#2",
+        "pid": 1,
+        "tid": 1,
+        "ts": 100,
+        "dur": 100,
+    },
+    kernel("W", 7, -30, 20, 1),
+    launch(-35, 1),
+    kernel("K", 7, 10, 50, 2),
+    launch(5, 2),
+    kernel("T", 7, 150, 100, 3),
+    launch(140, 3),
+]
+
+
+def test_step_window_counts_only_activity_inside_the_steps(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", STEPPED)], run="r")
+    want = {
+        "step_window_ns": 200_000,
+        "step_busy_ns": 100_000,
+        "step_idle_ns": 100_000,
+        "step_idle_pct": 50.0,
+    }
+    for row in (
+        _row(analyze(store, "idle", "r").ranks, rank=0),
+        _row(analyze(store, "temporal", "r").frame, rank=0),
+    ):
+        assert {k: row[k] for k in want} == want
+    t = _row(analyze(store, "temporal", "r").frame, rank=0)
+    assert (t["window_ns"], t["idle_ns"]) == (280_000, 110_000)
+
+
+def test_cpu_only_run_is_an_error(store, tmp_path):
+    cpu = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]
+    ingest(store, [kineto(tmp_path / "cpu.json.gz", cpu)], run="cpu")
+    with pytest.raises(AnalysisError, match="no GPU kernels"):
+        analyze(store, "idle", "cpu")
+
+
+# --- agreement with HTA 0.5.0 ------------------------------------------------------------------
+
+
+#: Corpus traces compared with HTA: old style (2 ranks), new style with fractional us (HTA rounds),
+#: kernels without launch events, a V100 trace, and ROCm.
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", HTA_CASES)
+def test_idle_matches_hta(store, rel):
+    t = hta_case(store, rel)
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+
+    mine = analyze(store, "idle", "r", hta=True).frame
+    logging.disable(logging.WARNING)
+    try:
+        theirs = {
+            r: BreakdownAnalysis.get_idle_time_breakdown(
+                t, consecutive_kernel_delay=30, rank=r, visualize=False
+            )[0]
+            for r in t.get_ranks()
+        }
+    finally:
+        logging.disable(logging.NOTSET)
+    n_streams = 0
+    for rank, df in theirs.items():
+        for stream, part in df.groupby("stream"):
+            m = _row(mine, rank=int(rank), stream=int(stream))
+            hta_us = dict(zip(part["idle_category"], part["idle_time"], strict=True))
+            total = sum(hta_us.values())
+            for cat in ("host_wait", "kernel_wait", "other"):
+                # HTA's times are whole us, ours ns of the same gaps: equal within 1 us.
+                assert m[f"{cat}_ns"] == pytest.approx(hta_us.get(cat, 0.0) * 1000, abs=1000), (stream, cat)
+                if total:
+                    assert m[f"{cat}_pct"] == pytest.approx(100 * hta_us.get(cat, 0.0) / total, abs=0.1)
+            n_streams += 1
+    assert n_streams == mine.height  # the same streams, no more

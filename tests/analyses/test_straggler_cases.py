@@ -1,0 +1,576 @@
+"""Issue 9: the MUST lines of ../shared/cases/ on matching, clocks and the straggler rule, plus
+micro traces of the same kinds (hand-worked values in the comments)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.builders import BASE, write_rank
+from tests.conftest import analyze, case
+from traceprof.engine.verdict import combined_verdict
+from traceprof.ingest import clock
+from traceprof.ingest.clock import estimate_offsets
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+US = 1000
+#: Micro traces start here (us after the base time): a record at ts 0 counts as another clock domain.
+T0_US = 1000
+#: p2p_and_collective_seq: offsets are us from B = T0 + 100 us.
+B = 1767225601000100000
+
+
+def _offsets(store) -> dict[int, int]:
+    return dict(store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").iter_rows())
+
+
+# --- p2p_and_collective_seq: collective and point-to-point sequence numbers are separate counters
+
+
+def _p2p_case(store, tmp_path: Path, comms_id: bool) -> None:
+    src = case("p2p_and_collective_seq")
+    for f in ("rank0.json", "rank1.json"):
+        doc = json.loads((src / f).read_text())
+        if not comms_id:  # the same kind without Comms Id: (pg, Seq, p2p-or-collective) must do
+            for e in doc["traceEvents"]:
+                e.get("args", {}).pop("Comms Id", None)
+        (tmp_path / "run").mkdir(exist_ok=True)
+        (tmp_path / "run" / f).write_text(json.dumps(doc))
+    ingest(store, [tmp_path / "run"], run="p2p")
+
+
+@pytest.mark.parametrize("comms_id", [True, False])
+def test_p2p_and_collective_seq_are_separate_instances(store, tmp_path, comms_id):
+    _p2p_case(store, tmp_path, comms_id)
+    method = "comms_id" if comms_id else "pg_seq"
+    # MUST: 3 instances, never one holding an all-reduce row and a send/recv row.
+    mixed = store.sql(
+        "SELECT instance_id FROM collectives GROUP BY instance_id "
+        "HAVING count(DISTINCT p2p) > 1 OR count(DISTINCT op = 'all_reduce') > 1"
+    ).height
+    assert mixed == 0
+    inst = store.sql(
+        """SELECT op, pg, pg_ranks, p2p, seq, ranks_present, first_arrival_ns - $1 AS first, last_arrival_ns - $1 AS last,
+                  arrival_skew_ns, last_rank, first_end_ns - $1 AS e0, last_end_ns - $1 AS e1, match_method
+           FROM collective_instances ORDER BY instance_id""",
+        [B],
+    ).rows()
+    # p2p Seq 1: send on rank 0 [B+300, B+400] with recv on rank 1 [B+250, B+400] (last: rank 0);
+    # p2p Seq 2: recv on rank 0 [B+420, B+800] with send on rank 1 [B+780, B+800];
+    # all-reduce, collective Seq 1: rank 0 at B+1100, rank 1 at B+1150 -> skew 50 us, last rank
+    # 1, both end at B+1200.
+    assert inst == [
+        ("send", "0", "[0, 1]", True, 1, [0, 1], 250 * US, 300 * US, 50 * US, 0, 400 * US, 400 * US, method),
+        ("recv", "0", "[0, 1]", True, 2, [0, 1], 420 * US, 780 * US, 360 * US, 1, 800 * US, 800 * US, method),
+        (
+            "all_reduce",
+            "0",
+            "[0, 1]",
+            False,
+            1,
+            [0, 1],
+            1100 * US,
+            1150 * US,
+            50 * US,
+            1,
+            1200 * US,
+            1200 * US,
+            method,
+        ),
+    ]
+    rows = store.sql(
+        "SELECT rank, op, start_ns - $1, end_ns - $1 FROM collectives ORDER BY instance_id, rank", [B]
+    ).rows()
+    assert rows == [
+        (0, "send", 300 * US, 400 * US),
+        (1, "recv", 250 * US, 400 * US),
+        (0, "recv", 420 * US, 800 * US),
+        (1, "send", 780 * US, 800 * US),
+        (0, "all_reduce", 1100 * US, 1200 * US),
+        (1, "all_reduce", 1150 * US, 1200 * US),
+    ]
+    assert _offsets(store) == {0: 0, 1: 0}  # the all-reduce ends agree: no clock offset
+    # MUST: stragglers' per-instance table has an all_reduce row with skew 50000 ns; its transfer
+    # after the last arrival is B+1200 - B+1150 = 50 us.
+    res = analyze(store, "stragglers", "p2p")
+    ar = res.instances.filter(pl.col("op") == "all_reduce").row(0, named=True)
+    assert (ar["skew_ns"], ar["last_rank"], ar["transfer_ns"]) == (50_000, 1, 50_000)
+
+
+# --- fr_two_groups_same_pg_name: a process group is its name and its member ranks
+
+
+def test_flight_recorder_groups_with_one_name_and_different_members(store):
+    res = ingest(store, [case("fr_two_groups_same_pg_name")], run="fr2")
+    # Ranks 0..3 traced; each dump's pg_config shows only its own 2-rank group, so world size is
+    # the highest rank + 1 = 4, not the group size 2.
+    assert store.runs().select("world_size", "ranks").row(0) == (4, 4)
+    # Group B ([2, 3]) is linked to group A by no collective: ingest says so, and the run does not
+    # claim aligned clocks (each group is aligned within itself only).
+    assert [
+        w for w in res.warnings if "ranks 0, 1 (relative to rank 0); ranks 2, 3 (relative to rank 2)" in w
+    ]
+    assert store.sql("SELECT clock_aligned FROM runs").item() is False
+    inst = store.sql(
+        "SELECT pg, pg_ranks, seq, ranks_present, ranks_missing, n_ranks, arrival_skew_ns, last_rank "
+        "FROM collective_instances ORDER BY pg_ranks, seq"
+    ).rows()
+    # 6 instances, 3 per group, 2 ranks each (group size 2 in pg_config), nothing missing; group A
+    # ([0, 1]): rank 1 created 100 us after rank 0; group B ([2, 3]): rank 3 100 us after rank 2.
+    assert inst == (
+        [("0", "[0, 1]", k, [0, 1], [], 2, 100_000, 1) for k in (1, 2, 3)]
+        + [("0", "[2, 3]", k, [2, 3], [], 2, 100_000, 3) for k in (1, 2, 3)]
+    )
+    # No clock offsets: within each group the ends agree, and nothing links B to A.
+    assert _offsets(store) == {0: 0, 1: 0, 2: 0, 3: 0}
+    res = clock.align_run(store, store.resolve_run("fr2"))
+    assert dict(res.estimates.select("rank", "component").iter_rows()) == {0: 0, 1: 0, 2: 2, 3: 2}
+    assert any(
+        "cannot be aligned to each other" in n and "ranks 2, 3 (relative to rank 2)" in n for n in res.notes
+    )
+    # Stragglers: rank 1 last in 3 of 3 of group A, 100 us after rank 0 (lateness with two ranks
+    # = own - other's arrival), causing 3 x 100 us = 300 us of waits; rank 3 the same in group B.
+    per = {r["rank"]: r for r in analyze(store, "stragglers", "fr2").frame.iter_rows(named=True)}
+    for late, early in ((1, 0), (3, 2)):
+        assert (per[late]["last_count"], per[late]["instances"], per[late]["median_lateness_ns"]) == (
+            3,
+            3,
+            100_000,
+        )
+        assert (per[late]["wait_caused_ns"], per[early]["last_count"], per[early]["wait_caused_ns"]) == (
+            300_000,
+            0,
+            0,
+        )
+        assert per[late]["holdup_ns"] == 300_000  # three disjoint 100 us waits
+
+
+# --- clock_offset_3ms: offsets in integer ns end to end
+
+
+def test_clock_offset_recovered_to_the_nanosecond(store, tmp_path):
+    ingest(store, [case("clock_offset_3ms")], run="c3")
+    # rank 1's clock reads 3 ms ahead: every matched end differs by exactly 3,000,000 ns.
+    got = store.sql("SELECT rank, clock_offset_ns, clock_residual_ns FROM traces ORDER BY rank").rows()
+    assert got == [(0, 0, 0), (1, -3_000_000, 0)]
+    # The same kind with an odd offset (3 ms + 1 ns): a DOUBLE median of epoch ns (256 ns steps)
+    # could not give it.
+    for f in ("rank0.json", "rank1.json"):
+        doc = json.loads((case("clock_offset_3ms") / f).read_text())
+        doc["baseTimeNanoseconds"] += 1 if f == "rank1.json" else 0
+        (tmp_path / "odd").mkdir(exist_ok=True)
+        (tmp_path / "odd" / f).write_text(json.dumps(doc))
+    odd = Store(tmp_path / "odd.duckdb")  # rank0.json is the same file: a second store
+    ingest(odd, [tmp_path / "odd"], run="odd")
+    assert _offsets(odd) == {0: 0, 1: -3_000_001}
+    odd.close()
+
+
+def test_estimate_offsets_is_exact_on_epoch_scale_ints():
+    # Four instances ending at epoch ~1.77e18 ns; rank 1 reads +2,000,003 ns, rank 2 -777 ns off
+    # (below the 50 us floor: estimated but not applied), with delays on some instances. Every
+    # estimate is an exact integer.
+    t0 = 1_767_225_601_123_456_789
+    rows = []
+    for k in range(6):
+        t = t0 + 10_000_000 * k
+        rows += [(k, 0, t), (k, 1, t + 2_000_003 + (5_000 if k == 2 else 0)), (k, 2, t - 777)]
+    est = estimate_offsets(pl.DataFrame(rows, schema=["instance_id", "rank", "end_ns"], orient="row"))
+    assert est["estimate_ns"].to_list() == [0, -2_000_003, 777]
+    assert est["offset_ns"].to_list() == [0, -2_000_003, 0]
+
+
+# --- one_collective_per_step: pace falls back to the step time
+
+
+def test_one_collective_per_step_names_nobody(store):
+    ingest(store, [case("one_collective_per_step")], run="one")
+    res = analyze(store, "stragglers", "one")
+    # Rank 1 arrives 10 us after rank 0 in both 1000 us steps: 1 % of the step time, the pace
+    # fallback (no two collectives in one step); last at 2 of 2 with chance 1/2: p = 0.25.
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert (r1["median_lateness_ns"], r1["late_pct"], r1["p_value"]) == (10_000, pytest.approx(1.0), 0.25)
+    assert res.frame["named"].sum() == 0 and res.verdict["named"].to_list() == [False]
+    assert any("pace 1.00 ms (median step time" in n for n in res.notes)
+
+
+# --- micro traces of the same kinds
+
+
+def _nccl(seqs: list[int], step_of: list[int] | None = None) -> list[dict]:
+    """A GPU rank with one all-reduce (pg "0", Seq seqs[k]) per 100 us, kernel at T0_US + 100k + 20
+    us, in ProfilerStep#(step_of[k]) (all in step 1 by default), each step 100 us per collective."""
+    step_of = step_of or [1] * len(seqs)
+    ev = []
+    for s in sorted(set(step_of)):
+        ks = [k for k, x in enumerate(step_of) if x == s]
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + 100 * ks[0],
+                "dur": 100 * len(ks),
+            }
+        )
+    for k, seq in enumerate(seqs):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + 100 * k + 10,
+                "dur": 2,
+                "args": {"correlation": 50 + k},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "pid": 0,
+                "tid": 7,
+                "ts": T0_US + 100 * k + 20,
+                "dur": 40,
+                "args": {
+                    "correlation": 50 + k,
+                    "device": 0,
+                    "stream": 7,
+                    "Collective name": "allreduce",
+                    "Process Group Name": "0",
+                    "Seq": seq,
+                    "In msg nelems": 1024,
+                    "dtype": "Float",
+                },
+            }
+        )
+    return ev
+
+
+def test_sequence_numbers_with_different_strides_fall_back_to_order(store, tmp_path):
+    # Rank 0 numbers its all-reduces 1, 3, 5, 7 (a counter shared with another group), rank 1 1,
+    # 2, 3, 4: (pg, seq) would pair rank 0's 2nd with rank 1's 3rd. Strides 2 vs 1 -> the group
+    # falls back to order within the step: 4 instances of both ranks, method step_order, and a note.
+    write_rank(tmp_path / "run" / "r0.json", _nccl([1, 3, 5, 7]), 0, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _nccl([1, 2, 3, 4]), 1, backend="nccl")
+    warned = ingest(store, [tmp_path / "run"], run="stride").warnings
+    assert any("ranks step their sequence numbers by 1 to 2," in w and "step_order" in w for w in warned)
+    inst = store.sql(
+        "SELECT n_ranks, match_method, first_arrival_ns - $1 FROM collective_instances ORDER BY instance_id",
+        [BASE],
+    ).rows()
+    assert inst == [(2, "step_order", (T0_US + 100 * k + 20) * US) for k in range(4)]
+    res = analyze(store, "stragglers", "stride")
+    assert any("cannot be per process group" in n for n in res.notes)
+
+
+def test_sequence_numbers_landing_in_different_steps_fall_back_to_order(store, tmp_path):
+    # Rank 0's seqs 1..4 lie in steps 1, 1, 2, 2; rank 1's in steps 1, 2, 2, 2 with seqs 1, 2, 3,
+    # 4 (same stride): seq 2 would pair step 1 of rank 0 with step 2 of rank 1. 1 of 4 keys spans
+    # two steps (25% > 10%): matched by order within the step instead.
+    write_rank(tmp_path / "run" / "r0.json", _nccl([1, 2, 3, 4], [1, 1, 2, 2]), 0, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _nccl([1, 2, 3, 4], [1, 2, 2, 2]), 1, backend="nccl")
+    ingest(store, [tmp_path / "run"], run="steps")
+    methods = store.sql("SELECT DISTINCT match_method FROM collective_instances").rows()
+    assert methods == [("step_order",)]
+
+
+def _a2a(nelems: int) -> list[dict]:
+    """A GPU rank with two all-to-alls without process group or sequence number (DeepEP-like:
+    only the launching op names them): nccl:all_to_all annotations around the launches, kernels
+    of ``nelems`` elements (different per rank, as all-to-all splits are)."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": T0_US,
+            "dur": 400,
+        }
+    ]
+    for k in range(2):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "nccl:all_to_all",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + 100 * k + 5,
+                "dur": 20,
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + 100 * k + 10,
+                "dur": 2,
+                "args": {"correlation": 80 + k},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t",
+                "pid": 0,
+                "tid": 9,
+                "ts": T0_US + 100 * k + 30,
+                "dur": 30,
+                "args": {"correlation": 80 + k, "device": 0, "stream": 9, "In msg nelems": nelems + k},
+            }
+        )
+    return ev
+
+
+def test_all_to_all_without_ids_matches_by_order_despite_sizes(store, tmp_path):
+    # Ranks send different amounts (1000 vs 3000 elements): the k-th all_to_all of each rank in
+    # the step is one instance (ordinal, size left out of the key for all-to-alls).
+    write_rank(tmp_path / "run" / "r0.json", _a2a(1000), 0, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _a2a(3000), 1, backend="nccl")
+    ingest(store, [tmp_path / "run"], run="a2a")
+    inst = store.sql(
+        "SELECT op, pg, n_ranks, match_method FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == [("all_to_all", None, 2, "ordinal")] * 2
+
+
+def _gloo_steps(arrivals_ms: list[float], step_ms: list[tuple[float, float]]) -> list[dict]:
+    """A CPU rank: ProfilerStep#(k+1) over step_ms[k]; an aten::mm from the step start to the
+    arrival, the c10d::allreduce_ enqueue at arrivals_ms[k] and its gloo work from the latest
+    arrival of that step (given by the caller through step_ms end - 1 ms) for 0.5 ms."""
+    ev = []
+    for k, ((a, b), arr) in enumerate(zip(step_ms, arrivals_ms, strict=True)):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{k + 1}",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + a * 1000,
+                "dur": (b - a) * 1000,
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + a * 1000,
+                "dur": (arr - a) * 1000,
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "c10d::allreduce_",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + arr * 1000,
+                "dur": 1,
+                "args": {"Input Dims": [[[64]], []]},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": 1,
+                "tid": 2,
+                "ts": T0_US + (b - 1) * 1000,
+                "dur": 500,
+                "args": {"Input Dims": [[64]], "Input type": ["float"]},
+            }
+        )
+    return ev
+
+
+def test_profiler_start_transient_is_left_out(store, tmp_path):
+    # Two ranks, four 10 ms steps. Rank 1's profiler started 2 s late: its step 1 starts at 2000
+    # ms (rank 0's at 0) and it arrives at 2005 ms, rank 0 at 5 ms (skew 2 s). Afterwards rank 1
+    # arrives 0.1 ms after rank 0 in every step (skews 0.1 ms). Median skew 0.1 ms, median step
+    # 10 ms: threshold max(20 x 0.1, 10) = 10 ms; the leading 2 s instance is the transient (the
+    # profiling starts differ by 2,000 ms, at least half the skew), step 1 leaves stragglers and whatif.
+    steps0 = [(0, 2010), (2010, 2020), (2020, 2030), (2030, 2040)]
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps([5, 2015, 2025, 2035], steps0), 0)
+    write_rank(
+        tmp_path / "run" / "r1.json",
+        _gloo_steps([2005, 2015.1, 2025.1, 2035.1], [(2000, 2010), *steps0[1:]]),
+        1,
+    )
+    ingest(store, [tmp_path / "run"], run="tr")
+    res = analyze(store, "stragglers", "tr")
+    assert res.instances.height == 3 and res.instances["skew_ns"].to_list() == [100_000] * 3
+    (note,) = [n for n in res.notes if n.startswith("profiler-start transient")]
+    assert "the first collective (step 1) waited up to 2,000.0 ms" in note and "2,000.0 ms apart" in note
+    wi = analyze(store, "whatif", "tr")
+    assert wi.frame["step"].to_list() == [2, 3, 4] and wi.summary["transient_steps"].item() == 1
+
+
+def test_stall_before_the_first_collective_is_not_a_transient(store, tmp_path):
+    # Both ranks start profiling together (step 1 at 0 ms on both), but rank 1 computes 2 s before
+    # its first all-reduce (arrives at 2005 ms, rank 0 at 5). The skews and the threshold are those
+    # of the test above, but the profiling starts differ by 0 ms, less than half the 2 s skew: a
+    # real stall, kept. Rank 1 is last at all 4 instances: p = 0.5^4 = 0.0625 (not < 0.01), but its
+    # 2,000 ms hold-up exceeds 20 x the median skew (median of 2000, 0.1, 0.1, 0.1 ms = 0.1 ms):
+    # an episodic stall, named (its cost is far above 5%).
+    steps0 = [(0, 2010), (2010, 2020), (2020, 2030), (2030, 2040)]
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps([5, 2015, 2025, 2035], steps0), 0)
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps([2005, 2015.1, 2025.1, 2035.1], steps0), 1)
+    ingest(store, [tmp_path / "run"], run="stall")
+    res = analyze(store, "stragglers", "stall")
+    assert not [n for n in res.notes if n.startswith("profiler-start transient")]
+    assert res.instances.height == 4 and res.instances["skew_ns"].to_list() == [2_000_000_000] + [100_000] * 3
+    r1 = res.frame.filter(res.frame["rank"] == 1).row(0, named=True)
+    assert r1["p_value"] == pytest.approx(0.5**4) and r1["named"]
+    # holdup_pct follows its rule: hold-up (2005 - 5 = 2000 ms, then 3 x 0.1 ms: 2000.3 ms) over
+    # the median step time (10 ms: steps of 2010, 10, 10, 10 ms on both ranks) x 4 steps = 40 ms,
+    # not over the steps' own durations (2040 ms).
+    assert r1["holdup_ns"] == 2_000_300_000 and r1["holdup_pct"] == pytest.approx(100 * 2000.3 / 40)
+    assert "named for one hold-up of 2000.00 ms" in res.verdict["evidence"][0]
+    v = combined_verdict(store, "stall")
+    assert v.stragglers == (1,) and "p = 0.062 (not more often than chance: an episodic stall)" in v.text
+    wi = analyze(store, "whatif", "stall")
+    assert wi.summary["transient_steps"].item() == 0 and wi.frame["step"].to_list() == [1, 2, 3, 4]
+
+
+def test_ties_are_ties(store, tmp_path):
+    # Three ranks; at both collectives ranks 1 and 2 arrive at the same last instant (200 us),
+    # rank 0 at 100 us: no rank is "last" (last_rank null), nobody gets the credit (not the lowest
+    # rank), both count a tie.
+    for r, arr in ((0, 100), (1, 200), (2, 200)):
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US,
+                "dur": 1000,
+            }
+        ]
+        for k in range(2):
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "c10d::allreduce_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": T0_US + arr + 400 * k,
+                    "dur": 1,
+                    "args": {"Input Dims": [[[64]], []]},
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_reduce",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": T0_US + 201 + 400 * k,
+                    "dur": 19,
+                    "args": {"Input Dims": [[64]], "Input type": ["float"]},
+                }
+            )
+        write_rank(tmp_path / "run" / f"r{r}.json", ev, r, world=3)
+    ingest(store, [tmp_path / "run"], run="tie")
+    assert store.sql("SELECT last_rank FROM collective_instances").rows() == [(None,), (None,)]
+    res = analyze(store, "stragglers", "tie")
+    per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
+    assert [(per[r]["last_count"], per[r]["tie_count"]) for r in (0, 1, 2)] == [(0, 0), (0, 2), (0, 2)]
+    assert res.instances["last_rank"].null_count() == 2
+
+
+def _p2p(ops: list[tuple[str, int, int]]) -> list[dict]:
+    """A GPU rank of a 3-rank pipeline on process group "0" [0, 1, 2]: per (op, Seq, peer), a
+    SendRecv kernel with Collective name send/recv, every 100 us from T0_US."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": T0_US,
+            "dur": 400,
+        }
+    ]
+    for k, (op, seq, peer) in enumerate(ops):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": T0_US + 100 * k + 10,
+                "dur": 2,
+                "args": {"correlation": 60 + k},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_SendRecv",
+                "pid": 0,
+                "tid": 9,
+                "ts": T0_US + 100 * k + 20,
+                "dur": 40,
+                "args": {
+                    "correlation": 60 + k,
+                    "device": 0,
+                    "stream": 9,
+                    "Collective name": op,
+                    "Process Group Name": "0",
+                    "Process Group Ranks": "[0, 1, 2]",
+                    "Seq": seq,
+                    "Src Rank" if op == "recv" else "Dst Rank": peer,
+                    "In msg nelems": 64,
+                    "dtype": "Float",
+                },
+            }
+        )
+    return ev
+
+
+def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, tmp_path):
+    # c10d numbers a rank's point-to-point ops in a group with one counter: rank 0 sends to 1 (its
+    # p2p Seq 1), rank 1 receives from 0 (Seq 1) then sends to 2 (Seq 2), rank 2 receives from 1
+    # (Seq 1). Key Seq 1 would hold ranks 0, 1 and 2 (three ends of two transfers): the group's
+    # p2p sequence numbers are not per transfer, so its p2p rows stay unmatched, with a warning.
+    write_rank(tmp_path / "run" / "r0.json", _p2p([("send", 1, 1)]), 0, world=3, backend="nccl")
+    write_rank(
+        tmp_path / "run" / "r1.json", _p2p([("recv", 1, 0), ("send", 2, 2)]), 1, world=3, backend="nccl"
+    )
+    write_rank(tmp_path / "run" / "r2.json", _p2p([("recv", 1, 1)]), 2, world=3, backend="nccl")
+    warned = ingest(store, [tmp_path / "run"], run="pp").warnings
+    assert store.sql("SELECT count(*) FROM collectives WHERE instance_id IS NOT NULL").item() == 0
+    assert any(
+        "1 of 1 point-to-point sequence numbers are held by three or more ranks" in w
+        and "left unmatched" in w
+        for w in warned
+    )

@@ -1,0 +1,388 @@
+"""The columnar Kineto decoder (``traceprof.collectors.kineto.decode``) against a plain JSON reference.
+
+The reference decodes the document with the standard library (numbers as ``Decimal``, so times are
+exact) and converts each field as the general per-event parser does. Documents: hand-made ones
+for every case the splitter and the typed decode must handle (keys after the events, an ``INFO``
+array whose strings hold ``]``, ``},`` inside a name, nested args, string/float pids, hex stream
+ids, null args, missing times, more than 3 decimals, exponents), all split into tiny batches; and
+the corpus and sample traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.conftest import CORPUS, SAMPLES
+from traceprof.collectors.kineto._values import int_or_none
+from traceprof.collectors.kineto.decode import decode
+from traceprof.core.parsed import ParseOptions
+from traceprof.core.timeconv import us_to_ns
+
+
+def _ref_ns(v: object) -> int | None:
+    return None if v is None else us_to_ns(v if isinstance(v, Decimal | int) else Decimal(str(v)))
+
+
+def _check(data: bytes, batch_bytes: int) -> None:
+    d = decode(data, batch_bytes=batch_bytes)
+    assert d is not None
+    doc = json.loads(data, parse_float=Decimal)
+    events = doc.pop("traceEvents")
+    plain = json.loads(data)["traceEvents"]  # numbers as the general decoder gives them (floats)
+    assert len(d) == len(events)
+    assert {len(c) for c in (d.ts_ns, d.ts_ok, d.dur_ns, d.dur_ok, d.args, d.correlation)} == {len(events)}
+    assert set(d.top) == set(doc)
+    texts = d.args.to_pylist()
+    for i, e in enumerate(events):
+        args = plain[i].get("args", {})
+        ids = args if isinstance(args, dict) else {}
+        assert (d.ph[i], d.cat[i], d.name[i]) == (e.get("ph", ""), e.get("cat", ""), e.get("name", "")), i
+        assert (d.pid[i], d.tid[i]) == tuple(
+            "" if e.get(k) is None else str(e.get(k)) for k in ("pid", "tid")
+        ), i
+        for col, ok, key in ((d.ts_ns, d.ts_ok, "ts"), (d.dur_ns, d.dur_ok, "dur")):
+            assert bool(ok[i]) == (key in e), (i, key)
+            if key in e:
+                assert int(col[i]) == _ref_ns(e[key]), (i, key, e[key])
+        assert json.loads(texts[i], parse_float=Decimal) == e.get("args", {}), i
+        assert d.correlation[i] == int_or_none(ids.get("correlation")), i
+        assert d.external_id[i] == int_or_none(ids.get("External id")), i
+        assert d.device[i] == int_or_none(ids.get("device")), i
+        assert d.stream[i] == int_or_none(ids.get("stream")), i
+
+
+EDGE = b"""{
+  "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}],
+  "distributedInfo": {"rank": 3, "world_size": 8},
+  "traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "k<{lambda()#1}>},{x", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.125,
+   "args": {"External id": 1, "device": 0, "stream": 7, "correlation": 11, "grid": [1, 1, 1]}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "Spans", "tid": "", "ts": 1712195495519689.047,
+   "dur": 63.813, "args": {"nested": {"a": [1, {"b": "]},"}]}, "External id": 2}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "pid": 1, "tid": 2, "ts": 7, "dur": 1.0005,
+   "args": {"stream": "0x0", "device": "1", "correlation": 5.0}},
+  {"ph": "i", "cat": "cpu_instant_event", "name": "mark", "pid": 1.5, "tid": 2, "ts": 1.5e3, "args": null},
+  {"ph": "s", "id": 1, "pid": 1, "tid": 2, "ts": 3, "cat": "ac2g", "name": "ac2g"},
+  {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+  {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 2, "ts": 4.25},
+  {"ph": "X", "cat": "cpu_op", "name": "\\"quoted\\" \\u00e9", "pid": 1, "tid": 2, "ts": 0.001, "dur": 0}
+  ],
+  "INFO": ["CuptiActivityProfiler.cpp:1232] Traces Recorded:", "x]y"],
+  "traceName": "/tmp/t.json", "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000}
+"""
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 64, 200, 1 << 20])
+def test_edge_cases_match_reference(batch_bytes: int) -> None:
+    _check(EDGE, batch_bytes)
+    d = decode(EDGE, batch_bytes)
+    assert d.top["baseTimeNanoseconds"] == 1_700_000_000_000_000_000 and d.top["distributedInfo"]["rank"] == 3
+    assert not d.lanes_plain  # the float pid 1.5
+
+
+def test_a_trace_without_events_is_stored_empty(tmp_path: Path) -> None:
+    # "traceEvents": [] made the time columns one row long for zero events, and ingest crashed
+    # (IndexError in decode.rows): a rank that recorded nothing is stored with no events.
+    from traceprof.collectors.kineto import parse  # the package's parse(): the parser module's function
+
+    path = tmp_path / "rank1.json"
+    path.write_text(
+        json.dumps(
+            {"distributedInfo": {"rank": 1, "world_size": 2}, "baseTimeNanoseconds": 5, "traceEvents": []}
+        )
+    )
+    pt = parse(path)
+    assert (pt.rank, pt.events_read, pt.events.num_rows, pt.collectives.num_rows) == (1, 0, 0, 0)
+
+
+def test_events_first_or_alone() -> None:
+    _check(b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}], "baseTimeNanoseconds": 5}', 1)
+    _check(b'{"traceEvents": []}', 1)
+    _check(b'{"a": 1, "traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts": 2, "dur": 2}]}', 1)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'[{"ph": "X"}]',  # not an object
+        b'{"traceEvents": [{"ph": "X", "ts": 1}',  # truncated
+        b'{"traceEvents": [{"ph": "X", "name": 5}]}',  # a name that is not a string
+        b'{"other": 1}',  # no events
+    ],
+)
+def test_general_path_needed(doc: bytes) -> None:
+    assert decode(doc, 1) is None
+
+
+def _traces() -> list[Path]:
+    found = [p for p in SAMPLES.rglob("*.trace.json.gz")][:8]
+    hta = CORPUS / "hta"
+    if hta.exists():
+        found += [p for p in hta.rglob("*.json*") if "execution_trace/benchmark_simple_add_et" not in str(p)]
+    return found
+
+
+@pytest.mark.parametrize("path", _traces(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_real_traces_match_reference(path: Path) -> None:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    _check(data, 1 << 16)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 100])
+def test_pieces_decode_as_the_whole(piece: int) -> None:
+    # A streaming source (e.g. gunzip output) in pieces of any size gives the same columns.
+    whole = decode(EDGE, 64)
+    parts = decode((EDGE[i : i + piece] for i in range(0, len(EDGE), piece)), 64)
+    assert parts is not None and whole is not None
+    assert (
+        parts.name.tolist(),
+        parts.pid.tolist(),
+        parts.args.to_pylist(),
+        parts.correlation.tolist(),
+        parts.top,
+    ) == (
+        whole.name.tolist(),
+        whole.pid.tolist(),
+        whole.args.to_pylist(),
+        whole.correlation.tolist(),
+        whole.top,
+    )
+    assert (parts.ts_ns == whole.ts_ns).all() and (parts.dur_ok == whole.dur_ok).all()
+
+
+@pytest.mark.parametrize("space", [b" ", b"\n", b"\r\n\t "])
+def test_a_long_run_of_whitespace_between_events_is_not_held(space: bytes) -> None:
+    # 48 MiB of JSON whitespace after "[" and between two events, streamed in 1 MiB pieces: the
+    # splitter drops it as it comes (it held the whole run, then a joined copy of it: 6.5 GB for 3 GB)
+    import tracemalloc
+
+    run = space * ((24 << 20) // len(space))
+    ev = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 1.5, "dur": 2}'
+
+    def pieces():
+        yield b'{"traceEvents": ['
+        for part in (run, ev + b",", run, ev):
+            yield from (part[i : i + (1 << 20)] for i in range(0, len(part), 1 << 20))
+        yield b'], "baseTimeNanoseconds": 7}'
+
+    tracemalloc.start()
+    try:
+        got = decode(pieces(), 1 << 16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got is not None and got.name.tolist() == ["k", "k"] and got.top == {"baseTimeNanoseconds": 7}
+    assert got.ts_ns.tolist() == [1500, 1500]
+    assert peak < 8 << 20, peak  # a few pieces, never the 24 MiB run
+
+
+def test_only_json_whitespace_is_dropped() -> None:
+    # \x0b and \x0c are whitespace to bytes.isspace, not to JSON: the document stays invalid
+    assert decode(b'{"traceEvents": [\x0b{"ph": "X", "ts": 1, "dur": 2}]}', 1) is None
+
+
+_PARSE = importlib.import_module("traceprof.collectors.kineto.parse")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_id_with_a_fraction_is_no_id(fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "correlation": 1.5 was truncated to 1, pairing the kernel with another kernel's launch
+    kernels = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{c}",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10 + i,
+            "dur": 1,
+            "args": {"correlation": c, "device": 0},
+        }
+        for i, c in enumerate([1, 1.5, 3.0, 2.5e0])
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": kernels}))
+    if not fast:
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
+    ev = _PARSE.parse(path).events.sort_by("ts_ns")
+    assert ev.column("correlation").to_pylist() == [1, None, 3, None]
+    assert int_or_none(2.0) == 2 and int_or_none(-0.5) is None and int_or_none(1e300) is None
+    assert int_or_none(1e20, keep_large=True) == 10**20
+
+
+def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:
+    if not fast:
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
+    try:
+        return _PARSE.parse(path, ParseOptions(on_bad_event="skip"))
+    finally:
+        monkeypatch.undo()
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    """``t`` with its dictionary columns as plain strings (the two paths may order a dictionary
+    differently: the same values)."""
+    return pa.table(
+        {
+            f.name: t.column(f.name).cast(pa.string()) if pa.types.is_dictionary(f.type) else t.column(f.name)
+            for f in t.schema
+        }
+    )
+
+
+@pytest.mark.parametrize("path", _traces()[:12] + [None], ids=lambda p: "edge" if p is None else p.name)
+def test_parse_fast_path_equals_general(
+    path: Path | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # parse() builds the same tables and counts through decode.rows() as through its per-event loop
+    # (and falls back to the loop, e.g. for the float pid of the edge document).
+    if path is None:
+        path = tmp_path / "edge.json"
+        path.write_bytes(EDGE)
+    a, b = _parsed(path, False, monkeypatch), _parsed(path, True, monkeypatch)
+    for t in ("events", "devices", "steps", "collectives"):
+        assert _plain(getattr(a, t)).equals(_plain(getattr(b, t))), t
+    keys = (
+        "rank",
+        "world_size",
+        "trace",
+        "events_read",
+        "rejected",
+        "skipped",
+        "flagged",
+        "warnings",
+        "format",
+    )
+    assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys]
+
+
+_GOOD = [
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": f"k{i}",
+        "pid": 0,
+        "tid": 7,
+        "ts": 10 + i,
+        "dur": 1.5,
+        "args": {"correlation": i},
+    }
+    for i in range(6)
+] + [{"ph": "i", "cat": "cpu_instant_event", "name": "mark", "pid": 1, "tid": 1, "ts": 3}]
+_BAD_TIMES = {  # events with a malformed time among good ones: (the events, which ones go through the column path)
+    "bad ts": [{"ph": "X", "cat": "kernel", "name": "bad", "pid": 0, "tid": 7, "ts": "abc", "dur": 1}],
+    "missing ts": [{"ph": "X", "cat": "kernel", "name": "nots", "pid": 0, "tid": 7, "dur": 1}],
+    "missing dur": [{"ph": "X", "cat": "cpu_op", "name": "nodur", "pid": 1, "tid": 1, "ts": 4}],
+    "bad dur on an instant": [
+        {"ph": "i", "cat": "cpu_instant_event", "name": "i", "pid": 1, "tid": 1, "ts": 5, "dur": "x"}
+    ],
+    "bad ts and dur": [
+        {"ph": "X", "cat": "kernel", "name": "both", "pid": 0, "tid": 7, "ts": "t", "dur": "d"}
+    ],
+    "missing ts, bad dur": [{"ph": "X", "cat": "kernel", "name": "m", "pid": 0, "tid": 7, "dur": "d"}],
+    "several": [
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": "1x", "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "b" * 90, "pid": 1, "tid": 1, "ts": 2},
+    ],
+    "metadata with a bad ts (not stored)": [
+        {"ph": "M", "name": "process_name", "pid": 0, "ts": "z", "args": {"name": "gpu"}}
+    ],
+    "negative dur": [{"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 1, "dur": -2.50}],
+    "bad ts, negative dur": [
+        {"ph": "X", "cat": "kernel", "name": "n", "pid": 0, "tid": 7, "ts": "q", "dur": -1}
+    ],
+    "missing ts, negative dur": [{"ph": "X", "cat": "kernel", "name": "n", "pid": 0, "tid": 7, "dur": -1}],
+    "ts beyond int64 ns (general loop)": [
+        {"ph": "X", "cat": "kernel", "name": "far", "pid": 0, "tid": 7, "ts": 1e30, "dur": 1}
+    ],
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_TIMES))
+@pytest.mark.parametrize("mode", ["skip", "raise"])
+def test_malformed_times_take_the_column_path_with_the_general_loops_result(
+    case: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One bad time used to send the whole file through the general loop (it holds the document:
+    # 3.9 GB for one bad event in a 565 MB file). The column path rejects or names it the same way.
+    from traceprof.core.errors import TraceFormatError
+
+    events = _GOOD[:3] + _BAD_TIMES[case] + _GOOD[3:]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+
+    def parsed(fast: bool) -> object:
+        if not fast:
+            monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
+        try:
+            return _PARSE.parse(path, ParseOptions(on_bad_event=mode))
+        except TraceFormatError as e:
+            return str(e)
+        finally:
+            monkeypatch.undo()
+
+    general = parsed(False)
+    loop_calls = []
+    real_decode = _PARSE._decode
+    monkeypatch.setattr(_PARSE, "_decode", lambda *a: loop_calls.append(1) or real_decode(*a))
+    try:
+        fast = _PARSE.parse(path, ParseOptions(on_bad_event=mode))
+    except TraceFormatError as e:
+        fast = str(e)
+    monkeypatch.undo()
+    stored = "metadata" not in case
+    if mode == "raise" and stored:
+        assert isinstance(general, str) and fast == general and ": event #3" in general
+    else:
+        for t in ("events", "devices", "steps", "collectives"):
+            assert _plain(getattr(fast, t)).equals(_plain(getattr(general, t))), t
+        keys = ("events_read", "rejected", "skipped", "flagged", "warnings")
+        assert [getattr(fast, k) for k in keys] == [getattr(general, k) for k in keys]
+        assert fast.events.num_rows == len(_GOOD)
+        assert sum(fast.rejected.values()) == (0 if "metadata" in case else len(_BAD_TIMES[case]))
+    assert bool(loop_calls) == ("general loop" in case)  # the whole-document decode only where needed
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        (b"1e30", 10**33),  # exact (worked out: 1e30 us = 1e33 ns); the caller reports it beyond int64
+        (b"1.5e3", 1_500_000),
+        (b"-1e2", -100_000),
+        (b"12.3456", 12_346),  # half-to-even at the 4th decimal: 12345.6 ns -> 12346
+        (b"0.0005", 0),  # 0.5 ns -> 0 (half to even)
+        (b"1e-100", 0),  # tiny: rounds to 0 ns (not "out of range")
+        (b"-1e-1000000000", 0),
+        (b"123456789012345678901234567890", 123456789012345678901234567890 * 1000),
+    ],
+)
+def test_us_text_to_ns_is_exact_for_large_exponents(text: bytes, ns: int) -> None:
+    from traceprof.core.timeconv import us_text_to_ns
+
+    assert us_text_to_ns(text) == ns
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"abc", "not a number: 'abc'"),
+        (b'"12"', "not a number: '\"12\"'"),
+        (b"NaN", "not a number: 'NaN'"),
+        (b"1e400000000", "1e400000000 us is out of range"),
+    ],
+)
+def test_us_text_to_ns_names_the_value_plainly(text: bytes, message: str) -> None:
+    from traceprof.core.timeconv import us_text_to_ns
+
+    with pytest.raises(ValueError) as e:
+        us_text_to_ns(text)
+    assert str(e.value) == message

@@ -1,0 +1,240 @@
+"""Flight Recorder JSON dumps: parsing, pickle refusal, ingest with pg+seq matching."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES, analyze, corpus
+from traceprof.collectors.flight_recorder import is_fr_file, parse
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.parsed import ParseOptions
+from traceprof.ingest.ingest import ingest
+
+
+def test_parse_corpus_dump_field_by_field():
+    path = corpus("flight_recorder/gloo_cpu_4rank/fr_rank1.json")
+    doc = json.loads(path.read_text())
+    pt = parse(path)
+    rows = pt.collectives.to_pylist()
+    assert pt.rank == 1 and pt.world_size == 4 and pt.source == "flight_recorder"
+    assert len(rows) == len(doc["entries"]) == 17
+    for e, r in zip(doc["entries"], rows, strict=True):
+        assert r["seq"] == e["collective_seq_id"] and r["pg"] == e["process_group"][0]
+        assert r["enter_ns"] == e["time_created_ns"]
+        assert r["start_ns"] is None and r["end_ns"] is None  # gloo records 0: unknown
+        assert r["op"] == e["profiling_name"].split(":")[1]  # gloo:all_reduce -> all_reduce, ...
+    # First entry: all_gather of 1 Long (8 bytes) into [4, 1].
+    assert (rows[0]["nelems_in"], rows[0]["bytes_in"], rows[0]["nelems_out"], rows[0]["group_size"]) == (
+        1,
+        8,
+        4,
+        4,
+    )
+
+
+class _Evil:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_pickle_dump_is_refused_and_never_unpickled(tmp_path):
+    marker = tmp_path / "unpickled"
+    bad = tmp_path / "nccl_trace_rank_0"  # torch's default dump name
+    bad.write_bytes(pickle.dumps({"entries": [_Evil(str(marker))]}))
+    assert is_fr_file(bad)
+    with pytest.raises(TraceFormatError, match="pickle"):
+        parse(bad)
+    assert not marker.exists()
+
+
+def test_missing_creation_time(tmp_path):
+    doc = {
+        "version": "2.10",
+        "pg_config": {},
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+                "time_discovered_started_ns": 20,
+                "time_discovered_completed_ns": 50,
+            },
+            {
+                "collective_seq_id": 2,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+            },
+        ],
+    }
+    path = tmp_path / "rank3.fr.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"entry #1 \('nccl:all_reduce'\): missing 'time_created_ns'"):
+        parse(path)
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    (row,) = pt.collectives.to_pylist()
+    assert (pt.rank, row["enter_ns"], row["start_ns"], row["end_ns"]) == (3, 10, 20, 50)
+    assert pt.rejected == {"missing 'time_created_ns'": 1}
+
+
+@pytest.mark.parametrize("dtypes", [5, "Float", {"a": 1}])
+def test_dtypes_that_are_not_a_list_leave_the_dtype_unknown(tmp_path, dtypes):
+    # input_dtypes 5 was a traceback ('int' object is not subscriptable); a string would have
+    # been read as its first letter ("F"). Only a list names the dtype; the sizes stay.
+    entry = {
+        "collective_seq_id": 1,
+        "process_group": ["0", "default_pg"],
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 10,
+        "input_sizes": [[4, 8]],
+        "input_dtypes": dtypes,
+        "output_dtypes": dtypes,
+    }
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({"version": "2.4", "rank": 0, "entries": [entry]}))
+    (row,) = parse(path).collectives.to_pylist()
+    assert (row["dtype"], row["nelems_in"], row["bytes_in"]) == (None, 32, None)
+
+
+def test_state_wins_over_duration(tmp_path):
+    """Seq 1 "started" with a duration (torch fills duration_ms from CUDA events that may be
+    recorded while the kernel still runs): not completed, end NULL. Seq 2 "completed" with only
+    duration_ms = 0.03: end = started 20 + 30_000 ns."""
+
+    def entry(seq, state):
+        return {
+            "collective_seq_id": seq,
+            "process_group": ["0", "default_pg"],
+            "profiling_name": "nccl:all_reduce",
+            "time_created_ns": 10,
+            "time_discovered_started_ns": 20,
+            "time_discovered_completed_ns": 0,
+            "duration_ms": 0.03,
+            "state": state,
+        }
+
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(
+        json.dumps({"version": "2.4", "rank": 0, "entries": [entry(1, "started"), entry(2, "completed")]})
+    )
+    rows = parse(path).collectives.to_pylist()
+    assert [(r["seq"], r["start_ns"], r["end_ns"]) for r in rows] == [(1, 20, None), (2, 20, 30_020)]
+
+
+def test_non_integer_creation_time_and_empty_dump(tmp_path):
+    # Present but not an integer: said so, not "missing".
+    doc = {
+        "version": "2.10",
+        "pg_config": {},
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+            },
+            {
+                "collective_seq_id": 2,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": "abc",
+            },
+        ],
+    }
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(
+        TraceFormatError,
+        match=r"entry #1 \('nccl:all_reduce'\): 'time_created_ns' is not an "
+        r"integer \('abc'\)",
+    ):
+        parse(path)
+    assert parse(path, ParseOptions(on_bad_event="skip")).rejected == {
+        "'time_created_ns' is not an integer": 1
+    }
+    # An empty ring buffer: a trace with 0 collectives and a warning (for hang triage the rank that
+    # recorded nothing is the culprit: desync says so); every entry skipped is still an error.
+    path.write_text(json.dumps({**doc, "entries": []}))
+    empty = parse(path)
+    assert (empty.rank, empty.collectives.num_rows, empty.events.num_rows) == (0, 0, 0)
+    assert empty.warnings == [
+        "rank0.fr.json: rank 0 recorded no collective (empty 'entries': dumped before any "
+        "ran on this rank, or TORCH_NCCL_TRACE_BUFFER_SIZE=0); stored with 0 collectives"
+    ]
+    path.write_text(json.dumps({**doc, "entries": doc["entries"][1:]}))
+    with pytest.raises(TraceFormatError, match="no valid entries"):
+        parse(path, ParseOptions(on_bad_event="skip"))
+
+
+def test_corpus_dumps_ingest_and_match_by_seq(store):
+    ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
+    got = store.sql(
+        "SELECT match_method, count(*), min(n_ranks) FROM collective_instances GROUP BY ALL"
+    ).rows()
+    assert got == [("pg_seq", 17, 4)]
+    # Independent check: instance k's first and last arrival are the min / max time_created_ns of
+    # the four dumps' entries with collective_seq_id k.
+    created: dict[int, list[int]] = {}
+    for f in sorted(corpus("flight_recorder/gloo_cpu_4rank").glob("fr_rank*.json")):
+        for e in json.loads(f.read_text())["entries"]:
+            created.setdefault(e["collective_seq_id"], []).append(e["time_created_ns"])
+    rows = store.sql(
+        "SELECT seq, first_arrival_ns, last_arrival_ns FROM collective_instances ORDER BY seq"
+    ).rows()
+    assert rows == [(k, min(v), max(v)) for k, v in sorted(created.items())]
+    # No end times on gloo: clocks cannot be aligned, and the run says so.
+    assert store.sql("SELECT clock_aligned FROM runs").item() is False
+    res = analyze(store, "stragglers")
+    assert res.verdict["named"].to_list() == [False]
+
+
+def test_sample_dumps_beside_kineto_traces(store, tmp_path):
+    run = SAMPLES / "straggler_rank2"
+    if not (run / "rank0.fr.json").exists():
+        pytest.skip("sample_traces/straggler_rank2 has no Flight Recorder dumps")
+    ingest(store, [run])
+    sources = store.sql("SELECT source, count(*) FROM traces GROUP BY ALL ORDER BY source").rows()
+    assert sources == [("flight_recorder", 4), ("kineto", 4)]
+    # Kineto rows have end times, so they are the analysed source; FR rows match on (pg, seq).
+    assert (
+        store.sql("SELECT DISTINCT match_method FROM collective_instances WHERE source = 'fr'").item()
+        == "pg_seq"
+    )
+    res = analyze(store, "stragglers", source="fr")
+    assert res.verdict["rank"].to_list() == [2]
+    # A lone dump is rank <R> by its file name.
+    shutil.copy(run / "rank3.fr.json", tmp_path / "rank3.fr.json")
+    assert parse(tmp_path / "rank3.fr.json").rank == 3
+
+
+def test_rank_field_conflicting_with_the_file_name_warns(tmp_path):
+    doc = {
+        "version": "2.4",
+        "rank": 5,
+        "entries": [
+            {
+                "collective_seq_id": 1,
+                "process_group": ["0", "default_pg"],
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": 10,
+            }
+        ],
+    }
+    path = tmp_path / "fr_rank2.json"
+    path.write_text(json.dumps(doc))
+    pt = parse(path)
+    assert pt.rank == 5
+    assert pt.warnings == [
+        "fr_rank2.json: the dump's 'rank' 5 differs from rank 2 in the file name; stored as "
+        "rank 5 (the dump's own field)"
+    ]
+    path.write_text(json.dumps({**doc, "rank": 2}))
+    assert (parse(path).rank, parse(path).warnings) == (2, [])

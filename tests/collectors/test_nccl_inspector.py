@@ -1,0 +1,433 @@
+"""NCCL Inspector output (issue 28, kind 4): the shared case nccl_inspector_records, and files of the
+kind written here in the plugin's shape (``ext-profiler/inspector``: one JSON record per line,
+``header`` / ``metadata`` / ``coll_perf`` with ``event_trace_ts`` in epoch microseconds)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import analyze, case
+from traceprof.collectors.nccl_inspector import parse
+from traceprof.core.errors import AnalysisError, TraceFormatError
+from traceprof.core.parsed import ParseOptions
+from traceprof.ingest import sources
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+CASE = "nccl_inspector_records"
+T = 1_767_225_601_000_000  # epoch us
+
+
+def test_shared_case_records_are_collectives(store):
+    """EXPECT.md: communicator 0x7f3a96be51c2d1 (2 ranks), AllReduce coll_sn 1..3 of 67108864 bytes;
+    kernel start = 1767225601000000 + 10000 sn us (+40 us on rank 1), exec 400 us on rank 0 and
+    360 us on rank 1 (both end together). So: 3 instances of ranks [0, 1], arrival skew 40 us =
+    40000 ns with rank 1 last; nccl_sum per rank: 3 instances, mean 400000 ns (rank 0) and 360000 ns
+    (rank 1)."""
+    folder = case(CASE) / "nccl-inspector-unknown-jobid"
+    assert {sources.claim(f).name for f in folder.iterdir()} == {"nccl_inspector"}
+    ingest(store, [folder], jobs=1)
+    assert store.sql("SELECT rank, source, host, pid, world_size FROM traces ORDER BY rank").rows() == [
+        (0, "nccl_inspector", "node-a", "3101", 2),
+        (1, "nccl_inspector", "node-a", "3102", 2),
+    ]
+    assert store.sql("""SELECT DISTINCT rank, pg, op, bytes_in, bytes_out, group_size FROM collectives
+                        ORDER BY rank""").rows() == [
+        (r, "0x7f3a96be51c2d1", "all_reduce", 67108864, 67108864, 2) for r in (0, 1)
+    ]
+    # start/end from event_trace_ts: rank 0's sn 1 kernel 1767225601010000 .. 1767225601010400 us
+    assert store.sql("SELECT seq, start_ns, end_ns FROM collectives WHERE rank = 0 ORDER BY seq").rows() == [
+        (sn, (T + 10_000 * sn) * 1000, (T + 10_000 * sn + 400) * 1000) for sn in (1, 2, 3)
+    ]
+    inst = store.sql("""SELECT pg, seq, op, ranks_present, arrival_skew_ns, last_rank FROM collective_instances
+                        ORDER BY seq""").rows()
+    assert inst == [("0x7f3a96be51c2d1", sn, "all_reduce", [0, 1], 40_000, 1) for sn in (1, 2, 3)]
+    ranks = analyze(store, "nccl_sum").ranks.sort("rank")
+    assert ranks.select("rank", "instances", "avg_ns").rows() == [(0, 3, 400_000), (1, 3, 360_000)]
+    # the reported bandwidths stay with each record (events.args): 67108864 B / 400 us = 167.77216 GB/s
+    bw = store.sql("""SELECT rank, json_extract(args, '$.coll_perf.coll_algobw_gbs')::DOUBLE,
+                             json_extract(args, '$.coll_perf.coll_busbw_gbs')::DOUBLE FROM events
+                      WHERE kind = 'collective' GROUP BY ALL ORDER BY rank""").rows()
+    assert bw == [(0, 167.77216, 167.77216), (1, 186.413511, 186.413511)]
+    with pytest.raises(AnalysisError, match="NCCL Inspector records hold completed collectives only"):
+        analyze(store, "desync")
+
+
+def _rec(
+    comm: str,
+    rank: int,
+    n: int,
+    coll: str,
+    sn: int,
+    size: int,
+    start_us: int | None,
+    stop_us: int | None,
+    *,
+    version: str = "v4.0",
+    channels: int = 2,
+    pid: int = 100,
+    verbose: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One Inspector record; channel c starts at ``start_us + c`` and stops at ``stop_us - c`` (the
+    collective: earliest start, latest stop); ``stop_us`` 0 leaves channel 1's stop unset (0)."""
+    perf: dict[str, Any] = {
+        "coll": coll,
+        "coll_sn": sn,
+        "coll_msg_size_bytes": size,
+        "coll_exec_time_us": 1,
+        "coll_timing_source": "kernel_gpu",
+        "coll_algobw_gbs": 1.5,
+        "coll_busbw_gbs": 0.75,
+        **(extra or {}),
+    }
+    if verbose:
+        kernels = [
+            {
+                "channel_id": c,
+                "kernel_start_ts": start_us + c,
+                "kernel_stop_ts": 0 if stop_us == 0 and c == 1 else (stop_us or 0) - c,
+                "kernel_record_ts": stop_us,
+            }
+            for c in range(channels)
+        ]
+        perf["event_trace_ts"] = {
+            "coll_start_ts": start_us - 5,
+            "coll_stop_ts": start_us - 2,
+            "kernel_events": kernels,
+        }
+    return {
+        "header": {"id": comm, "rank": rank, "n_ranks": n, "nnodes": 1},
+        "metadata": {
+            "inspector_output_format_version": version,
+            "git_rev": "",
+            "rec_mechanism": "nccl_profiler_interface",
+            "dump_timestamp_us": T + 900_000,
+            "hostname": f"h{pid}",
+            "pid": pid,
+        },
+        "coll_perf" if coll not in ("Send", "Recv") else "p2p_perf": perf,
+    }
+
+
+def _write(path: Path, records: list[Any], tail: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) + tail)
+    return path
+
+
+def _process(r: int) -> list[Any]:
+    """Process of rank r in world communicator 0xaa (2 ranks): AllGather sn 1 (1024 B per rank),
+    ReduceScatter sn 1 (512 B per rank), AllGather sn 2, rank 1 arriving 30, 10 and 30 us after
+    rank 0; plus its own 1-rank communicator 0xb<r> (rank 0 there), with one record written without
+    event_trace_ts; and a v4.1 dump_stats record counting 2 dropped records (process 0 only)."""
+    pid = 100 + r
+    out: list[Any] = [
+        _rec("0xaa", r, 2, "AllGather", 1, 1024, T + 30 * r, T + 100, pid=pid),
+        _rec(
+            "0xaa",
+            r,
+            2,
+            "ReduceScatter",
+            1,
+            512,
+            T + 200 + 10 * r,
+            T + 300,
+            pid=pid,
+            version="v4.2",
+            extra={"coll_algo": "RING", "coll_proto": "LL"},
+        ),
+        _rec("0xaa", r, 2, "AllGather", 2, 1024, T + 400 + 30 * r, T + 500, pid=pid),
+        _rec(f"0xb{r}", 0, 1, "AllReduce", 7, 64, 0, 0, pid=pid, verbose=False),
+    ]
+    if r == 0:
+        out.append(
+            {
+                "header": {"id": "0xaa", "rank": 0, "n_ranks": 2, "nnodes": 1},
+                "metadata": {
+                    "inspector_output_format_version": "v4.1",
+                    "dump_timestamp_us": T + 900_000,
+                    "hostname": "h100",
+                    "pid": 100,
+                },
+                "dump_stats": {"num_dropped_coll_records": 2, "num_dropped_p2p_records": 0},
+            }
+        )
+    return out
+
+
+def test_records_of_several_ops_and_communicators(tmp_path):
+    """coll_sn counts per op: AllGather sn 1 and ReduceScatter sn 1 are two instances (3 in all on
+    0xaa, each of ranks [0, 1]; skews 30000, 10000, 30000 ns), never one. Bytes as nccl-tests
+    counts them: AllGather in 1024 / out 2 x 1024, ReduceScatter in 2 x 512 / out 512. Channel c
+    runs start + c .. stop - c us: start = the earliest (start), end = the latest (stop). Process 1
+    is rank 1 in 0xaa and rank 0 in 0xb1: the largest communicator (0xaa) gives its rank, with a
+    warning."""
+    run = tmp_path / "nccl-inspector-4242"
+    for r in (0, 1):
+        _write(run / f"h{100 + r}-pid{100 + r}.log", _process(r))
+    with Store(tmp_path / "s.duckdb") as store:
+        res = ingest(store, [run], jobs=1)
+        assert store.sql("SELECT rank, host, world_size, format FROM traces ORDER BY rank").rows() == [
+            (0, "h100", 2, "nccl-inspector-v4.0"),
+            (1, "h101", 2, "nccl-inspector-v4.0"),
+        ]
+        inst = store.sql("""SELECT op, seq, ranks_present, arrival_skew_ns, last_rank, match_method
+                            FROM collective_instances WHERE pg = '0xaa' ORDER BY first_arrival_ns""").rows()
+        assert inst == [
+            ("all_gather", 1, [0, 1], 30_000, 1, "comms_id"),
+            ("reduce_scatter", 1, [0, 1], 10_000, 1, "comms_id"),
+            ("all_gather", 2, [0, 1], 30_000, 1, "comms_id"),
+        ]
+        rows = store.sql("""SELECT op, seq, bytes_in, bytes_out, start_ns, end_ns FROM collectives
+                            WHERE rank = 0 AND pg = '0xaa' ORDER BY start_ns""").rows()
+        assert rows == [
+            ("all_gather", 1, 1024, 2048, T * 1000, (T + 100) * 1000),
+            ("reduce_scatter", 1, 1024, 512, (T + 200) * 1000, (T + 300) * 1000),
+            ("all_gather", 2, 1024, 2048, (T + 400) * 1000, (T + 500) * 1000),
+        ]
+        # the record without event_trace_ts: a collective without times, its event an instant at the dump time
+        assert store.sql("""SELECT c.start_ns, c.end_ns, e.kind, e.ts_ns FROM collectives c JOIN events e
+                            ON e.rank = c.rank AND e.name = 'AllReduce' WHERE c.rank = 0 AND c.op = 'all_reduce'
+                            """).rows() == [(None, None, "instant", (T + 900_000) * 1000)]
+        assert (
+            store.sql("SELECT DISTINCT skipped FROM traces WHERE rank = 0").item()
+            == '{"dump_stats record":1}'
+        )
+    assert (
+        "h101-pid101.log: the process has ranks [0, 1] in its 2 communicators; rank 1 of communicator 0xaa "
+        "(2 ranks, the largest) taken as its rank"
+    ) in res.warnings
+    assert (
+        "h100-pid100.log: 1 record(s) without event_trace_ts (written with NCCL_INSPECTOR_DUMP_VERBOSE=0): exec "
+        "time and bandwidth kept in events.args, but no start or end, so stragglers and nccl_sum cannot time "
+        "them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1"
+    ) in res.warnings
+    assert (
+        "h100-pid100.log: the Inspector dropped 2 record(s) (dump_stats: its ring buffer filled before the dump "
+        "thread wrote it); those collectives are missing here"
+    ) in res.warnings
+
+
+def test_kernel_time_never_set(tmp_path):
+    """Channel 1's kernel_stop_ts is 0 (never set): the collective's end is unknown (NULL, not the
+    other channel's stop), its event flagged zero_ts with duration 0."""
+    f = _write(tmp_path / "h-pid1.log", [_rec("0xaa", 0, 1, "AllReduce", 1, 8, T, 0)])
+    pt = parse(f)
+    (row,) = pt.collectives.to_pylist()
+    (ev,) = pt.events.to_pylist()
+    assert (row["start_ns"], row["end_ns"], ev["flag"], ev["dur_ns"]) == (T * 1000, None, "zero_ts", 0)
+    assert pt.flagged == {"zero_ts": 1}
+
+
+@pytest.mark.parametrize("version", ["v5.0", "v3.1", "4", None])
+def test_version_not_read_is_named(tmp_path, version):
+    """Only v4.x is read; another version (or none) is refused naming the version and the line."""
+    recs = [
+        _rec("0xaa", 0, 1, "AllReduce", 1, 8, T, T + 10),
+        _rec("0xaa", 0, 1, "AllReduce", 2, 8, T + 20, T + 30),
+    ]
+    if version is None:
+        del recs[1]["metadata"]["inspector_output_format_version"]
+    else:
+        recs[1]["metadata"]["inspector_output_format_version"] = version
+    f = _write(tmp_path / "h-pid1.log", recs)
+    with pytest.raises(TraceFormatError) as e:
+        parse(f, ParseOptions(on_bad_event="skip"))
+    assert str(e.value) == (
+        f"{f}: line 2: NCCL Inspector output version {version!r}, which traceprof does not read: "
+        "it reads versions v4.0 to v4.x (NCCL 2.28.3+)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("{not json", "not JSON"),
+        (
+            '{"header": {"id": "0xaa"}, "metadata": {}}',
+            "not an NCCL Inspector record (no 'header', 'metadata' and 'coll_perf' / 'p2p_perf')",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", -3, 8, T, T + 10)),
+            "'coll_perf.coll_sn' not a non-negative integer",
+        ),
+        (
+            json.dumps(_rec("0xaa", 5, 2, "AllReduce", 3, 8, T, T + 10)),
+            "'header.rank' not below 'header.n_ranks'",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T + 50, T + 10)),
+            "kernel stop before kernel start",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_busbw_gbs": -1.0})),
+            "'coll_perf.coll_busbw_gbs' not a non-negative number",
+        ),
+        (
+            json.dumps(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10, extra={"coll_algobw_gbs": "fast"})),
+            "'coll_perf.coll_algobw_gbs' not a non-negative number",
+        ),
+    ],
+)
+def test_bad_record_names_file_and_line_or_is_skipped(tmp_path, bad, reason):
+    """A bad record on line 2 of 3: an error naming the file and line 2; with --skip-bad-events the
+    two good records are stored and the bad one counted by reason."""
+    good = [_rec("0xaa", 0, 1, "AllReduce", sn, 8, T + 20 * sn, T + 20 * sn + 10) for sn in (1, 2)]
+    f = _write(tmp_path / "h-pid1.log", [good[0], bad, good[1]])
+    with pytest.raises(TraceFormatError) as e:
+        parse(f)
+    assert str(e.value).startswith(f"{f}: line 2: {reason}")
+    assert str(e.value).endswith("; pass --skip-bad-events to skip such records")
+    pt = parse(f, ParseOptions(on_bad_event="skip"))
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2]
+    assert pt.rejected == {reason: 1} and pt.events_read == 3
+
+
+def test_cut_short_last_line_and_gzip(tmp_path):
+    """The process died while writing: the last line is half a record (no newline). It is dropped
+    with a warning and counted; the same file gzipped reads the same."""
+    whole = json.dumps(_rec("0xaa", 0, 1, "AllReduce", 2, 8, T + 20, T + 30))
+    f = _write(tmp_path / "h-pid1.log", [_rec("0xaa", 0, 1, "AllReduce", 1, 8, T, T + 10)], tail=whole[:70])
+    pt = parse(f)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+    assert pt.rejected == {"last record cut short": 1}
+    assert pt.warnings == [
+        "h-pid1.log: the last record (line 2) is cut short (the process died while writing?): dropped"
+    ]
+    gz = tmp_path / "h-pid2.log.gz"
+    gz.write_bytes(gzip.compress(f.read_bytes()))
+    assert sources.claim(gz).name == "nccl_inspector"
+    assert parse(gz).collectives.to_pylist() == pt.collectives.to_pylist()
+
+
+@pytest.mark.parametrize("name", ["h-pid1.log", "h-pid1.jsonl", "records.json"])
+def test_claimed_by_content_whatever_the_name(tmp_path, name):
+    f = _write(tmp_path / name, [_rec("0xaa", 0, 1, "AllReduce", 1, 8, T, T + 10)])
+    assert sources.claim(f).name == "nccl_inspector"
+
+
+def test_p2p_records_are_unmatched_point_to_point_rows(tmp_path):
+    """A ``p2p_perf`` record (Send of 4096 bytes to peer 1): a point-to-point row of pg 0xaa:p2p,
+    no sequence number (p2p_sn does not pair a send with its recv), 100 us long."""
+    rec = _rec("0xaa", 0, 2, "AllReduce", 1, 8, T, T + 10)
+    perf = rec.pop("coll_perf")
+    rec["p2p_perf"] = {
+        "p2p": "Send",
+        "p2p_peer": 1,
+        "p2p_sn": 4,
+        "p2p_msg_size_bytes": 4096,
+        "p2p_exec_time_us": 100,
+        "event_trace_ts": {
+            **perf["event_trace_ts"],
+            "kernel_events": [
+                {
+                    "channel_id": 0,
+                    "kernel_start_ts": T,
+                    "kernel_stop_ts": T + 100,
+                    "kernel_record_ts": T + 100,
+                }
+            ],
+        },
+    }
+    pt = parse(_write(tmp_path / "h-pid1.log", [_rec("0xaa", 0, 2, "AllReduce", 1, 8, T, T + 10), rec]))
+    p2p = [r for r in pt.collectives.to_pylist() if r["p2p"]]
+    assert [
+        (r["pg"], r["seq"], r["op"], r["bytes_in"], r["end_ns"] - r["start_ns"], r["comms_id"]) for r in p2p
+    ] == [("0xaa:p2p", None, "send", 4096, 100_000, None)]
+
+
+def test_records_printed_over_several_lines(tmp_path):
+    """Records as the plugin's README prints them (indented, one object over many lines) read as the
+    same collectives; a broken object is an error naming its first line (the records after it cannot
+    be found), a last object cut short is dropped with a warning."""
+    recs = [_rec("0xaa", 0, 1, "AllReduce", sn, 8, T + 20 * sn, T + 20 * sn + 10) for sn in (1, 2, 3)]
+    flat = parse(_write(tmp_path / "flat" / "h-pid1.log", recs))
+    text = "\n".join(json.dumps(r, indent=2) for r in recs) + "\n"
+    pretty = tmp_path / "pretty" / "h-pid1.log"
+    pretty.parent.mkdir()
+    pretty.write_text(text)
+    assert sources.claim(pretty).name == "nccl_inspector"
+    assert parse(pretty).collectives.to_pylist() == flat.collectives.to_pylist()
+    per = text.count("\n") // 3  # lines per record; record 2 starts on line per + 1
+    pretty.write_text(text.replace('"coll_sn": 2', '"coll_sn": 2 2'))
+    with pytest.raises(
+        TraceFormatError, match=rf"h-pid1.log: line {per + 1}: not JSON .*the records after it "
+    ):
+        parse(pretty)
+    pretty.write_text(text[: len(text) - 40])
+    pt = parse(pretty)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2] and pt.rejected == {
+        "last record cut short": 1
+    }
+
+
+def test_reported_bandwidth_beside_the_computed_one(store):
+    """Shared case nccl_inspector_records (EXPECT.md): 67108864 bytes; rank 0's kernel runs 400 us,
+    rank 1's 360 us (it starts 40 us later; both end together). The Inspector divides by each rank's
+    own time: algbw 67108864 / 400 us = 167.77216 GB/s (rank 0), / 360 us = 186.413511 (rank 1);
+    busbw = algbw x 2(n-1)/n = algbw for n = 2. collective_perf computes from the transfer, end -
+    last arrival = 360 us on both ranks: 186.41351 GB/s each (rank 0's 40 us of waiting left out).
+    nccl_sum's bandwidth row (6 calls) shows both: the reported medians are the mean of the middle
+    two, (167.77216 + 186.413511) / 2 = 177.0928355."""
+    ingest(store, [case(CASE) / "nccl-inspector-unknown-jobid"], jobs=1)
+    rows = store.sql("""SELECT rank, transfer_ns, algbw_gbps, busbw_gbps, reported_algbw_gbps, reported_busbw_gbps
+                        FROM collective_perf ORDER BY rank, seq""").rows()
+    computed = 67108864 / 360_000
+    assert (
+        rows
+        == [(0, 360_000, pytest.approx(computed), pytest.approx(computed), 167.77216, 167.77216)] * 3
+        + [(1, 360_000, pytest.approx(computed), pytest.approx(computed), 186.413511, 186.413511)] * 3
+    )
+    bw = analyze(store, "nccl_sum").bandwidth.row(0, named=True)
+    assert (bw["source"], bw["op"], bw["calls"]) == ("nccl_inspector", "all_reduce", 6)
+    assert bw["reported_algbw_gbps"] == bw["reported_busbw_gbps"] == pytest.approx(177.0928355)
+    assert bw["busbw_gbps"] == pytest.approx(computed)
+    head = next(
+        n for n in analyze(store, "nccl_sum").notes if n.startswith("all_reduce, 64 MiB-128 MiB messages")
+    )
+    assert head.endswith(
+        "; the source reports busbw 177 GB/s (median; its own time, which may include waiting for peers)"
+    )
+
+
+def test_reported_bandwidth_without_kernel_times_and_other_sources(tmp_path):
+    """A record written without event_trace_ts has no transfer time, so no computed bandwidth: its
+    reported figures (1.5 and 0.75 GB/s, _rec's) alone make its bandwidth row. Another source's rows
+    (the NCCL plugin case) have NULL reported columns."""
+    recs = [_rec("0xc", r, 2, "AllReduce", 1, 4096, 0, 0, verbose=False, pid=r) for r in (0, 1)]
+    for r in (0, 1):
+        _write(tmp_path / "nccl-inspector-1" / f"h-pid{r}.log", [recs[r]])
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [tmp_path / "nccl-inspector-1"], jobs=1)
+        assert (
+            store.sql(
+                "SELECT algbw_gbps, reported_algbw_gbps, reported_busbw_gbps FROM collective_perf"
+            ).rows()
+            == [(None, 1.5, 0.75)] * 2
+        )
+        bw = analyze(store, "nccl_sum").bandwidth.row(0, named=True)
+        assert (bw["calls"], bw["busbw_gbps"], bw["reported_algbw_gbps"], bw["reported_busbw_gbps"]) == (
+            2,
+            None,
+            1.5,
+            0.75,
+        )
+        assert any(
+            n.endswith(
+                "(most transfer time, 2 calls): the source reports busbw 0.75 GB/s (median; its own "
+                "time, which may include waiting for peers)"
+            )
+            for n in analyze(store, "nccl_sum").notes
+        )
+    with Store(tmp_path / "p.duckdb") as store:
+        ingest(store, [case("nccl_plugin_zero_timestamps") / "quoted"], jobs=1)
+        got = store.sql(
+            "SELECT count(*), count(reported_algbw_gbps), count(reported_busbw_gbps) FROM collective_perf"
+        )
+        assert got.row(0) == (6, 0, 0)

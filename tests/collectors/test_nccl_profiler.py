@@ -1,0 +1,397 @@
+"""NCCL profiler-plugin (example) dumps: a fixture written here in the plugin's published format from
+the Kineto traces of a 2-rank run (shared case clock_offset_3ms), with the plugin's own clock."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CASES, analyze, case
+from traceprof.collectors.nccl_profiler import parse
+from traceprof.core.errors import AnalysisError, TraceFormatError
+from traceprof.core.parsed import ParseOptions
+from traceprof.ingest import sources
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+CASE = CASES / "clock_offset_3ms"
+COMM = 6732458103728113409
+#: The plugin's clock origin on each rank (epoch ns when the plugin started in that process): any value.
+ORIGIN = {0: 1767225600000000000 + 2_500_000_017, 1: 1767225600000000000 + 1_250_000_000}
+
+
+def _kineto_colls(rank: int) -> list[tuple[int, int, int]]:
+    """(launch ns, kernel end ns, elements) of rank's NCCL kernels, from the Kineto JSON itself."""
+    doc = json.loads((CASE / f"rank{rank}.json").read_text())
+    base = doc["baseTimeNanoseconds"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"}
+    out = [
+        (
+            base + round(launch[e["args"]["correlation"]] * 1000),
+            base + round((e["ts"] + e["dur"]) * 1000),
+            e["args"]["In msg nelems"],
+        )
+        for e in doc["traceEvents"]
+        if e.get("cat") == "kernel" and "nccl" in e["name"]
+    ]
+    return sorted(out)
+
+
+def _us(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def _plugin_dump(rank: int) -> str:
+    """The example plugin's output for rank: one group with one AllReduce (and a proxy op) per
+    collective, begin = the launch call, end = the kernel end, on the plugin clock; Datatype as a
+    bare token (a real plugin bug), closed by the plugin's ``{}]``."""
+    pid = 4000 + rank
+    lines = ["["]
+    for seq, (start, end, n) in enumerate(_kineto_colls(rank)):
+        s, e = _us(start - ORIGIN[rank]), _us(end - ORIGIN[rank])
+        head = f'"id": {seq}, "pid": {pid}, "tid": 1'
+        lines += [
+            f'{{"name": "Group", "cat": "GROUP", "ph": "b", {head}, "ts": {s}, "args": {{"groupId": {seq}}}}},',
+            f'{{"name": "AllReduce", "cat": "COLL", "ph": "b", {head}, "ts": {s}, "args": {{"SeqNum": {seq}, '
+            f'"CommHash": {COMM}, "Rank": {rank}, "Count": {n}, "Datatype": ncclBfloat16, "Algorithm": "RING", '
+            f'"Protocol": "LL", "nMaxChannels": 2}}}},',
+            f'{{"name": "Send", "cat": "PROXY", "ph": "b", {head}, "ts": {s}, "args": {{"Channel": 0, "Peer": '
+            f'{1 - rank}, "Steps": 4, "ChunkSize": 131072, "transSize": 1048576}}}},',
+            f'{{"name": "Send", "cat": "PROXY", "ph": "e", {head}, "ts": {e}}},',
+            f'{{"name": "AllReduce", "cat": "COLL", "ph": "e", {head}, "ts": {e}}},',
+            f'{{"name": "Group", "cat": "GROUP", "ph": "e", {head}, "ts": {e}}},',
+        ]
+    lines.append("{}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    case(CASE.name)
+    out = tmp_path / "job"
+    out.mkdir()
+    for r in (0, 1):
+        shutil.copy(CASE / f"rank{r}.json", out / f"rank{r}.json")
+        (out / f"nccl_profile_{COMM}_{r}.json").write_text(_plugin_dump(r))
+    return out
+
+
+def test_parse_repairs_and_rows(run_dir):
+    f = run_dir / f"nccl_profile_{COMM}_1.json"
+    assert sources.claim(f).name == "nccl_profiler"
+    assert sources.claim(run_dir / "rank1.json").name == "kineto"
+    pt = parse(f)
+    assert pt.rank == 1 and pt.source == "nccl_profiler"
+    assert pt.warnings == [f"{f.name}: repaired non-strict JSON: 2 x bare enum token quoted"]
+    rows = pt.collectives.to_pylist()
+    want = _kineto_colls(1)
+    assert [(r["pg"], r["seq"], r["op"], r["dtype"], r["nelems_in"], r["bytes_in"]) for r in rows] == [
+        (str(COMM), 0, "all_reduce", "bfloat16", 524288, 2 * 524288),
+        (str(COMM), 1, "all_reduce", "bfloat16", 524288, 2 * 524288),
+    ]
+    # Plugin clock, exact to the ns: enter = launch - origin.
+    assert [(r["enter_ns"], r["end_ns"]) for r in rows] == [
+        (s - ORIGIN[1], e - ORIGIN[1]) for s, e, _ in want
+    ]
+    kinds = sorted(pt.events.column("kind").to_pylist())
+    assert kinds == ["collective"] * 2 + ["other"] * 4 and pt.skipped == {"empty object": 1}
+
+
+def test_ingest_aligns_and_matches_with_kineto(store, run_dir):
+    res = ingest(store, [run_dir], jobs=1)
+    assert any("repaired non-strict JSON" in w for w in res.warnings)
+    meta = store.sql("""SELECT rank, json_extract_string(meta, '$.clock') AS clock,
+                               json_extract(meta, '$.plugin_clock_offset_ns')::BIGINT AS off, clock_offset_ns
+                        FROM traces WHERE source = 'nccl_profiler' ORDER BY rank""").rows()
+    # The plugin clock is put on the rank's Kineto clock (offset = the plugin's origin), then the run's
+    # clock alignment moves rank 1 (3 ms ahead) by -3 ms, Kineto and plugin traces alike.
+    assert meta == [
+        (0, "aligned_to:nccl_kernel", ORIGIN[0], 0),
+        (1, "aligned_to:nccl_kernel", ORIGIN[1], -3_000_000),
+    ]
+    assert store.sql("SELECT DISTINCT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
+        (0, 0),
+        (1, -3_000_000),
+    ]
+    for r in (0, 1):
+        got = store.sql(f"""SELECT enter_ns - t.clock_offset_ns AS e, end_ns - t.clock_offset_ns AS x FROM collectives c
+                            JOIN traces t USING (trace_id) WHERE c.source = 'nccl_profiler' AND c.rank = {r}
+                            ORDER BY e""").rows()
+        assert got == [(s, e) for s, e, _ in _kineto_colls(r)]
+    inst = store.sql("""SELECT pg, seq, match_method, n_ranks, ranks_missing FROM collective_instances
+                        WHERE source = 'nccl_profiler' ORDER BY seq""").rows()
+    assert inst == [(str(COMM), 0, "comms_id", 2, []), (str(COMM), 1, "comms_id", 2, [])]
+    s = analyze(store, "nccl_sum").frame.filter(name="all_reduce").row(0, named=True)
+    assert s["instances_total"] == 8 and "nccl_profiler" in s["sources"]  # 2 ranks x 2, Kineto and plugin
+
+
+def test_plugin_only_run(tmp_path, run_dir):
+    only = tmp_path / "plugin_only"
+    only.mkdir()
+    for f in run_dir.glob("nccl_profile_*"):
+        shutil.copy(f, only / f.name)
+    with Store(tmp_path / "p.duckdb") as store:
+        res = ingest(store, [only], jobs=1)
+        assert any("stay on the plugin's clock" in w for w in res.warnings)
+        # Ranks aligned to each other from the matched ends: rank 1's plugin origin differs from rank 0's,
+        # and its clock runs 3 ms ahead.
+        off = store.sql("SELECT clock_offset_ns FROM traces WHERE rank = 1")["clock_offset_ns"][0]
+        assert off == ORIGIN[1] - ORIGIN[0] - 3_000_000
+        for name in ("temporal", "overlap", "kernels", "idle", "launch", "kernel_sum"):
+            with pytest.raises(AnalysisError) as e:
+                analyze(store, name)
+            assert "\n" not in str(e.value), name
+        st = analyze(store, "stragglers")
+        assert st.frame.height == 2
+        assert analyze(store, "desync").verdict["status"][0] == "clean"
+
+
+def test_unrepairable_line_and_truncation(tmp_path, run_dir):
+    text = _plugin_dump(0).split("\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        "\n".join(text[:3] + ['{"name": "AllReduce", "cat": "COLL", "ph": "b", "ts": 12.5,, }'] + text[3:])
+    )
+    with pytest.raises(TraceFormatError, match=r"line 4:\d+"):
+        parse(bad)
+    cut = tmp_path / "cut_rank0.json"
+    body = "\n".join(text[:-2])  # the process died while writing: no "{}]", last line cut short
+    cut.write_text(body[: len(body) - 10])
+    pt = parse(cut)
+    assert pt.warnings == [
+        f"{cut.name}: repaired non-strict JSON: 2 x bare enum token quoted, 1 x last event cut "
+        "short (file truncated) dropped"
+    ]
+    trailing = tmp_path / "comma_rank0.json"  # "...},\n]": a trailing comma before the closing bracket
+    trailing.write_text("\n".join(text[:-2]) + "\n]\n")
+    assert parse(trailing).warnings[0].endswith("1 x trailing comma before ']' dropped")
+    assert pt.flagged == {"unmatched_begin": 1}  # the second group's begin lost its end
+
+
+@pytest.mark.parametrize("body", ["[\n]\n", "[\n{}]\n"])
+def test_empty_dump_named_like_one_says_no_events(tmp_path, body):
+    """An empty event array named nccl_profile_rank0.json is the plugin's (by name), not a Kineto
+    file without traceEvents."""
+    path = tmp_path / "nccl_profile_rank0.json"
+    path.write_text(body)
+    assert sources.claim(path).name == "nccl_profiler"
+    with pytest.raises(TraceFormatError) as e:
+        sources.claim(path).parse(path, ParseOptions())
+    assert str(e.value) == (
+        f"{path.resolve()}: no events: the NCCL profiler plugin wrote an empty dump (the "
+        "process ran no NCCL operation while profiled, or exited before the plugin flushed)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("count", "reason"),
+    [
+        ("-524288", "negative 'Count' (-524288)"),  # was stored as -1048576 bytes
+        ("1e300", "'Count' beyond int64 (1e+300)"),
+        (
+            str(2**62),
+            f"'bytes_in' beyond int64 ({2**63})",
+        ),  # 2**62 bfloat16 elements: 2**63 bytes (was a traceback)
+        ('"many"', "'Count' not an integer ('many')"),  # was a NULL count, silently
+    ],
+)
+def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
+    # The first AllReduce begin (event #1: #0 is its Group) gets the bad Count; the second is intact.
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    path.write_text(_plugin_dump(0).replace('"Count": ', f'"Count": {count}, "Was": ', 1))
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+    assert pt.rejected == {reason.split(" (")[0]: 1}
+    assert sorted(pt.events.column("kind").to_pylist()) == ["collective"] + ["other"] * 4
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (
+            "CommHash",
+            '{"h": 1}',
+            "'CommHash' not a string or an integer ({'h': 1})",
+        ),  # was stored as pg "{'h': 1}"
+        ("Datatype", "[1]", "'Datatype' not a string ([1])"),
+    ],
+)
+def test_comm_hash_or_datatype_of_another_type_is_refused(tmp_path, key, value, reason):
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    path.write_text(_plugin_dump(0).replace(f'"{key}": ', f'"{key}": {value}, "Was": ', 1))
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert [(r["pg"], r["seq"]) for r in pt.collectives.to_pylist()] == [(str(COMM), 1)]
+
+
+# --- issue 28: sentinel timestamps (ts 0.0 never set by the plugin) and bare pointer tokens ----------
+
+ZERO = "nccl_plugin_zero_timestamps"
+
+
+@pytest.mark.parametrize("variant", ["quoted", "raw"])
+def test_zero_timestamp_case(tmp_path, variant):
+    """Shared case nccl_plugin_zero_timestamps (EXPECT.md), both variants. Per rank 3 AllReduce
+    groups k = 0..2 at wall W = 1000000 + 10000 k us; rank 1's plugin clock started 250 us later
+    (its ts = W - 250). COLL: begin W + 40 r, end W + 500: rank 0 500 us = 500000 ns, rank 1 460 us
+    = 460000 ns. After alignment (+250000 ns on rank 1) rank 1 arrives 40 us = 40000 ns after rank 0
+    at each of the 3 instances. The 6 begin records at ts 0.0 per rank (COLL_API, KERNEL_LAUNCH)
+    and the 3 KernelCh channel-1 ends at 0.0 are unknown times: flagged zero_ts, duration 0, never
+    a ~1 s span from the plugin's time 0 (COLL_API #0 would be 999990000 ns on rank 0); raw/'s bare
+    0x... stream pointers are quoted with a warning (2 per group: COLL_API and KERNEL_LAUNCH)."""
+    folder = case(ZERO) / variant
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [folder], run=variant, jobs=1)
+        rows = store.sql("SELECT rank, seq, op, end_ns - start_ns FROM collectives ORDER BY rank, seq").rows()
+        assert rows == [
+            (r, k, "all_reduce", 500_000 if r == 0 else 460_000) for r in (0, 1) for k in (0, 1, 2)
+        ]
+        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
+            (0, 0),
+            (1, 250_000),
+        ]
+        inst = store.sql(
+            "SELECT seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq"
+        )
+        assert inst.rows() == [(k, 2, 40_000, 1) for k in (0, 1, 2)]
+        # the sentinels: flagged, 0 ns, at their known end (begins) or start (KernelCh ends)
+        flagged = store.sql("""SELECT rank, cat, count(*), max(dur_ns) FROM events WHERE flag = 'zero_ts'
+                               GROUP BY ALL ORDER BY ALL""").rows()
+        assert flagged == [
+            (r, c, 3, 0) for r in (0, 1) for c in ("nccl:COLL_API", "nccl:GPU", "nccl:KERNEL_LAUNCH")
+        ]
+        assert (
+            store.sql("SELECT max(dur_ns) FROM events WHERE flag IS NULL").item() == 504_000
+        )  # GROUP, no 1 s span
+        # COLL_API #0 of rank 0 stands at its end, W - 10 us on the plugin clock = 999990 us
+        assert (
+            store.sql("""SELECT ts_ns FROM events WHERE rank = 0 AND cat = 'nccl:COLL_API'
+                            ORDER BY ts_ns LIMIT 1""").item()
+            == 999_990_000
+        )
+        # channel 0's KernelCh is whole (W + 50 .. W + 480 = 430 us), channel 1's end unknown
+        ch = store.sql("""SELECT json_extract(args, '$.Channel')::INT AS ch, flag, dur_ns FROM events
+                          WHERE rank = 0 AND name = 'KernelCh' ORDER BY ts_ns, ch LIMIT 2""").rows()
+        assert ch == [(0, None, 430_000), (1, "zero_ts", 0)]
+        assert store.sql("SELECT DISTINCT flagged FROM traces").item() == '{"zero_ts":9}'
+    for r in (0, 1):
+        w = f"nccl_profile_rank{r}.txt"
+        assert (
+            f"{w}: 9 record(s) with ts 0.000000, a time the plugin never set (3 x COLL_API AllReduce begin, "
+            "3 x GPU KernelCh end, 3 x KERNEL_LAUNCH KernelLaunch begin): that begin or end is unknown; stored "
+            "at the other end with duration 0, flagged zero_ts (a collective's start or end NULL)"
+        ) in res.warnings
+        pointers = ", 6 x bare pointer token quoted" if variant == "raw" else ""
+        assert f"{w}: repaired non-strict JSON: 3 x bare enum token quoted{pointers}" in res.warnings
+
+
+def test_zero_sentinels_on_collectives_and_pointer_tokens(tmp_path):
+    """A dump of the kind, written here: a P2P send whose begin is 0.0 (start unknown: NULL start,
+    end 2000.5 us = 2000500 ns), a COLL begun at 3000 us = 3000000 ns whose end is 0.0 (end NULL,
+    not a 0 ns collective; 128 float32 = 512 bytes, like the send's 256 float16), a
+    KernelCh on channel 3 ending at 0.0 and an instant at 0.0; pointers printed bare, one of them
+    glibc's (nil). Every zero is flagged zero_ts and counted; the pointers are read as text / null."""
+    head = '"pid": 7, "tid": 1'
+    lines = [
+        "[",
+        f'{{"name": "Send", "cat": "P2P", "ph": "b", "id": 0, {head}, "ts": 0.000000, "args": {{"CommHash": 9, '
+        f'"Rank": 0, "Peer": 1, "Count": 256, "Datatype": ncclFloat16, "Stream": 0x7f00aa}}}},',
+        f'{{"name": "Send", "cat": "P2P", "ph": "e", "id": 0, {head}, "ts": 2000.500000}},',
+        f'{{"name": "AllGather", "cat": "COLL", "ph": "b", "id": 1, {head}, "ts": 3000.000000, "args": {{"SeqNum": 4, '
+        f'"CommHash": 9, "Rank": 0, "Count": 128, "Datatype": ncclFloat32, "Stream": (nil)}}}},',
+        f'{{"name": "KernelCh", "cat": "GPU", "ph": "b", "id": 2, {head}, "ts": 3010.000000, "args": {{"Channel": 3}}}},',
+        f'{{"name": "KernelCh", "cat": "GPU", "ph": "e", "id": 2, {head}, "ts": 0.000000}},',
+        f'{{"name": "AllGather", "cat": "COLL", "ph": "e", "id": 1, {head}, "ts": 0}},',
+        f'{{"name": "Mark", "cat": "NET", "ph": "i", "id": 3, {head}, "ts": 0.0}},',
+        "{}]",
+    ]
+    f = tmp_path / "nccl_profile_rank0.json"
+    f.write_text("\n".join(lines) + "\n")
+    pt = parse(f)
+    colls = sorted(pt.collectives.to_pylist(), key=lambda r: r["op"])
+    assert [(r["op"], r["pg"], r["seq"], r["start_ns"], r["end_ns"], r["bytes_in"]) for r in colls] == [
+        ("all_gather", "9", 4, 3_000_000, None, 512),
+        ("send", "9:p2p", None, None, 2_000_500, 512),
+    ]
+    ev = {(r["cat"], r["name"]): (r["ts_ns"], r["dur_ns"], r["flag"]) for r in pt.events.to_pylist()}
+    assert ev == {
+        ("nccl:P2P", "Send"): (2_000_500, 0, "zero_ts"),
+        ("nccl:COLL", "AllGather"): (3_000_000, 0, "zero_ts"),
+        ("nccl:GPU", "KernelCh"): (3_010_000, 0, "zero_ts"),
+        ("nccl:NET", "Mark"): (0, 0, "zero_ts"),
+    }
+    assert pt.flagged == {"zero_ts": 4}
+    args = {r["name"]: json.loads(r["args"]) for r in pt.events.to_pylist()}
+    assert (args["Send"]["Stream"], args["AllGather"]["Stream"]) == ("0x7f00aa", None)
+    assert pt.warnings == [
+        f"{f.name}: repaired non-strict JSON: 2 x bare enum token quoted, 1 x bare pointer token quoted, "
+        "1 x null pointer (nil) -> null",
+        f"{f.name}: 4 record(s) with ts 0.000000, a time the plugin never set (1 x COLL AllGather end, 1 x GPU "
+        "KernelCh end, 1 x NET Mark instant, 1 x P2P Send begin): that begin or end is unknown; stored at the "
+        "other end with duration 0, flagged zero_ts (a collective's start or end NULL)",
+    ]
+
+
+# --- NCCL numbers each op type of a communicator separately: (CommHash, SeqNum) is per op ------------
+
+
+def _mixed_dump(rank: int) -> str:
+    """A plugin dump of one communicator (CommHash 77) running AllReduce and AllGather alternately,
+    each numbered from 0 by NCCL's per-op counter: AllReduce SeqNum 0, AllGather 0, AllReduce 1,
+    AllGather 1 (the plugin's COLL begin / end, us on the plugin clock, the same origin on both ranks)."""
+    begins = {0: (1000, 2000, 3000, 4000), 1: (1010, 2030, 3005, 4050)}[rank]
+    ends = (1100, 2200, 3100, 4200)
+    colls = (("AllReduce", 0, 1024), ("AllGather", 0, 256), ("AllReduce", 1, 1024), ("AllGather", 1, 256))
+    lines = ["["]
+    for i, ((name, seq, count), b, e) in enumerate(zip(colls, begins, ends, strict=True)):
+        head = f'"id": {i}, "pid": {500 + rank}, "tid": 1'
+        lines += [
+            f'{{"name": "{name}", "cat": "COLL", "ph": "b", {head}, "ts": {b}.000000, "args": {{"SeqNum": {seq}, '
+            f'"CommHash": 77, "Rank": {rank}, "Count": {count}, "Datatype": "ncclFloat32"}}}},',
+            f'{{"name": "{name}", "cat": "COLL", "ph": "e", {head}, "ts": {e}.000000}},',
+        ]
+    lines.append("{}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
+    # By hand: 4 instances of 2 ranks, one per (op, SeqNum), never AllReduce 0 with AllGather 0.
+    # Ends agree on both ranks, so clock alignment moves rank 1 by 0. Arrival skew = rank 1's begin
+    # - rank 0's: 1010 - 1000 = 10 us, 2030 - 2000 = 30 us, 3005 - 3000 = 5 us, 4050 - 4000 = 50 us,
+    # rank 1 last each time. Bytes: AllReduce 1024 float32 = 4096, AllGather 256 float32 (its
+    # per-rank input) = 1024. The stored values stay pg = CommHash, seq = SeqNum.
+    for r in (0, 1):
+        (tmp_path / "job").mkdir(exist_ok=True)
+        (tmp_path / "job" / f"nccl_profile_rank{r}.txt").write_text(_mixed_dump(r))
+    with Store(tmp_path / "t.duckdb") as store:
+        ingest(store, [tmp_path / "job"], jobs=1)
+        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
+        inst = store.sql("""SELECT op, seq, n_ranks, bytes, arrival_skew_ns, last_rank, match_method
+                            FROM collective_instances ORDER BY first_arrival_ns""").rows()
+        assert inst == [
+            ("all_reduce", 0, 2, 4096, 10_000, 1, "comms_id"),
+            ("all_gather", 0, 2, 1024, 30_000, 1, "comms_id"),
+            ("all_reduce", 1, 2, 4096, 5_000, 1, "comms_id"),
+            ("all_gather", 1, 2, 1024, 50_000, 1, "comms_id"),
+        ]
+        rows = store.sql("SELECT DISTINCT pg, seq, op, comms_id FROM collectives ORDER BY seq, op").rows()
+        assert rows == [
+            ("77", 0, "all_gather", "77:all_gather:0"),
+            ("77", 0, "all_reduce", "77:all_reduce:0"),
+            ("77", 1, "all_gather", "77:all_gather:1"),
+            ("77", 1, "all_reduce", "77:all_reduce:1"),
+        ]
+        # every row of an instance is of one op
+        assert (
+            store.sql("""SELECT count(*) FROM (SELECT instance_id FROM collectives GROUP BY instance_id
+                            HAVING count(DISTINCT op) > 1)""").item()
+            == 0
+        )

@@ -1,0 +1,78 @@
+"""NDTimeline Parquet collector: bad files give one TraceFormatError naming the file (and row)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.conftest import corpus
+from traceprof.collectors import ndtimeline
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.parsed import ParseOptions
+
+_ST = "kineto_misc/bytedance_straggler_whatif/trace-ST.parquet"
+
+
+def test_empty_file_with_the_real_schema(tmp_path):
+    path = tmp_path / "trace-empty.parquet"
+    pl.read_parquet(corpus(_ST)).head(0).write_parquet(path)
+    for mode in ("raise", "skip"):
+        with pytest.raises(TraceFormatError, match="no rows") as e:
+            ndtimeline.parse(path, ParseOptions(on_bad_event=mode))
+        assert e.value.path == str(path.resolve())
+
+
+def test_nan_duration_is_a_bad_row(tmp_path):
+    # Rows 0..9 of the real ST trace, row 3's duration set to NaN (same float32 column type).
+    df = pl.read_parquet(corpus(_ST)).head(10)
+    dur = df["duration"].to_list()
+    dur[3] = float("nan")
+    df = df.with_columns(pl.Series("duration", dur, df.schema["duration"]))
+    path = tmp_path / "trace-nan.parquet"
+    df.write_parquet(path)
+    with pytest.raises(TraceFormatError, match="NaN") as e:
+        ndtimeline.parse(path)
+    assert e.value.where.startswith("row #3 ")
+    traces = ndtimeline.parse(path, ParseOptions(on_bad_event="skip"))
+    # 10 rows, 1 skipped: 9 read, and counted once (on the first trace) as rejected.
+    assert sum(len(t.events) for t in traces) == 9
+    assert sum(sum(t.rejected.values()) for t in traces) == 1
+    assert all(n >= 0 for t in traces for n in t.events.column("dur_ns").to_pylist())
+
+
+@pytest.mark.parametrize(
+    ("meta", "where", "reason"),
+    [
+        # PyYAML's message is 8 lines with its caret lines; the error is one line naming line:column
+        (
+            b"dp_size: 2\npp_size: [4\nworld_size: 8\n",
+            "line 3:11",
+            "invalid meta YAML: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence started at line 2:10); fix the file or move it away",
+        ),
+        (
+            b"dp_size: 2\n\tpp_size: 4\n",
+            "line 2:1",
+            "invalid meta YAML: found character '\\t' that cannot start any "
+            "token (while scanning for the next token); fix the file or move it away",
+        ),
+        # was a UnicodeDecodeError traceback
+        (
+            b"trial_name: \xff\n",
+            "byte 12",
+            "invalid meta YAML: not UTF-8 text (invalid start byte); fix the file or move it away",
+        ),
+        # was a ValueError traceback (int('four'))
+        (b"dp_size: 2\npp_size: four\n", "pp_size", "'four' is not a positive integer"),
+        (b"world_size: 0\n", "world_size", "0 is not a positive integer"),
+    ],
+)
+def test_bad_meta_yaml_is_one_line_naming_the_place(tmp_path, meta, where, reason):
+    path = tmp_path / "trace-ST.parquet"
+    pl.read_parquet(corpus(_ST)).head(10).write_parquet(path)
+    side = tmp_path / "meta-ST.yaml"
+    side.write_bytes(meta)
+    with pytest.raises(TraceFormatError) as e:
+        ndtimeline.parse(path)
+    assert (e.value.path, e.value.where, e.value.reason) == (str(side), where, reason)
+    assert str(e.value) == f"{side}: {where}: {reason}"  # one line

@@ -1,0 +1,168 @@
+"""Safe output: names from traces never drive the terminal, rich markup or a spreadsheet (issue 11)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests._cli_inproc import run
+from tests.builders import micro_trace
+from traceprof.core import term
+
+# Names a hostile trace may carry, as stored (JSON-decoded).
+CLEAR = "\x1b[2J\x1b]0;pwned\x07clear"
+CLOSE_TAG = "close[/x]tag"
+LINK = "[link=http://evil.example]click[/link]"
+MEMORY = "[memory]"
+NEWLINE = "fake\n│ forged │ row"
+FORMULA = '=HYPERLINK("http://evil.example","x")'
+NAMES = [CLEAR, CLOSE_TAG, LINK, MEMORY, NEWLINE, FORMULA, "-2+3", "@SUM(A1)", "+1", "\u202eevil"]
+
+
+def test_escape_exact():
+    assert term.escape(CLEAR) == "\\x1b[2J\\x1b]0;pwned\\x07clear"
+    assert term.escape(NEWLINE) == "fake\\n│ forged │ row"
+    assert term.escape("a\tb\rc\x00d\x7fe\x9bf") == "a\\tb\\rc\\x00d\\x7fe\\x9bf"
+    assert term.escape("\u202eevil\u2028") == "\\u202eevil\\u2028"
+    assert term.escape(LINK) == LINK  # markup is not escaped here: term.text() keeps rich from reading it
+    assert term.text(LINK).plain == LINK and term.text(LINK).spans == []
+
+
+def test_csv_cell_exact():
+    assert term.csv_cell("=1+2") == "'=1+2"
+    assert term.csv_cell("+1") == "'+1"
+    assert term.csv_cell("-x") == "'-x"
+    assert term.csv_cell("@SUM(A1)") == "'@SUM(A1)"
+    assert term.csv_cell("\tx") == "'\\tx"
+    assert term.csv_cell("a=b") == "a=b"
+    assert term.csv_cell("x\x1by") == "x\\x1by"
+
+
+@pytest.fixture
+def db(tmp_path):
+    d = tmp_path / "evil"
+    d.mkdir()
+    (d / "rank0.json").write_text(json.dumps(micro_trace(NAMES)))
+    path = tmp_path / "s.duckdb"
+    code, _, err = run("ingest", str(d), "--db", str(path))
+    assert code == 0, err
+    return path
+
+
+def test_table_prints_names_literally(db):
+    code, out, err = run(
+        "sql", "SELECT name FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns", "--db", str(db)
+    )
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    rows = [ln.strip("│ ") for ln in out.splitlines() if ln.startswith("│")]
+    # One table row per event: the newline in a name cannot forge a row.
+    assert rows == [
+        "\\x1b[2J\\x1b]0;pwned\\x07clear",
+        "close[/x]tag",
+        LINK,
+        "[memory]",
+        "fake\\n│ forged │ row",
+        FORMULA,
+        "-2+3",
+        "@SUM(A1)",
+        "+1",
+        "\\u202eevil",
+    ]
+
+
+def test_analysis_table_and_runs_escape_names(db):
+    code, out, err = run("analyze", "launch", "--db", str(db))  # any analysis: the render path is shared
+    assert "\x1b" not in out + err and "Traceback" not in err
+    code, out, err = run("runs", "--db", str(db))
+    assert code == 0 and "evil" in out and "\x1b" not in out
+
+
+def test_csv_neutralizes_formulas_unless_raw(db):
+    q = "SELECT name, -1 AS n FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns"
+    code, out, _ = run("sql", q, "--db", str(db), "-f", "csv")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "name,n"
+    assert lines[1] == "\\x1b[2J\\x1b]0;pwned\\x07clear,-1"  # numbers are not strings: -1 stays -1
+    assert lines[6] == '"\'=HYPERLINK(""http://evil.example"",""x"")",-1'
+    assert lines[7:10] == ["'-2+3,-1", "'@SUM(A1),-1", "'+1,-1"]
+    assert len(lines) == 11  # the newline is escaped, so one line per row
+    code, out, _ = run("sql", q, "--db", str(db), "-f", "csv", "--raw")
+    assert code == 0 and '\n"=HYPERLINK' in out and "\n@SUM(A1),-1\n" in out and "\x1b[2J" in out
+
+
+def test_render_csv_neutralizes_too(db):
+    code, out, _ = run("runs", "--db", str(db), "-f", "csv")
+    assert code == 0 and out.splitlines()[1].split(",")[1] == "evil"
+
+
+def test_sql_prints_every_duckdb_type(db):
+    q = (
+        "SELECT INTERVAL 1 MONTH AS i, union_value(k := 7) AS u, 'infinity'::TIMESTAMP AS t, "
+        "'-infinity'::DATE AS d, '\\xAA\\x00'::BLOB AS b, 170141183460469231731687303715884105727::HUGEINT AS h, "
+        "{'a': 1} AS s, [1, 2] AS l, 1.5::DECIMAL(4,2) AS dec, 2.5::DOUBLE AS x"
+    )
+    code, out, err = run("sql", q, "--db", str(db), "-f", "json")
+    assert code == 0, err
+    assert json.loads(out) == [
+        {
+            "i": "1 month",
+            "u": "7",
+            "t": "infinity",
+            "d": "-infinity",
+            "b": "\\xAA\\x00",
+            "h": "170141183460469231731687303715884105727",
+            "s": "{'a': 1}",
+            "l": "[1, 2]",
+            "dec": "1.50",
+            "x": 2.5,
+        }
+    ]
+    code, out, err = run("sql", q, "--db", str(db))
+    assert code == 0 and "infinity" in out and "1 month" in out and "\\xAA\\x00" in out, err
+    code, out, err = run("sql", q, "--db", str(db), "-f", "csv")
+    assert (
+        out.splitlines()[1]
+        == "1 month,7,infinity,'-infinity,\\xAA\\x00,170141183460469231731687303715884105727,{'a': 1},\"[1, 2]\",1.50,2.5"
+    )
+
+
+def test_sql_caps_rows_and_says_so(db):
+    code, out, err = run("sql", "SELECT range AS n FROM range(1500)", "--db", str(db), "-f", "csv")
+    assert code == 0 and len(out.splitlines()) == 1 + 1000
+    assert err.strip() == "note: first 1,000 rows shown; --max-rows 0 prints all"
+    code, out, err = run(
+        "sql", "SELECT range AS n FROM range(1500)", "--db", str(db), "-f", "csv", "--max-rows", "0"
+    )
+    assert code == 0 and len(out.splitlines()) == 1 + 1500 and err == ""
+    code, out, err = run(
+        "sql", "SELECT range AS n FROM range(3)", "--db", str(db), "-f", "json", "--max-rows", "2"
+    )
+    assert json.loads(out) == [{"n": 0}, {"n": 1}] and "first 2 rows shown" in err
+
+
+def test_sql_error_is_one_line(db):
+    code, out, err = run("sql", "SELECT 'a'::INTEGER", "--db", str(db))
+    assert (
+        code == 1
+        and len(err.strip().splitlines()) == 1
+        and err.startswith("error: SQL error: Conversion Error")
+    )
+
+
+def test_error_messages_are_escaped(tmp_path):
+    d = tmp_path / "x"
+    d.mkdir()
+    bad = d / "rank0.json"
+    bad.write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "[link=http://e]\x1b[2J", "ts": 1}]})
+    )
+    code, _, err = run("ingest", str(bad), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1
+    assert err.strip().endswith(
+        "event #0 (ph='X', name='[link=http://e]\\x1b[2J'): missing 'dur'; pass "
+        "--skip-bad-events to skip such events"
+    )
+    assert "\x1b" not in err

@@ -1,0 +1,277 @@
+"""FLOPs accounting: shape formulas, leaf-op counting, sources, and the CPU sample against a hand count."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.builders import op, write_run
+from tests.conftest import sample_run
+from traceprof.core.errors import AnalysisError, UsageError
+from traceprof.engine import flops
+from traceprof.engine.optree import self_times, with_parents
+from traceprof.ingest.ingest import ingest
+
+CONV_CONCRETE = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]
+
+
+def micro_events() -> list[dict]:
+    """ProfilerStep#1 [0, 1000 us] with nested and leaf ops; FLOPs by hand (multiply-add = 2):
+
+    linear [4,8,16]x[32,16] -> matmul -> mm [32,16]x[16,32]: only the leaf mm, 2*32*16*32 = 32768
+    addmm bias[64], [10,20]x[20,64]: 2*10*20*64 = 25600
+    baddbmm self[8,8], [3,8,5]x[3,5,8]: 2*3*8*5*8 = 1920
+    conv2d -> convolution -> _convolution, input [2,3,10,10], weight [4,3,3,3], stride 2, pad 1:
+        out (10+2-2-1)//2+1 = 5 -> 5x5; 2*N*Cout*25*Cin*9 = 2*2*4*25*3*9 = 10800 (torch's conv2d
+        FLOP count for the same call, checked with with_flops, is 10800 too)
+    convolution_backward grad_out [2,4,5,5], mask [True, True, False]: 2 * 10800 = 21600
+    scaled_dot_product_attention -> _scaled_dot_product_flash_attention_for_cpu (same interval),
+        q=k=v [2,4,16,8]: QK^T 2*2*4*16*16*8 = 32768, PV the same: 65536
+    bf16 mm [8,8]x[8,8] on a second thread: 2*8*8*8 = 1024
+    step total = 32768 + 25600 + 1920 + 10800 + 21600 + 65536 + 1024 = 159248
+    Not counted: an mm without shapes (unknown) and an mm after the step (outside steps).
+    """
+    return [
+        op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        op("aten::linear", 10, 100, [[4, 8, 16], [32, 16], []]),
+        op("aten::matmul", 12, 90, [[4, 8, 16], [16, 32]]),
+        op("aten::mm", 15, 80, [[32, 16], [16, 32]]),
+        op("aten::addmm", 200, 50, [[64], [10, 20], [20, 64], [], []]),
+        op("aten::baddbmm", 300, 50, [[8, 8], [3, 8, 5], [3, 5, 8], [], []]),
+        op("aten::conv2d", 400, 60, [[2, 3, 10, 10], [4, 3, 3, 3], [], [], [], [], []]),
+        op("aten::convolution", 401, 58, [[2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 7, concrete=CONV_CONCRETE),
+        op(
+            "aten::_convolution",
+            402,
+            56,
+            [[2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 11,
+            concrete=CONV_CONCRETE + ["False", "False", "True", "True"],
+        ),
+        op(
+            "aten::convolution_backward",
+            500,
+            60,
+            [[2, 4, 5, 5], [2, 3, 10, 10], [4, 3, 3, 3]] + [[]] * 8,
+            concrete=[
+                "",
+                "",
+                "",
+                "[0]",
+                "[2, 2]",
+                "[1, 1]",
+                "[1, 1]",
+                "False",
+                "[0, 0]",
+                "1",
+                "[True, True, False]",
+            ],
+        ),
+        op("aten::scaled_dot_product_attention", 600, 50, [[2, 4, 16, 8]] * 3 + [[]] * 5),
+        op("aten::_scaled_dot_product_flash_attention_for_cpu", 600, 50, [[2, 4, 16, 8]] * 3 + [[]] * 4),
+        op("aten::mm", 700, 10, [[8, 8], [8, 8]], ["c10::BFloat16", "c10::BFloat16"], tid=2),
+        op("aten::mm", 800, 10),
+        op("aten::mm", 1100, 10, [[32, 16], [16, 32]]),
+    ]
+
+
+def test_shape_flops_leaf_ops_by_hand(store, tmp_path):
+    ingest(store, [write_run(tmp_path / "micro", micro_events())])
+    sf = flops.shape_flops(store, store.resolve_run(None))
+    in_step = sf.filter(sf["step"] == 1)
+    by_name = {
+        (r["name"], r["dtype"]): (r["calls"], r["flops"], r["unknown_calls"])
+        for r in in_step.iter_rows(named=True)
+    }
+    assert by_name == {
+        ("aten::mm", "fp32"): (1, 32768.0, 0),
+        ("aten::mm", None): (1, 0.0, 1),
+        ("aten::mm", "bf16"): (1, 1024.0, 0),
+        ("aten::addmm", "fp32"): (1, 25600.0, 0),
+        ("aten::baddbmm", "fp32"): (1, 1920.0, 0),
+        ("aten::_convolution", "fp32"): (1, 10800.0, 0),
+        ("aten::convolution_backward", "fp32"): (1, 21600.0, 0),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu", "fp32"): (1, 65536.0, 0),
+    }
+    acc = flops.account(store, store.resolve_run(None))
+    assert acc.source == "shapes" and acc.per_step["flops"].to_list() == [159248.0]
+    assert acc.dtype == "fp32"  # most FLOPs are fp32
+    assert any("1 calls without usable shapes" in n for n in acc.notes)
+    assert any("outside ProfilerSteps" in n for n in acc.notes)  # the mm after the step
+
+
+@pytest.mark.parametrize(
+    "name, dims, concrete, expected",
+    [
+        ("aten::matmul", [[5, 7], [7]], None, 2 * 5 * 7),  # matrix @ vector
+        ("aten::matmul", [[2, 1, 3, 4], [5, 4, 6]], None, 2 * (2 * 5) * 3 * 4 * 6),  # broadcast batch
+        ("aten::linear", [[3, 5, 7], [11, 7], [11]], None, 2 * 15 * 7 * 11),
+        # transposed conv, weight (Cin=4, Cout=2, 3x3), input 1x4x5x5: each input pixel x Cout x 9 taps
+        (
+            "aten::convolution",
+            [[1, 4, 5, 5], [4, 2, 3, 3]],
+            ["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "True", "[0, 0]", "1"],
+            2 * 1 * 25 * 4 * 2 * 9,
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_backward",
+            [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
+            None,
+            2 * (2 * (1 * 2 * 4) * 6 * (8 + 8)),
+        ),
+        # causal attention counts half its score and value products (FlashAttention's benchmark, MaxText):
+        # q=k=v [2,4,16,8]: full 2*(2*4*16)*16*(8+8) = 65536, causal 32768; is_causal is argument 5 of
+        # scaled_dot_product_attention, 4 of the flash kernels, 11 of the flash backward
+        (
+            "aten::scaled_dot_product_attention",
+            [[2, 4, 16, 8]] * 3,
+            ["", "", "", "", "0.", "True", "", "False"],
+            32768,
+        ),
+        (
+            "aten::scaled_dot_product_attention",
+            [[2, 4, 16, 8]] * 3,
+            ["", "", "", "", "0.", "False", "", "False"],
+            65536,
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            [[2, 4, 16, 8]] * 3,
+            ["", "", "", "0.", "True", "", ""],
+            32768,
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_backward",
+            [[1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8]],
+            [""] * 11 + ["True"],
+            2 * (2 * (1 * 2 * 4) * 6 * (8 + 8)) / 2,
+        ),
+        ("aten::convolution", [[1, 4, 5, 5], [4, 2, 3, 3]], None, None),  # no stride/padding: unknown
+        ("aten::mm", [[2, 3]], None, None),  # malformed
+        ("aten::add", [[2, 3], [2, 3]], None, None),  # not a counted op
+    ],
+)
+def test_op_flops_formulas(name, dims, concrete, expected):
+    c = [flops._concrete(v) for v in concrete] if concrete else None
+    assert flops.op_flops(name, dims, c) == expected
+
+
+def test_palm_formula_by_hand():
+    # 6*N*D + 12*L*H*Q*T*D with N=1e9, L=24, H=16, Q=128, T=2048, D=4096*1024 tokens
+    d = 4096 * 1024
+    assert flops.palm_flops(1e9, 24, 16, 128, 2048, d) == 6e9 * d + 12 * 24 * 16 * 128 * 2048 * d
+    with pytest.raises(UsageError):
+        flops.palm_flops(1e9, 0, 16, 128, 2048, d)
+
+
+def test_source_order_and_errors(store, tmp_path):
+    ingest(store, [write_run(tmp_path / "micro", micro_events(), world=1)])
+    rid = store.resolve_run(None)
+    assert flops.account(store, rid, declared_per_step=5e12).source == "declared"
+    acc = flops.account(store, rid, palm=(1e6, 2, 2, 4, 8, 100))
+    assert acc.source == "palm" and acc.per_step["flops"][0] == 6e6 * 100 + 12 * 2 * 2 * 4 * 8 * 100
+    with pytest.raises(UsageError, match="sidecar: not available"):
+        flops.account(store, rid, source="sidecar")
+    with pytest.raises(UsageError, match="choose auto"):
+        flops.account(store, rid, source="magic")
+
+
+def test_no_source_is_an_error(store, tmp_path):
+    ingest(
+        store,
+        [
+            write_run(
+                tmp_path / "bare",
+                [op("ProfilerStep#1", 0, 100, cat="user_annotation"), op("aten::mm", 10, 10)],
+            )
+        ],
+    )
+    with pytest.raises(AnalysisError, match="no FLOPs source"):
+        flops.account(store, store.resolve_run(None))
+
+
+# TinyGPT of sample_traces (scripts/tiny_gpt.py, scripts/record_samples.py defaults): batch B=8,
+# seq T=64 -> BT=512 tokens per rank and step; d=128, 4 heads of hd=32, vocab V=512, 2 blocks.
+# Forward matmuls per block: qkv 2*512*128*384 = 50,331,648; proj 2*512*128*128 = 16,777,216;
+# fc and out 2*512*128*512 = 67,108,864 each -> 201,326,592. Backward of a linear whose input needs
+# a gradient = 2x forward (grad input + grad weight), so x3: 603,979,776 per block, 1,207,959,552
+# for 2 blocks; LM head 2*512*128*512 * 3 = 201,326,592. All aten::mm: 1,409,286,144.
+# Attention per block: baddbmm q@k^T 2*(B*h=32)*64*64*32 = 8,388,608 forward only; bmm att@v the
+# same forward, backward 2 bmm for baddbmm's grads (q, k) + 2 for bmm's (att, v): 5 bmm =
+# 41,943,040. Two blocks: baddbmm 16,777,216, bmm 83,886,080.
+HAND_MM = 1_409_286_144
+HAND_BADDBMM = 16_777_216
+HAND_BMM = 83_886_080
+HAND_STEP = HAND_MM + HAND_BADDBMM + HAND_BMM  # 1,509,949,440 per rank and step
+# extra_matmul: u @ extra_w, (BT, d) @ (d, 4d) per block, forward 2*512*128*512 = 67,108,864 and
+# its input's gradient the same (extra_w is a buffer, no weight gradient): x2 per block, x2 blocks.
+HAND_EXTRA = 4 * 67_108_864
+
+
+def test_cpu_sample_shapes_vs_sidecar_vs_hand(store):
+    rid = sample_run(store, "normal")
+    sf = flops.shape_flops(store, rid).filter(pl.col("step").is_not_null())
+    per_op = sf.group_by("name").agg(pl.col("flops").sum() / sf.select("rank", "step").n_unique())
+    assert dict(per_op.iter_rows()) == {
+        "aten::mm": HAND_MM,
+        "aten::baddbmm": HAND_BADDBMM,
+        "aten::bmm": HAND_BMM,
+    }
+    shapes = flops.account(store, rid, source="shapes").per_step
+    side = flops.account(store, rid, source="sidecar").per_step
+    assert shapes.height == side.height == 12  # 4 ranks x ProfilerStep#4..#6
+    assert set(shapes["flops"]) == {HAND_STEP}
+    joined = shapes.join(side, on=["rank", "step"], suffix="_side")
+    # The sidecar also counts elementwise aten::mul/aten::add (torch's formulas), ~0.07 % here.
+    assert ((joined["flops_side"] - joined["flops"]).abs() / joined["flops"]).max() < 0.02
+    assert (joined["flops_side"] >= joined["flops"]).all()
+    assert flops.account(store, rid).source == "sidecar"  # auto prefers the sidecar over shapes
+
+
+def test_extra_matmul_sample_adds_the_hand_counted_flops(store):
+    rid = sample_run(store, "extra_matmul")
+    assert set(flops.account(store, rid, source="shapes").per_step["flops"]) == {HAND_STEP + HAND_EXTRA}
+    side = flops.account(store, rid, source="sidecar").per_step["flops"]
+    assert ((side - (HAND_STEP + HAND_EXTRA)).abs() / (HAND_STEP + HAND_EXTRA)).max() < 0.02
+
+
+def test_call_tree_by_hand():
+    # One lane (tid 1), times in ns:            parent     self
+    #   a [0, 100]                               -          100 - (40 + 30 + 0) = 30
+    #     b [10, 50]                             a          40 - 10 - 10 = 20
+    #       c [10, 20]  (same start as b)        b          10
+    #       d [20, 30]  (touches c: a sibling)   b          10
+    #     e [60, 90] and f [60, 90], identical:  a / e      0 / 30 (f has the higher priority value)
+    #     g [95, 95] (zero duration)             a          0
+    #   h [100, 120] (touches a: top level)      -          20
+    #   i [110, 130] (overlaps h, not inside)    -          20
+    # Lane tid 2: j [15, 40] is top level though it lies inside a's interval.
+    rows = [
+        ("a", 1, 0, 100, 1),
+        ("b", 1, 10, 50, 1),
+        ("c", 1, 10, 20, 1),
+        ("d", 1, 20, 30, 1),
+        ("e", 1, 60, 90, 0),
+        ("f", 1, 60, 90, 1),
+        ("g", 1, 95, 95, 1),
+        ("h", 1, 100, 120, 1),
+        ("i", 1, 110, 130, 1),
+        ("j", 2, 15, 40, 1),
+    ]
+    df = pl.DataFrame(rows, schema=["name", "tid", "start_ns", "end_ns", "prio"], orient="row")
+    tree = with_parents(df, ["tid"], priority="prio")
+    names = dict(zip(tree["id"], tree["name"], strict=True))
+    parent = {n: names.get(p) for n, p in zip(tree["name"], tree["parent"], strict=True)}
+    assert parent == {
+        "a": None,
+        "b": "a",
+        "c": "b",
+        "d": "b",
+        "e": "a",
+        "f": "e",
+        "g": "a",
+        "h": None,
+        "i": None,
+        "j": None,
+    }
+    own = dict(zip(tree["name"], self_times(tree), strict=True))
+    assert own == {"a": 30, "b": 20, "c": 10, "d": 10, "e": 0, "f": 30, "g": 0, "h": 20, "i": 20, "j": 25}

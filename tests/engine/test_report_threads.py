@@ -1,0 +1,268 @@
+"""The report's analyses on two threads: the same results as one thread, each analysis computed
+once (whatif for stragglers too), a connection per thread, and Ctrl-C still stops it promptly."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES
+from traceprof.core import cancel
+from traceprof.core.errors import StoreError
+from traceprof.engine import analysis, findings, session
+from traceprof.engine.analysis import FrameResult
+from traceprof.engine.session import Session
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("threads") / "s.duckdb"
+    with Store(path) as s:
+        ingest(s, [SAMPLES / "straggler_rank2"], jobs=1)
+    return path
+
+
+def _frames(res: FrameResult | Exception) -> dict[str, object]:
+    if not isinstance(res, FrameResult):
+        return {"error": str(res)}
+    return {k: v for k, v in vars(res).items() if isinstance(v, pl.DataFrame)} | {"notes": res.notes}
+
+
+def _run(db: Path, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[tuple[str, str]]]:
+    """The report's analyses with ``threads`` threads, and (analysis, thread name) per computation."""
+    computed: list[tuple[str, str]] = []
+    real = Session._compute
+
+    def counting(self, name, fn, store, p):
+        computed.append((name, threading.current_thread().name))
+        return real(self, name, fn, store, p)
+
+    monkeypatch.setattr(Session, "_compute", counting)
+    # the threads as given, whatever this machine's CPU count
+    with Store(db, read_only=True) as s, Session(s, threads=threads):
+        out = findings.run_analyses(s, s.resolve_run(None), {"mfu": {"model_flops_per_step": "1e12"}})
+    monkeypatch.undo()
+    return {k: _frames(v) for k, v in out.items()}, computed
+
+
+def test_two_threads_give_the_results_of_one(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one, computed1 = _run(db, 1, monkeypatch)
+    two, computed2 = _run(db, 2, monkeypatch)
+    # report order, whatever finished first (desync: the sample has Flight Recorder dumps)
+    # report order; desync runs on this run (it has Flight Recorder dumps), memory does not (none recorded)
+    assert list(two) == list(one) == [a.name for a in findings.report_analyses() if a.name != "memory"]
+    assert list(one)[-1] == "desync"
+    for name in one:
+        a, b = one[name], two[name]
+        assert a.keys() == b.keys(), name
+        for k in a:
+            if isinstance(a[k], pl.DataFrame):
+                assert a[k].equals(b[k]), (name, k)
+            else:
+                assert a[k] == b[k], (name, k)
+    assert "error" not in two["stragglers"] and "error" not in two["whatif"]  # the sample has both
+    # every analysis computed once (stragglers reads whatif's result), on the worker threads
+    assert sorted(n for n, _ in computed2) == sorted(n for n, _ in computed1) == sorted(one)
+    threads = {t for _, t in computed2}
+    assert len(threads) == 2 and all(t.startswith("traceprof-analysis") for t in threads)
+    assert {t for _, t in computed1} == {threading.main_thread().name}
+
+
+def test_a_thread_view_has_its_own_connection_and_leaves_the_store_open(db: Path) -> None:
+    with Store(db, read_only=True) as s:
+        with s.for_thread() as view:
+            assert view.con is not s.con and analysis.memo_store(view) is s
+            view.close()  # the creator closes it: nothing happens
+            assert view.sql("SELECT count(*) AS n FROM events")["n"].item() > 0
+        assert s.sql("SELECT count(*) AS n FROM events")["n"].item() > 0  # the store's connection is open
+
+
+def test_a_writable_store_is_not_shared_with_threads(tmp_path: Path) -> None:
+    with Store(tmp_path / "w.duckdb") as s, pytest.raises(StoreError, match="open for writing"):
+        with s.for_thread():
+            pass
+
+
+def test_parquet_layout_views_exist_on_each_threads_connection(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with Store(path, layout="parquet") as s:
+        ingest(s, [SAMPLES / "normal"], jobs=1)
+    with Store(path, read_only=True) as s, s.for_thread() as view:
+        want = s.sql("SELECT count(*) AS n, sum(ts_ns) AS t FROM events").row(0)
+        assert view.sql("SELECT count(*) AS n, sum(ts_ns) AS t FROM events").row(0) == want
+
+
+def test_ctrl_c_while_the_threads_run_is_raised_and_stops_them(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interrupted: list[object] = []
+    real_view = Store.for_thread
+
+    def view(self):
+        cm = real_view(self)
+        v = cm.__enter__()
+        real_interrupt = v.con.interrupt
+        v.con = _Spy(v.con, lambda: (interrupted.append(v), real_interrupt()))
+        return _Entered(cm, v)
+
+    real_wait, calls = findings.wait, []
+
+    def ctrl_c(fs, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:  # Ctrl-C at the first wait, with the threads busy
+            raise KeyboardInterrupt
+        return real_wait(fs, timeout=timeout)
+
+    monkeypatch.setattr(Store, "for_thread", view)
+    monkeypatch.setattr(findings, "wait", ctrl_c)
+    with Store(db, read_only=True) as s, Session(s, threads=2), pytest.raises(KeyboardInterrupt):
+        findings.run_analyses(s, s.resolve_run(None))
+        # raised only once the running analyses stopped: their connections close after them
+    assert len({id(v) for v in interrupted}) == 2  # each thread's connection
+    assert len(calls) > 1
+
+
+class _Spy:
+    """A connection whose ``interrupt`` is recorded."""
+
+    def __init__(self, con, on_interrupt) -> None:
+        self._con, self.interrupt = con, on_interrupt
+
+    def __getattr__(self, k):
+        return getattr(self._con, k)
+
+
+class _Entered:
+    def __init__(self, cm, value) -> None:
+        self.cm, self.value = cm, value
+
+    def __enter__(self):
+        return self.value
+
+    def __exit__(self, *exc):
+        self.value.con = self.value.con._con
+        return self.cm.__exit__(*exc)
+
+
+def test_ctrl_c_stops_a_running_analysis_at_its_next_checkpoint(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An analysis in Python (no query to interrupt: the what-if graph) stops at its next
+    ``cancel.checkpoint`` once the main thread has had Ctrl-C, not when it is done."""
+    ran_out: list[str] = []
+
+    def spin(store, p):
+        t = time.monotonic()
+        while time.monotonic() - t < 30:  # 30 s unless cancelled
+            cancel.checkpoint()
+            time.sleep(0.01)
+        ran_out.append("not cancelled")
+        raise AssertionError("not cancelled")
+
+    spinner = analysis.Analysis("spin", analysis.RunParams, FrameResult, (), spin)
+    real_wait, calls = findings.wait, []
+
+    def ctrl_c(fs, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 3:  # both threads are spinning by now
+            raise KeyboardInterrupt
+        return real_wait(fs, timeout=timeout)
+
+    monkeypatch.setattr(findings, "wait", ctrl_c)
+    t = time.monotonic()
+    with Store(db, read_only=True) as s, pytest.raises(KeyboardInterrupt):
+        findings._run_all(s, [("a", spinner, analysis.RunParams()), ("b", spinner, analysis.RunParams())], 2)
+    assert time.monotonic() - t < 5 and not ran_out
+
+
+def test_checkpoint_raises_only_in_a_cancelled_scope() -> None:
+    cancel.checkpoint()  # outside any scope: nothing
+    with cancel.scope() as stop:
+        cancel.checkpoint()
+        stop.set()
+        with pytest.raises(KeyboardInterrupt):
+            cancel.checkpoint()
+    cancel.checkpoint()  # the scope is over
+
+
+def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
+    from traceprof.core.errors import UsageError
+
+    with Store(db, read_only=True) as s:
+        with pytest.raises(UsageError, match=r"^mfu\.peak_tflops='abc': expected a number$"):
+            findings.run_analyses(s, 1, {"mfu": {"peak_tflops": "abc"}})
+        with pytest.raises(UsageError, match=r"^analysis 'mfu' has no parameter 'nosuch'"):
+            findings.run_analyses(s, 1, {"mfu": {"nosuch": "1"}})
+        # desync runs in the report of a run with Flight Recorder dumps: its parameters are taken
+        with Session(s):
+            out = findings.run_analyses(s, 1, {"desync": {"all": "true"}})
+        assert isinstance(out["desync"], FrameResult)
+        with pytest.raises(
+            UsageError, match="no report analysis 'nope'; choose from: .*mfu, critical_path, desync, memory$"
+        ):
+            findings.run_analyses(s, 1, {"nope": {"x": "1"}})
+
+
+def test_traceprof_threads_sets_the_threads(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceprof.core.errors import UsageError
+
+    monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.delenv("TRACEPROF_THREADS", raising=False)
+    assert session.threads_from_env() == session.THREADS == 2
+    monkeypatch.setenv("TRACEPROF_THREADS", "1")
+    assert session.threads_from_env() == 1
+    monkeypatch.setenv("TRACEPROF_THREADS", "64")
+    assert session.threads_from_env() == 4  # at most the CPUs
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("TRACEPROF_THREADS", bad)
+        with pytest.raises(
+            UsageError, match=rf"^TRACEPROF_THREADS='{re.escape(bad)}': expected a whole number"
+        ):
+            session.threads_from_env()
+    monkeypatch.setenv("TRACEPROF_THREADS", "1")  # one thread: the analyses run on the caller's
+    computed: list[str] = []
+    real = Session._compute
+    monkeypatch.setattr(
+        Session,
+        "_compute",
+        lambda self, n, fn, s, p: (computed.append(threading.current_thread().name), real(self, n, fn, s, p))[
+            1
+        ],
+    )
+    with Store(db, read_only=True) as s, Session(s):  # threads from TRACEPROF_THREADS
+        findings.run_analyses(s, 1)
+    assert set(computed) == {threading.main_thread().name}
+
+
+def test_integer_parameters_beyond_64_bits_are_refused(db: Path) -> None:
+    """They went into the result cache's key (orjson: a TypeError traceback) or silently into the analysis."""
+    from tests import _cli_inproc as cli
+
+    for args in (
+        ["report", "-o", str(db.parent / "x.html"), "-p", "mfu.layers=99999999999999999999999"],
+        ["analyze", "idle", "-p", "kernel_wait_ns=99999999999999999999"],
+    ):
+        code, _, err = cli.run(*args, "--db", str(db))
+        assert code != 0 and "beyond the 64-bit integer range" in err and "Traceback" not in err, err
+
+
+def test_a_bad_desync_parameter_is_refused_on_a_run_without_its_sources(tmp_path: Path) -> None:
+    from traceprof.core.errors import UsageError
+
+    path = tmp_path / "k.duckdb"
+    with Store(path) as s:
+        ingest(s, [SAMPLES / "normal" / "rank0.trace.json.gz"], jobs=1)
+    with Store(path, read_only=True) as s:
+        with pytest.raises(UsageError, match=r"^desync\.all='maybe': expected true or false$"):
+            findings.run_analyses(s, 1, {"desync": {"all": "maybe"}})
+        with Session(s):
+            assert "desync" not in findings.run_analyses(
+                s, 1, {"desync": {"all": "true"}}
+            )  # valid: nothing to run

@@ -1,0 +1,99 @@
+"""The explicit Session: the Python API mirrors the CLI, and nothing that changes results is a
+module switch or a context variable; parsers get their options as a value."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+import traceprof
+from tests import _cli_inproc as cli
+from tests.conftest import REPO, SAMPLES
+from traceprof.core.parsed import ParseOptions
+from traceprof.engine.analysis import FrameResult
+from traceprof.engine.session import Session
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("session") / "s.duckdb"
+    with Store(path) as store:
+        ingest(store, [SAMPLES / "normal", SAMPLES / "normal_repeat", SAMPLES / "extra_matmul"], jobs=1)
+    return path
+
+
+def test_the_library_mirrors_the_cli(db, tmp_path):
+    # analyze, summary, report and diff give what the commands print
+    with traceprof.open(db) as s:
+        st = s.analyze("stragglers", run="normal", alpha="0.05")  # a -p string, converted by its type
+        same = s.analyze("stragglers", run="normal", alpha=0.05)
+        gaps = s.analyze("gaps", run="normal")
+        summary = s.summary(run="normal")
+        out = s.report(tmp_path / "r.html", run="normal")
+        d = s.diff("normal,normal_repeat", "extra_matmul")
+    assert same is st  # one session computes each analysis once per params
+    code, text, _ = cli.run(
+        "analyze", "gaps", "--db", str(db), "--run", "normal", "-f", "json", "--table", "gaps"
+    )
+    assert code == 0 and json.loads(text) == json.loads(
+        json.dumps(gaps.frames()["gaps"].to_dicts(), default=str)
+    )
+    code, text, _ = cli.run("summary", "--db", str(db), "--run", "normal", "-f", "json")
+    assert code == 0 and json.loads(text) == json.loads(json.dumps(summary.to_dict()))
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    code, text, _ = cli.run("diff", "normal,normal_repeat", "extra_matmul", "--db", str(db), "-f", "json")
+    assert json.loads(text)["verdict"] == d.verdict and code == d.exit_code
+
+
+def test_a_session_holds_what_a_command_decides(db, monkeypatch):
+    # cache, threads and memo are the session's; the store knows its session only while it is open
+    monkeypatch.setenv("TRACEPROF_NO_CACHE", "1")
+    with traceprof.open(db, threads=1) as s:
+        assert s.cache is False and s.threads == 1 and s.memo == {} and s.store.session is s
+        r = s.analyze("temporal", run="normal")
+        assert isinstance(r, FrameResult) and len(s.memo) >= 1
+    assert s.store.session is None
+    with Store(db, read_only=True) as store:
+        with Session(store, memo=False) as s2:
+            assert s2.analyze("temporal", run="normal") is not s2.analyze("temporal", run="normal")
+        assert store.session is None  # detached: the bare store computes every call again
+
+
+def test_no_ambient_switches_are_left():
+    # The classifier, the inflate cap and the spill folder were module globals that parsers read,
+    # and the memo, the cache and the executor five context variables: all are values now (a
+    # Session, ParseOptions). Only Ctrl-C's cancellation scope stays a context variable.
+    from traceprof.core import classify, fileio, spill
+
+    for mod, gone in ((classify, "_CURRENT"), (fileio, "_ratio"), (spill, "_DIR")):
+        assert not hasattr(mod, gone), (mod.__name__, gone)
+    for path in (REPO / "traceprof").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        calls = [
+            n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ContextVar"
+        ]
+        assert not calls or path.name == "cancel.py", path.name
+    assert ParseOptions().on_bad_event == "raise" and ParseOptions(comm_kernels=("x",)).classifier.extra == (
+        "x",
+    )
+
+
+def test_comm_kernel_patterns_travel_with_the_parse_options(tmp_path):
+    # Two ingests in one process with different --comm-kernel patterns: each file is classed by
+    # its own options (a process-wide classifier kept the first ingest's patterns in a worker).
+    from tests.conftest import case
+
+    src = case("deepep_comm_kernels")
+    with Store(tmp_path / "a.duckdb") as a, Store(tmp_path / "b.duckdb") as b:
+        ingest(a, [src], jobs=1, comm_kernels=("gemm",))
+        ingest(b, [src], jobs=1)
+        comm_a = a.sql("SELECT count(*) AS n FROM events WHERE class = 'comm'")["n"].item()
+        comm_b = b.sql("SELECT count(*) AS n FROM events WHERE class = 'comm'")["n"].item()
+        gemm = b.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel' AND name ILIKE '%gemm%'")[
+            "n"
+        ].item()
+    assert gemm > 0 and comm_a == comm_b + gemm

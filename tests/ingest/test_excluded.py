@@ -1,0 +1,233 @@
+"""Issue 27, item 4: one definition of excluded time, the same in every analysis.
+
+Hand-worked micro traces: a GPU record a few us before its launch call is jitter (kept), one far
+before it is another clock domain (left out); a CPU op with ``dur: -1`` is still open at profiler
+stop (kept, clipped to the trace's end); the profiler-start transient is left out of overlap,
+temporal, gaps and the summary as it is of stragglers and what-if.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from tests.builders import BASE, transient_rank, write_rank
+from tests.conftest import analyze
+from traceprof.core.errors import TraceFormatError
+from traceprof.engine.findings import summarize
+from traceprof.ingest.ingest import ingest
+from traceprof.render.export import export_perfetto
+
+US = 1000
+MS = 1_000_000
+
+
+def _row(df: pl.DataFrame, **eq: object) -> dict:
+    return df.filter(*(pl.col(k) == v for k, v in eq.items())).row(0, named=True)
+
+
+# --- launch skew: jitter is kept, another clock domain is not ------------------------------------
+
+
+def _gpu_trace(gemm_ahead_ns: int) -> list[dict]:
+    """ProfilerStep#1 over [0, 4000] us. A 500 us GEMM launched at 2000 us (cudaLaunchKernel, 5 us,
+    correlation 1) but stamped ``gemm_ahead_ns`` before its launch call; a 50 us fill launched at
+    3000 us that starts 20 us later, at 3020 (correlation 2)."""
+    gemm_ts = (2000 * US - gemm_ahead_ns) / 1000  # us, exact to the ns with 3 decimals
+    return [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 4000,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 2000,
+            "dur": 5,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": gemm_ts,
+            "dur": 500,
+            "args": {"correlation": 1, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 3000,
+            "dur": 5,
+            "args": {"correlation": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "fill",
+            "pid": 0,
+            "tid": 7,
+            "ts": 3020,
+            "dur": 50,
+            "args": {"correlation": 2, "device": 0, "stream": 7},
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    "ahead_ns, flag",
+    [
+        (5_000, None),  # within the 5 us tolerance: nothing to say
+        (10_000, "launch_skew"),  # the issue's 10 us: jitter, kept
+        (1_000_000, "launch_skew"),  # 1 ms: the largest jitter
+        (1_000_001, "before_launch"),  # 1 ms + 1 ns: another clock domain, left out
+    ],
+)
+def test_launch_skew_flip_point(store, tmp_path, ahead_ns, flag):
+    write_rank(tmp_path / "run" / "rank0.json", _gpu_trace(ahead_ns), 0, world=1, backend="nccl")
+    res = ingest(store, [tmp_path / "run"], run="g")
+    assert store.sql("SELECT flag FROM events WHERE name = 'gemm'").item() == flag
+    t = _row(analyze(store, "temporal", "g").frame, rank=0)
+    lat = _row(analyze(store, "launch", "g").frame, rank=0)
+    skew = [w for w in res.warnings if "clock jitter" in w]
+    out = tmp_path / "all.json"
+    export_perfetto(store, "g", out)
+    exported = {e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"}
+    if flag == "before_launch":
+        # the GEMM is left out: busy = the fill, 50 us; window [3020, 3070] us; the export lacks it
+        assert (t["window_ns"], t["compute_ns"]) == (50 * US, 50 * US)
+        assert "gemm" not in exported and not skew
+        assert lat["kernels"] == 1
+    else:
+        # the GEMM's 500 us count: window from its start (2000 us - ahead) to the fill's end at
+        # 3070 us; busy 500 + 50 = 550 us; idle = window - 550 us
+        window = 3070 * US - (2000 * US - ahead_ns)
+        assert (t["window_ns"], t["compute_ns"], t["idle_ns"]) == (window, 550 * US, window - 550 * US)
+        assert "gemm" in exported
+        assert lat["kernels"] == 2  # counted as work ...
+        if flag == "launch_skew":
+            (w,) = skew
+            assert f"by up to {ahead_ns / 1000:,.3f} us" in w and "kept with their work" in w
+            # ... but its latency (negative) is not measured: only the fill's 20 us
+            assert (lat["launches"], lat["latency_p50_ns"], lat["latency_max_ns"]) == (1, 20 * US, 20 * US)
+            assert any("left out of the latency figures" in n for n in analyze(store, "launch", "g").notes)
+        else:
+            assert not skew
+            # within the tolerance: a -5 us latency is measured as it is recorded
+            assert (lat["launches"], lat["latency_max_ns"]) == (2, 20 * US)
+
+
+# --- dur: -1 on a CPU op: still open at profiler stop ---------------------------------------------
+
+
+def _open_trace(general_path: bool, open_kind: str = "cpu_op", dur: float = -1) -> dict:
+    """ProfilerStep#1 [0, 100] us; aten::mm [10, 60]; aten::open at 70 with ``dur``; aten::last
+    [80, 120]: the trace ends at 120 us. ``general_path`` adds a B/E pair (the per-event parser; on another thread)."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": open_kind, "name": "aten::open", "pid": 1, "tid": 1, "ts": 70, "dur": dur},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::last", "pid": 1, "tid": 1, "ts": 80, "dur": 40},
+    ]
+    if general_path:
+        ev += [
+            {"ph": "B", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 9, "ts": 1},
+            {"ph": "E", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 9, "ts": 2},
+        ]
+    return ev
+
+
+@pytest.mark.parametrize("general_path", [False, True])
+def test_cpu_op_still_open_at_stop_is_clipped_with_a_warning(store, tmp_path, general_path):
+    f = write_rank(tmp_path / "run" / "rank0.json", _open_trace(general_path), 0, world=1)
+    res = ingest(store, [f], run="o")  # default ingest: no --skip-bad-events needed
+    (w,) = [w for w in res.warnings if "still open" in w]
+    assert "rank0.json: 1 CPU op(s)" in w and "#2 'aten::open'" in w  # the event index and its name
+    # clipped to the trace's end, 120 us: 120 - 70 = 50 us; the recorded -1 us kept
+    row = store.sql(
+        f"SELECT ts_ns - {BASE} AS t, dur_ns, raw_dur_ns, flag FROM events WHERE name = 'aten::open'"
+    ).row(0)
+    assert row == (70 * US, 50 * US, -1 * US, "unclosed")
+    assert store.sql("SELECT rejected FROM traces").item() in (None, "{}")
+    # it counts as the training thread's work: busy = [10, 60] + [70, 120] = 100 us of [10, 120]
+    t = _row(analyze(store, "temporal", "o").frame, rank=0)
+    assert (t["window_ns"], t["compute_ns"], t["idle_ns"]) == (110 * US, 100 * US, 10 * US)
+
+
+@pytest.mark.parametrize("cat, dur", [("kernel", -1), ("cpu_op", -2), ("cpu_op", -0.5)])
+def test_other_negative_durations_are_still_refused(store, tmp_path, cat, dur):
+    # only -1 on a CPU-side op is the profiler's "still open" mark; a GPU record with -1, or any
+    # other negative duration, is an error naming the event
+    ev = _open_trace(False, cat, dur)
+    if cat == "kernel":
+        ev[2]["args"] = {"device": 0, "stream": 7}
+    f = write_rank(tmp_path / "run" / "rank0.json", ev, 0, world=1)
+    with pytest.raises(TraceFormatError, match=r"event #2 .*aten::open.*negative 'dur'"):
+        ingest(store, [f], run="o")
+
+
+# --- the profiler-start transient: left out everywhere ---------------------------------------------
+
+
+def test_profiler_start_transient_is_left_out_of_every_analysis(store, tmp_path):
+    for r in (0, 1):
+        write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r), r)
+    ingest(store, [tmp_path / "run"], run="tr")
+    # The transient: skews 3000, 0.1, 0.1, 0.1 ms; threshold max(20 x 0.1 ms, the 10 ms median
+    # step) = 10 ms; the profiling starts differ by 3000 ms: step 1 is the transient.
+    ov = analyze(store, "overlap", "tr")
+    assert any(n.startswith("profiler-start transient: the first collective (step 1)") for n in ov.notes)
+    # Left out, rank 0's communication is 3 x 0.6 ms, none of it under compute (the gloo work
+    # starts when aten::mm ends): exposed 1.8 ms of the window [3010, 3035.6] ms = 25.6 ms; rank 1:
+    # 3 x 0.5 = 1.5 ms of 25.6 ms. With it, rank 0 would show 3000.5 ms more exposed communication.
+    r0, r1 = _row(ov.frame, rank=0), _row(ov.frame, rank=1)
+    assert (r0["comm_ns"], r0["exposed_comm_ns"], r0["window_ns"]) == (1_800_000, 1_800_000, 25_600_000)
+    assert (r1["comm_ns"], r1["exposed_comm_ns"], r1["window_ns"]) == (1_500_000, 1_500_000, 25_600_000)
+    assert ov.steps["step"].unique().sort().to_list() == [2, 3, 4]
+    te = analyze(store, "temporal", "tr")
+    # busy: aten::mm 3 x 5 ms + the gloo work 3 x 0.6 ms (rank 0): 16.8 ms of 25.6 ms
+    assert (
+        _row(te.frame, rank=0)["window_ns"] == 25_600_000 and _row(te.frame, rank=0)["idle_ns"] == 8_800_000
+    )
+    gaps = analyze(store, "gaps", "tr")
+    assert int(gaps.gaps["dur_ns"].max()) == 600_000  # no 3 s gap
+    # the summary's communication finding is the steady state's: median over ranks of 1.8/25.6
+    # and 1.5/25.6 = (7.03 + 5.86) / 2 = 6.45 %, not a 3 s exposed all-reduce
+    f = summarize(store, "tr")
+    (comm,) = [x for x in f.findings if x.topic == "communication"]
+    assert comm.cost_pct == pytest.approx(100 * (1.8 + 1.5) / 2 / 25.6)
+
+
+def test_runs_without_a_transient_keep_every_step(store, tmp_path):
+    # The same job with both profilers started together (step 1 from 3000 ms on both ranks): no
+    # transient, step 1 stays in overlap.
+    for r in (0, 1):
+        write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r, late=False), r)
+    ingest(store, [tmp_path / "run"], run="ok")
+    ov = analyze(store, "overlap", "ok")
+    assert not any("transient" in n for n in ov.notes)
+    assert ov.steps["step"].unique().sort().to_list() == [1, 2, 3, 4]
+    assert _row(ov.frame, rank=0)["window_ns"] == 35_600_000  # [3000, 3035.6] ms

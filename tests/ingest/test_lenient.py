@@ -1,0 +1,409 @@
+"""Lenient by design, strict on request: bad bytes and numbers are repaired or rejected per record,
+with the file and the place; --partial; run identity (issue 11)."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests._cli_inproc import run
+from tests.builders import micro_trace
+from tests.conftest import CORPUS
+from traceprof.core.errors import StoreError, TraceFormatError
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+FR = {
+    "version": "2.10",
+    "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+    "entries": [
+        {
+            "record_id": 0,
+            "pg_id": 0,
+            "process_group": ["0", "default_pg"],
+            "collective_seq_id": 1,
+            "p2p_seq_id": 0,
+            "profiling_name": "nccl:all_reduce",
+            "time_created_ns": 1_000_000,
+            "time_discovered_started_ns": 1_000_100,
+            "time_discovered_completed_ns": 1_000_600,
+            "input_sizes": [[1024]],
+            "input_dtypes": ["Float"],
+            "output_sizes": [[1024]],
+            "output_dtypes": ["Float"],
+            "state": "completed",
+            "is_p2p": False,
+            "frames": [],
+        }
+    ],
+}
+
+
+def _write(d: Path, name: str, data: bytes | dict) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / name
+    p.write_bytes(data if isinstance(data, bytes) else json.dumps(data).encode())
+    return p
+
+
+def _ingest(tmp_path: Path, path: Path, **kw) -> tuple[Store, object]:
+    store = Store(tmp_path / "s.duckdb")
+    return store, ingest(store, [path], jobs=1, **kw)
+
+
+def test_invalid_utf8_is_repaired_counted_and_shown(tmp_path):
+    raw = json.dumps(micro_trace(["NAME"])).encode().replace(b"NAME", b"x\xff\xfey")
+    path = _write(tmp_path / "u", "rank0.json", raw)
+    offset = raw.index(b"\xff")
+    store, res = _ingest(tmp_path, path)
+    assert f"{path}: byte {offset}: 2 invalid UTF-8 sequence(s) replaced by U+FFFD" in res.warnings
+    assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op'")["name"].to_list() == ["x\ufffd\ufffdy"]
+    assert store.runs()["issues"].to_list() == ["2 repaired: invalid UTF-8 replaced by U+FFFD"]
+    store.close()
+
+
+def test_invalid_utf8_in_gzip_names_decompressed_offset(tmp_path):
+    raw = json.dumps(micro_trace(["NAME"])).encode().replace(b"NAME", b"\xc3")
+    path = _write(tmp_path / "g", "rank0.json.gz", gzip.compress(raw))
+    store, res = _ingest(tmp_path, path)
+    offset = raw.index(b"\xc3")
+    assert (
+        f"{path}: byte {offset} of the decompressed data: 1 invalid UTF-8 sequence(s) replaced by U+FFFD"
+        in res.warnings
+    )
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("ts", 2**70, f"'ts_ns' beyond int64 ({2**62 + 2**70 * 1000})"),  # base + us * 1000
+        ("dur", 2**70, "'dur_ns' beyond int64 (1180591620717411303424000)"),
+        ("dur", 2**62 // 1000, "'ts_ns' + 'dur_ns' beyond int64"),  # each fits, the end does not
+    ],
+)
+def test_kineto_times_beyond_int64_rejected_per_event(tmp_path, field, value, message):
+    doc = micro_trace(["a", "b"], base_ns=2**62)
+    doc["traceEvents"][2][field] = value  # event #2: "b"
+    path = _write(tmp_path / "k", "rank0.json", doc)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert f"{path}: event #2: {message}" in str(e.value)
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op'")["name"].to_list() == ["a"]
+        reason = message.split(" (")[0]
+        assert store.runs()["issues"].to_list() == [f"1 rejected: {reason}"]
+        assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason}"
+
+
+def test_kineto_device_and_step_beyond_int32(tmp_path):
+    doc = micro_trace(["a"])
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 2,
+            "dur": 1,
+            "args": {"device": 2**40, "stream": 7},
+        }
+    )
+    path = _write(tmp_path / "d", "rank0.json", doc)
+    with pytest.raises(TraceFormatError, match=r"event #2: 'device' beyond int32 \(1099511627776\)"):
+        _ingest(tmp_path, path)[0].close()
+    doc = micro_trace(["a"])
+    doc["traceEvents"][0]["name"] = "ProfilerStep#99999999999"
+    path = _write(tmp_path / "s", "rank0.json", doc)
+    with (
+        Store(tmp_path / "t.duckdb") as store,
+        pytest.raises(TraceFormatError, match=r"event #0: 'step' beyond int32 \(99999999999\)"),
+    ):
+        ingest(store, [path], jobs=1)
+
+
+def test_collective_bytes_beyond_int64_drop_the_collective_only(tmp_path):
+    # 2**62 float32 elements are 2**64 bytes: the kernel is kept, its collective row is not.
+    doc = micro_trace([])
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "pid": 0,
+            "tid": 7,
+            "ts": 2,
+            "dur": 1,
+            "args": {
+                "device": 0,
+                "stream": 7,
+                "Collective name": "allreduce",
+                "In msg nelems": 2**62,
+                "Out msg nelems": 2**62,
+                "dtype": "Float",
+            },
+        }
+    )
+    path = _write(tmp_path / "c", "rank0.json", doc)
+    store, res = _ingest(tmp_path, path)
+    assert store.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"].to_list() == [1]
+    assert store.sql("SELECT count(*) AS n FROM collectives")["n"].to_list() == [0]
+    assert store.runs()["issues"].to_list() == ["1 rejected: collective: 'bytes_in' beyond int64"]
+    store.close()
+
+
+def _comm_kernel(**args) -> dict:
+    """A micro trace (event #0 the ProfilerStep) whose event #1 is an all-reduce kernel with these args."""
+    doc = micro_trace([])
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "pid": 0,
+            "tid": 7,
+            "ts": 2,
+            "dur": 1,
+            "args": {
+                "device": 0,
+                "stream": 7,
+                "Collective name": "allreduce",
+                "Seq": 3,
+                "In msg nelems": 4,
+                "dtype": "Float",
+                **args,
+            },
+        }
+    )
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason", "shown"),
+    [
+        ("Seq", 1e300, "'seq' beyond int64", "1e+300"),  # a float beyond int64 (int(1e300) has 301 digits)
+        # a JSON integer beyond int64 was stored as a NULL seq, silently
+        ("Seq", 12 * 10**28, "'seq' beyond int64", "120000000000000000000000000000"),
+        ("In msg nelems", 2**63, "'nelems_in' beyond int64", str(2**63)),
+        ("In msg nelems", -4, "negative 'nelems_in'", "-4"),  # was stored as -16 bytes
+        ("Group size", 2**31, "'group_size' beyond int32", str(2**31)),
+    ],
+)
+def test_kineto_collective_number_that_cannot_be_stored_names_the_event(tmp_path, key, value, reason, shown):
+    # The kernel (event #1) is kept; its collective row is not, and the warning says which event held what.
+    path = tmp_path / "c" / "rank0.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_comm_kernel(**{key: value})))  # 1e300 is written as the JSON number 1e+300
+    for mode in ("raise", "skip"):
+        with Store(tmp_path / f"{mode}.duckdb") as store:
+            res = ingest(store, [path], jobs=1, on_bad_event=mode)
+            assert store.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"].to_list() == [1]
+            assert store.sql("SELECT count(*) AS n FROM collectives")["n"].to_list() == [0]
+            assert store.runs()["issues"].to_list() == [f"1 rejected: collective: {reason}"]
+            assert (
+                f"rank0.json: 1 collective row(s) not stored (their events are): {reason}, e.g. {shown} "
+                "(events #1)"
+            ) in res.warnings
+
+
+@pytest.mark.parametrize("value", ["abc", 1.5, True, [3]])
+def test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning(tmp_path, value):
+    # A Seq of 1.5 was stored as 1, "abc" as NULL, both silently: now NULL, and the warning names event #1.
+    path = _write(tmp_path / "c", "rank0.json", _comm_kernel(Seq=value))
+    store, res = _ingest(tmp_path, path)
+    assert store.sql("SELECT seq, op, nelems_in, bytes_in FROM collectives").rows() == [
+        (None, "all_reduce", 4, 16)
+    ]
+    assert (
+        f"rank0.json: 1 value(s) ignored, read as absent: 'Seq' not an integer, e.g. {value!r} (events #1)"
+        in res.warnings
+    )
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "column"),
+    [
+        ("time_created_ns", 2**70, "enter_ns"),
+        ("collective_seq_id", 2**70, "seq"),
+        ("input_sizes", [[2**70]], "nelems_in"),
+    ],
+)
+def test_flight_recorder_integers_beyond_int64(tmp_path, key, value, column):
+    doc = copy.deepcopy(FR)
+    doc["entries"].append({**doc["entries"][0], "record_id": 1, "collective_seq_id": 2, key: value})
+    path = _write(tmp_path / "fr", "rank0.fr.json", doc)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value).startswith(f"{path}: entry #1 ('nccl:all_reduce'): '{column}' beyond int64 (")
+        ingest(store, [path], jobs=1, on_bad_event="skip")
+        assert store.sql("SELECT count(*) AS n FROM collectives")["n"].to_list() == [1]
+        assert store.runs()["issues"].to_list() == [f"1 rejected: '{column}' beyond int64"]
+
+
+def test_ndtimeline_step_beyond_int32(tmp_path):
+    src = CORPUS / "kineto_misc/bytedance_straggler_whatif/trace-ST.parquet"
+    if not src.exists():
+        pytest.skip("corpus not available")
+    df = pl.read_parquet(src).head(40)
+    df = df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 3).then(2**40).otherwise(pl.col("step")).alias("step")
+    )
+    path = tmp_path / "trace-big.parquet"
+    df.write_parquet(path)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError, match=r"row #3 .*number beyond its column type"):
+            ingest(store, [path], jobs=1)
+        ingest(store, [path], jobs=1, on_bad_event="skip")
+        assert store.sql("SELECT sum(events_read)::INT AS n FROM traces")["n"].to_list() == [39]
+
+
+def test_rank_beyond_int32_is_an_error(tmp_path):
+    doc = micro_trace(["a"], rank=2**40)
+    del doc["distributedInfo"]["world_size"]  # else the parser's rank < world_size check answers first
+    path = _write(tmp_path / "r", "rank0.json", doc)
+    with pytest.raises(StoreError, match=r"rank0.json: rank 1099511627776 is beyond int32"):
+        _ingest(tmp_path, path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            "rank0.json",
+            b'{"traceEvents": [{"ph": "X", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+            "nested too deeply",
+        ),
+        ("rank0.fr.json", b'{"entries": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "nested too deeply"),
+    ],
+)
+def test_deep_nesting_is_an_error_not_a_crash(tmp_path, name, text, message):
+    path = _write(tmp_path / "n", name, text)
+    with pytest.raises(TraceFormatError, match=message) as e:
+        _ingest(tmp_path, path)
+    assert str(e.value).startswith(str(path))
+
+
+def test_truncated_files_name_the_byte_offset(tmp_path):
+    raw = json.dumps(micro_trace(["a"])).encode()
+    path = _write(tmp_path / "t", "rank0.json", raw[:100])
+    with pytest.raises(TraceFormatError, match=rf"^{path}: byte 100: truncated JSON"):
+        _ingest(tmp_path, path)
+    gz = gzip.compress(raw)
+    path = _write(tmp_path / "z", "rank0.json.gz", gz[:40])
+    with pytest.raises(TraceFormatError, match=rf"^{path}: byte 40: broken gzip stream \(truncated"):
+        _ingest(tmp_path, path)
+
+
+def test_non_trace_json_array_in_a_directory_is_skipped(tmp_path):
+    d = tmp_path / "run"
+    _write(d, "rank0.json", micro_trace(["a"]))
+    _write(d, "config.json", b"[1, 2, 3]")
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0, err
+    assert (
+        f"warning: skipped {d / 'config.json'}: valid JSON but not a Kineto trace (no top-level traceEvents)"
+        in err
+    )
+
+
+def _four(tmp_path: Path) -> Path:
+    d = tmp_path / "run4"
+    for r in range(4):
+        _write(d, f"rank{r}.json", micro_trace(["a"], rank=r, world=4))
+    (d / "rank2.json").write_bytes(b'{"traceEvents": [')
+    return d
+
+
+def test_one_broken_file_refuses_all_and_says_partial(tmp_path):
+    d = _four(tmp_path)
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1
+    assert err.splitlines() == [
+        f"error: {d / 'rank2.json'}: byte 17: truncated JSON (Input data was truncated); "
+        "nothing stored (--partial stores the other files)"
+    ]
+    assert not (tmp_path / "s.duckdb").exists()  # a failed first ingest leaves no store
+
+
+def test_partial_stores_the_good_files_and_lists_the_bad(tmp_path):
+    d = _four(tmp_path)
+    (d / "rank3.json").write_bytes(b"\x00garbage")
+    db = tmp_path / "s.duckdb"
+    code, _, err = run("ingest", str(d), "--db", str(db))
+    assert code == 1 and err.splitlines()[0] == (
+        "error: 2 of 4 files cannot be read, nothing stored (--partial stores the others):"
+    )
+    assert len(err.splitlines()) == 3
+    code, _, err = run("ingest", str(d), "--db", str(db), "--partial")
+    assert code == 1
+    failed = [ln for ln in err.splitlines() if ln.startswith("failed:")]
+    assert failed == [
+        f"failed: {d / 'rank2.json'}: byte 17: truncated JSON (Input data was truncated)",
+        f"failed: {d / 'rank3.json'}: invalid JSON (JSON is malformed: invalid character (byte 0))",
+    ]
+    assert err.splitlines()[-1] == "2 file(s) ingested, 0 already stored, 2 failed"
+    with Store(db, read_only=True) as store:
+        assert store.sql("SELECT rank FROM traces ORDER BY rank")["rank"].to_list() == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t["distributedInfo"].update(world_size=8), "world size 8, but run 'job' has 2"),
+        (lambda t: t["distributedInfo"].update(backend="nccl"), "backend 'nccl', but run 'job' has 'gloo'"),
+        (
+            lambda t: t.update(baseTimeNanoseconds=t["baseTimeNanoseconds"] + 86_400 * 10**9),
+            "recorded 24.0 h away from the traces of run 'job'",
+        ),
+        (
+            lambda t: t.update(deviceProperties=[{"id": 0, "name": "NVIDIA H100"}]),
+            "device 'nvidia h100', but run 'job' has 'cpu'",
+        ),
+    ],
+)
+def test_appending_another_jobs_trace_is_refused(tmp_path, change, message):
+    db = str(tmp_path / "s.duckdb")
+    _write(tmp_path / "a", "rank0.json", micro_trace(["a"], rank=0, world=2))
+    other = micro_trace(["a"], rank=1, world=2)
+    change(other)
+    b = _write(tmp_path / "b", "rank1.json", other)
+    assert run("ingest", str(tmp_path / "a"), "--run", "job", "--db", db)[0] == 0
+    code, _, err = run("ingest", str(b), "--run", "job", "--db", db)
+    assert code == 1 and err.startswith(f"error: {b}: {message}")
+    assert err.rstrip().endswith(
+        "a trace of another job; ingest it as another run (--run NAME); if it does "
+        "belong to this run, pass --force-run"
+    )
+    code, _, err = run("ingest", str(b), "--run", "job", "--db", db, "--force-run")
+    assert code == 0, err
+
+
+def test_private_clock_sources_are_not_compared_in_time(tmp_path):
+    # An NCCL profiler-plugin trace carries steady-clock times (ingest places them later): its
+    # span, a day away from the run, is no sign of another job; a Kineto trace there is.
+    import pyarrow as pa
+
+    from traceprof.core.parsed import ParsedTrace
+    from traceprof.storage.identity import check_append
+
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [_write(tmp_path / "a", "rank0.json", micro_trace(["a"]))], run="job", jobs=1)
+        far = pa.table({"ts_ns": [86_400 * 10**9], "dur_ns": [1]})
+        for source, refused in (("nccl_profiler", False), ("kineto", True)):
+            pt = ParsedTrace(
+                path="x", sha256="", bytes=0, source=source, format="", rank=1, world_size=None, events=far
+            )
+            if refused:
+                with pytest.raises(StoreError, match="away from the traces of run 'job'"):
+                    check_append(store.con, 1, "job", [pt])
+            else:
+                check_append(store.con, 1, "job", [pt])

@@ -1,0 +1,715 @@
+"""Collective matching: pg+seq, ordinal fallback, gloo enqueue pairing, re-matching, NDTimeline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import polars as pl
+import pytest
+
+from tests.builders import BASE, gloo_rank, write_rank
+from tests.conftest import SAMPLES, analyze, corpus
+from traceprof.ingest import matching
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+
+def test_gloo_enqueue_pairing_and_ordinal_matching(store, tmp_path):
+    # Two all-reduces (100 then 200 floats). Rank 0 enqueues at 100 and 300 us; its runloop is
+    # busy, so the second work item starts only at 420. Rank 1 enqueues at 150 and 500 us.
+    write_rank(tmp_path / "run" / "r0.json", gloo_rank([(100, 110, 400, 100), (300, 420, 600, 200)]), 0)
+    write_rank(tmp_path / "run" / "r1.json", gloo_rank([(150, 160, 401, 100), (500, 510, 601, 200)]), 1)
+    ingest(store, [tmp_path / "run"])
+    rows = store.sql(
+        "SELECT rank, enter_ns - $1 AS enter, start_ns - $1 AS start, step, match_method "
+        "FROM collectives ORDER BY rank, start_ns",
+        [BASE],
+    ).rows()
+    # enter = the c10d enqueue (us * 1000), start = the gloo work; both rows in step 3.
+    assert rows == [
+        (0, 100_000, 110_000, 3, "ordinal"),
+        (0, 300_000, 420_000, 3, "ordinal"),
+        (1, 150_000, 160_000, 3, "ordinal"),
+        (1, 500_000, 510_000, 3, "ordinal"),
+    ]
+    inst = store.sql(
+        "SELECT ranks_present, ranks_missing, first_arrival_ns - $1 AS first, last_arrival_ns - $1 AS last, "
+        "last_rank, arrival_skew_ns, bytes FROM collective_instances ORDER BY instance_id",
+        [BASE],
+    ).rows()
+    # Instance 1: arrivals 100 (rank 0) and 150 us (rank 1): skew 50 us; instance 2: 300 and 500.
+    assert inst == [
+        ([0, 1], [], 100_000, 150_000, 1, 50_000, 400),
+        ([0, 1], [], 300_000, 500_000, 1, 200_000, 800),
+    ]
+
+
+def test_ordinals_count_within_each_step(store, tmp_path):
+    # All-reduces of 100 floats without ids, ProfilerStep#1 [0, 1000] and #2 [1000, 2000] us. Rank 0
+    # enqueues two in step 1 (100, 300 us) and one in step 2 (1100); rank 1's trace lost step 1's
+    # second (enqueues at 150 and 1150). Ordinals count within (group, op, size, step): step 1
+    # #0 = rank 0's 100 + rank 1's 150; step 1 #1 = rank 0's 300 alone (rank 1 missing); step 2 #0 =
+    # 1100 + 1150. Counted over the whole trace instead, step 2's would be #2 on rank 0 and #1 on
+    # rank 1: two one-rank instances, and the loss in step 1 would spread into every later step.
+    write_rank(
+        tmp_path / "run" / "r0.json",
+        gloo_rank([(100, 110, 200, 100), (300, 310, 400, 100)], step=1)
+        + gloo_rank([(1100, 1110, 1200, 100)], step=2, t0=1000),
+        0,
+    )
+    write_rank(
+        tmp_path / "run" / "r1.json",
+        gloo_rank([(150, 160, 201, 100)], step=1) + gloo_rank([(1150, 1160, 1201, 100)], step=2, t0=1000),
+        1,
+    )
+    ingest(store, [tmp_path / "run"])
+    inst = store.sql(
+        "SELECT step, ranks_present, ranks_missing, first_arrival_ns - $1 AS first, "
+        "last_arrival_ns - $1 AS last, match_method FROM collective_instances ORDER BY instance_id",
+        [BASE],
+    ).rows()
+    assert inst == [
+        (1, [0, 1], [], 100_000, 150_000, "ordinal"),
+        (1, [0], [1], 300_000, 300_000, "ordinal"),
+        (2, [0, 1], [], 1_100_000, 1_150_000, "ordinal"),
+    ]
+
+
+def _nccl_rank(seqs: list[int]) -> list[dict]:
+    """A GPU rank whose k-th all-reduce (Seq seqs[k]) is launched at 100*k + 10 us and runs on
+    stream 7 from 100*k + 20 + seq to 100*k + 60 us."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1000,
+        }
+    ]
+    for k, seq in enumerate(seqs):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 100 * k + 10,
+                "dur": 2,
+                "args": {"correlation": 50 + k},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "pid": 0,
+                "tid": 7,
+                "ts": 100 * k + 20 + seq,
+                "dur": 40 - seq,
+                "args": {
+                    "correlation": 50 + k,
+                    "device": 0,
+                    "stream": 7,
+                    "Collective name": "allreduce",
+                    "Process Group Name": "0",
+                    "Seq": seq,
+                    "In msg nelems": 1024,
+                    "dtype": "Float",
+                },
+            }
+        )
+    return ev
+
+
+def test_pg_seq_matching_records_missing_ranks(store, tmp_path):
+    # Rank 1 has no record of Seq 2 (e.g. cut from its trace). Matching by (pg, seq) keeps Seq 3
+    # of both ranks together, where matching by order would have paired rank 1's Seq 3 with
+    # rank 0's Seq 2.
+    write_rank(tmp_path / "run" / "r0.json", _nccl_rank([1, 2, 3]), 0, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _nccl_rank([1, 3]), 1, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    assert any("1 of 3 matched collectives miss some ranks" in w for w in res.warnings)
+    inst = store.sql(
+        "SELECT seq, ranks_present, ranks_missing, first_arrival_ns - $1 AS first, match_method "
+        "FROM collective_instances ORDER BY seq",
+        [BASE],
+    ).rows()
+    # Arrival on GPU = kernel start: Seq 1 at 21 us on both; Seq 2 at 122 on rank 0 only; Seq 3
+    # at 223 on rank 0 (3rd launch) and 123 on rank 1 (2nd launch).
+    assert inst == [
+        (1, [0, 1], [], 21_000, "pg_seq"),
+        (2, [0], [1], 122_000, "pg_seq"),
+        (3, [0, 1], [], 123_000, "pg_seq"),
+    ]
+
+
+def test_matching_is_redone_when_the_run_gains_a_rank(store, tmp_path):
+    write_rank(tmp_path / "a" / "r0.json", gloo_rank([(100, 110, 400, 100)]), 0)
+    write_rank(tmp_path / "b" / "r1.json", gloo_rank([(150, 160, 401, 100)]), 1)
+    ingest(store, [tmp_path / "a"], run="job")
+    assert store.sql("SELECT ranks_present FROM collective_instances").rows() == [([0],)]
+    ingest(store, [tmp_path / "b"], run="job")
+    assert store.sql("SELECT ranks_present, last_rank FROM collective_instances").rows() == [([0, 1], 1)]
+    assert store.sql("SELECT count(DISTINCT instance_id) FROM collectives").item() == 1
+
+
+def test_sample_enqueue_pairing_is_the_order_pairing(store):
+    run = SAMPLES / "straggler_rank2"
+    if not (run / "rank0.trace.json.gz").exists():
+        pytest.skip("sample_traces/straggler_rank2 not recorded")
+    ingest(store, [run], align=False)
+    # Independent pairing from the raw JSON: the k-th c10d::allreduce_ (by ts) of a rank feeds its
+    # k-th gloo:all_reduce (by ts); enter_ns must be base + that enqueue's ts.
+    for rank in range(4):
+        doc = json.loads(gzip.decompress((run / f"rank{rank}.trace.json.gz").read_bytes()))
+        enq = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name") == "c10d::allreduce_")
+        got = store.sql(
+            "SELECT enter_ns FROM collectives WHERE rank = ? AND source = 'gloo' ORDER BY start_ns", [rank]
+        )["enter_ns"].to_list()
+        assert len(got) == len(enq) == 12
+        assert all(
+            abs(g - (doc["baseTimeNanoseconds"] + round(t * 1000))) <= 1
+            for g, t in zip(got, enq, strict=True)
+        )
+    # 3 steps x 4 gradient buckets, every one seen by the 4 ranks.
+    inst = store.sql(
+        "SELECT n_ranks, count(*) AS n FROM collective_instances WHERE source = 'gloo' GROUP BY ALL"
+    )
+    assert inst.rows() == [(4, 12)]
+
+
+def test_ndtimeline_groups(store):
+    path = corpus("kineto_misc/bytedance_straggler_whatif/trace-ST.parquet")
+    ingest(store, [path])
+    df = pl.read_parquet(path).with_columns(pl.col("optype").cast(pl.Utf8))
+    n = dict(df.group_by("optype").len().iter_rows())
+    dp = df["dp_rank"].n_unique()
+    # Worked out from the Parquet rows: every send pairs with one receive; an all-gather or a
+    # reduce-scatter spans the dp ranks of a stage; the embedding all-reduce spans the first and
+    # last stage of a dp rank; the grad-norm all-reduce spans every worker (one per step).
+    expected = (
+        n["forward-send"]
+        + n["backward-send"]
+        + (n["params-all-gather"] + n["grads-reduce-scatter"]) // dp
+        + n["embedding-grads-all-reduce"] // 2
+        + df["step"].n_unique()
+    )
+    assert expected == 1888
+    got = store.sql(
+        "SELECT count(*), min(n_ranks), bool_and(len(ranks_missing) = 0) FROM collective_instances"
+    ).row(0)
+    assert got == (expected, 2, True)
+    # Point-to-point pairs join the same dp rank on adjacent stages.
+    where = dict(
+        zip(
+            df["rank"].to_list(),
+            zip(df["dp_rank"].to_list(), df["stage"].to_list(), strict=True),
+            strict=True,
+        )
+    )
+    for (present,) in store.sql("SELECT ranks_present FROM collective_instances WHERE pg LIKE 'pp%'").rows():
+        (d0, s0), (d1, s1) = where[present[0]], where[present[1]]
+        assert d0 == d1 and abs(s0 - s1) == 1
+
+
+def _p2p_rank(starts: list[int]) -> list[dict]:
+    """An old-style GPU rank: one SendRecv NCCL kernel (no process group, no Seq) per start (us),
+    20 us long, on stream 9, each launched 5 us before it starts."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1000,
+        }
+    ]
+    for k, t in enumerate(starts):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": t - 5,
+                "dur": 2,
+                "args": {"correlation": 70 + k},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t",
+                "pid": 0,
+                "tid": 9,
+                "ts": t,
+                "dur": 20,
+                "args": {"correlation": 70 + k, "device": 0, "stream": 9},
+            }
+        )
+    return ev
+
+
+def test_point_to_point_without_ids_is_not_matched_by_order(store, tmp_path):
+    # Rank 0's second SendRecv (100 us) ends at 120, before rank 1's second one starts (400): the
+    # k-th send/recv of two ranks need not be the same transfer (each has one unknown peer), so
+    # they stay unmatched instead of being paired by ordinal.
+    write_rank(tmp_path / "run" / "r0.json", _p2p_rank([10, 100]), 0, world=128, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _p2p_rank([12, 400]), 1, world=128, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    rows = store.sql("SELECT op, instance_id, match_method FROM collectives ORDER BY rank, start_ns").rows()
+    assert rows == [("send_recv", None, None)] * 4
+    assert store.sql("SELECT count(*) FROM collective_instances").item() == 0
+    assert matching.unmatched_p2p(store, store.resolve_run("run")) == 4
+
+
+def test_trace_filter_collectives_are_named_by_their_launching_op(store):
+    # Old-style traces (hta/trace_filter, ranks 0 and 1 of a 128-rank job) carry no metadata on the
+    # kernels, and NCCL runs their all-to-alls, all-reduces and all-gathers all as
+    # ncclKernel_SendRecv. The launching CPU ops name them (nccl:all_to_all / c10d::alltoall_base_,
+    # nccl:all_reduce / c10d::allreduce_, nccl:_all_gather_base): per rank 4 all_to_all, 4
+    # all_reduce, 2 all_gather (the raw trace's counts of those annotations), none send_recv, and
+    # so they match by order across the two ranks (10 instances of 2 ranks each).
+    ingest(store, [corpus("hta/trace_filter")], run="tf")
+    ops = store.sql(
+        "SELECT rank, op, count(*) AS n, count(instance_id) AS matched FROM collectives "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert ops == [
+        (r, op, n, n) for r in (0, 1) for op, n in (("all_gather", 2), ("all_reduce", 4), ("all_to_all", 4))
+    ]
+    inst = store.sql(
+        "SELECT op, count(*), min(n_ranks), any_value(match_method) FROM collective_instances "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert inst == [
+        ("all_gather", 2, 2, "ordinal"),
+        ("all_reduce", 4, 2, "ordinal"),
+        ("all_to_all", 4, 2, "ordinal"),
+    ]
+    # stragglers and whatif run on the only real multi-rank GPU sample and name real ops.
+    res = analyze(store, "stragglers", "tf")
+    assert sorted(set(res.instances["op"].to_list())) == ["all_gather", "all_reduce", "all_to_all"]
+    wi = analyze(store, "whatif", "tf")
+    assert wi.summary["steps"].item() == 2 and "send_recv" not in wi.blame["group"].to_list()
+    assert "all_to_all" in wi.blame.filter(wi.blame["by"] == "op")["group"].to_list()
+
+
+def test_cli_stragglers_and_whatif_on_trace_filter(tmp_path):
+    # Issue 8.2 done-means, through the CLI: both run on the old-style GPU sample and print real
+    # collective ops (no send_recv).
+    from tests._cli_inproc import run
+
+    db = str(tmp_path / "t.duckdb")
+    assert run("ingest", str(corpus("hta/trace_filter")), "--run", "tf", "--db", db)[0] == 0
+    code, out, err = run(
+        "analyze", "stragglers", "--run", "tf", "--db", db, "--table", "instances", "-f", "csv"
+    )
+    assert code == 0, err
+    assert (
+        all(f",{op}," in out for op in ("all_to_all", "all_reduce", "all_gather")) and "send_recv" not in out
+    )
+    code, out, err = run("analyze", "whatif", "--run", "tf", "--db", db, "--table", "blame", "-f", "csv")
+    assert code == 0, err
+    assert "all_to_all" in out and "send_recv" not in out
+
+
+def _launched(namers: list[tuple[str, str, dict]], kernel_args: dict | None = None) -> list[dict]:
+    """One rank: a ncclKernel_SendRecv kernel without metadata (an old-style trace; else with
+    ``kernel_args``), launched at 60 us inside the given CPU events (cat, name, args), nested from
+    outermost [10, 110] inward."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 200,
+        }
+    ]
+    for d, (cat, name, args) in enumerate(namers):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 + d,
+                "dur": 100 - 2 * d,
+                "args": args,
+            }
+        )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 60,
+            "dur": 2,
+            "args": {"correlation": 7},
+        }
+    )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t",
+            "pid": 0,
+            "tid": 9,
+            "ts": 70,
+            "dur": 20,
+            "args": {"correlation": 7, "device": 0, "stream": 9, **(kernel_args or {})},
+        }
+    )
+    return ev
+
+
+@pytest.mark.parametrize(
+    "namers, op, pg",
+    [
+        # the c10d op alone names it
+        ([("cpu_op", "c10d::allreduce_", {})], "all_reduce", None),
+        # ProcessGroupNCCL's annotation beats the c10d op around it
+        (
+            [("cpu_op", "c10d::alltoall_base_", {}), ("user_annotation", "nccl:all_to_all", {})],
+            "all_to_all",
+            None,
+        ),
+        # record_param_comms with metadata beats both, and brings its process group and Seq
+        (
+            [
+                ("cpu_op", "c10d::allreduce_", {}),
+                (
+                    "cpu_op",
+                    "record_param_comms",
+                    {
+                        "Collective name": "_allgather_base",
+                        "Process Group Name": "3",
+                        "Seq": 5,
+                        "Process Group Ranks": "[1, 0]",
+                    },
+                ),
+                ("user_annotation", "nccl:all_reduce", {}),
+            ],
+            "all_gather",
+            "3",
+        ),
+        # record_param_comms without metadata (old traces) names nothing: the annotation does
+        (
+            [
+                ("cpu_op", "record_param_comms", {"Input Dims": [[384]]}),
+                ("user_annotation", "nccl:broadcast", {}),
+            ],
+            "broadcast",
+            None,
+        ),
+    ],
+)
+def test_launching_op_names_old_style_collectives(store, tmp_path, namers, op, pg):
+    write_rank(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, pg, seq, pg_ranks, enter_ns - $1 FROM collectives", [BASE]).row(0)
+    assert row == (op, pg, 5 if pg else None, "[0, 1]" if pg else None, 60_000)  # enter = the launch at 60 us
+
+
+def test_kernel_metadata_wins_key_by_key_over_its_launching_op(store, tmp_path):
+    # The kernel carries Seq 9 and a null process group; its record_param_comms (inside an
+    # nccl: annotation, itself inside a second record_param_comms that names another op) brings
+    # process group "3", Seq 5 and the dtype: the kernel's own Seq wins, the null and missing keys
+    # come from the innermost record_param_comms, whose op (all_gather) beats the annotation's.
+    namers = [
+        ("cpu_op", "record_param_comms", {"Collective name": "broadcast", "Process Group Name": "8"}),
+        ("user_annotation", "nccl:all_reduce", {}),
+        (
+            "cpu_op",
+            "record_param_comms",
+            {
+                "Collective name": "_allgather_base",
+                "Process Group Name": "3",
+                "Seq": 5,
+                "dtype": "Float",
+                "In msg nelems": 256,
+            },
+        ),
+    ]
+    write_rank(
+        tmp_path / "run" / "r0.json",
+        _launched(namers, {"Seq": 9, "Process Group Name": None}),
+        0,
+        backend="nccl",
+    )
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, pg, seq, dtype, bytes_in, enter_ns - $1 FROM collectives", [BASE]).row(0)
+    assert row == ("all_gather", "3", 9, "Float", 256 * 4, 60_000)
+
+
+@pytest.mark.parametrize("dtype", [7, {"t": "Float"}, ["Float"], True])
+def test_a_dtype_that_is_not_a_name_is_ignored_with_a_warning(store, tmp_path, dtype):
+    # Trace contents are untrusted: a record_param_comms dtype of another JSON type was a traceback
+    # (str.rsplit on an int), then stored as Python's text of it ("{'t': 'Float'}"); it is read as
+    # absent, so the byte counts stay unknown, and the warning names the record_param_comms (event #1).
+    namers = [
+        (
+            "cpu_op",
+            "record_param_comms",
+            {
+                "Collective name": "allreduce",
+                "Process Group Name": "0",
+                "Seq": 1,
+                "dtype": dtype,
+                "In msg nelems": 256,
+            },
+        )
+    ]
+    write_rank(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, dtype, nelems_in, bytes_in FROM collectives").row(0)
+    assert row == ("all_reduce", None, 256, None)
+    assert (
+        f"r0.json: 1 value(s) ignored, read as absent: 'dtype' not a string, e.g. {dtype!r} (events #1)"
+        in res.warnings
+    )
+
+
+@pytest.mark.parametrize("name", [5, ["allreduce"], {"op": "allreduce"}, True])
+def test_a_collective_name_that_is_not_a_string_names_nothing(store, tmp_path, name):
+    # A record_param_comms (event #2) with Collective name 5 named the op "5"; now it names nothing,
+    # with a warning naming it: the nccl:broadcast annotation around it (event #1) names the op, and the
+    # record_param_comms no longer brings its process group. The same name on the kernel itself (event
+    # #3 of a trace with the annotation alone) is ignored too: the launching op names it.
+    namers = [
+        ("user_annotation", "nccl:broadcast", {}),
+        ("cpu_op", "record_param_comms", {"Collective name": name, "Process Group Name": "3", "Seq": 5}),
+    ]
+    write_rank(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("broadcast", None, None)
+    assert (
+        f"r0.json: 1 value(s) ignored, read as absent: 'Collective name' not a string, e.g. {name!r} "
+        "(events #2)"
+    ) in res.warnings
+    write_rank(
+        tmp_path / "k" / "r0.json", _launched(namers[:1], {"Collective name": name}), 0, backend="nccl"
+    )
+    with Store(tmp_path / "k.duckdb") as s:
+        res = ingest(s, [tmp_path / "k"])
+        assert s.sql("SELECT op FROM collectives").row(0) == ("broadcast",)
+        assert (
+            f"r0.json: 1 value(s) ignored, read as absent: 'Collective name' not a string, e.g. {name!r} "
+            "(events #3)"
+        ) in res.warnings
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "column", "reason"),
+    [
+        (
+            "Process Group Name",
+            {"name": "0"},
+            "pg",
+            "'Process Group Name' not a string",
+        ),  # was "{'name': '0'}"
+        ("Process Group Name", 0, "pg", "'Process Group Name' not a string"),
+        ("Comms Id", [1, 2], "comms_id", "'Comms Id' not a string or an integer"),  # was NULL, silently
+    ],
+)
+def test_group_metadata_of_another_type_is_ignored_with_a_warning(
+    store, tmp_path, key, value, column, reason
+):
+    # The kernel (event #2) carries the odd value; the rest of its metadata stays.
+    kernel = {"Collective name": "allreduce", "Process Group Name": "7", "Seq": 2, "Comms Id": 99, key: value}
+    write_rank(tmp_path / "run" / "r0.json", _launched([], kernel), 0, backend="nccl")
+    res = ingest(store, [tmp_path / "run"])
+    row = store.sql(f"SELECT op, seq, {column} FROM collectives").row(0)
+    assert row == ("all_reduce", 2, None)
+    assert (
+        f"r0.json: 1 value(s) ignored, read as absent: {reason}, e.g. {value!r} (events #2)" in res.warnings
+    )
+
+
+def test_of_two_launching_ops_that_start_together_the_inner_one_names_the_collective(store, tmp_path):
+    # Two record_param_comms start at 10 us, [10, 110] (broadcast, pg "outer") around [10, 90]
+    # (allreduce, pg "inner"); the launch at 60 us is inside both: the shorter, inner one names it.
+    ev = _launched(
+        [
+            (
+                "cpu_op",
+                "record_param_comms",
+                {"Collective name": "broadcast", "Process Group Name": "outer", "Seq": 1},
+            )
+        ]
+    )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 80,
+            "args": {"Collective name": "allreduce", "Process Group Name": "inner", "Seq": 2},
+        }
+    )
+    write_rank(tmp_path / "run" / "r0.json", ev, 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("all_reduce", "inner", 2)
+
+
+@pytest.mark.parametrize("siblings", [0, 63, 64, 70, 200])
+def test_short_siblings_that_ended_before_the_launch_do_not_hide_the_enclosing_op(store, tmp_path, siblings):
+    # record_param_comms [10, 110] us (all_gather, pg "3", Seq 5) holds `siblings` nccl:all_reduce
+    # user annotations of 0.1 us each, from 12 us on, 0.2 us apart (all ended by 52 us), then the
+    # launch at 60 us. Only ops around the launch count towards the bound of 64 looked at: with 64 or
+    # more ended siblings the record_param_comms was out of reach and the kernel's own name
+    # (SendRecv) named it, with no process group.
+    ev = _launched(
+        [
+            (
+                "cpu_op",
+                "record_param_comms",
+                {"Collective name": "_allgather_base", "Process Group Name": "3", "Seq": 5},
+            )
+        ]
+    )
+    ev += [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "nccl:all_reduce",
+            "pid": 1,
+            "tid": 1,
+            "ts": 12 + 0.2 * i,
+            "dur": 0.1,
+        }
+        for i in range(siblings)
+    ]
+    write_rank(tmp_path / "run" / "r0.json", ev, 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    row = store.sql("SELECT op, pg, seq, enter_ns - $1 FROM collectives", [BASE]).row(0)
+    assert row == ("all_gather", "3", 5, 60_000)
+
+
+def test_enclosing_ops_beyond_the_bound_are_not_looked_at(store, tmp_path):
+    # The bound still holds for ops that do enclose the launch: a record_param_comms [10, 110] us,
+    # then 64 nested nccl:all_reduce annotations around the launch at 60 us (each from 11 + 0.1 k
+    # to 109 - 0.1 k us). The 64 innermost are looked at: the annotation names the op (all_reduce),
+    # and the record_param_comms, 65th from the inside, brings no process group.
+    ev = _launched(
+        [
+            (
+                "cpu_op",
+                "record_param_comms",
+                {"Collective name": "_allgather_base", "Process Group Name": "3", "Seq": 5},
+            )
+        ]
+    )
+    ev += [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "nccl:all_reduce",
+            "pid": 1,
+            "tid": 1,
+            "ts": round(11 + 0.1 * k, 1),
+            "dur": round(98 - 0.2 * k, 1),
+        }
+        for k in range(64)
+    ]
+    write_rank(tmp_path / "run" / "r0.json", ev, 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("all_reduce", None, None)
+
+
+def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:
+    """Two steps, ProfilerStep#first_step and #first_step + 1, over [0, 1000] and [1000, 2000] us; in
+    step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 + late_us to
+    1000 s + 300 us."""
+    ev = []
+    for s in range(2):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{first_step + s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1000 * s,
+                "dur": 1000,
+            }
+        )
+        if collectives:
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 1000 * s + 10,
+                    "dur": 2,
+                    "args": {"correlation": 50 + s},
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 1000 * s + 100 + late_us,
+                    "dur": 200 - late_us,
+                    "args": {
+                        "correlation": 50 + s,
+                        "device": 0,
+                        "stream": 7,
+                        "Collective name": "allreduce",
+                        "Process Group Name": "0",
+                        "Seq": s + 1,
+                        "In msg nelems": 1024,
+                        "dtype": "Float",
+                    },
+                }
+            )
+    return ev
+
+
+def test_steps_compared_by_each_ranks_step_order(store, tmp_path):
+    # Rank 0 numbers its steps #100, #101; rank 1 (50 us late at both all-reduces) #500, #501, with
+    # consistent Seq values; rank 2 is traced (#100, #101) but runs no collective.
+    write_rank(tmp_path / "run" / "r0.json", _renumbered_rank(100, 0), 0, world=3, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _renumbered_rank(500, 50), 1, world=3, backend="nccl")
+    write_rank(
+        tmp_path / "run" / "r2.json", _renumbered_rank(100, 0, collectives=False), 2, world=3, backend="nccl"
+    )
+    res = ingest(store, [tmp_path / "run"])
+    # Compared by step order, Seq 1 is in the first step of both ranks and Seq 2 in the second: the
+    # sequence numbers are per group (no fallback warning), 2 instances of ranks 0 and 1 labelled
+    # with rank 0's step numbers, rank 1 last by 50 us (arrival = kernel start: 100 vs 150 us).
+    assert not [w for w in res.warnings if "sequence numbers" in w]
+    inst = store.sql(
+        "SELECT seq, step, ranks_present, last_rank, arrival_skew_ns, match_method "
+        "FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == [(1, 100, [0, 1], 1, 50_000, "pg_seq"), (2, 101, [0, 1], 1, 50_000, "pg_seq")]
+    res = analyze(store, "stragglers", "run")
+    per = {r["rank"]: (r["instances"], r["last_count"]) for r in res.frame.iter_rows(named=True)}
+    assert per == {0: (2, 0), 1: (2, 2)}
+    # rank 2 holds no matched instance: a note says it is left out, not a silent chance of 1/2
+    assert [n for n in res.notes if n.startswith("rank 2 traced but no nccl_kernel collective")]

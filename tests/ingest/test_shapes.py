@@ -1,0 +1,673 @@
+"""Real-world trace shapes (issue 8): the MUST lines of ../shared/cases/ as tests.
+
+Each case folder holds a small input with exact expected values in its EXPECT.md; the numbers below
+are worked out there by hand (µs offsets from the case's T0 / B, converted to ns).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import analyze, case
+from traceprof.core.errors import TraceFormatError
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+US = 1000
+
+
+def _store(tmp_path: Path, *paths: Path, **kw: object) -> Store:
+    s = Store(tmp_path / "t.duckdb")
+    ingest(s, list(paths), **kw)  # type: ignore[arg-type]
+    return s
+
+
+def _row(df: pl.DataFrame, **eq: object) -> dict:
+    for k, v in eq.items():
+        df = df.filter(pl.col(k) == v)
+    assert df.height == 1, df
+    return df.row(0, named=True)
+
+
+# --- deepep_comm_kernels: communication kernels not named nccl* ---------------------------------
+
+
+def test_deepep_kernels_are_comm(tmp_path: Path) -> None:
+    s = _store(tmp_path, case("deepep_comm_kernels"))
+    k = analyze(s, "kernels")
+    for rank in (0, 1):
+        r = _row(k.frame, rank=rank)
+        # comm = [200,550] ∪ [850,1250] ∪ [1500,1700] = 950 us; compute = 300+400+200 = 900 us
+        assert r["comm_ns"] == 950 * US and r["compute_ns"] == 900 * US
+        assert r["busy_ns"] == 1650 * US and r["kernel_ns"] == 1850 * US
+        assert (r["compute_only_ns"], r["comm_only_ns"], r["overlapped_ns"]) == (700 * US, 750 * US, 200 * US)
+        o = _row(analyze(s, "overlap").frame, rank=rank)
+        assert o["overlap_ns"] == 200 * US and o["exposed_comm_ns"] == 750 * US
+        assert o["overlap_pct"] == pytest.approx(100 * 200 / 950)
+        assert o["exposed_comm_pct"] == pytest.approx(100 * 750 / 1700)
+    top = k.top.filter((pl.col("rank") == 0) & pl.col("name").str.contains("deep_ep::"))
+    assert top.height == 3 and set(top["class"]) == {"comm"}
+    # DeepEP rows are collectives with an op, and unknown (NULL) bytes, not 0
+    c = s.sql("SELECT op, bytes_in FROM collectives WHERE rank = 0 AND op <> 'all_reduce'")
+    assert c.height == 3 and set(c["op"]) == {"all_to_all"} and c["bytes_in"].null_count() == 3
+
+
+def test_user_comm_kernel_pattern(tmp_path: Path) -> None:
+    # Without the pattern a custom kernel is compute; --comm-kernel makes it communication.
+    src = json.loads((case("deepep_comm_kernels") / "rank0.json").read_text())
+    for ev in src["traceEvents"]:
+        if "deep_ep::" in ev.get("name", ""):
+            ev["name"] = "my_team::fused_exchange_kernel"
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = _store(tmp_path / "a", f)
+    assert _row(analyze(plain, "kernels").frame, rank=0)["comm_ns"] == 200 * US  # only the NCCL kernel
+    custom = _store(tmp_path / "b", f, comm_kernels=("fused_exchange",))
+    assert _row(analyze(custom, "kernels").frame, rank=0)["comm_ns"] == 950 * US
+
+
+def test_metadata_makes_comm() -> None:
+    from traceprof.core.classify import gpu_class
+
+    assert gpu_class("kernel", "some_kernel", {"Collective name": "allreduce"}) == "comm"
+    assert gpu_class("kernel", "some_kernel", None, {"Process Group Name": "0"}) == "comm"
+    assert gpu_class("kernel", "some_kernel") == "compute"
+    assert gpu_class("memcpy", "Memcpy DtoD", {"Collective name": "x"}) == "memory"
+    for name in (
+        "void deep_ep::internode::dispatch<4>()",
+        "cross_device_reduce_2stage<half>",
+        "ncclDevKernel_AllGather_RING_LL()",
+        "rccl_kernel",
+        "nvshmemi_reduce",
+        "c10d::symmetric_memory::two_shot_all_reduce_kernel",
+    ):
+        assert gpu_class("kernel", name) == "comm", name
+    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>"):
+        assert gpu_class("kernel", name) == "compute", name
+
+
+# --- cuda_graph_launch: many kernels share one launch ---------------------------------------------
+
+
+def test_cuda_graph_launch(tmp_path: Path) -> None:
+    s = _store(tmp_path, case("cuda_graph_launch"))
+    k = s.sql(
+        "SELECT count(*) AS n, sum(dur_ns) AS t, count(DISTINCT step) AS steps, min(step) AS step "
+        "FROM kernels WHERE kind = 'kernel'"
+    )
+    assert k.row(0) == (12, 840 * US, 1, 3)  # all kept, 100 + 340 + 60 + 340 us, in ProfilerStep#3
+    la = _row(analyze(s, "launch").frame, rank=0)
+    # per launch call: 20, 60, 20, 30 us -> p50 25 us (linear), max 60 us
+    assert (la["launches"], la["latency_p50_ns"], la["latency_max_ns"]) == (4, 25 * US, 60 * US)
+    assert (la["graph_launches"], la["graph_kernels"]) == (2, 10)
+    idle = _row(analyze(s, "idle").frame, rank=0, stream=7)
+    # window [30, 1170] = 1140 us, busy 840, idle 300 us, all host wait (130 + 40 + 130)
+    assert (idle["window_ns"], idle["idle_ns"], idle["host_wait_ns"]) == (1140 * US, 300 * US, 300 * US)
+    assert idle["idle_pct"] == pytest.approx(100 * 300 / 1140)
+
+
+def test_device_runtime_categories_are_launches(tmp_path: Path) -> None:
+    src = json.loads((case("cuda_graph_launch") / "rank0.json").read_text())
+    cats = iter(["xpu_runtime", "privateuse1_runtime", "mtia_runtime", "hip_runtime"])
+    for ev in src["traceEvents"]:
+        if ev.get("cat") == "cuda_runtime":
+            ev["cat"] = next(cats)
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    s = _store(tmp_path, f)
+    assert s.sql("SELECT count(*) FROM events WHERE kind = 'other'").item() == 0
+    assert s.sql("SELECT count(*) FROM events WHERE kind = 'cuda_runtime'").item() == 4
+    assert _row(analyze(s, "launch").frame, rank=0)["latency_p50_ns"] == 25 * US
+
+
+# --- kernel_before_its_launch: another clock domain ---------------------------------------------
+
+
+def test_kernel_before_its_launch(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [case("kernel_before_its_launch")])
+    warn = [w for w in res.warnings if "before the CPU call" in w]
+    assert len(warn) == 1 and "rank0.json" in warn[0] and ": 2 GPU" in warn[0]
+    assert "99,999,999,980.000 us" in warn[0]
+    assert s.sql("SELECT events_flagged FROM traces").item() == 2
+    flagged = s.sql("SELECT correlation FROM events WHERE flag = 'before_launch' ORDER BY 1")["correlation"]
+    assert flagged.to_list() == [501, 502]  # kept in the store, flagged
+    t = _row(analyze(s, "temporal").frame, rank=0)
+    assert t["window_ns"] == 350 * US and t["idle_ns"] == 150 * US  # [230, 580], busy 200
+    assert t["idle_pct"] == pytest.approx(100 * 150 / 350)
+    idle = _row(analyze(s, "idle").frame, rank=0)
+    assert (idle["window_ns"], idle["idle_ns"]) == (350 * US, 150 * US)
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["latency_p50_ns"], la["latency_max_ns"], la["latency_mean_ns"]) == (20 * US, 20 * US, 20 * US)
+    k = _row(analyze(s, "kernels").frame, rank=0)
+    assert (k["flagged_kernels"], k["flagged_ns"]) == (2, 100 * US)
+
+
+def test_far_outside_records_never_stretch_the_window(tmp_path: Path) -> None:
+    # An old-style-like ts == 0 record: moved to the epoch start, decades before the steps.
+    src = json.loads((case("two_gpus_one_process") / "rank0.json").read_text())
+    extra = dict(next(e for e in src["traceEvents"] if e.get("cat") == "kernel"))
+    extra["ts"] = 0
+    extra["args"] = dict(extra["args"], correlation=999)
+    src["traceEvents"].append(extra)
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert any("ts == 0" in w for w in res.warnings)
+    assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == 1300 * US
+
+
+# --- two_gpus_one_process: lanes are (device, stream) ---------------------------------------------
+
+
+def test_two_gpus_one_process(tmp_path: Path) -> None:
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    idle = analyze(s, "idle")
+    for dev in (0, 1):
+        r = _row(idle.frame, rank=0, device=dev, stream=1)
+        assert (r["kernels"], r["window_ns"], r["idle_ns"], r["host_wait_ns"]) == (
+            2,
+            1000 * US,
+            200 * US,
+            200 * US,
+        )
+    ranks = _row(idle.ranks, rank=0)
+    assert (ranks["streams"], ranks["stream_window_sum_ns"], ranks["stream_idle_sum_ns"]) == (
+        2,
+        2000 * US,
+        400 * US,
+    )
+    assert ranks["stream_idle_pct"] == pytest.approx(20.0)
+    la = analyze(s, "launch")
+    r = _row(la.frame, rank=0)
+    assert (r["latency_p50_ns"], r["latency_max_ns"], r["idle_launches"]) == (20 * US, 20 * US, 4)
+    assert sorted(la.streams["idle_launches"].to_list()) == [2, 2]
+    t = analyze(s, "temporal")
+    for dev in (0, 1):
+        d = _row(t.devices, rank=0, device=dev)
+        assert (d["window_ns"], d["idle_ns"]) == (1000 * US, 200 * US)
+    assert any("several GPUs" in n for n in t.notes)
+
+
+def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
+    from traceprof.render.export import export_perfetto
+
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    out = tmp_path / "all.json"
+    export_perfetto(s, s.resolve_run(None), out)
+    evs = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    tracks: dict[tuple, list[tuple[float, float]]] = {}
+    for e in evs:
+        tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    assert len(tracks) == 2
+    for spans in tracks.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+# --- trace structure: B/E pairs, several processes in one file, overruns -------------------------
+
+
+def _write(tmp_path: Path, events: list[dict], name: str = "rank0.json") -> Path:
+    """A new-style trace of ``events`` (``ts`` in us after baseTimeNanoseconds; 0 would be an unset time)."""
+    doc = {
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "baseTimeNanoseconds": 1767225600000000000,
+        "traceEvents": events,
+    }
+    d = tmp_path / "in"
+    d.mkdir(exist_ok=True)
+    f = d / name
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def test_begin_end_pairs(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "B", "cat": "user_annotation", "name": "outer", "pid": 1, "tid": 1, "ts": 100.0},
+        {"ph": "B", "cat": "user_annotation", "name": "inner", "pid": 1, "tid": 1, "ts": 110.0},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 120.0},  # unnamed: closes the latest B (inner)
+        {"ph": "E", "name": "outer", "pid": 1, "tid": 1, "ts": 200.0},
+        {"ph": "B", "cat": "user_annotation", "name": "never_ends", "pid": 1, "tid": 2, "ts": 150.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 130.0, "dur": 5.0},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    got = dict(s.sql("SELECT name, dur_ns FROM events WHERE kind = 'user_annotation'").iter_rows())
+    assert got == {"outer": 100 * US, "inner": 10 * US, "never_ends": 0}
+    assert s.sql("SELECT flag FROM events WHERE name = 'never_ends'").item() == "unmatched_begin"
+    assert any("without their 'E'" in w for w in res.warnings)
+
+
+def test_one_file_several_processes_is_an_error(tmp_path: Path) -> None:
+    evs = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 10,
+            "tid": 10,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 20,
+            "tid": 20,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
+    ]
+    with pytest.raises(TraceFormatError, match=r"rank0\.json.*ProfilerStep#5.*several"):
+        ingest(Store(tmp_path / "t.duckdb"), [_write(tmp_path, evs)])
+    evs = [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 10,
+            "tid": 10,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 20,
+            "tid": 20,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"correlation": 7},
+        },
+    ]
+    with pytest.raises(TraceFormatError, match=r"correlation 7.*two processes"):
+        ingest(Store(tmp_path / "u.duckdb"), [_write(tmp_path, evs, "rank1.json")])
+    # the same step twice on one pid (two profiler sessions in one file) says so, not "pids 10 and 10"
+    evs = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 10,
+            "tid": 10,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#5",
+            "pid": 10,
+            "tid": 10,
+            "ts": 20.0,
+            "dur": 10.0,
+        },
+    ]
+    with pytest.raises(TraceFormatError, match=r"ProfilerStep#5.*appears twice \(both on pid 10\)"):
+        ingest(Store(tmp_path / "v.duckdb"), [_write(tmp_path, evs, "rank2.json")])
+
+
+def test_one_correlation_id_on_two_launches_warns_and_pairs_with_the_earliest(tmp_path: Path) -> None:
+    # Steps #1 [10, 110] and #2 [110, 210] us; correlation 7 is launched twice in one process: on thread
+    # 1 at 50 us (event #2, step 1) and on thread 2 at 150 us (event #3, step 2; last in the file). The
+    # all-reduce kernel with id 7 runs at 160 us. It was paired silently with the last launch in the file
+    # (step 2, enter 150 us) while the kernels view took the earliest (launch 50 us); now both take the
+    # earliest call: step 1, enter = launch = 50 us, and a warning names the id and the count.
+    launch = {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "dur": 2.0,
+        "args": {"correlation": 7},
+    }
+    evs = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10.0,
+            "dur": 100.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#2",
+            "pid": 1,
+            "tid": 1,
+            "ts": 110.0,
+            "dur": 100.0,
+        },
+        {**launch, "tid": 1, "ts": 50.0},
+        {**launch, "tid": 2, "ts": 150.0},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "pid": 0,
+            "tid": 7,
+            "ts": 160.0,
+            "dur": 20.0,
+            "args": {
+                "correlation": 7,
+                "device": 0,
+                "stream": 7,
+                "Collective name": "allreduce",
+                "Process Group Name": "0",
+                "Seq": 1,
+            },
+        },
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    assert (
+        "rank0.json: 1 correlation id(s) of GPU records belong to several CUDA runtime/driver calls (e.g. "
+        "correlation 7: 2 calls, events #2, #3, on thread(s) '1', '2'): each such GPU record is paired with "
+        "the earliest of them (its step, class, collective and launch latency follow from that call)"
+        in res.warnings
+    )
+    b = 1767225600000000000
+    assert s.sql("SELECT step, launch_ts_ns - $1 AS l FROM kernels", [b]).rows() == [(1, 50 * US)]
+    assert s.sql("SELECT step, enter_ns - $1 AS e FROM collectives", [b]).rows() == [(1, 50 * US)]
+    s.close()
+
+
+def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:
+    k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
+    evs = [
+        {
+            **k,
+            "name": "a",
+            "ts": 1000.0,
+            "dur": 5000.0,
+            "args": {"device": 0, "stream": 7},
+        },  # runs 4,990 us past b
+        {**k, "name": "b", "ts": 1010.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
+        {**k, "name": "c", "ts": 1100.0, "dur": 13.0, "args": {"device": 0, "stream": 7}},  # 3 us PDL overlap
+        {**k, "name": "d", "ts": 1110.0, "dur": 10.0, "args": {"device": 0, "stream": 7}},
+    ]
+    s = _store(tmp_path, _write(tmp_path, evs))
+    got = {
+        n: (d, f, r) for n, d, f, r in s.sql("SELECT name, dur_ns, flag, raw_dur_ns FROM events").iter_rows()
+    }
+    assert got["a"] == (10 * US, "overrun", 5000 * US)
+    assert got["c"] == (13 * US, None, None)
+    # busy from clipped values: [1000,1020] + [1100,1120] = 40 us (times: us after the trace's base)
+    assert _row(analyze(s, "kernels").frame, rank=0)["busy_ns"] == 40 * US
+
+
+def test_step_window_columns(tmp_path: Path) -> None:
+    # two_gpus_one_process: ProfilerStep#1 [0, 1500] us; GPU busy [100, 1400] -> 200 us idle in the step
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    t = _row(analyze(s, "temporal").frame, rank=0)
+    assert (t["step_window_ns"], t["step_idle_ns"]) == (1500 * US, 200 * US)
+    assert _row(analyze(s, "idle").ranks, rank=0)["step_idle_ns"] == 200 * US
+
+
+def test_launching_op_metadata_makes_comm(tmp_path: Path) -> None:
+    # A kernel with a name no family knows, launched under record_param_comms carrying a collective:
+    # its External id (or, without one, its runtime call's) links it to that op -> comm.
+    evs = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.0,
+            "dur": 50.0,
+            "args": {"External id": 5, "Collective name": "all_reduce", "Process Group Name": "0"},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 2.0,
+            "args": {"External id": 5, "correlation": 11},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 3.0,
+            "dur": 2.0,
+            "args": {"External id": 5, "correlation": 12},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "vendor_xfer_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10.0,
+            "dur": 10.0,
+            "args": {"External id": 5, "correlation": 11, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "vendor_xfer_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 30.0,
+            "dur": 10.0,
+            "args": {"correlation": 12, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 8,
+            "ts": 10.0,
+            "dur": 5.0,
+            "args": {"correlation": 13, "device": 0, "stream": 8},
+        },
+    ]
+    s = _store(tmp_path, _write(tmp_path, evs))
+    got = s.sql("SELECT name, class FROM kernels ORDER BY ts_ns, name").rows()
+    assert got == [("gemm", "compute"), ("vendor_xfer_kernel", "comm"), ("vendor_xfer_kernel", "comm")]
+
+
+def test_step_cutting_through_an_op_warns(tmp_path: Path) -> None:
+    evs = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000.0,
+            "dur": 100.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#2",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1100.0,
+            "dur": 100.0,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 1090.0, "dur": 20.0},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    assert any("run past the end of the ProfilerStep" in w and "aten::copy_" in w for w in res.warnings)
+    assert s.sql("SELECT step FROM events WHERE name = 'aten::copy_'").item() == 1  # the step it starts in
+
+
+# --- variants found by trying to break the above (times: us after the case's T0) -------------------
+
+
+def _variant(tmp_path: Path, name: str, edit) -> Path:
+    src = json.loads((case(name) / "rank0.json").read_text())
+    edit(src["traceEvents"])
+    d = tmp_path / "v"
+    d.mkdir(exist_ok=True)
+    f = d / "rank0.json"
+    f.write_text(json.dumps(src))
+    return f
+
+
+def _by_corr(evs: list[dict], corr: int, cat: str) -> list[dict]:
+    return [e for e in evs if e.get("cat") == cat and e.get("args", {}).get("correlation") == corr]
+
+
+def test_last_kernel_of_a_lane_running_seconds_is_clipped(tmp_path: Path) -> None:
+    # The last graph kernel (corr 104, [1130, 1170]) reported 5 s long: no later record on its lane,
+    # but it ends ~5 s past the 2 ms step. Clipped to the end of the step range (T0 + 2000).
+    f = _variant(
+        tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 104, "kernel")[-1].update(dur=5_000_000.0)
+    )
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert any("clipped" in w for w in res.warnings)
+    assert s.sql("SELECT dur_ns, raw_dur_ns FROM events WHERE flag = 'overrun'").row(0) == (
+        870 * US,
+        5_000_000 * US,
+    )
+    assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == (2000 - 30) * US
+
+
+def test_kernel_seconds_after_the_steps_is_flagged(tmp_path: Path) -> None:
+    f = _variant(
+        tmp_path,
+        "cuda_graph_launch",
+        lambda evs: _by_corr(evs, 104, "kernel")[-1].update(ts=1001130.0 + 5_000_000),
+    )
+    s = Store(tmp_path / "t.duckdb")
+    assert any("far outside" in w for w in ingest(s, [f]).warnings)
+    assert _row(analyze(s, "temporal").frame, rank=0)["window_ns"] == (1130 - 30) * US
+
+
+def test_unset_launch_time_vouches_for_nothing(tmp_path: Path) -> None:
+    # cudaLaunchKernel of corr 103 at ts 0: flagged; its kernel keeps its step and is not measured.
+    f = _variant(
+        tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 103, "cuda_runtime")[0].update(ts=0)
+    )
+    s = _store(tmp_path, f)
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["launches"], la["latency_max_ns"]) == (3, 60 * US)  # 20, 60, 30 us
+    assert s.sql("SELECT step FROM kernels WHERE correlation = 103").item() == 3
+
+
+def test_unset_step_time_is_flagged(tmp_path: Path) -> None:
+    def edit(evs: list[dict]) -> None:
+        next(e for e in evs if e.get("name") == "ProfilerStep#3").update(ts=0)
+
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_variant(tmp_path, "cuda_graph_launch", edit)])
+    assert any("ts == 0" in w for w in res.warnings)
+    assert s.sql("SELECT flag FROM events WHERE kind = 'step'").item() == "zero_ts"
+
+
+def test_graph_launch_whose_first_kernel_is_flagged_is_not_measured(tmp_path: Path) -> None:
+    f = _variant(
+        tmp_path, "cuda_graph_launch", lambda evs: _by_corr(evs, 102, "kernel")[0].update(ts=1000260.0 - 2000)
+    )
+    s = _store(tmp_path, f)
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["launches"], la["latency_max_ns"]) == (3, 30 * US)  # 20, 20, 30: not 100 us of graph execution
+
+
+def test_export_leaves_flagged_records_out(tmp_path: Path) -> None:
+    from traceprof.render.export import export_perfetto
+
+    s = _store(tmp_path, case("kernel_before_its_launch"))
+    out = tmp_path / "x.json"
+    n = export_perfetto(s, None, out)
+    evs = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] != "M"]
+    assert n == len(evs) == s.sql("SELECT count(*) FROM events WHERE flag IS NULL").item()
+    assert min(e["ts"] for e in evs) >= 0 and max(e["ts"] for e in evs) < 2000  # no 27.8 h span
+
+
+@pytest.mark.parametrize("pattern", ["", ".*", "x?"])
+def test_comm_kernel_pattern_matching_everything_is_refused(tmp_path: Path, pattern: str) -> None:
+    from traceprof.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="empty string"):
+        ingest(Store(tmp_path / "t.duckdb"), [case("deepep_comm_kernels")], comm_kernels=(pattern,))
+
+
+def test_rank_outside_world_is_an_error(tmp_path: Path) -> None:
+    for rank in (-1, 5):
+        f = _write(
+            tmp_path,
+            [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}],
+            f"r{rank}.json",
+        )
+        doc = json.loads(f.read_text())
+        doc["distributedInfo"] = {"rank": rank, "world_size": 4}
+        f.write_text(json.dumps(doc))
+        with pytest.raises(TraceFormatError, match="outside 0..world_size-1"):
+            ingest(Store(tmp_path / f"{rank}.duckdb"), [f])
+
+
+def test_begin_end_mismatches_are_reported(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "B", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000.0},
+        {"ph": "E", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 1010.0},
+        {"ph": "B", "cat": "cpu_op", "name": "late", "pid": 1, "tid": 1, "ts": 1100.0},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 1050.0},
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    assert any("matches no open 'B'" in w for w in res.warnings)
+    assert any("'E' before its 'B'" in w for w in res.warnings)
+    assert s.sql("SELECT flag FROM events WHERE name = 'late'").item() == "unmatched_begin"
+
+
+def test_overlap_per_device_for_a_rank_with_two_gpus(tmp_path: Path) -> None:
+    # deepep_comm_kernels with the combine kernel [850, 1250] moved to device 1: per rank it is still
+    # hidden 50 us behind GEMM B on device 0; per device, device 1 has no compute, so all 400 us exposed.
+    def edit(evs: list[dict]) -> None:
+        for e in evs:
+            if "combine" in e.get("name", "") and e.get("cat") == "kernel":
+                e["args"]["device"] = 1
+
+    s = _store(tmp_path, _variant(tmp_path, "deepep_comm_kernels", edit))
+    ov = analyze(s, "overlap")
+    assert _row(ov.frame, rank=0)["overlap_ns"] == 200 * US
+    d1 = _row(ov.devices, rank=0, device=1)
+    assert (d1["comm_ns"], d1["overlap_ns"], d1["exposed_comm_ns"]) == (400 * US, 0, 400 * US)
+    assert any("several GPUs" in n for n in ov.notes)
+
+
+@pytest.mark.parametrize("key", ["correlation", "External id"])
+def test_ids_beyond_int64_are_rejected_per_event_not_stored_null(tmp_path: Path, key: str) -> None:
+    # The kernel of correlation 101 is event #9 of the file; 2**63 does not fit the BIGINT column.
+    f = _variant(
+        tmp_path,
+        "cuda_graph_launch",
+        lambda evs: _by_corr(evs, 101, "kernel")[0]["args"].update({key: 2**63}),
+    )
+    with pytest.raises(
+        TraceFormatError,
+        match=rf"event #9: '{'correlation' if key == 'correlation' else 'external_id'}' beyond int64",
+    ):
+        ingest(Store(tmp_path / "a.duckdb"), [f])
+    s = Store(tmp_path / "b.duckdb")
+    ingest(s, [f], on_bad_event="skip")
+    assert s.sql("SELECT count(*) FROM events WHERE kind = 'kernel'").item() == 11  # 12 minus the bad one

@@ -1,0 +1,1 @@
+"""Tests of rendering (traceprof.render)."""

@@ -1,0 +1,103 @@
+"""Run management: remove and rename runs, from the library and the CLI."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES
+from traceprof.core.errors import StoreError, UsageError
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.runs import remove, rename
+from traceprof.storage.store import Store
+
+
+def _counts(store: Store) -> dict[str, int]:
+    return {
+        t: int(store.sql(f'SELECT count(*) AS n FROM "{t}"')["n"][0])
+        for t in ("runs", "traces", "events", "steps", "collectives", "collective_instances")
+    }
+
+
+def test_remove_deletes_every_row_and_frees_the_files(store):
+    ingest(store, [SAMPLES / "normal"])
+    before = _counts(store)
+    ingest(store, [SAMPLES / "straggler_rank2"])
+    store.save_frames(store.resolve_run("straggler_rank2"), "result_x", {"frame": store.sql("SELECT 1 AS a")})
+    r = remove(store, "straggler_rank2")
+    assert (r.name, r.traces) == ("straggler_rank2", 8) and r.rows > 0
+    assert _counts(store) == before  # exactly the other run's rows are left
+    assert store.sql("SELECT count(*) AS n FROM result_x_frame")["n"][0] == 0
+    # The files are free again: ingesting them under another name works.
+    ingest(store, [SAMPLES / "straggler_rank2"], run="slow")
+    assert store.runs()["name"].to_list() == ["normal", "slow"]
+    with pytest.raises(StoreError, match="no run"):
+        remove(store, "straggler_rank2")
+
+
+def test_rename(store):
+    ingest(store, [SAMPLES / "normal", SAMPLES / "extra_matmul"])
+    rid = rename(store, "normal", "baseline")
+    assert store.resolve_run("baseline") == rid
+    with pytest.raises(StoreError):
+        store.resolve_run("normal")
+    with pytest.raises(UsageError, match="exists already"):
+        rename(store, "baseline", "extra_matmul")
+    with pytest.raises(UsageError, match="run id"):
+        rename(store, "baseline", "42")
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("1", "would read as a run id"),
+        ("", "empty"),
+        ("a\x1b[31mb\nc", r"'a\\x1b\[31mb\\nc' holds control characters"),
+    ],
+)
+def test_run_names_refused_at_ingest_and_rename(store, name, why):
+    # "1" would shadow run id 1 (then `runs rm 1` removes the run with id 1, not this one); ESC and
+    # newline would reach terminals raw. Nothing is stored when ingest refuses.
+    with pytest.raises(UsageError, match=f"--run: .*{why}"):
+        ingest(store, [SAMPLES / "normal"], run=name)
+    assert store.runs().is_empty()
+    ingest(store, [SAMPLES / "normal"])
+    with pytest.raises(UsageError, match=f"runs mv: .*{why}"):
+        rename(store, "normal", name)
+    assert store.runs()["name"].to_list() == ["normal"]
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
+def test_cli_runs_rm_mv_and_names_with_brackets(tmp_path):
+    # A run folder named like rich markup: listed as it is, and found again by that name.
+    odd = tmp_path / "run[red]x"
+    shutil.copytree(SAMPLES / "normal", odd)
+    db = str(tmp_path / "s.duckdb")
+    assert _cli("ingest", str(odd), "--db", db, cwd=tmp_path).returncode == 0
+    listing = _cli("runs", "--db", db, cwd=tmp_path)
+    assert "run[red]x" in listing.stdout, listing.stdout
+    r = _cli("runs", "mv", "run[red]x", "good", "--db", db, cwd=tmp_path)
+    assert r.returncode == 0 and "is now 'good'" in r.stderr, r.stderr
+    # The same files under another --run: ingest says where they already are.
+    again = _cli("ingest", str(odd), "--run", "other", "--db", db, cwd=tmp_path)
+    assert "run 'good'" in again.stderr and "not added to run 'other'" in again.stderr, again.stderr
+    r = _cli("runs", "rm", "good", "--db", db, cwd=tmp_path)
+    assert r.returncode == 0 and "removed run 'good'" in r.stderr, r.stderr
+    assert "good" not in _cli("runs", "--db", db, cwd=tmp_path).stdout
+    r = _cli("runs", "rm", "good", "--db", db, cwd=tmp_path)
+    assert r.returncode == 1 and "no run" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_run_message_says_ids_are_looked_up_too(store):
+    ingest(store, [SAMPLES / "normal"])
+    with pytest.raises(StoreError, match=r"^no run with name or id '999' in .*; runs: normal \(id 1\)$"):
+        store.resolve_run(999)

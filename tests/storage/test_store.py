@@ -1,0 +1,200 @@
+"""The store: generated schema docs, column comments, version check, read-only SQL, no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.conftest import REPO, SAMPLES
+from traceprof.core import schema
+from traceprof.core.errors import SchemaVersionError, StoreError
+from traceprof.storage.store import Store
+
+
+def test_schema_doc_is_current():
+    assert (REPO / "docs" / "schema.md").read_text() == schema.markdown(), "run `make schema-doc`"
+
+
+def test_column_comments_carry_units(store):
+    rows = dict(
+        store.sql("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'events'").rows()
+    )
+    assert rows["ts_ns"].endswith("[ns]") and rows["dur_ns"].endswith("[ns]")
+    # Every declared column of every table and view is in the store with its doc.
+    for t in schema.TABLES:
+        got = store.sql("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [t.name])
+        assert got["column_name"].to_list() == t.column_names, t.name
+    for name in ("kernels",):
+        assert store.sql(f"SELECT * FROM {name} LIMIT 0").columns == schema.table(name).column_names
+
+
+def test_time_columns_are_bigint_ns():
+    for t in schema.TABLES:
+        for c in t.columns:
+            if c.name.endswith("_ns"):
+                assert c.type.startswith("BIGINT") and c.unit == "ns", (t.name, c.name)
+
+
+def test_args_are_stored_zstd_compressed(store):
+    """events.args holds one distinct text per row: the store asks DuckDB for zstd (about half the
+    insert CPU of its default dictionary + FSST, and 2-3x smaller), and the texts come back as given."""
+    from traceprof.ingest.ingest import ingest
+
+    ingest(store, [SAMPLES / "normal"])
+    store.con.execute("CHECKPOINT")
+    comp = store.sql(
+        "SELECT DISTINCT compression FROM pragma_storage_info('events') "
+        "WHERE column_name = 'args' AND segment_type = 'JSON'"
+    )["compression"].to_list()
+    assert comp == ["ZSTD"]
+    # the stored text is the source's: each op's args still give its external_id column
+    ops = store.sql(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE CAST(args->>'External id' AS BIGINT) "
+        "IS DISTINCT FROM external_id) AS bad FROM events WHERE kind = 'cpu_op'"
+    ).row(0)
+    assert ops[0] > 1000 and ops[1] == 0
+
+
+def test_schema_version_mismatch_refused(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(SchemaVersionError, match=f"version 999.*reads version {schema.SCHEMA_VERSION}"):
+        Store(db)
+
+
+def test_not_a_store(tmp_path):
+    db = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE x (a INT)")
+    con.close()
+    with pytest.raises(StoreError, match="not a traceprof store"):
+        Store(db)
+    with pytest.raises(StoreError, match="no such store"):
+        Store(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_cli_sql_is_read_only(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    target = tmp_path / "leak.csv"
+    for query in (
+        "DELETE FROM runs",
+        "CREATE TABLE evil (a INT)",
+        f"COPY runs TO '{target}'",
+        f"SELECT * FROM read_csv('{REPO / 'Makefile'}')",
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "traceprof.cli", "sql", query, "--db", str(db)],
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr, query
+    assert not target.exists()
+
+
+def test_analysis_side_does_not_import_torch():
+    code = (
+        "import sys, traceprof.cli, traceprof.render.report, traceprof.ingest.ingest, traceprof.collectors.kineto;"
+        "from traceprof.engine import analysis; analysis.load_all();"
+        "bad = [m for m in ('torch', 'pandas') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_ctrl_c_inside_a_stream_duckdb_reads_counts_as_interrupted():
+    """A KeyboardInterrupt raised while DuckDB pulls batches from Python (spooled events streamed
+    into the store) comes back as a DuckDB error; it must still read as Ctrl-C (exit 130, not a
+    failed ingest)."""
+    import duckdb
+    import pyarrow as pa
+
+    from traceprof.storage.store import interrupted
+
+    schema = pa.schema([("x", pa.int64())])
+
+    def batches():
+        yield pa.record_batch([pa.array([1, 2])], schema=schema)
+        raise KeyboardInterrupt
+
+    con = duckdb.connect()
+    con.register("_incoming", pa.RecordBatchReader.from_batches(schema, batches()))
+    with pytest.raises(duckdb.Error) as got:
+        con.execute("CREATE TABLE t AS SELECT * FROM _incoming")
+    assert interrupted(got.value)
+    # the form CI saw when Ctrl-C came while DuckDB read the stream's schema
+    assert interrupted(
+        duckdb.InvalidInputException(
+            "Invalid Input Error: reading the schema of the object registered as '_incoming' failed: KeyboardInterrupt: "
+        )
+    )
+    assert not interrupted(
+        duckdb.InvalidInputException("Conversion Error: 'KeyboardInterrupt' is not a number")
+    )
+
+
+@pytest.mark.parametrize("holder_read_only", [True, False])
+def test_a_store_held_outside_traceprofs_lock_is_named_with_its_process(tmp_path, holder_read_only):
+    """A DuckDB shell or notebook holding the store (it takes no traceprof lock) makes DuckDB refuse
+    the opposite kind of open: one line naming that process, not DuckDB's text about file locks."""
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=sys.argv[2] == '1'); "
+            "print('ready', flush=True); sys.stdin.read()",
+            str(db),
+            "1" if holder_read_only else "0",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        with pytest.raises(StoreError) as e:
+            Store(db, read_only=not holder_read_only)
+        assert str(e.value) == (
+            f"{db}: open in another process that does not hold traceprof's lock for this "
+            f"path (PID {holder.pid}, {Path(sys.executable).resolve()}): a DuckDB shell or "
+            "notebook, or traceprof through a hard link to this file; close it or wait for it, "
+            "and retry"
+        )
+    finally:
+        holder.communicate("")
+    Store(db).close()  # free once it is gone
+
+
+def test_one_transaction_helper_commits_or_leaves_the_store_as_it_was(tmp_path):
+    # Every write of the store goes through Store.transaction: a DuckDB error rolls back and is
+    # the StoreError it names; commit=False always rolls back; the commit is recorded.
+    import duckdb
+    import pytest
+
+    from traceprof.core.errors import StoreError
+
+    with Store(tmp_path / "t.duckdb") as store:
+        with store.transaction(record=lambda: ("meta", 0)) as con:
+            con.execute("INSERT INTO meta VALUES ('a', '1')")
+        assert store.commits == [("meta", 0)]
+        with (
+            pytest.raises(StoreError, match="^adding b failed: "),
+            store.transaction(error=lambda e: f"adding b failed: {e}") as con,
+        ):
+            con.execute("INSERT INTO meta VALUES ('b', '2')")
+            con.execute("INSERT INTO no_such_table VALUES (1)")
+        with store.transaction(commit=False) as con:
+            con.execute("INSERT INTO meta VALUES ('c', '3')")
+        with pytest.raises(duckdb.Error), store.transaction() as con:  # no error text given: DuckDB's own
+            con.execute("SELECT * FROM no_such_table")
+        keys = {k for (k,) in store.con.execute("SELECT key FROM meta").fetchall()}
+        assert "a" in keys and not {"b", "c"} & keys and store.commits == [("meta", 0)]

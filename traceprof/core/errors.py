@@ -1,0 +1,124 @@
+"""The one error hierarchy of traceprof.
+
+The CLI catches :class:`TraceprofError` once, prints its message on one line and exits 1. Anything
+else that escapes is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "TraceprofError",
+    "TraceFormatError",
+    "NotATraceError",
+    "StoreError",
+    "SchemaVersionError",
+    "UsageError",
+    "AnalysisError",
+    "Interrupted",
+    "missing_module",
+]
+
+
+class TraceprofError(Exception):
+    """Base class of every error that traceprof reports to a user as a message, not a traceback.
+
+    Attributes:
+        exit_code: The CLI's exit status for it (1; 130 for :class:`Interrupted`).
+    """
+
+    exit_code = 1
+
+
+class TraceFormatError(TraceprofError):
+    """A trace file cannot be read.
+
+    Args:
+        path: The file, or ``""`` for an error about several files (``reason`` names each, one line
+            each). An error about one file is one line: line breaks in ``where`` and ``reason``
+            become spaces.
+        where: The record, e.g. ``"event #18231 (ph='X', name='ncclDevKernel_...')"``, or ``""``
+            when the problem is the whole file.
+        reason: What is wrong and, where possible, what to do.
+    """
+
+    def __init__(self, path: str | Path, where: str, reason: str) -> None:
+        self.path = str(path)
+        if self.path:  # one file, one line: a library's message may span several (SQLite quotes schema text)
+            where, reason = _one_line(where), _one_line(reason)
+        self.where = where
+        self.reason = reason
+        loc = "".join(f"{part}: " for part in (self.path, where) if part)
+        super().__init__(loc + reason)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        # Parsers run in worker processes; the error must survive the trip back.
+        return (type(self), (self.path, self.where, self.reason))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with each line break (and the blanks around it) made one space."""
+    return (
+        " ".join(part.strip() for part in text.splitlines() if part.strip())
+        if "\n" in text or "\r" in text
+        else text
+    )
+
+
+class NotATraceError(TraceFormatError):
+    """The file is well-formed (e.g. valid JSON) but not a trace of the source that tried it.
+
+    Ingest skips such files, with a warning, when it finds them while scanning a directory, and
+    fails on them when the user named the file.
+    """
+
+
+class StoreError(TraceprofError):
+    """The store cannot be opened or does not hold what was asked for."""
+
+
+class SchemaVersionError(StoreError):
+    """The store file was written by a different schema version of traceprof."""
+
+
+class UsageError(TraceprofError):
+    """Options or arguments do not make sense together."""
+
+
+class AnalysisError(TraceprofError):
+    """An analysis cannot run on the data in the store (e.g. no GPU and no CPU activity)."""
+
+
+class Interrupted(TraceprofError):
+    """Ctrl-C: the message says what was stored (old or new state); the CLI exits 130."""
+
+    exit_code = 130
+
+
+#: pip's name of a module's package, where the two differ (else the module's top-level name).
+_PACKAGES = {
+    "yaml": "pyyaml",
+    "dask": "traceprof[dask]",
+    "distributed": "traceprof[dask]",
+    "hta": "holistictraceanalysis",
+    "torch": "torch==2.13.0",
+}
+
+
+def missing_module(e: ImportError) -> str:
+    """The one-line message for a library that is not installed (``e.name``, e.g. ``bokeh``), or
+    that is installed but does not load (a plain ImportError: a broken or mismatched install):
+    which module, and the ``pip install`` that brings it."""
+    name = e.name or str(e)
+    pkg = _PACKAGES.get(name.split(".")[0], name.split(".")[0])
+    if not isinstance(e, ModuleNotFoundError):
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return (
+            f"this command cannot load the Python module {name!r} ({why}): its installation looks broken; "
+            f"pip install --force-reinstall '{pkg}' (or reinstall traceprof: pip install -e .)"
+        )
+    return (
+        f"this command needs the Python module {name!r}, which is not installed here: "
+        f"pip install '{pkg}' (or reinstall traceprof: pip install -e .)"
+    )

@@ -1,0 +1,219 @@
+"""A cross-process lock on a store file, taken before the store is opened or created.
+
+DuckDB locks its file only once it is open; creating the file, checking it and deleting a store
+that a failed first ingest left empty all happen before or after that. A sidecar ``<store>.lock``,
+locked with ``flock`` (shared for readers, exclusive for writers), covers those moments too, so two
+processes never both believe they created the same store. The lock file is left in place (deleting
+it would let a third process lock a new inode while another holds the old one); the kernel drops a
+lock when its holder dies, ``kill -9`` included.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+from traceprof.core.errors import StoreError
+
+__all__ = ["StoreLock", "lock_path", "beside", "check_store_path", "close_inherited", "special_kind"]
+
+#: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
+#: file in one process shares the lock (DuckDB arbitrates within a process).
+_HELD: dict[str, list[int]] = {}
+
+
+def check_store_path(db: str | Path) -> None:
+    """Refuse a ``--db`` path no store can be at: a symlink loop, a name too long for the file
+    system, or a symlink to a path that does not exist (creating the store there would replace the
+    link with a file, and a failed first ingest would delete the user's link).
+
+    DuckDB itself cannot open a path holding ``?`` (it reads what follows as options: the store
+    and its ``.wal`` end up at different paths) or a backslash (read as a folder separator).
+
+    Also refused: a path that is not UTF-8 (DuckDB takes UTF-8 paths only; it failed with
+    ``std::bad_cast``), and an existing store or ``.wal`` that is not a regular file (a FIFO, a
+    socket, a device): opening a FIFO waits forever for a writer.
+
+    Raises:
+        StoreError: Saying which of these it is.
+    """
+    try:
+        try:
+            full = os.path.abspath(db)
+        except OSError:  # the working folder was deleted: the path as given
+            full = str(db)
+        os.fsencode(full).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = str(db).encode("utf-8", "backslashreplace").decode()
+        raise StoreError(
+            f"{shown}: the store path is not UTF-8 (DuckDB takes UTF-8 paths only); use another --db "
+            "path, or run from a folder whose path is UTF-8"
+        ) from None
+    odd = [c for c in ("?", "\\") if c in str(db)]
+    if odd:
+        shown = " or ".join(f"'{c}'" for c in odd)
+        raise StoreError(
+            f"{db}: DuckDB cannot keep a store at a path holding {shown} (it reads "
+            "'?' as the start of connection options and '\\' as a folder separator); use another --db path"
+        )
+    p = Path(db)
+    for f in (p, p.with_name(p.name + ".wal")):
+        kind = special_kind(f)
+        if kind:
+            raise StoreError(f"{f}: {kind}, not a regular file; --db takes a store file or a new path")
+    loop = f"{db}: a symlink loop; --db takes a store file or a new path"
+    try:
+        p.resolve()
+        p.lstat()
+    except FileNotFoundError:
+        return
+    except RuntimeError:  # Path.resolve on a loop (Python < 3.13)
+        raise StoreError(loop) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(loop) from None
+        if e.errno == errno.ENAMETOOLONG:
+            raise StoreError(
+                f"{db}: a file name too long for the file system; use a shorter --db path"
+            ) from None
+        raise StoreError(f"{db}: cannot use as a store: {e.strerror or e}") from None
+    if p.is_symlink() and not p.exists():
+        raise StoreError(
+            f"{db}: a symlink to {os.readlink(p)}, which does not exist; give the target as --db "
+            "to create the store there, or remove the link"
+        )
+
+
+#: What a file that is not a regular file or a folder is, for messages.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists (symlinks followed) and is neither a regular file nor a folder."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "a special file")
+
+
+def beside(db: str | Path, suffix: str) -> Path:
+    """A sidecar of store file ``db``: ``<db><suffix>`` beside the file a symlinked ``db`` points
+    to (absolute), so that every link to one store finds the same lock, dataset and results."""
+    real = Path(db).resolve()
+    return real.with_name(real.name + suffix)
+
+
+def lock_path(db: Path) -> Path:
+    """The sidecar lock file of store ``db`` (``traceprof.duckdb`` -> ``traceprof.duckdb.lock``)."""
+    return beside(db, ".lock")
+
+
+class StoreLock:
+    """An acquired lock on one store; :meth:`release` it (or let the process end).
+
+    Args:
+        db: The store file (it need not exist).
+        exclusive: Exclusive (writer) rather than shared (reader) lock.
+        timeout_s: How long to wait for another process to release the lock, in seconds.
+
+    Raises:
+        StoreError: Another process holds the lock for longer than ``timeout_s``, or the lock file
+            cannot be created (only for writers: a reader of a read-only folder goes unlocked).
+    """
+
+    def __init__(self, db: Path, *, exclusive: bool, timeout_s: float = 120.0) -> None:
+        self.key = str(lock_path(db))
+        self.active = False
+        held = _HELD.get(self.key)
+        if held is not None:
+            if exclusive and not held[1]:
+                _flock(held[0], True, timeout_s, db)
+                held[1] = 1
+            held[2] += 1
+            self.active = True
+            return
+        try:
+            fd = os.open(self.key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if not exclusive:
+                return  # a read-only folder: nobody can write the store there either
+            raise StoreError(f"{db}: cannot create the lock file {self.key}: {e.strerror or e}") from None
+        try:
+            _flock(fd, exclusive, timeout_s, db)
+        except BaseException:
+            os.close(fd)
+            raise
+        _HELD[self.key] = [fd, int(exclusive), 1]
+        self.active = True
+
+    def release(self) -> None:
+        """Release this holder's share of the lock (the lock itself when it was the last)."""
+        if not self.active:
+            return
+        self.active = False
+        held = _HELD[self.key]
+        held[2] -= 1
+        if held[2] == 0:
+            del _HELD[self.key]
+            os.close(held[0])
+
+
+#: Seconds of waiting for the lock before saying so on stderr (a silent wait looks like a hang).
+NOTE_AFTER_S = 1.0
+
+
+def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path) -> None:
+    """Lock ``fd``, waiting up to ``timeout_s``; one line on stderr once the wait passes
+    :data:`NOTE_AFTER_S`."""
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    start = time.monotonic()
+    deadline = start + timeout_s
+    noted = False
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return
+        except BlockingIOError:
+            now = time.monotonic()
+            if not noted and now - start >= NOTE_AFTER_S:
+                noted = True
+                # A reader waits only for a writer; a writer for anyone.
+                holder = "is writing it (ingest?)" if not exclusive else "is using it (ingest, or a reader?)"
+                sys.stderr.write(
+                    f"waiting for {db}: another traceprof process {holder}; "
+                    f"waiting up to {timeout_s:.0f} s...\n"
+                )
+                sys.stderr.flush()
+            if now >= deadline:
+                raise StoreError(
+                    f"{db}: in use by another traceprof process for over {timeout_s:.0f} s; "
+                    "try again when it has finished"
+                ) from None
+            time.sleep(0.05)
+
+
+def close_inherited() -> None:
+    """Close the lock files a forked child inherited (call first thing in a worker process).
+
+    The parent keeps its locks; the child's copies would otherwise keep the store locked for as
+    long as the child lives, even after the parent died.
+    """
+    for fd, _, _ in _HELD.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()

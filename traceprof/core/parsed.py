@@ -1,0 +1,116 @@
+"""What a collector's parser is given and what it hands to the store.
+
+A parser receives the file and a :class:`ParseOptions` (what to do with a bad record, the
+``--comm-kernel`` patterns, the gzip inflate cap, where large text may spill to disk): every
+choice that changes how a file is read travels with the task, to a worker process or a Dask worker
+alike, never as a module switch.
+
+Collectors build a :class:`ParsedTrace`; the store assigns run and trace ids and inserts it in one
+transaction. Row tables are pyarrow Tables whose columns are those of the store table of the same
+name (``traceprof.core.schema``) minus ``run_id`` and ``trace_id``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from traceprof.core.fileio import DEFAULT_INFLATE_RATIO
+
+if TYPE_CHECKING:
+    from traceprof.core.classify import Classifier
+
+__all__ = ["ParsedTrace", "ParseOptions", "DEFAULT_OPTIONS", "DEFAULT_INFLATE_RATIO", "ON_BAD_EVENT"]
+
+#: What a parser may do with a malformed record: stop with an error naming it, or skip and count it.
+ON_BAD_EVENT = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """How a parser reads a file (module doc). Picklable: it goes to parser processes as is.
+
+    Attributes:
+        on_bad_event: ``raise`` (stop at the first malformed record, naming it) or ``skip`` (count
+            it in ``rejected``; ``--skip-bad-events``).
+        comm_kernels: Extra regexes of communication kernel names (``--comm-kernel``), added to the
+            built-in families of ``traceprof.core.classify``.
+        max_inflate_ratio: Refuse a gzip file that inflates beyond this multiple of its size (and
+            at least 64 MiB; ``--max-inflate``).
+        spill_dir: Folder for the files large args text spills to (``traceprof.core.spill``; ingest
+            passes the store's folder); None: the system's temporary folder.
+    """
+
+    on_bad_event: str = "raise"
+    comm_kernels: tuple[str, ...] = ()
+    max_inflate_ratio: float = DEFAULT_INFLATE_RATIO
+    spill_dir: str | None = None
+
+    @property
+    def classifier(self) -> Classifier:
+        """The GPU-activity classifier of these patterns (built once per process and patterns).
+
+        Raises:
+            UsageError: A pattern is not a valid regular expression, or matches the empty string.
+        """
+        return _classifier(self.comm_kernels)
+
+
+#: The options of a parser called without any: raise on a bad record, the built-in classifier, the
+#: default inflate cap, spill files in the system's temporary folder.
+DEFAULT_OPTIONS = ParseOptions()
+
+
+@functools.lru_cache(maxsize=8)
+def _classifier(patterns: tuple[str, ...]) -> Classifier:
+    from traceprof.core.classify import Classifier
+
+    return Classifier(patterns)
+
+
+@dataclass
+class ParsedTrace:
+    """One parsed source file of one rank.
+
+    Attributes:
+        path: Absolute path of the file.
+        sha256: SHA-256 hex digest of the file bytes.
+        bytes: File size in bytes.
+        source: ``kineto``, ``flight_recorder``, ``nccl_profiler``, ``nccl_inspector``, ``nsys``,
+            ``ndtimeline`` or ``memory_timeline`` (the collector's name in ``traceprof.ingest.sources``).
+        format: Source dialect, e.g. ``kineto-new`` or ``kineto-old``.
+        rank: Global rank, or ``None`` when the file does not say (the store decides).
+        world_size: World size the file states, or ``None``.
+        trace: Other ``traces`` columns (host, pid, backend, device_name, base_time_ns, ...).
+        events / devices / steps / collectives: Row tables, see the module doc.
+        events_read: Records read from the file.
+        rejected: Malformed or unknown records not stored in ``events``, counted by reason.
+        skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
+        flagged: Records stored with an ``events.flag``, counted by flag.
+        warnings: Messages the user should see (e.g. "rank missing, assumed 0").
+    """
+
+    path: str
+    sha256: str
+    bytes: int
+    source: str
+    format: str
+    rank: int | None
+    world_size: int | None
+    trace: dict[str, Any] = field(default_factory=dict)
+    events: pa.Table | None = None
+    devices: pa.Table | None = None
+    steps: pa.Table | None = None
+    collectives: pa.Table | None = None
+    events_read: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    flagged: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def events_kept(self) -> int:
+        return 0 if self.events is None else self.events.num_rows

@@ -1,0 +1,163 @@
+"""Process hygiene: parser workers that die with their parent, and Ctrl-C held off at a commit.
+
+Parser workers are forked by ingest. Each one (see :func:`worker_init`) ignores Ctrl-C (the parent
+handles it and stops them; a worker is forked with it blocked, so none reaches it before that),
+asks the kernel to kill it when its parent dies (Linux ``PR_SET_PDEATHSIG``; elsewhere a watchdog
+thread polls the parent), and closes the store lock it inherited, so a ``kill -9`` of ingest leaves
+no worker behind holding the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
+
+from traceprof.core import locking
+
+__all__ = ["worker_init", "deferred_sigint", "ignored_sigint", "map_in_workers"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_init(parent_pid: int) -> None:
+    """Initializer of a parser worker process (the parse options travel with each task).
+
+    Args:
+        parent_pid: The ingest process's pid (the worker exits at once if it is already gone).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(
+        signal, "pthread_sigmask"
+    ):  # forked with Ctrl-C blocked (see map_in_workers): a pending one is dropped
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    locking.close_inherited()
+    if not _pdeathsig():
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _pdeathsig() -> bool:
+    """Arm SIGKILL-on-parent-death (Linux); False where unavailable."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+@contextlib.contextmanager
+def ignored_sigint() -> Iterator[None]:
+    """Ignore Ctrl-C inside the block (e.g. printing what a finished command did), then restore
+    the previous handler; a Ctrl-C that arrived before the block is raised on entry. Outside the
+    main thread, signals cannot be set and the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread inside the block: processes forked (and threads started) there
+    start with it blocked, so that a Ctrl-C cannot interrupt a worker before :func:`worker_init`
+    ignores it (a traceback on the terminal, or a panic in an extension module being imported).
+    A Ctrl-C that arrives inside is delivered here when the block ends."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[Callable[[], bool]]:
+    """Hold off Ctrl-C inside the block (e.g. COMMIT and recording that it happened).
+
+    A Ctrl-C that arrives inside is raised as KeyboardInterrupt right after the block, so the
+    caller knows whether the commit happened. Outside the main thread, signals cannot be set and
+    the block runs as is.
+
+    Yields:
+        A function that tells whether a Ctrl-C arrived so far.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    got: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield lambda: bool(got)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if got:
+        raise KeyboardInterrupt
+
+
+def map_in_workers(
+    fn: Callable[[T], R],
+    tasks: list[T],
+    workers: int,
+    done: Callable[[int], None] | None = None,
+) -> list[R]:
+    """``[fn(t) for t in tasks]`` in ``workers`` forked processes (in this one when ``workers`` <= 1).
+
+    Workers are set up by :func:`worker_init`. On Ctrl-C or any error the workers are killed at
+    once (not waited for) and the exception propagates.
+
+    Args:
+        fn: A picklable function of one task.
+        tasks: The tasks; results come back in the same order.
+        workers: Processes to use.
+        done: Called with the number of results so far after each one.
+    """
+    out: list[R] = []
+    if workers <= 1:
+        for t in tasks:
+            out.append(fn(t))
+            if done:
+                done(len(out))
+        return out
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
+    try:
+        with _sigint_blocked():  # Executor.map submits every task, which forks the workers
+            results = pool.map(fn, tasks)
+        for r in results:
+            out.append(r)
+            if done:
+                done(len(out))
+    except BaseException:
+        for p in list(getattr(pool, "_processes", {}).values()):  # no public way to stop a worker
+            with contextlib.suppress(Exception):
+                p.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out

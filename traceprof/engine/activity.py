@@ -1,0 +1,364 @@
+"""Per-rank activity intervals, the common input of the time-based analyses.
+
+GPU ranks: every kernel, memcpy and memset, classed ``comm``, ``memory`` or ``compute`` by the one
+classifier (``events.class``, ``traceprof.core.classify``: metadata, then NCCL/RCCL/DeepEP/NVSHMEM/
+symmetric-memory/custom all-reduce name families and user patterns), on lanes keyed by (device,
+stream) (``"dev D stream S"``: a process driving two GPUs reuses stream numbers per device).
+Excluded time is one definition for every analysis (``traceprof.engine.arrivals``): records flagged at
+ingest because their time cannot be right (``events.flag``: another clock domain, far outside the
+rank's steps, unmatched ``B``) are left out; clipped overruns, a few us of launch skew and ops still
+open at profiler stop count with their (clipped) times; the steps of the profiler-start transient
+are left out on every rank (HTA-compatible mode keeps them). CPU-only ranks (gloo runs, no GPU lanes): ``gloo:*``
+annotations are ``comm``; the ``cpu_op`` events of the training thread (the thread that holds the
+ProfilerStep annotations; without steps, the thread with the most cpu_op time), except the c10d
+enqueue ops, are ``compute``.
+
+HTA-compatible selection (``hta=True``), as Holistic Trace Analysis 0.5.0 loads a trace:
+  1. When the run has two or more ProfilerSteps, keep only GPU events launched (same
+     ``correlation``) by a CPU runtime call that starts before the rank's last ProfilerStep; GPU
+     events with no launch in the trace are dropped.
+  2. cuda_sync events with a stream count as GPU activity (class ``other``).
+  3. Traces with fractional-microsecond timestamps are rounded inward to whole microseconds
+     (start up, end down), as HTA's integer conversion does.
+  4. Classes follow HTA's name rules: ``comm`` = name starts with ``nccl`` and contains
+     ``Kernel``; ``memory`` = starts with Memcpy, Memset or dma; ``other`` = contains Memcpy or
+     Sync, or starts with Memset; ``compute`` = the rest.
+
+With ``detail=True`` each row also says where it came from (``DETAIL_COLUMNS``): the event kind,
+trace, stream and correlation, and the CPU side that issued it (for GPU rows the runtime call with
+the same correlation, rounded up to whole microseconds like the GPU times when HTA rounds them;
+for CPU rows the op itself).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceprof.core.classify import VALID_SQL, valid_sql
+from traceprof.core.errors import AnalysisError
+from traceprof.engine import intervals
+from traceprof.engine.analysis import reusing, shared
+from traceprof.engine.arrivals import excluded_steps, run_transient
+from traceprof.engine.resultcache import kept_frame
+from traceprof.storage.store import Store
+
+__all__ = [
+    "activity",
+    "run_activity",
+    "excluded_note",
+    "ACTIVITY_COLUMNS",
+    "DETAIL_COLUMNS",
+    "LANE_SQL",
+    "step_window",
+    "multi_device_ranks",
+    "graph_level_notes",
+    "GRAPH_LEVEL_NOTE",
+    "op_activity",
+    "exposed_comm",
+]
+
+#: Columns of :func:`activity`.
+ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name", "device_kind", "device")
+#: Extra columns of :func:`activity` with ``detail=True``.
+DETAIL_COLUMNS = ("kind", "trace_id", "stream", "correlation", "launch_tid", "launch_ts_ns")
+
+_SQL = """
+WITH gpu_ranks AS (
+  SELECT DISTINCT rank FROM events
+  WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset')
+),
+step_threads AS (
+  SELECT DISTINCT rank, pid, tid FROM events WHERE run_id = $run AND kind = 'step'
+),
+train_threads AS (
+  SELECT * FROM step_threads
+  UNION ALL  -- ranks without ProfilerSteps: the thread with the most cpu_op time
+  SELECT rank, pid, tid FROM (
+    SELECT rank, pid, tid, sum(dur_ns) AS busy FROM events
+    WHERE run_id = $run AND kind = 'cpu_op' AND rank NOT IN (SELECT rank FROM step_threads)
+    GROUP BY ALL
+  ) QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy DESC, tid) = 1
+)
+SELECT e.rank, coalesce(e.class, 'compute') AS class,
+       e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
+       $lane AS lane, e.step, e.name, 'gpu' AS device_kind, e.device$gpu_detail
+FROM events e$gpu_join
+WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset') AND $valid
+UNION ALL
+SELECT e.rank,
+       CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
+       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu', NULL$cpu_detail
+FROM events e
+WHERE e.run_id = $run
+  AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
+  AND $valid
+  AND ((e.kind = 'user_annotation' AND e.name LIKE 'gloo:%')
+    OR (e.kind = 'cpu_op' AND NOT starts_with(e.name, 'c10d::') AND e.name <> 'record_param_comms'
+        AND EXISTS (SELECT 1 FROM train_threads t
+                    WHERE t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid)))
+"""
+
+_HTA_SQL = """
+WITH step_count AS (
+  SELECT count(DISTINCT name) AS n FROM events WHERE run_id = $run AND kind = 'step'
+),
+last_step AS (
+  SELECT trace_id, max(ts_ns) AS last_start FROM events
+  WHERE run_id = $run AND kind = 'step' GROUP BY trace_id
+),
+launches AS (
+  SELECT e.trace_id, e.correlation, count(*) AS n FROM events e
+  LEFT JOIN last_step l USING (trace_id)
+  WHERE e.run_id = $run AND e.correlation IS NOT NULL
+    AND e.kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')
+    AND ((SELECT n FROM step_count) < 2 OR e.ts_ns < l.last_start)
+  GROUP BY ALL
+),
+float_ts AS (
+  SELECT e.trace_id, bool_or((e.ts_ns - t.base_time_ns) % 1000 <> 0) AS fractional
+  FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
+),
+gpu AS (
+  SELECT e.* REPLACE (coalesce(e.raw_dur_ns, e.dur_ns) AS dur_ns) FROM events e
+  JOIN launches l ON l.trace_id = e.trace_id AND l.correlation = e.correlation
+  CROSS JOIN range(l.n) AS dup(i)
+  WHERE e.run_id = $run AND e.stream >= 0 AND e.kind IN ('kernel', 'memcpy', 'memset', 'sync')
+    AND (SELECT n FROM step_count) >= 2
+  UNION ALL
+  SELECT e.* REPLACE (coalesce(e.raw_dur_ns, e.dur_ns) AS dur_ns) FROM events e
+  WHERE e.run_id = $run AND e.stream >= 0 AND e.kind IN ('kernel', 'memcpy', 'memset', 'sync')
+    AND e.correlation IS NOT NULL AND (SELECT n FROM step_count) < 2
+)
+SELECT g.rank,
+       CASE WHEN regexp_matches(g.name, '^nccl.*Kernel') THEN 'comm'
+            WHEN regexp_matches(g.name, '^(Memcpy|Memset|dma)') THEN 'memory'
+            WHEN regexp_matches(g.name, '^(.*Memcpy|Memset|.*Sync)') THEN 'other'
+            ELSE 'compute' END AS class,
+       CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
+       CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
+       $glane AS lane, g.step, g.name, 'gpu' AS device_kind, g.device$hta_detail
+FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
+"""
+
+# The first CPU call with the correlation (one per GPU event in practice).
+_LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
+   WHERE run_id = $run AND $kinds AND correlation IS NOT NULL $launch_valid GROUP BY trace_id, correlation)"""
+_DETAIL = {
+    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
+    "$gpu_join": "\nLEFT JOIN "
+    + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')").replace(
+        "$launch_valid", "AND " + valid_sql("")
+    )
+    + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
+    "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
+    "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
+    "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
+    # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
+    "$hta_join": "\nLEFT JOIN "
+    + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')").replace(
+        "$launch_valid", ""
+    )
+    + " l ON l.trace_id = g.trace_id AND l.correlation = g.correlation",
+}
+
+
+#: SQL of a GPU lane name over an events row ``e``: ``dev D stream S``.
+LANE_SQL = "'dev ' || coalesce(e.device::VARCHAR, '?') || ' stream ' || e.stream"
+
+
+def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = False) -> pl.DataFrame:
+    """Activity intervals of every rank of a run.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        hta: Select and classify GPU events as HTA 0.5.0 does (module doc); GPU ranks only.
+        detail: Also return ``DETAIL_COLUMNS`` (module doc).
+
+    Returns:
+        Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
+        end_ns (ns, epoch, aligned), lane ("dev D stream S" or "tid T"), step (launch step, may be null),
+        name, device_kind (gpu/cpu), device (GPU rows; null on CPU rows); with ``detail`` also kind
+        (event kind), trace_id, stream (GPU rows), correlation (GPU rows), launch_tid and launch_ts_ns (ns; GPU rows: the thread and
+        start of the runtime call that launched the row, null when the trace lacks it; CPU rows:
+        the op's own thread and start). Sorted by rank, start_ns and end_ns.
+
+    In a session that runs many analyses (``traceprof.engine.session``: the report) the query runs once
+    per run and selection: every analysis reads the same frame.
+    """
+    if not detail and reusing(store):  # one query per run inside a report: the detail columns dropped
+        return _activity(store, run_id, hta=hta, detail=True).select(ACTIVITY_COLUMNS)
+    return _activity(store, run_id, hta=hta, detail=detail)
+
+
+@shared
+@kept_frame
+def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataFrame:
+    sql = _HTA_SQL if hta else _SQL
+    sql = (
+        sql.replace("$lane", LANE_SQL)
+        .replace("$glane", LANE_SQL.replace("e.", "g."))
+        .replace("$valid", VALID_SQL)
+    )
+    for key, value in _DETAIL.items():
+        sql = sql.replace(key, value if detail else "")
+    # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
+    # ``union_ns``) then skip their sorts
+    df = store.sql(sql.replace("$run", str(int(run_id)))).sort("rank", "start_ns", "end_ns")
+    return df if hta else _drop_transient(store, run_id, df)
+
+
+def _drop_transient(store: Store, run_id: int, df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` without the profiler-start transient (``traceprof.engine.arrivals.excluded_steps``): on each
+    rank, the rows of its transient steps, and the rows of no step that start before the end of
+    the last of them."""
+    cut = excluded_steps(store, run_id)
+    if cut.is_empty():
+        return df
+    ends = cut.group_by("rank").agg(pl.col("cut_ns").first())
+    key = pl.col("rank").cast(pl.Int64) * 2**32 + pl.col("step").cast(pl.Int64)  # (rank, step) as one integer
+    keys = cut.select(key)["rank"]
+    cut_ns = (
+        pl.col("rank")
+        .cast(pl.Int64)
+        .replace_strict(ends["rank"].cast(pl.Int64), ends["cut_ns"], default=None)
+    )
+    gone = key.is_in(keys.implode()).fill_null(False) | (
+        pl.col("step").is_null() & (pl.col("start_ns") < cut_ns)
+    )
+    return df.filter(~gone.fill_null(False))  # a filter keeps the rows' order
+
+
+def excluded_note(store: Store, run_id: int, hta: bool = False) -> str | None:
+    """The note on the excluded profiler-start transient (``traceprof.engine.arrivals.transient``), or
+    None when there is none or ``hta`` (HTA-compatible mode keeps it)."""
+    return None if hta else run_transient(store, run_id).note
+
+
+def op_activity(store: Store, run_id: int, step: int | None = None) -> pl.DataFrame:
+    """Activity of a run traced per op rather than per kernel (NDTimeline): ``gpu_user_annotation``
+    events (forward/backward compute ranges) as compute, ``collective`` events as communication.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        step: Only the events of this step (events.step); None for all.
+
+    Returns:
+        Frame rank, class (compute/comm), start_ns, end_ns (ns, aligned), name, step; intervals of
+        positive length only, sorted by rank, start_ns and end_ns.
+    """
+    return store.sql(
+        """SELECT rank, CASE WHEN kind = 'collective' THEN 'comm' ELSE 'compute' END AS class,
+                  ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name, step
+           FROM events WHERE run_id = ? AND kind IN ('collective', 'gpu_user_annotation') AND dur_ns > 0
+             AND (? IS NULL OR step = ?)""",
+        [run_id, step, step],
+    ).sort("rank", "start_ns", "end_ns")
+
+
+def run_activity(
+    store: Store, run: str | None, *, hta: bool = False, detail: bool = False
+) -> tuple[int, pl.DataFrame]:
+    """Resolve ``run`` (name, id or None for the latest) and return (run_id, :func:`activity`).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has neither GPU activity nor CPU training-thread ops.
+    """
+    run_id = store.resolve_run(run)
+    act = activity(store, run_id, hta=hta, detail=detail)
+    if act.is_empty():
+        raise AnalysisError(f"run {run or run_id}: no GPU kernels and no CPU training-thread ops")
+    return run_id, act
+
+
+def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
+    """Idle over the profiled steps of each rank (wall clock), beside the activity window.
+
+    The activity window (first to last GPU activity, as HTA) hides idle time before a step's first
+    kernel (data loading, host stalls). The step window runs from the start of the rank's first
+    ProfilerStep to the end of its last (``steps.cpu_start_ns`` / ``cpu_end_ns``, ns).
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        act: :func:`activity` rows of the run (rank, start_ns, end_ns).
+
+    Returns:
+        Frame rank, step_window_ns, step_busy_ns (|∪ activity ∩ step window|), step_idle_ns
+        (window - busy), step_idle_pct (% of step_window_ns); ranks without steps are absent.
+    """
+    win = store.sql(
+        "SELECT rank, min(cpu_start_ns) AS _lo, max(cpu_end_ns) AS _hi FROM steps "
+        f"WHERE run_id = {int(run_id)} GROUP BY rank"
+    )
+    if win.is_empty():
+        return pl.DataFrame(
+            schema={
+                "rank": pl.Int32,
+                "step_window_ns": pl.Int64,
+                "step_busy_ns": pl.Int64,
+                "step_idle_ns": pl.Int64,
+                "step_idle_pct": pl.Float64,
+            }
+        )
+    inside = intervals.clip(act.select("rank", "start_ns", "end_ns").join(win, on="rank"), "_lo", "_hi")
+    busy = intervals.union_ns(inside, ["rank"], "step_busy_ns")
+    out = win.join(busy, on="rank", how="left").with_columns(
+        (pl.col("_hi") - pl.col("_lo")).alias("step_window_ns"), pl.col("step_busy_ns").fill_null(0)
+    )
+    return out.select(
+        "rank",
+        "step_window_ns",
+        "step_busy_ns",
+        (pl.col("step_window_ns") - pl.col("step_busy_ns")).alias("step_idle_ns"),
+        (100.0 * (pl.col("step_window_ns") - pl.col("step_busy_ns")) / pl.col("step_window_ns")).alias(
+            "step_idle_pct"
+        ),
+    ).sort("rank")
+
+
+#: What an analysis says of a run whose GPU records include whole CUDA graph executions (a trace's
+#: ``traces.meta.graph_level``: nsys ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows, graphs traced per graph).
+GRAPH_LEVEL_NOTE = (
+    "CUDA graphs traced per graph (nsys --cuda-graph-trace=graph, the default): each graph execution "
+    "is one GPU record 'CUDA graph <id>', counted as busy compute time; the kernels inside and their "
+    "classes (communication included) are unknown: record them with nsys profile "
+    "--cuda-graph-trace=node"
+)
+
+
+def graph_level_notes(store: Store, run_id: int) -> list[str]:
+    """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, else ``[]``."""
+    n = store.sql(
+        "SELECT count(*) AS n FROM traces WHERE run_id = ? AND json_extract(meta, '$.graph_level') "
+        "IS NOT NULL",
+        [int(run_id)],
+    ).item()
+    return [GRAPH_LEVEL_NOTE] if n else []
+
+
+def exposed_comm(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Maximal intervals of communication not hidden behind any compute of the same rank (the one
+    rule: ``overlap``, ``gaps``, ``parallelism`` and the report's timeline read it).
+
+    Args:
+        act: Activity frame (:func:`activity`).
+        by: ``["rank"]`` or ``["rank", "step"]`` (one step's communication minus all the rank's
+            compute); rows with a null step form their own group.
+
+    Returns:
+        Frame with ``by`` + start_ns, end_ns (ns), disjoint and sorted within each group.
+    """
+    comm = act.filter(pl.col("class") == "comm")
+    return intervals.subtract(comm, act.filter(pl.col("class") == "compute"), by, ["rank"])
+
+
+def multi_device_ranks(act: pl.DataFrame) -> list[int]:
+    """Ranks whose GPU activity spans several devices (``act`` from :func:`activity`)."""
+    gpu = act.filter(pl.col("device_kind") == "gpu")
+    if gpu.is_empty():
+        return []
+    many = gpu.group_by("rank").agg(pl.col("device").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return sorted(many["rank"].to_list())

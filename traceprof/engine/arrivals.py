@@ -1,0 +1,222 @@
+"""Collective arrivals per rank and instance, and the time every analysis leaves out.
+
+One definition of excluded time, used by every analysis alike (``traceprof.engine.activity``'s intervals,
+so ``temporal``, ``overlap``, ``gaps``, ``idle``, ``kernels``; ``stragglers`` and ``whatif``
+through ``traceprof.analyses._replay``; the summary through them):
+  1. Records whose time cannot be right are flagged at ingest (``events.flag``:
+     ``traceprof.core.classify.EXCLUDED_FLAGS``: another clock domain, an unset or far-off time, a
+     ``B`` never closed) and left out; records kept with a note (``KEPT_FLAGS``: clipped overruns,
+     a few us of launch skew, ops still open at profiler stop) count.
+  2. The profiler-start transient (:func:`transient`): ranks that start profiling seconds apart
+     make the first collectives wait for the last rank; its steps are left out on every rank
+     (:func:`excluded_steps`), with a note. HTA-compatible mode (``hta=true``) keeps them, as HTA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceprof.core.errors import UsageError
+from traceprof.engine.analysis import shared
+from traceprof.ingest.matching import ARRIVAL_SQL, preferred_source, run_steps
+from traceprof.storage.store import Store
+
+__all__ = ["comm_items", "Transient", "transient", "run_transient", "excluded_steps", "TRANSIENT_SKEW_FACTOR"]
+
+#: A leading collective whose arrival skew exceeds this many times the run's median skew (and the
+#: median step time) belongs to the profiler-start transient (:func:`transient`).
+TRANSIENT_SKEW_FACTOR = 20
+
+
+@shared
+def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl.DataFrame, str | None]:
+    """One row per rank and matched instance of ``source`` (default: ``matching.preferred_source``).
+
+    Returns:
+        (frame, source). Frame columns: instance_id, rank, step, op, pg, bytes, ordinal (the
+        instance's ordinal in its step), n_ranks, arrival_ns, end_ns (ns; end may be null),
+        start_ns (start of the work, may be null).
+    """
+    source = source or preferred_source(store, run_id)
+    if source is None:
+        return pl.DataFrame(), None
+    known = store.sql("SELECT DISTINCT source FROM collectives WHERE run_id = ? ORDER BY source", [run_id])[
+        "source"
+    ]
+    if source not in known.to_list():
+        raise UsageError(
+            f"unknown source {source!r}: run {run_id} has collectives from "
+            f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)"
+        )
+    arrival = (
+        ARRIVAL_SQL.replace("source", "c.source")
+        .replace("start_ns", "c.start_ns")
+        .replace("enter_ns", "c.enter_ns")
+    )
+    # The step holding each row's arrival on its rank's clock: an as-of join on the steps sorted by
+    # start (linear after one sort, never collectives x steps), exact when a rank's steps do not
+    # overlap; ranks whose steps overlap keep the range join (the lowest step holding the arrival).
+    overlapping = bool(
+        store.sql(
+            """SELECT count(*) FROM (SELECT cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY
+               cpu_start_ns, cpu_end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS o
+           FROM steps WHERE run_id = ?) WHERE o""",
+            [run_id],
+        ).item()
+    )
+    join = (
+        "LEFT JOIN steps s ON s.run_id = c.run_id AND s.rank = c.rank AND c._arr >= s.cpu_start_ns "
+        "AND c._arr < s.cpu_end_ns"
+        if overlapping
+        else "ASOF LEFT JOIN (SELECT rank, step, cpu_start_ns, cpu_end_ns FROM steps WHERE run_id = $1) s "
+        "ON s.rank = c.rank AND c._arr >= s.cpu_start_ns"
+    )
+    df = store.sql(
+        f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {arrival} AS _arr
+                       FROM collectives c WHERE c.run_id = $1 AND c.source = $2)
+            SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
+                   any_value(i.pg) AS pg, any_value(i.bytes) AS bytes, any_value(i.ordinal) AS ordinal,
+                   any_value(i.n_ranks) AS n_ranks, min(c._arr) AS arrival_ns,
+                   max(c.end_ns) AS end_ns, min(c.start_ns) AS start_ns,
+                   min(CASE WHEN c._arr < s.cpu_end_ns THEN s.step END) AS _own_step
+            FROM c JOIN collective_instances i ON i.run_id = c.run_id AND i.instance_id = c.instance_id
+            {join}
+            GROUP BY c.instance_id, c.rank""",
+        [run_id, source],
+    )
+    # Instances of a source without steps (Flight Recorder) lie in the step whose window holds
+    # their arrival on each rank's clock (the most common over the instance's ranks).
+    own = run_steps(store, run_id, df.select("rank", pl.col("_own_step").alias("step")))["step"]
+    df = df.with_columns(own.alias("_own_step")).with_columns(
+        pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().min().over("instance_id")).alias("step")
+    )
+    # SQL's GROUP BY returns rows in any order: sorted, every later tie and float sum is reproducible
+    return df.drop("_own_step").sort("instance_id", "rank"), source
+
+
+@dataclass(frozen=True)
+class Transient:
+    """The profiler-start transient of a run (:func:`transient`).
+
+    Attributes:
+        instances: Instance ids it holds (the leading instances with an outlying skew).
+        steps: Steps those instances belong to (left out of the what-if replay).
+        note: What was found and left out, or None when there is no transient.
+    """
+
+    instances: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+    note: str | None = None
+
+
+def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
+    """Detect the profiler-start transient: ranks whose profilers (or processes) start seconds
+    apart make the first collectives wait seconds for the last rank, which says nothing about the
+    steady state.
+
+    Algorithm: instances seen by two or more ranks, in order of first arrival; skew = last - first
+    arrival (ns). Threshold = max(:data:`TRANSIENT_SKEW_FACTOR` x the median skew, the median step
+    time of the run's ``steps``). The leading run of instances whose skew exceeds it is the
+    transient (an outlier later in the run is a real event and stays), but only when the ranks'
+    profiling starts (each rank's first step start; its first event when the run has no steps)
+    differ by at least half its largest skew: ranks that started profiling together and still
+    waited are a real stall (a rank computing 50 ms longer before the first collective), not a
+    transient. The factor 20 leaves
+    ordinary jitter alone (on the CPU samples the largest skew is under 10x the median), while a
+    start transient is seconds against skews of microseconds to milliseconds.
+
+    Args:
+        items: :func:`comm_items` frame (instance_id, rank, step, arrival_ns, n_ranks).
+        store: The store (for step times).
+        run_id: The run.
+
+    Returns:
+        A :class:`Transient` (empty when there is none).
+    """
+    if items.is_empty():
+        return Transient()
+    inst = (
+        items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
+        .group_by("instance_id")
+        .agg(
+            pl.col("arrival_ns").min().alias("first"),
+            (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
+            pl.col("step").drop_nulls().mode().min().alias("step"),
+        )
+        .sort("first", "instance_id")
+    )
+    if inst.height < 3:
+        return Transient()
+    med_skew = int(inst["skew"].sort()[(inst.height - 1) // 2])
+    step_ns = store.sql(
+        "SELECT quantile_disc(cpu_end_ns - cpu_start_ns, 0.5) AS s FROM steps WHERE run_id = ?", [run_id]
+    ).item()
+    thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or 0), 1)
+    over = (inst["skew"] > thr).to_list()
+    k = over.index(False) if False in over else len(over)
+    if k == 0 or k == inst.height:
+        return Transient()
+    lead = inst.head(k)
+    worst = int(lead["skew"].max())  # type: ignore[arg-type]
+    spread = _start_spread_ns(store, run_id)
+    if 2 * spread < worst:
+        return Transient()
+    steps = tuple(sorted({int(s) for s in lead["step"].drop_nulls().to_list()}))
+    where = f" (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))})" if steps else ""
+    first = "the first collective" if k == 1 else f"the first {k} collectives"
+    note = (
+        f"profiler-start transient: {first}{where} waited up to "
+        f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
+        f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
+        f"profiling {spread / 1e6:,.1f} ms apart; left out of every analysis (not with hta=true)"
+    )
+    return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
+
+
+def _start_spread_ns(store: Store, run_id: int) -> int:
+    """Latest minus earliest profiling start over the run's ranks (ns): each rank's first step
+    start, or its first event when the run has no steps."""
+    row = store.sql(
+        """WITH s AS (SELECT rank, min(cpu_start_ns) AS t FROM steps WHERE run_id = $1 GROUP BY rank),
+                e AS (SELECT rank, min(ts_ns) AS t FROM events WHERE run_id = $1 GROUP BY rank)
+           SELECT coalesce(max(t) - min(t), 0) AS spread
+           FROM (SELECT * FROM s UNION ALL SELECT * FROM e WHERE NOT EXISTS (SELECT 1 FROM s))""",
+        [run_id],
+    ).item()
+    return int(row or 0)
+
+
+@shared
+def run_transient(store: Store, run_id: int) -> Transient:
+    """:func:`transient` of the run's collectives of the preferred source (``comm_items``'s default);
+    empty when the run has none. Once per run in a session (``traceprof.engine.analysis.shared``)."""
+    items, _ = comm_items(store, run_id)
+    return transient(items, store, run_id)
+
+
+@shared
+def excluded_steps(store: Store, run_id: int) -> pl.DataFrame:
+    """Each rank's own steps that the profiler-start transient covers, and the end of the last
+    (module doc, step 2).
+
+    Returns:
+        Frame rank, step (the rank's ProfilerStep number, as ``events.step``), cut_ns (the end of
+        the rank's last transient step, ns: rows of the rank that start before it and belong to no
+        step are left out too); empty when the run has no transient.
+    """
+    tr = run_transient(store, run_id)
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "cut_ns": pl.Int64})
+    if not tr.steps:
+        return empty
+    own = store.sql("SELECT rank, step, cpu_end_ns FROM steps WHERE run_id = ?", [run_id])
+    if own.is_empty():
+        return empty
+    mapped = run_steps(store, run_id, own.with_columns(pl.col("step").alias("_own")))
+    hit = mapped.filter(pl.col("step").is_in(list(tr.steps)))
+    return hit.select(
+        pl.col("rank").cast(pl.Int32),
+        pl.col("_own").cast(pl.Int32).alias("step"),
+        pl.col("cpu_end_ns").max().over("rank").cast(pl.Int64).alias("cut_ns"),
+    )

@@ -1,0 +1,856 @@
+"""The regression gate: a candidate run against one or more baseline runs, in two layers (CI gate).
+
+Algorithm (README.md "CI gating"):
+  1. **Structural** (:mod:`traceprof.engine.structure`): per step, CPU ops and kernels by name and shape,
+     model FLOPs, collectives and the bytes they move, counted exactly. A change is certain and is
+     reported whatever the timing noise; ``flops``, ``launches``, ``collectives`` and
+     ``comm_bytes`` are a regression when they grow past their threshold (defaults
+     :data:`traceprof.engine.structure.DEFAULT_THRESHOLDS`).
+  2. **Timing** (:mod:`traceprof.engine.timing`, :mod:`traceprof.engine.noise`): ``step_time_ns``,
+     ``compute_ns``, ``mfu_pct`` (or ``tflops`` without a known peak), ``exposed_comm_ns``,
+     ``idle_ns``. Each run's value (median over its (rank, step) samples; ``compute_ns``: the
+     typical time) against the baselines' mean; ``change_pct`` is the change in the bad direction
+     (up for times, down for MFU/TFLOP/s) as % of the base value, or, for the step's components
+     (exposed communication, idle), as % of the base step time, so that a tiny component cannot
+     trip the gate by doubling. Every metric has the noise test of :mod:`traceprof.engine.noise`: a
+     timing regression needs 2+ baseline runs, a change beyond the threshold and the noise floor,
+     and p < ``alpha``; with the noise above the threshold, or a change the evidence cannot
+     decide, the metric is ``inconclusive``. The wall-clock metrics (all but ``compute_ns``, a
+     typical time that discards preempted calls) are also ``inconclusive`` instead of a regression
+     when the candidate ran under more contention than every baseline run: its compute calls'
+     inflation over their per-shape medians (:attr:`traceprof.engine.timing.Timing.inflation`) above the
+     largest baseline's by more than the step-time threshold.
+  3. **Cause**: timing items (kernels, CPU ops, collectives: typical time per step) and each
+     rank's compute are named only when their growth passes the same test against their own
+     healthy spread (:func:`_grew`). A collective's time is never named as the cause of a compute
+     regression (its wait is the symptom); the ranks whose compute grew are named instead.
+  4. Verdict: ``regression`` when a structural or a timing metric regressed (exit 3), else
+     ``inconclusive`` when a timing metric is (exit 4), else ``ok`` (exit 0); the one-line summary
+     that says so is :mod:`traceprof.engine.difftext`'s.
+
+Only comparable runs are diffed: both on GPUs or both CPU-only (a run is a GPU run when it has
+kernels, memcpys or memsets), and the same world size when both runs record one. Per-rank step
+times of a different device or job size differ by design, not by regression (UsageError).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import polars as pl
+
+from traceprof.core.errors import TraceprofError, UsageError
+from traceprof.core.names import shorten
+from traceprof.engine import analysis as registry
+from traceprof.engine import noise, structure, timing
+from traceprof.engine.analysis import Chart, FrameResult
+from traceprof.engine.difftext import structural_reason, summary_line
+from traceprof.engine.timing import typical_items
+from traceprof.storage.baselines import resolve
+from traceprof.storage.runs import run_name
+from traceprof.storage.store import Store
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "DEFAULT_ALPHA",
+    "METRICS",
+    "EXIT_CODES",
+    "MIN_ITEM_SHARE_PCT",
+    "RunProfile",
+    "DiffResult",
+    "diff_runs",
+    "run_profile",
+    "compare_profiles",
+    "thresholds",
+    "typical_items",
+    "MEMORY_METRIC",
+    "MEMORY_THRESHOLD",
+    "MemoryProfile",
+    "memory_profile",
+]
+
+#: Default relative threshold of every timing metric (10 %); see README "CI gating" for how it was chosen.
+DEFAULT_THRESHOLD = 0.10
+#: Significance level of the timing test.
+DEFAULT_ALPHA = 0.01
+#: Timing metrics: name -> (higher is worse, measured relative to the base step time).
+METRICS: dict[str, tuple[bool, bool]] = {
+    "step_time_ns": (True, False),
+    "compute_ns": (True, False),
+    "mfu_pct": (False, False),
+    "tflops": (False, False),
+    "exposed_comm_ns": (True, True),
+    "idle_ns": (True, True),
+    "peak_mem_bytes": (True, False),  # structural when allocations are deterministic (see _memory_rows)
+}
+#: Exit code of each verdict (``traceprof diff``); 1 is an input or usage error.
+EXIT_CODES = {noise.OK: 0, noise.REGRESSION: 3, noise.INCONCLUSIVE: 4}
+#: An item can be a cause only when it rose by at least this share of the base step time.
+MIN_ITEM_SHARE_PCT = 1.0
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    """What the gate reads of one run: its structure and timing (computed once per run)."""
+
+    run_id: int
+    name: str
+    gpu: bool
+    world_size: int | None
+    structure: structure.Structure
+    timing: timing.Timing
+    memory: MemoryProfile | None = None
+
+
+def run_profile(
+    store: Store,
+    run_id: int,
+    mfu_options: dict[str, str] | None = None,
+    cache: dict[int, RunProfile] | None = None,
+) -> RunProfile:
+    """The :class:`RunProfile` of run ``run_id`` (from ``cache`` when it holds it; stored there).
+
+    Raises:
+        AnalysisError: The run has no ProfilerSteps.
+        UsageError: Bad ``mfu_options``.
+    """
+    if cache is not None and run_id in cache:
+        return cache[run_id]
+    info = store.sql(
+        """SELECT name, world_size, EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id
+                                            AND e.kind IN ('kernel', 'memcpy', 'memset')) AS gpu
+           FROM runs r WHERE run_id = ?""",
+        [run_id],
+    ).row(0, named=True)
+    p = RunProfile(
+        run_id,
+        info["name"],
+        bool(info["gpu"]),
+        info["world_size"],
+        structure.profile(store, run_id),
+        timing.profile(store, run_id, mfu_options),
+        memory_profile(store, run_id),
+    )
+    if cache is not None:
+        cache[run_id] = p
+    return p
+
+
+@dataclass(frozen=True)
+class DiffResult(FrameResult):
+    """The gate's verdict, its metrics (``frame``), the structural changes, the timing items, each
+    rank's compute, and the one-line summary.
+
+    ``frame`` columns: metric, layer (structural, timing), base (the baselines' value: timing, their
+    mean; structural, the nearest bound of their range), cand, delta (units of the metric: ns, %,
+    TFLOP/s, FLOPs, calls, bytes per step), delta_pct (% of base), change_pct (% change in the bad
+    direction, see module doc), threshold_pct, noise_pct (timing: the noise floor, % of the same
+    scale as change_pct), p_value, base_runs, n_base, n_cand (samples), verdict (ok, inconclusive,
+    regression), regressed, reason.
+    ``structure``: :func:`traceprof.engine.structure.compare`'s changed keys.
+    ``items`` columns: kind (kernel, op, collective), name, class (compute, comm, memory), base_ns,
+    cand_ns (typical ns per step), delta_ns, delta_pct (% of the item's base; null when new),
+    share_of_step_pct (delta as % of the base step time), noise_pct (its noise floor, % of the base
+    step time), p_value, base_calls, cand_calls (per step), grew (named as a cause).
+    ``ranks`` columns: rank, base_ns, cand_ns, delta_ns (typical compute per step), change_pct,
+    noise_pct, p_value, grew.
+    """
+
+    items: pl.DataFrame = field(default_factory=pl.DataFrame)
+    structure: pl.DataFrame = field(default_factory=pl.DataFrame)
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    verdict: str = noise.OK
+    layers: tuple[str, ...] = ()
+    summary: str = ""
+    baseline: str = ""
+    title: ClassVar[str] = "Regression diff"
+
+    @property
+    def regressed(self) -> bool:
+        """Whether the verdict is ``regression``."""
+        return self.verdict == noise.REGRESSION
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 3 regression, 4 inconclusive (:data:`EXIT_CODES`)."""
+        return EXIT_CODES[self.verdict]
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        top = (
+            self.items.head(15)
+            .with_row_index("rank", 1)
+            .select(
+                (pl.col("rank").cast(pl.Utf8) + ". " + pl.col("name").str.slice(0, 32)).alias("label"),
+                pl.exclude("rank"),
+            )
+        )  # short, unique chart labels: kernel names run to hundreds of characters
+        return {
+            "frame": self.frame,
+            "structure": self.structure,
+            "items": self.items,
+            "ranks": self.ranks,
+            "top": top,
+        }
+
+    def to_dict(self) -> dict[str, object]:
+        """The verdict, summary, notes, metrics, structural changes, items and ranks as JSON-ready values."""
+        metrics = [
+            {
+                k: int(v)
+                if k in ("base", "cand", "delta")
+                and str(m["metric"]).endswith("_ns")
+                and v is not None
+                and math.isfinite(v)
+                else v
+                for k, v in m.items()
+            }
+            for m in self.frame.to_dicts()
+        ]
+        return {
+            "verdict": self.verdict,
+            "regressed": self.regressed,
+            "exit_code": self.exit_code,
+            "layers": list(self.layers),
+            "baseline": self.baseline,
+            "summary": self.summary,
+            "notes": list(self.notes[1:]),
+            "metrics": metrics,
+            "structure": self.structure.to_dicts(),
+            "items": self.items.to_dicts(),
+            "ranks": self.ranks.to_dicts(),
+        }
+
+    def charts(self) -> list[Chart]:
+        # One series (the change) on a plain categorical axis: the report rotates its labels, which
+        # it cannot do for the group labels of grouped base/cand bars (they overlapped).
+        return [
+            Chart(
+                "Largest changes: typical time per step, candidate minus base",
+                "label",
+                ("delta_ns",),
+                frame="top",
+            )
+        ]
+
+
+def thresholds(given: dict[str, float]) -> dict[str, float]:
+    """Every metric's threshold: ``*`` sets the timing metrics, a metric's name sets it (fractions).
+
+    Raises:
+        UsageError: An unknown metric, or a value outside (0, 1].
+    """
+    out = {
+        **dict.fromkeys(METRICS, given.get("*", DEFAULT_THRESHOLD)),
+        **structure.DEFAULT_THRESHOLDS,
+        MEMORY_METRIC: MEMORY_THRESHOLD,
+    }
+    for key, value in given.items():
+        if key != "*" and key not in out:
+            raise UsageError(f"--threshold {key}=...: no such metric; metrics: {', '.join(out)}")
+        if not 0 < value <= 1:
+            raw = f"{value:g}" if key == "*" else f"{key}={value:g}"
+            raise UsageError(f"-t {raw}: thresholds are fractions in (0, 1] (0.05 = 5%)")
+        if key != "*":
+            out[key] = value
+    return out
+
+
+def diff_runs(
+    store: Store,
+    base: str | Sequence[str],
+    cand: str,
+    thresholds_: dict[str, float] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    mfu_options: dict[str, str] | None = None,
+    force: bool = False,
+    cache: dict[int, RunProfile] | None = None,
+) -> DiffResult:
+    """Compare run ``cand`` with the baseline run(s) ``base`` (module doc).
+
+    Args:
+        store: An open store holding the runs.
+        base: A baseline spec (:mod:`traceprof.storage.baselines`: a run, ``a,b,c``, or a baseline set),
+            or a list of them.
+        cand: Candidate run name or id.
+        thresholds_: Relative threshold per metric (0.1 = 10 %); key ``*`` sets every timing metric.
+        alpha: Significance level of the timing test.
+        mfu_options: Parameters of the ``mfu`` analysis (e.g. ``peak_tflops``), for every run.
+        force: Compare runs that are not comparable anyway: each timing metric's samples are then
+            the per-rank medians over steps (ranks, not rank-steps, are the samples), and the
+            structural metrics are shown but not gated (another device kind or job size counts
+            other things per step), with a note.
+        cache: Run profiles computed already (:func:`run_profile`), filled as runs are profiled.
+
+    Raises:
+        StoreError: No such run or baseline set.
+        UsageError: A threshold for an unknown metric, or one outside (0, 1]; runs that are not
+            comparable (GPU vs CPU-only, different world sizes) unless ``force``; bad ``mfu_options``.
+        AnalysisError: A run without ProfilerSteps.
+    """
+    limits = thresholds(thresholds_ or {})
+    cand_id = store.resolve_run(cand)
+    bl = resolve(store, base)
+    ids = [i for i in bl.run_ids if i != cand_id] or list(bl.run_ids)
+    notes = (
+        [f"run {run_name(store, cand_id)!r} is in the baseline {bl.label!r}: left out of it"]
+        if len(ids) < len(bl.run_ids)
+        else []
+    )
+    cache = {} if cache is None else cache
+    bases = [run_profile(store, i, mfu_options, cache) for i in ids]
+    c = run_profile(store, cand_id, mfu_options, cache)
+    label = bl.label if len(bl.run_ids) == len(ids) else ",".join(b.name for b in bases)
+    return compare_profiles(bases, c, limits, alpha, force, label, notes)
+
+
+def _check_comparable(bases: Sequence[RunProfile], cand: RunProfile) -> None:
+    """Raise UsageError when one run is on GPUs and another CPU-only, or their world sizes differ."""
+    why: list[str] = []
+    for b in bases:
+        if b.gpu != cand.gpu:
+            why.append(
+                f"{b.name} is {'a GPU' if b.gpu else 'a CPU-only'} run, {cand.name} "
+                f"{'a GPU' if cand.gpu else 'a CPU-only'} run"
+            )
+        if b.world_size is not None and cand.world_size is not None and b.world_size != cand.world_size:
+            why.append(f"world size {b.world_size} vs {cand.world_size}")
+    if why:
+        names = ",".join(b.name for b in bases)
+        raise UsageError(
+            f"runs {names} and {cand.name} are not comparable ({'; '.join(dict.fromkeys(why))}): "
+            "diff runs of the same job on the same kind of device, or pass --force to "
+            "compare per-rank medians anyway"
+        )
+
+
+def _per_rank(samples: pl.DataFrame) -> pl.DataFrame:
+    return (
+        samples.group_by("rank")
+        .agg(pl.exclude("step").median())
+        .with_columns(pl.lit(0).alias("step"))
+        .sort("rank")
+    )
+
+
+def compare_profiles(
+    bases: Sequence[RunProfile],
+    cand: RunProfile,
+    limits: dict[str, float],
+    alpha: float = DEFAULT_ALPHA,
+    force: bool = False,
+    label: str = "",
+    notes: Sequence[str] = (),
+) -> DiffResult:
+    """The gate on run profiles computed already (module doc); what :func:`diff_runs` returns.
+
+    Args:
+        bases: The baseline runs (1 or more).
+        cand: The candidate.
+        limits: Every metric's threshold (:func:`thresholds`).
+        alpha: Significance level of the timing test.
+        force: Compare runs that are not comparable, by per-rank medians (see :func:`diff_runs`).
+        label: How messages name the baseline (default: the run names joined by commas).
+        notes: Notes to add.
+
+    Raises:
+        UsageError: The runs are not comparable and not ``force``.
+    """
+    label = label or ",".join(b.name for b in bases)
+    notes = list(notes)
+    try:
+        _check_comparable(bases, cand)
+        forced = False
+    except UsageError as e:
+        if not force:
+            raise
+        forced = True
+        notes.append(
+            f"forced (--force): {str(e).split(': diff runs')[0]}; each metric compares per-rank medians over steps"
+        )
+    k = len(bases)
+    smp = [b.timing.samples for b in bases] + [cand.timing.samples]
+    if forced:
+        smp = [_per_rank(s) for s in smp]
+    step_base = float(np.mean([timing.unit_values(s, "step_time_ns")[0] for s in smp[:-1]]))
+    s_rows, s_items = structure.compare([b.structure for b in bases], cand.structure, limits)
+    if forced:  # other device kinds or job sizes count other things per step: shown, not gated
+        s_rows = [{**r, "regressed": False} for r in s_rows]
+    rows = [
+        {
+            **r,
+            "layer": "structural",
+            "noise_pct": None,
+            "p_value": None,
+            "base_runs": k,
+            "n_base": None,
+            "n_cand": None,
+            "verdict": noise.REGRESSION if r["regressed"] else noise.OK,
+            "reason": ("not gated (--force): " if forced else "") + structural_reason(r),
+        }
+        for r in s_rows
+    ]
+    mem_rows = _memory_rows(bases, cand, limits[MEMORY_METRIC], alpha, step_base, forced, notes)
+    rows += mem_rows
+    busier = _contention(bases, cand, limits["step_time_ns"])
+    has_mfu = all(
+        s.get_column("mfu_pct").is_not_null().any() if "mfu_pct" in s.columns else False for s in smp
+    )
+    for name in METRICS:
+        if (
+            name == ("tflops" if has_mfu else "mfu_pct")
+            or name == MEMORY_METRIC
+            or any(name not in s.columns for s in smp)
+        ):
+            continue  # with MFU known, gate on it rather than on its numerator; else on TFLOP/s
+        if name == "compute_ns":
+            per = [(b.timing.compute_ns, _compute_units(b.timing, forced)) for b in (*bases, cand)]
+            counts = [s.height for s in smp]
+        else:
+            per = [timing.unit_values(s, name) for s in smp]
+            counts = [int(s[name].is_not_null().sum()) for s in smp]
+        if any(math.isnan(v) for v, _ in per):
+            continue
+        rows.append(_timing_row(name, per, counts, step_base, limits[name], alpha, busier))
+    metrics = pl.DataFrame(
+        rows,
+        schema_overrides={
+            "p_value": pl.Float64,
+            "delta_pct": pl.Float64,
+            "noise_pct": pl.Float64,
+            "n_base": pl.Int64,
+            "n_cand": pl.Int64,
+        },
+    )
+    metrics = metrics.select(
+        "metric",
+        "layer",
+        "base",
+        "cand",
+        "delta",
+        "delta_pct",
+        "change_pct",
+        "threshold_pct",
+        "noise_pct",
+        "p_value",
+        "base_runs",
+        "n_base",
+        "n_cand",
+        "verdict",
+        "regressed",
+        "reason",
+    )
+    items = _items(bases, cand, step_base, limits["compute_ns"], alpha)
+    ranks = _rank_compute(bases, cand, limits["compute_ns"], alpha)
+    verdicts = set(metrics["verdict"])
+    layers = tuple(
+        layer
+        for layer in ("structural", "timing")
+        if metrics.filter((pl.col("layer") == layer) & pl.col("regressed")).height
+    )
+    verdict = (
+        noise.REGRESSION if layers else noise.INCONCLUSIVE if noise.INCONCLUSIVE in verdicts else noise.OK
+    )
+    if busier:
+        notes.append(
+            f"contention: {cand.name}'s compute calls took {cand.timing.inflation:.2f}x their per-shape median "
+            f"time in total, the baselines' at most {max(b.timing.inflation for b in bases):.2f}x: it ran on a "
+            "busier machine, so a change of its wall-clock metrics (step time, MFU, exposed communication, "
+            "idle) cannot be told from the load and is not called a regression"
+        )
+    if k == 1 and noise.INCONCLUSIVE in verdicts:
+        notes.append(
+            "one baseline run: a timing change cannot be told from run-to-run variation; give 3+ baseline "
+            "runs (`traceprof diff a,b,c CAND`, or a set: `traceprof baseline add NAME RUN...`)"
+        )
+    struct_rows = s_rows + [r for r in mem_rows if r["layer"] == "structural"]
+    summary = summary_line(label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k)
+    return DiffResult(
+        frame=metrics,
+        items=items,
+        structure=s_items,
+        ranks=ranks,
+        verdict=verdict,
+        layers=layers,
+        summary=summary,
+        baseline=label,
+        notes=(summary, *notes),
+    )
+
+
+def _compute_units(t: timing.Timing, forced: bool) -> np.ndarray:
+    by = t.compute_ranks if forced or t.compute_steps.height < 2 else t.compute_steps
+    return by["compute_ns"].to_numpy()
+
+
+def _contention(bases: Sequence[RunProfile], cand: RunProfile, threshold: float) -> str:
+    """Why the candidate's wall-clock metrics cannot be compared (module doc, step 2), or ""."""
+    most = max(b.timing.inflation for b in bases)
+    if cand.timing.inflation <= most * (1.0 + threshold):
+        return ""
+    return (
+        f"the candidate ran under more contention than every baseline run ({cand.timing.inflation:.2f}x "
+        f"vs at most {most:.2f}x)"
+    )
+
+
+def _timing_row(
+    name: str,
+    per: list[tuple[float, np.ndarray]],
+    counts: list[int],
+    step_base: float,
+    threshold: float,
+    alpha: float,
+    busier: str = "",
+) -> dict[str, object]:
+    """One timing metric's row (module doc, step 2): per run (value, unit values), baselines first;
+    ``busier``: why a wall-clock metric (all but ``compute_ns``) cannot regress (:func:`_contention`)."""
+    worse_up, of_step = METRICS[name]
+    values = np.array([v for v, _ in per])
+    base, cand = float(values[:-1].mean()), float(values[-1])
+    if name.endswith("_ns"):
+        base, cand = float(round(base)), float(round(cand))  # whole ns
+    delta = cand - base
+    bad = delta if worse_up else -delta
+    scale = step_base if of_step else abs(base)
+    n = noise.estimate([noise.spread(u) for _, u in per[:-1]], noise.spread(per[-1][1]), values[:-1])
+    p = noise.p_value(bad, n)
+    change = 100.0 * bad / scale if scale else (0.0 if delta == 0 else math.inf)
+    floor = 100.0 * n.se / scale if n.se is not None and scale else (None if n.se is None else 0.0)
+    verdict, reason = noise.judge(change, floor, p, n.k, 100.0 * threshold, alpha)
+    if verdict == noise.REGRESSION and busier and name != "compute_ns":
+        verdict, reason = noise.INCONCLUSIVE, f"{reason}; but {busier}"
+    return {
+        "metric": name,
+        "layer": "timing",
+        "base": base,
+        "cand": cand,
+        "delta": delta,
+        "delta_pct": 100.0 * delta / abs(base) if base else None,
+        "change_pct": change,
+        "threshold_pct": 100.0 * threshold,
+        "noise_pct": floor,
+        "p_value": p,
+        "base_runs": n.k,
+        "n_base": sum(counts[:-1]),
+        "n_cand": counts[-1],
+        "verdict": verdict,
+        "regressed": verdict == noise.REGRESSION,
+        "reason": reason,
+    }
+
+
+def _grew(
+    delta: float, scale: float, noise_: noise.Noise, alpha: float
+) -> tuple[float | None, float | None, bool]:
+    """(noise_pct, p, above its healthy spread): ``delta`` beyond its noise floor and significant."""
+    p = noise.p_value(delta, noise_)
+    if noise_.se is None or p is None or not scale:
+        return None, p, False
+    return 100.0 * noise_.se / scale, p, delta > noise_.se and p < alpha
+
+
+def _items(
+    bases: Sequence[RunProfile], cand: RunProfile, step_base: float, threshold: float, alpha: float
+) -> pl.DataFrame:
+    """Timing items (module doc, step 3): typical time per step, and whether each grew beyond its noise."""
+    k = len(bases)
+    runs = [*bases, cand]
+    cols = ["kind", "name", "class"]
+    stacked = pl.concat([r.timing.items.with_columns(pl.lit(i).alias("_r")) for i, r in enumerate(runs)])
+    # per (item, run): Σ and Σ² of the per-step values (a step without the item counts 0), and the run's steps
+    steps_of = [r.timing.compute_steps.height for r in runs]
+    nsteps = pl.DataFrame({"_r": list(range(len(runs))), "_n": steps_of})
+    st = (
+        pl.concat([r.timing.item_steps.with_columns(pl.lit(i).alias("_r")) for i, r in enumerate(runs)])
+        .group_by("kind", "name", "_r")
+        .agg(pl.col("ns").sum().alias("_s1"), (pl.col("ns") ** 2).sum().alias("_s2"))
+    )
+    per = (
+        stacked.join(st, on=["kind", "name", "_r"], how="left")
+        .join(nsteps, on="_r")
+        .with_columns(
+            (pl.col("_s2").fill_null(0.0) - pl.col("_s1").fill_null(0.0) ** 2 / pl.col("_n"))
+            .clip(0.0)
+            .alias("_ss")
+        )
+    )
+    rows = []
+    for key, g in per.sort("_r").group_by(cols, maintain_order=True):
+        got = {r: (v, c, n, ss) for r, v, c, n, ss in g.select("_r", "ns", "calls", "_n", "_ss").iter_rows()}
+        b, c = (
+            [got.get(i, (0.0, 0.0, steps_of[i], 0.0)) for i in range(k)],
+            got.get(k, (0.0, 0.0, steps_of[k], 0.0)),
+        )
+        base_ns = float(np.mean([x[0] for x in b]))
+        delta = round(c[0]) - round(base_ns)
+        nz = noise.estimate([(x[2], x[3]) for x in b], (c[2], c[3]), [x[0] for x in b])
+        floor, p, beyond = _grew(float(delta), step_base, nz, alpha)
+        rows.append(
+            (*key, round(base_ns), round(c[0]), float(np.mean([x[1] for x in b])), c[1], floor, p, beyond)
+        )
+    schema = {
+        "kind": pl.Utf8,
+        "name": pl.Utf8,
+        "class": pl.Utf8,
+        "base_ns": pl.Int64,
+        "cand_ns": pl.Int64,
+        "base_calls": pl.Float64,
+        "cand_calls": pl.Float64,
+        "noise_pct": pl.Float64,
+        "p_value": pl.Float64,
+        "_beyond": pl.Boolean,
+    }
+    both = pl.DataFrame(rows, schema=schema, orient="row")
+    delta = pl.col("cand_ns") - pl.col("base_ns")
+    return (
+        both.with_columns(
+            delta.alias("delta_ns"),
+            pl.when(pl.col("base_ns") > 0)
+            .then(100.0 * delta / pl.col("base_ns"))
+            .otherwise(None)
+            .alias("delta_pct"),
+            (100.0 * delta / step_base).alias("share_of_step_pct"),
+        )
+        .with_columns(
+            (
+                (pl.col("delta_pct").fill_null(math.inf) > 100.0 * threshold)
+                & (pl.col("share_of_step_pct") >= MIN_ITEM_SHARE_PCT)
+                & pl.col("_beyond")
+            ).alias("grew"),
+        )
+        .select(
+            "kind",
+            "name",
+            "class",
+            "base_ns",
+            "cand_ns",
+            "delta_ns",
+            "delta_pct",
+            "share_of_step_pct",
+            "noise_pct",
+            "p_value",
+            "base_calls",
+            "cand_calls",
+            "grew",
+        )
+        .sort(  # ties by kind and name: one order every run
+            delta.abs(), "kind", "name", descending=[True, False, False], nulls_last=True
+        )
+    )
+
+
+def _rank_compute(
+    bases: Sequence[RunProfile], cand: RunProfile, threshold: float, alpha: float
+) -> pl.DataFrame:
+    """Each rank's typical compute per step, and whether it grew beyond its own noise (module doc, step 3)."""
+    runs = [*bases, cand]
+    values = [dict(r.timing.compute_ranks.iter_rows()) for r in runs]
+    units = [
+        {
+            key[0]: g["compute_ns"].drop_nulls().to_numpy()
+            for key, g in r.timing.samples.select("rank", "compute_ns").group_by("rank")
+        }
+        for r in runs
+    ]
+    rows = []
+    for rank, c_val in values[-1].items():
+        if any(rank not in v for v in values[:-1]):
+            continue
+        b_vals = [float(v[rank]) for v in values[:-1]]
+        u = [x.get(rank, np.zeros(0)) for x in units]
+        base = float(np.mean(b_vals))
+        nz = noise.estimate([noise.spread(x) for x in u[:-1]], noise.spread(u[-1]), b_vals)
+        delta = round(c_val) - round(base)
+        floor, p, beyond = _grew(float(delta), base, nz, alpha)
+        change = 100.0 * delta / base if base else math.inf
+        rows.append(
+            (rank, round(base), round(c_val), delta, change, floor, p, beyond and change > 100.0 * threshold)
+        )
+    return pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "rank": pl.Int32,
+            "base_ns": pl.Int64,
+            "cand_ns": pl.Int64,
+            "delta_ns": pl.Int64,
+            "change_pct": pl.Float64,
+            "noise_pct": pl.Float64,
+            "p_value": pl.Float64,
+            "grew": pl.Boolean,
+        },
+    ).sort("rank")
+
+
+# --- peak memory (issue 35): the gate's memory metric ---------------------------------------------------
+#: The metric: per step, the largest peak allocated over the ranks (``memory`` analysis, each rank's
+#: primary series, the largest of its devices); a run's value is the largest over its steps, the peak
+#: that can run out of memory.
+MEMORY_METRIC = "peak_mem_bytes"
+#: Default growth that makes it a regression (1 %: with deterministic allocations any growth is real
+#: extra memory; set it by name, ``-t peak_mem_bytes=0.05``).
+MEMORY_THRESHOLD = 0.01
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """A run's memory for the gate.
+
+    Attributes:
+        steps: rank, step, peak_bytes: each rank's peak allocated per ProfilerStep (bytes).
+        ops: op, top_op, live_bytes: bytes live at each rank's peak by allocating op, summed over ranks.
+    """
+
+    steps: pl.DataFrame
+    ops: pl.DataFrame
+
+    def rank_values(self) -> dict[int, int]:
+        """Rank -> its largest step peak (bytes)."""
+        return dict(self.steps.group_by("rank").agg(pl.col("peak_bytes").max()).iter_rows())
+
+    def units(self) -> np.ndarray:
+        """Per step (in step order), the largest peak over the ranks: the metric's unit values."""
+        return (
+            self.steps.group_by("step").agg(pl.col("peak_bytes").max()).sort("step")["peak_bytes"].to_numpy()
+        )
+
+    @property
+    def value(self) -> float:
+        """The run's value of :data:`MEMORY_METRIC` (bytes)."""
+        return float(self.steps["peak_bytes"].max())  # type: ignore[arg-type]
+
+
+def memory_profile(store: Store, run_id: int) -> MemoryProfile | None:
+    """The run's :class:`MemoryProfile` from the ``memory`` analysis, or None when it recorded no
+    memory (or none within ProfilerSteps)."""
+    try:
+        an = registry.get("memory")
+        res = an.run(store, an.params(run=str(run_id)))
+    except TraceprofError:
+        return None
+    key = ["rank", "device", "source"]
+    primary = res.frame.filter(pl.col("primary")).select(key)
+    steps = (
+        res.frames()["steps"]
+        .join(primary, on=key, nulls_equal=True)
+        .filter(pl.col("step").is_not_null() & pl.col("peak_allocated_bytes").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("peak_allocated_bytes").max().alias("peak_bytes"))
+    )
+    if steps.is_empty():
+        return None
+    ops = (
+        res.frames()["ops"]
+        .join(primary, on=key, nulls_equal=True)
+        .group_by("op", "top_op")
+        .agg(pl.col("live_bytes").sum())
+    )
+    return MemoryProfile(steps.sort("rank", "step"), ops)
+
+
+def _memory_deterministic(bases: Sequence[RunProfile]) -> bool:
+    """Whether the baselines' allocations are deterministic: 2+ baseline runs whose ranks' peaks agree
+    to the byte, or one in which each rank repeats its peak to the byte: all its 2+ steps, or its 2+
+    steps after the first (which allocates the optimizer state, workspaces, ...)."""
+    mems = [b.memory for b in bases if b.memory is not None]
+    if len(mems) >= 2:
+        first = mems[0].rank_values()
+        return all(m.rank_values() == first for m in mems[1:])
+    for _, g in mems[0].steps.sort("step").group_by("rank"):
+        vals = g["peak_bytes"].to_list()  # repetition is the evidence: 2+ equal steps, the first aside or not
+        if not ((len(vals) >= 2 and len(set(vals)) == 1) or (len(vals) >= 3 and len(set(vals[1:])) == 1)):
+            return False
+    return True
+
+
+def _memory_cause(bases: Sequence[RunProfile], cand: RunProfile) -> str:
+    """The op whose live bytes at the peak grew most (candidate minus the baselines' mean), or ""."""
+    from traceprof.core.display import size
+
+    k = len(bases)
+    parts = [b.memory.ops.with_columns(pl.lit(-1.0 / k).alias("_w")) for b in bases if b.memory is not None]
+    if cand.memory is not None:
+        parts.append(cand.memory.ops.with_columns(pl.lit(1.0).alias("_w")))
+    stacked = pl.concat(parts)
+    grew = (
+        stacked.group_by("op", "top_op")
+        .agg((pl.col("live_bytes") * pl.col("_w")).sum().alias("d"))
+        .filter(pl.col("d") > 0)
+        .sort("d", "op", descending=[True, False], nulls_last=True)
+    )
+    if grew.is_empty():
+        return ""
+    r = grew.row(0, named=True)
+    who = (
+        "memory allocated before the trace"
+        if r["op"] == "(before the trace)"
+        else shorten(str(r["op"] or "allocations outside any CPU op"), 60)
+        + (f" in {shorten(r['top_op'], 60)}" if r["top_op"] else "")
+    )
+    return f"{who} holds +{size(r['d'])} more at the peak"
+
+
+def _memory_rows(
+    bases: Sequence[RunProfile],
+    cand: RunProfile,
+    threshold: float,
+    alpha: float,
+    step_base: float,
+    forced: bool,
+    notes: list[str],
+) -> list[dict[str, object]]:
+    """The :data:`MEMORY_METRIC` row: structural (exact) when the baselines' allocations are
+    deterministic (:func:`_memory_deterministic`), else through the timing layer's noise test; none
+    when a side recorded no memory (with a note when only one did)."""
+    have = [b.memory is not None for b in bases] + [cand.memory is not None]
+    if not all(have):
+        if any(have):
+            notes.append(
+                f"{MEMORY_METRIC} not compared: only some of the runs recorded memory (profile_memory=True)"
+            )
+        return []
+    cause = _memory_cause(bases, cand)
+    if not _memory_deterministic(bases):
+        per = [(b.memory.value, b.memory.units()) for b in (*bases, cand) if b.memory is not None]
+        noisy = _timing_row(MEMORY_METRIC, per, [len(u) for _, u in per], step_base, threshold, alpha)
+        noisy["reason"] = (
+            f"{noisy['reason']} (allocations differ between the baseline runs: noise-tested)"
+            + (f"; {cause}" if cause and float(noisy["delta"]) > 0 else "")  # type: ignore[arg-type]
+        )
+        return [noisy]
+    values = [b.memory.value for b in bases if b.memory is not None]
+    c = cand.memory.value if cand.memory is not None else math.nan
+    base, change = structure.metric_change(values, c)
+    regressed = bool(change > 100.0 * threshold) and not forced
+    row: dict[str, object] = {
+        "metric": MEMORY_METRIC,
+        "base": base,
+        "cand": c,
+        "delta": c - base,
+        "delta_pct": 100.0 * (c - base) / base if base else None,
+        "change_pct": change,
+        "threshold_pct": 100.0 * threshold,
+        "regressed": regressed,
+        "varies": len(set(values)) > 1,
+        "ranks": [],
+        "per_rank": None,
+        "layer": "structural",
+        "noise_pct": None,
+        "p_value": None,
+        "base_runs": len(bases),
+        "n_base": None,
+        "n_cand": None,
+        "verdict": noise.REGRESSION if regressed else noise.OK,
+        "text": cause,
+    }
+    reason = structural_reason(row)
+    if change:
+        reason += "; allocations are deterministic (the baselines' peaks agree to the byte)" + (
+            f"; {cause}" if cause and change > 0 else ""
+        )
+    row["reason"] = ("not gated (--force): " if forced else "") + reason
+    return [row]

@@ -1,0 +1,168 @@
+"""The regression gate's words: the one-line summary and the reasons (``traceprof.engine.diff`` computes).
+
+Nothing here decides anything: it phrases what :func:`traceprof.engine.diff.compare_profiles` found, with
+long kernel and op names shortened to their family (``traceprof.core.names.shorten``).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceprof.core.names import shorten
+from traceprof.engine import noise
+
+__all__ = ["structural_reason", "summary_line", "causes"]
+
+
+def structural_reason(r: dict[str, object]) -> str:
+    """The ``reason`` of a structural metric's row: ``+17.8% > threshold 1% (exact)`` or ``unchanged``."""
+    th, ch = r["threshold_pct"], float(r["change_pct"])  # type: ignore[arg-type]
+    varies = " (the baseline runs differ; compared with the nearest)" if r["varies"] else ""
+    if not ch:
+        return "unchanged" + varies
+    return f"{ch:+.1f}% {'>' if ch > float(th) else '<='} threshold {th:g}% (exact){varies}"  # type: ignore[arg-type]
+
+
+def _count(x: float) -> str:
+    return f"{x:+,.0f}" if float(x).is_integer() else f"{x:+,.2f}"
+
+
+def _structural_text(m: dict[str, object], changed: pl.DataFrame, world: int) -> str:
+    """``flops +17.8% per step (> 1%): +2 aten::mm (512,128)@(128,512) per step on every rank, ...``"""
+    name = str(m["metric"])
+    head = f"{name} {float(m['change_pct']):+.1f}% per step (> {m['threshold_pct']:g}%)"  # type: ignore[arg-type]
+    by = {
+        "flops": ("delta_flops", None),
+        "comm_bytes": ("delta_bytes", ("collective",)),
+        "collectives": ("delta_calls", ("collective",)),
+        "launches": ("delta_calls", ("kernel", "op")),
+    }
+    if name not in by:  # a metric that words its own cause (peak_mem_bytes: the op whose memory grew)
+        return head + (f": {m['text']}" if m.get("text") else "")
+    col, kinds = by[name]
+    rows = changed.filter(pl.col(col) > 0)
+    if kinds:
+        rows = rows.filter(pl.col("kind").is_in(kinds))
+    if name == "flops":  # FLOPs come from ops: name them with their calls
+        rows = rows.sort("delta_flops", descending=True)
+        parts = [_key_text(r, world) for r in rows.head(3).iter_rows(named=True)]
+    elif name == "launches":
+        what = "kernels" if "kernel" in set(rows["kind"]) else "CPU ops"
+        parts = [_rank_text(m, what, world)]
+    else:
+        parts = [_key_text(r, world) for r in rows.sort(col, descending=True).head(3).iter_rows(named=True)]
+    return head + (": " + ", ".join(parts) if parts else "")
+
+
+def _where(ranks: list[int], world: int) -> str:
+    if len(ranks) >= world > 1:
+        return "on every rank"
+    return f"on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _rank_text(m: dict[str, object], what: str, world: int) -> str:
+    """``+56 CPU ops per step on every rank`` from a structural metric's row."""
+    ranks = list(m["ranks"])  # type: ignore[call-overload]
+    if m["per_rank"] is not None:
+        return f"{_count(float(m['per_rank']))} {what} per step {_where(ranks, world)}"  # type: ignore[arg-type]
+    return f"{_count(float(m['delta']))} {what} per step in all ({_where(ranks, world)})"  # type: ignore[arg-type]
+
+
+def _key_text(r: dict[str, object], world: int) -> str:
+    ranks = list(r["ranks"])  # type: ignore[call-overload]
+    per = float(r["delta_calls"]) / (len(ranks) if ranks else 1)  # type: ignore[arg-type]
+    where = _where(ranks, world)
+    shape = f" {r['shape']}" if r["shape"] else ""
+    return f"{_count(per)} {shorten(str(r['name']), 60)}{shape} per step {where}"
+
+
+def causes(metrics: pl.DataFrame, items: pl.DataFrame, ranks: pl.DataFrame) -> str:
+    """What grew beyond its noise: compute items and ranks first; collectives only when compute did not grow."""
+    bad = set(metrics.filter(pl.col("regressed") & (pl.col("layer") == "timing"))["metric"])
+    grown_ranks = ranks.filter(pl.col("grew"))
+    compute_grew = "compute_ns" in bad or grown_ranks.height > 0
+    classes = (
+        ["compute"]
+        if compute_grew
+        else ["comm", "memory", "compute"]
+        if "exposed_comm_ns" in bad
+        else ["compute", "memory", "comm"]
+    )
+    grew = (
+        items.filter(pl.col("grew") & pl.col("class").is_in(classes))
+        .sort(
+            pl.col("class").replace_strict({c: i for i, c in enumerate(classes)}, default=9),
+            -pl.col("delta_ns"),
+        )
+        .head(3)
+    )
+    parts = [
+        f"{shorten(r['name'], 60)} +{r['delta_ns'] / 1e6:.2f} ms/step"
+        + (f" ({r['delta_pct']:+.0f}%)" if r["delta_pct"] is not None else " (new)")
+        for r in grew.iter_rows(named=True)
+    ]
+    text = ("grew: " + ", ".join(parts)) if parts else ""
+    if grown_ranks.height:
+        who = ", ".join(f"{r['rank']} ({r['change_pct']:+.0f}%)" for r in grown_ranks.iter_rows(named=True))
+        text += ("; " if text else "") + f"compute grew on rank{'s' if grown_ranks.height > 1 else ''} {who}"
+        if compute_grew:
+            text += " (collective wait on the others is the symptom, not the cause)"
+    return text
+
+
+def _moved(m: dict[str, object]) -> str:
+    """``step_time_ns +21.6%``: the metric's own change (its delta as % of its base value)."""
+    pct = m["delta_pct"]
+    return f"{m['metric']} {float(pct):+.1f}%" if pct is not None else f"{m['metric']} {float(m['delta']):+g}"  # type: ignore[arg-type]
+
+
+def summary_line(
+    base: str,
+    cand: str,
+    verdict: str,
+    layers: tuple[str, ...],
+    metrics: pl.DataFrame,
+    s_rows: list[dict[str, object]],
+    changed: pl.DataFrame,
+    items: pl.DataFrame,
+    ranks: pl.DataFrame,
+    k: int,
+) -> str:
+    """The gate's one-line CI summary: the verdict and its layers, then the structural changes past
+    their thresholds (what was added, on which ranks), the timing regressions with their causes, and
+    the figures of every inconclusive metric."""
+    world = max(ranks.height, 1)
+    head = f"{verdict.upper()}{' (' + ', '.join(layers) + ')' if layers else ''} {base} -> {cand}"
+    struct = metrics.filter(pl.col("layer") == "structural")
+    moved = struct.filter(pl.col("change_pct") != 0)
+    tim = metrics.filter(pl.col("layer") == "timing")
+    parts: list[str] = []
+    if struct.filter(pl.col("regressed")).height:
+        parts += [_structural_text(m, changed, world) for m in s_rows if m["regressed"]]
+    elif moved.height:
+        parts.append(
+            "structure changed within thresholds: "
+            + ", ".join(f"{m['metric']} {m['change_pct']:+.1f}%" for m in moved.iter_rows(named=True))
+        )
+    else:
+        parts.append("no structural change")
+    if "timing" in layers:
+        parts += [
+            f"{_moved(m)} ({m['reason']})" for m in tim.filter(pl.col("regressed")).iter_rows(named=True)
+        ]
+        cause = causes(metrics, items, ranks)
+        if cause:
+            parts.append(cause)
+    unsure = tim.filter(pl.col("verdict") == noise.INCONCLUSIVE)
+    if unsure.height:
+        parts.append(
+            "inconclusive: " + ", ".join(f"{_moved(m)} ({m['reason']})" for m in unsure.iter_rows(named=True))
+        )
+    if verdict == noise.OK:
+        parts.append(
+            "timing within thresholds ("
+            + ", ".join(f"{_moved(m)}, noise {m['noise_pct']:.1f}%" for m in tim.iter_rows(named=True))
+            + ")"
+        )
+    runs = f" ({k} baseline runs)" if k > 1 and "," not in base else ""
+    return f"{head}{runs}: " + "; ".join(parts)

@@ -1,0 +1,421 @@
+"""Findings: what a run's analyses say, ranked by what they cost, one line each.
+
+The report opens with these and ``traceprof summary`` prints them. Nothing here renders: a
+:class:`Findings` holds plain strings and numbers; the report and the CLI format them. Nothing here
+names an analysis either: each declares in its spec (``traceprof.engine.analysis``) whether the report
+runs it (``Report``: its order, what the run must hold, on which runs) and how its results become
+findings (``Topic``: its findings hook).
+
+Algorithm:
+  1. Run the report's analyses on the run (:func:`run_analyses`, in their declared order; one whose
+     ``Report.when`` leaves the run out is not run); an analysis that does not apply (a
+     :class:`~traceprof.core.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only run)
+     becomes a :class:`Missing` entry with what the run lacks (``Report.needs``) and how to record it.
+  2. Per topic, in the topics' declared order, the analysis' findings hook reads the results into
+     findings with a cost in % of step time and one verdict (stragglers, communication, idle,
+     utilization, desync, memory, parallelism); the regression against baselines
+     (``traceprof.engine.diff``: its verdict; cost: the step-time change of a regression) at its place
+     among them (:data:`REGRESSION_ORDER`).
+  3. Let the analyses that measure what a finding could recover refine them (their spec's
+     ``refine``: ``critical_path`` gives each the time it could recover by the step account, % of
+     all ranks' step time), rank them by it, largest first (by their cost where there is no such
+     figure; those without either last), and give one combined verdict per topic (``problem``,
+     ``ok`` or ``n/a``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import queue
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from traceprof.core import cancel
+from traceprof.core.errors import TraceprofError, UsageError
+from traceprof.core.values import parse_bool
+from traceprof.engine import analysis as registry
+from traceprof.engine import session
+from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
+from traceprof.engine.timing import analysis_mfu_options
+from traceprof.storage.runs import run_name
+from traceprof.storage.store import Store
+
+__all__ = [
+    "Finding",
+    "Verdict",
+    "Missing",
+    "Findings",
+    "report_analyses",
+    "run_analyses",
+    "build",
+    "summarize",
+    "compare",
+    "hta_mode",
+    "REGRESSION_ORDER",
+]
+
+#: The regression gate's place among the topics' verdicts (``Topic.order``).
+REGRESSION_ORDER = 60
+
+HOW = (
+    "record every rank with torch.profiler (collectors/kineto/capture.py: profile_ranks, or "
+    "`traceprof collect`), with CUDA activity on GPUs and record_shapes=True"
+)
+
+
+@dataclass(frozen=True)
+class Missing:
+    """An analysis that does not apply to the run: why (the analysis' message) and what it needs."""
+
+    analysis: str
+    reason: str
+    needs: str
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Ranked findings, verdicts per topic and the analyses that did not apply, for one run."""
+
+    run: str
+    findings: tuple[Finding, ...]
+    verdicts: tuple[Verdict, ...]
+    missing: tuple[Missing, ...]
+    results: dict[str, FrameResult] = field(default_factory=dict)
+    hta: bool = False
+
+    @property
+    def empty_text(self) -> str:
+        """What the findings list says when it is empty (the summary and the report say the same)."""
+        if self.verdicts:
+            return "nothing found that costs step time; the verdict per topic follows"
+        return "no findings: no analysis applied to this run"
+
+    @property
+    def ranking(self) -> str:
+        """How the findings are ranked, in words (the summary and the report say it)."""
+        if any(f.recoverable_pct is not None for f in self.findings):
+            return (
+                "Ranked by the time each could recover by the step account (critical_path), in % of all ranks' "
+                "step time; the others by what they cost, in % of step time"
+            )
+        return "Ranked by what they cost, in % of step time"
+
+    def to_frame(self) -> pl.DataFrame:
+        """Findings as a frame: position, topic, cost_pct (% of step time, null if none),
+        recoverable_pct (% of all ranks' step time by the step account, null if none), problem,
+        status (the topic's verdict), finding."""
+        return pl.DataFrame(
+            {
+                "position": list(range(1, len(self.findings) + 1)),
+                "topic": [f.topic for f in self.findings],
+                "cost_pct": [f.cost_pct for f in self.findings],
+                "recoverable_pct": [f.recoverable_pct for f in self.findings],
+                "problem": [f.problem for f in self.findings],
+                "status": [f.status for f in self.findings],
+                "finding": [f.text for f in self.findings],
+            },
+            schema={
+                "position": pl.Int64,
+                "topic": pl.Utf8,
+                "cost_pct": pl.Float64,
+                "recoverable_pct": pl.Float64,
+                "problem": pl.Boolean,
+                "status": pl.Utf8,
+                "finding": pl.Utf8,
+            },
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: run, findings, verdicts, missing."""
+        return {
+            "run": self.run,
+            "findings": self.to_frame().to_dicts(),
+            "verdicts": [v.__dict__ for v in self.verdicts],
+            "missing": [m.__dict__ for m in self.missing],
+        }
+
+
+def report_analyses() -> list[registry.Analysis]:
+    """The analyses the report and the summary run (their spec's ``report``), in report order."""
+    return sorted(
+        (a for a in registry.specs() if a.report is not None),
+        key=lambda a: (a.report.order, a.name),  # type: ignore[union-attr]
+    )
+
+
+def hta_mode(params: dict[str, dict[str, str]] | None) -> bool:
+    """Whether ``-p ANALYSIS.hta=...`` options turn HTA-compatible mode on for some analysis."""
+
+    def on(v: object) -> bool:
+        try:
+            return parse_bool(str(v))
+        except ValueError:
+            return False
+
+    return any(on(v["hta"]) for v in (params or {}).values() if "hta" in v)
+
+
+def run_analyses(
+    store: Store,
+    run_id: int,
+    params: dict[str, dict[str, str]] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> dict[str, FrameResult | TraceprofError]:
+    """Run ``names`` (default: the report's analyses) on a run; an analysis that does not apply
+    gives its error instead of a result.
+
+    On a read-only store with two or more CPUs the analyses run on the session's threads
+    (``Session.threads``), each with its own connection (``Store.for_thread``), sharing results in
+    the store's session (see :func:`_run_all`). The results do not depend on the threads: each
+    analysis reads the store alone.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        params: Parameters per analysis as strings, e.g. ``{"mfu": {"peak_tflops": "989"}}``.
+        names: Analyses to run (those not registered are skipped); default: those of
+            :func:`report_analyses`, each on the runs its ``Report.when`` admits.
+
+    Returns:
+        Name -> result or error, in report order.
+
+    Raises:
+        UsageError: A parameter names no such analysis or has a bad value.
+        KeyboardInterrupt: Ctrl-C, once the threads have stopped (their queries interrupted, their
+            Python at its next ``traceprof.core.cancel`` checkpoint).
+    """
+    params = params or {}
+    known = set(registry.names())
+    if names is None:
+        specs = report_analyses()
+        allowed = tuple(a.name for a in specs)
+        names = tuple(a.name for a in specs if a.report is not None and a.report.when is None)
+        conditional = [a for a in specs if a.report is not None and a.report.when is not None]
+    else:
+        allowed, conditional = names, []
+    unknown = set(params) - set(allowed)
+    if unknown:
+        raise UsageError(f"no report analysis {sorted(unknown)[0]!r}; choose from: {', '.join(allowed)}")
+    for a in conditional:
+        if a.name in params:
+            _params(
+                a.name, run_id, params[a.name]
+            )  # a bad value is refused on every run, not only where it runs
+    names = (*names, *(a.name for a in conditional if a.report.when(store, run_id)))  # type: ignore[union-attr, misc]
+    todo = [
+        (name, registry.get(name), _params(name, run_id, params.get(name, {})))
+        for name in names
+        if name in known
+    ]
+    with session.of(store) as s:
+        return _run_all(store, todo, s.threads)
+
+
+def _params(name: str, run_id: int, options: dict[str, str]) -> Any:
+    """Analysis ``name``'s parameters from ``-p name.key=value`` options.
+
+    Raises:
+        UsageError: A bad value, named as given (``mfu.peak_tflops='abc': expected a number``).
+    """
+    try:
+        return registry.make_params(registry.get(name), str(run_id), options)
+    except UsageError as e:
+        given = tuple(f"{k.replace('-', '_')}=" for k in options)
+        if given and str(e).startswith(given):
+            raise UsageError(f"{name}.{e}") from None
+        raise
+
+
+def _one(an: registry.Analysis, store: Store, p: Any) -> FrameResult | TraceprofError:
+    try:
+        return an.run(store, p)
+    except UsageError:
+        raise
+    except TraceprofError as e:
+        return e
+
+
+def _run_all(
+    store: Store, todo: list[tuple[str, registry.Analysis, Any]], threads: int
+) -> dict[str, FrameResult | TraceprofError]:
+    """Each (name, analysis, params) of ``todo`` run on ``store``, on up to ``threads`` threads
+    when it can (see :func:`run_analyses`): each thread takes the next analysis, first those that
+    another of ``todo`` requires (``whatif``, which ``stragglers`` runs: the longest), on a
+    connection of its own; an analysis another thread is computing (whatif for stragglers, the
+    activity frame) is waited for, not computed twice (the session's memo)."""
+    threads = min(threads, len(todo))
+    if threads < 2 or not store.read_only:
+        return {name: _one(an, store, p) for name, an, p in todo}
+    first = {r for _, an, _ in todo for r in an.requires}
+    order = sorted(todo, key=lambda t: t[0] not in first)  # stable: the rest in report order
+    with contextlib.ExitStack() as stack:
+        views = [stack.enter_context(store.for_thread()) for _ in range(threads)]
+        free: queue.SimpleQueue[Store] = queue.SimpleQueue()
+        for v in views:
+            free.put(v)
+
+        def task(an: registry.Analysis, p: Any) -> FrameResult | TraceprofError:
+            view = free.get()
+            try:
+                return _one(an, view, p)
+            finally:
+                free.put(view)
+
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="traceprof-analysis")
+        with cancel.scope() as stop:
+            futures = {
+                name: pool.submit(contextvars.copy_context().run, task, an, p) for name, an, p in order
+            }
+        try:
+            pending = set(futures.values())
+            while pending:  # a timed wait, so that Ctrl-C reaches this thread
+                _, pending = wait(pending, timeout=0.1)
+        except KeyboardInterrupt:
+            # Drop the queued analyses; stop the running ones at their next checkpoint (a query, a
+            # level of a what-if replay: traceprof.core.cancel) and interrupt their queries, until they
+            # have stopped: the connections close after them.
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            running = {f for f in futures.values() if not f.done()}
+            while running:
+                for v in views:
+                    with contextlib.suppress(duckdb.Error):
+                        v.con.interrupt()
+                _, running = wait(running, timeout=0.05)
+            raise
+        pool.shutdown()
+        return {name: futures[name].result() for name, _, _ in todo}
+
+
+def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
+    """The regression gate's verdict (``traceprof.engine.diff``): ``problem`` on a structural or timing
+    regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: the step-time change."""
+    if diff is None:
+        return [], None
+    if isinstance(diff, TraceprofError):
+        return [], Verdict("regression", "n/a", f"not compared with the baseline: {diff}")
+    summary = getattr(diff, "summary", "")
+    verdict = getattr(diff, "verdict", "ok")
+    cost = None
+    step = diff.frame.filter(pl.col("metric") == "step_time_ns")
+    if verdict == "regression" and step.height and step["delta_pct"][0] is not None:
+        cost = max(float(step["delta_pct"][0]), 0.0)
+    status, lead = {
+        "regression": ("problem", "regression vs baseline: "),
+        "inconclusive": ("inconclusive", "inconclusive vs baseline: "),
+    }.get(verdict, ("ok", "vs baseline: "))
+    text = lead + summary
+    return [Finding("regression", text, cost, status == "problem", "diff")], Verdict(
+        "regression", status, text
+    )
+
+
+def build(
+    store: Store,
+    run_id: int,
+    results: dict[str, FrameResult | TraceprofError],
+    diff: FrameResult | TraceprofError | None = None,
+    hta: bool = False,
+    params: dict[str, dict[str, str]] | None = None,
+) -> Findings:
+    """Findings from the results of :func:`run_analyses` (and a diff against a baseline, if any).
+
+    Args:
+        store: The store (for the run's name and median step time).
+        run_id: The run the results are of.
+        results: Analysis name -> result or the error it raised.
+        diff: ``traceprof.engine.diff.diff_runs`` of a baseline against this run, or why it could not be made.
+        hta: Whether the analyses ran in HTA-compatible mode (``hta=true``).
+        params: The analyses' parameters as strings (``run_analyses``'), so that the straggler
+            verdict reads the same results the findings and sections show.
+    """
+    name = run_name(store, run_id)
+    ok = {k: v for k, v in results.items() if isinstance(v, FrameResult)}
+    errors = {k: v for k, v in results.items() if isinstance(v, TraceprofError)}
+    inp = FindingsInput(ok, dict(errors), store, run_id, params or {})
+    findings: list[Finding] = []
+    verdicts: list[Verdict] = []
+    specs = registry.specs()
+    topics = sorted((a.findings for a in specs if a.findings is not None), key=lambda t: (t.order, t.name))
+    parts = [(t.order, lambda t=t: t.build(inp)) for t in topics] + [
+        (REGRESSION_ORDER, lambda: _regression(diff))
+    ]
+    for _, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
+        found, verdict = part()
+        findings += found
+        if verdict is not None:
+            verdicts.append(verdict)
+    for a in specs:
+        if a.refine is not None:
+            findings = a.refine(inp, findings)
+    aliases = {alias: t.name for t in topics for alias in t.aliases}
+    findings = _agree(findings, verdicts, aliases)
+    findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
+    needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
+    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
+    return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
+
+
+def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:
+    """Each finding with its topic's verdict as ``status`` (``problem`` exactly when that is
+    ``problem``; ``aliases``: the verdict topic of a finding topic where they differ, ``Topic.aliases``);
+    a topic without a verdict: ``problem`` or ``info`` as the finding says."""
+    status = {v.topic: v.status for v in verdicts}
+    out = []
+    for f in findings:
+        st = status.get(aliases.get(f.topic, f.topic)) or ("problem" if f.problem else "info")
+        out.append(dataclasses.replace(f, status=st, problem=st == "problem"))
+    return out
+
+
+def summarize(
+    store: Store,
+    run: str | None,
+    params: dict[str, dict[str, str]] | None = None,
+    baseline: str | None = None,
+    force: bool = False,
+) -> Findings:
+    """Run the analyses on ``run`` (name or id, default latest) and return its findings.
+
+    With ``baseline`` the run is also diffed against it; runs that are not comparable give a
+    regression verdict saying why instead of failing (with ``force``, per-rank medians are compared).
+    Each analysis runs once (the store's session, or one for the call): the verdict reuses
+    stragglers and whatif.
+
+    Raises:
+        StoreError: No such run.
+        UsageError: A bad parameter.
+    """
+    run_id = store.resolve_run(run)
+    with session.of(store):
+        results = run_analyses(store, run_id, params)
+        diff = None
+        if baseline is not None:
+            diff = compare(store, baseline, run_id, analysis_mfu_options(params), force)
+        return build(store, run_id, results, diff, hta_mode(params), params)
+
+
+def compare(
+    store: Store, baseline: str, run_id: int, mfu_options: dict[str, str], force: bool = False
+) -> FrameResult | TraceprofError:
+    """``diff_runs(baseline, run)`` (``baseline``: a run, runs separated by commas or a baseline
+    set; ``force``: runs that are not comparable by per-rank medians), or the error that says why
+    the runs cannot be compared.
+
+    Raises:
+        StoreError: No such baseline run or set.
+    """
+    from traceprof.engine.diff import diff_runs
+    from traceprof.storage.baselines import resolve
+
+    resolve(store, baseline)  # a missing baseline is an error, not a finding
+    try:
+        return diff_runs(store, baseline, str(run_id), mfu_options=mfu_options, force=force)
+    except TraceprofError as e:
+        return e

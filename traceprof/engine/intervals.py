@@ -1,0 +1,357 @@
+"""Interval arithmetic on polars frames: merge (union), clip, measure. All bounds are int64 ns.
+
+Intersections are measured without materializing them: for merged sets A and B,
+``|A ∩ B| = |A| + |B| - |A ∪ B|``.
+
+Every operation is a sort followed by linear passes (cumulative max, shifts, as-of joins on sorted
+bounds): time O(n log n) and memory O(n) in the intervals (plus the output), independent of the
+number of groups. Nothing joins the intervals of one group with every other group (e.g. compute
+intervals x steps), which grew with the square of the step count.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+__all__ = ["merge", "union_ns", "clip", "subtract", "remove", "tile", "cut", "complement", "class_measures"]
+
+
+def merge(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
+    """Merge overlapping or touching intervals within each group.
+
+    Args:
+        df: Frame with the ``by`` columns and int64 ``start``/``end`` (ns, end exclusive).
+        by: Group columns (e.g. ``["rank"]``); intervals of different groups never merge.
+
+    Returns:
+        Frame with columns ``by + [start, end]``, disjoint and sorted within each group.
+    """
+    if df.is_empty():
+        return df.select([*by, start, end])
+    # Sorting is the main cost; it is cheap when ``df`` is sorted already (e.g. a filtered subset).
+    s = df.select([*by, start, end]).filter(pl.col(end) > pl.col(start)).sort([*by, start])
+
+    def over(e: pl.Expr) -> pl.Expr:
+        return e.over(by) if by else e
+
+    # A row opens a segment when it starts after every earlier end of its group; the running max
+    # end at a segment's last row is the segment's end (earlier segments all ended before it).
+    s = s.with_columns(over(pl.col(end).cum_max()).alias("_cm"))
+    prev = over(pl.col("_cm").shift(1))
+    s = s.with_columns((prev.is_null() | (pl.col(start) > prev)).alias("_new"))
+    ends = s.filter(over(pl.col("_new").shift(-1, fill_value=True))).get_column("_cm").alias(end)
+    return s.filter(pl.col("_new")).select(*by, start).with_columns(ends)
+
+
+def union_ns(
+    df: pl.DataFrame, by: list[str], name: str, start: str = "start_ns", end: str = "end_ns"
+) -> pl.DataFrame:
+    """Length of the union of the intervals of each group, in ns, as column ``name``.
+
+    One sort (none when ``df`` is sorted by the first ``by`` column and start) and one sweep, no
+    merged intervals built: in start order an interval adds the part of it past the running max
+    end of its group's earlier intervals (as :func:`class_measures`).
+
+    Args:
+        df: Frame with the ``by`` columns and int64 ``start``/``end`` (ns, end exclusive).
+        by: Group columns (a null key is a group of its own).
+
+    Returns:
+        Frame with ``by`` and ``name`` (int64 ns), one row per group holding an interval of
+        positive length, in no particular order.
+    """
+    s = df.select(*by, start, end).filter(pl.col(end) > pl.col(start))
+    if s.is_empty():
+        return s.select(*by, (pl.col(end) - pl.col(start)).alias(name))
+    if not _sorted_by(s, [*by[:1], start]):  # sorted by the first key and start: each group in start order
+        s = s.sort([*by, start]) if by else s.sort(start)
+    s = s.select(*by, _added(by, start, end).alias(name))
+    return s.group_by(by).agg(pl.col(name).sum()) if by else s.select(pl.col(name).sum())
+
+
+def _added(
+    by: list[str], start: str = "start_ns", end: str = "end_ns", mask: pl.Expr | None = None
+) -> pl.Expr:
+    """Per row of a frame whose groups (``by``) lie in start order, what the row adds to the union
+    of its group's rows of ``mask`` (all rows when None; 0 outside it): the part of it past the
+    running max end of the earlier ones, ``max(0, end - max(start, that end))`` (int64 ns). The
+    sweep of :func:`union_ns` and :func:`class_measures`."""
+    lo = pl.lit(_LO, pl.Int64)
+    e = pl.col(end) if mask is None else pl.when(mask).then(pl.col(end)).otherwise(lo)
+    before = e.cum_max().shift(1)
+    before = (before.over(by) if by else before).fill_null(lo)
+    part = pl.max_horizontal(pl.col(end) - pl.max_horizontal(pl.col(start), before), 0)
+    return part if mask is None else pl.when(mask).then(part).otherwise(0)
+
+
+def clip(df: pl.DataFrame, lo: str, hi: str, start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
+    """Clip each interval to ``[df[lo], df[hi])`` (columns of ``df``) and drop what falls outside."""
+    return df.with_columns(
+        pl.max_horizontal(start, lo).alias(start), pl.min_horizontal(end, hi).alias(end)
+    ).filter(pl.col(end) > pl.col(start))
+
+
+def subtract(a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | None = None) -> pl.DataFrame:
+    """The parts of ``a`` not covered by ``b``: ``∪a - ∪b`` within each group, as maximal intervals.
+
+    :func:`remove` applied to the merged ``a``: linear after one sort (never a join of intervals x
+    groups). Work and memory grow with ``|a| + |b|`` plus the number of pieces returned, whatever
+    the number of groups (e.g. one group per step).
+
+    Args:
+        a: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive).
+        b: Intervals to remove, grouped by ``b_by`` (a subset of ``by``, default ``by``).
+            With ``b_by`` coarser than ``by`` every group of ``a`` loses all of its ``b_by`` group's
+            intervals (e.g. one step's communication minus all of the rank's compute). A null
+            key is a group of its own, as in :func:`merge`.
+
+    Returns:
+        Frame with columns ``by + [start_ns, end_ns]``: disjoint, sorted within each group, touching
+        pieces merged.
+    """
+    ma = merge(a, by)
+    if ma.is_empty():
+        return ma
+    return remove(ma, b, by, b_by).select(*by, "start_ns", "end_ns").sort([*by, "start_ns"])
+
+
+def remove(a: pl.DataFrame, b: pl.DataFrame, by: list[str], b_by: list[str] | None = None) -> pl.DataFrame:
+    """The parts of each interval of ``a`` not covered by any interval of ``b`` of its group,
+    keeping ``a``'s other columns on every piece (``a`` is not merged: overlapping intervals of
+    ``a`` give overlapping pieces).
+
+    Linear after one sort: ``∪b`` of each ``b_by`` group is turned into its complement, the sorted
+    disjoint gaps between its intervals (plus the two unbounded ends); each interval of ``a`` meets a
+    contiguous run of those gaps, found by two as-of joins, and its pieces are its intersections
+    with them.
+
+    Args:
+        a: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive, any other columns).
+        b: Intervals to remove (``b_by`` columns, start_ns, end_ns).
+        by: Group columns of ``a``.
+        b_by: Group columns of ``b``, a subset of ``by`` (default ``by``); a null key is a group
+            of its own.
+
+    Returns:
+        ``a``'s columns, one row per piece (ns), unordered; intervals of ``a`` of zero length and
+        those ``b`` covers entirely give none.
+    """
+    b_by = by if b_by is None else b_by
+    a = a.filter(pl.col("end_ns") > pl.col("start_ns"))
+    if a.is_empty():
+        return a
+    # One dense id per b_by group of ``a``; b's groups that ``a`` lacks remove nothing.
+    keys = a.select(b_by).unique().with_row_index("_g")
+    ag = a.join(keys, on=b_by, how="left", nulls_equal=True)
+    mb = merge(
+        b.select(*b_by, "start_ns", "end_ns").join(keys, on=b_by, how="inner", nulls_equal=True), ["_g"]
+    )
+    gaps = complement(mb, "_g", keys.select("_g"))
+    return _intersect_runs(ag, gaps, "_g").drop("_g").select(a.columns)
+
+
+def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.DataFrame:
+    """Disjoint pieces that tile the union of each group's intervals, each keeping the other
+    columns of the interval it comes from.
+
+    In start order (ties broken by ``order``, then end, longest first), each interval keeps the part
+    of it past the running max end of its group's earlier intervals, ``[max(start, that end), end)``
+    when that is not empty (the sweep of :func:`union_ns`): an interval nested in an earlier one
+    gives nothing, one overlapping an earlier one gives its tail. One sort and one pass.
+
+    Args:
+        df: Intervals (``by`` columns, int64 ``start_ns``/``end_ns``, end exclusive, any other columns).
+        by: Group columns.
+        order: Columns that decide, among intervals starting at the same time, which comes first
+            (and so keeps the common part), ascending.
+
+    Returns:
+        ``df``'s columns, one row per piece (ns), disjoint and sorted by ``by`` and start within
+        each group; their lengths add up to ``|∪ df|`` of the group.
+    """
+    s = df.filter(pl.col("end_ns") > pl.col("start_ns"))
+    keys = [*by, "start_ns", *(order or []), "end_ns"]
+    s = s.sort(keys, descending=[False] * (len(keys) - 1) + [True], nulls_last=True)
+    before = pl.col("end_ns").cum_max().shift(1)
+    before = (before.over(by) if by else before).fill_null(_LO)
+    return s.with_columns(pl.max_horizontal("start_ns", before).alias("start_ns")).filter(
+        pl.col("end_ns") > pl.col("start_ns")
+    )
+
+
+_LO, _HI = -(2**63), 2**63 - 1  # unbounded ends of a complement (int64 ns)
+
+
+def complement(m: pl.DataFrame, g: str, groups: pl.DataFrame) -> pl.DataFrame:
+    """The gaps of merged intervals per group: (-inf, s0), [e0, s1), ..., [e_last, +inf).
+
+    Args:
+        m: Merged intervals (:func:`merge` by ``[g]``): columns ``g``, start_ns, end_ns (ns),
+            disjoint, not touching and sorted within each group.
+        g: Name of the group column.
+        groups: Every group to return (column ``g``); one without intervals is one unbounded gap.
+
+    Returns:
+        Frame with ``g``, start_ns, end_ns (int64 ns; -2**63 and 2**63-1 stand for the unbounded
+        ends), sorted by ``g`` then start, plus ``_c``, the row's position (0, 1, ...).
+    """
+    first = groups.join(m.group_by(g).agg(pl.col("start_ns").min().alias("end_ns")), on=g, how="left")
+    head = first.select(g, pl.lit(_LO, pl.Int64).alias("start_ns"), pl.col("end_ns").fill_null(_HI))
+    tail = m.select(
+        g,
+        pl.col("end_ns").alias("start_ns"),
+        pl.col("start_ns").shift(-1).over(g).fill_null(_HI).alias("end_ns"),
+    )
+    out = pl.concat([head, tail.cast(head.schema)]).filter(pl.col("end_ns") > pl.col("start_ns"))
+    return out.sort(g, "start_ns").with_row_index("_c").with_columns(pl.col("_c").cast(pl.Int64))
+
+
+def cut(a: pl.DataFrame, runs: pl.DataFrame, g: str, carry: list[str]) -> pl.DataFrame:
+    """Each interval of ``a`` intersected with the intervals ``runs`` of its group (e.g. a rank's
+    step windows), the run's ``carry`` columns added to each piece.
+
+    Args:
+        a: Intervals (``g``, int64 ``start_ns``/``end_ns``, any other columns).
+        runs: Disjoint intervals per ``g`` (``g``, start_ns, end_ns and the ``carry`` columns);
+            those of zero length are left out.
+        g: Group column of both (one column).
+        carry: Columns of ``runs`` to copy onto the pieces.
+
+    Returns:
+        ``a``'s columns (start_ns, end_ns replaced by the pieces, ns) plus ``carry``, unordered;
+        parts of ``a`` outside every run are dropped. Linear after sorts (two as-of joins).
+    """
+    r = (
+        runs.filter(pl.col("end_ns") > pl.col("start_ns"))
+        .sort(g, "start_ns")
+        .with_row_index("_c")
+        .with_columns(pl.col("_c").cast(pl.Int64))
+    )
+    if a.is_empty() or r.is_empty():
+        return a.head(0).with_columns(*(pl.lit(None, runs.schema[c]).alias(c) for c in carry))
+    pieces = _intersect_runs(a, r.select(g, "start_ns", "end_ns", "_c"), g, keep="_pos")
+    return pieces.join(r.select(pl.col("_c").alias("_pos"), *carry), on="_pos", how="left").drop("_pos")
+
+
+def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | None = None) -> pl.DataFrame:
+    """Each interval of ``a`` intersected with the disjoint sorted intervals ``runs`` of its group.
+
+    The runs an interval [s, e) meets are a contiguous range of positions ``_c``: from the first
+    ending after s to the last starting before e (two as-of joins on the sorted bounds); each
+    position in between gives one non-empty piece.
+
+    Args:
+        a: Intervals with ``g``, start_ns, end_ns and any other columns (kept on the pieces).
+        runs: Output of :func:`complement` (or any disjoint intervals sorted within ``g``, ``_c``
+            their positions).
+        g: Group column shared by both.
+        keep: Name of a column to hold each piece's run position ``_c`` (None: not kept).
+
+    Returns:
+        ``a``'s columns with start_ns, end_ns replaced by the pieces (ns), unordered.
+    """
+    lo = a.sort("start_ns").join_asof(
+        runs.select(g, pl.col("end_ns").alias("_re"), pl.col("_c").alias("_i0")).sort("_re"),
+        left_on="start_ns",
+        right_on="_re",
+        by=g,
+        strategy="forward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    both = (
+        lo.sort("end_ns")
+        .join_asof(
+            runs.select(g, pl.col("start_ns").alias("_rs"), pl.col("_c").alias("_i1")).sort("_rs"),
+            left_on="end_ns",
+            right_on="_rs",
+            by=g,
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .drop("_re", "_rs")
+    )
+    pairs = (
+        both.filter(pl.col("_i0") <= pl.col("_i1"))
+        .with_columns(pl.int_ranges("_i0", pl.col("_i1") + 1, dtype=pl.Int64).alias("_c"))
+        .drop("_i0", "_i1")
+        .explode("_c")
+        .join(runs.select("_c", pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re")), on="_c")
+    )
+    out = pairs.with_columns(
+        pl.max_horizontal("start_ns", "_rs").alias("start_ns"),
+        pl.min_horizontal("end_ns", "_re").alias("end_ns"),
+    ).drop("_rs", "_re")
+    return out.rename({"_c": keep}) if keep else out.drop("_c")
+
+
+def _sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
+    """Whether ``df`` is sorted by ``keys`` (ascending, lexicographic, nulls first): one linear
+    pass, so that a frame sorted once (``traceprof.engine.activity`` is sorted by rank and start) is not
+    sorted again."""
+    if df.height < 2:
+        return True
+    ok: pl.Expr = pl.lit(False)
+    tie: pl.Expr = pl.lit(True)
+    for k in keys:
+        c, p = pl.col(k), pl.col(k).shift(1)
+        gt = (c > p).fill_null(False) | (p.is_null() & c.is_not_null())  # nulls sort first
+        eq = (c == p).fill_null(False) | (p.is_null() & c.is_null())
+        ok, tie = ok | (tie & gt), tie & eq
+    return bool(df.select((ok | tie).slice(1).all()).item())
+
+
+def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Union lengths per group of an activity frame (see ``traceprof.engine.activity``).
+
+    One sweep over the rows sorted by rank and start (sorted here only when they are not
+    already), for every class and every grouping at once: in start order, an interval adds to
+    its set's union the part of it past the latest end of the set's earlier intervals in the
+    group (all of those started before it, so what they cover from its start on is one piece
+    up to that end): ``|∪| = Σ max(0, end - max(start, running max end before it))``. No
+    interval is merged or copied per class. Time O(n log n) for the sort (O(n) when sorted),
+    memory O(n).
+
+    Args:
+        act: Frame with rank (int), class (str), start_ns, end_ns (int64 ns) and the ``by`` columns.
+        by: Group columns, starting with ``"rank"`` (e.g. ``["rank"]``, ``["rank", "step"]``;
+            a null key is a group of its own).
+
+    Returns:
+        Frame with ``by`` plus first_ns, last_ns (window bounds), window_ns = last - first,
+        busy_ns = |∪ all|, compute_ns = |∪ compute|, comm_ns = |∪ comm|, overlap_ns =
+        |comm ∩ compute| (all ns, int64), sorted by ``by``.
+
+    Raises:
+        ValueError: ``by`` does not start with ``"rank"``.
+    """
+    if not by or by[0] != "rank":
+        raise ValueError(f"class_measures: by must start with 'rank', got {by}")
+    act = act.select(*by, "class", "start_ns", "end_ns")
+    if not _sorted_by(act, ["rank", "start_ns"]):
+        act = act.sort("rank", "start_ns")  # a group's rows then lie in start order, whatever ``by``
+    cls = pl.col("class")
+    comp, comm = cls == "compute", cls == "comm"
+    parts = act.select(
+        *by,
+        "start_ns",
+        "end_ns",
+        _added(by).alias("busy_ns"),
+        _added(by, mask=comp).alias("compute_ns"),
+        _added(by, mask=comm).alias("comm_ns"),
+        _added(by, mask=comp | comm).alias("_cc_ns"),
+    )
+    out = parts.group_by(by).agg(
+        pl.col("start_ns").min().alias("first_ns"),
+        pl.col("end_ns").max().alias("last_ns"),
+        *(pl.col(c).sum() for c in ("busy_ns", "compute_ns", "comm_ns", "_cc_ns")),
+    )
+    return out.select(
+        *by,
+        "first_ns",
+        "last_ns",
+        (pl.col("last_ns") - pl.col("first_ns")).alias("window_ns"),
+        *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", "compute_ns", "comm_ns")),
+        (pl.col("comm_ns") + pl.col("compute_ns") - pl.col("_cc_ns")).cast(pl.Int64).alias("overlap_ns"),
+    ).sort(by)

@@ -1,0 +1,355 @@
+"""A session: an open store and how analyses run on it, in one explicit object.
+
+Every command that runs analyses opens one (``traceprof.open``); the library mirrors the CLI::
+
+    import traceprof
+
+    with traceprof.open("traceprof.duckdb") as s:
+        gaps = s.analyze("gaps", run="normal", hta=True)    # traceprof analyze gaps --run normal -p hta=true
+        findings = s.summary(run="normal")                   # traceprof summary --run normal
+        s.report("report.html", run="normal")                # traceprof report --run normal -o report.html
+        d = s.diff("normal", "extra_matmul")                 # traceprof diff normal extra_matmul
+
+(``report`` is :class:`traceprof.api.Session`'s: the engine renders nothing.)
+
+What a session holds, and nothing else decides it (no module switch, no context variable):
+
+- ``store``: the :class:`~traceprof.storage.store.Store`; the session attaches itself to it
+  (``store.session``), so that an analysis and the helpers it calls (``traceprof.engine.activity``)
+  reach the session through the store they are given;
+- ``cache``: whether results are read from and kept beside the store (``traceprof.engine.resultcache``);
+- ``runner``: where registered analyses run (None: here; ``--executor dask``: the per-rank ones on
+  a Dask cluster, ``traceprof.engine.rankwise``);
+- ``threads``: how many threads the report's and the summary's analyses use;
+- ``memo``: the results computed in this session, each analysis once per params (None: none kept,
+  every call computes); ``many``: many analyses will run (the report), so shared helpers fetch
+  once what all of them need.
+
+Cancellation on Ctrl-C of the report's threads stays with :mod:`traceprof.core.cancel` (a scope the
+threads are started in).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from traceprof.core.errors import TraceprofError, UsageError
+from traceprof.core.values import parse_bool
+
+if TYPE_CHECKING:
+    from traceprof.engine.analysis import FrameResult
+    from traceprof.engine.findings import Findings
+    from traceprof.storage.store import Store
+
+__all__ = ["Session", "open_session", "Runner", "THREADS", "threads_from_env", "cache_from_env"]
+
+#: Runs a registered analysis in place of calling it here: ``runner(name, store, params, fn)``
+#: returns what ``fn(store, params)`` would (``traceprof.engine.rankwise`` runs per-rank analyses on a
+#: Dask cluster and calls ``fn`` for the rest).
+Runner = Callable[[str, Any, Any, Callable[[Any, Any], "FrameResult"]], "FrameResult"]
+
+#: Threads the report's analyses use at most (``TRACEPROF_THREADS`` sets it: 1 for the least
+#: memory). DuckDB, polars and numpy release the GIL in their loops, so a second thread keeps the
+#: second core busy while the first runs Python (the what-if graph): the cold report of 8 ranks x
+#: 1 M events took 26-29 s on one thread and 1.5 cores. More threads hold more analyses' frames at once.
+THREADS = 2
+
+
+def threads_from_env() -> int:
+    """Threads for the analyses: ``TRACEPROF_THREADS`` or :data:`THREADS`, at most the CPUs this
+    process may run on.
+
+    Raises:
+        UsageError: ``TRACEPROF_THREADS`` is not a whole number of 1 or more.
+    """
+    raw = os.environ.get("TRACEPROF_THREADS", "").strip()
+    want = THREADS
+    if raw:
+        try:
+            want = int(raw)
+        except ValueError:
+            want = 0
+        if want < 1:
+            raise UsageError(f"TRACEPROF_THREADS={raw!r}: expected a whole number of threads, 1 or more")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(want, cpus))
+
+
+def cache_from_env(enabled: bool = True) -> bool:
+    """``enabled`` unless ``TRACEPROF_NO_CACHE`` says otherwise (1, true, yes, on: no cache)."""
+    raw = os.environ.get("TRACEPROF_NO_CACHE", "").strip()
+    try:
+        off = bool(raw) and parse_bool(raw)
+    except ValueError:
+        off = True  # a value that is no boolean word: the user wants it off
+    return enabled and not off
+
+
+_S = TypeVar("_S", bound="Session")
+
+
+class _Slot:
+    """One memo entry: filled once, by the first thread that asks for it; another thread asking
+    meanwhile waits for it (the report runs analyses on two threads, and both may need the run's
+    activity frame)."""
+
+    __slots__ = ("lock", "done", "value")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # re-entrant: a helper asking for itself fails, not hangs
+        self.done = False
+        self.value: Any = None
+
+
+class Session:
+    """An open store and how analyses run on it (module doc).
+
+    Args:
+        store: An open store; the session attaches itself to it (``store.session``) until
+            :meth:`close`.
+        cache: Read and keep results beside the store (read-only stores only).
+        executor: ``local`` (here) or ``dask``: the per-rank analyses on the Dask cluster at
+            ``scheduler`` (``traceprof.engine.rankwise``; connected now, closed with the session).
+        scheduler: Dask scheduler address for ``executor="dask"``.
+        threads: Threads for the report's analyses (None: :func:`threads_from_env`).
+        memo: Keep the results computed in the session (each analysis once per params).
+        many: Many analyses will run (the report, the summary): helpers fetch once what all need.
+        owns_store: Close the store with the session.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        cache: bool = False,
+        executor: str = "local",
+        scheduler: str | None = None,
+        threads: int | None = None,
+        memo: bool = True,
+        many: bool = True,
+        owns_store: bool = False,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.runner: Runner | None = None
+        self._threads = threads
+        self.memo: dict[Any, _Slot] | None = {} if memo else None
+        self.many = many
+        self._lock = threading.Lock()  # guards adding slots to the memo
+        self._owns = owns_store
+        self._stack = ExitStack()
+        self._previous = getattr(store, "session", None)
+        store.session = self
+        if executor != "local" or scheduler is not None:
+            try:
+                from traceprof.engine.rankwise import attach_executor
+
+                attach_executor(self, executor, scheduler)
+            except BaseException:
+                self.close()
+                raise
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Detach from the store (closing it when the session opened it) and close the executor."""
+        try:
+            self._stack.close()
+        finally:
+            if getattr(self.store, "session", None) is self:
+                self.store.session = self._previous
+            if self._owns:
+                self.store.close()
+
+    @property
+    def threads(self) -> int:
+        """Threads for the report's analyses: as given, else :func:`threads_from_env` (read when
+        first needed, so that a bad ``TRACEPROF_THREADS`` fails only the commands that use it)."""
+        if self._threads is None:
+            self._threads = threads_from_env()
+        return self._threads
+
+    def enter(self, cm: Any) -> Any:
+        """Enter context manager ``cm`` for the session's lifetime (an executor's connection)."""
+        return self._stack.enter_context(cm)
+
+    # -- running analyses ------------------------------------------------------------------
+
+    def once(self, key: Any, compute: Callable[[], Any], keep_errors: bool) -> Any:
+        """The memo's value for ``key``, computing it with ``compute()`` once. An error
+        ``compute`` raises is kept as the value when ``keep_errors`` (a TraceprofError, raised
+        again to every caller), else raised and the entry left empty (the next caller tries again)."""
+        assert self.memo is not None
+        with self._lock:
+            slot = self.memo.get(key)
+            if slot is None:
+                slot = self.memo[key] = _Slot()
+        with slot.lock:
+            if not slot.done:
+                try:
+                    slot.value = compute()
+                except TraceprofError as e:
+                    if not keep_errors:
+                        raise
+                    slot.value = e
+                slot.done = True
+        if isinstance(slot.value, TraceprofError) and keep_errors:
+            raise slot.value
+        return slot.value
+
+    def compute(
+        self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any
+    ) -> FrameResult:
+        """Analysis ``name`` (its unwrapped ``run`` is ``fn``) with ``params`` on ``store`` (this
+        session's store, or a thread's view of it): from the memo, else from the results kept
+        beside the store, else computed by the runner (or here) and kept."""
+        if self.memo is None:
+            return self._compute(name, fn, store, params)
+        return self.once(
+            ("analysis", name, params), lambda: self._compute(name, fn, store, params), keep_errors=True
+        )
+
+    def _compute(
+        self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any
+    ) -> FrameResult:
+        from traceprof.engine import resultcache
+
+        out = resultcache.lookup(store, name, params) if self.cache else None
+        if out is None:
+            out = fn(store, params) if self.runner is None else self.runner(name, store, params, fn)
+            if self.cache:
+                resultcache.keep(store, name, params, out)
+        return out
+
+    # -- the library mirror of the CLI -------------------------------------------------------
+
+    def ingest(self, paths: list[str | Path], **options: Any) -> Any:
+        """``traceprof ingest PATHS``: parse trace files into the store (open the session with
+        ``read_only=False``); ``options``: those of :func:`traceprof.ingest.ingest.ingest`.
+
+        Returns:
+            The :class:`~traceprof.ingest.ingest.IngestResult`.
+
+        Raises:
+            TraceFormatError, UsageError, StoreError: As :func:`traceprof.ingest.ingest.ingest`.
+        """
+        from traceprof.ingest.ingest import ingest
+
+        return ingest(self.store, paths, **options)
+
+    def analyze(self, name: str, run: str | None = None, **params: Any) -> FrameResult:
+        """``traceprof analyze NAME``: analysis ``name`` on ``run`` (name or id; default latest)
+        with keyword parameters (values, or ``-p`` strings converted by the parameter's type).
+
+        Raises:
+            UsageError: No such analysis, or a bad parameter.
+            StoreError: No such run.
+            AnalysisError: The analysis does not apply to the run.
+        """
+        from traceprof.engine import analysis as registry
+
+        spec = registry.get(name)
+        return spec.run(self.store, registry.make_params(spec, run, params))
+
+    def summary(
+        self,
+        run: str | None = None,
+        params: dict[str, dict[str, str]] | None = None,
+        baseline: str | None = None,
+        force: bool = False,
+    ) -> Findings:
+        """``traceprof summary``: the run's findings and verdicts (``traceprof.engine.findings.summarize``)."""
+        from traceprof.engine.findings import summarize
+
+        return summarize(self.store, run, params, baseline, force)
+
+    def diff(
+        self,
+        base: str,
+        cand: str,
+        thresholds: dict[str, float] | None = None,
+        mfu_options: dict[str, str] | None = None,
+        force: bool = False,
+    ) -> Any:
+        """``traceprof diff BASE CAND``: the regression diff (``traceprof.engine.diff.diff_runs``)."""
+        from traceprof.engine.diff import diff_runs
+
+        return diff_runs(self.store, base, cand, thresholds or {}, mfu_options=mfu_options or {}, force=force)
+
+    def history(self, job: str, window: int = 10, mfu_options: dict[str, str] | None = None) -> Any:
+        """``traceprof history JOB``: each gate metric of a job's runs (``traceprof.engine.history``)."""
+        from traceprof.engine.history import history
+
+        return history(self.store, job, window=window, mfu_options=mfu_options or {})
+
+
+@contextmanager
+def of(store: Store, *, many: bool = True) -> Iterator[Session]:
+    """``store``'s session when it has one that keeps results, else a session for the block (no
+    cache, analyses here), detached at its end: library calls on a bare store (``summarize``,
+    ``render_html``) share results within themselves as a command's session would."""
+    s = getattr(getattr(store, "origin", None) or store, "session", None)
+    if s is not None and s.memo is not None:
+        yield s
+        return
+    with Session(store, many=many) as s:
+        yield s
+
+
+def open_session(
+    db: str | Path,
+    *,
+    read_only: bool = True,
+    cache: bool = True,
+    executor: str = "local",
+    scheduler: str | None = None,
+    threads: int | None = None,
+    memo: bool = True,
+    many: bool = True,
+    cls: type[Session] | None = None,
+) -> Session:
+    """Open the store ``db`` as a :class:`Session` (``cls``, default this one: ``traceprof.open``
+    gives ``traceprof.api.Session``, which also writes the report); close it with the session.
+
+    Args:
+        db: The store file.
+        read_only: Open it read-only (analyses; results are kept only then).
+        cache: Reuse and keep results beside the store (``TRACEPROF_NO_CACHE=1`` turns it off).
+        executor: ``local``, or ``dask``: per-rank analyses on the Dask cluster at ``scheduler``.
+        scheduler: Dask scheduler address for ``executor="dask"``.
+        threads: Threads for the report's analyses (default: ``TRACEPROF_THREADS`` or 2, at most
+            the CPUs).
+        memo: Compute each analysis once per params in the session.
+        many: Many analyses will run on it (see the module doc).
+
+    Raises:
+        StoreError: The store cannot be opened.
+        UsageError: A bad executor, scheduler or ``TRACEPROF_THREADS``; with ``dask``: a
+            duckdb-layout store, Dask not installed, the scheduler unreachable.
+    """
+    from traceprof.storage.store import Store
+
+    store = Store(db, read_only=read_only)
+    try:
+        return (cls or Session)(
+            store,
+            cache=cache_from_env(cache),
+            executor=executor,
+            scheduler=scheduler,
+            threads=threads,
+            memo=memo,
+            many=many,
+            owns_store=True,
+        )
+    except BaseException:
+        store.close()
+        raise

@@ -1,0 +1,321 @@
+"""Structural diff: what a run does per step, counted exactly, and what changed (the gate's first layer).
+
+Counts have no timing noise: 16 healthy recordings of the sample job have the same 962 CPU ops of
+the same shapes per rank and step, the same 4 all-reduces of the same sizes. So a change in them is
+certain, whatever the machine's load, and is reported as such.
+
+Algorithm:
+  1. Per (rank, step) (ProfilerStep; rows outside steps are left out), count *keys*: CPU ops by
+     name and input shapes (Kineto ``args."Input Dims"``; every thread, nested ops included), GPU
+     activity by kind, name, grid and block (``kernels`` view), collectives by op and process
+     group (``pg``, else its member ranks ``pg_ranks``) with the bytes they move (the larger of
+     ``bytes_in``/``bytes_out``: an all-gather's output, a reduce-scatter's input, as nccl-tests
+     sizes them; Flight Recorder rows only when no other source has the run's collectives).
+     Model FLOPs per key from shapes (leaf matmul/convolution/attention calls,
+     :func:`traceprof.engine.flops.signature_flops`); without shapes, the collector sidecar's FLOPs
+     per step (``traces.flops_per_step``) give the rank-step total only.
+  2. A rank's value per step of a key or a total is the **median over the rank's steps** (a step
+     where a key is absent counts 0): a step cut short at the profiler's stop, or a one-off step,
+     does not change it. Job values per step are sums over ranks.
+  3. Totals (:data:`METRICS`): ``flops``; ``launches`` (GPU kernels; on CPU-only ranks, CPU
+     ops); ``collectives`` (calls); ``comm_bytes``.
+  4. :func:`compare`: a total grew when the candidate's value is above every baseline run's;
+     ``change_pct`` = 100 · (cand - largest baseline) / largest baseline (a decrease: against the
+     smallest; inside the baselines' range: 0). It is a regression when it grew by more than its
+     threshold. Keys are compared per rank, so a change on one rank is named with its rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceprof.engine.flops import sidecar_flops, signature_flops
+from traceprof.storage.store import Store
+
+__all__ = ["METRICS", "DEFAULT_THRESHOLDS", "Structure", "profile", "compare", "shape_text"]
+
+#: Structural metrics and what each counts per step (job total: the sum over ranks).
+METRICS = {
+    "flops": "model FLOPs per step (from shapes; else the collector sidecar)",
+    "launches": "GPU kernels per step (CPU-only ranks: CPU ops per step)",
+    "collectives": "collective calls per step",
+    "comm_bytes": "bytes communicated per step (all collectives)",
+}
+#: Default growth that makes a structural change a regression (README "CI gating": exact counts have no
+#: noise, so these are policy: 1 % more FLOPs, bytes or collectives is real extra work; 5 % more
+#: launches, since refactors often add cheap views and reshapes).
+DEFAULT_THRESHOLDS = {"flops": 0.01, "launches": 0.05, "collectives": 0.01, "comm_bytes": 0.01}
+
+_KEYS = ["kind", "name", "sig"]
+
+_COUNTS_SQL = """
+WITH gpu_ranks AS (SELECT DISTINCT rank FROM events WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset'))
+SELECT rank, step, 'op' AS kind, name, coalesce(json_extract_string(args, '$."Input Dims"'), '') AS sig,
+       count(*) AS calls, 0::BIGINT AS bytes,
+       rank NOT IN (SELECT rank FROM gpu_ranks) AS launch
+FROM events WHERE run_id = $run AND kind = 'cpu_op' AND step IS NOT NULL GROUP BY ALL
+UNION ALL
+SELECT rank, step, kind, name, coalesce(grid, '') || ' ' || coalesce(block, ''), count(*), 0, kind = 'kernel'
+FROM kernels WHERE run_id = $run AND step IS NOT NULL GROUP BY ALL
+UNION ALL
+SELECT rank, step, 'collective', op, coalesce(pg, pg_ranks, ''), count(*),
+       sum(coalesce(greatest(bytes_in, bytes_out), bytes_in, bytes_out, 0)), false
+FROM collectives
+WHERE run_id = $run AND step IS NOT NULL
+  AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))
+GROUP BY ALL
+"""
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The structural profile of one run (module doc, steps 1-3).
+
+    Attributes:
+        keys: Frame with columns rank, kind (op, kernel, memcpy, memset, collective), name, sig
+            (op: ``Input Dims`` JSON; GPU: grid and block; collective: process group), calls,
+            flops, bytes (each per step: the median over the rank's steps).
+        totals: Frame with columns rank, steps (ProfilerSteps of the rank) and each of
+            :data:`METRICS` per step (medians over the rank's steps).
+        flops_source: ``shapes``, ``sidecar`` or None (no FLOPs known: ``flops`` is 0).
+    """
+
+    keys: pl.DataFrame
+    totals: pl.DataFrame
+    flops_source: str | None
+
+    def total(self, metric: str) -> float:
+        """The job's value of a metric per step: the sum over ranks."""
+        return float(self.totals[metric].sum())
+
+
+def _median_over_steps(
+    rows: pl.DataFrame, by: list[str], values: list[str], steps: pl.DataFrame
+) -> pl.DataFrame:
+    """Per (rank, *by): the median of each value column over the rank's steps, a missing step being 0.
+
+    ``rows`` holds one row per (rank, step, *by) present; ``steps`` the number of steps per rank
+    (columns rank, steps). Sorted lists per group: linear in the rows, never rows x steps.
+    """
+    g = rows.group_by("rank", *by).agg(pl.col(v).sort() for v in values).join(steps, on="rank")
+    zeros = pl.col("steps") - pl.col(values[0]).list.len()
+
+    def at(v: str, i: pl.Expr) -> pl.Expr:
+        return pl.when(i < zeros).then(0).otherwise(pl.col(v).list.get(i - zeros, null_on_oob=True))
+
+    lo, hi = (pl.col("steps") - 1) // 2, pl.col("steps") // 2
+    return g.select("rank", *by, *(((at(v, lo) + at(v, hi)) / 2.0).cast(pl.Float64).alias(v) for v in values))
+
+
+def profile(store: Store, run_id: int) -> Structure:
+    """The structural profile of run ``run_id`` (module doc, steps 1-3).
+
+    Source fields read: ``events`` (cpu_op name, step, ``args."Input Dims"``, ``"Input type"``,
+    ``"Concrete Inputs"``), the ``kernels`` view (kind, name, grid, block, step), ``collectives``
+    (op, pg, pg_ranks, bytes_in, bytes_out, step, source), ``steps`` and ``traces.flops_per_step``.
+    """
+    steps = store.sql("SELECT rank, count(*) AS steps FROM steps WHERE run_id = ? GROUP BY rank", [run_id])
+    counts = store.sql(_COUNTS_SQL.replace("$run", str(int(run_id))))
+    sig = signature_flops(store, run_id).filter(
+        pl.col("step").is_not_null() & pl.col("flops_call").is_not_null()
+    )
+    source: str | None = "shapes" if sig.height else None
+    per_key = (
+        sig.group_by("rank", "step", "name", pl.col("dims").alias("sig"))
+        .agg((pl.col("calls") * pl.col("flops_call")).sum().alias("flops"))
+        .with_columns(pl.lit("op").alias("kind"))
+    )
+    counts = counts.join(per_key, on=["rank", "step", *_KEYS], how="left").with_columns(
+        pl.col("flops").fill_null(0.0), pl.col("calls").cast(pl.Float64), pl.col("bytes").cast(pl.Float64)
+    )
+    step_flops = per_key.group_by("rank", "step").agg(pl.col("flops").sum())
+    if source is None:
+        side = sidecar_flops(store, run_id)
+        if side.height:
+            source, step_flops = (
+                "sidecar",
+                side.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "flops"),
+            )
+    keys = _median_over_steps(counts, _KEYS, ["calls", "flops", "bytes"], steps)
+    kind = pl.col("kind")
+    per_step = (
+        counts.group_by("rank", "step")
+        .agg(
+            pl.col("calls").filter(pl.col("launch")).sum().alias("launches"),
+            pl.col("calls").filter(kind == "collective").sum().alias("collectives"),
+            pl.col("bytes").sum().alias("comm_bytes"),
+        )
+        .join(
+            step_flops.with_columns(pl.col("flops").cast(pl.Float64)),
+            on=["rank", "step"],
+            how="full",
+            coalesce=True,
+        )
+    )
+    per_step = per_step.with_columns(pl.col(m).fill_null(0.0).cast(pl.Float64) for m in METRICS)
+    totals = (
+        steps.join(_median_over_steps(per_step, [], list(METRICS), steps), on="rank", how="left")
+        .with_columns(pl.col(m).fill_null(0.0) for m in METRICS)
+        .sort("rank")
+    )
+    return Structure(keys.sort("rank", *_KEYS), totals, source)
+
+
+def shape_text(kind: str, name: str, sig: str) -> str:
+    """A key's signature for a message: ``(512,128)@(128,512)`` for a two-input matmul-like op,
+    ``(8,64,128), ()`` for other ops, the grid and block of a kernel, ``pg 0`` for a collective."""
+    if kind == "op":
+        try:
+            import msgspec
+
+            dims = msgspec.json.decode(sig) if sig else []
+        except msgspec.DecodeError:
+            return sig
+        shapes = ["(" + ",".join(str(d) for d in x) + ")" if isinstance(x, list) else str(x) for x in dims]
+        tensors = [s for s, x in zip(shapes, dims, strict=True) if isinstance(x, list) and x]
+        if name.endswith(("::mm", "::bmm", "::matmul")) and len(tensors) == 2:
+            return "@".join(tensors)
+        return ", ".join(shapes)
+    if kind == "collective":
+        return f"pg {sig}" if sig else ""
+    return sig.strip()
+
+
+def _range(values: Sequence[float]) -> tuple[float, float]:
+    return min(values), max(values)
+
+
+def metric_change(bases: Sequence[float], cand: float) -> tuple[float, float]:
+    """(baseline value compared with, change_pct) of a structural total (module doc, step 4)."""
+    lo, hi = _range(bases)
+    if cand > hi:
+        return hi, (100.0 * (cand - hi) / hi if hi else math.inf)
+    if cand < lo:
+        return lo, 100.0 * (cand - lo) / lo
+    return cand, 0.0
+
+
+def compare(
+    bases: Sequence[Structure], cand: Structure, thresholds: dict[str, float]
+) -> tuple[list[dict[str, object]], pl.DataFrame]:
+    """Compare the structure of a candidate run with its baseline runs (module doc, step 4).
+
+    Args:
+        bases: The baseline runs' profiles (1 or more).
+        cand: The candidate's.
+        thresholds: Growth per metric (fraction, 0.01 = 1 %) beyond which it is a regression.
+
+    Returns:
+        (metrics, items). ``metrics``: one dict per metric of :data:`METRICS` with the job values
+        per step: metric, base, cand, delta, delta_pct, change_pct, threshold_pct, regressed,
+        varies (the baselines differ), ranks (those whose own value is outside the baselines'
+        range), per_rank (the change on each of them when it is the same on all, else None). ``items``: frame of the keys whose per-rank count, FLOPs or
+        bytes per step is outside the baselines' range on some rank, with columns kind, name, sig,
+        shape (:func:`shape_text`), base_calls, cand_calls, delta_calls, base_flops, cand_flops,
+        delta_flops, base_bytes, cand_bytes, delta_bytes (job per step; base: the mean over the
+        baselines), ranks (the ranks where it changed, e.g. ``[2]``), largest FLOPs change first.
+    """
+    metrics: list[dict[str, object]] = []
+    for m in METRICS:
+        values = [b.total(m) for b in bases]
+        c = cand.total(m)
+        base, change = metric_change(values, c)
+        if m == "flops" and (cand.flops_source is None or any(b.flops_source is None for b in bases)):
+            continue  # FLOPs unknown on a side: nothing to compare
+        ranks, per_rank = _ranks_changed(bases, cand, m)
+        metrics.append(
+            {
+                "metric": m,
+                "base": base,
+                "cand": c,
+                "delta": c - base,
+                "delta_pct": 100.0 * (c - base) / base if base else None,
+                "change_pct": change,
+                "threshold_pct": 100.0 * thresholds[m],
+                "regressed": bool(change > 100.0 * thresholds[m]),
+                "varies": len(set(values)) > 1,
+                "ranks": ranks,
+                "per_rank": per_rank,
+            }
+        )
+    return metrics, _changed_keys(bases, cand)
+
+
+def _ranks_changed(
+    bases: Sequence[Structure], cand: Structure, metric: str
+) -> tuple[list[int], float | None]:
+    """The ranks whose value of ``metric`` is outside the baselines' range, and the change on each
+    of them when it is the same on all (else None)."""
+    got: dict[int, list[float]] = {}
+    for b in bases:
+        for r, v in b.totals.select("rank", metric).iter_rows():
+            got.setdefault(r, []).append(v)
+    ranks, deltas = [], set()
+    for r, v in cand.totals.select("rank", metric).iter_rows():
+        ref = got.get(r, [0.0])
+        base, _ = metric_change(ref, v)
+        if v != base:
+            ranks.append(r)
+            deltas.add(v - base)
+    return ranks, (deltas.pop() if len(deltas) == 1 else None)
+
+
+def _changed_keys(bases: Sequence[Structure], cand: Structure) -> pl.DataFrame:
+    vals = ["calls", "flops", "bytes"]
+    idx = ["rank", *_KEYS]
+    stacked = pl.concat([b.keys.with_columns(pl.lit(i).alias("_b")) for i, b in enumerate(bases)])
+    k = len(bases)
+    # a key a baseline lacks counts 0 there: sums over baselines / k, and min over present rows and 0
+    agg = stacked.group_by(idx).agg(
+        *(pl.col(v).sum().alias(f"sum_{v}") for v in vals),
+        *(
+            pl.when(pl.len() < k)
+            .then(pl.min_horizontal(pl.col(v).min(), pl.lit(0.0)))
+            .otherwise(pl.col(v).min())
+            .alias(f"lo_{v}")
+            for v in vals
+        ),
+        *(
+            pl.when(pl.len() < k)
+            .then(pl.max_horizontal(pl.col(v).max(), pl.lit(0.0)))
+            .otherwise(pl.col(v).max())
+            .alias(f"hi_{v}")
+            for v in vals
+        ),
+    )
+    both = agg.join(cand.keys, on=idx, how="full", coalesce=True).with_columns(
+        *(pl.col(v).fill_null(0.0) for v in vals),
+        *(pl.col(f"{p}_{v}").fill_null(0.0) for p in ("sum", "lo", "hi") for v in vals),
+    )
+    outside = pl.any_horizontal(
+        *((pl.col(v) > pl.col(f"hi_{v}")) | (pl.col(v) < pl.col(f"lo_{v}")) for v in vals)
+    )
+    changed = both.with_columns(outside.alias("_changed"))
+    job = (
+        changed.group_by(_KEYS)
+        .agg(
+            *(pl.col(v).sum().alias(f"cand_{v}") for v in vals),
+            *((pl.col(f"sum_{v}").sum() / k).alias(f"base_{v}") for v in vals),
+            pl.col("rank").filter(pl.col("_changed")).sort().alias("ranks"),
+        )
+        .filter(pl.col("ranks").list.len() > 0)
+    )
+    out = job.with_columns(*((pl.col(f"cand_{v}") - pl.col(f"base_{v}")).alias(f"delta_{v}") for v in vals))
+    out = out.with_columns(
+        pl.struct(_KEYS)
+        .map_elements(lambda r: shape_text(r["kind"], r["name"], r["sig"]), return_dtype=pl.Utf8)
+        .alias("shape")
+        if out.height
+        else pl.lit("").alias("shape")
+    )
+    cols = [*_KEYS, "shape", *(f"{p}_{v}" for v in vals for p in ("base", "cand", "delta")), "ranks"]
+    return out.select(cols).sort(
+        pl.col("delta_flops").abs(),
+        pl.col("delta_calls").abs(),
+        *_KEYS,
+        descending=[True, True, False, False, False],
+    )

@@ -1,0 +1,560 @@
+"""Ingest orchestration: find trace files, parse them in parallel, group them into runs, store.
+
+Every file is parsed before anything is written, and each run is inserted in one transaction, so
+a bad file leaves the store exactly as it was. Inside that transaction the run's collectives are
+matched across ranks (``traceprof.ingest.matching``) and its clocks aligned (``traceprof.ingest.clock``), over
+the whole run, so both stay current when a run gains ranks.
+
+A file is read by the collector that claims it (``traceprof.ingest.sources``: by name rule or by its
+first bytes, Kineto's ``*.json`` catch-all last); a whole-run file (NDTimeline Parquet) is its own
+run, named after the file. A file no collector claims is named with the formats that are read, or,
+when it is of a format traceprof recognizes and does not read (``sources.recognize``: an Nsight
+``.qdrep``, a Chakra ET, ...), as that format with what to do: an error for a file named alone or a
+folder holding only such files, a warning for those beside traces.
+
+In a Parquet-layout store (``traceprof.storage.layout``) each parser writes its file's events to Parquet in
+the store's staging folder and hands back the rest; ``executor="dask"`` runs the parsers on a Dask
+cluster (``traceprof.ingest.executor``). Matching and clock alignment always run here, on the collectives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from traceprof.core import classify, fileio, procs
+from traceprof.core.bounded import too_deep
+from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
+from traceprof.core.locking import special_kind
+from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
+from traceprof.ingest import clock, matching, sources
+from traceprof.storage import layout
+from traceprof.storage.store import Store
+
+__all__ = ["ingest", "discover", "check_input", "IngestResult"]
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class IngestResult:
+    """What an ingest did.
+
+    Attributes:
+        runs: run name -> run_id of every run that gained traces.
+        added: Paths of the files ingested.
+        skipped: Paths skipped because a file with the same SHA-256 is already stored -> where.
+        warnings: Messages for the user (missing ranks, partial world, ...).
+        failed: Files that could not be read (``partial=True``) -> the error message.
+    """
+
+    runs: dict[str, int] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def check_input(path: Path) -> None:
+    """Refuse an input path that does not exist or is neither a file nor a folder (a FIFO: reading it
+    would wait for a writer forever). The CLI calls this before it opens the store, so that a typo
+    leaves no store and no lock file behind.
+
+    Raises:
+        UsageError: Naming the path and what it is.
+    """
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if kind := special_kind(path):
+        raise UsageError(f"{path}: {kind}, not a trace file or a folder")
+
+
+def discover(
+    paths: Iterable[str | Path],
+    unclaimed: list[str] | None = None,
+    scanned: set[Path] | None = None,
+    unread: dict[Path, str] | None = None,
+) -> dict[Path, list[Path]]:
+    """Trace files under ``paths``, grouped by the directory that holds them (one run each).
+
+    Args:
+        paths: Files and directories (searched recursively).
+        unclaimed: If given, receives the JSON files found in directories that no collector reads
+            (and whose format is not recognized either).
+        scanned: If given, receives the files found by scanning a directory (not named by the user).
+        unread: If given, receives file -> ``"<format> ..., which traceprof does not read: <what to
+            do>"`` for each file found in a directory beside traces whose format is recognized and
+            not read (``sources.recognize``).
+
+    Raises:
+        UsageError: A path does not exist or holds no trace file (naming the formats of the files
+            it holds that are recognized and not read).
+    """
+    groups: dict[Path, list[Path]] = {}
+    for raw in paths:
+        p = Path(raw)
+        check_input(p)
+        if p.is_file():
+            if _claim(p) is None:
+                fmt = sources.recognize(p)
+                raise UsageError(
+                    f"{p}: {fmt}"
+                    if fmt
+                    else f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
+                )
+            files = [p]
+        else:
+            found = sorted(f for f in p.rglob("*") if f.is_file())
+            files = [f for f in found if _claim(f)]
+            claimed = set(files)
+            rest = [f for f in found if f not in claimed]
+            known = {f: k for f in rest if (k := sources.recognize(f))}
+            if scanned is not None:
+                scanned.update(f.resolve() for f in files)
+            if unclaimed is not None:
+                unclaimed += [
+                    str(f)
+                    for f in rest
+                    if f not in known and f.name.endswith(".json") and not f.name.endswith(".meta.json")
+                ]
+            if files and unread is not None:
+                unread.update(known)
+            if not files and known:
+                raise UsageError(_unread_message(p, known))
+        if not files:
+            raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
+        for f in files:
+            f = f.resolve()
+            # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
+            c = _claim(f)
+            groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)
+    return groups
+
+
+def _unread_message(folder: Path, known: dict[Path, str]) -> str:
+    """The error for a folder whose only files of a known format are formats not read: each format
+    once, with its files (at most 3 named) and what to do."""
+    by_format: dict[str, list[Path]] = {}
+    for f, k in known.items():
+        by_format.setdefault(k, []).append(f)
+    parts = [
+        f"{', '.join(f.name for f in fs[:3])}{f' and {len(fs) - 3} more' if len(fs) > 3 else ''}: {k}"
+        for k, fs in by_format.items()
+    ]
+    return f"{folder}: holds no trace file traceprof reads; " + "; ".join(parts)
+
+
+def _claim(path: Path) -> sources.Collector | None:
+    """The collector that reads ``path`` (``traceprof.ingest.sources``), or None."""
+    return sources.claim(path)
+
+
+def _sha256(path: Path) -> str:
+    """SHA-256 hex digest of ``path``'s bytes (read in 1 MiB chunks)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file with its options; its error comes back as a value (the caller skips a
+    scanned non-trace, lists the failure with --partial, or refuses). What the reader repaired
+    (invalid UTF-8) is added to each trace's warnings and counted in ``traces.meta`` under
+    ``repaired``."""
+    path, options = args
+    try:
+        pts = _parse_source(path, options)
+    except TraceFormatError as e:  # claimed by its name or bytes, then not of that source: of a known format?
+        known = sources.recognize(path)
+        return NotATraceError(path, "", known) if known else e
+    except TraceprofError as e:
+        return e
+    except RecursionError:  # any source's data nested past Python's stack, wherever it is walked
+        return too_deep(path, what="data")
+    except ValueError as e:  # any message that tried to print a number over 4300 digits
+        if "integer string conversion" not in str(e):
+            raise
+        return TraceFormatError(
+            path, "", "holds an integer over 4300 digits long, which no trace field holds"
+        )
+    finally:
+        repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
+    for pt in pts:
+        if repairs:
+            meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
+            meta["repaired"] = {r.reason: r.count for r in repairs}
+            pt.trace["meta"] = msgspec.json.encode(meta).decode()
+            pt.warnings += [r.message for r in repairs]
+    return pts
+
+
+#: How a parser process writes a trace's events for the ingest process (:func:`_park_one`):
+#: ``stage``: Parquet in a Parquet-layout store's staging folder; ``spool``: Arrow IPC, read back
+#: and inserted one trace at a time into a DuckDB-layout store.
+_PARK = {"stage": layout.stage, "spool": layout.spool}
+
+
+def _park_one(args: tuple[Path, ParseOptions, str, str]) -> list[ParsedTrace] | TraceprofError:
+    """Parse one file (:func:`_parse_one`) and write each trace's events into folder ``args[2]``
+    the way ``args[3]`` names (:data:`_PARK`): the traces come back without their event rows."""
+    got = _parse_one(args[:2])
+    if isinstance(got, TraceprofError):
+        return got
+    park = _PARK[args[3]]
+    try:
+        return [park(pt, Path(args[2])) for pt in got]
+    except TraceprofError as e:
+        return e
+
+
+def _parse_source(path: Path, options: ParseOptions) -> list[ParsedTrace]:
+    collector = _claim(path)
+    if collector is None:
+        raise UsageError(f"{path}: not a trace file traceprof reads; it reads: {sources.formats()}")
+    return collector.parse(path, options)
+
+
+def ingest(
+    store: Store,
+    paths: Iterable[str | Path],
+    *,
+    run: str | None = None,
+    on_bad_event: str = "raise",
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    align: bool = True,
+    partial: bool = False,
+    force_run: bool = False,
+    max_inflate_ratio: float = DEFAULT_INFLATE_RATIO,
+    comm_kernels: Iterable[str] = (),
+    executor: str = "local",
+    scheduler: str | None = None,
+) -> IngestResult:
+    """Ingest trace files or directories into ``store``.
+
+    Each directory of rank files is one run named after the directory (a whole-run file such as an
+    NDTimeline Parquet trace: named after the file), unless ``run`` names one run for everything.
+    Files already stored (same SHA-256) are skipped. Collectives of every run that gained traces
+    are matched and, unless ``align`` is false, clocks are aligned (both over the whole run).
+
+    Args:
+        store: An open, writable store.
+        paths: Files and directories (searched recursively).
+        run: Run name for all files; default: each file's directory name.
+        on_bad_event: ``raise`` or ``skip`` malformed events (see ``traceprof.collectors.kineto.parse``).
+        jobs: Parallel parser processes (default: CPU count, at most one per file; none for inputs
+            under 16 MiB, parsed in this process).
+        progress: Called as ``progress(done, total, path)`` after each parsed file.
+        align: Estimate and apply per-rank clock offsets (``traceprof.ingest.clock``); false stores the
+            source timestamps unchanged.
+        partial: Store the files that parse and list the others in ``failed``, instead of
+            storing nothing when any file fails.
+        force_run: Append to an existing run even if the traces look like another job's
+            (``traceprof.storage.identity``).
+        max_inflate_ratio: Refuse a gzip file that inflates beyond this multiple of its size.
+        comm_kernels: Extra regexes of communication kernel names (``--comm-kernel``), added to
+            the built-in families of ``traceprof.core.classify``.
+        executor: ``local`` (this process and forked workers) or ``dask``: parse each file on the
+            Dask cluster at ``scheduler`` (``traceprof.ingest.executor``; needs a Parquet-layout store and
+            files on a shared filesystem).
+        scheduler: Dask scheduler address (``tcp://HOST:8786``), for ``executor="dask"``.
+
+    Raises:
+        TraceFormatError: A file cannot be parsed (nothing is written; with several such files, the
+            message lists them all).
+        KeyboardInterrupt: Ctrl-C; the runs stored before it are in ``store.commits``.
+        UsageError: Bad paths, paths holding no trace (each file found skipped as not a trace;
+            files already stored are success), ranks missing from a multi-file run, a ``run`` name that is
+            all digits or holds control characters (``traceprof.storage.runs.check_name``), or a Dask
+            executor without a scheduler, without Dask, or with a DuckDB-layout store.
+        StoreError: Rank conflicts with what the run already holds, or another job's traces
+            (checked for every run before any is inserted: nothing is written); a later run's
+            insert failing after earlier runs were committed (the message names those runs).
+    """
+    from traceprof.storage.runs import check_name
+
+    if run is not None:  # a numeric name would shadow a run id (`runs rm 1`), as runs mv refuses
+        check_name(run, "--run")
+    _check_executor(store, executor, scheduler)
+    result = IngestResult()
+    unclaimed: list[str] = []
+    unread: dict[Path, str] = {}
+    scanned: set[Path] = set()
+    paths = list(paths)  # named again in a message
+    groups = discover(paths, unclaimed, scanned, unread)
+    if unclaimed:
+        result.warnings.append(
+            f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}"
+        )
+    result.warnings += [f"not read: {f}: {k}" for f, k in unread.items()]
+    todo: list[tuple[str, Path]] = []
+    # Only a file of a stored size can be stored already: hash just those here (a second read);
+    # the parser hashes every file as it reads it (``traces.sha256``).
+    sizes = store.stored_sizes()
+    for group, files in groups.items():
+        name = run or (group.stem if group.is_file() else group.name)
+        if not run:  # named after its folder (or whole-run file): the rules of --run hold for it too
+            check_name(name, f"{group} (its run name; set another with --run NAME)")
+        new: list[Path] = []
+        elsewhere: dict[Path, str] = {}
+        for f in files:
+            found = store.find_sha(_sha256(f)) if f.stat().st_size in sizes else None
+            if found is None:
+                new.append(f)
+            else:
+                result.skipped[str(f)] = found[1]
+                if found[0] != name:
+                    elsewhere[f] = found[1]
+        if new and elsewhere:  # the new run would silently lack the ranks stored elsewhere
+            f, where = next(iter(elsewhere.items()))
+            raise UsageError(
+                f"{f}: already stored in {where}, so run {name!r} would miss that rank; a file belongs "
+                "to one run: ingest the files under that run's name, or into another store (--db)"
+            )
+        todo += [(name, f) for f in new]
+    fileio.check_inflate_ratio(max_inflate_ratio)
+    comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
+    if comm_kernels and result.skipped:
+        result.warnings.append(
+            f"--comm-kernel applies to files parsed now; {len(result.skipped)} already stored file(s) keep the "
+            "classes of their first ingest (remove the run with `traceprof runs rm NAME` and ingest again)"
+        )
+    spool: Path | None = None  # DuckDB layout, several files: events wait here (Arrow IPC) until inserted
+    # how every file is read, carried by each task (large args text spills on the store's disk, not /tmp)
+    options = ParseOptions(
+        on_bad_event, comm_kernels, float(max_inflate_ratio), str(Path(store.path).absolute().parent)
+    )
+    try:
+        tasks = [(f, options) for _, f in todo]
+        if store.dataset is None and len(tasks) > 1:
+            try:
+                spool = layout.spool_dir(store.path)
+            except OSError:  # the store's folder is not writable: the events come back in memory
+                spool = None
+        parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
+        by_run: dict[str, list[ParsedTrace]] = {}
+        not_traces: list[Path] = []
+        for (name, f), pts in zip(todo, parsed, strict=True):
+            if isinstance(pts, NotATraceError) and f in scanned:
+                result.warnings.append(f"skipped {pts}")
+                not_traces.append(f)
+            elif isinstance(pts, TraceprofError):
+                result.failed[str(f)] = str(pts)
+            else:
+                by_run.setdefault(name, []).extend(pts)
+        if result.failed and not partial:
+            _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
+        if not by_run and not result.failed and not result.skipped:
+            _nothing_to_ingest(
+                paths,
+                not_traces,
+                unread
+                | {
+                    f: pts.reason
+                    for (_, f), pts in zip(todo, parsed, strict=True)
+                    if isinstance(pts, NotATraceError) and sources.recognize(f)
+                },
+            )
+        for name, traces in by_run.items():
+            _settle_ranks(name, traces, result)
+        if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
+            store.check_runs(by_run, force=force_run)
+        for name, traces in by_run.items():
+            notes: list[str] = []
+
+            def settle(run_id: int, notes: list[str] = notes) -> None:
+                notes.extend(_settle_run(store, run_id, align))
+
+            try:
+                result.runs[name] = store.insert_run(name, traces, after=settle, force=force_run)
+            except TraceprofError as e:
+                if not result.runs:
+                    raise
+                stored = ", ".join(f"run {n!r} (id {i})" for n, i in result.runs.items())
+                raise StoreError(f"stored {stored}; run {name!r} not stored: {e}") from None
+            result.added += sorted({pt.path for pt in traces})
+            result.warnings += [f"run {name!r}: {n}" for n in notes]
+    finally:  # staged Parquet files no run took (failed or skipped files); spooled events, on success too
+        if store.dataset is not None:
+            store.dataset.discard()
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
+    return result
+
+
+def _check_executor(store: Store, executor: str, scheduler: str | None) -> None:
+    """Refuse what ``traceprof.ingest.executor.check_options`` refuses, and Dask with a DuckDB-layout store."""
+    from traceprof.ingest.executor import check_options
+
+    if check_options(executor, scheduler) and store.dataset is None:
+        raise UsageError(
+            f"--executor dask writes the Parquet layout, but {store.path} has the duckdb layout; "
+            "ingest into a new store (--db) or without --executor dask"
+        )
+
+
+def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) -> None:
+    """Raise the error of the one file that failed, or one that lists them all."""
+    first = next(e for e in errors if str(e) in failed.values())
+    if len(failed) == 1:
+        if files > 1 and isinstance(first, TraceFormatError):
+            raise type(first)(
+                first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)"
+            )
+        raise first
+    lines = "".join(f"\n  {msg}" for msg in failed.values())
+    # about every file (each line below names its own): no one path heads the message
+    others = " (--partial stores the others)" if len(failed) < files else ""  # none when every file failed
+    raise TraceFormatError(
+        "", "", f"{len(failed)} of {files} files cannot be read, nothing stored{others}:{lines}"
+    )
+
+
+def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> None:
+    """Raise the error for an ingest whose directories hold no trace: each file a collector tried
+    (``skipped``) is not a trace, the others no collector reads. One line naming the paths given
+    and the files skipped (those tried first); when some are of a format recognized and not read
+    (``known``: file -> its format and what to do), it names those formats instead."""
+    named = ", ".join(str(p) for p in paths)
+    if known:
+        raise UsageError(_unread_message(Path(named), known))
+    others = sorted(
+        {f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
+        - {f.resolve() for f in skipped}
+    )
+    files = [*skipped, *others]
+    shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    raise UsageError(
+        f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
+        f"traceprof reads: {sources.formats()}"
+    )
+
+
+def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
+    """Match the run's collectives and align its clocks (inside the insert transaction).
+
+    Returns:
+        Messages worth a warning (ranks of the job not traced, instances missing ranks, matching
+        fallbacks). Ranks are counted over the whole run, with what earlier ingests stored.
+    """
+    held, world = store.sql(
+        "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]
+    ).row(0)
+    notes = [f"{held} of {world} ranks traced"] if world and held < world else []
+    notes += [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
+    summary = matching.match_run(store, run_id)
+    notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead
+    notes += clock.align_run(store, run_id, enabled=align).warnings  # e.g. replica groups never linked
+    if summary.incomplete:
+        notes.append(
+            f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "
+            "(see collective_instances.ranks_missing)"
+        )
+    return notes
+
+
+#: Below this many bytes of input, files are parsed in the ingest process (starting workers costs more).
+_PARALLEL_BYTES = 16 << 20
+
+
+def _parse_all(
+    tasks: list[tuple[Path, ParseOptions]],
+    jobs: int | None,
+    progress: Progress | None,
+    store: Store,
+    scheduler: str | None = None,
+    spool: Path | None = None,
+) -> list[list[ParsedTrace] | TraceprofError]:
+    """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
+    in a Parquet-layout store the events go to its staging folder, else, when ``spool`` is given, to
+    Arrow IPC files there (:func:`_park_one`)."""
+    n = len(tasks)
+
+    def done(i: int) -> None:
+        if progress:
+            progress(i, n, str(tasks[i - 1][0]))
+
+    if store.dataset is not None:
+        staged = [(*t, str(store.dataset.staging()), "stage") for t in tasks]
+        if scheduler is not None:
+            from traceprof.ingest.executor import map_on_dask
+
+            return map_on_dask(_park_one, staged, scheduler, done)
+    if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
+        size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
+        jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
+    if store.dataset is not None:
+        return procs.map_in_workers(_park_one, staged, min(jobs, n), done)
+    if spool is not None:
+        spooled = [(*t, str(spool), "spool") for t in tasks]
+        return procs.map_in_workers(_park_one, spooled, min(jobs, n), done)
+    return procs.map_in_workers(_parse_one, tasks, min(jobs, n), done)
+
+
+def _field(pt: ParsedTrace, which: str) -> str:
+    """Where ``pt``'s source records its rank / world size (``which``: ``rank_field`` or
+    ``world_field`` of its collector), for messages."""
+    try:
+        return str(getattr(sources.get(pt.source), which))
+    except KeyError:
+        return "rank" if which == "rank_field" else "world size"
+
+
+def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) -> None:
+    """Check ranks within one run: a lone file without a rank is rank 0 (with a warning)."""
+    for pt in traces:
+        result.warnings += pt.warnings
+        if not pt.events_read:  # stored (its metadata is the file's), but no analysis has anything to read
+            result.warnings.append(
+                f"{Path(pt.path).name}: no events in the trace (an empty capture?); "
+                "its run has no activity from it"
+            )
+        if pt.rejected:
+            why = ", ".join(f"{n} {reason}" for reason, n in pt.rejected.items())
+            result.warnings.append(
+                f"{Path(pt.path).name}: {sum(pt.rejected.values())} record(s) not stored: {why}"
+            )
+    missing = [pt for pt in traces if pt.rank is None]
+    if missing and len(traces) == 1:
+        missing[0].rank = 0
+        result.warnings.append(
+            f"{Path(missing[0].path).name}: rank unknown, stored as rank 0 of run {name!r}"
+        )
+    elif missing:
+        field = _field(missing[0], "rank_field")
+        # the parser's word on a rank that is there but unusable (e.g. "distributedInfo.rank is 1.5, not an integer")
+        said = [w.split(": ", 1)[-1] for w in missing[0].warnings if f"{field} is " in w]
+        raise TraceFormatError(
+            missing[0].path,
+            field,
+            f"no rank in the trace{f' ({said[0]})' if said else ''} and {len(traces)} files in run {name!r}; add a "
+            '<name>.meta.json sidecar with "rank", or ingest the file alone with --run',
+        )
+    seen: dict[tuple[int, str], str] = {}
+    for pt in traces:
+        assert pt.rank is not None
+        if (pt.rank, pt.source) in seen:
+            raise TraceFormatError(
+                pt.path,
+                _field(pt, "rank_field"),
+                f"rank {pt.rank} also in {seen[(pt.rank, pt.source)]} (same run {name!r}); put each run's "
+                "files in their own directory or use --run",
+            )
+        seen[(pt.rank, pt.source)] = pt.path
+    worlds = {pt.world_size: pt for pt in traces if pt.world_size is not None}
+    if len(worlds) > 1:
+        (w1, t1), (w2, t2) = sorted(worlds.items(), key=lambda kv: kv[0])[:2]
+        raise TraceFormatError(
+            t2.path,
+            _field(t2, "world_field"),
+            f"world size {w2}, but {t1.path} in the same run {name!r} says {w1}: traces of different jobs "
+            "cannot be one run; ingest them as separate runs (one directory each, or --run)",
+        )

@@ -1,0 +1,475 @@
+"""Collective matching across ranks: which rows of ``collectives`` are the same collective.
+
+README.md "What traceprof handles": Collective matching. Matching never mixes sources (a Kineto row is never matched
+with a Flight Recorder row of another rank), and it is recomputed for the whole run whenever the
+run gains traces.
+
+A process group is identified by its name (or id) *and* its member ranks (``pg_ranks``): torchft
+replica groups or ``split_group`` children can share one name with different members, and their
+sequence numbers then collide. Within a group, c10d numbers collectives and point-to-point ops
+with two separate counters (``seqCollective_``, ``seqP2P_``), so the op family is part of the key.
+
+Algorithm:
+  1. Rows with a ``comms_id`` (Kineto ``Comms Id``: a hash of pg name, seq, p2p flag and ranks)
+     match on (source, comms_id): method ``comms_id``.
+  2. Other rows that know their process group and sequence number (Kineto ``Process Group Name``
+     + ``Seq``, Flight Recorder ``collective_seq_id`` / ``p2p_seq_id``, NDTimeline groups) match on
+     (source, pg, pg_ranks, family, seq), family = p2p or collective: method ``pg_seq``.
+  3. Sequence numbers that cannot be per group are detected per (source, pg, pg_ranks, family):
+     more than :data:`CROSS_STEP_SHARE` of its multi-rank keys hold rows of different steps, or its
+     ranks step their sequence numbers by different median strides (a counter shared with other
+     groups; ranks with at least :data:`MIN_STRIDE_DIFFS` steps), or (point-to-point) more than
+     that share of its keys are held by three or more ranks (a transfer has two ends; per-rank p2p
+     counters of a group wider than a pair do not line up). Such a group's collectives are matched
+     by order within the step instead (step 4), method ``step_order``, its point-to-point rows
+     left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
+     Steps are compared across ranks by each rank's step order (:data:`RUN_STEPS_SQL`), never by
+     raw ProfilerStep numbers, here and in steps 4 and 5.
+  4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
+     match by ordinal: on every rank, the k-th collective of the same group, op and size within the
+     same step (or within the trace when steps are unknown) is the same instance: method
+     ``ordinal`` (all-to-all ops leave the size out: their per-rank sizes legitimately differ).
+     Ordinals follow each rank's arrival order. Point-to-point ops (``p2p``, or an op in
+     :data:`P2P_OPS`) without a process group and sequence number are left unmatched
+     (``instance_id`` null): each involves one unknown peer, so the k-th one on two ranks is in
+     general not the same transfer (on ``hta/trace_filter`` the ordinal pairs ended up to 116 ms
+     before the "other side" started).
+  5. Instance ids are numbered 1.. in order of first arrival; ``collective_instances`` gets one row
+     per instance with the ranks present and missing (of ``pg_ranks`` when known, else the ranks
+     seen in that source and group anywhere in the run; never a rank whose record of the group
+     starts at a later sequence number: a wrapped Flight Recorder ring buffer or a profiler that
+     started later is compared on the common range only) and arrival / end statistics (recomputed by
+     :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
+
+Arrival of a rank at a collective (:data:`ARRIVAL_SQL`): the start of the communication kernel on
+GPU traces and NCCL Inspector records (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
+op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from traceprof.core.schema import ARRIVAL_SQL  # the arrival rule, declared with the view that reads it too
+from traceprof.storage.store import Store
+
+__all__ = [
+    "ARRIVAL_SQL",
+    "P2P_OPS",
+    "CROSS_STEP_SHARE",
+    "MatchSummary",
+    "match_run",
+    "refresh_instances",
+    "preferred_source",
+    "unmatched_p2p",
+    "canonical_ranks",
+    "fallback_note",
+    "RUN_STEPS_SQL",
+    "run_steps",
+]
+
+
+#: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step: the
+#: k-th step of every rank's own step list is the same step, labelled with the lowest rank's number
+#: (columns rank, step, run_step). Ranks may number their ProfilerSteps differently (one rank's
+#: #500.. while the others' are #100..), so raw step numbers are never compared across ranks.
+RUN_STEPS_SQL = """
+SELECT rank, step, arg_min(step, rank) OVER (PARTITION BY k) AS run_step
+FROM (SELECT rank, step, row_number() OVER (PARTITION BY rank ORDER BY step) AS k
+      FROM (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL))
+"""
+
+
+def run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` (columns rank, step, ...) with ``step`` replaced by the run's step (:data:`RUN_STEPS_SQL`);
+    steps the ``steps`` table does not know keep their number."""
+    if frame.is_empty() or "step" not in frame.columns:
+        return frame
+    m = store.sql(RUN_STEPS_SQL.replace("$run", str(int(run_id))))
+    if m.is_empty():
+        return frame
+    m = m.with_columns(
+        pl.col("rank").cast(frame.schema["rank"]),
+        pl.col("step").cast(frame.schema["step"]),
+        pl.col("run_step").cast(frame.schema["step"]),
+    )
+    cols = frame.columns
+    return (
+        frame.join(m, on=["rank", "step"], how="left")
+        .with_columns(pl.coalesce("run_step", "step").alias("step"))
+        .select(cols)
+    )
+
+
+#: Point-to-point ops (``traceprof.core.ops`` names): one peer each, never matched by ordinal.
+P2P_OPS = ("send", "recv", "send_recv", "send_coalesced", "recv_coalesced", "send_recv_coalesced")
+_P2P_SQL = "(" + ", ".join(f"'{op}'" for op in P2P_OPS) + ")"
+_IS_P2P_SQL = f"coalesce(p2p, coalesce(op, '') IN {_P2P_SQL})"
+
+#: A group whose (pg, seq) keys land in different steps more often than this share has sequence
+#: numbers that are not per group (step 3). Not 0: a step boundary can fall between two ranks'
+#: launches of one collective when their steps are cut at slightly different points.
+CROSS_STEP_SHARE = 0.1
+#: A rank's stride (median step between its consecutive sequence numbers in a group) is compared
+#: only when it has at least this many steps: one missing record makes a single step of 2.
+MIN_STRIDE_DIFFS = 3
+
+
+@dataclass(frozen=True)
+class MatchSummary:
+    """What matching found in a run.
+
+    Attributes:
+        rows: Collectives rows of the run.
+        instances: Instances (one per matched collective across ranks).
+        by_method: Instances per method (``comms_id``, ``pg_seq``, ``step_order``, ``ordinal``).
+        incomplete: Instances that miss at least one rank of their group.
+        unmatched_p2p: Point-to-point rows left unmatched (no process group and sequence number).
+        notes: Remarks (groups whose sequence numbers fell back to order within the step).
+    """
+
+    rows: int
+    instances: int
+    by_method: dict[str, int]
+    incomplete: int
+    unmatched_p2p: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+
+def canonical_ranks(value: Any) -> str | None:
+    """Member ranks of a process group as a canonical JSON list (sorted, ``"[0, 1]"``).
+
+    Args:
+        value: A list of ints, or its JSON text (Kineto ``Process Group Ranks``, FR ``pg_config``
+            ``ranks``), or None.
+
+    Returns:
+        The canonical text, or None when the value is absent or not a list of integers (e.g. a
+        truncated ``"[0, 1, ...]"``).
+    """
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(r, int) and not isinstance(r, bool) for r in value)
+    ):
+        return None
+    return "[" + ", ".join(str(r) for r in sorted(set(value))) + "]"
+
+
+_ROWS = f"""
+WITH rs AS ({RUN_STEPS_SQL})
+SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(rs.run_step, step) AS step,
+       {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
+FROM collectives c LEFT JOIN rs USING (rank, step) WHERE c.run_id = $run
+"""
+_GROUP = ["source", "g_pg", "g_ranks", "p2p"]
+
+
+def _bad_groups(ided: pl.DataFrame) -> pl.DataFrame:
+    """Groups (``_GROUP`` columns) whose sequence numbers cannot be per group (module doc, step 3),
+    with a ``why`` column."""
+    if ided.is_empty():
+        return pl.DataFrame(schema={**{c: ided.schema[c] for c in _GROUP}, "why": pl.Utf8})
+    keys = ided.group_by([*_GROUP, "seq"]).agg(
+        pl.col("rank").n_unique().alias("n"), pl.col("step").drop_nulls().n_unique().alias("steps")
+    )
+    cross = (
+        keys.filter(pl.col("n") >= 2)
+        .group_by(_GROUP)
+        .agg(
+            (pl.col("steps") > 1).mean().alias("share"),
+            (pl.col("steps") > 1).sum().alias("k"),
+            pl.len().alias("of"),
+        )
+    )
+    cross = cross.filter(pl.col("share") > CROSS_STEP_SHARE).select(
+        *_GROUP, pl.format("{} of {} sequence numbers hold rows of different steps", "k", "of").alias("why")
+    )
+    stride = ided.sort("arrival_ns", "seq").with_columns(
+        pl.col("seq").diff().over([*_GROUP, "rank"]).alias("d")
+    )
+    per_rank = (
+        stride.filter(pl.col("d").is_not_null())
+        .group_by([*_GROUP, "rank"])
+        .agg(
+            pl.col("d").sort().get((pl.len() - 1) // 2).alias("stride"),
+            pl.len().alias("n"),  # lower median: an int
+        )
+        .filter(pl.col("n") >= MIN_STRIDE_DIFFS)
+    )
+    strides = per_rank.group_by(_GROUP).agg(
+        pl.col("stride").n_unique().alias("n"),
+        pl.col("stride").min().alias("lo"),
+        pl.col("stride").max().alias("hi"),
+    )
+    strides = strides.filter(pl.col("n") > 1).select(
+        *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why")
+    )
+    # a point-to-point transfer has two ends: a key holding three or more ranks mixes transfers
+    # (per-rank p2p counters of a group wider than a pair do not line up across ranks)
+    wide = (
+        keys.filter(pl.col("p2p") & (pl.col("n") >= 2))
+        .group_by(_GROUP)
+        .agg(
+            (pl.col("n") > 2).mean().alias("share"), (pl.col("n") > 2).sum().alias("k"), pl.len().alias("of")
+        )
+    )
+    wide = wide.filter(pl.col("share") > CROSS_STEP_SHARE).select(
+        *_GROUP,
+        pl.format(
+            "{} of {} point-to-point sequence numbers are held by three or more ranks", "k", "of"
+        ).alias("why"),
+    )
+    return pl.concat([cross, strides, wide]).unique(_GROUP, keep="first")
+
+
+def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Instance key and method of every matchable row (module doc, steps 1 to 4)."""
+    rows = rows.with_columns(
+        pl.col("pg").fill_null("").alias("g_pg"), pl.col("pg_ranks").fill_null("").alias("g_ranks")
+    )
+    cid = rows.filter(pl.col("comms_id").is_not_null())
+    rest = rows.filter(pl.col("comms_id").is_null())
+    ided = rest.filter(pl.col("pg").is_not_null() & pl.col("seq").is_not_null())
+    bad = _bad_groups(ided)
+    notes = [
+        f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
+        f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
+        + (
+            "left unmatched (each transfer has one unknown peer)"
+            if r["p2p"]
+            else "matched by order within the step instead (match_method step_order)"
+        )
+        for r in bad.iter_rows(named=True)
+    ]
+    bad_p2p = ided.join(bad.filter(pl.col("p2p")).select(_GROUP), on=_GROUP, how="semi").select("rid")
+    ided = ided.join(bad.select(_GROUP), on=_GROUP, how="anti")
+    by_order = (
+        rest.join(ided.select("rid"), on="rid", how="anti")
+        .join(bad_p2p, on="rid", how="anti")
+        .filter(~(pl.col("p2p") & (pl.col("pg").is_null() | pl.col("seq").is_null())))
+    )
+    size = (
+        pl.when(pl.col("op").fill_null("").str.contains("all_to_all"))
+        .then(pl.lit("*"))
+        .otherwise(pl.col("size").cast(pl.Utf8).fill_null("?"))
+    )
+    part = [*_GROUP, "op", "_size", "step"]
+    # k-th of its kind on its rank, in arrival order
+    by_order = by_order.with_columns(size.alias("_size")).sort(
+        "rank", "arrival_ns", "start_ns", nulls_last=True
+    )
+    by_order = by_order.with_columns(pl.int_range(pl.len()).over([*part, "rank"]).alias("_k"))
+    is_fallback = (
+        pl.struct(_GROUP).is_in(bad.select(pl.struct(_GROUP)).to_series().implode())
+        if bad.height
+        else pl.lit(False)
+    )
+    keyed = pl.concat(
+        [
+            cid.select(
+                "rid",
+                "arrival_ns",
+                pl.lit("comms_id").alias("method"),
+                pl.concat_str([pl.lit("c"), "source", "comms_id"], separator="|").alias("key"),
+            ),
+            ided.select(
+                "rid",
+                "arrival_ns",
+                pl.lit("pg_seq").alias("method"),
+                pl.concat_str(
+                    [pl.lit("s"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("seq").cast(pl.Utf8)],
+                    separator="|",
+                ).alias("key"),
+            ),
+            by_order.select(
+                "rid",
+                "arrival_ns",
+                pl.when(is_fallback).then(pl.lit("step_order")).otherwise(pl.lit("ordinal")).alias("method"),
+                pl.concat_str(
+                    [
+                        pl.lit("o"),
+                        *_GROUP[:3],
+                        pl.col("p2p").cast(pl.Utf8),
+                        pl.col("op").fill_null("?"),
+                        "_size",
+                        pl.col("step").cast(pl.Utf8).fill_null("-"),
+                        pl.col("_k").cast(pl.Utf8),
+                    ],
+                    separator="|",
+                ).alias("key"),
+            ),
+        ]
+    )
+    firsts = (
+        keyed.group_by("key")
+        .agg(pl.col("arrival_ns").min().alias("first"))
+        .sort("first", "key", nulls_last=True)
+        .with_row_index("instance_id", offset=1)
+    )
+    return keyed.join(firsts.select("key", "instance_id"), on="key").select(
+        "rid", pl.col("instance_id").cast(pl.Int64), "method"
+    ), notes
+
+
+_INSTANCES = f"""
+WITH rs AS ({RUN_STEPS_SQL}),
+c AS (
+  SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, coalesce(rs.run_step, step) AS step,
+         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns
+  FROM collectives LEFT JOIN rs USING (rank, step) WHERE run_id = $run AND instance_id IS NOT NULL
+),
+members AS (
+  SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, list(DISTINCT rank ORDER BY rank) AS ranks
+  FROM c GROUP BY ALL
+),
+-- each rank's first sequence number per group and family: a rank whose record starts later (a
+-- Flight Recorder ring buffer that wrapped, a profiler started later) is not missing before it
+held AS (
+  SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, {_IS_P2P_SQL} AS p2p, rank,
+         min(seq) AS first_seq
+  FROM collectives WHERE run_id = $run AND seq IS NOT NULL GROUP BY ALL
+),
+inst AS (
+  SELECT instance_id, any_value(source) AS source, any_value(pg) AS pg, any_value(pg_ranks) AS pg_ranks,
+         bool_or(p2p) AS p2p,
+         CASE WHEN any_value(match_method) IN ('pg_seq', 'comms_id') THEN any_value(seq) END AS seq,
+         mode(op) AS op, mode(step) AS step, max(size) AS bytes,
+         list(DISTINCT rank ORDER BY rank) AS ranks_present,
+         count(DISTINCT rank)::INTEGER AS n_ranks,
+         min(arrival_ns) AS first_arrival_ns, max(arrival_ns) AS last_arrival_ns,
+         min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
+         any_value(match_method) AS match_method
+  FROM c GROUP BY instance_id
+),
+lasts AS (
+  SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
+  FROM c JOIN inst i ON i.instance_id = c.instance_id AND c.arrival_ns = i.last_arrival_ns
+  GROUP BY c.instance_id
+)
+SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
+       (row_number() OVER (PARTITION BY i.source, i.pg, i.pg_ranks, i.op, i.bytes, i.step ORDER BY i.instance_id) - 1)::INTEGER
+         AS ordinal,
+       i.ranks_present,
+       list_filter(coalesce(try_cast(i.pg_ranks AS INTEGER[]), m.ranks),
+                   lambda x: NOT list_contains(i.ranks_present, x)
+                             AND NOT list_contains(coalesce(w.later, []::INTEGER[]), x)) AS ranks_missing,
+       i.n_ranks, i.first_arrival_ns, i.last_arrival_ns, l.last_rank,
+       i.last_arrival_ns - i.first_arrival_ns AS arrival_skew_ns,
+       i.first_end_ns, i.last_end_ns, i.match_method
+FROM inst i JOIN members m ON m.source = i.source AND m.g = coalesce(i.pg, '') AND m.gr = coalesce(i.pg_ranks, '')
+LEFT JOIN lasts l ON l.instance_id = i.instance_id
+LEFT JOIN (
+  SELECT i.instance_id, list(h.rank) AS later FROM inst i
+  JOIN held h ON h.source = i.source AND h.g = coalesce(i.pg, '') AND h.gr = coalesce(i.pg_ranks, '')
+   AND h.p2p = i.p2p AND h.first_seq > i.seq
+  WHERE i.seq IS NOT NULL GROUP BY i.instance_id
+) w ON w.instance_id = i.instance_id
+"""
+
+
+def match_run(store: Store, run_id: int) -> MatchSummary:
+    """Match every collective of a run across ranks (module doc) and fill ``collective_instances``.
+
+    Overwrites ``collectives.instance_id`` / ``match_method`` and the run's instances. Runs on the
+    store's connection, so inside the caller's transaction when there is one.
+
+    Args:
+        store: A writable store.
+        run_id: The run.
+
+    Returns:
+        A :class:`MatchSummary`.
+
+    Raises:
+        StoreError: DuckDB rejects a statement.
+    """
+    con = store.con
+    con.execute("UPDATE collectives SET instance_id = NULL, match_method = NULL WHERE run_id = ?", [run_id])
+    rows = store.sql(_ROWS.replace("$run", str(int(run_id))))
+    assigned, notes = _assign(rows) if rows.height else (pl.DataFrame(), [])
+    if assigned.height:
+        con.register("_match", assigned.to_arrow())
+        con.execute(
+            """UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
+               FROM _match m WHERE collectives.rowid = m.rid"""
+        )
+        con.unregister("_match")
+    refresh_instances(store, run_id)
+    stats = store.sql(
+        """SELECT match_method, count(*) AS n, count(*) FILTER (WHERE len(ranks_missing) > 0) AS inc
+           FROM collective_instances WHERE run_id = ? GROUP BY ALL""",
+        [run_id],
+    )
+    by_method = {r["match_method"]: int(r["n"]) for r in stats.iter_rows(named=True)}
+    return MatchSummary(
+        rows=rows.height,
+        instances=sum(by_method.values()),
+        by_method=by_method,
+        incomplete=int(stats["inc"].sum()) if stats.height else 0,
+        unmatched_p2p=unmatched_p2p(store, run_id),
+        notes=tuple(notes),
+    )
+
+
+def unmatched_p2p(store: Store, run_id: int) -> int:
+    """Point-to-point rows of a run that matching left unmatched (module doc, step 4)."""
+    return int(
+        store.sql(
+            f"""SELECT count(*) AS n FROM collectives
+            WHERE run_id = ? AND instance_id IS NULL AND {_IS_P2P_SQL}""",
+            [run_id],
+        ).item()
+    )
+
+
+def fallback_note(store: Store, run_id: int) -> str | None:
+    """A note when some instances of the run were matched by order within the step because their
+    sequence numbers cannot be per group (module doc, step 3); None otherwise."""
+    df = store.sql(
+        """SELECT source, coalesce(pg, '?') AS pg, count(*) AS n FROM collective_instances
+           WHERE run_id = ? AND match_method = 'step_order' GROUP BY ALL ORDER BY source, pg""",
+        [run_id],
+    )
+    if df.is_empty():
+        return None
+    groups = ", ".join(f"{r['source']} pg {r['pg']} ({r['n']})" for r in df.iter_rows(named=True))
+    return (
+        f"sequence numbers that cannot be per process group (pairs in different steps, or strides that differ "
+        f"across ranks) were ignored: {groups} instances matched by order within the step instead"
+    )
+
+
+def refresh_instances(store: Store, run_id: int) -> None:
+    """Recompute the run's ``collective_instances`` rows from its matched collectives (after
+    matching, and again after clock alignment moved the arrivals).
+
+    Raises:
+        StoreError: DuckDB rejects a statement.
+    """
+    run = str(int(run_id))
+    store.con.execute("DELETE FROM collective_instances WHERE run_id = ?", [run_id])
+    store.con.execute(f"INSERT INTO collective_instances BY NAME {_INSTANCES.replace('$run', run)}")
+
+
+def preferred_source(store: Store, run_id: int) -> str | None:
+    """The collectives source to analyse when a run has several (e.g. Kineto and Flight Recorder
+    rows of the same all-reduces): the one with the most instances seen by two or more ranks,
+    preferring sources that know end times. None when the run has no matched instance."""
+    df = store.sql(
+        """SELECT source, count(*) FILTER (WHERE n_ranks >= 2) AS multi,
+                  count(*) FILTER (WHERE n_ranks >= 2 AND last_end_ns IS NOT NULL) AS with_end
+           FROM collective_instances WHERE run_id = ? GROUP BY source
+           ORDER BY with_end DESC, multi DESC, source""",
+        [run_id],
+    )
+    return None if df.is_empty() else str(df["source"][0])

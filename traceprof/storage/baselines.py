@@ -1,0 +1,143 @@
+"""Named baseline sets: the healthy runs a candidate is compared with (``traceprof baseline``).
+
+A timing regression needs the run-to-run variance of healthy runs (:mod:`traceprof.engine.noise`), which
+only several baseline runs show. A set is stored in the store's ``baselines`` table (one row per
+member run), so CI names it once (``traceprof baseline add nightly run1 run2 run3``) and diffs
+against it (``traceprof diff nightly CAND``). Removing a run (``traceprof runs rm``) removes it from
+every set; renaming it keeps it in them.
+
+A *baseline spec* (what ``diff``, ``report --baseline``, ``summary --baseline`` and ``history``
+take) is, in this order: the name of a baseline set; a run name or id; or a comma-separated list of
+run names or ids (``base1,base2,base3``). A name that is both a set and a run is refused as
+ambiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+
+from traceprof.core.errors import StoreError, UsageError
+from traceprof.storage.runs import check_name, run_name, transaction
+from traceprof.storage.store import Store
+
+__all__ = ["Baseline", "add", "remove", "sets", "members", "resolve"]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Resolved baseline runs: ``run_ids`` in the order given, and ``label`` for messages (the
+    set's name, or the run names joined by commas)."""
+
+    run_ids: tuple[int, ...]
+    label: str
+
+
+def members(store: Store, name: str) -> list[int]:
+    """Run ids of baseline set ``name`` in the order they were added ([] when there is no such set)."""
+    return store.sql("SELECT run_id FROM baselines WHERE name = ? ORDER BY added_at, run_id", [name])[
+        "run_id"
+    ].to_list()
+
+
+def sets(store: Store) -> pl.DataFrame:
+    """Every baseline set: name, runs (count), run_names (list, in the order added), added_at (latest)."""
+    return store.sql(
+        """SELECT b.name, count(*) AS runs, list(r.name ORDER BY b.added_at, b.run_id) AS run_names,
+                  max(b.added_at) AS added_at
+           FROM baselines b JOIN runs r USING (run_id) GROUP BY b.name ORDER BY b.name"""
+    )
+
+
+def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Add runs (names or ids) to baseline set ``name``, creating it; one transaction.
+
+    Returns:
+        (added, already): the run names added, and those that were members already.
+
+    Raises:
+        UsageError: ``name`` is not a valid name (:func:`traceprof.storage.runs.check_name`), or is a run's
+            name (``diff NAME`` would be ambiguous); no runs given.
+        StoreError: No such run (nothing is added).
+    """
+    check_name(name, "baseline add")
+    if not runs:
+        raise UsageError("baseline add: name at least one run")
+    taken = store.sql("SELECT run_id FROM runs WHERE name = ?", [name])
+    if taken.height:
+        raise UsageError(
+            f"baseline add: {name!r} is the name of a run (id {taken['run_id'][0]}); choose a set "
+            "name that no run has, so that `traceprof diff NAME CAND` is not ambiguous"
+        )
+    ids = [store.resolve_run(r, whole=False) for r in runs]
+    have = set(members(store, name))
+    new = list(dict.fromkeys(i for i in ids if i not in have))
+    now = datetime.now(timezone.utc).replace(tzinfo=None)  # UTC, as runs.ingested_at
+    # one microsecond apart: the set keeps the order the runs were given in
+    transaction(
+        store,
+        f"adding runs to baseline set {name!r}",
+        [
+            ("INSERT INTO baselines VALUES (?, ?, ?)", [name, i, now + timedelta(microseconds=j)])
+            for j, i in enumerate(new)
+        ],
+    )
+    return [run_name(store, i) for i in new], [run_name(store, i) for i in dict.fromkeys(ids) if i in have]
+
+
+def remove(store: Store, name: str, runs: Sequence[str] = ()) -> int:
+    """Remove runs (names or ids) from baseline set ``name``, or the whole set when ``runs`` is
+    empty; returns the number of runs removed.
+
+    Raises:
+        StoreError: No such set, or a run that is not a member of it (nothing is removed).
+    """
+    have = members(store, name)
+    if not have:
+        raise StoreError(f"no baseline set {name!r}; sets: {', '.join(sets(store)['name']) or 'none'}")
+    ids = [store.resolve_run(r, whole=False) for r in runs]
+    outside = [run_name(store, i) for i in ids if i not in have]
+    if outside:
+        raise StoreError(f"baseline set {name!r} does not hold {', '.join(outside)}")
+    if not ids:
+        return transaction(
+            store, f"removing baseline set {name!r}", [("DELETE FROM baselines WHERE name = ?", [name])]
+        )
+    return transaction(
+        store,
+        f"removing runs from baseline set {name!r}",
+        [("DELETE FROM baselines WHERE name = ? AND run_id = ?", [name, i]) for i in dict.fromkeys(ids)],
+    )
+
+
+def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
+    """The runs of a baseline spec (module doc), or of a list of specs (their runs, in order).
+
+    Raises:
+        UsageError: A name that is both a baseline set and a run; an empty spec.
+        StoreError: No such run or set.
+    """
+    if not isinstance(spec, str):
+        parts = [resolve(store, s) for s in spec]
+        ids = tuple(dict.fromkeys(i for p in parts for i in p.run_ids))
+        return Baseline(ids, ",".join(p.label for p in parts))
+    spec = spec.strip()
+    if not spec:
+        raise UsageError("empty baseline: name a run, runs separated by commas, or a baseline set")
+    in_set = members(store, spec)
+    is_run = store.sql("SELECT run_id FROM runs WHERE name = ?", [spec])
+    if in_set and is_run.height:
+        raise UsageError(
+            f"{spec!r} is both a baseline set and a run; rename the run (`traceprof runs mv`) "
+            "or the set (`traceprof baseline rm` and `add`)"
+        )
+    if in_set:
+        return Baseline(tuple(store.resolve_run(str(i)) for i in in_set), spec)
+    if is_run.height or "," not in spec:
+        rid = store.resolve_run(spec)
+        return Baseline((rid,), run_name(store, rid))
+    ids = tuple(dict.fromkeys(store.resolve_run(s.strip()) for s in spec.split(",") if s.strip()))
+    return Baseline(ids, ",".join(run_name(store, i) for i in ids))

@@ -1,0 +1,127 @@
+"""Managing the runs of a store: remove one, rename one.
+
+A bad ingest (wrong folder, wrong ``--run``) no longer means deleting the store: ``traceprof runs rm
+NAME`` removes every row of the run from every table that has a ``run_id`` column (the schema's
+tables and saved ``result_*`` tables) in one transaction; ``traceprof runs mv OLD NEW`` renames it.
+Removing a run frees its files' SHA-256, so they can be ingested again (e.g. under another name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traceprof.core import term
+from traceprof.core.errors import UsageError
+from traceprof.storage.layout import error_line
+from traceprof.storage.store import Store
+
+__all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction"]
+
+
+def run_name(store: Store, run_id: int) -> str:
+    """The name of run ``run_id`` (resolved already: ``Store.resolve_run``), for messages and
+    titles: an id means nothing to the user."""
+    return str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+
+
+def check_name(name: str, what: str) -> None:
+    """Refuse a run name that cannot be told apart from an id or printed as it is.
+
+    Args:
+        name: The proposed run name.
+        what: Where it comes from, for the message (``--run``, ``runs mv``).
+
+    Raises:
+        UsageError: ``name`` is empty, all digits (``runs rm 1`` would mean run id 1), or holds
+            control characters (ESC, newline: they would reach terminals and logs raw).
+    """
+    if not name.strip():
+        raise UsageError(f"{what}: the run name is empty")
+    if name.isdigit():
+        raise UsageError(f"{what}: {name!r} would read as a run id; choose a name with a letter in it")
+    if term.escape(name) != name:
+        raise UsageError(
+            f"{what}: the run name '{term.escape(name)}' holds control characters; "
+            "choose one without (letters, digits, -_.)"
+        )
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What :func:`remove` deleted: the run's ``name`` and ``run_id``, its ``traces`` (files) and
+    ``rows`` (all rows over all tables, the ``runs`` row included)."""
+
+    name: str
+    run_id: int
+    traces: int
+    rows: int
+
+
+def _run_tables(store: Store) -> list[str]:
+    """Base tables with a ``run_id`` column, ``runs`` last (views such as ``kernels`` are skipped)."""
+    names = store.sql(
+        """SELECT DISTINCT c.table_name FROM duckdb_columns() c JOIN duckdb_tables() t
+             ON t.table_name = c.table_name AND t.schema_name = c.schema_name AND t.database_name = c.database_name
+           WHERE c.column_name = 'run_id' AND c.database_name = current_database() ORDER BY 1"""
+    )["table_name"].to_list()
+    return [n for n in names if n != "runs"] + ["runs"]
+
+
+def transaction(store: Store, what: str, statements: list[tuple[str, list[object]]]) -> int:
+    """Run ``statements`` in one transaction (``Store.transaction``); the number of rows they changed.
+
+    Raises:
+        StoreError: DuckDB refused one (``"<what> failed, store unchanged: ..."``).
+    """
+    changed = 0
+    with store.transaction(error=lambda e: f"{what} failed, store unchanged: {error_line(e)}") as con:
+        for sql, args in statements:
+            row = con.execute(sql, args).fetchone()
+            changed += int(row[0]) if row else 0
+    return changed
+
+
+def remove(store: Store, run: str) -> Removed:
+    """Delete run ``run`` (name or id) and all its rows from a writable store.
+
+    Raises:
+        StoreError: No such run, or DuckDB refused (nothing is deleted then).
+    """
+    run_id = store.resolve_run(run, whole=False)  # a run whose Parquet files are damaged can be removed
+    name = run_name(store, run_id)
+    traces = int(store.sql("SELECT count(*) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0])
+    # rows kept in Parquet files (traceprof.storage.layout) count instead of their parts rows (one per file:
+    # bookkeeping, so the count is the same in both layouts)
+    in_files, parts = (
+        int(x)
+        for x in store.sql(
+            "SELECT coalesce(sum(rows), 0) AS n, count(*) AS parts FROM parts WHERE run_id = ?", [run_id]
+        ).row(0)
+    )
+    stmts: list[tuple[str, list[object]]] = [
+        (f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)
+    ]
+    rows = transaction(store, f"removing run {name!r}", stmts) + in_files - parts
+    store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
+    return Removed(name, run_id, traces, rows)
+
+
+def rename(store: Store, old: str, new: str) -> int:
+    """Rename run ``old`` (name or id) to ``new``; returns its run_id.
+
+    Raises:
+        StoreError: No such run.
+        UsageError: ``new`` is refused by :func:`check_name`, or is another run's name.
+    """
+    run_id = store.resolve_run(old, whole=False)
+    check_name(new, "runs mv")
+    taken = store.sql("SELECT run_id FROM runs WHERE name = ? AND run_id <> ?", [new, run_id])
+    if taken.height:
+        raise UsageError(
+            f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
+            f"remove it first with `traceprof runs rm {new}`"
+        )
+    transaction(
+        store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])]
+    )
+    return run_id

@@ -1,0 +1,147 @@
+"""User SQL as a stream of printable rows: every DuckDB type, a row cap, bounded memory.
+
+Rows are fetched in Arrow batches, never all at once. Numbers and booleans stay numbers; every
+other value (INTERVAL, UNION, infinite TIMESTAMP, BLOB, HUGEINT, nested types, ...) is turned into
+DuckDB's own text for it (``CAST(x AS VARCHAR)``), so any result prints and JSON can hold it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import duckdb
+
+from traceprof.core.errors import StoreError
+from traceprof.storage import sandbox
+from traceprof.storage.layout import error_line
+from traceprof.storage.store import Store
+
+__all__ = ["stream", "SqlStream"]
+
+T = TypeVar("T")
+_KEEP = frozenset(
+    {
+        "BOOLEAN",
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "FLOAT",
+        "DOUBLE",
+    }
+)
+
+
+@dataclass
+class SqlStream:
+    """A query's result, to iterate once.
+
+    Attributes:
+        columns: Column names (duplicates allowed).
+        numeric: Per column, whether its values are numbers (else strings or None).
+        rows: Iterator over row tuples, at most ``max_rows``.
+        capped: Set once ``rows`` is exhausted: there were more than ``max_rows`` rows.
+        statements: Statements in the query (DuckDB runs them all; ``rows`` are the last one's).
+    """
+
+    columns: list[str]
+    numeric: list[bool]
+    rows: Iterator[tuple[Any, ...]] = field(default_factory=lambda: iter(()))
+    capped: bool = False
+    statements: int = 1
+
+
+def stream(
+    store: Store, query: str, max_rows: int | None, batch_rows: int = 10_000, timeout_s: float | None = None
+) -> SqlStream:
+    """Run ``query`` and stream its rows (see the module doc).
+
+    Args:
+        store: A store opened for user SQL (``Store(path, user_sql=True)``, :mod:`traceprof.storage.sandbox`).
+        query: SQL text: queries only (:func:`traceprof.storage.sandbox.check`).
+        max_rows: Stop after this many rows (``capped`` then tells whether more were left); None: all.
+        batch_rows: Rows fetched per batch.
+        timeout_s: Stop the query once DuckDB has worked on it this long, in seconds, summed over
+            the start and every batch (time spent printing rows does not count); None: no limit.
+
+    Raises:
+        StoreError: The query is refused (not a query, not UTF-8), fails (DuckDB's first line) or
+            runs past ``timeout_s``. Errors while fetching are raised the same way from the iterator.
+        KeyboardInterrupt: DuckDB was interrupted by Ctrl-C.
+    """
+    statements = sandbox.check(store.con, query)
+    deadline = _Budget(timeout_s)
+
+    def start() -> tuple[list[str], list[str], Any]:
+        rel = store.con.sql(query)
+        if rel is None:  # a statement without a result
+            return [], [], iter(())
+        columns, types = list(rel.columns), [str(t) for t in rel.types]
+        names = [f"c{i}" for i in range(len(columns))]
+        sel = ", ".join(
+            n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True)
+        )
+        limit = "" if max_rows is None or max_rows >= 2**62 else f" LIMIT {int(max_rows) + 1}"  # beyond: all
+        sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
+        projected = rel.query("_q", sql)
+        assert projected is not None  # a SELECT always has a result
+        return columns, types, iter(projected.to_arrow_reader(batch_rows))
+
+    try:
+        columns, types, reader = deadline.run(store, start)
+    except duckdb.Error as e:
+        raise _error(e) from None
+    out = SqlStream(columns, [t in _KEEP for t in types], statements=statements)
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        n = 0
+        try:
+            while (batch := deadline.run(store, lambda: next(reader, None))) is not None:
+                for row in zip(*(col.to_pylist() for col in batch.columns), strict=True):
+                    if max_rows is not None and n >= max_rows:
+                        out.capped = True
+                        return
+                    n += 1
+                    yield row
+        except (duckdb.Error, OSError) as e:  # DuckDB's errors while streaming come through Arrow as OSError
+            raise _error(e) from None
+
+    out.rows = rows()
+    return out
+
+
+def _error(e: Exception) -> BaseException:
+    return StoreError(f"SQL error: {error_line(e)}")
+
+
+class _Budget:
+    """The time DuckDB may still spend on one query (``timeout_s`` of :func:`stream`)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.left = timeout_s
+
+    def run(self, store: Store, fn: Callable[[], T]) -> T:
+        """``store.interruptible(fn)`` within the time left; the time it took is spent.
+
+        Raises:
+            StoreError: The time ran out (the query was interrupted).
+        """
+        start = time.monotonic()
+        try:
+            return store.interruptible(fn, None if self.left is None else max(self.left, 0.0))
+        except TimeoutError:
+            raise StoreError(
+                f"SQL error: the query ran for over {self.timeout_s:g} s and was stopped (--timeout); "
+                "give it more time with --timeout SECONDS"
+            ) from None
+        finally:
+            if self.left is not None:
+                self.left -= time.monotonic() - start

@@ -119,3 +119,17 @@ def test_class_measures_match_reference(seed: int) -> None:
         comm = _points(part.filter(pl.col("class") == "comm"), by).get(tuple(key), set())
         window = part["end_ns"].max() - part["start_ns"].min()
         assert got[tuple(key)] == (window, len(every), len(comp), len(comm), len(comp & comm))
+
+
+def test_tile_gives_the_same_pieces_whatever_the_row_order() -> None:
+    # Two copies over the same [10, 20) ns on one rank, and one [15, 30): the copy that keeps the
+    # common part is the first in (start, end desc, then name): "Memcpy DtoD" < "Memcpy HtoD", so DtoD
+    # keeps [10, 20) whole, HtoD gives nothing, [15, 30) keeps its tail [20, 30). Before, the tie was
+    # broken by the input's row order (a parallel scan's), and critical_path's path named either copy.
+    from traceprof.engine.intervals import tile
+
+    rows = [(0, 10, 20, "Memcpy HtoD"), (0, 10, 20, "Memcpy DtoD"), (0, 15, 30, "K")]
+    want = [(0, 10, 20, "Memcpy DtoD"), (0, 20, 30, "K")]
+    for order in (rows, rows[::-1], [rows[1], rows[2], rows[0]]):
+        df = pl.DataFrame(order, schema=["rank", "start_ns", "end_ns", "name"], orient="row")
+        assert tile(df, ["rank"]).rows() == want

@@ -198,3 +198,12 @@ def test_one_transaction_helper_commits_or_leaves_the_store_as_it_was(tmp_path):
             con.execute("SELECT * FROM no_such_table")
         keys = {k for (k,) in store.con.execute("SELECT key FROM meta").fetchall()}
         assert "a" in keys and not {"b", "c"} & keys and store.commits == [("meta", 0)]
+
+
+def test_query_results_come_in_one_chunk(store):
+    # DuckDB's parallel scan returns a result in one or several Arrow batches from run to run, and
+    # polars computes x / scalar by chunk layout (one chunk: x times the reciprocal, 100 * 800000 /
+    # 1600000 = 50.00000000000001; two: 50.0): Store.sql hands back one chunk, so analyses give the
+    # same bytes on every run.
+    df = store.sql("SELECT range AS x FROM range(3000000)")
+    assert df.height == 3_000_000 and df.n_chunks() == 1

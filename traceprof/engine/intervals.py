@@ -154,7 +154,8 @@ def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.
     """Disjoint pieces that tile the union of each group's intervals, each keeping the other
     columns of the interval it comes from.
 
-    In start order (ties broken by ``order``, then end, longest first), each interval keeps the part
+    In start order (ties broken by ``order``, then end, longest first, then the other plain columns in
+    ascending order, so the result is the same whatever the input's row order), each interval keeps the part
     of it past the running max end of its group's earlier intervals, ``[max(start, that end), end)``
     when that is not empty (the sweep of :func:`union_ns`): an interval nested in an earlier one
     gives nothing, one overlapping an earlier one gives its tail. One sort and one pass.
@@ -171,7 +172,15 @@ def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.
     """
     s = df.filter(pl.col("end_ns") > pl.col("start_ns"))
     keys = [*by, "start_ns", *(order or []), "end_ns"]
-    s = s.sort(keys, descending=[False] * (len(keys) - 1) + [True], nulls_last=True)
+    # then every other plain column, so that equal intervals come in one order on every run (the
+    # rows' order from a parallel scan varies, and which of two equal intervals keeps the common
+    # part names the piece)
+    rest = [
+        c for c, t in s.schema.items() if c not in keys and (t.is_numeric() or t in (pl.Utf8, pl.Boolean))
+    ]
+    s = s.sort(
+        [*keys, *rest], descending=[False] * (len(keys) - 1) + [True] + [False] * len(rest), nulls_last=True
+    )
     before = pl.col("end_ns").cum_max().shift(1)
     before = (before.over(by) if by else before).fill_null(_LO)
     return s.with_columns(pl.max_horizontal("start_ns", before).alias("start_ns")).filter(

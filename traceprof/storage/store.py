@@ -507,7 +507,7 @@ class Store:
             self.dataset.remove_run(run_id)
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
-        """Run a query and return a polars DataFrame.
+        """Run a query and return a polars DataFrame, in one chunk (the same bytes out on every run).
 
         Raises:
             StoreError: The query fails (the message is DuckDB's).
@@ -517,7 +517,10 @@ class Store:
             rel = self.con.sql(query, params=list(params) if params else None)
             if rel is None:  # a statement without a result
                 return pl.DataFrame()
-            return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
+            # One chunk always: polars takes another kernel path by chunk layout (x / scalar as x times
+            # the reciprocal on one chunk, exact division on two: 50.00000000000001 or 50.0), and DuckDB's
+            # parallel scans return one or several batches from run to run.
+            return pl.from_arrow(rel.to_arrow_table()).rechunk()  # type: ignore[return-value]
         except (duckdb.Error, RuntimeError) as e:
             if interrupted(e):
                 raise KeyboardInterrupt from None

@@ -50,6 +50,7 @@ import pyarrow.compute as pc
 
 from traceprof.collectors.kineto._values import Ints, Strs
 from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
+from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
@@ -228,7 +229,7 @@ def flag_records(
         counts["before_launch"] = len(early)
         warnings.append(
             f"{path.name}: {len(early)} GPU record(s) start before the CPU call that launched them, by up to "
-            f"{worst / 1000:,.3f} us (events {_examples(src_index, early)}): another clock domain; flagged "
+            f"{duration(worst)} (events {_examples(src_index, early)}): another clock domain; flagged "
             "(events.flag = 'before_launch') and left out of windows, idle and latency"
         )
     skew = skew[~(zero[skew] | far[skew])]  # a record far off for another reason keeps that flag
@@ -237,7 +238,7 @@ def flag_records(
         counts["launch_skew"] = len(skew)
         warnings.append(
             f"{path.name}: {len(skew)} GPU record(s) start before the CPU call that launched them by up to "
-            f"{skew_max / 1000:,.3f} us (events {_examples(src_index, skew)}): clock jitter, not another clock "
+            f"{duration(skew_max)} (events {_examples(src_index, skew)}): clock jitter, not another clock "
             f"domain (at most {LAUNCH_SKEW_MAX_NS / 1e6:g} ms); kept with their work (events.flag = "
             "'launch_skew'), left out of launch latency only"
         )

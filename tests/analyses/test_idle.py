@@ -230,3 +230,15 @@ def test_idle_matches_hta(store, rel):
                     assert m[f"{cat}_pct"] == pytest.approx(100 * hta_us.get(cat, 0.0) / total, abs=0.1)
             n_streams += 1
     assert n_streams == mine.height  # the same streams, no more
+
+
+def test_hta_mode_on_a_cpu_run_says_it_reads_kernels_only(store):
+    # sample_traces/normal: a gloo CPU run, no GPU kernels. Without hta the training-thread ops are
+    # its activity; hta=true reads kernels only, as HTA does, and the error says so (it said "no
+    # GPU kernels and no CPU training-thread ops", untrue of this run).
+    from tests.conftest import SAMPLES
+
+    ingest(store, [SAMPLES / "normal"])
+    assert analyze(store, "temporal", "normal").frame.height > 0
+    with pytest.raises(AnalysisError, match=r"run normal: no GPU kernels; hta=true reads GPU kernels only"):
+        analyze(store, "temporal", "normal", hta=True)

@@ -26,11 +26,21 @@ from traceprof.engine.diff import (
     MIN_ITEM_SHARE_PCT,
     _contention,
     _timing_row,
+    compare_profiles,
     diff_runs,
+    run_profile,
+    thresholds,
 )
 from traceprof.engine.difftext import causes
 from traceprof.engine.findings import _regression
 from traceprof.ingest.ingest import ingest
+
+
+def _same(store, name: str, limits: dict | None = None, mfu_options: dict | None = None):
+    """The gate's comparison of run ``name`` with itself (``diff_runs`` refuses that: a run is no
+    baseline of itself), for checks whose expected answer is "nothing changed"."""
+    p = run_profile(store, store.resolve_run(name), mfu_options)
+    return compare_profiles([p], p, thresholds(limits or {}), label=name)
 
 
 def _micro(folder: Path, extra: bool, world: int = 1, gpu: bool = False) -> Path:
@@ -121,7 +131,7 @@ def test_ns_are_whole_and_chart_labels_short(store, tmp_path):
         op("aten::mm", 105, 10.001, [[4, 4], [4, 4]]),
     ]
     ingest(store, [write_run(tmp_path / "odd", ev)])
-    res = diff_runs(store, "odd", "odd")
+    res = _same(store, "odd")
     step = res.frame.filter(pl.col("metric") == "step_time_ns").row(0, named=True)
     assert (step["base"], step["cand"], step["delta"]) == (100_500, 100_500, 0)
     assert {res.items[c].dtype for c in ("base_ns", "cand_ns", "delta_ns")} == {pl.Int64}
@@ -182,7 +192,7 @@ def test_thresholds_are_fractions(store, tmp_path):
     for bad, shown in [({"*": 5.0}, "-t 5:"), ({"*": 0.0}, "-t 0:"), ({"idle_ns": -0.1}, "-t idle_ns=-0.1:")]:
         with pytest.raises(UsageError, match=f"{shown} thresholds are fractions"):
             diff_runs(store, "base", "base", bad)
-    assert diff_runs(store, "base", "base", {"*": 1.0}).verdict == "ok"
+    assert _same(store, "base", {"*": 1.0}).verdict == "ok"
 
 
 def test_runs_not_comparable(store, tmp_path):
@@ -202,7 +212,7 @@ def test_runs_not_comparable(store, tmp_path):
         UsageError, match=r"runs gpu,cpu and two are not comparable"
     ):  # every baseline checked
         diff_runs(store, "gpu,cpu", "two")
-    assert not diff_runs(store, "gpu", "gpu").regressed
+    assert not _same(store, "gpu").regressed
     # --force: compared anyway, on per-rank medians (one sample per rank), with a note saying so.
     forced = diff_runs(store, "cpu", "two", force=True)
     assert any(
@@ -227,12 +237,12 @@ def test_runs_not_comparable(store, tmp_path):
 def test_bad_mfu_param_is_a_usage_error(store, tmp_path):
     ingest(store, [_micro(tmp_path / "base", False)])
     with pytest.raises(UsageError, match="peak_tflops='-1': must be a finite number > 0"):
-        diff_runs(store, "base", "base", mfu_options={"peak_tflops": "-1"})
+        _same(store, "base", mfu_options={"peak_tflops": "-1"})
 
 
 def test_gpu_corpus_run_against_itself(store):
     ingest(store, [corpus("hta/nccl_parser_config")])
-    res = diff_runs(store, "nccl_parser_config", "nccl_parser_config")
+    res = _same(store, "nccl_parser_config")
     assert not res.regressed and set(res.items["kind"]) == {"kernel", "collective"}
     assert (res.items["delta_ns"] == 0).all() and (res.frame["delta"] == 0).all()
     assert res.structure.is_empty()  # the same run: nothing changed
@@ -504,7 +514,7 @@ def test_findings_verdict_follows_the_gate(store, tmp_path):
         ],
     )
     for base, cand, status in (("base", "cand", "problem"), ("b1", "c", "inconclusive"), ("b1", "b1", "ok")):
-        res = diff_runs(store, base, cand)
+        res = _same(store, base) if base == cand else diff_runs(store, base, cand)
         findings, verdict = _regression(res)
         assert verdict.status == status and findings[0].problem is (status == "problem")
         assert (
@@ -568,9 +578,7 @@ def test_extra_matmul_is_a_structural_regression_with_exit_3(sample_db):
     assert (item["base_calls"], item["cand_calls"]) == (27, 31)
 
 
-@pytest.mark.parametrize(
-    "base, cand", [("normal", "normal"), ("normal", "normal_repeat"), ("normal_repeat", "normal")]
-)
+@pytest.mark.parametrize("base, cand", [("normal", "normal_repeat"), ("normal_repeat", "normal")])
 def test_unchanged_job_passes(sample_db, base, cand):
     code, out, err = cli("diff", base, cand, "--db", str(sample_db))
     assert code == 0, out + err
@@ -579,6 +587,13 @@ def test_unchanged_job_passes(sample_db, base, cand):
         .splitlines()[-1]
         .startswith(f"OK {base} -> {cand}: no structural change; timing within thresholds")
     )
+
+
+def test_diff_of_a_run_with_itself_is_refused(sample_db):
+    code, out, err = cli("diff", "normal", "normal", "--db", str(sample_db))
+    assert code == 1 and err.strip().splitlines()[-1].startswith(
+        "error: run 'normal' is the only run of the baseline 'normal': a run is no baseline of itself"
+    ), out + err
 
 
 def test_inconclusive_exits_4(sample_db):
@@ -759,3 +774,36 @@ def test_the_same_diff_twice_is_the_same_output(tmp_path):
     doc = json.loads(outs.pop())
     keys = [(-abs(i["delta_ns"]), i["kind"], i["name"]) for i in doc["items"]]
     assert keys == sorted(keys) and len(doc["items"]) > 10
+
+
+def test_a_run_is_no_baseline_of_itself(store, tmp_path):
+    # `diff normal normal`, or a set holding only the candidate (a CI job that adds each nightly run to
+    # the set before diffing), compared the run with itself and passed (exit 0): refused now. A set
+    # holding the candidate and others leaves it out, with a note, as before.
+    ingest(store, [_micro(tmp_path / "a", False), _micro(tmp_path / "b", True)])
+    with pytest.raises(
+        UsageError, match="run 'a' is the only run of the baseline 'a': a run is no baseline of itself"
+    ):
+        diff_runs(store, "a", "a")
+    from traceprof.storage import baselines
+
+    baselines.add(store, "solo", ["a"])
+    with pytest.raises(UsageError, match="only run of the baseline 'solo'"):
+        diff_runs(store, "solo", "a")
+    baselines.add(store, "pair", ["a", "b"])
+    res = diff_runs(store, "pair", "a")
+    assert (
+        any(n.startswith("run 'a' is in the baseline 'pair': left out of it") for n in res.notes)
+        and res.frame["n_base"].max() > 0
+    )
+
+
+def test_structural_decreases_are_said_not_gated(store, tmp_path):
+    # _micro: base "b" runs one more aten::mm per step (4x4 @ 4x4 twice and the extra shape) than
+    # "a". a against b: less work, fewer launches; growth is gated, a decrease is not, and the
+    # summary says so instead of calling it "within thresholds" (a dropped all-reduce would hide there).
+    ingest(store, [_micro(tmp_path / "a", False), _micro(tmp_path / "b", True)])
+    res = diff_runs(store, "b", "a")
+    assert not res.regressed
+    assert "structure shrank (decreases are not gated): flops -80.0%, launches -25.0%" in res.summary
+    assert "within thresholds: flops" not in res.summary

@@ -15,6 +15,7 @@ import pytest
 
 from tests.builders import BASE, transient_rank, write_rank
 from tests.conftest import analyze
+from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
 from traceprof.engine.findings import summarize
 from traceprof.ingest.ingest import ingest
@@ -122,7 +123,7 @@ def test_launch_skew_flip_point(store, tmp_path, ahead_ns, flag):
         assert lat["kernels"] == 2  # counted as work ...
         if flag == "launch_skew":
             (w,) = skew
-            assert f"by up to {ahead_ns / 1000:,.3f} us" in w and "kept with their work" in w
+            assert f"by up to {duration(ahead_ns)}" in w and "kept with their work" in w
             # ... but its latency (negative) is not measured: only the fill's 20 us
             assert (lat["launches"], lat["latency_p50_ns"], lat["latency_max_ns"]) == (1, 20 * US, 20 * US)
             assert any("left out of the latency figures" in n for n in analyze(store, "launch", "g").notes)

@@ -281,3 +281,16 @@ def test_the_engine_alone_holds_too(home, tmp_path):
             with pytest.raises(duckdb.Error, match="read-only"):
                 store.con.execute(q)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("q", ["INSTALL httpfs", "FORCE INSTALL httpfs", "LOAD httpfs"])
+def test_a_refused_statement_is_named_by_its_own_word(q):
+    # DuckDB files INSTALL under LOAD statements: the message said "LOAD statement 'INSTALL httpfs'"
+    import duckdb
+
+    from traceprof.core.errors import StoreError
+    from traceprof.storage.sandbox import check
+
+    word = "LOAD" if q.startswith("LOAD") else "INSTALL"
+    with pytest.raises(StoreError, match=f"^SQL error: {word} statement '{q}' is refused"):
+        check(duckdb.connect(), q)

@@ -264,11 +264,17 @@ def run_activity(
 
     Raises:
         StoreError: No such run.
-        AnalysisError: The run has neither GPU activity nor CPU training-thread ops.
+        AnalysisError: The run has neither GPU activity nor CPU training-thread ops (with ``hta``:
+            no GPU kernels, said so when the run has CPU ops that ``hta`` leaves out).
     """
     run_id = store.resolve_run(run)
     act = activity(store, run_id, hta=hta, detail=detail)
     if act.is_empty():
+        if hta and not activity(store, run_id, detail=detail).is_empty():  # a CPU run: HTA reads kernels only
+            raise AnalysisError(
+                f"run {run or run_id}: no GPU kernels; hta=true reads GPU kernels only, as HTA does "
+                "(without it, a CPU run's training-thread ops are analysed)"
+            )
         raise AnalysisError(f"run {run or run_id}: no GPU kernels and no CPU training-thread ops")
     return run_id, act
 

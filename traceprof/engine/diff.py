@@ -288,13 +288,20 @@ def diff_runs(
     Raises:
         StoreError: No such run or baseline set.
         UsageError: A threshold for an unknown metric, or one outside (0, 1]; runs that are not
-            comparable (GPU vs CPU-only, different world sizes) unless ``force``; bad ``mfu_options``.
+            comparable (GPU vs CPU-only, different world sizes) unless ``force``; bad ``mfu_options``;
+            a baseline that holds no run besides ``cand`` (a run is no baseline of itself).
         AnalysisError: A run without ProfilerSteps.
     """
     limits = thresholds(thresholds_ or {})
     cand_id = store.resolve_run(cand)
     bl = resolve(store, base)
-    ids = [i for i in bl.run_ids if i != cand_id] or list(bl.run_ids)
+    ids = [i for i in bl.run_ids if i != cand_id]
+    if not ids:  # a run against itself always passes: a CI gate that did this would never fail
+        raise UsageError(
+            f"run {run_name(store, cand_id)!r} is the only run of the baseline {bl.label!r}: a run is no "
+            "baseline of itself; diff against other runs of the job (a named set: traceprof baseline add "
+            "NAME RUN...)"
+        )
     notes = (
         [f"run {run_name(store, cand_id)!r} is in the baseline {bl.label!r}: left out of it"]
         if len(ids) < len(bl.run_ids)

@@ -111,9 +111,17 @@ def causes(metrics: pl.DataFrame, items: pl.DataFrame, ranks: pl.DataFrame) -> s
 
 
 def _moved(m: dict[str, object]) -> str:
-    """``step_time_ns +21.6%``: the metric's own change (its delta as % of its base value)."""
+    """``step_time_ns +21.6%``: the metric's own change (its delta as % of its base value); for a
+    metric gated as a share of the step (``exposed_comm_ns``, ``idle_ns``: ``diff.METRICS``) the
+    change the gate tested, ``exposed_comm_ns +4.4% of the step``, in the unit of its noise and
+    threshold (its own change, +66.9 % of a small base, would read as a large move next to ok)."""
+    from traceprof.engine.diff import METRICS  # diff imports this module
+
+    name = str(m["metric"])
+    if METRICS.get(name, (True, False))[1] and m.get("change_pct") is not None:
+        return f"{name} {float(m['change_pct']):+.1f}% of the step"  # type: ignore[arg-type]
     pct = m["delta_pct"]
-    return f"{m['metric']} {float(pct):+.1f}%" if pct is not None else f"{m['metric']} {float(m['delta']):+g}"  # type: ignore[arg-type]
+    return f"{name} {float(pct):+.1f}%" if pct is not None else f"{name} {float(m['delta']):+g}"  # type: ignore[arg-type]
 
 
 def summary_line(
@@ -140,10 +148,17 @@ def summary_line(
     if struct.filter(pl.col("regressed")).height:
         parts += [_structural_text(m, changed, world) for m in s_rows if m["regressed"]]
     elif moved.height:
-        parts.append(
-            "structure changed within thresholds: "
-            + ", ".join(f"{m['metric']} {m['change_pct']:+.1f}%" for m in moved.iter_rows(named=True))
-        )
+        # growth is gated (within its threshold here); a decrease (less work, fewer collectives) is
+        # not, and says so: "within thresholds" would hide a dropped all-reduce
+        for label, rows in (
+            ("structure changed within thresholds", moved.filter(pl.col("change_pct") > 0)),
+            ("structure shrank (decreases are not gated)", moved.filter(pl.col("change_pct") < 0)),
+        ):
+            if rows.height:
+                parts.append(
+                    f"{label}: "
+                    + ", ".join(f"{m['metric']} {m['change_pct']:+.1f}%" for m in rows.iter_rows(named=True))
+                )
     else:
         parts.append("no structural change")
     if "timing" in layers:

@@ -42,7 +42,7 @@ def check_name(name: str, what: str) -> None:
     if term.escape(name) != name:
         raise UsageError(
             f"{what}: the run name '{term.escape(name)}' holds control characters; "
-            "choose one without (letters, digits, -_.)"
+            "choose one without them (e.g. of letters, digits and -_.)"
         )
 
 

@@ -104,8 +104,14 @@ def check(con: duckdb.DuckDBPyConnection, query: str) -> int:
             continue
         flat = " ".join(text.split())
         shown = flat if len(flat) <= 60 else flat[:57] + "..."
+        # DuckDB files INSTALL under LOAD statements: name it by its own word
+        what = (
+            "INSTALL"
+            if kind.name == "LOAD" and flat.upper().startswith(("INSTALL", "FORCE INSTALL"))
+            else kind.name
+        )
         raise StoreError(
-            f"SQL error: {kind.name} statement {shown!r} is refused: traceprof sql runs {ALLOWED}"
+            f"SQL error: {what} statement {shown!r} is refused: traceprof sql runs {ALLOWED}"
             + ("; for a profile use EXPLAIN ANALYZE <query>" if "profil" in flat.lower() else "")
         )
     return len(statements)

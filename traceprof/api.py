@@ -34,8 +34,10 @@ class Session(_engine.Session):
         baseline: str | None = None,
         params: dict[str, dict[str, str]] | None = None,
         force: bool = False,
+        units: str = "human",
     ) -> Path:
         """``traceprof report``: write the HTML report of ``run`` to ``output``; returns the path.
+        ``units``: the tables' durations, ``human`` (s/ms/us, the header says which) or ``ns``.
 
         Raises:
             StoreError: No such run or baseline.
@@ -43,7 +45,9 @@ class Session(_engine.Session):
         """
         from traceprof.render.report import write_report
 
-        return write_report(self.store, run, output, baseline=baseline, params=params, force=force)
+        return write_report(
+            self.store, run, output, baseline=baseline, params=params, force=force, units=units
+        )
 
 
 def open(db: str | Path, **options: Any) -> Session:  # noqa: A001 - the library's way in, as builtins.open is Python's

@@ -317,3 +317,59 @@ def test_report_force_compares_runs_that_are_not_comparable(store, tmp_path):
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
     with pytest.raises(AnalysisError, match="^run 'gloo_cpu_4rank': no ProfilerSteps"):
         typical_items(store, store.resolve_run("gloo_cpu_4rank"))
+
+
+def _html_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """(headers, rows of cell texts) of every <table> of a report, parsed with html.parser."""
+    from html.parser import HTMLParser
+
+    tables: list[tuple[list[str], list[list[str]]]] = []
+
+    class P(HTMLParser):
+        cell: list[str] | None = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                tables.append(([], []))
+            elif tag == "tr" and tables:
+                tables[-1][1].append([])
+            elif tag in ("td", "th"):
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None:
+                text = "".join(self.cell)
+                (tables[-1][0] if tag == "th" else tables[-1][1][-1]).append(text)
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    P().feed(text)
+    return [(h, [r for r in rows if r]) for h, rows in tables]
+
+
+@pytest.mark.parametrize("source", ["straggler_rank2", "hta/nccl_parser_config"])
+def test_report_tables_carry_units_not_raw_ns(store, tmp_path, source):
+    # Every table of the report was raw ns (1,222,847,000). Now no header ends in _ns, and the cells of
+    # a duration column (its header names s, ms, us or ns) are in that unit: a raw ns figure of a
+    # duration of a millisecond or more would read 1,000,000 or more.
+    ingest(store, [SAMPLES / source if "/" not in source else corpus(source)])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    tables = _html_tables(text)
+    assert len(tables) > 10
+    durations = 0
+    for headers, rows in tables:
+        assert not [h for h in headers if h.endswith("_ns")], headers
+        for i, h in enumerate(headers):
+            if re.search(r"\((s|ms|us|ns)\)$", h):
+                for r in rows:
+                    if i < len(r) and r[i]:
+                        durations += 1
+                        assert abs(float(r[i].replace(",", ""))) < 1_000_000, (h, r[i])
+    assert durations > 50
+    # --units ns: the exact integers, under the _ns names
+    exact = write_report(store, None, tmp_path / "ns.html", units="ns").read_text()
+    heads = [h for hs, _ in _html_tables(exact) for h in hs]
+    assert "total_ns" in heads and not [h for h in heads if h.endswith("(ms)")]

@@ -25,10 +25,10 @@ from typing import Any
 import polars as pl
 
 from traceprof.core import term
-from traceprof.core.display import plain
-from traceprof.core.errors import AnalysisError, TraceprofError
+from traceprof.core.display import UNITS, ColumnFormat, column_formats, format_cell, plain
+from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.core.fileio import write_output
-from traceprof.core.names import shorten
+from traceprof.core.names import distinct_short
 from traceprof.engine import findings as fnd
 from traceprof.engine import session
 from traceprof.engine.analysis import Chart, FrameResult
@@ -69,21 +69,36 @@ def _esc(s: str) -> str:
     return html.escape(term.escape(s))
 
 
-def _cell(v: object) -> str:
-    """One HTML table cell: numbers right-aligned (:func:`traceprof.core.display.plain`, three decimals),
-    text left-aligned and escaped, a long name shortened to its family with the full text on hover."""
+def _cell(v: object, f: ColumnFormat, metric: object, names: dict[str, str] | None) -> str:
+    """One HTML table cell: numbers right-aligned in their column's unit
+    (:func:`traceprof.core.display.format_cell`), text left-aligned and escaped, a long name in its
+    shortest form that tells it apart from the column's others, the full text on hover."""
     if isinstance(v, float | int) and not isinstance(v, bool):
-        return f"<td>{plain(v, 3)}</td>"
+        return f"<td>{_esc(format_cell(v, f, metric if isinstance(metric, str) else None))}</td>"
     text = plain(v)
-    short = shorten(text, 80)
-    if short != text:  # long kernel/op names: the family, the full name on hover
+    short = names.get(text, text) if names is not None and isinstance(v, str) else text
+    if short != text:  # long kernel/op names: the short form, the full name on hover
         return f'<td class="s" title="{_esc(text)}">{_esc(short)}</td>'
     return f'<td class="s">{_esc(text)}</td>'
 
 
-def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
-    head = "".join(f"<th>{_esc(str(c))}</th>" for c in df.columns)
-    rows = ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in df.head(max_rows).iter_rows()]
+def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human") -> str:
+    """A table of ``df``'s first ``max_rows`` rows, in the one units rule of every table
+    (:func:`traceprof.core.display.column_formats`: durations in the unit their header names)."""
+    formats = column_formats(df, units)
+    head = "".join(f"<th>{_esc(f.header)}</th>" for f in formats)
+    shown = df.head(max_rows)
+    names = [distinct_short(shown[c], 80) if shown[c].dtype == pl.String else None for c in df.columns]
+    mi = df.columns.index("metric") if "metric" in df.columns else None
+    rows = [
+        "<tr>"
+        + "".join(
+            _cell(v, f, row[mi] if mi is not None else None, n)
+            for v, f, n in zip(row, formats, names, strict=True)
+        )
+        + "</tr>"
+        for row in shown.iter_rows()
+    ]
     more = (
         f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>"
         if df.height > max_rows
@@ -111,7 +126,7 @@ def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
     return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
 
 
-def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
+def _section(name: str, result: FrameResult, figs: list[Any], units: str = "human") -> str:
     parts = [f'<h2 id="{_esc(name)}">{_esc(result.title or name)}</h2>']
     parts += [f'<div class="note">{_esc(n)}</div>' for n in result.notes]
     for chart in result.charts():
@@ -128,7 +143,7 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""
         parts.append(
-            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>"
+            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame, units=units)}</details>"
         )
     return "\n".join(parts)
 
@@ -253,6 +268,7 @@ def render_html(
     params: dict[str, dict[str, str]] | None = None,
     baseline: str | None = None,
     force: bool = False,
+    units: str = "human",
 ) -> str:
     """The report of one run as an HTML string.
 
@@ -264,13 +280,17 @@ def render_html(
         baseline: A run to diff against (name or id); runs that are not comparable get a diff
             section saying why.
         force: Diff runs that are not comparable anyway, by per-rank medians (``diff --force``).
+        units: The tables' durations: ``human`` (each column in s, ms or us, its header saying
+            which) or ``ns`` (exact ints).
 
     Raises:
         StoreError: No such run (or baseline).
-        UsageError: A parameter names no report analysis or has a bad value.
+        UsageError: A parameter names no report analysis or has a bad value, or bad ``units``.
     """
+    if units not in UNITS:
+        raise UsageError(f"--units {units!r}: expected human or ns")
     with session.of(store):  # each analysis once: findings, verdict and sections share the results
-        return _render(store, run, extra, params, baseline, force)
+        return _render(store, run, extra, params, baseline, force, units)
 
 
 def _render(
@@ -280,6 +300,7 @@ def _render(
     params: dict[str, dict[str, str]] | None,
     baseline: str | None,
     force: bool,
+    units: str,
 ) -> str:
     from traceprof.render import plots
 
@@ -307,13 +328,13 @@ def _render(
     with plots.quiet():
         for name, res in results.items():
             if isinstance(res, FrameResult):
-                sections.append(_section(name, res, figs))
+                sections.append(_section(name, res, figs, units))
                 toc.append(name)
         for name, res in list(extra or []):
-            sections.append(_section(name, res, figs))
+            sections.append(_section(name, res, figs, units))
             toc.append(name)
         if isinstance(diff, FrameResult):
-            sections.append(_section("diff", diff, figs))
+            sections.append(_section("diff", diff, figs, units))
             toc.append("diff")
         elif diff is not None:
             sections.append(
@@ -357,8 +378,8 @@ generated {now} by traceprof</p>
 <p>{nav}</p>
 {body}
 <h2 id="traces">Ranks and trace files</h2>
-<p class="facts">All times in the tables are ns unless a column says otherwise.</p>
-{_table_html(traces)}
+<p class="facts">Each column's header names its unit (durations in s, ms or us); the CLI's JSON and CSV keep exact ns.</p>
+{_table_html(traces, units=units)}
 {tail}
 </body></html>
 """
@@ -371,19 +392,20 @@ def write_report(
     baseline: str | None = None,
     params: dict[str, dict[str, str]] | None = None,
     force: bool = False,
+    units: str = "human",
 ) -> Path:
     """Write the report of one run to ``output`` (HTML). Returns the path.
 
     With ``baseline`` (a run name or id) the report gets a regression diff of the run against it
     (``traceprof.engine.diff``), or, when the runs are not comparable, a diff section saying why.
-    ``params`` and ``force``: see :func:`render_html`.
+    ``params``, ``force`` and ``units``: see :func:`render_html`.
 
     Raises:
         StoreError: No such run.
         AnalysisError: Nothing to report.
         UsageError: ``output`` cannot be written, or a bad parameter.
     """
-    text = render_html(store, run, params=params, baseline=baseline, force=force)
+    text = render_html(store, run, params=params, baseline=baseline, force=force, units=units)
     if not text:
         raise AnalysisError("empty report")
     return write_output(output, text.encode("utf-8"))

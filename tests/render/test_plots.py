@@ -1,4 +1,4 @@
-"""Plots read right: axis units match the legend, heatmaps start at zero, long names shortened."""
+"""Plots read right: axis units match the legend, one palette, heatmaps over the data's range, long names shortened."""
 
 from __future__ import annotations
 
@@ -46,12 +46,74 @@ def test_long_names_are_shortened_with_the_full_name_on_hover():
     assert any("@full" in str(t.tooltips) for t in fig.tools if hasattr(t, "tooltips"))
 
 
-def test_heatmap_colour_scale_starts_at_zero():
+def test_heatmap_colour_scale_runs_over_the_data():
+    # An MFU of 41-44% on a scale from 0 was one flat block: the scale runs from the smallest value.
     df = pl.DataFrame({"step": [1, 1, 2], "rank": [0, 1, 0], "lateness_ms": [5.0, 7.5, 6.0]})
     fig = plots.heatmap(df, "step", "rank", "lateness_ms", "Lateness")
     mapper = fig.right[0].color_mapper
-    assert (mapper.low, mapper.high) == (0.0, 7.5) and mapper.palette[0] == "#ffffff"
+    assert (mapper.low, mapper.high) == (5.0, 7.5) and mapper.palette[0] == "#fff5f0"
     assert fig.right[0].title == "lateness (ms)"
+
+
+def test_one_palette_one_meaning_per_colour():
+    # Green was idle in one chart, "other", "memory only" and p99 in others. Each meaning has one
+    # colour, the same in every chart and on the timeline; series that measure no state (p99,
+    # actual vs simulated) never take a meaning's colour.
+    meanings = plots.MEANING_COLORS
+    assert len(set(meanings.values())) == len(meanings)
+    assert not set(meanings.values()) & set(plots.PALETTE)
+    assert plots.STATE_COLORS[0] == meanings["idle"]
+    expect = {
+        "idle_pct": "idle",  # temporal
+        "stream_idle_pct": "idle",  # idle
+        "idle_ns": "idle",  # critical_path
+        "host_wait_pct": "host-bound",  # idle by cause
+        "host_bound_ns": "host-bound",  # critical_path
+        "wait_ns": "waiting",  # nccl_sum, critical_path
+        "exposed_comm_ns": "exposed communication",  # overlap
+        "comm_only_ns": "exposed communication",  # kernels
+        "overlap_ns": "communication",
+        "transfer_ns": "communication",
+        "compute_pct": "compute",
+        "compute_only_ns": "compute",
+        "memory_only_ns": "memory",
+        "latency_p99_ns": None,
+        "actual_ns": None,
+    }
+    assert {k: plots.meaning(k) for k in expect} == expect
+    # the same column gets the same colour in two charts, whatever its place among the series
+    a = plots.bars(
+        pl.DataFrame({"rank": [0], "compute_pct": [60.0], "idle_pct": [40.0]}),
+        "rank",
+        ("compute_pct", "idle_pct"),
+        "A",
+        stacked=True,
+    )
+    b = plots.bars(
+        pl.DataFrame({"rank": [0], "idle_ns": [4], "compute_ns": [6]}),
+        "rank",
+        ("idle_ns", "compute_ns"),
+        "B",
+        stacked=True,
+    )
+    colour = {(fig.title.text, r.name): r.glyph.fill_color for fig in (a, b) for r in fig.renderers}
+    assert colour == {
+        ("A", "compute_pct"): meanings["compute"],
+        ("A", "idle_pct"): meanings["idle"],
+        ("B", "idle_ns"): meanings["idle"],
+        ("B", "compute_ns"): meanings["compute"],
+    }
+
+
+def test_per_step_series_are_lines_at_page_width():
+    df = pl.DataFrame(
+        {"step": [3, 1, 2], "actual_ns": [3_000_000, 1_000_000, 2_000_000], "ideal_ns": [1_000_000] * 3}
+    )
+    fig = plots.series(df, "step", ("actual_ns", "ideal_ns"), "Step time")
+    lines = [r for r in fig.renderers if type(r.glyph).__name__ == "Line"]
+    assert len(lines) == 2 and list(lines[0].data_source.data["x"]) == [1, 2, 3]
+    assert list(lines[0].data_source.data["v"]) == [1.0, 2.0, 3.0]  # ms, sorted by step
+    assert fig.sizing_mode == "stretch_width" and fig.yaxis[0].axis_label == "ms"
 
 
 def test_embed_is_compressed_and_quiet(caplog):

@@ -373,3 +373,33 @@ def test_report_tables_carry_units_not_raw_ns(store, tmp_path, source):
     exact = write_report(store, None, tmp_path / "ns.html", units="ns").read_text()
     heads = [h for hs, _ in _html_tables(exact) for h in hs]
     assert "total_ns" in heads and not [h for h in heads if h.endswith("(ms)")]
+
+
+def test_nsys_style_summaries_are_sections_with_names_told_apart(store, tmp_path):
+    # The nsys-style summaries were not in the report; kernel_sum printed eleven different
+    # par_ranged2d_kernel instances as #1..#11. On pipit's CloverLeaf export (102 distinct kernel
+    # names) the report has kernel_sum, nvtx_sum and memcpy_sum sections (or says why not), and the
+    # kernel table's name cells are all distinct, each long one with its full name on hover.
+    ingest(store, [corpus("nsys/pipit_perlmutter-cloverleaf-cuda.sqlite")])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert len(text.encode()) < SIZE_BUDGET_BYTES
+    assert 'id="kernel_sum"' in text and 'id="memcpy_sum"' in text
+    assert 'id="nvtx_sum"' in text or "nvtx_sum" in re.search(r'<p class="missing".*?</p>', text).group(0)
+    section = text[text.index('<h2 id="kernel_sum"') :]
+    section = section[: section.index("<h2 ", 1)]
+    headers, rows = _html_tables(section)[0]
+    names = [r[headers.index("name")] for r in rows]
+    assert len(names) == len(set(names)) == 102
+    assert "par_ranged1d_kernel<update_halo_kernel … 10>" in names and not any(" #" in n for n in names)
+    full = html.unescape(
+        re.search(r'title="([^"]*update_halo_kernel[^"]*instance 10\)[^"]*)"', section).group(1)
+    )
+    assert full.startswith("void clover::par_ranged1d_kernel<update_halo_kernel(int, int")
+
+
+def test_notes_do_not_speak_of_the_projects_own_traces(store, tmp_path):
+    # whatif's note said "on a shared few-core CPU, as in the sample traces" on anyone's trace.
+    ingest(store, [SAMPLES / "straggler_rank3"])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert "S counts every op slower than its typical value" in text  # the note is printed here
+    assert "sample traces" not in text and "few-core" not in text

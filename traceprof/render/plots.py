@@ -3,7 +3,12 @@
 Conventions that keep plots honest:
   - ``_ns`` series are drawn in ms and the axis says ``ms``; legend entries are the column names
     without their unit suffix (``exposed_comm_ns`` -> ``exposed comm``), so axis and legend agree.
-  - Heatmap colour scales start at zero (white) and end at the largest value.
+  - One palette (:data:`MEANING_COLORS`): a colour means one thing (idle grey, compute blue,
+    communication light blue, exposed communication red, memory purple, host-bound orange,
+    waiting gold) in every chart and on the timeline; series measuring no state take other colours.
+  - Heatmap colour scales run over the data's range (smallest to largest value).
+  - Per-step series are lines (:func:`series`), not bars.
+  - Charts take the page's width (bokeh's ``sizing_mode="stretch_width"``).
   - Long category labels (kernel and op names) are shortened to their family
     (``traceprof.core.names.shorten``); the full name is on hover.
   - Canvas output only (no WebGL); bokeh's validation warnings are kept off the terminal.
@@ -31,26 +36,89 @@ from typing import Any
 
 import polars as pl
 
-from traceprof.core.names import shorten
+from traceprof.core.names import distinct_short, shorten
 
 __all__ = [
     "bars",
     "heatmap",
     "lines",
+    "series",
     "spans",
     "timeline",
     "embed",
     "downsample",
     "PALETTE",
+    "MEANING_COLORS",
     "STATE_COLORS",
+    "color_of",
+    "meaning",
     "MAX_COLUMNS",
     "MAX_LINES",
 ]
 
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
+#: The one palette of the report: each colour has one meaning in every chart and on the timeline.
+#: Idle is grey everywhere; a series is coloured by what it measures (:func:`color_of`).
+MEANING_COLORS = {
+    "idle": "#c9c9c9",
+    "compute": "#4c78a8",
+    "communication": "#9ecae9",
+    "exposed communication": "#e45756",
+    "memory": "#b279a2",
+    "host-bound": "#f58518",
+    "waiting": "#eeca3b",
+    "other": "#9d755d",
+}
+#: Colours of series that measure no state (percentiles, actual vs simulated, ranks): none of
+#: :data:`MEANING_COLORS`, so that no colour means two things.
+PALETTE = ("#54a24b", "#17becf", "#ff9da6", "#393b79", "#637939", "#7b4173", "#8c6d31", "#6b6ecf")
 #: Colours of the timeline states (``traceprof.engine.timeline.STATES``): idle, compute, hidden and exposed communication.
-STATE_COLORS = ("#f2f2f2", "#4c78a8", "#9ecae9", "#e45756")
-_REDS = ["#ffffff", "#fee5d9", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"]
+STATE_COLORS = (
+    MEANING_COLORS["idle"],
+    MEANING_COLORS["compute"],
+    MEANING_COLORS["communication"],
+    MEANING_COLORS["exposed communication"],
+)
+#: What a series measures, by the words of its name, first match wins (``host_wait`` is host-bound
+#: before ``wait`` is waiting; ``exposed_comm`` exposed before ``comm``).
+_MEANINGS = (
+    ("idle", "idle"),
+    ("bubble", "idle"),
+    ("host", "host-bound"),
+    ("launch", "host-bound"),
+    ("kernel_wait", "other"),
+    ("wait", "waiting"),
+    ("imbalance", "waiting"),
+    ("exposed", "exposed communication"),
+    ("comm_only", "exposed communication"),
+    ("non_compute", "other"),
+    ("hidden", "communication"),
+    ("overlap", "communication"),
+    ("comm", "communication"),
+    ("transfer", "communication"),
+    ("p2p", "communication"),
+    ("compute", "compute"),
+    ("memory", "memory"),
+    ("memcpy", "memory"),
+    ("other", "other"),
+    ("unsplit", "other"),
+)
+#: Heat maps: a sequential scale from the data's smallest value (light) to its largest (dark).
+_REDS = ["#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"]
+
+
+def meaning(name: str) -> str | None:
+    """What a series or state named ``name`` measures (a key of :data:`MEANING_COLORS`), or None."""
+    n = name.lower().replace(" ", "_").replace("-", "_")
+    return next((m for word, m in _MEANINGS if word in n), None)
+
+
+def color_of(name: str, i: int) -> str:
+    """The colour of series ``name``, the ``i``-th of its chart: its meaning's, else the ``i``-th
+    of :data:`PALETTE`."""
+    m = meaning(name)
+    return MEANING_COLORS[m] if m is not None else PALETTE[i % len(PALETTE)]
+
+
 _WIDTH = 900
 #: A chart draws at most this many x categories (bars, heatmap columns): longer series (a per-step
 #: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
@@ -83,10 +151,11 @@ def label(col: str) -> str:
 def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
     """Category labels (shortened, unique) and the full text of each."""
     full = ["" if v is None else str(v) for v in values]
+    forms = distinct_short(full, 32)  # names of one family keep the words that tell them apart
     short, seen = [], set()
     for f in full:
-        s = shorten(f, 32)
-        while s in seen:  # two names of one family: keep them apart
+        s = forms.get(f, f)
+        while s in seen:  # the same name twice: keep the bars apart
             s += "\u200b"
         seen.add(s)
         short.append(s)
@@ -127,6 +196,15 @@ def downsample(
     )
 
 
+def _y_axis(df: pl.DataFrame, ys: Sequence[str], ylabel: str) -> tuple[list[str], float, str]:
+    """The ``ys`` columns ``df`` has, the factor their values are drawn by and the axis' unit:
+    ``_ns`` columns in ms, ``_pct`` in %, others as they are, labelled ``ylabel``."""
+    ys = [y for y in ys if y in df.columns]
+    in_ms = all(y.endswith("_ns") for y in ys)
+    unit = "ms" if in_ms else (ylabel or ("%" if all(y.endswith("_pct") for y in ys) else "value"))
+    return ys, 1e-6 if in_ms else 1.0, unit
+
+
 def bars(
     df: pl.DataFrame,
     x: str,
@@ -145,10 +223,7 @@ def bars(
     from bokeh.models import ColumnDataSource, FactorRange, HoverTool
     from bokeh.plotting import figure
 
-    ys = [y for y in ys if y in df.columns]
-    in_ms = all(y.endswith("_ns") for y in ys)
-    scale = 1e-6 if in_ms else 1.0
-    unit = "ms" if in_ms else (ylabel or ("%" if all(y.endswith("_pct") for y in ys) else "value"))
+    ys, scale, unit = _y_axis(df, ys, ylabel)
     xs, full = _categories(df[x].to_list())
     data: dict[str, list[Any]] = {"x": xs, "full": full}
     for y in ys:
@@ -159,6 +234,7 @@ def bars(
     fig = figure(
         title=title,
         width=_WIDTH,
+        sizing_mode="stretch_width",
         height=height,
         toolbar_location="right",
         tools="save,reset",
@@ -175,12 +251,19 @@ def bars(
                 x="x",
                 width=0.8,
                 source=src,
-                color=list(PALETTE[: len(ys)]),
+                color=[color_of(y, j) for j, y in enumerate(ys)],
                 legend_label=[label(y) for y in ys],
             )
         else:
             rs = [
-                fig.vbar(x="x", top=ys[0], width=0.8, source=src, color=PALETTE[0], legend_label=label(ys[0]))
+                fig.vbar(
+                    x="x",
+                    top=ys[0],
+                    width=0.8,
+                    source=src,
+                    color=color_of(ys[0], 0),
+                    legend_label=label(ys[0]),
+                )
             ]
         for r, y in zip(rs, ys, strict=True):
             fig.add_tools(
@@ -193,7 +276,7 @@ def bars(
                 "full": [fv for fv in full for _ in ys],
                 "series": [label(y) for _ in xs for y in ys],
                 "v": [data[y][i] for i in range(len(xs)) for y in ys],
-                "c": [PALETTE[j % len(PALETTE)] for _ in xs for j in range(len(ys))],
+                "c": [color_of(y, j) for _ in xs for j, y in enumerate(ys)],
             }
         )
         r = fig.vbar(x="f", top="v", width=0.8, source=src, color="c", legend_field="series")
@@ -211,16 +294,57 @@ def bars(
     return fig
 
 
+def series(
+    df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", height: int = 320
+) -> Any:
+    """A per-step series as lines with a marker per point: ``x`` numeric (a step), one line per
+    ``ys`` column in its colour (:func:`color_of`). ``_ns`` columns are drawn in ms (axis ``ms``),
+    others as they are (axis ``ylabel``); hover gives the step and the value."""
+    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    ys, scale, unit = _y_axis(df, ys, ylabel)
+    d = df.sort(x)
+    fig = figure(
+        title=title,
+        width=_WIDTH,
+        sizing_mode="stretch_width",
+        height=height,
+        tools="xpan,xwheel_zoom,reset,save",
+        output_backend="canvas",
+        x_axis_label=x,
+        y_axis_label=unit,
+    )
+    items = []
+    for j, y in enumerate(ys):
+        part = d.filter(pl.col(y).is_not_null())
+        src = ColumnDataSource({"x": part[x].to_list(), "v": [float(v) * scale for v in part[y].to_list()]})
+        color = color_of(y, j)
+        r = fig.line("x", "v", source=src, color=color, line_width=2)
+        fig.scatter("x", "v", source=src, color=color, size=5)
+        fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@x"), (label(y), f"@v{{0,0.[000]}} {unit}")]))
+        items.append(LegendItem(label=label(y), renderers=[r]))
+    if all(v >= 0 for y in ys for v in d[y].drop_nulls().to_list()):
+        fig.y_range.start = 0
+    fig.add_layout(Legend(items=items), "right")
+    return fig
+
+
 def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
-    """A heatmap of ``value`` over ``x`` × ``y`` (categories); the colour scale runs from 0 to the maximum."""
+    """A heatmap of ``value`` over ``x`` × ``y`` (categories); the colour scale runs over the data's
+    range, from its smallest value (light) to its largest (dark), so that differences show even
+    when every value is far from zero (an MFU of 41-44% was one flat block on a 0-based scale)."""
     from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMapper
     from bokeh.plotting import figure
 
     xs = [str(v) for v in df[x].to_list()]
     ys = [str(v) for v in df[y].to_list()]
     vals = [None if v is None else float(v) for v in df[value].to_list()]
-    top = max((v for v in vals if v is not None), default=0.0) or 1.0
-    mapper = LinearColorMapper(palette=_REDS, low=0.0, high=top, nan_color="#dddddd")
+    present = [v for v in vals if v is not None]
+    low, top = (min(present), max(present)) if present else (0.0, 1.0)
+    if top <= low:  # one value: a scale around it
+        low, top = low - 0.5, top + 0.5
+    mapper = LinearColorMapper(palette=_REDS, low=low, high=top, nan_color="#f0f0f0")
     xr = sorted(set(xs), key=_natural)
     yr = sorted(set(ys), key=_natural)
     fig = figure(
@@ -228,6 +352,7 @@ def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
         x_range=xr,
         y_range=yr,
         width=_WIDTH,
+        sizing_mode="stretch_width",
         height=min(120 + 28 * len(yr), 520),
         tools="save,reset",
         output_backend="canvas",
@@ -262,6 +387,7 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
     fig = figure(
         title=title,
         width=_WIDTH,
+        sizing_mode="stretch_width",
         height=360,
         tools="xpan,xwheel_zoom,reset,save",
         output_backend="canvas",
@@ -326,6 +452,7 @@ def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: 
     fig = figure(
         title=title,
         width=_WIDTH,
+        sizing_mode="stretch_width",
         height=min(140 + 30 * len(lanes), 700),
         tools="xpan,xwheel_zoom,reset,save",
         output_backend="canvas",
@@ -343,7 +470,7 @@ def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: 
                 "dur": (d[end] - d[start]).to_list(),
             }
         )
-        r = fig.hbar(y="y", left="l", right="r", height=0.7, source=src, color=PALETTE[k % len(PALETTE)])
+        r = fig.hbar(y="y", left="l", right="r", height=0.7, source=src, color=color_of(st, k))
         fig.add_tools(
             HoverTool(
                 renderers=[r],
@@ -380,6 +507,7 @@ def timeline(tl: Any) -> Any:
     fig = figure(
         title=f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)",
         width=_WIDTH,
+        sizing_mode="stretch_width",
         height=height,
         tools="xpan,xwheel_zoom,reset,save",
         output_backend="canvas",

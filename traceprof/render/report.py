@@ -29,6 +29,7 @@ from traceprof.core.display import UNITS, ColumnFormat, column_formats, format_c
 from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.core.fileio import write_output
 from traceprof.core.names import distinct_short
+from traceprof.engine import analysis as registry
 from traceprof.engine import findings as fnd
 from traceprof.engine import session
 from traceprof.engine.analysis import Chart, FrameResult
@@ -40,7 +41,10 @@ __all__ = ["write_report", "render_html", "SIZE_BUDGET_BYTES"]
 #: The report of a sample run stays below this (tests/test_report.py checks it).
 SIZE_BUDGET_BYTES = 1_000_000
 
+#: Rows a section's main table shows; its folded tables show :data:`_MAX_FOLDED_ROWS` (the CLI
+#: and SQL give every row): the report stays within its size budget on runs of many kernels.
 _MAX_ROWS = 200
+_MAX_FOLDED_ROWS = 100
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:20px 24px;color:#1a1a1a;max-width:1400px}
@@ -52,7 +56,7 @@ th{background:#f4f4f4}td.s{text-align:left}
 .note{background:#f7f9fc;border-left:3px solid #4a7bd0;padding:6px 10px;margin:6px 0}
 .err{background:#fff4f4;border-left:3px solid #c33;padding:6px 10px}
 .hta{background:#fff8e1;border-left:3px solid #e0a800;padding:6px 10px;margin:6px 0}
-details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}
+details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}.plot{width:100%}
 ol.findings{padding-left:1.6em;margin:6px 0}ol.findings li{margin:4px 0;line-height:1.35;overflow-wrap:anywhere}
 .cost{display:inline-block;min-width:4.2em;font-weight:600;color:#a50f15}.cost.none{color:#777}
 li.ok .cost{color:#2b7a2b}
@@ -82,7 +86,7 @@ def _cell(v: object, f: ColumnFormat, metric: object, names: dict[str, str] | No
     return f'<td class="s">{_esc(text)}</td>'
 
 
-def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human") -> str:
+def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human", more: str = "") -> str:
     """A table of ``df``'s first ``max_rows`` rows, in the one units rule of every table
     (:func:`traceprof.core.display.column_formats`: durations in the unit their header names)."""
     formats = column_formats(df, units)
@@ -100,7 +104,7 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human
         for row in shown.iter_rows()
     ]
     more = (
-        f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>"
+        f"<p>{df.height - max_rows:,} more rows not shown ({_esc(more or 'the CLI or SQL give every row')}).</p>"
         if df.height > max_rows
         else ""
     )
@@ -123,6 +127,8 @@ def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
     if chart.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
         return plots.spans(df, chart.x, chart.ys[0], chart.ys[1], chart.value, title), ""
     df, note = plots.downsample(df, chart.x, chart.ys)
+    if chart.x == "step" and not chart.stacked and df[chart.x].dtype.is_numeric():  # a per-step series
+        return plots.series(df, chart.x, chart.ys, title, ylabel=chart.ylabel), note
     return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
 
 
@@ -132,8 +138,13 @@ def _section(name: str, result: FrameResult, figs: list[Any], units: str = "huma
     for chart in result.charts():
         df = result.frames()[chart.frame]
         cols = [chart.value] if chart.kind == "heatmap" else list(chart.ys)
-        if df.is_empty() or all(c not in df.columns or df[c].null_count() == df.height for c in cols):
-            continue  # nothing to draw
+        present = [c for c in cols if c in df.columns]
+        if df.is_empty() or all(df[c].null_count() == df.height for c in present):
+            continue  # nothing to draw: the section's tables and notes say why
+        if all(df[c].dtype.is_numeric() and not (df[c].fill_null(0) != 0).any() for c in present):
+            what = chart.title.replace(" (ns)", "")
+            parts.append(f'<p class="facts">{_esc(what)}: nothing to draw, every value is 0.</p>')
+            continue
         fig, note = _figure(result, chart)
         figs.append(fig)
         parts.append(f"<!--PLOT{len(figs) - 1}-->")
@@ -142,8 +153,11 @@ def _section(name: str, result: FrameResult, figs: list[Any], units: str = "huma
     for fname, frame in result.frames().items():
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""
+        rows = _MAX_ROWS if fname == "frame" else _MAX_FOLDED_ROWS
+        how = f"traceprof analyze {name}{'' if fname == 'frame' else f' --table {fname}'} -f csv gives every row"
+        table = _table_html(frame, rows, units, how if name in registry.names() else "")
         parts.append(
-            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame, units=units)}</details>"
+            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{table}</details>"
         )
     return "\n".join(parts)
 

@@ -1021,13 +1021,21 @@ def export_perfetto(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")
     ] = Path("trace.json.gz"),
+    no_findings: Annotated[
+        bool,
+        typer.Option(
+            "--no-findings",
+            help="Leave out the findings tracks (exposed communication, idle with its cause, straggler "
+            "waits, critical path), which run those analyses.",
+        ),
+    ] = False,
 ) -> None:
-    """One merged, clock-aligned Chrome/Perfetto trace of all ranks (open in ui.perfetto.dev)."""
+    """One merged, clock-aligned Chrome/Perfetto trace of all ranks with launch->kernel flows and findings tracks (open in ui.perfetto.dev)."""
     from traceprof.render.export import export_perfetto as do_export
 
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
-        n = do_export(store, run, output)
+        n = do_export(store, run, output, findings=not no_findings)
     say(f"{n:,} events written to {output}")
 
 

@@ -32,7 +32,7 @@ from traceprof.core.names import distinct_short
 from traceprof.engine import analysis as registry
 from traceprof.engine import findings as fnd
 from traceprof.engine import session
-from traceprof.engine.analysis import Chart, FrameResult
+from traceprof.engine.analysis import FrameResult
 from traceprof.engine.timing import analysis_mfu_options
 from traceprof.storage.store import Store
 
@@ -112,27 +112,9 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human
     return f'<div class="scroll">{table}</div>{more}'
 
 
-def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
-    """The chart's bokeh figure, and a note when its x axis was thinned (``plots.downsample``:
-    at most ``plots.MAX_COLUMNS`` columns, e.g. a per-step series of 100,000 steps)."""
+def _section(name: str, result: FrameResult, figs: list[Any], units: str = "human") -> str:
     from traceprof.render import plots
 
-    df = result.frames()[chart.frame]
-    title = chart.title.replace(" (ns)", "")
-    if chart.kind == "lines":  # a time series the analysis bounded already (e.g. memory's buckets)
-        return plots.lines(df, chart.x, chart.ys, chart.group, chart.mark, title), ""
-    if chart.kind == "heatmap":
-        df, note = plots.downsample(df, chart.x, [chart.value], by=[chart.ys[0]])
-        return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title), note
-    if chart.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
-        return plots.spans(df, chart.x, chart.ys[0], chart.ys[1], chart.value, title), ""
-    df, note = plots.downsample(df, chart.x, chart.ys)
-    if chart.x == "step" and not chart.stacked and df[chart.x].dtype.is_numeric():  # a per-step series
-        return plots.series(df, chart.x, chart.ys, title, ylabel=chart.ylabel), note
-    return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
-
-
-def _section(name: str, result: FrameResult, figs: list[Any], units: str = "human") -> str:
     parts = [f'<h2 id="{_esc(name)}">{_esc(result.title or name)}</h2>']
     parts += [f'<div class="note">{_esc(n)}</div>' for n in result.notes]
     for chart in result.charts():
@@ -145,7 +127,7 @@ def _section(name: str, result: FrameResult, figs: list[Any], units: str = "huma
             what = chart.title.replace(" (ns)", "")
             parts.append(f'<p class="facts">{_esc(what)}: nothing to draw, every value is 0.</p>')
             continue
-        fig, note = _figure(result, chart)
+        fig, note = plots.chart(result, chart)
         figs.append(fig)
         parts.append(f"<!--PLOT{len(figs) - 1}-->")
         if note:

@@ -271,3 +271,26 @@ def test_readme_notebook_example_runs(tmp_path, monkeypatch):
     assert isinstance(scope["waits"], hv.Layout) and isinstance(scope["tl"], hv.Overlay)
     assert isinstance(scope["exposed"], hv.Bars)
     assert plots.render(scope["exposed"]).renderers  # draws
+
+
+def test_timeline_of_many_ranks_is_one_image_of_states():
+    # Above 64 ranks the timeline is a grid of binned states (engine.timeline): one hv.Image whose
+    # colours are the states' (idle grey ... exposed red), rank 0 at the top as in the detailed lanes.
+    import numpy as np
+
+    from traceprof.engine.timeline import Timeline
+
+    grid = np.zeros((100, 8), dtype=np.uint8)
+    grid[0, :] = 3  # rank 0: exposed communication throughout
+    grid[99, 4:] = 1  # rank 99: compute in the second half
+    tl = Timeline(
+        step=5, ranks=tuple(range(100)), span_ms=8.0, intervals=None, grid=grid, bin_ms=1.0, note="step 5"
+    )
+    el = plots.timeline(tl)
+    image = next(e for e in el if type(e).__name__ == "Image")
+    # rank 0 (code 3) at y = 0, rank 99 (code 1 from 4 ms on) at y = 99: the y axis is then inverted
+    assert image[0.5, 0] == 3 and image[6.5, 99] == 1 and image[0.5, 99] == 0
+    fig = plots.render(el)
+    mapper = next(r.glyph.color_mapper for r in fig.renderers if type(r.glyph).__name__ == "Image")
+    assert list(mapper.palette) == list(plots.STATE_COLORS) and (mapper.low, mapper.high) == (-0.5, 3.5)
+    assert fig.y_range.start > fig.y_range.end and "100 ranks in 8 bins" in fig.title.text  # rank 0 on top

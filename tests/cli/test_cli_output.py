@@ -409,3 +409,13 @@ def test_kernel_names_that_collide_are_told_apart_on_nsys_corpus(tmp_path):
     assert not any(" #" in f for f in forms.values())
     halo10 = next(n for n in names if "update_halo_kernel" in n and "(instance 10)" in n)
     assert forms[halo10] == "par_ranged1d_kernel<update_halo_kernel … 10>"
+
+
+def test_prose_that_shortens_alike_keeps_its_full_text():
+    # Two gap causes that differ only in the middle shorten alike (both ends kept); prose has no
+    # symbol family to tell them apart by, so each keeps its full text rather than a made-up form.
+    from traceprof.core.names import distinct_short
+
+    a = "all_reduce (524.3 kB) after autograd::engine::evaluate_function: torch::autograd::AccumulateGrad x"
+    b = a.replace("evaluate_function", "evaluate_other")
+    assert distinct_short([a, b], 48) == {a: a, b: b}

@@ -56,6 +56,13 @@ def family(name: str) -> str:
     return s
 
 
+def _prose(name: str) -> bool:
+    """Text with a space before any bracket (a gap's cause, a note), or starting with a bracket:
+    not a symbol."""
+    head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
+    return " " in head or not head
+
+
 def shorten(name: str | None, width: int = 40) -> str:
     """A display form of ``name`` at most ``width`` characters: the name itself when it fits, else
     its :func:`family`, cut with an ellipsis when that is still too long."""
@@ -63,8 +70,7 @@ def shorten(name: str | None, width: int = 40) -> str:
         return ""
     if len(name) <= width:
         return name
-    head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
-    if " " in head or not head:  # prose (a gap's cause, a note) or markup, not a symbol: keep both ends
+    if _prose(name):  # prose (a gap's cause, a note) or markup, not a symbol: keep both ends
         tail = max(width // 3, 1)
         return name[: width - tail - 1] + "…" + name[-tail:]
     fam = family(name)
@@ -98,7 +104,10 @@ def distinct_short(values: Iterable[str | None], width: int = 40) -> dict[str, s
 
 
 def _tell_apart(names: list[str], used: set[str]) -> dict[str, str]:
-    """Forms for ``names`` whose short forms collide (see :func:`distinct_short`)."""
+    """Forms for ``names`` whose short forms collide (see :func:`distinct_short`); prose (a gap's
+    cause: words before any bracket) has no family to build on and keeps its full text."""
+    if any(_prose(v) for v in names):
+        return {v: v for v in names}
     words = {v: _TOKEN.findall(v) for v in names}
     common = set.intersection(*(set(w) for w in words.values()))
     # each word once, where it last occurs (``(instance 4)`` ends the name even if a 4 came before)

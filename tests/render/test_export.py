@@ -183,3 +183,14 @@ def test_export_straggler_waits_are_clock_aligned_across_ranks(store, tmp_path):
     ends = Counter(round(e["ts"] + e["dur"], 3) for e in waits)
     # one end per collective instance (waits of the instance's ranks all end at its last arrival)
     assert len(ends) <= st and max(ends.values()) >= 3
+
+
+def test_export_of_a_two_rank_gpu_run_has_every_findings_track(store, tmp_path):
+    # hta/trace_filter (2 GPU ranks, NCCL): all four findings tracks are drawn, and the whole file
+    # keeps the format's rules (flows bound inside slices, integer ids, named tracks).
+    ingest(store, [corpus("hta/trace_filter")])
+    export_perfetto(store, None, tmp_path / "t.json")
+    info = check_chrome_trace(json.loads((tmp_path / "t.json").read_text()))
+    tracks = {name.split(",")[0] for name in info["threads"].values()}
+    assert set(FINDING_TRACKS) <= tracks
+    assert info["flows"]["ac2g"] > 0 and info["flows"]["fwdbwd"] > 0

@@ -20,7 +20,7 @@ from traceprof.core import columns as rc
 from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.activity import graph_level_notes
-from traceprof.engine.analysis import Analysis, Chart, FrameResult, RunParams, register
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.storage.store import Store
 
 _ROWS = f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND {VALID_SQL}"
@@ -51,6 +51,7 @@ SPEC = Analysis(
         rc.frame("frame", "Per kernel name over the run", *rc.summary_columns("kernel", per_rank=False)),
         rc.frame("ranks", "Per (rank, kernel name)", *rc.summary_columns("kernel", per_rank=True)),
     ),
+    report=Report(91, "GPU kernels (a Kineto trace with CUDA activity, or Nsight Systems)"),
 )
 
 

@@ -28,7 +28,7 @@ from traceprof.core import columns as rc
 from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
-from traceprof.engine.analysis import Analysis, Chart, FrameResult, RunParams, register
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.storage.store import Store
 
 #: The operation of a memcpy / memset row (module doc, step 2).
@@ -98,6 +98,7 @@ SPEC = Analysis(
             _bytes("stddev_bytes", "Sample standard deviation, rounded; 0 for one row"),
         ),
     ),
+    report=Report(95, "GPU copies or memsets (Kineto with CUDA activity, or Nsight Systems)"),
 )
 
 

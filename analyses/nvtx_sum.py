@@ -20,7 +20,7 @@ import polars as pl
 from traceprof.analyses._summary import summarize
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
-from traceprof.engine.analysis import Analysis, FrameResult, RunParams, register
+from traceprof.engine.analysis import Analysis, FrameResult, Report, RunParams, register
 from traceprof.storage.store import Store
 
 
@@ -48,6 +48,7 @@ SPEC = Analysis(
         rc.frame("frame", "Per range name over the run", *rc.summary_columns("range", per_rank=False)),
         rc.frame("ranks", "Per (rank, range name)", *rc.summary_columns("range", per_rank=True)),
     ),
+    report=Report(93, "annotation ranges (NVTX in Nsight Systems, record_function in Kineto)"),
 )
 
 

@@ -566,8 +566,8 @@ def _notes(
             "while waiting for another rank are not charged)"
         )
         notes.append(
-            "S counts every op slower than its typical value, run-to-run op-time noise included (on a shared "
-            "few-core CPU, as in the sample traces, op times vary by 10-30% between ranks with no straggler), so "
+            "S counts every op slower than its typical value, run-to-run op-time noise included (ranks that share "
+            "a busy host's cores can differ by 10-30% in op times with no straggler among them), so "
             f"S > {STRAGGLING_S} does not by itself mean one rank is to blame. Alone S by rank (its recorded values "
             f"up to the collectives it arrived at last, the rest ideal): {alone}; {largest}. Whether one rank holds up "
             "the collectives: "

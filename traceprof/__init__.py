@@ -35,6 +35,12 @@ def open(db: Any, **options: Any) -> Any:  # noqa: A001 - the library's way in, 
 
 
 def __getattr__(name: str) -> Any:  # lazy, so `python -m traceprof.core.schema` imports nothing else
+    if (
+        name == "plots"
+    ):  # holoviews elements for notebooks (traceprof.render.plots); holoviews loads on the first plot
+        from traceprof.render import plots
+
+        return plots
     if name == "Store":
         from traceprof.storage.store import Store
 

@@ -116,7 +116,8 @@ UnitsOpt = Annotated[
     str,
     typer.Option(
         "--units",
-        help="Table durations: human (12.3 ms; the default) or ns (exact). JSON and CSV are always ns.",
+        help="Table durations: human (the default: each column in s, ms or us, its header saying "
+        "which, e.g. 'step (ms)') or ns (exact integers). JSON and CSV are always exact ns.",
     ),
 ]
 #: ``-p ANALYSIS.KEY=VALUE`` of the commands that run the report's analyses (summary, report).
@@ -177,10 +178,11 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
 
         if units not in display.UNITS:
             raise UsageError(f"--units {units!r}: expected human or ns")
+        shown = df.head(TABLE_ROWS)  # headers and cells from one frame: one unit per column
         _print_table(
-            display.table_columns(df, units),
+            display.table_columns(shown, units),
             [df[c].dtype.is_numeric() for c in df.columns],
-            display.table_rows(df.head(TABLE_ROWS), units),
+            display.table_rows(shown, units),
             title,
         )
         if df.height > TABLE_ROWS:
@@ -756,6 +758,7 @@ def report(
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
     no_cache: NoCacheOpt = False,
+    units: UnitsOpt = "human",
 ) -> None:
     """Write a self-contained HTML report (works offline) of one run."""
     from traceprof.api import open as open_session
@@ -763,7 +766,7 @@ def report(
     params = _analysis_params(param)
     fileio.check_not_store(output, db)
     with open_session(db, cache=not no_cache, executor=executor, scheduler=scheduler) as s:
-        s.report(output, run, baseline=baseline, params=params, force=force)
+        s.report(output, run, baseline=baseline, params=params, force=force, units=units)
     say(f"report written to {output}")
 
 
@@ -809,6 +812,7 @@ def diff(
         ),
     ] = False,
     no_cache: NoCacheOpt = False,
+    units: UnitsOpt = "human",
 ) -> None:
     """Compare a run with baseline runs: exit 3 on a regression (structural or timing), 4 when the
     noise does not allow a verdict (inconclusive), 0 when it is within the thresholds (CI gate).
@@ -833,7 +837,10 @@ def diff(
     else:
         frames = res.frames()
         render(
-            frames["frame" if table in (None, "metrics") else table], fmt, f"{table or 'metrics'}: {title}"
+            frames["frame" if table in (None, "metrics") else table],
+            fmt,
+            f"{table or 'metrics'}: {title}",
+            units=units,
         )
         if fmt is Format.table and table is None:
             if res.structure.height:
@@ -841,8 +848,14 @@ def diff(
                     res.structure.drop("sig").head(20),
                     fmt,
                     f"structure: changed counts per step, largest FLOPs change first: {title}",
+                    units=units,
                 )
-            render(res.items.head(20), fmt, f"items: typical time per step, largest changes first: {title}")
+            render(
+                res.items.head(20),
+                fmt,
+                f"items: typical time per step, largest changes first: {title}",
+                units=units,
+            )
         if table is None and fmt is not Format.json and res.items.height > (20 if fmt is Format.table else 0):
             shown = "the first 20" if fmt is Format.table else "none"
             say(f"{res.items.height} items, {shown} shown: --table items for all")
@@ -1008,13 +1021,21 @@ def export_perfetto(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")
     ] = Path("trace.json.gz"),
+    no_findings: Annotated[
+        bool,
+        typer.Option(
+            "--no-findings",
+            help="Leave out the findings tracks (exposed communication, idle with its cause, straggler "
+            "waits, critical path), which run those analyses.",
+        ),
+    ] = False,
 ) -> None:
-    """One merged, clock-aligned Chrome/Perfetto trace of all ranks (open in ui.perfetto.dev)."""
+    """One merged, clock-aligned Chrome/Perfetto trace of all ranks with launch->kernel flows and findings tracks (open in ui.perfetto.dev)."""
     from traceprof.render.export import export_perfetto as do_export
 
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
-        n = do_export(store, run, output)
+        n = do_export(store, run, output, findings=not no_findings)
     say(f"{n:,} events written to {output}")
 
 

@@ -481,6 +481,7 @@ class Rows:
         skipped: Records not stored by design (flows, metadata), counted by reason.
         rejected: Records dropped, counted by reason (unknown phases).
         process_names: pid -> the ``process_name`` metadata's name.
+        thread_names: ``pid/tid`` -> the ``thread_name`` metadata's name (``export perfetto``).
     """
 
     cols: dict[str, Any]
@@ -488,6 +489,7 @@ class Rows:
     skipped: dict[str, int]
     rejected: dict[str, int]
     process_names: dict[str, str]
+    thread_names: dict[str, str] = field(default_factory=dict)
 
 
 #: ``"dur": -1`` (us), what the PyTorch profiler writes for an op still open when it stopped.
@@ -580,6 +582,7 @@ def rows(
     keep_ix = np.flatnonzero(keep) if kept < n else np.zeros(0, np.int64)
     skipped: dict[str, int] = {}
     names: dict[str, str] = {}
+    threads: dict[str, str] = {}
     if kept < n:
         for code, count in enumerate(
             np.bincount(d.ph.codes[not_stored], minlength=len(d.ph.values)).tolist()
@@ -597,6 +600,12 @@ def rows(
             meta = d.ph.isin({"M"}) & d.name.isin({"process_name"})
             for i in np.flatnonzero(meta).tolist():
                 names[d.pid[i] or ""] = str(args_dict(d.args[i].as_py()).get("name", ""))
+        if "M" in d.ph.values and "thread_name" in d.name.values:
+            meta = d.ph.isin({"M"}) & d.name.isin({"thread_name"})
+            for i in np.flatnonzero(meta).tolist():
+                threads[f"{d.pid[i] or ''}/{d.tid[i] or ''}"] = str(
+                    args_dict(d.args[i].as_py()).get("name", "")
+                )
 
     def take(col: Any) -> Any:
         return col if kept == n else col.take(keep_ix)
@@ -641,7 +650,9 @@ def rows(
     d.cat = d.name = _no_strs()
     d.correlation = d.external_id = Ints.missing(0)
     # Positions does what the parser's checks do with a list (traceprof.core.limits, checks.flag_records)
-    return Rows(cols, cast(list[int], Positions(kept if kept == n else keep_ix)), skipped, rejected, names)
+    return Rows(
+        cols, cast(list[int], Positions(kept if kept == n else keep_ix)), skipped, rejected, names, threads
+    )
 
 
 def _kinds(d: Decoded, kind_of: Callable[[str, str, str], str | None]) -> tuple[Strs | None, np.ndarray]:

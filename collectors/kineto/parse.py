@@ -379,13 +379,15 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     rejected: dict[str, int] = {}
     skipped: dict[str, int] = {}
     process_names: dict[str, str] = {}
+    thread_names: dict[str, str] = {}  # pid/tid -> name (export perfetto names its tracks by them)
     if fast is not None:
-        cols, src_index, skipped, rejected, process_names = (
+        cols, src_index, skipped, rejected, process_names, thread_names = (
             fast.cols,
             fast.src_index,
             fast.skipped,
             fast.rejected,
             fast.process_names,
+            fast.thread_names,
         )
     ids = _decode_ids(data) if fast is None else None
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
@@ -393,6 +395,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if kind is None:
             if ev.ph == "M" and ev.name == "process_name":
                 process_names[_lane(ev.pid)] = str(_args_dict(bytes(ev.args)).get("name", ""))
+            elif ev.ph == "M" and ev.name == "thread_name":
+                key = f"{_lane(ev.pid)}/{_lane(ev.tid)}"
+                thread_names[key] = str(_args_dict(bytes(ev.args)).get("name", ""))
             design = {"s": "flow", "f": "flow", "t": "flow", "M": "metadata"}.get(ev.ph)
             if design:  # by design: flows are links (kept as correlation ids), metadata is read above
                 skipped[design] = skipped.get(design, 0) + 1
@@ -509,7 +514,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         "pid": main_pid,
         "device_name": devices[0]["name"] if devices else ("cpu" if not gpu_present else None),
         "meta": msgspec.json.encode(
-            {"distributedInfo": dist, "process_names": process_names, "process_groups": _process_groups(dist)}
+            {
+                "distributedInfo": dist,
+                "process_names": process_names,
+                "thread_names": thread_names,
+                "process_groups": _process_groups(dist),
+            }
         ).decode(),
     }
     side = _read_sidecar(p)

@@ -57,8 +57,9 @@ def test_table_cells_human_or_exact():
             ],
         }
     )
-    assert table_columns(df) == ["rank", "step", "name"]
-    assert list(next(table_rows(df))) == ["0", "72.2 ms", "vectorized_elementwise_kernel"]
+    # one unit per column, named in the header: 72,200,000 ns = 72.2 ms
+    assert table_columns(df) == ["rank", "step (ms)", "name"]
+    assert list(next(table_rows(df))) == ["0", "72.2", "vectorized_elementwise_kernel"]
     assert table_columns(df, "ns") == ["rank", "step_ns", "name"]
     assert list(next(table_rows(df, "ns")))[1] == "72,200,000"
 
@@ -81,19 +82,19 @@ def test_timestamps_print_as_utc_times_not_durations():
     )
     assert table_columns(df) == [
         "first_arrival_utc",
-        "arrival_skew",
-        "wait",
+        "arrival_skew (ms)",
+        "wait (us)",
         "start_utc",
         "ts_utc",
-        "offset_start",
+        "offset_start (ms)",
     ]
     assert list(next(table_rows(df))) == [
         "22:13:20.123456",
-        "6.79 ms",
-        "1.5 us",
+        "6.79",
+        "1.50",
         "22:13:20.123457",
         "22:13:20.123456",
-        "12.3 ms",
+        "12.3",
     ]
     # ts_ns spans two days (t0 and t0 + 1 day): the date is shown.
     df2 = pl.DataFrame({"ts_ns": [t0, t0 + 86_400 * 10**9]})
@@ -124,9 +125,9 @@ def test_numbers_never_wrap(db, tmp_path):
 def test_analyze_table_names_the_run_in_human_units(db, tmp_path):
     r = cli("analyze", "temporal", "--db", str(db), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "Temporal breakdown: run 'straggler_rank2'" in r.stdout and " ms " in r.stdout
+    assert "Temporal breakdown: run 'straggler_rank2'" in r.stdout and "window (ms)" in r.stdout
     exact = cli("analyze", "temporal", "--db", str(db), "--units", "ns", cwd=tmp_path).stdout
-    assert "window_ns" in exact and " ms " not in exact
+    assert "window_ns" in exact and "(ms)" not in exact
 
 
 def test_summary_leads_with_the_straggler(db, tmp_path):
@@ -273,10 +274,12 @@ def test_sql_profiling_output_to_a_file_is_one_error(db, tmp_path):
     assert r.returncode == 1 and "is refused" in r.stderr and not target.exists()
 
 
-def test_names_that_shorten_alike_are_numbered():
+def test_names_that_shorten_alike_are_told_apart():
     # Two template instances of one kernel shorten to the same family: a table showed two rows that
-    # looked alike (kernel_sum on the AMD corpus trace). Numbered in order of appearance; a repeated
-    # name keeps its number; JSON/CSV keep the full names (not through display).
+    # looked alike (kernel_sum on the AMD corpus trace), then numbered them (#1, #2), which says
+    # nothing of which is which. Each gets the words of its name the other lacks (float; c10 Half:
+    # the first one shown, "…" for the rest); a repeated name keeps its form; JSON/CSV keep the
+    # full names (not through display).
     import polars as pl
 
     from traceprof.core.display import table_rows
@@ -288,11 +291,11 @@ def test_names_that_shorten_alike_are_numbered():
     b = a.replace("float", "c10::Half")
     df = pl.DataFrame({"name": [a, b, "aten::mm", None, a], "n": [1, 2, 3, 4, 5]})
     assert [r[0] for r in table_rows(df)] == [
-        "vectorized_elementwise_kernel #1",
-        "vectorized_elementwise_kernel #2",
+        "vectorized_elementwise_kernel<float>",
+        "vectorized_elementwise_kernel<c10 …>",
         "aten::mm",
         "",
-        "vectorized_elementwise_kernel #1",
+        "vectorized_elementwise_kernel<float>",
     ]
 
 
@@ -306,3 +309,113 @@ def test_sql_with_several_statements_says_whose_rows_it_shows(db, tmp_path):
     )
     r = cli("sql", "SELECT 2 AS b;", "--db", str(db), "-f", "csv", cwd=tmp_path)
     assert (r.returncode, r.stdout, r.stderr) == (0, "b\n2\n", "")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A store with the sample runs normal and extra_matmul (the README's CI-gate example)."""
+    tmp = tmp_path_factory.mktemp("pair")
+    path = tmp / "p.duckdb"
+    for name in ("normal", "extra_matmul"):
+        r = cli("ingest", str(SAMPLES / name), "--db", str(path), cwd=tmp)
+        assert r.returncode == 0, r.stderr
+    return path
+
+
+def _rows(stdout: str) -> list[list[str]]:
+    """The cells of a rich table's body and header lines (split on the box characters)."""
+    return [
+        [c.strip() for c in ln.strip("│┃").split("│" if "│" in ln else "┃")]
+        for ln in stdout.splitlines()
+        if ln.startswith(("│", "┃"))
+    ]
+
+
+def test_one_units_rule_in_mfu_and_diff(pair, tmp_path):
+    # mfu headed a column step_ns over cells in ms; FLOPs printed as 1,511,071,744.
+    mfu = cli("analyze", "mfu", "--db", str(pair), "--run", "normal", "-p", "peak_tflops=312", cwd=tmp_path)
+    assert mfu.returncode == 0, mfu.stderr
+    head = _rows(mfu.stdout)[0]
+    assert "step (ms)" in head and "step_ns" not in head and "flops (GFLOP)" in head
+    exact = json.loads(
+        cli(
+            "analyze",
+            "mfu",
+            "--db",
+            str(pair),
+            "--run",
+            "normal",
+            "-p",
+            "peak_tflops=312",
+            "-f",
+            "json",
+            cwd=tmp_path,
+        ).stdout
+    )
+    first = _rows(mfu.stdout)[1]
+    # the cell is the JSON's exact ns in ms to 3 significant digits (e.g. 51,512,345 ns -> 51.5)
+    assert float(first[head.index("step (ms)")]) == pytest.approx(exact[0]["step_ns"] / 1e6, rel=5e-3)
+    assert float(first[head.index("flops (GFLOP)")]) == pytest.approx(exact[0]["flops"] / 1e9, rel=5e-3)
+    # diff's metrics: each row in its metric's unit (step time in ms, FLOPs in GFLOP, bytes in MiB);
+    # --units ns: the exact integers JSON has.
+    d = cli("diff", "normal", "extra_matmul", "--db", str(pair), "--table", "metrics", cwd=tmp_path)
+    rows = {r[0]: r for r in _rows(d.stdout)[1:]}
+    assert rows["step_time_ns"][2].endswith(" ms") and rows["flops"][2].endswith(" GFLOP")
+    assert rows["comm_bytes"][2].endswith(" MiB")
+    data = json.loads(
+        cli("diff", "normal", "extra_matmul", "--db", str(pair), "-f", "json", cwd=tmp_path).stdout
+    )
+    base = {m["metric"]: m["base"] for m in data["metrics"]}
+    assert float(rows["step_time_ns"][2].removesuffix(" ms")) == pytest.approx(
+        base["step_time_ns"] / 1e6, rel=5e-3
+    )
+    ns = cli(
+        "diff",
+        "normal",
+        "extra_matmul",
+        "--db",
+        str(pair),
+        "--table",
+        "metrics",
+        "--units",
+        "ns",
+        cwd=tmp_path,
+    )
+    nsrows = {r[0]: r for r in _rows(ns.stdout)[1:]}
+    assert nsrows["step_time_ns"][2] == f"{round(base['step_time_ns']):,}"
+    assert nsrows["flops"][2] == f"{round(base['flops']):,}"
+
+
+def test_kernel_names_that_collide_are_told_apart_on_nsys_corpus(tmp_path):
+    # pipit's CloverLeaf export: eleven par_ranged2d_kernel<...lambda (instance k)> kernels printed as
+    # par_ranged2d_kernel #1..#11. Every distinct name now reads distinct, and a name's form keeps
+    # the words that set it apart (the function and the lambda's instance number).
+    import sqlite3
+
+    from tests.conftest import corpus
+    from traceprof.core.names import distinct_short
+
+    src = corpus("nsys/pipit_perlmutter-cloverleaf-cuda.sqlite")
+    con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    names = [
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"
+        )
+    ]
+    con.close()
+    forms = distinct_short(names, 48)
+    assert len(set(forms.values())) == len(names) == 102
+    assert not any(" #" in f for f in forms.values())
+    halo10 = next(n for n in names if "update_halo_kernel" in n and "(instance 10)" in n)
+    assert forms[halo10] == "par_ranged1d_kernel<update_halo_kernel … 10>"
+
+
+def test_prose_that_shortens_alike_keeps_its_full_text():
+    # Two gap causes that differ only in the middle shorten alike (both ends kept); prose has no
+    # symbol family to tell them apart by, so each keeps its full text rather than a made-up form.
+    from traceprof.core.names import distinct_short
+
+    a = "all_reduce (524.3 kB) after autograd::engine::evaluate_function: torch::autograd::AccumulateGrad x"
+    b = a.replace("evaluate_function", "evaluate_other")
+    assert distinct_short([a, b], 48) == {a: a, b: b}

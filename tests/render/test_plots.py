@@ -1,4 +1,4 @@
-"""Plots read right: axis units match the legend, heatmaps start at zero, long names shortened."""
+"""Plots read right: axis units match the legend, one palette, heatmaps over the data's range, long names shortened."""
 
 from __future__ import annotations
 
@@ -12,46 +12,116 @@ LONG = (
 )
 
 
-def _legend(fig) -> list[str]:
-    return [item.label.value for item in fig.legend[0].items]
+def _colours(fig) -> dict[str, str]:
+    """Series label -> colour of a rendered bar chart (holoviews maps the series by a categorical
+    colour mapper)."""
+    mapper = fig.renderers[0].glyph.fill_color.transform
+    return dict(zip(mapper.factors, mapper.palette, strict=True))
 
 
 def test_ns_series_are_drawn_in_ms_with_plain_legends():
     df = pl.DataFrame(
         {"rank": [0, 1], "overlap_ns": [2_000_000, 4_000_000], "exposed_comm_ns": [1_000_000, 0]}
     )
-    fig = plots.bars(
-        df, "rank", ("overlap_ns", "exposed_comm_ns"), "Communication", ylabel="ns", stacked=True
-    )
-    assert fig.yaxis[0].axis_label == "ms" and _legend(fig) == ["overlap", "exposed comm"]
-    src = fig.renderers[0].data_source.data
-    assert list(src["overlap_ns"]) == [2.0, 4.0]  # 2,000,000 ns = 2 ms
+    el = plots.bars(df, "rank", ("overlap_ns", "exposed_comm_ns"), "Communication", ylabel="ns", stacked=True)
+    assert type(el).__name__ == "Bars"  # a holoviews element, for notebooks to compose
+    assert el.dimension_values("value").tolist() == [2.0, 4.0, 1.0, 0.0]  # 2,000,000 ns = 2 ms
+    assert list(dict.fromkeys(el.dimension_values("series"))) == ["overlap", "exposed comm"]
+    fig = plots.render(el)
+    assert fig.yaxis[0].axis_label == "ms" and set(_colours(fig)) == {"overlap", "exposed comm"}
     assert fig.y_range.start == 0 and fig.output_backend == "canvas"
+    assert fig.sizing_mode == "stretch_width"  # the page's width
 
 
 def test_percent_series_keep_their_axis():
     df = pl.DataFrame({"rank": [0], "idle_pct": [12.5]})
-    fig = plots.bars(df, "rank", ("idle_pct",), "Idle", ylabel="% of window")
-    assert fig.yaxis[0].axis_label == "% of window" and _legend(fig) == ["idle"]
+    fig = plots.render(plots.bars(df, "rank", ("idle_pct",), "Idle", ylabel="% of window"))
+    assert fig.yaxis[0].axis_label == "% of window"
+    assert fig.renderers[0].glyph.fill_color == plots.MEANING_COLORS["idle"]
 
 
 def test_long_names_are_shortened_with_the_full_name_on_hover():
     df = pl.DataFrame({"name": [LONG, "aten::mm"], "total_ns": [5_000, 3_000]})
-    fig = plots.bars(df, "name", ("total_ns",), "Top kernels")
-    data = fig.renderers[0].data_source.data
-    assert list(data["x"]) == ["vectorized_elementwise_kernel", "aten::mm"] and list(data["full"]) == [
-        LONG,
-        "aten::mm",
-    ]
-    assert any("@full" in str(t.tooltips) for t in fig.tools if hasattr(t, "tooltips"))
+    el = plots.bars(df, "name", ("total_ns",), "Top kernels")
+    assert el.dimension_values("x").tolist() == ["vectorized_elementwise_kernel", "aten::mm"]
+    assert el.dimension_values("full").tolist() == [LONG, "aten::mm"]
+    fig = plots.render(el)
+    assert any("full" in str(t.tooltips) for t in fig.tools if hasattr(t, "tooltips"))
 
 
-def test_heatmap_colour_scale_starts_at_zero():
+def test_heatmap_colour_scale_runs_over_the_data():
+    # An MFU of 41-44% on a scale from 0 was one flat block: the scale runs from the smallest value.
     df = pl.DataFrame({"step": [1, 1, 2], "rank": [0, 1, 0], "lateness_ms": [5.0, 7.5, 6.0]})
-    fig = plots.heatmap(df, "step", "rank", "lateness_ms", "Lateness")
-    mapper = fig.right[0].color_mapper
-    assert (mapper.low, mapper.high) == (0.0, 7.5) and mapper.palette[0] == "#ffffff"
-    assert fig.right[0].title == "lateness (ms)"
+    el = plots.heatmap(df, "step", "rank", "lateness_ms", "Lateness")
+    assert type(el).__name__ == "HeatMap"
+    bar = next(x for x in plots.render(el).right if hasattr(x, "color_mapper"))
+    assert (bar.color_mapper.low, bar.color_mapper.high) == (5.0, 7.5)
+    assert bar.color_mapper.palette[0] == "#fff5f0" and bar.title == "lateness (ms)"
+
+
+def test_one_palette_one_meaning_per_colour():
+    # Green was idle in one chart, "other", "memory only" and p99 in others. Each meaning has one
+    # colour, the same in every chart and on the timeline; series that measure no state (p99,
+    # actual vs simulated) never take a meaning's colour.
+    meanings = plots.MEANING_COLORS
+    assert len(set(meanings.values())) == len(meanings)
+    assert not set(meanings.values()) & set(plots.PALETTE)
+    assert plots.STATE_COLORS[0] == meanings["idle"]
+    expect = {
+        "idle_pct": "idle",  # temporal
+        "stream_idle_pct": "idle",  # idle
+        "idle_ns": "idle",  # critical_path
+        "host_wait_pct": "host-bound",  # idle by cause
+        "host_bound_ns": "host-bound",  # critical_path
+        "wait_ns": "waiting",  # nccl_sum, critical_path
+        "exposed_comm_ns": "exposed communication",  # overlap
+        "comm_only_ns": "exposed communication",  # kernels
+        "overlap_ns": "communication",
+        "transfer_ns": "communication",
+        "compute_pct": "compute",
+        "compute_only_ns": "compute",
+        "memory_only_ns": "memory",
+        "latency_p99_ns": None,
+        "actual_ns": None,
+    }
+    assert {k: plots.meaning(k) for k in expect} == expect
+    # the same column gets the same colour in two charts, whatever its place among the series
+    a = plots.bars(
+        pl.DataFrame({"rank": [0], "compute_pct": [60.0], "idle_pct": [40.0]}),
+        "rank",
+        ("compute_pct", "idle_pct"),
+        "A",
+        stacked=True,
+    )
+    b = plots.bars(
+        pl.DataFrame({"rank": [0], "idle_ns": [4], "compute_ns": [6]}),
+        "rank",
+        ("idle_ns", "compute_ns"),
+        "B",
+        stacked=True,
+    )
+    assert (
+        _colours(plots.render(a))
+        == _colours(plots.render(b))
+        == {
+            "compute": meanings["compute"],
+            "idle": meanings["idle"],
+        }
+    )
+
+
+def test_per_step_series_are_lines_at_page_width():
+    df = pl.DataFrame(
+        {"step": [3, 1, 2], "actual_ns": [3_000_000, 1_000_000, 2_000_000], "ideal_ns": [1_000_000] * 3}
+    )
+    el = plots.series(df, "step", ("actual_ns", "ideal_ns"), "Step time")
+    curves = [e for e in el if type(e).__name__ == "Curve"]
+    assert [c.label for c in curves] == ["actual", "ideal"]
+    assert curves[0].dimension_values("step").tolist() == [1, 2, 3]
+    assert curves[0].dimension_values("v").tolist() == [1.0, 2.0, 3.0]  # ms, sorted by step
+    fig = plots.render(el)
+    assert sum(type(r.glyph).__name__ == "Line" for r in fig.renderers) == 2
+    assert fig.sizing_mode == "stretch_width" and fig.yaxis[0].axis_label == "ms"
 
 
 def test_embed_is_compressed_and_quiet(caplog):
@@ -108,3 +178,119 @@ def test_downsample_averages_runs_of_steps() -> None:
     assert heat.height == 8 and heat.filter(pl.col("rank") == 1)["v"].to_list() == [1.0, 4.0, 7.0, 9.0]
     same, none = downsample(df, "step", ["v"], max_columns=10)
     assert same is df and none == ""
+
+
+def test_every_plot_is_a_holoviews_element_that_renders_to_bokeh(tmp_path):
+    # The report's charts are holoviews elements (a notebook composes them); the report renders each
+    # to a bokeh figure. On the straggler sample (4 ranks): the timeline of the median step with its
+    # critical path, the stragglers' heat map, overlap per rank, what-if's per-step lines, and a
+    # memory-style lines chart and a stage Gantt chart from small frames.
+    import holoviews as hv
+    from bokeh.models import Model
+
+    from tests.conftest import SAMPLES
+    from traceprof.api import open as open_session
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        ingest(store, [SAMPLES / "straggler_rank2"])
+    with open_session(db) as s:
+        tl = s.timeline()
+        assert isinstance(tl, hv.Overlay)
+        kinds = {type(e).__name__ for e in tl}
+        assert {"Rectangles", "Segments"} <= kinds  # states per rank, the critical path
+        layout = s.plot("stragglers")
+        assert [type(e).__name__ for e in layout] == ["Bars", "HeatMap"]
+        whatif = s.plot("whatif")
+        assert isinstance(next(iter(whatif)), hv.Overlay)  # actual vs simulated step time: lines
+        elements = [tl, *layout, *whatif, *s.plot("overlap")]
+    mem = pl.DataFrame(
+        {
+            "ts_ns": [0, 10**6, 2 * 10**6],
+            "rank": [0, 0, 0],
+            "allocated_bytes": [0, 2**30, 2**29],
+            "peak": [False, True, False],
+        }
+    )
+    elements.append(plots.lines(mem, "ts_ns", ("allocated_bytes",), "rank", "peak", "Memory"))
+    gantt = pl.DataFrame(
+        {
+            "lane": ["stage 0", "stage 1"],
+            "start_ms": [0.0, 1.0],
+            "end_ms": [2.0, 3.0],
+            "state": ["compute", "p2p"],
+        }
+    )
+    elements.append(plots.spans(gantt, "lane", "start_ms", "end_ms", "state", "Stages"))
+    for el in elements:
+        assert isinstance(el, hv.core.Dimensioned)
+        fig = plots.render(el)
+        assert isinstance(fig, Model) and fig.renderers and fig.sizing_mode == "stretch_width"
+    tail, divs = plots.embed(elements)
+    assert len(divs) == len(elements) and tail.count('id="tp-bokeh"') == 1  # bokeh's JavaScript once
+
+
+def test_holoviews_loads_only_when_plotting(tmp_path):
+    # holoviews (and the pandas it brings) costs about a second: the CLI, the analyses and the plots
+    # module itself do not import it; the first plot does.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, traceprof.cli, traceprof.api, traceprof.render.plots, traceprof.render.report\n"
+        "print('holoviews' in sys.modules)\n"
+        "import polars as pl\n"
+        "traceprof.render.plots.bars(pl.DataFrame({'r': [0], 'x_ns': [1]}), 'r', ['x_ns'], 't')\n"
+        "print('holoviews' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.stdout.split() == ["False", "True"], r.stderr
+
+
+def test_readme_notebook_example_runs(tmp_path, monkeypatch):
+    # The README's notebook example, as written, on a store holding the straggler sample.
+    import re
+
+    import holoviews as hv
+
+    from tests.conftest import REPO, SAMPLES
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- notebook example:[^>]*-->\n```python\n(.*?)```", text, re.S).group(1)
+    with Store(tmp_path / "traceprof.duckdb") as store:
+        ingest(store, [SAMPLES / "straggler_rank2"])
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    scope["s"].close()
+    assert scope["gaps"].frames()["ranks"].height == 4
+    assert isinstance(scope["waits"], hv.Layout) and isinstance(scope["tl"], hv.Overlay)
+    assert isinstance(scope["exposed"], hv.Bars)
+    assert plots.render(scope["exposed"]).renderers  # draws
+
+
+def test_timeline_of_many_ranks_is_one_image_of_states():
+    # Above 64 ranks the timeline is a grid of binned states (engine.timeline): one hv.Image whose
+    # colours are the states' (idle grey ... exposed red), rank 0 at the top as in the detailed lanes.
+    import numpy as np
+
+    from traceprof.engine.timeline import Timeline
+
+    grid = np.zeros((100, 8), dtype=np.uint8)
+    grid[0, :] = 3  # rank 0: exposed communication throughout
+    grid[99, 4:] = 1  # rank 99: compute in the second half
+    tl = Timeline(
+        step=5, ranks=tuple(range(100)), span_ms=8.0, intervals=None, grid=grid, bin_ms=1.0, note="step 5"
+    )
+    el = plots.timeline(tl)
+    image = next(e for e in el if type(e).__name__ == "Image")
+    # rank 0 (code 3) at y = 0, rank 99 (code 1 from 4 ms on) at y = 99: the y axis is then inverted
+    assert image[0.5, 0] == 3 and image[6.5, 99] == 1 and image[0.5, 99] == 0
+    fig = plots.render(el)
+    mapper = next(r.glyph.color_mapper for r in fig.renderers if type(r.glyph).__name__ == "Image")
+    assert list(mapper.palette) == list(plots.STATE_COLORS) and (mapper.low, mapper.high) == (-0.5, 3.5)
+    assert fig.y_range.start > fig.y_range.end and "100 ranks in 8 bins" in fig.title.text  # rank 0 on top

@@ -317,3 +317,89 @@ def test_report_force_compares_runs_that_are_not_comparable(store, tmp_path):
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
     with pytest.raises(AnalysisError, match="^run 'gloo_cpu_4rank': no ProfilerSteps"):
         typical_items(store, store.resolve_run("gloo_cpu_4rank"))
+
+
+def _html_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """(headers, rows of cell texts) of every <table> of a report, parsed with html.parser."""
+    from html.parser import HTMLParser
+
+    tables: list[tuple[list[str], list[list[str]]]] = []
+
+    class P(HTMLParser):
+        cell: list[str] | None = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                tables.append(([], []))
+            elif tag == "tr" and tables:
+                tables[-1][1].append([])
+            elif tag in ("td", "th"):
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None:
+                text = "".join(self.cell)
+                (tables[-1][0] if tag == "th" else tables[-1][1][-1]).append(text)
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    P().feed(text)
+    return [(h, [r for r in rows if r]) for h, rows in tables]
+
+
+@pytest.mark.parametrize("source", ["straggler_rank2", "hta/nccl_parser_config"])
+def test_report_tables_carry_units_not_raw_ns(store, tmp_path, source):
+    # Every table of the report was raw ns (1,222,847,000). Now no header ends in _ns, and the cells of
+    # a duration column (its header names s, ms, us or ns) are in that unit: a raw ns figure of a
+    # duration of a millisecond or more would read 1,000,000 or more.
+    ingest(store, [SAMPLES / source if "/" not in source else corpus(source)])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    tables = _html_tables(text)
+    assert len(tables) > 10
+    durations = 0
+    for headers, rows in tables:
+        assert not [h for h in headers if h.endswith("_ns")], headers
+        for i, h in enumerate(headers):
+            if re.search(r"\((s|ms|us|ns)\)$", h):
+                for r in rows:
+                    if i < len(r) and r[i]:
+                        durations += 1
+                        assert abs(float(r[i].replace(",", ""))) < 1_000_000, (h, r[i])
+    assert durations > 50
+    # --units ns: the exact integers, under the _ns names
+    exact = write_report(store, None, tmp_path / "ns.html", units="ns").read_text()
+    heads = [h for hs, _ in _html_tables(exact) for h in hs]
+    assert "total_ns" in heads and not [h for h in heads if h.endswith("(ms)")]
+
+
+def test_nsys_style_summaries_are_sections_with_names_told_apart(store, tmp_path):
+    # The nsys-style summaries were not in the report; kernel_sum printed eleven different
+    # par_ranged2d_kernel instances as #1..#11. On pipit's CloverLeaf export (102 distinct kernel
+    # names) the report has kernel_sum, nvtx_sum and memcpy_sum sections (or says why not), and the
+    # kernel table's name cells are all distinct, each long one with its full name on hover.
+    ingest(store, [corpus("nsys/pipit_perlmutter-cloverleaf-cuda.sqlite")])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert len(text.encode()) < SIZE_BUDGET_BYTES
+    assert 'id="kernel_sum"' in text and 'id="memcpy_sum"' in text
+    assert 'id="nvtx_sum"' in text or "nvtx_sum" in re.search(r'<p class="missing".*?</p>', text).group(0)
+    section = text[text.index('<h2 id="kernel_sum"') :]
+    section = section[: section.index("<h2 ", 1)]
+    headers, rows = _html_tables(section)[0]
+    names = [r[headers.index("name")] for r in rows]
+    assert len(names) == len(set(names)) == 102
+    assert "par_ranged1d_kernel<update_halo_kernel … 10>" in names and not any(" #" in n for n in names)
+    full = html.unescape(
+        re.search(r'title="([^"]*update_halo_kernel[^"]*instance 10\)[^"]*)"', section).group(1)
+    )
+    assert full.startswith("void clover::par_ranged1d_kernel<update_halo_kernel(int, int")
+
+
+def test_notes_do_not_speak_of_the_projects_own_traces(store, tmp_path):
+    # whatif's note said "on a shared few-core CPU, as in the sample traces" on anyone's trace.
+    ingest(store, [SAMPLES / "straggler_rank3"])
+    text = write_report(store, None, tmp_path / "r.html").read_text()
+    assert "S counts every op slower than its typical value" in text  # the note is printed here
+    assert "sample traces" not in text and "few-core" not in text

@@ -5,16 +5,18 @@ Typer-free so that it can be tested alone; ``traceprof.cli`` prints what this re
 ``traceprof.render.report`` renders its cells with :func:`plain`. JSON and CSV output never go through
 here: they keep exact ns and full names.
 
-- ``units="human"`` (default): an int ``*_ns`` column is shown as ``12.3 ms`` / ``4.56 s`` /
-  ``789 us`` / ``12 ns`` (three significant digits) under the column name without ``_ns``
-  (``step_ns`` -> ``step``, unless that name is taken). A timestamp column (``ts_ns``, ``start_ns``,
+- ``units="human"`` (default): an int ``*_ns`` duration column is shown in one unit, s, ms, us or
+  ns, chosen by the column's median (three significant digits there), the header saying it
+  (``step_ns`` -> ``step (ms)``); FLOP counts and byte sizes likewise (``flops (GFLOP)``,
+  ``peak_bytes (GiB)``); a diff's metrics table each row in its metric's unit. A timestamp column (``ts_ns``, ``start_ns``,
   ``end_ns``, ``enter_ns``, ``*_start_ns``, ``*_arrival_ns`` ...: epoch ns, not a duration) is shown
   as the UTC time of day with microseconds, ``23:40:41.030643`` (with the date when the column
   spans two days), under the name ``<name>_utc`` (``first_arrival_ns`` -> ``first_arrival_utc``); a
   column of that name whose values are below 1973 in epoch ns holds offsets, shown as durations.
   ``units="ns"``: exact ns with thousands separators.
-- String cells longer than ``width`` are shortened to their family (``traceprof.core.names.shorten``);
-  the full text is in ``-f json``/``csv``.
+- String cells longer than ``width`` are shortened to their family (``traceprof.core.names.shorten``),
+  or to the shortest form that tells them apart where families collide
+  (``traceprof.core.names.distinct_short``); the full text is in ``-f json``/``csv``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 import polars as pl
 
-from traceprof.core.names import shorten
+from traceprof.core.names import distinct_short, shorten
 
 __all__ = [
     "UNITS",
@@ -40,6 +42,9 @@ __all__ = [
     "table_columns",
     "table_rows",
     "cell",
+    "ColumnFormat",
+    "column_formats",
+    "format_cell",
     "describe",
 ]
 
@@ -111,59 +116,162 @@ def cell(v: object, ns: bool | str = False, width: int = 48) -> str:
     return plain(v)
 
 
-def _kinds(df: pl.DataFrame, units: str) -> list[bool | str]:
-    """Per column: False (as it is), True (a human duration), "time" or "date" (a timestamp)."""
-    out: list[bool | str] = []
+@dataclasses.dataclass(frozen=True)
+class ColumnFormat:
+    """How one column of a table is shown (:func:`column_formats`).
+
+    Attributes:
+        header: The column's heading: the name with its unit (``step (ms)``, ``flops (GFLOP)``,
+            ``first_arrival_utc``), or the name as it is.
+        kind: ``duration`` (ns shown in ``unit``), ``time``/``date`` (epoch ns as a UTC time of day,
+            with the date), ``scaled`` (a count or size divided by ``scale``), ``metric`` (each row
+            in the unit its ``metric`` cell names: a diff's metrics table), ``ns`` (exact ints) or
+            ``plain``.
+        scale: What a value is divided by (ns per ``unit`` for a duration).
+        unit: The unit the cells are in (``ms``), "" for none.
+        decimals: Decimal places of the cells (chosen so the column's median has three
+            significant digits, at most 3).
+    """
+
+    header: str
+    kind: str = "plain"
+    scale: float = 1.0
+    unit: str = ""
+    decimals: int = 2
+
+
+#: Duration units, largest first: (name, ns per unit).
+_TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+#: Decimal prefixes of FLOP counts, largest first.
+_FLOP_UNITS = (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("FLOP", 1.0))
+#: Binary size units, largest first.
+_BYTE_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+#: A column of FLOP counts: ``flops``, ``delta_flops``, ``flops_per_step`` (not ``tflops``, a rate).
+_FLOPS = re.compile(r"(?:^|_)flops(?:_per_step)?$")
+#: A column of byte counts: ``*_bytes``, ``bytes_in``.
+_BYTES = re.compile(r"(?:^|_)bytes(?:_in|_out)?$")
+
+
+def _typical(col: pl.Series) -> float:
+    """The median of the column's non-zero magnitudes (0.0 when none): what its unit is chosen by."""
+    a = col.drop_nulls().cast(pl.Float64).abs()
+    a = a.filter(a > 0)
+    return float(a.median()) if len(a) else 0.0  # type: ignore[arg-type]
+
+
+def _pick(typical: float, units: tuple[tuple[str, float], ...]) -> tuple[str, float, int]:
+    """(unit, scale, decimals) for a column whose typical magnitude is ``typical``."""
+    unit, scale = next(((u, s) for u, s in units if typical >= s), units[-1])
+    v = typical / scale
+    decimals = 0 if scale == 1.0 and units is _TIME_UNITS else 0 if v >= 100 else 1 if v >= 10 else 2
+    return unit, scale, decimals
+
+
+def column_formats(df: pl.DataFrame, units: str = "human") -> list[ColumnFormat]:
+    """How each column of ``df`` is shown: the one units rule of every table (terminal, report).
+
+    With ``units="human"``: an int ``*_ns`` duration column in s, ms, us or ns, chosen by the
+    column's median magnitude, the header saying it (``step_ns`` -> ``step (ms)``); an epoch-ns
+    timestamp column as a time of day (``*_utc``); FLOP counts (``flops``, ``*_flops``) in
+    TFLOP/GFLOP..., sizes (``*_bytes``) in GiB/MiB...; a diff's ``base``/``cand``/``delta`` columns
+    beside a ``metric`` column each in the unit of its row's metric (``step_time_ns``: a duration per
+    cell). Rates (``tflops``, ``*_gbps``) and ``_pct`` columns keep names that say their unit.
+    With ``units="ns"``: ``_ns`` columns exact (ints with separators) under their own names.
+
+    Raises:
+        ValueError: ``units`` is not one of :data:`UNITS`.
+    """
+    if units not in UNITS:
+        raise ValueError(f"units {units!r}: expected one of {', '.join(UNITS)}")
+    taken = set(df.columns)
+    metric = "metric" in df.columns and df["metric"].dtype == pl.String
+    out = []
     for c in df.columns:
-        if units != "human" or not c.endswith("_ns") or not df[c].dtype.is_numeric():
-            out.append(False)
+        dtype = df[c].dtype
+        if not dtype.is_numeric():
+            out.append(ColumnFormat(c))
             continue
-        col = df[c].drop_nulls()
-        if not _TIMESTAMP.search(c) or col.is_empty() or col.min() < EPOCH_MIN_NS:  # type: ignore[operator]
-            out.append(True)
+        if units == "ns":
+            out.append(ColumnFormat(c, "ns" if c.endswith("_ns") else "plain"))
             continue
-        days = {int(v) // (86_400 * _NS_PER_S) for v in (col.min(), col.max())}  # type: ignore[arg-type]
-        out.append("time" if len(days) == 1 else "date")
+        if metric and c in _METRIC_VALUES:
+            out.append(ColumnFormat(c, "metric"))
+        elif c.endswith("_ns"):
+            out.append(_ns_format(c, df[c], taken))
+        elif _FLOPS.search(c) or _BYTES.search(c):
+            unit, scale, dec = _pick(_typical(df[c]), _FLOP_UNITS if _FLOPS.search(c) else _BYTE_UNITS)
+            out.append(ColumnFormat(f"{c} ({unit})", "scaled", scale, unit, dec))
+        else:
+            out.append(ColumnFormat(c))
     return out
+
+
+#: The value columns of a diff's metrics table, shown in the unit of their row's ``metric``.
+_METRIC_VALUES = ("base", "cand", "delta")
+
+
+def _ns_format(c: str, col: pl.Series, taken: set[str]) -> ColumnFormat:
+    """A ``*_ns`` column in human units: a timestamp as a time of day, a duration in one unit."""
+    values = col.drop_nulls()
+    if _TIMESTAMP.search(c) and not values.is_empty() and values.min() >= EPOCH_MIN_NS:  # type: ignore[operator]
+        days = {int(v) // (86_400 * _NS_PER_S) for v in (values.min(), values.max())}  # type: ignore[arg-type]
+        short = c[:-3] + "_utc"
+        return ColumnFormat(short if short not in taken else c, "time" if len(days) == 1 else "date")
+    unit, scale, dec = _pick(_typical(col), _TIME_UNITS)
+    return ColumnFormat(f"{c[:-3]} ({unit})", "duration", scale, unit, dec)
+
+
+def _metric_cell(v: float, metric: str) -> str:
+    """A diff metric's value in its unit: ``_ns`` as a duration, FLOPs and bytes scaled, else plain."""
+    if metric.endswith("_ns"):
+        return duration(v)
+    if _FLOPS.search(metric):
+        unit, scale, dec = _pick(abs(v), _FLOP_UNITS)
+        return f"{v / scale:,.{dec}f} {unit}"
+    if _BYTES.search(metric):
+        return size(v)
+    return f"{int(v):,}" if float(v).is_integer() else plain(v)  # a count (launches): no ".00"
+
+
+def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> str:
+    """The text of one numeric (or any) value under format ``f`` (see :func:`column_formats`)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return plain(v)
+    if f.kind in ("time", "date"):
+        return timestamp(int(v), f.kind == "date")
+    if f.kind in ("duration", "scaled"):
+        x = v / f.scale
+        text = f"{x:,.{f.decimals}f}"
+        if x and not any(ch in "123456789" for ch in text):  # far below the column's unit: 3 digits
+            text = f"{x:.3g}"
+        return text
+    if f.kind == "metric" and row_metric is not None:
+        return _metric_cell(v, row_metric)
+    return plain(v)
 
 
 def table_columns(df: pl.DataFrame, units: str = "human") -> list[str]:
-    """Column headers: ``_ns`` dropped where the cells are human durations (and the name is free),
+    """Column headers (:func:`column_formats`): each with its unit where the cells are scaled,
     ``_ns`` -> ``_utc`` where they are times of day."""
-    taken = set(df.columns)
-    out = []
-    for c, kind in zip(df.columns, _kinds(df, units), strict=True):
-        short = c if not kind else c[:-3] + "_utc" if kind in ("time", "date") else c[:-3]
-        out.append(short if short == c or short not in taken else c)
-    return out
+    return [f.header for f in column_formats(df, units)]
 
 
 def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Iterator[Sequence[str]]:
-    """The cells of ``df`` as strings (see :func:`cell`). Distinct strings of a column whose
-    shortened forms would read the same (two template instances of one kernel) are numbered in
-    order of appearance, ``name… #1``, ``name… #2``, so that two rows never look alike."""
-    kinds = _kinds(df, units)
-    names = [_distinct_short(df[c], width) if df[c].dtype == pl.String else None for c in df.columns]
+    """The cells of ``df`` as strings (:func:`column_formats`, :func:`format_cell`; strings
+    shortened to ``width``). Distinct strings of a column whose shortened forms would read the
+    same (template instances of one kernel) get their shortest forms that differ
+    (:func:`traceprof.core.names.distinct_short`), so that two rows never look alike."""
+    formats = column_formats(df, units)
+    names = [distinct_short(df[c], width) if df[c].dtype == pl.String else None for c in df.columns]
+    mi = df.columns.index("metric") if "metric" in df.columns else None
     for row in df.iter_rows():
+        metric = row[mi] if mi is not None else None
         yield [
-            names[i].get(v, "") if names[i] is not None and v is not None else cell(v, k, width)  # type: ignore[union-attr]
-            for i, (v, k) in enumerate(zip(row, kinds, strict=True))
+            names[i].get(v, "") if names[i] is not None and v is not None else format_cell(v, f, metric)  # type: ignore[union-attr]
+            for i, (v, f) in enumerate(zip(row, formats, strict=True))
         ]
-
-
-def _distinct_short(col: pl.Series, width: int) -> dict[str, str]:
-    """Each distinct string of ``col`` -> its cell: :func:`traceprof.core.names.shorten`, numbered where
-    two strings shorten alike (see :func:`table_rows`)."""
-    short = {v: shorten(v, width) for v in col.drop_nulls().unique(maintain_order=True).to_list()}
-    seen: dict[str, list[str]] = {}
-    for v, s in short.items():
-        seen.setdefault(s, []).append(v)
-    for vs in seen.values():
-        if len(vs) > 1:
-            for k, v in enumerate(vs, 1):
-                tag = f" #{k}"
-                short[v] = shorten(v, max(width - len(tag), 1)) + tag
-    return short
 
 
 def describe(an: Any) -> str:

@@ -13,8 +13,9 @@ prose, not a symbol, and keeps its beginning and end; so does text that starts w
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-__all__ = ["family", "shorten"]
+__all__ = ["family", "shorten", "distinct_short"]
 
 _GENERIC = {"kernel", "kernel2", "device_kernel"}
 _NCCL = re.compile(r"^(nccl(?:Dev|Symk)?(?:Dev)?Kernel_[A-Za-z]+)")
@@ -55,6 +56,13 @@ def family(name: str) -> str:
     return s
 
 
+def _prose(name: str) -> bool:
+    """Text with a space before any bracket (a gap's cause, a note), or starting with a bracket:
+    not a symbol."""
+    head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
+    return " " in head or not head
+
+
 def shorten(name: str | None, width: int = 40) -> str:
     """A display form of ``name`` at most ``width`` characters: the name itself when it fits, else
     its :func:`family`, cut with an ellipsis when that is still too long."""
@@ -62,9 +70,79 @@ def shorten(name: str | None, width: int = 40) -> str:
         return ""
     if len(name) <= width:
         return name
-    head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
-    if " " in head or not head:  # prose (a gap's cause, a note) or markup, not a symbol: keep both ends
+    if _prose(name):  # prose (a gap's cause, a note) or markup, not a symbol: keep both ends
         tail = max(width // 3, 1)
         return name[: width - tail - 1] + "…" + name[-tail:]
     fam = family(name)
     return fam if len(fam) <= width else fam[: width - 1] + "…"
+
+
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
+
+
+def distinct_short(values: Iterable[str | None], width: int = 40) -> dict[str, str]:
+    """Each distinct name of ``values`` -> its display form: :func:`shorten` where that tells it
+    apart from the others, else the shortest form that does.
+
+    Names whose short forms collide (eleven template instances of ``par_ranged2d_kernel``) get
+    ``family<first … last>`` of the words (identifiers and numbers) that not every name of the
+    collision has, in order: the first and the last one, then more from both ends until no two
+    forms are alike (``par_ranged2d_kernel<update_halo_kernel … 10>``). Names that even their
+    full lists of words do not tell apart (they differ in punctuation only) keep their full text.
+    Work: O(n log n) in the names plus their lengths.
+    """
+    names = list(dict.fromkeys(v for v in values if v is not None))
+    out = {v: shorten(v, width) for v in names}
+    groups: dict[str, list[str]] = {}
+    for v, s in out.items():
+        groups.setdefault(s, []).append(v)
+    used = set(out.values())
+    for vs in groups.values():
+        if len(vs) > 1:
+            out.update(_tell_apart(vs, used))
+    return out
+
+
+def _tell_apart(names: list[str], used: set[str]) -> dict[str, str]:
+    """Forms for ``names`` whose short forms collide (see :func:`distinct_short`); prose (a gap's
+    cause: words before any bracket) has no family to build on and keeps its full text."""
+    if any(_prose(v) for v in names):
+        return {v: v for v in names}
+    words = {v: _TOKEN.findall(v) for v in names}
+    common = set.intersection(*(set(w) for w in words.values()))
+    # each word once, where it last occurs (``(instance 4)`` ends the name even if a 4 came before)
+    own = {
+        v: list(dict.fromkeys(w for w in reversed(ws) if w not in common))[::-1] for v, ws in words.items()
+    }
+    fam = {v: family(v) for v in names}
+    out: dict[str, str] = {}
+    left = list(names)
+    level = 0
+    while left:
+        forms = {v: _form(fam[v], own[v], level) for v in left}
+        counts: dict[str, int] = {}
+        for f in forms.values():
+            counts[f] = counts.get(f, 0) + 1
+        done = [v for v in left if counts[forms[v]] == 1 and forms[v] not in used]
+        for v in done:
+            out[v] = forms[v]
+            used.add(forms[v])
+        exhausted = [v for v in left if v not in out and (level + 1) // 2 + 1 >= len(own[v])]
+        for v in exhausted:  # every word shown and still alike: the full name
+            if level > 2 * max(len(own[v]), 1):
+                out[v] = v
+        left = [v for v in left if v not in out]
+        level += 1
+    return out
+
+
+def _form(fam: str, words: list[str], level: int) -> str:
+    """``fam<first … last>`` of ``words``: level 0 the first word; each further level one more
+    word, alternately from the end and from the start."""
+    if not words:
+        return fam
+    last = (level + 1) // 2
+    first = level + 1 - last
+    if first + last >= len(words):
+        return f"{fam}<{' '.join(words)}>"
+    return f"{fam}<{' '.join(words[:first])}{' … ' + ' '.join(words[-last:]) if last else ' …'}>"

@@ -1,9 +1,20 @@
-"""Bokeh figures for the report and their offline embedding; nothing here computes an analysis.
+"""The report's plots as holoviews elements, and their offline embedding; nothing here computes an analysis.
+
+Each plot function returns a holoviews element (``hv.Bars``, ``hv.HeatMap``, an ``hv.Overlay`` of
+``hv.Curve``/``hv.Rectangles``/``hv.Segments``): a notebook composes, restyles or shows it as it is
+(``traceprof.plots``); the report renders it to bokeh (:func:`render`: ``hv.render(..., backend="bokeh")``)
+and embeds the figures with bokeh's JavaScript inlined once (:func:`embed`). holoviews is imported
+when a plot is made, never by the CLI's other commands.
 
 Conventions that keep plots honest:
   - ``_ns`` series are drawn in ms and the axis says ``ms``; legend entries are the column names
     without their unit suffix (``exposed_comm_ns`` -> ``exposed comm``), so axis and legend agree.
-  - Heatmap colour scales start at zero (white) and end at the largest value.
+  - One palette (:data:`MEANING_COLORS`): a colour means one thing (idle grey, compute blue,
+    communication light blue, exposed communication red, memory purple, host-bound orange,
+    waiting gold) in every chart and on the timeline; series measuring no state take other colours.
+  - Heatmap colour scales run over the data's range (smallest to largest value).
+  - Per-step series are lines (:func:`series`), not bars.
+  - Charts take the page's width (bokeh's ``sizing_mode="stretch_width"``).
   - Long category labels (kernel and op names) are shortened to their family
     (``traceprof.core.names.shorten``); the full name is on hover.
   - Canvas output only (no WebGL); bokeh's validation warnings are kept off the terminal.
@@ -31,26 +42,92 @@ from typing import Any
 
 import polars as pl
 
-from traceprof.core.names import shorten
+from traceprof.core.names import distinct_short, shorten
 
 __all__ = [
     "bars",
+    "chart",
     "heatmap",
     "lines",
+    "series",
     "spans",
     "timeline",
     "embed",
+    "render",
+    "holoviews",
     "downsample",
     "PALETTE",
+    "MEANING_COLORS",
     "STATE_COLORS",
+    "color_of",
+    "meaning",
     "MAX_COLUMNS",
     "MAX_LINES",
 ]
 
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
+#: The one palette of the report: each colour has one meaning in every chart and on the timeline.
+#: Idle is grey everywhere; a series is coloured by what it measures (:func:`color_of`).
+MEANING_COLORS = {
+    "idle": "#c9c9c9",
+    "compute": "#4c78a8",
+    "communication": "#9ecae9",
+    "exposed communication": "#e45756",
+    "memory": "#b279a2",
+    "host-bound": "#f58518",
+    "waiting": "#eeca3b",
+    "other": "#9d755d",
+}
+#: Colours of series that measure no state (percentiles, actual vs simulated, ranks): none of
+#: :data:`MEANING_COLORS`, so that no colour means two things.
+PALETTE = ("#54a24b", "#17becf", "#ff9da6", "#393b79", "#637939", "#7b4173", "#8c6d31", "#6b6ecf")
 #: Colours of the timeline states (``traceprof.engine.timeline.STATES``): idle, compute, hidden and exposed communication.
-STATE_COLORS = ("#f2f2f2", "#4c78a8", "#9ecae9", "#e45756")
-_REDS = ["#ffffff", "#fee5d9", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"]
+STATE_COLORS = (
+    MEANING_COLORS["idle"],
+    MEANING_COLORS["compute"],
+    MEANING_COLORS["communication"],
+    MEANING_COLORS["exposed communication"],
+)
+#: What a series measures, by the words of its name, first match wins (``host_wait`` is host-bound
+#: before ``wait`` is waiting; ``exposed_comm`` exposed before ``comm``).
+_MEANINGS = (
+    ("idle", "idle"),
+    ("bubble", "idle"),
+    ("host", "host-bound"),
+    ("launch", "host-bound"),
+    ("kernel_wait", "other"),
+    ("wait", "waiting"),
+    ("imbalance", "waiting"),
+    ("exposed", "exposed communication"),
+    ("comm_only", "exposed communication"),
+    ("non_compute", "other"),
+    ("hidden", "communication"),
+    ("overlap", "communication"),
+    ("comm", "communication"),
+    ("transfer", "communication"),
+    ("p2p", "communication"),
+    ("compute", "compute"),
+    ("memory", "memory"),
+    ("memcpy", "memory"),
+    ("other", "other"),
+    ("unsplit", "other"),
+)
+#: Heat maps: a sequential scale from the data's smallest value (light) to its largest (dark).
+_REDS = ["#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"]
+
+
+def meaning(name: str) -> str | None:
+    """What a series or state named ``name`` measures (a key of :data:`MEANING_COLORS`), or None."""
+    n = name.lower().replace(" ", "_").replace("-", "_")
+    return next((m for word, m in _MEANINGS if word in n), None)
+
+
+def color_of(name: str, i: int) -> str:
+    """The colour of series ``name``, the ``i``-th of its chart: its meaning's, else the ``i``-th
+    of :data:`PALETTE`."""
+    m = meaning(name)
+    return MEANING_COLORS[m] if m is not None else PALETTE[i % len(PALETTE)]
+
+
 _WIDTH = 900
 #: A chart draws at most this many x categories (bars, heatmap columns): longer series (a per-step
 #: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
@@ -83,10 +160,11 @@ def label(col: str) -> str:
 def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
     """Category labels (shortened, unique) and the full text of each."""
     full = ["" if v is None else str(v) for v in values]
+    forms = distinct_short(full, 32)  # names of one family keep the words that tell them apart
     short, seen = [], set()
     for f in full:
-        s = shorten(f, 32)
-        while s in seen:  # two names of one family: keep them apart
+        s = forms.get(f, f)
+        while s in seen:  # the same name twice: keep the bars apart
             s += "\u200b"
         seen.add(s)
         short.append(s)
@@ -127,6 +205,40 @@ def downsample(
     )
 
 
+def _y_axis(df: pl.DataFrame, ys: Sequence[str], ylabel: str) -> tuple[list[str], float, str]:
+    """The ``ys`` columns ``df`` has, the factor their values are drawn by and the axis' unit:
+    ``_ns`` columns in ms, ``_pct`` in %, others as they are, labelled ``ylabel``."""
+    ys = [y for y in ys if y in df.columns]
+    in_ms = all(y.endswith("_ns") for y in ys)
+    unit = "ms" if in_ms else (ylabel or ("%" if all(y.endswith("_pct") for y in ys) else "value"))
+    return ys, 1e-6 if in_ms else 1.0, unit
+
+
+def holoviews() -> Any:
+    """holoviews with its bokeh backend loaded (imported here, when a plot is made: about a second
+    that the CLI's other commands never pay)."""
+    import holoviews as hv
+    import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for hv.render)
+
+    return hv
+
+
+def render(element: Any) -> Any:
+    """The bokeh figure of a holoviews ``element`` (``hv.render(element, backend="bokeh")``),
+    drawn on a canvas (no WebGL), bokeh's validation warnings kept off the terminal."""
+    hv = holoviews()
+    with quiet():
+        fig = hv.render(element, backend="bokeh")
+    fig.output_backend = "canvas"
+    return fig
+
+
+def _opts(title: str, height: int, **more: Any) -> dict[str, Any]:
+    """Options every chart shares: its title, the page's width (``responsive``: bokeh's
+    ``sizing_mode="stretch_width"``) and ``height`` px."""
+    return {"title": title, "responsive": True, "height": height, "toolbar": "right", **more}
+
+
 def bars(
     df: pl.DataFrame,
     x: str,
@@ -136,120 +248,93 @@ def bars(
     stacked: bool = False,
     height: int = 320,
 ) -> Any:
-    """A bar chart: one bar per ``x`` value, one series per ``ys`` column (stacked or side by side),
-    ``height`` px tall.
+    """A bar chart (``hv.Bars``): one bar per ``x`` value, one series per ``ys`` column (stacked or
+    side by side), each in its colour (:func:`color_of`), ``height`` px tall.
 
     ``_ns`` columns are drawn in ms (axis ``ms``); other columns as they are, the axis labelled
-    ``ylabel``.
+    ``ylabel``. Long ``x`` labels are shortened (:func:`_categories`); hover gives the full one.
     """
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
-    from bokeh.plotting import figure
-
-    ys = [y for y in ys if y in df.columns]
-    in_ms = all(y.endswith("_ns") for y in ys)
-    scale = 1e-6 if in_ms else 1.0
-    unit = "ms" if in_ms else (ylabel or ("%" if all(y.endswith("_pct") for y in ys) else "value"))
+    hv = holoviews()
+    ys, scale, unit = _y_axis(df, ys, ylabel)
     xs, full = _categories(df[x].to_list())
-    data: dict[str, list[Any]] = {"x": xs, "full": full}
+    data: dict[str, list[Any]] = {"x": [], "series": [], "value": [], "full": []}
     for y in ys:
-        data[y] = [None if v is None else float(v) * scale for v in df[y].to_list()]
+        for xv, fv, v in zip(xs, full, df[y].to_list(), strict=True):
+            data["x"].append(xv)
+            data["series"].append(label(y))
+            data["value"].append(float("nan") if v is None else float(v) * scale)
+            data["full"].append(fv)
+    colors = {label(y): color_of(y, j) for j, y in enumerate(ys)}
+    kx, value = hv.Dimension("x", label=x), hv.Dimension("value", label=unit)
     rotate = len(xs) > 12 or max(map(len, xs), default=0) > 8
-    nested = not stacked and len(ys) > 1
-    factors = [(xv, label(y)) for xv in xs for y in ys] if nested else xs
-    fig = figure(
-        title=title,
-        width=_WIDTH,
-        height=height,
-        toolbar_location="right",
-        tools="save,reset",
-        output_backend="canvas",
-        y_axis_label=unit,
-        x_axis_label=x,
-        x_range=FactorRange(*factors),
-    )
-    if not nested:
-        src = ColumnDataSource(data)
-        if stacked:
-            rs = fig.vbar_stack(
-                ys,
-                x="x",
-                width=0.8,
-                source=src,
-                color=list(PALETTE[: len(ys)]),
-                legend_label=[label(y) for y in ys],
-            )
-        else:
-            rs = [
-                fig.vbar(x="x", top=ys[0], width=0.8, source=src, color=PALETTE[0], legend_label=label(ys[0]))
-            ]
-        for r, y in zip(rs, ys, strict=True):
-            fig.add_tools(
-                HoverTool(renderers=[r], tooltips=[(x, "@full"), (label(y), f"@{{{y}}}{{0,0.[000]}} {unit}")])
-            )
-    else:  # side by side: nested factors (x, series)
-        src = ColumnDataSource(
-            {
-                "f": factors,
-                "full": [fv for fv in full for _ in ys],
-                "series": [label(y) for _ in xs for y in ys],
-                "v": [data[y][i] for i in range(len(xs)) for y in ys],
-                "c": [PALETTE[j % len(PALETTE)] for _ in xs for j in range(len(ys))],
-            }
-        )
-        r = fig.vbar(x="f", top="v", width=0.8, source=src, color="c", legend_field="series")
-        fig.add_tools(
-            HoverTool(
-                renderers=[r], tooltips=[(x, "@full"), ("", "@series"), ("value", f"@v{{0,0.[000]}} {unit}")]
-            )
-        )
-    if all((v or 0) >= 0 for y in ys for v in data[y]):  # bars of non-negative values start at zero
-        fig.y_range.start = 0
-    fig.xaxis.major_label_orientation = 0.8 if rotate else 0
-    fig.xgrid.grid_line_color = None
-    fig.legend.location = "top_left"
-    fig.add_layout(fig.legend[0], "right")
-    return fig
+    nonneg = all(not (v < 0) for v in data["value"])  # NaN is not negative
+    opts = _opts(title, height, xrotation=45 if rotate else 0, tools=["hover"], show_grid=False)
+    if nonneg:
+        opts["ylim"] = (0, None)
+    if len(ys) == 1:
+        el = hv.Bars(data, kdims=[kx], vdims=[value, "full", "series"])
+        return el.opts(color=colors[label(ys[0])], **opts)
+    el = hv.Bars(data, kdims=[kx, hv.Dimension("series", label="series")], vdims=[value, "full"])
+    return el.opts(stacked=stacked, color="series", cmap=colors, legend_position="right", **opts)
+
+
+def series(
+    df: pl.DataFrame, x: str, ys: Sequence[str], title: str, ylabel: str = "", height: int = 320
+) -> Any:
+    """A per-step series as lines with a marker per point (``hv.Curve`` and ``hv.Scatter``
+    overlaid): ``x`` numeric (a step), one line per ``ys`` column in its colour (:func:`color_of`).
+    ``_ns`` columns are drawn in ms (axis ``ms``), others as they are (axis ``ylabel``)."""
+    hv = holoviews()
+    ys, scale, unit = _y_axis(df, ys, ylabel)
+    d = df.sort(x)
+    parts = []
+    for j, y in enumerate(ys):
+        part = d.filter(pl.col(y).is_not_null())
+        data = {x: part[x].to_list(), "v": [float(v) * scale for v in part[y].to_list()]}
+        dims = {"kdims": [x], "vdims": [hv.Dimension("v", label=unit)], "label": label(y)}
+        color = color_of(y, j)
+        parts.append(hv.Curve(data, **dims).opts(color=color, line_width=2, tools=["hover"]))
+        parts.append(hv.Scatter(data, **dims).opts(color=color, size=5))
+    opts = _opts(title, height, legend_position="right", show_grid=False)
+    if all(v >= 0 for y in ys for v in d[y].drop_nulls().to_list()):
+        opts["ylim"] = (0, None)
+    return hv.Overlay(parts).opts(**opts)
 
 
 def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
-    """A heatmap of ``value`` over ``x`` × ``y`` (categories); the colour scale runs from 0 to the maximum."""
-    from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMapper
-    from bokeh.plotting import figure
-
+    """A heatmap (``hv.HeatMap``) of ``value`` over ``x`` × ``y`` (categories, in natural order);
+    the colour scale runs over the data's range, from its smallest value (light) to its largest
+    (dark), so that differences show even when every value is far from zero (an MFU of 41-44% was
+    one flat block on a 0-based scale)."""
+    hv = holoviews()
+    vals = [None if v is None else float(v) for v in df[value].to_list()]
+    present = [v for v in vals if v is not None]
+    low, top = (min(present), max(present)) if present else (0.0, 1.0)
+    if top <= low:  # one value: a scale around it
+        low, top = low - 0.5, top + 0.5
     xs = [str(v) for v in df[x].to_list()]
     ys = [str(v) for v in df[y].to_list()]
-    vals = [None if v is None else float(v) for v in df[value].to_list()]
-    top = max((v for v in vals if v is not None), default=0.0) or 1.0
-    mapper = LinearColorMapper(palette=_REDS, low=0.0, high=top, nan_color="#dddddd")
-    xr = sorted(set(xs), key=_natural)
-    yr = sorted(set(ys), key=_natural)
-    fig = figure(
-        title=title,
-        x_range=xr,
-        y_range=yr,
-        width=_WIDTH,
-        height=min(120 + 28 * len(yr), 520),
-        tools="save,reset",
-        output_backend="canvas",
-        x_axis_label=x,
-        y_axis_label=y,
+    rows = len(set(ys))
+    data = {x: xs, y: ys, value: [float("nan") if v is None else v for v in vals]}
+    el = hv.HeatMap(data, kdims=[x, y], vdims=[hv.Dimension(value, label=label(value) + _unit(value))])
+    el = el.redim.values(**{x: sorted(set(xs), key=_natural), y: sorted(set(ys), key=_natural)})
+    return el.opts(
+        **_opts(title, min(120 + 28 * rows, 520)),
+        cmap=_REDS,
+        clim=(low, top),
+        colorbar=True,
+        clabel=label(value) + _unit(value),
+        clipping_colors={"NaN": "#f0f0f0"},
+        tools=["hover"],
     )
-    src = ColumnDataSource({"x": xs, "y": ys, "v": vals})
-    r = fig.rect("x", "y", 1, 1, source=src, fill_color={"field": "v", "transform": mapper}, line_color=None)
-    fig.add_tools(HoverTool(renderers=[r], tooltips=[(x, "@x"), (y, "@y"), (label(value), "@v{0,0.[00]}")]))
-    fig.add_layout(ColorBar(color_mapper=mapper, title=label(value) + _unit(value)), "right")
-    fig.grid.grid_line_color = None
-    return fig
 
 
 def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, title: str) -> Any:
-    """Lines over time: ``x`` epoch ns drawn as ms from the earliest, one line per ``group`` value and
-    ``ys`` column (the first solid, the others dashed), in the group's colour; the rows where the
-    boolean column ``mark`` is true drawn as markers (e.g. each series' peak). ``_bytes`` columns
-    are drawn in GiB, ``_ns`` in ms; hover gives the group, the column and the value."""
-    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
-    from bokeh.plotting import figure
-
+    """Lines over time (``hv.Curve`` per line, overlaid): ``x`` epoch ns drawn as ms from the
+    earliest, one line per ``group`` value and ``ys`` column (the first solid, the others dashed),
+    in the group's colour; the rows where the boolean column ``mark`` is true drawn as markers
+    (e.g. each series' peak). ``_bytes`` columns are drawn in GiB, ``_ns`` in ms."""
+    hv = holoviews()
     ys = [y for y in ys if y in df.columns]
     scale, unit = (
         (1 / 2**30, "GiB")
@@ -259,16 +344,6 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
         else (1.0, "value")
     )
     t0 = df[x].min() or 0
-    fig = figure(
-        title=title,
-        width=_WIDTH,
-        height=360,
-        tools="xpan,xwheel_zoom,reset,save",
-        output_backend="canvas",
-        x_axis_label="ms from the first record",
-        y_axis_label=unit,
-    )
-    items, dashes = [], ("solid", "dashed", "dotted", "dotdash")
     groups = df[group].unique(maintain_order=True).to_list() if group else [None]
     if len(groups) > MAX_LINES:  # many ranks: the largest series, so that the figure stays readable and small
         top = (
@@ -277,8 +352,10 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
             .sort(ys[0], group, descending=[True, False], nulls_last=True)
         )
         keep = set(top[group].head(MAX_LINES).to_list())
-        fig.title.text += f" (the {MAX_LINES} largest of {len(groups)}; the table has all)"
+        title += f" (the {MAX_LINES} largest of {len(groups)}; the table has all)"
         groups = [g for g in groups if g in keep]
+    kt, kv = hv.Dimension("t", label="ms from the first record"), hv.Dimension("v", label=unit)
+    parts, dashes = [], ("solid", "dashed", "dotted", "dotdash")
     for i, g in enumerate(groups):
         part = df.filter(pl.col(group) == g) if group else df
         color = PALETTE[i % len(PALETTE)]
@@ -286,74 +363,72 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
             d = part.filter(pl.col(y).is_not_null())
             if d.is_empty():
                 continue
-            src = ColumnDataSource(
-                {
-                    "t": [(v - t0) / 1e6 for v in d[x].to_list()],
-                    "v": [float(v) * scale for v in d[y].to_list()],
-                    "g": [str(g)] * d.height,
-                }
-            )
-            r = fig.line("t", "v", source=src, color=color, line_dash=dashes[j % len(dashes)], line_width=1.5)
-            fig.add_tools(
-                HoverTool(
-                    renderers=[r],
-                    tooltips=[("", "@g"), (label(y), f"@v{{0,0.000}} {unit}"), ("at", "@t{0,0.000} ms")],
+            t = [(v - t0) / 1e6 for v in d[x].to_list()]
+            v = [float(v) * scale for v in d[y].to_list()]
+            name = f"{g} {label(y)}" if group else label(y)
+            parts.append(
+                hv.Curve((t, v), kdims=[kt], vdims=[kv], label=name).opts(
+                    color=color, line_dash=dashes[j % len(dashes)], line_width=1.5, tools=["hover"]
                 )
             )
-            items.append(LegendItem(label=f"{g} {label(y)}" if group else label(y), renderers=[r]))
             if mark and mark in d.columns:
                 m = d.filter(pl.col(mark))
-                fig.scatter(
-                    [(v - t0) / 1e6 for v in m[x].to_list()],
-                    [float(v) * scale for v in m[y].to_list()],
-                    color=color,
-                    size=9,
-                    marker="circle",
-                )
-    if items:
-        fig.add_layout(Legend(items=items[:20]), "right")
-    return fig
+                pts = ([(v - t0) / 1e6 for v in m[x].to_list()], [float(v) * scale for v in m[y].to_list()])
+                parts.append(hv.Scatter(pts, kdims=[kt], vdims=[kv]).opts(color=color, size=9))
+    return hv.Overlay(parts).opts(**_opts(title, 360, legend_position="right", show_legend=True))
 
 
 def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: str) -> Any:
-    """Intervals on lanes (a Gantt chart): one bar per row from ``start`` to ``end`` (ms) on lane
-    ``lane`` (a category, in first-seen order, top to bottom), coloured by ``state``."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem
-    from bokeh.plotting import figure
-
+    """Intervals on lanes (a Gantt chart of ``hv.Rectangles``): one bar per row from ``start`` to
+    ``end`` (ms) on lane ``lane`` (in first-seen order, top to bottom), coloured by ``state``
+    (:func:`color_of`)."""
+    hv = holoviews()
     lanes = list(dict.fromkeys(str(v) for v in df[lane].to_list()))
-    states = list(dict.fromkeys(str(v) for v in df[state].to_list()))
-    fig = figure(
-        title=title,
-        width=_WIDTH,
-        height=min(140 + 30 * len(lanes), 700),
-        tools="xpan,xwheel_zoom,reset,save",
-        output_backend="canvas",
-        x_axis_label="ms from the step's start",
-        y_range=FactorRange(*reversed(lanes)),
-    )
-    items = []
-    for k, st in enumerate(states):
+    index = {ln: i for i, ln in enumerate(lanes)}
+    parts = []
+    for k, st in enumerate(dict.fromkeys(str(v) for v in df[state].to_list())):
         d = df.filter(pl.col(state).cast(pl.Utf8) == st)
-        src = ColumnDataSource(
-            {
-                "y": [str(v) for v in d[lane].to_list()],
-                "l": d[start].to_list(),
-                "r": d[end].to_list(),
-                "dur": (d[end] - d[start]).to_list(),
-            }
-        )
-        r = fig.hbar(y="y", left="l", right="r", height=0.7, source=src, color=PALETTE[k % len(PALETTE)])
-        fig.add_tools(
-            HoverTool(
-                renderers=[r],
-                tooltips=[(lane, "@y"), ("", st), ("from", "@l{0,0.000} ms"), ("for", "@dur{0,0.000} ms")],
-            )
-        )
-        items.append(LegendItem(label=st, renderers=[r]))
-    fig.ygrid.grid_line_color = None
-    fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
-    return fig
+        rows = [
+            (s, index[str(ln)] - 0.35, e, index[str(ln)] + 0.35, str(ln), e - s)
+            for ln, s, e in zip(d[lane].to_list(), d[start].to_list(), d[end].to_list(), strict=True)
+        ]
+        el = hv.Rectangles(rows, vdims=[lane, "ms"], label=st).opts(color=color_of(st, k), line_alpha=0)
+        parts.append(el.opts(tools=["hover"]))
+    return hv.Overlay(parts).opts(
+        **_opts(title, min(140 + 30 * len(lanes), 700)),
+        xlabel="ms from the step's start",
+        ylabel=lane,
+        yticks=list(enumerate(lanes)),
+        invert_yaxis=True,
+        legend_position="bottom",
+        show_grid=False,
+    )
+
+
+def chart(result: Any, spec: Any) -> tuple[Any, str]:
+    """The holoviews element of one declared chart of an analysis result, as the report draws it,
+    and a note when its x axis was thinned (:func:`downsample`: at most :data:`MAX_COLUMNS`
+    columns, e.g. a per-step series of 100,000 steps), else "".
+
+    Args:
+        result: A :class:`traceprof.engine.analysis.FrameResult` (``frames()``).
+        spec: One of its ``charts()`` (:class:`traceprof.engine.analysis.Chart`): ``lines`` over
+            time, a ``heatmap``, ``spans`` on lanes, or bars; bars over ``step`` that are not
+            stacked are drawn as lines (:func:`series`).
+    """
+    df = result.frames()[spec.frame]
+    title = spec.title.replace(" (ns)", "")
+    if spec.kind == "lines":  # a time series the analysis bounded already (e.g. memory's buckets)
+        return lines(df, spec.x, spec.ys, spec.group, spec.mark, title), ""
+    if spec.kind == "heatmap":
+        df, note = downsample(df, spec.x, [spec.value], by=[spec.ys[0]])
+        return heatmap(df, spec.x, spec.ys[0], spec.value, title), note
+    if spec.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
+        return spans(df, spec.x, spec.ys[0], spec.ys[1], spec.value, title), ""
+    df, note = downsample(df, spec.x, spec.ys)
+    if spec.x == "step" and not spec.stacked and df[spec.x].dtype.is_numeric():  # a per-step series
+        return series(df, spec.x, spec.ys, title, ylabel=spec.ylabel), note
+    return bars(df, spec.x, spec.ys, title, ylabel=spec.ylabel, stacked=spec.stacked), note
 
 
 def _unit(col: str) -> str:
@@ -368,140 +443,89 @@ def _natural(s: str) -> tuple[int, float, str]:
 
 
 def timeline(tl: Any) -> Any:
-    """The per-rank lanes of a :class:`traceprof.engine.timeline.Timeline`: one quad per merged interval
-    (few ranks), or one image of binned states (many ranks)."""
-    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
-    from bokeh.plotting import figure
-
+    """The per-rank lanes of a :class:`traceprof.engine.timeline.Timeline` as holoviews elements
+    overlaid: one rectangle per merged interval, coloured by state (few ranks), or one image of
+    binned states (many ranks); the critical path over them in black (``hv.Segments``)."""
+    hv = holoviews()
     from traceprof.engine.timeline import STATES
 
     n = len(tl.ranks)
-    height = min(140 + 26 * n, 700)
-    fig = figure(
-        title=f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)",
-        width=_WIDTH,
-        height=height,
-        tools="xpan,xwheel_zoom,reset,save",
-        output_backend="canvas",
-        x_axis_label=tl.axis,
-        y_axis_label="rank",
-        x_range=(0, tl.span_ms),
-    )
-    items = []
+    title = f"Timeline of {tl.note}: compute, communication (exposed in red), idle (grey)"
+    parts: list[Any] = []
     if tl.intervals is not None:
         index = {r: i for i, r in enumerate(tl.ranks)}
-        fig.quad(
-            left=0,
-            right=tl.span_ms,
-            bottom=[i - 0.4 for i in range(n)],
-            top=[i + 0.4 for i in range(n)],
-            color=STATE_COLORS[0],
+        idle = [(0.0, i - 0.4, tl.span_ms, i + 0.4, r, tl.span_ms) for r, i in index.items()]
+        parts.append(
+            hv.Rectangles(idle, vdims=["rank", "ms"], label=STATES[0]).opts(
+                color=STATE_COLORS[0], line_alpha=0
+            )
         )
         for code, state in enumerate(STATES[1:], start=1):
             d = tl.intervals.filter(pl.col("state") == state)
-            lane = [index[r] for r in d["rank"].to_list()]
-            src = ColumnDataSource(
-                {
-                    "l": d["start_ms"].to_list(),
-                    "r": d["end_ms"].to_list(),
-                    "b": [i - 0.4 for i in lane],
-                    "t": [i + 0.4 for i in lane],
-                    "rank": d["rank"].to_list(),
-                    "dur": (d["end_ms"] - d["start_ms"]).to_list(),
-                }
-            )
             if d.is_empty():
                 continue
-            r = fig.quad(
-                left="l",
-                right="r",
-                bottom="b",
-                top="t",
-                source=src,
-                color=STATE_COLORS[code],
-                line_color=None,
-            )
-            fig.add_tools(
-                HoverTool(
-                    renderers=[r],
-                    tooltips=[
-                        ("rank", "@rank"),
-                        ("", state),
-                        ("from", "@l{0,0.000} ms"),
-                        ("for", "@dur{0,0.000} ms"),
-                    ],
+            rows = [
+                (s, index[r] - 0.4, e, index[r] + 0.4, r, e - s)
+                for r, s, e in zip(
+                    d["rank"].to_list(), d["start_ms"].to_list(), d["end_ms"].to_list(), strict=True
                 )
-            )
-            items.append(LegendItem(label=state, renderers=[r]))
-        fig.yaxis.ticker = list(range(n))
-        fig.yaxis.major_label_overrides = {i: str(r) for i, r in enumerate(tl.ranks)}
+            ]
+            el = hv.Rectangles(rows, vdims=["rank", "ms"], label=state)
+            parts.append(el.opts(color=STATE_COLORS[code], line_alpha=0, tools=["hover"]))
     else:
-        from bokeh.models import LinearColorMapper
-
-        mapper = LinearColorMapper(palette=list(STATE_COLORS), low=-0.5, high=3.5)
-        fig.image(image=[tl.grid], x=0, y=-0.5, dw=tl.span_ms, dh=n, color_mapper=mapper)
-        for code, state in enumerate(STATES):
-            items.append(
-                LegendItem(
-                    label=state,
-                    renderers=[fig.scatter([], [], color=STATE_COLORS[code], size=8, marker="square")],
-                )
-            )
-        fig.title.text += (
-            f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
-        )
+        bounds = (0, -0.5, tl.span_ms, n - 0.5)
+        grid = tl.grid[::-1]  # hv.Image's first row is the top: rank 0 last, drawn at the bottom then flipped
+        parts.append(hv.Image(grid, bounds=bounds).opts(cmap=list(STATE_COLORS), clim=(-0.5, 3.5)))
+        title += f"; {n} ranks in {tl.grid.shape[1]} bins of {tl.bin_ms:,.2f} ms, each its main state"
     if tl.path is not None and not tl.path.is_empty():
-        items.append(LegendItem(label="critical path", renderers=[_path_glyphs(fig, tl)]))
-        fig.title.text += "; critical path in black"
-    fig.y_range.flipped = True
-    fig.ygrid.grid_line_color = None
-    fig.add_layout(Legend(items=items, orientation="horizontal"), "below")
-    return fig
+        parts += _path(hv, tl)
+        title += "; critical path in black"
+    return hv.Overlay(parts).opts(
+        **_opts(title, min(140 + 26 * n, 700)),
+        xlabel=tl.axis,
+        ylabel="rank",
+        xlim=(0, tl.span_ms),
+        yticks=[(i, str(r)) for i, r in enumerate(tl.ranks)],
+        invert_yaxis=True,
+        legend_position="bottom",
+        show_grid=False,
+    )
 
 
-def _path_glyphs(fig: Any, tl: Any) -> Any:
+def _path(hv: Any, tl: Any) -> list[Any]:
     """The critical path (``tl.path``) over the lanes: a black line along each piece on its rank's
-    lane and a vertical one where it crosses to another rank (a rank waited for that one)."""
-    from bokeh.models import ColumnDataSource, HoverTool
-
+    lane and a dotted one where it crosses to another rank (a rank waited for that one)."""
     index = {r: i for i, r in enumerate(tl.ranks)}
     p = tl.path.with_columns(pl.col("rank").replace_strict(index, return_dtype=pl.Int64).alias("lane"))
-    src = ColumnDataSource(
-        {
-            "l": p["start_ms"].to_list(),
-            "r": p["end_ms"].to_list(),
-            "y": p["lane"].to_list(),
-            "rank": p["rank"].to_list(),
-            "kind": p["kind"].to_list(),
-            "name": [shorten(n, 60) for n in p["name"].to_list()],
-            "dur": (p["end_ms"] - p["start_ms"]).to_list(),
-        }
-    )
-    r = fig.segment(x0="l", x1="r", y0="y", y1="y", source=src, color="black", line_width=3)
-    fig.add_tools(
-        HoverTool(
-            renderers=[r],
-            tooltips=[
-                ("critical path, rank", "@rank"),
-                ("", "@kind @name"),
-                ("from", "@l{0,0.000} ms"),
-                ("for", "@dur{0,0.000} ms"),
-            ],
+    rows = [
+        (s, y, e, y, r, f"{k} {shorten(nm, 60)}", e - s)
+        for s, e, y, r, k, nm in zip(
+            p["start_ms"].to_list(),
+            p["end_ms"].to_list(),
+            p["lane"].to_list(),
+            p["rank"].to_list(),
+            p["kind"].to_list(),
+            p["name"].to_list(),
+            strict=True,
         )
-    )
+    ]
+    out = [
+        hv.Segments(rows, vdims=["rank", "what", "ms"], label="critical path").opts(
+            color="black", line_width=3, tools=["hover"]
+        )
+    ]
     turn = p.filter(pl.col("lane") != pl.col("lane").shift(1))
     prev = p["lane"].shift(1).filter(p["lane"] != p["lane"].shift(1))
     if turn.height:
-        fig.segment(
-            x0=turn["start_ms"].to_list(),
-            x1=turn["start_ms"].to_list(),
-            y0=prev.to_list(),
-            y1=turn["lane"].to_list(),
-            color="black",
-            line_width=2,
-            line_dash="dotted",
-        )
-    return r
+        cross = [
+            (x, y0, x, y1)
+            for x, y0, y1 in zip(
+                turn["start_ms"].to_list(), prev.to_list(), turn["lane"].to_list(), strict=True
+            )
+            if y0 is not None
+        ]
+        out.append(hv.Segments(cross).opts(color="black", line_width=2, line_dash="dotted"))
+    return out
 
 
 def _bokeh_js() -> bytes:
@@ -534,16 +558,20 @@ _LOADER = """<script>
 
 
 def embed(figs: Sequence[Any]) -> tuple[str, list[str]]:
-    """The page parts for ``figs``: (HTML to put at the end of the body, one ``<div>`` per figure).
+    """The page parts for ``figs`` (holoviews elements, rendered to bokeh by :func:`render`, or
+    bokeh figures): (HTML to put at the end of the body, one ``<div>`` per figure).
 
     Without figures both are empty (no JavaScript at all).
     """
     if not figs:
         return "", []
     from bokeh.embed import json_item
+    from bokeh.model import Model
 
     with quiet():
-        items = [(f"tp-plot-{i}", json_item(f)) for i, f in enumerate(figs)]
+        items = [
+            (f"tp-plot-{i}", json_item(f if isinstance(f, Model) else render(f))) for i, f in enumerate(figs)
+        ]
     divs = [f'<div class="plot" id="{pid}"></div>' for pid, _ in items]
     data = json.dumps(items, separators=(",", ":")).encode()
     tail = (

@@ -25,13 +25,14 @@ from typing import Any
 import polars as pl
 
 from traceprof.core import term
-from traceprof.core.display import plain
-from traceprof.core.errors import AnalysisError, TraceprofError
+from traceprof.core.display import UNITS, ColumnFormat, column_formats, format_cell, plain
+from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.core.fileio import write_output
-from traceprof.core.names import shorten
+from traceprof.core.names import distinct_short
+from traceprof.engine import analysis as registry
 from traceprof.engine import findings as fnd
 from traceprof.engine import session
-from traceprof.engine.analysis import Chart, FrameResult
+from traceprof.engine.analysis import FrameResult
 from traceprof.engine.timing import analysis_mfu_options
 from traceprof.storage.store import Store
 
@@ -40,7 +41,10 @@ __all__ = ["write_report", "render_html", "SIZE_BUDGET_BYTES"]
 #: The report of a sample run stays below this (tests/test_report.py checks it).
 SIZE_BUDGET_BYTES = 1_000_000
 
+#: Rows a section's main table shows; its folded tables show :data:`_MAX_FOLDED_ROWS` (the CLI
+#: and SQL give every row): the report stays within its size budget on runs of many kernels.
 _MAX_ROWS = 200
+_MAX_FOLDED_ROWS = 100
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:20px 24px;color:#1a1a1a;max-width:1400px}
@@ -52,7 +56,7 @@ th{background:#f4f4f4}td.s{text-align:left}
 .note{background:#f7f9fc;border-left:3px solid #4a7bd0;padding:6px 10px;margin:6px 0}
 .err{background:#fff4f4;border-left:3px solid #c33;padding:6px 10px}
 .hta{background:#fff8e1;border-left:3px solid #e0a800;padding:6px 10px;margin:6px 0}
-details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}
+details{margin:6px 0}.scroll{overflow-x:auto;max-width:100%}.plot{width:100%}
 ol.findings{padding-left:1.6em;margin:6px 0}ol.findings li{margin:4px 0;line-height:1.35;overflow-wrap:anywhere}
 .cost{display:inline-block;min-width:4.2em;font-weight:600;color:#a50f15}.cost.none{color:#777}
 li.ok .cost{color:#2b7a2b}
@@ -69,23 +73,38 @@ def _esc(s: str) -> str:
     return html.escape(term.escape(s))
 
 
-def _cell(v: object) -> str:
-    """One HTML table cell: numbers right-aligned (:func:`traceprof.core.display.plain`, three decimals),
-    text left-aligned and escaped, a long name shortened to its family with the full text on hover."""
+def _cell(v: object, f: ColumnFormat, metric: object, names: dict[str, str] | None) -> str:
+    """One HTML table cell: numbers right-aligned in their column's unit
+    (:func:`traceprof.core.display.format_cell`), text left-aligned and escaped, a long name in its
+    shortest form that tells it apart from the column's others, the full text on hover."""
     if isinstance(v, float | int) and not isinstance(v, bool):
-        return f"<td>{plain(v, 3)}</td>"
+        return f"<td>{_esc(format_cell(v, f, metric if isinstance(metric, str) else None))}</td>"
     text = plain(v)
-    short = shorten(text, 80)
-    if short != text:  # long kernel/op names: the family, the full name on hover
+    short = names.get(text, text) if names is not None and isinstance(v, str) else text
+    if short != text:  # long kernel/op names: the short form, the full name on hover
         return f'<td class="s" title="{_esc(text)}">{_esc(short)}</td>'
     return f'<td class="s">{_esc(text)}</td>'
 
 
-def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
-    head = "".join(f"<th>{_esc(str(c))}</th>" for c in df.columns)
-    rows = ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in df.head(max_rows).iter_rows()]
+def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human", more: str = "") -> str:
+    """A table of ``df``'s first ``max_rows`` rows, in the one units rule of every table
+    (:func:`traceprof.core.display.column_formats`: durations in the unit their header names)."""
+    formats = column_formats(df, units)
+    head = "".join(f"<th>{_esc(f.header)}</th>" for f in formats)
+    shown = df.head(max_rows)
+    names = [distinct_short(shown[c], 80) if shown[c].dtype == pl.String else None for c in df.columns]
+    mi = df.columns.index("metric") if "metric" in df.columns else None
+    rows = [
+        "<tr>"
+        + "".join(
+            _cell(v, f, row[mi] if mi is not None else None, n)
+            for v, f, n in zip(row, formats, names, strict=True)
+        )
+        + "</tr>"
+        for row in shown.iter_rows()
+    ]
     more = (
-        f"<p>{df.height - max_rows} more rows not shown (use the CLI or SQL).</p>"
+        f"<p>{df.height - max_rows:,} more rows not shown ({_esc(more or 'the CLI or SQL give every row')}).</p>"
         if df.height > max_rows
         else ""
     )
@@ -93,33 +112,22 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS) -> str:
     return f'<div class="scroll">{table}</div>{more}'
 
 
-def _figure(result: FrameResult, chart: Chart) -> tuple[Any, str]:
-    """The chart's bokeh figure, and a note when its x axis was thinned (``plots.downsample``:
-    at most ``plots.MAX_COLUMNS`` columns, e.g. a per-step series of 100,000 steps)."""
+def _section(name: str, result: FrameResult, figs: list[Any], units: str = "human") -> str:
     from traceprof.render import plots
 
-    df = result.frames()[chart.frame]
-    title = chart.title.replace(" (ns)", "")
-    if chart.kind == "lines":  # a time series the analysis bounded already (e.g. memory's buckets)
-        return plots.lines(df, chart.x, chart.ys, chart.group, chart.mark, title), ""
-    if chart.kind == "heatmap":
-        df, note = plots.downsample(df, chart.x, [chart.value], by=[chart.ys[0]])
-        return plots.heatmap(df, chart.x, chart.ys[0], chart.value, title), note
-    if chart.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
-        return plots.spans(df, chart.x, chart.ys[0], chart.ys[1], chart.value, title), ""
-    df, note = plots.downsample(df, chart.x, chart.ys)
-    return plots.bars(df, chart.x, chart.ys, title, ylabel=chart.ylabel, stacked=chart.stacked), note
-
-
-def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
     parts = [f'<h2 id="{_esc(name)}">{_esc(result.title or name)}</h2>']
     parts += [f'<div class="note">{_esc(n)}</div>' for n in result.notes]
     for chart in result.charts():
         df = result.frames()[chart.frame]
         cols = [chart.value] if chart.kind == "heatmap" else list(chart.ys)
-        if df.is_empty() or all(c not in df.columns or df[c].null_count() == df.height for c in cols):
-            continue  # nothing to draw
-        fig, note = _figure(result, chart)
+        present = [c for c in cols if c in df.columns]
+        if df.is_empty() or all(df[c].null_count() == df.height for c in present):
+            continue  # nothing to draw: the section's tables and notes say why
+        if all(df[c].dtype.is_numeric() and not (df[c].fill_null(0) != 0).any() for c in present):
+            what = chart.title.replace(" (ns)", "")
+            parts.append(f'<p class="facts">{_esc(what)}: nothing to draw, every value is 0.</p>')
+            continue
+        fig, note = plots.chart(result, chart)
         figs.append(fig)
         parts.append(f"<!--PLOT{len(figs) - 1}-->")
         if note:
@@ -127,8 +135,11 @@ def _section(name: str, result: FrameResult, figs: list[Any]) -> str:
     for fname, frame in result.frames().items():
         label = "table" if fname == "frame" else fname
         opened = " open" if fname == "frame" else ""
+        rows = _MAX_ROWS if fname == "frame" else _MAX_FOLDED_ROWS
+        how = f"traceprof analyze {name}{'' if fname == 'frame' else f' --table {fname}'} -f csv gives every row"
+        table = _table_html(frame, rows, units, how if name in registry.names() else "")
         parts.append(
-            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{_table_html(frame)}</details>"
+            f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{table}</details>"
         )
     return "\n".join(parts)
 
@@ -253,6 +264,7 @@ def render_html(
     params: dict[str, dict[str, str]] | None = None,
     baseline: str | None = None,
     force: bool = False,
+    units: str = "human",
 ) -> str:
     """The report of one run as an HTML string.
 
@@ -264,13 +276,17 @@ def render_html(
         baseline: A run to diff against (name or id); runs that are not comparable get a diff
             section saying why.
         force: Diff runs that are not comparable anyway, by per-rank medians (``diff --force``).
+        units: The tables' durations: ``human`` (each column in s, ms or us, its header saying
+            which) or ``ns`` (exact ints).
 
     Raises:
         StoreError: No such run (or baseline).
-        UsageError: A parameter names no report analysis or has a bad value.
+        UsageError: A parameter names no report analysis or has a bad value, or bad ``units``.
     """
+    if units not in UNITS:
+        raise UsageError(f"--units {units!r}: expected human or ns")
     with session.of(store):  # each analysis once: findings, verdict and sections share the results
-        return _render(store, run, extra, params, baseline, force)
+        return _render(store, run, extra, params, baseline, force, units)
 
 
 def _render(
@@ -280,6 +296,7 @@ def _render(
     params: dict[str, dict[str, str]] | None,
     baseline: str | None,
     force: bool,
+    units: str,
 ) -> str:
     from traceprof.render import plots
 
@@ -307,13 +324,13 @@ def _render(
     with plots.quiet():
         for name, res in results.items():
             if isinstance(res, FrameResult):
-                sections.append(_section(name, res, figs))
+                sections.append(_section(name, res, figs, units))
                 toc.append(name)
         for name, res in list(extra or []):
-            sections.append(_section(name, res, figs))
+            sections.append(_section(name, res, figs, units))
             toc.append(name)
         if isinstance(diff, FrameResult):
-            sections.append(_section("diff", diff, figs))
+            sections.append(_section("diff", diff, figs, units))
             toc.append("diff")
         elif diff is not None:
             sections.append(
@@ -357,8 +374,8 @@ generated {now} by traceprof</p>
 <p>{nav}</p>
 {body}
 <h2 id="traces">Ranks and trace files</h2>
-<p class="facts">All times in the tables are ns unless a column says otherwise.</p>
-{_table_html(traces)}
+<p class="facts">Each column's header names its unit (durations in s, ms or us); the CLI's JSON and CSV keep exact ns.</p>
+{_table_html(traces, units=units)}
 {tail}
 </body></html>
 """
@@ -371,19 +388,20 @@ def write_report(
     baseline: str | None = None,
     params: dict[str, dict[str, str]] | None = None,
     force: bool = False,
+    units: str = "human",
 ) -> Path:
     """Write the report of one run to ``output`` (HTML). Returns the path.
 
     With ``baseline`` (a run name or id) the report gets a regression diff of the run against it
     (``traceprof.engine.diff``), or, when the runs are not comparable, a diff section saying why.
-    ``params`` and ``force``: see :func:`render_html`.
+    ``params``, ``force`` and ``units``: see :func:`render_html`.
 
     Raises:
         StoreError: No such run.
         AnalysisError: Nothing to report.
         UsageError: ``output`` cannot be written, or a bad parameter.
     """
-    text = render_html(store, run, params=params, baseline=baseline, force=force)
+    text = render_html(store, run, params=params, baseline=baseline, force=force, units=units)
     if not text:
         raise AnalysisError("empty report")
     return write_output(output, text.encode("utf-8"))

@@ -23,13 +23,17 @@ import dataclasses
 import inspect
 import re
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
+from traceprof.core.lazy import lazy
 from traceprof.core.names import shorten
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy("polars")
 
 __all__ = [
     "UNITS",
@@ -39,6 +43,7 @@ __all__ = [
     "plain",
     "table_columns",
     "table_rows",
+    "row_cells",
     "cell",
     "describe",
 ]
@@ -143,7 +148,12 @@ def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Itera
     shortened forms would read the same (two template instances of one kernel) are numbered in
     order of appearance, ``name… #1``, ``name… #2``, so that two rows never look alike."""
     kinds = _kinds(df, units)
-    names = [_distinct_short(df[c], width) if df[c].dtype == pl.String else None for c in df.columns]
+    names = [
+        _distinct_short(df[c].drop_nulls().unique(maintain_order=True).to_list(), width)
+        if df[c].dtype == pl.String
+        else None
+        for c in df.columns
+    ]
     for row in df.iter_rows():
         yield [
             names[i].get(v, "") if names[i] is not None and v is not None else cell(v, k, width)  # type: ignore[union-attr]
@@ -151,10 +161,33 @@ def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Itera
         ]
 
 
-def _distinct_short(col: pl.Series, width: int) -> dict[str, str]:
-    """Each distinct string of ``col`` -> its cell: :func:`traceprof.core.names.shorten`, numbered where
-    two strings shorten alike (see :func:`table_rows`)."""
-    short = {v: shorten(v, width) for v in col.drop_nulls().unique(maintain_order=True).to_list()}
+def row_cells(rows: Sequence[Sequence[object]], width: int = 48) -> tuple[list[bool], list[list[str]]]:
+    """:func:`table_rows` for rows of Python values (DuckDB's ``fetchall()``), without polars, with
+    ``units="ns"``'s cells: which columns are numeric (every value an int or float, not a bool),
+    and each row's cells (strings shortened and numbered as :func:`table_rows` does)."""
+    cols = list(zip(*rows, strict=True)) if rows else []
+    numeric = [
+        all(isinstance(v, int | float) and not isinstance(v, bool) for v in c if v is not None) for c in cols
+    ]
+    names: list[dict[str, str] | None] = [
+        _distinct_short(dict.fromkeys(v for v in c if isinstance(v, str)), width)
+        if all(isinstance(v, str) for v in c if v is not None)
+        else None
+        for c in cols
+    ]
+
+    def one(i: int, v: object) -> str:
+        short = names[i]
+        return short[v] if short is not None and isinstance(v, str) else cell(v, False, width)
+
+    cells = [[one(i, v) for i, v in enumerate(row)] for row in rows]
+    return numeric, cells
+
+
+def _distinct_short(values: Iterable[str], width: int) -> dict[str, str]:
+    """Each of the distinct strings ``values`` (in order) -> its cell: :func:`traceprof.core.names.shorten`,
+    numbered where two strings shorten alike (see :func:`table_rows`)."""
+    short = {v: shorten(v, width) for v in values}
     seen: dict[str, list[str]] = {}
     for v, s in short.items():
         seen.setdefault(s, []).append(v)

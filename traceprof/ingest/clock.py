@@ -49,12 +49,18 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import polars as pl
-
+from traceprof.core.lazy import lazy
 from traceprof.ingest.matching import refresh_instances
 from traceprof.storage.store import Store
+
+if TYPE_CHECKING:
+    import numpy as np
+    import polars as pl
+else:
+    np = lazy("numpy")
+    pl = lazy("polars")
 
 __all__ = ["ClockResult", "align_run", "estimate_offsets", "MIN_OFFSET_NS"]
 

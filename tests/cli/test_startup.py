@@ -61,6 +61,21 @@ def test_version_and_runs_import_no_frame_library(db):
     assert "normal" in out  # runs printed the run
 
 
+def test_version_and_help_import_no_duckdb(tmp_path):
+    # the console script imports DuckDB first (Ctrl-C held off while it loads) for the commands that
+    # open a store; --version and --help open none
+    for args in (["--version"], ["--help"]):
+        code = (
+            "import sys\nfrom traceprof.entry import main\n"
+            f"sys.argv = ['traceprof', *{args!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('DUCKDB', 'duckdb' in sys.modules, file=sys.stderr)"
+        )
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+        assert r.stderr.strip().splitlines()[-1] == "DUCKDB False", (args, r.stderr)
+        assert ("traceprof " if args == ["--version"] else "Usage") in r.stdout
+
+
 def test_analyze_imports_no_report_or_capture_library(db):
     rc, mods, out = _loaded(["analyze", "temporal", "--db", str(db), "--no-cache"], db.parent)
     assert rc == 0 and not set(mods) & set(NEVER), mods

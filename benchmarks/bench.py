@@ -1,6 +1,7 @@
 """traceprof ingest vs HTA 0.5.0 load vs a bare JSON parse, and the analyses, timed in one run.
 
 Usage: python benchmarks/bench.py [--quick] [--out benchmarks/out] [--no-hta] [--only SET ...] [--huge]
+                                  [--scale]
 
 ``make bench`` runs it. Every measured command runs in a child process started by a fresh
 measuring process (``--measure``), which reports:
@@ -33,6 +34,20 @@ Then every analysis, ``report`` (which reads the results the analyses kept besid
 and ``analyze overlap`` on 1,000 / 10,000 / 100,000-step traces of 20 events per step (the
 curve: time and memory should grow linearly). Generated files live in ``--out`` (gitignored) and
 are reused; results are printed and written to ``OUT/bench.json``.
+
+Also, first (sets ``startup`` and ``inprocess`` of ``--only``):
+
+- start-up: ``traceprof --version``, ``runs``, ``analyze temporal`` (its result kept beside the
+  store by an earlier command) and ``analyze overlap --no-cache`` on a 4-rank sample store, the
+  median of 10 runs each (5 with ``--quick``), with bytecode written as an installed package has it
+  (``PYTHONDONTWRITEBYTECODE`` dropped for these children), beside the import of the libraries
+  those commands cannot do without (the floor);
+- in-process: ``traceprof.open(db).analyze(X)`` in a fresh session (``cache=False``) against HTA
+  0.5.0's call on its loaded ``TraceAnalysis`` for overlap, temporal, idle and kernels on
+  ``hta/df_index_resolver`` (median of 3 each, interleaved).
+
+``--scale`` adds ``benchmarks/scale.py`` (64 / 256 / 1,024 generated ranks, with the Dask ingest;
+16 / 32 / 64 with ``--quick``).
 """
 
 from __future__ import annotations
@@ -146,10 +161,14 @@ def _measure(timeout: float, cmd: list[str]) -> None:
     )
 
 
-def measure(cmd: list[str], timeout: float = 1800) -> dict:
+def measure(cmd: list[str], timeout: float = 1800, env: dict[str, str] | None = None) -> dict:
     """Measure ``cmd`` in a fresh measuring process (so the rusage is this command's alone)."""
     out = subprocess.run(
-        [PY, __file__, "--measure", str(timeout), "--", *cmd], capture_output=True, text=True, check=True
+        [PY, __file__, "--measure", str(timeout), "--", *cmd],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     if r["rc"]:
@@ -294,6 +313,109 @@ def analyses(db: Path, names: list[str], html: Path) -> dict[str, dict]:
     return res
 
 
+# --- start-up and in-process analyses ----------------------------------------------------------
+
+#: Commands timed for start-up (``DB`` is the sample store).
+STARTUP = {
+    "--version": ["--version"],
+    "runs": ["runs", "--db", "DB"],
+    "analyze temporal (kept)": ["analyze", "temporal", "--db", "DB"],
+    "analyze overlap --no-cache": ["analyze", "overlap", "--db", "DB", "--no-cache"],
+}
+#: What ``runs`` cannot do without (``analyze`` adds FLOOR_ANALYZE): the start-up floor.
+FLOOR = "import duckdb, typer._adapters, rich.console, rich.table, orjson"
+FLOOR_ANALYZE = FLOOR + ", numpy, pyarrow, polars"
+#: HTA 0.5.0's in-memory calls, by traceprof analysis.
+HTA_CALLS = {
+    "overlap": "ta.get_comm_comp_overlap(visualize=False)",
+    "temporal": "ta.get_temporal_breakdown(visualize=False)",
+    "idle": "ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)",
+    "kernels": "ta.get_gpu_kernel_breakdown(visualize=False)",
+}
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def startup(out: Path, n: int) -> dict:
+    """Median wall and CPU (s) of ``n`` runs of each :data:`STARTUP` command and of the floors."""
+    db = out / "startup.duckdb"
+    drop_store(db)
+    subprocess.run(
+        traceprof("ingest", str(REPO / "sample_traces" / "normal"), "--db", str(db)),
+        check=True,
+        capture_output=True,
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    cmds = {k: traceprof(*(str(db) if x == "DB" else x for x in c)) for k, c in STARTUP.items()}
+    cmds["floor: runs' libraries"] = [PY, "-c", FLOOR]
+    cmds["floor: analyze's libraries"] = [PY, "-c", FLOOR_ANALYZE]
+    cmds["python -c pass"] = [PY, "-c", "pass"]
+    runs: dict[str, list[dict]] = {k: [] for k in cmds}
+    for i in range(n + 1):  # interleaved; the first round writes bytecode and the kept result
+        for k, c in cmds.items():
+            r = measure(c, env=env)
+            if i:
+                runs[k].append(r)
+    res = {
+        k: {
+            "wall": _median([r["wall"] for r in v]),
+            "cpu": _median([r["cpu"] for r in v]),
+            "rss_max": _median([r["rss_max"] for r in v]),
+        }
+        for k, v in runs.items()
+    }
+    res["load"] = os.getloadavg()[0]
+    drop_store(db)
+    return res
+
+
+def in_process(folder: Path, db: Path, n: int) -> dict:
+    """traceprof's analyses in a fresh session vs HTA's calls on its loaded trace, in one child
+    process (``--in-process``): median seconds of ``n`` interleaved runs each."""
+    drop_store(db)
+    subprocess.run(
+        traceprof("ingest", str(folder), "--db", str(db), "--run", "r"), check=True, capture_output=True
+    )
+    out = subprocess.run(
+        [PY, __file__, "--in-process", str(n), "--", str(folder), str(db)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    drop_store(db)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _in_process(n: int, folder: str, db: str) -> None:
+    import logging
+
+    import traceprof as tp
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    t0 = time.perf_counter()
+    ta = TraceAnalysis(trace_dir=folder)
+    res: dict = {"hta_load": time.perf_counter() - t0}
+    for name, call in HTA_CALLS.items():
+        hta, ours = [], []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            eval(call, {"ta": ta})  # noqa: S307 - our own constant
+            hta.append(time.perf_counter() - t0)
+            with tp.open(db, cache=False) as s:  # nothing computed yet in this session
+                t0 = time.perf_counter()
+                s.analyze(name, "r")
+                ours.append(time.perf_counter() - t0)
+        res[name] = {"hta": _median(hta), "traceprof": _median(ours)}
+    res["load"] = os.getloadavg()[0]
+    print(json.dumps(res))
+
+
 # --- printing -------------------------------------------------------------------------------
 
 
@@ -316,6 +438,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="sets to run (corpus paths or generated names)")
     ap.add_argument("--skip-analyses", action="store_true")
     ap.add_argument("--huge", action="store_true", help="add a ~5 GB rank file (traceprof ingest only)")
+    ap.add_argument("--scale", action="store_true", help="add benchmarks/scale.py (many ranks, Dask)")
     a = ap.parse_args()
     out = a.out / ("quick" if a.quick else "full")
     out.mkdir(parents=True, exist_ok=True)
@@ -339,7 +462,27 @@ def main() -> None:
         "analyses": {},
         "curve": {},
     }
-    print(f"bare parse: {parser}; ratios are traceprof / other (wall, cpu, summed rss)")
+    if not a.only or "startup" in a.only:
+        n = 5 if a.quick else 10
+        su = result["startup"] = startup(out, n)
+        print(
+            f"start-up, median of {n} (bytecode cached; load avg {su['load']:.1f} on {os.cpu_count()} CPUs)"
+        )
+        print(f"  {'':<30} {'wall s':>8} {'cpu s':>8} {'rss MB':>8}")
+        for k, r in su.items():
+            if k != "load":
+                print(f"  {k:<30} {r['wall']:8.3f} {r['cpu']:8.3f} {r['rss_max']:8.0f}")
+    big = CORPUS / "hta" / "df_index_resolver"
+    if (not a.only or "inprocess" in a.only) and not a.no_hta and big.exists():
+        ip = result["inprocess"] = in_process(big, out / "inprocess.duckdb", 3)
+        print(
+            f"\nin-process on hta/df_index_resolver, median of 3 (HTA's load {ip['hta_load']:.1f} s; "
+            f"load avg {ip['load']:.1f}):\n  {'':<12} {'hta s':>8} {'traceprof s':>12} {'ratio':>7}"
+        )
+        for k in HTA_CALLS:
+            r = ip[k]
+            print(f"  {k:<12} {r['hta']:8.3f} {r['traceprof']:12.3f} {r['traceprof'] / r['hta']:6.2f}x")
+    print(f"\nbare parse: {parser}; ratios are traceprof / other (wall, cpu, summed rss)")
     for name, folder in sets.items():
         files = trace_files(folder)
         size = sum(p.stat().st_size for p in files)
@@ -437,6 +580,11 @@ def main() -> None:
             f" max/file {tp['rss_max'] * 2**20 / res['largest_rank_bytes']:.2f}x"
         )
     print("  (+: stopped at the time limit, a lower bound)")
+    if a.scale:
+        sizes = ["16", "32", "64"] if a.quick else ["64", "256", "1024"]
+        subprocess.run(
+            [PY, str(HERE / "scale.py"), "--ranks", *sizes, "--dask", "--out", str(out / "scale")], check=True
+        )
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'bench.json'}")
 
@@ -446,5 +594,7 @@ if __name__ == "__main__":
         _measure(float(sys.argv[2]), sys.argv[4:])
     elif len(sys.argv) > 2 and sys.argv[1] == "--bare-parse":
         _bare_parse(sys.argv[2], sys.argv[4:])
+    elif len(sys.argv) > 2 and sys.argv[1] == "--in-process":
+        _in_process(int(sys.argv[2]), *sys.argv[4:])
     else:
         main()

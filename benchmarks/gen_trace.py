@@ -18,9 +18,12 @@ libkineto writes them), shaped like one rank of a DDP job. Per step (``--events`
      the kernel and of the op; launched after 70 % of the step's compute launches, starting once the
      compute kernel before it has ended, so they partly overlap the rest of the step's compute and
      are partly exposed;
-  4. one top-level ``forward`` cpu_op around the step's launches.
+  4. one top-level ``forward`` cpu_op around the step's launches;
+  5. with ``--group G`` (a divisor of ``--ranks``): one all-gather per step on the rank's sub-group
+     of ``G`` consecutive ranks (process group ``"1+r//G"``, its own ``Seq``; 3 more events a step),
+     as tensor-parallel groups inside a data-parallel job.
 
-So ``3k + 3c + 2`` events per step; ``k`` is chosen to reach ``--events``. Kernel durations, launch
+So ``3k + 3c + 2`` events per step (``+ 3`` with ``--group``); ``k`` is chosen to reach ``--events``. Kernel durations, launch
 gaps and collective sizes are pseudo-random (seeded by rank: the same arguments give the same
 files). Ranks share one clock with a few microseconds of offset each.
 """
@@ -47,6 +50,7 @@ KERNELS = [
 ]
 OPS = ["aten::mm", "aten::add", "aten::_flash_attention_forward", "aten::native_layer_norm", "aten::mul"]
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
 def _ev(head: str, ts: str, dur: str, args: str) -> str:
@@ -62,6 +66,33 @@ def _us(ns: int) -> str:
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
+def _collective(kernel: str, ls: int, st: int, d: int, ext: int, corr: int, meta: str) -> list[str]:
+    """The three events of one collective: its ``record_param_comms`` op (launched at ``ls``), the
+    ``cudaLaunchKernel`` and the NCCL ``kernel`` (from ``st``, ``d`` long), with the ``meta`` args."""
+    cpu = f'"pid": {PID}, "tid": {TID}'
+    return [
+        _ev(
+            f'"cat": "cpu_op", "name": "record_param_comms", {cpu}',
+            _us(ls - 1 * US),
+            "8.000",
+            f'"External id": {ext}, {meta}',
+        ),
+        _ev(
+            f'"cat": "cuda_runtime", "name": "cudaLaunchKernel", {cpu}',
+            _us(ls),
+            "4.000",
+            f'"External id": {ext}, "cbid": 211, "correlation": {corr}',
+        ),
+        _ev(
+            f'"cat": "kernel", "name": "{kernel}", "pid": 0, "tid": {NCCL_STREAM}',
+            _us(st),
+            _us(d),
+            f'"External id": {ext}, "queued": 0, "device": 0, "context": 1, '
+            f'"stream": {NCCL_STREAM}, "correlation": {corr}, {meta}',
+        ),
+    ]
+
+
 def _shape(events: int, steps: int) -> tuple[int, int]:
     """(compute kernels k, collectives c) per step for ``events`` events over ``steps`` steps."""
     per_step = events // steps
@@ -71,14 +102,22 @@ def _shape(events: int, steps: int) -> tuple[int, int]:
     return (per_step - 2 - 3 * c) // 3, c
 
 
-def _header(rank: int, world: int) -> str:
+def _header(rank: int, world: int, group: int = 0) -> str:
     ranks = ", ".join(str(r) for r in range(world))
+    sub = ""
+    if group:
+        g = rank // group
+        members = ", ".join(str(r) for r in range(g * group, (g + 1) * group))
+        sub = (
+            f', {{"pg_name": "{1 + g}", "pg_desc": "tp_group", "backend_config": "cuda:nccl", '
+            f'"pg_size": {group}, "ranks": [{members}]}}'
+        )
     return (
         '{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", '
         '"totalGlobalMem": 85520809984, "computeMajor": 9, "computeMinor": 0, "numSms": 132}], '
-        f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world}, "pg_count": 1, '
+        f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world}, "pg_count": {1 + bool(group)}, '
         f'"pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", '
-        f'"pg_size": {world}, "ranks": [{ranks}]}}], "nccl_version": "2.21.5"}}, '
+        f'"pg_size": {world}, "ranks": [{ranks}]}}{sub}], "nccl_version": "2.21.5"}}, '
         f'"host_name": "node{rank // 8:03d}",\n  "traceEvents": [\n'
     )
 
@@ -87,13 +126,17 @@ def _header(rank: int, world: int) -> str:
 TRAILER = f'\n],\n  "traceName": "synthetic.json",\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {BASE_NS}}}\n'
 
 
-def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.TextIOBase) -> int:
+def _rank_events(
+    rank: int, world: int, steps: int, k: int, c: int, out: io.TextIOBase, group: int = 0
+) -> int:
     """Write one rank's events (comma-separated JSON objects, one a line); returns their number."""
     rng = np.random.default_rng(rank)
     ranks = "[" + ", ".join(str(r) for r in range(world)) + "]"
     t = 10_000 * US + rank * 3_217  # CPU clock (relative ns)
     gpu_free = nccl_free = 0
-    corr = ext = seq = 0
+    corr = ext = seq = sub_seq = 0
+    g = rank // group if group else 0
+    members = "[" + ", ".join(str(r) for r in range(g * group, (g + 1) * group)) + "]"
     n = 0
     first = True
     for s in range(steps):
@@ -158,32 +201,23 @@ def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.Text
                 f'"Process Group Name": "0", "Process Group Description": "default_pg", '
                 f'"Process Group Ranks": "{ranks}", "Seq": {seq}'
             )
-            cpu = f'"pid": {PID}, "tid": {TID}'
-            lines.append(
-                _ev(
-                    f'"cat": "cpu_op", "name": "record_param_comms", {cpu}',
-                    _us(ls - 1 * US),
-                    "8.000",
-                    f'"External id": {ext}, {meta}',
-                )
+            lines += _collective(NCCL, ls, st, d, ext, corr, meta)
+        if group:  # the sub-group's all-gather: the same size on every member (seeded by group and step)
+            ls = int(launch[-1]) + 10 * US
+            st = max(ls + 6 * US, nccl_free)
+            nel = (1 << 20) + (s * 7919 + g * 104729) % (1 << 22)
+            d = 10 * US + nel // 400
+            nccl_free = st + d
+            corr += 1
+            ext += 1
+            sub_seq += 1
+            meta = (
+                f'"Collective name": "_allgather_base", "In msg nelems": {nel // group}, '
+                f'"Out msg nelems": {nel}, "Group size": {group}, "dtype": "BFloat16", '
+                f'"In split size": "[]", "Out split size": "[]", "Process Group Name": "{1 + g}", '
+                f'"Process Group Description": "tp_group", "Process Group Ranks": "{members}", "Seq": {sub_seq}'
             )
-            lines.append(
-                _ev(
-                    f'"cat": "cuda_runtime", "name": "cudaLaunchKernel", {cpu}',
-                    _us(ls),
-                    "4.000",
-                    f'"External id": {ext}, "cbid": 211, "correlation": {corr}',
-                )
-            )
-            lines.append(
-                _ev(
-                    f'"cat": "kernel", "name": "{NCCL}", "pid": 0, "tid": {NCCL_STREAM}',
-                    _us(st),
-                    _us(d),
-                    f'"External id": {ext}, "queued": 0, "device": 0, "context": 1, '
-                    f'"stream": {NCCL_STREAM}, "correlation": {corr}, {meta}',
-                )
-            )
+            lines += _collective(NCCL_AG, ls, st, d, ext, corr, meta)
         cpu_end = int(launch[-1]) + 30 * US
         cpu = f'"pid": {PID}, "tid": {TID}'
         lines.append(
@@ -211,12 +245,17 @@ def _rank_events(rank: int, world: int, steps: int, k: int, c: int, out: io.Text
     return n
 
 
-def generate(out_dir: Path, ranks: int, events: int, steps: int, gzip_out: bool) -> list[Path]:
-    """Write ``ranks`` trace files of about ``events`` events and ``steps`` steps each.
+def generate(
+    out_dir: Path, ranks: int, events: int, steps: int, gzip_out: bool, group: int = 0
+) -> list[Path]:
+    """Write ``ranks`` trace files of about ``events`` events and ``steps`` steps each (``group``:
+    the size of the sub-groups with an all-gather a step, 0 for none; it divides ``ranks``).
 
     Returns:
         The paths written.
     """
+    if group and ranks % group:
+        raise SystemExit(f"--group {group}: must divide --ranks {ranks}")
     out_dir.mkdir(parents=True, exist_ok=True)
     k, c = _shape(events, steps)
     paths = []
@@ -224,8 +263,8 @@ def generate(out_dir: Path, ranks: int, events: int, steps: int, gzip_out: bool)
         path = out_dir / f"rank{r}.trace.json{'.gz' if gzip_out else ''}"
         raw = gzip.open(path, "wt", compresslevel=1) if gzip_out else open(path, "w")  # noqa: SIM115
         with raw as f:
-            f.write(_header(r, ranks))
-            _rank_events(r, ranks, steps, k, c, f)
+            f.write(_header(r, ranks, group))
+            _rank_events(r, ranks, steps, k, c, f, group)
             f.write(TRAILER)
         paths.append(path)
     return paths
@@ -238,9 +277,10 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=2_000_000, help="events per rank (about)")
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--gzip", action="store_true", help="write .json.gz (compression level 1)")
+    ap.add_argument("--group", type=int, default=0, help="sub-group size (an all-gather a step in each)")
     a = ap.parse_args()
     t0 = time.perf_counter()
-    paths = generate(a.out, a.ranks, a.events, a.steps, a.gzip)
+    paths = generate(a.out, a.ranks, a.events, a.steps, a.gzip, a.group)
     size = sum(p.stat().st_size for p in paths)
     print(f"wrote {len(paths)} files, {size / 1e6:.0f} MB, in {time.perf_counter() - t0:.1f} s to {a.out}")
 

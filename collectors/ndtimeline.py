@@ -36,23 +36,30 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import numpy as np
-import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
 from traceprof.collectors._arrow import row_schema
 from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.lazy import lazy
 from traceprof.core.limits import polars_out_of_range
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import checked_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.ingest import sources
+
+if TYPE_CHECKING:
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+else:
+    np = lazy("numpy")
+    pl = lazy("polars")
+    pa = lazy("pyarrow")
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -54,6 +54,24 @@ def _analysis(store: Store, name: str, run: str) -> dict[str, pl.DataFrame] | st
         return str(e)
 
 
+def assert_same_stores(a: Store, b: Store, run: str, analyses: Iterable[str]) -> None:
+    """``b`` (a Dask ingest: the Parquet layout) holds the rows of ``a`` (a local ingest) in every
+    table of :data:`TABLES` and ``runs`` (but :data:`VOLATILE`), and each of ``analyses`` gives the
+    same frames (or the same error) on both."""
+    assert b.layout == "parquet"
+    for t in TABLES:
+        assert _rows(a, t).equals(_rows(b, t)), t
+    assert _rows(a, "runs").drop(VOLATILE).equals(_rows(b, "runs").drop(VOLATILE))
+    for name in analyses:
+        fa, fb = _analysis(a, name, run), _analysis(b, name, run)
+        if isinstance(fa, str) or isinstance(fb, str):
+            assert fa == fb, name
+            continue
+        assert fa.keys() == fb.keys(), name
+        for k in fa:
+            assert fa[k].equals(fb[k]), (name, k)
+
+
 @pytest.mark.parametrize(
     "source",
     [
@@ -70,23 +88,11 @@ def test_dask_ingest_equals_local(source, scheduler: str, tmp_path: Path) -> Non
     with Store(tmp_path / "dask.duckdb", layout="parquet") as s:
         remote = ingest(s, [src], executor="dask", scheduler=scheduler)
     assert remote.runs == local.runs and remote.added == local.added and remote.warnings == local.warnings
-    run = next(iter(local.runs))
     with (
         Store(tmp_path / "local.duckdb", read_only=True) as a,
         Store(tmp_path / "dask.duckdb", read_only=True) as b,
     ):
-        assert b.layout == "parquet"
-        for t in TABLES:
-            assert _rows(a, t).equals(_rows(b, t)), t
-        assert _rows(a, "runs").drop(VOLATILE).equals(_rows(b, "runs").drop(VOLATILE))
-        for name in ("overlap", "stragglers"):
-            fa, fb = _analysis(a, name, run), _analysis(b, name, run)
-            if isinstance(fa, str) or isinstance(fb, str):
-                assert fa == fb, name
-                continue
-            assert fa.keys() == fb.keys()
-            for k in fa:
-                assert fa[k].equals(fb[k]), (name, k)
+        assert_same_stores(a, b, next(iter(local.runs)), ("overlap", "stragglers"))
     root = layout.dataset_dir(tmp_path / "dask.duckdb")
     assert not (root / "_staging").exists()  # nothing left staged
 

@@ -27,11 +27,15 @@ import re
 import typing
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
+from traceprof.core.lazy import lazy
 from traceprof.core.names import distinct_short, shorten
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy("polars")
 
 __all__ = [
     "UNITS",
@@ -41,6 +45,7 @@ __all__ = [
     "plain",
     "table_columns",
     "table_rows",
+    "row_cells",
     "cell",
     "ColumnFormat",
     "column_formats",
@@ -272,6 +277,29 @@ def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Itera
             names[i].get(v, "") if names[i] is not None and v is not None else format_cell(v, f, metric)  # type: ignore[union-attr]
             for i, (v, f) in enumerate(zip(row, formats, strict=True))
         ]
+
+
+def row_cells(rows: Sequence[Sequence[object]], width: int = 48) -> tuple[list[bool], list[list[str]]]:
+    """:func:`table_rows` for rows of Python values (DuckDB's ``fetchall()``), without polars, with
+    ``units="ns"``'s cells: which columns are numeric (every value an int or float, not a bool),
+    and each row's cells (strings shortened and told apart as :func:`table_rows` does)."""
+    cols = list(zip(*rows, strict=True)) if rows else []
+    numeric = [
+        all(isinstance(v, int | float) and not isinstance(v, bool) for v in c if v is not None) for c in cols
+    ]
+    names: list[dict[str, str] | None] = [
+        distinct_short((v for v in c if isinstance(v, str)), width)
+        if all(isinstance(v, str) for v in c if v is not None)
+        else None
+        for c in cols
+    ]
+
+    def one(i: int, v: object) -> str:
+        short = names[i]
+        return short[v] if short is not None and isinstance(v, str) else cell(v, False, width)
+
+    cells = [[one(i, v) for i, v in enumerate(row)] for row in rows]
+    return numeric, cells
 
 
 def describe(an: Any) -> str:

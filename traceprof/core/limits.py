@@ -10,15 +10,23 @@ value is an integer at all is ``traceprof.core.values``' one rule.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.lazy import lazy
+
+if TYPE_CHECKING:
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    np = lazy("numpy")
+    pl = lazy("polars")
+    pa = lazy("pyarrow")
+    pc = lazy("pyarrow.compute")
 
 __all__ = [
     "shown",
@@ -34,7 +42,12 @@ __all__ = [
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
-_BOUNDS = {pa.int64(): INT64, pa.int32(): INT32, pa.int16(): (-(2**15), 2**15 - 1), pa.int8(): (-128, 127)}
+
+
+@functools.cache
+def _bounds() -> dict[pa.DataType, tuple[int, int]]:
+    """The range of each Arrow integer type checked here (a function: pyarrow loads on first use)."""
+    return {pa.int64(): INT64, pa.int32(): INT32, pa.int16(): (-(2**15), 2**15 - 1), pa.int8(): (-128, 127)}
 
 
 def fits(v: Any, bounds: tuple[int, int]) -> bool:
@@ -106,7 +119,7 @@ def drop_out_of_range(
     names = [n for n in checks if n in values]
     if _all_fit(values, names, checks):
         return
-    bounds = [_BOUNDS[checks[n]] for n in names]
+    bounds = [_bounds()[checks[n]] for n in names]
     n_rows = len(src_index)
     values = {
         k: v if isinstance(v, list) else _pylist(v)
@@ -154,7 +167,7 @@ def _all_fit(cols: dict[str, list[Any]], names: list[str], types: dict[str, pa.D
     keeps what it freed, so it is given back at the end (it was 0.5 GB on 18 M events)."""
     try:
         for n in names:
-            if not _column_fits(cols[n], _BOUNDS[types[n]] if types[n] in _BOUNDS else None, types[n]):
+            if not _column_fits(cols[n], _bounds()[types[n]] if types[n] in _bounds() else None, types[n]):
                 return False
         if "ts_ns" in names and "dur_ns" in names:
             ts, dur = cols["ts_ns"], cols["dur_ns"]
@@ -187,8 +200,8 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema, rejected: dict[str, 
         return pa.Table.from_pylist(rows, schema=schema)
     except (pa.ArrowInvalid, OverflowError):
         pass
-    names = [f.name for f in schema if f.type in _BOUNDS]
-    bounds = [_BOUNDS[schema.field(n).type] for n in names]
+    names = [f.name for f in schema if f.type in _bounds()]
+    bounds = [_bounds()[schema.field(n).type] for n in names]
     kept = []
     for row in rows:
         problem = _problem(row, names, bounds)
@@ -238,8 +251,8 @@ def record_fits(
         TraceFormatError: With ``on_bad_event="raise"``, naming ``where``, the column and the value.
     """
     for row, schema in rows:
-        names = [f.name for f in schema if f.type in _BOUNDS and f.name in row]
-        problem = _problem(row, names, [_BOUNDS[schema.field(n).type] for n in names])
+        names = [f.name for f in schema if f.type in _bounds() and f.name in row]
+        problem = _problem(row, names, [_bounds()[schema.field(n).type] for n in names])
         ts, dur = row.get("ts_ns"), row.get("dur_ns")
         if problem is None and isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
             problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"

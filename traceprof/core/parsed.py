@@ -16,9 +16,13 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from traceprof.core.fileio import DEFAULT_INFLATE_RATIO
+from traceprof.core.lazy import lazy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy("pyarrow")
 
 if TYPE_CHECKING:
     from traceprof.core.classify import Classifier

@@ -28,10 +28,17 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-import pyarrow as pa
+from traceprof.core.lazy import lazy
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+else:
+    np = lazy("numpy")
+    pa = lazy("pyarrow")
+
 
 __all__ = [
     "TextSpill",

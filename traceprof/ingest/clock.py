@@ -49,12 +49,18 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import polars as pl
-
+from traceprof.core.lazy import lazy
 from traceprof.ingest.matching import refresh_instances
 from traceprof.storage.store import Store
+
+if TYPE_CHECKING:
+    import numpy as np
+    import polars as pl
+else:
+    np = lazy("numpy")
+    pl = lazy("polars")
 
 __all__ = ["ClockResult", "align_run", "estimate_offsets", "MIN_OFFSET_NS"]
 
@@ -83,11 +89,15 @@ class ClockResult:
 
 
 _SYNCED = "coalesce(try_cast(json_extract(t.meta, '$.clock_synced_by_source') AS BOOLEAN), false)"
+# Each trace's meta is read once (MATERIALIZED), not on every collective's row (ranks x collectives
+# parses of a meta that lists every rank's process groups).
 _ENDS = f"""
+WITH t AS MATERIALIZED (
+    SELECT trace_id, clock_offset_ns, {_SYNCED} AS synced FROM traces t WHERE run_id = $1)
 SELECT c.instance_id, c.rank, min(c.end_ns - t.clock_offset_ns) AS end_ns
-FROM collectives c JOIN traces t USING (trace_id)
-WHERE c.run_id = ? AND c.instance_id IS NOT NULL AND c.end_ns IS NOT NULL
-  AND NOT coalesce(c.p2p, c.op IN ('send', 'recv', 'send_recv'), false) AND NOT {_SYNCED}
+FROM collectives c JOIN t USING (trace_id)
+WHERE c.run_id = $1 AND c.instance_id IS NOT NULL AND c.end_ns IS NOT NULL
+  AND NOT coalesce(c.p2p, c.op IN ('send', 'recv', 'send_recv'), false) AND NOT t.synced
 GROUP BY ALL
 """
 

@@ -19,7 +19,6 @@ Dask is imported only here and only when this executor is used (``pip install 't
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import re
@@ -166,6 +165,8 @@ class DaskCluster:
 
 def _lost(e: BaseException) -> bool:
     """Whether ``e`` is Dask losing the scheduler or a worker (not an error of the task itself)."""
+    import asyncio  # only on the Dask path (28 ms of import)
+
     return isinstance(e, asyncio.CancelledError | TimeoutError | ConnectionError) or type(e).__module__.split(
         "."
     )[0] in ("distributed", "tornado")

@@ -49,13 +49,18 @@ op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import polars as pl
 
+from traceprof.core.lazy import lazy
 from traceprof.core.schema import ARRIVAL_SQL  # the arrival rule, declared with the view that reads it too
 from traceprof.storage.store import Store
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy("polars")
 
 __all__ = [
     "ARRIVAL_SQL",

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from traceprof.core.errors import StoreError
+from traceprof.core.lazy import lazy
 from traceprof.core.parsed import ParsedTrace
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    pa = lazy("pyarrow")
+    pc = lazy("pyarrow.compute")
 
 __all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES", "RELATIVE_CLOCK"]
 

@@ -43,15 +43,20 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import pyarrow as pa
 
 from traceprof.core import schema, spill
 from traceprof.core.errors import StoreError, UsageError
+from traceprof.core.lazy import lazy
 from traceprof.core.locking import beside, check_store_path
 from traceprof.core.parsed import ParsedTrace
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy("pyarrow")
 
 __all__ = [
     "LAYOUTS",

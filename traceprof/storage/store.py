@@ -17,16 +17,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import numpy as np
 import orjson
-import polars as pl
-import pyarrow as pa
 
 from traceprof.core import cancel, schema, spill
 from traceprof.core.errors import SchemaVersionError, StoreError
+from traceprof.core.lazy import lazy
 from traceprof.core.limits import INT32, fits
 from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
@@ -43,6 +41,15 @@ from traceprof.storage.layout import (
     interrupted,
     sweep_spools,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+else:
+    np = lazy("numpy")
+    pl = lazy("polars")
+    pa = lazy("pyarrow")
 
 __all__ = ["Store", "DEFAULT_DB"]
 
@@ -528,20 +535,35 @@ class Store:
                 raise
             raise StoreError(f"SQL error: {error_line(e)}") from None
 
+    #: The query behind :meth:`runs` and :meth:`run_rows` (without ``issues``).
+    _RUNS_SQL = """
+        SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS ranks,
+               count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
+               r.clock_aligned, r.ingested_at
+        FROM runs r LEFT JOIN traces t USING (run_id)
+        GROUP BY ALL ORDER BY r.run_id
+        """
+
     def runs(self) -> pl.DataFrame:
         """One row per run: run_id, name, world_size, ranks (traced), traces, events, sources,
         clock_aligned, ingested_at, and ``issues``: what ingest dropped (``traces.rejected``) or
         repaired (``traces.meta.repaired``), counted per reason over the run's traces, e.g.
         ``"2 rejected: ts beyond int64; 1 repaired: invalid UTF-8 replaced by U+FFFD"`` ("" if none)."""
-        frame = self.sql(
-            """
-            SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS ranks,
-                   count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
-                   r.clock_aligned, r.ingested_at
-            FROM runs r LEFT JOIN traces t USING (run_id)
-            GROUP BY ALL ORDER BY r.run_id
-            """
-        )
+        frame = self.sql(self._RUNS_SQL)
+        text = self._run_issues(frame["run_id"].to_list())
+        return frame.with_columns(pl.Series("issues", text, dtype=pl.String))
+
+    def run_rows(self) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """:meth:`runs` as (column names, rows of Python values), without polars, numpy or pyarrow
+        (``traceprof runs`` imports none of them: about 0.5 s of CPU)."""
+        cur = self.con.execute(self._RUNS_SQL)
+        columns = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        issues = self._run_issues([r[0] for r in rows])
+        return [*columns, "issues"], [(*r, i) for r, i in zip(rows, issues, strict=True)]
+
+    def _run_issues(self, run_ids: list[int]) -> list[str]:
+        """The ``issues`` text of each run of ``run_ids`` (see :meth:`runs`)."""
         issues: dict[int, dict[str, int]] = {}
         for rid, rejected, repaired in self.con.execute(
             "SELECT run_id, rejected, json_extract(meta, '$.repaired') FROM traces ORDER BY trace_id"
@@ -552,10 +574,7 @@ class Store:
                 for reason, n in parsed.items() if isinstance(parsed, dict) else ():
                     key = f"{what}: {reason}"
                     got[key] = got.get(key, 0) + int(n)
-        text = [
-            "; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in frame["run_id"].to_list()
-        ]
-        return frame.with_columns(pl.Series("issues", text, dtype=pl.String))
+        return ["; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in run_ids]
 
     def resolve_run(self, run: str | int | None, *, whole: bool = True) -> int:
         """The run_id of run name or id ``run``; ``None`` means the only (or latest) run.

@@ -539,7 +539,7 @@ def nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> No
         )
     )
     timed = f"n.eventType IN {_NVTX_RANGES + _NVTX_MARKS}"
-    ok = rows.valid(con, "NVTX_EVENTS", "n", end_optional=True, only=timed)
+    ok = rows.valid(con, "NVTX_EVENTS", "n", end_optional=True, only=timed, ids=("globalTid",))
     q = f"""SELECT n.start, n.end, n.eventType, {text}, n.globalTid, n.domainId {"".join(", n." + c for c in payload)}
             FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = {text_id} WHERE {ok}"""
     epoch = rows.epoch

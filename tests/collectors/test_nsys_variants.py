@@ -22,6 +22,7 @@ from tests.builders import EPOCH, Export
 from tests.conftest import analyze, case
 from traceprof.collectors.nsys import parse, parse_all
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.parsed import ParseOptions
 from traceprof.engine.findings import summarize
 from traceprof.ingest.ingest import ingest
 from traceprof.storage.store import Store
@@ -536,3 +537,25 @@ def test_damaged_schema_whose_sqlite_error_is_not_utf8_is_a_clean_error(tmp_path
     with pytest.raises(TraceFormatError, match="damaged schema") as e:
         parse_all(p)
     assert str(p) in str(e.value)
+
+
+def test_nvtx_row_whose_global_tid_is_not_an_integer_is_left_out_and_counted(tmp_path: Path) -> None:
+    # A REAL globalTid (SQLite keeps whatever a cell holds) in an NVTX range: decoding its pid/tid
+    # (bits 24-47 / 0-23) was a TypeError traceback (the fuzzer found it with 1.5 and 1e308). The
+    # row is unusable like one with a non-integer time: left out, counted, named with --strict.
+    e = _one_rank(EPOCH)
+    e.nvtx(10, 0, 100_000, "ProfilerStep#1")
+    e.nvtx(10, 10_000, 20_000, "forward")
+    e.launch(10, 1, 1_000, 2_000)
+    e.kernel(10, 0, 1, 5_000, 25_000)
+    path = e.write(tmp_path / "rank0.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET globalTid = 1.5 WHERE text = 'forward'")
+    con.commit()
+    con.close()
+    with pytest.raises(TraceFormatError, match=r"NVTX_EVENTS row id 2: globalTid not an integer"):
+        parse_all(path)
+    exp = parse_all(path, ParseOptions(on_bad_event="skip"))[0]
+    names = set(exp.events.column("name").to_pylist())
+    assert "ProfilerStep#1" in names and "forward" not in names
+    assert exp.rejected == {"NVTX_EVENTS: globalTid not an integer": 1}

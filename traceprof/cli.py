@@ -104,6 +104,21 @@ SchedulerOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+
+
+class CommentFormat(str, Enum):
+    """``summary`` and ``diff``'s formats: :class:`Format`'s and markdown (a pull-request comment)."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+CommentFormatOpt = Annotated[
+    CommentFormat,
+    typer.Option("--format", "-f", help="Output format; markdown: a pull-request comment (GitHub tables)."),
+]
 NoCacheOpt = Annotated[
     bool,
     typer.Option(
@@ -586,6 +601,14 @@ def analyze(
     ] = False,
     raw: RawOpt = False,
     units: UnitsOpt = "human",
+    with_notes: Annotated[
+        bool,
+        typer.Option(
+            "--with-notes",
+            help="With -f json: one object with the analysis, run, table, its columns (type, unit, doc), "
+            "rows and notes, instead of the rows alone.",
+        ),
+    ] = False,
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
     no_cache: NoCacheOpt = False,
@@ -635,6 +658,7 @@ def analyze(
     ) as s:
         result = s.analyze(name, run, **options)
         run_name = _run_name(s.store, run)
+        run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
     if apart:
@@ -643,6 +667,16 @@ def analyze(
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
+    if with_notes:
+        if fmt is not Format.json:
+            raise UsageError("--with-notes goes with --format json (tables print their notes below them)")
+        from traceprof.engine.analysis import envelope
+
+        doc = envelope(an, result, table or "frame", *run_ref)
+        sys.stdout.write(
+            term.json_text(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode()) + "\n"
+        )
+        return
     render(
         frames[table or "frame"],
         fmt,
@@ -667,10 +701,16 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
 
 def _run_name(store: Store, run: str | None) -> str:
     """``'name' (id N)`` of a run, for table titles."""
+    name, run_id = _run_ref(store, run)
+    return f"{name!r} (id {run_id})"
+
+
+def _run_ref(store: Store, run: str | None) -> tuple[str, int]:
+    """(name, id) of a run (default: the latest)."""
     from traceprof.storage.runs import run_name
 
     run_id = store.resolve_run(run)
-    return f"{run_name(store, run_id)!r} (id {run_id})"
+    return run_name(store, run_id), run_id
 
 
 def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
@@ -698,22 +738,29 @@ def summary(
         ),
     ] = None,
     param: AnalysisParamOpt = None,
-    fmt: FormatOpt = Format.table,
+    fmt: CommentFormatOpt = CommentFormat.table,
     force: BaselineForceOpt = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
-    """The findings of a run, ranked by the time they could recover (the step account), and one verdict per topic."""
+    """The findings of a run, ranked by the time they could recover (the step account), and one verdict
+    per topic. JSON: each finding with its topic, ranks, metric, value and unit, recoverable_ns, cause
+    and evidence (the analysis table and the command that show it); markdown: a pull-request comment."""
     from traceprof.api import open as open_session
 
     with open_session(db, cache=not no_cache) as s:
         f = s.summary(run, _analysis_params(param), baseline, force)
-    if fmt is Format.json:
+    if fmt is CommentFormat.json:
         sys.stdout.write(
             term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
         )
         return
-    if fmt is Format.csv:
-        render(f.to_frame(), fmt)
+    if fmt is CommentFormat.markdown:
+        from traceprof.render.markdown import findings_markdown
+
+        sys.stdout.write(findings_markdown(f))
+        return
+    if fmt is CommentFormat.csv:
+        render(f.to_frame(), Format.csv)
         return
     say(f"Findings for run {f.run!r}. {f.ranking} (-: none measured); each with its topic's verdict:", out)
     for i, x in enumerate(f.findings, 1):
@@ -792,7 +839,7 @@ def diff(
         ),
     ] = None,
     param: MfuParamOpt = None,
-    fmt: FormatOpt = Format.table,
+    out_fmt: CommentFormatOpt = CommentFormat.table,
     table: Annotated[
         str | None,
         typer.Option(
@@ -815,8 +862,9 @@ def diff(
 
     Default output: table: metrics, structural changes, the 20 largest item changes, notes and
     summary; json: verdict, exit_code, summary, notes, metrics, structure, items and ranks; csv: the
-    metrics (one table per CSV; ``--table items`` for the items). Notes and, except in table format,
-    the summary go to stderr.
+    metrics (one table per CSV; ``--table items`` for the items); markdown: a pull-request comment
+    (verdict, gated metrics, structural and largest item changes, notes). Notes and, except in table
+    format, the summary go to stderr.
     """
     from traceprof.api import open as open_session
 
@@ -826,6 +874,17 @@ def diff(
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
         res = s.diff(base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
     title = f"{res.baseline} -> {cand}"
+    if out_fmt is CommentFormat.markdown:
+        from traceprof.render.markdown import diff_markdown
+        from traceprof.render.markdown import table as md_table
+
+        if table is None:
+            sys.stdout.write(diff_markdown(res, cand))
+        else:
+            frame = res.frames()["frame" if table == "metrics" else table]
+            sys.stdout.write("\n".join(md_table(frame)) + "\n")
+        raise typer.Exit(res.exit_code)
+    fmt = Format(out_fmt.value)
     if fmt is Format.json and table is None:
         sys.stdout.write(
             term.json_text(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"

@@ -59,7 +59,7 @@ DEFAULT_DB = "traceprof.duckdb"
 app = typer.Typer(
     help="Profile distributed training traces: ingest into DuckDB, analyze, report.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
 
@@ -137,10 +137,18 @@ UnitsOpt = Annotated[
 #: ``-p ANALYSIS.KEY=VALUE`` of the commands that run the report's analyses (summary, report).
 AnalysisParamOpt = Annotated[
     list[str] | None,
-    typer.Option("--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989."),
+    typer.Option(
+        "--param",
+        "-p",
+        help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989; KEY=VALUE sets it in every "
+        "analysis that takes KEY.",
+    ),
 ]
 #: ``-p KEY=VALUE`` of the commands whose one analysis parameter set is mfu's (diff, history).
-MfuParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")]
+MfuParamOpt = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="mfu parameter KEY=VALUE (or mfu.KEY=VALUE)."),
+]
 #: ``--force`` with ``--baseline`` (summary, report).
 BaselineForceOpt = Annotated[
     bool,
@@ -268,16 +276,58 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+#: The config file in effect (``traceprof.core.config``), read by the root callback before any command.
+_config: Any = None
+
+
+def settings() -> Any:
+    """The config in effect (:mod:`traceprof.core.config`): the one the root callback read, else
+    the one found from the current directory (a command called from Python)."""
+    global _config
+    if _config is None:
+        from traceprof.core import config
+
+        _config = config.load()
+    return _config
+
+
+def _db_defaults(cmd: Any, db: str) -> dict[str, Any]:
+    """click's ``default_map`` giving ``--db`` the value ``db`` in every command below ``cmd`` that
+    has it: below the command line and ``TRACEPROF_DB``, above the built-in default."""
+    out: dict[str, Any] = {"db": db} if any(p.name == "db" for p in cmd.params) else {}
+    for name, sub in getattr(cmd, "commands", {}).items():
+        m = _db_defaults(sub, db)
+        if m:
+            out[name] = m
+    return out
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
             "--version", callback=_version, is_eager=True, help="Print traceprof's version and exit."
         ),
     ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="PATH",
+            help="Config file (default: TRACEPROF_CONFIG, else traceprof.toml, or the tool.traceprof table of "
+            "pyproject.toml, in this directory or above): default store, -p parameters, diff thresholds.",
+        ),
+    ] = None,
 ) -> None:
     """Profile distributed training traces: ingest into DuckDB, analyze, report."""
+    global _config
+    from traceprof.core import config as config_file
+
+    _config = config_file.load(config)
+    if _config.db is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **_db_defaults(ctx.command, _config.db)}
 
 
 @app.command()
@@ -583,17 +633,26 @@ def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool)
         )
 
 
+def _complete_analysis(incomplete: str) -> list[str]:
+    """Shell completion of ``analyze NAME``: the registered analyses starting with what is typed."""
+    return [n for n in ["list", *registry.names()] if n.startswith(incomplete)]
+
+
 @app.command()
 def analyze(
     ctx: typer.Context,
     name: Annotated[
-        str | None, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")
+        str | None,
+        typer.Argument(
+            help="Analysis name; `traceprof analyze list` lists them.", autocompletion=_complete_analysis
+        ),
     ] = None,
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     fmt: FormatOpt = Format.table,
     param: Annotated[
-        list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")
+        list[str] | None,
+        typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE (or NAME.KEY=VALUE)."),
     ] = None,
     table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
     save: Annotated[
@@ -644,7 +703,7 @@ def analyze(
         for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
             say(line, out)
         return
-    options = dict(_kv(p) for p in param or [])
+    options = _params(param, [name], implied=name).get(name, {})
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
     # one analysis (many=False): the helpers it calls twice (activity, items) still run once
@@ -713,16 +772,27 @@ def _run_ref(store: Store, run: str | None) -> tuple[str, int]:
     return run_name(store, run_id), run_id
 
 
+def _params(
+    param: list[str] | None, scope: list[str], implied: str | None = None
+) -> dict[str, dict[str, str]]:
+    """``-p`` options (``ANALYSIS.KEY=VALUE`` or ``KEY=VALUE``) over the config file's, as
+    {analysis: {key: value}} (:func:`traceprof.engine.options.parse`)."""
+    from traceprof.engine.options import parse
+
+    return parse(param or [], scope, implied, settings().params)
+
+
 def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
-    """``ANALYSIS.KEY=VALUE`` options as {analysis: {key: value}}."""
-    params: dict[str, dict[str, str]] = {}
-    for p in param or []:
-        key, value = _kv(p)
-        if "." not in key:
-            raise UsageError(f"--param {p!r}: expected ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989")
-        name, k = key.split(".", 1)
-        params.setdefault(name, {})[k] = value
-    return params
+    """``-p`` of the commands that run the report's analyses (summary, report): a bare KEY goes to
+    every one of them that takes it."""
+    from traceprof.engine.findings import report_analyses
+
+    return _params(param, [a.name for a in report_analyses()])
+
+
+def _mfu_options(param: list[str] | None) -> dict[str, str]:
+    """``-p`` of the commands whose one analysis parameter set is mfu's (diff, history)."""
+    return _params(param, ["mfu"], implied="mfu").get("mfu", {})
 
 
 @app.command()
@@ -868,11 +938,11 @@ def diff(
     """
     from traceprof.api import open as open_session
 
-    limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    limits = _thresholds(threshold)
     if table is not None and table not in (*DIFF_TABLES, "frame"):
         raise UsageError(f"diff has tables {', '.join(DIFF_TABLES)}; not {table!r}")
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.diff(base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
+        res = s.diff(base, cand, limits, mfu_options=_mfu_options(param), force=force)
     title = f"{res.baseline} -> {cand}"
     if out_fmt is CommentFormat.markdown:
         from traceprof.render.markdown import diff_markdown
@@ -992,7 +1062,7 @@ def history(
     from traceprof.api import open as open_session
 
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.history(job, window=window, mfu_options=dict(_kv(p) for p in param or []))
+        res = s.history(job, window=window, mfu_options=_mfu_options(param))
     frame = res.frame
     if metric:
         unknown = sorted(set(metric) - set(frame["metric"]))
@@ -1010,6 +1080,18 @@ def history(
     render(frame, fmt, f"history of {job}", raw)
     for note in res.notes:
         say(note, out if fmt is Format.table else err)
+
+
+def _thresholds(threshold: list[str] | None) -> dict[str, float]:
+    """``-t`` options over the config file's ``[diff]`` thresholds: a metric given on the command
+    line replaces the config's; ``-t FRACTION`` (every timing metric) replaces its timing ones."""
+    from traceprof.engine.diff import MEMORY_METRIC, METRICS
+
+    given = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    config = dict(settings().thresholds)
+    if "*" in given:  # the metrics -t FRACTION sets (diff.thresholds: the timing ones but memory)
+        config = {k: v for k, v in config.items() if k not in METRICS or k == MEMORY_METRIC}
+    return {**config, **given}
 
 
 def _fraction(key: str, raw: str) -> float:
@@ -1054,6 +1136,44 @@ def collect(
         raise typer.Exit(1)
     if then_ingest:
         ingest([out], db=db, run=None, skip_bad_events=False, jobs=None, align=True)
+
+
+#: Environment variables that change what a command does, shown by ``traceprof config`` when set.
+_ENV_SWITCHES = {
+    "TRACEPROF_NO_CACHE": "--no-cache on every command",
+    "TRACEPROF_THREADS": "threads of report and summary",
+}
+
+
+@app.command("config")
+def config_show(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
+    """Print the settings in effect (config file, store, -p defaults, diff thresholds) and where each
+    came from: command line > environment > config file > default."""
+    from traceprof.engine.diff import thresholds
+
+    cfg = settings()
+    where = cfg.where if cfg.path else "default"
+    given = getattr(ctx.get_parameter_source("db"), "name", "")  # typer's own click: compared by name
+    source = {
+        "COMMANDLINE": "command line (--db)",
+        "ENVIRONMENT": "environment (TRACEPROF_DB)",
+        "DEFAULT_MAP": where,
+    }.get(given, "default")
+    how = {
+        "--config": "command line (--config)",
+        "TRACEPROF_CONFIG": "environment (TRACEPROF_CONFIG)",
+        "found": "found from the current directory",
+    }
+    rows = [("config", str(cfg.path or "none"), how.get(cfg.how, "")), ("db", str(db), source)]
+    rows += [(f"-p {p.split('=', 1)[0]}", p.split("=", 1)[1], where) for p in cfg.params]
+    default = thresholds({})
+    for k, v in thresholds(cfg.thresholds).items():
+        mine = k in cfg.thresholds or v != default[k]
+        rows.append((f"diff -t {k}", f"{v:g}", where if mine else "default"))
+    rows += [
+        (k, os.environ[k], f"environment ({what})") for k, what in _ENV_SWITCHES.items() if k in os.environ
+    ]
+    render(pl.DataFrame(rows, schema=["setting", "value", "source"], orient="row"), fmt, "traceprof settings")
 
 
 export_app = typer.Typer(help="Export a run to other tools' formats.", no_args_is_help=True)

@@ -337,7 +337,10 @@ def ingest(
     ],
     db: DbOpt = Path(DEFAULT_DB),
     run: Annotated[
-        str | None, typer.Option("--run", help="Run name for all files (default: directory name).")
+        str | None,
+        typer.Option(
+            "--run", help="Run name for all files (default: the folder's name; a lone file's own name)."
+        ),
     ] = None,
     skip_bad_events: Annotated[
         bool, typer.Option(help="Skip malformed events (counted) instead of failing.")

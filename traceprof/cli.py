@@ -795,7 +795,9 @@ def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
 
 def _mfu_options(param: list[str] | None) -> dict[str, str]:
     """``-p`` of the commands whose one analysis parameter set is mfu's (diff, history)."""
-    return _params(param, ["mfu"], implied="mfu").get("mfu", {})
+    from traceprof.engine.timing import MFU
+
+    return _params(param, [MFU], implied=MFU).get(MFU, {})
 
 
 @app.command()

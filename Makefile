@@ -1,5 +1,7 @@
-# traceprof: `make demo` (set up, run the main job on sample_traces/, write report.html)
-#            `make test` (set up with test dependencies, run the tests)
+# traceprof: `make demo` (set up, ingest sample_traces/, the findings of a straggler run, the CI gate
+#                        on an added matmul, write report.html)
+#            `make test` (set up with test dependencies, run the whole suite: about 20 min on 2 cores)
+#            `make check` (the inner loop, under 3 min on 2 cores: lint and the quick tests of CHECK_TESTS)
 #            `make lint` (ruff check, ruff format --check, mypy, the import contract: what CI fails on)
 #            `make smoke` (build the wheel, install it in a fresh venv, run it from another folder)
 #            `make docs` (regenerate docs/schema.md, docs/analyses.md and the README's tables)
@@ -10,7 +12,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 DB     ?= demo.duckdb
 
-.PHONY: demo test install install-test lint smoke schema-doc docs bench clean fuzz
+.PHONY: demo test check install install-test lint smoke schema-doc docs bench clean fuzz
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,13 +27,24 @@ install-test: $(BIN)/python
 demo: install
 	rm -f $(DB)
 	$(BIN)/traceprof ingest sample_traces --db $(DB)
-	$(BIN)/traceprof runs --db $(DB)
-	$(BIN)/traceprof analyze overlap --db $(DB) --run normal
-	$(BIN)/traceprof analyze temporal --db $(DB) --run normal
-	$(BIN)/traceprof report --db $(DB) --run normal -o report.html
+	@echo; echo "== What is wrong with run straggler_rank2? (README: What the findings mean) =="
+	$(BIN)/traceprof summary --db $(DB) --run straggler_rank2
+	@echo; echo "== The CI gate: extra_matmul against normal (exit 3 = regression; make goes on) =="
+	@echo "$(BIN)/traceprof diff normal extra_matmul --db $(DB) --table metrics"
+	@$(BIN)/traceprof diff normal extra_matmul --db $(DB) --table metrics; code=$$?; \
+	  echo "diff exited $$code: 3 means a regression was found (extra_matmul adds a matmul per block, +17.8% FLOPs), which fails a CI job; 0 ok, 4 inconclusive"
+	$(BIN)/traceprof report --db $(DB) --run straggler_rank2 -o report.html
+	@echo; echo "report of straggler_rank2: $(abspath report.html) (open it in any browser, offline)"
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# The quick tests for the inner loop (unit and CLI-surface tests; `make test` runs the rest).
+CHECK_TESTS ?= tests/core tests/cli/test_docs.py tests/engine/test_options.py tests/engine/test_specs.py \
+	tests/engine/test_intervals.py tests/render/test_markdown.py tests/ingest/test_run_names.py \
+	tests/storage/test_runs.py tests/cli/test_quickstart.py
+check: lint
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow" $(CHECK_TESTS)
 
 # Long property-based fuzz run of ingest over every input kind (tests/ingest/test_fuzz.py, tests/fuzzing.py):
 # FUZZ_EXAMPLES inputs per kind (the suite runs 20); outcome counts per kind go to fuzz-report.json,

@@ -61,10 +61,36 @@ def _combined(
         # A group or stage to blame, no single rank: costed as a named straggler is, by the what-if
         # slowdown (S - 1, in %), the larger of blocking and host.
         cost = 100.0 * (s_max - 1) if s_max is not None else None
-        findings = [*findings, Finding("stragglers", v.text, cost, True, "whatif")]
+        findings = [
+            *findings,
+            Finding(
+                "stragglers",
+                v.text,
+                cost,
+                True,
+                "whatif",
+                metric="slowdown",
+                value=s_max,
+                cause=str(v.cause or ""),
+                evidence="whatif:blame",
+            ),
+        ]
     elif v.status == "ok" and s_max is not None and s_max > verdict.STRAGGLING_S:
         # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem)
-        findings = [*findings, Finding("stragglers", v.text, None, False, "whatif")]
+        findings = [
+            *findings,
+            Finding(
+                "stragglers",
+                v.text,
+                None,
+                False,
+                "whatif",
+                metric="slowdown",
+                value=s_max,
+                cause="op-time variation spread over the ranks",
+                evidence="whatif:summary",
+            ),
+        ]
     return findings, Verdict("stragglers", v.status, v.text)
 
 
@@ -157,7 +183,21 @@ def _straggler_findings(
                 f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
                 f"{late}, {waited}; late because of {v['cause']}{faster}"
             )
-            findings.append(Finding("stragglers", text, cost, True, "stragglers", rank=int(v["rank"])))
+            findings.append(
+                Finding(
+                    "stragglers",
+                    text,
+                    cost,
+                    True,
+                    "stragglers",
+                    rank=int(v["rank"]),
+                    ranks=(int(v["rank"]),),
+                    metric="wait_caused_ns",
+                    value=float(r["wait_caused_ns"]),
+                    cause=str(v["cause"] or ""),
+                    evidence="stragglers:verdict",
+                )
+            )
         verdict = Verdict(
             "stragglers",
             "problem",
@@ -177,7 +217,19 @@ def _straggler_findings(
             f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
             "(no single rank explains it)"
         )
-        findings.append(Finding("stragglers", text, None, False, "whatif"))
+        findings.append(
+            Finding(
+                "stragglers",
+                text,
+                None,
+                False,
+                "whatif",
+                metric="slowdown",
+                value=float(s_job),
+                cause="op-time variation spread over the ranks",
+                evidence="whatif:summary",
+            )
+        )
     elif s_job is not None:
         text += f"; what-if slowdown S = {s_job:.2f} (straggling above {STRAGGLING_S})"
     return findings, Verdict("stragglers", "ok", text)

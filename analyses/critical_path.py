@@ -647,7 +647,7 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
     others' exposed waits credited to it (blame); a straggling run with no single rank to blame,
     all exposed waits; communication, the exposed transfer time; idle, the host-bound and idle
     time of the ranks that are not named stragglers (a straggler's own is why it is late, counted
-    in its finding). Other findings keep None."""
+    in its finding); ``recoverable_ns`` the same time in ns. Other findings keep None."""
     cp = inp.results.get("critical_path")
     if cp is None:
         return findings
@@ -678,7 +678,11 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
         said = f"; step account: {x[1]} {pct:.1f}% of all ranks' step time"
         out.append(
             dataclasses.replace(
-                f, recoverable_pct=pct, text=f.text + said, full=f.full + said if f.full else ""
+                f,
+                recoverable_pct=pct,
+                recoverable_ns=int(x[0]),
+                text=f.text + said,
+                full=f.full + said if f.full else "",
             )
         )
     return out

@@ -500,7 +500,19 @@ def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     v = verdict.row(0, named=True)
     if v["status"] == "clean":
         return [], Verdict("desync", "ok", v["text"])
-    return [Finding("desync", v["text"], None, True, "desync")], Verdict("desync", "problem", v["text"])
+    found = Finding(
+        "desync",
+        v["text"],
+        None,
+        True,
+        "desync",
+        ranks=tuple(int(r) for r in v.get("behind") or ()),
+        metric="seq" if v.get("seq") is not None else "",
+        value=float(v["seq"]) if v.get("seq") is not None else None,
+        cause=str(v["status"]),
+        evidence="desync:verdict",
+    )
+    return [found], Verdict("desync", "problem", v["text"])
 
 
 def _recorded(store: Store, run_id: int) -> bool:

@@ -317,6 +317,24 @@ def _recorded(store: Store, run_id: int) -> bool:
     )
 
 
+def _found(
+    text: str, ranks: tuple[object, ...], metric: str, value: object, cause: str, evidence: str
+) -> Finding:
+    """A memory finding (a problem, no time cost) with its machine-readable fields."""
+    return Finding(
+        "memory",
+        "memory: " + text,
+        None,
+        True,
+        "memory",
+        ranks=tuple(int(r) for r in ranks if r is not None),  # type: ignore[call-overload]
+        metric=metric,
+        value=float(value) if value is not None else None,  # type: ignore[arg-type]
+        cause=cause,
+        evidence=evidence,
+    )
+
+
 def _memory_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The memory topic: a rank near its capacity (``near_limit``), peaks imbalanced within a
     process group, out-of-memory records (no time cost: memory costs no step time until it runs
@@ -327,7 +345,7 @@ def _memory_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     from traceprof.core.display import size
 
     frame, groups = m.frame.filter(pl.col("primary")), m.frames().get("groups", pl.DataFrame())
-    findings = []
+    findings: list[Finding] = []
     for r in frame.filter(pl.col("near_limit")).sort("headroom_pct").iter_rows(named=True):
         use = max(x for x in (r["peak_reserved_bytes"], r["peak_allocated_bytes"]) if x is not None)
         at = (
@@ -335,24 +353,37 @@ def _memory_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             if r["peak_op"]
             else ""
         )
-        findings.append(
+        text = (
             f"rank {r['rank']} device {r['device']} peaks at {size(use)} of its "
             f"{size(r['capacity_bytes'])} ({r['headroom_pct']:.1f}% headroom): allocated "
             f"{size(r['peak_allocated_bytes'])} in step {r['peak_step']}{at}"
         )
-    for g in groups.filter(pl.col("imbalanced")).iter_rows(named=True) if groups.height else ():
         findings.append(
+            _found(text, (r["rank"],), "headroom_pct", r["headroom_pct"], "near capacity", "memory")
+        )
+    for g in groups.filter(pl.col("imbalanced")).iter_rows(named=True) if groups.height else ():
+        text = (
             f"peak memory differs by {g['spread_pct']:.0f}% within group {g['group']} (ranks "
             f"{g['ranks']}): rank {g['max_rank']} {size(g['max_peak_bytes'])}, rank "
             f"{g['min_rank']} {size(g['min_peak_bytes'])}"
         )
+        findings.append(
+            _found(
+                text,
+                (g["max_rank"], g["min_rank"]),
+                "spread_pct",
+                g["spread_pct"],
+                "peaks imbalanced",
+                "memory:groups",
+            )
+        )
     oom = m.note("oom")
     if oom:
-        findings.insert(0, oom)
+        findings.insert(0, _found(str(oom), (), "", None, "out of memory", "memory"))
     if findings:
-        text = "memory: " + findings[0]
+        text = findings[0].text
         return (
-            [Finding("memory", "memory: " + f, None, True, "memory") for f in findings],
+            findings,
             Verdict(
                 "memory", "problem", text if len(findings) == 1 else f"{text} (and {len(findings) - 1} more)"
             ),

@@ -201,7 +201,10 @@ def _utilization_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
     if job["mfu_pct"] is None:
         note = m.note("mfu_empty") or "no device peak"
         text = f"{job['tflops']:.3g} TFLOP/s per device; MFU unknown: {note}"
-        return [Finding("mfu", text, None, False, "mfu")], Verdict("utilization", "n/a", text)
+        found = Finding(
+            "mfu", text, None, False, "mfu", metric="mfu_pct", cause="no device peak", evidence="mfu:job"
+        )
+        return [found], Verdict("utilization", "n/a", text)
     peak = f"{dtype} peak {job['peak_tflops']:g} TFLOP/s" + (f", {dev}" if dev else "")
     text = (
         f"MFU {job['mfu_pct']:.1f}% ({peak}; precision from {src}; FLOPs from {job['flops_source']}); "
@@ -214,11 +217,23 @@ def _utilization_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
             or "MFU above 100%: impossible, so the FLOPs per step or the peak is wrong (check model_flops_per_step, dtype, peak_tflops)"
         )
         text = f"MFU unknown: {why}; computed: {text}"
-        return [Finding("mfu", text, None, True, "mfu")], Verdict("utilization", "n/a", text)
+        found = Finding(
+            "mfu",
+            text,
+            None,
+            True,
+            "mfu",
+            metric="mfu_pct",
+            value=float(job["mfu_pct"]),
+            cause="FLOPs per step or peak wrong",
+            evidence="mfu:job",
+        )
+        return [found], Verdict("utilization", "n/a", text)
     problem = job["mfu_pct"] < 30.0
-    return [Finding("mfu", text, None, problem, "mfu")], Verdict(
-        "utilization", "problem" if problem else "ok", text
+    found = Finding(
+        "mfu", text, None, problem, "mfu", metric="mfu_pct", value=float(job["mfu_pct"]), evidence="mfu:job"
     )
+    return [found], Verdict("utilization", "problem" if problem else "ok", text)
 
 
 _SHARED = (rc.number("tflops", "Achieved TFLOP/s per device", "TFLOP/s"),)

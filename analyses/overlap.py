@@ -140,10 +140,11 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         return [], Verdict("communication", "ok", "no communication in the trace")
     worst = df.sort(["exposed_comm_pct", "rank"], descending=[True, False]).row(0, named=True)
     median = _common.num(df["exposed_comm_pct"].median())
-    cause = full_cause = ""
+    cause = full_cause = top_cause = ""
     gaps = res.get("gaps")
     if gaps is not None and gaps.frame.height and "cause" in gaps.frame.columns:
         top = gaps.frame.row(0, named=True)
+        top_cause = str(top["cause"] or "")
         cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
         before = top.get("before") or ""
         if (
@@ -179,7 +180,18 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
     problem = cost >= 5.0
     full = text.replace(cause, full_cause) if full_cause else ""
-    f = Finding("communication", text, cost, problem, "gaps" if cause else "overlap", full)
+    f = Finding(
+        "communication",
+        text,
+        cost,
+        problem,
+        "gaps" if cause else "overlap",
+        full,
+        ranks=(int(worst["rank"]),),
+        metric="exposed_comm_pct",
+        value=cost,
+        cause=top_cause,
+    )
     return [f], Verdict("communication", "problem" if problem else "ok", text)
 
 

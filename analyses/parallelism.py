@@ -484,7 +484,18 @@ def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
     if slow is not None and slow.height and res.get("stragglers") is None:
         # no straggler verdict (no collective matched across ranks): the slow stages speak here
         out += [
-            Finding("stragglers", r["text"], r["cost_pct"], True, "parallelism")
+            Finding(
+                "stragglers",
+                r["text"],
+                r["cost_pct"],
+                True,
+                "parallelism",
+                ranks=tuple(int(x) for x in r["ranks"] or ()),
+                metric="excess_pct",
+                value=r["excess_pct"],
+                cause=f"slow {r['kind']}",
+                evidence="parallelism:slow",
+            )
             for r in slow.iter_rows(named=True)
         ]
         verdict = Verdict("stragglers", "problem", "; ".join(slow["text"].to_list()))
@@ -503,6 +514,9 @@ def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
                 None,
                 False,
                 "parallelism",
+                metric="exposed_comm_ns",
+                value=total,
+                cause=str(axes.sort("exposed_comm_ns", descending=True)["axis"][0]),
             )
         )
     stages = p.frames().get("stages")
@@ -525,6 +539,14 @@ def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
                 None,
                 False,
                 "parallelism",
+                ranks=tuple(int(x) for x in top.get("ranks") or ()),
+                metric="bubble_pct",
+                value=top["bubble_pct"],
+                cause=max(
+                    ("schedule", "imbalance", "p2p_wait", "other"),
+                    key=lambda k: top["schedule_bubble_ns" if k == "schedule" else f"{k}_ns"] or 0,
+                ),
+                evidence="parallelism:stages",
             )
         )
     return out, verdict

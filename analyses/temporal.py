@@ -142,21 +142,33 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             f"{worst['idle_pct']:.0f}%)"
         )
     idle = res.get("idle")
+    cause = ""
     if idle is not None and "ranks" in idle.frames():
         r = idle.frames()["ranks"]
         host = _common.num(r["host_wait_ns"].sum())
         total = _common.num(r["stream_idle_sum_ns"].sum()) if "stream_idle_sum_ns" in r.columns else 0.0
         if total:
             text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
+            if 2 * host > total:
+                cause = "host wait (kernels launched late)"
     if _common.graph_level(te):
         text += (
             "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
             "--cuda-graph-trace=node records their kernels)"
         )
     problem = mean >= 10.0
-    return [Finding("idle", text, mean, problem, "temporal")], Verdict(
-        "idle", "problem" if problem else "ok", text
+    found = Finding(
+        "idle",
+        text,
+        mean,
+        problem,
+        "temporal",
+        ranks=(int(worst["rank"]),),
+        metric="idle_pct",
+        value=mean,
+        cause=cause,
     )
+    return [found], Verdict("idle", "problem" if problem else "ok", text)
 
 
 SPEC = Analysis(

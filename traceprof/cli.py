@@ -50,7 +50,7 @@ DEFAULT_DB = "traceprof.duckdb"
 app = typer.Typer(
     help="Profile distributed training traces: ingest into DuckDB, analyze, report.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
 
@@ -95,6 +95,21 @@ SchedulerOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+
+
+class CommentFormat(str, Enum):
+    """``summary`` and ``diff``'s formats: :class:`Format`'s and markdown (a pull-request comment)."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+CommentFormatOpt = Annotated[
+    CommentFormat,
+    typer.Option("--format", "-f", help="Output format; markdown: a pull-request comment (GitHub tables)."),
+]
 NoCacheOpt = Annotated[
     bool,
     typer.Option(
@@ -114,10 +129,18 @@ UnitsOpt = Annotated[
 #: ``-p ANALYSIS.KEY=VALUE`` of the commands that run the report's analyses (summary, report).
 AnalysisParamOpt = Annotated[
     list[str] | None,
-    typer.Option("--param", "-p", help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989."),
+    typer.Option(
+        "--param",
+        "-p",
+        help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989; KEY=VALUE sets it in every "
+        "analysis that takes KEY.",
+    ),
 ]
 #: ``-p KEY=VALUE`` of the commands whose one analysis parameter set is mfu's (diff, history).
-MfuParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="mfu parameter KEY=VALUE.")]
+MfuParamOpt = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="mfu parameter KEY=VALUE (or mfu.KEY=VALUE)."),
+]
 #: ``--force`` with ``--baseline`` (summary, report).
 BaselineForceOpt = Annotated[
     bool,
@@ -248,16 +271,58 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+#: The config file in effect (``traceprof.core.config``), read by the root callback before any command.
+_config: Any = None
+
+
+def settings() -> Any:
+    """The config in effect (:mod:`traceprof.core.config`): the one the root callback read, else
+    the one found from the current directory (a command called from Python)."""
+    global _config
+    if _config is None:
+        from traceprof.core import config
+
+        _config = config.load()
+    return _config
+
+
+def _db_defaults(cmd: Any, db: str) -> dict[str, Any]:
+    """click's ``default_map`` giving ``--db`` the value ``db`` in every command below ``cmd`` that
+    has it: below the command line and ``TRACEPROF_DB``, above the built-in default."""
+    out: dict[str, Any] = {"db": db} if any(p.name == "db" for p in cmd.params) else {}
+    for name, sub in getattr(cmd, "commands", {}).items():
+        m = _db_defaults(sub, db)
+        if m:
+            out[name] = m
+    return out
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
             "--version", callback=_version, is_eager=True, help="Print traceprof's version and exit."
         ),
     ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="PATH",
+            help="Config file (default: TRACEPROF_CONFIG, else traceprof.toml, or the tool.traceprof table of "
+            "pyproject.toml, in this directory or above): default store, -p parameters, diff thresholds.",
+        ),
+    ] = None,
 ) -> None:
     """Profile distributed training traces: ingest into DuckDB, analyze, report."""
+    global _config
+    from traceprof.core import config as config_file
+
+    _config = config_file.load(config)
+    if _config.db is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **_db_defaults(ctx.command, _config.db)}
 
 
 @app.command()
@@ -267,7 +332,10 @@ def ingest(
     ],
     db: DbOpt = Path(DEFAULT_DB),
     run: Annotated[
-        str | None, typer.Option("--run", help="Run name for all files (default: directory name).")
+        str | None,
+        typer.Option(
+            "--run", help="Run name for all files (default: the folder's name; a lone file's own name)."
+        ),
     ] = None,
     skip_bad_events: Annotated[
         bool, typer.Option(help="Skip malformed events (counted) instead of failing.")
@@ -570,17 +638,26 @@ def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool)
         )
 
 
+def _complete_analysis(incomplete: str) -> list[str]:
+    """Shell completion of ``analyze NAME``: the registered analyses starting with what is typed."""
+    return [n for n in ["list", *registry.names()] if n.startswith(incomplete)]
+
+
 @app.command()
 def analyze(
     ctx: typer.Context,
     name: Annotated[
-        str | None, typer.Argument(help="Analysis name; `traceprof analyze list` lists them.")
+        str | None,
+        typer.Argument(
+            help="Analysis name; `traceprof analyze list` lists them.", autocompletion=_complete_analysis
+        ),
     ] = None,
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     fmt: FormatOpt = Format.table,
     param: Annotated[
-        list[str] | None, typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE.")
+        list[str] | None,
+        typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE (or NAME.KEY=VALUE)."),
     ] = None,
     table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
     save: Annotated[
@@ -588,6 +665,14 @@ def analyze(
     ] = False,
     raw: RawOpt = False,
     units: UnitsOpt = "human",
+    with_notes: Annotated[
+        bool,
+        typer.Option(
+            "--with-notes",
+            help="With -f json: one object with the analysis, run, table, its columns (type, unit, doc), "
+            "rows and notes, instead of the rows alone.",
+        ),
+    ] = False,
     executor: ExecutorOpt = "local",
     scheduler: SchedulerOpt = None,
     no_cache: NoCacheOpt = False,
@@ -623,7 +708,7 @@ def analyze(
         for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
             say(line, out)
         return
-    options = dict(_kv(p) for p in param or [])
+    options = _params(param, [name], implied=name).get(name, {})
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
     # one analysis (many=False): the helpers it calls twice (activity, items) still run once
@@ -637,6 +722,7 @@ def analyze(
     ) as s:
         result = s.analyze(name, run, **options)
         run_name = _run_name(s.store, run)
+        run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
     if apart:
@@ -645,6 +731,16 @@ def analyze(
     frames = result.frames()
     if table is not None and table not in frames:
         raise UsageError(f"{name} has tables {', '.join(frames)}; not {table!r}")
+    if with_notes:
+        if fmt is not Format.json:
+            raise UsageError("--with-notes goes with --format json (tables print their notes below them)")
+        from traceprof.engine.analysis import envelope
+
+        doc = envelope(an, result, table or "frame", *run_ref)
+        sys.stdout.write(
+            term.json_text(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode()) + "\n"
+        )
+        return
     render(
         frames[table or "frame"],
         fmt,
@@ -669,22 +765,41 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
 
 def _run_name(store: Store, run: str | None) -> str:
     """``'name' (id N)`` of a run, for table titles."""
+    name, run_id = _run_ref(store, run)
+    return f"{name!r} (id {run_id})"
+
+
+def _run_ref(store: Store, run: str | None) -> tuple[str, int]:
+    """(name, id) of a run (default: the latest)."""
     from traceprof.storage.runs import run_name
 
     run_id = store.resolve_run(run)
-    return f"{run_name(store, run_id)!r} (id {run_id})"
+    return run_name(store, run_id), run_id
+
+
+def _params(
+    param: list[str] | None, scope: list[str], implied: str | None = None
+) -> dict[str, dict[str, str]]:
+    """``-p`` options (``ANALYSIS.KEY=VALUE`` or ``KEY=VALUE``) over the config file's, as
+    {analysis: {key: value}} (:func:`traceprof.engine.options.parse`)."""
+    from traceprof.engine.options import parse
+
+    return parse(param or [], scope, implied, settings().params)
 
 
 def _analysis_params(param: list[str] | None) -> dict[str, dict[str, str]]:
-    """``ANALYSIS.KEY=VALUE`` options as {analysis: {key: value}}."""
-    params: dict[str, dict[str, str]] = {}
-    for p in param or []:
-        key, value = _kv(p)
-        if "." not in key:
-            raise UsageError(f"--param {p!r}: expected ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989")
-        name, k = key.split(".", 1)
-        params.setdefault(name, {})[k] = value
-    return params
+    """``-p`` of the commands that run the report's analyses (summary, report): a bare KEY goes to
+    every one of them that takes it."""
+    from traceprof.engine.findings import report_analyses
+
+    return _params(param, [a.name for a in report_analyses()])
+
+
+def _mfu_options(param: list[str] | None) -> dict[str, str]:
+    """``-p`` of the commands whose one analysis parameter set is mfu's (diff, history)."""
+    from traceprof.engine.timing import MFU
+
+    return _params(param, [MFU], implied=MFU).get(MFU, {})
 
 
 @app.command()
@@ -700,22 +815,29 @@ def summary(
         ),
     ] = None,
     param: AnalysisParamOpt = None,
-    fmt: FormatOpt = Format.table,
+    fmt: CommentFormatOpt = CommentFormat.table,
     force: BaselineForceOpt = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
-    """The findings of a run, ranked by the time they could recover (the step account), and one verdict per topic."""
+    """The findings of a run, ranked by the time they could recover (the step account), and one verdict
+    per topic. JSON: each finding with its topic, ranks, metric, value and unit, recoverable_ns, cause
+    and evidence (the analysis table and the command that show it); markdown: a pull-request comment."""
     from traceprof.api import open as open_session
 
     with open_session(db, cache=not no_cache) as s:
         f = s.summary(run, _analysis_params(param), baseline, force)
-    if fmt is Format.json:
+    if fmt is CommentFormat.json:
         sys.stdout.write(
             term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
         )
         return
-    if fmt is Format.csv:
-        render(f.to_frame(), fmt)
+    if fmt is CommentFormat.markdown:
+        from traceprof.render.markdown import findings_markdown
+
+        sys.stdout.write(findings_markdown(f))
+        return
+    if fmt is CommentFormat.csv:
+        render(f.to_frame(), Format.csv)
         return
     say(f"Findings for run {f.run!r}. {f.ranking} (-: none measured); each with its topic's verdict:", out)
     for i, x in enumerate(f.findings, 1):
@@ -795,7 +917,7 @@ def diff(
         ),
     ] = None,
     param: MfuParamOpt = None,
-    fmt: FormatOpt = Format.table,
+    out_fmt: CommentFormatOpt = CommentFormat.table,
     table: Annotated[
         str | None,
         typer.Option(
@@ -819,17 +941,29 @@ def diff(
 
     Default output: table: metrics, structural changes, the 20 largest item changes, notes and
     summary; json: verdict, exit_code, summary, notes, metrics, structure, items and ranks; csv: the
-    metrics (one table per CSV; ``--table items`` for the items). Notes and, except in table format,
-    the summary go to stderr.
+    metrics (one table per CSV; ``--table items`` for the items); markdown: a pull-request comment
+    (verdict, gated metrics, structural and largest item changes, notes). Notes and, except in table
+    format, the summary go to stderr.
     """
     from traceprof.api import open as open_session
 
-    limits = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    limits = _thresholds(threshold)
     if table is not None and table not in (*DIFF_TABLES, "frame"):
         raise UsageError(f"diff has tables {', '.join(DIFF_TABLES)}; not {table!r}")
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.diff(base, cand, limits, mfu_options=dict(_kv(p) for p in param or []), force=force)
+        res = s.diff(base, cand, limits, mfu_options=_mfu_options(param), force=force)
     title = f"{res.baseline} -> {cand}"
+    if out_fmt is CommentFormat.markdown:
+        from traceprof.render.markdown import diff_markdown
+        from traceprof.render.markdown import table as md_table
+
+        if table is None:
+            sys.stdout.write(diff_markdown(res, cand))
+        else:
+            frame = res.frames()["frame" if table == "metrics" else table]
+            sys.stdout.write("\n".join(md_table(frame)) + "\n")
+        raise typer.Exit(res.exit_code)
+    fmt = Format(out_fmt.value)
     if fmt is Format.json and table is None:
         sys.stdout.write(
             term.json_text(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
@@ -946,7 +1080,7 @@ def history(
     from traceprof.api import open as open_session
 
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.history(job, window=window, mfu_options=dict(_kv(p) for p in param or []))
+        res = s.history(job, window=window, mfu_options=_mfu_options(param))
     frame = res.frame
     if metric:
         unknown = sorted(set(metric) - set(frame["metric"]))
@@ -964,6 +1098,18 @@ def history(
     render(frame, fmt, f"history of {job}", raw)
     for note in res.notes:
         say(note, out if fmt is Format.table else err)
+
+
+def _thresholds(threshold: list[str] | None) -> dict[str, float]:
+    """``-t`` options over the config file's ``[diff]`` thresholds: a metric given on the command
+    line replaces the config's; ``-t FRACTION`` (every timing metric) replaces its timing ones."""
+    from traceprof.engine.diff import MEMORY_METRIC, METRICS
+
+    given = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    config = dict(settings().thresholds)
+    if "*" in given:  # the metrics -t FRACTION sets (diff.thresholds: the timing ones but memory)
+        config = {k: v for k, v in config.items() if k not in METRICS or k == MEMORY_METRIC}
+    return {**config, **given}
 
 
 def _fraction(key: str, raw: str) -> float:
@@ -1008,6 +1154,44 @@ def collect(
         raise typer.Exit(1)
     if then_ingest:
         ingest([out], db=db, run=None, skip_bad_events=False, jobs=None, align=True)
+
+
+#: Environment variables that change what a command does, shown by ``traceprof config`` when set.
+_ENV_SWITCHES = {
+    "TRACEPROF_NO_CACHE": "--no-cache on every command",
+    "TRACEPROF_THREADS": "threads of report and summary",
+}
+
+
+@app.command("config")
+def config_show(ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -> None:
+    """Print the settings in effect (config file, store, -p defaults, diff thresholds) and where each
+    came from: command line > environment > config file > default."""
+    from traceprof.engine.diff import thresholds
+
+    cfg = settings()
+    where = cfg.where if cfg.path else "default"
+    given = getattr(ctx.get_parameter_source("db"), "name", "")  # typer's own click: compared by name
+    source = {
+        "COMMANDLINE": "command line (--db)",
+        "ENVIRONMENT": "environment (TRACEPROF_DB)",
+        "DEFAULT_MAP": where,
+    }.get(given, "default")
+    how = {
+        "--config": "command line (--config)",
+        "TRACEPROF_CONFIG": "environment (TRACEPROF_CONFIG)",
+        "found": "found from the current directory",
+    }
+    rows = [("config", str(cfg.path or "none"), how.get(cfg.how, "")), ("db", str(db), source)]
+    rows += [(f"-p {p.split('=', 1)[0]}", p.split("=", 1)[1], where) for p in cfg.params]
+    default = thresholds({})
+    for k, v in thresholds(cfg.thresholds).items():
+        mine = k in cfg.thresholds or v != default[k]
+        rows.append((f"diff -t {k}", f"{v:g}", where if mine else "default"))
+    rows += [
+        (k, os.environ[k], f"environment ({what})") for k, what in _ENV_SWITCHES.items() if k in os.environ
+    ]
+    render(pl.DataFrame(rows, schema=["setting", "value", "source"], orient="row"), fmt, "traceprof settings")
 
 
 export_app = typer.Typer(help="Export a run to other tools' formats.", no_args_is_help=True)

@@ -117,7 +117,15 @@ def test_world_size_conflict_and_failed_first_ingest_leaves_no_store(tmp_path):
     (d / "a.json").write_text(json.dumps(_trace(0, 2)))
     (d / "b.json").write_text(json.dumps(_trace(1, 128)))
     db = tmp_path / "new.duckdb"
-    _one_line_error(cli("ingest", str(d), "--db", str(db), cwd=tmp_path), "world size 128", "a.json")
+    # named one run, they cannot be (without --run they are two runs: tests/ingest/test_run_names.py)
+    r = cli("ingest", str(d), "--db", str(db), "--run", "mixed", cwd=tmp_path)
+    _one_line_error(r, "world size 128", "a.json")
+    assert not db.exists()
+    # two copies of rank 0 of one 2-rank job in one folder: refused without --run too
+    second = _trace(0, 2)
+    second["traceEvents"][0]["ts"] = 5
+    (d / "b.json").write_text(json.dumps(second))
+    _one_line_error(cli("ingest", str(d), "--db", str(db), cwd=tmp_path), "rank 0 also in", "a.json")
     assert not db.exists()
 
 

@@ -31,9 +31,9 @@ def test_readme_generated_sections_are_current():
 
 def test_commands_table_has_one_row_per_command_with_its_options():
     rows = _section(README.read_text(), "commands")
-    # Counted by hand from cli.py: 9 top-level commands (ingest, sql, analyze, summary, report,
-    # diff, history, collect, runs), runs rm/mv, baseline + list/add/rm, export perfetto = 16.
-    assert len(rows) == 16
+    # Counted by hand from cli.py: 10 top-level commands (ingest, sql, analyze, summary, report,
+    # diff, history, collect, runs, config), runs rm/mv, baseline + list/add/rm, export perfetto = 17.
+    assert len(rows) == 17
     paths = [r.split("`")[1] for r in rows]
     assert paths[:3] == ["traceprof ingest PATHS...", "traceprof sql QUERY", "traceprof analyze [NAME]"]
     assert "traceprof baseline rm NAME [RUNS...]" in paths and "traceprof export perfetto" in paths

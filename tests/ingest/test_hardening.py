@@ -546,7 +546,7 @@ def test_an_insert_duckdb_cannot_hold_is_one_line_naming_the_files(tmp_path):
         return
     assert code == 1 and _one_line(
         err,
-        f"ingest of run '{tmp_path.name}' ({f}) failed, store unchanged: Out of Memory",
+        f"ingest of run 'rank0' ({f}) failed, store unchanged: Out of Memory",  # a lone file: its name
         "ingest memory limit (96 MB)",
     )
     assert not (tmp_path / "s.duckdb").exists()

@@ -21,17 +21,35 @@ def _runs(db) -> list[str]:
 
 
 def test_a_refused_run_stores_no_other_run_of_the_ingest(tmp_path):
-    """trace_compare stores run 'test' (rank 1); trace_diff holds runs 'control' and 'test' (rank 1
-    again): 'test' is refused, and 'control' used to be stored while the error said nothing of it."""
+    """Folder x/ gains a second rank-1 file (trace_compare's) beside the one stored in run 'x'
+    (trace_diff's): 'x' is refused, and run 'y' of the same ingest used to be stored while the error
+    said nothing of it."""
+    import shutil
+
+    db, top = tmp_path / "s.duckdb", tmp_path / "top"
+    (top / "x").mkdir(parents=True)
+    shutil.copy(corpus("hta/trace_diff/test/test.json.gz"), top / "x" / "a.json.gz")
+    assert run("ingest", str(top / "x"), "--db", str(db))[0] == 0
+    shutil.copy(corpus("hta/trace_compare/test/test.json.gz"), top / "x" / "b.json.gz")
+    (top / "y").mkdir()
+    shutil.copy(corpus("hta/trace_diff/control/control.json.gz"), top / "y" / "control.json.gz")
+    code, _, err = run("ingest", str(top), "--db", str(db))
+    lines = [ln for ln in err.splitlines() if not ln.startswith("already stored")]
+    assert code == 1 and len(lines) == 1 and "run 'x' already has rank 1" in lines[0], err
+    assert lines[0].startswith(f"error: {top.resolve()}/x/b.json.gz: ")  # paths resolved
+    assert _runs(db) == ["x"]  # 'y' was not stored either
+
+
+def test_folders_of_one_leaf_name_and_other_jobs_are_told_apart(tmp_path):
+    """trace_compare stores run 'test' (rank 1 of 2); trace_diff's folder 'test' holds rank 1 of
+    another job: it is run 'trace_diff/test' (with a note saying why), never a failed ingest."""
     db = tmp_path / "s.duckdb"
     assert run("ingest", str(corpus("hta/trace_compare")), "--db", str(db))[0] == 0
     code, _, err = run("ingest", str(corpus("hta/trace_diff")), "--db", str(db))
-    lines = err.splitlines()
-    assert code == 1 and len(lines) == 1 and "run 'test' already has rank 1" in lines[0], err
-    assert lines[0].startswith(
-        f"error: {corpus('hta/trace_diff').resolve()}/test/test.json.gz: "
-    )  # paths resolved
-    assert _runs(db) == ["base", "test"]  # 'control' was not stored either
+    assert code == 0, err
+    assert "run 'test' in the store is another job (rank 1 is in " in err
+    assert "these files are run 'trace_diff/test'" in err
+    assert _runs(db) == ["base", "control", "test", "trace_diff/test"]
 
 
 def test_a_folder_of_non_traces_is_an_error_naming_what_was_skipped(tmp_path):
@@ -178,7 +196,7 @@ def test_a_rank_that_is_not_an_integer_says_so(tmp_path):
             res = ingest(store, [d / "rank0.json"], jobs=1)
             assert res.warnings[:2] == [
                 f"rank0.json: distributedInfo.rank is {value!r}, not an integer: ignored",
-                f"rank0.json: rank unknown, stored as rank 0 of run '{d.name}'",
+                "rank0.json: rank unknown, stored as rank 0 of run 'rank0'",  # a lone file: its name
             ]
     d = tmp_path / "two"
     d.mkdir()

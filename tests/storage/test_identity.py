@@ -81,8 +81,8 @@ def test_rank_and_world_size_conflicts_name_the_sources_own_fields(store, tmp_pa
     assert "distributedInfo" not in str(e.value)
     (d / "a.fr.json").unlink()
     _fr(d, 1, T0, world=4)
-    with pytest.raises(TraceFormatError) as e:
-        ingest(store, [d], jobs=1)
+    with pytest.raises(TraceFormatError) as e:  # named one run: without --run they are two (test_run_names)
+        ingest(store, [d], jobs=1, run="job")
     assert str(e.value).startswith(
         f"{(d / 'fr_rank1.json').resolve()}: pg_config (largest group): world size 4, "
         f"but {(d / 'fr_rank0.json').resolve()} in the same run 'job' says 2"

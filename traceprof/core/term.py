@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-__all__ = ["escape", "text", "csv_cell", "json_text", "FORMULA_PREFIXES"]
+__all__ = ["escape", "text", "csv_cell", "json_text", "md_text", "FORMULA_PREFIXES"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: Invisible characters that reorder or break lines (bidi overrides and isolates, line separators).
@@ -50,3 +50,21 @@ def json_text(s: str) -> str:
     bidi overrides, isolates and line separators written as ``\u202e``: parsed, every string is
     exactly as stored; printed on a terminal, none of them reorders or hides text."""
     return s.translate(_JSON_TABLE)
+
+
+#: Markdown's inline syntax (backslash-escaped), HTML's and GitHub's mentions (as character references).
+_MD_TABLE = {
+    **{ord(c): "\\" + c for c in "\\`*_[]|~#"},
+    ord("<"): "&lt;",
+    ord(">"): "&gt;",
+    ord("&"): "&amp;",
+    ord("@"): "&#64;",
+}
+
+
+def md_text(s: object) -> str:
+    r"""``str(s)`` inert in Markdown (a GitHub PR comment, a table cell): control characters written
+    out as in :func:`escape` (a newline cannot end a table row), then the backslash, backtick, ``*``,
+    ``_``, ``[``, ``]``, ``|``, ``~`` and ``#`` backslash-escaped, ``< > &`` as HTML character
+    references (no tag, no comment survives) and ``@`` as ``&#64;`` (a name never mentions anyone)."""
+    return escape(str(s)).translate(_MD_TABLE)

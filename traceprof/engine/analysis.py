@@ -244,6 +244,14 @@ class Finding:
     report never disagree; ``rank``: the rank a straggler finding names; ``recoverable_pct``: the
     time fixing it could recover by the step account (``critical_path``'s ``refine`` hook), % of
     all ranks' step time (None: no figure).
+
+    The machine-readable side (``summary -f json``; each hook fills what it measured):
+    ``ranks``: the ranks the finding names (a straggler, the worst rank, those behind); ``metric``:
+    the measure ``value`` is of, its unit in its suffix (``exposed_comm_pct``: %, ``_ns``: ns,
+    ``slowdown``: a factor); ``recoverable_ns``: ``recoverable_pct``'s time in ns summed over all
+    ranks' steps (None: no figure); ``cause``: what the analysis blames, in its words (``untraced
+    host time``, a collective and the op before it); ``evidence``: the analysis and table that show it,
+    ``ANALYSIS`` or ``ANALYSIS:TABLE`` (default: ``section``'s table ``frame``).
     """
 
     topic: str
@@ -255,6 +263,12 @@ class Finding:
     status: str = ""
     rank: int | None = None
     recoverable_pct: float | None = None
+    ranks: tuple[int, ...] = ()
+    metric: str = ""
+    value: float | None = None
+    recoverable_ns: int | None = None
+    cause: str = ""
+    evidence: str = ""
 
     @property
     def rank_by(self) -> float | None:
@@ -483,6 +497,53 @@ def load_all() -> None:
         return
     plugins.load(PACKAGE, ENTRY_POINTS)
     _LOADED = True
+
+
+def envelope(analysis: Analysis, result: FrameResult, table: str, run: str, run_id: int) -> dict[str, Any]:
+    """``analyze -f json --with-notes``: one JSON-ready object for a table of a result.
+
+    Keys: ``analysis``, ``run`` (its name), ``run_id``, ``table``, ``columns`` (one {name, type, unit,
+    doc} per column of the frame, from the analysis' declaration; type and unit from the frame alone,
+    ``_ns``: ns, ``_pct``: %, where a column is not declared), ``rows`` (the frame's rows, values as
+    computed: ns as integers) and ``notes`` (the result's notes: text, ranks, number, kind).
+
+    Raises:
+        KeyError: ``table`` is not one of the result's frames.
+    """
+    frame = result.frames()[table]
+    try:
+        declared = {c.name: c for c in analysis.frame(table).columns}
+    except KeyError:
+        declared = {}
+    columns = []
+    for name, dtype in frame.schema.items():
+        c = declared.get(name)
+        unit = (
+            c.unit
+            if c is not None
+            else "ns"
+            if name.endswith("_ns")
+            else "%"
+            if name.endswith("_pct")
+            else ""
+        )
+        columns.append(
+            {
+                "name": name,
+                "type": c.type if c is not None else str(dtype),
+                "unit": unit,
+                "doc": c.doc if c else "",
+            }
+        )
+    return {
+        "analysis": analysis.name,
+        "run": run,
+        "run_id": run_id,
+        "table": table,
+        "columns": columns,
+        "rows": frame.to_dicts(),
+        "notes": [_as_note(n).to_dict() for n in result.notes],
+    }
 
 
 def names() -> list[str]:

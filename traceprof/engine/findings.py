@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import dataclasses
 import queue
+import shlex
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,7 @@ class Findings:
     missing: tuple[Missing, ...]
     results: dict[str, FrameResult] = field(default_factory=dict)
     hta: bool = False
+    baseline: str = ""
 
     @property
     def empty_text(self) -> str:
@@ -132,13 +134,67 @@ class Findings:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: run, findings, verdicts, missing."""
+        """JSON-ready: run, baseline (None: not compared), findings (:meth:`finding_dict` each),
+        verdicts, missing."""
         return {
             "run": self.run,
-            "findings": self.to_frame().to_dicts(),
+            "baseline": self.baseline or None,
+            "findings": [self.finding_dict(i, f) for i, f in enumerate(self.findings, 1)],
             "verdicts": [v.__dict__ for v in self.verdicts],
             "missing": [m.__dict__ for m in self.missing],
         }
+
+    def finding_dict(self, position: int, f: Finding) -> dict[str, Any]:
+        """One finding for CI and agents: the :meth:`to_frame` row's fields, then ``ranks`` (list of
+        ints), ``metric``, ``value`` (in ``unit``: ``ns``, ``%``, ``x`` (a factor) or ``""``),
+        ``recoverable_ns`` (int ns over all ranks' steps, or None), ``cause`` (None: none named),
+        ``evidence`` ({analysis, table, command}: the table that shows it and the command that
+        prints it) and ``full`` (the text with full names, or None)."""
+        ranks = f.ranks or ((f.rank,) if f.rank is not None else ())
+        unit = metric_unit(f.metric)
+        return {
+            "position": position,
+            "topic": f.topic,
+            "cost_pct": f.cost_pct,
+            "recoverable_pct": f.recoverable_pct,
+            "problem": f.problem,
+            "status": f.status,
+            "finding": f.text,
+            "ranks": [int(r) for r in ranks],
+            "metric": f.metric or None,
+            "value": int(f.value) if unit == "ns" and f.value is not None else f.value,
+            "unit": unit,
+            "recoverable_ns": f.recoverable_ns,
+            "cause": f.cause or None,
+            "evidence": self.evidence(f),
+            "full": f.full or None,
+        }
+
+    def evidence(self, f: Finding) -> dict[str, str]:
+        """Where a finding's figures come from: {analysis, table, command} (``diff``: the regression
+        gate, its command ``traceprof diff BASELINE RUN``)."""
+        analysis, _, table = (f.evidence or f.section).partition(":")
+        table = table or "frame"
+        run = shlex.quote(self.run)
+        if analysis == "diff":
+            command = f"traceprof diff {shlex.quote(self.baseline or 'BASELINE')} {run}"
+        else:
+            command = f"traceprof analyze {analysis} --run {run}" + (
+                f" --table {table}" if table != "frame" else ""
+            )
+        return {"analysis": analysis, "table": table, "command": command}
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a finding's ``value`` by its metric's suffix: ``_ns`` ns, ``_pct`` %, ``slowdown``
+    x (a factor), else ``""`` (a count or none)."""
+    if metric.endswith("_ns"):
+        return "ns"
+    if metric.endswith("_pct"):
+        return "%"
+    if metric.endswith("slowdown"):
+        return "x"
+    return ""
 
 
 def report_analyses() -> list[registry.Analysis]:
@@ -311,9 +367,36 @@ def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding
         "inconclusive": ("inconclusive", "inconclusive vs baseline: "),
     }.get(verdict, ("ok", "vs baseline: "))
     text = lead + summary
-    return [Finding("regression", text, cost, status == "problem", "diff")], Verdict(
-        "regression", status, text
+    # the metric the gate speaks of: the first that regressed, else the first beyond its threshold
+    flagged = diff.frame.filter(pl.col("verdict") != "ok")
+    head = flagged.row(0, named=True) if flagged.height else None
+    cause = ""
+    ranks: tuple[int, ...] = ()
+    struct, items = getattr(diff, "structure", None), getattr(diff, "items", None)
+    if (
+        head is not None
+        and head["layer"] == "structural"
+        and isinstance(struct, pl.DataFrame)
+        and struct.height
+    ):
+        top = struct.row(0, named=True)  # largest FLOPs change first
+        cause = f"{top['kind']} {top['name']} {top.get('shape') or ''}".strip()
+        ranks = tuple(int(r) for r in top.get("ranks") or ())
+    elif isinstance(items, pl.DataFrame) and items.height and "grew" in items.columns:
+        grew = items.filter(pl.col("grew"))
+        cause = f"{grew['kind'][0]} {grew['name'][0]}" if grew.height else ""
+    found = Finding(
+        "regression",
+        text,
+        cost,
+        status == "problem",
+        "diff",
+        metric=f"{head['metric']}_change_pct".replace("_ns_change", "_change") if head else "",
+        value=head["delta_pct"] if head else None,
+        cause=cause or (f"{head['layer']} change" if head else ""),
+        ranks=ranks,
     )
+    return [found], Verdict("regression", status, text)
 
 
 def build(
@@ -323,6 +406,7 @@ def build(
     diff: FrameResult | TraceprofError | None = None,
     hta: bool = False,
     params: dict[str, dict[str, str]] | None = None,
+    baseline: str | None = None,
 ) -> Findings:
     """Findings from the results of :func:`run_analyses` (and a diff against a baseline, if any).
 
@@ -334,6 +418,7 @@ def build(
         hta: Whether the analyses ran in HTA-compatible mode (``hta=true``).
         params: The analyses' parameters as strings (``run_analyses``'), so that the straggler
             verdict reads the same results the findings and sections show.
+        baseline: The baseline ``diff`` compared with, as given (for the regression finding's evidence).
     """
     name = run_name(store, run_id)
     ok = {k: v for k, v in results.items() if isinstance(v, FrameResult)}
@@ -359,7 +444,7 @@ def build(
     findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
     needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
     missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
-    return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta)
+    return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta, baseline or "")
 
 
 def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:
@@ -398,7 +483,7 @@ def summarize(
         diff = None
         if baseline is not None:
             diff = compare(store, baseline, run_id, analysis_mfu_options(params), force)
-        return build(store, run_id, results, diff, hta_mode(params), params)
+        return build(store, run_id, results, diff, hta_mode(params), params, baseline)
 
 
 def compare(

@@ -34,6 +34,7 @@ from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, 
 from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.ingest import clock, matching, sources
+from traceprof.ingest.naming import Part, assign, stem
 from traceprof.storage import layout
 from traceprof.storage.store import Store
 
@@ -80,6 +81,7 @@ def discover(
     unclaimed: list[str] | None = None,
     scanned: set[Path] | None = None,
     unread: dict[Path, str] | None = None,
+    named: set[Path] | None = None,
 ) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
 
@@ -91,6 +93,7 @@ def discover(
         unread: If given, receives file -> ``"<format> ..., which traceprof does not read: <what to
             do>"`` for each file found in a directory beside traces whose format is recognized and
             not read (``sources.recognize``).
+        named: If given, receives the files named in ``paths`` themselves (resolved).
 
     Raises:
         UsageError: A path does not exist or holds no trace file (naming the formats of the files
@@ -109,6 +112,8 @@ def discover(
                     else f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
                 )
             files = [p]
+            if named is not None:
+                named.add(p.resolve())
         else:
             found = sorted(f for f in p.rglob("*") if f.is_file())
             files = [f for f in found if _claim(f)]
@@ -241,14 +246,16 @@ def ingest(
     """Ingest trace files or directories into ``store``.
 
     Each directory of rank files is one run named after the directory (a whole-run file such as an
-    NDTimeline Parquet trace: named after the file), unless ``run`` names one run for everything.
+    NDTimeline Parquet trace, or a file named alone: named after the file), unless ``run`` names one
+    run for everything; folders of one name, and files of one folder that cannot be one job, are
+    told apart (:mod:`traceprof.ingest.naming`, each said in a warning).
     Files already stored (same SHA-256) are skipped. Collectives of every run that gained traces
     are matched and, unless ``align`` is false, clocks are aligned (both over the whole run).
 
     Args:
         store: An open, writable store.
         paths: Files and directories (searched recursively).
-        run: Run name for all files; default: each file's directory name.
+        run: Run name for all files; default: by :mod:`traceprof.ingest.naming`.
         on_bad_event: ``raise`` or ``skip`` malformed events (see ``traceprof.collectors.kineto.parse``).
         jobs: Parallel parser processes (default: CPU count, at most one per file; none for inputs
             under 16 MiB, parsed in this process).
@@ -289,18 +296,23 @@ def ingest(
     unread: dict[Path, str] = {}
     scanned: set[Path] = set()
     paths = list(paths)  # named again in a message
-    groups = discover(paths, unclaimed, scanned, unread)
+    named: set[Path] = set()
+    groups = discover(paths, unclaimed, scanned, unread, named)
     if unclaimed:
         result.warnings.append(
             f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}"
         )
     result.warnings += [f"not read: {f}: {k}" for f, k in unread.items()]
-    todo: list[tuple[str, Path]] = []
+    todo: list[tuple[Part, Path]] = []
     # Only a file of a stored size can be stored already: hash just those here (a second read);
     # the parser hashes every file as it reads it (``traces.sha256``).
     sizes = store.stored_sizes()
     for group, files in groups.items():
-        name = run or (group.stem if group.is_file() else group.name)
+        # a whole-run file, or a file named alone: its run is named after it (traceprof.ingest.naming)
+        lone = group.is_file() or (len(files) == 1 and files[0] in named)
+        origin = files[0] if lone else group
+        name = run or (stem(origin) if lone else group.name)
+        part = Part(name, origin, [])
         if not run:  # named after its folder (or whole-run file): the rules of --run hold for it too
             check_name(name, f"{group} (its run name; set another with --run NAME)")
         new: list[Path] = []
@@ -319,7 +331,7 @@ def ingest(
                 f"{f}: already stored in {where}, so run {name!r} would miss that rank; a file belongs "
                 "to one run: ingest the files under that run's name, or into another store (--db)"
             )
-        todo += [(name, f) for f in new]
+        todo += [(part, f) for f in new]
     fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:
@@ -340,16 +352,21 @@ def ingest(
             except OSError:  # the store's folder is not writable: the events come back in memory
                 spool = None
         parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
-        by_run: dict[str, list[ParsedTrace]] = {}
         not_traces: list[Path] = []
-        for (name, f), pts in zip(todo, parsed, strict=True):
+        for (part, f), pts in zip(todo, parsed, strict=True):
             if isinstance(pts, NotATraceError) and f in scanned:
                 result.warnings.append(f"skipped {pts}")
                 not_traces.append(f)
             elif isinstance(pts, TraceprofError):
                 result.failed[str(f)] = str(pts)
             else:
-                by_run.setdefault(name, []).extend(pts)
+                part.traces.extend(pts)
+        parts = list({id(p): p for p, _ in todo if p.traces}.values())
+        if run is not None:
+            by_run = {run: [pt for p in parts for pt in p.traces]} if parts else {}
+        else:
+            by_run, renamed = assign(parts, store)
+            result.warnings += renamed
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
         if not by_run and not result.failed and not result.skipped:

@@ -1,0 +1,81 @@
+"""Run names without --run: a lone file after itself, folders of one leaf name told apart, files
+that cannot be one job one run each (traceprof.ingest.naming), each renaming or split said."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.builders import micro_trace
+from tests.conftest import corpus
+from traceprof.ingest.ingest import ingest
+from traceprof.ingest.naming import stem
+
+
+def _runs(store) -> dict[str, tuple[int, int]]:
+    """Run name -> (traces, distinct ranks)."""
+    rows = store.con.execute(
+        "SELECT r.name, count(*), count(DISTINCT t.rank) FROM runs r JOIN traces t USING (run_id) GROUP BY r.name"
+    ).fetchall()
+    return {n: (t, k) for n, t, k in rows}
+
+
+def test_stem_drops_trace_suffixes():
+    assert stem(Path("x.sqlite")) == "x"
+    assert stem(Path("worker0.1700.pt.trace.json.gz")) == "worker0.1700"
+    assert stem(Path("rank3.JSON")) == "rank3" and stem(Path(".json")) == ".json"
+
+
+def test_a_lone_file_is_named_after_itself_not_its_folder(store):
+    f = corpus("nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
+    res = ingest(store, [f], jobs=1)
+    assert list(res.runs) == ["pipit_saxpy-mpi-cuda_nsys_perlmutter0"]  # was 'nsys'
+
+
+def test_a_folder_of_one_file_keeps_the_folders_name(store):
+    res = ingest(store, [corpus("hta/trace_diff/test")], jobs=1)
+    assert list(res.runs) == ["test"]
+
+
+def test_unrelated_nsys_exports_in_one_folder_are_one_run_each(store):
+    # cloverleaf records no rank, saxpy records MPI rank 0: two jobs (this failed before: "no rank
+    # in the trace and 2 files in run 'nsys'")
+    res = ingest(store, [corpus("nsys")], jobs=1)
+    assert sorted(res.runs) == ["pipit_perlmutter-cloverleaf-cuda", "pipit_saxpy-mpi-cuda_nsys_perlmutter0"]
+    note = next(w for w in res.warnings if "cannot be one job" in w)
+    assert "(1 of its 2 files record no rank), so they are 2 runs" in note
+    assert {n: t for n, (t, _) in _runs(store).items()} == dict.fromkeys(res.runs, 1)
+
+
+def test_folders_with_one_leaf_name_get_their_parent_in_the_name(store):
+    # hta/trace_diff/test and hta/trace_compare/test are both rank 1 of a 2-rank job (this failed
+    # after parsing both: "rank 1 also in ... (same run 'test')")
+    res = ingest(store, [corpus("hta/trace_diff"), corpus("hta/trace_compare")], jobs=1)
+    assert sorted(res.runs) == ["base", "control", "trace_compare/test", "trace_diff/test"]
+    note = next(w for w in res.warnings if "would be run 'test'" in w)
+    assert "2 inputs would be run 'test' but cannot be one job (rank 1 is in " in note
+    assert note.endswith("runs 'trace_diff/test', 'trace_compare/test'")
+
+
+def test_files_of_other_world_sizes_in_one_folder_are_one_run_each(store, tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    (d / "a.json").write_text(json.dumps(micro_trace(["x"], rank=0, world=2)))
+    (d / "b.json").write_text(json.dumps(micro_trace(["x"], rank=1, world=128)))
+    res = ingest(store, [d], jobs=1)
+    assert sorted(res.runs) == ["a", "b"]
+    assert any(
+        "(its files state world sizes 2, 128), so they are 2 runs: 'a', 'b'" in w for w in res.warnings
+    )
+
+
+def test_one_jobs_ranks_in_folders_of_one_name_stay_one_run(store, tmp_path):
+    # ranks 0-1 under host1/prof, ranks 2-3 under host2/prof, world size 4: one job, one run 'prof'
+    for host, ranks in (("host1", (0, 1)), ("host2", (2, 3))):
+        d = tmp_path / host / "prof"
+        d.mkdir(parents=True)
+        for r in ranks:
+            (d / f"rank{r}.json").write_text(json.dumps(micro_trace(["x"], rank=r, world=4)))
+    res = ingest(store, [tmp_path / "host1" / "prof", tmp_path / "host2" / "prof"], jobs=1)
+    assert list(res.runs) == ["prof"] and _runs(store) == {"prof": (4, 4)}
+    assert not any("cannot be one job" in w for w in res.warnings)

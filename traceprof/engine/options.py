@@ -1,0 +1,99 @@
+"""``-p`` options: one syntax for every command.
+
+``ANALYSIS.KEY=VALUE`` names the analysis; the bare ``KEY=VALUE`` goes to the analysis the command
+implies (``analyze NAME``; ``diff`` and ``history``: ``mfu``), or, where a command runs several
+(``summary``, ``report``), to every one of them that takes ``KEY``. A key no analysis of the command
+takes is an error listing the valid ones. Defaults from a config file
+(:mod:`traceprof.core.config`) come first and the command line's options override them key by key;
+a config entry for an analysis the command does not run is left out, not refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from traceprof.core.errors import UsageError
+from traceprof.engine import analysis as registry
+
+__all__ = ["parse", "split"]
+
+
+def split(option: str) -> tuple[str | None, str, str]:
+    """``ANALYSIS.KEY=VALUE`` -> (analysis, key, value); ``KEY=VALUE`` -> (None, key, value). The key's
+    ``-`` become ``_``; the value is everything after the first ``=``, stripped.
+
+    Raises:
+        UsageError: No ``=``, or an empty key.
+    """
+    if "=" not in option:
+        raise UsageError(f"-p {option!r}: expected KEY=VALUE or ANALYSIS.KEY=VALUE")
+    key, value = option.split("=", 1)
+    name, _, k = key.strip().rpartition(".")
+    if not k:
+        raise UsageError(f"-p {option!r}: expected KEY=VALUE or ANALYSIS.KEY=VALUE")
+    return name or None, k.replace("-", "_"), value.strip()
+
+
+def _takes(names: Sequence[str]) -> dict[str, list[str]]:
+    """Each parameter name -> the analyses of ``names`` that take it (``run`` aside)."""
+    out: dict[str, list[str]] = {}
+    for n in names:
+        for k in registry.param_types(registry.get(n).params):
+            if k != "run":
+                out.setdefault(k, []).append(n)
+    return out
+
+
+def parse(
+    options: Iterable[str],
+    scope: Sequence[str],
+    implied: str | None = None,
+    defaults: Iterable[str] = (),
+) -> dict[str, dict[str, str]]:
+    """``-p`` options as {analysis: {key: value}} for a command that runs the analyses ``scope``.
+
+    Args:
+        options: ``-p`` values as typed (``mfu.peak_tflops=989``, ``peak_tflops=989``).
+        scope: The analyses the command runs (``analyze NAME``: ``[NAME]``).
+        implied: Where a bare ``KEY=VALUE`` goes (``analyze NAME``: NAME); None: to every analysis
+            of ``scope`` that takes ``KEY``.
+        defaults: Options of the same form from a config file, overridden key by key by
+            ``options``; those naming an analysis outside ``scope`` are left out, a bare key goes
+            to the analyses of ``scope`` that take it (none: left out).
+
+    Returns:
+        Analysis -> key -> value string (converted by the analysis' ``Params`` later).
+
+    Raises:
+        UsageError: An option names an analysis the command does not run, or a bare key that no
+            analysis of the command takes (the message lists the valid ``ANALYSIS.KEY``).
+    """
+    out: dict[str, dict[str, str]] = {}
+    takes: dict[str, list[str]] | None = None
+    for strict, given in ((False, defaults), (True, options)):
+        for option in given:
+            name, key, value = split(option)
+            if name is not None:
+                if name not in scope:
+                    if not strict:
+                        continue
+                    raise UsageError(
+                        f"-p {option!r}: this command runs no analysis {name!r}; "
+                        f"it runs {', '.join(scope)} (or give KEY=VALUE)"
+                    )
+                targets = [name]
+            elif implied is not None and strict:
+                targets = [implied]
+            else:
+                takes = _takes(scope) if takes is None else takes
+                targets = takes.get(key, [])
+                if not targets:
+                    if not strict:
+                        continue
+                    valid = ", ".join(sorted(f"{a}.{k}" for k, names in takes.items() for a in names))
+                    raise UsageError(
+                        f"-p {option!r}: no analysis of this command takes {key!r}; valid: {valid}"
+                    )
+            for t in targets:
+                out.setdefault(t, {})[key] = value
+    return out

@@ -1,0 +1,205 @@
+"""Run names of an ingest without ``--run``: what each run is called, and which files are one run.
+
+Rules, in order (each renaming or split is said in a note):
+  1. A folder of trace files is one run named after the folder; a file named on the command line
+     alone (or a whole-run file such as an NDTimeline trace) is one run named after the file, its
+     trace suffixes dropped (``x.sqlite`` -> ``x``, ``rank0.pt.trace.json.gz`` -> ``rank0``).
+  2. A folder whose files cannot be one job (:func:`conflict`: ranks unknown in several files, one
+     rank twice, other world sizes, recorded hours apart) is split: files of one stated world size
+     stay together where they can be one job; single-rank files (no world size, or 1) are one run
+     each, named after the file; what still cannot be one run is left for ingest to refuse.
+  3. Runs of this ingest that would share a name (folders ``a/test`` and ``b/test``) are one run
+     when their files can be one job (a job's ranks in one folder per host); else each is named
+     by as much of its path as tells them apart (``a/test``, ``b/test``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceprof.core.errors import StoreError
+from traceprof.core.parsed import ParsedTrace
+from traceprof.storage.identity import check_within
+from traceprof.storage.store import Store
+
+__all__ = ["Part", "stem", "conflict", "assign"]
+
+#: Suffixes dropped from a file's name to name its run (repeatedly, case-insensitively).
+TRACE_SUFFIXES = (".gz", ".zst", ".json", ".sqlite", ".db", ".parquet", ".pkl", ".pickle", ".trace", ".pt")
+
+
+def stem(path: Path) -> str:
+    """A file's name without its trace suffixes (:data:`TRACE_SUFFIXES`); the name itself when that
+    would leave nothing."""
+    name = path.name
+    while True:
+        low = name.lower()
+        cut = next((s for s in TRACE_SUFFIXES if low.endswith(s) and len(name) > len(s)), None)
+        if cut is None:
+            return name
+        name = name[: -len(cut)]
+
+
+@dataclass
+class Part:
+    """A would-be run: its name, where its files lie (a folder, or a file for a run of one file
+    named after it) and its parsed traces."""
+
+    name: str
+    origin: Path
+    traces: list[ParsedTrace]
+
+
+def conflict(traces: list[ParsedTrace]) -> str:
+    """Why ``traces`` cannot be one job's run, or ``""``: several files and a rank unknown, one
+    (rank, source) in two files, two world sizes, or times more than an hour apart
+    (:func:`traceprof.storage.identity.check_within`)."""
+    files = {pt.path for pt in traces}
+    if len(files) < 2:
+        return ""
+    if any(pt.rank is None for pt in traces):
+        n = len({pt.path for pt in traces if pt.rank is None})
+        return f"{n} of its {len(files)} files record no rank"
+    seen: dict[tuple[int, str], str] = {}
+    for pt in traces:
+        key = (int(pt.rank), pt.source)  # type: ignore[arg-type]
+        if key in seen and seen[key] != pt.path:
+            a, b = Path(seen[key]), Path(pt.path)
+            return f"rank {pt.rank} is in {a.name if a.name != b.name else a} and {b.name if a.name != b.name else b}"
+        seen[key] = pt.path
+    worlds = sorted({pt.world_size for pt in traces if pt.world_size is not None})
+    if len(worlds) > 1:
+        return f"its files state world sizes {', '.join(map(str, worlds))}"
+    try:
+        check_within("", traces)
+    except StoreError:
+        return "its files were recorded more than an hour apart"
+    return ""
+
+
+def _by_file(traces: list[ParsedTrace]) -> dict[str, list[ParsedTrace]]:
+    out: dict[str, list[ParsedTrace]] = {}
+    for pt in traces:
+        out.setdefault(pt.path, []).append(pt)
+    return out
+
+
+def _split(part: Part, why: str, notes: list[str]) -> list[Part]:
+    """Rule 2 of the module doc on one folder's would-be run."""
+    files = _by_file(part.traces)
+    by_world: dict[int | None, list[str]] = {}
+    for path, pts in files.items():
+        worlds = {pt.world_size for pt in pts}
+        w = worlds.pop() if len(worlds) == 1 else None
+        by_world.setdefault(w if w is not None and w > 1 else None, []).append(path)
+    out: list[Part] = []
+    jobs = sum(1 for w, paths in by_world.items() if w is not None and len(paths) > 1)
+    for w, paths in by_world.items():
+        traces = [pt for p in paths for pt in files[p]]
+        if w is None or len(paths) == 1:  # single-rank files: one run each
+            if len(paths) > 1 and any(len({pt.rank for pt in files[p]}) > 1 for p in paths):
+                return [part]  # a multi-rank file among them: not ours to split
+            out += [Part(stem(Path(p)), Path(p), files[p]) for p in paths]
+        elif not conflict(traces):  # one job's files: the folder's name (with its world size if two)
+            out.append(Part(f"{part.name}-world{w}" if jobs > 1 else part.name, part.origin, traces))
+        else:
+            return [part]  # two runs of one job in one folder: ingest says which files clash
+    if len(out) < 2:
+        return [part]
+    names = ", ".join(repr(p.name) for p in out)
+    notes.append(
+        f"{part.origin}: its files cannot be one job ({why}), so they are {len(out)} runs: {names} "
+        "(put each job's files in a folder of its own, or name one run with --run)"
+    )
+    return out
+
+
+def _suffix(origin: Path, name: str, depth: int) -> str:
+    """``name`` under the last ``depth`` folders above ``origin``'s own (``a/test`` for depth 1)."""
+    above = origin.parent.parts[-depth:] if depth else ()
+    return "/".join((*above, name))
+
+
+def _apart(parts: list[Part], notes: list[str]) -> list[Part]:
+    """Rule 3 of the module doc on would-be runs of one name."""
+    if len(parts) < 2 or not conflict([pt for p in parts for pt in p.traces]):
+        return [Part(parts[0].name, parts[0].origin, [pt for p in parts for pt in p.traces])]
+    depth = 1
+    while len({_suffix(p.origin, p.name, depth) for p in parts}) < len(parts) and depth < 64:
+        depth += 1
+    out = [Part(_suffix(p.origin, p.name, depth), p.origin, p.traces) for p in parts]
+    why = conflict([pt for p in parts for pt in p.traces])
+    notes.append(
+        f"{len(parts)} inputs would be run {parts[0].name!r} but cannot be one job ({why}): runs "
+        + ", ".join(repr(p.name) for p in out)
+    )
+    return out
+
+
+def assign(parts: list[Part], store: Store | None = None) -> tuple[dict[str, list[ParsedTrace]], list[str]]:
+    """Run name -> traces for the would-be runs of an ingest (one per folder or lone file, named by
+    rule 1), after rules 2 and 3 (and 4 with ``store``); and the notes saying what was split or
+    renamed.
+
+    Rule 4: a run of the name already in ``store`` whose files lie elsewhere and hold the same
+    ranks, or another world size, is another job's: the new one is named by its path
+    (``b/test``) as in rule 3. A name that would still clash (the same path named twice) is left
+    as it is, for ingest's checks to refuse with their message.
+    """
+    notes: list[str] = []
+    split: list[Part] = []
+    for p in parts:
+        why = conflict(p.traces)
+        split += _split(p, why, notes) if why and p.origin.is_dir() else [p]
+    by_name: dict[str, list[Part]] = {}
+    for p in split:
+        by_name.setdefault(p.name, []).append(p)
+    merged = [p for same in by_name.values() for p in _apart(same, notes)]
+    if store is not None:
+        taken = {p.name for p in merged}
+        merged = [_beside_stored(store, p, taken, notes) for p in merged]
+    out: dict[str, list[ParsedTrace]] = {}
+    for p in merged:
+        out.setdefault(p.name, []).extend(p.traces)
+    return out, notes
+
+
+def _beside_stored(store: Store, part: Part, taken: set[str], notes: list[str]) -> Part:
+    """Rule 4 of :func:`assign` for one would-be run."""
+    held = store.con.execute(
+        "SELECT t.rank, t.source, t.world_size, t.path FROM traces t JOIN runs r USING (run_id) WHERE r.name = ?",
+        [part.name],
+    ).fetchall()
+    if not held:
+        return part
+    home = part.origin if part.origin.is_dir() else None
+    if home is not None and any(Path(path).is_relative_to(home) for *_, path in held):
+        return part  # more files of the same folder: the run's own checks decide
+    ranks = {(r, src): path for r, src, _, path in held if r is not None}
+    worlds = {w for _, _, w, _ in held if w is not None}
+    clash = next(
+        (
+            f"rank {pt.rank} is in {ranks[(pt.rank, pt.source)]}"
+            for pt in part.traces
+            if (pt.rank, pt.source) in ranks and ranks[(pt.rank, pt.source)] != pt.path
+        ),
+        "",
+    ) or next(
+        (
+            f"world size {pt.world_size}, the run's {min(worlds)}"
+            for pt in part.traces
+            if worlds and pt.world_size is not None and pt.world_size not in worlds
+        ),
+        "",
+    )
+    if not clash:
+        return part
+    stored = {str(n) for (n,) in store.con.execute("SELECT name FROM runs").fetchall()}
+    depth = 1
+    while depth < 64 and (_suffix(part.origin, part.name, depth) in stored | taken):
+        depth += 1
+    name = _suffix(part.origin, part.name, depth)
+    notes.append(f"run {part.name!r} in the store is another job ({clash}): these files are run {name!r}")
+    taken.add(name)
+    return Part(name, part.origin, part.traces)

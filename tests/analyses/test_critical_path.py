@@ -347,7 +347,7 @@ def test_report_opens_with_the_step_waterfall_and_marks_the_path(store):
     assert (tl.path["start_ms"] >= 0).all() and (tl.path["end_ms"] <= tl.span_ms).all()
     sleep = tl.path.filter((pl.col("rank") == 2) & (pl.col("kind") == "host_bound"))
     assert (sleep["end_ms"] - sleep["start_ms"]).max() > 25  # ms
-    fig = plots.timeline(tl)
+    fig = plots.render(plots.timeline(tl))
     labels = [
         str(i.label.get("value") if isinstance(i.label, dict) else i.label) for i in fig.legend[0].items
     ]

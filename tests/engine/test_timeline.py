@@ -54,7 +54,7 @@ def test_1024_ranks_are_binned_into_one_small_image():
     assert (grid[:, 10] == 1).all()  # 0.25 ms: inside a compute kernel
     from traceprof.engine.timeline import Timeline
 
-    fig = plots.timeline(Timeline(1, ranks, span_ms, None, grid, bin_ms, "step 1"))
+    fig = plots.render(plots.timeline(Timeline(1, ranks, span_ms, None, grid, bin_ms, "step 1")))
     from bokeh.embed import json_item
 
     assert len(json.dumps(json_item(fig))) < 700_000  # one image, not a glyph per kernel
@@ -79,5 +79,5 @@ def test_axis_says_what_the_window_is():
     ranks, span, rows, grid, bin_ms = lanes(act)
     whole = Timeline(-1, ranks, span, rows, grid, bin_ms, "the whole trace (no ProfilerSteps)")
     step = Timeline(3, ranks, span, rows, grid, bin_ms, "step 3")
-    assert plots.timeline(whole).xaxis[0].axis_label == "ms from the first compute or communication"
-    assert plots.timeline(step).xaxis[0].axis_label == "ms from the step's start"
+    assert plots.render(plots.timeline(whole)).xaxis[0].axis_label == "ms from the first compute or communication"
+    assert plots.render(plots.timeline(step)).xaxis[0].axis_label == "ms from the step's start"

@@ -321,8 +321,46 @@ def _root(
     from traceprof.core import config as config_file
 
     _config = config_file.load(config)
+    if _config.params or _config.thresholds:
+        _check_config(_config)
     if _config.db is not None:
         ctx.default_map = {**(ctx.default_map or {}), **_db_defaults(ctx.command, _config.db)}
+
+
+def _check_config(cfg: Any) -> None:
+    """Refuse a config file whose ``[params]`` or ``[diff]`` thresholds no command could use, naming
+    the file and the key, before any command runs (a bad value surfaced later blamed ``-p``/``-t``;
+    an unknown bare key was silently left out).
+
+    Raises:
+        UsageError: An analysis or parameter that does not exist, a value of the wrong type or out
+            of range (as the analysis' ``Params`` checks it), or a threshold outside (0, 1] or for no
+            metric.
+    """
+    from traceprof.engine import analysis as registry
+    from traceprof.engine.diff import thresholds
+    from traceprof.engine.options import split
+
+    where = f"{cfg.path}"
+    every = [a.name for a in registry.specs()]
+    for option in cfg.params:
+        try:
+            name, key, value = split(option)
+            names = (
+                [name]
+                if name is not None
+                else [n for n in every if key in registry.param_types(registry.get(n).params)]
+            )
+            if not names:
+                raise UsageError(f"no analysis takes {key!r}")
+            for n in names:
+                registry.make_params(registry.get(n), None, {key: value})
+        except UsageError as e:
+            raise UsageError(f"{where}: [params] {option.split('=', 1)[0].strip()}: {e}") from None
+    try:
+        thresholds(dict(cfg.thresholds))
+    except UsageError as e:
+        raise UsageError(f"{where}: [diff] thresholds: {e}") from None
 
 
 @app.command()

@@ -786,7 +786,9 @@ def test_lines_plot_draws_the_largest_series_and_marks_peaks():
     # drawn (4..19), one allocated line each plus one peak marker each.
     rows = [(f"rank {i}", t, i * 2**30 if t else 0, t == 1) for i in range(20) for t in (0, 1)]
     df = pl.DataFrame(rows, schema=["series", "ts_ns", "allocated_bytes", "peak"], orient="row")
-    fig = plots.render(plots.lines(df, "ts_ns", ["allocated_bytes", "reserved_bytes"], "series", "peak", "memory"))
+    fig = plots.render(
+        plots.lines(df, "ts_ns", ["allocated_bytes", "reserved_bytes"], "series", "peak", "memory")
+    )
     glyphs = [r.glyph.__class__.__name__ for r in fig.renderers if isinstance(r, GlyphRenderer)]
     assert glyphs.count("Line") == 16 and glyphs.count("Scatter") == 16
     assert fig.title.text == "memory (the 16 largest of 20; the table has all)"

@@ -53,11 +53,17 @@ def test_summary_json_findings_carry_rank_metric_cause_and_evidence(db):
     # evidence: the table that shows it, and a command that prints it
     ev = top["evidence"]
     assert (ev["analysis"], ev["table"]) == ("stragglers", "verdict")
-    r = cli(*shlex.split(ev["command"])[1:], "--db", str(db), cwd=db.parent)
+    # the command names the store, so that it runs as printed from any folder
+    assert ev["command"].endswith(f" --db {shlex.quote(str(db))}")
+    r = cli(*shlex.split(ev["command"])[1:], cwd="/")
     assert r.returncode == 0 and "untraced host time" in r.stdout, r.stderr
     # every finding has the fields, typed
+    verdicts = {v["topic"]: v["status"] for v in doc["verdicts"]}
     for f in doc["findings"]:
         assert {"topic", "ranks", "metric", "value", "unit", "recoverable_ns", "cause", "evidence"} <= set(f)
+        # each finding joins to its verdict (the mfu finding's is the utilization topic's)
+        if f["status"] != "info":
+            assert verdicts[f["verdict_topic"]] == f["status"]
         assert all(isinstance(x, int) for x in f["ranks"])
         assert f["recoverable_ns"] is None or isinstance(f["recoverable_ns"], int)
     comm = next(f for f in doc["findings"] if f["topic"] == "communication")
@@ -74,7 +80,7 @@ def test_summary_json_regression_finding_names_the_change(db):
     assert reg["metric"] == "flops_change_pct" and reg["unit"] == "%"
     assert reg["value"] == pytest.approx(100 * (7_113_539_584 - 6_039_797_760) / 6_039_797_760)
     assert reg["ranks"] == [0, 1, 2, 3] and reg["cause"] == "op aten::mm (512,128)@(128,512)"
-    assert reg["evidence"]["command"] == "traceprof diff normal extra_matmul"
+    assert reg["evidence"]["command"] == f"traceprof diff normal extra_matmul --db {shlex.quote(str(db))}"
 
 
 def test_summary_markdown_is_a_pr_comment(db):

@@ -128,3 +128,32 @@ def test_shell_completion(tmp_path):
     env = {**env, "COMP_WORDS": "traceprof summary --format ", "COMP_CWORD": "3"}
     r = subprocess.run([script], cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env})
     assert r.stdout.split() == ["table", "json", "csv", "markdown"], r.stderr
+
+
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        # a value the analysis refuses: it blamed "-p" when a command ran, and `config` printed it
+        (
+            '[params]\n"mfu.peak_tflops" = "abc"\n',
+            "[params] mfu.peak_tflops: peak_tflops='abc': expected a number",
+        ),
+        (
+            '[params]\n"mfu.peak_tflops" = -1\n',
+            "[params] mfu.peak_tflops: peak_tflops='-1': must be a finite number > 0",
+        ),
+        ('[params]\n"mfu.bogus" = 1\n', "[params] mfu.bogus: analysis 'mfu' has no parameter 'bogus'"),
+        # an unknown bare key was left out silently
+        ("[params]\nbogus = 1\n", "[params] bogus: no analysis takes 'bogus'"),
+        # thresholds blamed "--threshold" / "-t", naming no file
+        ("[diff.thresholds]\nnosuch = 0.1\n", "[diff] thresholds: --threshold nosuch=...: no such metric"),
+        ("[diff]\nthreshold = 2\n", "[diff] thresholds: -t 2: thresholds are fractions in (0, 1]"),
+    ],
+)
+def test_a_config_file_no_command_could_use_is_refused_naming_it(tmp_path, body, said):
+    f = tmp_path / "traceprof.toml"
+    f.write_text(body)
+    for args in (("config",), ("runs", "--db", str(tmp_path / "none.duckdb"))):
+        r = run(*args, cwd=tmp_path)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith(f"error: {f}: {said}") and "Traceback" not in r.stderr

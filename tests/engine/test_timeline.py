@@ -79,5 +79,8 @@ def test_axis_says_what_the_window_is():
     ranks, span, rows, grid, bin_ms = lanes(act)
     whole = Timeline(-1, ranks, span, rows, grid, bin_ms, "the whole trace (no ProfilerSteps)")
     step = Timeline(3, ranks, span, rows, grid, bin_ms, "step 3")
-    assert plots.render(plots.timeline(whole)).xaxis[0].axis_label == "ms from the first compute or communication"
+    assert (
+        plots.render(plots.timeline(whole)).xaxis[0].axis_label
+        == "ms from the first compute or communication"
+    )
     assert plots.render(plots.timeline(step)).xaxis[0].axis_label == "ms from the step's start"

@@ -197,11 +197,11 @@ def column_formats(df: pl.DataFrame, units: str = "human") -> list[ColumnFormat]
             out.append(ColumnFormat(c))
             continue
         if units == "ns":
-            out.append(ColumnFormat(c, "ns" if c.endswith("_ns") else "plain"))
+            out.append(ColumnFormat(c, "ns" if c.endswith("_ns") or c == "ns" else "plain"))
             continue
         if metric and c in _METRIC_VALUES:
             out.append(ColumnFormat(c, "metric"))
-        elif c.endswith("_ns"):
+        elif c.endswith("_ns") or c == "ns":  # ``ns`` alone: a duration column (mfu's waterfall)
             out.append(_ns_format(c, df[c], taken))
         elif _FLOPS.search(c) or _BYTES.search(c):
             unit, scale, dec = _pick(_typical(df[c]), _FLOP_UNITS if _FLOPS.search(c) else _BYTE_UNITS)
@@ -223,7 +223,7 @@ def _ns_format(c: str, col: pl.Series, taken: set[str]) -> ColumnFormat:
         short = c[:-3] + "_utc"
         return ColumnFormat(short if short not in taken else c, "time" if len(days) == 1 else "date")
     unit, scale, dec = _pick(_typical(col), _TIME_UNITS)
-    return ColumnFormat(f"{c[:-3]} ({unit})", "duration", scale, unit, dec)
+    return ColumnFormat(f"{c[:-3] if c != 'ns' else 'time'} ({unit})", "duration", scale, unit, dec)
 
 
 def _metric_cell(v: float, metric: str) -> str:

@@ -90,6 +90,11 @@ class Findings:
     results: dict[str, FrameResult] = field(default_factory=dict)
     hta: bool = False
     baseline: str = ""
+    #: The store's path, as the evidence commands name it (``--db``); empty: the default store.
+    db: str = ""
+    #: Finding topic -> the topic of the verdict it takes its status from, where they differ
+    #: (``Topic.aliases``: ``mfu`` findings -> ``utilization``).
+    aliases: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty_text(self) -> str:
@@ -149,7 +154,8 @@ class Findings:
         ints), ``metric``, ``value`` (in ``unit``: ``ns``, ``%``, ``x`` (a factor) or ``""``),
         ``recoverable_ns`` (int ns over all ranks' steps, or None), ``cause`` (None: none named),
         ``evidence`` ({analysis, table, command}: the table that shows it and the command that
-        prints it) and ``full`` (the text with full names, or None)."""
+        prints it), ``full`` (the text with full names, or None) and ``verdict_topic`` (the topic
+        of the verdict in ``verdicts`` whose status it carries)."""
         ranks = f.ranks or ((f.rank,) if f.rank is not None else ())
         unit = metric_unit(f.metric)
         return {
@@ -159,6 +165,7 @@ class Findings:
             "recoverable_pct": f.recoverable_pct,
             "problem": f.problem,
             "status": f.status,
+            "verdict_topic": self.aliases.get(f.topic, f.topic),  # joins the finding to its verdict
             "finding": f.text,
             "ranks": [int(r) for r in ranks],
             "metric": f.metric or None,
@@ -172,15 +179,19 @@ class Findings:
 
     def evidence(self, f: Finding) -> dict[str, str]:
         """Where a finding's figures come from: {analysis, table, command} (``diff``: the regression
-        gate, its command ``traceprof diff BASELINE RUN``)."""
+        gate, its command ``traceprof diff BASELINE RUN``); the command names the store (``--db``),
+        so that it runs as printed from any folder."""
         analysis, _, table = (f.evidence or f.section).partition(":")
         table = table or "frame"
         run = shlex.quote(self.run)
+        db = f" --db {shlex.quote(self.db)}" if self.db else ""  # a command one can paste as it is
         if analysis == "diff":
-            command = f"traceprof diff {shlex.quote(self.baseline or 'BASELINE')} {run}"
+            command = f"traceprof diff {shlex.quote(self.baseline or 'BASELINE')} {run}{db}"
         else:
-            command = f"traceprof analyze {analysis} --run {run}" + (
-                f" --table {table}" if table != "frame" else ""
+            command = (
+                f"traceprof analyze {analysis} --run {run}"
+                + (f" --table {table}" if table != "frame" else "")
+                + db
             )
         return {"analysis": analysis, "table": table, "command": command}
 
@@ -444,7 +455,9 @@ def build(
     findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
     needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
     missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
-    return Findings(name, tuple(findings), tuple(verdicts), missing, ok, hta, baseline or "")
+    return Findings(
+        name, tuple(findings), tuple(verdicts), missing, ok, hta, baseline or "", str(store.path), aliases
+    )
 
 
 def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:

@@ -419,3 +419,24 @@ def test_prose_that_shortens_alike_keeps_its_full_text():
     a = "all_reduce (524.3 kB) after autograd::engine::evaluate_function: torch::autograd::AccumulateGrad x"
     b = a.replace("evaluate_function", "evaluate_other")
     assert distinct_short([a, b], 48) == {a: a, b: b}
+
+
+def test_compared_durations_share_a_unit_and_whole_counts_have_no_decimals():
+    # A diff's items: alone, base (median 650 us) reads in us and cand (median 38.3 ms) in ms, each
+    # column's median picking its unit ("900" beside "35.7"); compared side by side they take one
+    # unit, that of the largest typical magnitude (38.3 ms -> ms, 1 decimal). Call counts held as floats (medians) are whole:
+    # 20 and 28, not 20.00 and 28.00; a float that is not whole keeps its decimals.
+    import polars as pl
+
+    df = pl.DataFrame(
+        {
+            "base_ns": [900_000, 400_000],
+            "cand_ns": [35_670_000, 41_000_000],
+            "delta_ns": [34_770_000, 40_600_000],
+            "base_calls": [20.0, 4.0],
+            "p_value": [0.5, 0.25],
+        }
+    )
+    assert table_columns(df) == ["base (ms)", "cand (ms)", "delta (ms)", "base_calls", "p_value"]
+    assert list(table_rows(df))[0] == ["0.9", "35.7", "34.8", "20", "0.50"]
+    assert table_columns(df.select("base_ns")) == ["base (us)"]  # alone: its own unit

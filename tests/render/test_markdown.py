@@ -25,11 +25,13 @@ def test_md_text_escapes_pipes_backticks_html_newlines_mentions():
 def test_table_keeps_hostile_names_in_their_cell_and_durations_human():
     df = pl.DataFrame({"name": [HOSTILE, "ok"], "total_ns": [1_500_000, 2_000]})
     lines = table(df)
-    assert lines[0] == "| name | total |" and lines[1] == "| --- | ---: |"
+    # one unit per column, named in the header (the units rule of every table): the median of
+    # 1,500,000 and 2,000 ns is 751,000 ns, in us
+    assert lines[0] == "| name | total (us) |" and lines[1] == "| --- | ---: |"
     assert len(lines) == 4  # header, rule, two rows: the newline in the name forged no row
     for ln in lines:
         assert ln.replace("\\|", "").count("|") == 3
-    assert lines[2].endswith("| 1.5 ms |") and lines[3] == "| ok | 2 us |"
+    assert lines[2].endswith("| 1,500 |") and lines[3] == "| ok | 2 |"
 
 
 def test_findings_markdown_headline_and_table():

@@ -206,9 +206,38 @@ def column_formats(df: pl.DataFrame, units: str = "human") -> list[ColumnFormat]
         elif _FLOPS.search(c) or _BYTES.search(c):
             unit, scale, dec = _pick(_typical(df[c]), _FLOP_UNITS if _FLOPS.search(c) else _BYTE_UNITS)
             out.append(ColumnFormat(f"{c} ({unit})", "scaled", scale, unit, dec))
+        elif dtype.is_float() and _whole(df[c]):  # a count held as a float (a median of calls): no ".00"
+            out.append(ColumnFormat(c, decimals=0))
         else:
             out.append(ColumnFormat(c))
-    return out
+    return _same_unit(df, out)
+
+
+#: Columns a table compares side by side (a diff's ``base_ns``, ``cand_ns``, ``delta_ns``): one unit.
+_COMPARED = re.compile(r"^(base|cand|delta)_(.*)$")
+
+
+def _same_unit(df: pl.DataFrame, formats: list[ColumnFormat]) -> list[ColumnFormat]:
+    """Durations that a table compares (``base_X``, ``cand_X``, ``delta_X``) in one unit, that of the
+    largest typical magnitude among them: ``28,763 us`` beside ``35.67 ms`` reads as no comparison."""
+    groups: dict[str, list[int]] = {}
+    for i, (c, f) in enumerate(zip(df.columns, formats, strict=True)):
+        if f.kind == "duration" and (m := _COMPARED.match(c)):
+            groups.setdefault(m.group(2), []).append(i)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        unit, scale, dec = _pick(max(_typical(df[df.columns[i]]) for i in idx), _TIME_UNITS)
+        for i in idx:
+            c = df.columns[i]
+            formats[i] = ColumnFormat(f"{c[:-3]} ({unit})", "duration", scale, unit, dec)
+    return formats
+
+
+def _whole(col: pl.Series) -> bool:
+    """Whether every non-null value of a float column is a whole number (and there is one)."""
+    a = col.drop_nulls()
+    return len(a) > 0 and bool((a == a.round(0)).all()) and bool(a.is_finite().all())
 
 
 #: The value columns of a diff's metrics table, shown in the unit of their row's ``metric``.
@@ -254,7 +283,7 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
         return text
     if f.kind == "metric" and row_metric is not None:
         return _metric_cell(v, row_metric)
-    return plain(v)
+    return plain(v, f.decimals)
 
 
 def table_columns(df: pl.DataFrame, units: str = "human") -> list[str]:

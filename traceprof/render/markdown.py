@@ -131,12 +131,10 @@ def _metrics_table(m: pl.DataFrame) -> list[str]:
     heads = ["metric", "layer", "base", "cand", "change", "threshold", "noise", "verdict", "reason"]
     lines = ["| " + " | ".join(heads) + " |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in m.iter_rows(named=True):
-        ns = str(r["metric"]).endswith("_ns")
+        metric = str(r["metric"])
 
-        def val(v: object, ns: bool = ns) -> str:
-            if v is None:
-                return ""
-            return display.duration(float(v)) if ns else display.plain(v)  # type: ignore[arg-type]
+        def val(v: object, metric: str = metric) -> str:  # in the metric's unit, as the terminal shows it
+            return display.format_cell(v, display.ColumnFormat(metric, "metric"), metric)
 
         change = r.get("change_pct")
         cells = (

@@ -118,7 +118,12 @@ def test_graph_level_case_in_every_analysis(tmp_path: Path) -> None:
     export_perfetto(s, "r", out)
     events = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
     graphs = [e for e in events if e.get("name") == "CUDA graph 1"]
-    assert [(e["tid"], e["dur"]) for e in graphs] == [("dev 0 stream 7", 600.0)] * 3
+    tracks = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
+    assert [(tracks[e["pid"], e["tid"]], e["dur"]) for e in graphs] == [("dev 0 stream 7", 600.0)] * 3
     # summary: idle 14 % (not 73 %), and it says the graphs were traced per graph; communication is not "ok".
     f = summarize(s, "r")
     idle_f = next(x for x in f.findings if x.topic == "idle")

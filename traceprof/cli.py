@@ -339,24 +339,13 @@ def _check_config(cfg: Any) -> None:
     """
     from traceprof.engine import analysis as registry
     from traceprof.engine.diff import thresholds
-    from traceprof.engine.options import split
+    from traceprof.engine.options import check
 
     where = f"{cfg.path}"
-    every = [a.name for a in registry.specs()]
-    for option in cfg.params:
-        try:
-            name, key, value = split(option)
-            names = (
-                [name]
-                if name is not None
-                else [n for n in every if key in registry.param_types(registry.get(n).params)]
-            )
-            if not names:
-                raise UsageError(f"no analysis takes {key!r}")
-            for n in names:
-                registry.make_params(registry.get(n), None, {key: value})
-        except UsageError as e:
-            raise UsageError(f"{where}: [params] {option.split('=', 1)[0].strip()}: {e}") from None
+    try:
+        check(cfg.params, [a.name for a in registry.specs()])
+    except UsageError as e:
+        raise UsageError(f"{where}: [params] {e}") from None
     try:
         thresholds(dict(cfg.thresholds))
     except UsageError as e:

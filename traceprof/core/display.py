@@ -227,10 +227,9 @@ def _same_unit(df: pl.DataFrame, formats: list[ColumnFormat]) -> list[ColumnForm
     for idx in groups.values():
         if len(idx) < 2:
             continue
-        unit, scale, dec = _pick(max(_typical(df[df.columns[i]]) for i in idx), _TIME_UNITS)
+        typical = max(_typical(df[df.columns[i]]) for i in idx)
         for i in idx:
-            c = df.columns[i]
-            formats[i] = ColumnFormat(f"{c[:-3]} ({unit})", "duration", scale, unit, dec)
+            formats[i] = _duration_format(df.columns[i], typical)
     return formats
 
 
@@ -251,7 +250,13 @@ def _ns_format(c: str, col: pl.Series, taken: set[str]) -> ColumnFormat:
         days = {int(v) // (86_400 * _NS_PER_S) for v in (values.min(), values.max())}  # type: ignore[arg-type]
         short = c[:-3] + "_utc"
         return ColumnFormat(short if short not in taken else c, "time" if len(days) == 1 else "date")
-    unit, scale, dec = _pick(_typical(col), _TIME_UNITS)
+    return _duration_format(c, _typical(col))
+
+
+def _duration_format(c: str, typical: float) -> ColumnFormat:
+    """Duration column ``c`` (``*_ns``, or ``ns`` alone) in the unit its typical magnitude picks,
+    named in the header (``step_ns`` -> ``step (ms)``, ``ns`` -> ``time (ms)``)."""
+    unit, scale, dec = _pick(typical, _TIME_UNITS)
     return ColumnFormat(f"{c[:-3] if c != 'ns' else 'time'} ({unit})", "duration", scale, unit, dec)
 
 

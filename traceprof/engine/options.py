@@ -97,3 +97,31 @@ def parse(
             for t in targets:
                 out.setdefault(t, {})[key] = value
     return out
+
+
+def check(options: Iterable[str], scope: Sequence[str]) -> None:
+    """Check options of the :func:`parse` form that will be given as its ``defaults`` (a config
+    file's ``[params]``), strictly: each must name an analysis of ``scope`` and a parameter it
+    takes (a bare key: one that some analysis of ``scope`` takes, :func:`_takes`), with a value
+    its ``Params`` accepts (:func:`traceprof.engine.analysis.make_params`).
+
+    Raises:
+        UsageError: The first option no command could use, its message starting with the key as
+            written (``mfu.peak_tflops: ...``).
+    """
+    takes: dict[str, list[str]] | None = None
+    for option in options:
+        written = option.split("=", 1)[0].strip()
+        try:
+            name, key, value = split(option)
+            if name is None:
+                takes = _takes(scope) if takes is None else takes
+                targets = takes.get(key, [])
+                if not targets:
+                    raise UsageError(f"no analysis takes {key!r}")
+            else:
+                targets = [name]
+            for t in targets:
+                registry.make_params(registry.get(t), None, {key: value})
+        except UsageError as e:
+            raise UsageError(f"{written}: {e}") from None

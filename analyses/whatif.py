@@ -57,6 +57,9 @@ Algorithm:
      Groups are not additive: two ranks that are each late at the same collective each explain it
      all alone. On the artifact's traces the largest groups are those it publishes (AR: worker 0 /
      stage 0, backward compute; SE: stage 1, backward compute, no worker above 1.2; ST: stage 3).
+     Each group's replay recomputes only the nodes its put-back values reach, from the ideal
+     replay (``_replay.replay_changes``: the same numbers as replaying the whole job, in time that
+     grows with what changes), so the blame of every rank grows about linearly with the ranks.
   A run needs a collective matched across two or more ranks (a one-rank run has nothing to
   compare: an error, as in ``stragglers``); with only some ranks of the job traced, the replay
   covers those ranks (a note says so).

@@ -45,6 +45,7 @@ __all__ = [
     "Timeline",
     "build",
     "replay",
+    "replay_changes",
     "EPS_NS",
     "KEY_SPAN",
     "Transient",
@@ -208,6 +209,21 @@ class Timeline:
     step_start: pl.DataFrame
     names: pl.Series = field(default_factory=lambda: pl.Series(dtype=pl.Utf8))
     _by_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    _succ: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def successors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Computed once: (``succ_ptr``, ``succ``: the edges in CSR form by source; ``level``: each
+        node's topological level, int64, one entry per node)."""
+        if self._succ is None:
+            n = self.nodes.height
+            dst = np.repeat(np.arange(n), np.diff(self.pred_ptr))
+            o = np.argsort(self.pred, kind="stable")
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(self.pred, minlength=n))])
+            level = np.zeros(n, np.int64)
+            for i, (a, b) in enumerate(self.levels):
+                level[a:b] = i
+            self._succ = (ptr, dst[o], level)
+        return self._succ
 
     def by_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The nodes of each step, computed once: (node indices sorted by step, instance nodes
@@ -577,3 +593,72 @@ def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:
             ready[nonempty] = np.maximum(ready[nonempty], mx)
         val[a:b] = ready + w[a:b]
     return val
+
+
+def _gather(ptr: np.ndarray, idx: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For CSR rows ``at``: (their entries of ``idx``, concatenated; the offset of each row's first
+    one among them). Rows may be empty."""
+    lo, cnt = ptr[at], ptr[at + 1] - ptr[at]
+    off = np.concatenate([[0], np.cumsum(cnt)[:-1]]) if len(at) else np.zeros(0, np.int64)
+    tot = int(cnt.sum())
+    return idx[np.repeat(lo - off, cnt) + np.arange(tot)], off
+
+
+def replay_changes(
+    tl: Timeline, w: np.ndarray, val: np.ndarray, at: np.ndarray, w_at: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes whose end changes from ``val`` (:func:`replay` with weights ``gap + dur`` = ``w``)
+    when the nodes ``at`` take the weights ``w_at`` instead, and their new ends (ns, float).
+
+    Only the forward cone of ``at`` is recomputed, level by level, and it stops at the nodes whose
+    end comes out unchanged: each node's end is computed with the same operations as
+    :func:`replay` (the max of its predecessors' ends and its base, plus its weight), so the ends
+    are those of a full replay with the changed weights, bit for bit, in time and memory that grow
+    with the nodes that change (and their predecessors), not with the graph.
+
+    Args:
+        tl: The graph.
+        w: Weight (gap + dur, ns) of every node, in ``tl.nodes`` order; restored on return.
+        val: :func:`replay`'s ends with ``w``; restored on return.
+        at: Distinct node indices whose weight changes.
+        w_at: Their new weights (ns), one per entry of ``at``.
+
+    Returns:
+        (node indices, ascending by level; their ends), only the nodes whose end differs.
+    """
+    base = tl.nodes["base"].to_numpy()
+    ptr, pred = tl.pred_ptr, tl.pred
+    sptr, succ, level = tl.successors()
+    old_w = w[at].copy()
+    done_i: list[np.ndarray] = []
+    done_v: list[np.ndarray] = []
+    old_v: list[np.ndarray] = []
+    pending = np.unique(at)
+    try:
+        w[at] = w_at
+        while len(pending):
+            lv = level[pending]
+            first = lv == lv.min()
+            cur, pending = pending[first], pending[~first]
+            ready = base[cur].copy()
+            pv, off = _gather(ptr, pred, cur)
+            nonempty = ptr[cur + 1] > ptr[cur]
+            if nonempty.any():
+                mx = np.maximum.reduceat(val[pv], off[nonempty])
+                ready[nonempty] = np.maximum(ready[nonempty], mx)
+            new = ready + w[cur]
+            changed = new != val[cur]
+            c = cur[changed]
+            if len(c):
+                done_i.append(c)
+                done_v.append(new[changed])
+                old_v.append(val[c])
+                val[c] = new[changed]
+                pending = np.union1d(pending, _gather(sptr, succ, c)[0])
+    finally:
+        w[at] = old_w
+        for c, v in zip(reversed(done_i), reversed(old_v), strict=True):
+            val[c] = v
+    if not done_i:
+        return np.zeros(0, np.int64), np.zeros(0)
+    return np.concatenate(done_i), np.concatenate(done_v)

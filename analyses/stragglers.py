@@ -168,15 +168,24 @@ def _robust_z(x: pl.Expr) -> pl.Expr:
     return (x - med) / (1.4826 * pl.max_horizontal(mad, med.abs() * 0.01, pl.lit(1.0)))
 
 
-def _coverage(iv: pl.DataFrame, t: np.ndarray) -> np.ndarray:
-    """Covered length of merged, sorted intervals ``iv`` (start_ns, end_ns) before each time t."""
-    if iv.is_empty():
+def _coverage(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Covered length (ns, float) of merged intervals sorted by start (``s``, ``e``: starts and
+    ends, ns) before each time ``t`` (ns)."""
+    if not len(s):
         return np.zeros(len(t))
-    s, e = iv["start_ns"].to_numpy(), iv["end_ns"].to_numpy()
     before = np.concatenate([[0], np.cumsum(e - s)])
     i = np.searchsorted(s, t, side="right") - 1
     inside = np.where(i >= 0, np.minimum(t, e[np.maximum(i, 0)]) - s[np.maximum(i, 0)], 0)
     return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0).astype(np.float64)
+
+
+def _by_rank(iv: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each rank's intervals (rank, start_ns, end_ns) as (starts, ends) sorted by start: one sort
+    and a slice per rank (filtering the whole frame per rank grew with ranks x intervals)."""
+    iv = iv.sort("rank", "start_ns")
+    rank, s, e = (iv[c].to_numpy() for c in ("rank", "start_ns", "end_ns"))
+    cut = np.concatenate([[0], np.nonzero(np.diff(rank))[0] + 1, [len(rank)]]) if len(rank) else [0]
+    return {int(rank[a]): (s[a:b], e[a:b]) for a, b in zip(cut[:-1], cut[1:], strict=True)}
 
 
 def _split_windows(waits: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -191,22 +200,25 @@ def _split_windows(waits: pl.DataFrame, comp: pl.DataFrame, steps: pl.DataFrame)
         .filter(pl.col("from_ns").is_not_null())
     )
     out = []
-    comp_m = merge(comp, ["rank"])
-    busy_m = merge(
-        pl.concat(
-            [
-                comp.select("rank", "start_ns", "end_ns"),
-                waits.select("rank", "start_ns", "end_ns").drop_nulls(),
-            ]
-        ),
-        ["rank"],
+    comp_m = _by_rank(merge(comp, ["rank"]))
+    busy_m = _by_rank(
+        merge(
+            pl.concat(
+                [
+                    comp.select("rank", "start_ns", "end_ns"),
+                    waits.select("rank", "start_ns", "end_ns").drop_nulls(),
+                ]
+            ),
+            ["rank"],
+        )
     )
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     for (rank,), g in w.group_by("rank"):
         a, b = g["from_ns"].to_numpy(), g["arrival_ns"].to_numpy()
-        c = comp_m.filter(pl.col("rank") == rank).sort("start_ns")
-        u = busy_m.filter(pl.col("rank") == rank).sort("start_ns")
-        cc = _coverage(c, b) - _coverage(c, a)
-        uu = _coverage(u, b) - _coverage(u, a)
+        c = comp_m.get(int(rank), none)
+        u = busy_m.get(int(rank), none)
+        cc = _coverage(*c, b) - _coverage(*c, a)
+        uu = _coverage(*u, b) - _coverage(*u, a)
         out.append(
             g.select("instance_id", "rank").with_columns(
                 pl.Series("compute_ns", cc),

@@ -57,6 +57,9 @@ Algorithm:
      Groups are not additive: two ranks that are each late at the same collective each explain it
      all alone. On the artifact's traces the largest groups are those it publishes (AR: worker 0 /
      stage 0, backward compute; SE: stage 1, backward compute, no worker above 1.2; ST: stage 3).
+     Each group's replay recomputes only the nodes its put-back values reach, from the ideal
+     replay (``_replay.replay_changes``: the same numbers as replaying the whole job, in time that
+     grows with what changes), so the blame of every rank grows about linearly with the ranks.
   A run needs a collective matched across two or more ranks (a one-rank run has nothing to
   compare: an error, as in ``stragglers``); with only some ranks of the job traced, the replay
   covers those ranks (a note says so).
@@ -421,12 +424,17 @@ def _blame(
     (gap0, dur0), (gap_i, dur_i) = recorded, ideal
     nodes = tl.nodes
     node_kind = nodes["kind"].to_numpy()
-    none = np.zeros(len(node_kind), bool)
+    # each node's weight (gap + dur, as _replay.replay adds them) in the ideal replay and with its
+    # recorded value put back; a group changes the nodes where the two differ
+    w_ideal = gap_i + dur_i
+    w_rec = gap_i + dur0 if kind == "blocking" else gap0 + dur_i
+    differs = w_rec != w_ideal
+    put_back = _PutBack(tl, w_ideal, _replay.replay(tl, gap_i, dur_i))
 
     def per_step(mask: np.ndarray) -> np.ndarray:
         """Each step's time with the group's recorded values put back (capped as S is)."""
-        mg, md = (none, mask) if kind == "blocking" else (mask, none)
-        t = _step_t(tl, _replay.replay(tl, np.where(mg, gap0, gap_i), np.where(md, dur0, dur_i)))
+        at = np.nonzero(mask & differs)[0]
+        t = put_back.step_t(at, w_rec[at])
         return np.minimum(t, cap) if cap is not None else t
 
     def with_group(mask: np.ndarray) -> float:
@@ -434,8 +442,24 @@ def _blame(
 
     ranks = nodes["rank"].to_numpy()
     rows: list[tuple[str, str, float]] = []
-    for r in np.unique(ranks[ranks >= 0]):
-        rows.append(("rank", str(int(r)), with_group((ranks == r) & charged)))
+    # a rank's changed nodes are its charged ones that differ: grouped by rank in one sort, not
+    # one mask over every node per rank
+    cand = np.nonzero(charged & differs)[0]
+    cand = cand[np.argsort(ranks[cand], kind="stable")]
+    cand_ranks, first = np.unique(ranks[cand], return_index=True)
+    last = [*first[1:].tolist(), len(cand)][: len(first)]
+    bounds = {r: (a, b) for r, a, b in zip(cand_ranks.tolist(), first.tolist(), last, strict=True)}
+    alone_ideal: float | None = None  # a rank with nothing to put back: the ideal itself
+    for r in np.unique(ranks[ranks >= 0]).tolist():
+        if r in bounds:
+            at = cand[bounds[r][0] : bounds[r][1]]
+            t = put_back.step_t(at, w_rec[at])
+            alone = max(float((np.minimum(t, cap) if cap is not None else t).mean()) / mean_ideal, 1.0)
+        else:
+            if alone_ideal is None:
+                alone_ideal = with_group(np.zeros(len(node_kind), bool))
+            alone = alone_ideal
+        rows.append(("rank", str(int(r)), alone))
     stages = _stages(store, run_id)
     low: dict[str, float] = {}  # stage -> the low end of its alone slowdown's interval over steps
     if stages:
@@ -486,6 +510,63 @@ def _blame(
     return blame.select("by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct").sort(
         ["by", "slowdown", "group"], descending=[False, True, False]
     )  # group: a total order
+
+
+class _PutBack:
+    """Step times of a replay with some nodes' weights changed from a base replay's (``w``: each
+    node's gap + dur, ns; ``val``: :func:`_replay.replay`'s ends with them): the changed nodes'
+    forward cone is replayed (:func:`_replay.replay_changes`) and only the steps it reaches are
+    taken again, so a rank's blame costs its cone, not the job (the same floats as a full replay
+    and :func:`_step_t`)."""
+
+    #: Above this share of the nodes changed, a full replay (the cone is most of the graph).
+    FULL_SHARE = 0.125
+
+    def __init__(self, tl: _replay.Timeline, w: np.ndarray, val: np.ndarray) -> None:
+        self.tl, self.w, self.val = tl, w, val
+        order, seg, _, self.step_start = tl.by_step()
+        self.order, self.seg = order, seg
+        self.t = _step_t(tl, val)
+        n_steps = len(seg)
+        self.top = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
+        step_i = np.repeat(np.arange(n_steps), np.diff(np.append(seg, len(order))))
+        # each node's step (position in by_step's steps; -1: instance nodes) and place in order
+        self.step_of = np.full(len(val), -1, np.int64)
+        self.step_of[order] = step_i
+        self.pos = np.zeros(len(val), np.int64)
+        self.pos[order] = np.arange(len(order))
+        # how many nodes of each step end at its latest end
+        self.n_top = np.bincount(step_i, weights=val[order] == self.top[step_i], minlength=n_steps)
+
+    def step_t(self, at: np.ndarray, w_at: np.ndarray) -> np.ndarray:
+        """Each step's time (:func:`_step_t`, ns, float, in step order) with the nodes ``at``
+        (distinct) taking the weights ``w_at`` (ns)."""
+        if len(at) > self.FULL_SHARE * len(self.w):
+            w = self.w.copy()
+            w[at] = w_at
+            return _step_t(self.tl, _replay.replay(self.tl, w, np.zeros_like(w)))
+        idx, new = _replay.replay_changes(self.tl, self.w, self.val, at, w_at)
+        t = self.t.copy()
+        s = self.step_of[idx]
+        keep = s >= 0
+        idx, new, s = idx[keep], new[keep], s[keep]
+        if not len(idx):
+            return t
+        steps = np.unique(s)
+        new_max = np.full(len(self.top), -np.inf)
+        np.maximum.at(new_max, s, new)
+        # a step's unchanged nodes still reach its latest end unless every node that did changed
+        lost = np.bincount(s, weights=self.val[idx] == self.top[s], minlength=len(self.top))
+        m = np.maximum(self.top[steps], new_max[steps])
+        for j in np.nonzero((lost[steps] >= self.n_top[steps]) | np.isnan(self.top[steps]))[0]:
+            k = steps[j]
+            a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
+            v = self.val[self.order[a:b]]
+            mine = s == k
+            v[self.pos[idx[mine]] - a] = new[mine]
+            m[j] = v.max()
+        t[steps] = m - self.step_start[steps]
+        return t
 
 
 def _charged(nodes: pl.DataFrame) -> np.ndarray:

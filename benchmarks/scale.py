@@ -18,7 +18,9 @@ excluded, so the figures are the work itself):
   processes (reached by its TCP address, as a remote scheduler), and whether its tables equal the
   local ingest's.
 
-Near-linear means: time per rank roughly constant as ranks grow 4x (the ``per rank`` columns).
+Near-linear means: time per rank roughly constant as ranks grow 4x (the ``per rank`` columns; the
+last column divides the time per rank at the most ranks by that at the fewest: 1.0 is linear, and
+the fixed cost of a fresh session makes small figures fall below it).
 Results are printed and written to ``OUT/scale.json``.
 """
 
@@ -146,11 +148,20 @@ def _print(results: dict[int, dict[str, Any]], ranks: list[int]) -> None:
     done = [n for n in ranks if n in results]
     print(f"\nranks: {done}; seconds (and ms per rank); load avg 1 min: {[results[n]['load'] for n in done]}")
 
+    if len(done) > 1:
+        print(
+            f"  {'':24} {'':{19 * len(done)}}growth: time per rank at {done[-1]} / at {done[0]} ranks "
+            "(1.0 = linear in ranks)"
+        )
+
     def line(label: str, vals: list[Any]) -> None:
         cells = [
             f"{v:8.2f} ({1000 * v / n:6.1f})" if isinstance(v, float) else f"{str(v)[:17]:>17}"
             for v, n in zip(vals, done, strict=True)
         ]
+        a, b = vals[0], vals[-1]
+        if len(done) > 1 and isinstance(a, float) and isinstance(b, float) and a > 0:
+            cells.append(f"{(b / done[-1]) / (a / done[0]):5.2f}x")
         print(f"  {label:24} " + "  ".join(cells))
 
     for k in ("total", "parse", "match", "align", "rest"):

@@ -470,3 +470,31 @@ def test_production_trace_verdict_tables_agree_with_the_summary(store, trial, ro
     assert top.startswith(
         "slow stage: pipeline stage 3 (ranks 6, 7)" if trial == "ST" else "rank 0 is a straggler"
     )
+
+
+def test_window_coverage_by_rank_equals_clipping_every_interval() -> None:
+    """``_split_windows`` takes each rank's merged intervals as a slice of one sorted frame
+    (``stragglers._by_rank``) and their covered length before a time by a search
+    (``stragglers._coverage``); the straightforward way clips every interval of the rank at the
+    time and sums (worked on random merged intervals of 5 ranks, one with none, and random times
+    before, inside, between and after them)."""
+    import numpy as np
+    import polars as pl
+
+    from traceprof.analyses import stragglers
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for rank in (4, 0, 2, 9):  # rank 7 has no interval
+        edges = np.sort(rng.choice(10_000, 2 * int(rng.integers(1, 30)), replace=False))
+        rows += [(rank, int(s), int(e)) for s, e in edges.reshape(-1, 2)]
+    rows = [rows[i] for i in rng.permutation(len(rows))]  # any row order
+    iv = pl.DataFrame(rows, schema=["rank", "start_ns", "end_ns"], orient="row")
+    by = stragglers._by_rank(iv)
+    assert sorted(by) == [0, 2, 4, 9]
+    t = rng.integers(-100, 10_100, 200)
+    for rank in (0, 2, 4, 7, 9):
+        mine = [(s, e) for r, s, e in rows if r == rank]
+        want = [sum(max(0, min(e, x) - s) for s, e in mine) for x in t.tolist()]
+        got = stragglers._coverage(*by.get(rank, (np.zeros(0, np.int64), np.zeros(0, np.int64))), t)
+        assert got.tolist() == want

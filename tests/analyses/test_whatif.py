@@ -634,3 +634,111 @@ def test_flight_recorder_only_says_no_compute_traced(store):
         r"run's Kineto traces",
     ):
         analyze(store, "whatif", "fr")
+
+
+def _gen_job(out, ranks: int, group: int, steps: int, events: int = 240, drop: int | None = None):
+    """A ``benchmarks/gen_trace.py`` job (an all-reduce over every rank and an all-gather per
+    sub-group of ``group`` ranks each step); ``drop``: a rank whose file is removed (a partly traced
+    job: its collectives miss one copy)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gen_trace.py"), str(out), "--ranks", str(ranks)]
+        + ["--events", str(events), "--steps", str(steps), "--group", str(group)],
+        check=True,
+        capture_output=True,
+    )
+    if drop is not None:
+        (out / f"rank{drop}.trace.json").unlink()
+    return out
+
+
+def test_replay_changes_equals_a_full_replay(store, tmp_path):
+    """``_replay.replay_changes`` (the forward cone of the changed nodes, stopped where ends come
+    out unchanged) gives every node's end bit for bit as a full ``_replay.replay`` with the changed
+    weights: one rank's nodes, a random few, every node, on a generated 12-rank job."""
+    import numpy as np
+
+    from traceprof.analyses import _replay
+
+    ingest(store, [_gen_job(tmp_path / "job", 12, 3, 4)], run="job")
+    run_id = store.resolve_run("job")
+    comm, _ = _replay.comm_items(store, run_id, None)
+    tl = _replay.build(_replay.compute_items(store, run_id), comm)
+    n = tl.nodes.height
+    rng = np.random.default_rng(7)
+    gap, dur = tl.nodes["gap"].to_numpy(), tl.nodes["dur"].to_numpy()
+    # the base: every weight at the mean of its kind (as the ideal replay pools them)
+    w = np.full(n, dur.mean()) + 0.5
+    val = _replay.replay(tl, np.zeros(n), w)
+    w_before, val_before = w.copy(), val.copy()
+    ranks = tl.nodes["rank"].to_numpy()
+    cases = [np.nonzero(ranks == r)[0] for r in (0, 5, 11)]
+    cases += [np.sort(rng.choice(n, k, replace=False)) for k in (1, 10, 200)] + [np.arange(n)]
+    for at in cases:
+        w_at = (gap + dur)[at] * rng.choice([0.5, 1.0, 3.0], len(at))
+        idx, new = _replay.replay_changes(tl, w, val, at, w_at)
+        w2 = w.copy()
+        w2[at] = w_at
+        want = _replay.replay(tl, w2, np.zeros(n))
+        got = val.copy()
+        got[idx] = new
+        assert np.array_equal(got, want)  # bit for bit
+        assert np.array_equal(np.sort(idx), np.nonzero(want != val)[0])  # exactly the changed ones
+        assert np.array_equal(w, w_before) and np.array_equal(val, val_before)  # restored
+
+
+_JOBS = {
+    "16-ranks-subgroups-of-4": {"ranks": 16, "group": 4, "steps": 5},
+    "11-of-12-ranks-traced": {"ranks": 12, "group": 3, "steps": 4, "drop": 7},
+    "6-ranks-long-steps": {"ranks": 6, "group": 2, "steps": 3, "events": 600},
+    "sample-straggler-rank2": "straggler_rank2",
+    "corpus-bytedance-SE": "trace-SE",
+    "corpus-bytedance-AR": "trace-AR",
+}
+_PARAMS = {"default": {}, "gaps-median-ideal-min": {"gaps": "median", "ideal": "min"}}
+_PARAMS["pool-step-ideal-median"] = {"pool": "step", "ideal": "median"}
+
+
+@pytest.mark.parametrize(
+    ("job", "params"),
+    [
+        pytest.param(j, p, id=f"{jn}-{pn}")
+        for jn, j in _JOBS.items()
+        for pn, p in _PARAMS.items()
+        if isinstance(j, dict) or pn == "default"  # the corpus: 5-15 s a run (both kinds of blame each)
+    ],
+)
+def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypatch, job, params):
+    """The blame replays only the forward cone of each group's put-back nodes
+    (``whatif._PutBack``); the straightforward way replays the whole job once per group (rank,
+    stage, op). Every frame and note must be the same, on generated jobs (sub-groups, a rank not
+    traced), a straggler sample and production traces of the OSDI'25 artifact (pipeline stages)."""
+    from traceprof.analyses import whatif
+
+    if isinstance(job, dict):
+        ingest(store, [_gen_job(tmp_path / "job", **job)], run="job")
+        run = "job"
+    elif job.startswith("trace-"):
+        ingest(store, [corpus(f"kineto_misc/bytedance_straggler_whatif/{job}.parquet")])
+        run = job
+    else:
+        if not (SAMPLES / job / "rank0.trace.json.gz").exists():
+            pytest.skip(f"{job} not recorded")
+        ingest(store, [SAMPLES / job])
+        run = job
+
+    def result() -> dict[str, object]:
+        res = analyze(store, "whatif", run, **params)
+        return {k: f.to_dicts() for k, f in res.frames().items()} | {"notes": res.notes}
+
+    monkeypatch.setattr(whatif._PutBack, "FULL_SHARE", 2.0)  # never a full replay: cones only
+    cones = result()
+    monkeypatch.setattr(whatif._PutBack, "FULL_SHARE", -1.0)  # a full replay of the job per group
+    full = result()
+    assert cones == full
+    ranks = [b for b in cones["blame"] if b["by"] == "rank"]  # type: ignore[union-attr]
+    assert any(b["slowdown"] > 1 for b in ranks)  # some rank's put-back values did change a step

@@ -500,11 +500,32 @@ class Store:
         Raises:
             duckdb.Error: DuckDB rejects the update.
         """
-        if self.dataset is None:
-            self.con.execute("UPDATE events SET ts_ns = ts_ns + ? WHERE trace_id = ?", [delta_ns, trace_id])
-        else:
+        self.shift_traces({trace_id: delta_ns})
+
+    def shift_traces(self, deltas: dict[int, int], tables: Sequence[str] = ()) -> None:
+        """:meth:`shift_events` for many traces in one statement per table (one pass over the
+        events, not one per trace: a per-trace ``UPDATE`` scans the table each time, ranks x events
+        on a job of many ranks), and the same shift of ``tables`` ``(table, columns)`` specs written
+        ``"table: col1, col2"`` (rows matched on ``trace_id``).
+
+        Args:
+            deltas: ns to add, by trace_id (zero entries are skipped).
+            tables: Further tables to shift, e.g. ``"steps: cpu_start_ns, cpu_end_ns"``.
+
+        Raises:
+            duckdb.Error: DuckDB rejects an update.
+        """
+        moved = {int(t): int(d) for t, d in deltas.items() if d}
+        if not moved:
+            return
+        shift = "(SELECT unnest($t) AS trace_id, unnest($d) AS d) s"
+        args = {"t": list(moved), "d": list(moved.values())}
+        specs = ["events: ts_ns" if self.dataset is None else "parts: ts_shift_ns", *tables]
+        for spec in specs:
+            table, cols = (x.strip() for x in spec.split(":"))
+            sets = ", ".join(f"{c} = {c} + s.d" for c in (c.strip() for c in cols.split(",")))
             self.con.execute(
-                "UPDATE parts SET ts_shift_ns = ts_shift_ns + ? WHERE trace_id = ?", [delta_ns, trace_id]
+                f"UPDATE {table} SET {sets} FROM {shift} WHERE {table}.trace_id = s.trace_id", args
             )
 
     def remove_run_files(self, run_id: int) -> None:

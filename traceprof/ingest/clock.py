@@ -47,7 +47,6 @@ and the ingest warning says which ranks are aligned to which.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -122,59 +121,103 @@ def _modal(x: np.ndarray) -> tuple[float, float]:
     return _int_median(x[i : i + h]), float(x[i + h - 1] - x[i]) / 2
 
 
-def _components(e: np.ndarray) -> np.ndarray:
-    """Connected components of ranks (columns of ``e``) that share an instance (a row where both
-    have a value): the lowest column index of each column's component."""
-    n = e.shape[1]
+def _components(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """Connected components of ``n`` ranks (codes 0 to n-1) linked by the edges ``a[k]``-``b[k]``:
+    the lowest code of each rank's component (a union keeps the lower root, so a set's root is its
+    lowest member whatever the order of the edges)."""
     parent = list(range(n))
 
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
 
-    for row in ~np.isnan(e):
-        cols = np.nonzero(row)[0]
-        for c in cols[1:]:
-            a, b = find(int(cols[0])), find(int(c))
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    return np.array([find(j) for j in range(n)])
+    for u, v in zip(a.tolist(), b.tolist(), strict=True):
+        ru, rv = find(u), find(v)
+        if ru != rv:
+            parent[max(ru, rv)] = min(ru, rv)
+    return np.array([find(j) for j in range(n)], dtype=np.int64)
 
 
-def _row_int_median(x: np.ndarray) -> np.ndarray:
-    """Integer median of each row, NaN ignored (NaN for empty rows)."""
-    out = np.full(x.shape[0], np.nan)
-    for i, row in enumerate(x):
-        v = row[~np.isnan(row)]
-        if len(v):
-            out[i] = _int_median(v)
+def _starts(key: np.ndarray) -> np.ndarray:
+    """Index of the first element of each run of equal values in ``key`` (sorted)."""
+    return np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
+
+
+def _group_int_median(key: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
+    """:func:`_int_median` of the values ``x`` of each key 0..n-1 (NaN for a key without values), by
+    one sort: the middle value of an odd run; of an even one the floor of the mean of its two middle
+    values, summed as int64 halves (floor(lo/2) + floor(hi/2) + carry, so no sum can overflow)."""
+    out = np.full(n, np.nan)
+    order = np.lexsort((x, key))
+    k, s = key[order], x[order]
+    start = _starts(k)
+    cnt = np.diff(np.r_[start, len(k)])
+    hi = s[start + cnt // 2].astype(np.int64)
+    lo = s[start + (cnt - 1) // 2].astype(np.int64)
+    out[k[start]] = (lo // 2 + hi // 2 + (lo % 2 + hi % 2) // 2).astype(np.float64)
     return out
 
 
-def _fit_component(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets and modal half widths of the columns of one component, relative to its first
-    column (module doc, step 2): against the reference where a rank shares instances with it,
-    else against the median of the already estimated ranks' corrected ends."""
-    n = e.shape[1]
+def _modal_by(key: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The keys present in ``key`` (sorted) and :func:`_modal` of the values ``x`` of each."""
+    order = np.argsort(key, kind="stable")
+    keys, first = np.unique(key[order], return_index=True)
+    bounds = [*first.tolist(), len(key)]
+    xs = x[order]
+    centre, half = np.empty(len(keys)), np.empty(len(keys))
+    for g in range(len(keys)):
+        centre[g], half[g] = _modal(xs[bounds[g] : bounds[g + 1]])
+    return keys, centre, half
+
+
+def _rows_of(order: np.ndarray, ptr: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The rows of the groups ``ids``, concatenated, from an index by group: group g's rows are
+    ``order[ptr[g]:ptr[g + 1]]``."""
+    lens = ptr[ids + 1] - ptr[ids]
+    total = int(lens.sum())
+    first = np.repeat(ptr[ids] - np.cumsum(lens) + lens, lens)
+    return order[first + np.arange(total)]
+
+
+def _fit(inst: np.ndarray, rk: np.ndarray, v: np.ndarray, root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and modal half widths of every rank relative to its component's root (module doc,
+    step 2), from the rows (instance code ``inst``, rank code ``rk``, end ``v`` in ns from the rank's
+    earliest) of the instances with two or more ranks, in long form. Against the root where a rank
+    shares instances with it, else, round by round, against the integer median of the already
+    estimated ranks' corrected ends on each instance. Every unestimated rank of an instance that
+    has an estimated one is estimated in that round, so a round need only read the instances of the
+    ranks estimated in the round before: each row is read a bounded number of times, whatever the
+    number of rounds (a chain of sub-groups takes as many rounds as links)."""
+    n = len(root)
     off = np.full(n, np.nan)
     half = np.full(n, np.inf)
-    off[0], half[0] = 0.0, 0.0
-    for j in range(1, n):
-        c, w = _modal(e[:, j] - e[:, 0])
-        if not math.isnan(c):
-            off[j], half[j] = -c, w
+    ref = np.full(int(inst.max()) + 1, np.nan)  # the root's end on each instance (one component each)
+    at_root = rk == root[rk]
+    ref[inst[at_root]] = v[at_root]
+    d = v - ref[inst]
+    sel = ~at_root & ~np.isnan(d)
+    est, c, w = _modal_by(rk[sel], d[sel])
+    off[est], half[est] = -c, w
+    off[root], half[root] = 0.0, 0.0
+    by_rank = np.argsort(rk, kind="stable")
+    rank_ptr = np.searchsorted(rk[by_rank], np.arange(n + 1))
+    by_inst = np.argsort(inst, kind="stable")
+    inst_ptr = np.searchsorted(inst[by_inst], np.arange(len(ref) + 1))
+    new = np.flatnonzero(~np.isnan(off))
     while np.isnan(off).any():
         known = ~np.isnan(off)
-        consensus = _row_int_median(e[:, known] + off[known])
-        progressed = False
-        for u in np.nonzero(~known)[0]:
-            c, w = _modal(e[:, u] - consensus)
-            if not math.isnan(c):
-                off[u], half[u], progressed = -c, w, True
-        if not progressed:  # cannot happen within a component; keep the clock rather than loop
+        rows = _rows_of(by_inst, inst_ptr, np.unique(inst[_rows_of(by_rank, rank_ptr, new)]))
+        open_ = np.zeros(len(ref), dtype=bool)
+        open_[inst[rows[~known[rk[rows]]]]] = True
+        rows = rows[open_[inst[rows]]]  # instances with both estimated and unestimated ranks
+        k, u = rows[known[rk[rows]]], rows[~known[rk[rows]]]
+        consensus = _group_int_median(inst[k], v[k] + off[rk[k]], len(ref))
+        new, c, w = _modal_by(rk[u], v[u] - consensus[inst[u]])
+        if not len(new):  # cannot happen within a component; keep the clock rather than loop
             off[np.isnan(off)] = 0.0
+        off[new], half[new] = -c, w
     return off, half
 
 
@@ -188,8 +231,14 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
     added back to the offsets in Python integers (an offset is shift-equivariant: adding d to one
     rank's ends changes its offset by exactly -d).
 
+    The ends stay in long form, one row per instance and rank, and are never spread into an
+    instances x ranks matrix: with sub-group collectives (tensor- or pipeline-parallel groups, whose
+    number grows with ranks) such a matrix grows with ranks squared and is almost all empty. Time is
+    n log n and memory linear in the rows.
+
     Args:
-        ends: Columns instance_id, rank, end_ns (int64 ns; one row per rank and instance, raw clocks).
+        ends: Columns instance_id, rank, end_ns (int64 ns; one row per rank and instance, raw clocks;
+            repeated rows of one rank on one instance count as their earliest).
         min_offset_ns: Smallest offset ever applied (ns).
 
     Returns:
@@ -200,37 +249,42 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
     multi = ends.filter(pl.len().over("instance_id") >= 2)
     if multi.is_empty():
         return pl.DataFrame()
-    bases = multi.group_by("rank").agg(pl.col("end_ns").cast(pl.Int64).min().alias("_base"))
-    base_of = {int(r): int(b) for r, b in bases.iter_rows()}
-    wide = (
-        multi.join(bases, on="rank")
-        .with_columns((pl.col("end_ns").cast(pl.Int64) - pl.col("_base")).cast(pl.Float64))
-        .pivot(on="rank", index="instance_id", values="end_ns", aggregate_function="min", sort_columns=True)
+    rows = (
+        multi.group_by("instance_id", "rank")
+        .agg(pl.col("end_ns").cast(pl.Int64).min())
+        .with_columns(_base=pl.col("end_ns").min().over("rank"))
+        .with_columns(
+            (pl.col("end_ns") - pl.col("_base")).cast(pl.Float64), _inst=pl.col("instance_id").rank("dense")
+        )
+        .sort("_inst", "rank")
     )
-    ranks = np.array(sorted(int(c) for c in wide.columns if c != "instance_id"))
-    e = wide.select([str(r) for r in ranks]).to_numpy().astype(np.float64)
-    comp = _components(e)
-    off: list[int] = [0] * len(ranks)  # Python ints: exact at any magnitude
-    half = np.zeros(len(ranks))
-    res = np.zeros(len(ranks))
-    thr = np.full(len(ranks), math.inf)
-    for root in np.unique(comp):
-        cols = np.nonzero(comp == root)[0]
-        sub = e[:, cols]
-        sub = sub[(~np.isnan(sub)).sum(axis=1) >= 2]
-        o, h = _fit_component(sub)
-        corr = sub + o
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            spread = corr - np.nanmin(corr, axis=1)[:, None]
-        r = np.array([_int_median(c[~np.isnan(c)]) for c in spread.T])
-        t = np.maximum.reduce([np.full(len(cols), float(min_offset_ns)), 2.0 * h, 2.0 * np.maximum(r, r[0])])
-        t[0] = math.inf
-        half[cols], res[cols], thr[cols] = h, r, t
-        ref = base_of[int(ranks[cols[0]])]
-        for k, j in enumerate(cols):  # back from each rank's own base to the raw clocks
-            off[j] = int(o[k]) - base_of[int(ranks[j])] + ref
-    n = np.sum(~np.isnan(e), axis=0)
+    ranks, rk = np.unique(rows["rank"].to_numpy().astype(np.int64), return_inverse=True)
+    inst = rows["_inst"].to_numpy().astype(np.int64) - 1
+    v = rows["end_ns"].to_numpy()
+    nr = len(ranks)
+    base = np.zeros(nr, dtype=np.int64)
+    base[rk] = rows["_base"].to_numpy()
+    n = np.bincount(rk, minlength=nr)
+    # the instances with two or more ranks: all, unless one rank's rows repeat on an instance
+    first = _starts(inst)
+    size = np.diff(np.r_[first, len(inst)])
+    lead = np.repeat(rk[first], size)  # the lowest rank of each row's instance
+    keep = np.repeat(size >= 2, size)
+    inst, rk, v, lead = inst[keep], rk[keep], v[keep], lead[keep]
+    edges = np.unique(lead[lead != rk] * nr + rk[lead != rk])
+    comp = _components(edges // nr, edges % nr, nr)
+    off_f, half = (np.zeros(nr), np.zeros(nr)) if not len(inst) else _fit(inst, rk, v, comp)
+    corr = v + off_f[rk]
+    first = _starts(inst)
+    low = np.repeat(np.minimum.reduceat(corr, first), np.diff(np.r_[first, len(inst)])) if len(inst) else corr
+    res = _group_int_median(rk, corr - low, nr)
+    res[np.isnan(res)] = 0.0  # a rank alone on each of its instances (repeated rows only)
+    thr = np.maximum.reduce([np.full(nr, float(min_offset_ns)), 2.0 * half, 2.0 * np.maximum(res, res[comp])])
+    thr[comp == np.arange(nr)] = math.inf
+    off = [  # back from each rank's own base to the raw clocks, in Python ints: exact at any magnitude
+        int(o) - b + base_ref
+        for o, b, base_ref in zip(off_f.tolist(), base.tolist(), base[comp].tolist(), strict=True)
+    ]
     applied = [o if abs(o) >= t else 0 for o, t in zip(off, thr, strict=True)]
     return pl.DataFrame(
         {

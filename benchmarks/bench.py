@@ -25,7 +25,10 @@ file read (gzip inflated in memory) and decoded by the fastest generic JSON deco
 (orjson or msgspec, chosen by timing both on the first generated file), one file after another.
 
 For each set the ingest's peak summed RSS, summed PSS and largest single process are also given as
-multiples of the largest uncompressed rank file (target: under 1.5x). The 8-rank set is ingested a second time with
+multiples of the largest uncompressed rank file, and the peak above the start-up floor (the peak of
+an ingest of a trace with no events: libraries, store, matching) as one (target: under 1.5x). The
+corpus sets are measured ``--repeat`` times (default 3), the tools interleaved, medians kept. Every
+child runs with bytecode written and read, as an installed package has it. The 8-rank set is ingested a second time with
 ``--layout parquet`` (the Parquet dataset layout). ``--huge`` adds one ~5 GB rank file (18 M events,
 not gzip; about 5 GB of disk; traceprof only) to check that it ingests in bounded memory.
 
@@ -72,6 +75,7 @@ CORPUS_SETS = [
     "hta/nccl_parser_config",
     "hta/negative_queue_length_values_check",
     "hta/df_index_resolver",
+    "hta/trace_diff/control",
 ]
 # name: (ranks, events per rank, steps, gzip)
 GENERATED = {
@@ -96,6 +100,15 @@ ANALYSES = [
 # the synthetic traces record no shapes: declare the FLOPs so that mfu computes (1 PFLOP per step)
 PARAMS = {"mfu": ["-p", "model_flops_per_step=1e15"]}
 PY = sys.executable
+#: The children's environment: bytecode written and read as an installed package has it (a
+#: ``PYTHONDONTWRITEBYTECODE`` inherited from a development shell made every command compile
+#: traceprof's modules again: 0.27 s of CPU in each ingest, which no installed copy pays).
+INSTALLED = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+#: The smallest Kineto trace (one rank, no events): its ingest's peak RSS is the start-up floor,
+#: everything an ingest holds whatever the file (libraries, the DuckDB store, matching's polars).
+EMPTY_TRACE = (
+    b'{"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 0, "traceEvents": []}'
+)
 
 
 # --- the measuring child --------------------------------------------------------------------
@@ -349,7 +362,7 @@ def startup(out: Path, n: int) -> dict:
         check=True,
         capture_output=True,
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = INSTALLED
     cmds = {k: traceprof(*(str(db) if x == "DB" else x for x in c)) for k, c in STARTUP.items()}
     cmds["floor: runs' libraries"] = [PY, "-c", FLOOR]
     cmds["floor: analyze's libraries"] = [PY, "-c", FLOOR_ANALYZE]
@@ -371,6 +384,19 @@ def startup(out: Path, n: int) -> dict:
     res["load"] = os.getloadavg()[0]
     drop_store(db)
     return res
+
+
+def ingest_floor(out: Path, n: int) -> dict:
+    """Median figures of ``n`` ingests of :data:`EMPTY_TRACE` into a fresh store."""
+    trace, db = out / "empty" / "rank0.json", out / "empty.duckdb"
+    trace.parent.mkdir(exist_ok=True)
+    trace.write_bytes(EMPTY_TRACE)
+    runs = []
+    for _ in range(n):
+        drop_store(db)
+        runs.append(measure(traceprof("ingest", str(trace), "--db", str(db)), env=INSTALLED))
+    drop_store(db)
+    return _median_run(runs)
 
 
 def in_process(folder: Path, db: Path, n: int) -> dict:
@@ -419,6 +445,13 @@ def _in_process(n: int, folder: str, db: str) -> None:
 # --- printing -------------------------------------------------------------------------------
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The median of each figure of several measurements of one command (the worst exit status)."""
+    out = {k: _median([r[k] for r in runs]) for k in ("wall", "cpu", "rss_max", "rss_sum", "pss_sum")}
+    worst = max(runs, key=lambda r: r["rc"] != 0)
+    return {**out, "rc": worst["rc"], "err": worst["err"], "n": len(runs)}
+
+
 def _row(label: str, r: dict) -> str:
     s = f"  {label:<22} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss_max']:8.0f} {r['rss_sum']:8.0f} {r['pss_sum']:8.0f}"
     return s + ("   TIMED OUT (a lower bound)" if r["rc"] == 124 else "   FAILED" if r["rc"] else "")
@@ -439,6 +472,9 @@ def main() -> None:
     ap.add_argument("--skip-analyses", action="store_true")
     ap.add_argument("--huge", action="store_true", help="add a ~5 GB rank file (traceprof ingest only)")
     ap.add_argument("--scale", action="store_true", help="add benchmarks/scale.py (many ranks, Dask)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="interleaved rounds of each corpus set, median kept (default 3)"
+    )
     a = ap.parse_args()
     out = a.out / ("quick" if a.quick else "full")
     out.mkdir(parents=True, exist_ok=True)
@@ -482,6 +518,15 @@ def main() -> None:
         for k in HTA_CALLS:
             r = ip[k]
             print(f"  {k:<12} {r['hta']:8.3f} {r['traceprof']:12.3f} {r['traceprof'] / r['hta']:6.2f}x")
+    subprocess.run(
+        [PY, "-m", "compileall", "-q", str(REPO / "traceprof"), str(REPO / "collectors")], env=INSTALLED
+    )
+    floor = ingest_floor(out, a.repeat)
+    result["ingest_floor"] = floor
+    print(
+        f"\ningest start-up floor (peak of a trace with no events, median of {a.repeat}): "
+        f"{floor['wall']:.2f} s wall, {floor['cpu']:.2f} s cpu, {floor['rss_sum']:.0f} MB RSS"
+    )
     print(f"\nbare parse: {parser}; ratios are traceprof / other (wall, cpu, summed rss)")
     for name, folder in sets.items():
         files = trace_files(folder)
@@ -492,7 +537,14 @@ def main() -> None:
         cmds = tools(
             folder, db, parser, not a.no_hta, parquet=name == "gen_8x1M", only_traceprof=name in HUGE
         )
-        res = {k: measure(cmd, a.hta_timeout if k == "hta" else 1800) for k, cmd in cmds.items()}
+        reps = a.repeat if name in CORPUS_SETS else 1
+        runs: dict[str, list[dict]] = {k: [] for k in cmds}
+        for _ in range(reps):  # interleaved: each tool once per round, a fresh store each time
+            for k, cmd in cmds.items():
+                drop_store(db)
+                drop_store(parquet_db(db))
+                runs[k].append(measure(cmd, a.hta_timeout if k == "hta" else 1800, env=INSTALLED))
+        res = {k: _median_run(v) for k, v in runs.items()}
         from traceprof.storage.layout import (
             dataset_dir,  # here: the measuring children import traceprof themselves
         )
@@ -508,7 +560,8 @@ def main() -> None:
         print(
             f"  traceprof peak memory / largest uncompressed rank file ({big / 1e6:.0f} MB): summed RSS "
             f"{tp['rss_sum'] * 2**20 / big:.2f}x, summed PSS {tp['pss_sum'] * 2**20 / big:.2f}x, largest "
-            f"process {tp['rss_max'] * 2**20 / big:.2f}x"
+            f"process {tp['rss_max'] * 2**20 / big:.2f}x; above the start-up floor "
+            f"{(tp['rss_sum'] - floor['rss_sum']) * 2**20 / big:.2f}x"
         )
         for k in ("hta", "bare"):
             if k in res:
@@ -578,6 +631,7 @@ def main() -> None:
             f"   rss/file {tp['rss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
             f" pss/file {tp['pss_sum'] * 2**20 / res['largest_rank_bytes']:.2f}x"
             f" max/file {tp['rss_max'] * 2**20 / res['largest_rank_bytes']:.2f}x"
+            f" above-floor/file {(tp['rss_sum'] - floor['rss_sum']) * 2**20 / res['largest_rank_bytes']:.2f}x"
         )
     print("  (+: stopped at the time limit, a lower bound)")
     if a.scale:

@@ -428,6 +428,19 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no GPU or CPU activity.
     """
     run_id, act = run_activity(store, params.run, hta=params.hta, detail=True)
+    # the columns read below, so that the filters copy these only
+    act = act.select(
+        "rank",
+        "class",
+        "step",
+        "start_ns",
+        "end_ns",
+        "name",
+        "device_kind",
+        "trace_id",
+        "launch_tid",
+        "launch_ts_ns",
+    )
     comm = act.filter(pl.col("class") == "comm")
     comp = act.filter(pl.col("class") == "compute")
     # The merged compute hides communication as well as every compute row does, and is far smaller.

@@ -31,6 +31,7 @@ from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
 from traceprof.engine.activity import activity, excluded_note, graph_level_notes, step_window
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
+from traceprof.engine.intervals import rank_chunks
 from traceprof.storage.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -169,6 +170,23 @@ def _category_pcts(of: str) -> tuple[Column, ...]:
     return tuple(rc.pct(f"{c}_pct", f"{c}_ns, % of {of}; null when that is 0") for c in CATEGORIES)
 
 
+def _breakdowns(act: pl.DataFrame, params: Params) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The per-lane and per-rank frames of ``act`` (GPU rows of whole ranks), each sorted by its keys."""
+    g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
+    span = pl.col("end_ns").max() - pl.col("start_ns").min()
+    win = g.group_by("rank", "device", "stream").agg(span.alias("window_ns"))
+    per_stream = _summary(g, ["rank", "device", "stream"], win, "window_ns", "idle_ns")
+    rank_win = (
+        g.group_by("rank")
+        .agg(pl.col("lane").n_unique().cast(pl.Int64).alias("streams"), span.alias("window_ns"))
+        .join(win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
+    )
+    per_rank = _summary(
+        g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct"
+    )
+    return per_stream, per_rank
+
+
 SPEC = Analysis(
     name="idle",
     params=Params,
@@ -232,25 +250,21 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
     """
     run_id = store.resolve_run(params.run)
-    act = activity(store, run_id, hta=params.hta, detail=True).filter(
-        pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    # only the columns read below: the filter and the sweep's sort copy these, not the whole frame
+    act = activity(store, run_id, hta=params.hta, detail=True).select(
+        "rank", "device", "stream", "lane", "start_ns", "end_ns", "launch_ts_ns", "kind"
     )
+    gpu = act.get_column("kind").is_in(["kernel", "memcpy", "memset"])
+    if gpu.sum() != act.height:  # (a run of GPU ranks keeps every row: no copy)
+        act = act.filter(gpu)
     if act.is_empty():
         raise AnalysisError(
             f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams"
         )
-    g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
-    span = pl.col("end_ns").max() - pl.col("start_ns").min()
-    win = g.group_by("rank", "device", "stream").agg(span.alias("window_ns"))
-    per_stream = _summary(g, ["rank", "device", "stream"], win, "window_ns", "idle_ns")
-    rank_win = (
-        g.group_by("rank")
-        .agg(pl.col("lane").n_unique().cast(pl.Int64).alias("streams"), span.alias("window_ns"))
-        .join(win.group_by("rank").agg(pl.col("window_ns").sum().alias("stream_window_sum_ns")), on="rank")
-    )
-    per_rank = _summary(
-        g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct"
-    )
+    # every row of both frames is one rank's: a large run is worked a few ranks at a time
+    parts = [_breakdowns(p, params) for p in rank_chunks(act, ["rank"]) or [act]]
+    per_stream = pl.concat([p[0] for p in parts], rechunk=True)
+    per_rank = pl.concat([p[1] for p in parts], rechunk=True)
     per_rank = per_rank.join(step_window(store, run_id, act), on="rank", how="left")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:

@@ -222,11 +222,12 @@ def run(store: Store, params: Params) -> Result:
     d = pl.col("end_ns") - pl.col("start_ns")
     per_rank = act.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
     per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
+    cut = act.select("rank", "class", "start_ns", "end_ns")  # what the filters below copy
     for cls in CLASSES:
         per_rank = per_rank.join(
-            union_ns(act.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"), on="rank", how="left"
+            union_ns(cut.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"), on="rank", how="left"
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
-    types = overlap_types(act)
+    types = overlap_types(cut)
     exclusive = types.with_columns(
         pl.when(pl.col("kernel_type").str.contains("+", literal=True))
         .then(pl.lit("overlapped"))

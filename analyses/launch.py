@@ -22,6 +22,7 @@ hash passes; the same figures DuckDB window functions gave, in about 65% of thei
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -30,7 +31,7 @@ from traceprof.core import columns as rc
 from traceprof.core.classify import valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
-from traceprof.engine.activity import graph_level_notes
+from traceprof.engine.activity import graph_level_notes, rank_list
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.storage.store import Store
 
@@ -119,20 +120,22 @@ SPEC = Analysis(
 )
 
 
-@register(SPEC)
-def run(store: Store, params: Params) -> Result:
-    """Kernel launch latency and short-kernel share of one run.
+class _Figures(NamedTuple):
+    """The frames of some ranks' kernels, and their kernels stamped before their launch call."""
 
-    Source: the ``kernels`` view (events of kind kernel joined to their runtime call).
+    per_rank: pl.DataFrame
+    streams: pl.DataFrame
+    steps: pl.DataFrame
+    skewed: int
+    lead_ns: Any  # the largest such lead (ns), None without any
 
-    Raises:
-        StoreError: No such run.
-        AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
-    """
-    run_id = store.resolve_run(params.run)
-    k = store.sql(_KERNELS, [run_id])
+
+def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
+    """The per-rank, per-lane and per-step frames of kernels ``k`` (rows of :data:`_KERNELS` of whole
+    ranks), each sorted by its keys; the count of kernels stamped before their launch call and the
+    largest such lead (ns); None without kernels."""
     if k.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; launch latency needs a GPU trace")
+        return None
     lane = ["rank", "device", "stream"]
     k = (
         k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True)
@@ -189,9 +192,51 @@ def run(store: Store, params: Params) -> Result:
     def per(*by: str) -> pl.DataFrame:
         return k.group_by(*by).agg(stats).with_columns(shares).sort(*by, nulls_last=False)
 
-    per_rank, streams, steps = per("rank"), per(*lane), per("rank", "step")
+    skewed = k.filter(pl.col("skewed").fill_null(False))
+    most = (skewed["launch_ts_ns"] - skewed["ts_ns"]).max()
+    return _Figures(per("rank"), per(*lane), per("rank", "step"), skewed.height, most)
+
+
+@register(SPEC)
+def run(store: Store, params: Params) -> Result:
+    """Kernel launch latency and short-kernel share of one run.
+
+    Source: the ``kernels`` view (events of kind kernel joined to their runtime call).
+
+    Raises:
+        StoreError: No such run.
+        AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
+    """
+    run_id = store.resolve_run(params.run)
+    # every figure is one rank's (lanes, launch calls and steps are within a rank): a run of several
+    # ranks is read and worked one rank at a time, so that only one rank's kernels are held; each
+    # rank is read trace by trace (``trace_id = N`` reaches below the view's window of launches,
+    # ``rank = N`` does not: every rank would read the whole run)
+    if rank_list(store, run_id) is None:
+        parts = [_figures(store.sql(_KERNELS, [run_id]), params)]
+    else:
+        traces = store.sql(
+            "SELECT rank, list(trace_id ORDER BY trace_id) AS ids FROM traces WHERE run_id = ? "
+            "GROUP BY rank ORDER BY rank",
+            [run_id],
+        )["ids"].to_list()
+        parts = [
+            _figures(
+                pl.concat(
+                    [store.sql(_KERNELS + " AND trace_id = ?", [run_id, t]) for t in ids], rechunk=True
+                ),
+                params,
+            )
+            for ids in traces
+        ]
+    got = [p for p in parts if p is not None]
+    if not got:
+        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; launch latency needs a GPU trace")
+    per_rank = pl.concat([p.per_rank for p in got], rechunk=True)
+    streams = pl.concat([p.streams for p in got], rechunk=True)
+    steps = pl.concat([p.steps for p in got], rechunk=True)
     no_launch = per_rank.filter(pl.col("launched") < pl.col("kernels"))
-    notes = [f"short kernels: under {params.short_ns / 1000:g} us"]
+    notes: list[str | Note] = [f"short kernels: under {params.short_ns / 1000:g} us"]
     graph = int(per_rank["graph_kernels"].sum()) - int(per_rank["graph_launches"].sum())
     if graph:
         notes.append(
@@ -210,11 +255,11 @@ def run(store: Store, params: Params) -> Result:
             )
         )
     notes += graph_level_notes(store, run_id)
-    skewed = k.filter(pl.col("skewed").fill_null(False))
-    if skewed.height:
-        most = int((skewed["launch_ts_ns"] - skewed["ts_ns"]).max() or 0)  # type: ignore[arg-type]
+    skewed = sum(p.skewed for p in got)
+    if skewed:
+        most = int(max(p.lead_ns for p in got if p.skewed) or 0)
         notes.append(
-            f"{skewed.height} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
+            f"{skewed} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
             "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures"
         )
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

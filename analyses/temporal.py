@@ -214,7 +214,8 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id, act = run_activity(store, params.run, hta=params.hta)
     per_rank = _breakdown(act, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
-    per_step = _breakdown(act.filter(pl.col("step").is_not_null()), ["rank", "step"])
+    steps = act.select("rank", "step", "class", "start_ns", "end_ns")  # what the filter copies
+    per_step = _breakdown(steps.filter(pl.col("step").is_not_null()), ["rank", "step"])
     gpu = act.filter(pl.col("device_kind") == "gpu")
     per_device = _breakdown(gpu, ["rank", "device"]) if not gpu.is_empty() else pl.DataFrame()
     notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.engine import intervals
-from traceprof.engine.activity import activity, exposed_comm, op_activity
+from traceprof.engine.activity import activity, exposed_comm, op_activity, step_activity
 from traceprof.storage.store import Store
 
 __all__ = ["Timeline", "STATES", "choose_step", "lanes", "step_timeline", "with_path"]
@@ -158,11 +158,12 @@ def step_timeline(
     note = f"step {step}"
     if step is None:
         step, note = choose_step(store, run_id)
-    act = activity(store, run_id).filter(pl.col("class").is_in(["compute", "comm"]))
     if step is None:  # no ProfilerSteps (e.g. an nsys capture without step ranges): the whole trace
         note = "the whole trace (no ProfilerSteps)"
+        act = activity(store, run_id)
     else:
-        act = act.filter(pl.col("step") == step)
+        act = step_activity(store, run_id, step)  # the step's rows only
+    act = act.filter(pl.col("class").is_in(["compute", "comm"]))
     if act.is_empty():  # per-op traces without kernels (NDTimeline): its GPU annotations and collectives
         act = op_activity(store, run_id, step)
     if act.is_empty():

@@ -546,15 +546,25 @@ class Store:
         Raises:
             StoreError: The query fails (the message is DuckDB's).
         """
+        table = self.arrow(query, params)
+        if table is None:  # a statement without a result
+            return pl.DataFrame()
+        # One chunk always: polars takes another kernel path by chunk layout (x / scalar as x times
+        # the reciprocal on one chunk, exact division on two: 50.00000000000001 or 50.0), and DuckDB's
+        # parallel scans return one or several batches from run to run.
+        return pl.from_arrow(table).rechunk()  # type: ignore[return-value]
+
+    def arrow(self, query: str, params: Sequence[Any] | None = None) -> pa.Table | None:
+        """Run a query and return its rows as DuckDB's Arrow table (batches as DuckDB wrote them), or
+        None for a statement without a result.
+
+        Raises:
+            StoreError: The query fails (the message is DuckDB's).
+        """
         cancel.checkpoint()  # a report's analysis thread after Ctrl-C: stop before the next query
         try:
             rel = self.con.sql(query, params=list(params) if params else None)
-            if rel is None:  # a statement without a result
-                return pl.DataFrame()
-            # One chunk always: polars takes another kernel path by chunk layout (x / scalar as x times
-            # the reciprocal on one chunk, exact division on two: 50.00000000000001 or 50.0), and DuckDB's
-            # parallel scans return one or several batches from run to run.
-            return pl.from_arrow(rel.to_arrow_table()).rechunk()  # type: ignore[return-value]
+            return None if rel is None else rel.to_arrow_table()
         except (duckdb.Error, RuntimeError) as e:
             if interrupted(e):
                 raise KeyboardInterrupt from None

@@ -21,8 +21,9 @@ from traceprof.storage.store import Store
 
 #: Never loaded by a command that neither writes a report nor captures nor runs on Dask.
 NEVER = ["bokeh", "holoviews", "pandas", "torch", "dask", "distributed"]
-#: Not loaded by `--version` and `runs`.
-FRAMES = ["polars", "numpy", "pyarrow"]
+#: Not loaded by `--version` and `runs`: the frame libraries, and pydantic (typer's conversion of
+#: option values, done without it: traceprof.cli._plain_coercion).
+FRAMES = ["polars", "numpy", "pyarrow", "pydantic"]
 
 
 def _loaded(args: list[str], cwd) -> tuple[int, list[str], str]:
@@ -111,3 +112,71 @@ def test_row_cells_shortens_and_tells_apart_like_table_rows():
     assert (cells[0][1], cells[1][1], cells[2][1]) == (forms[a], forms[b], forms[a]) and forms[a] != forms[b]
     assert cells[0][2] == "1,234,567" and cells[1][0] == "" and cells[0][3] == "0.50"
     assert numeric == [True, False, True, True, False, False]
+
+
+def _all_params():
+    """(command, parameter) of every command of the CLI (typer's click objects)."""
+    import typer
+
+    from traceprof.cli import app
+
+    todo = [typer.main.get_command(app)]
+    while todo:
+        cmd = todo.pop()
+        for p in cmd.params:
+            yield cmd, p
+        todo.extend(getattr(cmd, "commands", {}).values())
+
+
+#: Raw values an option may get: numbers typer converts as Python does, and ones it converts its own
+#: way or refuses (an underscore, an exponent, leading zeros, a word, an empty string).
+_RAW = [
+    "12",
+    "-3",
+    "0",
+    "2.5",
+    "-0.25",
+    "007",
+    "1_000",
+    "1e3",
+    "nan",
+    "x",
+    "",
+    "table",
+    "JSON",
+    "csv",
+    "a/b.duckdb",
+]
+
+
+def test_plain_coercion_converts_as_typer_does():
+    # Every parameter of every command, every raw value (alone, and as a list for the repeatable
+    # ones): the pydantic-free conversion gives typer's value, or typer's error message.
+    import typer
+    from typer.core import _TyperParameter
+
+    from traceprof.cli import _plain_coercion, _PlainParam
+
+    _plain_coercion()
+    assert getattr(_TyperParameter.get_runtime_param, "plain", False)
+    seen = 0
+    for cmd, p in _all_params():
+        ctx = typer.Context(cmd)
+        theirs = p.get_runtime_param().typer_param()  # typer's own converter for p
+        ours = _PlainParam(p, lambda theirs=theirs: theirs)
+        multi = p.multiple or p.nargs == -1
+        for raw in _RAW:
+            value = (raw,) if multi else raw
+            try:
+                want: object = theirs.coerce(value, param=p, ctx=ctx)
+            except Exception as e:  # noqa: BLE001 - the message is what is compared
+                want = (type(e), getattr(e, "message", str(e)))
+            try:
+                got: object = ours.coerce(value, param=p, ctx=ctx)
+            except Exception as e:  # noqa: BLE001
+                got = (type(e), getattr(e, "message", str(e)))
+            same = got == want or repr(got) == repr(want)  # nan: typer's own, converted by it
+            assert same and type(got) is type(want), (cmd.name, p.name, raw, got, want)
+            seen += 1
+        assert ours.coerce(None, param=p, ctx=ctx) == theirs.coerce(None, param=p, ctx=ctx)
+    assert seen > 500  # every command's options were tried

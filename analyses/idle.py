@@ -34,6 +34,8 @@ from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Rep
 from traceprof.storage.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
+#: The activity columns idle reads (``traceprof.engine.activity``): not names nor launch threads.
+_ACTIVITY = ("rank", "kind", "start_ns", "end_ns", "lane", "step", "device", "stream", "launch_ts_ns")
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
     """
     run_id = store.resolve_run(params.run)
-    act = activity(store, run_id, hta=params.hta, detail=True).filter(
+    act = activity(store, run_id, hta=params.hta, detail=True, columns=_ACTIVITY).filter(
         pl.col("kind").is_in(["kernel", "memcpy", "memset"])
     )
     if act.is_empty():

@@ -37,11 +37,13 @@ are reused; results are printed and written to ``OUT/bench.json``.
 
 Also, first (sets ``startup`` and ``inprocess`` of ``--only``):
 
-- start-up: ``traceprof --version``, ``runs``, ``analyze temporal`` (its result kept beside the
-  store by an earlier command) and ``analyze overlap --no-cache`` on a 4-rank sample store, the
-  median of 10 runs each (5 with ``--quick``), with bytecode written as an installed package has it
-  (``PYTHONDONTWRITEBYTECODE`` dropped for these children), beside the import of the libraries
-  those commands cannot do without (the floor);
+- start-up: ``traceprof --version``, ``runs``, ``analyze temporal`` and ``analyze gaps -f csv``
+  (their results kept beside the store by an earlier command: printed as kept, without polars) and
+  ``analyze overlap --no-cache`` on a 4-rank sample store, the median of 10 runs each (5 with
+  ``--quick``), with bytecode written as an installed package has it (``PYTHONDONTWRITEBYTECODE``
+  dropped for these children), beside the import of the libraries those commands cannot do without
+  (the floor: DuckDB, typer, rich, orjson; and with polars, numpy and pyarrow, what a computing
+  ``analyze`` adds);
 - in-process: ``traceprof.open(db).analyze(X)`` in a fresh session (``cache=False``) against HTA
   0.5.0's call on its loaded ``TraceAnalysis`` for overlap, temporal, idle and kernels on
   ``hta/df_index_resolver`` (median of 3 each, interleaved).
@@ -320,10 +322,13 @@ STARTUP = {
     "--version": ["--version"],
     "runs": ["runs", "--db", "DB"],
     "analyze temporal (kept)": ["analyze", "temporal", "--db", "DB"],
+    "analyze gaps -f csv (kept)": ["analyze", "gaps", "--db", "DB", "-f", "csv"],
     "analyze overlap --no-cache": ["analyze", "overlap", "--db", "DB", "--no-cache"],
 }
-#: What ``runs`` cannot do without (``analyze`` adds FLOOR_ANALYZE): the start-up floor.
-FLOOR = "import duckdb, typer._adapters, rich.console, rich.table, orjson"
+#: What ``runs`` and ``analyze`` printing a kept result cannot do without: the start-up floor (typer
+#: without pydantic: ``traceprof.cli`` converts option values itself); an ``analyze`` that computes
+#: adds polars, numpy and pyarrow (FLOOR_ANALYZE).
+FLOOR = "import duckdb, typer, rich.console, rich.table, orjson"
 FLOOR_ANALYZE = FLOOR + ", numpy, pyarrow, polars"
 #: HTA 0.5.0's in-memory calls, by traceprof analysis.
 HTA_CALLS = {
@@ -352,7 +357,7 @@ def startup(out: Path, n: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cmds = {k: traceprof(*(str(db) if x == "DB" else x for x in c)) for k, c in STARTUP.items()}
     cmds["floor: runs' libraries"] = [PY, "-c", FLOOR]
-    cmds["floor: analyze's libraries"] = [PY, "-c", FLOOR_ANALYZE]
+    cmds["floor: + polars, numpy, pyarrow"] = [PY, "-c", FLOOR_ANALYZE]
     cmds["python -c pass"] = [PY, "-c", "pass"]
     runs: dict[str, list[dict]] = {k: [] for k in cmds}
     for i in range(n + 1):  # interleaved; the first round writes bytecode and the kept result

@@ -172,39 +172,60 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
     neutralized by :func:`traceprof.core.term.csv_cell` unless ``raw``)."""
     if fmt is Format.json:
-        sys.stdout.write(
-            term.json_text(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode())
-            + "\n"
-        )
+        sys.stdout.write(_json_text(df))
     elif fmt is Format.csv:
-        nested = [c for c, t in df.schema.items() if t.is_nested()]
-        flat = df.with_columns(
-            pl.Series(c, [orjson.dumps(v, default=str).decode() for v in df[c].to_list()]) for c in nested
-        )
-        if not raw:
-            flat = flat.with_columns(
-                pl.col(c).map_elements(term.csv_cell, return_dtype=pl.String)
-                for c, t in flat.schema.items()
-                if t == pl.String
-            )
-        sys.stdout.write(flat.write_csv())
+        sys.stdout.write(_csv_text(df, raw))
     else:
         from traceprof.core import display  # durations in human units, long names shortened
 
         if units not in display.UNITS:
             raise UsageError(f"--units {units!r}: expected human or ns")
-        shown = df.head(TABLE_ROWS)  # headers and cells from one frame: one unit per column
-        _print_table(
-            display.table_columns(shown, units),
-            [df[c].dtype.is_numeric() for c in df.columns],
-            display.table_rows(shown, units),
-            title,
+        _show_table(*_table_parts(df, units), title)
+
+
+def _json_text(df: pl.DataFrame) -> str:
+    """``-f json``'s text of a frame: a list of objects (bidi and C1 controls as ``\\uXXXX``)."""
+    text = orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode()
+    return term.json_text(text) + "\n"
+
+
+def _csv_text(df: pl.DataFrame, raw: bool) -> str:
+    """``-f csv``'s text of a frame: nested cells as JSON, string cells through
+    :func:`traceprof.core.term.csv_cell` unless ``raw``."""
+    nested = [c for c, t in df.schema.items() if t.is_nested()]
+    flat = df.with_columns(
+        pl.Series(c, [orjson.dumps(v, default=str).decode() for v in df[c].to_list()]) for c in nested
+    )
+    if not raw:
+        flat = flat.with_columns(
+            pl.col(c).map_elements(term.csv_cell, return_dtype=pl.String)
+            for c, t in flat.schema.items()
+            if t == pl.String
         )
-        if df.height > TABLE_ROWS:
-            say(
-                f"{df.height - TABLE_ROWS:,} more row(s) of {df.height:,} not shown; "
-                "--format csv or --format json prints every row"
-            )
+    return flat.write_csv()
+
+
+def _table_parts(df: pl.DataFrame, units: str) -> tuple[list[str], list[bool], list[list[str]], int]:
+    """What a table of ``df`` shows (:func:`_show_table`): headers, which columns are numeric, the
+    cells of the first :data:`TABLE_ROWS` rows (:mod:`traceprof.core.display`), and the row count."""
+    from traceprof.core import display
+
+    shown = df.head(TABLE_ROWS)  # headers and cells from one frame: one unit per column
+    cells = [list(r) for r in display.table_rows(shown, units)]
+    numeric = [df[c].dtype.is_numeric() for c in df.columns]
+    return display.table_columns(shown, units), numeric, cells, df.height
+
+
+def _show_table(
+    columns: list[str], numeric: list[bool], cells: list[list[str]], height: int, title: str
+) -> None:
+    """Print :func:`_table_parts`, and on stderr how many rows are not shown."""
+    _print_table(columns, numeric, cells, title)
+    if height > TABLE_ROWS:
+        say(
+            f"{height - TABLE_ROWS:,} more row(s) of {height:,} not shown; "
+            "--format csv or --format json prints every row"
+        )
 
 
 def _print_table(
@@ -715,6 +736,11 @@ def analyze(
     ] = False,
 ) -> None:
     """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
+    quick = name not in (None, "list") and not (show_help or save or with_notes or no_cache)
+    if quick and executor == "local" and scheduler is None:
+        # a result kept beside the store, printed as kept (no analysis, nor polars, loaded)
+        if _print_view(db, str(name), run, param, fmt, table, raw, units):
+            return
     from traceprof.api import open as open_session
     from traceprof.core.display import describe
 
@@ -753,6 +779,8 @@ def analyze(
         run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
+        if s.cache and not save:
+            _keep_view(s.store, name, run, options, result)
     if apart:
         with Store(db) as store:
             _save(store, run, name, result)
@@ -779,6 +807,77 @@ def analyze(
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
+
+
+#: Frames of at most this many rows keep their JSON and CSV text in an analysis' view (a table's
+#: first TABLE_ROWS rows are kept whatever the frame's size).
+VIEW_ROWS = 20_000
+
+
+def _keep_view(store: Store, name: str, run: str | None, options: dict[str, str], result: Any) -> None:
+    """Keep how ``analyze NAME`` prints ``result`` (each table in each format, :func:`render`'s own
+    text) beside the store's kept results (``traceprof.engine.resultcache.view_path``), for
+    :func:`_print_view`. Nothing when not caching."""
+    from traceprof.core.display import UNITS
+    from traceprof.engine import resultcache
+
+    path = resultcache.view_path(store, name, run, options)
+    if path is None or path.exists():
+        return
+    frames = {}
+    for k, df in result.frames().items():
+        small = df.height <= VIEW_ROWS
+        frames[k] = {
+            "table": {u: _table_parts(df, u) for u in UNITS},
+            "json": _json_text(df) if small else None,
+            "csv": _csv_text(df, False) if small else None,
+            "csv_raw": _csv_text(df, True) if small else None,
+        }
+    notes = [str(n) for n in result.notes]
+    resultcache.write_view(path, {"title": result.title or name, "notes": notes, "frames": frames})
+
+
+def _print_view(
+    db: Path,
+    name: str,
+    run: str | None,
+    param: list[str] | None,
+    fmt: Format,
+    table: str | None,
+    raw: bool,
+    units: str,
+) -> bool:
+    """Print analysis ``name``'s result as :func:`_keep_view` kept it, byte for byte what computing
+    it prints; False (nothing printed) when there is no such view, or it lacks what is asked for
+    (a frame too large for its JSON or CSV to be kept, an unknown ``--table`` or ``--units``,
+    whose message the computing path gives)."""
+    from traceprof.engine import resultcache
+
+    try:
+        options = _params(param, [name], implied=name).get(name, {})
+        with Store(db, read_only=True) as store:
+            path = resultcache.view_path(store, name, run, options)
+            view = resultcache.read_view(path) if path is not None else None
+            frame = (view or {}).get("frames", {}).get(table or "frame")
+            if view is None or frame is None:
+                return False
+            key = {Format.json: "json", Format.csv: "csv_raw" if raw else "csv"}.get(fmt)
+            shown = frame[key] if key is not None else frame["table"].get(units)
+            if shown is None:
+                return False
+            run_name = _run_name(store, run)
+    except TraceprofError:  # the computing path says it, as it always has
+        return False
+    if isinstance(shown, str):
+        sys.stdout.write(shown)
+        return True
+    columns, numeric, cells, height = shown  # _table_parts' four, as JSON kept them
+    _show_table(
+        columns, numeric, cells, height, f"{view['title']}{f' ({table})' if table else ''}: run {run_name}"
+    )
+    for n in view["notes"]:
+        say(n, out)
+    return True
 
 
 def _save(store: Store, run: str | None, name: str, result: Any) -> None:

@@ -180,3 +180,53 @@ def test_plain_coercion_converts_as_typer_does():
             seen += 1
         assert ours.coerce(None, param=p, ctx=ctx) == theirs.coerce(None, param=p, ctx=ctx)
     assert seen > 500  # every command's options were tried
+
+
+def test_analyze_prints_a_kept_result_without_frame_libraries(db):
+    # the first `analyze` computes the result (keeping it and how it prints beside the store); the
+    # next prints it as kept: the same bytes, and neither polars, numpy, pyarrow nor pydantic loaded
+    for args in (
+        ["analyze", "temporal", "--db", str(db)],
+        ["analyze", "gaps", "--db", str(db), "-f", "csv", "--table", "steps"],
+        ["analyze", "stragglers", "--db", str(db), "-f", "json", "-p", "alpha=0.05"],
+    ):
+        rc1, mods1, first = _loaded(args, db.parent)
+        rc2, mods2, again = _loaded(args, db.parent)
+        assert rc1 == rc2 == 0 and "polars" in mods1 and mods2 == [], (args, mods1, mods2)
+        assert again == first and len(first) > 100, args
+
+
+FORMS = [[], ["--units", "ns"], ["-f", "json"], ["-f", "csv"], ["-f", "csv", "--raw"]]
+
+
+@pytest.mark.parametrize("name", ["temporal", "gaps", "stragglers"])
+def test_a_kept_view_prints_what_computing_prints(tmp_path, name, monkeypatch):
+    # every table of the result in every format: as computed (--no-cache), as printed from the view
+    # the first cached command keeps, and from the view again; notes and the rows-not-shown line too
+    from tests import _cli_inproc as cli
+    from traceprof import cli as traceprof_cli
+
+    monkeypatch.setattr(traceprof_cli, "VIEW_ROWS", 5)  # larger frames keep no JSON/CSV: computed
+    db = tmp_path / "v.duckdb"
+    assert cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))[0] == 0
+    help_text = cli.run("analyze", name, "--help")[1]
+    tables = help_text.split("Tables (--table NAME): ")[1].split("\n")[0].split(", ")
+    for t in tables:
+        for form in FORMS:
+            args = ["analyze", name, "--db", str(db), "--table", t, *form]
+            computed = cli.run(*args, "--no-cache")
+            kept = [cli.run(*args) for _ in range(2)]
+            assert kept[0] == kept[1] == computed, (t, form)
+    views = list((tmp_path / "v.duckdb.results").glob("*/view-*.json"))
+    assert len(views) == 1  # one view: every table, every format
+
+
+def test_a_damaged_view_is_ignored(tmp_path):
+    from tests import _cli_inproc as cli
+
+    db = tmp_path / "v.duckdb"
+    cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))
+    first = cli.run("analyze", "temporal", "--db", str(db))
+    (view,) = (tmp_path / "v.duckdb.results").glob("*/view-*.json")
+    view.write_bytes(view.read_bytes().replace(b"Temporal breakdown", b"Temporal breakdowN"))
+    assert cli.run("analyze", "temporal", "--db", str(db)) == first  # computed (kept result) again

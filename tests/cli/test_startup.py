@@ -1,6 +1,8 @@
-"""What the CLI's quick commands import: `--version` and `runs` load neither polars, numpy nor pyarrow
-(0.6 s of CPU together), no command here loads the report's or the capture's libraries (bokeh,
-holoviews, pandas, torch, dask), and `runs` prints the same table without polars as with it.
+"""What the CLI's quick commands import: `--version`, `runs` and `analyze` printing a kept result load
+neither polars, numpy nor pyarrow (0.6 s of CPU together) nor pydantic (typer's conversion of option
+values, done in traceprof.cli: the same values as typer's, checked for every option), no command here
+loads the report's or the capture's libraries (bokeh, holoviews, pandas, torch, dask), and what they
+print is what the computing path prints (`runs` without polars; a kept view, every table and format).
 
 Checked on the modules loaded, not on timings, which a busy CI machine makes flaky; the timings
 are in benchmarks/bench.py (``startup``)."""

@@ -825,14 +825,17 @@ def _keep_view(store: Store, name: str, run: str | None, options: dict[str, str]
     if path is None or path.exists():
         return
     frames = {}
-    for k, df in result.frames().items():
-        small = df.height <= VIEW_ROWS
-        frames[k] = {
-            "table": {u: _table_parts(df, u) for u in UNITS},
-            "json": _json_text(df) if small else None,
-            "csv": _csv_text(df, False) if small else None,
-            "csv_raw": _csv_text(df, True) if small else None,
-        }
+    try:
+        for k, df in result.frames().items():
+            small = df.height <= VIEW_ROWS
+            frames[k] = {
+                "table": {u: _table_parts(df, u) for u in UNITS},
+                "json": _json_text(df) if small else None,
+                "csv": _csv_text(df, False) if small else None,
+                "csv_raw": _csv_text(df, True) if small else None,
+            }
+    except Exception:  # noqa: BLE001 - a format this frame cannot take: no view (asked for, it says why)
+        return
     notes = [str(n) for n in result.notes]
     resultcache.write_view(path, {"title": result.title or name, "notes": notes, "frames": frames})
 

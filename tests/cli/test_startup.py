@@ -232,3 +232,21 @@ def test_a_damaged_view_is_ignored(tmp_path):
     (view,) = (tmp_path / "v.duckdb.results").glob("*/view-*.json")
     view.write_bytes(view.read_bytes().replace(b"Temporal breakdown", b"Temporal breakdowN"))
     assert cli.run("analyze", "temporal", "--db", str(db)) == first  # computed (kept result) again
+
+
+def test_a_result_no_view_can_hold_still_prints(tmp_path, monkeypatch):
+    # building the view is best-effort: a format that fails on a frame (not the one asked for) leaves
+    # no view, and the command prints as it always did
+    from tests import _cli_inproc as cli
+    from traceprof import cli as traceprof_cli
+
+    db = tmp_path / "v.duckdb"
+    cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))
+    expected = cli.run("analyze", "temporal", "--db", str(db), "--no-cache")
+
+    def refuse(df, raw):  # noqa: ANN001, ANN202
+        raise ValueError("no CSV")
+
+    monkeypatch.setattr(traceprof_cli, "_csv_text", refuse)
+    assert cli.run("analyze", "temporal", "--db", str(db)) == expected
+    assert not list((tmp_path / "v.duckdb.results").glob("*/view-*.json"))

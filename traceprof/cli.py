@@ -171,16 +171,38 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
     """Print a frame as a rich table (strings escaped; the first :data:`TABLE_ROWS` rows, and a
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
     neutralized by :func:`traceprof.core.term.csv_cell` unless ``raw``)."""
-    if fmt is Format.json:
-        sys.stdout.write(_json_text(df))
-    elif fmt is Format.csv:
-        sys.stdout.write(_csv_text(df, raw))
-    else:
-        from traceprof.core import display  # durations in human units, long names shortened
+    _emit(_shown(df, fmt, raw, units), title)
 
-        if units not in display.UNITS:
-            raise UsageError(f"--units {units!r}: expected human or ns")
-        _show_table(*_table_parts(df, units), title)
+
+#: What :func:`render` prints of a frame: JSON or CSV text, or a table's :func:`_table_parts`.
+Shown = str | tuple[list[str], list[bool], list[list[str]], int]
+
+
+def _shown(df: pl.DataFrame, fmt: Format, raw: bool = False, units: str = "human") -> Shown:
+    """What :func:`render` prints of ``df`` in ``fmt`` (:data:`Shown`).
+
+    Raises:
+        UsageError: ``units`` is neither human nor ns (a table).
+    """
+    if fmt is Format.json:
+        return _json_text(df)
+    if fmt is Format.csv:
+        return _csv_text(df, raw)
+    from traceprof.core import display  # durations in human units, long names shortened
+
+    if units not in display.UNITS:
+        raise UsageError(f"--units {units!r}: expected human or ns")
+    return _table_parts(df, units)
+
+
+def _emit(shown: Any, title: str) -> None:
+    """Print :func:`_shown`'s text, or its table parts as a table titled ``title`` (a kept view's
+    parts are JSON lists)."""
+    if isinstance(shown, str):
+        sys.stdout.write(shown)
+        return
+    columns, numeric, cells, height = shown
+    _show_table(columns, numeric, cells, height, title)
 
 
 def _json_text(df: pl.DataFrame) -> str:
@@ -779,8 +801,9 @@ def analyze(
         run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
-        if s.cache and not save:
-            _keep_view(s.store, name, run, options, result)
+        from traceprof.engine import resultcache
+
+        view = resultcache.view_path(s.store, name, run, options) if s.cache and not save else None
     if apart:
         with Store(db) as store:
             _save(store, run, name, result)
@@ -797,47 +820,40 @@ def analyze(
             term.json_text(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode()) + "\n"
         )
         return
-    render(
-        frames[table or "frame"],
-        fmt,
-        f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}",
-        raw,
-        units,
-    )
+    df = frames[table or "frame"]
+    shown = _shown(df, fmt, raw, units)
+    _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}")
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
+    if view is not None and (fmt is Format.table or df.height <= VIEW_ROWS):
+        _keep_view(view, result, name, table or "frame", _variant(fmt, raw, units), shown)
 
 
-#: Frames of at most this many rows keep their JSON and CSV text in an analysis' view (a table's
-#: first TABLE_ROWS rows are kept whatever the frame's size).
+#: Frames of at most this many rows keep their JSON and CSV text in an analysis' view (a table keeps
+#: its first TABLE_ROWS rows whatever the frame's size).
 VIEW_ROWS = 20_000
 
 
-def _keep_view(store: Store, name: str, run: str | None, options: dict[str, str], result: Any) -> None:
-    """Keep how ``analyze NAME`` prints ``result`` (each table in each format, :func:`render`'s own
-    text) beside the store's kept results (``traceprof.engine.resultcache.view_path``), for
-    :func:`_print_view`. Nothing when not caching."""
-    from traceprof.core.display import UNITS
+def _variant(fmt: Format, raw: bool, units: str) -> str:
+    """The name of one printed form of a table in a view: ``table:human``, ``json``, ``csv_raw``..."""
+    if fmt is Format.table:
+        return f"table:{units}"
+    return "json" if fmt is Format.json else "csv_raw" if raw else "csv"
+
+
+def _keep_view(path: Path, result: Any, name: str, table: str, variant: str, shown: Shown) -> None:
+    """Add what ``analyze NAME`` printed of ``result``'s ``table`` in form ``variant`` (``shown``:
+    :func:`_shown`'s own text or table parts) to the result's view at ``path``
+    (``traceprof.engine.resultcache.view_path``), for :func:`_print_view`: the printed bytes are
+    kept, never computed apart. Nothing when the store's results are not kept."""
     from traceprof.engine import resultcache
 
-    path = resultcache.view_path(store, name, run, options)
-    if path is None or path.exists():
-        return
-    frames = {}
-    try:
-        for k, df in result.frames().items():
-            small = df.height <= VIEW_ROWS
-            frames[k] = {
-                "table": {u: _table_parts(df, u) for u in UNITS},
-                "json": _json_text(df) if small else None,
-                "csv": _csv_text(df, False) if small else None,
-                "csv_raw": _csv_text(df, True) if small else None,
-            }
-    except Exception:  # noqa: BLE001 - a format this frame cannot take: no view (asked for, it says why)
-        return
-    notes = [str(n) for n in result.notes]
-    resultcache.write_view(path, {"title": result.title or name, "notes": notes, "frames": frames})
+    view = resultcache.read_view(path)
+    if view is None or not isinstance(view.get("frames"), dict):
+        view = {"title": result.title or name, "notes": [str(n) for n in result.notes], "frames": {}}
+    view["frames"].setdefault(table, {})[variant] = shown
+    resultcache.write_view(path, view)
 
 
 def _print_view(
@@ -850,10 +866,10 @@ def _print_view(
     raw: bool,
     units: str,
 ) -> bool:
-    """Print analysis ``name``'s result as :func:`_keep_view` kept it, byte for byte what computing
-    it prints; False (nothing printed) when there is no such view, or it lacks what is asked for
-    (a frame too large for its JSON or CSV to be kept, an unknown ``--table`` or ``--units``,
-    whose message the computing path gives)."""
+    """Print analysis ``name``'s result as an earlier ``analyze`` printed it (:func:`_keep_view`),
+    byte for byte; False (nothing printed) when no view holds that table in that form (the result
+    not kept, a frame too large for its JSON or CSV to be kept, an unknown ``--table`` or
+    ``--units``, whose message the computing path gives)."""
     from traceprof.engine import resultcache
 
     try:
@@ -861,25 +877,18 @@ def _print_view(
         with Store(db, read_only=True) as store:
             path = resultcache.view_path(store, name, run, options)
             view = resultcache.read_view(path) if path is not None else None
-            frame = (view or {}).get("frames", {}).get(table or "frame")
-            if view is None or frame is None:
+            if view is None:
                 return False
-            key = {Format.json: "json", Format.csv: "csv_raw" if raw else "csv"}.get(fmt)
-            shown = frame[key] if key is not None else frame["table"].get(units)
+            shown = view.get("frames", {}).get(table or "frame", {}).get(_variant(fmt, raw, units))
             if shown is None:
                 return False
             run_name = _run_name(store, run)
     except TraceprofError:  # the computing path says it, as it always has
         return False
-    if isinstance(shown, str):
-        sys.stdout.write(shown)
-        return True
-    columns, numeric, cells, height = shown  # _table_parts' four, as JSON kept them
-    _show_table(
-        columns, numeric, cells, height, f"{view['title']}{f' ({table})' if table else ''}: run {run_name}"
-    )
-    for n in view["notes"]:
-        say(n, out)
+    _emit(shown, f"{view['title']}{f' ({table})' if table else ''}: run {run_name}")
+    if fmt is Format.table:
+        for n in view["notes"]:
+            say(n, out)
     return True
 
 

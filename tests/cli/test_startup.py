@@ -234,19 +234,24 @@ def test_a_damaged_view_is_ignored(tmp_path):
     assert cli.run("analyze", "temporal", "--db", str(db)) == first  # computed (kept result) again
 
 
-def test_a_result_no_view_can_hold_still_prints(tmp_path, monkeypatch):
-    # building the view is best-effort: a format that fails on a frame (not the one asked for) leaves
-    # no view, and the command prints as it always did
+def test_a_view_holds_what_was_printed(tmp_path):
+    # a view keeps the bytes an analyze printed, form by form: nothing is rendered that was not asked
+    import orjson
+
     from tests import _cli_inproc as cli
-    from traceprof import cli as traceprof_cli
 
     db = tmp_path / "v.duckdb"
     cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))
-    expected = cli.run("analyze", "temporal", "--db", str(db), "--no-cache")
+    table = cli.run("analyze", "temporal", "--db", str(db))
+    (path,) = (tmp_path / "v.duckdb.results").glob("*/view-*.json")
 
-    def refuse(df, raw):  # noqa: ANN001, ANN202
-        raise ValueError("no CSV")
+    def forms() -> dict:
+        return orjson.loads(path.read_bytes().partition(b"\n")[2])["frames"]
 
-    monkeypatch.setattr(traceprof_cli, "_csv_text", refuse)
-    assert cli.run("analyze", "temporal", "--db", str(db)) == expected
-    assert not list((tmp_path / "v.duckdb.results").glob("*/view-*.json"))
+    assert forms() == {"frame": {"table:human": forms()["frame"]["table:human"]}}
+    csv = cli.run("analyze", "temporal", "--db", str(db), "-f", "csv", "--table", "steps")
+    assert csv == cli.run(
+        "analyze", "temporal", "--db", str(db), "-f", "csv", "--table", "steps", "--no-cache"
+    )
+    assert set(forms()) == {"frame", "steps"} and forms()["steps"]["csv"] == csv[1]
+    assert cli.run("analyze", "temporal", "--db", str(db)) == table

@@ -348,10 +348,10 @@ def kept_frame(fn: _F) -> _F:
 
 
 def view_path(store: Any, name: str, run: str | None, options: dict[str, str]) -> Path | None:
-    """The file holding ``traceprof analyze NAME``'s printed forms of analysis ``name`` on ``run`` with
-    the ``-p`` strings ``options`` (``traceprof.cli``: every table of the result as a table in each
-    unit, JSON and CSV), beside the store's results of its current state and this code: a later
-    ``analyze`` prints them without computing, nor importing polars, numpy or pyarrow (0.5 s).
+    """The file holding what ``traceprof analyze NAME`` printed of analysis ``name`` on ``run`` with
+    the ``-p`` strings ``options`` (``traceprof.cli``: each table in each form printed, a table in its
+    units, JSON or CSV), beside the store's results of its current state and this code: a later
+    ``analyze`` prints it without computing, nor importing polars, numpy or pyarrow (0.5 s).
     Keyed by the run's id and the option strings as given (``hta=1`` and ``hta=true`` are two views
     of one result). None when not caching (``TRACEPROF_NO_CACHE``, a store open for writing), or
     when there is no such run (the caller computes, and says so)."""

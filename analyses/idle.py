@@ -35,6 +35,8 @@ from traceprof.engine.intervals import rank_chunks
 from traceprof.storage.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
+#: The activity columns idle reads (``traceprof.engine.activity``): not names nor launch threads.
+_ACTIVITY = ("rank", "kind", "start_ns", "end_ns", "lane", "step", "device", "stream", "launch_ts_ns")
 
 
 @dataclass(frozen=True)
@@ -251,9 +253,7 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id = store.resolve_run(params.run)
     # only the columns read below: the filter and the sweep's sort copy these, not the whole frame
-    act = activity(store, run_id, hta=params.hta, detail=True).select(
-        "rank", "device", "stream", "lane", "start_ns", "end_ns", "launch_ts_ns", "kind"
-    )
+    act = activity(store, run_id, hta=params.hta, detail=True, columns=_ACTIVITY)
     gpu = act.get_column("kind").is_in(["kernel", "memcpy", "memset"])
     if gpu.sum() != act.height:  # (a run of GPU ranks keeps every row: no copy)
         act = act.filter(gpu)

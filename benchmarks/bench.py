@@ -42,14 +42,16 @@ are reused; results are printed and written to ``OUT/bench.json``.
 
 Also, first (sets ``startup`` and ``inprocess`` of ``--only``):
 
-- start-up: ``traceprof --version``, ``runs``, ``analyze temporal`` (its result kept beside the
-  store by an earlier command) and ``analyze overlap --no-cache`` on a 4-rank sample store, the
-  median of 10 runs each (5 with ``--quick``), with bytecode written as an installed package has it
-  (``PYTHONDONTWRITEBYTECODE`` dropped for these children), beside the import of the libraries
-  those commands cannot do without (the floor);
+- start-up: ``traceprof --version``, ``runs``, ``analyze temporal`` and ``analyze gaps -f csv``
+  (their results kept beside the store by an earlier command: printed as kept, without polars) and
+  ``analyze overlap --no-cache`` on a 4-rank sample store, the median of 10 runs each (5 with
+  ``--quick``), with bytecode written as an installed package has it (``PYTHONDONTWRITEBYTECODE``
+  dropped for these children), beside the import of the libraries those commands cannot do without
+  (the floor: DuckDB, typer, rich, orjson; and with polars, numpy and pyarrow, what a computing
+  ``analyze`` adds);
 - in-process: ``traceprof.open(db).analyze(X)`` in a fresh session (``cache=False``) against HTA
   0.5.0's call on its loaded ``TraceAnalysis`` for overlap, temporal, idle and kernels on
-  ``hta/df_index_resolver`` (median of 3 each, interleaved).
+  ``hta/df_index_resolver`` (median of 5 each, interleaved; wall and process CPU time).
 
 ``--scale`` adds ``benchmarks/scale.py`` (64 / 256 / 1,024 generated ranks, with the Dask ingest;
 16 / 32 / 64 with ``--quick``).
@@ -343,10 +345,13 @@ STARTUP = {
     "--version": ["--version"],
     "runs": ["runs", "--db", "DB"],
     "analyze temporal (kept)": ["analyze", "temporal", "--db", "DB"],
+    "analyze gaps -f csv (kept)": ["analyze", "gaps", "--db", "DB", "-f", "csv"],
     "analyze overlap --no-cache": ["analyze", "overlap", "--db", "DB", "--no-cache"],
 }
-#: What ``runs`` cannot do without (``analyze`` adds FLOOR_ANALYZE): the start-up floor.
-FLOOR = "import duckdb, typer._adapters, rich.console, rich.table, orjson"
+#: What ``runs`` and ``analyze`` printing a kept result cannot do without: the start-up floor (typer
+#: without pydantic: ``traceprof.cli`` converts option values itself); an ``analyze`` that computes
+#: adds polars, numpy and pyarrow (FLOOR_ANALYZE).
+FLOOR = "import duckdb, typer, rich.console, rich.table, orjson"
 FLOOR_ANALYZE = FLOOR + ", numpy, pyarrow, polars"
 #: HTA 0.5.0's in-memory calls, by traceprof analysis.
 HTA_CALLS = {
@@ -375,7 +380,7 @@ def startup(out: Path, n: int) -> dict:
     env = INSTALLED
     cmds = {k: traceprof(*(str(db) if x == "DB" else x for x in c)) for k, c in STARTUP.items()}
     cmds["floor: runs' libraries"] = [PY, "-c", FLOOR]
-    cmds["floor: analyze's libraries"] = [PY, "-c", FLOOR_ANALYZE]
+    cmds["floor: + polars, numpy, pyarrow"] = [PY, "-c", FLOOR_ANALYZE]
     cmds["python -c pass"] = [PY, "-c", "pass"]
     runs: dict[str, list[dict]] = {k: [] for k in cmds}
     for i in range(n + 1):  # interleaved; the first round writes bytecode and the kept result
@@ -438,16 +443,23 @@ def _in_process(n: int, folder: str, db: str) -> None:
     ta = TraceAnalysis(trace_dir=folder)
     res: dict = {"hta_load": time.perf_counter() - t0}
     for name, call in HTA_CALLS.items():
-        hta, ours = [], []
+        hta, ours, hta_cpu, ours_cpu = [], [], [], []
         for _ in range(n):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             eval(call, {"ta": ta})  # noqa: S307 - our own constant
             hta.append(time.perf_counter() - t0)
+            hta_cpu.append(time.process_time() - c0)
             with tp.open(db, cache=False) as s:  # nothing computed yet in this session
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 s.analyze(name, "r")
                 ours.append(time.perf_counter() - t0)
-        res[name] = {"hta": _median(hta), "traceprof": _median(ours)}
+                ours_cpu.append(time.process_time() - c0)  # every thread of the process (DuckDB's)
+        res[name] = {
+            "hta": _median(hta),
+            "traceprof": _median(ours),
+            "hta_cpu": _median(hta_cpu),
+            "traceprof_cpu": _median(ours_cpu),
+        }
     res["load"] = os.getloadavg()[0]
     print(json.dumps(res))
 
@@ -520,14 +532,19 @@ def main() -> None:
                 print(f"  {k:<30} {r['wall']:8.3f} {r['cpu']:8.3f} {r['rss_max']:8.0f}")
     big = CORPUS / "hta" / "df_index_resolver"
     if (not a.only or "inprocess" in a.only) and not a.no_hta and big.exists():
-        ip = result["inprocess"] = in_process(big, out / "inprocess.duckdb", 3)
+        ip = result["inprocess"] = in_process(big, out / "inprocess.duckdb", 5)
         print(
-            f"\nin-process on hta/df_index_resolver, median of 3 (HTA's load {ip['hta_load']:.1f} s; "
-            f"load avg {ip['load']:.1f}):\n  {'':<12} {'hta s':>8} {'traceprof s':>12} {'ratio':>7}"
+            f"\nin-process on hta/df_index_resolver, median of 5 (HTA's load {ip['hta_load']:.1f} s; "
+            f"load avg {ip['load']:.1f}): wall s, and CPU s (process time: the CPU a busy machine "
+            f"cannot inflate)\n  {'':<12} {'hta s':>8} {'traceprof s':>12} {'ratio':>7}"
+            f" {'hta cpu':>8} {'traceprof cpu':>14} {'ratio':>7}"
         )
         for k in HTA_CALLS:
             r = ip[k]
-            print(f"  {k:<12} {r['hta']:8.3f} {r['traceprof']:12.3f} {r['traceprof'] / r['hta']:6.2f}x")
+            print(
+                f"  {k:<12} {r['hta']:8.3f} {r['traceprof']:12.3f} {r['traceprof'] / r['hta']:6.2f}x"
+                f" {r['hta_cpu']:8.3f} {r['traceprof_cpu']:14.3f} {r['traceprof_cpu'] / r['hta_cpu']:6.2f}x"
+            )
     subprocess.run(
         [PY, "-m", "compileall", "-q", str(REPO / "traceprof"), str(REPO / "collectors")], env=INSTALLED
     )

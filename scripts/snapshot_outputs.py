@@ -5,12 +5,17 @@ Usage::
 
     python scripts/snapshot_outputs.py OUT_DIR [--only NAME ...]     # write OUT_DIR/<run>/<analysis>.<table>.json
     python scripts/snapshot_outputs.py --compare OLD_DIR NEW_DIR       # list the files that differ; exit 1 if any
+    python scripts/snapshot_outputs.py OUT_DIR --every-format [--only NAME ...]
 
 Each input folder is ingested into its own store under OUT_DIR/.stores (through the CLI, in this process),
 then for every analysis of ``traceprof analyze list`` and every table its ``--help`` lists, the output of
 ``traceprof analyze NAME --run RUN -f json --table TABLE`` is written with its exit code on the first line;
 also ``summary -f json`` per run and three diffs of the sample runs. Only the CLI is used, so the script
 works across module moves. Inputs that do not exist (no ../shared) are skipped.
+
+``--every-format`` writes each table in every format instead (``OUT_DIR/<run>/<analysis>.<table>.<format>``:
+the table in human units and in ns, JSON, CSV and ``--raw`` CSV), each command run twice in a row, both
+outputs in the file: the second prints the result kept by the first (``analyze`` printing a kept view).
 """
 
 from __future__ import annotations
@@ -66,7 +71,17 @@ def tables(name: str) -> list[str]:
     return [t.strip() for t in m.group(1).split(",")] if m else ["frame"]
 
 
-def snapshot(out: Path, only: list[str]) -> None:
+#: ``--every-format``: each table's outputs (file suffix -> options).
+FORMATS = {
+    "table": ["-f", "table"],
+    "table_ns": ["-f", "table", "--units", "ns"],
+    "json": ["-f", "json"],
+    "csv": ["-f", "csv"],
+    "csv_raw": ["-f", "csv", "--raw"],
+}
+
+
+def snapshot(out: Path, only: list[str], every_format: bool = False) -> None:
     stores = out / ".stores"
     stores.mkdir(parents=True, exist_ok=True)
     code, text = cli(["analyze", "list", "-f", "json"])
@@ -87,8 +102,14 @@ def snapshot(out: Path, only: list[str]) -> None:
             continue
         for n in names:
             for t in per[n]:
-                code, text = cli(["analyze", n, "--db", str(db), "--run", run, "-f", "json", "--table", t])
-                (d / f"{n}.{t}.json").write_text(f"{code}\n{text}")
+                base = ["analyze", n, "--db", str(db), "--run", run, "--table", t]
+                if not every_format:
+                    code, text = cli([*base, "-f", "json"])
+                    (d / f"{n}.{t}.json").write_text(f"{code}\n{text}")
+                    continue
+                for form, args in FORMATS.items():
+                    runs = [cli([*base, *args]) for _ in range(2)]  # computed (or kept), then printed as kept
+                    (d / f"{n}.{t}.{form}").write_text("".join(f"{code}\n{text}\n" for code, text in runs))
         code, text = cli(["summary", "--db", str(db), "--run", run, "-f", "json"])
         (d / "_summary.json").write_text(f"{code}\n{text}")
         print(run, flush=True)
@@ -124,12 +145,13 @@ def main() -> None:
     p.add_argument("out", type=Path, nargs="?")
     p.add_argument("--only", nargs="*", default=[])
     p.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
+    p.add_argument("--every-format", action="store_true", help="every format, each command twice")
     a = p.parse_args()
     if a.compare:
         sys.exit(compare(*a.compare))
     if a.out is None:
         p.error("OUT_DIR is required")
-    snapshot(a.out, a.only)
+    snapshot(a.out, a.only, a.every_format)
 
 
 if __name__ == "__main__":

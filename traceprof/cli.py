@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import re
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -170,40 +171,83 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
     """Print a frame as a rich table (strings escaped; the first :data:`TABLE_ROWS` rows, and a
     line on stderr saying how many more), a JSON list of objects, or CSV (string cells escaped and
     neutralized by :func:`traceprof.core.term.csv_cell` unless ``raw``)."""
-    if fmt is Format.json:
-        sys.stdout.write(
-            term.json_text(orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode())
-            + "\n"
-        )
-    elif fmt is Format.csv:
-        nested = [c for c, t in df.schema.items() if t.is_nested()]
-        flat = df.with_columns(
-            pl.Series(c, [orjson.dumps(v, default=str).decode() for v in df[c].to_list()]) for c in nested
-        )
-        if not raw:
-            flat = flat.with_columns(
-                pl.col(c).map_elements(term.csv_cell, return_dtype=pl.String)
-                for c, t in flat.schema.items()
-                if t == pl.String
-            )
-        sys.stdout.write(flat.write_csv())
-    else:
-        from traceprof.core import display  # durations in human units, long names shortened
+    _emit(_shown(df, fmt, raw, units), title)
 
-        if units not in display.UNITS:
-            raise UsageError(f"--units {units!r}: expected human or ns")
-        shown = df.head(TABLE_ROWS)  # headers and cells from one frame: one unit per column
-        _print_table(
-            display.table_columns(shown, units),
-            [df[c].dtype.is_numeric() for c in df.columns],
-            display.table_rows(shown, units),
-            title,
+
+#: What :func:`render` prints of a frame: JSON or CSV text, or a table's :func:`_table_parts`.
+Shown = str | tuple[list[str], list[bool], list[list[str]], int]
+
+
+def _shown(df: pl.DataFrame, fmt: Format, raw: bool = False, units: str = "human") -> Shown:
+    """What :func:`render` prints of ``df`` in ``fmt`` (:data:`Shown`).
+
+    Raises:
+        UsageError: ``units`` is neither human nor ns (a table).
+    """
+    if fmt is Format.json:
+        return _json_text(df)
+    if fmt is Format.csv:
+        return _csv_text(df, raw)
+    from traceprof.core import display  # durations in human units, long names shortened
+
+    if units not in display.UNITS:
+        raise UsageError(f"--units {units!r}: expected human or ns")
+    return _table_parts(df, units)
+
+
+def _emit(shown: Any, title: str) -> None:
+    """Print :func:`_shown`'s text, or its table parts as a table titled ``title`` (a kept view's
+    parts are JSON lists)."""
+    if isinstance(shown, str):
+        sys.stdout.write(shown)
+        return
+    columns, numeric, cells, height = shown
+    _show_table(columns, numeric, cells, height, title)
+
+
+def _json_text(df: pl.DataFrame) -> str:
+    """``-f json``'s text of a frame: a list of objects (bidi and C1 controls as ``\\uXXXX``)."""
+    text = orjson.dumps(df.to_dicts(), option=orjson.OPT_INDENT_2, default=str).decode()
+    return term.json_text(text) + "\n"
+
+
+def _csv_text(df: pl.DataFrame, raw: bool) -> str:
+    """``-f csv``'s text of a frame: nested cells as JSON, string cells through
+    :func:`traceprof.core.term.csv_cell` unless ``raw``."""
+    nested = [c for c, t in df.schema.items() if t.is_nested()]
+    flat = df.with_columns(
+        pl.Series(c, [orjson.dumps(v, default=str).decode() for v in df[c].to_list()]) for c in nested
+    )
+    if not raw:
+        flat = flat.with_columns(
+            pl.col(c).map_elements(term.csv_cell, return_dtype=pl.String)
+            for c, t in flat.schema.items()
+            if t == pl.String
         )
-        if df.height > TABLE_ROWS:
-            say(
-                f"{df.height - TABLE_ROWS:,} more row(s) of {df.height:,} not shown; "
-                "--format csv or --format json prints every row"
-            )
+    return flat.write_csv()
+
+
+def _table_parts(df: pl.DataFrame, units: str) -> tuple[list[str], list[bool], list[list[str]], int]:
+    """What a table of ``df`` shows (:func:`_show_table`): headers, which columns are numeric, the
+    cells of the first :data:`TABLE_ROWS` rows (:mod:`traceprof.core.display`), and the row count."""
+    from traceprof.core import display
+
+    shown = df.head(TABLE_ROWS)  # headers and cells from one frame: one unit per column
+    cells = [list(r) for r in display.table_rows(shown, units)]
+    numeric = [df[c].dtype.is_numeric() for c in df.columns]
+    return display.table_columns(shown, units), numeric, cells, df.height
+
+
+def _show_table(
+    columns: list[str], numeric: list[bool], cells: list[list[str]], height: int, title: str
+) -> None:
+    """Print :func:`_table_parts`, and on stderr how many rows are not shown."""
+    _print_table(columns, numeric, cells, title)
+    if height > TABLE_ROWS:
+        say(
+            f"{height - TABLE_ROWS:,} more row(s) of {height:,} not shown; "
+            "--format csv or --format json prints every row"
+        )
 
 
 def _print_table(
@@ -714,6 +758,11 @@ def analyze(
     ] = False,
 ) -> None:
     """Run one analysis on a run and print its table (`analyze NAME --help`: its parameters and tables)."""
+    quick = name not in (None, "list") and not (show_help or save or with_notes or no_cache)
+    if quick and executor == "local" and scheduler is None:
+        # a result kept beside the store, printed as kept (no analysis, nor polars, loaded)
+        if _print_view(db, str(name), run, param, fmt, table, raw, units):
+            return
     from traceprof.api import open as open_session
     from traceprof.core.display import describe
 
@@ -752,6 +801,9 @@ def analyze(
         run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
+        from traceprof.engine import resultcache
+
+        view = resultcache.view_path(s.store, name, run, options) if s.cache and not save else None
     if apart:
         with Store(db) as store:
             _save(store, run, name, result)
@@ -768,16 +820,76 @@ def analyze(
             term.json_text(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode()) + "\n"
         )
         return
-    render(
-        frames[table or "frame"],
-        fmt,
-        f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}",
-        raw,
-        units,
-    )
+    df = frames[table or "frame"]
+    shown = _shown(df, fmt, raw, units)
+    _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}")
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
+    if view is not None and (fmt is Format.table or df.height <= VIEW_ROWS):
+        _keep_view(view, result, name, table or "frame", _variant(fmt, raw, units), shown)
+
+
+#: Frames of at most this many rows keep their JSON and CSV text in an analysis' view (a table keeps
+#: its first TABLE_ROWS rows whatever the frame's size).
+VIEW_ROWS = 20_000
+
+
+def _variant(fmt: Format, raw: bool, units: str) -> str:
+    """The name of one printed form of a table in a view: ``table:human``, ``json``, ``csv_raw``..."""
+    if fmt is Format.table:
+        return f"table:{units}"
+    return "json" if fmt is Format.json else "csv_raw" if raw else "csv"
+
+
+def _keep_view(path: Path, result: Any, name: str, table: str, variant: str, shown: Shown) -> None:
+    """Add what ``analyze NAME`` printed of ``result``'s ``table`` in form ``variant`` (``shown``:
+    :func:`_shown`'s own text or table parts) to the result's view at ``path``
+    (``traceprof.engine.resultcache.view_path``), for :func:`_print_view`: the printed bytes are
+    kept, never computed apart. Nothing when the store's results are not kept."""
+    from traceprof.engine import resultcache
+
+    view = resultcache.read_view(path)
+    if view is None or not isinstance(view.get("frames"), dict):
+        view = {"title": result.title or name, "notes": [str(n) for n in result.notes], "frames": {}}
+    view["frames"].setdefault(table, {})[variant] = shown
+    resultcache.write_view(path, view)
+
+
+def _print_view(
+    db: Path,
+    name: str,
+    run: str | None,
+    param: list[str] | None,
+    fmt: Format,
+    table: str | None,
+    raw: bool,
+    units: str,
+) -> bool:
+    """Print analysis ``name``'s result as an earlier ``analyze`` printed it (:func:`_keep_view`),
+    byte for byte; False (nothing printed) when no view holds that table in that form (the result
+    not kept, a frame too large for its JSON or CSV to be kept, an unknown ``--table`` or
+    ``--units``, whose message the computing path gives)."""
+    from traceprof.engine import resultcache
+
+    try:
+        options = _params(param, [name], implied=name).get(name, {})
+        with Store(db, read_only=True) as store:
+            path = resultcache.view_path(store, name, run, options)
+            view = resultcache.read_view(path) if path is not None else None
+            if view is None:
+                return False
+            shown = view.get("frames", {}).get(table or "frame", {}).get(_variant(fmt, raw, units))
+            if shown is None:
+                return False
+            run_name = _run_name(store, run)
+    except TraceprofError:  # the computing path says it, as it always has
+        return False
+    _emit(shown, f"{view['title']}{f' ({table})' if table else ''}: run {run_name}")
+    if fmt is Format.table:
+        for n in view["notes"]:
+            say(n, out)
+    return True
 
 
 def _save(store: Store, run: str | None, name: str, result: Any) -> None:
@@ -1306,10 +1418,94 @@ def _parse_without_pandas() -> None:
         sys.meta_path[:] = [f if isinstance(f, _NoPandas) else _NoPandas(f) for f in sys.meta_path]
 
 
+#: ``-j 4``, ``--max-rows 0``: the integers converted here (others, ``1_000``, ``0x10``, go to typer).
+_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+#: ``--max-inflate 64``, ``--timeout 2.5``: the floats converted here (exponents, ``nan``: typer's).
+_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
+_DEFER = object()
+
+
+class _PlainParam:
+    """Converts an option's value without pydantic where it is one of this CLI's plain types, else
+    hands it to typer's own conversion (see :func:`_plain_coercion`)."""
+
+    def __init__(self, param: Any, typer_param: Callable[[], Any]) -> None:
+        self.param, self.typer_param = param, typer_param
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        multi = param.multiple or param.nargs == -1
+        if value is None:
+            return () if multi else None
+        if not (multi and isinstance(value, str)):
+            desc = param.type_descriptor
+            info = desc.parameter_info
+            plain = info.parser is None and info.min is None and info.max is None
+            got: Any = _DEFER
+            if plain and desc.is_list and isinstance(value, list | tuple):
+                items = [self._leaf(v, desc.annotation.__args__[0], info, ctx) for v in value]
+                got = _DEFER if any(v is _DEFER for v in items) else items
+            elif plain and not desc.is_list and not desc.is_tuple:
+                got = self._leaf(value, desc.annotation, info, ctx)
+            if got is not _DEFER:
+                return got
+        return self.typer_param().coerce(value, param=param, ctx=ctx)  # typer's: its messages
+
+    def _leaf(self, v: Any, kind: Any, info: Any, ctx: Any) -> Any:
+        from typer import _param_types as types
+
+        if kind is str and isinstance(v, str):
+            return v
+        if kind is int and (type(v) is int or (isinstance(v, str) and _INT.fullmatch(v))):
+            return int(v)
+        if kind is float and (type(v) in (int, float) or (isinstance(v, str) and _FLOAT.fullmatch(v))):
+            return float(v)
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            try:
+                return types.coerce_cli_choice(
+                    v, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx
+                )
+            except ValueError:
+                return _DEFER
+        if isinstance(kind, type) and issubclass(kind, Path) and info.path_type is None:
+            if isinstance(v, str) and v:
+                v = kind(v)
+            if isinstance(v, kind):  # exists, dir_okay, ... checked as typer checks them
+                return types.coerce_cli_path(v, info, path_type=kind, param=self.param, ctx=ctx)
+        return _DEFER
+
+
+def _plain_coercion() -> None:
+    """Keep pydantic out of the commands' start-up.
+
+    typer (0.29) converts every option's value through a pydantic ``TypeAdapter``: importing
+    pydantic and building the adapters took 0.06-0.08 s of CPU in each command, a quarter of
+    ``traceprof runs``. The options of this CLI are strings, whole numbers, decimals, paths
+    without typer's checks, choices of an Enum and lists of those: a string converts to them as
+    Python converts it (``int("12")``, ``Path("x")``), the same value pydantic gives. Those are
+    converted here; any other value (``-j x``, ``-f yaml``) goes to typer's own conversion, so its
+    error messages are typer's. A typer without this hook (another version) is left as it is.
+    """
+    try:
+        from typer import _param_types  # noqa: F401 - the helpers _PlainParam calls
+        from typer.core import _TyperParameter
+    except ImportError:
+        return
+    typer_param = getattr(_TyperParameter, "get_runtime_param", None)
+    if typer_param is None or getattr(typer_param, "plain", False):
+        return
+
+    def get_runtime_param(self: Any) -> Any:
+        return _PlainParam(self, lambda: typer_param(self))
+
+    get_runtime_param.plain = True  # type: ignore[attr-defined]
+    _TyperParameter.get_runtime_param = get_runtime_param  # type: ignore[method-assign]
+
+
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
+    _plain_coercion()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except TraceprofError as e:

@@ -1,6 +1,8 @@
-"""What the CLI's quick commands import: `--version` and `runs` load neither polars, numpy nor pyarrow
-(0.6 s of CPU together), no command here loads the report's or the capture's libraries (bokeh,
-holoviews, pandas, torch, dask), and `runs` prints the same table without polars as with it.
+"""What the CLI's quick commands import: `--version`, `runs` and `analyze` printing a kept result load
+neither polars, numpy nor pyarrow (0.6 s of CPU together) nor pydantic (typer's conversion of option
+values, done in traceprof.cli: the same values as typer's, checked for every option), no command here
+loads the report's or the capture's libraries (bokeh, holoviews, pandas, torch, dask), and what they
+print is what the computing path prints (`runs` without polars; a kept view, every table and format).
 
 Checked on the modules loaded, not on timings, which a busy CI machine makes flaky; the timings
 are in benchmarks/bench.py (``startup``)."""
@@ -21,8 +23,9 @@ from traceprof.storage.store import Store
 
 #: Never loaded by a command that neither writes a report nor captures nor runs on Dask.
 NEVER = ["bokeh", "holoviews", "pandas", "torch", "dask", "distributed"]
-#: Not loaded by `--version` and `runs`.
-FRAMES = ["polars", "numpy", "pyarrow"]
+#: Not loaded by `--version` and `runs`: the frame libraries, and pydantic (typer's conversion of
+#: option values, done without it: traceprof.cli._plain_coercion).
+FRAMES = ["polars", "numpy", "pyarrow", "pydantic"]
 
 
 def _loaded(args: list[str], cwd) -> tuple[int, list[str], str]:
@@ -111,3 +114,144 @@ def test_row_cells_shortens_and_tells_apart_like_table_rows():
     assert (cells[0][1], cells[1][1], cells[2][1]) == (forms[a], forms[b], forms[a]) and forms[a] != forms[b]
     assert cells[0][2] == "1,234,567" and cells[1][0] == "" and cells[0][3] == "0.50"
     assert numeric == [True, False, True, True, False, False]
+
+
+def _all_params():
+    """(command, parameter) of every command of the CLI (typer's click objects)."""
+    import typer
+
+    from traceprof.cli import app
+
+    todo = [typer.main.get_command(app)]
+    while todo:
+        cmd = todo.pop()
+        for p in cmd.params:
+            yield cmd, p
+        todo.extend(getattr(cmd, "commands", {}).values())
+
+
+#: Raw values an option may get: numbers typer converts as Python does, and ones it converts its own
+#: way or refuses (an underscore, an exponent, leading zeros, a word, an empty string).
+_RAW = [
+    "12",
+    "-3",
+    "0",
+    "2.5",
+    "-0.25",
+    "007",
+    "1_000",
+    "1e3",
+    "nan",
+    "x",
+    "",
+    "table",
+    "JSON",
+    "csv",
+    "a/b.duckdb",
+]
+
+
+def test_plain_coercion_converts_as_typer_does():
+    # Every parameter of every command, every raw value (alone, and as a list for the repeatable
+    # ones): the pydantic-free conversion gives typer's value, or typer's error message.
+    import typer
+    from typer.core import _TyperParameter
+
+    from traceprof.cli import _plain_coercion, _PlainParam
+
+    _plain_coercion()
+    assert getattr(_TyperParameter.get_runtime_param, "plain", False)
+    seen = 0
+    for cmd, p in _all_params():
+        ctx = typer.Context(cmd)
+        theirs = p.get_runtime_param().typer_param()  # typer's own converter for p
+        ours = _PlainParam(p, lambda theirs=theirs: theirs)
+        multi = p.multiple or p.nargs == -1
+        for raw in _RAW:
+            value = (raw,) if multi else raw
+            try:
+                want: object = theirs.coerce(value, param=p, ctx=ctx)
+            except Exception as e:  # noqa: BLE001 - the message is what is compared
+                want = (type(e), getattr(e, "message", str(e)))
+            try:
+                got: object = ours.coerce(value, param=p, ctx=ctx)
+            except Exception as e:  # noqa: BLE001
+                got = (type(e), getattr(e, "message", str(e)))
+            same = got == want or repr(got) == repr(want)  # nan: typer's own, converted by it
+            assert same and type(got) is type(want), (cmd.name, p.name, raw, got, want)
+            seen += 1
+        assert ours.coerce(None, param=p, ctx=ctx) == theirs.coerce(None, param=p, ctx=ctx)
+    assert seen > 500  # every command's options were tried
+
+
+def test_analyze_prints_a_kept_result_without_frame_libraries(db):
+    # the first `analyze` computes the result (keeping it and how it prints beside the store); the
+    # next prints it as kept: the same bytes, and neither polars, numpy, pyarrow nor pydantic loaded
+    for args in (
+        ["analyze", "temporal", "--db", str(db)],
+        ["analyze", "gaps", "--db", str(db), "-f", "csv", "--table", "steps"],
+        ["analyze", "stragglers", "--db", str(db), "-f", "json", "-p", "alpha=0.05"],
+    ):
+        rc1, mods1, first = _loaded(args, db.parent)
+        rc2, mods2, again = _loaded(args, db.parent)
+        assert rc1 == rc2 == 0 and "polars" in mods1 and mods2 == [], (args, mods1, mods2)
+        assert again == first and len(first) > 100, args
+
+
+FORMS = [[], ["--units", "ns"], ["-f", "json"], ["-f", "csv"], ["-f", "csv", "--raw"]]
+
+
+@pytest.mark.parametrize("name", ["temporal", "gaps", "stragglers"])
+def test_a_kept_view_prints_what_computing_prints(tmp_path, name, monkeypatch):
+    # every table of the result in every format: as computed (--no-cache), as printed from the view
+    # the first cached command keeps, and from the view again; notes and the rows-not-shown line too
+    from tests import _cli_inproc as cli
+    from traceprof import cli as traceprof_cli
+
+    monkeypatch.setattr(traceprof_cli, "VIEW_ROWS", 5)  # larger frames keep no JSON/CSV: computed
+    db = tmp_path / "v.duckdb"
+    assert cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))[0] == 0
+    help_text = cli.run("analyze", name, "--help")[1]
+    tables = help_text.split("Tables (--table NAME): ")[1].split("\n")[0].split(", ")
+    for t in tables:
+        for form in FORMS:
+            args = ["analyze", name, "--db", str(db), "--table", t, *form]
+            computed = cli.run(*args, "--no-cache")
+            kept = [cli.run(*args) for _ in range(2)]
+            assert kept[0] == kept[1] == computed, (t, form)
+    views = list((tmp_path / "v.duckdb.results").glob("*/view-*.json"))
+    assert len(views) == 1  # one view: every table, every format
+
+
+def test_a_damaged_view_is_ignored(tmp_path):
+    from tests import _cli_inproc as cli
+
+    db = tmp_path / "v.duckdb"
+    cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))
+    first = cli.run("analyze", "temporal", "--db", str(db))
+    (view,) = (tmp_path / "v.duckdb.results").glob("*/view-*.json")
+    view.write_bytes(view.read_bytes().replace(b"Temporal breakdown", b"Temporal breakdowN"))
+    assert cli.run("analyze", "temporal", "--db", str(db)) == first  # computed (kept result) again
+
+
+def test_a_view_holds_what_was_printed(tmp_path):
+    # a view keeps the bytes an analyze printed, form by form: nothing is rendered that was not asked
+    import orjson
+
+    from tests import _cli_inproc as cli
+
+    db = tmp_path / "v.duckdb"
+    cli.run("ingest", str(SAMPLES / "normal"), "--db", str(db))
+    table = cli.run("analyze", "temporal", "--db", str(db))
+    (path,) = (tmp_path / "v.duckdb.results").glob("*/view-*.json")
+
+    def forms() -> dict:
+        return orjson.loads(path.read_bytes().partition(b"\n")[2])["frames"]
+
+    assert forms() == {"frame": {"table:human": forms()["frame"]["table:human"]}}
+    csv = cli.run("analyze", "temporal", "--db", str(db), "-f", "csv", "--table", "steps")
+    assert csv == cli.run(
+        "analyze", "temporal", "--db", str(db), "-f", "csv", "--table", "steps", "--no-cache"
+    )
+    assert set(forms()) == {"frame", "steps"} and forms()["steps"]["csv"] == csv[1]
+    assert cli.run("analyze", "temporal", "--db", str(db)) == table

@@ -40,7 +40,7 @@ import polars as pl
 from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.engine import intervals
-from traceprof.engine.analysis import reusing, shared
+from traceprof.engine.analysis import reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.store import Store
@@ -70,7 +70,19 @@ ACTIVITY_COLUMNS = ("rank", "class", "start_ns", "end_ns", "lane", "step", "name
 #: Extra columns of :func:`activity` with ``detail=True``.
 DETAIL_COLUMNS = ("kind", "trace_id", "stream", "correlation", "launch_tid", "launch_ts_ns")
 
-_SQL = """
+#: The GPU rows of :func:`activity` (a run of GPU ranks alone: all of it).
+_GPU_SQL = """
+SELECT e.rank, coalesce(e.class, 'compute') AS class,
+       e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
+       $lane AS lane, e.step, e.name, 'gpu' AS device_kind, e.device$gpu_detail
+FROM events e$gpu_join
+WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset') AND $valid
+"""
+
+#: The GPU rows and, for ranks without any, their CPU training-thread ops (columns of the same
+#: types: the GPU rows' are the events table's, the CPU rows' the same or NULL).
+_SQL = (
+    """
 WITH gpu_ranks AS (
   SELECT DISTINCT rank FROM events
   WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset')
@@ -86,13 +98,9 @@ train_threads AS (
     WHERE run_id = $run AND kind = 'cpu_op' AND rank NOT IN (SELECT rank FROM step_threads)
     GROUP BY ALL
   ) QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy DESC, tid) = 1
-)
-SELECT e.rank, coalesce(e.class, 'compute') AS class,
-       e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
-       $lane AS lane, e.step, e.name, 'gpu' AS device_kind, e.device$gpu_detail
-FROM events e$gpu_join
-WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset') AND $valid
-UNION ALL
+)"""
+    + _GPU_SQL
+    + """UNION ALL
 SELECT e.rank,
        CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
        e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu', NULL$cpu_detail
@@ -105,6 +113,7 @@ WHERE e.run_id = $run
         AND EXISTS (SELECT 1 FROM train_threads t
                     WHERE t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid)))
 """
+)
 
 _HTA_SQL = """
 WITH step_count AS (
@@ -174,7 +183,14 @@ _DETAIL = {
 LANE_SQL = "'dev ' || coalesce(e.device::VARCHAR, '?') || ' stream ' || e.stream"
 
 
-def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = False) -> pl.DataFrame:
+def activity(
+    store: Store,
+    run_id: int,
+    *,
+    hta: bool = False,
+    detail: bool = False,
+    columns: tuple[str, ...] | None = None,
+) -> pl.DataFrame:
     """Activity intervals of every rank of a run.
 
     Args:
@@ -182,6 +198,9 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
         run_id: The run.
         hta: Select and classify GPU events as HTA 0.5.0 does (module doc); GPU ranks only.
         detail: Also return ``DETAIL_COLUMNS`` (module doc).
+        columns: Only these of the columns below, and the query reads no store column that they
+            do not need (``idle``: no names, no launch threads; a third less time on a fresh
+            store); they must include rank, start_ns, end_ns and step. None: all of them.
 
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
@@ -193,25 +212,38 @@ def activity(store: Store, run_id: int, *, hta: bool = False, detail: bool = Fal
 
     In a session that runs many analyses (``traceprof.engine.session``: the report) the query runs once
     per run and selection: every analysis reads the same frame.
+
+    Raises:
+        ValueError: ``columns`` lacks rank, start_ns, end_ns or step.
     """
-    if not detail and reusing(store):  # one query per run inside a report: the detail columns dropped
-        return _activity(store, run_id, hta=hta, detail=True).select(ACTIVITY_COLUMNS)
-    return _activity(store, run_id, hta=hta, detail=detail)
+    if columns is not None and not {"rank", "start_ns", "end_ns", "step"} <= set(columns):
+        raise ValueError(f"activity columns {columns}: rank, start_ns, end_ns and step are needed")
+    if reusing(store) and (columns is None or shared_done(_activity, store, run_id, hta=hta, detail=True)):
+        # one query per run inside a report: what is asked for taken from the detail frame (a few
+        # columns asked for first are read alone: idle's, in a third less time)
+        full = _activity(store, run_id, hta=hta, detail=True)
+        return full if columns is None and detail else full.select(columns or ACTIVITY_COLUMNS)
+    return _activity(store, run_id, hta=hta, detail=detail, columns=columns)
 
 
 @shared
 @kept_frame
-def _activity(store: Store, run_id: int, *, hta: bool, detail: bool) -> pl.DataFrame:
-    sql = _query(run_id, hta=hta, detail=detail)
+def _activity(
+    store: Store, run_id: int, *, hta: bool, detail: bool, columns: tuple[str, ...] | None = None
+) -> pl.DataFrame:
+    sql = _query(store, run_id, hta=hta, detail=detail, columns=columns)
     # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
     # ``union_ns``) then skip their sorts
     df = _by_rank(store, run_id, sql) if not hta else store.sql(sql).sort("rank", "start_ns", "end_ns")
     return df if hta else _drop_transient(store, run_id, df)
 
 
-def _query(run_id: int, *, hta: bool, detail: bool) -> str:
-    """The SQL of :func:`activity` for run ``run_id``."""
-    sql = _HTA_SQL if hta else _SQL
+def _query(
+    store: Store, run_id: int, *, hta: bool, detail: bool, columns: tuple[str, ...] | None = None
+) -> str:
+    """The SQL of :func:`activity` for run ``run_id`` (``columns``: its own)."""
+    # the CPU branch reads every cpu_op (a third of the query's time): only when a rank has no GPU rows
+    sql = _HTA_SQL if hta else _SQL if _cpu_ranks(store, run_id) else _GPU_SQL
     sql = (
         sql.replace("$lane", LANE_SQL)
         .replace("$glane", LANE_SQL.replace("e.", "g."))
@@ -219,6 +251,8 @@ def _query(run_id: int, *, hta: bool, detail: bool) -> str:
     )
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
+    if columns is not None:  # DuckDB then reads (and aggregates) only what these columns need
+        sql = "SELECT " + ", ".join(f'"{c}"' for c in columns) + f" FROM ({sql})"
     return sql.replace("$run", str(int(run_id)))
 
 
@@ -231,7 +265,7 @@ def step_activity(store: Store, run_id: int, step: int) -> pl.DataFrame:
     threads (over the whole run, as :func:`activity`), and the profiler-start transient is left
     out as there: the rows are those of ``activity(store, run_id).filter(step == step)``.
     """
-    sql = _STEP_ROWS.sub(rf"\g<0> AND e.step = {int(step)}", _query(run_id, hta=False, detail=False))
+    sql = _STEP_ROWS.sub(rf"\g<0> AND e.step = {int(step)}", _query(store, run_id, hta=False, detail=False))
     return _drop_transient(store, run_id, store.sql(sql).sort("rank", "start_ns", "end_ns"))
 
 
@@ -297,6 +331,18 @@ def _compact(table: pa.Table | None) -> pl.DataFrame:
             series = pl.Series(name, col).rechunk()  # its own copy: DuckDB's batch is freed
         columns.append(series)
     return pl.DataFrame(columns)
+
+
+def _cpu_ranks(store: Store, run_id: int) -> bool:
+    """Whether a rank of the run has no GPU rows (kernel, memcpy, memset): only such ranks' CPU ops
+    are activity (``_SQL``'s second branch)."""
+    return bool(
+        store.sql(
+            "SELECT count(*) FROM (SELECT rank FROM events WHERE run_id = ? GROUP BY rank "
+            "HAVING NOT bool_or(kind IN ('kernel', 'memcpy', 'memset')))",
+            [int(run_id)],
+        ).item()
+    )
 
 
 def _drop_transient(store: Store, run_id: int, df: pl.DataFrame) -> pl.DataFrame:

@@ -67,6 +67,7 @@ __all__ = [
     "specs",
     "load_all",
     "shared",
+    "shared_done",
     "reusing",
     "make_params",
     "merge_notes",
@@ -451,10 +452,22 @@ def shared(fn: _F) -> _F:
         s = _session(store)
         if s is None or s.memo is None:
             return fn(store, *args, **kwargs)
-        key = (f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
-        return s.once(key, lambda: fn(store, *args, **kwargs), keep_errors=False)
+        return s.once(_shared_key(fn, args, kwargs), lambda: fn(store, *args, **kwargs), keep_errors=False)
 
     return once  # type: ignore[return-value]
+
+
+def _shared_key(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The memo key of a :func:`shared` helper's call (``fn``: it, or the function it wraps)."""
+    return (f"{fn.__module__}.{fn.__qualname__}", (args, tuple(sorted(kwargs.items()))))
+
+
+def shared_done(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether ``store``'s session holds the result of the :func:`shared` helper ``fn`` for these
+    arguments already (a caller that needs part of it takes it from there, else asks for its part)."""
+    s = _session(store)
+    slot = None if s is None or s.memo is None else s.memo.get(_shared_key(fn, args, kwargs))
+    return slot is not None and slot.done
 
 
 def register(

@@ -11,9 +11,15 @@ a config entry for an analysis the command does not run is left out, not refused
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from traceprof.core.errors import UsageError
-from traceprof.engine import analysis as registry
+from traceprof.core.lazy import lazy
+
+if TYPE_CHECKING:
+    from traceprof.engine import analysis as registry
+else:  # `analyze NAME -p K=V` with a kept result loads no analysis (nor polars)
+    registry = lazy("traceprof.engine.analysis")
 
 __all__ = ["parse", "split"]
 

@@ -43,17 +43,21 @@ import threading
 from collections.abc import Callable
 from functools import cache, wraps
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import polars as pl
 
 from traceprof.core.errors import TraceprofError
+from traceprof.core.lazy import lazy
 from traceprof.core.locking import beside
-from traceprof.engine.analysis import PACKAGE
 from traceprof.storage.layout import dataset_dir
 
-__all__ = ["results_dir", "lookup", "keep", "state_key", "kept_frame"]
+if TYPE_CHECKING:
+    import polars as pl
+else:  # `traceprof analyze` printing a kept view (read_view) imports no frame library
+    pl = lazy("polars")
+
+__all__ = ["results_dir", "lookup", "keep", "state_key", "kept_frame", "view_path", "read_view", "write_view"]
 
 #: Bumped when the entry format changes (3: notes with their figures).
 _FORMAT = 3
@@ -97,15 +101,16 @@ def state_key(db: Path) -> str:
 @cache
 def _code_key() -> str:
     """Hex digest of the analysis code and the libraries it computes with (module doc, 2)."""
-    import duckdb
-    import numpy
-    import pyarrow
+    from importlib.metadata import PackageNotFoundError, version
 
-    h = hashlib.sha256(
-        orjson.dumps(
-            [_FORMAT, sys.version, duckdb.__version__, pl.__version__, pyarrow.__version__, numpy.__version__]
-        )
-    )
+    def installed(name: str) -> str:  # without importing it (polars, numpy, pyarrow: 0.5 s)
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return ""
+
+    libs = [installed(n) for n in ("duckdb", "polars", "polars-runtime-32", "pyarrow", "numpy")]
+    h = hashlib.sha256(orjson.dumps([_FORMAT, sys.version, *libs]))
     root = Path(__file__).resolve().parent.parent  # the traceprof package
     # the whole package, traceprof.analyses and traceprof.collectors included (in a checkout they
     # are links to the repository's analyses/ and collectors/ folders: followed)
@@ -122,6 +127,12 @@ def _folder(store: Any) -> Path | None:
     session = getattr(getattr(store, "origin", None) or store, "session", None)
     if session is None or not session.cache:
         return None
+    return _state_folder(store)
+
+
+def _state_folder(store: Any) -> Path | None:
+    """:func:`_folder` of a store, whatever its session; None for a store open for writing or in
+    memory, or a results path that is not a folder this module made."""
     if not getattr(store, "read_only", False) or store.path.name == ":memory:":
         return None
     try:
@@ -223,7 +234,7 @@ def _read(entry: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]] | None:
 
 def _result_class(qualname: str) -> type:
     """The Result class ``module:Name``, only from ``analyses`` and only a FrameResult."""
-    from traceprof.engine.analysis import FrameResult
+    from traceprof.engine.analysis import PACKAGE, FrameResult
 
     module, _, attr = str(qualname).partition(":")
     if not module.startswith(f"{PACKAGE}.") or not attr.isidentifier():
@@ -243,13 +254,13 @@ def keep(store: Any, name: str, params: Any, result: Any) -> None:
             return
     except OSError:
         return
+    from traceprof.engine.analysis import PACKAGE, Note
+
     cls = type(result)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
     frames = {k: v for k, v in fields.items() if isinstance(v, pl.DataFrame)}
     if set(fields) - set(frames) != {"notes"} or not cls.__module__.startswith(f"{PACKAGE}."):
         return
-    from traceprof.engine.analysis import Note
-
     notes = [(n if isinstance(n, Note) else Note(n)).to_dict() for n in result.notes]
     _write(entry, frames, {"analysis": name, "class": f"{cls.__module__}:{cls.__qualname__}", "notes": notes})
 
@@ -304,7 +315,7 @@ def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -
                 shutil.rmtree(old, ignore_errors=True)
 
 
-_F = Callable[..., pl.DataFrame]
+_F = Callable[..., "pl.DataFrame"]
 
 
 def kept_frame(fn: _F) -> _F:
@@ -331,3 +342,62 @@ def kept_frame(fn: _F) -> _F:
         return df
 
     return keeping
+
+
+# --- the CLI's views: a kept result as `traceprof analyze` prints it ------------------------------
+
+
+def view_path(store: Any, name: str, run: str | None, options: dict[str, str]) -> Path | None:
+    """The file holding what ``traceprof analyze NAME`` printed of analysis ``name`` on ``run`` with
+    the ``-p`` strings ``options`` (``traceprof.cli``: each table in each form printed, a table in its
+    units, JSON or CSV), beside the store's results of its current state and this code: a later
+    ``analyze`` prints it without computing, nor importing polars, numpy or pyarrow (0.5 s).
+    Keyed by the run's id and the option strings as given (``hta=1`` and ``hta=true`` are two views
+    of one result). None when not caching (``TRACEPROF_NO_CACHE``, a store open for writing), or
+    when there is no such run (the caller computes, and says so)."""
+    from traceprof.engine.session import cache_from_env
+
+    if not cache_from_env():
+        return None
+    folder = _state_folder(store)
+    try:
+        run_id = store.resolve_run(run)
+    except TraceprofError:
+        return None
+    if folder is None:
+        return None
+    return folder / f"view-{name}-{_key([name, run_id, options])}.json"
+
+
+def read_view(path: Path) -> dict[str, Any] | None:
+    """The view :func:`write_view` wrote at ``path``, or None (none, unreadable, or its SHA-256
+    does not match: damaged)."""
+    try:
+        data = _regular_bytes(path, path.lstat().st_size)
+        digest, _, body = data.partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            return None
+        doc = orjson.loads(body)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+def write_view(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` (JSON) at ``path`` with its SHA-256, all or nothing, when its folder exists
+    (the results of that store state are kept there); nothing is raised."""
+    if not path.parent.is_dir():
+        return
+    body = orjson.dumps(doc)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.chmod(tmp, 0o666 & ~_umask())  # readable as the umask allows, as the entries are
+        os.replace(tmp, path)  # atomic: a reader sees the whole view or none
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

@@ -21,7 +21,8 @@ __all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction
 def run_name(store: Store, run_id: int) -> str:
     """The name of run ``run_id`` (resolved already: ``Store.resolve_run``), for messages and
     titles: an id means nothing to the user."""
-    return str(store.sql("SELECT name FROM runs WHERE run_id = ?", [run_id])["name"][0])
+    # DuckDB's own rows, not store.sql's frame: `analyze` printing a kept view loads no polars
+    return str(store.con.execute("SELECT name FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0])
 
 
 def check_name(name: str, what: str) -> None:

@@ -1,0 +1,90 @@
+"""Shortcuts of the activity query (``traceprof.engine.activity``) and of the transient
+(``traceprof.engine.arrivals``) that must not change a result: a run of GPU ranks alone reads its GPU
+rows without the CPU branch (which reads every cpu_op) and gets the frame the whole query gives; a
+run with fewer than three collectives seen by two or more ranks has no transient, found without
+matching arrivals to steps; an analysis that needs a few of the activity's columns (idle) reads them
+alone, or takes them from the frame its session already holds."""
+
+from __future__ import annotations
+
+import pytest
+
+import traceprof
+from tests.conftest import SAMPLES, corpus
+from traceprof.engine import activity as act
+from traceprof.engine.analysis import shared_done
+from traceprof.engine.arrivals import comm_items, run_transient, transient
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+
+@pytest.mark.parametrize("rel", ["hta/df_index_resolver", "hta/trace_filter"])
+def test_gpu_ranks_alone_read_as_the_whole_query_reads_them(store, rel, monkeypatch):
+    ingest(store, [corpus(rel)], jobs=1)
+    run_id = store.resolve_run(None)
+    assert not act._cpu_ranks(store, run_id)  # every rank has kernels
+    for detail in (False, True):
+        lean = act._activity(store, run_id, hta=False, detail=detail)
+        with monkeypatch.context() as m:
+            m.setattr(act, "_cpu_ranks", lambda *_: True)  # the whole query, CPU branch included
+            whole = act._activity(store, run_id, hta=False, detail=detail)
+        assert lean.height > 1000 and lean.schema == whole.schema
+        # the same rows (sorted by rank, start, end both: rows that tie on those in any order)
+        assert lean.sort(lean.columns).equals(whole.sort(whole.columns))
+
+
+def test_cpu_only_ranks_read_their_training_thread(store):
+    # sample 'normal': 4 gloo ranks, no GPU: the CPU branch runs and gives their ops
+    ingest(store, [SAMPLES / "normal"], jobs=1)
+    run_id = store.resolve_run(None)
+    assert act._cpu_ranks(store, run_id)
+    frame = act.activity(store, run_id)
+    assert frame.height > 0 and set(frame["device_kind"]) == {"cpu"}
+    assert sorted(set(frame["rank"])) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("source", ["sample", "corpus"])
+def test_transient_shortcut_gives_the_full_detection(store, source):
+    # 'normal': 4 ranks, 12 instances of all four (the full detection runs: no transient there);
+    # df_index_resolver: one rank, no instance of two ranks (the shortcut). Both as computed in full.
+    ingest(store, [SAMPLES / "normal" if source == "sample" else corpus("hta/df_index_resolver")], jobs=1)
+    run_id = store.resolve_run(None)
+    items, _ = comm_items(store, run_id)
+    assert run_transient(store, run_id) == transient(items, store, run_id)
+    many = store.sql(
+        "SELECT count(*) FROM collective_instances WHERE run_id = ? AND n_ranks >= 2", [run_id]
+    ).item()
+    assert (many >= 3) == (source == "sample")
+
+
+@pytest.fixture(scope="module")
+def corpus_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("activity") / "a.duckdb"
+    with Store(path) as s:
+        ingest(s, [corpus("hta/df_index_resolver")], jobs=1)
+    return path
+
+
+def test_a_few_columns_read_alone_or_taken_from_the_shared_frame(corpus_db):
+    # idle reads 9 of the activity's 15 columns: alone when it runs first in a session (the query
+    # reads no name nor launch thread), from the frame the session holds when another analysis read
+    # it first (the report): the same result both ways, and as a session that shares nothing gives.
+    results = []
+    for first in ([], ["temporal"]):  # idle alone first; idle after temporal (the detail frame held)
+        with traceprof.open(corpus_db) as s:
+            for name in first:
+                s.analyze(name)
+            run_id = s.store.resolve_run(None)
+            assert shared_done(act._activity, s.store, run_id, hta=False, detail=True) == bool(first)
+            results.append(s.analyze("idle"))
+    with traceprof.open(corpus_db, memo=False) as s:  # nothing shared: every call reads for itself
+        results.append(s.analyze("idle"))
+    assert results[0].frame.height > 0
+    for r in results[1:]:
+        assert r.frame.equals(results[0].frame) and r.ranks.equals(results[0].ranks)
+        assert r.notes == results[0].notes
+
+
+def test_columns_must_hold_what_the_rows_are_sorted_and_cut_by(store):
+    with pytest.raises(ValueError, match="rank, start_ns, end_ns and step"):
+        act.activity(store, 1, columns=("rank", "start_ns", "end_ns"))

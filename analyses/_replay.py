@@ -530,6 +530,7 @@ def build(
     base_all = np.concatenate([ss.astype(np.float64), np.zeros(n_inst), np.zeros(len(comm_idx))])
     base = np.where(has_pred, -np.inf, base_all)
     nodes = nodes.with_columns(pl.Series("base", base))
+    del start, end, kind, last, steps, ss, gap, inst, dur, is_comm, base_all, base, has_pred  # in nodes
     # topological levels (Kahn, vectorized by level)
     indeg = np.bincount(e_dst_a, minlength=n_nodes)
     order_e = np.argsort(e_src_a, kind="stable")
@@ -568,6 +569,7 @@ def build(
     inv[perm] = np.arange(n_nodes)
     nodes = nodes[perm]
     e_src_p, e_dst_p = inv[e_src_a], inv[e_dst_a]
+    del e_src_a, e_dst_a, inv
     o = np.argsort(e_dst_p, kind="stable")
     pred = e_src_p[o]
     pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_dst_p, minlength=n_nodes))])

@@ -596,6 +596,7 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
             .then((pl.col("arr") == pl.col("top")) & (pl.col("k") == 1))
             .alias("last")
         )
+        .select("i", "kind", "rank", "step", "instance", "last")
     )
     items = items.with_columns(
         pl.col("last").backward_fill().over("rank", "step").fill_null(False).alias("charged")

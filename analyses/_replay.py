@@ -419,6 +419,8 @@ def build(
         "instance_id",
     )
     both = pl.concat([c, k])
+    del c, k  # copied into both: the run's items are held once (here and below, each temporary is
+    # let go of once used, so the build's peak holds one copy of the items, not several)
     # key0 as an integer (its position among the distinct key0s, sorted): sorting, pooling and
     # blaming compare integers, not millions of strings
     uniq = both["key0"].drop_nulls().unique().sort()  # kept: the Timeline's key names
@@ -428,6 +430,7 @@ def build(
     items = both.sort(
         "rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id", nulls_last=True
     ).with_row_index("idx")
+    del both
     # times relative to the run's first item: epoch ns do not fit a float64 exactly
     t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
     items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)
@@ -445,15 +448,20 @@ def build(
         .to_numpy()
     )  # (rank, step) groups, contiguous in the sort
     src, dst = _deps(items["start_ns"].to_numpy(), items["end_ns"].to_numpy(), group, eps)
+    del rs, group
     n_items = items.height
     start = items["start_ns"].to_numpy()
     end = items["end_ns"].to_numpy()
     kind = items["kind"].to_numpy()
-    last = items.join(
-        m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
-        on=["instance_id", "rank"],
-        how="left",
-    )["last_ns"].to_numpy()
+    last = (
+        items.select("instance_id", "rank")
+        .join(  # only the keys copied, not every column
+            m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
+            on=["instance_id", "rank"],
+            how="left",
+        )["last_ns"]
+        .to_numpy()
+    )
     if _drop_early:
         # A copy that ended before its instance's last arrival (a wrong match or clock) made the
         # graph cyclic: dependencies on such copies are dropped (second attempt only).
@@ -461,7 +469,7 @@ def build(
         keep = ~early[src] if len(src) else np.zeros(0, bool)
         src, dst = src[keep], dst[keep]
     steps = items["step"].to_numpy()
-    ss = items.join(step_start, on="step", how="left")["step_start_ns"].to_numpy()
+    ss = items.select("step").join(step_start, on="step", how="left")["step_start_ns"].to_numpy()
     # ready = latest end of the dependencies (recorded), or the step start
     ready = ss.astype(np.float64).copy()
     if len(src):
@@ -484,6 +492,7 @@ def build(
     e_dst = [dst, n_items + inst_of, end_node[comm_idx]]
     e_src_a = np.concatenate(e_src).astype(np.int64)
     e_dst_a = np.concatenate(e_dst).astype(np.int64)
+    del e_src, e_dst, src, dst, out_node, end_node, ready
     n_nodes = n_items + n_inst + len(comm_idx)
     inst_step = np.zeros(n_inst, np.int64)
     inst_step[inst_of] = steps[comm_idx]
@@ -515,11 +524,13 @@ def build(
             ),
         }
     )
+    del items
     has_pred = np.zeros(n_nodes, bool)
     has_pred[e_dst_a] = True
     base_all = np.concatenate([ss.astype(np.float64), np.zeros(n_inst), np.zeros(len(comm_idx))])
     base = np.where(has_pred, -np.inf, base_all)
     nodes = nodes.with_columns(pl.Series("base", base))
+    del start, end, kind, last, steps, ss, gap, inst, dur, is_comm, base_all, base, has_pred  # in nodes
     # topological levels (Kahn, vectorized by level)
     indeg = np.bincount(e_dst_a, minlength=n_nodes)
     order_e = np.argsort(e_src_a, kind="stable")
@@ -544,6 +555,7 @@ def build(
         else:
             frontier = nxt
         lvl += 1
+    del succ, succ_ptr, order_e, indeg
     if seen != n_nodes and not _drop_early:
         return build(comp, comm, eps, _drop_early=True)
     if seen != n_nodes:
@@ -557,6 +569,7 @@ def build(
     inv[perm] = np.arange(n_nodes)
     nodes = nodes[perm]
     e_src_p, e_dst_p = inv[e_src_a], inv[e_dst_a]
+    del e_src_a, e_dst_a, inv
     o = np.argsort(e_dst_p, kind="stable")
     pred = e_src_p[o]
     pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_dst_p, minlength=n_nodes))])

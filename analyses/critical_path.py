@@ -323,6 +323,37 @@ def _gaps(pieces: pl.DataFrame, windows: pl.DataFrame, launches: pl.DataFrame) -
     return out.filter(pl.col("end_ns") > pl.col("start_ns"))
 
 
+def _segments(
+    act: pl.DataFrame, wait: pl.DataFrame, xfer: pl.DataFrame, windows: pl.DataFrame, cpu_ranks: list[int]
+) -> pl.DataFrame:
+    """Pieces and gaps cut at the step windows (module doc, steps 2-5), with ``step``, sorted by
+    rank and start_ns.
+
+    Every step works on one rank's rows alone, so the segments are built one rank at a time and
+    put together in rank order: the temporaries (sorts, as-of joins, the pieces before the cut)
+    hold one rank's rows, not the run's (on 8 ranks x 1 M events, ~330 k rows rather than 2.6 M).
+    The segments of a rank are disjoint, so (rank, start_ns) orders them completely: the frame
+    is the one the whole run's ``cut(...).sort("rank", "start_ns")`` gives.
+    """
+    act = act.select(c for c in act.columns if c in _PIECE or c in ("class", "launch_ts_ns"))  # no copy
+    ranks = pl.concat([f.select(pl.col("rank").cast(pl.Int32)) for f in (act, wait, xfer, windows)])
+    parts = []
+    for r in ranks["rank"].unique().sort(nulls_last=False).to_list():
+
+        def mine(df: pl.DataFrame, r: int | None = r) -> pl.DataFrame:
+            return df.filter(pl.col("rank").eq_missing(r))
+
+        a, w, x, win = mine(act), mine(wait), mine(xfer), mine(windows)
+        pieces = _pieces(a, w, x)
+        gaps = _gaps(pieces, win, _launches(a, w, cpu_ranks))
+        parts.append(intervals.cut(pl.concat([pieces, gaps]), win, "rank", ["step"]).sort("start_ns"))
+    if not parts:  # nothing at all: the whole run's (empty) frame
+        pieces = _pieces(act, wait, xfer)
+        gaps = _gaps(pieces, windows, _launches(act, wait, cpu_ranks))
+        return intervals.cut(pl.concat([pieces, gaps]), windows, "rank", ["step"]).sort("rank", "start_ns")
+    return pl.concat(parts, rechunk=True)
+
+
 # -- 5. account ------------------------------------------------------------------------------------
 
 
@@ -352,7 +383,15 @@ def _account(segs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 def _families(segs: pl.DataFrame) -> pl.DataFrame:
     """Compute time per (rank, step, op family)."""
-    comp = segs.filter(pl.col("cat") == _COMPUTE)
+    dur = (pl.col("end_ns") - pl.col("start_ns")).alias("compute_ns")
+    # summed per name first (a few hundred per rank and step), then per family: integer sums, exact
+    comp = (
+        segs.lazy()
+        .filter(pl.col("cat") == _COMPUTE)
+        .group_by("rank", "step", "name")
+        .agg(dur.sum())
+        .collect()
+    )
     names = comp["name"].unique().drop_nulls()
     fam = pl.DataFrame(
         {"name": names, "family": [family(n) for n in names.to_list()]},
@@ -361,7 +400,7 @@ def _families(segs: pl.DataFrame) -> pl.DataFrame:
     return (
         comp.join(fam, on="name", how="left")
         .group_by("rank", "step", "family")
-        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("compute_ns"))
+        .agg(pl.col("compute_ns").sum())
         .sort(
             ["rank", "step", "compute_ns", "family"], descending=[False, False, True, False], nulls_last=True
         )
@@ -395,12 +434,21 @@ def _job_steps(windows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _rank_start_sorted(df: pl.DataFrame) -> bool:
+    """Whether ``df`` is sorted by rank (no nulls) and start_ns (one pass, no copy)."""
+    if df["rank"].null_count():
+        return False
+    r, t = df["rank"].to_numpy(), df["start_ns"].to_numpy()
+    dr = np.diff(r.astype(np.int64))
+    return bool(((dr > 0) | ((dr == 0) & (np.diff(t) >= 0))).all())
+
+
 class _Walk:
     """The segments of every rank as arrays, and the backward walk over them (module doc, step 6)."""
 
     def __init__(self, segs: pl.DataFrame) -> None:
-        s = segs.sort("rank", "start_ns")
-        self.segs = s
+        s = segs if _rank_start_sorted(segs) else segs.sort("rank", "start_ns")  # run's: sorted, kept
+        self.segs = s.select("cat", "name", "start_ns", "end_ns")  # no copy: what the path rows take
         self.rank = s["rank"].to_numpy()
         self.start = s["start_ns"].to_numpy()
         self.end = s["end_ns"].to_numpy()
@@ -839,9 +887,7 @@ def run(store: Store, params: Params) -> Result:
         ~pl.col("step").is_in(list(run_transient(store, run_id).steps)).fill_null(False)
     )
     wait, xfer, source, n_inst = _collective_parts(store, run_id, params.source or None)
-    pieces = _pieces(act, wait, xfer)
-    gaps = _gaps(pieces, windows, _launches(act, wait, cpu_ranks))
-    segs = intervals.cut(pl.concat([pieces, gaps]), windows, "rank", ["step"]).sort("rank", "start_ns")
+    segs = _segments(act, wait, xfer, windows, cpu_ranks)
     frame = _account(segs, windows)
     total = int(frame["step_ns"].sum())
     jobs = _job_steps(windows)

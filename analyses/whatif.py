@@ -574,7 +574,14 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
     arrived at last, alone (the compute and host gaps that made it late, and that collective's
     transfer). A rank's slow ops hidden while it waited for another rank, or after its step's last
     collective, delayed no one and are not charged to it."""
-    n = nodes.with_row_index("i").with_columns(pl.when(pl.col("kind") == 1).then(pl.col("end")).alias("arr"))
+    n = nodes.select(  # the columns read here (the filters below copy these only)
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
+        "kind",
+        "rank",
+        "step",
+        "instance",
+        pl.when(pl.col("kind") == 1).then(pl.col("end")).alias("arr"),
+    )
     arr = (
         n.filter(pl.col("kind") == 1)
         .group_by("instance")
@@ -589,6 +596,7 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
             .then((pl.col("arr") == pl.col("top")) & (pl.col("k") == 1))
             .alias("last")
         )
+        .select("i", "kind", "rank", "step", "instance", "last")
     )
     items = items.with_columns(
         pl.col("last").backward_fill().over("rank", "step").fill_null(False).alias("charged")

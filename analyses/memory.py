@@ -767,9 +767,17 @@ def _with_capacity(df: pl.DataFrame, caps: pl.DataFrame) -> pl.DataFrame:
     else:
         df = df.join(caps, on=["rank", "device"], how="left")
     use = pl.max_horizontal("peak_reserved_bytes", "peak_allocated_bytes")
-    return df.with_columns((pl.col("capacity_bytes") - use).alias("headroom_bytes")).with_columns(
-        (100.0 * pl.col("headroom_bytes") / pl.col("capacity_bytes")).alias("headroom_pct")
-    )
+    df = df.with_columns((pl.col("capacity_bytes") - use).alias("headroom_bytes"))
+    # numpy's division, correctly rounded: polars' gave a last bit that changed from run to run on
+    # the same frame (62.50442164839052 or ...526 on hta/df_index_resolver)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = (
+            100.0
+            * df["headroom_bytes"].cast(pl.Float64).to_numpy()
+            / df["capacity_bytes"].cast(pl.Float64).to_numpy()
+        )
+    unknown = pl.col("capacity_bytes").is_null() | pl.col("headroom_bytes").is_null()
+    return df.with_columns(pl.when(unknown).then(None).otherwise(pl.Series(pct)).alias("headroom_pct"))
 
 
 def _peaks(points: pl.DataFrame, caps: pl.DataFrame, ooms: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -856,8 +864,11 @@ def _live_ops(rec: pl.DataFrame, pairs: pl.DataFrame, frame: pl.DataFrame) -> pl
         .with_columns((100.0 * pl.col("live_bytes") / pl.col("peak_allocated_bytes")).alias("pct_of_peak"))
     )
     cols = [c.name for c in TABLES["ops"]]
+    # op and top_op break ties of live bytes: the group_by's order is not the same run to run
     return out.select(cols).sort(
-        [*_SERIES, "live_bytes"], descending=[False, False, False, True], nulls_last=True
+        [*_SERIES, "live_bytes", "op", "top_op"],
+        descending=[False, False, False, True, False, False],
+        nulls_last=True,
     )
 
 

@@ -110,9 +110,9 @@ SLOW_COLUMNS = {
     "index": "the coordinate",
     "ranks": "its ranks",
     "compute_ns": "mean compute per step of its ranks",
-    "peers_ns": "median of its peers' (other slices)",
+    "peers_ns": "its ranks' peers (the same position on the other slices): each one's median, averaged",
     "excess_pct": "the smallest excess of one of its ranks over its peers (%)",
-    "cost_pct": "its extra compute as % of its mean step",
+    "cost_pct": "its extra compute over peers_ns as % of its mean step (0 when it computes less)",
     "slow": "excess > slow_pct and cost >= min_cost_pct",
     "text": "one sentence",
 }
@@ -368,14 +368,17 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
                 continue  # a one-rank replica is a rank: the stragglers analysis' business
             excess = min(100.0 * (per_rank[r][1] / per_rank[r][2] - 1) for r in mine)  # type: ignore[operator]
             comp = sum(per_rank[r][1] for r in mine) / len(mine)
-            peer = sorted(meds)[(len(meds) - 1) // 2]  # type: ignore[type-var]
+            # like with like: each rank's peers are the same position on the other slices, so the mean
+            # of its ranks' peer medians is what its mean compute is compared with (a replica spans the
+            # pipeline stages: the median of those medians compared a stage's peers with every stage)
+            peer = sum(meds) / len(meds)  # type: ignore[arg-type]
             step = sum(float(steps[r] or 0) for r in mine) / len(mine)
-            cost = 100.0 * (comp - peer) / step if step else 0.0  # type: ignore[operator]
+            cost = max(100.0 * (comp - peer) / step, 0.0) if step else 0.0  # extra compute: never negative
             slow = excess > params.slow_pct and cost >= params.min_cost_pct
             what = slice_name(kind, v)
-            rel = 100.0 * (comp / peer - 1)  # type: ignore[operator]
+            rel = 100.0 * (comp / peer - 1)
             head = f"{what} (rank{'s' if len(mine) > 1 else ''} {_ranks_text(mine)}) computes {comp / 1e6:,.1f} ms per step"
-            vs = f"its peers on the other {kind}s ({peer / 1e6:,.1f} ms, median"  # type: ignore[operator]
+            vs = f"its peers on the other {kind}s ({peer / 1e6:,.1f} ms, its ranks' peer medians averaged"
             text = (
                 f"slow {kind}: {head}, {rel:.0f}% more than {vs}; each of its ranks at least {excess:.0f}% more), "
                 f"costing {cost:.0f}% of its {step / 1e6:,.1f} ms step: the whole {kind} is slow, not one rank"
@@ -389,7 +392,7 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
                     "index": int(v),
                     "ranks": mine,
                     "compute_ns": round(comp),
-                    "peers_ns": round(peer),  # type: ignore[arg-type]
+                    "peers_ns": round(peer),
                     "excess_pct": excess,
                     "cost_pct": cost,
                     "slow": slow,

@@ -803,7 +803,12 @@ def analyze(
             _save(s.store, run, name, result)
         from traceprof.engine import resultcache
 
-        view = resultcache.view_path(s.store, name, run, options) if s.cache and not save else None
+        # an add-on analysis (entry point) keeps no view: the view's key holds traceprof's code, not its
+        view = (
+            resultcache.view_path(s.store, name, run, options)
+            if s.cache and not save and resultcache.ours(type(result))
+            else None
+        )
     if apart:
         with Store(db) as store:
             _save(store, run, name, result)
@@ -1537,6 +1542,12 @@ def main() -> None:
     except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
         sys.stderr.close()
         sys.exit(0)
+    except OSError as e:  # the output not written (`> /dev/full`: a full disk), a file unreadable
+        with contextlib.suppress(OSError, ValueError):  # what stdout still holds goes nowhere at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = f": {e.filename}" if e.filename else ""
+        say(f"{e.strerror or e}{where}", label="error:", style="red")
+        sys.exit(1)
     except Exception as e:  # click's usage errors (typer vendors click): one line, exit 1
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             ctx = getattr(e, "ctx", None)

@@ -675,6 +675,26 @@ def test_st_calls_stage_3_slow_and_names_no_straggler_rank(store):
     assert v.status == "problem" and v.text.startswith("slow stage: pipeline stage 3")
 
 
+def test_st_replicas_are_compared_like_with_like(store):
+    # ST's two data-parallel replicas run the same four stages: a replica's ranks span the stages
+    # (slow stage 3 among them), and each rank's one peer is the same stage's rank on the other
+    # replica. Compared with the median of its ranks' peers (881 ms: the fast stages'), each replica
+    # read "15% more than its peers" at a cost of 6% of the step. Like with like, a replica's peers
+    # are the other replica's ranks: peers_ns of one is the other's mean compute, and neither costs.
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-ST.parquet")], run="ST")
+    slow = analyze(store, "parallelism", "ST").slow
+    rep = {r["index"]: r for r in slow.filter(pl.col("kind") == "replica").iter_rows(named=True)}
+    comp = dict(analyze(store, "parallelism", "ST").ranks.select("rank", "dp").rows())
+    assert sorted(rep) == [0, 1] and rep[0]["ranks"] == [r for r in sorted(comp) if comp[r] == 0]
+    assert abs(rep[0]["peers_ns"] - rep[1]["compute_ns"]) <= 1
+    assert abs(rep[1]["peers_ns"] - rep[0]["compute_ns"]) <= 1
+    assert not rep[0]["slow"] and not rep[1]["slow"]
+    assert min(slow["cost_pct"]) >= 0  # extra compute: a slice that computes less costs nothing
+    for r in rep.values():
+        rel = 100 * (r["compute_ns"] / r["peers_ns"] - 1)
+        assert abs(rel) < 1 and f"{abs(rel):.0f}% " in r["text"]
+
+
 def test_ar_still_names_the_slow_worker(store):
     ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-AR.parquet")], run="AR")
     res = analyze(store, "parallelism", "AR")

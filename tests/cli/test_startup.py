@@ -9,6 +9,7 @@ are in benchmarks/bench.py (``startup``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import datetime
@@ -255,3 +256,56 @@ def test_a_view_holds_what_was_printed(tmp_path):
     )
     assert set(forms()) == {"frame", "steps"} and forms()["steps"]["csv"] == csv[1]
     assert cli.run("analyze", "temporal", "--db", str(db)) == table
+
+
+def test_an_add_on_analysis_keeps_no_view(tmp_path):
+    """An analysis an installed package registers (entry point ``traceprof.analyses``) kept a view
+    keyed by traceprof's code, not the add-on's: after the add-on changed, analyze printed its old
+    output, and still printed it once the add-on was gone."""
+    site = tmp_path / "site"
+    (site / "addon-0.1.dist-info").mkdir(parents=True)
+    (site / "addon-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: addon\nVersion: 0.1\n"
+    )
+    (site / "addon-0.1.dist-info" / "entry_points.txt").write_text(
+        "[traceprof.analyses]\naddon_value = addon\n"
+    )
+    code = """from dataclasses import dataclass
+import polars as pl
+from traceprof.engine.analysis import Analysis, FrameResult, RunParams, register
+VALUE = {value}
+@dataclass(frozen=True)
+class Params(RunParams):
+    pass
+@dataclass(frozen=True)
+class Result(FrameResult):
+    title = "Add-on value"
+@register(Analysis(name="addon_value", params=Params, result=Result, frames=()))
+def run(store, params):
+    return Result(frame=pl.DataFrame({{"value": [VALUE]}}))
+"""
+    db = tmp_path / "a.duckdb"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+
+    def analyze(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "traceprof.cli", *args, "--db", str(db)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+
+    assert analyze("ingest", str(SAMPLES / "normal")).returncode == 0
+    analyze("analyze", "temporal")  # the store's results folder exists: views would be kept
+    printed = []
+    for value in (2, 3):
+        (site / "addon.py").write_text(code.format(value=value))
+        r = analyze("analyze", "addon_value", "-f", "csv")
+        assert r.returncode == 0, r.stderr
+        printed.append(r.stdout)
+    assert printed == ["value\n2\n", "value\n3\n"]
+    (site / "addon.py").unlink()
+    r = analyze("analyze", "addon_value")
+    assert (r.returncode, r.stdout) == (1, "") and "'addon'" in r.stderr  # not the old output
+    assert not list((tmp_path / "a.duckdb.results").glob("*/view-addon_value-*"))

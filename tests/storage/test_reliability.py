@@ -676,6 +676,36 @@ def test_db_paths_no_store_can_be_at_are_one_line_and_touch_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "link.duckdb", "loop.duckdb"]
 
 
+@pytest.mark.parametrize("db", ["", ".", "./", "/"])
+def test_db_a_folder_named_without_a_name_is_one_line(tmp_path, monkeypatch, db):
+    """--db "" or "." or "/" raised ValueError (PosixPath('.') has an empty name): a traceback."""
+    monkeypatch.chdir(tmp_path)
+    shown = "/" if db == "/" else "."
+    for args in (["runs"], ["analyze", "overlap"], ["ingest", str(_job(tmp_path))]):
+        assert run(*args, "--db", db) == (
+            1,
+            "",
+            f"error: '{shown}': a folder, not a store file; --db takes a store file or a new path\n",
+        ), (db, args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]
+
+
+def test_output_to_a_full_disk_is_one_line(tmp_path):
+    """`traceprof runs > /dev/full` ended in a traceback (OSError: No space left on device)."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(_job(tmp_path)), "--db", str(db))[0] == 0
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(
+            [sys.executable, "-m", "traceprof.cli", "runs", "--db", str(db), "-f", "csv"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert (r.returncode, r.stderr) == (1, "error: No space left on device\n")
+
+
 def test_a_run_named_after_its_folder_follows_the_rules_of_run(tmp_path):
     """A folder named 5 made run '5', which `runs rm 5` and --run 5 then took for run id 5."""
     d = tmp_path / "5"

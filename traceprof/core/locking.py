@@ -62,6 +62,8 @@ def check_store_path(db: str | Path) -> None:
             "'?' as the start of connection options and '\\' as a folder separator); use another --db path"
         )
     p = Path(db)
+    if not p.name:  # "", ".", "/": a folder (Path("") is ".")
+        raise StoreError(f"{str(db)!r}: a folder, not a store file; --db takes a store file or a new path")
     for f in (p, p.with_name(p.name + ".wal")):
         kind = special_kind(f)
         if kind:

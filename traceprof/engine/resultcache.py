@@ -254,15 +254,24 @@ def keep(store: Any, name: str, params: Any, result: Any) -> None:
             return
     except OSError:
         return
-    from traceprof.engine.analysis import PACKAGE, Note
+    from traceprof.engine.analysis import Note
 
     cls = type(result)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
     frames = {k: v for k, v in fields.items() if isinstance(v, pl.DataFrame)}
-    if set(fields) - set(frames) != {"notes"} or not cls.__module__.startswith(f"{PACKAGE}."):
+    if set(fields) - set(frames) != {"notes"} or not ours(cls):
         return
     notes = [(n if isinstance(n, Note) else Note(n)).to_dict() for n in result.notes]
     _write(entry, frames, {"analysis": name, "class": f"{cls.__module__}:{cls.__qualname__}", "notes": notes})
+
+
+def ours(cls: type) -> bool:
+    """Whether result class ``cls`` is of an analysis of traceprof's own (``traceprof.analyses``): the
+    only ones whose results and views are kept, as only their code is in the key (an add-on's,
+    registered by entry point, changes without the key changing)."""
+    from traceprof.engine.analysis import PACKAGE
+
+    return cls.__module__.startswith(f"{PACKAGE}.")
 
 
 _UMASK_LOCK = threading.Lock()

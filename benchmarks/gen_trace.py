@@ -93,6 +93,16 @@ def _collective(kernel: str, ls: int, st: int, d: int, ext: int, corr: int, meta
     ]
 
 
+def _meta(name: str, in_nel: int, out_nel: int, size: int, pg: str, desc: str, ranks: str, seq: int) -> str:
+    """The Kineto ``args`` of an NCCL collective kernel (record_param_comms' fields), without braces."""
+    return (
+        f'"Collective name": "{name}", "In msg nelems": {in_nel}, "Out msg nelems": {out_nel}, '
+        f'"Group size": {size}, "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]", '
+        f'"Process Group Name": "{pg}", "Process Group Description": "{desc}", '
+        f'"Process Group Ranks": "{ranks}", "Seq": {seq}'
+    )
+
+
 def _shape(events: int, steps: int) -> tuple[int, int]:
     """(compute kernels k, collectives c) per step for ``events`` events over ``steps`` steps."""
     per_step = events // steps
@@ -195,12 +205,7 @@ def _rank_events(
             corr += 1
             ext += 1
             seq += 1
-            meta = (
-                f'"Collective name": "allreduce", "In msg nelems": {nel}, "Out msg nelems": {nel}, '
-                f'"Group size": {world}, "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]", '
-                f'"Process Group Name": "0", "Process Group Description": "default_pg", '
-                f'"Process Group Ranks": "{ranks}", "Seq": {seq}'
-            )
+            meta = _meta("allreduce", nel, nel, world, "0", "default_pg", ranks, seq)
             lines += _collective(NCCL, ls, st, d, ext, corr, meta)
         if group:  # the sub-group's all-gather: the same size on every member (seeded by group and step)
             ls = int(launch[-1]) + 10 * US
@@ -211,11 +216,8 @@ def _rank_events(
             corr += 1
             ext += 1
             sub_seq += 1
-            meta = (
-                f'"Collective name": "_allgather_base", "In msg nelems": {nel // group}, '
-                f'"Out msg nelems": {nel}, "Group size": {group}, "dtype": "BFloat16", '
-                f'"In split size": "[]", "Out split size": "[]", "Process Group Name": "{1 + g}", '
-                f'"Process Group Description": "tp_group", "Process Group Ranks": "{members}", "Seq": {sub_seq}'
+            meta = _meta(
+                "_allgather_base", nel // group, nel, group, str(1 + g), "tp_group", members, sub_seq
             )
             lines += _collective(NCCL_AG, ls, st, d, ext, corr, meta)
         cpu_end = int(launch[-1]) + 30 * US

@@ -81,6 +81,19 @@ def _store_path(value: str | Path) -> Path:
     return Path(value)
 
 
+def _file_path(value: str | Path) -> Path:
+    """An output file option's value (``report -o``, ``export perfetto -o``) as a Path, refused
+    when it is written as a folder (empty, or ending in ``/``: ``Path("x/")`` is the file ``x``).
+
+    Raises:
+        UsageError: Naming the path as typed.
+    """
+    text = os.fspath(value)
+    if not text or text.endswith(("/", "/.")) or text in (".", ".."):
+        raise UsageError(f"{text!r}: a folder, not a file; -o takes the output file's name")
+    return Path(value)
+
+
 DbOpt = Annotated[
     Path,
     typer.Option(
@@ -1029,7 +1042,9 @@ def _kv(s: str) -> tuple[str, str]:
 def report(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="HTML file to write.", parser=_file_path, metavar="FILE")
+    ] = Path("report.html"),
     baseline: Annotated[
         str | None,
         typer.Option(
@@ -1370,7 +1385,10 @@ def export_perfetto(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")
+        Path,
+        typer.Option(
+            "--output", "-o", help="Chrome trace JSON (.json or .json.gz).", parser=_file_path, metavar="FILE"
+        ),
     ] = Path("trace.json.gz"),
     no_findings: Annotated[
         bool,

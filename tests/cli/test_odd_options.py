@@ -196,3 +196,13 @@ def test_a_line_break_in_a_value_stays_on_one_line(tmp_path):
 def test_config_that_is_a_folder(tmp_path):
     code, _, err = run("--config", str(tmp_path), "runs")
     assert code == 1 and _line(err) == f"error: config file {tmp_path} (--config): a folder, not a file"
+
+
+@pytest.mark.parametrize("out", ["", ".", "new/", "new/."])
+def test_an_output_file_written_as_a_folder(store, out):
+    # report -o new/ wrote the report to the file new (export perfetto -o new/ too)
+    for cmd in (["report"], ["export", "perfetto"]):
+        r = _cli(*cmd, "--db", "s.duckdb", "-o", out, cwd=store)
+        assert r.returncode == 1, r.stderr
+        assert _line(r.stderr) == f"error: {out!r}: a folder, not a file; -o takes the output file's name"
+    assert not (store / "new").exists()

@@ -211,3 +211,32 @@ def test_drop_long_text_on_every_column_kind():
     cols = {"name": [AT, "\u00e9" * (MAX_FIELD_BYTES // 2)]}  # at the limit: kept (bytes, not characters)
     drop_long_text("f.json", cols, None, "raise", {})
     assert len(cols["name"]) == 2
+
+
+def test_trace_level_text_and_reasons_quoting_the_trace(tmp_path):
+    from traceprof.collectors.kineto.parse import parse
+
+    # an unknown phase of 2 MB: the event is skipped by design of the source, its reason quotes
+    # the value, cut to 120 characters (it was printed whole in the warning and stored)
+    f = _kineto(
+        tmp_path / "ph.json", [_op(0), {**_op(1), "ph": "Q" * 2**21}, {**_op(2), "ph": "Q" * 2**21 + "R"}]
+    )
+    pt = parse(f)
+    ((reason, n),) = pt.rejected.items()
+    assert (
+        n == 2
+        and len(reason) == 120
+        and reason.startswith("unknown phase ph='QQQ")
+        and reason.endswith("...")
+    )
+    # a trace-level text (distributedInfo.backend) over the limit: one line naming the file
+    doc = {
+        "baseTimeNanoseconds": 0,
+        "distributedInfo": {"rank": 0, "world_size": 1, "backend": OVER},
+        "traceEvents": [_op(0)],
+    }
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    with pytest.raises(
+        TraceFormatError, match=r"b.json: the trace's backend \('xxx.*'backend' longer than 1 MiB"
+    ):
+        parse(tmp_path / "b.json")

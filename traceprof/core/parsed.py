@@ -122,8 +122,8 @@ class ParsedTrace:
         """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown
         phase ph='...'``) is cut to :data:`REASON_CHARS` (the counts of reasons that then read
         the same add up), and a text column of ``trace`` longer than
-        ``traceprof.core.limits.MAX_FIELD_BYTES`` is an error (``meta``, built by the parser
-        from several fields each held to that limit, is not checked).
+        ``traceprof.core.limits.MAX_FIELD_BYTES`` is an error (the JSON columns ``meta`` and
+        ``flops_per_step``, built by the parser from many values, are not checked).
 
         Raises:
             TraceFormatError: A ``trace`` text longer than the limit, naming the file and the column.
@@ -138,7 +138,7 @@ class ParsedTrace:
                 cut[k] = cut.get(k, 0) + n
             self.rejected = cut
         for k, v in self.trace.items():
-            problem = None if k == "meta" else text_problem(k, v)
+            problem = None if k in ("meta", "flops_per_step") else text_problem(k, v)
             if problem:
                 raise TraceFormatError(
                     self.path,

@@ -45,7 +45,7 @@ from traceprof.collectors._arrow import row_schema
 from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.lazy import lazy
-from traceprof.core.limits import polars_out_of_range
+from traceprof.core.limits import polars_out_of_range, shown
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import checked_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
@@ -216,7 +216,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
         options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"``
             stops at a row with a null, NaN, infinite or negative time (or a null rank, step, stage,
-            dp_rank, seq_id or optype); ``"skip"`` drops (and counts) it.
+            dp_rank, seq_id or optype, or an optype longer than
+            ``traceprof.core.limits.MAX_FIELD_BYTES``); ``"skip"`` drops (and counts) it.
 
     Returns:
         Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
@@ -272,6 +273,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
             int32=("rank", "step", "stage", "dp_rank"),
             seconds=("start_ts", "duration"),
             below={"seq_id": _SEQ_STRIDE},
+            text=("optype",),
         )
     )
     rejected: dict[str, int] = {}
@@ -280,11 +282,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
             row = bad.row(0, named=True)
             raise TraceFormatError(
                 p,
-                f"row #{row['_row']} (optype={row['optype']!r})",
+                f"row #{row['_row']} (optype={shown(row['optype'])})",
                 "null, NaN, infinite or negative time (or null rank/step/stage/dp_rank/"
                 "seq_id/optype, or a "
-                "number beyond its column type: rank/step int32, time over 2**62 ns); pass "
-                "--skip-bad-events to skip such rows",
+                "number beyond its column type: rank/step int32, time over 2**62 ns, or an optype "
+                "longer than 1 MiB); pass --skip-bad-events to skip such rows",
             )
         rejected["null, NaN, negative or out-of-range value"] = bad.height
         df = df.join(bad.select("_row"), on="_row", how="anti")

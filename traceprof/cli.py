@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceprof.core import fileio, term
-from traceprof.core.errors import Interrupted, TraceprofError, UsageError
+from traceprof.core.errors import Interrupted, TraceFormatError, TraceprofError, UsageError
 from traceprof.core.lazy import lazy
 
 if TYPE_CHECKING:
@@ -68,7 +68,38 @@ def say(message: object, console: Console = err, label: str = "", style: str = "
     console.print(line + term.text(message), soft_wrap=True)
 
 
-DbOpt = Annotated[Path, typer.Option("--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB")]
+def _store_path(value: str | Path) -> Path:
+    """``--db``'s value as a Path, refused when it is a folder (checked on the text as typed:
+    ``Path("x/")`` is ``x``, a file).
+
+    Raises:
+        StoreError: ``traceprof.core.locking.check_not_folder``'s.
+    """
+    from traceprof.core.locking import check_not_folder
+
+    check_not_folder(value)
+    return Path(value)
+
+
+def _file_path(value: str | Path) -> Path:
+    """An output file option's value (``report -o``, ``export perfetto -o``) as a Path, refused
+    when it is written as a folder (empty, or ending in ``/``: ``Path("x/")`` is the file ``x``).
+
+    Raises:
+        UsageError: Naming the path as typed.
+    """
+    text = os.fspath(value)
+    if not text or text.endswith(("/", "/.")) or text in (".", ".."):
+        raise UsageError(f"{text!r}: a folder, not a file; -o takes the output file's name")
+    return Path(value)
+
+
+DbOpt = Annotated[
+    Path,
+    typer.Option(
+        "--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB", parser=_store_path, metavar="PATH"
+    ),
+]
 RunOpt = Annotated[str | None, typer.Option("--run", help="Run name or id (default: latest run).")]
 
 
@@ -477,8 +508,8 @@ def ingest(
         raise Interrupted(_nothing_stored(db)) from None
 
     if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs {jobs}: expected 1 or more parser processes")
-    fileio.check_inflate_ratio(max_inflate)
+        raise UsageError(f"--jobs {_typed('jobs', jobs)}: expected 1 or more parser processes")
+    fileio.check_inflate_ratio(max_inflate, _typed("max_inflate", max_inflate))
     for p in paths:  # before the store (and its lock file) is created
         check_input(p)
     if executor == "dask" and layout is None and not db.exists():
@@ -657,10 +688,11 @@ def sql(
     if not query.strip():
         raise UsageError('empty query; e.g. traceprof sql "SELECT * FROM runs"')
     if max_rows < 0:
-        raise UsageError(f"--max-rows {max_rows}: expected 0 (all) or more")
+        raise UsageError(f"--max-rows {_typed('max_rows', max_rows)}: expected 0 (all) or more")
     if not 0 < timeout <= MAX_SQL_TIMEOUT_S:  # nan and inf too
         raise UsageError(
-            f"--timeout {timeout}: expected seconds above 0, at most {MAX_SQL_TIMEOUT_S:,} (a week)"
+            f"--timeout {_typed('timeout', timeout)}: expected seconds above 0, at most "
+            f"{MAX_SQL_TIMEOUT_S:,} (a week)"
         )
     try:
         with Store(db, user_sql=True) as store:
@@ -1010,7 +1042,9 @@ def _kv(s: str) -> tuple[str, str]:
 def report(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="HTML file to write.", parser=_file_path, metavar="FILE")
+    ] = Path("report.html"),
     baseline: Annotated[
         str | None,
         typer.Option(
@@ -1223,6 +1257,8 @@ def history(
     before it crosses the diff gate)."""
     from traceprof.api import open as open_session
 
+    if window < 1:  # here, before the store opens, to echo it as typed (the library checks it too)
+        raise UsageError(f"--window {_typed('window', window)}: must be at least 1")
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
         res = s.history(job, window=window, mfu_options=_mfu_options(param))
     frame = res.frame
@@ -1287,6 +1323,8 @@ def collect(
     else:
         from traceprof.collectors.kineto.launch import launch
 
+    if nproc < 1:  # here, to echo it as typed (the launchers check it too)
+        raise UsageError(f"--nproc {_typed('nproc', nproc)}: expected 1 or more ranks")
     fileio.check_not_store(out, db)
     code = launch(script, out, nproc=nproc)
     if code != 0:
@@ -1347,7 +1385,10 @@ def export_perfetto(
     db: DbOpt = Path(DEFAULT_DB),
     run: RunOpt = None,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Chrome trace JSON (.json or .json.gz).")
+        Path,
+        typer.Option(
+            "--output", "-o", help="Chrome trace JSON (.json or .json.gz).", parser=_file_path, metavar="FILE"
+        ),
     ] = Path("trace.json.gz"),
     no_findings: Annotated[
         bool,
@@ -1428,6 +1469,18 @@ _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 #: ``--max-inflate 64``, ``--timeout 2.5``: the floats converted here (exponents, ``nan``: typer's).
 _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 _DEFER = object()
+#: Option name -> its value as typed on the command line (or in its environment variable), for
+#: messages: ``--max-inflate 0`` says ``0``, not the ``0.0`` it converts to (:func:`_typed`).
+_TYPED: dict[str, str] = {}
+
+
+def _typed(name: str, value: object) -> str:
+    """Option ``name``'s value as the user typed it, else ``value`` written plainly (a whole
+    float without its ``.0``)."""
+    if name in _TYPED:
+        return _TYPED[name]
+    text = repr(value) if isinstance(value, float) else str(value)
+    return text[:-2] if text.endswith(".0") else text
 
 
 class _PlainParam:
@@ -1439,11 +1492,15 @@ class _PlainParam:
 
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
         multi = param.multiple or param.nargs == -1
+        if isinstance(value, str) and param.name:
+            _TYPED[param.name] = value  # for messages (:func:`_typed`)
         if value is None:
             return () if multi else None
         if not (multi and isinstance(value, str)):
             desc = param.type_descriptor
             info = desc.parameter_info
+            if info.parser is not None and not multi and isinstance(value, str | Path):
+                return info.parser(value)  # typer hands a parser the value as it is (--db's)
             plain = info.parser is None and info.min is None and info.max is None
             got: Any = _DEFER
             if plain and desc.is_list and isinstance(value, list | tuple):
@@ -1495,15 +1552,37 @@ def _plain_coercion() -> None:
         from typer.core import _TyperParameter
     except ImportError:
         return
-    typer_param = getattr(_TyperParameter, "get_runtime_param", None)
-    if typer_param is None or getattr(typer_param, "plain", False):
+
+    def ours(typer_param: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        return lambda self: _PlainParam(self, lambda: typer_param(self))
+
+    _patch(_TyperParameter, "get_runtime_param", ours)
+
+
+def _patch(cls: type, name: str, ours: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace typer's method ``cls.name`` by ``ours(typer's)``, once; a typer without it (another
+    version) is left as it is."""
+    theirs = getattr(cls, name, None)
+    if theirs is None or getattr(theirs, "plain", False):
+        return
+    method = ours(theirs)
+    method.plain = True  # type: ignore[attr-defined]
+    setattr(cls, name, method)
+
+
+def _plain_flags() -> None:
+    """Show no value type beside a flag in ``--help``: typer (0.29) printed ``<bool>`` beside
+    ``--partial``, ``--align / --no-align`` and ``--help``, which take no value. Options that take
+    one keep theirs (``<int>``, ``RATIO``). A typer without the hook is left as it is."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:
         return
 
-    def get_runtime_param(self: Any) -> Any:
-        return _PlainParam(self, lambda: typer_param(self))
+    def ours(shown: Callable[[Any, Any], str | None]) -> Callable[[Any, Any], str | None]:
+        return lambda self, ctx: None if self.is_flag or self.count else shown(self, ctx)
 
-    get_runtime_param.plain = True  # type: ignore[attr-defined]
-    _TyperParameter.get_runtime_param = get_runtime_param  # type: ignore[method-assign]
+    _patch(TyperOption, "display_type_rich", ours)
 
 
 def main() -> None:
@@ -1511,11 +1590,16 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
     _plain_coercion()
+    _plain_flags()
+    _TYPED.clear()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except TraceprofError as e:
-        # One line, escaped; an error that lists several files keeps one line per file.
-        lines = str(e).split("\n")
+        # One line, escaped; an error that lists several files keeps one line per file (any other
+        # line break came from a value, e.g. a --db path holding one: written out as \n).
+        text = str(e)
+        several = isinstance(e, TraceFormatError) and not e.path
+        lines = text.split("\n") if several else [text.replace("\r", "\\r").replace("\n", "\\n")]
         say(lines[0], label="" if isinstance(e, Interrupted) else "error:", style="red")
         for line in lines[1:]:
             say(line)

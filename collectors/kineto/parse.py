@@ -58,7 +58,7 @@ from traceprof.collectors.kineto.columns import STR_DICT, Frame, assign_steps, c
 from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
 from traceprof.collectors.kineto.decode import decode as decode_columns
 from traceprof.collectors.kineto.decode import rows as fast_rows
-from traceprof.core import spill
+from traceprof.core import limits, spill
 from traceprof.core.bounded import check_nesting, max_nodes, too_deep
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import (
@@ -507,6 +507,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     spill.release()
     devices = _devices(doc.deviceProperties or [])
     main_pid = _main_pid(cols)
+    process_names = limits.drop_long_items(
+        p, process_names, "process_name of pid", "args.name", on_bad_event, rejected
+    )
+    thread_names = limits.drop_long_items(
+        p, thread_names, "thread_name of pid/tid", "args.name", on_bad_event, rejected
+    )
     trace_info = {
         "backend": _identity_text(dist, "backend", f"{p.name}: distributedInfo.backend", identity_warnings),
         "host": doc.host_name,

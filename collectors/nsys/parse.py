@@ -80,7 +80,7 @@ from traceprof.collectors.nsys import ranks, tables
 from traceprof.collectors.nsys.steps import assign_steps, step_number
 from traceprof.core.classify import Classifier
 from traceprof.core.errors import NotATraceError, TraceFormatError
-from traceprof.core.limits import to_table
+from traceprof.core.limits import drop_long_text, to_table
 from traceprof.core.ops import kernel_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.vocab import CollectiveSource, TraceSource
@@ -191,6 +191,9 @@ def _read(con: sqlite3.Connection, p: Path, options: ParseOptions) -> _Export:
     tables.api(con, have, rows)
     tables.nvtx(con, have, rows)
     tables.memory(con, have, rows)
+    cols = {**rows.cols, "proc": rows.procs}  # a name or args text too long to store: a bad row
+    drop_long_text(p, cols, None, options.on_bad_event, rows.rejected, what="row")
+    rows.procs, rows.cols = cols.pop("proc"), cols
     meta = _meta(con, have)
     if clock_warning:
         meta["clock"] = RELATIVE_CLOCK

@@ -109,7 +109,7 @@ def load(explicit: str | Path | None = None, cwd: Path | None = None) -> Config:
     else the search from ``cwd`` (default: the current directory).
 
     Raises:
-        UsageError: The file named does not exist or is not valid TOML, or holds an unknown key or a
+        UsageError: The file named does not exist (or is a folder) or is not valid TOML, or holds an unknown key or a
             value of the wrong type (the message names the file and the key).
     """
     how = "--config"
@@ -121,6 +121,8 @@ def load(explicit: str | Path | None = None, cwd: Path | None = None) -> Config:
             explicit, how = env, ENV
     if explicit is not None:
         path = Path(explicit).expanduser()
+        if path.is_dir():
+            raise UsageError(f"config file {path} ({how}): a folder, not a file")
         if not path.is_file():
             raise UsageError(f"config file {path} ({how}): no such file")
     else:

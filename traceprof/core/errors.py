@@ -46,7 +46,7 @@ class TraceFormatError(TraceprofError):
     def __init__(self, path: str | Path, where: str, reason: str) -> None:
         self.path = str(path)
         if self.path:  # one file, one line: a library's message may span several (SQLite quotes schema text)
-            where, reason = _one_line(where), _one_line(reason)
+            where, reason = _cut(_one_line(where), WHERE_CHARS), _cut(_one_line(reason), REASON_CHARS)
         self.where = where
         self.reason = reason
         loc = "".join(f"{part}: " for part in (self.path, where) if part)
@@ -55,6 +55,16 @@ class TraceFormatError(TraceprofError):
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         # Parsers run in worker processes; the error must survive the trip back.
         return (type(self), (self.path, self.where, self.reason))
+
+
+#: The longest ``where`` and ``reason`` of an error about one file (characters): a record named by
+#: a 20 MB name from the trace is shown by its first characters.
+WHERE_CHARS, REASON_CHARS = 200, 2000
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters (``...`` ending the cut)."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _one_line(text: str) -> str:

@@ -109,16 +109,20 @@ class Repair:
 MAX_INFLATE_RATIO = 1_000_000
 
 
-def check_inflate_ratio(ratio: float) -> None:
+def check_inflate_ratio(ratio: float, typed: str | None = None) -> None:
     """Refuse a ``--max-inflate`` ratio that is not a number above 0 and at most
     :data:`MAX_INFLATE_RATIO` (nan, inf and 1e308 included).
+
+    Args:
+        ratio: The ratio.
+        typed: The ratio as the user typed it, for the message (default: ``ratio``).
 
     Raises:
         UsageError: Naming the option and the value.
     """
     if not 0 < ratio <= MAX_INFLATE_RATIO:
         raise UsageError(
-            f"--max-inflate {ratio}: expected a ratio above 0 and at most {MAX_INFLATE_RATIO:,}, "
+            f"--max-inflate {ratio if typed is None else typed}: expected a ratio above 0 and at most {MAX_INFLATE_RATIO:,}, "
             "e.g. 64 (gzip inflates at most about 1032x)"
         )
 

@@ -1,4 +1,4 @@
-"""Integers that do not fit their store columns: rejected per record, never a crash.
+"""Values that do not fit their store columns: rejected per record, never a crash.
 
 A trace may hold any JSON number; the store's columns are BIGINT (times, sizes, ids) or INTEGER
 (device, step, rank). Parsers call :func:`drop_out_of_range` once on their row columns (with the
@@ -6,6 +6,11 @@ index of each row's record in the file) and build the other tables with :func:`t
 that does not fit is an error naming the record, or with ``on_bad_event="skip"`` the record is
 dropped and counted in ``rejected`` under a reason such as ``"'ts_ns' beyond int64"``. Which
 value is an integer at all is ``traceprof.core.values``' one rule.
+
+Text has one limit too, :data:`MAX_FIELD_BYTES`: a record whose name, category, args JSON or any
+other free-form text field is longer is a bad record in the same way (``"'args' longer than 1
+MiB"``). Every collector applies it through these same functions (:func:`drop_out_of_range`,
+:func:`drop_long_text`, :func:`record_fits`, :func:`to_table`, :func:`polars_out_of_range`).
 """
 
 from __future__ import annotations
@@ -38,10 +43,24 @@ __all__ = [
     "fits",
     "INT64",
     "INT32",
+    "MAX_FIELD_BYTES",
+    "text_problem",
+    "drop_long_text",
+    "drop_long_items",
 ]
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
+
+#: The longest text one field of a trace record may hold in the store, in UTF-8 bytes: an event's
+#: name, category, lanes and args JSON, a Flight Recorder or NCCL plugin entry's names and JSON, an
+#: NDTimeline span's text. Longer is a bad record (an error naming it; skipped and counted with
+#: ``--skip-bad-events``). The real traces of the corpus hold args of at most 6 KB and names of at
+#: most 6 KB; DuckDB's ingest (its memory limit is 96 MB) failed the whole run on one value of
+#: 12 MB, with a message that named no record.
+MAX_FIELD_BYTES = 2**20
+#: :data:`MAX_FIELD_BYTES` in words, for messages and reasons.
+_MAX_FIELD_TEXT = "1 MiB"
 
 
 @functools.cache
@@ -62,6 +81,187 @@ def shown(v: Any, width: int = 60) -> str:
         return f"<an integer of {v.bit_length():,} bits>"
     text = repr(v)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _nbytes(v: str | bytes) -> int:
+    """UTF-8 length of ``v`` (a str is encoded only when it could be over the limit)."""
+    if isinstance(v, bytes):
+        return len(v)
+    return len(v) if len(v) * 4 <= MAX_FIELD_BYTES else len(v.encode("utf-8", "surrogatepass"))
+
+
+def text_problem(name: str, v: Any) -> str | None:
+    """The problem of a text value longer than :data:`MAX_FIELD_BYTES` (``"'args' longer than 1
+    MiB (20,971,530 bytes)"``), else None (short text, and values that are not text)."""
+    if isinstance(v, str | bytes) and len(v) > MAX_FIELD_BYTES // 4:
+        n = _nbytes(v)
+        if n > MAX_FIELD_BYTES:
+            return f"{name!r} longer than {_MAX_FIELD_TEXT} ({n:,} bytes)"
+    return None
+
+
+def _text_problem(row: dict[str, Any]) -> str | None:
+    """:func:`text_problem` of the first text value of a row dict that is too long."""
+    for k, v in row.items():
+        if isinstance(v, str | bytes) and len(v) > MAX_FIELD_BYTES // 4:
+            problem = text_problem(k, v)
+            if problem:
+                return problem
+    return None
+
+
+def _long_rows(col: Any) -> np.ndarray | None:
+    """The rows of a column whose text is longer than :data:`MAX_FIELD_BYTES` (indices), or None
+    when none is (or it holds no text). Arrow text columns are measured from their offsets (the
+    text is not read), :class:`~traceprof.collectors.kineto._values.Strs` by its distinct values,
+    lists of Python values one by one."""
+    if isinstance(col, pa.Array | pa.ChunkedArray):
+        t = col.type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)):
+            return None
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(t)
+        lengths = pc.binary_length(col)
+        top = pc.max(lengths).as_py()
+        if top is None or top <= MAX_FIELD_BYTES:
+            return None
+        return np.flatnonzero(pc.fill_null(lengths, 0).to_numpy() > MAX_FIELD_BYTES)
+    if hasattr(col, "codes") and isinstance(getattr(col, "values", None), list):  # Strs
+        long = [k for k, v in enumerate(col.values) if text_problem("", v)]
+        return np.flatnonzero(np.isin(col.codes, long)) if long else None
+    if isinstance(col, list):
+        first = next((v for v in col if v is not None), None)
+        if not isinstance(first, str | bytes):  # integers (or nothing): not text
+            return None
+        try:  # in C: the longest value, in characters
+            if max(map(len, filter(None, col)), default=0) <= MAX_FIELD_BYTES // 4:
+                return None
+        except TypeError:  # text and numbers mixed: one by one
+            pass
+        rows = [i for i, v in enumerate(col) if isinstance(v, str | bytes) and text_problem("", v)]
+        return np.array(rows, np.int64) if rows else None
+    return None
+
+
+def _record(what: str, index: int | None, cols: dict[str, Any], r: int) -> str:
+    """``event #12 (name='aten::mm', ts_ns=1000)``: the record of row ``r`` in a message."""
+    head = what if index is None else f"{what} #{index}"
+    shown_ = [
+        f"{k}={shown(_at(cols[k], r))}" for k in ("cat", "name", "ts_ns") if k in cols and len(cols[k]) > r
+    ]
+    return f"{head} ({', '.join(shown_)})" if shown_ else head
+
+
+def _at(col: Any, r: int) -> Any:
+    """Row ``r`` of a column (a list, numpy, Arrow, or a column reading like a list)."""
+    v = col[r]
+    return v.as_py() if hasattr(v, "as_py") else v.item() if hasattr(v, "item") else v
+
+
+def drop_long_text(
+    path: str | Path,
+    cols: dict[str, Any],
+    src_index: list[int] | None,
+    on_bad_event: str,
+    rejected: dict[str, int],
+    what: str = "event",
+) -> None:
+    """Drop (or raise on) the rows of parser columns with a text field longer than
+    :data:`MAX_FIELD_BYTES`: every text column of ``cols`` is checked.
+
+    Args:
+        path: The trace file, for messages.
+        cols: Column name -> values, all of one length (lists, numpy, Arrow, or columns with
+            ``take()``); changed in place: every column loses the dropped rows.
+        src_index: Per row, the index of its record in the file (``event #i``; changed in place),
+            or None where records have no index (then ``name`` and ``ts_ns`` name them).
+        on_bad_event: ``"raise"`` or ``"skip"`` (count in ``rejected``, under
+            ``"'<column>' longer than 1 MiB"``).
+        rejected: Counts by reason, updated.
+        what: The record's name in messages (``event``, ``row``).
+
+    Raises:
+        TraceFormatError: With ``on_bad_event="raise"``, the first such row, naming ``what #index``,
+            its name (shortened) and ``ts_ns``, the column and its length.
+    """
+    found: dict[int, str] = {}  # row -> its first long column
+    for name, col in cols.items():
+        rows = _long_rows(col)
+        for r in () if rows is None else rows.tolist():
+            found.setdefault(r, name)
+    if not found:
+        return
+    for r in sorted(found):
+        problem = text_problem(found[r], _at(cols[found[r]], r))
+        assert problem is not None
+        _bad(
+            path,
+            _record(what, None if src_index is None else src_index[r], cols, r),
+            problem,
+            on_bad_event,
+            rejected,
+        )
+    _drop(cols, src_index, sorted(found), len(next(iter(cols.values()))))
+
+
+def drop_long_items(
+    path: str | Path,
+    items: dict[str, Any],
+    what: str,
+    field_name: str,
+    on_bad_event: str,
+    rejected: dict[str, int],
+) -> dict[str, Any]:
+    """``items`` without the values longer than :data:`MAX_FIELD_BYTES` (for text a trace keeps
+    by key rather than by row, e.g. Kineto's thread names from its ``M`` records).
+
+    Args:
+        path: The trace file, for messages.
+        items: Key -> text value (not changed).
+        what: The records in messages, followed by the key (``"thread_name record of"``).
+        field_name: The field in messages and reasons (``"args.name"``).
+        on_bad_event: ``"raise"`` or ``"skip"`` (count in ``rejected``).
+        rejected: Counts by reason, updated.
+
+    Raises:
+        TraceFormatError: With ``on_bad_event="raise"``, the first value too long, naming the key.
+    """
+    out = {}
+    for k, v in items.items():
+        problem = text_problem(field_name, v)
+        if problem is None:
+            out[k] = v
+            continue
+        _bad(path, f"{what} {shown(k)}", problem, on_bad_event, rejected)
+    return out
+
+
+def _bad(path: str | Path, where: str, problem: str, on_bad_event: str, rejected: dict[str, int]) -> None:
+    """A bad record: raise naming ``where`` (``on_bad_event="raise"``), else count the reason (the
+    problem up to its `` (value)``) in ``rejected``.
+
+    Raises:
+        TraceFormatError: With ``on_bad_event="raise"``.
+    """
+    if on_bad_event == "raise":
+        raise TraceFormatError(path, where, f"{problem}; pass --skip-bad-events to skip such records")
+    reason = problem[: problem.index(" (")]
+    rejected[reason] = rejected.get(reason, 0) + 1
+
+
+def _drop(cols: dict[str, Any], src_index: list[int] | None, bad: list[int], n_rows: int) -> None:
+    """Take rows ``bad`` out of every column of ``cols`` (and ``src_index``), in place."""
+    drop = set(bad)
+    keep = np.array([i for i in range(n_rows) if i not in drop], np.int64)
+    for k, v in cols.items():
+        if isinstance(v, list) and len(v) == n_rows:
+            cols[k] = [x for i, x in enumerate(v) if i not in drop]
+        elif hasattr(v, "take") and len(v) == n_rows:  # numpy, Arrow, or any column with take()
+            cols[k] = v.take(keep)
+    if src_index is not None:
+        src_index[:] = [x for i, x in enumerate(src_index) if i not in drop]
 
 
 def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tuple[int, int]]) -> str | None:
@@ -85,8 +285,9 @@ def drop_out_of_range(
     """Check the integer columns of parser rows; drop (or raise on) rows that do not fit.
 
     Checked: ``ts_ns``, ``dur_ns`` and their sum, ``stream``, ``correlation``, ``external_id``
-    (int64), ``device`` and ``step`` (int32), and any column given in ``types``. ``cols`` is
-    changed in place (every list loses the dropped rows, as does ``src_index``).
+    (int64), ``device`` and ``step`` (int32), and any column given in ``types``; and every text
+    column's length (:func:`drop_long_text`, first). ``cols`` is changed in place (every list
+    loses the dropped rows, as does ``src_index``).
 
     Args:
         path: The trace file, for messages.
@@ -105,6 +306,7 @@ def drop_out_of_range(
         TraceFormatError: With ``on_bad_event="raise"``, the first row that does not fit, naming
             ``what #index``, the column and the value.
     """
+    drop_long_text(path, cols, src_index, on_bad_event, rejected, what)
     checks = {
         "ts_ns": pa.int64(),
         "dur_ns": pa.int64(),
@@ -136,22 +338,10 @@ def drop_out_of_range(
                 problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"
         if problem is None:
             continue
-        if on_bad_event == "raise":
-            raise TraceFormatError(
-                path, f"{what} #{src_index[r]}", f"{problem}; pass --skip-bad-events to skip such records"
-            )
-        reason = problem[: problem.index(" (")]
-        rejected[reason] = rejected.get(reason, 0) + 1
+        _bad(path, f"{what} #{src_index[r]}", problem, on_bad_event, rejected)
         bad.append(r)
     if bad:
-        drop = set(bad)
-        keep = np.array([i for i in range(n_rows) if i not in drop], np.int64)
-        for k, v in cols.items():
-            if isinstance(v, list) and len(v) == n_rows:
-                cols[k] = [x for i, x in enumerate(v) if i not in drop]
-            elif hasattr(v, "take") and len(v) == n_rows:  # numpy, Arrow, or any column with take()
-                cols[k] = v.take(keep)
-        src_index[:] = [x for i, x in enumerate(src_index) if i not in drop]
+        _drop(cols, src_index, bad, n_rows)
 
 
 def _pylist(column: Any) -> list[Any]:
@@ -194,17 +384,19 @@ def _column_fits(col: Any, bounds: tuple[int, int] | None, type_: pa.DataType) -
 
 
 def to_table(rows: list[dict[str, Any]], schema: pa.Schema, rejected: dict[str, int], what: str) -> pa.Table:
-    """``pa.Table.from_pylist(rows, schema)``, leaving out rows whose integers do not fit (counted
-    in ``rejected`` as ``"<what>: '<column>' beyond int64"``)."""
-    try:  # every integer fits: Arrow checks them in C (an overflow raises)
-        return pa.Table.from_pylist(rows, schema=schema)
-    except (pa.ArrowInvalid, OverflowError):
-        pass
+    """``pa.Table.from_pylist(rows, schema)``, leaving out rows whose integers do not fit or whose
+    text is longer than :data:`MAX_FIELD_BYTES` (counted in ``rejected`` as ``"<what>: '<column>'
+    beyond int64"``, ``"<what>: '<column>' longer than 1 MiB"``)."""
+    if not any(_text_problem(row) for row in rows):
+        try:  # every integer fits: Arrow checks them in C (an overflow raises)
+            return pa.Table.from_pylist(rows, schema=schema)
+        except (pa.ArrowInvalid, OverflowError):
+            pass
     names = [f.name for f in schema if f.type in _bounds()]
     bounds = [_bounds()[schema.field(n).type] for n in names]
     kept = []
     for row in rows:
-        problem = _problem(row, names, bounds)
+        problem = _text_problem(row) or _problem(row, names, bounds)
         if problem is None:
             kept.append(row)
         else:
@@ -217,10 +409,13 @@ def columns_to_table(
     columns: dict[str, list[Any]], schema: pa.Schema, rejected: dict[str, int], what: str
 ) -> pa.Table:
     """:func:`to_table` of rows given as columns (name -> values, one per row; a schema column not
-    given is null), without a dict per row unless some integer does not fit."""
+    given is null), without a dict per row unless some value does not fit."""
     n = len(next(iter(columns.values()), []))
     try:
-        return pa.Table.from_pydict({f.name: columns.get(f.name, [None] * n) for f in schema}, schema=schema)
+        table = pa.Table.from_pydict({f.name: columns.get(f.name, [None] * n) for f in schema}, schema=schema)
+        if not any(_long_rows(c) is not None for c in table.columns):
+            return table
+        raise OverflowError  # some text is too long: row by row
     except (pa.ArrowInvalid, OverflowError):
         names = list(columns)
         return to_table(
@@ -245,28 +440,30 @@ def record_fits(
         where: The record, e.g. ``"entry #7 ('nccl:all_reduce')"``.
         on_bad_event: ``"raise"``, or ``"skip"``: count the reason in ``rejected`` and return False.
         rejected: Counts by reason, updated.
-        rows: (row dict, its table's schema) pairs; ``ts_ns + dur_ns`` is checked too.
+        rows: (row dict, its table's schema) pairs; ``ts_ns + dur_ns`` is checked too, and the
+            length of every text value (:data:`MAX_FIELD_BYTES`).
 
     Raises:
-        TraceFormatError: With ``on_bad_event="raise"``, naming ``where``, the column and the value.
+        TraceFormatError: With ``on_bad_event="raise"``, naming ``where``, the column and the value
+            (a text value by its length).
     """
     for row, schema in rows:
         names = [f.name for f in schema if f.type in _bounds() and f.name in row]
-        problem = _problem(row, names, [_bounds()[schema.field(n).type] for n in names])
+        problem = _text_problem(row) or _problem(row, names, [_bounds()[schema.field(n).type] for n in names])
         ts, dur = row.get("ts_ns"), row.get("dur_ns")
         if problem is None and isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
             problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"
         if problem is not None:
-            if on_bad_event == "raise":
-                raise TraceFormatError(path, where, f"{problem}; pass --skip-bad-events to skip such records")
-            reason = problem[: problem.index(" (")]
-            rejected[reason] = rejected.get(reason, 0) + 1
+            _bad(path, where, problem, on_bad_event, rejected)
             return False
     return True
 
 
 def polars_out_of_range(
-    int32: tuple[str, ...] = (), seconds: tuple[str, ...] = (), below: dict[str, int] | None = None
+    int32: tuple[str, ...] = (),
+    seconds: tuple[str, ...] = (),
+    below: dict[str, int] | None = None,
+    text: tuple[str, ...] = (),
 ) -> pl.Expr:
     """A polars predicate, true for rows whose values would not fit the store (for table sources).
 
@@ -275,9 +472,12 @@ def polars_out_of_range(
         seconds: Time columns in seconds, stored as int64 ns (their sums too): bounded by 2**62 ns.
         below: Column -> exclusive bound of its absolute value (e.g. a sequence id that is packed
             with a stride into an int64).
+        text: String columns stored as text: at most :data:`MAX_FIELD_BYTES` UTF-8 bytes.
     """
     limit_s = float(2**62) / 1e9
     out = pl.lit(False)
+    for c in text:
+        out = out | (pl.col(c).str.len_bytes() > MAX_FIELD_BYTES).fill_null(False)
     for c in int32:
         out = out | ~pl.col(c).is_between(INT32[0], INT32[1]).fill_null(True)
     for c in seconds:

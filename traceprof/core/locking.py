@@ -20,7 +20,15 @@ from pathlib import Path
 
 from traceprof.core.errors import StoreError
 
-__all__ = ["StoreLock", "lock_path", "beside", "check_store_path", "close_inherited", "special_kind"]
+__all__ = [
+    "StoreLock",
+    "lock_path",
+    "beside",
+    "check_store_path",
+    "check_not_folder",
+    "close_inherited",
+    "special_kind",
+]
 
 #: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
 #: file in one process shares the lock (DuckDB arbitrates within a process).
@@ -28,7 +36,8 @@ _HELD: dict[str, list[int]] = {}
 
 
 def check_store_path(db: str | Path) -> None:
-    """Refuse a ``--db`` path no store can be at: a symlink loop, a name too long for the file
+    """Refuse a ``--db`` path no store can be at: a folder (an existing one, or a path written as
+    one: ending in ``/``, ``.`` or ``..``), a symlink loop, a name too long for the file
     system, or a symlink to a path that does not exist (creating the store there would replace the
     link with a file, and a failed first ingest would delete the user's link).
 
@@ -61,9 +70,8 @@ def check_store_path(db: str | Path) -> None:
             f"{db}: DuckDB cannot keep a store at a path holding {shown} (it reads "
             "'?' as the start of connection options and '\\' as a folder separator); use another --db path"
         )
+    check_not_folder(db)
     p = Path(db)
-    if not p.name:  # "", ".", "/": a folder (Path("") is ".")
-        raise StoreError(f"{str(db)!r}: a folder, not a store file; --db takes a store file or a new path")
     for f in (p, p.with_name(p.name + ".wal")):
         kind = special_kind(f)
         if kind:
@@ -89,6 +97,21 @@ def check_store_path(db: str | Path) -> None:
             f"{db}: a symlink to {os.readlink(p)}, which does not exist; give the target as --db "
             "to create the store there, or remove the link"
         )
+
+
+def check_not_folder(db: str | Path) -> None:
+    """Refuse a ``--db`` path that is a folder: an existing one (a symlink to one too), or one
+    written as a folder (``""``, ``.``, ``..``, ``/``, or ending in ``/`` or ``/.``: ``Path``
+    drops a trailing ``/``, so ``x/`` would otherwise become the file ``x``). Give it the path as
+    typed (a ``str``): a ``Path`` has lost the trailing ``/`` already.
+
+    Raises:
+        StoreError: Naming the path.
+    """
+    text = os.fspath(db)
+    p = Path(text)
+    if not p.name or p.name == ".." or text.endswith(("/", "/.")) or os.path.isdir(text):
+        raise StoreError(f"{text!r}: a folder, not a store file; --db takes a store file or a new path")
 
 
 #: What a file that is not a regular file or a folder is, for messages.

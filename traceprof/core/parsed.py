@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ParsedTrace", "ParseOptions", "DEFAULT_OPTIONS", "DEFAULT_INFLATE_RATIO", "ON_BAD_EVENT"]
 
+#: The longest reason a record was not stored (``rejected``'s keys), in characters.
+REASON_CHARS = 120
+
 #: What a parser may do with a malformed record: stop with an error naming it, or skip and count it.
 ON_BAD_EVENT = ("raise", "skip")
 
@@ -114,6 +117,34 @@ class ParsedTrace:
     skipped: dict[str, int] = field(default_factory=dict)
     flagged: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown
+        phase ph='...'``) is cut to :data:`REASON_CHARS` (the counts of reasons that then read
+        the same add up), and a text column of ``trace`` longer than
+        ``traceprof.core.limits.MAX_FIELD_BYTES`` is an error (the JSON columns ``meta`` and
+        ``flops_per_step``, built by the parser from many values, are not checked).
+
+        Raises:
+            TraceFormatError: A ``trace`` text longer than the limit, naming the file and the column.
+        """
+        from traceprof.core.errors import TraceFormatError
+        from traceprof.core.limits import shown, text_problem
+
+        if any(len(k) > REASON_CHARS for k in self.rejected):
+            cut: dict[str, int] = {}
+            for k, n in self.rejected.items():
+                k = k if len(k) <= REASON_CHARS else k[: REASON_CHARS - 3] + "..."
+                cut[k] = cut.get(k, 0) + n
+            self.rejected = cut
+        for k, v in self.trace.items():
+            problem = None if k in ("meta", "flops_per_step") else text_problem(k, v)
+            if problem:
+                raise TraceFormatError(
+                    self.path,
+                    f"the trace's {k} ({shown(v, 40)})",
+                    f"{problem}: the file is damaged or was not written by a profiler",
+                )
 
     @property
     def events_kept(self) -> int:

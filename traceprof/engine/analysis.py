@@ -608,12 +608,16 @@ def param_types(params: type) -> dict[str, type]:
 
 def make_params(analysis: Analysis, run: str | None, options: dict[str, Any]) -> Any:
     """Build ``analysis.params`` from the run and ``key=value`` options, converting strings by
-    each field's annotation (other values are taken as they are).
+    each field's annotation (other values are taken as they are). An empty string or ``default``
+    (any case; ``none`` too where the default is None) leaves the parameter at its built-in
+    default (:func:`is_default`): ``-p peak_tflops=`` undoes a config file's ``peak_tflops``.
 
     Raises:
-        UsageError: Unknown key or a value of the wrong type.
+        UsageError: Unknown key or a value of the wrong type or out of range, naming the key, the
+            value, what it takes and how to get its default.
     """
     kinds = param_types(analysis.params)
+    defaults = {f.name: f.default for f in dataclasses.fields(analysis.params)}
     values: dict[str, Any] = {"run": run}
     for key, raw in options.items():
         key = key.replace("-", "_")
@@ -624,11 +628,34 @@ def make_params(analysis: Analysis, run: str | None, options: dict[str, Any]) ->
         if not isinstance(raw, str):
             values[key] = raw
             continue
+        if is_default(raw, defaults[key]):  # the built-in default, over a config file's value
+            continue
         try:
             values[key] = parse_bool(raw) if kind is bool else kind(raw)
         except ValueError:
-            expected = "true or false" if kind is bool else kind.__name__
-            raise UsageError(f"{key}={raw!r}: expected {expected}") from None
+            expected = {bool: "true or false", int: "a whole number", float: "a number"}.get(
+                kind, kind.__name__
+            )
+            raise UsageError(f"{key}={raw!r}: expected {expected}{_DEFAULT_HINT.format(key=key)}") from None
         if kind is int and not -(2**63) <= values[key] < 2**63:  # ns, counts: int64 like the store
             raise UsageError(f"{key}={raw!r}: beyond the 64-bit integer range")
-    return analysis.params(**values)
+    try:
+        return analysis.params(**values)
+    except UsageError as e:  # the Params' own check: its message starts with KEY=
+        key = str(e).split("=", 1)[0]
+        if key not in kinds or _DEFAULT_HINT.format(key=key) in str(e):
+            raise
+        raise UsageError(f"{e}{_DEFAULT_HINT.format(key=key)}") from None
+
+
+#: The words that give a ``-p`` parameter its built-in default (any case): ``-p KEY=`` and
+#: ``-p KEY=default`` for every parameter, ``-p KEY=none`` too for one whose default is none.
+DEFAULT_WORDS = ("", "default")
+_DEFAULT_HINT = " (or {key}= for its default)"
+
+
+def is_default(raw: str, default: object) -> bool:
+    """Whether ``-p KEY=raw`` asks for the parameter's built-in default ``default``
+    (:data:`DEFAULT_WORDS`, and ``none`` where the default is None)."""
+    word = raw.strip().lower()
+    return word in DEFAULT_WORDS or (word == "none" and default is None)

@@ -164,8 +164,8 @@ class Store:
     ) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+        check_store_path(path)  # as given: Path() drops the trailing '/' of a folder
         self.path = Path(path)
-        check_store_path(self.path)
         self.created = False
         read_only = read_only or user_sql
         self.read_only = read_only
@@ -777,9 +777,9 @@ class Store:
                 f" and {len(traces) - 3} more" if len(traces) > 3 else ""
             )
             hint = (
-                f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for some value in "
-                "these files (an event's args text of several MB?)"
-                if isinstance(e, duckdb.OutOfMemoryException)
+                f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for the text of "
+                "these files (many events with args of 64 KB or more?)"
+                if isinstance(e, duckdb.OutOfMemoryException) or "failed to pin block" in str(e)
                 else ""
             )
             return f"ingest of run {name!r} ({files}) failed, store unchanged: {error_line(e)}{hint}"

@@ -1,0 +1,208 @@
+"""Odd option values, as a careless user types them: each is one line naming the option or path
+as typed, ``--help`` shows flags as flags, and ``-p KEY=`` gives any analysis parameter back its
+built-in default (over a config file's value)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests._cli_inproc import run
+from tests.cli.test_params_config import run as _cli  # the CLI in a child, no TRACEPROF_* variables
+from tests.conftest import SAMPLES
+from traceprof.core.errors import StoreError, UsageError
+
+
+def _line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+# -- numbers echoed as typed ----------------------------------------------------------------------
+
+NUMBERS = [
+    (["ingest", "IN", "--max-inflate", "0"], "--max-inflate 0: expected a ratio above 0"),
+    (["ingest", "IN", "--max-inflate", "0.000"], "--max-inflate 0.000: "),
+    (["ingest", "IN", "--max-inflate", "1e400"], "--max-inflate 1e400: "),
+    (["ingest", "IN", "-j", "00"], "--jobs 00: expected 1 or more"),
+    (["ingest", "IN", "--jobs", "-0"], "--jobs -0: "),
+    (["sql", "SELECT 1", "--timeout", "0.0"], "--timeout 0.0: expected seconds above 0"),
+    (["sql", "SELECT 1", "--timeout", "nan"], "--timeout nan: "),
+    (["sql", "SELECT 1", "--max-rows", "-01"], "--max-rows -01: expected 0 (all) or more"),
+    (["history", "job", "--window", "-0"], "--window -0: must be at least 1"),
+    (["collect", "-n", "00", "-o", "OUT", "--", "python", "-c", "pass"], "--nproc 00: expected 1 or more"),
+]
+
+
+@pytest.mark.parametrize(("args", "want"), NUMBERS, ids=[" ".join(a[1:]) for a, _ in NUMBERS])
+def test_numeric_options_are_echoed_as_typed(tmp_path, args, want):
+    args = [
+        str(SAMPLES / "normal") if a == "IN" else str(tmp_path / "out") if a == "OUT" else a for a in args
+    ]
+    code, _, err = run(*args, "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and want in _line(err), err
+    assert not (tmp_path / "s.duckdb").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_value_not_typed_is_written_plainly():
+    from traceprof.cli import _typed
+
+    # a value that did not come from the command line (a default, the library): no ".0" tail
+    assert [_typed("no_such_option", v) for v in (0.0, 64.0, 2.5, 1e308, float("nan"), 7)] == [
+        "0",
+        "64",
+        "2.5",
+        "1e+308",
+        "nan",
+        "7",
+    ]
+
+
+# -- --help: flags without a value type -------------------------------------------------------------
+
+
+def test_help_shows_no_value_type_beside_flags():
+    import typer
+
+    from traceprof.cli import app
+    from traceprof.docs import _commands
+
+    seen = 0
+    for path, _ in [("", None), *_commands(typer.main.get_command(app), "")]:
+        code, out, _ = run(*path.split(), "--help")
+        assert code == 0 and "--help" in out, path
+        assert "<bool>" not in out, path  # typer 0.29 printed it beside every flag, --help too
+        seen += 1
+    assert seen > 15
+    code, out, _ = run("ingest", "--help")
+    line = {w: next(ln for ln in out.splitlines() if f" {w} " in ln) for w in ("--partial", "--jobs", "--db")}
+    assert "<" not in line["--partial"] and "<int>" in line["--jobs"] and " PATH " in line["--db"]
+
+
+# -- --db that is a folder ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("db", ["x/", "x/.", "x/..", "folder", "folder/", "link"])
+def test_db_folder_is_one_line(tmp_path, db):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "folder")
+    for how in ("option", "env"):
+        args = ["runs", "--db", db] if how == "option" else ["runs"]
+        r = _cli(*args, cwd=tmp_path, env={"TRACEPROF_DB": db} if how == "env" else None)
+        assert r.returncode == 1 and _line(r.stderr) == (
+            f"error: {db!r}: a folder, not a store file; --db takes a store file or a new path"
+        ), (how, r.stderr)
+    r = _cli("ingest", str(SAMPLES / "normal"), "--db", db, cwd=tmp_path)
+    assert r.returncode == 1 and "a folder, not a store file" in _line(r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link"]  # no file x, no lock file
+
+
+def test_store_refuses_a_folder_path(tmp_path):
+    from traceprof.storage.store import Store
+
+    for db in (f"{tmp_path}/x/", str(tmp_path)):
+        with pytest.raises(StoreError, match="a folder, not a store file"):
+            Store(db)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- -p KEY= : the built-in default ------------------------------------------------------------------
+
+
+def _all_params():
+    from traceprof.engine import analysis as registry
+
+    for spec in registry.specs():
+        for f in dataclasses.fields(spec.params):
+            if f.name != "run":
+                yield spec, f
+
+
+def test_every_parameter_takes_its_default_back():
+    from traceprof.engine import analysis as registry
+
+    seen = 0
+    for spec, f in _all_params():
+        want = registry.make_params(spec, "r", {})
+        for word in ("", "default", " DEFAULT "):
+            assert registry.make_params(spec, "r", {f.name: word}) == want, (spec.name, f.name, word)
+        if f.default is None:  # an optional one: none is its default too
+            assert registry.make_params(spec, "r", {f.name: "None"}) == want
+        seen += 1
+    assert seen > 30
+
+
+def test_a_bad_parameter_value_names_it_and_its_default():
+    from traceprof.engine import analysis as registry
+
+    checked = 0
+    for spec, f in _all_params():
+        kind = registry.param_types(spec.params)[f.name]
+        bad = "zz" if kind in (int, float, bool) or f.default is None else None
+        if bad is None:
+            continue
+        with pytest.raises(UsageError) as e:
+            registry.make_params(spec, "r", {f.name: bad})
+        msg = str(e.value)
+        assert msg.startswith(f"{f.name}='zz': expected ") and msg.endswith(
+            f"(or {f.name}= for its default)"
+        ), msg
+        checked += 1
+    assert checked > 25
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("odd")
+    r = _cli("ingest", str(SAMPLES / "normal"), "--db", str(d / "s.duckdb"), cwd=d)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_dash_p_empty_undoes_the_config_file(store):
+    # traceprof.toml sets mfu.peak_tflops = 312: the sample (CPU) run's MFU is computed against it;
+    # -p peak_tflops= (or none, default) gives the built-in default back: no peak, MFU empty
+    cfg = store / "traceprof.toml"
+    cfg.write_text('[params]\n"mfu.peak_tflops" = 312\n')
+    env = {"TRACEPROF_CONFIG": str(cfg)}
+
+    def peaks(*p: str) -> set[str]:
+        r = _cli("analyze", "mfu", "--db", "s.duckdb", "-f", "csv", "--no-cache", *p, cwd=store, env=env)
+        assert r.returncode == 0, r.stderr
+        head, *rows = r.stdout.splitlines()
+        i = head.split(",").index("peak_tflops")
+        return {row.split(",")[i] for row in rows}
+
+    assert peaks() == {"312.0"}
+    for p in ("peak_tflops=", "mfu.peak_tflops=none", "peak_tflops=default"):
+        assert peaks("-p", p) == {""}, p
+    r = _cli("analyze", "mfu", "--db", "s.duckdb", "-p", "peak_tflops=fast", cwd=store, env=env)
+    assert r.returncode == 1
+    assert _line(r.stderr) == "error: peak_tflops='fast': expected a number (or peak_tflops= for its default)"
+
+
+def test_a_line_break_in_a_value_stays_on_one_line(tmp_path):
+    # a --db path holding a line break (and an escape): its message was two lines
+    code, _, err = run("runs", "--db", str(tmp_path / "a\nb\x1b[31m"))
+    assert (
+        code == 1
+        and _line(err)
+        == f"error: {tmp_path}/a\\nb\\x1b[31m: no such store; create it with `traceprof ingest PATH`"
+    )
+
+
+def test_config_that_is_a_folder(tmp_path):
+    code, _, err = run("--config", str(tmp_path), "runs")
+    assert code == 1 and _line(err) == f"error: config file {tmp_path} (--config): a folder, not a file"
+
+
+@pytest.mark.parametrize("out", ["", ".", "new/", "new/."])
+def test_an_output_file_written_as_a_folder(store, out):
+    # report -o new/ wrote the report to the file new (export perfetto -o new/ too)
+    for cmd in (["report"], ["export", "perfetto"]):
+        r = _cli(*cmd, "--db", "s.duckdb", "-o", out, cwd=store)
+        assert r.returncode == 1, r.stderr
+        assert _line(r.stderr) == f"error: {out!r}: a folder, not a file; -o takes the output file's name"
+    assert not (store / "new").exists()

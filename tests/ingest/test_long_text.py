@@ -1,0 +1,242 @@
+"""Text too long to store (``traceprof.core.limits.MAX_FIELD_BYTES``, 1 MiB): one rule for every
+collector. Without ``--skip-bad-events`` one line naming the file and the record, the store as it
+was; with it the record is skipped, counted under ``'<field>' longer than 1 MiB``, and the rest stored.
+
+Before the rule, a Kineto event with 12 MB or more of args failed the whole run at DuckDB's 96 MB
+ingest memory limit with a message that named no record, and ``--skip-bad-events`` did not help.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests._cli_inproc import run
+from tests.builders import write_ndtimeline
+from tests.conftest import corpus
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.limits import MAX_FIELD_BYTES, drop_long_text
+from traceprof.core.parsed import ParseOptions
+from traceprof.storage.store import Store
+
+SKIP = ParseOptions(on_bad_event="skip")
+#: A value one byte over the limit, and one exactly at it.
+OVER, AT = "x" * (MAX_FIELD_BYTES + 1), "x" * MAX_FIELD_BYTES
+
+
+def _op(i: int, **extra: object) -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5, **extra}
+
+
+def _kineto(path: Path, events: list[dict]) -> Path:
+    doc = {"baseTimeNanoseconds": 0, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}
+    path.write_text(json.dumps(doc))  # the args text stored is the file's: {"blob": "..."}
+    return path
+
+
+def _events(db: Path) -> list[tuple[str, int]]:
+    with Store(db, read_only=True) as s:
+        return [tuple(r) for r in s.con.execute("SELECT name, ts_ns FROM events ORDER BY ts_ns").fetchall()]
+
+
+def _runs(db: Path) -> list[str]:
+    with Store(db, read_only=True) as s:
+        return [r[0] for r in s.con.execute("SELECT name FROM runs ORDER BY run_id").fetchall()]
+
+
+#: (what is too long in event #2, the field named). The args text is the JSON as written:
+#: '{"blob": "' + value + '"}' is 12 bytes more than the value.
+LONG = {
+    "args": ({"args": {"blob": "x" * (MAX_FIELD_BYTES - 11)}}, "'args'"),
+    "args_utf8": ({"args": {"blob": "\u00e9" * (MAX_FIELD_BYTES // 2)}}, "'args'"),  # 2 bytes a char
+    "name": ({"name": OVER}, "'name'"),
+    "cat": ({"cat": OVER}, "'cat'"),
+}
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["columnar", "per_event"])
+@pytest.mark.parametrize("what", sorted(LONG))
+def test_kineto_event_with_long_text(tmp_path, what, general):
+    extra, field = LONG[what]
+    events = [_op(i) for i in range(5)]
+    events[2] = {**events[2], **extra}
+    if general:  # a B/E pair: the parser's per-event path
+        events += [{**_op(9), "ph": "B", "dur": None}, {**_op(9), "ph": "E", "ts": 95}]
+        for e in events[-2:]:
+            del e["dur"]
+    db = tmp_path / "s.duckdb"
+    ok = _kineto(tmp_path / "ok.json", [_op(0)])
+    assert run("ingest", str(ok), "--db", str(db))[0] == 0
+    bad = _kineto(tmp_path / "bad.json", events)
+    code, _, err = run("ingest", str(bad), "--db", str(db))
+    (line,) = err.strip().splitlines()
+    assert code == 1 and line.startswith(f"error: {bad}: event #2 (cat=") and "Traceback" not in err
+    assert "ts_ns=20000)" in line and f"{field} longer than 1 MiB (" in line, line
+    assert len(line) < 400  # the long value itself is not printed
+    assert _runs(db) == ["ok"]  # the store as it was
+    code, _, err = run("ingest", str(bad), "--db", str(db), "--skip-bad-events")
+    assert code == 0 and f"1 record(s) not stored: 1 {field} longer than 1 MiB" in err, err
+    # the other events, as written: op i at 10*i us (ns in the store); the B/E pair one event
+    want = (
+        [("op0", 0)] + [(f"op{i}", 10_000 * i) for i in (0, 1, 3, 4)] + ([("op9", 90_000)] if general else [])
+    )
+    assert _events(db) == sorted(want, key=lambda r: r[1])
+
+
+def test_kineto_args_at_the_limit_are_stored(tmp_path):
+    # '{"blob": "' + 1 MiB - 12 characters + '"}': exactly MAX_FIELD_BYTES bytes
+    bad = _kineto(tmp_path / "t.json", [_op(0, args={"blob": "x" * (MAX_FIELD_BYTES - 12)})])
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(bad), "--db", str(db))[0] == 0
+    with Store(db, read_only=True) as s:
+        assert s.con.execute("SELECT octet_length(args::VARCHAR::BLOB) FROM events").fetchall() == [
+            (MAX_FIELD_BYTES,)
+        ]
+
+
+def test_kineto_thread_name_too_long(tmp_path):
+    meta = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": OVER}}
+    bad = _kineto(tmp_path / "t.json", [_op(0), _op(1), meta])
+    db = tmp_path / "s.duckdb"
+    code, _, err = run("ingest", str(bad), "--db", str(db))
+    assert code == 1 and not db.exists()
+    assert f"error: {bad}: thread_name of pid/tid '1/1': 'args.name' longer than 1 MiB (" in err, err
+    code, _, err = run("ingest", str(bad), "--db", str(db), "--skip-bad-events")
+    assert code == 0 and "1 'args.name' longer than 1 MiB" in err, err
+    assert _events(db) == [("op0", 0), ("op1", 10_000)]
+    with Store(db, read_only=True) as s:
+        (meta_text,) = s.con.execute("SELECT meta FROM traces").fetchone()
+    assert json.loads(meta_text)["thread_names"] == {}
+
+
+def test_flight_recorder_entry_too_long(tmp_path):
+    from traceprof.collectors.flight_recorder.parse import parse
+
+    def entry(seq: int, name: str) -> dict:
+        return {
+            "collective_seq_id": seq,
+            "process_group": ["0", "default_pg"],
+            "profiling_name": name,
+            "time_created_ns": 10 * seq,
+            "time_discovered_started_ns": 10 * seq + 1,
+            "time_discovered_completed_ns": 10 * seq + 5,
+        }
+
+    path = tmp_path / "rank0.fr.json"
+    doc = {"version": "2.10", "pg_config": {}, "entries": [entry(1, "nccl:all_reduce"), entry(2, OVER)]}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(
+        TraceFormatError, match=r"entry #1 \('x{186}\.\.\.: 'op' longer than 1 MiB \(1,048,577 bytes\)"
+    ):
+        parse(path)
+    pt = parse(path, SKIP)
+    assert pt.collectives.column("seq").to_pylist() == [1]
+    assert pt.rejected == {"'op' longer than 1 MiB": 1}
+
+
+def test_nccl_plugin_event_too_long(tmp_path):
+    from traceprof.collectors.nccl_profiler.parse import parse
+
+    def coll(seq: int, ts: int, **args: object) -> list[dict]:
+        head = {"name": "AllReduce", "cat": "COLL", "id": seq, "pid": 1, "tid": 1}
+        a = {"SeqNum": seq, "CommHash": 7, "Rank": 0, "Count": 4, "Datatype": "ncclFloat32", **args}
+        return [{**head, "ph": "b", "ts": ts, "args": a}, {**head, "ph": "e", "ts": ts + 5}]
+
+    path = tmp_path / "nccl_profile_7_0.json"
+    path.write_text(json.dumps([*coll(0, 10), *coll(1, 20, Algorithm=OVER)]))
+    with pytest.raises(TraceFormatError, match=r"'args' longer than 1 MiB"):
+        parse(path)
+    pt = parse(path, SKIP)
+    assert pt.collectives.column("seq").to_pylist() == [0]
+    assert pt.rejected == {"'args' longer than 1 MiB": 1}
+
+
+def test_nsys_name_too_long(tmp_path):
+    from traceprof.collectors.nsys.parse import parse
+
+    path = tmp_path / "n.sqlite"
+    shutil.copy(corpus("nsys") / "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite", path)
+    with sqlite3.connect(path) as con:
+        before = parse(path).events.num_rows
+        (sid,) = con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+        (n,) = con.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE demangledName = ?", (sid,)
+        ).fetchone()
+        con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (OVER, sid))
+    with pytest.raises(TraceFormatError, match=r"row \(cat='kernel', name='xxx.*'name' longer than 1 MiB"):
+        parse(path)
+    pt = parse(path, SKIP)
+    assert pt.events.num_rows == before - n and n == 5
+    assert pt.rejected["'name' longer than 1 MiB"] == n
+
+
+def test_ndtimeline_optype_too_long(tmp_path):
+    from traceprof.collectors.ndtimeline import parse
+
+    row = dict(rank=0, step=0, stage=0, dp_rank=0, mc=0, gmc=0, mb_id=0, seq_id=0, duration=0.001)
+    rows = [{**row, "start_ts": 0.0, "optype": "forward-compute"}, {**row, "start_ts": 0.01, "optype": OVER}]
+    path = write_ndtimeline(tmp_path, rows, "t", 1, 1)
+    with pytest.raises(TraceFormatError, match=r"row #1 \(optype='xxx.*optype longer than 1 MiB"):
+        parse(path)
+    (pt,) = parse(path, SKIP)
+    assert pt.events.column("name").to_pylist() == ["forward-compute"]
+    assert pt.rejected == {"null, NaN, negative or out-of-range value": 1}
+
+
+def test_drop_long_text_on_every_column_kind():
+    # Arrow (measured from offsets), a dictionary of few values (Strs), Python lists; row 1 and 3 long
+    from traceprof.collectors.kineto._values import Strs
+
+    cols = {
+        "name": Strs.of(["a", OVER, "b", "c"]),
+        "args": pa.array(["{}", "{}", "{}", OVER]),
+        "tid": ["1", "1", "1", "1"],
+        "ts_ns": np.array([0, 10, 20, 30]),
+    }
+    idx, rejected = [5, 6, 7, 8], {}
+    drop_long_text("f.json", cols, idx, "skip", rejected)
+    assert idx == [5, 7] and cols["ts_ns"].tolist() == [0, 20] and list(cols["name"]) == ["a", "b"]
+    assert cols["args"].to_pylist() == ["{}", "{}"] and cols["tid"] == ["1", "1"]
+    assert rejected == {"'name' longer than 1 MiB": 1, "'args' longer than 1 MiB": 1}
+    with pytest.raises(TraceFormatError, match=r"f.json: event #3 \(name=None, ts_ns=2\): 'tid' longer"):
+        drop_long_text(
+            "f.json", {"name": [None, None], "ts_ns": [1, 2], "tid": ["1", AT + "y"]}, [0, 3], "raise", {}
+        )
+    cols = {"name": [AT, "\u00e9" * (MAX_FIELD_BYTES // 2)]}  # at the limit: kept (bytes, not characters)
+    drop_long_text("f.json", cols, None, "raise", {})
+    assert len(cols["name"]) == 2
+
+
+def test_trace_level_text_and_reasons_quoting_the_trace(tmp_path):
+    from traceprof.collectors.kineto.parse import parse
+
+    # an unknown phase of 2 MB: the event is skipped by design of the source, its reason quotes
+    # the value, cut to 120 characters (it was printed whole in the warning and stored)
+    f = _kineto(
+        tmp_path / "ph.json", [_op(0), {**_op(1), "ph": "Q" * 2**21}, {**_op(2), "ph": "Q" * 2**21 + "R"}]
+    )
+    pt = parse(f)
+    ((reason, n),) = pt.rejected.items()
+    assert (
+        n == 2
+        and len(reason) == 120
+        and reason.startswith("unknown phase ph='QQQ")
+        and reason.endswith("...")
+    )
+    # a trace-level text (distributedInfo.backend) over the limit: one line naming the file
+    doc = {
+        "baseTimeNanoseconds": 0,
+        "distributedInfo": {"rank": 0, "world_size": 1, "backend": OVER},
+        "traceEvents": [_op(0)],
+    }
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    with pytest.raises(
+        TraceFormatError, match=r"b.json: the trace's backend \('xxx.*'backend' longer than 1 MiB"
+    ):
+        parse(tmp_path / "b.json")

@@ -133,7 +133,7 @@ def test_the_ingest_of_one_rank_file_imports_no_polars(tmp_path):
     code = (
         "import sys; from traceprof.cli import main; sys.argv = ['traceprof', 'ingest', sys.argv[1], '--db', "
         "sys.argv[2]]\ntry:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'yaml')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'yaml', 'multiprocessing')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(folder), str(tmp_path / "t.duckdb")],

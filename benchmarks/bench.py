@@ -26,7 +26,7 @@ file read (gzip inflated in memory) and decoded by the fastest generic JSON deco
 
 For each set the ingest's peak summed RSS, summed PSS and largest single process are also given as
 multiples of the largest uncompressed rank file, and the peak above the start-up floor (the peak of
-an ingest of a trace with no events: libraries, store, matching) as one (target: under 1.5x). The
+an ingest of a trace with no events: libraries and store; matching of one rank needs no polars) as one (target: under 1.5x). The
 corpus sets are measured ``--repeat`` times (default 3), the tools interleaved, medians kept. Every
 child runs with bytecode written and read, as an installed package has it. The 8-rank set is ingested a second time with
 ``--layout parquet`` (the Parquet dataset layout). ``--huge`` adds one ~5 GB rank file (18 M events,
@@ -117,7 +117,8 @@ PY = sys.executable
 #: traceprof's modules again: 0.27 s of CPU in each ingest, which no installed copy pays).
 INSTALLED = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 #: The smallest Kineto trace (one rank, no events): its ingest's peak RSS is the start-up floor,
-#: everything an ingest holds whatever the file (libraries, the DuckDB store, matching's polars).
+#: everything an ingest holds whatever the file (libraries, the DuckDB store; not polars, which matching
+#: and clock alignment no longer import for one rank).
 EMPTY_TRACE = (
     b'{"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 0, "traceEvents": []}'
 )

@@ -34,12 +34,12 @@ pp_size, tp_size, vpp_size, world_size``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import yaml
 
 from traceprof.collectors._arrow import row_schema
 from traceprof.core.bounded import check_nesting, too_deep
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
+    import yaml
 else:
     np = lazy("numpy")
     pl = lazy("polars")
@@ -63,6 +64,7 @@ else:
     # imported by every command that loads the collectors (0.1 s of CPU and 10 MB in each ingest):
     # only when an NDTimeline file is read
     pq = lazy("pyarrow.parquet")
+    yaml = lazy("yaml")  # the same: 10 ms of every ingest, for the meta YAML of an NDTimeline file
 
 __all__ = ["parse", "is_ndtimeline_file", "meta_path"]
 
@@ -132,7 +134,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
                 f"meta YAML of {size:,} bytes: an NDTimeline meta file is a few "
                 f"hundred; refused above {_MAX_META_BYTES:,} bytes",
             )
-        doc = yaml.load(side.read_bytes(), Loader=_NoAliases)  # noqa: S506 - SafeLoader without aliases
+        doc = yaml.load(side.read_bytes(), Loader=_no_aliases())  # noqa: S506 - SafeLoader without aliases
     except OSError as e:
         raise TraceFormatError(side, "", f"cannot read the meta YAML: {e.strerror or e}") from None
     except yaml.YAMLError as e:
@@ -160,16 +162,20 @@ def _read_meta(path: Path) -> dict[str, Any]:
 _MAX_META_BYTES = 1 << 20
 
 
-class _NoAliases(yaml.SafeLoader):
+@functools.cache
+def _no_aliases() -> type[yaml.SafeLoader]:
     """PyYAML's safe loader, refusing aliases (``*name``): nested aliases ("billion laughs") make a
     few hundred bytes stand for billions of values once the document is copied or encoded, and a
-    meta file never needs them."""
+    meta file never needs them. (A class made on first use: PyYAML is imported only then.)"""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(None, None, "an alias (*name): aliases are not read", mark)
-        return super().compose_node(parent, index)
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, "an alias (*name): aliases are not read", mark)
+            return super().compose_node(parent, index)
+
+    return NoAliases
 
 
 def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:

@@ -57,7 +57,9 @@ def settle(store: Store, run_id: int) -> list[str]:
     """Align the run's unaligned plugin traces (module doc). Returns notes for the user."""
     notes: list[str] = []
     con = store.con
-    for trace_id, rank in store.sql(_PLUGIN, [run_id]).iter_rows():
+    for trace_id, rank in store.con.execute(
+        _PLUGIN, [run_id]
+    ).fetchall():  # no polars: every ingest runs this
         p = [tuple(r) for r in store.sql(_P, [trace_id]).iter_rows()]
         krows = store.sql(_K, [run_id, rank])
         k = [tuple(r[:3]) for r in krows.iter_rows()]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, corpus
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -230,13 +230,24 @@ def test_a_library_that_does_not_load_is_one_line_too(tmp_path: Path) -> None:
     )
 
 
-def test_missing_library_at_ingest_stores_nothing(tmp_path: Path) -> None:
-    db = tmp_path / "s.duckdb"  # the NDTimeline collector reads its YAML config with pyyaml
+@pytest.mark.parametrize(
+    ("module", "package", "source"),
+    [
+        ("pyarrow", "pyarrow", None),  # every ingest builds Arrow columns
+        # only an NDTimeline file needs pyyaml (its meta YAML): a Kineto ingest runs without it
+        ("yaml", "pyyaml", "kineto_misc/bytedance_straggler_whatif/trace-AR.parquet"),
+    ],
+)
+def test_missing_library_at_ingest_stores_nothing(
+    tmp_path: Path, module: str, package: str, source: str | None
+) -> None:
+    db = tmp_path / "s.duckdb"
+    src = SAMPLES / "normal" if source is None else corpus(source)
     r = subprocess.run(
-        [sys.executable, "-c", _WITHOUT, "yaml", "ingest", str(SAMPLES / "normal"), "--db", str(db)],
+        [sys.executable, "-c", _WITHOUT, module, "ingest", str(src), "--db", str(db)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
     )
-    _one_line_error(r, "module 'yaml'", "pip install 'pyyaml'")
+    _one_line_error(r, f"module {module!r}", f"pip install '{package}'")
     assert not db.exists()

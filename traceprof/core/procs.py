@@ -17,7 +17,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
 from traceprof.core import locking
@@ -145,6 +144,9 @@ def map_in_workers(
             if done:
                 done(len(out))
         return out
+    # imported here: multiprocessing and concurrent.futures are 10-15 ms of every command's start-up
+    from concurrent.futures import ProcessPoolExecutor
+
     pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
     try:
         with _sigint_blocked():  # Executor.map submits every task, which forks the workers

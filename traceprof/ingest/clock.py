@@ -75,16 +75,24 @@ class ClockResult:
     Attributes:
         aligned: Whether offsets could be estimated for all ranks against one reference (module doc).
         estimates: Frame rank, instances (count), estimate_ns, residual_ns, spread_ns (half width
-            of the modal window), threshold_ns, offset_ns (applied; 0 when not robustly non-zero).
+            of the modal window), threshold_ns, offset_ns (applied; 0 when not robustly non-zero);
+            empty when nothing was estimated (a property over ``estimated``).
+        estimated: That frame, or None when nothing was estimated (then polars is not imported: an
+            ingest of one rank file imports none).
         notes: Human-readable remarks (why nothing was estimated, which ranks moved).
         warnings: The notes ingest shows as warnings (sets of ranks that cannot be aligned to each
             other), a subset of ``notes``.
     """
 
     aligned: bool
-    estimates: pl.DataFrame
+    estimated: pl.DataFrame | None
     notes: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def estimates(self) -> pl.DataFrame:
+        """The estimates frame (empty when nothing was estimated)."""
+        return pl.DataFrame() if self.estimated is None else self.estimated
 
 
 _SYNCED = "coalesce(try_cast(json_extract(t.meta, '$.clock_synced_by_source') AS BOOLEAN), false)"
@@ -323,36 +331,42 @@ def align_run(
         StoreError: DuckDB rejects a statement.
     """
     notes: list[str] = []
-    est = pl.DataFrame()
+    est: pl.DataFrame | None = None
+    con = store.con
     if enabled:
-        est = estimate_offsets(store.sql(_ENDS, [run_id]), min_offset_ns)
-        if est.is_empty():
+        # polars only when some instance has end times on two ranks (not for one rank file)
+        multi = con.execute(
+            f"SELECT 1 FROM ({_ENDS}) GROUP BY instance_id HAVING count(*) >= 2 LIMIT 1", [run_id]
+        ).fetchall()
+        est = estimate_offsets(store.sql(_ENDS, [run_id]), min_offset_ns) if multi else None
+        if est is None or est.is_empty():
+            est = None
             notes.append("clocks not aligned: no matched collective has end times on two or more ranks")
-    estimated = not est.is_empty()
-    linked = estimated and est["component"].n_unique() == 1
-    offsets = dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if estimated else {}
-    residuals = (
-        dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if estimated else {}
+    linked = est is not None and est["component"].n_unique() == 1
+    offsets = (
+        dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if est is not None else {}
     )
-    traces = store.sql(
+    residuals = (
+        dict(zip(est["rank"].to_list(), est["residual_ns"].to_list(), strict=True)) if est is not None else {}
+    )
+    traces = con.execute(
         f"SELECT trace_id, rank, clock_offset_ns, {_SYNCED} AS synced FROM traces t WHERE run_id = ?",
         [run_id],
-    )
-    if traces["synced"].all():
+    ).fetchall()
+    if all(synced for *_, synced in traces):
         notes.append(
             "clocks already aligned by the source (traces.meta.clock_synced_by_source); nothing estimated"
         )
-    con = store.con
     # every trace's shift in one statement per table (one per trace scanned the events once each)
-    new = {int(t): int(offsets.get(r, 0)) for t, r, _, _ in traces.iter_rows()}
+    new = {int(t): int(offsets.get(r, 0)) for t, r, _, _ in traces}
     store.shift_traces(
-        {int(t): new[int(t)] - int(old or 0) for t, _, old, _ in traces.iter_rows()},
+        {int(t): new[int(t)] - int(old or 0) for t, _, old, _ in traces},
         (
             "steps: cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns",
             "collectives: enter_ns, start_ns, end_ns",
         ),
     )
-    if traces.height:
+    if traces:
         con.execute(
             """UPDATE traces SET clock_offset_ns = s.o, clock_residual_ns = s.r
                FROM (SELECT unnest($t) AS trace_id, unnest($o) AS o, unnest($r) AS r) s
@@ -360,12 +374,12 @@ def align_run(
             {
                 "t": list(new),
                 "o": list(new.values()),
-                "r": [residuals.get(r) for r in traces["rank"].to_list()],
+                "r": [residuals.get(r) for _, r, _, _ in traces],
             },
         )
     con.execute("UPDATE runs SET clock_aligned = ? WHERE run_id = ?", [linked, run_id])
     warn: list[str] = []
-    if estimated and not linked:
+    if est is not None and not linked:
         parts = est.group_by("component").agg(pl.col("rank").sort()).sort("component")
         groups = "; ".join(
             f"ranks {', '.join(map(str, rs))} (relative to rank {c})" for c, rs in parts.iter_rows()
@@ -381,4 +395,4 @@ def align_run(
             "clock offsets applied (ns): " + ", ".join(f"rank {r}: {o:+,}" for r, o in sorted(moved.items()))
         )
     refresh_instances(store, run_id)
-    return ClockResult(aligned=linked, estimates=est, notes=tuple(notes), warnings=tuple(warn))
+    return ClockResult(aligned=linked, estimated=est, notes=tuple(notes), warnings=tuple(warn))

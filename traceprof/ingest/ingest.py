@@ -473,9 +473,9 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
         Messages worth a warning (ranks of the job not traced, instances missing ranks, matching
         fallbacks). Ranks are counted over the whole run, with what earlier ingests stored.
     """
-    held, world = store.sql(
+    held, world = store.con.execute(
         "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]
-    ).row(0)
+    ).fetchall()[0]
     notes = [f"{held} of {world} ranks traced"] if world and held < world else []
     notes += [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)

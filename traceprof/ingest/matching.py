@@ -176,154 +176,119 @@ SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(r
        {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
 FROM collectives c LEFT JOIN rs USING (rank, step) WHERE c.run_id = $run
 """
-_GROUP = ["source", "g_pg", "g_ranks", "p2p"]
+_GROUP = "source, g_pg, g_ranks, p2p"
+
+#: Step 3 (module doc): the groups whose sequence numbers cannot be per group, each with its
+#: reason (``why``); of several reasons the first listed here. Reads ``_match_rows``.
+_BAD = f"""
+WITH ided AS (SELECT * FROM _match_rows WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL),
+keys AS (
+  SELECT {_GROUP}, seq, count(DISTINCT rank) + (count(rank) < count(*))::INT AS n,
+         count(DISTINCT step) AS steps
+  FROM ided GROUP BY ALL
+),
+cross_step AS (
+  SELECT {_GROUP}, 1 AS o, sum((steps > 1)::INT) || ' of ' || count(*)
+         || ' sequence numbers hold rows of different steps' AS why
+  FROM keys WHERE n >= 2 GROUP BY ALL
+  HAVING sum((steps > 1)::INT)::DOUBLE / count(*) > {CROSS_STEP_SHARE}
+),
+diffs AS (
+  SELECT {_GROUP}, rank, seq - lag(seq) OVER (
+    PARTITION BY {_GROUP}, rank ORDER BY arrival_ns ASC NULLS FIRST, seq ASC NULLS FIRST) AS d
+  FROM ided
+),
+per_rank AS (  -- each rank's lower median step between consecutive sequence numbers
+  SELECT {_GROUP}, rank, list_sort(list(d))[(count(*) - 1) // 2 + 1] AS stride
+  FROM diffs WHERE d IS NOT NULL GROUP BY ALL HAVING count(*) >= {MIN_STRIDE_DIFFS}
+),
+strides AS (
+  SELECT {_GROUP}, 2 AS o, 'ranks step their sequence numbers by ' || min(stride) || ' to ' || max(stride) AS why
+  FROM per_rank GROUP BY ALL HAVING count(DISTINCT stride) > 1
+),
+wide AS (
+  SELECT {_GROUP}, 3 AS o, sum((n > 2)::INT) || ' of ' || count(*)
+         || ' point-to-point sequence numbers are held by three or more ranks' AS why
+  FROM keys WHERE p2p AND n >= 2 GROUP BY ALL
+  HAVING sum((n > 2)::INT)::DOUBLE / count(*) > {CROSS_STEP_SHARE}
+)
+SELECT {_GROUP}, arg_min(why, o) AS why
+FROM (SELECT * FROM cross_step UNION ALL SELECT * FROM strides UNION ALL SELECT * FROM wide)
+GROUP BY ALL ORDER BY ALL
+"""
+
+#: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
+#: row's ``collectives.rowid``). Reads ``_match_rows`` and ``_match_bad`` (:data:`_BAD`'s groups).
+_KEYED = f"""
+WITH r AS (
+  SELECT m.*, b.why IS NOT NULL AS bad
+  FROM _match_rows m LEFT JOIN _match_bad b USING (source, g_pg, g_ranks, p2p)
+),
+ordered AS (  -- rows without ids: the k-th of its kind on its rank, in arrival order
+  SELECT *, CASE WHEN contains(coalesce(op, ''), 'all_to_all') THEN '*'
+                 ELSE coalesce(CAST(size AS VARCHAR), '?') END AS _size
+  FROM r
+  WHERE comms_id IS NULL AND NOT (pg IS NOT NULL AND seq IS NOT NULL AND (NOT bad OR p2p))
+    AND NOT (p2p AND (pg IS NULL OR seq IS NULL))
+),
+keyed AS (
+  SELECT rid, arrival_ns, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
+  FROM r WHERE comms_id IS NOT NULL
+  UNION ALL
+  SELECT rid, arrival_ns, 'pg_seq', concat_ws('|', 's', source, g_pg, g_ranks, CAST(p2p AS VARCHAR),
+                                              CAST(seq AS VARCHAR))
+  FROM r WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL AND NOT bad
+  UNION ALL
+  SELECT rid, arrival_ns, CASE WHEN bad THEN 'step_order' ELSE 'ordinal' END,
+         concat_ws('|', 'o', source, g_pg, g_ranks, CAST(p2p AS VARCHAR), coalesce(op, '?'), _size,
+                   coalesce(CAST(step AS VARCHAR), '-'),
+                   CAST(row_number() OVER (
+                     PARTITION BY {_GROUP}, op, _size, step, rank
+                     ORDER BY arrival_ns ASC NULLS LAST, start_ns ASC NULLS LAST, rid) - 1 AS VARCHAR))
+  FROM ordered
+),
+firsts AS (  -- numbered by first arrival
+  SELECT key, row_number() OVER (ORDER BY min(arrival_ns) ASC NULLS LAST, key) AS instance_id
+  FROM keyed GROUP BY key
+)
+SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
+"""
 
 
-def _bad_groups(ided: pl.DataFrame) -> pl.DataFrame:
-    """Groups (``_GROUP`` columns) whose sequence numbers cannot be per group (module doc, step 3),
-    with a ``why`` column."""
-    if ided.is_empty():
-        return pl.DataFrame(schema={**{c: ided.schema[c] for c in _GROUP}, "why": pl.Utf8})
-    keys = ided.group_by([*_GROUP, "seq"]).agg(
-        pl.col("rank").n_unique().alias("n"), pl.col("step").drop_nulls().n_unique().alias("steps")
+def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
+    """Set ``instance_id`` and ``match_method`` of every matchable row of the run (module doc,
+    steps 1 to 4) in SQL, on the store's connection (no polars: an ingest of one rank file imports
+    none). Returns (the run's collectives rows, the notes of step 3)."""
+    con = store.con
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _match_rows AS "
+        "SELECT *, coalesce(pg, '') AS g_pg, coalesce(pg_ranks, '') AS g_ranks FROM ("
+        + _ROWS.replace("$run", str(int(run_id)))
+        + ")"
     )
-    cross = (
-        keys.filter(pl.col("n") >= 2)
-        .group_by(_GROUP)
-        .agg(
-            (pl.col("steps") > 1).mean().alias("share"),
-            (pl.col("steps") > 1).sum().alias("k"),
-            pl.len().alias("of"),
-        )
-    )
-    cross = cross.filter(pl.col("share") > CROSS_STEP_SHARE).select(
-        *_GROUP, pl.format("{} of {} sequence numbers hold rows of different steps", "k", "of").alias("why")
-    )
-    stride = ided.sort("arrival_ns", "seq").with_columns(
-        pl.col("seq").diff().over([*_GROUP, "rank"]).alias("d")
-    )
-    per_rank = (
-        stride.filter(pl.col("d").is_not_null())
-        .group_by([*_GROUP, "rank"])
-        .agg(
-            pl.col("d").sort().get((pl.len() - 1) // 2).alias("stride"),
-            pl.len().alias("n"),  # lower median: an int
-        )
-        .filter(pl.col("n") >= MIN_STRIDE_DIFFS)
-    )
-    strides = per_rank.group_by(_GROUP).agg(
-        pl.col("stride").n_unique().alias("n"),
-        pl.col("stride").min().alias("lo"),
-        pl.col("stride").max().alias("hi"),
-    )
-    strides = strides.filter(pl.col("n") > 1).select(
-        *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why")
-    )
-    # a point-to-point transfer has two ends: a key holding three or more ranks mixes transfers
-    # (per-rank p2p counters of a group wider than a pair do not line up across ranks)
-    wide = (
-        keys.filter(pl.col("p2p") & (pl.col("n") >= 2))
-        .group_by(_GROUP)
-        .agg(
-            (pl.col("n") > 2).mean().alias("share"), (pl.col("n") > 2).sum().alias("k"), pl.len().alias("of")
-        )
-    )
-    wide = wide.filter(pl.col("share") > CROSS_STEP_SHARE).select(
-        *_GROUP,
-        pl.format(
-            "{} of {} point-to-point sequence numbers are held by three or more ranks", "k", "of"
-        ).alias("why"),
-    )
-    return pl.concat([cross, strides, wide]).unique(_GROUP, keep="first")
-
-
-def _assign(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Instance key and method of every matchable row (module doc, steps 1 to 4)."""
-    rows = rows.with_columns(
-        pl.col("pg").fill_null("").alias("g_pg"), pl.col("pg_ranks").fill_null("").alias("g_ranks")
-    )
-    cid = rows.filter(pl.col("comms_id").is_not_null())
-    rest = rows.filter(pl.col("comms_id").is_null())
-    ided = rest.filter(pl.col("pg").is_not_null() & pl.col("seq").is_not_null())
-    bad = _bad_groups(ided)
-    notes = [
-        f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
-        f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
-        + (
-            "left unmatched (each transfer has one unknown peer)"
-            if r["p2p"]
-            else "matched by order within the step instead (match_method step_order)"
-        )
-        for r in bad.iter_rows(named=True)
-    ]
-    bad_p2p = ided.join(bad.filter(pl.col("p2p")).select(_GROUP), on=_GROUP, how="semi").select("rid")
-    ided = ided.join(bad.select(_GROUP), on=_GROUP, how="anti")
-    by_order = (
-        rest.join(ided.select("rid"), on="rid", how="anti")
-        .join(bad_p2p, on="rid", how="anti")
-        .filter(~(pl.col("p2p") & (pl.col("pg").is_null() | pl.col("seq").is_null())))
-    )
-    size = (
-        pl.when(pl.col("op").fill_null("").str.contains("all_to_all"))
-        .then(pl.lit("*"))
-        .otherwise(pl.col("size").cast(pl.Utf8).fill_null("?"))
-    )
-    part = [*_GROUP, "op", "_size", "step"]
-    # k-th of its kind on its rank, in arrival order
-    by_order = by_order.with_columns(size.alias("_size")).sort(
-        "rank", "arrival_ns", "start_ns", nulls_last=True
-    )
-    by_order = by_order.with_columns(pl.int_range(pl.len()).over([*part, "rank"]).alias("_k"))
-    is_fallback = (
-        pl.struct(_GROUP).is_in(bad.select(pl.struct(_GROUP)).to_series().implode())
-        if bad.height
-        else pl.lit(False)
-    )
-    keyed = pl.concat(
-        [
-            cid.select(
-                "rid",
-                "arrival_ns",
-                pl.lit("comms_id").alias("method"),
-                pl.concat_str([pl.lit("c"), "source", "comms_id"], separator="|").alias("key"),
-            ),
-            ided.select(
-                "rid",
-                "arrival_ns",
-                pl.lit("pg_seq").alias("method"),
-                pl.concat_str(
-                    [pl.lit("s"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("seq").cast(pl.Utf8)],
-                    separator="|",
-                ).alias("key"),
-            ),
-            by_order.select(
-                "rid",
-                "arrival_ns",
-                pl.when(is_fallback).then(pl.lit("step_order")).otherwise(pl.lit("ordinal")).alias("method"),
-                pl.concat_str(
-                    [
-                        pl.lit("o"),
-                        *_GROUP[:3],
-                        pl.col("p2p").cast(pl.Utf8),
-                        pl.col("op").fill_null("?"),
-                        "_size",
-                        pl.col("step").cast(pl.Utf8).fill_null("-"),
-                        pl.col("_k").cast(pl.Utf8),
-                    ],
-                    separator="|",
-                ).alias("key"),
-            ),
+    try:
+        n = int(con.execute("SELECT count(*) FROM _match_rows").fetchall()[0][0])
+        if not n:
+            return 0, []
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _match_bad AS {_BAD}")
+        notes = [
+            f"source {source}, process group {g_pg!r}{' ' + g_ranks if g_ranks else ''} "
+            f"({'point-to-point' if p2p else 'collectives'}): {why}, so they cannot be per group; "
+            + (
+                "left unmatched (each transfer has one unknown peer)"
+                if p2p
+                else "matched by order within the step instead (match_method step_order)"
+            )
+            for source, g_pg, g_ranks, p2p, why in con.execute("SELECT * FROM _match_bad").fetchall()
         ]
-    )
-    firsts = (
-        keyed.group_by("key")
-        .agg(pl.col("arrival_ns").min().alias("first"))
-        .sort("first", "key", nulls_last=True)
-        .with_row_index("instance_id", offset=1)
-    )
-    return keyed.join(firsts.select("key", "instance_id"), on="key").select(
-        "rid", pl.col("instance_id").cast(pl.Int64), "method"
-    ), notes
+        con.execute(
+            f"""UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
+               FROM ({_KEYED}) m WHERE collectives.rowid = m.rid"""
+        )
+        return n, notes
+    finally:
+        con.execute("DROP TABLE IF EXISTS _match_rows")
+        con.execute("DROP TABLE IF EXISTS _match_bad")
 
 
 _INSTANCES = f"""
@@ -400,27 +365,18 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     """
     con = store.con
     con.execute("UPDATE collectives SET instance_id = NULL, match_method = NULL WHERE run_id = ?", [run_id])
-    rows = store.sql(_ROWS.replace("$run", str(int(run_id))))
-    assigned, notes = _assign(rows) if rows.height else (pl.DataFrame(), [])
-    if assigned.height:
-        con.register("_match", assigned.to_arrow())
-        con.execute(
-            """UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
-               FROM _match m WHERE collectives.rowid = m.rid"""
-        )
-        con.unregister("_match")
+    rows, notes = _assign(store, run_id)
     refresh_instances(store, run_id)
-    stats = store.sql(
+    stats = con.execute(
         """SELECT match_method, count(*) AS n, count(*) FILTER (WHERE len(ranks_missing) > 0) AS inc
            FROM collective_instances WHERE run_id = ? GROUP BY ALL""",
         [run_id],
-    )
-    by_method = {r["match_method"]: int(r["n"]) for r in stats.iter_rows(named=True)}
+    ).fetchall()
     return MatchSummary(
-        rows=rows.height,
-        instances=sum(by_method.values()),
-        by_method=by_method,
-        incomplete=int(stats["inc"].sum()) if stats.height else 0,
+        rows=rows,
+        instances=sum(int(n) for _, n, _ in stats),
+        by_method={m: int(n) for m, n, _ in stats},
+        incomplete=sum(int(inc) for _, _, inc in stats),
         unmatched_p2p=unmatched_p2p(store, run_id),
         notes=tuple(notes),
     )
@@ -429,11 +385,11 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
 def unmatched_p2p(store: Store, run_id: int) -> int:
     """Point-to-point rows of a run that matching left unmatched (module doc, step 4)."""
     return int(
-        store.sql(
+        store.con.execute(
             f"""SELECT count(*) AS n FROM collectives
             WHERE run_id = ? AND instance_id IS NULL AND {_IS_P2P_SQL}""",
             [run_id],
-        ).item()
+        ).fetchall()[0][0]
     )
 
 

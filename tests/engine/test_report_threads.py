@@ -266,3 +266,48 @@ def test_a_bad_desync_parameter_is_refused_on_a_run_without_its_sources(tmp_path
             assert "desync" not in findings.run_analyses(
                 s, 1, {"desync": {"all": "true"}}
             )  # valid: nothing to run
+
+
+def test_the_heavy_analyses_run_alone_after_the_light_ones(db: Path) -> None:
+    """Those that run another or that another runs (``requires``: the what-if replay, the step
+    account) never run beside another analysis, whose peak would add to theirs; the light ones
+    run two at a time before them, and the results come back in the order asked."""
+    lock, running, log = threading.Lock(), set(), []
+
+    def make(name: str, seconds: float):
+        def run(store, p):
+            with lock:
+                log.append((name, frozenset(running)))  # who runs as this one starts
+                running.add(name)
+            time.sleep(seconds)
+            with lock:
+                running.discard(name)
+            return FrameResult(pl.DataFrame({"x": [name]}))
+
+        return run
+
+    def spec(name: str, seconds: float, requires: tuple[str, ...] = ()) -> analysis.Analysis:
+        return analysis.Analysis(
+            name, analysis.RunParams, FrameResult, (), make(name, seconds), requires=requires
+        )
+
+    todo = [
+        (n, spec(n, sec, req), analysis.RunParams())
+        for n, sec, req in [
+            ("light1", 0.2, ()),
+            ("uses", 0.05, ("used",)),  # heavy: runs another
+            ("light2", 0.2, ()),
+            ("used", 0.05, ()),  # heavy: another runs it
+            ("light3", 0.1, ()),
+        ]
+    ]
+    with Store(db, read_only=True) as s:
+        out = findings._run_all(s, todo, 2)
+    assert list(out) == ["light1", "uses", "light2", "used", "light3"]
+    assert all(r.frame["x"].item() == n for n, r in out.items())
+    order = [n for n, _ in log]
+    assert order[:3] == ["light1", "light2", "light3"]  # the light ones first, in report order
+    assert order[3:] == ["used", "uses"]  # then the heavy ones, the one another runs first
+    beside = dict(log)
+    assert beside["used"] == beside["uses"] == frozenset()  # alone
+    assert beside["light2"] == {"light1"}  # the light ones two at a time

@@ -55,8 +55,9 @@ Runner = Callable[[str, Any, Any, Callable[[Any, Any], "FrameResult"]], "FrameRe
 
 #: Threads the report's analyses use at most (``TRACEPROF_THREADS`` sets it: 1 for the least
 #: memory). DuckDB, polars and numpy release the GIL in their loops, so a second thread keeps the
-#: second core busy while the first runs Python (the what-if graph): the cold report of 8 ranks x
-#: 1 M events took 26-29 s on one thread and 1.5 cores. More threads hold more analyses' frames at once.
+#: second core busy while the first runs Python. More threads hold more analyses' frames at once:
+#: the heavy ones (the what-if replay, the step account) therefore run alone, after the light ones
+#: (``traceprof.engine.findings._run_all``).
 THREADS = 2
 
 

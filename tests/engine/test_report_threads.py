@@ -196,7 +196,10 @@ def test_a_bad_report_parameter_is_named_with_its_analysis(db: Path) -> None:
     from traceprof.core.errors import UsageError
 
     with Store(db, read_only=True) as s:
-        with pytest.raises(UsageError, match=r"^mfu\.peak_tflops='abc': expected a number$"):
+        with pytest.raises(
+            UsageError,
+            match=r"^mfu\.peak_tflops='abc': expected a number \(or peak_tflops= for its default\)$",
+        ):
             findings.run_analyses(s, 1, {"mfu": {"peak_tflops": "abc"}})
         with pytest.raises(UsageError, match=r"^analysis 'mfu' has no parameter 'nosuch'"):
             findings.run_analyses(s, 1, {"mfu": {"nosuch": "1"}})
@@ -260,7 +263,9 @@ def test_a_bad_desync_parameter_is_refused_on_a_run_without_its_sources(tmp_path
     with Store(path) as s:
         ingest(s, [SAMPLES / "normal" / "rank0.trace.json.gz"], jobs=1)
     with Store(path, read_only=True) as s:
-        with pytest.raises(UsageError, match=r"^desync\.all='maybe': expected true or false$"):
+        with pytest.raises(
+            UsageError, match=r"^desync\.all='maybe': expected true or false \(or all= for its default\)$"
+        ):
             findings.run_analyses(s, 1, {"desync": {"all": "maybe"}})
         with Session(s):
             assert "desync" not in findings.run_analyses(

@@ -45,6 +45,7 @@ __all__ = [
     "Timeline",
     "build",
     "replay",
+    "replay_weights",
     "replay_changes",
     "EPS_NS",
     "KEY_SPAN",
@@ -62,6 +63,11 @@ EPS_NS = 10_000
 _OVERLAP_SHARE = 0.05
 
 
+#: Rows of the compute items worked on at once (whole ranks; at least one rank): the sort and the
+#: nesting filter hold one chunk's temporaries, not the run's.
+_CHUNK_ROWS = 1 << 18
+
+
 @shared
 def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     """Top-level compute intervals of every rank.
@@ -70,20 +76,35 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     compute kernels on GPU ranks); runs without them (NDTimeline) use their ``gpu_user_annotation``
     events. Intervals nested in another of the same rank and lane are dropped.
 
+    Worked on in chunks of whole ranks (:data:`_CHUNK_ROWS` rows): every step reads one rank's
+    rows alone, so the chunks' results, put together in rank order, are the whole run's.
+
     Returns:
-        Frame rank, step (the run's step: ``matching.run_steps``), lane, name, start_ns, end_ns (ns,
-        aligned clock).
+        Frame rank, step (the run's step: ``matching.run_steps``), name, start_ns, end_ns (ns,
+        aligned clock), sorted by rank (nulls last), lane, start_ns, end_ns (longest first) and name.
     """
+    # the whole frame, not the columns read: stragglers' parallelism reads it too (one frame held)
     act = activity(store, run_id)
     cols = ("rank", "step", "lane", "name", "start_ns", "end_ns")
     comp = act.lazy().filter(pl.col("class") == "compute").select(cols).collect()  # only these columns copied
+    del act
     if comp.is_empty():
         comp = store.sql(
             """SELECT rank, step, 'tid ' || tid AS lane, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
                FROM events WHERE run_id = ? AND kind = 'gpu_user_annotation'""",
             [run_id],
         )
-    comp = _run_steps(store, run_id, comp)
+    moved = _moved_steps(store, run_id, comp)
+    parts = [_top_level(_with_run_steps(c, moved)) for c in _rank_chunks(comp)]
+    if not parts:  # no rows: the frame as read, its types kept
+        return comp.drop("lane")
+    del comp
+    return pl.concat(parts, rechunk=True)
+
+
+def _top_level(comp: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``comp`` (whole ranks) not nested in an earlier one of their rank and lane, in
+    :func:`compute_items`' order, without the lane."""
     # a total order (name last): of two intervals with the same bounds on a lane, the same one is
     # kept; lanes and names sorted as integers (their positions among the sorted distinct values)
     comp = (
@@ -100,7 +121,37 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
         .drop("_lane", "_name")
     )
     prev = pl.col("end_ns").cum_max().shift(1).over("rank", "lane")
-    return comp.filter(prev.is_null() | (pl.col("end_ns") > prev))
+    return comp.filter(prev.is_null() | (pl.col("end_ns") > prev)).drop("lane")
+
+
+def _rank_chunks(frame: pl.DataFrame) -> list[pl.DataFrame]:
+    """``frame`` as zero-copy slices of whole ranks, about :data:`_CHUNK_ROWS` rows each, in rank
+    order (nulls last); a frame whose ranks are not contiguous is sorted by rank first."""
+    if frame.is_empty():
+        return []
+    r = frame["rank"]
+    first = np.nonzero(r.ne_missing(r.shift(1)).fill_null(True).to_numpy())[0]
+    runs = r.gather(first)
+    if runs.n_unique() != len(first):  # a rank in several runs: not grouped by rank
+        frame = frame.sort("rank", maintain_order=True, nulls_last=True)
+        r = frame["rank"]
+        first = np.nonzero(r.ne_missing(r.shift(1)).fill_null(True).to_numpy())[0]
+        runs = r.gather(first)
+    bounds = np.append(first, frame.height)
+    # runs in rank order, nulls last (each a whole rank); consecutive runs joined up to the chunk size
+    order = runs.arg_sort(nulls_last=True).to_numpy()
+    out: list[pl.DataFrame] = []
+    pending: list[pl.DataFrame] = []
+    size = 0
+    for i in order.tolist():
+        pending.append(frame.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i])))
+        size += pending[-1].height
+        if size >= _CHUNK_ROWS:
+            out.append(pl.concat(pending) if len(pending) > 1 else pending[0])
+            pending, size = [], 0
+    if pending:
+        out.append(pl.concat(pending) if len(pending) > 1 else pending[0])
+    return out
 
 
 def _code(col: str, uniq: pl.Series | None = None) -> pl.Expr:
@@ -114,24 +165,27 @@ def _code(col: str, uniq: pl.Series | None = None) -> pl.Expr:
     return pl.col(col).replace_strict(values, codes, default=None, return_dtype=pl.Int64)
 
 
-def _run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
-    """:func:`traceprof.ingest.matching.run_steps` of ``frame``, mapped on its distinct (rank, step)
-    pairs (a few thousand) rather than joined row by row; no join at all when no step changes."""
+def _moved_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame | None:
+    """The (rank, step) pairs of ``frame`` whose step :func:`traceprof.ingest.matching.run_steps`
+    changes: rank, step (own), _run (the run's); None when none does. Mapped on the distinct pairs
+    (a few thousand), not row by row."""
     if frame.is_empty():
-        return frame
+        return None
     keys = frame.select("rank", "step").unique()
     mapped = run_steps(store, run_id, keys.with_columns(pl.col("step").alias("_own")))
     moved = mapped.filter(pl.col("step").ne_missing(pl.col("_own")))
     if moved.is_empty():
+        return None
+    return moved.select("rank", pl.col("_own").alias("step"), pl.col("step").alias("_run"))
+
+
+def _with_run_steps(frame: pl.DataFrame, moved: pl.DataFrame | None) -> pl.DataFrame:
+    """``frame`` with its steps moved as :func:`_moved_steps` says (no join when none moves)."""
+    if moved is None or frame.is_empty():
         return frame
     cols = frame.columns
     return (
-        frame.join(
-            moved.select("rank", pl.col("_own").alias("step"), pl.col("step").alias("_run")),
-            on=["rank", "step"],
-            how="left",
-            nulls_equal=True,
-        )
+        frame.join(moved, on=["rank", "step"], how="left", nulls_equal=True)
         .with_columns(pl.coalesce("_run", "step").alias("step"))
         .select(cols)
     )
@@ -189,8 +243,8 @@ def partial_note(store: Store, run_id: int, consequence: str) -> str | None:
 class Timeline:
     """The dependency graph of a run's items, ready to replay (see :func:`build`).
 
-    Node arrays (one entry per node, in topological order by ``level``): ``kind`` (0 compute, 1
-    arrival, 2 instance, 3 comm end), ``rank``, ``step``, ``key`` (pooling key, int64: the item's
+    Node arrays (one entry per node, in topological order by ``level``): ``kind`` (int8: 0 compute,
+    1 arrival, 2 instance, 3 comm end), ``rank`` and ``step`` (int32), ``key`` (pooling key, int64: the item's
     key0 (compute: its name; comm: op|group class|bytes) as its position k among the run's distinct
     key0s, sorted, times :data:`KEY_SPAN`, plus its ordinal among the items of its rank and step
     with that key0; null for instance nodes), ``instance``
@@ -198,7 +252,7 @@ class Timeline:
     ``dur`` (recorded ns), ``base`` (step start ns for nodes without predecessors, else -inf),
     ``end`` (recorded end ns, NaN for instance nodes). Times are ns since the run's first item;
     ``step_start`` (step, step_start_ns) is on the same scale. Edges in CSR form by target: ``pred_ptr``,
-    ``pred``. ``levels``: node index ranges per topological level. ``names``: the op name (key0 up to its first ``|``)
+    ``pred`` (int32 while node and edge counts fit it). ``levels``: node index ranges per topological level. ``names``: the op name (key0 up to its first ``|``)
     of each key0 position k.
     """
 
@@ -212,17 +266,19 @@ class Timeline:
     _succ: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def successors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Computed once: (``succ_ptr``, ``succ``: the edges in CSR form by source; ``level``: each
-        node's topological level, int64, one entry per node)."""
+        """Computed once: (``succ_ptr``, ``succ``: the edges in CSR form by source, of ``pred``'s
+        dtype; ``level``: each node's topological level, int32, one entry per node)."""
         if self._succ is None:
-            n = self.nodes.height
-            dst = np.repeat(np.arange(n), np.diff(self.pred_ptr))
+            n, ix = self.nodes.height, self.pred.dtype
             o = np.argsort(self.pred, kind="stable")
-            ptr = np.concatenate([[0], np.cumsum(np.bincount(self.pred, minlength=n))])
-            level = np.zeros(n, np.int64)
+            succ = np.repeat(np.arange(n, dtype=ix), np.diff(self.pred_ptr))[o]
+            del o
+            ptr = np.zeros(n + 1, self.pred_ptr.dtype)
+            np.cumsum(np.bincount(self.pred, minlength=n), out=ptr[1:])
+            level = np.zeros(n, np.int32)
             for i, (a, b) in enumerate(self.levels):
                 level[a:b] = i
-            self._succ = (ptr, dst[o], level)
+            self._succ = (ptr, succ, level)
         return self._succ
 
     def by_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -230,11 +286,12 @@ class Timeline:
         left out; the offset of each step's first one; the steps, ascending; their start ns)."""
         if self._by_step is None:
             step, kind = self.nodes["step"].to_numpy(), self.nodes["kind"].to_numpy()
-            keep = np.nonzero(kind != 2)[0]
+            keep = np.nonzero(kind != 2)[0].astype(self.pred.dtype)
             order = keep[np.argsort(step[keep], kind="stable")]
+            del keep
             st = step[order]
             seg = np.concatenate([[0], np.nonzero(np.diff(st))[0] + 1]) if len(st) else np.zeros(0, np.int64)
-            steps = st[seg]
+            steps = st[seg].astype(np.int64)
             start = dict(
                 zip(
                     self.step_start["step"].to_list(), self.step_start["step_start_ns"].to_list(), strict=True
@@ -372,6 +429,29 @@ def _deps(start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int) -> tu
     return np.concatenate(src_parts).astype(np.int64), np.concatenate(dst_parts).astype(np.int64)
 
 
+def _deps_by_chunk(
+    start: np.ndarray, end: np.ndarray, group: np.ndarray, eps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_deps` on chunks of whole groups of about :data:`_CHUNK_ROWS` items, its item indices
+    offset back: the same edges (a group's edges depend on its items alone; their order may
+    differ, which no replay reads: a node takes the max over its predecessors), with temporaries
+    of one chunk's size rather than the run's (some twenty arrays of the items)."""
+    n = len(start)
+    if n <= _CHUNK_ROWS:
+        return _deps(start, end, group, eps)
+    first = np.concatenate([[0], np.nonzero(np.diff(group))[0] + 1])
+    bounds = [0]
+    while bounds[-1] < n:
+        j = int(np.searchsorted(first, bounds[-1] + _CHUNK_ROWS))
+        bounds.append(int(first[j]) if j < len(first) else n)
+    src_parts, dst_parts = [], []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        s, d = _deps(start[a:b], end[a:b], group[a:b], eps)
+        src_parts.append(s + a)
+        dst_parts.append(d + a)
+    return np.concatenate(src_parts), np.concatenate(dst_parts)
+
+
 def build(
     comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_early: bool = False
 ) -> Timeline:
@@ -386,11 +466,15 @@ def build(
     instance's last arrival: a wrong match or clock) is broken by dropping the dependencies on
     copies that ended before their last arrival, once.
 
+    Memory: the items are read into arrays once (the frame let go of), each node column is made,
+    put in level order and kept one at a time, and indices are int32 (``_index_dtype``): the
+    graph holds 57 bytes a node and 4 an edge.
+
     Raises:
         AnalysisError: The graph has a cycle (ranks hold matched collectives in different orders).
     """
     c = comp.filter(pl.col("step").is_not_null()).select(
-        pl.lit(0).alias("kind"),
+        pl.lit(0, pl.Int8).alias("kind"),
         "rank",
         "step",
         pl.col("name").alias("key0"),
@@ -401,9 +485,8 @@ def build(
     m = comm.filter(
         pl.col("step").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("arrival_ns").is_not_null()
     )
-    m = m.with_columns(pl.col("arrival_ns").max().over("instance_id").alias("last_ns"))
     k = m.select(
-        pl.lit(1).alias("kind"),
+        pl.lit(1, pl.Int8).alias("kind"),
         "rank",
         "step",
         pl.concat_str(
@@ -418,6 +501,7 @@ def build(
         "end_ns",
         "instance_id",
     )
+    del m
     both = pl.concat([c, k])
     del c, k  # copied into both: the run's items are held once (here and below, each temporary is
     # let go of once used, so the build's peak holds one copy of the items, not several)
@@ -427,116 +511,162 @@ def build(
     both = both.with_columns(_code("key0", uniq))
     # a total order: items with the same bounds keep one order whatever the input order (their
     # pooling ordinals, and so the blame, depend on it)
-    items = both.sort(
-        "rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id", nulls_last=True
-    ).with_row_index("idx")
+    items = both.sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id", nulls_last=True)
     del both
     # times relative to the run's first item: epoch ns do not fit a float64 exactly
     t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
     items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)
-    m = m.with_columns(pl.col("last_ns") - t0)
-    items = items.with_columns(pl.col("idx").cast(pl.Int64))
     step_start = items.group_by("step").agg(pl.col("start_ns").min().alias("step_start_ns"))
     # pooling key: key0 and its ordinal among the items of the rank's step with that key0
-    items = items.with_columns(
-        (pl.col("key0") * KEY_SPAN + pl.int_range(pl.len()).over("rank", "step", "key0")).alias("key")
-    )
-    rs = items.select("rank", "step")
+    key_items = items.select(
+        pl.col("key0") * KEY_SPAN + pl.int_range(pl.len()).over("rank", "step", "key0")
+    ).to_series()
     group = np.cumsum(
-        rs.select((pl.col("rank").diff() != 0) | (pl.col("step").diff() != 0))["rank"]
+        items.select((pl.col("rank").diff() != 0) | (pl.col("step").diff() != 0))["rank"]
         .fill_null(True)
         .to_numpy()
     )  # (rank, step) groups, contiguous in the sort
-    src, dst = _deps(items["start_ns"].to_numpy(), items["end_ns"].to_numpy(), group, eps)
-    del rs, group
-    n_items = items.height
     start = items["start_ns"].to_numpy()
     end = items["end_ns"].to_numpy()
+    src, dst = _deps_by_chunk(start, end, group, eps)
+    del group
+    n_items = items.height
     kind = items["kind"].to_numpy()
-    last = (
-        items.select("instance_id", "rank")
-        .join(  # only the keys copied, not every column
-            m.select("instance_id", "rank", "last_ns").unique(["instance_id", "rank"]),
-            on=["instance_id", "rank"],
-            how="left",
-        )["last_ns"]
-        .to_numpy()
-    )
+    rank = items["rank"].to_numpy()
+    steps = items["step"].to_numpy()
+    inst = items["instance_id"].fill_null(-1).to_numpy()
+    del items
+    is_comm = kind == 1
+    comm_idx = np.nonzero(is_comm)[0]
+    inst_ids, inst_of = np.unique(inst[comm_idx], return_inverse=True)
+    n_inst, n_comm = len(inst_ids), len(comm_idx)
+    # each copy's instance's last arrival (the latest start of its copies: every filtered comm row
+    # is an item), as a float as the durations take it
+    last_i = np.full(n_inst, np.iinfo(np.int64).min)
+    np.maximum.at(last_i, inst_of, start[comm_idx])
+    last = last_i[inst_of].astype(np.float64)
+    del last_i
     if _drop_early:
         # A copy that ended before its instance's last arrival (a wrong match or clock) made the
         # graph cyclic: dependencies on such copies are dropped (second attempt only).
-        early = (kind == 1) & (end < np.nan_to_num(last.astype(np.float64), nan=-np.inf))
+        early = np.zeros(n_items, bool)
+        early[comm_idx] = end[comm_idx] < last
         keep = ~early[src] if len(src) else np.zeros(0, bool)
         src, dst = src[keep], dst[keep]
-    steps = items["step"].to_numpy()
-    ss = items.select("step").join(step_start, on="step", how="left")["step_start_ns"].to_numpy()
+        del early, keep
     # ready = latest end of the dependencies (recorded), or the step start
-    ready = ss.astype(np.float64).copy()
+    ss_step = step_start["step"].to_numpy()
+    o = np.argsort(ss_step)
+    ss = step_start["step_start_ns"].to_numpy()[o][np.searchsorted(ss_step[o], steps)]
+    del o, ss_step
+    ready = ss.astype(np.float64)
     if len(src):
         np.maximum.at(ready, dst, end[src].astype(np.float64))
     gap = np.maximum(start - ready, 0.0)
-    inst = items["instance_id"].to_numpy()
-    # comm: item node = arrival (weight gap); instance node; end node (weight transfer)
-    is_comm = kind == 1
-    comm_idx = np.nonzero(is_comm)[0]
-    dur = np.where(
-        is_comm, np.maximum(end - np.nan_to_num(last.astype(np.float64)), 0.0), end - start
-    ).astype(np.float64)
-    inst_ids, inst_of = np.unique(inst[comm_idx].astype(np.int64), return_inverse=True)
-    n_inst = len(inst_ids)
+    del ready
+    dur = (end - start).astype(np.float64)
+    dur[comm_idx] = np.maximum(end[comm_idx] - last, 0.0)  # comm: transfer
+    del last
     # node numbering: items 0..n-1 (compute or arrival), instances n..n+I-1, comm ends after
-    end_node = np.full(n_items, -1, np.int64)
-    end_node[comm_idx] = n_items + n_inst + np.arange(len(comm_idx))
-    out_node = np.where(is_comm, end_node, np.arange(n_items))  # what dependents wait for
-    e_src = [out_node[src], comm_idx, n_items + inst_of]
-    e_dst = [dst, n_items + inst_of, end_node[comm_idx]]
-    e_src_a = np.concatenate(e_src).astype(np.int64)
-    e_dst_a = np.concatenate(e_dst).astype(np.int64)
-    del e_src, e_dst, src, dst, out_node, end_node, ready
-    n_nodes = n_items + n_inst + len(comm_idx)
-    inst_step = np.zeros(n_inst, np.int64)
-    inst_step[inst_of] = steps[comm_idx]
-    nodes = pl.DataFrame(
-        {
-            "kind": np.concatenate([np.where(is_comm, 1, 0), np.full(n_inst, 2), np.full(len(comm_idx), 3)]),
-            "rank": np.concatenate(
-                [items["rank"].to_numpy(), np.full(n_inst, -1), items["rank"].to_numpy()[comm_idx]]
-            ),
-            "step": np.concatenate([steps, inst_step, steps[comm_idx]]),
-            "key": pl.concat(
-                [items["key"], pl.Series([None] * n_inst, dtype=pl.Int64), items["key"].gather(comm_idx)]
-            ),
-            "instance": np.concatenate(
-                [
-                    np.where(is_comm, np.nan_to_num(inst.astype(np.float64), nan=-1), -1).astype(np.int64),
-                    inst_ids,
-                    inst[comm_idx].astype(np.int64),
-                ]
-            ),
-            "gap": np.concatenate([gap, np.zeros(n_inst), np.zeros(len(comm_idx))]),
-            "dur": np.concatenate([np.where(is_comm, 0.0, dur), np.zeros(n_inst), dur[comm_idx]]),
-            "end": np.concatenate(
-                [
-                    np.where(is_comm, start, end).astype(np.float64),
-                    np.full(n_inst, np.nan),
-                    end[comm_idx].astype(np.float64),
-                ]
-            ),
-        }
-    )
-    del items
+    n_nodes = n_items + n_inst + n_comm
+    ix = _index_dtype(n_nodes, len(src) + 2 * n_comm)
+    end_node = (n_items + n_inst + np.arange(n_comm)).astype(ix)
+    out_node = np.arange(n_items, dtype=ix)  # what dependents wait for
+    out_node[comm_idx] = end_node
+    inst_node = (n_items + inst_of).astype(ix)
+    e_src = np.concatenate([out_node[src], comm_idx.astype(ix), inst_node])
+    e_dst = np.concatenate([dst.astype(ix), inst_node, end_node])
+    del src, dst, out_node, end_node, inst_node
+    leveled = _levels(e_src, e_dst, n_nodes)
+    if isinstance(leveled, int) and not _drop_early:
+        return build(comp, comm, eps, _drop_early=True)
+    if isinstance(leveled, int):
+        raise AnalysisError(
+            f"the replay graph has a cycle ({leveled} of {n_nodes} nodes): two ranks hold "
+            "collectives of one group in different orders, so the matching (or the clock alignment) "
+            "is inconsistent there; check collective_instances"
+        )
+    perm, levels = leveled
+    inv = np.empty(n_nodes, ix)
+    inv[perm] = np.arange(n_nodes, dtype=ix)
+    e_src, e_dst = inv[e_src], inv[e_dst]
     has_pred = np.zeros(n_nodes, bool)
-    has_pred[e_dst_a] = True
-    base_all = np.concatenate([ss.astype(np.float64), np.zeros(n_inst), np.zeros(len(comm_idx))])
-    base = np.where(has_pred, -np.inf, base_all)
-    nodes = nodes.with_columns(pl.Series("base", base))
-    del start, end, kind, last, steps, ss, gap, inst, dur, is_comm, base_all, base, has_pred  # in nodes
-    # topological levels (Kahn, vectorized by level)
-    indeg = np.bincount(e_dst_a, minlength=n_nodes)
-    order_e = np.argsort(e_src_a, kind="stable")
-    succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_src_a, minlength=n_nodes))])
-    succ = e_dst_a[order_e]
-    level = np.zeros(n_nodes, np.int64)
+    has_pred[e_dst] = True
+    del inv
+    o = np.argsort(e_dst, kind="stable")
+    pred = e_src[o]
+    del e_src, o
+    pred_ptr = np.zeros(n_nodes + 1, ix)
+    np.cumsum(np.bincount(e_dst, minlength=n_nodes), out=pred_ptr[1:])
+    del e_dst
+
+    def tail(
+        items_part: np.ndarray, inst_part: np.ndarray | float, comm_part: np.ndarray | float
+    ) -> np.ndarray:
+        """A node column (items, instances, comm ends) in level order."""
+        col = np.concatenate(
+            [
+                items_part,
+                np.broadcast_to(inst_part, (n_inst,)).astype(items_part.dtype),
+                np.broadcast_to(comm_part, (n_comm,)).astype(items_part.dtype),
+            ]
+        )
+        return col[perm]
+
+    zero = 0.0
+    cols: dict[str, np.ndarray | pl.Series] = {}
+    cols["kind"] = tail(kind, 2, 3)
+    cols["rank"] = tail(rank, -1, rank[comm_idx])
+    cols["step"] = tail(steps, _inst_steps(inst_of, steps[comm_idx], n_inst), steps[comm_idx])
+    del rank
+    cols["key"] = pl.concat(
+        [key_items, pl.Series([None] * n_inst, dtype=pl.Int64), key_items.gather(comm_idx)]
+    ).gather(perm)
+    del key_items
+    cols["instance"] = tail(inst, inst_ids, inst[comm_idx])
+    del inst
+    cols["gap"] = tail(gap, zero, zero)
+    del gap
+    cols["dur"] = tail(np.where(is_comm, 0.0, dur), zero, dur[comm_idx])
+    del dur
+    cols["end"] = tail(
+        np.where(is_comm, start, end).astype(np.float64), np.nan, end[comm_idx].astype(np.float64)
+    )
+    del start, end, kind, is_comm
+    base = tail(ss.astype(np.float64), zero, zero)
+    base[has_pred] = -np.inf
+    cols["base"] = base
+    del ss, base, has_pred
+    nodes = pl.DataFrame(cols)
+    del cols
+    return Timeline(nodes, pred_ptr, pred, levels, step_start, uniq.str.split("|").list.first())
+
+
+def _index_dtype(n_nodes: int, n_edges: int) -> type[np.signedinteger]:
+    """int32 for node indices and edge offsets when they fit, else int64."""
+    return np.int32 if max(n_nodes, n_edges) < np.iinfo(np.int32).max else np.int64
+
+
+def _inst_steps(inst_of: np.ndarray, comm_steps: np.ndarray, n_inst: int) -> np.ndarray:
+    """Each instance's step: that of its copies (the last copy's where they differ)."""
+    out = np.zeros(n_inst, comm_steps.dtype)
+    out[inst_of] = comm_steps
+    return out
+
+
+def _levels(
+    e_src: np.ndarray, e_dst: np.ndarray, n_nodes: int
+) -> tuple[np.ndarray, list[tuple[int, int]]] | int:
+    """Topological levels of the graph (Kahn, vectorized by level): (the nodes in level order,
+    stable; the (start, end) index range of each level), or on a cycle the number of nodes left."""
+    ix = e_src.dtype
+    indeg = np.bincount(e_dst, minlength=n_nodes).astype(ix)
+    order_e = np.argsort(e_src, kind="stable")
+    succ = e_dst[order_e]
+    del order_e
+    succ_ptr = np.zeros(n_nodes + 1, np.int64)
+    np.cumsum(np.bincount(e_src, minlength=n_nodes), out=succ_ptr[1:])
+    level = np.zeros(n_nodes, np.int32)
     frontier = np.nonzero(indeg == 0)[0]
     seen = 0
     lvl = 0
@@ -550,48 +680,32 @@ def build(
         nxt = succ[np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)]
         if len(nxt):
             nxt, counts = np.unique(nxt, return_counts=True)  # one sort; faster than np.subtract.at
-            indeg[nxt] -= counts
+            indeg[nxt] -= counts.astype(ix)
             frontier = nxt[indeg[nxt] == 0]
         else:
             frontier = nxt
         lvl += 1
-    del succ, succ_ptr, order_e, indeg
-    if seen != n_nodes and not _drop_early:
-        return build(comp, comm, eps, _drop_early=True)
+    del succ, succ_ptr, indeg
     if seen != n_nodes:
-        raise AnalysisError(
-            f"the replay graph has a cycle ({n_nodes - seen} of {n_nodes} nodes): two ranks hold "
-            "collectives of one group in different orders, so the matching (or the clock alignment) "
-            "is inconsistent there; check collective_instances"
-        )
-    perm = np.argsort(level, kind="stable")
-    inv = np.empty_like(perm)
-    inv[perm] = np.arange(n_nodes)
-    nodes = nodes[perm]
-    e_src_p, e_dst_p = inv[e_src_a], inv[e_dst_a]
-    del e_src_a, e_dst_a, inv
-    o = np.argsort(e_dst_p, kind="stable")
-    pred = e_src_p[o]
-    pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_dst_p, minlength=n_nodes))])
+        return n_nodes - seen
+    perm = np.argsort(level, kind="stable").astype(e_src.dtype)
     lv = level[perm]
+    del level
     bounds = np.nonzero(np.diff(lv))[0] + 1
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [n_nodes]])
-    return Timeline(
-        nodes,
-        pred_ptr,
-        pred,
-        list(zip(starts.tolist(), ends.tolist(), strict=True)),
-        step_start,
-        uniq.str.split("|").list.first(),
-    )
+    return perm, list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 def replay(tl: Timeline, gap: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """End time of every node (ns, float) when nodes take ``gap + dur`` after their predecessors
     (module doc, step 3). ``gap`` and ``dur`` are per node, in ``tl.nodes`` order."""
+    return replay_weights(tl, gap + dur)
+
+
+def replay_weights(tl: Timeline, w: np.ndarray) -> np.ndarray:
+    """:func:`replay` with each node's weight ``gap + dur`` (ns) given as one array (not copied)."""
     base = tl.nodes["base"].to_numpy()
-    w = gap + dur
     val = np.empty(len(w))
     ptr, pred = tl.pred_ptr, tl.pred
     for a, b in tl.levels:

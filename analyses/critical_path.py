@@ -95,6 +95,7 @@ from traceprof.engine.analysis import (
     Report,
     RunParams,
     register,
+    reusing,
 )
 from traceprof.engine.arrivals import run_transient
 from traceprof.ingest.matching import run_steps
@@ -108,6 +109,19 @@ _COMPUTE, _TRANSFER, _MEMORY, _WAIT, _HOST, _IDLE = range(6)
 #: Path pieces where it runs before a rank's first window or after its last (a rank crossed to
 #: outside the steps it traced).
 _OUTSIDE = "(outside the rank's profiled steps)"
+#: The activity columns read (``traceprof.engine.activity``): the pieces', the launches', and the
+#: device columns of the notes.
+_ACT_COLUMNS = (
+    "rank",
+    "class",
+    "start_ns",
+    "end_ns",
+    "step",
+    "name",
+    "device_kind",
+    "device",
+    "launch_ts_ns",
+)
 
 
 @dataclass(frozen=True)
@@ -435,12 +449,29 @@ def _job_steps(windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _rank_start_sorted(df: pl.DataFrame) -> bool:
-    """Whether ``df`` is sorted by rank (no nulls) and start_ns (one pass, no copy)."""
+    """Whether ``df`` is sorted by rank (no nulls) and start_ns (one pass, no copy; its
+    temporaries a chunk of rows at a time)."""
     if df["rank"].null_count():
         return False
     r, t = df["rank"].to_numpy(), df["start_ns"].to_numpy()
-    dr = np.diff(r.astype(np.int64))
-    return bool(((dr > 0) | ((dr == 0) & (np.diff(t) >= 0))).all())
+    step = 1 << 20
+    for a in range(0, max(len(r) - 1, 0), step):
+        rr, tt = r[a : a + step + 1].astype(np.int64), t[a : a + step + 1]
+        dr = np.diff(rr)
+        if not ((dr > 0) | ((dr == 0) & (np.diff(tt) >= 0))).all():
+            return False
+    return True
+
+
+class _AtRows:
+    """Values of an array at some of its rows (``rows``, ascending), read by row index as the
+    array would be: ``x[j]`` for a row ``j`` among them."""
+
+    def __init__(self, rows: np.ndarray, values: np.ndarray) -> None:
+        self.rows, self.values = rows, values
+
+    def __getitem__(self, j: int) -> int:
+        return int(self.values[int(np.searchsorted(self.rows, j))])
 
 
 class _Walk:
@@ -452,16 +483,28 @@ class _Walk:
         self.rank = s["rank"].to_numpy()
         self.start = s["start_ns"].to_numpy()
         self.end = s["end_ns"].to_numpy()
-        cat = s["cat"].to_numpy()
-        cross = s["cross"].fill_null(-1).to_numpy()
-        last = s["last_ns"].fill_null(-1).to_numpy()
-        has_inst = s["instance_id"].is_not_null().to_numpy()
-        ok = (cross >= 0) & (cross != self.rank)
-        self.trig = ok & (((cat == _TRANSFER) & has_inst) | ((cat == _WAIT) & (self.end == last)))
-        self.jump_t, self.jump_rank = last, cross
-        idx = np.arange(len(s))
-        self.prev_trig = np.maximum.accumulate(np.where(self.trig, idx, -1)) if len(s) else idx
-        ranks, first = np.unique(self.rank, return_index=True)
+        cross = pl.col("cross").fill_null(-1)
+        trig = (
+            (cross >= 0)
+            & cross.ne_missing(pl.col("rank"))
+            & (
+                ((pl.col("cat") == _TRANSFER) & pl.col("instance_id").is_not_null())
+                | ((pl.col("cat") == _WAIT) & (pl.col("end_ns") == pl.col("last_ns").fill_null(-1)))
+            )
+        )
+        self.trig = s.select(trig).to_series().to_numpy()
+        # where the path jumps from a trigger (read at triggers only: kept for those rows alone)
+        at = np.flatnonzero(self.trig)
+        self.jump_t = _AtRows(at, s["last_ns"].gather(at).fill_null(-1).to_numpy())
+        self.jump_rank = _AtRows(at, s["cross"].gather(at).fill_null(-1).to_numpy())
+        # the latest trigger at or before each segment (-1: none), in int32 while the rows fit it
+        ix = np.int32 if len(s) < np.iinfo(np.int32).max else np.int64
+        prev = np.where(self.trig, np.arange(len(s), dtype=ix), ix(-1))
+        self.prev_trig = np.maximum.accumulate(prev, out=prev) if len(s) else prev
+        # each rank's first segment: the rows are sorted by rank
+        first = np.flatnonzero(self.rank[1:] != self.rank[:-1]) + 1 if len(s) else np.zeros(0, np.int64)
+        first = np.concatenate([[0], first]) if len(s) else first
+        ranks = self.rank[first]
         bounds = np.append(first, len(s))
         self.bounds = {int(r): (int(bounds[i]), int(bounds[i + 1])) for i, r in enumerate(ranks)}
 
@@ -865,7 +908,8 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     label = params.run or str(run_id)
     notes: list[str] = []
-    act = activity(store, run_id, detail=True)
+    # outside a report only the columns read are fetched (a report's one frame has them all)
+    act = activity(store, run_id, detail=True, columns=None if reusing(store) else _ACT_COLUMNS)
     cpu_ranks: list[int] = []
     if act.is_empty():
         act = op_activity(store, run_id)

@@ -289,7 +289,7 @@ def run(store: Store, params: Params) -> Result:
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
     gap_i, dur_i, gap_m = _ideal(nodes, params.pool, params.ideal)  # gap_m: each host gap at its median
-    zero = np.zeros_like(gap0)
+    zero = np.zeros(len(gap0))  # calloc'd: pages never written take no memory
     if params.gaps == "zero":
         gap_i = zero
     actual = _step_times(tl, np.nan_to_num(nodes["end"].to_numpy(), nan=-np.inf))
@@ -429,7 +429,7 @@ def _blame(
     w_ideal = gap_i + dur_i
     w_rec = gap_i + dur0 if kind == "blocking" else gap0 + dur_i
     differs = w_rec != w_ideal
-    put_back = _PutBack(tl, w_ideal, _replay.replay(tl, gap_i, dur_i))
+    put_back = _PutBack(tl, w_ideal, _replay.replay_weights(tl, w_ideal))  # = replay(gap_i, dur_i)
 
     def per_step(mask: np.ndarray) -> np.ndarray:
         """Each step's time with the group's recorded values put back (capped as S is)."""
@@ -529,12 +529,13 @@ class _PutBack:
         self.t = _step_t(tl, val)
         n_steps = len(seg)
         self.top = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
-        step_i = np.repeat(np.arange(n_steps), np.diff(np.append(seg, len(order))))
+        step_i = np.repeat(np.arange(n_steps, dtype=np.int32), np.diff(np.append(seg, len(order))))
         # each node's step (position in by_step's steps; -1: instance nodes) and place in order
-        self.step_of = np.full(len(val), -1, np.int64)
+        # (node indices: ``order``'s dtype)
+        self.step_of = np.full(len(val), -1, np.int32)
         self.step_of[order] = step_i
-        self.pos = np.zeros(len(val), np.int64)
-        self.pos[order] = np.arange(len(order))
+        self.pos = np.zeros(len(val), order.dtype)
+        self.pos[order] = np.arange(len(order), dtype=order.dtype)
         # how many nodes of each step end at its latest end
         self.n_top = np.bincount(step_i, weights=val[order] == self.top[step_i], minlength=n_steps)
 
@@ -544,7 +545,8 @@ class _PutBack:
         if len(at) > self.FULL_SHARE * len(self.w):
             w = self.w.copy()
             w[at] = w_at
-            return _step_t(self.tl, _replay.replay(self.tl, w, np.zeros_like(w)))
+            w += 0.0  # what replay(w, 0) adds, in place (-0.0 + 0.0 is 0.0): the same floats
+            return _step_t(self.tl, _replay.replay_weights(self.tl, w))
         idx, new = _replay.replay_changes(self.tl, self.w, self.val, at, w_at)
         t = self.t.copy()
         s = self.step_of[idx]
@@ -573,43 +575,56 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
     """Nodes a rank's blame may put back (module doc, step 5): its items up to a collective it
     arrived at last, alone (the compute and host gaps that made it late, and that collective's
     transfer). A rank's slow ops hidden while it waited for another rank, or after its step's last
-    collective, delayed no one and are not charged to it."""
-    n = nodes.select(  # the columns read here (the filters below copy these only)
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
-        "kind",
-        "rank",
-        "step",
-        "instance",
-        pl.when(pl.col("kind") == 1).then(pl.col("end")).alias("arr"),
+    collective, delayed no one and are not charged to it.
+
+    In node order within each rank and step, an item is charged when the next arrival item at or
+    after it (itself, for an arrival) is its instance's only last arrival. Worked on node arrays
+    (the comm nodes, a few per cent of them, in frames)."""
+    kind = nodes["kind"].to_numpy()
+    n = len(kind)
+    comm = nodes.select(  # the comm nodes alone (arrivals and ends): instances' last arrivals
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), "kind", "rank", "instance", "end"
+    ).filter(pl.col("kind").is_in([1, 3]))
+    arr = comm.filter(pl.col("kind") == 1)
+    arr = arr.with_columns(
+        (
+            (pl.col("end") == pl.col("end").max().over("instance"))
+            & ((pl.col("end") == pl.col("end").max().over("instance")).sum().over("instance") == 1)
+        ).alias("last")
     )
-    arr = (
-        n.filter(pl.col("kind") == 1)
-        .group_by("instance")
-        .agg(pl.col("arr").max().alias("top"), (pl.col("arr") == pl.col("arr").max()).sum().alias("k"))
-    )
-    items = (
-        n.filter(pl.col("kind") <= 1)
-        .join(arr, on="instance", how="left")
-        .sort("i")
-        .with_columns(
-            pl.when(pl.col("kind") == 1)
-            .then((pl.col("arr") == pl.col("top")) & (pl.col("k") == 1))
-            .alias("last")
-        )
-        .select("i", "kind", "rank", "step", "instance", "last")
-    )
-    items = items.with_columns(
-        pl.col("last").backward_fill().over("rank", "step").fill_null(False).alias("charged")
-    )
-    out = np.zeros(nodes.height, bool)
-    out[items["i"].to_numpy()] = items["charged"].to_numpy()
+    # each item's next arrival in node order within its (rank, step): a backward fill, by one sort
+    items = np.nonzero(kind <= 1)[0]
+    rank = nodes["rank"].to_numpy()[items].astype(np.int64)
+    step = nodes["step"].to_numpy()[items].astype(np.int64)
+    o = np.lexsort((items, step, rank))  # by rank, step, then node order
+    del rank, step
+    it = items[o]
+    del items, o
+    r_it, s_it = nodes["rank"].to_numpy()[it], nodes["step"].to_numpy()[it]
+    new_group = np.ones(len(it), bool)
+    new_group[1:] = (r_it[1:] != r_it[:-1]) | (s_it[1:] != s_it[:-1])
+    del r_it, s_it
+    group = np.cumsum(new_group)
+    del new_group
+    is_arr = kind[it] == 1
+    pos = np.where(is_arr, np.arange(len(it)), len(it))
+    nxt = np.minimum.accumulate(pos[::-1])[::-1]  # the first arrival at or after each position
+    del pos
+    last_of = np.zeros(n, bool)
+    last_of[arr["i"].to_numpy()] = arr["last"].to_numpy()
+    found = nxt < len(it)
+    nq = np.where(found, nxt, 0)
+    ok = found & (group[nq] == group)
+    out = np.zeros(n, bool)
+    out[it] = ok & last_of[it[nq]]
+    del nxt, nq, ok, found, group, is_arr, it, last_of
     # a comm end node (its transfer) goes with its arrival item
-    tx = n.filter(pl.col("kind") == 3).join(
-        items.filter(pl.col("kind") == 1).select("instance", "rank", "charged"),
-        on=["instance", "rank"],
-        how="left",
+    tx = comm.filter(pl.col("kind") == 3).join(
+        arr.select("instance", "rank", pl.col("i").alias("_a")), on=["instance", "rank"], how="left"
     )
-    out[tx["i"].to_numpy()] = tx["charged"].fill_null(False).to_numpy()
+    a_i = tx["_a"].to_numpy()
+    has = ~np.isnan(a_i) if a_i.dtype.kind == "f" else np.ones(len(a_i), bool)
+    out[tx["i"].to_numpy()] = np.where(has, out[np.where(has, a_i, 0).astype(np.int64)], False)
     return out
 
 

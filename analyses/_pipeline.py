@@ -326,7 +326,12 @@ def _rank_compute(store: Store, run_id: int, act: pl.DataFrame, per: pl.DataFram
         return per.group_by("rank").agg(
             pl.col("compute_ns").mean(), pl.col("window_ns").mean().alias("step_ns")
         )
-    comp = act.filter((pl.col("class") == "compute") & pl.col("step").is_not_null())
+    comp = (  # copies the columns the union reads only
+        act.lazy()
+        .filter((pl.col("class") == "compute") & pl.col("step").is_not_null())
+        .select("rank", "step", "start_ns", "end_ns")
+        .collect()
+    )
     c = union_ns(comp, ["rank", "step"], "compute_ns").group_by("rank").agg(pl.col("compute_ns").mean())
     st = store.sql(f"SELECT rank, avg(e - s) AS step_ns FROM ({_STEPS_SQL}) GROUP BY rank", [run_id])
     return c.with_columns(pl.col("rank").cast(pl.Int64)).join(

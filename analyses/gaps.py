@@ -35,13 +35,26 @@ from traceprof.analyses.overlap import exposed_comm
 from traceprof.core import columns as rc
 from traceprof.engine.activity import excluded_note, graph_level_notes, run_activity
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.engine.intervals import merge, union_ns
+from traceprof.engine.intervals import by_rank_chunks, merge, union_ns
 from traceprof.storage.store import Store
 
 _COLLECTIVES_SQL, _OPS_SQL = (
     s.strip() for s in Path(__file__).with_name("gaps.sql").read_text().split(";\n")
 )
 _NO_STEP = -1  # join key for activity outside ProfilerSteps (step numbers are >= 0)
+#: The activity columns gaps reads (``traceprof.engine.activity``).
+_ACTIVITY = (
+    "rank",
+    "class",
+    "step",
+    "start_ns",
+    "end_ns",
+    "name",
+    "device_kind",
+    "trace_id",
+    "launch_tid",
+    "launch_ts_ns",
+)
 _THREAD = ["trace_id", "tid"]
 
 
@@ -189,9 +202,10 @@ def enclosing(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _compute_before(
-    store: Store, run_id: int, gaps: pl.DataFrame, comp: pl.DataFrame, comp_merged: pl.DataFrame
+    store: Store, run_id: int, gaps: pl.DataFrame, act: pl.DataFrame, comp_merged: pl.DataFrame
 ) -> pl.DataFrame:
-    """For each gap id: last_compute, last_compute_end_ns, launch_op, top_op (module doc, step 4).
+    """For each gap id: last_compute, last_compute_end_ns, launch_op, top_op (module doc, step 4);
+    ``act``: the activity (its compute rows are the candidates).
 
     The compute interval ending last by the gap start ends where the last merged compute interval
     before the gap ends (a gap start is never inside compute), so the search runs on the merged
@@ -211,9 +225,21 @@ def _compute_before(
         )
     )
     ends = last.select("rank", pl.col("last_compute_end_ns").alias("end_ns")).drop_nulls().unique()
+
+    def ending(part: pl.DataFrame) -> pl.DataFrame:
+        """The compute rows of ``part`` ending there, in the activity's order (found on two columns,
+        then taken whole)."""
+        rows = (
+            part.select("rank", "end_ns", _comp=pl.col("class") == "compute")
+            .with_row_index("_row")
+            .filter("_comp")
+            .join(ends, on=["rank", "end_ns"], how="semi", maintain_order="left")["_row"]
+        )
+        return part[rows]
+
     # Among intervals ending together keep the longest (the outer op of nested CPU ops).
     cand = (
-        comp.join(ends, on=["rank", "end_ns"], how="semi")
+        by_rank_chunks(act, ["rank"], ending)
         .sort("rank", "end_ns", "start_ns")
         .unique(["rank", "end_ns"], keep="first")
     )
@@ -288,6 +314,14 @@ def top_cause_note(causes: pl.DataFrame) -> Note:
 _SPAN = pl.col("end_ns").max() - pl.col("start_ns").min()
 
 
+def _spans(act: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
+    """First start to last end (ns) of every ``by`` group of ``act`` (``by`` starting with rank), as
+    column ``name``, in no particular order, worked a few ranks at a time."""
+    return by_rank_chunks(
+        act.select(*by, "start_ns", "end_ns"), by, lambda p: p.group_by(by).agg(_SPAN.alias(name))
+    )
+
+
 def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
     per_step = (
         gaps.filter(pl.col("step").is_not_null())
@@ -296,9 +330,8 @@ def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame) -> pl.D
     )
     comm_ns = union_ns(comm.filter(pl.col("step").is_not_null()), ["rank", "step"], "comm_ns")
     return (
-        act.filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(_SPAN.alias("step_ns"))
+        _spans(act, ["rank", "step"], "step_ns")
+        .filter(pl.col("step").is_not_null())
         .join(comm_ns, on=["rank", "step"], how="left")
         .join(per_step, on=["rank", "step"], how="left")
         .with_columns(pl.col("comm_ns", "exposed_ns", "gaps").fill_null(0))
@@ -315,8 +348,7 @@ def _per_rank(act: pl.DataFrame, comm: pl.DataFrame, lite: pl.DataFrame, gaps: p
         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
     )
     return (
-        act.group_by("rank")
-        .agg(_SPAN.alias("window_ns"))
+        _spans(act, ["rank"], "window_ns")
         .join(union_ns(comm, ["rank"], "comm_ns"), on="rank", how="left")
         .join(exposed, on="rank", how="left")
         .join(
@@ -427,28 +459,18 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id, act = run_activity(store, params.run, hta=params.hta, detail=True)
-    # the columns read below, so that the filters copy these only
-    act = act.select(
-        "rank",
-        "class",
-        "step",
-        "start_ns",
-        "end_ns",
-        "name",
-        "device_kind",
-        "trace_id",
-        "launch_tid",
-        "launch_ts_ns",
-    )
-    comm = act.filter(pl.col("class") == "comm")
-    comp = act.filter(pl.col("class") == "compute")
-    # The merged compute hides communication as well as every compute row does, and is far smaller.
-    comp_merged = merge(comp, ["rank"])
+    run_id, act = run_activity(store, params.run, hta=params.hta, detail=True, columns=_ACTIVITY)
+    # copies of the few columns each step reads, never of the activity's rows (the compute rows'
+    # text columns are looked up by row for the gaps' candidates only)
     cols = ["rank", "class", "step", "start_ns", "end_ns"]
+    comm = act.select(cols).filter(pl.col("class") == "comm")
+    # The merged compute hides communication as well as every compute row does, and is far smaller.
+    comp = act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns").collect()
+    comp_merged = merge(comp, ["rank"])
+    del comp
     lite = pl.concat(
         [
-            comm.select(cols),
+            comm,
             comp_merged.with_columns(
                 pl.lit("compute").alias("class"), pl.lit(None, act.schema["step"]).alias("step")
             ).select(cols),
@@ -468,7 +490,7 @@ def run(store: Store, params: Params) -> Result:
     )
     gaps = (
         gaps.join(_collectives_per_gap(gaps, colls), on="gid", how="left")
-        .join(_compute_before(store, run_id, gaps, comp, comp_merged), on="gid", how="left")
+        .join(_compute_before(store, run_id, gaps, act, comp_merged), on="gid", how="left")
         .with_columns(
             (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
             _label().alias("collective"),

@@ -253,7 +253,7 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id = store.resolve_run(params.run)
     # only the columns read below: the filter and the sweep's sort copy these, not the whole frame
-    act = activity(store, run_id, hta=params.hta, detail=True, columns=_ACTIVITY)
+    act = activity(store, run_id, hta=params.hta, detail=True, columns=_ACTIVITY, alone=True)
     gpu = act.get_column("kind").is_in(["kernel", "memcpy", "memset"])
     if gpu.sum() != act.height:  # (a run of GPU ranks keeps every row: no copy)
         act = act.filter(gpu)

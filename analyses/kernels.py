@@ -30,10 +30,12 @@ from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.activity import activity, excluded_note, graph_level_notes
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.engine.intervals import merge, union_ns
+from traceprof.engine.intervals import by_rank_chunks, merge, union_ns
 from traceprof.storage.store import Store
 
 CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
+#: The activity columns kernels reads (``traceprof.engine.activity``): not lanes nor devices.
+_ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "name", "device_kind")
 _EXCLUSIVE = ("compute_only", "comm_only", "memory_only", "overlapped")
 
 
@@ -104,15 +106,20 @@ def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
 
 def _top(act: pl.DataFrame, top: int) -> pl.DataFrame:
     d = pl.col("end_ns") - pl.col("start_ns")
-    g = act.group_by("rank", "class", "name").agg(
-        pl.len().alias("count"),
-        d.sum().alias("total_ns"),
-        _common.whole_ns(d.mean()).alias("mean_ns"),
-        _common.whole_ns(d.median()).alias("median_ns"),
-        _common.whole_ns(d.quantile(0.95, "linear")).alias("p95_ns"),
-        d.min().alias("min_ns"),
-        d.max().alias("max_ns"),
-        _common.whole_ns(d.std(ddof=1).fill_null(0.0)).alias("std_ns"),
+    by = ["rank", "class", "name"]
+    g = by_rank_chunks(  # a few ranks at a time: the groups' gathered values are one piece's
+        act.select(*by, "start_ns", "end_ns"),
+        by,
+        lambda p: p.group_by(by).agg(
+            pl.len().alias("count"),
+            d.sum().alias("total_ns"),
+            _common.whole_ns(d.mean()).alias("mean_ns"),
+            _common.whole_ns(d.median()).alias("median_ns"),
+            _common.whole_ns(d.quantile(0.95, "linear")).alias("p95_ns"),
+            d.min().alias("min_ns"),
+            d.max().alias("max_ns"),
+            _common.whole_ns(d.std(ddof=1).fill_null(0.0)).alias("std_ns"),
+        ),
     )
     g = g.sort(["rank", "total_ns", "name"], descending=[False, True, False]).with_columns(
         (100.0 * pl.col("total_ns") / pl.col("total_ns").sum().over("rank")).alias("pct"),
@@ -212,15 +219,20 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
     """
     run_id = store.resolve_run(params.run)
-    act = activity(store, run_id, hta=params.hta).filter(
-        (pl.col("device_kind") == "gpu") & pl.col("class").is_in(CLASSES)
-    )
+    act = activity(store, run_id, hta=params.hta, columns=_ACTIVITY)
+    kept = (pl.col("device_kind") == "gpu") & pl.col("class").is_in(CLASSES)
+    if (
+        act.select(kept.fill_null(False).all()).item() is not True
+    ):  # (a run of GPU kernels keeps every row: no copy)
+        act = act.filter(kept)
     if act.is_empty():
         raise AnalysisError(
             f"run {params.run or run_id}: no GPU kernels; the kernel breakdown needs a GPU trace"
         )
     d = pl.col("end_ns") - pl.col("start_ns")
-    per_rank = act.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
+    per_rank = by_rank_chunks(
+        act, ["rank"], lambda p: p.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
+    )
     per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
     cut = act.select("rank", "class", "start_ns", "end_ns")  # what the filters below copy
     for cls in CLASSES:

@@ -76,6 +76,10 @@ class Result(FrameResult):
         ]
 
 
+#: The activity columns overlap reads (``traceprof.engine.activity``): not lanes nor names.
+_ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "device_kind", "device")
+
+
 def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     m = class_measures(act, by)
     if "step" in by:  # hidden behind any compute of the rank (module doc, step 4)
@@ -228,14 +232,17 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id, act = run_activity(store, params.run, hta=params.hta)
+    run_id, act = run_activity(store, params.run, hta=params.hta, columns=_ACTIVITY)
     per_rank = _overlap(act, ["rank"])
     per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
     notes: list[str] = []
     multi = multi_device_ranks(act)
     per_device = pl.DataFrame()
     if multi:
-        per_device = _overlap(act.filter(pl.col("device_kind") == "gpu"), ["rank", "device"])
+        gpu = act.lazy().filter(pl.col("device_kind") == "gpu")  # copies the columns read only
+        per_device = _overlap(
+            gpu.select("rank", "device", "class", "start_ns", "end_ns").collect(), ["rank", "device"]
+        )
         notes.append(
             Note(
                 "rank(s) {ranks} drive several GPUs: per rank, communication on one device counts as "

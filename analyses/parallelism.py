@@ -293,9 +293,9 @@ def _gloo_groups(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
 def _activity(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
     """Activity intervals (rank, class, start_ns, end_ns, step) and what they are: kernels or
     training-thread ops (``traceprof.engine.activity``), else per-op traces' collective and compute ops."""
-    act = activity(store, run_id)
+    act = activity(store, run_id, columns=("rank", "class", "start_ns", "end_ns", "step"))
     if act.height:
-        return act.select("rank", "class", "start_ns", "end_ns", "step"), "activity"
+        return act, "activity"
     return store.sql(_OP_ACTIVITY, [run_id]), "ops"
 
 
@@ -355,7 +355,7 @@ def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     """The activity's communication intervals (rank, start_ns, end_ns, step) with the label (``axis``)
     and ``p2p`` flag of the collectives row of the same rank, start and end (the first in
     :func:`label_order` if several), else ``unassigned`` (p2p false)."""
-    comm = act.filter(pl.col("class") == "comm").select("rank", "start_ns", "end_ns", "step")
+    comm = act.lazy().filter(pl.col("class") == "comm").select("rank", "start_ns", "end_ns", "step").collect()
     order = {lab: i for i, lab in enumerate(sorted(set(rows["axis"].to_list()), key=label_order))}
     keyed = rows.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()).select(
         pl.col("rank").cast(comm.schema["rank"]),
@@ -379,7 +379,9 @@ def _axes(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3)."""
     remaining = exposed_comm(act, ["rank"])
-    compute = act.filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns")
+    compute = (  # copies the three columns only
+        act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns").collect()
+    )
     per_rank = []
     labels = sorted(set(labelled["axis"].to_list()) | {"unassigned"}, key=label_order)
     for label in labels:

@@ -77,6 +77,10 @@ class Result(FrameResult):
         ]
 
 
+#: The activity columns temporal reads (``traceprof.engine.activity``): not lanes nor names.
+_ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "device_kind", "device")
+
+
 def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     m = class_measures(act, by)
     pct = 100.0 / pl.col("window_ns")
@@ -212,12 +216,19 @@ def run(store: Store, params: Params) -> Result:
         StoreError: No such run.
         AnalysisError: The run has no GPU or CPU activity.
     """
-    run_id, act = run_activity(store, params.run, hta=params.hta)
+    run_id, act = run_activity(store, params.run, hta=params.hta, columns=_ACTIVITY)
     per_rank = _breakdown(act, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
-    steps = act.select("rank", "step", "class", "start_ns", "end_ns")  # what the filter copies
-    per_step = _breakdown(steps.filter(pl.col("step").is_not_null()), ["rank", "step"])
-    gpu = act.filter(pl.col("device_kind") == "gpu")
+    # every row's (rank, step) group, then those of a step: a group's measures are its rows' alone,
+    # and no row is copied
+    per_step = _breakdown(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
+    gpu = (  # the columns the breakdown reads, of the GPU rows (a run of GPU ranks: every row)
+        act.lazy()
+        .filter(pl.col("device_kind") == "gpu")
+        .select("rank", "device", "class", "start_ns", "end_ns")
+        .collect()
+    )
     per_device = _breakdown(gpu, ["rank", "device"]) if not gpu.is_empty() else pl.DataFrame()
+    del gpu
     notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
     multi = multi_device_ranks(act)
     if multi:

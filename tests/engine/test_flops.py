@@ -275,3 +275,53 @@ def test_call_tree_by_hand():
     }
     own = dict(zip(tree["name"], self_times(tree), strict=True))
     assert own == {"a": 30, "b": 20, "c": 10, "d": 10, "e": 0, "f": 30, "g": 0, "h": 20, "i": 20, "j": 25}
+
+
+def _random_ops(seed: int, n: int) -> pl.DataFrame:
+    """``n`` random ops on a few lanes (trace, tid): nested, overlapping, identical and empty
+    intervals, and ties broken by a priority column."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        s = rng.randint(0, 60)
+        rows.append(
+            (
+                f"op{i}",
+                rng.randint(0, 3),
+                rng.choice([1, 2]),
+                s,
+                s + rng.choice([0, 1, 5, 20, 60]),
+                rng.randint(0, 1),
+            )
+        )
+    return pl.DataFrame(rows, schema=["name", "trace_id", "tid", "start_ns", "end_ns", "prio"], orient="row")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_call_tree_in_pieces_of_lanes_is_the_one_piece_tree(monkeypatch, seed):
+    # with_parents works a large frame in pieces of whole lanes (cut where the first lane column
+    # changes): with pieces of 5 rows, every random frame gives the tree of one piece, row for row
+    from traceprof.engine import optree
+
+    df = _random_ops(seed, 80)
+    lane = ["trace_id", "tid"]
+    monkeypatch.setattr(optree, "PIECE_ROWS", 10**9)
+    whole = with_parents(df, lane, priority="prio")
+    monkeypatch.setattr(optree, "PIECE_ROWS", 5)
+    assert len(optree._lane_pieces(whole, "trace_id")) > 1
+    pieces = with_parents(df, lane, priority="prio")
+    assert pieces.equals(whole)
+    assert self_times(pieces).equals(self_times(whole))
+
+
+def test_shape_flops_in_pieces_of_lanes_on_a_sample(monkeypatch, store):
+    # the real ops of a sample run (4 ranks): the same leaf calls with one lane per piece
+    from traceprof.engine import optree
+
+    run_id = sample_run(store, "extra_matmul")
+    want = flops.signature_flops(store, run_id).sort(pl.all(), nulls_last=True)
+    monkeypatch.setattr(optree, "PIECE_ROWS", 1)
+    got = flops.signature_flops(store, run_id).sort(pl.all(), nulls_last=True)
+    assert want.height > 0 and got.equals(want)

@@ -126,16 +126,22 @@ def test_analyses_in_pieces_of_ranks_match(
     _assert_same(pieces, whole)
 
 
+@pytest.mark.parametrize("group_events", [1, 5_000, 10**12])
 @pytest.mark.parametrize("detail", [False, True])
 @pytest.mark.parametrize("source", ["straggler_rank2", "trace_filter"])
 def test_activity_fetched_by_rank_matches_one_query(
-    monkeypatch: pytest.MonkeyPatch, store, detail: bool, source: str
+    monkeypatch: pytest.MonkeyPatch, store, detail: bool, source: str, group_events: int
 ) -> None:
+    # groups of ranks of at least 1 event (each rank alone), of 5,000 (two ranks of the sample's
+    # ~2,900 each) and of every rank at once: the frame of one query sorted by polars
+    monkeypatch.setattr(act_mod, "GROUP_EVENTS", group_events)
     _, run_id = _ingest(store, source)
     ranks = store.sql("SELECT count(DISTINCT rank) AS n FROM traces WHERE run_id = ?", [run_id])["n"][0]
     assert ranks >= 2  # the by-rank path is taken
     by_rank = act_mod._activity(store, run_id, hta=False, detail=detail)
-    monkeypatch.setattr(act_mod, "_by_rank", lambda s, r, sql: s.sql(sql).sort("rank", "start_ns", "end_ns"))
+    monkeypatch.setattr(
+        act_mod, "_by_rank", lambda s, r, sql, keep: keep(s.sql(sql).sort("rank", "start_ns", "end_ns"))
+    )
     one = act_mod._activity(store, run_id, hta=False, detail=detail)
     assert by_rank.schema == one.schema
     assert by_rank.height > 0
@@ -168,3 +174,62 @@ def test_step_activity_is_the_steps_rows_of_activity(store, source: str) -> None
         one = act_mod.step_activity(store, run_id, step)
         assert one.height > 0
         assert _rows(one).equals(_rows(act.filter(pl.col("step") == step))), step
+
+
+def test_rank_groups_hold_enough_events(monkeypatch: pytest.MonkeyPatch, store) -> None:
+    # straggler_rank2: ranks 0-3; groups close once they hold GROUP_EVENTS events or more
+    _, run_id = _ingest(store, "straggler_rank2")
+    counts = store.sql(
+        "SELECT rank, count(*) AS n FROM events WHERE run_id = ? GROUP BY rank ORDER BY rank", [run_id]
+    )
+    n = counts["n"].to_list()
+    monkeypatch.setattr(act_mod, "GROUP_EVENTS", 1)
+    assert act_mod.rank_groups(store, run_id) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    monkeypatch.setattr(act_mod, "GROUP_EVENTS", n[0] + 1)  # rank 0 alone is one short
+    assert act_mod.rank_groups(store, run_id) == [(0, 1), (2, 3)]
+    monkeypatch.setattr(act_mod, "GROUP_EVENTS", 10**12)
+    assert act_mod.rank_groups(store, run_id) == [(0, 3)]
+
+
+@pytest.mark.parametrize("group_events", [1, 10**12])
+def test_transient_left_out_group_by_group_as_of_the_whole_frame(
+    monkeypatch: pytest.MonkeyPatch, store, tmp_path, group_events: int
+) -> None:
+    """The profiler-start transient is cut from each group's rows as they come: the rows of one
+    query with the transient cut from all of it (two gloo ranks, rank 1 started 3 s late)."""
+    from tests.builders import transient_rank, write_rank
+    from traceprof.ingest.ingest import ingest
+
+    for r in (0, 1):
+        write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r), r)
+    ingest(store, [tmp_path / "run"], run="tr")
+    run_id = store.resolve_run("tr")
+    monkeypatch.setattr(act_mod, "GROUP_EVENTS", group_events)
+    by_group = act_mod._activity(store, run_id, hta=False, detail=True)
+    monkeypatch.setattr(
+        act_mod, "_by_rank", lambda s, r, sql, keep: keep(s.sql(sql).sort("rank", "start_ns", "end_ns"))
+    )
+    whole = act_mod._activity(store, run_id, hta=False, detail=True)
+    everything = store.sql(act_mod._query(store, run_id, hta=False, detail=True))
+    assert 0 < by_group.height < everything.height  # the transient's rows are gone
+    assert by_group.equals(whole)
+
+
+@pytest.mark.parametrize("name", ["temporal", "overlap", "gaps", "idle", "kernels", "parallelism"])
+def test_analyses_reading_their_columns_alone_match_the_whole_frame(tmp_path, name: str) -> None:
+    """``traceprof analyze`` (one analysis: its columns read alone) gives every frame and note of
+    a session that holds the whole detail frame (the report: every analysis takes its columns
+    from it)."""
+    import traceprof
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    path = tmp_path / "s.duckdb"
+    with Store(path) as s:
+        ingest(s, [corpus("hta/trace_filter")], run="tf", jobs=1)
+    with traceprof.open(path, cache=False, many=False) as s:
+        alone = _outcome(s.store, name, "tf")
+    with traceprof.open(path, cache=False) as s:
+        act_mod.activity(s.store, s.store.resolve_run("tf"), detail=True)  # the whole frame, held
+        shared = _outcome(s.store, name, "tf")
+    _assert_same(alone, shared)

@@ -33,6 +33,7 @@ for CPU rows the op itself).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -190,6 +191,7 @@ def activity(
     hta: bool = False,
     detail: bool = False,
     columns: tuple[str, ...] | None = None,
+    alone: bool = False,
 ) -> pl.DataFrame:
     """Activity intervals of every rank of a run.
 
@@ -201,6 +203,10 @@ def activity(
         columns: Only these of the columns below, and the query reads no store column that they
             do not need (``idle``: no names, no launch threads; a third less time on a fresh
             store); they must include rank, start_ns, end_ns and step. None: all of them.
+        alone: In a session that runs many analyses, read ``columns`` alone while the session
+            does not hold the whole frame yet (idle called first in a library session); without
+            it such a session takes them from its one frame. Other sessions always read only
+            ``columns`` (``traceprof analyze``: a third to half of the frame's memory).
 
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
@@ -218,9 +224,11 @@ def activity(
     """
     if columns is not None and not {"rank", "start_ns", "end_ns", "step"} <= set(columns):
         raise ValueError(f"activity columns {columns}: rank, start_ns, end_ns and step are needed")
-    if reusing(store) and (columns is None or shared_done(_activity, store, run_id, hta=hta, detail=True)):
+    if reusing(store) and (
+        columns is None or not alone or shared_done(_activity, store, run_id, hta=hta, detail=True)
+    ):
         # one query per run inside a report: what is asked for taken from the detail frame (a few
-        # columns asked for first are read alone: idle's, in a third less time)
+        # columns asked for first ``alone`` are read alone: idle's, in a third less time)
         full = _activity(store, run_id, hta=hta, detail=True)
         return full if columns is None and detail else full.select(columns or ACTIVITY_COLUMNS)
     return _activity(store, run_id, hta=hta, detail=detail, columns=columns)
@@ -234,8 +242,10 @@ def _activity(
     sql = _query(store, run_id, hta=hta, detail=detail, columns=columns)
     # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
     # ``union_ns``) then skip their sorts
-    df = _by_rank(store, run_id, sql) if not hta else store.sql(sql).sort("rank", "start_ns", "end_ns")
-    return df if hta else _drop_transient(store, run_id, df)
+    if hta:
+        return store.sql(sql).sort("rank", "start_ns", "end_ns")
+    cut = excluded_steps(store, run_id)
+    return _by_rank(store, run_id, sql, lambda part: _drop_transient(part, cut))
 
 
 def _query(
@@ -266,7 +276,7 @@ def step_activity(store: Store, run_id: int, step: int) -> pl.DataFrame:
     out as there: the rows are those of ``activity(store, run_id).filter(step == step)``.
     """
     sql = _STEP_ROWS.sub(rf"\g<0> AND e.step = {int(step)}", _query(store, run_id, hta=False, detail=False))
-    return _drop_transient(store, run_id, store.sql(sql).sort("rank", "start_ns", "end_ns"))
+    return _drop_transient(store.sql(sql).sort("rank", "start_ns", "end_ns"), excluded_steps(store, run_id))
 
 
 #: ``e.run_id = N`` in the activity query: the selects of its rows (its CTEs read ``run_id`` bare).
@@ -277,29 +287,63 @@ _STEP_ROWS = re.compile(r"\be\.run_id = \d+")
 _RUN_FILTER = re.compile(r"\b((?:\w+\.)?)run_id = (\d+)")
 
 
-def _by_rank(store: Store, run_id: int, sql: str) -> pl.DataFrame:
-    """The rows of ``sql`` (the activity query of run ``run_id``, every part of which reads one rank's
-    events) fetched one rank at a time, each ordered by start_ns and end_ns, put together in rank
-    order: the frame ``store.sql(sql).sort("rank", "start_ns", "end_ns")`` returns, in less memory.
+def _by_rank(
+    store: Store, run_id: int, sql: str, keep: Callable[[pl.DataFrame], pl.DataFrame] = lambda df: df
+) -> pl.DataFrame:
+    """``keep`` of the rows of ``sql`` (the activity query of run ``run_id``, every part of which
+    reads one rank's events), fetched a group of consecutive ranks at a time (:func:`rank_groups`),
+    each group ordered by rank, start_ns and end_ns and kept as it comes: the frame
+    ``keep(store.sql(sql).sort("rank", "start_ns", "end_ns"))`` returns, in less memory.
 
-    DuckDB's Arrow batches of one rank at a time are held (not the run's), and each text column
+    ``keep`` is a row filter applied to each group's rows (the profiler-start transient's).
+    DuckDB's Arrow batches of one group at a time are held (not the run's), and each text column
     is built from its distinct values (a rank's kernels repeat a few hundred names): the rows of
     a polars string column then share those values' bytes rather than holding a copy each. The
-    columns are put together one at a time, each rank's copy dropped as it is taken. On 8 ranks x
-    1 M events the activity's peak falls from about 1.3 GiB to about 0.6 GiB. A run with events of
-    no rank is fetched whole."""
-    ranks = rank_list(store, run_id)
-    if ranks is None:
-        return store.sql(sql).sort("rank", "start_ns", "end_ns")
+    frame is the groups' frames put end to end, one chunk per group and column, never copied
+    into one: a copy of the run's rows freed at once stays with the allocator for seconds (on 8
+    ranks x 1 M events the frame's peak fell from about 0.8 to about 0.6 GiB without it). A run
+    with events of no rank is fetched whole."""
+    groups = rank_groups(store, run_id)
+    if groups is None:
+        return keep(store.sql(sql).sort("rank", "start_ns", "end_ns"))
     parts = [
-        _compact(store.arrow(_RUN_FILTER.sub(rf"\g<0> AND \g<1>rank = {int(r)}", sql) + _ORDER))
-        for r in ranks
+        keep(
+            _compact(
+                store.arrow(_RUN_FILTER.sub(rf"\g<0> AND \g<1>rank BETWEEN {lo} AND {hi}", sql) + _ORDER)
+            )
+        )
+        for lo, hi in groups
     ]
-    columns = []
-    for name in parts[0].columns:
-        columns.append(pl.concat([p[name] for p in parts], rechunk=True))
-        parts = [p.drop(name) for p in parts]
-    return pl.DataFrame(columns)
+    return pl.concat(parts, how="vertical", rechunk=False)
+
+
+#: Ranks are fetched in groups of consecutive ranks holding at least this many events in all (a
+#: rank of more is a group of its own; :func:`_by_rank`): each group is one query, one chunk of
+#: the activity frame, and what DuckDB holds at a time. Ranks of 1 M events: one at a time; 1,024
+#: ranks of a few thousand: a few queries, not 1,024.
+GROUP_EVENTS = 1 << 19
+
+
+def rank_groups(store: Store, run_id: int) -> list[tuple[int, int]] | None:
+    """Consecutive ranks of run ``run_id`` as (first, last) rank pairs, ascending, each group
+    holding at least :data:`GROUP_EVENTS` events (the last may hold fewer), for work done a group at a
+    time; None where :func:`rank_list` is (fewer than two ranks, or a trace of no rank)."""
+    if rank_list(store, run_id) is None:
+        return None
+    counts = store.sql(
+        "SELECT rank, count(*) AS n FROM events WHERE run_id = ? GROUP BY rank ORDER BY rank", [int(run_id)]
+    )
+    groups: list[tuple[int, int]] = []
+    first, size = None, 0
+    for rank, n in counts.iter_rows():
+        first = rank if first is None else first
+        size += n
+        if size >= GROUP_EVENTS:
+            groups.append((int(first), int(rank)))
+            first, size = None, 0
+    if first is not None:
+        groups.append((int(first), int(counts["rank"][-1])))
+    return groups
 
 
 def rank_list(store: Store, run_id: int) -> list[int] | None:
@@ -311,8 +355,8 @@ def rank_list(store: Store, run_id: int) -> list[int] | None:
     return None if len(ranks) < 2 or None in ranks else [int(r) for r in ranks]
 
 
-#: The order of one rank's activity rows (DuckDB sorts them, so polars does not copy them to sort).
-_ORDER = "\nORDER BY start_ns, end_ns"
+#: The order of a group's activity rows (DuckDB sorts them, so polars does not copy them to sort).
+_ORDER = "\nORDER BY rank, start_ns, end_ns"
 
 
 def _compact(table: pa.Table | None) -> pl.DataFrame:
@@ -345,12 +389,11 @@ def _cpu_ranks(store: Store, run_id: int) -> bool:
     )
 
 
-def _drop_transient(store: Store, run_id: int, df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` without the profiler-start transient (``traceprof.engine.arrivals.excluded_steps``): on each
-    rank, the rows of its transient steps, and the rows of no step that start before the end of
-    the last of them."""
-    cut = excluded_steps(store, run_id)
-    if cut.is_empty():
+def _drop_transient(df: pl.DataFrame, cut: pl.DataFrame) -> pl.DataFrame:
+    """``df`` without the profiler-start transient ``cut`` (``traceprof.engine.arrivals.excluded_steps``):
+    on each rank, the rows of its transient steps, and the rows of no step that start before the
+    end of the last of them."""
+    if cut.is_empty() or df.is_empty():
         return df
     ends = cut.group_by("rank").agg(pl.col("cut_ns").first())
     key = pl.col("rank").cast(pl.Int64) * 2**32 + pl.col("step").cast(pl.Int64)  # (rank, step) as one integer
@@ -395,19 +438,28 @@ def op_activity(store: Store, run_id: int, step: int | None = None) -> pl.DataFr
 
 
 def run_activity(
-    store: Store, run: str | None, *, hta: bool = False, detail: bool = False
+    store: Store,
+    run: str | None,
+    *,
+    hta: bool = False,
+    detail: bool = False,
+    columns: tuple[str, ...] | None = None,
 ) -> tuple[int, pl.DataFrame]:
-    """Resolve ``run`` (name, id or None for the latest) and return (run_id, :func:`activity`).
+    """Resolve ``run`` (name, id or None for the latest) and return (run_id, :func:`activity`)
+    (``hta``, ``detail`` and ``columns`` as there).
 
     Raises:
+        ValueError: ``columns`` lacks rank, start_ns, end_ns or step.
         StoreError: No such run.
         AnalysisError: The run has neither GPU activity nor CPU training-thread ops (with ``hta``:
             no GPU kernels, said so when the run has CPU ops that ``hta`` leaves out).
     """
     run_id = store.resolve_run(run)
-    act = activity(store, run_id, hta=hta, detail=detail)
+    act = activity(store, run_id, hta=hta, detail=detail, columns=columns)
     if act.is_empty():
-        if hta and not activity(store, run_id, detail=detail).is_empty():  # a CPU run: HTA reads kernels only
+        if (
+            hta and not activity(store, run_id, detail=detail, columns=columns).is_empty()
+        ):  # a CPU run: HTA reads kernels only
             raise AnalysisError(
                 f"run {run or run_id}: no GPU kernels; hta=true reads GPU kernels only, as HTA does "
                 "(without it, a CPU run's training-thread ops are analysed)"
@@ -446,10 +498,14 @@ def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
                 "step_idle_pct": pl.Float64,
             }
         )
-    # in act's order (rank, start): the sweep below then works a few ranks at a time, unsorted
-    rows = act.select("rank", "start_ns", "end_ns").join(win, on="rank", maintain_order="left")
-    inside = intervals.clip(rows, "_lo", "_hi")
-    busy = intervals.union_ns(inside, ["rank"], "step_busy_ns")
+
+    def busy_ns(rows: pl.DataFrame) -> pl.DataFrame:
+        # in act's order (rank, start), which clipping keeps: the sweep needs no sort
+        inside = intervals.clip(rows.join(win, on="rank", maintain_order="left"), "_lo", "_hi")
+        return intervals.union_ns(inside, ["rank"], "step_busy_ns")
+
+    # a few ranks at a time: the clipped copies hold one piece of a large run at a time
+    busy = intervals.by_rank_chunks(act.select("rank", "start_ns", "end_ns"), ["rank"], busy_ns)
     out = win.join(busy, on="rank", how="left").with_columns(
         (pl.col("_hi") - pl.col("_lo")).alias("step_window_ns"), pl.col("step_busy_ns").fill_null(0)
     )
@@ -496,17 +552,18 @@ def exposed_comm(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     Returns:
         Frame with ``by`` + start_ns, end_ns (ns), disjoint and sorted within each group.
     """
-    act = act.select(
-        *dict.fromkeys([*by, "rank", "class", "start_ns", "end_ns"])
-    )  # the filters copy these only
-    comm = act.filter(pl.col("class") == "comm")
-    return intervals.subtract(comm, act.filter(pl.col("class") == "compute"), by, ["rank"])
+    # each filter copies the columns the subtraction reads only
+    comm = act.lazy().filter(pl.col("class") == "comm").select(*dict.fromkeys([*by, "start_ns", "end_ns"]))
+    comp = act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns")
+    return intervals.subtract(comm.collect(), comp.collect(), by, ["rank"])
 
 
 def multi_device_ranks(act: pl.DataFrame) -> list[int]:
     """Ranks whose GPU activity spans several devices (``act`` from :func:`activity`)."""
-    gpu = act.filter(pl.col("device_kind") == "gpu")
-    if gpu.is_empty():
-        return []
-    many = gpu.group_by("rank").agg(pl.col("device").n_unique().alias("n")).filter(pl.col("n") > 1)
-    return sorted(many["rank"].to_list())
+    gpu = pl.col("device_kind") == "gpu"
+    n = intervals.by_rank_chunks(  # no copy of the rows: each rank's GPU devices counted in place
+        act.select("rank", "device_kind", "device"),
+        ["rank"],
+        lambda p: p.group_by("rank").agg(pl.col("device").filter(gpu).n_unique().alias("n")),
+    )
+    return sorted(n.filter(pl.col("n") > 1)["rank"].to_list())

@@ -255,12 +255,19 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
         ``Concrete Inputs`` are separate rows.
     """
     ops = store.sql(_OPS_SQL.format(names=_quoted(list(SHAPE_OPS)), composite=_quoted(_COMPOSITE)), [run_id])
-    tree = with_parents(ops, ["trace_id", "pid", "tid"], priority="prio")
+    # the call tree of the columns it reads (and each op's row), not of the shapes' text
+    lane = ["trace_id", "pid", "tid"]
+    tree = with_parents(
+        ops.select(*lane, "start_ns", "end_ns", "prio").with_row_index("_op"), lane, priority="prio"
+    )
+    leaf = tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))["_op"]
+    del tree
     leaves = (
-        tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))
+        ops[leaf]
         .group_by("rank", "step", "name", "dims", "types", "concrete")
         .agg(pl.len().cast(pl.Int64).alias("calls"))
     )
+    del ops, leaf
     text = pl.Utf8
     schema = pl.Schema(
         {

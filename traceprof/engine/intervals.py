@@ -11,9 +11,23 @@ intervals x steps), which grew with the square of the step count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
-__all__ = ["merge", "union_ns", "clip", "subtract", "remove", "tile", "cut", "complement", "class_measures"]
+__all__ = [
+    "merge",
+    "union_ns",
+    "clip",
+    "subtract",
+    "remove",
+    "tile",
+    "cut",
+    "complement",
+    "class_measures",
+    "rank_chunks",
+    "by_rank_chunks",
+]
 
 
 #: Frames of more rows than this are worked in pieces of whole ranks of about this many rows
@@ -44,6 +58,17 @@ def rank_chunks(df: pl.DataFrame, by: list[str]) -> list[pl.DataFrame] | None:
         return None
     bounds.append(df.height)
     return [df.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
+def by_rank_chunks(
+    df: pl.DataFrame, by: list[str], fn: Callable[[pl.DataFrame], pl.DataFrame]
+) -> pl.DataFrame:
+    """``fn(df)`` for an ``fn`` whose rows are those of its ``by`` groups (a grouping by ``by``,
+    starting with rank; rows in no particular order): ``fn`` of each piece of :func:`rank_chunks`,
+    concatenated in order, so that its temporaries (group keys, gathered values) hold one piece of
+    a large frame at a time; ``fn(df)`` when there is one piece."""
+    parts = rank_chunks(df, by)
+    return fn(df) if parts is None else _concat([fn(p) for p in parts])
 
 
 def _rank_sorted(df: pl.DataFrame) -> bool:

@@ -39,6 +39,34 @@ def with_parents(df: pl.DataFrame, lane: list[str], priority: str | None = None)
     keys = [*lane, "start_ns", "end_ns"] + ([priority] if priority else [])
     desc = [False] * len(lane) + [False, True] + ([False] if priority else [])
     s = df.sort(keys, descending=desc).with_row_index("id")
+    # every step below stays within a lane: a large frame is worked in pieces of whole lanes (cut
+    # where the first lane column changes, in the one sorted order), so that its temporaries
+    # (window groups, the as-of join's) hold one piece at a time
+    return pl.concat([_parents(p, lane) for p in _lane_pieces(s, lane[0])], rechunk=True)
+
+
+#: Rows of a piece of :func:`with_parents` (whole lanes; a lane of more is a piece of its own).
+PIECE_ROWS = 1 << 16
+
+
+def _lane_pieces(s: pl.DataFrame, first: str) -> list[pl.DataFrame]:
+    """``s`` (sorted by ``first``) as consecutive slices (no copy) of whole runs of equal ``first``
+    values, each of :data:`PIECE_ROWS` rows or more (the last may hold fewer)."""
+    if s.height <= PIECE_ROWS:
+        return [s]
+    bounds, at, size = [0], 0, 0
+    for n in s.get_column(first).rle().struct.field("len").to_list():
+        at, size = at + n, size + n
+        if size >= PIECE_ROWS and at < s.height:
+            bounds.append(at)
+            size = 0
+    bounds.append(s.height)
+    return [s.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
+def _parents(s: pl.DataFrame, lane: list[str]) -> pl.DataFrame:
+    """Steps 1-2 of the module doc on ``s``: whole lanes of :func:`with_parents`' sorted frame, with
+    its ``id``; ``s`` plus ``parent``."""
     depth = np.zeros(s.height, dtype=np.int64)
     start_all, end_all = s["start_ns"].to_numpy(), s["end_ns"].to_numpy()
     pos = end_all > start_all

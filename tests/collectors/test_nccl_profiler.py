@@ -25,7 +25,7 @@ ORIGIN = {0: 1767225600000000000 + 2_500_000_017, 1: 1767225600000000000 + 1_250
 
 def _kineto_colls(rank: int) -> list[tuple[int, int, int]]:
     """(launch ns, kernel end ns, elements) of rank's NCCL kernels, from the Kineto JSON itself."""
-    doc = json.loads((CASE / f"rank{rank}.json").read_text())
+    doc = json.loads((case(CASE.name) / f"rank{rank}.json").read_text())
     base = doc["baseTimeNanoseconds"]
     launch = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"}
     out = [
@@ -74,7 +74,7 @@ def run_dir(tmp_path: Path) -> Path:
     out = tmp_path / "job"
     out.mkdir()
     for r in (0, 1):
-        shutil.copy(CASE / f"rank{r}.json", out / f"rank{r}.json")
+        shutil.copy(case(CASE.name) / f"rank{r}.json", out / f"rank{r}.json")
         (out / f"nccl_profile_{COMM}_{r}.json").write_text(_plugin_dump(r))
     return out
 

@@ -83,3 +83,16 @@ def test_bad_files_are_one_line_naming_file_and_key(tmp_path, text, needle):
     assert str(f) in str(e.value) and needle in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(UsageError, match="no such file"):
         config.load(tmp_path / "missing.toml")
+
+
+def test_a_config_file_not_utf8_is_one_line(tmp_path):
+    # tomllib raised UnicodeDecodeError (a traceback from every command); b"\xff" is never UTF-8
+    f = tmp_path / "traceprof.toml"
+    f.write_bytes(b'db = "x"\n\xff\xfe\n')
+    with pytest.raises(UsageError) as e:
+        config.load(cwd=tmp_path)
+    assert str(e.value) == f"config file {f}: not valid TOML (not UTF-8: byte 9)"
+    # a pyproject.toml found while searching is not ours to judge: skipped, as a broken one is
+    f.unlink()
+    (tmp_path / "pyproject.toml").write_bytes(b"\xff[tool.traceprof]\n")
+    assert config.load(cwd=tmp_path) == config.Config()

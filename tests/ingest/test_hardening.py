@@ -23,7 +23,7 @@ import pytest
 
 from tests._cli_inproc import run
 from tests.builders import micro_trace
-from tests.conftest import CASES, SAMPLES, corpus
+from tests.conftest import SAMPLES, case, corpus
 
 CLI = [sys.executable, "-m", "traceprof.cli"]
 
@@ -189,7 +189,7 @@ def test_a_device_as_the_store_and_a_fifo_as_input_are_refused(tmp_path):
 
 
 def test_base_time_beyond_int64_is_one_line(tmp_path):
-    doc = json.loads((CASES / "cuda_graph_launch" / "rank0.json").read_text())
+    doc = json.loads((case("cuda_graph_launch") / "rank0.json").read_text())
     doc["baseTimeNanoseconds"] = -(2**63) - 5  # was an OverflowError in kineto/decode.py
     (tmp_path / "rank0.json").write_text(json.dumps(doc))
     code, _, err = run("ingest", str(tmp_path / "rank0.json"), "--db", str(tmp_path / "s.duckdb"))
@@ -310,7 +310,7 @@ def _nsys_copy(tmp_path: Path, *sql: str) -> Path:
     import sqlite3
 
     f = tmp_path / "rank0.sqlite"
-    shutil.copy(CASES / "nsys_graph_level_trace" / "train_rank0.sqlite", f)
+    shutil.copy(case("nsys_graph_level_trace") / "train_rank0.sqlite", f)
     f.chmod(0o644)
     con = sqlite3.connect(f)
     for q in sql:

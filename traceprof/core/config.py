@@ -93,6 +93,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise UsageError(f"config file {path}: cannot read it ({e.strerror or e})") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"config file {path}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes as UTF-8 before parsing
+        raise UsageError(f"config file {path}: not valid TOML (not UTF-8: byte {e.start})") from None
 
 
 def _tool_table(py: Path) -> dict[str, Any] | None:

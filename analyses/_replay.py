@@ -31,7 +31,7 @@ import polars as pl
 
 from traceprof.core import cancel
 from traceprof.core.errors import AnalysisError
-from traceprof.engine.activity import activity
+from traceprof.engine.activity import activity, release_activity
 from traceprof.engine.analysis import shared
 from traceprof.engine.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
 from traceprof.ingest.matching import run_steps, unmatched_p2p
@@ -88,6 +88,9 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     cols = ("rank", "step", "lane", "name", "start_ns", "end_ns")
     comp = act.lazy().filter(pl.col("class") == "compute").select(cols).collect()  # only these columns copied
     del act
+    # outside a report nothing reads the whole frame again (parallelism reads its own columns):
+    # let go of it before the replay (8 x 1 M events: about 400 MiB less at whatif's peak)
+    release_activity(store, run_id)
     if comp.is_empty():
         comp = store.sql(
             """SELECT rank, step, 'tid ' || tid AS lane, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns

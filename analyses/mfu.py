@@ -40,6 +40,7 @@ holds 9.2e18). They are whole numbers except where a job total is split over its
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -318,6 +319,8 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: No FLOPs source, or the run has no ProfilerSteps.
     """
     run_id = store.resolve_run(params.run)
+    # the step account first, before this analysis' own frames: its peak is then not on top of theirs
+    cp = _step_account(store, params)
     palm = None
     if params.params_count > 0 or params.tokens_per_step > 0:
         palm = (
@@ -429,7 +432,7 @@ def run(store: Store, params: Params) -> Result:
                 kind="mfu_over",
             )
         )
-    waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source)
+    waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source, cp)
     notes += [_convention(acc.source), wnote, *(n for n in (excluded_note(store, run_id),) if n)]
     job = _job(frame, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"),
@@ -475,11 +478,22 @@ _WATERFALL = (
 )
 
 
-def _waterfall(
-    store: Store, run_id: int, params: Params, frame: pl.DataFrame, source: str
-) -> tuple[pl.DataFrame, str]:
-    """The waterfall from peak FLOP time to achieved (module doc, step 6), and a note on it."""
+def _step_account(store: Store, params: Params) -> Any:
+    """``critical_path``'s result on the run (the waterfall's step account), or the TraceprofError
+    it raised (the waterfall is then refused, with the reason)."""
     from traceprof.analyses import critical_path  # here: it registers itself; mfu works without it
+
+    try:
+        return critical_path.run(store, critical_path.Params(run=params.run))
+    except TraceprofError as e:
+        return e
+
+
+def _waterfall(
+    store: Store, run_id: int, params: Params, frame: pl.DataFrame, source: str, cp: Any
+) -> tuple[pl.DataFrame, str]:
+    """The waterfall from peak FLOP time to achieved (module doc, step 6), and a note on it;
+    ``cp``: :func:`_step_account`'s."""
     from traceprof.ingest.matching import run_steps
 
     schema = {"component": pl.Utf8, "ns": pl.Int64, "pct": pl.Float64, "detail": pl.Utf8}
@@ -503,10 +517,8 @@ def _waterfall(
         said = "the device peak is unknown (see above)" if why.startswith("the device peak") else why
         return pl.DataFrame(rows, schema=schema, orient="row"), f"waterfall: MFU n/a: {said}"
 
-    try:
-        cp = critical_path.run(store, critical_path.Params(run=params.run))
-    except TraceprofError as e:
-        return refused(f"no step account ({e})")
+    if isinstance(cp, TraceprofError):
+        return refused(f"no step account ({cp})")
     mapped = run_steps(store, run_id, frame.select("rank", "step", "flops", "peak_tflops"))
     acc = cp.frame.join(mapped, on=["rank", "step"], how="inner")
     if acc.is_empty():

@@ -97,3 +97,39 @@ def test_comm_kernel_patterns_travel_with_the_parse_options(tmp_path):
             "n"
         ].item()
     assert gemm > 0 and comm_a == comm_b + gemm
+
+
+def test_analyze_lets_go_of_the_activity_once_read_and_reads_it_again_when_asked(db):
+    # `traceprof analyze whatif` (many=False): the replay's compute items are kept, the whole activity
+    # frame they are made from is not (nothing else in the command reads it); asked again, it is read
+    # again and equals the frame a report's session (which never lets go) holds
+    from polars.testing import assert_frame_equal
+
+    from traceprof.engine.activity import activity
+
+    def frames(s: Session) -> list[tuple[object, ...]]:  # the activity frames the memo holds: their keys
+        assert s.memo is not None
+        return [
+            k for k, slot in s.memo.items() if k[0] == "traceprof.engine.activity._activity" and slot.done
+        ]
+
+    with traceprof.open(db, cache=False, many=True) as report:  # the report keeps its one frame for all
+        run_id = report.store.resolve_run("normal")
+        report.analyze("whatif", run="normal")
+        report.analyze("critical_path", run="normal")
+        assert len(frames(report)) == 1
+        kept = activity(report.store, run_id)
+    with traceprof.open(db, cache=False, many=False) as s:
+        assert s.store.resolve_run("normal") == run_id
+        s.analyze("whatif", run="normal")
+        assert s.memo is not None and any(
+            k[0].endswith("_replay.compute_items") for k in s.memo
+        )  # items stay
+        assert frames(s) == []  # the frame they were made from does not
+        again = activity(s.store, run_id)
+        assert len(frames(s)) == 1  # read again, and kept until released again
+        assert again.height > 0
+        assert_frame_equal(again, kept.select(again.columns))
+        assert activity(s.store, run_id) is again
+        s.analyze("critical_path", run="normal")  # lets go of the columns it read too
+        assert len(frames(s)) == 1

@@ -41,7 +41,7 @@ import polars as pl
 from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.engine import intervals
-from traceprof.engine.analysis import reusing, shared, shared_done
+from traceprof.engine.analysis import release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.store import Store
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "activity",
+    "release_activity",
     "run_activity",
     "excluded_note",
     "ACTIVITY_COLUMNS",
@@ -232,6 +233,22 @@ def activity(
         full = _activity(store, run_id, hta=hta, detail=True)
         return full if columns is None and detail else full.select(columns or ACTIVITY_COLUMNS)
     return _activity(store, run_id, hta=hta, detail=detail, columns=columns)
+
+
+def release_activity(
+    store: Store,
+    run_id: int,
+    *,
+    hta: bool = False,
+    detail: bool = False,
+    columns: tuple[str, ...] | None = None,
+) -> None:
+    """Let go of the frame :func:`activity` kept for these arguments in a ``traceprof analyze``
+    session (``traceprof.engine.analysis.release_shared``; a report keeps its one frame): its caller
+    was its last reader in the command, and a later call reads it again. Nothing is released
+    elsewhere."""
+    if not reusing(store):
+        release_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns)
 
 
 @shared

@@ -68,6 +68,7 @@ __all__ = [
     "load_all",
     "shared",
     "shared_done",
+    "release_shared",
     "reusing",
     "make_params",
     "merge_notes",
@@ -468,6 +469,16 @@ def shared_done(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -
     s = _session(store)
     slot = None if s is None or s.memo is None else s.memo.get(_shared_key(fn, args, kwargs))
     return slot is not None and slot.done
+
+
+def release_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -> None:
+    """Outside a session that runs many analyses (``traceprof analyze``: one analysis and those it
+    requires), let go of the kept result of the :func:`shared` helper ``fn`` for these arguments
+    (given as its caller gave them): its last reader has taken what it needs, and a later caller
+    computes it again. In a report (:func:`reusing`) the result stays for the other analyses."""
+    s = _session(store)
+    if s is not None and s.memo is not None and not s.many:
+        s.release(_shared_key(fn, args, kwargs))
 
 
 def register(

@@ -207,6 +207,18 @@ class Session:
             raise slot.value
         return slot.value
 
+    def release(self, key: Any) -> None:
+        """Let go of the memo's value for ``key`` (a large intermediate whose last reader in this
+        command has taken what it needs, e.g. the activity frame once the replay's compute items
+        are made from it); a later caller computes it again. A value not yet computed, or being
+        computed by another thread, is left alone."""
+        if self.memo is None:
+            return
+        with self._lock:
+            slot = self.memo.get(key)
+            if slot is not None and slot.done:
+                del self.memo[key]
+
     def compute(
         self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any
     ) -> FrameResult:

@@ -83,7 +83,7 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
         Frame rank, step (the run's step: ``matching.run_steps``), name, start_ns, end_ns (ns,
         aligned clock), sorted by rank (nulls last), lane, start_ns, end_ns (longest first) and name.
     """
-    # the whole frame, not the columns read: stragglers' parallelism reads it too (one frame held)
+    # the whole frame, the one a report shares; outside a report it is let go of just below
     act = activity(store, run_id)
     cols = ("rank", "step", "lane", "name", "start_ns", "end_ns")
     comp = act.lazy().filter(pl.col("class") == "compute").select(cols).collect()  # only these columns copied

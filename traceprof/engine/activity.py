@@ -247,8 +247,7 @@ def release_activity(
     session (``traceprof.engine.analysis.release_shared``; a report keeps its one frame): its caller
     was its last reader in the command, and a later call reads it again. Nothing is released
     elsewhere."""
-    if not reusing(store):
-        release_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns)
+    release_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns)
 
 
 @shared

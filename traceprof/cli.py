@@ -711,7 +711,7 @@ def sql(
     try:
         with Store(db, user_sql=True) as store:
             _warn_broken(store)
-            res = stream(store, query, max_rows or None, timeout_s=timeout)
+            res = stream(store, query, max_rows or None, timeout_s=timeout, as_json=fmt is Format.json)
             if fmt is Format.table:
                 _print_table(res.columns, res.numeric, res.rows)
             elif fmt is Format.json:

@@ -463,7 +463,9 @@ def ingest(
     partial: Annotated[
         bool,
         typer.Option(
-            "--partial", help="Store the files that parse, list each one that does not (exit 1 if any)."
+            "--partial",
+            help="Store the files that parse, list each file (or path holding no trace) that does not "
+            "(exit 1 if any).",
         ),
     ] = False,
     force_run: Annotated[

@@ -1510,9 +1510,9 @@ _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 #: ``--max-inflate 64``, ``--timeout 2.5``: the floats converted here (exponents, ``nan``: typer's).
 _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 _DEFER = object()
-#: Whole-number options with a range of their own: name -> (lowest, highest, what it counts), for
-#: the message; below the lowest, the command's own check speaks (``--jobs 0: expected 1 or
-#: more``). Any other whole number is refused above int64's largest.
+#: Whole-number options with a range: name -> (lowest, highest, what it counts), for the message;
+#: below the lowest, the command's own check speaks (``--jobs 0: expected 1 or more``). The others
+#: are unbounded above on purpose: ``--max-rows 10**30`` is every row, ``--window`` every run.
 _INT_LIMITS = {
     "jobs": (1, 1024, " parser processes"),
     "nproc": (1, 1024, " ranks on this machine"),
@@ -1568,16 +1568,16 @@ class _PlainParam:
         return f"{name} {typed}" if plain else f"{name} {typed!r}"
 
     def _bounded(self, n: int, typed: str | int) -> int:
-        """``n``, refused above :data:`_INT_LIMITS`' bound for this option (int64's for any other;
-        below its lowest, the command's own check speaks: every whole-number option has one).
+        """``n``, refused above :data:`_INT_LIMITS`' bound for this option (below its lowest, the
+        command's own check speaks: every whole-number option has one).
 
         Raises:
             UsageError: Naming the option and the value as typed, and the range.
         """
-        low, high, what = _INT_LIMITS.get(str(getattr(self.param, "name", "")), (None, 2**63 - 1, ""))
-        if n > high:
-            span = f"{low:,} to {high:,}" if low is not None else f"at most {high:,}"
-            raise UsageError(f"{self._named(str(typed))}: expected {span}{what}")
+        limits = _INT_LIMITS.get(str(getattr(self.param, "name", "")))
+        if limits is not None and n > limits[1]:
+            low, high, what = limits
+            raise UsageError(f"{self._named(str(typed))}: expected {low:,} to {high:,}{what}")
         return n
 
     def _leaf(self, v: Any, kind: Any, info: Any, ctx: Any) -> Any:
@@ -1621,8 +1621,10 @@ def _plain_coercion() -> None:
     ``traceprof runs``. The options of this CLI are strings, whole numbers, decimals, paths
     without typer's checks, choices of an Enum and lists of those: a string converts to them as
     Python converts it (``int("12")``, ``Path("x")``), the same value pydantic gives. Those are
-    converted here; any other value (``-j x``, ``-f yaml``) goes to typer's own conversion, so its
-    error messages are typer's. A typer without this hook (another version) is left as it is.
+    converted here, and a value that is not a number or not a choice (``-j x``, ``-f yaml``) is
+    refused here in one line naming the option and the value as typed (pydantic's words named
+    neither); ``--jobs`` and ``--nproc`` are bounded (:data:`_INT_LIMITS`). Any other value goes to typer's own
+    conversion. A typer without this hook (another version) is left as it is.
     """
     try:
         from typer import _param_types  # noqa: F401 - the helpers _PlainParam calls

@@ -266,3 +266,37 @@ def test_trace_level_text_and_reasons_quoting_the_trace(tmp_path):
         TraceFormatError, match=r"b.json: the trace's backend \('xxx.*'backend' longer than 1 MiB"
     ):
         parse(tmp_path / "b.json")
+
+
+def test_nccl_plugin_name_too_long_is_named_as_the_dump_spells_it(tmp_path):
+    # the event name fills both the event's name and the collective's op: the message names 'name'
+    from traceprof.collectors.nccl_profiler.parse import parse
+
+    def coll(seq: int, ts: int, name: str) -> list[dict]:
+        head = {"name": name, "cat": "COLL", "id": seq, "pid": 1, "tid": 1}
+        a = {"SeqNum": seq, "CommHash": 7, "Rank": 0, "Count": 4, "Datatype": "ncclFloat32"}
+        return [{**head, "ph": "b", "ts": ts, "args": a}, {**head, "ph": "e", "ts": ts + 5}]
+
+    path = tmp_path / "nccl_profile_7_0.json"
+    path.write_text(json.dumps([*coll(0, 10, "AllReduce"), *coll(1, 20, OVER)]))
+    with pytest.raises(TraceFormatError, match=r"'name' longer than 1 MiB \(1,048,577 bytes\)"):
+        parse(path)
+    assert parse(path, SKIP).rejected == {"'name' longer than 1 MiB": 1}
+
+
+def test_nccl_inspector_communicator_too_long_is_named_as_the_record_spells_it(tmp_path):
+    # header.id fills the collective's pg: the message names 'header.id', not 'pg'
+    from tests.collectors.test_nccl_inspector import _rec, _write
+    from traceprof.collectors.nccl_inspector.parse import parse
+
+    t = 1_700_000_000_000_000  # us
+    path = _write(
+        tmp_path / "h-pid100.log",
+        [
+            _rec("0xaa", 0, 1, "AllReduce", 1, 64, t, t + 10),
+            _rec(OVER, 0, 1, "AllReduce", 2, 64, t + 20, t + 30),
+        ],
+    )
+    with pytest.raises(TraceFormatError, match=r"line 2: 'header.id' longer than 1 MiB \(1,048,577 bytes\)"):
+        parse(path)
+    assert parse(path, SKIP).rejected == {"'header.id' longer than 1 MiB": 1}

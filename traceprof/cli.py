@@ -1694,9 +1694,12 @@ def _help_metavars() -> None:
     _patch(TyperOption, "display_type_rich", option)
     _patch(TyperArgument, "display_type_rich", argument)
     _patch(TyperArgument, "_usage_display_name", usage)
-    # the arguments panel and click's messages name it as the usage line does (typer: lower case)
+    # the arguments panel and click's messages name it as the usage line does (typer: lower case;
+    # the panel adds "..." itself only where no metavar is set)
     TyperArgument.display_name_raw = property(  # type: ignore[assignment,method-assign]
-        lambda self: (self.metavar or self.name or "").upper()
+        lambda self: (
+            (self.metavar or self.name or "").upper() + ("..." if self.nargs != 1 and self.metavar else "")
+        )
     )
 
 

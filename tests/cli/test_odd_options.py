@@ -113,6 +113,9 @@ def test_help_shows_field_standard_value_words():
     for cmd, want in words.items():
         out = run(*cmd, "--help")[1]
         assert all(w in out for w in want), (cmd, [w for w in want if w not in out])
+    # the arguments panel names a repeatable argument as the usage line does, and so does click's message
+    assert re.search(r"\*\s+RUN\.\.\.\s+Runs \(names or ids\) to add", run("baseline", "add", "--help")[1])
+    assert _line(run("baseline", "add", "x")[2]).startswith("error: Missing argument 'RUN...'. (see ")
 
 
 def test_the_typer_words_pattern_finds_what_typer_printed():

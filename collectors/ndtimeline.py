@@ -444,5 +444,6 @@ sources.register(
         order=40,
         whole_run=True,
         world_field="world_size (meta-*.yaml)",
+        companions=lambda p: [meta_path(p)],
     )
 )

@@ -100,7 +100,9 @@ DbOpt = Annotated[
         "--db", help="Store file (DuckDB).", envvar="TRACEPROF_DB", parser=_store_path, metavar="PATH"
     ),
 ]
-RunOpt = Annotated[str | None, typer.Option("--run", help="Run name or id (default: latest run).")]
+RunOpt = Annotated[
+    str | None, typer.Option("--run", help="Run name or id (default: latest run).", metavar="RUN")
+]
 
 
 class Format(str, Enum):
@@ -154,6 +156,7 @@ UnitsOpt = Annotated[
     str,
     typer.Option(
         "--units",
+        metavar="human|ns",
         help="Table durations: human (the default: each column in s, ms or us, its header saying "
         "which, e.g. 'step (ms)') or ns (exact integers). JSON and CSV are always exact ns.",
     ),
@@ -164,6 +167,7 @@ AnalysisParamOpt = Annotated[
     typer.Option(
         "--param",
         "-p",
+        metavar="[ANALYSIS.]KEY=VALUE",
         help="Analysis parameter ANALYSIS.KEY=VALUE, e.g. mfu.peak_tflops=989; KEY=VALUE sets it in every "
         "analysis that takes KEY.",
     ),
@@ -171,7 +175,7 @@ AnalysisParamOpt = Annotated[
 #: ``-p KEY=VALUE`` of the commands whose one analysis parameter set is mfu's (diff, history).
 MfuParamOpt = Annotated[
     list[str] | None,
-    typer.Option("--param", "-p", help="mfu parameter KEY=VALUE (or mfu.KEY=VALUE)."),
+    typer.Option("--param", "-p", help="mfu parameter KEY=VALUE (or mfu.KEY=VALUE).", metavar="KEY=VALUE"),
 ]
 #: ``--force`` with ``--baseline`` (summary, report).
 BaselineForceOpt = Annotated[
@@ -430,26 +434,38 @@ def _check_config(cfg: Any) -> None:
 @app.command()
 def ingest(
     paths: Annotated[
-        list[Path], typer.Argument(help="Trace files or directories (a directory of rank files is one run).")
+        list[Path],
+        typer.Argument(
+            help="Trace files or directories (a directory of rank files is one run).", metavar="PATH"
+        ),
     ],
     db: DbOpt = Path(DEFAULT_DB),
     run: Annotated[
         str | None,
         typer.Option(
-            "--run", help="Run name for all files (default: the folder's name; a lone file's own name)."
+            "--run",
+            help="Run name for all files (default: the folder's name; a lone file's own name).",
+            metavar="NAME",
         ),
     ] = None,
     skip_bad_events: Annotated[
         bool, typer.Option(help="Skip malformed events (counted) instead of failing.")
     ] = False,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parser processes.")] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", help="Parser processes, 1 to 1,024 (default: one per CPU, at most one per file)."
+        ),
+    ] = None,
     align: Annotated[
         bool, typer.Option("--align/--no-align", help="Align rank clocks from matched collectives.")
     ] = True,
     partial: Annotated[
         bool,
         typer.Option(
-            "--partial", help="Store the files that parse, list each one that does not (exit 1 if any)."
+            "--partial",
+            help="Store the files that parse, list each file (or path holding no trace) that does not "
+            "(exit 1 if any).",
         ),
     ] = False,
     force_run: Annotated[
@@ -697,7 +713,7 @@ def sql(
     try:
         with Store(db, user_sql=True) as store:
             _warn_broken(store)
-            res = stream(store, query, max_rows or None, timeout_s=timeout)
+            res = stream(store, query, max_rows or None, timeout_s=timeout, as_json=fmt is Format.json)
             if fmt is Format.table:
                 _print_table(res.columns, res.numeric, res.rows)
             elif fmt is Format.json:
@@ -760,9 +776,13 @@ def analyze(
     fmt: FormatOpt = Format.table,
     param: Annotated[
         list[str] | None,
-        typer.Option("--param", "-p", help="Analysis parameter KEY=VALUE (or NAME.KEY=VALUE)."),
+        typer.Option(
+            "--param", "-p", help="Analysis parameter KEY=VALUE (or NAME.KEY=VALUE).", metavar="KEY=VALUE"
+        ),
     ] = None,
-    table: Annotated[str | None, typer.Option("--table", help="Which table of the result to print.")] = None,
+    table: Annotated[
+        str | None, typer.Option("--table", help="Which table of the result to print.", metavar="NAME")
+    ] = None,
     save: Annotated[
         bool, typer.Option("--save", help="Also store the result tables as result_<name>_<table>.")
     ] = False,
@@ -986,6 +1006,7 @@ def summary(
         str | None,
         typer.Option(
             "--baseline",
+            metavar="RUNS",
             help="Also compare the run with these baseline runs: a "
             "run, runs separated by commas, or a baseline set (the regression verdict, as diff gives it).",
         ),
@@ -1000,8 +1021,9 @@ def summary(
     and evidence (the analysis table and the command that show it); markdown: a pull-request comment."""
     from traceprof.api import open as open_session
 
+    params = _analysis_params(param)  # a bad -p before the store is opened
     with open_session(db, cache=not no_cache) as s:
-        f = s.summary(run, _analysis_params(param), baseline, force)
+        f = s.summary(run, params, baseline, force)
     if fmt is CommentFormat.json:
         sys.stdout.write(
             term.json_text(orjson.dumps(f.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
@@ -1049,6 +1071,7 @@ def report(
         str | None,
         typer.Option(
             "--baseline",
+            metavar="RUNS",
             help="Also diff the run against these baseline runs: a "
             "run, runs separated by commas, or a baseline set.",
         ),
@@ -1090,6 +1113,7 @@ def diff(
         typer.Option(
             "--threshold",
             "-t",
+            metavar="[METRIC=]FRACTION",
             help="Relative regression threshold: 0.05 (every timing metric) or METRIC=0.05 "
             "(also flops, launches, collectives, comm_bytes).",
         ),
@@ -1100,6 +1124,7 @@ def diff(
         str | None,
         typer.Option(
             "--table",
+            metavar="NAME",
             help="Print only this table: metrics, structure (changed op/kernel/collective counts), items "
             "(all), ranks (compute per rank) or top (15 largest changes).",
         ),
@@ -1128,8 +1153,9 @@ def diff(
     limits = _thresholds(threshold)
     if table is not None and table not in (*DIFF_TABLES, "frame"):
         raise UsageError(f"diff has tables {', '.join(DIFF_TABLES)}; not {table!r}")
+    mfu_options = _mfu_options(param)  # a bad -p before the store is opened
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.diff(base, cand, limits, mfu_options=_mfu_options(param), force=force)
+        res = s.diff(base, cand, limits, mfu_options=mfu_options, force=force)
     title = f"{res.baseline} -> {cand}"
     if out_fmt is CommentFormat.markdown:
         from traceprof.render.markdown import diff_markdown
@@ -1205,7 +1231,7 @@ def baseline_list(db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table) -
 @baseline_app.command("add")
 def baseline_add(
     name: Annotated[str, typer.Argument(help="Name of the set (not a run's name).")],
-    runs: Annotated[list[str], typer.Argument(help="Runs (names or ids) to add.")],
+    runs: Annotated[list[str], typer.Argument(help="Runs (names or ids) to add.", metavar="RUN")],
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Add runs to a baseline set, creating it: `traceprof diff NAME CAND` then compares with all of them."""
@@ -1222,7 +1248,9 @@ def baseline_add(
 @baseline_app.command("rm")
 def baseline_rm(
     name: Annotated[str, typer.Argument(help="Name of the set.")],
-    runs: Annotated[list[str] | None, typer.Argument(help="Runs to remove (default: the whole set).")] = None,
+    runs: Annotated[
+        list[str] | None, typer.Argument(help="Runs to remove (default: the whole set).", metavar="RUN")
+    ] = None,
     db: DbOpt = Path(DEFAULT_DB),
 ) -> None:
     """Remove runs from a baseline set, or the whole set (the runs stay in the store)."""
@@ -1243,7 +1271,8 @@ def history(
     ],
     db: DbOpt = Path(DEFAULT_DB),
     metric: Annotated[
-        list[str] | None, typer.Option("--metric", "-m", help="Show only this metric (repeatable).")
+        list[str] | None,
+        typer.Option("--metric", "-m", help="Show only this metric (repeatable).", metavar="METRIC"),
     ] = None,
     window: Annotated[
         int, typer.Option("--window", help="Most earlier runs a run's noise band is computed from.")
@@ -1259,8 +1288,9 @@ def history(
 
     if window < 1:  # here, before the store opens, to echo it as typed (the library checks it too)
         raise UsageError(f"--window {_typed('window', window)}: must be at least 1")
+    mfu_options = _mfu_options(param)  # a bad -p before the store is opened
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.history(job, window=window, mfu_options=_mfu_options(param))
+        res = s.history(job, window=window, mfu_options=mfu_options)
     frame = res.frame
     if metric:
         unknown = sorted(set(metric) - set(frame["metric"]))
@@ -1293,17 +1323,28 @@ def _thresholds(threshold: list[str] | None) -> dict[str, float]:
 
 
 def _fraction(key: str, raw: str) -> float:
+    """``-t``'s value for metric ``key`` (``*``: every timing metric) as a float.
+
+    Raises:
+        UsageError: Not a number, naming the option as typed, metric included
+            (``--threshold step_time_ns=abc``).
+    """
     try:
         return float(raw)
     except ValueError:
-        raise UsageError(f"--threshold {raw!r}: expected a fraction such as 0.1 (10%)") from None
+        typed = raw if key == "*" else f"{key}={raw}"
+        raise UsageError(f"--threshold {typed!r}: expected a fraction such as 0.1 (10%)") from None
 
 
 @app.command()
 def collect(
-    script: Annotated[list[str], typer.Argument(help="Training script and its arguments (after --).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rank traces (one run).")],
-    nproc: Annotated[int, typer.Option("--nproc", "-n", help="Ranks on this machine.")] = 1,
+    script: Annotated[
+        list[str], typer.Argument(help="Training script and its arguments (after --).", metavar="COMMAND")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for the rank traces (one run).", metavar="DIR")
+    ],
+    nproc: Annotated[int, typer.Option("--nproc", "-n", help="Ranks on this machine, 1 to 1,024.")] = 1,
     db: DbOpt = Path(DEFAULT_DB),
     then_ingest: Annotated[
         bool, typer.Option("--ingest/--no-ingest", help="Ingest the traces afterwards.")
@@ -1469,6 +1510,13 @@ _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 #: ``--max-inflate 64``, ``--timeout 2.5``: the floats converted here (exponents, ``nan``: typer's).
 _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 _DEFER = object()
+#: Whole-number options with a range: name -> (lowest, highest, what it counts), for the message;
+#: below the lowest, the command's own check speaks (``--jobs 0: expected 1 or more``). The others
+#: are unbounded above on purpose: ``--max-rows 10**30`` is every row, ``--window`` every run.
+_INT_LIMITS = {
+    "jobs": (1, 1024, " parser processes"),
+    "nproc": (1, 1024, " ranks on this machine"),
+}
 #: Option name -> its value as typed on the command line (or in its environment variable), for
 #: messages: ``--max-inflate 0`` says ``0``, not the ``0.0`` it converts to (:func:`_typed`).
 _TYPED: dict[str, str] = {}
@@ -1512,22 +1560,51 @@ class _PlainParam:
                 return got
         return self.typer_param().coerce(value, param=param, ctx=ctx)  # typer's: its messages
 
+    def _named(self, typed: str) -> str:
+        """``--jobs abc``: the option's long name and its value as typed, for messages."""
+        opts = getattr(self.param, "opts", None) or [str(getattr(self.param, "name", ""))]
+        name = next((o for o in opts if o.startswith("--")), opts[0])
+        plain = typed and not any(c.isspace() for c in typed)  # else quoted: where it starts and ends
+        return f"{name} {typed}" if plain else f"{name} {typed!r}"
+
+    def _bounded(self, n: int, typed: str | int) -> int:
+        """``n``, refused above :data:`_INT_LIMITS`' bound for this option (below its lowest, the
+        command's own check speaks: every whole-number option has one).
+
+        Raises:
+            UsageError: Naming the option and the value as typed, and the range.
+        """
+        limits = _INT_LIMITS.get(str(getattr(self.param, "name", "")))
+        if limits is not None and n > limits[1]:
+            low, high, what = limits
+            raise UsageError(f"{self._named(str(typed))}: expected {low:,} to {high:,}{what}")
+        return n
+
     def _leaf(self, v: Any, kind: Any, info: Any, ctx: Any) -> Any:
         from typer import _param_types as types
 
         if kind is str and isinstance(v, str):
             return v
         if kind is int and (type(v) is int or (isinstance(v, str) and _INT.fullmatch(v))):
-            return int(v)
+            return self._bounded(int(v), v)
         if kind is float and (type(v) in (int, float) or (isinstance(v, str) and _FLOAT.fullmatch(v))):
             return float(v)
+        if kind in (int, float) and isinstance(v, str):  # Python's reading (1_000, 1e3), else one line
+            try:
+                return float(v) if kind is float else self._bounded(int(v), v)
+            except ValueError:
+                what = "a whole number" if kind is int else "a number"
+                raise UsageError(f"{self._named(v)}: expected {what}") from None
         if isinstance(kind, type) and issubclass(kind, Enum):
             try:
                 return types.coerce_cli_choice(
                     v, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx
                 )
             except ValueError:
-                return _DEFER
+                if not isinstance(v, str):
+                    return _DEFER
+                *first, last = [str(c.value) for c in kind]
+                raise UsageError(f"{self._named(v)}: expected {', '.join(first)} or {last}") from None
         if isinstance(kind, type) and issubclass(kind, Path) and info.path_type is None:
             if isinstance(v, str) and v:
                 v = kind(v)
@@ -1544,8 +1621,10 @@ def _plain_coercion() -> None:
     ``traceprof runs``. The options of this CLI are strings, whole numbers, decimals, paths
     without typer's checks, choices of an Enum and lists of those: a string converts to them as
     Python converts it (``int("12")``, ``Path("x")``), the same value pydantic gives. Those are
-    converted here; any other value (``-j x``, ``-f yaml``) goes to typer's own conversion, so its
-    error messages are typer's. A typer without this hook (another version) is left as it is.
+    converted here, and a value that is not a number or not a choice (``-j x``, ``-f yaml``) is
+    refused here in one line naming the option and the value as typed (pydantic's words named
+    neither); ``--jobs`` and ``--nproc`` are bounded (:data:`_INT_LIMITS`). Any other value goes to typer's own
+    conversion. A typer without this hook (another version) is left as it is.
     """
     try:
         from typer import _param_types  # noqa: F401 - the helpers _PlainParam calls
@@ -1570,19 +1649,58 @@ def _patch(cls: type, name: str, ours: Callable[[Callable[..., Any]], Callable[.
     setattr(cls, name, method)
 
 
-def _plain_flags() -> None:
-    """Show no value type beside a flag in ``--help``: typer (0.29) printed ``<bool>`` beside
-    ``--partial``, ``--align / --no-align`` and ``--help``, which take no value. Options that take
-    one keep theirs (``<int>``, ``RATIO``). A typer without the hook is left as it is."""
+#: The value word ``--help`` shows for an option of each plain type without a metavar of its own
+#: (typer 0.29 showed ``<int>``, ``<str>``, ``<list[str]>``).
+_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}
+
+
+def _metavar(param: Any) -> str:
+    """The word ``--help`` shows for ``param``'s value: its own metavar, else its choices
+    (``table|json|csv``), else :data:`_METAVARS`' word for its type (a list's: its items')."""
+    if param.metavar is not None:
+        return str(param.metavar)
+    desc = param.type_descriptor
+    if desc.is_choice:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices or ())
+    kind = desc.annotation
+    if desc.is_list:
+        kind = kind.__args__[0]
+    return _METAVARS.get(kind, getattr(kind, "__name__", str(kind)).upper())
+
+
+def _help_metavars() -> None:
+    """Show field-standard value words in ``--help`` (``PATH``, ``N``, ``KEY=VALUE``): typer (0.29)
+    printed ``<str>``, ``<int>``, ``<list[str]>`` beside options, ``<bool>`` beside flags (which
+    take no value: nothing now), and required arguments as ``{paths}...`` in the usage line
+    (``PATHS...`` now, an optional one ``[NAME]``). A typer without these hooks is left as it is."""
     try:
-        from typer.core import TyperOption
+        from typer.core import TyperArgument, TyperOption
     except ImportError:
         return
 
-    def ours(shown: Callable[[Any, Any], str | None]) -> Callable[[Any, Any], str | None]:
-        return lambda self, ctx: None if self.is_flag or self.count else shown(self, ctx)
+    def option(shown: Callable[[Any, Any], str | None]) -> Callable[[Any, Any], str | None]:
+        return lambda self, ctx: None if self.is_flag or self.count else _metavar(self)
 
-    _patch(TyperOption, "display_type_rich", ours)
+    def argument(shown: Callable[[Any, Any], str | None]) -> Callable[[Any, Any], str | None]:
+        return lambda self, ctx: None  # the name column shows it already
+
+    def usage(shown: Callable[[Any], str]) -> Callable[[Any], str]:
+        def name(self: Any) -> str:
+            word = (self.metavar or self.name or "").upper() + ("..." if self.nargs != 1 else "")
+            return word if self.required else f"[{word}]"
+
+        return name
+
+    _patch(TyperOption, "display_type_rich", option)
+    _patch(TyperArgument, "display_type_rich", argument)
+    _patch(TyperArgument, "_usage_display_name", usage)
+    # the arguments panel and click's messages name it as the usage line does (typer: lower case;
+    # the panel adds "..." itself only where no metavar is set)
+    TyperArgument.display_name_raw = property(  # type: ignore[assignment,method-assign]
+        lambda self: (
+            (self.metavar or self.name or "").upper() + ("..." if self.nargs != 1 and self.metavar else "")
+        )
+    )
 
 
 def main() -> None:
@@ -1590,7 +1708,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
     _plain_coercion()
-    _plain_flags()
+    _help_metavars()
     _TYPED.clear()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here

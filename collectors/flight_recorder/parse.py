@@ -76,6 +76,23 @@ _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
 _TRAILING_RANK = re.compile(r"[_.-](\d+)(\.pkl|\.pickle)?$")
 
 
+#: Store column -> the dump's field it is read from, so that a value too long or too large is named
+#: as the file spells it (``'profiling_name' longer than 1 MiB``, not ``'op'``); ``seq`` is added
+#: per entry (its field depends on the dump's version and the entry's family).
+_FIELDS = {
+    "op": "profiling_name",
+    "name": "profiling_name",
+    "pg": "process_group",
+    "tid": "thread_id",
+    "dtype": "input_dtypes",
+    "enter_ns": "time_created_ns",
+    "ts_ns": "time_created_ns",
+    "start_ns": "time_discovered_started_ns",
+    "end_ns": "time_discovered_completed_ns",
+    "external_id": "record_id",
+}
+
+
 def is_fr_file(path: Path) -> bool:
     """True for names Flight Recorder dumps have: ``*.fr.json``, ``fr_*.json`` (optionally
     ``.gz``), and torch's default pickle names ``nccl_trace_rank_<R>`` / ``fr_trace_rank_<R>``,
@@ -384,6 +401,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             rejected,
             (rows[-1], row_schema("collectives")),
             (events[-1], row_schema("events")),
+            fields={
+                **_FIELDS,
+                "seq": "seq_id" if style == 1 else ("p2p_seq_id" if p2p else "collective_seq_id"),
+            },
         ):
             rows.pop(), kept.pop(), events.pop()
     progress = progress_by_pg_id(doc.get("pg_status"))

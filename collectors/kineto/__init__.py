@@ -17,5 +17,6 @@ sources.register(
         capture=launch,
         rank_field="distributedInfo.rank",
         world_field="distributedInfo.world_size",
+        companions=lambda p: [sidecar_path(p)],
     )
 )

@@ -204,6 +204,21 @@ def _dropped(stats: Any) -> int:
     return 0
 
 
+def _fields(kind: str) -> dict[str, str]:
+    """Store column -> the record's field it is read from (``op`` -> ``coll_perf.coll``), for a value
+    too long or too large to be named as the file spells it (``traceprof.core.limits.record_fits``)."""
+    name = f"{kind}.{'p2p' if kind == 'p2p_perf' else 'coll'}"
+    seq = f"{kind}.coll_sn"
+    return {
+        "pg": "header.id",
+        "op": name,
+        "name": name,
+        "seq": seq,
+        "external_id": seq,
+        "pid": "metadata.pid",
+    }
+
+
 def _rows_of(
     rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], kind: str, perf: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
@@ -403,7 +418,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 ) from None
             rejected[bad.reason] += 1
             continue
-        if not record_fits(p, where, on_bad_event, rejected, (row, coll_schema), (event, event_schema)):
+        if not record_fits(
+            p, where, on_bad_event, rejected, (row, coll_schema), (event, event_schema), fields=_fields(kind)
+        ):
             continue
         if why:
             incomplete[why] += 1

@@ -342,6 +342,16 @@ _EVENT_COLS = (
 )
 _EVENT_SCHEMA = pa.schema([row_schema("events").field(c) for c in _EVENT_COLS])
 _COLL_SCHEMA = row_schema("collectives")
+#: Store column -> the dump's field it is read from, for a value too long or too large to be named as
+#: the file spells it (``'name' longer than 1 MiB``, not ``'op'``; ``traceprof.core.limits.record_fits``).
+_FIELDS = {
+    "op": "name",
+    "pg": "args.CommHash",
+    "seq": "args.SeqNum",
+    "external_id": "args.SeqNum",
+    "nelems_in": "args.Count",
+    "nelems_out": "args.Count",
+}
 
 
 def _rows(
@@ -381,7 +391,7 @@ def _rows(
             }
         )
         if not coll:
-            if not record_fits(p, where, on_bad_event, rejected, (events[-1], _EVENT_SCHEMA)):
+            if not record_fits(p, where, on_bad_event, rejected, (events[-1], _EVENT_SCHEMA), fields=_FIELDS):
                 events.pop()
             continue
         p2p = ev.cat == "P2P"
@@ -409,7 +419,13 @@ def _rows(
             }
         )
         if not record_fits(
-            p, where, on_bad_event, rejected, (colls[-1], _COLL_SCHEMA), (events[-1], _EVENT_SCHEMA)
+            p,
+            where,
+            on_bad_event,
+            rejected,
+            (colls[-1], _COLL_SCHEMA),
+            (events[-1], _EVENT_SCHEMA),
+            fields=_FIELDS,
         ):
             colls.pop(), events.pop()
     seen: Counter[tuple[Any, str]] = Counter()

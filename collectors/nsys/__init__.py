@@ -28,5 +28,7 @@ sources.register(
         rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "
         "process: else the file name)",
         world_field="recorded environment WORLD_SIZE",
+        # the report an export was made from: read through the export beside it
+        companions=lambda p: [p.with_name(p.name.removesuffix(".sqlite") + ".nsys-rep")],
     )
 )

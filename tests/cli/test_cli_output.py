@@ -440,3 +440,62 @@ def test_compared_durations_share_a_unit_and_whole_counts_have_no_decimals():
     assert table_columns(df) == ["base (ms)", "cand (ms)", "delta (ms)", "base_calls", "p_value"]
     assert list(table_rows(df))[0] == ["0.9", "35.7", "34.8", "20", "0.50"]
     assert table_columns(df.select("base_ns")) == ["base (us)"]  # alone: its own unit
+
+
+# -- sql -f json: nested values as JSON, wide integers as numbers where 64 bits hold them --------------
+
+_NESTED_SQL = (
+    "SELECT [1, 2] AS l, {'a': 1, 'b': 'x'} AS s, map([1], ['one']) AS m, [[1, 2], [3]] AS ll, "
+    "[7, 8]::INTEGER[2] AS arr, NULL::INTEGER[] AS nl, "
+    "5::HUGEINT AS h, -9223372036854775808::HUGEINT AS hmin, 18446744073709551615::UHUGEINT AS umax, "
+    "18446744073709551616::HUGEINT AS over, [170141183460469231731687303715884105727::HUGEINT, 1] AS hl, "
+    "['NaN'::DOUBLE] AS nan, 1.50::DECIMAL(4, 2) AS d, sum(x) AS total FROM range(4) t(x)"
+)
+
+
+def test_sql_json_writes_lists_objects_and_numbers(db):
+    from tests._cli_inproc import run
+
+    code, out, err = run("sql", _NESTED_SQL, "--db", str(db), "-f", "json")
+    assert code == 0, err
+    (row,) = json.loads(out)
+    # worked by hand: lists, structs and arrays as JSON; a map's keys as text; HUGEINT and UHUGEINT as
+    # numbers from -2**63 to 2**64 - 1 (what BIGINT / UBIGINT columns hold), as exact text beyond;
+    # DECIMAL as its exact text; NaN as null; sum(x) over 0..3 (a HUGEINT in DuckDB) = 6
+    assert row == {
+        "l": [1, 2],
+        "s": {"a": 1, "b": "x"},
+        "m": {"1": "one"},
+        "ll": [[1, 2], [3]],
+        "arr": [7, 8],
+        "nl": None,
+        "h": 5,
+        "hmin": -(2**63),
+        "umax": 2**64 - 1,
+        "over": str(2**64),
+        "hl": ["170141183460469231731687303715884105727", 1],
+        "nan": [None],
+        "d": "1.50",
+        "total": 6,
+    }
+
+
+def test_sql_json_text_inside_nested_values_stays_escaped(db):
+    from tests._cli_inproc import run
+
+    # a bidi override and ESC inside a struct: written as \u escapes, never raw
+    q = "SELECT {'b': 'x' || chr(8238) || chr(27) || '[31m'} AS s, ['=1+1'] AS l"
+    code, out, _ = run("sql", q, "--db", str(db), "-f", "json")
+    assert code == 0 and "\u202e" not in out and "\x1b" not in out
+    assert (
+        "\\u202e" in out
+        and "\\u001b" in out
+        and json.loads(out) == [{"s": {"b": "x\u202e\x1b[31m"}, "l": ["=1+1"]}]
+    )
+    # csv and table are unchanged: DuckDB's text of the nested value, escaped (a leading = neutralized)
+    code, out, _ = run("sql", "SELECT '=1+1' AS f, " + q[7:], "--db", str(db), "-f", "csv")
+    assert (
+        code == 0 and out.splitlines()[1].startswith("'=1+1,") and "\x1b" not in out and "\u202e" not in out
+    )
+    code, out, _ = run("sql", q, "--db", str(db))
+    assert code == 0 and "\\x1b[31m" in out and "\x1b" not in out

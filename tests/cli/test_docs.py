@@ -35,8 +35,8 @@ def test_commands_table_has_one_row_per_command_with_its_options():
     # diff, history, collect, runs, config), runs rm/mv, baseline + list/add/rm, export perfetto = 17.
     assert len(rows) == 17
     paths = [r.split("`")[1] for r in rows]
-    assert paths[:3] == ["traceprof ingest PATHS...", "traceprof sql QUERY", "traceprof analyze [NAME]"]
-    assert "traceprof baseline rm NAME [RUNS...]" in paths and "traceprof export perfetto" in paths
+    assert paths[:3] == ["traceprof ingest PATH...", "traceprof sql QUERY", "traceprof analyze [NAME]"]
+    assert "traceprof baseline rm NAME [RUN...]" in paths and "traceprof export perfetto" in paths
     analyze = rows[2]
     for opt in ("--db", "--run", "--param", "--table", "--save", "--units", "--no-cache"):
         assert f"`{opt}`" in analyze, analyze

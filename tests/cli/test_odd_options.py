@@ -5,6 +5,7 @@ built-in default (over a config file's value)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -63,22 +64,132 @@ def test_a_value_not_typed_is_written_plainly():
 # -- --help: flags without a value type -------------------------------------------------------------
 
 
-def test_help_shows_no_value_type_beside_flags():
+#: typer 0.29's own value words: ``<str>``, ``<int>``, ``<float>``, ``<Path>``, ``<list[str]>``,
+#: ``<bool>``, and a required argument as ``{paths}``.
+TYPER_WORDS = re.compile(r"<(?:str|int|float|bool|Path|list\[[^>]*\]|[a-z]+\|[a-z|]+)>|\{[a-z_]+\}")
+
+
+def _helps():
     import typer
 
     from traceprof.cli import app
     from traceprof.docs import _commands
 
-    seen = 0
     for path, _ in [("", None), *_commands(typer.main.get_command(app), "")]:
         code, out, _ = run(*path.split(), "--help")
         assert code == 0 and "--help" in out, path
-        assert "<bool>" not in out, path  # typer 0.29 printed it beside every flag, --help too
+        yield path, out
+
+
+def test_help_shows_field_standard_value_words():
+    seen = 0
+    for path, out in _helps():
+        assert not TYPER_WORDS.findall(out), (path, TYPER_WORDS.findall(out))
         seen += 1
     assert seen > 15
     code, out, _ = run("ingest", "--help")
-    line = {w: next(ln for ln in out.splitlines() if f" {w} " in ln) for w in ("--partial", "--jobs", "--db")}
-    assert "<" not in line["--partial"] and "<int>" in line["--jobs"] and " PATH " in line["--db"]
+    assert "ingest [OPTIONS] PATH..." in out
+    line = {
+        w: next(ln for ln in out.splitlines() if f" {w} " in ln)
+        for w in ("--partial", "--jobs", "--db", "--run", "--max-inflate")
+    }
+    # a flag takes no value: no word; the others: the standard one (or the option's own)
+    assert "<" not in line["--partial"] and "bool" not in line["--partial"]
+    assert [
+        line[w].split()[i] for w, i in (("--jobs", 3), ("--db", 2), ("--run", 2), ("--max-inflate", 2))
+    ] == [
+        "N",
+        "PATH",
+        "NAME",
+        "RATIO",
+    ]
+    words = {
+        ("diff",): ["diff [OPTIONS] BASE CAND", "[METRIC=]FRACTION", "KEY=VALUE"],
+        ("summary",): ["[ANALYSIS.]KEY=VALUE", "table|json|csv|markdown", "RUNS"],
+        ("analyze",): ["analyze [OPTIONS] [NAME]", "human|ns", "RUN"],
+        ("baseline", "add"): ["baseline add [OPTIONS] NAME RUN..."],
+        ("sql",): ["sql [OPTIONS] QUERY", "SECONDS"],
+    }
+    for cmd, want in words.items():
+        out = run(*cmd, "--help")[1]
+        assert all(w in out for w in want), (cmd, [w for w in want if w not in out])
+    # the arguments panel names a repeatable argument as the usage line does, and so does click's message
+    assert re.search(r"\*\s+RUN\.\.\.\s+Runs \(names or ids\) to add", run("baseline", "add", "--help")[1])
+    assert _line(run("baseline", "add", "x")[2]).startswith("error: Missing argument 'RUN...'. (see ")
+
+
+def test_the_typer_words_pattern_finds_what_typer_printed():
+    # the check above cannot pass vacuously: each word typer 0.29 printed is found
+    for shown in (
+        "<str>",
+        "<int>",
+        "<float>",
+        "<Path>",
+        "<list[str]>",
+        "<list[Path]>",
+        "<bool>",
+        "{paths}...",
+        "<table|json|csv>",
+    ):
+        assert TYPER_WORDS.search(f"  --x  {shown}  help"), shown
+    assert not TYPER_WORDS.search("rank%q{RANK} result_<name>_<table>")
+
+
+# -- values that are not numbers, or too large: one line, the value as typed -------------------------
+
+BAD_VALUES = [
+    (["ingest", "IN", "-j", "abc"], "error: --jobs abc: expected a whole number"),
+    (
+        ["ingest", "IN", "-j", "99999999999999999999"],
+        "error: --jobs 99999999999999999999: expected 1 to 1,024 parser processes",
+    ),
+    (["ingest", "IN", "-j", "1025"], "error: --jobs 1025: expected 1 to 1,024 parser processes"),
+    (["ingest", "IN", "-j", "0x10"], "error: --jobs 0x10: expected a whole number"),
+    (["ingest", "IN", "--max-inflate", "big"], "error: --max-inflate big: expected a number"),
+    (["sql", "SELECT 1", "--max-rows", "ten"], "error: --max-rows ten: expected a whole number"),
+    (["sql", "SELECT 1", "--timeout", "1 s"], "error: --timeout '1 s': expected a number"),
+    (["history", "job", "--window", "1.5"], "error: --window 1.5: expected a whole number"),
+    (["runs", "-f", "yaml"], "error: --format yaml: expected table, json or csv"),
+    (["summary", "-f", "html"], "error: --format html: expected table, json, csv or markdown"),
+    (
+        ["collect", "-n", "two", "-o", "OUT", "--", "python", "-c", "pass"],
+        "error: --nproc two: expected a whole number",
+    ),
+    (
+        ["diff", "a", "b", "-t", "step_time_ns=abc"],
+        "error: --threshold 'step_time_ns=abc': expected a fraction such as 0.1 (10%)",
+    ),
+    (
+        ["analyze", "mfu", "-p", "peak_tflops=312", "-p", "peak_tflops=989"],
+        "error: -p peak_tflops given twice, as 'peak_tflops=312' and 'peak_tflops=989': give it once",
+    ),
+    (
+        ["summary", "-p", "gaps.hta=true", "-p", "gaps.hta=false"],
+        "error: -p gaps.hta given twice, as 'gaps.hta=true' and 'gaps.hta=false': give it once",
+    ),
+    (["diff", "a", "b", "-t", "abc"], "error: --threshold 'abc': expected a fraction such as 0.1 (10%)"),
+]
+
+
+@pytest.mark.parametrize(("args", "want"), BAD_VALUES, ids=[" ".join(a[1:]) for a, _ in BAD_VALUES])
+def test_bad_values_are_one_line_echoing_the_option_and_value(tmp_path, args, want):
+    args = [
+        str(SAMPLES / "normal") if a == "IN" else str(tmp_path / "out") if a == "OUT" else a for a in args
+    ]
+    code, _, err = run(*args, "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and _line(err) == want, err
+    assert list(tmp_path.iterdir()) == []  # no store, no lock file, no output folder
+
+
+def test_large_but_valid_numbers_still_pass(tmp_path):
+    # 1,024 parser processes are within range (one more is refused); --max-rows has no bound: a
+    # huge cap is every row (test_sandbox's test_huge_max_rows_is_all_rows)
+    code, _, err = run("ingest", str(SAMPLES / "normal"), "--db", str(tmp_path / "s.duckdb"), "-j", "1_024")
+    assert code == 0, err
+    code, out, err = run(
+        "sql", "SELECT 1 AS x", "--db", str(tmp_path / "s.duckdb"), "--max-rows", str(10**30), "-f", "csv"
+    )
+    assert (code, out) == (0, "x\n1\n"), err
 
 
 # -- --db that is a folder ---------------------------------------------------------------------------

@@ -231,9 +231,10 @@ def test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning(tmp_path, v
 @pytest.mark.parametrize(
     ("key", "value", "column"),
     [
-        ("time_created_ns", 2**70, "enter_ns"),
-        ("collective_seq_id", 2**70, "seq"),
-        ("input_sizes", [[2**70]], "nelems_in"),
+        # named as the dump spells the field (it was the store column: enter_ns, seq)
+        ("time_created_ns", 2**70, "time_created_ns"),
+        ("collective_seq_id", 2**70, "collective_seq_id"),
+        ("input_sizes", [[2**70]], "nelems_in"),  # a product of the sizes: no field holds it
     ],
 )
 def test_flight_recorder_integers_beyond_int64(tmp_path, key, value, column):

@@ -115,29 +115,55 @@ def test_kineto_thread_name_too_long(tmp_path):
     assert json.loads(meta_text)["thread_names"] == {}
 
 
-def test_flight_recorder_entry_too_long(tmp_path):
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("profiling_name", OVER), ("process_group", [OVER, "default_pg"]), ("thread_id", OVER)],
+)
+def test_flight_recorder_entry_too_long(tmp_path, field, value):
+    """The message names the dump's own field (``profiling_name``), not the store column it fills
+    (``op``), whichever text field of the entry is too long."""
     from traceprof.collectors.flight_recorder.parse import parse
 
-    def entry(seq: int, name: str) -> dict:
+    def entry(seq: int, **over: object) -> dict:
         return {
             "collective_seq_id": seq,
             "process_group": ["0", "default_pg"],
-            "profiling_name": name,
+            "profiling_name": "nccl:all_reduce",
             "time_created_ns": 10 * seq,
             "time_discovered_started_ns": 10 * seq + 1,
             "time_discovered_completed_ns": 10 * seq + 5,
+            **over,
         }
 
     path = tmp_path / "rank0.fr.json"
-    doc = {"version": "2.10", "pg_config": {}, "entries": [entry(1, "nccl:all_reduce"), entry(2, OVER)]}
+    doc = {"version": "2.10", "pg_config": {}, "entries": [entry(1), entry(2, **{field: value})]}
     path.write_text(json.dumps(doc))
+    # OVER is 2**20 + 1 bytes of 'x': one byte over the 1 MiB limit
     with pytest.raises(
-        TraceFormatError, match=r"entry #1 \('x{186}\.\.\.: 'op' longer than 1 MiB \(1,048,577 bytes\)"
+        TraceFormatError, match=rf"entry #1 .*: '{field}' longer than 1 MiB \(1,048,577 bytes\)"
     ):
         parse(path)
     pt = parse(path, SKIP)
     assert pt.collectives.column("seq").to_pylist() == [1]
-    assert pt.rejected == {"'op' longer than 1 MiB": 1}
+    assert pt.rejected == {f"'{field}' longer than 1 MiB": 1}
+
+
+def test_flight_recorder_time_beyond_int64_names_the_dump_field(tmp_path):
+    from traceprof.collectors.flight_recorder.parse import parse
+
+    e = {
+        "collective_seq_id": 1,
+        "process_group": ["0", "default_pg"],
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 10,
+        "time_discovered_started_ns": 2**63,  # int64's largest is 2**63 - 1
+    }
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({"version": "2.10", "pg_config": {}, "entries": [e]}))
+    with pytest.raises(
+        TraceFormatError, match=r"'time_discovered_started_ns' beyond int64 \(9223372036854775808\)"
+    ):
+        parse(path)
 
 
 def test_nccl_plugin_event_too_long(tmp_path):
@@ -240,3 +266,37 @@ def test_trace_level_text_and_reasons_quoting_the_trace(tmp_path):
         TraceFormatError, match=r"b.json: the trace's backend \('xxx.*'backend' longer than 1 MiB"
     ):
         parse(tmp_path / "b.json")
+
+
+def test_nccl_plugin_name_too_long_is_named_as_the_dump_spells_it(tmp_path):
+    # the event name fills both the event's name and the collective's op: the message names 'name'
+    from traceprof.collectors.nccl_profiler.parse import parse
+
+    def coll(seq: int, ts: int, name: str) -> list[dict]:
+        head = {"name": name, "cat": "COLL", "id": seq, "pid": 1, "tid": 1}
+        a = {"SeqNum": seq, "CommHash": 7, "Rank": 0, "Count": 4, "Datatype": "ncclFloat32"}
+        return [{**head, "ph": "b", "ts": ts, "args": a}, {**head, "ph": "e", "ts": ts + 5}]
+
+    path = tmp_path / "nccl_profile_7_0.json"
+    path.write_text(json.dumps([*coll(0, 10, "AllReduce"), *coll(1, 20, OVER)]))
+    with pytest.raises(TraceFormatError, match=r"'name' longer than 1 MiB \(1,048,577 bytes\)"):
+        parse(path)
+    assert parse(path, SKIP).rejected == {"'name' longer than 1 MiB": 1}
+
+
+def test_nccl_inspector_communicator_too_long_is_named_as_the_record_spells_it(tmp_path):
+    # header.id fills the collective's pg: the message names 'header.id', not 'pg'
+    from tests.collectors.test_nccl_inspector import _rec, _write
+    from traceprof.collectors.nccl_inspector.parse import parse
+
+    t = 1_700_000_000_000_000  # us
+    path = _write(
+        tmp_path / "h-pid100.log",
+        [
+            _rec("0xaa", 0, 1, "AllReduce", 1, 64, t, t + 10),
+            _rec(OVER, 0, 1, "AllReduce", 2, 64, t + 20, t + 30),
+        ],
+    )
+    with pytest.raises(TraceFormatError, match=r"line 2: 'header.id' longer than 1 MiB \(1,048,577 bytes\)"):
+        parse(path)
+    assert parse(path, SKIP).rejected == {"'header.id' longer than 1 MiB": 1}

@@ -795,3 +795,87 @@ def test_ctrl_c_while_duckdb_loads_is_delivered_after_it(tmp_path):
     )
     assert (r.returncode, r.stderr) == (130, "interrupted; nothing was changed\n")
     assert done.exists()  # the import ran to its end: the signal waited for it
+
+
+# -- the lock file: a missing folder named as such, none left behind by a failed first ingest ---------
+
+
+def test_db_in_a_folder_that_does_not_exist_says_so(tmp_path):
+    # it said "cannot create the lock file .../missing/parent/x.duckdb.lock: No such file or directory"
+    db = tmp_path / "missing" / "parent" / "x.duckdb"
+    code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
+    folder = tmp_path / "missing" / "parent"
+    assert (code, err) == (
+        1,
+        f"error: {db}: the folder {folder} does not exist; create it first (mkdir -p {folder}), or give "
+        "--db a path in an existing folder\n",
+    )
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_failed_first_ingest_leaves_no_lock_file(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.json").write_text('{"traceEvents": [')  # cut short: a parse error after the store opened
+    db = tmp_path / "s.duckdb"
+    code, _, err = run("ingest", str(bad), "--db", str(db))
+    assert code == 1 and "rank0.json" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]  # no store, no s.duckdb.lock
+    # the library the same way: a store opened and closed without being created is not kept either
+    s = Store(db)
+    assert s.discard_if_new() and sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+def test_a_lock_file_this_process_did_not_create_is_never_removed(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.json").write_text('{"traceEvents": [')
+    db = tmp_path / "s.duckdb"
+    lock = tmp_path / "s.duckdb.lock"
+    lock.write_text("")  # another process's (or an earlier traceprof's) lock file
+    inode = lock.stat().st_ino
+    code, _, _ = run("ingest", str(bad), "--db", str(db))
+    assert code == 1 and not db.exists() and lock.stat().st_ino == inode
+    # and beside a store that exists (this process made both), it stays when the store is closed
+    good = tmp_path / "good.duckdb"
+    with Store(good) as s:
+        ingest(s, [_job(tmp_path)], jobs=1)
+    assert (tmp_path / "good.duckdb.lock").exists()
+
+
+_WAITER = """
+import os, sys, time
+from pathlib import Path
+from traceprof.core.locking import StoreLock, lock_path
+db = Path(sys.argv[1])
+print("waiting", flush=True)
+lock = StoreLock(db, exclusive=True, timeout_s=20)
+fd = next(iter(__import__("traceprof.core.locking", fromlist=["_HELD"])._HELD.values()))[0]
+same = os.fstat(fd).st_ino == os.stat(lock_path(db)).st_ino
+print("locked", same, flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_process_waiting_on_a_removed_lock_file_locks_the_path_afresh(tmp_path):
+    # A created the lock file and removes it (no store made) while B waits on the old file: B must
+    # end up holding the file now at the path, so that a third process C cannot lock it too
+    from traceprof.core.locking import StoreLock
+
+    db = tmp_path / "s.duckdb"
+    a = StoreLock(db, exclusive=True)
+    b = subprocess.Popen([sys.executable, "-c", _WAITER, str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert b.stdout is not None and b.stdout.readline() == "waiting\n"
+        time.sleep(0.5)  # B is in flock() on A's file now
+        a.release(no_store=True)  # A made it and made no store: it goes
+        assert b.stdout.readline() == "locked True\n"
+        fd = os.open(tmp_path / "s.duckdb.lock", os.O_RDWR)  # C
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        b.kill()
+        b.wait()

@@ -162,7 +162,7 @@ def test_the_engine_has_no_writable_place_and_default_limits(home):
     assert json.loads(out) == [
         {
             "t": "",
-            "dirs": "[]",
+            "dirs": [],  # a VARCHAR[]: a JSON list in -f json
             "th": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],
             "ext": False,
             "locked": True,

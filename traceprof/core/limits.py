@@ -16,6 +16,7 @@ MiB"``). Every collector applies it through these same functions (:func:`drop_ou
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -432,6 +433,7 @@ def record_fits(
     on_bad_event: str,
     rejected: dict[str, int],
     *rows: tuple[dict[str, Any], pa.Schema],
+    fields: dict[str, str] | None = None,
 ) -> bool:
     """Whether the rows one source record produced fit their schemas' integer columns.
 
@@ -442,10 +444,12 @@ def record_fits(
         rejected: Counts by reason, updated.
         rows: (row dict, its table's schema) pairs; ``ts_ns + dur_ns`` is checked too, and the
             length of every text value (:data:`MAX_FIELD_BYTES`).
+        fields: Column -> the source field it was read from, as the file spells it (Flight
+            Recorder's ``op`` -> ``profiling_name``): the message and the reason name that field.
 
     Raises:
-        TraceFormatError: With ``on_bad_event="raise"``, naming ``where``, the column and the value
-            (a text value by its length).
+        TraceFormatError: With ``on_bad_event="raise"``, naming ``where``, the field (else the column)
+            and the value (a text value by its length).
     """
     for row, schema in rows:
         names = [f.name for f in schema if f.type in _bounds() and f.name in row]
@@ -454,9 +458,15 @@ def record_fits(
         if problem is None and isinstance(ts, int) and isinstance(dur, int) and not fits(ts + dur, INT64):
             problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"
         if problem is not None:
-            _bad(path, where, problem, on_bad_event, rejected)
+            _bad(path, where, _spelled(problem, fields or {}), on_bad_event, rejected)
             return False
     return True
+
+
+def _spelled(problem: str, fields: dict[str, str]) -> str:
+    """``problem`` with each quoted column (``'op' longer than ...``) named by the source field in
+    ``fields`` it was read from (``'profiling_name' longer than ...``)."""
+    return re.sub(r"'([a-z_]+)'", lambda m: repr(fields.get(m[1], m[1])), problem)
 
 
 def polars_out_of_range(

@@ -3,13 +3,19 @@
 DuckDB locks its file only once it is open; creating the file, checking it and deleting a store
 that a failed first ingest left empty all happen before or after that. A sidecar ``<store>.lock``,
 locked with ``flock`` (shared for readers, exclusive for writers), covers those moments too, so two
-processes never both believe they created the same store. The lock file is left in place (deleting
-it would let a third process lock a new inode while another holds the old one); the kernel drops a
-lock when its holder dies, ``kill -9`` included.
+processes never both believe they created the same store. The kernel drops a lock when its holder
+dies, ``kill -9`` included.
+
+The lock file stays beside the store. Only a process that created it, and leaves no store behind
+(a failed first ingest), removes it, while it still holds it exclusively: a process waiting for
+the lock then finds, once it has it, that the file it locked is no longer at the path (its inode
+differs, or it is gone), and locks the path afresh, so two processes never hold two files' locks
+for one store. Another process's lock file, or one beside a store, is never removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -30,8 +36,9 @@ __all__ = [
     "special_kind",
 ]
 
-#: Lock files held by this process: path -> [fd, exclusive, holders]. A second Store of the same
-#: file in one process shares the lock (DuckDB arbitrates within a process).
+#: Lock files held by this process: path -> [fd, exclusive, holders, made]. A second Store of the
+#: same file in one process shares the lock (DuckDB arbitrates within a process); ``made``: this
+#: process created the file.
 _HELD: dict[str, list[int]] = {}
 
 
@@ -170,22 +177,32 @@ class StoreLock:
             held[2] += 1
             self.active = True
             return
-        try:
-            fd = os.open(self.key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            if not exclusive:
-                return  # a read-only folder: nobody can write the store there either
-            raise StoreError(f"{db}: cannot create the lock file {self.key}: {e.strerror or e}") from None
-        try:
-            _flock(fd, exclusive, timeout_s, db)
-        except BaseException:
-            os.close(fd)
-            raise
-        _HELD[self.key] = [fd, int(exclusive), 1]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fd, made = _open(self.key)
+            except OSError as e:
+                if not exclusive:
+                    return  # a read-only folder: nobody can write the store there either
+                raise StoreError(_cannot_lock(db, self.key, e)) from None
+            try:
+                _flock(fd, exclusive, max(deadline - time.monotonic(), 0.0), db, timeout_s)
+                if _same_file(fd, self.key):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # its creator removed it while we waited: lock the path afresh
+        _HELD[self.key] = [fd, int(exclusive), 1, int(made)]
         self.active = True
 
-    def release(self) -> None:
-        """Release this holder's share of the lock (the lock itself when it was the last)."""
+    def release(self, no_store: bool = False) -> None:
+        """Release this holder's share of the lock (the lock itself when it was the last).
+
+        Args:
+            no_store: The store was not created (or was deleted): when this process created the
+                lock file and holds it exclusively, the last holder removes it too (see the module doc).
+        """
         if not self.active:
             return
         self.active = False
@@ -193,16 +210,57 @@ class StoreLock:
         held[2] -= 1
         if held[2] == 0:
             del _HELD[self.key]
-            os.close(held[0])
+            try:
+                if no_store and held[1] and held[3] and _same_file(held[0], self.key):
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.key)  # still locked: a waiter sees it gone and starts over
+            finally:
+                os.close(held[0])
+
+
+def _open(path: str) -> tuple[int, bool]:
+    """Open lock file ``path``, creating it when absent: (fd, whether this call created it)."""
+    flags = os.O_RDWR | os.O_CLOEXEC
+    while True:
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(path, flags), False
+        except FileNotFoundError:  # removed between the two calls: create it
+            continue
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not removed, nor replaced)."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _cannot_lock(db: Path, key: str, e: OSError) -> str:
+    """Why the lock file ``key`` of store ``db`` cannot be created: a folder that does not exist
+    is named as such (it was reported as a lock file that cannot be created)."""
+    if e.errno == errno.ENOENT and not Path(key).parent.is_dir():
+        folder = Path(db).parent  # as typed
+        return (
+            f"{db}: the folder {folder} does not exist; create it first (mkdir -p {folder}), or give "
+            "--db a path in an existing folder"
+        )
+    return f"{db}: cannot create the lock file {key}: {e.strerror or e}"
 
 
 #: Seconds of waiting for the lock before saying so on stderr (a silent wait looks like a hang).
 NOTE_AFTER_S = 1.0
 
 
-def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path) -> None:
+def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path, said_s: float | None = None) -> None:
     """Lock ``fd``, waiting up to ``timeout_s``; one line on stderr once the wait passes
-    :data:`NOTE_AFTER_S`."""
+    :data:`NOTE_AFTER_S` (messages give ``said_s``, the whole wait allowed, when given)."""
+    said_s = timeout_s if said_s is None else said_s
     mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
     start = time.monotonic()
     deadline = start + timeout_s
@@ -218,13 +276,12 @@ def _flock(fd: int, exclusive: bool, timeout_s: float, db: Path) -> None:
                 # A reader waits only for a writer; a writer for anyone.
                 holder = "is writing it (ingest?)" if not exclusive else "is using it (ingest, or a reader?)"
                 sys.stderr.write(
-                    f"waiting for {db}: another traceprof process {holder}; "
-                    f"waiting up to {timeout_s:.0f} s...\n"
+                    f"waiting for {db}: another traceprof process {holder}; waiting up to {said_s:.0f} s...\n"
                 )
                 sys.stderr.flush()
             if now >= deadline:
                 raise StoreError(
-                    f"{db}: in use by another traceprof process for over {timeout_s:.0f} s; "
+                    f"{db}: in use by another traceprof process for over {said_s:.0f} s; "
                     "try again when it has finished"
                 ) from None
             time.sleep(0.05)
@@ -236,7 +293,7 @@ def close_inherited() -> None:
     The parent keeps its locks; the child's copies would otherwise keep the store locked for as
     long as the child lives, even after the parent died.
     """
-    for fd, _, _ in _HELD.values():
+    for fd, *_ in _HELD.values():
         try:
             os.close(fd)
         except OSError:

@@ -70,13 +70,18 @@ def parse(
     Returns:
         Analysis -> key -> value string (converted by the analysis' ``Params`` later).
 
+    A key given twice on the command line with two values is refused (:func:`_once`); an
+    ``ANALYSIS.KEY`` refines a bare ``KEY`` whatever their order (``-p min_ns=5 -p idle.min_ns=7``:
+    7 for idle, 5 for the others).
+
     Raises:
-        UsageError: An option names an analysis the command does not run, or a bare key that no
-            analysis of the command takes (the message lists the valid ``ANALYSIS.KEY``).
+        UsageError: An option names an analysis the command does not run, a bare key that no
+            analysis of the command takes (the message lists the valid ``ANALYSIS.KEY``), or a key
+            given twice with two values.
     """
     out: dict[str, dict[str, str]] = {}
     takes: dict[str, list[str]] | None = None
-    for strict, given in ((False, defaults), (True, options)):
+    for strict, given in ((False, defaults), (True, _once(options, implied))):
         for option in given:
             name, key, value = split(option)
             if name is not None:
@@ -103,6 +108,26 @@ def parse(
             for t in targets:
                 out.setdefault(t, {})[key] = value
     return out
+
+
+def _once(options: Iterable[str], implied: str | None) -> list[str]:
+    """``options`` with the bare ``KEY=VALUE`` first (an ``ANALYSIS.KEY`` then refines them),
+    refusing a key written twice with two values (where a bare key goes to ``implied``, its
+    ``implied.KEY`` is the same key). The same value twice is the same option.
+
+    Raises:
+        UsageError: Naming the key and both options as typed.
+    """
+    options = list(options)
+    seen: dict[tuple[str | None, str], tuple[str, str]] = {}
+    for option in options:
+        name, key, value = split(option)
+        where = (name or implied, key)
+        if where in seen and seen[where][1] != value:
+            shown = key if name is None else f"{name}.{key}"  # as the second one writes it
+            raise UsageError(f"-p {shown} given twice, as {seen[where][0]!r} and {option!r}: give it once")
+        seen.setdefault(where, (option, value))
+    return sorted(options, key=lambda o: split(o)[0] is not None)
 
 
 def check(options: Iterable[str], scope: Sequence[str]) -> None:

@@ -82,8 +82,17 @@ def discover(
     scanned: set[Path] | None = None,
     unread: dict[Path, str] | None = None,
     named: set[Path] | None = None,
+    notes: list[str] | None = None,
+    failed: dict[str, str] | None = None,
 ) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
+
+    A file named in ``paths`` that no collector reads is, in this order: the companion of a trace
+    beside it (``sources.owners``: Kineto's ``rank0.meta.json``, NDTimeline's meta YAML), read with
+    that trace when it is among the inputs too (named, or in a folder named), else refused naming
+    the trace; a file of a format recognized and not read, refused with what to do; a document
+    (``sources.is_document``: ``README.md``, ``notes.txt``), skipped with a note when other paths
+    hold traces (a shell glob over a run folder names it); else refused as not a trace.
 
     Args:
         paths: Files and directories (searched recursively).
@@ -94,52 +103,102 @@ def discover(
             do>"`` for each file found in a directory beside traces whose format is recognized and
             not read (``sources.recognize``).
         named: If given, receives the files named in ``paths`` themselves (resolved).
+        notes: If given, receives one line per document named and skipped; else such a file is
+            refused as any other file that is not a trace.
+        failed: If given (``--partial``), a path that holds no trace goes here (path as given ->
+            its message) instead of being refused, unless no path holds a trace.
 
     Raises:
-        UsageError: A path does not exist or holds no trace file (naming the formats of the files
-            it holds that are recognized and not read).
+        UsageError: A path does not exist, or holds no trace file (naming the formats of the files
+            it holds that are recognized and not read), or is a companion whose trace is not among
+            the inputs; with ``failed``, only when no path holds a trace (the first path's message).
     """
-    groups: dict[Path, list[Path]] = {}
-    for raw in paths:
-        p = Path(raw)
+    given = [Path(raw) for raw in paths]
+    for p in given:
         check_input(p)
-        if p.is_file():
-            if _claim(p) is None:
-                fmt = sources.recognize(p)
-                raise UsageError(
-                    f"{p}: {fmt}"
-                    if fmt
-                    else f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
-                )
-            files = [p]
-            if named is not None:
-                named.add(p.resolve())
-        else:
-            found = sorted(f for f in p.rglob("*") if f.is_file())
-            files = [f for f in found if _claim(f)]
-            claimed = set(files)
-            rest = [f for f in found if f not in claimed]
-            known = {f: k for f in rest if (k := sources.recognize(f))}
-            if scanned is not None:
-                scanned.update(f.resolve() for f in files)
-            if unclaimed is not None:
-                unclaimed += [
-                    str(f)
-                    for f in rest
-                    if f not in known and f.name.endswith(".json") and not f.name.endswith(".meta.json")
-                ]
-            if files and unread is not None:
-                unread.update(known)
-            if not files and known:
-                raise UsageError(_unread_message(p, known))
-        if not files:
-            raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
+    folders = [p.resolve() for p in given if p.is_dir()]
+    inputs = {p.resolve() for p in given if p.is_file()}
+    owners: dict[Path, dict[Path, Path]] = {}  # folder -> its companions' traces (sources.owners)
+    groups: dict[Path, list[Path]] = {}
+    refused: dict[Path, UsageError] = {}
+    documents: list[Path] = []
+    for p in given:
+        if p.is_file() and _claim(p) is None:
+            full = p.resolve()
+            folder = owners.setdefault(full.parent, sources.owners(full.parent))
+            trace = folder.get(full)
+            if trace is not None and (trace in inputs or any(trace.is_relative_to(d) for d in folders)):
+                continue  # read with its trace, as when their folder is named
+            fmt = sources.recognize(p)
+            if trace is not None:
+                why = f"{p}: read with the trace {trace.name} beside it, which is not named; name it (or its folder)"
+            elif fmt:
+                why = f"{p}: {fmt}"
+            elif notes is not None and sources.is_document(p):
+                documents.append(p)
+                continue
+            else:
+                why = f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
+            refused[p] = UsageError(why)
+            continue
+        try:
+            files = _found(p, unclaimed, scanned, unread, named)
+        except UsageError as e:
+            refused[p] = e
+            continue
         for f in files:
             f = f.resolve()
             # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
             c = _claim(f)
             groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)
+    if refused and (failed is None or not groups):
+        raise next(iter(refused.values()))
+    if documents and not groups:  # nothing else to ingest: the document is what was meant
+        raise UsageError(f"{documents[0]}: not a trace file traceprof reads; it reads: {sources.formats()}")
+    if failed is not None:
+        failed.update({str(p): str(e) for p, e in refused.items()})
+    if notes is not None:
+        notes += [f"skipped {d}: not a trace (named as a document)" for d in documents]
     return groups
+
+
+def _found(
+    p: Path,
+    unclaimed: list[str] | None,
+    scanned: set[Path] | None,
+    unread: dict[Path, str] | None,
+    named: set[Path] | None,
+) -> list[Path]:
+    """The trace files of input path ``p``: itself (a file a collector claims), or those found in
+    folder ``p`` (see :func:`discover` for the out-parameters).
+
+    Raises:
+        UsageError: ``p`` is a folder holding no trace file.
+    """
+    if p.is_file():
+        if named is not None:
+            named.add(p.resolve())
+        return [p]
+    found = sorted(f for f in p.rglob("*") if f.is_file())
+    files = [f for f in found if _claim(f)]
+    claimed = set(files)
+    rest = [f for f in found if f not in claimed]
+    known = {f: k for f in rest if (k := sources.recognize(f))}
+    if scanned is not None:
+        scanned.update(f.resolve() for f in files)
+    if unclaimed is not None:
+        unclaimed += [
+            str(f)
+            for f in rest
+            if f not in known and f.name.endswith(".json") and not f.name.endswith(".meta.json")
+        ]
+    if files and unread is not None:
+        unread.update(known)
+    if not files and known:
+        raise UsageError(_unread_message(p, known))
+    if not files:
+        raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
+    return files
 
 
 def _unread_message(folder: Path, known: dict[Path, str]) -> str:
@@ -297,7 +356,9 @@ def ingest(
     scanned: set[Path] = set()
     paths = list(paths)  # named again in a message
     named: set[Path] = set()
-    groups = discover(paths, unclaimed, scanned, unread, named)
+    documents: list[str] = []
+    groups = discover(paths, unclaimed, scanned, unread, named, documents, result.failed if partial else None)
+    result.warnings += documents
     if unclaimed:
         result.warnings.append(
             f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}"

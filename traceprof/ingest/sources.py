@@ -40,6 +40,8 @@ __all__ = [
     "formats",
     "head",
     "gunzip_head",
+    "owners",
+    "is_document",
     "load_all",
 ]
 
@@ -66,6 +68,10 @@ class Collector:
             script on N local ranks recording this source (``traceprof collect``).
         rank_field / world_field: Where the source records the rank and the world size, in its
             own terms, for messages (``distributedInfo.rank``, ``rank``, ``environment RANK``).
+        companions: Optional ``companions(trace)`` -> the files beside a trace this collector
+            reads with it (a sidecar: Kineto's ``<name>.meta.json``, NDTimeline's ``meta-*.yaml``)
+            or instead of it; such a file named on the command line is taken as its trace's
+            (:func:`owner`), not refused as a file no collector reads.
     """
 
     name: str
@@ -78,6 +84,7 @@ class Collector:
     capture: Callable[..., int] | None = None
     rank_field: str = "rank"
     world_field: str = "world size"
+    companions: Callable[[Path], list[Path]] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,65 @@ def claim(path: Path, first: bytes | None = None) -> Collector | None:
         if c.claims(path, data):
             return c
     return None
+
+
+def owners(folder: Path) -> dict[Path, Path]:
+    """Each companion file in ``folder`` (:attr:`Collector.companions`) -> the trace beside it that
+    it belongs to (both resolved); one claim per file of the folder."""
+    out: dict[Path, Path] = {}
+    try:
+        files = sorted(f for f in folder.iterdir() if f.is_file())
+    except OSError:
+        return out
+    for f in files:
+        c = claim(f)
+        if c is not None and c.companions is not None:
+            for side in c.companions(f):
+                if side != f and side.is_file():
+                    out.setdefault(side.resolve(), f.resolve())
+    return out
+
+
+#: Names of files that are plainly not traces, to be skipped (with a note) when named among traces, e.g.
+#: by a shell glob over a run folder: documentation, text, images, notebooks, scripts, configs.
+DOCUMENT_SUFFIXES = frozenset(
+    {
+        ".md",
+        ".markdown",
+        ".rst",
+        ".txt",
+        ".text",
+        ".adoc",
+        ".org",
+        ".html",
+        ".htm",
+        ".pdf",
+        ".png",
+        ".jpg",
+        ".jpeg",
+        ".gif",
+        ".svg",
+        ".ipynb",
+        ".py",
+        ".sh",
+        ".toml",
+        ".ini",
+        ".cfg",
+        ".yaml",
+        ".yml",
+    }
+)
+#: The same for names without a suffix (any case).
+DOCUMENT_NAMES = frozenset(
+    {"readme", "license", "licence", "notice", "copying", "changelog", "authors", "makefile"}
+)
+
+
+def is_document(path: Path) -> bool:
+    """True for a file named as documentation, text, an image, a script or a config
+    (:data:`DOCUMENT_SUFFIXES`, :data:`DOCUMENT_NAMES`): plainly no trace. Ask only about a file no
+    collector claims: a ``.txt`` NCCL profiler dump is claimed by its content first."""
+    return path.suffix.lower() in DOCUMENT_SUFFIXES or path.name.lower() in DOCUMENT_NAMES
 
 
 def formats() -> str:

@@ -3,10 +3,17 @@
 Rows are fetched in Arrow batches, never all at once. Numbers and booleans stay numbers; every
 other value (INTERVAL, UNION, infinite TIMESTAMP, BLOB, HUGEINT, nested types, ...) is turned into
 DuckDB's own text for it (``CAST(x AS VARCHAR)``), so any result prints and JSON can hold it.
+
+For JSON (``as_json=True``) lists, arrays, structs, maps and unions come as Python lists and dicts
+(DuckDB's ``to_json``; a map's keys as text), and HUGEINT / UHUGEINT as integers where they fit in
+64 bits (the range BIGINT and UBIGINT columns are written in already), as their exact text beyond
+(no JSON reader keeps such a number exact). Integers nested in lists or structs follow the same
+rule; DECIMAL stays its exact text, NaN and infinities become null.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,8 +65,40 @@ class SqlStream:
     statements: int = 1
 
 
+#: DuckDB type ids whose values JSON writes as lists or objects (``as_json``).
+_NESTED = frozenset({"list", "array", "struct", "map", "union"})
+#: DuckDB type ids of integers wider than 64 bits.
+_WIDE = frozenset({"hugeint", "uhugeint"})
+#: The integers written as JSON numbers: those BIGINT or UBIGINT hold.
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _json_int(text: str) -> int | str:
+    """An integer of DuckDB's text: a Python int within :data:`_INT_RANGE`, else the text itself."""
+    n = int(text)
+    return n if _INT_RANGE[0] <= n <= _INT_RANGE[1] else text
+
+
+def _nested(text: str | None) -> Any:
+    """DuckDB's ``to_json`` text of a nested value as Python lists and dicts (integers as
+    :func:`_json_int`, NaN and infinities as None)."""
+    if text is None:
+        return None
+    return json.loads(text, parse_int=_json_int, parse_constant=lambda _: None)
+
+
+def _wide(text: str | None) -> int | str | None:
+    """A HUGEINT or UHUGEINT value's text as :func:`_json_int` gives it."""
+    return None if text is None else _json_int(text)
+
+
 def stream(
-    store: Store, query: str, max_rows: int | None, batch_rows: int = 10_000, timeout_s: float | None = None
+    store: Store,
+    query: str,
+    max_rows: int | None,
+    batch_rows: int = 10_000,
+    timeout_s: float | None = None,
+    as_json: bool = False,
 ) -> SqlStream:
     """Run ``query`` and stream its rows (see the module doc).
 
@@ -70,6 +109,8 @@ def stream(
         batch_rows: Rows fetched per batch.
         timeout_s: Stop the query once DuckDB has worked on it this long, in seconds, summed over
             the start and every batch (time spent printing rows does not count); None: no limit.
+        as_json: Nested values as lists and dicts, HUGEINT as integers where they fit in 64 bits
+            (see the module doc), for a JSON writer; else DuckDB's text of them.
 
     Raises:
         StoreError: The query is refused (not a query, not UTF-8), fails (DuckDB's first line) or
@@ -79,15 +120,24 @@ def stream(
     statements = sandbox.check(store.con, query)
     deadline = _Budget(timeout_s)
 
+    convert: list[Callable[[Any], Any] | None] = []  # per column, with as_json: its value for JSON
+
     def start() -> tuple[list[str], list[str], Any]:
         rel = store.con.sql(query)
         if rel is None:  # a statement without a result
             return [], [], iter(())
-        columns, types = list(rel.columns), [str(t) for t in rel.types]
+        columns, types, ids = list(rel.columns), [str(t) for t in rel.types], [t.id for t in rel.types]
         names = [f"c{i}" for i in range(len(columns))]
         sel = ", ".join(
-            n if t in _KEEP else f"CAST({n} AS VARCHAR)" for n, t in zip(names, types, strict=True)
+            n
+            if t in _KEEP
+            else f"to_json({n})::VARCHAR"
+            if as_json and i in _NESTED
+            else f"CAST({n} AS VARCHAR)"
+            for n, t, i in zip(names, types, ids, strict=True)
         )
+        if as_json:
+            convert[:] = [_nested if i in _NESTED else _wide if i in _WIDE else None for i in ids]
         limit = "" if max_rows is None or max_rows >= 2**62 else f" LIMIT {int(max_rows) + 1}"  # beyond: all
         sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
         projected = rel.query("_q", sql)
@@ -104,7 +154,11 @@ def stream(
         n = 0
         try:
             while (batch := deadline.run(store, lambda: next(reader, None))) is not None:
-                for row in zip(*(col.to_pylist() for col in batch.columns), strict=True):
+                cols = [col.to_pylist() for col in batch.columns]
+                for k, f in enumerate(convert):
+                    if f is not None:
+                        cols[k] = [f(v) for v in cols[k]]
+                for row in zip(*cols, strict=True):
                     if max_rows is not None and n >= max_rows:
                         out.capped = True
                         return

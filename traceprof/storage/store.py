@@ -248,7 +248,8 @@ class Store:
                     f.unlink(missing_ok=True)
                 shutil.rmtree(dataset_dir(self.path), ignore_errors=True)
         finally:
-            self._lock.release()
+            # no store here (a failed first ingest): its lock file goes too, if this process made it
+            self._lock.release(no_store=not self.path.exists())
 
     def discard_if_new(self) -> bool:
         """Close the store and delete it if this Store created it and it holds no run.

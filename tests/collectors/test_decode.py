@@ -485,3 +485,43 @@ def test_times_match_the_split_reference() -> None:
         want, got = _times_by_split(raw, 10, want_bad), _times(raw, 10, got_bad)
         assert want[0].tolist() == got[0].tolist() and want[1].tolist() == got[1].tolist(), raw
         assert want_bad == got_bad, raw
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _traces() if p.stat().st_size > 100_000][:6],
+    ids=lambda p: p.parent.name + "/" + p.name,
+)
+def test_classes_read_the_hint_of_the_rows_they_need(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # classes() runs the comm-hint regex only on the rows whose hint it reads (columns._hint_read);
+    # the reference runs it on every row, as before: the same class on every row
+    from traceprof.collectors.kineto import columns
+
+    got = _PARSE.parse(path).events.column("class").to_pylist()
+    monkeypatch.setattr(columns, "_hint_read", lambda f, *_: np.ones(f.n, bool))
+    assert _PARSE.parse(path).events.column("class").to_pylist() == got
+
+
+def test_a_kernel_launched_by_a_comm_op_is_comm_with_the_hint_read_on_cpu_rows(tmp_path: Path) -> None:
+    # A kernel whose name is no known collective is communication when the CPU op that launched it
+    # (External id 7) carries collective args; that op's hint must be read (columns._hint_read). The
+    # gemm launched by aten::mm (External id 8, no such args) is compute.
+    from tests.builders import kineto
+
+    ops = [
+        ("record_param_comms", 7, {"Collective name": "all_reduce", "Process Group Name": "0"}),
+        ("aten::mm", 8, {}),
+    ]
+    events: list[dict] = []
+    for i, (op, ext, extra) in enumerate(ops):
+        t = 100 * i
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": t, "dur": 50, "args": {"External id": ext, **extra}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 1, "dur": 5, "args": {"External id": ext, "correlation": 50 + i}},
+            {"ph": "X", "cat": "kernel", "name": ["custom_ring_kernel", "gemm_kernel"][i], "pid": 0, "tid": 7, "ts": t + 10, "dur": 20, "args": {"correlation": 50 + i, "device": 0, "stream": 7}},
+        ]  # fmt: skip
+    pt = _PARSE.parse(kineto(tmp_path / "rank0.json", events))
+    classes = dict(
+        zip(pt.events.column("name").to_pylist(), pt.events.column("class").to_pylist(), strict=True)
+    )
+    assert (classes["custom_ring_kernel"], classes["gemm_kernel"]) == ("comm", "compute")

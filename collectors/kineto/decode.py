@@ -54,6 +54,7 @@ BATCH_BYTES = 1 << 20
 _JSON_SPACE = frozenset((b" ", b"\t", b"\n", b"\r"))
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SPACE_RUN = re.compile(rb"[ \t\n\r]*")
 _NO_TEXT = msgspec.Raw(b"")
 
 
@@ -61,21 +62,42 @@ class _Ev(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: int | str | float | None = None
-    tid: int | str | float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
     ts: msgspec.Raw = _NO_TEXT
     dur: msgspec.Raw = _NO_TEXT
     args: msgspec.Raw = msgspec.Raw(b"{}")  # as the general decoder: absent args are "{}"
 
 
-_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+class _FloatLaneEv(msgspec.Struct, gc=False):
+    """:class:`_Ev` whose ``pid`` or ``tid`` may be a float (rare: then ``str()`` of it differs from
+    its text, and the general path keeps it as written)."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | float | None = None
+    tid: int | str | float | None = None
+    ts: msgspec.Raw = _NO_TEXT
+    dur: msgspec.Raw = _NO_TEXT
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class _FloatLanes(list[Any]):
+    """A batch decoded as :class:`_FloatLaneEv` (some pid/tid is a float)."""
+
+
+#: An absent id arg, in :class:`_Ids`: int64's least value, which the typed decode refuses as a
+#: value (a batch holding it takes the loose decode), so a column of ids is read by ``np.fromiter``.
+_ABSENT = -(2**63)
+_Int64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
 
 
 class _Ids(msgspec.Struct, gc=False):
-    correlation: _Int64 | None = None
-    external_id: _Int64 | None = msgspec.field(default=None, name="External id")
-    device: _Int64 | None = None
-    stream: _Int64 | None = None
+    correlation: _Int64 | None = _ABSENT
+    external_id: _Int64 | None = msgspec.field(default=_ABSENT, name="External id")
+    device: _Int64 | None = _ABSENT
+    stream: _Int64 | None = _ABSENT
 
 
 class _LooseIds(msgspec.Struct, gc=False):
@@ -88,6 +110,7 @@ class _LooseIds(msgspec.Struct, gc=False):
 _ID_COLS = ("correlation", "external_id", "device", "stream")
 _ID_GETS = {c: operator.attrgetter(c) for c in _ID_COLS}  # map() of these: 15% less than getattr()
 _EVENTS = msgspec.json.Decoder(list[_Ev])
+_FLOAT_LANE_EVENTS = msgspec.json.Decoder(list[_FloatLaneEv])
 _IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
 _LOOSE_IDS = msgspec.json.Decoder(list[_LooseIds | None])
 _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
@@ -166,7 +189,7 @@ class _Split:
         self.top: dict[str, Any] = {}
         self.ok = True
 
-    def _fill(self, buf: bytes, size: int) -> tuple[bytes, bool]:
+    def _fill(self, buf: bytes | memoryview, size: int) -> tuple[bytes, bool]:
         """``buf`` with the next chunks appended until it holds more than ``size`` bytes, joined
         once (appending chunk by chunk copied the text again for each one: quadratic in a long run
         without an event boundary, as in a gzip bomb), and whether the source has more."""
@@ -215,7 +238,11 @@ class _Split:
                 continue
             cut, evs = found
             yield evs
-            buf, target = buf[cut + 1 :], self.batch_bytes  # past the comma
+            # past the comma and the whitespace after it; the rest is copied once, joined to what follows
+            space = _SPACE_RUN.match(buf, cut + 1)
+            after, target = memoryview(buf)[space.end() if space else cut + 1 :], self.batch_bytes
+            buf, more = self._fill(after, 2 * target) if more else (bytes(after), False)
+            del after
         # The rest: the last events, "]", the keys after the array, "}". Decoded as an array, it
         # ends at the array's "]" and msgspec names the byte where the trailing keys start.
         rest = b"[" + buf
@@ -230,7 +257,7 @@ class _Split:
         if close < 0:
             self.ok = False
             return
-        yield _EVENTS.decode(rest[: close + 1])
+        yield _events(rest[: close + 1])
         try:
             top = _OBJECT.decode(_join_object(head, rest[close + 1 :].lstrip()))
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -238,6 +265,20 @@ class _Split:
             return
         self.top = top
         self.ok = "traceEvents" not in top
+
+
+def _events(text: bytes) -> list[_Ev]:
+    """The events of a JSON array text. A pid/tid that is a float fails the common types (so no
+    batch pays a check of every pid's type): the batch is decoded again as :class:`_FloatLanes`.
+
+    Raises:
+        msgspec.DecodeError: Not a JSON array.
+        msgspec.ValidationError: The events do not fit the typed structs.
+    """
+    try:
+        return _EVENTS.decode(text)
+    except msgspec.ValidationError:
+        return _FloatLanes(_FLOAT_LANE_EVENTS.decode(text))
 
 
 def _cut(buf: bytes, target: int) -> tuple[int, list[_Ev]] | None:
@@ -253,7 +294,7 @@ def _cut(buf: bytes, target: int) -> tuple[int, list[_Ev]] | None:
         if c < 0:
             return None
         try:
-            return c + 1, _EVENTS.decode(b"[" + buf[: c + 1] + b"]")
+            return c + 1, _events(b"".join((b"[", memoryview(buf)[: c + 1], b"]")))  # one copy, not three
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError:
@@ -313,11 +354,10 @@ _BEYOND = "beyond int64"
 def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
     """ns of microsecond number texts (module doc, step 3); (values, present)."""
     n = len(raw)
-    text = pc.list_flatten(pc.split_pattern(pa.array([b"\n".join(raw)], pa.binary()).cast(pa.string()), "\n"))
-    present = pc.not_equal(text, "")
-    ok = present.to_numpy(zero_copy_only=False)
+    lengths = np.fromiter(map(len, raw), np.int64, n)
+    ok = lengths > 0  # absent: null (Arrow casts no "" to a number)
     try:
-        dec = pc.cast(pc.if_else(present, text, pa.scalar(None, pa.string())), pa.decimal128(38, 3))
+        dec = pc.cast(_text_column(raw, lengths, ok), pa.decimal128(38, 3))
         words = np.frombuffer(dec.buffers()[1], np.int64)[2 * dec.offset : 2 * (dec.offset + n)]
         lo, hi = words[0::2], words[1::2]
         beyond = ok & (hi != (lo >> 63))  # the 128-bit value does not fit in int64
@@ -325,28 +365,55 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
             bad.setdefault(base + i, _BEYOND)
         return np.where(ok & ~beyond, lo, 0), ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        out = np.zeros(n, np.int64)
-        for i, r in enumerate(raw):
-            if r:
-                try:
-                    v = us_text_to_ns(bytes(r))
-                except ValueError as e:
-                    bad.setdefault(base + i, f"bad time: {e}")  # a bad ts is named before the dur
-                    continue
-                if -(2**63) <= v < 2**63:
-                    out[i] = v
-                else:
-                    bad.setdefault(base + i, _BEYOND)
-        return out, ok
+        return _times_one_by_one(raw, base, bad), ok
 
 
-def _text_column(raw: list[msgspec.Raw]) -> pa.Array:
-    """The JSON texts as an Arrow string array, built from their lengths and joined bytes (no Python
-    string per value). The text is UTF-8: ``traceprof.core.fileio`` checked it (or repaired it)."""
+def _times_one_by_one(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> np.ndarray:
+    """:func:`_times`' values for a batch Arrow cannot cast (``traceprof.core.timeconv``, one at a time)."""
+    out = np.zeros(len(raw), np.int64)
+    for i, r in enumerate(raw):
+        if r:
+            try:
+                v = us_text_to_ns(bytes(r))
+            except ValueError as e:
+                bad.setdefault(base + i, f"bad time: {e}")  # a bad ts is named before the dur
+                continue
+            if -(2**63) <= v < 2**63:
+                out[i] = v
+            else:
+                bad.setdefault(base + i, _BEYOND)
+    return out
+
+
+def _id_column(typed: list[_Ids], get: Callable[[_Ids], int | None]) -> Ints:
+    """One id column of a batch's typed args (:data:`_ABSENT` where the arg is absent, None where it
+    is null: both missing)."""
+    try:
+        values = np.fromiter(map(get, typed), np.int64, len(typed))
+    except TypeError:  # a null: rare
+        return Ints.of([None if v == _ABSENT else v for v in map(get, typed)])
+    ok = values != _ABSENT
+    values[~ok] = 0
+    return Ints(values, ok)
+
+
+def _text_column(
+    raw: list[msgspec.Raw], lengths: np.ndarray | None = None, valid: np.ndarray | None = None
+) -> pa.Array:
+    """The JSON texts as an Arrow string array, built from their ``lengths`` (bytes; None: measured
+    here) and joined bytes (no Python string per value), null where ``valid`` is False. The text is
+    UTF-8: ``traceprof.core.fileio`` checked it (or repaired it), and each text is a whole JSON value."""
     offsets = np.zeros(len(raw) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
+    if lengths is None:
+        lengths = np.fromiter(map(len, raw), np.int64, len(raw))
+    np.cumsum(lengths, out=offsets[1:])
+    nulls = 0 if valid is None else len(valid) - int(np.count_nonzero(valid))
     return pa.StringArray.from_buffers(
-        len(raw), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(raw))
+        len(raw),
+        pa.py_buffer(offsets.astype(np.int32)),
+        pa.py_buffer(b"".join(raw)),
+        pa.py_buffer(np.packbits(valid, bitorder="little")) if valid is not None and nulls else None,
+        nulls,
     )
 
 
@@ -420,10 +487,10 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
                 continue
             base = rows
             rows += len(evs)
+            if isinstance(evs, _FloatLanes):
+                out.lanes_plain = False  # str() of a float differs from its text
             # strings as codes (names repeat: millions of events, thousands of names)
             for f, get in _FIELDS.items():
-                if f in ("pid", "tid") and float in set(map(type, map(get, evs))):
-                    out.lanes_plain = False  # str() of a float differs from its text
                 codes = _coded(map(get, evs), value_codes[f], len(evs))
                 str_cols[f].add(codes.astype(code_type(len(str_codes[f])), copy=False))
             for col in ("ts", "dur"):
@@ -442,7 +509,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
             del raw_args
             try:
                 typed = _IDS.decode(ids_text)
-                batch = [Ints.of(list(map(_ID_GETS[col], typed))) for col in _ID_COLS]
+                batch = [_id_column(typed, _ID_GETS[col]) for col in _ID_COLS]
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
                 # an id beyond int64 (OverflowError): the general path rejects it

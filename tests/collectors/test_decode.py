@@ -16,6 +16,8 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -386,3 +388,140 @@ def test_us_text_to_ns_names_the_value_plainly(text: bytes, message: str) -> Non
     with pytest.raises(ValueError) as e:
         us_text_to_ns(text)
     assert str(e.value) == message
+
+
+# A pid/tid that is a float fails the batch's common types and is decoded again (decode._events):
+# in the first batch, in a later one, after the int of equal value (1 then 1.0 hash alike), alone.
+_LANES = [
+    [1, 2, 3],
+    [1, 1.0, 2],
+    [1.5, 2, 3],
+    [1, 2, "x"],
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 2.0],
+    [None, "7", 99999999999999999999],
+]
+
+
+@pytest.mark.parametrize("pids", _LANES, ids=str)
+@pytest.mark.parametrize("batch_bytes", [1, 200, 1 << 20])
+def test_float_lanes_are_found_in_any_batch(pids: list[object], batch_bytes: int) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": p, "tid": 1, "ts": i, "dur": 1}
+        for i, p in enumerate(pids)
+    ]
+    data = json.dumps({"traceEvents": events}).encode()
+    floats = any(isinstance(p, float) for p in pids)
+    if not floats:  # with a float the lanes are not read (decode.rows leaves the file to the general path)
+        _check(data, batch_bytes)
+    d = decode(data, batch_bytes)
+    assert d is not None and d.lanes_plain == (not floats)
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 1 << 20])
+def test_absent_null_and_extreme_ids(batch_bytes: int) -> None:
+    # absent and null ids are missing; int64's least value (the typed decode's mark of an absent
+    # id, so refused there and taken by the loose decode) and its largest are ids like any other
+    args = [
+        {},
+        {"correlation": None, "External id": 3},
+        {"correlation": -(2**63), "device": 2**63 - 1},
+        {"correlation": 5, "stream": None, "device": 0},
+        {"correlation": -(2**63) + 1},
+    ]
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1, "args": a}
+        for i, a in enumerate(args)
+    ]
+    data = json.dumps({"traceEvents": events}).encode()
+    _check(data, batch_bytes)
+    d = decode(data, batch_bytes)
+    assert d is not None
+    assert d.correlation.tolist() == [None, None, -(2**63), 5, -(2**63) + 1]
+    assert d.external_id.tolist() == [None, 3, None, None, None]
+    assert d.device.tolist() == [None, None, 2**63 - 1, 0, None]
+
+
+def _times_by_split(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
+    """The reference for ``decode._times``: its former implementation, which joined the texts with
+    newlines and split them again in Arrow (a text holding a newline is not a number: not sent
+    here), and nulled the absent ones with ``if_else``."""
+    import pyarrow.compute as pc
+
+    from traceprof.collectors.kineto import decode as dec
+
+    n = len(raw)
+    text = pc.list_flatten(pc.split_pattern(pa.array([b"\n".join(raw)], pa.binary()).cast(pa.string()), "\n"))
+    present = pc.not_equal(text, "")
+    ok = present.to_numpy(zero_copy_only=False)
+    try:
+        d = pc.cast(pc.if_else(present, text, pa.scalar(None, pa.string())), pa.decimal128(38, 3))
+        words = np.frombuffer(d.buffers()[1], np.int64)[2 * d.offset : 2 * (d.offset + n)]
+        lo, hi = words[0::2], words[1::2]
+        beyond = ok & (hi != (lo >> 63))
+        for i in np.flatnonzero(beyond).tolist():
+            bad.setdefault(base + i, dec._BEYOND)
+        return np.where(ok & ~beyond, lo, 0), ok
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # unchanged: one at a time
+        return dec._times_one_by_one(raw, base, bad), ok
+
+
+def test_times_match_the_split_reference() -> None:
+    # 3,000 random batches of 1-6 time texts (never empty: decode skips an empty batch): exact decimals, half-to-even past 3 decimals, exponents,
+    # int64's edges in ns, strings, null, absent (""), other JSON values
+    import random
+
+    from traceprof.collectors.kineto.decode import _times
+
+    texts = [
+        b"1.5", b"", b"-2", b"3.0005", b"3.0015", b"1e3", b"1.5e3", b'"12"', b"null", b"99999999999999999999",
+        b"9223372036854775.807", b"9223372036854775.808", b"-9223372036854775.808", b"-0.0004", b"0.0005",
+        b"1E-3", b"true", b"{}", b"1669783687464252", b"0",
+    ]  # fmt: skip
+    rng = random.Random(34)
+    for _ in range(3000):
+        raw = [msgspec.Raw(rng.choice(texts)) for _ in range(rng.randint(1, 6))]
+        want_bad: dict[int, str] = {}
+        got_bad: dict[int, str] = {}
+        want, got = _times_by_split(raw, 10, want_bad), _times(raw, 10, got_bad)
+        assert want[0].tolist() == got[0].tolist() and want[1].tolist() == got[1].tolist(), raw
+        assert want_bad == got_bad, raw
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _traces() if p.stat().st_size > 100_000][:6],
+    ids=lambda p: p.parent.name + "/" + p.name,
+)
+def test_classes_read_the_hint_of_the_rows_they_need(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # classes() runs the comm-hint regex only on the rows whose hint it reads (columns._hint_read);
+    # the reference runs it on every row, as before: the same class on every row
+    from traceprof.collectors.kineto import columns
+
+    got = _PARSE.parse(path).events.column("class").to_pylist()
+    monkeypatch.setattr(columns, "_hint_read", lambda f, *_: np.ones(f.n, bool))
+    assert _PARSE.parse(path).events.column("class").to_pylist() == got
+
+
+def test_a_kernel_launched_by_a_comm_op_is_comm_with_the_hint_read_on_cpu_rows(tmp_path: Path) -> None:
+    # A kernel whose name is no known collective is communication when the CPU op that launched it
+    # (External id 7) carries collective args; that op's hint must be read (columns._hint_read). The
+    # gemm launched by aten::mm (External id 8, no such args) is compute.
+    from tests.builders import kineto
+
+    ops = [
+        ("record_param_comms", 7, {"Collective name": "all_reduce", "Process Group Name": "0"}),
+        ("aten::mm", 8, {}),
+    ]
+    events: list[dict] = []
+    for i, (op, ext, extra) in enumerate(ops):
+        t = 100 * i
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": t, "dur": 50, "args": {"External id": ext, **extra}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 1, "dur": 5, "args": {"External id": ext, "correlation": 50 + i}},
+            {"ph": "X", "cat": "kernel", "name": ["custom_ring_kernel", "gemm_kernel"][i], "pid": 0, "tid": 7, "ts": t + 10, "dur": 20, "args": {"correlation": 50 + i, "device": 0, "stream": 7}},
+        ]  # fmt: skip
+    pt = _PARSE.parse(kineto(tmp_path / "rank0.json", events))
+    classes = dict(
+        zip(pt.events.column("name").to_pylist(), pt.events.column("class").to_pylist(), strict=True)
+    )
+    assert (classes["custom_ring_kernel"], classes["gemm_kernel"]) == ("comm", "compute")

@@ -316,7 +316,9 @@ def align_run(
     Idempotent: timestamps are re-derived from the recorded ones, so re-running (when the run gains
     ranks) replaces earlier offsets. With ``enabled=False`` earlier offsets are undone and
     ``runs.clock_aligned`` is set false. Runs on the store's connection (inside the caller's
-    transaction when there is one), and refreshes ``collective_instances`` arrivals.
+    transaction when there is one), and refreshes ``collective_instances`` arrivals when some
+    trace's offset changed (else they are as the last :func:`~traceprof.ingest.matching.match_run`
+    left them: its instances depend on the collectives' times and the step numbers alone).
 
     Args:
         store: A writable store whose run is already matched (``traceprof.ingest.matching``).
@@ -359,8 +361,9 @@ def align_run(
         )
     # every trace's shift in one statement per table (one per trace scanned the events once each)
     new = {int(t): int(offsets.get(r, 0)) for t, r, _, _ in traces}
+    deltas = {int(t): new[int(t)] - int(old or 0) for t, _, old, _ in traces}
     store.shift_traces(
-        {int(t): new[int(t)] - int(old or 0) for t, _, old, _ in traces},
+        deltas,
         (
             "steps: cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns",
             "collectives: enter_ns, start_ns, end_ns",
@@ -394,5 +397,6 @@ def align_run(
         notes.append(
             "clock offsets applied (ns): " + ", ".join(f"rank {r}: {o:+,}" for r, o in sorted(moved.items()))
         )
-    refresh_instances(store, run_id)
+    if any(deltas.values()):  # the arrivals moved; unmoved, they are as matching left them
+        refresh_instances(store, run_id)
     return ClockResult(aligned=linked, estimated=est, notes=tuple(notes), warnings=tuple(warn))

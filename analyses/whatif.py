@@ -560,13 +560,21 @@ class _PutBack:
         # a step's unchanged nodes still reach its latest end unless every node that did changed
         lost = np.bincount(s, weights=self.val[idx] == self.top[s], minlength=len(self.top))
         m = np.maximum(self.top[steps], new_max[steps])
-        for j in np.nonzero((lost[steps] >= self.n_top[steps]) | np.isnan(self.top[steps]))[0]:
-            k = steps[j]
-            a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
-            v = self.val[self.order[a:b]]
-            mine = s == k
-            v[self.pos[idx[mine]] - a] = new[mine]
-            m[j] = v.max()
+        redo = np.nonzero((lost[steps] >= self.n_top[steps]) | np.isnan(self.top[steps]))[0]
+        if len(redo):
+            # the changed nodes grouped by step (stable: each step's in their order here), so a
+            # step's are one slice, not a mask over every changed node per step
+            by_s = np.argsort(s, kind="stable")
+            s_sorted = s[by_s]
+            k_all = steps[redo]
+            los = np.searchsorted(s_sorted, k_all, "left")
+            his = np.searchsorted(s_sorted, k_all, "right")
+            for j, k, lo, hi in zip(redo.tolist(), k_all.tolist(), los.tolist(), his.tolist(), strict=True):
+                a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
+                v = self.val[self.order[a:b]]
+                mine = by_s[lo:hi]
+                v[self.pos[idx[mine]] - a] = new[mine]
+                m[j] = v.max()
         t[steps] = m - self.step_start[steps]
         return t
 

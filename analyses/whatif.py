@@ -530,12 +530,9 @@ class _PutBack:
         n_steps = len(seg)
         self.top = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
         step_i = np.repeat(np.arange(n_steps, dtype=np.int32), np.diff(np.append(seg, len(order))))
-        # each node's step (position in by_step's steps; -1: instance nodes) and place in order
-        # (node indices: ``order``'s dtype)
+        # each node's step (position in by_step's steps; -1: instance nodes)
         self.step_of = np.full(len(val), -1, np.int32)
         self.step_of[order] = step_i
-        self.pos = np.zeros(len(val), order.dtype)
-        self.pos[order] = np.arange(len(order), dtype=order.dtype)
         # how many nodes of each step end at its latest end
         self.n_top = np.bincount(step_i, weights=val[order] == self.top[step_i], minlength=n_steps)
 
@@ -562,19 +559,16 @@ class _PutBack:
         m = np.maximum(self.top[steps], new_max[steps])
         redo = np.nonzero((lost[steps] >= self.n_top[steps]) | np.isnan(self.top[steps]))[0]
         if len(redo):
-            # the changed nodes grouped by step (stable: each step's in their order here), so a
-            # step's are one slice, not a mask over every changed node per step
-            by_s = np.argsort(s, kind="stable")
-            s_sorted = s[by_s]
-            k_all = steps[redo]
-            los = np.searchsorted(s_sorted, k_all, "left")
-            his = np.searchsorted(s_sorted, k_all, "right")
-            for j, k, lo, hi in zip(redo.tolist(), k_all.tolist(), los.tolist(), his.tolist(), strict=True):
-                a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
-                v = self.val[self.order[a:b]]
-                mine = by_s[lo:hi]
-                v[self.pos[idx[mine]] - a] = new[mine]
-                m[j] = v.max()
+            # those steps' latest ends taken again with the changed ends in place (a step's slice
+            # of by_step's order holds its changed nodes and no other step's), then put back
+            old = self.val[idx]
+            try:
+                self.val[idx] = new
+                for j, k in zip(redo.tolist(), steps[redo].tolist(), strict=True):
+                    a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
+                    m[j] = self.val[self.order[a:b]].max()
+            finally:
+                self.val[idx] = old
         t[steps] = m - self.step_start[steps]
         return t
 

@@ -2,8 +2,9 @@
 
 ``_replay.replay_changes`` keeps the nodes waiting to be recomputed as marks and a heap of their
 levels (a level's nodes are one index range), where it took the union of every waiting node at
-each level; ``whatif._PutBack.step_t`` takes each recomputed step's changed nodes as one slice of
-them sorted by step, where it compared every changed node with the step. Both must give the same
+each level; ``whatif._PutBack.step_t`` writes the changed ends in place and takes each recomputed
+step's latest end from its slice (then puts them back), where it compared every changed node with
+each such step and copied the step's ends out. Both must give the same
 nodes, in the same order, and the same floats bit for bit, on random graphs (ties, nodes with no
 predecessor, a step all of whose latest nodes change) and on generated and sample runs.
 """
@@ -64,7 +65,8 @@ def _reference_replay_changes(
 
 
 def _reference_step_t(pb: whatif._PutBack, at: np.ndarray, w_at: np.ndarray) -> np.ndarray:
-    """``_PutBack.step_t`` as it was (cone branch): a mask over every changed node per step."""
+    """``_PutBack.step_t`` as it was (cone branch): a mask over every changed node per step, and
+    each recomputed step's ends copied out with its changed ones set by their place in the step."""
     idx, new = _reference_replay_changes(pb.tl, pb.w, pb.val, at, w_at)
     t = pb.t.copy()
     s = pb.step_of[idx]
@@ -77,12 +79,14 @@ def _reference_step_t(pb: whatif._PutBack, at: np.ndarray, w_at: np.ndarray) -> 
     np.maximum.at(new_max, s, new)
     lost = np.bincount(s, weights=pb.val[idx] == pb.top[s], minlength=len(pb.top))
     m = np.maximum(pb.top[steps], new_max[steps])
+    pos = np.zeros(len(pb.val), pb.order.dtype)  # each node's place in by_step's order
+    pos[pb.order] = np.arange(len(pb.order), dtype=pb.order.dtype)
     for j in np.nonzero((lost[steps] >= pb.n_top[steps]) | np.isnan(pb.top[steps]))[0]:
         k = steps[j]
         a, b = pb.seg[k], pb.seg[k + 1] if k + 1 < len(pb.seg) else len(pb.order)
         v = pb.val[pb.order[a:b]]
         mine = s == k
-        v[pb.pos[idx[mine]] - a] = new[mine]
+        v[pos[idx[mine]] - a] = new[mine]
         m[j] = v.max()
     t[steps] = m - pb.step_start[steps]
     return t
@@ -139,6 +143,7 @@ def test_cone_replay_equals_the_reference_on_random_graphs(seed: int) -> None:
     n = tl.nodes.height
     w = rng.integers(0, 4, n).astype(np.float64)
     val = _replay.replay_weights(tl, w.copy())
+    w0, val0 = w.copy(), val.copy()
     pb = whatif._PutBack(tl, w, val)
     a, b = tl.levels[len(tl.levels) // 2]
     cases = [np.zeros(0, np.int64), np.array([0]), np.array([n - 1]), np.arange(a, b), np.arange(n)]
@@ -161,6 +166,7 @@ def test_cone_replay_equals_the_reference_on_random_graphs(seed: int) -> None:
             got = val.copy()
             got[got_i] = got_v
             assert _same_bits(got, full)
+            assert _same_bits(w, w0) and _same_bits(val, val0)  # put back
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ negative values to 0), so the difference between two replays is the effect of th
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -763,13 +764,31 @@ def replay_changes(
     done_i: list[np.ndarray] = []
     done_v: list[np.ndarray] = []
     old_v: list[np.ndarray] = []
-    pending = np.unique(at)
+    # the nodes waiting to be recomputed, marked in place, and the levels holding any (a heap):
+    # a level's nodes are one index range (tl.levels), so each level's pending nodes come out
+    # sorted and distinct by scanning that range alone, never the whole pending set per level
+    pending = np.zeros(len(w), bool)
+    waiting = np.zeros(len(tl.levels), bool)
+    heap: list[int] = []
+
+    def wait(nodes: np.ndarray) -> None:
+        pending[nodes] = True
+        lv = np.unique(level[nodes])
+        lv = lv[~waiting[lv]]
+        waiting[lv] = True
+        for x in lv.tolist():
+            heapq.heappush(heap, x)
+
     try:
         w[at] = w_at
-        while len(pending):
-            lv = level[pending]
-            first = lv == lv.min()
-            cur, pending = pending[first], pending[~first]
+        if len(at):
+            wait(at)
+        while heap:
+            lo_l = heapq.heappop(heap)
+            waiting[lo_l] = False
+            a, b = tl.levels[lo_l]
+            cur = np.nonzero(pending[a:b])[0] + a
+            pending[cur] = False
             ready = base[cur].copy()
             pv, off = _gather(ptr, pred, cur)
             nonempty = ptr[cur + 1] > ptr[cur]
@@ -784,7 +803,9 @@ def replay_changes(
                 done_v.append(new[changed])
                 old_v.append(val[c])
                 val[c] = new[changed]
-                pending = np.union1d(pending, _gather(sptr, succ, c)[0])
+                nxt = _gather(sptr, succ, c)[0]
+                if len(nxt):
+                    wait(nxt)
     finally:
         w[at] = old_w
         for c, v in zip(reversed(done_i), reversed(old_v), strict=True):

@@ -530,12 +530,9 @@ class _PutBack:
         n_steps = len(seg)
         self.top = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
         step_i = np.repeat(np.arange(n_steps, dtype=np.int32), np.diff(np.append(seg, len(order))))
-        # each node's step (position in by_step's steps; -1: instance nodes) and place in order
-        # (node indices: ``order``'s dtype)
+        # each node's step (position in by_step's steps; -1: instance nodes)
         self.step_of = np.full(len(val), -1, np.int32)
         self.step_of[order] = step_i
-        self.pos = np.zeros(len(val), order.dtype)
-        self.pos[order] = np.arange(len(order), dtype=order.dtype)
         # how many nodes of each step end at its latest end
         self.n_top = np.bincount(step_i, weights=val[order] == self.top[step_i], minlength=n_steps)
 
@@ -560,13 +557,18 @@ class _PutBack:
         # a step's unchanged nodes still reach its latest end unless every node that did changed
         lost = np.bincount(s, weights=self.val[idx] == self.top[s], minlength=len(self.top))
         m = np.maximum(self.top[steps], new_max[steps])
-        for j in np.nonzero((lost[steps] >= self.n_top[steps]) | np.isnan(self.top[steps]))[0]:
-            k = steps[j]
-            a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
-            v = self.val[self.order[a:b]]
-            mine = s == k
-            v[self.pos[idx[mine]] - a] = new[mine]
-            m[j] = v.max()
+        redo = np.nonzero((lost[steps] >= self.n_top[steps]) | np.isnan(self.top[steps]))[0]
+        if len(redo):
+            # those steps' latest ends taken again with the changed ends in place (a step's slice
+            # of by_step's order holds its changed nodes and no other step's), then put back
+            old = self.val[idx]
+            try:
+                self.val[idx] = new
+                for j, k in zip(redo.tolist(), steps[redo].tolist(), strict=True):
+                    a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
+                    m[j] = self.val[self.order[a:b]].max()
+            finally:
+                self.val[idx] = old
         t[steps] = m - self.step_start[steps]
         return t
 

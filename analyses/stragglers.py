@@ -86,6 +86,7 @@ from traceprof.analyses._stragglers_topic import topic
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.core.schema import Column
+from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import fallback_note, run_steps
@@ -460,6 +461,7 @@ def run(store: Store, params: Params) -> Result:
     split = _split_windows(w, comp, steps.select("rank", "step", "step_start_ns"))
     del comp  # read before the replay, which lets go of the items outside a report once its graph is built
     costs, cost_what = _costs(store, run_id, params, source, per)
+    trim()  # the replay's freed arrays handed back before the cause tests (traceprof.core.trim)
     per = per.join(costs, on="rank", how="left").with_columns(pl.col("cost_pct").fill_null(0.0))
     episodic = pl.col("_max_hold_ns") > _replay.TRANSIENT_SKEW_FACTOR * int(inst["skew_ns"].median() or 0)  # type: ignore[arg-type]
     per = per.with_columns((pl.col("p_value") < params.alpha).alias("_suspect"), episodic.alias("_episodic"))

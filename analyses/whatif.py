@@ -75,6 +75,7 @@ import polars as pl
 from traceprof.analyses import _common, _replay
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
+from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.storage.store import Store
 
@@ -297,6 +298,7 @@ def run(store: Store, params: Params) -> Result:
     # events: 236 MiB, at whatif's and stragglers' peak)
     del comp
     _replay.release_compute_items(store, run_id)
+    trim()  # the build's freed arrays handed back before the replays (traceprof.core.trim)
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
     gap_i, dur_i, gap_m = _ideal(nodes, params.pool, params.ideal)  # gap_m: each host gap at its median

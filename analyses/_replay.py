@@ -32,14 +32,16 @@ import polars as pl
 
 from traceprof.core import cancel
 from traceprof.core.errors import AnalysisError
+from traceprof.engine import intervals
 from traceprof.engine.activity import activity, release_activity
-from traceprof.engine.analysis import shared
+from traceprof.engine.analysis import release_shared, shared
 from traceprof.engine.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
 from traceprof.ingest.matching import run_steps, unmatched_p2p
 from traceprof.storage.store import Store
 
 __all__ = [
     "compute_items",
+    "release_compute_items",
     "comm_items",
     "require_matched",
     "partial_note",
@@ -67,6 +69,8 @@ _OVERLAP_SHARE = 0.05
 #: Rows of the compute items worked on at once (whole ranks; at least one rank): the sort and the
 #: nesting filter hold one chunk's temporaries, not the run's.
 _CHUNK_ROWS = 1 << 18
+#: The activity columns the compute items are made from.
+_ITEM_COLUMNS = ("rank", "step", "lane", "name", "start_ns", "end_ns")
 
 
 @shared
@@ -84,14 +88,11 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
         Frame rank, step (the run's step: ``matching.run_steps``), name, start_ns, end_ns (ns,
         aligned clock), sorted by rank (nulls last), lane, start_ns, end_ns (longest first) and name.
     """
-    # the whole frame, the one a report shares; outside a report it is let go of just below
-    act = activity(store, run_id)
-    cols = ("rank", "step", "lane", "name", "start_ns", "end_ns")
-    comp = act.lazy().filter(pl.col("class") == "compute").select(cols).collect()  # only these columns copied
-    del act
-    # outside a report nothing reads the whole frame again (parallelism reads its own columns):
-    # let go of it before the replay (8 x 1 M events: about 400 MiB less at whatif's peak)
-    release_activity(store, run_id)
+    # a report takes the rows from the one frame it shares; outside a report only the compute
+    # rows' six columns are read (not every row's class, device and device kind), and let go of
+    # once the items are made from them
+    comp = activity(store, run_id, columns=_ITEM_COLUMNS, classes=("compute",)).select(_ITEM_COLUMNS)
+    release_activity(store, run_id, columns=_ITEM_COLUMNS, classes=("compute",))
     if comp.is_empty():
         comp = store.sql(
             """SELECT rank, step, 'tid ' || tid AS lane, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
@@ -103,7 +104,14 @@ def compute_items(store: Store, run_id: int) -> pl.DataFrame:
     if not parts:  # no rows: the frame as read, its types kept
         return comp.drop("lane")
     del comp
-    return pl.concat(parts, rechunk=True)
+    return intervals.concat_taking(parts)  # the chunks let go of column by column
+
+
+def release_compute_items(store: Store, run_id: int) -> None:
+    """Let go of the :func:`compute_items` kept for ``run_id`` in a ``traceprof analyze`` session
+    (``traceprof.engine.analysis.release_shared``; a report keeps them): its caller was their last
+    reader (the replay graph is built), and a later call makes them again."""
+    release_shared(compute_items, store, run_id)
 
 
 def _top_level(comp: pl.DataFrame) -> pl.DataFrame:

@@ -338,35 +338,67 @@ def _gaps(pieces: pl.DataFrame, windows: pl.DataFrame, launches: pl.DataFrame) -
     return out.filter(pl.col("end_ns") > pl.col("start_ns"))
 
 
+def _segment_columns(act: pl.DataFrame) -> list[str]:
+    """The columns of ``act`` that :func:`_segments` reads."""
+    return [c for c in act.columns if c in _PIECE or c in ("class", "launch_ts_ns")]
+
+
+def _rank_rows(act: pl.DataFrame) -> dict[int | None, pl.DataFrame]:
+    """``act``'s rows of each rank (rank cast to int32), keyed by rank, in their order: zero-copy
+    slices where ``act`` is sorted by rank without nulls (the activity), else filtered. A slice of
+    the activity's rows of one rank holds its own chunks (one per group of ranks), so the caller
+    that holds no other reference lets go of a rank's rows by dropping its entry."""
+    act = act.select(_segment_columns(act)).with_columns(pl.col("rank").cast(pl.Int32))  # no copy
+    r = act.get_column("rank")
+    if act.height and not r.null_count() and r.is_sorted():
+        ranks = r.unique().sort()
+        at = [*r.search_sorted(ranks, "left").to_list(), act.height]
+        return {k: act.slice(lo, hi - lo) for k, lo, hi in zip(ranks.to_list(), at, at[1:], strict=False)}
+    return {k: act.filter(pl.col("rank").eq_missing(k)) for k in r.unique().to_list()}
+
+
 def _segments(
-    act: pl.DataFrame, wait: pl.DataFrame, xfer: pl.DataFrame, windows: pl.DataFrame, cpu_ranks: list[int]
+    acts: dict[int | None, pl.DataFrame],
+    schema: pl.Schema,
+    wait: pl.DataFrame,
+    xfer: pl.DataFrame,
+    windows: pl.DataFrame,
+    cpu_ranks: list[int],
 ) -> pl.DataFrame:
     """Pieces and gaps cut at the step windows (module doc, steps 2-5), with ``step``, sorted by
-    rank and start_ns.
+    rank and start_ns; ``acts``: the activity's rows of each rank (:func:`_rank_rows`; taken: each
+    entry is dropped once its rank is done), ``schema``: the activity's.
 
     Every step works on one rank's rows alone, so the segments are built one rank at a time and
     put together in rank order: the temporaries (sorts, as-of joins, the pieces before the cut)
-    hold one rank's rows, not the run's (on 8 ranks x 1 M events, ~330 k rows rather than 2.6 M).
+    hold one rank's rows, not the run's (on 8 ranks x 1 M events, ~330 k rows rather than 2.6 M),
+    and a rank's activity is let go of once its segments are made (outside a report, where nothing
+    else holds it: the activity and the segments are not held whole at once).
     The segments of a rank are disjoint, so (rank, start_ns) orders them completely: the frame
     is the one the whole run's ``cut(...).sort("rank", "start_ns")`` gives.
     """
-    act = act.select(c for c in act.columns if c in _PIECE or c in ("class", "launch_ts_ns"))  # no copy
-    ranks = pl.concat([f.select(pl.col("rank").cast(pl.Int32)) for f in (act, wait, xfer, windows)])
+    empty = pl.DataFrame(schema=schema).select(_segment_columns(pl.DataFrame(schema=schema)))
+    empty = empty.with_columns(pl.col("rank").cast(pl.Int32))
+    ranks = pl.concat(
+        [pl.DataFrame({"rank": list(acts)}, schema={"rank": pl.Int32})]
+        + [f.select(pl.col("rank").cast(pl.Int32)) for f in (wait, xfer, windows)]
+    )
     parts = []
     for r in ranks["rank"].unique().sort(nulls_last=False).to_list():
 
         def mine(df: pl.DataFrame, r: int | None = r) -> pl.DataFrame:
             return df.filter(pl.col("rank").eq_missing(r))
 
-        a, w, x, win = mine(act), mine(wait), mine(xfer), mine(windows)
+        a, w, x, win = acts.pop(r, empty), mine(wait), mine(xfer), mine(windows)
         pieces = _pieces(a, w, x)
         gaps = _gaps(pieces, win, _launches(a, w, cpu_ranks))
+        del a  # this rank's activity: let go of before the next rank's
         parts.append(intervals.cut(pl.concat([pieces, gaps]), win, "rank", ["step"]).sort("start_ns"))
     if not parts:  # nothing at all: the whole run's (empty) frame
-        pieces = _pieces(act, wait, xfer)
-        gaps = _gaps(pieces, windows, _launches(act, wait, cpu_ranks))
+        pieces = _pieces(empty, wait, xfer)
+        gaps = _gaps(pieces, windows, _launches(empty, wait, cpu_ranks))
         return intervals.cut(pl.concat([pieces, gaps]), windows, "rank", ["step"]).sort("rank", "start_ns")
-    return pl.concat(parts, rechunk=True)
+    return intervals.concat_taking(parts)  # the ranks' parts let go of column by column
 
 
 # -- 5. account ------------------------------------------------------------------------------------
@@ -941,9 +973,13 @@ def run(store: Store, params: Params) -> Result:
         ~pl.col("step").is_in(list(run_transient(store, run_id).steps)).fill_null(False)
     )
     wait, xfer, source, n_inst = _collective_parts(store, run_id, params.source or None)
-    segs = _segments(act, wait, xfer, windows, cpu_ranks)
     multi = multi_device_ranks(act) if "device" in act.columns else []
-    del act  # the rest reads the segments: the activity is let go of before the walk
+    # the segments read six columns of each rank's rows: outside a report (nothing else holds the
+    # frame) the other columns are let go of before them, and each rank's rows once its segments
+    # are made
+    acts, schema = _rank_rows(act), act.schema
+    del act  # the rest reads the segments
+    segs = _segments(acts, schema, wait, xfer, windows, cpu_ranks)
     frame = _account(segs, windows)
     total = int(frame["step_ns"].sum())
     jobs = _job_steps(windows)

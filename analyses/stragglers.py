@@ -86,6 +86,7 @@ from traceprof.analyses._stragglers_topic import topic
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.core.schema import Column
+from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import fallback_note, run_steps
@@ -457,11 +458,13 @@ def run(store: Store, params: Params) -> Result:
         pl.col("wait_caused_ns").fill_null(0),
         _robust_z(pl.col("compute_ns")).alias("compute_z"),
     )
+    split = _split_windows(w, comp, steps.select("rank", "step", "step_start_ns"))
+    del comp  # read before the replay, which lets go of the items outside a report once its graph is built
     costs, cost_what = _costs(store, run_id, params, source, per)
+    trim()  # the replay's freed arrays handed back before the cause tests (traceprof.core.trim)
     per = per.join(costs, on="rank", how="left").with_columns(pl.col("cost_pct").fill_null(0.0))
     episodic = pl.col("_max_hold_ns") > _replay.TRANSIENT_SKEW_FACTOR * int(inst["skew_ns"].median() or 0)  # type: ignore[arg-type]
     per = per.with_columns((pl.col("p_value") < params.alpha).alias("_suspect"), episodic.alias("_episodic"))
-    split = _split_windows(w, comp, steps.select("rank", "step", "step_start_ns"))
     per = per.join(_own_causes(store, run_id, per, split, w, step_med, params), on="rank", how="left")
     # a suspect's own cause: beyond the noise floor and material, or extra work (its own measure of
     # what it costs: the replay pools ops by name and ordinal, which extra ops make unlike)

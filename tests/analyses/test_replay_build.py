@@ -214,3 +214,45 @@ def test_charged_equals_the_frame_definition(store, tmp_path, job):
     got, want = whatif._charged(tl.nodes), _reference_charged(tl.nodes)
     assert np.array_equal(got, want)
     assert 0 < got.sum() < len(got)  # some nodes charged, not all
+
+
+def _reference_ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, ...]:
+    """whatif._ideal as it grouped before: by the two columns kind and key (and step)."""
+    by = ["kind", "key", "step"] if pool == "step" else ["kind", "key"]
+    d_typ = pl.col("dur").median().over(by)
+    if ideal == "mean":
+        d_typ = pl.when(pl.col("kind") == 0).then(pl.col("dur").mean().over(by)).otherwise(d_typ)
+    med = nodes.select(pl.col("gap").median().over(by).alias("g"), d_typ.alias("d"))
+    g_med = med["g"].fill_null(0.0).to_numpy()
+    g, d = g_med, med["d"].fill_null(0.0).to_numpy()
+    if ideal == "min":
+        g, d = np.minimum(g, nodes["gap"].to_numpy()), np.minimum(d, nodes["dur"].to_numpy())
+    inst = nodes["kind"].to_numpy() == 2
+    return np.where(inst, 0.0, g), np.where(inst, 0.0, d), np.where(inst, 0.0, g_med)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("pool", ["all", "step"])
+@pytest.mark.parametrize("ideal", ["mean", "median", "min"])
+def test_ideal_on_one_key_equals_the_two_column_grouping(seed: int, pool: str, ideal: str) -> None:
+    """whatif._ideal groups (kind, key) as one integer: bit for bit the figures of grouping the two
+    columns, on random nodes (instance nodes with null keys, keys sharing a key0 across kinds,
+    float gaps and durations whose sums depend on their order), and on keys too large to combine."""
+    rng = np.random.default_rng(seed)
+    n = 3_000
+    kind = rng.integers(0, 4, n).astype(np.int8)
+    key = rng.integers(0, 5, n) * _replay.KEY_SPAN + rng.integers(0, 7, n)
+    nodes = pl.DataFrame(
+        {
+            "kind": kind,
+            "step": rng.integers(0, 3, n).astype(np.int32),
+            "key": pl.Series(key).set(pl.Series(kind == 2), None),
+            "gap": rng.random(n) * 1e6,
+            "dur": rng.random(n) * 1e7 + rng.integers(0, 2, n) * 1e-3,
+        }
+    )
+    for frame in (nodes, nodes.with_columns(pl.col("key") + 2**61)):  # the second: two columns kept
+        got, want = whatif._ideal(frame, pool, ideal), _reference_ideal(frame, pool, ideal)
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a, b)
+    assert (whatif._ideal(nodes, pool, ideal)[1] > 0).sum() > n // 2

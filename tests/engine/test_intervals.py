@@ -13,7 +13,7 @@ import random
 import polars as pl
 import pytest
 
-from traceprof.engine.intervals import class_measures, merge, subtract, union_ns
+from traceprof.engine.intervals import class_measures, concat_taking, merge, subtract, union_ns
 
 SCHEMA = {"rank": pl.Int64, "step": pl.Int64, "class": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
@@ -133,3 +133,26 @@ def test_tile_gives_the_same_pieces_whatever_the_row_order() -> None:
     for order in (rows, rows[::-1], [rows[1], rows[2], rows[0]]):
         df = pl.DataFrame(order, schema=["rank", "start_ns", "end_ns", "name"], orient="row")
         assert tile(df, ["rank"]).rows() == want
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_concat_taking_is_the_one_chunk_concat(seed: int) -> None:
+    """Parts of random sizes (empty ones too; nulls, strings, several chunks each; a column null in
+    every part, one null in some): the frame of ``pl.concat(parts, rechunk=True)``, in one chunk,
+    and the parts let go of (no columns left)."""
+    rng = random.Random(seed)
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        n = rng.choice([0, 1, 5, 40])
+        a, b = _random(rng, n), _random(rng, rng.randint(0, 3))
+        part = pl.concat([a, b], rechunk=False)  # two chunks
+        some = pl.lit(rng.choice([None, 7]), pl.Int32)
+        parts.append(part.with_columns(pl.lit(None, pl.Int64).alias("none"), some.alias("some")))
+    want = pl.concat(parts, rechunk=True)
+    taken = list(parts)
+    got = concat_taking(taken)
+    assert got.schema == want.schema and got.equals(want)
+    assert got.n_chunks("all") == [1] * got.width
+    assert all(p.width == 0 for p in taken)
+    assert got["none"].null_count() == got.height
+    assert all(p.width == 7 for p in parts)  # the frames given are not changed, only the list

@@ -233,3 +233,44 @@ def test_analyses_reading_their_columns_alone_match_the_whole_frame(tmp_path, na
         act_mod.activity(s.store, s.store.resolve_run("tf"), detail=True)  # the whole frame, held
         shared = _outcome(s.store, name, "tf")
     _assert_same(alone, shared)
+
+
+@pytest.mark.parametrize("source", ["straggler_rank2", "trace_filter"])
+def test_rows_of_some_classes_read_alone_match_the_whole_frame(store, tmp_path, source: str) -> None:
+    """``classes`` (the replay's compute items read the compute rows alone outside a report): the
+    rows of those classes of the whole frame, read alone (a bare store, ``traceprof analyze``) or
+    taken from the frame a report holds; rows compared sorted (ties of the sort come in any order)."""
+    import traceprof
+
+    _, run_id = _ingest(store, source)
+    whole = act_mod.activity(store, run_id, detail=True)
+    cols = ("rank", "step", "lane", "name", "start_ns", "end_ns")
+    for classes in (("compute",), ("comm", "memory")):
+        want = whole.filter(pl.col("class").is_in(list(classes)))
+        assert 0 < want.height < whole.height
+        got = act_mod.activity(store, run_id, columns=cols, classes=classes)
+        assert got.columns == list(cols)
+        assert _rows(got).equals(_rows(want.select(cols)))
+        assert _rows(act_mod.activity(store, run_id, detail=True, classes=classes)).equals(_rows(want))
+    store.close()
+    with traceprof.open(store.path, cache=False) as s:  # a report's session: from its one frame
+        act_mod.activity(s.store, run_id, detail=True)
+        got = act_mod.activity(s.store, run_id, columns=cols, classes=("compute",))
+        assert got.equals(whole.filter(pl.col("class") == "compute").select(cols))  # its order
+
+
+@pytest.mark.parametrize("source", ["straggler_rank2", "trace_filter"])
+@pytest.mark.parametrize("name", ["critical_path", "whatif", "stragglers"])
+def test_replay_analyses_letting_go_alone_match_the_whole_frame(store, source: str, name: str) -> None:
+    """``traceprof analyze`` of the analyses that let go of what they read (the compute rows read
+    alone, the items released once the replay graph is built, critical_path's unread columns): every
+    frame and note (or the error) of a session that holds the whole frame and every item (the report)."""
+    import traceprof
+
+    run, _ = _ingest(store, source)
+    store.close()
+    with traceprof.open(store.path, cache=False, many=False) as s:
+        alone = _outcome(s.store, name, run)
+    with traceprof.open(store.path, cache=False) as s:
+        shared = _outcome(s.store, name, run)
+    _assert_same(alone, shared)

@@ -100,9 +100,10 @@ def test_comm_kernel_patterns_travel_with_the_parse_options(tmp_path):
 
 
 def test_analyze_lets_go_of_the_activity_once_read_and_reads_it_again_when_asked(db):
-    # `traceprof analyze whatif` (many=False): the replay's compute items are kept, the whole activity
-    # frame they are made from is not (nothing else in the command reads it); asked again, it is read
-    # again and equals the frame a report's session (which never lets go) holds
+    # `traceprof analyze whatif` (many=False): neither the replay's compute items (let go of once its
+    # graph is built) nor the compute rows they are made from are kept (nothing else in the command
+    # reads them); asked again, the activity is read again and equals the frame a report's session
+    # (which never lets go) holds
     from polars.testing import assert_frame_equal
 
     from traceprof.engine.activity import activity
@@ -118,14 +119,15 @@ def test_analyze_lets_go_of_the_activity_once_read_and_reads_it_again_when_asked
         report.analyze("whatif", run="normal")
         report.analyze("critical_path", run="normal")
         assert len(frames(report)) == 1
+        assert any(k[0].endswith("_replay.compute_items") for k in report.memo or {})  # the report's stay
         kept = activity(report.store, run_id)
     with traceprof.open(db, cache=False, many=False) as s:
         assert s.store.resolve_run("normal") == run_id
         s.analyze("whatif", run="normal")
-        assert s.memo is not None and any(
+        assert s.memo is not None and not any(
             k[0].endswith("_replay.compute_items") for k in s.memo
-        )  # items stay
-        assert frames(s) == []  # the frame they were made from does not
+        )  # the items are let go of
+        assert frames(s) == []  # and so are the rows they were made from
         again = activity(s.store, run_id)
         assert len(frames(s)) == 1  # read again, and kept until released again
         assert again.height > 0

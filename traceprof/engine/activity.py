@@ -193,6 +193,7 @@ def activity(
     detail: bool = False,
     columns: tuple[str, ...] | None = None,
     alone: bool = False,
+    classes: tuple[str, ...] | None = None,
 ) -> pl.DataFrame:
     """Activity intervals of every rank of a run.
 
@@ -208,6 +209,9 @@ def activity(
             does not hold the whole frame yet (idle called first in a library session); without
             it such a session takes them from its one frame. Other sessions always read only
             ``columns`` (``traceprof analyze``: a third to half of the frame's memory).
+        classes: Only the rows of these classes (those of the frame, sorted the same way; rows
+            tied on rank, start and end may come in another order), read alone as ``columns``
+            are (the replay's compute items: no comm or memory rows). None: every class.
 
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
@@ -231,8 +235,11 @@ def activity(
         # one query per run inside a report: what is asked for taken from the detail frame (a few
         # columns asked for first ``alone`` are read alone: idle's, in a third less time)
         full = _activity(store, run_id, hta=hta, detail=True)
-        return full if columns is None and detail else full.select(columns or ACTIVITY_COLUMNS)
-    return _activity(store, run_id, hta=hta, detail=detail, columns=columns)
+        cols = full.columns if columns is None and detail else columns or ACTIVITY_COLUMNS
+        if classes is not None:  # only the selected columns of those rows copied
+            return full.lazy().filter(pl.col("class").is_in(list(classes))).select(cols).collect()
+        return full if columns is None and detail else full.select(cols)
+    return _activity(store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
 
 
 def release_activity(
@@ -242,20 +249,27 @@ def release_activity(
     hta: bool = False,
     detail: bool = False,
     columns: tuple[str, ...] | None = None,
+    classes: tuple[str, ...] | None = None,
 ) -> None:
     """Let go of the frame :func:`activity` kept for these arguments in a ``traceprof analyze``
     session (``traceprof.engine.analysis.release_shared``; a report keeps its one frame): its caller
     was its last reader in the command, and a later call reads it again. Nothing is released
     elsewhere."""
-    release_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns)
+    release_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
 
 
 @shared
 @kept_frame
 def _activity(
-    store: Store, run_id: int, *, hta: bool, detail: bool, columns: tuple[str, ...] | None = None
+    store: Store,
+    run_id: int,
+    *,
+    hta: bool,
+    detail: bool,
+    columns: tuple[str, ...] | None = None,
+    classes: tuple[str, ...] | None = None,
 ) -> pl.DataFrame:
-    sql = _query(store, run_id, hta=hta, detail=detail, columns=columns)
+    sql = _query(store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
     # sorted once by rank and start (end on a tie): the interval sweeps (``intervals.class_measures``,
     # ``union_ns``) then skip their sorts
     if hta:
@@ -265,9 +279,15 @@ def _activity(
 
 
 def _query(
-    store: Store, run_id: int, *, hta: bool, detail: bool, columns: tuple[str, ...] | None = None
+    store: Store,
+    run_id: int,
+    *,
+    hta: bool,
+    detail: bool,
+    columns: tuple[str, ...] | None = None,
+    classes: tuple[str, ...] | None = None,
 ) -> str:
-    """The SQL of :func:`activity` for run ``run_id`` (``columns``: its own)."""
+    """The SQL of :func:`activity` for run ``run_id`` (``columns``, ``classes``: its own)."""
     # the CPU branch reads every cpu_op (a third of the query's time): only when a rank has no GPU rows
     sql = _HTA_SQL if hta else _SQL if _cpu_ranks(store, run_id) else _GPU_SQL
     sql = (
@@ -277,8 +297,14 @@ def _query(
     )
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
-    if columns is not None:  # DuckDB then reads (and aggregates) only what these columns need
-        sql = "SELECT " + ", ".join(f'"{c}"' for c in columns) + f" FROM ({sql})"
+    if columns is not None or classes is not None:  # DuckDB then reads (and aggregates) only what these need
+        cols = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
+        where = (
+            ""
+            if classes is None
+            else " WHERE class IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in classes) + ")"
+        )
+        sql = f"SELECT {cols} FROM ({sql}){where}"
     return sql.replace("$run", str(int(run_id)))
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "class_measures",
     "rank_chunks",
     "by_rank_chunks",
+    "concat_taking",
 ]
 
 
@@ -85,6 +86,30 @@ def _split(df: pl.DataFrame, firsts: list[object]) -> list[pl.DataFrame]:
     r = df.get_column("rank")
     at = [0, *(int(i) for i in r.search_sorted(pl.Series(firsts[1:], dtype=r.dtype), "left")), df.height]
     return [df.slice(lo, hi - lo) for lo, hi in zip(at, at[1:], strict=False)]
+
+
+def concat_taking(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """``pl.concat(parts, rechunk=True)`` (frames of one schema, at least one), copied a column at
+    a time and taking the parts: each part's column is let go of once the result holds it, so the
+    rows are held about once, not twice (the parts and their one-chunk copy). A column null in
+    every part is made null at once, its memory never written (critical_path's segments of a run
+    whose collectives never reach the path: four columns, 62 MB of 8 x 1 M events). ``parts`` is
+    left holding frames of no columns; the caller must not read them again.
+
+    Raises:
+        polars.exceptions.SchemaError: The parts' columns differ in dtype.
+    """
+    cols: list[pl.Series] = []
+    n = sum(p.height for p in parts)
+    for c in parts[0].columns:
+        pieces = [p.get_column(c) for p in parts]
+        if all(s.null_count() == s.len() for s in pieces) and len({s.dtype for s in pieces}) == 1:
+            cols.append(pieces[0].clear(n))  # one chunk of nulls: zeroed pages, never touched
+        else:
+            cols.append(pl.concat(pieces, rechunk=True))
+        del pieces
+        parts[:] = [p.drop(c) for p in parts]  # in place: the caller's list lets go of the column too
+    return pl.DataFrame(cols)
 
 
 def _concat(parts: list[pl.DataFrame]) -> pl.DataFrame:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -349,9 +349,16 @@ def open_session(
         UsageError: A bad executor, scheduler or ``TRACEPROF_THREADS``; with ``dask``: a
             duckdb-layout store, Dask not installed, the scheduler unreachable.
     """
+    import duckdb
+
     from traceprof.storage.store import Store
 
     store = Store(db, read_only=read_only)
+    # DuckDB's allocator keeps what a query freed until its next task flushes it: the activity's
+    # reads (hundreds of MiB on 8 x 1 M events) then stay resident under the analyses' own peaks.
+    # Its background threads hand it back as it is freed (8 x 1 M, compute items made: 771 -> 650 MiB).
+    with suppress(duckdb.Error):  # a DuckDB without the setting: as before
+        store.con.execute("SET allocator_background_threads = true")
     try:
         return (cls or Session)(
             store,

@@ -337,11 +337,11 @@ def _items(store: Store, run: int) -> pl.DataFrame:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_heavy_analyses_start_without_what_the_light_ones_shared(db: Path, threads: int) -> None:
-    """The light analyses share one frame; the first heavy one starts with none of the shared
-    helpers' values kept (only results), reading its own as ``traceprof analyze`` does (the session's
-    ``many`` off); the values one group of heavy ones (joined by ``requires``) shares stay within
-    the group and are let go of before the next; at the end only results are kept and ``many`` is
-    back. On 8 ranks x 1 M events the frame is about 400 MiB the heavy ones do not read."""
+    """The light analyses share one frame (the session's ``many``); the heavy ones run as
+    ``traceprof analyze`` runs them (``many`` off), the first group still finding the light ones'
+    values (its first reader of the activity takes its columns from the frame and lets go of it);
+    the values one group of heavy ones (joined by ``requires``) shares stay within the group and
+    are let go of before the next; at the end only results are kept and ``many`` is back."""
     seen: dict[str, tuple[frozenset[str], bool]] = {}
     lock = threading.Lock()
 
@@ -388,9 +388,9 @@ def test_the_heavy_analyses_start_without_what_the_light_ones_shared(db: Path, t
     assert _calls == ["frame 1", "items 1"]  # each computed once: by the first reader, shared after
     assert seen["light1"][1] and seen["light2"][1] and seen["light3"][1]  # many: one shared frame
     # the heavy ones, group by group in report order (the required one first), none beside the frame
-    assert seen["used"] == (frozenset(), False)
-    assert seen["uses"] == (frozenset({"_items"}), False)  # its group's items, kept for it
-    assert seen["alone"] == (frozenset(), False)  # the next group: the items let go of
+    assert seen["used"] == (frozenset({"_frame"}), False)  # the frame, for it to take what it reads
+    assert seen["uses"] == (frozenset({"_frame", "_items"}), False)  # its group's items, kept for it
+    assert seen["alone"] == (frozenset(), False)  # the next group: the frame and items let go of
     assert seen["needs_alone"] == (frozenset(), False)
 
 
@@ -398,11 +398,20 @@ def test_a_report_lets_go_of_the_activity_frame_and_duckdbs_blocks_before_the_he
     db: Path,
 ) -> None:
     """On a real run: the light analyses read the activity frame once; when whatif (the first
-    heavy one) starts, the session holds no activity frame and DuckDB's buffer pool holds none
-    of the store's blocks; every heavy one reads only its own columns; DuckDB's memory limit
-    is as it was at the end; the results are those of sessions that run each analysis alone."""
+    heavy one) starts, DuckDB's buffer pool holds none of the store's blocks; whatif's compute
+    items take their columns from the frame and let go of it (no heavy one after it finds it);
+    critical_path reads its own columns (the one other read); DuckDB's memory limit is as it was
+    at the end; the results are those of sessions that run each analysis alone."""
+    from traceprof.engine import activity
+
     starts: dict[str, tuple[int, int]] = {}
     real = Session._compute
+    reads: list[str] = []
+    real_read = activity._by_rank
+
+    def reading(store, run_id, sql, *args):
+        reads.append("detail" if "launch_ts_ns" in sql else "plain")
+        return real_read(store, run_id, sql, *args)
 
     def watching(self, name, fn, store, p):
         if name in ("whatif", "critical_path", "stragglers", "mfu"):
@@ -421,15 +430,18 @@ def test_a_report_lets_go_of_the_activity_frame_and_duckdbs_blocks_before_the_he
     params = {"mfu": {"model_flops_per_step": "1e12"}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Session, "_compute", watching)
+        mp.setattr(activity, "_by_rank", reading)
         with Store(db, read_only=True) as st, Session(st, threads=2) as s:
             limit = st.con.execute("SELECT current_setting('memory_limit')").fetchall()
             out = findings.run_analyses(st, st.resolve_run(None), params)
             assert st.con.execute("SELECT current_setting('memory_limit')").fetchall() == limit
             assert s.many  # many again: a baseline's diff after the analyses shares as before
     assert starts.keys() == {"whatif", "critical_path", "stragglers", "mfu"}
-    # the light ones' frame let go of, and DuckDB's blocks (but those under the floor it empties to)
-    assert starts["whatif"][0] == 0 and starts["whatif"][1] <= session.POOL_FLOOR_MB << 20
-    assert all(frames == 0 for frames, _ in starts.values())  # each heavy one let go of its own
+    # DuckDB's blocks let go of (but those under the floor it empties its pool to)
+    assert starts["whatif"][1] <= session.POOL_FLOOR_MB << 20
+    # the light ones' frame let go of once whatif has taken its columns; each heavy one its own
+    assert starts["critical_path"][0] == starts["stragglers"][0] == starts["mfu"][0] == 0
+    assert reads == ["detail", "detail"]  # the light ones' frame, then critical_path's 9 columns
     for name in starts:  # the same results as `traceprof analyze NAME` in a session of its own
         with Store(db, read_only=True) as st, Session(st, many=False):
             run = st.resolve_run(None)

@@ -321,9 +321,9 @@ def _run_all(
     ones: beside another analysis their peaks would add (on 8 ranks x 1 M events ``whatif``
     beside ``critical_path`` made the report's peak 1.99 GiB, beside ``gaps`` 1.88 GiB, against
     1.66 GiB for ``whatif`` alone). They run as ``traceprof analyze`` runs them (:class:`_Phases`):
-    the light ones' shared activity frame is let go of first, each heavy one reads only its own
-    columns, and the helpers' values of one group of heavy ones (those joined by ``requires``)
-    are let go of before the next group. A free thread takes the first of ``todo`` in that order
+    the light ones' shared activity frame is let go of once the first heavy one has taken its
+    columns from it, each other heavy one reads only its own columns, and the helpers' values of
+    one group of heavy ones (those joined by ``requires``) are let go of before the next group. A free thread takes the first of ``todo`` in that order
     that may run now (:func:`_next`)."""
     threads = min(threads, len(todo))
     heavy = _heavy(todo)
@@ -445,12 +445,14 @@ class _Phases:
     """What the session keeps as the report's analyses start (:func:`_run_all`).
 
     The light ones share one activity frame (the session's ``many``). At the first heavy one the
-    session lets go of every shared helper's value (that frame above all: about 400 MiB on 8 ranks
-    x 1 M events) and runs the rest one at a time (``Session.one_at_a_time``): each heavy one
-    reads only its own columns and lets go of them, as ``traceprof analyze`` does; at the start of
-    each further group, and at the end, the helpers' values the last group made (the replay's
-    compute items) are let go of too. Results stay. Without a session that keeps results, or
-    without heavy ones, nothing changes.
+    session empties DuckDB's buffer pool and runs the rest one at a time
+    (``Session.one_at_a_time``), as ``traceprof analyze`` does: the first heavy one to read the
+    activity takes its columns from the light ones' frame (no second read) and lets go of the
+    frame (about 400 MiB on 8 ranks x 1 M events) before its own work; the others read only
+    their own columns and let go of them. At the start of each further group of heavy ones, and
+    at the end, the session lets go of every shared helper's value (the replay's compute items,
+    236 MiB; the frame, had nothing taken it) and of DuckDB's cached blocks again. Results stay.
+    Without a session that keeps results, or without heavy ones, nothing changes.
     """
 
     def __init__(self, store: Store, todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]) -> None:
@@ -475,10 +477,12 @@ class _Phases:
         group = self.groups.get(name)
         if self.session is None or group is None or group == self.group:
             return
-        if self.group is None:
+        if self.group is None:  # the first heavy one: it takes its columns from the frame, if it reads it
             self._stack.enter_context(self.session.one_at_a_time())
+            self.session.empty_buffer_pool()
+        else:
+            self.session.let_go()
         self.group = group
-        self.session.let_go()
 
 
 def _next(

@@ -270,6 +270,11 @@ class Session:
             with self._lock:
                 for key in [k for k, slot in self.memo.items() if slot.done and not _is_result(k)]:
                     del self.memo[key]
+        self.empty_buffer_pool()
+
+    def empty_buffer_pool(self) -> None:
+        """Make DuckDB drop the store's blocks it keeps cached in its buffer pool (:meth:`let_go`'s
+        second half; call it, too, only while no other thread uses the store)."""
         _empty_buffer_pool(self.store)
 
     @contextmanager

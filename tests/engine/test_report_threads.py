@@ -316,3 +316,139 @@ def test_the_heavy_analyses_run_alone_after_the_light_ones(db: Path) -> None:
     beside = dict(log)
     assert beside["used"] == beside["uses"] == frozenset()  # alone
     assert beside["light2"] == {"light1"}  # the light ones two at a time
+
+
+_calls: list[str] = []
+
+
+@analysis.shared
+def _frame(store: Store, run: int) -> pl.DataFrame:
+    """A stand-in for the activity frame the light analyses share (counted as it is computed)."""
+    _calls.append(f"frame {run}")
+    return pl.DataFrame({"x": [run]})
+
+
+@analysis.shared
+def _items(store: Store, run: int) -> pl.DataFrame:
+    """A stand-in for the replay's compute items, read by one group of heavy analyses."""
+    _calls.append(f"items {run}")
+    return pl.DataFrame({"x": [run]})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_heavy_analyses_start_without_what_the_light_ones_shared(db: Path, threads: int) -> None:
+    """The light analyses share one frame (the session's ``many``); the heavy ones run as
+    ``traceprof analyze`` runs them (``many`` off), the first group still finding the light ones'
+    values (its first reader of the activity takes its columns from the frame and lets go of it);
+    the values one group of heavy ones (joined by ``requires``) shares stay within the group and
+    are let go of before the next; at the end only results are kept and ``many`` is back."""
+    seen: dict[str, tuple[frozenset[str], bool]] = {}
+    lock = threading.Lock()
+
+    def held(s: Session) -> frozenset[str]:  # the shared helpers' values the memo holds
+        assert s.memo is not None
+        return frozenset(
+            k[0].rsplit(".", 1)[-1] for k, slot in s.memo.items() if k[0] != "analysis" and slot.done
+        )
+
+    def make(name: str, reads) -> analysis.Analysis:
+        def run(store, p):
+            s = analysis.memo_store(store).session
+            with lock:
+                seen[name] = (held(s), s.many)
+            for r in reads:
+                r(store, 1)
+            time.sleep(0.05)
+            return FrameResult(pl.DataFrame({"x": [name]}))
+
+        return run
+
+    specs = {
+        "light1": ((_frame,), ()),
+        "uses": ((_items,), ("used",)),  # heavy, group 1: runs "used"
+        "light2": ((_frame,), ()),
+        "alone": ((), ()),  # heavy, group 2: another requires it
+        "used": ((_items,), ()),  # heavy, group 1
+        "needs_alone": ((), ("alone",)),  # heavy, group 2
+        "light3": ((_frame,), ()),
+    }
+    todo = [
+        (
+            n,
+            analysis.Analysis(n, analysis.RunParams, FrameResult, (), make(n, reads), requires=req),
+            analysis.RunParams(),
+        )
+        for n, (reads, req) in specs.items()
+    ]
+    _calls.clear()
+    with Store(db, read_only=True) as st, Session(st, threads=threads, many=True) as s:
+        out = findings._run_all(st, todo, threads)
+        assert held(s) == frozenset() and s.many  # nothing but results kept; many as it was
+    assert list(out) == list(specs)
+    assert _calls == ["frame 1", "items 1"]  # each computed once: by the first reader, shared after
+    assert seen["light1"][1] and seen["light2"][1] and seen["light3"][1]  # many: one shared frame
+    # the heavy ones, group by group in report order (the required one first), none beside the frame
+    assert seen["used"] == (frozenset({"_frame"}), False)  # the frame, for it to take what it reads
+    assert seen["uses"] == (frozenset({"_frame", "_items"}), False)  # its group's items, kept for it
+    assert seen["alone"] == (frozenset(), False)  # the next group: the frame and items let go of
+    assert seen["needs_alone"] == (frozenset(), False)
+
+
+def test_a_report_lets_go_of_the_activity_frame_and_duckdbs_blocks_before_the_heavy_analyses(
+    db: Path,
+) -> None:
+    """On a real run: the light analyses read the activity frame once; when whatif (the first
+    heavy one) starts, DuckDB's buffer pool holds none of the store's blocks; whatif's compute
+    items take their columns from the frame and let go of it (no heavy one after it finds it);
+    critical_path reads its own columns (the one other read); DuckDB's memory limit is as it was
+    at the end; the results are those of sessions that run each analysis alone."""
+    from traceprof.engine import activity
+
+    starts: dict[str, tuple[int, int]] = {}
+    real = Session._compute
+    reads: list[str] = []
+    real_read = activity._by_rank
+
+    def reading(store, run_id, sql, *args):
+        reads.append("detail" if "launch_ts_ns" in sql else "plain")
+        return real_read(store, run_id, sql, *args)
+
+    def watching(self, name, fn, store, p):
+        if name in ("whatif", "critical_path", "stragglers", "mfu"):
+            assert self.memo is not None
+            frames = sum(
+                1
+                for k, slot in self.memo.items()
+                if k[0] == "traceprof.engine.activity._activity" and slot.done
+            )
+            blocks = self.store.con.execute(
+                "SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'"
+            ).fetchall()[0][0]
+            starts[name] = (frames, blocks)
+        return real(self, name, fn, store, p)
+
+    params = {"mfu": {"model_flops_per_step": "1e12"}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Session, "_compute", watching)
+        mp.setattr(activity, "_by_rank", reading)
+        with Store(db, read_only=True) as st, Session(st, threads=2) as s:
+            limit = st.con.execute("SELECT current_setting('memory_limit')").fetchall()
+            out = findings.run_analyses(st, st.resolve_run(None), params)
+            assert st.con.execute("SELECT current_setting('memory_limit')").fetchall() == limit
+            assert s.many  # many again: a baseline's diff after the analyses shares as before
+    assert starts.keys() == {"whatif", "critical_path", "stragglers", "mfu"}
+    # DuckDB's blocks let go of (but those under the floor it empties its pool to)
+    assert starts["whatif"][1] <= session.POOL_FLOOR_MB << 20
+    # the light ones' frame let go of once whatif has taken its columns; each heavy one its own
+    assert starts["critical_path"][0] == starts["stragglers"][0] == starts["mfu"][0] == 0
+    assert reads == ["detail", "detail"]  # the light ones' frame, then critical_path's 9 columns
+    for name in starts:  # the same results as `traceprof analyze NAME` in a session of its own
+        with Store(db, read_only=True) as st, Session(st, many=False):
+            run = st.resolve_run(None)
+            alone = findings.run_analyses(
+                st, run, {name: params[name]} if name in params else {}, names=(name,)
+            )[name]
+        a, b = _frames(out[name]), _frames(alone)
+        assert a.keys() == b.keys() and "error" not in a, name
+        for k in a:
+            assert a[k].equals(b[k]) if isinstance(a[k], pl.DataFrame) else a[k] == b[k], (name, k)

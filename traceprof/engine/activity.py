@@ -229,11 +229,12 @@ def activity(
     """
     if columns is not None and not {"rank", "start_ns", "end_ns", "step"} <= set(columns):
         raise ValueError(f"activity columns {columns}: rank, start_ns, end_ns and step are needed")
-    if reusing(store) and (
-        columns is None or not alone or shared_done(_activity, store, run_id, hta=hta, detail=True)
-    ):
+    held = shared_done(_activity, store, run_id, hta=hta, detail=True)
+    if held or (reusing(store) and (columns is None or not alone)):
         # one query per run inside a report: what is asked for taken from the detail frame (a few
-        # columns asked for first ``alone`` are read alone: idle's, in a third less time)
+        # columns asked for first ``alone`` are read alone: idle's, in a third less time); the
+        # report's first heavy analysis takes its columns from the frame its light ones shared
+        # (no second read) and lets go of the rest (:func:`release_activity`)
         full = _activity(store, run_id, hta=hta, detail=True)
         cols = full.columns if columns is None and detail else columns or ACTIVITY_COLUMNS
         if classes is not None:  # only the selected columns of those rows copied
@@ -252,10 +253,13 @@ def release_activity(
     classes: tuple[str, ...] | None = None,
 ) -> None:
     """Let go of the frame :func:`activity` kept for these arguments in a ``traceprof analyze``
-    session (``traceprof.engine.analysis.release_shared``; a report keeps its one frame): its caller
-    was its last reader in the command, and a later call reads it again. Nothing is released
-    elsewhere."""
+    session (``traceprof.engine.analysis.release_shared``; a report keeps its one frame for its
+    light analyses), and of the run's whole detail frame where the session still holds it (a
+    report's heavy analyses run one at a time: the first takes its columns from the light ones'
+    frame): its caller was its last reader in the command, and a later call reads it again.
+    Nothing is released elsewhere."""
     release_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
+    release_shared(_activity, store, run_id, hta=hta, detail=True)
 
 
 @shared

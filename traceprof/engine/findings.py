@@ -320,17 +320,35 @@ def _run_all(
     The heavy ones (:func:`_heavy`: each builds a graph of every event) run alone, after the light
     ones: beside another analysis their peaks would add (on 8 ranks x 1 M events ``whatif``
     beside ``critical_path`` made the report's peak 1.99 GiB, beside ``gaps`` 1.88 GiB, against
-    1.66 GiB for ``whatif`` alone). A free thread takes the first of ``todo`` in report order
+    1.66 GiB for ``whatif`` alone). They run as ``traceprof analyze`` runs them (:class:`_Phases`):
+    the light ones' shared activity frame is let go of once the first heavy one has taken its
+    columns from it, each other heavy one reads only its own columns, and the helpers' values of
+    one group of heavy ones (those joined by ``requires``) are let go of before the next group. A free thread takes the first of ``todo`` in that order
     that may run now (:func:`_next`)."""
     threads = min(threads, len(todo))
-    if threads < 2 or not store.read_only:
-        return {name: _one(an, store, p) for name, an, p in todo}
     heavy = _heavy(todo)
-    # the light ones first, the heavy ones after them, those that another requires first (whatif,
-    # which stragglers runs); stable: else in report order
-    required = {r for _, an, _ in todo for r in an.requires}
-    pending = sorted(todo, key=lambda t: (t[0] in heavy, t[0] not in required))
+    pending = _order(todo, heavy)
     results: dict[str, FrameResult | TraceprofError] = {}
+    with _Phases(store, todo, heavy) as phases:
+        if threads < 2 or not store.read_only:
+            for name, an, p in pending:
+                phases.start(name)
+                results[name] = _one(an, store, p)
+            return {name: results[name] for name, _, _ in todo}
+        _run_threads(store, pending, heavy, threads, phases, results)
+        return {name: results[name] for name, _, _ in todo}
+
+
+def _run_threads(
+    store: Store,
+    pending: list[tuple[str, registry.Analysis, Any]],
+    heavy: set[str],
+    threads: int,
+    phases: _Phases,
+    results: dict[str, FrameResult | TraceprofError],
+) -> None:
+    """Run ``pending`` (:func:`_order`) on ``threads`` threads into ``results`` (:func:`_run_all`)."""
+    pending = list(pending)
     ready = threading.Condition()
     running: set[str] = set()
     with contextlib.ExitStack() as stack:
@@ -346,6 +364,7 @@ def _run_all(
                     cancel.checkpoint()
                 pending.remove(t)
                 running.add(t[0])
+                phases.start(t[0])  # a heavy one starts alone: nothing else runs meanwhile
             view = free.get()
             try:
                 results[t[0]] = _one(t[1], view, t[2])
@@ -355,9 +374,10 @@ def _run_all(
                     running.discard(t[0])
                     ready.notify_all()
 
+        n = len(pending)
         pool = ThreadPoolExecutor(threads, thread_name_prefix="traceprof-analysis")
         with cancel.scope() as stop:
-            futures = [pool.submit(contextvars.copy_context().run, task) for _ in todo]
+            futures = [pool.submit(contextvars.copy_context().run, task) for _ in range(n)]
         try:
             waiting = set(futures)
             while waiting:  # a timed wait, so that Ctrl-C reaches this thread
@@ -378,7 +398,6 @@ def _run_all(
         pool.shutdown()
         for f in futures:
             f.result()  # a thread's own failure (not an analysis' TraceprofError) raised here
-        return {name: results[name] for name, _, _ in todo}
 
 
 def _heavy(todo: list[tuple[str, registry.Analysis, Any]]) -> set[str]:
@@ -387,6 +406,83 @@ def _heavy(todo: list[tuple[str, registry.Analysis, Any]]) -> set[str]:
     building a graph of every event of the run (1.3-1.5 GiB alone on 8 ranks x 1 M events)."""
     required = {r for _, an, _ in todo for r in an.requires}
     return {name for name, an, _ in todo if an.requires or name in required}
+
+
+def _groups(todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]) -> dict[str, int]:
+    """Each heavy analysis of ``todo`` -> its group: those joined by ``requires`` (``stragglers``
+    runs ``whatif``: both read the replay's compute items) are one group, numbered in the order of
+    their first member in ``todo``."""
+    group = {name: name for name in heavy}
+
+    def root(name: str) -> str:
+        while group[name] != name:
+            name = group[name]
+        return name
+
+    for name, an, _ in todo:
+        for r in an.requires:
+            if name in group and r in group:
+                group[root(r)] = root(name)
+    number: dict[str, int] = {}
+    for name, _, _ in todo:
+        if name in heavy:
+            number.setdefault(root(name), len(number))
+    return {name: number[root(name)] for name in heavy}
+
+
+def _order(
+    todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]
+) -> list[tuple[str, registry.Analysis, Any]]:
+    """``todo`` in the order the analyses start: the light ones first, then the heavy ones group
+    by group (:func:`_groups`), in each group those another requires first (``whatif``, which
+    ``stragglers`` runs); stable: else in report order."""
+    required = {r for _, an, _ in todo for r in an.requires}
+    groups = _groups(todo, heavy)
+    return sorted(todo, key=lambda t: (t[0] in heavy, groups.get(t[0], 0), t[0] not in required))
+
+
+class _Phases:
+    """What the session keeps as the report's analyses start (:func:`_run_all`).
+
+    The light ones share one activity frame (the session's ``many``). At the first heavy one the
+    session empties DuckDB's buffer pool and runs the rest one at a time
+    (``Session.one_at_a_time``), as ``traceprof analyze`` does: the first heavy one to read the
+    activity takes its columns from the light ones' frame (no second read) and lets go of the
+    frame (about 400 MiB on 8 ranks x 1 M events) before its own work; the others read only
+    their own columns and let go of them. At the start of each further group of heavy ones, and
+    at the end, the session lets go of every shared helper's value (the replay's compute items,
+    236 MiB; the frame, had nothing taken it) and of DuckDB's cached blocks again. Results stay.
+    Without a session that keeps results, or without heavy ones, nothing changes.
+    """
+
+    def __init__(self, store: Store, todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]) -> None:
+        s = getattr(registry.memo_store(store), "session", None)
+        self.session = s if s is not None and s.memo is not None else None
+        self.groups = _groups(todo, heavy)
+        self.group: int | None = None
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> _Phases:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.group is not None and self.session is not None:
+                self.session.let_go()
+        finally:
+            self._stack.close()
+
+    def start(self, name: str) -> None:
+        """Analysis ``name`` starts (a heavy one: nothing else runs)."""
+        group = self.groups.get(name)
+        if self.session is None or group is None or group == self.group:
+            return
+        if self.group is None:  # the first heavy one: it takes its columns from the frame, if it reads it
+            self._stack.enter_context(self.session.one_at_a_time())
+            self.session.empty_buffer_pool()
+        else:
+            self.session.let_go()
+        self.group = group
 
 
 def _next(

@@ -93,6 +93,42 @@ def cache_from_env(enabled: bool = True) -> bool:
 
 _S = TypeVar("_S", bound="Session")
 
+#: The first item of an analysis result's memo key (``(_RESULT, name, params)``); the shared
+#: helpers' keys start with the helper's qualified name (``traceprof.engine.analysis.shared``).
+_RESULT = "analysis"
+
+
+def _is_result(key: Any) -> bool:
+    """Whether memo key ``key`` is an analysis result's (not a shared helper's value)."""
+    return isinstance(key, tuple) and len(key) == 3 and key[0] == _RESULT
+
+
+def _empty_buffer_pool(store: Store) -> None:
+    """Make DuckDB drop the store's blocks it keeps in its buffer pool (read, then kept until memory
+    runs short): its memory limit set to :data:`POOL_FLOOR_MB`, which evicts the unpinned blocks
+    above it, and set back at once. Nothing else may query the store meanwhile (a query would find
+    the limit that low). A limit that cannot be lowered (blocks pinned, a locked configuration) is
+    left as it was."""
+    import duckdb
+
+    con = getattr(store, "con", None)
+    if con is None:
+        return
+    try:
+        limit = con.execute("SELECT current_setting('memory_limit')").fetchall()
+        con.execute(f"SET memory_limit = '{POOL_FLOOR_MB}MB'")
+    except duckdb.Error:
+        return
+    con.execute("RESET memory_limit")  # DuckDB's default; a limit set before: as it was, below
+    if con.execute("SELECT current_setting('memory_limit')").fetchall() != limit:
+        con.execute(f"SET memory_limit = '{limit[0][0]}'")
+
+
+#: What DuckDB's memory limit is lowered to for a moment to empty its buffer pool
+#: (:func:`_empty_buffer_pool`; MB). Not less: at a limit of a few KB the statement that sets it
+#: back fails for want of memory.
+POOL_FLOOR_MB = 8
+
 
 class _Slot:
     """One memo entry: filled once, by the first thread that asks for it; another thread asking
@@ -219,6 +255,42 @@ class Session:
             if slot is not None and slot.done:
                 del self.memo[key]
 
+    def let_go(self) -> None:
+        """Let go of what the session keeps beside the analyses' results: every value the shared
+        helpers keep in the memo (``traceprof.engine.analysis.shared``: the activity frame, the
+        replay's compute items, the collectives' arrivals) and the store's blocks DuckDB holds in
+        its buffer pool (80-150 MiB on 8 ranks x 1 M events), so that what runs next starts as
+        if alone. A later caller computes the values again and DuckDB reads the blocks again.
+
+        Call it only while no other thread uses the session or the store (the report calls it
+        before each group of its heavy analyses, which run alone: ``traceprof.engine.findings``):
+        DuckDB's limit is lowered for a moment to empty its pool. Entries being computed are left
+        alone."""
+        if self.memo is not None:
+            with self._lock:
+                for key in [k for k, slot in self.memo.items() if slot.done and not _is_result(k)]:
+                    del self.memo[key]
+        self.empty_buffer_pool()
+
+    def empty_buffer_pool(self) -> None:
+        """Make DuckDB drop the store's blocks it keeps cached in its buffer pool (:meth:`let_go`'s
+        second half; call it, too, only while no other thread uses the store)."""
+        _empty_buffer_pool(self.store)
+
+    @contextmanager
+    def one_at_a_time(self) -> Iterator[None]:
+        """Within the block, run analyses as ``traceprof analyze`` runs one (:attr:`many` off):
+        shared helpers fetch only what their caller asks for, and the last reader of a large one
+        lets go of it (``traceprof.engine.analysis.release_shared``). The report's heavy analyses
+        run so, one after another, once the light ones have shared their one activity frame.
+        :attr:`many` is restored at the end."""
+        many = self.many
+        self.many = False
+        try:
+            yield
+        finally:
+            self.many = many
+
     def compute(
         self, name: str, fn: Callable[[Any, Any], FrameResult], store: Any, params: Any
     ) -> FrameResult:
@@ -228,7 +300,7 @@ class Session:
         if self.memo is None:
             return self._compute(name, fn, store, params)
         return self.once(
-            ("analysis", name, params), lambda: self._compute(name, fn, store, params), keep_errors=True
+            (_RESULT, name, params), lambda: self._compute(name, fn, store, params), keep_errors=True
         )
 
     def _compute(

@@ -325,3 +325,32 @@ def test_shape_flops_in_pieces_of_lanes_on_a_sample(monkeypatch, store):
     monkeypatch.setattr(optree, "PIECE_ROWS", 1)
     got = flops.signature_flops(store, run_id).sort(pl.all(), nulls_last=True)
     assert want.height > 0 and got.equals(want)
+
+
+def test_a_session_reads_the_signature_flops_once_and_they_equal_a_bare_read(tmp_path, monkeypatch):
+    # mfu (flops.account) and stragglers (_cause.work_ops) both read the run's leaf-op shapes: in a
+    # session that keeps results the call tree is built once (one with_parents call for both), and
+    # what they get equals a bare store's read (no session: every call reads again)
+    import traceprof
+    from traceprof.analyses import _cause
+    from traceprof.storage.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as st:
+        run_id = sample_run(st, "extra_matmul")
+        bare_sig = flops.signature_flops(st, run_id)
+        bare_shapes = flops.shape_flops(st, run_id)
+        bare_ops = _cause.work_ops(st, run_id)
+    assert bare_sig.height > 0 and bare_ops.height > 0
+    calls = []
+    real = flops.with_parents
+    monkeypatch.setattr(flops, "with_parents", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with traceprof.open(db, cache=False, many=True) as s:
+        acc = flops.account(s.store, run_id)
+        ops = _cause.work_ops(s.store, run_id)
+        again = flops.signature_flops(s.store, run_id)
+    assert len(calls) == 1
+    assert acc.shapes.equals(bare_shapes)
+    assert ops.equals(bare_ops)
+    # (its rows come in no set order: a group_by's)
+    assert again.sort(pl.all(), nulls_last=True).equals(bare_sig.sort(pl.all(), nulls_last=True))

@@ -53,6 +53,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
+    # -h as well as --help on every command (subcommands inherit it from the app's context)
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 # Strings from traces are untrusted: nothing printed is read as markup or emoji codes, and every

@@ -118,6 +118,17 @@ def test_help_shows_field_standard_value_words():
     assert _line(run("baseline", "add", "x")[2]).startswith("error: Missing argument 'RUN...'. (see ")
 
 
+def test_h_is_help_on_every_command():
+    # -h prints what --help prints, on the app, every command and every subcommand (it was
+    # "No such option: -h" everywhere but analyze)
+    seen = 0
+    for path, out in _helps():
+        code, short, err = run(*path.split(), "-h")
+        assert (code, short) == (0, out), (path, err)
+        seen += 1
+    assert seen > 15
+
+
 def test_the_typer_words_pattern_finds_what_typer_printed():
     # the check above cannot pass vacuously: each word typer 0.29 printed is found
     for shown in (

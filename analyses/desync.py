@@ -530,6 +530,7 @@ _GROUP = (rc.text("pg", "Process group"), rc.ranks_list("members", "Ranks of the
 
 SPEC = Analysis(
     name="desync",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=(

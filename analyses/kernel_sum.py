@@ -45,6 +45,7 @@ class Result(FrameResult):
 
 SPEC = Analysis(
     name="kernel_sum",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=(

@@ -108,6 +108,7 @@ def _launch_columns(*keys: Column) -> tuple[Column, ...]:
 
 SPEC = Analysis(
     name="launch",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=(

@@ -76,6 +76,7 @@ def _bytes(name: str, doc: str) -> Column:
 
 SPEC = Analysis(
     name="memcpy_sum",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=(

@@ -415,6 +415,7 @@ _TABLE_DOCS = {
 
 SPEC = Analysis(
     name="memory",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=tuple(result_frame(name, _TABLE_DOCS[name], *cols) for name, cols in TABLES.items()),

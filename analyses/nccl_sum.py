@@ -134,6 +134,7 @@ _SPLIT_COLUMNS = (
 
 SPEC = Analysis(
     name="nccl_sum",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=(

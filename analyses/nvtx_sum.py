@@ -42,6 +42,7 @@ class Result(FrameResult):
 
 SPEC = Analysis(
     name="nvtx_sum",
+    reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
     frames=(

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, corpus
 from traceprof.core import cancel
 from traceprof.core.errors import StoreError
 from traceprof.engine import analysis, findings, session
@@ -456,3 +456,161 @@ def test_a_report_lets_go_of_the_activity_frame_and_duckdbs_blocks_before_the_he
         assert a.keys() == b.keys() and "error" not in a, name
         for k in a:
             assert a[k].equals(b[k]) if isinstance(a[k], pl.DataFrame) else a[k] == b[k], (name, k)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_analyses_that_read_no_activity_frame_run_last_without_it(db: Path, threads: int) -> None:
+    """The light analyses whose spec says they never read the activity frame (``reads_activity``
+    False: ``launch``, the ``*_sum`` tables) run after every other one, two at a time, once the
+    session has let go of the frame the light ones shared (and of the heavy ones' values), with
+    ``many`` on again; the frame readers still share one frame, the heavy ones still run alone."""
+    lock, running, log = threading.Lock(), set(), []
+
+    def held(s: Session) -> frozenset[str]:
+        assert s.memo is not None
+        return frozenset(
+            k[0].rsplit(".", 1)[-1] for k, slot in s.memo.items() if k[0] != "analysis" and slot.done
+        )
+
+    def make(name: str, reads: tuple) -> analysis.Analysis:
+        def run(store, p):
+            s = analysis.memo_store(store).session
+            with lock:
+                log.append((name, frozenset(running), held(s), s.many))
+                running.add(name)
+            for r in reads:
+                r(store, 1)
+            time.sleep(0.1)
+            with lock:
+                running.discard(name)
+            return FrameResult(pl.DataFrame({"x": [name]}))
+
+        return run
+
+    specs = {  # name: (what it reads, requires, reads_activity)
+        "sum1": ((), (), False),
+        "light1": ((_frame,), (), True),
+        "uses": ((_items,), ("used",), True),  # heavy: runs "used"
+        "sum2": ((), (), False),
+        "light2": ((_frame,), (), True),
+        "used": ((_items,), (), True),  # heavy
+        "sum3": ((), (), False),
+    }
+    todo = [
+        (
+            n,
+            analysis.Analysis(
+                n, analysis.RunParams, FrameResult, (), make(n, reads), requires=req, reads_activity=act
+            ),
+            analysis.RunParams(),
+        )
+        for n, (reads, req, act) in specs.items()
+    ]
+    _calls.clear()
+    with Store(db, read_only=True) as st, Session(st, threads=threads, many=True) as s:
+        out = findings._run_all(st, todo, threads)
+        assert held(s) == frozenset() and s.many
+    assert list(out) == list(specs)  # report order, whatever ran first
+    assert _calls == ["frame 1", "items 1"]
+    order = [n for n, *_ in log]
+    assert order == ["light1", "light2", "used", "uses", "sum1", "sum2", "sum3"]
+    at = {n: (beside, kept, many) for n, beside, kept, many in log}
+    assert at["light2"][1] == {"_frame"} or at["light2"][0] == {"light1"}  # the frame shared
+    assert at["used"][0] == at["uses"][0] == frozenset()  # the heavy ones alone
+    # the non-readers: after every frame reader and heavy one, with nothing shared held, many on
+    assert all(at[n][1] == frozenset() and at[n][2] for n in ("sum1", "sum2", "sum3"))
+    assert at["sum1"][0] == frozenset()
+    if threads == 2:
+        assert at["light2"][0] == {"light1"}  # two at a time
+        assert at["sum2"][0] == {"sum1"}
+
+
+@pytest.fixture(scope="module")
+def gpu_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real GPU trace (kernels, their launches, NCCL collectives): launch and the sums apply."""
+    path = tmp_path_factory.mktemp("gpu") / "s.duckdb"
+    with Store(path) as s:
+        ingest(s, [corpus("hta/nccl_parser_config")], jobs=1)
+    return path
+
+
+def _declared_non_readers() -> list[str]:
+    analysis.load_all()
+    return [a.name for a in findings.report_analyses() if not a.reads_activity]
+
+
+def test_the_analyses_declared_not_to_read_the_activity_frame_never_read_it(
+    gpu_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each report analysis whose spec says ``reads_activity=False`` runs in a report session
+    (``many``: a reader would fetch the whole shared frame) without the activity frame ever being
+    read or kept; ``kernels``, a reader, is caught by the same check (the check can fail)."""
+    from traceprof.engine import activity
+
+    reads: list[str] = []
+    real = activity._activity
+
+    def reading(*args, **kwargs):
+        reads.append("read")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(activity, "_activity", reading)
+    non_readers = _declared_non_readers()
+    # the ones this change declares (others may join); desync and memory run on some runs only
+    assert {"launch", "nccl_sum", "kernel_sum", "nvtx_sum", "memcpy_sum"} <= set(non_readers)
+    ran = []
+    for name in [*non_readers, "kernels"]:
+        reads.clear()
+        with Store(gpu_db, read_only=True) as st, Session(st, threads=1, many=True) as s:
+            res = findings.run_analyses(st, st.resolve_run(None), names=(name,))[name]
+            assert s.memo is not None
+            kept = [k for k in s.memo if k[0] == "traceprof.engine.activity._activity"]
+        if isinstance(res, FrameResult):
+            ran.append(name)
+        if name == "kernels":
+            assert reads, "the check sees a reader"
+        else:
+            assert reads == [] and kept == [], name
+    # those that apply to the sample ran (a failed one would read nothing)
+    assert {"launch", "nccl_sum", "kernel_sum", "kernels"} <= set(ran)
+
+
+def test_a_report_runs_launch_and_the_sum_tables_after_the_activity_frame_is_let_go_of(
+    gpu_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a real run: every analysis declared not to read the activity frame starts after all the
+    others have finished, with no activity frame held (on main ``launch`` ran beside the light
+    frame readers, the frame's 410 MiB and its own 220 MiB at once on 8 x 1M)."""
+    non_readers = set(_declared_non_readers())
+    lock, running, starts = threading.Lock(), set(), {}
+    real = Session._compute
+    done: list[str] = []
+
+    def watching(self, name, fn, store, p):
+        assert self.memo is not None
+        with lock:
+            frames = sum(
+                1
+                for k, slot in self.memo.items()
+                if k[0] == "traceprof.engine.activity._activity" and slot.done
+            )
+            starts[name] = (frames, frozenset(running), tuple(done))
+            running.add(name)
+        try:
+            return real(self, name, fn, store, p)
+        finally:
+            with lock:
+                running.discard(name)
+                done.append(name)
+
+    monkeypatch.setattr(Session, "_compute", watching)
+    with Store(gpu_db, read_only=True) as st, Session(st, threads=2):
+        out = findings.run_analyses(st, st.resolve_run(None), {"mfu": {"model_flops_per_step": "1e12"}})
+    ran = non_readers & set(out)
+    assert {"launch", "nccl_sum", "kernel_sum"} <= ran
+    readers = set(out) - non_readers
+    for name in ran:
+        frames, beside, before = starts[name]
+        assert frames == 0, name  # the frame let go of
+        assert beside <= non_readers, (name, beside)  # only beside another non-reader
+        assert readers <= set(before), (name, readers - set(before))  # after every other one

@@ -16,7 +16,11 @@ spec and registers it with :func:`register`:
 - ``per_rank``: how one result per rank merges into the run's (:class:`PerRank`), when its rows
   are computed per rank (``--executor dask`` runs it as one task per rank); None: cross-rank;
 - ``requires``: the analyses it runs itself (``stragglers`` runs ``whatif``): run first on the
-  report's threads.
+  report's threads;
+- ``reads_activity``: whether it reads the run's activity frame (``traceprof.engine.activity``'s
+  ``activity``, itself or through a helper); False (it queries the store's views only) lets the
+  report run it after the frame the others share is let go of. A test runs each analysis declared
+  False and checks that the frame is never read.
 
 Notes are :class:`Note` strings that carry their figures (ranks listed, rows counted), so that
 per-rank results merge by structure, never by their wording. Adding an analysis is adding one
@@ -390,6 +394,8 @@ class Analysis:
             ranked (None: none).
         per_rank: How per-rank results merge (None: cross-rank; it runs on the whole run).
         requires: Analyses it runs itself.
+        reads_activity: Whether it reads the run's activity frame (module doc); True unless
+            declared otherwise.
     """
 
     name: str
@@ -403,6 +409,7 @@ class Analysis:
     refine: Callable[[FindingsInput, list[Finding]], list[Finding]] | None = None
     per_rank: PerRank | None = None
     requires: tuple[str, ...] = ()
+    reads_activity: bool = True
 
     def frame(self, name: str) -> Table:
         """The declaration of frame ``name``; KeyError when it has none."""

@@ -318,33 +318,37 @@ def _run_all(
     session's memo).
 
     The heavy ones (:func:`_heavy`: each builds a graph of every event) run alone, after the light
-    ones: beside another analysis their peaks would add (on 8 ranks x 1 M events ``whatif``
-    beside ``critical_path`` made the report's peak 1.99 GiB, beside ``gaps`` 1.88 GiB, against
-    1.66 GiB for ``whatif`` alone). They run as ``traceprof analyze`` runs them (:class:`_Phases`):
-    the light ones' shared activity frame is let go of once the first heavy one has taken its
-    columns from it, each other heavy one reads only its own columns, and the helpers' values of
-    one group of heavy ones (those joined by ``requires``) are let go of before the next group. A free thread takes the first of ``todo`` in that order
-    that may run now (:func:`_next`)."""
+    ones that read the activity frame: beside another analysis their peaks would add (on 8 ranks x
+    1 M events ``whatif`` beside ``critical_path`` made the report's peak 1.99 GiB, beside ``gaps``
+    1.88 GiB, against 1.66 GiB for ``whatif`` alone). They run as ``traceprof analyze`` runs them
+    (:class:`_Phases`): the light ones' shared activity frame is let go of once the first heavy one
+    has taken its columns from it, each other heavy one reads only its own columns, and the
+    helpers' values of one group of heavy ones (those joined by ``requires``) are let go of before
+    the next group. The light ones that never read the frame (their spec's ``reads_activity``
+    False: ``launch``, the ``*_sum`` tables) run last, two at a time again, once everything shared
+    is let go of: beside the frame (about 410 MiB on 8 x 1M) ``launch``'s own 220 MiB made the
+    report's peak. A free thread takes the next of ``todo`` in that order once it may run now
+    (:func:`_next`)."""
     threads = min(threads, len(todo))
-    heavy = _heavy(todo)
-    pending = _order(todo, heavy)
+    phases = _phases(todo, _heavy(todo))
+    pending = _order(todo, phases)
     results: dict[str, FrameResult | TraceprofError] = {}
-    with _Phases(store, todo, heavy) as phases:
+    with _Phases(store, phases) as on:
         if threads < 2 or not store.read_only:
             for name, an, p in pending:
-                phases.start(name)
+                on.start(name)
                 results[name] = _one(an, store, p)
             return {name: results[name] for name, _, _ in todo}
-        _run_threads(store, pending, heavy, threads, phases, results)
+        _run_threads(store, pending, phases, threads, on, results)
         return {name: results[name] for name, _, _ in todo}
 
 
 def _run_threads(
     store: Store,
     pending: list[tuple[str, registry.Analysis, Any]],
-    heavy: set[str],
+    phases: dict[str, tuple[int, int]],
     threads: int,
-    phases: _Phases,
+    on: _Phases,
     results: dict[str, FrameResult | TraceprofError],
 ) -> None:
     """Run ``pending`` (:func:`_order`) on ``threads`` threads into ``results`` (:func:`_run_all`)."""
@@ -359,12 +363,12 @@ def _run_threads(
 
         def task() -> None:
             with ready:
-                while (t := _next(pending, running, heavy)) is None:
+                while (t := _next(pending, running, phases)) is None:
                     ready.wait(0.1)
                     cancel.checkpoint()
                 pending.remove(t)
                 running.add(t[0])
-                phases.start(t[0])  # a heavy one starts alone: nothing else runs meanwhile
+                on.start(t[0])  # the first of a phase starts alone: nothing else runs meanwhile
             view = free.get()
             try:
                 results[t[0]] = _one(t[1], view, t[2])
@@ -430,36 +434,48 @@ def _groups(todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]) -> 
     return {name: number[root(name)] for name in heavy}
 
 
-def _order(
-    todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]
-) -> list[tuple[str, registry.Analysis, Any]]:
-    """``todo`` in the order the analyses start: the light ones first, then the heavy ones group
-    by group (:func:`_groups`), in each group those another requires first (``whatif``, which
-    ``stragglers`` runs); stable: else in report order."""
-    required = {r for _, an, _ in todo for r in an.requires}
+def _phases(todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]) -> dict[str, tuple[int, int]]:
+    """Each analysis of ``todo`` -> its phase, in the order they run (:func:`_run_all`): ``(0, 0)``
+    the light ones that read the activity frame (their spec's ``reads_activity``), ``(1, g)`` the
+    heavy ones of group ``g`` (:func:`_groups`), ``(2, 0)`` the light ones that do not."""
     groups = _groups(todo, heavy)
-    return sorted(todo, key=lambda t: (t[0] in heavy, groups.get(t[0], 0), t[0] not in required))
+    return {
+        name: (1, groups[name]) if name in heavy else (0 if an.reads_activity else 2, 0)
+        for name, an, _ in todo
+    }
+
+
+def _order(
+    todo: list[tuple[str, registry.Analysis, Any]], phases: dict[str, tuple[int, int]]
+) -> list[tuple[str, registry.Analysis, Any]]:
+    """``todo`` in the order the analyses start: phase by phase (:func:`_phases`), in a group of
+    heavy ones those another requires first (``whatif``, which ``stragglers`` runs); stable: else
+    in report order."""
+    required = {r for _, an, _ in todo for r in an.requires}
+    return sorted(todo, key=lambda t: (phases[t[0]], t[0] not in required))
 
 
 class _Phases:
-    """What the session keeps as the report's analyses start (:func:`_run_all`).
+    """What the session keeps as the report's analyses start, phase by phase (:func:`_phases`,
+    :func:`_run_all`); the first analysis of each phase starts alone.
 
-    The light ones share one activity frame (the session's ``many``). At the first heavy one the
-    session empties DuckDB's buffer pool and runs the rest one at a time
+    The light ones that read the activity frame share one (the session's ``many``). At the first
+    heavy one the session empties DuckDB's buffer pool and runs the heavy ones one at a time
     (``Session.one_at_a_time``), as ``traceprof analyze`` does: the first heavy one to read the
     activity takes its columns from the light ones' frame (no second read) and lets go of the
-    frame (about 400 MiB on 8 ranks x 1 M events) before its own work; the others read only
-    their own columns and let go of them. At the start of each further group of heavy ones, and
-    at the end, the session lets go of every shared helper's value (the replay's compute items,
-    236 MiB; the frame, had nothing taken it) and of DuckDB's cached blocks again. Results stay.
-    Without a session that keeps results, or without heavy ones, nothing changes.
+    frame (about 410 MiB on 8 ranks x 1 M events) before its own work; the others read only
+    their own columns and let go of them. At the start of each further group of heavy ones, of
+    the light ones that do not read the frame (``many`` on again) and at the end, the session
+    lets go of every shared helper's value (the replay's compute items, 236 MiB; the frame, had
+    nothing taken it) and of DuckDB's cached blocks. Results stay. Without a session that keeps
+    results, or with only frame readers, nothing changes.
     """
 
-    def __init__(self, store: Store, todo: list[tuple[str, registry.Analysis, Any]], heavy: set[str]) -> None:
+    def __init__(self, store: Store, phases: dict[str, tuple[int, int]]) -> None:
         s = getattr(registry.memo_store(store), "session", None)
         self.session = s if s is not None and s.memo is not None else None
-        self.groups = _groups(todo, heavy)
-        self.group: int | None = None
+        self.phases = phases
+        self.phase = (0, 0)
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> _Phases:
@@ -467,32 +483,39 @@ class _Phases:
 
     def __exit__(self, *exc: object) -> None:
         try:
-            if self.group is not None and self.session is not None:
+            if self.phase != (0, 0) and self.session is not None:
                 self.session.let_go()
         finally:
             self._stack.close()
 
     def start(self, name: str) -> None:
-        """Analysis ``name`` starts (a heavy one: nothing else runs)."""
-        group = self.groups.get(name)
-        if self.session is None or group is None or group == self.group:
+        """Analysis ``name`` starts (the first of its phase: nothing else runs)."""
+        phase = self.phases[name]
+        if self.session is None or phase == self.phase:
             return
-        if self.group is None:  # the first heavy one: it takes its columns from the frame, if it reads it
+        if phase[0] == 1 and self.phase[0] == 0:  # the first heavy one: it takes its columns from the frame
             self._stack.enter_context(self.session.one_at_a_time())
             self.session.empty_buffer_pool()
         else:
+            if phase[0] == 2:  # the light ones again: many on
+                self._stack.close()
             self.session.let_go()
-        self.group = group
+        self.phase = phase
 
 
 def _next(
-    pending: list[tuple[str, registry.Analysis, Any]], running: set[str], heavy: set[str]
+    pending: list[tuple[str, registry.Analysis, Any]],
+    running: set[str],
+    phases: dict[str, tuple[int, int]],
 ) -> tuple[str, registry.Analysis, Any] | None:
-    """The first of ``pending`` that may start now (None: wait for one that runs to finish): none
-    while a heavy one runs; a heavy one only while nothing runs; a light one while no heavy runs."""
-    if running & heavy:
-        return None
-    return next((t for t in pending if not (running and t[0] in heavy)), None)
+    """The next of ``pending`` (:func:`_order`) if it may start now (None: wait for one that runs
+    to finish): while nothing runs; else a light one beside those of its phase (two light ones
+    at a time, a heavy one alone, a phase after the one before has finished)."""
+    t = pending[0]
+    if not running:
+        return t
+    phase = phases[t[0]]
+    return t if phase[0] != 1 and all(phases[n] == phase for n in running) else None
 
 
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:

@@ -20,7 +20,7 @@ def _cell(text: str) -> str:
 
 def markdown() -> str:
     """Every registered analysis as Markdown: summary, algorithm, parameters, where it runs (the
-    report, per rank or cross-rank), what it requires, and its tables with their columns."""
+    report, per rank or cross-rank), what it requires, whether it reads the activity frame, and its tables with their columns."""
     specs = registry.specs()
     lines = [
         "# traceprof analyses",
@@ -63,6 +63,11 @@ def markdown() -> str:
             facts.append(
                 f"- Runs {', '.join(f'`{r}`' for r in a.requires)} itself (started first on the report's "
                 "threads)."
+            )
+        if not a.reads_activity:
+            facts.append(
+                "- Reads no activity frame (`reads_activity=False`): the report runs it last, once the "
+                "frame the others share is let go of."
             )
         lines += [*facts, "", "### Parameters (`-p KEY=VALUE`)", ""]
         rows = param_rows(a.params)

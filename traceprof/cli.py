@@ -577,7 +577,10 @@ def ingest(
         # Every run is committed: a Ctrl-C from here on changes nothing, and the report is printed whole
         # (one that came before is raised on entry, and reported below as an interrupt after the commits).
         with ignored_sigint():
-            store.close()
+            if res.runs:
+                store.close()
+            else:  # nothing stored (e.g. --partial, every file failed): a store this ingest created goes
+                store.discard_if_new()
             _report_ingest(res, run, db)
     except BaseException as e:
         # Ctrl-C, or DuckDB's report of it (a RuntimeError or a duckdb.Error, see Store.interrupted):

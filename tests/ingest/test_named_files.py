@@ -124,6 +124,41 @@ def test_partial_with_no_path_holding_a_trace_stores_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "notes.txt"]
 
 
+def test_a_folder_of_files_that_are_not_traces_beside_a_run_is_as_an_empty_folder(tmp_path):
+    d = _copy(tmp_path)
+    nt, nt2 = tmp_path / "notrace", tmp_path / "nt2"
+    for folder, text, conf in ((nt, "a.txt", "conf.json"), (nt2, "b.txt", "c.json")):
+        folder.mkdir()
+        (folder / text).write_text("hi")  # no collector claims it
+        (folder / conf).write_text('{"a":1}')  # Kineto's *.json tries it: no traceEvents, not a trace
+    db = tmp_path / "s.duckdb"
+    # the message of the folder named alone: the file a collector tried first, then the others
+    one = f"{nt}: no trace files found (skipped 2 file(s) that are not traces: conf.json, a.txt); traceprof reads: "
+    code, _, err = run("ingest", str(d), str(nt), "--db", str(db))
+    assert code == 1 and err.startswith(f"error: {one}") and "nothing stored" in err, err
+    assert not db.exists() and not (tmp_path / "s.duckdb.lock").exists()
+    # two such folders: each named, one line each
+    code, _, err = run("ingest", str(d), str(nt), str(nt2), "--db", str(db))
+    lines = err.splitlines()
+    assert (
+        code == 1
+        and lines[0] == "error: 2 paths hold no trace, nothing stored (--partial stores the others):"
+    )
+    assert lines[1].startswith(f"  {one}") and lines[2].startswith(
+        f"  {nt2}: no trace files found (skipped 2 "
+    )
+    assert not db.exists()
+    # --partial: each listed as failed (no "skipped" warning for its files), the run stored, exit 1
+    code, _, err = run("ingest", str(d), str(nt), str(nt2), "--partial", "--db", str(db))
+    lines = err.splitlines()
+    assert code == 1 and lines[0] == f"run 'normal' (id 1): stored in {db}", err
+    assert lines[1].startswith(f"failed: {one}") and lines[2].startswith(
+        f"failed: {nt2}: no trace files found"
+    )
+    assert lines[3:] == ["4 file(s) ingested, 0 already stored, 2 failed"]
+    assert [r[1] for r in _traces(db)] == [0, 1, 2, 3]
+
+
 def test_each_collector_names_its_companions(tmp_path):
     # Kineto: rank0.trace.json.gz -> rank0.meta.json; NDTimeline: trace-AR.parquet -> meta-AR.yaml;
     # nsys: x.sqlite (by its magic bytes) -> x.nsys-rep, the report it was exported from

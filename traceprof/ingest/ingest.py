@@ -414,10 +414,12 @@ def ingest(
                 spool = None
         parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
         not_traces: list[Path] = []
+        why: dict[Path, NotATraceError] = {}
         for (part, f), pts in zip(todo, parsed, strict=True):
             if isinstance(pts, NotATraceError) and f in scanned:
                 result.warnings.append(f"skipped {pts}")
                 not_traces.append(f)
+                why[f] = pts
             elif isinstance(pts, TraceprofError):
                 result.failed[str(f)] = str(pts)
             else:
@@ -428,6 +430,17 @@ def ingest(
         else:
             by_run, renamed = assign(parts, store)
             result.warnings += renamed
+        # a folder named beside others whose every file tried is not a trace holds no trace, as an empty one
+        empty = _no_trace_folders(paths, todo, not_traces, result.skipped, unread)
+        if empty:
+            said = {
+                f"skipped {why[f]}" for fs in empty.values() for f in fs
+            }  # the folder's message names them
+            result.warnings = [w for w in result.warnings if w not in said]
+            messages = {str(p): _no_trace_message([p], fs, {}) for p, fs in empty.items()}
+            if not partial:
+                _refuse_folders(messages)
+            result.failed.update(messages)
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
         if not by_run and not result.failed and not result.skipped:
@@ -497,21 +510,67 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
     )
 
 
+def _no_trace_folders(
+    paths: Iterable[str | Path],
+    todo: list[tuple[Part, Path]],
+    not_traces: list[Path],
+    skipped: dict[str, str],
+    unread: dict[Path, str],
+) -> dict[Path, list[Path]]:
+    """The folders among ``paths`` that hold no trace though a collector tried their files: every
+    file of theirs parsed (``todo``) is not a trace (``not_traces``), none is stored already
+    (``skipped``) and none is of a format recognized and not read (``unread``) -> those files.
+    Empty when no other path holds a file to ingest: :func:`_nothing_to_ingest` names them all."""
+    found: dict[Path, list[Path]] = {}
+    for p in dict.fromkeys(Path(raw) for raw in paths):
+        if not p.is_dir():
+            continue
+        top = p.resolve()
+        under = [f for _, f in todo if f.is_relative_to(top)]
+        if (
+            under
+            and set(under) <= set(not_traces)
+            and not any(Path(k).resolve().is_relative_to(top) for k in skipped)
+            and not any(f.is_relative_to(top) for f in unread)
+        ):
+            found[p] = under
+    tried = {f for fs in found.values() for f in fs}
+    if all(f in tried for _, f in todo) and not skipped:
+        return {}
+    return found
+
+
+def _refuse_folders(messages: dict[str, str]) -> None:
+    """Raise the error for folders named beside others that hold no trace (path -> message)."""
+    if len(messages) == 1:
+        raise UsageError(next(iter(messages.values())) + "; nothing stored (--partial stores the others)")
+    lines = "".join(f"\n  {m}" for m in messages.values())
+    # about several paths (each line below names its own), one line each as _refuse's list of files
+    raise TraceFormatError(
+        "", "", f"{len(messages)} paths hold no trace, nothing stored (--partial stores the others):{lines}"
+    )
+
+
 def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> None:
-    """Raise the error for an ingest whose directories hold no trace: each file a collector tried
+    """Raise the error for an ingest whose directories hold no trace (:func:`_no_trace_message`)."""
+    raise UsageError(_no_trace_message(paths, skipped, known))
+
+
+def _no_trace_message(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> str:
+    """The error for paths whose directories hold no trace: each file a collector tried
     (``skipped``) is not a trace, the others no collector reads. One line naming the paths given
     and the files skipped (those tried first); when some are of a format recognized and not read
     (``known``: file -> its format and what to do), it names those formats instead."""
     named = ", ".join(str(p) for p in paths)
     if known:
-        raise UsageError(_unread_message(Path(named), known))
+        return _unread_message(Path(named), known)
     others = sorted(
         {f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
         - {f.resolve() for f in skipped}
     )
     files = [*skipped, *others]
     shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    raise UsageError(
+    return (
         f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
         f"traceprof reads: {sources.formats()}"
     )

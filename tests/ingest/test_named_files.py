@@ -159,6 +159,22 @@ def test_a_folder_of_files_that_are_not_traces_beside_a_run_is_as_an_empty_folde
     assert [r[1] for r in _traces(db)] == [0, 1, 2, 3]
 
 
+def test_a_file_named_twice_is_read_once(tmp_path):
+    d = _copy(tmp_path)
+    f = d / "rank0.trace.json.gz"
+    once, twice = tmp_path / "once.duckdb", tmp_path / "twice.duckdb"
+    code, _, err = run("ingest", str(f), "--db", str(once))
+    assert code == 0, err
+    # the same file by two spellings of its path: one file, stored as when named once (run 'rank0')
+    code, _, err = run("ingest", str(f), str(d / ".." / d.name / f.name), "--db", str(twice))
+    assert code == 0 and "also in" not in err and "1 file(s) ingested, 0 already stored" in err, err
+    assert _traces(twice) == _traces(once) and [r[:2] for r in _traces(once)] == [("rank0", 0)]
+    # a folder and a file in it: the folder's four ranks, each once
+    code, _, err = run("ingest", str(d), str(f), "--db", str(tmp_path / "both.duckdb"))
+    assert code == 0 and "4 file(s) ingested, 0 already stored" in err, err
+    assert [r[:2] for r in _traces(tmp_path / "both.duckdb")] == [("normal", r) for r in range(4)]
+
+
 def test_each_collector_names_its_companions(tmp_path):
     # Kineto: rank0.trace.json.gz -> rank0.meta.json; NDTimeline: trace-AR.parquet -> meta-AR.yaml;
     # nsys: x.sqlite (by its magic bytes) -> x.nsys-rep, the report it was exported from

@@ -87,6 +87,7 @@ def discover(
 ) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
 
+    A file found more than once (named twice, or named and in a folder named) is listed once.
     A file named in ``paths`` that no collector reads is, in this order: the companion of a trace
     beside it (``sources.owners``: Kineto's ``rank0.meta.json``, NDTimeline's meta YAML), read with
     that trace when it is among the inputs too (named, or in a folder named), else refused naming
@@ -122,6 +123,7 @@ def discover(
     groups: dict[Path, list[Path]] = {}
     refused: dict[Path, UsageError] = {}
     documents: list[Path] = []
+    seen: set[Path] = set()
     for p in given:
         if p.is_file() and _claim(p) is None:
             full = p.resolve()
@@ -148,6 +150,9 @@ def discover(
             continue
         for f in files:
             f = f.resolve()
+            if f in seen:  # the same file named twice (or named and in a folder named): read once
+                continue
+            seen.add(f)
             # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
             c = _claim(f)
             groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)

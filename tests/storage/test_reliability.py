@@ -582,6 +582,15 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
     with pytest.raises(TraceFormatError, match=r"inflates to more than .* \(10x the"):
         fileio.read_maybe_gzip(path, 10)
     assert fileio.read_maybe_gzip(path, 1000)[1] == raw
+    # where the floor is the cap (1x the file is less than its 1,000 bytes), the message says so
+    size = path.stat().st_size
+    assert size < 1000 < len(raw)
+    with pytest.raises(TraceFormatError) as e:
+        fileio.read_maybe_gzip(path, 1)
+    assert str(e.value).endswith(
+        f"inflates to more than 1,000 bytes (the cap's floor; 1x the {size:,}-byte file is {size:,} bytes): a "
+        "gzip bomb or an unusually compressible trace; raise the cap with --max-inflate RATIO"
+    ), e.value
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
     assert (code, err) == (
         1,

@@ -83,6 +83,13 @@ def test_a_document_named_alone_is_still_refused(tmp_path):
         ("data.bin", b"\x00\x01", "data.bin: not a trace file traceprof reads"),
         # claimed (a *.json is Kineto's) and not parseable: a trace that fails, whatever is beside it
         ("rank9.json", b'{"traceEvents": [', "rank9.json"),
+        # named as SQLite (an Nsight export's name), not one: said so, not "not a trace file"
+        (
+            "run.sqlite",
+            b"garbage\n",
+            "run.sqlite: not an SQLite database (named .sqlite, but it does not start with the SQLite header)",
+        ),
+        ("empty.sqlite", b"", "empty.sqlite: not an SQLite database (named .sqlite, "),
     ],
 )
 def test_a_file_that_is_not_a_document_still_fails_the_ingest(tmp_path, name, content, want):

@@ -140,7 +140,7 @@ def discover(
                 documents.append(p)
                 continue
             else:
-                why = f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
+                why = f"{p}: {_misnamed(p) or 'not a trace file traceprof reads'}; it reads: {sources.formats()}"
             refused[p] = UsageError(why)
             continue
         try:
@@ -165,6 +165,23 @@ def discover(
     if notes is not None:
         notes += [f"skipped {d}: not a trace (named as a document)" for d in documents]
     return groups
+
+
+#: Name endings of SQLite files (Nsight Systems exports ``*.sqlite``), and the 16 bytes every SQLite
+#: database starts with (the SQLite file format, "The Database Header").
+_SQLITE_NAMES = (".sqlite", ".sqlite3", ".db")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _misnamed(p: Path) -> str | None:
+    """What file ``p`` (claimed by no collector) is not, where its name says it is: a ``.sqlite``
+    file that is not an SQLite database (no SQLite header), else None."""
+    if p.name.lower().endswith(_SQLITE_NAMES) and not sources.head(p).startswith(_SQLITE_HEADER):
+        return (
+            f"not an SQLite database (named {p.suffix}, but it does not start with the SQLite header): "
+            "a damaged copy or a wrong name"
+        )
+    return None
 
 
 def _found(

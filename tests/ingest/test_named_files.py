@@ -164,6 +164,15 @@ def test_a_folder_of_files_that_are_not_traces_beside_a_run_is_as_an_empty_folde
     )
     assert lines[3:] == ["4 file(s) ingested, 0 already stored, 2 failed"]
     assert [r[1] for r in _traces(db)] == [0, 1, 2, 3]
+    # --partial with no path holding a trace (an empty folder, then this one): the first path's error
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for first, paths in ((empty, [empty, nt]), (nt, [nt, empty])):
+        code, _, err = run("ingest", *map(str, paths), "--partial", "--db", str(tmp_path / "new.duckdb"))
+        assert (
+            code == 1 and err.startswith(f"error: {first}: no trace files found") and err.count("\n") == 1
+        ), err
+        assert not (tmp_path / "new.duckdb").exists()
 
 
 def test_a_file_named_twice_is_read_once(tmp_path):

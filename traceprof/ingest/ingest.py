@@ -453,13 +453,15 @@ def ingest(
             by_run, renamed = assign(parts, store)
             result.warnings += renamed
         # a folder named beside others whose every file tried is not a trace holds no trace, as an empty one
-        empty = _no_trace_folders(paths, todo, not_traces, result.skipped, unread)
+        empty = _no_trace_folders(paths, todo, not_traces, result.skipped, unread, result.failed)
         if empty:
-            said = {
-                f"skipped {why[f]}" for fs in empty.values() for f in fs
-            }  # the folder's message names them
+            gone = {f for fs in empty.values() for f in fs}
+            said = {f"skipped {why[f]}" for f in gone}  # the folder's message names them
             result.warnings = [w for w in result.warnings if w not in said]
             messages = {str(p): _no_trace_message([p], fs, {}) for p, fs in empty.items()}
+            if all(f in gone for _, f in todo) and not result.skipped:  # --partial, no path holds a trace:
+                every = result.failed | messages  # the first path's error, as discover gives it
+                raise UsageError(next(every[k] for k in map(str, map(Path, paths)) if k in every))
             if not partial:
                 _refuse_folders(messages)
             result.failed.update(messages)
@@ -538,11 +540,13 @@ def _no_trace_folders(
     not_traces: list[Path],
     skipped: dict[str, str],
     unread: dict[Path, str],
+    failed: dict[str, str],
 ) -> dict[Path, list[Path]]:
     """The folders among ``paths`` that hold no trace though a collector tried their files: every
     file of theirs parsed (``todo``) is not a trace (``not_traces``), none is stored already
     (``skipped``) and none is of a format recognized and not read (``unread``) -> those files.
-    Empty when no other path holds a file to ingest: :func:`_nothing_to_ingest` names them all."""
+    Empty when no other path holds a file to ingest and none failed (``failed``, so far):
+    :func:`_nothing_to_ingest` names them all."""
     found: dict[Path, list[Path]] = {}
     for p in dict.fromkeys(Path(raw) for raw in paths):
         if not p.is_dir():
@@ -557,7 +561,7 @@ def _no_trace_folders(
         ):
             found[p] = under
     tried = {f for fs in found.values() for f in fs}
-    if all(f in tried for _, f in todo) and not skipped:
+    if all(f in tried for _, f in todo) and not skipped and not failed:
         return {}
     return found
 

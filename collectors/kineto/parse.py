@@ -259,6 +259,11 @@ def _not_strings(ev: _Event) -> str | None:
     return None
 
 
+def _as_text(value: Any) -> str:
+    """A string field's value for a message: itself, or the JSON of a value of another type (``null``)."""
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
 def _kind(ev: _Event) -> str | None:
     """Event kind, or None for records that are not stored (flows, metadata); ``"end"`` for a ``B``
     event's closing ``E``."""
@@ -409,7 +414,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         if wrong := _not_strings(ev):
             if on_bad_event == "raise":
-                refuse(i, str(ev.ph), str(ev.name), wrong)
+                refuse(i, _as_text(ev.ph), _as_text(ev.name), wrong)
             rejected[wrong] = rejected.get(wrong, 0) + 1
             continue
         kind = _kind(ev)

@@ -120,8 +120,9 @@ def test_kineto_string_field_of_another_type_is_that_events_problem(tmp_path, fi
     with Store(tmp_path / "s.duckdb") as store:
         with pytest.raises(TraceFormatError) as e:
             ingest(store, [path], jobs=1)
-        shown = str(value) if field == "name" else "b"  # the event's name as the message quotes it
-        ph = str(value) if field == "ph" else "X"
+        # the event's ph and name as the message quotes them: a value that is not a string as JSON
+        shown = json.dumps(value) if field == "name" else "b"  # 12345, null
+        ph = json.dumps(value) if field == "ph" else "X"  # true
         assert str(e.value) == (
             f"{path}: event #2 (ph={ph!r}, name={shown!r}): {reason}; pass --skip-bad-events to skip such events"
         )

@@ -579,7 +579,10 @@ def ingest(
         # Every run is committed: a Ctrl-C from here on changes nothing, and the report is printed whole
         # (one that came before is raised on entry, and reported below as an interrupt after the commits).
         with ignored_sigint():
-            store.close()
+            if res.runs:
+                store.close()
+            else:  # nothing stored (e.g. --partial, every file failed): a store this ingest created goes
+                store.discard_if_new()
             _report_ingest(res, run, db)
     except BaseException as e:
         # Ctrl-C, or DuckDB's report of it (a RuntimeError or a duckdb.Error, see Store.interrupted):
@@ -1317,25 +1320,38 @@ def _thresholds(threshold: list[str] | None) -> dict[str, float]:
     line replaces the config's; ``-t FRACTION`` (every timing metric) replaces its timing ones."""
     from traceprof.engine.diff import MEMORY_METRIC, METRICS
 
-    given = {k: _fraction(k, v) for k, v in (_kv(t) if "=" in t else ("*", t) for t in threshold or [])}
+    given = {k: _fraction(k, v, t) for t in threshold or [] for k, v in [_kv(t) if "=" in t else ("*", t)]}
     config = dict(settings().thresholds)
     if "*" in given:  # the metrics -t FRACTION sets (diff.thresholds: the timing ones but memory)
         config = {k: v for k, v in config.items() if k not in METRICS or k == MEMORY_METRIC}
     return {**config, **given}
 
 
-def _fraction(key: str, raw: str) -> float:
-    """``-t``'s value for metric ``key`` (``*``: every timing metric) as a float.
+def _fraction(key: str, raw: str, typed: str) -> float:
+    """``-t``'s value for metric ``key`` (``*``: every timing metric) as a float (``typed``: the
+    whole value as typed, ``step_time_ns=0.1``).
 
     Raises:
-        UsageError: Not a number, naming the option as typed, metric included
-            (``--threshold step_time_ns=abc``).
+        UsageError: Not a number, or not in (0, 1], naming the option and the value as typed
+            (``--threshold step_time_ns=abc``, ``-t 1e400``).
     """
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        typed = raw if key == "*" else f"{key}={raw}"
         raise UsageError(f"--threshold {typed!r}: expected a fraction such as 0.1 (10%)") from None
+    if not 0 < value <= 1:  # nan too; 1e400 reads as inf: the message says what was typed
+        raise UsageError(f"{_option_typed(typed)} {typed}: thresholds are fractions in (0, 1] (0.05 = 5%)")
+    return value
+
+
+def _option_typed(value: str, names: tuple[str, str] = ("-t", "--threshold")) -> str:
+    """Which of the option's ``names`` the command line gave ``value`` with (``-t 0.1``,
+    ``--threshold=0.1``, ``-t0.1``); the long name where it cannot tell."""
+    args = sys.argv
+    for i, a in enumerate(args):
+        if (a in names and i + 1 < len(args) and args[i + 1] == value) or a == f"{names[0]}{value}":
+            return a if a in names else names[0]
+    return names[1]
 
 
 @app.command()

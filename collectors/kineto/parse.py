@@ -104,9 +104,11 @@ _MISSING = msgspec.Raw(b"")
 
 
 class _Event(msgspec.Struct):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
+    # ph, cat, name: strings in a trace; any JSON value here, so that one event's number or null is
+    # that event's problem (:func:`_not_strings`), not the file's
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
     pid: Any = None
     tid: Any = None
     ts: msgspec.Raw = _MISSING  # the number's text: converted to ns exactly
@@ -241,6 +243,25 @@ def _kind_of_cat(cat: str) -> str:
             "cuda_runtime" if c.endswith("_runtime") else "cuda_driver" if c.endswith("_driver") else "other"
         )
     return kind
+
+
+#: A JSON value's kind, by the Python type msgspec decodes it to, for messages.
+_JSON_KINDS = {int: "a number", float: "a number", bool: "a boolean", list: "an array", dict: "an object"}
+
+
+def _not_strings(ev: _Event) -> str | None:
+    """The problem of an event whose ``ph``, ``cat`` or ``name`` is not a JSON string (a number,
+    null, ...), e.g. ``"'name' is a number, not a string"``, or None."""
+    for field in ("ph", "cat", "name"):
+        value = getattr(ev, field)
+        if not isinstance(value, str):
+            return f"{field!r} is {_JSON_KINDS.get(type(value), 'null')}, not a string"
+    return None
+
+
+def _as_text(value: Any) -> str:
+    """A string field's value for a message: itself, or the JSON of a value of another type (``null``)."""
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
 
 def _kind(ev: _Event) -> str | None:
@@ -391,6 +412,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
     ids = _decode_ids(data) if fast is None else None
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
+        if wrong := _not_strings(ev):
+            if on_bad_event == "raise":
+                refuse(i, _as_text(ev.ph), _as_text(ev.name), wrong)
+            rejected[wrong] = rejected.get(wrong, 0) + 1
+            continue
         kind = _kind(ev)
         if kind is None:
             if ev.ph == "M" and ev.name == "process_name":

@@ -627,6 +627,13 @@ def test_threshold_option(sample_db):
     assert bad[0] == 1 and "no such metric" in bad[2]
     bad = cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-t", "5")  # not 500 %
     assert bad[0] == 1 and "-t 5: thresholds are fractions" in bad[2]
+    # 1e400 reads as inf: the message gives the value and the option as typed, not "-t inf"
+    for option, value in [("-t", "1e400"), ("--threshold", "1e400"), ("--threshold", "flops=1e400")]:
+        bad = cli("diff", "normal", "extra_matmul", "--db", str(sample_db), option, value)
+        assert (
+            bad[0] == 1
+            and bad[2] == f"error: {option} {value}: thresholds are fractions in (0, 1] (0.05 = 5%)\n"
+        )
     bad = cli("diff", "normal", "extra_matmul", "--db", str(sample_db), "-p", "peak_tflops=-1")
     assert bad[0] == 1 and "peak_tflops" in bad[2]
 

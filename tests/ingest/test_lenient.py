@@ -102,6 +102,42 @@ def test_kineto_times_beyond_int64_rejected_per_event(tmp_path, field, value, me
         assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason}"
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [
+        ("name", 12345, "a number"),
+        ("name", None, "null"),
+        ("cat", 7.5, "a number"),
+        ("cat", ["cpu_op"], "an array"),
+        ("ph", True, "a boolean"),
+    ],
+)
+def test_kineto_string_field_of_another_type_is_that_events_problem(tmp_path, field, value, kind):
+    doc = micro_trace(["a", "b", "c"])
+    doc["traceEvents"][2][field] = value  # event #2: "b" (ph X), the others as written
+    path = _write(tmp_path / "k", "rank0.json", doc)
+    reason = f"{field!r} is {kind}, not a string"  # e.g. 'name' is a number, not a string
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        # the event's ph and name as the message quotes them: a value that is not a string as JSON
+        shown = json.dumps(value) if field == "name" else "b"  # 12345, null
+        ph = json.dumps(value) if field == "ph" else "X"  # true
+        assert str(e.value) == (
+            f"{path}: event #2 (ph={ph!r}, name={shown!r}): {reason}; pass --skip-bad-events to skip such events"
+        )
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        # the step and the two other ops are stored; event #2 rejected and counted
+        assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns")[
+            "name"
+        ].to_list() == [
+            "a",
+            "c",
+        ]
+        assert store.runs()["issues"].to_list() == [f"1 rejected: {reason}"]
+        assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason}"
+
+
 def test_kineto_device_and_step_beyond_int32(tmp_path):
     doc = micro_trace(["a"])
     doc["traceEvents"].append(

@@ -83,6 +83,13 @@ def test_a_document_named_alone_is_still_refused(tmp_path):
         ("data.bin", b"\x00\x01", "data.bin: not a trace file traceprof reads"),
         # claimed (a *.json is Kineto's) and not parseable: a trace that fails, whatever is beside it
         ("rank9.json", b'{"traceEvents": [', "rank9.json"),
+        # named as SQLite (an Nsight export's name), not one: said so, not "not a trace file"
+        (
+            "run.sqlite",
+            b"garbage\n",
+            "run.sqlite: not an SQLite database (named .sqlite, but it does not start with the SQLite header)",
+        ),
+        ("empty.sqlite", b"", "empty.sqlite: not an SQLite database (named .sqlite, "),
     ],
 )
 def test_a_file_that_is_not_a_document_still_fails_the_ingest(tmp_path, name, content, want):
@@ -122,6 +129,66 @@ def test_partial_with_no_path_holding_a_trace_stores_nothing(tmp_path):
     code, _, err = run("ingest", str(empty), str(tmp_path / "notes.txt"), "--partial", "--db", str(db))
     assert code == 1 and err.startswith(f"error: {empty}: no trace files found; ") and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "notes.txt"]
+
+
+def test_a_folder_of_files_that_are_not_traces_beside_a_run_is_as_an_empty_folder(tmp_path):
+    d = _copy(tmp_path)
+    nt, nt2 = tmp_path / "notrace", tmp_path / "nt2"
+    for folder, text, conf in ((nt, "a.txt", "conf.json"), (nt2, "b.txt", "c.json")):
+        folder.mkdir()
+        (folder / text).write_text("hi")  # no collector claims it
+        (folder / conf).write_text('{"a":1}')  # Kineto's *.json tries it: no traceEvents, not a trace
+    db = tmp_path / "s.duckdb"
+    # the message of the folder named alone: the file a collector tried first, then the others
+    one = f"{nt}: no trace files found (skipped 2 file(s) that are not traces: conf.json, a.txt); traceprof reads: "
+    code, _, err = run("ingest", str(d), str(nt), "--db", str(db))
+    assert code == 1 and err.startswith(f"error: {one}") and "nothing stored" in err, err
+    assert not db.exists() and not (tmp_path / "s.duckdb.lock").exists()
+    # two such folders: each named, one line each
+    code, _, err = run("ingest", str(d), str(nt), str(nt2), "--db", str(db))
+    lines = err.splitlines()
+    assert (
+        code == 1
+        and lines[0] == "error: 2 paths hold no trace, nothing stored (--partial stores the others):"
+    )
+    assert lines[1].startswith(f"  {one}") and lines[2].startswith(
+        f"  {nt2}: no trace files found (skipped 2 "
+    )
+    assert not db.exists()
+    # --partial: each listed as failed (no "skipped" warning for its files), the run stored, exit 1
+    code, _, err = run("ingest", str(d), str(nt), str(nt2), "--partial", "--db", str(db))
+    lines = err.splitlines()
+    assert code == 1 and lines[0] == f"run 'normal' (id 1): stored in {db}", err
+    assert lines[1].startswith(f"failed: {one}") and lines[2].startswith(
+        f"failed: {nt2}: no trace files found"
+    )
+    assert lines[3:] == ["4 file(s) ingested, 0 already stored, 2 failed"]
+    assert [r[1] for r in _traces(db)] == [0, 1, 2, 3]
+    # --partial with no path holding a trace (an empty folder, then this one): the first path's error
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for first, paths in ((empty, [empty, nt]), (nt, [nt, empty])):
+        code, _, err = run("ingest", *map(str, paths), "--partial", "--db", str(tmp_path / "new.duckdb"))
+        assert (
+            code == 1 and err.startswith(f"error: {first}: no trace files found") and err.count("\n") == 1
+        ), err
+        assert not (tmp_path / "new.duckdb").exists()
+
+
+def test_a_file_named_twice_is_read_once(tmp_path):
+    d = _copy(tmp_path)
+    f = d / "rank0.trace.json.gz"
+    once, twice = tmp_path / "once.duckdb", tmp_path / "twice.duckdb"
+    code, _, err = run("ingest", str(f), "--db", str(once))
+    assert code == 0, err
+    # the same file by two spellings of its path: one file, stored as when named once (run 'rank0')
+    code, _, err = run("ingest", str(f), str(d / ".." / d.name / f.name), "--db", str(twice))
+    assert code == 0 and "also in" not in err and "1 file(s) ingested, 0 already stored" in err, err
+    assert _traces(twice) == _traces(once) and [r[:2] for r in _traces(once)] == [("rank0", 0)]
+    # a folder and a file in it: the folder's four ranks, each once
+    code, _, err = run("ingest", str(d), str(f), "--db", str(tmp_path / "both.duckdb"))
+    assert code == 0 and "4 file(s) ingested, 0 already stored" in err, err
+    assert [r[:2] for r in _traces(tmp_path / "both.duckdb")] == [("normal", r) for r in range(4)]
 
 
 def test_each_collector_names_its_companions(tmp_path):

@@ -582,6 +582,15 @@ def test_inflate_cap_is_a_ratio_with_a_floor(tmp_path, monkeypatch):
     with pytest.raises(TraceFormatError, match=r"inflates to more than .* \(10x the"):
         fileio.read_maybe_gzip(path, 10)
     assert fileio.read_maybe_gzip(path, 1000)[1] == raw
+    # where the floor is the cap (1x the file is less than its 1,000 bytes), the message says so
+    size = path.stat().st_size
+    assert size < 1000 < len(raw)
+    with pytest.raises(TraceFormatError) as e:
+        fileio.read_maybe_gzip(path, 1)
+    assert str(e.value).endswith(
+        f"inflates to more than 1,000 bytes (the cap's floor; 1x the {size:,}-byte file is {size:,} bytes): a "
+        "gzip bomb or an unusually compressible trace; raise the cap with --max-inflate RATIO"
+    ), e.value
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "s.duckdb"), "--max-inflate", "0")
     assert (code, err) == (
         1,
@@ -824,6 +833,32 @@ def test_a_failed_first_ingest_leaves_no_lock_file(tmp_path):
     # the library the same way: a store opened and closed without being created is not kept either
     s = Store(db)
     assert s.discard_if_new() and sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+def test_a_partial_ingest_that_stores_no_file_leaves_no_store_and_no_lock(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "cut.json").write_text('{"traceEvents": [')  # cut short: fails to parse
+    (bad / "empty.json").write_text("")  # an empty file
+    (tmp_path / "nothing").mkdir()  # a folder holding no file
+    db = tmp_path / "z.duckdb"
+    inputs = [
+        [bad / "cut.json"],
+        [bad / "cut.json", bad / "empty.json"],
+        [tmp_path / "nothing", bad / "cut.json"],
+    ]
+    for paths in inputs:
+        code, out, err = run("ingest", "--partial", *map(str, paths), "--db", str(db))
+        # every path failed, each listed; exit 1; and the store this command created is gone, its lock too
+        assert code == 1 and f"0 file(s) ingested, 0 already stored, {len(paths)} failed" in out + err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "nothing"], paths
+    # a store that existed before is kept (with its lock file), though this ingest stored nothing
+    with Store(db) as s:
+        ingest(s, [_job(tmp_path)], jobs=1)
+    code, _, _ = run("ingest", "--partial", str(bad / "cut.json"), "--db", str(db))
+    assert code == 1 and db.exists() and (tmp_path / "z.duckdb.lock").exists()
+    with Store(db, read_only=True) as s:
+        assert s.con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
 
 
 def test_a_lock_file_this_process_did_not_create_is_never_removed(tmp_path):

@@ -270,6 +270,17 @@ class TextStream:
         return self._size
 
 
+def _over_cap(limit: int, max_ratio: float, size: int) -> str:
+    """What a file inflated past: ``limit`` bytes, and which limit that is, ``max_ratio`` x its
+    ``size`` bytes, or the floor :data:`MIN_INFLATE_BYTES` where that ratio allows less."""
+    if limit > max_ratio * size:  # the floor applied
+        return (
+            f"inflates to more than {limit:,} bytes (the cap's floor; {max_ratio:g}x the {size:,}-byte "
+            f"file is {int(max_ratio * size):,} bytes)"
+        )
+    return f"inflates to more than {limit:,} bytes ({max_ratio:g}x the {size:,}-byte file)"
+
+
 def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio: float) -> Iterator[bytes]:
     """Inflate every gzip member of the ``size``-byte file whose bytes ``src`` yields, under the cap
     (``max_ratio`` x ``size``, see the module doc); pieces of at most ``_OUT_CHUNK`` bytes.
@@ -302,7 +313,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio
             raise TraceFormatError(
                 path,
                 f"byte {at + len(buf) - len(tail)}",
-                f"inflates to more than {limit:,} bytes ({max_ratio:g}x the {size:,}-byte file): a gzip bomb "
+                f"{_over_cap(limit, max_ratio, size)}: a gzip bomb "
                 "or an unusually compressible trace; raise the cap with --max-inflate RATIO",
             )
         if piece:
@@ -332,7 +343,7 @@ def _inflate(path: Path, src: Iterable[bytes | memoryview], size: int, max_ratio
                 raise TraceFormatError(
                     path,
                     f"byte {size}",
-                    f"inflates to more than {limit:,} bytes; raise the cap with --max-inflate RATIO",
+                    f"{_over_cap(limit, max_ratio, size)}; raise the cap with --max-inflate RATIO",
                 )
             yield piece
         if d.eof:

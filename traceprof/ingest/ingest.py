@@ -87,6 +87,7 @@ def discover(
 ) -> dict[Path, list[Path]]:
     """Trace files under ``paths``, grouped by the directory that holds them (one run each).
 
+    A file found more than once (named twice, or named and in a folder named) is listed once.
     A file named in ``paths`` that no collector reads is, in this order: the companion of a trace
     beside it (``sources.owners``: Kineto's ``rank0.meta.json``, NDTimeline's meta YAML), read with
     that trace when it is among the inputs too (named, or in a folder named), else refused naming
@@ -122,6 +123,7 @@ def discover(
     groups: dict[Path, list[Path]] = {}
     refused: dict[Path, UsageError] = {}
     documents: list[Path] = []
+    seen: set[Path] = set()
     for p in given:
         if p.is_file() and _claim(p) is None:
             full = p.resolve()
@@ -138,7 +140,7 @@ def discover(
                 documents.append(p)
                 continue
             else:
-                why = f"{p}: not a trace file traceprof reads; it reads: {sources.formats()}"
+                why = f"{p}: {_misnamed(p) or 'not a trace file traceprof reads'}; it reads: {sources.formats()}"
             refused[p] = UsageError(why)
             continue
         try:
@@ -148,6 +150,9 @@ def discover(
             continue
         for f in files:
             f = f.resolve()
+            if f in seen:  # the same file named twice (or named and in a folder named): read once
+                continue
+            seen.add(f)
             # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
             c = _claim(f)
             groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)
@@ -160,6 +165,23 @@ def discover(
     if notes is not None:
         notes += [f"skipped {d}: not a trace (named as a document)" for d in documents]
     return groups
+
+
+#: Name endings of SQLite files (Nsight Systems exports ``*.sqlite``), and the 16 bytes every SQLite
+#: database starts with (the SQLite file format, "The Database Header").
+_SQLITE_NAMES = (".sqlite", ".sqlite3", ".db")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _misnamed(p: Path) -> str | None:
+    """What file ``p`` (claimed by no collector) is not, where its name says it is: a ``.sqlite``
+    file that is not an SQLite database (no SQLite header), else None."""
+    if p.name.lower().endswith(_SQLITE_NAMES) and not sources.head(p).startswith(_SQLITE_HEADER):
+        return (
+            f"not an SQLite database (named {p.suffix}, but it does not start with the SQLite header): "
+            "a damaged copy or a wrong name"
+        )
+    return None
 
 
 def _found(
@@ -414,10 +436,12 @@ def ingest(
                 spool = None
         parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
         not_traces: list[Path] = []
+        why: dict[Path, NotATraceError] = {}
         for (part, f), pts in zip(todo, parsed, strict=True):
             if isinstance(pts, NotATraceError) and f in scanned:
                 result.warnings.append(f"skipped {pts}")
                 not_traces.append(f)
+                why[f] = pts
             elif isinstance(pts, TraceprofError):
                 result.failed[str(f)] = str(pts)
             else:
@@ -428,6 +452,19 @@ def ingest(
         else:
             by_run, renamed = assign(parts, store)
             result.warnings += renamed
+        # a folder named beside others whose every file tried is not a trace holds no trace, as an empty one
+        empty = _no_trace_folders(paths, todo, not_traces, result.skipped, unread, result.failed)
+        if empty:
+            gone = {f for fs in empty.values() for f in fs}
+            said = {f"skipped {why[f]}" for f in gone}  # the folder's message names them
+            result.warnings = [w for w in result.warnings if w not in said]
+            messages = {str(p): _no_trace_message([p], fs, {}) for p, fs in empty.items()}
+            if all(f in gone for _, f in todo) and not result.skipped:  # --partial, no path holds a trace:
+                every = result.failed | messages  # the first path's error, as discover gives it
+                raise UsageError(next(every[k] for k in map(str, map(Path, paths)) if k in every))
+            if not partial:
+                _refuse_folders(messages)
+            result.failed.update(messages)
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
         if not by_run and not result.failed and not result.skipped:
@@ -497,21 +534,69 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
     )
 
 
+def _no_trace_folders(
+    paths: Iterable[str | Path],
+    todo: list[tuple[Part, Path]],
+    not_traces: list[Path],
+    skipped: dict[str, str],
+    unread: dict[Path, str],
+    failed: dict[str, str],
+) -> dict[Path, list[Path]]:
+    """The folders among ``paths`` that hold no trace though a collector tried their files: every
+    file of theirs parsed (``todo``) is not a trace (``not_traces``), none is stored already
+    (``skipped``) and none is of a format recognized and not read (``unread``) -> those files.
+    Empty when no other path holds a file to ingest and none failed (``failed``, so far):
+    :func:`_nothing_to_ingest` names them all."""
+    found: dict[Path, list[Path]] = {}
+    for p in dict.fromkeys(Path(raw) for raw in paths):
+        if not p.is_dir():
+            continue
+        top = p.resolve()
+        under = [f for _, f in todo if f.is_relative_to(top)]
+        if (
+            under
+            and set(under) <= set(not_traces)
+            and not any(Path(k).resolve().is_relative_to(top) for k in skipped)
+            and not any(f.is_relative_to(top) for f in unread)
+        ):
+            found[p] = under
+    tried = {f for fs in found.values() for f in fs}
+    if all(f in tried for _, f in todo) and not skipped and not failed:
+        return {}
+    return found
+
+
+def _refuse_folders(messages: dict[str, str]) -> None:
+    """Raise the error for folders named beside others that hold no trace (path -> message)."""
+    if len(messages) == 1:
+        raise UsageError(next(iter(messages.values())) + "; nothing stored (--partial stores the others)")
+    lines = "".join(f"\n  {m}" for m in messages.values())
+    # about several paths (each line below names its own), one line each as _refuse's list of files
+    raise TraceFormatError(
+        "", "", f"{len(messages)} paths hold no trace, nothing stored (--partial stores the others):{lines}"
+    )
+
+
 def _nothing_to_ingest(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> None:
-    """Raise the error for an ingest whose directories hold no trace: each file a collector tried
+    """Raise the error for an ingest whose directories hold no trace (:func:`_no_trace_message`)."""
+    raise UsageError(_no_trace_message(paths, skipped, known))
+
+
+def _no_trace_message(paths: Iterable[str | Path], skipped: list[Path], known: dict[Path, str]) -> str:
+    """The error for paths whose directories hold no trace: each file a collector tried
     (``skipped``) is not a trace, the others no collector reads. One line naming the paths given
     and the files skipped (those tried first); when some are of a format recognized and not read
     (``known``: file -> its format and what to do), it names those formats instead."""
     named = ", ".join(str(p) for p in paths)
     if known:
-        raise UsageError(_unread_message(Path(named), known))
+        return _unread_message(Path(named), known)
     others = sorted(
         {f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
         - {f.resolve() for f in skipped}
     )
     files = [*skipped, *others]
     shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    raise UsageError(
+    return (
         f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
         f"traceprof reads: {sources.formats()}"
     )

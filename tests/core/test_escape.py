@@ -109,13 +109,13 @@ def test_sql_prints_every_duckdb_type(db):
     assert json.loads(out) == [
         {
             "i": "1 month",
-            "u": "7",
+            "u": {"k": 7},  # a union as {tag: value}, nested values as JSON (README's sql section)
             "t": "infinity",
             "d": "-infinity",
             "b": "\\xAA\\x00",
             "h": "170141183460469231731687303715884105727",
-            "s": "{'a': 1}",
-            "l": "[1, 2]",
+            "s": {"a": 1},
+            "l": [1, 2],
             "dec": "1.50",
             "x": 2.5,
         }

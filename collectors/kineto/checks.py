@@ -26,9 +26,18 @@ Algorithm:
      clipped to that start; the last row of a lane that ends "far" past the reference range (step
      2's margin) is clipped to the end of the rank's other GPU activity or of the range. ``raw_dur_ns`` keeps the recorded duration. Perfetto clips
      the same way.
+  3a. ``overrun`` off the GPU: any other record (a CPU op, annotation, runtime call) whose start is
+     in the bulk but whose end lies far past the reference range (more than step 2's margin past
+     its end, e.g. ``dur: 3e15`` us) is clipped, as the last GPU row of a lane is, to the trace's
+     end: the latest end of its other sound records (those that do not end that far past);
+     ``raw_dur_ns`` keeps the recorded duration, with a warning naming each. Kept, so a 95-year
+     op neither stretches the windows nor vanishes. Records of unknown categories (kind
+     ``other``, e.g. the profiler session's own ``Trace`` span ``PyTorch Profiler (0)``, which
+     rightly runs from profiler start to stop, seconds past the steps) enter no window and are
+     left as recorded.
   3b. ``unclosed``: a CPU op with ``dur: -1`` (the profiler's mark for an op still open when it
-     stopped; the only negative duration the parsers keep) is clipped to the trace's end (the
-     latest end of its other sound records), ``raw_dur_ns`` -1000, with a warning naming each.
+     stopped; the only negative duration the parsers keep) is clipped to the trace's end (as in
+     3a), ``raw_dur_ns`` -1000, with a warning naming each.
   4. One process per file: several ProfilerStep#N with the same N, ProfilerSteps on several pids,
      or one correlation id launched from several pids mean the file merges several ranks: an error.
      One id launched by several calls of the process (two threads, or two records) is a warning
@@ -263,8 +272,20 @@ def flag_records(
             "(events.flag = 'far_outside') and left out of windows"
         )
 
-    # 3b. ops still open at profiler stop (dur -1): to the end of the trace's sound records
-    _clip_unclosed(path, cols, src_index, flag.is_none() | flag.isin({"launch_skew"}), counts, warnings)
+    # 3a/3b. records that end far past the range (GPU rows: step 3) and ops still open at profiler
+    #    stop (dur -1): the end of the trace is the latest end of the other sound records
+    sound = flag.is_none() | flag.isin({"launch_skew"})
+    late = (
+        sound & (dur >= 0) & (ts + dur > hi + margin) & ~kind_in({"other"})
+    )  # "other": e.g. the session's span
+    closed = sound & (dur >= 0) & ~late
+    end = int((ts[closed] + dur[closed]).max()) if closed.any() else int(ts.max())
+    del closed
+    _clip_far_end(
+        path, cols, src_index, np.flatnonzero(late & ~gpu), end, hi, margin, where, counts, warnings
+    )
+    del late
+    _clip_unclosed(path, cols, src_index, end, counts, warnings)
 
     # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
     #    the end of the reference range plus the margin.
@@ -303,7 +324,7 @@ def flag_records(
                 flag[i] = "overrun"
                 clipped.append(i)
     if clipped:
-        counts["overrun"] = len(clipped)
+        counts["overrun"] = counts.get("overrun", 0) + len(clipped)
         most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)
         warnings.append(
             f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
@@ -313,36 +334,75 @@ def flag_records(
     return counts, warnings
 
 
+def _clip_to(cols: dict[str, Any], rows: np.ndarray, end: int, why: str) -> None:
+    """End each of ``rows`` at ``end`` (ns; never before its own start), flagged ``why``, the
+    recorded duration kept in ``raw_dur_ns``."""
+    for i in rows.tolist():
+        cols["raw_dur_ns"][i] = int(cols["dur_ns"][i])
+        cols["dur_ns"][i] = max(0, end - int(cols["ts_ns"][i]))
+        cols["flag"][i] = why
+
+
+def _named(cols: dict[str, Any], src_index: list[int], rows: np.ndarray) -> str:
+    """The first three of ``rows`` as their event index and name (``#12 'aten::mm', ...``)."""
+    return ", ".join(f"#{src_index[int(i)]} {cols['name'][int(i)]!r}" for i in rows[:3]) + (
+        ", ..." if len(rows) > 3 else ""
+    )
+
+
+def _clip_far_end(
+    path: Path,
+    cols: dict[str, Any],
+    src_index: list[int],
+    rows: np.ndarray,
+    end: int,
+    hi: int,
+    margin: int,
+    where: str,
+    counts: dict[str, int],
+    warnings: list[str],
+) -> None:
+    """Step 3a of the module doc: ``rows`` (sound records other than GPU rows whose recorded end lies
+    more than ``margin`` ns past ``hi``, the end of the reference range) end at ``end`` (the latest
+    end of the trace's other sound records, ns); flagged ``overrun``, the recorded duration kept in
+    ``raw_dur_ns``; a warning names the rows (event index and name)."""
+    if not len(rows):
+        return
+    past = (
+        int((np.asarray(cols["ts_ns"], np.int64)[rows] + np.asarray(cols["dur_ns"], np.int64)[rows]).max())
+        - hi
+    )
+    _clip_to(cols, rows, end, "overrun")
+    counts["overrun"] = counts.get("overrun", 0) + len(rows)
+    warnings.append(
+        f"{path.name}: {len(rows)} CPU record(s) end far past the rank's {where} (up to {past / 1e9:,.3f} s past "
+        f"it, more than {margin / 1e9:,.3f} s; events {_named(cols, src_index, rows)}): clipped to the end of the "
+        "trace (events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
+    )
+
+
 def _clip_unclosed(
     path: Path,
     cols: dict[str, Any],
     src_index: list[int],
-    sound: np.ndarray,
+    end: int,
     counts: dict[str, int],
     warnings: list[str],
 ) -> None:
     """Step 3b of the module doc: every row with a negative ``dur_ns`` (the parsers keep only
-    ``dur: -1`` on a CPU op, ``decode.STILL_OPEN_DUR_NS``) ends at the latest end of the ``sound``
-    rows that have a duration (never before its own start); flagged ``unclosed``, the recorded
-    duration kept in ``raw_dur_ns``; a warning names the rows (event index and name)."""
-    ts = np.asarray(cols["ts_ns"], dtype=np.int64)
-    dur = np.asarray(cols["dur_ns"], dtype=np.int64)
-    open_ = np.flatnonzero(dur < 0)
+    ``dur: -1`` on a CPU op, ``decode.STILL_OPEN_DUR_NS``) ends at ``end`` (the latest end of the
+    trace's sound rows that have a duration and do not end far past the range, ns; never before its
+    own start); flagged ``unclosed``, the recorded duration kept in ``raw_dur_ns``; a warning names
+    the rows (event index and name)."""
+    open_ = np.flatnonzero(np.asarray(cols["dur_ns"], dtype=np.int64) < 0)
     if not len(open_):
         return
-    closed = sound & (dur >= 0)
-    end = int((ts[closed] + dur[closed]).max()) if closed.any() else int(ts.max())
-    for i in open_.tolist():
-        cols["raw_dur_ns"][i] = int(dur[i])
-        cols["dur_ns"][i] = max(0, end - int(ts[i]))
-        cols["flag"][i] = "unclosed"
+    _clip_to(cols, open_, end, "unclosed")
     counts["unclosed"] = len(open_)
-    named = ", ".join(f"#{src_index[int(i)]} {cols['name'][int(i)]!r}" for i in open_[:3]) + (
-        ", ..." if len(open_) > 3 else ""
-    )
     warnings.append(
-        f"{path.name}: {len(open_)} CPU op(s) still open when the profiler stopped (dur -1; events {named}): kept, "
-        "clipped to the end of the trace (events.flag = 'unclosed', raw_dur_ns = -1000)"
+        f"{path.name}: {len(open_)} CPU op(s) still open when the profiler stopped (dur -1; events "
+        f"{_named(cols, src_index, open_)}): kept, clipped to the end of the trace (events.flag = 'unclosed', "
+        "raw_dur_ns = -1000)"
     )
 
 

@@ -178,6 +178,88 @@ def test_cpu_op_still_open_at_stop_is_clipped_with_a_warning(store, tmp_path, ge
     assert (t["window_ns"], t["compute_ns"], t["idle_ns"]) == (110 * US, 100 * US, 10 * US)
 
 
+# --- a CPU op whose end lies far past the steps: clipped like a GPU lane's far end ---------------
+#
+# _open_trace's step is [0, 100] us, so the margin is max(100 us, 1 s) = 1 s: an end later than
+# 100 us + 1 s = 1_000_100 us is far past. The trace's end is then aten::last's, 120 us.
+
+
+@pytest.mark.parametrize("general_path", [False, True])
+@pytest.mark.parametrize(
+    "start_us, dur_us, clipped_us",
+    [
+        (70, 3e15, 50),  # starts inside ProfilerStep#1, 95 years long: 120 - 70 = 50 us
+        (110, 3e15, 10),  # starts after the step, among the others: 120 - 110 = 10 us
+        (70, 1_000_031, 50),  # ends at 1_000_101 us: 1 us past the margin
+    ],
+)
+def test_cpu_op_ending_far_past_the_steps_is_clipped(
+    store, tmp_path, general_path, start_us, dur_us, clipped_us
+):
+    ev = _open_trace(general_path, dur=dur_us)
+    ev[2]["ts"] = start_us
+    f = write_rank(tmp_path / "run" / "rank0.json", ev, 0, world=1)
+    res = ingest(store, [f], run="o")
+    (w,) = [w for w in res.warnings if "end far past" in w]
+    assert "rank0.json: 1 CPU record(s)" in w and "#2 'aten::open'" in w and "more than 1.000 s" in w
+    row = store.sql(
+        f"SELECT ts_ns - {BASE} AS t, dur_ns, raw_dur_ns, flag FROM events WHERE name = 'aten::open'"
+    ).row(0)
+    assert row == (start_us * US, clipped_us * US, int(dur_us) * US, "overrun")
+    # kept in busy time, the window is the sound records' [10, 120] us: 110 us, not 95 years
+    busy = 100 if start_us == 70 else 90  # [10, 60] + [70, 120], or [10, 60] + [80, 120]
+    t = _row(analyze(store, "temporal", "o").frame, rank=0)
+    assert (t["window_ns"], t["compute_ns"], t["idle_ns"]) == (110 * US, busy * US, (110 - busy) * US)
+
+
+@pytest.mark.parametrize("dur_us", [1_000_000, 1_000_030])
+def test_cpu_op_ending_within_the_margin_is_untouched(store, tmp_path, dur_us):
+    # ends at 1_000_070 or 1_000_100 us: not more than 1 s past the step's end (100 us)
+    f = write_rank(tmp_path / "run" / "rank0.json", _open_trace(False, dur=dur_us), 0, world=1)
+    res = ingest(store, [f], run="o")
+    assert not [w for w in res.warnings if "far past" in w]
+    row = store.sql("SELECT dur_ns, raw_dur_ns, flag FROM events WHERE name = 'aten::open'").row(0)
+    assert row == (dur_us * US, None, None)
+    assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0
+    # window [10, 70 + dur] us
+    t = _row(analyze(store, "temporal", "o").frame, rank=0)
+    assert t["window_ns"] == (60 + dur_us) * US
+
+
+def test_session_span_past_the_steps_is_kept_as_recorded(store, tmp_path):
+    # The profiler session's own span (cat "Trace", kind other) runs from start to stop, here 3 s
+    # from 0 us: more than 1 s past the step, yet it enters no window and keeps its duration.
+    ev = _open_trace(False, dur=5)
+    ev.append(
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 0, "dur": 3e6}
+    )
+    f = write_rank(tmp_path / "run" / "rank0.json", ev, 0, world=1)
+    res = ingest(store, [f], run="o")
+    assert not [w for w in res.warnings if "far past" in w]
+    got = store.sql(
+        "SELECT kind, dur_ns, raw_dur_ns, flag FROM events WHERE name = 'PyTorch Profiler (0)'"
+    ).row(0)
+    assert got == ("other", 3 * 10**9, None, None)
+    # window [10, 120] us: the ops', not the session's
+    assert _row(analyze(store, "temporal", "o").frame, rank=0)["window_ns"] == 110 * US
+
+
+def test_op_still_open_ends_at_the_sound_records_not_a_far_end(store, tmp_path):
+    # aten::open is still open (dur -1) and a second op at 90 us runs 3e15 us: both end at
+    # aten::last's 120 us, not at 90 us + 95 years.
+    ev = _open_trace(False)
+    ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::far", "pid": 1, "tid": 2, "ts": 90, "dur": 3e15})
+    f = write_rank(tmp_path / "run" / "rank0.json", ev, 0, world=1)
+    ingest(store, [f], run="o")
+    got = store.sql(
+        f"SELECT name, ts_ns - {BASE}, dur_ns, raw_dur_ns, flag FROM events WHERE flag IS NOT NULL ORDER BY name"
+    ).rows()
+    assert got == [
+        ("aten::far", 90 * US, 30 * US, 3 * 10**18, "overrun"),
+        ("aten::open", 70 * US, 50 * US, -US, "unclosed"),
+    ]
+
+
 @pytest.mark.parametrize("cat, dur", [("kernel", -1), ("cpu_op", -2), ("cpu_op", -0.5)])
 def test_other_negative_durations_are_still_refused(store, tmp_path, cat, dur):
     # only -1 on a CPU-side op is the profiler's "still open" mark; a GPU record with -1, or any

@@ -33,6 +33,7 @@ import polars as pl
 
 from traceprof.analyses.overlap import exposed_comm
 from traceprof.core import columns as rc
+from traceprof.core.schema import sql_texts
 from traceprof.engine.activity import excluded_note, graph_level_notes, run_activity
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import by_rank_chunks, merge, union_ns
@@ -265,7 +266,7 @@ def _compute_before(
     found = pl.DataFrame(schema={"pid": pl.Int64, "launch_op": pl.Utf8, "top_op": pl.Utf8})
     if not pts.is_empty():
         traces = ", ".join(str(int(t)) for t in pts["trace_id"].unique())
-        tids = ", ".join("'" + str(t).replace("'", "''") + "'" for t in pts["tid"].unique())
+        tids = sql_texts(str(t) for t in pts["tid"].unique())
         sql = _OPS_SQL.replace("$run", str(run_id)).replace("$traces", traces).replace("$tids", tids)
         found = enclosing(pts, store.sql(sql).join(pts.select(_THREAD).unique(), on=_THREAD, how="semi"))
     out = last.join(found, left_on="gid", right_on="pid", how="left")

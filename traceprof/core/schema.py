@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from traceprof.core.ops import bus_factor_sql, size_bytes_sql
@@ -30,6 +31,8 @@ __all__ = [
     "Table",
     "TABLES",
     "ddl",
+    "sql_text",
+    "sql_texts",
     "table",
 ]
 
@@ -718,8 +721,15 @@ def table(name: str) -> Table:
     raise KeyError(name)
 
 
-def _quote(s: str) -> str:
+def sql_text(s: str) -> str:
+    """``s`` as a SQL string literal (single quotes, a quote inside doubled): for text that cannot
+    be a bound parameter (DDL, an ``IN`` list built into a query, a COPY path)."""
     return "'" + s.replace("'", "''") + "'"
+
+
+def sql_texts(values: Iterable[str]) -> str:
+    """``values`` as SQL string literals separated by commas (:func:`sql_text`), for ``IN (...)``."""
+    return ", ".join(sql_text(v) for v in values)
 
 
 def ddl(layout: str = "duckdb") -> list[str]:
@@ -755,8 +765,8 @@ def _view(t: Table) -> str:
 def _comments(t: Table, kind: str) -> list[str]:
     """The table's and its columns' COMMENT statements (``kind``: TABLE or VIEW)."""
     return [
-        f"COMMENT ON {kind} {t.name} IS {_quote(t.doc)}",
-        *(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {_quote(c.comment())}' for c in t.columns),
+        f"COMMENT ON {kind} {t.name} IS {sql_text(t.doc)}",
+        *(f'COMMENT ON COLUMN {t.name}."{c.name}" IS {sql_text(c.comment())}' for c in t.columns),
     ]
 
 
@@ -790,7 +800,7 @@ def parquet_view_sql(t: Table) -> str:
     )
     return (
         f"SELECT {cols} FROM _{t.name}_files f "
-        f"JOIN parts p ON p.trace_id = f.trace_id AND p.table_name = {_quote(t.name)}"
+        f"JOIN parts p ON p.trace_id = f.trace_id AND p.table_name = {sql_text(t.name)}"
     )
 
 

@@ -40,6 +40,7 @@ import polars as pl
 
 from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.core.errors import AnalysisError
+from traceprof.core.schema import sql_texts
 from traceprof.engine import intervals
 from traceprof.engine.analysis import release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
@@ -303,11 +304,7 @@ def _query(
         sql = sql.replace(key, value if detail else "")
     if columns is not None or classes is not None:  # DuckDB then reads (and aggregates) only what these need
         cols = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
-        where = (
-            ""
-            if classes is None
-            else " WHERE class IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in classes) + ")"
-        )
+        where = "" if classes is None else f" WHERE class IN ({sql_texts(classes)})"
         sql = f"SELECT {cols} FROM ({sql}){where}"
     return sql.replace("$run", str(int(run_id)))
 

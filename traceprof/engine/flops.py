@@ -32,6 +32,7 @@ import msgspec
 import polars as pl
 
 from traceprof.core.errors import AnalysisError, UsageError
+from traceprof.core.schema import sql_texts
 from traceprof.engine.analysis import shared
 from traceprof.engine.optree import with_parents
 from traceprof.engine.peaks import canonical_dtype
@@ -241,10 +242,6 @@ WHERE run_id = ? AND kind = 'cpu_op' AND name IN ({names})
 """
 
 
-def _quoted(names: tuple[str, ...] | list[str]) -> str:
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
-
-
 @shared
 def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     """FLOPs of the leaf matmul/convolution/attention calls of a run, per call signature.
@@ -260,7 +257,7 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
         when the formula cannot use the shapes). Calls that differ only in ``Input type`` or
         ``Concrete Inputs`` are separate rows.
     """
-    ops = store.sql(_OPS_SQL.format(names=_quoted(list(SHAPE_OPS)), composite=_quoted(_COMPOSITE)), [run_id])
+    ops = store.sql(_OPS_SQL.format(names=sql_texts(SHAPE_OPS), composite=sql_texts(_COMPOSITE)), [run_id])
     # the call tree of the columns it reads (and each op's row), not of the shapes' text
     lane = ["trace_id", "pid", "tid"]
     tree = with_parents(

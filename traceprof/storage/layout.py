@@ -131,10 +131,6 @@ def choose(db: str | Path, paths: Iterable[Path], requested: str | None) -> str 
     return "parquet" if estimate_bytes(Path(p) for p in paths) > AUTO_PARQUET_BYTES else "duckdb"
 
 
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def _columns(table: str) -> list[schema.Column]:
     """Columns a Parquet file of ``table`` holds: all but the partition columns."""
     return [c for c in schema.table(table).columns if c.name not in ("run_id", "rank", "trace_id")]
@@ -208,7 +204,7 @@ def write_part(tbl: pa.Table, path: Path, table: str = "events") -> int:
         con.execute(f"SET memory_limit = '{_STAGE_MEMORY_LIMIT_MB}MB'")
         con.register("_incoming", spill.readable(tbl))
         con.execute(
-            f"COPY (SELECT {select} FROM _incoming) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)"
+            f"COPY (SELECT {select} FROM _incoming) TO {schema.sql_text(str(path))} (FORMAT parquet, COMPRESSION zstd)"
         )
     except duckdb.Error as e:
         if interrupted(e):  # Ctrl-C while DuckDB read the rows (a stream of spilled batches)
@@ -445,7 +441,7 @@ class Dataset:
                 else:
                     self.broken.setdefault(run_id, []).append(rel)
             if paths:
-                listed = ", ".join(_quote(str(p)) for p in paths)
+                listed = schema.sql_texts(str(p) for p in paths)
                 body = (
                     f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, hive_types = {_HIVE})"
                 )

@@ -431,6 +431,59 @@ def test_cli_ctrl_c_after_the_commit_says_stored_and_exits_130(tmp_path, monkeyp
     assert _state(db) == (("job", 2, 102),)
 
 
+class _LostInterrupt(_FailAt):
+    """A Ctrl-C whose report DuckDB lost (a clean-up swallowed it) during ``at``: the signal arrives
+    and its KeyboardInterrupt goes nowhere, then the statement fails as the aborted transaction makes
+    the next one fail. The flaky CI run of f557c99 ended this way: rc 1 with "TransactionContext
+    Error: Current transaction is aborted" instead of the interrupt."""
+
+    def execute(self, q, *a):
+        if isinstance(q, str) and q.lstrip().startswith(self.at):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs here, at the latest
+            except KeyboardInterrupt:
+                pass
+            raise duckdb.TransactionException(
+                "TransactionContext Error: Current transaction is aborted (please ROLLBACK)"
+            )
+        return self.real.execute(q, *a)
+
+
+def test_an_error_after_a_lost_ctrl_c_is_the_interrupt_and_nothing_is_stored(tmp_path, monkeypatch):
+    """Any error in an ingest's transaction once Ctrl-C has arrived is that Ctrl-C: the API raises
+    KeyboardInterrupt, the CLI says nothing was stored and exits 130; the store is as it was."""
+    from traceprof import cli
+    from traceprof.storage import store as store_mod
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as s:
+        ingest(s, [_job(tmp_path, name="first")], jobs=1)
+        s.con = _LostInterrupt(s.con, "UPDATE runs", KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            ingest(s, [_job(tmp_path, ranks=3, name="second")], jobs=1)
+        s.con = s.con.real
+        assert s.commits == [("first", 1)]
+    assert _state(db) == (("first", 2, 102),)
+
+    real_init = store_mod.Store.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        self.con = _LostInterrupt(self.con, "UPDATE runs", KeyboardInterrupt())
+
+    monkeypatch.setattr(store_mod.Store, "__init__", init)
+    monkeypatch.setattr(cli, "_exit", sys.exit)  # cli exits 130 with os._exit, which would end pytest
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        code, _, err = run("ingest", str(_job(tmp_path, ranks=4, name="third")), "--db", str(db))
+    finally:
+        signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
+    monkeypatch.undo()
+    assert (code, err) == (130, f"interrupted; nothing stored, {db} is as it was\n")
+    assert _state(db) == (("first", 2, 102),)
+
+
 def test_cli_ctrl_c_while_reporting_is_ignored(tmp_path, monkeypatch):
     """Once every run is committed the report is printed whole (exit 0): a Ctrl-C then changes nothing."""
     from traceprof import cli

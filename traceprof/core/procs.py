@@ -17,11 +17,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import TypeVar
 
 from traceprof.core import locking
 
-__all__ = ["worker_init", "deferred_sigint", "ignored_sigint", "map_in_workers"]
+__all__ = ["worker_init", "counted_sigint", "deferred_sigint", "ignored_sigint", "map_in_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,6 +64,40 @@ def _watch_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     os._exit(1)
+
+
+@contextlib.contextmanager
+def counted_sigint() -> Iterator[Callable[[], bool]]:
+    """Note each Ctrl-C that arrives inside the block, and handle it as before (the previous
+    handler runs: by default, KeyboardInterrupt is raised).
+
+    DuckDB checks for Ctrl-C while a statement runs and reports it its own ways (an
+    ``InterruptException``, a RuntimeError "Query interrupted", Python's KeyboardInterrupt quoted in
+    its message). Where that report is lost (e.g. swallowed by a clean-up that ignores DuckDB's
+    errors), the transaction is left aborted and the next statement fails with "Current transaction
+    is aborted": the caller asks whether a Ctrl-C arrived to report that error as the interrupt it
+    is. Outside the main thread, or where Ctrl-C is ignored, the block runs as is.
+
+    Yields:
+        A function that tells whether a Ctrl-C arrived inside the block so far.
+    """
+    previous = (
+        signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    )
+    if not callable(previous):  # another thread, SIG_IGN, SIG_DFL or a handler set outside Python
+        yield lambda: False
+        return
+    got: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        got.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield lambda: bool(got)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from traceprof.core.lazy import lazy
 from traceprof.core.limits import INT32, fits
 from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
-from traceprof.core.procs import deferred_sigint
+from traceprof.core.procs import counted_sigint, deferred_sigint
 from traceprof.storage import sandbox
 from traceprof.storage.identity import check_append, check_within
 from traceprof.storage.layout import (
@@ -368,41 +368,45 @@ class Store:
 
         Raises:
             StoreError: A DuckDB error, when ``error`` is given (the store unchanged).
-            KeyboardInterrupt: Ctrl-C (DuckDB's report of one too): before the commit, nothing
-                stored; during it, stored (and in :attr:`commits`).
+            KeyboardInterrupt: Ctrl-C (DuckDB's report of one too, and any error raised after a Ctrl-C
+                arrived in the block): before the commit, nothing stored; during it, stored (and in
+                :attr:`commits`).
         """
         con = self.con
-        con.execute("BEGIN")
-        committed = False
-        try:
-            yield con
-            if not commit:
+        with counted_sigint() as arrived:
+            con.execute("BEGIN")
+            committed = False
+            try:
+                yield con
+                if not commit:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    return
+                with deferred_sigint():
+                    prepared = before_commit() if before_commit is not None else None
+                    try:
+                        con.execute("COMMIT")
+                    except BaseException:
+                        if undo_commit is not None:
+                            undo_commit(prepared)
+                        raise
+                    if record is not None:
+                        self.commits.append(record())
+                    committed = True
+            except BaseException as e:
+                if committed:  # Ctrl-C held off during the commit
+                    raise
                 with contextlib.suppress(duckdb.Error):
                     con.execute("ROLLBACK")
-                return
-            with deferred_sigint():
-                prepared = before_commit() if before_commit is not None else None
-                try:
-                    con.execute("COMMIT")
-                except BaseException:
-                    if undo_commit is not None:
-                        undo_commit(prepared)
-                    raise
-                if record is not None:
-                    self.commits.append(record())
-                committed = True
-        except BaseException as e:
-            if committed:  # Ctrl-C held off during the commit
+                if after_rollback is not None:
+                    after_rollback()
+                # a Ctrl-C DuckDB reported, or one whose report was lost and left the transaction
+                # aborted ("Current transaction is aborted" from a later statement): nothing stored
+                if interrupted(e) or arrived():
+                    raise KeyboardInterrupt from None
+                if error is not None and isinstance(e, duckdb.Error):
+                    raise StoreError(error(e)) from None
                 raise
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            if after_rollback is not None:
-                after_rollback()
-            if interrupted(e):
-                raise KeyboardInterrupt from None
-            if error is not None and isinstance(e, duckdb.Error):
-                raise StoreError(error(e)) from None
-            raise
 
     def _one(self, query: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
         """First row of a query (the result is fully consumed), or None."""

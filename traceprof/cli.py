@@ -823,6 +823,14 @@ def analyze(
     from traceprof.api import open as open_session
     from traceprof.core.display import describe
 
+    if show_help and name is not None:  # the analysis' own help (``list``: the listing's), and --db's
+        lines = LIST_HELP.splitlines()  # the listing reads no store
+        if name != "list":
+            lines = describe(registry.get(name)).splitlines()
+            lines[1:1] = ["", _db_help(ctx)]
+        for line in lines:  # say() shows a newline as \n: one line at a time
+            say(line, out)
+        return
     if name == "list":
         rows = [{"name": a.name, "summary": a.summary} for a in registry.specs()]
         if fmt is Format.table:
@@ -837,10 +845,6 @@ def analyze(
             return
         raise UsageError("analyze: missing the analysis NAME; `traceprof analyze list` lists them")
     an = registry.get(name)
-    if show_help:
-        for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
-            say(line, out)
-        return
     options = _params(param, [name], implied=name).get(name, {})
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
@@ -890,6 +894,21 @@ def analyze(
             say(n, out)
     if view is not None and (fmt is Format.table or df.height <= VIEW_ROWS):
         _keep_view(view, result, name, table or "frame", _variant(fmt, raw, units), shown)
+
+
+#: ``analyze list --help``: usage and what it prints (``list`` is a NAME, with no spec to describe it).
+LIST_HELP = """traceprof analyze list [-f table|json|csv] [--raw]
+
+List the analyses: each name and what it answers in one line (`traceprof analyze NAME --help`: one
+analysis' algorithm, parameters and tables)."""
+
+
+def _db_help(ctx: typer.Context) -> str:
+    """``--db``'s line in ``analyze NAME --help`` (its own help, as the options panel shows it: the
+    environment variable and the default in effect, a config file's included)."""
+    db: Any = next(p for p in ctx.command.params if p.name == "db")  # an Option: it has help
+    default = ctx.lookup_default("db") or db.default
+    return f"--db PATH  {db.help} [env var: {db.envvar}] [default: {default}]; every option: traceprof analyze --help"
 
 
 #: Frames of at most this many rows keep their JSON and CSV text in an analysis' view (a table keeps

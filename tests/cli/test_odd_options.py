@@ -129,6 +129,38 @@ def test_h_is_help_on_every_command():
     assert seen > 15
 
 
+def test_every_help_of_a_command_taking_db_names_its_environment_variable(tmp_path):
+    import typer
+
+    from traceprof.cli import app
+    from traceprof.docs import _commands
+    from traceprof.engine import analysis
+
+    # every command with a --db option (click's own list), and analyze NAME's help of its own
+    takes = [
+        p for p, cmd in _commands(typer.main.get_command(app), "") if any(o.name == "db" for o in cmd.params)
+    ]
+    assert {"ingest", "sql", "analyze", "baseline", "baseline add", "runs rm"} <= {p.strip() for p in takes}
+    helps = [(p.split(), run(*p.split(), "--help")[1]) for p in takes]
+    helps += [(["analyze", n], run("analyze", n, "--help")[1]) for n in analysis.names()]
+    for path, out in helps:
+        assert "[env var: TRACEPROF_DB]" in " ".join(out.replace("│", " ").split()), path
+    # analyze NAME's help: the line names the option, its variable and the built-in default
+    want = "--db PATH  Store file (DuckDB). [env var: TRACEPROF_DB] [default: traceprof.duckdb]; "
+    assert run("analyze", "idle", "-h")[1].splitlines()[2].startswith(want)
+
+
+def test_analyze_list_help_is_help_not_the_list():
+    # it printed the list of analyses
+    code, out, _ = run("analyze", "list", "--help")
+    assert code == 0 and out.startswith(
+        "traceprof analyze list [-f table|json|csv] [--raw]\n\nList the analyses"
+    )
+    assert "critical_path" not in out
+    assert run("analyze", "list", "-h")[1] == out
+    assert "critical_path critical_path: " in run("analyze", "list")[1]  # the list itself, as before
+
+
 def test_the_typer_words_pattern_finds_what_typer_printed():
     # the check above cannot pass vacuously: each word typer 0.29 printed is found
     for shown in (

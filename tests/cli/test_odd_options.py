@@ -47,6 +47,29 @@ def test_numeric_options_are_echoed_as_typed(tmp_path, args, want):
     assert not (tmp_path / "s.duckdb").exists() and not (tmp_path / "out").exists()
 
 
+def test_click_s_runner_and_app_say_options_as_typed_as_main_does(tmp_path):
+    # the option and value as typed come from click's context, not sys.argv (pytest's here) nor a
+    # module-level record: app() from Python and click's test runner say what main() says
+    from typer.testing import CliRunner
+
+    from traceprof.cli import app
+
+    db = str(tmp_path / "s.duckdb")
+    cases = [
+        (["diff", "a", "b", "-t", "1e400"], "-t 1e400: thresholds are fractions in (0, 1]"),
+        (["diff", "a", "b", "--threshold", "1e400"], "--threshold 1e400: thresholds are fractions"),
+        (["diff", "a", "b", "-t1e400"], "-t 1e400: thresholds are fractions"),
+        (["ingest", str(SAMPLES / "normal"), "-j", "abc"], "--jobs abc: expected a whole number"),
+        (["sql", "SELECT 1", "--max-rows", "-01"], "--max-rows -01: expected 0 (all) or more"),
+        (["sql", "SELECT 1", "--max-rows", "-1"], "--max-rows -1: expected 0 (all) or more"),  # not -01
+    ]
+    for args, want in cases:
+        res = CliRunner().invoke(app, [*args, "--db", db])
+        assert isinstance(res.exception, UsageError) and str(res.exception).startswith(want), (args, res)
+        assert _line(run(*args, "--db", db)[2]) == f"error: {res.exception}"  # main() says the same
+    assert not (tmp_path / "s.duckdb").exists()
+
+
 def test_a_value_not_typed_is_written_plainly():
     from traceprof.cli import _typed
 

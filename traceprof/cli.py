@@ -858,7 +858,7 @@ def analyze(
         many=False,
     ) as s:
         result = s.analyze(name, run, **options)
-        run_name = _run_name(s.store, run)
+        run_title = _run_title(s.store, run)
         run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
@@ -888,7 +888,7 @@ def analyze(
         return
     df = frames[table or "frame"]
     shown = _shown(df, fmt, raw, units)
-    _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}")
+    _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: {run_title}")
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
@@ -963,10 +963,10 @@ def _print_view(
             shown = view.get("frames", {}).get(table or "frame", {}).get(_variant(fmt, raw, units))
             if shown is None:
                 return False
-            run_name = _run_name(store, run)
+            run_title = _run_title(store, run)
     except TraceprofError:  # the computing path says it, as it always has
         return False
-    _emit(shown, f"{view['title']}{f' ({table})' if table else ''}: run {run_name}")
+    _emit(shown, f"{view['title']}{f' ({table})' if table else ''}: {run_title}")
     if fmt is Format.table:
         for n in view["notes"]:
             say(n, out)
@@ -983,10 +983,10 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
     say(f"saved tables: {', '.join(saved)}")
 
 
-def _run_name(store: Store, run: str | None) -> str:
-    """``'name' (id N)`` of a run, for table titles."""
+def _run_title(store: Store, run: str | None) -> str:
+    """``run 'name' (id N)`` of a run, for table titles."""
     name, run_id = _run_ref(store, run)
-    return f"{name!r} (id {run_id})"
+    return f"run {name!r} (id {run_id})"
 
 
 def _run_ref(store: Store, run: str | None) -> tuple[str, int]:

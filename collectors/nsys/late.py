@@ -21,8 +21,12 @@ from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, far_ends, reference
 
 __all__ = ["clip_far_ends"]
 
-#: Kinds that are GPU activity in an nsys trace (their times are the GPU's own).
-_GPU = ("kernel", "memcpy", "memset", "sync")
+#: Each row's kind as a code: a step range, a GPU row (kernel, copy, sync: the GPU's own times, not
+#: clipped here), a row not checked (kind ``other``, instants), or any other (CPU-side) row.
+_STEP, _GPU, _UNCHECKED, _CPU = 0, 1, 2, 3
+_CODE = {"step": _STEP, "other": _UNCHECKED, "instant": _UNCHECKED} | dict.fromkeys(
+    ("kernel", "memcpy", "memset", "sync"), _GPU
+)
 
 
 def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> str | None:
@@ -40,14 +44,14 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> str | None:
     """
     if not cols["kind"]:
         return None
-    kind = np.array(cols["kind"], dtype=object)
-    ts = np.array(cols["ts_ns"], dtype=np.int64)
-    dur = np.array(cols["dur_ns"], dtype=np.int64)
-    sound = np.array([f is None for f in cols["flag"]])
-    lo, hi, by_steps = reference_range(kind == "step", ts, dur, ~sound)
+    n = len(cols["kind"])
+    kind = np.fromiter((_CODE.get(k, _CPU) for k in cols["kind"]), np.int8, n)
+    ts = np.fromiter(cols["ts_ns"], np.int64, n)
+    dur = np.fromiter(cols["dur_ns"], np.int64, n)
+    sound = np.fromiter((f is None for f in cols["flag"]), bool, n)
+    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
-    checked = ~np.isin(kind, ("other", "instant"))
-    rows, end = far_ends(ts, dur, sound, checked, ~np.isin(kind, _GPU), hi, margin)
+    rows, end = far_ends(ts, dur, sound, kind != _UNCHECKED, kind != _GPU, hi, margin)
     if not len(rows):
         return None
     past = int((ts[rows] + dur[rows]).max()) - hi

@@ -237,7 +237,7 @@ def require_matched(
             "their peers are unknown and they cannot be matched across ranks"
         )
     raise AnalysisError(
-        f"run {label}: no collective matched across two or more ranks ({'; '.join(why)}); "
+        f"{label}: no collective matched across two or more ranks ({'; '.join(why)}); "
         f"{analysis} compares ranks at the same collective"
     )
 

@@ -100,6 +100,7 @@ from traceprof.engine.analysis import (
 )
 from traceprof.engine.arrivals import run_transient
 from traceprof.ingest.matching import run_steps
+from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 __all__ = ["CATEGORIES", "Params", "Result", "run"]
@@ -939,7 +940,7 @@ def run(store: Store, params: Params) -> Result:
             training-thread ops, no op-level ranges): e.g. Flight Recorder dumps alone.
     """
     run_id = store.resolve_run(params.run)
-    label = params.run or str(run_id)
+    label = run_label(store, run_id)
     notes: list[str] = []
     # outside a report only the columns read are fetched (a report's one frame has them all)
     act = activity(store, run_id, detail=True, columns=None if reusing(store) else _ACT_COLUMNS)
@@ -950,7 +951,7 @@ def run(store: Store, params: Params) -> Result:
         act = op_activity(store, run_id)
         if act.is_empty():
             raise AnalysisError(
-                f"run {label}: no GPU kernels, no CPU training-thread ops and no op-level ranges "
+                f"{label}: no GPU kernels, no CPU training-thread ops and no op-level ranges "
                 "(NDTimeline): nothing to account for (Flight Recorder dumps record collectives only)"
             )
         notes.append(

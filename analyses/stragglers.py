@@ -90,6 +90,7 @@ from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import fallback_note, run_steps
+from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 
@@ -363,16 +364,14 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: No collective instance seen by two or more ranks (the message says why).
     """
     run_id = store.resolve_run(params.run)
-    label = params.run or str(run_id)
+    label = run_label(store, run_id)
     items, source = _replay.comm_items(store, run_id, params.source or None)
     _replay.require_matched(store, run_id, items, source, label, "stragglers")
     items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
     transient = _replay.transient(items, store, run_id)
     items = items.filter(~pl.col("instance_id").is_in(list(transient.instances)))
     if items.is_empty():
-        raise AnalysisError(
-            f"run {label}: no collective matched across two or more ranks has an arrival time"
-        )
+        raise AnalysisError(f"{label}: no collective matched across two or more ranks has an arrival time")
     w = per_rank_instance(items)
     inst = (
         w.group_by("instance_id")

@@ -77,6 +77,7 @@ from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 #: A run whose slowdown exceeds this is straggling (the paper's threshold).
@@ -191,12 +192,12 @@ def _no_steps_text(store: Store, run_id: int, label: str, comp: pl.DataFrame) ->
             ].to_list()
         )
         return (
-            f"run {label}: no compute traced (its traces: {sources or 'none'}; Flight Recorder dumps hold "
+            f"{label}: no compute traced (its traces: {sources or 'none'}; Flight Recorder dumps hold "
             "collectives only): what-if replays each step's compute and collectives, so ingest the run's "
             "Kineto traces (torch.profiler) into the same run (--run)"
         )
     return (
-        f"run {label}: no ProfilerSteps, so no step to replay: profile with a torch.profiler schedule "
+        f"{label}: no ProfilerSteps, so no step to replay: profile with a torch.profiler schedule "
         "(its ProfilerStep#N annotations mark the steps) and ingest those traces"
     )
 
@@ -283,7 +284,7 @@ def run(store: Store, params: Params) -> Result:
             compute traced or no ProfilerSteps (the message says which, and what to ingest), or a replay graph with a cycle (inconsistent matching).
     """
     run_id = store.resolve_run(params.run)
-    label = params.run or str(run_id)
+    label = run_label(store, run_id)
     comm, source = _replay.comm_items(store, run_id, params.source or None)
     _replay.require_matched(store, run_id, comm, source, label, "whatif")
     comp = _replay.compute_items(store, run_id)

@@ -823,6 +823,14 @@ def analyze(
     from traceprof.api import open as open_session
     from traceprof.core.display import describe
 
+    if show_help and name is not None:  # the analysis' own help (``list``: the listing's), and --db's
+        lines = LIST_HELP.splitlines()  # the listing reads no store
+        if name != "list":
+            lines = describe(registry.get(name)).splitlines()
+            lines[1:1] = ["", _db_help(ctx)]
+        for line in lines:  # say() shows a newline as \n: one line at a time
+            say(line, out)
+        return
     if name == "list":
         rows = [{"name": a.name, "summary": a.summary} for a in registry.specs()]
         if fmt is Format.table:
@@ -837,10 +845,6 @@ def analyze(
             return
         raise UsageError("analyze: missing the analysis NAME; `traceprof analyze list` lists them")
     an = registry.get(name)
-    if show_help:
-        for line in describe(an).splitlines():  # say() shows a newline as \n: one line at a time
-            say(line, out)
-        return
     options = _params(param, [name], implied=name).get(name, {})
     # Dask workers open the store read-only: this process must not hold it for writing meanwhile.
     apart = save and executor == "dask"
@@ -854,7 +858,7 @@ def analyze(
         many=False,
     ) as s:
         result = s.analyze(name, run, **options)
-        run_name = _run_name(s.store, run)
+        run_title = _run_title(s.store, run)
         run_ref = _run_ref(s.store, run)
         if save and not apart:
             _save(s.store, run, name, result)
@@ -884,12 +888,27 @@ def analyze(
         return
     df = frames[table or "frame"]
     shown = _shown(df, fmt, raw, units)
-    _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: run {run_name}")
+    _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: {run_title}")
     if fmt is Format.table:
         for n in result.notes:
             say(n, out)
     if view is not None and (fmt is Format.table or df.height <= VIEW_ROWS):
         _keep_view(view, result, name, table or "frame", _variant(fmt, raw, units), shown)
+
+
+#: ``analyze list --help``: usage and what it prints (``list`` is a NAME, with no spec to describe it).
+LIST_HELP = """traceprof analyze list [-f table|json|csv] [--raw]
+
+List the analyses: each name and what it answers in one line (`traceprof analyze NAME --help`: one
+analysis' algorithm, parameters and tables)."""
+
+
+def _db_help(ctx: typer.Context) -> str:
+    """``--db``'s line in ``analyze NAME --help`` (its own help, as the options panel shows it: the
+    environment variable and the default in effect, a config file's included)."""
+    db: Any = next(p for p in ctx.command.params if p.name == "db")  # an Option: it has help
+    default = ctx.lookup_default("db") or db.default
+    return f"--db PATH  {db.help} [env var: {db.envvar}] [default: {default}]; every option: traceprof analyze --help"
 
 
 #: Frames of at most this many rows keep their JSON and CSV text in an analysis' view (a table keeps
@@ -944,10 +963,10 @@ def _print_view(
             shown = view.get("frames", {}).get(table or "frame", {}).get(_variant(fmt, raw, units))
             if shown is None:
                 return False
-            run_name = _run_name(store, run)
+            run_title = _run_title(store, run)
     except TraceprofError:  # the computing path says it, as it always has
         return False
-    _emit(shown, f"{view['title']}{f' ({table})' if table else ''}: run {run_name}")
+    _emit(shown, f"{view['title']}{f' ({table})' if table else ''}: {run_title}")
     if fmt is Format.table:
         for n in view["notes"]:
             say(n, out)
@@ -964,10 +983,10 @@ def _save(store: Store, run: str | None, name: str, result: Any) -> None:
     say(f"saved tables: {', '.join(saved)}")
 
 
-def _run_name(store: Store, run: str | None) -> str:
-    """``'name' (id N)`` of a run, for table titles."""
+def _run_title(store: Store, run: str | None) -> str:
+    """``run 'name' (id N)`` of a run, for table titles."""
     name, run_id = _run_ref(store, run)
-    return f"{name!r} (id {run_id})"
+    return f"run {name!r} (id {run_id})"
 
 
 def _run_ref(store: Store, run: str | None) -> tuple[str, int]:
@@ -1344,16 +1363,6 @@ def _fraction(key: str, raw: str, typed: str) -> float:
     return value
 
 
-def _option_typed(value: str, names: tuple[str, str] = ("-t", "--threshold")) -> str:
-    """Which of the option's ``names`` the command line gave ``value`` with (``-t 0.1``,
-    ``--threshold=0.1``, ``-t0.1``); the long name where it cannot tell."""
-    args = sys.argv
-    for i, a in enumerate(args):
-        if (a in names and i + 1 < len(args) and args[i + 1] == value) or a == f"{names[0]}{value}":
-            return a if a in names else names[0]
-    return names[1]
-
-
 @app.command()
 def collect(
     script: Annotated[
@@ -1535,18 +1544,41 @@ _INT_LIMITS = {
     "jobs": (1, 1024, " parser processes"),
     "nproc": (1, 1024, " ranks on this machine"),
 }
-#: Option name -> its value as typed on the command line (or in its environment variable), for
-#: messages: ``--max-inflate 0`` says ``0``, not the ``0.0`` it converts to (:func:`_typed`).
-_TYPED: dict[str, str] = {}
+#: Keys of click's ``ctx.meta`` (one dict for a command line's contexts): the running command's
+#: arguments as typed, and option name -> its value as typed (or in its environment variable). For
+#: messages: ``--max-inflate 0`` says ``0``, not the ``0.0`` it converts to; ``-t 1e400`` says ``-t``.
+_ARGS, _VALUES = "traceprof.args", "traceprof.values"
+
+
+def _as_typed() -> dict[str, Any]:
+    """The ``ctx.meta`` of the command line being run (:data:`_ARGS`, :data:`_VALUES`), by
+    ``main()``, ``app()`` or click's test runner alike; empty outside one (a library call)."""
+    try:
+        from typer._click.globals import get_current_context  # typer vendors click
+    except ImportError:  # another typer: messages say the long name and the converted value
+        return {}
+    ctx = get_current_context(silent=True)
+    return {} if ctx is None else ctx.meta
 
 
 def _typed(name: str, value: object) -> str:
     """Option ``name``'s value as the user typed it, else ``value`` written plainly (a whole
     float without its ``.0``)."""
-    if name in _TYPED:
-        return _TYPED[name]
+    typed = _as_typed().get(_VALUES, {})
+    if name in typed:
+        return str(typed[name])
     text = repr(value) if isinstance(value, float) else str(value)
     return text[:-2] if text.endswith(".0") else text
+
+
+def _option_typed(value: str, names: tuple[str, str] = ("-t", "--threshold")) -> str:
+    """Which of the option's ``names`` the command line gave ``value`` with (``-t 0.1``,
+    ``--threshold=0.1``, ``-t0.1``); the long name where it cannot tell (a config file's value)."""
+    args = _as_typed().get(_ARGS, ())
+    for i, a in enumerate(args):
+        if (a in names and i + 1 < len(args) and args[i + 1] == value) or a == f"{names[0]}{value}":
+            return a if a in names else names[0]
+    return names[1]
 
 
 class _PlainParam:
@@ -1558,8 +1590,8 @@ class _PlainParam:
 
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
         multi = param.multiple or param.nargs == -1
-        if isinstance(value, str) and param.name:
-            _TYPED[param.name] = value  # for messages (:func:`_typed`)
+        if isinstance(value, str) and param.name and ctx is not None:
+            ctx.meta.setdefault(_VALUES, {})[param.name] = value  # for messages (:func:`_typed`)
         if value is None:
             return () if multi else None
         if not (multi and isinstance(value, str)):
@@ -1656,6 +1688,21 @@ def _plain_coercion() -> None:
     _patch(_TyperParameter, "get_runtime_param", ours)
 
 
+def _record_args() -> None:
+    """Keep each command's arguments as typed in click's ``ctx.meta`` (:data:`_ARGS`), for
+    :func:`_option_typed`: click keeps the values, not which of an option's names gave them."""
+    from typer.core import TyperCommand
+
+    def ours(theirs: Callable[..., list[str]]) -> Callable[..., list[str]]:
+        def parse_args(self: Any, ctx: Any, args: list[str]) -> list[str]:
+            ctx.meta[_ARGS] = tuple(args)
+            return theirs(self, ctx, args)
+
+        return parse_args
+
+    _patch(TyperCommand, "parse_args", ours)
+
+
 def _patch(cls: type, name: str, ours: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Replace typer's method ``cls.name`` by ``ours(typer's)``, once; a typer without it (another
     version) is left as it is."""
@@ -1703,31 +1750,37 @@ def _help_metavars() -> None:
         return lambda self, ctx: None  # the name column shows it already
 
     def usage(shown: Callable[[Any], str]) -> Callable[[Any], str]:
-        def name(self: Any) -> str:
-            word = (self.metavar or self.name or "").upper() + ("..." if self.nargs != 1 else "")
-            return word if self.required else f"[{word}]"
-
-        return name
+        return argument_word
 
     _patch(TyperOption, "display_type_rich", option)
     _patch(TyperArgument, "display_type_rich", argument)
     _patch(TyperArgument, "_usage_display_name", usage)
-    # the arguments panel and click's messages name it as the usage line does (typer: lower case;
-    # the panel adds "..." itself only where no metavar is set)
+    # the arguments panel and click's messages name it as the usage line does (typer: lower case)
     TyperArgument.display_name_raw = property(  # type: ignore[assignment,method-assign]
-        lambda self: (
-            (self.metavar or self.name or "").upper() + ("..." if self.nargs != 1 and self.metavar else "")
-        )
+        lambda self: argument_word(self, panel=True)
     )
+
+
+def argument_word(arg: Any, panel: bool = False) -> str:
+    """The word for a command's argument (a click ``Argument``), the one way the usage line, the
+    arguments panel, click's messages and the README's command table write it: its metavar (else its
+    name) in capitals, ``...`` after one that takes several values, ``[...]`` around an optional one
+    (``PATH...``, ``[NAME]``, ``RUN...``).
+
+    Args:
+        arg: The argument.
+        panel: The word of the arguments panel and of click's messages: no brackets, and ``...``
+            only where a metavar is set (typer's panel adds it itself to a name).
+    """
+    many = arg.nargs != 1
+    word = (arg.metavar or arg.name or "").upper() + ("..." if many and (arg.metavar or not panel) else "")
+    return word if panel or arg.required else f"[{word}]"
 
 
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
-    _plain_coercion()
-    _help_metavars()
-    _TYPED.clear()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except TraceprofError as e:
@@ -1780,6 +1833,12 @@ def main() -> None:
     if isinstance(code, int) and code:
         _exit(code)
 
+
+# typer's conversion, help words and the arguments as typed, as this CLI has them: installed on
+# import, so that main(), app() from Python and click's test runner run the same command line
+_plain_coercion()
+_help_metavars()
+_record_args()
 
 if __name__ == "__main__":
     main()

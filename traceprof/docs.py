@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from traceprof.cli import app
+from traceprof.cli import app, argument_word
 from traceprof.core.classify import families_markdown
 
 __all__ = ["commands_markdown", "SECTIONS", "render", "main"]
@@ -35,12 +35,6 @@ def _commands(group: Any, prefix: str) -> Iterator[tuple[str, Any]]:
             yield path, cmd
 
 
-def _argument(p: Any) -> str:
-    """``PATHS...`` (many), ``NAME`` or ``[NAME]`` (optional)."""
-    name = (p.metavar or p.name or "").upper() + ("..." if p.nargs == -1 else "")
-    return name if p.required else f"[{name}]"
-
-
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "&#124;")
 
@@ -50,7 +44,7 @@ def commands_markdown() -> str:
     rows = ["| command | what it does | options |", "|---|---|---|"]
     for path, cmd in _commands(typer.main.get_command(app), "traceprof"):
         doc = (cmd.help or "").strip().split("\n\n")[0]
-        args = " ".join(_argument(p) for p in cmd.params if p.param_type_name == "argument")
+        args = " ".join(argument_word(p) for p in cmd.params if p.param_type_name == "argument")
         opts = ", ".join(
             f"`{o}`"
             for p in cmd.params

@@ -57,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, far_ends, reference_range
 from traceprof.collectors.kineto._values import Ints, Strs
 from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
 from traceprof.core.display import duration
@@ -86,8 +87,6 @@ LAUNCH_SKEW_MAX_NS = 1_000_000
 OVERRUN_TOLERANCE_NS = 5_000
 #: A ``ts == 0`` record is an unset time when it lies at least this far from the others: 1 ms.
 ZERO_TS_MIN_GAP_NS = 1_000_000
-#: The smallest margin around the reference range before a record is "far outside": 1 s.
-FAR_MARGIN_MIN_NS = 1_000_000_000
 
 _GPU = frozenset(GPU_ACTIVITY_KINDS)
 _LAUNCH = frozenset(LAUNCH_KINDS)
@@ -96,19 +95,6 @@ _LAUNCH = frozenset(LAUNCH_KINDS)
 def _examples(src_index: list[int], rows: np.ndarray | list[int], n: int = 3) -> str:
     """The first ``n`` of ``rows`` as the indices of their events in the file (``#12, #40, ...``)."""
     return ", ".join(f"#{src_index[int(i)]}" for i in rows[:n]) + (", ..." if len(rows) > n else "")
-
-
-def _reference_range(
-    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray
-) -> tuple[int, int, bool]:
-    """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
-    1st..99th percentile of the other records' starts; and whether steps defined it."""
-    steps = step & ~skip
-    if steps.any():
-        return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
-    pool = ts[~skip] if (~skip).any() else ts
-    lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
-    return lo, hi, False
 
 
 def _far_records(
@@ -223,7 +209,7 @@ def flag_records(
 
     # 2 first (launch calls and steps with unset or far times must not vouch for anything)
     zero = unflagged & _unset_times(ts, base_ns)
-    lo, hi, by_steps = _reference_range(kind_in({"step"}), ts, dur, zero)
+    lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
     ok_launch = launch & ~zero & ~far
@@ -275,15 +261,9 @@ def flag_records(
     # 3a/3b. records that end far past the range (GPU rows: step 3) and ops still open at profiler
     #    stop (dur -1): the end of the trace is the latest end of the other sound records
     sound = flag.is_none() | flag.isin({"launch_skew"})
-    late = (
-        sound & (dur >= 0) & (ts + dur > hi + margin) & ~kind_in({"other"})
-    )  # "other": e.g. the session's span
-    closed = sound & (dur >= 0) & ~late
-    end = int((ts[closed] + dur[closed]).max()) if closed.any() else int(ts.max())
-    del closed
-    _clip_far_end(
-        path, cols, src_index, np.flatnonzero(late & ~gpu), end, hi, margin, where, counts, warnings
-    )
+    # "other": e.g. the session's span, not checked
+    late, end = far_ends(ts, dur, sound, ~kind_in({"other"}), ~gpu, hi, margin)
+    _clip_far_end(path, cols, src_index, late, end, hi, margin, where, counts, warnings)
     del late
     _clip_unclosed(path, cols, src_index, end, counts, warnings)
 

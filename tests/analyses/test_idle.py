@@ -240,5 +240,5 @@ def test_hta_mode_on_a_cpu_run_says_it_reads_kernels_only(store):
 
     ingest(store, [SAMPLES / "normal"])
     assert analyze(store, "temporal", "normal").frame.height > 0
-    with pytest.raises(AnalysisError, match=r"run normal: no GPU kernels; hta=true reads GPU kernels only"):
+    with pytest.raises(AnalysisError, match=r"run 'normal': no GPU kernels; hta=true reads GPU kernels only"):
         analyze(store, "temporal", "normal", hta=True)

@@ -272,7 +272,8 @@ def test_flight_recorder_source_on_a_run_with_steps(store):
     assert res.verdict["rank"].to_list() == [2]
     # an unknown source is one line naming the run's sources
     with pytest.raises(
-        UsageError, match=r"^unknown source 'bogus': run 1 has collectives from fr, gloo \(-p source=NAME\)$"
+        UsageError,
+        match=r"^unknown source 'bogus': run 's2' has collectives from fr, gloo \(-p source=NAME\)$",
     ):
         analyze(store, "stragglers", "s2", source="bogus")
 

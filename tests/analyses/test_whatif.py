@@ -630,7 +630,7 @@ def test_flight_recorder_only_says_no_compute_traced(store):
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")], run="fr", jobs=1)
     with pytest.raises(
         AnalysisError,
-        match=r"run fr: no compute traced \(its traces: flight_recorder;.*ingest the "
+        match=r"run 'fr': no compute traced \(its traces: flight_recorder;.*ingest the "
         r"run's Kineto traces",
     ):
         analyze(store, "whatif", "fr")

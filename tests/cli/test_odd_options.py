@@ -47,6 +47,29 @@ def test_numeric_options_are_echoed_as_typed(tmp_path, args, want):
     assert not (tmp_path / "s.duckdb").exists() and not (tmp_path / "out").exists()
 
 
+def test_click_s_runner_and_app_say_options_as_typed_as_main_does(tmp_path):
+    # the option and value as typed come from click's context, not sys.argv (pytest's here) nor a
+    # module-level record: app() from Python and click's test runner say what main() says
+    from typer.testing import CliRunner
+
+    from traceprof.cli import app
+
+    db = str(tmp_path / "s.duckdb")
+    cases = [
+        (["diff", "a", "b", "-t", "1e400"], "-t 1e400: thresholds are fractions in (0, 1]"),
+        (["diff", "a", "b", "--threshold", "1e400"], "--threshold 1e400: thresholds are fractions"),
+        (["diff", "a", "b", "-t1e400"], "-t 1e400: thresholds are fractions"),
+        (["ingest", str(SAMPLES / "normal"), "-j", "abc"], "--jobs abc: expected a whole number"),
+        (["sql", "SELECT 1", "--max-rows", "-01"], "--max-rows -01: expected 0 (all) or more"),
+        (["sql", "SELECT 1", "--max-rows", "-1"], "--max-rows -1: expected 0 (all) or more"),  # not -01
+    ]
+    for args, want in cases:
+        res = CliRunner().invoke(app, [*args, "--db", db])
+        assert isinstance(res.exception, UsageError) and str(res.exception).startswith(want), (args, res)
+        assert _line(run(*args, "--db", db)[2]) == f"error: {res.exception}"  # main() says the same
+    assert not (tmp_path / "s.duckdb").exists()
+
+
 def test_a_value_not_typed_is_written_plainly():
     from traceprof.cli import _typed
 
@@ -127,6 +150,38 @@ def test_h_is_help_on_every_command():
         assert (code, short) == (0, out), (path, err)
         seen += 1
     assert seen > 15
+
+
+def test_every_help_of_a_command_taking_db_names_its_environment_variable(tmp_path):
+    import typer
+
+    from traceprof.cli import app
+    from traceprof.docs import _commands
+    from traceprof.engine import analysis
+
+    # every command with a --db option (click's own list), and analyze NAME's help of its own
+    takes = [
+        p for p, cmd in _commands(typer.main.get_command(app), "") if any(o.name == "db" for o in cmd.params)
+    ]
+    assert {"ingest", "sql", "analyze", "baseline", "baseline add", "runs rm"} <= {p.strip() for p in takes}
+    helps = [(p.split(), run(*p.split(), "--help")[1]) for p in takes]
+    helps += [(["analyze", n], run("analyze", n, "--help")[1]) for n in analysis.names()]
+    for path, out in helps:
+        assert "[env var: TRACEPROF_DB]" in " ".join(out.replace("│", " ").split()), path
+    # analyze NAME's help: the line names the option, its variable and the built-in default
+    want = "--db PATH  Store file (DuckDB). [env var: TRACEPROF_DB] [default: traceprof.duckdb]; "
+    assert run("analyze", "idle", "-h")[1].splitlines()[2].startswith(want)
+
+
+def test_analyze_list_help_is_help_not_the_list():
+    # it printed the list of analyses
+    code, out, _ = run("analyze", "list", "--help")
+    assert code == 0 and out.startswith(
+        "traceprof analyze list [-f table|json|csv] [--raw]\n\nList the analyses"
+    )
+    assert "critical_path" not in out
+    assert run("analyze", "list", "-h")[1] == out
+    assert "critical_path critical_path: " in run("analyze", "list")[1]  # the list itself, as before
 
 
 def test_the_typer_words_pattern_finds_what_typer_printed():

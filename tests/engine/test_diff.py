@@ -204,19 +204,19 @@ def test_runs_not_comparable(store, tmp_path):
             _micro(tmp_path / "two", False, world=2),
         ],
     )
-    with pytest.raises(UsageError, match="not comparable .cpu is a CPU-only run, gpu a GPU run.:"):
+    with pytest.raises(UsageError, match="not comparable .'cpu' is a CPU-only run, 'gpu' a GPU run.:"):
         diff_runs(store, "cpu", "gpu")
     with pytest.raises(UsageError, match=r"not comparable \(world size 1 vs 2\)"):
         diff_runs(store, "cpu", "two")
     with pytest.raises(
-        UsageError, match=r"runs gpu,cpu and two are not comparable"
+        UsageError, match=r"runs 'gpu', 'cpu' and 'two' are not comparable"
     ):  # every baseline checked
         diff_runs(store, "gpu,cpu", "two")
     assert not _same(store, "gpu").regressed
     # --force: compared anyway, on per-rank medians (one sample per rank), with a note saying so.
     forced = diff_runs(store, "cpu", "two", force=True)
     assert any(
-        n.startswith("forced (--force): runs cpu and two are not comparable (world size 1 vs 2)")
+        n.startswith("forced (--force): runs 'cpu' and 'two' are not comparable (world size 1 vs 2)")
         for n in forced.notes
     )
     # each run has one traced rank (_micro writes rank 0 only): one per-rank median each

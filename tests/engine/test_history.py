@@ -129,7 +129,7 @@ def test_peak_memory_deterministic_is_exact(store, tmp_path):
     assert (m["mem_1"]["band_lo"], m["mem_1"]["band_hi"]) == (4608, 4608)
     assert (m["mem_4"]["band_lo"], m["mem_4"]["band_hi"], m["mem_4"]["outside"]) == (5632, 5632, False)
     assert any(n.startswith("peak_mem_bytes: allocations are deterministic") for n in h.notes)
-    assert "change point: peak_mem_bytes from run mem_3 (order 4) (+22.2% vs the runs before)" in h.notes
+    assert "change point: peak_mem_bytes from run 'mem_3' (order 4) (+22.2% vs the runs before)" in h.notes
 
 
 def test_peak_memory_that_varies_gets_noise_bands(store, tmp_path):

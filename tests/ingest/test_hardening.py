@@ -527,36 +527,64 @@ def test_every_numeric_analysis_parameter_is_range_checked_or_safe(normal_store)
     assert tried > 100 and accepted > 0, (tried, accepted)
 
 
-def test_an_insert_duckdb_cannot_hold_is_one_line_naming_the_files(tmp_path):
+def test_an_insert_duckdb_cannot_hold_is_one_line_naming_the_files(tmp_path, monkeypatch):
     # one event with 7 MB of args: DuckDB ran out of its 96 MB ingest limit; its message spanned
     # eight lines (with advice to SET settings) and named no file. Found by the fuzzer (a pickle
     # whose shared references expand to 7 MB of args; such a pickle is refused now, a JSON file is not).
     # Such a value is now over the 1 MiB limit of a field (tests/ingest/test_long_text.py), refused
-    # naming the event; many values under it can still be more than DuckDB holds under its limit
+    # naming the event.
     doc = micro_trace(["aten::mm"])
     doc["traceEvents"][1]["args"] = {"x": [[1] * 2_400_000]}  # "1, " x 2.4 M: 7.2 MB of text
     f = tmp_path / "rank0.json"
     f.write_text(json.dumps(doc))
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"))
     assert code == 1 and _one_line(err, f"{f}: event #1 (", "'args' longer than 1 MiB (7,200,009 bytes)")
-    ops = [{**doc["traceEvents"][1], "ts": 1 + i / 2} for i in range(150)]  # in the step (0-100 us)
+    # Many values under it can still be more than DuckDB holds under its limit: a trace holds at most
+    # limits.MAX_LONG_TEXT_BYTES (48 MiB) of long text, and several files of a run that fit alone may
+    # not together. Both on smaller limits here (the real ones take files of 50-100 MB): 8 MiB and
+    # DuckDB's ingest memory limit at 16 MB.
+    from traceprof.core import limits
+    from traceprof.storage import store
+
+    monkeypatch.setattr(limits, "MAX_LONG_TEXT_BYTES", 8 * 2**20)
+    monkeypatch.setattr(store, "INGEST_MEMORY_LIMIT_MB", 16)
+    ops = [{**doc["traceEvents"][1], "ts": 1 + i / 2} for i in range(12)]  # in the step (0-100 us)
     doc["traceEvents"][1:2] = [
         {**op, "args": {"x": chr(97 + i % 26) * 1_000_000}} for i, op in enumerate(ops)
     ]
-    f.write_text(json.dumps(doc))  # 150 MB of args in values of 1 MB
+    f.write_text(json.dumps(doc))  # 12 MB of args in values of 1 MB: '{"x": "' + 1 M + '"}', 1,000,009 bytes
+    # 8 MiB = 8,388,608 bytes: 8 values take 8,000,072, the 9th (event #9; #0 is the step) 9,000,081;
+    # refused before the store is touched
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and _one_line(
+        err,
+        f"{f}: event #9 (",
+        "'args' past the 8 MiB of values of 40 KiB or more a trace may hold (1,000,009",
+    )
+    assert not (tmp_path / "s.duckdb").exists()
+    # three ranks of 8 of them (8 MB each, under it alone): 24 MB, more than DuckDB holds under 16 MB
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    for rank in (0, 1, 2):
+        d = micro_trace(["aten::mm"], rank=rank, world=3)
+        d["traceEvents"][1:2] = [
+            {**d["traceEvents"][1], "ts": 1 + i / 2, "args": {"x": chr(97 + i % 26) * 1_000_000}}
+            for i in range(8)
+        ]
+        (run_dir / f"rank{rank}.json").write_text(json.dumps(d))
+    code, _, err = run("ingest", str(run_dir), "--db", str(tmp_path / "s.duckdb"))
     if code == 0:  # a DuckDB that holds it: stored whole
-        args = (
-            duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
-            .execute("SELECT args FROM events WHERE name = 'aten::mm' ORDER BY ts_ns")
-            .fetchall()
+        got = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True).execute(
+            "SELECT count(*) FROM events WHERE name = 'aten::mm'"
         )
-        assert [json.loads(a) for (a,) in args] == [e["args"] for e in doc["traceEvents"][1:151]]
+        assert got.fetchall() == [(24,)]
         return
     assert code == 1 and _one_line(
         err,
-        f"ingest of run 'rank0' ({f}) failed, store unchanged: ",  # a lone file: its name
-        "ingest memory limit (96 MB)",
+        f"ingest of run 'job' ({run_dir}/rank0.json, {run_dir}/rank1.json, {run_dir}/rank2.json) failed, "
+        "store unchanged: ",
+        "ingest memory limit (16 MB)",
+        "ingest them a few at a time with the same --run",
     )
     assert not (tmp_path / "s.duckdb").exists()
 

@@ -300,3 +300,68 @@ def test_nccl_inspector_communicator_too_long_is_named_as_the_record_spells_it(t
     with pytest.raises(TraceFormatError, match=r"line 2: 'header.id' longer than 1 MiB \(1,048,577 bytes\)"):
         parse(path)
     assert parse(path, SKIP).rejected == {"'header.id' longer than 1 MiB": 1}
+
+
+def test_many_long_args_past_the_trace_budget_are_refused_naming_the_record(tmp_path, monkeypatch):
+    # 1,600 args of 64 KiB (105 MB), each under the 1 MiB field limit, failed together at DuckDB's
+    # 96 MB ingest memory limit ("failed to pin block", naming no record, after parsing it all; the
+    # budget is 48 MiB). The same rule, on a 2 MiB budget here to keep the file small (4 MB).
+    from traceprof.core import limits
+
+    assert (limits.MAX_LONG_TEXT_BYTES, limits.LONG_TEXT_BYTES) == (48 * 2**20, 40 * 2**10)
+    monkeypatch.setattr(limits, "MAX_LONG_TEXT_BYTES", 2 * 2**20)
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(_kineto(tmp_path / "ok.json", [_op(0)])), "--db", str(db))[0] == 0
+    before = db.read_bytes()
+    blob = "x" * 65536
+    bad = _kineto(tmp_path / "many.json", [_op(i, args={"blob": blob}) for i in range(60)])
+    # each args text is '{"blob": "' + 65,536 x + '"}' = 65,548 bytes; 2 MiB = 2,097,152 bytes:
+    # 31 of them take 2,031,988, the 32nd (event #31) 2,097,536, past it
+    code, _, err = run("ingest", str(bad), "--db", str(db))
+    assert code == 1 and err == (
+        f"error: {bad}: event #31 (cat='cpu_op', name='op31', ts_ns=310000): 'args' past the 2 MiB "
+        "of values of 40 KiB or more a trace may hold (65,548 bytes; 2,097,536 bytes of such text with "
+        "it): the store could not take it in; pass --skip-bad-events to skip such records\n"
+    )
+    assert db.read_bytes() == before and _runs(db) == ["ok"]  # refused before the store was touched
+    # with --skip-bad-events: the first 31 stored, the other 29 counted
+    code, _, err = run("ingest", str(bad), "--db", str(db), "--skip-bad-events")
+    assert code == 0 and "29 record(s) not stored: 29 'args' past the 2 MiB of values of 40 KiB" in err
+    with Store(db, read_only=True) as s:
+        got = s.con.execute(
+            "SELECT count(*), max(ts_ns), sum(octet_length(args::VARCHAR::BLOB)) FROM events e "
+            "JOIN runs r USING (run_id) WHERE r.name = 'many'"
+        ).fetchall()
+    assert got == [(31, 300_000, 31 * 65_548)]
+
+
+def test_the_long_text_budget_on_every_column_kind(monkeypatch):
+    # the same rule on Arrow, Strs and list columns, fields of a row added up; a budget of 1 MiB
+    # of values of 10 KiB or more here (the real ones are 48 MiB and 40 KiB)
+    from traceprof.collectors.kineto._values import Strs
+    from traceprof.core import limits
+
+    monkeypatch.setattr(limits, "LONG_TEXT_BYTES", 10 * 2**10)
+    monkeypatch.setattr(limits, "MAX_LONG_TEXT_BYTES", 2**20)
+    long = "y" * 300 * 2**10  # 300 KiB: long; "short" (5 bytes) is not counted
+    cols = {
+        "name": Strs.of(["a", long, "b", "c", "d", long]),
+        "args": pa.chunked_array([["{}", long], [long, "short", long, long]]),
+        "tid": ["1", "1", long, "1", "1", "1"],
+        "ts_ns": np.arange(6),
+    }
+    # running total (KiB): row 1: 600, row 2: 600 + 600 = 1,200 > 1,024 -> bad, named by its first
+    # largest field, args (not counted), row 3: 600, row 4: 900, row 5: 900 + 600 = 1,500 -> bad (name)
+    idx, rejected = [0, 1, 2, 3, 4, 5], {}
+    drop_long_text("f.json", cols, idx, "skip", rejected)
+    assert idx == [0, 1, 3, 4] and cols["ts_ns"].tolist() == [0, 1, 3, 4]
+    assert cols["args"].num_chunks == 2  # filtered, not joined into one chunk
+    why = "past the 1 MiB of values of 10 KiB or more a trace may hold"
+    assert rejected == {f"'args' {why}": 1, f"'name' {why}": 1}
+    with pytest.raises(
+        TraceFormatError,
+        match=r"f.json: event #3 .*'name' past the 1 MiB .* \(307,200 bytes; 1,228,800 bytes",
+    ):
+        drop_long_text(
+            "f.json", {"name": [long, long, long, long], "ts_ns": [0, 1, 2, 3]}, [0, 1, 2, 3], "raise", {}
+        )

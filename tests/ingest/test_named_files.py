@@ -100,6 +100,25 @@ def test_a_file_that_is_not_a_document_still_fails_the_ingest(tmp_path, name, co
     assert list(tmp_path.iterdir()) == [d]  # nothing stored, no lock file
 
 
+@pytest.mark.parametrize("content", [b"garbage\n", b""], ids=["garbage", "empty"])
+def test_a_damaged_sqlite_found_in_a_folder_is_named_as_a_named_one_is(tmp_path, content):
+    # it was passed over in silence beside traces, and alone the folder was "no trace files found"
+    said = (
+        "rank0.sqlite: not an SQLite database (named .sqlite, but it does not start with the SQLite header)"
+    )
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "rank0.sqlite").write_bytes(content)
+    code, _, err = run("ingest", str(alone), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and err.startswith(f"error: {alone}: holds no trace file traceprof reads; {said}"), err
+    assert err.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["alone"]
+    d = _copy(tmp_path)
+    (d / "rank0.sqlite").write_bytes(content)
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0 and f"warning: not read: {d}/{said}" in err, err
+    assert [r[1] for r in _traces(tmp_path / "s.duckdb")] == [0, 1, 2, 3]
+
+
 def test_partial_lists_a_path_holding_no_trace_and_ingests_the_rest(tmp_path):
     d = _copy(tmp_path)
     empty = tmp_path / "empty"

@@ -101,3 +101,43 @@ def test_unknown_run_message_says_ids_are_looked_up_too(store):
     ingest(store, [SAMPLES / "normal"])
     with pytest.raises(StoreError, match=r"^no run with name or id '999' in .*; runs: normal \(id 1\)$"):
         store.resolve_run(999)
+
+
+def test_every_message_names_a_run_one_way(tmp_path):
+    # messages said both run 'base': and run base: (and run 1: when --run gave the id); now always
+    # run 'NAME' by the stored name, repr-quoted (markup shown as typed: the CLI prints no markup)
+    from tests._cli_inproc import run
+
+    db = str(tmp_path / "s.duckdb")
+    name = "[bold]base"
+    assert run("ingest", str(SAMPLES / "normal"), "--run", name, "--db", db)[0] == 0  # a CPU-only run
+    said = f"error: run {name!r}: no GPU kernels"
+    for args in (
+        ["analyze", "kernels"],
+        ["analyze", "kernels", "--run", "1"],
+        ["analyze", "launch", "--run", name],
+        ["analyze", "idle", "-p", "hta=true", "--run", "1"],
+        ["analyze", "kernel_sum"],
+    ):
+        code, _, err = run(*args, "--db", db, "--no-cache")
+        assert code == 1 and err.startswith(said) and err.count("\n") == 1, (args, err)
+
+
+def test_no_message_names_a_run_without_quotes():
+    # the kind, not the cases above: no f-string of the code writes `run {x}` but through repr
+    # (run_label, or {name!r}); `--run {x}` is a command line, not a message; the Markdown comment's
+    # heading escapes the name for Markdown (md_text), as a title, not a message
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    bare = re.compile(r"(?<!-)\brun \{(?![^{}]*!r\})[^{}]*\}")
+    found = [
+        f"{p.relative_to(root)}:{i}: {line.strip()}"
+        for top in ("traceprof", "analyses", "collectors")
+        for p in sorted((root / top).rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if bare.search(line) and ("f'" in line or 'f"' in line) and "{md_text(" not in line
+    ]
+    assert found == []
+    assert bare.search('f"run {params.run or run_id}: no GPU kernels"')  # what it was
+    assert not bare.search('f"run {name!r}: x"') and not bare.search('f"--run {run}"')

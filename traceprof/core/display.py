@@ -342,7 +342,7 @@ def describe(an: Any) -> str:
     with type and default) and their documentation, and its tables (``--table NAME``) with their
     declared columns (type, unit, doc)."""
     lines = [
-        f"traceprof analyze {an.name} [--run RUN] [-p KEY=VALUE ...] [--table NAME] [-f table|json|csv]",
+        f"traceprof analyze {an.name} [--db PATH] [--run RUN] [-p KEY=VALUE ...] [--table NAME] [-f table|json|csv]",
         "",
     ]
     lines += [inspect.cleandoc(an.doc), "", "Parameters (-p KEY=VALUE):"]

@@ -10,7 +10,9 @@ value is an integer at all is ``traceprof.core.values``' one rule.
 Text has one limit too, :data:`MAX_FIELD_BYTES`: a record whose name, category, args JSON or any
 other free-form text field is longer is a bad record in the same way (``"'args' longer than 1
 MiB"``). Every collector applies it through these same functions (:func:`drop_out_of_range`,
-:func:`drop_long_text`, :func:`record_fits`, :func:`to_table`, :func:`polars_out_of_range`).
+:func:`drop_long_text`, :func:`record_fits`, :func:`to_table`, :func:`polars_out_of_range`). The
+long text of a trace's rows together has a limit as well, :data:`MAX_LONG_TEXT_BYTES` of values of
+:data:`LONG_TEXT_BYTES` or more (:func:`drop_long_text`): past it a record is bad in the same way.
 """
 
 from __future__ import annotations
@@ -62,6 +64,16 @@ INT32 = (-(2**31), 2**31 - 1)
 MAX_FIELD_BYTES = 2**20
 #: :data:`MAX_FIELD_BYTES` in words, for messages and reasons.
 _MAX_FIELD_TEXT = "1 MiB"
+#: Text values at least this long (UTF-8 bytes) are *long*: DuckDB keeps each apart from its column
+#: pages (an overflow block) and, unlike the pages, held every one in memory until the ingest's commit.
+#: Measured with one trace of N Kineto args of one size (100 MB in all) under the store's 96 MB ingest
+#: memory limit: values of 42,000 bytes went in, of 45,000 bytes and more failed ("failed to pin block").
+LONG_TEXT_BYTES = 40 * 2**10
+#: The most long text (:data:`LONG_TEXT_BYTES` or more per value, all its fields together) one trace
+#: may hold: 64 KiB args went in at 65 MB in all and failed at 72 MB, with a message that named no
+#: record. A record whose long text takes a trace past this is a bad record like one over
+#: :data:`MAX_FIELD_BYTES`; a real trace of the corpus holds none (its args are at most 6 KB).
+MAX_LONG_TEXT_BYTES = 48 * 2**20
 
 
 @functools.cache
@@ -84,11 +96,11 @@ def shown(v: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _nbytes(v: str | bytes) -> int:
-    """UTF-8 length of ``v`` (a str is encoded only when it could be over the limit)."""
+def _nbytes(v: str | bytes, floor: int = MAX_FIELD_BYTES) -> int:
+    """UTF-8 length of ``v`` (a str is encoded only when it could be longer than ``floor``)."""
     if isinstance(v, bytes):
         return len(v)
-    return len(v) if len(v) * 4 <= MAX_FIELD_BYTES else len(v.encode("utf-8", "surrogatepass"))
+    return len(v) if len(v) * 4 <= floor else len(v.encode("utf-8", "surrogatepass"))
 
 
 def text_problem(name: str, v: Any) -> str | None:
@@ -111,11 +123,17 @@ def _text_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _long_rows(col: Any) -> np.ndarray | None:
-    """The rows of a column whose text is longer than :data:`MAX_FIELD_BYTES` (indices), or None
-    when none is (or it holds no text). Arrow text columns are measured from their offsets (the
-    text is not read), :class:`~traceprof.collectors.kineto._values.Strs` by its distinct values,
-    lists of Python values one by one."""
+def _long_rows(col: Any, floor: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of a column whose text is at least ``floor`` bytes long (indices, ascending) and
+    their UTF-8 lengths, or None when none is (or it holds no text). Arrow text columns are
+    measured from their offsets (the text is not read),
+    :class:`~traceprof.collectors.kineto._values.Strs` by its distinct values, lists of Python
+    values one by one."""
+
+    def rows_of(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        rows = np.flatnonzero(lengths >= floor)
+        return (rows, lengths[rows]) if rows.size else None
+
     if isinstance(col, pa.Array | pa.ChunkedArray):
         t = col.type
         if pa.types.is_dictionary(t):
@@ -126,23 +144,26 @@ def _long_rows(col: Any) -> np.ndarray | None:
             col = col.cast(t)
         lengths = pc.binary_length(col)
         top = pc.max(lengths).as_py()
-        if top is None or top <= MAX_FIELD_BYTES:
+        if top is None or top < floor:
             return None
-        return np.flatnonzero(pc.fill_null(lengths, 0).to_numpy() > MAX_FIELD_BYTES)
+        return rows_of(pc.fill_null(lengths, 0).to_numpy())
     if hasattr(col, "codes") and isinstance(getattr(col, "values", None), list):  # Strs
-        long = [k for k, v in enumerate(col.values) if text_problem("", v)]
-        return np.flatnonzero(np.isin(col.codes, long)) if long else None
+        sizes = [_nbytes(v, floor) if isinstance(v, str | bytes) else 0 for v in col.values]
+        if max(sizes, default=0) < floor:
+            return None
+        return rows_of(np.asarray(sizes, np.int64)[np.asarray(col.codes)])
     if isinstance(col, list):
         first = next((v for v in col if v is not None), None)
         if not isinstance(first, str | bytes):  # integers (or nothing): not text
             return None
         try:  # in C: the longest value, in characters
-            if max(map(len, filter(None, col)), default=0) <= MAX_FIELD_BYTES // 4:
+            if max(map(len, filter(None, col)), default=0) < floor // 4:
                 return None
         except TypeError:  # text and numbers mixed: one by one
             pass
-        rows = [i for i, v in enumerate(col) if isinstance(v, str | bytes) and text_problem("", v)]
-        return np.array(rows, np.int64) if rows else None
+        return rows_of(
+            np.array([_nbytes(v, floor) if isinstance(v, str | bytes) else 0 for v in col], np.int64)
+        )
     return None
 
 
@@ -170,7 +191,11 @@ def drop_long_text(
     what: str = "event",
 ) -> None:
     """Drop (or raise on) the rows of parser columns with a text field longer than
-    :data:`MAX_FIELD_BYTES`: every text column of ``cols`` is checked.
+    :data:`MAX_FIELD_BYTES`: every text column of ``cols`` is checked. Then, in record order, the
+    rows whose long text (values of :data:`LONG_TEXT_BYTES` or more) takes the trace's total past
+    :data:`MAX_LONG_TEXT_BYTES`: the store could not take them in, so they are bad records too,
+    refused here before the store is touched (reason ``"'args' past the 48 MiB of values of 40 KiB
+    or more a trace may hold"``).
 
     Args:
         path: The trace file, for messages.
@@ -185,18 +210,33 @@ def drop_long_text(
 
     Raises:
         TraceFormatError: With ``on_bad_event="raise"``, the first such row, naming ``what #index``,
-            its name (shortened) and ``ts_ns``, the column and its length.
+            its name (shortened) and ``ts_ns``, the column and its length (and for the total, the
+            bytes of long text up to that row).
     """
-    found: dict[int, str] = {}  # row -> its first long column
+    long: dict[int, dict[str, int]] = {}  # row -> its long columns' byte lengths
     for name, col in cols.items():
-        rows = _long_rows(col)
-        for r in () if rows is None else rows.tolist():
-            found.setdefault(r, name)
-    if not found:
+        got = _long_rows(col, LONG_TEXT_BYTES)
+        for r, n in () if got is None else zip(got[0].tolist(), got[1].tolist(), strict=True):
+            long.setdefault(r, {})[name] = n
+    if not long:
         return
-    for r in sorted(found):
-        problem = text_problem(found[r], _at(cols[found[r]], r))
-        assert problem is not None
+    total, bad = 0, []
+    for r in sorted(long):
+        over = next((c for c, n in long[r].items() if n > MAX_FIELD_BYTES), None)
+        row = sum(long[r].values())
+        if over is not None:
+            problem = text_problem(over, _at(cols[over], r)) or f"{over!r} longer than {_MAX_FIELD_TEXT}"
+        elif total + row <= MAX_LONG_TEXT_BYTES:
+            total += row
+            continue
+        else:  # left out, it adds nothing to the store: the next rows may still fit
+            field, n = max(long[r].items(), key=lambda kv: kv[1])
+            problem = (
+                f"{field!r} past the {MAX_LONG_TEXT_BYTES / 2**20:g} MiB of values of "
+                f"{LONG_TEXT_BYTES / 2**10:g} KiB or more a trace may hold ({n:,} bytes; "
+                f"{total + row:,} bytes of such text with it): the store could not take it in"
+            )
+        bad.append(r)
         _bad(
             path,
             _record(what, None if src_index is None else src_index[r], cols, r),
@@ -204,7 +244,8 @@ def drop_long_text(
             on_bad_event,
             rejected,
         )
-    _drop(cols, src_index, sorted(found), len(next(iter(cols.values()))))
+    if bad:
+        _drop(cols, src_index, bad, len(next(iter(cols.values()))))
 
 
 def drop_long_items(
@@ -255,10 +296,16 @@ def _bad(path: str | Path, where: str, problem: str, on_bad_event: str, rejected
 def _drop(cols: dict[str, Any], src_index: list[int] | None, bad: list[int], n_rows: int) -> None:
     """Take rows ``bad`` out of every column of ``cols`` (and ``src_index``), in place."""
     drop = set(bad)
-    keep = np.array([i for i in range(n_rows) if i not in drop], np.int64)
+    mask = np.ones(n_rows, bool)
+    mask[bad] = False
+    keep = np.flatnonzero(mask)
     for k, v in cols.items():
         if isinstance(v, list) and len(v) == n_rows:
             cols[k] = [x for i, x in enumerate(v) if i not in drop]
+        elif isinstance(v, pa.ChunkedArray) and len(v) == n_rows:
+            # filter keeps its chunks (take joins them into one): DuckDB reads an Arrow column a chunk
+            # at a time, and failed on one of 33 MB of args under its ingest memory limit
+            cols[k] = v.filter(pa.array(mask))
         elif hasattr(v, "take") and len(v) == n_rows:  # numpy, Arrow, or any column with take()
             cols[k] = v.take(keep)
     if src_index is not None:
@@ -414,7 +461,7 @@ def columns_to_table(
     n = len(next(iter(columns.values()), []))
     try:
         table = pa.Table.from_pydict({f.name: columns.get(f.name, [None] * n) for f in schema}, schema=schema)
-        if not any(_long_rows(c) is not None for c in table.columns):
+        if not any(_long_rows(c, MAX_FIELD_BYTES + 1) is not None for c in table.columns):
             return table
         raise OverflowError  # some text is too long: row by row
     except (pa.ArrowInvalid, OverflowError):

@@ -21,6 +21,7 @@ import polars as pl
 from traceprof.core.errors import UsageError
 from traceprof.engine.analysis import shared
 from traceprof.ingest.matching import ARRIVAL_SQL, preferred_source, run_steps
+from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 __all__ = ["comm_items", "Transient", "transient", "run_transient", "excluded_steps", "TRANSIENT_SKEW_FACTOR"]
@@ -47,7 +48,7 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     ]
     if source not in known.to_list():
         raise UsageError(
-            f"unknown source {source!r}: run {run_id} has collectives from "
+            f"unknown source {source!r}: {run_label(store, run_id)} has collectives from "
             f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)"
         )
     arrival = (

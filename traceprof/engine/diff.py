@@ -320,15 +320,15 @@ def _check_comparable(bases: Sequence[RunProfile], cand: RunProfile) -> None:
     for b in bases:
         if b.gpu != cand.gpu:
             why.append(
-                f"{b.name} is {'a GPU' if b.gpu else 'a CPU-only'} run, {cand.name} "
+                f"{b.name!r} is {'a GPU' if b.gpu else 'a CPU-only'} run, {cand.name!r} "
                 f"{'a GPU' if cand.gpu else 'a CPU-only'} run"
             )
         if b.world_size is not None and cand.world_size is not None and b.world_size != cand.world_size:
             why.append(f"world size {b.world_size} vs {cand.world_size}")
     if why:
-        names = ",".join(b.name for b in bases)
+        names = ", ".join(repr(b.name) for b in bases)
         raise UsageError(
-            f"runs {names} and {cand.name} are not comparable ({'; '.join(dict.fromkeys(why))}): "
+            f"runs {names} and {cand.name!r} are not comparable ({'; '.join(dict.fromkeys(why))}): "
             "diff runs of the same job on the same kind of device, or pass --force to "
             "compare per-rank medians anyway"
         )

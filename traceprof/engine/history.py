@@ -295,7 +295,7 @@ def _notes(frame: pl.DataFrame, runs: int) -> list[str]:
     notes = [f"{runs} runs, in the order they were recorded"]
     for r in frame.filter(pl.col("change_point")).iter_rows(named=True):
         ch = f" ({r['change_pct']:+.1f}% vs the runs before)" if r["change_pct"] is not None else ""
-        notes.append(f"change point: {r['metric']} from run {r['run']} (order {r['order']}){ch}")
+        notes.append(f"change point: {r['metric']} from run {r['run']!r} (order {r['order']}){ch}")
     out = frame.filter(pl.col("outside") & ~pl.col("change_point"))
     if out.height:
         notes.append(

@@ -102,7 +102,8 @@ def discover(
         scanned: If given, receives the files found by scanning a directory (not named by the user).
         unread: If given, receives file -> ``"<format> ..., which traceprof does not read: <what to
             do>"`` for each file found in a directory beside traces whose format is recognized and
-            not read (``sources.recognize``).
+            not read (``sources.recognize``), or whose name says SQLite and is not (``not an SQLite
+            database``, as for a named file).
         named: If given, receives the files named in ``paths`` themselves (resolved).
         notes: If given, receives one line per document named and skipped; else such a file is
             refused as any other file that is not a trace.
@@ -205,7 +206,8 @@ def _found(
     files = [f for f in found if _claim(f)]
     claimed = set(files)
     rest = [f for f in found if f not in claimed]
-    known = {f: k for f in rest if (k := sources.recognize(f))}
+    # a damaged .sqlite is named as when the file itself is (not an SQLite database), not passed over
+    known = {f: k for f in rest if (k := sources.recognize(f) or _misnamed(f))}
     if scanned is not None:
         scanned.update(f.resolve() for f in files)
     if unclaimed is not None:

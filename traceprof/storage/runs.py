@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceprof.core import term
 from traceprof.core.errors import UsageError
 from traceprof.storage.layout import error_line
 from traceprof.storage.store import Store
 
-__all__ = ["Removed", "remove", "rename", "check_name", "run_name", "transaction"]
+__all__ = ["Removed", "remove", "rename", "check_name", "run_name", "run_label", "transaction"]
 
 
 def run_name(store: Store, run_id: int) -> str:
@@ -23,6 +22,13 @@ def run_name(store: Store, run_id: int) -> str:
     titles: an id means nothing to the user."""
     # DuckDB's own rows, not store.sql's frame: `analyze` printing a kept view loads no polars
     return str(store.con.execute("SELECT name FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0])
+
+
+def run_label(store: Store, run_id: int) -> str:
+    """``run 'NAME'``: how every message names run ``run_id``, by its stored name (whether it was
+    given by name, by id or not at all), quoted as Python writes a string: control, bidi and other
+    unprintable characters as escapes (``'a\\x1bb'``), nothing a terminal would act on."""
+    return f"run {run_name(store, run_id)!r}"
 
 
 def check_name(name: str, what: str) -> None:
@@ -40,9 +46,11 @@ def check_name(name: str, what: str) -> None:
         raise UsageError(f"{what}: the run name is empty")
     if name.isdigit():
         raise UsageError(f"{what}: {name!r} would read as a run id; choose a name with a letter in it")
+    from traceprof.core import term  # rich: not for the analyses that name a run (run_label)
+
     if term.escape(name) != name:
         raise UsageError(
-            f"{what}: the run name '{term.escape(name)}' holds control characters; "
+            f"{what}: the run name {name!r} holds control characters; "
             "choose one without them (e.g. of letters, digits and -_.)"
         )
 

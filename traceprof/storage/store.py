@@ -784,8 +784,10 @@ class Store:
                 f" and {len(traces) - 3} more" if len(traces) > 3 else ""
             )
             hint = (
-                f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for the text of "
-                "these files (many events with args of 64 KB or more?)"
+                f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for the long text "
+                "of these files together (each may hold up to 48 MiB of text values of 40 KiB or more, "
+                "traceprof.core.limits): ingest them a few at a time with the same --run (the run gains each "
+                "ingest's ranks)"
                 if isinstance(e, duckdb.OutOfMemoryException) or "failed to pin block" in str(e)
                 else ""
             )

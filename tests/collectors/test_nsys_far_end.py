@@ -1,0 +1,97 @@
+"""A CPU-side row of an nsys export that ends far past the rest of its trace is clipped, as Kineto's
+are (``traceprof.collectors.nsys.late``; r9 fixed the Kineto kind): an NVTX range or CUDA API call
+whose ``end`` lies years past the capture no longer stretches the windows that read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.builders import EPOCH, Export
+from tests.conftest import analyze
+from traceprof.collectors.nsys import parse
+from traceprof.ingest.ingest import ingest
+
+#: 95 years in ns (the Kineto trial's "dur": 3e15 us).
+FAR = 3 * 10**18
+
+
+def _export(path: Path, extra: str | None, steps: bool = True, past_ns: int = FAR) -> Path:
+    """Four 9 ms step ranges every 10 ms from 1 ms (relative ns), three 1 ms kernels in each with
+    their launch calls; ``extra``: one more CPU-side row from 2 ms that ends ``past_ns`` later."""
+    e = Export()
+    e.gpu(0)
+    e.process(100)
+    for i in range(4):
+        t0 = 1_000_000 + i * 10_000_000
+        if steps:
+            e.nvtx(100, t0, t0 + 9_000_000, f"ProfilerStep#{i}")
+        for k in range(3):
+            s = t0 + 100_000 + k * 2_000_000
+            e.launch(100, i * 10 + k + 1, s, s + 5_000)
+            e.kernel(100, 0, i * 10 + k + 1, s + 20_000, s + 1_020_000)
+    if extra == "nvtx":
+        e.nvtx(100, 2_000_000, 2_000_000 + past_ns, "far range")
+    elif extra == "runtime":
+        e.launch(100, 999, 2_000_000, 2_000_000 + past_ns, name="cudaStreamSynchronize_v3020")
+    return e.write(path)
+
+
+def _row(trace, name: str) -> dict:
+    (row,) = [r for r in trace.events.to_pylist() if r["name"] == name]
+    return row
+
+
+@pytest.mark.parametrize(
+    ("extra", "name", "kind"),
+    [("nvtx", "far range", "user_annotation"), ("runtime", "cudaStreamSynchronize", "cuda_runtime")],
+)
+def test_cpu_row_ending_far_past_the_steps_is_clipped(tmp_path, extra, name, kind):
+    t = parse(_export(tmp_path / "rank0.sqlite", extra))
+    # the trace ends where its last step range ends: 1 ms + 3 x 10 ms + 9 ms = 40 ms (relative); the
+    # row starts at 2 ms, so it keeps 38 ms; the step range is 39 ms long, so the margin is 1 s
+    row = _row(t, name)
+    assert (row["kind"], row["ts_ns"], row["dur_ns"]) == (kind, EPOCH + 2_000_000, 38_000_000)
+    assert (row["raw_dur_ns"], row["flag"]) == (FAR, "overrun")
+    assert t.flagged == {"overrun": 1}
+    # past the range's end (40 ms): 2 ms + 3e18 - 40 ms = 2,999,999,999.962 s
+    assert [w for w in t.warnings if "far past" in w] == [
+        f"rank0.sqlite: 1 CPU record(s) end far past the trace's step range (up to 2,999,999,999.962 s past "
+        f"it, more than 1.000 s; {kind} {name!r}): clipped to the end of the trace (events.flag = 'overrun', "
+        "raw_dur_ns keeps the recorded duration)"
+    ]
+    # every other row as recorded: the kernels, launches and steps have no raw duration
+    assert [r["name"] for r in t.events.to_pylist() if r["raw_dur_ns"] is not None] == [name]
+
+
+def test_nvtx_sum_and_the_window_after_the_clip(store, tmp_path):
+    ingest(store, [_export(tmp_path / "rank0.sqlite", "nvtx")], run="far")
+    # nvtx_sum: 38 ms of 4 x 9 + 38 = 74 ms of ranges (it was 3e18 ns, 99.99999 % of the time)
+    frame = analyze(store, "nvtx_sum", "far").frames()["frame"]
+    got = {r["name"]: (r["total_ns"], round(r["time_pct"], 4)) for r in frame.to_dicts()}
+    assert got["far range"] == (38_000_000, round(100 * 38 / 74, 4))
+    # temporal reads GPU activity: 12 kernels of 1 ms from 1.12 ms to 36.12 ms: window 35 ms
+    t = analyze(store, "temporal", "far").frames()["frame"].to_dicts()[0]
+    assert (t["window_ns"], t["compute_ns"]) == (35_000_000, 12_000_000)
+    # all the trace's rows: from the first step's start (1 ms) to the last one's end (40 ms)
+    assert store.sql("SELECT max(ts_ns + dur_ns) - min(ts_ns) FROM events").rows() == [(39_000_000,)]
+
+
+def test_cpu_row_ending_within_the_margin_is_untouched(tmp_path):
+    # 0.9 s past the range's end (40 ms) is within the 1 s margin: kept as recorded
+    t = parse(_export(tmp_path / "rank0.sqlite", "nvtx", past_ns=938_000_000))
+    row = _row(t, "far range")
+    assert (row["dur_ns"], row.get("raw_dur_ns"), row["flag"]) == (938_000_000, None, None)
+    assert t.flagged == {} and not [w for w in t.warnings if "far past" in w]
+    assert "raw_dur_ns" not in t.events.column_names  # no clip: the columns as before
+
+
+def test_without_steps_the_range_is_the_starts_percentiles(tmp_path):
+    # no step ranges: the range is the 1st..99th percentile of the 25 rows' starts (the 12 launches,
+    # 12 kernels and the far call: 1.1 ms .. 35.12 ms); the far call is clipped to the latest end of
+    # the others: the last kernel's, 36.12 ms, so it keeps 34.12 ms
+    t = parse(_export(tmp_path / "rank0.sqlite", "runtime", steps=False))
+    row = _row(t, "cudaStreamSynchronize")
+    assert (row["dur_ns"], row["raw_dur_ns"], row["flag"]) == (34_120_000, FAR, "overrun")
+    assert any("end far past the trace's time range" in w for w in t.warnings)

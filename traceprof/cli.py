@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from traceprof.core import fileio, term
 from traceprof.core.errors import Interrupted, TraceFormatError, TraceprofError, UsageError
@@ -290,6 +289,8 @@ def _show_table(
 def _print_table(
     columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = ""
 ) -> None:
+    from rich.table import Table  # only for a table printed: an ingest never needs it (12 ms of import)
+
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
         t.add_column(

@@ -539,7 +539,8 @@ def ingest(
             "--executor dask writes the Parquet layout: leave out --layout duckdb (or use --layout parquet)"
         )
     try:  # a Ctrl-C while it waits for the lock or creates the store: Store removes what it created
-        store = Store(db, layout=choose(db, paths, layout))  # choose() reads the inputs' sizes
+        # choose() reads the inputs' sizes; a new store is created while the traces are parsed
+        store = Store(db, layout=choose(db, paths, layout), background=True)
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db)) from None
     try:

@@ -611,11 +611,13 @@ def leave() -> None:
     interpreter's teardown (every module's objects, numpy's, pyarrow's and DuckDB's state) costs
     an ingest about 0.03-0.04 s of CPU and does nothing for it: the store is closed and its lock
     released, spilled text is in unlinked files, and parser workers have exited. Anything else
-    (another command, threads or child processes still running, output that cannot be flushed)
-    returns, and Python exits as usual. Called by the console script and ``python -m
+    (another command, threads or child processes still running, output that cannot be flushed, a
+    profiler, debugger or coverage running) returns, and Python exits as usual. Called by the console script and ``python -m
     traceprof.cli``, never by :func:`main` (the tests run it in their own process)."""
     if not _finished or threading.active_count() > 1:
         return
+    if sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules:
+        return  # a profiler, debugger or coverage writes its results at exit
     if "multiprocessing" in sys.modules and sys.modules["multiprocessing"].active_children():
         return
     try:

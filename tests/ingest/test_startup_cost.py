@@ -58,15 +58,18 @@ def test_claiming_and_ingesting_a_kineto_trace_imports_no_other_sources_parser(t
     ]
 
 
-def _ingest_command(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, bool]:
+def _ingest_command(
+    tmp_path: Path, *args: str, profiled: bool = False
+) -> tuple[subprocess.CompletedProcess, bool]:
     """``python -m traceprof.cli ARGS`` with an atexit hook: (the process, whether the hook ran,
-    i.e. whether Python's teardown ran)."""
+    i.e. whether Python's teardown ran); ``profiled``: under a profile function, as cProfile's."""
     mark = tmp_path / "teardown-ran"
     mark.unlink(missing_ok=True)
     code = (
         "import atexit, pathlib, runpy, sys\n"
         f"atexit.register(lambda: pathlib.Path({str(mark)!r}).write_text('x'))\n"
-        f"sys.argv = ['traceprof', *{list(args)!r}]\n"
+        + ("sys.setprofile(lambda *a: None)\n" if profiled else "")
+        + f"sys.argv = ['traceprof', *{list(args)!r}]\n"
         "runpy.run_module('traceprof.cli', run_name='__main__')\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -104,3 +107,8 @@ def test_a_failed_ingest_and_other_commands_exit_as_usual(tmp_path):
     assert _ingest_command(tmp_path, "ingest", str(trace), "--db", str(db))[0].returncode == 0
     p, teardown = _ingest_command(tmp_path, "runs", "--db", str(db))
     assert p.returncode == 0 and teardown and "job" in p.stdout
+    # a profiler (cProfile, a debugger, coverage) writes its results at exit: the teardown runs
+    p, teardown = _ingest_command(
+        tmp_path, "ingest", str(trace), "--db", str(tmp_path / "p.duckdb"), profiled=True
+    )
+    assert p.returncode == 0 and teardown, p.stderr

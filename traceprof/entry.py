@@ -58,3 +58,6 @@ def main() -> None:
         cli_main()
     finally:  # the command is over (its outcome printed): a Ctrl-C while Python exits changes nothing
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from traceprof.cli import leave
+
+    leave()  # a successful ingest ends here, without Python's teardown

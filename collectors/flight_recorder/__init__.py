@@ -3,11 +3,12 @@ pickle, no torch)."""
 
 from pathlib import Path
 
-from traceprof.collectors.flight_recorder.parse import is_fr_file, parse
+from traceprof.collectors.flight_recorder.names import is_fr_file
 from traceprof.collectors.flight_recorder.safe_pickle import is_pickle
+from traceprof.core.parsed import ParsedTrace, ParseOptions
 from traceprof.ingest import sources
 
-__all__ = ["parse", "is_fr_file"]
+__all__ = ["is_fr_file"]
 
 
 def _claims(path: Path, head: bytes) -> bool:
@@ -18,12 +19,20 @@ def _claims(path: Path, head: bytes) -> bool:
     )
 
 
+def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
+    """The file's traces. The parser is imported here, when a file of this source is read, not
+    when files are claimed: an ingest of other sources does not import it."""
+    from traceprof.collectors.flight_recorder.parse import parse
+
+    return [parse(path, options)]
+
+
 sources.register(
     sources.Collector(
         "flight_recorder",
         "PyTorch Flight Recorder dumps (*.fr.json, fr_*.json, nccl_trace_rank_*, JSON or pickle)",
         _claims,
-        lambda p, options: [parse(p, options)],
+        _parse,
         order=10,
         rank_field="rank (or the file name)",
         world_field="pg_config (largest group)",

@@ -53,6 +53,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.flight_recorder.names import is_fr_file
 from traceprof.collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
 from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
 from traceprof.core.bounded import check_nesting, max_nodes, too_deep
@@ -67,10 +68,6 @@ from traceprof.ingest.matching import canonical_ranks
 
 __all__ = ["parse", "is_fr_file"]
 
-_NAME = re.compile(
-    r"(\.fr\.json(\.gz)?$)|(^fr[_-].*\.json(\.gz)?$)|(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+"
-    r"(\.pkl|\.pickle)?$)"
-)
 _PICKLE_NAME = re.compile(r"(^(nccl|fr)_trace_rank_?([\w.-]*[_.-])?\d+$)|\.(pkl|pickle)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
 _TRAILING_RANK = re.compile(r"[_.-](\d+)(\.pkl|\.pickle)?$")
@@ -91,13 +88,6 @@ _FIELDS = {
     "end_ns": "time_discovered_completed_ns",
     "external_id": "record_id",
 }
-
-
-def is_fr_file(path: Path) -> bool:
-    """True for names Flight Recorder dumps have: ``*.fr.json``, ``fr_*.json`` (optionally
-    ``.gz``), and torch's default pickle names ``nccl_trace_rank_<R>`` / ``fr_trace_rank_<R>``,
-    also with a host before the rank (``nccl_trace_rank_<host>_<R>``) or ``.pkl``."""
-    return _NAME.search(path.name) is not None
 
 
 def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:

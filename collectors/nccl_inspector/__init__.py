@@ -2,11 +2,12 @@
 
 from pathlib import Path
 
-from traceprof.collectors.nccl_inspector.parse import looks_like_inspector, parse
+from traceprof.collectors.nccl_inspector.names import looks_like_inspector
 from traceprof.core.fileio import GZIP_MAGIC, blank_bom
+from traceprof.core.parsed import ParsedTrace, ParseOptions
 from traceprof.ingest import sources
 
-__all__ = ["parse"]
+__all__: list[str] = []
 
 
 def _claims(path: Path, head: bytes) -> bool:
@@ -16,12 +17,20 @@ def _claims(path: Path, head: bytes) -> bool:
     return looks_like_inspector(blank_bom(head))
 
 
+def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
+    """The file's traces. The parser is imported here, when a file of this source is read, not
+    when files are claimed: an ingest of other sources does not import it."""
+    from traceprof.collectors.nccl_inspector.parse import parse
+
+    return [parse(path, options)]
+
+
 sources.register(
     sources.Collector(
         "nccl_inspector",
         "NCCL Inspector output (<host>-pid<pid>.log JSON lines, versions v4.x)",
         _claims,
-        lambda p, options: [parse(p, options)],
+        _parse,
         order=15,
         rank_field="header.rank (largest communicator)",
         world_field="header.n_ranks (largest communicator)",

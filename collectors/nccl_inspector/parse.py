@@ -62,6 +62,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.nccl_inspector.names import looks_like_inspector
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import read_maybe_gzip
 from traceprof.core.limits import INT64, fits, record_fits
@@ -75,14 +76,6 @@ __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
 #: What this parser reads, for messages.
 READ_VERSIONS = "v4.0 to v4.x (NCCL 2.28.3+)"
 _VERSION = re.compile(r"v?(\d+)\.(\d+)")
-_RECORD_HEAD = re.compile(rb'^\s*\{\s*"header"\s*:')
-_MARKS = (b'"coll_perf"', b'"p2p_perf"', b'"inspector_output_format_version"', b'"dump_stats"')
-
-
-def looks_like_inspector(head: bytes) -> bool:
-    """True when the first bytes (decompressed) are a JSON line opening with ``"header"`` that names
-    an Inspector field (``coll_perf``, ``p2p_perf``, ``inspector_output_format_version``)."""
-    return _RECORD_HEAD.match(head) is not None and any(m in head for m in _MARKS)
 
 
 def version_of(record: Any) -> str | None:

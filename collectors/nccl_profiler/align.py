@@ -20,7 +20,6 @@ Algorithm, per plugin trace of rank r (not yet moved: ``traces.meta.clock`` = ``
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from traceprof.storage.store import Store
@@ -69,6 +68,8 @@ def settle(store: Store, run_id: int) -> list[str]:
                 "trace of the rank with collectives to align to)"
             )
             continue
+        import statistics  # here, not at the top: every ingest imports this module (13 ms of import)
+
         cands = sorted((max(d) - min(d), statistics.median_low(d)) for d in _placements(p, k))
         if not cands:
             notes.append(

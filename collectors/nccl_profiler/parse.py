@@ -51,6 +51,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
@@ -63,7 +64,6 @@ from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_plugin_dump"]
 
-_CAT = re.compile(rb'"cat"\s*:\s*"(GROUP|COLL|P2P|PROXY|NET|GPU)"')
 _BARE = re.compile(r"(:\s*)(-?(?:nan|inf)|0[xX][0-9a-fA-F]+|\(nil\)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])")
 _KEYWORDS = frozenset({"true", "false", "null"})
 _BYTE = re.compile(r"byte (\d+)")
@@ -79,15 +79,6 @@ class _Event(msgspec.Struct):
     tid: Any = None
     ts: msgspec.Raw = msgspec.Raw(b"")
     args: dict[str, Any] | None = None
-
-
-def looks_like_plugin_dump(head: bytes, name: str = "") -> bool:
-    """True when the first bytes are a JSON array of events with an NCCL plugin ``cat``, or any
-    JSON array (an empty dump included) in a file named like one (``nccl_profile*``)."""
-    body = blank_bom(head).lstrip()
-    return body.startswith(b"[") and (
-        _CAT.search(body) is not None or name.lower().startswith("nccl_profile")
-    )
 
 
 def _repair_line(line: str, counts: Counter[str]) -> str:

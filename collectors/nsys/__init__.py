@@ -4,11 +4,11 @@ one-rank export); ``export`` turns a ``.nsys-rep`` into one and wraps a command 
 
 from pathlib import Path
 
-from traceprof.collectors.nsys.export import has_export, launch_nsys, sqlite_for
-from traceprof.collectors.nsys.parse import SQLITE_MAGIC, parse, parse_all
+from traceprof.collectors.nsys.export import SQLITE_MAGIC, has_export, launch_nsys, sqlite_for
+from traceprof.core.parsed import ParsedTrace, ParseOptions
 from traceprof.ingest import sources
 
-__all__ = ["parse", "parse_all"]
+__all__: list[str] = []
 
 
 def _claims(path: Path, head: bytes) -> bool:
@@ -17,12 +17,20 @@ def _claims(path: Path, head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC) or (path.name.endswith(".nsys-rep") and not has_export(path))
 
 
+def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
+    """The file's traces. The parser is imported here, when a file of this source is read, not
+    when files are claimed: an ingest of other sources does not import it."""
+    from traceprof.collectors.nsys.parse import parse_all
+
+    return parse_all(sqlite_for(path), options)
+
+
 sources.register(
     sources.Collector(
         "nsys",
         "Nsight Systems SQLite exports (*.sqlite; *.nsys-rep with nsys on PATH)",
         _claims,
-        lambda p, options: parse_all(sqlite_for(p), options),
+        _parse,
         order=5,
         capture=launch_nsys,
         rank_field="recorded environment RANK (per process: else NVTX 'MPI Rank N', LOCAL_RANK or its device; one "

@@ -21,6 +21,9 @@ __all__ = ["sqlite_for", "profile_command", "launch_nsys", "TRACE_OPTIONS"]
 TRACE_OPTIONS = ("--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none")
 _REP = ".nsys-rep"
 
+#: First bytes of every SQLite 3 database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
 
 def _sibling_sqlite(rep: Path) -> Path:
     return rep.with_name(rep.name[: -len(_REP)] + ".sqlite")

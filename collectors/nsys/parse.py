@@ -81,6 +81,7 @@ import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
 from traceprof.collectors.nsys import ranks, tables
+from traceprof.collectors.nsys.export import SQLITE_MAGIC
 from traceprof.collectors.nsys.late import clip_far_ends
 from traceprof.collectors.nsys.steps import assign_steps, step_number
 from traceprof.core.classify import Classifier
@@ -93,8 +94,6 @@ from traceprof.storage.identity import RELATIVE_CLOCK
 
 __all__ = ["parse", "parse_all", "SQLITE_MAGIC"]
 
-#: First bytes of every SQLite 3 database file.
-SQLITE_MAGIC = b"SQLite format 3\x00"
 _GPU = frozenset({"kernel", "memcpy", "memset", "sync"})
 _SESSION = "TARGET_INFO_SESSION_START_TIME"
 _PID_BITS = 0xFFFFFF

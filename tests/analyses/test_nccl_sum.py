@@ -11,7 +11,7 @@ import pytest
 
 from tests.builders import write_rank
 from tests.conftest import REPO, SAMPLES, analyze, corpus
-from traceprof.collectors.nccl_profiler import parse as plugin_parse
+from traceprof.collectors.nccl_profiler.parse import parse as plugin_parse
 from traceprof.core import links
 from traceprof.core.errors import UsageError
 from traceprof.ingest.ingest import ingest

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLES, analyze, corpus
-from traceprof.collectors.flight_recorder import is_fr_file, parse
+from traceprof.collectors.flight_recorder.parse import is_fr_file, parse
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.ingest.ingest import ingest

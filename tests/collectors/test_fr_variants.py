@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import analyze
-from traceprof.collectors.flight_recorder import parse
+from traceprof.collectors.flight_recorder.parse import parse
 from traceprof.core.errors import AnalysisError, TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.ingest.ingest import ingest

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import analyze, case
-from traceprof.collectors.nccl_inspector import parse
+from traceprof.collectors.nccl_inspector.parse import parse
 from traceprof.core.errors import AnalysisError, TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.ingest import sources

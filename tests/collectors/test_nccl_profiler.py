@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CASES, analyze, case
-from traceprof.collectors.nccl_profiler import parse
+from traceprof.collectors.nccl_profiler.parse import parse
 from traceprof.core.errors import AnalysisError, TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.ingest import sources

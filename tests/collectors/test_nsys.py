@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import analyze, corpus
-from traceprof.collectors.nsys import parse
+from traceprof.collectors.nsys.parse import parse
 from traceprof.core.errors import NotATraceError, TraceFormatError, UsageError
 from traceprof.core.parsed import ParseOptions
 from traceprof.ingest import sources

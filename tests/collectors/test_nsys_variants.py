@@ -20,7 +20,7 @@ import pytest
 
 from tests.builders import EPOCH, Export
 from tests.conftest import analyze, case
-from traceprof.collectors.nsys import parse, parse_all
+from traceprof.collectors.nsys.parse import parse, parse_all
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.engine.findings import summarize

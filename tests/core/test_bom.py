@@ -109,7 +109,7 @@ def test_error_offsets_count_the_bom(tmp_path, gz):
 
 def test_bom_nccl_profiler_dump_is_claimed_and_parsed_the_same(tmp_path):
     from tests.collectors.test_nccl_profiler import COMM, _plugin_dump
-    from traceprof.collectors.nccl_profiler import parse as nccl_parse
+    from traceprof.collectors.nccl_profiler.parse import parse as nccl_parse
     from traceprof.ingest import sources
 
     plain = tmp_path / f"nccl_profile_{COMM}_0.json"

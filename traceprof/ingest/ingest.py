@@ -667,6 +667,8 @@ def _parse_all(
     if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
         size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
         jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
+    if min(jobs, n) > 1:  # workers are forked: not while DuckDB creates the store in a thread
+        store.ready()
     if store.dataset is not None:
         return procs.map_in_workers(_park_one, staged, min(jobs, n), done)
     if spool is not None:

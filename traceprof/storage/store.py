@@ -137,6 +137,11 @@ class Store:
         user_sql: For user SQL (``traceprof sql``; implies ``read_only``): the store is attached to a
             private DuckDB with no writable place and locked settings (:mod:`traceprof.storage.sandbox`);
             run user text only after :func:`traceprof.storage.sandbox.check`.
+        background: A new DuckDB-layout store (the path absent, writable) is created in a helper
+            thread (its file, connection and schema: about 0.08 s of DuckDB work, most of it outside
+            the GIL) while the caller goes on, e.g. parsing traces; the first use of :attr:`con`
+            (or :meth:`ready`) waits for it and raises what creating it raised. The lock is taken
+            and the path checked before this returns, as without it. ``traceprof ingest`` sets it.
 
     Attributes:
         created: This Store created the file (see :meth:`discard_if_new`).
@@ -161,6 +166,7 @@ class Store:
         layout: str | None = None,
         create: bool = True,
         user_sql: bool = False,
+        background: bool = False,
     ) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise StoreError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -185,10 +191,35 @@ class Store:
         _check_file(self.path)
         self._lock = StoreLock(self.path, exclusive=not read_only, timeout_s=lock_timeout_s)
         self._open = False
+        self._opening: threading.Thread | None = None
+        self._failed: BaseException | None = None
         existed = True
         try:
             existed = self.path.exists()
             _check_file(self.path)  # again: it may have been created while we waited
+        except BaseException as e:
+            self._drop(not existed and self.path.exists())
+            if interrupted(e):
+                raise KeyboardInterrupt from None
+            raise
+        if background and not existed and not read_only and self.layout == "duckdb":
+            # here, not in the thread: the caller may spool events beside the store at once
+            sweep_spools(self.path)  # events a killed ingest spooled (we hold the exclusive lock)
+            self._opening = threading.Thread(
+                target=self._open_aside, name="traceprof-store-create", daemon=True
+            )
+            self._opening.start()
+        else:
+            self._connect(existed, read_only, layout, user_sql)
+
+    def _connect(
+        self, existed: bool, read_only: bool, layout: str | None, user_sql: bool, sweep: bool = True
+    ) -> None:
+        """Create the file when absent (``existed`` false), connect, check or create the schema,
+        and (``sweep``) delete the spools of a killed ingest; on any error the store is dropped
+        (deleted if this call created it, unlocked) and the error raised (a Ctrl-C as
+        KeyboardInterrupt)."""
+        try:
             try:
                 if not existed and not read_only:
                     _create_file(self.path)
@@ -215,7 +246,7 @@ class Store:
             self._open = True
             self.created = not existed
             self._check_or_create(read_only, layout)
-            if not read_only:
+            if not read_only and sweep:
                 sweep_spools(self.path)  # events a killed ingest spooled (we hold the exclusive lock)
             if read_only:
                 if self.dataset is not None:
@@ -230,8 +261,51 @@ class Store:
                 raise KeyboardInterrupt from None
             raise
 
+    def _open_aside(self) -> None:
+        """:meth:`_connect` a new store in the helper thread (``background``); its error is kept
+        for :meth:`ready` (the store is dropped already)."""
+        try:
+            self._connect(False, False, None, False, sweep=False)
+        except BaseException as e:  # noqa: BLE001 - raised again by ready(), in the caller's thread
+            self._failed = e
+
+    def ready(self) -> None:
+        """Wait for a store being created in the background (``background``); a no-op otherwise.
+
+        Raises:
+            StoreError: Creating it failed (the store is deleted and unlocked).
+            KeyboardInterrupt: Ctrl-C while waiting, or creating it was interrupted.
+        """
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+        if self._failed is not None:
+            raise self._failed
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The store's DuckDB connection (waits for a store created in the background: :meth:`ready`)."""
+        aside = self._opening
+        if (aside is not None and aside is not threading.current_thread()) or self._failed is not None:
+            self.ready()
+        return self._con
+
+    @con.setter
+    def con(self, value: duckdb.DuckDBPyConnection) -> None:
+        self._con = value
+
+    @property
+    def opening(self) -> bool:
+        """A new, empty store is being created in the background (``background``): it holds no run."""
+        return self._opening is not None and self._failed is None
+
     def _drop(self, delete: bool) -> None:
         """Close, delete the files if ``delete`` (only ever files this Store created), unlock."""
+        if self._opening is not None and self._opening is not threading.current_thread():
+            self._opening.join()  # its own error path dropped it already, when it failed
+            self._opening = None
+        if self._failed is not None:
+            return
         try:
             if self._open:
                 self._open = False
@@ -260,6 +334,11 @@ class Store:
         Returns:
             True when the file was deleted.
         """
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+        if self._failed is not None:  # creating it failed: its error path deleted it already
+            return False
         delete = False
         if self._open and self.created:
             try:
@@ -654,6 +733,8 @@ class Store:
         """The sizes in bytes of the files stored (``traces.bytes``: every collector records the
         file's size as read, compressed or not). A file of another size is not stored, so its
         SHA-256 need not be looked up (:meth:`find_sha`) before it is parsed."""
+        if self.opening:  # being created by this process, under its lock: empty
+            return set()
         return {
             int(b)
             for (b,) in self.con.execute("SELECT DISTINCT bytes FROM traces").fetchall()

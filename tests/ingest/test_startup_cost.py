@@ -1,0 +1,114 @@
+"""What an ingest imports and how it ends: the start-up floor of ``traceprof ingest`` (issue 34).
+
+The figures are in benchmarks/ and the README; these tests check the behaviour that gives them:
+files are claimed without importing the parsers of other sources, and a successful ingest run as
+a command ends without Python's teardown, its store whole and unlocked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+
+from tests._cli_inproc import run
+from tests.builders import micro_trace
+
+#: The parser modules of the sources other than Kineto, which claiming a Kineto file must not import.
+_OTHER_PARSERS = (
+    "traceprof.collectors.flight_recorder.parse",
+    "traceprof.collectors.nccl_inspector.parse",
+    "traceprof.collectors.nccl_profiler.parse",
+    "traceprof.collectors.nsys.parse",
+)
+
+
+def _trace(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "rank0.json").write_text(json.dumps(micro_trace(["a", "b"])))
+    return folder
+
+
+def test_claiming_and_ingesting_a_kineto_trace_imports_no_other_sources_parser(tmp_path):
+    trace = _trace(tmp_path / "job")
+    code = (
+        "import sys\n"
+        "from traceprof.cli import main\n"
+        f"sys.argv = ['traceprof', 'ingest', {str(trace)!r}, '--db', {str(tmp_path / 's.duckdb')!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        f"print(sorted(m for m in {_OTHER_PARSERS!r} if m in sys.modules))\n"
+        "from traceprof.ingest import sources\n"
+        "print(sorted(c.name for c in sources.collectors()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded, names = out.strip().splitlines()[-2:]
+    assert loaded == "[]"
+    # every source is still registered (claims and formats), its parser imported only to read a file
+    assert eval(names) == [  # noqa: S307 (our own printed list)
+        "flight_recorder",
+        "kineto",
+        "memory_timeline",
+        "nccl_inspector",
+        "nccl_profiler",
+        "ndtimeline",
+        "nsys",
+    ]
+
+
+def _ingest_command(
+    tmp_path: Path, *args: str, profiled: bool = False
+) -> tuple[subprocess.CompletedProcess, bool]:
+    """``python -m traceprof.cli ARGS`` with an atexit hook: (the process, whether the hook ran,
+    i.e. whether Python's teardown ran); ``profiled``: under a profile function, as cProfile's."""
+    mark = tmp_path / "teardown-ran"
+    mark.unlink(missing_ok=True)
+    code = (
+        "import atexit, pathlib, runpy, sys\n"
+        f"atexit.register(lambda: pathlib.Path({str(mark)!r}).write_text('x'))\n"
+        + ("sys.setprofile(lambda *a: None)\n" if profiled else "")
+        + f"sys.argv = ['traceprof', *{list(args)!r}]\n"
+        "runpy.run_module('traceprof.cli', run_name='__main__')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return p, mark.exists()
+
+
+def test_a_successful_ingest_command_ends_without_teardown_its_store_whole(tmp_path):
+    trace = _trace(tmp_path / "job")
+    db = tmp_path / "s.duckdb"
+    p, teardown = _ingest_command(tmp_path, "ingest", str(trace), "--db", str(db))
+    assert p.returncode == 0, p.stderr
+    assert not teardown  # ended by leave(): os._exit after the output was flushed
+    assert "run 'job' (id 1): stored in" in p.stderr  # the report is printed whole
+    # the store is closed, checkpointed and unlocked: another process reads it, and an ingest in
+    # this one (the tests' own) stores the same rows
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT count(*), sum(dur_ns) FROM events").fetchall()
+    db2 = tmp_path / "t.duckdb"
+    assert run("ingest", str(trace), "--db", str(db2))[0] == 0
+    with duckdb.connect(str(db2), read_only=True) as con:
+        assert con.execute("SELECT count(*), sum(dur_ns) FROM events").fetchall() == rows
+    assert rows[0][0] > 0
+    # the same path again: already stored, a second successful ingest that takes the lock
+    p, _ = _ingest_command(tmp_path, "ingest", str(trace), "--db", str(db))
+    assert p.returncode == 0 and "1 already stored" in p.stderr, p.stderr
+
+
+def test_a_failed_ingest_and_other_commands_exit_as_usual(tmp_path):
+    trace = _trace(tmp_path / "job")
+    db = tmp_path / "s.duckdb"
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "rank0.json").write_text('{"traceEvents": [')  # truncated
+    p, teardown = _ingest_command(tmp_path, "ingest", str(tmp_path / "bad"), "--db", str(db))
+    assert p.returncode == 1 and teardown
+    assert _ingest_command(tmp_path, "ingest", str(trace), "--db", str(db))[0].returncode == 0
+    p, teardown = _ingest_command(tmp_path, "runs", "--db", str(db))
+    assert p.returncode == 0 and teardown and "job" in p.stdout
+    # a profiler (cProfile, a debugger, coverage) writes its results at exit: the teardown runs
+    p, teardown = _ingest_command(
+        tmp_path, "ingest", str(trace), "--db", str(tmp_path / "p.duckdb"), profiled=True
+    )
+    assert p.returncode == 0 and teardown, p.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import EPOCH, Export
 from tests.conftest import analyze
-from traceprof.collectors.nsys import parse
+from traceprof.collectors.nsys.parse import parse
 from traceprof.ingest.ingest import ingest
 
 #: 95 years in ns (the Kineto trial's "dur": 3e15 us).

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.builders import micro_trace
-from tests.conftest import corpus
+from tests.conftest import SAMPLES, corpus
 from traceprof.ingest.ingest import ingest
 from traceprof.ingest.naming import stem
 
@@ -79,3 +79,38 @@ def test_one_jobs_ranks_in_folders_of_one_name_stay_one_run(store, tmp_path):
     res = ingest(store, [tmp_path / "host1" / "prof", tmp_path / "host2" / "prof"], jobs=1)
     assert list(res.runs) == ["prof"] and _runs(store) == {"prof": (4, 4)}
     assert not any("cannot be one job" in w for w in res.warnings)
+
+
+def test_a_symlinked_file_joins_the_run_of_the_folder_it_is_named_in(store, tmp_path):
+    # sl2 holds rank 1 of sample run 'clean' and a link to its rank 0: the link took its target's
+    # folder name, so two runs, 'clean' (rank 0) and 'sl2' (rank 1). One run 'sl2' of both ranks.
+    sl2 = tmp_path / "sl2"
+    sl2.mkdir()
+    (sl2 / "rank0.trace.json.gz").symlink_to((SAMPLES / "clean") / "rank0.trace.json.gz")
+    for f in (SAMPLES / "clean").glob("rank1.*"):
+        (sl2 / f.name).write_bytes(f.read_bytes())
+    res = ingest(store, [sl2], jobs=1)
+    assert list(res.runs) == ["sl2"]
+    assert _runs(store) == {"sl2": (2, 2)}
+
+
+def test_a_symlinked_file_named_alone_is_named_after_the_link(store, tmp_path):
+    link = tmp_path / "mine.trace.json.gz"
+    link.symlink_to((SAMPLES / "clean") / "rank0.trace.json.gz")
+    # the link and its target named together are one file, read once, named after the link
+    res = ingest(store, [link, (SAMPLES / "clean") / "rank0.trace.json.gz"], jobs=1)
+    assert list(res.runs) == ["mine"]
+    assert _runs(store) == {"mine": (1, 1)}
+
+
+def test_a_symlinked_folder_is_followed_and_a_link_loop_read_once(store, tmp_path):
+    # sl/linkrun -> sample run 'clean' (4 ranks) was skipped by rglob: "sl: no trace files found".
+    # sl/up -> .. (holds sl) and sl/self -> ../sl are loops: not walked, nothing read twice.
+    sl = tmp_path / "sl"
+    sl.mkdir()
+    (sl / "linkrun").symlink_to((SAMPLES / "clean"), target_is_directory=True)
+    (sl / "up").symlink_to("..", target_is_directory=True)
+    (sl / "self").symlink_to("../sl", target_is_directory=True)
+    res = ingest(store, [sl], jobs=1)
+    assert list(res.runs) == ["linkrun"]
+    assert _runs(store) == {"linkrun": (4, 4)}

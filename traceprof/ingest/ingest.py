@@ -310,7 +310,7 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
     for pt in pts:
         if repairs:
             meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
-            meta["repaired"] = {r.reason: r.count for r in repairs}
+            meta["repaired"] = {**meta.get("repaired", {}), **{r.reason: r.count for r in repairs}}
             pt.trace["meta"] = msgspec.json.encode(meta).decode()
             pt.warnings += [r.message for r in repairs]
     return pts

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.builders import micro_trace
 from tests.conftest import SAMPLES, corpus
+from traceprof.core.errors import UsageError
 from traceprof.ingest.ingest import ingest
 from traceprof.ingest.naming import stem
 
@@ -114,3 +117,18 @@ def test_a_symlinked_folder_is_followed_and_a_link_loop_read_once(store, tmp_pat
     res = ingest(store, [sl], jobs=1)
     assert list(res.runs) == ["linkrun"]
     assert _runs(store) == {"linkrun": (4, 4)}
+
+
+def test_a_folder_whose_symlinked_subfolder_holds_no_trace_is_refused_as_a_plain_one(store, tmp_path):
+    # e3/link -> junk (a JSON that is not a trace): named beside a run folder, e3 was passed over
+    # with a warning (its files lie outside e3 once resolved), where junk itself is refused.
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "x.json").write_text('{"a": 1}')
+    e3 = tmp_path / "e3"
+    e3.mkdir()
+    (e3 / "link").symlink_to(junk, target_is_directory=True)
+    for folder in (junk, e3):
+        with pytest.raises(UsageError, match=rf"^{folder}: no trace files found \(skipped 1 file"):
+            ingest(store, [folder, SAMPLES / "clean"], jobs=1)
+    assert _runs(store) == {}

@@ -588,13 +588,13 @@ def _no_trace_folders(
     for p in dict.fromkeys(Path(raw) for raw in paths):
         if not p.is_dir():
             continue
-        top = p.resolve()
-        under = [f for _, f in todo if f.is_relative_to(top)]
+        inside = {f.resolve() for f in files_under(p)}  # through symlinked folders too
+        under = [f for _, f in todo if f in inside]
         if (
             under
             and set(under) <= set(not_traces)
-            and not any(Path(k).resolve().is_relative_to(top) for k in skipped)
-            and not any(f.is_relative_to(top) for f in unread)
+            and not any(Path(k).resolve() in inside for k in skipped)
+            and not any(f.resolve() in inside for f in unread)
         ):
             found[p] = under
     tried = {f for fs in found.values() for f in fs}

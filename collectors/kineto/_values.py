@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow as pa
 
 from traceprof.core.classify import COMM_ARG_KEYS
+from traceprof.core.limits import shown
 from traceprof.core.values import integer
 
-__all__ = ["args_dict", "int_or_none", "Ints", "Strs", "META_KEYS", "meta_dict"]
+__all__ = ["args_dict", "int_or_none", "IdRepairs", "Ints", "Strs", "META_KEYS", "meta_dict"]
 
 
 def args_dict(text: str | bytes) -> dict[str, Any]:
@@ -71,6 +72,64 @@ def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
     """
     n = integer(v)
     return n if n is None or keep_large or -(2**63) <= n < 2**63 else None
+
+
+#: The id args every event may carry (``args.<key>``, the attribute of the parser's ids struct).
+_ID_ARGS = (("correlation", "correlation"), ("External id", "external_id"))
+_LANE_ARGS = (("device", "device"), ("stream", "stream"))  # read on GPU rows only
+#: JSON's first byte of an object, and of null (an ``args: null`` is no args).
+_OBJECT_OR_NULL = (b"{", b"n")
+
+
+class IdRepairs:
+    """Events kept without an id arg that is not an integer, or without all of them when ``args``
+    is not a JSON object: the policy of :func:`int_or_none` (an id of 1.5 is no id), said now.
+
+    ``args.correlation`` and ``args.External id`` (every event), ``args.device`` and
+    ``args.stream`` (GPU rows) that are present but not integers (``1.5``, ``"abc"``, ``true``, a
+    list) were read as absent, silently; ``args`` given as a list (or a string, a number) was read
+    as no args. Each is counted by reason (``"args.correlation not an integer: kept without it"``)
+    for ``traces.meta.repaired`` (the ``issues`` column of ``traceprof runs``) and said in one
+    warning per reason naming the first events. (A value beyond its column is no repair: the
+    parser keeps it for ``traceprof.core.limits.drop_out_of_range`` to reject the event.)
+    """
+
+    def __init__(self) -> None:
+        self.events: dict[str, list[tuple[int, Any]]] = {}  # reason -> (event index, value), first 3
+        self.count: dict[str, int] = {}
+
+    def _add(self, reason: str, i: int, value: Any) -> None:
+        n = self.count[reason] = self.count.get(reason, 0) + 1
+        if n <= 3:
+            self.events.setdefault(reason, []).append((i, value))
+
+    def check(self, i: int, raw: Any, ids: Any, gpu: bool) -> None:
+        """Note event ``#i``'s problems: ``raw`` its args JSON text (``msgspec.Raw``, empty when
+        absent), ``ids`` its decoded id args (attributes ``correlation``, ``external_id``,
+        ``device``, ``stream``; None when none), ``gpu`` whether it is a GPU row."""
+        if raw and bytes(memoryview(raw)[:1]) not in _OBJECT_OR_NULL:
+            self._add(
+                "args not an object: kept without its ids", i, bytes(raw)[:40].decode("utf-8", "replace")
+            )
+            return
+        if ids is None:
+            return
+        for key, attr in (*_ID_ARGS, *_LANE_ARGS) if gpu else _ID_ARGS:
+            v = getattr(ids, attr)
+            if v is not None and integer(v) is None:
+                self._add(f"args.{key} not an integer: kept without it", i, v)
+
+    def counts(self) -> dict[str, int]:
+        """Reason -> events, for ``traces.meta.repaired``."""
+        return dict(self.count)
+
+    def warnings(self, file: str) -> list[str]:
+        """One line per reason, naming ``file`` and the first events with their values."""
+        out = []
+        for reason, n in self.count.items():
+            first = ", ".join(f"#{i} ({shown(v, 40)})" for i, v in self.events[reason])
+            out.append(f"{file}: {n} event(s) with {reason} (event {first}{', ...' if n > 3 else ''})")
+        return out
 
 
 @dataclass

@@ -43,6 +43,7 @@ from traceprof.collectors.kineto._values import Ints, Strs, code_type, int_or_no
 from traceprof.core import spill
 from traceprof.core.spill import TextSpill
 from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.values import integer
 
 __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
 
@@ -385,6 +386,17 @@ def _times_one_by_one(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) ->
     return out
 
 
+def _not_integers(loose: list[_LooseIds | None]) -> bool:
+    """Whether some id arg of a batch is present and not an integer (``IdRepairs`` of the general
+    path counts it; rare, so the loose decode alone pays for the test)."""
+    return any(
+        v is not None and integer(v) is None
+        for a in loose
+        if a is not None
+        for v in (a.correlation, a.external_id, a.device, a.stream)
+    )
+
+
 def _id_column(typed: list[_Ids], get: Callable[[_Ids], int | None]) -> Ints:
     """One id column of a batch's typed args (:data:`_ABSENT` where the arg is absent, None where it
     is null: both missing)."""
@@ -512,6 +524,8 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
                 batch = [_id_column(typed, _ID_GETS[col]) for col in _ID_COLS]
             except msgspec.ValidationError:  # e.g. "stream": "0x0" (ROCm): coerce as the general path
                 loose = _LOOSE_IDS.decode(ids_text)
+                if _not_integers(loose):  # 1.5, "abc": the general path keeps the event and says so
+                    return None
                 # an id beyond int64 (OverflowError): the general path rejects it
                 batch = [
                     Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])

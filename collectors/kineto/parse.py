@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
-from traceprof.collectors.kineto._values import Ints, Strs
+from traceprof.collectors.kineto._values import IdRepairs, Ints, Strs
 from traceprof.collectors.kineto._values import args_dict as _args_dict
 from traceprof.collectors.kineto._values import int_or_none as _int_or_none
 from traceprof.collectors.kineto.checks import (
@@ -411,6 +411,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             fast.thread_names,
         )
     ids = _decode_ids(data) if fast is None else None
+    id_repairs = IdRepairs()  # id args that are not integers, args that are not an object
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         if wrong := _not_strings(ev):
             if on_bad_event == "raise":
@@ -456,6 +457,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             continue
         a = ids[i].args if ids is not None else _ids_of(ev.args)
         gpu = kind in _GPU_KINDS
+        id_repairs.check(i, ev.args, a, gpu)
         cols["kind"].append(kind)
         cols["cat"].append(ev.cat)
         cols["name"].append(ev.name)
@@ -469,8 +471,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             cols["correlation"].append(None)
             cols["external_id"].append(None)
         else:
-            cols["device"].append(_int_or_none(ev.pid if a.device is None else a.device) if gpu else None)
-            cols["stream"].append(_int_or_none(ev.tid if a.stream is None else a.stream) if gpu else None)
+            # beyond int64 kept, for drop_out_of_range to reject the event (it was a NULL device)
+            dev, stream = (
+                (ev.pid if a.device is None else a.device),
+                (ev.tid if a.stream is None else a.stream),
+            )
+            cols["device"].append(_int_or_none(dev, keep_large=True) if gpu else None)
+            cols["stream"].append(_int_or_none(stream, keep_large=True) if gpu else None)
             cols["correlation"].append(_int_or_none(a.correlation, keep_large=True))
             cols["external_id"].append(_int_or_none(a.external_id, keep_large=True))
         cols["args"].append(bytes(ev.args).decode() if ev.args else "{}")
@@ -580,7 +587,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if side.get("flops_per_step") is not None:
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
-    warnings += identity_warnings
+    warnings += identity_warnings + id_repairs.warnings(p.name)
+    repaired = _identity_repairs(identity_warnings) | id_repairs.counts()
+    if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
+        meta = msgspec.json.decode(str(trace_info["meta"]))
+        trace_info["meta"] = msgspec.json.encode({**meta, "repaired": repaired}).decode()
     if rank is None:
         if not any(": distributedInfo.rank is " in w for w in identity_warnings):
             warnings.append(f"{p.name}: no distributedInfo.rank in the trace")
@@ -657,13 +668,26 @@ def _as_arrays(cols: dict[str, Any]) -> None:
 def _identity_int(doc: dict[str, Any], key: str, what: str, warnings: list[str]) -> int | None:
     """``doc[key]`` (a rank or world size) as an int, or None: absent, or not an integer (``1.5``,
     ``"abc"``, ``true``; 1.5 was read as 1, the others as no rank at all, silently), with a
-    warning ``what`` names (the file and the field)."""
+    warning ``what`` names (the file and the field; :func:`_identity_repairs` counts it)."""
     v = doc.get(key)
     n, problem = checked_int(v)  # one beyond int32 is refused by the store, naming it
     if problem is not None:
         shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
         warnings.append(f"{what} is {shown}, {problem}: ignored")
     return n
+
+
+def _identity_repairs(warnings: list[str]) -> dict[str, int]:
+    """The identity values ignored (:func:`_identity_int`, :func:`_identity_text`), counted by
+    reason for ``traces.meta.repaired`` (the ``issues`` column of ``traceprof runs``):
+    ``"rank0.json: distributedInfo.rank is 1.5, not an integer: ignored"`` ->
+    ``{"distributedInfo.rank not an integer: ignored": 1}``."""
+    out: dict[str, int] = {}
+    for w in warnings:
+        field, _, rest = w.partition(": ")[2].partition(" is ")
+        reason = f"{field} {rest.rpartition(', ')[2]}"
+        out[reason] = out.get(reason, 0) + 1
+    return out
 
 
 def _identity_text(doc: dict[str, Any], key: str, what: str, warnings: list[str]) -> str | None:

@@ -13,7 +13,8 @@ Algorithm:
      with other files' epoch times, and clock alignment moves it onto the other ranks' clock through
      matched collectives when there are any.
   2. GPU rows (``traceprof.collectors.nsys.tables``): ``CUPTI_ACTIVITY_KIND_KERNEL`` (name = ``demangledName``
-     via ``StringIds``, as Kineto names kernels; lane = (``deviceId``, ``streamId``)), ``..._MEMCPY``
+     via ``StringIds``, as Kineto names kernels; a name id that ``StringIds`` lacks makes a bad row,
+     as in every table below; lane = (``deviceId``, ``streamId``)), ``..._MEMCPY``
      (named like Kineto: ``Memcpy HtoD (Pageable -> Device)``), ``..._MEMSET`` (``Memset (Device)``),
      classed by the parse options' ``traceprof.core.classify.Classifier``; ``..._SYNCHRONIZATION`` as ``sync``. CUDA-graph
      kernels traced per node carry the correlation id of their ``cudaGraphLaunch`` (and a
@@ -228,7 +229,7 @@ def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list
             activity (``--comm-kernel`` patterns), and ``on_bad_event``: ``"raise"`` stops at the first row of a kernel, graph-trace, memcpy, memset,
             sync, runtime, driver or NVTX table whose ``start``/``end`` are not integers with
             0 <= start <= end and session start + end within int64 (or whose ids are not
-            integers); ``"skip"`` counts such rows in ``rejected`` by table and reason
+            integers, or whose name's string id ``StringIds`` lacks); ``"skip"`` counts such rows in ``rejected`` by table and reason
             (``"CUPTI_ACTIVITY_KIND_MEMCPY: NULL end"``).
 
     Returns:
@@ -240,7 +241,7 @@ def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list
     Raises:
         NotATraceError: An SQLite file that is not an Nsight Systems export.
         TraceFormatError: Unreadable, no ``StringIds``, conflicting ranks, or (``raise``) a row
-            with unusable times, naming its table and row id.
+            with unusable times, ids or name string ids, naming its table and row id.
     """
     p = Path(path).resolve()
     raw = p.read_bytes()

@@ -91,6 +91,8 @@ _MEM_KINDS = {
 _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 #: The id columns of GPU activity rows, read as integers (lanes, the link to the launch, the process).
 _GPU_IDS = ("deviceId", "streamId", "correlationId", "globalPid")
+#: The end of the reason of a row whose string id ``StringIds`` lacks (:func:`_unresolved`).
+_UNRESOLVED = " string id not in StringIds"
 
 
 def open_export(path: Path, tolerant: bool = False) -> sqlite3.Connection:
@@ -146,14 +148,31 @@ def pid_tid(gtid: int | None) -> tuple[str, str]:
     return str((gtid >> 24) & 0xFFFFFF), str(gtid & 0xFFFFFF)
 
 
+def _unresolved(a: str, strings: tuple[str, ...]) -> str:
+    """SQL ``WHEN`` clauses for a row (alias ``a``) whose ``strings`` columns hold a string id that
+    ``StringIds`` lacks (a damaged or truncated export): its name would be empty. The reason reads
+    ``'<column> string id not in StringIds'`` (:data:`_UNRESOLVED`)."""
+    return "".join(
+        f"\n        WHEN typeof({a}.{c}) = 'integer' AND NOT EXISTS "
+        f"(SELECT 1 FROM StringIds WHERE id = {a}.{c}) THEN '{c}{_UNRESOLVED}'"
+        for c in strings
+    )
+
+
 def _reason(
-    a: str, limit: int, end_optional: bool = False, only: str = "1", ids: tuple[str, ...] = ()
+    a: str,
+    limit: int,
+    end_optional: bool = False,
+    only: str = "1",
+    ids: tuple[str, ...] = (),
+    strings: tuple[str, ...] = (),
 ) -> str:
     """SQL giving why a row's ``start``/``end`` (table alias ``a``) are unusable, NULL when they are
     integers with 0 <= start <= end and end + epoch within int64 (``limit`` = int64 max - epoch, so
-    ``end - start`` fits too) and its ``ids`` columns are integers or NULL (``deviceId`` within
-    int32). ``end_optional``: a NULL end is an instant (NVTX), not an error; rows outside the
-    condition ``only`` are not checked (NVTX metadata records)."""
+    ``end - start`` fits too), its ``ids`` columns are integers or NULL (``deviceId`` within
+    int32) and its ``strings`` columns' string ids are in ``StringIds`` (:func:`_unresolved`).
+    ``end_optional``: a NULL end is an instant (NVTX), not an error; rows outside the condition
+    ``only`` are not checked (NVTX metadata records)."""
     s, e = f"{a}.start", f"{a}.end"
     not_int = "".join(
         f"\n        WHEN {a}.{c} IS NOT NULL AND typeof({a}.{c}) <> 'integer' THEN '{c} not an integer'"
@@ -176,7 +195,7 @@ def _reason(
         {null_end}
         WHEN typeof({e}) <> 'integer' THEN 'end not an integer'
         WHEN {e} < {s} THEN 'end before start'
-        WHEN {e} > {limit} THEN 'end beyond int64 on the epoch clock'{not_int} END"""
+        WHEN {e} > {limit} THEN 'end beyond int64 on the epoch clock'{not_int}{_unresolved(a, strings)} END"""
 
 
 class Rows:
@@ -209,17 +228,19 @@ class Rows:
         end_optional: bool = False,
         only: str = "1",
         ids: tuple[str, ...] = (),
+        strings: tuple[str, ...] = (),
     ) -> str:
-        """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times and integer
-        ``ids`` (:func:`_reason`).
+        """The WHERE condition (alias ``a``) of the rows of ``table`` with usable times, integer
+        ``ids`` and ``strings`` ids found in ``StringIds`` (:func:`_reason`).
 
         Rows without are counted in ``rejected`` under ``"<table>: <reason>"`` or, with
         ``on_bad_event="raise"``, the first one raises naming the table and its row id.
 
         Raises:
-            TraceFormatError: (``raise``) the first unusable row, with its table, row id and times.
+            TraceFormatError: (``raise``) the first unusable row, with its table, row id and times
+                (or its unresolved string id and how many rows share the reason).
         """
-        why = _reason(a, _INT64_MAX - max(self.epoch, 0), end_optional, only, ids)
+        why = _reason(a, _INT64_MAX - max(self.epoch, 0), end_optional, only, ids, strings)
         q = f"""SELECT why, count(*), min(id) FROM (SELECT {why} AS why, {a}.rowid AS id FROM {table} {a})
                 WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"""
         for reason, n, rowid in con.execute(q).fetchall():
@@ -227,10 +248,18 @@ class Rows:
                 start, end = con.execute(
                     f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)
                 ).fetchone()
+                what = f"{reason} (start={start!r}, end={end!r})"
+                if reason.endswith(_UNRESOLVED):
+                    column = reason[: -len(_UNRESOLVED)]
+                    (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+                    what = (
+                        f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
+                        "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
+                    )
                 raise TraceFormatError(
                     self.path,
                     f"{table} row id {rowid}",
-                    f"{reason} (start={start!r}, end={end!r}); pass --skip-bad-events to skip such rows",
+                    f"{what}; pass --skip-bad-events to skip such rows",
                 )
             key = f"{table}: {reason}"
             self.rejected[key] = self.rejected.get(key, 0) + n
@@ -331,7 +360,8 @@ def kernels(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) ->
     if table not in tables:
         return
     cols = tables[table]
-    ok = rows.valid(con, table, "k", ids=tuple(c for c in _GPU_IDS if c in cols))
+    names = tuple(c for c in ("demangledName", "shortName") if c in cols)
+    ok = rows.valid(con, table, "k", ids=tuple(c for c in _GPU_IDS if c in cols), strings=names)
     graph = ", 'graphNodeId', k.graphNodeId" if "graphNodeId" in cols else ""
     q = f"""SELECT coalesce(d.value, s.value, ''), k.start + ?, k.end - k.start, CAST(k.deviceId AS TEXT),
                    CAST(k.streamId AS TEXT), k.deviceId, k.streamId, k.correlationId,
@@ -446,7 +476,7 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             f"FROM {t} t WHERE {ok(t)}"
         )
         for start, end, dev, stream, corr, nbytes, kind, proc in con.execute(q):
-            name = f"Memset ({mems.get(kind, 'Device') if kind is not None else 'Device'})"
+            name = f"Memset ({mems.get(kind, kind) if kind is not None else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
             rows.add(
                 "memset",
@@ -497,7 +527,7 @@ def api(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> Non
     ):
         if table not in tables:
             continue
-        ok = rows.valid(con, table, "r", ids=("correlationId", "globalTid"))
+        ok = rows.valid(con, table, "r", ids=("correlationId", "globalTid"), strings=("nameId",))
         q = f"""SELECT coalesce(s.value, ''), r.start + ?, r.end - r.start,
                        coalesce(CAST((r.globalTid >> 24) & 16777215 AS TEXT), ''),
                        coalesce(CAST(r.globalTid & 16777215 AS TEXT), ''), NULL, NULL, r.correlationId,
@@ -539,7 +569,10 @@ def nvtx(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> No
         )
     )
     timed = f"n.eventType IN {_NVTX_RANGES + _NVTX_MARKS}"
-    ok = rows.valid(con, "NVTX_EVENTS", "n", end_optional=True, only=timed, ids=("globalTid",))
+    strings = ("textId",) if "textId" in have else ()
+    ok = rows.valid(
+        con, "NVTX_EVENTS", "n", end_optional=True, only=timed, ids=("globalTid",), strings=strings
+    )
     q = f"""SELECT n.start, n.end, n.eventType, {text}, n.globalTid, n.domainId {"".join(", n." + c for c in payload)}
             FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = {text_id} WHERE {ok}"""
     epoch = rows.epoch
@@ -599,7 +632,7 @@ def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
     why += (
         f"WHEN m.start < 0 THEN 'negative start' WHEN m.start > {limit} THEN 'start beyond int64 on the epoch clock' "
         "WHEN m.bytes < 0 THEN 'negative bytes' WHEN m.memoryOperationType NOT IN (0, 1) THEN "
-        "'memoryOperationType not 0 (allocation) or 1 (deallocation)' END"
+        f"'memoryOperationType not 0 (allocation) or 1 (deallocation)' {_unresolved('m', ('name',) if 'name' in cols else ())} END"
     )
     for reason, n, rowid in con.execute(
         f"SELECT why, count(*), min(id) FROM (SELECT {why} AS why, m.rowid AS id "

@@ -24,8 +24,11 @@ import pytest
 from tests.conftest import CORPUS, SAMPLES
 from traceprof.collectors.kineto._values import int_or_none
 from traceprof.collectors.kineto.decode import decode
+from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.core.timeconv import us_to_ns
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
 
 
 def _ref_ns(v: object) -> int | None:
@@ -219,6 +222,73 @@ def test_an_id_with_a_fraction_is_no_id(fast: bool, tmp_path: Path, monkeypatch:
     assert ev.column("correlation").to_pylist() == [1, None, 3, None]
     assert int_or_none(2.0) == 2 and int_or_none(-0.5) is None and int_or_none(1e300) is None
     assert int_or_none(1e20, keep_large=True) == 10**20
+
+
+def _bad_args_trace(path: Path) -> Path:
+    """Event #2 a sound kernel; #3 args.device 2**70; #4 args.correlation 1.5; #5 args a list;
+    distributedInfo.rank "abc"."""
+    kernel = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "dur": 10}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"correlation": 1},
+        },
+        {**kernel, "name": "k1", "ts": 20, "args": {"correlation": 1, "device": 0, "stream": 7}},
+        {**kernel, "name": "k2", "ts": 40, "args": {"correlation": 2, "device": 2**70, "stream": 7}},
+        {**kernel, "name": "k3", "ts": 60, "args": {"correlation": 1.5, "device": 0, "stream": 7}},
+        {**kernel, "name": "k4", "ts": 80, "args": [1, 2]},
+    ]
+    path.write_text(json.dumps({"distributedInfo": {"rank": "abc", "world_size": 1}, "traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_bad_id_args_are_rejected_or_kept_and_counted(
+    fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # args.device = 2**70 was stored as a NULL device (a phantom lane in idle); 1.5 and a list of
+    # args were read as no ids and "abc" as no rank, all without a word or an issues count. A
+    # value beyond its column rejects its event (as an id beyond int64 did); one that is no
+    # integer keeps the event without it (an id of 1.5 is no id), each said and counted.
+    path = _bad_args_trace(tmp_path / "t.json")
+    if not fast:
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
+    with pytest.raises(TraceFormatError, match=r"event #3: 'device' beyond int32 \(1180591620717411303424\)"):
+        _PARSE.parse(path)
+    t = _PARSE.parse(path, ParseOptions(on_bad_event="skip"))
+    ev = t.events.sort_by("ts_ns")
+    assert ev.column("name").to_pylist() == ["ProfilerStep#1", "cudaLaunchKernel", "k1", "k3", "k4"]
+    assert ev.column("correlation").to_pylist() == [None, 1, 1, None, None]
+    assert ev.column("device").to_pylist()[2:] == [0, 0, 0]  # k4: its pid, as without args
+    assert t.rejected == {"'device' beyond int32": 1}
+    assert json.loads(t.trace["meta"])["repaired"] == {
+        "distributedInfo.rank not an integer: ignored": 1,
+        "args.correlation not an integer: kept without it": 1,
+        "args not an object: kept without its ids": 1,
+    }
+    said = "\n".join(t.warnings)
+    assert "t.json: 1 event(s) with args.correlation not an integer: kept without it (event #4 (1.5))" in said
+    assert "t.json: 1 event(s) with args not an object: kept without its ids (event #5 ('[1, 2]'))" in said
+
+
+def test_bad_id_args_show_in_the_runs_issues(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    _bad_args_trace(d / "rank0.json")
+    s = Store(tmp_path / "t.duckdb")
+    ingest(s, [d], on_bad_event="skip")
+    assert s.runs()["issues"].to_list() == [
+        "1 rejected: 'device' beyond int32; 1 repaired: distributedInfo.rank not an integer: ignored; "
+        "1 repaired: args.correlation not an integer: kept without it; "
+        "1 repaired: args not an object: kept without its ids"
+    ]
 
 
 def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:

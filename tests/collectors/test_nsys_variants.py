@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from tests.builders import EPOCH, Export
-from tests.conftest import analyze, case
+from tests.conftest import analyze, case, corpus
 from traceprof.collectors.nsys.parse import parse, parse_all
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParseOptions
@@ -564,3 +564,121 @@ def test_nvtx_row_whose_global_tid_is_not_an_integer_is_left_out_and_counted(tmp
     names = set(exp.events.column("name").to_pylist())
     assert "ProfilerStep#1" in names and "forward" not in names
     assert exp.rejected == {"NVTX_EVENTS: globalTid not an integer": 1}
+
+
+@pytest.mark.parametrize(
+    ("table", "damage", "rowid", "reason", "gone"),
+    [
+        # kernel 2 ("void relu_kernel()", string id 5) names an id the string table lost
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "DELETE FROM StringIds WHERE value = 'void relu_kernel()'",
+            2,
+            "demangledName string id 5 not in StringIds",
+            "void relu_kernel()",
+        ),
+        # the second launch's nameId points past the string table
+        (
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999 WHERE correlationId = 2",
+            2,
+            "nameId string id 999 not in StringIds",
+            None,
+        ),
+        # an NVTX range named by textId (nsys writes most names so) whose string is gone
+        (
+            "NVTX_EVENTS",
+            "UPDATE NVTX_EVENTS SET text = NULL, textId = 998 WHERE text = 'forward'",
+            2,
+            "textId string id 998 not in StringIds",
+            "forward",
+        ),
+    ],
+)
+def test_string_id_missing_from_string_table_is_a_bad_row(
+    tmp_path: Path, table: str, damage: str, rowid: int, reason: str, gone: str | None
+) -> None:
+    # A damaged export (`DELETE FROM StringIds`) stored its rows silently named '' (a kernel ""
+    # in kernel_sum): a name id that resolves to nothing is a bad row like a non-integer id.
+    # Strings: 1 cudaLaunchKernel_v7000, 2 gemm, 3 ProfilerStep#1 (text), ... ids in order of use.
+    e = _one_rank(EPOCH)
+    e.nvtx(10, 0, 100_000, "ProfilerStep#1")
+    e.nvtx(10, 10_000, 20_000, "forward")
+    e.launch(10, 1, 1_000, 2_000)
+    e.kernel(10, 0, 1, 5_000, 25_000)
+    e.string("unused 3")
+    e.string("unused 4")
+    e.launch(10, 2, 30_000, 31_000)
+    e.kernel(10, 0, 2, 35_000, 45_000, name="void relu_kernel()")
+    assert e.ids["void relu_kernel()"] == 5
+    path = e.write(tmp_path / "rank0.sqlite")
+    con = sqlite3.connect(path)
+    con.execute(damage)
+    con.commit()
+    con.close()
+    with pytest.raises(TraceFormatError) as err:
+        parse_all(path)
+    msg = str(err.value)
+    assert f"{path}: {table} row id {rowid}: {reason} (1 row(s) of {table}" in msg, msg
+    assert "--skip-bad-events" in msg
+    t = parse_all(path, ParseOptions(on_bad_event="skip"))[0]
+    key = f"{table}: {reason.split(' string id ')[0]} string id not in StringIds"
+    assert t.rejected == {key: 1}
+    names = t.events.column("name").to_pylist()
+    assert "" not in names and (gone is None or gone not in names)
+    # 2 NVTX + 2 launches + 2 kernels, less the bad row
+    assert len(names) == 5
+
+
+def test_export_whose_string_table_was_emptied_fails_naming_the_file(tmp_path: Path) -> None:
+    # The trial's repro on a real export: 117 rows (5 kernels, 95 CUDA calls, 17 NVTX ranges) named
+    # through StringIds, which is emptied. They were stored named ''. Counted by plain SQL below.
+    src = corpus("nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
+    d = tmp_path / "x"
+    d.mkdir()
+    db = d / "a.sqlite"
+    shutil.copy(src, db)
+    db.chmod(0o644)
+    con = sqlite3.connect(db)
+    kernels, calls = (
+        con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
+    )
+    con.execute("DELETE FROM StringIds")
+    con.commit()
+    con.close()
+    s = Store(tmp_path / "t.duckdb")
+    with pytest.raises(TraceFormatError) as err:
+        ingest(s, [d], run="r")
+    assert f"{db}: CUPTI_ACTIVITY_KIND_KERNEL row id 1: demangledName string id " in str(err.value)
+    assert f"({kernels} row(s) of CUPTI_ACTIVITY_KIND_KERNEL" in str(err.value)
+    assert s.sql("SELECT count(*) FROM runs").item() == 0
+    res = ingest(s, [d], run="r", on_bad_event="skip")
+    rejected = json.loads(s.sql("SELECT rejected FROM traces").item())
+    assert rejected["CUPTI_ACTIVITY_KIND_KERNEL: demangledName string id not in StringIds"] == kernels
+    assert rejected["CUPTI_ACTIVITY_KIND_RUNTIME: nameId string id not in StringIds"] == calls
+    assert s.sql("SELECT count(*) FROM events WHERE name = ''").item() == 0
+    assert any("not stored" in w for w in res.warnings)
+
+
+def test_memset_of_a_memory_kind_the_enum_lacks_keeps_its_number(tmp_path: Path) -> None:
+    # ENUM_CUDA_MEM_KIND (or the built-in list, ids 0-7) lacks memKind 42: the memset was named
+    # "Memset (Device)", a silent guess; it is named by the number as a memcpy's unknown kinds are.
+    e = _one_rank(EPOCH)
+    e.launch(10, 1, 1_000, 2_000)
+    e.kernel(10, 0, 1, 5_000, 25_000)
+    path = e.write(tmp_path / "rank0.sqlite")
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, end INTEGER, deviceId INTEGER, "
+        "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER, memKind INTEGER)"
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, 0, 7, ?, ?, 64, ?)",
+        [(30_000, 31_000, 2, 10 << 24, 42), (32_000, 33_000, 3, 10 << 24, 2)],
+    )
+    con.commit()
+    con.close()
+    t = parse_all(path)[0]
+    memsets = [n for n in t.events.column("name").to_pylist() if n.startswith("Memset")]
+    assert sorted(memsets) == ["Memset (42)", "Memset (Device)"]

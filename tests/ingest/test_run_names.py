@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.builders import micro_trace
-from tests.conftest import corpus
+from tests.conftest import SAMPLES, corpus
+from traceprof.core.errors import UsageError
 from traceprof.ingest.ingest import ingest
 from traceprof.ingest.naming import stem
 
@@ -79,3 +82,53 @@ def test_one_jobs_ranks_in_folders_of_one_name_stay_one_run(store, tmp_path):
     res = ingest(store, [tmp_path / "host1" / "prof", tmp_path / "host2" / "prof"], jobs=1)
     assert list(res.runs) == ["prof"] and _runs(store) == {"prof": (4, 4)}
     assert not any("cannot be one job" in w for w in res.warnings)
+
+
+def test_a_symlinked_file_joins_the_run_of_the_folder_it_is_named_in(store, tmp_path):
+    # sl2 holds rank 1 of sample run 'clean' and a link to its rank 0: the link took its target's
+    # folder name, so two runs, 'clean' (rank 0) and 'sl2' (rank 1). One run 'sl2' of both ranks.
+    sl2 = tmp_path / "sl2"
+    sl2.mkdir()
+    (sl2 / "rank0.trace.json.gz").symlink_to((SAMPLES / "clean") / "rank0.trace.json.gz")
+    for f in (SAMPLES / "clean").glob("rank1.*"):
+        (sl2 / f.name).write_bytes(f.read_bytes())
+    res = ingest(store, [sl2], jobs=1)
+    assert list(res.runs) == ["sl2"]
+    assert _runs(store) == {"sl2": (2, 2)}
+
+
+def test_a_symlinked_file_named_alone_is_named_after_the_link(store, tmp_path):
+    link = tmp_path / "mine.trace.json.gz"
+    link.symlink_to((SAMPLES / "clean") / "rank0.trace.json.gz")
+    # the link and its target named together are one file, read once, named after the link
+    res = ingest(store, [link, (SAMPLES / "clean") / "rank0.trace.json.gz"], jobs=1)
+    assert list(res.runs) == ["mine"]
+    assert _runs(store) == {"mine": (1, 1)}
+
+
+def test_a_symlinked_folder_is_followed_and_a_link_loop_read_once(store, tmp_path):
+    # sl/linkrun -> sample run 'clean' (4 ranks) was skipped by rglob: "sl: no trace files found".
+    # sl/up -> .. (holds sl) and sl/self -> ../sl are loops: not walked, nothing read twice.
+    sl = tmp_path / "sl"
+    sl.mkdir()
+    (sl / "linkrun").symlink_to((SAMPLES / "clean"), target_is_directory=True)
+    (sl / "up").symlink_to("..", target_is_directory=True)
+    (sl / "self").symlink_to("../sl", target_is_directory=True)
+    res = ingest(store, [sl], jobs=1)
+    assert list(res.runs) == ["linkrun"]
+    assert _runs(store) == {"linkrun": (4, 4)}
+
+
+def test_a_folder_whose_symlinked_subfolder_holds_no_trace_is_refused_as_a_plain_one(store, tmp_path):
+    # e3/link -> junk (a JSON that is not a trace): named beside a run folder, e3 was passed over
+    # with a warning (its files lie outside e3 once resolved), where junk itself is refused.
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "x.json").write_text('{"a": 1}')
+    e3 = tmp_path / "e3"
+    e3.mkdir()
+    (e3 / "link").symlink_to(junk, target_is_directory=True)
+    for folder in (junk, e3):
+        with pytest.raises(UsageError, match=rf"^{folder}: no trace files found \(skipped 1 file"):
+            ingest(store, [folder, SAMPLES / "clean"], jobs=1)
+    assert _runs(store) == {}

@@ -84,8 +84,11 @@ def discover(
     named: set[Path] | None = None,
     notes: list[str] | None = None,
     failed: dict[str, str] | None = None,
+    origins: dict[Path, Path] | None = None,
 ) -> dict[Path, list[Path]]:
-    """Trace files under ``paths``, grouped by the directory that holds them (one run each).
+    """Trace files under ``paths`` (resolved), grouped by the directory that holds them as named
+    (one run each; a symlink's own folder, not its target's; symlinked folders are followed:
+    :func:`files_under`).
 
     A file found more than once (named twice, or named and in a folder named) is listed once.
     A file named in ``paths`` that no collector reads is, in this order: the companion of a trace
@@ -109,6 +112,8 @@ def discover(
             refused as any other file that is not a trace.
         failed: If given (``--partial``), a path that holds no trace goes here (path as given ->
             its message) instead of being refused, unless no path holds a trace.
+        origins: If given, receives each file returned (resolved) -> its absolute path as found
+            (a symlink not resolved), which names its run.
 
     Raises:
         UsageError: A path does not exist, or holds no trace file (naming the formats of the files
@@ -150,13 +155,18 @@ def discover(
             refused[p] = e
             continue
         for f in files:
+            # The run is named from the path as given (a symlinked file or folder takes the name of
+            # the folder it is named in, not its target's); the file is read once by its target.
+            shown = Path(os.path.abspath(f))
             f = f.resolve()
             if f in seen:  # the same file named twice (or named and in a folder named): read once
                 continue
             seen.add(f)
+            if origins is not None:
+                origins[f] = shown
             # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
             c = _claim(f)
-            groups.setdefault(f if c is not None and c.whole_run else f.parent, []).append(f)
+            groups.setdefault(shown if c is not None and c.whole_run else shown.parent, []).append(f)
     if refused and (failed is None or not groups):
         raise next(iter(refused.values()))
     if documents and not groups:  # nothing else to ingest: the document is what was meant
@@ -202,7 +212,7 @@ def _found(
         if named is not None:
             named.add(p.resolve())
         return [p]
-    found = sorted(f for f in p.rglob("*") if f.is_file())
+    found = files_under(p)
     files = [f for f in found if _claim(f)]
     claimed = set(files)
     rest = [f for f in found if f not in claimed]
@@ -223,6 +233,30 @@ def _found(
     if not files:
         raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
     return files
+
+
+def files_under(folder: Path) -> list[Path]:
+    """The files under ``folder``, at any depth, sorted, each as found (not resolved): a symlinked
+    folder is followed (``pathlib``'s ``rglob`` left it out, so a run folder linked into a folder
+    was "no trace files found"), except one that leads back to a folder already walked or to one
+    that holds ``folder`` (a loop: its files are read once, where first found). A symlinked file
+    is listed under its own name; :func:`discover` reads the same file once. A folder that cannot
+    be listed is passed over, as ``rglob`` did.
+    """
+    out: list[Path] = []
+    root = os.path.realpath(folder)
+    seen = {root}
+    for here, dirs, names in os.walk(folder, followlinks=True):
+        keep = []
+        for d in sorted(dirs):
+            real = os.path.realpath(os.path.join(here, d))
+            if real in seen or root == real or root.startswith(real.rstrip(os.sep) + os.sep):
+                continue  # a loop: a folder walked already, or one that holds the folder walked
+            seen.add(real)
+            keep.append(d)
+        dirs[:] = keep
+        out += [f for n in names if (f := Path(here, n)).is_file()]
+    return sorted(out)
 
 
 def _unread_message(folder: Path, known: dict[Path, str]) -> str:
@@ -278,7 +312,7 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
     for pt in pts:
         if repairs:
             meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
-            meta["repaired"] = {r.reason: r.count for r in repairs}
+            meta["repaired"] = {**meta.get("repaired", {}), **{r.reason: r.count for r in repairs}}
             pt.trace["meta"] = msgspec.json.encode(meta).decode()
             pt.warnings += [r.message for r in repairs]
     return pts
@@ -381,7 +415,10 @@ def ingest(
     paths = list(paths)  # named again in a message
     named: set[Path] = set()
     documents: list[str] = []
-    groups = discover(paths, unclaimed, scanned, unread, named, documents, result.failed if partial else None)
+    origins: dict[Path, Path] = {}
+    groups = discover(
+        paths, unclaimed, scanned, unread, named, documents, result.failed if partial else None, origins
+    )
     result.warnings += documents
     if unclaimed:
         result.warnings.append(
@@ -395,7 +432,7 @@ def ingest(
     for group, files in groups.items():
         # a whole-run file, or a file named alone: its run is named after it (traceprof.ingest.naming)
         lone = group.is_file() or (len(files) == 1 and files[0] in named)
-        origin = files[0] if lone else group
+        origin = origins.get(files[0], files[0]) if lone else group
         name = run or (stem(origin) if lone else group.name)
         part = Part(name, origin, [])
         if not run:  # named after its folder (or whole-run file): the rules of --run hold for it too
@@ -553,13 +590,13 @@ def _no_trace_folders(
     for p in dict.fromkeys(Path(raw) for raw in paths):
         if not p.is_dir():
             continue
-        top = p.resolve()
-        under = [f for _, f in todo if f.is_relative_to(top)]
+        inside = {f.resolve() for f in files_under(p)}  # through symlinked folders too
+        under = [f for _, f in todo if f in inside]
         if (
             under
             and set(under) <= set(not_traces)
-            and not any(Path(k).resolve().is_relative_to(top) for k in skipped)
-            and not any(f.is_relative_to(top) for f in unread)
+            and not any(Path(k).resolve() in inside for k in skipped)
+            and not any(f.resolve() in inside for f in unread)
         ):
             found[p] = under
     tried = {f for fs in found.values() for f in fs}
@@ -593,7 +630,7 @@ def _no_trace_message(paths: Iterable[str | Path], skipped: list[Path], known: d
     if known:
         return _unread_message(Path(named), known)
     others = sorted(
-        {f.resolve() for p in map(Path, paths) if p.is_dir() for f in p.rglob("*") if f.is_file()}
+        {f.resolve() for p in map(Path, paths) if p.is_dir() for f in files_under(p)}
         - {f.resolve() for f in skipped}
     )
     files = [*skipped, *others]

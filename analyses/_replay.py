@@ -722,16 +722,25 @@ def replay_weights(tl: Timeline, w: np.ndarray) -> np.ndarray:
     ptr, pred = tl.pred_ptr, tl.pred
     for a, b in tl.levels:
         cancel.checkpoint()
-        lo, hi = ptr[a], ptr[b]
-        ready = base[a:b].copy()
-        if hi > lo:
-            seg = ptr[a : b + 1] - lo
-            pv = val[pred[lo:hi]]
-            nonempty = seg[1:] > seg[:-1]
-            mx = np.maximum.reduceat(pv, seg[:-1][nonempty]) if nonempty.any() else pv[:0]
-            ready[nonempty] = np.maximum(ready[nonempty], mx)
-        val[a:b] = ready + w[a:b]
+        val[a:b] = _level_ends(base, ptr, pred, val, w, a, b)
     return val
+
+
+def _level_ends(
+    base: np.ndarray, ptr: np.ndarray, pred: np.ndarray, val: np.ndarray, w: np.ndarray, a: int, b: int
+) -> np.ndarray:
+    """The ends (ns, float) of the level of nodes ``a..b-1`` (one index range of ``Timeline.levels``)
+    from their predecessors' ends in ``val``: the max of those and each node's base, plus its weight
+    ``w`` (:func:`replay_weights`' step, shared with :func:`replay_changes`' dense levels)."""
+    lo, hi = ptr[a], ptr[b]
+    ready = base[a:b].copy()
+    if hi > lo:
+        seg = ptr[a : b + 1] - lo
+        pv = val[pred[lo:hi]]
+        nonempty = seg[1:] > seg[:-1]
+        mx = np.maximum.reduceat(pv, seg[:-1][nonempty]) if nonempty.any() else pv[:0]
+        ready[nonempty] = np.maximum(ready[nonempty], mx)
+    return ready + w[a:b]
 
 
 def _gather(ptr: np.ndarray, idx: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -741,6 +750,11 @@ def _gather(ptr: np.ndarray, idx: np.ndarray, at: np.ndarray) -> tuple[np.ndarra
     off = np.concatenate([[0], np.cumsum(cnt)[:-1]]) if len(at) else np.zeros(0, np.int64)
     tot = int(cnt.sum())
     return idx[np.repeat(lo - off, cnt) + np.arange(tot)], off
+
+
+#: :func:`replay_changes` recomputes a whole level (no gathers) when at least 1 / this of its
+#: nodes wait: the same ends, in fewer steps.
+_DENSE_SHARE = 3
 
 
 def replay_changes(
@@ -779,13 +793,20 @@ def replay_changes(
     waiting = np.zeros(len(tl.levels), bool)
     heap: list[int] = []
 
+    slot = np.zeros(len(tl.levels), np.int64)
+
     def wait(nodes: np.ndarray) -> None:
         pending[nodes] = True
-        lv = np.unique(level[nodes])
-        lv = lv[~waiting[lv]]
-        waiting[lv] = True
-        for x in lv.tolist():
-            heapq.heappush(heap, x)
+        lv = level[nodes]
+        lv = lv[~waiting[lv]]  # the levels not yet in the heap (most successors' are)
+        if len(lv):
+            # each level once, without a sort: the last entry written to its slot keeps it
+            pos = np.arange(len(lv))
+            slot[lv] = pos
+            lv = lv[slot[lv] == pos]
+            waiting[lv] = True
+            for x in lv.tolist():
+                heapq.heappush(heap, x)
 
     try:
         w[at] = w_at
@@ -795,15 +816,22 @@ def replay_changes(
             lo_l = heapq.heappop(heap)
             waiting[lo_l] = False
             a, b = tl.levels[lo_l]
-            cur = np.nonzero(pending[a:b])[0] + a
-            pending[cur] = False
-            ready = base[cur].copy()
-            pv, off = _gather(ptr, pred, cur)
-            nonempty = ptr[cur + 1] > ptr[cur]
-            if nonempty.any():
-                mx = np.maximum.reduceat(val[pv], off[nonempty])
-                ready[nonempty] = np.maximum(ready[nonempty], mx)
-            new = ready + w[cur]
+            cur = np.flatnonzero(pending[a:b])
+            pending[a:b] = False
+            if len(cur) * _DENSE_SHARE >= b - a:
+                # most of the level waits: the whole level as replay_weights takes it (the same
+                # operations on the same values per node), then its waiting nodes
+                new = _level_ends(base, ptr, pred, val, w, a, b)[cur]
+                cur += a
+            else:
+                cur += a
+                ready = base[cur].copy()
+                pv, off = _gather(ptr, pred, cur)
+                nonempty = ptr[cur + 1] > ptr[cur]
+                if nonempty.any():
+                    mx = np.maximum.reduceat(val[pv], off[nonempty])
+                    ready[nonempty] = np.maximum(ready[nonempty], mx)
+                new = ready + w[cur]
             changed = new != val[cur]
             c = cur[changed]
             if len(c):

@@ -535,14 +535,17 @@ class _PutBack:
 
     #: Above this share of the nodes changed, a full replay (the cone is most of the graph).
     FULL_SHARE = 0.125
+    #: Above this share of the nodes in the cone, each step's latest end is taken again over all
+    #: its nodes (with the cone's ends in place) rather than from the cone's steps alone.
+    CONE_SHARE = 0.125
 
     def __init__(self, tl: _replay.Timeline, w: np.ndarray, val: np.ndarray) -> None:
         self.tl, self.w, self.val = tl, w, val
         order, seg, _, self.step_start = tl.by_step()
         self.order, self.seg = order, seg
-        self.t = _step_t(tl, val)
         n_steps = len(seg)
         self.top = np.maximum.reduceat(val[order], seg) if len(order) else val[:0]
+        self.t = self.top - self.step_start  # _step_t(tl, val), its one gather and max taken once
         step_i = np.repeat(np.arange(n_steps, dtype=np.int32), np.diff(np.append(seg, len(order))))
         # each node's step (position in by_step's steps; -1: instance nodes)
         self.step_of = np.full(len(val), -1, np.int32)
@@ -559,6 +562,16 @@ class _PutBack:
             w += 0.0  # what replay(w, 0) adds, in place (-0.0 + 0.0 is 0.0): the same floats
             return _step_t(self.tl, _replay.replay_weights(self.tl, w))
         idx, new = _replay.replay_changes(self.tl, self.w, self.val, at, w_at)
+        if len(idx) > self.CONE_SHARE * len(self.w):
+            # a cone of most of the graph (a rank's collectives reach every rank): each step's
+            # latest end over the changed ends in place, as _step_t takes it from a full replay,
+            # costs less than working out which steps the cone reached
+            old = self.val[idx]
+            try:
+                self.val[idx] = new
+                return _step_t(self.tl, self.val)
+            finally:
+                self.val[idx] = old
         t = self.t.copy()
         s = self.step_of[idx]
         keep = s >= 0
@@ -578,9 +591,14 @@ class _PutBack:
             old = self.val[idx]
             try:
                 self.val[idx] = new
-                for j, k in zip(redo.tolist(), steps[redo].tolist(), strict=True):
-                    a, b = self.seg[k], self.seg[k + 1] if k + 1 < len(self.seg) else len(self.order)
-                    m[j] = self.val[self.order[a:b]].max()
+                # the redone steps' slices of by_step's order, end to end, and each one's max
+                k = steps[redo]
+                a = self.seg[k]
+                n = np.append(self.seg, len(self.order))[k + 1] - a
+                off = np.concatenate([[0], np.cumsum(n)[:-1]])
+                m[redo] = np.maximum.reduceat(
+                    self.val[self.order[np.repeat(a - off, n) + np.arange(int(n.sum()))]], off
+                )
             finally:
                 self.val[idx] = old
         t[steps] = m - self.step_start[steps]

@@ -7,6 +7,10 @@ step's latest end from its slice (then puts them back), where it compared every 
 each such step and copied the step's ends out. Both must give the same
 nodes, in the same order, and the same floats bit for bit, on random graphs (ties, nodes with no
 predecessor, a step all of whose latest nodes change) and on generated and sample runs.
+
+Each way the two can take a level or a step is checked (the ``paths`` fixture): a level most of whose
+nodes wait is recomputed whole (``_replay._DENSE_SHARE``), and a cone of most of the graph takes every
+step's latest end again over all its nodes (``whatif._PutBack.CONE_SHARE``).
 """
 
 from __future__ import annotations
@@ -134,8 +138,27 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+#: (``_replay._DENSE_SHARE``, ``whatif._PutBack.CONE_SHARE``): as shipped; never a whole level and
+#: always the steps the cone reached (the incremental step maxima, redone steps included); every
+#: level whole and every step's maximum taken again.
+_PATHS = {
+    "shipped": (_replay._DENSE_SHARE, whatif._PutBack.CONE_SHARE),
+    "sparse": (0, 2.0),
+    "dense": (10**9, 0.0),
+}
+
+
+@pytest.fixture(params=list(_PATHS))
+def paths(request, monkeypatch) -> str:
+    """Each way the cone replay and the step maxima can be taken: all must give the reference's bits."""
+    dense, cone = _PATHS[request.param]
+    monkeypatch.setattr(_replay, "_DENSE_SHARE", dense)
+    monkeypatch.setattr(whatif._PutBack, "CONE_SHARE", cone)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", range(12))
-def test_cone_replay_equals_the_reference_on_random_graphs(seed: int) -> None:
+def test_cone_replay_equals_the_reference_on_random_graphs(seed: int, paths: str) -> None:
     """Random graphs of 1-400 levels; integer weights (many ties: ends that come out unchanged stop
     the cone), a NaN weight now and then; changed sets empty, single, random, whole levels, all."""
     rng = np.random.default_rng(seed)
@@ -178,7 +201,7 @@ def test_cone_replay_equals_the_reference_on_random_graphs(seed: int) -> None:
     ],
     ids=["8-ranks-subgroups-of-4", "5-of-6-ranks-traced", "sample-straggler-rank2"],
 )
-def test_cone_replay_equals_the_reference_on_runs(store, tmp_path, job) -> None:
+def test_cone_replay_equals_the_reference_on_runs(store, tmp_path, job, paths) -> None:
     """Each rank's put-back set (its charged nodes, recorded durations over the ideal's pooled
     mean) and random sets on generated jobs and a sample run: same cone, same step times."""
     if isinstance(job, dict):

@@ -29,7 +29,8 @@ Algorithm:
   4. Status per (group, seq): ``ok``; ``mismatch`` (op / size / dtype differ); ``missing`` (some
      member never enqueued it); ``not_completed`` (enqueued by all, completed by some only, or by
      none while later ones completed); ``in_flight``: the group's last seq, enqueued by all and
-     completed by some, while every earlier seq completed on every member: a healthy run whose
+     completed by some, while every earlier seq completed on every member that has records (a
+     member with no dump, ``ranks_unknown``, says nothing either way): a healthy run whose
      ranks wrote their dumps moments apart (one rank's copy finished, the others' were finishing),
      not a divergence (a note says so; a hang leaves earlier seqs or members behind). ``unknown``
      completion (no source timing, e.g. a gloo dump without pg_status) is not an error.
@@ -67,7 +68,7 @@ from traceprof.engine.analysis import (
     Verdict,
     register,
 )
-from traceprof.storage.runs import run_name
+from traceprof.storage.runs import rank_list, run_name, untraced_ranks
 from traceprof.storage.store import Store
 
 # The traces' meta is read once per trace (MATERIALIZED): extracted on every collective's row, its
@@ -397,8 +398,12 @@ def _trailing_in_flight(out: list[dict[str, Any]], members: tuple[int, ...]) -> 
     seq completed on every member, is ``in_flight`` (dumps taken moments apart), not a divergence."""
     if not out or out[-1]["status"] != "not_completed":
         return
-    everyone = set(members)
-    if all(r["status"] == "ok" and set(r["ranks_completed"]) == everyone for r in out[:-1]):
+    # every member with a record: a member without any (no dump of this run, ``ranks_unknown``)
+    # can tell nothing, so the same in-flight state reads the same with or without its files
+    if all(
+        r["status"] == "ok" and set(r["ranks_completed"]) == set(members) - set(r["ranks_unknown"])
+        for r in out[:-1]
+    ):
         out[-1].update(status="in_flight", _behind=[])
 
 
@@ -470,7 +475,7 @@ def _in_flight_note(r: dict[str, Any]) -> str:
     return (
         f"group {r['pg']!r} {r['members']} seq {r['seq']} ({r['op']}), the last one: still in flight on rank(s) "
         f"{', '.join(map(str, running))}, completed on {', '.join(map(str, sorted(done)))}, every earlier seq "
-        "completed on every member: the dumps were taken moments apart, not a divergence"
+        "completed on every member with records: the dumps were taken moments apart, not a divergence"
     )
 
 
@@ -499,6 +504,24 @@ def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
         return [], None
     v = verdict.row(0, named=True)
     if v["status"] == "clean":
+        # no divergence among the ranks with records; a member with none (no dump, or an untraced
+        # rank of the job) may be the one behind: that is no evidence of a healthy group
+        untraced, _ = untraced_ranks(inp.store, inp.run_id)
+        rr = d.ranks if isinstance(d, Result) else pl.DataFrame()
+        silent = (
+            set(
+                rr.filter(pl.col("first_seq").is_null() & pl.col("last_enqueued").is_null())["rank"].to_list()
+            )
+            if {"first_seq", "last_enqueued", "rank"} <= set(rr.columns)
+            else set()
+        )
+        unknown = sorted(silent | set(untraced))
+        if unknown:
+            text = (
+                f"no divergence among the ranks with records, but rank(s) {rank_list(unknown)} left none "
+                f"(not traced, or no dump): whether they fell behind is unknown; {v['text']}"
+            )
+            return [], Verdict("desync", "inconclusive", text)
         return [], Verdict("desync", "ok", v["text"])
     found = Finding(
         "desync",

@@ -45,6 +45,7 @@ from traceprof.engine.analysis import (
     register,
 )
 from traceprof.engine.intervals import class_measures
+from traceprof.storage.runs import rank_list, untraced_ranks
 from traceprof.storage.store import Store
 
 
@@ -183,6 +184,16 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
             f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}"
         )
     problem = cost >= 5.0
+    status = "problem" if problem else "ok"
+    untraced, _ = untraced_ranks(inp.store, inp.run_id)
+    if problem and untraced:
+        # a collective ends after its last member arrives: without an untraced member's arrival the
+        # wait for it reads as transfer, so the exposed time may be that rank's lateness, not transfer
+        status = "inconclusive"
+        text += (
+            f"; rank(s) {rank_list(untraced)} not traced: exposed time at a collective may be waiting for "
+            "them (their arrival is unknown, so the wait counts as transfer), not communication to fix"
+        )
     full = text.replace(cause, full_cause) if full_cause else ""
     f = Finding(
         "communication",
@@ -196,7 +207,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         value=cost,
         cause=top_cause,
     )
-    return [f], Verdict("communication", "problem" if problem else "ok", text)
+    return [f], Verdict("communication", status, text)
 
 
 SPEC = Analysis(

@@ -38,6 +38,14 @@ Algorithm:
   3b. ``unclosed``: a CPU op with ``dur: -1`` (the profiler's mark for an op still open when it
      stopped; the only negative duration the parsers keep) is clipped to the trace's end (as in
      3a), ``raw_dur_ns`` -1000, with a warning naming each.
+  3c. ``overrun`` of a ProfilerStep (before step 2 takes the range from the steps): the trace's
+     end is the latest end of its other sound records (not steps, not ``other``), or the
+     profiler's ``Record Window End`` instant when later. A step that ends past it by more than
+     :data:`OVERRUN_TOLERANCE_NS` is clipped to it (``raw_dur_ns`` keeps the recorded duration,
+     a warning names each step) when the trace has a ``Record Window End`` (nothing after the
+     profiler stopped is recorded, so no step runs past it), or, without one, when it ends far
+     past the trace's end: by more than :data:`FAR_MARGIN_MIN_NS` (1 s, as in 3a) and more than
+     the part of it before that end (a 13 s ProfilerStep whose records end 1.5 ms in). The steps table, every window and every analysis then read the clipped step.
   4. One process per file: several ProfilerStep#N with the same N, ProfilerSteps on several pids,
      or one correlation id launched from several pids mean the file merges several ranks: an error.
      One id launched by several calls of the process (two threads, or two records) is a warning
@@ -209,6 +217,8 @@ def flag_records(
 
     # 2 first (launch calls and steps with unset or far times must not vouch for anything)
     zero = unflagged & _unset_times(ts, base_ns)
+    # 3c. before the range is taken from the steps: a step that outlasts the trace ends with it
+    _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings)
     lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
@@ -312,6 +322,56 @@ def flag_records(
             "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
         )
     return counts, warnings
+
+
+#: The instant the profiler writes when it stops recording (Kineto ``ph: "i"``).
+WINDOW_END_NAME = "Record Window End"
+
+
+def _clip_steps_past_end(
+    path: Path,
+    cols: dict[str, Any],
+    kind_in: Any,
+    ok: np.ndarray,
+    counts: dict[str, int],
+    warnings: list[str],
+) -> None:
+    """Step 3c of the module doc: ProfilerSteps (``ok`` rows of kind ``step``) that outlast the
+    trace end at its end (ns), flagged ``overrun``, ``raw_dur_ns`` keeping the recorded duration;
+    a warning names each (``ProfilerStep#1``, its recorded and clipped duration).
+
+    Source fields read: the rows' kind, name (``Record Window End``), ts_ns and dur_ns (ns)."""
+    ts = np.asarray(cols["ts_ns"], np.int64)
+    dur = np.asarray(cols["dur_ns"], np.int64)
+    step = kind_in({"step"}) & ok & (dur >= 0)
+    if not step.any():
+        return
+    others = ok & ~kind_in({"step", "other"}) & (dur >= 0)
+    if not others.any():
+        return
+    end = int((ts[others] + dur[others]).max())
+    marks = ok & kind_in({"instant"}) & cols["name"].isin({WINDOW_END_NAME})
+    window = bool(marks.any())
+    if window:
+        end = max(end, int(ts[marks].max()))
+    step_end = ts + dur
+    past = step & (step_end > end + OVERRUN_TOLERANCE_NS)
+    if not window:  # without the profiler's stop: only a step far past the trace's records (as 3a)
+        past &= step_end - end > np.maximum(end - ts, FAR_MARGIN_MIN_NS)
+    rows = np.flatnonzero(past)
+    if not len(rows):
+        return
+    said = ", ".join(
+        f"{cols['name'][int(i)]} ({duration(int(dur[i]))} recorded, {duration(max(0, end - int(ts[i])))} kept)"
+        for i in rows[:3]
+    ) + (", ..." if len(rows) > 3 else "")
+    _clip_to(cols, rows, end, "overrun")
+    counts["overrun"] = counts.get("overrun", 0) + len(rows)
+    stop = "the profiler's Record Window End" if window else "its other records"
+    warnings.append(
+        f"{path.name}: {len(rows)} ProfilerStep(s) run past the end of the trace ({stop}): {said}; "
+        "clipped to the trace's end (events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
+    )
 
 
 def _clip_to(cols: dict[str, Any], rows: np.ndarray, end: int, why: str) -> None:

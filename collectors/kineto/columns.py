@@ -240,7 +240,8 @@ def assign_steps(
         step of each row, missing outside the steps; ProfilerStep (start_ns, end_ns, N) sorted by
         start).
     """
-    cand = np.flatnonzero(f.kind_in({"step"}) & f.unflagged)  # step_numbers read at these rows only
+    # step_numbers read at these rows only; a step clipped to the trace's end (checks, step 3c) counts
+    cand = np.flatnonzero(f.kind_in({"step"}) & (flags.is_none() | flags.isin(KEPT_FLAGS)))
     cand_nums = [step_numbers[i] for i in cand.tolist()]
     s_rows = cand[np.array([v is not None for v in cand_nums], bool)] if len(cand) else cand
     s_num = np.array([v for v in cand_nums if v is not None], np.int64)

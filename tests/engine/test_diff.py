@@ -578,6 +578,34 @@ def test_extra_matmul_is_a_structural_regression_with_exit_3(sample_db):
     assert (item["base_calls"], item["cand_calls"]) == (27, 31)
 
 
+def test_differing_baselines_quote_the_nearest_run(sample_db, tmp_path):
+    db = tmp_path / "c.duckdb"
+    db.write_bytes(sample_db.read_bytes())
+    assert cli("ingest", str(SAMPLES / "clean"), "--db", str(db))[0] == 0
+    sample_db = db
+    # Baselines normal, normal_repeat (identical) and clean (fewer matmuls per step). aten::mm calls
+    # per rank and step: (512,128)@(128,512) normal 5, clean 3, extra_matmul 7; (512,512)@(512,128)
+    # normal 8, clean 5, extra_matmul 10. The range's nearest bound is normal's: +2 and +2 per rank
+    # (the mean over the three runs would say 7 - 13/3 = +2.67 and 10 - 21/3 = +3, which no run shows).
+    code, out, err = cli("diff", "normal,normal_repeat,clean", "extra_matmul", "--db", str(sample_db))
+    summary = out.strip().splitlines()[-1]
+    assert code == 3, out + err
+    assert (
+        "+2 aten::mm (512,128)@(128,512) per step on every rank, "
+        "+2 aten::mm (512,512)@(512,128) per step on every rank" in summary
+    ), summary
+    doc = json.loads(
+        cli("diff", "normal,normal_repeat,clean", "extra_matmul", "--db", str(sample_db), "-f", "json")[1]
+    )
+    flops = next(m for m in doc["metrics"] if m["metric"] == "flops")
+    assert flops["reason"].endswith("(the baseline runs differ; compared with the nearest)")
+    mm = [s for s in doc["structure"] if s["name"] == "aten::mm"]
+    assert {(s["shape"], s["base_calls"], s["cand_calls"], s["delta_calls"]) for s in mm} == {
+        ("(512,128)@(128,512)", 20, 28, 8),
+        ("(512,512)@(512,128)", 32, 40, 8),
+    }  # 4 ranks x normal's 5 and 8
+
+
 @pytest.mark.parametrize("base, cand", [("normal", "normal_repeat"), ("normal_repeat", "normal")])
 def test_unchanged_job_passes(sample_db, base, cand):
     code, out, err = cli("diff", base, cand, "--db", str(sample_db))

@@ -244,3 +244,47 @@ def test_one_verdict_per_topic_in_findings_verdicts_json_and_report(store):
     assert [(c, s) for c, s in listed] == [("problem" if x.problem else "ok", x.status) for x in f.findings]
     table = dict(re.findall(r'<td class="s">([a-z]+)</td><td class="s st-[a-z]+">([a-z/]+)</td>', page))
     assert table == status
+
+
+def test_a_missing_rank_is_said_first_and_keeps_its_verdicts_inconclusive(store, tmp_path):
+    # straggler_rank2 without rank 2's files: its Kineto traces and FR dumps say world_size 4 and
+    # ranks 0, 1, 3 hold traces, so 3 of 4 ranks are traced and rank 2 is missing.
+    import shutil
+
+    from traceprof.analyses.desync import Params as DesyncParams
+    from traceprof.analyses.desync import run as desync_run
+
+    miss = tmp_path / "miss"
+    miss.mkdir()
+    for f in (SAMPLES / "straggler_rank2").iterdir():
+        if not f.name.startswith("rank2."):
+            shutil.copy(f, miss / f.name)
+    ingest(store, [miss], run="miss")
+    f = summarize(store, "miss")
+    assert f.coverage.startswith("3 of 4 ranks traced: no trace of rank 2;")
+    assert f.to_dict()["coverage"] == f.coverage
+    status = {v.topic: v for v in f.verdicts}
+    # seq 35 of group '0': completed by rank 3, not yet by 0 and 1, every earlier seq completed on
+    # every rank with records: in flight, as the full run says (where 0, 1 and 2 are still in it),
+    # not "first divergence at group '0' ... seq 35" as when rank 2's lack of records counted
+    d = desync_run(store, DesyncParams(run="miss"))
+    assert d.verdict["status"].to_list() == ["clean"]
+    assert any(
+        "seq 35 (all_reduce), the last one: still in flight on rank(s) 0, 1, completed on 3" in n
+        for n in d.notes
+    )
+    assert status["desync"].status == "inconclusive" and "rank(s) 2 left none" in status["desync"].text
+    # exposed communication: the waits for rank 2 are counted as transfer, so it is no problem on
+    # this evidence; the figures stay in the text, with the reason
+    comm = status["communication"]
+    assert comm.status == "inconclusive"
+    assert "exposed communication: " in comm.text and "% of the window on rank" in comm.text
+    assert "rank(s) 2 not traced: exposed time at a collective may be waiting for them" in comm.text
+    assert not [x for x in f.findings if x.topic in ("communication", "desync") and x.problem]
+
+
+def test_the_full_run_keeps_its_verdicts_and_says_no_rank_is_missing(store):
+    ingest(store, [SAMPLES / "straggler_rank2"], run="s2")
+    f = summarize(store, "s2")
+    assert f.coverage == "" and f.to_dict()["coverage"] is None
+    assert {v.topic: v.status for v in f.verdicts}["desync"] == "ok"

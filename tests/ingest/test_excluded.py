@@ -314,3 +314,79 @@ def test_runs_without_a_transient_keep_every_step(store, tmp_path):
     assert not any("transient" in n for n in ov.notes)
     assert ov.steps["step"].unique().sort().to_list() == [1, 2, 3, 4]
     assert _row(ov.frame, rank=0)["window_ns"] == 35_600_000  # [3000, 3035.6] ms
+
+
+# --- a ProfilerStep that outlasts the trace (hta/triton_example: ProfilerStep#1 recorded 13.3 s,
+# the profiler's Record Window End 1.84 ms after it starts) --------------------------------------
+
+
+def _step_past_end(window_end_us: float | None, step_dur_us: float = 13_336_315.805) -> list[dict]:
+    """ProfilerStep#1 from 0 us, ``step_dur_us`` long; a CPU op [5, 1500] us launching one 2 us
+    kernel at [20, 22] us (correlation 1); the Record Window End instant at ``window_end_us``."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+         "dur": step_dur_us},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::triton", "pid": 1, "tid": 1, "ts": 5, "dur": 1495},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10,
+         "dur": 5, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "triton_", "pid": 0, "tid": 7, "ts": 20, "dur": 2,
+         "args": {"correlation": 1, "device": 0, "stream": 7}},
+    ]  # fmt: skip
+    if window_end_us is not None:
+        ev.append(
+            {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": window_end_us}
+        )
+    return ev
+
+
+@pytest.mark.parametrize(
+    "window_end_us, kept_us",
+    [
+        (1837.333, 1837.333),  # clipped to the profiler's stop, later than the records' end (1500 us)
+        (None, 1500),  # no stop mark: to the records' end; 13.3 s past it > 1 s and the 1.5 ms before it
+    ],
+)
+def test_step_past_the_end_of_the_trace_is_clipped_for_every_analysis(
+    store, tmp_path, window_end_us, kept_us
+):
+    f = write_rank(tmp_path / "run" / "rank0.json", _step_past_end(window_end_us), 0, world=1)
+    res = ingest(store, [f], run="t")
+    (w,) = [w for w in res.warnings if "ProfilerStep(s) run past the end of the trace" in w]
+    kept_ns = round(kept_us * 1000)
+    assert f"ProfilerStep#1 (13.3 s recorded, {duration(kept_ns)} kept)" in w
+    row = store.sql("SELECT dur_ns, raw_dur_ns, flag FROM events WHERE name = 'ProfilerStep#1'").row(0)
+    assert row == (kept_ns, 13_336_315_805, "overrun")
+    assert store.sql("SELECT step, cpu_end_ns - cpu_start_ns FROM steps").rows() == [(1, kept_ns)]
+    # temporal's step window is the clipped step (was 13,336,315,805 ns); critical_path's step ends
+    # where its work ends (the kernel, 22 us), as on every GPU rank: neither reads 13.3 s
+    t = _row(analyze(store, "temporal", "t").frame, rank=0)
+    assert (t["window_ns"], t["step_window_ns"], t["step_busy_ns"]) == (2 * US, kept_ns, 2 * US)
+    assert analyze(store, "critical_path", "t").frame["step_ns"].to_list() == [22 * US]
+    # idle: 0 % of the window (one kernel) but (kept - 2 us) / kept = 99.9 % of the step window:
+    # not ok beside a step account of 99.9 % host-bound, and no problem on the window's measure
+    found = summarize(store, "t")
+    (v,) = [v for v in found.verdicts if v.topic == "idle"]
+    assert (
+        v.status == "inconclusive"
+        and f"but idle {100 * (kept_ns - 2 * US) / kept_ns:.1f}% of the step window" in v.text
+    )
+    assert not [x for x in found.findings if x.status == "ok" and (x.recoverable_pct or 0) >= 10]
+
+
+def test_step_ending_before_the_profiler_stop_is_untouched(store, tmp_path):
+    # A healthy last step: it ends 13 us after its last op (Python time, untraced) and 2 ms before
+    # the Record Window End (normal/rank0: 13.4 us and 6.9 ms): nothing is clipped.
+    f = write_rank(tmp_path / "run" / "rank0.json", _step_past_end(3513, step_dur_us=1513), 0, world=1)
+    res = ingest(store, [f], run="t")
+    assert not [w for w in res.warnings if "past the end of the trace" in w]
+    assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0
+    assert store.sql("SELECT cpu_end_ns - cpu_start_ns FROM steps").item() == 1513 * US
+
+
+def test_step_a_little_past_its_records_without_a_stop_mark_is_untouched(store, tmp_path):
+    # No Record Window End; the step ends 100 us after its last record (1500 us): not far past them
+    # (1 s), so it is the step as recorded (hta/call_stack: 18 ms of 413 ms; tests/ingest/test_ingest's
+    # micro step: 70.6 us past its kernel, 29.6 us before it)
+    f = write_rank(tmp_path / "run" / "rank0.json", _step_past_end(None, step_dur_us=1600), 0, world=1)
+    ingest(store, [f], run="t")
+    assert store.sql("SELECT cpu_end_ns - cpu_start_ns, FROM steps").item() == 1600 * US

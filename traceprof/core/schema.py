@@ -328,7 +328,7 @@ TABLES: tuple[Table, ...] = (
                 Flag,
                 "NULL for a normal record, else why it is suspect: before_launch, far_outside, "
                 "zero_ts, unmatched_begin (its time cannot be right: left out of windows, idle and latency); "
-                "overrun (dur clipped: past the next record on its GPU stream, or ending far past the steps), launch_skew (starts a few us before its launch: kept, no latency) or "
+                "overrun (dur clipped: past the next record on its GPU stream, ending far past the steps, or a ProfilerStep past the trace's end), launch_skew (starts a few us before its launch: kept, no latency) or "
                 "unclosed (CPU op still open at profiler stop, dur -1: clipped to the trace end), all kept",
             ),
             _c(

@@ -45,7 +45,7 @@ from traceprof.engine import analysis as registry
 from traceprof.engine import session
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.engine.timing import analysis_mfu_options
-from traceprof.storage.runs import run_name
+from traceprof.storage.runs import coverage_text, run_name
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -96,6 +96,9 @@ class Findings:
     #: Finding topic -> the topic of the verdict it takes its status from, where they differ
     #: (``Topic.aliases``: ``mfu`` findings -> ``utilization``).
     aliases: dict[str, str] = field(default_factory=dict)
+    #: What the findings rest on, said before them: the job's ranks that no trace holds
+    #: (``traceprof.storage.runs.coverage_text``); empty when every rank was traced.
+    coverage: str = ""
 
     @property
     def empty_text(self) -> str:
@@ -140,11 +143,12 @@ class Findings:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: run, baseline (None: not compared), findings (:meth:`finding_dict` each),
+        """JSON-ready: run, baseline (None: not compared), coverage (None: every rank traced), findings (:meth:`finding_dict` each),
         verdicts, missing."""
         return {
             "run": self.run,
             "baseline": self.baseline or None,
+            "coverage": self.coverage or None,
             "findings": [self.finding_dict(i, f) for i, f in enumerate(self.findings, 1)],
             "verdicts": [v.__dict__ for v in self.verdicts],
             "missing": [m.__dict__ for m in self.missing],
@@ -614,7 +618,16 @@ def build(
     needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
     missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
     return Findings(
-        name, tuple(findings), tuple(verdicts), missing, ok, hta, baseline or "", str(store.path), aliases
+        name,
+        tuple(findings),
+        tuple(verdicts),
+        missing,
+        ok,
+        hta,
+        baseline or "",
+        str(store.path),
+        aliases,
+        coverage_text(store, run_id),
     )
 
 

@@ -216,8 +216,9 @@ def compare(
         range), per_rank (the change on each of them when it is the same on all, else None). ``items``: frame of the keys whose per-rank count, FLOPs or
         bytes per step is outside the baselines' range on some rank, with columns kind, name, sig,
         shape (:func:`shape_text`), base_calls, cand_calls, delta_calls, base_flops, cand_flops,
-        delta_flops, base_bytes, cand_bytes, delta_bytes (job per step; base: the mean over the
-        baselines), ranks (the ranks where it changed, e.g. ``[2]``), largest FLOPs change first.
+        delta_flops, base_bytes, cand_bytes, delta_bytes (job per step; base: on each rank the
+        nearest bound of the baselines' range, as for the metrics: the baseline value when they
+        agree, the nearest baseline run's when they differ), ranks (the ranks where it changed, e.g. ``[2]``), largest FLOPs change first.
     """
     metrics: list[dict[str, object]] = []
     for m in METRICS:
@@ -269,9 +270,8 @@ def _changed_keys(bases: Sequence[Structure], cand: Structure) -> pl.DataFrame:
     idx = ["rank", *_KEYS]
     stacked = pl.concat([b.keys.with_columns(pl.lit(i).alias("_b")) for i, b in enumerate(bases)])
     k = len(bases)
-    # a key a baseline lacks counts 0 there: sums over baselines / k, and min over present rows and 0
+    # a key a baseline lacks counts 0 there: min and max over the present rows and 0
     agg = stacked.group_by(idx).agg(
-        *(pl.col(v).sum().alias(f"sum_{v}") for v in vals),
         *(
             pl.when(pl.len() < k)
             .then(pl.min_horizontal(pl.col(v).min(), pl.lit(0.0)))
@@ -289,17 +289,23 @@ def _changed_keys(bases: Sequence[Structure], cand: Structure) -> pl.DataFrame:
     )
     both = agg.join(cand.keys, on=idx, how="full", coalesce=True).with_columns(
         *(pl.col(v).fill_null(0.0) for v in vals),
-        *(pl.col(f"{p}_{v}").fill_null(0.0) for p in ("sum", "lo", "hi") for v in vals),
+        *(pl.col(f"{p}_{v}").fill_null(0.0) for p in ("lo", "hi") for v in vals),
     )
     outside = pl.any_horizontal(
         *((pl.col(v) > pl.col(f"hi_{v}")) | (pl.col(v) < pl.col(f"lo_{v}")) for v in vals)
     )
-    changed = both.with_columns(outside.alias("_changed"))
+    # each (rank, key) is compared with the nearest bound of the baselines' range (as
+    # :func:`metric_change` does for the totals): inside it, with itself (no change); the mean of
+    # baselines that differ would quote a change (+2.67 calls) that no baseline run shows
+    changed = both.with_columns(
+        outside.alias("_changed"),
+        *(pl.col(v).clip(pl.col(f"lo_{v}"), pl.col(f"hi_{v}")).alias(f"near_{v}") for v in vals),
+    )
     job = (
         changed.group_by(_KEYS)
         .agg(
             *(pl.col(v).sum().alias(f"cand_{v}") for v in vals),
-            *((pl.col(f"sum_{v}").sum() / k).alias(f"base_{v}") for v in vals),
+            *(pl.col(f"near_{v}").sum().alias(f"base_{v}") for v in vals),
             pl.col("rank").filter(pl.col("_changed")).sort().alias("ranks"),
         )
         .filter(pl.col("ranks").list.len() > 0)

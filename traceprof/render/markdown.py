@@ -53,6 +53,8 @@ def findings_markdown(f: Findings) -> str:
     lines = [f"### traceprof summary: run {md_text(f.run)}", "", f"Verdict: {verdict}", ""]
     if f.baseline:
         lines[0] += f" (baseline {md_text(f.baseline)})"
+    if f.coverage:
+        lines += [f"Missing ranks: {md_text(f.coverage)}", ""]
     top = next((x for x in f.findings if x.problem), None)
     if top is not None:
         lines += [f"> {md_text(top.text)}", ""]

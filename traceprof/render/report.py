@@ -175,7 +175,9 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
         else ""
     )
     return (
-        f'<h2 id="findings">Findings</h2><p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
+        '<h2 id="findings">Findings</h2>'
+        + (f'<p class="facts"><b>Missing ranks:</b> {_esc(f.coverage)}</p>' if f.coverage else "")
+        + f'<p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
         f"measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}"
     )
 

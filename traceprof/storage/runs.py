@@ -134,3 +134,49 @@ def rename(store: Store, old: str, new: str) -> int:
         store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])]
     )
     return run_id
+
+
+def untraced_ranks(store: Store, run_id: int) -> tuple[tuple[int, ...], int | None]:
+    """(The ranks of the job that no trace of run ``run_id`` holds, its world size): ranks
+    0..world_size-1 (``runs.world_size``) less the ranks of its traces (``traces.rank``); ``()``
+    when every rank was traced or the world size is unknown (then None).
+
+    Linear in the run's traces; the ranks listed are at most the world size.
+    """
+    world = store.sql("SELECT world_size FROM runs WHERE run_id = ?", [run_id])
+    size = world.item() if world.height else None
+    if size is None:
+        return (), None
+    traced = set(
+        store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id])[
+            "rank"
+        ].to_list()
+    )
+    return tuple(r for r in range(int(size)) if r not in traced), int(size)
+
+
+def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
+    """``2``, ``1, 3`` or ``1-299``: sorted ranks with consecutive runs of 3 or more as ranges."""
+    out: list[str] = []
+    rs = sorted(ranks)
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out += [f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i : j + 1]]
+        i = j + 1
+    return ", ".join(out)
+
+
+def coverage_text(store: Store, run_id: int) -> str:
+    """What the summary says first when ranks of the job were not traced (else empty):
+    ``3 of 4 ranks traced: no trace of rank 2; ...``."""
+    missing, world = untraced_ranks(store, run_id)
+    if not missing or world is None:
+        return ""
+    return (
+        f"{world - len(missing)} of {world} ranks traced: no trace of rank{'s' if len(missing) > 1 else ''} "
+        f"{rank_list(missing)}; verdicts that need every rank (desync, exposed communication) are "
+        "inconclusive where the untraced rank(s) could explain what they saw"
+    )

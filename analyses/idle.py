@@ -31,7 +31,7 @@ from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
 from traceprof.engine.activity import activity, excluded_note, graph_level_notes, step_window
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
-from traceprof.engine.intervals import rank_chunks
+from traceprof.engine.intervals import rank_chunks, sorted_by
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -94,20 +94,30 @@ def host_wait(launch: pl.Expr, prev_end: pl.Expr) -> pl.Expr:
     return launch.is_not_null() & (launch > prev_end)
 
 
-def classify_gaps(rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool) -> pl.DataFrame:
+def classify_gaps(
+    rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool, in_start_order: bool = False
+) -> pl.DataFrame:
     """Gap before each GPU row and its category (module doc, steps 1-3).
 
     Args:
         rows: Frame with rank, device, stream, start_ns, end_ns, launch_ts_ns (ns; launch may be null).
         kernel_wait_ns: Kernel-wait threshold (ns, strict ``<``).
         hta: HTA's rule (previous row's end, negative gaps kept) instead of the latest end.
+        in_start_order: Keep ``rows``' order when they are sorted by rank, start_ns and end_ns
+            (``traceprof.engine.activity``'s order; checked in one pass): each stream's rows then
+            lie in start order already, and the gaps are those of the sorted rows without a copy
+            of every column.
 
     Returns:
-        ``rows`` sorted by rank, device, stream, start_ns, end_ns, plus gap_ns (null for the first row of a
-        stream) and category (host_wait / kernel_wait / other; null for the first row).
+        ``rows`` sorted by rank, device, stream, start_ns, end_ns (with ``in_start_order``: by rank,
+        start_ns and end_ns when they were), plus gap_ns (null for the first row of a stream) and
+        category (host_wait / kernel_wait / other; null for the first row).
     """
     by = ["rank", "device", "stream"]
-    s = rows.sort([*by, "start_ns", "end_ns"])
+    if in_start_order and sorted_by(rows, ["rank", "start_ns", "end_ns"]):
+        s = rows  # a stream's rows are a subsequence of rows in (start, end) order
+    else:
+        s = rows.sort([*by, "start_ns", "end_ns"])
     prev = pl.col("end_ns").shift(1) if hta else pl.col("end_ns").cum_max().shift(1)
     s = s.with_columns(prev.over(by).alias("_prev_end"))
     gap = pl.col("start_ns") - pl.col("_prev_end")
@@ -175,7 +185,7 @@ def _category_pcts(of: str) -> tuple[Column, ...]:
 
 def _breakdowns(act: pl.DataFrame, params: Params) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The per-lane and per-rank frames of ``act`` (GPU rows of whole ranks), each sorted by its keys."""
-    g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta)
+    g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta, in_start_order=True)
     span = pl.col("end_ns").max() - pl.col("start_ns").min()
     win = g.group_by("rank", "device", "stream").agg(span.alias("window_ns"))
     per_stream = _summary(g, ["rank", "device", "stream"], win, "window_ns", "idle_ns")

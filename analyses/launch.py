@@ -36,15 +36,61 @@ from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRan
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
-#: The run's kernels (memcpy and memset aside); records flagged at ingest as impossible (another
-#: clock domain, far outside the steps) are left out; a kernel a few us before its launch call
-#: (``launch_skew``: clock jitter) is counted but has no latency.
-_KERNELS = f"""
+#: The run's GPU rows of the ``kernels`` view, less its ``first_of_launch``: that column's window
+#: (a sort of every row by launch) is most of the view's time, and :func:`_kernels` computes the
+#: same from these rows. ``kept``: the rows launch reads, its kernels (memcpy and memset aside)
+#: less the records flagged at ingest as impossible (another clock domain, far outside the steps);
+#: a kernel a few us before its launch call (``launch_skew``: clock jitter) is counted but has no
+#: latency.
+_GPU_ROWS = f"""
 SELECT trace_id, rank, device, stream, step, ts_ns, dur_ns, end_ns, correlation, launch_ts_ns,
-       launch_name ILIKE '%GraphLaunch%' AS graph_call, first_of_launch, flag = 'launch_skew' AS skewed
+       launch_name ILIKE '%GraphLaunch%' AS graph_call, flag = 'launch_skew' AS skewed,
+       kind = 'kernel' AND {valid_sql("")} AS kept
 FROM kernels
-WHERE run_id = ? AND kind = 'kernel' AND {valid_sql("")}
+WHERE run_id = ?
 """
+
+#: The columns of the kernels launch reads, in order (``kernels`` view columns, ``graph_call``,
+#: ``skewed``).
+_KERNEL_COLUMNS = (
+    "trace_id",
+    "rank",
+    "device",
+    "stream",
+    "step",
+    "ts_ns",
+    "dur_ns",
+    "end_ns",
+    "correlation",
+    "launch_ts_ns",
+    "graph_call",
+    "first_of_launch",
+    "skewed",
+)
+
+
+def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
+    """The kernels launch reads (``kept``) of ``rows`` (rows of :data:`_GPU_ROWS` of whole traces),
+    with the ``kernels`` view's ``first_of_launch``: a launch call's first GPU row (of any kind,
+    flagged or not) by start and duration, among the rows of its trace and correlation id (one of
+    them where several tie), when the call is in the trace (``launch_ts_ns`` not null)."""
+    group = ("trace_id", "correlation")
+    rows = rows.with_columns(pl.len().over(group).alias("_n"))
+    # a row alone in its group is its first; the groups of several (graph replays) are sorted
+    alone = rows.filter(pl.col("_n") == 1).with_columns(
+        pl.col("launch_ts_ns").is_not_null().alias("first_of_launch")
+    )
+    several = (
+        rows.filter(pl.col("_n") > 1)
+        .sort(*group, "ts_ns", "dur_ns", nulls_last=True, maintain_order=True)
+        .with_columns(
+            (pl.col("launch_ts_ns").is_not_null() & pl.struct(*group).is_first_distinct()).alias(
+                "first_of_launch"
+            )
+        )
+    )
+    first = pl.concat([alone, several]).filter(pl.col("kept"))
+    return first.select(_KERNEL_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -133,7 +179,7 @@ class _Figures(NamedTuple):
 
 
 def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
-    """The per-rank, per-lane and per-step frames of kernels ``k`` (rows of :data:`_KERNELS` of whole
+    """The per-rank, per-lane and per-step frames of kernels ``k`` (:func:`_kernels` of whole
     ranks), each sorted by its keys; the count of kernels stamped before their launch call and the
     largest such lead (ns); None without kernels."""
     if k.is_empty():
@@ -215,7 +261,7 @@ def run(store: Store, params: Params) -> Result:
     # rank is read trace by trace (``trace_id = N`` reaches below the view's window of launches,
     # ``rank = N`` does not: every rank would read the whole run)
     if rank_list(store, run_id) is None:
-        parts = [_figures(store.sql(_KERNELS, [run_id]), params)]
+        parts = [_figures(_kernels(store.sql(_GPU_ROWS, [run_id])), params)]
     else:
         traces = store.sql(
             "SELECT rank, list(trace_id ORDER BY trace_id) AS ids FROM traces WHERE run_id = ? "
@@ -225,7 +271,8 @@ def run(store: Store, params: Params) -> Result:
         parts = [
             _figures(
                 pl.concat(
-                    [store.sql(_KERNELS + " AND trace_id = ?", [run_id, t]) for t in ids], rechunk=True
+                    [_kernels(store.sql(_GPU_ROWS + " AND trace_id = ?", [run_id, t])) for t in ids],
+                    rechunk=True,
                 ),
                 params,
             )

@@ -29,6 +29,7 @@ from traceprof.engine.activity import (
     graph_level_notes,
     multi_device_ranks,
     run_activity,
+    run_measures,
 )
 from traceprof.engine.analysis import (
     Analysis,
@@ -81,8 +82,10 @@ class Result(FrameResult):
 _ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "device_kind", "device")
 
 
-def _overlap(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    m = class_measures(act, by)
+def _overlap(act: pl.DataFrame, by: list[str], m: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The overlap columns of ``act`` grouped by ``by``; ``m``: its ``class_measures`` when the
+    caller has them (``run_measures``)."""
+    m = class_measures(act, by) if m is None else m
     if "step" in by:  # hidden behind any compute of the rank (module doc, step 4)
         exp = (
             exposed_comm(act, by)
@@ -244,8 +247,9 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no GPU or CPU activity.
     """
     run_id, act = run_activity(store, params.run, hta=params.hta, columns=_ACTIVITY)
-    per_rank = _overlap(act, ["rank"])
-    per_step = _overlap(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
+    per_rank = _overlap(act, ["rank"], run_measures(store, run_id, act, ["rank"], hta=params.hta))
+    by_step = run_measures(store, run_id, act, ["rank", "step"], hta=params.hta)
+    per_step = _overlap(act, ["rank", "step"], by_step).filter(pl.col("step").is_not_null())
     notes: list[str] = []
     multi = multi_device_ranks(act)
     per_device = pl.DataFrame()

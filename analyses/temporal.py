@@ -29,6 +29,7 @@ from traceprof.engine.activity import (
     graph_level_notes,
     multi_device_ranks,
     run_activity,
+    run_measures,
     step_window,
 )
 from traceprof.engine.analysis import (
@@ -84,8 +85,8 @@ class Result(FrameResult):
 _ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "device_kind", "device")
 
 
-def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    m = class_measures(act, by)
+def _breakdown(m: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The breakdown's columns of measures ``m`` (``intervals.class_measures`` grouped by ``by``)."""
     pct = 100.0 / pl.col("window_ns")
     return m.select(
         *by,
@@ -98,6 +99,25 @@ def _breakdown(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         (pl.col("compute_ns") * pct).alias("compute_pct"),
         (pl.col("non_compute_ns") * pct).alias("non_compute_pct"),
     )
+
+
+def _device_measures(act: pl.DataFrame, by_rank: pl.DataFrame, multi: bool) -> pl.DataFrame:
+    """``class_measures`` of ``act``'s GPU rows grouped by (rank, device); an empty frame without
+    GPU rows. Where every row is a GPU row and no rank drives several devices (``multi`` False),
+    each rank is one (rank, device) group of the same rows, so its measures are ``by_rank``'s
+    (the per-rank measures of ``act``) with the rank's device beside them: no second sweep."""
+    kind = act.get_column("device_kind")
+    if not multi and act.height and not kind.null_count() and bool((kind == "gpu").all()):
+        device = act.group_by("rank").agg(pl.col("device").first())
+        m = by_rank.join(device, on="rank", how="left", maintain_order="left")
+        return m.select("rank", "device", pl.exclude("rank", "device")).sort("rank", "device")
+    gpu = (  # the columns the breakdown reads, of the GPU rows
+        act.lazy()
+        .filter(pl.col("device_kind") == "gpu")
+        .select("rank", "device", "class", "start_ns", "end_ns")
+        .collect()
+    )
+    return class_measures(gpu, ["rank", "device"]) if not gpu.is_empty() else pl.DataFrame()
 
 
 def breakdown_columns(*keys: Column) -> tuple[Column, ...]:
@@ -240,20 +260,18 @@ def run(store: Store, params: Params) -> Result:
         AnalysisError: The run has no GPU or CPU activity.
     """
     run_id, act = run_activity(store, params.run, hta=params.hta, columns=_ACTIVITY)
-    per_rank = _breakdown(act, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
+    by_rank = run_measures(store, run_id, act, ["rank"], hta=params.hta)
+    per_rank = _breakdown(by_rank, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
     # every row's (rank, step) group, then those of a step: a group's measures are its rows' alone,
     # and no row is copied
-    per_step = _breakdown(act, ["rank", "step"]).filter(pl.col("step").is_not_null())
-    gpu = (  # the columns the breakdown reads, of the GPU rows (a run of GPU ranks: every row)
-        act.lazy()
-        .filter(pl.col("device_kind") == "gpu")
-        .select("rank", "device", "class", "start_ns", "end_ns")
-        .collect()
+    per_step = _breakdown(
+        run_measures(store, run_id, act, ["rank", "step"], hta=params.hta), ["rank", "step"]
     )
-    per_device = _breakdown(gpu, ["rank", "device"]) if not gpu.is_empty() else pl.DataFrame()
-    del gpu
-    notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
+    per_step = per_step.filter(pl.col("step").is_not_null())
     multi = multi_device_ranks(act)
+    by_device = _device_measures(act, by_rank, bool(multi))
+    per_device = _breakdown(by_device, ["rank", "device"]) if not by_device.is_empty() else pl.DataFrame()
+    notes = ["HTA-compatible selection (last step and unlaunched GPU events dropped)"] if params.hta else []
     if multi:
         notes.append(
             Note(

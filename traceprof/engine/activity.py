@@ -61,6 +61,7 @@ __all__ = [
     "LANE_SQL",
     "step_window",
     "multi_device_ranks",
+    "run_measures",
     "graph_level_notes",
     "GRAPH_LEVEL_NOTE",
     "op_activity",
@@ -600,6 +601,44 @@ def exposed_comm(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     comm = act.lazy().filter(pl.col("class") == "comm").select(*dict.fromkeys([*by, "start_ns", "end_ns"]))
     comp = act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns")
     return intervals.subtract(comm.collect(), comp.collect(), by, ["rank"])
+
+
+def run_measures(
+    store: Store, run_id: int, act: pl.DataFrame, by: list[str], *, hta: bool = False
+) -> pl.DataFrame:
+    """:func:`traceprof.engine.intervals.class_measures` of ``act`` grouped by ``by``, where ``act``
+    is the run's whole :func:`activity` frame (``hta`` as asked for; any columns that hold ``by``,
+    class, start_ns and end_ns; no row filtered out).
+
+    In a session that runs many analyses (the report) the measures are computed once per (run,
+    ``hta``, ``by``) from the session's one activity frame, whose rows ``act`` selects columns of:
+    temporal and overlap ask for the same two groupings (per rank, per rank and step). Elsewhere
+    they are ``act``'s, computed for the caller.
+
+    Args:
+        store: An open store.
+        run_id: The run ``act`` is the activity of.
+        act: ``activity(store, run_id, hta=hta, columns=...)`` as the caller read it.
+        by: Group columns, starting with ``"rank"``.
+        hta: Whether ``act`` was selected as HTA 0.5.0 does.
+
+    Returns:
+        The frame of :func:`traceprof.engine.intervals.class_measures` (``by``, first_ns, last_ns,
+        window_ns, busy_ns, compute_ns, comm_ns, overlap_ns; ns), sorted by ``by``.
+
+    Raises:
+        ValueError: ``by`` does not start with ``"rank"``.
+    """
+    if reusing(store):
+        return _measures(store, run_id, tuple(by), hta=hta)
+    return intervals.class_measures(act, by)
+
+
+@shared
+def _measures(store: Store, run_id: int, by: tuple[str, ...], *, hta: bool) -> pl.DataFrame:
+    """:func:`run_measures` in a session that runs many analyses: its activity frame's columns (no copy)."""
+    cols = tuple(dict.fromkeys(("rank", "class", "start_ns", "end_ns", "step", *by)))
+    return intervals.class_measures(activity(store, run_id, hta=hta, columns=cols), list(by))
 
 
 def multi_device_ranks(act: pl.DataFrame) -> list[int]:

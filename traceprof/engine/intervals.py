@@ -28,6 +28,7 @@ __all__ = [
     "rank_chunks",
     "by_rank_chunks",
     "concat_taking",
+    "sorted_by",
 ]
 
 
@@ -170,7 +171,7 @@ def union_ns(
     s = df.select(*by, start, end).filter(pl.col(end) > pl.col(start))
     if s.is_empty():
         return s.select(*by, (pl.col(end) - pl.col(start)).alias(name))
-    if not _sorted_by(s, [*by[:1], start]):  # sorted by the first key and start: each group in start order
+    if not sorted_by(s, [*by[:1], start]):  # sorted by the first key and start: each group in start order
         s = s.sort([*by, start]) if by else s.sort(start)
     s = s.select(*by, _added(by, start, end).alias(name))
     return s.group_by(by).agg(pl.col(name).sum()) if by else s.select(pl.col(name).sum())
@@ -409,7 +410,7 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | Non
     return out.rename({"_c": keep}) if keep else out.drop("_c")
 
 
-def _sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
+def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
     """Whether ``df`` is sorted by ``keys`` (ascending, lexicographic, nulls first): one linear
     pass, so that a frame sorted once (``traceprof.engine.activity`` is sorted by rank and start) is not
     sorted again."""
@@ -455,7 +456,7 @@ def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     if pieces is not None:
         return _concat([class_measures(p, by) for p in pieces])
     act = act.select(*by, "class", "start_ns", "end_ns")
-    if not _sorted_by(act, ["rank", "start_ns"]):
+    if not sorted_by(act, ["rank", "start_ns"]):
         act = act.sort("rank", "start_ns")  # a group's rows then lie in start order, whatever ``by``
     cls = pl.col("class")
     comp, comm = cls == "compute", cls == "comm"

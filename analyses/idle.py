@@ -32,6 +32,7 @@ from traceprof.core.schema import Column
 from traceprof.engine.activity import activity, excluded_note, graph_level_notes, step_window
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import rank_chunks
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -259,7 +260,7 @@ def run(store: Store, params: Params) -> Result:
         act = act.filter(gpu)
     if act.is_empty():
         raise AnalysisError(
-            f"run {params.run or run_id}: no GPU kernels; the idle breakdown needs GPU streams"
+            f"run {run_name(store, run_id)}: no GPU kernels; the idle breakdown needs GPU streams"
         )
     # every row of both frames is one rank's: a large run is worked a few ranks at a time
     parts = [_breakdowns(p, params) for p in rank_chunks(act, ["rank"]) or [act]]

@@ -21,6 +21,7 @@ from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.activity import graph_level_notes
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 _ROWS = f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND {VALID_SQL}"
@@ -68,6 +69,6 @@ def run(store: Store, params: Params) -> Result:
     frame, ranks = summarize(store, run_id, _ROWS)
     if frame.is_empty():
         raise AnalysisError(
-            f"run {params.run or run_id}: no GPU kernels; kernel_sum needs a GPU trace (Kineto or nsys)"
+            f"run {run_name(store, run_id)}: no GPU kernels; kernel_sum needs a GPU trace (Kineto or nsys)"
         )
     return Result(frame=frame, ranks=ranks, notes=tuple(graph_level_notes(store, run_id)))

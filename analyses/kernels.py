@@ -31,6 +31,7 @@ from traceprof.core.errors import AnalysisError
 from traceprof.engine.activity import activity, excluded_note, graph_level_notes
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import by_rank_chunks, merge, union_ns
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
@@ -227,7 +228,7 @@ def run(store: Store, params: Params) -> Result:
         act = act.filter(kept)
     if act.is_empty():
         raise AnalysisError(
-            f"run {params.run or run_id}: no GPU kernels; the kernel breakdown needs a GPU trace"
+            f"run {run_name(store, run_id)}: no GPU kernels; the kernel breakdown needs a GPU trace"
         )
     d = pl.col("end_ns") - pl.col("start_ns")
     per_rank = by_rank_chunks(

@@ -33,6 +33,7 @@ from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
 from traceprof.engine.activity import graph_level_notes, rank_list
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 #: The run's kernels (memcpy and memset aside); records flagged at ingest as impossible (another
@@ -232,7 +233,9 @@ def run(store: Store, params: Params) -> Result:
         ]
     got = [p for p in parts if p is not None]
     if not got:
-        raise AnalysisError(f"run {params.run or run_id}: no GPU kernels; launch latency needs a GPU trace")
+        raise AnalysisError(
+            f"run {run_name(store, run_id)}: no GPU kernels; launch latency needs a GPU trace"
+        )
     per_rank = pl.concat([p.per_rank for p in got], rechunk=True)
     streams = pl.concat([p.streams for p in got], rechunk=True)
     steps = pl.concat([p.steps for p in got], rechunk=True)

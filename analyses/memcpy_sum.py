@@ -29,6 +29,7 @@ from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 #: The operation of a memcpy / memset row (module doc, step 2).
@@ -117,7 +118,7 @@ def run(store: Store, params: Params) -> Result:
     frame, ranks = summarize(store, run_id, _ROWS)
     if frame.is_empty():
         raise AnalysisError(
-            f"run {params.run or run_id}: no GPU memory copies or memsets; memcpy_sum needs a GPU "
+            f"run {run_name(store, run_id)}: no GPU memory copies or memsets; memcpy_sum needs a GPU "
             "trace (Kineto or nsys)"
         )
     sizes = store.sql(_SIZES, [run_id])

@@ -71,6 +71,7 @@ from traceprof.engine.analysis import (
     register,
 )
 from traceprof.engine.optree import with_parents
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 __all__ = ["Params", "Result", "TABLES", "run", "GIB", "NEAR_LIMIT_PCT", "IMBALANCE_PCT"]
@@ -445,7 +446,7 @@ def run(store: Store, params: Params) -> Result:
     raw = _usable(raw, notes)
     if raw.is_empty():
         raise AnalysisError(
-            f"run {params.run or run_id}: no accelerator memory records; record them with "
+            f"run {run_name(store, run_id)}: no accelerator memory records; record them with "
             "torch.profiler.profile(profile_memory=True), nsys profile --cuda-memory-usage=true, "
             "or export_memory_timeline"
         )

@@ -64,6 +64,7 @@ from traceprof.engine.analysis import (
 from traceprof.engine.arrivals import excluded_steps
 from traceprof.engine.flops import CAUSAL_CONVENTION, account
 from traceprof.engine.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 
@@ -369,7 +370,7 @@ def run(store: Store, params: Params) -> Result:
         [run_id],
     )
     if steps.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no ProfilerSteps, so no step time for MFU")
+        raise AnalysisError(f"run {run_name(store, run_id)}: no ProfilerSteps, so no step time for MFU")
     # Executed counts include recomputation: model = executed / (1 + f/3); hardware = model * (1 + f/3).
     measured = acc.source in ("sidecar", "shapes")
     hw = 1.0 + (f or 0.0) / 3.0

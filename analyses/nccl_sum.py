@@ -52,6 +52,7 @@ from traceprof.core.links import NETWORKS, choose_ceiling
 from traceprof.core.schema import Column
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.engine.peaks import rank_devices
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 _TIMED = (
@@ -211,7 +212,7 @@ def run(store: Store, params: Params) -> Result:
     timed, ranks = summarize(store, run_id, _TIMED)
     kernels, _ = summarize(store, run_id, _KERNELS)
     if counts.is_empty() and kernels.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no collectives and no communication kernels")
+        raise AnalysisError(f"run {run_name(store, run_id)}: no collectives and no communication kernels")
     notes = []
     if timed.is_empty():
         frame = counts

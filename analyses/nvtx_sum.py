@@ -21,6 +21,7 @@ from traceprof.analyses._summary import summarize
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.analysis import Analysis, FrameResult, Report, RunParams, register
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 
@@ -67,7 +68,7 @@ def run(store: Store, params: Params) -> Result:
     frame, ranks = summarize(store, run_id, rows)
     if frame.is_empty():
         raise AnalysisError(
-            f"run {params.run or run_id}: no {'GPU ' if params.gpu else ''}annotation ranges "
+            f"run {run_name(store, run_id)}: no {'GPU ' if params.gpu else ''}annotation ranges "
             "(NVTX / record_function) in the trace"
         )
     return Result(frame=frame, ranks=ranks)

@@ -60,6 +60,7 @@ from traceprof.engine.analysis import (
 )
 from traceprof.engine.intervals import subtract, union_ns
 from traceprof.ingest.matching import ARRIVAL_SQL, run_steps
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 __all__ = ["Params", "Result", "run", "COLUMNS", "label_order", "MeshView"]
@@ -641,7 +642,9 @@ def run(store: Store, params: Params) -> Result:
     rows = run_steps(store, run_id, store.sql(_ROWS, [run_id]))
     act, what = _activity(store, run_id)
     if act.is_empty() and rows.is_empty():
-        raise AnalysisError(f"run {params.run or run_id}: no activity and no collectives to place on a mesh")
+        raise AnalysisError(
+            f"run {run_name(store, run_id)}: no activity and no collectives to place on a mesh"
+        )
     rows, gloo_notes = _gloo_groups(rows)
     rows, label_notes = _labels(rows, mesh, groups, own)
     label_notes = gloo_notes + label_notes

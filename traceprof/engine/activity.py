@@ -45,6 +45,7 @@ from traceprof.engine import intervals
 from traceprof.engine.analysis import release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
 from traceprof.engine.resultcache import kept_frame
+from traceprof.storage.runs import run_name
 from traceprof.storage.store import Store
 
 if TYPE_CHECKING:
@@ -504,10 +505,10 @@ def run_activity(
             hta and not activity(store, run_id, detail=detail, columns=columns).is_empty()
         ):  # a CPU run: HTA reads kernels only
             raise AnalysisError(
-                f"run {run or run_id}: no GPU kernels; hta=true reads GPU kernels only, as HTA does "
+                f"run {run_name(store, run_id)}: no GPU kernels; hta=true reads GPU kernels only, as HTA does "
                 "(without it, a CPU run's training-thread ops are analysed)"
             )
-        raise AnalysisError(f"run {run or run_id}: no GPU kernels and no CPU training-thread ops")
+        raise AnalysisError(f"run {run_name(store, run_id)}: no GPU kernels and no CPU training-thread ops")
     return run_id, act
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import os
 import re
 import signal
@@ -16,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import orjson
 import typer
@@ -1510,14 +1511,74 @@ def export_perfetto(
     say(f"{n:,} events written to {output}")
 
 
-def _exit(code: int) -> None:
-    """Exit with ``code``; after Ctrl-C (130) at once, without waiting for killed parser workers'
-    bookkeeping threads (the store is closed and the message printed by then)."""
+def _say_interrupted() -> None:
+    """Say that Ctrl-C stopped a command that stores nothing, once the results folders it created
+    are removed (:func:`traceprof.engine.resultcache.remove_created`): nothing was changed."""
+    kept = sys.modules.get("traceprof.engine.resultcache")  # not imported: none created
+    if kept is not None:
+        kept.remove_created()
+    say("interrupted; nothing was changed")
+
+
+def _exit(code: int) -> NoReturn:
+    """Exit with ``code`` once the output is written out (:func:`_flushed`); after Ctrl-C (130) at
+    once, without waiting for killed parser workers' bookkeeping threads (the store is closed and
+    the message printed by then)."""
+    code = _flushed(code)
     if code != 130:
         sys.exit(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
     os._exit(130)
+
+
+def _flushed(code: int) -> int:
+    """Flush stdout and give the exit code that follows: ``code``, or 1 with one line saying why
+    when the output could not be written (``> /dev/full``, a full disk), 0 on a broken pipe
+    (``| head``, as in :func:`main`). Python's own flush at exit drops that error when the CLI runs
+    as a script (a truncated file and exit 0); after Ctrl-C (130) the code stays."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        sys.stderr.close()
+        return 0 if code != 130 else code
+    except OSError as e:
+        _drop_stdout()
+        if code == 130:
+            return code
+        say(_os_error_text(e), label="error:", style="red")
+        return 1
+    return code
+
+
+def _drop_stdout() -> None:
+    """Send what stdout still holds nowhere (its fd to /dev/null), so that Python's flush at exit
+    neither fails again nor prints "Exception ignored" once the error has been reported."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _os_error_text(e: OSError) -> str:
+    """An OSError as the CLI's one line: the system's words and the file, if any."""
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}{where}"
+
+
+def _whole_writes() -> None:
+    """Make every write to stdout all or an error. With ``PYTHONUNBUFFERED=1`` (set in many CI
+    jobs and containers) stdout is a text layer straight over the file, which drops the rest of a
+    short write (a disk with 4 KiB left took 4,096 of 76,590 bytes, and no error came); a buffered
+    layer in between writes the rest or raises. Lines still go out as they are written."""
+    if type(getattr(sys.stdout, "buffer", None)) is not io.FileIO:
+        return
+    stdout = sys.stdout  # left open as it is (sys.__stdout__): the new layers have their own file object
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(stdout.fileno(), "w", closefd=False)),
+        encoding=stdout.encoding,
+        errors=stdout.errors,
+        line_buffering=True,
+    )
 
 
 class _NoPandas:
@@ -1815,6 +1876,9 @@ def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
+    _whole_writes()
+    if (kept := sys.modules.get("traceprof.engine.resultcache")) is not None:  # run in-process again
+        kept.forget_created()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except TraceprofError as e:
@@ -1829,42 +1893,48 @@ def main() -> None:
         _exit(e.exit_code)
     except typer.Exit as e:
         if isinstance(e.__cause__, KeyboardInterrupt):  # typer's way of passing on Ctrl-C
-            say("interrupted; nothing was changed")
+            _say_interrupted()
         _exit(e.exit_code)
     except typer.Abort:
-        sys.exit(1)
+        _exit(1)
     except KeyboardInterrupt:  # commands that write say what was stored (Interrupted, above)
-        say("interrupted; nothing was changed")
+        _say_interrupted()
         _exit(130)
     except RuntimeError as e:  # DuckDB's way of saying that Ctrl-C stopped a query
         if "interrupted" not in str(e).lower():
             raise
-        say("interrupted; nothing was changed")
+        _say_interrupted()
         _exit(130)
     except ImportError as e:  # a library the command imports late (bokeh for report, dask)
         from traceprof.core.errors import missing_module
 
         say(missing_module(e), label="error:", style="red")
-        sys.exit(1)
+        _exit(1)
     except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
+        _drop_stdout()
         sys.stderr.close()
         sys.exit(0)
     except OSError as e:  # the output not written (`> /dev/full`: a full disk), a file unreadable
-        with contextlib.suppress(OSError, ValueError):  # what stdout still holds goes nowhere at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        where = f": {e.filename}" if e.filename else ""
-        say(f"{e.strerror or e}{where}", label="error:", style="red")
+        _drop_stdout()
+        say(_os_error_text(e), label="error:", style="red")
         sys.exit(1)
     except Exception as e:  # click's usage errors (typer vendors click): one line, exit 1
+        if type(e).__module__.startswith(("duckdb", "_duckdb")):  # a store file cut short, say
+            from traceprof.storage.store import damaged
+
+            if (bad := damaged(e)) is not None:
+                say(bad, label="error:", style="red")
+                _exit(1)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             ctx = getattr(e, "ctx", None)
             where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             say(e.format_message() + where, label="error:", style="red")
-            sys.exit(1)
+            _exit(1)
         raise
     if code == 130:  # typer turns Ctrl-C in a command into exit code 130, silently
-        say("interrupted; nothing was changed")
-    if isinstance(code, int) and code:
+        _say_interrupted()
+    code = _flushed(code if isinstance(code, int) else 0)  # a failed write is exit 1, not a short file
+    if code:
         _exit(code)
 
 

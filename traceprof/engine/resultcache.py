@@ -57,7 +57,18 @@ if TYPE_CHECKING:
 else:  # `traceprof analyze` printing a kept view (read_view) imports no frame library
     pl = lazy("polars")
 
-__all__ = ["results_dir", "lookup", "keep", "state_key", "kept_frame", "view_path", "read_view", "write_view"]
+__all__ = [
+    "results_dir",
+    "lookup",
+    "keep",
+    "state_key",
+    "kept_frame",
+    "view_path",
+    "read_view",
+    "write_view",
+    "remove_created",
+    "forget_created",
+]
 
 #: Bumped when the entry format changes (3: notes with their figures).
 _FORMAT = 3
@@ -292,13 +303,55 @@ def _umask() -> int:
         return umask
 
 
+#: The folders this process created for kept results (the results folder, a state folder), in the
+#: order made: an interrupted command removes them (:func:`remove_created`), as it says that nothing
+#: was changed.
+_CREATED: list[Path] = []
+
+
+def _make_folders(folder: Path) -> None:
+    """Create ``folder`` (a state folder) and the results folder above it where missing, noting
+    each one made in :data:`_CREATED`.
+
+    Raises:
+        OSError: One cannot be made.
+    """
+    for d in (folder.parent, folder):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        _CREATED.append(d)
+
+
+def forget_created() -> None:
+    """Start a new command: the folders created so far are no longer its own to remove."""
+    _CREATED.clear()
+
+
+def remove_created() -> list[Path]:
+    """Remove the results folders this process created (:data:`_CREATED`), with what they hold:
+    for a command that stops (Ctrl-C) and says that nothing was changed. Nothing is raised.
+
+    Returns:
+        The folders removed.
+    """
+    gone = []
+    for d in reversed(_CREATED):
+        shutil.rmtree(d, ignore_errors=True)
+        if not os.path.lexists(d):
+            gone.append(d)
+    _CREATED.clear()
+    return gone
+
+
 def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
     """Write ``frames`` (zstd Arrow IPC) and ``meta`` (JSON, plus each frame's size and SHA-256
     under ``frames``) as the folder ``entry``, all or nothing, readable as the umask allows (a
     store several people read); then delete the other state folders this module made (24 hex
     digits: nothing else in the results folder is touched). Nothing is raised."""
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
+        _make_folders(entry.parent)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     except OSError:
         return
@@ -317,6 +370,9 @@ def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -
     except Exception:  # noqa: BLE001 - unwritable (full disk, an Object column, a race): no entry
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    except BaseException:  # Ctrl-C: no half-written entry either
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     # entries of other store states or code can never be read again
     with contextlib.suppress(OSError):
         for old in entry.parent.parent.iterdir():

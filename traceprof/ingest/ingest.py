@@ -436,7 +436,7 @@ def ingest(
         name = run or (stem(origin) if lone else group.name)
         part = Part(name, origin, [])
         if not run:  # named after its folder (or whole-run file): the rules of --run hold for it too
-            check_name(name, f"{group} (its run name; set another with --run NAME)")
+            check_name(name, f"{origin} (its run name; set another with --run NAME)")
         new: list[Path] = []
         elsewhere: dict[Path, str] = {}
         for f in files:

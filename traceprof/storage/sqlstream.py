@@ -24,7 +24,7 @@ import duckdb
 from traceprof.core.errors import StoreError
 from traceprof.storage import sandbox
 from traceprof.storage.layout import error_line
-from traceprof.storage.store import Store
+from traceprof.storage.store import Store, damaged
 
 __all__ = ["stream", "SqlStream"]
 
@@ -172,7 +172,7 @@ def stream(
 
 
 def _error(e: Exception) -> BaseException:
-    return StoreError(f"SQL error: {error_line(e)}")
+    return damaged(e) or StoreError(f"SQL error: {error_line(e)}")
 
 
 class _Budget:

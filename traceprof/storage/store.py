@@ -51,7 +51,7 @@ else:
     pl = lazy("polars")
     pa = lazy("pyarrow")
 
-__all__ = ["Store", "DEFAULT_DB"]
+__all__ = ["Store", "DEFAULT_DB", "damaged"]
 
 DEFAULT_DB = "traceprof.duckdb"
 #: Longest store file name (bytes) a writer takes: its sidecars (``.<name>.spool-XXXXXXXX``, the
@@ -105,6 +105,32 @@ def _check_file(path: Path) -> None:
 #: DuckDB's word on a store file locked by a connection that is not traceprof's (its own lock
 #: waits for other traceprof processes).
 _HELD = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)")
+
+
+#: DuckDB's words for a store file cut short (a copy that stopped, a truncated download) or whose
+#: bytes changed (DuckDB: "Corrupt database file: computed checksum ... does not match").
+_DAMAGED = re.compile(r"Could not read enough bytes from file|Corrupt database file")
+
+#: The store files this process opened, latest last: the one a damage error names when the
+#: error reaches the CLI after the store was closed (:func:`damaged` without a path).
+_OPENED: list[Path] = []
+
+
+def damaged(e: BaseException, path: str | Path | None = None) -> StoreError | None:
+    """The :class:`StoreError` saying that the store file is damaged, when ``e`` is DuckDB's word
+    for that (:data:`_DAMAGED`: a file cut short, a block that fails its checksum); else None.
+
+    Args:
+        e: Any exception (only a ``duckdb.Error`` can be damage).
+        path: The store file; None: the one this process opened last.
+    """
+    if not isinstance(e, duckdb.Error) or not _DAMAGED.search(str(e)):
+        return None
+    where = path if path is not None else _OPENED[-1] if _OPENED else "the store"
+    return StoreError(
+        f"{where}: the store file is damaged (cut short or overwritten: {error_line(e)}); restore it "
+        "from a copy or ingest the traces into a new store"
+    )
 
 
 def _create_file(path: Path) -> None:
@@ -178,6 +204,12 @@ class Store:
         self.layout = layout or "duckdb"
         self.dataset: Dataset | None = None
         self.commits: list[tuple[str, int]] = []
+        #: The file's size once open for writing, while no transaction of this Store has committed
+        #: (None: read-only, a commit came, or a WAL was there: its checkpoint may grow the file):
+        #: :meth:`_shrink_back` restores it.
+        self._size_at_open: int | None = None
+        self._committed = False  # a transaction of this Store committed
+        self._wal = self.path.with_name(self.path.name + ".wal")
         #: The :class:`traceprof.engine.session.Session` running analyses on this store, if any (it sets this).
         self.session: Any = None
         if (read_only or not create) and not self.path.exists():
@@ -240,14 +272,19 @@ class Store:
                         f"path (PID {held['pid']}, {held['exe']}): a DuckDB shell or notebook, or traceprof "
                         "through a hard link to this file; close it or wait for it, and retry"
                     ) from None
-                raise StoreError(f"{self.path}: cannot open as a DuckDB store: {e}") from None
+                raise damaged(e, self.path) or StoreError(
+                    f"{self.path}: cannot open as a DuckDB store: {e}"
+                ) from None
             except OSError as e:  # creating it beside: the folder refused
                 raise StoreError(f"{self.path}: cannot create the store: {e}") from None
             self._open = True
             self.created = not existed
+            _OPENED.append(self.path)
             self._check_or_create(read_only, layout)
             if not read_only and sweep:
                 sweep_spools(self.path)  # events a killed ingest spooled (we hold the exclusive lock)
+                if not self._committed and not os.path.lexists(self._wal):  # see _shrink_back
+                    self._size_at_open = self.path.stat().st_size
             if read_only:
                 if self.dataset is not None:
                     self.dataset.allow_reads()
@@ -259,6 +296,8 @@ class Store:
             self._drop(self.created or (not existed and self.path.exists()))
             if interrupted(e):
                 raise KeyboardInterrupt from None
+            if (bad := damaged(e, self.path)) is not None:
+                raise bad from None
             raise
 
     def _open_aside(self) -> None:
@@ -312,9 +351,13 @@ class Store:
                 try:
                     self.con.close()
                 except duckdb.Error:  # busy with an interrupted result: stop it, then close
+                    self._size_at_open = None
                     with contextlib.suppress(duckdb.Error):
                         self.con.interrupt()
                         self.con.close()
+                else:
+                    if not delete:
+                        self._shrink_back()
             if self.dataset is not None:
                 self.dataset.discard()
             if delete:
@@ -324,6 +367,22 @@ class Store:
         finally:
             # no store here (a failed first ingest): its lock file goes too, if this process made it
             self._lock.release(no_store=not self.path.exists())
+
+    def _shrink_back(self) -> None:
+        """Give the file back its size at open when no transaction of this Store committed (call
+        once the connection is closed). DuckDB writes a transaction's rows into blocks of the file
+        before the commit, appending blocks as it needs them; a rollback (a full disk, a bad trace)
+        frees them but leaves the file that much larger (a failed ingest on a full disk: 7,352,320
+        -> 8,069,120 bytes). Uncommitted, those blocks lie past every block the file's header
+        counts (a checkpoint, which writes the header, follows a commit only), so cutting them off
+        leaves the store as it was: its rows, and its size. (Free blocks inside the file that the
+        transaction used keep what it wrote: they are free again.) Nothing is raised."""
+        size, self._size_at_open = self._size_at_open, None
+        if size is None or os.path.lexists(self._wal):
+            return
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_size > size:
+                os.truncate(self.path, size)
 
     def discard_if_new(self) -> bool:
         """Close the store and delete it if this Store created it and it holds no run.
@@ -469,6 +528,8 @@ class Store:
                         if undo_commit is not None:
                             undo_commit(prepared)
                         raise
+                    self._size_at_open = None  # the file holds this commit's blocks now
+                    self._committed = True
                     if record is not None:
                         self.commits.append(record())
                     committed = True
@@ -483,6 +544,8 @@ class Store:
                 # aborted ("Current transaction is aborted" from a later statement): nothing stored
                 if interrupted(e) or arrived():
                     raise KeyboardInterrupt from None
+                if (bad := damaged(e, self.path)) is not None:
+                    raise bad from None
                 if error is not None and isinstance(e, duckdb.Error):
                     raise StoreError(error(e)) from None
                 raise
@@ -656,7 +719,7 @@ class Store:
                 raise KeyboardInterrupt from None
             if not isinstance(e, duckdb.Error):
                 raise
-            raise StoreError(f"SQL error: {error_line(e)}") from None
+            raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
 
     #: The query behind :meth:`runs` and :meth:`run_rows` (without ``issues``).
     _RUNS_SQL = """

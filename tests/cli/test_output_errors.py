@@ -1,0 +1,122 @@
+"""An output that cannot be written is one line and exit 1, for every command that writes to stdout.
+
+Before: `traceprof analyze kernel_sum -f csv > k.csv` on a disk with 4 KiB left exited 0 with a
+4,096-byte file (the whole output is 76,590 bytes) and nothing on stderr; `summary -f json` the same.
+Two ways lost the error: Python's own flush of stdout at exit (a script's drops its error, exit 0),
+and, with PYTHONUNBUFFERED=1, a text layer straight over the file that drops the rest of a short write.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import corpus
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+#: The console script, as users run it (`python -m traceprof.cli` reports a failed exit flush; a
+#: script drops it).
+TRACEPROF = str(Path(sys.executable).parent / "traceprof")
+
+pytestmark = pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+
+
+def _traceprof(
+    *args: str, stdout, env: dict[str, str] | None = None, preexec=None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [TRACEPROF, *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=preexec,
+    )
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("full") / "s.duckdb"
+    for run in (SAMPLES / "normal", SAMPLES / "extra_matmul", corpus("hta/trace_filter")):
+        r = _traceprof("ingest", str(run), "--db", str(path), stdout=subprocess.PIPE)
+        assert r.returncode == 0, r.stderr
+    return path
+
+
+#: Each command that writes to stdout, in each of its formats that goes there.
+STDOUT_COMMANDS = [
+    ("runs",),
+    ("runs", "-f", "csv"),
+    ("sql", "select 1 as x"),
+    ("analyze", "list"),
+    ("analyze", "kernel_sum", "--run", "trace_filter", "-f", "csv"),
+    ("analyze", "kernel_sum", "--run", "trace_filter", "-f", "json"),
+    ("analyze", "stragglers", "--run", "normal"),
+    ("summary", "--run", "normal", "-f", "json"),
+    ("summary", "--run", "normal", "-f", "markdown"),
+    ("summary", "--run", "normal"),
+    ("diff", "normal", "extra_matmul", "--table", "metrics"),
+    ("diff", "normal", "extra_matmul", "-f", "json"),
+    ("baseline", "list"),
+    ("history", "normal,extra_matmul"),
+    ("config",),
+    ("export", "perfetto", "--run", "normal", "-o", "/dev/stdout"),
+]
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "PYTHONUNBUFFERED"])
+@pytest.mark.parametrize("args", STDOUT_COMMANDS, ids=" ".join)
+def test_output_to_a_full_disk_is_one_line_and_exit_1(db, args, unbuffered):
+    env = {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}
+    if not unbuffered:
+        env["PYTHONUNBUFFERED"] = ""  # an empty value is unset for Python
+    with open("/dev/full", "w") as full:
+        r = _traceprof(*args, "--db", str(db), stdout=full, env=env)
+    # export names the file it writes (/dev/stdout); the others write to stdout itself
+    where = "/dev/stdout: cannot write: " if args[0] == "export" else ""
+    assert (r.returncode, r.stderr) == (1, f"error: {where}No space left on device\n")
+
+
+def _file_size_limit(limit: int):
+    """A child's setup: files it writes stop at ``limit`` bytes (a write across it is short, the
+    next one fails with EFBIG rather than killing it with SIGXFSZ) – a nearly full disk."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return setup
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "PYTHONUNBUFFERED"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sql", "select range as n, 'x' as s from range(20000)", "-f", "csv", "--max-rows", "0"),
+        ("analyze", "kernel_sum", "--run", "trace_filter", "-f", "csv", "--no-cache"),
+    ],
+    ids=" ".join,
+)
+def test_a_short_write_is_an_error_not_a_short_file(db, tmp_path, args, unbuffered):
+    """The first write of a large output takes 4,096 bytes: before, the rest was dropped with
+    PYTHONUNBUFFERED=1 (exit 0, a 4,096-byte file)."""
+    whole = _traceprof(*args, "--db", str(db), stdout=subprocess.PIPE)
+    assert whole.returncode == 0 and len(whole.stdout) > 3 * 4096, whole.stderr
+    out = tmp_path / "out"
+    with out.open("w") as f:
+        r = _traceprof(
+            *args,
+            "--db",
+            str(db),
+            stdout=f,
+            env={"PYTHONUNBUFFERED": unbuffered},
+            preexec=_file_size_limit(4096),
+        )
+    assert (r.returncode, r.stderr) == (1, "error: File too large\n")
+    assert out.stat().st_size == 4096

@@ -53,7 +53,7 @@ def test_the_run_taken_as_the_latest_is_named_not_numbered(db, analysis, why):
         assert run("analyze", analysis, *run_args, "--db", str(db), "--no-cache") == (
             1,
             "",
-            f"error: run normal: {why}\n",
+            f"error: run 'normal': {why}\n",
         )
 
 

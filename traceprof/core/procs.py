@@ -17,11 +17,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from traceprof.core import locking
 
-__all__ = ["worker_init", "deferred_sigint", "ignored_sigint", "map_in_workers"]
+__all__ = ["worker_init", "deferred_sigint", "ignored_sigint", "map_in_workers", "call_in_fresh_process"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -144,10 +144,7 @@ def map_in_workers(
             if done:
                 done(len(out))
         return out
-    # imported here: multiprocessing and concurrent.futures are 10-15 ms of every command's start-up
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
+    pool = _pool(workers)
     try:
         with _sigint_blocked():  # Executor.map submits every task, which forks the workers
             results = pool.map(fn, tasks)
@@ -156,10 +153,65 @@ def map_in_workers(
             if done:
                 done(len(out))
     except BaseException:
-        for p in list(getattr(pool, "_processes", {}).values()):  # no public way to stop a worker
-            with contextlib.suppress(Exception):
-                p.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+        _kill(pool)
         raise
     pool.shutdown()
     return out
+
+
+def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None] | None = None) -> R:
+    """``fn(task)`` in a fresh Python process (multiprocessing's ``spawn``: a new interpreter that
+    imports what ``fn`` needs, none of this process's heap, open files or store lock), set up by
+    :func:`worker_init` as a parser worker is; its result comes back pickled.
+
+    The report's heavy analyses run so on a large run (``traceprof.engine.findings``): memory this
+    process has freed but its allocators keep (hundreds of MiB after the light analyses) is not
+    under their peak.
+
+    Args:
+        fn: A picklable (module-level) function of one task.
+        task: Its picklable argument.
+        poll: Called about every 0.1 s while ``fn`` runs (e.g. ``traceprof.core.cancel.checkpoint``);
+            what it raises stops the process as Ctrl-C does.
+
+    Raises:
+        What ``fn`` raises (pickled back); on Ctrl-C or what ``poll`` raises the process is killed
+        at once (not waited for) and that propagates.
+        concurrent.futures.process.BrokenProcessPool: The process died (e.g. killed for memory).
+    """
+    from concurrent.futures import wait
+
+    pool = _pool(1, "spawn")
+    try:
+        with _sigint_blocked():  # the process starts with Ctrl-C blocked until worker_init ignores it
+            future = pool.submit(fn, task)
+        while not wait([future], timeout=0.1).done:
+            if poll is not None:
+                poll()
+        out = future.result()
+    except BaseException:
+        _kill(pool)
+        raise
+    pool.shutdown()
+    return out
+
+
+def _pool(workers: int, start: str | None = None) -> Any:
+    """A process pool of ``workers`` set up by :func:`worker_init`; ``start``: multiprocessing's
+    start method (None: the platform's default, a fork on Linux)."""
+    # imported here: multiprocessing and concurrent.futures are 10-15 ms of every command's start-up
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context(start) if start else None
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=worker_init, initargs=(os.getpid(),)
+    )
+
+
+def _kill(pool: Any) -> None:
+    """Kill ``pool``'s processes at once (no public way to stop a worker) and shut it down."""
+    for p in list(getattr(pool, "_processes", {}).values()):
+        with contextlib.suppress(Exception):
+            p.kill()
+    pool.shutdown(wait=False, cancel_futures=True)

@@ -160,9 +160,14 @@ def map_in_workers(
 
 
 def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None] | None = None) -> R:
-    """``fn(task)`` in a fresh Python process (multiprocessing's ``spawn``: a new interpreter that
-    imports what ``fn`` needs, none of this process's heap, open files or store lock), set up by
-    :func:`worker_init` as a parser worker is; its result comes back pickled.
+    """``fn(task)`` in a fresh Python process (a new interpreter, ``sys.executable`` with this
+    process's ``sys.path``, that imports what ``fn`` needs: none of this process's heap, open files
+    or store lock), set up by :func:`worker_init` as a parser worker is; its result (or what it
+    raised) comes back pickled through a pipe.
+
+    Not multiprocessing's ``spawn``: that runs the caller's main script again in the child (a
+    script calling ``traceprof.open(...).report(...)`` without a ``__main__`` guard would fail
+    there) and leaves a resource-tracker process and its warnings behind on Ctrl-C.
 
     The report's heavy analyses run so on a large run (``traceprof.engine.findings``): memory this
     process has freed but its allocators keep (hundreds of MiB after the light analyses) is not
@@ -176,37 +181,78 @@ def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None
 
     Raises:
         What ``fn`` raises (pickled back); on Ctrl-C or what ``poll`` raises the process is killed
-        at once (not waited for) and that propagates.
-        concurrent.futures.process.BrokenProcessPool: The process died (e.g. killed for memory).
+        at once and that propagates.
+        ChildProcessError: The process ended without a result (e.g. killed for want of memory).
     """
-    from concurrent.futures import wait
+    import pickle
+    import subprocess
+    import sys
 
-    pool = _pool(1, "spawn")
+    payload = pickle.dumps((sys.path, pickle.dumps((fn, task))))
+    with _sigint_blocked():  # the process starts with Ctrl-C blocked until worker_init ignores it
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"from traceprof.core.procs import _fresh_main; _fresh_main({os.getpid()})",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
     try:
-        with _sigint_blocked():  # the process starts with Ctrl-C blocked until worker_init ignores it
-            future = pool.submit(fn, task)
-        while not wait([future], timeout=0.1).done:
-            if poll is not None:
-                poll()
-        out = future.result()
+        out: bytes | None = None
+        data: bytes | None = payload
+        while out is None:
+            try:
+                out, _ = proc.communicate(data, timeout=0.1)
+            except subprocess.TimeoutExpired:
+                data = None  # sent already: communicate keeps what it has read
+                if poll is not None:
+                    poll()
     except BaseException:
-        _kill(pool)
+        proc.kill()
+        proc.communicate()
         raise
-    pool.shutdown()
-    return out
+    if proc.returncode != 0 or not out:
+        raise ChildProcessError(f"the process ended with status {proc.returncode} and no result")
+    ok, value = pickle.loads(out)
+    if not ok:
+        raise value
+    return value
 
 
-def _pool(workers: int, start: str | None = None) -> Any:
-    """A process pool of ``workers`` set up by :func:`worker_init`; ``start``: multiprocessing's
-    start method (None: the platform's default, a fork on Linux)."""
+def _fresh_main(parent_pid: int) -> None:
+    """The fresh process of :func:`call_in_fresh_process`: the task from stdin, its pickled
+    ``(True, result)`` or ``(False, exception)`` to stdout (nothing else is written there: the
+    process's own stdout goes to stderr)."""
+    import pickle
+    import sys
+
+    worker_init(parent_pid)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever else prints, at C level too, goes to stderr
+    sys.stdout = sys.stderr
+    path, payload = pickle.loads(sys.stdin.buffer.read())
+    sys.path[:] = path
+    try:
+        fn, task = pickle.loads(payload)
+        result = (True, fn(task))
+    except Exception as e:  # noqa: BLE001 - raised again in the caller
+        result = (False, e)
+    try:
+        data = pickle.dumps(result)
+    except Exception as e:  # noqa: BLE001 - a result or error that cannot travel: say what it was
+        data = pickle.dumps((False, RuntimeError(f"{type(result[1]).__name__} cannot be pickled: {e}")))
+    out.write(data)
+    out.close()
+
+
+def _pool(workers: int) -> Any:
+    """A process pool of ``workers`` forked processes set up by :func:`worker_init`."""
     # imported here: multiprocessing and concurrent.futures are 10-15 ms of every command's start-up
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    context = multiprocessing.get_context(start) if start else None
-    return ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=worker_init, initargs=(os.getpid(),)
-    )
+    return ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
 
 
 def _kill(pool: Any) -> None:

@@ -534,8 +534,6 @@ class _Phases:
         """Compute the heavy group ``phase`` in a fresh process (:func:`_fresh_group`) and keep its
         results (and errors) in the session, where its analyses then find them; those kept already
         (in the session, or beside the store when caching) are not computed again."""
-        from concurrent.futures.process import BrokenProcessPool
-
         from traceprof.engine import resultcache
 
         s = self.session
@@ -556,7 +554,7 @@ class _Phases:
             task = (str(s.store.path), todo, s.threads, s.cache)
             try:
                 got = procs.call_in_fresh_process(_fresh_group, task, poll=cancel.checkpoint)
-            except BrokenProcessPool as e:  # killed (for want of memory?): each analysis says so
+            except ChildProcessError as e:  # killed (for want of memory?): each analysis says so
                 error = AnalysisError(f"the process that computed it ended before it finished ({e})")
                 got = [(name, p, error) for name, p in todo]
             for (name, p), (_, _, result) in zip(todo, got, strict=True):

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from traceprof.core import locking
 
@@ -144,7 +144,10 @@ def map_in_workers(
             if done:
                 done(len(out))
         return out
-    pool = _pool(workers)
+    # imported here: multiprocessing and concurrent.futures are 10-15 ms of every command's start-up
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
     try:
         with _sigint_blocked():  # Executor.map submits every task, which forks the workers
             results = pool.map(fn, tasks)
@@ -153,7 +156,10 @@ def map_in_workers(
             if done:
                 done(len(out))
     except BaseException:
-        _kill(pool)
+        for p in list(getattr(pool, "_processes", {}).values()):  # no public way to stop a worker
+            with contextlib.suppress(Exception):
+                p.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     return out
@@ -245,19 +251,3 @@ def _fresh_main(parent_pid: int) -> None:
         data = pickle.dumps((False, RuntimeError(f"{type(result[1]).__name__} cannot be pickled: {e}")))
     out.write(data)
     out.close()
-
-
-def _pool(workers: int) -> Any:
-    """A process pool of ``workers`` forked processes set up by :func:`worker_init`."""
-    # imported here: multiprocessing and concurrent.futures are 10-15 ms of every command's start-up
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
-
-
-def _kill(pool: Any) -> None:
-    """Kill ``pool``'s processes at once (no public way to stop a worker) and shut it down."""
-    for p in list(getattr(pool, "_processes", {}).values()):
-        with contextlib.suppress(Exception):
-            p.kill()
-    pool.shutdown(wait=False, cancel_futures=True)

@@ -333,7 +333,8 @@ def _run_all(
     (:func:`_next`). On a run of ``TRACEPROF_FRESH_EVENTS`` events or more (2,000,000 unless set)
     each group of heavy ones runs in a fresh process instead (:func:`_fresh`,
     :meth:`_Phases._in_fresh_process`): the memory this one has freed but its allocators keep is
-    not under their peak (8 ranks x 1 M events: the largest process 972-1,330 -> 907-976 MiB, for 3-7 s more CPU)."""
+    not under their peak (8 ranks x 1 M events: 972-1,338 MiB in one process; the fresh ones
+    827-955 MiB, the parent's light phase 907-1,039 MiB)."""
     threads = min(threads, len(todo))
     phases = _phases(todo, _heavy(todo))
     pending = _order(todo, phases)

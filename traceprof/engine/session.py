@@ -92,9 +92,9 @@ def threads_from_env() -> int:
 
 #: The fewest events (``traces.events_kept``) of a run whose heavy analyses (the what-if replay,
 #: the step account) the report and the summary run in a fresh process (``TRACEPROF_FRESH_EVENTS``
-#: sets it; ``traceprof.engine.findings``). On 8 ranks x 1 M events (7,984,000) that process keeps
-#: the report's peak under 1 GiB: in this one the light analyses' freed memory (about 500 MiB the
-#: allocators keep) lay under the heavy ones' own. The process costs about 1 s of CPU per group of
+#: sets it; ``traceprof.engine.findings``). On 8 ranks x 1 M events (7,984,000) that process peaks
+#: at 827-955 MiB, where in this one the light analyses' freed memory (about 500 MiB the allocators
+#: keep) lay under the heavy ones' own (972-1,338 MiB). The process costs about 1 s of CPU per group of
 #: heavy ones (its imports), which a smaller run, with little memory to free, would pay alone.
 FRESH_EVENTS = 2_000_000
 

@@ -1445,6 +1445,7 @@ def collect(
 _ENV_SWITCHES = {
     "TRACEPROF_NO_CACHE": "--no-cache on every command",
     "TRACEPROF_THREADS": "threads of report and summary",
+    "TRACEPROF_FRESH_EVENTS": "fewest events of a run whose heavy analyses run in a fresh process",
 }
 
 

@@ -22,7 +22,14 @@ from typing import TypeVar
 
 from traceprof.core import locking
 
-__all__ = ["worker_init", "counted_sigint", "deferred_sigint", "ignored_sigint", "map_in_workers"]
+__all__ = [
+    "worker_init",
+    "counted_sigint",
+    "deferred_sigint",
+    "ignored_sigint",
+    "map_in_workers",
+    "call_in_fresh_process",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -198,3 +205,91 @@ def map_in_workers(
         raise
     pool.shutdown()
     return out
+
+
+def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None] | None = None) -> R:
+    """``fn(task)`` in a fresh Python process (a new interpreter, ``sys.executable`` with this
+    process's ``sys.path``, that imports what ``fn`` needs: none of this process's heap, open files
+    or store lock), set up by :func:`worker_init` as a parser worker is; its result (or what it
+    raised) comes back pickled through a pipe.
+
+    Not multiprocessing's ``spawn``: that runs the caller's main script again in the child (a
+    script calling ``traceprof.open(...).report(...)`` without a ``__main__`` guard would fail
+    there) and leaves a resource-tracker process and its warnings behind on Ctrl-C.
+
+    The report's heavy analyses run so on a large run (``traceprof.engine.findings``): memory this
+    process has freed but its allocators keep (hundreds of MiB after the light analyses) is not
+    under their peak.
+
+    Args:
+        fn: A picklable (module-level) function of one task.
+        task: Its picklable argument.
+        poll: Called about every 0.1 s while ``fn`` runs (e.g. ``traceprof.core.cancel.checkpoint``);
+            what it raises stops the process as Ctrl-C does.
+
+    Raises:
+        What ``fn`` raises (pickled back); on Ctrl-C or what ``poll`` raises the process is killed
+        at once and that propagates.
+        ChildProcessError: The process ended without a result (e.g. killed for want of memory).
+    """
+    import pickle
+    import subprocess
+    import sys
+
+    payload = pickle.dumps((sys.path, pickle.dumps((fn, task))))
+    with _sigint_blocked():  # the process starts with Ctrl-C blocked until worker_init ignores it
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"from traceprof.core.procs import _fresh_main; _fresh_main({os.getpid()})",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+    try:
+        out: bytes | None = None
+        data: bytes | None = payload
+        while out is None:
+            try:
+                out, _ = proc.communicate(data, timeout=0.1)
+            except subprocess.TimeoutExpired:
+                data = None  # sent already: communicate keeps what it has read
+                if poll is not None:
+                    poll()
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    if proc.returncode != 0 or not out:
+        raise ChildProcessError(f"the process ended with status {proc.returncode} and no result")
+    ok, value = pickle.loads(out)
+    if not ok:
+        raise value
+    return value
+
+
+def _fresh_main(parent_pid: int) -> None:
+    """The fresh process of :func:`call_in_fresh_process`: the task from stdin, its pickled
+    ``(True, result)`` or ``(False, exception)`` to stdout (nothing else is written there: the
+    process's own stdout goes to stderr)."""
+    import pickle
+    import sys
+
+    worker_init(parent_pid)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever else prints, at C level too, goes to stderr
+    sys.stdout = sys.stderr
+    path, payload = pickle.loads(sys.stdin.buffer.read())
+    sys.path[:] = path
+    try:
+        fn, task = pickle.loads(payload)
+        result = (True, fn(task))
+    except Exception as e:  # noqa: BLE001 - raised again in the caller
+        result = (False, e)
+    try:
+        data = pickle.dumps(result)
+    except Exception as e:  # noqa: BLE001 - a result or error that cannot travel: say what it was
+        data = pickle.dumps((False, RuntimeError(f"{type(result[1]).__name__} cannot be pickled: {e}")))
+    out.write(data)
+    out.close()

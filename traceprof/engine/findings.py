@@ -33,13 +33,15 @@ import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import polars as pl
 
-from traceprof.core import cancel
-from traceprof.core.errors import TraceprofError, UsageError
+from traceprof.core import cancel, procs
+from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
+from traceprof.core.trim import trim
 from traceprof.core.values import parse_bool
 from traceprof.engine import analysis as registry
 from traceprof.engine import session
@@ -332,12 +334,16 @@ def _run_all(
     False: ``launch``, the ``*_sum`` tables) run last, two at a time again, once everything shared
     is let go of: beside the frame (about 410 MiB on 8 x 1M) ``launch``'s own 220 MiB made the
     report's peak. A free thread takes the next of ``todo`` in that order once it may run now
-    (:func:`_next`)."""
+    (:func:`_next`). On a run of ``TRACEPROF_FRESH_EVENTS`` events or more (2,000,000 unless set)
+    each group of heavy ones runs in a fresh process instead (:func:`_fresh`,
+    :meth:`_Phases._in_fresh_process`): the memory this one has freed but its allocators keep is
+    not under their peak (8 ranks x 1 M events: 972-1,338 MiB in one process; the fresh ones
+    827-955 MiB, the parent's light phase 907-1,039 MiB)."""
     threads = min(threads, len(todo))
     phases = _phases(todo, _heavy(todo))
     pending = _order(todo, phases)
     results: dict[str, FrameResult | TraceprofError] = {}
-    with _Phases(store, phases) as on:
+    with _Phases(store, phases, todo) as on:
         if threads < 2 or not store.read_only:
             for name, an, p in pending:
                 on.start(name)
@@ -372,7 +378,12 @@ def _run_threads(
                     cancel.checkpoint()
                 pending.remove(t)
                 running.add(t[0])
-                on.start(t[0])  # the first of a phase starts alone: nothing else runs meanwhile
+                try:
+                    on.start(t[0])  # the first of a phase starts alone: nothing else runs meanwhile
+                except BaseException:
+                    running.discard(t[0])  # the others go on (Ctrl-C stops them at a checkpoint)
+                    ready.notify_all()
+                    raise
             view = free.get()
             try:
                 results[t[0]] = _one(t[1], view, t[2])
@@ -473,14 +484,27 @@ class _Phases:
     lets go of every shared helper's value (the replay's compute items, 236 MiB; the frame, had
     nothing taken it) and of DuckDB's cached blocks. Results stay. Without a session that keeps
     results, or with only frame readers, nothing changes.
+
+    On a large run (:func:`_fresh`) each group of heavy ones is computed in a fresh process as it
+    starts (:meth:`_in_fresh_process`), the session having let go of everything shared first (the
+    frame too: the process reads its own columns); the results come back into the session's memo,
+    where the analyses then find them.
     """
 
-    def __init__(self, store: Store, phases: dict[str, tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        phases: dict[str, tuple[int, int]],
+        todo: list[tuple[str, registry.Analysis, Any]] | None = None,
+    ) -> None:
         s = getattr(registry.memo_store(store), "session", None)
         self.session = s if s is not None and s.memo is not None else None
         self.phases = phases
         self.phase = (0, 0)
         self._stack = contextlib.ExitStack()
+        self.todo = todo or []
+        #: Whether each group of heavy ones runs in a fresh process (:func:`_fresh`).
+        self.fresh = self.session is not None and _fresh(self.session, self.todo, phases)
 
     def __enter__(self) -> _Phases:
         return self
@@ -499,12 +523,92 @@ class _Phases:
             return
         if phase[0] == 1 and self.phase[0] == 0:  # the first heavy one: it takes its columns from the frame
             self._stack.enter_context(self.session.one_at_a_time())
-            self.session.empty_buffer_pool()
+            if self.fresh:  # ... here; in a fresh process it reads its own
+                self.session.let_go()
+            else:
+                self.session.empty_buffer_pool()
         else:
             if phase[0] == 2:  # the light ones again: many on
                 self._stack.close()
             self.session.let_go()
         self.phase = phase
+        if phase[0] == 1 and self.fresh:
+            self._in_fresh_process(phase)
+
+    def _in_fresh_process(self, phase: tuple[int, int]) -> None:
+        """Compute the heavy group ``phase`` in a fresh process (:func:`_fresh_group`) and keep its
+        results (and errors) in the session, where its analyses then find them; those kept already
+        (in the session, or beside the store when caching) are not computed again."""
+        from traceprof.engine import resultcache
+
+        s = self.session
+        assert s is not None
+        todo = []
+        for name, _, p in self.todo:
+            if self.phases[name] != phase:
+                continue
+            if s.holds(name, p):
+                continue
+            kept = resultcache.lookup(s.store, name, p) if s.cache else None
+            if kept is not None:
+                s.put(name, p, kept)
+            else:
+                todo.append((name, p))
+        if todo:
+            trim()  # this process waits meanwhile: glibc's free heap back to the system
+            task = (str(s.store.path), todo, s.threads, s.cache)
+            try:
+                got = procs.call_in_fresh_process(_fresh_group, task, poll=cancel.checkpoint)
+            except ChildProcessError as e:  # killed (for want of memory?): each analysis says so
+                error = AnalysisError(f"the process that computed it ended before it finished ({e})")
+                got = [(name, p, error) for name, p in todo]
+            for (name, p), (_, _, result) in zip(todo, got, strict=True):
+                s.put(name, p, result)
+
+
+def _fresh(
+    s: session.Session, todo: list[tuple[str, registry.Analysis, Any]], phases: dict[str, tuple[int, int]]
+) -> bool:
+    """Whether the report's heavy analyses run in a fresh process, a group at a time: there are
+    some, the session runs them here (no Dask runner), its store is a file opened read-only (the
+    process opens it beside this one) and the run has at least ``TRACEPROF_FRESH_EVENTS`` events
+    (:func:`traceprof.engine.session.fresh_events_from_env`: 2,000,000 unless set).
+
+    Raises:
+        UsageError: A bad ``TRACEPROF_FRESH_EVENTS``.
+    """
+    heavy = [p for name, _, p in todo if phases[name][0] == 1]
+    if not heavy or s.runner is not None or not s.store.read_only or not Path(s.store.path).is_file():
+        return False
+    run = getattr(heavy[0], "run", None)
+    try:
+        run_id = s.store.resolve_run(None if run is None else str(run))
+    except TraceprofError:
+        return False
+    least = session.fresh_events_from_env()
+    n = s.store.sql("SELECT coalesce(sum(events_kept), 0) AS n FROM traces WHERE run_id = ?", [run_id])
+    return int(n["n"][0]) >= least
+
+
+def _fresh_group(
+    task: tuple[str, list[tuple[str, Any]], int, bool],
+) -> list[tuple[str, Any, FrameResult | TraceprofError]]:
+    """In a fresh process (:meth:`_Phases._in_fresh_process`): the analyses ``(name, params)`` of one
+    heavy group on the store ``db``, opened read-only in a session of their own (``threads``,
+    ``cache``), run as ``traceprof analyze`` runs them, those another requires last (``stragglers``
+    runs ``whatif`` as ``analyze stragglers`` does: its windows split before the replay, whose result
+    ``whatif`` then finds kept); each result or the error it gave.
+
+    Raises:
+        UsageError: As the analyses raise it here.
+    """
+    db, names, threads, cache = task
+    with session.open_session(db, read_only=True, cache=cache, threads=threads) as s, s.one_at_a_time():
+        required = {r for name, _ in names for r in registry.get(name).requires}
+        results = {}
+        for name, p in sorted(names, key=lambda t: t[0] in required):
+            results[name] = _one(registry.get(name), s.store, p)
+        return [(name, p, results[name]) for name, p in names]
 
 
 def _next(

@@ -46,7 +46,16 @@ if TYPE_CHECKING:
     from traceprof.engine.findings import Findings
     from traceprof.storage.store import Store
 
-__all__ = ["Session", "open_session", "Runner", "THREADS", "threads_from_env", "cache_from_env"]
+__all__ = [
+    "Session",
+    "open_session",
+    "Runner",
+    "THREADS",
+    "FRESH_EVENTS",
+    "threads_from_env",
+    "fresh_events_from_env",
+    "cache_from_env",
+]
 
 #: Runs a registered analysis in place of calling it here: ``runner(name, store, params, fn)``
 #: returns what ``fn(store, params)`` would (``traceprof.engine.rankwise`` runs per-rank analyses on a
@@ -79,6 +88,34 @@ def threads_from_env() -> int:
             raise UsageError(f"TRACEPROF_THREADS={raw!r}: expected a whole number of threads, 1 or more")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(want, cpus))
+
+
+#: The fewest events (``traces.events_kept``) of a run whose heavy analyses (the what-if replay,
+#: the step account) the report and the summary run in a fresh process (``TRACEPROF_FRESH_EVENTS``
+#: sets it; ``traceprof.engine.findings``). On 8 ranks x 1 M events (7,984,000) that process peaks
+#: at 827-955 MiB, where in this one the light analyses' freed memory (about 500 MiB the allocators
+#: keep) lay under the heavy ones' own (972-1,338 MiB). The process costs about 1 s of CPU per group of
+#: heavy ones (its imports), which a smaller run, with little memory to free, would pay alone.
+FRESH_EVENTS = 2_000_000
+
+
+def fresh_events_from_env() -> int:
+    """``TRACEPROF_FRESH_EVENTS`` or :data:`FRESH_EVENTS` (0: every run's heavy analyses in a fresh
+    process).
+
+    Raises:
+        UsageError: ``TRACEPROF_FRESH_EVENTS`` is not a whole number of 0 or more.
+    """
+    raw = os.environ.get("TRACEPROF_FRESH_EVENTS", "").strip()
+    if not raw:
+        return FRESH_EVENTS
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise UsageError(f"TRACEPROF_FRESH_EVENTS={raw!r}: expected a whole number of events, 0 or more")
+    return n
 
 
 def cache_from_env(enabled: bool = True) -> bool:
@@ -242,6 +279,24 @@ class Session:
         if isinstance(slot.value, TraceprofError) and keep_errors:
             raise slot.value
         return slot.value
+
+    def holds(self, name: str, params: Any) -> bool:
+        """Whether the memo holds analysis ``name``'s result (or error) with ``params``."""
+        slot = None if self.memo is None else self.memo.get((_RESULT, name, params))
+        return slot is not None and slot.done
+
+    def put(self, name: str, params: Any, result: FrameResult | TraceprofError) -> None:
+        """Keep ``result`` (or the error it raised), computed elsewhere (the report's heavy analyses
+        in a fresh process: ``traceprof.engine.findings``), as analysis ``name``'s with ``params``:
+        a later call returns it (raises it) as if computed here. A value already kept stays."""
+        assert self.memo is not None
+        with self._lock:
+            slot = self.memo.get((_RESULT, name, params))
+            if slot is None:
+                slot = self.memo[(_RESULT, name, params)] = _Slot()
+        with slot.lock:
+            if not slot.done:
+                slot.value, slot.done = result, True
 
     def release(self, key: Any) -> None:
         """Let go of the memo's value for ``key`` (a large intermediate whose last reader in this

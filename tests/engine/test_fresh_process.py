@@ -1,0 +1,227 @@
+"""The report's heavy analyses in a fresh process on a large run (``TRACEPROF_FRESH_EVENTS``): they
+run there, a group at a time, with the results and errors they give here; below the threshold,
+on a writable store or under a Dask runner they run here as before."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tests.conftest import corpus
+from tests.engine import test_report_threads
+from traceprof.core import procs
+from traceprof.core.errors import AnalysisError, StoreError, UsageError
+from traceprof.engine import findings, session
+from traceprof.engine.analysis import FrameResult
+from traceprof.engine.session import Session
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+HEAVY = {"whatif", "stragglers", "critical_path", "mfu"}
+db = test_report_threads.db  # the fixture: straggler_rank2 ingested once per module
+_frames = test_report_threads._frames
+PARAMS = {"mfu": {"model_flops_per_step": "1e12"}}
+
+
+def _equal(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        x, y = _frames(a[name]), _frames(b[name])
+        assert type(a[name]) is type(b[name]) and x.keys() == y.keys(), name
+        for k in x:
+            if isinstance(x[k], pl.DataFrame):
+                assert x[k].equals(y[k]), (name, k)
+            else:
+                assert x[k] == y[k], (name, k)
+
+
+def _pid_and_group(task: Any) -> tuple[int, Any]:
+    """In the fresh process: its pid beside what :func:`findings._fresh_group` returns."""
+    return os.getpid(), findings._fresh_group(task)
+
+
+def _report(
+    db: Path, threads: int, monkeypatch: pytest.MonkeyPatch, least: str | None
+) -> tuple[dict[str, Any], list[tuple[int, list[str]]], list[str]]:
+    """The report's analyses (``TRACEPROF_FRESH_EVENTS=least``, None: unset), the fresh processes
+    (pid, the analyses sent there) and the analyses computed in this process."""
+    if least is None:
+        monkeypatch.delenv("TRACEPROF_FRESH_EVENTS", raising=False)
+    else:
+        monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", least)
+    sent: list[tuple[int, list[str]]] = []
+    real_call = procs.call_in_fresh_process
+
+    def calling(fn, task, poll=None):
+        assert fn is findings._fresh_group
+        pid, got = real_call(_pid_and_group, task, poll)
+        sent.append((pid, [name for name, _ in task[1]]))
+        return got
+
+    here: list[str] = []
+    real = Session._compute
+
+    def computing(self, name, fn, store, p):
+        here.append(name)
+        return real(self, name, fn, store, p)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(procs, "call_in_fresh_process", calling)
+        mp.setattr(Session, "_compute", computing)
+        with Store(db, read_only=True) as s, Session(s, threads=threads):
+            out = findings.run_analyses(s, s.resolve_run(None), PARAMS)
+    return out, sent, here
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_heavy_analyses_run_in_fresh_processes_with_the_results_of_a_run_here(
+    db: Path, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here_out, sent, here = _report(db, threads, monkeypatch, None)  # 11,792 events: below 2,000,000
+    assert sent == [] and HEAVY <= set(here)
+    fresh_out, sent, here = _report(db, threads, monkeypatch, "0")
+    # one fresh process per group joined by `requires`, in report order; none of them computed here
+    assert [sorted(names) for _, names in sent] == [["stragglers", "whatif"], ["critical_path", "mfu"]]
+    assert all(pid != os.getpid() for pid, _ in sent) and sent[0][0] != sent[1][0]
+    assert not HEAVY & set(here) and set(here) == set(fresh_out) - HEAVY
+    assert "error" not in _frames(fresh_out["stragglers"]) and "error" not in _frames(fresh_out["mfu"])
+    _equal(fresh_out, here_out)
+
+
+def test_the_threshold_counts_the_runs_events(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store(db, read_only=True) as s:
+        n = s.sql("SELECT sum(events_kept) AS n FROM traces WHERE run_id = ?", [s.resolve_run(None)])["n"][0]
+    assert n == 11_792  # the README's `traceprof runs` of the samples
+    assert _report(db, 1, monkeypatch, str(n))[1]  # at least the threshold: a fresh process
+    assert not _report(db, 1, monkeypatch, str(n + 1))[1]
+    monkeypatch.delenv("TRACEPROF_FRESH_EVENTS")
+    assert session.fresh_events_from_env() == session.FRESH_EVENTS == 2_000_000
+    for bad in ("-1", "many", "1.5"):
+        monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", bad)
+        with pytest.raises(
+            UsageError, match=rf"^TRACEPROF_FRESH_EVENTS='{re.escape(bad)}': expected a whole"
+        ):
+            session.fresh_events_from_env()
+
+
+def test_a_writable_store_keeps_the_heavy_analyses_here(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", "0")
+    called: list[object] = []
+    monkeypatch.setattr(procs, "call_in_fresh_process", lambda *a, **k: called.append(a))
+    with Store(db, read_only=False) as s, Session(s, threads=2):
+        out = findings.run_analyses(s, s.resolve_run(None), names=("whatif", "stragglers"))
+    assert called == [] and all(isinstance(r, FrameResult) for r in out.values())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_analysis_that_does_not_apply_gives_the_same_error_from_the_fresh_process(
+    tmp_path: Path, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank of 300 traced: whatif and stragglers each give their one-line AnalysisError, the
+    same type and text as here."""
+    path = tmp_path / "cpu.duckdb"
+    with Store(path) as s:
+        ingest(s, [corpus("hta/cpu_only")], jobs=1)
+    here_out, sent, _ = _report(path, threads, monkeypatch, None)
+    fresh_out, sent, _ = _report(path, threads, monkeypatch, "0")
+    assert len(sent) == 2
+    for name in ("whatif", "stragglers"):
+        assert isinstance(fresh_out[name], AnalysisError) and "\n" not in str(fresh_out[name]), name
+    assert "no collective matched across two or more ranks" in str(fresh_out["whatif"])
+    _equal(fresh_out, here_out)
+
+
+def _raises_store_error(task: Any) -> Any:
+    raise StoreError(f"{task[0]}: gone while the report ran")
+
+
+def _dies(task: Any) -> Any:
+    os._exit(3)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("task", [_raises_store_error, _dies])
+def test_an_error_raised_in_the_fresh_process_is_raised_here_and_one_that_kills_it_is_each_analysis_error(
+    db: Path, threads: int, task: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TraceprofError the process raises is raised here as it is (the CLI's one line); a process
+    that dies (killed for memory) leaves each analysis of its group an AnalysisError saying so, and
+    the report goes on (threads: nothing waits forever for the group)."""
+    monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", "0")
+    monkeypatch.setattr(findings, "_fresh_group", task)
+    with Store(db, read_only=True) as s, Session(s, threads=threads):
+        if task is _raises_store_error:
+            with pytest.raises(StoreError, match=r"s\.duckdb: gone while the report ran$"):
+                findings.run_analyses(s, s.resolve_run(None), PARAMS)
+            return
+        out = findings.run_analyses(s, s.resolve_run(None), PARAMS)
+    for name in HEAVY:
+        assert isinstance(out[name], AnalysisError), name
+        assert str(out[name]).startswith("the process that computed it ended before it finished"), name
+    assert isinstance(out["temporal"], FrameResult)  # the light ones as before
+
+
+def test_a_fresh_process_is_killed_when_the_poll_raises() -> None:
+    """Ctrl-C (the report's cancel checkpoint) stops the wait at once and kills the process."""
+    start = time.monotonic()
+
+    def poll() -> None:
+        if time.monotonic() - start > 0.5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        procs.call_in_fresh_process(time.sleep, 60, poll=poll)
+    assert time.monotonic() - start < 30
+    assert _children() == []  # killed and reaped
+    assert procs.call_in_fresh_process(abs, -3) == 3  # and the next one runs
+
+
+def _children() -> list[int]:
+    pid = os.getpid()
+    return [
+        int(c)
+        for t in os.listdir(f"/proc/{pid}/task")
+        for c in open(f"/proc/{pid}/task/{t}/children").read().split()
+    ]
+
+
+def test_what_the_fresh_process_raises_or_a_death_comes_back_here() -> None:
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        procs.call_in_fresh_process(int, "x")
+    with pytest.raises(ChildProcessError, match="ended with status 3 and no result"):
+        procs.call_in_fresh_process(_dies, None)
+
+
+def test_a_script_without_a_main_guard_runs_the_heavy_analyses_in_a_fresh_process(
+    db: Path, tmp_path: Path
+) -> None:
+    """The fresh process does not run the caller's script again (multiprocessing's spawn would, and
+    fail on a script without ``if __name__ == "__main__"``): the script's report has every heavy
+    result, computed elsewhere."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os\n"
+        "from traceprof.engine import findings\n"
+        "from traceprof.engine.session import Session\n"
+        "from traceprof.storage.store import Store\n"
+        "here = []\n"
+        "real = Session._compute\n"
+        "Session._compute = lambda self, n, fn, st, p: (here.append(n), real(self, n, fn, st, p))[1]\n"
+        f"with Store({str(db)!r}, read_only=True) as s, Session(s) as x:\n"
+        "    out = findings.run_analyses(s, s.resolve_run(None), {'mfu': {'model_flops_per_step': '1e12'}})\n"
+        "print(sorted(n for n in ('whatif', 'stragglers', 'critical_path', 'mfu') if type(out[n]).__name__ == 'Result'))\n"
+        "print(sorted(set(here) & {'whatif', 'stragglers', 'critical_path', 'mfu'}))\n"
+    )
+    env = dict(os.environ, TRACEPROF_FRESH_EVENTS="0")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['critical_path', 'mfu', 'stragglers', 'whatif']", "[]"]

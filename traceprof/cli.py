@@ -520,7 +520,7 @@ def ingest(
 ) -> None:
     """Parse trace files into the store (one transaction per run; same file twice is a no-op)."""
     try:  # a Ctrl-C while the libraries load: the store is not touched yet
-        from traceprof.core.procs import ignored_sigint
+        from traceprof.core.procs import counted_sigint, ignored_sigint
         from traceprof.ingest.ingest import check_input
         from traceprof.ingest.ingest import ingest as do_ingest
         from traceprof.storage.layout import choose
@@ -544,58 +544,63 @@ def ingest(
         store = Store(db, layout=choose(db, paths, layout), background=True)
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db)) from None
-    try:
-        with _progress() as bar:
-            show = None
-            if bar is not None:
-                task = bar.add_task("", total=None)
+    with counted_sigint() as arrived:  # every Ctrl-C is noted: one Python drops still stops the ingest
+        try:
+            with _progress() as bar:
+                show = None
+                if bar is not None:
+                    task = bar.add_task("", total=None)
 
-                def show(done: int, total: int, p: str) -> None:
-                    bar.update(task, completed=done, total=total, description=term.escape(Path(p).name))
+                    def show(done: int, total: int, p: str) -> None:
+                        bar.update(task, completed=done, total=total, description=term.escape(Path(p).name))
 
-                def reading(p: Path, done: int, total: int) -> None:  # a file parsed in this process
-                    bar.update(
-                        task,
-                        description=f"{term.escape(p.name)}: {done / 2**20:,.0f} of "
-                        f"{total / 2**20:,.0f} MiB read",
+                    def reading(p: Path, done: int, total: int) -> None:  # a file parsed in this process
+                        bar.update(
+                            task,
+                            description=f"{term.escape(p.name)}: {done / 2**20:,.0f} of "
+                            f"{total / 2**20:,.0f} MiB read",
+                        )
+
+                    fileio.on_read(reading)
+
+                try:
+                    res = do_ingest(
+                        store,
+                        paths,
+                        run=run,
+                        on_bad_event="skip" if skip_bad_events else "raise",
+                        jobs=jobs,
+                        align=align,
+                        progress=show,
+                        partial=partial,
+                        force_run=force_run,
+                        max_inflate_ratio=max_inflate,
+                        comm_kernels=comm_kernel or (),
+                        executor=executor,
+                        scheduler=scheduler,
                     )
-
-                fileio.on_read(reading)
-
-            try:
-                res = do_ingest(
-                    store,
-                    paths,
-                    run=run,
-                    on_bad_event="skip" if skip_bad_events else "raise",
-                    jobs=jobs,
-                    align=align,
-                    progress=show,
-                    partial=partial,
-                    force_run=force_run,
-                    max_inflate_ratio=max_inflate,
-                    comm_kernels=comm_kernel or (),
-                    executor=executor,
-                    scheduler=scheduler,
-                )
-            finally:
-                fileio.on_read(None)
-        # Every run is committed: a Ctrl-C from here on changes nothing, and the report is printed whole
-        # (one that came before is raised on entry, and reported below as an interrupt after the commits).
-        with ignored_sigint():
-            if res.runs:
-                store.close()
-            else:  # nothing stored (e.g. --partial, every file failed): a store this ingest created goes
-                store.discard_if_new()
-            _report_ingest(res, run, db)
-    except BaseException as e:
-        # Ctrl-C, or DuckDB's report of it (a RuntimeError or a duckdb.Error, see Store.interrupted):
-        # store.commits says exactly what was stored, whichever statement it stopped.
-        if isinstance(e, KeyboardInterrupt) or interrupted(e):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-            raise Interrupted(_interrupted(store, db)) from None
-        store.discard_if_new()  # a failed first ingest leaves no empty store behind
-        raise
+                finally:
+                    fileio.on_read(None)
+            if (
+                arrived()
+            ):  # a Ctrl-C whose KeyboardInterrupt Python dropped (raised inside a callback it ignores)
+                raise KeyboardInterrupt
+            # Every run is committed: a Ctrl-C from here on changes nothing, and the report is printed whole
+            # (one that came before is raised on entry, and reported below as an interrupt after the commits).
+            with ignored_sigint():
+                if res.runs:
+                    store.close()
+                else:  # nothing stored (e.g. --partial, every file failed): a store this ingest created goes
+                    store.discard_if_new()
+                _report_ingest(res, run, db)
+        except BaseException as e:
+            # Ctrl-C, or DuckDB's report of it (a RuntimeError or a duckdb.Error, see Store.interrupted):
+            # store.commits says exactly what was stored, whichever statement it stopped.
+            if isinstance(e, KeyboardInterrupt) or interrupted(e) or arrived():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+                raise Interrupted(_interrupted(store, db)) from None
+            store.discard_if_new()  # a failed first ingest leaves no empty store behind
+            raise
     if res.failed:
         raise typer.Exit(1)
     global _finished

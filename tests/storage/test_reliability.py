@@ -484,6 +484,64 @@ def test_an_error_after_a_lost_ctrl_c_is_the_interrupt_and_nothing_is_stored(tmp
     assert _state(db) == (("first", 2, 102),)
 
 
+class _Dropped:
+    """Ctrl-C inside ``__del__``: Python prints "Exception ignored" and drops its KeyboardInterrupt
+    (the trial saw it dropped in a WeakSet callback, and the ingest went on to store with exit 0)."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler runs here, at the latest; its KeyboardInterrupt goes nowhere
+
+
+class _DropInterrupt(_FailAt):
+    """Before ``at``: a Ctrl-C whose KeyboardInterrupt Python drops; the statement then runs."""
+
+    def execute(self, q, *a):
+        if isinstance(q, str) and q.lstrip().startswith(self.at):
+            _Dropped()
+        return self.real.execute(q, *a)
+
+
+def test_a_ctrl_c_python_dropped_still_stops_the_ingest(tmp_path, monkeypatch, capfd):
+    """The run the transaction had under way is committed (nothing told it to stop), then the
+    Ctrl-C is raised: the API raises KeyboardInterrupt with the run in commits, the CLI says what was
+    stored and exits 130, and no "Exception ignored" traceback reaches the terminal."""
+    from traceprof import cli
+    from traceprof.storage import store as store_mod
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as s:
+        ingest(s, [_job(tmp_path, name="first")], jobs=1)
+        s.con = _DropInterrupt(s.con, "UPDATE runs", KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            ingest(s, [_job(tmp_path, ranks=3, name="second")], jobs=1)
+        s.con = s.con.real
+        assert s.commits == [("first", 1), ("second", 2)]
+    assert _state(db) == (("first", 2, 102), ("second", 3, 153))
+
+    real_init = store_mod.Store.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        self.con = _DropInterrupt(self.con, "UPDATE runs", KeyboardInterrupt())
+
+    monkeypatch.setattr(store_mod.Store, "__init__", init)
+    monkeypatch.setattr(cli, "_exit", sys.exit)  # cli exits 130 with os._exit, which would end pytest
+    handler = signal.getsignal(signal.SIGINT)
+    capfd.readouterr()
+    try:
+        code, _, err = run("ingest", str(_job(tmp_path, ranks=4, name="third")), "--db", str(db))
+    finally:
+        signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
+    monkeypatch.undo()
+    assert (code, err) == (
+        130,
+        f"interrupted; stored run 'third' (id 3) in {db}; the rest of this ingest was not stored\n",
+    )
+    assert "Exception ignored" not in capfd.readouterr().err
+    assert _state(db) == (("first", 2, 102), ("second", 3, 153), ("third", 4, 204))
+
+
 def test_cli_ctrl_c_while_reporting_is_ignored(tmp_path, monkeypatch):
     """Once every run is committed the report is printed whole (exit 0): a Ctrl-C then changes nothing."""
     from traceprof import cli

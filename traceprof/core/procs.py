@@ -14,11 +14,12 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from traceprof.core import locking
 
@@ -83,7 +84,10 @@ def counted_sigint() -> Iterator[Callable[[], bool]]:
     its message). Where that report is lost (e.g. swallowed by a clean-up that ignores DuckDB's
     errors), the transaction is left aborted and the next statement fails with "Current transaction
     is aborted": the caller asks whether a Ctrl-C arrived to report that error as the interrupt it
-    is. Outside the main thread, or where Ctrl-C is ignored, the block runs as is.
+    is; or Python drops the KeyboardInterrupt (raised inside a weakref callback or ``__del__``, it is
+    printed as "Exception ignored" and lost), and the caller stops when it sees that one arrived. The
+    previous handler is restored at the end unless the block set another. Outside the main thread,
+    or where Ctrl-C is ignored, the block runs as is.
 
     Yields:
         A function that tells whether a Ctrl-C arrived inside the block so far.
@@ -100,11 +104,24 @@ def counted_sigint() -> Iterator[Callable[[], bool]]:
         got.append(signum)
         previous(signum, frame)
 
+    hook = sys.unraisablehook
+
+    def dropped(
+        unraisable: Any,
+    ) -> None:  # the KeyboardInterrupt noted above: no "Exception ignored" traceback
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            hook(unraisable)
+
     signal.signal(signal.SIGINT, note)
+    sys.unraisablehook = dropped
     try:
         yield lambda: bool(got)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
+        if (
+            signal.getsignal(signal.SIGINT) is note
+        ):  # not when the block set another (SIG_IGN for its clean-up)
+            signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

@@ -533,6 +533,8 @@ class Store:
                     if record is not None:
                         self.commits.append(record())
                     committed = True
+                if arrived():  # a Ctrl-C whose KeyboardInterrupt was dropped before the commit: stored
+                    raise KeyboardInterrupt
             except BaseException as e:
                 if committed:  # Ctrl-C held off during the commit
                     raise

@@ -28,6 +28,11 @@ Algorithm (README.md "CI gating"):
      ``inconclusive`` when a timing metric is (exit 4), else ``ok`` (exit 0); the one-line summary
      that says so is :mod:`traceprof.engine.difftext`'s.
 
+Ranks: when the runs' ranks with ProfilerSteps differ (a rank's trace missing, ``runs.world_size``
+less ``traces.rank``), everything is compared over the ranks every run has, with a first note naming
+what each run lacks; with no rank in common the structural metrics are ``inconclusive``
+(:func:`_on_common_ranks`). A missing trace is not less work per step.
+
 Only comparable runs are diffed: both on GPUs or both CPU-only (a run is a GPU run when it has
 kernels, memcpys or memsets), and the same world size when both runs record one. Per-rank step
 times of a different device or job size differ by design, not by regression (UsageError).
@@ -155,7 +160,8 @@ class DiffResult(FrameResult):
     rank's compute, and the one-line summary.
 
     ``frame`` columns: metric, layer (structural, timing), base (the baselines' value: timing, their
-    mean; structural, the nearest bound of their range), cand, delta (units of the metric: ns, %,
+    mean; structural, the nearest baseline run's value, null when the candidate lies inside the range
+    of baselines that differ), cand, delta (units of the metric: ns, %,
     TFLOP/s, FLOPs, calls, bytes per step), delta_pct (% of base), change_pct (% change in the bad
     direction, see module doc), threshold_pct, noise_pct (timing: the noise floor, % of the same
     scale as change_pct), p_value, base_runs, n_base, n_cand (samples), verdict (ok, inconclusive,

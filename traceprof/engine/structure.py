@@ -21,7 +21,7 @@ Algorithm:
      ops); ``collectives`` (calls); ``comm_bytes``.
   4. :func:`compare`: a total grew when the candidate's value is above every baseline run's;
      ``change_pct`` = 100 · (cand - largest baseline) / largest baseline (a decrease: against the
-     smallest; inside the baselines' range: 0). It is a regression when it grew by more than its
+     smallest; inside the baselines' range: 0, with no one baseline run as its base). It is a regression when it grew by more than its
      threshold. Keys are compared per rank, so a change on one rank is named with its rank.
 """
 

@@ -598,12 +598,105 @@ def test_differing_baselines_quote_the_nearest_run(sample_db, tmp_path):
         cli("diff", "normal,normal_repeat,clean", "extra_matmul", "--db", str(sample_db), "-f", "json")[1]
     )
     flops = next(m for m in doc["metrics"] if m["metric"] == "flops")
-    assert flops["reason"].endswith("(the baseline runs differ; compared with the nearest)")
+    # the reason names the run compared with and quotes its value: normal's 4 x 1.51 = 6.04 GFLOP
+    assert flops["reason"].endswith(
+        "(the baseline runs differ; compared with the nearest, normal: 6.04 GFLOP)"
+    )
     mm = [s for s in doc["structure"] if s["name"] == "aten::mm"]
     assert {(s["shape"], s["base_calls"], s["cand_calls"], s["delta_calls"]) for s in mm} == {
         ("(512,128)@(128,512)", 20, 28, 8),
         ("(512,512)@(512,128)", 32, 40, 8),
     }  # 4 ranks x normal's 5 and 8
+
+
+def test_candidate_inside_the_baselines_range_has_no_base(sample_db, tmp_path):
+    """FLOPs per step (job, 4 ranks): clean 4 x 0.855 = 3.42 GFLOP, normal 4 x 1.51 = 6.04,
+    extra_matmul 4 x 1.78 = 7.11. normal against clean,extra_matmul lies inside the range: no one
+    run is its base (before, base showed normal's own 6.04 GFLOP); outside it, the nearest run's value."""
+    db = tmp_path / "c.duckdb"
+    db.write_bytes(sample_db.read_bytes())
+    assert cli("ingest", str(SAMPLES / "clean"), "--db", str(db))[0] == 0
+    code, out, err = cli(
+        "diff", "clean,extra_matmul", "normal", "--db", str(db), "--table", "metrics", "-f", "csv"
+    )
+    flops = next(r for r in pl.read_csv(out.encode()).iter_rows(named=True) if r["metric"] == "flops")
+    assert (flops["base"], flops["cand"], flops["delta"], flops["change_pct"]) == (
+        None,
+        6_039_797_760,
+        None,
+        0,
+    )
+    assert flops["reason"] == "within the baselines' range 3.42-7.11 GFLOP" and flops["verdict"] == "ok"
+    doc = json.loads(cli("diff", "clean,extra_matmul", "normal", "--db", str(db), "-f", "json")[1])
+    flops = next(m for m in doc["metrics"] if m["metric"] == "flops")
+    assert flops["base"] is None and flops["reason"] == "within the baselines' range 3.42-7.11 GFLOP"
+    # extra_matmul against clean,normal: above both, compared with normal's 6.04 GFLOP: +17.8 %
+    doc = json.loads(cli("diff", "clean,normal", "extra_matmul", "--db", str(db), "-f", "json")[1])
+    flops = next(m for m in doc["metrics"] if m["metric"] == "flops")
+    assert (flops["base"], flops["change_pct"]) == (
+        6_039_797_760,
+        pytest.approx(100 * 4 * 268_435_456 / 6_039_797_760),
+    )
+    assert "compared with the nearest, normal: 6.04 GFLOP" in flops["reason"]
+    # the structural helper alone: inside [1000, 2000] no base; at a bound, that run's value
+    assert structure.metric_change([1000.0, 2000.0], 1500.0) == (None, 0.0)
+    assert structure.metric_change([1000.0, 2000.0], 2000.0) == (2000.0, 0.0)
+    assert structure.against_text("launches", [1000.0, 2000.0], 2500.0, ["a", "b"]) == (
+        "the baseline runs differ; compared with the nearest, b: 2,000"
+    )
+
+
+def _ranks_of(src: Path, dest: Path, ranks: tuple[int, ...]) -> Path:
+    """A copy of sample run ``src`` holding only the traces of ``ranks`` (world size 4 recorded in each)."""
+    import shutil
+
+    dest.mkdir()
+    for r in ranks:
+        shutil.copy(src / f"rank{r}.trace.json.gz", dest)
+    return dest
+
+
+def test_untraced_rank_is_no_structural_change(tmp_path):
+    """n3 is normal_repeat without rank 2's trace (world size 4). Every rank of the sample job does
+    the same work per step: flops 1,509,949,440 per rank (6,039,797,760 / 4), so over the 3 ranks both
+    runs traced, 4,529,848,320 on both sides: unchanged. Before, the job totals compared 4 ranks with
+    3: normal +33.3 % against n3, a false regression (exit 3)."""
+    db = tmp_path / "c.duckdb"  # a store without normal_repeat (its files would be stored already)
+    n3 = _ranks_of(SAMPLES / "normal_repeat", tmp_path / "n3", (0, 1, 3))
+    assert cli("ingest", str(SAMPLES / "normal"), "--db", str(db))[0] == 0
+    assert cli("ingest", str(n3), "--db", str(db))[0] == 0
+    for base, cand in (("n3", "normal"), ("normal", "n3")):
+        code, out, err = cli("diff", base, cand, "--db", str(db), "-f", "json")
+        doc = json.loads(out)
+        assert code == doc["exit_code"] and code != 3 and doc["verdict"] != "regression", doc["summary"]
+        m = {r["metric"]: r for r in doc["metrics"]}
+        assert (m["flops"]["base"], m["flops"]["cand"]) == (3 * 1_509_949_440, 3 * 1_509_949_440)
+        assert m["collectives"]["cand"] == 3 * 4  # 4 all-reduces per rank and step
+        assert doc["notes"][0].startswith(
+            "ranks: 'n3' has no trace of rank 2; compared on the ranks every run traced (0, 1, 3)"
+        )
+        assert "'n3' has no trace of rank 2" in doc["summary"]
+
+
+def test_no_rank_traced_in_both_runs_is_inconclusive(tmp_path):
+    """Ranks 0, 1 of normal_repeat against ranks 2, 3 of normal: no rank in common, so the structure
+    cannot be compared: inconclusive (exit 4), not a regression and not ok."""
+    db = tmp_path / "c.duckdb"  # a store without normal_repeat (its files would be stored already)
+    assert (
+        cli("ingest", str(_ranks_of(SAMPLES / "normal_repeat", tmp_path / "lo", (0, 1))), "--db", str(db))[0]
+        == 0
+    )
+    assert cli("ingest", str(_ranks_of(SAMPLES / "normal", tmp_path / "hi", (2, 3))), "--db", str(db))[0] == 0
+    code, out, err = cli("diff", "lo", "hi", "--db", str(db), "-f", "json")
+    doc = json.loads(out)
+    assert (code, doc["verdict"]) == (4, "inconclusive"), doc["summary"]
+    s = [m for m in doc["metrics"] if m["layer"] == "structural"]
+    assert s and all(m["verdict"] == "inconclusive" and not m["regressed"] for m in s)
+    assert all(m["reason"].startswith("not gated: no rank was traced in every run") for m in s)
+    assert (
+        "'lo' has no trace of ranks 2, 3" in doc["notes"][0]
+        and "'hi' has no trace of ranks 0, 1" in doc["notes"][0]
+    )
 
 
 @pytest.mark.parametrize("base, cand", [("normal", "normal_repeat"), ("normal_repeat", "normal")])

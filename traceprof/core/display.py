@@ -50,6 +50,7 @@ __all__ = [
     "ColumnFormat",
     "column_formats",
     "format_cell",
+    "metric_text",
     "describe",
 ]
 
@@ -270,6 +271,11 @@ def _metric_cell(v: float, metric: str) -> str:
     if _BYTES.search(metric):
         return size(v)
     return f"{int(v):,}" if float(v).is_integer() else plain(v)  # a count (launches): no ".00"
+
+
+def metric_text(v: float, metric: str) -> str:
+    """A diff metric's value in its unit (``7.11 GFLOP``, ``6.09 MiB``, ``2,886``, ``61.8 ms``)."""
+    return _metric_cell(v, metric)
 
 
 def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> str:

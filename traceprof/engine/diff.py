@@ -28,6 +28,11 @@ Algorithm (README.md "CI gating"):
      ``inconclusive`` when a timing metric is (exit 4), else ``ok`` (exit 0); the one-line summary
      that says so is :mod:`traceprof.engine.difftext`'s.
 
+Ranks: when the runs' ranks with ProfilerSteps differ (a rank's trace missing, ``runs.world_size``
+less ``traces.rank``), everything is compared over the ranks every run has, with a first note naming
+what each run lacks; with no rank in common the structural metrics are ``inconclusive``
+(:func:`_on_common_ranks`). A missing trace is not less work per step.
+
 Only comparable runs are diffed: both on GPUs or both CPU-only (a run is a GPU run when it has
 kernels, memcpys or memsets), and the same world size when both runs record one. Per-rank step
 times of a different device or job size differ by design, not by regression (UsageError).
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -51,7 +56,7 @@ from traceprof.engine.analysis import Chart, FrameResult
 from traceprof.engine.difftext import structural_reason, summary_line
 from traceprof.engine.timing import typical_items
 from traceprof.storage.baselines import resolve
-from traceprof.storage.runs import run_name
+from traceprof.storage.runs import rank_list, run_name, untraced_ranks
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -104,6 +109,14 @@ class RunProfile:
     structure: structure.Structure
     timing: timing.Timing
     memory: MemoryProfile | None = None
+    #: Ranks of the job (0..world_size-1) that no trace of the run holds
+    #: (:func:`traceprof.storage.runs.untraced_ranks`).
+    untraced: tuple[int, ...] = ()
+
+    @property
+    def ranks(self) -> frozenset[int]:
+        """The ranks with ProfilerSteps (those the structural and timing profiles cover)."""
+        return frozenset(self.structure.totals["rank"].to_list())
 
 
 def run_profile(
@@ -134,6 +147,7 @@ def run_profile(
         structure.profile(store, run_id),
         timing.profile(store, run_id, mfu_options),
         memory_profile(store, run_id),
+        untraced_ranks(store, run_id)[0],
     )
     if cache is not None:
         cache[run_id] = p
@@ -146,7 +160,8 @@ class DiffResult(FrameResult):
     rank's compute, and the one-line summary.
 
     ``frame`` columns: metric, layer (structural, timing), base (the baselines' value: timing, their
-    mean; structural, the nearest bound of their range), cand, delta (units of the metric: ns, %,
+    mean; structural, the nearest baseline run's value, null when the candidate lies inside the range
+    of baselines that differ), cand, delta (units of the metric: ns, %,
     TFLOP/s, FLOPs, calls, bytes per step), delta_pct (% of base), change_pct (% change in the bad
     direction, see module doc), threshold_pct, noise_pct (timing: the noise floor, % of the same
     scale as change_pct), p_value, base_runs, n_base, n_cand (samples), verdict (ok, inconclusive,
@@ -379,12 +394,17 @@ def compare_profiles(
             f"forced (--force): {str(e).split(': diff runs')[0]}; each metric compares per-rank medians over steps"
         )
     k = len(bases)
+    blind = ""
+    if not forced:  # another job size (--force) has other ranks by design
+        bases, cand, blind = _on_common_ranks(bases, cand, notes)
     smp = [b.timing.samples for b in bases] + [cand.timing.samples]
     if forced:
         smp = [_per_rank(s) for s in smp]
     step_base = float(np.mean([timing.unit_values(s, "step_time_ns")[0] for s in smp[:-1]]))
-    s_rows, s_items = structure.compare([b.structure for b in bases], cand.structure, limits)
-    if forced:  # other device kinds or job sizes count other things per step: shown, not gated
+    s_rows, s_items = structure.compare(
+        [b.structure for b in bases], cand.structure, limits, [b.name for b in bases]
+    )
+    if forced or blind:  # other device kinds or job sizes count other things per step: shown, not gated
         s_rows = [{**r, "regressed": False} for r in s_rows]
     rows = [
         {
@@ -395,8 +415,9 @@ def compare_profiles(
             "base_runs": k,
             "n_base": None,
             "n_cand": None,
-            "verdict": noise.REGRESSION if r["regressed"] else noise.OK,
-            "reason": ("not gated (--force): " if forced else "") + structural_reason(r),
+            "verdict": noise.INCONCLUSIVE if blind else noise.REGRESSION if r["regressed"] else noise.OK,
+            "reason": (f"not gated: {blind}: " if blind else "not gated (--force): " if forced else "")
+            + structural_reason(r),
         }
         for r in s_rows
     ]
@@ -475,6 +496,8 @@ def compare_profiles(
         )
     struct_rows = s_rows + [r for r in mem_rows if r["layer"] == "structural"]
     summary = summary_line(label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k)
+    if notes and notes[0].startswith("ranks: "):  # which ranks a run lacks: in the one line CI shows too
+        summary += f" ({notes[0]})"
     return DiffResult(
         frame=metrics,
         items=items,
@@ -486,6 +509,51 @@ def compare_profiles(
         baseline=label,
         notes=(summary, *notes),
     )
+
+
+def _on_common_ranks(
+    bases: Sequence[RunProfile], cand: RunProfile, notes: list[str]
+) -> tuple[list[RunProfile], RunProfile, str]:
+    """The runs restricted to the ranks that every one of them traced (with ProfilerSteps), so that
+    per-step job totals (sums over ranks) count the same ranks on both sides: a run that lacks a
+    rank's trace is not a run that does less work. Puts first in ``notes`` which ranks each run
+    lacks; the third value says why nothing can be compared when no rank is common (else "").
+    Linear in the profiles' rows."""
+    runs = [*bases, cand]
+    common = frozenset.intersection(*(r.ranks for r in runs))
+    if all(r.ranks == common for r in runs):
+        return list(bases), cand, ""
+    every = sorted(frozenset.union(*(r.ranks for r in runs)) | {x for r in runs for x in r.untraced})
+    lacks = [
+        f"{r.name!r} has no trace of rank{'s' if len(m) > 1 else ''} {rank_list(m)}"
+        for r in runs
+        if (m := [x for x in every if x not in r.ranks])
+    ]
+    if not common:
+        blind = "no rank was traced in every run"
+        notes.insert(0, f"ranks: {'; '.join(lacks)}; {blind}, so the structure cannot be compared")
+        return list(bases), cand, blind
+    notes.insert(
+        0,
+        f"ranks: {'; '.join(lacks)}; compared on the ranks every run traced ({rank_list(sorted(common))}) "
+        "only: per-step totals are over those ranks",
+    )
+
+    def on(p: RunProfile) -> RunProfile:
+        keep = pl.col("rank").is_in(sorted(common))
+        s, t = p.structure, p.timing
+        return replace(
+            p,
+            structure=structure.Structure(s.keys.filter(keep), s.totals.filter(keep), s.flops_source),
+            timing=replace(
+                t,
+                samples=t.samples.filter(keep),
+                compute_ranks=t.compute_ranks.filter(keep),
+            ),
+            memory=None if p.memory is None else MemoryProfile(p.memory.steps.filter(keep), p.memory.ops),
+        )
+
+    return [on(b) for b in bases], on(cand), ""
 
 
 def _compute_units(t: timing.Timing, forced: bool) -> np.ndarray:
@@ -837,12 +905,15 @@ def _memory_rows(
         "metric": MEMORY_METRIC,
         "base": base,
         "cand": c,
-        "delta": c - base,
+        "delta": None if base is None else c - base,
         "delta_pct": 100.0 * (c - base) / base if base else None,
         "change_pct": change,
         "threshold_pct": 100.0 * threshold,
         "regressed": regressed,
         "varies": len(set(values)) > 1,
+        "against": structure.against_text(
+            MEMORY_METRIC, values, c, [b.name for b in bases if b.memory is not None]
+        ),
         "ranks": [],
         "per_rank": None,
         "layer": "structural",

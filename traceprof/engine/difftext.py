@@ -15,9 +15,14 @@ __all__ = ["structural_reason", "summary_line", "causes"]
 
 
 def structural_reason(r: dict[str, object]) -> str:
-    """The ``reason`` of a structural metric's row: ``+17.8% > threshold 1% (exact)`` or ``unchanged``."""
+    """The ``reason`` of a structural metric's row: ``+17.8% > threshold 1% (exact)``, ``unchanged``,
+    with what it was compared with when the baseline runs differ (``against``,
+    :func:`traceprof.engine.structure.against_text`): the nearest run and its value, or the range."""
     th, ch = r["threshold_pct"], float(r["change_pct"])  # type: ignore[arg-type]
-    varies = " (the baseline runs differ; compared with the nearest)" if r["varies"] else ""
+    against = str(r.get("against") or "")
+    if r.get("base") is None and against:  # inside the range of baselines that differ: no one base
+        return against
+    varies = f" ({against})" if against else ""
     if not ch:
         return "unchanged" + varies
     return f"{ch:+.1f}% {'>' if ch > float(th) else '<='} threshold {th:g}% (exact){varies}"  # type: ignore[arg-type]

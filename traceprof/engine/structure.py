@@ -21,7 +21,7 @@ Algorithm:
      ops); ``collectives`` (calls); ``comm_bytes``.
   4. :func:`compare`: a total grew when the candidate's value is above every baseline run's;
      ``change_pct`` = 100 · (cand - largest baseline) / largest baseline (a decrease: against the
-     smallest; inside the baselines' range: 0). It is a regression when it grew by more than its
+     smallest; inside the baselines' range: 0, with no one baseline run as its base). It is a regression when it grew by more than its
      threshold. Keys are compared per rank, so a change on one rank is named with its rank.
 """
 
@@ -36,7 +36,16 @@ import polars as pl
 from traceprof.engine.flops import sidecar_flops, signature_flops
 from traceprof.storage.store import Store
 
-__all__ = ["METRICS", "DEFAULT_THRESHOLDS", "Structure", "profile", "compare", "shape_text"]
+__all__ = [
+    "METRICS",
+    "DEFAULT_THRESHOLDS",
+    "Structure",
+    "profile",
+    "compare",
+    "shape_text",
+    "metric_change",
+    "against_text",
+]
 
 #: Structural metrics and what each counts per step (job total: the sum over ranks).
 METRICS = {
@@ -189,18 +198,46 @@ def _range(values: Sequence[float]) -> tuple[float, float]:
     return min(values), max(values)
 
 
-def metric_change(bases: Sequence[float], cand: float) -> tuple[float, float]:
-    """(baseline value compared with, change_pct) of a structural total (module doc, step 4)."""
+def metric_change(bases: Sequence[float], cand: float) -> tuple[float | None, float]:
+    """(baseline value compared with, change_pct) of a structural total (module doc, step 4).
+
+    The value compared with is a baseline run's own: the largest when the candidate is above every
+    baseline, the smallest when below, the one it equals at a bound; None when it lies strictly
+    inside the range of baselines that differ (no one run is its base; change 0).
+    """
     lo, hi = _range(bases)
     if cand > hi:
         return hi, (100.0 * (cand - hi) / hi if hi else math.inf)
     if cand < lo:
         return lo, 100.0 * (cand - lo) / lo
-    return cand, 0.0
+    if cand in (lo, hi):
+        return cand, 0.0
+    return None, 0.0
+
+
+def against_text(metric: str, bases: Sequence[float], cand: float, names: Sequence[str] = ()) -> str:
+    """What a structural total was compared with when the baseline runs differ (else ""):
+    ``within the baselines' range 3.42-7.11 GFLOP`` or ``compared with the nearest, extra_matmul:
+    7.11 GFLOP``; ``names``: the baseline runs' names in the order of ``bases`` (default
+    ``baseline 1``, ...). Values in the metric's unit (:func:`traceprof.core.display.metric_text`)."""
+    from traceprof.core.display import metric_text
+
+    if len(set(bases)) < 2:
+        return ""
+    names = list(names) or [f"baseline {i + 1}" for i in range(len(bases))]
+    base, _ = metric_change(bases, cand)
+    if base is None:
+        lo, hi = (metric_text(v, metric) for v in _range(bases))
+        unit = lo.rsplit(" ", 1)[1] if " " in lo else ""
+        if unit and hi.endswith(" " + unit):
+            lo = lo.rsplit(" ", 1)[0]
+        return f"within the baselines' range {lo}-{hi}"
+    run = names[list(bases).index(base)]
+    return f"the baseline runs differ; compared with the nearest, {run}: {metric_text(base, metric)}"
 
 
 def compare(
-    bases: Sequence[Structure], cand: Structure, thresholds: dict[str, float]
+    bases: Sequence[Structure], cand: Structure, thresholds: dict[str, float], names: Sequence[str] = ()
 ) -> tuple[list[dict[str, object]], pl.DataFrame]:
     """Compare the structure of a candidate run with its baseline runs (module doc, step 4).
 
@@ -208,11 +245,13 @@ def compare(
         bases: The baseline runs' profiles (1 or more).
         cand: The candidate's.
         thresholds: Growth per metric (fraction, 0.01 = 1 %) beyond which it is a regression.
+        names: The baseline runs' names (for ``against``; default ``baseline 1``, ...).
 
     Returns:
         (metrics, items). ``metrics``: one dict per metric of :data:`METRICS` with the job values
-        per step: metric, base, cand, delta, delta_pct, change_pct, threshold_pct, regressed,
-        varies (the baselines differ), ranks (those whose own value is outside the baselines'
+        per step: metric, base (None inside the range of baselines that differ), cand, delta,
+        delta_pct, change_pct, threshold_pct, regressed, varies (the baselines differ), against
+        (:func:`against_text`), ranks (those whose own value is outside the baselines'
         range), per_rank (the change on each of them when it is the same on all, else None). ``items``: frame of the keys whose per-rank count, FLOPs or
         bytes per step is outside the baselines' range on some rank, with columns kind, name, sig,
         shape (:func:`shape_text`), base_calls, cand_calls, delta_calls, base_flops, cand_flops,
@@ -233,12 +272,13 @@ def compare(
                 "metric": m,
                 "base": base,
                 "cand": c,
-                "delta": c - base,
+                "delta": None if base is None else c - base,
                 "delta_pct": 100.0 * (c - base) / base if base else None,
                 "change_pct": change,
                 "threshold_pct": 100.0 * thresholds[m],
                 "regressed": bool(change > 100.0 * thresholds[m]),
                 "varies": len(set(values)) > 1,
+                "against": against_text(m, values, c, names),
                 "ranks": ranks,
                 "per_rank": per_rank,
             }
@@ -259,7 +299,7 @@ def _ranks_changed(
     for r, v in cand.totals.select("rank", metric).iter_rows():
         ref = got.get(r, [0.0])
         base, _ = metric_change(ref, v)
-        if v != base:
+        if base is not None and v != base:
             ranks.append(r)
             deltas.add(v - base)
     return ranks, (deltas.pop() if len(deltas) == 1 else None)

@@ -1220,7 +1220,7 @@ def diff(
     mfu_options = _mfu_options(param)  # a bad -p before the store is opened
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
         res = s.diff(base, cand, limits, mfu_options=mfu_options, force=force)
-    title = f"{res.baseline} -> {cand}"
+    title = f"{term.label(res.baseline)} -> {term.label(cand)}"
     if out_fmt is CommentFormat.markdown:
         from traceprof.render.markdown import diff_markdown
         from traceprof.render.markdown import table as md_table

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from traceprof.core import term
 from traceprof.core.errors import TraceFormatError, UsageError
 
 __all__ = ["sqlite_for", "profile_command", "launch_nsys", "TRACE_OPTIONS"]
@@ -53,7 +54,8 @@ def sqlite_for(path: Path) -> Path:
             path,
             "",
             f"an Nsight Systems report; nsys is not on PATH to export it: run "
-            f"`nsys export --type sqlite -o {out.name} {path.name}` and ingest {out.name}",
+            f"`{term.command('nsys', 'export', '--type', 'sqlite', '-o', out.name, path.name)}` and ingest "
+            f"{out.name!r}",
         )
     proc = subprocess.run(
         [nsys, "export", "--type", "sqlite", "--output", str(out), str(path)],

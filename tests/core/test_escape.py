@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests._cli_inproc import run
-from tests.builders import micro_trace
+from tests.builders import kernel, launch, micro_trace
 from traceprof.core import term
 
 # Names a hostile trace may carry, as stored (JSON-decoded).
@@ -166,3 +166,87 @@ def test_error_messages_are_escaped(tmp_path):
         "--skip-bad-events to skip such events"
     )
     assert "\x1b" not in err
+
+
+# A long hostile op name (50 characters): escape codes, an HTML tag, a newline. Its family (what a
+# symbol is cut to) would drop `<script>` and `(1)</script>` unseen; shown, every character is
+# there escaped, or the cut is marked with an ellipsis.
+HOSTILE = "cmd|x\x1b[31mRED\x1b[0m<script>alert(1)</script>\nnewline"
+LONG_RUN = "job<script>alert(1)</script>" + "_" * 30  # 58 characters, past every table's width
+
+
+def _cell(out: str, start: str) -> str:
+    """The one table cell of ``out`` that starts with ``start``."""
+    cells = [c.strip() for ln in out.splitlines() for c in ln.split("│") if c.strip().startswith(start)]
+    assert len(cells) == 1, out
+    return cells[0]
+
+
+def _shown_whole_or_cut(cell: str, full: str) -> None:
+    """``cell`` is ``full`` escaped, or its escaped head and tail around one ellipsis."""
+    whole = term.escape(full)
+    if cell != whole:
+        head, sep, tail = cell.partition("…")
+        assert sep and whole.startswith(head) and whole.endswith(tail) and head and tail, (cell, whole)
+
+
+def test_shorten_never_drops_characters_unseen():
+    from traceprof.core.names import shorten
+
+    # 50 characters cut to 40: the last 40 // 3 = 13 kept, 40 - 13 - 1 = 26 before the ellipsis
+    assert shorten(HOSTILE, 40) == HOSTILE[:26] + "…" + HOSTILE[-13:]
+    assert (
+        shorten(HOSTILE, 40) == "cmd|x\x1b[31mRED\x1b[0m<script>a…ript>\nnewline"
+    )  # "ript>" + newline + "newline": 13
+    assert shorten("x<b>bold</b>" + "y" * 40, 40).startswith("x<b>bold</b>")
+    # a real symbol is still cut to its family (template arguments and parameters are no news)
+    sym = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)"
+    assert shorten(sym, 40) == "vectorized_elementwise_kernel"
+
+
+@pytest.fixture
+def hostile_db(tmp_path):
+    """Two runs of one rank whose cpu_ops are HOSTILE (one call in ``base``, two in ``cand``) and
+    ``aten::mm``, and one kernel HOSTILE; the second run is named LONG_RUN."""
+    path = tmp_path / "h.duckdb"
+    for run_name, names, base_ns in (
+        ("base", [HOSTILE, "aten::mm"], 1_700_000_000_000_000_000),
+        (LONG_RUN, [HOSTILE, HOSTILE, "aten::mm"], 1_700_000_001_000_000_000),
+    ):
+        d = tmp_path / f"r{base_ns}"
+        d.mkdir()
+        doc = micro_trace(names, base_ns=base_ns)
+        doc["traceEvents"] += [launch(50, corr=1), kernel(HOSTILE, 7, 60, 5, corr=1)]  # a GPU kernel too
+        (d / "rank0.json").write_text(json.dumps(doc))
+        code, _, err = run("ingest", str(d), "--run", run_name, "--db", str(path))
+        assert code == 0, err
+    return path
+
+
+def test_every_table_shows_long_hostile_names_whole_or_cut(hostile_db):
+    db = str(hostile_db)
+    code, out, err = run("runs", "--db", db)
+    assert code == 0, err
+    _shown_whole_or_cut(_cell(out, "job"), LONG_RUN)
+    code, out, err = run("analyze", "kernel_sum", "--run", "base", "-f", "table", "--db", db)
+    assert code == 0, err
+    _shown_whole_or_cut(_cell(out, "cmd|x"), HOSTILE)
+    code, out, err = run("diff", "base", LONG_RUN, "--table", "items", "--db", db)
+    assert "Traceback" not in err, err
+    _shown_whole_or_cut(_cell(out, "cmd|x"), HOSTILE)
+    code, out, err = run("summary", "--run", "base", "--db", db)
+    assert code in (0, 2, 3) and "Traceback" not in err, err
+    assert "<script>" not in out or "alert" in out  # no tag shown without what it held
+    for ln in out.splitlines():
+        if "cmd|x" in ln:
+            assert "<script>a" in ln, ln
+
+
+def test_command_and_label_quote_for_the_shell():
+    assert (
+        term.command("traceprof", "runs", "rm", "my run; rm -rf x") == "traceprof runs rm 'my run; rm -rf x'"
+    )
+    assert term.command("traceprof", "runs", "rm", "it's") == "traceprof runs rm 'it'\"'\"'s'"
+    assert term.command("traceprof", "diff", "a,b", "normal") == "traceprof diff a,b normal"
+    assert term.label("normal") == "normal" and term.label("a,b") == "a,b"
+    assert term.label("my run; rm -rf x") == "'my run; rm -rf x'"

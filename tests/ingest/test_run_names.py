@@ -132,3 +132,56 @@ def test_a_folder_whose_symlinked_subfolder_holds_no_trace_is_refused_as_a_plain
         with pytest.raises(UsageError, match=rf"^{folder}: no trace files found \(skipped 1 file"):
             ingest(store, [folder, SAMPLES / "clean"], jobs=1)
     assert _runs(store) == {}
+
+
+def test_every_link_passed_over_is_said(store, tmp_path):
+    # links/runA -> clean, runB -> normal, runC -> clean (the same files as runA), gone -> nowhere:
+    # runC and gone were left out without a word; now each gets a line
+    links = tmp_path / "links"
+    links.mkdir()
+    for name, target in (("runA", "clean"), ("runB", "normal"), ("runC", "clean")):
+        (links / name).symlink_to(SAMPLES / target, target_is_directory=True)
+    (links / "gone").symlink_to(tmp_path / "nowhere")
+    res = ingest(store, [links], jobs=1)
+    assert _runs(store) == {"runA": (4, 4), "runB": (4, 4)}
+    assert f"{links / 'runC'}: the same files as {links / 'runA'}, read once" in res.warnings
+    assert (
+        f"{links / 'gone'}: a link to {tmp_path / 'nowhere'}, which does not exist; skipped" in res.warnings
+    )
+
+
+def test_a_path_read_already_under_another_name_is_said(store, tmp_path):
+    # `ingest clean linkedclean` (linkedclean -> clean) stored clean and nothing else, silently
+    linked = tmp_path / "linkedclean"
+    linked.symlink_to(SAMPLES / "clean", target_is_directory=True)
+    res = ingest(store, [SAMPLES / "clean", linked], jobs=1)
+    assert _runs(store) == {"clean": (4, 4)}
+    assert f"{linked}: the same files as {SAMPLES / 'clean'}, read once" in res.warnings
+
+
+def test_a_link_to_itself_is_named_a_loop(store, tmp_path):
+    loop = tmp_path / "selfloop"
+    loop.symlink_to("selfloop")  # was "selfloop: no such file or directory"
+    with pytest.raises(UsageError, match=r"selfloop: a link that leads back to itself \(a loop of links\)$"):
+        ingest(store, [loop], jobs=1)
+    beside = tmp_path / "run1"
+    beside.mkdir()
+    (beside / "rank0.json").write_text(json.dumps(micro_trace(["a"])))
+    (beside / "self").symlink_to("self")
+    res = ingest(store, [beside], jobs=1)
+    assert f"{beside / 'self'}: a link that leads back to itself (a loop of links); skipped" in res.warnings
+
+
+def test_the_working_folder_is_named_as_the_shell_spells_it(store, tmp_path, monkeypatch):
+    # `cd linkedclean && traceprof ingest .` named the run 'clean' (the link resolved by getcwd)
+    linked = tmp_path / "linkedclean"
+    linked.symlink_to(SAMPLES / "clean", target_is_directory=True)
+    monkeypatch.chdir(linked)
+    monkeypatch.setenv("PWD", str(linked))  # what the shell sets after `cd linkedclean`
+    ingest(store, [Path(".")], jobs=1)
+    assert _runs(store) == {"linkedclean": (4, 4)}
+    from traceprof.ingest.ingest import logical_path
+
+    assert logical_path(Path("rank0.json")) == linked / "rank0.json"
+    monkeypatch.setenv("PWD", str(tmp_path))  # a stale $PWD (another folder) is not believed
+    assert logical_path(Path("rank0.json")) == (SAMPLES / "clean").resolve() / "rank0.json"

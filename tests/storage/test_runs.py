@@ -141,3 +141,25 @@ def test_no_message_names_a_run_without_quotes():
     assert found == []
     assert bare.search('f"run {params.run or run_id}: no GPU kernels"')  # what it was
     assert not bare.search('f"run {name!r}: x"') and not bare.search('f"--run {run}"')
+
+
+def test_suggested_commands_quote_names_for_the_shell(tmp_path):
+    # `runs mv clean "my run; rm -rf x"` then `runs mv normal "my run; rm -rf x"`: the hint said
+    # `traceprof runs rm my run; rm -rf x` (pasted, it ran rm -rf x); now each word is shell-quoted,
+    # and the diff's summary names the run quoted (run 'x' as messages quote it)
+    import shlex
+
+    from tests._cli_inproc import run
+
+    db = str(tmp_path / "s.duckdb")
+    bad = "my run; rm -rf x"
+    for name in ("clean", "normal"):
+        assert run("ingest", str(SAMPLES / name), "--db", db)[0] == 0
+    assert run("runs", "mv", "clean", bad, "--db", db)[0] == 0
+    code, _, err = run("runs", "mv", "normal", bad, "--db", db)
+    assert code == 1 and "remove it first with `traceprof runs rm 'my run; rm -rf x'`" in err, err
+    hint = err.split("`")[1]
+    assert shlex.split(hint) == ["traceprof", "runs", "rm", bad]  # one argument, as typed
+    code, out, err = run("diff", bad, "normal", "--db", db)
+    said = out + err
+    assert "'my run; rm -rf x' -> normal" in said and "; rm -rf x -> normal" not in said, said

@@ -7,7 +7,8 @@ becomes ``vectorized_elementwise_kernel``; ``ncclDevKernel_AllReduce_Sum_f32_RIN
 ``sm80_xmma_gemm_f16f16…``. Names at most ``width`` characters long are kept as they are; text
 with spaces before any bracket (a gap's cause such as ``all_reduce (524.3 kB) after ...``) is
 prose, not a symbol, and keeps its beginning and end; so does text that starts with a bracket
-(``<script>...``: its family would drop the start).
+(``<script>...``: its family would drop the start), or holds control characters or HTML tags
+(``x<script>alert(1)</script>``): a display form never drops characters unseen, it cuts with ``…``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterable
 __all__ = ["family", "shorten", "distinct_short"]
 
 _GENERIC = {"kernel", "kernel2", "device_kernel"}
+#: What marks a name as markup, not a C++ symbol (no template argument list holds these).
+_MARKUP = ("</", "/>", "<!")
 _NCCL = re.compile(r"^(nccl(?:Dev|Symk)?(?:Dev)?Kernel_[A-Za-z]+)")
 
 
@@ -60,7 +63,8 @@ def _prose(name: str) -> bool:
     """Text with a space before any bracket (a gap's cause, a note), or starting with a bracket:
     not a symbol."""
     head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
-    return " " in head or not head
+    # control characters or HTML tags are no symbol's: its family would drop ``<script>`` unseen
+    return " " in head or not head or not name.isprintable() or any(t in name for t in _MARKUP)
 
 
 def shorten(name: str | None, width: int = 40) -> str:

@@ -9,9 +9,12 @@ makes JSON output inert and keeps every value exact.
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from rich.text import Text
 
-__all__ = ["escape", "text", "csv_cell", "json_text", "md_text", "FORMULA_PREFIXES"]
+__all__ = ["escape", "text", "csv_cell", "json_text", "md_text", "command", "label", "FORMULA_PREFIXES"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: Invisible characters that reorder or break lines (bidi overrides and isolates, line separators).
@@ -68,3 +71,21 @@ def md_text(s: object) -> str:
     ``_``, ``[``, ``]``, ``|``, ``~`` and ``#`` backslash-escaped, ``< > &`` as HTML character
     references (no tag, no comment survives) and ``@`` as ``&#64;`` (a name never mentions anyone)."""
     return escape(str(s)).translate(_MD_TABLE)
+
+
+def command(*words: object) -> str:
+    """A command line one can paste into a shell as it is: ``words`` joined by spaces, each
+    shell-quoted (``command("traceprof", "runs", "rm", "my run; rm -rf x")`` gives
+    ``traceprof runs rm 'my run; rm -rf x'``); a message suggesting a command builds it here."""
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.,:@+=/-]+")
+
+
+def label(name: object) -> str:
+    """A run's (or set's) name inside prose such as ``base -> cand``: as it is when it is one plain
+    word (letters, digits, ``_ . , : @ + = / -``), else quoted as messages quote names
+    (``'my run; rm -rf x'``), so that no name reads as more words than it is."""
+    s = str(name)
+    return s if _PLAIN.fullmatch(s) else repr(s)

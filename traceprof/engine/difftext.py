@@ -9,6 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceprof.core.names import shorten
+from traceprof.core.term import label as quoted_label
 from traceprof.engine import noise
 
 __all__ = ["structural_reason", "summary_line", "causes"]
@@ -145,7 +146,7 @@ def summary_line(
     their thresholds (what was added, on which ranks), the timing regressions with their causes, and
     the figures of every inconclusive metric."""
     world = max(ranks.height, 1)
-    head = f"{verdict.upper()}{' (' + ', '.join(layers) + ')' if layers else ''} {base} -> {cand}"
+    head = f"{verdict.upper()}{' (' + ', '.join(layers) + ')' if layers else ''} {quoted_label(base)} -> {quoted_label(cand)}"
     struct = metrics.filter(pl.col("layer") == "structural")
     moved = struct.filter(pl.col("change_pct") != 0)
     tim = metrics.filter(pl.col("layer") == "timing")

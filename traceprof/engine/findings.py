@@ -29,7 +29,6 @@ import contextlib
 import contextvars
 import dataclasses
 import queue
-import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from traceprof.core import cancel, procs
+from traceprof.core import cancel, procs, term
 from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.core.trim import trim
 from traceprof.core.values import parse_bool
@@ -190,16 +189,12 @@ class Findings:
         so that it runs as printed from any folder."""
         analysis, _, table = (f.evidence or f.section).partition(":")
         table = table or "frame"
-        run = shlex.quote(self.run)
-        db = f" --db {shlex.quote(self.db)}" if self.db else ""  # a command one can paste as it is
+        db = ("--db", self.db) if self.db else ()  # a command one can paste as it is
         if analysis == "diff":
-            command = f"traceprof diff {shlex.quote(self.baseline or 'BASELINE')} {run}{db}"
+            command = term.command("traceprof", "diff", self.baseline or "BASELINE", self.run, *db)
         else:
-            command = (
-                f"traceprof analyze {analysis} --run {run}"
-                + (f" --table {table}" if table != "frame" else "")
-                + db
-            )
+            tab = ("--table", table) if table != "frame" else ()
+            command = term.command("traceprof", "analyze", analysis, "--run", self.run, *tab, *db)
         return {"analysis": analysis, "table": table, "command": command}
 
 

@@ -19,6 +19,8 @@ cluster (``traceprof.ingest.executor``). Matching and clock alignment always run
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -71,9 +73,38 @@ def check_input(path: Path) -> None:
         UsageError: Naming the path and what it is.
     """
     if not path.exists():
-        raise UsageError(f"{path}: no such file or directory")
+        raise UsageError(f"{path}: {link_problem(path) or 'no such file or directory'}")
     if kind := special_kind(path):
         raise UsageError(f"{path}: {kind}, not a trace file or a folder")
+
+
+def link_problem(path: Path) -> str | None:
+    """What is wrong with symlink ``path`` that leads nowhere: ``a link to TARGET, which does not
+    exist`` or ``a link that leads back to itself (a loop of links)``; None when ``path`` is no
+    symlink or leads to something."""
+    if not path.is_symlink():
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a link that leads back to itself (a loop of links)"
+        return f"a link to {os.readlink(path)}, which does not exist"
+    return None
+
+
+def logical_path(path: Path) -> Path:
+    """``path`` made absolute as the user's shell spells it: a relative path is joined to ``$PWD``
+    where that names the working folder (``cd linkedclean && traceprof ingest .`` names the run
+    ``linkedclean``, not the link's target), else to ``os.getcwd()``; ``..`` and ``.`` folded as
+    ``os.path.abspath`` folds them."""
+    base = os.getcwd()
+    pwd = os.environ.get("PWD")
+    if not path.is_absolute() and pwd and os.path.isabs(pwd) and pwd != base:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(pwd, base):
+                base = pwd
+    return Path(os.path.normpath(os.path.join(base, path)))
 
 
 def discover(
@@ -90,7 +121,10 @@ def discover(
     (one run each; a symlink's own folder, not its target's; symlinked folders are followed:
     :func:`files_under`).
 
-    A file found more than once (named twice, or named and in a folder named) is listed once.
+    A file found more than once (named twice, or named and in a folder named) is listed once; a
+    path all of whose files came with another path first (a link to a folder named too) gets a
+    note (``linked: the same files as clean, read once``), as does a file met again under another
+    name in its own path (a link beside its target).
     A file named in ``paths`` that no collector reads is, in this order: the companion of a trace
     beside it (``sources.owners``: Kineto's ``rank0.meta.json``, NDTimeline's meta YAML), read with
     that trace when it is among the inputs too (named, or in a folder named), else refused naming
@@ -108,8 +142,10 @@ def discover(
             not read (``sources.recognize``), or whose name says SQLite and is not (``not an SQLite
             database``, as for a named file).
         named: If given, receives the files named in ``paths`` themselves (resolved).
-        notes: If given, receives one line per document named and skipped; else such a file is
-            refused as any other file that is not a trace.
+        notes: If given, receives one line per document named and skipped (else such a file is
+            refused as any other file that is not a trace), per path or file read once for another
+            (above), and per link met in a folder that leads nowhere or back into itself
+            (:func:`files_under`).
         failed: If given (``--partial``), a path that holds no trace goes here (path as given ->
             its message) instead of being refused, unless no path holds a trace.
         origins: If given, receives each file returned (resolved) -> its absolute path as found
@@ -129,7 +165,8 @@ def discover(
     groups: dict[Path, list[Path]] = {}
     refused: dict[Path, UsageError] = {}
     documents: list[Path] = []
-    seen: set[Path] = set()
+    seen: dict[Path, tuple[Path, Path]] = {}  # each file read -> the path given and the file as found
+    said: list[str] = []
     for p in given:
         if p.is_file() and _claim(p) is None:
             full = p.resolve()
@@ -150,23 +187,33 @@ def discover(
             refused[p] = UsageError(why)
             continue
         try:
-            files = _found(p, unclaimed, scanned, unread, named)
+            files = _found(p, unclaimed, scanned, unread, named, said)
         except UsageError as e:
             refused[p] = e
             continue
+        again: dict[Path, Path] = {}  # a file read already, as found here -> as found first
+        before: list[Path] = []  # the paths given that the files read already came with
         for f in files:
             # The run is named from the path as given (a symlinked file or folder takes the name of
             # the folder it is named in, not its target's); the file is read once by its target.
-            shown = Path(os.path.abspath(f))
+            shown = logical_path(f)
             f = f.resolve()
             if f in seen:  # the same file named twice (or named and in a folder named): read once
+                source, first = seen[f]
+                again[shown] = first
+                if source not in before:
+                    before.append(source)
                 continue
-            seen.add(f)
+            seen[f] = (p, shown)
             if origins is not None:
                 origins[f] = shown
             # A whole-run file (NDTimeline) is its own group, keyed by the file itself.
             c = _claim(f)
             groups.setdefault(shown if c is not None and c.whole_run else shown.parent, []).append(f)
+        if again and len(again) == len(files) and p not in before:
+            said.append(f"{p}: the same files as {', '.join(map(str, before))}, read once")
+        elif p in before:  # links beside their targets in one folder
+            said += [f"{f}: the same file as {first}, read once" for f, first in again.items()]
     if refused and (failed is None or not groups):
         raise next(iter(refused.values()))
     if documents and not groups:  # nothing else to ingest: the document is what was meant
@@ -174,7 +221,7 @@ def discover(
     if failed is not None:
         failed.update({str(p): str(e) for p, e in refused.items()})
     if notes is not None:
-        notes += [f"skipped {d}: not a trace (named as a document)" for d in documents]
+        notes += [f"skipped {d}: not a trace (named as a document)" for d in documents] + said
     return groups
 
 
@@ -201,6 +248,7 @@ def _found(
     scanned: set[Path] | None,
     unread: dict[Path, str] | None,
     named: set[Path] | None,
+    said: list[str] | None = None,
 ) -> list[Path]:
     """The trace files of input path ``p``: itself (a file a collector claims), or those found in
     folder ``p`` (see :func:`discover` for the out-parameters).
@@ -212,7 +260,7 @@ def _found(
         if named is not None:
             named.add(p.resolve())
         return [p]
-    found = files_under(p)
+    found = files_under(p, said)
     files = [f for f in found if _claim(f)]
     claimed = set(files)
     rest = [f for f in found if f not in claimed]
@@ -235,27 +283,44 @@ def _found(
     return files
 
 
-def files_under(folder: Path) -> list[Path]:
+def files_under(folder: Path, notes: list[str] | None = None) -> list[Path]:
     """The files under ``folder``, at any depth, sorted, each as found (not resolved): a symlinked
     folder is followed (``pathlib``'s ``rglob`` left it out, so a run folder linked into a folder
     was "no trace files found"), except one that leads back to a folder already walked or to one
     that holds ``folder`` (a loop: its files are read once, where first found). A symlinked file
     is listed under its own name; :func:`discover` reads the same file once. A folder that cannot
     be listed is passed over, as ``rglob`` did.
+
+    ``notes``, if given, receives a line for each folder passed over as one walked already
+    (``links/runC: the same files as links/runA, read once``) or as a loop, and for each link
+    that leads nowhere or back to itself (``links/gone: a link to x, which does not exist;
+    skipped``): nothing found is left out without a word.
     """
     out: list[Path] = []
     root = os.path.realpath(folder)
-    seen = {root}
+    first = {root: str(folder)}  # each folder walked (real path) -> where it was first found
+    said: list[str] = []
     for here, dirs, names in os.walk(folder, followlinks=True):
         keep = []
         for d in sorted(dirs):
-            real = os.path.realpath(os.path.join(here, d))
-            if real in seen or root == real or root.startswith(real.rstrip(os.sep) + os.sep):
-                continue  # a loop: a folder walked already, or one that holds the folder walked
-            seen.add(real)
-            keep.append(d)
+            path = os.path.join(here, d)
+            real = os.path.realpath(path)
+            if root == real or root.startswith(real.rstrip(os.sep) + os.sep):
+                said.append(f"{path}: a link back to {real}, which holds {folder} (a loop); not followed")
+            elif real in first:
+                said.append(f"{path}: the same files as {first[real]}, read once")
+            else:
+                first[real] = path
+                keep.append(d)
         dirs[:] = keep
-        out += [f for n in names if (f := Path(here, n)).is_file()]
+        for n in names:
+            f = Path(here, n)
+            if f.is_file():
+                out.append(f)
+            elif bad := link_problem(f):
+                said.append(f"{f}: {bad}; skipped")
+    if notes is not None:
+        notes += sorted(said)
     return sorted(out)
 
 

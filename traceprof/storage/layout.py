@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 
-from traceprof.core import schema, spill
+from traceprof.core import schema, spill, term
 from traceprof.core.errors import StoreError, UsageError
 from traceprof.core.lazy import lazy
 from traceprof.core.locking import beside, check_store_path
@@ -472,7 +472,7 @@ class Dataset:
             )
             raise StoreError(
                 f"run {name!r}: {len(bad)} of its Parquet file(s) are missing or damaged ({shown}); "
-                f"restore them, or remove the run (`traceprof runs rm {name}`) and ingest it again"
+                f"restore them, or remove the run (`{term.command('traceprof', 'runs', 'rm', name)}`) and ingest it again"
             )
 
     def allow_reads(self) -> None:

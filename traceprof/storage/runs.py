@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from traceprof.core import term
 from traceprof.core.errors import UsageError
 from traceprof.storage.layout import error_line
 from traceprof.storage.store import Store
@@ -128,7 +129,7 @@ def rename(store: Store, old: str, new: str) -> int:
     if taken.height:
         raise UsageError(
             f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
-            f"remove it first with `traceprof runs rm {new}`"
+            f"remove it first with `{term.command('traceprof', 'runs', 'rm', new)}`"
         )
     transaction(
         store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])]

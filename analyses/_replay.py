@@ -37,6 +37,7 @@ from traceprof.engine.activity import activity, release_activity
 from traceprof.engine.analysis import release_shared, shared
 from traceprof.engine.arrivals import TRANSIENT_SKEW_FACTOR, Transient, comm_items, transient
 from traceprof.ingest.matching import run_steps, unmatched_p2p
+from traceprof.storage.runs import PROFILER_SOURCES, untraced_ranks
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -204,13 +205,13 @@ def _with_run_steps(frame: pl.DataFrame, moved: pl.DataFrame | None) -> pl.DataF
 
 
 def _ranks(store: Store, run_id: int) -> tuple[int, int | None]:
-    """(ranks traced, world size of the job or None when unknown)."""
-    row = store.sql(
-        """SELECT (SELECT count(DISTINCT rank) FROM traces WHERE run_id = $1) AS traced,
-                  (SELECT world_size FROM runs WHERE run_id = $1) AS world""",
-        [run_id],
-    ).row(0)
-    return int(row[0]), (int(row[1]) if row[1] is not None else None)
+    """(ranks traced by a profiler (``traces.source`` in ``PROFILER_SOURCES``, any source where the
+    run has none of them), world size of the job or None when unknown)."""
+    untraced, world = untraced_ranks(store, run_id, PROFILER_SOURCES)
+    if world is not None:
+        return world - len(untraced), world
+    row = store.sql("SELECT count(DISTINCT rank) FROM traces WHERE run_id = ?", [run_id]).row(0)
+    return int(row[0]), None
 
 
 def require_matched(

@@ -75,7 +75,7 @@ def _combined(
                 evidence="whatif:blame",
             ),
         ]
-    elif v.status == "ok" and s_max is not None and s_max > verdict.STRAGGLING_S:
+    elif v.status in ("ok", "inconclusive") and s_max is not None and s_max > verdict.STRAGGLING_S:
         # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem)
         findings = [
             *findings,

@@ -46,7 +46,7 @@ from traceprof.engine.analysis import (
     register,
 )
 from traceprof.engine.intervals import class_measures
-from traceprof.storage.runs import rank_list, untraced_ranks
+from traceprof.storage.runs import PROFILER_SOURCES, rank_list, untraced_ranks
 from traceprof.storage.store import Store
 
 
@@ -188,7 +188,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
     problem = cost >= 5.0
     status = "problem" if problem else "ok"
-    untraced, _ = untraced_ranks(inp.store, inp.run_id)
+    untraced, _ = untraced_ranks(inp.store, inp.run_id, PROFILER_SOURCES)  # a dump only has no timeline
     if problem and untraced:
         # a collective ends after its last member arrives: without an untraced member's arrival the
         # wait for it reads as transfer, so the exposed time may be that rank's lateness, not transfer

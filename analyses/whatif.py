@@ -397,6 +397,12 @@ def run(store: Store, params: Params) -> Result:
         }
     )
     s_uncapped = _ratio(frame[base], frame["ideal_ns"])
+    partial = _replay.partial_note(
+        store,
+        run_id,
+        "the replay covers the traced ranks only (a collective starts "
+        "at the last traced arrival; an untraced rank's delay counts as transfer time)",
+    )
     notes = _notes(
         (s_raw, s_host, s_launch, s_model_raw, s_uncapped),
         (s_lo, s_hi, h_lo, h_hi),
@@ -404,12 +410,7 @@ def run(store: Store, params: Params) -> Result:
         frame,
         blame,
         params,
-    )
-    partial = _replay.partial_note(
-        store,
-        run_id,
-        "the replay covers the traced ranks only (a collective starts "
-        "at the last traced arrival; an untraced rank's delay counts as transfer time)",
+        partial is not None,
     )
     extra = tuple(n for n in (transient.note, partial) if n)
     return Result(frame=frame, blame=blame, summary=summary, notes=notes + extra)
@@ -669,15 +670,20 @@ def _notes(
     frame: pl.DataFrame,
     blame: pl.DataFrame,
     params: Params,
+    partial: bool = False,
 ) -> tuple[str, ...]:
     s_raw, s_host, s_launch, s_model_raw, s_uncapped = raw
     s_lo, s_hi, h_lo, h_hi = ci
     s = max(s_raw, 1.0)
+    # with ranks of the job untraced (``partial``) the replay cannot see their delays: a low S
+    # there rules out no straggler, so it never reads "not straggling"
     verdict = (
         "straggling"
         if max(s_lo, h_lo) > STRAGGLING_S
         else "not straggling"
-        if max(s_hi, h_hi) <= STRAGGLING_S
+        if max(s_hi, h_hi) <= STRAGGLING_S and not partial
+        else "not shown to straggle (ranks untraced: their delays are unseen)"
+        if partial
         else "not shown to straggle"
     )
     what = (

@@ -129,17 +129,20 @@ def test_straggler_own_idle_and_wait_do_not_outrank_it(store):
 def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
     # trace_filter: what-if S = 1.340 (interval low end above 1.1), but no rank is last more often
     # than chance (rank 1: 8 of 10 with 2 ranks, p = 0.055) and there is no stage or group: the
-    # run's variability, said in the findings with no cost, and the verdict is ok (issue 27: a
-    # problem needs a cause). The finding, the verdict, to_dict and the report say the same.
+    # run's variability, said in the findings with no cost (issue 27: a problem needs a cause). Its
+    # world size is 128 and only ranks 0, 1 are traced, with no process group membership
+    # (pg_ranks NULL): an untraced rank may be the one they wait for, so the verdict is
+    # inconclusive, not ok. The finding, the verdict, to_dict and the report say the same.
     ingest(store, [corpus("hta/trace_filter")])
     f = summarize(store, None)
     st = [x for x in f.findings if x.topic == "stragglers"][0]
-    assert not st.problem and st.status == "ok" and st.cost_pct is None
+    assert not st.problem and st.status == "inconclusive" and st.cost_pct is None
     assert st.text.startswith("no straggler: the job runs 34% slower than its ideal")
     assert "the run's variability, not a problem" in st.text
-    assert {v.topic: v.status for v in f.verdicts}["stragglers"] == "ok"
+    v = {v.topic: v for v in f.verdicts}["stragglers"]
+    assert v.status == "inconclusive" and "rank(s) 2-127 not traced (no profiler trace)" in v.text
     d = f.to_dict()
-    assert [x["status"] for x in d["findings"] if x["topic"] == "stragglers"] == ["ok"]
+    assert [x["status"] for x in d["findings"] if x["topic"] == "stragglers"] == ["inconclusive"]
 
 
 def test_flight_recorder_only_run_says_nothing_costs_step_time(store):
@@ -288,3 +291,90 @@ def test_the_full_run_keeps_its_verdicts_and_says_no_rank_is_missing(store):
     f = summarize(store, "s2")
     assert f.coverage == "" and f.to_dict()["coverage"] is None
     assert {v.topic: v.status for v in f.verdicts}["desync"] == "ok"
+
+
+def _copy_run(src, dest, keep) -> None:
+    """Copy the files of sample run ``src`` whose names ``keep`` accepts into folder ``dest``."""
+    import shutil
+
+    dest.mkdir()
+    for f in (SAMPLES / src).iterdir():
+        if keep(f.name):
+            shutil.copy(f, dest / f.name)
+
+
+def test_an_untraced_rank_leaves_the_straggler_verdict_inconclusive_not_ok(store, tmp_path):
+    # straggler_rank2 without any of rank 2's files: among ranks 0, 1, 3 rank 3 is last at 6 of 12
+    # collectives (binomial p = 0.18 against chance 1/3), not named; before, "ok" while the
+    # untraced rank 2 is the one the others wait for (the full run names it)
+    _copy_run("straggler_rank2", tmp_path / "s3", lambda n: not n.startswith("rank2."))
+    ingest(store, [tmp_path / "s3"], run="s3")
+    st = {v.topic: v for v in summarize(store, "s3").verdicts}["stragglers"]
+    assert st.status == "inconclusive"
+    assert "rank 3 arrived last at 6 of 12 collectives" in st.text
+    assert "rank(s) 2 not traced (no profiler trace): the traced ranks may be waiting for them" in st.text
+    # whatif says the same: S's interval alone cannot rule a straggler out with rank 2 unseen
+    from traceprof.analyses.whatif import Params as WhatifParams
+    from traceprof.analyses.whatif import run as whatif_run
+
+    notes = whatif_run(store, WhatifParams(run="s3")).notes
+    assert "not shown to straggle (ranks untraced: their delays are unseen)" in notes[0]
+
+
+def test_a_traced_straggler_stays_a_problem_with_another_rank_untraced(store, tmp_path):
+    # straggler_rank2 without rank 0's files: rank 2 is still traced and still the straggler
+    _copy_run("straggler_rank2", tmp_path / "s0", lambda n: not n.startswith("rank0."))
+    ingest(store, [tmp_path / "s0"], run="s0")
+    st = {v.topic: v for v in summarize(store, "s0").verdicts}["stragglers"]
+    assert st.status == "problem" and "rank 2 (" in st.text
+
+
+def test_whatif_never_says_not_straggling_with_ranks_untraced():
+    import polars as pl
+
+    from traceprof.analyses.whatif import Params as WhatifParams
+    from traceprof.analyses.whatif import _notes
+
+    frame = pl.DataFrame({"clamped": [False, False]})
+    blame = pl.DataFrame(
+        {"by": [], "kind": [], "group": [], "slowdown": [], "excess_alone_pct": []},
+        schema={
+            "by": pl.String,
+            "kind": pl.String,
+            "group": pl.String,
+            "slowdown": pl.Float64,
+            "excess_alone_pct": pl.Float64,
+        },
+    )
+    # both intervals end at or below 1.1: every rank traced, "not straggling"; a rank untraced: its
+    # delays are not in the replay, so no more than "not shown to straggle"
+    raw, ci = (1.02, 1.01, 1.0, 1.02, 1.02), (1.0, 1.05, 1.0, 1.03)
+    full = _notes(raw, ci, 1.0, frame, blame, WhatifParams())
+    part = _notes(raw, ci, 1.0, frame, blame, WhatifParams(), True)
+    assert "; not straggling by the OSDI'25 threshold" in full[0]
+    assert "; not shown to straggle (ranks untraced: their delays are unseen) by" in part[0]
+
+
+def test_a_rank_with_a_flight_recorder_dump_only_has_no_timeline(store, tmp_path):
+    # every FR dump, the Kineto traces of ranks 0, 1, 3 only: rank 2's collectives are known (desync
+    # has its records) but not its timeline, so the timeline verdicts cannot see it wait or be waited for
+    _copy_run(
+        "straggler_rank2",
+        tmp_path / "fr",
+        lambda n: n.endswith(".fr.json") or (n.endswith(".trace.json.gz") and not n.startswith("rank2.")),
+    )
+    res = ingest(store, [tmp_path / "fr"], run="fr")
+    gap = "no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)"
+    assert res.warnings == [f"run 'fr': {gap}"]
+    f = summarize(store, "fr")
+    assert f.coverage.startswith(gap + "; verdicts that need every rank")
+    status = {v.topic: v for v in f.verdicts}
+    assert status["communication"].status == "inconclusive"
+    assert status["stragglers"].status == "inconclusive"
+    assert status["desync"].status == "ok"  # rank 2's dump is there: its collectives are known
+    from traceprof.analyses.whatif import Params as WhatifParams
+    from traceprof.analyses.whatif import run as whatif_run
+
+    assert "3 of 4 ranks traced: the replay covers the traced ranks only" in " ".join(
+        whatif_run(store, WhatifParams(run="fr")).notes
+    )

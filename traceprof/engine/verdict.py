@@ -39,6 +39,7 @@ import polars as pl
 
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.engine import analysis
+from traceprof.storage.runs import PROFILER_SOURCES, rank_list, untraced_members, untraced_ranks
 from traceprof.storage.store import Store
 
 __all__ = ["Verdict", "combined_verdict", "STRAGGLING_S"]
@@ -53,7 +54,9 @@ class Verdict:
 
     Attributes:
         text: One line for the top of a report.
-        status: ``problem`` (a cause is named) or ``ok``.
+        status: ``problem`` (a cause is named), ``ok``, or ``inconclusive`` (none named, but ranks of
+            the job that are members of its collectives have no profiler trace:
+            ``traceprof.storage.runs.untraced_members``).
         cause: What is named: ``rank``, ``group``, ``stage``, or None.
         stragglers: Ranks named by ``stragglers`` (empty when none).
         slowdown: What-if S (blocking slowdown), None when the replay cannot run (e.g. Flight
@@ -220,6 +223,17 @@ def combined_verdict(
     if cause is None and mesh.groups:
         cause = "group"  # a slow stage or replica: the mesh names it
     problem = cause is not None
+    status = "problem" if problem else "ok"
+    run_id = store.resolve_run(run)
+    untraced = untraced_members(store, run_id, untraced_ranks(store, run_id, PROFILER_SOURCES)[0])
+    if untraced and not problem:
+        # the ranks compared are the traced ones: an untraced member the others wait for would make
+        # every traced rank's lateness look small; a traced rank named as the straggler stays named
+        status = "inconclusive"
+        text += (
+            f"; rank(s) {rank_list(untraced)} not traced (no profiler trace): the traced ranks may be waiting "
+            "for them at the collectives, so a straggler among them cannot be ruled out"
+        )
     return Verdict(
         text=mesh.text(text, named),
         stragglers=named,
@@ -227,7 +241,7 @@ def combined_verdict(
         host_slowdown=hs,
         launch_slowdown=ls,
         straggling=problem,
-        status="problem" if problem else "ok",
+        status=status,
         cause=cause,
         slowdown_interval=s_ci,
         host_interval=h_ci,

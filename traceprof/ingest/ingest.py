@@ -38,6 +38,7 @@ from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptio
 from traceprof.ingest import clock, matching, sources
 from traceprof.ingest.naming import Part, assign, stem
 from traceprof.storage import layout
+from traceprof.storage.runs import profiler_gap_text
 from traceprof.storage.store import Store
 
 __all__ = ["ingest", "discover", "check_input", "IngestResult"]
@@ -727,6 +728,9 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
         "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]
     ).fetchall()[0]
     notes = [f"{held} of {world} ranks traced"] if world and held < world else []
+    gap = profiler_gap_text(store, run_id)
+    if gap:  # a dump of its collectives only: the timeline analyses lack that rank
+        notes.append(gap)
     notes += [n for c in sources.collectors() if c.settle is not None for n in c.settle(store, run_id)]
     summary = matching.match_run(store, run_id)
     notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from traceprof.core import term
 from traceprof.core.errors import UsageError
+from traceprof.core.vocab import TraceSource
 from traceprof.storage.layout import error_line
 from traceprof.storage.store import Store
 
@@ -137,10 +138,24 @@ def rename(store: Store, old: str, new: str) -> int:
     return run_id
 
 
-def untraced_ranks(store: Store, run_id: int) -> tuple[tuple[int, ...], int | None]:
+#: The sources that hold a rank's timeline of ops (``traces.source``): what overlap, stragglers and
+#: whatif read of every rank. A Flight Recorder or NCCL dump of a rank holds its collectives only.
+PROFILER_SOURCES = (TraceSource.kineto.value, TraceSource.nsys.value)
+
+
+def untraced_ranks(
+    store: Store, run_id: int, sources: tuple[str, ...] | None = None
+) -> tuple[tuple[int, ...], int | None]:
     """(The ranks of the job that no trace of run ``run_id`` holds, its world size): ranks
     0..world_size-1 (``runs.world_size``) less the ranks of its traces (``traces.rank``); ``()``
     when every rank was traced or the world size is unknown (then None).
+
+    Args:
+        store: The store.
+        run_id: The run.
+        sources: Count only traces of these sources (``traces.source``, e.g. :data:`PROFILER_SOURCES`)
+            where the run holds any trace of them (a run of Flight Recorder dumps only is judged by
+            them); None: a trace of any source counts.
 
     Linear in the run's traces; the ranks listed are at most the world size.
     """
@@ -148,12 +163,35 @@ def untraced_ranks(store: Store, run_id: int) -> tuple[tuple[int, ...], int | No
     size = world.item() if world.height else None
     if size is None:
         return (), None
-    traced = set(
-        store.sql("SELECT DISTINCT rank FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id])[
-            "rank"
-        ].to_list()
+    held = store.sql(
+        "SELECT DISTINCT rank, source FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id]
     )
+    if sources is not None and held["source"].is_in(list(sources)).any():
+        held = held.filter(held["source"].is_in(list(sources)))
+    traced = set(held["rank"].to_list())
     return tuple(r for r in range(int(size)) if r not in traced), int(size)
+
+
+def profiler_gap_text(store: Store, run_id: int) -> str:
+    """``no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)`` for ranks
+    with traces of other sources (``traces.source``) but no :data:`PROFILER_SOURCES` trace, where
+    other ranks of the run have one; else empty."""
+    gap = sorted(
+        set(untraced_ranks(store, run_id, PROFILER_SOURCES)[0]) - set(untraced_ranks(store, run_id)[0])
+    )
+    if not gap:
+        return ""
+    held = store.sql(
+        "SELECT DISTINCT source FROM traces WHERE run_id = ? AND list_contains(?, rank) ORDER BY source",
+        [run_id, gap],
+    )["source"].to_list()
+    names = {TraceSource.flight_recorder.value: "a Flight Recorder dump"}
+    only = " and ".join(names.get(x, f"a {x} trace") for x in held)
+    s = "s" if len(gap) > 1 else ""
+    return (
+        f"no profiler (Kineto/nsys) trace of rank{s} {rank_list(gap)} "
+        f"({'they have' if s else 'it has'} {only} only)"
+    )
 
 
 def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
@@ -171,13 +209,42 @@ def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
 
 
 def coverage_text(store: Store, run_id: int) -> str:
-    """What the summary says first when ranks of the job were not traced (else empty):
-    ``3 of 4 ranks traced: no trace of rank 2; ...``."""
+    """What the summary says first when ranks of the job were not traced, or have no profiler
+    trace (:func:`profiler_gap_text`), else empty: ``3 of 4 ranks traced: no trace of rank 2; ...``."""
     missing, world = untraced_ranks(store, run_id)
-    if not missing or world is None:
+    gap = profiler_gap_text(store, run_id)
+    if world is None or not (missing or gap):
         return ""
+    parts = []
+    if missing:
+        parts.append(
+            f"{world - len(missing)} of {world} ranks traced: no trace of rank{'s' if len(missing) > 1 else ''} "
+            f"{rank_list(missing)}"
+        )
+    if gap:
+        parts.append(gap)
     return (
-        f"{world - len(missing)} of {world} ranks traced: no trace of rank{'s' if len(missing) > 1 else ''} "
-        f"{rank_list(missing)}; verdicts that need every rank (desync, exposed communication) are "
+        "; ".join(parts) + "; verdicts that need every rank (desync, exposed communication, stragglers) are "
         "inconclusive where the untraced rank(s) could explain what they saw"
     )
+
+
+def untraced_members(store: Store, run_id: int, untraced: tuple[int, ...]) -> tuple[int, ...]:
+    """The ranks of ``untraced`` that are members of run ``run_id``'s collectives
+    (``collective_instances.pg_ranks``); all of ``untraced`` where the membership of any instance
+    is unknown (``pg_ranks`` NULL: the collective may span the whole job).
+
+    One pass over the run's collective instances; the ranks listed are at most ``len(untraced)``.
+    """
+    if not untraced:
+        return ()
+    row = store.sql(
+        """SELECT count(*) FILTER (WHERE pg_ranks IS NULL) AS unknown,
+                  list_distinct(flatten(list(CAST(pg_ranks AS INTEGER[])))) AS members
+           FROM collective_instances WHERE run_id = ?""",
+        [run_id],
+    ).row(0, named=True)
+    if row["unknown"] or row["members"] is None:
+        return untraced
+    members = set(row["members"])
+    return tuple(r for r in untraced if r in members)

@@ -21,6 +21,7 @@ from traceprof.engine.activity import GRAPH_LEVEL_NOTE
 from traceprof.engine.analysis import FrameResult
 
 __all__ = [
+    "step_windows",
     "at_least",
     "fraction",
     "choice",
@@ -157,3 +158,28 @@ def named_ranks(res: dict[str, FrameResult]) -> list[int]:
         pl.col("named") | pl.col("slow_group").is_not_null() if "slow_group" in v.columns else pl.col("named")
     )
     return [int(r) for r in v.filter(late)["rank"]]
+
+
+def step_windows(steps: pl.DataFrame, keep: list[str] | None = None) -> pl.DataFrame:
+    """Each rank's step windows, which tile its profiled time (``critical_path``'s step account).
+
+    Step k ends where its work ends (its last GPU activity's end, ``device_end_ns``; without GPU
+    activity its ProfilerStep's end, ``cpu_end_ns``), kept non-decreasing over the rank's steps,
+    and starts where step k-1 ended; the first starts at its ProfilerStep's start, or its first
+    GPU activity's if earlier. So a rank's windows never overlap: a step that runs into the next
+    ones (a ProfilerStep recorded 50x too long) leaves them 0 ns. O(n log n) in the steps.
+
+    Args:
+        steps: rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns (ns; device
+            ones null for a step without GPU activity), one row per (rank, step).
+        keep: Other columns of ``steps`` to keep.
+
+    Returns:
+        rank, step, start_ns, end_ns (ns) and the ``keep`` columns, sorted by rank and step.
+    """
+    w = steps.sort("rank", "step").with_columns(
+        pl.coalesce("device_end_ns", "cpu_end_ns").cum_max().over("rank").alias("end_ns"),
+        pl.min_horizontal("cpu_start_ns", "device_start_ns").alias("_first"),
+    )
+    w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
+    return w.select("rank", "step", "start_ns", "end_ns", *(keep or []))

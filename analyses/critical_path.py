@@ -71,7 +71,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.analyses import _replay
-from traceprof.analyses._common import named_ranks
+from traceprof.analyses._common import named_ranks, step_windows
 from traceprof.analyses.idle import host_wait
 from traceprof.analyses.stragglers import per_rank_instance
 from traceprof.core import columns as rc
@@ -179,12 +179,9 @@ def _windows(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
         return span.select(
             pl.col("rank").cast(pl.Int32), pl.lit(None, pl.Int32).alias("step"), "start_ns", "end_ns"
         ).sort("rank")
-    w = steps.sort("rank", "step").with_columns(
-        pl.coalesce("device_end_ns", "cpu_end_ns").cum_max().over("rank").alias("end_ns"),
-        pl.min_horizontal("cpu_start_ns", "device_start_ns").alias("_first"),
+    w = step_windows(steps).select(
+        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "start_ns", "end_ns"
     )
-    w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
-    w = w.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "start_ns", "end_ns")
     others = span.filter(~pl.col("rank").is_in(w["rank"].unique().to_list()))  # ranks without steps
     if others.height:
         w = pl.concat(

@@ -3,8 +3,12 @@
 Algorithm (README.md "Analyses": MFU):
   1. Model FLOPs per (rank, step) from the first available source (``traceprof.engine.flops``):
      declared, PaLM formula, collector sidecar (torch's profiler counts), or op shapes in the trace.
-  2. Step time per (rank, step) from ``steps``: the device span (first to last GPU activity
-     launched in the step) where present, else the ProfilerStep annotation (cpu_start..cpu_end).
+  2. Step time per (rank, step) from ``steps``: the step's wall time, its window in the step
+     account (``critical_path``'s, :func:`traceprof.analyses._common.step_windows`): from the end
+     of the rank's previous step (the first: its ProfilerStep's start, or its first GPU activity's
+     if earlier) to the end of its work (its last GPU activity, else its ProfilerStep's end), so
+     the rank's steps tile its time and never overlap. Not the device span alone: a 413 ms step
+     that ran one 45 us kernel 395 ms in would claim the step's FLOPs in 45 us (8,800x the MFU).
      The steps of the profiler-start transient are left out (``traceprof.engine.arrivals``, as in every
      analysis; a note says so), here and in the waterfall.
   3. tflops = flops / step time / 1e12; peak = ``peak_tflops`` if given, else the dense peak of
@@ -45,6 +49,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.analyses import _common
+from traceprof.analyses._common import step_windows
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.engine.activity import excluded_note
@@ -251,7 +256,9 @@ SPEC = Analysis(
             rc.RANK,
             rc.STEP,
             rc.ns("step_ns", "Step time"),
-            rc.text("step_time_source", "device (GPU activity) or cpu (the step range)"),
+            rc.text(
+                "step_time_source", "wall (the step range and its GPU activity) or cpu (the step range alone)"
+            ),
             rc.number("flops", "Model FLOPs of the rank in the step (float: see the module doc)", "FLOP"),
             *_SHARED,
             rc.text("device", "Device name in the trace"),
@@ -361,13 +368,12 @@ def run(store: Store, params: Params) -> Result:
                 "peak; pass dtype=tf32 if TF32 was enabled"
             )
     notes += peak_notes
-    steps = store.sql(
-        """SELECT rank, step,
-                  CASE WHEN device_end_ns IS NOT NULL THEN device_end_ns - device_start_ns
-                       ELSE cpu_end_ns - cpu_start_ns END AS step_ns,
-                  CASE WHEN device_end_ns IS NOT NULL THEN 'device' ELSE 'cpu' END AS step_time_source
-           FROM steps WHERE run_id = ? ORDER BY rank, step""",
-        [run_id],
+    steps = step_times(
+        store.sql(
+            """SELECT rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns
+               FROM steps WHERE run_id = ? ORDER BY rank, step""",
+            [run_id],
+        )
     )
     if steps.is_empty():
         raise AnalysisError(f"{run_label(store, run_id)}: no ProfilerSteps, so no step time for MFU")
@@ -554,9 +560,31 @@ def _waterfall(
     note = (
         f"waterfall: over the step account's {total / 1e6:,.1f} ms of rank-step time (critical_path: each "
         f"rank's steps from the end of the previous one's work), MFU {100.0 * ideal / total:.1f}%; the job row's "
-        "mfu_pct divides by the slowest rank's step time per step (device span, else the ProfilerStep) instead"
+        "mfu_pct divides by the slowest rank's step time per step (its window in that account) instead"
     )
     return pl.DataFrame(rows, schema=schema, orient="row"), note
+
+
+def step_times(steps: pl.DataFrame) -> pl.DataFrame:
+    """Each step's time (module doc, step 2): its step window's length.
+
+    Args:
+        steps: rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns (ns; device
+            ones null for a step without GPU activity), one row per (rank, step).
+
+    Returns:
+        rank, step, step_ns (ns), step_time_source (``device``: the step ends with its GPU
+        activity; ``cpu``: with its ProfilerStep), sorted by rank and step.
+    """
+    return step_windows(steps, keep=["device_end_ns"]).select(
+        "rank",
+        "step",
+        (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"),
+        pl.when(pl.col("device_end_ns").is_not_null())
+        .then(pl.lit("device"))
+        .otherwise(pl.lit("cpu"))
+        .alias("step_time_source"),
+    )
 
 
 def _job(frame: pl.DataFrame, hw: float | None) -> pl.DataFrame:

@@ -13,16 +13,24 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
      sound records, flags it ``overrun`` and keeps its recorded duration in ``raw_dur_ns``, with a
      warning naming it.
+  4. GPU rows on a stream (:func:`lane_overruns`, used by the nsys collector; Kineto's checks apply
+     the same rule in their own lane loop): a row that runs past the next one on its (device,
+     stream) ends at its start; the last of a stream that ends far past the range ends with the
+     other GPU rows.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FAR_MARGIN_MIN_NS", "reference_range", "far_ends"]
+__all__ = ["FAR_MARGIN_MIN_NS", "OVERLAP_TOLERANCE_NS", "reference_range", "far_ends", "lane_overruns"]
 
 #: The smallest margin around the reference range before a record is "far outside": 1 s.
 FAR_MARGIN_MIN_NS = 1_000_000_000
+
+#: How far a GPU row may run into the next one on its stream before it is an overrun: 5 us
+#: (programmatic dependent launch overlaps that much; Kineto's ``OVERRUN_TOLERANCE_NS``).
+OVERLAP_TOLERANCE_NS = 5_000
 
 
 def reference_range(
@@ -68,3 +76,39 @@ def far_ends(
     closed = sound & (dur >= 0) & ~late
     end = int((ts[closed] + dur[closed]).max()) if closed.any() else int(ts.max())
     return np.flatnonzero(late & cand), end
+
+
+def lane_overruns(
+    ts: np.ndarray, dur: np.ndarray, lane: np.ndarray, hi: int, margin: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU rows that overrun their stream, and the end each is clipped to (ns).
+
+    On one lane (a (device, stream) code), sorted by start, a row that runs past the start of the
+    next row by more than :data:`OVERLAP_TOLERANCE_NS` ends at that start; the last row of a lane
+    that ends more than ``margin`` past ``hi`` ends at the latest end of the rows not clipped (at
+    least ``hi``). O(n log n) in the rows.
+
+    Args:
+        ts: Start of each GPU row, ns (int64, shape (n,)).
+        dur: Duration of each, ns (int64, shape (n,), non-negative).
+        lane: Each row's lane code (int64, shape (n,)).
+        hi: The end of the reference range, ns (:func:`reference_range`).
+        margin: How far past ``hi`` is far, ns.
+
+    Returns:
+        (the clipped rows, ascending indices into the arrays; the end each is clipped to, ns).
+    """
+    if not len(ts):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort((dur, ts, lane))
+    start, end, ln = ts[order], ts[order] + dur[order], lane[order]
+    same = np.append(ln[1:] == ln[:-1], False)  # the next row is on the same lane
+    nxt = np.append(start[1:], 0)
+    over = same & (end > nxt + OVERLAP_TOLERANCE_NS) & (nxt > start)
+    last_far = ~same & (end > hi + margin)
+    tail = max(hi, int(end.max(where=~(over | last_far), initial=hi)))
+    new_end = np.where(over, nxt, tail)
+    hit = np.flatnonzero(over | last_far)
+    rows = order[hit]
+    keep = np.argsort(rows)
+    return rows[keep], new_end[hit][keep]

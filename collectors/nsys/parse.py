@@ -42,9 +42,11 @@ Algorithm:
      ``MPI Rank N``, else the file name as ``nsys profile -o name_%q{RANK}`` writes it; world size
      from ``WORLD_SIZE`` (one process: also ``OMPI_COMM_WORLD_SIZE``, ``SLURM_NTASKS``, ...).
   5a. A CPU-side row (NVTX range, CUDA API call) that ends far past the trace's step range (more than
-     its length, at least 1 s) is clipped to the end of the trace's other rows, ``events.flag`` =
-     ``overrun``, ``raw_dur_ns`` the recorded duration, with a warning naming it
-     (``traceprof.collectors.nsys.late``, the rule Kineto's checks apply).
+     its length, at least 1 s) is clipped to the end of the trace's other rows; a GPU row (kernel,
+     copy, memset) that runs past the next row on its stream (by more than 5 us) to that row's start,
+     the last of a stream that ends far past the range to the end of the other GPU rows;
+     ``events.flag`` = ``overrun``, ``raw_dur_ns`` the recorded duration, with a warning naming them
+     (``traceprof.collectors.nsys.late``, the rules Kineto's checks apply).
   6. Steps: a CPU row gets the step whose range holds its start; a GPU row the step of its launch
      (same correlation), else its own start. One ``steps`` row per step range, with the first and
      last GPU activity launched in it.
@@ -360,10 +362,10 @@ def _trace(
 ) -> ParsedTrace:
     """One trace from the rows ``cols`` of one process (``proc``; None: the whole export)."""
     label = p.name if proc is None else f"{p.name} (pid {proc & _PID_BITS})"
-    far = clip_far_ends(label, cols)  # a CPU row ending years past the rest stretches no window
+    far = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
-    warnings = [*warnings, *_notices(label, cols, graph), *([far] if far else [])]
+    warnings = [*warnings, *_notices(label, cols, graph), *far]
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
     devices = exp.devices if proc is None else [d for d in exp.devices if d["device"] in used] or exp.devices
     names = {d["device"]: d["name"] for d in devices}

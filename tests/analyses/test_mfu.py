@@ -42,8 +42,9 @@ def test_gpu_corpus_trace_uses_the_a100_tf32_peak(store):
     # so the peak is the A100's dense TF32 156 TFLOP/s, not fp32 19.5 (8x too high an MFU) nor bf16 312.
     ingest(store, [corpus("hta/nccl_parser_config")])
     res = analyze(store, "mfu", model_flops_per_step=4e13)
-    # Step time from plain SQL: the device span of each ProfilerStep.
-    span = dict(store.sql("SELECT step, device_end_ns - device_start_ns FROM steps ORDER BY step").rows())
+    # Step time from plain SQL: each step's window (critical_path's step account): from the end of
+    # the previous step's GPU work (the first: its ProfilerStep's start) to the end of its own.
+    span = {s: ns for _, s, ns in _windows_sql(store)}
     assert len(span) == 3
     for r in res.frame.iter_rows(named=True):
         assert (r["device"], r["peak_device"], r["peak_tflops"], r["dtype"]) == (
@@ -95,11 +96,26 @@ def test_kernel_dtype_from_names(name, dtype):
     assert kernel_dtype(name) == dtype
 
 
-def _gpu_run(tmp_path, device1: str):
+def _windows_sql(store) -> list[tuple[int, int, int]]:
+    """(rank, step, step window ns) by plain SQL: a step ends where its GPU work ends (else its
+    ProfilerStep), never before the previous step's end, and starts where that one ended (the
+    first: the earlier of its ProfilerStep's start and its first GPU activity's)."""
+    return store.sql(
+        """SELECT rank, step,
+                  e - coalesce(lag(e) OVER w, least(cpu_start_ns, coalesce(device_start_ns, cpu_start_ns)))
+           FROM (SELECT *, max(coalesce(device_end_ns, cpu_end_ns)) OVER (PARTITION BY rank ORDER BY step
+                 ROWS UNBOUNDED PRECEDING) AS e FROM steps)
+           WINDOW w AS (PARTITION BY rank ORDER BY step) ORDER BY rank, step"""
+    ).rows()
+
+
+def _gpu_run(tmp_path, device1: str, step_us: int = 1000, kernel_us: tuple[int, int] = (100, 400)):
     """One step: ProfilerStep#1 [0, 1000 us]; aten::mm bf16 1024^3 (2*1024^3 = 2,147,483,648 FLOPs)
-    launches one kernel on device 1 that runs [100, 500 us]: device span 400 us = 400,000 ns."""
+    launches one kernel on device 1 that runs [100, 500 us]: the step's window runs from its start
+    (0) to the end of its GPU work (500 us): 500,000 ns (not the kernel's span, 400 us).
+    ``step_us``, ``kernel_us`` (start, duration): another step length and kernel, us."""
     ev = [
-        op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        op("ProfilerStep#1", 0, step_us, cat="user_annotation"),
         op("aten::mm", 5, 20, [[1024, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"]),
         {
             "ph": "X",
@@ -117,8 +133,8 @@ def _gpu_run(tmp_path, device1: str):
             "name": "sm90_gemm",
             "pid": 1,
             "tid": 7,
-            "ts": 100,
-            "dur": 400,
+            "ts": kernel_us[0],
+            "dur": kernel_us[1],
             "args": {"correlation": 1, "device": 1, "stream": 7},
         },
     ]
@@ -135,9 +151,9 @@ def test_shapes_dtype_and_the_device_the_rank_used(store, tmp_path):
         "NVIDIA H100 80GB HBM3",
         989.4,
     )
-    assert r["step_ns"] == 400_000
-    assert r["tflops"] == pytest.approx(2 * 1024**3 / 400e-6 / 1e12)  # 5.3687 TFLOP/s
-    assert r["mfu_pct"] == pytest.approx(100 * 2 * 1024**3 / 400e-6 / 989.4e12)
+    assert r["step_ns"] == 500_000
+    assert r["tflops"] == pytest.approx(2 * 1024**3 / 500e-6 / 1e12)  # 4.2950 TFLOP/s
+    assert r["mfu_pct"] == pytest.approx(100 * 2 * 1024**3 / 500e-6 / 989.4e12)
     # Executed (shape) FLOPs include the recomputed forward: model = executed / (1 + 1/3).
     rec = analyze(store, "mfu", recompute="full").frame.row(0, named=True)
     assert rec["mfu_pct"] == pytest.approx(r["mfu_pct"] * 3 / 4) and rec["hfu_pct"] == pytest.approx(
@@ -153,7 +169,7 @@ def test_unknown_device_says_so(store, tmp_path):
     assert res.frame["mfu_pct"].to_list() == [None] and res.frame["tflops"][0] > 0
     assert any("unknown device 'Mystery Accelerator 9000'" in n for n in res.notes)
     assert analyze(store, "mfu", peak_tflops=100.0).frame["mfu_pct"][0] == pytest.approx(
-        100 * 2 * 1024**3 / 400e-6 / 100e12
+        100 * 2 * 1024**3 / 500e-6 / 100e12
     )
 
 
@@ -162,11 +178,13 @@ def test_cpu_sample_needs_a_user_peak(store):
     res = analyze(store, "mfu")
     assert res.frame["mfu_pct"].null_count() == res.frame.height == 12
     assert any(n.startswith("CPU-only run") for n in res.notes)
-    # With a peak: tflops from the sidecar FLOPs and the ProfilerStep durations, by plain SQL.
+    # With a peak: tflops from the sidecar FLOPs and the step windows (CPU ranks: from the previous
+    # ProfilerStep's end to this one's), by plain SQL.
+    window = {(r, s): ns for r, s, ns in _windows_sql(store)}
     expected = dict(
-        ((r, s), f / ns / 1e3)
-        for r, s, f, ns in store.sql(
-            """SELECT s.rank, s.step, CAST(k.value AS DOUBLE), s.cpu_end_ns - s.cpu_start_ns
+        ((r, s), f / window[(r, s)] / 1e3)
+        for r, s, f in store.sql(
+            """SELECT s.rank, s.step, CAST(k.value AS DOUBLE)
            FROM steps s JOIN traces t USING (run_id, rank), json_each(t.flops_per_step) k
            WHERE CAST(k.key AS INTEGER) = s.step"""
         ).rows()
@@ -281,8 +299,9 @@ def test_waterfall_by_hand_on_a_gpu_step(store, tmp_path):
     assert sum(wf["pct"]) == pytest.approx(100.0)
     assert "causal attention" in wf["detail"][-1] and "declared" in wf["detail"][-1]
     assert any(n.startswith("FLOPs convention: a multiply-add counts 2; causal attention") for n in res.notes)
-    # the job row divides by the device span of the step (10..150 us): 4e9 / 140 us / 1e14 = 28.6%
-    assert res.job["mfu_pct"][0] == pytest.approx(100 * 4e9 / 140e-6 / 1e14)
+    # the job row divides by the step's window (0..150 us, the account's): 4e9 / 150 us / 1e14 = 26.67%,
+    # the waterfall's MFU row (it divided by the kernels' span, 10..150 us: 28.6%)
+    assert res.job["mfu_pct"][0] == pytest.approx(100 * 4e9 / 150e-6 / 1e14)
 
 
 @pytest.mark.parametrize(
@@ -322,3 +341,19 @@ def test_waterfall_of_a_sample_run_adds_up_to_its_step_account(store):
     assert got["MFU"] == round(12 * 1_511_071_744 / 1e3)  # FLOPs / (1 TFLOP/s) in ns
     assert got["kernel efficiency"] + got["MFU"] == acc["compute_ns"].sum()
     assert sum(got.values()) == acc["step_ns"].sum() and sum(wf["pct"]) == pytest.approx(100.0)
+
+
+def test_a_long_step_with_one_short_kernel_uses_the_step_time(store, tmp_path):
+    # hta/call_stack's shape: a 413 ms ProfilerStep [0, 413,000 us] whose one kernel runs 45 us,
+    # [395,000, 395,045 us]. The step's window: 0 .. the kernel's end = 395,045 us, as critical_path's
+    # account has it; declared 1e12 FLOPs at a 100 TFLOP/s peak: 1e12 / 0.395045 s = 2.5313 TFLOP/s,
+    # MFU 2.5313 % (the kernel's span alone, 45 us, claimed 22,222 TFLOP/s: 8,779x).
+    ingest(store, [_gpu_run(tmp_path, "NVIDIA H100 80GB HBM3", step_us=413_000, kernel_us=(395_000, 45))])
+    res = analyze(store, "mfu", model_flops_per_step=1e12, peak_tflops=100.0)
+    r = res.frame.row(0, named=True)
+    assert (r["step_ns"], r["step_time_source"]) == (395_045_000, "device")
+    assert r["tflops"] == pytest.approx(1e12 / 0.395045 / 1e12)
+    assert r["mfu_pct"] == pytest.approx(100 * 1e12 / 0.395045 / 100e12)
+    assert res.job["mfu_pct"][0] == pytest.approx(r["mfu_pct"])
+    # the same step time as critical_path's step account
+    assert analyze(store, "critical_path").frame["step_ns"].to_list() == [395_045_000]

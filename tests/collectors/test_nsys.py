@@ -408,7 +408,8 @@ def test_rows_with_unusable_times_raise_or_are_counted(store, tmp_path, table, s
 
 
 def test_end_at_the_int64_limit_on_the_epoch_clock_is_kept_and_analyses_run(store, tmp_path):
-    """end = int64 max - session start: epoch + end is exactly int64 max, the last accepted value."""
+    """end = int64 max - session start: epoch + end is exactly int64 max, the last accepted value
+    (kept in raw_dur_ns; the kernel itself is clipped to the next one's start on its stream)."""
     db = tmp_path / "rank0.sqlite"
     shutil.copy(corpus(SAXPY), db)
     db.chmod(0o644)
@@ -418,7 +419,10 @@ def test_end_at_the_int64_limit_on_the_epoch_clock_is_kept_and_analyses_run(stor
     con.commit()
     con.close()
     ingest(store, [db], run="r")
-    assert store.sql("SELECT max(ts_ns + dur_ns) FROM events WHERE kind = 'kernel'").rows() == [(_INT64_MAX,)]
+    assert store.sql("SELECT max(ts_ns + raw_dur_ns) FROM events WHERE kind = 'kernel'").rows() == [
+        (_INT64_MAX,)
+    ]
+    assert store.sql("SELECT count(*) FROM events WHERE flag = 'overrun'").rows() == [(1,)]
     for name in ("temporal", "overlap", "kernels", "kernel_sum", "idle", "launch"):
         analyze(store, name, "r")
 

@@ -17,9 +17,12 @@ from traceprof.ingest.ingest import ingest
 FAR = 3 * 10**18
 
 
-def _export(path: Path, extra: str | None, steps: bool = True, past_ns: int = FAR) -> Path:
+def _export(
+    path: Path, extra: str | None, steps: bool = True, past_ns: int = FAR, long: dict | None = None
+) -> Path:
     """Four 9 ms step ranges every 10 ms from 1 ms (relative ns), three 1 ms kernels in each with
-    their launch calls; ``extra``: one more CPU-side row from 2 ms that ends ``past_ns`` later."""
+    their launch calls; ``extra``: one more CPU-side row from 2 ms that ends ``past_ns`` later;
+    ``long``: {(step, kernel): duration in ns} for kernels that run longer than 1 ms."""
     e = Export()
     e.gpu(0)
     e.process(100)
@@ -30,7 +33,7 @@ def _export(path: Path, extra: str | None, steps: bool = True, past_ns: int = FA
         for k in range(3):
             s = t0 + 100_000 + k * 2_000_000
             e.launch(100, i * 10 + k + 1, s, s + 5_000)
-            e.kernel(100, 0, i * 10 + k + 1, s + 20_000, s + 1_020_000)
+            e.kernel(100, 0, i * 10 + k + 1, s + 20_000, s + 20_000 + (long or {}).get((i, k), 1_000_000))
     if extra == "nvtx":
         e.nvtx(100, 2_000_000, 2_000_000 + past_ns, "far range")
     elif extra == "runtime":
@@ -95,3 +98,46 @@ def test_without_steps_the_range_is_the_starts_percentiles(tmp_path):
     row = _row(t, "cudaStreamSynchronize")
     assert (row["dur_ns"], row["raw_dur_ns"], row["flag"]) == (34_120_000, FAR, "overrun")
     assert any("end far past the trace's time range" in w for w in t.warnings)
+
+
+@pytest.mark.parametrize(
+    ("step", "dur", "clipped"),
+    [
+        # the first kernel (1.12 ms) runs into the next on its stream (3.12 ms): ends at its start
+        (0, FAR, 2_000_000),
+        # the stream's last kernel (35.12 ms) has no next: clipped to the end of the other GPU rows
+        # (34.12 ms) or of the step range (40 ms), whichever is later: 40 - 35.12 = 4.88 ms
+        (3, FAR, 4_880_000),
+        # 1.5 ms: 0.5 ms into the next kernel, far past nothing; an overrun all the same
+        (0, 2_500_000, 2_000_000),
+    ],
+)
+def test_gpu_kernel_past_its_stream_or_far_past_is_clipped(tmp_path, step, dur, clipped):
+    k = 0 if step == 0 else 2
+    t = parse(_export(tmp_path / "rank0.sqlite", None, long={(step, k): dur}))
+    (row,) = [r for r in t.events.to_pylist() if r["raw_dur_ns"] is not None]
+    start = EPOCH + 1_000_000 + step * 10_000_000 + 120_000 + k * 2_000_000
+    assert (row["kind"], row["ts_ns"], row["dur_ns"]) == ("kernel", start, clipped)
+    assert (row["raw_dur_ns"], row["flag"]) == (dur, "overrun")
+    assert t.flagged == {"overrun": 1}
+    assert [w for w in t.warnings if "GPU record" in w] == [
+        f"rank0.sqlite: 1 GPU record(s) run past the next record on their stream (or far past the trace's "
+        f"step range) by up to {(dur - clipped) / 1e9:,.6f} s (kernel 'void gemm_kernel<float>()'): clipped "
+        "(events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
+    ]
+
+
+def test_kernel_sum_and_idle_after_the_gpu_clip(store, tmp_path):
+    ingest(store, [_export(tmp_path / "rank0.sqlite", None, long={(0, 0): FAR})], run="far")
+    # kernel_sum: 11 kernels of 1 ms and the clipped one of 2 ms = 13 ms (it was 3e18 + 11 ms)
+    frame = analyze(store, "kernel_sum", "far").frames()["frame"]
+    assert frame["total_ns"].to_list() == [13_000_000]
+    # temporal: the kernels from 1.12 ms to 36.12 ms: window 35 ms, busy 13 ms (it was all of it)
+    t = analyze(store, "temporal", "far").frames()["frame"].to_dicts()[0]
+    assert (t["window_ns"], t["compute_ns"]) == (35_000_000, 13_000_000)
+
+
+def test_kernels_within_the_tolerance_are_untouched(tmp_path):
+    # 1.9 ms + 5 us ends 5 us into the next kernel (2 ms later): programmatic dependent launch, kept
+    t = parse(_export(tmp_path / "rank0.sqlite", None, long={(0, 0): 2_005_000}))
+    assert t.flagged == {} and "raw_dur_ns" not in t.events.column_names

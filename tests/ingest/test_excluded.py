@@ -13,7 +13,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.builders import BASE, transient_rank, write_rank
+from tests.builders import BASE, pid1_op, stream_kernel, transient_rank, write_rank
 from tests.conftest import analyze
 from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
@@ -390,3 +390,54 @@ def test_step_a_little_past_its_records_without_a_stop_mark_is_untouched(store, 
     f = write_rank(tmp_path / "run" / "rank0.json", _step_past_end(None, step_dur_us=1600), 0, world=1)
     ingest(store, [f], run="t")
     assert store.sql("SELECT cpu_end_ns - cpu_start_ns, FROM steps").item() == 1600 * US
+
+
+# --- ProfilerSteps that overlap (normal/rank0 with its first step recorded 50x too long: critical_path
+# read 178 ms, 0, 0 and mfu 178, 59.9, 60.2 ms, 298 ms of steps in a 178 ms trace) ---------------
+
+
+def _overlapping_steps(first_dur_us: float) -> list[dict]:
+    """ProfilerStep#1..#3 every 100 us from 0 us, 100 us long but the first ``first_dur_us``; in
+    each, a CPU op [5, 55] us in and a 30 us kernel [20, 50] us in (correlation = step)."""
+    ev = []
+    for k in range(3):
+        t = 100 * k
+        ev += [
+            pid1_op(f"ProfilerStep#{k + 1}", t, first_dur_us if k == 0 else 100, cat="user_annotation"),
+            pid1_op("aten::mm", t + 5, 50),
+            pid1_op("cudaLaunchKernel", t + 10, 5, cat="cuda_runtime", correlation=k + 1),
+            stream_kernel("gemm", t + 20, 30, k + 1),
+        ]
+    return ev
+
+
+def test_overlapping_steps_end_where_the_next_starts(store, tmp_path):
+    f = write_rank(tmp_path / "run" / "rank0.json", _overlapping_steps(5000), 0, world=1)
+    res = ingest(store, [f], run="t")
+    # ProfilerStep#1 [0, 5000 us] runs 4,900 us into ProfilerStep#2 (from 100 us): ends at 100 us
+    (w,) = [w for w in res.warnings if "ProfilerStep(s) run past the start of the next one" in w]
+    assert (
+        f"ProfilerStep#1 ({duration(5000 * US)} recorded) runs {duration(4900 * US)} into ProfilerStep#2" in w
+    )
+    assert "ProfilerStep#3 (" not in w  # it runs into no step; ProfilerStep#2 neither
+    row = store.sql("SELECT dur_ns, raw_dur_ns, flag FROM events WHERE name = 'ProfilerStep#1'").row(0)
+    assert row == (100 * US, 5000 * US, "overrun")
+    assert store.sql("SELECT step, cpu_end_ns - cpu_start_ns FROM steps ORDER BY step").rows() == [
+        (1, 100 * US),
+        (2, 100 * US),
+        (3, 100 * US),
+    ]
+    # the step windows (critical_path's account, and mfu's step time): each step ends with its kernel
+    # (50, 150, 250 us) and starts where the previous ended: 50, 100, 100 us; together the 250 us the
+    # trace's steps and kernels span (they read 5 ms, 0, 0 before: 5 ms of steps in a 250 us trace)
+    assert analyze(store, "critical_path", "t").frame["step_ns"].to_list() == [50 * US, 100 * US, 100 * US]
+    mfu = analyze(store, "mfu", "t", model_flops_per_step=1e9, peak_tflops=100.0).frame
+    assert mfu["step_ns"].to_list() == [50 * US, 100 * US, 100 * US]
+
+
+def test_steps_that_touch_are_untouched(store, tmp_path):
+    # 100.004 us: 4 ns into the next step, within the 5 us tolerance: as recorded, no warning
+    f = write_rank(tmp_path / "run" / "rank0.json", _overlapping_steps(100.004), 0, world=1)
+    res = ingest(store, [f], run="t")
+    assert not [w for w in res.warnings if "start of the next one" in w]
+    assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0

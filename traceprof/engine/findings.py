@@ -341,7 +341,7 @@ def _run_all(
     827-955 MiB, the parent's light phase 907-1,039 MiB). There the light ones beside the frame
     run one at a time, the heap trimmed after each (:attr:`_Phases.alone`): two at a time, beside
     the frame, their peaks and what the allocator kept of them added up (the parent's peak
-    on 8 ranks x 1 M events 897-934 -> 845-903 MiB in 3 interleaved pairs under load)."""
+    on 8 ranks x 1 M events 897-997 -> 845-903 MiB in 5 interleaved pairs under load)."""
     threads = min(threads, len(todo))
     phases = _phases(todo, _heavy(todo))
     pending = _order(todo, phases)

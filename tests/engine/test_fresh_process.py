@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tests.conftest import corpus
 from tests.engine import test_report_threads
 from traceprof.core import procs
 from traceprof.core.errors import AnalysisError, StoreError, UsageError
+from traceprof.engine import analysis as registry
 from traceprof.engine import findings, session
 from traceprof.engine.analysis import FrameResult
 from traceprof.engine.session import Session
@@ -225,3 +227,44 @@ def test_a_script_without_a_main_guard_runs_the_heavy_analyses_in_a_fresh_proces
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['critical_path', 'mfu', 'stragglers', 'whatif']", "[]"]
+
+
+@pytest.mark.parametrize("least", [None, "0"])
+def test_on_a_large_run_the_analyses_beside_the_activity_frame_run_one_at_a_time_the_heap_trimmed_after_each(
+    db: Path, least: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside the frame (about 410 MiB on 8 ranks x 1 M events) two light analyses at a time made
+    the parent's peak on a large run (907-1,039 MiB): there each of those that read the frame runs
+    alone, the heap trimmed after it; those that do not read it still run two at a time, and a
+    smaller run keeps them all two at a time. The results are those of one thread."""
+    lock, running, beside, trimmed = threading.Lock(), set(), {}, []
+    real_one = findings._one
+
+    def one(an: Any, store: Any, p: Any) -> Any:
+        with lock:
+            beside[an.name] = frozenset(running)  # who runs as this one starts
+            running.add(an.name)
+        try:
+            time.sleep(0.05)  # long enough that a second thread, were it let, starts meanwhile
+            return real_one(an, store, p)
+        finally:
+            with lock:
+                running.discard(an.name)
+
+    monkeypatch.setattr(findings, "_one", one)
+    monkeypatch.setattr(findings, "trim", lambda: trimmed.append(set(running)))
+    out, _, _ = _report(db, 2, monkeypatch, least)
+    readers = {n for n in out if n not in HEAVY and registry.get(n).reads_activity}
+    others = set(out) - HEAVY - readers
+    assert readers == {"temporal", "overlap", "gaps", "idle", "kernels", "parallelism"}
+    assert others == {"launch", "nccl_sum", "kernel_sum", "nvtx_sum", "memcpy_sum", "desync"}
+    assert any(beside[n] for n in others)  # still two at a time
+    if least is None:  # 11,792 events: two at a time beside the frame too, nothing trimmed here
+        assert any(beside[n] for n in readers)
+        assert trimmed == []
+    else:
+        assert all(beside[n] == frozenset() for n in readers)
+        # after each reader, nothing else running; and once before each of the 2 fresh processes
+        assert all(t == set() for t in trimmed) and len(trimmed) == len(readers) + 2
+    monkeypatch.setattr(findings, "_one", real_one)
+    _equal(out, _report(db, 1, monkeypatch, None)[0])

@@ -159,16 +159,17 @@ def untraced_ranks(
 
     Linear in the run's traces; the ranks listed are at most the world size.
     """
-    world = store.sql("SELECT world_size FROM runs WHERE run_id = ?", [run_id])
-    size = world.item() if world.height else None
+    # plain DuckDB rows, not polars: ingest asks this too, and an ingest does not import polars
+    world = store.con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    size = world[0][0] if world else None
     if size is None:
         return (), None
-    held = store.sql(
+    held = store.con.execute(
         "SELECT DISTINCT rank, source FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id]
-    )
-    if sources is not None and held["source"].is_in(list(sources)).any():
-        held = held.filter(held["source"].is_in(list(sources)))
-    traced = set(held["rank"].to_list())
+    ).fetchall()
+    if sources is not None and any(source in sources for _, source in held):
+        held = [(rank, source) for rank, source in held if source in sources]
+    traced = {rank for rank, _ in held}
     return tuple(r for r in range(int(size)) if r not in traced), int(size)
 
 
@@ -181,10 +182,13 @@ def profiler_gap_text(store: Store, run_id: int) -> str:
     )
     if not gap:
         return ""
-    held = store.sql(
-        "SELECT DISTINCT source FROM traces WHERE run_id = ? AND list_contains(?, rank) ORDER BY source",
-        [run_id, gap],
-    )["source"].to_list()
+    held = [
+        row[0]
+        for row in store.con.execute(
+            "SELECT DISTINCT source FROM traces WHERE run_id = ? AND list_contains(?, rank) ORDER BY source",
+            [run_id, gap],
+        ).fetchall()
+    ]
     names = {TraceSource.flight_recorder.value: "a Flight Recorder dump"}
     only = " and ".join(names.get(x, f"a {x} trace") for x in held)
     s = "s" if len(gap) > 1 else ""

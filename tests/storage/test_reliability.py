@@ -402,28 +402,37 @@ def test_a_failed_checkpoint_after_the_commit_is_ignored(tmp_path):
     assert _state(db) == (("job", 2, 102),)
 
 
-@pytest.mark.parametrize("exc", _CTRL_C, ids=lambda e: type(e).__name__)
-def test_cli_ctrl_c_after_the_commit_says_stored_and_exits_130(tmp_path, monkeypatch, exc):
-    """The CLI reports an interrupt after the commit from store.commits: stored, exit 130 (it used to
-    say "nothing was changed" for DuckDB's RuntimeError, and exit 0 for the rest)."""
+def _cli_ingest_through(monkeypatch, wrap, folder: Path, db: Path) -> tuple[int, str]:
+    """``traceprof ingest FOLDER --db DB`` in this process, every Store's connection wrapped by
+    ``wrap`` (a connection cannot be patched): (exit code, stderr)."""
     from traceprof import cli
     from traceprof.storage import store as store_mod
 
-    db = tmp_path / "s.duckdb"
     real_init = store_mod.Store.__init__
 
     def init(self, *a, **kw):
         real_init(self, *a, **kw)
-        self.con = _FailAt(self.con, "CHECKPOINT", exc)
+        self.con = wrap(self.con)
 
     monkeypatch.setattr(store_mod.Store, "__init__", init)
     monkeypatch.setattr(cli, "_exit", sys.exit)  # cli exits 130 with os._exit, which would end pytest
     handler = signal.getsignal(signal.SIGINT)
     try:
-        code, _, err = run("ingest", str(_job(tmp_path)), "--db", str(db))
+        code, _, err = run("ingest", str(folder), "--db", str(db))
     finally:
         signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
-    monkeypatch.undo()
+        monkeypatch.undo()
+    return code, err
+
+
+@pytest.mark.parametrize("exc", _CTRL_C, ids=lambda e: type(e).__name__)
+def test_cli_ctrl_c_after_the_commit_says_stored_and_exits_130(tmp_path, monkeypatch, exc):
+    """The CLI reports an interrupt after the commit from store.commits: stored, exit 130 (it used to
+    say "nothing was changed" for DuckDB's RuntimeError, and exit 0 for the rest)."""
+    db = tmp_path / "s.duckdb"
+    code, err = _cli_ingest_through(
+        monkeypatch, lambda con: _FailAt(con, "CHECKPOINT", exc), _job(tmp_path), db
+    )
     assert (code, err) == (
         130,
         f"interrupted; stored run 'job' (id 1) in {db}; the rest of this ingest was not stored\n",
@@ -453,9 +462,6 @@ class _LostInterrupt(_FailAt):
 def test_an_error_after_a_lost_ctrl_c_is_the_interrupt_and_nothing_is_stored(tmp_path, monkeypatch):
     """Any error in an ingest's transaction once Ctrl-C has arrived is that Ctrl-C: the API raises
     KeyboardInterrupt, the CLI says nothing was stored and exits 130; the store is as it was."""
-    from traceprof import cli
-    from traceprof.storage import store as store_mod
-
     db = tmp_path / "s.duckdb"
     with Store(db) as s:
         ingest(s, [_job(tmp_path, name="first")], jobs=1)
@@ -466,20 +472,12 @@ def test_an_error_after_a_lost_ctrl_c_is_the_interrupt_and_nothing_is_stored(tmp
         assert s.commits == [("first", 1)]
     assert _state(db) == (("first", 2, 102),)
 
-    real_init = store_mod.Store.__init__
-
-    def init(self, *a, **kw):
-        real_init(self, *a, **kw)
-        self.con = _LostInterrupt(self.con, "UPDATE runs", KeyboardInterrupt())
-
-    monkeypatch.setattr(store_mod.Store, "__init__", init)
-    monkeypatch.setattr(cli, "_exit", sys.exit)  # cli exits 130 with os._exit, which would end pytest
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        code, _, err = run("ingest", str(_job(tmp_path, ranks=4, name="third")), "--db", str(db))
-    finally:
-        signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
-    monkeypatch.undo()
+    code, err = _cli_ingest_through(
+        monkeypatch,
+        lambda con: _LostInterrupt(con, "UPDATE runs", KeyboardInterrupt()),
+        _job(tmp_path, ranks=4, name="third"),
+        db,
+    )
     assert (code, err) == (130, f"interrupted; nothing stored, {db} is as it was\n")
     assert _state(db) == (("first", 2, 102),)
 
@@ -506,9 +504,6 @@ def test_a_ctrl_c_python_dropped_still_stops_the_ingest(tmp_path, monkeypatch, c
     """The run the transaction had under way is committed (nothing told it to stop), then the
     Ctrl-C is raised: the API raises KeyboardInterrupt with the run in commits, the CLI says what was
     stored and exits 130, and no "Exception ignored" traceback reaches the terminal."""
-    from traceprof import cli
-    from traceprof.storage import store as store_mod
-
     db = tmp_path / "s.duckdb"
     with Store(db) as s:
         ingest(s, [_job(tmp_path, name="first")], jobs=1)
@@ -519,21 +514,13 @@ def test_a_ctrl_c_python_dropped_still_stops_the_ingest(tmp_path, monkeypatch, c
         assert s.commits == [("first", 1), ("second", 2)]
     assert _state(db) == (("first", 2, 102), ("second", 3, 153))
 
-    real_init = store_mod.Store.__init__
-
-    def init(self, *a, **kw):
-        real_init(self, *a, **kw)
-        self.con = _DropInterrupt(self.con, "UPDATE runs", KeyboardInterrupt())
-
-    monkeypatch.setattr(store_mod.Store, "__init__", init)
-    monkeypatch.setattr(cli, "_exit", sys.exit)  # cli exits 130 with os._exit, which would end pytest
-    handler = signal.getsignal(signal.SIGINT)
     capfd.readouterr()
-    try:
-        code, _, err = run("ingest", str(_job(tmp_path, ranks=4, name="third")), "--db", str(db))
-    finally:
-        signal.signal(signal.SIGINT, handler)  # the CLI ignores a second Ctrl-C while it cleans up
-    monkeypatch.undo()
+    code, err = _cli_ingest_through(
+        monkeypatch,
+        lambda con: _DropInterrupt(con, "UPDATE runs", KeyboardInterrupt()),
+        _job(tmp_path, ranks=4, name="third"),
+        db,
+    )
     assert (code, err) == (
         130,
         f"interrupted; stored run 'third' (id 3) in {db}; the rest of this ingest was not stored\n",

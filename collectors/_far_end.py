@@ -29,7 +29,7 @@ __all__ = ["FAR_MARGIN_MIN_NS", "OVERLAP_TOLERANCE_NS", "reference_range", "far_
 FAR_MARGIN_MIN_NS = 1_000_000_000
 
 #: How far a GPU row may run into the next one on its stream before it is an overrun: 5 us
-#: (programmatic dependent launch overlaps that much; Kineto's ``OVERRUN_TOLERANCE_NS``).
+#: (programmatic dependent launch overlaps that much); both collectors' GPU lanes and Kineto's steps.
 OVERLAP_TOLERANCE_NS = 5_000
 
 

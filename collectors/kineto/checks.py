@@ -21,7 +21,7 @@ Algorithm:
      percentile range than that range is long), a ProfilerStep included. Launch calls flagged
      here do not vouch for their kernels' steps or latency.
   3. ``overrun``: on one (device, stream) lane, sorted by start, a row that runs past the start of
-     the next valid row by more than :data:`OVERRUN_TOLERANCE_NS` (a profiler bug reports
+     the next valid row by more than :data:`OVERLAP_TOLERANCE_NS` (a profiler bug reports
      seconds-long kernels; overlaps up to 5 us are programmatic dependent launch, left alone) is
      clipped to that start; the last row of a lane that ends "far" past the reference range (step
      2's margin) is clipped to the end of the rank's other GPU activity or of the range. ``raw_dur_ns`` keeps the recorded duration. Perfetto clips
@@ -40,10 +40,10 @@ Algorithm:
      3a), ``raw_dur_ns`` -1000, with a warning naming each.
   3c. ``overrun`` of a ProfilerStep (before step 2 takes the range from the steps): a step that
      runs past the start of the next one (sorted by start) by more than
-     :data:`OVERRUN_TOLERANCE_NS` ends where that one starts (a warning names both). Then the trace's
+     :data:`OVERLAP_TOLERANCE_NS` ends where that one starts (a warning names both). Then the trace's
      end is the latest end of its other sound records (not steps, not ``other``), or the
      profiler's ``Record Window End`` instant when later. A step that ends past it by more than
-     :data:`OVERRUN_TOLERANCE_NS` is clipped to it (``raw_dur_ns`` keeps the recorded duration,
+     :data:`OVERLAP_TOLERANCE_NS` is clipped to it (``raw_dur_ns`` keeps the recorded duration,
      a warning names each step) when the trace has a ``Record Window End`` (nothing after the
      profiler stopped is recorded, so no step runs past it), or, without one, when it ends far
      past the trace's end: by more than :data:`FAR_MARGIN_MIN_NS` (1 s, as in 3a) and more than
@@ -67,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, far_ends, reference_range
+from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, OVERLAP_TOLERANCE_NS, far_ends, reference_range
 from traceprof.collectors.kineto._values import Ints, Strs
 from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
 from traceprof.core.display import duration
@@ -81,7 +81,7 @@ __all__ = [
     "step_cut_warning",
     "LAUNCH_TOLERANCE_NS",
     "LAUNCH_SKEW_MAX_NS",
-    "OVERRUN_TOLERANCE_NS",
+    "OVERLAP_TOLERANCE_NS",
     "FAR_MARGIN_MIN_NS",
     "ZERO_TS_MIN_GAP_NS",
 ]
@@ -93,8 +93,6 @@ LAUNCH_TOLERANCE_NS = 5_000
 #: record's time cannot be right (another clock domain: ``before_launch``, left out): 1 ms, 200x
 #: the jitter tolerance and far below the seconds to days a clock-domain error shifts a record.
 LAUNCH_SKEW_MAX_NS = 1_000_000
-#: Same-lane overlaps up to this are programmatic dependent launch, not an overrun: 5 us.
-OVERRUN_TOLERANCE_NS = 5_000
 #: A ``ts == 0`` record is an unset time when it lies at least this far from the others: 1 ms.
 ZERO_TS_MIN_GAP_NS = 1_000_000
 
@@ -299,7 +297,7 @@ def flag_records(
             start = ts[r]
             end = start + dur[r]
             nxt = np.append(start[1:], 0)
-            over = np.flatnonzero(end[:-1] > nxt[:-1] + OVERRUN_TOLERANCE_NS)
+            over = np.flatnonzero(end[:-1] > nxt[:-1] + OVERLAP_TOLERANCE_NS)
             over = over[nxt[over] > start[over]]
             if end[-1] > hi + margin:  # the lane's last row ends far past the range
                 over = np.append(over, len(r) - 1)
@@ -363,7 +361,7 @@ def _clip_steps_past_end(
     if window:
         end = max(end, int(ts[marks].max()))
     step_end = ts + dur
-    past = step & (step_end > end + OVERRUN_TOLERANCE_NS)
+    past = step & (step_end > end + OVERLAP_TOLERANCE_NS)
     if not window:  # without the profiler's stop: only a step far past the trace's records (as 3a)
         past &= step_end - end > np.maximum(end - ts, FAR_MARGIN_MIN_NS)
     rows = np.flatnonzero(past)
@@ -384,7 +382,7 @@ def _clip_steps_past_end(
 
 def _clip_overlapping_steps(path: Path, cols: dict[str, Any], rows: np.ndarray) -> tuple[int, str] | None:
     """Step 3c of the module doc, first part: of the ProfilerSteps ``rows``, one that runs past
-    the start of the next one (sorted by start) by more than :data:`OVERRUN_TOLERANCE_NS` ends
+    the start of the next one (sorted by start) by more than :data:`OVERLAP_TOLERANCE_NS` ends
     where that one starts (ns), flagged ``overrun``, ``raw_dur_ns`` keeping the recorded
     duration. Overlapping steps claimed the same time twice (``mfu`` read 298 ms of steps in a
     178 ms trace). O(n log n) in the steps.
@@ -399,7 +397,7 @@ def _clip_overlapping_steps(path: Path, cols: dict[str, Any], rows: np.ndarray) 
         return None
     rows = rows[np.lexsort((dur[rows], ts[rows]))]
     start, end = ts[rows], ts[rows] + dur[rows]
-    over = np.flatnonzero((end[:-1] > start[1:] + OVERRUN_TOLERANCE_NS) & (start[1:] > start[:-1]))
+    over = np.flatnonzero((end[:-1] > start[1:] + OVERLAP_TOLERANCE_NS) & (start[1:] > start[:-1]))
     if not len(over):
         return None
     said = ", ".join(

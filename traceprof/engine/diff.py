@@ -56,7 +56,7 @@ from traceprof.engine.analysis import Chart, FrameResult
 from traceprof.engine.difftext import structural_reason, summary_line
 from traceprof.engine.timing import typical_items
 from traceprof.storage.baselines import resolve
-from traceprof.storage.runs import rank_list, run_name, untraced_ranks
+from traceprof.storage.runs import rank_list, run_label, untraced_ranks
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -313,12 +313,12 @@ def diff_runs(
     ids = [i for i in bl.run_ids if i != cand_id]
     if not ids:  # a run against itself always passes: a CI gate that did this would never fail
         raise UsageError(
-            f"run {run_name(store, cand_id)!r} is the only run of the baseline {bl.label!r}: a run is no "
+            f"{run_label(store, cand_id)} is the only run of the baseline {bl.label!r}: a run is no "
             "baseline of itself; diff against other runs of the job (a named set: traceprof baseline add "
             "NAME RUN...)"
         )
     notes = (
-        [f"run {run_name(store, cand_id)!r} is in the baseline {bl.label!r}: left out of it"]
+        [f"{run_label(store, cand_id)} is in the baseline {bl.label!r}: left out of it"]
         if len(ids) < len(bl.run_ids)
         else []
     )

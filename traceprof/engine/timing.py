@@ -35,7 +35,7 @@ from traceprof.engine import analysis as registry
 from traceprof.engine.activity import activity
 from traceprof.engine.intervals import class_measures
 from traceprof.engine.optree import self_times, with_parents
-from traceprof.storage.runs import run_name
+from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 __all__ = ["Timing", "profile", "typical_items"]
@@ -144,7 +144,7 @@ def _item_frames(store: Store, run_id: int) -> dict[str, pl.DataFrame]:
     """items, item_steps, compute_steps, compute_ranks, compute_rank_steps and inflation (module doc, steps 2-4)."""
     steps = store.sql("SELECT rank, step FROM steps WHERE run_id = ?", [run_id])
     if not steps.height:
-        raise AnalysisError(f"run {run_name(store, run_id)!r}: no ProfilerSteps, nothing to compare per step")
+        raise AnalysisError(f"{run_label(store, run_id)}: no ProfilerSteps, nothing to compare per step")
     calls = _calls(store, run_id)
     # one class per name (a name under several classes takes its most called one), sorted first so
     # that the class and the float sums do not change from one run of diff to the next
@@ -216,7 +216,7 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
         mfu = an.run(store, params).to_frame()
         steps = steps.join(mfu.select("rank", "step", "tflops", "mfu_pct"), on=["rank", "step"], how="left")
     except AnalysisError as e:
-        notes.append(f"run {run_name(store, run_id)!r}: no MFU ({e})")
+        notes.append(f"{run_label(store, run_id)}: no MFU ({e})")
     return steps, notes
 
 

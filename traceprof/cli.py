@@ -1436,11 +1436,23 @@ def collect(
     fileio.check_not_store(out, db)
     code = launch(script, out, nproc=nproc)
     if code != 0:
-        say(
-            f"the training job exited with status {code}; traces in {out} may be partial",
-            label="error:",
-            style="red",
-        )
+        written = 0 if nsys else sum((out / f"rank{r}.meta.json").is_file() for r in range(nproc))
+        if written == nproc:
+            # profile_ranks writes a rank's sidecar after its trace: all there, the traces are whole
+            # (torch 2.13's CPU profiler with gloo can abort a process at exit after writing them).
+            say(
+                f"the training job exited with status {code} after every rank wrote its trace and "
+                f"sidecar to {out}; nothing was ingested: {term.command('traceprof', 'ingest', out, '--db', db)} "
+                "reads them",
+                label="error:",
+                style="red",
+            )
+        else:
+            say(
+                f"the training job exited with status {code}; traces in {out} may be partial",
+                label="error:",
+                style="red",
+            )
         raise typer.Exit(1)
     if then_ingest:
         ingest([out], db=db, run=None, skip_bad_events=False, jobs=None, align=True)

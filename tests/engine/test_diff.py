@@ -935,3 +935,15 @@ def test_structural_decreases_are_said_not_gated(store, tmp_path):
     assert not res.regressed
     assert "structure shrank (decreases are not gated): flops -80.0%, launches -25.0%" in res.summary
     assert "within thresholds: flops" not in res.summary
+
+
+@pytest.mark.parametrize("spec", [",,,", " , ", ",", ["", " "], []])
+def test_a_baseline_list_that_names_no_run_is_said_to_be_empty(store, tmp_path, spec):
+    # `diff ,,, a` resolved the list to no runs, and the gate then said "run 'a' is the only run of
+    # the baseline ''", as if the candidate had been named in it: the list itself is empty
+    ingest(store, [_micro(tmp_path / "a", False)])
+    with pytest.raises(UsageError, match=r"^empty baseline( list)?\b") as e:
+        diff_runs(store, spec, "a")
+    assert "only run" not in str(
+        e.value
+    ) and "name a run, runs separated by commas, or a baseline set" in str(e.value)

@@ -27,6 +27,10 @@ from traceprof.storage.store import Store
 __all__ = ["Baseline", "add", "remove", "sets", "members", "resolve"]
 
 
+#: What a baseline spec must name, for messages.
+_NAME_ONE = "name a run, runs separated by commas, or a baseline set"
+
+
 @dataclass(frozen=True)
 class Baseline:
     """Resolved baseline runs: ``run_ids`` in the order given, and ``label`` for messages (the
@@ -117,16 +121,18 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
     """The runs of a baseline spec (module doc), or of a list of specs (their runs, in order).
 
     Raises:
-        UsageError: A name that is both a baseline set and a run; an empty spec.
+        UsageError: A name that is both a baseline set and a run; an empty spec, list, or comma list that names no run (``,,,``).
         StoreError: No such run or set.
     """
     if not isinstance(spec, str):
+        if not spec:
+            raise UsageError(f"empty baseline list: {_NAME_ONE}")
         parts = [resolve(store, s) for s in spec]
         ids = tuple(dict.fromkeys(i for p in parts for i in p.run_ids))
         return Baseline(ids, ",".join(p.label for p in parts))
     spec = spec.strip()
     if not spec:
-        raise UsageError("empty baseline: name a run, runs separated by commas, or a baseline set")
+        raise UsageError(f"empty baseline: {_NAME_ONE}")
     in_set = members(store, spec)
     is_run = store.sql("SELECT run_id FROM runs WHERE name = ?", [spec])
     if in_set and is_run.height:
@@ -139,5 +145,8 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
     if is_run.height or "," not in spec:
         rid = store.resolve_run(spec)
         return Baseline((rid,), run_name(store, rid))
-    ids = tuple(dict.fromkeys(store.resolve_run(s.strip()) for s in spec.split(",") if s.strip()))
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:  # ",,,": commas and no name (diff used to call the candidate the baseline's only run)
+        raise UsageError(f"empty baseline list {spec!r}: it names no run; {_NAME_ONE}")
+    ids = tuple(dict.fromkeys(store.resolve_run(s) for s in names))
     return Baseline(ids, ",".join(run_name(store, i) for i in ids))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import polars as pl
+
 from tests.conftest import SAMPLES, corpus
-from traceprof.engine.findings import summarize
+from traceprof.engine.findings import _regression_cost, summarize
 from traceprof.ingest.ingest import ingest
 
 
@@ -378,3 +382,50 @@ def test_a_rank_with_a_flight_recorder_dump_only_has_no_timeline(store, tmp_path
     assert "3 of 4 ranks traced: the replay covers the traced ranks only" in " ".join(
         whatif_run(store, WhatifParams(run="fr")).notes
     )
+
+
+def test_regression_cost_only_from_a_significant_figure(store):
+    # extra_matmul against normal, normal_repeat, clean: a structural regression (+17.8 % FLOPs), but the
+    # step-time change (+33.5 %) is inconclusive (noise 28.3 % > threshold 10 %) and so is compute_ns,
+    # and no item grew beyond its own noise (aten::mm +51 %, p 0.13). The finding's cost was that +33.5 %
+    # ("34%", ranked first); with no significant figure it has none: "-", ranked after the measured findings.
+    ingest(store, [SAMPLES / r for r in ("normal", "normal_repeat", "clean", "extra_matmul")])
+    f = summarize(store, "extra_matmul", baseline="normal,normal_repeat,clean")
+    reg = next(x for x in f.findings if x.topic == "regression")
+    assert reg.status == "problem" and "inconclusive: step_time_ns +33.5% (noise 28.3%" in reg.text
+    assert reg.cost_pct is None and reg.rank_by is None
+    measured = [x for x in f.findings if x.rank_by is not None]
+    assert measured and f.findings[: len(measured)] == tuple(measured)
+
+
+def _gate(step_verdict: str, grew: bool) -> SimpleNamespace:
+    """A diff result as the gate returns it: step time +20 % (``step_verdict``), aten::mm added
+    (structure) and grown by 6 % of the step (``grew``), aten::add grown by 2 % but not changed."""
+    return SimpleNamespace(
+        frame=pl.DataFrame(
+            {
+                "metric": ["flops", "step_time_ns"],
+                "delta_pct": [10.0, 20.0],
+                "verdict": ["regression", step_verdict],
+            }
+        ),
+        structure=pl.DataFrame({"kind": ["op"], "name": ["aten::mm"]}),
+        items=pl.DataFrame(
+            {
+                "kind": ["op", "op"],
+                "name": ["aten::mm", "aten::add"],
+                "grew": [grew, True],
+                "share_of_step_pct": [6.0, 2.0],
+            }
+        ),
+    )
+
+
+def test_regression_cost_rules():
+    # a step time the gate called a regression: its change (+20 %); inconclusive: the time the changed
+    # op (aten::mm) grew by beyond its noise, 6 % of the step (aten::add grew, but is no structural
+    # change: not its cost); nothing of it grew: no cost
+    assert _regression_cost(_gate("regression", False)) == 20.0
+    assert _regression_cost(_gate("inconclusive", True)) == 6.0
+    assert _regression_cost(_gate("inconclusive", False)) is None
+    assert _regression_cost(_gate("ok", False)) is None

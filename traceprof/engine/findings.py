@@ -14,7 +14,8 @@ Algorithm:
   2. Per topic, in the topics' declared order, the analysis' findings hook reads the results into
      findings with a cost in % of step time and one verdict (stragglers, communication, idle,
      utilization, desync, memory, parallelism); the regression against baselines
-     (``traceprof.engine.diff``: its verdict; cost: the step-time change of a regression) at its place
+     (``traceprof.engine.diff``: its verdict; cost: a significant step-time change, or the grown time of the
+     structurally changed ops; none for a change the gate calls inconclusive) at its place
      among them (:data:`REGRESSION_ORDER`).
   3. Let the analyses that measure what a finding could recover refine them (their spec's
      ``refine``: ``critical_path`` gives each the time it could recover by the step account, % of
@@ -638,19 +639,42 @@ def _next(
     return t if phase[0] != 1 and phase not in alone and all(phases[n] == phase for n in running) else None
 
 
+def _regression_cost(diff: FrameResult) -> float | None:
+    """What a regression costs, in % of the baseline's step time, from significant figures only:
+    the step-time change where the gate called ``step_time_ns`` itself a regression (beyond its
+    threshold and noise, ``verdict`` regression); else, for a structural regression, the time per
+    step of the changed ops and kernels whose own growth passed the noise test (the diff's
+    ``items`` rows with ``grew``, by kind and name of a ``structure`` row), their
+    ``share_of_step_pct`` summed; else None: a change the gate called inconclusive (noise above
+    the threshold) or ok is no measured cost.
+
+    Source: the diff's ``frame`` (metric, verdict, delta_pct), ``structure`` (kind, name) and
+    ``items`` (kind, name, grew, share_of_step_pct).
+    """
+    step = diff.frame.filter((pl.col("metric") == "step_time_ns") & (pl.col("verdict") == "regression"))
+    if step.height and step["delta_pct"][0] is not None:
+        return max(float(step["delta_pct"][0]), 0.0)
+    struct, items = getattr(diff, "structure", None), getattr(diff, "items", None)
+    if not isinstance(struct, pl.DataFrame) or not isinstance(items, pl.DataFrame) or not struct.height:
+        return None
+    if not {"grew", "share_of_step_pct"} <= set(items.columns):
+        return None
+    changed = struct.select("kind", "name").unique()
+    own = items.filter(pl.col("grew")).join(changed, on=["kind", "name"], how="semi")
+    return max(float(own["share_of_step_pct"].sum()), 0.0) if own.height else None
+
+
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
     """The regression gate's verdict (``traceprof.engine.diff``): ``problem`` on a structural or timing
-    regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: the step-time change."""
+    regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: a significant
+    figure only (:func:`_regression_cost`), else None (ranked after the measured findings)."""
     if diff is None:
         return [], None
     if isinstance(diff, TraceprofError):
         return [], Verdict("regression", "n/a", f"not compared with the baseline: {diff}")
     summary = getattr(diff, "summary", "")
     verdict = getattr(diff, "verdict", "ok")
-    cost = None
-    step = diff.frame.filter(pl.col("metric") == "step_time_ns")
-    if verdict == "regression" and step.height and step["delta_pct"][0] is not None:
-        cost = max(float(step["delta_pct"][0]), 0.0)
+    cost = _regression_cost(diff) if verdict == "regression" else None
     status, lead = {
         "regression": ("problem", "regression vs baseline: "),
         "inconclusive": ("inconclusive", "inconclusive vs baseline: "),

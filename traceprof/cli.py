@@ -744,6 +744,15 @@ def runs_rm(
     with Store(db, create=False) as store:  # runs rm / mv never create one
         r = remove(store, name)
     say(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows")
+    if r.sets_changed:
+        say(f"removed it from baseline set(s) {', '.join(map(repr, r.sets_changed))}, which hold other runs")
+    if r.sets_emptied:
+        say(
+            f"baseline set(s) {', '.join(map(repr, r.sets_emptied))} held only this run and are gone: "
+            "`traceprof baseline add NAME RUN...` to fill one again",
+            label="warning:",
+            style="yellow",
+        )
 
 
 @runs_app.command("mv")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import polars as pl
+import pytest
 
 from tests.conftest import SAMPLES, corpus
 from traceprof.engine.findings import _regression_cost, summarize
@@ -429,3 +430,39 @@ def test_regression_cost_rules():
     assert _regression_cost(_gate("inconclusive", True)) == 6.0
     assert _regression_cost(_gate("inconclusive", False)) is None
     assert _regression_cost(_gate("ok", False)) is None
+
+
+def test_slow_pipeline_stage_verdict_says_its_source_and_takes_the_waits_for_it(store):
+    # pipeline_2stage (sample_traces/README.md): a 2-stage GPipe pipeline on gloo; its send / recv carry
+    # no process group or sequence number, so no collective matches across ranks and `stragglers` does
+    # not apply; parallelism finds stage 1 (rank 1) slow and gives the stragglers verdict. The summary
+    # listed stragglers as "not available" beside that verdict, and ranked "exposed communication" first
+    # (61.7 %) while the slow stage's finding, with no matched waits, recovered 0 %.
+    ingest(store, [SAMPLES / "pipeline_2stage"], run="pp")
+    f = summarize(store, "pp")
+    v = {v.topic: v for v in f.verdicts}["stragglers"]
+    assert v.status == "problem" and v.text.startswith("slow stage: pipeline stage 1 (rank 1)")
+    assert v.text.endswith(
+        "(from parallelism: stragglers does not apply, it needs collectives matched across 2+ ranks "
+        "(Kineto or Flight Recorder traces of every rank))"
+    )
+    assert "stragglers" not in {m.analysis for m in f.missing} and "whatif" in {m.analysis for m in f.missing}
+    # The waits credited to the slow stage (parallelism, table stages, ns per rank-step): stage 1 computes
+    # 20,954,482, stage 0 11,893,454: stage 0's imbalance 9,061,028, under its exposed send/recv time
+    # 38,005,235; 2 rank-steps: 18,122,056 ns. The step account (critical_path) counts every exposed
+    # send/recv as transfer, 55,824,218 + 20,186,251 (rank 0, steps 4 and 5) + 32,853,817 + 23,143,342
+    # (rank 1) = 132,007,628 ns of 62,325,551 + 42,692,273 + 57,826,583 + 51,123,877 = 213,968,284 ns of
+    # step time; communication keeps 132,007,628 - 18,122,056 = 113,885,572 ns (53.2 %), the slow stage
+    # 18,122,056 (8.47 %), ahead of idle (7.6 %).
+    stage = next(x for x in f.findings if x.topic == "stragglers")
+    comm = next(x for x in f.findings if x.topic == "communication")
+    assert stage.recoverable_ns == 18_122_056 and stage.recoverable_pct == pytest.approx(
+        100 * 18_122_056 / 213_968_284
+    )
+    assert comm.recoverable_ns == 132_007_628 - 18_122_056 and comm.recoverable_pct == pytest.approx(
+        100 * 113_885_572 / 213_968_284
+    )
+    assert "less 18.1 ms of point-to-point waits for the slow stage" in comm.text
+    cp = f.results["critical_path"].frame
+    assert (int(cp["transfer_ns"].sum()), int(cp["step_ns"].sum())) == (132_007_628, 213_968_284)
+    assert [x.topic for x in f.findings][:3] == ["communication", "stragglers", "idle"]

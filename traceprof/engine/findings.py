@@ -17,6 +17,10 @@ Algorithm:
      (``traceprof.engine.diff``: its verdict; cost: a significant step-time change, or the grown time of the
      structurally changed ops; none for a change the gate calls inconclusive) at its place
      among them (:data:`REGRESSION_ORDER`).
+     A topic whose own analysis does not apply may take its verdict from another analysis'
+     findings hook (``parallelism``'s slow pipeline stages speak for ``stragglers`` when no
+     collective matched across ranks): the verdict then says which analysis gave it and what the
+     topic's own one needs, and that analysis is not listed among those that do not apply.
   3. Let the analyses that measure what a finding could recover refine them (their spec's
      ``refine``: ``critical_path`` gives each the time it could recover by the step account, % of
      all ranks' step time), rank them by it, largest first (by their cost where there is no such
@@ -741,22 +745,34 @@ def build(
     verdicts: list[Verdict] = []
     specs = registry.specs()
     topics = sorted((a.findings for a in specs if a.findings is not None), key=lambda t: (t.order, t.name))
-    parts = [(t.order, lambda t=t: t.build(inp)) for t in topics] + [
-        (REGRESSION_ORDER, lambda: _regression(diff))
+    by_topic = {a.findings.name: a.name for a in specs if a.findings is not None}  # topic -> its analysis
+    parts = [(t.order, by_topic[t.name], lambda t=t: t.build(inp)) for t in topics] + [
+        (REGRESSION_ORDER, "diff", lambda: _regression(diff))
     ]
-    for _, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
+    needs = {a.name: a.report.needs for a in specs if a.report is not None}
+    stood_in: set[str] = set()  # analyses that do not apply, whose topic's verdict another gave
+    for _, source, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
         found, verdict = part()
         findings += found
-        if verdict is not None:
-            verdicts.append(verdict)
+        if verdict is None:
+            continue
+        own = by_topic.get(verdict.topic)
+        if own is not None and own != source and own in errors:
+            # e.g. parallelism's slow pipeline stage as the stragglers verdict, where stragglers has no
+            # collective matched across ranks: say whose verdict it is, not "stragglers not available"
+            stood_in.add(own)
+            why = needs.get(own) or str(errors[own])
+            verdict = dataclasses.replace(
+                verdict, text=f"{verdict.text} (from {source}: {own} does not apply, it needs {why})"
+            )
+        verdicts.append(verdict)
     for a in specs:
         if a.refine is not None:
             findings = a.refine(inp, findings)
     aliases = {alias: t.name for t in topics for alias in t.aliases}
     findings = _agree(findings, verdicts, aliases)
     findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
-    needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
-    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
+    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items() if k not in stood_in)
     return Findings(
         name,
         tuple(findings),

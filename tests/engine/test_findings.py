@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from tests.conftest import SAMPLES, corpus
+from tests.conftest import SAMPLES, analyze, corpus
+from traceprof.core.errors import AnalysisError
 from traceprof.engine.findings import _regression_cost, summarize
 from traceprof.ingest.ingest import ingest
 
@@ -466,3 +467,8 @@ def test_slow_pipeline_stage_verdict_says_its_source_and_takes_the_waits_for_it(
     cp = f.results["critical_path"].frame
     assert (int(cp["transfer_ns"].sum()), int(cp["step_ns"].sum())) == (132_007_628, 213_968_284)
     assert [x.topic for x in f.findings][:3] == ["communication", "stragglers", "idle"]
+    # `analyze stragglers` still does not apply, and points to what does
+    with pytest.raises(
+        AnalysisError, match=r"`traceprof analyze parallelism --table slow` compares a pipeline's stages$"
+    ):
+        analyze(store, "stragglers", "pp")

@@ -237,9 +237,11 @@ def require_matched(
             f"{p2p} point-to-point ops (send/recv) have no process group and sequence number, so "
             "their peers are unknown and they cannot be matched across ranks"
         )
+    # a pipeline's send / recv: its stages are compared by parallelism (summary's stragglers verdict then)
+    stages = "; `traceprof analyze parallelism --table slow` compares a pipeline's stages" if p2p else ""
     raise AnalysisError(
         f"{label}: no collective matched across two or more ranks ({'; '.join(why)}); "
-        f"{analysis} compares ranks at the same collective"
+        f"{analysis} compares ranks at the same collective{stages}"
     )
 
 

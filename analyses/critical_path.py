@@ -763,11 +763,21 @@ def _blame(segs: pl.DataFrame, total_ns: int) -> pl.DataFrame:
 # -- run -------------------------------------------------------------------------------------------
 
 
+def _credited(f: Finding) -> bool:
+    """Whether ``f`` is a straggling group's finding (no single rank) that arrives with the exposed
+    communication its analysis credited to it (``recoverable_ns``: ``parallelism``'s slow pipeline
+    stage, the other stages' point-to-point waits for it)."""
+    return f.topic == "stragglers" and f.rank is None and f.problem and f.recoverable_ns is not None
+
+
 def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
     """The findings with ``recoverable_pct``: the time fixing each could recover by the step
     account, as % of all ranks' step time (the spec's ``refine`` hook): a named straggler, the
-    others' exposed waits credited to it (blame); a straggling run with no single rank to blame,
-    all exposed waits; communication, the exposed transfer time; idle, the host-bound and idle
+    others' exposed waits credited to it (blame); a slow pipeline stage whose analysis measured
+    the other stages' point-to-point waits for it (``recoverable_ns`` already set: with no
+    collective matched, the account counts them as transfer), that time; another straggling run
+    with no single rank to blame, all exposed waits; communication, the exposed transfer time less
+    the time credited to such a stage; idle, the host-bound and idle
     time of the ranks that are not named stragglers (a straggler's own is why it is late, counted
     in its finding); ``recoverable_ns`` the same time in ns. Other findings keep None."""
     cp = inp.results.get("critical_path")
@@ -779,8 +789,21 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
         return findings
     named = named_ranks(inp.results)
     others = frame.filter(~pl.col("rank").is_in(named))
+    transfer = float(frame["transfer_ns"].sum())
+    # time its own analysis credited to a straggling group (a slow pipeline stage: the other stages'
+    # exposed point-to-point time waiting for it): with no collective matched, the account counts
+    # that time as transfer, so it is the group's, and communication's is what lies beyond it
+    credited = min(
+        transfer,
+        float(sum(f.recoverable_ns or 0 for f in findings if _credited(f))),
+    )
+    beyond = (
+        f" (less {credited / 1e6:.1f} ms of point-to-point waits for the slow stage, its finding's)"
+        if credited
+        else ""
+    )
     ns: dict[str, tuple[float, str]] = {
-        "communication": (float(frame["transfer_ns"].sum()), "exposed transfer"),
+        "communication": (transfer - credited, "exposed transfer" + beyond),
         "idle": (
             float((others["host_bound_ns"] + others["idle_ns"]).sum()),
             "host-bound and idle time" + (" of the other ranks" if named else ""),
@@ -791,6 +814,8 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
         x = ns.get(f.topic)
         if f.topic == "stragglers" and f.rank is not None:
             x = (float(blame.filter(pl.col("rank") == f.rank)["waited_ns"].sum()), "the others' waits for it")
+        elif _credited(f):
+            x = (float(f.recoverable_ns or 0), "the other stages' point-to-point waits for it")
         elif f.topic == "stragglers" and f.problem:
             x = (float(frame["wait_ns"].sum()), "all waits at collectives")
         if x is None:

@@ -276,7 +276,7 @@ def run(store: Store, params: Params) -> Result:
     parts = [_breakdowns(p, params) for p in rank_chunks(act, ["rank"]) or [act]]
     per_stream = pl.concat([p[0] for p in parts], rechunk=True)
     per_rank = pl.concat([p[1] for p in parts], rechunk=True)
-    per_rank = per_rank.join(step_window(store, run_id, act), on="rank", how="left")
+    per_rank = per_rank.join(step_window(store, run_id, act, hta=params.hta), on="rank", how="left")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")

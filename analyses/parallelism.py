@@ -468,6 +468,33 @@ def _label_how(label: str) -> str:
     return "groups spanning the axes " + label.replace("+", ", ")
 
 
+def _waited_for(stages: pl.DataFrame | None, slow: dict[str, Any]) -> tuple[int, float] | None:
+    """(ns, % of the stages' step time) the other stages spent in exposed point-to-point
+    communication waiting for slow stage ``slow`` (a ``slow`` table row), when it is the slowest
+    stage (``stages``: the one every other stage's ``imbalance_ns`` is measured against): per other
+    stage, min(imbalance_ns, p2p_exposed_ns) (its compute shortfall against the slow stage, as far
+    as its exposed point-to-point time covers it) times its rank-steps (``samples``), summed; the
+    % is of Σ step_ns x samples over every stage. None when the stage is not the slowest or there
+    is no such time. Exposed point-to-point time whose peers are unknown is all ``transfer`` in the
+    step account (``critical_path``): that finding's ``refine`` credits this much to the stage and
+    takes it out of communication's.
+    """
+    if stages is None or stages.is_empty() or slow["index"] is None:
+        return None
+    top = stages.sort(["compute_ns", "stage"], descending=[True, False])["stage"][0]
+    if int(top) != int(slow["index"]):
+        return None
+    others = stages.filter(pl.col("stage") != top)
+    ns = int(
+        others.select(
+            (pl.min_horizontal("imbalance_ns", "p2p_exposed_ns").clip(0) * pl.col("samples")).sum()
+        ).item()
+        or 0
+    )
+    total = int(stages.select((pl.col("step_ns") * pl.col("samples")).sum()).item() or 0)
+    return (ns, 100.0 * ns / total) if ns and total else None
+
+
 def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """Informational findings of ``parallelism``: exposed communication per mesh axis, and the
     pipeline's bubble split of the stage with the largest bubble beyond the schedule's own (no
@@ -486,21 +513,25 @@ def _parallelism_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | Non
     )
     if slow is not None and slow.height and res.get("stragglers") is None:
         # no straggler verdict (no collective matched across ranks): the slow stages speak here
-        out += [
-            Finding(
-                "stragglers",
-                r["text"],
-                r["cost_pct"],
-                True,
-                "parallelism",
-                ranks=tuple(int(x) for x in r["ranks"] or ()),
-                metric="excess_pct",
-                value=r["excess_pct"],
-                cause=f"slow {r['kind']}",
-                evidence="parallelism:slow",
+        stages = p.frames().get("stages")
+        for r in slow.iter_rows(named=True):
+            waited = _waited_for(stages, r) if r["kind"] == "stage" else None
+            out.append(
+                Finding(
+                    "stragglers",
+                    r["text"],
+                    r["cost_pct"],
+                    True,
+                    "parallelism",
+                    ranks=tuple(int(x) for x in r["ranks"] or ()),
+                    metric="excess_pct",
+                    value=r["excess_pct"],
+                    cause=f"slow {r['kind']}",
+                    evidence="parallelism:slow",
+                    recoverable_pct=waited[1] if waited else None,
+                    recoverable_ns=waited[0] if waited else None,
+                )
             )
-            for r in slow.iter_rows(named=True)
-        ]
         verdict = Verdict("stragglers", "problem", "; ".join(slow["text"].to_list()))
     axes = p.frame.filter(pl.col("exposed_comm_ns") > 0)
     total = _common.num(axes["exposed_comm_ns"].sum()) if axes.height else 0.0

@@ -261,7 +261,9 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id, act = run_activity(store, params.run, hta=params.hta, columns=_ACTIVITY)
     by_rank = run_measures(store, run_id, act, ["rank"], hta=params.hta)
-    per_rank = _breakdown(by_rank, ["rank"]).join(step_window(store, run_id, act), on="rank", how="left")
+    per_rank = _breakdown(by_rank, ["rank"]).join(
+        step_window(store, run_id, act, hta=params.hta), on="rank", how="left"
+    )
     # every row's (rank, step) group, then those of a step: a group's measures are its rows' alone,
     # and no row is copied
     per_step = _breakdown(

@@ -84,15 +84,49 @@ def _store_path(value: str | Path) -> Path:
     return Path(value)
 
 
+def _given(value: str | Path, option: str, takes: str) -> Path:
+    """A path option's value as a Path, refused when it is empty: ``Path("")`` is ``.``, the
+    current folder, so ``-o ''`` would otherwise be read as a folder (or written into).
+
+    Args:
+        value: The value as typed.
+        option: The option as messages name it (``-o``, ``--config``, ``PATH``).
+        takes: What the option takes, for the message (``the output file's name``).
+
+    Raises:
+        UsageError: ``{option}: the path is empty ('')``, with what it takes.
+    """
+    if not os.fspath(value):
+        raise UsageError(f"{option}: the path is empty (''); {option} takes {takes}")
+    return Path(value)
+
+
+def _config_path(value: str | Path) -> Path:
+    """``--config``'s value (:func:`_given`)."""
+    return _given(value, "--config", "a config file")
+
+
+def _out_dir(value: str | Path) -> Path:
+    """``collect --out``'s value (:func:`_given`)."""
+    return _given(value, "--out", "the folder for the rank traces")
+
+
+def _trace_path(value: str | Path) -> Path:
+    """One of ``ingest``'s paths (:func:`_given`)."""
+    return _given(value, "PATH", "a trace file or folder")
+
+
 def _file_path(value: str | Path) -> Path:
     """An output file option's value (``report -o``, ``export perfetto -o``) as a Path, refused
-    when it is written as a folder (empty, or ending in ``/``: ``Path("x/")`` is the file ``x``).
+    when it is empty (:func:`_given`) or written as a folder (ending in ``/``: ``Path("x/")`` is
+    the file ``x``).
 
     Raises:
         UsageError: Naming the path as typed.
     """
+    _given(value, "-o", "the output file's name")
     text = os.fspath(value)
-    if not text or text.endswith(("/", "/.")) or text in (".", ".."):
+    if text.endswith(("/", "/.")) or text in (".", ".."):
         raise UsageError(f"{text!r}: a folder, not a file; -o takes the output file's name")
     return Path(value)
 
@@ -395,6 +429,7 @@ def _root(
         typer.Option(
             "--config",
             metavar="PATH",
+            parser=_config_path,
             help="Config file (default: TRACEPROF_CONFIG, else traceprof.toml, or the tool.traceprof table of "
             "pyproject.toml, in this directory or above): default store, -p parameters, diff thresholds.",
         ),
@@ -441,7 +476,9 @@ def ingest(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="Trace files or directories (a directory of rank files is one run).", metavar="PATH"
+            help="Trace files or directories (a directory of rank files is one run).",
+            metavar="PATH",
+            parser=_trace_path,
         ),
     ],
     db: DbOpt = Path(DEFAULT_DB),
@@ -707,6 +744,15 @@ def runs_rm(
     with Store(db, create=False) as store:  # runs rm / mv never create one
         r = remove(store, name)
     say(f"removed run {r.name!r} (id {r.run_id}): {r.traces} trace file(s), {r.rows:,} rows")
+    if r.sets_changed:
+        say(f"removed it from baseline set(s) {', '.join(map(repr, r.sets_changed))}, which hold other runs")
+    if r.sets_emptied:
+        say(
+            f"baseline set(s) {', '.join(map(repr, r.sets_emptied))} held only this run and are gone: "
+            "`traceprof baseline add NAME RUN...` to fill one again",
+            label="warning:",
+            style="yellow",
+        )
 
 
 @runs_app.command("mv")
@@ -1409,7 +1455,10 @@ def collect(
         list[str], typer.Argument(help="Training script and its arguments (after --).", metavar="COMMAND")
     ],
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Folder for the rank traces (one run).", metavar="DIR")
+        Path,
+        typer.Option(
+            "--out", "-o", help="Folder for the rank traces (one run).", metavar="DIR", parser=_out_dir
+        ),
     ],
     nproc: Annotated[int, typer.Option("--nproc", "-n", help="Ranks on this machine, 1 to 1,024.")] = 1,
     db: DbOpt = Path(DEFAULT_DB),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import polars as pl
 import pytest
 
 from tests.builders import kernel, kineto, launch
@@ -242,3 +243,26 @@ def test_hta_mode_on_a_cpu_run_says_it_reads_kernels_only(store):
     assert analyze(store, "temporal", "normal").frame.height > 0
     with pytest.raises(AnalysisError, match=r"run 'normal': no GPU kernels; hta=true reads GPU kernels only"):
         analyze(store, "temporal", "normal", hta=True)
+
+
+def test_hta_mode_step_window_spans_the_steps_it_keeps(store):
+    # trace_filter (HTA's test data, ranks 0 and 1, ProfilerStep#551 and #552): hta=true keeps the GPU
+    # events launched before the last step's start, as HTA 0.5.0 does (window 600,058,000 ns on rank 0,
+    # idle 53.56 %); the step window spanned both steps (1,230,289,000 ns: step idle 77.35 %, the
+    # dropped step's time counted as idle). It now spans the step kept, ProfilerStep#551 of rank 0:
+    # ts 1682725898079292 us, dur 607312 us in rank 0's file (steps: cpu_end - cpu_start = 607,312,000 ns);
+    # all the kept activity lies inside it, so step_busy = window - idle = 600,058,000 - 321,378,000 =
+    # 278,680,000; step_idle = 607,312,000 - 278,680,000 = 328,632,000 = 54.11 % of the step window.
+    ingest(store, [corpus("hta/trace_filter")], run="tf")
+    for name, table in (("temporal", "frame"), ("idle", "ranks")):
+        r = analyze(store, name, "tf", hta=True)
+        row = r.frames()[table].filter(r.frames()[table]["rank"] == 0).row(0, named=True)
+        assert (row["step_window_ns"], row["step_busy_ns"], row["step_idle_ns"]) == (
+            607_312_000,
+            278_680_000,
+            328_632_000,
+        ), name
+        assert row["step_idle_pct"] == pytest.approx(100 * 328_632_000 / 607_312_000)  # 54.11
+    # without hta both steps are the window (ProfilerStep#552 ends at 1682725899309581 us)
+    full = analyze(store, "temporal", "tf").frame.filter(pl.col("rank") == 0)
+    assert full["step_window_ns"][0] == 1_682_725_899_309_581_000 - 1_682_725_898_079_292_000

@@ -375,7 +375,42 @@ def test_config_that_is_a_folder(tmp_path):
     assert code == 1 and _line(err) == f"error: config file {tmp_path} (--config): a folder, not a file"
 
 
-@pytest.mark.parametrize("out", ["", ".", "new/", "new/."])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ["report", "--db", "s.duckdb", "-o", ""],
+            "-o: the path is empty (''); -o takes the output file's name",
+        ),
+        (
+            ["export", "perfetto", "--db", "s.duckdb", "-o", ""],
+            "-o: the path is empty (''); -o takes the output file's name",
+        ),
+        (["runs", "--db", ""], "--db: the path is empty (''); --db takes a store file or a new path"),
+        (
+            ["--config", "", "runs", "--db", "s.duckdb"],
+            "--config: the path is empty (''); --config takes a config file",
+        ),
+        (
+            ["ingest", "", "--db", "s.duckdb"],
+            "PATH: the path is empty (''); PATH takes a trace file or folder",
+        ),
+        (
+            ["collect", "-o", "", "--", "python", "-c", "pass"],
+            "--out: the path is empty (''); --out takes the folder for the rank traces",
+        ),
+    ],
+)
+def test_an_empty_path_is_said_to_be_empty(store, args, said):
+    # Path("") is ".": export perfetto -o '' said "'': a folder, not a file", ingest '' read the current
+    # folder, collect -o '' wrote the rank traces into it; each now says the path is empty, and runs nothing
+    before = sorted(p.name for p in store.iterdir())
+    r = _cli(*args, cwd=store)
+    assert r.returncode == 1 and _line(r.stderr) == f"error: {said}"
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("out", [".", "new/", "new/."])
 def test_an_output_file_written_as_a_folder(store, out):
     # report -o new/ wrote the report to the file new (export perfetto -o new/ too)
     for cmd in (["report"], ["export", "perfetto"]):

@@ -841,6 +841,79 @@ def test_removing_a_run_removes_it_from_its_sets(store, tmp_path):
         baselines.resolve(store, "b,zzz")
 
 
+def test_removing_a_sets_last_run_says_so_and_diff_says_the_set_is_empty(store, tmp_path):
+    # runs rm of a set's only run deleted the set silently, and `diff bs CAND` then said "no run with
+    # name or id 'bs'". Now remove() says which sets it changed (still holding runs) and which it
+    # emptied, and the emptied set, named, is said to be empty until `baseline add` fills it again.
+    from traceprof.storage import baselines
+    from traceprof.storage.runs import remove
+
+    ingest(store, [_micro(tmp_path / n, False) for n in ("a", "b", "c")])
+    baselines.add(store, "solo", ["b"])
+    baselines.add(store, "pair", ["b", "c"])
+    r = remove(store, "b")
+    assert (r.sets_changed, r.sets_emptied) == (("pair",), ("solo",))
+    assert baselines.resolve(store, "pair").run_ids == (store.resolve_run("c"),)
+    with pytest.raises(
+        StoreError, match=r"^baseline set 'solo' is empty: `traceprof runs rm` removed its last run, 'b'"
+    ):
+        diff_runs(store, "solo", "a")
+    assert remove(store, "c").sets_emptied == ("pair",)
+    baselines.add(store, "solo", ["a"])  # filled again: a set like any other
+    assert baselines.resolve(store, "solo").run_ids == (store.resolve_run("a"),)
+    with pytest.raises(StoreError, match="no run with name or id 'zzz'"):
+        baselines.resolve(store, "zzz")  # never a set: as before
+
+
+def test_runs_rm_names_the_sets_it_changed(sample_db, tmp_path):
+    db = tmp_path / "b.duckdb"
+    db.write_bytes(sample_db.read_bytes())
+    assert cli("baseline", "add", "bs", "normal_repeat", "--db", str(db))[0] == 0
+    assert cli("baseline", "add", "two", "normal_repeat", "normal", "--db", str(db))[0] == 0
+    code, _, err = cli("runs", "rm", "normal_repeat", "--db", str(db))
+    lines = err.strip().splitlines()
+    assert code == 0 and lines[1:] == [
+        "removed it from baseline set(s) 'two', which hold other runs",
+        "warning: baseline set(s) 'bs' held only this run and are gone: `traceprof baseline add NAME RUN...` "
+        "to fill one again",
+    ]
+    code, _, err = cli("diff", "bs", "normal", "--db", str(db))
+    assert code == 1 and "baseline set 'bs' is empty" in err
+    # a run renamed keeps its sets (they hold its id), and cannot take a set's name (diff NAME: ambiguous)
+    assert cli("runs", "mv", "normal", "n2", "--db", str(db))[0] == 0
+    doc = json.loads(cli("baseline", "list", "--db", str(db), "-f", "json")[1])
+    assert [(d["name"], d["run_names"]) for d in doc] == [("two", ["n2"])]
+    code, _, err = cli("runs", "mv", "extra_matmul", "two", "--db", str(db))
+    assert code == 1 and "runs mv: 'two' is the name of a baseline set" in err
+
+
+def test_a_set_of_runs_diff_cannot_compare_is_refused_when_made(store, tmp_path):
+    # `baseline add nb control base` took runs of world size 8 and 2; only `diff nb CAND` said they
+    # were not comparable. The same rule (traceprof.storage.comparable) refuses the set when it is made,
+    # and when a run added later differs from the set's first; nothing is added then.
+    from traceprof.storage import baselines
+
+    ingest(
+        store,
+        [
+            _micro(tmp_path / "w1", False),
+            _micro(tmp_path / "w1b", True),
+            _micro(tmp_path / "w2", False, world=2),
+            _micro(tmp_path / "gpu", False, gpu=True),
+        ],
+    )
+    with pytest.raises(UsageError, match=r"cannot compare with 'w1' \('w2': world size 1 vs 2\)"):
+        baselines.add(store, "nb", ["w1", "w2"])
+    assert baselines.sets(store).is_empty()
+    baselines.add(store, "nb", ["w1", "w1b"])
+    with pytest.raises(UsageError, match=r"'gpu': 'w1' is a CPU-only run, 'gpu' a GPU run"):
+        baselines.add(store, "nb", ["gpu"])
+    assert baselines.sets(store)["run_names"].to_list() == [["w1", "w1b"]]
+    # diff says the same of the same runs
+    with pytest.raises(UsageError, match=r"not comparable \(world size 1 vs 2\)"):
+        diff_runs(store, "w1", "w2")
+
+
 def test_gpu_vs_cpu_runs_exit_1(tmp_path):
     db = tmp_path / "g.duckdb"
     cli("ingest", str(SAMPLES / "normal"), str(corpus("hta/nccl_parser_config")), "--db", str(db))
@@ -935,3 +1008,15 @@ def test_structural_decreases_are_said_not_gated(store, tmp_path):
     assert not res.regressed
     assert "structure shrank (decreases are not gated): flops -80.0%, launches -25.0%" in res.summary
     assert "within thresholds: flops" not in res.summary
+
+
+@pytest.mark.parametrize("spec", [",,,", " , ", ",", ["", " "], []])
+def test_a_baseline_list_that_names_no_run_is_said_to_be_empty(store, tmp_path, spec):
+    # `diff ,,, a` resolved the list to no runs, and the gate then said "run 'a' is the only run of
+    # the baseline ''", as if the candidate had been named in it: the list itself is empty
+    ingest(store, [_micro(tmp_path / "a", False)])
+    with pytest.raises(UsageError, match=r"^empty baseline( list)?\b") as e:
+        diff_runs(store, spec, "a")
+    assert "only run" not in str(
+        e.value
+    ) and "name a run, runs separated by commas, or a baseline set" in str(e.value)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from tests.conftest import SAMPLES, corpus
-from traceprof.engine.findings import summarize
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, analyze, corpus
+from traceprof.core.errors import AnalysisError
+from traceprof.engine.findings import _regression_cost, summarize
 from traceprof.ingest.ingest import ingest
 
 
@@ -378,3 +384,91 @@ def test_a_rank_with_a_flight_recorder_dump_only_has_no_timeline(store, tmp_path
     assert "3 of 4 ranks traced: the replay covers the traced ranks only" in " ".join(
         whatif_run(store, WhatifParams(run="fr")).notes
     )
+
+
+def test_regression_cost_only_from_a_significant_figure(store):
+    # extra_matmul against normal, normal_repeat, clean: a structural regression (+17.8 % FLOPs), but the
+    # step-time change (+33.5 %) is inconclusive (noise 28.3 % > threshold 10 %) and so is compute_ns,
+    # and no item grew beyond its own noise (aten::mm +51 %, p 0.13). The finding's cost was that +33.5 %
+    # ("34%", ranked first); with no significant figure it has none: "-", ranked after the measured findings.
+    ingest(store, [SAMPLES / r for r in ("normal", "normal_repeat", "clean", "extra_matmul")])
+    f = summarize(store, "extra_matmul", baseline="normal,normal_repeat,clean")
+    reg = next(x for x in f.findings if x.topic == "regression")
+    assert reg.status == "problem" and "inconclusive: step_time_ns +33.5% (noise 28.3%" in reg.text
+    assert reg.cost_pct is None and reg.rank_by is None
+    measured = [x for x in f.findings if x.rank_by is not None]
+    assert measured and f.findings[: len(measured)] == tuple(measured)
+
+
+def _gate(step_verdict: str, grew: bool) -> SimpleNamespace:
+    """A diff result as the gate returns it: step time +20 % (``step_verdict``), aten::mm added
+    (structure) and grown by 6 % of the step (``grew``), aten::add grown by 2 % but not changed."""
+    return SimpleNamespace(
+        frame=pl.DataFrame(
+            {
+                "metric": ["flops", "step_time_ns"],
+                "delta_pct": [10.0, 20.0],
+                "verdict": ["regression", step_verdict],
+            }
+        ),
+        structure=pl.DataFrame({"kind": ["op"], "name": ["aten::mm"]}),
+        items=pl.DataFrame(
+            {
+                "kind": ["op", "op"],
+                "name": ["aten::mm", "aten::add"],
+                "grew": [grew, True],
+                "share_of_step_pct": [6.0, 2.0],
+            }
+        ),
+    )
+
+
+def test_regression_cost_rules():
+    # a step time the gate called a regression: its change (+20 %); inconclusive: the time the changed
+    # op (aten::mm) grew by beyond its noise, 6 % of the step (aten::add grew, but is no structural
+    # change: not its cost); nothing of it grew: no cost
+    assert _regression_cost(_gate("regression", False)) == 20.0
+    assert _regression_cost(_gate("inconclusive", True)) == 6.0
+    assert _regression_cost(_gate("inconclusive", False)) is None
+    assert _regression_cost(_gate("ok", False)) is None
+
+
+def test_slow_pipeline_stage_verdict_says_its_source_and_takes_the_waits_for_it(store):
+    # pipeline_2stage (sample_traces/README.md): a 2-stage GPipe pipeline on gloo; its send / recv carry
+    # no process group or sequence number, so no collective matches across ranks and `stragglers` does
+    # not apply; parallelism finds stage 1 (rank 1) slow and gives the stragglers verdict. The summary
+    # listed stragglers as "not available" beside that verdict, and ranked "exposed communication" first
+    # (61.7 %) while the slow stage's finding, with no matched waits, recovered 0 %.
+    ingest(store, [SAMPLES / "pipeline_2stage"], run="pp")
+    f = summarize(store, "pp")
+    v = {v.topic: v for v in f.verdicts}["stragglers"]
+    assert v.status == "problem" and v.text.startswith("slow stage: pipeline stage 1 (rank 1)")
+    assert v.text.endswith(
+        "(from parallelism: stragglers does not apply, it needs collectives matched across 2+ ranks "
+        "(Kineto or Flight Recorder traces of every rank))"
+    )
+    assert "stragglers" not in {m.analysis for m in f.missing} and "whatif" in {m.analysis for m in f.missing}
+    # The waits credited to the slow stage (parallelism, table stages, ns per rank-step): stage 1 computes
+    # 20,954,482, stage 0 11,893,454: stage 0's imbalance 9,061,028, under its exposed send/recv time
+    # 38,005,235; 2 rank-steps: 18,122,056 ns. The step account (critical_path) counts every exposed
+    # send/recv as transfer, 55,824,218 + 20,186,251 (rank 0, steps 4 and 5) + 32,853,817 + 23,143,342
+    # (rank 1) = 132,007,628 ns of 62,325,551 + 42,692,273 + 57,826,583 + 51,123,877 = 213,968,284 ns of
+    # step time; communication keeps 132,007,628 - 18,122,056 = 113,885,572 ns (53.2 %), the slow stage
+    # 18,122,056 (8.47 %), ahead of idle (7.6 %).
+    stage = next(x for x in f.findings if x.topic == "stragglers")
+    comm = next(x for x in f.findings if x.topic == "communication")
+    assert stage.recoverable_ns == 18_122_056 and stage.recoverable_pct == pytest.approx(
+        100 * 18_122_056 / 213_968_284
+    )
+    assert comm.recoverable_ns == 132_007_628 - 18_122_056 and comm.recoverable_pct == pytest.approx(
+        100 * 113_885_572 / 213_968_284
+    )
+    assert "less 18.1 ms of point-to-point waits for the slow stage" in comm.text
+    cp = f.results["critical_path"].frame
+    assert (int(cp["transfer_ns"].sum()), int(cp["step_ns"].sum())) == (132_007_628, 213_968_284)
+    assert [x.topic for x in f.findings][:3] == ["communication", "stragglers", "idle"]
+    # `analyze stragglers` still does not apply, and points to what does
+    with pytest.raises(
+        AnalysisError, match=r"`traceprof analyze parallelism --table slow` compares a pipeline's stages$"
+    ):
+        analyze(store, "stragglers", "pp")

@@ -792,13 +792,13 @@ def test_db_a_folder_named_without_a_name_is_one_line(tmp_path, monkeypatch, db)
     """--db "" or "." or "/" raised ValueError (PosixPath('.') has an empty name): a traceback.
     The path is named as typed."""
     monkeypatch.chdir(tmp_path)
-    shown = db
+    said = (  # an empty path is said to be empty (Path("") is ".")
+        "--db: the path is empty (''); --db takes a store file or a new path"
+        if not db
+        else f"'{db}': a folder, not a store file; --db takes a store file or a new path"
+    )
     for args in (["runs"], ["analyze", "overlap"], ["ingest", str(_job(tmp_path))]):
-        assert run(*args, "--db", db) == (
-            1,
-            "",
-            f"error: '{shown}': a folder, not a store file; --db takes a store file or a new path\n",
-        ), (db, args)
+        assert run(*args, "--db", db) == (1, "", f"error: {said}\n"), (db, args)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]
 
 

@@ -108,14 +108,16 @@ def check_store_path(db: str | Path) -> None:
 
 def check_not_folder(db: str | Path) -> None:
     """Refuse a ``--db`` path that is a folder: an existing one (a symlink to one too), or one
-    written as a folder (``""``, ``.``, ``..``, ``/``, or ending in ``/`` or ``/.``: ``Path``
+    written as a folder (``.``, ``..``, ``/``, or ending in ``/`` or ``/.``: ``Path``
     drops a trailing ``/``, so ``x/`` would otherwise become the file ``x``). Give it the path as
     typed (a ``str``): a ``Path`` has lost the trailing ``/`` already.
 
     Raises:
-        StoreError: Naming the path.
+        StoreError: Naming the path; an empty path is said to be empty.
     """
     text = os.fspath(db)
+    if not text:  # Path("") is ".": said as what it is, not as a folder
+        raise StoreError("--db: the path is empty (''); --db takes a store file or a new path")
     p = Path(text)
     if not p.name or p.name == ".." or text.endswith(("/", "/.")) or os.path.isdir(text):
         raise StoreError(f"{text!r}: a folder, not a store file; --db takes a store file or a new path")

@@ -513,7 +513,13 @@ def run_activity(
     return run_id, act
 
 
-def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
+#: The steps HTA-compatible selection keeps (module doc, step 1), over a ``steps`` row ``s`` of run
+#: ``$run``: every step but the rank's last when the run has two or more steps, else all.
+HTA_STEPS_SQL = """((SELECT count(DISTINCT step) FROM steps WHERE run_id = $run) < 2
+    OR s.cpu_start_ns < (SELECT max(l.cpu_start_ns) FROM steps l WHERE l.run_id = $run AND l.rank = s.rank))"""
+
+
+def step_window(store: Store, run_id: int, act: pl.DataFrame, *, hta: bool = False) -> pl.DataFrame:
     """Idle over the profiled steps of each rank (wall clock), beside the activity window.
 
     The activity window (first to last GPU activity, as HTA) hides idle time before a step's first
@@ -524,14 +530,20 @@ def step_window(store: Store, run_id: int, act: pl.DataFrame) -> pl.DataFrame:
         store: An open store.
         run_id: The run.
         act: :func:`activity` rows of the run (rank, start_ns, end_ns).
+        hta: ``act`` was selected as HTA does (``hta=True``): the window spans the steps that
+            selection keeps (:data:`HTA_STEPS_SQL`: the rank's last step left out when the run has
+            two or more), as the activity does.
 
     Returns:
         Frame rank, step_window_ns, step_busy_ns (|∪ activity ∩ step window|), step_idle_ns
         (window - busy), step_idle_pct (% of step_window_ns); ranks without steps are absent.
     """
+    kept = f" AND {HTA_STEPS_SQL}" if hta else ""
     win = store.sql(
-        "SELECT rank, min(cpu_start_ns) AS _lo, max(cpu_end_ns) AS _hi FROM steps "
-        f"WHERE run_id = {int(run_id)} GROUP BY rank"
+        (
+            "SELECT rank, min(cpu_start_ns) AS _lo, max(cpu_end_ns) AS _hi FROM steps s "
+            f"WHERE run_id = $run{kept} GROUP BY rank"
+        ).replace("$run", str(int(run_id)))
     )
     if win.is_empty():
         return pl.DataFrame(

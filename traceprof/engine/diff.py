@@ -55,6 +55,7 @@ from traceprof.engine import noise, structure, timing
 from traceprof.engine.analysis import Chart, FrameResult
 from traceprof.engine.difftext import structural_reason, summary_line
 from traceprof.engine.timing import typical_items
+from traceprof.storage import comparable
 from traceprof.storage.baselines import resolve
 from traceprof.storage.runs import rank_list, run_label, untraced_ranks
 from traceprof.storage.store import Store
@@ -133,17 +134,12 @@ def run_profile(
     """
     if cache is not None and run_id in cache:
         return cache[run_id]
-    info = store.sql(
-        """SELECT name, world_size, EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id
-                                            AND e.kind IN ('kernel', 'memcpy', 'memset')) AS gpu
-           FROM runs r WHERE run_id = ?""",
-        [run_id],
-    ).row(0, named=True)
+    kind = comparable.kind_of(store, run_id)
     p = RunProfile(
         run_id,
-        info["name"],
-        bool(info["gpu"]),
-        info["world_size"],
+        kind.name,
+        kind.gpu,
+        kind.world_size,
         structure.profile(store, run_id),
         timing.profile(store, run_id, mfu_options),
         memory_profile(store, run_id),
@@ -330,20 +326,17 @@ def diff_runs(
 
 
 def _check_comparable(bases: Sequence[RunProfile], cand: RunProfile) -> None:
-    """Raise UsageError when one run is on GPUs and another CPU-only, or their world sizes differ."""
-    why: list[str] = []
-    for b in bases:
-        if b.gpu != cand.gpu:
-            why.append(
-                f"{b.name!r} is {'a GPU' if b.gpu else 'a CPU-only'} run, {cand.name!r} "
-                f"{'a GPU' if cand.gpu else 'a CPU-only'} run"
-            )
-        if b.world_size is not None and cand.world_size is not None and b.world_size != cand.world_size:
-            why.append(f"world size {b.world_size} vs {cand.world_size}")
+    """Raise UsageError when the runs are not comparable (:func:`traceprof.storage.comparable.differences`:
+    one on GPUs and another CPU-only, or their world sizes differ)."""
+
+    def kind(p: RunProfile) -> comparable.Kind:
+        return comparable.Kind(p.name, p.gpu, p.world_size)
+
+    why = comparable.differences([kind(b) for b in bases], kind(cand))
     if why:
         names = ", ".join(repr(b.name) for b in bases)
         raise UsageError(
-            f"runs {names} and {cand.name!r} are not comparable ({'; '.join(dict.fromkeys(why))}): "
+            f"runs {names} and {cand.name!r} are not comparable ({'; '.join(why)}): "
             "diff runs of the same job on the same kind of device, or pass --force to "
             "compare per-rank medians anyway"
         )

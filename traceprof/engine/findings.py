@@ -14,8 +14,13 @@ Algorithm:
   2. Per topic, in the topics' declared order, the analysis' findings hook reads the results into
      findings with a cost in % of step time and one verdict (stragglers, communication, idle,
      utilization, desync, memory, parallelism); the regression against baselines
-     (``traceprof.engine.diff``: its verdict; cost: the step-time change of a regression) at its place
+     (``traceprof.engine.diff``: its verdict; cost: a significant step-time change, or the grown time of the
+     structurally changed ops; none for a change the gate calls inconclusive) at its place
      among them (:data:`REGRESSION_ORDER`).
+     A topic whose own analysis does not apply may take its verdict from another analysis'
+     findings hook (``parallelism``'s slow pipeline stages speak for ``stragglers`` when no
+     collective matched across ranks): the verdict then says which analysis gave it and what the
+     topic's own one needs, and that analysis is not listed among those that do not apply.
   3. Let the analyses that measure what a finding could recover refine them (their spec's
      ``refine``: ``critical_path`` gives each the time it could recover by the step account, % of
      all ranks' step time), rank them by it, largest first (by their cost where there is no such
@@ -638,19 +643,42 @@ def _next(
     return t if phase[0] != 1 and phase not in alone and all(phases[n] == phase for n in running) else None
 
 
+def _regression_cost(diff: FrameResult) -> float | None:
+    """What a regression costs, in % of the baseline's step time, from significant figures only:
+    the step-time change where the gate called ``step_time_ns`` itself a regression (beyond its
+    threshold and noise, ``verdict`` regression); else, for a structural regression, the time per
+    step of the changed ops and kernels whose own growth passed the noise test (the diff's
+    ``items`` rows with ``grew``, by kind and name of a ``structure`` row), their
+    ``share_of_step_pct`` summed; else None: a change the gate called inconclusive (noise above
+    the threshold) or ok is no measured cost.
+
+    Source: the diff's ``frame`` (metric, verdict, delta_pct), ``structure`` (kind, name) and
+    ``items`` (kind, name, grew, share_of_step_pct).
+    """
+    step = diff.frame.filter((pl.col("metric") == "step_time_ns") & (pl.col("verdict") == "regression"))
+    if step.height and step["delta_pct"][0] is not None:
+        return max(float(step["delta_pct"][0]), 0.0)
+    struct, items = getattr(diff, "structure", None), getattr(diff, "items", None)
+    if not isinstance(struct, pl.DataFrame) or not isinstance(items, pl.DataFrame) or not struct.height:
+        return None
+    if not {"grew", "share_of_step_pct"} <= set(items.columns):
+        return None
+    changed = struct.select("kind", "name").unique()
+    own = items.filter(pl.col("grew")).join(changed, on=["kind", "name"], how="semi")
+    return max(float(own["share_of_step_pct"].sum()), 0.0) if own.height else None
+
+
 def _regression(diff: FrameResult | TraceprofError | None) -> tuple[list[Finding], Verdict | None]:
     """The regression gate's verdict (``traceprof.engine.diff``): ``problem`` on a structural or timing
-    regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: the step-time change."""
+    regression, ``inconclusive`` when the noise allows no verdict, ``ok``; cost: a significant
+    figure only (:func:`_regression_cost`), else None (ranked after the measured findings)."""
     if diff is None:
         return [], None
     if isinstance(diff, TraceprofError):
         return [], Verdict("regression", "n/a", f"not compared with the baseline: {diff}")
     summary = getattr(diff, "summary", "")
     verdict = getattr(diff, "verdict", "ok")
-    cost = None
-    step = diff.frame.filter(pl.col("metric") == "step_time_ns")
-    if verdict == "regression" and step.height and step["delta_pct"][0] is not None:
-        cost = max(float(step["delta_pct"][0]), 0.0)
+    cost = _regression_cost(diff) if verdict == "regression" else None
     status, lead = {
         "regression": ("problem", "regression vs baseline: "),
         "inconclusive": ("inconclusive", "inconclusive vs baseline: "),
@@ -717,22 +745,34 @@ def build(
     verdicts: list[Verdict] = []
     specs = registry.specs()
     topics = sorted((a.findings for a in specs if a.findings is not None), key=lambda t: (t.order, t.name))
-    parts = [(t.order, lambda t=t: t.build(inp)) for t in topics] + [
-        (REGRESSION_ORDER, lambda: _regression(diff))
+    by_topic = {a.findings.name: a.name for a in specs if a.findings is not None}  # topic -> its analysis
+    parts = [(t.order, by_topic[t.name], lambda t=t: t.build(inp)) for t in topics] + [
+        (REGRESSION_ORDER, "diff", lambda: _regression(diff))
     ]
-    for _, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
+    needs = {a.name: a.report.needs for a in specs if a.report is not None}
+    stood_in: set[str] = set()  # analyses that do not apply, whose topic's verdict another gave
+    for _, source, part in sorted(parts, key=lambda p: p[0]):  # stable: topics of one order in name order
         found, verdict = part()
         findings += found
-        if verdict is not None:
-            verdicts.append(verdict)
+        if verdict is None:
+            continue
+        own = by_topic.get(verdict.topic)
+        if own is not None and own != source and own in errors:
+            # e.g. parallelism's slow pipeline stage as the stragglers verdict, where stragglers has no
+            # collective matched across ranks: say whose verdict it is, not "stragglers not available"
+            stood_in.add(own)
+            why = needs.get(own) or str(errors[own])
+            verdict = dataclasses.replace(
+                verdict, text=f"{verdict.text} (from {source}: {own} does not apply, it needs {why})"
+            )
+        verdicts.append(verdict)
     for a in specs:
         if a.refine is not None:
             findings = a.refine(inp, findings)
     aliases = {alias: t.name for t in topics for alias in t.aliases}
     findings = _agree(findings, verdicts, aliases)
     findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
-    needs = {a.name: a.report.needs for a in registry.specs() if a.report is not None}
-    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items())
+    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items() if k not in stood_in)
     return Findings(
         name,
         tuple(findings),

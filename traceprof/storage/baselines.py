@@ -4,7 +4,10 @@ A timing regression needs the run-to-run variance of healthy runs (:mod:`tracepr
 only several baseline runs show. A set is stored in the store's ``baselines`` table (one row per
 member run), so CI names it once (``traceprof baseline add nightly run1 run2 run3``) and diffs
 against it (``traceprof diff nightly CAND``). Removing a run (``traceprof runs rm``) removes it from
-every set; renaming it keeps it in them.
+every set and says which sets it changed; a set it empties is gone, and the store remembers that
+(``meta`` key ``baseline_emptied:NAME``: the run removed) so that ``diff NAME`` says the set was
+emptied instead of "no run NAME" (until ``baseline add NAME`` fills it again). Renaming a run
+keeps it in its sets; a run cannot take a set's name.
 
 A *baseline spec* (what ``diff``, ``report --baseline``, ``summary --baseline`` and ``history``
 take) is, in this order: the name of a baseline set; a run name or id; or a comma-separated list of
@@ -20,11 +23,20 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
+from traceprof.core import term
 from traceprof.core.errors import StoreError, UsageError
+from traceprof.storage import comparable
 from traceprof.storage.runs import check_name, run_name, transaction
 from traceprof.storage.store import Store
 
-__all__ = ["Baseline", "add", "remove", "sets", "members", "resolve"]
+__all__ = ["Baseline", "add", "remove", "sets", "members", "resolve", "run_removed", "emptied"]
+
+#: The ``meta`` key prefix that records a set emptied by ``runs rm`` (value: the run removed).
+EMPTIED = "baseline_emptied:"
+
+
+#: What a baseline spec must name, for messages.
+_NAME_ONE = "name a run, runs separated by commas, or a baseline set"
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,50 @@ def sets(store: Store) -> pl.DataFrame:
     )
 
 
+def run_removed(
+    store: Store, run_id: int
+) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, list[object]]]]:
+    """What removing run ``run_id`` does to the baseline sets, before it is removed: (the sets it
+    leaves with other runs, the sets it empties, the statements that record the emptied ones in
+    ``meta`` (:data:`EMPTIED`), one row changed each), names sorted. The ``baselines`` rows
+    themselves go with the run's other rows.
+    """
+    rows = store.sql(
+        """SELECT name, count(*) AS n FROM baselines
+           WHERE name IN (SELECT name FROM baselines WHERE run_id = ?) GROUP BY name ORDER BY name""",
+        [run_id],
+    )
+    changed = tuple(n for n, k in rows.iter_rows() if k > 1)
+    gone = tuple(n for n, k in rows.iter_rows() if k == 1)
+    run = run_name(store, run_id)
+    return changed, gone, [("INSERT OR REPLACE INTO meta VALUES (?, ?)", [EMPTIED + n, run]) for n in gone]
+
+
+def emptied(store: Store, name: str) -> str | None:
+    """The run whose removal (``runs rm``) emptied baseline set ``name``, or None (no such record)."""
+    got = store.sql("SELECT value FROM meta WHERE key = ?", [EMPTIED + name])
+    return str(got["value"][0]) if got.height else None
+
+
+def _check_one_job(store: Store, name: str, run_ids: Sequence[int]) -> None:
+    """Refuse a set whose runs ``diff`` would refuse to compare (:mod:`traceprof.storage.comparable`,
+    the rule ``diff`` applies): each run against the set's first.
+
+    Raises:
+        UsageError: Naming the runs and what differs.
+    """
+    if len(run_ids) < 2:
+        return
+    kinds = [comparable.kind_of(store, i) for i in run_ids]
+    odd = [(k, why) for k in kinds[1:] if (why := comparable.differences([kinds[0]], k))]
+    if odd:
+        said = "; ".join(f"{k.name!r}: {', '.join(why)}" for k, why in odd)
+        raise UsageError(
+            f"baseline add: set {name!r} would hold runs that diff cannot compare with {kinds[0].name!r} "
+            f"({said}); a set holds runs of one job on one kind of device: make one set per job"
+        )
+
+
 def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[str]]:
     """Add runs (names or ids) to baseline set ``name``, creating it; one transaction.
 
@@ -60,7 +116,9 @@ def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[s
 
     Raises:
         UsageError: ``name`` is not a valid name (:func:`traceprof.storage.runs.check_name`), or is a run's
-            name (``diff NAME`` would be ambiguous); no runs given.
+            name (``diff NAME`` would be ambiguous); no runs given; runs that ``diff`` would not
+            compare (:mod:`traceprof.storage.comparable`: GPU and CPU-only, or world sizes that
+            differ), the set's own included (nothing is added).
         StoreError: No such run (nothing is added).
     """
     check_name(name, "baseline add")
@@ -75,6 +133,7 @@ def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[s
     ids = [store.resolve_run(r, whole=False) for r in runs]
     have = set(members(store, name))
     new = list(dict.fromkeys(i for i in ids if i not in have))
+    _check_one_job(store, name, [*members(store, name), *new])
     now = datetime.now(timezone.utc).replace(tzinfo=None)  # UTC, as runs.ingested_at
     # one microsecond apart: the set keeps the order the runs were given in
     transaction(
@@ -83,7 +142,8 @@ def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[s
         [
             ("INSERT INTO baselines VALUES (?, ?, ?)", [name, i, now + timedelta(microseconds=j)])
             for j, i in enumerate(new)
-        ],
+        ]
+        + [("DELETE FROM meta WHERE key = ?", [EMPTIED + name])],  # filled again (run_removed)
     )
     return [run_name(store, i) for i in new], [run_name(store, i) for i in dict.fromkeys(ids) if i in have]
 
@@ -117,16 +177,18 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
     """The runs of a baseline spec (module doc), or of a list of specs (their runs, in order).
 
     Raises:
-        UsageError: A name that is both a baseline set and a run; an empty spec.
-        StoreError: No such run or set.
+        UsageError: A name that is both a baseline set and a run; an empty spec, list, or comma list that names no run (``,,,``).
+        StoreError: No such run or set; a set that ``runs rm`` emptied (:func:`run_removed`).
     """
     if not isinstance(spec, str):
+        if not spec:
+            raise UsageError(f"empty baseline list: {_NAME_ONE}")
         parts = [resolve(store, s) for s in spec]
         ids = tuple(dict.fromkeys(i for p in parts for i in p.run_ids))
         return Baseline(ids, ",".join(p.label for p in parts))
     spec = spec.strip()
     if not spec:
-        raise UsageError("empty baseline: name a run, runs separated by commas, or a baseline set")
+        raise UsageError(f"empty baseline: {_NAME_ONE}")
     in_set = members(store, spec)
     is_run = store.sql("SELECT run_id FROM runs WHERE name = ?", [spec])
     if in_set and is_run.height:
@@ -136,8 +198,16 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
         )
     if in_set:
         return Baseline(tuple(store.resolve_run(str(i)) for i in in_set), spec)
+    if not is_run.height and "," not in spec and (gone := emptied(store, spec)) is not None:
+        raise StoreError(
+            f"baseline set {spec!r} is empty: `traceprof runs rm` removed its last run, {gone!r}; fill it "
+            f"with `{term.command('traceprof', 'baseline', 'add', spec, 'RUN')}`, or name runs instead"
+        )
     if is_run.height or "," not in spec:
         rid = store.resolve_run(spec)
         return Baseline((rid,), run_name(store, rid))
-    ids = tuple(dict.fromkeys(store.resolve_run(s.strip()) for s in spec.split(",") if s.strip()))
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:  # ",,,": commas and no name (diff used to call the candidate the baseline's only run)
+        raise UsageError(f"empty baseline list {spec!r}: it names no run; {_NAME_ONE}")
+    ids = tuple(dict.fromkeys(store.resolve_run(s) for s in names))
     return Baseline(ids, ",".join(run_name(store, i) for i in ids))

@@ -59,13 +59,17 @@ def check_name(name: str, what: str) -> None:
 
 @dataclass(frozen=True)
 class Removed:
-    """What :func:`remove` deleted: the run's ``name`` and ``run_id``, its ``traces`` (files) and
-    ``rows`` (all rows over all tables, the ``runs`` row included)."""
+    """What :func:`remove` deleted: the run's ``name`` and ``run_id``, its ``traces`` (files),
+    ``rows`` (all rows over all tables, the ``runs`` row included) and the baseline sets it changed."""
 
     name: str
     run_id: int
     traces: int
     rows: int
+    #: Baseline sets the run was removed from that hold other runs still, and those it emptied
+    #: (gone; :func:`traceprof.storage.baselines.run_removed`).
+    sets_changed: tuple[str, ...] = ()
+    sets_emptied: tuple[str, ...] = ()
 
 
 def _run_tables(store: Store) -> list[str]:
@@ -93,7 +97,8 @@ def transaction(store: Store, what: str, statements: list[tuple[str, list[object
 
 
 def remove(store: Store, run: str) -> Removed:
-    """Delete run ``run`` (name or id) and all its rows from a writable store.
+    """Delete run ``run`` (name or id) and all its rows from a writable store, its baseline set
+    memberships included (the sets it empties are recorded: :mod:`traceprof.storage.baselines`).
 
     Raises:
         StoreError: No such run, or DuckDB refused (nothing is deleted then).
@@ -109,12 +114,16 @@ def remove(store: Store, run: str) -> Removed:
             "SELECT coalesce(sum(rows), 0) AS n, count(*) AS parts FROM parts WHERE run_id = ?", [run_id]
         ).row(0)
     )
+    from traceprof.storage.baselines import run_removed  # it imports this module
+
+    changed, emptied, record = run_removed(store, run_id)
     stmts: list[tuple[str, list[object]]] = [
         (f'DELETE FROM "{t}" WHERE run_id = ?', [run_id]) for t in _run_tables(store)
     ]
-    rows = transaction(store, f"removing run {name!r}", stmts) + in_files - parts
+    # the emptied sets' records change one meta row each: not the run's rows
+    rows = transaction(store, f"removing run {name!r}", stmts + record) - len(record) + in_files - parts
     store.remove_run_files(run_id)  # a Parquet-layout store's files of the run, once its rows are gone
-    return Removed(name, run_id, traces, rows)
+    return Removed(name, run_id, traces, rows, changed, emptied)
 
 
 def rename(store: Store, old: str, new: str) -> int:
@@ -122,7 +131,8 @@ def rename(store: Store, old: str, new: str) -> int:
 
     Raises:
         StoreError: No such run.
-        UsageError: ``new`` is refused by :func:`check_name`, or is another run's name.
+        UsageError: ``new`` is refused by :func:`check_name`, or is another run's name or a
+            baseline set's (the run keeps its sets: they hold its run_id).
     """
     run_id = store.resolve_run(old, whole=False)
     check_name(new, "runs mv")
@@ -131,6 +141,11 @@ def rename(store: Store, old: str, new: str) -> int:
         raise UsageError(
             f"runs mv: a run named {new!r} exists already (id {taken['run_id'][0]}); "
             f"remove it first with `{term.command('traceprof', 'runs', 'rm', new)}`"
+        )
+    if store.sql("SELECT 1 FROM baselines WHERE name = ? LIMIT 1", [new]).height:
+        raise UsageError(
+            f"runs mv: {new!r} is the name of a baseline set; choose a name that no set has, so that "
+            f"`traceprof diff {new} CAND` is not ambiguous"
         )
     transaction(
         store, f"renaming run {old!r}", [("UPDATE runs SET name = ? WHERE run_id = ?", [new, run_id])]

@@ -17,13 +17,29 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
      the same rule in their own lane loop): a row that runs past the next one on its (device,
      stream) ends at its start; the last of a stream that ends far past the range ends with the
      other GPU rows.
+  5. Step ranges (:func:`step_overlaps`, both collectors): sorted by start, a step that runs past
+     the start of the next one by more than :data:`OVERLAP_TOLERANCE_NS` ends where that one
+     starts (overlapping steps claim the same time twice), flagged ``overrun``, with a warning
+     (:func:`step_overlap_warning`) naming both and a count in ``traces.meta.repaired``
+     (:data:`STEP_OVERLAP_REPAIR`, the ``issues`` column of ``traceprof runs``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FAR_MARGIN_MIN_NS", "OVERLAP_TOLERANCE_NS", "reference_range", "far_ends", "lane_overruns"]
+from traceprof.core.display import duration
+
+__all__ = [
+    "FAR_MARGIN_MIN_NS",
+    "OVERLAP_TOLERANCE_NS",
+    "STEP_OVERLAP_REPAIR",
+    "reference_range",
+    "far_ends",
+    "lane_overruns",
+    "step_overlaps",
+    "step_overlap_warning",
+]
 
 #: The smallest margin around the reference range before a record is "far outside": 1 s.
 FAR_MARGIN_MIN_NS = 1_000_000_000
@@ -31,6 +47,9 @@ FAR_MARGIN_MIN_NS = 1_000_000_000
 #: How far a GPU row may run into the next one on its stream before it is an overrun: 5 us
 #: (programmatic dependent launch overlaps that much); both collectors' GPU lanes and Kineto's steps.
 OVERLAP_TOLERANCE_NS = 5_000
+
+#: The reason a clipped overlapping step is counted under in ``traces.meta.repaired``.
+STEP_OVERLAP_REPAIR = "step ran past the next step's start: clipped to it"
 
 
 def reference_range(
@@ -112,3 +131,41 @@ def lane_overruns(
     rows = order[hit]
     keep = np.argsort(rows)
     return rows[keep], new_end[hit][keep]
+
+
+def step_overlaps(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The step ranges that run into the next one (module doc, step 5). O(n log n) in the steps.
+
+    Sorted by start (then duration), a range that ends more than :data:`OVERLAP_TOLERANCE_NS`
+    past the start of the next range, which starts later than it, is to end at that start.
+
+    Args:
+        ts: Start of each step range, ns (int64, shape (n,)).
+        dur: Duration of each, ns (int64, shape (n,), non-negative).
+
+    Returns:
+        (the ranges that run into the next one, indices into the arrays in order of start; the
+        range each runs into, index into the arrays: its start is the clipped end).
+    """
+    order = np.lexsort((dur, ts))
+    start, end = ts[order], ts[order] + dur[order]
+    over = np.flatnonzero((end[:-1] > start[1:] + OVERLAP_TOLERANCE_NS) & (start[1:] > start[:-1]))
+    return order[over], order[over + 1]
+
+
+def step_overlap_warning(label: str, noun: str, pairs: list[tuple[str, str, int, int]]) -> str:
+    """The warning for overlapping steps clipped (module doc, step 5), one text for both collectors.
+
+    Args:
+        label: The trace in messages (``rank0.json``, ``run.sqlite (pid 12)``).
+        noun: What a step is called in the source (``ProfilerStep``, ``step range``).
+        pairs: Each clipped step as (its name, the name of the step it runs into, its recorded
+            duration in ns, how far it ran into that step in ns); the first three are named.
+    """
+    said = ", ".join(
+        f"{a} ({duration(rec)} recorded) runs {duration(into)} into {b}" for a, b, rec, into in pairs[:3]
+    ) + (", ..." if len(pairs) > 3 else "")
+    return (
+        f"{label}: {len(pairs)} {noun}(s) run past the start of the next one: {said}; clipped to the next "
+        "step's start (events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
+    )

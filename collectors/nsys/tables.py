@@ -88,6 +88,8 @@ _MEM_KINDS = {
     6: "Managed Static",
     7: "Unknown",
 }
+#: The label of an enum field that holds no value (NULL), as the ENUM tables name their unknown value.
+_UNKNOWN = "Unknown"
 _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 #: The id columns of GPU activity rows, read as integers (lanes, the link to the launch, the process).
 _GPU_IDS = ("deviceId", "streamId", "correlationId", "globalPid")
@@ -123,10 +125,17 @@ def table_columns(con: sqlite3.Connection) -> dict[str, set[str]]:
 
 def _enum(
     con: sqlite3.Connection, tables: dict[str, set[str]], name: str, fallback: dict[int, str]
-) -> dict[int, str]:
-    if name not in tables:
-        return fallback
-    return {int(i): str(label) for i, label in con.execute(f"SELECT id, label FROM {name}")}
+) -> dict[int | None, str]:
+    """An ``ENUM_*`` table's id -> label (``fallback`` without the table), and None (a NULL field:
+    no value recorded) -> the enum's own unknown label (``Unknown``), so a row with a NULL
+    ``syncType`` or ``srcKind`` is named ``Unknown``, not ``None``. Rows of the table without an
+    integer id or a label are left out (a value that names one is shown as recorded)."""
+    rows = fallback.items() if name not in tables else con.execute(f"SELECT id, label FROM {name}")
+    labels: dict[int | None, str] = {
+        i: str(label) for i, label in rows if isinstance(i, int) and label is not None
+    }
+    labels[None] = next((v for v in labels.values() if v.lower() == _UNKNOWN.lower()), _UNKNOWN)
+    return labels
 
 
 def _copy_label(label: str) -> str:
@@ -156,6 +165,20 @@ def _unresolved(a: str, strings: tuple[str, ...]) -> str:
         f"\n        WHEN typeof({a}.{c}) = 'integer' AND NOT EXISTS "
         f"(SELECT 1 FROM StringIds WHERE id = {a}.{c}) THEN '{c}{_UNRESOLVED}'"
         for c in strings
+    )
+
+
+def _unresolved_said(con: sqlite3.Connection, table: str, reason: str, rowid: int, n: int) -> str | None:
+    """For an error: a row's reason from :func:`_unresolved` with the string id it holds and how
+    many rows of ``table`` (``n``) share it (``name string id 77 not in StringIds (2 row(s) of
+    ...)``); None for another reason."""
+    if not reason.endswith(_UNRESOLVED):
+        return None
+    column = reason[: -len(_UNRESOLVED)]
+    (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+    return (
+        f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
+        "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
     )
 
 
@@ -248,14 +271,10 @@ class Rows:
                 start, end = con.execute(
                     f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)
                 ).fetchone()
-                what = f"{reason} (start={start!r}, end={end!r})"
-                if reason.endswith(_UNRESOLVED):
-                    column = reason[: -len(_UNRESOLVED)]
-                    (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
-                    what = (
-                        f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
-                        "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
-                    )
+                what = (
+                    _unresolved_said(con, table, reason, rowid, n)
+                    or f"{reason} (start={start!r}, end={end!r})"
+                )
                 raise TraceFormatError(
                     self.path,
                     f"{table} row id {rowid}",
@@ -476,7 +495,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             f"FROM {t} t WHERE {ok(t)}"
         )
         for start, end, dev, stream, corr, nbytes, kind, proc in con.execute(q):
-            name = f"Memset ({mems.get(kind, kind) if kind is not None else 'Device'})"
+            # without a memKind column (older exports) named as Kineto names every memset
+            name = f"Memset ({mems.get(kind, kind) if mem != 'NULL' else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
             rows.add(
                 "memset",
@@ -639,8 +659,9 @@ def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
         f"FROM {_MEMORY} m) WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"
     ):
         if rows.on_bad_event == "raise":
+            what = _unresolved_said(con, _MEMORY, reason, rowid, n) or reason
             raise TraceFormatError(
-                rows.path, f"{_MEMORY} row id {rowid}", f"{reason}; pass --skip-bad-events to skip such rows"
+                rows.path, f"{_MEMORY} row id {rowid}", f"{what}; pass --skip-bad-events to skip such rows"
             )
         key = f"{_MEMORY}: {reason}"
         rows.rejected[key] = rows.rejected.get(key, 0) + n

@@ -412,6 +412,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
     ids = _decode_ids(data) if fast is None else None
     id_repairs = IdRepairs()  # id args that are not integers, args that are not an object
+    for i, attr, v in fast.loose_ids if fast is not None else ():  # "0x0", 5.0: read, and said
+        id_repairs.note(i, attr, v)
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         if wrong := _not_strings(ev):
             if on_bad_event == "raise":
@@ -476,7 +478,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 (ev.pid if a.device is None else a.device),
                 (ev.tid if a.stream is None else a.stream),
             )
-            cols["device"].append(_int_or_none(dev, keep_large=True) if gpu else None)
+            d = _int_or_none(dev, keep_large=True) if gpu else None
+            no_device = d is not None and d < 0 and a.device is not None  # IdRepairs says so
+            cols["device"].append(None if no_device else d)
             cols["stream"].append(_int_or_none(stream, keep_large=True) if gpu else None)
             cols["correlation"].append(_int_or_none(a.correlation, keep_large=True))
             cols["external_id"].append(_int_or_none(a.external_id, keep_large=True))

@@ -40,7 +40,8 @@ Algorithm:
      3a), ``raw_dur_ns`` -1000, with a warning naming each.
   3c. ``overrun`` of a ProfilerStep (before step 2 takes the range from the steps): a step that
      runs past the start of the next one (sorted by start) by more than
-     :data:`OVERLAP_TOLERANCE_NS` ends where that one starts (a warning names both). Then the trace's
+     :data:`OVERLAP_TOLERANCE_NS` ends where that one starts (a warning names both; counted in
+     ``traces.meta.repaired``, the ``issues`` column). Then the trace's
      end is the latest end of its other sound records (not steps, not ``other``), or the
      profiler's ``Record Window End`` instant when later. A step that ends past it by more than
      :data:`OVERLAP_TOLERANCE_NS` is clipped to it (``raw_dur_ns`` keeps the recorded duration,
@@ -72,6 +73,7 @@ from traceprof.collectors._far_end import (
     OVERLAP_TOLERANCE_NS,
     STEP_OVERLAP_REPAIR,
     far_ends,
+    lane_overruns,
     reference_range,
     step_overlap_warning,
     step_overlaps,
@@ -295,39 +297,23 @@ def flag_records(
     # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
     #    the end of the reference range plus the margin.
     rows = np.flatnonzero(gpu & (flag.is_none() | flag.isin({"launch_skew"})))
-    clipped = []
+    clipped: list[int] = []
     if len(rows):
-        # one lane at a time (sorted by device, then stream, as the rows are ordered): the sort of
-        # one lane's rows is the largest transient, where a sort of every GPU row by (device,
-        # stream, start, duration) at once was the parse's peak on 18 M events
         lane, lanes = _lanes(cols["device"], cols["stream"], rows)
-        found: list[
-            tuple[np.ndarray, np.ndarray, np.ndarray]
-        ] = []  # per lane: rows, last of lane, next start
-        tail = hi  # the end of the rank's sound GPU activity (or of the range), whichever is later
-        for code in lanes:
-            r = rows[lane == code]
-            r = r[np.lexsort((dur[r], ts[r]))]
-            start = ts[r]
-            end = start + dur[r]
-            nxt = np.append(start[1:], 0)
-            over = np.flatnonzero(end[:-1] > nxt[:-1] + OVERLAP_TOLERANCE_NS)
-            over = over[nxt[over] > start[over]]
-            if end[-1] > hi + margin:  # the lane's last row ends far past the range
-                over = np.append(over, len(r) - 1)
-            sound = np.ones(len(r), bool)
-            sound[over] = False
-            tail = max(tail, int(end.max(where=sound, initial=hi)))
-            del sound, start, end
-            is_last = over == len(r) - 1
-            found.append((r[over], is_last, nxt[over]))
-        del lane, rows
-        for r, is_last, nxt in found:
-            for i, last, n_next in zip(r.tolist(), is_last.tolist(), nxt.tolist(), strict=True):
-                cols["raw_dur_ns"][i] = int(dur[i])
-                cols["dur_ns"][i] = int(max(0, (tail if last else n_next) - ts[i]))
-                flag[i] = "overrun"
-                clipped.append(i)
+        place = np.zeros(max(lanes) + 1, lane.dtype)  # each lane's place in (device, stream) order
+        place[lanes] = np.arange(len(lanes))
+        lane = place[lane]
+        del place
+        hit, new_end = lane_overruns(ts, dur, lane, hi, margin, rows)
+        # in (device, stream, start) order, as the warning names the first ones
+        at = np.searchsorted(rows, hit)
+        by_lane = np.lexsort((dur[hit], ts[hit], lane[at]))
+        del lane, lanes, rows, at
+        for i, e in zip(hit[by_lane].tolist(), new_end[by_lane].tolist(), strict=True):
+            cols["raw_dur_ns"][i] = int(dur[i])
+            cols["dur_ns"][i] = int(max(0, e - ts[i]))
+            flag[i] = "overrun"
+            clipped.append(i)
     if clipped:
         counts["overrun"] = counts.get("overrun", 0) + len(clipped)
         most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)

@@ -150,6 +150,12 @@ def _copy_label(label: str) -> str:
     )
 
 
+def _text(v: int | None) -> str | None:
+    """A GPU row's lane id as the ``pid``/``tid`` text: NULL stays NULL (``str()`` wrote
+    ``'None'``), as the kernel rows' ``CAST(deviceId AS TEXT)`` keeps it."""
+    return None if v is None else str(v)
+
+
 def pid_tid(gtid: int | None) -> tuple[str, str]:
     """(pid, tid) text of a ``globalTid`` (bits 24-47: pid, 0-23: tid); empty when NULL."""
     if gtid is None:
@@ -291,8 +297,8 @@ class Rows:
         name: str,
         ts: int,
         dur: int,
-        pid: str,
-        tid: str,
+        pid: str | None,
+        tid: str | None,
         device: int | None,
         stream: int | None,
         corr: int | None,
@@ -443,8 +449,8 @@ def graphs(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             f"CUDA graph {graph if graph is not None else '?'}",
             ts,
             dur,
-            str(dev),
-            str(stream),
+            _text(dev),
+            _text(stream),
             dev,
             stream,
             corr,
@@ -478,8 +484,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
                 name,
                 epoch + start,
                 end - start,
-                str(dev),
-                str(stream),
+                _text(dev),
+                _text(stream),
                 dev,
                 stream,
                 corr,
@@ -504,8 +510,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
                 name,
                 epoch + start,
                 end - start,
-                str(dev),
-                str(stream),
+                _text(dev),
+                _text(stream),
                 dev,
                 stream,
                 corr,
@@ -528,8 +534,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
                 str(types.get(st, st)),
                 epoch + start,
                 end - start,
-                str(dev),
-                str(stream),
+                _text(dev),
+                _text(stream),
                 dev,
                 stream,
                 corr,

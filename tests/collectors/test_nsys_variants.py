@@ -692,7 +692,8 @@ def _with_enum_rows(path: Path, enums: bool) -> Path:
     """A one-rank export (pid 10) with sync, memcpy and memset rows whose enum fields are NULL or
     set, on nsys's column names (nullable here: the fields NULL in a damaged or unusual export);
     ``enums``: with the ENUM_* tables (schema 3.x: labels such as ``Host-to-Device``), else the
-    collector's fallbacks (schema 2.x). ENUM_CUPTI_SYNC_TYPE also has a row without a label."""
+    collector's fallbacks (schema 2.x). ENUM_CUPTI_SYNC_TYPE also has a row without a label; the
+    last memset has no streamId."""
     e = _one_rank(EPOCH)
     e.nvtx(10, 0, 100_000, "ProfilerStep#1")
     e.launch(10, 1, 1_000, 2_000)
@@ -725,8 +726,8 @@ def _with_enum_rows(path: Path, enums: bool) -> Path:
         "memKind INTEGER)"
     )
     con.executemany(
-        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, 0, 1, 8, ?, ?, 0, 64, ?)",
-        [(50_000, 51_000, 31, gpid, None), (52_000, 53_000, 32, gpid, 2)],
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, 0, 1, ?, ?, ?, 0, 64, ?)",
+        [(50_000, 51_000, 8, 31, gpid, None), (52_000, 53_000, None, 32, gpid, 2)],
     )
     if enums:
         for table, rows in (
@@ -762,3 +763,6 @@ def test_null_enum_fields_are_named_unknown(tmp_path: Path, enums: bool) -> None
         ("memset", "Memset (Device)", "-"),
     ]
     assert not [n for n in t.events.column("name").to_pylist() if "None" in n]
+    # a NULL lane id stays NULL in pid/tid (it was the text 'None'), as a kernel's does
+    lanes = [(r["pid"], r["tid"], r["stream"]) for r in t.events.to_pylist() if r["kind"] == "memset"]
+    assert sorted(lanes, key=str) == [("0", "8", 8), ("0", None, None)]

@@ -13,9 +13,9 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
      sound records, flags it ``overrun`` and keeps its recorded duration in ``raw_dur_ns``, with a
      warning naming it.
-  4. GPU rows on a stream (:func:`lane_overruns`, used by both collectors): a row that runs past the next one on its (device,
-     stream) ends at its start; the last of a stream that ends far past the range ends with the
-     other GPU rows.
+  4. GPU rows on a stream (:func:`lane_overruns`, used by both collectors): a row that runs past
+     the next one on its (device, stream) ends at its start; the last of a stream that ends far
+     past the range ends with the other GPU rows.
   5. Step ranges (:func:`step_overlaps`, both collectors): sorted by start, a step that runs past
      the start of the next one by more than :data:`OVERLAP_TOLERANCE_NS` ends where that one
      starts (overlapping steps claim the same time twice), flagged ``overrun``, with a warning

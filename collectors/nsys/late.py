@@ -49,10 +49,11 @@ _CODE = {"step": _STEP, "other": _UNCHECKED, "instant": _UNCHECKED} | dict.fromk
 def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], dict[str, int]]:
     """Clip the rows of one trace's columns that end far past it or overrun their stream, in place.
 
-    Step ranges that run into the next step's are clipped to its start (module doc). CPU-side rows that end far past the reference range are clipped to the trace's end; GPU rows
-    (kernels, copies, memsets) that run past the next row on their (device, stream) by more than
-    5 us are clipped to its start, and the last row of a stream that ends far past the range to
-    the end of the other GPU rows (:func:`traceprof.collectors._far_end.lane_overruns`).
+    Step ranges that run into the next step's are clipped to its start (module doc). CPU-side
+    rows that end far past the reference range are clipped to the trace's end; GPU rows (kernels,
+    copies, memsets) that run past the next row on their (device, stream) by more than 5 us are
+    clipped to its start, and the last row of a stream that ends far past the range to the end of
+    the other GPU rows (:func:`traceprof.collectors._far_end.lane_overruns`).
 
     Args:
         label: The trace in messages (``run.sqlite``, ``run.sqlite (pid 12)``).

@@ -174,18 +174,26 @@ def _unresolved(a: str, strings: tuple[str, ...]) -> str:
     )
 
 
-def _unresolved_said(con: sqlite3.Connection, table: str, reason: str, rowid: int, n: int) -> str | None:
-    """For an error: a row's reason from :func:`_unresolved` with the string id it holds and how
-    many rows of ``table`` (``n``) share it (``name string id 77 not in StringIds (2 row(s) of
-    ...)``); None for another reason."""
-    if not reason.endswith(_UNRESOLVED):
-        return None
-    column = reason[: -len(_UNRESOLVED)]
-    (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
-    return (
-        f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
-        "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
-    )
+def _said(
+    con: sqlite3.Connection, table: str, reason: str, rowid: int, n: int, columns: tuple[str, ...]
+) -> str:
+    """For an error: a bad row's reason with the values it is about, as recorded. A string id that
+    ``StringIds`` lacks (:func:`_unresolved`): the id and how many rows of ``table`` (``n``) share
+    the reason (``name string id 77 not in StringIds (2 row(s) of ...)``); else the reason and the
+    row's ``columns`` that it names (``memoryOperationType not 0 (allocation) or 1
+    (deallocation) (memoryOperationType=5)``)."""
+    if reason.endswith(_UNRESOLVED):
+        column = reason[: -len(_UNRESOLVED)]
+        (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+        return (
+            f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
+            "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
+        )
+    named = [c for c in columns if c in reason.split()]
+    if not named:
+        return reason
+    values = con.execute(f"SELECT {', '.join(named)} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+    return f"{reason} ({', '.join(f'{c}={v!r}' for c, v in zip(named, values, strict=True))})"
 
 
 def _reason(
@@ -277,10 +285,10 @@ class Rows:
                 start, end = con.execute(
                     f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)
                 ).fetchone()
-                what = (
-                    _unresolved_said(con, table, reason, rowid, n)
-                    or f"{reason} (start={start!r}, end={end!r})"
-                )
+                what = _said(con, table, reason, rowid, n, ids)  # a string id, or an id's value
+                if not reason.endswith(_UNRESOLVED):  # and the times, as recorded
+                    times = f"start={start!r}, end={end!r}"
+                    what = f"{what[:-1]}, {times})" if what != reason else f"{reason} ({times})"
                 raise TraceFormatError(
                     self.path,
                     f"{table} row id {rowid}",
@@ -665,7 +673,7 @@ def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
         f"FROM {_MEMORY} m) WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"
     ):
         if rows.on_bad_event == "raise":
-            what = _unresolved_said(con, _MEMORY, reason, rowid, n) or reason
+            what = _said(con, _MEMORY, reason, rowid, n, need)
             raise TraceFormatError(
                 rows.path, f"{_MEMORY} row id {rowid}", f"{what}; pass --skip-bad-events to skip such rows"
             )

@@ -443,7 +443,12 @@ def test_nsys_allocations_and_frees_by_hand(store, tmp_path):
 
 def test_nsys_bad_memory_row_is_named(store, tmp_path):
     f = _nsys_with_memory(tmp_path / "rank0.sqlite", [(100, 0, 1, 300, 2, 0), (200, 0, 1, 300, 2, 5)])
-    with pytest.raises(TraceFormatError, match="CUDA_GPU_MEMORY_USAGE_EVENTS row id 2: memoryOperationType"):
+    # the error names the table, the row and the value as recorded (5)
+    with pytest.raises(
+        TraceFormatError,
+        match=r"CUDA_GPU_MEMORY_USAGE_EVENTS row id 2: memoryOperationType not 0 \(allocation\) or 1 "
+        r"\(deallocation\) \(memoryOperationType=5\)",
+    ):
         ingest(store, [f], run="n")
     ingest(store, [f], run="n", on_bad_event="skip")
     assert _one(analyze(store, "memory", "n").frame, source="nsys")["peak_allocated_bytes"] == 300

@@ -558,7 +558,11 @@ def test_nvtx_row_whose_global_tid_is_not_an_integer_is_left_out_and_counted(tmp
     con.execute("UPDATE NVTX_EVENTS SET globalTid = 1.5 WHERE text = 'forward'")
     con.commit()
     con.close()
-    with pytest.raises(TraceFormatError, match=r"NVTX_EVENTS row id 2: globalTid not an integer"):
+    # the error names the value as recorded, and the row's times (ns after the capture start)
+    with pytest.raises(
+        TraceFormatError,
+        match=r"NVTX_EVENTS row id 2: globalTid not an integer \(globalTid=1\.5, start=10000, end=20000\)",
+    ):
         parse_all(path)
     exp = parse_all(path, ParseOptions(on_bad_event="skip"))[0]
     names = set(exp.events.column("name").to_pylist())

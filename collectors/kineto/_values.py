@@ -77,6 +77,9 @@ def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
 #: The id args every event may carry (``args.<key>``, the attribute of the parser's ids struct).
 _ID_ARGS = (("correlation", "correlation"), ("External id", "external_id"))
 _LANE_ARGS = (("device", "device"), ("stream", "stream"))  # read on GPU rows only
+_KEYS = {attr: key for key, attr in (*_ID_ARGS, *_LANE_ARGS)}
+#: How an id arg that is no JSON integer but writes one is given (:meth:`IdRepairs.check`).
+_AS = {str: "a string", float: "a float"}
 #: JSON's first byte of an object, and of null (an ``args: null`` is no args).
 _OBJECT_OR_NULL = (b"{", b"n")
 
@@ -88,7 +91,10 @@ class IdRepairs:
     ``args.correlation`` and ``args.External id`` (every event), ``args.device`` and
     ``args.stream`` (GPU rows) that are present but not integers (``1.5``, ``"abc"``, ``true``, a
     list) were read as absent, silently; ``args`` given as a list (or a string, a number) was read
-    as no args. Each is counted by reason (``"args.correlation not an integer: kept without it"``)
+    as no args. A negative ``args.device`` is no device: the event is kept without it (stored NULL).
+    An id given as a string or a float that writes an integer (``"0"``, ``"0x1f"``, ``3.0``) is
+    read as that integer (ROCm writes ``"stream": "0x0"``), no longer without a word. Each is
+    counted by reason (``"args.correlation not an integer: kept without it"``)
     for ``traces.meta.repaired`` (the ``issues`` column of ``traceprof runs``) and said in one
     warning per reason naming the first events. (A value beyond its column is no repair: the
     parser keeps it for ``traceprof.core.limits.drop_out_of_range`` to reject the event.)
@@ -114,10 +120,24 @@ class IdRepairs:
             return
         if ids is None:
             return
-        for key, attr in (*_ID_ARGS, *_LANE_ARGS) if gpu else _ID_ARGS:
-            v = getattr(ids, attr)
-            if v is not None and integer(v) is None:
-                self._add(f"args.{key} not an integer: kept without it", i, v)
+        for _, attr in (*_ID_ARGS, *_LANE_ARGS) if gpu else _ID_ARGS:
+            self.note(i, attr, getattr(ids, attr))
+
+    def note(self, i: int, attr: str, v: Any) -> None:
+        """Note event ``#i``'s id arg ``attr`` (``correlation``, ``external_id``, ``device``,
+        ``stream``: the parser's ids struct's attribute) of value ``v`` as read from the JSON (a
+        device or stream of a GPU row only): counted when it is no integer, a negative device, or
+        a string or float that writes an integer."""
+        if v is None or type(v) is int and (v >= 0 or attr != "device"):
+            return
+        key = _KEYS[attr]
+        n = integer(v)
+        if n is None:
+            self._add(f"args.{key} not an integer: kept without it", i, v)
+        elif attr == "device" and n < 0:
+            self._add(f"args.{key} negative: kept without it", i, v)
+        else:  # "0", "0x1f", 3.0: the number it writes, read as such and said
+            self._add(f"args.{key} {_AS[type(v)]}: read as its integer", i, v)
 
     def counts(self) -> dict[str, int]:
         """Reason -> events, for ``traces.meta.repaired``."""

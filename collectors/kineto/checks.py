@@ -40,7 +40,8 @@ Algorithm:
      3a), ``raw_dur_ns`` -1000, with a warning naming each.
   3c. ``overrun`` of a ProfilerStep (before step 2 takes the range from the steps): a step that
      runs past the start of the next one (sorted by start) by more than
-     :data:`OVERLAP_TOLERANCE_NS` ends where that one starts (a warning names both). Then the trace's
+     :data:`OVERLAP_TOLERANCE_NS` ends where that one starts (a warning names both; counted in
+     ``traces.meta.repaired``, the ``issues`` column). Then the trace's
      end is the latest end of its other sound records (not steps, not ``other``), or the
      profiler's ``Record Window End`` instant when later. A step that ends past it by more than
      :data:`OVERLAP_TOLERANCE_NS` is clipped to it (``raw_dur_ns`` keeps the recorded duration,
@@ -67,7 +68,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, OVERLAP_TOLERANCE_NS, far_ends, reference_range
+from traceprof.collectors._far_end import (
+    FAR_MARGIN_MIN_NS,
+    OVERLAP_TOLERANCE_NS,
+    STEP_OVERLAP_REPAIR,
+    far_ends,
+    lane_overruns,
+    reference_range,
+    step_overlap_warning,
+    step_overlaps,
+)
 from traceprof.collectors.kineto._values import Ints, Strs
 from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
 from traceprof.core.display import duration
@@ -184,7 +194,11 @@ def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
 
 
 def flag_records(
-    path: Path, cols: dict[str, Any], src_index: list[int], base_ns: int = 0
+    path: Path,
+    cols: dict[str, Any],
+    src_index: list[int],
+    base_ns: int = 0,
+    repaired: dict[str, int] | None = None,
 ) -> tuple[dict[str, int], list[str]]:
     """Fill ``cols["flag"]`` / ``cols["raw_dur_ns"]`` and clip overruns in ``cols["dur_ns"]`` (steps 1-3).
 
@@ -195,6 +209,8 @@ def flag_records(
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
             and that lies apart from the other records is flagged ``zero_ts``.
+        repaired: Filled with the repairs by reason for ``traces.meta.repaired`` (the ``issues``
+            column of ``traceprof runs``): ProfilerSteps clipped where the next one starts.
 
     Returns:
         (counts by flag, warnings naming the file, the count, the size of the discrepancy and
@@ -219,7 +235,7 @@ def flag_records(
     zero = unflagged & _unset_times(ts, base_ns)
     # 3c. before the range is taken from the steps: a step that runs into the next ends where it
     #    starts, and a step that outlasts the trace ends with it
-    _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings)
+    _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings, repaired)
     lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
@@ -281,39 +297,23 @@ def flag_records(
     # 3. overrun (on valid GPU rows, per (device, stream) lane); the last row of a lane is bounded by
     #    the end of the reference range plus the margin.
     rows = np.flatnonzero(gpu & (flag.is_none() | flag.isin({"launch_skew"})))
-    clipped = []
+    clipped: list[int] = []
     if len(rows):
-        # one lane at a time (sorted by device, then stream, as the rows are ordered): the sort of
-        # one lane's rows is the largest transient, where a sort of every GPU row by (device,
-        # stream, start, duration) at once was the parse's peak on 18 M events
         lane, lanes = _lanes(cols["device"], cols["stream"], rows)
-        found: list[
-            tuple[np.ndarray, np.ndarray, np.ndarray]
-        ] = []  # per lane: rows, last of lane, next start
-        tail = hi  # the end of the rank's sound GPU activity (or of the range), whichever is later
-        for code in lanes:
-            r = rows[lane == code]
-            r = r[np.lexsort((dur[r], ts[r]))]
-            start = ts[r]
-            end = start + dur[r]
-            nxt = np.append(start[1:], 0)
-            over = np.flatnonzero(end[:-1] > nxt[:-1] + OVERLAP_TOLERANCE_NS)
-            over = over[nxt[over] > start[over]]
-            if end[-1] > hi + margin:  # the lane's last row ends far past the range
-                over = np.append(over, len(r) - 1)
-            sound = np.ones(len(r), bool)
-            sound[over] = False
-            tail = max(tail, int(end.max(where=sound, initial=hi)))
-            del sound, start, end
-            is_last = over == len(r) - 1
-            found.append((r[over], is_last, nxt[over]))
-        del lane, rows
-        for r, is_last, nxt in found:
-            for i, last, n_next in zip(r.tolist(), is_last.tolist(), nxt.tolist(), strict=True):
-                cols["raw_dur_ns"][i] = int(dur[i])
-                cols["dur_ns"][i] = int(max(0, (tail if last else n_next) - ts[i]))
-                flag[i] = "overrun"
-                clipped.append(i)
+        place = np.zeros(max(lanes) + 1, lane.dtype)  # each lane's place in (device, stream) order
+        place[lanes] = np.arange(len(lanes))
+        lane = place[lane]
+        del place
+        hit, new_end = lane_overruns(ts, dur, lane, hi, margin, rows)
+        # in (device, stream, start) order, as the warning names the first ones
+        at = np.searchsorted(rows, hit)
+        by_lane = np.lexsort((dur[hit], ts[hit], lane[at]))
+        del lane, lanes, rows, at
+        for i, e in zip(hit[by_lane].tolist(), new_end[by_lane].tolist(), strict=True):
+            cols["raw_dur_ns"][i] = int(dur[i])
+            cols["dur_ns"][i] = int(max(0, e - ts[i]))
+            flag[i] = "overrun"
+            clipped.append(i)
     if clipped:
         counts["overrun"] = counts.get("overrun", 0) + len(clipped)
         most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)
@@ -336,6 +336,7 @@ def _clip_steps_past_end(
     ok: np.ndarray,
     counts: dict[str, int],
     warnings: list[str],
+    repaired: dict[str, int] | None = None,
 ) -> None:
     """Step 3c of the module doc: ProfilerSteps (``ok`` rows of kind ``step``) that run into the
     next one end where it starts (:func:`_clip_overlapping_steps`); then those that outlast the
@@ -352,6 +353,8 @@ def _clip_steps_past_end(
     if overlaps:
         counts["overrun"] = counts.get("overrun", 0) + overlaps[0]
         warnings.append(overlaps[1])
+        if repaired is not None:
+            repaired[STEP_OVERLAP_REPAIR] = repaired.get(STEP_OVERLAP_REPAIR, 0) + overlaps[0]
     others = ok & ~kind_in({"step", "other"}) & (dur >= 0)
     if not others.any():
         return
@@ -395,22 +398,16 @@ def _clip_overlapping_steps(path: Path, cols: dict[str, Any], rows: np.ndarray) 
     dur = np.asarray(cols["dur_ns"], np.int64)
     if len(rows) < 2:
         return None
-    rows = rows[np.lexsort((dur[rows], ts[rows]))]
-    start, end = ts[rows], ts[rows] + dur[rows]
-    over = np.flatnonzero((end[:-1] > start[1:] + OVERLAP_TOLERANCE_NS) & (start[1:] > start[:-1]))
-    if not len(over):
+    mine, into = step_overlaps(ts[rows], dur[rows])
+    if not len(mine):
         return None
-    said = ", ".join(
-        f"{cols['name'][int(rows[k])]} ({duration(int(dur[rows[k]]))} recorded) runs "
-        f"{duration(int(end[k] - start[k + 1]))} into {cols['name'][int(rows[k + 1])]}"
-        for k in over[:3].tolist()
-    ) + (", ..." if len(over) > 3 else "")
-    for k in over.tolist():
-        _clip_to(cols, rows[k : k + 1], int(start[k + 1]), "overrun")
-    return len(over), (
-        f"{path.name}: {len(over)} ProfilerStep(s) run past the start of the next one: {said}; clipped to "
-        "the next step's start (events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"
-    )
+    pairs = [
+        (cols["name"][i], cols["name"][j], int(dur[i]), int(ts[i] + dur[i] - ts[j]))
+        for i, j in zip(rows[mine].tolist(), rows[into].tolist(), strict=True)
+    ]
+    for i, j in zip(rows[mine].tolist(), rows[into].tolist(), strict=True):
+        _clip_to(cols, np.array([i]), int(ts[j]), "overrun")
+    return len(mine), step_overlap_warning(path.name, "ProfilerStep", pairs)
 
 
 def _clip_to(cols: dict[str, Any], rows: np.ndarray, end: int, why: str) -> None:

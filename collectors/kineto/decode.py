@@ -109,6 +109,7 @@ class _LooseIds(msgspec.Struct, gc=False):
 
 
 _ID_COLS = ("correlation", "external_id", "device", "stream")
+_LANE_COLS = frozenset({"device", "stream"})  # read on GPU rows only
 _ID_GETS = {c: operator.attrgetter(c) for c in _ID_COLS}  # map() of these: 15% less than getattr()
 _EVENTS = msgspec.json.Decoder(list[_Ev])
 _FLOAT_LANE_EVENTS = msgspec.json.Decoder(list[_FloatLaneEv])
@@ -142,6 +143,8 @@ class Decoded:
             chunk per batch: no Python object per event).
         correlation, external_id, device, stream: Integer args (int64), missing when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
+        loose_ids: (index, column, value) of each id arg written as a string or a float that is
+            an integer (``"stream": "0x0"``): read as that integer, and said (``IdRepairs``).
         spill_dir: Where large args text spills (``ParseOptions.spill_dir``; None: the temporary folder).
     """
 
@@ -164,6 +167,7 @@ class Decoded:
     stream: Ints = field(default_factory=lambda: Ints.of([]))
     lanes_plain: bool = True
     spill_dir: str | None = None
+    loose_ids: list[tuple[int, str, Any]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ph)
@@ -526,6 +530,14 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
                 loose = _LOOSE_IDS.decode(ids_text)
                 if _not_integers(loose):  # 1.5, "abc": the general path keeps the event and says so
                     return None
+                # "0x0", "1", 5.0: read as their integer, and noted for IdRepairs to say so
+                out.loose_ids += [
+                    (base + j, col, v)
+                    for j, a in enumerate(loose)
+                    if a is not None
+                    for col in _ID_COLS
+                    if type(v := getattr(a, col)) in (str, float)
+                ]
                 # an id beyond int64 (OverflowError): the general path rejects it
                 batch = [
                     Ints.of([int_or_none(getattr(a, col), keep_large=True) if a else None for a in loose])
@@ -568,6 +580,8 @@ class Rows:
         rejected: Records dropped, counted by reason (unknown phases).
         process_names: pid -> the ``process_name`` metadata's name.
         thread_names: ``pid/tid`` -> the ``thread_name`` metadata's name (``export perfetto``).
+        loose_ids: :attr:`Decoded.loose_ids` of the kept events whose arg is read (a device or
+            stream on GPU rows only).
     """
 
     cols: dict[str, Any]
@@ -576,6 +590,7 @@ class Rows:
     rejected: dict[str, int]
     process_names: dict[str, str]
     thread_names: dict[str, str] = field(default_factory=dict)
+    loose_ids: list[tuple[int, str, Any]] = field(default_factory=list)
 
 
 #: ``"dur": -1`` (us), what the PyTorch profiler writes for an op still open when it stopped.
@@ -696,6 +711,11 @@ def rows(
     def take(col: Any) -> Any:
         return col if kept == n else col.take(keep_ix)
 
+    loose: list[tuple[int, str, Any]] = []
+    if d.loose_ids:  # rare: the events kept, and a device or stream only where it is read
+        on_gpu = kind.isin(gpu_kinds)
+        loose = [x for x in d.loose_ids if keep[x[0]] and (x[1] not in _LANE_COLS or on_gpu[x[0]])]
+
     # Each decoded column is dropped from ``d`` once taken (``d`` is not read again, bar ``len``),
     # and nothing is copied when every row is kept, so a column is held once, not twice.
     kind = take(kind)
@@ -704,8 +724,8 @@ def rows(
     tid, d.tid = take(d.tid), _no_strs()
     device, d.device = _lane_ids(take(d.device), pid, gpu), Ints.missing(0)
     stream, d.stream = _lane_ids(take(d.stream), tid, gpu), Ints.missing(0)
-    if device is None or stream is None:
-        return None
+    if device is None or stream is None or (device.ok & (device.values < 0)).any():
+        return None  # a negative device (no device): the general path stores NULL and says so
     del gpu
     ts, d.ts_ns = take(d.ts_ns), np.zeros(0, np.int64)
     if base_ns:
@@ -737,7 +757,13 @@ def rows(
     d.correlation = d.external_id = Ints.missing(0)
     # Positions does what the parser's checks do with a list (traceprof.core.limits, checks.flag_records)
     return Rows(
-        cols, cast(list[int], Positions(kept if kept == n else keep_ix)), skipped, rejected, names, threads
+        cols,
+        cast(list[int], Positions(kept if kept == n else keep_ix)),
+        skipped,
+        rejected,
+        names,
+        threads,
+        loose,
     )
 
 

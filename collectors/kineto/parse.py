@@ -412,6 +412,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
     ids = _decode_ids(data) if fast is None else None
     id_repairs = IdRepairs()  # id args that are not integers, args that are not an object
+    for i, attr, v in fast.loose_ids if fast is not None else ():  # "0x0", 5.0: read, and said
+        id_repairs.note(i, attr, v)
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
         if wrong := _not_strings(ev):
             if on_bad_event == "raise":
@@ -476,7 +478,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 (ev.pid if a.device is None else a.device),
                 (ev.tid if a.stream is None else a.stream),
             )
-            cols["device"].append(_int_or_none(dev, keep_large=True) if gpu else None)
+            d = _int_or_none(dev, keep_large=True) if gpu else None
+            no_device = d is not None and d < 0 and a.device is not None  # IdRepairs says so
+            cols["device"].append(None if no_device else d)
             cols["stream"].append(_int_or_none(stream, keep_large=True) if gpu else None)
             cols["correlation"].append(_int_or_none(a.correlation, keep_large=True))
             cols["external_id"].append(_int_or_none(a.external_id, keep_large=True))
@@ -509,7 +513,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
-    flagged, warnings = flag_records(p, cols, src_index, base_ns)
+    clipped_steps: dict[str, int] = {}  # overlapping ProfilerSteps, counted in traces.meta.repaired
+    flagged, warnings = flag_records(p, cols, src_index, base_ns, clipped_steps)
     spill.release()
     for what in (_E_MISMATCH, _E_EARLY):
         if skipped.get(what):
@@ -588,7 +593,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
     warnings += identity_warnings + id_repairs.warnings(p.name)
-    repaired = _identity_repairs(identity_warnings) | id_repairs.counts()
+    repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped_steps
     if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
         meta = msgspec.json.decode(str(trace_info["meta"]))
         trace_info["meta"] = msgspec.json.encode({**meta, "repaired": repaired}).decode()

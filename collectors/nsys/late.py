@@ -11,6 +11,12 @@ naming the rows. GPU rows (kernels, copies, memsets, syncs) are checked and clip
 kernel whose ``end`` lies years past the capture made ``kernel_sum`` read 3e15 ns and the GPU "idle
 0 % of the window" (Kineto clips the same case, ``traceprof.collectors.kineto.checks``). Rows of kind
 ``other`` and instants are not checked.
+
+First of all, as Kineto's overlapping ProfilerSteps: step ranges of different numbers that overlap
+(each number's span: from its ranges' first start to their last end, as ``steps`` reads them; ranges
+of one number nest) are clipped by :func:`traceprof.collectors._far_end.step_overlaps`: the ranges
+of a number whose span runs more than 5 us past the start of the next number's span end at that
+start, ``overrun``, with a warning naming both and a count in ``traces.meta.repaired``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, far_ends, lane_overruns, reference_range
+from traceprof.collectors._far_end import (
+    FAR_MARGIN_MIN_NS,
+    STEP_OVERLAP_REPAIR,
+    far_ends,
+    lane_overruns,
+    reference_range,
+    step_overlap_warning,
+    step_overlaps,
+)
+from traceprof.collectors.nsys.steps import step_number
 
 __all__ = ["clip_far_ends"]
 
@@ -31,13 +46,14 @@ _CODE = {"step": _STEP, "other": _UNCHECKED, "instant": _UNCHECKED} | dict.fromk
 )
 
 
-def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
+def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], dict[str, int]]:
     """Clip the rows of one trace's columns that end far past it or overrun their stream, in place.
 
-    CPU-side rows that end far past the reference range are clipped to the trace's end; GPU rows
-    (kernels, copies, memsets) that run past the next row on their (device, stream) by more than
-    5 us are clipped to its start, and the last row of a stream that ends far past the range to
-    the end of the other GPU rows (:func:`traceprof.collectors._far_end.lane_overruns`).
+    Step ranges that run into the next step's are clipped to its start (module doc). CPU-side
+    rows that end far past the reference range are clipped to the trace's end; GPU rows (kernels,
+    copies, memsets) that run past the next row on their (device, stream) by more than 5 us are
+    clipped to its start, and the last row of a stream that ends far past the range to the end of
+    the other GPU rows (:func:`traceprof.collectors._far_end.lane_overruns`).
 
     Args:
         label: The trace in messages (``run.sqlite``, ``run.sqlite (pid 12)``).
@@ -46,20 +62,21 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
             ``raw_dur_ns`` is added (None but on the clipped rows) when a row is clipped.
 
     Returns:
-        The warnings naming the clipped rows (one for the CPU side, one for the GPU: their count,
-        how far past, and the first three by kind and name); empty when none is clipped.
+        (the warnings naming the clipped rows (one for the steps, one for the CPU side, one for
+        the GPU: their count, how far past, and the first three by kind and name), empty when none
+        is clipped; the repairs by reason for ``traces.meta.repaired``: the step ranges clipped).
     """
     if not cols["kind"]:
-        return []
+        return [], {}
     n = len(cols["kind"])
     kind = np.fromiter((_CODE.get(k, _CPU) for k in cols["kind"]), np.int8, n)
     ts = np.fromiter(cols["ts_ns"], np.int64, n)
     dur = np.fromiter(cols["dur_ns"], np.int64, n)
     sound = np.fromiter((f is None for f in cols["flag"]), bool, n)
+    warnings, repaired = _clip_overlapping_steps(label, cols, ts, dur, (kind == _STEP) & sound & (dur >= 0))
     lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     where = "step range" if by_steps else "time range"
-    warnings = []
     rows, end = far_ends(ts, dur, sound, kind != _UNCHECKED, kind == _CPU, hi, margin)
     if len(rows):
         past = int((ts[rows] + dur[rows]).max()) - hi
@@ -86,7 +103,54 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
             f"trace's {where}) by up to {most / 1e9:,.6f} s ({_named(cols, rows)}): clipped (events.flag = "
             "'overrun', raw_dur_ns keeps the recorded duration)"
         )
-    return warnings
+    return warnings, repaired
+
+
+def _clip_overlapping_steps(
+    label: str, cols: dict[str, list[Any]], ts: np.ndarray, dur: np.ndarray, steps: np.ndarray
+) -> tuple[list[str], dict[str, int]]:
+    """Clip the step ranges (``steps``, a mask) of a number whose span runs into the next number's
+    (module doc), in place (``dur`` too). O(n log n) in the ranges.
+
+    Returns:
+        ([the warning], {:data:`STEP_OVERLAP_REPAIR`: ranges clipped}), or ([], {}) when none is.
+    """
+    rows = np.flatnonzero(steps)
+    if len(rows) < 2:
+        return [], {}
+    num = np.fromiter((step_number(cols["name"][i]) for i in rows.tolist()), np.int64, len(rows))
+    nums, of = np.unique(num, return_inverse=True)  # each range's number, as an index into nums
+    end = ts[rows] + dur[rows]
+    first = np.full(len(nums), np.iinfo(np.int64).max)
+    last = np.full(len(nums), np.iinfo(np.int64).min)
+    np.minimum.at(first, of, ts[rows])
+    np.maximum.at(last, of, end)
+    mine, into = step_overlaps(first, last - first)
+    if not len(mine):
+        return [], {}
+    stop = np.full(len(nums), np.iinfo(np.int64).max)  # where each number's ranges now end
+    stop[mine] = first[into]
+    longest: dict[int, int] = {}  # number -> its range that ends last, and the one that starts first
+    opening: dict[int, int] = {}
+    for k, r in zip(of.tolist(), rows.tolist(), strict=True):
+        if k not in longest or ts[r] + dur[r] > ts[longest[k]] + dur[longest[k]]:
+            longest[k] = r
+        if k not in opening or ts[r] < ts[opening[k]]:
+            opening[k] = r
+    pairs = [
+        (
+            repr(cols["name"][longest[k]]),
+            repr(cols["name"][opening[j]]),
+            int(dur[longest[k]]),
+            int(last[k] - first[j]),
+        )
+        for k, j in zip(mine.tolist(), into.tolist(), strict=True)
+    ]
+    hit = np.flatnonzero(end > stop[of])
+    clip = rows[hit]
+    _clip(cols, ts, dur, clip, stop[of[hit]])
+    dur[clip] = np.maximum(0, stop[of[hit]] - ts[clip])
+    return [step_overlap_warning(label, "step range", pairs)], {STEP_OVERLAP_REPAIR: len(pairs)}
 
 
 def _clip(

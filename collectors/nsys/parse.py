@@ -41,7 +41,9 @@ Algorithm:
      (``RANK``, else ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``, ``PMIX_RANK``), else
      ``MPI Rank N``, else the file name as ``nsys profile -o name_%q{RANK}`` writes it; world size
      from ``WORLD_SIZE`` (one process: also ``OMPI_COMM_WORLD_SIZE``, ``SLURM_NTASKS``, ...).
-  5a. A CPU-side row (NVTX range, CUDA API call) that ends far past the trace's step range (more than
+  5a. Step ranges of different numbers that overlap: the one that runs more than 5 us past the next
+     one's start ends there, as Kineto's ProfilerSteps do (``overrun``, a warning naming both,
+     counted in ``traces.meta.repaired``). A CPU-side row (NVTX range, CUDA API call) that ends far past the trace's step range (more than
      its length, at least 1 s) is clipped to the end of the trace's other rows; a GPU row (kernel,
      copy, memset) that runs past the next row on its stream (by more than 5 us) to that row's start,
      the last of a stream that ends far past the range to the end of the other GPU rows;
@@ -362,7 +364,7 @@ def _trace(
 ) -> ParsedTrace:
     """One trace from the rows ``cols`` of one process (``proc``; None: the whole export)."""
     label = p.name if proc is None else f"{p.name} (pid {proc & _PID_BITS})"
-    far = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
+    far, repaired = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
     warnings = [*warnings, *_notices(label, cols, graph), *far]
@@ -371,6 +373,8 @@ def _trace(
     names = {d["device"]: d["name"] for d in devices}
     pids = Counter(pid for k, pid in zip(cols["kind"], cols["pid"], strict=True) if k == "cuda_runtime")
     meta = {**exp.meta, "rank_source": how}
+    if repaired:  # counted for the issues column of traceprof runs
+        meta["repaired"] = repaired
     if proc is not None:
         meta["process"] = {"pid": proc & _PID_BITS, "globalPid": proc << 24}
     if graph:

@@ -88,6 +88,8 @@ _MEM_KINDS = {
     6: "Managed Static",
     7: "Unknown",
 }
+#: The label of an enum field that holds no value (NULL), as the ENUM tables name their unknown value.
+_UNKNOWN = "Unknown"
 _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 #: The id columns of GPU activity rows, read as integers (lanes, the link to the launch, the process).
 _GPU_IDS = ("deviceId", "streamId", "correlationId", "globalPid")
@@ -123,10 +125,17 @@ def table_columns(con: sqlite3.Connection) -> dict[str, set[str]]:
 
 def _enum(
     con: sqlite3.Connection, tables: dict[str, set[str]], name: str, fallback: dict[int, str]
-) -> dict[int, str]:
-    if name not in tables:
-        return fallback
-    return {int(i): str(label) for i, label in con.execute(f"SELECT id, label FROM {name}")}
+) -> dict[int | None, str]:
+    """An ``ENUM_*`` table's id -> label (``fallback`` without the table), and None (a NULL field:
+    no value recorded) -> the enum's own unknown label (``Unknown``), so a row with a NULL
+    ``syncType`` or ``srcKind`` is named ``Unknown``, not ``None``. Rows of the table without an
+    integer id or a label are left out (a value that names one is shown as recorded)."""
+    rows = fallback.items() if name not in tables else con.execute(f"SELECT id, label FROM {name}")
+    labels: dict[int | None, str] = {
+        i: str(label) for i, label in rows if isinstance(i, int) and label is not None
+    }
+    labels[None] = next((v for v in labels.values() if v.lower() == _UNKNOWN.lower()), _UNKNOWN)
+    return labels
 
 
 def _copy_label(label: str) -> str:
@@ -139,6 +148,12 @@ def _copy_label(label: str) -> str:
         .replace("Peer", "P")
         .replace("-to-", "to")
     )
+
+
+def _text(v: int | None) -> str | None:
+    """A GPU row's lane id as the ``pid``/``tid`` text: NULL stays NULL (``str()`` wrote
+    ``'None'``), as the kernel rows' ``CAST(deviceId AS TEXT)`` keeps it."""
+    return None if v is None else str(v)
 
 
 def pid_tid(gtid: int | None) -> tuple[str, str]:
@@ -157,6 +172,28 @@ def _unresolved(a: str, strings: tuple[str, ...]) -> str:
         f"(SELECT 1 FROM StringIds WHERE id = {a}.{c}) THEN '{c}{_UNRESOLVED}'"
         for c in strings
     )
+
+
+def _said(
+    con: sqlite3.Connection, table: str, reason: str, rowid: int, n: int, columns: tuple[str, ...]
+) -> str:
+    """For an error: a bad row's reason with the values it is about, as recorded. A string id that
+    ``StringIds`` lacks (:func:`_unresolved`): the id and how many rows of ``table`` (``n``) share
+    the reason (``name string id 77 not in StringIds (2 row(s) of ...)``); else the reason and the
+    row's ``columns`` that it names (``memoryOperationType not 0 (allocation) or 1
+    (deallocation) (memoryOperationType=5)``)."""
+    if reason.endswith(_UNRESOLVED):
+        column = reason[: -len(_UNRESOLVED)]
+        (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+        return (
+            f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
+            "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
+        )
+    named = [c for c in columns if c in reason.split()]
+    if not named:
+        return reason
+    values = con.execute(f"SELECT {', '.join(named)} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+    return f"{reason} ({', '.join(f'{c}={v!r}' for c, v in zip(named, values, strict=True))})"
 
 
 def _reason(
@@ -248,14 +285,10 @@ class Rows:
                 start, end = con.execute(
                     f"SELECT start, end FROM {table} WHERE rowid = ?", (rowid,)
                 ).fetchone()
-                what = f"{reason} (start={start!r}, end={end!r})"
-                if reason.endswith(_UNRESOLVED):
-                    column = reason[: -len(_UNRESOLVED)]
-                    (sid,) = con.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
-                    what = (
-                        f"{column} string id {sid} not in StringIds ({n} row(s) of {table} with a "
-                        "string id that StringIds lacks: a damaged export; export the .nsys-rep again)"
-                    )
+                what = _said(con, table, reason, rowid, n, ids)  # a string id, or an id's value
+                if not reason.endswith(_UNRESOLVED):  # and the times, as recorded
+                    times = f"start={start!r}, end={end!r}"
+                    what = f"{what[:-1]}, {times})" if what != reason else f"{reason} ({times})"
                 raise TraceFormatError(
                     self.path,
                     f"{table} row id {rowid}",
@@ -272,8 +305,8 @@ class Rows:
         name: str,
         ts: int,
         dur: int,
-        pid: str,
-        tid: str,
+        pid: str | None,
+        tid: str | None,
         device: int | None,
         stream: int | None,
         corr: int | None,
@@ -424,8 +457,8 @@ def graphs(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             f"CUDA graph {graph if graph is not None else '?'}",
             ts,
             dur,
-            str(dev),
-            str(stream),
+            _text(dev),
+            _text(stream),
             dev,
             stream,
             corr,
@@ -459,8 +492,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
                 name,
                 epoch + start,
                 end - start,
-                str(dev),
-                str(stream),
+                _text(dev),
+                _text(stream),
                 dev,
                 stream,
                 corr,
@@ -476,7 +509,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             f"FROM {t} t WHERE {ok(t)}"
         )
         for start, end, dev, stream, corr, nbytes, kind, proc in con.execute(q):
-            name = f"Memset ({mems.get(kind, kind) if kind is not None else 'Device'})"
+            # without a memKind column (older exports) named as Kineto names every memset
+            name = f"Memset ({mems.get(kind, kind) if mem != 'NULL' else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
             rows.add(
                 "memset",
@@ -484,8 +518,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
                 name,
                 epoch + start,
                 end - start,
-                str(dev),
-                str(stream),
+                _text(dev),
+                _text(stream),
                 dev,
                 stream,
                 corr,
@@ -508,8 +542,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
                 str(types.get(st, st)),
                 epoch + start,
                 end - start,
-                str(dev),
-                str(stream),
+                _text(dev),
+                _text(stream),
                 dev,
                 stream,
                 corr,
@@ -639,8 +673,9 @@ def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
         f"FROM {_MEMORY} m) WHERE why IS NOT NULL GROUP BY why ORDER BY min(id)"
     ):
         if rows.on_bad_event == "raise":
+            what = _said(con, _MEMORY, reason, rowid, n, need)
             raise TraceFormatError(
-                rows.path, f"{_MEMORY} row id {rowid}", f"{reason}; pass --skip-bad-events to skip such rows"
+                rows.path, f"{_MEMORY} row id {rowid}", f"{what}; pass --skip-bad-events to skip such rows"
             )
         key = f"{_MEMORY}: {reason}"
         rows.rejected[key] = rows.rejected.get(key, 0) + n

@@ -380,9 +380,12 @@ def test_memory_timeline_bytes_beyond_int64_are_refused(store, tmp_path, doc, to
 # --- Nsight Systems ---------------------------------------------------------------------------------
 
 
-def _nsys_with_memory(path: Path, rows: list[tuple[int, int, int, int, int, int]]) -> Path:
+def _nsys_with_memory(
+    path: Path, rows: list[tuple[int, int, int, int, int, int]], name_type: str = "TEXT"
+) -> Path:
     """An nsys export of one process (pid 7) on device 0 with CUDA_GPU_MEMORY_USAGE_EVENTS rows
-    (start, deviceId, address, bytes, memKind, memoryOperationType), ns after the capture start."""
+    (start, deviceId, address, bytes, memKind, memoryOperationType), ns after the capture start;
+    ``name_type``: the type of its ``name`` column (``INTEGER``: a string id, as some exports hold)."""
     e = Export()
     e.gpu(0)
     e.process(7)
@@ -392,10 +395,10 @@ def _nsys_with_memory(path: Path, rows: list[tuple[int, int, int, int, int, int]
     e.kernel(7, 0, 1, 30, 40)
     e.write(path)
     con = sqlite3.connect(path)
-    con.execute("""CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER NOT NULL, globalPid INTEGER NOT NULL,
+    con.execute(f"""CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER NOT NULL, globalPid INTEGER NOT NULL,
         deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL,
-        bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, name TEXT,
-        correlationId INTEGER)""")
+        bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL,
+        name {name_type}, correlationId INTEGER)""")
     con.executemany(
         "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, 1, ?, 0, ?, ?, ?, NULL, NULL)",
         [(s, 7 << 24, d, a, b, k, o) for s, d, a, b, k, o in rows],
@@ -440,10 +443,33 @@ def test_nsys_allocations_and_frees_by_hand(store, tmp_path):
 
 def test_nsys_bad_memory_row_is_named(store, tmp_path):
     f = _nsys_with_memory(tmp_path / "rank0.sqlite", [(100, 0, 1, 300, 2, 0), (200, 0, 1, 300, 2, 5)])
-    with pytest.raises(TraceFormatError, match="CUDA_GPU_MEMORY_USAGE_EVENTS row id 2: memoryOperationType"):
+    # the error names the table, the row and the value as recorded (5)
+    with pytest.raises(
+        TraceFormatError,
+        match=r"CUDA_GPU_MEMORY_USAGE_EVENTS row id 2: memoryOperationType not 0 \(allocation\) or 1 "
+        r"\(deallocation\) \(memoryOperationType=5\)",
+    ):
         ingest(store, [f], run="n")
     ingest(store, [f], run="n", on_bad_event="skip")
     assert _one(analyze(store, "memory", "n").frame, source="nsys")["peak_allocated_bytes"] == 300
+
+
+def test_nsys_memory_row_with_a_lost_string_id_names_the_id(store, tmp_path):
+    # the second row's name is string id 77, which StringIds lacks (a damaged export): the error names
+    # the table, the row and the id, as the other tables' errors do
+    rows = [(100, 0, 1, 300, 2, 0), (200, 0, 2, 300, 2, 0)]
+    f = _nsys_with_memory(tmp_path / "rank0.sqlite", rows, name_type="INTEGER")
+    con = sqlite3.connect(f)
+    con.execute("UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET name = 77 WHERE rowid = 2")
+    con.commit()
+    con.close()
+    with pytest.raises(TraceFormatError) as err:
+        ingest(store, [f], run="n")
+    assert (
+        "CUDA_GPU_MEMORY_USAGE_EVENTS row id 2: name string id 77 not in StringIds (1 row(s) of "
+        "CUDA_GPU_MEMORY_USAGE_EVENTS with a string id that StringIds lacks" in str(err.value)
+    )
+    assert "--skip-bad-events" in str(err.value)
 
 
 # --- across ranks -------------------------------------------------------------------------------------

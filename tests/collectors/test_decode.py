@@ -291,6 +291,88 @@ def test_bad_id_args_show_in_the_runs_issues(tmp_path: Path) -> None:
     ]
 
 
+def _device_args_trace(path: Path, text: bool = True) -> Path:
+    """A one-rank trace: a launch (correlation 1) and five kernels on pid 0, stream 7, whose
+    ``args.device`` is 0, -1, "0", 3.0 and 0 (the last with ``correlation: "0x2"``); without
+    ``text``, the last three as plain integers."""
+    kernel = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "dur": 10}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 200},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
+        | {"args": {"correlation": 1}},
+        {**kernel, "name": "k1", "ts": 20, "args": {"correlation": 1, "device": 0, "stream": 7}},
+        {**kernel, "name": "k2", "ts": 40, "args": {"correlation": 1, "device": -1, "stream": 7}},
+        {**kernel, "name": "k3", "ts": 60, "args": {"correlation": 1, "device": "0", "stream": 7}},
+        {**kernel, "name": "k4", "ts": 80, "args": {"correlation": 1, "device": 3.0, "stream": 7}},
+        {**kernel, "name": "k5", "ts": 100, "args": {"correlation": "0x2", "device": 0, "stream": 7}},
+    ]
+    if not text:
+        for e, (corr, dev) in zip(events[4:], [(1, 0), (1, 3), (2, 0)], strict=True):
+            e["args"] = {"correlation": corr, "device": dev, "stream": 7}
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_negative_and_text_device_args_are_said_and_counted(
+    fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # args.device = -1 was stored as device -1 (a lane of no device), "0" and 3.0 were read as 0 and
+    # 3 without a word, as a correlation "0x2" as 2. A negative device is no device: the kernel is
+    # kept without it (NULL), as one that is no integer; a number given as text or a float is read
+    # as its integer; each counted (issues) and said with the first events.
+    t = _parsed(_device_args_trace(tmp_path / "t.json"), fast, monkeypatch)
+    ev = t.events.sort_by("ts_ns")  # type: ignore[attr-defined]
+    assert ev.column("name").to_pylist()[2:] == ["k1", "k2", "k3", "k4", "k5"]
+    assert ev.column("device").to_pylist()[2:] == [0, None, 0, 3, 0]
+    assert ev.column("correlation").to_pylist()[2:] == [1, 1, 1, 1, 2]
+    assert t.rejected == {}  # type: ignore[attr-defined]
+    assert json.loads(t.trace["meta"])["repaired"] == {  # type: ignore[attr-defined]
+        "args.device negative: kept without it": 1,
+        "args.device a string: read as its integer": 1,
+        "args.device a float: read as its integer": 1,
+        "args.correlation a string: read as its integer": 1,
+    }
+    said = "\n".join(t.warnings)  # type: ignore[attr-defined]
+    assert "t.json: 1 event(s) with args.device negative: kept without it (event #3 (-1))" in said
+    assert "t.json: 1 event(s) with args.device a string: read as its integer (event #4 ('0'))" in said
+    assert "t.json: 1 event(s) with args.device a float: read as its integer (event #5 (3.0))" in said
+    assert "t.json: 1 event(s) with args.correlation a string: read as its integer (event #6 ('0x2'))" in said
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_negative_device_alone(fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same without text or float ids: the typed (fast) decode reads -1 as an integer; the rows
+    # go the general way, which stores NULL and says so
+    path = _device_args_trace(tmp_path / "t.json", text=False)
+    t = _parsed(path, fast, monkeypatch)
+    assert t.events.sort_by("ts_ns").column("device").to_pylist()[2:] == [0, None, 0, 3, 0]  # type: ignore[attr-defined]
+    assert json.loads(t.trace["meta"])["repaired"] == {"args.device negative: kept without it": 1}  # type: ignore[attr-defined]
+
+
+def test_text_ids_on_the_fast_path_are_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # without the negative device the columnar decode keeps the rows itself (the general loop's
+    # id decode is not reached): "0", 3.0 and "0x2" are read as 0, 3 and 2 and counted as there
+    path = _device_args_trace(tmp_path / "t.json")
+    events = json.loads(path.read_text())
+    events["traceEvents"][3]["args"]["device"] = 0
+    path.write_text(json.dumps(events))
+
+    def general(*a: object) -> None:
+        raise AssertionError("the general loop ran")
+
+    monkeypatch.setattr(_PARSE, "_decode_ids", general)
+    t = _PARSE.parse(path)
+    assert t.events.sort_by("ts_ns").column("device").to_pylist()[2:] == [0, 0, 0, 3, 0]
+    assert t.events.sort_by("ts_ns").column("correlation").to_pylist()[2:] == [1, 1, 1, 1, 2]
+    assert json.loads(t.trace["meta"])["repaired"] == {
+        "args.device a string: read as its integer": 1,
+        "args.device a float: read as its integer": 1,
+        "args.correlation a string: read as its integer": 1,
+    }
+    assert "t.json: 1 event(s) with args.device a string: read as its integer (event #4 ('0'))" in t.warnings
+
+
 def _parsed(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> object:
     if not fast:
         monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)

@@ -141,3 +141,76 @@ def test_kernels_within_the_tolerance_are_untouched(tmp_path):
     # 1.9 ms + 5 us ends 5 us into the next kernel (2 ms later): programmatic dependent launch, kept
     t = parse(_export(tmp_path / "rank0.sqlite", None, long={(0, 0): 2_005_000}))
     assert t.flagged == {} and "raw_dur_ns" not in t.events.column_names
+
+
+# --- step ranges that overlap (Kineto's overlapping ProfilerSteps are clipped; nsys ranges were kept
+# as recorded: steps claimed the same time twice, with no warning) -----------------------------------
+
+
+def _overlapping_steps(path: Path, first_end: int, nested: bool = True) -> Path:
+    """ProfilerStep#0 [1 ms, ``first_end``], #1 [11, 20.004] ms and #2 [20, 29] ms (relative ns), with a
+    1 ms kernel in each (launched 0.1 ms in); ``nested``: also a range 'step 1' [11.1, 19.9] ms inside
+    ProfilerStep#1 (one number: a nested annotation, no overlap)."""
+    e = Export()
+    e.gpu(0)
+    e.process(100)
+    for i, (t0, t1) in enumerate(
+        [(1_000_000, first_end), (11_000_000, 20_004_000), (20_000_000, 29_000_000)]
+    ):
+        e.nvtx(100, t0, t1, f"ProfilerStep#{i}")
+        e.launch(100, i + 1, t0 + 100_000, t0 + 105_000)
+        e.kernel(100, 0, i + 1, t0 + 120_000, t0 + 1_120_000)
+    if nested:
+        e.nvtx(100, 11_100_000, 19_900_000, "step 1")
+    return e.write(path)
+
+
+def test_overlapping_step_ranges_end_where_the_next_starts(store, tmp_path):
+    t = parse(_overlapping_steps(tmp_path / "rank0.sqlite", 12_000_000))
+    # ProfilerStep#0 [1, 12] ms runs 1 ms into ProfilerStep#1 (from 11 ms): it ends at 11 ms, 10 ms
+    # long, 11 ms recorded. ProfilerStep#1 runs 4 us into #2: within the 5 us tolerance, kept; and
+    # 'step 1' nests in ProfilerStep#1 (same number): kept
+    row = _row(t, "ProfilerStep#0")
+    assert (row["dur_ns"], row["raw_dur_ns"], row["flag"]) == (10_000_000, 11_000_000, "overrun")
+    assert [r["name"] for r in t.events.to_pylist() if r["flag"] is not None] == ["ProfilerStep#0"]
+    assert t.flagged == {"overrun": 1}
+    assert [w for w in t.warnings if "start of the next one" in w] == [
+        "rank0.sqlite: 1 step range(s) run past the start of the next one: 'ProfilerStep#0' (11 ms recorded) "
+        "runs 1 ms into 'ProfilerStep#1'; clipped to the next step's start (events.flag = 'overrun', "
+        "raw_dur_ns keeps the recorded duration)"
+    ]
+    # the steps table reads the clipped range: step 0 [1, 11] ms, then 1 [11, 20.004], 2 [20, 29]
+    assert [(s["step"], s["cpu_start_ns"] - EPOCH, s["cpu_end_ns"] - EPOCH) for s in t.steps.to_pylist()] == [
+        (0, 1_000_000, 11_000_000),
+        (1, 11_000_000, 20_004_000),
+        (2, 20_000_000, 29_000_000),
+    ]
+    # counted in the run's issues, as Kineto's clipped ProfilerSteps are
+    ingest(store, [tmp_path / "rank0.sqlite"], run="o")
+    assert store.runs()["issues"].to_list() == [
+        "1 repaired: step ran past the next step's start: clipped to it"
+    ]
+
+
+def test_a_number_spread_over_ranges_is_clipped_as_one(tmp_path):
+    # ProfilerStep#0 [1, 12] ms with a nested 'step 0' [2, 11.5] ms: number 0 spans [1, 12] ms and runs
+    # into number 1 (from 11 ms); both its ranges end at 11 ms (10 ms and 9 ms kept)
+    e = Export()
+    e.gpu(0)
+    e.process(100)
+    e.nvtx(100, 1_000_000, 12_000_000, "ProfilerStep#0")
+    e.nvtx(100, 2_000_000, 11_500_000, "step 0")
+    e.nvtx(100, 11_000_000, 20_000_000, "ProfilerStep#1")
+    e.launch(100, 1, 1_100_000, 1_105_000)
+    e.kernel(100, 0, 1, 1_120_000, 2_120_000)
+    t = parse(e.write(tmp_path / "rank0.sqlite"))
+    got = {r["name"]: (r["dur_ns"], r["raw_dur_ns"]) for r in t.events.to_pylist() if r["flag"] == "overrun"}
+    assert got == {"ProfilerStep#0": (10_000_000, 11_000_000), "step 0": (9_000_000, 9_500_000)}
+    (w,) = [w for w in t.warnings if "start of the next one" in w]
+    assert "1 step range(s)" in w and "'ProfilerStep#0' (11 ms recorded) runs 1 ms into 'ProfilerStep#1'" in w
+
+
+def test_step_ranges_that_do_not_overlap_are_untouched(tmp_path):
+    t = parse(_overlapping_steps(tmp_path / "rank0.sqlite", 11_000_000, nested=False))
+    assert t.flagged == {} and not [w for w in t.warnings if "next one" in w]
+    assert "raw_dur_ns" not in t.events.column_names

@@ -558,7 +558,11 @@ def test_nvtx_row_whose_global_tid_is_not_an_integer_is_left_out_and_counted(tmp
     con.execute("UPDATE NVTX_EVENTS SET globalTid = 1.5 WHERE text = 'forward'")
     con.commit()
     con.close()
-    with pytest.raises(TraceFormatError, match=r"NVTX_EVENTS row id 2: globalTid not an integer"):
+    # the error names the value as recorded, and the row's times (ns after the capture start)
+    with pytest.raises(
+        TraceFormatError,
+        match=r"NVTX_EVENTS row id 2: globalTid not an integer \(globalTid=1\.5, start=10000, end=20000\)",
+    ):
         parse_all(path)
     exp = parse_all(path, ParseOptions(on_bad_event="skip"))[0]
     names = set(exp.events.column("name").to_pylist())
@@ -682,3 +686,87 @@ def test_memset_of_a_memory_kind_the_enum_lacks_keeps_its_number(tmp_path: Path)
     t = parse_all(path)[0]
     memsets = [n for n in t.events.column("name").to_pylist() if n.startswith("Memset")]
     assert sorted(memsets) == ["Memset (42)", "Memset (Device)"]
+
+
+# --- enum fields that hold NULL: a sync row with a NULL syncType was named "None", a copy with NULL
+# memory kinds "Memcpy HtoD (None -> None)" ---------------------------------------------------------
+
+
+def _with_enum_rows(path: Path, enums: bool) -> Path:
+    """A one-rank export (pid 10) with sync, memcpy and memset rows whose enum fields are NULL or
+    set, on nsys's column names (nullable here: the fields NULL in a damaged or unusual export);
+    ``enums``: with the ENUM_* tables (schema 3.x: labels such as ``Host-to-Device``), else the
+    collector's fallbacks (schema 2.x). ENUM_CUPTI_SYNC_TYPE also has a row without a label; the
+    last memset has no streamId."""
+    e = _one_rank(EPOCH)
+    e.nvtx(10, 0, 100_000, "ProfilerStep#1")
+    e.launch(10, 1, 1_000, 2_000)
+    e.kernel(10, 0, 1, 5_000, 25_000)
+    path = e.write(path)
+    con = sqlite3.connect(path)
+    gpid = 10 << 24
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, deviceId INTEGER, "
+        "contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER, "
+        "eventId INTEGER)"
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (?, ?, 0, 1, 7, ?, ?, ?, 0)",
+        [(30_000, 31_000, 11, gpid, None), (32_000, 33_000, 12, gpid, 3), (34_000, 35_000, 13, gpid, 0)]
+        + ([(36_000, 37_000, 14, gpid, 5)] if enums else []),
+    )
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, contextId "
+        "INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, "
+        "srcKind INTEGER, dstKind INTEGER)"
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, 0, 1, 8, ?, ?, 64, ?, ?, ?)",
+        [(40_000, 41_000, 21, gpid, 1, None, 2), (42_000, 43_000, 22, gpid, None, 0, None)],
+    )
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, end INTEGER, deviceId INTEGER, contextId "
+        "INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, value INTEGER, bytes INTEGER, "
+        "memKind INTEGER)"
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, 0, 1, ?, ?, ?, 0, 64, ?)",
+        [(50_000, 51_000, 8, 31, gpid, None), (52_000, 53_000, None, 32, gpid, 2)],
+    )
+    if enums:
+        for table, rows in (
+            ("ENUM_CUPTI_SYNC_TYPE", [(0, "Unknown"), (3, "Stream sync"), (5, None)]),
+            ("ENUM_CUDA_MEMCPY_OPER", [(0, "Unknown"), (1, "Host-to-Device")]),
+            ("ENUM_CUDA_MEM_KIND", [(0, "Pageable"), (2, "Device"), (7, "Unknown")]),
+        ):
+            con.execute(f"CREATE TABLE {table} (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)")
+            con.executemany(f"INSERT INTO {table} VALUES (?, 'X', ?)", rows)
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("enums", [True, False])
+def test_null_enum_fields_are_named_unknown(tmp_path: Path, enums: bool) -> None:
+    t = parse(_with_enum_rows(tmp_path / "rank0.sqlite", enums))
+    got = [
+        (r["kind"], r["name"], json.loads(r["args"]).get("syncType", "-"))
+        for r in sorted(t.events.to_pylist(), key=lambda r: r["ts_ns"])
+        if r["kind"] in ("sync", "memcpy", "memset")
+    ]
+    # NULL is "no value recorded": the enum's unknown label, as syncType 0 (recorded as unknown) is
+    # named; args keep NULL and 0 apart. syncType 5 is in the ENUM table without a label: as recorded.
+    assert got == [
+        ("sync", "Unknown", None),
+        ("sync", "Stream sync", 3),
+        ("sync", "Unknown", 0),
+        *([("sync", "5", 5)] if enums else []),
+        ("memcpy", "Memcpy HtoD (Unknown -> Device)", "-"),
+        ("memcpy", "Memcpy Unknown (Pageable -> Unknown)", "-"),
+        ("memset", "Memset (Unknown)", "-"),
+        ("memset", "Memset (Device)", "-"),
+    ]
+    assert not [n for n in t.events.column("name").to_pylist() if "None" in n]
+    # a NULL lane id stays NULL in pid/tid (it was the text 'None'), as a kernel's does
+    lanes = [(r["pid"], r["tid"], r["stream"]) for r in t.events.to_pylist() if r["kind"] == "memset"]
+    assert sorted(lanes, key=str) == [("0", "8", 8), ("0", None, None)]

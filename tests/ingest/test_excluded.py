@@ -221,6 +221,7 @@ def test_cpu_op_ending_within_the_margin_is_untouched(store, tmp_path, dur_us):
     row = store.sql("SELECT dur_ns, raw_dur_ns, flag FROM events WHERE name = 'aten::open'").row(0)
     assert row == (dur_us * US, None, None)
     assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0
+    assert store.runs()["issues"].to_list() == [""]
     # window [10, 70 + dur] us
     t = _row(analyze(store, "temporal", "o").frame, rank=0)
     assert t["window_ns"] == (60 + dur_us) * US
@@ -380,6 +381,7 @@ def test_step_ending_before_the_profiler_stop_is_untouched(store, tmp_path):
     res = ingest(store, [f], run="t")
     assert not [w for w in res.warnings if "past the end of the trace" in w]
     assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0
+    assert store.runs()["issues"].to_list() == [""]
     assert store.sql("SELECT cpu_end_ns - cpu_start_ns FROM steps").item() == 1513 * US
 
 
@@ -433,6 +435,10 @@ def test_overlapping_steps_end_where_the_next_starts(store, tmp_path):
     assert analyze(store, "critical_path", "t").frame["step_ns"].to_list() == [50 * US, 100 * US, 100 * US]
     mfu = analyze(store, "mfu", "t", model_flops_per_step=1e9, peak_tflops=100.0).frame
     assert mfu["step_ns"].to_list() == [50 * US, 100 * US, 100 * US]
+    # one step repaired, counted in the runs' issues like the other repairs
+    assert store.runs()["issues"].to_list() == [
+        "1 repaired: step ran past the next step's start: clipped to it"
+    ]
 
 
 def test_steps_that_touch_are_untouched(store, tmp_path):
@@ -441,3 +447,4 @@ def test_steps_that_touch_are_untouched(store, tmp_path):
     res = ingest(store, [f], run="t")
     assert not [w for w in res.warnings if "start of the next one" in w]
     assert store.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0
+    assert store.runs()["issues"].to_list() == [""]

@@ -343,7 +343,7 @@ def test_nsys_device_id_beyond_int32_is_the_row_named(tmp_path):
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"))
     assert code == 1 and _one_line(err) == (
         f"error: {f}: CUPTI_ACTIVITY_KIND_KERNEL row id 1: deviceId beyond int32 "
-        "(start=120000, end=220000); pass --skip-bad-events to skip such rows"
+        "(deviceId=9223372036854775807, start=120000, end=220000); pass --skip-bad-events to skip such rows"
     )
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"), "--skip-bad-events")
     assert code == 0, err

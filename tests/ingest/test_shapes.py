@@ -412,6 +412,28 @@ def test_overrun_clipped_pdl_left_alone(tmp_path: Path) -> None:
     assert _row(analyze(s, "kernels").frame, rank=0)["busy_ns"] == 40 * US
 
 
+def test_overruns_on_several_lanes_are_named_in_lane_order(tmp_path: Path) -> None:
+    # Three lanes, written (device 1, stream 2), (0, 9), (0, 3); on each the first kernel runs past
+    # the next one's start (us): p [100, 150) past q at 120 -> 20 us (30 cut); x [200, 240) past y
+    # at 210 -> 10 us (30 cut); m [300, 400) past n at 350 -> 50 us (50 cut). The rule is the shared
+    # collectors._far_end.lane_overruns (nsys uses it too); the warning names the clipped events in
+    # (device, stream) order: m (#4), x (#2), p (#0), and the largest cut, 50 us.
+    k = {"ph": "X", "cat": "kernel", "pid": 0}
+    lanes = {"p": (1, 2), "q": (1, 2), "x": (0, 9), "y": (0, 9), "m": (0, 3), "n": (0, 3)}
+    times = {"p": (100, 50), "q": (120, 10), "x": (200, 40), "y": (210, 10), "m": (300, 100), "n": (350, 10)}
+    evs = [
+        {**k, "tid": lanes[n][1], "name": n, "ts": float(t), "dur": float(d)}
+        | {"args": {"device": lanes[n][0], "stream": lanes[n][1]}}
+        for n, (t, d) in times.items()
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_write(tmp_path, evs)])
+    got = dict(s.sql("SELECT name, dur_ns FROM events WHERE flag = 'overrun'").iter_rows())
+    assert got == {"p": 20 * US, "x": 10 * US, "m": 50 * US}
+    (w,) = [w for w in res.warnings if "run past the next record on their stream" in w]
+    assert "rank0.json: 3 GPU record(s)" in w and "by up to 50.000 us (events #4, #2, #0)" in w
+
+
 def test_step_window_columns(tmp_path: Path) -> None:
     # two_gpus_one_process: ProfilerStep#1 [0, 1500] us; GPU busy [100, 1400] -> 200 us idle in the step
     s = _store(tmp_path, case("two_gpus_one_process"))

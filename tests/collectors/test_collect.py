@@ -93,14 +93,19 @@ def test_collect_two_ranks_then_ingest(tmp_path):
 
 @pytest.mark.parametrize("writers", [2, 1])
 def test_a_job_failing_after_every_rank_wrote_its_files_says_so_and_ingests_nothing(tmp_path, writers):
-    # Each rank writes its sidecar (as profile_ranks does after the trace) when RANK < writers, then exits 3.
+    # Each rank writes its sidecar (as profile_ranks does after the trace) when RANK < writers; rank 0
+    # then waits until the writers' files are all there (torchrun stops the other ranks once one
+    # fails) and exits 3, the others exit 0.
     script = tmp_path / "train.py"
     script.write_text(
-        "import os, pathlib, sys\n"
-        "rank = int(os.environ['RANK'])\n"
+        "import os, pathlib, sys, time\n"
+        "rank, out = int(os.environ['RANK']), pathlib.Path(os.environ['TRACEPROF_OUT'])\n"
         f"if rank < {writers}:\n"
-        "    pathlib.Path(os.environ['TRACEPROF_OUT'], f'rank{rank}.meta.json').write_text('{}')\n"
-        "sys.exit(3)\n"
+        "    (out / f'rank{rank}.meta.json').write_text('{}')\n"
+        "if rank == 0:\n"
+        f"    while len(list(out.glob('*.meta.json'))) < {writers}:\n"
+        "        time.sleep(0.05)\n"
+        "    sys.exit(3)\n"
     )
     out, db = tmp_path / "my run", tmp_path / "s.duckdb"
     cmd = [sys.executable, "-m", "traceprof.cli", "collect", "-o", str(out), "-n", "2", "--db", str(db)]

@@ -638,7 +638,12 @@ for i in range(400):
     except TraceFormatError as e:
         assert "\\n" not in str(e) and str(out) in str(e), str(e)
         counts["error"] += 1
-print(counts["stored"], counts["error"])
+print(counts["stored"], counts["error"], flush=True)
+# pyarrow and polars loaded together abort about 1 process in 15 at interpreter exit ("terminate
+# called without an active exception"; the good file parsed 400 times does it too): that is after
+# every result above, so the child leaves without the teardown
+import os
+os._exit(0)
 """
     r = subprocess.run(
         [sys.executable, "-c", script],

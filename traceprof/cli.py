@@ -1079,8 +1079,10 @@ def summary(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by the time they could recover (the step account), and one verdict
-    per topic. JSON: each finding with its topic, ranks, metric, value and unit, recoverable_ns, cause
-    and evidence (the analysis table and the command that show it); markdown: a pull-request comment."""
+    per topic. JSON: run, baseline, coverage (the untraced ranks), findings (each with its topic, ranks,
+    metric, value and unit, recoverable_ns, cause and evidence: the analysis table and the command
+    that show it), verdicts and unavailable_analyses (the analyses that do not apply to the run's
+    sources); markdown: a pull-request comment."""
     from traceprof.api import open as open_session
 
     params = _analysis_params(param)  # a bad -p before the store is opened
@@ -1109,10 +1111,10 @@ def summary(
     say("Verdicts:", out)
     for v in f.verdicts:
         say(f"    {v.topic:14} {v.status:8} {v.text}", out)
-    if f.missing:
+    if f.unavailable:
         say(
             "Not available from this run's sources: "
-            + "; ".join(f"{m.analysis} ({m.needs or m.reason})" for m in f.missing),
+            + "; ".join(f"{m.analysis} ({m.needs or m.reason})" for m in f.unavailable),
             out,
         )
 

@@ -31,7 +31,7 @@ def test_regression_against_a_baseline_is_a_finding(store):
         "regression",
     }
     # CPU-only sample: no GPU kernels (nor copies: the nsys-style kernel_sum and memcpy_sum)
-    assert {m.analysis for m in f.missing} == {"idle", "kernels", "launch", "kernel_sum", "memcpy_sum"}
+    assert {m.analysis for m in f.unavailable} == {"idle", "kernels", "launch", "kernel_sum", "memcpy_sum"}
     frame = f.to_frame()
     assert frame.columns == [
         "position",

@@ -289,14 +289,24 @@ def _show_table(
 
 
 def _print_table(
-    columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = ""
+    columns: list[str],
+    numeric: list[bool],
+    rows: Iterable[Sequence[object]],
+    title: str = "",
+    wrap: dict[str, int] | None = None,
 ) -> None:
+    """Print a table of cells; ``wrap``: columns whose cells are wrapped at that many characters
+    (whole, on several lines) rather than widening the table."""
     from rich.table import Table  # only for a table printed: an ingest never needs it (12 ms of import)
 
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
         t.add_column(
-            term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num
+            term.text(c),
+            justify="right" if num else "left",
+            overflow="fold",
+            no_wrap=num,
+            max_width=(wrap or {}).get(c),
         )  # numbers never wrap
     from traceprof.core.display import plain  # the one cell rule (numbers with separators, bytes escaped)
 
@@ -657,6 +667,10 @@ def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
     say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
 
 
+#: ``traceprof runs``: the issues cell is wrapped at this many characters, never cut (CSV and JSON
+#: give it on one line).
+ISSUES_WIDTH = 60
+
 runs_app = typer.Typer(
     help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False
 )
@@ -667,16 +681,19 @@ app.add_typer(runs_app, name="runs")
 def runs(
     ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table, raw: RawOpt = False
 ) -> None:
-    """List the runs in the store (``issues``: records rejected or repaired at ingest, by reason);
-    ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
+    """List the runs in the store (``issues``: records rejected or repaired at ingest, by reason,
+    whole and wrapped in the table); ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
     if ctx.invoked_subcommand is None:
         with Store(db, read_only=True) as store:
             if fmt is Format.table:  # without polars (0.3 s to import): the rows as DuckDB gives them
-                from traceprof.core.display import row_cells
+                from traceprof.core.display import plain, row_cells
 
                 columns, rows = store.run_rows()
-                numeric, cells = row_cells(rows)
-                _print_table(columns, numeric or [False] * len(columns), cells, f"runs in {db}")
+                # every cell but the last shortened as in any table; issues (last) whole, wrapped
+                numeric, cells = row_cells([r[:-1] for r in rows])
+                cells = [[*c, plain(r[-1])] for c, r in zip(cells, rows, strict=True)]
+                numeric = (numeric or [False] * (len(columns) - 1)) + [False]
+                _print_table(columns, numeric, cells, f"runs in {db}", wrap={"issues": ISSUES_WIDTH})
             else:
                 render(store.runs(), fmt, f"runs in {db}", raw)
             _warn_broken(store)

@@ -163,3 +163,30 @@ def test_suggested_commands_quote_names_for_the_shell(tmp_path):
     code, out, err = run("diff", bad, "normal", "--db", db)
     said = out + err
     assert "'my run; rm -rf x' -> normal" in said and "; rm -rf x -> normal" not in said, said
+
+
+def test_the_runs_table_shows_the_issues_cell_whole(tmp_path):
+    # a trace with one event rejected and three repaired: its issues text is 207 characters; the
+    # table cut it to 48 ("1 rejected: 'device' beyond int32; 1 repaired:…"), only the CSV had it
+    # whole. Now the table wraps it in its column, every word of it there.
+    from tests._cli_inproc import run as cli
+    from tests.collectors.test_decode import _bad_args_trace
+
+    d = tmp_path / "bad"
+    d.mkdir()
+    _bad_args_trace(d / "rank0.json")
+    db = str(tmp_path / "i.duckdb")
+    assert cli("ingest", str(d), "--db", db, "--skip-bad-events")[0] == 0
+    whole = (
+        "1 rejected: 'device' beyond int32; 1 repaired: distributedInfo.rank not an integer: ignored; "
+        "1 repaired: args.correlation not an integer: kept without it; "
+        "1 repaired: args not an object: kept without its ids"
+    )
+    code, out, _ = cli("runs", "--db", db, "-f", "csv")
+    assert out.splitlines()[1].endswith("," + whole)
+    code, out, _ = cli("runs", "--db", db)
+    assert code == 0 and "…" not in out
+    rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    cells = [r[-2].strip() for r in rows]  # the last column: issues, one piece per line
+    assert len(cells) > 1 and " ".join(cells) == whole
+    assert max(map(len, cells)) <= 60  # wrapped at ISSUES_WIDTH, not widening the table

@@ -681,7 +681,8 @@ app.add_typer(runs_app, name="runs")
 def runs(
     ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table, raw: RawOpt = False
 ) -> None:
-    """List the runs in the store (``issues``: records rejected or repaired at ingest, by reason,
+    """List the runs in the store (``ranks``: with a Kineto/nsys trace, ``dump_only_ranks``: with a
+    Flight Recorder or NCCL dump only; ``issues``: records rejected or repaired at ingest, by reason,
     whole and wrapped in the table); ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
     if ctx.invoked_subcommand is None:
         with Store(db, read_only=True) as store:

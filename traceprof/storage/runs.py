@@ -159,8 +159,11 @@ def untraced_ranks(
     size = world[0][0] if world else None
     if size is None:
         return (), None
+    # the store's own traces even where a per-rank task shadows them with its rank's rows
+    # (traceprof.engine.rankwise.restrict): which ranks the job lacks is a fact of the whole run
     held = store.con.execute(
-        "SELECT DISTINCT rank, source FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id]
+        f"SELECT DISTINCT rank, source FROM {store.own_table('traces')} WHERE run_id = ? AND rank IS NOT NULL",
+        [run_id],
     ).fetchall()
     if sources is not None and any(source in sources for _, source in held):
         held = [(rank, source) for rank, source in held if source in sources]

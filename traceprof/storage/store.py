@@ -777,6 +777,13 @@ class Store:
                     got[key] = got.get(key, 0) + int(n)
         return ["; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in run_ids]
 
+    def own_table(self, name: str) -> str:
+        """``"db".main.NAME``: the store's own table ``name``, catalog-qualified, so that it is read
+        even where a temporary view of that name shadows it (a temp view is ``temp.main.NAME``;
+        ``traceprof.engine.rankwise.restrict`` shadows the tables with one rank's rows)."""
+        ((db,),) = self.con.execute("SELECT current_database()").fetchall()
+        return '"' + str(db).replace('"', '""') + f'".main.{name}'
+
     def resolve_run(self, run: str | int | None, *, whole: bool = True) -> int:
         """The run_id of run name or id ``run``; ``None`` means the only (or latest) run.
 

@@ -496,6 +496,22 @@ def _nothing_text(empty: dict[int, str], per_rank: list[dict[str, Any]]) -> str:
     )
 
 
+def _unknown_text(store: Store, run_id: int, per_rank: list[dict[str, Any]]) -> str:
+    """Why a run with no divergence is ``inconclusive``, not clean: members with no records (no
+    dump, or nothing of the group in it: ``first_seq`` and ``last_enqueued`` null) or ranks of the
+    job that no trace holds (:func:`traceprof.storage.runs.untraced_ranks`) may be the ones behind,
+    so that is no evidence of a healthy group; empty when every rank left records."""
+    untraced, _ = untraced_ranks(store, run_id)
+    silent = {r["rank"] for r in per_rank if r["first_seq"] is None and r["last_enqueued"] is None}
+    unknown = sorted(silent | set(untraced))
+    if not unknown:
+        return ""
+    return (
+        f"no divergence among the ranks with records, but rank(s) {rank_list(unknown)} left none "
+        "(not traced, or no dump): whether they fell behind is unknown"
+    )
+
+
 def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The desync topic: its verdict (a hang: ranks out of step, or one that recorded nothing); no cost."""
     d = inp.results.get("desync")
@@ -503,26 +519,8 @@ def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     if verdict is None or verdict.is_empty():
         return [], None
     v = verdict.row(0, named=True)
-    if v["status"] == "clean":
-        # no divergence among the ranks with records; a member with none (no dump, or an untraced
-        # rank of the job) may be the one behind: that is no evidence of a healthy group
-        untraced, _ = untraced_ranks(inp.store, inp.run_id)
-        rr = d.ranks if isinstance(d, Result) else pl.DataFrame()
-        silent = (
-            set(
-                rr.filter(pl.col("first_seq").is_null() & pl.col("last_enqueued").is_null())["rank"].to_list()
-            )
-            if {"first_seq", "last_enqueued", "rank"} <= set(rr.columns)
-            else set()
-        )
-        unknown = sorted(silent | set(untraced))
-        if unknown:
-            text = (
-                f"no divergence among the ranks with records, but rank(s) {rank_list(unknown)} left none "
-                f"(not traced, or no dump): whether they fell behind is unknown; {v['text']}"
-            )
-            return [], Verdict("desync", "inconclusive", text)
-        return [], Verdict("desync", "ok", v["text"])
+    if v["status"] in ("clean", "inconclusive"):  # the analysis decided it (:func:`_unknown_text`)
+        return [], Verdict("desync", "ok" if v["status"] == "clean" else "inconclusive", v["text"])
     found = Finding(
         "desync",
         v["text"],
@@ -577,7 +575,11 @@ SPEC = Analysis(
         rc.frame(
             "verdict",
             "One row: the verdict",
-            rc.text("status", "clean, recorded_nothing, or the first divergent status"),
+            rc.text(
+                "status",
+                "clean, inconclusive (no divergence, but members with no records or ranks of the job not "
+                "traced), recorded_nothing, or the first divergent status",
+            ),
             rc.text("source", "Collectives source read"),
             *_GROUP,
             rc.count("seq", "Sequence number of the first divergence"),
@@ -678,6 +680,10 @@ def run(store: Store, params: Params) -> Result:
             behind=sorted(empty),
             text=text,
         )
+    unknown = _unknown_text(store, run_id, per_rank) if row["status"] == "clean" else ""
+    if unknown:  # the summary's desync verdict says the same: it reads this row
+        text = f"{unknown}; {text}"
+        row.update(status="inconclusive", text=text)
     verdict = pl.DataFrame(
         [row],
         schema={

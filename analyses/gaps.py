@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceprof.analyses.overlap import exposed_comm
+from traceprof.analyses.overlap import exposed_comm, untraced_comm_note
 from traceprof.core import columns as rc
 from traceprof.core.schema import sql_texts
 from traceprof.engine.activity import excluded_note, graph_level_notes, run_activity
@@ -538,5 +538,5 @@ def run(store: Store, params: Params) -> Result:
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     notes += graph_level_notes(store, run_id)
-    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
+    notes += [n for n in (excluded_note(store, run_id, params.hta), untraced_comm_note(store, run_id)) if n]
     return Result(frame=causes, gaps=gaps, steps=steps, ranks=ranks, notes=tuple(notes))

@@ -128,6 +128,32 @@ def overlap_columns(*keys: Column) -> tuple[Column, ...]:
     )
 
 
+def untraced_comm_text(store: Store, run_id: int) -> str:
+    """Why exposed communication is no evidence of communication to fix on run ``run_id`` when ranks
+    of the job have no profiler (Kineto/nsys) trace (``storage.runs.untraced_ranks``: a rank with a
+    dump only has no timeline): a collective ends after its last member arrives, so without an
+    untraced member's arrival the wait for it reads as transfer. Empty when every rank was traced.
+    The summary's communication verdict (inconclusive where it would be a problem) and the notes of
+    ``analyze overlap`` and ``analyze gaps`` say it alike."""
+    untraced, _ = untraced_ranks(store, run_id, PROFILER_SOURCES)
+    if not untraced:
+        return ""
+    return (
+        f"rank(s) {rank_list(untraced)} not traced: exposed time at a collective may be waiting for "
+        "them (their arrival is unknown, so the wait counts as transfer), not communication to fix"
+    )
+
+
+def untraced_comm_note(store: Store, run_id: int) -> str | None:
+    """:func:`untraced_comm_text` as a note of ``overlap`` and ``gaps`` (None: every rank traced)."""
+    gap = untraced_comm_text(store, run_id)
+    return (
+        f"{gap}; so the summary calls exposed communication above its threshold inconclusive, not a problem"
+        if gap
+        else None
+    )
+
+
 def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The communication topic: exposed communication, median over ranks, with the worst rank and
     ``gaps``' largest cause; beyond the waits for a straggler ``stragglers`` names (its cost)."""
@@ -188,15 +214,10 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
     problem = cost >= 5.0
     status = "problem" if problem else "ok"
-    untraced, _ = untraced_ranks(inp.store, inp.run_id, PROFILER_SOURCES)  # a dump only has no timeline
-    if problem and untraced:
-        # a collective ends after its last member arrives: without an untraced member's arrival the
-        # wait for it reads as transfer, so the exposed time may be that rank's lateness, not transfer
+    gap = untraced_comm_text(inp.store, inp.run_id)
+    if problem and gap:
         status = "inconclusive"
-        text += (
-            f"; rank(s) {rank_list(untraced)} not traced: exposed time at a collective may be waiting for "
-            "them (their arrival is unknown, so the wait counts as transfer), not communication to fix"
-        )
+        text += f"; {gap}"
     full = text.replace(cause, full_cause) if full_cause else ""
     f = Finding(
         "communication",
@@ -271,5 +292,5 @@ def run(store: Store, params: Params) -> Result:
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     notes += graph_level_notes(store, run_id)
-    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
+    notes += [n for n in (excluded_note(store, run_id, params.hta), untraced_comm_note(store, run_id)) if n]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))

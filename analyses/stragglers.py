@@ -90,7 +90,7 @@ from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import fallback_note, run_steps
-from traceprof.storage.runs import run_label
+from traceprof.storage.runs import run_label, straggler_gap_text
 from traceprof.storage.store import Store
 
 
@@ -299,6 +299,12 @@ SPEC = Analysis(
             "verdict",
             "One row per named rank and per rank of a slow group (or one with rank null: no straggler)",
             rc.RANK,
+            rc.text(
+                "status",
+                "problem (a named rank, a rank of a slow group, or several ranks passing the rule), ok, or "
+                "inconclusive (none named, but ranks of the job that are members of its collectives were not "
+                "traced), as the summary's stragglers verdict",
+            ),
             rc.flag("named", "The rank is named a straggler (false: part of a slow group)"),
             rc.text("slow_group", "The slow stage or replica it is part of (null for a named rank)"),
             rc.text("cause", "Its cause"),
@@ -525,7 +531,9 @@ def run(store: Store, params: Params) -> Result:
         "_group_text",
     ).sort("rank")
     n_steps = w["step"].drop_nulls().n_unique()
-    verdict = _verdict(per.with_columns(pl.lit(n_steps).alias("_steps")), params)
+    verdict = _verdict(
+        per.with_columns(pl.lit(n_steps).alias("_steps")), params, straggler_gap_text(store, run_id)
+    )
     per = per.drop(
         "_decided",
         "_last_steps",
@@ -861,7 +869,12 @@ def _p_text(p: float) -> str:
     return "< 1e-300" if p == 0 else "= " + format(p, ".2g")
 
 
-def _verdict(per: pl.DataFrame, params: Params) -> pl.DataFrame:
+def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
+    """The ``verdict`` table (module doc, step 4): a row per named rank and per rank of a slow
+    group (``problem``), or one row with rank null: ``problem`` when several ranks pass the rule (a
+    systematic imbalance), else ``ok``, or ``inconclusive`` when ``gap`` says why ranks of the job
+    that are members of its collectives were not traced (``storage.runs.straggler_gap_text``: the
+    one the others wait for may be one of them), the summary's verdict on the same evidence."""
     per = per.with_columns(pl.lit(int((~per["_suspect"] & ~per["_episodic"]).sum()) + 1).alias("_u"))
     named = per.filter(pl.col("named"))
     grouped = per.filter(pl.col("slow_group").is_not_null())
@@ -894,9 +907,13 @@ def _verdict(per: pl.DataFrame, params: Params) -> pl.DataFrame:
                 f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
                 "other ranks' noise floor: the skew is within the run's noise"
             )
+        status = "problem" if many.height else "inconclusive" if gap else "ok"
+        if status == "inconclusive":
+            evidence += f"; {gap}"
         return pl.DataFrame(
             {
                 "rank": [None],
+                "status": [status],
                 "named": [False],
                 "slow_group": [None],
                 "cause": ["none"],
@@ -946,6 +963,7 @@ def _verdict_row(r: dict, evidence: str) -> dict[str, Any]:
     cx, mx, ox = _excess(r)
     return {
         "rank": r["rank"],
+        "status": "problem",
         "named": r["named"],
         "slow_group": r["slow_group"],
         "cause": r["cause"],

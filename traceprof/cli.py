@@ -323,14 +323,24 @@ def _show_table(
 
 
 def _print_table(
-    columns: list[str], numeric: list[bool], rows: Iterable[Sequence[object]], title: str = ""
+    columns: list[str],
+    numeric: list[bool],
+    rows: Iterable[Sequence[object]],
+    title: str = "",
+    wrap: dict[str, int] | None = None,
 ) -> None:
+    """Print a table of cells; ``wrap``: columns whose cells are wrapped at that many characters
+    (whole, on several lines) rather than widening the table."""
     from rich.table import Table  # only for a table printed: an ingest never needs it (12 ms of import)
 
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
         t.add_column(
-            term.text(c), justify="right" if num else "left", overflow="fold", no_wrap=num
+            term.text(c),
+            justify="right" if num else "left",
+            overflow="fold",
+            no_wrap=num,
+            max_width=(wrap or {}).get(c),
         )  # numbers never wrap
     from traceprof.core.display import plain  # the one cell rule (numbers with separators, bytes escaped)
 
@@ -694,6 +704,10 @@ def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
     say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
 
 
+#: ``traceprof runs``: the issues cell is wrapped at this many characters, never cut (CSV and JSON
+#: give it on one line).
+ISSUES_WIDTH = 60
+
 runs_app = typer.Typer(
     help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False
 )
@@ -704,16 +718,20 @@ app.add_typer(runs_app, name="runs")
 def runs(
     ctx: typer.Context, db: DbOpt = Path(DEFAULT_DB), fmt: FormatOpt = Format.table, raw: RawOpt = False
 ) -> None:
-    """List the runs in the store (``issues``: records rejected or repaired at ingest, by reason);
-    ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
+    """List the runs in the store (``ranks``: with a Kineto/nsys trace, ``dump_only_ranks``: with a
+    Flight Recorder or NCCL dump only; ``issues``: records rejected or repaired at ingest, by reason,
+    whole and wrapped in the table); ``runs rm NAME`` removes a run, ``runs mv OLD NEW`` renames one."""
     if ctx.invoked_subcommand is None:
         with Store(db, read_only=True) as store:
             if fmt is Format.table:  # without polars (0.3 s to import): the rows as DuckDB gives them
-                from traceprof.core.display import row_cells
+                from traceprof.core.display import plain, row_cells
 
                 columns, rows = store.run_rows()
-                numeric, cells = row_cells(rows)
-                _print_table(columns, numeric or [False] * len(columns), cells, f"runs in {db}")
+                # every cell but the last shortened as in any table; issues (last) whole, wrapped
+                numeric, cells = row_cells([r[:-1] for r in rows])
+                cells = [[*c, plain(r[-1])] for c, r in zip(cells, rows, strict=True)]
+                numeric = (numeric or [False] * (len(columns) - 1)) + [False]
+                _print_table(columns, numeric, cells, f"runs in {db}", wrap={"issues": ISSUES_WIDTH})
             else:
                 render(store.runs(), fmt, f"runs in {db}", raw)
             _warn_broken(store)
@@ -1125,8 +1143,10 @@ def summary(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """The findings of a run, ranked by the time they could recover (the step account), and one verdict
-    per topic. JSON: each finding with its topic, ranks, metric, value and unit, recoverable_ns, cause
-    and evidence (the analysis table and the command that show it); markdown: a pull-request comment."""
+    per topic. JSON: run, baseline, coverage (the untraced ranks), findings (each with its topic, ranks,
+    metric, value and unit, recoverable_ns, cause and evidence: the analysis table and the command
+    that show it), verdicts and unavailable_analyses (the analyses that do not apply to the run's
+    sources); markdown: a pull-request comment."""
     from traceprof.api import open as open_session
 
     params = _analysis_params(param)  # a bad -p before the store is opened
@@ -1155,10 +1175,10 @@ def summary(
     say("Verdicts:", out)
     for v in f.verdicts:
         say(f"    {v.topic:14} {v.status:8} {v.text}", out)
-    if f.missing:
+    if f.unavailable:
         say(
             "Not available from this run's sources: "
-            + "; ".join(f"{m.analysis} ({m.needs or m.reason})" for m in f.missing),
+            + "; ".join(f"{m.analysis} ({m.needs or m.reason})" for m in f.unavailable),
             out,
         )
 

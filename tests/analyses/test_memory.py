@@ -669,7 +669,7 @@ def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
     assert not [x for x in f.findings if x.topic == "memory"] and not [
         v for v in f.verdicts if v.topic == "memory"
     ]
-    assert not [m for m in f.missing if m.analysis == "memory"]
+    assert not [m for m in f.unavailable if m.analysis == "memory"]
     # Memory recorded, nothing wrong (device 1 alone: 48.8 % headroom): an ok verdict, no finding.
     (tmp_path / "fine").mkdir()
     fine = [e for e in EVENTS if e["name"] != "[memory]" or e["args"]["Device Id"] != 0]
@@ -852,7 +852,7 @@ def test_host_memory_alone_is_not_memory_to_speak_of(store, tmp_path):
     with pytest.raises(AnalysisError, match="no accelerator memory"):
         analyze(store, "memory", "cpu")
     f = summarize(store, "cpu")
-    assert not [m for m in f.missing if m.analysis == "memory"] and not [
+    assert not [m for m in f.unavailable if m.analysis == "memory"] and not [
         v for v in f.verdicts if v.topic == "memory"
     ]
 

@@ -138,7 +138,14 @@ def test_summary_leads_with_the_straggler(db, tmp_path):
     assert "rank 2 is a straggler" in lines[1]
     data = json.loads(cli("summary", "--db", str(db), "-f", "json", cwd=tmp_path).stdout)
     assert data["run"] == "straggler_rank2" and data["findings"][0]["topic"] == "stragglers"
-    assert {m["analysis"] for m in data["missing"]} >= {"idle", "kernels", "launch"}
+    # the analyses that do not apply (a CPU run: no GPU kernels) under a key that cannot be read as
+    # missing ranks (those are `coverage`, None here: every rank traced); it was `missing`
+    assert list(data) == ["run", "baseline", "coverage", "findings", "verdicts", "unavailable_analyses"]
+    assert data["coverage"] is None
+    unavailable = {m["analysis"]: m for m in data["unavailable_analyses"]}
+    assert set(unavailable) >= {"idle", "kernels", "launch"}
+    assert set(unavailable["kernels"]) == {"analysis", "reason", "needs"}
+    assert unavailable["kernels"]["needs"] == "GPU kernels (a Kineto trace with CUDA activity)"
 
 
 def test_analyze_help_and_list(tmp_path):

@@ -678,6 +678,53 @@ def test_untraced_rank_is_no_structural_change(tmp_path):
         assert "'n3' has no trace of rank 2" in doc["summary"]
 
 
+def _typical_collective_sql(db: Path, run: str, ranks: tuple[int, ...]) -> dict[str, float]:
+    """Plain SQL of the timing layer's typical collective time per rank-step (engine/timing.py, step
+    2) over ``ranks`` of ``run``: per op, the sum over sizes of calls x median duration, divided by
+    the ranks' steps."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute(
+            f"""WITH r AS (SELECT run_id FROM runs WHERE name = ?),
+                c AS (SELECT op, coalesce(CAST(bytes_in AS VARCHAR), '') AS sig, end_ns - start_ns AS ns
+                      FROM collectives WHERE run_id = (SELECT run_id FROM r) AND step IS NOT NULL
+                      AND end_ns IS NOT NULL AND rank IN {ranks}),
+                g AS (SELECT op, sig, count(*) AS n, median(ns) AS med FROM c GROUP BY ALL)
+            SELECT op, sum(n * med) / (SELECT count(*) FROM steps WHERE run_id = (SELECT run_id FROM r)
+                                       AND rank IN {ranks})
+            FROM g GROUP BY op""",
+            [run],
+        ).fetchall()
+    finally:
+        con.close()
+    return {op: float(v) for op, v in rows}
+
+
+def test_item_timings_are_over_the_common_ranks(tmp_path):
+    """n3 (normal_repeat without rank 2) against normal: the items table compared normal's typical
+    all_reduce time over all 4 ranks (28,762,560 ns per rank-step by plain SQL) with n3's over 3;
+    it now compares both over ranks 0, 1, 3 (normal: 28,457,694 ns) and says so."""
+    db = tmp_path / "c.duckdb"
+    n3 = _ranks_of(SAMPLES / "normal_repeat", tmp_path / "n3", (0, 1, 3))
+    assert cli("ingest", str(SAMPLES / "normal"), "--db", str(db))[0] == 0
+    assert cli("ingest", str(n3), "--db", str(db))[0] == 0
+    common = _typical_collective_sql(db, "normal", (0, 1, 3))["all_reduce"]
+    every = _typical_collective_sql(db, "normal", (0, 1, 2, 3))["all_reduce"]
+    own = _typical_collective_sql(db, "n3", (0, 1, 3))["all_reduce"]
+    assert round(common) != round(every)  # rank 2's calls move the median: the test can tell
+    for base, cand, want in (("n3", "normal", (own, common)), ("normal", "n3", (common, own))):
+        code, out, err = cli("diff", base, cand, "--db", str(db), "-f", "json")
+        doc = json.loads(out)
+        (ar,) = [i for i in doc["items"] if (i["kind"], i["name"]) == ("collective", "all_reduce")]
+        assert (ar["base_ns"], ar["cand_ns"]) == tuple(round(x) for x in want)
+        assert doc["notes"][0].endswith(
+            "compared on the ranks every run traced (0, 1, 3) only: per-step totals are over those ranks, "
+            "and so are the per-item timings (items)"
+        )
+
+
 def test_no_rank_traced_in_both_runs_is_inconclusive(tmp_path):
     """Ranks 0, 1 of normal_repeat against ranks 2, 3 of normal: no rank in common, so the structure
     cannot be compared: inconclusive (exit 4), not a regression and not ok."""

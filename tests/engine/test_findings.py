@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
+from tests._cli_inproc import run as cli
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.findings import _regression_cost, summarize
@@ -36,7 +37,7 @@ def test_regression_against_a_baseline_is_a_finding(store):
         "regression",
     }
     # CPU-only sample: no GPU kernels (nor copies: the nsys-style kernel_sum and memcpy_sum)
-    assert {m.analysis for m in f.missing} == {"idle", "kernels", "launch", "kernel_sum", "memcpy_sum"}
+    assert {m.analysis for m in f.unavailable} == {"idle", "kernels", "launch", "kernel_sum", "memcpy_sum"}
     frame = f.to_frame()
     assert frame.columns == [
         "position",
@@ -277,7 +278,9 @@ def test_a_missing_rank_is_said_first_and_keeps_its_verdicts_inconclusive(store,
     # every rank with records: in flight, as the full run says (where 0, 1 and 2 are still in it),
     # not "first divergence at group '0' ... seq 35" as when rank 2's lack of records counted
     d = desync_run(store, DesyncParams(run="miss"))
-    assert d.verdict["status"].to_list() == ["clean"]
+    # no divergence among the ranks with records, rank 2 has none: inconclusive, as the summary says
+    assert d.verdict["status"].to_list() == ["inconclusive"]
+    assert d.verdict["text"].to_list() == [status["desync"].text]
     assert any(
         "seq 35 (all_reduce), the last one: still in flight on rank(s) 0, 1, completed on 3" in n
         for n in d.notes
@@ -325,6 +328,69 @@ def test_an_untraced_rank_leaves_the_straggler_verdict_inconclusive_not_ok(store
 
     notes = whatif_run(store, WhatifParams(run="s3")).notes
     assert "not shown to straggle (ranks untraced: their delays are unseen)" in notes[0]
+
+
+def _verdicts_alone_and_in_summary(db: str) -> tuple[dict, list[dict], list[dict], dict[str, list]]:
+    """What each command says of one run: the summary's verdicts by topic (``summary -f json``), the
+    verdict tables of ``analyze stragglers`` and ``analyze desync``, and the notes of ``analyze
+    overlap`` and ``analyze gaps`` (``-f json --with-notes``)."""
+    import json
+
+    def js(*args: str):
+        code, out, err = cli(*args, "--db", db, "-f", "json")
+        assert code == 0, err
+        return json.loads(out)
+
+    summary = {v["topic"]: v for v in js("summary")["verdicts"]}
+    notes = {a: [n["text"] for n in js("analyze", a, "--with-notes")["notes"]] for a in ("overlap", "gaps")}
+    return (
+        summary,
+        js("analyze", "stragglers", "--table", "verdict"),
+        js("analyze", "desync", "--table", "verdict"),
+        notes,
+    )
+
+
+def test_each_analysis_alone_gives_the_summary_verdict_with_a_rank_untraced(tmp_path):
+    # straggler_rank2 without rank 2's files: world size 4, rank 2 (a member of group '0') untraced.
+    # The summary's verdicts are inconclusive with the reason; before, `analyze stragglers` alone
+    # ended "no straggler: ... the skew is within the run's noise" (ok), `analyze desync` alone said
+    # status "clean", "no desync: ...", and overlap and gaps said nothing of rank 2
+    _copy_run("straggler_rank2", tmp_path / "s3", lambda n: not n.startswith("rank2."))
+    db = str(tmp_path / "u.duckdb")
+    assert cli("ingest", str(tmp_path / "s3"), "--db", db)[0] == 0
+    summary, st, de, notes = _verdicts_alone_and_in_summary(db)
+    gap = (
+        "rank(s) 2 not traced (no profiler trace): the traced ranks may be waiting for them at the "
+        "collectives, so a straggler among them cannot be ruled out (inconclusive)"
+    )
+    assert [r["status"] for r in st] == ["inconclusive"] == [summary["stragglers"]["status"]]
+    assert st[0]["evidence"].startswith("no straggler: rank 3 arrived last at 6 of 12 collectives")
+    assert st[0]["evidence"].endswith("; " + gap) and summary["stragglers"]["text"].endswith("; " + gap)
+    # the same evidence: the summary adds the what-if figures before the reason, said once
+    own = st[0]["evidence"].removesuffix("; " + gap)
+    assert summary["stragglers"]["text"].startswith(own + "; what-if S = ")
+    assert summary["stragglers"]["text"].count(gap) == 1
+    assert [(r["status"], r["text"]) for r in de] == [("inconclusive", summary["desync"]["text"])]
+    assert de[0]["text"].startswith("no divergence among the ranks with records, but rank(s) 2 left none")
+    comm = (
+        "rank(s) 2 not traced: exposed time at a collective may be waiting for them (their arrival is "
+        "unknown, so the wait counts as transfer), not communication to fix"
+    )
+    assert summary["communication"]["status"] == "inconclusive" and comm in summary["communication"]["text"]
+    for a in ("overlap", "gaps"):
+        assert [n for n in notes[a] if n.startswith(comm)], (a, notes[a])
+
+
+def test_each_analysis_alone_gives_the_summary_verdict_with_every_rank_traced(tmp_path):
+    # the whole straggler_rank2 run: rank 2 named by both commands, desync clean in both, no note
+    db = str(tmp_path / "f.duckdb")
+    assert cli("ingest", str(SAMPLES / "straggler_rank2"), "--db", db)[0] == 0
+    summary, st, de, notes = _verdicts_alone_and_in_summary(db)
+    assert [(r["rank"], r["status"]) for r in st] == [(2, "problem")]
+    assert summary["stragglers"]["status"] == "problem"
+    assert [r["status"] for r in de] == ["clean"] and summary["desync"]["status"] == "ok"
+    assert not [n for a in notes for n in notes[a] if "not traced" in n]
 
 
 def test_a_traced_straggler_stays_a_problem_with_another_rank_untraced(store, tmp_path):
@@ -447,7 +513,7 @@ def test_slow_pipeline_stage_verdict_says_its_source_and_takes_the_waits_for_it(
         "(from parallelism: stragglers does not apply, it needs collectives matched across 2+ ranks "
         "(Kineto or Flight Recorder traces of every rank))"
     )
-    assert "stragglers" not in {m.analysis for m in f.missing} and "whatif" in {m.analysis for m in f.missing}
+    assert "stragglers" not in {m.analysis for m in f.unavailable} and "whatif" in {m.analysis for m in f.unavailable}
     # The waits credited to the slow stage (parallelism, table stages, ns per rank-step): stage 1 computes
     # 20,954,482, stage 0 11,893,454: stage 0's imbalance 9,061,028, under its exposed send/recv time
     # 38,005,235; 2 rank-steps: 18,122,056 ns. The step account (critical_path) counts every exposed

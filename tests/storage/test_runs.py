@@ -163,3 +163,71 @@ def test_suggested_commands_quote_names_for_the_shell(tmp_path):
     code, out, err = run("diff", bad, "normal", "--db", db)
     said = out + err
     assert "'my run; rm -rf x' -> normal" in said and "; rm -rf x -> normal" not in said, said
+
+
+def _copy(src: str, dest: Path, keep) -> Path:
+    """A copy of sample run ``src`` holding the files whose names ``keep`` accepts."""
+    dest.mkdir()
+    for f in (SAMPLES / src).iterdir():
+        if keep(f.name):
+            shutil.copy(f, dest / f.name)
+    return dest
+
+
+def test_runs_counts_a_flight_recorder_only_rank_apart_from_the_traced_ones(tmp_path):
+    # straggler_rank2 (world size 4) with every Flight Recorder dump but rank 2's Kineto trace left
+    # out: ranks 0, 1, 3 have a timeline, rank 2 a dump only. Before, `runs` said ranks 4 beside
+    # summary's "no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)".
+    from tests._cli_inproc import run as cli
+
+    fr = _copy(
+        "straggler_rank2",
+        tmp_path / "fr",
+        lambda n: n.endswith(".fr.json") or (n.endswith(".trace.json.gz") and not n.startswith("rank2.")),
+    )
+    dumps = _copy("straggler_rank2", tmp_path / "dumps", lambda n: n.endswith(".fr.json"))
+    cols = ["name", "world_size", "ranks", "dump_only_ranks", "traces"]
+    # (name, world_size, ranks, dump_only_ranks, traces): 3 Kineto + 4 FR files; a run of dumps only
+    # is judged by its dumps (storage.runs.untraced_ranks), so its 4 ranks count. One store each:
+    # a file belongs to one run.
+    for folder, want in ((fr, ("fr", 4, 3, 1, 7)), (dumps, ("dumps", 4, 4, 0, 4))):
+        db = str(tmp_path / f"{folder.name}.duckdb")
+        assert cli("ingest", str(folder), "--db", db)[0] == 0
+        with Store(db, read_only=True) as s:
+            assert s.runs().select(cols).rows() == [want]
+            columns, rows = s.run_rows()  # what the table prints, without polars
+            assert [tuple(r[columns.index(c)] for c in cols) for r in rows] == [want]
+        code, out, _ = cli("runs", "--db", db, "-f", "csv")
+        header, line = out.splitlines()
+        assert header.split(",")[:6] == ["run_id", "name", "world_size", "ranks", "dump_only_ranks", "traces"]
+        assert line.split(",")[1:6] == [str(v) for v in want]
+    # the summary's coverage line names the same rank
+    code, out, _ = cli("summary", "--db", str(tmp_path / "fr.duckdb"))
+    assert "no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)" in out
+
+
+def test_the_runs_table_shows_the_issues_cell_whole(tmp_path):
+    # a trace with one event rejected and three repaired: its issues text is 207 characters; the
+    # table cut it to 48 ("1 rejected: 'device' beyond int32; 1 repaired:…"), only the CSV had it
+    # whole. Now the table wraps it in its column, every word of it there.
+    from tests._cli_inproc import run as cli
+    from tests.collectors.test_decode import _bad_args_trace
+
+    d = tmp_path / "bad"
+    d.mkdir()
+    _bad_args_trace(d / "rank0.json")
+    db = str(tmp_path / "i.duckdb")
+    assert cli("ingest", str(d), "--db", db, "--skip-bad-events")[0] == 0
+    whole = (
+        "1 rejected: 'device' beyond int32; 1 repaired: distributedInfo.rank not an integer: ignored; "
+        "1 repaired: args.correlation not an integer: kept without it; "
+        "1 repaired: args not an object: kept without its ids"
+    )
+    code, out, _ = cli("runs", "--db", db, "-f", "csv")
+    assert out.splitlines()[1].endswith("," + whole)
+    code, out, _ = cli("runs", "--db", db)
+    assert code == 0 and "…" not in out
+    rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    cells = [r[-2].strip() for r in rows]  # the last column: issues, one piece per line
+    assert len(cells) > 1 and " ".join(cells) == whole
+    assert max(map(len, cells)) <= 60  # wrapped at ISSUES_WIDTH, not widening the table

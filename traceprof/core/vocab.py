@@ -46,6 +46,11 @@ class TraceSource(Vocab):
     memory_timeline = "memory_timeline"
 
 
+#: The sources that hold a rank's timeline of ops (``traces.source``): what overlap, stragglers and
+#: whatif read of every rank. A Flight Recorder or NCCL dump of a rank holds its collectives only.
+PROFILER_SOURCES = (TraceSource.kineto.value, TraceSource.nsys.value)
+
+
 class CollectiveSource(Vocab):
     """``collectives.source``: where a collective row came from."""
 

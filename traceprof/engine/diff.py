@@ -29,8 +29,8 @@ Algorithm (README.md "CI gating"):
      that says so is :mod:`traceprof.engine.difftext`'s.
 
 Ranks: when the runs' ranks with ProfilerSteps differ (a rank's trace missing, ``runs.world_size``
-less ``traces.rank``), everything is compared over the ranks every run has, with a first note naming
-what each run lacks; with no rank in common the structural metrics are ``inconclusive``
+less ``traces.rank``), everything is compared over the ranks every run has (the timing items too:
+computed again over those ranks, ``timing.item_frames``), with a first note naming what each run lacks; with no rank in common the structural metrics are ``inconclusive``
 (:func:`_on_common_ranks`). A missing trace is not less work per step.
 
 Only comparable runs are diffed: both on GPUs or both CPU-only (a run is a GPU run when it has
@@ -41,8 +41,9 @@ times of a different device or job size differ by design, not by regression (Usa
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -97,6 +98,11 @@ METRICS: dict[str, tuple[bool, bool]] = {
 EXIT_CODES = {noise.OK: 0, noise.REGRESSION: 3, noise.INCONCLUSIVE: 4}
 #: An item can be a cause only when it rose by at least this share of the base step time.
 MIN_ITEM_SHARE_PCT = 1.0
+
+
+#: ``(run_id, ranks) -> frames``: a run's timing item frames over some of its ranks
+#: (:func:`traceprof.engine.timing.item_frames` with the store bound).
+Regather = Callable[[int, frozenset[int]], dict[str, pl.DataFrame]]
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,7 @@ class DiffResult(FrameResult):
     regression), regressed, reason.
     ``structure``: :func:`traceprof.engine.structure.compare`'s changed keys.
     ``items`` columns: kind (kernel, op, collective), name, class (compute, comm, memory), base_ns,
-    cand_ns (typical ns per step), delta_ns, delta_pct (% of the item's base; null when new),
+    cand_ns (typical ns per rank-step, over the ranks every run traced), delta_ns, delta_pct (% of the item's base; null when new),
     share_of_step_pct (delta as % of the base step time), noise_pct (its noise floor, % of the base
     step time), p_value, base_calls, cand_calls (per step), grew (named as a cause).
     ``ranks`` columns: rank, base_ns, cand_ns, delta_ns (typical compute per step), change_pct,
@@ -322,7 +328,7 @@ def diff_runs(
     bases = [run_profile(store, i, mfu_options, cache) for i in ids]
     c = run_profile(store, cand_id, mfu_options, cache)
     label = bl.label if len(bl.run_ids) == len(ids) else ",".join(b.name for b in bases)
-    return compare_profiles(bases, c, limits, alpha, force, label, notes)
+    return compare_profiles(bases, c, limits, alpha, force, label, notes, partial(timing.item_frames, store))
 
 
 def _check_comparable(bases: Sequence[RunProfile], cand: RunProfile) -> None:
@@ -359,6 +365,7 @@ def compare_profiles(
     force: bool = False,
     label: str = "",
     notes: Sequence[str] = (),
+    regather: Regather | None = None,
 ) -> DiffResult:
     """The gate on run profiles computed already (module doc); what :func:`diff_runs` returns.
 
@@ -370,6 +377,10 @@ def compare_profiles(
         force: Compare runs that are not comparable, by per-rank medians (see :func:`diff_runs`).
         label: How messages name the baseline (default: the run names joined by commas).
         notes: Notes to add.
+        regather: ``(run_id, ranks) -> frames`` (``functools.partial(timing.item_frames, store)``):
+            when the runs' ranks differ, each run's timing items, per-step and per-rank compute are
+            computed again over the common ranks (their medians per shape count those ranks'
+            calls only); None: those stay over each run's own ranks, and a note says so.
 
     Raises:
         UsageError: The runs are not comparable and not ``force``.
@@ -389,7 +400,7 @@ def compare_profiles(
     k = len(bases)
     blind = ""
     if not forced:  # another job size (--force) has other ranks by design
-        bases, cand, blind = _on_common_ranks(bases, cand, notes)
+        bases, cand, blind = _on_common_ranks(bases, cand, notes, regather)
     smp = [b.timing.samples for b in bases] + [cand.timing.samples]
     if forced:
         smp = [_per_rank(s) for s in smp]
@@ -505,13 +516,15 @@ def compare_profiles(
 
 
 def _on_common_ranks(
-    bases: Sequence[RunProfile], cand: RunProfile, notes: list[str]
+    bases: Sequence[RunProfile], cand: RunProfile, notes: list[str], regather: Regather | None = None
 ) -> tuple[list[RunProfile], RunProfile, str]:
     """The runs restricted to the ranks that every one of them traced (with ProfilerSteps), so that
     per-step job totals (sums over ranks) count the same ranks on both sides: a run that lacks a
-    rank's trace is not a run that does less work. Puts first in ``notes`` which ranks each run
-    lacks; the third value says why nothing can be compared when no rank is common (else "").
-    Linear in the profiles' rows."""
+    rank's trace is not a run that does less work. The timing items (the ``items`` table and
+    ``compute_ns``) are computed again over those ranks by ``regather`` (see
+    :func:`compare_profiles`). Puts first in ``notes`` which ranks each run lacks; the third value
+    says why nothing can be compared when no rank is common (else ""). Linear in the profiles'
+    rows (``regather``: in each run's calls)."""
     runs = [*bases, cand]
     common = frozenset.intersection(*(r.ranks for r in runs))
     if all(r.ranks == common for r in runs):
@@ -526,15 +539,30 @@ def _on_common_ranks(
         blind = "no rank was traced in every run"
         notes.insert(0, f"ranks: {'; '.join(lacks)}; {blind}, so the structure cannot be compared")
         return list(bases), cand, blind
+    items = (
+        "and so are the per-item timings (items)"
+        if regather is not None
+        else "the per-item timings (items) are over each run's own ranks"
+    )
     notes.insert(
         0,
         f"ranks: {'; '.join(lacks)}; compared on the ranks every run traced ({rank_list(sorted(common))}) "
-        "only: per-step totals are over those ranks",
+        f"only: per-step totals are over those ranks, {items}",
     )
 
     def on(p: RunProfile) -> RunProfile:
         keep = pl.col("rank").is_in(sorted(common))
         s, t = p.structure, p.timing
+        if regather is not None and p.ranks != common:  # a run with more ranks: its items again
+            f = regather(p.run_id, common)
+            t = replace(
+                t,
+                items=f["items"],
+                item_steps=f["item_steps"],
+                compute_steps=f["compute_steps"],
+                compute_ranks=f["compute_ranks"],
+                inflation=float(f["inflation"]["inflation"][0]),
+            )
         return replace(
             p,
             structure=structure.Structure(s.keys.filter(keep), s.totals.filter(keep), s.flops_source),

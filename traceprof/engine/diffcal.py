@@ -20,10 +20,12 @@ import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import polars as pl
 
 from traceprof.engine import diff as gate
+from traceprof.engine.timing import item_frames
 from traceprof.storage.store import Store
 
 __all__ = ["Rates", "diff_rates"]
@@ -96,6 +98,7 @@ def diff_rates(
         name: gate.run_profile(store, store.resolve_run(name), mfu_options, cache)
         for name in (*healthy, *injected)
     }
+    regather = partial(item_frames, store)  # runs with other ranks: items over the common ones
     rng = random.Random(seed)
     rows = []
     for k in sizes:
@@ -103,7 +106,9 @@ def diff_rates(
             for c in cands:
                 pool = [h for h in healthy if h != c]
                 for bset in _sets(pool, k, None if k == 1 else max_sets, rng):
-                    res = gate.compare_profiles([prof[b] for b in bset], prof[c], limits, alpha)
+                    res = gate.compare_profiles(
+                        [prof[b] for b in bset], prof[c], limits, alpha, regather=regather
+                    )
                     rows.append(
                         (
                             kind,

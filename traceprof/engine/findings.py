@@ -10,7 +10,7 @@ Algorithm:
   1. Run the report's analyses on the run (:func:`run_analyses`, in their declared order; one whose
      ``Report.when`` leaves the run out is not run); an analysis that does not apply (a
      :class:`~traceprof.core.errors.TraceprofError`, e.g. no GPU kernels in a Flight Recorder-only run)
-     becomes a :class:`Missing` entry with what the run lacks (``Report.needs``) and how to record it.
+     becomes an :class:`Unavailable` entry with what the run lacks (``Report.needs``) and how to record it.
   2. Per topic, in the topics' declared order, the analysis' findings hook reads the results into
      findings with a cost in % of step time and one verdict (stragglers, communication, idle,
      utilization, desync, memory, parallelism); the regression against baselines
@@ -57,7 +57,7 @@ from traceprof.storage.store import Store
 __all__ = [
     "Finding",
     "Verdict",
-    "Missing",
+    "Unavailable",
     "Findings",
     "report_analyses",
     "run_analyses",
@@ -78,8 +78,9 @@ HOW = (
 
 
 @dataclass(frozen=True)
-class Missing:
-    """An analysis that does not apply to the run: why (the analysis' message) and what it needs."""
+class Unavailable:
+    """An analysis that does not apply to the run (not a missing rank: those are ``coverage``): why
+    (the analysis' message) and what it needs."""
 
     analysis: str
     reason: str
@@ -93,7 +94,8 @@ class Findings:
     run: str
     findings: tuple[Finding, ...]
     verdicts: tuple[Verdict, ...]
-    missing: tuple[Missing, ...]
+    #: The analyses that do not apply to the run (``summary -f json``: ``unavailable_analyses``).
+    unavailable: tuple[Unavailable, ...]
     results: dict[str, FrameResult] = field(default_factory=dict)
     hta: bool = False
     baseline: str = ""
@@ -149,15 +151,17 @@ class Findings:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: run, baseline (None: not compared), coverage (None: every rank traced), findings (:meth:`finding_dict` each),
-        verdicts, missing."""
+        """JSON-ready: run, baseline (None: not compared), coverage (the untraced ranks in words; None:
+        every rank traced), findings (:meth:`finding_dict` each), verdicts, and
+        unavailable_analyses (the analyses that do not apply to the run's sources: analysis, reason,
+        needs; named ``missing`` before, which read as missing ranks)."""
         return {
             "run": self.run,
             "baseline": self.baseline or None,
             "coverage": self.coverage or None,
             "findings": [self.finding_dict(i, f) for i, f in enumerate(self.findings, 1)],
             "verdicts": [v.__dict__ for v in self.verdicts],
-            "missing": [m.__dict__ for m in self.missing],
+            "unavailable_analyses": [m.__dict__ for m in self.unavailable],
         }
 
     def finding_dict(self, position: int, f: Finding) -> dict[str, Any]:
@@ -772,12 +776,12 @@ def build(
     aliases = {alias: t.name for t in topics for alias in t.aliases}
     findings = _agree(findings, verdicts, aliases)
     findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
-    missing = tuple(Missing(k, str(e), needs.get(k, "")) for k, e in errors.items() if k not in stood_in)
+    unavailable = tuple(Unavailable(k, str(e), needs.get(k, "")) for k, e in errors.items() if k not in stood_in)
     return Findings(
         name,
         tuple(findings),
         tuple(verdicts),
-        missing,
+        unavailable,
         ok,
         hta,
         baseline or "",

@@ -67,17 +67,14 @@ def restrict(store: Store, rank: int) -> None:
         StoreError: A file of the rank is missing or damaged.
     """
     dataset = _require_parquet(store)
-    con = store.con
-    ((db_name,),) = con.execute("SELECT current_database()").fetchall()
-    cat = '"' + str(db_name).replace('"', '""') + '"'
     for t in schema.TABLES:
         if (
             not t.view_sql
             and t.name not in schema.PARQUET_TABLES
             and any(c.name == "rank" for c in t.columns)
         ):
-            con.execute(
-                f"CREATE OR REPLACE TEMP VIEW {t.name} AS SELECT * FROM {cat}.main.{t.name} "
+            store.con.execute(
+                f"CREATE OR REPLACE TEMP VIEW {t.name} AS SELECT * FROM {store.own_table(t.name)} "
                 f"WHERE rank = {int(rank)}"
             )
     dataset.refresh()  # its file list comes from parts: now the rank's

@@ -38,7 +38,7 @@ from traceprof.engine.optree import self_times, with_parents
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
-__all__ = ["Timing", "profile", "typical_items"]
+__all__ = ["Timing", "profile", "typical_items", "item_frames"]
 
 _OPS_SQL = """
 WITH gpu_ranks AS (SELECT DISTINCT rank FROM events WHERE run_id = $run AND kind IN ('kernel', 'memcpy', 'memset')),
@@ -137,15 +137,24 @@ def typical_items(store: Store, run_id: int) -> pl.DataFrame:
     Raises:
         AnalysisError: The run has no ProfilerSteps.
     """
-    return _item_frames(store, run_id)["items"]
+    return item_frames(store, run_id)["items"]
 
 
-def _item_frames(store: Store, run_id: int) -> dict[str, pl.DataFrame]:
-    """items, item_steps, compute_steps, compute_ranks, compute_rank_steps and inflation (module doc, steps 2-4)."""
-    steps = store.sql("SELECT rank, step FROM steps WHERE run_id = ?", [run_id])
+def item_frames(store: Store, run_id: int, ranks: frozenset[int] | None = None) -> dict[str, pl.DataFrame]:
+    """items, item_steps, compute_steps, compute_ranks, compute_rank_steps and inflation (module
+    doc, steps 2-4) of run ``run_id``, over ``ranks`` only when given (None: every rank). The
+    medians per shape and the rank-steps they are divided by count those ranks' calls and steps
+    alone, so that two runs compared over their common ranks (``traceprof.engine.diff``) count
+    the same ranks.
+
+    Raises:
+        AnalysisError: The run (or those ranks) has no ProfilerSteps.
+    """
+    keep = pl.col("rank").is_in(sorted(ranks)) if ranks is not None else pl.lit(True)
+    steps = store.sql("SELECT rank, step FROM steps WHERE run_id = ?", [run_id]).filter(keep)
     if not steps.height:
         raise AnalysisError(f"{run_label(store, run_id)}: no ProfilerSteps, nothing to compare per step")
-    calls = _calls(store, run_id)
+    calls = _calls(store, run_id).filter(keep)
     # one class per name (a name under several classes takes its most called one), sorted first so
     # that the class and the float sums do not change from one run of diff to the next
     cls = (
@@ -242,7 +251,7 @@ def profile(store: Store, run_id: int, mfu_options: dict[str, str] | None = None
         AnalysisError: The run has no ProfilerSteps.
         UsageError: Bad ``mfu_options``.
     """
-    f = _item_frames(store, run_id)
+    f = item_frames(store, run_id)
     samples, notes = _samples(store, run_id, mfu_options or {})
     samples = samples.join(f["compute_rank_steps"], on=["rank", "step"], how="left").sort("rank", "step")
     return Timing(

@@ -39,7 +39,7 @@ import polars as pl
 
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.engine import analysis
-from traceprof.storage.runs import PROFILER_SOURCES, rank_list, untraced_members, untraced_ranks
+from traceprof.storage.runs import straggler_gap_text
 from traceprof.storage.store import Store
 
 __all__ = ["Verdict", "combined_verdict", "STRAGGLING_S"]
@@ -161,6 +161,7 @@ def combined_verdict(
         store.sql("SELECT count(*) FROM steps WHERE run_id = ?", [store.resolve_run(run)]).item()
     )
     of_time = "of step time" if has_steps else "of the time the collectives cover"
+    gap = straggler_gap_text(store, store.resolve_run(run))  # why "ok" would be "inconclusive", or ""
     stage = _stage(wi)
     cause: str | None = None
     if named:
@@ -210,7 +211,10 @@ def combined_verdict(
             + (f" (largest single-rank cost: rank {worst[0]}, {100 * (worst[1] - 1):.0f}%)" if worst else "")
         )
     else:
-        text = f"no straggler: {st.verdict['evidence'][0].removeprefix('no straggler: ')}; {whatif}"
+        # the reason for untraced ranks is said once, at the end (stragglers' evidence ends with it)
+        own = st.verdict["evidence"][0].removeprefix("no straggler: ")
+        own = own.removesuffix(f"; {gap}") if gap else own
+        text = f"no straggler: {own}; {whatif}"
     figures = {
         "ranks": {
             int(r["rank"]): {
@@ -224,16 +228,12 @@ def combined_verdict(
         cause = "group"  # a slow stage or replica: the mesh names it
     problem = cause is not None
     status = "problem" if problem else "ok"
-    run_id = store.resolve_run(run)
-    untraced = untraced_members(store, run_id, untraced_ranks(store, run_id, PROFILER_SOURCES)[0])
-    if untraced and not problem:
+    if gap and not problem:
         # the ranks compared are the traced ones: an untraced member the others wait for would make
-        # every traced rank's lateness look small; a traced rank named as the straggler stays named
+        # every traced rank's lateness look small; a traced rank named as the straggler stays named.
+        # ``analyze stragglers`` says the same in its verdict table.
         status = "inconclusive"
-        text += (
-            f"; rank(s) {rank_list(untraced)} not traced (no profiler trace): the traced ranks may be waiting "
-            "for them at the collectives, so a straggler among them cannot be ruled out"
-        )
+        text += f"; {gap}"
     return Verdict(
         text=mesh.text(text, named),
         stragglers=named,

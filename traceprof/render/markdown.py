@@ -82,9 +82,9 @@ def findings_markdown(f: Findings) -> str:
     if f.verdicts:
         lines += ["", "| topic | verdict | why |", "| --- | --- | --- |"]
         lines += [f"| {md_text(v.topic)} | {md_text(v.status)} | {md_text(v.text)} |" for v in f.verdicts]
-    if f.missing:
+    if f.unavailable:
         lines += ["", "Not available from this run's sources: "]
-        lines += [f"- {md_text(m.analysis)}: {md_text(m.needs or m.reason)}" for m in f.missing]
+        lines += [f"- {md_text(m.analysis)}: {md_text(m.needs or m.reason)}" for m in f.unavailable]
     return "\n".join(lines) + "\n"
 
 

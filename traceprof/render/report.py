@@ -184,10 +184,10 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
 
 def _missing_html(f: fnd.Findings, sources: list[str]) -> str:
     """One line: the analyses that do not apply, grouped by what they need, and how to get it."""
-    if not f.missing:
+    if not f.unavailable:
         return ""
     groups: dict[str, list[str]] = {}
-    for m in f.missing:
+    for m in f.unavailable:
         groups.setdefault(m.needs or m.reason, []).append(m.analysis)
     parts = "; ".join(f"{', '.join(names)} need {needs}" for needs, names in groups.items())
     return (

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from traceprof.core import term
 from traceprof.core.errors import UsageError
-from traceprof.core.vocab import TraceSource
+from traceprof.core.vocab import PROFILER_SOURCES, TraceSource
 from traceprof.storage.layout import error_line
 from traceprof.storage.store import Store
 
@@ -153,11 +153,6 @@ def rename(store: Store, old: str, new: str) -> int:
     return run_id
 
 
-#: The sources that hold a rank's timeline of ops (``traces.source``): what overlap, stragglers and
-#: whatif read of every rank. A Flight Recorder or NCCL dump of a rank holds its collectives only.
-PROFILER_SOURCES = (TraceSource.kineto.value, TraceSource.nsys.value)
-
-
 def untraced_ranks(
     store: Store, run_id: int, sources: tuple[str, ...] | None = None
 ) -> tuple[tuple[int, ...], int | None]:
@@ -179,8 +174,11 @@ def untraced_ranks(
     size = world[0][0] if world else None
     if size is None:
         return (), None
+    # the store's own traces even where a per-rank task shadows them with its rank's rows
+    # (traceprof.engine.rankwise.restrict): which ranks the job lacks is a fact of the whole run
     held = store.con.execute(
-        "SELECT DISTINCT rank, source FROM traces WHERE run_id = ? AND rank IS NOT NULL", [run_id]
+        f"SELECT DISTINCT rank, source FROM {store.own_table('traces')} WHERE run_id = ? AND rank IS NOT NULL",
+        [run_id],
     ).fetchall()
     if sources is not None and any(source in sources for _, source in held):
         held = [(rank, source) for rank, source in held if source in sources]
@@ -267,3 +265,21 @@ def untraced_members(store: Store, run_id: int, untraced: tuple[int, ...]) -> tu
         return untraced
     members = set(row["members"])
     return tuple(r for r in untraced if r in members)
+
+
+def straggler_gap_text(store: Store, run_id: int) -> str:
+    """Why no straggler verdict but ``inconclusive`` can be given on run ``run_id`` when no traced
+    rank is named: ``rank(s) 2 not traced (no profiler trace): ...``, naming the ranks of the job
+    without a profiler (Kineto/nsys) trace (:func:`untraced_ranks` over :data:`PROFILER_SOURCES`)
+    that are members of its collectives (:func:`untraced_members`); empty when there are none.
+
+    ``analyze stragglers`` (its ``verdict`` table) and the combined verdict of summary and report
+    (``traceprof.engine.verdict``) both say this, so the verdict does not depend on the command.
+    """
+    untraced = untraced_members(store, run_id, untraced_ranks(store, run_id, PROFILER_SOURCES)[0])
+    if not untraced:
+        return ""
+    return (
+        f"rank(s) {rank_list(untraced)} not traced (no profiler trace): the traced ranks may be waiting "
+        "for them at the collectives, so a straggler among them cannot be ruled out (inconclusive)"
+    )

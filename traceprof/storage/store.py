@@ -29,6 +29,7 @@ from traceprof.core.limits import INT32, fits
 from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
 from traceprof.core.procs import counted_sigint, deferred_sigint
+from traceprof.core.vocab import PROFILER_SOURCES, TraceSource
 from traceprof.storage import sandbox
 from traceprof.storage.identity import check_append, check_within
 from traceprof.storage.layout import (
@@ -724,17 +725,29 @@ class Store:
             raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
 
     #: The query behind :meth:`runs` and :meth:`run_rows` (without ``issues``).
-    _RUNS_SQL = """
-        SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS ranks,
-               count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
-               r.clock_aligned, r.ingested_at
-        FROM runs r LEFT JOIN traces t USING (run_id)
-        GROUP BY ALL ORDER BY r.run_id
+    # ranks: with a profiler (Kineto/nsys) trace, the ones the timeline verdicts see (all ranks with a
+    # file when the run has no profiler trace at all, as storage.runs.untraced_ranks counts them);
+    # dump_only_ranks: the others with a file, a Flight Recorder or NCCL dump only (summary's coverage)
+    _RUNS_SQL = f"""
+        WITH per AS (
+            SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS _with_file,
+                   count(DISTINCT t.rank) FILTER (WHERE t.source IN {TraceSource.sql(*PROFILER_SOURCES)}) AS _profiled,
+                   count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
+                   r.clock_aligned, r.ingested_at
+            FROM runs r LEFT JOIN traces t USING (run_id)
+            GROUP BY ALL
+        )
+        SELECT run_id, name, world_size, CASE WHEN _profiled > 0 THEN _profiled ELSE _with_file END AS ranks,
+               CASE WHEN _profiled > 0 THEN _with_file - _profiled ELSE 0 END AS dump_only_ranks,
+               traces, events, sources, clock_aligned, ingested_at
+        FROM per ORDER BY run_id
         """
 
     def runs(self) -> pl.DataFrame:
-        """One row per run: run_id, name, world_size, ranks (traced), traces, events, sources,
-        clock_aligned, ingested_at, and ``issues``: what ingest dropped (``traces.rejected``) or
+        """One row per run: run_id, name, world_size, ranks (with a profiler (Kineto/nsys) trace; every
+        rank with a file when the run has none), dump_only_ranks (ranks with a Flight Recorder or NCCL
+        dump but no profiler trace: no timeline, as the summary's coverage line says), traces, events,
+        sources, clock_aligned, ingested_at, and ``issues``: what ingest dropped (``traces.rejected``) or
         repaired (``traces.meta.repaired``), counted per reason over the run's traces, e.g.
         ``"2 rejected: ts beyond int64; 1 repaired: invalid UTF-8 replaced by U+FFFD"`` ("" if none)."""
         frame = self.sql(self._RUNS_SQL)
@@ -763,6 +776,13 @@ class Store:
                     key = f"{what}: {reason}"
                     got[key] = got.get(key, 0) + int(n)
         return ["; ".join(f"{n} {k}" for k, n in issues.get(rid, {}).items()) for rid in run_ids]
+
+    def own_table(self, name: str) -> str:
+        """``"db".main.NAME``: the store's own table ``name``, catalog-qualified, so that it is read
+        even where a temporary view of that name shadows it (a temp view is ``temp.main.NAME``;
+        ``traceprof.engine.rankwise.restrict`` shadows the tables with one rank's rows)."""
+        ((db,),) = self.con.execute("SELECT current_database()").fetchall()
+        return '"' + str(db).replace('"', '""') + f'".main.{name}'
 
     def resolve_run(self, run: str | int | None, *, whole: bool = True) -> int:
         """The run_id of run name or id ``run``; ``None`` means the only (or latest) run.

@@ -513,7 +513,9 @@ def test_slow_pipeline_stage_verdict_says_its_source_and_takes_the_waits_for_it(
         "(from parallelism: stragglers does not apply, it needs collectives matched across 2+ ranks "
         "(Kineto or Flight Recorder traces of every rank))"
     )
-    assert "stragglers" not in {m.analysis for m in f.unavailable} and "whatif" in {m.analysis for m in f.unavailable}
+    assert "stragglers" not in {m.analysis for m in f.unavailable} and "whatif" in {
+        m.analysis for m in f.unavailable
+    }
     # The waits credited to the slow stage (parallelism, table stages, ns per rank-step): stage 1 computes
     # 20,954,482, stage 0 11,893,454: stage 0's imbalance 9,061,028, under its exposed send/recv time
     # 38,005,235; 2 rank-steps: 18,122,056 ns. The step account (critical_path) counts every exposed

@@ -776,7 +776,9 @@ def build(
     aliases = {alias: t.name for t in topics for alias in t.aliases}
     findings = _agree(findings, verdicts, aliases)
     findings.sort(key=lambda f: (f.rank_by is None, -(f.rank_by or 0.0), not f.problem))
-    unavailable = tuple(Unavailable(k, str(e), needs.get(k, "")) for k, e in errors.items() if k not in stood_in)
+    unavailable = tuple(
+        Unavailable(k, str(e), needs.get(k, "")) for k, e in errors.items() if k not in stood_in
+    )
     return Findings(
         name,
         tuple(findings),

@@ -383,6 +383,6 @@ def test_the_signature_flops_outlast_the_sessions_let_go_between_heavy_groups(tm
         s.let_go()
         kept = [k for k in s.memo if isinstance(k, tuple) and len(k) == 2]
         assert kept and all(is_lasting(k) for k in kept)
-        assert {k[0] for k in kept} == {"traceprof.engine.flops.signature_flops"}
+        assert "traceprof.engine.flops.signature_flops" in {k[0] for k in kept}
         ops = _cause.work_ops(s.store, run_id)
     assert len(calls) == 1 and bare_ops.height > 0 and ops.equals(bare_ops)

@@ -270,3 +270,35 @@ def test_on_a_large_run_the_analyses_beside_the_activity_frame_run_one_at_a_time
         assert all(t == set() for t in trimmed) and len(trimmed) == len(readers) + 1
     monkeypatch.setattr(findings, "_one", real_one)
     _equal(out, _report(db, 1, monkeypatch, None)[0])
+
+
+def test_the_fresh_processs_results_wait_on_disk_until_the_light_analyses_beside_the_frame_are_done(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heavy results come back through a file read when the first heavy analysis is asked for,
+    after every light analysis that reads the activity frame (not held beside it), and the file is
+    gone then; the process's other results (parallelism, which stragglers reads) come back at once."""
+    log: list[str] = []
+    files: list[Path] = []
+    real_one, real_take = findings._one, findings._Spilled.take
+
+    def one(an: Any, store: Any, p: Any) -> Any:
+        log.append(an.name)
+        return real_one(an, store, p)
+
+    def take(self: Any, i: int) -> Any:
+        log.append("take")
+        files.append(self.path)
+        got = real_take(self, i)
+        assert not self.path.exists()
+        return got
+
+    monkeypatch.setattr(findings, "_one", one)
+    monkeypatch.setattr(findings._Spilled, "take", take)
+    out, sent, here = _report(db, 2, monkeypatch, "0")
+    readers = [n for n in out if n not in HEAVY and registry.get(n).reads_activity]
+    assert len(sent) == 1 and "parallelism" in readers and "parallelism" not in here
+    first = log.index("take")
+    assert all(log.index(n) < first for n in readers)
+    assert log.count("take") == len(HEAVY) and len(set(files)) == 1 and not files[0].exists()
+    assert all(isinstance(out[n], FrameResult) for n in HEAVY)

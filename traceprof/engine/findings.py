@@ -558,11 +558,12 @@ class _Phases:
 
     def in_fresh_process(self) -> None:
         """On a large run (:attr:`fresh`; else nothing), compute every group of heavy ones in one
-        fresh process (:func:`_fresh_groups`) and keep
-        their results (and errors) in the session, where the analyses then find them, beside the
-        other analyses' results that process computed on the way (``parallelism``, which
-        ``stragglers`` reads): the light ones here do not compute them again. Those kept already
-        (in the session, or beside the store when caching) are not computed again."""
+        fresh process (:func:`_fresh_groups`) and keep their results (and errors) in the session,
+        read from disk when first asked for (:class:`_Spilled`), where the analyses then find them;
+        the other analyses' results that process computed on the way (``parallelism``, which
+        ``stragglers`` reads) are kept at once: the light ones here do not compute them again.
+        Those kept already (in the session, or beside the store when caching) are not computed
+        again. A process that dies leaves each of its analyses an AnalysisError saying so."""
         from traceprof.engine import resultcache
 
         s = self.session

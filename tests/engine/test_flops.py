@@ -354,3 +354,35 @@ def test_a_session_reads_the_signature_flops_once_and_they_equal_a_bare_read(tmp
     assert ops.equals(bare_ops)
     # (its rows come in no set order: a group_by's)
     assert again.sort(pl.all(), nulls_last=True).equals(bare_sig.sort(pl.all(), nulls_last=True))
+
+
+def test_the_signature_flops_outlast_the_sessions_let_go_between_heavy_groups(tmp_path, monkeypatch):
+    # the report lets go of its helpers' values before each group of heavy analyses (in this
+    # process, or in the one fresh process that runs every group on a large run), but keeps these
+    # few rows (`lasting`): stragglers (its own-cause test, _cause.work_ops) and mfu (flops.account)
+    # sit in different groups and share one call tree; the activity frame goes
+    import traceprof
+    from traceprof.analyses import _cause
+    from traceprof.engine import activity
+    from traceprof.engine.analysis import is_lasting
+    from traceprof.storage.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as st:
+        run_id = sample_run(st, "extra_matmul")
+        bare_ops = _cause.work_ops(st, run_id)
+    calls = []
+    real = flops.with_parents
+    monkeypatch.setattr(flops, "with_parents", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with traceprof.open(db, cache=False, many=True) as s:
+        flops.account(s.store, run_id)
+        activity.activity(s.store, run_id)
+        assert s.memo is not None
+        helpers = {k[0] for k in s.memo if isinstance(k, tuple) and len(k) == 2}
+        assert {"traceprof.engine.flops.signature_flops", "traceprof.engine.activity._activity"} <= helpers
+        s.let_go()
+        kept = [k for k in s.memo if isinstance(k, tuple) and len(k) == 2]
+        assert kept and all(is_lasting(k) for k in kept)
+        assert "traceprof.engine.flops.signature_flops" in {k[0] for k in kept}
+        ops = _cause.work_ops(s.store, run_id)
+    assert len(calls) == 1 and bare_ops.height > 0 and ops.equals(bare_ops)

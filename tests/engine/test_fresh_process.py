@@ -43,27 +43,27 @@ def _equal(a: dict[str, Any], b: dict[str, Any]) -> None:
                 assert x[k] == y[k], (name, k)
 
 
-def _pid_and_group(task: Any) -> tuple[int, Any]:
-    """In the fresh process: its pid beside what :func:`findings._fresh_group` returns."""
-    return os.getpid(), findings._fresh_group(task)
+def _pid_and_groups(task: Any) -> tuple[int, Any]:
+    """In the fresh process: its pid beside what :func:`findings._fresh_groups` returns."""
+    return os.getpid(), findings._fresh_groups(task)
 
 
 def _report(
     db: Path, threads: int, monkeypatch: pytest.MonkeyPatch, least: str | None
-) -> tuple[dict[str, Any], list[tuple[int, list[str]]], list[str]]:
+) -> tuple[dict[str, Any], list[tuple[int, list[list[str]]]], list[str]]:
     """The report's analyses (``TRACEPROF_FRESH_EVENTS=least``, None: unset), the fresh processes
-    (pid, the analyses sent there) and the analyses computed in this process."""
+    (pid, the groups of analyses sent there) and the analyses computed in this process."""
     if least is None:
         monkeypatch.delenv("TRACEPROF_FRESH_EVENTS", raising=False)
     else:
         monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", least)
-    sent: list[tuple[int, list[str]]] = []
+    sent: list[tuple[int, list[list[str]]]] = []
     real_call = procs.call_in_fresh_process
 
-    def calling(fn, task, poll=None):
-        assert fn is findings._fresh_group
-        pid, got = real_call(_pid_and_group, task, poll)
-        sent.append((pid, [name for name, _ in task[1]]))
+    def calling(fn, task, poll=None, env=None):
+        assert fn is findings._fresh_groups
+        pid, got = real_call(_pid_and_groups, task, poll, env)
+        sent.append((pid, [[name for name, _ in group] for group in task[1]]))
         return got
 
     here: list[str] = []
@@ -88,10 +88,11 @@ def test_heavy_analyses_run_in_fresh_processes_with_the_results_of_a_run_here(
     here_out, sent, here = _report(db, threads, monkeypatch, None)  # 11,792 events: below 2,000,000
     assert sent == [] and HEAVY <= set(here)
     fresh_out, sent, here = _report(db, threads, monkeypatch, "0")
-    # one fresh process per group joined by `requires`, in report order; none of them computed here
-    assert [sorted(names) for _, names in sent] == [["stragglers", "whatif"], ["critical_path", "mfu"]]
-    assert all(pid != os.getpid() for pid, _ in sent) and sent[0][0] != sent[1][0]
-    assert not HEAVY & set(here) and set(here) == set(fresh_out) - HEAVY
+    # one fresh process for every group joined by `requires`, in report order; none of them
+    # computed here, nor parallelism, which stragglers computed there
+    assert len(sent) == 1 and sent[0][0] != os.getpid()
+    assert [sorted(names) for names in sent[0][1]] == [["stragglers", "whatif"], ["critical_path", "mfu"]]
+    assert not HEAVY & set(here) and set(here) == set(fresh_out) - HEAVY - {"parallelism"}
     assert "error" not in _frames(fresh_out["stragglers"]) and "error" not in _frames(fresh_out["mfu"])
     _equal(fresh_out, here_out)
 
@@ -132,7 +133,7 @@ def test_an_analysis_that_does_not_apply_gives_the_same_error_from_the_fresh_pro
         ingest(s, [corpus("hta/cpu_only")], jobs=1)
     here_out, sent, _ = _report(path, threads, monkeypatch, None)
     fresh_out, sent, _ = _report(path, threads, monkeypatch, "0")
-    assert len(sent) == 2
+    assert len(sent) == 1 and len(sent[0][1]) == 2
     for name in ("whatif", "stragglers"):
         assert isinstance(fresh_out[name], AnalysisError) and "\n" not in str(fresh_out[name]), name
     assert "no collective matched across two or more ranks" in str(fresh_out["whatif"])
@@ -156,7 +157,7 @@ def test_an_error_raised_in_the_fresh_process_is_raised_here_and_one_that_kills_
     that dies (killed for memory) leaves each analysis of its group an AnalysisError saying so, and
     the report goes on (threads: nothing waits forever for the group)."""
     monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", "0")
-    monkeypatch.setattr(findings, "_fresh_group", task)
+    monkeypatch.setattr(findings, "_fresh_groups", task)
     with Store(db, read_only=True) as s, Session(s, threads=threads):
         if task is _raises_store_error:
             with pytest.raises(StoreError, match=r"s\.duckdb: gone while the report ran$"):
@@ -265,7 +266,39 @@ def test_on_a_large_run_the_analyses_beside_the_activity_frame_run_one_at_a_time
         assert trimmed == []
     else:
         assert all(beside[n] == frozenset() for n in readers)
-        # after each reader, nothing else running; and once before each of the 2 fresh processes
-        assert all(t == set() for t in trimmed) and len(trimmed) == len(readers) + 2
+        # after each reader, nothing else running; and once before the fresh process
+        assert all(t == set() for t in trimmed) and len(trimmed) == len(readers) + 1
     monkeypatch.setattr(findings, "_one", real_one)
     _equal(out, _report(db, 1, monkeypatch, None)[0])
+
+
+def test_the_fresh_processs_results_wait_on_disk_until_the_light_analyses_beside_the_frame_are_done(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heavy results come back through a file read when the first heavy analysis is asked for,
+    after every light analysis that reads the activity frame (not held beside it), and the file is
+    gone then; the process's other results (parallelism, which stragglers reads) come back at once."""
+    log: list[str] = []
+    files: list[Path] = []
+    real_one, real_take = findings._one, findings._Spilled.take
+
+    def one(an: Any, store: Any, p: Any) -> Any:
+        log.append(an.name)
+        return real_one(an, store, p)
+
+    def take(self: Any, i: int) -> Any:
+        log.append("take")
+        files.append(self.path)
+        got = real_take(self, i)
+        assert not self.path.exists()
+        return got
+
+    monkeypatch.setattr(findings, "_one", one)
+    monkeypatch.setattr(findings._Spilled, "take", take)
+    out, sent, here = _report(db, 2, monkeypatch, "0")
+    readers = [n for n in out if n not in HEAVY and registry.get(n).reads_activity]
+    assert len(sent) == 1 and "parallelism" in readers and "parallelism" not in here
+    first = log.index("take")
+    assert all(log.index(n) < first for n in readers)
+    assert log.count("take") == len(HEAVY) and len(set(files)) == 1 and not files[0].exists()
+    assert all(isinstance(out[n], FrameResult) for n in HEAVY)

@@ -224,7 +224,12 @@ def map_in_workers(
     return out
 
 
-def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None] | None = None) -> R:
+def call_in_fresh_process(
+    fn: Callable[[T], R],
+    task: T,
+    poll: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> R:
     """``fn(task)`` in a fresh Python process (a new interpreter, ``sys.executable`` with this
     process's ``sys.path``, that imports what ``fn`` needs: none of this process's heap, open files
     or store lock), set up by :func:`worker_init` as a parser worker is; its result (or what it
@@ -243,6 +248,8 @@ def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None
         task: Its picklable argument.
         poll: Called about every 0.1 s while ``fn`` runs (e.g. ``traceprof.core.cancel.checkpoint``);
             what it raises stops the process as Ctrl-C does.
+        env: Environment variables set in the process beside this one's (e.g. an allocator's
+            settings, read as the process starts).
 
     Raises:
         What ``fn`` raises (pickled back); on Ctrl-C or what ``poll`` raises the process is killed
@@ -263,6 +270,7 @@ def call_in_fresh_process(fn: Callable[[T], R], task: T, poll: Callable[[], None
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=None if env is None else {**os.environ, **env},
         )
     try:
         out: bytes | None = None

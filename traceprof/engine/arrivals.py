@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceprof.core.errors import UsageError
-from traceprof.engine.analysis import shared
+from traceprof.engine.analysis import lasting, shared
 from traceprof.ingest.matching import ARRIVAL_SQL, preferred_source, run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -31,6 +31,7 @@ __all__ = ["comm_items", "Transient", "transient", "run_transient", "excluded_st
 TRANSIENT_SKEW_FACTOR = 20
 
 
+@lasting
 @shared
 def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl.DataFrame, str | None]:
     """One row per rank and matched instance of ``source`` (default: ``matching.preferred_source``).
@@ -189,6 +190,7 @@ def _start_spread_ns(store: Store, run_id: int) -> int:
     return int(row or 0)
 
 
+@lasting
 @shared
 def run_transient(store: Store, run_id: int) -> Transient:
     """:func:`transient` of the run's collectives of the preferred source (``comm_items``'s default);
@@ -204,6 +206,7 @@ def run_transient(store: Store, run_id: int) -> Transient:
     return transient(items, store, run_id)
 
 
+@lasting
 @shared
 def excluded_steps(store: Store, run_id: int) -> pl.DataFrame:
     """Each rank's own steps that the profiler-start transient covers, and the end of the last

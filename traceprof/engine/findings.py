@@ -33,7 +33,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
+import os
+import pickle
 import queue
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -285,14 +289,21 @@ def run_analyses(
             _params(
                 a.name, run_id, params[a.name]
             )  # a bad value is refused on every run, not only where it runs
-    names = (*names, *(a.name for a in conditional if a.report.when(store, run_id)))  # type: ignore[union-attr, misc]
-    todo = [
-        (name, registry.get(name), _params(name, run_id, params.get(name, {})))
-        for name in names
-        if name in known
-    ]
+
+    def todo_of(names: tuple[str, ...]) -> list[tuple[str, registry.Analysis, Any]]:
+        return [
+            (name, registry.get(name), _params(name, run_id, params.get(name, {})))
+            for name in names
+            if name in known
+        ]
+
     with session.of(store) as s:
-        return _run_all(store, todo, s.threads)
+        # on a large run the heavy ones first, in a fresh process, while this one is at its smallest:
+        # before the conditional ones' checks read the store
+        todo = todo_of(names)
+        _Phases(store, _phases(todo, _heavy(todo)), todo).in_fresh_process()
+        names = (*names, *(a.name for a in conditional if a.report.when(store, run_id)))  # type: ignore[union-attr, misc]
+        return _run_all(store, todo_of(names), s.threads)
 
 
 def _params(name: str, run_id: int, options: dict[str, str]) -> Any:
@@ -339,10 +350,12 @@ def _run_all(
     is let go of: beside the frame (about 410 MiB on 8 x 1M) ``launch``'s own 220 MiB made the
     report's peak. A free thread takes the next of ``todo`` in that order once it may run now
     (:func:`_next`). On a run of ``TRACEPROF_FRESH_EVENTS`` events or more (2,000,000 unless set)
-    each group of heavy ones runs in a fresh process instead (:func:`_fresh`,
-    :meth:`_Phases._in_fresh_process`): the memory this one has freed but its allocators keep is
-    not under their peak (8 ranks x 1 M events: 972-1,338 MiB in one process; the fresh ones
-    827-955 MiB, the parent's light phase 907-1,039 MiB). There the light ones beside the frame
+    the groups of heavy ones run first, one after another in one fresh process, while this one waits
+    at its smallest (:func:`_fresh`, :meth:`_Phases.in_fresh_process`): the memory this one frees
+    but its allocators keep is not under their peak (8 ranks x 1 M events: 972-1,338 MiB in one
+    process), and the two processes together stay under either's peak plus about 120 MiB (a fresh
+    process per group, started after the light ones: the parent waited at 230-270 MiB beside it,
+    together 1,044-1,223 MiB). There the light ones beside the frame
     run one at a time, the heap trimmed after each (:attr:`_Phases.alone`): two at a time, beside
     the frame, their peaks and what the allocator kept of them added up (the parent's peak
     on 8 ranks x 1 M events 897-997 -> 845-903 MiB in 5 interleaved pairs under load)."""
@@ -494,10 +507,9 @@ class _Phases:
     nothing taken it) and of DuckDB's cached blocks. Results stay. Without a session that keeps
     results, or with only frame readers, nothing changes.
 
-    On a large run (:func:`_fresh`) each group of heavy ones is computed in a fresh process as it
-    starts (:meth:`_in_fresh_process`), the session having let go of everything shared first (the
-    frame too: the process reads its own columns); the results come back into the session's memo,
-    where the analyses then find them.
+    On a large run (:func:`_fresh`) every group of heavy ones is computed first, in one fresh
+    process (:meth:`in_fresh_process`): their results wait on disk (:class:`_Spilled`) for the
+    session's memo, where the analyses then find them once the light ones are done.
     """
 
     def __init__(
@@ -512,13 +524,14 @@ class _Phases:
         self.phase = (0, 0)
         self._stack = contextlib.ExitStack()
         self.todo = todo or []
-        #: Whether each group of heavy ones runs in a fresh process (:func:`_fresh`).
+        #: Whether the groups of heavy ones run in a fresh process (:func:`_fresh`).
         self.fresh = self.session is not None and _fresh(self.session, self.todo, phases)
         #: The phases whose light analyses run one at a time (:func:`_next`), the heap trimmed
         #: after each (:meth:`done`): on a large run (:attr:`fresh`) those beside the activity frame.
         self.alone: frozenset[tuple[int, int]] = frozenset({(0, 0)} if self.fresh else ())
 
     def __enter__(self) -> _Phases:
+        self.in_fresh_process()  # before the light ones: this process is at its smallest meanwhile
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -544,8 +557,6 @@ class _Phases:
                 self._stack.close()
             self.session.let_go()
         self.phase = phase
-        if phase[0] == 1 and self.fresh:
-            self._in_fresh_process(phase)
 
     def done(self, name: str) -> None:
         """Analysis ``name`` has finished: in a phase of :attr:`alone` the heap's free memory goes
@@ -554,41 +565,71 @@ class _Phases:
         if self.phases[name] in self.alone:
             trim()
 
-    def _in_fresh_process(self, phase: tuple[int, int]) -> None:
-        """Compute the heavy group ``phase`` in a fresh process (:func:`_fresh_group`) and keep its
-        results (and errors) in the session, where its analyses then find them; those kept already
-        (in the session, or beside the store when caching) are not computed again."""
+    def in_fresh_process(self) -> None:
+        """On a large run (:attr:`fresh`; else nothing), compute every group of heavy ones in one
+        fresh process (:func:`_fresh_groups`) and keep their results (and errors) in the session,
+        read from disk when first asked for (:class:`_Spilled`), where the analyses then find them;
+        the other analyses' results that process computed on the way (``parallelism``, which
+        ``stragglers`` reads) are kept at once: the light ones here do not compute them again.
+        Those kept already (in the session, or beside the store when caching) are not computed
+        again. A process that dies leaves each of its analyses an AnalysisError saying so."""
         from traceprof.engine import resultcache
 
         s = self.session
-        assert s is not None
-        todo = []
+        if s is None or not self.fresh:
+            return
+        groups: dict[tuple[int, int], list[tuple[str, Any]]] = {}
         for name, _, p in self.todo:
-            if self.phases[name] != phase:
-                continue
-            if s.holds(name, p):
+            if self.phases[name][0] != 1 or s.holds(name, p):
                 continue
             kept = resultcache.lookup(s.store, name, p) if s.cache else None
             if kept is not None:
                 s.put(name, p, kept)
             else:
-                todo.append((name, p))
-        if todo:
-            trim()  # this process waits meanwhile: glibc's free heap back to the system
-            task = (str(s.store.path), todo, s.threads, s.cache)
-            try:
-                got = procs.call_in_fresh_process(_fresh_group, task, poll=cancel.checkpoint)
-            except ChildProcessError as e:  # killed (for want of memory?): each analysis says so
-                error = AnalysisError(f"the process that computed it ended before it finished ({e})")
-                got = [(name, p, error) for name, p in todo]
-            for (name, p), (_, _, result) in zip(todo, got, strict=True):
-                s.put(name, p, result)
+                groups.setdefault(self.phases[name], []).append((name, p))
+        todo = [groups[g] for g in sorted(groups)]
+        if not todo:
+            return
+        trim()  # this process waits meanwhile: glibc's free heap back to the system
+        spill = _Spilled(Path(s.enter(tempfile.TemporaryDirectory(prefix="traceprof-"))) / "heavy.pickle")
+        task = (str(s.store.path), todo, s.threads, s.cache, str(spill.path))
+        try:
+            more = procs.call_in_fresh_process(_fresh_groups, task, poll=cancel.checkpoint, env=_fresh_env())
+        except ChildProcessError as e:  # killed (for want of memory?): each analysis says so
+            error = AnalysisError(f"the process that computed it ended before it finished ({e})")
+            for name, p in (t for group in todo for t in group):
+                s.put(name, p, error)
+            return
+        for i, (name, p) in enumerate(t for group in todo for t in group):
+            s.put_later(name, p, functools.partial(spill.take, i))
+        for name, p, result in more:
+            s.put(name, p, result)
+
+
+class _Spilled:
+    """The heavy analyses' results (and errors) the fresh process wrote to ``path``, read back when
+    the first of them is asked for (the light ones done, their activity frame let go of) and the
+    file removed then: on 8 ranks x 1 M events about 29 MiB (critical_path's 23) not held beside
+    the frame."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._results: list[FrameResult | TraceprofError] | None = None
+
+    def take(self, i: int) -> FrameResult | TraceprofError:
+        """The ``i``-th result (in the order the process was given them)."""
+        with self._lock:
+            if self._results is None:
+                self._results = pickle.loads(self.path.read_bytes())
+                self.path.unlink()
+            return self._results[i]
 
 
 def _fresh(
     s: session.Session, todo: list[tuple[str, registry.Analysis, Any]], phases: dict[str, tuple[int, int]]
 ) -> bool:
-    """Whether the report's heavy analyses run in a fresh process, a group at a time: there are
+    """Whether the report's heavy analyses run in a fresh process, a group after another: there are
     some, the session runs them here (no Dask runner), its store is a file opened read-only (the
     process opens it beside this one) and the run has at least ``TRACEPROF_FRESH_EVENTS`` events
     (:func:`traceprof.engine.session.fresh_events_from_env`: 2,000,000 unless set).
@@ -605,29 +646,68 @@ def _fresh(
     except TraceprofError:
         return False
     least = session.fresh_events_from_env()
-    n = s.store.sql("SELECT coalesce(sum(events_kept), 0) AS n FROM traces WHERE run_id = ?", [run_id])
-    return int(n["n"][0]) >= least
+    # plain DuckDB rows: asked before the fresh process starts, it imports no pyarrow here (25 MiB
+    # more under that process's peak)
+    n = s.store.con.execute(
+        "SELECT coalesce(sum(events_kept), 0) FROM traces WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return int(n[0][0]) >= least
 
 
-def _fresh_group(
-    task: tuple[str, list[tuple[str, Any]], int, bool],
+#: How long polars' allocator (jemalloc) keeps the pages freed in the fresh process before it hands
+#: them back to the system (``dirty_decay_ms``; jemalloc's default is 10 s): what one heavy analysis
+#: freed is not under the next one's peak (8 ranks x 1 M events: the process's peak 873-881 ->
+#: 838-840 MiB at the same CPU; 0 ms gave 779-783 MiB for 2.3 s more CPU). A setting of the user's
+#: own (``_RJEM_MALLOC_CONF``) is kept.
+FRESH_DECAY_MS = 1000
+
+
+def _fresh_env() -> dict[str, str]:
+    """The environment variables the fresh process gets beside this one's (:data:`FRESH_DECAY_MS`)."""
+    if "_RJEM_MALLOC_CONF" in os.environ:
+        return {}
+    return {"_RJEM_MALLOC_CONF": f"dirty_decay_ms:{FRESH_DECAY_MS}"}
+
+
+def _fresh_groups(
+    task: tuple[str, list[list[tuple[str, Any]]], int, bool, str],
 ) -> list[tuple[str, Any, FrameResult | TraceprofError]]:
-    """In a fresh process (:meth:`_Phases._in_fresh_process`): the analyses ``(name, params)`` of one
-    heavy group on the store ``db``, opened read-only in a session of their own (``threads``,
-    ``cache``), run as ``traceprof analyze`` runs them, those another requires last (``stragglers``
-    runs ``whatif`` as ``analyze stragglers`` does: its windows split before the replay, whose result
-    ``whatif`` then finds kept); each result or the error it gave.
+    """In a fresh process (:meth:`_Phases.in_fresh_process`): the groups of heavy analyses
+    ``(name, params)`` on the store ``db``, opened read-only in a session of their own
+    (``threads``, ``cache``), one group after another, each as ``traceprof analyze`` runs them: those
+    another requires last (``stragglers`` runs ``whatif`` as ``analyze stragglers`` does: its windows
+    split before the replay, whose result ``whatif`` then finds kept). Between groups the session
+    lets go of what its helpers keep (but their small ``lasting`` values) and the heap is trimmed.
+
+    Each analysis's result or the error it gave is written, pickled, to the file ``spill``: a list
+    in the order given.
+
+    Returns:
+        The results (errors) of the other analyses the session computed meanwhile
+        (``parallelism``, which ``stragglers`` reads), each ``(name, params, result)``.
 
     Raises:
         UsageError: As the analyses raise it here.
     """
-    db, names, threads, cache = task
+    db, groups, threads, cache, spill = task
+    asked = {(name, p) for group in groups for name, p in group}
+    results = {}
     with session.open_session(db, read_only=True, cache=cache, threads=threads) as s, s.one_at_a_time():
-        required = {r for name, _ in names for r in registry.get(name).requires}
-        results = {}
-        for name, p in sorted(names, key=lambda t: t[0] in required):
-            results[name] = _one(registry.get(name), s.store, p)
-        return [(name, p, results[name]) for name, p in names]
+        for i, names in enumerate(groups):
+            if i:
+                s.let_go()
+                trim()  # the last group's freed arrays handed back before the next one's peak
+            required = {r for name, _ in names for r in registry.get(name).requires}
+            for name, p in sorted(names, key=lambda t: t[0] in required):
+                results[name, p] = _one(registry.get(name), s.store, p)
+        assert s.memo is not None
+        more = [
+            (key[1], key[2], slot.value)
+            for key, slot in s.memo.items()
+            if session._is_result(key) and slot.done and (key[1], key[2]) not in asked
+        ]
+        Path(spill).write_bytes(pickle.dumps([results[t] for group in groups for t in group]))
+    return more
 
 
 def _next(

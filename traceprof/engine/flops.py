@@ -33,7 +33,7 @@ import polars as pl
 
 from traceprof.core.errors import AnalysisError, UsageError
 from traceprof.core.schema import sql_texts
-from traceprof.engine.analysis import shared
+from traceprof.engine.analysis import lasting, shared
 from traceprof.engine.optree import with_parents
 from traceprof.engine.peaks import canonical_dtype
 from traceprof.storage.store import Store
@@ -242,6 +242,7 @@ WHERE run_id = ? AND kind = 'cpu_op' AND name IN ({names})
 """
 
 
+@lasting
 @shared
 def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     """FLOPs of the leaf matmul/convolution/attention calls of a run, per call signature.

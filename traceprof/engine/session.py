@@ -94,8 +94,9 @@ def threads_from_env() -> int:
 #: the step account) the report and the summary run in a fresh process (``TRACEPROF_FRESH_EVENTS``
 #: sets it; ``traceprof.engine.findings``). On 8 ranks x 1 M events (7,984,000) that process peaks
 #: at 827-955 MiB, where in this one the light analyses' freed memory (about 500 MiB the allocators
-#: keep) lay under the heavy ones' own (972-1,338 MiB). The process costs about 1 s of CPU per group of
-#: heavy ones (its imports), which a smaller run, with little memory to free, would pay alone.
+#: keep) lay under the heavy ones' own (972-1,338 MiB). The process (one for every group of heavy
+#: ones) costs 0.5-1 s of CPU (its imports), which a smaller run, with little memory to free, would
+#: pay alone.
 FRESH_EVENTS = 2_000_000
 
 
@@ -172,12 +173,15 @@ class _Slot:
     meanwhile waits for it (the report runs analyses on two threads, and both may need the run's
     activity frame)."""
 
-    __slots__ = ("lock", "done", "value")
+    __slots__ = ("lock", "done", "value", "later")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()  # re-entrant: a helper asking for itself fails, not hangs
         self.done = False
         self.value: Any = None
+        #: Where the value comes from when first asked for, instead of computing it
+        #: (:meth:`Session.put_later`).
+        self.later: Callable[[], Any] | None = None
 
 
 class Session:
@@ -262,20 +266,16 @@ class Session:
         """The memo's value for ``key``, computing it with ``compute()`` once. An error
         ``compute`` raises is kept as the value when ``keep_errors`` (a TraceprofError, raised
         again to every caller), else raised and the entry left empty (the next caller tries again)."""
-        assert self.memo is not None
-        with self._lock:
-            slot = self.memo.get(key)
-            if slot is None:
-                slot = self.memo[key] = _Slot()
+        slot = self._slot(key)
         with slot.lock:
             if not slot.done:
                 try:
-                    slot.value = compute()
+                    slot.value = compute() if slot.later is None else slot.later()
                 except TraceprofError as e:
                     if not keep_errors:
                         raise
                     slot.value = e
-                slot.done = True
+                slot.done, slot.later = True, None
         if isinstance(slot.value, TraceprofError) and keep_errors:
             raise slot.value
         return slot.value
@@ -283,20 +283,35 @@ class Session:
     def holds(self, name: str, params: Any) -> bool:
         """Whether the memo holds analysis ``name``'s result (or error) with ``params``."""
         slot = None if self.memo is None else self.memo.get((_RESULT, name, params))
-        return slot is not None and slot.done
+        return slot is not None and (slot.done or slot.later is not None)
 
     def put(self, name: str, params: Any, result: FrameResult | TraceprofError) -> None:
         """Keep ``result`` (or the error it raised), computed elsewhere (the report's heavy analyses
         in a fresh process: ``traceprof.engine.findings``), as analysis ``name``'s with ``params``:
         a later call returns it (raises it) as if computed here. A value already kept stays."""
-        assert self.memo is not None
-        with self._lock:
-            slot = self.memo.get((_RESULT, name, params))
-            if slot is None:
-                slot = self.memo[(_RESULT, name, params)] = _Slot()
+        slot = self._slot((_RESULT, name, params))
         with slot.lock:
             if not slot.done:
-                slot.value, slot.done = result, True
+                slot.value, slot.done, slot.later = result, True, None
+
+    def put_later(self, name: str, params: Any, load: Callable[[], FrameResult | TraceprofError]) -> None:
+        """As :meth:`put`, the result (or error) to come from ``load()`` when first asked for: the
+        report's heavy analyses, computed in a fresh process, wait on disk meanwhile, out of this
+        process's memory while the light ones run (``traceprof.engine.findings``). A value already
+        kept stays."""
+        slot = self._slot((_RESULT, name, params))
+        with slot.lock:
+            if not slot.done:
+                slot.later = load
+
+    def _slot(self, key: Any) -> _Slot:
+        """The memo's entry for ``key``, added (empty) if it has none."""
+        assert self.memo is not None
+        with self._lock:
+            slot = self.memo.get(key)
+            if slot is None:
+                slot = self.memo[key] = _Slot()
+            return slot
 
     def release(self, key: Any) -> None:
         """Let go of the memo's value for ``key`` (a large intermediate whose last reader in this
@@ -315,15 +330,22 @@ class Session:
         helpers keep in the memo (``traceprof.engine.analysis.shared``: the activity frame, the
         replay's compute items, the collectives' arrivals) and the store's blocks DuckDB holds in
         its buffer pool (80-150 MiB on 8 ranks x 1 M events), so that what runs next starts as
-        if alone. A later caller computes the values again and DuckDB reads the blocks again.
+        if alone. A later caller computes the values again and DuckDB reads the blocks again. The
+        small values of the helpers marked ``lasting`` stay (``traceprof.engine.analysis.lasting``).
 
         Call it only while no other thread uses the session or the store (the report calls it
         before each group of its heavy analyses, which run alone: ``traceprof.engine.findings``):
         DuckDB's limit is lowered for a moment to empty its pool. Entries being computed are left
         alone."""
+        from traceprof.engine.analysis import is_lasting
+
         if self.memo is not None:
             with self._lock:
-                for key in [k for k, slot in self.memo.items() if slot.done and not _is_result(k)]:
+                for key in [
+                    k
+                    for k, slot in self.memo.items()
+                    if slot.done and not _is_result(k) and not is_lasting(k)
+                ]:
                     del self.memo[key]
         self.empty_buffer_pool()
 

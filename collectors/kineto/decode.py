@@ -360,8 +360,12 @@ _FIELDS = {f: operator.attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid"
 #: An event's (ph, cat, name, pid, tid), as one tuple.
 _ROW_KEY = operator.attrgetter(*_FIELDS)
 #: Distinct (ph, cat, name, pid, tid) combinations :class:`_Combos` holds at most (a trace with
-#: more, e.g. a distinct name per event, codes its later batches one field at a time).
+#: more codes its later batches one field at a time).
 _MAX_COMBOS = 1 << 16
+#: Combinations allowed whatever the events read so far; past it, once they are more than a quarter
+#: of those events (they do not repeat: e.g. a distinct name per event), the rest of the batches are
+#: coded one field at a time, which costs less then.
+_FEW_COMBOS = 4096
 
 
 class _Combos(dict[tuple[Any, ...], int]):
@@ -381,6 +385,7 @@ class _Combos(dict[tuple[Any, ...], int]):
         self.fields = fields
         self.per_field: list[list[int]] = [[] for _ in fields]  # of the combinations not in ``_tables`` yet
         self._tables = [_Growing(np.int32) for _ in fields]
+        self.used = True  # False once the combinations are too many (:data:`_FEW_COMBOS`)
 
     def __missing__(self, key: tuple[Any, ...]) -> int:
         code = self[key] = len(self)
@@ -591,7 +596,9 @@ def _decode(
             # strings as codes (names repeat: millions of events, thousands of names), the five
             # fields of an event through one lookup of their combination while combinations are few
             batch_codes = {}
-            if len(combos) <= _MAX_COMBOS:
+            if combos.used and len(combos) > min(_MAX_COMBOS, max(base // 4, _FEW_COMBOS)):
+                combos.used = False  # for good: combinations that do not repeat
+            if combos.used:
                 combo = _coded(map(_ROW_KEY, evs), combos, len(evs))
                 for f, table in zip(_FIELDS, combos.tables(), strict=True):
                     batch_codes[f] = table[combo]

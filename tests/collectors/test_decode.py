@@ -625,18 +625,21 @@ _COMBOS = [
 ] + [{"ph": "X", "ts": 99, "dur": 1}, {"ph": "X", "cat": "cpu_op", "name": "z", "ts": 100, "dur": 1}]
 
 
-@pytest.mark.parametrize("max_combos", [0, 3, None])
+@pytest.mark.parametrize(("max_combos", "few"), [(0, 0), (3, 3), (None, 1), (None, None)])
 @pytest.mark.parametrize("batch_bytes", [1, 300, 1 << 20])
 def test_string_codes_through_combinations_are_each_fields_own(
-    max_combos: int | None, batch_bytes: int, monkeypatch: pytest.MonkeyPatch
+    max_combos: int | None, few: int | None, batch_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The five string fields are coded through one lookup of their combination (a few hundred per
-    # trace), each batch past the cap field by field: the codes are those of coding each field on
+    # trace); past the cap, or once the combinations do not repeat (more than a quarter of the
+    # events read), the later batches field by field: the codes are those of coding each field on
     # its own (first occurrence order), whichever way each batch went.
     from traceprof.collectors.kineto import decode as dec
 
     if max_combos is not None:
         monkeypatch.setattr(dec, "_MAX_COMBOS", max_combos)
+    if few is not None:
+        monkeypatch.setattr(dec, "_FEW_COMBOS", few)
     events = _COMBOS
     d = decode(json.dumps({"traceEvents": events}).encode(), batch_bytes)
     assert d is not None

@@ -3,7 +3,7 @@ of the ingest (a performance change must store the same rows).
 
 Usage::
 
-    python scripts/store_rows.py OUT_DIR [--only NAME ...]   # OUT_DIR/<input>.txt: each table's rows, sorted
+    python scripts/store_rows.py OUT_DIR [--only NAME ...] [--all]   # OUT_DIR/<input>.txt: each table's rows, sorted
     python scripts/store_rows.py --compare OLD_DIR NEW_DIR    # the tables that differ; exit 1 if any
 
 Each input (the sample runs, and the Kineto folders and large files of ``../shared/corpus``) is ingested
@@ -29,9 +29,14 @@ CORPUS = REPO.parent / "shared" / "corpus"
 VOLATILE = {"runs": {"ingested_at"}, "baselines": {"added_at"}}
 
 
-def inputs() -> dict[str, Path]:
-    """Input name -> folder or file ingested as one run."""
+def inputs(every: bool = False) -> dict[str, Path]:
+    """Input name -> folder or file ingested as one run; with ``every``, also each ``../shared/cases``
+    folder and each ``corpus/hta`` folder."""
     out = {f"sample_{d.name}": d for d in sorted((REPO / "sample_traces").iterdir()) if d.is_dir()}
+    if every:
+        for root, tag in ((REPO.parent / "shared" / "cases", "case_"), (CORPUS / "hta", "hta_")):
+            if root.is_dir():
+                out.update({tag + d.name: d for d in sorted(root.iterdir()) if d.is_dir()})
     if CORPUS.is_dir():
         for f in sorted(CORPUS.rglob("*.json.gz")):
             if f.stat().st_size > 1 << 20:  # the large real traces, one run each
@@ -71,6 +76,7 @@ def main() -> None:
     ap.add_argument("out", nargs="?", type=Path)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--all", action="store_true", help="also every ../shared/cases and corpus/hta folder")
     a = ap.parse_args()
     if a.compare:
         old, new = a.compare
@@ -86,7 +92,7 @@ def main() -> None:
         sys.exit(1 if bad else 0)
     a.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, src in inputs().items():
+        for name, src in inputs(a.all).items():
             if a.only and name not in a.only:
                 continue
             db = Path(tmp) / f"{name}.duckdb"

@@ -20,7 +20,10 @@ sizes of the raw args are converted a whole column at a time in C:
      an exponent Arrow rejects, or a non-number sends that batch's times through
      ``timeconv.us_text_to_ns`` one at a time (half-to-even rounding, same results).
   4. ``pid``/``tid`` keep their text (a JSON string without its quotes); args are kept as their
-     JSON text.
+     JSON text (with ``stored``, only for the events whose phase may be stored: flows' and
+     metadata's texts would be copied only to be dropped).
+  5. The five string fields are coded (:class:`Strs`) through one dictionary lookup of the event's
+     (ph, cat, name, pid, tid) combination (:class:`_Combos`).
 
 Anything the typed decode does not accept (an id that is not an integer, a non-string name) makes
 :func:`decode` return None for the whole document, and the caller uses its general per-event path.
@@ -32,6 +35,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Annotated, Any, cast
 
 import msgspec
@@ -140,7 +144,13 @@ class Decoded:
             (value 0 then).
         negative_dur: Index -> the text of a ``dur`` below 0 (the general loop's message quotes it).
         args: The ``args`` object's JSON text ("{}" when absent), an Arrow string column (one
-            chunk per batch: no Python object per event).
+            chunk per batch: no Python object per event); of the rows ``args_rows`` marks only,
+            when it is set.
+        args_rows: None (``args`` has a text per event), or whether each event's text is in ``args``:
+            :func:`decode`'s ``stored`` left out the texts of the events whose phase is never
+            stored (flows, metadata), so that they are not copied again to be dropped.
+        meta_args: With ``args_rows``: the args text of each ``process_name`` / ``thread_name``
+            metadata event, by index (:func:`rows` reads their names).
         correlation, external_id, device, stream: Integer args (int64), missing when absent.
         lanes_plain: False when some pid/tid is a float (then ``str()`` of it differs from the text).
         loose_ids: (index, column, value) of each id arg written as a string or a float that is
@@ -168,6 +178,8 @@ class Decoded:
     lanes_plain: bool = True
     spill_dir: str | None = None
     loose_ids: list[tuple[int, str, Any]] = field(default_factory=list)
+    args_rows: np.ndarray | None = None
+    meta_args: dict[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ph)
@@ -349,6 +361,51 @@ def _coded(values: Iterable[Any], codes: dict[Any, int], n: int) -> np.ndarray:
 
 
 _FIELDS = {f: operator.attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid")}
+#: An event's (ph, cat, name, pid, tid), as one tuple.
+_ROW_KEY = operator.attrgetter(*_FIELDS)
+#: Distinct (ph, cat, name, pid, tid) combinations :class:`_Combos` holds at most (a trace with
+#: more codes its later batches one field at a time).
+_MAX_COMBOS = 1 << 16
+#: Combinations allowed whatever the events read so far; past it, once they are more than a quarter
+#: of those events (they do not repeat: e.g. a distinct name per event), the rest of the batches are
+#: coded one field at a time, which costs less then.
+_FEW_COMBOS = 4096
+
+
+class _Combos(dict[tuple[Any, ...], int]):
+    """An event's (ph, cat, name, pid, tid) -> the code of that combination (the next code when
+    new), and for each field the code its value has in the field's own codes (``fields``, in
+    :data:`_FIELDS`' order), kept per combination in ``per_field``.
+
+    One dictionary lookup per event codes all five fields: a trace has few combinations
+    (``hta/df_index_resolver``: 191 for 216 k events), and the per-field codes of a batch are then
+    taken from small tables (:meth:`tables`). The per-field codes are given in the order the values
+    first occur, as coding each field on its own gives them (a value first met is in a combination
+    first met).
+    """
+
+    def __init__(self, fields: list[dict[Any, int]]) -> None:
+        super().__init__()
+        self.fields = fields
+        self.per_field: list[list[int]] = [[] for _ in fields]  # of the combinations not in ``_tables`` yet
+        self._tables = [_Growing(np.int32) for _ in fields]
+        self.used = True  # False once the combinations are too many (:data:`_FEW_COMBOS`)
+
+    def __missing__(self, key: tuple[Any, ...]) -> int:
+        code = self[key] = len(self)
+        for codes, value, out in zip(self.fields, key, self.per_field, strict=True):
+            out.append(codes[value])
+        return code
+
+    def tables(self) -> list[np.ndarray]:
+        """Per field, the code of its value in each combination (index: the combination's code)."""
+        for table, new in zip(self._tables, self.per_field, strict=True):
+            if new:
+                table.add(np.asarray(new, np.int32))
+                new.clear()
+        return [table.a[: table.n] for table in self._tables]
+
+
 _RAW = {f: operator.attrgetter(f) for f in ("ts", "dur", "args")}  # the raw-text fields
 
 
@@ -433,8 +490,32 @@ def _text_column(
     )
 
 
+#: The metadata events whose args :func:`rows` reads (``ph`` "M"): their names.
+_META_NAMES = ("process_name", "thread_name")
+
+
+def _meta_args(
+    out: dict[int, str],
+    raw_args: list[msgspec.Raw],
+    base: int,
+    codes: dict[str, np.ndarray],
+    str_codes: dict[str, _Codes],
+) -> None:
+    """Add the args texts of a batch's ``process_name`` / ``thread_name`` metadata events to ``out``
+    (event index -> text); ``codes``: the batch's ph and name codes, ``str_codes`` the distinct values."""
+    m, names = str_codes["ph"].get("M"), [str_codes["name"].get(n) for n in _META_NAMES]
+    if m is None or names == [None, None]:
+        return
+    meta = (codes["ph"] == m) & np.isin(codes["name"], [n for n in names if n is not None])
+    for i in np.flatnonzero(meta).tolist():
+        out[base + i] = bytes(raw_args[i]).decode()
+
+
 def decode(
-    data: bytes | Iterable[bytes], batch_bytes: int = BATCH_BYTES, spill_dir: str | None = None
+    data: bytes | Iterable[bytes],
+    batch_bytes: int = BATCH_BYTES,
+    spill_dir: str | None = None,
+    stored: Callable[[str], bool] | None = None,
 ) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
@@ -444,6 +525,9 @@ def decode(
         batch_bytes: JSON text decoded at once.
         spill_dir: Where the args text goes when large (``traceprof.core.spill``; None: the system's
             temporary folder).
+        stored: Whether events of a phase (``ph``) may be stored (called once per distinct phase);
+            the args texts of the others are left out of ``args`` (:attr:`Decoded.args_rows`).
+            None: every text is kept.
 
     Returns:
         The columns, or None when the document needs the general decoder: it does not have the
@@ -451,7 +535,7 @@ def decode(
         typed structs (an id arg that is not an integer, a ``name`` that is not a string).
     """
     try:
-        return _decode(data, batch_bytes, spill_dir)
+        return _decode(data, batch_bytes, spill_dir, stored)
     except RecursionError:  # nested too deeply for msgspec: the general decoder reports it
         return None
 
@@ -482,7 +566,12 @@ class _Growing:
         return out
 
 
-def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | None) -> Decoded | None:
+def _decode(
+    data: bytes | Iterable[bytes],
+    batch_bytes: int,
+    spill_dir: str | None,
+    stored: Callable[[str], bool] | None,
+) -> Decoded | None:
     batches = _Split(data, batch_bytes)
     out = Decoded(top={}, spill_dir=spill_dir)
     times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {
@@ -494,6 +583,9 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
     value_codes["pid"] = _LaneCodes(str_codes["pid"])
     value_codes["tid"] = _LaneCodes(str_codes["tid"])
     str_cols = {f: _Growing(np.int8) for f in _FIELDS}
+    combos = _Combos([value_codes[f] for f in _FIELDS])
+    args_rows = None if stored is None else _Growing(np.bool_)
+    ph_stored: list[bool] = []  # per ph code: stored(ph)
     rows = 0
     args = TextSpill(spill_dir)  # on disk when large (traceprof.core.spill)
     ids = {col: (_Growing(np.int64), _Growing(np.bool_)) for col in _ID_COLS}
@@ -505,9 +597,20 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
             rows += len(evs)
             if isinstance(evs, _FloatLanes):
                 out.lanes_plain = False  # str() of a float differs from its text
-            # strings as codes (names repeat: millions of events, thousands of names)
-            for f, get in _FIELDS.items():
-                codes = _coded(map(get, evs), value_codes[f], len(evs))
+            # strings as codes (names repeat: millions of events, thousands of names), the five
+            # fields of an event through one lookup of their combination while combinations are few
+            batch_codes = {}
+            if combos.used and len(combos) > min(_MAX_COMBOS, max(base // 4, _FEW_COMBOS)):
+                combos.used = False  # for good: combinations that do not repeat
+            if combos.used:
+                combo = _coded(map(_ROW_KEY, evs), combos, len(evs))
+                for f, table in zip(_FIELDS, combos.tables(), strict=True):
+                    batch_codes[f] = table[combo]
+                del combo
+            else:
+                for f, get in _FIELDS.items():
+                    batch_codes[f] = _coded(map(get, evs), value_codes[f], len(evs))
+            for f, codes in batch_codes.items():
                 str_cols[f].add(codes.astype(code_type(len(str_codes[f])), copy=False))
             for col in ("ts", "dur"):
                 raw = list(map(_RAW[col], evs))
@@ -520,7 +623,16 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
                 times[f"{col}_ok"].add(ok)
             raw_args = list(map(_RAW["args"], evs))
             del evs
-            args.add(_text_column(raw_args))
+            if stored is None or args_rows is None:
+                args.add(_text_column(raw_args))
+            else:
+                ph_stored += map(stored, list(str_codes["ph"])[len(ph_stored) :])
+                keep = np.asarray(ph_stored, bool)[batch_codes["ph"]]
+                _meta_args(out.meta_args, raw_args, base, batch_codes, str_codes)
+                args.add(_text_column(raw_args if keep.all() else list(compress(raw_args, keep.tolist()))))
+                args_rows.add(keep)
+                del keep
+            del batch_codes
             ids_text = b"[" + b",".join(raw_args) + b"]"
             del raw_args
             try:
@@ -553,6 +665,7 @@ def _decode(data: bytes | Iterable[bytes], batch_bytes: int, spill_dir: str | No
         return None
     out.top = batches.top
     out.args = args.finish()
+    out.args_rows = None if args_rows is None else args_rows.finish()
     spill.release()  # the spill file's pages, read back while its chunks were assembled
     for f in _FIELDS:
         setattr(out, f, Strs(str_cols[f].finish(), list(str_codes[f])))
@@ -700,12 +813,12 @@ def rows(
         if "M" in d.ph.values and "process_name" in d.name.values:
             meta = d.ph.isin({"M"}) & d.name.isin({"process_name"})
             for i in np.flatnonzero(meta).tolist():
-                names[d.pid[i] or ""] = str(args_dict(d.args[i].as_py()).get("name", ""))
+                names[d.pid[i] or ""] = str(args_dict(_args_text(d, i)).get("name", ""))
         if "M" in d.ph.values and "thread_name" in d.name.values:
             meta = d.ph.isin({"M"}) & d.name.isin({"thread_name"})
             for i in np.flatnonzero(meta).tolist():
                 threads[f"{d.pid[i] or ''}/{d.tid[i] or ''}"] = str(
-                    args_dict(d.args[i].as_py()).get("name", "")
+                    args_dict(_args_text(d, i)).get("name", "")
                 )
 
     def take(col: Any) -> Any:
@@ -715,6 +828,10 @@ def rows(
     if d.loose_ids:  # rare: the events kept, and a device or stream only where it is read
         on_gpu = kind.isin(gpu_kinds)
         loose = [x for x in d.loose_ids if keep[x[0]] and (x[1] not in _LANE_COLS or on_gpu[x[0]])]
+    # the args of the kept rows: ``d.args`` holds those of the rows ``d.args_rows`` marks, if set
+    args_keep = keep if d.args_rows is None else keep[d.args_rows]
+    if d.args_rows is not None and int(np.count_nonzero(args_keep)) != kept:
+        return None  # a kept row without its args text (``stored`` said its phase is never stored)
 
     # Each decoded column is dropped from ``d`` once taken (``d`` is not read again, bar ``len``),
     # and nothing is copied when every row is kept, so a column is held once, not twice.
@@ -749,7 +866,7 @@ def rows(
         "stream": stream,
         "correlation": take(d.correlation),
         "external_id": take(d.external_id),
-        "args": d.args if kept == n else _filter_chunks(d, keep),
+        "args": d.args if args_keep.all() else _filter_chunks(d, args_keep),
         "flag": Strs.none(kept),
         "raw_dur_ns": Ints.missing(kept),
     }
@@ -812,8 +929,14 @@ def _kinds(d: Decoded, kind_of: Callable[[str, str, str], str | None]) -> tuple[
 _DENSE_KEYS = 1 << 26
 
 
+def _args_text(d: Decoded, i: int) -> str:
+    """The args text of event ``i``, a metadata event (:attr:`Decoded.meta_args` when ``d.args``
+    holds only the texts of the stored phases)."""
+    return d.meta_args[i] if d.args_rows is not None else d.args[i].as_py()
+
+
 def _filter_chunks(d: Decoded, keep: np.ndarray) -> pa.ChunkedArray:
-    """``d.args`` without the rows ``keep`` is False for, a chunk at a time: each chunk is dropped
+    """``d.args`` without the rows ``keep`` (one per text in ``d.args``) is False for, a chunk at a time: each chunk is dropped
     from ``d`` once filtered, so the args text is held about once, not twice (and a large column
     is written to disk again, ``traceprof.core.spill``)."""
     chunks, d.args = list(d.args.chunks), pa.chunked_array([], pa.string())

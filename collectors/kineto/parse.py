@@ -228,6 +228,12 @@ def _kind_of_text(ph: str, cat: str, name: str) -> str | None:
     return _kind(_Event(ph=ph, cat=cat, name=name))
 
 
+def _stored_phase(ph: str) -> bool:
+    """Whether events of phase ``ph`` may be stored (:func:`_kind` is None for the others, whatever
+    their category and name: flows, metadata, unknown phases)."""
+    return _kind_of_text(ph, "", "") is not None
+
+
 def _lane(v: Any) -> str:
     return "" if v is None else str(v)
 
@@ -337,7 +343,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     # values, invalid UTF-8), which reads the file whole.
     src = _Source(p, options.max_inflate_ratio)
     try:
-        decoded = decode_columns(src.stream, spill_dir=options.spill_dir)
+        decoded = decode_columns(src.stream, spill_dir=options.spill_dir, stored=_stored_phase)
     except NotUtf8:
         decoded = None
     doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)

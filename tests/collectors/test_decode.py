@@ -677,3 +677,149 @@ def test_a_kernel_launched_by_a_comm_op_is_comm_with_the_hint_read_on_cpu_rows(t
         zip(pt.events.column("name").to_pylist(), pt.events.column("class").to_pylist(), strict=True)
     )
     assert (classes["custom_ring_kernel"], classes["gemm_kernel"]) == ("comm", "compute")
+
+
+def _first_seen_codes(texts: list[str]) -> tuple[list[int], list[str]]:
+    """The reference coding of a string column: each distinct value's code is its rank by first occurrence."""
+    values = list(dict.fromkeys(texts))
+    at = {v: i for i, v in enumerate(values)}
+    return [at[t] for t in texts], values
+
+
+#: Events whose (ph, cat, name, pid, tid) combinations repeat and interleave, with values of each
+#: field first met in a new combination, int and string lanes of the same text, and absent fields.
+_COMBOS = [
+    {"ph": ph, "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": i, "dur": 1}
+    for i, (ph, cat, name, pid, tid) in enumerate(
+        [
+            ("X", "cpu_op", "a", 1, 1),
+            ("X", "kernel", "k", 0, 7),
+            ("X", "cpu_op", "a", 1, 1),
+            ("i", "cpu_op", "a", "1", 2),
+            ("X", "cpu_op", "b", 1, "1"),
+            ("X", "kernel", "k", 0, 8),
+            ("X", "cpu_op", "a", 1, 1),
+            ("C", "counter", "c", 2, 1),
+            ("X", "kernel", "k2", 0, 7),
+        ]
+        * 3
+    )
+] + [{"ph": "X", "ts": 99, "dur": 1}, {"ph": "X", "cat": "cpu_op", "name": "z", "ts": 100, "dur": 1}]
+
+
+@pytest.mark.parametrize(("max_combos", "few"), [(0, 0), (3, 3), (None, 1), (None, None)])
+@pytest.mark.parametrize("batch_bytes", [1, 300, 1 << 20])
+def test_string_codes_through_combinations_are_each_fields_own(
+    max_combos: int | None, few: int | None, batch_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The five string fields are coded through one lookup of their combination (a few hundred per
+    # trace); past the cap, or once the combinations do not repeat (more than a quarter of the
+    # events read), the later batches field by field: the codes are those of coding each field on
+    # its own (first occurrence order), whichever way each batch went.
+    from traceprof.collectors.kineto import decode as dec
+
+    if max_combos is not None:
+        monkeypatch.setattr(dec, "_MAX_COMBOS", max_combos)
+    if few is not None:
+        monkeypatch.setattr(dec, "_FEW_COMBOS", few)
+    events = _COMBOS
+    d = decode(json.dumps({"traceEvents": events}).encode(), batch_bytes)
+    assert d is not None
+    for f in ("ph", "cat", "name", "pid", "tid"):
+        texts = ["" if e.get(f) is None else str(e[f]) for e in events]
+        codes, values = _first_seen_codes(texts)
+        col = getattr(d, f)
+        assert (col.codes.tolist(), col.values) == (codes, values), f
+
+
+def _with_flows_and_metadata(n: int) -> bytes:
+    """A trace with flows, metadata (process and thread names, a sort index) and a malformed time
+    among stored events, in any order."""
+    events: list[dict[str, object]] = []
+    for i in range(n):
+        events += [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"op{i % 3}",
+                "pid": 1,
+                "tid": 2,
+                "ts": i,
+                "dur": 1,
+                "args": {"External id": i},
+            },
+            {
+                "ph": "s",
+                "id": i,
+                "pid": 1,
+                "tid": 2,
+                "ts": i,
+                "cat": "ac2g",
+                "name": "ac2g",
+                "args": {"x": i},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": i,
+                "dur": 1,
+                "args": {"correlation": i, "External id": i},
+            },
+            {"ph": "f", "id": i, "pid": 0, "tid": 7, "ts": i, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        ]
+        if i % 4 == 1:
+            events += [
+                {"ph": "M", "name": "process_name", "pid": i, "tid": 0, "args": {"name": f"p{i}"}},
+                {"ph": "M", "name": "thread_name", "pid": i, "tid": 3, "args": {"name": f"t{i}"}},
+                {"ph": "M", "name": "process_sort_index", "pid": i, "args": {"sort_index": i}},
+            ]
+        if i == 5:
+            events.append(
+                {"ph": "X", "cat": "cpu_op", "name": "bad", "pid": 1, "tid": 2, "ts": "x", "dur": 1}
+            )
+    return json.dumps({"baseTimeNanoseconds": 1000, "traceEvents": events}).encode()
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 700, 1 << 20])
+@pytest.mark.parametrize("n", [1, 12])
+def test_args_of_phases_never_stored_are_left_out_with_the_same_rows(batch_bytes: int, n: int) -> None:
+    # decode(stored=...) keeps the args texts of the events whose phase may be stored only (flows'
+    # and metadata's were copied to be dropped again), and the names of the process and thread
+    # metadata aside: decode.rows() builds the same rows, names and counts as from every text.
+    from traceprof.collectors.kineto import decode as dec
+    from traceprof.collectors.kineto._values import args_dict
+
+    data = _with_flows_and_metadata(n)
+    events = json.loads(data)["traceEvents"]
+    every = decode(data, batch_bytes)
+    some = decode(data, batch_bytes, stored=_PARSE._stored_phase)
+    assert every is not None and some is not None and every.args_rows is None
+    kept = [e["ph"] not in ("s", "f", "M") for e in events]
+    assert some.args_rows is not None and some.args_rows.tolist() == kept
+    texts = every.args.to_pylist()
+    assert some.args.to_pylist() == [t for t, k in zip(texts, kept, strict=True) if k]
+    named = {
+        i for i, e in enumerate(events) if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")
+    }
+    assert some.meta_args == {i: texts[i] for i in sorted(named)}
+    rows = [dec.rows(d, 1000, _PARSE._kind_of_text, _PARSE._GPU_KINDS, args_dict) for d in (every, some)]
+    assert rows[0] is not None and rows[1] is not None
+    a, b = rows
+    assert (a.skipped, a.rejected, a.process_names, a.thread_names) == (
+        b.skipped,
+        b.rejected,
+        b.process_names,
+        b.thread_names,
+    )
+    assert a.rejected == ({"bad time: not a number: '\"x\"'": 1} if n > 5 else {})  # the one bad ts
+    assert list(a.src_index) == list(b.src_index)
+    assert a.cols.keys() == b.cols.keys()
+    for k in a.cols:
+        x, y = a.cols[k], b.cols[k]
+        if k == "args":
+            assert x.to_pylist() == y.to_pylist()
+        else:
+            assert list(x) == list(y), k

@@ -112,3 +112,33 @@ def test_a_failed_ingest_and_other_commands_exit_as_usual(tmp_path):
         tmp_path, "ingest", str(trace), "--db", str(tmp_path / "p.duckdb"), profiled=True
     )
     assert p.returncode == 0 and teardown, p.stderr
+
+
+def test_an_ingest_collects_cycles_less_often_and_restores_the_settings(tmp_path, monkeypatch):
+    # The ingest command runs with the collector's thresholds of cli.INGEST_GC_THRESHOLD (the
+    # default ones traversed the imported modules and the parse's columns 127 times), and leaves
+    # Python's own for whatever runs next in the process; another command keeps Python's.
+    import gc
+    import importlib
+
+    from traceprof import cli
+
+    kineto = importlib.import_module("traceprof.collectors.kineto")  # its parse(), called by the collector
+
+    seen: list[tuple[int, int, int]] = []
+    real = kineto.parse
+    monkeypatch.setattr(kineto, "parse", lambda *a, **k: seen.append(gc.get_threshold()) or real(*a, **k))
+    before = gc.get_threshold()
+    assert before != cli.INGEST_GC_THRESHOLD
+    trace, db = _trace(tmp_path / "job"), tmp_path / "s.duckdb"
+    for argv in (["ingest", str(trace), "--db", str(db)], ["runs", "--db", str(db)]):
+        monkeypatch.setattr(sys, "argv", ["traceprof", *argv])
+        try:
+            cli.main()
+        except SystemExit as e:
+            assert not e.code, e.code
+        assert gc.get_threshold() == before
+    assert seen == [cli.INGEST_GC_THRESHOLD]
+    assert [
+        r[0] for r in duckdb.connect(str(db), read_only=True).execute("SELECT name FROM runs").fetchall()
+    ] == ["job"]

@@ -143,7 +143,10 @@ def _beyond_waits(inp: FindingsInput, st: FrameResult, named: list[int]) -> pl.D
     w = waits.with_columns((pl.col("arrival_ns") + pl.col("wait_ns")).alias("last_ns"))
     given = inp.params.get("overlap")
     hta = bool(make_params(SPEC, None, given).hta) if given else False
-    act = activity(inp.store, inp.run_id, hta=hta, columns=_ACTIVITY)
+    # only the communication and compute rows, the columns exposed_comm reads (overlap's run may
+    # have let go of its frame by now)
+    cols = ("rank", "class", "start_ns", "end_ns", "step")
+    act = activity(inp.store, inp.run_id, hta=hta, columns=cols, classes=("comm", "compute"))
     return _waits.beyond_waits(exposed_comm(act, ["rank"]), w, named)
 
 

@@ -170,7 +170,8 @@ def _straggler_findings(
                 if alone and alone > 1
                 else None
             )
-            waited = f"the others waited {ms(r['wait_caused_ns'])} in total"
+            # wall clock: a waiting rank's overlapping waits (concurrent collectives) count once
+            waited = f"the others waited {ms(r['wait_caused_ns'])} in total (wall clock)"
             late = f"median {ms(r['median_lateness_ns'])} late" + (
                 f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else ""
             )

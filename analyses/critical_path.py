@@ -36,9 +36,9 @@ Algorithm:
      ended early where the copy ends before; transfer X = [max(work start, last arrival), end).
      Transfer T = X ∪ (K - W).
   3. Precedence: compute keeps C; transfer T - C; memory M - C - T; wait W - C - T - M
-     (``intervals.remove``). Each is first cut into per-op pieces (``intervals.tile``: in start
-     order an interval keeps the part past the earlier ones), so every piece names its op,
-     kernel or collective.
+     (``intervals.remove``; W and X: ``traceprof.analyses._waits``). Each is first cut into
+     per-op pieces (``intervals.tile``: in start order an interval keeps the part past the
+     earlier ones), so every piece names its op, kernel or collective.
   4. What is left of the rank's time are gaps between pieces. A gap is host-bound when the work
      that ends it was launched after it began (``traceprof.analyses.idle.host_wait``, HTA's host-wait rule
      on the rank's merged timeline; a CPU row and a CPU rank's arrival are their own launch, so a
@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceprof.analyses import _replay
+from traceprof.analyses import _replay, _waits
 from traceprof.analyses._common import named_ranks, step_windows
 from traceprof.analyses.idle import host_wait
 from traceprof.analyses.stragglers import per_rank_instance
@@ -242,16 +242,9 @@ def _collective_parts(
         pl.col("last_rank").alias("peer"),
         pl.col("op").fill_null("collective").alias("name"),
     )
-    wait = w.with_columns(
-        pl.col("arrival_ns").alias("start_ns"),
-        pl.min_horizontal("last_ns", pl.coalesce("end_ns", "last_ns")).alias("end_ns"),
-    )
-    xfer = w.filter(pl.col("end_ns").is_not_null()).with_columns(
-        pl.max_horizontal(pl.coalesce("start_ns", "arrival_ns"), "last_ns").alias("start_ns")
-    )
     return (
-        _piece(wait).filter(pl.col("end_ns") > pl.col("start_ns")),
-        _piece(xfer).filter(pl.col("end_ns") > pl.col("start_ns")),
+        _piece(_waits.wait_spans(w)),  # the one definition: stragglers' wall-clock waits read it too
+        _piece(_waits.transfer_spans(w)),
         source,
         int(w["instance_id"].n_unique()),
     )

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.analyses import _common
+from traceprof.analyses import _common, _waits
 from traceprof.core import columns as rc
 from traceprof.core.names import shorten
 from traceprof.core.schema import Column
 from traceprof.engine.activity import (
+    activity,
     excluded_note,
     exposed_comm,
     graph_level_notes,
@@ -43,6 +44,7 @@ from traceprof.engine.analysis import (
     RunParams,
     Topic,
     Verdict,
+    make_params,
     register,
 )
 from traceprof.engine.intervals import class_measures
@@ -154,9 +156,30 @@ def untraced_comm_note(store: Store, run_id: int) -> str | None:
     )
 
 
+def _beyond_waits(inp: FindingsInput, st: FrameResult, named: list[int]) -> pl.DataFrame:
+    """Per rank, its exposed communication beyond its waits for the ``named`` stragglers (ns):
+    the exposed-communication intervals (overlap's, with the run's ``-p overlap.hta``) minus the
+    wall-clock union of the rank's waits (``stragglers``' ``waits``: own arrival to the last
+    arrival) at the instances a named rank arrived last at, less what is transfer of another
+    collective (``traceprof.analyses._waits.beyond_waits``; ``critical_path``'s precedence).
+    Frame rank, beyond_ns; a rank with none left is absent."""
+    waits = st.frames()["waits"].join(
+        st.frames()["instances"].select("instance_id", "last_rank"), on="instance_id", how="left"
+    )
+    w = waits.with_columns((pl.col("arrival_ns") + pl.col("wait_ns")).alias("last_ns"))
+    given = inp.params.get("overlap")
+    hta = bool(make_params(SPEC, None, given).hta) if given else False
+    # only the communication and compute rows, the columns exposed_comm reads (overlap's run may
+    # have let go of its frame by now)
+    cols = ("rank", "class", "start_ns", "end_ns", "step")
+    act = activity(inp.store, inp.run_id, hta=hta, columns=cols, classes=("comm", "compute"))
+    return _waits.beyond_waits(exposed_comm(act, ["rank"]), w, named)
+
+
 def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The communication topic: exposed communication, median over ranks, with the worst rank and
-    ``gaps``' largest cause; beyond the waits for a straggler ``stragglers`` names (its cost)."""
+    ``gaps``' largest cause; where ``stragglers`` names a straggler, the exposed communication
+    beyond the waits for it (:func:`_beyond_waits`, wall clock: the waits are its cost)."""
     res = inp.results
     ov = res.get("overlap")
     if ov is None or ov.frame.is_empty() or "exposed_comm_pct" not in ov.frame.columns:
@@ -196,15 +219,12 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
     )
     cost = median
     st = res.get("stragglers")
-    if st is not None and _common.named_ranks(res) and "wait_ns" in st.frame.columns:
+    if st is not None and _common.named_ranks(res) and "waits" in st.frames():
         # Waiting at a collective for a late peer shows as exposed communication: it is the
         # straggler's cost (counted there), so only the exposed time beyond it costs here.
-        own = df.join(st.frame.select("rank", "wait_ns"), on="rank", how="left").select(
-            (
-                100.0
-                * (pl.col("exposed_comm_ns") - pl.col("wait_ns").fill_null(0)).clip(0)
-                / pl.col("window_ns")
-            ).median()
+        beyond = _beyond_waits(inp, st, _common.named_ranks(res))
+        own = df.join(beyond, on="rank", how="left").select(
+            (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
         )
         cost = float(own.item() or 0.0)
         named = ", ".join(map(str, _common.named_ranks(res)))

@@ -13,7 +13,9 @@ provides):
      also finish before its receiver arrives). Such rows are flagged
      (``end_before_last_arrival``), counted in a note, and their transfer is clipped to 0.
      When only some ranks of the job were traced, everything is among the traced ranks (a note
-     says so): waits are lower bounds, transfers upper bounds.
+     says so): waits are lower bounds, transfers upper bounds. A rank's waits at collectives
+     that run at the same time (DDP's buckets) overlap: per rank they count as wall-clock time,
+     the union of [arrival, last arrival) (``wait_ns``, ``traceprof.analyses._waits``), never a sum.
   3. Per rank: the instances it arrived last at (``last_count``: strictly last; an instance where
      several ranks share the latest arrival is a tie, ``tie_count``, and credits nobody); the
      chance of that under no straggler (each of an instance's n ranks last with probability 1/n;
@@ -21,7 +23,8 @@ provides):
      among the instances with one last rank (ties are left out of the test: a rank stalled in one
      step of 20, last at its 4 collectives where the other 76 are ties, has p = 0.25^4 = 0.004,
      not 1);
-     the wait it caused (the other ranks' waits at the instances where it was last) and its
+     the wait it caused (``wait_caused_ns``: per other rank the union of its waits at the
+     instances where it was last, summed over those ranks: wall-clock time) and its
      hold-up (``holdup_ns``: the union over those instances of [next latest arrival, its
      arrival], the time the job waited for it alone), also as % of the time the instances
      cover (``holdup_pct``: the median step time x the steps they lie in; the span of the
@@ -80,7 +83,7 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from traceprof.analyses import _cause, _common, _replay
+from traceprof.analyses import _cause, _common, _replay, _waits
 from traceprof.analyses._cause import binom_sf
 from traceprof.analyses._stragglers_topic import topic
 from traceprof.core import columns as rc
@@ -253,7 +256,11 @@ SPEC = Analysis(
                 "late_pct", "median_lateness_ns, % of the pace (median time between consecutive arrivals)"
             ),
             rc.pct("late_step_pct", "median_lateness_ns, % of the median step"),
-            rc.ns("wait_caused_ns", "The other ranks' waits at the instances it arrived last at"),
+            rc.ns(
+                "wait_caused_ns",
+                "Wall-clock wait it caused: per other rank the union of its waits at the instances "
+                "this rank arrived last at, summed over those ranks",
+            ),
             rc.ns(
                 "holdup_ns",
                 "Union over those instances of [next latest arrival, its arrival]: the job "
@@ -265,7 +272,11 @@ SPEC = Analysis(
                 "What its delays cost the job, % of step time: the what-if replay with only its "
                 "recorded times (or host gaps) put back, alone S - 1 (holdup_pct where the replay cannot run)",
             ),
-            rc.ns("wait_ns", "Time it waited for others, summed"),
+            rc.ns(
+                "wait_ns",
+                "Wall-clock time it waited for others: the union of its waits (arrival to the last "
+                "arrival, ended at its own end), at most its window",
+            ),
             rc.ns("transfer_ns", "Median transfer (end - last arrival, >= 0)"),
             rc.ns("compute_ns", "Median compute time per step"),
             rc.ratio("compute_z", "Robust z-score of compute_ns against the median rank"),
@@ -338,10 +349,12 @@ SPEC = Analysis(
             rc.STEP,
             rc.RANK,
             rc.ns("arrival_ns", "Its arrival (CPU enqueue, or NCCL kernel start)"),
-            rc.ns("wait_ns", "Last arrival - its arrival"),
+            rc.ns("wait_ns", "Last arrival - its arrival (this instance alone)"),
             rc.ns("arrival_offset_ns", "Its arrival - the median arrival (signed: negative = early)"),
             rc.ns("lateness_ns", "max(arrival_offset_ns, 0)"),
             rc.ns("transfer_ns", "Its end - the last arrival, clipped at 0"),
+            rc.ns("start_ns", "Start of its work (NCCL kernel, gloo op); null when unknown"),
+            rc.ns("end_ns", "Its end; null when the source records none"),
             rc.flag(
                 "end_before_last_arrival",
                 "Its end precedes the last arrival (transfer clipped): a wrong match or clock",
@@ -396,12 +409,6 @@ def run(store: Store, params: Params) -> Result:
         .sort("instance_id")
     )
     is_last = pl.col("last_rank") == pl.col("rank")
-    caused = (
-        w.filter(pl.col("rank") != pl.col("last_rank"))
-        .group_by("last_rank")
-        .agg(pl.col("wait_ns").sum().alias("wait_caused_ns"))
-        .rename({"last_rank": "rank"})
-    )
     steps = run_steps(
         store,
         run_id,
@@ -439,10 +446,10 @@ def run(store: Store, params: Params) -> Result:
             .fill_null(0)
             .alias("_max_hold_ns"),
             _common.whole_ns(pl.col("lateness_ns").median()).alias("median_lateness_ns"),
-            pl.col("wait_ns").sum().alias("wait_ns"),
             _common.whole_ns(pl.col("transfer_ns").median()),
         )
-        .join(caused, on="rank", how="left")
+        .join(_waits.wall_waits(w), on="rank", how="left")  # wall clock: concurrent waits count once
+        .join(_waits.wall_caused(w), on="rank", how="left")
         .join(comp_rank, on="rank", how="left")
         .join(_holdup(w), on="rank", how="left")
         .with_columns(pl.col("holdup_ns").fill_null(0))
@@ -461,6 +468,7 @@ def run(store: Store, params: Params) -> Result:
         ),
         (100.0 * pl.col("holdup_ns") / covered if covered else pl.lit(0.0)).alias("holdup_pct"),
         pl.col("wait_caused_ns").fill_null(0),
+        pl.col("wait_ns").fill_null(0),
         _robust_z(pl.col("compute_ns")).alias("compute_z"),
     )
     split = _split_windows(w, comp, steps.select("rank", "step", "step_start_ns"))
@@ -560,6 +568,8 @@ def run(store: Store, params: Params) -> Result:
         "arrival_offset_ns",
         "lateness_ns",
         "transfer_ns",
+        "start_ns",
+        "end_ns",
         "end_before_last_arrival",
     ).sort("instance_id", "rank")
     notes = [
@@ -936,7 +946,7 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         own = "" if not r["_suspect"] else f"; {_floor_text(r, params)}"
         evidence = (
             f"straggler: {_figures(r)}{spike}, making the others wait "
-            f"{r['wait_caused_ns'] / 1e6:.1f} ms in total; compute z = {_z_text(r['compute_z'])}; before those "
+            f"{r['wait_caused_ns'] / 1e6:.1f} ms in total (wall clock, summed over the waiting ranks); compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {cx / 1e6:+.1f} ms compute, {mx / 1e6:+.1f} ms communication, {ox / 1e6:+.1f} ms "
             f"untraced host time vs the other ranks' median: late because of {r['cause']}{own}"
         )

@@ -88,10 +88,18 @@ def test_micro_trace_by_hand(store, tmp_path):
         1,
         pytest.approx(1 / 3),
     )
-    # Rank 2 is last at all 3. Waits of the others: (300 + 290) + (250 + 240) + (200 + 190) = 1470 us.
+    # Rank 2 is last at all 3. The others wait from their arrivals to rank 2's, each copy ending at
+    # last + 20 (no clip): rank 0 [100, 400) u [200, 450) u [300, 500) = [100, 500), 400 us; rank 1
+    # [110, 500), 390 us; caused by rank 2: 400 + 390 = 790 us. (The per-instance sums, 750 + 720 =
+    # 1470 us, count the three collectives in flight at once three times.)
     assert per[2]["last_arrival_share"] == 1.0 and per[0]["last_arrival_share"] == 0.0
-    assert per[2]["wait_caused_ns"] == 1_470_000 and per[0]["wait_caused_ns"] == 0
-    assert (per[0]["wait_ns"], per[1]["wait_ns"], per[2]["wait_ns"]) == (750_000, 720_000, 0)
+    assert per[2]["wait_caused_ns"] == 790_000 and per[0]["wait_caused_ns"] == 0
+    assert (per[0]["wait_ns"], per[1]["wait_ns"], per[2]["wait_ns"]) == (400_000, 390_000, 0)
+    assert res.waits.group_by("rank").agg(pl.col("wait_ns").sum()).sort("rank")["wait_ns"].to_list() == [
+        750_000,
+        720_000,
+        0,
+    ]
     # Lateness = arrival - instance median (110, 210, 310): 290, 240, 190 -> median 240 us. Pace:
     # spacing of a rank's arrivals, [100, 100, 100, 100, 50, 50] -> 100 us, so 240%.
     assert per[2]["median_lateness_ns"] == 240_000 and per[2]["late_pct"] == pytest.approx(240.0)
@@ -109,6 +117,29 @@ def test_micro_trace_by_hand(store, tmp_path):
     assert [i["first_arrival_ns"] - BASE for i in inst] == [100_000, 200_000, 300_000]
 
 
+def test_waits_at_overlapping_collectives_are_wall_clock(store, tmp_path):
+    # Two ranks; rank 0 arrives at 100 and 120 us at two all-reduces in flight at once (DDP buckets),
+    # rank 1 at 300 and 340; then one more, rank 0 at 600, rank 1 at 650. Each copy's gloo work runs
+    # [last + 1, last + 20] us (the builder), so its end (last + 20) is after the last arrival.
+    arr = {0: [100, 120, 600], 1: [300, 340, 650]}
+    comp = {0: [(0, 100)], 1: [(0, 300), (321, 340), (361, 650)]}
+    lasts = [300, 340, 650]
+    for r in range(2):
+        write_rank(tmp_path / "run" / f"r{r}.json", _rank(arr[r], comp[r], lasts), r, world=2)
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "stragglers", "run")
+    per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
+    # Rank 0 waits [100, 300) and [120, 340): at the same time, so [100, 340) = 240 us of wall
+    # clock, not 200 + 220 = 420; then [600, 650), 50 us: 290 us in all (the per-instance sum, 470
+    # us, stays in the waits table). Rank 1, last at all three, never waits and caused those 290 us.
+    assert (per[0]["wait_ns"], per[1]["wait_ns"]) == (290_000, 0)
+    assert (per[1]["wait_caused_ns"], per[0]["wait_caused_ns"]) == (290_000, 0)
+    assert res.waits.filter(pl.col("rank") == 0)["wait_ns"].to_list() == [200_000, 220_000, 50_000]
+    # Within rank 0's window: its activity runs from 0 (aten::mm) to 670 us (the last gloo end).
+    window = analyze(store, "temporal", "run").frame.filter(pl.col("rank") == 0)["window_ns"].item()
+    assert window == 670_000 and per[0]["wait_ns"] <= window
+
+
 def _share_from_json(run: str, rank: int) -> float:
     """Last-arrival share of ``rank`` computed from the raw traces: the k-th c10d::allreduce_
     (by ts) of every rank is the k-th instance; arrival = base + ts."""
@@ -119,6 +150,38 @@ def _share_from_json(run: str, rank: int) -> float:
         arrivals.append([doc["baseTimeNanoseconds"] + round(t * 1000) for t in ts])
     lasts = [max(range(4), key=lambda r, k=k: arrivals[r][k]) for k in range(len(arrivals[0]))]
     return lasts.count(rank) / len(lasts)
+
+
+def _assert_wall_clock_waits(store, run: str, res) -> None:
+    """Invariant on a sample run: each rank's wait (``wait_ns``) is the union of its waits as plain
+    SQL computes it (islands of [arrival, last arrival) ended at the copy's end) and never longer
+    than its window (temporal); the wait a rank caused is at most the other ranks' windows together.
+    On straggler_rank2 the per-instance sum was 386.5 ms for rank 0, whose window is 223.6 ms: the
+    DDP buckets' all-reduces run at the same time."""
+    import duckdb
+
+    window = dict(analyze(store, "temporal", run).frame.select("rank", "window_ns").iter_rows())
+    for r in res.frame.iter_rows(named=True):
+        assert r["wait_ns"] <= window[r["rank"]], (run, r["rank"], r["wait_ns"], window[r["rank"]])
+        others = sum(v for k, v in window.items() if k != r["rank"])
+        assert r["wait_caused_ns"] <= others, (run, r["rank"])
+    w = res.waits.to_arrow()  # noqa: F841 (read by the SQL below)
+    union = dict(
+        duckdb.sql(
+            """WITH iv AS (SELECT rank, arrival_ns AS s,
+                          least(arrival_ns + wait_ns, coalesce(end_ns, arrival_ns + wait_ns)) AS e
+                          FROM w WHERE wait_ns > 0),
+               o AS (SELECT *, max(e) OVER (PARTITION BY rank ORDER BY s, e
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM iv WHERE e > s),
+               k AS (SELECT *, sum(CASE WHEN before IS NULL OR s > before THEN 1 ELSE 0 END)
+                            OVER (PARTITION BY rank ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island FROM o)
+               SELECT rank, sum(hi - lo)::BIGINT FROM (SELECT rank, island, min(s) AS lo, max(e) AS hi
+                      FROM k GROUP BY rank, island) GROUP BY rank"""
+        ).fetchall()
+    )
+    assert dict(res.frame.select("rank", "wait_ns").iter_rows()) == {
+        r: union.get(r, 0) for r in res.frame["rank"]
+    }
 
 
 @pytest.mark.parametrize(
@@ -137,6 +200,7 @@ def test_samples_verdict_follows_the_slowed_rank(store, run, slow):
         pytest.skip(f"sample_traces/{run} not recorded")
     ingest(store, [SAMPLES / run], run=run)
     res = analyze(store, "stragglers", run)
+    _assert_wall_clock_waits(store, run, res)
     named = res.frame.filter("named")["rank"].to_list()
     if slow is None:
         assert named == [] and "within the run's noise" in res.notes[-1]

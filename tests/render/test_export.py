@@ -183,6 +183,25 @@ def test_export_straggler_waits_are_clock_aligned_across_ranks(store, tmp_path):
     ends = Counter(round(e["ts"] + e["dur"], 3) for e in waits)
     # one end per collective instance (waits of the instance's ranks all end at its last arrival)
     assert len(ends) <= st and max(ends.values()) >= 3
+    # the DDP buckets' all-reduces are in flight at once, so a rank's waits overlap: on the track
+    # each keeps its part past the earlier ones (no slice overlaps another, which a viewer drops),
+    # and per rank the slices add up to stragglers' wall-clock wait_ns (rank 0: 136,945,424 ns of
+    # a 223.6 ms window; the per-collective waits add up to 386.5 ms)
+    per_rank: dict[str, list[tuple[float, float]]] = {}
+    for e in waits:
+        per_rank.setdefault(info["processes"][e["pid"]], []).append((e["ts"], e["dur"]))
+    for spans in per_rank.values():
+        spans.sort()
+        assert all(a + d <= b + 1e-3 for (a, d), (b, _) in zip(spans, spans[1:], strict=False))
+    from tests.conftest import analyze
+
+    wall = analyze(store, "stragglers", None).frame.select("rank", "wait_ns").rows()
+    total = {
+        f"rank {r} findings": sum(round(d * 1000) for _, d in per_rank.get(f"rank {r} findings", []))
+        for r, _ in wall
+    }
+    assert [(total[f"rank {r} findings"], w) for r, w in wall] == [(w, w) for _, w in wall]
+    assert dict(wall)[0] == 136_945_424
 
 
 def test_export_of_a_two_rank_gpu_run_has_every_findings_track(store, tmp_path):

@@ -15,7 +15,8 @@ flows, ``M`` metadata; ``ts``/``dur`` in microseconds; ``pid``/``tid`` integers)
   (``gaps``: each interval where communication runs with no compute, named by its collective),
   ``idle (cause), dev D stream S`` (``idle``'s rule: each gap of 1 us or more of that GPU stream,
   named host wait / kernel wait / other), ``straggler wait`` (``stragglers``: from a rank's arrival at a collective to the last
-  rank's, naming that rank) and ``critical path`` (``critical_path``'s pieces on the rank they ran
+  rank's, naming that rank; where its waits at collectives in flight at once overlap, each shows
+  its part past the earlier ones, so the track is the rank's wall-clock wait) and ``critical path`` (``critical_path``'s pieces on the rank they ran
   on).
 
 Timestamps are the store's aligned ns (clock offsets applied at ingest), written as microseconds
@@ -298,8 +299,9 @@ def _flows(
 
 def _findings(store: Store, run_id: int, t0: int, tracks: _Tracks) -> list[bytes]:
     """Slices on each rank's ``findings`` process, one track per :data:`FINDING_TRACKS` entry."""
+    from traceprof.analyses import _waits
     from traceprof.engine import findings as fnd
-    from traceprof.engine import session
+    from traceprof.engine import intervals, session
     from traceprof.engine.analysis import FrameResult
 
     with session.of(store):
@@ -321,8 +323,11 @@ def _findings(store: Store, run_id: int, t0: int, tracks: _Tracks) -> list[bytes
             pl.lit(" at "),
             pl.col("op"),
         )
-        arrival = pl.col("arrival_ns")
-        spans.append(_spans(w.filter(pl.col("wait_ns") > 0), 2, waited, arrival, arrival + pl.col("wait_ns")))
+        # a rank's waits at collectives in flight at once overlap: tiled (each keeps its part past
+        # the earlier ones), the track shows the rank's wall-clock wait with no slice overlapping another
+        w = _waits.wait_spans(w.with_columns((pl.col("arrival_ns") + pl.col("wait_ns")).alias("last_ns")))
+        w = intervals.tile(w.select("rank", "start_ns", "end_ns", "instance_id", "op", "last_rank"), ["rank"])
+        spans.append(_spans(w, 2, waited, pl.col("start_ns"), pl.col("end_ns")))
     cp = res.get("critical_path")
     if isinstance(cp, FrameResult):
         piece = pl.concat_str(pl.col("kind"), pl.lit(": "), pl.col("name").fill_null(""))

@@ -1,0 +1,130 @@
+"""Waits at collectives as wall-clock time (for ``stragglers``, ``critical_path`` and ``overlap``).
+
+Not an analysis. A rank's copy of a matched collective instance waits from its own arrival to the
+instance's last arrival (``stragglers.per_rank_instance``). Collectives run at the same time (the
+buckets of DDP's gradient all-reduce, a tensor- and a data-parallel group): their waits overlap,
+and adding them up counts the same wall-clock time once per collective (a rank of the
+``straggler_rank2`` sample "waited" 387 ms in a 224 ms window). So:
+
+  1. Wait interval of a copy (:func:`wait_spans`): [own arrival, last arrival), ended at its own
+     end when that comes first (an end before the last arrival means a wrong match or clock:
+     ``stragglers``' ``end_before_last_arrival``); transfer interval (:func:`transfer_spans`):
+     [max(start of its work, last arrival), end). ``critical_path``'s step account splits
+     exposed communication with these two.
+  2. A rank's wall-clock wait (:func:`wall_waits`): the length of the union of its wait intervals,
+     never longer than the time it ran.
+  3. The wait a rank caused (:func:`wall_caused`): for each other rank, the union of its wait
+     intervals at the instances where this rank arrived last (strictly; a tie credits nobody),
+     summed over those waiting ranks: each waiting rank's wall-clock time counted once.
+  4. Exposed communication beyond the waits for given ranks (:func:`beyond_waits`): each rank's
+     exposed-communication intervals (communication not under compute) minus the part of its
+     wait intervals at those ranks' instances that is not transfer of another collective, as
+     ``critical_path``'s precedence has it (compute > transfer > memory > wait): with every
+     rank's waits given, what is left is the step account's transfer.
+
+Each is one sort and a sweep per rank (``traceprof.engine.intervals``): n log n in the copies.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceprof.engine import intervals
+
+__all__ = ["wait_spans", "transfer_spans", "wall_waits", "wall_caused", "beyond_waits"]
+
+
+def wait_spans(w: pl.DataFrame) -> pl.DataFrame:
+    """Each copy's wait interval (module doc, step 1), the copies that waited at all.
+
+    Args:
+        w: Copies (``stragglers.per_rank_instance`` rows, or ``stragglers``' ``waits`` with
+            last_ns): arrival_ns, last_ns (the instance's last arrival), end_ns (may be null), ns.
+
+    Returns:
+        ``w`` with start_ns (= arrival_ns) and end_ns (= min(last_ns, end_ns), last_ns where the
+        end is null) replacing its own, rows with end_ns > start_ns only.
+    """
+    return w.with_columns(
+        pl.col("arrival_ns").alias("start_ns"),
+        pl.min_horizontal("last_ns", pl.coalesce("end_ns", "last_ns")).alias("end_ns"),
+    ).filter(pl.col("end_ns") > pl.col("start_ns"))
+
+
+def transfer_spans(w: pl.DataFrame) -> pl.DataFrame:
+    """Each copy's transfer interval (module doc, step 1), the copies with an end past the last
+    arrival.
+
+    Args:
+        w: Copies: arrival_ns, last_ns, start_ns (start of its work, may be null), end_ns (may be
+            null), ns.
+
+    Returns:
+        ``w`` with start_ns = max(start_ns or arrival_ns, last_ns), rows with end_ns > start_ns only.
+    """
+    return (
+        w.filter(pl.col("end_ns").is_not_null())
+        .with_columns(pl.max_horizontal(pl.coalesce("start_ns", "arrival_ns"), "last_ns").alias("start_ns"))
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+    )
+
+
+def wall_waits(w: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's wall-clock wait (module doc, step 2).
+
+    Args:
+        w: Copies as for :func:`wait_spans`, with rank.
+
+    Returns:
+        Frame rank, wait_ns (int64 ns: the union of its wait intervals); ranks that never waited
+        are absent.
+    """
+    spans = wait_spans(w).select("rank", "start_ns", "end_ns")
+    return intervals.union_ns(spans, ["rank"], "wait_ns").with_columns(pl.col("wait_ns").cast(pl.Int64))
+
+
+def wall_caused(w: pl.DataFrame) -> pl.DataFrame:
+    """The wall-clock wait each rank caused the others (module doc, step 3).
+
+    Args:
+        w: Copies as for :func:`wait_spans`, with rank and last_rank (the instance's strictly
+            last rank, null on a tie).
+
+    Returns:
+        Frame rank (the rank waited for), wait_caused_ns (int64 ns: per waiting rank the union of
+        its waits at the instances this rank was last at, summed over the waiting ranks); ranks
+        nobody waited for are absent.
+    """
+    spans = wait_spans(w.filter(pl.col("last_rank").is_not_null() & (pl.col("rank") != pl.col("last_rank"))))
+    per_pair = intervals.union_ns(
+        spans.select("last_rank", "rank", "start_ns", "end_ns"), ["last_rank", "rank"], "w"
+    )
+    return (
+        per_pair.group_by("last_rank")
+        .agg(pl.col("w").sum().cast(pl.Int64).alias("wait_caused_ns"))
+        .rename({"last_rank": "rank"})
+    )
+
+
+def beyond_waits(exposed: pl.DataFrame, w: pl.DataFrame, waited_for: list[int]) -> pl.DataFrame:
+    """Each rank's exposed communication beyond its waits for ``waited_for`` (module doc, step 4).
+
+    Args:
+        exposed: Exposed-communication intervals (``traceprof.engine.activity.exposed_comm`` by
+            ``["rank"]``): rank, start_ns, end_ns (ns).
+        w: Copies as for :func:`transfer_spans`, with rank and last_rank.
+        waited_for: The ranks whose instances' waits are taken out (the named stragglers).
+
+    Returns:
+        Frame rank, beyond_ns (int64 ns, > 0); ranks with nothing left are absent.
+    """
+    cols = ["rank", "start_ns", "end_ns"]
+    rank_t = exposed.schema["rank"]
+    waits = wait_spans(w.filter(pl.col("last_rank").is_in(waited_for))).select(cols)
+    xfer = transfer_spans(w).select(cols)
+    waits, xfer = (f.with_columns(pl.col("rank").cast(rank_t)) for f in (waits, xfer))
+    wait_only = intervals.subtract(waits, xfer, ["rank"])  # transfer wins over wait (critical_path)
+    left = intervals.subtract(exposed.select(cols), wait_only, ["rank"])
+    return left.group_by("rank").agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().cast(pl.Int64).alias("beyond_ns")
+    )

@@ -153,6 +153,7 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
     """The straggler verdict of every run (library calls: one process, results shared)."""
     import polars as pl
 
+    from traceprof.core.errors import AnalysisError
     from traceprof.engine import analysis
     from traceprof.engine.session import Session
     from traceprof.engine.verdict import combined_verdict
@@ -167,7 +168,11 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
     rows = []
     with Store(db, read_only=True) as store, Session(store):  # each analysis once per run
         for r in runs:
-            v = combined_verdict(store, r.name)
+            try:
+                v = combined_verdict(store, r.name)
+            except AnalysisError as e:  # e.g. a pipeline run: no collective matched across ranks
+                print(f"skipped {r.name}: no straggler verdict to calibrate ({e})", flush=True)
+                continue
             st = analysis.get("stragglers")
             per = st.run(store, st.params(run=r.name)).frame
             p = float(per.filter(pl.col("rank") == r.rank)["p_value"][0]) if r.rank is not None else None

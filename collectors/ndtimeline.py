@@ -274,6 +274,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         ~pl.col("start_ts").is_finite().fill_null(False)
         | ~pl.col("duration").is_finite().fill_null(False)
         | (pl.col("duration") < 0)
+        | (pl.col("start_ts") < 0)  # relative to the step, whose earliest op is at 0
         | pl.any_horizontal(pl.col(_NOT_NULL).is_null())
         | polars_out_of_range(
             int32=("rank", "step", "stage", "dp_rank"),

@@ -31,7 +31,9 @@ Algorithm:
      per member; ``desync`` compares them member by member.
      op = normalized ``profiling_name``, enter = ``time_created_ns``, start / end =
      ``time_discovered_started_ns`` / ``..._completed_ns`` (0 means unknown: NULL; gloo never
-     records them; a completion is derived from ``duration_ms`` when only that is there). An entry
+     records them; a completion is derived from ``duration_ms`` when only that is there). A time
+     field that is not an integer or is negative, or a negative or non-finite ``duration_ms``, is a
+     bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``). An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
@@ -242,6 +244,45 @@ def _empty_dump(
     )
 
 
+#: An entry's epoch-ns time fields, in order (``time_created_ns`` must be set; 0 = unknown for the others).
+_TIME_FIELDS = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
+
+
+def _number(v: Any) -> bool:
+    """Whether ``v`` is a JSON number (a bool is not; torch's gloo dumps write ``duration_ms`` as text)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _times(e: dict[str, Any]) -> tuple[tuple[int, int | None, int | None], tuple[str, str] | None]:
+    """An entry's (created, started, completed) epoch ns (0 -> None: unknown), or why they cannot be
+    stored: (reason, value text) for ``time_created_ns`` missing, not an integer or 0, any time field
+    present but not an integer or negative (an epoch time is never below 0), or a numeric
+    ``duration_ms`` that is negative or not finite. Fields read: :data:`_TIME_FIELDS`, ``duration_ms``."""
+    got: list[int | None] = []
+    for k in _TIME_FIELDS:
+        raw = e.get(k)
+        v = integer(raw)
+        value = "" if raw is None else f" ({shown(raw)})"
+        if k == "time_created_ns" and not v:
+            return (0, None, None), (
+                f"missing {k!r}"
+                if raw is None
+                else f"{k!r} is not an integer"
+                if v is None
+                else f"{k!r} is 0",
+                value,
+            )
+        if raw is not None and v is None:
+            return (0, None, None), (f"{k!r} is not an integer", value)
+        if v is not None and v < 0:
+            return (0, None, None), (f"negative {k!r}", value)
+        got.append(v or None)
+    d: Any = e.get("duration_ms")
+    if _number(d) and not (math.isfinite(d) and d >= 0):
+        return (0, None, None), ("'duration_ms' negative or not finite", f" ({shown(d)})")
+    return (got[0] or 0, got[1], got[2]), None
+
+
 def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Flight Recorder dump.
 
@@ -249,7 +290,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
         options: How to read it (``traceprof.core.parsed.ParseOptions``: the gzip inflate cap, and
             ``on_bad_event``): ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
-            integer or 0, or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
+            integer or 0, with a time field that is not an integer or negative, or a negative or
+            non-finite ``duration_ms`` (:func:`_times`), or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
             ``seq_id``) is missing or not an integer; ``"skip"`` counts it in ``rejected`` (keyed by
             the reason).
 
@@ -304,31 +346,22 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
-        raw_created = e.get("time_created_ns")
-        created = integer(raw_created)
         name = str(e.get("profiling_name", ""))
-        if not created:
-            why = (
-                "missing 'time_created_ns'"
-                if raw_created is None
-                else "'time_created_ns' is not an integer"
-                if created is None
-                else "'time_created_ns' is 0"
-            )
-            bad(i, name, why, "" if raw_created is None else f" ({shown(raw_created)})")
+        times, wrong = _times(e)
+        if wrong is not None:
+            bad(i, name, *wrong)
             continue
+        created, started, completed = times
         op = normalize_op(name) if name else "unknown"
         p2p = e["is_p2p"] if isinstance(e.get("is_p2p"), bool) else op in ("send", "recv")
         seq, no_seq, detail = entry_seq(e, style, p2p)
         if no_seq is not None:
             bad(i, name, no_seq, f" ({detail})")
             continue
-        started = integer(e.get("time_discovered_started_ns")) or None
-        completed = integer(e.get("time_discovered_completed_ns")) or None
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
-        elif completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
+        elif completed is None and started is not None and _number(e.get("duration_ms")):
             completed = started + round(float(e["duration_ms"]) * 1e6)
         pgv = e.get("process_group")
         pg_name = (

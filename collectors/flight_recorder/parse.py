@@ -22,8 +22,11 @@ Algorithm:
      dialect's number is a bad entry (error, or skipped with ``on_bad_event="skip"``): sequence
      numbers are never stored NULL.
   3. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
-     ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); world size: the ranks of the default
-     process group in ``pg_config``.
+     ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); a ``rank`` that is no integer (``1.5``,
+     ``"abc"``) is ignored, and one written as a string or float (``"3"``, ``3.0``) is read as its
+     integer, each with a warning and a count in ``traces.meta.repaired``
+     (``traceprof.core.values.identity_int``, as Kineto's ``distributedInfo.rank``); world size:
+     the ranks of the default process group in ``pg_config``.
   4. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
      appended for point-to-point entries: ``is_p2p``, else a send / recv by name), seq =
      ``collective_seq_id`` (``p2p_seq_id`` for p2p; ``seq_id`` in 1.x). Coalesced groups (torch
@@ -64,7 +67,7 @@ from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gz
 from traceprof.core.limits import INT32, INT64, fits, record_fits, shown
 from traceprof.core.ops import dtype_bytes, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import integer
+from traceprof.core.values import identity_int, integer
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.ingest.matching import canonical_ranks
 
@@ -311,12 +314,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     if not _is_dump(doc):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     entries = doc.get("entries", [])
-    rank = integer(doc.get("rank"))
+    rank, said = identity_int(doc.get("rank"))
+    repaired = {} if said is None else {f"rank {said}": 1}  # for the issues column (traces.meta.repaired)
     # torch's names end in the rank (a host may precede it); others say rank<R>
     default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
     m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
     by_name = int(m.group(1)) if m else None
-    warnings = []
+    warnings = [] if said is None else [f"{p.name}: the dump's 'rank' is {shown(doc.get('rank'))}, {said}"]
     if rank is not None and by_name is not None and by_name != rank:
         warnings.append(
             f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
@@ -449,6 +453,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         r["ordinal"] = counter.get(key, 0)
         counter[key] = r["ordinal"] + 1
     meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
+    if repaired:
+        meta["repaired"] = repaired
     facts = _group_facts(doc, kept, rows)
     meta.update(facts, recorded_nothing=nothing, progress_by_pg_id=progress)
     for r in rows:  # member ranks identify a group: two groups can share one name (torchft replicas)

@@ -327,3 +327,24 @@ def test_transient_names_the_collective_that_arrived_first(store, tmp_path):
     assert note.startswith(
         "profiler-start transient: the first collective to arrive (all_reduce pg 0 seq 1) waited up to 3,000.0 ms"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "rank", "said"),
+    [
+        ("2", 2, "a string: read as its integer"),  # was read as 2 without a word
+        (2.0, 2, "a float: read as its integer"),
+        (1.5, 5, "not an integer: ignored"),  # was the file name's rank 5 without a word
+        ("abc", 5, "not an integer: ignored"),
+    ],
+)
+def test_dump_rank_written_as_text_is_said_and_counted(store, tmp_path, value, rank, said):
+    # The same rule as Kineto's distributedInfo.rank (traceprof.core.values.identity_int). The file
+    # is named rank5: a rank that is ignored falls back to it; one that is read as 2 differs from it.
+    path = tmp_path / "rank5.fr.json"
+    path.write_text(json.dumps({"version": "2.4", "rank": value, "entries": [_fr_entry(1, 10)]}))
+    pt = parse(path)
+    assert pt.rank == rank
+    assert pt.warnings[0] == f"rank5.fr.json: the dump's 'rank' is {value!r}, {said}"
+    ingest(store, [path], run="r")
+    assert store.runs()["issues"].to_list() == [f"1 repaired: rank {said}"]

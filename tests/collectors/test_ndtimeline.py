@@ -85,3 +85,24 @@ def test_bad_meta_yaml_is_one_line_naming_the_place(tmp_path, meta, where, reaso
         ndtimeline.parse(path)
     assert (e.value.path, e.value.where, e.value.reason) == (str(side), where, reason)
     assert str(e.value) == f"{side}: {where}: {reason}"  # one line
+
+
+def test_meta_size_written_as_text_is_said_and_counted(store, tmp_path):
+    # The real ST trace and meta with world_size quoted ("8"), read as 8 without a word before; the
+    # one rule of traceprof.core.values.identity_int: read as the integer, said once and counted.
+    import shutil
+
+    from traceprof.ingest.ingest import ingest
+
+    src = corpus(_ST)
+    shutil.copy(src, tmp_path / src.name)
+    meta = (src.parent / "meta-ST.yaml").read_text()
+    assert "world_size: 8\n" in meta
+    (tmp_path / "meta-ST.yaml").write_text(meta.replace("world_size: 8\n", 'world_size: "8"\n'))
+    traces = ndtimeline.parse(tmp_path / src.name)
+    assert {t.world_size for t in traces} == {8}
+    assert [w for t in traces for w in t.warnings] == [
+        "meta-ST.yaml: world_size is '8', a string: read as its integer"
+    ]
+    ingest(store, [tmp_path / src.name], run="st")
+    assert store.runs()["issues"].to_list() == ["1 repaired: world_size a string: read as its integer"]

@@ -17,13 +17,26 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
      the same rule in their own lane loop): a row that runs past the next one on its (device,
      stream) ends at its start; the last of a stream that ends far past the range ends with the
      other GPU rows.
+  Each clip is counted in ``traces.meta.repaired`` (the ``issues`` column of ``traceprof runs``)
+  under one reason per kind of repair (:data:`FAR_END_REPAIR`, :data:`GPU_OVERRUN_REPAIR`,
+  :data:`STEP_PAST_END_REPAIR`), the same for both collectors (:func:`count_repair`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FAR_MARGIN_MIN_NS", "OVERLAP_TOLERANCE_NS", "reference_range", "far_ends", "lane_overruns"]
+__all__ = [
+    "FAR_MARGIN_MIN_NS",
+    "OVERLAP_TOLERANCE_NS",
+    "FAR_END_REPAIR",
+    "GPU_OVERRUN_REPAIR",
+    "STEP_PAST_END_REPAIR",
+    "count_repair",
+    "reference_range",
+    "far_ends",
+    "lane_overruns",
+]
 
 #: The smallest margin around the reference range before a record is "far outside": 1 s.
 FAR_MARGIN_MIN_NS = 1_000_000_000
@@ -31,6 +44,19 @@ FAR_MARGIN_MIN_NS = 1_000_000_000
 #: How far a GPU row may run into the next one on its stream before it is an overrun: 5 us
 #: (programmatic dependent launch overlaps that much); both collectors' GPU lanes and Kineto's steps.
 OVERLAP_TOLERANCE_NS = 5_000
+
+
+#: Reasons a clipped record is counted under in ``traces.meta.repaired`` (module doc).
+FAR_END_REPAIR = "record ended far past the trace: clipped to its end"
+GPU_OVERRUN_REPAIR = "GPU record ran past the next on its stream: clipped"
+STEP_PAST_END_REPAIR = "step ran past the end of the trace: clipped to it"
+
+
+def count_repair(repaired: dict[str, int] | None, reason: str, n: int) -> None:
+    """Add ``n`` records repaired for ``reason`` to ``repaired`` (reason -> records, for
+    ``traces.meta.repaired``); nothing when it is None or ``n`` is 0."""
+    if repaired is not None and n:
+        repaired[reason] = repaired.get(reason, 0) + n
 
 
 def reference_range(

@@ -67,7 +67,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, OVERLAP_TOLERANCE_NS, far_ends, reference_range
+from traceprof.collectors._far_end import (
+    FAR_END_REPAIR,
+    FAR_MARGIN_MIN_NS,
+    GPU_OVERRUN_REPAIR,
+    OVERLAP_TOLERANCE_NS,
+    STEP_PAST_END_REPAIR,
+    count_repair,
+    far_ends,
+    reference_range,
+)
 from traceprof.collectors.kineto._values import Ints, Strs
 from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
 from traceprof.core.display import duration
@@ -184,7 +193,11 @@ def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
 
 
 def flag_records(
-    path: Path, cols: dict[str, Any], src_index: list[int], base_ns: int = 0
+    path: Path,
+    cols: dict[str, Any],
+    src_index: list[int],
+    base_ns: int = 0,
+    repaired: dict[str, int] | None = None,
 ) -> tuple[dict[str, int], list[str]]:
     """Fill ``cols["flag"]`` / ``cols["raw_dur_ns"]`` and clip overruns in ``cols["dur_ns"]`` (steps 1-3).
 
@@ -195,6 +208,8 @@ def flag_records(
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
             and that lies apart from the other records is flagged ``zero_ts``.
+        repaired: Filled with the records clipped, by reason, for ``traces.meta.repaired`` (the
+            ``issues`` column of ``traceprof runs``; ``traceprof.collectors._far_end``).
 
     Returns:
         (counts by flag, warnings naming the file, the count, the size of the discrepancy and
@@ -219,7 +234,7 @@ def flag_records(
     zero = unflagged & _unset_times(ts, base_ns)
     # 3c. before the range is taken from the steps: a step that runs into the next ends where it
     #    starts, and a step that outlasts the trace ends with it
-    _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings)
+    _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings, repaired)
     lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
@@ -275,6 +290,7 @@ def flag_records(
     # "other": e.g. the session's span, not checked
     late, end = far_ends(ts, dur, sound, ~kind_in({"other"}), ~gpu, hi, margin)
     _clip_far_end(path, cols, src_index, late, end, hi, margin, where, counts, warnings)
+    count_repair(repaired, FAR_END_REPAIR, len(late))
     del late
     _clip_unclosed(path, cols, src_index, end, counts, warnings)
 
@@ -316,6 +332,7 @@ def flag_records(
                 clipped.append(i)
     if clipped:
         counts["overrun"] = counts.get("overrun", 0) + len(clipped)
+        count_repair(repaired, GPU_OVERRUN_REPAIR, len(clipped))
         most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)
         warnings.append(
             f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
@@ -336,6 +353,7 @@ def _clip_steps_past_end(
     ok: np.ndarray,
     counts: dict[str, int],
     warnings: list[str],
+    repaired: dict[str, int] | None = None,
 ) -> None:
     """Step 3c of the module doc: ProfilerSteps (``ok`` rows of kind ``step``) that run into the
     next one end where it starts (:func:`_clip_overlapping_steps`); then those that outlast the
@@ -373,6 +391,7 @@ def _clip_steps_past_end(
     ) + (", ..." if len(rows) > 3 else "")
     _clip_to(cols, rows, end, "overrun")
     counts["overrun"] = counts.get("overrun", 0) + len(rows)
+    count_repair(repaired, STEP_PAST_END_REPAIR, len(rows))
     stop = "the profiler's Record Window End" if window else "its other records"
     warnings.append(
         f"{path.name}: {len(rows)} ProfilerStep(s) run past the end of the trace ({stop}): {said}; "

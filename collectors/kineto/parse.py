@@ -509,7 +509,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
-    flagged, warnings = flag_records(p, cols, src_index, base_ns)
+    clipped: dict[str, int] = {}  # records clipped, by reason, counted in traces.meta.repaired
+    flagged, warnings = flag_records(p, cols, src_index, base_ns, clipped)
     spill.release()
     for what in (_E_MISMATCH, _E_EARLY):
         if skipped.get(what):
@@ -588,7 +589,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
     warnings += identity_warnings + id_repairs.warnings(p.name)
-    repaired = _identity_repairs(identity_warnings) | id_repairs.counts()
+    repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped
     if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
         meta = msgspec.json.decode(str(trace_info["meta"]))
         trace_info["meta"] = msgspec.json.encode({**meta, "repaired": repaired}).decode()

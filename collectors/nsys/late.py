@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from traceprof.collectors._far_end import FAR_MARGIN_MIN_NS, far_ends, lane_overruns, reference_range
+from traceprof.collectors._far_end import (
+    FAR_END_REPAIR,
+    FAR_MARGIN_MIN_NS,
+    GPU_OVERRUN_REPAIR,
+    count_repair,
+    far_ends,
+    lane_overruns,
+    reference_range,
+)
 
 __all__ = ["clip_far_ends"]
 
@@ -31,7 +39,9 @@ _CODE = {"step": _STEP, "other": _UNCHECKED, "instant": _UNCHECKED} | dict.fromk
 )
 
 
-def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
+def clip_far_ends(
+    label: str, cols: dict[str, list[Any]], repaired: dict[str, int] | None = None
+) -> list[str]:
     """Clip the rows of one trace's columns that end far past it or overrun their stream, in place.
 
     CPU-side rows that end far past the reference range are clipped to the trace's end; GPU rows
@@ -44,6 +54,8 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
         cols: The trace's row columns (``traceprof.collectors.nsys.tables.Rows``): ``kind``,
             ``name``, ``ts_ns``, ``dur_ns`` (ns), ``device``, ``stream`` and ``flag`` lists;
             ``raw_dur_ns`` is added (None but on the clipped rows) when a row is clipped.
+        repaired: Filled with the rows clipped, by reason, for ``traces.meta.repaired`` (the
+            ``issues`` column of ``traceprof runs``; ``traceprof.collectors._far_end``).
 
     Returns:
         The warnings naming the clipped rows (one for the CPU side, one for the GPU: their count,
@@ -64,6 +76,7 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
     if len(rows):
         past = int((ts[rows] + dur[rows]).max()) - hi
         _clip(cols, ts, dur, rows, np.full(len(rows), end))
+        count_repair(repaired, FAR_END_REPAIR, len(rows))
         warnings.append(
             f"{label}: {len(rows)} CPU record(s) end far past the trace's {where} (up to "
             f"{past / 1e9:,.3f} s past it, more than {margin / 1e9:,.3f} s; {_named(cols, rows)}): "
@@ -81,6 +94,7 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> list[str]:
         rows = gpu[hit]
         most = int((ts[rows] + dur[rows] - new_end).max())
         _clip(cols, ts, dur, rows, new_end)
+        count_repair(repaired, GPU_OVERRUN_REPAIR, len(rows))
         warnings.append(
             f"{label}: {len(rows)} GPU record(s) run past the next record on their stream (or far past the "
             f"trace's {where}) by up to {most / 1e9:,.6f} s ({_named(cols, rows)}): clipped (events.flag = "

@@ -362,7 +362,8 @@ def _trace(
 ) -> ParsedTrace:
     """One trace from the rows ``cols`` of one process (``proc``; None: the whole export)."""
     label = p.name if proc is None else f"{p.name} (pid {proc & _PID_BITS})"
-    far = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
+    clipped: dict[str, int] = {}  # rows clipped, by reason, counted in traces.meta.repaired
+    far = clip_far_ends(label, cols, clipped)  # a row ending years past the rest stretches no window
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
     warnings = [*warnings, *_notices(label, cols, graph), *far]
@@ -375,6 +376,8 @@ def _trace(
         meta["process"] = {"pid": proc & _PID_BITS, "globalPid": proc << 24}
     if graph:
         meta["graph_level"] = {"executions": len(graph), "ns": sum(graph)}
+    if clipped:
+        meta["repaired"] = {**meta.get("repaired", {}), **clipped}
     top = min(used, key=lambda d: (-used[d], d)) if used else None
     trace = {
         "host": exp.host,

@@ -19,8 +19,11 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
   5. Step ranges (:func:`step_overlaps`, both collectors): sorted by start, a step that runs past
      the start of the next one by more than :data:`OVERLAP_TOLERANCE_NS` ends where that one
      starts (overlapping steps claim the same time twice), flagged ``overrun``, with a warning
-     (:func:`step_overlap_warning`) naming both and a count in ``traces.meta.repaired``
-     (:data:`STEP_OVERLAP_REPAIR`, the ``issues`` column of ``traceprof runs``).
+     (:func:`step_overlap_warning`) naming both.
+  Each clip is counted in ``traces.meta.repaired`` (the ``issues`` column of ``traceprof runs``)
+  under one reason per kind of repair (:data:`FAR_END_REPAIR`, :data:`GPU_OVERRUN_REPAIR`,
+  :data:`STEP_PAST_END_REPAIR`, :data:`STEP_OVERLAP_REPAIR`), the same for both collectors
+  (:func:`count_repair`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ from traceprof.core.display import duration
 __all__ = [
     "FAR_MARGIN_MIN_NS",
     "OVERLAP_TOLERANCE_NS",
+    "FAR_END_REPAIR",
+    "GPU_OVERRUN_REPAIR",
     "STEP_OVERLAP_REPAIR",
+    "STEP_PAST_END_REPAIR",
+    "count_repair",
     "reference_range",
     "far_ends",
     "lane_overruns",
@@ -49,6 +56,19 @@ OVERLAP_TOLERANCE_NS = 5_000
 
 #: The reason a clipped overlapping step is counted under in ``traces.meta.repaired``.
 STEP_OVERLAP_REPAIR = "step ran past the next step's start: clipped to it"
+
+
+#: Reasons a clipped record is counted under in ``traces.meta.repaired`` (module doc).
+FAR_END_REPAIR = "record ended far past the trace: clipped to its end"
+GPU_OVERRUN_REPAIR = "GPU record ran past the next on its stream: clipped"
+STEP_PAST_END_REPAIR = "step ran past the end of the trace: clipped to it"
+
+
+def count_repair(repaired: dict[str, int] | None, reason: str, n: int) -> None:
+    """Add ``n`` records repaired for ``reason`` to ``repaired`` (reason -> records, for
+    ``traces.meta.repaired``); nothing when it is None or ``n`` is 0."""
+    if repaired is not None and n:
+        repaired[reason] = repaired.get(reason, 0) + n
 
 
 def reference_range(

@@ -47,7 +47,7 @@ from traceprof.core.errors import TraceFormatError
 from traceprof.core.lazy import lazy
 from traceprof.core.limits import polars_out_of_range, shown
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import checked_int
+from traceprof.core.values import checked_int, spelled_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.ingest import sources
 
@@ -113,6 +113,11 @@ def meta_path(path: Path) -> Path:
     )
 
 
+#: Key of the meta mapping under which :func:`_read_meta` leaves the sizes written as strings or
+#: floats (key -> ``"'8', a string: read as its integer"``), said and counted in ``traces.meta.repaired`` by :func:`parse`.
+_SPELLED = "_spelled"
+
+
 def _read_meta(path: Path) -> dict[str, Any]:
     """The meta YAML beside ``path`` as a mapping ({} when there is none).
 
@@ -149,12 +154,19 @@ def _read_meta(path: Path) -> dict[str, Any]:
     check_nesting(doc, side, "meta YAML")
     if not isinstance(doc, dict):
         raise TraceFormatError(side, "", "meta YAML is not a mapping")
+    spelled: dict[str, str] = {}
     for key, v in doc.items():
         if isinstance(key, str) and key.endswith("_size") and v is not None:
             n, _ = checked_int(v, 32)
             if n is None or n < 1:
                 raise TraceFormatError(side, key, f"{v!r} is not a positive integer")
+            if (
+                how := spelled_int(v)
+            ) is not None:  # "8": read as 8, said (traceprof.core.values.identity_int)
+                spelled[key] = f"{v!r}, {how}: read as its integer"
             doc[key] = n
+    if spelled:
+        doc[_SPELLED] = spelled
     return doc
 
 
@@ -266,6 +278,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
             want = "numbers" if c in ("start_ts", "duration") else "text" if c == "optype" else "integers"
             raise TraceFormatError(p, "", f"not an NDTimeline trace: column {c!r} holds {dtype}, not {want}")
     meta = _read_meta(p)
+    spelled: dict[str, str] = meta.pop(_SPELLED, {})
     df = df.select(_COLUMNS).with_columns(pl.col("optype").cast(pl.Utf8)).with_row_index("_row")
     if df.is_empty():
         raise TraceFormatError(p, "", "no rows: the trace holds no operation")
@@ -274,6 +287,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         ~pl.col("start_ts").is_finite().fill_null(False)
         | ~pl.col("duration").is_finite().fill_null(False)
         | (pl.col("duration") < 0)
+        | (pl.col("start_ts") < 0)  # relative to the step, whose earliest op is at 0
         | pl.any_horizontal(pl.col(_NOT_NULL).is_null())
         | polars_out_of_range(
             int32=("rank", "step", "stage", "dp_rank"),
@@ -316,6 +330,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         out.append(
             _trace(p, sha, len(raw), int(rank), g, meta, sizes, last_step, rejected if not out else {})
         )
+    if spelled:  # said and counted once, on the first trace, as the rejected rows are
+        head = out[0]
+        info = msgspec.json.decode(str(head.trace["meta"]))
+        info["repaired"] = {f"{k} {said.split(', ', 1)[1]}": 1 for k, said in spelled.items()}
+        head.trace["meta"] = msgspec.json.encode(info).decode()
+        head.warnings += [f"{meta_path(p).name}: {k} is {said}" for k, said in spelled.items()]
     return out
 
 

@@ -22,8 +22,11 @@ Algorithm:
      dialect's number is a bad entry (error, or skipped with ``on_bad_event="skip"``): sequence
      numbers are never stored NULL.
   3. Rank: top-level ``rank`` when present, else the file name (``rank3.fr.json``,
-     ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); world size: the ranks of the default
-     process group in ``pg_config``.
+     ``fr_rank3.json``, ``nccl_trace_rank_<host>_3``); a ``rank`` that is no integer (``1.5``,
+     ``"abc"``) is ignored, and one written as a string or float (``"3"``, ``3.0``) is read as its
+     integer, each with a warning and a count in ``traces.meta.repaired``
+     (``traceprof.core.values.identity_int``, as Kineto's ``distributedInfo.rank``); world size:
+     the ranks of the default process group in ``pg_config``.
   4. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
      appended for point-to-point entries: ``is_p2p``, else a send / recv by name), seq =
      ``collective_seq_id`` (``p2p_seq_id`` for p2p; ``seq_id`` in 1.x). Coalesced groups (torch
@@ -31,7 +34,9 @@ Algorithm:
      per member; ``desync`` compares them member by member.
      op = normalized ``profiling_name``, enter = ``time_created_ns``, start / end =
      ``time_discovered_started_ns`` / ``..._completed_ns`` (0 means unknown: NULL; gloo never
-     records them; a completion is derived from ``duration_ms`` when only that is there). An entry
+     records them; a completion is derived from ``duration_ms`` when only that is there). A time
+     field that is not an integer or is negative, or a negative or non-finite ``duration_ms``, is a
+     bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``). An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
@@ -62,7 +67,7 @@ from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gz
 from traceprof.core.limits import INT32, INT64, fits, record_fits, shown
 from traceprof.core.ops import dtype_bytes, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import integer
+from traceprof.core.values import identity_int, integer
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.ingest.matching import canonical_ranks
 
@@ -242,6 +247,45 @@ def _empty_dump(
     )
 
 
+#: An entry's epoch-ns time fields, in order (``time_created_ns`` must be set; 0 = unknown for the others).
+_TIME_FIELDS = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
+
+
+def _number(v: Any) -> bool:
+    """Whether ``v`` is a JSON number (a bool is not; torch's gloo dumps write ``duration_ms`` as text)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _times(e: dict[str, Any]) -> tuple[tuple[int, int | None, int | None], tuple[str, str] | None]:
+    """An entry's (created, started, completed) epoch ns (0 -> None: unknown), or why they cannot be
+    stored: (reason, value text) for ``time_created_ns`` missing, not an integer or 0, any time field
+    present but not an integer or negative (an epoch time is never below 0), or a numeric
+    ``duration_ms`` that is negative or not finite. Fields read: :data:`_TIME_FIELDS`, ``duration_ms``."""
+    got: list[int | None] = []
+    for k in _TIME_FIELDS:
+        raw = e.get(k)
+        v = integer(raw)
+        value = "" if raw is None else f" ({shown(raw)})"
+        if k == "time_created_ns" and not v:
+            return (0, None, None), (
+                f"missing {k!r}"
+                if raw is None
+                else f"{k!r} is not an integer"
+                if v is None
+                else f"{k!r} is 0",
+                value,
+            )
+        if raw is not None and v is None:
+            return (0, None, None), (f"{k!r} is not an integer", value)
+        if v is not None and v < 0:
+            return (0, None, None), (f"negative {k!r}", value)
+        got.append(v or None)
+    d: Any = e.get("duration_ms")
+    if _number(d) and not (math.isfinite(d) and d >= 0):
+        return (0, None, None), ("'duration_ms' negative or not finite", f" ({shown(d)})")
+    return (got[0] or 0, got[1], got[2]), None
+
+
 def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Flight Recorder dump.
 
@@ -249,7 +293,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         path: A ``.json`` (or ``.json.gz``) dump, or torch's pickle dump.
         options: How to read it (``traceprof.core.parsed.ParseOptions``: the gzip inflate cap, and
             ``on_bad_event``): ``"raise"`` stops at an entry whose ``time_created_ns`` is missing, not an
-            integer or 0, or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
+            integer or 0, with a time field that is not an integer or negative, or a negative or
+            non-finite ``duration_ms`` (:func:`_times`), or whose sequence number (``collective_seq_id`` / ``p2p_seq_id``, 1.x
             ``seq_id``) is missing or not an integer; ``"skip"`` counts it in ``rejected`` (keyed by
             the reason).
 
@@ -269,12 +314,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     if not _is_dump(doc):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     entries = doc.get("entries", [])
-    rank = integer(doc.get("rank"))
+    rank, said = identity_int(doc.get("rank"))
+    repaired = {} if said is None else {f"rank {said}": 1}  # for the issues column (traces.meta.repaired)
     # torch's names end in the rank (a host may precede it); others say rank<R>
     default_name = p.name.startswith(("nccl_trace_rank", "fr_trace_rank"))
     m = (_TRAILING_RANK.search(p.name) if default_name else None) or _RANK_IN_NAME.search(p.name)
     by_name = int(m.group(1)) if m else None
-    warnings = []
+    warnings = [] if said is None else [f"{p.name}: the dump's 'rank' is {shown(doc.get('rank'))}, {said}"]
     if rank is not None and by_name is not None and by_name != rank:
         warnings.append(
             f"{p.name}: the dump's 'rank' {rank} differs from rank {by_name} in the file name; "
@@ -304,31 +350,22 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
-        raw_created = e.get("time_created_ns")
-        created = integer(raw_created)
         name = str(e.get("profiling_name", ""))
-        if not created:
-            why = (
-                "missing 'time_created_ns'"
-                if raw_created is None
-                else "'time_created_ns' is not an integer"
-                if created is None
-                else "'time_created_ns' is 0"
-            )
-            bad(i, name, why, "" if raw_created is None else f" ({shown(raw_created)})")
+        times, wrong = _times(e)
+        if wrong is not None:
+            bad(i, name, *wrong)
             continue
+        created, started, completed = times
         op = normalize_op(name) if name else "unknown"
         p2p = e["is_p2p"] if isinstance(e.get("is_p2p"), bool) else op in ("send", "recv")
         seq, no_seq, detail = entry_seq(e, style, p2p)
         if no_seq is not None:
             bad(i, name, no_seq, f" ({detail})")
             continue
-        started = integer(e.get("time_discovered_started_ns")) or None
-        completed = integer(e.get("time_discovered_completed_ns")) or None
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
-        elif completed is None and started is not None and isinstance(e.get("duration_ms"), (int, float)):
+        elif completed is None and started is not None and _number(e.get("duration_ms")):
             completed = started + round(float(e["duration_ms"]) * 1e6)
         pgv = e.get("process_group")
         pg_name = (
@@ -416,6 +453,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         r["ordinal"] = counter.get(key, 0)
         counter[key] = r["ordinal"] + 1
     meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
+    if repaired:
+        meta["repaired"] = repaired
     facts = _group_facts(doc, kept, rows)
     meta.update(facts, recorded_nothing=nothing, progress_by_pg_id=progress)
     for r in rows:  # member ranks identify a group: two groups can share one name (torchft replicas)

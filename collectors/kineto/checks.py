@@ -69,9 +69,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceprof.collectors._far_end import (
+    FAR_END_REPAIR,
     FAR_MARGIN_MIN_NS,
+    GPU_OVERRUN_REPAIR,
     OVERLAP_TOLERANCE_NS,
     STEP_OVERLAP_REPAIR,
+    STEP_PAST_END_REPAIR,
+    count_repair,
     far_ends,
     lane_overruns,
     reference_range,
@@ -209,8 +213,10 @@ def flag_records(
         src_index: Index of each row's record in the file's ``traceEvents`` (for messages).
         base_ns: The trace's ``baseTimeNanoseconds`` (0 for old style): a record whose own ``ts`` is 0
             and that lies apart from the other records is flagged ``zero_ts``.
-        repaired: Filled with the repairs by reason for ``traces.meta.repaired`` (the ``issues``
-            column of ``traceprof runs``): ProfilerSteps clipped where the next one starts.
+        repaired: Filled with the records clipped, by reason, for ``traces.meta.repaired`` (the
+            ``issues`` column of ``traceprof runs``; ``traceprof.collectors._far_end``): ProfilerSteps
+            clipped where the next one starts or past the trace's end, GPU rows past the next on their
+            stream, records ending far past the trace.
 
     Returns:
         (counts by flag, warnings naming the file, the count, the size of the discrepancy and
@@ -291,6 +297,7 @@ def flag_records(
     # "other": e.g. the session's span, not checked
     late, end = far_ends(ts, dur, sound, ~kind_in({"other"}), ~gpu, hi, margin)
     _clip_far_end(path, cols, src_index, late, end, hi, margin, where, counts, warnings)
+    count_repair(repaired, FAR_END_REPAIR, len(late))
     del late
     _clip_unclosed(path, cols, src_index, end, counts, warnings)
 
@@ -316,6 +323,7 @@ def flag_records(
             clipped.append(i)
     if clipped:
         counts["overrun"] = counts.get("overrun", 0) + len(clipped)
+        count_repair(repaired, GPU_OVERRUN_REPAIR, len(clipped))
         most = max(cols["raw_dur_ns"][i] - int(cols["dur_ns"][i]) for i in clipped)
         warnings.append(
             f"{path.name}: {len(clipped)} GPU record(s) run past the next record on their stream (or far past "
@@ -353,8 +361,7 @@ def _clip_steps_past_end(
     if overlaps:
         counts["overrun"] = counts.get("overrun", 0) + overlaps[0]
         warnings.append(overlaps[1])
-        if repaired is not None:
-            repaired[STEP_OVERLAP_REPAIR] = repaired.get(STEP_OVERLAP_REPAIR, 0) + overlaps[0]
+        count_repair(repaired, STEP_OVERLAP_REPAIR, overlaps[0])
     others = ok & ~kind_in({"step", "other"}) & (dur >= 0)
     if not others.any():
         return
@@ -376,6 +383,7 @@ def _clip_steps_past_end(
     ) + (", ..." if len(rows) > 3 else "")
     _clip_to(cols, rows, end, "overrun")
     counts["overrun"] = counts.get("overrun", 0) + len(rows)
+    count_repair(repaired, STEP_PAST_END_REPAIR, len(rows))
     stop = "the profiler's Record Window End" if window else "its other records"
     warnings.append(
         f"{path.name}: {len(rows)} ProfilerStep(s) run past the end of the trace ({stop}): {said}; "

@@ -73,7 +73,7 @@ from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_ra
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.core.timeconv import us_text_to_ns
-from traceprof.core.values import checked_int
+from traceprof.core.values import identity_int
 from traceprof.core.vocab import TraceSource
 
 __all__ = ["parse", "sidecar_path", "is_trace_file"]
@@ -519,8 +519,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
-    clipped_steps: dict[str, int] = {}  # overlapping ProfilerSteps, counted in traces.meta.repaired
-    flagged, warnings = flag_records(p, cols, src_index, base_ns, clipped_steps)
+    clipped: dict[str, int] = {}  # records clipped, by reason, counted in traces.meta.repaired
+    flagged, warnings = flag_records(p, cols, src_index, base_ns, clipped)
     spill.release()
     for what in (_E_MISMATCH, _E_EARLY):
         if skipped.get(what):
@@ -599,7 +599,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
     warnings += identity_warnings + id_repairs.warnings(p.name)
-    repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped_steps
+    repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped
     if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
         meta = msgspec.json.decode(str(trace_info["meta"]))
         trace_info["meta"] = msgspec.json.encode({**meta, "repaired": repaired}).decode()
@@ -678,18 +678,21 @@ def _as_arrays(cols: dict[str, Any]) -> None:
 
 def _identity_int(doc: dict[str, Any], key: str, what: str, warnings: list[str]) -> int | None:
     """``doc[key]`` (a rank or world size) as an int, or None: absent, or not an integer (``1.5``,
-    ``"abc"``, ``true``; 1.5 was read as 1, the others as no rank at all, silently), with a
-    warning ``what`` names (the file and the field; :func:`_identity_repairs` counts it)."""
+    ``"4.0"``, ``"abc"``, ``true``; 1.5 was read as 1, the others as no rank at all, silently), with
+    a warning ``what`` names (the file and the field; :func:`_identity_repairs` counts it). A string
+    or float that writes an integer (``"7"``, ``7.0``) is read as it, said and counted the same way
+    (``... is '7', a string: read as its integer``; it was read silently), as Kineto's id args are."""
     v = doc.get(key)
-    n, problem = checked_int(v)  # one beyond int32 is refused by the store, naming it
-    if problem is not None:
+    n, said = identity_int(v)
+    if said is not None:
         shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
-        warnings.append(f"{what} is {shown}, {problem}: ignored")
+        warnings.append(f"{what} is {shown}, {said}")
     return n
 
 
 def _identity_repairs(warnings: list[str]) -> dict[str, int]:
-    """The identity values ignored (:func:`_identity_int`, :func:`_identity_text`), counted by
+    """The identity values ignored or read from a string or float (:func:`_identity_int`,
+    :func:`_identity_text`), counted by
     reason for ``traces.meta.repaired`` (the ``issues`` column of ``traceprof runs``):
     ``"rank0.json: distributedInfo.rank is 1.5, not an integer: ignored"`` ->
     ``{"distributedInfo.rank not an integer: ignored": 1}``."""

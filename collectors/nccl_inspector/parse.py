@@ -39,7 +39,9 @@ Algorithm:
      unmatched (``p2p_sn`` does not pair a send with its recv).
   3. Rank: the file is one process; its rank is ``header.rank`` in its largest communicator (the
      world communicator when it has one), with a warning when communicators disagree; world size
-     = the largest ``n_ranks``. Host and pid from ``metadata``.
+     = the largest ``n_ranks``. Host and pid from ``metadata``. A ``header.rank`` or ``n_ranks``
+     written as a string (``"3"``) is read as its integer, said and counted in
+     ``traces.meta.repaired`` (``traceprof.core.values.identity_int``'s rule).
 
 Source fields read: ``header.{id, rank, n_ranks, nnodes, comm_name}``,
 ``metadata.{inspector_output_format_version, dump_timestamp_us, hostname, pid}``,
@@ -68,7 +70,7 @@ from traceprof.core.fileio import read_maybe_gzip
 from traceprof.core.limits import INT64, fits, record_fits
 from traceprof.core.ops import nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import checked_int, number
+from traceprof.core.values import checked_int, number, spelled_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
@@ -369,6 +371,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     hosts: Counter[str] = Counter()
     dropped = read = 0
     warnings: list[str] = []
+    spelled: Counter[str] = Counter()  # header.rank / n_ranks written as a string: reason -> records
     coll_schema, event_schema = row_schema("collectives"), row_schema("events")
     for line, rec in _records(p, data):
         read += 1
@@ -421,6 +424,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         comms[comm] = (header_rank, row["group_size"], comms.get(comm, (0, 0, 0))[2] + 1)
         if isinstance(meta.get("hostname"), str):
             hosts[meta["hostname"]] += 1
+        for key in (
+            "rank",
+            "n_ranks",
+        ):  # "3" is read as 3, said and counted (traceprof.core.values.identity_int)
+            if (how := spelled_int(header.get(key))) is not None:
+                spelled[f"header.{key} {how}: read as its integer"] += 1
         colls.append(row)
         events.append(event)
     if not colls:
@@ -428,6 +437,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         raise TraceFormatError(p, "", f"no NCCL Inspector collective record: {what}")
     rank, world, notes = _rank(p, comms)
     warnings += notes
+    warnings += [f"{p.name}: {n} record(s) with {why}" for why, n in spelled.items()]
     if incomplete.get("no event_trace_ts"):
         warnings.append(
             f"{p.name}: {incomplete['no event_trace_ts']} record(s) without event_trace_ts (written with "
@@ -452,6 +462,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         "inspector_output_format_version": dict(versions),
         "dropped_records": dropped,
         "communicators": {c: {"rank": r, "n_ranks": n, "records": k} for c, (r, n, k) in comms.items()},
+        **({"repaired": dict(spelled)} if spelled else {}),
     }
     return ParsedTrace(
         path=str(p),

@@ -22,7 +22,10 @@ Algorithm:
      of ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` events, and for the end of ``KernelCh``
      on channels other than 0), never the plugin's time 0: that side of the pair is unknown; the
      event is stored at its known time with duration 0 and flagged ``zero_ts`` (left out of
-     windows and latency), a collective gets a NULL start or end, and a warning counts them.
+     windows and latency), a collective gets a NULL start or end, and a warning counts them. A
+     missing, non-numeric or negative ``ts`` (the steady clock never reads below 0), or an end
+     before its begin, is a bad event: an error naming it, or with ``on_bad_event="skip"`` skipped
+     and counted (an end before its begin: the pair).
   3. COLL and P2P pairs are ``collective`` events and ``collectives`` rows (source
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
@@ -196,7 +199,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
 
     Args:
         path: The plugin's JSON file.
-        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at an event without a numeric ``ts``, or a COLL / P2P event
+        options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"`` stops at an event without a numeric ``ts`` or with a negative one, or a COLL / P2P event
             with a value that cannot be stored (:func:`_rows`); ``"skip"`` counts it.
 
     Returns:
@@ -227,14 +230,16 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
         except ValueError:
             ts = None
-        if ts is None:
+        if ts is None or ts < 0:  # the plugin's steady clock never reads below 0
+            why = "missing or non-numeric 'ts'" if ts is None else "negative 'ts'"
             if on_bad_event == "raise":
+                value = "" if ts is None else f" ({bytes(ev.ts).decode()} us)"
                 raise TraceFormatError(
                     p,
                     f"event #{i} ({ev.cat} {ev.name!r})",
-                    "missing or non-numeric 'ts'; pass --skip-bad-events to skip such events",
+                    f"{why}{value}; pass --skip-bad-events to skip such events",
                 )
-            rejected["missing or non-numeric 'ts'"] += 1
+            rejected[why] += 1
             continue
         if ts == 0:  # module doc, step 2: a time never set
             unset[
@@ -248,6 +253,16 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             stack = open_.get(key)
             if stack:
                 j, start = stack.pop()
+                if start and known and known < start:  # a negative duration: neither time can be trusted
+                    if on_bad_event == "raise":
+                        raise TraceFormatError(
+                            p,
+                            f"event #{i} ({ev.cat} {ev.name!r})",
+                            f"ends before its begin (event #{j}) by {_us_text(start - known)} us; pass "
+                            "--skip-bad-events to skip such events",
+                        )
+                    rejected["ends before its begin"] += 1
+                    continue
                 spans.append(_Span(j, start, known, None if start and known else "zero_ts"))
             else:
                 rejected["end without a begin"] += 1
@@ -343,6 +358,11 @@ _FIELDS = {
     "nelems_in": "args.Count",
     "nelems_out": "args.Count",
 }
+
+
+def _us_text(ns: int) -> str:
+    """``ns`` as microseconds with 3 decimals (the plugin's own notation)."""
+    return f"{ns // 1000:,}.{ns % 1000:03d}"
 
 
 def _rows(

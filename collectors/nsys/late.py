@@ -26,8 +26,11 @@ from typing import Any
 import numpy as np
 
 from traceprof.collectors._far_end import (
+    FAR_END_REPAIR,
     FAR_MARGIN_MIN_NS,
+    GPU_OVERRUN_REPAIR,
     STEP_OVERLAP_REPAIR,
+    count_repair,
     far_ends,
     lane_overruns,
     reference_range,
@@ -64,7 +67,8 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], di
     Returns:
         (the warnings naming the clipped rows (one for the steps, one for the CPU side, one for
         the GPU: their count, how far past, and the first three by kind and name), empty when none
-        is clipped; the repairs by reason for ``traces.meta.repaired``: the step ranges clipped).
+        is clipped; the rows clipped by reason for ``traces.meta.repaired``, the ``issues`` column of
+        ``traceprof runs`` (``traceprof.collectors._far_end``: step ranges, CPU far ends, GPU overruns)).
     """
     if not cols["kind"]:
         return [], {}
@@ -81,6 +85,7 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], di
     if len(rows):
         past = int((ts[rows] + dur[rows]).max()) - hi
         _clip(cols, ts, dur, rows, np.full(len(rows), end))
+        count_repair(repaired, FAR_END_REPAIR, len(rows))
         warnings.append(
             f"{label}: {len(rows)} CPU record(s) end far past the trace's {where} (up to "
             f"{past / 1e9:,.3f} s past it, more than {margin / 1e9:,.3f} s; {_named(cols, rows)}): "
@@ -98,6 +103,7 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], di
         rows = gpu[hit]
         most = int((ts[rows] + dur[rows] - new_end).max())
         _clip(cols, ts, dur, rows, new_end)
+        count_repair(repaired, GPU_OVERRUN_REPAIR, len(rows))
         warnings.append(
             f"{label}: {len(rows)} GPU record(s) run past the next record on their stream (or far past the "
             f"trace's {where}) by up to {most / 1e9:,.6f} s ({_named(cols, rows)}): clipped (events.flag = "

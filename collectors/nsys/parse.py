@@ -379,6 +379,8 @@ def _trace(
         meta["process"] = {"pid": proc & _PID_BITS, "globalPid": proc << 24}
     if graph:
         meta["graph_level"] = {"executions": len(graph), "ns": sum(graph)}
+    if clipped:
+        meta["repaired"] = {**meta.get("repaired", {}), **clipped}
     top = min(used, key=lambda d: (-used[d], d)) if used else None
     trace = {
         "host": exp.host,

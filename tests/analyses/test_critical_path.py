@@ -362,7 +362,9 @@ def test_profiler_start_transient_is_left_out_of_the_account_and_the_waterfall(s
         write_rank(tmp_path / "run" / f"rank{r}.json", transient_rank(r), r)
     ingest(store, [tmp_path / "run"], run="tr")
     cp = analyze(store, "critical_path", "tr")
-    (note,) = [n for n in cp.notes if n.startswith("profiler-start transient: the first collective (step 1)")]
+    (note,) = [
+        n for n in cp.notes if n.startswith("profiler-start transient: the first collective to arrive")
+    ]
     assert note in analyze(store, "overlap", "tr").notes  # the same note
     # Steps 2-4 (S = 3010, 3020, 3030 ms), each 10 ms on both ranks. Rank 0: aten::mm [S, S+5] =
     # 5 ms compute; arrival S+5, rank 1's S+5.1: wait 0.1 ms; transfer [S+5.1, S+5.6] = 0.5 ms;

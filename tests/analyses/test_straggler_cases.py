@@ -422,7 +422,10 @@ def test_profiler_start_transient_is_left_out(store, tmp_path):
     res = analyze(store, "stragglers", "tr")
     assert res.instances.height == 3 and res.instances["skew_ns"].to_list() == [100_000] * 3
     (note,) = [n for n in res.notes if n.startswith("profiler-start transient")]
-    assert "the first collective (step 1) waited up to 2,000.0 ms" in note and "2,000.0 ms apart" in note
+    assert (
+        "the first collective to arrive (all_reduce #1; step 1) waited up to 2,000.0 ms" in note
+        and "2,000.0 ms apart" in note
+    )
     wi = analyze(store, "whatif", "tr")
     assert wi.frame["step"].to_list() == [2, 3, 4] and wi.summary["transient_steps"].item() == 1
 

@@ -506,3 +506,29 @@ def test_sql_json_text_inside_nested_values_stays_escaped(db):
     )
     code, out, _ = run("sql", q, "--db", str(db))
     assert code == 0 and "\\x1b[31m" in out and "\x1b" not in out
+
+
+def test_kernel_names_alike_but_for_one_template_argument_are_shortened(tmp_path):
+    # hta trace_filter: two 928-character index_elementwise_kernel names that differ only in
+    # OpaqueType<1> vs OpaqueType<4> (the same words, in another place) were printed in full by
+    # kernel_sum (a 3,102-wide table); so were six split_embedding_backward_* kernels whose
+    # families shorten alike (up to 1,956 characters). Each now shows where it differs, and every
+    # name of the run's kernel_sum reads distinct in at most 3 x 48 characters.
+    from tests.conftest import analyze, corpus
+    from traceprof.core.display import table_rows
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [corpus("hta/trace_filter")], run="tf")
+        frame = analyze(store, "kernel_sum", "tf").frame
+    names = frame["name"].to_list()
+    shown = {n: row[frame.columns.index("name")] for n, row in zip(names, table_rows(frame), strict=True)}
+    opaque = sorted(n for n in names if "index_elementwise_kernel" in n and "OpaqueType" in n)
+    assert [len(n) for n in opaque] == [928, 928]
+    assert [shown[n] for n in opaque] == [
+        "index_elementwise_kernel<…OpaqueType<1>…>",
+        "index_elementwise_kernel<…OpaqueType<4>…>",
+    ]
+    assert len(set(shown.values())) == len(names)
+    assert max(len(s) for s in shown.values()) <= 3 * 48

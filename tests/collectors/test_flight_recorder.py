@@ -238,3 +238,113 @@ def test_rank_field_conflicting_with_the_file_name_warns(tmp_path):
     ]
     path.write_text(json.dumps({**doc, "rank": 2}))
     assert (parse(path).rank, parse(path).warnings) == (2, [])
+
+
+def _fr_entry(seq: int, created: object, **times: object) -> dict:
+    return {
+        "collective_seq_id": seq,
+        "process_group": ["0", "default_pg"],
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": created,
+        **times,
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("time_created_ns", -5, "negative 'time_created_ns'"),
+        ("time_discovered_started_ns", -1, "negative 'time_discovered_started_ns'"),
+        ("time_discovered_completed_ns", -2, "negative 'time_discovered_completed_ns'"),
+        ("time_discovered_started_ns", "soon", "'time_discovered_started_ns' is not an integer"),
+        ("duration_ms", -0.5, "'duration_ms' negative or not finite"),
+    ],
+)
+def test_negative_or_malformed_times_are_bad_entries(tmp_path, field, value, reason):
+    # An epoch time is never below 0: a negative one was stored (enter_ns = -5), and a started time
+    # of "soon" was read as unknown, both without a word. Entry #1 holds the bad value; entry #0 is
+    # sound (created 10, started 20, completed 50 ns) and is what is left with --skip-bad-events.
+    bad = _fr_entry(2, 30, time_discovered_started_ns=40, time_discovered_completed_ns=0)
+    bad[field] = value
+    doc = {
+        "version": "2.4",
+        "rank": 0,
+        "entries": [
+            _fr_entry(1, 10, time_discovered_started_ns=20, time_discovered_completed_ns=50),
+            bad,
+        ],
+    }
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=rf"rank0.fr.json: entry #1 \('nccl:all_reduce'\): {reason}"):
+        parse(path)
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert [(r["seq"], r["enter_ns"], r["start_ns"], r["end_ns"]) for r in pt.collectives.to_pylist()] == [
+        (1, 10, 20, 50)
+    ]
+    assert pt.rejected == {reason: 1}
+
+
+def test_negative_creation_time_in_a_corpus_dump_is_refused_by_ingest(store, tmp_path):
+    # The trial: rank 2's entries[8] (collective 9) created at -5 ns was stored, and stragglers then
+    # called it "the first collective" waiting 1.8e12 ms. Now the ingest names the file and entry and
+    # stores nothing; --skip-bad-events leaves that entry out and counts it in the run's issues.
+    for f in corpus("flight_recorder/gloo_cpu_4rank").glob("fr_rank*.json"):
+        doc = json.loads(f.read_text())
+        if f.name == "fr_rank2.json":
+            assert doc["entries"][8]["collective_seq_id"] == 9
+            doc["entries"][8]["time_created_ns"] = -5
+        (tmp_path / f.name).write_text(json.dumps(doc))
+    with pytest.raises(
+        TraceFormatError,
+        match=r"fr_rank2.json: entry #8 \('gloo:all_reduce'\): negative 'time_created_ns' \(-5\)",
+    ):
+        ingest(store, [tmp_path], run="fr")
+    assert store.sql("SELECT count(*) FROM runs").item() == 0
+    ingest(store, [tmp_path], run="fr", on_bad_event="skip")
+    assert store.sql("SELECT count(*), min(enter_ns) > 0 FROM collectives").row(0) == (4 * 17 - 1, True)
+    assert store.runs()["issues"].to_list() == ["1 rejected: negative 'time_created_ns'"]
+
+
+def test_transient_names_the_collective_that_arrived_first(store, tmp_path):
+    # Two ranks, four all_reduces of pg 0 (seq 1-4). Rank 1 starts 3 s late: seq 1 is entered at 0
+    # and 3000 ms (skew 3000 ms); seqs 2-4 at 3010/3020/3030 ms on rank 0 and 0.1 ms later on rank 1
+    # (skew 0.1 ms). Threshold max(20 x median skew 0.1 ms, no steps) = 2 ms: seq 1 alone is over it,
+    # and the ranks' first events are 3000 ms apart (>= half its skew): the transient is seq 1.
+    ms = 1_000_000
+    t0 = 1_700_000_000 * 10**9
+    for r, late in ((0, 0), (1, 100_000)):
+        first = t0 + (3000 * ms if r else 0)
+        entries = [_fr_entry(1, first)] + [
+            _fr_entry(k, t0 + (3000 + 10 * (k - 1)) * ms + late) for k in (2, 3, 4)
+        ]
+        (tmp_path / f"rank{r}.fr.json").write_text(
+            json.dumps({"version": "2.4", "rank": r, "entries": entries})
+        )
+    ingest(store, [tmp_path], run="t")
+    res = analyze(store, "stragglers", "t")
+    (note,) = [n for n in res.notes if n.startswith("profiler-start transient")]
+    assert note.startswith(
+        "profiler-start transient: the first collective to arrive (all_reduce pg 0 seq 1) waited up to 3,000.0 ms"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "rank", "said"),
+    [
+        ("2", 2, "a string: read as its integer"),  # was read as 2 without a word
+        (2.0, 2, "a float: read as its integer"),
+        (1.5, 5, "not an integer: ignored"),  # was the file name's rank 5 without a word
+        ("abc", 5, "not an integer: ignored"),
+    ],
+)
+def test_dump_rank_written_as_text_is_said_and_counted(store, tmp_path, value, rank, said):
+    # The same rule as Kineto's distributedInfo.rank (traceprof.core.values.identity_int). The file
+    # is named rank5: a rank that is ignored falls back to it; one that is read as 2 differs from it.
+    path = tmp_path / "rank5.fr.json"
+    path.write_text(json.dumps({"version": "2.4", "rank": value, "entries": [_fr_entry(1, 10)]}))
+    pt = parse(path)
+    assert pt.rank == rank
+    assert pt.warnings[0] == f"rank5.fr.json: the dump's 'rank' is {value!r}, {said}"
+    ingest(store, [path], run="r")
+    assert store.runs()["issues"].to_list() == [f"1 repaired: rank {said}"]

@@ -431,3 +431,20 @@ def test_reported_bandwidth_without_kernel_times_and_other_sources(tmp_path):
             "SELECT count(*), count(reported_algbw_gbps), count(reported_busbw_gbps) FROM collective_perf"
         )
         assert got.row(0) == (6, 0, 0)
+
+
+def test_header_rank_written_as_text_is_said_and_counted(store, tmp_path):
+    # header.rank "1" and n_ranks "2" were read as 1 and 2 without a word; the one rule of
+    # traceprof.core.values.identity_int: read as the integer, said and counted per record.
+    recs = [_rec("0xaa", 1, 2, "AllReduce", sn, 8, T + 10 * sn, T + 10 * sn + 5) for sn in (1, 2)]
+    recs[0]["header"].update(rank="1", n_ranks="2")
+    f = _write(tmp_path / "h-pid1.log", recs)
+    pt = parse(f)
+    assert (pt.rank, pt.world_size) == (1, 2)
+    assert "h-pid1.log: 1 record(s) with header.rank a string: read as its integer" in pt.warnings
+    assert "h-pid1.log: 1 record(s) with header.n_ranks a string: read as its integer" in pt.warnings
+    ingest(store, [f], run="i")
+    assert store.runs()["issues"].to_list() == [
+        "1 repaired: header.rank a string: read as its integer; "
+        "1 repaired: header.n_ranks a string: read as its integer"
+    ]

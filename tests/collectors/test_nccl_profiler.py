@@ -4,6 +4,7 @@ the Kineto traces of a 2-rank run (shared case clock_offset_3ms), with the plugi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -395,3 +396,41 @@ def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
                             HAVING count(DISTINCT op) > 1)""").item()
             == 0
         )
+
+
+def test_negative_timestamp_is_a_bad_event(tmp_path):
+    # The plugin's steady clock never reads below 0: the first AllReduce begin (event #1) at
+    # -12.5 us was stored as a time. Now it is a bad event naming the file and the event; skipped,
+    # its end has no begin (rejected too) and only the second AllReduce (seq 1) is left.
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    lines = _plugin_dump(0).splitlines()
+    assert '"name": "AllReduce", "cat": "COLL", "ph": "b"' in lines[2]
+    lines[2] = re.sub(r'"ts": [0-9.]+', '"ts": -12.500', lines[2])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): negative 'ts' (-12.500 us); pass")
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+    assert pt.rejected == {"negative 'ts'": 1, "end without a begin": 1}
+
+
+def test_end_before_its_begin_is_a_bad_event(tmp_path):
+    # The first AllReduce's end (event #4) written 3 us before its begin (event #1): its collective
+    # was stored with end_ns < start_ns and its event with duration 0, silently. Now a bad event;
+    # skipped, the pair is left out (counted once) and only the second AllReduce (seq 1) is left.
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    lines = _plugin_dump(0).splitlines()
+    assert '"name": "AllReduce", "cat": "COLL", "ph": "e"' in lines[5]
+    begin = re.search(r'"ts": ([0-9.]+)', lines[2]).group(1)
+    whole, frac = begin.split(".")
+    lines[5] = re.sub(r'"ts": [0-9.]+', f'"ts": {int(whole) - 3}.{frac}', lines[5])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value).startswith(
+        f"{path}: event #4 (COLL 'AllReduce'): ends before its begin (event #1) by 3.000 us; pass"
+    )
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+    assert pt.rejected == {"ends before its begin": 1}

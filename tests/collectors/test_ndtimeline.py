@@ -22,15 +22,23 @@ def test_empty_file_with_the_real_schema(tmp_path):
         assert e.value.path == str(path.resolve())
 
 
-def test_nan_duration_is_a_bad_row(tmp_path):
-    # Rows 0..9 of the real ST trace, row 3's duration set to NaN (same float32 column type).
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("duration", float("nan"), "NaN"),
+        # start_ts counts from the step's earliest op (0): -0.5 s was laid before its step silently
+        ("start_ts", -0.5, "negative time"),
+    ],
+)
+def test_nan_or_negative_time_is_a_bad_row(tmp_path, column, value, said):
+    # Rows 0..9 of the real ST trace, row 3's value set (same float32 column type).
     df = pl.read_parquet(corpus(_ST)).head(10)
-    dur = df["duration"].to_list()
-    dur[3] = float("nan")
-    df = df.with_columns(pl.Series("duration", dur, df.schema["duration"]))
-    path = tmp_path / "trace-nan.parquet"
+    vals = df[column].to_list()
+    vals[3] = value
+    df = df.with_columns(pl.Series(column, vals, df.schema[column]))
+    path = tmp_path / "trace-bad.parquet"
     df.write_parquet(path)
-    with pytest.raises(TraceFormatError, match="NaN") as e:
+    with pytest.raises(TraceFormatError, match=said) as e:
         ndtimeline.parse(path)
     assert e.value.where.startswith("row #3 ")
     traces = ndtimeline.parse(path, ParseOptions(on_bad_event="skip"))
@@ -38,6 +46,7 @@ def test_nan_duration_is_a_bad_row(tmp_path):
     assert sum(len(t.events) for t in traces) == 9
     assert sum(sum(t.rejected.values()) for t in traces) == 1
     assert all(n >= 0 for t in traces for n in t.events.column("dur_ns").to_pylist())
+    assert all(n >= 0 for t in traces for n in t.events.column("ts_ns").to_pylist())
 
 
 @pytest.mark.parametrize(
@@ -76,3 +85,24 @@ def test_bad_meta_yaml_is_one_line_naming_the_place(tmp_path, meta, where, reaso
         ndtimeline.parse(path)
     assert (e.value.path, e.value.where, e.value.reason) == (str(side), where, reason)
     assert str(e.value) == f"{side}: {where}: {reason}"  # one line
+
+
+def test_meta_size_written_as_text_is_said_and_counted(store, tmp_path):
+    # The real ST trace and meta with world_size quoted ("8"), read as 8 without a word before; the
+    # one rule of traceprof.core.values.identity_int: read as the integer, said once and counted.
+    import shutil
+
+    from traceprof.ingest.ingest import ingest
+
+    src = corpus(_ST)
+    shutil.copy(src, tmp_path / src.name)
+    meta = (src.parent / "meta-ST.yaml").read_text()
+    assert "world_size: 8\n" in meta
+    (tmp_path / "meta-ST.yaml").write_text(meta.replace("world_size: 8\n", 'world_size: "8"\n'))
+    traces = ndtimeline.parse(tmp_path / src.name)
+    assert {t.world_size for t in traces} == {8}
+    assert [w for t in traces for w in t.warnings] == [
+        "meta-ST.yaml: world_size is '8', a string: read as its integer"
+    ]
+    ingest(store, [tmp_path / src.name], run="st")
+    assert store.runs()["issues"].to_list() == ["1 repaired: world_size a string: read as its integer"]

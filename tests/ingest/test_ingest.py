@@ -214,3 +214,36 @@ def test_conflicting_ranks_rejected(store, tmp_path):
     with pytest.raises(TraceFormatError, match="rank 0 also in"):
         ingest(store, [run])
     assert store.runs().height == 0
+
+
+def test_duplicate_rank_hint_fits_how_the_run_was_named(store, tmp_path):
+    # The trial: two files of rank 0 under --run dd were told "... or use --run", which was given.
+    # --run puts every file in that one run, so the hint says it cannot split them; without --run
+    # the folder is the run; identical copies (same sha256) are one trace given twice.
+    run = tmp_path / "dup"
+    run.mkdir()
+    a, b = (
+        _write(run / "a.json", _new_style(0)),
+        _write(run / "b.json", _new_style(0) | {"baseTimeNanoseconds": 5}),
+    )
+    _write(run / "c.json", _new_style(1))
+    with pytest.raises(TraceFormatError) as named:
+        ingest(store, [run], run="dd")
+    assert str(named.value) == (
+        f"{b}: distributedInfo.rank: rank 0 also in {a} (same run 'dd'): two traces of one rank are two "
+        "jobs; --run puts every file of this ingest in that one run, so it cannot split them: ingest each "
+        "job's files on their own, each with its own --run NAME"
+    )
+    with pytest.raises(TraceFormatError) as folder:
+        ingest(store, [run])
+    assert str(folder.value).endswith(
+        "(same run 'dup'): two traces of one rank are two jobs; put each job's files in their own "
+        "directory, or ingest them on their own with --run NAME each"
+    )
+    b.write_bytes(a.read_bytes())
+    with pytest.raises(TraceFormatError) as copy:
+        ingest(store, [run], run="dd")
+    assert str(copy.value).endswith(
+        f"rank 0 also in {a} (same run 'dd'): the two files are the same trace (same sha256): leave one out"
+    )
+    assert "--run" not in str(copy.value) and store.runs().height == 0

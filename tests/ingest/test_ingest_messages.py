@@ -241,3 +241,38 @@ def test_an_empty_trace_is_stored_with_a_warning(tmp_path):
         in err
     )
     assert "rank0.json: no events" not in err
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "stored", "said"),
+    [
+        # one rule for a rank or world size (traceprof.core.values.identity_int), as for Kineto's id
+        # args: a string or float that writes an integer is read as it, said and counted ("7" was
+        # read silently); anything else is ignored, said and counted. hta's trace_compare/base has
+        # distributedInfo {"rank": 1} and no world_size: without one the run's world is 2 (rank 1).
+        ("world_size", "7", ("runs", 7), "a string: read as its integer"),
+        ("world_size", 7.0, ("runs", 7), "a float: read as its integer"),
+        ("world_size", "4.0", ("runs", 2), "not an integer: ignored"),
+        ("world_size", "1e1", ("runs", 2), "not an integer: ignored"),
+        ("world_size", 7.9, ("runs", 2), "not an integer: ignored"),
+        ("world_size", True, ("runs", 2), "not an integer: ignored"),
+        ("rank", "3", ("traces", 3), "a string: read as its integer"),
+    ],
+)
+def test_rank_or_world_size_written_as_text_is_one_rule(tmp_path, key, value, stored, said):
+    import gzip
+
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    doc = json.loads(gzip.decompress(corpus("hta/trace_compare/base/base.json.gz").read_bytes()))
+    assert doc["distributedInfo"] == {"rank": 1}
+    doc["distributedInfo"][key] = value
+    (tmp_path / "base.json").write_text(json.dumps(doc))
+    with Store(tmp_path / "s.duckdb") as store:
+        res = ingest(store, [tmp_path / "base.json"], jobs=1)
+        assert f"base.json: distributedInfo.{key} is {value!r}, {said}" in res.warnings
+        table, want = stored
+        column = "world_size" if table == "runs" else "rank"
+        assert store.sql(f"SELECT {column} FROM {table}").item() == want
+        assert store.runs()["issues"].to_list() == [f"1 repaired: distributedInfo.{key} {said}"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SAMPLES, corpus
+from tests.conftest import REPO, SAMPLES, analyze, corpus
 from traceprof.core.errors import TraceprofError, UsageError
 from traceprof.ingest.ingest import ingest
 from traceprof.render.report import SIZE_BUDGET_BYTES, write_report
@@ -391,10 +391,42 @@ def test_nsys_style_summaries_are_sections_with_names_told_apart(store, tmp_path
     names = [r[headers.index("name")] for r in rows]
     assert len(names) == len(set(names)) == 102
     assert "par_ranged1d_kernel<update_halo_kernel … 10>" in names and not any(" #" in n for n in names)
-    full = html.unescape(
-        re.search(r'title="([^"]*update_halo_kernel[^"]*instance 10\)[^"]*)"', section).group(1)
+    # the full names are stored once in the page (tp-names), each cell pointing to its own
+    full = _full_names(text)
+    cell = re.search(
+        r'<td class="s" data-full="(\d+)">par_ranged1d_kernel&lt;update_halo_kernel … 10&gt;<', section
     )
-    assert full.startswith("void clover::par_ranged1d_kernel<update_halo_kernel(int, int")
+    assert full[int(cell.group(1))].startswith("void clover::par_ranged1d_kernel<update_halo_kernel(int, int")
+    assert "instance 10)" in full[int(cell.group(1))]
+
+
+def _full_names(page: str) -> list[str]:
+    """The report's full names of shortened cells (its ``tp-names`` list: gzip, base64, JSON)."""
+    import base64
+    import gzip
+
+    packed = re.search(r'<script id="tp-names" type="application/octet-stream">([^<]*)</script>', page).group(
+        1
+    )
+    return json.loads(gzip.decompress(base64.b64decode(packed)))
+
+
+def test_report_of_long_kernel_names_within_the_budget_and_names_kept(store, tmp_path):
+    # hta trace_filter's report was 1,042,726 bytes (README: under 1 MB): 191 KB of it were the
+    # full names of shortened kernel names, repeated as the hover text of every cell in every table
+    # (928-1,956 characters each). They are stored once now, gzip-compressed; every name the
+    # kernel_sum table holds is still in the page, and each shortened cell points to its own.
+    ingest(store, [corpus("hta/trace_filter")], run="tf")
+    text = write_report(store, "tf", tmp_path / "r.html").read_text()
+    assert len(text.encode()) < SIZE_BUDGET_BYTES
+    assert not re.search(r'<td class="s" title=', text)
+    full = _full_names(text)
+    assert len(full) == len(set(full))
+    names = set(analyze(store, "kernel_sum", "tf").frame["name"].to_list())
+    long_names = {n for n in names if len(n) > 80}  # the report's tables shorten above 80 characters
+    assert long_names and long_names <= set(full)
+    for k, short in re.findall(r'<td class="s" data-full="(\d+)">([^<]*)<', text):
+        assert full[int(k)] != html.unescape(short)
 
 
 def test_notes_do_not_speak_of_the_projects_own_traces(store, tmp_path):

@@ -91,8 +91,10 @@ def distinct_short(values: Iterable[str | None], width: int = 40) -> dict[str, s
     Names whose short forms collide (eleven template instances of ``par_ranged2d_kernel``) get
     ``family<first … last>`` of the words (identifiers and numbers) that not every name of the
     collision has, in order: the first and the last one, then more from both ends until no two
-    forms are alike (``par_ranged2d_kernel<update_halo_kernel … 10>``). Names that even their
-    full lists of words do not tell apart (they differ in punctuation only) keep their full text.
+    forms are alike (``par_ranged2d_kernel<update_halo_kernel … 10>``). Names that their words do
+    not tell apart (the same words in other places, or punctuation only) show the part where they
+    differ (``index_elementwise_kernel<…OpaqueType<4>…>``); only names whose such parts read alike
+    keep their full text.
     Work: O(n log n) in the names plus their lengths.
     """
     names = list(dict.fromkeys(v for v in values if v is not None))
@@ -103,22 +105,26 @@ def distinct_short(values: Iterable[str | None], width: int = 40) -> dict[str, s
     used = set(out.values())
     for vs in groups.values():
         if len(vs) > 1:
-            out.update(_tell_apart(vs, used))
+            out.update(_tell_apart(vs, used, width))
     return out
 
 
-def _tell_apart(names: list[str], used: set[str]) -> dict[str, str]:
+def _tell_apart(names: list[str], used: set[str], width: int) -> dict[str, str]:
     """Forms for ``names`` whose short forms collide (see :func:`distinct_short`); prose (a gap's
-    cause: words before any bracket) has no family to build on and keeps its full text."""
+    cause: words before any bracket) has no family to build on and keeps its full text. Names that
+    words cannot tell apart (the same words in other places: ``OpaqueType<1>`` and ``<4>`` in two
+    928-character ``index_elementwise_kernel`` names) are told apart by where they differ
+    (:func:`_by_difference`); a word longer than ``width`` (a mangled symbol) shows its two ends."""
     if any(_prose(v) for v in names):
         return {v: v for v in names}
     words = {v: _TOKEN.findall(v) for v in names}
     common = set.intersection(*(set(w) for w in words.values()))
     # each word once, where it last occurs (``(instance 4)`` ends the name even if a 4 came before)
-    own = {
-        v: list(dict.fromkeys(w for w in reversed(ws) if w not in common))[::-1] for v, ws in words.items()
+    own = {  # a word longer than the width (a mangled symbol) is cut: a form stays about the width
+        v: [_ends(w, width) for w in dict.fromkeys(w for w in reversed(ws) if w not in common)][::-1]
+        for v, ws in words.items()
     }
-    fam = {v: family(v) for v in names}
+    fam = {v: _ends(family(v), width) for v in names}
     out: dict[str, str] = {}
     left = list(names)
     level = 0
@@ -137,7 +143,71 @@ def _tell_apart(names: list[str], used: set[str]) -> dict[str, str]:
                 out[v] = v
         left = [v for v in left if v not in out]
         level += 1
+    whole = [v for v in names if out[v] == v and len(v) > width]
+    if whole:  # against the whole group: a name whose every word another one has is told apart too
+        for v in whole:
+            used.discard(v)
+        out.update(_by_difference(names, used, width, whole))
     return out
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` when at most ``width`` characters, else its first ``width - 1`` and ``…``."""
+    return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
+
+
+def _ends(word: str, width: int) -> str:
+    """``word`` when at most ``width`` characters, else its first and last ``width // 2`` around ``…``
+    (long identifiers of one family differ at either end: ``..._weighted_kernel_cta_per_row_1``)."""
+    half = max(width // 2, 1)
+    return word if len(word) <= width else word[:half] + "…" + word[-half:]
+
+
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _by_difference(
+    names: list[str], used: set[str], width: int, only: list[str] | None = None
+) -> dict[str, str]:
+    """Forms for distinct ``names`` (those of ``only``, default all) from the places where they
+    differ: in sorted order a name is told from every other by where it first differs from the
+    names before and after it, so its form shows those places, each widened to whole words (and the
+    ``<`` / ``>`` of a template argument) up to a quarter of the width each side:
+    ``index_elementwise_kernel<…OpaqueType<4>…>``. An ``…`` stands for each part left out; names whose forms would still read alike keep
+    their full text. O(n log n) comparisons plus the names' lengths."""
+    order = sorted(names)
+    at: dict[str, list[int]] = {v: [] for v in order}
+    for a, b in zip(order, order[1:], strict=False):
+        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        at[a].append(k)
+        at[b].append(k)
+    out = {v: _difference_form(v, sorted(set(at[v])), width) for v in (names if only is None else only)}
+    forms = set(out.values())
+    if len(forms) < len(out) or forms & used:
+        return {v: v for v in out}
+    used.update(forms)
+    return out
+
+
+def _difference_form(v: str, places: list[int], width: int) -> str:
+    """``v``'s form from the characters at ``places``, each widened to whole words up to a quarter
+    of ``width`` each side (:func:`_by_difference`)."""
+    reach = max(width // 4, 1)
+    spans: list[list[int]] = []
+    for k in places:
+        lo, hi = k, min(k + 1, len(v))
+        while lo > 0 and k - lo < reach and (v[lo - 1] in _WORD_CHARS or v[lo - 1] == "<"):
+            lo -= 1
+        while hi < len(v) and hi - k < reach and (v[hi] in _WORD_CHARS or v[hi] == ">"):
+            hi += 1
+        if spans and lo <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], hi)
+        else:
+            spans.append([lo, hi])
+    body = "…".join(v[lo:hi] for lo, hi in spans)
+    before = "" if spans and spans[0][0] == 0 else "…"
+    after = "" if spans and spans[-1][1] == len(v) else "…"
+    return f"{_cut(family(v), width)}<{before}{body}{after}>"
 
 
 def _form(fam: str, words: list[str], level: int) -> str:

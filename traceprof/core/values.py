@@ -14,7 +14,10 @@ A real number (a bandwidth, a rate a source reports) is read through :func:`numb
 number, ``int`` or ``float``, that is finite; not a ``bool``, not a string.
 
 Which callers bound the value (int64, int32) and what they do with a bad one (an error naming the
-record, a warning, NULL) stays theirs; :func:`checked_int` also says *why* there is no value.
+record, a warning, NULL) stays theirs; :func:`checked_int` also says *why* there is no value. A
+string or float that writes an integer is read as it, but an identity (a rank, a world size, a
+device id) so written is said and counted where it is read (:func:`spelled_int` names how it was
+written: ``distributedInfo.world_size is '7', a string: read as its integer``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["integer", "checked_int", "number", "parse_bool", "BOOL_WORDS"]
+__all__ = ["integer", "checked_int", "spelled_int", "identity_int", "number", "parse_bool", "BOOL_WORDS"]
 
 #: Option words read as booleans (``-p hta=true``, ``TRACEPROF_NO_CACHE=1``), lower case.
 BOOL_WORDS = {
@@ -67,6 +70,29 @@ def checked_int(v: Any, bits: int = 64) -> tuple[int | None, str | None]:
     if not -(2 ** (bits - 1)) <= n < 2 ** (bits - 1):
         return None, f"beyond int{bits}"
     return n, None
+
+
+def spelled_int(v: Any) -> str | None:
+    """How a value :func:`integer` reads as an integer is written when it is no JSON integer:
+    ``"a string"`` (``"7"``, ``"0x1f"``), ``"a float"`` (``7.0``); None for an ``int`` and for a
+    value that is no integer (``"4.0"``, ``7.9``, ``true``: :func:`checked_int` says why)."""
+    if isinstance(v, bool) or isinstance(v, int) or integer(v) is None:
+        return None
+    return "a string" if isinstance(v, str) else "a float"
+
+
+def identity_int(v: Any) -> tuple[int | None, str | None]:
+    """A rank or world size from a trace, and what to say about it: (value, None) for a JSON
+    integer or an absent value (None, None); (None, ``"not an integer: ignored"`` or ``"beyond
+    int64: ignored"``) for one :func:`checked_int` refuses; (value, ``"a string: read as its
+    integer"`` / ``"a float: ..."``) for a string or float that writes one (:func:`spelled_int`).
+    The caller warns ``<file>: <field> is <value>, <what>`` and counts ``<field> <what>`` in
+    ``traces.meta.repaired``."""
+    n, problem = checked_int(v)  # one beyond int32 is refused by the store, naming it
+    if problem is not None:
+        return None, f"{problem}: ignored"
+    spelled = spelled_int(v)
+    return n, None if spelled is None else f"{spelled}: read as its integer"
 
 
 def number(v: Any) -> float | None:

@@ -166,15 +166,39 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     if 2 * spread < worst:
         return Transient()
     steps = tuple(sorted({int(s) for s in lead["step"].drop_nulls().to_list()}))
-    where = f" (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))})" if steps else ""
-    first = "the first collective" if k == 1 else f"the first {k} collectives"
+    where = f"; step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}" if steps else ""
+    named = _instance_names(store, run_id, [int(i) for i in lead["instance_id"].head(3).to_list()])
+    first = "the first collective to arrive" if k == 1 else f"the first {k} collectives to arrive"
     note = (
-        f"profiler-start transient: {first}{where} waited up to "
+        f"profiler-start transient: {first} ({named}{', ...' if k > 3 else ''}{where}) waited up to "
         f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
         f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
         f"profiling {spread / 1e6:,.1f} ms apart; left out of every analysis (not with hta=true)"
     )
     return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
+
+
+def _instance_names(store: Store, run_id: int, ids: list[int]) -> str:
+    """The instances ``ids`` by op, process group and sequence number, in the order given
+    (``all_reduce pg 0 seq 9``; ``#k`` (its ordinal + 1) when it has no sequence number, no
+    ``pg`` when the group is unknown).
+    Reads ``collective_instances.{op, pg, seq, ordinal}``."""
+    rows = {
+        int(r[0]): r[1:]
+        for r in store.sql(
+            "SELECT instance_id, op, pg, seq, ordinal FROM collective_instances "
+            "WHERE run_id = ? AND list_contains(?, instance_id)",
+            [run_id, ids],
+        ).rows()
+    }
+    out = []
+    for i in ids:
+        op, pg, seq, ordinal = rows.get(i, (None, None, None, None))
+        group = "" if pg is None else f" pg {pg}"
+        out.append(
+            f"{op or 'unknown'}{group} {f'seq {seq}' if seq is not None else f'#{(ordinal or 0) + 1}'}"
+        )
+    return ", ".join(out)
 
 
 def _start_spread_ns(store: Store, run_id: int) -> int:

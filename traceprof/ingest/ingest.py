@@ -584,7 +584,7 @@ def ingest(
                 },
             )
         for name, traces in by_run.items():
-            _settle_ranks(name, traces, result)
+            _settle_ranks(name, traces, result, named=run is not None)
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
             store.check_runs(by_run, force=force_run)
         for name, traces in by_run.items():
@@ -792,8 +792,25 @@ def _field(pt: ParsedTrace, which: str) -> str:
         return "rank" if which == "rank_field" else "world size"
 
 
-def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) -> None:
-    """Check ranks within one run: a lone file without a rank is rank 0 (with a warning)."""
+def _split_hint(named: bool) -> str:
+    """How to make two jobs' files two runs: ``named`` when ``--run`` was given, which puts every file
+    of the ingest in that one run and so cannot split them."""
+    if named:
+        return (
+            "--run puts every file of this ingest in that one run, so it cannot split them: ingest each "
+            "job's files on their own, each with its own --run NAME"
+        )
+    return "put each job's files in their own directory, or ingest them on their own with --run NAME each"
+
+
+def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, named: bool = False) -> None:
+    """Check ranks within one run: a lone file without a rank is rank 0 (with a warning).
+
+    Raises:
+        TraceFormatError: Several files without a rank; two files of one rank and source; files
+            that give different world sizes. The hint fits ``named`` (``--run`` given, one run for
+            all files: :func:`_split_hint`).
+    """
     for pt in traces:
         result.warnings += pt.warnings
         if not pt.events_read:  # stored (its metadata is the file's), but no analysis has anything to read
@@ -822,17 +839,21 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
             f"no rank in the trace{f' ({said[0]})' if said else ''} and {len(traces)} files in run {name!r}; add a "
             '<name>.meta.json sidecar with "rank", or ingest the file alone with --run',
         )
-    seen: dict[tuple[int, str], str] = {}
+    seen: dict[tuple[int, str], ParsedTrace] = {}
     for pt in traces:
         assert pt.rank is not None
-        if (pt.rank, pt.source) in seen:
+        if (other := seen.get((pt.rank, pt.source))) is not None:
             raise TraceFormatError(
                 pt.path,
                 _field(pt, "rank_field"),
-                f"rank {pt.rank} also in {seen[(pt.rank, pt.source)]} (same run {name!r}); put each run's "
-                "files in their own directory or use --run",
+                f"rank {pt.rank} also in {other.path} (same run {name!r}): "
+                + (
+                    "the two files are the same trace (same sha256): leave one out"
+                    if other.sha256 == pt.sha256
+                    else f"two traces of one rank are two jobs; {_split_hint(named)}"
+                ),
             )
-        seen[(pt.rank, pt.source)] = pt.path
+        seen[(pt.rank, pt.source)] = pt
     worlds = {pt.world_size: pt for pt in traces if pt.world_size is not None}
     if len(worlds) > 1:
         (w1, t1), (w2, t2) = sorted(worlds.items(), key=lambda kv: kv[0])[:2]
@@ -840,5 +861,5 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult) ->
             t2.path,
             _field(t2, "world_field"),
             f"world size {w2}, but {t1.path} in the same run {name!r} says {w1}: traces of different jobs "
-            "cannot be one run; ingest them as separate runs (one directory each, or --run)",
+            f"cannot be one run; {_split_hint(named)}",
         )

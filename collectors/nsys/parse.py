@@ -373,14 +373,12 @@ def _trace(
     names = {d["device"]: d["name"] for d in devices}
     pids = Counter(pid for k, pid in zip(cols["kind"], cols["pid"], strict=True) if k == "cuda_runtime")
     meta = {**exp.meta, "rank_source": how}
-    if repaired:  # counted for the issues column of traceprof runs
-        meta["repaired"] = repaired
     if proc is not None:
         meta["process"] = {"pid": proc & _PID_BITS, "globalPid": proc << 24}
     if graph:
         meta["graph_level"] = {"executions": len(graph), "ns": sum(graph)}
-    if clipped:
-        meta["repaired"] = {**meta.get("repaired", {}), **clipped}
+    if repaired:  # rows clipped, by reason: the issues column of traceprof runs
+        meta["repaired"] = {**meta.get("repaired", {}), **repaired}
     top = min(used, key=lambda d: (-used[d], d)) if used else None
     trace = {
         "host": exp.host,

@@ -2,7 +2,8 @@
 
 ``activity`` used to write each GPU row's lane (``dev D stream S``) in its query, a text built
 per row (about a fifth of the query's CPU on 8 x 1 M events). The query now carries the row's
-device and stream and ``activity._with_lanes`` writes the text once per distinct pair. The
+device and stream and ``activity._with_lanes`` writes the text once per combination of the
+distinct devices and streams (or, past ``LANE_TEXTS`` combinations, per distinct pair). The
 query it ran before (:func:`_old`, the lane made by ``LANE_SQL`` in SQL) is kept here as the
 reference: every column of every row must be the same, on generated runs (several devices and
 streams, a kernel without a device, a CPU-only rank beside a GPU rank, one rank and several)
@@ -109,7 +110,11 @@ def _cpu_rank(rnd: random.Random) -> list[dict]:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("cpu", [False, True])
-def test_lanes_equal_the_per_row_sql_text_on_generated_runs(store, tmp_path: Path, seed: int, cpu: bool):
+@pytest.mark.parametrize("texts", [act_mod.LANE_TEXTS, 0])  # 0: the join on distinct pairs
+def test_lanes_equal_the_per_row_sql_text_on_generated_runs(
+    store, tmp_path: Path, monkeypatch, seed: int, cpu: bool, texts: int
+):
+    monkeypatch.setattr(act_mod, "LANE_TEXTS", texts)
     rnd = random.Random(seed)
     folder = tmp_path / "run"
     write_rank(folder / "rank0.json", _gpu_rank(rnd), 0, world=3)
@@ -141,7 +146,8 @@ def test_lanes_equal_the_per_row_sql_text_on_corpus_traces(store, rel: str):
     _check(store, store.resolve_run("c"))
 
 
-def test_null_device_and_stream_give_the_sql_text():
+@pytest.mark.parametrize("texts", [act_mod.LANE_TEXTS, 0])
+def test_null_device_and_stream_give_the_sql_text(monkeypatch, texts: int):
     """A null device is ``?``, a null stream a null lane, as ``LANE_SQL`` says in DuckDB (Kineto
     fills the device from the pid, so these come from other sources); CPU rows keep their text."""
     rows = pl.DataFrame(
@@ -152,6 +158,7 @@ def test_null_device_and_stream_give_the_sql_text():
         },
         schema={"lane": pl.String, "_lane_device": pl.Int32, "_lane_stream": pl.Int64},
     )
+    monkeypatch.setattr(act_mod, "LANE_TEXTS", texts)
     got = act_mod._with_lanes(rows)
     con = duckdb.connect()
     con.register("e", rows.rename({"_lane_device": "device", "_lane_stream": "stream"}).to_arrow())

@@ -440,23 +440,41 @@ def _with_lanes(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` (rows of the activity query) with each GPU row's lane text ``dev D stream S``
     (:data:`LANE_SQL`'s text: ``?`` for a null device, null for a null stream) made once per
     distinct (device, stream) pair and gathered, the pair's columns dropped; a CPU row's lane is
-    the query's. The rows share the few lane texts' bytes (as :func:`_compact`'s text columns)."""
+    the query's. The rows share the few lane texts' bytes (as :func:`_compact`'s text columns).
+
+    Each row's pair is numbered from its device's and its stream's numbers among the distinct
+    values (one text per combination: a few devices times a few streams), or, past
+    :data:`LANE_TEXTS` combinations, by a join on the distinct pairs (3x the CPU)."""
+    import pyarrow.compute as pc
+
     if _LANE_KEYS[1] not in df.columns:
         return df
-    keys = df.select(_LANE_KEYS)
-    pairs = keys.unique(maintain_order=True).with_row_index("_lane_index")
-    texts = pl.Series(
-        "lane",
-        [
-            None if s is None else f"dev {'?' if d is None else d} stream {s}"
-            for d, s in pairs.select(_LANE_KEYS).iter_rows()
-        ],
-        dtype=pl.String,
+    device, stream = (
+        pc.dictionary_encode(df.get_column(c).to_arrow(), null_encoding="encode") for c in _LANE_KEYS
     )
-    index = keys.join(pairs, on=list(_LANE_KEYS), how="left", nulls_equal=True, maintain_order="left")
-    gpu = texts.gather(index["_lane_index"])
+    devices, streams = device.dictionary.to_pylist(), stream.dictionary.to_pylist()
+    if len(devices) * len(streams) <= LANE_TEXTS:
+        texts = [_lane_text(d, s) for d in devices for s in streams]
+        index = pl.Series(device.indices).cast(pl.Int64) * len(streams) + pl.Series(stream.indices)
+    else:
+        keys = df.select(_LANE_KEYS)
+        pairs = keys.unique(maintain_order=True).with_row_index("_lane_index")
+        texts = [_lane_text(d, s) for d, s in pairs.select(_LANE_KEYS).iter_rows()]
+        joined = keys.join(pairs, on=list(_LANE_KEYS), how="left", nulls_equal=True, maintain_order="left")
+        index = joined.get_column("_lane_index")
+    gpu = pl.Series("lane", texts, dtype=pl.String).gather(index)
     lane = gpu if df["lane"].null_count() == df.height else df["lane"].fill_null(gpu)
     return df.drop(_LANE_KEYS).with_columns(lane)
+
+
+#: :func:`_with_lanes` writes a text per (device, stream) combination of a piece of the frame
+#: up to this many combinations (distinct devices x distinct streams), else per pair present.
+LANE_TEXTS = 1 << 12
+
+
+def _lane_text(device: int | None, stream: int | None) -> str | None:
+    """:data:`LANE_SQL`'s text of a GPU row's (device, stream)."""
+    return None if stream is None else f"dev {'?' if device is None else device} stream {stream}"
 
 
 def _cpu_ranks(store: Store, run_id: int) -> bool:

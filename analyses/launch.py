@@ -94,7 +94,8 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
     """The kernels launch reads (``kept``) of ``rows`` (rows of :data:`_GPU_ROWS` of whole traces),
     with the ``kernels`` view's ``first_of_launch``: a launch call's first GPU row (of any kind,
     flagged or not) by start and duration, among the rows of its trace and correlation id (one of
-    them where several tie), when the call is in the trace (``launch_ts_ns`` not null)."""
+    them where several tie), when the call is in the trace (``launch_ts_ns`` not null); and
+    ``launch_rows``, how many of the rows returned share the row's trace and correlation id."""
     group = ("trace_id", "correlation")
     rows = rows.with_columns(pl.len().over(group).alias("_n"))
     # a row alone in its group is its first; the groups of several (graph replays) are sorted
@@ -111,7 +112,10 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
         )
     )
     first = pl.concat([alone, several]).filter(pl.col("kept"))
-    return first.select(_KERNEL_COLUMNS)
+    # the launch's rows launch reads (its graph test, :func:`_figures`): all of its rows when no
+    # row of the traces was left out, else counted again
+    kept = pl.col("_n") if first.height == rows.height else pl.len().over(group)
+    return first.select(*_KERNEL_COLUMNS, kept.alias("launch_rows"))
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,7 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
             .alias("latency_ns"),
             (
                 pl.col("launch_ts_ns").is_not_null()
-                & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))
+                & ((pl.col("launch_rows") > 1) | pl.col("graph_call").fill_null(False))
             ).alias("graph_kernel"),
             # the lane's latest end before this kernel: idle at launch when it ended before the launch
             pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),

@@ -1,6 +1,6 @@
 """launch: how long kernels wait between their CPU launch and their GPU start, and launch-bound work.
 
-Algorithm (the run's kernels from the ``kernels`` view, the rest in polars: one sort by lane, then
+Algorithm (the run's kernels as the ``kernels`` view has them, the rest in polars: one sort by lane, then
 hash passes; the same figures DuckDB window functions gave, in about 65% of their time on 8 x 1 M):
   1. For every launch call (any device runtime: ``cudaLaunchKernel``, ``cudaGraphLaunch``,
      ``hipLaunchKernel``, ...), latency = start of its first GPU kernel - start of the call (same
@@ -36,19 +36,40 @@ from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRan
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
-#: The run's GPU rows of the ``kernels`` view, less its ``first_of_launch``: that column's window
-#: (a sort of every row by launch) is most of the view's time, and :func:`_kernels` computes the
-#: same from these rows. ``kept``: the rows launch reads, its kernels (memcpy and memset aside)
-#: less the records flagged at ingest as impossible (another clock domain, far outside the steps);
-#: a kernel a few us before its launch call (``launch_skew``: clock jitter) is counted but has no
-#: latency.
+#: The run's GPU rows as the ``kernels`` view has them, less its ``first_of_launch``: that
+#: column's window (a sort of every row by launch) is most of the view's time, and :func:`_kernels`
+#: computes the same from these rows. ``kept``: the rows launch reads, its kernels (memcpy and
+#: memset aside) less the records flagged at ingest as impossible (another clock domain, far
+#: outside the steps); a kernel a few us before its launch call (``launch_skew``: clock jitter) is
+#: counted but has no latency. The launch calls are joined as the view joins them (a correlation
+#: id's first runtime call, unflagged or clipped), but ``graph_call`` is that call's
+#: ``name ILIKE '%GraphLaunch%'`` taken by ``arg_min`` over the calls, not its name: an
+#: ``arg_min`` of a text per launch call was most of the query's time (0.27 of 0.33 s per rank of
+#: 8 x 1 M). ``$traces``, ``$ktraces``: the trace filter (one trace or none), on both sides of the join.
 _GPU_ROWS = f"""
-SELECT trace_id, rank, device, stream, step, ts_ns, dur_ns, end_ns, correlation, launch_ts_ns,
-       launch_name ILIKE '%GraphLaunch%' AS graph_call, flag = 'launch_skew' AS skewed,
-       kind = 'kernel' AND {valid_sql("")} AS kept
-FROM kernels
-WHERE run_id = ?
+SELECT k.trace_id, k.rank, k.device, k.stream, k.step, k.ts_ns, k.dur_ns, k.ts_ns + k.dur_ns AS end_ns,
+       k.correlation, r.ts_ns AS launch_ts_ns, r.graph_call, k.flag = 'launch_skew' AS skewed,
+       k.kind = 'kernel' AND {valid_sql("k")} AS kept
+FROM events k
+LEFT JOIN (
+  SELECT trace_id, correlation, min(ts_ns) AS ts_ns,
+         arg_min(name ILIKE '%GraphLaunch%', ts_ns) AS graph_call
+  FROM events
+  WHERE run_id = $1$traces AND kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL
+    AND (flag IS NULL OR flag = 'overrun')
+  GROUP BY ALL
+) r ON r.trace_id = k.trace_id AND r.correlation = k.correlation
+WHERE k.run_id = $1$ktraces AND k.kind IN ('kernel', 'memcpy', 'memset')
 """
+
+
+def _gpu_rows(store: Store, run_id: int, trace_id: int | None = None) -> pl.DataFrame:
+    """:data:`_GPU_ROWS` of run ``run_id``, of trace ``trace_id`` alone unless None."""
+    if trace_id is None:
+        return store.sql(_GPU_ROWS.replace("$ktraces", "").replace("$traces", ""), [int(run_id)])
+    sql = _GPU_ROWS.replace("$ktraces", " AND k.trace_id = $2").replace("$traces", " AND trace_id = $2")
+    return store.sql(sql, [int(run_id), int(trace_id)])
+
 
 #: The columns of the kernels launch reads, in order (``kernels`` view columns, ``graph_call``,
 #: ``skewed``).
@@ -73,7 +94,8 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
     """The kernels launch reads (``kept``) of ``rows`` (rows of :data:`_GPU_ROWS` of whole traces),
     with the ``kernels`` view's ``first_of_launch``: a launch call's first GPU row (of any kind,
     flagged or not) by start and duration, among the rows of its trace and correlation id (one of
-    them where several tie), when the call is in the trace (``launch_ts_ns`` not null)."""
+    them where several tie), when the call is in the trace (``launch_ts_ns`` not null); and
+    ``launch_rows``, how many of the rows returned share the row's trace and correlation id."""
     group = ("trace_id", "correlation")
     rows = rows.with_columns(pl.len().over(group).alias("_n"))
     # a row alone in its group is its first; the groups of several (graph replays) are sorted
@@ -90,7 +112,10 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
         )
     )
     first = pl.concat([alone, several]).filter(pl.col("kept"))
-    return first.select(_KERNEL_COLUMNS)
+    # the launch's rows launch reads (its graph test, :func:`_figures`): all of its rows when no
+    # row of the traces was left out, else counted again
+    kept = pl.col("_n") if first.height == rows.height else pl.len().over(group)
+    return first.select(*_KERNEL_COLUMNS, kept.alias("launch_rows"))
 
 
 @dataclass(frozen=True)
@@ -195,7 +220,7 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
             .alias("latency_ns"),
             (
                 pl.col("launch_ts_ns").is_not_null()
-                & ((pl.len().over("trace_id", "correlation") > 1) | pl.col("graph_call").fill_null(False))
+                & ((pl.col("launch_rows") > 1) | pl.col("graph_call").fill_null(False))
             ).alias("graph_kernel"),
             # the lane's latest end before this kernel: idle at launch when it ended before the launch
             pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
@@ -261,7 +286,7 @@ def run(store: Store, params: Params) -> Result:
     # rank is read trace by trace (``trace_id = N`` reaches below the view's window of launches,
     # ``rank = N`` does not: every rank would read the whole run)
     if rank_list(store, run_id) is None:
-        parts = [_figures(_kernels(store.sql(_GPU_ROWS, [run_id])), params)]
+        parts = [_figures(_kernels(_gpu_rows(store, run_id)), params)]
     else:
         traces = store.sql(
             "SELECT rank, list(trace_id ORDER BY trace_id) AS ids FROM traces WHERE run_id = ? "
@@ -271,7 +296,7 @@ def run(store: Store, params: Params) -> Result:
         parts = [
             _figures(
                 pl.concat(
-                    [_kernels(store.sql(_GPU_ROWS + " AND trace_id = ?", [run_id, t])) for t in ids],
+                    [_kernels(_gpu_rows(store, run_id, t)) for t in ids],
                     rechunk=True,
                 ),
                 params,

@@ -385,9 +385,9 @@ def _axes(
     )
     per_rank = []
     labels = sorted(set(labelled["axis"].to_list()) | {"unassigned"}, key=label_order)
+    before = union_ns(remaining, ["rank"], "_b")  # then each label's ``after``: what the next one starts from
     for label in labels:
         mine = labelled.filter(pl.col("axis") == label).select("rank", "start_ns", "end_ns")
-        before = union_ns(remaining, ["rank"], "_b")
         if label == "unassigned":  # the rest: every exposed ns lies under some communication
             left = remaining.clear()
         else:
@@ -410,7 +410,7 @@ def _axes(
                 pl.col("_own").cast(pl.Int64).alias("_own"),
             )
         )
-        remaining = left
+        remaining, before = left, after.rename({"_a": "_b"})
     ar = pl.concat(per_rank).filter((pl.col("comm_ns") > 0) | (pl.col("exposed_comm_ns") > 0))
     total = int(ar["exposed_comm_ns"].sum() or 0)
     linked = set(labelled.filter(pl.col("source").is_not_null())["source"].to_list())

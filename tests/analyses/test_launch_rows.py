@@ -39,13 +39,13 @@ _ORDER = ["trace_id", "correlation", "ts_ns", "dur_ns", "stream", "device"]
 def _new_and_old(store, run_id: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     traces = store.sql("SELECT trace_id FROM traces WHERE run_id = ? ORDER BY trace_id", [run_id])
     new = pl.concat(
-        [
-            launch_mod._kernels(store.sql(launch_mod._GPU_ROWS + " AND trace_id = ?", [run_id, t]))
-            for t in traces["trace_id"].to_list()
-        ]
+        [launch_mod._kernels(launch_mod._gpu_rows(store, run_id, t)) for t in traces["trace_id"].to_list()]
     )
-    old = store.sql(OLD, [run_id])
-    return new.sort(_ORDER), old.sort(_ORDER)
+    # launch_rows: a window count over the kept rows of each (trace, correlation id), in SQL
+    old = store.sql(
+        f"SELECT *, count(*) OVER (PARTITION BY trace_id, correlation) AS launch_rows FROM ({OLD})", [run_id]
+    )
+    return new.with_columns(pl.col("launch_rows").cast(pl.Int64)).sort(_ORDER), old.sort(_ORDER)
 
 
 def _events(seed: int) -> list[dict]:

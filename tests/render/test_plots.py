@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
+import re
+
 import polars as pl
 
 from traceprof.render import plots
@@ -294,3 +299,43 @@ def test_timeline_of_many_ranks_is_one_image_of_states():
     mapper = next(r.glyph.color_mapper for r in fig.renderers if type(r.glyph).__name__ == "Image")
     assert list(mapper.palette) == list(plots.STATE_COLORS) and (mapper.low, mapper.high) == (-0.5, 3.5)
     assert fig.y_range.start > fig.y_range.end and "100 ranks in 8 bins" in fig.title.text  # rank 0 on top
+
+
+def _figures() -> list:
+    df = pl.DataFrame({"rank": [0, 1, 2], "idle_ns": [3_000_000, 1_000_000, 2_000_000], "comm_ns": [1, 2, 3]})
+    heat = pl.DataFrame({"step": [1, 2, 1, 2], "rank": [0, 0, 1, 1], "mfu_pct": [41.0, 42.5, 43.0, None]})
+    return [
+        plots.bars(df, "rank", ("idle_ns", "comm_ns"), "Idle", stacked=True),
+        plots.heatmap(heat, "step", "rank", "mfu_pct", "MFU"),
+    ]
+
+
+def _unpacked(tail: str) -> str:
+    """The figures' JSON of :func:`plots.embed`'s page tail, bokeh's model ids made one."""
+    packed = re.search(r'id="tp-plots" type="application/octet-stream">([^<]*)<', tail).group(1)
+    return re.sub(r'"p\d+"', '"id"', gzip.decompress(base64.b64decode(packed)).decode())
+
+
+def test_embedding_skips_bokehs_document_checks_and_writes_the_same_figures(monkeypatch):
+    """embed turns off bokeh's per-figure document validation (checks that only log), and the
+    figures' JSON is the one written with it on; the caller's setting is restored after."""
+    from bokeh.document import Document
+    from bokeh.embed import json_item
+    from bokeh.settings import settings
+
+    calls = []
+    real = Document.validate
+    monkeypatch.setattr(Document, "validate", lambda self: calls.append(1) or real(self))
+    settings.perform_document_validation.set_value(True)
+    try:
+        tail, _ = plots.embed(_figures())  # the caller's True turned off inside, then restored
+        assert calls == [] and settings.perform_document_validation() is True
+        with plots.quiet():  # the old way: each figure's document validated
+            by_hand = [json_item(plots.render(f)) for f in _figures()]
+        assert len(calls) == 2
+    finally:
+        settings.perform_document_validation.unset_value()
+    assert settings.perform_document_validation() is True  # bokeh's default again
+    items = [(f"tp-plot-{i}", item) for i, item in enumerate(by_hand)]
+    expected = re.sub(r'"p\d+"', '"id"', json.dumps(items, separators=(",", ":")))
+    assert _unpacked(tail) == expected

@@ -79,7 +79,7 @@ DETAIL_COLUMNS = ("kind", "trace_id", "stream", "correlation", "launch_tid", "la
 _GPU_SQL = """
 SELECT e.rank, coalesce(e.class, 'compute') AS class,
        e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
-       $lane AS lane, e.step, e.name, 'gpu' AS device_kind, e.device$gpu_detail
+       $lane AS lane, e.step, e.name, 'gpu' AS device_kind, e.device$gpu_detail$gpu_keys
 FROM events e$gpu_join
 WHERE e.run_id = $run AND e.kind IN ('kernel', 'memcpy', 'memset') AND $valid
 """
@@ -108,7 +108,7 @@ train_threads AS (
     + """UNION ALL
 SELECT e.rank,
        CASE WHEN e.kind = 'user_annotation' THEN 'comm' ELSE 'compute' END AS class,
-       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu', NULL$cpu_detail
+       e.ts_ns, e.ts_ns + e.dur_ns, 'tid ' || e.tid, e.step, e.name, 'cpu', NULL$cpu_detail$cpu_keys
 FROM events e
 WHERE e.run_id = $run
   AND e.rank NOT IN (SELECT rank FROM gpu_ranks)
@@ -297,15 +297,21 @@ def _query(
     """The SQL of :func:`activity` for run ``run_id`` (``columns``, ``classes``: its own)."""
     # the CPU branch reads every cpu_op (a third of the query's time): only when a rank has no GPU rows
     sql = _HTA_SQL if hta else _SQL if _cpu_ranks(store, run_id) else _GPU_SQL
+    # a GPU row's lane text is made from its (device, stream) once per distinct pair, not per row
+    # in SQL (about a fifth of the query's CPU): the rows carry the pair (``_LANE_KEYS``) and
+    # :func:`_with_lanes` writes the text
     sql = (
-        sql.replace("$lane", LANE_SQL)
+        sql.replace("$lane", "NULL::VARCHAR")
+        .replace("$gpu_keys", ", e.device AS _lane_device, e.stream AS _lane_stream")
+        .replace("$cpu_keys", ", NULL, NULL")
         .replace("$glane", LANE_SQL.replace("e.", "g."))
         .replace("$valid", VALID_SQL)
     )
     for key, value in _DETAIL.items():
         sql = sql.replace(key, value if detail else "")
     if columns is not None or classes is not None:  # DuckDB then reads (and aggregates) only what these need
-        cols = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
+        wanted = columns if columns is None or "lane" not in columns or hta else (*columns, *_LANE_KEYS)
+        cols = "*" if wanted is None else ", ".join(f'"{c}"' for c in wanted)
         where = "" if classes is None else f" WHERE class IN ({sql_texts(classes)})"
         sql = f"SELECT {cols} FROM ({sql}){where}"
     return sql.replace("$run", str(int(run_id)))
@@ -321,7 +327,8 @@ def step_activity(store: Store, run_id: int, step: int) -> pl.DataFrame:
     out as there: the rows are those of ``activity(store, run_id).filter(step == step)``.
     """
     sql = _STEP_ROWS.sub(rf"\g<0> AND e.step = {int(step)}", _query(store, run_id, hta=False, detail=False))
-    return _drop_transient(store.sql(sql).sort("rank", "start_ns", "end_ns"), excluded_steps(store, run_id))
+    rows = _drop_transient(store.sql(sql).sort("rank", "start_ns", "end_ns"), excluded_steps(store, run_id))
+    return _with_lanes(rows)
 
 
 #: ``e.run_id = N`` in the activity query: the selects of its rows (its CTEs read ``run_id`` bare).
@@ -350,11 +357,13 @@ def _by_rank(
     with events of no rank is fetched whole."""
     groups = rank_groups(store, run_id)
     if groups is None:
-        return keep(store.sql(sql).sort("rank", "start_ns", "end_ns"))
+        return _with_lanes(keep(store.sql(sql).sort("rank", "start_ns", "end_ns")))
     parts = [
-        keep(
-            _compact(
-                store.arrow(_RUN_FILTER.sub(rf"\g<0> AND \g<1>rank BETWEEN {lo} AND {hi}", sql) + _ORDER)
+        _with_lanes(
+            keep(
+                _compact(
+                    store.arrow(_RUN_FILTER.sub(rf"\g<0> AND \g<1>rank BETWEEN {lo} AND {hi}", sql) + _ORDER)
+                )
             )
         )
         for lo, hi in groups
@@ -420,6 +429,52 @@ def _compact(table: pa.Table | None) -> pl.DataFrame:
             series = pl.Series(name, col).rechunk()  # its own copy: DuckDB's batch is freed
         columns.append(series)
     return pl.DataFrame(columns)
+
+
+#: The columns a GPU row's lane is made of (device, stream) in the activity query, dropped once
+#: :func:`_with_lanes` has written the lane text.
+_LANE_KEYS = ("_lane_device", "_lane_stream")
+
+
+def _with_lanes(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (rows of the activity query) with each GPU row's lane text ``dev D stream S``
+    (:data:`LANE_SQL`'s text: ``?`` for a null device, null for a null stream) made once per
+    distinct (device, stream) pair and gathered, the pair's columns dropped; a CPU row's lane is
+    the query's. The rows share the few lane texts' bytes (as :func:`_compact`'s text columns).
+
+    Each row's pair is numbered from its device's and its stream's numbers among the distinct
+    values (one text per combination: a few devices times a few streams), or, past
+    :data:`LANE_TEXTS` combinations, by a join on the distinct pairs (3x the CPU)."""
+    import pyarrow.compute as pc
+
+    if _LANE_KEYS[1] not in df.columns:
+        return df
+    device, stream = (
+        pc.dictionary_encode(df.get_column(c).to_arrow(), null_encoding="encode") for c in _LANE_KEYS
+    )
+    devices, streams = device.dictionary.to_pylist(), stream.dictionary.to_pylist()
+    if len(devices) * len(streams) <= LANE_TEXTS:
+        texts = [_lane_text(d, s) for d in devices for s in streams]
+        index = pl.Series(device.indices).cast(pl.Int64) * len(streams) + pl.Series(stream.indices)
+    else:
+        keys = df.select(_LANE_KEYS)
+        pairs = keys.unique(maintain_order=True).with_row_index("_lane_index")
+        texts = [_lane_text(d, s) for d, s in pairs.select(_LANE_KEYS).iter_rows()]
+        joined = keys.join(pairs, on=list(_LANE_KEYS), how="left", nulls_equal=True, maintain_order="left")
+        index = joined.get_column("_lane_index")
+    gpu = pl.Series("lane", texts, dtype=pl.String).gather(index)
+    lane = gpu if df["lane"].null_count() == df.height else df["lane"].fill_null(gpu)
+    return df.drop(_LANE_KEYS).with_columns(lane)
+
+
+#: :func:`_with_lanes` writes a text per (device, stream) combination of a piece of the frame
+#: up to this many combinations (distinct devices x distinct streams), else per pair present.
+LANE_TEXTS = 1 << 12
+
+
+def _lane_text(device: int | None, stream: int | None) -> str | None:
+    """:data:`LANE_SQL`'s text of a GPU row's (device, stream)."""
+    return None if stream is None else f"dev {'?' if device is None else device} stream {stream}"
 
 
 def _cpu_ranks(store: Store, run_id: int) -> bool:

@@ -177,6 +177,27 @@ def union_ns(
     return s.group_by(by).agg(pl.col(name).sum()) if by else s.select(pl.col(name).sum())
 
 
+#: :func:`_packed_key`'s column.
+_KEY = "_group_key"
+
+
+def _packed_key(df: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """``df`` and the columns to group its sweep by: for two integer ``by`` columns of at most 32
+    bits whose first has no null and lies in [0, 2**29) (rank, step), ``df`` with one int64
+    column holding both (``first * 2**33 + second + 2**31``, a null second ``2**32``: one value per
+    distinct pair, a null step a group of its own) and that column's name; else ``df`` and ``by``.
+    A window over one integer column costs about 30 % less than over two
+    (``class_measures(act, ["rank", "step"])`` on 8 x 1 M events: 0.52 -> 0.36 s CPU)."""
+    small = (pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16)
+    if len(by) != 2 or df.is_empty() or any(df.schema[c] not in small for c in by):
+        return df, by
+    first = df.get_column(by[0])
+    if first.null_count() or first.min() < 0 or first.max() >= 2**29:  # type: ignore[operator]
+        return df, by
+    second = (pl.col(by[1]).cast(pl.Int64) + 2**31).fill_null(2**32)
+    return df.with_columns((pl.col(by[0]).cast(pl.Int64) * 2**33 + second).alias(_KEY)), [_KEY]
+
+
 def _added(
     by: list[str], start: str = "start_ns", end: str = "end_ns", mask: pl.Expr | None = None
 ) -> pl.Expr:
@@ -460,14 +481,15 @@ def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         act = act.sort("rank", "start_ns")  # a group's rows then lie in start order, whatever ``by``
     cls = pl.col("class")
     comp, comm = cls == "compute", cls == "comm"
+    act, over = _packed_key(act, by)
     parts = act.select(
         *by,
         "start_ns",
         "end_ns",
-        _added(by).alias("busy_ns"),
-        _added(by, mask=comp).alias("compute_ns"),
-        _added(by, mask=comm).alias("comm_ns"),
-        _added(by, mask=comp | comm).alias("_cc_ns"),
+        _added(over).alias("busy_ns"),
+        _added(over, mask=comp).alias("compute_ns"),
+        _added(over, mask=comm).alias("comm_ns"),
+        _added(over, mask=comp | comm).alias("_cc_ns"),
     )
     out = parts.group_by(by).agg(
         pl.col("start_ns").min().alias("first_ns"),

@@ -172,6 +172,32 @@ def test_communication_beyond_the_waits_for_the_straggler_is_the_step_accounts_t
     assert stf.value == st.frame.filter(pl.col("rank") == 2)["wait_caused_ns"].item() == 360_473_152
 
 
+def test_communication_beyond_the_waits_reads_its_rows_alone_once_the_frame_is_let_go(store):
+    # The report builds its findings after its analyses have let go of the activity frame: the
+    # exposed communication beyond the waits then reads its five columns of the comm and compute
+    # rows alone and keeps nothing in the session (it read the whole frame again and kept it: the
+    # report's peak on 8 ranks x 1 M events, 978-1,040 MiB), and gives the ns it gives from the frame
+    # held: critical_path's transfer on straggler_rank2, as in the test above.
+    from traceprof.analyses import overlap
+    from traceprof.engine import session
+    from traceprof.engine.activity import activity
+
+    ingest(store, [SAMPLES / "straggler_rank2"], run="s2")
+    run_id = store.resolve_run("s2")
+    with session.of(store) as s:
+        f = summarize(store, "s2")
+        inp, st = FindingsInput(f.results, {}, store, run_id, {}), f.results["stragglers"]
+        activity(store, run_id, detail=True)  # the frame held: its rows taken from it
+        held = overlap._beyond_waits(inp, st, [2]).sort("rank")
+        s.let_go()
+        assert s.memo is not None
+        kept = set(s.memo)
+        alone = overlap._beyond_waits(inp, st, [2]).sort("rank")
+        assert set(s.memo) == kept
+    assert alone.equals(held)
+    assert alone["beyond_ns"].to_list() == [41_702_127, 26_744_317, 2_617_435, 27_147_544]
+
+
 def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
     # trace_filter: what-if S = 1.340 (interval low end above 1.1), but no rank is last more often
     # than chance (rank 1: 8 of 10 with 2 ranks, p = 0.055) and there is no stage or group: the

@@ -42,7 +42,7 @@ from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import sql_texts
 from traceprof.engine import intervals
-from traceprof.engine.analysis import release_shared, reusing, shared, shared_done
+from traceprof.engine.analysis import drop_shared, release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.runs import run_label
@@ -197,6 +197,7 @@ def activity(
     columns: tuple[str, ...] | None = None,
     alone: bool = False,
     classes: tuple[str, ...] | None = None,
+    keep: bool = True,
 ) -> pl.DataFrame:
     """Activity intervals of every rank of a run.
 
@@ -215,6 +216,10 @@ def activity(
         classes: Only the rows of these classes (those of the frame, sorted the same way; rows
             tied on rank, start and end may come in another order), read alone as ``columns``
             are (the replay's compute items: no comm or memory rows). None: every class.
+        keep: False: what is read alone (not taken from the session's whole frame) is not kept
+            in the session either: its one reader after the analyses (the report's findings:
+            ``overlap``'s exposed communication beyond the stragglers' waits, read once the
+            analyses let go of the frame) holds it alone, and lets go of it when done.
 
     Returns:
         Frame with columns rank, class (comm/compute/memory, and other with ``hta``), start_ns,
@@ -243,7 +248,10 @@ def activity(
         if classes is not None:  # only the selected columns of those rows copied
             return full.lazy().filter(pl.col("class").is_in(list(classes))).select(cols).collect()
         return full if columns is None and detail else full.select(cols)
-    return _activity(store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
+    df = _activity(store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
+    if not keep:
+        drop_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
+    return df
 
 
 def release_activity(

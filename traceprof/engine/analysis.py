@@ -73,6 +73,7 @@ __all__ = [
     "shared",
     "shared_done",
     "release_shared",
+    "drop_shared",
     "reusing",
     "make_params",
     "merge_notes",
@@ -505,7 +506,17 @@ def release_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any
     (given as its caller gave them): its last reader has taken what it needs, and a later caller
     computes it again. In a report (:func:`reusing`) the result stays for the other analyses."""
     s = _session(store)
-    if s is not None and s.memo is not None and not s.many:
+    if s is not None and not s.many:
+        drop_shared(fn, store, *args, **kwargs)
+
+
+def drop_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -> None:
+    """Let go of the kept result of the :func:`shared` helper ``fn`` for these arguments (given as
+    its caller gave them) in any session, a report's too (:func:`release_shared` keeps it there):
+    for a value read once, after the analyses, that no other reader shares (the report's findings
+    reading a few columns of the activity alone). A later caller computes it again."""
+    s = _session(store)
+    if s is not None and s.memo is not None:
         s.release(_shared_key(fn, args, kwargs))
 
 

@@ -140,7 +140,9 @@ def test_activity_fetched_by_rank_matches_one_query(
     assert ranks >= 2  # the by-rank path is taken
     by_rank = act_mod._activity(store, run_id, hta=False, detail=detail)
     monkeypatch.setattr(
-        act_mod, "_by_rank", lambda s, r, sql, keep: keep(s.sql(sql).sort("rank", "start_ns", "end_ns"))
+        act_mod,
+        "_by_rank",
+        lambda s, r, sql, keep: act_mod._with_lanes(keep(s.sql(sql).sort("rank", "start_ns", "end_ns"))),
     )
     one = act_mod._activity(store, run_id, hta=False, detail=detail)
     assert by_rank.schema == one.schema
@@ -207,7 +209,9 @@ def test_transient_left_out_group_by_group_as_of_the_whole_frame(
     monkeypatch.setattr(act_mod, "GROUP_EVENTS", group_events)
     by_group = act_mod._activity(store, run_id, hta=False, detail=True)
     monkeypatch.setattr(
-        act_mod, "_by_rank", lambda s, r, sql, keep: keep(s.sql(sql).sort("rank", "start_ns", "end_ns"))
+        act_mod,
+        "_by_rank",
+        lambda s, r, sql, keep: act_mod._with_lanes(keep(s.sql(sql).sort("rank", "start_ns", "end_ns"))),
     )
     whole = act_mod._activity(store, run_id, hta=False, detail=True)
     everything = store.sql(act_mod._query(store, run_id, hta=False, detail=True))

@@ -209,7 +209,11 @@ def test_base_time_plus_ts_beyond_int64_rejects_those_events_not_wraps(tmp_path)
     code, _, err = run("ingest", str(tmp_path / "rank0.json"), "--db", str(db))
     assert code == 1
     # event #3: ProfilerStep#1, aten::mm, aten::add come first; base + 5000 us = 2**63 + 4,000,000
-    _one_line(err, "rank0.json: event #3", f"'ts_ns' beyond int64 ({base + 5_000_000})")
+    _one_line(
+        err,
+        "rank0.json: event #3 (ph='X', name='late')",
+        f"'ts' beyond int64 (5000 us after baseTimeNanoseconds {base})",
+    )
     code, _, err = run("ingest", str(tmp_path / "rank0.json"), "--db", str(db), "--skip-bad-events")
     assert code == 0, err
     rows = (

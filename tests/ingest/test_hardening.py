@@ -604,7 +604,9 @@ def test_ndtimeline_null_group_columns_are_bad_rows(tmp_path, column):
     f = tmp_path / "trace-X.parquet"
     df.with_columns(pl.Series(column, vals, df.schema[column])).write_parquet(f)
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"))
-    assert code == 1 and _one_line(err, f"{f}: row #4 (optype=", "null rank/step/stage/dp_rank/seq_id/optype")
+    assert code == 1 and _one_line(
+        err, f"{f}: row #4 (optype=", f"): null {column!r}; pass --skip-bad-events"
+    )
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"), "--skip-bad-events")
     assert code == 0, err
     n = (

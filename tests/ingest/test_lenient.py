@@ -310,7 +310,7 @@ def test_ndtimeline_step_beyond_int32(tmp_path):
     path = tmp_path / "trace-big.parquet"
     df.write_parquet(path)
     with Store(tmp_path / "s.duckdb") as store:
-        with pytest.raises(TraceFormatError, match=r"row #3 .*number beyond its column type"):
+        with pytest.raises(TraceFormatError, match=r"row #3 .*: 'step' beyond int32 \(1099511627776\)"):
             ingest(store, [path], jobs=1)
         ingest(store, [path], jobs=1, on_bad_event="skip")
         assert store.sql("SELECT sum(events_read)::INT AS n FROM traces")["n"].to_list() == [39]

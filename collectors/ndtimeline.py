@@ -45,7 +45,7 @@ from traceprof.collectors._arrow import row_schema
 from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.lazy import lazy
-from traceprof.core.limits import polars_out_of_range, shown
+from traceprof.core.limits import INT32, MAX_FIELD_BYTES, polars_out_of_range, shown
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import checked_int, spelled_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
@@ -209,6 +209,53 @@ def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:
     return "", str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+def _row_checks() -> list[tuple[str, str, pl.Expr]]:
+    """(column, problem, predicate true where the row has it), in the order a bad row's message
+    names its first: the times (null, NaN, infinite, negative, beyond 2**62 ns), then the ids
+    (null, beyond their column) and the optype (null, longer than 1 MiB). Together they are the
+    filter of :func:`parse` (which runs as one expression; these run on its bad rows only)."""
+    limit_s = float(2**62) / 1e9
+    out: list[tuple[str, str, pl.Expr]] = []
+    for c in ("start_ts", "duration"):
+        v = pl.col(c).cast(pl.Float64)
+        out += [
+            (c, "null {c}", v.is_null()),
+            (c, "NaN {c}", v.is_nan()),
+            (c, "infinite {c}", v.is_infinite()),
+            (c, "negative {c}", v < 0),
+            (c, "{c} beyond 2**62 ns", v.abs() > limit_s),
+        ]
+    out += [(c, "null {c}", pl.col(c).is_null()) for c in _NOT_NULL]
+    out += [
+        (c, "{c} beyond int32", ~pl.col(c).is_between(*INT32)) for c in ("rank", "step", "stage", "dp_rank")
+    ]
+    out.append(("seq_id", f"{{c}} beyond +-{_SEQ_STRIDE - 1}", pl.col("seq_id").abs() >= _SEQ_STRIDE))
+    out.append(("optype", "{c} longer than 1 MiB", pl.col("optype").str.len_bytes() > MAX_FIELD_BYTES))
+    return out
+
+
+def _bad_row_reasons(bad: pl.DataFrame) -> list[str]:
+    """What is wrong with each row of ``bad`` (rows :func:`parse`'s filter refused), in its order:
+    the first problem of :func:`_row_checks` it has, naming the column and the value
+    (``"negative 'duration' (-0.5)"``; an optype by its length). Computed for these rows only."""
+    checks = _row_checks()
+    first = bad.select(
+        pl.coalesce(
+            [pl.when(expr.fill_null(False)).then(pl.lit(i)) for i, (_, _, expr) in enumerate(checks)]
+        ).alias("i")
+    )["i"].to_list()
+    out = []
+    for r, i in enumerate(first):
+        if i is None:  # not reached: the checks cover the filter; said plainly if they ever do not
+            out.append("a null, NaN, negative or out-of-range value")
+            continue
+        col, what, _ = checks[i]
+        v = bad[col][r]
+        value = "" if v is None else f" ({len(v.encode()):,} bytes)" if col == "optype" else f" ({shown(v)})"
+        out.append(what.format(c=repr(col)) + value)
+    return out
+
+
 def _pg(optype: str, dp: int, stage: int) -> str | None:
     if optype == "forward-send":
         return f"pp{dp}:{stage}->{stage + 1}:fwd"
@@ -234,8 +281,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         path: ``trace-<X>.parquet``; ``meta-<X>.yaml`` beside it is read when present.
         options: How to read it (``traceprof.core.parsed.ParseOptions``); its ``on_bad_event``: ``"raise"``
             stops at a row with a null, NaN, infinite or negative time (or a null rank, step, stage,
-            dp_rank, seq_id or optype, or an optype longer than
-            ``traceprof.core.limits.MAX_FIELD_BYTES``); ``"skip"`` drops (and counts) it.
+            dp_rank, seq_id or optype, a value beyond its column, or an optype longer than
+            ``traceprof.core.limits.MAX_FIELD_BYTES``), naming the field and its value (its first
+            problem, :func:`_row_checks`: ``negative 'duration' (-0.5)``); ``"skip"`` drops it,
+            counted by that problem (``negative 'duration'``).
 
     Returns:
         Traces (source ``ndtimeline``) sorted by rank, all with the file's path and SHA-256.
@@ -298,17 +347,17 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
     )
     rejected: dict[str, int] = {}
     if bad.height:
+        reasons = _bad_row_reasons(bad)
         if on_bad_event == "raise":
             row = bad.row(0, named=True)
             raise TraceFormatError(
                 p,
                 f"row #{row['_row']} (optype={shown(row['optype'])})",
-                "null, NaN, infinite or negative time (or null rank/step/stage/dp_rank/"
-                "seq_id/optype, or a "
-                "number beyond its column type: rank/step int32, time over 2**62 ns, or an optype "
-                "longer than 1 MiB); pass --skip-bad-events to skip such rows",
+                f"{reasons[0]}; pass --skip-bad-events to skip such rows",
             )
-        rejected["null, NaN, negative or out-of-range value"] = bad.height
+        for why in reasons:
+            key = why.split(" (", 1)[0]  # counted by the problem, its value left out
+            rejected[key] = rejected.get(key, 0) + 1
         df = df.join(bad.select("_row"), on="_row", how="anti")
         if df.is_empty():
             raise TraceFormatError(p, "", f"no valid rows: all {bad.height} rows have a bad time")

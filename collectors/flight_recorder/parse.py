@@ -36,7 +36,10 @@ Algorithm:
      ``time_discovered_started_ns`` / ``..._completed_ns`` (0 means unknown: NULL; gloo never
      records them; a completion is derived from ``duration_ms`` when only that is there). A time
      field that is not an integer or is negative, or a negative or non-finite ``duration_ms``, is a
-     bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``). An entry
+     bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``); so is a
+     sequence number, a ``record_id`` or a dimension of ``input_sizes`` / ``output_sizes`` that is
+     not an integer. An integer field is a JSON integer: a string (``"1796034872484434120"``), a
+     float (``1.5``, ``1e18``: no float64 holds an epoch ns exactly) or a boolean is not one. An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
@@ -130,11 +133,30 @@ def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
     return raw, doc, "json"
 
 
+def json_int(v: Any) -> int | None:
+    """``v`` if it is a JSON integer, else None: a Flight Recorder integer field (a time, a sequence
+    number, a size) written as a string, a float or a boolean is not read as one (``"7"`` and
+    ``1.796e18`` were: the float rounded by up to 256 ns)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _nelems(sizes: Any) -> int | None:
-    """Elements of the first tensor of ``input_sizes`` / ``output_sizes`` ([[d0, d1], ...])."""
+    """Elements of the first tensor of ``input_sizes`` / ``output_sizes`` ([[d0, d1], ...]); its
+    dimensions are JSON integers (:func:`_odd_dim` says where one is not)."""
     if isinstance(sizes, list) and sizes and isinstance(sizes[0], list):
-        dims = [d for d in sizes[0] if isinstance(d, int)]
-        return math.prod(dims) if len(dims) == len(sizes[0]) else None
+        return math.prod(sizes[0])
+    return None
+
+
+def _odd_dim(e: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, value text) for the first dimension of ``input_sizes`` / ``output_sizes`` (lists of
+    per-tensor lists) that is not a JSON integer, else None."""
+    for k in ("input_sizes", "output_sizes"):
+        sizes = e.get(k)
+        for dims in sizes if isinstance(sizes, list) else ():
+            for d in dims if isinstance(dims, list) else ():
+                if json_int(d) is None:
+                    return f"{k!r} holds a dimension that is not an integer", f" ({shown(d)})"
     return None
 
 
@@ -264,7 +286,7 @@ def _times(e: dict[str, Any]) -> tuple[tuple[int, int | None, int | None], tuple
     got: list[int | None] = []
     for k in _TIME_FIELDS:
         raw = e.get(k)
-        v = integer(raw)
+        v = json_int(raw)
         value = "" if raw is None else f" ({shown(raw)})"
         if k == "time_created_ns" and not v:
             return (0, None, None), (
@@ -362,6 +384,14 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if no_seq is not None:
             bad(i, name, no_seq, f" ({detail})")
             continue
+        odd = _odd_dim(e) or (
+            ("'record_id' is not an integer", f" ({shown(e['record_id'])})")
+            if e.get("record_id") is not None and json_int(e["record_id"]) is None
+            else None
+        )
+        if odd is not None:
+            bad(i, name, *odd)
+            continue
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
@@ -416,7 +446,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 "device": None,
                 "stream": None,
                 "correlation": None,
-                "external_id": integer(e.get("record_id")),
+                "external_id": e.get("record_id"),
                 "step": None,
                 "args": msgspec.json.encode({k: v for k, v in e.items() if k != "frames"}).decode(),
             }

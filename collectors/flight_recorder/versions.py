@@ -93,14 +93,12 @@ def entry_seq(e: dict[str, Any], style: int, p2p: bool) -> tuple[int | None, str
     key = "seq_id" if style == 1 else ("p2p_seq_id" if p2p else "collective_seq_id")
     if e.get(key) is None:
         return None, f"missing '{key}'", f"version {style}.x numbers its entries there"
-    v = e[key]
-    if isinstance(v, int) and not isinstance(v, bool):
-        n: int | None = v  # beyond int64: refused by the row check (traceprof.core.limits), naming the column
-    else:
-        n, problem = checked_int(v)
-        if problem is not None:
-            return None, f"'{key}' {problem}", repr(v)
-    if n is not None and n < 0:
+    n = e[key]
+    # a JSON integer only (a string or a float is no integer, as for the time fields); beyond int64:
+    # refused by the row check (traceprof.core.limits), naming the column
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None, f"'{key}' not an integer", repr(n)
+    if n < 0:
         return None, f"negative '{key}'", repr(n)
     return n, None, ""
 

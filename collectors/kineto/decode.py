@@ -691,6 +691,7 @@ class Rows:
         src_index: Index in ``traceEvents`` of each kept row (a :class:`Positions`).
         skipped: Records not stored by design (flows, metadata), counted by reason.
         rejected: Records dropped, counted by reason (unknown phases).
+        first_rejected: Per reason of ``rejected``, its first event (:func:`event_where`).
         process_names: pid -> the ``process_name`` metadata's name.
         thread_names: ``pid/tid`` -> the ``thread_name`` metadata's name (``export perfetto``).
         loose_ids: :attr:`Decoded.loose_ids` of the kept events whose arg is read (a device or
@@ -704,6 +705,13 @@ class Rows:
     process_names: dict[str, str]
     thread_names: dict[str, str] = field(default_factory=dict)
     loose_ids: list[tuple[int, str, Any]] = field(default_factory=list)
+    first_rejected: dict[str, str] = field(default_factory=dict)
+
+
+def event_where(i: int, ph: str, name: str) -> str:
+    """``event #11 (ph='X', name='aten::mm')``: event ``i`` (its index in ``traceEvents``) in a
+    message, its name cut to 60 characters."""
+    return f"event #{i} (ph={ph!r}, name={name[:60]!r})"
 
 
 #: ``"dur": -1`` (us), what the PyTorch profiler writes for an op still open when it stopped.
@@ -783,12 +791,19 @@ def rows(
     del ph_x
     not_stored = ~keep  # flows, metadata, unknown phases: counted by their phase below
     rejected: dict[str, int] = {}
+    first: dict[str, str] = {}
+
+    def where(i: int) -> str:
+        return event_where(i, d.ph.values[d.ph.codes[i]], d.name.values[d.name.codes[i]])
+
     if problems:
         if bad_event is not None:
             i = min(problems)
             bad_event(i, d.ph.values[d.ph.codes[i]], d.name.values[d.name.codes[i]], problems[i])
-        for why in problems.values():
+        for i, why in sorted(problems.items()):
             rejected[why] = rejected.get(why, 0) + 1
+            if why not in first:
+                first[why] = where(i)
         keep[list(problems)] = False
     if base_ns and (keep & ((d.ts_ns > 2**63 - 1 - base_ns) | (d.ts_ns < -(2**63) - base_ns))).any():
         return None  # epoch ns beyond int64: the general path rejects them per event
@@ -810,6 +825,7 @@ def rows(
             else:
                 reason = f"unknown phase ph={ph!r}"
                 rejected[reason] = rejected.get(reason, 0) + count
+                first.setdefault(reason, where(int(np.flatnonzero(not_stored & (d.ph.codes == code))[0])))
         if "M" in d.ph.values and "process_name" in d.name.values:
             meta = d.ph.isin({"M"}) & d.name.isin({"process_name"})
             for i in np.flatnonzero(meta).tolist():
@@ -881,6 +897,7 @@ def rows(
         names,
         threads,
         loose,
+        first,
     )
 
 

@@ -55,7 +55,7 @@ from traceprof.collectors.kineto.checks import (
 from traceprof.collectors.kineto.collectives import collectives as _collectives
 from traceprof.collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
 from traceprof.collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
-from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS
+from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS, event_where
 from traceprof.collectors.kineto.decode import decode as decode_columns
 from traceprof.collectors.kineto.decode import rows as fast_rows
 from traceprof.core import limits, spill
@@ -270,6 +270,28 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
 
+#: The Kineto field each time column is read from, for messages and reasons (``'ts' beyond int64``).
+_TIME_FIELDS = {"ts_ns": "ts", "dur_ns": "dur"}
+
+
+def _as_written(ev: _Event, i: int, base_ns: int, problem: str) -> tuple[str, str]:
+    """(record, problem) of event ``ev`` (index ``i``) whose ``problem`` (``'ts' beyond int64
+    (...)``, as :func:`traceprof.core.limits.drop_out_of_range` spells it) is a time: the event
+    as the other bad-event messages name it, and its ``ts``/``dur`` as the trace writes them (us),
+    after ``baseTimeNanoseconds`` where the trace has one (epoch ns = base + ts * 1000)."""
+    where = f"event #{i} (ph={_as_text(ev.ph)!r}, name={_as_text(ev.name)[:60]!r})"
+    ts, dur = (bytes(v).decode(errors="replace")[:40] for v in (ev.ts, ev.dur))
+    after = f" after baseTimeNanoseconds {base_ns}" if base_ns else ""
+    head = problem.split(" (", 1)[0]
+    if head == "'ts' + 'dur' beyond int64":
+        return where, f"{head} ({ts} us + {dur} us{after})"
+    if head == "'ts' beyond int64":
+        return where, f"{head} ({ts} us{after})"
+    if head == "'dur' beyond int64":
+        return where, f"{head} ({dur} us)"
+    return where, problem
+
+
 def _kind(ev: _Event) -> str | None:
     """Event kind, or None for records that are not stored (flows, metadata); ``"end"`` for a ``B``
     event's closing ``E``."""
@@ -357,7 +379,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
 
     def refuse(i: int, ph: str, name: str, problem: str) -> None:  # the general loop's words, below
-        raise TraceFormatError(p, f"event #{i} (ph={ph!r}, name={name[:60]!r})", problem + _SKIP_HINT)
+        raise TraceFormatError(p, event_where(i, ph, name), problem + _SKIP_HINT)
 
     fast = (
         None
@@ -404,6 +426,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     src_index: list[int] = []  # index in traceEvents of each row
     open_b: dict[tuple[str, str], list[int]] = {}  # B rows waiting for their E, per (pid, tid)
     rejected: dict[str, int] = {}
+    first_rejected: dict[str, str] = {}  # reason -> its first event, for the warning
     skipped: dict[str, int] = {}
     process_names: dict[str, str] = {}
     thread_names: dict[str, str] = {}  # pid/tid -> name (export perfetto names its tracks by them)
@@ -416,6 +439,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             fast.process_names,
             fast.thread_names,
         )
+        first_rejected = fast.first_rejected
     ids = _decode_ids(data) if fast is None else None
     id_repairs = IdRepairs()  # id args that are not integers, args that are not an object
     for i, attr, v in fast.loose_ids if fast is not None else ():  # "0x0", 5.0: read, and said
@@ -425,6 +449,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             if on_bad_event == "raise":
                 refuse(i, _as_text(ev.ph), _as_text(ev.name), wrong)
             rejected[wrong] = rejected.get(wrong, 0) + 1
+            first_rejected.setdefault(wrong, event_where(i, _as_text(ev.ph), _as_text(ev.name)))
             continue
         kind = _kind(ev)
         if kind is None:
@@ -439,6 +464,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             else:
                 reason = f"unknown phase ph={ev.ph!r}"
                 rejected[reason] = rejected.get(reason, 0) + 1
+                first_rejected.setdefault(reason, event_where(i, ev.ph, ev.name))
             continue
         problem = None
         ts = dur = 0
@@ -462,6 +488,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             if on_bad_event == "raise":
                 refuse(i, ev.ph, ev.name, problem)
             rejected[problem] = rejected.get(problem, 0) + 1
+            first_rejected.setdefault(problem, event_where(i, ev.ph, ev.name))
             continue
         a = ids[i].args if ids is not None else _ids_of(ev.args)
         gpu = kind in _GPU_KINDS
@@ -515,6 +542,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         on_bad_event,
         rejected,
         extra={"step": cols["step_no"]} if "step_no" in cols else None,
+        fields=_TIME_FIELDS,
+        describe=lambda i, problem: _as_written(
+            (doc if fast is None else _decode(p, src.data())).traceEvents[i], i, base_ns, problem
+        ),
     )
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
@@ -628,6 +659,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         collectives=columns_to_table(coll, _COLL_SCHEMA, rejected, "collective"),
         events_read=events_read,
         rejected=rejected,
+        first_rejected=first_rejected,
         skipped=skipped,
         flagged=flagged,
         warnings=warnings,

@@ -101,14 +101,20 @@ class _Bad(Exception):
         self.reason, self.detail = reason, detail
 
 
-def _uint(obj: dict[str, Any], key: str, where: str, *, required: bool = True) -> int | None:
-    """A non-negative integer field, None when absent and not required; else :class:`_Bad`."""
+def _uint(
+    obj: dict[str, Any], key: str, where: str, *, required: bool = True, time: bool = False
+) -> int | None:
+    """A non-negative integer field, None when absent and not required; else :class:`_Bad`. A
+    ``time`` (epoch us) is a JSON integer: a string (``"1700000000000000"``) or a float is not
+    one, as for every source's integer times (it was read silently)."""
     v = obj.get(key)
     if v is None:
         if required:
             raise _Bad(f"missing '{where}.{key}'")
         return None
     n, problem = checked_int(v)
+    if time and (not isinstance(v, int) or isinstance(v, bool)):
+        problem = "not a JSON integer"
     if problem is not None or n is None or n < 0:
         raise _Bad(f"'{where}.{key}' not a non-negative integer", repr(v))
     return n
@@ -141,16 +147,16 @@ def _times(perf: dict[str, Any]) -> tuple[int | None, int | None, int | None, bo
         return None, None, None, False, False
     if not isinstance(ts, dict):
         raise _Bad("'event_trace_ts' not an object")
-    enter = _us_ns(_uint(ts, "coll_start_ts", "event_trace_ts", required=False), "coll_start_ts")
+    enter = _us_ns(_uint(ts, "coll_start_ts", "event_trace_ts", required=False, time=True), "coll_start_ts")
     kernels = ts.get("kernel_events") or []
     if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
         raise _Bad("'event_trace_ts.kernel_events' not a list of objects")
     starts = [
-        _us_ns(_uint(k, "kernel_start_ts", "kernel_events[]", required=False), "kernel_start_ts")
+        _us_ns(_uint(k, "kernel_start_ts", "kernel_events[]", required=False, time=True), "kernel_start_ts")
         for k in kernels
     ]
     stops = [
-        _us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False), "kernel_stop_ts")
+        _us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False, time=True), "kernel_stop_ts")
         for k in kernels
     ]
     unset = bool(kernels) and (None in starts or None in stops)
@@ -234,7 +240,9 @@ def _rows_of(
     enter, start, end, verbose, unset = _times(perf)
     op = normalize_op(name)
     b_in, b_out = _bytes(op, size, n)
-    dump_ns = _us_ns(_uint(meta, "dump_timestamp_us", "metadata", required=False), "dump_timestamp_us")
+    dump_ns = _us_ns(
+        _uint(meta, "dump_timestamp_us", "metadata", required=False, time=True), "dump_timestamp_us"
+    )
     pid = meta.get("pid")
     row = {
         "source": CollectiveSource.nccl_inspector,

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tests.builders import micro_trace
 from tests.conftest import CORPUS, SAMPLES
 from traceprof.collectors.kineto._values import int_or_none
 from traceprof.collectors.kineto.decode import decode
@@ -250,6 +251,37 @@ def _bad_args_trace(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("fast", [True, False])
+def test_an_event_without_ph_is_named_in_its_warning(
+    fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An event with no 'ph' (or a phase no profiler writes, 'Q') is not stored, counted as an unknown
+    # phase; the warning said "1 record(s) not stored: 1 unknown phase ph=''" without naming it, where
+    # every other bad-event message names "event #N (ph=..., name=...)". The first of each reason is
+    # named now, on the column path and on the general loop alike.
+    doc = micro_trace(["a", "b", "c", "d"])  # event #0: ProfilerStep#1, #1..#4: a..d
+    del doc["traceEvents"][2]["ph"]  # "b"
+    doc["traceEvents"][3]["ph"] = "Q"  # "c"
+    del doc["traceEvents"][4]["ph"]  # "d": the second without ph, counted, not named
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    if not fast:
+        monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
+    t = _PARSE.parse(path)
+    assert t.rejected == {"unknown phase ph=''": 2, "unknown phase ph='Q'": 1}
+    assert t.first_rejected == {
+        "unknown phase ph=''": "event #2 (ph='', name='b')",
+        "unknown phase ph='Q'": "event #3 (ph='Q', name='c')",
+    }
+    with Store(tmp_path / "s.duckdb") as store:
+        res = ingest(store, [path], jobs=1)
+        assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op'")["name"].to_list() == ["a"]
+    assert (
+        "rank0.json: 3 record(s) not stored: 2 unknown phase ph='' (first: event #2 (ph='', name='b')), "
+        "1 unknown phase ph='Q' (first: event #3 (ph='Q', name='c'))"
+    ) in res.warnings
+
+
+@pytest.mark.parametrize("fast", [True, False])
 def test_bad_id_args_are_rejected_or_kept_and_counted(
     fast: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,7 +292,10 @@ def test_bad_id_args_are_rejected_or_kept_and_counted(
     path = _bad_args_trace(tmp_path / "t.json")
     if not fast:
         monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
-    with pytest.raises(TraceFormatError, match=r"event #3: 'device' beyond int32 \(1180591620717411303424\)"):
+    with pytest.raises(
+        TraceFormatError,
+        match=r"event #3 \(ph='X', name='k2'\): 'device' beyond int32 \(1180591620717411303424\)",
+    ):
         _PARSE.parse(path)
     t = _PARSE.parse(path, ParseOptions(on_bad_event="skip"))
     ev = t.events.sort_by("ts_ns")

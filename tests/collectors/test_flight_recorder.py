@@ -174,6 +174,58 @@ def test_non_integer_creation_time_and_empty_dump(tmp_path):
         parse(path, ParseOptions(on_bad_event="skip"))
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "reason", "shown"),
+    [
+        # a string is no integer: it was stored as the time, without a word (1796034872484434120 is
+        # the trial's value); a float (string) was read as a float64, 256 ns off at this magnitude
+        (
+            "time_created_ns",
+            "1796034872484434120",
+            "'time_created_ns' is not an integer",
+            "'1796034872484434120'",
+        ),
+        (
+            "time_created_ns",
+            "1796034872484434120.5",
+            "'time_created_ns' is not an integer",
+            "'1796034872484434120.5'",
+        ),
+        (
+            "time_created_ns",
+            1796034872484434120.5,
+            "'time_created_ns' is not an integer",
+            "1.7960348724844342e+18",
+        ),
+        ("time_discovered_started_ns", "5", "'time_discovered_started_ns' is not an integer", "'5'"),
+        ("collective_seq_id", "4", "'collective_seq_id' not an integer", "'4'"),
+        ("collective_seq_id", 4.0, "'collective_seq_id' not an integer", "4.0"),
+        ("input_sizes", [["667136"]], "'input_sizes' holds a dimension that is not an integer", "'667136'"),
+        ("output_sizes", [[667136.0]], "'output_sizes' holds a dimension that is not an integer", "667136.0"),
+        ("record_id", "3", "'record_id' is not an integer", "'3'"),
+    ],
+)
+def test_integer_fields_written_otherwise_are_bad_entries(tmp_path, field, value, reason, shown):
+    # One rule for every Flight Recorder integer field: a JSON integer, else the entry is bad (an
+    # error naming the file, the entry and the value; --skip-bad-events skips and counts it), as
+    # 123.5 and true were for the times already.
+    run = tmp_path / "fr"
+    shutil.copytree(corpus("flight_recorder/gloo_cpu_4rank"), run)
+    path = run / "fr_rank2.json"
+    doc = json.loads(path.read_text())
+    doc["entries"][3][field] = value  # entry #3: gloo:all_reduce, seq 4 (17 entries)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value) == (
+        f"{path}: entry #3 ('gloo:all_reduce'): {reason} ({shown}); pass --skip-bad-events to skip such entries"
+    )
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert pt.rejected == {reason: 1}
+    seqs = [r["seq"] for r in pt.collectives.to_pylist()]
+    assert seqs == [k for k in range(1, 18) if k != 4]
+
+
 def test_corpus_dumps_ingest_and_match_by_seq(store):
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
     got = store.sql(

@@ -245,10 +245,41 @@ def test_version_not_read_is_named(tmp_path, version):
     )
 
 
+def _set(rec: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """``rec`` with the field at ``path`` (keys and list indices) set to ``value``."""
+    at: Any = rec
+    for k in path[:-1]:
+        at = at[k]
+    at[path[-1]] = value
+    return rec
+
+
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
         ("{not json", "not JSON"),
+        # a time written as a string or a float is no integer (a string was read silently): the
+        # same rule as Flight Recorder's times
+        (
+            json.dumps(
+                _set(
+                    _rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10),
+                    ("coll_perf", "event_trace_ts", "kernel_events", 0, "kernel_start_ts"),
+                    str(T),
+                )
+            ),
+            "'kernel_events[].kernel_start_ts' not a non-negative integer",
+        ),
+        (
+            json.dumps(
+                _set(
+                    _rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10),
+                    ("metadata", "dump_timestamp_us"),
+                    float(T + 900_000),
+                )
+            ),
+            "'metadata.dump_timestamp_us' not a non-negative integer",
+        ),
         (
             '{"header": {"id": "0xaa"}, "metadata": {}}',
             "not an NCCL Inspector record (no 'header', 'metadata' and 'coll_perf' / 'p2p_perf')",

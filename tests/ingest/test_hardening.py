@@ -209,7 +209,11 @@ def test_base_time_plus_ts_beyond_int64_rejects_those_events_not_wraps(tmp_path)
     code, _, err = run("ingest", str(tmp_path / "rank0.json"), "--db", str(db))
     assert code == 1
     # event #3: ProfilerStep#1, aten::mm, aten::add come first; base + 5000 us = 2**63 + 4,000,000
-    _one_line(err, "rank0.json: event #3", f"'ts_ns' beyond int64 ({base + 5_000_000})")
+    _one_line(
+        err,
+        "rank0.json: event #3 (ph='X', name='late')",
+        f"'ts' beyond int64 (5000 us after baseTimeNanoseconds {base})",
+    )
     code, _, err = run("ingest", str(tmp_path / "rank0.json"), "--db", str(db), "--skip-bad-events")
     assert code == 0, err
     rows = (
@@ -600,7 +604,9 @@ def test_ndtimeline_null_group_columns_are_bad_rows(tmp_path, column):
     f = tmp_path / "trace-X.parquet"
     df.with_columns(pl.Series(column, vals, df.schema[column])).write_parquet(f)
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"))
-    assert code == 1 and _one_line(err, f"{f}: row #4 (optype=", "null rank/step/stage/dp_rank/seq_id/optype")
+    assert code == 1 and _one_line(
+        err, f"{f}: row #4 (optype=", f"): null {column!r}; pass --skip-bad-events"
+    )
     code, _, err = run("ingest", str(f), "--db", str(tmp_path / "s.duckdb"), "--skip-bad-events")
     assert code == 0, err
     n = (

@@ -82,19 +82,24 @@ def test_invalid_utf8_in_gzip_names_decompressed_offset(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("ts", 2**70, f"'ts_ns' beyond int64 ({2**62 + 2**70 * 1000})"),  # base + us * 1000
-        ("dur", 2**70, "'dur_ns' beyond int64 (1180591620717411303424000)"),
-        ("dur", 2**62 // 1000, "'ts_ns' + 'dur_ns' beyond int64"),  # each fits, the end does not
+        # base + ts * 1000 ns: the trace's field and its value as written, in us, after the base
+        ("ts", 2**70, f"'ts' beyond int64 ({2**70} us after baseTimeNanoseconds {2**62})"),
+        ("ts", 1e30, f"'ts' beyond int64 (1e+30 us after baseTimeNanoseconds {2**62})"),
+        ("dur", 2**70, f"'dur' beyond int64 ({2**70} us)"),
+        # each fits, the end does not: micro_trace's "b" starts at 2 us
+        ("dur", 2**62 // 1000, f"'ts' + 'dur' beyond int64 (2 us + {2**62 // 1000} us after "),
     ],
 )
 def test_kineto_times_beyond_int64_rejected_per_event(tmp_path, field, value, message):
+    # the event named as every other bad-event message names it (ph, name), not "event #2:" alone
+    # with the store's column ('ts_ns') and the epoch ns (a float artifact for 1e30 to the eye)
     doc = micro_trace(["a", "b"], base_ns=2**62)
     doc["traceEvents"][2][field] = value  # event #2: "b"
     path = _write(tmp_path / "k", "rank0.json", doc)
     with Store(tmp_path / "s.duckdb") as store:
         with pytest.raises(TraceFormatError) as e:
             ingest(store, [path], jobs=1)
-        assert f"{path}: event #2: {message}" in str(e.value)
+        assert f"{path}: event #2 (ph='X', name='b'): {message}" in str(e.value)
         res = ingest(store, [path], jobs=1, on_bad_event="skip")
         assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op'")["name"].to_list() == ["a"]
         reason = message.split(" (")[0]
@@ -135,7 +140,10 @@ def test_kineto_string_field_of_another_type_is_that_events_problem(tmp_path, fi
             "c",
         ]
         assert store.runs()["issues"].to_list() == [f"1 rejected: {reason}"]
-        assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason}"
+        # the warning names the event skipped, as the error did
+        assert res.warnings[0] == (
+            f"rank0.json: 1 record(s) not stored: 1 {reason} (first: event #2 (ph={ph!r}, name={shown!r}))"
+        )
 
 
 def test_kineto_device_and_step_beyond_int32(tmp_path):
@@ -153,14 +161,19 @@ def test_kineto_device_and_step_beyond_int32(tmp_path):
         }
     )
     path = _write(tmp_path / "d", "rank0.json", doc)
-    with pytest.raises(TraceFormatError, match=r"event #2: 'device' beyond int32 \(1099511627776\)"):
+    with pytest.raises(
+        TraceFormatError, match=r"event #2 \(ph='X', name='k'\): 'device' beyond int32 \(1099511627776\)"
+    ):
         _ingest(tmp_path, path)[0].close()
     doc = micro_trace(["a"])
     doc["traceEvents"][0]["name"] = "ProfilerStep#99999999999"
     path = _write(tmp_path / "s", "rank0.json", doc)
     with (
         Store(tmp_path / "t.duckdb") as store,
-        pytest.raises(TraceFormatError, match=r"event #0: 'step' beyond int32 \(99999999999\)"),
+        pytest.raises(
+            TraceFormatError,
+            match=r"event #0 \(ph='X', name='ProfilerStep#99999999999'\): 'step' beyond int32 \(99999999999\)",
+        ),
     ):
         ingest(store, [path], jobs=1)
 
@@ -297,7 +310,7 @@ def test_ndtimeline_step_beyond_int32(tmp_path):
     path = tmp_path / "trace-big.parquet"
     df.write_parquet(path)
     with Store(tmp_path / "s.duckdb") as store:
-        with pytest.raises(TraceFormatError, match=r"row #3 .*number beyond its column type"):
+        with pytest.raises(TraceFormatError, match=r"row #3 .*: 'step' beyond int32 \(1099511627776\)"):
             ingest(store, [path], jobs=1)
         ingest(store, [path], jobs=1, on_bad_event="skip")
         assert store.sql("SELECT sum(events_read)::INT AS n FROM traces")["n"].to_list() == [39]

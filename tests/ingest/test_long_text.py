@@ -208,11 +208,13 @@ def test_ndtimeline_optype_too_long(tmp_path):
     row = dict(rank=0, step=0, stage=0, dp_rank=0, mc=0, gmc=0, mb_id=0, seq_id=0, duration=0.001)
     rows = [{**row, "start_ts": 0.0, "optype": "forward-compute"}, {**row, "start_ts": 0.01, "optype": OVER}]
     path = write_ndtimeline(tmp_path, rows, "t", 1, 1)
-    with pytest.raises(TraceFormatError, match=r"row #1 \(optype='xxx.*optype longer than 1 MiB"):
+    with pytest.raises(
+        TraceFormatError, match=r"row #1 \(optype='xxx.*: 'optype' longer than 1 MiB \(1,048,577 bytes\)"
+    ):
         parse(path)
     (pt,) = parse(path, SKIP)
     assert pt.events.column("name").to_pylist() == ["forward-compute"]
-    assert pt.rejected == {"null, NaN, negative or out-of-range value": 1}
+    assert pt.rejected == {"'optype' longer than 1 MiB": 1}
 
 
 def test_drop_long_text_on_every_column_kind():

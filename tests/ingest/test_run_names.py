@@ -172,6 +172,29 @@ def test_a_link_to_itself_is_named_a_loop(store, tmp_path):
     assert f"{beside / 'self'}: a link that leads back to itself (a loop of links); skipped" in res.warnings
 
 
+def test_a_folder_holding_only_loops_or_dangling_links_names_them(store, tmp_path):
+    # loop/self -> ../loop, the folder's only entry: the refusal said "no trace files found" with no
+    # word of the loop (a folder that also held a trace had it in its warnings); a dangling link
+    # alone was as silent. Nothing is stored.
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "self").symlink_to("../loop", target_is_directory=True)
+    with pytest.raises(UsageError) as e:
+        ingest(store, [loop], jobs=1)
+    assert str(e.value).startswith(
+        f"{loop}: no trace files found (passed over: {loop / 'self'}: a link back to {loop}, "
+        f"which holds {loop} (a loop); not followed); traceprof reads: "
+    )
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    (gone / "x").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(
+        UsageError, match=rf"^{gone}: no trace files found \(passed over: {gone / 'x'}: a link to "
+    ):
+        ingest(store, [gone], jobs=1)
+    assert _runs(store) == {}
+
+
 def test_the_working_folder_is_named_as_the_shell_spells_it(store, tmp_path, monkeypatch):
     # `cd linkedclean && traceprof ingest .` named the run 'clean' (the link resolved by getcwd)
     linked = tmp_path / "linkedclean"

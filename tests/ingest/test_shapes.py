@@ -695,7 +695,8 @@ def test_ids_beyond_int64_are_rejected_per_event_not_stored_null(tmp_path: Path,
     )
     with pytest.raises(
         TraceFormatError,
-        match=rf"event #9: '{'correlation' if key == 'correlation' else 'external_id'}' beyond int64",
+        match=rf"event #9 \(ph='X', name='sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64_w'\): "
+        rf"'{'correlation' if key == 'correlation' else 'external_id'}' beyond int64",
     ):
         ingest(Store(tmp_path / "a.duckdb"), [f])
     s = Store(tmp_path / "b.duckdb")

@@ -71,6 +71,25 @@ def test_run_names_refused_at_ingest_and_rename(store, name, why):
     assert store.runs()["name"].to_list() == ["normal"]
 
 
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("", "the set name is empty"),
+        ("a\x1bb", r"the set name 'a\\x1bb' holds control characters"),
+    ],
+)
+def test_baseline_set_names_refused_as_set_names(store, name, why):
+    # `baseline add '' normal`: the empty name is the SET's (the run 'normal' is fine), so the
+    # message says "set name", not "run name"; nothing is added.
+    from traceprof.storage import baselines
+
+    ingest(store, [SAMPLES / "normal"])
+    with pytest.raises(UsageError, match=f"^baseline add: {why}") as e:
+        baselines.add(store, name, ["normal"])
+    assert "run name" not in str(e.value)
+    assert baselines.sets(store).is_empty()
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "traceprof.cli", *args], cwd=cwd, capture_output=True, text=True

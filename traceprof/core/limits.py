@@ -26,6 +26,8 @@ from traceprof.core.errors import TraceFormatError
 from traceprof.core.lazy import lazy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
     import polars as pl
     import pyarrow as pa
@@ -329,6 +331,8 @@ def drop_out_of_range(
     what: str = "event",
     types: dict[str, pa.DataType] | None = None,
     extra: dict[str, list[Any]] | None = None,
+    fields: dict[str, str] | None = None,
+    describe: Callable[[int, str], tuple[str, str]] | None = None,
 ) -> None:
     """Check the integer columns of parser rows; drop (or raise on) rows that do not fit.
 
@@ -349,6 +353,11 @@ def drop_out_of_range(
         types: Extra columns to check, name -> pyarrow integer type.
         extra: Values checked as the column of that name but not in ``cols`` (e.g. the step
             number a Kineto ``ProfilerStep#N`` name gives), one per row.
+        fields: Column -> the source field it was read from (Kineto ``ts_ns`` -> ``ts``): the
+            message and the reason name that field.
+        describe: With ``on_bad_event="raise"``, called with (record index, problem) for the
+            row refused; returns (the record, the problem) in the source's words (Kineto:
+            ``event #18 (ph='X', name='aten::mm')``, ``'ts' beyond int64 (1e+30 us)``).
 
     Raises:
         TraceFormatError: With ``on_bad_event="raise"``, the first row that does not fit, naming
@@ -386,7 +395,10 @@ def drop_out_of_range(
                 problem = f"'ts_ns' + 'dur_ns' beyond int64 ({shown(ts)} + {shown(dur)})"
         if problem is None:
             continue
-        _bad(path, f"{what} #{src_index[r]}", problem, on_bad_event, rejected)
+        where, problem = f"{what} #{src_index[r]}", _spelled(problem, fields or {})
+        if describe is not None and on_bad_event == "raise":
+            where, problem = describe(src_index[r], problem)
+        _bad(path, where, problem, on_bad_event, rejected)
         bad.append(r)
     if bad:
         _drop(cols, src_index, bad, n_rows)

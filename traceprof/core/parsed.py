@@ -95,6 +95,8 @@ class ParsedTrace:
         events / devices / steps / collectives: Row tables, see the module doc.
         events_read: Records read from the file.
         rejected: Malformed or unknown records not stored in ``events``, counted by reason.
+        first_rejected: Per reason of ``rejected``, the first record so rejected as messages name
+            it (Kineto: ``event #11 (ph='', name='gloo:all_reduce')``), where the parser names it.
         skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
         flagged: Records stored with an ``events.flag``, counted by flag.
         warnings: Messages the user should see (e.g. "rank missing, assumed 0").
@@ -114,6 +116,7 @@ class ParsedTrace:
     collectives: pa.Table | None = None
     events_read: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    first_rejected: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     flagged: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -133,10 +136,13 @@ class ParsedTrace:
 
         if any(len(k) > REASON_CHARS for k in self.rejected):
             cut: dict[str, int] = {}
+            first: dict[str, str] = {}
             for k, n in self.rejected.items():
-                k = k if len(k) <= REASON_CHARS else k[: REASON_CHARS - 3] + "..."
-                cut[k] = cut.get(k, 0) + n
-            self.rejected = cut
+                short = k if len(k) <= REASON_CHARS else k[: REASON_CHARS - 3] + "..."
+                cut[short] = cut.get(short, 0) + n
+                if k in self.first_rejected:
+                    first.setdefault(short, self.first_rejected[k])
+            self.rejected, self.first_rejected = cut, first
         for k, v in self.trace.items():
             problem = None if k in ("meta", "flops_per_step") else text_problem(k, v)
             if problem:

@@ -261,7 +261,10 @@ def _found(
         if named is not None:
             named.add(p.resolve())
         return [p]
-    found = files_under(p, said)
+    passed: list[str] = []  # this folder's loops and dangling links, named if nothing else is found
+    found = files_under(p, passed)
+    if said is not None:
+        said += passed
     files = [f for f in found if _claim(f)]
     claimed = set(files)
     rest = [f for f in found if f not in claimed]
@@ -280,7 +283,9 @@ def _found(
     if not files and known:
         raise UsageError(_unread_message(p, known))
     if not files:
-        raise UsageError(f"{p}: no trace files found; traceprof reads: {sources.formats()}")
+        more = f"; and {len(passed) - 3} more" if len(passed) > 3 else ""
+        left = f" (passed over: {'; '.join(passed[:3])}{more})" if passed else ""
+        raise UsageError(f"{p}: no trace files found{left}; traceprof reads: {sources.formats()}")
     return files
 
 
@@ -819,7 +824,11 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, na
                 "its run has no activity from it"
             )
         if pt.rejected:
-            why = ", ".join(f"{n} {reason}" for reason, n in pt.rejected.items())
+            first = pt.first_rejected  # the first record of a reason, where the parser names it
+            why = ", ".join(
+                f"{n} {reason}{f' (first: {first[reason]})' if reason in first else ''}"
+                for reason, n in pt.rejected.items()
+            )
             result.warnings.append(
                 f"{Path(pt.path).name}: {sum(pt.rejected.values())} record(s) not stored: {why}"
             )

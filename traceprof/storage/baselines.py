@@ -121,7 +121,7 @@ def add(store: Store, name: str, runs: Sequence[str]) -> tuple[list[str], list[s
             differ), the set's own included (nothing is added).
         StoreError: No such run (nothing is added).
     """
-    check_name(name, "baseline add")
+    check_name(name, "baseline add", "set name")
     if not runs:
         raise UsageError("baseline add: name at least one run")
     taken = store.sql("SELECT run_id FROM runs WHERE name = ?", [name])

@@ -33,26 +33,27 @@ def run_label(store: Store, run_id: int) -> str:
     return f"run {run_name(store, run_id)!r}"
 
 
-def check_name(name: str, what: str) -> None:
-    """Refuse a run name that cannot be told apart from an id or printed as it is.
+def check_name(name: str, what: str, noun: str = "run name") -> None:
+    """Refuse a run (or baseline set) name that cannot be told apart from an id or printed as it is.
 
     Args:
-        name: The proposed run name.
+        name: The proposed name.
         what: Where it comes from, for the message (``--run``, ``runs mv``).
+        noun: What the name names, for the message (``"run name"``, ``"set name"``).
 
     Raises:
         UsageError: ``name`` is empty, all digits (``runs rm 1`` would mean run id 1), or holds
             control characters (ESC, newline: they would reach terminals and logs raw).
     """
     if not name.strip():
-        raise UsageError(f"{what}: the run name is empty")
+        raise UsageError(f"{what}: the {noun} is empty")
     if name.isdigit():
         raise UsageError(f"{what}: {name!r} would read as a run id; choose a name with a letter in it")
     from traceprof.core import term  # rich: not for the analyses that name a run (run_label)
 
     if term.escape(name) != name:
         raise UsageError(
-            f"{what}: the run name {name!r} holds control characters; "
+            f"{what}: the {noun} {name!r} holds control characters; "
             "choose one without them (e.g. of letters, digits and -_.)"
         )
 

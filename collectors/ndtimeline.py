@@ -388,6 +388,25 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
     return out
 
 
+def _stands_for(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The ranks one worker stands for (meta ``world_size / (dp_size x pp_size)``, the TP group NDTimeline
+    collapses, ranks ``rank .. rank + n - 1`` as Megatron numbers them, TP innermost) and why, in
+    words; None when a worker is one rank or the meta lacks the sizes (module doc)."""
+    size = {k: int(meta.get(f"{k}_size") or 0) for k in ("world", "dp", "pp", "tp", "dsp")}
+    workers = size["dp"] * size["pp"]
+    if not workers or size["world"] <= workers or size["world"] % workers:
+        return None
+    n = size["world"] // workers
+    if size["tp"] == n:
+        why = f"one per tensor-parallel group of {n} (NDTimeline collapses TP)"
+    else:
+        why = (
+            f"one per group of {n} ranks (tp {size['tp']} x dsp {size['dsp'] or 1} of meta world_size "
+            f"{size['world']} / (dp {size['dp']} x pp {size['pp']}): NDTimeline collapses them)"
+        )
+    return {"ranks": n, "why": why}
+
+
 def _group_size(optype: str, sizes: dict[str, int]) -> int:
     """Workers in the group of a communication op (module doc, step 3)."""
     if optype.endswith(("-send", "-recv")):
@@ -487,6 +506,9 @@ def _trace(
         "clock": "NDTimeline step-relative seconds; sampled steps laid end to end, 1 ms apart",
         "clock_synced_by_source": True,
     }
+    stands = _stands_for(meta)
+    if stands:
+        info["stands_for"] = stands
     return ParsedTrace(
         path=str(p),
         sha256=sha,

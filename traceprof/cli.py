@@ -1166,7 +1166,7 @@ def summary(
         render(f.to_frame(), Format.csv)
         return
     if f.coverage:
-        say(f"Missing ranks: {f.coverage}", out)
+        say(f"Ranks: {f.coverage}", out)
     say(f"Findings for run {f.run!r}. {f.ranking} (-: none measured); each with its topic's verdict:", out)
     for i, x in enumerate(f.findings, 1):
         say(f"{i:2}. {'-' if x.rank_by is None else f'{x.rank_by:.0f}%':>5}  {x.status:8} {x.text}", out)

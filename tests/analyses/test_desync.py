@@ -372,13 +372,13 @@ def test_sparse_seq_one_rank_lacks_is_missing(store, tmp_path):
 def test_ndtimeline_runs_finish_clean(store):
     """The bytedance NDTimeline runs (seqs 16e6..1.24e9, 44 or 1408 per group) finish and find no
     desync: the gaps between seqs are numbering, and a pipeline group's send/recv pair is p2p.
-    trace-AR holds 16 of its 64 ranks and trace-SE 64 of 128: no divergence among the ranks with
-    records, but the untraced ones may be behind, so inconclusive (as the summary says), not clean."""
+    trace-AR holds 16 workers for its 64 ranks and trace-SE 64 for 128: NDTimeline collapses each
+    tensor-parallel group (tp 4; tp 1 x dsp 2) into one worker, so no rank is untraced and nothing
+    can be behind unseen: clean, as trace-ST (8 workers, 8 ranks). (They were inconclusive while the
+    collapsed ranks counted as untraced: "but rank(s) 1, 2, 3, ... may be behind".)"""
     ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif")], jobs=1)
-    for run, status in (("trace-ST", "clean"), ("trace-AR", "inconclusive"), ("trace-SE", "inconclusive")):
+    for run in ("trace-ST", "trace-AR", "trace-SE"):
         v = analyze(store, "desync", run).verdict.row(0, named=True)
-        assert (run, v["status"], v["source"]) == (run, status, "ndtimeline")
-        assert ("no divergence among the ranks with records, but rank(s) 1" in v["text"]) == (
-            status == "inconclusive"
-        )
+        assert (run, v["status"], v["source"]) == (run, "clean", "ndtimeline")
+        assert "but rank(s)" not in v["text"]
         assert "no desync: " in v["text"] and "collective(s) in" in v["text"]

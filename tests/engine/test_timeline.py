@@ -84,3 +84,46 @@ def test_axis_says_what_the_window_is():
         == "ms from the first compute or communication"
     )
     assert plots.render(plots.timeline(step)).xaxis[0].axis_label == "ms from the step's start"
+
+
+def test_a_step_of_many_kernels_on_few_ranks_is_binned():
+    # 4 ranks x 600 compute kernels of 100 ns, 20 ns apart: 2,400 merged intervals, above the 2,000
+    # drawn one by one (MAX_INTERVALS): a 4 x 400 grid instead (a 520 k-event run's step drew 2,599
+    # rectangles, 0.1 MB of the report). Span 599 * 120 + 100 = 71,980 ns; bin 179.95 ns.
+    rows = [(r, "compute", k * 120, k * 120 + 100) for r in range(4) for k in range(600)]
+    ranks, span_ms, iv, grid, bin_ms = lanes(_act(rows), bins=400)
+    assert iv is None and grid.shape == (4, 400) and ranks == (0, 1, 2, 3)
+    assert span_ms == 71_980 / 1e6 and bin_ms == 71_980 / 400 / 1e6
+    assert (grid == 1).all()  # a bin of 179.95 ns meets at most 2 gaps of 20 ns: >= 139.95 ns compute
+    _, _, iv, grid, _ = lanes(_act(rows), bins=400, max_intervals=2400)  # at the bound: drawn
+    assert grid is None and iv.height == 2400
+
+
+def test_a_long_critical_path_is_drawn_in_bounded_pieces():
+    # 10 pieces (ms): [0,1) [1,2) [2,4) [4,6) [6,7) [7,8) [8,9) on rank 0, [9,10) [10,13) [13,14) on
+    # rank 1; kinds alternate compute (even) / host_bound (odd). max_pieces 4 -> ceil(10 / 4) = 3
+    # consecutive pieces per drawn one within a rank's run: rank 0 pieces 0-2 (longest 2, compute,
+    # 2 ms), 3-5 (longest 3, host_bound, 2 ms), 6 alone (kept as it is); rank 1 pieces 7-9 (longest
+    # 8, compute, 3 ms). A 520 k-event run's step had 21,018 pieces: 0.48 MB of the report.
+    from traceprof.engine.timeline import Timeline, with_path
+
+    starts = [0, 1, 2, 4, 6, 7, 8, 9, 10, 13]
+    ends = [1, 2, 4, 6, 7, 8, 9, 10, 13, 14]
+    path = pl.DataFrame(
+        {
+            "step": [1] * 10,
+            "rank": [0] * 7 + [1] * 3,
+            "kind": ["compute", "host_bound"] * 5,
+            "name": [f"k{i}" for i in range(10)],
+            "start_ns": [s * 1_000_000 for s in starts],
+            "duration_ns": [(e - s) * 1_000_000 for s, e in zip(starts, ends, strict=True)],
+        }
+    )
+    tl = Timeline(1, (0, 1), 14.0, None, None, 0.0, "step 1", t0_ns=0)
+    assert with_path(tl, path, max_pieces=4).path.rows() == [
+        (0, "3 pieces; longest: compute", "k2", 0.0, 4.0),
+        (0, "3 pieces; longest: host_bound", "k3", 4.0, 8.0),
+        (0, "compute", "k6", 8.0, 9.0),
+        (1, "3 pieces; longest: compute", "k8", 9.0, 14.0),
+    ]
+    assert with_path(tl, path, max_pieces=10).path.height == 10  # at the bound: every piece

@@ -225,6 +225,59 @@ def test_runs_counts_a_flight_recorder_only_rank_apart_from_the_traced_ones(tmp_
     assert "no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)" in out
 
 
+def test_the_report_header_names_a_rank_with_a_dump_only(tmp_path):
+    # straggler_rank2 (world size 4) three ways: whole; rank 2's Kineto trace and meta left out (its
+    # Flight Recorder dump kept); every file of rank 2 left out. The header said "4 ranks" for the
+    # dump-only run (traces.rank counts rank 2's dump) while `runs` said ranks 3, dump_only_ranks 1;
+    # now one text (storage.runs.ranks_text) says which rank has a dump only.
+    from tests._cli_inproc import run as cli
+    from traceprof.storage.runs import ranks_text
+
+    whole = _copy("straggler_rank2", tmp_path / "whole", lambda n: n != "README.md")
+    dump = _copy(
+        "straggler_rank2", tmp_path / "dump", lambda n: not n.startswith("rank2.") or n.endswith(".fr.json")
+    )
+    gone = _copy("straggler_rank2", tmp_path / "gone", lambda n: not n.startswith("rank2."))
+    want = {
+        "whole": "4 ranks",
+        "dump": "4 ranks, 3 traced (rank 2: a Flight Recorder dump only)",
+        "gone": "4 ranks, 3 traced",
+    }
+    for folder in (whole, dump, gone):
+        db = str(tmp_path / f"{folder.name}.duckdb")
+        assert cli("ingest", str(folder), "--db", db)[0] == 0
+        with Store(db, read_only=True) as s:
+            assert ranks_text(s, s.resolve_run(None)) == want[folder.name]
+    page = tmp_path / "dump.html"
+    assert cli("report", "--db", str(tmp_path / "dump.duckdb"), "-o", str(page))[0] == 0
+    assert f"(id 1) · {want['dump']} ·" in page.read_text()
+
+
+def test_ndtimeline_workers_stand_for_their_collapsed_tp_group(store):
+    # NDTimeline keeps one worker per tensor-parallel group. trace-AR: meta world_size 64, dp 4 x pp 4
+    # = 16 workers (ranks 0, 4, ..., 60), each for 64 / 16 = 4 ranks (tp_size 4); trace-SE: 128 /
+    # (dp 32 x pp 2) = 2 ranks per worker (tp 1 x dsp 2), 64 workers; trace-ST: 8 = 2 x 4, one each.
+    # Before, `runs` said ranks 16 of 64 and 64 of 128 and the summary "Missing ranks: ... no trace of
+    # ranks 1-3, 5-7, ...", making the desync and exposed communication verdicts inconclusive.
+    from tests.conftest import corpus
+    from traceprof.storage.runs import coverage_text, ranks_text, untraced_ranks
+
+    s = store
+    ingest(s, [corpus("kineto_misc/bytedance_straggler_whatif")], jobs=1)
+    runs = s.runs().select("name", "world_size", "ranks", "dump_only_ranks", "traces").rows()
+    assert runs == [("trace-AR", 64, 64, 0, 16), ("trace-SE", 128, 128, 0, 64), ("trace-ST", 8, 8, 0, 8)]
+    ar, se, st = (s.resolve_run(n) for n in ("trace-AR", "trace-SE", "trace-ST"))
+    assert [untraced_ranks(s, r) for r in (ar, se, st)] == [((), 64), ((), 128), ((), 8)]
+    tp = "one per tensor-parallel group of 4 (NDTimeline collapses TP)"
+    assert coverage_text(s, ar) == f"16 of 64 ranks traced: {tp}"
+    assert ranks_text(s, ar) == f"64 ranks, 16 traced: {tp}"
+    assert ranks_text(s, se) == (
+        "128 ranks, 64 traced: one per group of 2 ranks (tp 1 x dsp 2 of meta world_size 128 / "
+        "(dp 32 x pp 2): NDTimeline collapses them)"
+    )
+    assert (coverage_text(s, st), ranks_text(s, st)) == ("", "8 ranks")
+
+
 def test_the_runs_table_shows_the_issues_cell_whole(tmp_path):
     # a trace with one event rejected and three repaired: its issues text is 207 characters; the
     # table cut it to 48 ("1 rejected: 'device' beyond int32; 1 repaired:…"), only the CSV had it

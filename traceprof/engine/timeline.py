@@ -9,12 +9,15 @@ Algorithm:
      (rank, class): compute, and communication; exposed communication is communication minus the
      rank's compute (``traceprof.analyses.overlap.exposed_comm``), as in ``overlap`` and ``gaps``.
   3. Times are ms from the step's earliest start over all ranks (clocks aligned at ingest).
-  4. Up to ``detail_ranks`` ranks: the merged intervals themselves (``intervals``). More ranks: each
-     rank's lane cut into ``bins`` equal time bins, each bin labelled with the state that held most
-     of its time (0 idle, 1 compute, 2 hidden communication, 3 exposed communication) (``grid``),
-     so 1,024 ranks are one image, not a glyph per kernel.
+  4. Up to ``detail_ranks`` ranks and ``max_intervals`` merged intervals: the intervals themselves
+     (``intervals``). More: each rank's lane cut into ``bins`` equal time bins, each bin labelled
+     with the state that held most of its time (0 idle, 1 compute, 2 hidden communication, 3 exposed
+     communication) (``grid``), so 1,024 ranks, or a step of 20,000 kernels, are one image, not a
+     glyph per kernel (the report's size stays bounded).
   5. :func:`with_path` adds the step's critical path (``traceprof.analyses.critical_path`` table ``path``) on the
-     same time axis, which the report draws over the lanes.
+     same time axis, which the report draws over the lanes; above ``max_pieces`` pieces, consecutive
+     pieces on one rank are drawn as one (at most ``max_pieces`` plus one per change of rank), named
+     by their count and their longest piece.
 """
 
 from __future__ import annotations
@@ -28,7 +31,22 @@ from traceprof.engine import intervals
 from traceprof.engine.activity import activity, exposed_comm, op_activity, step_activity
 from traceprof.storage.store import Store
 
-__all__ = ["Timeline", "STATES", "choose_step", "lanes", "step_timeline", "with_path"]
+__all__ = [
+    "Timeline",
+    "STATES",
+    "MAX_INTERVALS",
+    "MAX_PATH_PIECES",
+    "choose_step",
+    "lanes",
+    "step_timeline",
+    "with_path",
+]
+
+#: Most merged intervals drawn one by one (:func:`lanes`); above, the binned grid. 2,000 rectangles are
+#: about 60 KB of the report (its budget: 1 MB, of which bokeh's JavaScript takes 0.47 MB).
+MAX_INTERVALS = 2000
+#: Most critical-path pieces drawn one by one (:func:`with_path`); above, consecutive ones merged.
+MAX_PATH_PIECES = 2000
 
 #: Lane states, in the order of their codes in ``Timeline.grid``.
 STATES = ("idle", "compute", "communication (hidden)", "communication (exposed)")
@@ -80,7 +98,7 @@ def choose_step(store: Store, run_id: int) -> tuple[int | None, str]:
 
 
 def lanes(
-    act: pl.DataFrame, detail_ranks: int = 64, bins: int = 400
+    act: pl.DataFrame, detail_ranks: int = 64, bins: int = 400, max_intervals: int = MAX_INTERVALS
 ) -> tuple[tuple[int, ...], float, pl.DataFrame | None, np.ndarray | None, float]:
     """Lanes of the activity of one step (module doc, steps 2-4).
 
@@ -88,6 +106,7 @@ def lanes(
         act: Activity rows of the step (rank, class, start_ns, end_ns).
         detail_ranks: Up to this many ranks, intervals; above, a binned grid.
         bins: Time bins per lane when binned.
+        max_intervals: Above this many merged intervals (all ranks and states), a binned grid too.
 
     Returns:
         (ranks, span_ms, intervals or None, grid or None, bin_ms); see :class:`Timeline`.
@@ -99,7 +118,7 @@ def lanes(
     comm = intervals.merge(act.filter(pl.col("class") == "comm"), ["rank"])
     exposed = exposed_comm(act.filter(pl.col("class").is_in(["comm", "compute"])), ["rank"])
     parts = [(comp, STATES[1]), (comm, STATES[2]), (exposed, STATES[3])]
-    if len(ranks) <= detail_ranks:
+    if len(ranks) <= detail_ranks and sum(p.height for p, _ in parts) <= max_intervals:
         rows = pl.concat(
             [
                 p.select(
@@ -183,10 +202,11 @@ def step_timeline(
     )
 
 
-def with_path(tl: Timeline, path: pl.DataFrame) -> Timeline:
+def with_path(tl: Timeline, path: pl.DataFrame, max_pieces: int = MAX_PATH_PIECES) -> Timeline:
     """``tl`` with the critical path of its step (``traceprof.analyses.critical_path`` table ``path``: step,
     rank, kind, name, start_ns, duration_ns) on its time axis, clipped to the lanes' span and to
-    the ranks shown; unchanged when its origin is unknown or the path has no piece there."""
+    the ranks shown, at most ``max_pieces`` pieces plus one per change of rank (:func:`_bounded`);
+    unchanged when its origin is unknown or the path has no piece there."""
     if tl.t0_ns is None or path.is_empty():
         return tl
     p = path if tl.step < 0 else path.filter(pl.col("step") == tl.step)
@@ -204,4 +224,37 @@ def with_path(tl: Timeline, path: pl.DataFrame) -> Timeline:
         )
     )
     p = p.filter(pl.col("end_ms") > pl.col("start_ms"))
-    return tl if p.is_empty() else replace(tl, path=p)
+    return tl if p.is_empty() else replace(tl, path=_bounded(p, max_pieces))
+
+
+def _bounded(p: pl.DataFrame, max_pieces: int) -> pl.DataFrame:
+    """Path ``p`` (rank, kind, name, start_ms, end_ms, in time order) with at most ``max_pieces`` rows
+    plus one per change of rank: above, each ``ceil(n / max_pieces)`` consecutive pieces on one rank
+    become one from the first start to the last end, kind ``"<k> pieces; longest: <kind>"`` and the
+    longest piece's name (one piece keeps its own). Linear in the pieces."""
+    n = p.height
+    if n <= max_pieces:
+        return p
+    per = -(-n // max_pieces)
+    ms = pl.col("end_ms") - pl.col("start_ms")
+    return (
+        p.with_row_index("_i")
+        .with_columns((pl.col("rank") != pl.col("rank").shift(1)).fill_null(True).cum_sum().alias("_run"))
+        .with_columns(((pl.col("_i") - pl.col("_i").min().over("_run")) // per).alias("_chunk"))
+        .group_by("_run", "_chunk", maintain_order=True)
+        .agg(
+            pl.col("rank").first(),
+            pl.len().alias("_n"),
+            pl.col("kind").sort_by(ms).last(),
+            pl.col("name").sort_by(ms).last(),
+            pl.col("start_ms").min(),
+            pl.col("end_ms").max(),
+        )
+        .with_columns(
+            pl.when(pl.col("_n") > 1)
+            .then(pl.format("{} pieces; longest: {}", pl.col("_n"), pl.col("kind")))
+            .otherwise(pl.col("kind"))
+            .alias("kind")
+        )
+        .select(p.columns)
+    )

@@ -38,7 +38,7 @@ from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptio
 from traceprof.ingest import clock, matching, sources
 from traceprof.ingest.naming import Part, assign, stem
 from traceprof.storage import layout
-from traceprof.storage.runs import profiler_gap_text
+from traceprof.storage.runs import profiler_gap_text, untraced_ranks
 from traceprof.storage.store import Store
 
 __all__ = ["ingest", "discover", "check_input", "IngestResult"]
@@ -729,10 +729,8 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
         Messages worth a warning (ranks of the job not traced, instances missing ranks, matching
         fallbacks). Ranks are counted over the whole run, with what earlier ingests stored.
     """
-    held, world = store.con.execute(
-        "SELECT count(DISTINCT rank), max(world_size) FROM traces WHERE run_id = ?", [run_id]
-    ).fetchall()[0]
-    notes = [f"{held} of {world} ranks traced"] if world and held < world else []
+    untraced, world = untraced_ranks(store, run_id)  # ranks a collapsed NDTimeline worker stands for count
+    notes = [f"{world - len(untraced)} of {world} ranks traced"] if world and untraced else []
     gap = profiler_gap_text(store, run_id)
     if gap:  # a dump of its collectives only: the timeline analyses lack that rank
         notes.append(gap)

@@ -54,7 +54,7 @@ def findings_markdown(f: Findings) -> str:
     if f.baseline:
         lines[0] += f" (baseline {md_text(f.baseline)})"
     if f.coverage:
-        lines += [f"Missing ranks: {md_text(f.coverage)}", ""]
+        lines += [f"Ranks: {md_text(f.coverage)}", ""]
     top = next((x for x in f.findings if x.problem), None)
     if top is not None:
         lines += [f"> {md_text(top.text)}", ""]

@@ -39,6 +39,7 @@ from traceprof.engine import findings as fnd
 from traceprof.engine import session
 from traceprof.engine.analysis import FrameResult
 from traceprof.engine.timing import analysis_mfu_options
+from traceprof.storage.runs import ranks_text
 from traceprof.storage.store import Store
 
 __all__ = ["write_report", "render_html", "SIZE_BUDGET_BYTES"]
@@ -220,7 +221,7 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
     )
     return (
         '<h2 id="findings">Findings</h2>'
-        + (f'<p class="facts"><b>Missing ranks:</b> {_esc(f.coverage)}</p>' if f.coverage else "")
+        + (f'<p class="facts"><b>Ranks:</b> {_esc(f.coverage)}</p>' if f.coverage else "")
         + f'<p class="facts">{_esc(f.ranking)} (&ndash;: no cost '
         f"measured), each with its topic's verdict.</p>{listing}{verdicts}{_missing_html(f, sources)}"
     )
@@ -392,9 +393,7 @@ def _render(
     title = f"traceprof report: {info['name']}"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     nav = " · ".join(f'<a href="#{_esc(n)}">{_esc(n)}</a>' for n in [*toc, "traces"])
-    traced = traces["rank"].n_unique()
-    world = info["world_size"] or traced
-    ranks = f"{world} rank{'s' if world != 1 else ''}" + (f", {traced} traced" if traced != world else "")
+    ranks = ranks_text(store, run_id)
     devices = ", ".join(sorted({str(d) for d in traces["device_name"].drop_nulls().to_list()})) or "unknown"
     hta_note = (
         (
@@ -411,7 +410,7 @@ def _render(
 <style>{_CSS}</style>
 </head><body>
 <h1>{_esc(title)}</h1>
-<p class="facts">Run <b>{_esc(str(info["name"]))}</b> (id {run_id}) · {ranks} ·
+<p class="facts">Run <b>{_esc(str(info["name"]))}</b> (id {run_id}) · {_esc(ranks)} ·
 sources {_esc(", ".join(sources))} · devices {_esc(devices)} · clocks aligned: {info["clock_aligned"]} ·
 generated {now} by traceprof</p>
 {hta_note}

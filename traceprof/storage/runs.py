@@ -158,8 +158,9 @@ def untraced_ranks(
     store: Store, run_id: int, sources: tuple[str, ...] | None = None
 ) -> tuple[tuple[int, ...], int | None]:
     """(The ranks of the job that no trace of run ``run_id`` holds, its world size): ranks
-    0..world_size-1 (``runs.world_size``) less the ranks of its traces (``traces.rank``); ``()``
-    when every rank was traced or the world size is unknown (then None).
+    0..world_size-1 (``runs.world_size``) less the ranks of its traces (``traces.rank``) and the
+    ranks each trace stands for (:func:`stand_ins`: an NDTimeline worker for its collapsed
+    tensor-parallel group); ``()`` when every rank was traced or the world size is unknown (then None).
 
     Args:
         store: The store.
@@ -178,13 +179,62 @@ def untraced_ranks(
     # the store's own traces even where a per-rank task shadows them with its rank's rows
     # (traceprof.engine.rankwise.restrict): which ranks the job lacks is a fact of the whole run
     held = store.con.execute(
-        f"SELECT DISTINCT rank, source FROM {store.own_table('traces')} WHERE run_id = ? AND rank IS NOT NULL",
+        f"""SELECT DISTINCT rank, source, {_STANDS_FOR} AS n
+            FROM {store.own_table("traces")} WHERE run_id = ? AND rank IS NOT NULL""",
         [run_id],
     ).fetchall()
-    if sources is not None and any(source in sources for _, source in held):
-        held = [(rank, source) for rank, source in held if source in sources]
-    traced = {rank for rank, _ in held}
+    if sources is not None and any(source in sources for _, source, _ in held):
+        held = [row for row in held if row[1] in sources]
+    traced = {rank + i for rank, _, n in held for i in range(max(int(n), 1))}
     return tuple(r for r in range(int(size)) if r not in traced), int(size)
+
+
+#: SQL over ``traces``: how many consecutive ranks from ``traces.rank`` the trace stands for (its
+#: meta's ``stands_for.ranks``, written by a collector whose source collapses ranks, else 1).
+_STANDS_FOR = "coalesce(TRY_CAST(json_extract_string(meta, '$.stands_for.ranks') AS INTEGER), 1)"
+
+
+def stand_ins(store: Store, run_id: int) -> tuple[int, str]:
+    """(How many traced ranks of run ``run_id`` each stand for a group of ranks, why): a source that
+    collapses ranks (NDTimeline: one worker per tensor-parallel group) says so in its traces' meta
+    (``traces.meta`` ``stands_for``: ``ranks``, the group size, and ``why``, e.g. ``one per
+    tensor-parallel group of 4 (NDTimeline collapses TP)``); (0, "") when no trace does."""
+    rows = store.con.execute(
+        f"""SELECT count(DISTINCT rank), min(json_extract_string(meta, '$.stands_for.why'))
+            FROM {store.own_table("traces")} WHERE run_id = ? AND {_STANDS_FOR} > 1""",
+        [run_id],
+    ).fetchall()
+    n, why = rows[0] if rows else (0, None)
+    return int(n or 0), str(why or "")
+
+
+def ranks_text(store: Store, run_id: int) -> str:
+    """How many ranks of run ``run_id``'s job were traced, in a few words for the report's header and
+    the start of the summary's coverage line (one text, so they agree with ``traceprof runs``):
+    ``4 ranks``; ``4 ranks, 3 traced``; ``4 ranks, 3 traced (rank 2: a Flight Recorder dump only)``;
+    ``64 ranks, 16 traced: one per tensor-parallel group of 4 (NDTimeline collapses TP)``. Ranks
+    are ``traces.rank`` against ``runs.world_size`` (the ranks held when it is unknown); traced means
+    by a profiler (:data:`PROFILER_SOURCES`) where the run has any profiler trace."""
+    missing, world = untraced_ranks(store, run_id, PROFILER_SOURCES)
+    held = store.con.execute(
+        "SELECT count(DISTINCT rank), count(DISTINCT rank) FILTER (WHERE list_contains(?, source)) "
+        f"FROM {store.own_table('traces')} WHERE run_id = ?",
+        [list(PROFILER_SOURCES), run_id],
+    ).fetchall()[0]
+    with_file, profiled = int(held[0] or 0), int(held[1] or 0)
+    traced = profiled or with_file
+    world = world if world is not None else with_file
+    text = f"{world} rank{'s' if world != 1 else ''}"
+    collapsed, why = stand_ins(store, run_id)
+    if collapsed and not missing:
+        return f"{text}, {collapsed} traced: {why}"
+    if traced < world:
+        text += f", {traced} traced"
+    dump_only = sorted(set(missing) - set(untraced_ranks(store, run_id)[0]))
+    if dump_only:
+        s = "s" if len(dump_only) > 1 else ""
+        text += f" (rank{s} {rank_list(dump_only)}: {_only_text(store, run_id, dump_only)} only)"
+    return text
 
 
 def profiler_gap_text(store: Store, run_id: int) -> str:
@@ -196,20 +246,25 @@ def profiler_gap_text(store: Store, run_id: int) -> str:
     )
     if not gap:
         return ""
+    s = "s" if len(gap) > 1 else ""
+    return (
+        f"no profiler (Kineto/nsys) trace of rank{s} {rank_list(gap)} "
+        f"({'they have' if s else 'it has'} {_only_text(store, run_id, gap)} only)"
+    )
+
+
+def _only_text(store: Store, run_id: int, ranks: list[int]) -> str:
+    """``a Flight Recorder dump`` (``and a nccl_profiler trace``...): the sources of run
+    ``run_id``'s traces of ``ranks`` (``traces.source``), in words."""
     held = [
         row[0]
         for row in store.con.execute(
             "SELECT DISTINCT source FROM traces WHERE run_id = ? AND list_contains(?, rank) ORDER BY source",
-            [run_id, gap],
+            [run_id, ranks],
         ).fetchall()
     ]
     names = {TraceSource.flight_recorder.value: "a Flight Recorder dump"}
-    only = " and ".join(names.get(x, f"a {x} trace") for x in held)
-    s = "s" if len(gap) > 1 else ""
-    return (
-        f"no profiler (Kineto/nsys) trace of rank{s} {rank_list(gap)} "
-        f"({'they have' if s else 'it has'} {only} only)"
-    )
+    return " and ".join(names.get(x, f"a {x} trace") for x in held)
 
 
 def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
@@ -227,16 +282,23 @@ def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
 
 
 def coverage_text(store: Store, run_id: int) -> str:
-    """What the summary says first when ranks of the job were not traced, or have no profiler
-    trace (:func:`profiler_gap_text`), else empty: ``3 of 4 ranks traced: no trace of rank 2; ...``."""
+    """What the summary says first about the ranks of the job (``Ranks: ...``), else empty: when ranks
+    were not traced, or have no profiler trace (:func:`profiler_gap_text`), ``3 of 4 ranks traced:
+    no trace of rank 2; ...; verdicts that need every rank ... are inconclusive ...``; when every rank
+    is covered by traces that stand for groups of ranks (:func:`stand_ins`), only that:
+    ``16 of 64 ranks traced: one per tensor-parallel group of 4 (NDTimeline collapses TP)``."""
     missing, world = untraced_ranks(store, run_id)
     gap = profiler_gap_text(store, run_id)
-    if world is None or not (missing or gap):
+    collapsed, why = stand_ins(store, run_id)
+    if world is None or not (missing or gap or collapsed):
         return ""
+    if collapsed and not (missing or gap):
+        return f"{collapsed} of {world} ranks traced: {why}"
     parts = []
     if missing:
+        traced = world - len(missing)
         parts.append(
-            f"{world - len(missing)} of {world} ranks traced: no trace of rank{'s' if len(missing) > 1 else ''} "
+            f"{traced} of {world} ranks traced: no trace of rank{'s' if len(missing) > 1 else ''} "
             f"{rank_list(missing)}"
         )
     if gap:

@@ -728,13 +728,23 @@ class Store:
     # ranks: with a profiler (Kineto/nsys) trace, the ones the timeline verdicts see (all ranks with a
     # file when the run has no profiler trace at all, as storage.runs.untraced_ranks counts them);
     # dump_only_ranks: the others with a file, a Flight Recorder or NCCL dump only (summary's coverage)
+    # A trace stands for the ranks from its own on that its meta's stands_for.ranks names (an NDTimeline
+    # worker for its collapsed tensor-parallel group, as storage.runs.untraced_ranks counts them).
     _RUNS_SQL = f"""
-        WITH per AS (
-            SELECT r.run_id, r.name, r.world_size, count(DISTINCT t.rank) AS _with_file,
-                   count(DISTINCT t.rank) FILTER (WHERE t.source IN {TraceSource.sql(*PROFILER_SOURCES)}) AS _profiled,
+        WITH spans AS (
+            SELECT run_id, source, range(rank, rank + greatest(coalesce(TRY_CAST(
+                       json_extract_string(meta, '$.stands_for.ranks') AS INTEGER), 1), 1)) AS _span
+            FROM traces WHERE rank IS NOT NULL
+        ), covered AS (
+            SELECT run_id, list_distinct(flatten(list(_span))) AS _ranks,
+                   list_distinct(flatten(list(_span) FILTER (WHERE source IN {TraceSource.sql(*PROFILER_SOURCES)}))) AS _prof
+            FROM spans GROUP BY run_id
+        ), per AS (
+            SELECT r.run_id, r.name, r.world_size, coalesce(len(any_value(c._ranks)), 0) AS _with_file,
+                   coalesce(len(any_value(c._prof)), 0) AS _profiled,
                    count(t.trace_id) AS traces, sum(t.events_kept)::BIGINT AS events, r.sources,
                    r.clock_aligned, r.ingested_at
-            FROM runs r LEFT JOIN traces t USING (run_id)
+            FROM runs r LEFT JOIN traces t USING (run_id) LEFT JOIN covered c USING (run_id)
             GROUP BY ALL
         )
         SELECT run_id, name, world_size, CASE WHEN _profiled > 0 THEN _profiled ELSE _with_file END AS ranks,
@@ -744,7 +754,8 @@ class Store:
         """
 
     def runs(self) -> pl.DataFrame:
-        """One row per run: run_id, name, world_size, ranks (with a profiler (Kineto/nsys) trace; every
+        """One row per run: run_id, name, world_size, ranks (with a profiler (Kineto/nsys) trace, or stood
+        for by one, as an NDTimeline worker for its collapsed TP group; every
         rank with a file when the run has none), dump_only_ranks (ranks with a Flight Recorder or NCCL
         dump but no profiler trace: no timeline, as the summary's coverage line says), traces, events,
         sources, clock_aligned, ingested_at, and ``issues``: what ingest dropped (``traces.rejected``) or

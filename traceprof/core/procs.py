@@ -261,18 +261,22 @@ def call_in_fresh_process(
     import sys
 
     payload = pickle.dumps((sys.path, pickle.dumps((fn, task))))
-    with _sigint_blocked():  # the process starts with Ctrl-C blocked until worker_init ignores it
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"from traceprof.core.procs import _fresh_main; _fresh_main({os.getpid()})",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=None if env is None else {**os.environ, **env},
-        )
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        # the process starts with Ctrl-C blocked until worker_init ignores it; one that came
+        # meanwhile (to this thread or another) is raised once Popen has given the process: it
+        # is killed below too, not left running on its own
+        with deferred_sigint(), _sigint_blocked():
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"from traceprof.core.procs import _fresh_main; _fresh_main({os.getpid()})",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=None if env is None else {**os.environ, **env},
+            )
         out: bytes | None = None
         data: bytes | None = payload
         while out is None:
@@ -283,8 +287,9 @@ def call_in_fresh_process(
                 if poll is not None:
                     poll()
     except BaseException:
-        proc.kill()
-        proc.communicate()
+        if proc is not None:
+            proc.kill()
+            proc.communicate()
         raise
     if proc.returncode != 0 or not out:
         raise ChildProcessError(f"the process ended with status {proc.returncode} and no result")

@@ -68,6 +68,7 @@ __all__ = [
     "write_view",
     "remove_created",
     "forget_created",
+    "make_for_another",
 ]
 
 #: Bumped when the entry format changes (3: notes with their figures).
@@ -322,6 +323,18 @@ def _make_folders(folder: Path) -> None:
         except FileExistsError:
             continue
         _CREATED.append(d)
+
+
+def make_for_another(store: Any) -> None:
+    """Create the folder of ``store``'s current state and this code (and the results folder) where
+    missing, as this process's own (:data:`_CREATED`), before another process keeps results there on
+    this command's behalf (the report's heavy analyses in a fresh process, which is killed on
+    Ctrl-C): the folders it would have made are removed with this process's on Ctrl-C
+    (:func:`remove_created`). Nothing when not caching; nothing is raised."""
+    folder = _folder(store)
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            _make_folders(folder)
 
 
 def forget_created() -> None:

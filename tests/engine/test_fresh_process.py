@@ -4,6 +4,7 @@ on a writable store or under a Dask runner they run here as before."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -60,9 +61,9 @@ def _report(
     sent: list[tuple[int, list[list[str]]]] = []
     real_call = procs.call_in_fresh_process
 
-    def calling(fn, task, poll=None, env=None):
+    def calling(fn, task, poll=None, env=None, killed=None):
         assert fn is findings._fresh_groups
-        pid, got = real_call(_pid_and_groups, task, poll, env)
+        pid, got = real_call(_pid_and_groups, task, poll, env, killed)
         sent.append((pid, [[name for name, _ in group] for group in task[1]]))
         return got
 
@@ -341,7 +342,7 @@ def _interrupt_at(moment: str, monkeypatch: pytest.MonkeyPatch, results: Path) -
     elif moment == "running":
         real_call = procs.call_in_fresh_process
 
-        def calling(fn: Any, task: Any, poll: Any = None, env: Any = None) -> Any:
+        def calling(fn: Any, task: Any, poll: Any = None, env: Any = None, killed: Any = None) -> Any:
             start = time.monotonic()
 
             def ctrl_c_once_it_kept_one() -> None:
@@ -349,7 +350,7 @@ def _interrupt_at(moment: str, monkeypatch: pytest.MonkeyPatch, results: Path) -
                     seen.append(entries())
                     raise KeyboardInterrupt
 
-            return real_call(fn, task, ctrl_c_once_it_kept_one, env)
+            return real_call(fn, task, ctrl_c_once_it_kept_one, env, killed)
 
         monkeypatch.setattr(procs, "call_in_fresh_process", calling)
     elif moment == "reading":
@@ -406,3 +407,47 @@ def test_ctrl_c_in_a_report_with_a_fresh_process_leaves_no_results_folder_nor_pr
         assert seen == []
     else:  # the process had kept some by then
         assert seen and all(seen)
+
+
+def _write_an_entry_slowly(entry: str) -> None:
+    """In a fresh process: keep a result at ``entry`` as the result cache does, the process stuck
+    while it writes the frame (its temporary folder made, the entry not renamed into place)."""
+    import polars as pl
+
+    from traceprof.engine import resultcache
+
+    real = pl.DataFrame.write_ipc
+
+    def write_then_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        real(self, *args, **kwargs)
+        time.sleep(60)
+
+    pl.DataFrame.write_ipc = write_then_wait  # type: ignore[method-assign]
+    resultcache._write(Path(entry), {"frame": pl.DataFrame({"a": [1]})}, {})
+
+
+def test_a_fresh_process_killed_while_it_writes_a_result_leaves_no_half_written_entry(tmp_path: Path) -> None:
+    """Killed (Ctrl-C) while it wrote an entry into a state folder that was there before, the
+    process left `.tmp-PID-...` there; what it left is removed, another process's stays."""
+    from traceprof.engine import resultcache
+
+    folder = tmp_path / "r.results" / ("0" * 24)
+    folder.mkdir(parents=True)
+    other = folder / ".tmp-1-abc"  # pid 1 (init) never writes here: another process's, left alone
+    other.mkdir()
+    start = time.monotonic()
+
+    def ctrl_c_once_half_written() -> None:
+        half = [p for p in folder.glob(".tmp-*") if p != other]
+        if half or time.monotonic() - start > 60:
+            assert half
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        procs.call_in_fresh_process(
+            _write_an_entry_slowly,
+            str(folder / "x-1"),
+            poll=ctrl_c_once_half_written,
+            killed=functools.partial(resultcache.remove_partial, folder),
+        )
+    assert list(folder.iterdir()) == [other]

@@ -229,6 +229,7 @@ def call_in_fresh_process(
     task: T,
     poll: Callable[[], None] | None = None,
     env: dict[str, str] | None = None,
+    killed: Callable[[int], None] | None = None,
 ) -> R:
     """``fn(task)`` in a fresh Python process (a new interpreter, ``sys.executable`` with this
     process's ``sys.path``, that imports what ``fn`` needs: none of this process's heap, open files
@@ -250,6 +251,8 @@ def call_in_fresh_process(
             what it raises stops the process as Ctrl-C does.
         env: Environment variables set in the process beside this one's (e.g. an allocator's
             settings, read as the process starts).
+        killed: Called with the process's pid once it is killed and reaped (Ctrl-C, ``poll``):
+            e.g. to remove what it left half-written.
 
     Raises:
         What ``fn`` raises (pickled back); on Ctrl-C or what ``poll`` raises the process is killed
@@ -290,6 +293,8 @@ def call_in_fresh_process(
         if proc is not None:
             proc.kill()
             proc.communicate()
+            if killed is not None:
+                killed(proc.pid)
         raise
     if proc.returncode != 0 or not out:
         raise ChildProcessError(f"the process ended with status {proc.returncode} and no result")

@@ -4,6 +4,7 @@ on a writable store or under a Dask runner they run here as before."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -60,9 +61,9 @@ def _report(
     sent: list[tuple[int, list[list[str]]]] = []
     real_call = procs.call_in_fresh_process
 
-    def calling(fn, task, poll=None, env=None):
+    def calling(fn, task, poll=None, env=None, killed=None):
         assert fn is findings._fresh_groups
-        pid, got = real_call(_pid_and_groups, task, poll, env)
+        pid, got = real_call(_pid_and_groups, task, poll, env, killed)
         sent.append((pid, [[name for name, _ in group] for group in task[1]]))
         return got
 
@@ -302,3 +303,151 @@ def test_the_fresh_processs_results_wait_on_disk_until_the_light_analyses_beside
     assert all(log.index(n) < first for n in readers)
     assert log.count("take") == len(HEAVY) and len(set(files)) == 1 and not files[0].exists()
     assert all(isinstance(out[n], FrameResult) for n in HEAVY)
+
+
+def _interrupt_at(moment: str, monkeypatch: pytest.MonkeyPatch, results: Path) -> list[bool]:
+    """Make `report` stop with Ctrl-C at ``moment`` of its fresh process; the list it gives says (at
+    the end) that the results folder held the process's kept results by then, where it can."""
+    import signal
+    import subprocess
+
+    from traceprof.engine import resultcache
+
+    seen: list[bool] = []
+
+    def entries() -> bool:  # an entry folder the fresh process kept (the light ones run after it)
+        return any(e.is_dir() for e in results.glob("*/*-*"))
+
+    if moment in ("before", "starting", "starting, to another thread"):
+        real_popen = subprocess.Popen
+        # a Ctrl-C goes to any thread of the process that does not block it: one of DuckDB's,
+        # polars'; Python raises it in the main thread at its next line, inside Popen say
+        other = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+        other.start()
+
+        def popen(args: Any, *a: Any, **k: Any) -> Any:
+            if "_fresh_main" not in " ".join(map(str, args)):
+                return real_popen(args, *a, **k)
+            if moment == "before":
+                raise KeyboardInterrupt
+            proc = real_popen(args, *a, **k)
+            if moment == "starting":  # blocked in this thread while the process starts
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            else:  # Python raises it here, before Popen has given the process
+                signal.pthread_kill(other.ident or 0, signal.SIGINT)
+                time.sleep(0.05)
+            return proc
+
+        monkeypatch.setattr(subprocess, "Popen", popen)
+    elif moment == "running":
+        real_call = procs.call_in_fresh_process
+
+        def calling(fn: Any, task: Any, poll: Any = None, env: Any = None, killed: Any = None) -> Any:
+            start = time.monotonic()
+
+            def ctrl_c_once_it_kept_one() -> None:
+                if entries() or time.monotonic() - start > 60:
+                    seen.append(entries())
+                    raise KeyboardInterrupt
+
+            return real_call(fn, task, ctrl_c_once_it_kept_one, env, killed)
+
+        monkeypatch.setattr(procs, "call_in_fresh_process", calling)
+    elif moment == "reading":
+
+        def take(self: Any, i: int) -> Any:
+            seen.append(entries())
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(findings._Spilled, "take", take)
+    else:  # the light analyses, after the fresh process: keeping one of theirs
+        real_keep = resultcache.keep
+
+        def keep(*args: Any, **kwargs: Any) -> None:
+            seen.append(entries())
+            real_keep(*args, **kwargs)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(resultcache, "keep", keep)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "moment", ["before", "starting", "starting, to another thread", "running", "reading", "light"]
+)
+def test_ctrl_c_in_a_report_with_a_fresh_process_leaves_no_results_folder_nor_process(
+    db: Path, tmp_path: Path, moment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report` on a large run stopped by Ctrl-C said "nothing was changed", and the results folder
+    the fresh process had made (`STORE.results/<state>/_activity-.../`) stayed; stopped while that
+    process started, the process went on. At each moment: exit 130, no results folder, no process."""
+    import shutil
+
+    from tests._cli_inproc import run
+    from traceprof.engine import resultcache
+
+    store = tmp_path / "s.duckdb"
+    shutil.copy(db, store)
+    results = resultcache.results_dir(store)
+    monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", "0")
+    monkeypatch.delenv("TRACEPROF_NO_CACHE", raising=False)
+    monkeypatch.setattr("traceprof.cli._exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    before = set(_children())
+    seen = _interrupt_at(moment, monkeypatch, results)
+    out = tmp_path / "r.html"
+    assert run("report", "--db", str(store), "-o", str(out)) == (
+        130,
+        "",
+        "interrupted; nothing was changed\n",
+    )
+    left = set(_children()) - before
+    assert not left, [open(f"/proc/{c}/cmdline").read() for c in left]  # killed and reaped
+    assert not results.exists() and not out.exists()
+    if moment.startswith(("before", "starting")):
+        assert seen == []
+    else:  # the process had kept some by then
+        assert seen and all(seen)
+
+
+def _write_an_entry_slowly(entry: str) -> None:
+    """In a fresh process: keep a result at ``entry`` as the result cache does, the process stuck
+    while it writes the frame (its temporary folder made, the entry not renamed into place)."""
+    import polars as pl
+
+    from traceprof.engine import resultcache
+
+    real = pl.DataFrame.write_ipc
+
+    def write_then_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        real(self, *args, **kwargs)
+        time.sleep(60)
+
+    pl.DataFrame.write_ipc = write_then_wait  # type: ignore[method-assign]
+    resultcache._write(Path(entry), {"frame": pl.DataFrame({"a": [1]})}, {})
+
+
+def test_a_fresh_process_killed_while_it_writes_a_result_leaves_no_half_written_entry(tmp_path: Path) -> None:
+    """Killed (Ctrl-C) while it wrote an entry into a state folder that was there before, the
+    process left `.tmp-PID-...` there; what it left is removed, another process's stays."""
+    from traceprof.engine import resultcache
+
+    folder = tmp_path / "r.results" / ("0" * 24)
+    folder.mkdir(parents=True)
+    other = folder / ".tmp-1-abc"  # pid 1 (init) never writes here: another process's, left alone
+    other.mkdir()
+    start = time.monotonic()
+
+    def ctrl_c_once_half_written() -> None:
+        half = [p for p in folder.glob(".tmp-*") if p != other]
+        if half or time.monotonic() - start > 60:
+            assert half
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        procs.call_in_fresh_process(
+            _write_an_entry_slowly,
+            str(folder / "x-1"),
+            poll=ctrl_c_once_half_written,
+            killed=functools.partial(resultcache.remove_partial, folder),
+        )
+    assert list(folder.iterdir()) == [other]

@@ -229,6 +229,7 @@ def call_in_fresh_process(
     task: T,
     poll: Callable[[], None] | None = None,
     env: dict[str, str] | None = None,
+    killed: Callable[[int], None] | None = None,
 ) -> R:
     """``fn(task)`` in a fresh Python process (a new interpreter, ``sys.executable`` with this
     process's ``sys.path``, that imports what ``fn`` needs: none of this process's heap, open files
@@ -250,6 +251,8 @@ def call_in_fresh_process(
             what it raises stops the process as Ctrl-C does.
         env: Environment variables set in the process beside this one's (e.g. an allocator's
             settings, read as the process starts).
+        killed: Called with the process's pid once it is killed and reaped (Ctrl-C, ``poll``):
+            e.g. to remove what it left half-written.
 
     Raises:
         What ``fn`` raises (pickled back); on Ctrl-C or what ``poll`` raises the process is killed
@@ -261,18 +264,22 @@ def call_in_fresh_process(
     import sys
 
     payload = pickle.dumps((sys.path, pickle.dumps((fn, task))))
-    with _sigint_blocked():  # the process starts with Ctrl-C blocked until worker_init ignores it
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"from traceprof.core.procs import _fresh_main; _fresh_main({os.getpid()})",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=None if env is None else {**os.environ, **env},
-        )
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        # the process starts with Ctrl-C blocked until worker_init ignores it; one that came
+        # meanwhile (to this thread or another) is raised once Popen has given the process: it
+        # is killed below too, not left running on its own
+        with deferred_sigint(), _sigint_blocked():
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"from traceprof.core.procs import _fresh_main; _fresh_main({os.getpid()})",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=None if env is None else {**os.environ, **env},
+            )
         out: bytes | None = None
         data: bytes | None = payload
         while out is None:
@@ -283,8 +290,11 @@ def call_in_fresh_process(
                 if poll is not None:
                     poll()
     except BaseException:
-        proc.kill()
-        proc.communicate()
+        if proc is not None:
+            proc.kill()
+            proc.communicate()
+            if killed is not None:
+                killed(proc.pid)
         raise
     if proc.returncode != 0 or not out:
         raise ChildProcessError(f"the process ended with status {proc.returncode} and no result")

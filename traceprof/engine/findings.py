@@ -572,7 +572,11 @@ class _Phases:
         the other analyses' results that process computed on the way (``parallelism``, which
         ``stragglers`` reads) are kept at once: the light ones here do not compute them again.
         Those kept already (in the session, or beside the store when caching) are not computed
-        again. A process that dies leaves each of its analyses an AnalysisError saying so."""
+        again. A process that dies leaves each of its analyses an AnalysisError saying so. When
+        caching, the results folders the process keeps its results in are made here first: this
+        command's own, removed on Ctrl-C (:func:`traceprof.engine.resultcache.make_for_another`;
+        the process itself is killed then, and what it left half-written in a folder there before
+        removed)."""
         from traceprof.engine import resultcache
 
         s = self.session
@@ -590,11 +594,18 @@ class _Phases:
         todo = [groups[g] for g in sorted(groups)]
         if not todo:
             return
+        folder = resultcache.make_for_another(s.store)  # the process's folders this one's: gone on Ctrl-C
         trim()  # this process waits meanwhile: glibc's free heap back to the system
         spill = _Spilled(Path(s.enter(tempfile.TemporaryDirectory(prefix="traceprof-"))) / "heavy.pickle")
         task = (str(s.store.path), todo, s.threads, s.cache, str(spill.path))
         try:
-            more = procs.call_in_fresh_process(_fresh_groups, task, poll=cancel.checkpoint, env=_fresh_env())
+            more = procs.call_in_fresh_process(
+                _fresh_groups,
+                task,
+                poll=cancel.checkpoint,
+                env=_fresh_env(),
+                killed=functools.partial(resultcache.remove_partial, folder),
+            )
         except ChildProcessError as e:  # killed (for want of memory?): each analysis says so
             error = AnalysisError(f"the process that computed it ended before it finished ({e})")
             for name, p in (t for group in todo for t in group):

@@ -68,6 +68,8 @@ __all__ = [
     "write_view",
     "remove_created",
     "forget_created",
+    "make_for_another",
+    "remove_partial",
 ]
 
 #: Bumped when the entry format changes (3: notes with their figures).
@@ -324,6 +326,42 @@ def _make_folders(folder: Path) -> None:
         _CREATED.append(d)
 
 
+def make_for_another(store: Any) -> Path | None:
+    """Create the folder of ``store``'s current state and this code (and the results folder) where
+    missing, as this process's own (:data:`_CREATED`), before another process keeps results there on
+    this command's behalf (the report's heavy analyses in a fresh process, which is killed on
+    Ctrl-C): the folders it would have made are removed with this process's on Ctrl-C
+    (:func:`remove_created`). Nothing is raised.
+
+    Returns:
+        The folder (for :func:`remove_partial`); None when not caching.
+    """
+    folder = _folder(store)
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            _make_folders(folder)
+    return folder
+
+
+def _tmp_prefix() -> str:
+    """The name's start of what this process writes before renaming it into place: ``.tmp-PID-``."""
+    return f".tmp-{os.getpid()}-"
+
+
+def remove_partial(folder: Path | None, pid: int) -> None:
+    """Remove what process ``pid`` (killed: the report's fresh process) left half-written in the
+    state folder ``folder`` (:func:`make_for_another`; a folder there before this command keeps the
+    entries it finished). Nothing is raised."""
+    if folder is None:
+        return
+    with contextlib.suppress(OSError):
+        for p in folder.glob(f".tmp-{pid}-*"):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+
 def forget_created() -> None:
     """Start a new command: the folders created so far are no longer its own to remove."""
     _CREATED.clear()
@@ -352,7 +390,7 @@ def _write(entry: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -
     digits: nothing else in the results folder is touched). Nothing is raised."""
     try:
         _make_folders(entry.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=entry.parent))
     except OSError:
         return
     try:
@@ -455,7 +493,7 @@ def write_view(path: Path, doc: dict[str, Any]) -> None:
         return
     body = orjson.dumps(doc)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(), dir=path.parent)
     except OSError:
         return
     try:

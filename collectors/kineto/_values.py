@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from traceprof.core.classify import COMM_ARG_KEYS
 from traceprof.core.limits import shown
-from traceprof.core.values import integer
+from traceprof.core.values import integer, spelled_int
 
 __all__ = ["args_dict", "int_or_none", "IdRepairs", "Ints", "Strs", "META_KEYS", "meta_dict"]
 
@@ -78,8 +78,6 @@ def int_or_none(v: Any, *, keep_large: bool = False) -> int | None:
 _ID_ARGS = (("correlation", "correlation"), ("External id", "external_id"))
 _LANE_ARGS = (("device", "device"), ("stream", "stream"))  # read on GPU rows only
 _KEYS = {attr: key for key, attr in (*_ID_ARGS, *_LANE_ARGS)}
-#: How an id arg that is no JSON integer but writes one is given (:meth:`IdRepairs.check`).
-_AS = {str: "a string", float: "a float"}
 #: JSON's first byte of an object, and of null (an ``args: null`` is no args).
 _OBJECT_OR_NULL = (b"{", b"n")
 
@@ -137,7 +135,7 @@ class IdRepairs:
         elif attr == "device" and n < 0:
             self._add(f"args.{key} negative: kept without it", i, v)
         else:  # "0", "0x1f", 3.0: the number it writes, read as such and said
-            self._add(f"args.{key} {_AS[type(v)]}: read as its integer", i, v)
+            self._add(f"args.{key} {spelled_int(v)}: read as its integer", i, v)
 
     def counts(self) -> dict[str, int]:
         """Reason -> events, for ``traces.meta.repaired``."""

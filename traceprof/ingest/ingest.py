@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from traceprof.core import classify, fileio, procs, spill
+from traceprof.core import classify, fileio, limits, procs, spill
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
 from traceprof.core.locking import special_kind
@@ -381,6 +381,7 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
+        pt.long_text = limits.long_text_rows(pt.events)  # for the check over its run's files together
         if repairs:
             meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
             meta["repaired"] = {**meta.get("repaired", {}), **{r.reason: r.count for r in repairs}}
@@ -589,6 +590,8 @@ def ingest(
                 },
             )
         for name, traces in by_run.items():
+            if store.dataset is None:  # DuckDB commits the run's files in one transaction
+                limits.drop_run_long_text(traces, on_bad_event)
             _settle_ranks(name, traces, result, named=run is not None)
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
             store.check_runs(by_run, force=force_run)

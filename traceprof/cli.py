@@ -11,6 +11,7 @@ import csv
 import io
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -1985,9 +1986,17 @@ def main() -> None:
         _main()
 
 
+#: Below this many columns typer's rich help cuts option names and their notes in its table cells
+#: (``[env var: TRACEPRO…``, ``--skip-b…``): there help is click's plain text, which wraps each line
+#: whole. typer's own switch, read when help or a usage error is printed.
+NARROW_COLUMNS = 60
+_RICH_HELP = typer.core.HAS_RICH
+
+
 def _main() -> None:
     """:func:`main`'s command, run."""
     _whole_writes()
+    typer.core.HAS_RICH = _RICH_HELP and shutil.get_terminal_size().columns >= NARROW_COLUMNS
     if (kept := sys.modules.get("traceprof.engine.resultcache")) is not None:  # run in-process again
         kept.forget_created()
     try:

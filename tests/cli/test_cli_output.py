@@ -532,3 +532,26 @@ def test_kernel_names_alike_but_for_one_template_argument_are_shortened(tmp_path
     ]
     assert len(set(shown.values())) == len(names)
     assert max(len(s) for s in shown.values()) <= 3 * 48
+
+
+def test_help_is_whole_on_a_narrow_terminal():
+    # Below 60 columns typer's rich help cut option names and their notes in its table cells
+    # ("--skip-b…", "[env var: TRACEPRO…"); there it is click's plain text, each line wrapped whole.
+    import os
+
+    env = {**os.environ, "COLUMNS": "50"}
+    r = subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", "ingest", "--help"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout and max(map(len, r.stdout.splitlines())) <= 50
+    for whole in ("--skip-bad-events / --no-skip-bad-events", "TRACEPROF_DB", "--max-inflate RATIO"):
+        assert whole in r.stdout, whole
+    # 60 columns and more: the rich help as before
+    r = subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", "ingest", "--help"],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "100"},
+    )
+    assert r.returncode == 0 and "╭─ Options" in r.stdout and "TRACEPROF_DB" in r.stdout

@@ -250,3 +250,50 @@ def test_command_and_label_quote_for_the_shell():
     assert term.command("traceprof", "diff", "a,b", "normal") == "traceprof diff a,b normal"
     assert term.label("normal") == "normal" and term.label("a,b") == "a,b"
     assert term.label("my run; rm -rf x") == "'my run; rm -rf x'"
+
+
+#: Names that look like another name, or hold markup a display form could drop unseen.
+ZERO_WIDTH = "aten::m\u200bm\ufeff"
+IMG = "x<img src=x onerror=alert(1)>"
+
+
+def test_zero_width_characters_are_written_out_everywhere(tmp_path):
+    # a zero-width space, joiner or BOM hid in a name: "aten::m\u200bm" printed as "aten::mm" in the
+    # terminal, CSV and the report (only bidi controls and line separators were escaped)
+    assert term.escape("a\u200bb\u200cc\u200dd\u2060e\ufefff\u00adg") == (
+        "a\\u200bb\\u200cc\\u200dd\\u2060e\\ufefff\\u00adg"
+    )
+    assert term.csv_cell("\u200b=1") == "\\u200b=1"  # written out, it starts no formula
+    assert (
+        term.json_text('"m\u200bm"') == '"m\\u200bm"'
+        and json.loads(term.json_text('"m\u200bm"')) == "m\u200bm"
+    )
+    assert term.md_text("m\u200bm") == "m\\\\u200bm"
+    d = tmp_path / "zw"
+    d.mkdir()
+    (d / "rank0.json").write_text(json.dumps(micro_trace([ZERO_WIDTH, IMG])))
+    db = str(tmp_path / "s.duckdb")
+    assert run("ingest", str(d), "--db", db)[0] == 0
+    q = "SELECT name FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns"
+    code, out, _ = run("sql", q, "--db", db)
+    assert code == 0 and "aten::m\\u200bm\\ufeff" in out and "\u200b" not in out
+    code, out, _ = run("sql", q, "--db", db, "-f", "csv")
+    assert code == 0 and out.splitlines() == ["name", "aten::m\\u200bm\\ufeff", IMG]
+    code, out, _ = run("sql", q, "--db", db, "-f", "json")
+    assert code == 0 and "\u200b" not in out and [r["name"] for r in json.loads(out)] == [ZERO_WIDTH, IMG]
+
+
+def test_shorten_keeps_markup_a_family_would_drop():
+    from traceprof.core.names import shorten
+
+    # only "</", "/>" and "<!" marked markup: a tag with an attribute and no closing tag, a rich link
+    # and a script URL were cut to their "family", dropping "<img ...>", "[link=...]" or "(1)" unseen
+    assert shorten(IMG + "y" * 40, 40) == IMG[:26] + "…" + "y" * 13
+    link = "x[link=file:///etc/passwd]x" + "z" * 40
+    assert shorten(link, 40) == link[:26] + "…" + "z" * 13
+    js = "javascript:alert(1)_aten::mm_" + "z" * 30
+    assert shorten(js, 40) == js[:26] + "…" + "z" * 13
+    # a template argument list is no markup: still its family
+    assert shorten("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn>(Params)", 40) == (
+        "cutlass_80_tensorop_s1688gemm_128x128_3…"
+    )

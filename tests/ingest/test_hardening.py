@@ -576,6 +576,18 @@ def test_an_insert_duckdb_cannot_hold_is_one_line_naming_the_files(tmp_path, mon
             for i in range(8)
         ]
         (run_dir / f"rank{rank}.json").write_text(json.dumps(d))
+    # the run's files together are held to the budget too (DuckDB holds them in one transaction):
+    # rank1's first value takes them to 9,000,081 bytes, past 8 MiB; refused before the store is touched
+    code, _, err = run("ingest", str(run_dir), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and _one_line(
+        err,
+        f"{run_dir}/rank1.json: event (cat='cpu_op', name='aten::mm', ts_ns=1700000000000001000): ",
+        "'args' past the 8 MiB of values of 40 KiB or more that the files of a run ingested together may "
+        "hold (1,000,009 bytes; 9,000,081 bytes of such text with it, 3 files)",
+    )
+    assert not (tmp_path / "s.duckdb").exists()
+    # were that check not there, DuckDB's own failure is one line as well, naming the files
+    monkeypatch.setattr(limits, "drop_run_long_text", lambda traces, on_bad_event: None)
     code, _, err = run("ingest", str(run_dir), "--db", str(tmp_path / "s.duckdb"))
     if code == 0:  # a DuckDB that holds it: stored whole
         got = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True).execute(

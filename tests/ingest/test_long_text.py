@@ -367,3 +367,47 @@ def test_the_long_text_budget_on_every_column_kind(monkeypatch):
         drop_long_text(
             "f.json", {"name": [long, long, long, long], "ts_ns": [0, 1, 2, 3]}, [0, 1, 2, 3], "raise", {}
         )
+
+
+def test_long_text_of_a_runs_files_together_is_held_to_the_budget(tmp_path, monkeypatch):
+    # DuckDB's limit is on the ingest's transaction, which holds every file of a run: 4 ranks of
+    # 700 args of 64 KiB (44 MiB each, under the 48 MiB a trace may hold) failed at the commit
+    # ("failed to pin block of size 256.0 KiB"), naming the files but no record; 2 ranks of 35 MiB
+    # too. Now the record that takes the run's files together past the budget is a bad record,
+    # refused before the store is touched. On a 2 MiB budget here (3 files of 1.25 MiB).
+    from traceprof.core import limits
+
+    monkeypatch.setattr(limits, "MAX_LONG_TEXT_BYTES", 2 * 2**20)
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(_kineto(tmp_path / "ok.json", [_op(0)])), "--db", str(db))[0] == 0
+    before = db.read_bytes()
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in range(3):
+        doc = {
+            "baseTimeNanoseconds": 0,
+            "distributedInfo": {"rank": rank, "world_size": 3},
+            "traceEvents": [_op(i, args={"blob": "x" * 65536}) for i in range(20)],
+        }
+        (job / f"rank{rank}.json").write_text(json.dumps(doc))
+    # each args text is 65,548 bytes ('{"blob": "' + 65,536 + '"}'); 2 MiB = 2,097,152 bytes: rank0's 20
+    # take 1,310,960, rank1's first 12 take 2,097,536 with them, past it: its event op11 (ts 110 us)
+    code, _, err = run("ingest", str(job), "--db", str(db))
+    assert code == 1 and err == (
+        f"error: {job}/rank1.json: event (cat='cpu_op', name='op11', ts_ns=110000): 'args' past the 2 MiB "
+        "of values of 40 KiB or more that the files of a run ingested together may hold (65,548 bytes; "
+        "2,097,536 bytes of such text with it, 3 files): the store could not take it in; ingest the files a "
+        "few at a time with the same --run; pass --skip-bad-events to skip such records\n"
+    )
+    assert db.read_bytes() == before and _runs(db) == ["ok"]
+    # skipped: rank0's 20 and rank1's first 11 (1,310,960 + 721,028 = 2,031,988 bytes) stored
+    code, _, err = run("ingest", str(job), "--db", str(db), "--skip-bad-events")
+    assert code == 0 and "rank1.json: 9 record(s) not stored: 9 'args' past the 2 MiB" in err
+    assert "rank2.json: 20 record(s) not stored" in err
+    with Store(db, read_only=True) as s:
+        got = s.con.execute(
+            "SELECT t.rank, t.events_kept, t.events_rejected, count(e.ts_ns), max(e.ts_ns) FROM traces t "
+            "JOIN runs r USING (run_id) LEFT JOIN events e USING (trace_id) WHERE r.name = 'job' "
+            "GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+    assert got == [(0, 20, 0, 20, 190_000), (1, 11, 9, 11, 100_000), (2, 0, 20, 0, None)]

@@ -1012,3 +1012,75 @@ def test_a_process_waiting_on_a_removed_lock_file_locks_the_path_afresh(tmp_path
     finally:
         b.kill()
         b.wait()
+
+
+def _contents(db: Path) -> dict[str, list]:
+    """Everything a store holds, as it reads: its tables, columns (types, comments), views and
+    sequences, and every table's rows (sorted: row order is no content); the file's bytes are not."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        out = {
+            "tables": con.execute(
+                "SELECT table_name, comment, sql FROM duckdb_tables() ORDER BY ALL"
+            ).fetchall(),
+            "columns": con.execute(
+                "SELECT table_name, column_name, column_index, data_type, column_default, is_nullable, comment "
+                "FROM duckdb_columns() ORDER BY ALL"
+            ).fetchall(),
+            "views": con.execute(
+                "SELECT view_name, comment, sql FROM duckdb_views() WHERE NOT internal ORDER BY ALL"
+            ).fetchall(),
+            "sequences": con.execute(
+                "SELECT sequence_name, last_value FROM duckdb_sequences() ORDER BY ALL"
+            ).fetchall(),
+        }
+        for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+            out[t] = sorted(map(repr, con.execute(f'SELECT * FROM "{t}"').fetchall()))
+    finally:
+        con.close()
+    return out
+
+
+@pytest.mark.slow
+def test_failed_ingest_leaves_the_stores_contents_as_they_were(tmp_path, monkeypatch):
+    # After a failed ingest the store file is cut back to its size at open (Store._shrink_back), but
+    # its bytes may differ: the transaction wrote its rows into blocks a removed run had freed, which
+    # are free again after the rollback. What it holds must be the same: every table's rows, the
+    # schema, the comments, the runs list; and the store takes the same files again afterwards.
+    from traceprof.ingest import matching
+
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(SAMPLES / "normal"), str(SAMPLES / "straggler_rank2"), "--db", str(db))[0] == 0
+    assert run("runs", "rm", "straggler_rank2", "--db", str(db))[0] == 0  # its blocks are free now
+    before, size = _contents(db), db.stat().st_size
+    runs_before = run("runs", "--db", str(db))[1]
+    # two ranks of 130,000 events: more than a 122,880-row group each, which DuckDB writes into the
+    # file (the freed blocks first) before the commit
+    big = tmp_path / "big"
+    big.mkdir()
+    for rank in (0, 1):
+        doc = micro_trace([f"op{i % 7}" for i in range(130_000)], rank=rank, world=2)
+        doc["traceEvents"][0]["dur"] = 200_000
+        (big / f"rank{rank}.json").write_text(json.dumps(doc))
+
+    def fail(store: Store, run_id: int) -> None:  # after the rows are in, inside the transaction
+        raise StoreError("matching failed")
+
+    for how in ("after the insert", "a bad file"):
+        with monkeypatch.context() as m:
+            if how == "after the insert":
+                m.setattr(matching, "match_run", fail)
+            else:
+                (big / "rank2.json").write_text("{")
+            code, _, err = run("ingest", str(big), str(SAMPLES / "straggler_rank2"), "--db", str(db))
+        assert code == 1 and "Traceback" not in err, (how, err)
+        assert _contents(db) == before and db.stat().st_size == size, how
+        assert run("runs", "--db", str(db))[1] == runs_before
+        (big / "rank2.json").unlink(missing_ok=True)
+    code, _, err = run("ingest", str(big), str(SAMPLES / "straggler_rank2"), "--db", str(db))
+    assert code == 0, err
+    with Store(db, read_only=True) as s:
+        got = s.sql(
+            "SELECT r.name, sum(t.events_kept) FROM runs r JOIN traces t USING (run_id) GROUP BY 1 ORDER BY 1"
+        )
+    assert got.rows()[0] == ("big", 2 * 130_001)

@@ -13,6 +13,9 @@ MiB"``). Every collector applies it through these same functions (:func:`drop_ou
 :func:`drop_long_text`, :func:`record_fits`, :func:`to_table`, :func:`polars_out_of_range`). The
 long text of a trace's rows together has a limit as well, :data:`MAX_LONG_TEXT_BYTES` of values of
 :data:`LONG_TEXT_BYTES` or more (:func:`drop_long_text`): past it a record is bad in the same way.
+So does the long text of the files of one run that one ingest inserts together, in one transaction
+(:func:`long_text_rows`, :func:`drop_run_long_text`): DuckDB holds it until the commit whatever
+the files it comes from.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from traceprof.core.parsed import ParsedTrace
 else:
     np = lazy("numpy")
     pl = lazy("polars")
@@ -52,6 +57,8 @@ __all__ = [
     "text_problem",
     "drop_long_text",
     "drop_long_items",
+    "long_text_rows",
+    "drop_run_long_text",
 ]
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -75,6 +82,11 @@ LONG_TEXT_BYTES = 40 * 2**10
 #: may hold: 64 KiB args went in at 65 MB in all and failed at 72 MB, with a message that named no
 #: record. A record whose long text takes a trace past this is a bad record like one over
 #: :data:`MAX_FIELD_BYTES`; a real trace of the corpus holds none (its args are at most 6 KB).
+#: The limit is DuckDB's, on one transaction, so it holds for the files of a run that one ingest
+#: inserts together as well (:func:`drop_run_long_text`): 4 ranks of 700 args of 64 KiB (44 MiB each,
+#: 175 MiB together) failed at the commit ("failed to pin block of size 256 KiB"), as do 2 of 35 MiB.
+#: Raising DuckDB's memory limit instead costs about three times the text: 200 MiB of such args went
+#: in under a limit of 224 MB, at a peak of 660 MB.
 MAX_LONG_TEXT_BYTES = 48 * 2**20
 
 
@@ -248,6 +260,54 @@ def drop_long_text(
         )
     if bad:
         _drop(cols, src_index, bad, len(next(iter(cols.values()))))
+
+
+def long_text_rows(events: pa.Table | None, what: str = "event") -> list[tuple[int, int, str, str]]:
+    """The rows of ``events`` whose text counts against :data:`MAX_LONG_TEXT_BYTES` (values of
+    :data:`LONG_TEXT_BYTES` or more, all their fields together), measured from the Arrow offsets:
+    (row, bytes, its longest such field, the record as messages name it: ``event (cat='cpu_op',
+    name='op3', ts_ns=30000)``)."""
+    if events is None or not events.num_rows:
+        return []
+    cols = {name: events.column(name) for name in events.column_names}
+    long: dict[int, dict[str, int]] = {}  # row -> its long columns' byte lengths
+    for name, col in cols.items():
+        got = _long_rows(col, LONG_TEXT_BYTES)
+        for r, n in () if got is None else zip(got[0].tolist(), got[1].tolist(), strict=True):
+            long.setdefault(r, {})[name] = n
+    return [
+        (r, sum(ns.values()), max(ns, key=lambda c: ns[c]), _record(what, None, cols, r))
+        for r, ns in sorted(long.items())
+    ]
+
+
+def drop_run_long_text(traces: list[ParsedTrace], on_bad_event: str) -> None:
+    """Leave out (or raise on) the events of a run's files, in their order, whose long text
+    (:attr:`ParsedTrace.long_text <traceprof.core.parsed.ParsedTrace.long_text>`) takes the files
+    together past :data:`MAX_LONG_TEXT_BYTES`: one ingest inserts them in one transaction, which
+    DuckDB could not commit (each file may be within the limit alone). Call before the store is
+    touched; a record left out is counted in its trace's ``rejected``.
+
+    Raises:
+        TraceFormatError: With ``on_bad_event="raise"``, the first such record, naming its file,
+            the record, its long text and the run's total with it.
+    """
+    total = 0
+    for pt in traces:
+        bad: list[int] = []
+        for r, n, field, where in pt.long_text:
+            if total + n <= MAX_LONG_TEXT_BYTES:
+                total += n
+                continue
+            problem = (
+                f"{field!r} past the {MAX_LONG_TEXT_BYTES / 2**20:g} MiB of values of {LONG_TEXT_BYTES / 2**10:g} "
+                f"KiB or more that the files of a run ingested together may hold ({n:,} bytes; "
+                f"{total + n:,} bytes of such text with it, {len(traces)} files): the store could not take "
+                "it in; ingest the files a few at a time with the same --run"
+            )
+            _bad(pt.path, where, problem, on_bad_event, pt.rejected)
+            bad.append(r)
+        pt.drop_events(bad)
 
 
 def drop_long_items(

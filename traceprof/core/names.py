@@ -19,8 +19,13 @@ from collections.abc import Iterable
 __all__ = ["family", "shorten", "distinct_short"]
 
 _GENERIC = {"kernel", "kernel2", "device_kernel"}
-#: What marks a name as markup, not a C++ symbol (no template argument list holds these).
-_MARKUP = ("</", "/>", "<!")
+#: What marks a name as markup, not a C++ symbol (no template argument list holds these): an HTML
+#: closing or empty tag, a comment or doctype, a tag with an attribute (``<img src=x onerror=...>``),
+#: rich markup's closing tags and links (``[/]``, ``[/bold]``, ``[link=...]``), a script URL.
+_MARKUP = re.compile(
+    r"</|/>|<!|<[A-Za-z][\w-]*\s+[\w:-]+\s*=|\[/|\[link=|javascript:",
+    re.IGNORECASE,
+)
 _NCCL = re.compile(r"^(nccl(?:Dev|Symk)?(?:Dev)?Kernel_[A-Za-z]+)")
 
 
@@ -64,7 +69,7 @@ def _prose(name: str) -> bool:
     not a symbol."""
     head = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0]
     # control characters or HTML tags are no symbol's: its family would drop ``<script>`` unseen
-    return " " in head or not head or not name.isprintable() or any(t in name for t in _MARKUP)
+    return " " in head or not head or not name.isprintable() or _MARKUP.search(name) is not None
 
 
 def shorten(name: str | None, width: int = 40) -> str:

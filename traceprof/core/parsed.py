@@ -100,6 +100,9 @@ class ParsedTrace:
         skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
         flagged: Records stored with an ``events.flag``, counted by flag.
         warnings: Messages the user should see (e.g. "rank missing, assumed 0").
+        long_text: The rows of ``events`` holding long text (``traceprof.core.limits.long_text_rows``:
+            row, bytes, its longest field, the record as messages name it), set by ingest for its check over a run's
+            files together (``traceprof.core.limits.drop_run_long_text``).
     """
 
     path: str
@@ -120,6 +123,7 @@ class ParsedTrace:
     skipped: dict[str, int] = field(default_factory=dict)
     flagged: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    long_text: list[tuple[int, int, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown
@@ -155,3 +159,11 @@ class ParsedTrace:
     @property
     def events_kept(self) -> int:
         return 0 if self.events is None else self.events.num_rows
+
+    def drop_events(self, rows: list[int]) -> None:
+        """Leave the events at positions ``rows`` (ascending) out of what the store inserts."""
+        if rows and self.events is not None:
+            keep = [True] * self.events.num_rows
+            for r in rows:
+                keep[r] = False
+            self.events = self.events.filter(pa.array(keep))

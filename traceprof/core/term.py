@@ -17,8 +17,20 @@ from rich.text import Text
 __all__ = ["escape", "text", "csv_cell", "json_text", "md_text", "command", "label", "FORMULA_PREFIXES"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-#: Invisible characters that reorder or break lines (bidi overrides and isolates, line separators).
-_INVISIBLE = (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+#: Invisible characters that reorder or break lines (bidi overrides and isolates, line separators),
+#: or that hide in a name, zero-width (``aten::m\u200bm`` read as ``aten::mm``): the soft hyphen, the
+#: Mongolian vowel separator, zero-width space, non-joiner and joiner, the word joiner and invisible
+#: operators, the deprecated format controls and the zero-width no-break space (BOM).
+_INVISIBLE = (
+    0xAD,
+    0x180E,
+    *range(0x200B, 0x2010),
+    *range(0x202A, 0x202F),
+    *range(0x2060, 0x2070),
+    0x2028,
+    0x2029,
+    0xFEFF,
+)
 _TABLE = {
     **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
     **{c: f"\\u{c:04x}" for c in _INVISIBLE},
@@ -32,7 +44,8 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 def escape(s: str) -> str:
     r"""``s`` with control characters written out: ESC as ``\x1b``, newline as ``\n``, bidi
-    overrides as ``\u202e``; everything else (markup brackets too) unchanged."""
+    overrides as ``\u202e``, zero-width characters as ``\u200b``; everything else (markup brackets
+    too) unchanged."""
     return s.translate(_TABLE)
 
 

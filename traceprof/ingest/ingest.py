@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from traceprof.core import classify, fileio, procs, spill
+from traceprof.core import classify, fileio, limits, procs, spill
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
 from traceprof.core.locking import special_kind
@@ -381,12 +381,25 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
+        if len(pts) > 1:  # one file of several traces: held to their run's budget together
+            pt.long_text = limits.long_text_rows(pt.events)
         if repairs:
             meta = msgspec.json.decode(pt.trace.get("meta") or "{}")  # as the parsers wrote it (any integer)
             meta["repaired"] = {**meta.get("repaired", {}), **{r.reason: r.count for r in repairs}}
             pt.trace["meta"] = msgspec.json.encode(meta).decode()
             pt.warnings += [r.message for r in repairs]
     return pts
+
+
+def _parse_one_of_several(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | TraceprofError:
+    """:func:`_parse_one`, for an ingest of several files into the DuckDB layout: each trace also
+    gets its rows of long text (``ParsedTrace.long_text``), which ingest holds to their run's budget
+    (``traceprof.core.limits.drop_run_long_text``; a run of one file was held to it by its parser)."""
+    got = _parse_one(args)
+    if not isinstance(got, TraceprofError) and len(got) == 1:
+        for pt in got:
+            pt.long_text = limits.long_text_rows(pt.events)
+    return got
 
 
 #: How a parser process writes a trace's events for the ingest process (:func:`_park_one`):
@@ -398,7 +411,7 @@ _PARK = {"stage": layout.stage, "spool": layout.spool}
 def _park_one(args: tuple[Path, ParseOptions, str, str]) -> list[ParsedTrace] | TraceprofError:
     """Parse one file (:func:`_parse_one`) and write each trace's events into folder ``args[2]``
     the way ``args[3]`` names (:data:`_PARK`): the traces come back without their event rows."""
-    got = _parse_one(args[:2])
+    got = _parse_one(args[:2]) if args[3] == "stage" else _parse_one_of_several(args[:2])
     if isinstance(got, TraceprofError):
         return got
     park = _PARK[args[3]]
@@ -589,6 +602,8 @@ def ingest(
                 },
             )
         for name, traces in by_run.items():
+            if store.dataset is None:  # DuckDB commits the run's files in one transaction
+                limits.drop_run_long_text(traces, on_bad_event)
             _settle_ranks(name, traces, result, named=run is not None)
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
             store.check_runs(by_run, force=force_run)
@@ -783,7 +798,7 @@ def _parse_all(
     if spool is not None:
         spooled = [(*t, str(spool), "spool") for t in tasks]
         return procs.map_in_workers(_park_one, spooled, min(jobs, n), done)
-    return procs.map_in_workers(_parse_one, tasks, min(jobs, n), done)
+    return procs.map_in_workers(_parse_one if n == 1 else _parse_one_of_several, tasks, min(jobs, n), done)
 
 
 def _field(pt: ParsedTrace, which: str) -> str:

@@ -41,7 +41,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,8 +54,10 @@ from traceprof.core.locking import beside, check_store_path
 from traceprof.core.parsed import ParsedTrace
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 else:
+    np = lazy("numpy")
     pa = lazy("pyarrow")
 
 __all__ = [
@@ -303,11 +305,21 @@ class SpooledTrace(_ParkedTrace):
         except (OSError, pa.ArrowInvalid) as e:
             raise self._unreadable(e) from None
 
+    #: Positions (ascending) of spooled events left out (:meth:`drop_events`).
+    dropped: list[int] = field(default_factory=list)
+
+    def drop_events(self, rows: list[int]) -> None:
+        """Leave the events at positions ``rows`` (ascending) out of :meth:`read_events`."""
+        if not rows:
+            return
+        self.dropped = sorted({*self.dropped, *rows})
+        self.events_rows -= len(rows)
+
     def read_events(self) -> pa.RecordBatchReader:
         """The events as a stream of record batches of at most :data:`SPOOL_BATCH_ROWS` rows each
         (the same columns and types as the parsed table), read from the file as they are consumed,
         so that inserting them holds one batch at a time (a memory-mapped table kept every page it
-        touched resident until the commit: 1.6 GB for 8 x 1 M events).
+        touched resident until the commit: 1.6 GB for 8 x 1 M events), less the rows dropped.
 
         Raises:
             StoreError: The file is gone or damaged (when called, or while the batches are read).
@@ -317,14 +329,23 @@ class SpooledTrace(_ParkedTrace):
             r = pa.ipc.open_file(f)
         except (OSError, pa.ArrowInvalid) as e:
             raise self._unreadable(e) from None
+        dropped = np.asarray(self.dropped, np.int64)
 
         def batches() -> Iterator[pa.RecordBatch]:
+            start = 0
             with f:
                 for i in range(r.num_record_batches):
                     try:
-                        yield r.get_batch(i)
+                        b = r.get_batch(i)
                     except (OSError, pa.ArrowInvalid) as e:
                         raise self._unreadable(e) from None
+                    here = dropped[(dropped >= start) & (dropped < start + b.num_rows)] - start
+                    start += b.num_rows
+                    if here.size:
+                        keep = np.ones(b.num_rows, bool)
+                        keep[here] = False
+                        b = b.filter(pa.array(keep))
+                    yield b
 
         return pa.RecordBatchReader.from_batches(r.schema, batches())
 

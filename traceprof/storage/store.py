@@ -962,8 +962,8 @@ class Store:
             )
             hint = (
                 f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for the long text "
-                "of these files together (each may hold up to 48 MiB of text values of 40 KiB or more, "
-                "traceprof.core.limits): ingest them a few at a time with the same --run (the run gains each "
+                "of these files together (traceprof.core.limits holds them to 48 MiB of text values of 40 KiB or "
+                "more together): ingest them a few at a time with the same --run (the run gains each "
                 "ingest's ranks)"
                 if isinstance(e, duckdb.OutOfMemoryException) or "failed to pin block" in str(e)
                 else ""

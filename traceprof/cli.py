@@ -1782,6 +1782,13 @@ class _PlainParam:
             info = desc.parameter_info
             if info.parser is not None and not multi and isinstance(value, str | Path):
                 return info.parser(value)  # typer hands a parser the value as it is (--db's)
+            if (
+                info.parser is not None
+                and desc.is_list
+                and isinstance(value, list | tuple)
+                and all(isinstance(v, str | Path) for v in value)
+            ):
+                return [info.parser(v) for v in value]  # ingest's PATHs: typer's list, an item at a time
             plain = info.parser is None and info.min is None and info.max is None
             got: Any = _DEFER
             if plain and desc.is_list and isinstance(value, list | tuple):

@@ -38,6 +38,14 @@ Algorithm:
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
 
+Integers (``traceprof.core.values``' two rules, as the Flight Recorder and NCCL Inspector readers
+read theirs): ``Count`` and ``SeqNum`` are a record's numbers, JSON integers: one written as a
+string (``"7"``), a float (``7.0``) or a boolean makes its COLL / P2P record bad, as a negative
+one does (an error naming it, or skipped and counted with ``--skip-bad-events``). ``Rank`` is an
+identity: written as a string or float that is an integer it is read as it, one that is no integer
+ignored, either said and counted in ``traces.meta.repaired`` (``args.Rank a string: read as its
+integer``). ``ts`` is read from its number's text (a string is no number: a bad event).
+
 Source fields read: ``name, cat, ph, id, pid, tid, ts, args`` and in args ``SeqNum, CommHash, Rank,
 Count, Datatype, Peer``.
 """
@@ -62,7 +70,7 @@ from traceprof.core.limits import record_fits, shown
 from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.timeconv import us_text_to_ns
-from traceprof.core.values import checked_int, integer
+from traceprof.core.values import identity_int, integer, record_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_plugin_dump"]
@@ -177,11 +185,11 @@ def _dtype(v: Any) -> str | None:
 
 def _bad_value(a: dict[str, Any]) -> str | None:
     """Why a COLL / P2P record cannot be stored (``"negative 'Count' (-4)"``, ``"negative 'SeqNum'
-    (-1)"``, ``"'SeqNum' not an integer ('x')"``, ``"'CommHash' not a string or an integer ({'a':
-    1})"``), or None. A CommHash or Datatype of another JSON type would be stored as Python's text of
-    it."""
+    (-1)"``, ``"'SeqNum' not an integer ('7')"``: a JSON integer only, module doc; ``"'CommHash'
+    not a string or an integer ({'a': 1})"``), or None. A CommHash or Datatype of another JSON type
+    would be stored as Python's text of it."""
     for key in ("Count", "SeqNum"):
-        n, problem = checked_int(a.get(key))
+        n, problem = record_int(a.get(key))
         if problem is not None:
             return f"{key!r} {problem} ({shown(a.get(key))})"
         if n is not None and n < 0:
@@ -287,7 +295,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         raise TraceFormatError(
             p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives"
         )
-    rank, warnings = _rank(p, evs)
+    rank, warnings, repaired = _rank(p, evs)
     if repairs:
         warnings.append(
             f"{p.name}: repaired non-strict JSON: "
@@ -311,7 +319,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         world_size=None,
         trace={
             "pid": events[0]["pid"] if events else None,
-            "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode(),
+            "meta": msgspec.json.encode(
+                {"clock": "plugin", "repairs": dict(repairs), **({"repaired": repaired} if repaired else {})}
+            ).decode(),
         },
         events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),
         collectives=pa.Table.from_pylist(colls, schema=_COLL_SCHEMA),
@@ -446,28 +456,44 @@ def _rows(
     return events, colls
 
 
-def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
-    m = _RANK_IN_NAME.search(path.name)
-    if m:
-        return int(m.group(1)), []
+def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[str, int]]:
+    """(rank, warnings, repairs): the rank (module doc, step 4) and the ``Rank`` values read or
+    ignored by the identity rule (module doc), counted by ``"args.Rank <what>"``."""
     per_comm: dict[Any, Counter[int]] = {}
+    said: Counter[str] = Counter()
+    first: dict[str, str] = {}
     for ev in evs:
         a = ev.args or {}
         if (
-            ev.cat in ("COLL", "P2P")
-            and ev.ph == "b"
-            and (r := integer(a.get("Rank"))) is not None
-            and _bad_value(a) is None
-        ):  # a refused record (skipped) says nothing of the rank
-            per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
+            ev.cat in ("COLL", "P2P") and ev.ph == "b" and _bad_value(a) is None
+        ):  # a refused record says nothing
+            r, what = identity_int(a.get("Rank"))
+            if what is not None:
+                said[f"args.Rank {what}"] += 1
+                first.setdefault(what, shown(a.get("Rank")))
+            if r is not None:
+                per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
+    warnings = [
+        f"{path.name}: {n} COLL / P2P record(s) whose args.Rank is {first[why.split(' ', 1)[1]]} (first), "
+        f"{why.split(' ', 1)[1]}"
+        for why, n in said.items()
+    ]
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), warnings, dict(said)
     if not per_comm:
-        return None, []
+        return None, warnings, dict(said)
     ranks = {r for c in per_comm.values() for r in c}
     if len(ranks) == 1:
-        return ranks.pop(), []
+        return ranks.pop(), warnings, dict(said)
     comm, counts = max(per_comm.items(), key=lambda kv: sum(kv[1].values()))
     rank = counts.most_common(1)[0][0]
-    return rank, [
-        f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
-        f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise"
-    ]
+    return (
+        rank,
+        [
+            *warnings,
+            f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
+            f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise",
+        ],
+        dict(said),
+    )

@@ -237,8 +237,8 @@ def _comm_kernel(**args) -> dict:
 @pytest.mark.parametrize(
     ("key", "value", "reason", "shown"),
     [
-        ("Seq", 1e300, "'seq' beyond int64", "1e+300"),  # a float beyond int64 (int(1e300) has 301 digits)
-        # a JSON integer beyond int64 was stored as a NULL seq, silently
+        # a JSON integer beyond int64 was stored as a NULL seq, silently (a float such as 1e300 is
+        # no integer: ignored, test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning)
         ("Seq", 12 * 10**28, "'seq' beyond int64", "120000000000000000000000000000"),
         ("In msg nelems", 2**63, "'nelems_in' beyond int64", str(2**63)),
         ("In msg nelems", -4, "negative 'nelems_in'", "-4"),  # was stored as -16 bytes
@@ -262,9 +262,11 @@ def test_kineto_collective_number_that_cannot_be_stored_names_the_event(tmp_path
             ) in res.warnings
 
 
-@pytest.mark.parametrize("value", ["abc", 1.5, True, [3]])
+@pytest.mark.parametrize("value", ["abc", 1.5, True, [3], "7", 7.0, 1e300])
 def test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning(tmp_path, value):
     # A Seq of 1.5 was stored as 1, "abc" as NULL, both silently: now NULL, and the warning names event #1.
+    # A record's number is a JSON integer (traceprof.core.values.record_int, as in the Flight
+    # Recorder and NCCL readers): "7" and 7.0 were read as 7 silently, 1e300 refused the row.
     path = _write(tmp_path / "c", "rank0.json", _comm_kernel(Seq=value))
     store, res = _ingest(tmp_path, path)
     assert store.sql("SELECT seq, op, nelems_in, bytes_in FROM collectives").rows() == [

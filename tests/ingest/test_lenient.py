@@ -104,7 +104,46 @@ def test_kineto_times_beyond_int64_rejected_per_event(tmp_path, field, value, me
         assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op'")["name"].to_list() == ["a"]
         reason = message.split(" (")[0]
         assert store.runs()["issues"].to_list() == [f"1 rejected: {reason}"]
-        assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason}"
+        # the skipped event named too, as every other skipped kind's first is (it was counted only)
+        assert res.warnings[0] == (
+            f"rank0.json: 1 record(s) not stored: 1 {reason} (first: event #2 (ph='X', name='b'))"
+        )
+
+
+@pytest.mark.parametrize(
+    ("base_ns", "ts", "shown"),
+    [
+        (None, -20, "-20 us"),  # old style: epoch us
+        (10_000, -20, "-20 us after baseTimeNanoseconds 10000"),  # 10,000 - 20,000 ns
+    ],
+)
+def test_kineto_time_before_the_epoch_is_a_bad_event(tmp_path, base_ns, ts, shown):
+    # A time before 1970 was stored as a negative ts_ns, silently, while a negative time is a bad
+    # record in every other source (Flight Recorder, NCCL plugin, NDTimeline): named as the other
+    # bad events, skipped and counted with --skip-bad-events, the first named. A ts below 0 whose
+    # epoch time is not (base + ts >= 0) is an ordinary event: after base 10 us, "a" at ts -5 us
+    # is at 10,000 - 5,000 = 5,000 ns; without a base "a" stays at ts 1 us (1,000 ns).
+    doc = micro_trace(["a", "b"], base_ns=base_ns or 0)
+    if base_ns is None:
+        del doc["baseTimeNanoseconds"]
+    else:
+        doc["traceEvents"][1]["ts"] = -5  # event #1: "a"
+    doc["traceEvents"][2]["ts"] = ts  # event #2: "b"
+    path = _write(tmp_path / "k", "rank0.json", doc)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value) == (
+            f"{path}: event #2 (ph='X', name='b'): 'ts' before the epoch ({shown}); pass "
+            "--skip-bad-events to skip such records"
+        )
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        rows = store.sql("SELECT name, ts_ns FROM events WHERE kind = 'cpu_op'").rows()
+        assert rows == [("a", 5_000 if base_ns else 1_000)]
+        assert store.runs()["issues"].to_list() == ["1 rejected: 'ts' before the epoch"]
+        assert res.warnings[0] == (
+            "rank0.json: 1 record(s) not stored: 1 'ts' before the epoch (first: event #2 (ph='X', name='b'))"
+        )
 
 
 @pytest.mark.parametrize(

@@ -663,8 +663,8 @@ def leave(code: object = 0) -> None:
     that set :data:`_finished`, its output flushed. The interpreter's teardown does nothing for
     it: the store is closed and its lock released, spilled text is in unlinked files, and parser
     workers have exited; it costs a successful ingest about 0.03-0.04 s of CPU, and with pyarrow
-    and polars both loaded (an NDTimeline Parquet file read) it aborts about 1 process in 15
-    ("terminate called without an active exception": exit 134 for an ingest that said exit 1).
+    and polars both loaded (an NDTimeline Parquet file read) it was seen to abort about 1 process
+    in 15 ("terminate called without an active exception": exit 134 for an ingest that said exit 1).
     Anything else (another command, a code that is not an integer, threads or child processes still
     running, output that cannot be flushed, a profiler, debugger or coverage running) returns, and
     Python exits as usual. Called by the console script and ``python -m traceprof.cli``, never by

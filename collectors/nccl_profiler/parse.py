@@ -460,8 +460,8 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[st
     """(rank, warnings, repairs): the rank (module doc, step 4) and the ``Rank`` values read or
     ignored by the identity rule (module doc), counted by ``"args.Rank <what>"``."""
     per_comm: dict[Any, Counter[int]] = {}
-    said: Counter[str] = Counter()
-    first: dict[str, str] = {}
+    said: Counter[str] = Counter()  # what identity_int says of a Rank -> records
+    first: dict[str, str] = {}  # what it says -> the first such value, shown
     for ev in evs:
         a = ev.args or {}
         if (
@@ -469,23 +469,23 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[st
         ):  # a refused record says nothing
             r, what = identity_int(a.get("Rank"))
             if what is not None:
-                said[f"args.Rank {what}"] += 1
+                said[what] += 1
                 first.setdefault(what, shown(a.get("Rank")))
             if r is not None:
                 per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
     warnings = [
-        f"{path.name}: {n} COLL / P2P record(s) whose args.Rank is {first[why.split(' ', 1)[1]]} (first), "
-        f"{why.split(' ', 1)[1]}"
-        for why, n in said.items()
+        f"{path.name}: {n} COLL / P2P record(s) whose args.Rank is {first[what]} (first), {what}"
+        for what, n in said.items()
     ]
+    repaired = {f"args.Rank {what}": n for what, n in said.items()}
     m = _RANK_IN_NAME.search(path.name)
     if m:
-        return int(m.group(1)), warnings, dict(said)
+        return int(m.group(1)), warnings, repaired
     if not per_comm:
-        return None, warnings, dict(said)
+        return None, warnings, repaired
     ranks = {r for c in per_comm.values() for r in c}
     if len(ranks) == 1:
-        return ranks.pop(), warnings, dict(said)
+        return ranks.pop(), warnings, repaired
     comm, counts = max(per_comm.items(), key=lambda kv: sum(kv[1].values()))
     rank = counts.most_common(1)[0][0]
     return (
@@ -495,5 +495,5 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[st
             f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
             f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise",
         ],
-        dict(said),
+        repaired,
     )

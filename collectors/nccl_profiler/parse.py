@@ -17,15 +17,15 @@ Algorithm:
      ``nan`` / ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut
      short (the process died while writing). Anything else is a TraceFormatError naming line:column.
   2. Pair each ``e`` with the latest open ``b`` of the same (cat, name, id, pid, tid); times to
-     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``. A ``ts``
-     of 0 is a time the plugin never set (NCCL 2.28's example plugin prints 0.000000 for the begin
-     of ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` events, and for the end of ``KernelCh``
-     on channels other than 0), never the plugin's time 0: that side of the pair is unknown; the
-     event is stored at its known time with duration 0 and flagged ``zero_ts`` (left out of
-     windows and latency), a collective gets a NULL start or end, and a warning counts them. A
-     missing, non-numeric or negative ``ts`` (the steady clock never reads below 0), or an end
-     before its begin, is a bad event: an error naming it, or with ``on_bad_event="skip"`` skipped
-     and counted (an end before its begin: the pair).
+     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``. A
+     ``ts`` of 0 is a time the plugin never set (NCCL 2.28's example plugin prints 0.000000 for
+     the begin of ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` events, and for the end of
+     ``KernelCh`` on channels other than 0), never the plugin's time 0: that side of the pair is
+     unknown; the event is stored at its known time with duration 0 and flagged ``zero_ts`` (left
+     out of windows and latency), a collective gets a NULL start or end, and a warning counts
+     them. A missing, non-numeric or negative ``ts`` (the steady clock never reads below 0), one
+     beyond int64 ns, or an end before its begin, is a bad event: an error naming it, or with
+     ``on_bad_event="skip"`` skipped and counted (an end before its begin: the pair).
   3. COLL and P2P pairs are ``collective`` events and ``collectives`` rows (source
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
@@ -66,7 +66,7 @@ from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
-from traceprof.core.limits import record_fits, shown
+from traceprof.core.limits import INT64, fits, record_fits, shown
 from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.timeconv import us_text_to_ns
@@ -238,10 +238,18 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
         except ValueError:
             ts = None
-        if ts is None or ts < 0:  # the plugin's steady clock never reads below 0
-            why = "missing or non-numeric 'ts'" if ts is None else "negative 'ts'"
+        if ts is None or not fits(ts, (0, INT64[1])):  # the plugin's steady clock never reads below 0
+            # a ts beyond int64 ns is named by the field and its text, as Kineto's are (it was
+            # 'enter_ns' beyond int64 in ns on its pair, or "ends before its begin" on a begin)
+            why = (
+                "missing or non-numeric 'ts'"
+                if ts is None
+                else "negative 'ts'"
+                if ts < 0
+                else "'ts' beyond int64"
+            )
             if on_bad_event == "raise":
-                value = "" if ts is None else f" ({bytes(ev.ts).decode()} us)"
+                value = "" if ts is None else f" ({bytes(ev.ts).decode()[:40]} us)"
                 raise TraceFormatError(
                     p,
                     f"event #{i} ({ev.cat} {ev.name!r})",

@@ -432,21 +432,32 @@ def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
         )
 
 
-def test_negative_timestamp_is_a_bad_event(tmp_path):
+@pytest.mark.parametrize(
+    ("ts", "reason"),
+    [
+        ("-12.500", "negative 'ts'"),
+        # beyond int64 ns, named by the field and its text as Kineto's are: it was "ends before its
+        # begin (event #1) by 999,...,498,880.017 us" (the end was the sane one), or on an end
+        # "'enter_ns' beyond int64 (1000...000)" in ns
+        ("1e30", "'ts' beyond int64"),
+        ("9223372036854775.808", "'ts' beyond int64"),  # 2**63 ns, one past int64
+    ],
+)
+def test_negative_or_out_of_range_timestamp_is_a_bad_event(tmp_path, ts, reason):
     # The plugin's steady clock never reads below 0: the first AllReduce begin (event #1) at
     # -12.5 us was stored as a time. Now it is a bad event naming the file and the event; skipped,
     # its end has no begin (rejected too) and only the second AllReduce (seq 1) is left.
     path = tmp_path / f"nccl_profile_{COMM}_0.json"
     lines = _plugin_dump(0).splitlines()
     assert '"name": "AllReduce", "cat": "COLL", "ph": "b"' in lines[2]
-    lines[2] = re.sub(r'"ts": [0-9.]+', '"ts": -12.500', lines[2])
+    lines[2] = re.sub(r'"ts": [0-9.]+', f'"ts": {ts}', lines[2])
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(TraceFormatError) as e:
         parse(path)
-    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): negative 'ts' (-12.500 us); pass")
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason} ({ts} us); pass")
     pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
-    assert pt.rejected == {"negative 'ts'": 1, "end without a begin": 1}
+    assert pt.rejected == {reason: 1, "end without a begin": 1}
 
 
 def test_end_before_its_begin_is_a_bad_event(tmp_path):

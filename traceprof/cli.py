@@ -651,24 +651,27 @@ def ingest(
             raise
     if res.failed:
         raise typer.Exit(1)
-    global _finished
-    _finished = True
 
 
-#: Set by a command whose work is done and whose every file is closed (a successful ingest): the
-#: process may then end without Python's teardown (:func:`leave`).
+#: Set by :func:`main` once the ingest command is over, whatever its outcome: every way out of it
+#: (success, an error, ``--partial`` with failures) has closed its store or discarded it, so the
+#: process may end without Python's teardown (:func:`leave`).
 _finished = False
 
 
-def leave() -> None:
-    """End the process at once after a command that set :data:`_finished` (output flushed): the
-    interpreter's teardown (every module's objects, numpy's, pyarrow's and DuckDB's state) costs
-    an ingest about 0.03-0.04 s of CPU and does nothing for it: the store is closed and its lock
-    released, spilled text is in unlinked files, and parser workers have exited. Anything else
-    (another command, threads or child processes still running, output that cannot be flushed, a
-    profiler, debugger or coverage running) returns, and Python exits as usual. Called by the console script and ``python -m
-    traceprof.cli``, never by :func:`main` (the tests run it in their own process)."""
-    if not _finished or threading.active_count() > 1:
+def leave(code: object = 0) -> None:
+    """End the process at once with exit ``code`` (a ``SystemExit``'s: None is 0) after a command
+    that set :data:`_finished`, its output flushed. The interpreter's teardown does nothing for
+    it: the store is closed and its lock released, spilled text is in unlinked files, and parser
+    workers have exited; it costs a successful ingest about 0.03-0.04 s of CPU, and with pyarrow
+    and polars both loaded (an NDTimeline Parquet file read) it was seen to abort about 1 process
+    in 15 ("terminate called without an active exception": exit 134 for an ingest that said exit 1).
+    Anything else (another command, a code that is not an integer, threads or child processes still
+    running, output that cannot be flushed, a profiler, debugger or coverage running) returns, and
+    Python exits as usual. Called by the console script and ``python -m traceprof.cli``, never by
+    :func:`main` (the tests run it in their own process)."""
+    code = 0 if code is None else code
+    if not _finished or not isinstance(code, int) or threading.active_count() > 1:
         return
     if sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules:
         return  # a profiler, debugger or coverage writes its results at exit
@@ -679,7 +682,7 @@ def leave() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         return
-    os._exit(0)
+    os._exit(code)
 
 
 def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
@@ -1978,6 +1981,7 @@ INGEST_GC_THRESHOLD = (10_000, 20, 1000)
 
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
+    global _finished
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
     if len(sys.argv) > 1 and sys.argv[1] == "ingest":
@@ -1987,6 +1991,10 @@ def main() -> None:
         gc.set_threshold(*INGEST_GC_THRESHOLD)
         try:
             _main()
+            _finished = True
+        except SystemExit:  # its exit code: an error said, or --partial with failures
+            _finished = True
+            raise
         finally:  # as it was for what runs next in this process (main() from Python, tests)
             gc.set_threshold(*before)
     else:
@@ -2072,5 +2080,9 @@ _help_metavars()
 _record_args()
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as e:
+        leave(e.code)  # an ingest ends here, its exit code kept
+        raise
     leave()

@@ -54,10 +54,14 @@ def main() -> None:
     except ImportError as e:  # typer or rich themselves may be the missing ones: plain text
         sys.stderr.write(f"error: {missing_module(e)}\n")
         sys.exit(1)
+    code: str | int | None = 0
     try:
         cli_main()
+    except SystemExit as e:  # a command's exit code (an error said, a regression found, ...)
+        code = e.code
     finally:  # the command is over (its outcome printed): a Ctrl-C while Python exits changes nothing
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     from traceprof.cli import leave
 
-    leave()  # a successful ingest ends here, without Python's teardown
+    leave(code)  # an ingest ends here, failed or not, without Python's teardown, its exit code kept
+    sys.exit(code)

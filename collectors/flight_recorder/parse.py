@@ -38,8 +38,8 @@ Algorithm:
      field that is not an integer or is negative, or a negative or non-finite ``duration_ms``, is a
      bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``); so is a
      sequence number, a ``record_id`` or a dimension of ``input_sizes`` / ``output_sizes`` that is
-     not an integer. An integer field is a JSON integer: a string (``"1796034872484434120"``), a
-     float (``1.5``, ``1e18``: no float64 holds an epoch ns exactly) or a boolean is not one. An entry
+     not an integer (a record's number: a JSON integer, ``traceprof.core.values.record_int``'s
+     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none). An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
@@ -70,7 +70,7 @@ from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gz
 from traceprof.core.limits import INT32, INT64, fits, record_fits, shown
 from traceprof.core.ops import dtype_bytes, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import identity_int, integer
+from traceprof.core.values import identity_int, integer, json_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.ingest.matching import canonical_ranks
 
@@ -131,13 +131,6 @@ def _read(path: Path, max_ratio: float) -> tuple[bytes, Any, str]:
         raise too_deep(path) from None
     check_nesting(doc, path, "JSON", max_nodes=max_nodes(len(data)))
     return raw, doc, "json"
-
-
-def json_int(v: Any) -> int | None:
-    """``v`` if it is a JSON integer, else None: a Flight Recorder integer field (a time, a sequence
-    number, a size) written as a string, a float or a boolean is not read as one (``"7"`` and
-    ``1.796e18`` were: the float rounded by up to 256 ns)."""
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _nelems(sizes: Any) -> int | None:

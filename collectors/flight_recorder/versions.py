@@ -21,7 +21,7 @@ from typing import Any
 
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.limits import INT64, fits
-from traceprof.core.values import checked_int
+from traceprof.core.values import checked_int, json_int
 
 __all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
 
@@ -94,9 +94,9 @@ def entry_seq(e: dict[str, Any], style: int, p2p: bool) -> tuple[int | None, str
     if e.get(key) is None:
         return None, f"missing '{key}'", f"version {style}.x numbers its entries there"
     n = e[key]
-    # a JSON integer only (a string or a float is no integer, as for the time fields); beyond int64:
-    # refused by the row check (traceprof.core.limits), naming the column
-    if not isinstance(n, int) or isinstance(n, bool):
+    # a record's number: a JSON integer only (traceprof.core.values.json_int); beyond int64: refused
+    # by the row check (traceprof.core.limits), naming the column
+    if json_int(n) is None:
         return None, f"'{key}' not an integer", repr(n)
     if n < 0:
         return None, f"negative '{key}'", repr(n)

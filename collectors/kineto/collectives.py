@@ -33,7 +33,7 @@ from traceprof.core.limits import INT64, fits
 from traceprof.core.ops import dtype_bytes, kernel_op
 from traceprof.core.ops import normalize_op as _normalize_op
 from traceprof.core.schema import LAUNCH_KINDS
-from traceprof.core.values import checked_int
+from traceprof.core.values import record_int
 from traceprof.core.vocab import CollectiveSource
 from traceprof.ingest.matching import P2P_OPS, canonical_ranks
 
@@ -212,7 +212,9 @@ _RPC_KEYS = (
 class BadValues:
     """Metadata values the rows refuse, with the event rows (of the :class:`Frame`) that held them.
 
-    A value of the wrong type (a ``Seq`` that is not an integer; a ``Collective name``,
+    A value of the wrong type (a ``Seq``, element count or group size that is not a JSON integer:
+    ``"7"`` and ``7.0`` are none, as for every source's record numbers,
+    ``traceprof.core.values.record_int``; a ``Collective name``,
     ``Process Group Name`` or ``dtype`` that is not a string; a ``Comms Id`` that is neither) is
     *ignored*: read as absent (the op then comes from the launching op or the kernel's name), the
     collective is kept. A number that cannot be stored (beyond its column's type, a negative
@@ -293,7 +295,7 @@ def _metadata_ints(
     out: dict[str, int | None] = {}
     for key, column, bits, count in keys:
         v = m.get(key)
-        n, problem = checked_int(v, bits)
+        n, problem = record_int(v, bits)  # a record's number: a JSON integer (core.values)
         if problem == "not an integer":
             bad.ignore(f"{key!r} not an integer", holder(key), v)
         elif problem is not None:

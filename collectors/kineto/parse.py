@@ -14,6 +14,9 @@ Algorithm:
      Rows are columns from here on: strings as lists, integers as numpy arrays
      (``traceprof.collectors.kineto._values.Ints`` where values may be missing), ``args`` an Arrow string
      column; the passes below work a column at a time (``traceprof.collectors.kineto.columns``).
+     An event whose epoch time (base + ``ts``) is below 0, before 1970, is a bad event, as a
+     negative time is in every source: an error naming it, or with ``on_bad_event="skip"``
+     skipped, counted and its first named (a ``ts`` below 0 after a base is an ordinary time).
   2. Map each record to an event kind (README.md "What traceprof handles") from ``ph``, ``cat`` and ``name``; flows
      (``ph`` s/f) and metadata (``ph`` M) are counted, not stored (correlation ids carry the links).
   3. Assign each CPU event the ProfilerStep whose interval holds its start (on any thread), and each
@@ -289,6 +292,8 @@ def _as_written(ev: _Event, i: int, base_ns: int, problem: str) -> tuple[str, st
         return where, f"{head} ({ts} us{after})"
     if head == "'dur' beyond int64":
         return where, f"{head} ({dur} us)"
+    if head == "'ts' before the epoch":  # epoch ns below 0: before 1970
+        return where, f"{head} ({ts} us{after})"
     return where, problem
 
 
@@ -535,6 +540,15 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     by_name = _StepNumbers(cols)
     if not by_name.fit():  # a ProfilerStep#N beyond int32: its row is rejected, with the others
         cols["step_no"] = list(by_name)
+    again: list[_Trace] = []  # the fast path's events decoded again, once, for the messages only
+
+    def _events_again() -> _Trace:
+        if fast is None:
+            return doc
+        if not again:
+            again.append(_decode(p, src.data()))
+        return again[0]
+
     drop_out_of_range(
         p,
         cols,
@@ -543,9 +557,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         rejected,
         extra={"step": cols["step_no"]} if "step_no" in cols else None,
         fields=_TIME_FIELDS,
-        describe=lambda i, problem: _as_written(
-            (doc if fast is None else _decode(p, src.data())).traceEvents[i], i, base_ns, problem
-        ),
+        describe=lambda i, problem: _as_written(_events_again().traceEvents[i], i, base_ns, problem),
+        first=first_rejected,
+        epoch=("ts_ns",),
     )
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)

@@ -20,7 +20,8 @@ Algorithm:
      line that is not JSON, not an Inspector record or holds a value that cannot be stored is a
      bad record: an error naming the file and the line, or with ``on_bad_event="skip"`` skipped
      and counted. A last record cut short (the process died while writing) is dropped with a
-     warning.
+     warning. Its numbers (``coll_sn``, the message sizes, the epoch-us times) are JSON integers
+     (``traceprof.core.values.record_int``'s rule): ``"7"`` or ``7.0`` makes the record bad.
   2. Each ``coll_perf`` record is one collectives row (source ``nccl_inspector``): pg = the
      communicator ``id``, seq = ``coll_sn``, op from ``coll``; NCCL numbers each op type of a
      communicator separately (``seqNumber[func]``), so ``comms_id`` = ``<id>:<op>:<coll_sn>`` (``traceprof.core.ops.nccl_comms_id``)
@@ -70,7 +71,7 @@ from traceprof.core.fileio import read_maybe_gzip
 from traceprof.core.limits import INT64, fits, record_fits
 from traceprof.core.ops import nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.values import checked_int, number, spelled_int
+from traceprof.core.values import identity_int, number, record_int, spelled_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_inspector", "READ_VERSIONS"]
@@ -101,21 +102,31 @@ class _Bad(Exception):
         self.reason, self.detail = reason, detail
 
 
-def _uint(
-    obj: dict[str, Any], key: str, where: str, *, required: bool = True, time: bool = False
-) -> int | None:
+def _uint(obj: dict[str, Any], key: str, where: str, *, required: bool = True) -> int | None:
     """A non-negative integer field, None when absent and not required; else :class:`_Bad`. A
-    ``time`` (epoch us) is a JSON integer: a string (``"1700000000000000"``) or a float is not
-    one, as for every source's integer times (it was read silently)."""
+    record's number (a time in epoch us, ``coll_sn``, a message size) is a JSON integer
+    (``traceprof.core.values.record_int``): a string (``"1700000000000000"``, ``"7"``) or a float
+    is not one (``coll_sn`` and the sizes were read from them silently)."""
     v = obj.get(key)
     if v is None:
         if required:
             raise _Bad(f"missing '{where}.{key}'")
         return None
-    n, problem = checked_int(v)
-    if time and (not isinstance(v, int) or isinstance(v, bool)):
-        problem = "not a JSON integer"
+    n, problem = record_int(v)
     if problem is not None or n is None or n < 0:
+        raise _Bad(f"'{where}.{key}' not a non-negative integer", repr(v))
+    return n
+
+
+def _identity(obj: dict[str, Any], key: str, where: str) -> int:
+    """A non-negative identity (``header.rank``, ``header.n_ranks``): a JSON integer, or a string
+    or float that writes one (read as it, said and counted by the caller:
+    ``traceprof.core.values.identity_int``); else :class:`_Bad`."""
+    v = obj.get(key)
+    if v is None:
+        raise _Bad(f"missing '{where}.{key}'")
+    n, _ = identity_int(v)
+    if n is None or n < 0:
         raise _Bad(f"'{where}.{key}' not a non-negative integer", repr(v))
     return n
 
@@ -147,16 +158,16 @@ def _times(perf: dict[str, Any]) -> tuple[int | None, int | None, int | None, bo
         return None, None, None, False, False
     if not isinstance(ts, dict):
         raise _Bad("'event_trace_ts' not an object")
-    enter = _us_ns(_uint(ts, "coll_start_ts", "event_trace_ts", required=False, time=True), "coll_start_ts")
+    enter = _us_ns(_uint(ts, "coll_start_ts", "event_trace_ts", required=False), "coll_start_ts")
     kernels = ts.get("kernel_events") or []
     if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
         raise _Bad("'event_trace_ts.kernel_events' not a list of objects")
     starts = [
-        _us_ns(_uint(k, "kernel_start_ts", "kernel_events[]", required=False, time=True), "kernel_start_ts")
+        _us_ns(_uint(k, "kernel_start_ts", "kernel_events[]", required=False), "kernel_start_ts")
         for k in kernels
     ]
     stops = [
-        _us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False, time=True), "kernel_stop_ts")
+        _us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False), "kernel_stop_ts")
         for k in kernels
     ]
     unset = bool(kernels) and (None in starts or None in stops)
@@ -228,7 +239,7 @@ def _rows_of(
     comm = header.get("id")
     if not isinstance(comm, str) or not comm:
         raise _Bad("'header.id' not a string", repr(comm))
-    n = _uint(header, "n_ranks", "header") or 0
+    n = _identity(header, "n_ranks", "header")
     if n < 1:
         raise _Bad("'header.n_ranks' below 1", "0")
     p2p = kind == "p2p_perf"
@@ -240,9 +251,7 @@ def _rows_of(
     enter, start, end, verbose, unset = _times(perf)
     op = normalize_op(name)
     b_in, b_out = _bytes(op, size, n)
-    dump_ns = _us_ns(
-        _uint(meta, "dump_timestamp_us", "metadata", required=False, time=True), "dump_timestamp_us"
-    )
+    dump_ns = _us_ns(_uint(meta, "dump_timestamp_us", "metadata", required=False), "dump_timestamp_us")
     pid = meta.get("pid")
     row = {
         "source": CollectiveSource.nccl_inspector,
@@ -409,7 +418,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 dropped += _dropped(perf)
                 continue
             row, event, why = _rows_of(rec, header, meta, kind, perf)
-            header_rank = _uint(header, "rank", "header") or 0
+            header_rank = _identity(header, "rank", "header")
             if header_rank >= row["group_size"]:
                 raise _Bad(
                     "'header.rank' not below 'header.n_ranks'", f"{header_rank} >= {row['group_size']}"

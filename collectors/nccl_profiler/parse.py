@@ -17,15 +17,15 @@ Algorithm:
      ``nan`` / ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut
      short (the process died while writing). Anything else is a TraceFormatError naming line:column.
   2. Pair each ``e`` with the latest open ``b`` of the same (cat, name, id, pid, tid); times to
-     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``. A ``ts``
-     of 0 is a time the plugin never set (NCCL 2.28's example plugin prints 0.000000 for the begin
-     of ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` events, and for the end of ``KernelCh``
-     on channels other than 0), never the plugin's time 0: that side of the pair is unknown; the
-     event is stored at its known time with duration 0 and flagged ``zero_ts`` (left out of
-     windows and latency), a collective gets a NULL start or end, and a warning counts them. A
-     missing, non-numeric or negative ``ts`` (the steady clock never reads below 0), or an end
-     before its begin, is a bad event: an error naming it, or with ``on_bad_event="skip"`` skipped
-     and counted (an end before its begin: the pair).
+     integer ns exactly from the number text. Unclosed begins are counted in ``flagged``. A
+     ``ts`` of 0 is a time the plugin never set (NCCL 2.28's example plugin prints 0.000000 for
+     the begin of ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` events, and for the end of
+     ``KernelCh`` on channels other than 0), never the plugin's time 0: that side of the pair is
+     unknown; the event is stored at its known time with duration 0 and flagged ``zero_ts`` (left
+     out of windows and latency), a collective gets a NULL start or end, and a warning counts
+     them. A missing, non-numeric or negative ``ts`` (the steady clock never reads below 0), one
+     beyond int64 ns, or an end before its begin, is a bad event: an error naming it, or with
+     ``on_bad_event="skip"`` skipped and counted (an end before its begin: the pair).
   3. COLL and P2P pairs are ``collective`` events and ``collectives`` rows (source
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
@@ -37,6 +37,14 @@ Algorithm:
      GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
+
+Integers (``traceprof.core.values``' two rules, as the Flight Recorder and NCCL Inspector readers
+read theirs): ``Count`` and ``SeqNum`` are a record's numbers, JSON integers: one written as a
+string (``"7"``), a float (``7.0``) or a boolean makes its COLL / P2P record bad, as a negative
+one does (an error naming it, or skipped and counted with ``--skip-bad-events``). ``Rank`` is an
+identity: written as a string or float that is an integer it is read as it, one that is no integer
+ignored, either said and counted in ``traces.meta.repaired`` (``args.Rank a string: read as its
+integer``). ``ts`` is read from its number's text (a string is no number: a bad event).
 
 Source fields read: ``name, cat, ph, id, pid, tid, ts, args`` and in args ``SeqNum, CommHash, Rank,
 Count, Datatype, Peer``.
@@ -58,11 +66,11 @@ from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
-from traceprof.core.limits import record_fits, shown
+from traceprof.core.limits import INT64, fits, record_fits, shown
 from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.timeconv import us_text_to_ns
-from traceprof.core.values import checked_int, integer
+from traceprof.core.values import identity_int, integer, record_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
 
 __all__ = ["parse", "looks_like_plugin_dump"]
@@ -177,11 +185,11 @@ def _dtype(v: Any) -> str | None:
 
 def _bad_value(a: dict[str, Any]) -> str | None:
     """Why a COLL / P2P record cannot be stored (``"negative 'Count' (-4)"``, ``"negative 'SeqNum'
-    (-1)"``, ``"'SeqNum' not an integer ('x')"``, ``"'CommHash' not a string or an integer ({'a':
-    1})"``), or None. A CommHash or Datatype of another JSON type would be stored as Python's text of
-    it."""
+    (-1)"``, ``"'SeqNum' not an integer ('7')"``: a JSON integer only, module doc; ``"'CommHash'
+    not a string or an integer ({'a': 1})"``), or None. A CommHash or Datatype of another JSON type
+    would be stored as Python's text of it."""
     for key in ("Count", "SeqNum"):
-        n, problem = checked_int(a.get(key))
+        n, problem = record_int(a.get(key))
         if problem is not None:
             return f"{key!r} {problem} ({shown(a.get(key))})"
         if n is not None and n < 0:
@@ -230,10 +238,18 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
         except ValueError:
             ts = None
-        if ts is None or ts < 0:  # the plugin's steady clock never reads below 0
-            why = "missing or non-numeric 'ts'" if ts is None else "negative 'ts'"
+        if ts is None or not fits(ts, (0, INT64[1])):  # the plugin's steady clock never reads below 0
+            # a ts beyond int64 ns is named by the field and its text, as Kineto's are (it was
+            # 'enter_ns' beyond int64 in ns on its pair, or "ends before its begin" on a begin)
+            why = (
+                "missing or non-numeric 'ts'"
+                if ts is None
+                else "negative 'ts'"
+                if ts < 0
+                else "'ts' beyond int64"
+            )
             if on_bad_event == "raise":
-                value = "" if ts is None else f" ({bytes(ev.ts).decode()} us)"
+                value = "" if ts is None else f" ({bytes(ev.ts).decode()[:40]} us)"
                 raise TraceFormatError(
                     p,
                     f"event #{i} ({ev.cat} {ev.name!r})",
@@ -287,7 +303,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         raise TraceFormatError(
             p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives"
         )
-    rank, warnings = _rank(p, evs)
+    rank, warnings, repaired = _rank(p, evs)
     if repairs:
         warnings.append(
             f"{p.name}: repaired non-strict JSON: "
@@ -311,7 +327,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         world_size=None,
         trace={
             "pid": events[0]["pid"] if events else None,
-            "meta": msgspec.json.encode({"clock": "plugin", "repairs": dict(repairs)}).decode(),
+            "meta": msgspec.json.encode(
+                {"clock": "plugin", "repairs": dict(repairs), **({"repaired": repaired} if repaired else {})}
+            ).decode(),
         },
         events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),
         collectives=pa.Table.from_pylist(colls, schema=_COLL_SCHEMA),
@@ -446,28 +464,44 @@ def _rows(
     return events, colls
 
 
-def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str]]:
-    m = _RANK_IN_NAME.search(path.name)
-    if m:
-        return int(m.group(1)), []
+def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[str, int]]:
+    """(rank, warnings, repairs): the rank (module doc, step 4) and the ``Rank`` values read or
+    ignored by the identity rule (module doc), counted by ``"args.Rank <what>"``."""
     per_comm: dict[Any, Counter[int]] = {}
+    said: Counter[str] = Counter()  # what identity_int says of a Rank -> records
+    first: dict[str, str] = {}  # what it says -> the first such value, shown
     for ev in evs:
         a = ev.args or {}
         if (
-            ev.cat in ("COLL", "P2P")
-            and ev.ph == "b"
-            and (r := integer(a.get("Rank"))) is not None
-            and _bad_value(a) is None
-        ):  # a refused record (skipped) says nothing of the rank
-            per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
+            ev.cat in ("COLL", "P2P") and ev.ph == "b" and _bad_value(a) is None
+        ):  # a refused record says nothing
+            r, what = identity_int(a.get("Rank"))
+            if what is not None:
+                said[what] += 1
+                first.setdefault(what, shown(a.get("Rank")))
+            if r is not None:
+                per_comm.setdefault(a.get("CommHash"), Counter())[r] += 1
+    warnings = [
+        f"{path.name}: {n} COLL / P2P record(s) whose args.Rank is {first[what]} (first), {what}"
+        for what, n in said.items()
+    ]
+    repaired = {f"args.Rank {what}": n for what, n in said.items()}
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), warnings, repaired
     if not per_comm:
-        return None, []
+        return None, warnings, repaired
     ranks = {r for c in per_comm.values() for r in c}
     if len(ranks) == 1:
-        return ranks.pop(), []
+        return ranks.pop(), warnings, repaired
     comm, counts = max(per_comm.items(), key=lambda kv: sum(kv[1].values()))
     rank = counts.most_common(1)[0][0]
-    return rank, [
-        f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
-        f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise"
-    ]
+    return (
+        rank,
+        [
+            *warnings,
+            f"{path.name}: ranks {sorted(ranks)} in several communicators; rank {rank} of communicator "
+            f"{comm} (most collectives) taken as the global rank; name the file rank<R>... to say otherwise",
+        ],
+        repaired,
+    )

@@ -280,6 +280,22 @@ def _set(rec: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, An
             ),
             "'metadata.dump_timestamp_us' not a non-negative integer",
         ),
+        # coll_sn and the message size are a record's numbers too (traceprof.core.values.record_int):
+        # "3" and 8.0 were read as 3 and 8 silently, while the times beside them were refused
+        (
+            json.dumps(_set(_rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10), ("coll_perf", "coll_sn"), "3")),
+            "'coll_perf.coll_sn' not a non-negative integer",
+        ),
+        (
+            json.dumps(
+                _set(
+                    _rec("0xaa", 0, 1, "AllReduce", 3, 8, T, T + 10),
+                    ("coll_perf", "coll_msg_size_bytes"),
+                    8.0,
+                )
+            ),
+            "'coll_perf.coll_msg_size_bytes' not a non-negative integer",
+        ),
         (
             '{"header": {"id": "0xaa"}, "metadata": {}}',
             "not an NCCL Inspector record (no 'header', 'metadata' and 'coll_perf' / 'p2p_perf')",

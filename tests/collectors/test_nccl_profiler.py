@@ -188,21 +188,32 @@ def test_empty_dump_named_like_one_says_no_events(tmp_path, body):
 
 
 @pytest.mark.parametrize(
-    ("count", "reason"),
+    ("key", "value", "reason"),
     [
-        ("-524288", "negative 'Count' (-524288)"),  # was stored as -1048576 bytes
-        ("1e300", "'Count' beyond int64 (1e+300)"),
+        ("Count", "-524288", "negative 'Count' (-524288)"),  # was stored as -1048576 bytes
+        # a record's number is a JSON integer (traceprof.core.values.record_int, as the Flight
+        # Recorder's and NCCL Inspector's): a float or a string is none, whatever it writes
+        ("Count", "1e300", "'Count' not an integer (1e+300)"),
+        ("Count", "524288.0", "'Count' not an integer (524288.0)"),  # was read as 524288, silently
+        ("Count", '"524288"', "'Count' not an integer ('524288')"),  # was read as 524288, silently
+        ("Count", "true", "'Count' not an integer (True)"),
+        # SeqNum "0" (and 0.0, "0x0") was read as 0 silently: the collective's instance key came
+        # from a value no NCCL writes
+        ("SeqNum", '"0"', "'SeqNum' not an integer ('0')"),
+        ("SeqNum", "0.0", "'SeqNum' not an integer (0.0)"),
+        ("SeqNum", '"0x0"', "'SeqNum' not an integer ('0x0')"),
         (
+            "Count",
             str(2**62),
             f"'bytes_in' beyond int64 ({2**63})",
         ),  # 2**62 bfloat16 elements: 2**63 bytes (was a traceback)
-        ('"many"', "'Count' not an integer ('many')"),  # was a NULL count, silently
+        ("Count", '"many"', "'Count' not an integer ('many')"),  # was a NULL count, silently
     ],
 )
-def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
-    # The first AllReduce begin (event #1: #0 is its Group) gets the bad Count; the second is intact.
+def test_count_or_seqnum_that_cannot_be_stored_is_refused(tmp_path, key, value, reason):
+    # The first AllReduce begin (event #1: #0 is its Group) gets the bad value; the second is intact.
     path = tmp_path / f"nccl_profile_{COMM}_0.json"
-    path.write_text(_plugin_dump(0).replace('"Count": ', f'"Count": {count}, "Was": ', 1))
+    path.write_text(_plugin_dump(0).replace(f'"{key}": ', f'"{key}": {value}, "Was": ', 1))
     with pytest.raises(TraceFormatError) as e:
         parse(path)
     assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason}; pass --skip-bad-events")
@@ -210,6 +221,29 @@ def test_count_that_cannot_be_stored_is_refused(tmp_path, count, reason):
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
     assert pt.rejected == {reason.split(" (")[0]: 1}
     assert sorted(pt.events.column("kind").to_pylist()) == ["collective"] + ["other"] * 4
+
+
+@pytest.mark.parametrize(
+    ("rank", "what"),
+    [
+        ('"0"', "a string: read as its integer"),
+        ("0.0", "a float: read as its integer"),
+        ('"zero"', "not an integer: ignored"),
+    ],
+)
+def test_rank_written_as_text_is_said_and_counted(tmp_path, rank, what):
+    # An identity (traceprof.core.values.identity_int): "0" was read as rank 0 silently and "zero"
+    # ignored silently; now each is said and counted per record, the rank read where it is one.
+    # A file name without rank<R>: the rank comes from args.Rank (both records' Rank changed).
+    path = tmp_path / "nccl_profile.json"
+    path.write_text(_plugin_dump(0).replace('"Rank": 0,', f'"Rank": {rank},'))
+    pt = parse(path)
+    assert pt.rank == (None if what.endswith("ignored") else 0)
+    assert json.loads(pt.trace["meta"])["repaired"] == {f"args.Rank {what}": 2}
+    shown = repr(json.loads(rank))
+    assert (
+        f"nccl_profile.json: 2 COLL / P2P record(s) whose args.Rank is {shown} (first), {what}" in pt.warnings
+    )
 
 
 @pytest.mark.parametrize(
@@ -398,21 +432,32 @@ def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
         )
 
 
-def test_negative_timestamp_is_a_bad_event(tmp_path):
+@pytest.mark.parametrize(
+    ("ts", "reason"),
+    [
+        ("-12.500", "negative 'ts'"),
+        # beyond int64 ns, named by the field and its text as Kineto's are: it was "ends before its
+        # begin (event #1) by 999,...,498,880.017 us" (the end was the sane one), or on an end
+        # "'enter_ns' beyond int64 (1000...000)" in ns
+        ("1e30", "'ts' beyond int64"),
+        ("9223372036854775.808", "'ts' beyond int64"),  # 2**63 ns, one past int64
+    ],
+)
+def test_negative_or_out_of_range_timestamp_is_a_bad_event(tmp_path, ts, reason):
     # The plugin's steady clock never reads below 0: the first AllReduce begin (event #1) at
     # -12.5 us was stored as a time. Now it is a bad event naming the file and the event; skipped,
     # its end has no begin (rejected too) and only the second AllReduce (seq 1) is left.
     path = tmp_path / f"nccl_profile_{COMM}_0.json"
     lines = _plugin_dump(0).splitlines()
     assert '"name": "AllReduce", "cat": "COLL", "ph": "b"' in lines[2]
-    lines[2] = re.sub(r'"ts": [0-9.]+', '"ts": -12.500', lines[2])
+    lines[2] = re.sub(r'"ts": [0-9.]+', f'"ts": {ts}', lines[2])
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(TraceFormatError) as e:
         parse(path)
-    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): negative 'ts' (-12.500 us); pass")
+    assert str(e.value).startswith(f"{path}: event #1 (COLL 'AllReduce'): {reason} ({ts} us); pass")
     pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
-    assert pt.rejected == {"negative 'ts'": 1, "end without a begin": 1}
+    assert pt.rejected == {reason: 1, "end without a begin": 1}
 
 
 def test_end_before_its_begin_is_a_bad_event(tmp_path):

@@ -104,7 +104,46 @@ def test_kineto_times_beyond_int64_rejected_per_event(tmp_path, field, value, me
         assert store.sql("SELECT name FROM events WHERE kind = 'cpu_op'")["name"].to_list() == ["a"]
         reason = message.split(" (")[0]
         assert store.runs()["issues"].to_list() == [f"1 rejected: {reason}"]
-        assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason}"
+        # the skipped event named too, as every other skipped kind's first is (it was counted only)
+        assert res.warnings[0] == (
+            f"rank0.json: 1 record(s) not stored: 1 {reason} (first: event #2 (ph='X', name='b'))"
+        )
+
+
+@pytest.mark.parametrize(
+    ("base_ns", "ts", "shown"),
+    [
+        (None, -20, "-20 us"),  # old style: epoch us
+        (10_000, -20, "-20 us after baseTimeNanoseconds 10000"),  # 10,000 - 20,000 ns
+    ],
+)
+def test_kineto_time_before_the_epoch_is_a_bad_event(tmp_path, base_ns, ts, shown):
+    # A time before 1970 was stored as a negative ts_ns, silently, while a negative time is a bad
+    # record in every other source (Flight Recorder, NCCL plugin, NDTimeline): named as the other
+    # bad events, skipped and counted with --skip-bad-events, the first named. A ts below 0 whose
+    # epoch time is not (base + ts >= 0) is an ordinary event: after base 10 us, "a" at ts -5 us
+    # is at 10,000 - 5,000 = 5,000 ns; without a base "a" stays at ts 1 us (1,000 ns).
+    doc = micro_trace(["a", "b"], base_ns=base_ns or 0)
+    if base_ns is None:
+        del doc["baseTimeNanoseconds"]
+    else:
+        doc["traceEvents"][1]["ts"] = -5  # event #1: "a"
+    doc["traceEvents"][2]["ts"] = ts  # event #2: "b"
+    path = _write(tmp_path / "k", "rank0.json", doc)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value) == (
+            f"{path}: event #2 (ph='X', name='b'): 'ts' before the epoch ({shown}); pass "
+            "--skip-bad-events to skip such records"
+        )
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        rows = store.sql("SELECT name, ts_ns FROM events WHERE kind = 'cpu_op'").rows()
+        assert rows == [("a", 5_000 if base_ns else 1_000)]
+        assert store.runs()["issues"].to_list() == ["1 rejected: 'ts' before the epoch"]
+        assert res.warnings[0] == (
+            "rank0.json: 1 record(s) not stored: 1 'ts' before the epoch (first: event #2 (ph='X', name='b'))"
+        )
 
 
 @pytest.mark.parametrize(
@@ -237,8 +276,8 @@ def _comm_kernel(**args) -> dict:
 @pytest.mark.parametrize(
     ("key", "value", "reason", "shown"),
     [
-        ("Seq", 1e300, "'seq' beyond int64", "1e+300"),  # a float beyond int64 (int(1e300) has 301 digits)
-        # a JSON integer beyond int64 was stored as a NULL seq, silently
+        # a JSON integer beyond int64 was stored as a NULL seq, silently (a float such as 1e300 is
+        # no integer: ignored, test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning)
         ("Seq", 12 * 10**28, "'seq' beyond int64", "120000000000000000000000000000"),
         ("In msg nelems", 2**63, "'nelems_in' beyond int64", str(2**63)),
         ("In msg nelems", -4, "negative 'nelems_in'", "-4"),  # was stored as -16 bytes
@@ -262,9 +301,11 @@ def test_kineto_collective_number_that_cannot_be_stored_names_the_event(tmp_path
             ) in res.warnings
 
 
-@pytest.mark.parametrize("value", ["abc", 1.5, True, [3]])
+@pytest.mark.parametrize("value", ["abc", 1.5, True, [3], "7", 7.0, 1e300])
 def test_kineto_seq_that_is_not_an_integer_is_ignored_with_a_warning(tmp_path, value):
     # A Seq of 1.5 was stored as 1, "abc" as NULL, both silently: now NULL, and the warning names event #1.
+    # A record's number is a JSON integer (traceprof.core.values.record_int, as in the Flight
+    # Recorder and NCCL readers): "7" and 7.0 were read as 7 silently, 1e300 refused the row.
     path = _write(tmp_path / "c", "rank0.json", _comm_kernel(Seq=value))
     store, res = _ingest(tmp_path, path)
     assert store.sql("SELECT seq, op, nelems_in, bytes_in FROM collectives").rows() == [

@@ -82,6 +82,8 @@ def test_kineto_event_with_long_text(tmp_path, what, general):
     assert _runs(db) == ["ok"]  # the store as it was
     code, _, err = run("ingest", str(bad), "--db", str(db), "--skip-bad-events")
     assert code == 0 and f"1 record(s) not stored: 1 {field} longer than 1 MiB" in err, err
+    # named as other skipped kinds' first events are (it was counted only)
+    assert f"1 {field} longer than 1 MiB (first: event #2 (cat=" in err, err
     # the other events, as written: op i at 10*i us (ns in the store); the B/E pair one event
     want = (
         [("op0", 0)] + [(f"op{i}", 10_000 * i) for i in (0, 1, 3, 4)] + ([("op9", 90_000)] if general else [])

@@ -203,6 +203,7 @@ def drop_long_text(
     on_bad_event: str,
     rejected: dict[str, int],
     what: str = "event",
+    first: dict[str, str] | None = None,
 ) -> None:
     """Drop (or raise on) the rows of parser columns with a text field longer than
     :data:`MAX_FIELD_BYTES`: every text column of ``cols`` is checked. Then, in record order, the
@@ -221,6 +222,8 @@ def drop_long_text(
             ``"'<column>' longer than 1 MiB"``).
         rejected: Counts by reason, updated.
         what: The record's name in messages (``event``, ``row``).
+        first: With ``on_bad_event="skip"``, filled with reason -> its first record where it holds
+            none yet (as :func:`drop_out_of_range`'s).
 
     Raises:
         TraceFormatError: With ``on_bad_event="raise"``, the first such row, naming ``what #index``,
@@ -251,13 +254,10 @@ def drop_long_text(
                 f"{total + row:,} bytes of such text with it): the store could not take it in"
             )
         bad.append(r)
-        _bad(
-            path,
-            _record(what, None if src_index is None else src_index[r], cols, r),
-            problem,
-            on_bad_event,
-            rejected,
-        )
+        where = _record(what, None if src_index is None else src_index[r], cols, r)
+        if first is not None and on_bad_event != "raise":
+            first.setdefault(problem.split(" (", 1)[0], where)
+        _bad(path, where, problem, on_bad_event, rejected)
     if bad:
         _drop(cols, src_index, bad, len(next(iter(cols.values()))))
 
@@ -378,8 +378,23 @@ def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tup
     values = row if isinstance(row, list) else [row.get(n) for n in names]
     for name, v, b in zip(names, values, bounds, strict=True):
         if not fits(v, b):
-            return f"{name!r} beyond int{64 if b == INT64 else 32} ({shown(v)})"
+            if b[0] == 0 and INT64[0] <= v < 0:  # an epoch-ns column (drop_out_of_range's ``epoch``)
+                return f"{name!r} before the epoch ({shown(v)})"
+            return f"{name!r} beyond int{64 if b[1] == INT64[1] else 32} ({shown(v)})"
     return None
+
+
+def _not_below(col: Any, floor: int) -> bool:
+    """Whether no value of an integer column (numpy, :class:`Ints`-like with ``values`` and ``ok``,
+    Arrow, a list; None ignored) is below ``floor``."""
+    values, ok = (col.values, col.ok) if hasattr(col, "values") and hasattr(col, "ok") else (col, None)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if not len(values):
+            return True
+        return int(values.min(where=ok, initial=floor) if ok is not None else values.min()) >= floor
+    listed = values if isinstance(values, list) else _pylist(values)
+    low = min((v for v in listed if isinstance(v, int)), default=floor)
+    return low >= floor
 
 
 def drop_out_of_range(
@@ -393,6 +408,8 @@ def drop_out_of_range(
     extra: dict[str, list[Any]] | None = None,
     fields: dict[str, str] | None = None,
     describe: Callable[[int, str], tuple[str, str]] | None = None,
+    first: dict[str, str] | None = None,
+    epoch: tuple[str, ...] = (),
 ) -> None:
     """Check the integer columns of parser rows; drop (or raise on) rows that do not fit.
 
@@ -415,15 +432,21 @@ def drop_out_of_range(
             number a Kineto ``ProfilerStep#N`` name gives), one per row.
         fields: Column -> the source field it was read from (Kineto ``ts_ns`` -> ``ts``): the
             message and the reason name that field.
-        describe: With ``on_bad_event="raise"``, called with (record index, problem) for the
-            row refused; returns (the record, the problem) in the source's words (Kineto:
-            ``event #18 (ph='X', name='aten::mm')``, ``'ts' beyond int64 (1e+30 us)``).
+        describe: Called with (record index, problem) for the row refused (with
+            ``on_bad_event="raise"``) or the first row of each reason skipped (with ``first``);
+            returns (the record, the problem) in the source's words (Kineto: ``event #18 (ph='X',
+            name='aten::mm')``, ``'ts' beyond int64 (1e+30 us)``).
+        first: With ``on_bad_event="skip"``, filled with reason -> its first record (``describe``'s,
+            else ``what #index``) where it holds none yet, for the warning that counts them.
+        epoch: Time columns of epoch ns (Kineto's ``ts_ns``): a value below 0, a time before
+            1970 that no trace records, is a bad record too (``"'ts_ns' before the epoch"``), as a
+            negative time is in every other source.
 
     Raises:
         TraceFormatError: With ``on_bad_event="raise"``, the first row that does not fit, naming
             ``what #index``, the column and the value.
     """
-    drop_long_text(path, cols, src_index, on_bad_event, rejected, what)
+    drop_long_text(path, cols, src_index, on_bad_event, rejected, what, first)
     checks = {
         "ts_ns": pa.int64(),
         "dur_ns": pa.int64(),
@@ -436,9 +459,9 @@ def drop_out_of_range(
     }
     values = {**cols, **(extra or {})}
     names = [n for n in checks if n in values]
-    if _all_fit(values, names, checks):
+    if _all_fit(values, names, checks) and all(_not_below(values[n], 0) for n in epoch if n in values):
         return
-    bounds = [_bounds()[checks[n]] for n in names]
+    bounds = [(0, hi) if n in epoch else (lo, hi) for n in names for lo, hi in [_bounds()[checks[n]]]]
     n_rows = len(src_index)
     values = {
         k: v if isinstance(v, list) else _pylist(v)
@@ -456,8 +479,12 @@ def drop_out_of_range(
         if problem is None:
             continue
         where, problem = f"{what} #{src_index[r]}", _spelled(problem, fields or {})
-        if describe is not None and on_bad_event == "raise":
+        reason = problem.split(" (", 1)[0]
+        named = on_bad_event == "raise" or (first is not None and reason not in first)
+        if describe is not None and named:
             where, problem = describe(src_index[r], problem)
+        if first is not None and on_bad_event != "raise":
+            first.setdefault(reason, where)
         _bad(path, where, problem, on_bad_event, rejected)
         bad.append(r)
     if bad:

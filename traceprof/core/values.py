@@ -1,8 +1,23 @@
 """Values from outside: integers and real numbers from trace files, booleans from option strings.
 One rule each.
 
-Every parser reads integers (ids, ranks, sizes, times) from JSON, pickles and YAML through
-:func:`integer` or :func:`checked_int`, so a value means the same in every source:
+Every parser reads an integer from JSON, pickles and YAML through one of two rules, by what the
+field is, so that a value means the same in every source:
+
+- **A record's number** (a time, a duration, a sequence number, a count, a size, a record id) is
+  a JSON integer: :func:`record_int` (:func:`json_int`). A string (``"7"``), a float (``7.0``,
+  ``1e18``: no float64 holds an epoch ns exactly) or a bool is no integer there, and the record
+  is bad, as any other value that cannot be stored: an error naming the file, the record and the
+  value, or with ``--skip-bad-events`` the record skipped and counted (a source that keeps the
+  rest of the record reads the value as absent, said and counted). The Flight Recorder, NCCL
+  profiler-plugin and NCCL Inspector readers and Kineto's collective metadata follow it.
+- **An identity** (a rank, a world size, a device or stream id, a correlation id) written as a
+  string or float that is an integer (``"7"``, ``7.0``) is read as it, and said and counted where
+  it is read (:func:`identity_int`, :func:`spelled_int` names how it was written:
+  ``distributedInfo.world_size is '7', a string: read as its integer``); one that is no integer is
+  ignored, said and counted.
+
+Under both, what is an integer at all is :func:`integer`'s rule:
 
 - an ``int`` is itself; a ``bool`` is *not* an integer (``true`` is no rank and no id);
 - a float is an integer only without a fraction (``2.0`` is 2; ``1.5`` is none: truncated to 1
@@ -10,14 +25,15 @@ Every parser reads integers (ids, ranks, sizes, times) from JSON, pickles and YA
 - a string is an integer when Python reads it as one in any base (``"12"``, ``" 7 "``, ``"0x1f"``);
 - anything else (None, lists, objects) is none.
 
+A time written as a number's text (Kineto's and the NCCL plugin's decimal microseconds) is read
+from that text exactly (``traceprof.core.timeconv``), never through a float.
+
 A real number (a bandwidth, a rate a source reports) is read through :func:`number`: a JSON
 number, ``int`` or ``float``, that is finite; not a ``bool``, not a string.
 
 Which callers bound the value (int64, int32) and what they do with a bad one (an error naming the
-record, a warning, NULL) stays theirs; :func:`checked_int` also says *why* there is no value. A
-string or float that writes an integer is read as it, but an identity (a rank, a world size, a
-device id) so written is said and counted where it is read (:func:`spelled_int` names how it was
-written: ``distributedInfo.world_size is '7', a string: read as its integer``).
+record, a warning, NULL) stays theirs; :func:`checked_int` and :func:`record_int` also say *why*
+there is no value.
 """
 
 from __future__ import annotations
@@ -25,7 +41,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["integer", "checked_int", "spelled_int", "identity_int", "number", "parse_bool", "BOOL_WORDS"]
+__all__ = [
+    "integer",
+    "checked_int",
+    "json_int",
+    "record_int",
+    "spelled_int",
+    "identity_int",
+    "number",
+    "parse_bool",
+    "BOOL_WORDS",
+]
 
 #: Option words read as booleans (``-p hta=true``, ``TRACEPROF_NO_CACHE=1``), lower case.
 BOOL_WORDS = {
@@ -70,6 +96,25 @@ def checked_int(v: Any, bits: int = 64) -> tuple[int | None, str | None]:
     if not -(2 ** (bits - 1)) <= n < 2 ** (bits - 1):
         return None, f"beyond int{bits}"
     return n, None
+
+
+def json_int(v: Any) -> int | None:
+    """``v`` when it is a JSON integer (an ``int``, not a ``bool``), else None: a record's number
+    (module doc) written as a string, a float or a boolean is none (``"7"`` and ``1.796e18`` were
+    read, the float rounded by up to 256 ns)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def record_int(v: Any, bits: int = 64) -> tuple[int | None, str | None]:
+    """A record's number (module doc), or why there is none: (value, None); (None, None) for an
+    absent value (None); (None, ``"not an integer"``) for anything but a JSON integer (``"7"``,
+    ``7.0``, ``true``, ``"x"``); (None, ``"beyond int<bits>"``) for one that does not fit ``bits``
+    signed bits."""
+    if v is None:
+        return None, None
+    if json_int(v) is None:
+        return None, "not an integer"
+    return checked_int(v, bits)
 
 
 def spelled_int(v: Any) -> str | None:

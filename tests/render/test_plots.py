@@ -64,6 +64,44 @@ def test_heatmap_colour_scale_runs_over_the_data():
     assert bar.color_mapper.palette[0] == "#fff5f0" and bar.title == "lateness (ms)"
 
 
+def test_heatmap_cells_are_placed_without_a_dataset_per_column(monkeypatch):
+    # holoviews orders a heatmap's categories from each x column's y values; it built a holoviews
+    # Dataset per column for that (a 334-step heatmap: 334 of them, most of its render time).
+    # The grid is the one holoviews' own path gives, with no Dataset per column:
+    # x '1' holds y p, q; '2' holds q, r; '3' holds r, p: a cycle, so y is sorted (p, q, r); x keeps
+    # its order of appearance; each cell in its place, NaN (None here) where a pair is missing.
+    from holoviews.core.data import Dataset
+    from holoviews.element.util import categorical_aggregate2d
+
+    df = pl.DataFrame(
+        {
+            "step": ["1", "1", "2", "2", "3", "3"],
+            "rank": ["p", "q", "q", "r", "r", "p"],
+            "v": [1.0, 2, 3, 4, 5, 6],
+        }
+    )
+
+    def cells(grid) -> list[list[float | None]]:
+        return [
+            [None if v != v else v for v in row] for row in grid.dimension_values("v", flat=False).tolist()
+        ]
+
+    own = categorical_aggregate2d._get_coords
+    with plots._fast_heatmaps():
+        grid = plots.heatmap(df, "step", "rank", "v", "cycle").gridded
+    assert grid.dimension_values("step", expanded=False).tolist() == ["1", "2", "3"]
+    assert grid.dimension_values("rank", expanded=False).tolist() == ["p", "q", "r"]
+    assert cells(grid) == [[1.0, None, 6.0], [2.0, 3.0, None], [None, 4.0, 5.0]]  # [y][x]
+    assert categorical_aggregate2d._get_coords == own  # restored after
+    assert cells(plots.heatmap(df, "step", "rank", "v", "cycle").gridded) == cells(grid)  # holoviews' own
+    made = []
+    init = Dataset.__init__
+    monkeypatch.setattr(Dataset, "__init__", lambda self, *a, **k: (made.append(1), init(self, *a, **k))[1])
+    many = pl.DataFrame({"step": list(range(60)) * 2, "rank": [0] * 60 + [1] * 60, "v": [1.0] * 120})
+    plots.render(plots.heatmap(many, "step", "rank", "v", "many"))
+    assert len(made) < 60  # 60 columns, not a Dataset each
+
+
 def test_one_palette_one_meaning_per_colour():
     # Green was idle in one chart, "other", "memory only" and p99 in others. Each meaning has one
     # colour, the same in every chart and on the timeline; series that measure no state (p99,

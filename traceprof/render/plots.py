@@ -233,6 +233,66 @@ def _y_axis(df: pl.DataFrame, ys: Sequence[str], ylabel: str) -> tuple[list[str]
     return ys, 1e-6 if in_ms else 1.0, unit
 
 
+class _Columns:
+    """What ``categorical_aggregate2d._get_coords`` reads of a pandas-backed holoviews Dataset
+    (:func:`_fast_heatmaps`): its dimensions, its values, and its groupby by one column as plain
+    pandas groups (first appearance first, as holoviews groups), without a holoviews Dataset per
+    group."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def dimensions(self, *args: Any, **kwargs: Any) -> Any:
+        return self.ds.dimensions(*args, **kwargs)
+
+    def dimension_values(self, dim: Any, expanded: bool = True) -> Any:
+        return self.ds.dimension_values(dim, expanded)
+
+    def groupby(self, dim: Any, **_: Any) -> dict[Any, _Group]:
+        name = self.ds.get_dimension(dim, strict=True).name
+        return {k: _Group(g) for k, g in self.ds.data.groupby(name, sort=False, observed=False)}
+
+
+class _Group:
+    """One group of :meth:`_Columns.groupby`: a column's distinct values in order of appearance
+    (``pd.unique``, as holoviews' pandas interface gives them)."""
+
+    def __init__(self, df: Any) -> None:
+        self.df = df
+
+    def dimension_values(self, dim: Any, expanded: bool = True) -> Any:
+        import pandas as pd
+
+        col = self.df[getattr(dim, "name", dim)]
+        return pd.unique(col) if not expanded else col.to_numpy()
+
+
+@contextlib.contextmanager
+def _fast_heatmaps() -> Iterator[None]:
+    """Within the block, holoviews orders a heatmap's categories (``categorical_aggregate2d
+    ._get_coords``: the y values' order, from each x column's) by its own code over plain pandas
+    groups (:class:`_Columns`) instead of one holoviews Dataset per x value: the same coordinates,
+    so the same figure in about a third of the CPU (a 334-step x 8-rank heatmap rendered and
+    serialized: 0.90-1.06 -> 0.31-0.36 s under load; the 8 ranks x 1 M events report draws two or
+    three). A Dataset not held as a pandas frame takes holoviews' own path. The method is restored
+    after."""
+    import pandas as pd
+    from holoviews.element.util import categorical_aggregate2d as agg
+
+    own = agg.__dict__["_get_coords"]
+
+    def coords(cls: Any, obj: Any) -> Any:
+        if isinstance(getattr(obj, "data", None), pd.DataFrame) and len(obj.kdims) == 2:
+            return own.__func__(cls, _Columns(obj))
+        return own.__func__(cls, obj)
+
+    agg._get_coords = classmethod(coords)
+    try:
+        yield
+    finally:
+        agg._get_coords = own
+
+
 def holoviews() -> Any:
     """holoviews with its bokeh backend loaded (imported here, when a plot is made: about a second
     that the CLI's other commands never pay)."""
@@ -246,7 +306,7 @@ def render(element: Any) -> Any:
     """The bokeh figure of a holoviews ``element`` (``hv.render(element, backend="bokeh")``),
     drawn on a canvas (no WebGL), bokeh's validation warnings kept off the terminal."""
     hv = holoviews()
-    with quiet():
+    with quiet(), _fast_heatmaps():
         fig = hv.render(element, backend="bokeh")
     fig.output_backend = "canvas"
     return fig

@@ -220,7 +220,7 @@ def test_a_per_step_series_of_5000_steps_is_bucketed_with_its_extremes() -> None
     df = pl.DataFrame({"step": range(n), "actual_ns": actual, "ideal_ns": [900_000] * n})
     fig, note = _step_chart(df.reverse())  # the rows in any order
     assert note == (
-        "5,000 steps drawn as 500 points of 10 consecutive steps (the last fewer): each their median, "
+        "5,000 steps drawn as 500 points of 10 consecutive steps: each their median, "
         "and a band from the smallest to the largest (the table has every step)"
     )
     lines = [r.data_source.data for r in fig.renderers if type(r.glyph).__name__ == "Line"]

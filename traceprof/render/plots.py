@@ -285,7 +285,8 @@ def buckets(
     out = out.with_columns(pl.col(x).min().over("_bin"), pl.col(f"{x}_last").max().over("_bin")).drop("_bin")
     return (
         out,
-        f"{n:,} {x}s drawn as {out[x].n_unique():,} points of {per:,} consecutive {x}s (the last fewer)",
+        f"{n:,} {x}s drawn as {out[x].n_unique():,} points of {per:,} consecutive {x}s"
+        + (" (the last fewer)" if n % per else ""),
     )
 
 

@@ -8,6 +8,7 @@ import json
 import re
 
 import polars as pl
+import pytest
 
 from traceprof.render import plots
 
@@ -220,6 +221,84 @@ def test_downsample_averages_runs_of_steps() -> None:
     heat, _ = downsample(two, "step", ["v"], by=["rank"], max_columns=4)
     assert heat.height == 8 and heat.filter(pl.col("rank") == 1)["v"].to_list() == [1.0, 4.0, 7.0, 9.0]
     same, none = downsample(df, "step", ["v"], max_columns=10)
+    assert same is df and none == ""
+
+
+def _hand_buckets(values: list[float], per: int) -> list[tuple[float, float, float]]:
+    """(min, median, max) of each run of ``per`` consecutive values, worked out without polars."""
+    import statistics
+
+    return [
+        (min(b), statistics.median(b), max(b))
+        for b in (values[i : i + per] for i in range(0, len(values), per))
+    ]
+
+
+def _step_chart(df: pl.DataFrame):
+    """What-if's per-step chart of ``df`` (step, actual_ns, ideal_ns), drawn as the report draws it."""
+    from traceprof.engine.analysis import Chart
+
+    class Result:
+        def frames(self) -> dict[str, pl.DataFrame]:
+            return {"frame": df}
+
+    spec = Chart("Step time: actual vs simulated without stragglers (ns)", "step", ("actual_ns", "ideal_ns"))
+    el, note = plots.chart(Result(), spec)
+    return plots.render(el), note
+
+
+def test_a_per_step_series_of_5000_steps_is_bucketed_with_its_extremes() -> None:
+    """5,000 steps into at most MAX_POINTS (500) points: ceil(5000 / 500) = 10 steps a point,
+    labelled by the first (0, 10, ..., 4990). Step times 1 ms + (step mod 7) us, and one slow step,
+    4,321, of 50 ms: its bucket (4,320-4,329) has max 50 ms, the mean of earlier versions (5.9 ms)
+    hid it. Medians, mins and maxes worked out by :func:`_hand_buckets`; every other line is flat."""
+    n, slow = 5000, 4321
+    actual = [1_000_000 + (i % 7) * 1_000 for i in range(n)]
+    actual[slow] = 50_000_000
+    df = pl.DataFrame({"step": range(n), "actual_ns": actual, "ideal_ns": [900_000] * n})
+    fig, note = _step_chart(df.reverse())  # the rows in any order
+    assert note == (
+        "5,000 steps drawn as 500 points of 10 consecutive steps: each their median, "
+        "and a band from the smallest to the largest (the table has every step)"
+    )
+    lines = [r.data_source.data for r in fig.renderers if type(r.glyph).__name__ == "Line"]
+    bands = [r.data_source.data for r in fig.renderers if type(r.glyph).__name__ == "Patch"]
+    assert len(lines) == 2 and len(bands) == 2
+    want = _hand_buckets([v / 1e6 for v in actual], 10)
+    got = lines[0]
+    assert len(got["step"]) == plots.MAX_POINTS == 500 and list(got["step"]) == list(range(0, n, 10))
+    assert list(got["min"]) == [w[0] for w in want]
+    assert list(got["median"]) == pytest.approx([w[1] for w in want], rel=1e-12)
+    assert list(got["max"]) == [w[2] for w in want]
+    assert got["max"][432] == 50.0 and max(got["max"]) == 50.0  # the slow step kept exactly
+    # the band: the maxes left to right, then the mins right to left (one polygon)
+    assert list(bands[0]["y"]) == [w[2] for w in want] + [w[0] for w in want][::-1]
+    assert len(set(lines[1]["median"])) == 1 and lines[1]["median"][0] == pytest.approx(0.9)  # ideal: flat
+
+
+def test_buckets_of_a_heatmap_show_each_buckets_most_outlying_step() -> None:
+    """2 ranks x 1,000 steps into at most 400 columns: ceil(1000 / 400) = 3 steps a column, 334
+    columns (the last holds step 999 alone). Rank 0's lateness 1.0 everywhere but 9.0 at step 500
+    and 0.0 at step 700; rank 1's 1.0 everywhere. The median of all is 1.0: the column of steps
+    498-500 shows rank 0's 9.0 and that of 699-701 its 0.0 (a mean showed 3.67 and 0.67); the
+    bucket's median, min and max are kept beside."""
+    n = 1000
+    late0 = [9.0 if i == 500 else 0.0 if i == 700 else 1.0 for i in range(n)]
+    df = pl.DataFrame(
+        {"step": list(range(n)) * 2, "rank": [0] * n + [1] * n, "lateness_ms": late0 + [1.0] * n}
+    )
+    out, note = plots.buckets(df, "step", ["lateness_ms"], by=["rank"], max_points=400)
+    assert note == "1,000 steps drawn as 334 points of 3 consecutive steps (the last fewer)"
+    assert out.height == 668 and out["step"].unique().to_list() == list(range(0, n, 3))
+    r0 = out.filter(pl.col("rank") == 0)
+    far = dict(zip(r0["step"].to_list(), r0["lateness_ms_far"].to_list(), strict=True))
+    assert far[498] == 9.0 and far[699] == 0.0
+    assert {v for s, v in far.items() if s not in (498, 699)} == {1.0}
+    assert set(out.filter(pl.col("rank") == 1)["lateness_ms_far"].to_list()) == {1.0}
+    row = r0.filter(pl.col("step") == 498).select(pl.exclude("step", "rank", "lateness_ms_far")).row(0)
+    assert row == (500, 3, 1.0, 1.0, 9.0)  # last step, steps, median, min, max
+    assert r0.filter(pl.col("step") == 999).row(0, named=True)["steps"] == 1
+    same, none = plots.buckets(df, "step", ["lateness_ms"], by=["rank"], max_points=n)
     assert same is df and none == ""
 
 

@@ -8,6 +8,7 @@ import logging
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -435,3 +436,82 @@ def test_notes_do_not_speak_of_the_projects_own_traces(store, tmp_path):
     text = write_report(store, None, tmp_path / "r.html").read_text()
     assert "S counts every op slower than its typical value" in text  # the note is printed here
     assert "sample traces" not in text and "few-core" not in text
+
+
+def _figures_data(page: str) -> list[list[dict]]:
+    """Each embedded figure's data sources (column -> values) of a report page: the figures' JSON
+    unpacked, bokeh's arrays (base64, gzip-compressed when large) decoded."""
+    import base64
+    import gzip
+
+    import numpy as np
+
+    packed = re.search(r'id="tp-plots" type="application/octet-stream">([^<]*)<', page).group(1)
+    items = json.loads(gzip.decompress(base64.b64decode(packed)))
+
+    def value(v):
+        if isinstance(v, dict) and v.get("type") == "ndarray":
+            raw = v["array"]["data"] if isinstance(v["array"], dict) else v["array"]
+            if isinstance(raw, list):
+                return raw
+            data = base64.b64decode(raw)
+            data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            return np.frombuffer(data, dtype=v["dtype"]).tolist()
+        return v
+
+    def sources(o, out):
+        if isinstance(o, dict):
+            if o.get("name") == "ColumnDataSource":
+                entries = o["attributes"]["data"]["entries"]
+                out.append({k: value(v) for k, v in entries})
+            for v in o.values():
+                sources(v, out)
+        elif isinstance(o, list):
+            for v in o:
+                sources(v, out)
+        return out
+
+    return [sources(item, []) for _, item in items]
+
+
+@pytest.mark.slow
+def test_report_of_5000_steps_draws_bounded_buckets_with_exact_extremes(store, tmp_path):
+    """A generated run of 2 ranks x 5,000 steps (``benchmarks/gen_trace.py``, 20 events a step):
+    no figure's line draws more than MAX_POINTS (500) points (its min-max band, one polygon, twice
+    that), and what-if's step time is drawn as 500 buckets of 10 consecutive steps whose min, median
+    and max are worked out here from what-if's own per-step table; the stragglers' heat map has at
+    most MAX_COLUMNS (400) columns per rank. Earlier versions drew 385 means of 13 steps, the
+    slowest step hidden in its mean. The report stays within its size budget."""
+    import statistics
+
+    from traceprof.render import plots
+
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gen_trace.py"), str(tmp_path / "job"), "--ranks", "2"]
+        + ["--events", "100000", "--steps", "5000"],
+        check=True,
+        capture_output=True,
+    )
+    ingest(store, [tmp_path / "job"], run="job")
+    steps = analyze(store, "whatif", "job").frame.sort("step")
+    assert steps.height == 5000
+    out = write_report(store, "job", tmp_path / "r.html")
+    page = out.read_text()
+    assert out.stat().st_size < SIZE_BUDGET_BYTES
+    assert "5,000 steps drawn as 500 points of 10 consecutive steps" in page
+    assert "5,000 steps drawn as 385 points of 13 consecutive steps (the last fewer); each cell shows" in page
+    figures = _figures_data(page)
+    for sources in figures:
+        for data in sources:
+            longest = max(map(len, data.values()))
+            assert longest <= 2 * plots.MAX_POINTS or ("rank" in data and longest <= 2 * plots.MAX_COLUMNS)
+    drawn = [d for sources in figures for d in sources if "median" in d]
+    assert len(drawn) == 2  # actual and ideal
+    for col, d in zip(("actual_ns", "ideal_ns"), drawn, strict=True):
+        values = [v / 1e6 for v in steps[col].to_list()]  # ms, as drawn
+        buckets = [values[i : i + 10] for i in range(0, 5000, 10)]
+        assert d["step"] == steps["step"].to_list()[::10]
+        assert d["min"] == pytest.approx([min(b) for b in buckets], rel=1e-12)
+        assert d["max"] == pytest.approx([max(b) for b in buckets], rel=1e-12)
+        assert d["median"] == pytest.approx([statistics.median(b) for b in buckets], rel=1e-12)
+    assert max(drawn[0]["max"]) == pytest.approx(max(steps["actual_ns"].to_list()) / 1e6, rel=1e-12)

@@ -63,6 +63,8 @@ __all__ = [
     "meaning",
     "MAX_COLUMNS",
     "MAX_LINES",
+    "MAX_POINTS",
+    "buckets",
 ]
 
 #: The one palette of the report: each colour has one meaning in every chart and on the timeline.
@@ -129,10 +131,15 @@ def color_of(name: str, i: int) -> str:
 
 
 _WIDTH = 900
-#: A chart draws at most this many x categories (bars, heatmap columns): longer series (a per-step
-#: series of 100,000 steps) are averaged over runs of consecutive x values (:func:`downsample`), so
-#: that the figure stays responsive and the report's size bounded whatever the run's length.
+#: A chart draws at most this many x categories (bars, heatmap columns): longer series are averaged
+#: over runs of consecutive x values (:func:`downsample`), or, over steps (a step x rank heatmap of
+#: 100,000 steps), cut into buckets each shown by its most outlying step (:func:`buckets`), so that
+#: the figure stays responsive and the report's size bounded whatever the run's length.
 MAX_COLUMNS = 400
+#: A per-step series (:func:`series`) draws at most this many points per line: longer runs are cut
+#: into buckets of consecutive steps, each drawn as its median with the band from its smallest to
+#: its largest step (:func:`buckets`), so that a slow step of 100,000 stays in sight.
+MAX_POINTS = 500
 #: A lines chart draws at most this many groups (e.g. ranks): those with the largest values.
 MAX_LINES = 16
 
@@ -208,12 +215,10 @@ def downsample(
         column the mean over the run, sorted by ``x``, and a note saying how many values each
         column averages. Work O(n log n) in the rows.
     """
-    n = df[x].n_unique() if x in df.columns else 0
-    if n <= max_columns:
+    if x not in df.columns or df[x].n_unique() <= max_columns:
         return df, ""
-    per = -(-n // max_columns)  # x values per column, rounded up
+    binned, n, per = _bins(df, x, max_columns)
     cols = [c for c in values if c in df.columns]
-    binned = df.with_columns(((pl.col(x).rank("dense") - 1) // per).alias("_bin"))
     out = (
         binned.group_by("_bin", *by).agg(pl.col(x).min(), *(pl.col(c).mean() for c in cols)).sort("_bin", *by)
     )
@@ -221,6 +226,67 @@ def downsample(
     return out, (
         f"{n:,} {x} values drawn as {out[x].n_unique():,} columns, each the mean of {per:,} consecutive "
         f"{x}s labelled by the first (the table has every {x})"
+    )
+
+
+def _bins(df: pl.DataFrame, x: str, most: int) -> tuple[pl.DataFrame, int, int]:
+    """``df`` with ``_bin``: the index of the bucket of ``ceil(n / most)`` consecutive distinct
+    ``x`` values that each row falls in; and n and the values per bucket."""
+    n = df[x].n_unique()
+    per = -(-n // most)
+    return df.with_columns(((pl.col(x).rank("dense") - 1) // per).alias("_bin")), n, per
+
+
+def buckets(
+    df: pl.DataFrame, x: str, values: Sequence[str], by: Sequence[str] = (), max_points: int = MAX_POINTS
+) -> tuple[pl.DataFrame, str]:
+    """At most ``max_points`` distinct ``x`` values (steps), each bucket of consecutive ones drawn
+    by its median and its extremes, so that no outlier is hidden.
+
+    Args:
+        df: The chart's frame; ``x`` numeric (a step), ``values`` numeric columns.
+        x: The column cut into buckets of ``ceil(n / max_points)`` consecutive distinct values.
+        values: Columns summarized within each bucket (nulls ignored).
+        by: Other category columns kept apart (e.g. ``rank`` of a step x rank heatmap).
+        max_points: Most buckets.
+
+    Returns:
+        (frame, note): ``df`` itself and "" when it has at most ``max_points`` distinct ``x``; else
+        one row per bucket (and ``by`` values), sorted: ``x`` the bucket's first value, ``{x}_last``
+        its last, ``{x}s`` how many it holds, and for each value column ``c``: ``c`` its median,
+        ``c_min`` and ``c_max`` its smallest and largest (exact values of one step each), and
+        ``c_far`` the value furthest from ``c``'s median over the whole frame (the most outlying
+        step, either way; a heatmap's colour); and a note saying how many ``x`` values a point
+        stands for.
+        Work O(n log n) in the rows.
+    """
+    if x not in df.columns or df[x].n_unique() <= max_points:
+        return df, ""
+    binned, n, per = _bins(df.sort(x, maintain_order=True), x, max_points)
+    cols = [c for c in values if c in df.columns]
+    far = []
+    for c in cols:
+        med = df[c].median()
+        off = (pl.col(c).cast(pl.Float64) - (med if med is not None else 0.0)).abs()
+        far.append(pl.col(c).get(off.arg_max()).alias(f"{c}_far"))  # the first of equals
+    out = (
+        binned.group_by("_bin", *by)
+        .agg(
+            pl.col(x).min(),
+            pl.col(x).max().alias(f"{x}_last"),
+            pl.col(x).n_unique().alias(f"{x}s"),
+            *(pl.col(c).median() for c in cols),
+            *(pl.col(c).min().alias(f"{c}_min") for c in cols),
+            *(pl.col(c).max().alias(f"{c}_max") for c in cols),
+            *far,
+        )
+        .sort("_bin", *by)
+    )
+    out = out.with_columns(pl.col(x).min().over("_bin"), pl.col(f"{x}_last").max().over("_bin")).drop("_bin")
+    return (
+        out,
+        f"{n:,} {x}s drawn as {out[x].n_unique():,} points of {per:,} consecutive {x}s"
+        + (" (the last fewer)" if n % per else ""),
     )
 
 
@@ -366,6 +432,8 @@ def series(
     hv = holoviews()
     ys, scale, unit = _y_axis(df, ys, ylabel)
     d = df.sort(x)
+    if f"{x}_last" in d.columns:  # buckets of steps (:func:`buckets`)
+        return _banded(hv, d, x, ys, scale, unit, title, height)
     parts = []
     for j, y in enumerate(ys):
         part = d.filter(pl.col(y).is_not_null())
@@ -380,13 +448,43 @@ def series(
     return hv.Overlay(parts).opts(**opts)
 
 
+def _banded(
+    hv: Any, d: pl.DataFrame, x: str, ys: Sequence[str], scale: float, unit: str, title: str, height: int
+) -> Any:
+    """:func:`series` of buckets of steps (:func:`buckets`): per ``ys`` column a line through the
+    buckets' medians and a band from their smallest to their largest step, in its colour, at each
+    bucket's first step; hover gives a point's median, smallest and largest."""
+    parts = []
+    v, lo, hi = (hv.Dimension(k, label=f"{k} ({unit})") for k in ("median", "min", "max"))
+    for j, y in enumerate(ys):
+        part = d.filter(pl.col(y).is_not_null())
+        data = {
+            x: part[x].to_list(),
+            "median": [float(a) * scale for a in part[y].to_list()],
+            "min": [float(a) * scale for a in part[f"{y}_min"].to_list()],
+            "max": [float(a) * scale for a in part[f"{y}_max"].to_list()],
+        }
+        color, name = color_of(y, j), label(y)
+        band = hv.Area(data, kdims=[x], vdims=[lo, hi], label=f"{name} (min-max)")
+        parts.append(band.opts(color=color, alpha=0.25, line_alpha=0))
+        curve = hv.Curve(data, kdims=[x], vdims=[v, lo, hi], label=f"{name} (median)")
+        parts.append(curve.opts(color=color, line_width=2, tools=["hover"]))
+    opts = _opts(title, height, legend_position="right", show_grid=False, ylabel=unit)
+    if all(a >= 0 for y in ys for a in d[f"{y}_min"].drop_nulls().to_list()):
+        opts["ylim"] = (0, None)
+    return hv.Overlay(parts).opts(**opts)
+
+
 def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
     """A heatmap (``hv.HeatMap``) of ``value`` over ``x`` × ``y`` (categories, in natural order);
     the colour scale runs over the data's range, from its smallest value (light) to its largest
     (dark), so that differences show even when every value is far from zero (an MFU of 41-44% was
-    one flat block on a 0-based scale)."""
+    one flat block on a 0-based scale). A frame of buckets of ``x`` values (:func:`buckets`) is
+    coloured by each bucket's most outlying value (``{value}_far``), so that one slow step of a
+    hundred still shows."""
     hv = holoviews()
-    vals = [None if v is None else float(v) for v in df[value].to_list()]
+    banded = f"{value}_far" in df.columns
+    vals = [None if v is None else float(v) for v in df[f"{value}_far" if banded else value].to_list()]
     present = [v for v in vals if v is not None]
     low, top = (min(present), max(present)) if present else (0.0, 1.0)
     if top <= low:  # one value: a scale around it
@@ -500,13 +598,26 @@ def chart(result: Any, spec: Any) -> tuple[Any, str]:
     if spec.kind == "lines":  # a time series the analysis bounded already (e.g. memory's buckets)
         return lines(df, spec.x, spec.ys, spec.group, spec.mark, title), ""
     if spec.kind == "heatmap":
-        df, note = downsample(df, spec.x, [spec.value], by=[spec.ys[0]])
+        if spec.x != "step":
+            df, note = downsample(df, spec.x, [spec.value], by=[spec.ys[0]])
+            return heatmap(df, spec.x, spec.ys[0], spec.value, title), note
+        df, note = buckets(df, spec.x, [spec.value], by=[spec.ys[0]], max_points=MAX_COLUMNS)
+        if note:  # each cell the most outlying step of its bucket, so that no outlier is hidden
+            note += (
+                f"; each cell shows the {label(spec.value)} of its step furthest from the median of all "
+                "(the most outlying, either way; the table has every step)"
+            )
         return heatmap(df, spec.x, spec.ys[0], spec.value, title), note
     if spec.kind == "spans":  # intervals per lane: x the lane, ys (start, end), value the state
         return spans(df, spec.x, spec.ys[0], spec.ys[1], spec.value, title), ""
-    df, note = downsample(df, spec.x, spec.ys)
     if spec.x == "step" and not spec.stacked and df[spec.x].dtype.is_numeric():  # a per-step series
+        df, note = buckets(df, spec.x, spec.ys)
+        if note:
+            note += (
+                ": each their median, and a band from the smallest to the largest (the table has every step)"
+            )
         return series(df, spec.x, spec.ys, title, ylabel=spec.ylabel), note
+    df, note = downsample(df, spec.x, spec.ys)
     return bars(df, spec.x, spec.ys, title, ylabel=spec.ylabel, stacked=spec.stacked), note
 
 

@@ -331,8 +331,13 @@ def _print_table(
     wrap: dict[str, int] | None = None,
 ) -> None:
     """Print a table of cells; ``wrap``: columns whose cells are wrapped at that many characters
-    (whole, on several lines) rather than widening the table."""
+    (whole, on several lines) rather than widening the table (by default each of
+    :data:`traceprof.core.display.PROSE_COLUMNS` at :data:`~traceprof.core.display.PROSE_WIDTH`)."""
     from rich.table import Table  # only for a table printed: an ingest never needs it (12 ms of import)
+
+    from traceprof.core.display import PROSE_COLUMNS, PROSE_WIDTH
+
+    wrap = {c: PROSE_WIDTH for c in columns if c in PROSE_COLUMNS} | (wrap or {})
 
     t = Table(title=term.text(title) if title else None, show_lines=False)
     for c, num in zip(columns, numeric, strict=True):
@@ -341,7 +346,7 @@ def _print_table(
             justify="right" if num else "left",
             overflow="fold",
             no_wrap=num,
-            max_width=(wrap or {}).get(c),
+            max_width=wrap.get(c),
         )  # numbers never wrap
     from traceprof.core.display import plain  # the one cell rule (numbers with separators, bytes escaped)
 
@@ -708,10 +713,6 @@ def _report_ingest(res: IngestResult, run: str | None, db: Path) -> None:
     say(f"{len(res.added)} file(s) ingested, {len(res.skipped)} already stored{failed}")
 
 
-#: ``traceprof runs``: the issues cell is wrapped at this many characters, never cut (CSV and JSON
-#: give it on one line).
-ISSUES_WIDTH = 60
-
 runs_app = typer.Typer(
     help="List the runs in the store; remove (rm) or rename (mv) one.", no_args_is_help=False
 )
@@ -735,7 +736,7 @@ def runs(
                 numeric, cells = row_cells([r[:-1] for r in rows])
                 cells = [[*c, plain(r[-1])] for c, r in zip(cells, rows, strict=True)]
                 numeric = (numeric or [False] * (len(columns) - 1)) + [False]
-                _print_table(columns, numeric, cells, f"runs in {db}", wrap={"issues": ISSUES_WIDTH})
+                _print_table(columns, numeric, cells, f"runs in {db}")  # issues: prose, wrapped
             else:
                 render(store.runs(), fmt, f"runs in {db}", raw)
             _warn_broken(store)

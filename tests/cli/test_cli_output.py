@@ -152,8 +152,14 @@ def test_analyze_help_and_list(tmp_path):
     r = cli("analyze", "gaps", "--help", cwd=tmp_path)
     assert r.returncode == 0 and "Parameters (-p KEY=VALUE):" in r.stdout and "hta" in r.stdout
     assert "Tables (--table NAME): frame, gaps, steps, ranks" in r.stdout
-    names = [a["name"] for a in json.loads(cli("analyze", "list", "-f", "json", cwd=tmp_path).stdout)]
+    listed = json.loads(cli("analyze", "list", "-f", "json", cwd=tmp_path).stdout)
+    names = [a["name"] for a in listed]
     assert {"temporal", "overlap", "gaps", "stragglers", "whatif", "mfu"} <= set(names)
+    # each summary is its docstring's whole first sentence, in Markdown: nccl_sum's ended in a comma
+    # (its sentence goes on on a second line) and kernel_sum's showed reST's ``nsys stats ...``
+    for a in listed:
+        assert a["summary"].startswith(a["name"] + ": ") and a["summary"].endswith("."), a
+        assert "``" not in a["summary"] and "\n" not in a["summary"], a
     assert "Usage" in cli("analyze", "--help", cwd=tmp_path).stdout
 
 
@@ -445,7 +451,7 @@ def test_compared_durations_share_a_unit_and_whole_counts_have_no_decimals():
         }
     )
     assert table_columns(df) == ["base (ms)", "cand (ms)", "delta (ms)", "base_calls", "p_value"]
-    assert list(table_rows(df))[0] == ["0.9", "35.7", "34.8", "20", "0.50"]
+    assert list(table_rows(df))[0] == ["0.9", "35.7", "34.8", "20", "0.5"]  # p: two significant digits
     assert table_columns(df.select("base_ns")) == ["base (us)"]  # alone: its own unit
 
 
@@ -485,6 +491,22 @@ def test_sql_json_writes_lists_objects_and_numbers(db):
         "d": "1.50",
         "total": 6,
     }
+
+
+def test_sql_table_shows_a_hugeint_as_a_number(db):
+    from tests._cli_inproc import run
+
+    # sum() of a BIGINT column is a HUGEINT in DuckDB: the table printed 357343000 (DuckDB's text)
+    # beside count_star() as 2,020; now both with separators, right-aligned, exact beyond 64 bits
+    q = "SELECT sum(x) * 1000000 AS total, count(*) AS n, 2::HUGEINT ** 100 AS big FROM range(2020) t(x)"
+    q = q.replace("2::HUGEINT ** 100", "170141183460469231731687303715884105727::HUGEINT")
+    code, out, err = run("sql", q, "--db", str(db))
+    assert code == 0, err
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("│")]
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells == ["2,039,190,000,000", "2,020", "170,141,183,460,469,231,731,687,303,715,884,105,727"]
+    code, out, _ = run("sql", q, "--db", str(db), "-f", "csv")  # CSV: the digits, no separators
+    assert out.splitlines()[1] == "2039190000000,2020,170141183460469231731687303715884105727"
 
 
 def test_sql_json_text_inside_nested_values_stays_escaped(db):

@@ -109,6 +109,10 @@ def test_micro_diff_by_hand(store, tmp_path):
     assert (s["base"], s["delta"], s["noise_pct"], s["verdict"]) == (100_000, 0, 0.0, "ok")
     # idle 9 us -> 1 us per step (the extra mm fills a gap): -8 % of the step, within threshold
     assert m["idle_ns"]["change_pct"] == pytest.approx(-8.0) and m["idle_ns"]["verdict"] == "ok"
+    # the reason says the direction, in the unit of the gate: it read "change -8.0%" beside a
+    # delta_pct of -88.9 (9 -> 1 us), and TFLOP/s down 3.6 % read "change +3.6%"
+    assert m["idle_ns"]["reason"].startswith("better by 8.0% of the step within threshold 10%")
+    assert m["step_time_ns"]["reason"] == "unchanged within threshold 10%, noise 0.0%"
     items = {r["name"]: r for r in res.items.iter_rows(named=True)}
     assert (items["aten::mm"]["base_ns"], items["aten::mm"]["cand_ns"], items["aten::mm"]["cand_calls"]) == (
         20_000,
@@ -1067,3 +1071,19 @@ def test_a_baseline_list_that_names_no_run_is_said_to_be_empty(store, tmp_path, 
     assert "only run" not in str(
         e.value
     ) and "name a run, runs separated by commas, or a baseline set" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "of", "reason"),
+    [
+        (3.62, "", "worse by 3.6% within threshold 10%, noise 6.3%"),  # TFLOP/s 0.0249 -> 0.0240
+        (-4.02, "", "better by 4.0% within threshold 10%, noise 6.3%"),
+        (2.13, " of the step", "worse by 2.1% of the step within threshold 10%, noise 6.3%"),
+    ],
+)
+def test_a_timing_reason_says_which_way_the_metric_moved(change, of, reason):
+    # change_pct is the change in the bad direction: a drop of TFLOP/s is +3.6 there and -3.6 in the
+    # summary line ("tflops -3.6%"); the reason said "change +3.6%", the opposite sign of the line
+    from traceprof.engine import noise
+
+    assert noise.judge(change, 6.34, 0.33, 2, 10.0, 0.01, of) == ("ok", reason)

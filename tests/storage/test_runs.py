@@ -302,4 +302,4 @@ def test_the_runs_table_shows_the_issues_cell_whole(tmp_path):
     rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
     cells = [r[-2].strip() for r in rows]  # the last column: issues, one piece per line
     assert len(cells) > 1 and " ".join(cells) == whole
-    assert max(map(len, cells)) <= 60  # wrapped at ISSUES_WIDTH, not widening the table
+    assert max(map(len, cells)) <= 60  # wrapped at display.PROSE_WIDTH, not widening the table

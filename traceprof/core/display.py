@@ -39,6 +39,8 @@ else:
 
 __all__ = [
     "UNITS",
+    "PROSE_COLUMNS",
+    "PROSE_WIDTH",
     "duration",
     "size",
     "timestamp",
@@ -55,6 +57,13 @@ __all__ = [
 ]
 
 UNITS = ("human", "ns")
+
+#: Columns that hold traceprof's own sentences (a diff's ``reason``, a verdict's ``evidence`` or
+#: ``text``, a waterfall's ``detail``, the runs' ``issues``): a terminal table shows them whole,
+#: wrapped at :data:`PROSE_WIDTH` characters, where other text is shortened (cut in the middle, a
+#: sentence read as "the baseline runs di…est, normal: 16").
+PROSE_COLUMNS = frozenset({"reason", "evidence", "text", "detail", "issues"})
+PROSE_WIDTH = 60
 
 #: Names of epoch-ns timestamp columns (points in time); other ``_ns`` columns are durations
 #: (``dur_ns``, ``wait_ns``, ``arrival_skew_ns``, ``window_ns``).
@@ -131,7 +140,8 @@ class ColumnFormat:
             ``first_arrival_utc``), or the name as it is.
         kind: ``duration`` (ns shown in ``unit``), ``time``/``date`` (epoch ns as a UTC time of day,
             with the date), ``scaled`` (a count or size divided by ``scale``), ``metric`` (each row
-            in the unit its ``metric`` cell names: a diff's metrics table), ``ns`` (exact ints) or
+            in the unit its ``metric`` cell names: a diff's metrics table), ``ns`` (exact ints),
+            ``pvalue`` (two significant digits: ``6e-08``, ``0.0028``, ``0.34``, never ``0.00``) or
             ``plain``.
         scale: What a value is divided by (ns per ``unit`` for a duration).
         unit: The unit the cells are in (``ms``), "" for none.
@@ -196,6 +206,9 @@ def column_formats(df: pl.DataFrame, units: str = "human") -> list[ColumnFormat]
         dtype = df[c].dtype
         if not dtype.is_numeric():
             out.append(ColumnFormat(c))
+            continue
+        if c.endswith("p_value") and dtype.is_float():  # a p of 6e-08 read 0.00, as did 0.0028
+            out.append(ColumnFormat(c, "pvalue"))
             continue
         if units == "ns":
             out.append(ColumnFormat(c, "ns" if c.endswith("_ns") or c == "ns" else "plain"))
@@ -286,6 +299,8 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
         return plain(v)
     if f.kind in ("time", "date"):
         return timestamp(int(v), f.kind == "date")
+    if f.kind == "pvalue":
+        return f"{v:.2g}"
     if f.kind in ("duration", "scaled"):
         x = v / f.scale
         text = f"{x:,.{f.decimals}f}"
@@ -305,11 +320,14 @@ def table_columns(df: pl.DataFrame, units: str = "human") -> list[str]:
 
 def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Iterator[Sequence[str]]:
     """The cells of ``df`` as strings (:func:`column_formats`, :func:`format_cell`; strings
-    shortened to ``width``). Distinct strings of a column whose shortened forms would read the
-    same (template instances of one kernel) get their shortest forms that differ
-    (:func:`traceprof.core.names.distinct_short`), so that two rows never look alike."""
+    shortened to ``width``, but :data:`PROSE_COLUMNS`, whole). Distinct strings of a column whose
+    shortened forms would read the same (template instances of one kernel) get their shortest forms
+    that differ (:func:`traceprof.core.names.distinct_short`), so that two rows never look alike."""
     formats = column_formats(df, units)
-    names = [distinct_short(df[c], width) if df[c].dtype == pl.String else None for c in df.columns]
+    names = [
+        distinct_short(df[c], width) if df[c].dtype == pl.String and c not in PROSE_COLUMNS else None
+        for c in df.columns
+    ]
     mi = df.columns.index("metric") if "metric" in df.columns else None
     for row in df.iter_rows():
         metric = row[mi] if mi is not None else None

@@ -421,8 +421,11 @@ class Analysis:
 
     @property
     def summary(self) -> str:
-        """The first line of :attr:`doc`."""
-        return self.doc.splitlines()[0] if self.doc else self.name
+        """The first paragraph of :attr:`doc` on one line, its reST literals (````x````) as Markdown's
+        (```x```): what ``analyze list``, the README's table and docs/analyses.md show."""
+        if not self.doc:
+            return self.name
+        return " ".join(self.doc.split("\n\n", 1)[0].split()).replace("``", "`")
 
 
 _REGISTRY: dict[str, Analysis] = {}

@@ -616,7 +616,9 @@ def _timing_row(
     p = noise.p_value(bad, n)
     change = 100.0 * bad / scale if scale else (0.0 if delta == 0 else math.inf)
     floor = 100.0 * n.se / scale if n.se is not None and scale else (None if n.se is None else 0.0)
-    verdict, reason = noise.judge(change, floor, p, n.k, 100.0 * threshold, alpha)
+    verdict, reason = noise.judge(
+        change, floor, p, n.k, 100.0 * threshold, alpha, " of the step" if of_step else ""
+    )
     if verdict == noise.REGRESSION and busier and name != "compute_ns":
         verdict, reason = noise.INCONCLUSIVE, f"{reason}; but {busier}"
     return {

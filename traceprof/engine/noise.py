@@ -176,7 +176,13 @@ def estimate(
 
 
 def judge(
-    change_pct: float, noise_pct: float | None, p: float | None, k: int, threshold_pct: float, alpha: float
+    change_pct: float,
+    noise_pct: float | None,
+    p: float | None,
+    k: int,
+    threshold_pct: float,
+    alpha: float,
+    of: str = "",
 ) -> tuple[str, str]:
     """The verdict of one metric and why (module doc, step 6).
 
@@ -187,13 +193,21 @@ def judge(
         k: Baseline runs.
         threshold_pct: The user's threshold, %.
         alpha: Significance level.
+        of: What the % is of where it is not the metric's own value (``" of the step"``).
 
     Returns:
-        (verdict, reason): ``ok``, ``inconclusive`` or ``regression``, and a short reason.
+        (verdict, reason): ``ok``, ``inconclusive`` or ``regression``, and a short reason. The change
+        is worded by its direction, ``worse by 3.6%`` / ``better by 2.0% of the step``, never as a
+        signed %: the summary line and ``delta_pct`` give the metric's own sign (TFLOP/s -3.6 % is
+        worse by 3.6 %).
     """
     if noise_pct is None or p is None:
         return INCONCLUSIVE, "too little data for a noise estimate (one baseline run, one sample per run)"
-    change = f"change {change_pct:+.1f}%"
+    change = (
+        f"{'worse' if change_pct > 0 else 'better'} by {abs(change_pct):.1f}%{of}"
+        if change_pct
+        else "unchanged"
+    )
     if k >= 2 and change_pct > threshold_pct and change_pct > noise_pct and p < alpha:
         return REGRESSION, f"{change} > threshold {threshold_pct:g}% and noise {noise_pct:.1f}%, p={p:.2g}"
     if noise_pct > threshold_pct:

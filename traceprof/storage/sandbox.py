@@ -104,17 +104,24 @@ def check(con: duckdb.DuckDBPyConnection, query: str) -> int:
             continue
         flat = " ".join(text.split())
         shown = flat if len(flat) <= 60 else flat[:57] + "..."
-        # DuckDB files INSTALL under LOAD statements: name it by its own word
-        what = (
-            "INSTALL"
-            if kind.name == "LOAD" and flat.upper().startswith(("INSTALL", "FORCE INSTALL"))
-            else kind.name
-        )
         raise StoreError(
-            f"SQL error: {what} statement {shown!r} is refused: traceprof sql runs {ALLOWED}"
+            f"SQL error: {_own_word(kind, flat)} statement {shown!r} is refused: traceprof sql runs {ALLOWED}"
             + ("; for a profile use EXPLAIN ANALYZE <query>" if "profil" in flat.lower() else "")
         )
     return len(statements)
+
+
+def _own_word(kind: duckdb.StatementType, flat: str) -> str:
+    """The word a refused statement is named by: its leading keyword as written (DuckDB files
+    INSTALL under LOAD, CHECKPOINT under CALL, ANALYZE under VACUUM, USE and RESET under SET, COMMENT
+    under ALTER), with FORCE kept (FORCE INSTALL, FORCE CHECKPOINT); DuckDB's kind where the text
+    opens with a WITH clause, a parenthesis or anything else that is not a word."""
+    words = flat.upper().split(maxsplit=2)
+    if not words or not words[0].isalpha() or words[0] == "WITH":
+        return kind.name
+    if words[0] == "FORCE" and len(words) > 1 and words[1].isalpha():
+        return f"FORCE {words[1]}"
+    return words[0]
 
 
 def _statements(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[duckdb.StatementType, str]]:

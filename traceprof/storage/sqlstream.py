@@ -2,7 +2,9 @@
 
 Rows are fetched in Arrow batches, never all at once. Numbers and booleans stay numbers; every
 other value (INTERVAL, UNION, infinite TIMESTAMP, BLOB, HUGEINT, nested types, ...) is turned into
-DuckDB's own text for it (``CAST(x AS VARCHAR)``), so any result prints and JSON can hold it.
+DuckDB's own text for it (``CAST(x AS VARCHAR)``), so any result prints and JSON can hold it;
+HUGEINT and UHUGEINT (``sum()`` of a BIGINT column) come back as integers in a table or CSV (shown
+with thousands separators, as every other integer column).
 
 For JSON (``as_json=True``) lists, arrays, structs, maps and unions come as Python lists and dicts
 (DuckDB's ``to_json``; a map's keys as text), and HUGEINT / UHUGEINT as integers where they fit in
@@ -92,6 +94,11 @@ def _wide(text: str | None) -> int | str | None:
     return None if text is None else _json_int(text)
 
 
+def _whole(text: str | None) -> int | None:
+    """A HUGEINT or UHUGEINT value's text as a Python int (exact at any size), for a table or CSV."""
+    return None if text is None else int(text)
+
+
 def stream(
     store: Store,
     query: str,
@@ -120,7 +127,8 @@ def stream(
     statements = sandbox.check(store.con, query)
     deadline = _Budget(timeout_s)
 
-    convert: list[Callable[[Any], Any] | None] = []  # per column, with as_json: its value for JSON
+    convert: list[Callable[[Any], Any] | None] = []  # per column: its value for JSON, or for a table
+    wide: list[bool] = []  # per column: a HUGEINT or UHUGEINT
 
     def start() -> tuple[list[str], list[str], Any]:
         rel = store.con.sql(query)
@@ -138,6 +146,9 @@ def stream(
         )
         if as_json:
             convert[:] = [_nested if i in _NESTED else _wide if i in _WIDE else None for i in ids]
+        else:  # a table or CSV: a HUGEINT (``sum()`` of a BIGINT column) is a number like any other
+            convert[:] = [_whole if i in _WIDE else None for i in ids]
+        wide[:] = [i in _WIDE for i in ids]
         limit = "" if max_rows is None or max_rows >= 2**62 else f" LIMIT {int(max_rows) + 1}"  # beyond: all
         sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
         projected = rel.query("_q", sql)
@@ -148,7 +159,9 @@ def stream(
         columns, types, reader = deadline.run(store, start)
     except duckdb.Error as e:
         raise _error(e) from None
-    out = SqlStream(columns, [t in _KEEP for t in types], statements=statements)
+    out = SqlStream(
+        columns, [t in _KEEP or w for t, w in zip(types, wide, strict=True)], statements=statements
+    )
 
     def rows() -> Iterator[tuple[Any, ...]]:
         n = 0

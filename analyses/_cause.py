@@ -16,7 +16,10 @@ share (issue 27: "slower than ideal" from op-time spread is the run's variabilit
      the ``u + 1`` ranks with chance ``1 / (u + 1)`` per step, so the number of steps it exceeds
      the floor is binomial: the cause is its own when that p-value is below ``cause_alpha``
      (0.05). With 4 ranks and 3 steps this needs all 3 steps (p = 1/64); its excess over the
-     floor (median over steps) is reported as % of the median step.
+     floor (median over steps) is reported as % of the median step. With too few steps the test
+     cannot reach ``cause_alpha`` even when the suspect wins every step (2 ranks, 4 steps: the
+     smallest p is 0.5^4 = 0.06): it has no power, so ``stragglers`` calls that inconclusive, not
+     noise (:func:`smallest_p`, :func:`trials_needed`).
   4. Extra work (:func:`extra_work`), certain where the trace records shapes: the suspect's model
      FLOPs per step (``traceprof.engine.flops.shape_flops``: leaf matmul/conv/attention ops), or without
      shapes its calls of those ops, above every unsuspected rank's: it runs more work than the
@@ -37,6 +40,8 @@ from traceprof.storage.store import Store
 __all__ = [
     "CAUSES",
     "binom_sf",
+    "smallest_p",
+    "trials_needed",
     "cause_of",
     "per_unit",
     "excess_at_last",
@@ -107,6 +112,26 @@ def binom_sf(k: int, n: int, p: float) -> float:
         for i in range(k, n + 1)
     )
     return float(min(1.0, sum(math.exp(t) for t in terms)))
+
+
+def smallest_p(n: int, p: float) -> float:
+    """The smallest p-value :func:`binom_sf` can give over ``n`` trials of chance ``p``: all ``n``
+    won, ``p ** n`` (1.0 for ``n = 0``). A one-sided test whose smallest p is not below its
+    significance level cannot reject whatever the data: it has no power at that sample size."""
+    return binom_sf(n, n, p)
+
+
+def trials_needed(alpha: float, p: float) -> int:
+    """The fewest trials ``n`` at which winning all of them is significant: ``p ** n < alpha``
+    (2 ranks, chance 0.5, alpha 0.01: 7; 4 ranks, 0.25: 4)."""
+    if p <= 0.0:
+        return 1
+    if p >= 1.0:
+        return 0  # never significant; 0 says "no number of trials"
+    n = max(1, math.floor(math.log(alpha) / math.log(p)))
+    while smallest_p(n, p) >= alpha:
+        n += 1
+    return n
 
 
 def cause_of(excess: dict[str, float]) -> tuple[str, str]:

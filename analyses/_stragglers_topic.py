@@ -76,7 +76,9 @@ def _combined(
             ),
         ]
     elif v.status in ("ok", "inconclusive") and s_max is not None and s_max > verdict.STRAGGLING_S:
-        # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem)
+        # slower than ideal with nothing to blame: the run's variability, said (no cost: not a problem);
+        # or a rank the straggler test could not judge (too few collectives or steps)
+        untested = v.figures.get("untested")
         findings = [
             *findings,
             Finding(
@@ -87,7 +89,9 @@ def _combined(
                 "whatif",
                 metric="slowdown",
                 value=s_max,
-                cause="op-time variation spread over the ranks",
+                cause="op-time variation spread over the ranks"
+                if untested is None
+                else f"rank {untested} untested: too few collectives or steps",
                 evidence="whatif:summary",
             ),
         ]

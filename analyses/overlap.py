@@ -238,6 +238,22 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
     problem = cost >= 5.0
     status = "problem" if problem else "ok"
+    untested = _common.untested_rank(res) if problem and st is not None and "waits" in st.frames() else None
+    if untested is not None and st is not None:
+        # the waits for a rank the straggler test could not judge (too few collectives or steps):
+        # its cost if it is a straggler, this topic's if not; when the verdict hangs on them, say so
+        beyond = _beyond_waits(inp, st, [untested])
+        rest = df.join(beyond, on="rank", how="left").select(
+            (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
+        )
+        own_pct = float(rest.item() or 0.0)
+        text = (
+            f"exposed communication beyond waiting for rank {untested} (the straggler test could not judge it: "
+            f"too few collectives or steps): {own_pct:.0f}% of the window (median over ranks); with the wait, "
+            f"{text.removeprefix('exposed communication: ')}"
+        )
+        if own_pct < 5.0:  # a problem only if that rank is not a straggler: open, as that is
+            status = "inconclusive"
     gap = untraced_comm_text(inp.store, inp.run_id)
     if problem and gap:
         status = "inconclusive"

@@ -66,7 +66,13 @@ provides):
      qualify, none is named and the verdict calls it a systematic imbalance (the OSDI'25 SE
      trace: half the workers, pipeline stage 1, each last at ~75% of their transfers where chance
      is 43%, each costing ~15%). Otherwise "no straggler", with the figures (and for a suspect,
-     why its cause is within the noise).
+     why its cause is within the noise). Unless a test had no power: when no rank could reach
+     ``alpha`` at its number of collectives even last at all of them (2 ranks, 4 collectives:
+     p >= 0.5^4 = 0.06; 7 are needed at 2 ranks, 4 at 4 ranks), or a suspect's noise-floor test
+     could not reach ``cause_alpha`` in its steps, and that rank's delays cost at least
+     ``min_cost_pct`` (else it could not be named anyway), the verdict is ``inconclusive``, naming that
+     rank with its figures and the sample the test needs: "within the run's noise" would be a
+     claim the sample cannot support.
   5. The mesh (``analyses.parallelism``, run only when a rank is named): a named rank that lies in
      a slow pipeline stage or data-parallel replica (every rank of it computes more than its peers)
      is late because its whole group is: it is not named, its ``slow_group`` says which
@@ -308,13 +314,15 @@ SPEC = Analysis(
         ),
         rc.frame(
             "verdict",
-            "One row per named rank and per rank of a slow group (or one with rank null: no straggler)",
+            "One row per named rank and per rank of a slow group (or one with rank null: no straggler; or "
+            "with the rank a test could not judge for too few collectives or steps, status inconclusive)",
             rc.RANK,
             rc.text(
                 "status",
                 "problem (a named rank, a rank of a slow group, or several ranks passing the rule), ok, or "
                 "inconclusive (none named, but ranks of the job that are members of its collectives were not "
-                "traced), as the summary's stragglers verdict",
+                "traced, or too few collectives or steps for the tests to reach their significance level), as "
+                "the summary's stragglers verdict",
             ),
             rc.flag("named", "The rank is named a straggler (false: part of a slow group)"),
             rc.text("slow_group", "The slow stage or replica it is part of (null for a named rank)"),
@@ -528,6 +536,7 @@ def run(store: Store, params: Params) -> Result:
         "named",
         "slow_group",
         "_decided",
+        "_chance_decided",
         "_last_steps",
         "_max_hold_ns",
         "_suspect",
@@ -544,6 +553,7 @@ def run(store: Store, params: Params) -> Result:
     )
     per = per.drop(
         "_decided",
+        "_chance_decided",
         "_last_steps",
         "_max_hold_ns",
         "_suspect",
@@ -884,7 +894,8 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
     group (``problem``), or one row with rank null: ``problem`` when several ranks pass the rule (a
     systematic imbalance), else ``ok``, or ``inconclusive`` when ``gap`` says why ranks of the job
     that are members of its collectives were not traced (``storage.runs.straggler_gap_text``: the
-    one the others wait for may be one of them), the summary's verdict on the same evidence."""
+    one the others wait for may be one of them) or a test had too little data (:func:`_untestable`:
+    the row then has that rank), the summary's verdict on the same evidence."""
     per = per.with_columns(pl.lit(int((~per["_suspect"] & ~per["_episodic"]).sum()) + 1).alias("_u"))
     named = per.filter(pl.col("named"))
     grouped = per.filter(pl.col("slow_group").is_not_null())
@@ -894,6 +905,7 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         )
         many = per.filter(pl.col("qualifies"))
         suspects = per.filter(pl.col("_suspect") & ~pl.col("qualifies"))
+        weak = _untestable(per, suspects, params)
         if many.height and params.max_named_share == 0:
             evidence = (
                 f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "
@@ -906,6 +918,8 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
                 f"{params.max_named_share:.0%} of the ranks: a systematic imbalance (a slow stage or group, uneven "
                 f"work), not a straggler; see whatif's blame by stage and op. Strongest: {_figures(top)}"
             )
+        elif weak is not None:
+            evidence = _weak_text(weak, params)
         elif suspects.height:
             r = suspects.sort("p_value", "rank").row(0, named=True)
             evidence = (
@@ -917,16 +931,16 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
                 f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
                 "other ranks' noise floor: the skew is within the run's noise"
             )
-        status = "problem" if many.height else "inconclusive" if gap else "ok"
-        if status == "inconclusive":
+        status = "problem" if many.height else "inconclusive" if gap or weak is not None else "ok"
+        if gap and status == "inconclusive":
             evidence += f"; {gap}"
         return pl.DataFrame(
             {
-                "rank": [None],
+                "rank": [None if many.height or weak is None else weak["rank"]],
                 "status": [status],
                 "named": [False],
                 "slow_group": [None],
-                "cause": ["none"],
+                "cause": ["none" if many.height or weak is None else weak["cause"] or "none"],
                 "compute_excess_ns": [0],
                 "comm_excess_ns": [0],
                 "other_excess_ns": [0],
@@ -958,6 +972,53 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         )
         rows.append(_verdict_row(r, evidence))
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
+
+
+def _untestable(per: pl.DataFrame, suspects: pl.DataFrame, params: Params) -> dict[str, Any] | None:
+    """The rank a test could not judge for want of data, or None (module doc, step 4): no rank can
+    reach ``alpha`` at its number of collectives with one last rank, even last at all of them
+    (2 ranks, 4 collectives: p >= 0.5^4 = 0.06), so the rank with the strongest evidence among
+    those whose delays cost at least ``min_cost_pct``; or such a suspect whose noise-floor test
+    cannot reach ``cause_alpha`` in its number of steps even above the floor in all of them (2
+    ranks, 4 steps) and that runs no extra work. Either way "within the run's noise" would be a
+    claim the sample cannot support: the verdict is inconclusive, with the figures and the sample
+    a test needs (``_weak_text``). A rank costing less could not be named whatever the test says."""
+    powered = any(
+        _cause.smallest_p(int(d), float(c)) < params.alpha
+        for d, c in zip(per["_decided"], per["_chance_decided"], strict=True)
+    )
+    # only a rank whose delays matter (cost_pct >= min_cost_pct) could be named: below, "ok" stands
+    material = per.filter(pl.col("cost_pct") >= params.min_cost_pct)
+    if not powered and material.height:
+        first = material.sort("p_value", pl.col("cost_pct"), "rank", descending=[False, True, False])
+        return {**first.row(0, named=True), "_short": "collectives"}
+    for r in suspects.sort("p_value", "rank").iter_rows(named=True):
+        extra = r["extra_work_pct"] is not None and r["extra_work_pct"] > 0
+        n = r["floor_steps"]
+        small = n is not None and _cause.smallest_p(int(n), 1 / max(r["_u"], 1)) >= params.cause_alpha
+        if not extra and small and r["cost_pct"] >= params.min_cost_pct:
+            return {**r, "_short": "steps"}
+    return None
+
+
+def _weak_text(r: dict[str, Any], params: Params) -> str:
+    """The inconclusive verdict of :func:`_untestable`'s rank: its figures, the smallest p its
+    sample allows and the sample the test needs."""
+    if r["_short"] == "collectives":
+        n, chance = int(r["_decided"]), float(r["_chance_decided"])
+        return (
+            f"too few collectives to test for a straggler: {_figures(r)}; with {n} collectives "
+            f"with one last rank the smallest p the test can give (last at all of them) is "
+            f"{_cause.smallest_p(n, chance):.2g}, not below {params.alpha:g}: that needs "
+            f"{_cause.trials_needed(params.alpha, chance)} at chance {chance:.2f} per collective (this world size)"
+        )
+    n, chance = int(r["floor_steps"]), 1 / max(r["_u"], 1)
+    return (
+        f"too few steps to test the cause: {_figures(r)}; late because of {r['cause']}, and "
+        f"{_floor_text(r, params)}; with {n} steps the smallest p that test can give (above the floor in all "
+        f"of them) is {_cause.smallest_p(n, chance):.2g}, not below {params.cause_alpha:g}: that needs "
+        f"{_cause.trials_needed(params.cause_alpha, chance)} steps at chance {chance:.2f} per step"
+    )
 
 
 def _excess(r: dict) -> tuple[float, float, float]:

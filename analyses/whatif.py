@@ -34,9 +34,10 @@ Algorithm:
      mean(replay) / mean(typgap), what host gaps that *differ across ranks* cost (a rank that
      sleeps, loads data or stalls; 1.0 when every rank has the same gaps). Each has a 95%
      interval, a percentile bootstrap over the steps (``_common.ratio_interval``: 1,000
-     resamples, seeded); a run is straggling (``straggling``) when the low end of S's or the
-     host-gap slowdown's interval exceeds 1.1 (the paper's threshold): with few steps or one
-     stalled step the interval reaches below it. That is the slowdown alone: a problem also needs
+     resamples, seeded; none below ``_common.MIN_INTERVAL_STEPS``, 5, steps: over 2 or 3 steps
+     the "interval" is the smallest and largest step); a run is straggling (``straggling``) when
+     the low end of S's or the host-gap slowdown's interval exceeds 1.1 (the paper's threshold):
+     with one stalled step the interval reaches below it, and without an interval it is not. That is the slowdown alone: a problem also needs
      a cause (a rank, group or stage: ``traceprof.engine.verdict``). On the artifact's traces
      S is 1.975 (AR), 1.536 (SE), 1.182 (ST) against the published 1.973, 1.537, 1.179, and the
      launch slowdown 1.005 / 1.002 / 1.018 against 1.007 / 1.005 / 1.019. Per step slowdowns (at
@@ -67,6 +68,7 @@ Algorithm:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -205,8 +207,8 @@ def _no_steps_text(store: Store, run_id: int, label: str, comp: pl.DataFrame) ->
 def _slowdown(name: str, what: str) -> tuple:
     return (
         rc.ratio(name, what),
-        rc.ratio(f"{name}_lo", "Its 95% interval over steps: low end"),
-        rc.ratio(f"{name}_hi", "Its 95% interval over steps: high end"),
+        rc.ratio(f"{name}_lo", "Its 95% interval over steps: low end (null below 5 steps: too few)"),
+        rc.ratio(f"{name}_hi", "Its 95% interval over steps: high end (null below 5 steps)"),
     )
 
 
@@ -242,7 +244,8 @@ SPEC = Analysis(
             rc.text("group", "The rank, stage or op"),
             rc.ratio("slowdown", "That group alone: S, at least 1"),
             rc.ratio(
-                "slowdown_lo", "Rows by stage: the low end of that stage's own 95% interval; null otherwise"
+                "slowdown_lo",
+                "Rows by stage: the low end of that stage's own 95% interval; null otherwise (and below 5 steps)",
             ),
             rc.pct(
                 "excess_alone_pct",
@@ -265,7 +268,7 @@ SPEC = Analysis(
             rc.pct("replay_error_pct", "Mean |replay - actual| / actual over steps"),
             rc.count("clamped_steps", "Steps whose ideal exceeded them"),
             rc.count("transient_steps", "Steps left out as the profiler-start transient"),
-            rc.flag("straggling", "An interval's low end above 1.1"),
+            rc.flag("straggling", "An interval's low end above 1.1 (false without intervals)"),
         ),
     ),
     report=Report(
@@ -369,12 +372,13 @@ def run(store: Store, params: Params) -> Result:
         ]
     )
     # intervals over steps (percentile bootstrap): straggling needs the low end above 1.1
-    s_lo, s_hi = (max(x, 1.0) for x in _common.ratio_interval(frame[base].to_numpy(), capped.to_numpy()))
+    # (none below _common.MIN_INTERVAL_STEPS steps: null, and never straggling)
+    s_lo, s_hi = (_at_least_1(x) for x in _common.ratio_interval(frame[base].to_numpy(), capped.to_numpy()))
     h_lo, h_hi = (
-        max(x, 1.0)
+        _at_least_1(x)
         for x in _common.ratio_interval(frame["replay_ns"].to_numpy(), frame["typgap_ns"].to_numpy())
     )
-    straggling = max(s_lo, h_lo) > STRAGGLING_S
+    straggling = s_lo is not None and h_lo is not None and max(s_lo, h_lo) > STRAGGLING_S
     summary = pl.DataFrame(
         {
             "source": [source],
@@ -394,7 +398,10 @@ def run(store: Store, params: Params) -> Result:
             "clamped_steps": [int(frame["clamped"].sum())],
             "transient_steps": [len(transient.steps)],
             "straggling": [straggling],
-        }
+        },
+        schema_overrides={
+            c: pl.Float64 for c in ("slowdown_lo", "slowdown_hi", "host_slowdown_lo", "host_slowdown_hi")
+        },
     )
     s_uncapped = _ratio(frame[base], frame["ideal_ns"])
     partial = _replay.partial_note(
@@ -476,17 +483,16 @@ def _blame(
             alone = alone_ideal
         rows.append(("rank", str(int(r)), alone))
     stages = _stages(store, run_id)
-    low: dict[str, float] = {}  # stage -> the low end of its alone slowdown's interval over steps
+    low: dict[str, float | None] = {}  # stage -> the low end of its alone slowdown's interval over steps
     if stages:
         stage_of = np.array([stages.get(int(r), -1) for r in ranks])
         for st in sorted(set(stages.values())):
             t = per_step(stage_of == st)
             rows.append(("stage", str(st), max(float(t.mean()) / mean_ideal, 1.0)))
-            low[str(st)] = max(
+            low[str(st)] = _at_least_1(
                 _common.ratio_interval(
                     t, np.broadcast_to(mean_ideal, t.shape) if ideal_steps is None else ideal_steps
-                )[0],
-                1.0,
+                )[0]
             )
     if kind == "blocking":
         # each node's op name as an integer: the dense rank of its name (0: no name, instance nodes)
@@ -525,6 +531,11 @@ def _blame(
     return blame.select("by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct").sort(
         ["by", "slowdown", "group"], descending=[False, True, False]
     )  # group: a total order
+
+
+def _at_least_1(x: float) -> float | None:
+    """An interval end of a slowdown, at least 1; None for no interval (nan: too few steps)."""
+    return None if math.isnan(x) else max(x, 1.0)
 
 
 class _PutBack:
@@ -665,7 +676,7 @@ def _charged(nodes: pl.DataFrame) -> np.ndarray:
 
 def _notes(
     raw: tuple[float, float, float, float, float],
-    ci: tuple[float, float, float, float],
+    ci: tuple[float | None, float | None, float | None, float | None],
     err: float,
     frame: pl.DataFrame,
     blame: pl.DataFrame,
@@ -677,15 +688,24 @@ def _notes(
     s = max(s_raw, 1.0)
     # with ranks of the job untraced (``partial``) the replay cannot see their delays: a low S
     # there rules out no straggler, so it never reads "not straggling"
-    verdict = (
-        "straggling"
-        if max(s_lo, h_lo) > STRAGGLING_S
-        else "not straggling"
-        if max(s_hi, h_hi) <= STRAGGLING_S and not partial
-        else "not shown to straggle (ranks untraced: their delays are unseen)"
-        if partial
-        else "not shown to straggle"
-    )
+    if s_lo is None or s_hi is None or h_lo is None or h_hi is None:  # too few steps: no intervals
+        verdict = (
+            f"not shown to straggle (too few steps for an interval: {_common.MIN_INTERVAL_STEPS} are needed)"
+        )
+        s_ci = h_ci = ""
+        ci_what = f"no 95% intervals: {frame.height} steps, fewer than {_common.MIN_INTERVAL_STEPS}"
+    else:
+        verdict = (
+            "straggling"
+            if max(s_lo, h_lo) > STRAGGLING_S
+            else "not straggling"
+            if max(s_hi, h_hi) <= STRAGGLING_S and not partial
+            else "not shown to straggle (ranks untraced: their delays are unseen)"
+            if partial
+            else "not shown to straggle"
+        )
+        s_ci, h_ci = f" [{s_lo:.3f}, {s_hi:.3f}]", f" [{h_lo:.3f}, {h_hi:.3f}]"
+        ci_what = f"95% intervals, bootstrap over the {frame.height} steps"
     what = (
         "blocking slowdown S (no host gaps, recorded vs ideal op times"
         if params.gaps == "zero"
@@ -693,9 +713,9 @@ def _notes(
     )
     notes = [
         f"{what}; ideal: {'compute ops at their mean, transfers at their median' if params.ideal == 'mean' else params.ideal}"
-        f", pooled over {'ranks and steps' if params.pool == 'all' else 'ranks within each step'}) = {s:.3f} "
-        f"[{s_lo:.3f}, {s_hi:.3f}]; host-gap slowdown (recorded host gaps vs each at its median over ranks) = "
-        f"{s_host:.3f} [{h_lo:.3f}, {h_hi:.3f}] (95% intervals, bootstrap over the {frame.height} steps); "
+        f", pooled over {'ranks and steps' if params.pool == 'all' else 'ranks within each step'}) = {s:.3f}"
+        f"{s_ci}; host-gap slowdown (recorded host gaps vs each at its median over ranks) = "
+        f"{s_host:.3f}{h_ci} ({ci_what}); "
         f"{verdict} by the OSDI'25 threshold (either interval's low end above {STRAGGLING_S}); launch slowdown "
         f"(actual / no host gaps at all, the artifact's) = {s_launch:.3f}; replay error {err:.1f}% of step time"
     ]

@@ -94,14 +94,17 @@ def test_replay_by_hand(store, tmp_path):
 # 1.341] (1.305), rank 2; straggler_rank3 1.142 [1.000, 1.284] / 1.071 [1.015, 1.161] (1.127), rank 3:
 # S above 1.1 from ranks 0 and 2's op times, but neither interval's low end above 1.1, so not
 # straggling by the slowdowns alone (stragglers still names rank 3: tests/engine/test_verdict.py);
-# sleep_rank1 1.335 [1.140, 1.550] / 1.298 (1.397), rank 1.
+# sleep_rank1 1.335 [1.140, 1.550] / 1.298 (1.397), rank 1. Those were percentile bootstraps over 3
+# steps, which only return the smallest and largest step's ratio: 3 steps are too few
+# (_common.MIN_INTERVAL_STEPS = 5), so now none has an interval and none is straggling by the
+# slowdowns alone (stragglers names ranks 2, 3 and 1 all the same: tests/engine/test_verdict.py).
 SAMPLE_VERDICTS = [
     ("normal", False, None),
     ("normal_repeat", False, None),
     ("clean", False, None),
-    ("straggler_rank2", True, "2"),
+    ("straggler_rank2", False, "2"),
     ("straggler_rank3", False, "3"),
-    ("sleep_rank1", True, "1"),
+    ("sleep_rank1", False, "1"),
 ]
 
 
@@ -113,9 +116,11 @@ def test_samples(store, run, straggling, slow):
     res = analyze(store, "whatif", run)
     s = res.summary.row(0, named=True)
     assert s["replay_error_pct"] < 1.0  # the model reproduces the trace
-    assert s["straggling"] == straggling == (max(s["slowdown_lo"], s["host_slowdown_lo"]) > 1.1)
-    assert s["slowdown_lo"] <= s["slowdown"] <= s["slowdown_hi"]
-    assert s["host_slowdown_lo"] <= s["host_slowdown"] <= s["host_slowdown_hi"]
+    assert s["steps"] == 3 and s["straggling"] == straggling
+    assert s["slowdown_lo"] is None and s["slowdown_hi"] is None and s["host_slowdown_lo"] is None
+    assert any(
+        "(no 95% intervals: 3 steps, fewer than 5); not shown to straggle" in str(n) for n in res.notes
+    )
     if slow is None:
         assert s["host_slowdown"] < 1.05  # no rank's host gaps stand out
     else:

@@ -97,6 +97,11 @@ def _whatif_text(wi: Any) -> str:
     if wi is None:
         return "what-if: not available (no compute traced)"
     m = wi.summary.row(0, named=True)
+    if m["slowdown_lo"] is None or m["host_slowdown_lo"] is None:  # too few steps to resample
+        return (
+            f"what-if S = {m['slowdown']:.3f}, host-gap slowdown = {m['host_slowdown']:.3f} (no 95% intervals: "
+            f"{m['steps']} steps are too few to resample; launch slowdown {m['launch_slowdown']:.3f})"
+        )
     return (
         f"what-if S = {m['slowdown']:.3f} [{m['slowdown_lo']:.3f}, {m['slowdown_hi']:.3f}], host-gap slowdown = "
         f"{m['host_slowdown']:.3f} [{m['host_slowdown_lo']:.3f}, {m['host_slowdown_hi']:.3f}] (95% intervals over "
@@ -147,8 +152,11 @@ def combined_verdict(
     named = tuple(r for r in named if r not in mesh.absorbed)
     m = wi.summary.row(0, named=True) if wi is not None else None
     s, hs, ls = (None, None, None) if m is None else (m["slowdown"], m["host_slowdown"], m["launch_slowdown"])
-    s_ci = None if m is None else (m["slowdown_lo"], m["slowdown_hi"])
-    h_ci = None if m is None else (m["host_slowdown_lo"], m["host_slowdown_hi"])
+    # no intervals below MIN_INTERVAL_STEPS steps (null ends): none, and nothing rests on one
+    s_ci = None if m is None or m["slowdown_lo"] is None else (m["slowdown_lo"], m["slowdown_hi"])
+    h_ci = (
+        None if m is None or m["host_slowdown_lo"] is None else (m["host_slowdown_lo"], m["host_slowdown_hi"])
+    )
     alone: dict[int, float] = {}
     if wi is not None:
         b = wi.blame.filter(pl.col("by") == "rank").group_by("group").agg(pl.col("slowdown").max())
@@ -163,6 +171,10 @@ def combined_verdict(
     of_time = "of step time" if has_steps else "of the time the collectives cover"
     gap = straggler_gap_text(store, store.resolve_run(run))  # why "ok" would be "inconclusive", or ""
     stage = _stage(wi)
+    # stragglers' verdict on a rank its tests could not judge (too few collectives or steps)
+    untested = st.verdict.filter((pl.col("status") == "inconclusive") & pl.col("rank").is_not_null())
+    weak = str(untested["evidence"][0]) if untested.height else None
+    untested_rank = int(untested["rank"][0]) if untested.height else None
     cause: str | None = None
     if named:
         causes = dict(zip(st.verdict["rank"].to_list(), st.verdict["cause"].to_list(), strict=True))
@@ -197,17 +209,30 @@ def combined_verdict(
             f"than its ideal (interval low end {stage['slowdown_lo']:.3f} > {STRAGGLING_S}); {whatif}"
         )
         cause = "stage"
+    elif weak is not None:
+        # a test had no power (too few collectives or steps): inconclusive with its figures, never
+        # "the run's variability" (that rests on the test that could not be made)
+        own = weak.removesuffix(f"; {gap}") if gap else weak
+        text = f"{own}; {whatif}"
     elif point > STRAGGLING_S:
         worst = max(alone.items(), key=lambda kv: kv[1]) if alone else None
         shown = (
-            f"its interval's low end {low:.3f} is above {STRAGGLING_S}"
-            if low is not None and low > STRAGGLING_S
+            "too few steps for an interval, so not even that is shown"
+            if low is None
+            else f"its interval's low end {low:.3f} is above {STRAGGLING_S}"
+            if low > STRAGGLING_S
             else f"its interval reaches below {STRAGGLING_S}, so not even that is shown"
+        )
+        # with ranks untraced (gap) the status is inconclusive: the traced ranks' variability only
+        what = (
+            "the traced ranks' variability, as far as they show"
+            if gap
+            else "the run's variability, not a problem"
         )
         text = (
             f"no straggler: the job runs {100 * (point - 1):.0f}% slower than its ideal ({whatif}; {shown}), from "
             "variation spread over ranks and steps (op-time or host-time noise) with no rank, group or stage "
-            "to blame: the run's variability, not a problem"
+            f"to blame: {what}"
             + (f" (largest single-rank cost: rank {worst[0]}, {100 * (worst[1] - 1):.0f}%)" if worst else "")
         )
     else:
@@ -224,10 +249,12 @@ def combined_verdict(
         },
         "whatif_alone_by_rank": alone,
     }
+    if untested_rank is not None and cause is None:
+        figures["untested"] = untested_rank  # the rank stragglers' tests had too little data to judge
     if cause is None and mesh.groups:
         cause = "group"  # a slow stage or replica: the mesh names it
     problem = cause is not None
-    status = "problem" if problem else "ok"
+    status = "problem" if problem else "inconclusive" if weak is not None else "ok"
     if gap and not problem:
         # the ranks compared are the traced ones: an untraced member the others wait for would make
         # every traced rank's lateness look small; a traced rank named as the straggler stays named.

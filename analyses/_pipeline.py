@@ -42,10 +42,10 @@ from typing import Any
 
 import polars as pl
 
-from traceprof.analyses import _common
+from traceprof.analyses import _common, _waits
 from traceprof.analyses._mesh import Mesh
 from traceprof.engine.intervals import clip, merge, subtract, union_ns
-from traceprof.ingest.matching import run_steps
+from traceprof.ingest.matching import preferred_source, run_steps
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -221,6 +221,25 @@ def _per_step(
     exposed = clip(exposed.join(w, on=["rank", "step"]), "ws", "we")
     c = union_ns(comp, ["rank", "step"], "compute_ns")
     x = union_ns(exposed, ["rank", "step"], "p2p_exposed_ns")
+    # the point-to-point waits (the one definition: each pair's copy from its arrival to its peer's,
+    # less transfer), not under compute, in the step's window
+    pairs = _waits.p2p_copies(store, run_id, preferred_source(store, run_id))
+    if pairs.height:
+        waits = _waits.wait_only(pairs, pl.lit(True), pl.Int64())
+        # wait_only merges per rank: each merged interval keeps the run's step of its window
+        waits = waits.join(w, on="rank").filter(
+            pl.col("start_ns") < pl.col("we"), pl.col("end_ns") > pl.col("ws")
+        )
+        pw = subtract(
+            waits.select("rank", "step", "start_ns", "end_ns"),
+            comp.select("rank", "step", "start_ns", "end_ns"),
+            ["rank", "step"],
+            ["rank"],
+        )
+        pw = union_ns(clip(pw.join(w, on=["rank", "step"]), "ws", "we"), ["rank", "step"], "p2p_wait_ns")
+    else:
+        pw = pl.DataFrame(schema={"rank": pl.Int64, "step": w.schema["step"], "p2p_wait_ns": pl.Int64})
+    # (the column stays null without pairs)
     edges = comp.group_by("rank", "step").agg(
         pl.col("start_ns").min().alias("_f"), pl.col("end_ns").max().alias("_l")
     )
@@ -240,6 +259,7 @@ def _per_step(
     out = (
         win.join(c, on=["rank", "step"], how="left")
         .join(x, on=["rank", "step"], how="left")
+        .join(pw, on=["rank", "step"], how="left")
         .join(edges, on=["rank", "step"], how="left")
         .join(mb, on=["rank", "step"], how="left")
     )
@@ -251,6 +271,8 @@ def _per_step(
         (pl.col("we") - pl.col("ws")).alias("window_ns"),
         pl.col("compute_ns").fill_null(0).cast(pl.Int64),
         pl.col("p2p_exposed_ns").fill_null(0).cast(pl.Int64),
+        # null without pairs: the stage split then reads the exposed point-to-point time
+        (pl.col("p2p_wait_ns").fill_null(0) if pairs.height else pl.col("p2p_wait_ns")).cast(pl.Int64),
         (pl.col("_f") - pl.col("ws")).fill_null(0).alias("warmup_ns"),
         (pl.col("we") - pl.col("_l")).fill_null(0).alias("cooldown_ns"),
         pl.col("microbatches").cast(pl.Int64),
@@ -262,7 +284,7 @@ def _stages(per: pl.DataFrame, p: int) -> tuple[pl.DataFrame, list[str]]:
     """Per stage means and the exact bubble split (step 3)."""
     mean = [
         _common.whole_ns(pl.col(c).mean()).alias(c)
-        for c in ("window_ns", "compute_ns", "p2p_exposed_ns", "warmup_ns", "cooldown_ns")
+        for c in ("window_ns", "compute_ns", "p2p_exposed_ns", "p2p_wait_ns", "warmup_ns", "cooldown_ns")
     ]
     st = (
         per.group_by("stage")
@@ -285,7 +307,10 @@ def _stages(per: pl.DataFrame, p: int) -> tuple[pl.DataFrame, list[str]]:
         else:
             sched, source = min(bubble, int(r["warmup_ns"]) + int(r["cooldown_ns"])), "measured"
         imb = min(bubble - sched, cmax - comp)
-        p2p = min(bubble - sched - imb, int(r["p2p_exposed_ns"]))
+        # without paired point-to-point ops (peers unknown) their exposed time stands for the wait
+        p2p = min(
+            bubble - sched - imb, int(r["p2p_exposed_ns"] if r["p2p_wait_ns"] is None else r["p2p_wait_ns"])
+        )
         rows.append(
             {
                 "stage": r["stage"],
@@ -495,7 +520,7 @@ def pipeline(
             per = _per_step(store, run_id, act, comm, win)
             stages, notes = _stages(per, mesh.axes[pp].size)
             timeline = _timeline(per, act, comm)
-            steps = per.drop("ws")
+            steps = per.drop("ws", "p2p_wait_ns")
     slow = _empty(SLOW_COLUMNS, _SLOW_TYPES)
     if act.height:
         rc = _rank_compute(store, run_id, act, per)

@@ -18,8 +18,11 @@ Algorithm:
           measured warm-up + cool-down.
        b. imbalance: the slowest stage's compute − this stage's (the pipeline runs at the slowest
           stage's pace; 0 for the slowest).
-       c. p2p wait: the exposed point-to-point time (waiting for the neighbour stage's activations
-          or gradients) not already explained by a and b.
+       c. p2p wait: the point-to-point wait (waiting for the neighbour stage's activations or
+          gradients) not already explained by a and b: the waits of the send / recv pairs
+          (``traceprof.analyses._waits.p2p_copies``, own arrival to the peer's, less transfer: the
+          one definition ``critical_path`` and the communication verdict read) not under compute;
+          without pairs (peers unknown) the exposed point-to-point time.
        d. other: the rest (other axes' exposed collectives, host time, idle).
   4. Slow stage / replica: along pp (stages) and dp (replicas of two or more ranks: a one-rank
      replica is a rank, the stragglers analysis' business): a slice is slow when each of its
@@ -77,7 +80,8 @@ STAGE_COLUMNS = {
     "schedule_bubble_ns": "the schedule's own bubble: (p-1)/m x compute_ns, else warm-up + cool-down",
     "schedule_from": "formula ((p-1)/m) or measured (warm-up + cool-down)",
     "imbalance_ns": "waiting for the slowest stage: its compute - this stage's",
-    "p2p_wait_ns": "exposed point-to-point time beyond schedule and imbalance",
+    "p2p_wait_ns": "point-to-point wait for the peer not under compute (paired send / recv; unpaired: their exposed time), "
+    "beyond schedule and imbalance",
     "other_ns": "the rest of the bubble",
     "p2p_exposed_ns": "mean exposed point-to-point time per step (raw)",
     "warmup_ns": "mean first compute start - window start",

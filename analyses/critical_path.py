@@ -32,7 +32,9 @@ Algorithm:
   2. Intervals per rank (``traceprof.engine.activity``; traces at op granularity such as NDTimeline:
      ``activity.op_activity``): compute C, communication K, memory M. For the collectives seen by
      two or more ranks (``_replay.comm_items``: arrival by ``matching.ARRIVAL_SQL``; last arrival
-     and last rank by ``stragglers.per_rank_instance``): wait W = [own arrival, last arrival),
+     and last rank by ``stragglers.per_rank_instance``), and the send / recv pairs that matching
+     left alone (``traceprof.engine.arrivals.p2p_items``: gloo's, paired by order per (sender,
+     receiver) and step; the peer is the other end): wait W = [own arrival, last arrival),
      ended early where the copy ends before; transfer X = [max(work start, last arrival), end).
      Transfer T = X ∪ (K - W).
   3. Precedence: compute keeps C; transfer T - C; memory M - C - T; wait W - C - T - M

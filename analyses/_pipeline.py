@@ -18,8 +18,11 @@ Algorithm:
           measured warm-up + cool-down.
        b. imbalance: the slowest stage's compute − this stage's (the pipeline runs at the slowest
           stage's pace; 0 for the slowest).
-       c. p2p wait: the exposed point-to-point time (waiting for the neighbour stage's activations
-          or gradients) not already explained by a and b.
+       c. p2p wait: the point-to-point wait (waiting for the neighbour stage's activations or
+          gradients) not already explained by a and b: the waits of the send / recv pairs
+          (``traceprof.analyses._waits.p2p_copies``, own arrival to the peer's, less transfer: the
+          one definition ``critical_path`` and the communication verdict read) not under compute;
+          without pairs (peers unknown) the exposed point-to-point time.
        d. other: the rest (other axes' exposed collectives, host time, idle).
   4. Slow stage / replica: along pp (stages) and dp (replicas of two or more ranks: a one-rank
      replica is a rank, the stragglers analysis' business): a slice is slow when each of its
@@ -42,10 +45,10 @@ from typing import Any
 
 import polars as pl
 
-from traceprof.analyses import _common
+from traceprof.analyses import _common, _waits
 from traceprof.analyses._mesh import Mesh
 from traceprof.engine.intervals import clip, merge, subtract, union_ns
-from traceprof.ingest.matching import run_steps
+from traceprof.ingest.matching import preferred_source, run_steps
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -77,7 +80,8 @@ STAGE_COLUMNS = {
     "schedule_bubble_ns": "the schedule's own bubble: (p-1)/m x compute_ns, else warm-up + cool-down",
     "schedule_from": "formula ((p-1)/m) or measured (warm-up + cool-down)",
     "imbalance_ns": "waiting for the slowest stage: its compute - this stage's",
-    "p2p_wait_ns": "exposed point-to-point time beyond schedule and imbalance",
+    "p2p_wait_ns": "point-to-point wait for the peer not under compute (paired send / recv; unpaired: their exposed time), "
+    "beyond schedule and imbalance",
     "other_ns": "the rest of the bubble",
     "p2p_exposed_ns": "mean exposed point-to-point time per step (raw)",
     "warmup_ns": "mean first compute start - window start",
@@ -221,6 +225,25 @@ def _per_step(
     exposed = clip(exposed.join(w, on=["rank", "step"]), "ws", "we")
     c = union_ns(comp, ["rank", "step"], "compute_ns")
     x = union_ns(exposed, ["rank", "step"], "p2p_exposed_ns")
+    # the point-to-point waits (the one definition: each pair's copy from its arrival to its peer's,
+    # less transfer), not under compute, in the step's window
+    pairs = _waits.p2p_copies(store, run_id, preferred_source(store, run_id))
+    if pairs.height:
+        waits = _waits.wait_only(pairs, pl.lit(True), pl.Int64())
+        # wait_only merges per rank: each merged interval keeps the run's step of its window
+        waits = waits.join(w, on="rank").filter(
+            pl.col("start_ns") < pl.col("we"), pl.col("end_ns") > pl.col("ws")
+        )
+        pw = subtract(
+            waits.select("rank", "step", "start_ns", "end_ns"),
+            comp.select("rank", "step", "start_ns", "end_ns"),
+            ["rank", "step"],
+            ["rank"],
+        )
+        pw = union_ns(clip(pw.join(w, on=["rank", "step"]), "ws", "we"), ["rank", "step"], "p2p_wait_ns")
+    else:
+        pw = pl.DataFrame(schema={"rank": pl.Int64, "step": w.schema["step"], "p2p_wait_ns": pl.Int64})
+    # (the column stays null without pairs)
     edges = comp.group_by("rank", "step").agg(
         pl.col("start_ns").min().alias("_f"), pl.col("end_ns").max().alias("_l")
     )
@@ -240,6 +263,7 @@ def _per_step(
     out = (
         win.join(c, on=["rank", "step"], how="left")
         .join(x, on=["rank", "step"], how="left")
+        .join(pw, on=["rank", "step"], how="left")
         .join(edges, on=["rank", "step"], how="left")
         .join(mb, on=["rank", "step"], how="left")
     )
@@ -251,6 +275,8 @@ def _per_step(
         (pl.col("we") - pl.col("ws")).alias("window_ns"),
         pl.col("compute_ns").fill_null(0).cast(pl.Int64),
         pl.col("p2p_exposed_ns").fill_null(0).cast(pl.Int64),
+        # null without pairs: the stage split then reads the exposed point-to-point time
+        (pl.col("p2p_wait_ns").fill_null(0) if pairs.height else pl.col("p2p_wait_ns")).cast(pl.Int64),
         (pl.col("_f") - pl.col("ws")).fill_null(0).alias("warmup_ns"),
         (pl.col("we") - pl.col("_l")).fill_null(0).alias("cooldown_ns"),
         pl.col("microbatches").cast(pl.Int64),
@@ -262,7 +288,7 @@ def _stages(per: pl.DataFrame, p: int) -> tuple[pl.DataFrame, list[str]]:
     """Per stage means and the exact bubble split (step 3)."""
     mean = [
         _common.whole_ns(pl.col(c).mean()).alias(c)
-        for c in ("window_ns", "compute_ns", "p2p_exposed_ns", "warmup_ns", "cooldown_ns")
+        for c in ("window_ns", "compute_ns", "p2p_exposed_ns", "p2p_wait_ns", "warmup_ns", "cooldown_ns")
     ]
     st = (
         per.group_by("stage")
@@ -285,7 +311,10 @@ def _stages(per: pl.DataFrame, p: int) -> tuple[pl.DataFrame, list[str]]:
         else:
             sched, source = min(bubble, int(r["warmup_ns"]) + int(r["cooldown_ns"])), "measured"
         imb = min(bubble - sched, cmax - comp)
-        p2p = min(bubble - sched - imb, int(r["p2p_exposed_ns"]))
+        # without paired point-to-point ops (peers unknown) their exposed time stands for the wait
+        p2p = min(
+            bubble - sched - imb, int(r["p2p_exposed_ns"] if r["p2p_wait_ns"] is None else r["p2p_wait_ns"])
+        )
         rows.append(
             {
                 "stage": r["stage"],
@@ -495,7 +524,7 @@ def pipeline(
             per = _per_step(store, run_id, act, comm, win)
             stages, notes = _stages(per, mesh.axes[pp].size)
             timeline = _timeline(per, act, comm)
-            steps = per.drop("ws")
+            steps = per.drop("ws", "p2p_wait_ns")
     slow = _empty(SLOW_COLUMNS, _SLOW_TYPES)
     if act.height:
         rc = _rank_compute(store, run_id, act, per)

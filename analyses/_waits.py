@@ -30,8 +30,47 @@ from __future__ import annotations
 import polars as pl
 
 from traceprof.engine import intervals
+from traceprof.engine.arrivals import p2p_items
+from traceprof.storage.store import Store
 
-__all__ = ["wait_spans", "transfer_spans", "wall_waits", "wall_caused", "beyond_waits"]
+__all__ = [
+    "last_arrivals",
+    "p2p_copies",
+    "wait_spans",
+    "transfer_spans",
+    "wall_waits",
+    "wall_caused",
+    "wait_only",
+    "beyond_waits",
+]
+
+
+def last_arrivals(items: pl.DataFrame) -> pl.DataFrame:
+    """Each copy's instance's last arrival and last rank.
+
+    Args:
+        items: Copies: instance_id, rank, arrival_ns (not null).
+
+    Returns:
+        ``items`` with last_ns (the instance's last arrival) and last_rank (the rank that arrived
+        last, null on a tie).
+    """
+    at_last = pl.col("arrival_ns") == pl.col("last_ns")
+    return items.with_columns(pl.col("arrival_ns").max().over("instance_id").alias("last_ns")).with_columns(
+        pl.when(at_last.sum().over("instance_id") == 1)
+        .then(pl.col("rank").filter(at_last).first().over("instance_id"))
+        .alias("last_rank")
+    )
+
+
+def p2p_copies(store: Store, run_id: int, source: str | None = None) -> pl.DataFrame:
+    """The copies of the point-to-point pairs (``traceprof.engine.arrivals.p2p_items``: sends and
+    recvs matching left unmatched, paired by order), with last_ns and last_rank: the one
+    definition of a point-to-point wait, [own arrival, the peer's arrival) (:func:`wait_spans`),
+    read by ``critical_path``'s account, the communication verdict and ``parallelism``'s p2p wait.
+    Empty (no columns) when there is no pair."""
+    items = p2p_items(store, run_id, source)
+    return last_arrivals(items) if items.height else items
 
 
 def wait_spans(w: pl.DataFrame) -> pl.DataFrame:
@@ -106,25 +145,45 @@ def wall_caused(w: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def wait_only(w: pl.DataFrame, waited: pl.Expr, rank_t: pl.DataType) -> pl.DataFrame:
+    """The wait intervals of the copies selected by ``waited`` less every copy's transfer
+    interval (transfer wins over wait, ``critical_path``'s precedence), as maximal intervals.
+
+    Args:
+        w: Copies as for :func:`transfer_spans`, with rank and last_rank.
+        waited: Selects the copies whose waits count.
+        rank_t: The rank type of the result.
+
+    Returns:
+        Frame rank, start_ns, end_ns.
+    """
+    cols = ["rank", "start_ns", "end_ns"]
+    waits = wait_spans(w.filter(waited)).select(cols)
+    xfer = transfer_spans(w).select(cols)
+    waits, xfer = (f.with_columns(pl.col("rank").cast(rank_t)) for f in (waits, xfer))
+    return intervals.subtract(waits, xfer, ["rank"])
+
+
 def beyond_waits(exposed: pl.DataFrame, w: pl.DataFrame, waited_for: list[int]) -> pl.DataFrame:
     """Each rank's exposed communication beyond its waits for ``waited_for`` (module doc, step 4).
 
     Args:
         exposed: Exposed-communication intervals (``traceprof.engine.activity.exposed_comm`` by
             ``["rank"]``): rank, start_ns, end_ns (ns).
-        w: Copies as for :func:`transfer_spans`, with rank and last_rank.
+        w: Copies as for :func:`transfer_spans`, with rank and last_rank; optionally p2p (true:
+            a point-to-point pair's copy, :func:`p2p_copies`, whose wait is taken out whoever the
+            peer).
         waited_for: The ranks whose instances' waits are taken out (the named stragglers).
 
     Returns:
         Frame rank, beyond_ns (int64 ns, > 0); ranks with nothing left are absent.
     """
     cols = ["rank", "start_ns", "end_ns"]
-    rank_t = exposed.schema["rank"]
-    waits = wait_spans(w.filter(pl.col("last_rank").is_in(waited_for))).select(cols)
-    xfer = transfer_spans(w).select(cols)
-    waits, xfer = (f.with_columns(pl.col("rank").cast(rank_t)) for f in (waits, xfer))
-    wait_only = intervals.subtract(waits, xfer, ["rank"])  # transfer wins over wait (critical_path)
-    left = intervals.subtract(exposed.select(cols), wait_only, ["rank"])
+    waited = pl.col("last_rank").is_in(waited_for)
+    if "p2p" in w.columns:  # a point-to-point wait is always for the peer, never communication's
+        waited = waited | pl.col("p2p").fill_null(False)
+    waits = wait_only(w, waited, exposed.schema["rank"])
+    left = intervals.subtract(exposed.select(cols), waits, ["rank"])
     return left.group_by("rank").agg(
         (pl.col("end_ns") - pl.col("start_ns")).sum().cast(pl.Int64).alias("beyond_ns")
     )

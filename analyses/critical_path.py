@@ -32,7 +32,9 @@ Algorithm:
   2. Intervals per rank (``traceprof.engine.activity``; traces at op granularity such as NDTimeline:
      ``activity.op_activity``): compute C, communication K, memory M. For the collectives seen by
      two or more ranks (``_replay.comm_items``: arrival by ``matching.ARRIVAL_SQL``; last arrival
-     and last rank by ``stragglers.per_rank_instance``): wait W = [own arrival, last arrival),
+     and last rank by ``stragglers.per_rank_instance``), and the send / recv pairs that matching
+     left alone (``traceprof.engine.arrivals.p2p_items``: gloo's, paired by order per (sender,
+     receiver) and step; the peer is the other end): wait W = [own arrival, last arrival),
      ended early where the copy ends before; transfer X = [max(work start, last arrival), end).
      Transfer T = X ∪ (K - W).
   3. Precedence: compute keeps C; transfer T - C; memory M - C - T; wait W - C - T - M
@@ -98,7 +100,7 @@ from traceprof.engine.analysis import (
     register,
     reusing,
 )
-from traceprof.engine.arrivals import run_transient
+from traceprof.engine.arrivals import p2p_items, run_transient
 from traceprof.ingest.matching import run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -218,21 +220,25 @@ def _piece(df: pl.DataFrame) -> pl.DataFrame:
 
 def _collective_parts(
     store: Store, run_id: int, source: str | None
-) -> tuple[pl.DataFrame, pl.DataFrame, str | None, int]:
-    """(W, X, source, instances): wait and transfer intervals of every rank's copy of the
-    collectives seen by two or more ranks (module doc, step 2), in the piece schema; peer = the
+) -> tuple[pl.DataFrame, pl.DataFrame, str | None, int, int]:
+    """(W, X, source, instances, pairs): wait and transfer intervals of every rank's copy of the
+    collectives seen by two or more ranks and of the point-to-point pairs
+    (``traceprof.engine.arrivals.p2p_items``; module doc, step 2), in the piece schema; peer = the
     last rank (null on a tie), cross = the rank the path crosses to (the lowest that arrived
     last), last_ns = the last arrival."""
     items, source = _replay.comm_items(store, run_id, source)
     empty = pl.DataFrame(schema=_PIECE)
-    if source is None or items.is_empty():
-        return empty, empty, source, 0
-    items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
-    items = items.filter(
-        ~pl.col("instance_id").is_in(list(_replay.transient(items, store, run_id).instances))
-    )
+    if source is not None and items.height:
+        items = items.filter(pl.col("n_ranks") >= 2, pl.col("arrival_ns").is_not_null())
+        items = items.filter(
+            ~pl.col("instance_id").is_in(list(_replay.transient(items, store, run_id).instances))
+        )
+    # the point-to-point ops matching left alone, paired by order (their waits: the one definition)
+    p2p = p2p_items(store, run_id, source)
+    if p2p.height:
+        items = pl.concat([items.select(p2p.columns), p2p], how="vertical_relaxed") if items.height else p2p
     if items.is_empty():
-        return empty, empty, source, 0
+        return empty, empty, source, 0, 0
     w = per_rank_instance(items).with_columns(
         pl.col("rank")
         .filter(pl.col("arrival_ns") == pl.col("last_ns"))
@@ -246,7 +252,8 @@ def _collective_parts(
         _piece(_waits.wait_spans(w)),  # the one definition: stragglers' wall-clock waits read it too
         _piece(_waits.transfer_spans(w)),
         source,
-        int(w["instance_id"].n_unique()),
+        int(w.filter(pl.col("instance_id") >= 0)["instance_id"].n_unique()),
+        int(w.filter(pl.col("instance_id") < 0)["instance_id"].n_unique()),
     )
 
 
@@ -783,12 +790,19 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
     named = named_ranks(inp.results)
     others = frame.filter(~pl.col("rank").is_in(named))
     transfer = float(frame["transfer_ns"].sum())
+
+    def waited(f: Finding) -> float:
+        """The account's waits credited to ``f``'s ranks (blame): a slow stage's point-to-point
+        peers waiting for it, paired by ``traceprof.engine.arrivals.p2p_items``."""
+        return float(blame.filter(pl.col("rank").is_in(list(f.ranks)))["waited_ns"].sum())
+
     # time its own analysis credited to a straggling group (a slow pipeline stage: the other stages'
-    # exposed point-to-point time waiting for it): with no collective matched, the account counts
-    # that time as transfer, so it is the group's, and communication's is what lies beyond it
+    # exposed point-to-point time waiting for it) whose waits the account does not hold (its
+    # point-to-point ops unpaired): the account counts that time as transfer, so it is the
+    # group's, and communication's is what lies beyond it
     credited = min(
         transfer,
-        float(sum(f.recoverable_ns or 0 for f in findings if _credited(f))),
+        float(sum(f.recoverable_ns or 0 for f in findings if _credited(f) and not waited(f))),
     )
     beyond = (
         f" (less {credited / 1e6:.1f} ms of point-to-point waits for the slow stage, its finding's)"
@@ -808,7 +822,7 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
         if f.topic == "stragglers" and f.rank is not None:
             x = (float(blame.filter(pl.col("rank") == f.rank)["waited_ns"].sum()), "the others' waits for it")
         elif _credited(f):
-            x = (float(f.recoverable_ns or 0), "the other stages' point-to-point waits for it")
+            x = (waited(f) or float(f.recoverable_ns or 0), "the other stages' point-to-point waits for it")
         elif f.topic == "stragglers" and f.problem:
             x = (float(frame["wait_ns"].sum()), "all waits at collectives")
         if x is None:
@@ -988,7 +1002,7 @@ def run(store: Store, params: Params) -> Result:
     windows = _windows(store, run_id, act).filter(
         ~pl.col("step").is_in(list(run_transient(store, run_id).steps)).fill_null(False)
     )
-    wait, xfer, source, n_inst = _collective_parts(store, run_id, params.source or None)
+    wait, xfer, source, n_inst, n_p2p = _collective_parts(store, run_id, params.source or None)
     multi = multi_device_ranks(act) if "device" in act.columns else []
     # the segments read six columns of each rank's rows: outside a report (nothing else holds the
     # frame) the other columns are let go of before them, and each rank's rows once its segments
@@ -1015,7 +1029,7 @@ def run(store: Store, params: Params) -> Result:
         .sort("step", nulls_last=True)
     )
     blame = _blame(segs, total)
-    notes += _notes(frame, segs, source, n_inst, cpu_ranks, multi)
+    notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, multi)
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id),) if n]
     return Result(
@@ -1033,7 +1047,7 @@ def _notes(
     frame: pl.DataFrame,
     segs: pl.DataFrame,
     source: str | None,
-    n_inst: int,
+    counts: tuple[int, int],
     cpu_ranks: list[int],
     multi: list[int],
 ) -> list[str]:
@@ -1043,17 +1057,24 @@ def _notes(
         "start; categories add up to step_ns exactly, by precedence compute > transfer > memory > wait > "
         "host_bound > idle"
     ]
+    n_inst, n_p2p = counts
     if n_inst:
         notes.append(
             f"waits and transfers from source {source}: {n_inst:,} collectives seen by two or more ranks; a "
             "wait runs from the rank's arrival to the last arrival and is credited to the last rank (blame)"
         )
-    else:
+    if n_p2p:
+        notes.append(
+            f"{n_p2p:,} point-to-point transfers (send / recv without a sequence number) paired across their "
+            "two ranks by order per (sender, receiver) and step: a send or recv waits from its arrival to its "
+            "peer's, credited to the peer (blame)"
+        )
+    if not n_inst and not n_p2p:
         notes.append(
             "no collective matched across two or more ranks: communication counts as transfer, no waits"
         )
     loose = segs.filter((pl.col("cat") == _TRANSFER) & pl.col("instance_id").is_null())
-    if n_inst and loose.height:
+    if (n_inst or n_p2p) and loose.height:
         ns = int((loose["end_ns"] - loose["start_ns"]).sum())
         notes.append(
             f"{ns / 1e6:,.3f} ms of transfer is communication that matched no collective across ranks "

@@ -9,7 +9,11 @@ FROM collectives
 WHERE run_id = $run AND source IN ('nccl_kernel', 'gloo') AND end_ns > start_ns;
 -- ops: CPU ops and annotations on the threads that launched or ran the compute before a gap.
 -- $traces, $tids: candidate trace ids and thread ids (the exact pairs are kept in polars).
+-- Not a flagged record (a clipped overrun or unclosed op's extent is made up: it would enclose
+-- everything after it) and not a communication op (a collective's enqueue: gloo work, c10d ops,
+-- record_param_comms): the compute before a gap is never a collective.
 SELECT trace_id, tid, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name
 FROM events
-WHERE run_id = $run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns > 0
-  AND NOT starts_with(name, 'gloo:') AND trace_id IN ($traces) AND tid IN ($tids)
+WHERE run_id = $run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns > 0 AND flag IS NULL
+  AND NOT starts_with(name, 'gloo:') AND NOT starts_with(name, 'c10d::') AND name <> 'record_param_comms'
+  AND trace_id IN ($traces) AND tid IN ($tids)

@@ -48,6 +48,7 @@ from traceprof.engine.analysis import (
     register,
 )
 from traceprof.engine.intervals import class_measures
+from traceprof.ingest.matching import preferred_source
 from traceprof.storage.runs import PROFILER_SOURCES, rank_list, untraced_ranks
 from traceprof.storage.store import Store
 
@@ -156,17 +157,27 @@ def untraced_comm_note(store: Store, run_id: int) -> str | None:
     )
 
 
-def _beyond_waits(inp: FindingsInput, st: FrameResult, named: list[int]) -> pl.DataFrame:
-    """Per rank, its exposed communication beyond its waits for the ``named`` stragglers (ns):
-    the exposed-communication intervals (overlap's, with the run's ``-p overlap.hta``) minus the
-    wall-clock union of the rank's waits (``stragglers``' ``waits``: own arrival to the last
-    arrival) at the instances a named rank arrived last at, less what is transfer of another
-    collective (``traceprof.analyses._waits.beyond_waits``; ``critical_path``'s precedence).
+def _beyond_waits(
+    inp: FindingsInput, st: FrameResult | None, named: list[int], p2p: pl.DataFrame
+) -> pl.DataFrame:
+    """Per rank, its exposed communication beyond its waits for the ``named`` stragglers and its
+    point-to-point waits (ns): the exposed-communication intervals (overlap's, with the run's
+    ``-p overlap.hta``) minus the wall-clock union of the rank's waits (``stragglers``' ``waits``:
+    own arrival to the last arrival) at the instances a named rank arrived last at and at the
+    point-to-point pairs ``p2p`` (``traceprof.analyses._waits.p2p_copies``: own arrival to the
+    peer's), less what is transfer of another collective
+    (``traceprof.analyses._waits.beyond_waits``; ``critical_path``'s precedence).
     Frame rank, beyond_ns; a rank with none left is absent."""
-    waits = st.frames()["waits"].join(
-        st.frames()["instances"].select("instance_id", "last_rank"), on="instance_id", how="left"
+    parts = [p2p.with_columns(pl.lit(True).alias("p2p"))] if p2p.height else []
+    if st is not None:
+        waits = st.frames()["waits"].join(
+            st.frames()["instances"].select("instance_id", "last_rank"), on="instance_id", how="left"
+        )
+        parts.append(waits.with_columns((pl.col("arrival_ns") + pl.col("wait_ns")).alias("last_ns")))
+    keep = ["rank", "instance_id", "arrival_ns", "last_ns", "last_rank", "start_ns", "end_ns"]
+    w = pl.concat(
+        [f.select(*keep, *(["p2p"] if "p2p" in f.columns else [])) for f in parts], how="diagonal_relaxed"
     )
-    w = waits.with_columns((pl.col("arrival_ns") + pl.col("wait_ns")).alias("last_ns"))
     given = inp.params.get("overlap")
     hta = bool(make_params(SPEC, None, given).hta) if given else False
     # only the communication and compute rows, the columns exposed_comm reads: taken from the
@@ -223,17 +234,26 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
     )
     cost = median
     st = res.get("stragglers")
-    if st is not None and _common.named_ranks(res) and "waits" in st.frames():
+    named_ranks = _common.named_ranks(res)
+    st = st if st is not None and named_ranks and "waits" in st.frames() else None
+    p2p = _waits.p2p_copies(inp.store, inp.run_id, preferred_source(inp.store, inp.run_id))
+    if st is not None or p2p.height:
         # Waiting at a collective for a late peer shows as exposed communication: it is the
-        # straggler's cost (counted there), so only the exposed time beyond it costs here.
-        beyond = _beyond_waits(inp, st, _common.named_ranks(res))
+        # straggler's cost (counted there), so only the exposed time beyond it costs here; so is
+        # a send / recv waiting for its peer stage to post the other end (a slow stage, the
+        # pipeline's bubble).
+        beyond = _beyond_waits(inp, st, named_ranks, p2p)
         own = df.join(beyond, on="rank", how="left").select(
             (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
         )
         cost = float(own.item() or 0.0)
-        named = ", ".join(map(str, _common.named_ranks(res)))
+        named = ", ".join(map(str, named_ranks))
+        waited = " and ".join(
+            ([f"waiting for the straggler (rank {named})"] if st is not None else [])
+            + (["point-to-point waits for the peer"] if p2p.height else [])
+        )
         text = (
-            f"exposed communication beyond waiting for the straggler (rank {named}): {cost:.0f}% of the window "
+            f"exposed communication beyond {waited}: {cost:.0f}% of the window "
             f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}"
         )
     problem = cost >= 5.0

@@ -717,14 +717,9 @@ def per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:
     rel = pl.col("arrival_ns") - pl.col("arrival_ns").min().over("instance_id")
     raw_transfer = pl.col("end_ns") - pl.col("last_ns")
     at_last = pl.col("arrival_ns") == pl.col("last_ns")
-    w = items.with_columns(
-        pl.col("arrival_ns").max().over("instance_id").alias("last_ns"),
-        rel.alias("rel_ns"),
-        pl.len().over("instance_id").alias("n"),
+    w = _waits.last_arrivals(
+        items.with_columns(rel.alias("rel_ns"), pl.len().over("instance_id").alias("n"))
     ).with_columns(
-        pl.when(at_last.sum().over("instance_id") == 1)
-        .then(pl.col("rank").filter(at_last).first().over("instance_id"))
-        .alias("last_rank"),
         # next latest arrival: the largest arrival below the last (the last itself on a tie)
         pl.when(at_last.sum().over("instance_id") > 1)
         .then(pl.col("last_ns"))

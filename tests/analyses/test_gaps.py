@@ -333,3 +333,68 @@ def test_top_cause_note_counts_in_words(store):
         f"{top['gaps']} gaps, 1 rank, {top['steps']} steps)"
     )
     assert top["exposed_ns"] == res.gaps.filter(pl.col("cause") == top["cause"])["dur_ns"].sum()
+
+
+def _hugedur_rank(huge: bool) -> list[dict]:
+    """Two 1,000-us steps of a GPU rank: aten::mm [10, 30) launching a 400-us GEMM at 20, then
+    record_param_comms [30, 35) launching the all-reduce kernel [425, 825) (4 MiB, pg 0). With
+    ``huge`` step 0's record_param_comms has dur 3e15 us (garbage): ingest clips it to the end of
+    the trace (flag ``overrun``), so it spans step 1's aten::mm and its launch."""
+    comm = {
+        "Collective name": "allreduce",
+        "Process Group Name": "0",
+        "Process Group Ranks": "[0, 1]",
+        "Group size": 2,
+        "dtype": "Float",
+        "In msg nelems": 1048576,
+        "Out msg nelems": 1048576,
+    }
+    ev, corr = [], 1
+    for s in range(2):
+        t = 1000.0 * (s + 1)
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": 1000,
+            }
+        )
+        ev.append(
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 20}
+        )
+        ev += [launch(t + 12, corr, 5), kernel("volta_sgemm_128x64_nn", 7, t + 20, 400, corr)]
+        dur = 3e15 if huge and s == 0 else 5
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "record_param_comms",
+                "pid": 1,
+                "tid": 1,
+                "ts": t + 30,
+                "dur": dur,
+                "args": {**comm, "Seq": s + 1},
+            }
+        )
+        nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+        ev += [launch(t + 31, corr + 1, 3), kernel(nccl, 20, t + 425, 400, corr + 1, **comm, Seq=s + 1)]
+        corr += 2
+    return ev
+
+
+def test_a_clipped_record_is_never_the_compute_before_a_gap(store, tmp_path):
+    (tmp_path / "huge").mkdir()
+    for r in (0, 1):
+        kineto(tmp_path / "huge" / f"rank{r}.json.gz", _hugedur_rank(huge=r == 0), rank=r, world_size=2)
+    ingest(store, [tmp_path / "huge"], run="huge")
+    res = analyze(store, "gaps", "huge")
+    # Each rank's all-reduce [425, 825) of each step is exposed (no compute after the GEMM ends at
+    # 420): 4 gaps of 400 us. Each follows the GEMM launched inside aten::mm; the clipped
+    # record_param_comms (and a collective's enqueue at all) is never the compute before: one cause.
+    assert res.frame.select("cause", "exposed_ns", "gaps", "pct").rows() == [
+        ("all_reduce (pg 0, 4.2 MB) after aten::mm", 1600 * 1000, 4, 100.0)
+    ]

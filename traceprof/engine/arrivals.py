@@ -20,11 +20,19 @@ import polars as pl
 
 from traceprof.core.errors import UsageError
 from traceprof.engine.analysis import lasting, shared
-from traceprof.ingest.matching import ARRIVAL_SQL, preferred_source, run_steps
+from traceprof.ingest.matching import ARRIVAL_SQL, P2P_OPS, preferred_source, run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
-__all__ = ["comm_items", "Transient", "transient", "run_transient", "excluded_steps", "TRANSIENT_SKEW_FACTOR"]
+__all__ = [
+    "comm_items",
+    "p2p_items",
+    "Transient",
+    "transient",
+    "run_transient",
+    "excluded_steps",
+    "TRANSIENT_SKEW_FACTOR",
+]
 
 #: A leading collective whose arrival skew exceeds this many times the run's median skew (and the
 #: median step time) belongs to the profiler-start transient (:func:`transient`).
@@ -96,6 +104,58 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     )
     # SQL's GROUP BY returns rows in any order: sorted, every later tie and float sum is reproducible
     return df.drop("_own_step").sort("instance_id", "rank"), source
+
+
+def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFrame:
+    """The point-to-point ops that matching left unmatched (no process group and sequence number,
+    e.g. gloo's send / recv), paired across ranks, as :func:`comm_items` rows: the one definition of
+    a point-to-point wait (``critical_path``'s account, the communication verdict and
+    ``parallelism``'s p2p wait read these pairs through ``traceprof.analyses._waits``).
+
+    Algorithm: a send's peer is the other rank of its group when the group (source, process
+    group, its ranks; the rows without one: the run) has point-to-point rows on exactly two ranks,
+    so (src, dst) is known: a send (src = own rank), a recv (dst = own rank). Groups with more
+    ranks are left unpaired (the peer is not stored). Within a step, the k-th send of a (src, dst)
+    pair in arrival order is the k-th recv of that pair (as the transport delivers them): an
+    instance seen by the two ranks, its wait the earlier arrival's until the later one's.
+
+    Args:
+        source: The collectives source (default: the one with the most unmatched point-to-point
+            rows).
+
+    Returns:
+        Frame as :func:`comm_items` (n_ranks 2, instance_id negative so that it meets no stored
+        instance; ordinal: k), only the pairs found on both ranks; empty when there is none.
+    """
+    ops = "(" + ", ".join(f"'{op}'" for op in P2P_OPS if op in ("send", "recv")) + ")"
+    df = store.sql(
+        f"""WITH r AS (
+              SELECT source, rank, op, step, coalesce(bytes_in, bytes_out) AS bytes, start_ns, end_ns,
+                     {ARRIVAL_SQL} AS arrival_ns, coalesce(regexp_replace(pg, ':p2p$', ''), '') AS g_pg,
+                     coalesce(pg_ranks, '') AS g_ranks
+              FROM collectives
+              WHERE run_id = $1 AND instance_id IS NULL AND op IN {ops} AND ($2 IS NULL OR source = $2)),
+            src AS (SELECT source FROM r GROUP BY source ORDER BY count(*) DESC, source LIMIT 1),
+            g AS (SELECT source, g_pg, g_ranks, min(rank) AS lo, max(rank) AS hi FROM r
+                  WHERE source = (SELECT source FROM src) AND arrival_ns IS NOT NULL
+                  GROUP BY ALL HAVING count(DISTINCT rank) = 2),
+            d AS (SELECT r.*, CASE WHEN op = 'send' THEN rank ELSE lo + hi - rank END AS src_rank,
+                         row_number() OVER (PARTITION BY r.source, r.g_pg, r.g_ranks, r.rank, op, step
+                                            ORDER BY arrival_ns, start_ns) AS k
+                  FROM r JOIN g USING (source, g_pg, g_ranks) WHERE arrival_ns IS NOT NULL),
+            m AS (SELECT d.*, dense_rank() OVER (ORDER BY g_pg, g_ranks, src_rank, step, k) AS pair,
+                         count(*) OVER (PARTITION BY g_pg, g_ranks, src_rank, step, k) AS n
+                  FROM d)
+            SELECT -pair AS instance_id, rank, step, op, nullif(g_pg, '') AS pg, bytes,
+                   CAST(k AS INTEGER) AS ordinal, 2 AS n_ranks, arrival_ns, end_ns, start_ns
+            FROM m WHERE n = 2 ORDER BY instance_id, rank""",
+        [run_id, source],
+    )
+    if df.is_empty():
+        return df
+    # the pair's ranks hold a send and a recv, never two of one kind
+    both = pl.col("op").n_unique().over("instance_id") == 2
+    return df.filter(both)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ negative values to 0), so the difference between two replays is the effect of th
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -468,12 +469,19 @@ def _deps_by_chunk(
 
 
 def build(
-    comp: pl.DataFrame, comm: pl.DataFrame, eps: int = EPS_NS, *, _drop_early: bool = False
+    comp: pl.DataFrame | Callable[[], pl.DataFrame],
+    comm: pl.DataFrame,
+    eps: int = EPS_NS,
+    *,
+    _drop_early: bool = False,
 ) -> Timeline:
     """Build the replay graph from compute and comm items (module doc).
 
     Args:
-        comp: :func:`compute_items` (rows without a step are ignored).
+        comp: :func:`compute_items` (rows without a step are ignored), or a function that gives
+            them: called when the build reads them, its frame let go of here once read (held by
+            nothing else, it is not under the build's peak: 8 ranks x 1 M events, 236 MiB); called
+            again for a second attempt (a cycle, below).
         comm: :func:`comm_items` frame (rows without a step or an end are ignored).
         eps: Tolerance of "ended before started" in ns.
 
@@ -488,15 +496,21 @@ def build(
     Raises:
         AnalysisError: The graph has a cycle (ranks hold matched collectives in different orders).
     """
-    c = comp.filter(pl.col("step").is_not_null()).select(
-        pl.lit(0, pl.Int8).alias("kind"),
-        "rank",
-        "step",
-        pl.col("name").alias("key0"),
-        "start_ns",
-        "end_ns",
-        pl.lit(None, pl.Int64).alias("instance_id"),
+    make = comp
+    c = (
+        (comp() if callable(comp) else comp)
+        .filter(pl.col("step").is_not_null())
+        .select(
+            pl.lit(0, pl.Int8).alias("kind"),
+            "rank",
+            "step",
+            pl.col("name").alias("key0"),
+            "start_ns",
+            "end_ns",
+            pl.lit(None, pl.Int64).alias("instance_id"),
+        )
     )
+    del comp
     m = comm.filter(
         pl.col("step").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("arrival_ns").is_not_null()
     )
@@ -517,13 +531,15 @@ def build(
         "instance_id",
     )
     del m
-    both = pl.concat([c, k])
+    # key0 as an integer (its position among the distinct key0s, sorted): sorting, pooling and
+    # blaming compare integers, not millions of strings; coded before the two are put together
+    # (not a third copy of the items' strings)
+    uniq = (  # kept: the Timeline's key names
+        pl.concat([c["key0"].drop_nulls().unique(), k["key0"].drop_nulls().unique()]).unique().sort()
+    )
+    both = pl.concat([c.with_columns(_code("key0", uniq)), k.with_columns(_code("key0", uniq))])
     del c, k  # copied into both: the run's items are held once (here and below, each temporary is
     # let go of once used, so the build's peak holds one copy of the items, not several)
-    # key0 as an integer (its position among the distinct key0s, sorted): sorting, pooling and
-    # blaming compare integers, not millions of strings
-    uniq = both["key0"].drop_nulls().unique().sort()  # kept: the Timeline's key names
-    both = both.with_columns(_code("key0", uniq))
     # a total order: items with the same bounds keep one order whatever the input order (their
     # pooling ordinals, and so the blame, depend on it)
     items = both.sort("rank", "step", "start_ns", "end_ns", "kind", "key0", "instance_id", nulls_last=True)
@@ -594,7 +610,7 @@ def build(
     del src, dst, out_node, end_node, inst_node
     leveled = _levels(e_src, e_dst, n_nodes)
     if isinstance(leveled, int) and not _drop_early:
-        return build(comp, comm, eps, _drop_early=True)
+        return build(make, comm, eps, _drop_early=True)
     if isinstance(leveled, int):
         raise AnalysisError(
             f"the replay graph has a cycle ({leveled} of {n_nodes} nodes): two ranks hold "

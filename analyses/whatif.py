@@ -78,7 +78,7 @@ from traceprof.analyses import _common, _replay
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.core.trim import trim
-from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register, release_pool
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -185,9 +185,10 @@ def _ratio(num: pl.Series, den: pl.Series) -> float:
     return float(num.mean()) / d if d else float("nan")  # type: ignore[arg-type]
 
 
-def _no_steps_text(store: Store, run_id: int, label: str, comp: pl.DataFrame) -> str:
-    """Why the replay has no step to replay, in summary's terms, and what to ingest."""
-    if comp.is_empty():
+def _no_steps_text(store: Store, run_id: int, label: str, no_comp: bool) -> str:
+    """Why the replay has no step to replay, in summary's terms, and what to ingest (``no_comp``:
+    the run has no compute items)."""
+    if no_comp:
         sources = ", ".join(
             store.sql("SELECT DISTINCT source FROM traces WHERE run_id = ? ORDER BY source", [run_id])[
                 "source"
@@ -290,18 +291,27 @@ def run(store: Store, params: Params) -> Result:
     label = run_label(store, run_id)
     comm, source = _replay.comm_items(store, run_id, params.source or None)
     _replay.require_matched(store, run_id, comm, source, label, "whatif")
-    comp = _replay.compute_items(store, run_id)
     transient = _replay.transient(comm, store, run_id)
     if transient.steps:
         comm = comm.filter(~pl.col("step").is_in(list(transient.steps)))
-        comp = comp.filter(~pl.col("step").is_in(list(transient.steps)))
-    tl = _replay.build(comp, comm, params.eps_ns)
+    no_comp = False
+
+    def items() -> pl.DataFrame:
+        """The compute items, as the build reads them: outside a report let go of there once read
+        (8 x 1 M events: 236 MiB, under the build's peak and so whatif's and stragglers'), and
+        DuckDB's cached blocks of the reads before it let go of too (80 MiB there)."""
+        nonlocal no_comp
+        comp = _replay.compute_items(store, run_id)
+        _replay.release_compute_items(store, run_id)
+        release_pool(store)
+        if transient.steps:
+            comp = comp.filter(~pl.col("step").is_in(list(transient.steps)))
+        no_comp = comp.is_empty()
+        return comp
+
+    tl = _replay.build(items, comm, params.eps_ns)
     if tl.step_start.is_empty():
-        raise AnalysisError(_no_steps_text(store, run_id, label, comp))
-    # the graph holds what the replays read: outside a report the items are let go of (8 x 1 M
-    # events: 236 MiB, at whatif's and stragglers' peak)
-    del comp
-    _replay.release_compute_items(store, run_id)
+        raise AnalysisError(_no_steps_text(store, run_id, label, no_comp))
     trim()  # the build's freed arrays handed back before the replays (traceprof.core.trim)
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()

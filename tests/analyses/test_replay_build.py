@@ -8,6 +8,8 @@ whole-run frame code gave (kept below as the reference): the same nodes, edges a
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import polars as pl
 import pytest
@@ -256,3 +258,62 @@ def test_ideal_on_one_key_equals_the_two_column_grouping(seed: int, pool: str, i
         for a, b in zip(got, want, strict=True):
             assert np.array_equal(a, b)
     assert (whatif._ideal(nodes, pool, ideal)[1] > 0).sum() > n // 2
+
+
+def _same_timeline(a: _replay.Timeline, b: _replay.Timeline) -> None:
+    assert a.nodes.equals(b.nodes, null_equal=True)
+    assert np.array_equal(a.pred_ptr, b.pred_ptr) and np.array_equal(a.pred, b.pred)
+    assert a.levels == b.levels and a.names.equals(b.names)
+    assert a.step_start.sort("step").equals(b.step_start.sort("step"))  # a group_by's: any row order
+
+
+def test_build_lets_go_of_the_items_a_function_gives_before_its_peak(store, tmp_path, monkeypatch):
+    """Given a function for its compute items (whatif's, which lets go of the session's copy), the
+    build calls it once and holds its frame no longer than it reads it: dead before the
+    dependencies are found (not under the build's peak); the graph is the one the frame gives."""
+    run_id = _job(store, tmp_path, _CASES["8-ranks-subgroups-of-4"])
+    comm, _ = _replay.comm_items(store, run_id, None)
+    want = _replay.build(_replay.compute_items(store, run_id), comm)
+    made: list[weakref.ref[pl.DataFrame]] = []
+
+    def items() -> pl.DataFrame:
+        comp = _replay.compute_items(store, run_id)  # a bare store: made anew, held by nobody else
+        made.append(weakref.ref(comp))
+        return comp
+
+    alive: list[bool] = []
+    real = _replay._deps_by_chunk
+
+    def deps(*args: object) -> object:
+        alive.append(made[-1]() is not None)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_replay, "_deps_by_chunk", deps)
+    _same_timeline(_replay.build(items, comm), want)
+    assert len(made) == 1 and alive == [False]
+
+
+def test_a_second_attempt_after_a_cycle_calls_the_items_function_again(store, tmp_path, monkeypatch):
+    """On a cycle (here the first levelling says so) the build starts again, dependencies on copies
+    that ended early dropped, from the items the function gives again (the first frame let go of):
+    the graph a frame's second attempt gives."""
+    run_id = _job(store, tmp_path, _CASES["8-ranks-subgroups-of-4"])
+    comm, _ = _replay.comm_items(store, run_id, None)
+    comp = _replay.compute_items(store, run_id)
+    want = _replay.build(comp, comm, _drop_early=True)
+    real = _replay._levels
+    tries: list[int] = []
+
+    def levels(e_src: np.ndarray, e_dst: np.ndarray, n_nodes: int) -> object:
+        tries.append(n_nodes)
+        return 5 if len(tries) == 1 else real(e_src, e_dst, n_nodes)  # 5 nodes left: a cycle
+
+    calls: list[int] = []
+
+    def items() -> pl.DataFrame:
+        calls.append(1)
+        return _replay.compute_items(store, run_id)
+
+    monkeypatch.setattr(_replay, "_levels", levels)
+    _same_timeline(_replay.build(items, comm), want)
+    assert len(calls) == 2 and len(tries) == 2

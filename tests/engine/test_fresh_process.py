@@ -451,3 +451,19 @@ def test_a_fresh_process_killed_while_it_writes_a_result_leaves_no_half_written_
             killed=functools.partial(resultcache.remove_partial, folder),
         )
     assert list(folder.iterdir()) == [other]
+
+
+def _polars_threads(_: object) -> int:
+    """In the fresh process: the threads polars runs on there."""
+    return pl.thread_pool_size()
+
+
+def test_the_fresh_process_runs_polars_on_one_thread_unless_the_user_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one thread's temporaries at a time under the heavy analyses' peaks; a user's own setting kept
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    assert procs.call_in_fresh_process(_polars_threads, None, env=findings._fresh_env()) == 1
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    assert "POLARS_MAX_THREADS" not in findings._fresh_env()
+    assert procs.call_in_fresh_process(_polars_threads, None, env=findings._fresh_env()) == 3

@@ -135,3 +135,29 @@ def test_analyze_lets_go_of_the_activity_once_read_and_reads_it_again_when_asked
         assert activity(s.store, run_id) is again
         s.analyze("critical_path", run="normal")  # lets go of the columns it read too
         assert len(frames(s)) == 1
+
+
+def test_analyze_whatif_empties_duckdbs_pool_before_its_build_and_a_report_does_not(db, monkeypatch):
+    # `traceprof analyze whatif` (many=False: nothing else queries the store meanwhile) lets go of
+    # DuckDB's cached blocks once its reads are done, before the replay graph's peak; a report's
+    # shared phase (many=True, queries on other threads) leaves the pool alone
+    from traceprof.engine.analysis import release_pool
+
+    emptied: list[bool] = []
+    real = Session.empty_buffer_pool
+
+    def emptying(self: Session) -> None:
+        emptied.append(self.many)
+        real(self)
+
+    monkeypatch.setattr(Session, "empty_buffer_pool", emptying)
+    with traceprof.open(db, cache=False, many=True) as report:
+        report.analyze("whatif", run="normal")
+        release_pool(report.store)
+        assert emptied == []
+    with traceprof.open(db, cache=False, many=False) as s:
+        s.analyze("whatif", run="normal")
+        assert emptied == [False]
+    with Store(db, read_only=True) as bare:
+        release_pool(bare)  # no session: nothing to say whether another thread queries the store
+    assert emptied == [False]

@@ -72,6 +72,7 @@ __all__ = [
     "load_all",
     "shared",
     "shared_done",
+    "release_pool",
     "release_shared",
     "drop_shared",
     "reusing",
@@ -511,6 +512,17 @@ def release_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any
     s = _session(store)
     if s is not None and not s.many:
         drop_shared(fn, store, *args, **kwargs)
+
+
+def release_pool(store: Any) -> None:
+    """Outside a session that runs many analyses (as :func:`release_shared`: one analysis at a
+    time, nothing else queries the store meanwhile), make DuckDB drop the store's blocks it keeps
+    cached in its buffer pool (``Session.empty_buffer_pool``): for an analysis whose peak comes
+    after its reads (the what-if replay's graph), not on top of the blocks they left. A later query
+    reads them again. On a bare store or in a report's shared phase it does nothing."""
+    s = _session(store)
+    if s is not None and not s.many:
+        s.empty_buffer_pool()
 
 
 def drop_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -> None:

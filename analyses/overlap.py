@@ -233,9 +233,9 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}"
     )
     cost = median
-    st = res.get("stragglers")
+    stragglers = res.get("stragglers")
     named_ranks = _common.named_ranks(res)
-    st = st if st is not None and named_ranks and "waits" in st.frames() else None
+    st = stragglers if stragglers is not None and named_ranks and "waits" in stragglers.frames() else None
     p2p = _waits.p2p_copies(inp.store, inp.run_id, preferred_source(inp.store, inp.run_id))
     if st is not None or p2p.height:
         # Waiting at a collective for a late peer shows as exposed communication: it is the
@@ -258,11 +258,13 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
     problem = cost >= 5.0
     status = "problem" if problem else "ok"
-    untested = _common.untested_rank(res) if problem and st is not None and "waits" in st.frames() else None
-    if untested is not None and st is not None:
+    has_waits = stragglers is not None and "waits" in stragglers.frames()
+    untested = _common.untested_rank(res) if problem and has_waits else None
+    if untested is not None and stragglers is not None:
         # the waits for a rank the straggler test could not judge (too few collectives or steps):
         # its cost if it is a straggler, this topic's if not; when the verdict hangs on them, say so
-        beyond = _beyond_waits(inp, st, [untested])
+        # (with the point-to-point waits, as above)
+        beyond = _beyond_waits(inp, stragglers, [untested], p2p)
         rest = df.join(beyond, on="rank", how="left").select(
             (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
         )

@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import drop_duplicates
 from traceprof.collectors.kineto._values import IdRepairs, Ints, Strs
 from traceprof.collectors.kineto._values import args_dict as _args_dict
 from traceprof.collectors.kineto._values import int_or_none as _int_or_none
@@ -295,6 +296,11 @@ def _as_written(ev: _Event, i: int, base_ns: int, problem: str) -> tuple[str, st
     if head == "'ts' before the epoch":  # epoch ns below 0: before 1970
         return where, f"{head} ({ts} us{after})"
     return where, problem
+
+
+def _where_at(ev: _Event, i: int) -> str:
+    """``event #12 (ph='X', name='aten::mm', ts=1020.0)``: event ``i`` and its ``ts`` as written."""
+    return f"{_as_written(ev, i, 0, '')[0][:-1]}, ts={bytes(ev.ts).decode(errors='replace')[:40]})"
 
 
 def _kind(ev: _Event) -> str | None:
@@ -561,11 +567,22 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         first=first_rejected,
         epoch=("ts_ns",),
     )
-    step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     _as_arrays(cols)
+    dropped: dict[str, int] = {}  # exact duplicate records, counted in traces.meta.repaired
+    duplicates = drop_duplicates(
+        p,
+        cols,
+        src_index,
+        lambda r: _where_at(
+            (doc if fast is None else _decode(p, src.data())).traceEvents[src_index[r]], src_index[r]
+        ),
+        dropped,
+    )
+    step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
     unmatched = int(cols["flag"].isin({"unmatched_begin"}).sum())
     clipped: dict[str, int] = {}  # records clipped, by reason, counted in traces.meta.repaired
     flagged, warnings = flag_records(p, cols, src_index, base_ns, clipped)
+    warnings[:0] = [duplicates] if duplicates else []
     spill.release()
     for what in (_E_MISMATCH, _E_EARLY):
         if skipped.get(what):
@@ -644,7 +661,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
     warnings += identity_warnings + id_repairs.warnings(p.name)
-    repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped
+    repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped | dropped
     if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
         meta = msgspec.json.decode(str(trace_info["meta"]))
         trace_info["meta"] = msgspec.json.encode({**meta, "repaired": repaired}).decode()

@@ -85,6 +85,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import drop_duplicates
 from traceprof.collectors.nsys import ranks, tables
 from traceprof.collectors.nsys.export import SQLITE_MAGIC
 from traceprof.collectors.nsys.late import clip_far_ends
@@ -364,10 +365,13 @@ def _trace(
 ) -> ParsedTrace:
     """One trace from the rows ``cols`` of one process (``proc``; None: the whole export)."""
     label = p.name if proc is None else f"{p.name} (pid {proc & _PID_BITS})"
-    far, repaired = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
+    repaired: dict[str, int] = {}  # exact duplicate rows dropped, rows clipped: by reason
+    duplicate = drop_duplicates(label, cols, None, lambda r: _row_where(cols, r), repaired)
+    far, clipped = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
+    repaired |= clipped
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
-    warnings = [*warnings, *_notices(label, cols, graph), *far]
+    warnings = [*warnings, *([duplicate] if duplicate else []), *_notices(label, cols, graph), *far]
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
     devices = exp.devices if proc is None else [d for d in exp.devices if d["device"] in used] or exp.devices
     names = {d["device"]: d["name"] for d in devices}
@@ -411,6 +415,11 @@ def _trace(
         flagged=flagged,
         warnings=warnings,
     )
+
+
+def _row_where(cols: dict[str, list[Any]], r: int) -> str:
+    """``kernel 'volta_sgemm' at 1767225600001020000 ns``: row ``r`` of ``cols`` in a message."""
+    return f"{cols['kind'][r]} {str(cols['name'][r])[:60]!r} at {cols['ts_ns'][r]} ns"
 
 
 def _notices(label: str, cols: dict[str, list[Any]], graph: list[int]) -> list[str]:

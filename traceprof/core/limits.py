@@ -46,6 +46,7 @@ else:
 __all__ = [
     "shown",
     "drop_out_of_range",
+    "drop_rows",
     "to_table",
     "columns_to_table",
     "record_fits",
@@ -372,6 +373,12 @@ def _drop(cols: dict[str, Any], src_index: list[int] | None, bad: list[int], n_r
             cols[k] = v.take(keep)
     if src_index is not None:
         src_index[:] = [x for i, x in enumerate(src_index) if i not in drop]
+
+
+def drop_rows(cols: dict[str, Any], src_index: list[int] | None, rows: list[int], n_rows: int) -> None:
+    """Take rows ``rows`` out of every column of ``cols`` (and ``src_index``), in place: the
+    columns :func:`drop_out_of_range` takes (lists, numpy, Arrow, any column with ``take()``)."""
+    _drop(cols, src_index, rows, n_rows)
 
 
 def _problem(row: dict[str, Any] | list[Any], names: list[str], bounds: list[tuple[int, int]]) -> str | None:

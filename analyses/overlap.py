@@ -158,17 +158,17 @@ def untraced_comm_note(store: Store, run_id: int) -> str | None:
 
 
 def _beyond_waits(
-    inp: FindingsInput, st: FrameResult | None, named: list[int], p2p: pl.DataFrame
+    inp: FindingsInput, st: FrameResult | None, named: list[int], p2p: pl.DataFrame | None = None
 ) -> pl.DataFrame:
     """Per rank, its exposed communication beyond its waits for the ``named`` stragglers and its
     point-to-point waits (ns): the exposed-communication intervals (overlap's, with the run's
     ``-p overlap.hta``) minus the wall-clock union of the rank's waits (``stragglers``' ``waits``:
     own arrival to the last arrival) at the instances a named rank arrived last at and at the
     point-to-point pairs ``p2p`` (``traceprof.analyses._waits.p2p_copies``: own arrival to the
-    peer's), less what is transfer of another collective
+    peer's; none when ``p2p`` is None), less what is transfer of another collective
     (``traceprof.analyses._waits.beyond_waits``; ``critical_path``'s precedence).
     Frame rank, beyond_ns; a rank with none left is absent."""
-    parts = [p2p.with_columns(pl.lit(True).alias("p2p"))] if p2p.height else []
+    parts = [p2p.with_columns(pl.lit(True).alias("p2p"))] if p2p is not None and p2p.height else []
     if st is not None:
         waits = st.frames()["waits"].join(
             st.frames()["instances"].select("instance_id", "last_rank"), on="instance_id", how="left"

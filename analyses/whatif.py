@@ -699,8 +699,10 @@ def _notes(
     # with ranks of the job untraced (``partial``) the replay cannot see their delays: a low S
     # there rules out no straggler, so it never reads "not straggling"
     if s_lo is None or s_hi is None or h_lo is None or h_hi is None:  # too few steps: no intervals
+        unseen = "; ranks untraced: their delays are unseen" if partial else ""
         verdict = (
-            f"not shown to straggle (too few steps for an interval: {_common.MIN_INTERVAL_STEPS} are needed)"
+            f"not shown to straggle (too few steps for an interval: {_common.MIN_INTERVAL_STEPS} are needed"
+            f"{unseen})"
         )
         s_ci = h_ci = ""
         ci_what = f"no 95% intervals: {frame.height} steps, fewer than {_common.MIN_INTERVAL_STEPS}"

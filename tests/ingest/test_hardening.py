@@ -23,7 +23,7 @@ import pytest
 
 from tests._cli_inproc import run
 from tests.builders import micro_trace
-from tests.conftest import SAMPLES, case, corpus
+from tests.conftest import REPO, SAMPLES, case, corpus
 
 CLI = [sys.executable, "-m", "traceprof.cli"]
 
@@ -603,6 +603,54 @@ def test_an_insert_duckdb_cannot_hold_is_one_line_naming_the_files(tmp_path, mon
         "ingest them a few at a time with the same --run",
     )
     assert not (tmp_path / "s.duckdb").exists()
+
+
+@pytest.mark.slow
+def test_many_collectives_are_matched_within_the_ingest_memory_limit(tmp_path, monkeypatch):
+    # 2 ranks x 100,000 steps (benchmarks/gen_trace.py, one all-reduce a step) ran out of DuckDB's
+    # 96 MB ingest limit building collective_instances (per-instance lists and modes of the whole run
+    # in one statement), and the error blamed long text the files do not hold. Here on a smaller scale:
+    # 2 x 5,000 steps under 28 MB and 20 MB, the instances built 2,000 collectives rows at a time.
+    from traceprof.ingest import matching
+    from traceprof.storage import store
+
+    job = tmp_path / "job"
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gen_trace.py"), str(job), "--ranks", "2"]
+        + ["--events", "100000", "--steps", "5000"],
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.setattr(matching, "INSTANCE_CHUNK_ROWS", 2000, raising=False)
+    db = tmp_path / "s.duckdb"
+    # under 20 MB matching fails: the message names that step, not long text (the files hold none),
+    # and does not suggest ingesting fewer files (the step reads the whole run)
+    monkeypatch.setattr(store, "INGEST_MEMORY_LIMIT_MB", 20)
+    code, _, err = run("ingest", str(job), "--db", str(db))
+    line = _one_line(
+        err,
+        f"ingest of run 'job' ({job}/rank0.trace.json, {job}/rank1.trace.json) failed, store unchanged: "
+        "Out of Memory Error: ",
+        "; DuckDB's ingest memory limit (20 MB) was too small for matching the run's collectives across "
+        "ranks and aligning its clocks",
+    )
+    assert code == 1 and "long text" not in line and "a few at a time" not in line
+    assert not db.exists()
+    monkeypatch.setattr(store, "INGEST_MEMORY_LIMIT_MB", 28)
+    code, _, err = run("ingest", str(job), "--db", str(db))
+    assert code == 0, err
+    con = duckdb.connect(str(db), read_only=True)
+    # one all-reduce a step on both ranks, matched by process group and sequence number
+    assert con.execute(
+        """SELECT count(*), count(DISTINCT instance_id), min(instance_id), max(instance_id),
+                  count(*) FILTER (WHERE ranks_present = [0, 1] AND len(ranks_missing) = 0
+                                   AND match_method = 'pg_seq' AND ordinal = 0)
+           FROM collective_instances"""
+    ).fetchall() == [(5000, 5000, 1, 5000, 5000)]
+    # step k's instance is the k-th by first arrival, its ordinal over the whole run (not a chunk)
+    assert con.execute(
+        "SELECT count(DISTINCT step), count(*) FILTER (WHERE n_ranks = 2) FROM collective_instances"
+    ).fetchall() == [(5000, 5000)]
 
 
 @pytest.mark.parametrize("column", ["stage", "dp_rank", "seq_id"])

@@ -48,9 +48,11 @@ op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import duckdb
 import msgspec
 
 from traceprof.core.lazy import lazy
@@ -286,21 +288,30 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
                FROM ({_KEYED}) m WHERE collectives.rowid = m.rid"""
         )
         return n, notes
-    finally:
-        con.execute("DROP TABLE IF EXISTS _match_rows")
-        con.execute("DROP TABLE IF EXISTS _match_bad")
+    finally:  # after a failed statement the transaction is aborted (its error is the one to raise)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("DROP TABLE IF EXISTS _match_rows")
+            con.execute("DROP TABLE IF EXISTS _match_bad")
 
 
+#: Collectives rows (about) whose instances :func:`refresh_instances` aggregates in one statement: DuckDB
+#: holds the per-instance lists and modes of a statement in memory, which it cannot spill (2 ranks x
+#: 100,000 instances took more than the ingest's 96 MB on two threads).
+INSTANCE_CHUNK_ROWS = 20_000
+
+#: ``collective_instances`` rows of the instances ``$lo``..``$hi`` (``ordinal`` left to
+#: :func:`refresh_instances`: it counts over the whole run). Reads ``_run_steps`` (:data:`RUN_STEPS_SQL`).
 _INSTANCES = f"""
-WITH rs AS ({RUN_STEPS_SQL}),
+WITH rs AS (FROM _run_steps),
 c AS (
   SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, coalesce(rs.run_step, step) AS step,
          instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns
-  FROM collectives LEFT JOIN rs USING (rank, step) WHERE run_id = $run AND instance_id IS NOT NULL
+  FROM collectives LEFT JOIN rs USING (rank, step)
+  WHERE run_id = $run AND instance_id BETWEEN $lo AND $hi
 ),
-members AS (
+members AS (  -- over the whole run, not the chunk
   SELECT source, coalesce(pg, '') AS g, coalesce(pg_ranks, '') AS gr, list(DISTINCT rank ORDER BY rank) AS ranks
-  FROM c GROUP BY ALL
+  FROM collectives WHERE run_id = $run AND instance_id IS NOT NULL GROUP BY ALL
 ),
 -- each rank's first sequence number per group and family: a rank whose record starts later (a
 -- Flight Recorder ring buffer that wrapped, a profiler started later) is not missing before it
@@ -327,8 +338,6 @@ lasts AS (
   GROUP BY c.instance_id
 )
 SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
-       (row_number() OVER (PARTITION BY i.source, i.pg, i.pg_ranks, i.op, i.bytes, i.step ORDER BY i.instance_id) - 1)::INTEGER
-         AS ordinal,
        i.ranks_present,
        list_filter(coalesce(try_cast(i.pg_ranks AS INTEGER[]), m.ranks),
                    lambda x: NOT list_contains(i.ranks_present, x)
@@ -417,9 +426,32 @@ def refresh_instances(store: Store, run_id: int) -> None:
     Raises:
         StoreError: DuckDB rejects a statement.
     """
-    run = str(int(run_id))
-    store.con.execute("DELETE FROM collective_instances WHERE run_id = ?", [run_id])
-    store.con.execute(f"INSERT INTO collective_instances BY NAME {_INSTANCES.replace('$run', run)}")
+    con, run = store.con, str(int(run_id))
+    con.execute("DELETE FROM collective_instances WHERE run_id = ?", [run_id])
+    rows, top = con.execute(
+        "SELECT count(*), max(instance_id) FROM collectives WHERE run_id = ? AND instance_id IS NOT NULL",
+        [run_id],
+    ).fetchall()[0]
+    if not rows:
+        return
+    # instance ids are 1..top; ranges of about INSTANCE_CHUNK_ROWS rows each
+    width = -(-int(top) // -(-int(rows) // INSTANCE_CHUNK_ROWS))
+    con.execute("CREATE OR REPLACE TEMP TABLE _instances AS FROM collective_instances LIMIT 0")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _run_steps AS {RUN_STEPS_SQL.replace('$run', run)}")
+    try:
+        for lo in range(1, int(top) + 1, width):
+            sql = _INSTANCES.replace("$run", run).replace("$lo", str(lo)).replace("$hi", str(lo + width - 1))
+            con.execute(f"INSERT INTO _instances BY NAME {sql}")
+        con.execute(
+            """INSERT INTO collective_instances BY NAME
+               SELECT * REPLACE ((row_number() OVER (PARTITION BY source, pg, pg_ranks, op, bytes, step
+                                                     ORDER BY instance_id) - 1)::INTEGER AS ordinal)
+               FROM _instances"""
+        )
+    finally:  # after a failed statement the transaction is aborted (its error is the one to raise)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("DROP TABLE IF EXISTS _instances")
+            con.execute("DROP TABLE IF EXISTS _run_steps")
 
 
 def preferred_source(store: Store, run_id: int) -> str | None:

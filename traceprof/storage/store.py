@@ -955,19 +955,30 @@ class Store:
     ) -> int:
         """:meth:`insert_run`'s transaction."""
         run_id = -1
+        settling = False  # ``after`` (matching, clock alignment) runs: not the insert or the commit
 
         def failed(e: duckdb.Error) -> str:
             files = ", ".join(pt.path for pt in traces[:3]) + (
                 f" and {len(traces) - 3} more" if len(traces) > 3 else ""
             )
-            hint = (
-                f"; DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB) is too small for the long text "
-                "of these files together (traceprof.core.limits holds them to 48 MiB of text values of 40 KiB or "
-                "more together): ingest them a few at a time with the same --run (the run gains each "
-                "ingest's ranks)"
-                if isinstance(e, duckdb.OutOfMemoryException) or "failed to pin block" in str(e)
-                else ""
-            )
+            limit = f"DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB)"
+            if not (isinstance(e, duckdb.OutOfMemoryException) or "failed to pin block" in str(e)):
+                hint = ""
+            elif settling:  # ingesting fewer files at a time would not help: the step reads the whole run
+                hint = (
+                    f"; {limit} was too small for matching the run's collectives across ranks and aligning "
+                    "its clocks (a traceprof limitation: please report it, with the run's ranks and steps)"
+                )
+            else:
+                text = (
+                    " (traceprof.core.limits holds them to 48 MiB of text values of 40 KiB or more together)"
+                    if any(pt.long_text for pt in traces)
+                    else ""
+                )
+                hint = (
+                    f"; {limit} is too small for the rows of these files together{text}: ingest them a few at a "
+                    "time with the same --run (the run gains each ingest's ranks)"
+                )
             return f"ingest of run {name!r} ({files}) failed, store unchanged: {error_line(e)}{hint}"
 
         with self.transaction(
@@ -993,7 +1004,9 @@ class Store:
             if self.dataset is not None:
                 self.dataset.refresh()  # matching and clock alignment read the staged files
             if after is not None:
+                settling = True
                 after(run_id)
+                settling = False
         return run_id
 
     def _forget_staged(self) -> None:

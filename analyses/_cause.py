@@ -123,11 +123,12 @@ def smallest_p(n: int, p: float) -> float:
 
 def trials_needed(alpha: float, p: float) -> int:
     """The fewest trials ``n`` at which winning all of them is significant: ``p ** n < alpha``
-    (2 ranks, chance 0.5, alpha 0.01: 7; 4 ranks, 0.25: 4)."""
+    (2 ranks, chance 0.5, alpha 0.01: 7; 4 ranks, 0.25: 4); 0 where no number of trials is
+    significant (``p >= 1``, or a level ``alpha <= 0``)."""
+    if alpha <= 0.0 or p >= 1.0:
+        return 0  # never significant; 0 says "no number of trials"
     if p <= 0.0:
         return 1
-    if p >= 1.0:
-        return 0  # never significant; 0 says "no number of trials"
     n = max(1, math.floor(math.log(alpha) / math.log(p)))
     while smallest_p(n, p) >= alpha:
         n += 1

@@ -1005,15 +1005,24 @@ def _weak_text(r: dict[str, Any], params: Params) -> str:
             f"too few collectives to test for a straggler: {_figures(r)}; with {n} collectives "
             f"with one last rank the smallest p the test can give (last at all of them) is "
             f"{_cause.smallest_p(n, chance):.2g}, not below {params.alpha:g}: that needs "
-            f"{_cause.trials_needed(params.alpha, chance)} at chance {chance:.2f} per collective (this world size)"
+            f"{_needed(params.alpha, chance, '', 'collective')} (this world size)"
         )
     n, chance = int(r["floor_steps"]), 1 / max(r["_u"], 1)
     return (
         f"too few steps to test the cause: {_figures(r)}; late because of {r['cause']}, and "
         f"{_floor_text(r, params)}; with {n} steps the smallest p that test can give (above the floor in all "
         f"of them) is {_cause.smallest_p(n, chance):.2g}, not below {params.cause_alpha:g}: that needs "
-        f"{_cause.trials_needed(params.cause_alpha, chance)} steps at chance {chance:.2f} per step"
+        f"{_needed(params.cause_alpha, chance, ' steps', 'step')}"
     )
+
+
+def _needed(alpha: float, chance: float, unit: str, per: str) -> str:
+    """``7 at chance 0.50 per collective``: how many trials the test needs (``unit`` after the
+    number), or that none do at a level ``alpha`` of 0 or below (``-p alpha=0``)."""
+    n = _cause.trials_needed(alpha, chance)
+    if n == 0:
+        return f"more than any number{unit} at chance {chance:.2f} per {per} (no p is below {alpha:g})"
+    return f"{n}{unit} at chance {chance:.2f} per {per}"
 
 
 def _excess(r: dict) -> tuple[float, float, float]:

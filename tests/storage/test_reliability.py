@@ -631,9 +631,17 @@ def _bomb(path: Path) -> int:
 # The CLI, reporting its own peak RSS (getrusage) on stderr's last line. A process forked from pytest
 # starts with pytest's RSS in its high-water mark, which exec keeps; so the CLI is started by a
 # small `sh` that forks it (not exec), and measures itself.
+# The peak is written last whichever way the command leaves: an ingest ends with os._exit (its
+# code kept, no teardown), which skips a ``finally``.
 _MEASURED = (
-    "import resource, sys\nfrom traceprof.entry import main\ntry:\n    main()\nfinally:\n"
+    "import os, resource, sys\nfrom traceprof.entry import main\n"
+    "def peak():\n"
     "    sys.stderr.write(f'peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n"
+    "    sys.stderr.flush()\n"
+    "_exit = os._exit\n"
+    "def leave(code):\n    peak()\n    _exit(code)\n"
+    "os._exit = leave\n"
+    "try:\n    main()\nfinally:\n    peak()\n"
 )
 
 

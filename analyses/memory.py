@@ -396,7 +396,11 @@ def _memory_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
         )
     # headroom is measured above the larger of reserved and allocated: name the reserved when it is that
     reserved = top["peak_reserved_bytes"]
-    held = f" (reserved {size(reserved)})" if reserved is not None and reserved > top["peak_allocated_bytes"] else ""
+    held = (
+        f" (reserved {size(reserved)})"
+        if reserved is not None and reserved > top["peak_allocated_bytes"]
+        else ""
+    )
     room = (
         f", {top['headroom_pct']:.0f}% headroom" + (" above the reserved" if held else "")
         if top["headroom_pct"] is not None

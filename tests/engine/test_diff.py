@@ -620,7 +620,9 @@ def test_differing_baselines_quote_the_nearest_run(sample_db, tmp_path):
     assert "flops 3.42 GFLOP (clean) to 6.04 GFLOP (normal)" in mixed[0]
     assert "collectives 16 (normal) to 20 (clean)" in mixed[0]
     # one configuration (normal, normal_repeat): no such note
-    doc = json.loads(cli("diff", "normal,normal_repeat", "extra_matmul", "--db", str(sample_db), "-f", "json")[1])
+    doc = json.loads(
+        cli("diff", "normal,normal_repeat", "extra_matmul", "--db", str(sample_db), "-f", "json")[1]
+    )
     assert not [n for n in doc["notes"] if "not one configuration" in n]
 
 

@@ -180,7 +180,7 @@ def _straggler_findings(
                 f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else ""
             )
             faster = (
-                f"; without its delays steps would be {alone:.2f}x faster (what-if)"
+                f"; without its delays steps would be {alone:.2f}x faster (what-if with its delays alone)"
                 if alone and alone > 1
                 else ""
             )

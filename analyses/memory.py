@@ -394,12 +394,23 @@ def _memory_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
         return [], Verdict(
             "memory", "n/a", "memory records without a known allocated value (see the memory notes)"
         )
-    room = f", {top['headroom_pct']:.0f}% headroom" if top["headroom_pct"] is not None else ""
+    # headroom is measured above the larger of reserved and allocated: name the reserved when it is that
+    reserved = top["peak_reserved_bytes"]
+    held = (
+        f" (reserved {size(reserved)})"
+        if reserved is not None and reserved > top["peak_allocated_bytes"]
+        else ""
+    )
+    room = (
+        f", {top['headroom_pct']:.0f}% headroom" + (" above the reserved" if held else "")
+        if top["headroom_pct"] is not None
+        else ""
+    )
     return [], Verdict(
         "memory",
         "ok",
         f"peak allocated {size(top['peak_allocated_bytes'])} on rank "
-        f"{top['rank']}{room}; no rank near its capacity, no group imbalanced",
+        f"{top['rank']}{held}{room}; no rank near its capacity, no group imbalanced",
     )
 
 

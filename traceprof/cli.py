@@ -348,10 +348,10 @@ def _print_table(
             no_wrap=num,
             max_width=wrap.get(c),
         )  # numbers never wrap
-    from traceprof.core.display import plain  # the one cell rule (numbers with separators, bytes escaped)
+    from traceprof.core.display import long_cell, plain  # the one cell rule (separators, bytes escaped)
 
     for row in rows:
-        t.add_row(*(term.text(plain(v)) for v in row))
+        t.add_row(*(term.text(long_cell(plain(v))) for v in row))
     # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
     # (long names are shortened already; the terminal wraps whole lines instead).
     natural = out.measure(t, options=out.options.update_width(100_000)).maximum

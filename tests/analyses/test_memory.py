@@ -670,14 +670,19 @@ def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
         v for v in f.verdicts if v.topic == "memory"
     ]
     assert not [m for m in f.unavailable if m.analysis == "memory"]
-    # Memory recorded, nothing wrong (device 1 alone: 48.8 % headroom): an ok verdict, no finding.
+    # Memory recorded, nothing wrong (device 1 alone: 48.8 % headroom above its 2,048 reserved bytes,
+    # which the text names: the headroom is not measured from the 400 allocated): an ok verdict, no finding.
     (tmp_path / "fine").mkdir()
     fine = [e for e in EVENTS if e["name"] != "[memory]" or e["args"]["Device Id"] != 0]
     ingest(store, [memory_trace(tmp_path / "fine" / "rank0.json.gz", fine, CAPS)], run="fine")
     f = summarize(store, "fine")
     assert not [x for x in f.findings if x.topic == "memory"]
     assert [(v.status, v.text) for v in f.verdicts if v.topic == "memory"] == [
-        ("ok", "peak allocated 400 B on rank 0, 49% headroom; no rank near its capacity, no group imbalanced")
+        (
+            "ok",
+            "peak allocated 400 B on rank 0 (reserved 2.0 KiB), 49% headroom above the reserved; "
+            "no rank near its capacity, no group imbalanced",
+        )
     ]
     # Near the limit (rank 2: 99,000 of 100,000 bytes) and imbalanced (group '0': +20 %): two problems.
     d = tmp_path / "job"

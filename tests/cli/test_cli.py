@@ -251,3 +251,17 @@ def test_missing_library_at_ingest_stores_nothing(
     )
     _one_line_error(r, f"module {module!r}", f"pip install '{package}'")
     assert not db.exists()
+
+
+def test_sql_table_cuts_a_long_cell_saying_its_length(db, tmp_path):
+    # 'a' x 6,000 then 'b' x 24,000: 30,000 characters, over the 10,000 a table cell shows; the table
+    # keeps the first 5,000 ('a's) and the last 5,000 ('b's) around a marker with the length
+    q = "SELECT repeat('a', 6000) || repeat('b', 24000) AS v"
+    r = cli("sql", q, "--db", str(db), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    flat = "".join(ch for ch in r.stdout if ch not in "│┃┏┓┗┛━┡┩└┘─ \n")  # the cell, unfolded
+    marker = "…[30,000characters;-fcsvor-fjsonprintsthevaluewhole]…"
+    assert flat == "v" + "a" * 5000 + marker + "b" * 5000, flat[:200]
+    # CSV prints it whole
+    r = cli("sql", q, "-f", "csv", "--db", str(db), cwd=tmp_path)
+    assert r.stdout.splitlines()[1] == "a" * 6000 + "b" * 24000

@@ -611,6 +611,19 @@ def test_differing_baselines_quote_the_nearest_run(sample_db, tmp_path):
         ("(512,128)@(128,512)", 20, 28, 8),
         ("(512,512)@(512,128)", 32, 40, 8),
     }  # 4 ranks x normal's 5 and 8
+    # the baselines are not one configuration (clean: 3.42 GFLOP, normal 6.04 GFLOP per step, +77 % >
+    # the 1 % threshold; clean has 20 collectives per step against 16): a note says their spread is
+    # not noise alone
+    mixed = [n for n in doc["notes"] if n.startswith("the baseline runs are not one configuration")]
+    assert len(mixed) == 1, doc["notes"]
+    assert summary.endswith("(the baseline runs are not one configuration: see the notes)"), summary
+    assert "flops 3.42 GFLOP (clean) to 6.04 GFLOP (normal)" in mixed[0]
+    assert "collectives 16 (normal) to 20 (clean)" in mixed[0]
+    # one configuration (normal, normal_repeat): no such note
+    doc = json.loads(
+        cli("diff", "normal,normal_repeat", "extra_matmul", "--db", str(sample_db), "-f", "json")[1]
+    )
+    assert not [n for n in doc["notes"] if "not one configuration" in n]
 
 
 def test_candidate_inside_the_baselines_range_has_no_base(sample_db, tmp_path):

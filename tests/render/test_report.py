@@ -234,7 +234,11 @@ def test_findings_open_the_report_within_the_size_budget(store, tmp_path, caplog
     order = [body.index(f'id="{s}"') for s in ("findings", "timeline", "temporal", "stragglers", "traces")]
     assert order == sorted(order)
     first = re.search(r'<ol class="findings"><li[^>]*>(.*?)</li>', body).group(1)
-    assert "rank 2 is a straggler" in first and "12/12 collectives" in first and "faster (what-if)" in first
+    assert (
+        "rank 2 is a straggler" in first
+        and "12/12 collectives" in first
+        and "faster (what-if with its delays alone)" in first
+    )
     # GPU-only sections collapse into one line saying what is missing and how to get it.
     assert body.count('class="missing"') == 1 and 'class="err"' not in body
     missing = re.search(r'<p class="missing".*?</p>', body).group(0)

@@ -64,6 +64,9 @@ UNITS = ("human", "ns")
 #: sentence read as "the baseline runs di…est, normal: 16").
 PROSE_COLUMNS = frozenset({"reason", "evidence", "text", "detail", "issues"})
 PROSE_WIDTH = 60
+#: Most characters of one terminal table cell: a longer value (a 300 MB string from ``sql``) is
+#: cut in the middle, saying its length (:func:`long_cell`); CSV and JSON print values whole.
+TABLE_CELL_CHARS = 10_000
 
 #: Names of epoch-ns timestamp columns (points in time); other ``_ns`` columns are durations
 #: (``dur_ns``, ``wait_ns``, ``arrival_skew_ns``, ``window_ns``).
@@ -115,6 +118,15 @@ def plain(v: object, decimals: int = 2) -> str:
     if isinstance(v, bytes):
         return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in v)
     return str(v)
+
+
+def long_cell(text: str) -> str:
+    """``text`` itself when it has at most :data:`TABLE_CELL_CHARS` characters, else its first and
+    last characters around ``… [N characters; -f csv or -f json prints the value whole] …``."""
+    if len(text) <= TABLE_CELL_CHARS:
+        return text
+    half = TABLE_CELL_CHARS // 2
+    return f"{text[:half]} … [{len(text):,} characters; -f csv or -f json prints the value whole] … {text[-half:]}"
 
 
 def cell(v: object, ns: bool | str = False, width: int = 48) -> str:

@@ -498,10 +498,15 @@ def compare_profiles(
             "one baseline run: a timing change cannot be told from run-to-run variation; give 3+ baseline "
             "runs (`traceprof diff a,b,c CAND`, or a set: `traceprof baseline add NAME RUN...`)"
         )
+    mixed = _mixed_baselines(bases, s_rows, limits)
+    if mixed:
+        notes.append(mixed)
     struct_rows = s_rows + [r for r in mem_rows if r["layer"] == "structural"]
     summary = summary_line(label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k)
     if notes and notes[0].startswith("ranks: "):  # which ranks a run lacks: in the one line CI shows too
         summary += f" ({notes[0]})"
+    if mixed:  # in the one line CI shows too: it explains a wide noise floor
+        summary += " (the baseline runs are not one configuration: see the notes)"
     return DiffResult(
         frame=metrics,
         items=items,
@@ -512,6 +517,34 @@ def compare_profiles(
         summary=summary,
         baseline=label,
         notes=(summary, *notes),
+    )
+
+
+def _mixed_baselines(
+    bases: Sequence[RunProfile], s_rows: Sequence[dict[str, object]], limits: dict[str, float]
+) -> str:
+    """A note ("" if none) when the baseline runs are not one configuration: a structural total
+    (:data:`traceprof.engine.structure.METRICS`, per step) differs between two of them by more than
+    its gate threshold (their smallest value as the base). Their timing spread then holds that
+    difference besides run-to-run noise, and widens the noise floor every timing metric is judged by."""
+    from traceprof.core.display import metric_text
+
+    parts = []
+    for r in s_rows:
+        if not r["varies"]:
+            continue
+        metric = str(r["metric"])
+        values = [b.structure.total(metric) for b in bases]
+        lo, hi = min(values), max(values)
+        if hi - lo > limits[metric] * lo:
+            low, high = (bases[values.index(v)].name for v in (lo, hi))
+            parts.append(f"{metric} {metric_text(lo, metric)} ({low}) to {metric_text(hi, metric)} ({high})")
+    if not parts:
+        return ""
+    return (
+        f"the baseline runs are not one configuration: per step, {'; '.join(parts)}; their timing spread holds "
+        "that difference besides run-to-run noise and widens the noise floor: gate against runs of one "
+        "configuration"
     )
 
 

@@ -19,8 +19,10 @@ Algorithm:
   4. Noise band of each run: what a healthy next run of its segment could show, from the 2+ runs
      before it in the segment (at most ``window``; one earlier run shows no run-to-run spread):
      mean ± t(1 - alpha/2, df) · SE, with SE the noise floor of :func:`traceprof.engine.noise.estimate`
-     (those runs as the baseline, this run as the candidate). A run outside its band is
-     ``outside``: drift the gate may not flag yet. Structural bands are the previous value (exact).
+     (those runs as the baseline, this run as the candidate). A band whose half-width is the mean
+     or more (it would reach 0: few earlier runs, t(0.995, 1) = 63.7, or noisy ones) bounds nothing
+     and is left out, with a note. A run outside its band is ``outside``: drift the gate may not
+     flag yet. Structural bands are the previous value (exact).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ class HistoryResult(FrameResult):
     """One row per (run, metric) in ``frame``: order (1 = first recorded), run, metric, layer
     (structural, timing), value (the run's value: ns, %, TFLOP/s, FLOPs, calls or bytes per step),
     noise_pct (timing: the run's own within-run noise, SE of its value from its steps, % of the
-    value), band_lo, band_hi (the noise band; null for a segment's first run, and for its second
-    on timing metrics), change_pct (value
+    value), band_lo, band_hi (the noise band; null for a segment's first run, for its second
+    on timing metrics, and where the band would reach 0), change_pct (value
     against the mean of the runs the band is made of, or at a change point of the runs before it, %), outside (value outside the band),
     change_point (a new segment starts at this run), segment (from 1)."""
 
@@ -175,6 +177,7 @@ def history(
     names = [m for m in STRUCTURAL] + [m for m in METRICS if m != ("tflops" if has_mfu else "mfu_pct")]
     mem_notes, exact = _memory_layer(profiles)
     rows: list[tuple[object, ...]] = []
+    wide: list[tuple[str, str]] = []  # (run, metric) whose band would be wider than the value itself
     for metric in names:
         series = [_series(p, metric) for p in profiles]
         if any(math.isnan(v) for v, _ in series):
@@ -202,7 +205,10 @@ def history(
                         if nz.se is not None and nz.df > 0
                         else math.inf
                     )
-                lo, hi = max(mean - half, 0.0), mean + half  # every metric is >= 0
+                if half < mean or half == 0.0:  # structural and noiseless bands are exact
+                    lo, hi = mean - half, mean + half
+                else:  # a band reaching 0 bounds nothing (every metric is >= 0): too few or too noisy runs
+                    wide.append((profiles[i].name, metric))
             if not prev and i:  # a change point: against the segment before it
                 prev_start = max(s for s in starts if s < i)
                 before = list(range(max(prev_start, i - window), i))
@@ -253,6 +259,12 @@ def history(
         },
     )
     notes = _notes(frame, len(profiles))
+    if wide:
+        notes.append(
+            f"no noise band for {len(wide)} value(s) (first: {wide[0][0]} {wide[0][1]}): the runs before them are "
+            "too few or too noisy (the band would reach from 0 to more than twice the mean; with 2 earlier runs "
+            f"it is the mean ± t = {noise.t_ppf(1.0 - alpha / 2.0, 1):.1f} standard errors)"
+        )
     notes[1:1] = mem_notes
     kinds = {(p.gpu, p.world_size) for p in profiles}
     if len(kinds) > 1:

@@ -43,7 +43,8 @@ provides):
      named when that cause is its own, beyond the run's noise (``traceprof.analyses._cause``): in each step
      its time in that cause exceeds the largest of the same measure on the ranks not suspected
      (the noise floor) in more steps than chance (binomial, 1/(u+1) per step for u unsuspected
-     ranks, p < ``cause_alpha``, 0.05: with 4 ranks and 3 steps, all 3), or it runs more work
+     ranks, p < ``cause_alpha``, 0.05: with 4 ranks and 3 steps, all 3) by a median of at least
+     ``min_cost_pct`` of a step (above the floor by a hair is the floor's own spread), or it runs more work
      per step than every unsuspected rank (FLOPs from the recorded shapes, else matmul calls:
      exact); *and* its delays matter: ``cost_pct`` >= ``min_cost_pct`` (1%; for extra work, the
      extra FLOPs in %). ``cost_pct`` is what the rank's delays cost the job: the what-if replay
@@ -490,10 +491,11 @@ def run(store: Store, params: Params) -> Result:
     # a suspect's own cause: beyond the noise floor and material, or extra work (its own measure of
     # what it costs: the replay pools ops by name and ordinal, which extra ops make unlike)
     material = pl.col("cost_pct") >= params.min_cost_pct
-    own = (
-        ((pl.col("floor_p_value") < params.cause_alpha) & material)
-        | (pl.col("extra_work_pct") >= params.min_cost_pct)
-    ).fill_null(False)
+    # beyond the floor by a material amount too: above it by a hair in every step is the floor's
+    # own spread (a calibration run: a healthy rank above its core-mate by +0.7% of a step in 3 of 3
+    # steps, the two computing alike, named at a cost of 34.7%; every slowed rank named: 3.3-29%)
+    beyond = (pl.col("floor_p_value") < params.cause_alpha) & (pl.col("excess_pct") >= params.min_cost_pct)
+    own = ((beyond & material) | (pl.col("extra_work_pct") >= params.min_cost_pct)).fill_null(False)
     per = per.with_columns(
         ((pl.col("_suspect") & own) | (pl.col("_episodic") & material)).fill_null(False).alias("qualifies")
     )
@@ -877,6 +879,11 @@ def _floor_text(r: dict, params: Params) -> str:
         f"of {r['floor_steps']} {'collectives' if 'no steps' in r['_floor_what'] else 'steps'} (chance {1 / max(r['_u'], 1):.2f} each, binomial p "
         f"{_p_text(r['floor_p_value'])}; naming needs p < {params.cause_alpha:g}), by a median "
         f"{r['excess_pct']:+.1f}% of a step"
+        + (
+            f" (naming needs {params.min_cost_pct:g}% or more)"
+            if r["floor_p_value"] < params.cause_alpha and r["excess_pct"] < params.min_cost_pct
+            else ""
+        )
     )
 
 

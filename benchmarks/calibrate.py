@@ -4,6 +4,7 @@ Usage:
     python benchmarks/calibrate.py RUN_DIR ... | FOLDER_OF_RUN_DIRS      # runs already recorded
     python benchmarks/calibrate.py --record OUT --healthy 10 --injected 12   # record them first
     options: --db STORE (default: a temporary one) --no-diff --json OUT.json --alpha 0.01
+             --aa-pairs N --catch-baselines K (bound the diffs: a spread subset of the pairs)
 
 Each run is a folder written by ``scripts/record_samples.py`` (4-rank DDP of a small GPT on CPU,
 gloo). What was injected is read from the exact command in its ``README.md`` (else from a folder
@@ -28,10 +29,14 @@ It ingests every run into one store and prints:
    significantly often (``stragglers``' binomial p < ``--alpha``) — target at least 9 of 10 —
    and, beside it, on every slowed run;
 3. false straggler naming on uniform runs (any rank named, or any straggler problem);
-4. unless ``--no-diff``, the A/A regression rate: ``traceprof diff A B`` over every ordered pair of
-   healthy runs, by exit code (0 ok, 3 regression, 4 inconclusive where the CLI has it, anything
-   else an error); and the catch rate of the uniform regressions against each healthy baseline
-   (exit 3), per number of extra columns, with how often ``aten::mm`` is named in the summary.
+4. the communication verdict (the ``communication`` topic of ``overlap``, as ``summary`` shows it,
+   from ``overlap``, ``gaps`` and ``stragglers``): its ``problem`` rate on healthy runs, and its
+   statuses on the others;
+5. unless ``--no-diff``, the A/A regression rate: ``traceprof diff A B`` over every ordered pair of
+   healthy runs (``--aa-pairs N``: N of them, spread evenly over that list), by exit code (0 ok, 3
+   regression, 4 inconclusive where the CLI has it, anything else an error); and the catch rate of
+   the uniform regressions against each healthy baseline (``--catch-baselines K``: K of them, spread
+   evenly) (exit 3), per number of extra columns, with how often ``aten::mm`` is named in the summary.
 
 Everything is computed with the traceprof of the interpreter that runs this script (the ``diff``
 CLI is the ``traceprof`` script beside it). Two or three minutes for 40 runs without ``--no-diff``
@@ -49,8 +54,13 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traceprof.storage.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -149,8 +159,26 @@ def _folders(paths: list[Path]) -> list[Path]:
     return out
 
 
+def communication(store: Store, run: str) -> tuple[str, str]:
+    """The communication verdict of ``run`` (status, text) as ``summary`` gives it: the ``overlap``
+    topic's hook over the results of ``overlap``, ``gaps`` and ``stragglers`` (the analyses it reads),
+    or ("n/a", why) when overlap does not apply."""
+    from traceprof.engine import analysis
+    from traceprof.engine.analysis import FindingsInput, FrameResult
+    from traceprof.engine.findings import run_analyses
+
+    run_id = store.resolve_run(run)
+    res = run_analyses(store, run_id, None, names=("overlap", "gaps", "stragglers"))
+    ok = {k: v for k, v in res.items() if isinstance(v, FrameResult)}
+    errors: dict[str, Exception] = {k: v for k, v in res.items() if not isinstance(v, FrameResult)}
+    topic = analysis.get("overlap").findings
+    assert topic is not None
+    _, v = topic.build(FindingsInput(ok, errors, store, run_id, {}))
+    return (v.status, v.text) if v is not None else ("n/a", str(errors.get("overlap", "no verdict")))
+
+
 def verdicts(db: Path, runs: list[Run]) -> list[dict]:
-    """The straggler verdict of every run (library calls: one process, results shared)."""
+    """The straggler and communication verdicts of every run (library calls: one process, results shared)."""
     import polars as pl
 
     from traceprof.core.errors import AnalysisError
@@ -176,6 +204,7 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
             st = analysis.get("stragglers")
             per = st.run(store, st.params(run=r.name)).frame
             p = float(per.filter(pl.col("rank") == r.rank)["p_value"][0]) if r.rank is not None else None
+            comm, comm_text = communication(store, r.name)
             rows.append(
                 {
                     **asdict(r),
@@ -186,6 +215,8 @@ def verdicts(db: Path, runs: list[Run]) -> list[dict]:
                     "slowdown": v.slowdown,
                     "slowdown_interval": v.slowdown_interval,
                     "text": v.text,
+                    "comm_status": comm,
+                    "comm_text": comm_text,
                 }
             )
     return rows
@@ -220,7 +251,7 @@ def _rate(k: int, n: int) -> str:
 
 
 def report(rows: list[dict], alpha: float) -> dict:
-    """The verdict figures (module doc, 1-3) as a dict, printed as they are computed."""
+    """The verdict figures (module doc, 1-4) as a dict, printed as they are computed."""
     healthy = [r for r in rows if r["kind"] == "healthy"]
     slowed = [r for r in rows if r["kind"] == "slowed"]
     uniform = [r for r in rows if r["kind"] == "uniform"]
@@ -231,6 +262,15 @@ def report(rows: list[dict], alpha: float) -> dict:
         "slowed_named_all": [sum(r["rank"] in r["named"] for r in slowed), len(slowed)],
         "slowed_wrong_rank": [sum(bool(set(r["named"]) - {r["rank"]}) for r in slowed), len(slowed)],
         "uniform_named": [sum(bool(r["named"]) or r["status"] == "problem" for r in uniform), len(uniform)],
+        "straggler_status": {
+            kind: dict(sorted(Counter(r["status"] for r in rows if r["kind"] == kind).items()))
+            for kind in ("healthy", "slowed", "uniform")
+        },
+        "healthy_comm_problem": [sum(r["comm_status"] == "problem" for r in healthy), len(healthy)],
+        "comm_status": {
+            kind: dict(sorted(Counter(r["comm_status"] for r in rows if r["kind"] == kind).items()))
+            for kind in ("healthy", "slowed", "uniform")
+        },
     }
     print(
         f"{len(rows)} runs: {len(healthy)} healthy, {len(slowed)} slowed, {len(uniform)} uniform regressions",
@@ -260,11 +300,27 @@ def report(rows: list[dict], alpha: float) -> dict:
     for r in uniform:
         if r["named"] or r["status"] == "problem":
             print(f"    {r['name']}: {r['text'][:300]}")
+    print(f"straggler verdict statuses by kind: {out['straggler_status']}")
+    print(
+        f"communication problem on healthy runs: {_rate(*out['healthy_comm_problem'])}; statuses by kind: "
+        f"{out['comm_status']}"
+    )
+    for r in healthy:
+        if r["comm_status"] == "problem":
+            print(f"    {r['name']}: {r['comm_text'][:300]}")
     return out
 
 
+def spread(items: list, n: int | None) -> list:
+    """``n`` of ``items`` spread evenly over the list (the first, then every len/n-th), or all of
+    them when ``n`` is None or not less than their number."""
+    if n is None or n >= len(items):
+        return items
+    return [items[i * len(items) // n] for i in range(max(n, 0))]
+
+
 def report_diffs(diffs: list[dict]) -> dict:
-    """The diff gate's figures (module doc, 4) as a dict, printed as they are computed."""
+    """The diff gate's figures (module doc, 5) as a dict, printed as they are computed."""
     out: dict = {}
     if diffs:
         aa = [d for d in diffs if d["kind"] == "aa"]
@@ -272,7 +328,7 @@ def report_diffs(diffs: list[dict]) -> dict:
         out["aa_exit_codes"] = codes
         out["aa_regression"] = [codes.get(3, 0), len(aa)]
         print(
-            f"diff A/A over every ordered pair of healthy runs: regression (exit 3) {_rate(codes.get(3, 0), len(aa))}; "
+            f"diff A/A over {len(aa)} ordered pairs of healthy runs: regression (exit 3) {_rate(codes.get(3, 0), len(aa))}; "
             f"exit codes {codes} (target: at most 1 in 20 exit 3)"
         )
         inj = [d for d in diffs if d["kind"] == "injected"]
@@ -307,6 +363,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-diff", action="store_true", help="skip the diff gate's A/A and catch rates")
     ap.add_argument("--alpha", type=float, default=0.01, help="significance of 'arrives last' (default 0.01)")
     ap.add_argument("--json", type=Path, help="write the figures and every run's verdict here")
+    ap.add_argument(
+        "--aa-pairs",
+        type=int,
+        help="diff this many ordered pairs of healthy runs, spread evenly (default: all)",
+    )
+    ap.add_argument(
+        "--catch-baselines",
+        type=int,
+        help="diff each uniform run against this many healthy baselines, spread evenly (default: all)",
+    )
     a = ap.parse_args(argv)
     folders = record(a.record, a.healthy, a.injected) if a.record else []
     folders += _folders(a.runs)
@@ -323,12 +389,13 @@ def main(argv: list[str] | None = None) -> None:
         diffs = None
         if not a.no_diff:
             healthy = [r.name for r in runs if r.kind == "healthy"]
-            diffs = [{**diff(a.db, x, y), "kind": "aa"} for x, y in itertools.permutations(healthy, 2)]
+            pairs = spread(list(itertools.permutations(healthy, 2)), a.aa_pairs)
+            diffs = [{**diff(a.db, x, y), "kind": "aa"} for x, y in pairs]
             diffs += [
                 {**diff(a.db, h, r.name), "kind": "injected", "cols": r.cols}
                 for r in runs
                 if r.kind == "uniform"
-                for h in healthy
+                for h in spread(healthy, a.catch_baselines)
             ]
             figures.update(report_diffs(diffs))
         if a.json:

@@ -154,6 +154,35 @@ def test_host_time_against_the_noise_floor(store, tmp_path, noisy_step):
         assert v.status == "problem" and v.stragglers == (3,) and v.cause == "rank"
 
 
+def test_above_the_floor_by_a_hair_is_the_floors_spread(store, tmp_path):
+    # As above, but rank 0 is nearly as slow as rank 3 (a core-mate under the same load): per
+    # bucket ranks 1-2 compute 6 ms and wait 1 ms, rank 0 6 ms and 2.9 ms, rank 3 6 ms and 3 ms.
+    # Rank 3 arrives 0.1 ms after rank 0 at each bucket: last at all 12 (p = 6e-8), late from
+    # untraced host time (3 ms against the others' median 1 ms before each arrival), and its host
+    # time per step, 4 x 3 = 12 ms, is above the floor, rank 0's 4 x 2.9 = 11.6 ms, in 3 of 3 steps
+    # (p = 1/64 < 0.05), but by (12 - 11.6) / 80 = 0.5% of a step: under min_cost_pct (1%), the
+    # floor's own spread, so it is not named though its delays cost more than 1% (calibration:
+    # a healthy rank named at +0.7% of a step, costing 34.7%).
+    runs = {r: _steps(([6.0], 1.0)) for r in (1, 2)}
+    runs[0] = _steps(([6.0], 2.9))
+    runs[3] = _steps(([6.0], 3.0))
+    res = _ingest(store, tmp_path, runs, "hair")
+    r3 = res.frame.filter(pl.col("rank") == 3).row(0, named=True)
+    assert r3["last_count"] == 12 and r3["p_value"] == pytest.approx(0.25**12)
+    assert r3["cause"] == "untraced host time"
+    assert (r3["floor_steps_won"], r3["floor_steps"]) == (3, 3)
+    assert r3["floor_p_value"] == pytest.approx(1 / 64)
+    assert r3["excess_pct"] == pytest.approx(100 * (12 - 11.6) / 80)
+    assert r3["cost_pct"] >= 1.0  # material: only the size of its excess over the floor keeps it unnamed
+    assert not r3["named"] and res.verdict["evidence"][0].startswith("no straggler: rank 3")
+    assert (
+        "by a median +0.5% of a step (naming needs 1% or more): within the run's noise"
+        in (res.verdict["evidence"][0])
+    )
+    v = combined_verdict(store, "hair")
+    assert v.status == "ok" and v.stragglers == ()
+
+
 @pytest.mark.parametrize("extra_on", ["rank3", "every rank"])
 def test_extra_work_names_a_compute_straggler_uniform_work_does_not(store, tmp_path, extra_on):
     # Every rank per bucket runs 5 ms of aten::mm and, the extra work, a second 2 ms aten::mm

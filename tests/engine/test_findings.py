@@ -270,9 +270,9 @@ def test_straggler_finding_warns_when_collectives_end_before_the_last_arrival(st
     )
     ingest(store, [out], jobs=1)
     # its ranks' timelines are drawn independently, so no rank's cause passes the noise floor
-    # (traceprof.analyses._cause); with that test off (cause_alpha 1) ranks 0 and 2 qualify, a group: a
-    # straggler problem, which rests on the arrivals
-    f = summarize(store, None, params={"stragglers": {"cause_alpha": "1"}})
+    # (traceprof.analyses._cause); with that test off (cause_alpha 1, and min_cost_pct 0 for the size
+    # of the excess over the floor) ranks qualify: a straggler problem, which rests on the arrivals
+    f = summarize(store, None, params={"stragglers": {"cause_alpha": "1", "min_cost_pct": "0"}})
     waits = f.results["stragglers"].frames()["waits"]
     early = int(waits["end_before_last_arrival"].sum())
     assert early / waits.height > 0.5

@@ -43,14 +43,17 @@ def _p2p(kind: str, peer: int, arrive: float, end: float) -> list[dict]:
 #   (a CPU rank's gap); idle [800, 1000) 200. 180 + 290 + 30 + 300 + 200 = 1000.
 # Rank 1: compute 390 + 280 = 670; wait 10; transfer 20 + 10 = 30; idle [710, 1000) 290.
 #   670 + 10 + 30 + 290 = 1000.
-def _stage(rank: int) -> list[dict]:
+def _stage(rank: int, peer: int | None = None, recv_at: int = 390) -> list[dict]:
+    """Stage ``rank % 2`` exchanging with ``peer`` (default: the other rank of 0, 1); stage 1
+    posts its recv at ``recv_at``."""
+    peer = 1 - rank if peer is None else peer
     ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation")]
-    if rank == 0:
-        ev += [_op("aten::mm", 0, 100), *_p2p("send", 1, 100, 400), *_p2p("recv", 1, 700, 720)]
+    if rank % 2 == 0:
+        ev += [_op("aten::mm", 0, 100), *_p2p("send", peer, 100, recv_at + 10), *_p2p("recv", peer, 700, 720)]
         ev += [_op("aten::add", 720, 80)]
     else:
-        ev += [_op("aten::mm", 0, 390), *_p2p("recv", 0, 390, 410), _op("aten::mm", 410, 280)]
-        ev += _p2p("send", 0, 690, 710)
+        ev += [_op("aten::mm", 0, recv_at), *_p2p("recv", peer, recv_at, recv_at + 20)]
+        ev += [_op("aten::mm", recv_at + 20, 670 - recv_at), *_p2p("send", peer, 690, 710)]
     return ev
 
 
@@ -145,16 +148,7 @@ def test_p2p_waits_are_not_exposed_communication_in_the_verdict(store, tmp_path)
 #   2->3: send 100, recv 590: rank 2 waits [100, 590) = 490, last rank 3;
 #   3->2: send 690, recv 700: rank 3 waits [690, 700) = 10, last rank 2.
 def _replica_stage(rank: int) -> list[dict]:
-    if rank < 2:
-        return _stage(rank)
-    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation")]
-    if rank == 2:
-        ev += [_op("aten::mm", 0, 100), *_p2p("send", 3, 100, 600), *_p2p("recv", 3, 700, 720)]
-        ev += [_op("aten::add", 720, 80)]
-    else:
-        ev += [_op("aten::mm", 0, 590), *_p2p("recv", 2, 590, 610), _op("aten::mm", 610, 80)]
-        ev += _p2p("send", 2, 690, 710)
-    return ev
+    return _stage(rank) if rank < 2 else _stage(rank, peer=5 - rank, recv_at=590)
 
 
 def test_p2p_pairs_by_peer_in_a_group_of_four(store, tmp_path):

@@ -65,7 +65,8 @@ def last_arrivals(items: pl.DataFrame) -> pl.DataFrame:
 
 def p2p_copies(store: Store, run_id: int, source: str | None = None) -> pl.DataFrame:
     """The copies of the point-to-point pairs (``traceprof.engine.arrivals.p2p_items``: sends and
-    recvs matching left unmatched, paired by order), with last_ns and last_rank: the one
+    recvs matching left unmatched, paired by (group, sender, receiver) and order in the step), with
+    last_ns and last_rank: the one
     definition of a point-to-point wait, [own arrival, the peer's arrival) (:func:`wait_spans`),
     read by ``critical_path``'s account, the communication verdict and ``parallelism``'s p2p wait.
     Empty (no columns) when there is no pair."""

@@ -233,6 +233,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}"
     )
     cost = median
+    plain = text.removeprefix("exposed communication: ")
     stragglers = res.get("stragglers")
     named_ranks = _common.named_ranks(res)
     st = stragglers if stragglers is not None and named_ranks and "waits" in stragglers.frames() else None
@@ -254,7 +255,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
         text = (
             f"exposed communication beyond {waited}: {cost:.0f}% of the window "
-            f"(median over ranks); with the wait, {text.removeprefix('exposed communication: ')}"
+            f"(median over ranks); with the wait, {plain}"
         )
     problem = cost >= 5.0
     status = "problem" if problem else "ok"
@@ -269,10 +270,11 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
             (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
         )
         own_pct = float(rest.item() or 0.0)
+        also = " and point-to-point waits for the peer" if p2p.height else ""
         text = (
             f"exposed communication beyond waiting for rank {untested} (the straggler test could not judge it: "
-            f"too few collectives or steps): {own_pct:.0f}% of the window (median over ranks); with the wait, "
-            f"{text.removeprefix('exposed communication: ')}"
+            f"too few collectives or steps){also}: {own_pct:.0f}% of the window (median over ranks); with the "
+            f"wait, {plain}"
         )
         if own_pct < 5.0:  # a problem only if that rank is not a straggler: open, as that is
             status = "inconclusive"

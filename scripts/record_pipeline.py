@@ -54,6 +54,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--slow-ms", type=float, default=0.0, help="sleep per micro-batch forward on --slow-stage (ms)"
     )
+    p.add_argument(
+        "--dp",
+        type=int,
+        default=1,
+        help="data-parallel replicas of the pipeline (default 1); with 2+, world = stages x dp, rank = "
+        "replica x stages + stage, a hand-written GPipe (module doc) and a gradient all-reduce per stage",
+    )
+    p.add_argument(
+        "--p2p-group",
+        choices=("world", "stage"),
+        default="world",
+        help="with --dp 2+: the process group of the sends / recvs: the default group (gloo's trace then "
+        "names the peer's global rank) or one group per replica's pipeline (it names a group rank)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data")
     p.add_argument("--overwrite", action="store_true", help="delete rank*.* files in out_dir first")
     args = p.parse_args(argv)
@@ -103,9 +117,91 @@ class StageModule(nn.Module):
         return self.head(self.ln_f(x)) if self.last else x
 
 
+def train_dp(rank: int, world: int, args: argparse.Namespace) -> None:
+    """One rank of a pp x dp job (``--dp`` 2+): stage ``rank % stages`` of replica ``rank // stages``.
+
+    torch.distributed.pipelining's ``PipelineStage`` needs its own process group per pipeline (its
+    group may not be larger than the stages), and gloo's trace names the peer of a send / recv only
+    as a rank in that group; so this GPipe is written out: all forwards (recv the activation from
+    the previous stage, compute, send it on), then all backwards (recv the gradient, backward, send
+    the input's gradient back), each annotated ``Forward i`` / ``Backward i``; then one all-reduce
+    of the flattened gradients over the stage's replicas (its data-parallel group) and SGD.
+    """
+    if hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed + rank % args.stages)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    stages = args.stages
+    replica, stage_i = divmod(rank, stages)
+    dp_groups = [dist.new_group(list(range(s, world, stages))) for s in range(stages)]
+    pp_groups = [dist.new_group(list(range(r * stages, (r + 1) * stages))) for r in range(args.dp)]
+    p2p_group = pp_groups[replica] if args.p2p_group == "stage" else None
+    cfg = GPTConfig(n_layers=args.layers, d_model=args.d_model)
+    per = args.layers // stages
+    blocks = range(stage_i * per, args.layers if stage_i == stages - 1 else (stage_i + 1) * per)
+    sleep_s = args.slow_ms / 1000.0 if stage_i == args.slow_stage else 0.0
+    first, last = stage_i == 0, stage_i == stages - 1
+    module = StageModule(cfg, blocks, first, last, sleep_s)
+    opt = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9, fused=True)
+    mb = args.batch // args.microbatches
+    gen = torch.Generator().manual_seed(args.seed * 1000 + replica)
+    tokens = torch.randint(0, cfg.vocab, (4, args.batch, cfg.seq + 1), generator=gen)
+    prev, nxt = rank - 1, rank + 1
+    with profile_ranks(
+        args.out_dir, skip_first=args.skip_first, wait=1, warmup=1, active=args.active
+    ) as prof:
+        for it in range(args.steps):
+            batch = tokens[it % len(tokens)]
+            inputs, outputs = [], []
+            for i in range(args.microbatches):
+                with torch.profiler.record_function(f"Forward {i}"):
+                    if first:
+                        x = batch[i * mb : (i + 1) * mb, :-1].contiguous()
+                    else:
+                        x = torch.empty(mb, cfg.seq, cfg.d_model)
+                        dist.recv(x, src=prev, group=p2p_group)
+                        x.requires_grad_(True)
+                    y = module(x)
+                    if last:
+                        target = batch[i * mb : (i + 1) * mb, 1:]
+                        y = F.cross_entropy(y.reshape(-1, cfg.vocab), target.reshape(-1))
+                    else:
+                        dist.send(y.detach().contiguous(), dst=nxt, group=p2p_group)
+                inputs.append(x)
+                outputs.append(y)
+            for i in range(args.microbatches):
+                with torch.profiler.record_function(f"Backward {i}"):
+                    if last:
+                        outputs[i].backward()
+                    else:
+                        g = torch.empty(mb, cfg.seq, cfg.d_model)
+                        dist.recv(g, src=nxt, group=p2p_group)
+                        outputs[i].backward(g)
+                    if not first:
+                        dist.send(inputs[i].grad.contiguous(), dst=prev, group=p2p_group)
+            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=dp_groups[stage_i])
+            flat /= args.dp
+            at = 0
+            for g in grads:
+                g.copy_(flat[at : at + g.numel()].view_as(g))
+                at += g.numel()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def train(rank: int, world: int, args: argparse.Namespace) -> None:
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+    if args.dp > 1:
+        train_dp(rank, world, args)
+        return
     if hasattr(os, "sched_setaffinity"):  # stage r on core r % n, before gloo's threads exist
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
@@ -180,8 +276,16 @@ def write_readme(args: argparse.Namespace, argv: list[str], summary: dict[int, d
         if args.slow_stage is not None and args.slow_ms
         else "nothing injected"
     )
+    mesh = (
+        f"a {args.stages}-stage pipeline (mesh `pp:{args.stages}`, rank r = stage r)"
+        if args.dp == 1
+        else f"{args.dp} data-parallel replicas of a {args.stages}-stage pipeline (mesh `dp:{args.dp},pp:{args.stages}`, "
+        f"rank r = stage r % {args.stages} of replica r // {args.stages}; sends / recvs in the "
+        f"{'default group' if args.p2p_group == 'world' else 'replica pipeline group'}, the stage's gradients "
+        "all-reduced over its replicas; hand-written GPipe, `train_dp`)"
+    )
     rows = "\n".join(
-        f"| {r} | {r} | {v['step_ms']:.1f} | {v['fwd_ms']:.2f} | {v['bwd_ms']:.2f} |"
+        f"| {r} | {r % args.stages} | {v['step_ms']:.1f} | {v['fwd_ms']:.2f} | {v['bwd_ms']:.2f} |"
         for r, v in sorted(summary.items())
     )
     text = f"""# {args.out_dir.name}
@@ -192,17 +296,17 @@ Recorded with traceprof's Kineto collector (`collectors/kineto/capture.py`) by
 
 (add `--overwrite` to replace an earlier recording).
 
-- **Known**: a {args.stages}-stage pipeline (mesh `pp:{args.stages}`, rank r = stage r), GPipe schedule with
+- **Known**: {mesh}, GPipe schedule with
   {args.microbatches} micro-batches per step, so the schedule's own bubble is (p-1)/(m+p-1) =
   {args.stages - 1}/{args.microbatches + args.stages - 1} of a step; {slow}. The last stage also runs the LM
   head and the loss.
 - **When, where**: {date}, torch {meta["torch_version"]}, 2-core CPU VM without GPU, backend gloo;
-  {args.stages} ranks spawned by torch.multiprocessing on one host, one torch thread each, rank r pinned
+  {args.stages * args.dp} ranks spawned by torch.multiprocessing on one host, one torch thread each, rank r pinned
   to core r % 2.
 - **Job**: {args.layers} pre-LayerNorm 4x GELU MLP blocks (no attention, to keep the traces small) split
   evenly over the stages, d_model {args.d_model}, seq 64, vocab 512, token and position embeddings on
   stage 0, LM head and cross-entropy on the last; batch {args.batch} sequences per step in {args.microbatches} micro-batches;
-  `torch.distributed.pipelining` `PipelineStage` + `ScheduleGPipe` (each micro-batch annotated
+  {"`torch.distributed.pipelining` `PipelineStage` + `ScheduleGPipe`" if args.dp == 1 else "a hand-written GPipe"} (each micro-batch annotated
   `Forward i` / `Backward i`; activations and gradients sent with gloo `send` / `recv`); fused SGD;
   seed {args.seed}.
 - **Profiled**: {args.steps} iterations; schedule skip_first {args.skip_first}, wait 1, warmup 1, active
@@ -228,7 +332,8 @@ def main(argv: list[str] | None = None) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_spawned, args=(args.stages, port, args), nprocs=args.stages)
+    world = args.stages * args.dp
+    mp.spawn(_spawned, args=(world, port, args), nprocs=world)
     summary = summarize(args.out_dir)
     write_readme(args, sys.argv[1:] if argv is None else argv, summary)
     for rank, v in sorted(summary.items()):

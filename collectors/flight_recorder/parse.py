@@ -180,16 +180,9 @@ def _config_ranks(cfg: dict[str, Any]) -> Any:
     return ranks
 
 
-def _group_facts(
-    doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
-    ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
-    group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
-    -1 for none), ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``) and
-    ``process_groups`` (``[{"name", "desc", "ranks"}]``, the entries' ``process_group`` name and
-    description with the members, ranks null when ``pg_config`` lacks them; the normalized form every
-    collector writes), so that analyses need no FR field names."""
+def _members(doc: dict[str, Any]) -> tuple[dict[str, list[int]], list[int] | None]:
+    """Member ranks per group name, key and description in ``pg_config``, and the only group's
+    members when every listed group has the same (else None)."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
     raw_cfg = doc.get("pg_config")
@@ -203,7 +196,41 @@ def _group_facts(
                 configs.append(ranks)
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
-    only = configs[0] if len({tuple(v) for v in configs}) == 1 else None
+    return members, configs[0] if len({tuple(v) for v in configs}) == 1 else None
+
+
+#: A point-to-point ``profiling_name``'s peer in the group: ``nccl:send 0->1`` (src->dst), ``nccl:recv 1<-0``.
+_P2P_NAME = re.compile(r":(?:send|recv)\S*\s+(\d{1,9})\s*(->|<-)\s*(\d{1,9})\s*$")
+
+
+def _peers(
+    name: str, pgv: Any, members: dict[str, list[int]], only: list[int] | None
+) -> tuple[int | None, int | None]:
+    """(peer, peer_group_rank) of a send / recv entry: the other end's group rank from its
+    ``profiling_name`` (``nccl:send 0->1``: 1; ``nccl:recv 1<-0``: 0, as torch's ``fr_trace`` reads
+    it), and its global rank: the group's members (``pg_config``, sorted, by the entry's
+    ``process_group`` name or description) at that position; None where unknown."""
+    m = _P2P_NAME.search(name)
+    if m is None:
+        return None, None
+    group_rank = int(m.group(3))
+    names = [str(v) for v in pgv] if isinstance(pgv, list) else []
+    ranks = next((members[n] for n in names if n in members), only)
+    ranks = sorted(ranks) if ranks else None
+    return (ranks[group_rank] if ranks and group_rank < len(ranks) else None), group_rank
+
+
+def _group_facts(
+    doc: dict[str, Any], kept: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Normalized per-group facts for ``traces.meta``, keyed by the ``collectives.pg`` names:
+    ``groups`` (member ranks from ``pg_config``: by group name, else description, else the only
+    group), ``progress`` (``pg_status``: last enqueued / started / completed sequence number,
+    -1 for none), ``pg_ids`` (each collectives group's ``pg_id``, which keys ``pg_status``) and
+    ``process_groups`` (``[{"name", "desc", "ranks"}]``, the entries' ``process_group`` name and
+    description with the members, ranks null when ``pg_config`` lacks them; the normalized form every
+    collector writes), so that analyses need no FR field names."""
+    members, only = _members(doc)
     raw_status = doc.get("pg_status")
     status: dict[Any, Any] = raw_status if isinstance(raw_status, dict) else {}
     groups: dict[str, list[int] | None] = {}
@@ -349,6 +376,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     style, notes = dialect(p, doc.get("version"), entries)
     warnings += notes
     sizes, world = _group_sizes(doc.get("pg_config"))
+    members, only = _members(doc)
     only_size = next(iter(sizes.values())) if len(sizes) == 1 else None
     rows: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []  # the entries behind rows
@@ -424,6 +452,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 "stream": None,
                 "tid": None if e.get("thread_id") is None else str(e.get("thread_id")),
                 "step": None,
+                **dict(zip(("peer", "peer_group_rank"), _peers(name, pgv, members, only), strict=True)),
             }
         )
         kept.append(e)

@@ -41,6 +41,9 @@ META_KEYS = tuple(
             "Input type",
             "In split size",
             "Out split size",
+            "Dst Rank",
+            "Src Rank",
+            "Rank",
         }
     )
 )

@@ -11,7 +11,9 @@ all-to-alls too); the kernel name's family. Process group, sequence number, memb
 
 Source fields read (from the event's ``args`` JSON): ``Collective name``, ``Process Group Name``,
 ``Process Group Ranks``, ``Seq``, ``Comms Id``, ``In msg nelems``, ``Out msg nelems``, ``dtype``,
-``Group size``, ``In split size``, ``Out split size`` (all-to-alls), ``Input Dims``, ``Input type``; events ``pid``, ``tid``, ``ts_ns``, ``dur_ns``,
+``Group size``, ``In split size``, ``Out split size`` (all-to-alls), ``Dst Rank`` (a send's peer, global
+rank: ``peer``), ``Src Rank`` (a recv's), ``Rank`` (a send's / recv's peer in its group:
+``peer_group_rank``), ``Input Dims``, ``Input type``; events ``pid``, ``tid``, ``ts_ns``, ``dur_ns``,
 ``correlation`` of runtime calls and CPU ops.
 """
 
@@ -207,6 +209,18 @@ _RPC_KEYS = (
     "Seq",
     "Group size",
 )
+
+#: Point-to-point metadata (torch's profiler, ``saveNcclMeta``): a send's ``Dst Rank`` and a recv's
+#: ``Src Rank`` are the peer's global rank; ``Rank`` of a send / recv is the peer's rank in the group.
+_PEER_KEYS = {"send": "Dst Rank", "recv": "Src Rank"}
+
+
+def _rank_value(value: Any) -> int | None:
+    """A rank written as a JSON integer or its decimal text (torch writes these metadata values
+    unquoted, a recorder may quote them), >= 0; else None."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
 
 
 class BadValues:
@@ -426,6 +440,9 @@ def collectives(
         pg = _text(m.get("Process Group Name"), "Process Group Name", holder("Process Group Name"), bad)
         cid = _text(m.get("Comms Id"), "Comms Id", holder("Comms Id"), bad, integer=True)
         a2a = op.startswith("all_to_all")  # splits only matter (and are only kept) for all-to-alls
+        peer_key = _PEER_KEYS.get(op)
+        if peer_key is not None and gpu_present and rpc_row >= 0 and m.get(peer_key) is None:
+            m = _rpc_args(f, rpc_row) | {k: v for k, v in a.items() if v is not None}
         rows.append(
             (
                 source,
@@ -449,6 +466,8 @@ def collectives(
                 step,
                 split_sizes(m.get("In split size")) if a2a else None,
                 split_sizes(m.get("Out split size")) if a2a else None,
+                _rank_value(m.get(peer_key)) if peer_key else None,
+                _rank_value(m.get("Rank")) if peer_key else None,
             )
         )
     start, pg_at, op_at = _FIELDS.index("start_ns"), _FIELDS.index("pg"), _FIELDS.index("op")
@@ -514,4 +533,6 @@ _FIELDS = (
     "step",
     "split_in",
     "split_out",
+    "peer",
+    "peer_group_rank",
 )

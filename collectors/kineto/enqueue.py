@@ -16,7 +16,9 @@ enqueue's split sizes.
 
 Source fields read: events ``kind``, ``name``, ``ts_ns``, ``step``, ``args."Input Dims"`` of
 ``c10d::*`` cpu_ops, and ``args."Concrete Inputs"`` of ``c10d::alltoall_base_`` (its output and input
-split sizes, copied to the row's ``split_out`` / ``split_in``); collectives ``source``, ``op``,
+split sizes, copied to the row's ``split_out`` / ``split_in``), ``args."Concrete Inputs"[2]`` of
+``c10d::send`` / ``c10d::recv_`` (dstRank / srcRank: the peer's rank in the op's process group, which
+the gloo trace does not name; copied to ``peer_group_rank``); collectives ``source``, ``op``,
 ``nelems_in``, ``start_ns``.
 """
 
@@ -62,6 +64,19 @@ def _alltoall_splits(name: str, args: Any) -> tuple[str | None, str | None] | No
     return None if out is None and sent is None else (out, sent)
 
 
+def _p2p_peer(name: str, args: Any) -> int | None:
+    """The peer's rank in its process group of a ``c10d::send`` / ``c10d::recv_`` enqueue (its
+    ``Concrete Inputs``: tensors, group, dstRank / srcRank, tag: ``["", "", "1", "0"]``); None for
+    another op or when the inputs were not recorded."""
+    if not name.startswith(("c10d::send", "c10d::recv")) or not isinstance(args, dict):
+        return None
+    concrete = args.get("Concrete Inputs")
+    if not isinstance(concrete, list) or len(concrete) < 3 or not isinstance(concrete[2], str):
+        return None
+    peer = concrete[2]
+    return int(peer) if peer.isdigit() and len(peer) < 10 else None
+
+
 def _starts_with(col: pa.ChunkedArray, prefix: str) -> pa.ChunkedArray:
     """Rows of a string column (plain or dictionary-encoded) that start with ``prefix`` (False for null)."""
     out = []
@@ -104,6 +119,7 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
         dims = args.get("Input Dims") if isinstance(args, dict) else None
         e["nelems"] = _first_tensor_nelems(dims)
         e["splits"] = _alltoall_splits(e["name"], args)
+        e["peer"] = _p2p_peer(e["name"], args)
         enqueues.setdefault(normalize_op(e["name"]), []).append(e)
     for lst in enqueues.values():
         lst.sort(key=lambda e: e["ts_ns"])
@@ -124,6 +140,8 @@ def fill_gloo_enter(pt: ParsedTrace) -> ParsedTrace:
                         r["step"] = e["step"]
                     if e["splits"] is not None:
                         r["split_out"], r["split_in"] = e["splits"]
+                    if e["peer"] is not None:
+                        r["peer_group_rank"] = e["peer"]
                     i = j + 1
                     break
     pt.collectives = pa.Table.from_pylist(rows, schema=coll.schema)

@@ -37,7 +37,8 @@ Algorithm:
      reported ``coll_exec_time_us``, ``coll_algobw_gbs``, ``coll_busbw_gbs``); a record without
      ``event_trace_ts`` (not verbose) has no start / end: its event is an ``instant`` at its dump
      time, with a warning. ``p2p_perf`` records are point-to-point rows (pg ``<id>:p2p``), left
-     unmatched (``p2p_sn`` does not pair a send with its recv).
+     unmatched (``p2p_sn`` does not pair a send with its recv); ``p2p_peer`` (the other end's rank in
+     the communicator, a JSON integer) is ``peer_group_rank``.
   3. Rank: the file is one process; its rank is ``header.rank`` in its largest communicator (the
      world communicator when it has one), with a warning when communicators disagree; world size
      = the largest ``n_ranks``. Host and pid from ``metadata``. A ``header.rank`` or ``n_ranks``
@@ -129,6 +130,13 @@ def _identity(obj: dict[str, Any], key: str, where: str) -> int:
     if n is None or n < 0:
         raise _Bad(f"'{where}.{key}' not a non-negative integer", repr(v))
     return n
+
+
+def _peer_rank(value: Any) -> int | None:
+    """A p2p_perf record's ``p2p_peer`` (the other end's rank in the communicator) when it is a
+    JSON integer rank (>= 0, int32), else None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+    return value if ok else None
 
 
 def _gbps(perf: dict[str, Any], key: str) -> float | None:
@@ -275,6 +283,7 @@ def _rows_of(
         "step": None,
         "reported_algbw_gbps": None if p2p else _gbps(perf, "coll_algobw_gbs"),
         "reported_busbw_gbps": None if p2p else _gbps(perf, "coll_busbw_gbs"),
+        "peer_group_rank": _peer_rank(perf.get("p2p_peer")) if p2p else None,
     }
     at = start or enter or end
     event = {

@@ -30,7 +30,8 @@ Algorithm:
      ``nccl_profiler``): pg = ``CommHash`` (P2P: ``CommHash:p2p``), seq = ``SeqNum`` (P2P: none),
      op from the name, dtype from ``Datatype`` (``ncclFloat32`` -> ``float32``), elements =
      ``Count`` as NCCL's API counts them: the input (``nelems_in``), except ReduceScatter's
-     ``recvcount``, the per-rank output (``nelems_out``); enter = begin, end = end. NCCL numbers
+     ``recvcount``, the per-rank output (``nelems_out``); enter = begin, end = end; a P2P's
+     ``Peer`` (the other end's rank in the communicator) is ``peer_group_rank``. NCCL numbers
      each op type of a communicator separately (``seqNumber[func]``: AllReduce 0 and AllGather 0
      are different collectives), so ``comms_id`` = ``<CommHash>:<op>:<SeqNum>``
      (``traceprof.core.ops.nccl_comms_id``) identifies an instance across ranks.
@@ -445,6 +446,7 @@ def _rows(
                 "start_ns": start,
                 "end_ns": end,
                 "tid": str(ev.tid),
+                "peer_group_rank": _peer(a.get("Peer")) if p2p else None,
             }
         )
         if not record_fits(
@@ -462,6 +464,13 @@ def _rows(
         r["ordinal"] = seen[(r["pg"], r["op"])]
         seen[(r["pg"], r["op"])] += 1
     return events, colls
+
+
+def _peer(value: Any) -> int | None:
+    """A P2P record's ``Peer`` (the other end's rank in the communicator) when it is an integer
+    rank (>= 0, int32), else None."""
+    n = integer(value)
+    return n if n is not None and 0 <= n < 2**31 else None
 
 
 def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[str, int]]:

@@ -43,14 +43,17 @@ def _p2p(kind: str, peer: int, arrive: float, end: float) -> list[dict]:
 #   (a CPU rank's gap); idle [800, 1000) 200. 180 + 290 + 30 + 300 + 200 = 1000.
 # Rank 1: compute 390 + 280 = 670; wait 10; transfer 20 + 10 = 30; idle [710, 1000) 290.
 #   670 + 10 + 30 + 290 = 1000.
-def _stage(rank: int) -> list[dict]:
+def _stage(rank: int, peer: int | None = None, recv_at: int = 390) -> list[dict]:
+    """Stage ``rank % 2`` exchanging with ``peer`` (default: the other rank of 0, 1); stage 1
+    posts its recv at ``recv_at``."""
+    peer = 1 - rank if peer is None else peer
     ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation")]
-    if rank == 0:
-        ev += [_op("aten::mm", 0, 100), *_p2p("send", 1, 100, 400), *_p2p("recv", 1, 700, 720)]
+    if rank % 2 == 0:
+        ev += [_op("aten::mm", 0, 100), *_p2p("send", peer, 100, recv_at + 10), *_p2p("recv", peer, 700, 720)]
         ev += [_op("aten::add", 720, 80)]
     else:
-        ev += [_op("aten::mm", 0, 390), *_p2p("recv", 0, 390, 410), _op("aten::mm", 410, 280)]
-        ev += _p2p("send", 0, 690, 710)
+        ev += [_op("aten::mm", 0, recv_at), *_p2p("recv", peer, recv_at, recv_at + 20)]
+        ev += [_op("aten::mm", recv_at + 20, 670 - recv_at), *_p2p("send", peer, 690, 710)]
     return ev
 
 
@@ -133,3 +136,60 @@ def test_p2p_waits_are_not_exposed_communication_in_the_verdict(store, tmp_path)
     assert comm.text.startswith(
         "exposed communication beyond point-to-point waits for the peer: 4% of the window (median over ranks)"
     )
+
+
+# pp x dp: two replicas of the pipeline above, ranks 0 -> 1 and 2 -> 3 (rank = replica x 2 + stage),
+# sends / recvs in the default group, so gloo's enqueue names the peer's global rank
+# (``Concrete Inputs``[2]). Replica 0 is the run above; in replica 1 stage 1 (rank 3) is slower
+# still: aten::mm [0, 590), recv enqueue at 590, work [590, 610), aten::mm [610, 690), send at 690.
+# Four ranks in one group (gloo names none): v2's two-rank rule left every op unpaired.
+# Pairs by (src, dst, k):
+#   0->1: 100 / 390 (rank 0 waits 290), 1->0: 690 / 700 (rank 1 waits 10), as above;
+#   2->3: send 100, recv 590: rank 2 waits [100, 590) = 490, last rank 3;
+#   3->2: send 690, recv 700: rank 3 waits [690, 700) = 10, last rank 2.
+def _replica_stage(rank: int) -> list[dict]:
+    return _stage(rank) if rank < 2 else _stage(rank, peer=5 - rank, recv_at=590)
+
+
+def test_p2p_pairs_by_peer_in_a_group_of_four(store, tmp_path):
+    for r in range(4):
+        write_rank(tmp_path / "ppdp" / f"r{r}.json", _replica_stage(r), r, world=4)
+    ingest(store, [tmp_path / "ppdp"], run="ppdp")
+    pairs = _waits.p2p_copies(store, store.resolve_run("ppdp"))
+    got = sorted(
+        (r["rank"], r["op"], (r["arrival_ns"] - BASE) // US, (r["last_ns"] - BASE) // US, r["last_rank"])
+        for r in pairs.iter_rows(named=True)
+    )
+    assert got == [
+        (0, "recv", 700, 700, 0),
+        (0, "send", 100, 390, 1),
+        (1, "recv", 390, 390, 1),
+        (1, "send", 690, 700, 0),
+        (2, "recv", 700, 700, 2),
+        (2, "send", 100, 590, 3),
+        (3, "recv", 590, 590, 3),
+        (3, "send", 690, 700, 2),
+    ]
+    # the slow stage of replica 1 is credited with rank 2's wait: 490 us (rank 3 waited 10 for rank 2)
+    res = analyze(store, "critical_path", "ppdp")
+    waited = res.blame.group_by("rank").agg(pl.col("waited_ns").sum()).sort("rank").rows()
+    assert waited == [(0, 10 * US), (1, 290 * US), (2, 10 * US), (3, 490 * US)]
+
+
+def test_p2p_group_ranks_of_subgroups_are_not_read_as_global(store, tmp_path):
+    # The same run with the sends / recvs in one group per replica ({0, 1}, {2, 3}): gloo's enqueue
+    # names the peer's rank in that group (rank 2 sends to 1, rank 3 receives from 0), which read as
+    # global ranks pairs nothing consistently (a send 2 -> 1 that rank 1 never receives): unpaired.
+    def group_ranks(rank: int) -> list[dict]:
+        ev = _replica_stage(rank)
+        if rank >= 2:
+            for e in ev:
+                inputs = e["args"].get("Concrete Inputs")
+                if inputs and len(inputs) == 4:
+                    e["args"]["Concrete Inputs"] = ["", "", str(int(inputs[2]) - 2), "0"]
+        return ev
+
+    for r in range(4):
+        write_rank(tmp_path / "sub" / f"r{r}.json", group_ranks(r), r, world=4)
+    ingest(store, [tmp_path / "sub"], run="sub")
+    assert _waits.p2p_copies(store, store.resolve_run("sub")).is_empty()

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a table or column changes; the store refuses files of another version.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: Tables that a store in the Parquet layout (``traceprof.storage.layout``) keeps as Parquet files, one per trace,
 #: beside the DuckDB file; the store shows each as a view of the same name and columns.
@@ -205,6 +205,23 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         "Bus bandwidth the source reports itself (NCCL Inspector "
         "coll_perf.coll_busbw_gbs), GB/s; NULL for other sources",
         "GB/s",
+    ),
+    _c(
+        "peer",
+        "INTEGER",
+        "Point-to-point: global rank of the other end (a send's destination, a recv's source), as the "
+        "source states it: Kineto args.'Dst Rank' / 'Src Rank' (record_param_comms or the kernel), Flight "
+        "Recorder profiling_name 'send a->b' / 'recv b<-a' through pg_config's ranks (the NCCL profiler plugin "
+        "and Inspector name only the communicator rank: peer_group_rank); NULL if unknown or not point-to-point",
+    ),
+    _c(
+        "peer_group_rank",
+        "INTEGER",
+        "Point-to-point: rank of the other end within the op's process group (gloo: the c10d::send / "
+        "c10d::recv_ enqueue's args.'Concrete Inputs'[2], dstRank / srcRank; Kineto args.'Rank' of a send / "
+        "recv; Flight Recorder profiling_name; NCCL profiler plugin P2P args.Peer; NCCL Inspector "
+        "p2p_perf.p2p_peer); the global rank is pg_ranks[peer_group_rank], or itself in the default group; "
+        "NULL if unknown",
     ),
 )
 

@@ -112,12 +112,20 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
     a point-to-point wait (``critical_path``'s account, the communication verdict and
     ``parallelism``'s p2p wait read these pairs through ``traceprof.analyses._waits``).
 
-    Algorithm: a send's peer is the other rank of its group when the group (source, process
-    group, its ranks; the rows without one: the run) has point-to-point rows on exactly two ranks,
-    so (src, dst) is known: a send (src = own rank), a recv (dst = own rank). Groups with more
-    ranks are left unpaired (the peer is not stored). Within a step, the k-th send of a (src, dst)
-    pair in arrival order is the k-th recv of that pair (as the transport delivers them): an
-    instance seen by the two ranks, its wait the earlier arrival's until the later one's.
+    Algorithm:
+      1. Each op's peer (the other end's global rank): ``collectives.peer`` where the source states
+         it, else ``pg_ranks[peer_group_rank]``, else, in a group of unknown members (gloo names
+         none), ``peer_group_rank`` itself: read as a global rank (the default group) only when
+         that holds together over the run (every (src, dst, step) then has as many sends as
+         recvs, and no op is its own peer), since a subgroup's ranks would name other ranks.
+      2. An op with a peer has (src, dst): a send (own rank, peer), a recv (peer, own rank).
+      3. Ops without one: a send's peer is the other rank of its group when the group (source,
+         process group, its ranks; the rows without one: the run) has such rows on exactly two
+         ranks; groups with more ranks are left unpaired.
+      4. Within a step, the k-th send of a (group, src, dst) in arrival order is the k-th recv of
+         it (as the transport delivers them): an instance seen by the two ranks, its wait the
+         earlier arrival's until the later one's. Ops paired by peer (1) and by the two-rank rule
+         (3) are never paired with each other.
 
     Args:
         source: The collectives source (default: the one with the most unmatched point-to-point
@@ -132,19 +140,32 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
         f"""WITH r AS (
               SELECT source, rank, op, step, coalesce(bytes_in, bytes_out) AS bytes, start_ns, end_ns,
                      {ARRIVAL_SQL} AS arrival_ns, coalesce(regexp_replace(pg, ':p2p$', ''), '') AS g_pg,
-                     coalesce(pg_ranks, '') AS g_ranks
+                     coalesce(pg_ranks, '') AS g_ranks,
+                     coalesce(peer, try_cast(pg_ranks AS INTEGER[])[peer_group_rank + 1]) AS known,
+                     peer_group_rank
               FROM collectives
               WHERE run_id = $1 AND instance_id IS NULL AND op IN {ops} AND ($2 IS NULL OR source = $2)),
             src AS (SELECT source FROM r GROUP BY source ORDER BY count(*) DESC, source LIMIT 1),
-            g AS (SELECT source, g_pg, g_ranks, min(rank) AS lo, max(rank) AS hi FROM r
-                  WHERE source = (SELECT source FROM src) AND arrival_ns IS NOT NULL
+            r1 AS (SELECT * FROM r WHERE source = (SELECT source FROM src) AND arrival_ns IS NOT NULL),
+            gr AS (SELECT step, CASE WHEN op = 'send' THEN rank ELSE peer_group_rank END AS s,
+                          CASE WHEN op = 'send' THEN peer_group_rank ELSE rank END AS d,
+                          count(*) FILTER (WHERE op = 'send') AS n_send, count(*) FILTER (WHERE op = 'recv') AS n_recv
+                   FROM r1 WHERE known IS NULL AND peer_group_rank IS NOT NULL AND g_ranks = '' GROUP BY ALL),
+            global_ok AS (SELECT NOT EXISTS (SELECT 1 FROM gr WHERE n_send <> n_recv OR s = d) AS ok),
+            r2 AS (SELECT r1.*, coalesce(known, CASE WHEN g_ranks = '' AND (SELECT ok FROM global_ok)
+                                                    THEN peer_group_rank END) AS peer_rank
+                   FROM r1),
+            g AS (SELECT g_pg, g_ranks, min(rank) AS lo, max(rank) AS hi FROM r2 WHERE peer_rank IS NULL
                   GROUP BY ALL HAVING count(DISTINCT rank) = 2),
-            d AS (SELECT r.*, CASE WHEN op = 'send' THEN rank ELSE lo + hi - rank END AS src_rank,
-                         row_number() OVER (PARTITION BY r.source, r.g_pg, r.g_ranks, r.rank, op, step
+            o AS (SELECT r2.*, peer_rank IS NOT NULL AS by_peer, coalesce(peer_rank, lo + hi - rank) AS other
+                  FROM r2 LEFT JOIN g USING (g_pg, g_ranks) WHERE peer_rank IS NOT NULL OR g.lo IS NOT NULL),
+            d AS (SELECT o.*, CASE WHEN op = 'send' THEN rank ELSE other END AS src_rank,
+                         CASE WHEN op = 'send' THEN other ELSE rank END AS dst_rank,
+                         row_number() OVER (PARTITION BY g_pg, g_ranks, by_peer, rank, op, other, step
                                             ORDER BY arrival_ns, start_ns) AS k
-                  FROM r JOIN g USING (source, g_pg, g_ranks) WHERE arrival_ns IS NOT NULL),
-            m AS (SELECT d.*, dense_rank() OVER (ORDER BY g_pg, g_ranks, src_rank, step, k) AS pair,
-                         count(*) OVER (PARTITION BY g_pg, g_ranks, src_rank, step, k) AS n
+                  FROM o),
+            m AS (SELECT d.*, dense_rank() OVER (ORDER BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step, k) AS pair,
+                         count(*) OVER (PARTITION BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step, k) AS n
                   FROM d)
             SELECT -pair AS instance_id, rank, step, op, nullif(g_pg, '') AS pg, bytes,
                    CAST(k AS INTEGER) AS ordinal, 2 AS n_ranks, arrival_ns, end_ns, start_ns

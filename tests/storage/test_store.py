@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import REPO, SAMPLES
 from traceprof.core import schema
 from traceprof.core.errors import SchemaVersionError, StoreError
+from traceprof.ingest.ingest import ingest
 from traceprof.storage.store import Store
 
 
@@ -67,6 +68,72 @@ def test_schema_version_mismatch_refused(tmp_path):
     con.close()
     with pytest.raises(SchemaVersionError, match=f"version 999.*reads version {schema.SCHEMA_VERSION}"):
         Store(db)
+
+
+def _lower_version(db: Path, *sql: str) -> bytes:
+    """Make ``db`` a store of schema version 7 (run ``sql`` on it first); its bytes after."""
+    con = duckdb.connect(str(db))
+    for stmt in (*sql, "UPDATE meta SET value = '7' WHERE key = 'schema_version'"):
+        con.execute(stmt)
+    con.close()
+    return db.read_bytes()
+
+
+def test_older_schema_version_names_what_to_reingest(tmp_path):
+    # The refusal lists the runs and files to re-ingest, for every way of opening, and writes nothing.
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        ingest(store, [SAMPLES / "normal"])
+    before = _lower_version(db)
+    files = ", ".join(str(SAMPLES / "normal" / f"rank{k}.trace.json.gz") for k in range(4))
+    want = (
+        f"{db}: store schema version 7, this traceprof reads version {schema.SCHEMA_VERSION}; "
+        f"re-ingest the traces into a new store: run 'normal' (4 files: {files})"
+    )
+    for how in ({}, {"read_only": True}, {"user_sql": True}):
+        with pytest.raises(SchemaVersionError) as e:
+            Store(db, **how)
+        assert str(e.value) == want, how
+    assert db.read_bytes() == before
+
+
+def test_older_schema_version_listing_is_bounded_and_tolerant(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    # 20 paths in all, then counts; a run without files; traces of that version without a rank column.
+    rows = [(i, 1, f"/t/a{i:02}") for i in range(18)] + [(18 + i, 2, f"/t/b{i}") for i in range(5)]
+    _lower_version(
+        db,
+        "INSERT INTO runs (run_id, name) VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+        "DROP TABLE traces",
+        "CREATE TABLE traces (trace_id INTEGER, run_id INTEGER, path VARCHAR)",
+        "INSERT INTO traces VALUES " + ", ".join(f"({t}, {r}, '{p}')" for t, r, p in rows),
+    )
+    a = ", ".join(f"/t/a{i:02}" for i in range(18))
+    with pytest.raises(SchemaVersionError) as e:
+        Store(db, read_only=True)
+    assert str(e.value).endswith(
+        f"a new store: run 'a' (18 files: {a}), run 'b' (5 files: /t/b0, /t/b1, 3 more), run 'c' (0 files)"
+    )
+    # More than 20 runs: the first 20, then a count. No path column: the runs alone.
+    db2 = tmp_path / "s2.duckdb"
+    Store(db2).close()
+    _lower_version(
+        db2,
+        "INSERT INTO runs (run_id, name) SELECT i, 'r' || i FROM range(1, 23) t(i)",
+        "ALTER TABLE traces DROP COLUMN path",
+    )
+    with pytest.raises(SchemaVersionError) as e:
+        Store(db2, read_only=True)
+    runs = ", ".join(f"run 'r{i}'" for i in range(1, 21))
+    assert str(e.value).endswith(f"a new store: {runs}, 2 more runs")
+    # Not even the runs readable: the message as before.
+    db3 = tmp_path / "s3.duckdb"
+    Store(db3).close()
+    _lower_version(db3, "DROP TABLE runs")
+    with pytest.raises(SchemaVersionError) as e:
+        Store(db3, read_only=True)
+    assert str(e.value).endswith("; re-ingest the traces into a new store")
 
 
 def test_not_a_store(tmp_path):

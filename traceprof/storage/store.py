@@ -437,7 +437,7 @@ class Store:
                 + (
                     "upgrade traceprof"
                     if version > schema.SCHEMA_VERSION
-                    else "re-ingest the traces into a new store"
+                    else "re-ingest the traces into a new store" + self._stored_runs()
                 )
             )
         row = self._one("SELECT value FROM meta WHERE key = 'layout'")
@@ -459,6 +459,48 @@ class Store:
                 schema.views_digest(),
             )
             self._temp_views(self.con)
+
+    def _stored_runs(self, max_files: int = 20, max_runs: int = 20) -> str:
+        """What a store of another schema version holds, for the message that refuses it:
+        ``": run 'a' (2 files: /x/r0.json, /x/r1.json), run 'b' (1 file: ...)"``, at most
+        ``max_files`` paths and ``max_runs`` runs in all (then counts); empty when it holds no run
+        or cannot be read.
+
+        Reads only (plain SELECTs of the columns of ``runs`` and ``traces`` that exist in that
+        version), so the store is left as it was."""
+        try:
+            cols = {
+                (t, c)
+                for t, c in self.con.execute(
+                    "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = "
+                    "current_database() AND schema_name = 'main' AND table_name IN ('runs', 'traces')"
+                ).fetchall()
+            }
+            runs = self.con.execute("SELECT run_id, name FROM runs ORDER BY run_id").fetchall()
+            paths: dict[Any, list[str]] | None = None
+            if {("traces", "run_id"), ("traces", "path")} <= cols:
+                paths = {}
+                order = ", rank" if ("traces", "rank") in cols else ""
+                for run_id, path in self.con.execute(
+                    f"SELECT run_id, path FROM traces ORDER BY run_id{order}, path"
+                ).fetchall():
+                    paths.setdefault(run_id, []).append(str(path))
+        except duckdb.Error:
+            return ""
+        listed, parts = 0, []
+        for run_id, name in runs[:max_runs]:
+            if paths is None:  # that version kept no file paths
+                parts.append(f"run {name!r}")
+                continue
+            files = paths.get(run_id, [])
+            shown = files[: max(0, max_files - listed)]
+            listed += len(shown)
+            more = f", {len(files) - len(shown)} more" if len(shown) < len(files) else ""
+            listing = f": {', '.join(shown)}{more}" if shown else ""
+            parts.append(f"run {name!r} ({len(files)} file{'s' if len(files) != 1 else ''}{listing})")
+        if len(runs) > max_runs:
+            parts.append(f"{len(runs) - max_runs} more runs")
+        return ": " + ", ".join(parts) if parts else ""
 
     def _temp_views(self, con: duckdb.DuckDBPyConnection) -> None:
         """On a read-only store whose derived views an earlier traceprof created (another views

@@ -81,6 +81,13 @@ def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
     Returns:
         Frame with rank, kernel_type (e.g. ``compute+comm``), time_ns (ns).
     """
+    # a few ranks at a time (rank_chunks): each class's rows, their merge and the sweep's events
+    # are one piece's, not the run's (8 ranks x 1 M events: the report's light peak, beside the frame)
+    return by_rank_chunks(act, ["rank"], _overlap_types)
+
+
+def _overlap_types(act: pl.DataFrame) -> pl.DataFrame:
+    """:func:`overlap_types` of ``act`` in one piece."""
     parts = []
     for bit, cls in enumerate(CLASSES):
         m = merge(act.filter(pl.col("class") == cls), ["rank"])
@@ -236,9 +243,15 @@ def run(store: Store, params: Params) -> Result:
     )
     per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
     cut = act.select("rank", "class", "start_ns", "end_ns")  # what the filters below copy
-    for cls in CLASSES:
+    for cls in CLASSES:  # a few ranks' rows of the class copied at a time
         per_rank = per_rank.join(
-            union_ns(cut.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"), on="rank", how="left"
+            by_rank_chunks(
+                cut,
+                ["rank"],
+                lambda p, cls=cls: union_ns(p.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"),
+            ),
+            on="rank",
+            how="left",
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
     types = overlap_types(cut)
     exclusive = types.with_columns(

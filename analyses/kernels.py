@@ -20,6 +20,7 @@ events) are left out of all three tables, as in HTA.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -70,6 +71,11 @@ class Result(FrameResult):
                 ylabel="ns",
             )
         ]
+
+
+def _class_ns(act: pl.DataFrame, cls: str) -> pl.DataFrame:
+    """Busy time per rank of ``act``'s rows of class ``cls``: rank, ``<cls>_ns`` (ns)."""
+    return union_ns(act.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns")
 
 
 def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
@@ -245,11 +251,7 @@ def run(store: Store, params: Params) -> Result:
     cut = act.select("rank", "class", "start_ns", "end_ns")  # what the filters below copy
     for cls in CLASSES:  # a few ranks' rows of the class copied at a time
         per_rank = per_rank.join(
-            by_rank_chunks(
-                cut,
-                ["rank"],
-                lambda p, cls=cls: union_ns(p.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"),
-            ),
+            by_rank_chunks(cut, ["rank"], functools.partial(_class_ns, cls=cls)),
             on="rank",
             how="left",
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))

@@ -20,6 +20,7 @@ events) are left out of all three tables, as in HTA.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -72,6 +73,11 @@ class Result(FrameResult):
         ]
 
 
+def _class_ns(act: pl.DataFrame, cls: str) -> pl.DataFrame:
+    """Busy time per rank of ``act``'s rows of class ``cls``: rank, ``<cls>_ns`` (ns)."""
+    return union_ns(act.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns")
+
+
 def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
     """Time per rank by the set of kernel classes running (module doc, step 3).
 
@@ -81,6 +87,13 @@ def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
     Returns:
         Frame with rank, kernel_type (e.g. ``compute+comm``), time_ns (ns).
     """
+    # a few ranks at a time (rank_chunks): each class's rows, their merge and the sweep's events
+    # are one piece's, not the run's (8 ranks x 1 M events: the report's light peak, beside the frame)
+    return by_rank_chunks(act, ["rank"], _overlap_types)
+
+
+def _overlap_types(act: pl.DataFrame) -> pl.DataFrame:
+    """:func:`overlap_types` of ``act`` in one piece."""
     parts = []
     for bit, cls in enumerate(CLASSES):
         m = merge(act.filter(pl.col("class") == cls), ["rank"])
@@ -236,9 +249,11 @@ def run(store: Store, params: Params) -> Result:
     )
     per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
     cut = act.select("rank", "class", "start_ns", "end_ns")  # what the filters below copy
-    for cls in CLASSES:
+    for cls in CLASSES:  # a few ranks' rows of the class copied at a time
         per_rank = per_rank.join(
-            union_ns(cut.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns"), on="rank", how="left"
+            by_rank_chunks(cut, ["rank"], functools.partial(_class_ns, cls=cls)),
+            on="rank",
+            how="left",
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
     types = overlap_types(cut)
     exclusive = types.with_columns(

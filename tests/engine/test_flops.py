@@ -8,6 +8,7 @@ import pytest
 from tests.builders import op, write_run
 from tests.conftest import sample_run
 from traceprof.core.errors import AnalysisError, UsageError
+from traceprof.core.schema import sql_texts
 from traceprof.engine import flops
 from traceprof.engine.optree import self_times, with_parents
 from traceprof.ingest.ingest import ingest
@@ -325,6 +326,28 @@ def test_shape_flops_in_pieces_of_lanes_on_a_sample(monkeypatch, store):
     monkeypatch.setattr(optree, "PIECE_ROWS", 1)
     got = flops.signature_flops(store, run_id).sort(pl.all(), nulls_last=True)
     assert want.height > 0 and got.equals(want)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1 << 16])
+def test_signature_flops_read_in_batches_of_numbered_signatures_on_a_sample(monkeypatch, store, rows):
+    # the ops are read a batch of rows at a time, each op's text (name, dims, types, concrete)
+    # numbered against the signatures seen so far: the op rows hold no text, each signature is
+    # numbered once, and every op's number gives back its own text (the whole query's rows);
+    # the FLOPs per signature are those of one read of every row
+    run_id = sample_run(store, "extra_matmul")
+    sql = flops._OPS_SQL.format(names=sql_texts(flops.SHAPE_OPS), composite=sql_texts(flops._COMPOSITE))
+    whole = store.sql(sql, [run_id])
+    batches = list(store.batches(sql, [run_id], rows))
+    assert max(b.num_rows for b in batches) <= rows and sum(b.num_rows for b in batches) == whole.height
+    monkeypatch.setattr(flops, "OPS_BATCH_ROWS", rows)
+    ops, sigs = flops._ops(store, run_id)
+    assert not {"name", "dims", "types", "concrete"} & set(ops.columns) and ops.height == whole.height
+    assert sigs["sig"].n_unique() == sigs.height == sigs.drop("sig").unique().height > 1
+    back = ops.join(sigs, on="sig").drop("sig").select(whole.columns)
+    assert back.sort(pl.all(), nulls_last=True).equals(whole.sort(pl.all(), nulls_last=True))
+    got = flops.signature_flops(store, run_id).sort(pl.all(), nulls_last=True)
+    monkeypatch.setattr(flops, "OPS_BATCH_ROWS", 10**9)
+    assert got.height > 0 and got.equals(flops.signature_flops(store, run_id).sort(pl.all(), nulls_last=True))
 
 
 def test_a_session_reads_the_signature_flops_once_and_they_equal_a_bare_read(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ import polars as pl
 
 from traceprof.core.errors import AnalysisError, UsageError
 from traceprof.core.schema import sql_texts
-from traceprof.engine.analysis import lasting, shared
+from traceprof.engine.analysis import lasting, release_pool, shared
 from traceprof.engine.optree import with_parents
 from traceprof.engine.peaks import canonical_dtype
 from traceprof.storage.store import Store
@@ -258,7 +258,10 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
         when the formula cannot use the shapes). Calls that differ only in ``Input type`` or
         ``Concrete Inputs`` are separate rows.
     """
-    ops = store.sql(_OPS_SQL.format(names=sql_texts(SHAPE_OPS), composite=sql_texts(_COMPOSITE)), [run_id])
+    ops, sigs = _ops(store, run_id)
+    # the events' blocks the scan of every op's arguments left cached (128 MiB on 8 ranks x 1 M
+    # events) are not held under the call tree below and the caller's work after it (stragglers')
+    release_pool(store)
     # the call tree of the columns it reads (and each op's row), not of the shapes' text
     lane = ["trace_id", "pid", "tid"]
     tree = with_parents(
@@ -266,11 +269,7 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     )
     leaf = tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))["_op"]
     del tree
-    leaves = (
-        ops[leaf]
-        .group_by("rank", "step", "name", "dims", "types", "concrete")
-        .agg(pl.len().cast(pl.Int64).alias("calls"))
-    )
+    leaves = ops[leaf].group_by("rank", "step", "sig").agg(pl.len().cast(pl.Int64).alias("calls"))
     del ops, leaf
     text = pl.Utf8
     schema = pl.Schema(
@@ -286,31 +285,70 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     )
     if leaves.is_empty():
         return pl.DataFrame(schema=schema)
-    sigs = leaves.select("name", "dims", "types", "concrete").unique()
+    used = sigs.join(leaves.select("sig").unique(), on="sig", how="semi")
     rows = []
-    for name, dims, types, concrete in sigs.iter_rows():  # distinct signatures only: a few hundred
+    for sig, name, dims, types, concrete in used.iter_rows():  # distinct signatures only: a few hundred
         d = msgspec.json.decode(dims) if dims else None
         c = [_concrete(v) for v in msgspec.json.decode(concrete)] if concrete else []
         t = msgspec.json.decode(types) if types else []
         dtype = next((canonical_dtype(x) for x in t if canonical_dtype(x)), None)
-        rows.append((name, dims, types, concrete, dtype, op_flops(name, d, c) if d else None))
+        rows.append((sig, name, dims, dtype, op_flops(name, d, c) if d else None))
     per_sig = pl.DataFrame(
         rows,
         orient="row",
         schema={
+            "sig": sigs.schema["sig"],
             "name": text,
             "dims": text,
-            "types": text,
-            "concrete": text,
             "dtype": text,
             "flops_call": pl.Float64,
         },
     )
-    return (
-        leaves.join(per_sig, on=["name", "dims", "types", "concrete"], how="left", nulls_equal=True)
-        .select(schema.names())
-        .cast(schema)
-    )
+    return leaves.join(per_sig, on="sig", how="left").select(schema.names()).cast(schema)
+
+
+#: Rows of the shape ops read at a time by :func:`_ops`.
+OPS_BATCH_ROWS = 1 << 16
+
+_SIGNATURE = ("name", "dims", "types", "concrete")
+
+
+def _ops(store: Store, run_id: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows of :data:`_OPS_SQL` of run ``run_id``, their signature's text (name, ``Input Dims``,
+    ``Input type``, ``Concrete Inputs``) replaced by a number ``sig``, and the signatures: (sig,
+    name, dims, types, concrete), one row each.
+
+    Read :data:`OPS_BATCH_ROWS` rows at a time, each batch's text numbered against the distinct
+    signatures seen so far (a few hundred), so that the text of one batch is held at a time, not
+    that of every op (on 8 ranks x 1 M events a million ops' JSON text: the fresh process's peak
+    in ``stragglers``)."""
+    sql = _OPS_SQL.format(names=sql_texts(SHAPE_OPS), composite=sql_texts(_COMPOSITE))
+    sig_type = pl.UInt32
+    sigs = pl.DataFrame(schema={"sig": sig_type, **{c: pl.Utf8 for c in _SIGNATURE}})
+    parts = []
+    for batch in store.batches(sql, [run_id], OPS_BATCH_ROWS):
+        rows = pl.DataFrame(pl.from_arrow(batch))
+        new = (
+            rows.select(_SIGNATURE)
+            .unique(maintain_order=True)
+            .join(sigs, on=list(_SIGNATURE), how="anti", nulls_equal=True)
+        )
+        if new.height:
+            sigs = pl.concat(
+                [
+                    sigs,
+                    new.with_row_index("sig", offset=sigs.height).with_columns(pl.col("sig").cast(sig_type)),
+                ]
+            )
+        parts.append(
+            rows.join(sigs, on=list(_SIGNATURE), how="left", nulls_equal=True, maintain_order="left").drop(
+                _SIGNATURE
+            )
+        )
+    if not parts:  # no rows: the schema of the query's columns, sig for the text
+        empty = store.sql(f"SELECT * FROM ({sql}) WHERE false", [run_id])
+        return empty.drop(_SIGNATURE).with_columns(pl.lit(None, sig_type).alias("sig")), sigs
+    return pl.concat(parts, rechunk=True), sigs
 
 
 def shape_flops(store: Store, run_id: int) -> pl.DataFrame:

@@ -766,6 +766,27 @@ class Store:
                 raise
             raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
 
+    def batches(self, query: str, params: Sequence[Any] | None, rows: int) -> Iterator[pa.RecordBatch]:
+        """Run a query and yield its rows as Arrow record batches of up to ``rows`` rows, fetched
+        as they are read: a caller that reduces each batch holds one batch's rows at a time, not
+        the result's (DuckDB streams a query without a sort or an aggregate).
+
+        Raises:
+            StoreError: The query fails (the message is DuckDB's).
+        """
+        cancel.checkpoint()
+        try:
+            reader = self.con.sql(query, params=list(params) if params else None).to_arrow_reader(rows)
+            for batch in reader:
+                yield batch
+                cancel.checkpoint()
+        except (duckdb.Error, RuntimeError) as e:
+            if interrupted(e):
+                raise KeyboardInterrupt from None
+            if not isinstance(e, duckdb.Error):
+                raise
+            raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
+
     #: The query behind :meth:`runs` and :meth:`run_rows` (without ``issues``).
     # ranks: with a profiler (Kineto/nsys) trace, the ones the timeline verdicts see (all ranks with a
     # file when the run has no profiler trace at all, as storage.runs.untraced_ranks counts them);

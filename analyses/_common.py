@@ -22,6 +22,7 @@ from traceprof.engine.analysis import FrameResult
 
 __all__ = [
     "step_windows",
+    "missing_step_notes",
     "at_least",
     "fraction",
     "choice",
@@ -201,3 +202,29 @@ def step_windows(steps: pl.DataFrame, keep: list[str] | None = None) -> pl.DataF
     )
     w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
     return w.select("rank", "step", "start_ns", "end_ns", *(keep or []))
+
+
+def missing_step_notes(steps: pl.DataFrame) -> list[str]:
+    """One note per rank that lacks steps other ranks have (its trace starts a step later, ends a
+    step earlier, or lost a ProfilerStep): ``rank 0 has no step 4 ...``. Per-rank figures leave
+    the step out on that rank; figures across ranks take that step over the ranks that have it.
+
+    Args:
+        steps: rank, step (the run's step, ``matching.run_steps``; null: no steps), one row per
+            (rank, step) or more.
+    """
+    have = steps.filter(pl.col("step").is_not_null()).select("rank", "step").unique()
+    if have.is_empty():
+        return []
+    every = have["step"].unique().sort()
+    notes = []
+    for r in sorted(have["rank"].unique().to_list()):
+        lost = every.filter(~every.is_in(have.filter(pl.col("rank") == r)["step"].implode())).to_list()
+        if lost:
+            one = len(lost) == 1
+            notes.append(
+                f"rank {r} has no step {', '.join(map(str, lost))} (its trace does not record "
+                f"{'it' if one else 'them'}): {'that step is' if one else 'those steps are'} taken over the "
+                "ranks that have it"
+            )
+    return notes

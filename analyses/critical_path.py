@@ -73,7 +73,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.analyses import _replay, _waits
-from traceprof.analyses._common import named_ranks, step_windows
+from traceprof.analyses._common import missing_step_notes, named_ranks, step_windows
 from traceprof.analyses.idle import host_wait
 from traceprof.analyses.stragglers import per_rank_instance
 from traceprof.core import columns as rc
@@ -1030,6 +1030,7 @@ def run(store: Store, params: Params) -> Result:
     )
     blame = _blame(segs, total)
     notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, multi)
+    notes += missing_step_notes(windows)
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id),) if n]
     return Result(

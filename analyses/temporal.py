@@ -149,25 +149,37 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     what = "the training thread" if cpu else "the GPU"
     named = _common.named_ranks(res)
     others = te.frame.filter(~pl.col("rank").is_in(named))
+    pool = others if named and others.height else te.frame
+    step_idle = (
+        pool["step_idle_pct"].drop_nulls()
+        if "step_idle_pct" in pool.columns
+        else pl.Series([], dtype=pl.Float64)
+    )
+    step_mean = _common.num(step_idle.mean()) if step_idle.len() else None
+    # where the step window's idle share reads otherwise, the window of this one is named (the
+    # ranking measures over the steps, by the step account)
+    mean = _common.num(pool["idle_pct"].mean())
+    both = step_mean is not None and f"{step_mean:.0f}" != f"{mean:.0f}" and mean >= IDLE_PROBLEM_PCT
+    window = "activity window (first to last activity; " if both else "window ("
     if named and others.height:
         # A straggler's own idle time (its sleep, its stall) is why it is late: the straggler
         # finding counts it, so idle costs what the other ranks are idle.
-        mean = _common.num(others["idle_pct"].mean())
         own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
         theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
         worst = others.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
         text = (
-            f"{what} is idle {mean:.0f}% of the window (mean over the ranks that are not stragglers; rank "
+            f"{what} is idle {mean:.0f}% of the {window}mean over the ranks that are not stragglers; rank "
             f"{worst['rank']} {worst['idle_pct']:.0f}%); the straggler's own idle time ({theirs}) is "
             "counted in its finding"
         )
     else:
-        mean = _common.num(te.frame["idle_pct"].mean())
         worst = te.frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
         text = (
-            f"{what} is idle {mean:.0f}% of the window (mean over ranks; rank {worst['rank']} "
+            f"{what} is idle {mean:.0f}% of the {window}mean over ranks; rank {worst['rank']} "
             f"{worst['idle_pct']:.0f}%)"
         )
+    if both:
+        text += f" and {step_mean:.0f}% of the step window (ProfilerStep start to end: the step account's)"
     idle = res.get("idle")
     cause = ""
     if idle is not None and "ranks" in idle.frames():
@@ -190,13 +202,6 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     # idle share (wall clock) reaches the threshold the window's does not, the two disagree: not ok
     # (the step account counts that time as host-bound or idle), and not a problem on the narrower
     # measure either: inconclusive, with both figures.
-    pool = others if named and others.height else te.frame
-    step_idle = (
-        pool["step_idle_pct"].drop_nulls()
-        if "step_idle_pct" in pool.columns
-        else pl.Series([], dtype=pl.Float64)
-    )
-    step_mean = _common.num(step_idle.mean()) if step_idle.len() else None
     if not problem and step_mean is not None and step_mean >= IDLE_PROBLEM_PCT:
         status = "inconclusive"
         text += (

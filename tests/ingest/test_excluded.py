@@ -374,6 +374,27 @@ def test_step_past_the_end_of_the_trace_is_clipped_for_every_analysis(
     assert not [x for x in found.findings if x.status == "ok" and (x.recoverable_pct or 0) >= 10]
 
 
+def test_idle_finding_names_both_windows_where_they_differ(store, tmp_path):
+    # ProfilerStep#1 over [0, 1000] us; kernels at [100, 110] and [190, 200] us (launched at 20 and
+    # 30 us). Activity window [100, 200] us: idle 80 / 100 = 80 %; step window [0, 1000] us: idle
+    # 980 / 1000 = 98 %, the window of the step account that ranks the finding: both, each named
+    # (the line read "idle 80% of the window" beside a ranking of 98 %)
+    ev = _step_past_end(None, step_dur_us=1000)[:3] + [
+        {"ph": "X", "cat": "kernel", "name": "triton_", "pid": 0, "tid": 7, "ts": 100, "dur": 10,
+         "args": {"correlation": 1, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 30,
+         "dur": 5, "args": {"correlation": 2}},
+        {"ph": "X", "cat": "kernel", "name": "triton_", "pid": 0, "tid": 7, "ts": 190, "dur": 10,
+         "args": {"correlation": 2, "device": 0, "stream": 7}},
+    ]  # fmt: skip
+    ingest(store, [write_rank(tmp_path / "run" / "rank0.json", ev, 0, world=1)], run="t")
+    (f,) = [f for f in summarize(store, "t").findings if f.topic == "idle"]
+    assert f.text.startswith(
+        "the GPU is idle 80% of the activity window (first to last activity; mean over ranks; rank 0 80%) "
+        "and 98% of the step window (ProfilerStep start to end: the step account's)"
+    )
+
+
 def test_step_ending_before_the_profiler_stop_is_untouched(store, tmp_path):
     # A healthy last step: it ends 13 us after its last op (Python time, untraced) and 2 ms before
     # the Record Window End (normal/rank0: 13.4 us and 6.9 ms): nothing is clipped.

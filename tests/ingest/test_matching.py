@@ -636,12 +636,12 @@ def test_enclosing_ops_beyond_the_bound_are_not_looked_at(store, tmp_path):
     assert store.sql("SELECT op, pg, seq FROM collectives").row(0) == ("all_reduce", None, None)
 
 
-def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True) -> list[dict]:
-    """Two steps, ProfilerStep#first_step and #first_step + 1, over [0, 1000] and [1000, 2000] us; in
-    step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 + late_us to
-    1000 s + 300 us."""
+def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True, steps: int = 2) -> list[dict]:
+    """``steps`` steps, ProfilerStep#first_step, #first_step + 1, ..., over [0, 1000], [1000, 2000], ...
+    us; in step s an all-reduce (Seq s + 1) launched at 1000 s + 10 us runs from 1000 s + 100 +
+    late_us to 1000 s + 300 us."""
     ev = []
-    for s in range(2):
+    for s in range(steps):
         ev.append(
             {
                 "ph": "X",
@@ -713,3 +713,32 @@ def test_steps_compared_by_each_ranks_step_order(store, tmp_path):
     assert per == {0: (2, 0), 1: (2, 2)}
     # rank 2 holds no matched instance: a note says it is left out, not a silent chance of 1/2
     assert [n for n in res.notes if n.startswith("rank 2 traced but no nccl_kernel collective")]
+
+
+def test_a_rank_whose_trace_starts_a_step_later_is_aligned_by_step_number(store, tmp_path):
+    # Rank 1 records ProfilerStep#4, #5, #6 over [0, 1000], [1000, 2000], [2000, 3000] us; rank 0's
+    # trace starts a step later (#5, #6 only). In step s each runs an all-reduce (Seq s - 3) over
+    # [1000 (s - 4) + 100, 1000 (s - 4) + 300] us, rank 0 arriving 50 us late.
+    r0 = [e for e in _renumbered_rank(4, 50, steps=3) if e["ts"] >= 1000]
+    write_rank(tmp_path / "run" / "r0.json", r0, 0, world=2, backend="nccl")
+    write_rank(tmp_path / "run" / "r1.json", _renumbered_rank(4, 0, steps=3), 1, world=2, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    # both ranks' #5 and #6 are the same steps (by number, not the k-th of each rank: rank 0's
+    # #5 was rank 1's #4 before, and rank 1's #5 and #6 both the run's step 6)
+    got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " ORDER BY rank, step").rows()
+    assert got == [(0, 5, 5), (0, 6, 6), (1, 4, 4), (1, 5, 5), (1, 6, 6)]
+    inst = store.sql(
+        "SELECT seq, step, ranks_present, last_rank, arrival_skew_ns FROM collective_instances "
+        "WHERE len(ranks_present) = 2 ORDER BY instance_id"
+    ).rows()
+    assert inst == [(2, 5, [0, 1], 0, 50_000), (3, 6, [0, 1], 0, 50_000)]
+    # the step account has one row per (rank, step) and no traceback: step k ends at the end of
+    # its all-reduce (1000 (k - 4) + 300 us) and starts where k - 1 ended (the first: its
+    # ProfilerStep's start)
+    cp = analyze(store, "critical_path", "run")
+    rows = cp.frame.select("rank", "step", "step_ns").sort("rank", "step").rows()
+    assert rows == [(0, 5, 300_000), (0, 6, 1_000_000), (1, 4, 300_000), (1, 5, 1_000_000), (1, 6, 1_000_000)]
+    assert (
+        "rank 0 has no step 4 (its trace does not record it): that step is taken over the ranks that have it"
+        in (cp.notes)
+    )

@@ -23,8 +23,9 @@ Algorithm:
      counters of a group wider than a pair do not line up). Such a group's collectives are matched
      by order within the step instead (step 4), method ``step_order``, its point-to-point rows
      left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
-     Steps are compared across ranks by each rank's step order (:data:`RUN_STEPS_SQL`), never by
-     raw ProfilerStep numbers, here and in steps 4 and 5.
+     Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
+     ranks whose step ranges overlap, by order between numberings that do not), here and in
+     steps 4 and 5.
   4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
      match by ordinal: on every rank, the k-th collective of the same group, op and size within the
      same step (or within the trace when steps are unknown) is the same instance: method
@@ -80,14 +81,25 @@ __all__ = [
 ]
 
 
-#: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step: the
-#: k-th step of every rank's own step list is the same step, labelled with the lowest rank's number
-#: (columns rank, step, run_step). Ranks may number their ProfilerSteps differently (one rank's
-#: #500.. while the others' are #100..), so raw step numbers are never compared across ranks.
+#: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step (columns
+#: rank, step, run_step). Ranks whose step ranges overlap number their steps alike: they form one
+#: numbering, in which a step keeps its number (a rank whose trace starts a step later, or lacks a
+#: middle step, is aligned by step number). Ranks may also number their ProfilerSteps differently
+#: (one rank's #500.. while the others' are #100..): numberings whose ranges do not overlap are
+#: aligned by order, the k-th step of each numbering being the same step, labelled with the number
+#: of the numbering holding the lowest rank. So raw step numbers are compared across ranks only
+#: where their ranges overlap.
 RUN_STEPS_SQL = """
-SELECT rank, step, arg_min(step, rank) OVER (PARTITION BY k) AS run_step
-FROM (SELECT rank, step, row_number() OVER (PARTITION BY rank ORDER BY step) AS k
-      FROM (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL))
+SELECT rank, step, arg_min(step, numbering) OVER (PARTITION BY k) AS run_step
+FROM (SELECT rank, step, numbering, dense_rank() OVER (PARTITION BY numbering ORDER BY step) AS k
+      FROM (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL)
+      JOIN (SELECT rank, min(rank) OVER (PARTITION BY grp) AS numbering
+            FROM (SELECT rank, sum(CASE WHEN lo > prev_hi THEN 1 ELSE 0 END) OVER (ORDER BY lo, rank) AS grp
+                  FROM (SELECT rank, lo, max(hi) OVER (ORDER BY lo, rank ROWS BETWEEN UNBOUNDED PRECEDING
+                                                       AND 1 PRECEDING) AS prev_hi
+                        FROM (SELECT rank, min(step) AS lo, max(step) AS hi FROM steps
+                              WHERE run_id = $run AND step IS NOT NULL GROUP BY rank))))
+      USING (rank))
 """
 
 

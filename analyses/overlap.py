@@ -271,7 +271,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         own_pct = float(rest.item() or 0.0)
         text = (
             f"exposed communication beyond waiting for rank {untested} (the straggler test could not judge it: "
-            f"too few collectives or steps): {own_pct:.0f}% of the window (median over ranks); with the wait, "
+            f"too few collectives or steps, or no rank to compare with): {own_pct:.0f}% of the window (median over ranks); with the wait, "
             f"{text.removeprefix('exposed communication: ')}"
         )
         if own_pct < 5.0:  # a problem only if that rank is not a straggler: open, as that is

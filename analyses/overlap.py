@@ -307,6 +307,7 @@ SPEC = Analysis(
             "Per (rank, step): the step's communication against all the rank's compute; window of the "
             "step's activity",
             *overlap_columns(rc.STEP),
+            worst="exposed_comm_ns",
         ),
         rc.frame(
             "devices",

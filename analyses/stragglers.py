@@ -377,6 +377,7 @@ SPEC = Analysis(
             rc.STEP,
             rc.RANK,
             rc.number("lateness_ms", "Mean lateness", "ms"),
+            worst="lateness_ms",
         ),
     ),
     report=Report(70, "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)"),

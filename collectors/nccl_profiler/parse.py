@@ -11,7 +11,8 @@ until aligned (``traceprof.collectors.nccl_profiler.align``).
 
 Algorithm:
   1. Decode the array strictly. When that fails, read it line by line (the plugin writes one event
-     per line) and repair what is unambiguous, counting each kind in a warning: a trailing comma
+     per line) and repair what is unambiguous, counting each kind in a warning and in
+     ``traces.meta.repaired`` (``non-strict JSON: <kind>``, shown by ``runs``): a trailing comma
      before ``]``, bare enum tokens as values (``"Datatype": ncclFloat32`` -> a string), bare
      pointers printed by ``%p`` (``"Stream": 0x55d0c3a1f0`` -> a string, ``(nil)`` -> null),
      ``nan`` / ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut
@@ -304,6 +305,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives"
         )
     rank, warnings, repaired = _rank(p, evs)
+    # counted where every source's repairs are (traces.meta.repaired: `runs` issues, the report)
+    repaired |= {f"non-strict JSON: {what}": n for what, n in repairs.items()}
     if repairs:
         warnings.append(
             f"{p.name}: repaired non-strict JSON: "
@@ -328,7 +331,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         trace={
             "pid": events[0]["pid"] if events else None,
             "meta": msgspec.json.encode(
-                {"clock": "plugin", "repairs": dict(repairs), **({"repaired": repaired} if repaired else {})}
+                {"clock": "plugin", **({"repaired": repaired} if repaired else {})}
             ).decode(),
         },
         events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),

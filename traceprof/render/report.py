@@ -364,6 +364,7 @@ def _render(
            FROM traces WHERE run_id = ? ORDER BY rank, source""",
         [run_id],
     )
+    issues = store.run_issues(run_id)  # what ingest dropped or repaired, as `runs` shows it
     sources = list(info["sources"] or [])
     figs: list[Any] = []
     top, leads = _leads_html(results, figs)
@@ -422,6 +423,7 @@ generated {now} by traceprof</p>
 <h2 id="traces">Ranks and trace files</h2>
 <p class="facts">Each column's header names its unit (durations in s, ms or us); the CLI's JSON and CSV keep exact ns.</p>
 {_table_html(traces, units=units)}
+{f'<p class="facts">Ingest issues (records dropped or repaired, by reason, as `traceprof runs` shows them): {_esc(issues)}</p>' if issues else ""}
 {tail}
 </body></html>
 """

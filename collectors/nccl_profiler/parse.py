@@ -63,6 +63,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
@@ -91,6 +92,17 @@ class _Event(msgspec.Struct):
     tid: Any = None
     ts: msgspec.Raw = msgspec.Raw(b"")
     args: dict[str, Any] | None = None
+
+
+def _identity(ev: _Event) -> tuple[Any, ...] | None:
+    """What identifies a plugin event: every field (``ts`` as written, args with keys sorted); None
+    for the closing empty object and a ``ts`` of 0 (never set: such records repeat legitimately,
+    e.g. one ``KernelCh`` end per channel)."""
+    ts = bytes(ev.ts)
+    if not (ev.ph or ev.name or ev.cat) or not ts.strip(b"0.-+ "):
+        return None
+    args = msgspec.json.encode(ev.args, order="sorted") if ev.args is not None else None
+    return (ev.name, ev.cat, ev.ph, repr(ev.id), repr(ev.pid), repr(ev.tid), ts, args)
 
 
 def _repair_line(line: str, counts: Counter[str]) -> str:
@@ -231,9 +243,15 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     open_: dict[tuple[Any, ...], list[tuple[int, int | None]]] = {}
     spans: list[_Span] = []
     unset: Counter[str] = Counter()  # records whose ts is 0 (never set), by "cat name begin|end"
+    copied: dict[str, int] = {}  # an event written twice: kept once, counted in traces.meta.repaired
+    copies, said_copies = duplicate_records(
+        p, evs, _identity, lambda i: f"event #{i} ({evs[i].cat} {evs[i].name!r})", copied
+    )
     for i, ev in enumerate(evs):
         if not ev.ph and not ev.name and not ev.cat:
             skipped["empty object"] += 1
+            continue
+        if i in copies:
             continue
         try:
             ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
@@ -306,7 +324,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
     rank, warnings, repaired = _rank(p, evs)
     # counted where every source's repairs are (traces.meta.repaired: `runs` issues, the report)
-    repaired |= {f"non-strict JSON: {what}": n for what, n in repairs.items()}
+    repaired |= {f"non-strict JSON: {what}": n for what, n in repairs.items()} | copied
+    warnings += [said_copies] if said_copies else []
     if repairs:
         warnings.append(
             f"{p.name}: repaired non-strict JSON: "

@@ -144,6 +144,23 @@ def test_repairs_are_issues_of_the_run_and_in_the_report(store, run_dir, tmp_pat
     assert "Ingest issues" in page and "4 repaired: non-strict JSON: bare enum token quoted" in page
 
 
+def test_an_event_written_twice_is_kept_once_and_counted(tmp_path):
+    # Rank 0's dump with its second AllReduce begin line written twice (every field equal): kept
+    # once, the 2 collectives as without the copy, counted; before, the copy was a third open
+    # begin, left unclosed. The dump's zero-ts records are never copies (none here).
+    lines = _plugin_dump(0).split("\n")
+    at = next(i for i, ln in enumerate(lines) if '"cat": "COLL", "ph": "b"' in ln and '"SeqNum": 1' in ln)
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    path.write_text("\n".join([*lines[: at + 1], lines[at], *lines[at + 1 :]]))
+    pt = parse(path)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [0, 1] and pt.flagged == {}
+    assert json.loads(pt.trace["meta"])["repaired"] == {
+        "non-strict JSON: bare enum token quoted": 3,  # the copy's Datatype token too
+        "exact duplicate record dropped": 1,
+    }
+    assert f"{path.name}: 1 duplicate record dropped (first: event #8 (COLL 'AllReduce'))" in pt.warnings
+
+
 def test_plugin_only_run(tmp_path, run_dir):
     only = tmp_path / "plugin_only"
     only.mkdir()

@@ -91,7 +91,7 @@ def _combined(
                 value=s_max,
                 cause="op-time variation spread over the ranks"
                 if untested is None
-                else f"rank {untested} untested: too few collectives or steps",
+                else f"rank {untested} untested: too few collectives or steps, or no rank to compare with",
                 evidence="whatif:summary",
             ),
         ]

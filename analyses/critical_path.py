@@ -886,6 +886,7 @@ SPEC = Analysis(
             rc.STEP,
             rc.ns("step_ns", "The rank's step window"),
             *_CATEGORIES_NS,
+            worst="step_ns",
         ),
         rc.frame(
             "ranks",
@@ -932,6 +933,7 @@ SPEC = Analysis(
             rc.STEP,
             rc.text("family", "Op family (traceprof.core.names.family)"),
             rc.ns("compute_ns", "Its compute time (the families add up to the frame's compute_ns)"),
+            worst="compute_ns",
         ),
         rc.frame(
             "steps",
@@ -941,6 +943,7 @@ SPEC = Analysis(
             rc.ns("step_ns", "The job's step"),
             rc.Column("end_rank", "INTEGER", "The rank that ended it last"),
             rc.count("crossings", "Rank changes on its path"),
+            worst="step_ns",
         ),
     ),
     report=Report(

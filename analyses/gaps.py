@@ -431,6 +431,7 @@ SPEC = Analysis(
             rc.rows("gaps", "Its gaps"),
             rc.ns("step_ns", "Window of the step's activity"),
             rc.pct("exposed_pct", "exposed_ns, % of step_ns"),
+            worst="exposed_ns",
         ),
         rc.frame(
             "ranks",

@@ -186,7 +186,7 @@ SPEC = Analysis(
     frames=(
         rc.frame("frame", "Per rank", *_launch_columns()),
         rc.frame("streams", "Per lane (rank, device, stream)", *_launch_columns(rc.DEVICE, rc.STREAM)),
-        rc.frame("steps", "Per (rank, step)", *_launch_columns(rc.STEP)),
+        rc.frame("steps", "Per (rank, step)", *_launch_columns(rc.STEP), worst="latency_p90_ns"),
     ),
     report=Report(60, "GPU kernels and their CPU launches (a Kineto trace with CUDA activity)"),
     per_rank=PerRank(),

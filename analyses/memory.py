@@ -430,7 +430,10 @@ SPEC = Analysis(
     reads_activity=False,  # queries the store's views only
     params=Params,
     result=Result,
-    frames=tuple(result_frame(name, _TABLE_DOCS[name], *cols) for name, cols in TABLES.items()),
+    frames=tuple(
+        result_frame(name, _TABLE_DOCS[name], *cols, worst="peak_allocated_bytes" if name == "steps" else "")
+        for name, cols in TABLES.items()
+    ),
     report=Report(
         120,
         "memory records (torch.profiler profile_memory=True, nsys --cuda-memory-usage=true, or "

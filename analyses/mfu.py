@@ -268,6 +268,7 @@ SPEC = Analysis(
             rc.pct("mfu_pct", "Model FLOPs utilization: tflops, % of peak_tflops; null if unknown"),
             rc.pct("hfu_pct", "Hardware FLOPs utilization (recomputation counted); null if unknown"),
             rc.text("flops_source", "Where the FLOPs come from: declared, palm, sidecar or shapes"),
+            worst="step_ns",
         ),
         rc.frame(
             "job",

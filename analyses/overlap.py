@@ -273,8 +273,8 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         also = " and point-to-point waits for the peer" if p2p.height else ""
         text = (
             f"exposed communication beyond waiting for rank {untested} (the straggler test could not judge it: "
-            f"too few collectives or steps){also}: {own_pct:.0f}% of the window (median over ranks); with the "
-            f"wait, {plain}"
+            f"too few collectives or steps, or no rank to compare with){also}: {own_pct:.0f}% of the window "
+            f"(median over ranks); with the wait, {plain}"
         )
         if own_pct < 5.0:  # a problem only if that rank is not a straggler: open, as that is
             status = "inconclusive"
@@ -309,6 +309,7 @@ SPEC = Analysis(
             "Per (rank, step): the step's communication against all the rank's compute; window of the "
             "step's activity",
             *overlap_columns(rc.STEP),
+            worst="exposed_comm_ns",
         ),
         rc.frame(
             "devices",

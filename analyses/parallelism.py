@@ -650,7 +650,12 @@ SPEC = Analysis(
     params=Params,
     result=Result,
     frames=tuple(
-        rc.frame(name, _TABLE_DOCS[name], *rc.typed(docs, {**_TYPES, **_OWN_TYPES.get(name, {})}))
+        rc.frame(
+            name,
+            _TABLE_DOCS[name],
+            *rc.typed(docs, {**_TYPES, **_OWN_TYPES.get(name, {})}),
+            worst="window_ns" if name == "pipeline" else "",
+        )
         for name, docs in COLUMNS.items()
     ),
     report=Report(85, "collectives or compute and communication activity (any trace with process groups)"),

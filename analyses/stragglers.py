@@ -73,7 +73,10 @@ provides):
      could not reach ``cause_alpha`` in its steps, and that rank's delays cost at least
      ``min_cost_pct`` (else it could not be named anyway), the verdict is ``inconclusive``, naming that
      rank with its figures and the sample the test needs: "within the run's noise" would be a
-     claim the sample cannot support.
+     claim the sample cannot support. So is a suspect whose delays matter with no unsuspected rank
+     to compare its cause with (every other rank a suspect or episodic): inconclusive, saying so. A
+     verdict on ranks whose delays all cost less than ``min_cost_pct`` says that none can be named
+     at that cost, with the figures, not that the skew is noise.
   5. The mesh (``analyses.parallelism``, run only when a rank is named): a named rank that lies in
      a slow pipeline stage or data-parallel replica (every rank of it computes more than its peers)
      is late because its whole group is: it is not named, its ``slow_group`` says which
@@ -375,6 +378,7 @@ SPEC = Analysis(
             rc.STEP,
             rc.RANK,
             rc.number("lateness_ms", "Mean lateness", "ms"),
+            worst="lateness_ms",
         ),
     ),
     report=Report(70, "collectives matched across 2+ ranks (Kineto or Flight Recorder traces of every rank)"),
@@ -925,9 +929,23 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         elif suspects.height:
             r = suspects.sort("p_value", "rank").row(0, named=True)
             evidence = (
-                f"no straggler: {_figures(r)}; late because of {r['cause']}, but {_floor_text(r, params)}: within "
-                "the run's noise (the other ranks vary as much)"
+                f"no straggler: {_figures(r)}; late because of {r['cause']}, and {_floor_text(r, params)}; "
+                + _too_cheap(r, params)
+                if r["cost_pct"] < params.min_cost_pct
+                else f"no straggler: {_figures(r)}; late because of {r['cause']}, but {_floor_text(r, params)}: "
+                "within the run's noise (the other ranks vary as much)"
             )
+        elif not (per["cost_pct"] >= params.min_cost_pct).any():
+            # no rank's delays matter: none can be named whatever the tests say (not "the run's noise")
+            n, chance = int(top["_decided"]), float(top["_chance_decided"])
+            least = _cause.smallest_p(n, chance)
+            power = (
+                f" (nor could {n} collectives with one last rank reach p < {params.alpha:g}: the smallest p "
+                f"they allow is {least:.2g})"
+                if least >= params.alpha
+                else ""
+            )
+            evidence = f"no straggler: {_figures(top)}; {_too_cheap(top, params)}{power}"
         else:
             evidence = (
                 f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
@@ -976,6 +994,15 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
 
 
+def _too_cheap(r: dict[str, Any], params: Params) -> str:
+    """Why a rank whose delays cost less than ``min_cost_pct`` is not named, whatever its tests say."""
+    of = "of step time" if r["_steps"] else "of the time the collectives cover"
+    return (
+        f"at {r['cost_pct']:.1f}% {of} its delays cost less than the {params.min_cost_pct:g}% a rank must cost "
+        "to be named, so it cannot be named however often it arrives last"
+    )
+
+
 def _untestable(per: pl.DataFrame, suspects: pl.DataFrame, params: Params) -> dict[str, Any] | None:
     """The rank a test could not judge for want of data, or None (module doc, step 4): no rank can
     reach ``alpha`` at its number of collectives with one last rank, even last at all of them
@@ -998,8 +1025,8 @@ def _untestable(per: pl.DataFrame, suspects: pl.DataFrame, params: Params) -> di
         extra = r["extra_work_pct"] is not None and r["extra_work_pct"] > 0
         n = r["floor_steps"]
         small = n is not None and _cause.smallest_p(int(n), 1 / max(r["_u"], 1)) >= params.cause_alpha
-        if not extra and small and r["cost_pct"] >= params.min_cost_pct:
-            return {**r, "_short": "steps"}
+        if not extra and (small or n is None) and r["cost_pct"] >= params.min_cost_pct:
+            return {**r, "_short": "steps" if small else "floor"}
     return None
 
 
@@ -1013,6 +1040,13 @@ def _weak_text(r: dict[str, Any], params: Params) -> str:
             f"with one last rank the smallest p the test can give (last at all of them) is "
             f"{_cause.smallest_p(n, chance):.2g}, not below {params.alpha:g}: that needs "
             f"{_needed(params.alpha, chance, '', 'collective')} (this world size)"
+        )
+    if r["_short"] == "floor":
+        return (
+            f"no rank to compare with: {_figures(r)}; late because of {r['cause']}, but every other rank is "
+            "suspected too (last significantly often, or one hold-up over "
+            f"{_replay.TRANSIENT_SKEW_FACTOR} x the median skew), so nothing tells whether its {r['cause']} is beyond "
+            "the run's noise"
         )
     n, chance = int(r["floor_steps"]), 1 / max(r["_u"], 1)
     return (

@@ -243,7 +243,12 @@ SPEC = Analysis(
             ),
             rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns; null without steps"),
         ),
-        rc.frame("steps", "Per (rank, step): the activity launched in the step", *breakdown_columns(rc.STEP)),
+        rc.frame(
+            "steps",
+            "Per (rank, step): the activity launched in the step",
+            *breakdown_columns(rc.STEP),
+            worst="idle_ns",
+        ),
         rc.frame(
             "devices",
             "Per (rank, device) of GPU ranks (a process that drives several GPUs)",

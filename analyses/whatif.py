@@ -232,6 +232,7 @@ SPEC = Analysis(
             rc.ratio("host_slowdown", "replay / typgap, at least 1"),
             rc.ratio("model_slowdown", "replay / ideal, at least 1"),
             rc.flag("clamped", "The ideal exceeded the time it is compared with; slowdowns set to 1"),
+            worst="slowdown",
         ),
         rc.frame(
             "blame",

@@ -10,11 +10,19 @@ duplicates; the lane rules (``traceprof.collectors._far_end``) handle them.
 
 Cost: one hash of the key columns per row and one sort of the hashes; only rows whose hash repeats
 are compared value by value.
+
+Sources read record by record (Flight Recorder entries, NCCL profiler-plugin events, NCCL Inspector
+records) pass each record's identity instead (:func:`duplicate_records`: what tells two records
+apart in that format, e.g. a Flight Recorder entry's every field, ``record_id`` included); the copies
+are skipped, said and counted the same way. Columnar sources (NDTimeline) pass a table of the
+columns that identify a row (:func:`duplicate_table_rows`). torch's memory timeline
+(``export_memory_timeline``) is not checked: its entries ``[t, action, bytes, category]`` name no
+tensor, so two tensors of one size and category created at one time are two equal entries, both real.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +32,16 @@ import pyarrow as pa
 from traceprof.collectors._far_end import count_repair
 from traceprof.core.limits import drop_rows
 
-__all__ = ["DUPLICATE_REPAIR", "KEYS", "drop_duplicates", "duplicate_rows", "duplicate_warning", "key_arrays"]
+__all__ = [
+    "DUPLICATE_REPAIR",
+    "KEYS",
+    "drop_duplicates",
+    "duplicate_records",
+    "duplicate_rows",
+    "duplicate_table_rows",
+    "duplicate_warning",
+    "key_arrays",
+]
 
 #: The columns that identify a parser row: its kind (and category), lane (pid/tid; device/stream on
 #: the GPU), name, start, duration, ids and args (two allocations of a ``[memory]`` instant at one
@@ -147,7 +164,67 @@ def drop_duplicates(
     dup = duplicate_rows(key_arrays(cols, _HASHED), compared)
     if not len(dup):
         return None
-    first = describe(int(dup[0]))
+    said = _said(path, dup.tolist(), describe, repaired)  # names the first copy before the drop
     drop_rows(cols, src_index, dup.tolist(), len(cols["ts_ns"]))
+    return said
+
+
+def _said(
+    path: str | Path, dup: list[int], describe: Callable[[int], str], repaired: dict[str, int]
+) -> str | None:
+    """Count the copies ``dup`` (record indices, ascending) in ``repaired`` and return the warning
+    naming the first (None when there is none)."""
+    if not dup:
+        return None
     count_repair(repaired, DUPLICATE_REPAIR, len(dup))
-    return duplicate_warning(Path(path).name, len(dup), first)
+    return duplicate_warning(Path(path).name, len(dup), describe(dup[0]))
+
+
+def duplicate_records(
+    path: str | Path,
+    records: Sequence[Any],
+    identity: Callable[[Any], Hashable | None],
+    describe: Callable[[int], str],
+    repaired: dict[str, int],
+) -> tuple[set[int], str | None]:
+    """The records of a source read record by record that repeat an earlier one (the first of each
+    kept), counted in ``repaired`` under :data:`DUPLICATE_REPAIR`.
+
+    Args:
+        records: The file's records, in order.
+        identity: What identifies a record in its format (hashable), or None for a record that is
+            never a copy (an empty object, a time the writer never set: such repeats are legitimate).
+        describe: The record at an index in a message (``entry #12 ('nccl:all_reduce')``).
+
+    Returns:
+        The indices of the copies (the caller skips them, keeping the others' indices for its
+        messages) and the warning naming the file, the count and the first copy (None: none).
+    """
+    seen: set[Hashable] = set()
+    dup: list[int] = []
+    for i, rec in enumerate(records):
+        key = identity(rec)
+        if key is None:
+            continue
+        if key in seen:
+            dup.append(i)
+        else:
+            seen.add(key)
+    return set(dup), _said(path, dup, describe, repaired)
+
+
+def duplicate_table_rows(
+    path: str | Path,
+    table: pa.Table,
+    hashed: Sequence[str],
+    describe: Callable[[int], str],
+    repaired: dict[str, int],
+) -> tuple[list[int], str | None]:
+    """The rows of ``table`` (the columns that identify a record of its format) equal to an earlier
+    row in every column (:func:`duplicate_rows`; ``hashed``: integer columns hashed for every row),
+    counted in ``repaired`` under :data:`DUPLICATE_REPAIR`; and the warning naming the first."""
+    if table.num_rows < 2:
+        return [], None
+    ints = [table.column(c).fill_null(0).to_numpy() for c in hashed]
+    dup = duplicate_rows(ints, [table.column(c) for c in table.column_names]).tolist()
+    return dup, _said(path, dup, describe, repaired)

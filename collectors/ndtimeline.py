@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import duplicate_table_rows
 from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.lazy import lazy
@@ -361,6 +362,19 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         df = df.join(bad.select("_row"), on="_row", how="anti")
         if df.is_empty():
             raise TraceFormatError(p, "", f"no valid rows: all {bad.height} rows have a bad time")
+    # a row written twice (every column read equal: one worker's op of one type, seq_id and
+    # micro-batch at one time) is kept once, said and counted on the first trace
+    copied: dict[str, int] = {}
+    named = df.select("_row", "optype")
+    copies, said_copies = duplicate_table_rows(
+        p,
+        df.select(_COLUMNS).to_arrow(),
+        ("rank", "step", "seq_id"),
+        lambda r: f"row #{named.row(r)[0]} (optype={shown(named.row(r)[1])})",
+        copied,
+    )
+    if copies:
+        df = df.filter(~pl.int_range(df.height).is_in(copies))
     # Exact float32 -> float64 -> ns; steps laid end to end (module doc, step 2).
     df = df.with_columns(
         (pl.col("start_ts").cast(pl.Float64) * 1e9).round().cast(pl.Int64).alias("rel_ns"),
@@ -379,12 +393,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
         out.append(
             _trace(p, sha, len(raw), int(rank), g, meta, sizes, last_step, rejected if not out else {})
         )
-    if spelled:  # said and counted once, on the first trace, as the rejected rows are
+    if spelled or copied:  # said and counted once, on the first trace, as the rejected rows are
         head = out[0]
         info = msgspec.json.decode(str(head.trace["meta"]))
-        info["repaired"] = {f"{k} {said.split(', ', 1)[1]}": 1 for k, said in spelled.items()}
+        info["repaired"] = {f"{k} {said.split(', ', 1)[1]}": 1 for k, said in spelled.items()} | copied
         head.trace["meta"] = msgspec.json.encode(info).decode()
         head.warnings += [f"{meta_path(p).name}: {k} is {said}" for k, said in spelled.items()]
+        head.warnings += [said_copies] if said_copies else []
     return out
 
 

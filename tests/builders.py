@@ -623,3 +623,20 @@ def write_ndtimeline(folder: Path, rows: list[dict], trial: str, dp: int, pp: in
         f"trial_name: {trial}\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\nworld_size: {dp * pp}\n"
     )
     return folder / f"trace-{trial}.parquet"
+
+
+def long_steps_run(folder: Path) -> Path:
+    """One GPU rank of 250 ProfilerSteps, step k lasting 1,000 + k us (a GEMM filling it from 10 us
+    in), but step 3: 5,000 us, the slowest."""
+    ev, t = [], 0.0
+    for k in range(250):
+        dur = 5000.0 if k == 3 else 1000.0 + k
+        ev += [
+            step(k, t, dur),
+            launch(t + 2, k + 1),
+            kernel("volta_sgemm_128x64_nn", 7, t + 10, dur - 10, k + 1),
+        ]
+        t += dur
+    folder.mkdir()
+    kineto(folder / "rank0.json.gz", ev)
+    return folder

@@ -248,11 +248,12 @@ def render(df: pl.DataFrame, fmt: Format, title: str = "", raw: bool = False, un
 
 
 #: What :func:`render` prints of a frame: JSON or CSV text, or a table's :func:`_table_parts`.
-Shown = str | tuple[list[str], list[bool], list[list[str]], int]
+Shown = str | tuple[list[str], list[bool], list[list[str]], str]
 
 
-def _shown(df: pl.DataFrame, fmt: Format, raw: bool = False, units: str = "human") -> Shown:
-    """What :func:`render` prints of ``df`` in ``fmt`` (:data:`Shown`).
+def _shown(df: pl.DataFrame, fmt: Format, raw: bool = False, units: str = "human", worst: str = "") -> Shown:
+    """What :func:`render` prints of ``df`` in ``fmt`` (:data:`Shown`); ``worst``: a table of per-step
+    rows shows its worst by that column (:func:`traceprof.core.display.shown_rows`).
 
     Raises:
         UsageError: ``units`` is neither human nor ns (a table).
@@ -265,7 +266,7 @@ def _shown(df: pl.DataFrame, fmt: Format, raw: bool = False, units: str = "human
 
     if units not in display.UNITS:
         raise UsageError(f"--units {units!r}: expected human or ns")
-    return _table_parts(df, units)
+    return _table_parts(df, units, worst)
 
 
 def _emit(shown: Any, title: str) -> None:
@@ -274,8 +275,8 @@ def _emit(shown: Any, title: str) -> None:
     if isinstance(shown, str):
         sys.stdout.write(shown)
         return
-    columns, numeric, cells, height = shown
-    _show_table(columns, numeric, cells, height, title)
+    columns, numeric, cells, more = shown
+    _show_table(columns, numeric, cells, more, title)
 
 
 def _json_text(df: pl.DataFrame) -> str:
@@ -300,27 +301,30 @@ def _csv_text(df: pl.DataFrame, raw: bool) -> str:
     return flat.write_csv()
 
 
-def _table_parts(df: pl.DataFrame, units: str) -> tuple[list[str], list[bool], list[list[str]], int]:
+def _table_parts(
+    df: pl.DataFrame, units: str, worst: str = ""
+) -> tuple[list[str], list[bool], list[list[str]], str]:
     """What a table of ``df`` shows (:func:`_show_table`): headers, which columns are numeric, the
-    cells of the first :data:`TABLE_ROWS` rows (:mod:`traceprof.core.display`), and the row count."""
+    cells of :data:`TABLE_ROWS` rows (:mod:`traceprof.core.display`; the first, or of per-step rows
+    the worst by ``worst``: :func:`~traceprof.core.display.shown_rows`), and the line saying which
+    rows those are ("" when every row is shown)."""
     from traceprof.core import display
 
-    shown = df.head(TABLE_ROWS)  # headers and cells from one frame: one unit per column
+    shown, more = display.shown_rows(
+        df, TABLE_ROWS, worst
+    )  # headers and cells from one frame: one unit per column
     cells = [list(r) for r in display.table_rows(shown, units)]
     numeric = [df[c].dtype.is_numeric() for c in df.columns]
-    return display.table_columns(shown, units), numeric, cells, df.height
+    return display.table_columns(shown, units), numeric, cells, more
 
 
 def _show_table(
-    columns: list[str], numeric: list[bool], cells: list[list[str]], height: int, title: str
+    columns: list[str], numeric: list[bool], cells: list[list[str]], more: str, title: str
 ) -> None:
-    """Print :func:`_table_parts`, and on stderr how many rows are not shown."""
+    """Print :func:`_table_parts`, and on stderr which rows are shown when not all are."""
     _print_table(columns, numeric, cells, title)
-    if height > TABLE_ROWS:
-        say(
-            f"{height - TABLE_ROWS:,} more row(s) of {height:,} not shown; "
-            "--format csv or --format json prints every row"
-        )
+    if more:
+        say(f"{more}; --format csv or --format json prints every row")
 
 
 def _print_table(
@@ -994,7 +998,7 @@ def analyze(
         )
         return
     df = frames[table or "frame"]
-    shown = _shown(df, fmt, raw, units)
+    shown = _shown(df, fmt, raw, units, an.worst(table or "frame"))
     _emit(shown, f"{result.title or name}{f' ({table})' if table else ''}: {run_title}")
     if fmt is Format.table:
         for n in result.notes:

@@ -61,6 +61,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.flight_recorder.names import is_fr_file
 from traceprof.collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
 from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
@@ -259,6 +260,16 @@ def _group_facts(
     return {"groups": groups, "progress": progress, "pg_ids": pg_ids, "process_groups": described}
 
 
+def _identity(e: Any) -> bytes | None:
+    """What identifies a Flight Recorder entry: all of it (keys sorted); None for no object."""
+    if not isinstance(e, dict):
+        return None
+    try:
+        return msgspec.json.encode(e, order="sorted")
+    except (TypeError, OverflowError, msgspec.EncodeError):  # e.g. an integer past 64 bits
+        return repr(e).encode()
+
+
 def _is_dump(doc: Any) -> bool:
     """A dict with ``entries`` (a list), or without the key but with ``version`` and ``pg_config`` /
     ``pg_status`` (torch's JSON dump of an empty ring buffer)."""
@@ -390,9 +401,23 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             )
         rejected[why] = rejected.get(why, 0) + 1
 
+    # an entry written twice (every field equal, record_id included: the ring buffer numbers each
+    # record) is kept once, said and counted
+    copies, said_copies = duplicate_records(
+        p,
+        entries,
+        _identity,
+        lambda i: (
+            f"entry #{i} ({str(entries[i].get('profiling_name', ''))!r}, record_id {entries[i].get('record_id')})"
+        ),
+        repaired,
+    )
+    warnings += [said_copies] if said_copies else []
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
+        if i in copies:
+            continue
         name = str(e.get("profiling_name", ""))
         times, wrong = _times(e)
         if wrong is not None:

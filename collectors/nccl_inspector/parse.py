@@ -66,6 +66,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.nccl_inspector.names import looks_like_inspector
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import read_maybe_gzip
@@ -353,6 +354,17 @@ def _objects(p: Path, text: str) -> Iterator[tuple[int, Any]]:
         i = end
 
 
+def _same(item: tuple[int, Any]) -> bytes | None:
+    """What identifies an Inspector record: all of it (keys sorted); None for a bad or cut one."""
+    rec = item[1]
+    if not isinstance(rec, dict):
+        return None
+    try:
+        return msgspec.json.encode(rec, order="sorted")
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return repr(rec).encode()
+
+
 def _rank(p: Path, comms: dict[str, tuple[int, int, int]]) -> tuple[int, int, list[str]]:
     """(rank, world size, warnings) from {communicator: (rank, n_ranks, records)} (module doc, step 3)."""
     comm, (rank, world, _) = max(comms.items(), key=lambda kv: (kv[1][1], kv[1][2], kv[0]))
@@ -399,8 +411,16 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     warnings: list[str] = []
     spelled: Counter[str] = Counter()  # header.rank / n_ranks written as a string: reason -> records
     coll_schema, event_schema = row_schema("collectives"), row_schema("events")
-    for line, rec in _records(p, data):
+    records = list(_records(p, data))
+    # a record written twice (every field equal, its dump time included: a re-dump of the same
+    # collective at a later dump time is no copy) is kept once, said and counted
+    copied: dict[str, int] = {}
+    copies, said_copies = duplicate_records(p, records, _same, lambda i: f"line {records[i][0]}", copied)
+    warnings += [said_copies] if said_copies else []
+    for k, (line, rec) in enumerate(records):
         read += 1
+        if k in copies:
+            continue
         where = f"line {line}"
         if rec is _CUT:
             warnings.append(
@@ -488,7 +508,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         "inspector_output_format_version": dict(versions),
         "dropped_records": dropped,
         "communicators": {c: {"rank": r, "n_ranks": n, "records": k} for c, (r, n, k) in comms.items()},
-        **({"repaired": dict(spelled)} if spelled else {}),
+        **({"repaired": dict(spelled) | copied} if spelled or copied else {}),
     }
     return ParsedTrace(
         path=str(p),

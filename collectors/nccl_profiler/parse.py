@@ -11,7 +11,8 @@ until aligned (``traceprof.collectors.nccl_profiler.align``).
 
 Algorithm:
   1. Decode the array strictly. When that fails, read it line by line (the plugin writes one event
-     per line) and repair what is unambiguous, counting each kind in a warning: a trailing comma
+     per line) and repair what is unambiguous, counting each kind in a warning and in
+     ``traces.meta.repaired`` (``non-strict JSON: <kind>``, shown by ``runs``): a trailing comma
      before ``]``, bare enum tokens as values (``"Datatype": ncclFloat32`` -> a string), bare
      pointers printed by ``%p`` (``"Stream": 0x55d0c3a1f0`` -> a string, ``(nil)`` -> null),
      ``nan`` / ``inf`` printed by ``%f`` (-> null), a missing closing ``]`` and a last line cut
@@ -63,6 +64,7 @@ import msgspec
 import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
+from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
@@ -91,6 +93,17 @@ class _Event(msgspec.Struct):
     tid: Any = None
     ts: msgspec.Raw = msgspec.Raw(b"")
     args: dict[str, Any] | None = None
+
+
+def _identity(ev: _Event) -> tuple[Any, ...] | None:
+    """What identifies a plugin event: every field (``ts`` as written, args with keys sorted); None
+    for the closing empty object and a ``ts`` of 0 (never set: such records repeat legitimately,
+    e.g. one ``KernelCh`` end per channel)."""
+    ts = bytes(ev.ts)
+    if not (ev.ph or ev.name or ev.cat) or not ts.strip(b"0.-+ "):
+        return None
+    args = msgspec.json.encode(ev.args, order="sorted") if ev.args is not None else None
+    return (ev.name, ev.cat, ev.ph, repr(ev.id), repr(ev.pid), repr(ev.tid), ts, args)
 
 
 def _repair_line(line: str, counts: Counter[str]) -> str:
@@ -231,9 +244,15 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     open_: dict[tuple[Any, ...], list[tuple[int, int | None]]] = {}
     spans: list[_Span] = []
     unset: Counter[str] = Counter()  # records whose ts is 0 (never set), by "cat name begin|end"
+    copied: dict[str, int] = {}  # an event written twice: kept once, counted in traces.meta.repaired
+    copies, said_copies = duplicate_records(
+        p, evs, _identity, lambda i: f"event #{i} ({evs[i].cat} {evs[i].name!r})", copied
+    )
     for i, ev in enumerate(evs):
         if not ev.ph and not ev.name and not ev.cat:
             skipped["empty object"] += 1
+            continue
+        if i in copies:
             continue
         try:
             ts = us_text_to_ns(bytes(ev.ts)) if ev.ts else None
@@ -305,6 +324,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives"
         )
     rank, warnings, repaired = _rank(p, evs)
+    # counted where every source's repairs are (traces.meta.repaired: `runs` issues, the report)
+    repaired |= {f"non-strict JSON: {what}": n for what, n in repairs.items()} | copied
+    warnings += [said_copies] if said_copies else []
     if repairs:
         warnings.append(
             f"{p.name}: repaired non-strict JSON: "
@@ -329,7 +351,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         trace={
             "pid": events[0]["pid"] if events else None,
             "meta": msgspec.json.encode(
-                {"clock": "plugin", "repairs": dict(repairs), **({"repaired": repaired} if repaired else {})}
+                {"clock": "plugin", **({"repaired": repaired} if repaired else {})}
             ).decode(),
         },
         events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),

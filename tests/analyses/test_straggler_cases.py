@@ -196,6 +196,17 @@ def test_one_collective_per_step_names_nobody(store):
     assert (r1["median_lateness_ns"], r1["late_pct"], r1["p_value"]) == (10_000, pytest.approx(1.0), 0.25)
     assert res.frame["named"].sum() == 0 and res.verdict["named"].to_list() == [False]
     assert any("pace 1.00 ms (median step time" in n for n in res.notes)
+    # its delays cost 0.6% of step time (< min_cost_pct 1%): it can never be named, said with the
+    # figures, not "within the run's noise"; 2 collectives allow p >= 0.5^2 = 0.25 at best
+    v = res.verdict.row(0, named=True)
+    assert v["status"] == "ok" and "noise" not in v["evidence"]
+    assert (
+        "at 0.6% of step time its delays cost less than the 1% a rank must cost to be named" in v["evidence"]
+    )
+    assert (
+        "nor could 2 collectives with one last rank reach p < 0.01: the smallest p they allow is 0.25"
+        in (v["evidence"])
+    )
 
 
 # --- micro traces of the same kinds

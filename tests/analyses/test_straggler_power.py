@@ -150,3 +150,51 @@ def test_no_interval_over_too_few_steps():
     # chance 5^-5 = 0.03%, far below 2.5%), around the mean 3
     lo, hi = ratio_interval(np.arange(1.0, 6.0), np.ones(5))
     assert 1.0 < lo < 3.0 < hi < 5.0
+
+
+def _stalled(rank: int, steps: int) -> list[dict]:
+    """Rank 0: a 400 us GEMM per 1,000 us step, 1,500 us in step 5 (one stall); rank 1: 450 us in
+    every step. Then an all-reduce whose kernel starts 5 us after the GEMM ends (the arrival)."""
+    ev: list[dict] = []
+    for s in range(steps):
+        t, corr = 1000.0 * s, 2 * s + 1
+        gemm = 450.0 if rank == 1 else 400.0 + (1100.0 if s == 5 else 0.0)
+        ev += [
+            step(s, t, 1000.0),
+            launch(t + 12, corr),
+            kernel("volta_sgemm_128x64_nn", 7, t + 20, gemm, corr),
+        ]
+        comm = {
+            "Collective name": "allreduce",
+            "Process Group Name": "0",
+            "Process Group Ranks": "[0, 1]",
+            "Group size": 2,
+            "Seq": s + 1,
+        }
+        start = t + 20 + gemm + 5
+        end = t + 20 + 1500 + 5 + 100 if s == 5 else t + 825
+        ev += [launch(t + 31, corr + 1), kernel(NCCL, 20, start, end - start, corr + 1, **comm)]
+    return ev
+
+
+def test_no_rank_to_compare_the_cause_with_is_inconclusive(store, tmp_path):
+    # Rank 1 arrives last at 99 of 100 collectives (all but step 5): p = P(X >= 99 | 100, 1/2) =
+    # 101 / 2^100 = 8e-29, a suspect, late from compute, its delays costing over 1%. Rank 0 held
+    # collective 6 up by 1,100 - 50 = 1,050 us > 20 x the median skew (50 us): episodic, so no
+    # rank is left unsuspected to be the noise floor of rank 1's compute. Before: "ok", "no
+    # unsuspected rank to compare its compute with: within the run's noise".
+    for r in range(2):
+        kineto(tmp_path / f"rank{r}.json.gz", _stalled(r, 100), rank=r, world_size=2)
+    ingest(store, [tmp_path], run="stall")
+    st = analyze(store, "stragglers", "stall")
+    r1 = st.frame.filter(st.frame["rank"] == 1).row(0, named=True)
+    assert (r1["last_count"], r1["p_value"]) == (99, pytest.approx(101 / 2**100))
+    assert r1["cost_pct"] >= 1.0 and r1["floor_steps"] is None and not r1["named"]
+    v = st.verdict.row(0, named=True)
+    assert (v["status"], v["rank"], v["cause"]) == ("inconclusive", 1, "compute")
+    assert v["evidence"].startswith("no rank to compare with: rank 1 arrived last at 99 of 100 collectives")
+    assert v["evidence"].endswith(
+        "late because of compute, but every other rank is suspected too (last significantly often, or one "
+        "hold-up over 20 x the median skew), so nothing tells whether its compute is beyond the run's noise"
+    )
+    assert combined_verdict(store, "stall").status == "inconclusive"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import long_steps_run
 from tests.conftest import SAMPLES
 from traceprof.core.display import duration, table_columns, table_rows
 
@@ -577,3 +578,19 @@ def test_help_is_whole_on_a_narrow_terminal():
         env={**env, "COLUMNS": "100"},
     )
     assert r.returncode == 0 and "╭─ Options" in r.stdout and "TRACEPROF_DB" in r.stdout
+
+
+def test_a_table_of_steps_shows_its_worst_rows_and_says_which(tmp_path):
+    # 250 (rank, step) rows, 200 shown: by step_ns the worst are step 3 (5,000 us), then steps 249
+    # down to 51 (1,249 .. 1,051 us); steps 0-2 and 4-50 are left out. Before: steps 0-199 in order,
+    # the 49 slowest steps after them hidden, "50 more row(s) of 250 not shown".
+    db = str(tmp_path / "s.duckdb")
+    assert cli("ingest", str(long_steps_run(tmp_path / "run")), "--db", db, cwd=tmp_path).returncode == 0
+    res = cli("analyze", "critical_path", "--db", db, "-f", "table", "--units", "ns", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    steps = [int(r[1]) for r in _rows(res.stdout)[1:]]
+    assert steps == [3, *range(249, 50, -1)]
+    assert "200 of 250 rows shown: those of largest step_ns, largest first" in res.stderr
+    # a table that is not per-step rows keeps its first rows
+    res = cli("analyze", "critical_path", "--db", db, "--table", "path", "-f", "table", cwd=tmp_path)
+    assert "more row(s) of" in res.stderr and "those of largest" not in res.stderr

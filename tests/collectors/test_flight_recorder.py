@@ -400,3 +400,37 @@ def test_dump_rank_written_as_text_is_said_and_counted(store, tmp_path, value, r
     assert pt.warnings[0] == f"rank5.fr.json: the dump's 'rank' is {value!r}, {said}"
     ingest(store, [path], run="r")
     assert store.runs()["issues"].to_list() == [f"1 repaired: rank {said}"]
+
+
+def test_an_entry_written_twice_is_kept_once_and_counted(store, tmp_path):
+    # Entries record_id 0, 1, 1 again (every field equal: a copy), 2; and record_id 3, equal to 2
+    # but for its record_id (the ring buffer numbers each record: not a copy). Kept: 4 entries, one
+    # copy counted in traces.meta.repaired and shown by `runs`. Before: 5 collectives, seq 2 twice.
+    entries = [
+        {**_fr_entry(1, 10, time_discovered_started_ns=20, time_discovered_completed_ns=50), "record_id": 0},
+        {**_fr_entry(2, 60, time_discovered_started_ns=70, time_discovered_completed_ns=90), "record_id": 1},
+    ]
+    entries.append(dict(entries[1]))
+    entries.append(
+        {
+            **_fr_entry(3, 100, time_discovered_started_ns=110, time_discovered_completed_ns=120),
+            "record_id": 2,
+        }
+    )
+    entries.append({**entries[3], "record_id": 3})
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({"version": "2.4", "rank": 0, "entries": entries}))
+    pt = parse(path)
+    assert [(r["seq"], r["enter_ns"]) for r in pt.collectives.to_pylist()] == [
+        (1, 10),
+        (2, 60),
+        (3, 100),
+        (3, 100),
+    ]
+    assert json.loads(pt.trace["meta"])["repaired"] == {"exact duplicate record dropped": 1}
+    assert (
+        "rank0.fr.json: 1 duplicate record dropped (first: entry #2 ('nccl:all_reduce', record_id 1))"
+        in pt.warnings
+    )
+    ingest(store, [path], run="fr")
+    assert store.runs()["issues"].to_list() == ["1 repaired: exact duplicate record dropped"]

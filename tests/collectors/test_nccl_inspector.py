@@ -495,3 +495,20 @@ def test_header_rank_written_as_text_is_said_and_counted(store, tmp_path):
         "1 repaired: header.rank a string: read as its integer; "
         "1 repaired: header.n_ranks a string: read as its integer"
     ]
+
+
+def test_a_record_written_twice_is_kept_once_and_counted(tmp_path):
+    # AllGather sn 1 written twice (every field equal: line 2 copies line 1), then the same
+    # collective dumped again at a later dump time (line 3: a re-dump, no copy), then sn 2. Kept:
+    # lines 1, 3 and 4; the copy is said and counted in traces.meta.repaired. Before: 4 rows.
+    first = _rec("0xaa", 0, 2, "AllGather", 1, 1024, T, T + 100)
+    later = json.loads(json.dumps(first))
+    later["metadata"]["dump_timestamp_us"] = T + 1_900_000
+    path = _write(
+        tmp_path / "h100-pid100.log",
+        [first, first, later, _rec("0xaa", 0, 2, "AllGather", 2, 1024, T + 400, T + 500)],
+    )
+    pt = parse(path)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 1, 2]
+    assert json.loads(pt.trace["meta"])["repaired"] == {"exact duplicate record dropped": 1}
+    assert "h100-pid100.log: 1 duplicate record dropped (first: line 2)" in pt.warnings

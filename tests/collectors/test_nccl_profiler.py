@@ -129,6 +129,38 @@ def test_ingest_aligns_and_matches_with_kineto(store, run_dir):
     assert s["instances_total"] == 8 and "nccl_profiler" in s["sources"]  # 2 ranks x 2, Kineto and plugin
 
 
+def test_repairs_are_issues_of_the_run_and_in_the_report(store, run_dir, tmp_path):
+    # each rank's dump writes Datatype as a bare token in its 2 AllReduce begins: 2 repairs a file,
+    # 4 over the run, counted in traces.meta.repaired where `runs` and the report read every
+    # source's repairs (before: traces.meta.repairs, which neither reads: issues "")
+    from traceprof.render.report import write_report
+
+    ingest(store, [run_dir], jobs=1)
+    meta = store.sql("SELECT meta FROM traces WHERE source = 'nccl_profiler' ORDER BY rank")["meta"].to_list()
+    assert [json.loads(m)["repaired"] for m in meta] == [{"non-strict JSON: bare enum token quoted": 2}] * 2
+    issues = store.runs()["issues"].to_list()
+    assert issues == ["4 repaired: non-strict JSON: bare enum token quoted"]
+    page = write_report(store, None, tmp_path / "r.html").read_text()
+    assert "Ingest issues" in page and "4 repaired: non-strict JSON: bare enum token quoted" in page
+
+
+def test_an_event_written_twice_is_kept_once_and_counted(tmp_path):
+    # Rank 0's dump with its second AllReduce begin line written twice (every field equal): kept
+    # once, the 2 collectives as without the copy, counted; before, the copy was a third open
+    # begin, left unclosed. The dump's zero-ts records are never copies (none here).
+    lines = _plugin_dump(0).split("\n")
+    at = next(i for i, ln in enumerate(lines) if '"cat": "COLL", "ph": "b"' in ln and '"SeqNum": 1' in ln)
+    path = tmp_path / f"nccl_profile_{COMM}_0.json"
+    path.write_text("\n".join([*lines[: at + 1], lines[at], *lines[at + 1 :]]))
+    pt = parse(path)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [0, 1] and pt.flagged == {}
+    assert json.loads(pt.trace["meta"])["repaired"] == {
+        "non-strict JSON: bare enum token quoted": 3,  # the copy's Datatype token too
+        "exact duplicate record dropped": 1,
+    }
+    assert f"{path.name}: 1 duplicate record dropped (first: event #8 (COLL 'AllReduce'))" in pt.warnings
+
+
 def test_plugin_only_run(tmp_path, run_dir):
     only = tmp_path / "plugin_only"
     only.mkdir()
@@ -239,7 +271,10 @@ def test_rank_written_as_text_is_said_and_counted(tmp_path, rank, what):
     path.write_text(_plugin_dump(0).replace('"Rank": 0,', f'"Rank": {rank},'))
     pt = parse(path)
     assert pt.rank == (None if what.endswith("ignored") else 0)
-    assert json.loads(pt.trace["meta"])["repaired"] == {f"args.Rank {what}": 2}
+    assert json.loads(pt.trace["meta"])["repaired"] == {
+        f"args.Rank {what}": 2,
+        "non-strict JSON: bare enum token quoted": 2,  # the dump's Datatype tokens
+    }
     shown = repr(json.loads(rank))
     assert (
         f"nccl_profile.json: 2 COLL / P2P record(s) whose args.Rank is {shown} (first), {what}" in pt.warnings

@@ -116,3 +116,22 @@ def test_meta_size_written_as_text_is_said_and_counted(store, tmp_path):
     ]
     ingest(store, [tmp_path / src.name], run="st")
     assert store.runs()["issues"].to_list() == ["1 repaired: world_size a string: read as its integer"]
+
+
+def test_a_row_written_twice_is_kept_once_and_counted(tmp_path):
+    # Rows 0..9 of the real ST trace (no two alike) and row 3 again as row 10 (every column equal:
+    # a copy): 10 rows kept, the copy said and counted on the first trace. Before: 11 events.
+    df = pl.read_parquet(corpus(_ST)).head(10)
+    df = pl.concat([df, df.slice(3, 1)])
+    path = tmp_path / "trace-dup.parquet"
+    df.write_parquet(path)
+    traces = ndtimeline.parse(path)
+    assert sum(len(t.events) for t in traces) == 10
+    import json
+
+    assert json.loads(traces[0].trace["meta"])["repaired"] == {"exact duplicate record dropped": 1}
+    optype = df["optype"][3]
+    assert (
+        f"trace-dup.parquet: 1 duplicate record dropped (first: row #10 (optype='{optype}'))"
+        in traces[0].warnings
+    )

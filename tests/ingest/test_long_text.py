@@ -413,3 +413,33 @@ def test_long_text_of_a_runs_files_together_is_held_to_the_budget(tmp_path, monk
             "GROUP BY ALL ORDER BY 1"
         ).fetchall()
     assert got == [(0, 20, 0, 20, 190_000), (1, 11, 9, 11, 100_000), (2, 0, 20, 0, None)]
+
+
+def test_collectives_long_text_counts_toward_the_runs_budget(monkeypatch):
+    # On a budget of 100,000 bytes (values of 40,960 bytes or more): a run's first file holds an
+    # event of 50,000 bytes of args and 2 collectives whose pg_ranks are 45,000 bytes each (a
+    # group of some 7,000 ranks). 50,000 + 45,000 = 95,000 fit; the second collective takes the run
+    # to 140,000: left out, counted. Before, only event rows counted: both collectives were kept,
+    # 140,000 bytes past the budget. A lone file's events (held to it by its parser, not listed in
+    # long_text) count too once another table holds long text: 50,000 + 45,000 + 45,000 again.
+    from traceprof.core import limits
+    from traceprof.core.parsed import ParsedTrace
+
+    monkeypatch.setattr(limits, "MAX_LONG_TEXT_BYTES", 100_000)
+
+    def trace(name: str) -> ParsedTrace:
+        events = pa.table({"cat": ["cpu_op"], "name": ["op0"], "ts_ns": [0], "args": ["x" * 50_000]})
+        colls = pa.table({"op": ["all_reduce"] * 2, "seq": [1, 2], "pg_ranks": ["7" * 45_000] * 2})
+        return ParsedTrace(name, "", 0, "kineto", "kineto-new", 0, 2, events=events, collectives=colls)
+
+    a, b = trace("/r/rank0.json"), trace("/r/rank1.json")
+    a.long_text, b.long_text = limits.long_text_rows(a.events), limits.long_text_rows(b.events)
+    limits.drop_run_long_text([a, b], "skip")
+    assert (a.events.num_rows, a.collectives["seq"].to_pylist()) == (1, [1])
+    assert (b.events.num_rows, b.collectives.num_rows) == (0, 0)
+    reason = "'pg_ranks' past the 0.0953674 MiB of values of 40 KiB or more that the files of a run ingested together may hold"
+    assert a.rejected == {reason: 1} and b.rejected == {reason: 2, reason.replace("pg_ranks", "args"): 1}
+    with pytest.raises(TraceFormatError) as e:
+        limits.drop_run_long_text([trace("/r/rank0.json")], "raise")
+    assert "collective (op='all_reduce', seq=2): 'pg_ranks' past the" in str(e.value)
+    assert "(45,000 bytes; 140,000 bytes of such text with it, 1 files)" in str(e.value)

@@ -519,3 +519,18 @@ def test_report_of_5000_steps_draws_bounded_buckets_with_exact_extremes(store, t
         assert d["max"] == pytest.approx([max(b) for b in buckets], rel=1e-12)
         assert d["median"] == pytest.approx([statistics.median(b) for b in buckets], rel=1e-12)
     assert max(drawn[0]["max"]) == pytest.approx(max(steps["actual_ns"].to_list()) / 1e6, rel=1e-12)
+
+
+def test_report_tables_of_steps_show_their_worst_rows(store, tmp_path):
+    # tests.builders.long_steps_run: 250 steps, step k 1,000 + k us but step 3 5,000 us. The step
+    # account's table shows 200 of them: step 3, then 249 down to 51 (before: steps 0-199, the
+    # slowest 49 after them hidden)
+    from tests.builders import long_steps_run
+
+    ingest(store, [long_steps_run(tmp_path / "run")], run="long")
+    page = write_report(store, "long", tmp_path / "r.html").read_text()
+    section = page[page.index('<h2 id="critical_path">') :]
+    table = section[: section.index("</details>")]
+    assert "200 of 250 rows shown: those of largest step_ns, largest first" in table
+    steps = [int(m) for m in re.findall(r"<tr><td>0</td><td>(\d+)</td>", table)]
+    assert steps == [3, *range(249, 50, -1)]

@@ -48,9 +48,11 @@ POLARS_TYPES = {
 }
 
 
-def frame(name: str, doc: str, *columns: Column) -> Table:
-    """A result frame: its name (``--table NAME``), one line of doc and its columns in order."""
-    return Table(name, doc, tuple(columns))
+def frame(name: str, doc: str, *columns: Column, worst: str = "") -> Table:
+    """A result frame: its name (``--table NAME``), one line of doc and its columns in order;
+    ``worst``: of per-step rows, the column whose largest values are the worst rows (a table too
+    long to show whole shows those, :func:`traceprof.core.display.shown_rows`)."""
+    return Table(name, doc, tuple(columns), worst=worst)
 
 
 def ns(name: str, doc: str, type_: str = "BIGINT") -> Column:

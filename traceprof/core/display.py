@@ -45,6 +45,7 @@ __all__ = [
     "size",
     "timestamp",
     "plain",
+    "shown_rows",
     "table_columns",
     "table_rows",
     "row_cells",
@@ -322,6 +323,19 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
     if f.kind == "metric" and row_metric is not None:
         return _metric_cell(v, row_metric)
     return plain(v, f.decimals)
+
+
+def shown_rows(df: pl.DataFrame, most: int, worst: str = "") -> tuple[pl.DataFrame, str]:
+    """The rows a table of ``df`` shows when it may show ``most``, and the line saying which ("" when
+    every row is shown): the first ``most``; of per-step rows with a ``worst`` column
+    (:class:`traceprof.core.schema.Table`), the ``most`` with its largest values, largest first
+    (nulls last, ties in the frame's order), so that a slow step of 100,000 is in sight."""
+    if df.height <= most:
+        return df, ""
+    if worst in df.columns:
+        shown = df.sort(worst, descending=True, nulls_last=True, maintain_order=True).head(most)
+        return shown, f"{most:,} of {df.height:,} rows shown: those of largest {worst}, largest first"
+    return df.head(most), f"{df.height - most:,} more row(s) of {df.height:,} not shown"
 
 
 def table_columns(df: pl.DataFrame, units: str = "human") -> list[str]:

@@ -186,7 +186,9 @@ def _record(what: str, index: int | None, cols: dict[str, Any], r: int) -> str:
     """``event #12 (name='aten::mm', ts_ns=1000)``: the record of row ``r`` in a message."""
     head = what if index is None else f"{what} #{index}"
     shown_ = [
-        f"{k}={shown(_at(cols[k], r))}" for k in ("cat", "name", "ts_ns") if k in cols and len(cols[k]) > r
+        f"{k}={shown(_at(cols[k], r))}"
+        for k in ("cat", "name", "ts_ns", "op", "seq")  # op, seq: a collective's
+        if k in cols and len(cols[k]) > r
     ]
     return f"{head} ({', '.join(shown_)})" if shown_ else head
 
@@ -264,7 +266,7 @@ def drop_long_text(
 
 
 def long_text_rows(events: pa.Table | None, what: str = "event") -> list[tuple[int, int, str, str]]:
-    """The rows of ``events`` whose text counts against :data:`MAX_LONG_TEXT_BYTES` (values of
+    """The rows of ``events`` (or another row table, its records named ``what``) whose text counts against :data:`MAX_LONG_TEXT_BYTES` (values of
     :data:`LONG_TEXT_BYTES` or more, all their fields together), measured from the Arrow offsets:
     (row, bytes, its longest such field, the record as messages name it: ``event (cat='cpu_op',
     name='op3', ts_ns=30000)``)."""
@@ -282,33 +284,46 @@ def long_text_rows(events: pa.Table | None, what: str = "event") -> list[tuple[i
     ]
 
 
+#: The row tables of a trace other than ``events`` whose long text counts against the run's budget,
+#: and their records' name in messages. A trace's own columns (``meta``, ``flops_per_step``: one
+#: value per file, built by its parser) hold no record to leave out and are not counted.
+_OTHER_TABLES = (("collectives", "collective"), ("steps", "step"), ("devices", "device"))
+
+
 def drop_run_long_text(traces: list[ParsedTrace], on_bad_event: str) -> None:
-    """Leave out (or raise on) the events of a run's files, in their order, whose long text
-    (:attr:`ParsedTrace.long_text <traceprof.core.parsed.ParsedTrace.long_text>`) takes the files
-    together past :data:`MAX_LONG_TEXT_BYTES`: one ingest inserts them in one transaction, which
-    DuckDB could not commit (each file may be within the limit alone). Call before the store is
-    touched; a record left out is counted in its trace's ``rejected``.
+    """Leave out (or raise on) the rows of a run's files, in their order, whose long text takes the
+    files together past :data:`MAX_LONG_TEXT_BYTES`: one ingest inserts them in one transaction,
+    which DuckDB could not commit (each file may be within the limit alone). Every stored row counts:
+    the events' (:attr:`ParsedTrace.long_text <traceprof.core.parsed.ParsedTrace.long_text>`), then
+    the collectives', steps' and devices' (a collective's ``pg_ranks`` of 10,000 ranks is 59 KB).
+    A run of one file, whose events its parser held to the budget, has its events counted only when
+    another table holds long text. Call before the store is touched; a record left out is counted in
+    its trace's ``rejected``.
 
     Raises:
         TraceFormatError: With ``on_bad_event="raise"``, the first such record, naming its file,
             the record, its long text and the run's total with it.
     """
+    others = [[(t, long_text_rows(getattr(pt, t), what)) for t, what in _OTHER_TABLES] for pt in traces]
+    if len(traces) == 1 and not traces[0].long_text and any(rows for _, rows in others[0]):
+        traces[0].long_text = long_text_rows(traces[0].events)
     total = 0
-    for pt in traces:
-        bad: list[int] = []
-        for r, n, field, where in pt.long_text:
-            if total + n <= MAX_LONG_TEXT_BYTES:
-                total += n
-                continue
-            problem = (
-                f"{field!r} past the {MAX_LONG_TEXT_BYTES / 2**20:g} MiB of values of {LONG_TEXT_BYTES / 2**10:g} "
-                f"KiB or more that the files of a run ingested together may hold ({n:,} bytes; "
-                f"{total + n:,} bytes of such text with it, {len(traces)} files): the store could not take "
-                "it in; ingest the files a few at a time with the same --run"
-            )
-            _bad(pt.path, where, problem, on_bad_event, pt.rejected)
-            bad.append(r)
-        pt.drop_events(bad)
+    for pt, more in zip(traces, others, strict=True):
+        for table, rows in [("events", pt.long_text), *more]:
+            bad: list[int] = []
+            for r, n, field, where in rows:
+                if total + n <= MAX_LONG_TEXT_BYTES:
+                    total += n
+                    continue
+                problem = (
+                    f"{field!r} past the {MAX_LONG_TEXT_BYTES / 2**20:g} MiB of values of {LONG_TEXT_BYTES / 2**10:g} "
+                    f"KiB or more that the files of a run ingested together may hold ({n:,} bytes; "
+                    f"{total + n:,} bytes of such text with it, {len(traces)} files): the store could not take "
+                    "it in; ingest the files a few at a time with the same --run"
+                )
+                _bad(pt.path, where, problem, on_bad_event, pt.rejected)
+                bad.append(r)
+            pt.drop_rows(table, bad)
 
 
 def drop_long_items(

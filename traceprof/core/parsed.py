@@ -167,3 +167,17 @@ class ParsedTrace:
             for r in rows:
                 keep[r] = False
             self.events = self.events.filter(pa.array(keep))
+
+    def drop_rows(self, table: str, rows: list[int]) -> None:
+        """Leave the rows at positions ``rows`` (ascending) of row table ``table`` (``events``:
+        :meth:`drop_events`, which a trace whose events were parked overrides; ``collectives``,
+        ``steps``, ``devices``) out of what the store inserts."""
+        if table == "events":
+            self.drop_events(rows)
+            return
+        t: pa.Table | None = getattr(self, table)
+        if rows and t is not None:
+            keep = [True] * t.num_rows
+            for r in rows:
+                keep[r] = False
+            setattr(self, table, t.filter(pa.array(keep)))

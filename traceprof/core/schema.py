@@ -82,12 +82,15 @@ class Column:
 
 @dataclass(frozen=True)
 class Table:
-    """A table (``view_sql`` empty) or a view over other tables."""
+    """A table (``view_sql`` empty) or a view over other tables. ``worst``: of a result frame whose
+    rows are steps, the column whose largest values are its worst rows (``step_ns``): a table too
+    long to show whole shows those (:func:`traceprof.core.display.shown_rows`)."""
 
     name: str
     doc: str
     columns: tuple[Column, ...]
     view_sql: str = ""
+    worst: str = ""
 
     @property
     def column_names(self) -> list[str]:

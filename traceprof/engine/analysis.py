@@ -420,6 +420,11 @@ class Analysis:
                 return t
         raise KeyError(name)
 
+    def worst(self, name: str) -> str:
+        """The column by which a table of frame ``name`` too long to show whole shows its worst rows
+        (:attr:`traceprof.core.schema.Table.worst`), or "" (its first rows; also for an undeclared frame)."""
+        return next((t.worst for t in self.frames if t.name == name), "")
+
     @property
     def summary(self) -> str:
         """The first paragraph of :attr:`doc` on one line, its reST literals (````x````) as Markdown's

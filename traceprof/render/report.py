@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.core import term
-from traceprof.core.display import UNITS, ColumnFormat, column_formats, format_cell, plain
+from traceprof.core.display import UNITS, ColumnFormat, column_formats, format_cell, plain, shown_rows
 from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.core.fileio import write_output
 from traceprof.core.names import distinct_short
@@ -131,12 +131,15 @@ def _names_once(page: str) -> str:
     return out.replace("</body></html>", tail + "</body></html>")
 
 
-def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human", more: str = "") -> str:
-    """A table of ``df``'s first ``max_rows`` rows, in the one units rule of every table
+def _table_html(
+    df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human", more: str = "", worst: str = ""
+) -> str:
+    """A table of ``max_rows`` of ``df``'s rows (the first; of per-step rows, the worst by
+    ``worst``: :func:`traceprof.core.display.shown_rows`), in the one units rule of every table
     (:func:`traceprof.core.display.column_formats`: durations in the unit their header names)."""
     formats = column_formats(df, units)
     head = "".join(f"<th>{_esc(f.header)}</th>" for f in formats)
-    shown = df.head(max_rows)
+    shown, which = shown_rows(df, max_rows, worst)
     names = [distinct_short(shown[c], 80) if shown[c].dtype == pl.String else None for c in df.columns]
     mi = df.columns.index("metric") if "metric" in df.columns else None
     rows = [
@@ -148,11 +151,7 @@ def _table_html(df: pl.DataFrame, max_rows: int = _MAX_ROWS, units: str = "human
         + "</tr>"
         for row in shown.iter_rows()
     ]
-    more = (
-        f"<p>{df.height - max_rows:,} more rows not shown ({_esc(more or 'the CLI or SQL give every row')}).</p>"
-        if df.height > max_rows
-        else ""
-    )
+    more = f"<p>{_esc(which)} ({_esc(more or 'the CLI or SQL give every row')}).</p>" if which else ""
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     return f'<div class="scroll">{table}</div>{more}'
 
@@ -182,7 +181,9 @@ def _section(name: str, result: FrameResult, figs: list[Any], units: str = "huma
         opened = " open" if fname == "frame" else ""
         rows = _MAX_ROWS if fname == "frame" else _MAX_FOLDED_ROWS
         how = f"traceprof analyze {name}{'' if fname == 'frame' else f' --table {fname}'} -f csv gives every row"
-        table = _table_html(frame, rows, units, how if name in registry.names() else "")
+        known = name in registry.names()
+        worst = registry.get(name).worst(fname) if known else ""
+        table = _table_html(frame, rows, units, how if known else "", worst)
         parts.append(
             f"<details{opened}><summary>{_esc(label)} ({frame.height} rows)</summary>{table}</details>"
         )
@@ -363,6 +364,7 @@ def _render(
            FROM traces WHERE run_id = ? ORDER BY rank, source""",
         [run_id],
     )
+    issues = store.run_issues(run_id)  # what ingest dropped or repaired, as `runs` shows it
     sources = list(info["sources"] or [])
     figs: list[Any] = []
     top, leads = _leads_html(results, figs)
@@ -421,6 +423,7 @@ generated {now} by traceprof</p>
 <h2 id="traces">Ranks and trace files</h2>
 <p class="facts">Each column's header names its unit (durations in s, ms or us); the CLI's JSON and CSV keep exact ns.</p>
 {_table_html(traces, units=units)}
+{f'<p class="facts">Ingest issues (records dropped or repaired, by reason, as `traceprof runs` shows them): {_esc(issues)}</p>' if issues else ""}
 {tail}
 </body></html>
 """

@@ -837,6 +837,10 @@ class Store:
         issues = self._run_issues([r[0] for r in rows])
         return [*columns, "issues"], [(*r, i) for r, i in zip(rows, issues, strict=True)]
 
+    def run_issues(self, run_id: int) -> str:
+        """The ``issues`` text of run ``run_id`` (:meth:`runs`): what ingest dropped or repaired."""
+        return self._run_issues([run_id])[0]
+
     def _run_issues(self, run_ids: list[int]) -> list[str]:
         """The ``issues`` text of each run of ``run_ids`` (see :meth:`runs`)."""
         issues: dict[int, dict[str, int]] = {}

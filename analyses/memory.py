@@ -57,6 +57,7 @@ from traceprof.core import schema
 from traceprof.core.columns import frame as result_frame
 from traceprof.core.errors import AnalysisError, UsageError
 from traceprof.core.schema import Column
+from traceprof.core.vocab import MemoryCategory
 from traceprof.engine.analysis import (
     Analysis,
     Chart,
@@ -88,16 +89,8 @@ BASIS = {
     "nsys": "sum of CUDA allocations in the capture",
     "memory_timeline": "sum of tensor bytes by category",
 }
-CATEGORIES = (
-    "parameter",
-    "optimizer_state",
-    "input",
-    "temporary",
-    "activation",
-    "gradient",
-    "autograd_detail",
-    "unknown",
-)
+#: The memory_timeline categories, in torch's order (a ``<category>_bytes`` column each).
+CATEGORIES = MemoryCategory.values()
 _SERIES = ["rank", "device", "source"]
 
 

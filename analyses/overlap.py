@@ -157,27 +157,29 @@ def untraced_comm_note(store: Store, run_id: int) -> str | None:
     )
 
 
-def _beyond_waits(
-    inp: FindingsInput, st: FrameResult | None, named: list[int], p2p: pl.DataFrame | None = None
-) -> pl.DataFrame:
-    """Per rank, its exposed communication beyond its waits for the ``named`` stragglers and its
-    point-to-point waits (ns): the exposed-communication intervals (overlap's, with the run's
-    ``-p overlap.hta``) minus the wall-clock union of the rank's waits (``stragglers``' ``waits``:
-    own arrival to the last arrival) at the instances a named rank arrived last at and at the
-    point-to-point pairs ``p2p`` (``traceprof.analyses._waits.p2p_copies``: own arrival to the
-    peer's; none when ``p2p`` is None), less what is transfer of another collective
-    (``traceprof.analyses._waits.beyond_waits``; ``critical_path``'s precedence).
-    Frame rank, beyond_ns; a rank with none left is absent."""
+def _copies(st: FrameResult | None, p2p: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The copies whose waits the communication verdict may take out, built once: every copy of
+    ``stragglers``' ``waits`` (own arrival to the last arrival, with the instance's last_rank) and
+    the point-to-point pairs ``p2p`` (``traceprof.analyses._waits.p2p_copies``: own arrival to the
+    peer's; flagged p2p), as ``traceprof.analyses._waits.beyond_waits`` reads them; None when there
+    is neither."""
     parts = [p2p.with_columns(pl.lit(True).alias("p2p"))] if p2p is not None and p2p.height else []
     if st is not None:
         waits = st.frames()["waits"].join(
             st.frames()["instances"].select("instance_id", "last_rank"), on="instance_id", how="left"
         )
         parts.append(waits.with_columns((pl.col("arrival_ns") + pl.col("wait_ns")).alias("last_ns")))
+    if not parts:
+        return None
     keep = ["rank", "instance_id", "arrival_ns", "last_ns", "last_rank", "start_ns", "end_ns"]
-    w = pl.concat(
+    return pl.concat(
         [f.select(*keep, *(["p2p"] if "p2p" in f.columns else [])) for f in parts], how="diagonal_relaxed"
     )
+
+
+def _exposed(inp: FindingsInput) -> pl.DataFrame:
+    """The exposed-communication intervals of each rank (overlap's, with the run's ``-p overlap.hta``):
+    rank, start_ns, end_ns."""
     given = inp.params.get("overlap")
     hta = bool(make_params(SPEC, None, given).hta) if given else False
     # only the communication and compute rows, the columns exposed_comm reads: taken from the
@@ -188,13 +190,17 @@ def _beyond_waits(
     act = activity(
         inp.store, inp.run_id, hta=hta, columns=cols, classes=("comm", "compute"), alone=True, keep=False
     )
-    return _waits.beyond_waits(exposed_comm(act, ["rank"]), w, named)
+    return exposed_comm(act, ["rank"])
 
 
 def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The communication topic: exposed communication, median over ranks, with the worst rank and
     ``gaps``' largest cause; where ``stragglers`` names a straggler, the exposed communication
-    beyond the waits for it (:func:`_beyond_waits`, wall clock: the waits are its cost)."""
+    beyond the waits for it (wall clock: the waits are its cost): the exposed-communication
+    intervals (:func:`_exposed`) minus the wall-clock union of the rank's waits (:func:`_copies`) at
+    the instances a named rank arrived last at and at the point-to-point pairs, less what is
+    transfer of another collective (``traceprof.analyses._waits.beyond_waits``; ``critical_path``'s
+    precedence); likewise beyond the waits for a rank ``stragglers`` could not judge."""
     res = inp.results
     ov = res.get("overlap")
     if ov is None or ov.frame.is_empty() or "exposed_comm_pct" not in ov.frame.columns:
@@ -236,21 +242,32 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
     plain = text.removeprefix("exposed communication: ")
     stragglers = res.get("stragglers")
     named_ranks = _common.named_ranks(res)
-    st = stragglers if stragglers is not None and named_ranks and "waits" in stragglers.frames() else None
+    has_waits = stragglers is not None and "waits" in stragglers.frames()
     p2p = _waits.p2p_copies(inp.store, inp.run_id, preferred_source(inp.store, inp.run_id))
-    if st is not None or p2p.height:
+    copies = _copies(stragglers if has_waits else None, p2p)  # every wait it may take out, built once
+    exposed: list[pl.DataFrame] = []  # read once, when a wait is taken out
+
+    def beyond_pct(copies: pl.DataFrame, ranks: list[int]) -> float:
+        """The median over ranks of the exposed communication beyond the waits for ``ranks`` and
+        the point-to-point waits, % of the window."""
+        if not exposed:
+            exposed.append(_exposed(inp))
+        beyond = _waits.beyond_waits(exposed[0], copies, ranks)
+        own = df.join(beyond, on="rank", how="left").select(
+            (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
+        )
+        return float(own.item() or 0.0)
+
+    straggler = bool(named_ranks) and has_waits
+    if copies is not None and (straggler or p2p.height):
         # Waiting at a collective for a late peer shows as exposed communication: it is the
         # straggler's cost (counted there), so only the exposed time beyond it costs here; so is
         # a send / recv waiting for its peer stage to post the other end (a slow stage, the
         # pipeline's bubble).
-        beyond = _beyond_waits(inp, st, named_ranks, p2p)
-        own = df.join(beyond, on="rank", how="left").select(
-            (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
-        )
-        cost = float(own.item() or 0.0)
+        cost = beyond_pct(copies, named_ranks)
         named = ", ".join(map(str, named_ranks))
         waited = " and ".join(
-            ([f"waiting for the straggler (rank {named})"] if st is not None else [])
+            ([f"waiting for the straggler (rank {named})"] if straggler else [])
             + (["point-to-point waits for the peer"] if p2p.height else [])
         )
         text = (
@@ -259,17 +276,12 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         )
     problem = cost >= 5.0
     status = "problem" if problem else "ok"
-    has_waits = stragglers is not None and "waits" in stragglers.frames()
     untested = _common.untested_rank(res) if problem and has_waits else None
-    if untested is not None and stragglers is not None:
+    if untested is not None and copies is not None:
         # the waits for a rank the straggler test could not judge (too few collectives or steps):
         # its cost if it is a straggler, this topic's if not; when the verdict hangs on them, say so
         # (with the point-to-point waits, as above)
-        beyond = _beyond_waits(inp, stragglers, [untested], p2p)
-        rest = df.join(beyond, on="rank", how="left").select(
-            (100.0 * pl.col("beyond_ns").fill_null(0) / pl.col("window_ns")).median()
-        )
-        own_pct = float(rest.item() or 0.0)
+        own_pct = beyond_pct(copies, [untested])
         also = " and point-to-point waits for the peer" if p2p.height else ""
         text = (
             f"exposed communication beyond waiting for rank {untested} (the straggler test could not judge it: "

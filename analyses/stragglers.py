@@ -387,6 +387,22 @@ SPEC = Analysis(
 )
 
 
+#: The columns of ``frame`` that only :func:`_verdict` reads (its inputs), dropped once it has run.
+_VERDICT_ONLY = (
+    "_decided",
+    "_chance_decided",
+    "_last_steps",
+    "_max_hold_ns",
+    "_suspect",
+    "_episodic",
+    "_extra_ops",
+    "_extra_what",
+    "_excess",
+    "_floor_what",
+    "_group_text",
+)
+
+
 @register(SPEC)
 def run(store: Store, params: Params) -> Result:
     """Straggler statistics and verdict for one run (module doc).
@@ -541,35 +557,13 @@ def run(store: Store, params: Params) -> Result:
         "qualifies",
         "named",
         "slow_group",
-        "_decided",
-        "_chance_decided",
-        "_last_steps",
-        "_max_hold_ns",
-        "_suspect",
-        "_episodic",
-        "_extra_ops",
-        "_extra_what",
-        "_excess",
-        "_floor_what",
-        "_group_text",
+        *_VERDICT_ONLY,
     ).sort("rank")
     n_steps = w["step"].drop_nulls().n_unique()
     verdict = _verdict(
         per.with_columns(pl.lit(n_steps).alias("_steps")), params, straggler_gap_text(store, run_id)
     )
-    per = per.drop(
-        "_decided",
-        "_chance_decided",
-        "_last_steps",
-        "_max_hold_ns",
-        "_suspect",
-        "_episodic",
-        "_extra_ops",
-        "_extra_what",
-        "_excess",
-        "_floor_what",
-        "_group_text",
-    )
+    per = per.drop(*_VERDICT_ONLY)
     heat = (
         w.group_by("step", "rank")
         .agg((pl.col("lateness_ns").mean() / 1e6).alias("lateness_ms"))

@@ -49,22 +49,13 @@ from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
 from traceprof.core.limits import INT32, INT64, fits, shown
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
-from traceprof.core.vocab import TraceSource
+from traceprof.core.vocab import MemoryCategory, TraceSource
 from traceprof.ingest import sources
 
 __all__ = ["parse", "CATEGORIES", "ACTIONS"]
 
 #: torch's category index -> name (``_CATEGORY_TO_INDEX``: the order of ``_CATEGORY_TO_COLORS``).
-CATEGORIES = (
-    "parameter",
-    "optimizer_state",
-    "input",
-    "temporary",
-    "activation",
-    "gradient",
-    "autograd_detail",
-    "unknown",
-)
+CATEGORIES = MemoryCategory.values()
 #: torch's ``Action`` value -> name.
 ACTIONS = {1: "preexisting", 2: "create", 3: "increment_version", 4: "destroy"}
 _HEAD = re.compile(rb"^\s*\[\s*\[\s*-?\d")

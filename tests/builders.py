@@ -54,6 +54,35 @@ def kernel(name: str, stream: int, ts: float, dur: float, corr: int, cat: str = 
     }
 
 
+def collective_args(
+    op: str = "allreduce",
+    seq: int | None = None,
+    pg: str | None = "0",
+    ranks: list[int] | None = None,
+    nelems: int | None = None,
+    out_nelems: int | None = None,
+    dtype: str | None = "Float",
+    group_size: int | None = None,
+    **more: object,
+) -> dict:
+    """The args torch writes for a collective on its record_param_comms op and its NCCL kernel (the
+    ones ingest reads): "Collective name" ``op`` (as torch names it: ``allreduce``,
+    ``_allgather_base``), "Process Group Name" ``pg``, "Process Group Ranks" (``ranks`` as JSON
+    text, ``"[0, 1]"``), "Seq", "In msg nelems", "Out msg nelems", "dtype", "Group size"; a key
+    whose value is None is left out. ``more``: other keys (``"In split size"``), as given."""
+    args = {
+        "Collective name": op,
+        "Process Group Name": pg,
+        "Process Group Ranks": None if ranks is None else json.dumps(ranks),
+        "Seq": seq,
+        "In msg nelems": nelems,
+        "Out msg nelems": out_nelems,
+        "dtype": dtype,
+        "Group size": group_size,
+    }
+    return {k: v for k, v in args.items() if v is not None} | more
+
+
 def launch(ts: float, corr: int, dur: float = 1.0, tid: int = 1, name: str = "cudaLaunchKernel") -> dict:
     return {
         "ph": "X",

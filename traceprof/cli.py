@@ -352,10 +352,10 @@ def _print_table(
             no_wrap=num,
             max_width=wrap.get(c),
         )  # numbers never wrap
-    from traceprof.core.display import long_cell, plain  # the one cell rule (separators, bytes escaped)
+    from traceprof.core.display import long_cell, value_cell  # the one cell rule (separators, bytes, p-values)
 
     for row in rows:
-        t.add_row(*(term.text(long_cell(plain(v))) for v in row))
+        t.add_row(*(term.text(long_cell(value_cell(c, v))) for c, v in zip(columns, row, strict=True)))
     # Numbers never wrap or shrink: a table wider than the console is printed at its natural width
     # (long names are shortened already; the terminal wraps whole lines instead).
     natural = out.measure(t, options=out.options.update_width(100_000)).maximum
@@ -737,7 +737,7 @@ def runs(
 
                 columns, rows = store.run_rows()
                 # every cell but the last shortened as in any table; issues (last) whole, wrapped
-                numeric, cells = row_cells([r[:-1] for r in rows])
+                numeric, cells = row_cells(columns[:-1], [r[:-1] for r in rows])
                 cells = [[*c, plain(r[-1])] for c, r in zip(cells, rows, strict=True)]
                 numeric = (numeric or [False] * (len(columns) - 1)) + [False]
                 _print_table(columns, numeric, cells, f"runs in {db}")  # issues: prose, wrapped

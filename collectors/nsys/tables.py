@@ -336,6 +336,36 @@ class Rows:
             c[col].append(v)
         self.procs.append(proc)
 
+    def gpu(
+        self,
+        kind: str,
+        cat: str,
+        name: str,
+        ts: int,
+        dur: int,
+        args: dict[str, Any],
+        cls: str | None = None,
+        proc: int | None = None,
+    ) -> None:
+        """Append one GPU row (:meth:`add`): its device, stream and correlation those of ``args``,
+        its lane (pid, tid) the device and the stream as text."""
+        dev, stream = args["device"], args["stream"]
+        self.add(
+            kind,
+            cat,
+            name,
+            ts,
+            dur,
+            _text(dev),
+            _text(stream),
+            dev,
+            stream,
+            args["correlation"],
+            args,
+            cls,
+            proc=proc,
+        )
+
     def extend(
         self,
         kind: str,
@@ -451,20 +481,15 @@ def graphs(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             "greenContextId": green,
             "graph_level": True,
         }
-        rows.add(
+        rows.gpu(
             "kernel",
             GRAPH_CAT,
             f"CUDA graph {graph if graph is not None else '?'}",
             ts,
             dur,
-            _text(dev),
-            _text(stream),
-            dev,
-            stream,
-            corr,
             args,
             "compute",
-            proc=proc,
+            proc,
         )
 
 
@@ -486,21 +511,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
         for start, end, dev, stream, corr, nbytes, kind, src, dst, proc in con.execute(q):
             name = f"Memcpy {kinds.get(kind, kind)} ({mems.get(src, src)} -> {mems.get(dst, dst)})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes, "copyKind": kind}
-            rows.add(
-                "memcpy",
-                "gpu_memcpy",
-                name,
-                epoch + start,
-                end - start,
-                _text(dev),
-                _text(stream),
-                dev,
-                stream,
-                corr,
-                args,
-                rows.classifier.gpu_class("memcpy", name, args),
-                proc=proc,
-            )
+            cls = rows.classifier.gpu_class("memcpy", name, args)
+            rows.gpu("memcpy", "gpu_memcpy", name, epoch + start, end - start, args, cls, proc)
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
         mem = "memKind" if "memKind" in tables[t] else "NULL"
@@ -512,21 +524,8 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
             # without a memKind column (older exports) named as Kineto names every memset
             name = f"Memset ({mems.get(kind, kind) if mem != 'NULL' else 'Device'})"
             args = {"device": dev, "stream": stream, "correlation": corr, "bytes": nbytes}
-            rows.add(
-                "memset",
-                "gpu_memset",
-                name,
-                epoch + start,
-                end - start,
-                _text(dev),
-                _text(stream),
-                dev,
-                stream,
-                corr,
-                args,
-                rows.classifier.gpu_class("memset", name, args),
-                proc=proc,
-            )
+            cls = rows.classifier.gpu_class("memset", name, args)
+            rows.gpu("memset", "gpu_memset", name, epoch + start, end - start, args, cls, proc)
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
         types = _enum(con, tables, "ENUM_CUPTI_SYNC_TYPE", _SYNC_TYPES)
@@ -536,20 +535,7 @@ def copies(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
         )
         for start, end, dev, stream, corr, st, proc in con.execute(q):
             args = {"device": dev, "stream": stream, "correlation": corr, "syncType": st}
-            rows.add(
-                "sync",
-                "cuda_sync",
-                str(types.get(st, st)),
-                epoch + start,
-                end - start,
-                _text(dev),
-                _text(stream),
-                dev,
-                stream,
-                corr,
-                args,
-                proc=proc,
-            )
+            rows.gpu("sync", "cuda_sync", str(types.get(st, st)), epoch + start, end - start, args, proc=proc)
 
 
 def api(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tests.builders import kernel, kineto, launch
+from tests.builders import collective_args, kernel, kineto, launch
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.ingest.ingest import ingest
 
@@ -21,13 +21,7 @@ def nccl(name: str, ts: float, dur: float, corr: int, coll: str, pg: str, nelems
         ts,
         dur,
         corr,
-        **{
-            "Collective name": coll,
-            "Process Group Name": pg,
-            "In msg nelems": nelems,
-            "Out msg nelems": nelems,
-            "dtype": dtype,
-        },
+        **collective_args(coll, pg=pg, nelems=nelems, out_nelems=nelems, dtype=dtype),
     )
 
 
@@ -340,15 +334,7 @@ def _hugedur_rank(huge: bool) -> list[dict]:
     record_param_comms [30, 35) launching the all-reduce kernel [425, 825) (4 MiB, pg 0). With
     ``huge`` step 0's record_param_comms has dur 3e15 us (garbage): ingest clips it to the end of
     the trace (flag ``overrun``), so it spans step 1's aten::mm and its launch."""
-    comm = {
-        "Collective name": "allreduce",
-        "Process Group Name": "0",
-        "Process Group Ranks": "[0, 1]",
-        "Group size": 2,
-        "dtype": "Float",
-        "In msg nelems": 1048576,
-        "Out msg nelems": 1048576,
-    }
+    comm = collective_args(ranks=[0, 1], nelems=1048576, out_nelems=1048576, group_size=2)
     ev, corr = [], 1
     for s in range(2):
         t = 1000.0 * (s + 1)

@@ -15,6 +15,7 @@ import pytest
 from tests.builders import (
     EPOCH,
     Export,
+    collective_args,
     kernel,
     launch,
     mem,
@@ -478,26 +479,9 @@ def test_nsys_memory_row_with_a_lost_string_id_names_the_id(store, tmp_path):
 def _rank_trace(path: Path, rank: int, peak: int) -> Path:
     """A rank of a 3-rank job whose device 0 (capacity 100,000) peaks at ``peak`` bytes in step 1, with
     one all-reduce kernel on group '0' = [0, 1] (ranks 0 and 1) or '5' = [2] (rank 2 alone)."""
-    pg = {
-        "Process Group Name": "0" if rank < 2 else "5",
-        "Process Group Ranks": "[0, 1]" if rank < 2 else "[2]",
-    }
-    nccl = kernel(
-        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-        20,
-        40,
-        5,
-        1,
-        **{
-            "Collective name": "allreduce",
-            "Seq": 1,
-            "In msg nelems": 4,
-            "Out msg nelems": 4,
-            "dtype": "Float",
-            "Group size": 2 if rank < 2 else 1,
-            **pg,
-        },
-    )
+    pg, ranks = ("0", [0, 1]) if rank < 2 else ("5", [2])
+    args = collective_args(seq=1, pg=pg, ranks=ranks, nelems=4, out_nelems=4, group_size=len(ranks))
+    nccl = kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, 40, 5, 1, **args)
     ev = [
         step(1, 0, 100),
         mem(10, 0, 0x1, peak, peak, peak),

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.builders import BASE, SHIFT_US, write_ndtimeline
+from tests.builders import BASE, SHIFT_US, collective_args, write_ndtimeline
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.analyses import _alltoall, _mesh, _pipeline, parallelism
 from traceprof.core.errors import UsageError
@@ -77,15 +77,7 @@ def _pg(name: str, desc: str, ranks: list[int]) -> dict:
 
 
 def _allreduce(pg: str, ranks: list[int], seq: int) -> dict:
-    return {
-        "Collective name": "allreduce",
-        "Process Group Name": pg,
-        "Process Group Ranks": json.dumps(ranks),
-        "Seq": seq,
-        "In msg nelems": 1024,
-        "Out msg nelems": 1024,
-        "dtype": "Float",
-    }
+    return collective_args(seq=seq, pg=pg, ranks=ranks, nelems=1024, out_nelems=1024)
 
 
 def _mesh_2x2(
@@ -475,17 +467,15 @@ def test_pipeline_bubble_split_and_slow_stage_by_hand(store, tmp_path):
 
 
 def _a2a(split_in: list[int], split_out: list[int], seq: int) -> dict:
-    return {
-        "Collective name": "all_to_all",
-        "Process Group Name": "1",
-        "Process Group Ranks": "[0, 1, 2, 3]",
-        "Seq": seq,
-        "In msg nelems": 256 * sum(split_in),
-        "Out msg nelems": 256 * sum(split_out),
-        "dtype": "Float",
-        "In split size": json.dumps(split_in),
-        "Out split size": json.dumps(split_out),
-    }
+    return collective_args(
+        "all_to_all",
+        seq,
+        pg="1",
+        ranks=[0, 1, 2, 3],
+        nelems=256 * sum(split_in),
+        out_nelems=256 * sum(split_out),
+        **{"In split size": json.dumps(split_in), "Out split size": json.dumps(split_out)},
+    )
 
 
 def test_all_to_all_load_by_hand(store, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.builders import BASE, write_rank
+from tests.builders import BASE, collective_args, write_rank
 from tests.conftest import analyze, case
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
@@ -256,11 +256,7 @@ def _nccl(seqs: list[int], step_of: list[int] | None = None) -> list[dict]:
                     "correlation": 50 + k,
                     "device": 0,
                     "stream": 7,
-                    "Collective name": "allreduce",
-                    "Process Group Name": "0",
-                    "Seq": seq,
-                    "In msg nelems": 1024,
-                    "dtype": "Float",
+                    **collective_args(seq=seq, nelems=1024),
                 },
             }
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.builders import kernel, kineto, launch, step
+from tests.builders import collective_args, kernel, kineto, launch, step
 from tests.conftest import analyze
 from traceprof.analyses._common import ratio_interval
 from traceprof.engine.findings import summarize
@@ -40,16 +40,7 @@ def _rank(rank: int, steps: int, buckets: int = 1) -> list[dict]:
             t, seq = t0 + 1000.0 * b, s * buckets + b + 1
             ev.append(launch(t + 12, corr))
             ev.append(kernel("volta_sgemm_128x64_nn", 7, t + 20, gemm, corr))
-            comm = {
-                "Collective name": "allreduce",
-                "Process Group Name": "0",
-                "Process Group Ranks": "[0, 1]",
-                "Group size": 2,
-                "dtype": "Float",
-                "In msg nelems": 1048576,
-                "Out msg nelems": 1048576,
-                "Seq": seq,
-            }
+            comm = collective_args(seq=seq, ranks=[0, 1], nelems=1048576, out_nelems=1048576, group_size=2)
             ev.append(launch(t + 31, corr + 1))
             start = t + 20 + gemm + 5
             ev.append(kernel(NCCL, 20, start, t + 825 - start, corr + 1, **comm))

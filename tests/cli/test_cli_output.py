@@ -510,6 +510,18 @@ def test_sql_table_shows_a_hugeint_as_a_number(db):
     assert out.splitlines()[1] == "2039190000000,2020,170141183460469231731687303715884105727"
 
 
+def test_sql_table_shows_p_values_as_analysis_tables_do(db):
+    from tests._cli_inproc import run
+
+    # A p-value read back by SQL (a saved diff's p_value) printed 0.00 for 6e-08 and 0.0028; now two
+    # significant digits, as `analyze` and `diff` tables show it; other floats keep two decimals.
+    q = "SELECT 6e-08::DOUBLE AS p_value, 0.0028::DOUBLE AS floor_p_value, 0.0028::DOUBLE AS f"
+    code, out, err = run("sql", q, "--db", str(db))
+    assert code == 0, err
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert [c.strip() for c in row.split("│")[1:-1]] == ["6e-08", "0.0028", "0.00"]
+
+
 def test_sql_json_text_inside_nested_values_stays_escaped(db):
     from tests._cli_inproc import run
 

@@ -106,7 +106,7 @@ def test_runs_table_same_with_and_without_polars(db):
         columns, rows = s.run_rows()
         frame = s.runs()
     assert columns == frame.columns and rows == frame.rows()
-    numeric, cells = row_cells(rows)
+    numeric, cells = row_cells(columns, rows)
     assert cells == [list(r) for r in table_rows(frame)]
     assert numeric == [frame[c].dtype.is_numeric() for c in frame.columns]
     # run_id, name, world_size 4, ranks 4, dump_only_ranks 0, traces 4, events (11,652), sources,
@@ -121,13 +121,25 @@ def test_row_cells_shortens_and_tells_apart_like_table_rows():
     a, b = "x" * 50 + "_kernel_a", "x" * 50 + "_kernel_b"
     t = datetime(2026, 12, 5, 17, 0, 0)
     rows = [(1, a, 1234567, 0.5, True, t), (None, b, None, 2.0, False, t), (3, a, 7, None, None, None)]
-    numeric, cells = row_cells(rows)
+    numeric, cells = row_cells(["i", "s", "n", "f", "b", "t"], rows)
     frame = pl.DataFrame(rows, schema=["i", "s", "n", "f", "b", "t"], orient="row")
     assert cells == [list(r) for r in table_rows(frame)]
     forms = distinct_short([a, b], 48)
     assert (cells[0][1], cells[1][1], cells[2][1]) == (forms[a], forms[b], forms[a]) and forms[a] != forms[b]
     assert cells[0][2] == "1,234,567" and cells[1][0] == "" and cells[0][3] == "0.50"
     assert numeric == [True, False, True, True, False, False]
+
+
+def test_row_cells_show_p_values_as_every_table_does():
+    # A float in a p_value column keeps two significant digits (6e-08 read 0.00, 0.0028 too) as
+    # table_rows shows it; the same floats in another column get plain()'s two decimals.
+    rows = [(6e-08, 6e-08, 1), (0.0028, 0.0028, 2), (0.34, 0.34, None)]
+    columns = ["p_value", "f", "floor_p_value"]
+    numeric, cells = row_cells(columns, rows)
+    assert [r[:2] for r in cells] == [["6e-08", "0.00"], ["0.0028", "0.00"], ["0.34", "0.34"]]
+    assert [r[2] for r in cells] == ["1", "2", ""]  # ints in a p_value column: plain integers
+    frame = pl.DataFrame(rows, schema=columns, orient="row")
+    assert cells == [list(r) for r in table_rows(frame)]
 
 
 def _all_params():

@@ -151,13 +151,14 @@ def test_communication_beyond_the_waits_for_the_straggler_is_the_step_accounts_t
     # 27.1 ms of windows of 223.6, 219.2, 217.7 and 221.9 ms: 18.6, 12.2, 1.2 and 12.2% of the
     # window, median 12.2%: a problem (>= 5%). It read "ok ... 0%": the waits were subtracted as a
     # per-instance sum (rank 0: 386.5 ms, above its window) and clipped at 0.
-    from traceprof.analyses import overlap
+    from traceprof.analyses import _waits, overlap
 
     ingest(store, [SAMPLES / "straggler_rank2"], run="s2")
     f = summarize(store, "s2")
     comm = {x.topic: x for x in f.findings}["communication"]
     st, ov = f.results["stragglers"], f.results["overlap"].frame
-    got = overlap._beyond_waits(FindingsInput(f.results, {}, store, store.resolve_run("s2"), {}), st, [2])
+    inp = FindingsInput(f.results, {}, store, store.resolve_run("s2"), {})
+    got = _waits.beyond_waits(overlap._exposed(inp), overlap._copies(st, None), [2])
     xfer = analyze(store, "critical_path", "s2").frames()["ranks"].select("rank", "transfer_ns")
     both = ov.join(got, on="rank").join(xfer, on="rank").sort("rank")
     assert both["beyond_ns"].to_list() == both["transfer_ns"].to_list()
@@ -178,7 +179,7 @@ def test_communication_beyond_the_waits_reads_its_rows_alone_once_the_frame_is_l
     # rows alone and keeps nothing in the session (it read the whole frame again and kept it: the
     # report's peak on 8 ranks x 1 M events, 978-1,040 MiB), and gives the ns it gives from the frame
     # held: critical_path's transfer on straggler_rank2, as in the test above.
-    from traceprof.analyses import overlap
+    from traceprof.analyses import _waits, overlap
     from traceprof.engine import session
     from traceprof.engine.activity import activity
 
@@ -188,11 +189,11 @@ def test_communication_beyond_the_waits_reads_its_rows_alone_once_the_frame_is_l
         f = summarize(store, "s2")
         inp, st = FindingsInput(f.results, {}, store, run_id, {}), f.results["stragglers"]
         activity(store, run_id, detail=True)  # the frame held: its rows taken from it
-        held = overlap._beyond_waits(inp, st, [2]).sort("rank")
+        held = _waits.beyond_waits(overlap._exposed(inp), overlap._copies(st, None), [2]).sort("rank")
         s.let_go()
         assert s.memo is not None
         kept = set(s.memo)
-        alone = overlap._beyond_waits(inp, st, [2]).sort("rank")
+        alone = _waits.beyond_waits(overlap._exposed(inp), overlap._copies(st, None), [2]).sort("rank")
         assert set(s.memo) == kept
     assert alone.equals(held)
     assert alone["beyond_ns"].to_list() == [41_702_127, 26_744_317, 2_617_435, 27_147_544]

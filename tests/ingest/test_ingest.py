@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import collective_args
 from tests.conftest import corpus
 from traceprof.collectors.kineto import parse
 from traceprof.core.errors import TraceFormatError
@@ -62,13 +63,7 @@ def _new_style(rank: int = 0) -> dict:
                     "correlation": 42,
                     "device": 0,
                     "stream": 7,
-                    "Collective name": "allreduce",
-                    "Process Group Name": "0",
-                    "Seq": 3,
-                    "In msg nelems": 1024,
-                    "Out msg nelems": 1024,
-                    "dtype": "Float",
-                    "Group size": 2,
+                    **collective_args(seq=3, nelems=1024, out_nelems=1024, group_size=2),
                 },
             },
             {"ph": "s", "id": 42, "pid": 10, "tid": 10, "ts": 1001.001, "cat": "ac2g", "name": "ac2g"},

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from tests._cli_inproc import run
-from tests.builders import micro_trace
+from tests.builders import collective_args, micro_trace
 from tests.conftest import CORPUS
 from traceprof.core.errors import StoreError, TraceFormatError
 from traceprof.ingest.ingest import ingest
@@ -232,10 +232,7 @@ def test_collective_bytes_beyond_int64_drop_the_collective_only(tmp_path):
             "args": {
                 "device": 0,
                 "stream": 7,
-                "Collective name": "allreduce",
-                "In msg nelems": 2**62,
-                "Out msg nelems": 2**62,
-                "dtype": "Float",
+                **collective_args(pg=None, nelems=2**62, out_nelems=2**62),
             },
         }
     )
@@ -262,11 +259,7 @@ def _comm_kernel(**args) -> dict:
             "args": {
                 "device": 0,
                 "stream": 7,
-                "Collective name": "allreduce",
-                "Seq": 3,
-                "In msg nelems": 4,
-                "dtype": "Float",
-                **args,
+                **collective_args(seq=3, pg=None, nelems=4, **args),
             },
         }
     )

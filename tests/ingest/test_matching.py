@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.builders import BASE, gloo_rank, write_rank
+from tests.builders import BASE, collective_args, gloo_rank, write_rank
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.ingest import matching
 from traceprof.ingest.ingest import ingest
@@ -116,11 +116,7 @@ def _nccl_rank(seqs: list[int]) -> list[dict]:
                     "correlation": 50 + k,
                     "device": 0,
                     "stream": 7,
-                    "Collective name": "allreduce",
-                    "Process Group Name": "0",
-                    "Seq": seq,
-                    "In msg nelems": 1024,
-                    "dtype": "Float",
+                    **collective_args(seq=seq, nelems=1024),
                 },
             }
         )
@@ -679,11 +675,7 @@ def _renumbered_rank(first_step: int, late_us: int, collectives: bool = True, st
                         "correlation": 50 + s,
                         "device": 0,
                         "stream": 7,
-                        "Collective name": "allreduce",
-                        "Process Group Name": "0",
-                        "Seq": s + 1,
-                        "In msg nelems": 1024,
-                        "dtype": "Float",
+                        **collective_args(seq=s + 1, nelems=1024),
                     },
                 }
             )

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.builders import collective_args
 from tests.conftest import analyze, case
 from traceprof.core.errors import TraceFormatError
 from traceprof.ingest.ingest import ingest
@@ -368,9 +369,7 @@ def test_one_correlation_id_on_two_launches_warns_and_pairs_with_the_earliest(tm
                 "correlation": 7,
                 "device": 0,
                 "stream": 7,
-                "Collective name": "allreduce",
-                "Process Group Name": "0",
-                "Seq": 1,
+                **collective_args(seq=1, dtype=None),
             },
         },
     ]

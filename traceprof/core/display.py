@@ -46,6 +46,7 @@ __all__ = [
     "timestamp",
     "plain",
     "shown_rows",
+    "value_cell",
     "table_columns",
     "table_rows",
     "row_cells",
@@ -130,6 +131,16 @@ def long_cell(text: str) -> str:
     return f"{text[:half]} … [{len(text):,} characters; -f csv or -f json prints the value whole] … {text[-half:]}"
 
 
+def value_cell(column: str, v: object, decimals: int = 2) -> str:
+    """One value of column ``column`` in any table (terminal, report, ``sql``, the runs'): the one
+    rule for p-values, a float in a column named ``p_value`` or ``*p_value`` with two significant
+    digits (``6e-08``, ``0.0028``, ``0.34``: two decimals read 6e-08 as 0.00, as they did 0.0028);
+    any other value as :func:`plain` with ``decimals``."""
+    if isinstance(v, float) and column.endswith("p_value"):
+        return f"{v:.2g}"
+    return plain(v, decimals)
+
+
 def cell(v: object, ns: bool | str = False, width: int = 48) -> str:
     """One terminal table cell: a duration when ``ns`` is True (human units), a time of day when
     it is ``"time"`` (``"date"``: with the date), strings shortened to ``width``, else :func:`plain`."""
@@ -153,9 +164,8 @@ class ColumnFormat:
             ``first_arrival_utc``), or the name as it is.
         kind: ``duration`` (ns shown in ``unit``), ``time``/``date`` (epoch ns as a UTC time of day,
             with the date), ``scaled`` (a count or size divided by ``scale``), ``metric`` (each row
-            in the unit its ``metric`` cell names: a diff's metrics table), ``ns`` (exact ints),
-            ``pvalue`` (two significant digits: ``6e-08``, ``0.0028``, ``0.34``, never ``0.00``) or
-            ``plain``.
+            in the unit its ``metric`` cell names: a diff's metrics table), ``ns`` (exact ints) or
+            ``plain`` (:func:`value_cell`: p-values with two significant digits).
         scale: What a value is divided by (ns per ``unit`` for a duration).
         unit: The unit the cells are in (``ms``), "" for none.
         decimals: Decimal places of the cells (chosen so the column's median has three
@@ -219,9 +229,6 @@ def column_formats(df: pl.DataFrame, units: str = "human") -> list[ColumnFormat]
         dtype = df[c].dtype
         if not dtype.is_numeric():
             out.append(ColumnFormat(c))
-            continue
-        if c.endswith("p_value") and dtype.is_float():  # a p of 6e-08 read 0.00, as did 0.0028
-            out.append(ColumnFormat(c, "pvalue"))
             continue
         if units == "ns":
             out.append(ColumnFormat(c, "ns" if c.endswith("_ns") or c == "ns" else "plain"))
@@ -312,8 +319,6 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
         return plain(v)
     if f.kind in ("time", "date"):
         return timestamp(int(v), f.kind == "date")
-    if f.kind == "pvalue":
-        return f"{v:.2g}"
     if f.kind in ("duration", "scaled"):
         x = v / f.scale
         text = f"{x:,.{f.decimals}f}"
@@ -322,7 +327,7 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
         return text
     if f.kind == "metric" and row_metric is not None:
         return _metric_cell(v, row_metric)
-    return plain(v, f.decimals)
+    return value_cell(f.header, v, f.decimals)
 
 
 def shown_rows(df: pl.DataFrame, most: int, worst: str = "") -> tuple[pl.DataFrame, str]:
@@ -363,10 +368,13 @@ def table_rows(df: pl.DataFrame, units: str = "human", width: int = 48) -> Itera
         ]
 
 
-def row_cells(rows: Sequence[Sequence[object]], width: int = 48) -> tuple[list[bool], list[list[str]]]:
-    """:func:`table_rows` for rows of Python values (DuckDB's ``fetchall()``), without polars, with
-    ``units="ns"``'s cells: which columns are numeric (every value an int or float, not a bool),
-    and each row's cells (strings shortened and told apart as :func:`table_rows` does)."""
+def row_cells(
+    columns: Sequence[str], rows: Sequence[Sequence[object]], width: int = 48
+) -> tuple[list[bool], list[list[str]]]:
+    """:func:`table_rows` for rows of Python values (DuckDB's ``fetchall()``) under ``columns``,
+    without polars, with ``units="ns"``'s cells: which columns are numeric (every value an int or
+    float, not a bool), and each row's cells (strings shortened and told apart as :func:`table_rows`
+    does, other values as :func:`value_cell`)."""
     cols = list(zip(*rows, strict=True)) if rows else []
     numeric = [
         all(isinstance(v, int | float) and not isinstance(v, bool) for v in c if v is not None) for c in cols
@@ -380,7 +388,9 @@ def row_cells(rows: Sequence[Sequence[object]], width: int = 48) -> tuple[list[b
 
     def one(i: int, v: object) -> str:
         short = names[i]
-        return short[v] if short is not None and isinstance(v, str) else cell(v, False, width)
+        if isinstance(v, str):
+            return short[v] if short is not None else shorten(v, width)
+        return value_cell(columns[i], v)
 
     cells = [[one(i, v) for i, v in enumerate(row)] for row in rows]
     return numeric, cells

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Vocab", "TraceSource", "CollectiveSource", "EventKind", "EventClass", "Flag"]
+__all__ = ["Vocab", "TraceSource", "CollectiveSource", "EventKind", "EventClass", "Flag", "MemoryCategory"]
 
 
 class Vocab(str, Enum):
@@ -103,3 +103,18 @@ class Flag(Vocab):
     overrun = "overrun"
     launch_skew = "launch_skew"
     unclosed = "unclosed"
+
+
+class MemoryCategory(Vocab):
+    """``memory_events.category`` of a ``memory_timeline`` trace: torch's categories, in the order of
+    its category indexes (``_CATEGORY_TO_INDEX``), which the collector reads them by and the memory
+    analysis' per-category columns follow."""
+
+    parameter = "parameter"
+    optimizer_state = "optimizer_state"
+    input = "input"
+    temporary = "temporary"
+    activation = "activation"
+    gradient = "gradient"
+    autograd_detail = "autograd_detail"
+    unknown = "unknown"

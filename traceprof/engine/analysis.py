@@ -509,13 +509,26 @@ def shared_done(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -
     return slot is not None and slot.done
 
 
+# Two kinds of memory are let go of, by different means, so there are two mechanisms, not one:
+# a Python value a :func:`shared` helper keeps in the session's memo, under its key
+# (:func:`drop_shared`, and :func:`release_shared` that does it one analysis at a time), and the
+# blocks of the store DuckDB keeps cached in its buffer pool, which belong to no key and go all
+# at once (:func:`release_pool`). A caller done with both calls both (whatif's compute items).
+
+
+def _one_at_a_time(store: Any) -> Any:
+    """``store``'s session while it runs one analysis at a time (``traceprof analyze``, or a
+    report's heavy group: :attr:`Session.many` off), else None (a bare store, a report's shared phase)."""
+    s = _session(store)
+    return s if s is not None and not s.many else None
+
+
 def release_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -> None:
     """Outside a session that runs many analyses (``traceprof analyze``: one analysis and those it
     requires), let go of the kept result of the :func:`shared` helper ``fn`` for these arguments
     (given as its caller gave them): its last reader has taken what it needs, and a later caller
     computes it again. In a report (:func:`reusing`) the result stays for the other analyses."""
-    s = _session(store)
-    if s is not None and not s.many:
+    if _one_at_a_time(store) is not None:
         drop_shared(fn, store, *args, **kwargs)
 
 
@@ -524,9 +537,10 @@ def release_pool(store: Any) -> None:
     time, nothing else queries the store meanwhile), make DuckDB drop the store's blocks it keeps
     cached in its buffer pool (``Session.empty_buffer_pool``): for an analysis whose peak comes
     after its reads (the what-if replay's graph), not on top of the blocks they left. A later query
-    reads them again. On a bare store or in a report's shared phase it does nothing."""
-    s = _session(store)
-    if s is not None and not s.many:
+    reads them again. On a bare store or in a report's shared phase it does nothing. Not a
+    :func:`drop_shared`: those blocks are DuckDB's, held under no memo key, and go all together."""
+    s = _one_at_a_time(store)
+    if s is not None:
         s.empty_buffer_pool()
 
 
@@ -534,7 +548,8 @@ def drop_shared(fn: Callable[..., Any], store: Any, *args: Any, **kwargs: Any) -
     """Let go of the kept result of the :func:`shared` helper ``fn`` for these arguments (given as
     its caller gave them) in any session, a report's too (:func:`release_shared` keeps it there):
     for a value read once, after the analyses, that no other reader shares (the report's findings
-    reading a few columns of the activity alone). A later caller computes it again."""
+    reading a few columns of the activity alone). A later caller computes it again. It frees one
+    Python value of the session's memo; DuckDB's cached blocks are :func:`release_pool`'s."""
     s = _session(store)
     if s is not None and s.memo is not None:
         s.release(_shared_key(fn, args, kwargs))

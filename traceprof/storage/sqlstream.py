@@ -31,19 +31,20 @@ from traceprof.storage.store import Store, damaged
 __all__ = ["stream", "SqlStream"]
 
 T = TypeVar("T")
+#: DuckDB type ids whose values stay as they are (numbers and booleans); every other value is text.
 _KEEP = frozenset(
     {
-        "BOOLEAN",
-        "TINYINT",
-        "SMALLINT",
-        "INTEGER",
-        "BIGINT",
-        "UTINYINT",
-        "USMALLINT",
-        "UINTEGER",
-        "UBIGINT",
-        "FLOAT",
-        "DOUBLE",
+        "boolean",
+        "tinyint",
+        "smallint",
+        "integer",
+        "bigint",
+        "utinyint",
+        "usmallint",
+        "uinteger",
+        "ubigint",
+        "float",
+        "double",
     }
 )
 
@@ -128,40 +129,37 @@ def stream(
     deadline = _Budget(timeout_s)
 
     convert: list[Callable[[Any], Any] | None] = []  # per column: its value for JSON, or for a table
-    wide: list[bool] = []  # per column: a HUGEINT or UHUGEINT
 
     def start() -> tuple[list[str], list[str], Any]:
         rel = store.con.sql(query)
         if rel is None:  # a statement without a result
             return [], [], iter(())
-        columns, types, ids = list(rel.columns), [str(t) for t in rel.types], [t.id for t in rel.types]
+        columns = list(rel.columns)
+        ids: list[str] = [t.id for t in rel.types]
         names = [f"c{i}" for i in range(len(columns))]
         sel = ", ".join(
             n
-            if t in _KEEP
+            if i in _KEEP
             else f"to_json({n})::VARCHAR"
             if as_json and i in _NESTED
             else f"CAST({n} AS VARCHAR)"
-            for n, t, i in zip(names, types, ids, strict=True)
+            for n, i in zip(names, ids, strict=True)
         )
         if as_json:
             convert[:] = [_nested if i in _NESTED else _wide if i in _WIDE else None for i in ids]
         else:  # a table or CSV: a HUGEINT (``sum()`` of a BIGINT column) is a number like any other
             convert[:] = [_whole if i in _WIDE else None for i in ids]
-        wide[:] = [i in _WIDE for i in ids]
         limit = "" if max_rows is None or max_rows >= 2**62 else f" LIMIT {int(max_rows) + 1}"  # beyond: all
         sql = f"SELECT {sel} FROM _q AS _q({', '.join(names)}){limit}"
         projected = rel.query("_q", sql)
         assert projected is not None  # a SELECT always has a result
-        return columns, types, iter(projected.to_arrow_reader(batch_rows))
+        return columns, ids, iter(projected.to_arrow_reader(batch_rows))
 
     try:
-        columns, types, reader = deadline.run(store, start)
+        columns, ids, reader = deadline.run(store, start)
     except duckdb.Error as e:
         raise _error(e) from None
-    out = SqlStream(
-        columns, [t in _KEEP or w for t, w in zip(types, wide, strict=True)], statements=statements
-    )
+    out = SqlStream(columns, [i in _KEEP or i in _WIDE for i in ids], statements=statements)
 
     def rows() -> Iterator[tuple[Any, ...]]:
         n = 0

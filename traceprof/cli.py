@@ -352,7 +352,7 @@ def _print_table(
             no_wrap=num,
             max_width=wrap.get(c),
         )  # numbers never wrap
-    from traceprof.core.display import long_cell, value_cell  # the one cell rule (separators, bytes, p-values)
+    from traceprof.core.display import long_cell, value_cell  # one cell rule: separators, bytes, p-values
 
     for row in rows:
         t.add_row(*(term.text(long_cell(value_cell(c, v))) for c, v in zip(columns, row, strict=True)))

@@ -92,3 +92,33 @@ def test_a_template_that_cannot_be_built_leaves_the_store_made_by_statements(tmp
             ("duckdb",)
         ]
     assert not (tmp_path / "cache" / "traceprof").exists() or not _templates(tmp_path / "cache")
+
+
+def test_stores_created_at_once_with_no_template_each_get_a_whole_one(tmp_path, monkeypatch):
+    # two first ingests at once (here two threads): each builds a template under a name of its own
+    # and renames it into place whole; every store copied opens with the schema
+    import threading
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    errors: list[BaseException] = []
+
+    def create(i: int) -> None:
+        try:
+            Store(tmp_path / f"s{i}.duckdb").close()
+        except BaseException as e:  # noqa: BLE001 - raised by the test below
+            errors.append(e)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    names = _templates(cache)
+    assert 1 <= len(names) <= 3 and not list((cache / "traceprof").glob(".*.tmp*"))
+    for name in names:  # each whole: its bytes match its name
+        data = (cache / "traceprof" / name).read_bytes()
+        assert name.endswith(f"-{hashlib.sha256(data).hexdigest()[:16]}.duckdb")
+    made = _schema(tmp_path / "s0.duckdb")
+    assert _schema(tmp_path / "s1.duckdb") == made == _schema(tmp_path / "s2.duckdb")

@@ -27,9 +27,9 @@ def test_a_store_created_in_the_background_is_the_store_created_at_once(tmp_path
     gate = threading.Event()
     real = store_mod._create_file
 
-    def held(path):  # the thread waits until the caller has gone on
+    def held(path, *layout):  # the thread waits until the caller has gone on
         assert gate.wait(10)
-        real(path)
+        real(path, *layout)
 
     monkeypatch.setattr(store_mod, "_create_file", held)
     s = Store(tmp_path / "b.duckdb", background=True)
@@ -48,7 +48,7 @@ def test_a_store_created_in_the_background_is_the_store_created_at_once(tmp_path
 
 
 def test_a_failed_background_creation_is_raised_at_first_use_and_leaves_nothing(tmp_path, monkeypatch):
-    def refused(path):
+    def refused(path, *layout):
         raise OSError(13, "Permission denied")
 
     monkeypatch.setattr(store_mod, "_create_file", refused)

@@ -721,24 +721,31 @@ def test_multi_member_and_corrupt_gzip(tmp_path):
         fileio.read_maybe_gzip(path)
 
 
-def test_a_store_file_is_created_whole_or_not_at_all(tmp_path, monkeypatch):
-    """DuckDB writing a new file's headers when the process dies: the store path gets no half-made
-    file (a later open failed with "not a valid DuckDB database file"); the partial file beside it
-    is replaced by the next creation."""
+@pytest.mark.parametrize("made_by", ["duckdb", "template"])
+def test_a_store_file_is_created_whole_or_not_at_all(tmp_path, monkeypatch, made_by):
+    """DuckDB writing a new file's headers (or the copy of the empty store,
+    ``traceprof.storage.template``) when the process dies: the store path gets no half-made file (a
+    later open failed with "not a valid DuckDB database file"); the partial file beside it is
+    replaced by the next creation."""
     import traceprof.storage.store as store_mod
+    from traceprof.storage import template
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     db = tmp_path / "s.duckdb"
-    real = duckdb.connect
 
     def killed(path, *a, **k):  # a few bytes of a header, then the process is gone
         Path(path).write_bytes(b"\0" * 100)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(store_mod.duckdb, "connect", killed)
-    with pytest.raises(KeyboardInterrupt):
-        Store(db)
-    assert not db.exists() and (tmp_path / "s.duckdb.new").exists()
-    monkeypatch.setattr(store_mod.duckdb, "connect", real)
+    with monkeypatch.context() as m:
+        if made_by == "duckdb":
+            m.setattr(template, "copy_to", lambda path: False)  # no template: DuckDB makes the file
+            m.setattr(store_mod.duckdb, "connect", killed)
+        else:
+            m.setattr(template, "copy_to", killed)
+        with pytest.raises(KeyboardInterrupt):
+            Store(db)
+        assert not db.exists() and (tmp_path / "s.duckdb.new").exists()
     with Store(db) as s:
         assert s.created and s.sql("SELECT count(*) FROM runs").row(0) == (0,)
     assert not (tmp_path / "s.duckdb.new").exists()

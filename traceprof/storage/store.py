@@ -30,7 +30,7 @@ from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
 from traceprof.core.procs import counted_sigint, deferred_sigint
 from traceprof.core.vocab import PROFILER_SOURCES, TraceSource
-from traceprof.storage import sandbox
+from traceprof.storage import sandbox, template
 from traceprof.storage.identity import check_append, check_within
 from traceprof.storage.layout import (
     LAYOUTS,
@@ -134,15 +134,18 @@ def damaged(e: BaseException, path: str | Path | None = None) -> StoreError | No
     )
 
 
-def _create_file(path: Path) -> None:
-    """Create an empty DuckDB file at ``path`` whole or not at all: DuckDB writes it beside (as
-    ``<name>.new``) and it is renamed into place. A process killed while DuckDB wrote the file's
+def _create_file(path: Path, layout: str = "duckdb") -> None:
+    """Create a new store file at ``path`` whole or not at all: it is written beside (as
+    ``<name>.new``) and renamed into place. A process killed while DuckDB wrote the file's
     headers left a file no later open could read ("not a valid DuckDB database file"); now it
     leaves at most the ``.new`` file, which the next creation replaces. Call with the store's
-    exclusive lock held."""
+    exclusive lock held. A DuckDB-layout store is a copy of the empty store of this schema
+    (:mod:`traceprof.storage.template`, its schema made already) where there is one; otherwise an
+    empty DuckDB file, whose schema :meth:`Store._check_or_create` creates."""
     tmp = path.with_name(path.name + ".new")
     tmp.unlink(missing_ok=True)
-    duckdb.connect(str(tmp)).close()
+    if layout != "duckdb" or not template.copy_to(tmp):
+        duckdb.connect(str(tmp)).close()
     os.replace(tmp, path)
 
 
@@ -255,7 +258,7 @@ class Store:
         try:
             try:
                 if not existed and not read_only:
-                    _create_file(self.path)
+                    _create_file(self.path, self.layout)
                 # Read-only: external access is disabled once the store's own files are allowed.
                 self.con = (
                     sandbox.connect(str(self.path))
@@ -416,17 +419,17 @@ class Store:
             if read_only:
                 raise StoreError(f"{self.path}: empty store; run `traceprof ingest PATH` first")
             with self.transaction() as con:
-                if self.layout == "duckdb":  # one call: 224 statements, one round trip (10% less CPU)
-                    con.execute(";\n".join(schema.ddl(self.layout)))
-                for stmt in schema.ddl(self.layout) if self.layout != "duckdb" else ():
+                if self.layout == "duckdb":  # no template could be copied (_create_file)
+                    template.create_schema(con)
+                    return
+                for stmt in schema.ddl(self.layout):
                     if self.layout == "parquet" and self.dataset is None and stmt.startswith("CREATE VIEW"):
                         self.dataset = Dataset(con, self.path)  # the views read its temporary views
                         self.dataset.sweep()  # a stale folder of an earlier store of this name
                         self.dataset.refresh()
                     con.execute(stmt)
-                con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
-                con.execute("INSERT INTO meta VALUES ('layout', ?)", [self.layout])
-                con.execute("INSERT INTO meta VALUES ('views', ?)", [schema.views_digest()])
+                for key, value in template.meta_rows(self.layout):
+                    con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
             return
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         version = int(row[0]) if row else -1

@@ -734,3 +734,9 @@ def test_a_rank_whose_trace_starts_a_step_later_is_aligned_by_step_number(store,
         "rank 0 has no step 4 (its trace does not record it): that step is taken over the ranks that have it"
         in (cp.notes)
     )
+    # the summary says it first, with the ranks ("Ranks: ..."), as it says an untraced rank
+    from traceprof.engine.findings import summarize
+
+    assert summarize(store, "run").coverage == (
+        "rank 0 has no step 4 (its trace does not record it): that step is taken over the ranks that have it"
+    )

@@ -67,6 +67,7 @@ else:
 
 __all__ = [
     "ARRIVAL_SQL",
+    "missing_step_notes",
     "P2P_OPS",
     "CROSS_STEP_SHARE",
     "MatchSummary",
@@ -157,6 +158,32 @@ class MatchSummary:
     incomplete: int
     unmatched_p2p: int = 0
     notes: tuple[str, ...] = field(default=())
+
+
+def missing_step_notes(steps: pl.DataFrame) -> list[str]:
+    """One note per rank that lacks steps other ranks have (its trace starts a step later, ends a
+    step earlier, or lost a ProfilerStep): ``rank 0 has no step 4 ...``. Per-rank figures leave
+    the step out on that rank; figures across ranks take that step over the ranks that have it.
+
+    Args:
+        steps: rank, step (the run's step, ``matching.run_steps``; null: no steps), one row per
+            (rank, step) or more.
+    """
+    have = steps.filter(pl.col("step").is_not_null()).select("rank", "step").unique()
+    if have.is_empty():
+        return []
+    every = have["step"].unique().sort()
+    notes = []
+    for r in sorted(have["rank"].unique().to_list()):
+        lost = every.filter(~every.is_in(have.filter(pl.col("rank") == r)["step"].implode())).to_list()
+        if lost:
+            one = len(lost) == 1
+            notes.append(
+                f"rank {r} has no step {', '.join(map(str, lost))} (its trace does not record "
+                f"{'it' if one else 'them'}): {'that step is' if one else 'those steps are'} taken over the "
+                "ranks that have it"
+            )
+    return notes
 
 
 def canonical_ranks(value: Any) -> str | None:

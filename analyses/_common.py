@@ -19,6 +19,7 @@ import polars as pl
 from traceprof.core.errors import UsageError
 from traceprof.engine.activity import GRAPH_LEVEL_NOTE
 from traceprof.engine.analysis import FrameResult
+from traceprof.ingest.matching import missing_step_notes  # the run's steps' one rule, here for analyses
 
 __all__ = [
     "step_windows",
@@ -202,29 +203,3 @@ def step_windows(steps: pl.DataFrame, keep: list[str] | None = None) -> pl.DataF
     )
     w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
     return w.select("rank", "step", "start_ns", "end_ns", *(keep or []))
-
-
-def missing_step_notes(steps: pl.DataFrame) -> list[str]:
-    """One note per rank that lacks steps other ranks have (its trace starts a step later, ends a
-    step earlier, or lost a ProfilerStep): ``rank 0 has no step 4 ...``. Per-rank figures leave
-    the step out on that rank; figures across ranks take that step over the ranks that have it.
-
-    Args:
-        steps: rank, step (the run's step, ``matching.run_steps``; null: no steps), one row per
-            (rank, step) or more.
-    """
-    have = steps.filter(pl.col("step").is_not_null()).select("rank", "step").unique()
-    if have.is_empty():
-        return []
-    every = have["step"].unique().sort()
-    notes = []
-    for r in sorted(have["rank"].unique().to_list()):
-        lost = every.filter(~every.is_in(have.filter(pl.col("rank") == r)["step"].implode())).to_list()
-        if lost:
-            one = len(lost) == 1
-            notes.append(
-                f"rank {r} has no step {', '.join(map(str, lost))} (its trace does not record "
-                f"{'it' if one else 'them'}): {'that step is' if one else 'those steps are'} taken over the "
-                "ranks that have it"
-            )
-    return notes

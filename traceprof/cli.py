@@ -1425,19 +1425,14 @@ def history(
     before it crosses the diff gate)."""
     from traceprof.api import open as open_session
 
-    if window < 1:  # here, before the store opens, to echo it as typed (the library checks it too)
-        raise UsageError(f"--window {_typed('window', window)}: must be at least 1")
+    if window < 2:  # here, before the store opens, to echo it as typed (the library checks it too)
+        raise UsageError(
+            f"--window {_typed('window', window)}: must be at least 2 (a noise band needs 2+ earlier runs)"
+        )
     mfu_options = _mfu_options(param)  # a bad -p before the store is opened
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
-        res = s.history(job, window=window, mfu_options=mfu_options)
+        res = s.history(job, window=window, mfu_options=mfu_options, metrics=metric or ())
     frame = res.frame
-    if metric:
-        unknown = sorted(set(metric) - set(frame["metric"]))
-        if unknown:
-            raise UsageError(
-                f"--metric {unknown[0]!r}: the job has metrics {', '.join(dict.fromkeys(frame['metric']))}"
-            )
-        frame = frame.filter(pl.col("metric").is_in(metric))
     if fmt is Format.json:
         sys.stdout.write(
             orjson.dumps({**res.to_dict(), "rows": frame.to_dicts()}, option=orjson.OPT_INDENT_2).decode()

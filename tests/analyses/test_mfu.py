@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from tests.builders import GPU_STEP, op, write_rank, write_run
@@ -357,3 +358,28 @@ def test_a_long_step_with_one_short_kernel_uses_the_step_time(store, tmp_path):
     assert res.job["mfu_pct"][0] == pytest.approx(r["mfu_pct"])
     # the same step time as critical_path's step account
     assert analyze(store, "critical_path").frame["step_ns"].to_list() == [395_045_000]
+
+
+def test_job_throughput_counts_the_time_of_the_rank_steps_it_has():
+    # 2 ranks, steps 4-6 of 1 ms, 1 GFLOP per rank-step, peak 10 TFLOP/s each; rank 1's trace lacks
+    # step 4. Device time: 1 ms x 1 + 1 ms x 2 + 1 ms x 2 = 5 ms for 5 GFLOP: 1 TFLOP/s per device
+    # (the FLOPs of 5 rank-steps over the time of 6 read 0.833), MFU 10 %.
+    from traceprof.analyses.mfu import _job
+
+    rows = [(0, 4), (0, 5), (0, 6), (1, 5), (1, 6)]
+    frame = pl.DataFrame(
+        {
+            "rank": [r for r, _ in rows],
+            "step": [s for _, s in rows],
+            "step_ns": [1_000_000] * 5,
+            "flops": [1e9] * 5,
+            "peak_tflops": [10.0] * 5,
+            "flops_source": ["shapes"] * 5,
+        }
+    )
+    job = _job(frame, None).row(0, named=True)
+    assert job["tflops"] == pytest.approx(1.0) and job["mfu_pct"] == pytest.approx(10.0)
+    assert (job["ranks"], job["steps"], job["time_ns"], job["peak_tflops"]) == (2, 3, 3_000_000, 10.0)
+    # every rank in every step: as before, FLOPs / (time x ranks)
+    full = _job(frame.vstack(frame.head(1).with_columns(pl.lit(1, pl.Int64).alias("rank"))), None).row(0, named=True)
+    assert full["tflops"] == pytest.approx(6e9 / 3e6 / 1e3 / 2) and full["mfu_pct"] == pytest.approx(10.0)

@@ -32,7 +32,7 @@ NUMBERS = [
     (["sql", "SELECT 1", "--timeout", "0.0"], "--timeout 0.0: expected seconds above 0"),
     (["sql", "SELECT 1", "--timeout", "nan"], "--timeout nan: "),
     (["sql", "SELECT 1", "--max-rows", "-01"], "--max-rows -01: expected 0 (all) or more"),
-    (["history", "job", "--window", "-0"], "--window -0: must be at least 1"),
+    (["history", "job", "--window", "-0"], "--window -0: must be at least 2"),
     (["collect", "-n", "00", "-o", "OUT", "--", "python", "-c", "pass"], "--nproc 00: expected 1 or more"),
 ]
 

@@ -59,6 +59,13 @@ def test_noise_band_and_drift_by_hand(store, tmp_path):
     assert "outside the noise band of the runs before: job_4 compute_ns, job_4 idle_ns" in h.notes
     flops = h.frame.filter(h.frame["metric"] == "flops")
     assert flops["value"].unique().to_list() == [128.0] and not flops["change_point"].any()  # one mm: 2*4*4*4
+    # only compute_ns: its rows, and notes of it alone (idle's drift is no longer said)
+    only = history(store, "job_", metrics=["compute_ns"])
+    assert set(only.frame["metric"]) == {"compute_ns"} and only.frame.height == 5
+    assert "outside the noise band of the runs before: job_4 compute_ns" in only.notes
+    assert not [n for n in only.notes if "idle_ns" in n]
+    with pytest.raises(UsageError, match="--metric 'nosuch': the job has metrics "):
+        history(store, "job_", metrics=["nosuch"])
 
 
 def test_job_not_found_and_bad_window(store, tmp_path):
@@ -67,6 +74,11 @@ def test_job_not_found_and_bad_window(store, tmp_path):
         history(store, "zz")
     with pytest.raises(UsageError, match="--window 0"):
         history(store, "a", window=0)
+    # one earlier run shows no run-to-run spread: a window of 1 could never give a band
+    with pytest.raises(
+        UsageError, match=r"--window 1: must be at least 2 \(a noise band needs 2\+ earlier runs\)"
+    ):
+        history(store, "a", window=1)
 
 
 def test_diff_rates_on_micro_runs(store, tmp_path):

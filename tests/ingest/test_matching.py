@@ -734,3 +734,25 @@ def test_a_rank_whose_trace_starts_a_step_later_is_aligned_by_step_number(store,
         "rank 0 has no step 4 (its trace does not record it): that step is taken over the ranks that have it"
         in (cp.notes)
     )
+    # the summary says it first, with the ranks ("Ranks: ..."), as it says an untraced rank
+    from traceprof.engine.findings import summarize
+
+    assert summarize(store, "run").coverage == (
+        "rank 0 has no step 4 (its trace does not record it): that step is taken over the ranks that have it"
+    )
+
+
+def test_missing_step_notes_by_hand():
+    # rank 0 has 4-8; rank 1 lacks 4 (starts later) and 6 (lost between 5 and 7); rank 2 lacks 7 and 8
+    # (ends earlier): only rank 1's step 6 lies inside its steps, so its time is in its step 7
+    have = {0: [4, 5, 6, 7, 8], 1: [5, 7, 8], 2: [4, 5, 6]}
+    steps = pl.DataFrame(
+        {"rank": [r for r, s in have.items() for _ in s], "step": [x for s in have.values() for x in s]}
+    )
+    assert matching.missing_step_notes(steps) == [
+        "rank 1 has no step 4, 6 (its trace does not record them): those steps are taken over the ranks "
+        "that have it; its time of step 6 is counted in its step 7",
+        "rank 2 has no step 7, 8 (its trace does not record them): those steps are taken over the ranks "
+        "that have it",
+    ]
+    assert matching.missing_step_notes(steps.filter(pl.col("rank") == 0)) == []

@@ -97,6 +97,31 @@ def test_older_schema_version_names_what_to_reingest(tmp_path):
     assert db.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    ("value", "said"), [("'abc'", "'abc', not a number"), ("'٣'", "'٣', not a number"), (None, "missing")]
+)
+def test_a_schema_version_that_is_no_number_is_a_damaged_store(tmp_path, value, said):
+    # 'abc' raised a ValueError traceback (int('abc')); a missing row read as "version -1"; the
+    # Arabic-Indic digit three is a digit to str.isdigit, not a version
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        ingest(store, [SAMPLES / "normal"])
+    con = duckdb.connect(str(db))
+    if value is None:
+        con.execute("DELETE FROM meta WHERE key = 'schema_version'")
+    else:
+        con.execute(f"UPDATE meta SET value = {value} WHERE key = 'schema_version'")
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(SchemaVersionError) as e:
+        Store(db, read_only=True)
+    assert str(e.value).startswith(
+        f"{db}: the store's schema version is {said} (this traceprof reads version {schema.SCHEMA_VERSION}): "
+        "a damaged store; re-ingest the traces into a new store: run 'normal' (4 files: "
+    ), str(e.value)
+    assert db.read_bytes() == before
+
+
 def test_older_schema_version_listing_is_bounded_and_tolerant(tmp_path):
     db = tmp_path / "s.duckdb"
     Store(db).close()

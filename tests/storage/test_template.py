@@ -50,10 +50,10 @@ def test_a_store_copied_from_the_template_holds_the_schema_made_by_statements(tm
     assert made == [1]
     copied = _schema(tmp_path / "copied.duckdb")
     assert copied == _schema(tmp_path / "made.duckdb") == _schema(tmp_path / "first.duckdb")
-    # 224 statements made it: 13 tables and views, 211 comments (the tables' and their columns')
+    # 226 statements made it (schema 9): 13 tables and views, 213 comments (the tables' and their columns')
     tables, views, columns = copied[0], copied[1], copied[2]
     assert len(tables) + len(views) == 13
-    assert sum(c is not None for _, c, _ in tables + views) + sum(r[4] is not None for r in columns) == 211
+    assert sum(c is not None for _, c, _ in tables + views) + sum(r[4] is not None for r in columns) == 213
     assert [k for k, _ in copied[4]] == ["schema_version", "layout", "views"]
 
 
@@ -70,6 +70,31 @@ def test_a_template_whose_bytes_changed_is_replaced(tmp_path, monkeypatch):
     data = (cache / "traceprof" / again).read_bytes()
     assert len(data) > 4096 and again.endswith(f"-{hashlib.sha256(data).hexdigest()[:16]}.duckdb")
     assert not list((cache / "traceprof").glob(".*.tmp*"))  # the build left nothing beside it
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink to /dev/zero", "too large"])
+def test_a_template_name_that_is_no_regular_file_is_not_read(tmp_path, monkeypatch, kind):
+    # A FIFO of the template's name blocked the read (ingest hung); a link to /dev/zero would never end
+    # it. Such a name is not read: replaced by a template built again, and the store opens.
+    import os
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    Store(tmp_path / "a.duckdb").close()
+    (name,) = _templates(cache)
+    path = cache / "traceprof" / name
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "too large":
+        with open(path, "wb") as f:
+            f.truncate(template.MAX_TEMPLATE_BYTES + 1)
+    else:
+        path.symlink_to("/dev/zero")
+    with Store(tmp_path / "b.duckdb") as s:
+        assert s.con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+    (again,) = _templates(cache)  # the odd entry removed, a whole template in its place
+    assert (cache / "traceprof" / again).is_file() and not (cache / "traceprof" / again).is_symlink()
 
 
 def test_a_parquet_store_is_not_copied(tmp_path, monkeypatch):

@@ -125,7 +125,9 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
       4. Within a step, the k-th send of a (group, src, dst) in arrival order is the k-th recv of
          it (as the transport delivers them): an instance seen by the two ranks, its wait the
          earlier arrival's until the later one's. Ops paired by peer (1) and by the two-rank rule
-         (3) are never paired with each other.
+         (3) are never paired with each other. Where a step's sends of a (group, src, dst) are
+         not as many as its recvs (a record lost, or cut at the profiler's stop), order cannot
+         tell which goes with which: none of them is paired (their time stays transfer).
 
     Args:
         source: The collectives source (default: the one with the most unmatched point-to-point
@@ -165,11 +167,15 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
                                             ORDER BY arrival_ns, start_ns) AS k
                   FROM o),
             m AS (SELECT d.*, dense_rank() OVER (ORDER BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step, k) AS pair,
-                         count(*) OVER (PARTITION BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step, k) AS n
+                         count(*) OVER (PARTITION BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step, k) AS n,
+                         count(*) FILTER (WHERE op = 'send')
+                             OVER (PARTITION BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step) AS n_send,
+                         count(*) FILTER (WHERE op = 'recv')
+                             OVER (PARTITION BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step) AS n_recv
                   FROM d)
             SELECT -pair AS instance_id, rank, step, op, nullif(g_pg, '') AS pg, bytes,
                    CAST(k AS INTEGER) AS ordinal, 2 AS n_ranks, arrival_ns, end_ns, start_ns
-            FROM m WHERE n = 2 ORDER BY instance_id, rank""",
+            FROM m WHERE n = 2 AND n_send = n_recv ORDER BY instance_id, rank""",
         [run_id, source],
     )
     if df.is_empty():

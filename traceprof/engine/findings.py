@@ -55,6 +55,7 @@ from traceprof.engine import analysis as registry
 from traceprof.engine import session
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.engine.timing import analysis_mfu_options
+from traceprof.ingest.matching import missing_step_notes, run_steps
 from traceprof.storage.runs import coverage_text, run_name
 from traceprof.storage.store import Store
 
@@ -889,8 +890,17 @@ def build(
         baseline or "",
         str(store.path),
         aliases,
-        coverage_text(store, run_id),
+        _coverage(store, run_id),
     )
+
+
+def _coverage(store: Store, run_id: int) -> str:
+    """What the summary says first about the ranks (:func:`traceprof.storage.runs.coverage_text`) and
+    the steps some rank lacks that others have (:func:`traceprof.ingest.matching.missing_step_notes`:
+    ``rank 0 has no step 4 ...``), joined; empty when every rank and step is there."""
+    steps = store.sql("SELECT DISTINCT rank, step FROM steps WHERE run_id = ? AND step IS NOT NULL", [run_id])
+    lost = missing_step_notes(run_steps(store, run_id, steps))
+    return "; ".join(t for t in (coverage_text(store, run_id), *lost) if t)
 
 
 def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:

@@ -150,6 +150,7 @@ def history(
     alpha: float = DEFAULT_ALPHA,
     window: int = DEFAULT_WINDOW,
     mfu_options: dict[str, str] | None = None,
+    metrics: Sequence[str] = (),
 ) -> HistoryResult:
     """Each gate metric of a job's runs, with noise bands and change points (module doc).
 
@@ -157,16 +158,18 @@ def history(
         store: An open store.
         job: A baseline set, comma-separated runs, or a run-name prefix.
         alpha: Significance level of change points and bands.
-        window: Most earlier runs a band is computed from.
+        window: Most earlier runs a band is computed from (2 or more: one earlier run shows no
+            run-to-run spread).
         mfu_options: Parameters of the ``mfu`` analysis.
+        metrics: Only these metrics (rows and notes); empty: every one.
 
     Raises:
         StoreError: No such job.
-        UsageError: ``window`` < 1; bad ``mfu_options``.
+        UsageError: ``window`` < 2; bad ``mfu_options``; a metric the job does not have.
         AnalysisError: A run without ProfilerSteps.
     """
-    if window < 1:
-        raise UsageError(f"--window {window}: must be at least 1")
+    if window < 2:
+        raise UsageError(f"--window {window}: must be at least 2 (a noise band needs 2+ earlier runs)")
     ids = job_runs(store, job)
     cache: dict[int, RunProfile] = {}
     profiles = [run_profile(store, i, mfu_options, cache) for i in ids]
@@ -258,6 +261,15 @@ def history(
             "segment": pl.Int64,
         },
     )
+    if metrics:  # only these: their rows and notes
+        unknown = sorted(set(metrics) - set(frame["metric"]))
+        if unknown:
+            have = ", ".join(dict.fromkeys(frame["metric"]))
+            raise UsageError(f"--metric {unknown[0]!r}: the job has metrics {have}")
+        frame = frame.filter(pl.col("metric").is_in(list(metrics)))
+        wide = [w for w in wide if w[1] in metrics]
+        if MEMORY_METRIC not in metrics:
+            mem_notes = []
     notes = _notes(frame, len(profiles))
     if wide:
         notes.append(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -447,11 +447,18 @@ class Session:
 
         return diff_runs(self.store, base, cand, thresholds or {}, mfu_options=mfu_options or {}, force=force)
 
-    def history(self, job: str, window: int = 10, mfu_options: dict[str, str] | None = None) -> Any:
-        """``traceprof history JOB``: each gate metric of a job's runs (``traceprof.engine.history``)."""
+    def history(
+        self,
+        job: str,
+        window: int = 10,
+        mfu_options: dict[str, str] | None = None,
+        metrics: Sequence[str] = (),
+    ) -> Any:
+        """``traceprof history JOB``: each gate metric of a job's runs (``traceprof.engine.history``;
+        ``metrics``: only these, rows and notes)."""
         from traceprof.engine.history import history
 
-        return history(self.store, job, window=window, mfu_options=mfu_options or {})
+        return history(self.store, job, window=window, mfu_options=mfu_options or {}, metrics=metrics)
 
 
 @contextmanager

@@ -67,6 +67,7 @@ else:
 
 __all__ = [
     "ARRIVAL_SQL",
+    "missing_step_notes",
     "P2P_OPS",
     "CROSS_STEP_SHARE",
     "MatchSummary",
@@ -157,6 +158,38 @@ class MatchSummary:
     incomplete: int
     unmatched_p2p: int = 0
     notes: tuple[str, ...] = field(default=())
+
+
+def missing_step_notes(steps: pl.DataFrame) -> list[str]:
+    """One note per rank that lacks steps other ranks have (its trace starts a step later, ends a
+    step earlier, or lost a ProfilerStep): ``rank 0 has no step 4 ...``. Per-rank figures leave
+    the step out on that rank; figures across ranks take that step over the ranks that have it. A
+    step lost between two the rank has is said to lie in its next step (a rank's step windows
+    cover its whole time: each starts where its previous one ended).
+
+    Args:
+        steps: rank, step (the run's step, ``matching.run_steps``; null: no steps), one row per
+            (rank, step) or more.
+    """
+    have = steps.filter(pl.col("step").is_not_null()).select("rank", "step").unique()
+    if have.is_empty():
+        return []
+    every = have["step"].unique().sort()
+    notes = []
+    for r in sorted(have["rank"].unique().to_list()):
+        own = have.filter(pl.col("rank") == r)["step"]
+        lost = every.filter(~every.is_in(own.implode())).to_list()
+        if lost:
+            one = len(lost) == 1
+            # a step lost between two it has: the rank's time of it lies in the next step's window
+            inner = [(s, int(own.filter(own > s).min())) for s in lost if own.min() < s < own.max()]  # type: ignore[arg-type]
+            into = "; ".join(f"its time of step {s} is counted in its step {n}" for s, n in inner)
+            notes.append(
+                f"rank {r} has no step {', '.join(map(str, lost))} (its trace does not record "
+                f"{'it' if one else 'them'}): {'that step is' if one else 'those steps are'} taken over the "
+                "ranks that have it" + (f"; {into}" if into else "")
+            )
+    return notes
 
 
 def canonical_ranks(value: Any) -> str | None:

@@ -25,7 +25,7 @@ import orjson
 from traceprof.core import cancel, schema, spill
 from traceprof.core.errors import SchemaVersionError, StoreError
 from traceprof.core.lazy import lazy
-from traceprof.core.limits import INT32, fits
+from traceprof.core.limits import INT32, fits, shown
 from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
 from traceprof.core.procs import counted_sigint, deferred_sigint
@@ -432,7 +432,15 @@ class Store:
                     con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
             return
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
-        version = int(row[0]) if row else -1
+        text = str(row[0]).strip() if row and row[0] is not None else ""
+        if not text.isascii() or not text.lstrip("-").isdigit():  # a damaged meta row: no version to compare
+            raise SchemaVersionError(
+                f"{self.path}: the store's schema version is "
+                + (f"{shown(text)}, not a number" if text else "missing")
+                + f" (this traceprof reads version {schema.SCHEMA_VERSION}): a damaged store; re-ingest the "
+                "traces into a new store" + self._stored_runs()
+            )
+        version = int(text)
         if version != schema.SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"{self.path}: store schema version {version}, this traceprof reads version "

@@ -1,6 +1,6 @@
-"""A new store as a copy of an empty one built once: the schema without its 224 statements.
+"""A new store as a copy of an empty one built once: the schema without its 226 statements.
 
-Creating the schema of a new store runs 224 statements, 211 of them ``COMMENT ON`` (each a catalog
+Creating the schema of a new store runs 226 statements, 213 of them ``COMMENT ON`` (each a catalog
 change in DuckDB): 0.12-0.17 s of CPU, a quarter of a bare parse of a 54 MB trace. Copying an empty
 store of the same schema (about 0.8 MB) and opening it costs 0.04 s. That empty store, the
 *template*, is built once per schema and DuckDB version in the user's cache folder
@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import stat
 from pathlib import Path
 
 import duckdb
@@ -33,6 +34,8 @@ __all__ = ["cache_dir", "copy_to", "create_schema", "meta_rows"]
 
 #: The template's name: ``store-<what made it>-<its bytes>.duckdb`` (16 hex digits each).
 _PREFIX, _SUFFIX = "store-", ".duckdb"
+#: Largest template read (an empty store is about 0.8 MB): a larger file of its name is not one.
+MAX_TEMPLATE_BYTES = 16 * 2**20
 
 
 def meta_rows(layout: str) -> list[tuple[str, str]]:
@@ -46,7 +49,7 @@ def meta_rows(layout: str) -> list[tuple[str, str]]:
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the tables, views, comments and ``meta`` rows of an empty DuckDB-layout store on ``con``
-    (inside the caller's transaction): one call, 224 statements, one round trip (10 % less CPU)."""
+    (inside the caller's transaction): one call, 226 statements, one round trip (10 % less CPU)."""
     con.execute(";\n".join(schema.ddl("duckdb")))
     for key, value in meta_rows("duckdb"):
         con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
@@ -96,6 +99,24 @@ def _build(folder: Path, key: str) -> bytes:
                 f.unlink()
 
 
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file (not a link, FIFO or device: a FIFO would
+    block the read, ``/dev/zero`` never end it) of at most :data:`MAX_TEMPLATE_BYTES`; else None.
+
+    Raises:
+        OSError: It cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TEMPLATE_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_TEMPLATE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def _template() -> bytes | None:
     """The template's bytes, built first if there is none; None where the cache folder cannot be
     read or written (the caller creates the schema itself). A template whose bytes no longer match
@@ -109,10 +130,10 @@ def _template() -> bytes | None:
         names = []
     for name in names:
         try:
-            data = (folder / name).read_bytes()
-        except OSError:
-            continue
-        if name == f"{_PREFIX}{key}-{_digest(data)}{_SUFFIX}":
+            data = _read_regular(folder / name)
+        except OSError:  # a link (O_NOFOLLOW), or unreadable: no template either
+            data = None
+        if data is not None and name == f"{_PREFIX}{key}-{_digest(data)}{_SUFFIX}":
             return data
         with contextlib.suppress(OSError):
             (folder / name).unlink()

@@ -664,7 +664,7 @@ def test_summary_mentions_memory_only_when_it_matters(store, tmp_path):
     assert [(v.status, v.text) for v in f.verdicts if v.topic == "memory"] == [
         (
             "ok",
-            "peak allocated 400 B on rank 0 (reserved 2.0 KiB), 49% headroom above the reserved; "
+            "peak allocated 400 B on rank 0 (reserved 2 KiB), 49% headroom above the reserved; "
             "no rank near its capacity, no group imbalanced",
         )
     ]

@@ -381,5 +381,7 @@ def test_job_throughput_counts_the_time_of_the_rank_steps_it_has():
     assert job["tflops"] == pytest.approx(1.0) and job["mfu_pct"] == pytest.approx(10.0)
     assert (job["ranks"], job["steps"], job["time_ns"], job["peak_tflops"]) == (2, 3, 3_000_000, 10.0)
     # every rank in every step: as before, FLOPs / (time x ranks)
-    full = _job(frame.vstack(frame.head(1).with_columns(pl.lit(1, pl.Int64).alias("rank"))), None).row(0, named=True)
+    full = _job(frame.vstack(frame.head(1).with_columns(pl.lit(1, pl.Int64).alias("rank"))), None).row(
+        0, named=True
+    )
     assert full["tflops"] == pytest.approx(6e9 / 3e6 / 1e3 / 2) and full["mfu_pct"] == pytest.approx(10.0)

@@ -68,13 +68,18 @@ def _account(res, rank: int) -> dict:
     return {c: row[c] // US for c in ["step_ns", *CATS]}
 
 
-def test_p2p_pairs_by_order_per_sender_and_receiver(store, tmp_path):
-    _run(store, tmp_path)
+def _pairs(store) -> list[tuple]:
+    """Run pp's paired copies: (rank, op, arrival us, peer's arrival us, last rank), sorted."""
     pairs = _waits.p2p_copies(store, store.resolve_run("pp"))
-    got = sorted(
+    return sorted(
         (r["rank"], r["op"], (r["arrival_ns"] - BASE) // US, (r["last_ns"] - BASE) // US, r["last_rank"])
         for r in pairs.iter_rows(named=True)
     )
+
+
+def test_p2p_pairs_by_order_per_sender_and_receiver(store, tmp_path):
+    _run(store, tmp_path)
+    got = _pairs(store)
     assert got == [
         (0, "recv", 700, 700, 0),
         (0, "send", 100, 390, 1),
@@ -91,11 +96,7 @@ def test_p2p_sends_and_recvs_of_unequal_count_are_not_paired(store, tmp_path):
     write_rank(tmp_path / "pp" / "r0.json", [*_stage(0), *_p2p("send", 1, 420, 430)], 0)
     write_rank(tmp_path / "pp" / "r1.json", _stage(1), 1)
     ingest(store, [tmp_path / "pp"], run="pp")
-    pairs = _waits.p2p_copies(store, store.resolve_run("pp"))
-    got = sorted(
-        (r["rank"], r["op"], (r["arrival_ns"] - BASE) // US, (r["last_ns"] - BASE) // US, r["last_rank"])
-        for r in pairs.iter_rows(named=True)
-    )
+    got = _pairs(store)
     assert got == [(0, "recv", 700, 700, 0), (1, "send", 690, 700, 0)]
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import duckdb
 import orjson
@@ -771,11 +771,16 @@ class Store:
             rel = self.con.sql(query, params=list(params) if params else None)
             return None if rel is None else rel.to_arrow_table()
         except (duckdb.Error, RuntimeError) as e:
-            if interrupted(e):
-                raise KeyboardInterrupt from None
-            if not isinstance(e, duckdb.Error):
-                raise
-            raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
+            self._raise_query_error(e)
+
+    def _raise_query_error(self, e: BaseException) -> NoReturn:
+        """Raise what a failed query means (:meth:`arrow`, :meth:`batches`): KeyboardInterrupt for an
+        interrupt, the damaged-store error, else StoreError with DuckDB's line; a non-DuckDB error as is."""
+        if interrupted(e):
+            raise KeyboardInterrupt from None
+        if not isinstance(e, duckdb.Error):
+            raise e
+        raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
 
     def batches(self, query: str, params: Sequence[Any] | None, rows: int) -> Iterator[pa.RecordBatch]:
         """Run a query and yield its rows as Arrow record batches of up to ``rows`` rows, fetched
@@ -792,11 +797,7 @@ class Store:
                 yield batch
                 cancel.checkpoint()
         except (duckdb.Error, RuntimeError) as e:
-            if interrupted(e):
-                raise KeyboardInterrupt from None
-            if not isinstance(e, duckdb.Error):
-                raise
-            raise damaged(e, self.path) or StoreError(f"SQL error: {error_line(e)}") from None
+            self._raise_query_error(e)
 
     #: The query behind :meth:`runs` and :meth:`run_rows` (without ``issues``).
     # ranks: with a profiler (Kineto/nsys) trace, the ones the timeline verdicts see (all ranks with a

@@ -155,9 +155,12 @@ def test_metadata_makes_comm() -> None:
         "void deep_ep::internode_ll::combine<3, 7168, 128>(void*)",
         "void deep_ep::intranode::cached_notify_combine<8>(void**, int*, int, int, int**, int)",
         "void mori::moe::EpCombineInterNodeKernel<float>(mori::moe::EpDispatchCombineArgs<float>)",
+        "void tensorrt_llm::kernels::moe_comm::moeA2ADispatchKernel<8, false, false>(int const*)",
+        "void tensorrt_llm::kernels::moe_comm::moeA2ACombineKernel<__nv_bfloat16, 8>(int)",
     ):
         assert gpu_class("kernel", name) == "comm", name
-    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>", _LAYOUT):
+    prepare = "tensorrt_llm::kernels::moe_comm::moeA2APrepareDispatchKernel(int*, int*, int, int)"
+    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>", _LAYOUT, prepare):
         assert gpu_class("kernel", name) == "compute", name
 
 

@@ -3,10 +3,11 @@
 Algorithm (the run's kernels as the ``kernels`` view has them, the rest in polars: one sort by lane, then
 hash passes; the same figures DuckDB window functions gave, in about 65% of their time on 8 x 1 M):
   1. For every launch call (any device runtime: ``cudaLaunchKernel``, ``cudaGraphLaunch``,
-     ``hipLaunchKernel``, ...), latency = start of its first GPU kernel - start of the call (same
-     correlation id; ``kernels.first_of_launch``). One call can start many kernels (a CUDA graph
-     replay gives every node the launch's correlation): the later ones were not launched by the
-     CPU at that moment, so they are counted (``graph_kernels``) but not measured. Kernels whose
+     ``hipLaunchKernel``, ...), latency = start of its first GPU row - start of the call (same
+     correlation id; ``kernels.first_of_launch``), carried by its first kernel. One call can start
+     many kernels (a CUDA graph replay gives every node the launch's correlation, and its first
+     node may be a memset or memcpy, then the launch's latency is to that node): the later ones were
+     not launched by the CPU at that moment, so they are counted (``graph_kernels``) but not measured. Kernels whose
      launch is not in the trace, and records flagged at ingest as impossible (``events.flag``
      before_launch, far_outside, ...), are left out; a kernel stamped a few us before its launch
      call (``launch_skew``, clock jitter) is counted with its work but has no latency.
@@ -168,7 +169,7 @@ def _launch_columns(*keys: Column) -> tuple[Column, ...]:
         *keys,
         rc.count("kernels", "Kernels"),
         rc.count("launched", "Kernels whose launch call is in the trace"),
-        rc.count("launches", "Launch calls measured (one latency each: to their first kernel)"),
+        rc.count("launches", "Launch calls measured (one latency each: to their first GPU activity)"),
         rc.count("graph_launches", "Calls that started several kernels, or *GraphLaunch calls"),
         rc.count("graph_kernels", "The kernels they started"),
         *(
@@ -328,7 +329,7 @@ def run(store: Store, params: Params) -> Result:
         notes.append(
             Note(
                 "{number} kernels started by a graph launch after its first kernel are not measured (latency "
-                "is once per launch call, to its first kernel; the rest is graph execution time)",
+                "is once per launch call, to its first GPU activity; the rest is graph execution time)",
                 number=graph,
             )
         )

@@ -102,11 +102,12 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
     group = ("trace_id", "correlation")
     rows = rows.with_columns(pl.len().over(group).alias("_n"))
     launched = pl.col("launch_ts_ns").is_not_null()
-    # a launch's first GPU start, none when that row is stamped before the call (clock jitter)
-    unskewed_ts = pl.when(~pl.col("skewed").fill_null(False)).then(pl.col("ts_ns"))
-    # a row alone in its group is its first; the groups of several (graph replays) are sorted
-    alone = rows.filter(pl.col("_n") == 1).with_columns(
-        launched.alias("first_of_launch"), launched.alias("measured"), unskewed_ts.alias("first_gpu_ns")
+    # a row alone in its group is its first (and its launch's first GPU start); the groups of
+    # several (graph replays) are sorted
+    alone = (
+        rows.filter(pl.col("_n") == 1)
+        .with_columns(launched.alias("first_of_launch"), pl.col("ts_ns").alias("first_gpu_ns"))
+        .with_columns(pl.col("first_of_launch").alias("measured"))
     )
     several = (
         rows.filter(pl.col("_n") > 1)
@@ -116,7 +117,12 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
             # the launch's first GPU row: a valid memcpy or memset (a graph's memset node) stands for
             # the launch's start, and its first kernel carries the launch's latency
             (pl.col("valid") & ~pl.col("kept")).first().over(group).alias("_head_other"),
-            unskewed_ts.first().over(group).alias("first_gpu_ns"),
+            # the launch's first GPU start, none when that row is stamped before the call (clock jitter)
+            pl.when(~pl.col("skewed").fill_null(False))
+            .then(pl.col("ts_ns"))
+            .first()
+            .over(group)
+            .alias("first_gpu_ns"),
         )
         .filter(pl.col("kept"))
         .with_columns(
@@ -231,7 +237,7 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
             # one latency per launch call, on its first kernel: to its first GPU activity (a CUDA graph
             # launch starts many kernels, and may start with a memset or memcpy node)
             # (a row stamped before its own launch call, by clock jitter, has no measurable latency)
-            pl.when(pl.col("measured"))
+            pl.when(pl.col("measured") & ~(pl.col("first_of_launch") & pl.col("skewed").fill_null(False)))
             .then(pl.col("first_gpu_ns") - pl.col("launch_ts_ns"))
             .alias("latency_ns"),
             (

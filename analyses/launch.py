@@ -3,10 +3,11 @@
 Algorithm (the run's kernels as the ``kernels`` view has them, the rest in polars: one sort by lane, then
 hash passes; the same figures DuckDB window functions gave, in about 65% of their time on 8 x 1 M):
   1. For every launch call (any device runtime: ``cudaLaunchKernel``, ``cudaGraphLaunch``,
-     ``hipLaunchKernel``, ...), latency = start of its first GPU kernel - start of the call (same
-     correlation id; ``kernels.first_of_launch``). One call can start many kernels (a CUDA graph
-     replay gives every node the launch's correlation): the later ones were not launched by the
-     CPU at that moment, so they are counted (``graph_kernels``) but not measured. Kernels whose
+     ``hipLaunchKernel``, ...), latency = start of its first GPU row - start of the call (same
+     correlation id; ``kernels.first_of_launch``), carried by its first kernel. One call can start
+     many kernels (a CUDA graph replay gives every node the launch's correlation, and its first
+     node may be a memset or memcpy, then the launch's latency is to that node): the later ones were
+     not launched by the CPU at that moment, so they are counted (``graph_kernels``) but not measured. Kernels whose
      launch is not in the trace, and records flagged at ingest as impossible (``events.flag``
      before_launch, far_outside, ...), are left out; a kernel stamped a few us before its launch
      call (``launch_skew``, clock jitter) is counted with its work but has no latency.
@@ -49,7 +50,7 @@ from traceprof.storage.store import Store
 _GPU_ROWS = f"""
 SELECT k.trace_id, k.rank, k.device, k.stream, k.step, k.ts_ns, k.dur_ns, k.ts_ns + k.dur_ns AS end_ns,
        k.correlation, r.ts_ns AS launch_ts_ns, r.graph_call, k.flag = 'launch_skew' AS skewed,
-       k.kind = 'kernel' AND {valid_sql("k")} AS kept
+       k.kind = 'kernel' AND {valid_sql("k")} AS kept, {valid_sql("k")} AS valid
 FROM events k
 LEFT JOIN (
   SELECT trace_id, correlation, min(ts_ns) AS ts_ns,
@@ -87,6 +88,8 @@ _KERNEL_COLUMNS = (
     "graph_call",
     "first_of_launch",
     "skewed",
+    "measured",
+    "first_gpu_ns",
 )
 
 
@@ -98,20 +101,38 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
     ``launch_rows``, how many of the rows returned share the row's trace and correlation id."""
     group = ("trace_id", "correlation")
     rows = rows.with_columns(pl.len().over(group).alias("_n"))
-    # a row alone in its group is its first; the groups of several (graph replays) are sorted
-    alone = rows.filter(pl.col("_n") == 1).with_columns(
-        pl.col("launch_ts_ns").is_not_null().alias("first_of_launch")
+    launched = pl.col("launch_ts_ns").is_not_null()
+    # a row alone in its group is its first (and its launch's first GPU start); the groups of
+    # several (graph replays) are sorted
+    alone = (
+        rows.filter(pl.col("_n") == 1)
+        .with_columns(launched.alias("first_of_launch"), pl.col("ts_ns").alias("first_gpu_ns"))
+        .with_columns(pl.col("first_of_launch").alias("measured"))
     )
     several = (
         rows.filter(pl.col("_n") > 1)
         .sort(*group, "ts_ns", "dur_ns", nulls_last=True, maintain_order=True)
         .with_columns(
-            (pl.col("launch_ts_ns").is_not_null() & pl.struct(*group).is_first_distinct()).alias(
-                "first_of_launch"
-            )
+            (launched & pl.struct(*group).is_first_distinct()).alias("first_of_launch"),
+            # the launch's first GPU row: a valid memcpy or memset (a graph's memset node) stands for
+            # the launch's start, and its first kernel carries the launch's latency
+            (pl.col("valid") & ~pl.col("kept")).first().over(group).alias("_head_other"),
+            # the launch's first GPU start, none when that row is stamped before the call (clock jitter)
+            pl.when(~pl.col("skewed").fill_null(False))
+            .then(pl.col("ts_ns"))
+            .first()
+            .over(group)
+            .alias("first_gpu_ns"),
+        )
+        .filter(pl.col("kept"))
+        .with_columns(
+            (
+                pl.col("first_of_launch")
+                | (launched & pl.col("_head_other") & pl.struct(*group).is_first_distinct())
+            ).alias("measured")
         )
     )
-    first = pl.concat([alone, several]).filter(pl.col("kept"))
+    first = pl.concat([alone.filter(pl.col("kept")), several.select(alone.columns)])
     # the launch's rows launch reads (its graph test, :func:`_figures`): all of its rows when no
     # row of the traces was left out, else counted again
     kept = pl.col("_n") if first.height == rows.height else pl.len().over(group)
@@ -154,7 +175,7 @@ def _launch_columns(*keys: Column) -> tuple[Column, ...]:
         *keys,
         rc.count("kernels", "Kernels"),
         rc.count("launched", "Kernels whose launch call is in the trace"),
-        rc.count("launches", "Launch calls measured (one latency each: to their first kernel)"),
+        rc.count("launches", "Launch calls measured (one latency each: to their first GPU activity)"),
         rc.count("graph_launches", "Calls that started several kernels, or *GraphLaunch calls"),
         rc.count("graph_kernels", "The kernels they started"),
         *(
@@ -213,10 +234,11 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
     k = (
         k.sort([*lane, "ts_ns", "end_ns"], nulls_last=True)
         .with_columns(
-            # one latency per launch call: its first GPU activity (a CUDA graph launch starts many kernels)
-            # (a kernel stamped before its own launch call, by clock jitter, has no measurable latency)
-            pl.when(pl.col("first_of_launch") & ~pl.col("skewed").fill_null(False))
-            .then(pl.col("ts_ns") - pl.col("launch_ts_ns"))
+            # one latency per launch call, on its first kernel: to its first GPU activity (a CUDA graph
+            # launch starts many kernels, and may start with a memset or memcpy node)
+            # (a row stamped before its own launch call, by clock jitter, has no measurable latency)
+            pl.when(pl.col("measured") & ~(pl.col("first_of_launch") & pl.col("skewed").fill_null(False)))
+            .then(pl.col("first_gpu_ns") - pl.col("launch_ts_ns"))
             .alias("latency_ns"),
             (
                 pl.col("launch_ts_ns").is_not_null()
@@ -226,10 +248,7 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
             pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
         )
         .with_columns(
-            (
-                pl.col("first_of_launch")
-                & (pl.col("launch_ts_ns") >= pl.coalesce("prev_end_ns", "launch_ts_ns"))
-            )
+            (pl.col("measured") & (pl.col("launch_ts_ns") >= pl.coalesce("prev_end_ns", "launch_ts_ns")))
             .fill_null(False)
             .alias("idle_at_launch")
         )
@@ -240,7 +259,7 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
         pl.len().cast(pl.Int64).alias("kernels"),
         pl.col("launch_ts_ns").count().cast(pl.Int64).alias("launched"),
         lat.count().cast(pl.Int64).alias("launches"),
-        (pl.col("graph_kernel") & pl.col("first_of_launch")).sum().cast(pl.Int64).alias("graph_launches"),
+        (pl.col("graph_kernel") & pl.col("measured")).sum().cast(pl.Int64).alias("graph_launches"),
         pl.col("graph_kernel").sum().cast(pl.Int64).alias("graph_kernels"),
         # statistics rounded to whole ns (interpolated percentiles and means are fractional)
         *(
@@ -316,7 +335,7 @@ def run(store: Store, params: Params) -> Result:
         notes.append(
             Note(
                 "{number} kernels started by a graph launch after its first kernel are not measured (latency "
-                "is once per launch call, to its first kernel; the rest is graph execution time)",
+                "is once per launch call, to its first GPU activity; the rest is graph execution time)",
                 number=graph,
             )
         )

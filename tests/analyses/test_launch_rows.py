@@ -45,7 +45,9 @@ def _new_and_old(store, run_id: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     old = store.sql(
         f"SELECT *, count(*) OVER (PARTITION BY trace_id, correlation) AS launch_rows FROM ({OLD})", [run_id]
     )
-    return new.with_columns(pl.col("launch_rows").cast(pl.Int64)).sort(_ORDER), old.sort(_ORDER)
+    # (``measured`` and ``first_gpu_ns``, launch's own columns, are tested in tests/ingest/test_shapes.py)
+    new = new.drop("measured", "first_gpu_ns").with_columns(pl.col("launch_rows").cast(pl.Int64))
+    return new.sort(_ORDER), old.sort(_ORDER)
 
 
 def _events(seed: int) -> list[dict]:

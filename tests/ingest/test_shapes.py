@@ -74,6 +74,70 @@ def test_user_comm_kernel_pattern(tmp_path: Path) -> None:
     assert _row(analyze(custom, "kernels").frame, rank=0)["comm_ns"] == 950 * US
 
 
+_LAYOUT = "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int)"
+
+
+@pytest.mark.parametrize(
+    ("names", "comm_us", "overlap_us", "a2a"),
+    [
+        # DeepEP low-latency kernels; its layout kernel (tokens per rank, counted locally) is compute:
+        # comm = [250,550] + [850,1250] + [1500,1700] = 900 us, compute still 900 us ([200,250] lies
+        # in GEMM A), overlap [250,300] + [500,550] + [850,900] = 150 us, exposed 750 us
+        (
+            (
+                _LAYOUT,
+                "void deep_ep::internode_ll::dispatch<false, 3, 7168>(void*)",
+                "void deep_ep::internode_ll::combine<3, 7168, 128>(void*)",
+            ),
+            900,
+            150,
+            2,
+        ),
+        # AMD MORI's expert-parallel kernels: all three communication, the case's figures
+        (
+            tuple(
+                f"void mori::moe::{k}<__hip_bfloat16>(mori::moe::EpDispatchCombineArgs<__hip_bfloat16>)"
+                for k in (
+                    "EpDispatchInterNodeV1Kernel",
+                    "EpDispatchIntraNodeKernel",
+                    "EpCombineIntraNodeKernel",
+                )
+            ),
+            950,
+            200,
+            3,
+        ),
+    ],
+    ids=["deepep_ll_and_layout", "mori"],
+)
+def test_other_expert_parallel_kernel_names(
+    tmp_path: Path, names: tuple[str, ...], comm_us: int, overlap_us: int, a2a: int
+) -> None:
+    renames = dict(zip(("notify_dispatch", "dispatch<", "combine<"), names, strict=True))
+    for f in ("rank0.json", "rank1.json"):
+        src = json.loads((case("deepep_comm_kernels") / f).read_text())
+        for ev in src["traceEvents"]:
+            hit = next(
+                (v for k, v in renames.items() if "deep_ep::intranode::" + k in ev.get("name", "")), None
+            )
+            ev["name"] = hit or ev["name"]
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / f).write_text(json.dumps(src))
+    s = _store(tmp_path, tmp_path / "in")
+    for rank in (0, 1):
+        r = _row(analyze(s, "kernels").frame, rank=rank)
+        assert (r["comm_ns"], r["compute_ns"], r["overlapped_ns"]) == (
+            comm_us * US,
+            900 * US,
+            overlap_us * US,
+        )
+        o = _row(analyze(s, "overlap").frame, rank=rank)
+        assert (o["overlap_ns"], o["exposed_comm_ns"]) == (overlap_us * US, 750 * US)
+        assert o["overlap_pct"] == pytest.approx(100 * overlap_us / comm_us)
+    # the expert-parallel kernels are all-to-all collectives (the layout kernel is not one)
+    assert s.sql("SELECT count(*) FROM collectives WHERE rank = 0 AND op = 'all_to_all'").item() == a2a
+
+
 def test_metadata_makes_comm() -> None:
     from traceprof.core.classify import gpu_class
 
@@ -88,9 +152,15 @@ def test_metadata_makes_comm() -> None:
         "rccl_kernel",
         "nvshmemi_reduce",
         "c10d::symmetric_memory::two_shot_all_reduce_kernel",
+        "void deep_ep::internode_ll::combine<3, 7168, 128>(void*)",
+        "void deep_ep::intranode::cached_notify_combine<8>(void**, int*, int, int, int**, int)",
+        "void mori::moe::EpCombineInterNodeKernel<float>(mori::moe::EpDispatchCombineArgs<float>)",
+        "void tensorrt_llm::kernels::moe_comm::moeA2ADispatchKernel<8, false, false>(int const*)",
+        "void tensorrt_llm::kernels::moe_comm::moeA2ACombineKernel<__nv_bfloat16, 8>(int)",
     ):
         assert gpu_class("kernel", name) == "comm", name
-    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>"):
+    prepare = "tensorrt_llm::kernels::moe_comm::moeA2APrepareDispatchKernel(int*, int*, int, int)"
+    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>", _LAYOUT, prepare):
         assert gpu_class("kernel", name) == "compute", name
 
 
@@ -112,6 +182,29 @@ def test_cuda_graph_launch(tmp_path: Path) -> None:
     # window [30, 1170] = 1140 us, busy 840, idle 300 us, all host wait (130 + 40 + 130)
     assert (idle["window_ns"], idle["idle_ns"], idle["host_wait_ns"]) == (1140 * US, 300 * US, 300 * US)
     assert idle["idle_pct"] == pytest.approx(100 * 300 / 1140)
+
+
+def test_graph_launch_whose_first_node_is_a_memset_or_memcpy(tmp_path: Path) -> None:
+    # A memset node [240, 250] heads graph 102 (launched at 200) and a memcpy [815, 825] heads graph
+    # 104 (launched at 800): each launch is still measured once, to its first GPU activity:
+    # 20, 40, 20, 15 us -> p50 20 us, max 40, mean 23.75 us; 2 graph launches of 5 kernels each.
+    def edit(evs: list[dict]) -> None:
+        for corr, cat, name, ts in (
+            (102, "gpu_memset", "Memset (Device)", 240),
+            (104, "gpu_memcpy", "Memcpy DtoD (Device -> Device)", 815),
+        ):
+            k = _by_corr(evs, corr, "kernel")[0]
+            evs.append(k | {"cat": cat, "name": name, "ts": 1_000_000.0 + ts, "dur": 10.0})
+
+    s = _store(tmp_path, _variant(tmp_path, "cuda_graph_launch", edit))
+    la = _row(analyze(s, "launch").frame, rank=0)
+    assert (la["launches"], la["latency_p50_ns"], la["latency_max_ns"]) == (4, 20 * US, 40 * US)
+    assert (la["latency_mean_ns"], la["graph_launches"], la["graph_kernels"], la["kernel_ns"]) == (
+        23_750,
+        2,
+        10,
+        840 * US,
+    )
 
 
 def test_device_runtime_categories_are_launches(tmp_path: Path) -> None:

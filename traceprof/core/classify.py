@@ -11,8 +11,8 @@ Rule, first match wins:
   2. Metadata: a kernel whose own args, or whose launching CPU op's args, carry collective or
      process-group fields (:data:`COMM_ARG_KEYS`: Kineto ``Collective name``, ``Process Group Name``,
      ``Comms Id``, ...) is ``comm``.
-  3. Name families (:data:`COMM_FAMILIES`, listed in the README): NCCL / RCCL / MSCCL(++), DeepEP
-     expert-parallel dispatch/combine, NVSHMEM, torch symmetric memory, custom all-reduce kernels
+  3. Name families (:data:`COMM_FAMILIES`, listed in the README): NCCL / RCCL / MSCCL(++), DeepEP,
+     MORI and TensorRT-LLM expert-parallel dispatch/combine, NVSHMEM, torch symmetric memory, custom all-reduce kernels
      (vLLM / SGLang / TensorRT-LLM / FlashInfer / quick-reduce), Transformer Engine userbuffers, and
      kernels named after a collective (``AllReduce``, ``all_gather``, ``reduce_scatter``,
      ``alltoall``...), plus user patterns (``traceprof ingest --comm-kernel REGEX``).
@@ -99,9 +99,23 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("other_ccl", r"(?i)hccl|oneccl", None, "other vendors' collective libraries (HCCL, oneCCL)"),
     CommFamily(
         "deepep",
-        r"deep_ep::",
+        r"deep_ep::(?!layout::)",
         "all_to_all",
-        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM)",
+        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM); not its "
+        "deep_ep::layout:: kernels (get_dispatch_layout counts tokens per rank locally: compute)",
+    ),
+    CommFamily(
+        "mori_ep",
+        r"mori::moe::Ep(?:Dispatch|Combine)",
+        "all_to_all",
+        "AMD MORI expert-parallel dispatch / combine kernels (mori::moe::EpDispatch*Kernel, EpCombine*Kernel)",
+    ),
+    CommFamily(
+        "moe_a2a",
+        r"moeA2A(?:Dispatch|Combine)Kernel",
+        "all_to_all",
+        "TensorRT-LLM / FlashInfer MoE all-to-all dispatch / combine kernels (moe_comm::moeA2ADispatchKernel; "
+        "not the local moeA2APrepare*Kernel)",
     ),
     CommFamily("nvshmem", r"(?i)nvshmem", None, "NVSHMEM collectives and puts/gets"),
     CommFamily(

@@ -409,7 +409,7 @@ TABLES: tuple[Table, ...] = (
                 "first_of_launch",
                 "BOOLEAN",
                 "First GPU row of its launch call (one launch can start many "
-                "kernels, e.g. a CUDA graph replay); launch latency is measured on these only (and not when "
+                "kernels, e.g. a CUDA graph replay); launch latency is measured to these only (and not when "
                 "that first row is flagged)",
             ),
             _c("flag", "VARCHAR", "events.flag (NULL for a normal record)"),

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from traceprof.collectors._arrow import values_at
 from traceprof.collectors._far_end import count_repair
 from traceprof.core.limits import drop_rows
 
@@ -108,7 +109,7 @@ def _at_rows(col: Any, rows: np.ndarray) -> list[Any]:
     if isinstance(col, list):
         return [col[r] for r in rows.tolist()]
     if isinstance(col, pa.Array | pa.ChunkedArray):
-        return col.take(pa.array(rows)).to_pylist()
+        return values_at(col, rows)
     return list(col[rows].tolist())
 
 

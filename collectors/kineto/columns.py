@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceprof.collectors._arrow import chunk_starts, values_at
 from traceprof.collectors.kineto._values import STR_DICT, Ints, Strs, meta_dict
 from traceprof.core import spill
 from traceprof.core.classify import KEPT_FLAGS, Classifier, has_comm_args
@@ -108,16 +109,10 @@ class Frame:
         chunked column concatenates its chunks first (a transient copy of all the args text)."""
         args = self.args
         if isinstance(args, pa.Array):
-            return list(args.take(pa.array(rows, pa.int64())).to_pylist())
+            return values_at(args, rows)
         if self._chunk_at is None:
-            self._chunk_at = np.cumsum([0] + [len(c) for c in args.chunks], dtype=np.int64)
-        which = np.searchsorted(self._chunk_at, rows, side="right") - 1
-        out: list[Any] = [None] * len(rows)
-        for c in np.unique(which).tolist():
-            at = np.flatnonzero(which == c)
-            texts = args.chunk(c).take(pa.array(rows[at] - self._chunk_at[c], pa.int64())).to_pylist()
-            for k, t in zip(at.tolist(), texts, strict=True):
-                out[k] = t
+            self._chunk_at = chunk_starts(args)
+        out = values_at(args, rows, self._chunk_at)
         spill.note_read(4096 * len(rows))  # spilled args: drop the pages read now and then
         return out
 

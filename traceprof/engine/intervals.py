@@ -321,11 +321,8 @@ def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.
     rest = [
         c for c, t in s.schema.items() if c not in keys and (t.is_numeric() or t in (pl.Utf8, pl.Boolean))
     ]
-    s = s.sort(  # stable: fast on rows sorted already, or nearly (as :func:`merge`)
-        [*keys, *rest],
-        descending=[False] * (len(keys) - 1) + [True] + [False] * len(rest),
-        nulls_last=True,
-        maintain_order=True,
+    s = s.sort(
+        [*keys, *rest], descending=[False] * (len(keys) - 1) + [True] + [False] * len(rest), nulls_last=True
     )
     before = pl.col("end_ns").cum_max().shift(1)
     before = (before.over(by) if by else before).fill_null(_LO)

@@ -29,9 +29,10 @@ provides):
      arrival], the time the job waited for it alone), also as % of the time the instances
      cover (``holdup_pct``: the median step time x the steps they lie in; the span of the
      instances when the run has no steps); median lateness, also as % of the pace (the median
-     time between a rank's consecutive arrivals in a step; with one collective per step, the
-     median step time) and of the median step; compute time per step (top-level compute
-     intervals, ``traceprof.analyses._replay``) against the median rank as a robust z-score:
+     time between a rank's consecutive arrivals in a step; with one collective per step, in most
+     of a rank's steps, the median step time) and of the median step; compute time per step
+     (top-level compute intervals, ``traceprof.analyses._replay``) against the median rank as a
+     robust z-score:
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
      0, not infinity. The profiler-start transient (``_replay.transient``) is left out first.
   4. Verdict, one rule (issue 27: a rank is named only with a cause of its own that the evidence
@@ -164,16 +165,21 @@ class Result(FrameResult):
 
 def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
     """The pace (ns, at least 1) and what it is: the median time between a rank's consecutive
-    arrivals within a step; with one collective per step (no such pair) the median step time;
-    without steps, the median time between a rank's consecutive arrivals."""
+    arrivals within a step; with one collective per step (no such pair, or in most of a rank's
+    steps: a barrier in one step of eight spaces nothing else) the median step time; without
+    steps, the median time between a rank's consecutive arrivals."""
     gaps = w.sort("rank", "arrival_ns").select(pl.col("arrival_ns").diff().over("rank", "step")).drop_nulls()
     has_steps = w["step"].is_not_null().any()
-    if gaps.height and (has_steps or step_med is None):
+    per_step = w.filter(pl.col("step").is_not_null()).group_by("rank", "step").len()["len"].sort()
+    single = has_steps and step_med is not None and per_step[(per_step.len() - 1) // 2] < 2
+    if gaps.height and not single and (has_steps or step_med is None):
         return max(
             int(gaps.to_series().sort()[(gaps.height - 1) // 2]), 1
         ), "median spacing of a rank's collectives"
     if step_med:
-        return max(step_med, 1), "median step time: one collective per step, so no spacing within a step"
+        most = " in most steps" if gaps.height else ""
+        what = f"median step time: one collective per step{most}, so no spacing within a step"
+        return max(step_med, 1), what
     return 1, "unknown"
 
 

@@ -138,6 +138,28 @@ def breakdown_columns(*keys: Column) -> tuple[Column, ...]:
     )
 
 
+def _merged_devices(te: FrameResult) -> str:
+    """The idle verdict's clause for ranks that drive several GPUs (their per-rank figures merge
+    the devices: one window over all): the most idle device, from the devices table; "" for none."""
+    dev = te.devices if isinstance(te, Result) else pl.DataFrame()
+    if dev.is_empty():
+        return ""
+    multi = dev.group_by("rank").len().filter(pl.col("len") > 1)["rank"].sort().to_list()
+    if not multi:
+        return ""
+    worst = (
+        dev.filter(pl.col("rank").is_in(multi))
+        .sort(["idle_pct", "rank", "device"], descending=[True, False, False])
+        .row(0, named=True)
+    )
+    ranks = ", ".join(map(str, multi))
+    return (
+        f"; rank(s) {ranks} drive several GPUs: these figures merge their devices (one window over all); "
+        f"per device up to {worst['idle_pct']:.0f}% idle (rank {worst['rank']} device {worst['device']}: "
+        "temporal's devices table)"
+    )
+
+
 def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The idle topic: the mean idle share of the window over ranks (over those that are not named
     stragglers: their idle time is their finding's), with ``idle``'s host-wait share of stream idle time."""
@@ -190,6 +212,7 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
             if 2 * host > total:
                 cause = "host wait (kernels launched late)"
+    text += _merged_devices(te)
     if _common.graph_level(te):
         text += (
             "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "

@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -95,15 +96,31 @@ class _Event(msgspec.Struct):
     args: dict[str, Any] | None = None
 
 
-def _identity(ev: _Event) -> tuple[Any, ...] | None:
-    """What identifies a plugin event: every field (``ts`` as written, args with keys sorted); None
-    for the closing empty object and a ``ts`` of 0 (never set: such records repeat legitimately,
-    e.g. one ``KernelCh`` end per channel)."""
-    ts = bytes(ev.ts)
-    if not (ev.ph or ev.name or ev.cat) or not ts.strip(b"0.-+ "):
-        return None
-    args = msgspec.json.encode(ev.args, order="sorted") if ev.args is not None else None
-    return (ev.name, ev.cat, ev.ph, repr(ev.id), repr(ev.pid), repr(ev.tid), ts, args)
+def _identities() -> Callable[[_Event], tuple[Any, ...] | None]:
+    """What identifies each plugin event, called on the events in file order: every field (``ts``
+    as written, args with keys sorted); None for the closing empty object and a ``ts`` of 0 (never
+    set: such records repeat legitimately, e.g. one ``KernelCh`` end per channel). An end record
+    has no args: its identity also holds that of the begin it closes (the latest open begin of the
+    same cat, name, id, pid and tid, copies included), so the ends of two channels that end at one
+    ``ts`` are not copies of each other (the example plugin prints every ``KernelCh`` with one id),
+    while a begin / end pair written twice is."""
+    open_: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+
+    def identity(ev: _Event) -> tuple[Any, ...] | None:
+        if not (ev.ph or ev.name or ev.cat):
+            return None
+        ts = bytes(ev.ts)
+        key = (ev.cat, ev.name, repr(ev.id), repr(ev.pid), repr(ev.tid))
+        args = msgspec.json.encode(ev.args, order="sorted") if ev.args is not None else None
+        own: tuple[Any, ...] = (ev.name, ev.cat, ev.ph, *key[2:], ts, args)
+        if ev.ph == "b":
+            open_.setdefault(key, []).append(own)
+        elif ev.ph == "e":
+            stack = open_.get(key)
+            own = (*own, stack.pop() if stack else None)
+        return own if ts.strip(b"0.-+ ") else None
+
+    return identity
 
 
 def _repair_line(line: str, counts: Counter[str]) -> str:
@@ -246,7 +263,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     unset: Counter[str] = Counter()  # records whose ts is 0 (never set), by "cat name begin|end"
     copied: dict[str, int] = {}  # an event written twice: kept once, counted in traces.meta.repaired
     copies, said_copies = duplicate_records(
-        p, evs, _identity, lambda i: f"event #{i} ({evs[i].cat} {evs[i].name!r})", copied
+        p, evs, _identities(), lambda i: f"event #{i} ({evs[i].cat} {evs[i].name!r})", copied
     )
     for i, ev in enumerate(evs):
         if not ev.ph and not ev.name and not ev.cat:

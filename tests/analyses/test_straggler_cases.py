@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.builders import BASE, collective_args, write_rank
+from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
@@ -207,6 +207,108 @@ def test_one_collective_per_step_names_nobody(store):
         "nor could 2 collectives with one last rank reach p < 0.01: the smallest p they allow is 0.25"
         in (v["evidence"])
     )
+
+
+def test_one_collective_in_most_steps_keeps_the_step_pace(store, tmp_path):
+    # The case plus one barrier all-reduce (its own group "1", Seq 1, 1 element) in step 101 only:
+    # op at 4001125 us, kernel at 4001140 us on both ranks (after the all-reduce's kernels end at
+    # 4001120). Arrivals are kernel starts: rank 0's spacing 4001140 - 4001020 = 120 us, rank 1's
+    # 4001140 - 4001030 = 110 us, the only spacings within a step (a pace of 110 us made rank 1's
+    # 10 us 9.1% of it). Steps hold 1 or 2 collectives: most (lower median) hold 1, so the pace
+    # stays the median step time (1000 us): rank 1 is a median 10 us late at the 3 collectives
+    # (10, 0 at the tied barrier, 10) = 1% of the pace; still nobody named.
+    for r in (0, 1):
+        doc = json.loads((case("one_collective_per_step") / f"rank{r}.json").read_text())
+        evs = doc["traceEvents"]
+        op_ev, launch_ev, kern_ev = (
+            next(e for e in evs if e.get("name") == n)
+            for n in (
+                "record_param_comms",
+                "cudaLaunchKernel",
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            )
+        )
+        group = {
+            "Process Group Name": "1",
+            "Process Group Description": "barrier",
+            "Seq": 1,
+            "In msg nelems": 1,
+            "Out msg nelems": 1,
+        }
+        for e, ts in ((op_ev, 4001125.0), (launch_ev, 4001126.0), (kern_ev, 4001140.0)):
+            extra = json.loads(json.dumps(e))
+            extra["ts"], extra["args"]["External id"] = ts, 99
+            extra["args"].update(group if e is not launch_ev else {})
+            if e is not op_ev:
+                extra["args"]["correlation"] = 899
+            extra["dur"] = 5.0 if e is kern_ev else extra["dur"]
+            evs.append(extra)
+        (tmp_path / "run").mkdir(exist_ok=True)
+        (tmp_path / "run" / f"rank{r}.json").write_text(json.dumps(doc))
+    ingest(store, [tmp_path / "run"], run="barrier")
+    assert store.sql("SELECT count(*) FROM collective_instances").item() == 3
+    res = analyze(store, "stragglers", "barrier")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert (r1["median_lateness_ns"], r1["late_pct"]) == (10_000, pytest.approx(1.0))
+    assert any(
+        "pace 1.00 ms (median step time: one collective per step in most steps" in n for n in res.notes
+    )
+    assert res.frame["named"].sum() == 0
+
+
+def _pp4(rank: int, comms_id: bool) -> list[dict]:
+    """Rank ``rank`` of a 4-stage pipeline in one group "0" = [0, 1, 2, 3] (c10d's seqP2P_ counts
+    each rank's own point-to-point ops: rank r's recv from r - 1 is its Seq 1, its send to r + 1
+    Seq 1 on rank 0, Seq 2 on ranks 1 and 2), then an all-reduce of the group (collective Seq 1)
+    whose kernel starts at T0_US + 1100 + 20 r us and ends at T0_US + 1200. A ``Comms Id`` hashes
+    (pg, Seq, p2p, ranks), the same on every rank: here 1000 + Seq (p2p) / 2000 + Seq."""
+    g = [0, 1, 2, 3]
+    ops = ([("recv", 1, 250 + 300 * (rank - 1), 150)] if rank else []) + (
+        [("send", 2 if rank else 1, 300 + 300 * rank, 100)] if rank < 3 else []
+    )
+    ops.append(("allreduce", 1, 1100 + 20 * rank, 100 - 20 * rank))
+    ev: list[dict] = [step(1, T0_US, 1500)]
+    for k, (op, seq, start, dur) in enumerate(ops):
+        p2p = op != "allreduce"
+        more: dict = {"Comms Id": (1000 if p2p else 2000) + seq} if comms_id else {}
+        if p2p:
+            more |= {
+                "Src Rank": rank if op == "send" else rank - 1,
+                "Dst Rank": rank + 1 if op == "send" else rank,
+            }
+        args = collective_args(op=op, seq=seq, ranks=g, nelems=1024, group_size=4, **more)
+        name = "ncclDevKernel_SendRecv" if p2p else "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+        ev += [launch(T0_US + start - 10, 60 + k, 2), kernel(name, 20, T0_US + start, dur, 60 + k, **args)]
+    return ev
+
+
+@pytest.mark.parametrize("comms_id", [True, False])
+def test_p2p_of_a_group_wider_than_a_pair_never_share_an_instance(store, tmp_path, comms_id):
+    # Seq 1 is held by 4 ranks (rank 0's send, the recvs of ranks 1 to 3) and Seq 2 by 2 (the
+    # sends of ranks 1 and 2, different transfers): 1 of 2 p2p keys on 3+ ranks (50% > 10%), so
+    # the group's p2p rows are left unmatched, Comms Id or not (a Comms Id is the same counter
+    # hashed), with the note; the all-reduce is one instance of the 4 ranks: arrivals T0+1100 ..
+    # T0+1160, skew 60 us, last rank 3, all ending at T0+1200.
+    for r in range(4):
+        write_rank(tmp_path / "run" / f"r{r}.json", _pp4(r, comms_id), r, world=4, backend="nccl")
+    warned = ingest(store, [tmp_path / "run"], run="pp4").warnings
+    assert any(
+        "'0' [0, 1, 2, 3] (point-to-point): 1 of 2 point-to-point sequence numbers are held by three or more "
+        "ranks"
+        in w
+        and "left unmatched" in w
+        for w in warned
+    )
+    inst = store.sql(
+        """SELECT op, ranks_present, first_arrival_ns - $1, arrival_skew_ns, last_rank, last_end_ns - $1,
+                  match_method FROM collective_instances""",
+        [BASE],
+    ).rows()
+    method = "comms_id" if comms_id else "pg_seq"
+    assert inst == [
+        ("all_reduce", [0, 1, 2, 3], (T0_US + 1100) * US, 60 * US, 3, (T0_US + 1200) * US, method)
+    ]
+    assert store.sql("SELECT count(*) FROM collectives WHERE p2p AND instance_id IS NULL").item() == 6
 
 
 # --- micro traces of the same kinds

@@ -363,6 +363,41 @@ def test_zero_timestamp_case(tmp_path, variant):
         assert f"{w}: repaired non-strict JSON: 3 x bare enum token quoted{pointers}" in res.warnings
 
 
+@pytest.mark.parametrize("twice", [False, True])
+def test_channel_ends_printed_alike_are_not_copies(tmp_path, twice):
+    """NCCL 2.29's example plugin (every channel's end set, NVIDIA/nccl#2391) prints each channel's
+    KernelCh begin and end together and every KernelCh with id 0 (``kernelId`` is never
+    incremented): the two channels of an AllReduce at W = 3000000 + 10000 k us (k = 0..2) both run
+    [W + 40, W + 390], so their end records are equal in every field. Each closes its own begin (the
+    begins differ by Channel): 6 channel spans of 350 us = 350000 ns, no copy, nothing unclosed.
+    ``twice``: channel 1's begin / end pair of group 0 written a second time is a copy (2 records)."""
+    head = '"pid": 51, "tid": 1'
+    lines = ["["]
+    for k in range(3):
+        w = 3000000 + 10000 * k
+        coll = f'"name": "AllReduce", "cat": "COLL", "id": {k}, {head}'
+        lines.append(
+            f'{{{coll}, "ph": "b", "ts": {w}.000000, "args": {{"SeqNum": {k}, "CommHash": 7, "Rank": 0, '
+            '"Count": 4096, "Datatype": "ncclFloat32"}},'
+        )
+        for ch in (0, 1):
+            kch = f'"name": "KernelCh", "cat": "GPU", "id": 0, {head}'
+            pair = [
+                f'{{{kch}, "ph": "b", "ts": {w + 40}.000000, "args": {{"Channel": {ch}}}}},',
+                f'{{{kch}, "ph": "e", "ts": {w + 390}.000000}},',
+            ]
+            lines += pair * (2 if twice and k == 0 and ch == 1 else 1)
+        lines.append(f'{{{coll}, "ph": "e", "ts": {w + 400}.000000}},')
+    path = tmp_path / "nccl_profile_rank0.txt"
+    path.write_text("\n".join([*lines, "{}]"]))
+    pt = parse(path)
+    spans = [(e["ts_ns"], e["dur_ns"], e["flag"]) for e in pt.events.to_pylist() if e["name"] == "KernelCh"]
+    assert spans == [((3000040 + 10000 * k) * 1000, 350_000, None) for k in range(3) for _ in (0, 1)]
+    assert pt.flagged == {}
+    repaired = json.loads(pt.trace["meta"]).get("repaired", {})
+    assert repaired == ({"exact duplicate record dropped": 2} if twice else {})
+
+
 def test_zero_sentinels_on_collectives_and_pointer_tokens(tmp_path):
     """A dump of the kind, written here: a P2P send whose begin is 0.0 (start unknown: NULL start,
     end 2000.5 us = 2000500 ns), a COLL begun at 3000 us = 3000000 ns whose end is 0.0 (end NULL,

@@ -25,9 +25,11 @@ from traceprof.storage.store import Store
 _GROUP = ["source", "g_pg", "g_ranks", "p2p"]
 
 
-def _bad_groups_ref(ided: pl.DataFrame) -> pl.DataFrame:
-    """The polars step 3 (as it was in traceprof.ingest.matching)."""
-    if ided.is_empty():
+def _bad_groups_ref(ided: pl.DataFrame, cid: pl.DataFrame) -> pl.DataFrame:
+    """The polars step 3 (as it was in traceprof.ingest.matching); ``cid``: the rows with a Comms
+    Id, whose point-to-point keys count for the wide rule too."""
+    cid = cid.filter(pl.col("p2p"))
+    if ided.is_empty() and cid.is_empty():
         return pl.DataFrame(schema={**{c: ided.schema[c] for c in _GROUP}, "why": pl.Utf8})
     keys = ided.group_by([*_GROUP, "seq"]).agg(
         pl.col("rank").n_unique().alias("n"), pl.col("step").drop_nulls().n_unique().alias("steps")
@@ -61,8 +63,10 @@ def _bad_groups_ref(ided: pl.DataFrame) -> pl.DataFrame:
     strides = strides.filter(pl.col("n") > 1).select(
         *_GROUP, pl.format("ranks step their sequence numbers by {} to {}", "lo", "hi").alias("why")
     )
+    cid_keys = cid.group_by([*_GROUP, "comms_id"]).agg(pl.col("rank").n_unique().alias("n"))
+    p2p_keys = pl.concat([keys.filter(pl.col("p2p")).select(*_GROUP, "n"), cid_keys.select(*_GROUP, "n")])
     wide = (
-        keys.filter(pl.col("p2p") & (pl.col("n") >= 2))
+        p2p_keys.filter(pl.col("n") >= 2)
         .group_by(_GROUP)
         .agg(
             (pl.col("n") > 2).mean().alias("share"), (pl.col("n") > 2).sum().alias("k"), pl.len().alias("of")
@@ -85,7 +89,8 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     cid = rows.filter(pl.col("comms_id").is_not_null())
     rest = rows.filter(pl.col("comms_id").is_null())
     ided = rest.filter(pl.col("pg").is_not_null() & pl.col("seq").is_not_null())
-    bad = _bad_groups_ref(ided).sort(_GROUP)
+    bad = _bad_groups_ref(ided, cid).sort(_GROUP)
+    cid = cid.join(bad.filter(pl.col("p2p")).select(_GROUP), on=_GROUP, how="anti")
     notes = [
         f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
         f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "

@@ -293,6 +293,23 @@ def test_two_gpus_one_process(tmp_path: Path) -> None:
     assert any("several GPUs" in n for n in t.notes)
 
 
+def test_two_gpus_idle_verdict_says_it_merges_devices(tmp_path: Path) -> None:
+    # The case's SHOULD: a per-rank figure that merges both devices says so. Merged, the GPUs are
+    # idle 0 % of [100, 1400] us (one device always busy); per device 200 us of a 1000 us window
+    # (20 %, both: the first, device 0, named). A one-GPU run gets no such clause.
+    from traceprof.engine.findings import summarize
+
+    s = _store(tmp_path, case("two_gpus_one_process"))
+    idle = next(v for v in summarize(s, None).verdicts if v.topic == "idle")
+    assert (
+        "rank(s) 0 drive several GPUs: these figures merge their devices (one window over all); per device "
+        "up to 20% idle (rank 0 device 0: temporal's devices table)"
+    ) in idle.text
+    (tmp_path / "one").mkdir()
+    one = _store(tmp_path / "one", case("one_collective_per_step"))
+    assert "several GPUs" not in next(v for v in summarize(one, None).verdicts if v.topic == "idle").text
+
+
 def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
     from traceprof.render.export import export_perfetto
 

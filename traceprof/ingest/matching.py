@@ -11,7 +11,8 @@ with two separate counters (``seqCollective_``, ``seqP2P_``), so the op family i
 
 Algorithm:
   1. Rows with a ``comms_id`` (Kineto ``Comms Id``: a hash of pg name, seq, p2p flag and ranks)
-     match on (source, comms_id): method ``comms_id``.
+     match on (source, comms_id): method ``comms_id`` (point-to-point rows of a group found wide
+     in step 3 excepted).
   2. Other rows that know their process group and sequence number (Kineto ``Process Group Name``
      + ``Seq``, Flight Recorder ``collective_seq_id`` / ``p2p_seq_id``, NDTimeline groups) match on
      (source, pg, pg_ranks, family, seq), family = p2p or collective: method ``pg_seq``.
@@ -20,7 +21,8 @@ Algorithm:
      ranks step their sequence numbers by different median strides (a counter shared with other
      groups; ranks with at least :data:`MIN_STRIDE_DIFFS` steps), or (point-to-point) more than
      that share of its keys are held by three or more ranks (a transfer has two ends; per-rank p2p
-     counters of a group wider than a pair do not line up). Such a group's collectives are matched
+     counters of a group wider than a pair do not line up; its ``Comms Id`` hashes that counter, so
+     the same holds of them). Such a group's collectives are matched
      by order within the step instead (step 4), method ``step_order``, its point-to-point rows
      left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
@@ -253,10 +255,16 @@ strides AS (
   SELECT {_GROUP}, 2 AS o, 'ranks step their sequence numbers by ' || min(stride) || ' to ' || max(stride) AS why
   FROM per_rank GROUP BY ALL HAVING count(DISTINCT stride) > 1
 ),
+p2p_keys AS (  -- a Comms Id hashes (pg, seq, p2p, ranks): the per-rank p2p counter, as Seq
+  SELECT {_GROUP}, n FROM keys WHERE p2p
+  UNION ALL
+  SELECT {_GROUP}, count(DISTINCT rank) + (count(rank) < count(*))::INT AS n
+  FROM _match_rows WHERE comms_id IS NOT NULL AND p2p GROUP BY {_GROUP}, comms_id
+),
 wide AS (
   SELECT {_GROUP}, 3 AS o, sum((n > 2)::INT) || ' of ' || count(*)
          || ' point-to-point sequence numbers are held by three or more ranks' AS why
-  FROM keys WHERE p2p AND n >= 2 GROUP BY ALL
+  FROM p2p_keys WHERE n >= 2 GROUP BY ALL
   HAVING sum((n > 2)::INT)::DOUBLE / count(*) > {CROSS_STEP_SHARE}
 )
 SELECT {_GROUP}, arg_min(why, o) AS why
@@ -280,7 +288,7 @@ ordered AS (  -- rows without ids: the k-th of its kind on its rank, in arrival 
 ),
 keyed AS (
   SELECT rid, arrival_ns, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
-  FROM r WHERE comms_id IS NOT NULL
+  FROM r WHERE comms_id IS NOT NULL AND NOT (bad AND p2p)
   UNION ALL
   SELECT rid, arrival_ns, 'pg_seq', concat_ws('|', 's', source, g_pg, g_ranks, CAST(p2p AS VARCHAR),
                                               CAST(seq AS VARCHAR))

@@ -756,3 +756,81 @@ def test_missing_step_notes_by_hand():
         "that have it",
     ]
     assert matching.missing_step_notes(steps.filter(pl.col("rank") == 0)) == []
+
+
+def _gloo_steps(first: int, steps: int, late_us: int, at: int = 0, numbered: bool = True) -> list[dict]:
+    """Gloo steps #first.. (ProfilerStep#first + s over [1000 (at + s), 1000 (at + s + 1)] us; none
+    when not ``numbered``); in each an all-reduce of 100 then one of 200 floats, enqueued at +100 and
+    +300 us (plus ``late_us``), worked on from +400 and +600 us for 100 us."""
+    ev = []
+    for s in range(steps):
+        t0 = 1000 * (at + s)
+        ev += gloo_rank(
+            [(t0 + 100 + late_us, t0 + 400, t0 + 500, 100), (t0 + 300 + late_us, t0 + 600, t0 + 700, 200)],
+            step=first + s,
+            t0=t0,
+        )
+    return [e for e in ev if numbered or not e["name"].startswith("ProfilerStep")]
+
+
+def test_a_rank_without_steps_is_matched_by_order_over_the_run(store, tmp_path):
+    # Rank 1 runs the same two steps as rank 0 (#3, #4) 50 us later, but its trace has no ProfilerStep.
+    # Gloo all-reduces have no sequence number: matched by order within the step, rank 1's (no step)
+    # were 4 one-rank instances beside rank 0's 4. By order over the run (the k-th all-reduce of each
+    # size on each rank) they are 4 instances of both ranks, rank 1 last by 50 us, with a note.
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(3, 2, 0), 0)
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(3, 2, 50, numbered=False), 1)
+    res = ingest(store, [tmp_path / "run"])
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present, last_rank, arrival_skew_ns, match_method "
+        "FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == [
+        (3, 400, [0, 1], 1, 50_000, "ordinal"),
+        (3, 800, [0, 1], 1, 50_000, "ordinal"),
+        (4, 400, [0, 1], 1, 50_000, "ordinal"),
+        (4, 800, [0, 1], 1, 50_000, "ordinal"),
+    ]
+    assert [w for w in res.warnings if "rank 1 has no steps (no ProfilerStep in the trace)" in w]
+    assert not [w for w in res.warnings if "miss some ranks" in w]
+
+
+def test_a_rank_numbering_its_steps_one_higher_is_lined_up_by_its_collectives(store, tmp_path):
+    # Ranks 0 and 1 run the same three steps at the same times, rank 1 50 us late at each
+    # all-reduce, but rank 1 numbers them #5..#7 where rank 0 says #4..#6. Rank 2's trace starts a
+    # step later (#5, #6 at the times of rank 0's #5, #6). By number (the ranges overlap), rank 1's
+    # #5 was rank 0's #5: a step off, 4 of its 6 all-reduces matched with the wrong ones. Every step
+    # runs the same all-reduces (100 then 200 floats), so rank 1's collectives agree with the
+    # others' in 3 steps lined up by position and in 2 by number: lined up by position, with a note.
+    # Rank 2 agrees in 2 steps either way: kept by number (a late start).
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, world=3)
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50), 1, world=3)
+    write_rank(tmp_path / "run" / "r2.json", _gloo_steps(5, 2, 0, at=1), 2, world=3)
+    res = ingest(store, [tmp_path / "run"])
+    got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " ORDER BY rank, step").rows()
+    assert got == [(0, 4, 4), (0, 5, 5), (0, 6, 6), (1, 5, 4), (1, 6, 5), (1, 7, 6), (2, 5, 5), (2, 6, 6)]
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present, last_rank, arrival_skew_ns FROM collective_instances "
+        "ORDER BY instance_id"
+    ).rows()
+    assert inst == [(4, b, [0, 1], 1, 50_000) for b in (400, 800)] + [
+        (s, b, [0, 1, 2], 1, 50_000) for s in (5, 6) for b in (400, 800)
+    ]
+    said = [
+        "rank 1 numbers its steps #5..#7 where rank 0 numbers the same steps #4..#6 (offset -1): its "
+        "collectives agree with rank 0's in 3 steps lined up so and in 2 by step number, so they are taken "
+        "as rank 0's steps"
+    ]
+    assert matching.step_shift_notes(store, 1) == said
+    assert [w for w in res.warnings if "numbers its steps" in w] == [f"run 'run': {said[0]}"]
+    # the summary says it first, with the step rank 2 lacks
+    from traceprof.engine.findings import summarize
+
+    assert summarize(store, "run").coverage == (
+        f"{said[0]}; rank 2 has no step 4 (its trace does not record it): that step is taken over the "
+        "ranks that have it"
+    )
+    # only rank 2's missing step 4 is left incomplete (before: 6 of 10 instances)
+    assert [w for w in res.warnings if "miss some ranks" in w] == [
+        "run 'run': 2 of 6 matched collectives miss some ranks (see collective_instances.ranks_missing)"
+    ]

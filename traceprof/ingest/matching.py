@@ -85,6 +85,7 @@ __all__ = [
     "STEP_SHIFTS_SQL",
     "run_steps",
     "step_shift_notes",
+    "stepless_notes",
 ]
 
 
@@ -101,7 +102,13 @@ __all__ = [
 #: shift by position (its p-th step the reference's (p + j)-th; its steps beyond the reference's
 #: keep the offset of its first one lined up) is taken only when it agrees in more steps than by
 #: number and than any other shift, else by number (no evidence, or a tie: a trace that starts a
-#: step later agrees either way when every step runs the same collectives).
+#: step later agrees either way when every step runs the same collectives). Times come first where
+#: they are comparable: a rank on the reference's host (``traces.host`` equal, one clock) whose
+#: steps' raw starts (clock offsets removed) lie closest to the reference's under one alignment, by
+#: a median gap under half the reference's median step, is lined up so (by number on a tie), whatever
+#: its collectives say: when every step runs the same collectives, a profiling window that really
+#: starts a step later (its #5..#7 at the times of the reference's #5..#7, the reference's range
+#: #4..#6) agrees with the reference in more steps one position off than by number.
 _STEPS_CTES = """
 WITH s AS (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL),
 nb AS (
@@ -145,11 +152,50 @@ best AS (
   SELECT rank, max(agree) FILTER (WHERE j IS NOT NULL) AS top, max(agree) FILTER (WHERE j IS NULL) AS by_number
   FROM scores GROUP BY rank
 ),
-shift AS (  -- a shift that agrees in more steps than by number and than any other shift
+vote AS (  -- a shift that agrees in more steps than by number and than any other shift
   SELECT rank, min(j) AS j, any_value(top) AS agree, any_value(by_number) AS by_number
   FROM scores JOIN best USING (rank)
   WHERE j IS NOT NULL AND agree = top AND top > coalesce(by_number, 0)
   GROUP BY rank HAVING count(*) = 1
+),
+tm AS (  -- each step's raw start (clock offset removed) and length, and its traces' hosts; where some rank is odd
+  SELECT s.rank, s.step, min(s.cpu_start_ns - coalesce(t.clock_offset_ns, 0)) AS t0,
+         min(s.cpu_end_ns - s.cpu_start_ns) AS len, min(t.host) AS h_lo, max(t.host) AS h_hi,
+         bool_and(t.host IS NOT NULL) AS named
+  FROM steps s JOIN traces t USING (trace_id)
+  WHERE s.run_id = $run AND s.step IS NOT NULL AND EXISTS (SELECT 1 FROM odd)
+  GROUP BY s.rank, s.step
+),
+hosts AS (  -- a rank's host, where every trace holding its steps names the same one
+  SELECT rank, CASE WHEN bool_and(named) AND min(h_lo) = max(h_hi) THEN min(h_lo) END AS host FROM tm GROUP BY rank
+),
+gaps AS (  -- per try on the reference's host: the median |start difference| of the steps lined up
+  SELECT t.rank, t.j, median(abs(a.t0 - b.t0)) AS gap
+  FROM tries t JOIN tm a ON a.rank = t.rank AND a.step = t.step
+  JOIN own r ON r.rank = t.numbering AND CASE WHEN t.j IS NULL THEN r.step = t.step ELSE r.pos = t.pos + t.j END
+  JOIN tm b ON b.rank = r.rank AND b.step = r.step
+  JOIN hosts ha ON ha.rank = t.rank JOIN hosts hb ON hb.rank = r.rank AND hb.host = ha.host
+  GROUP BY ALL
+),
+near AS (  -- the closest tries, where within half the reference's median step
+  SELECT g.rank, g.j, g.gap, n.gap AS gap_number, m.step_len
+  FROM gaps g JOIN (SELECT rank, min(gap) AS gap FROM gaps GROUP BY rank) USING (rank, gap)
+  JOIN (SELECT rank, any_value(numbering) AS numbering FROM own GROUP BY rank) o USING (rank)
+  JOIN (SELECT rank AS numbering, median(len) AS step_len FROM tm GROUP BY rank) m USING (numbering)
+  LEFT JOIN gaps n ON n.rank = g.rank AND n.j IS NULL
+  WHERE 2 * g.gap < m.step_len
+),
+timed AS (  -- times decide: by number on a tie with it, else the one closest shift
+  SELECT rank, CASE WHEN NOT bool_or(j IS NULL) THEN min(j) END AS j, min(gap) AS gap,
+         any_value(gap_number) AS gap_number, any_value(step_len) AS step_len
+  FROM near GROUP BY rank HAVING bool_or(j IS NULL) OR count(*) = 1
+),
+shift AS (  -- the shift taken per rank: by times where they decide, else by the collectives' vote
+  SELECT t.rank, t.j, sc.agree, b.by_number, t.gap, t.gap_number, t.step_len
+  FROM timed t JOIN best b USING (rank) LEFT JOIN scores sc ON sc.rank = t.rank AND sc.j = t.j
+  WHERE t.j IS NOT NULL
+  UNION ALL
+  SELECT rank, j, agree, by_number, NULL, NULL, NULL FROM vote WHERE rank NOT IN (SELECT rank FROM timed)
 ),
 lined AS (  -- each rank's step in its numbering's terms
   SELECT rank, step, numbering,
@@ -170,18 +216,21 @@ mapped AS (SELECT l.rank, l.step, l.numbering, l.nstep, lab.run_step FROM lined 
 #: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step (columns
 #: rank, step, run_step): :data:`_STEPS_CTES`. So raw step numbers are compared across ranks only
 #: where their ranges overlap, and a rank's steps are shifted off their numbers only where its
-#: collectives say so.
+#: steps' start times (on the reference's host) or else its collectives say so.
 RUN_STEPS_SQL = _STEPS_CTES + "SELECT rank, step, run_step FROM mapped\n"
 
 #: SQL (``$run``: the run id): the ranks whose steps :data:`RUN_STEPS_SQL` shifted off their numbers
 #: (columns rank, first, last: its own step range, ref: the rank it was compared with, ref_first,
 #: ref_last: that rank's numbers of those steps, agree: steps whose collectives agree that way,
-#: by_number: those agreeing by number).
+#: by_number: those agreeing by number; where times decided (same host), else NULL: gap, gap_number:
+#: median |start difference| (ns) of the steps lined up so and by number, step_len: the reference's
+#: median step).
 STEP_SHIFTS_SQL = (
     _STEPS_CTES
     + """SELECT m.rank, min(m.step) AS first, max(m.step) AS last, any_value(m.numbering) AS ref,
        min(m.nstep) AS ref_first, max(m.nstep) AS ref_last, any_value(sh.agree) AS agree,
-       any_value(sh.by_number) AS by_number
+       any_value(sh.by_number) AS by_number, any_value(sh.gap) AS gap, any_value(sh.gap_number) AS gap_number,
+       any_value(sh.step_len) AS step_len
 FROM mapped m JOIN shift sh USING (rank)
 GROUP BY m.rank HAVING bool_or(m.nstep <> m.step) ORDER BY m.rank
 """
@@ -541,13 +590,49 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
 
 def step_shift_notes(store: Store, run_id: int) -> list[str]:
     """One note per rank whose steps :data:`RUN_STEPS_SQL` lined up off their numbers, with the evidence
-    (its collectives agree with the other ranks' in more steps that way than by step number)."""
+    (on the reference's host, its steps start closer to the reference's that way than by step number;
+    elsewhere, its collectives agree with the reference's in more steps that way)."""
     rows = store.con.execute(STEP_SHIFTS_SQL.replace("$run", str(int(run_id)))).fetchall()
+
+    def ms(ns: float) -> str:
+        return f"{ns / 1e6:.3g} ms"
+
     return [
         f"rank {r} numbers its steps #{lo}..#{hi} where rank {ref} numbers the same steps #{ref_lo}..#{ref_hi} "
-        f"(offset {ref_lo - lo:+d}): its collectives agree with rank {ref}'s in {agree} steps lined up so and "
-        f"in {by_number or 0} by step number, so they are taken as rank {ref}'s steps"
-        for r, lo, hi, ref, ref_lo, ref_hi, agree, by_number in rows
+        f"(offset {ref_lo - lo:+d}): "
+        + (
+            f"on rank {ref}'s host, its steps start a median {ms(gap)} from rank {ref}'s lined up so and "
+            + (f"{ms(gap_number)}" if gap_number is not None else "none lined up")
+            + f" by step number (steps of {ms(step_len)})"
+            if gap is not None
+            else f"its collectives agree with rank {ref}'s in {agree} steps lined up so and in {by_number or 0} "
+            "by step number"
+        )
+        + f", so they are taken as rank {ref}'s steps"
+        for r, lo, hi, ref, ref_lo, ref_hi, agree, by_number, gap, gap_number, step_len in rows
+    ]
+
+
+def stepless_notes(store: Store, run_id: int) -> list[str]:
+    """The ranks without steps (no ProfilerStep in their traces) whose collectives without sequence
+    numbers were matched with those of ranks that have steps, by their order over the run (module doc,
+    step 4), in one note (the summary's coverage; ingest says it per process group); empty when none."""
+    (ranks,) = store.con.execute(
+        """WITH stepped AS (SELECT DISTINCT rank FROM steps WHERE run_id = $1 AND step IS NOT NULL)
+           SELECT list(DISTINCT c.rank ORDER BY c.rank) FROM collectives c
+           WHERE c.run_id = $1 AND c.match_method IN ('ordinal', 'step_order')
+             AND c.rank NOT IN (SELECT rank FROM stepped)
+             AND c.instance_id IN (SELECT instance_id FROM collectives
+                                   WHERE run_id = $1 AND rank IN (SELECT rank FROM stepped))""",
+        [run_id],
+    ).fetchone() or (None,)
+    if not ranks:
+        return []
+    many = len(ranks) > 1
+    return [
+        f"rank{'s' if many else ''} {', '.join(map(str, ranks))} {'have' if many else 'has'} no steps (no "
+        f"ProfilerStep in {'their traces' if many else 'its trace'}): {'their' if many else 'its'} collectives "
+        "without sequence numbers were matched with the other ranks' by their order over the run"
     ]
 
 

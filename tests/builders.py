@@ -149,14 +149,19 @@ def write_run(
 SHIFT_US = 1000
 
 
-def write_rank(path: Path, events: list[dict], rank: int, world: int = 2, backend: str = "gloo") -> Path:
-    """Write a new-style Kineto trace whose event at ``ts`` us is at BASE + ts * 1000 ns."""
+def write_rank(
+    path: Path, events: list[dict], rank: int, world: int = 2, backend: str = "gloo", host: str | None = None
+) -> Path:
+    """Write a new-style Kineto trace whose event at ``ts`` us is at BASE + ts * 1000 ns (``host_name``
+    ``host`` when given)."""
     events = [{**e, "ts": e["ts"] + SHIFT_US} if "ts" in e else e for e in events]
-    doc = {
+    doc: dict = {
         "baseTimeNanoseconds": BASE - SHIFT_US * 1000,
         "distributedInfo": {"rank": rank, "world_size": world, "backend": backend},
         "traceEvents": events,
     }
+    if host is not None:
+        doc["host_name"] = host
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
     return path

@@ -1100,3 +1100,16 @@ def test_a_timing_reason_says_which_way_the_metric_moved(change, of, reason):
     from traceprof.engine import noise
 
     assert noise.judge(change, 6.34, 0.33, 2, 10.0, 0.01, of) == ("ok", reason)
+
+
+def test_a_run_named_twice_in_a_baseline_list_is_said(store, tmp_path):
+    # `diff a,a b` (or the lists ["a,a", "a"]) compared b with a single baseline run without a word:
+    # the repeat was dropped silently. Counted once, with a note naming the run; once is no note.
+    ingest(
+        store, [_micro(tmp_path / "a", False), _micro(tmp_path / "b", True), _micro(tmp_path / "c", False)]
+    )
+    said = "run 'a' is named more than once in the baseline: counted once"
+    for base in ("a,a", "a, c,a", ["a", "a"], ["a,c", "a"]):
+        res = diff_runs(store, base, "b")
+        assert [n for n in res.notes if n.startswith(said)] and res.frame["n_base"].max() > 0, base
+    assert not [n for n in diff_runs(store, "a,c", "b").notes if "more than once" in n]

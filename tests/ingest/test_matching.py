@@ -756,3 +756,151 @@ def test_missing_step_notes_by_hand():
         "that have it",
     ]
     assert matching.missing_step_notes(steps.filter(pl.col("rank") == 0)) == []
+
+
+def _gloo_steps(first: int, steps: int, late_us: int, at: int = 0, numbered: bool = True) -> list[dict]:
+    """Gloo steps #first.. (ProfilerStep#first + s over [1000 (at + s), 1000 (at + s + 1)] us; none
+    when not ``numbered``); in each an all-reduce of 100 then one of 200 floats, enqueued at +100 and
+    +300 us (plus ``late_us``), worked on from +400 and +600 us for 100 us."""
+    ev = []
+    for s in range(steps):
+        t0 = 1000 * (at + s)
+        ev += gloo_rank(
+            [(t0 + 100 + late_us, t0 + 400, t0 + 500, 100), (t0 + 300 + late_us, t0 + 600, t0 + 700, 200)],
+            step=first + s,
+            t0=t0,
+        )
+    return [e for e in ev if numbered or not e["name"].startswith("ProfilerStep")]
+
+
+def test_a_rank_without_steps_is_matched_by_order_over_the_run(store, tmp_path):
+    # Rank 1 runs the same two steps as rank 0 (#3, #4) 50 us later, but its trace has no ProfilerStep.
+    # Gloo all-reduces have no sequence number: matched by order within the step, rank 1's (no step)
+    # were 4 one-rank instances beside rank 0's 4. By order over the run (the k-th all-reduce of each
+    # size on each rank) they are 4 instances of both ranks, rank 1 last by 50 us, with a note.
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(3, 2, 0), 0)
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(3, 2, 50, numbered=False), 1)
+    res = ingest(store, [tmp_path / "run"])
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present, last_rank, arrival_skew_ns, match_method "
+        "FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == [
+        (3, 400, [0, 1], 1, 50_000, "ordinal"),
+        (3, 800, [0, 1], 1, 50_000, "ordinal"),
+        (4, 400, [0, 1], 1, 50_000, "ordinal"),
+        (4, 800, [0, 1], 1, 50_000, "ordinal"),
+    ]
+    assert [w for w in res.warnings if "rank 1 has no steps (no ProfilerStep in the trace)" in w]
+    assert not [w for w in res.warnings if "miss some ranks" in w]
+    # the summary's coverage says it too (it said nothing)
+    from traceprof.engine.findings import summarize
+
+    assert summarize(store, "run").coverage == (
+        "rank 1 has no steps (no ProfilerStep in its trace): its collectives without sequence numbers were "
+        "matched with the other ranks' by their order over the run"
+    )
+    assert matching.stepless_notes(store, 1) == [summarize(store, "run").coverage]
+
+
+def test_a_rank_numbering_its_steps_one_higher_is_lined_up_by_its_collectives(store, tmp_path):
+    # Ranks 0 and 1 run the same three steps at the same times, rank 1 50 us late at each
+    # all-reduce, but rank 1 numbers them #5..#7 where rank 0 says #4..#6. Rank 2's trace starts a
+    # step later (#5, #6 at the times of rank 0's #5, #6). By number (the ranges overlap), rank 1's
+    # #5 was rank 0's #5: a step off, 4 of its 6 all-reduces matched with the wrong ones. Every step
+    # runs the same all-reduces (100 then 200 floats), so rank 1's collectives agree with the
+    # others' in 3 steps lined up by position and in 2 by number: lined up by position, with a note.
+    # Rank 2 agrees in 2 steps either way: kept by number (a late start).
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, world=3)
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50), 1, world=3)
+    write_rank(tmp_path / "run" / "r2.json", _gloo_steps(5, 2, 0, at=1), 2, world=3)
+    res = ingest(store, [tmp_path / "run"])
+    got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " ORDER BY rank, step").rows()
+    assert got == [(0, 4, 4), (0, 5, 5), (0, 6, 6), (1, 5, 4), (1, 6, 5), (1, 7, 6), (2, 5, 5), (2, 6, 6)]
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present, last_rank, arrival_skew_ns FROM collective_instances "
+        "ORDER BY instance_id"
+    ).rows()
+    assert inst == [(4, b, [0, 1], 1, 50_000) for b in (400, 800)] + [
+        (s, b, [0, 1, 2], 1, 50_000) for s in (5, 6) for b in (400, 800)
+    ]
+    said = [
+        "rank 1 numbers its steps #5..#7 where rank 0 numbers the same steps #4..#6 (offset -1): its "
+        "collectives agree with rank 0's in 3 steps lined up so and in 2 by step number, so they are taken "
+        "as rank 0's steps"
+    ]
+    assert matching.step_shift_notes(store, 1) == said
+    assert [w for w in res.warnings if "numbers its steps" in w] == [f"run 'run': {said[0]}"]
+    # the summary says it first, with the step rank 2 lacks
+    from traceprof.engine.findings import summarize
+
+    assert summarize(store, "run").coverage == (
+        f"{said[0]}; rank 2 has no step 4 (its trace does not record it): that step is taken over the "
+        "ranks that have it"
+    )
+    # only rank 2's missing step 4 is left incomplete (before: 6 of 10 instances)
+    assert [w for w in res.warnings if "miss some ranks" in w] == [
+        "run 'run': 2 of 6 matched collectives miss some ranks (see collective_instances.ranks_missing)"
+    ]
+
+
+def _late_window(store: Store, tmp_path, hosts: tuple[str, str]) -> None:
+    """Rank 0 records steps #4..#6 over [0, 3] ms, rank 1 (its all-reduces enqueued 50 us later)
+    the same job's #5..#7 over [1, 4] ms: its profiling window really starts a step later."""
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, host=hosts[0])
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50, at=1), 1, host=hosts[1])
+    ingest(store, [tmp_path / "run"])
+
+
+def test_a_late_window_on_the_same_host_stays_by_number(store, tmp_path):
+    # Every step runs the same all-reduces, so rank 1's collectives agree with rank 0's in 3 steps
+    # one position off (its #5..#7 as #4..#6) and in 2 by number (#5, #6): by the collectives alone
+    # it looked like a rank numbering its steps one higher and was lined up a step off (its clock
+    # then moved by the 1 ms between the all-reduces so paired). Both ranks on host "vm" share one
+    # clock: by number its steps start 0 us from rank 0's (median over #5, #6), a position off
+    # 1000 us, a whole step (1 ms): the times decide, by number.
+    _late_window(store, tmp_path, ("vm", "vm"))
+    got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " ORDER BY rank, step").rows()
+    assert got == [(0, 4, 4), (0, 5, 5), (0, 6, 6), (1, 5, 5), (1, 6, 6), (1, 7, 7)]
+    assert matching.step_shift_notes(store, 1) == []
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present, arrival_skew_ns FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == (
+        [(4, b, [0], 0) for b in (400, 800)]
+        + [(s, b, [0, 1], 50_000) for s in (5, 6) for b in (400, 800)]
+        + [(7, b, [1], 0) for b in (400, 800)]
+    )
+    assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
+
+
+def test_across_hosts_the_collectives_decide(store, tmp_path):
+    # The same traces on two hosts: start times of two clocks say nothing, the collectives' vote
+    # lines rank 1 up by position (the known limit: gloo, identical steps).
+    _late_window(store, tmp_path, ("a", "b"))
+    got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " WHERE rank = 1 ORDER BY step").rows()
+    assert got == [(1, 5, 4), (1, 6, 5), (1, 7, 6)]
+    assert matching.step_shift_notes(store, 1) == [
+        "rank 1 numbers its steps #5..#7 where rank 0 numbers the same steps #4..#6 (offset -1): its "
+        "collectives agree with rank 0's in 3 steps lined up so and in 2 by step number, so they are taken "
+        "as rank 0's steps"
+    ]
+
+
+def test_a_renumbered_rank_on_the_same_host_is_lined_up_by_its_step_times(store, tmp_path):
+    # Rank 1 runs rank 0's steps at the same times but numbers them #5..#7 (rank 0: #4..#6), both on
+    # host "vm": a position off its steps start 0 us from rank 0's, by number 1 ms (#5, #6 against
+    # rank 0's #5, #6 a step later; #7 has no partner), steps of 1 ms: lined up by position.
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, host="vm")
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50), 1, host="vm")
+    res = ingest(store, [tmp_path / "run"])
+    got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " WHERE rank = 1 ORDER BY step").rows()
+    assert got == [(1, 5, 4), (1, 6, 5), (1, 7, 6)]
+    said = (
+        "rank 1 numbers its steps #5..#7 where rank 0 numbers the same steps #4..#6 (offset -1): on rank 0's "
+        "host, its steps start a median 0 ms from rank 0's lined up so and 1 ms by step number (steps of 1 ms), "
+        "so they are taken as rank 0's steps"
+    )
+    assert matching.step_shift_notes(store, 1) == [said]
+    assert [w for w in res.warnings if "numbers its steps" in w] == [f"run 'run': {said}"]
+    assert not [w for w in res.warnings if "miss some ranks" in w]

@@ -113,6 +113,22 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         .then(pl.lit("*"))
         .otherwise(pl.col("size").cast(pl.Utf8).fill_null("?"))
     )
+    # a group some rank of which has no steps (and some other rank has): by order over the run
+    by_run = pl.col("stepless").any().over(_GROUP) & ~pl.col("stepless").all().over(_GROUP)
+    by_order = by_order.with_columns(by_run.alias("by_run"))
+    notes += [
+        f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''}: "
+        f"rank{'s' if len(r['ranks']) > 1 else ''} {', '.join(map(str, r['ranks']))} "
+        f"{'have' if len(r['ranks']) > 1 else 'has'} no steps (no ProfilerStep in the trace), so its collectives "
+        "without sequence numbers were matched by their order over the run (the k-th of each op and size "
+        "on every rank) instead of within the step: right when every rank's trace covers the same steps"
+        for r in by_order.filter("by_run")
+        .group_by(_GROUP[:3])
+        .agg(pl.col("rank").filter("stepless").unique().sort().alias("ranks"))
+        .sort(_GROUP[:3])
+        .iter_rows(named=True)
+    ]
+    by_order = by_order.with_columns(pl.when("by_run").then(None).otherwise(pl.col("step")).alias("step"))
     part = [*_GROUP, "op", "_size", "step"]
     by_order = by_order.with_columns(size.alias("_size")).sort(
         "rank", "arrival_ns", "start_ns", "rid", nulls_last=True, maintain_order=True
@@ -178,6 +194,7 @@ def _both(store: Store, run_id: int) -> tuple[tuple[list, list], tuple[list, lis
     ).fetchall()
     rows = store.sql(_ROWS.replace("$run", str(run_id)))
     assigned, notes = _assign_ref(rows) if rows.height else (pl.DataFrame(), [])
+    notes += matching.step_shift_notes(store, run_id)  # the steps' alignment: RUN_STEPS_SQL, read by _ROWS
     ref = {r: (i, m) for r, i, m in assigned.iter_rows()} if assigned.height else {}
     want = [(rid, *ref.get(rid, (None, None))) for rid in rows.sort("rid")["rid"].to_list()]
     return (got, list(summary.notes)), (want, notes)

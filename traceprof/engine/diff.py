@@ -319,11 +319,13 @@ def diff_runs(
             "baseline of itself; diff against other runs of the job (a named set: traceprof baseline add "
             "NAME RUN...)"
         )
-    notes = (
-        [f"{run_label(store, cand_id)} is in the baseline {bl.label!r}: left out of it"]
-        if len(ids) < len(bl.run_ids)
-        else []
-    )
+    notes = [
+        f"run {name!r} is named more than once in the baseline: counted once (a run is one sample of the "
+        "baseline's noise, not several)"
+        for name in bl.repeated
+    ]
+    if len(ids) < len(bl.run_ids):
+        notes.append(f"{run_label(store, cand_id)} is in the baseline {bl.label!r}: left out of it")
     cache = {} if cache is None else cache
     bases = [run_profile(store, i, mfu_options, cache) for i in ids]
     c = run_profile(store, cand_id, mfu_options, cache)

@@ -55,7 +55,7 @@ from traceprof.engine import analysis as registry
 from traceprof.engine import session
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.engine.timing import analysis_mfu_options
-from traceprof.ingest.matching import missing_step_notes, run_steps
+from traceprof.ingest.matching import missing_step_notes, run_steps, step_shift_notes, stepless_notes
 from traceprof.storage.runs import coverage_text, run_name
 from traceprof.storage.store import Store
 
@@ -897,10 +897,15 @@ def build(
 def _coverage(store: Store, run_id: int) -> str:
     """What the summary says first about the ranks (:func:`traceprof.storage.runs.coverage_text`) and
     the steps some rank lacks that others have (:func:`traceprof.ingest.matching.missing_step_notes`:
-    ``rank 0 has no step 4 ...``), joined; empty when every rank and step is there."""
+    ``rank 0 has no step 4 ...``), the ranks whose steps were lined up off their numbers
+    (:func:`traceprof.ingest.matching.step_shift_notes`) and those without steps whose collectives were
+    matched by order over the run (:func:`traceprof.ingest.matching.stepless_notes`), joined; empty when
+    every rank and step is there."""
     steps = store.sql("SELECT DISTINCT rank, step FROM steps WHERE run_id = ? AND step IS NOT NULL", [run_id])
     lost = missing_step_notes(run_steps(store, run_id, steps))
-    return "; ".join(t for t in (coverage_text(store, run_id), *lost) if t)
+    shifted = step_shift_notes(store, run_id)
+    stepless = stepless_notes(store, run_id)
+    return "; ".join(t for t in (coverage_text(store, run_id), *shifted, *stepless, *lost) if t)
 
 
 def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:

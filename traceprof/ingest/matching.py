@@ -26,12 +26,16 @@ Algorithm:
      by order within the step instead (step 4), method ``step_order``, its point-to-point rows
      left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
-     ranks whose step ranges overlap, by order between numberings that do not), here and in
-     steps 4 and 5.
+     ranks whose step ranges overlap unless a rank's collectives agree with the lowest rank's in
+     more steps lined up by position, by order between numberings that do not), here and in
+     steps 4 and 5; a note (:func:`step_shift_notes`) names a rank lined up off its numbers.
   4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
      match by ordinal: on every rank, the k-th collective of the same group, op and size within the
      same step (or within the trace when steps are unknown) is the same instance: method
      ``ordinal`` (all-to-all ops leave the size out: their per-rank sizes legitimately differ).
+     Where some rank of the group has no steps at all (no ProfilerStep in its trace) and another
+     has, the k-th over the run instead, with a note: within the step, its collectives (no step)
+     could never meet the others'.
      Ordinals follow each rank's arrival order. Point-to-point ops (``p2p``, or an op in
      :data:`P2P_OPS`) without a process group and sequence number are left unmatched
      (``instance_id`` null): each involves one unknown peer, so the k-th one on two ranks is in
@@ -80,30 +84,159 @@ __all__ = [
     "canonical_ranks",
     "fallback_note",
     "RUN_STEPS_SQL",
+    "STEP_SHIFTS_SQL",
     "run_steps",
+    "step_shift_notes",
+    "stepless_notes",
 ]
 
 
-#: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step (columns
-#: rank, step, run_step). Ranks whose step ranges overlap number their steps alike: they form one
-#: numbering, in which a step keeps its number (a rank whose trace starts a step later, or lacks a
-#: middle step, is aligned by step number). Ranks may also number their ProfilerSteps differently
-#: (one rank's #500.. while the others' are #100..): numberings whose ranges do not overlap are
-#: aligned by order, the k-th step of each numbering being the same step, labelled with the number
-#: of the numbering holding the lowest rank. So raw step numbers are compared across ranks only
-#: where their ranges overlap.
-RUN_STEPS_SQL = """
-SELECT rank, step, arg_min(step, numbering) OVER (PARTITION BY k) AS run_step
-FROM (SELECT rank, step, numbering, dense_rank() OVER (PARTITION BY numbering ORDER BY step) AS k
-      FROM (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL)
-      JOIN (SELECT rank, min(rank) OVER (PARTITION BY grp) AS numbering
-            FROM (SELECT rank, sum(CASE WHEN lo > prev_hi THEN 1 ELSE 0 END) OVER (ORDER BY lo, rank) AS grp
-                  FROM (SELECT rank, lo, max(hi) OVER (ORDER BY lo, rank ROWS BETWEEN UNBOUNDED PRECEDING
-                                                       AND 1 PRECEDING) AS prev_hi
-                        FROM (SELECT rank, min(step) AS lo, max(step) AS hi FROM steps
-                              WHERE run_id = $run AND step IS NOT NULL GROUP BY rank))))
-      USING (rank))
+#: Common table expressions of :data:`RUN_STEPS_SQL` and :data:`STEP_SHIFTS_SQL` (``$run``: the run id).
+#: Ranks whose step ranges overlap number their steps alike: they form one numbering, in which a step
+#: keeps its number (a rank whose trace starts a step later, or lacks a middle step, is aligned by
+#: step number). Ranks may also number their ProfilerSteps differently (one rank's #500.. while the
+#: others' are #100..): numberings whose ranges do not overlap are aligned by order, the k-th step of
+#: each numbering being the same step, labelled with the number of the numbering holding the lowest
+#: rank. Within a numbering, a rank whose step range differs from that of the numbering's lowest
+#: rank (the reference) may also number its steps off by some (its #5..#7 the reference's #4..#6).
+#: The evidence is its collectives (``sig``: source, group, op, sequence number and size, in order,
+#: per step): a step agrees when they equal the reference's at the step it is lined up with. A
+#: shift by position (its p-th step the reference's (p + j)-th; its steps beyond the reference's
+#: keep the offset of its first one lined up) is taken only when it agrees in more steps than by
+#: number and than any other shift, else by number (no evidence, or a tie: a trace that starts a
+#: step later agrees either way when every step runs the same collectives). Times come first where
+#: they are comparable: a rank on the reference's host (``traces.host`` equal, one clock) whose
+#: steps' raw starts (clock offsets removed) lie closest to the reference's under one alignment, by
+#: a median gap under half the reference's median step, is lined up so (by number on a tie), whatever
+#: its collectives say: when every step runs the same collectives, a profiling window that really
+#: starts a step later (its #5..#7 at the times of the reference's #5..#7, the reference's range
+#: #4..#6) agrees with the reference in more steps one position off than by number.
+_STEPS_CTES = """
+WITH s AS (SELECT DISTINCT rank, step FROM steps WHERE run_id = $run AND step IS NOT NULL),
+nb AS (
+  SELECT rank, min(rank) OVER (PARTITION BY grp) AS numbering
+  FROM (SELECT rank, sum(CASE WHEN lo > prev_hi THEN 1 ELSE 0 END) OVER (ORDER BY lo, rank) AS grp
+        FROM (SELECT rank, lo, max(hi) OVER (ORDER BY lo, rank ROWS BETWEEN UNBOUNDED PRECEDING
+                                             AND 1 PRECEDING) AS prev_hi
+              FROM (SELECT rank, min(step) AS lo, max(step) AS hi FROM s GROUP BY rank)))
+),
+own AS (
+  SELECT rank, step, numbering, row_number() OVER (PARTITION BY rank ORDER BY step) AS pos,
+         count(*) OVER (PARTITION BY rank) AS n, min(step) OVER (PARTITION BY rank) AS lo,
+         max(step) OVER (PARTITION BY rank) AS hi
+  FROM s JOIN nb USING (rank)
+),
+odd AS (  -- ranks whose step range differs from their reference's
+  SELECT o.rank, any_value(o.numbering) AS numbering, any_value(o.n) AS n, any_value(r.n) AS n_ref
+  FROM own o JOIN own r ON r.rank = o.numbering AND r.pos = 1
+  WHERE o.lo <> r.lo OR o.hi <> r.hi GROUP BY o.rank
+),
+sig AS (  -- each rank's collectives per step, in order; read only where some rank is odd
+  SELECT rank, step, string_agg(concat_ws(':', source, pg, op, seq, coalesce(bytes_in, nelems_in)), ','
+                                ORDER BY start_ns, seq, op) AS sig
+  FROM collectives
+  WHERE run_id = $run AND step IS NOT NULL AND EXISTS (SELECT 1 FROM odd)
+  GROUP BY rank, step
+),
+tries AS (  -- j NULL: by number; else its p-th step lined up with the reference's (p + j)-th
+  SELECT o.rank, o.numbering, o.step, o.pos, unnest(list_concat([NULL::BIGINT], range(1 - d.n, d.n_ref))) AS j
+  FROM own o JOIN odd d USING (rank)
+),
+scores AS (
+  SELECT t.rank, t.j, count(r.rank) AS agree
+  FROM tries t JOIN sig g ON g.rank = t.rank AND g.step = t.step
+  LEFT JOIN (own r JOIN sig h ON h.rank = r.rank AND h.step = r.step)
+    ON r.rank = t.numbering AND h.sig = g.sig
+   AND CASE WHEN t.j IS NULL THEN r.step = t.step ELSE r.pos = t.pos + t.j END
+  GROUP BY ALL
+),
+best AS (
+  SELECT rank, max(agree) FILTER (WHERE j IS NOT NULL) AS top, max(agree) FILTER (WHERE j IS NULL) AS by_number
+  FROM scores GROUP BY rank
+),
+vote AS (  -- a shift that agrees in more steps than by number and than any other shift
+  SELECT rank, min(j) AS j, any_value(top) AS agree, any_value(by_number) AS by_number
+  FROM scores JOIN best USING (rank)
+  WHERE j IS NOT NULL AND agree = top AND top > coalesce(by_number, 0)
+  GROUP BY rank HAVING count(*) = 1
+),
+tm AS (  -- each step's raw start (clock offset removed) and length, and its traces' hosts; where some rank is odd
+  SELECT s.rank, s.step, min(s.cpu_start_ns - coalesce(t.clock_offset_ns, 0)) AS t0,
+         min(s.cpu_end_ns - s.cpu_start_ns) AS len, min(t.host) AS h_lo, max(t.host) AS h_hi,
+         bool_and(t.host IS NOT NULL) AS named
+  FROM steps s JOIN traces t USING (trace_id)
+  WHERE s.run_id = $run AND s.step IS NOT NULL AND EXISTS (SELECT 1 FROM odd)
+  GROUP BY s.rank, s.step
+),
+hosts AS (  -- a rank's host, where every trace holding its steps names the same one
+  SELECT rank, CASE WHEN bool_and(named) AND min(h_lo) = max(h_hi) THEN min(h_lo) END AS host FROM tm GROUP BY rank
+),
+gaps AS (  -- per try on the reference's host: the median |start difference| of the steps lined up
+  SELECT t.rank, t.j, median(abs(a.t0 - b.t0)) AS gap
+  FROM tries t JOIN tm a ON a.rank = t.rank AND a.step = t.step
+  JOIN own r ON r.rank = t.numbering AND CASE WHEN t.j IS NULL THEN r.step = t.step ELSE r.pos = t.pos + t.j END
+  JOIN tm b ON b.rank = r.rank AND b.step = r.step
+  JOIN hosts ha ON ha.rank = t.rank JOIN hosts hb ON hb.rank = r.rank AND hb.host = ha.host
+  GROUP BY ALL
+),
+near AS (  -- the closest tries, where within half the reference's median step
+  SELECT g.rank, g.j, g.gap, n.gap AS gap_number, m.step_len
+  FROM gaps g JOIN (SELECT rank, min(gap) AS gap FROM gaps GROUP BY rank) USING (rank, gap)
+  JOIN (SELECT rank, any_value(numbering) AS numbering FROM own GROUP BY rank) o USING (rank)
+  JOIN (SELECT rank AS numbering, median(len) AS step_len FROM tm GROUP BY rank) m USING (numbering)
+  LEFT JOIN gaps n ON n.rank = g.rank AND n.j IS NULL
+  WHERE 2 * g.gap < m.step_len
+),
+timed AS (  -- times decide: by number on a tie with it, else the one closest shift
+  SELECT rank, CASE WHEN NOT bool_or(j IS NULL) THEN min(j) END AS j, min(gap) AS gap,
+         any_value(gap_number) AS gap_number, any_value(step_len) AS step_len
+  FROM near GROUP BY rank HAVING bool_or(j IS NULL) OR count(*) = 1
+),
+shift AS (  -- the shift taken per rank: by times where they decide, else by the collectives' vote
+  SELECT t.rank, t.j, sc.agree, b.by_number, t.gap, t.gap_number, t.step_len
+  FROM timed t JOIN best b USING (rank) LEFT JOIN scores sc ON sc.rank = t.rank AND sc.j = t.j
+  WHERE t.j IS NOT NULL
+  UNION ALL
+  SELECT rank, j, agree, by_number, NULL, NULL, NULL FROM vote WHERE rank NOT IN (SELECT rank FROM timed)
+),
+lined AS (  -- each rank's step in its numbering's terms
+  SELECT rank, step, numbering,
+         coalesce(ref, step + first_value(ref - step IGNORE NULLS) OVER (
+           PARTITION BY rank ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) AS nstep
+  FROM (SELECT o.rank, o.step, o.numbering, o.pos, CASE WHEN sh.j IS NULL THEN o.step ELSE r.step END AS ref
+        FROM own o LEFT JOIN shift sh USING (rank) LEFT JOIN own r ON r.rank = o.numbering AND r.pos = o.pos + sh.j)
+),
+u AS (  -- the steps of each numbering, k = 1..
+  SELECT numbering, nstep, dense_rank() OVER (PARTITION BY numbering ORDER BY nstep) AS k
+  FROM (SELECT DISTINCT numbering, nstep FROM lined)
+),
+lab AS (SELECT k, arg_min(nstep, numbering) AS run_step FROM u GROUP BY k),
+mapped AS (SELECT l.rank, l.step, l.numbering, l.nstep, lab.run_step FROM lined l JOIN u USING (numbering, nstep)
+           JOIN lab USING (k))
 """
+
+#: SQL (``$run`` replaced by the run id) mapping each rank's step number to the run's step (columns
+#: rank, step, run_step): :data:`_STEPS_CTES`. So raw step numbers are compared across ranks only
+#: where their ranges overlap, and a rank's steps are shifted off their numbers only where its
+#: steps' start times (on the reference's host) or else its collectives say so.
+RUN_STEPS_SQL = _STEPS_CTES + "SELECT rank, step, run_step FROM mapped\n"
+
+#: SQL (``$run``: the run id): the ranks whose steps :data:`RUN_STEPS_SQL` shifted off their numbers
+#: (columns rank, first, last: its own step range, ref: the rank it was compared with, ref_first,
+#: ref_last: that rank's numbers of those steps, agree: steps whose collectives agree that way,
+#: by_number: those agreeing by number; where times decided (same host), else NULL: gap, gap_number:
+#: median |start difference| (ns) of the steps lined up so and by number, step_len: the reference's
+#: median step).
+STEP_SHIFTS_SQL = (
+    _STEPS_CTES
+    + """SELECT m.rank, min(m.step) AS first, max(m.step) AS last, any_value(m.numbering) AS ref,
+       min(m.nstep) AS ref_first, max(m.nstep) AS ref_last, any_value(sh.agree) AS agree,
+       any_value(sh.by_number) AS by_number, any_value(sh.gap) AS gap, any_value(sh.gap_number) AS gap_number,
+       any_value(sh.step_len) AS step_len
+FROM mapped m JOIN shift sh USING (rank)
+GROUP BY m.rank HAVING bool_or(m.nstep <> m.step) ORDER BY m.rank
+"""
+)
 
 
 def run_steps(store: Store, run_id: int, frame: pl.DataFrame) -> pl.DataFrame:
@@ -222,7 +355,8 @@ def canonical_ranks(value: Any) -> str | None:
 _ROWS = f"""
 WITH rs AS ({RUN_STEPS_SQL})
 SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(rs.run_step, step) AS step,
-       {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns
+       {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
+       rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless
 FROM collectives c LEFT JOIN rs USING (rank, step) WHERE c.run_id = $run
 """
 _GROUP = "source, g_pg, g_ranks, p2p"
@@ -279,12 +413,15 @@ WITH r AS (
   SELECT m.*, b.why IS NOT NULL AS bad
   FROM _match_rows m LEFT JOIN _match_bad b USING (source, g_pg, g_ranks, p2p)
 ),
-ordered AS (  -- rows without ids: the k-th of its kind on its rank, in arrival order
-  SELECT *, CASE WHEN contains(coalesce(op, ''), 'all_to_all') THEN '*'
-                 ELSE coalesce(CAST(size AS VARCHAR), '?') END AS _size
-  FROM r
-  WHERE comms_id IS NULL AND NOT (pg IS NOT NULL AND seq IS NOT NULL AND (NOT bad OR p2p))
-    AND NOT (p2p AND (pg IS NULL OR seq IS NULL))
+ordered AS (  -- rows without ids: the k-th of its kind on its rank (within the step), in arrival order
+  SELECT * REPLACE (CASE WHEN NOT by_run THEN step END AS step) FROM (
+    SELECT *, CASE WHEN contains(coalesce(op, ''), 'all_to_all') THEN '*'
+                   ELSE coalesce(CAST(size AS VARCHAR), '?') END AS _size,
+           bool_or(stepless) OVER (PARTITION BY {_GROUP}) AND NOT bool_and(stepless) OVER (PARTITION BY {_GROUP})
+             AS by_run  -- a rank without steps: the k-th of its kind over the run
+    FROM r
+    WHERE comms_id IS NULL AND NOT (pg IS NOT NULL AND seq IS NOT NULL AND (NOT bad OR p2p))
+      AND NOT (p2p AND (pg IS NULL OR seq IS NULL)))
 ),
 keyed AS (
   SELECT rid, arrival_ns, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
@@ -340,6 +477,20 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
             f"""UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
                FROM ({_KEYED}) m WHERE collectives.rowid = m.rid"""
         )
+        by_run = con.execute(
+            """SELECT m.source, m.g_pg, m.g_ranks, list(DISTINCT m.rank ORDER BY m.rank) FILTER (WHERE m.stepless)
+               FROM _match_rows m JOIN collectives c ON c.rowid = m.rid
+               WHERE c.match_method IN ('ordinal', 'step_order')
+               GROUP BY ALL HAVING bool_or(m.stepless) AND NOT bool_and(m.stepless) ORDER BY ALL"""
+        ).fetchall()
+        notes += [
+            f"source {source}, process group {g_pg!r}{' ' + g_ranks if g_ranks else ''}: "
+            f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+            f"{'have' if len(ranks) > 1 else 'has'} no steps (no ProfilerStep in the trace), so its collectives "
+            "without sequence numbers were matched by their order over the run (the k-th of each op and size "
+            "on every rank) instead of within the step: right when every rank's trace covers the same steps"
+            for source, g_pg, g_ranks, ranks in by_run
+        ]
         return n, notes
     finally:  # after a failed statement the transaction is aborted (its error is the one to raise)
         with contextlib.suppress(duckdb.Error):
@@ -428,6 +579,7 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     con = store.con
     con.execute("UPDATE collectives SET instance_id = NULL, match_method = NULL WHERE run_id = ?", [run_id])
     rows, notes = _assign(store, run_id)
+    notes += step_shift_notes(store, run_id)
     refresh_instances(store, run_id)
     stats = con.execute(
         """SELECT match_method, count(*) AS n, count(*) FILTER (WHERE len(ranks_missing) > 0) AS inc
@@ -442,6 +594,54 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
         unmatched_p2p=unmatched_p2p(store, run_id),
         notes=tuple(notes),
     )
+
+
+def step_shift_notes(store: Store, run_id: int) -> list[str]:
+    """One note per rank whose steps :data:`RUN_STEPS_SQL` lined up off their numbers, with the evidence
+    (on the reference's host, its steps start closer to the reference's that way than by step number;
+    elsewhere, its collectives agree with the reference's in more steps that way)."""
+    rows = store.con.execute(STEP_SHIFTS_SQL.replace("$run", str(int(run_id)))).fetchall()
+
+    def ms(ns: float) -> str:
+        return f"{ns / 1e6:.3g} ms"
+
+    return [
+        f"rank {r} numbers its steps #{lo}..#{hi} where rank {ref} numbers the same steps #{ref_lo}..#{ref_hi} "
+        f"(offset {ref_lo - lo:+d}): "
+        + (
+            f"on rank {ref}'s host, its steps start a median {ms(gap)} from rank {ref}'s lined up so and "
+            + (f"{ms(gap_number)}" if gap_number is not None else "none lined up")
+            + f" by step number (steps of {ms(step_len)})"
+            if gap is not None
+            else f"its collectives agree with rank {ref}'s in {agree} steps lined up so and in {by_number or 0} "
+            "by step number"
+        )
+        + f", so they are taken as rank {ref}'s steps"
+        for r, lo, hi, ref, ref_lo, ref_hi, agree, by_number, gap, gap_number, step_len in rows
+    ]
+
+
+def stepless_notes(store: Store, run_id: int) -> list[str]:
+    """The ranks without steps (no ProfilerStep in their traces) whose collectives without sequence
+    numbers were matched with those of ranks that have steps, by their order over the run (module doc,
+    step 4), in one note (the summary's coverage; ingest says it per process group); empty when none."""
+    (ranks,) = store.con.execute(
+        """WITH stepped AS (SELECT DISTINCT rank FROM steps WHERE run_id = $1 AND step IS NOT NULL)
+           SELECT list(DISTINCT c.rank ORDER BY c.rank) FROM collectives c
+           WHERE c.run_id = $1 AND c.match_method IN ('ordinal', 'step_order')
+             AND c.rank NOT IN (SELECT rank FROM stepped)
+             AND c.instance_id IN (SELECT instance_id FROM collectives
+                                   WHERE run_id = $1 AND rank IN (SELECT rank FROM stepped))""",
+        [run_id],
+    ).fetchone() or (None,)
+    if not ranks:
+        return []
+    many = len(ranks) > 1
+    return [
+        f"rank{'s' if many else ''} {', '.join(map(str, ranks))} {'have' if many else 'has'} no steps (no "
+        f"ProfilerStep in {'their traces' if many else 'its trace'}): {'their' if many else 'its'} collectives "
+        "without sequence numbers were matched with the other ranks' by their order over the run"
+    ]
 
 
 def unmatched_p2p(store: Store, run_id: int) -> int:

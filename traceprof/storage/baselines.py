@@ -46,6 +46,8 @@ class Baseline:
 
     run_ids: tuple[int, ...]
     label: str
+    #: Names of the runs a comma list named more than once (each is counted once), in order.
+    repeated: tuple[str, ...] = ()
 
 
 def members(store: Store, name: str) -> list[int]:
@@ -184,8 +186,10 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
         if not spec:
             raise UsageError(f"empty baseline list: {_NAME_ONE}")
         parts = [resolve(store, s) for s in spec]
-        ids = tuple(dict.fromkeys(i for p in parts for i in p.run_ids))
-        return Baseline(ids, ",".join(p.label for p in parts))
+        every = [i for p in parts for i in p.run_ids]
+        ids = tuple(dict.fromkeys(every))
+        again = dict.fromkeys([*(n for p in parts for n in p.repeated), *_repeated(store, every)])
+        return Baseline(ids, ",".join(p.label for p in parts), tuple(again))
     spec = spec.strip()
     if not spec:
         raise UsageError(f"empty baseline: {_NAME_ONE}")
@@ -209,5 +213,11 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:  # ",,,": commas and no name (diff used to call the candidate the baseline's only run)
         raise UsageError(f"empty baseline list {spec!r}: it names no run; {_NAME_ONE}")
-    ids = tuple(dict.fromkeys(store.resolve_run(s) for s in names))
-    return Baseline(ids, ",".join(run_name(store, i) for i in ids))
+    every = [store.resolve_run(s) for s in names]
+    ids = tuple(dict.fromkeys(every))
+    return Baseline(ids, ",".join(run_name(store, i) for i in ids), _repeated(store, every))
+
+
+def _repeated(store: Store, ids: Sequence[int]) -> tuple[str, ...]:
+    """Names of the runs that ``ids`` holds more than once, in order of first appearance."""
+    return tuple(run_name(store, i) for i in dict.fromkeys(ids) if ids.count(i) > 1)

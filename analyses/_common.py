@@ -19,11 +19,15 @@ import polars as pl
 from traceprof.core.errors import UsageError
 from traceprof.engine.activity import GRAPH_LEVEL_NOTE
 from traceprof.engine.analysis import FrameResult
-from traceprof.ingest.matching import missing_step_notes  # the run's steps' one rule, here for analyses
+from traceprof.ingest.matching import (
+    absorbing_steps,
+    missing_step_notes,
+)  # the run's steps' one rule, here for analyses
 
 __all__ = [
     "step_windows",
     "missing_step_notes",
+    "absorbing_steps",
     "at_least",
     "fraction",
     "choice",

@@ -237,7 +237,9 @@ def test_a_world_size_below_one_is_ignored_with_a_warning(tmp_path):
             name = "rank0.json" if where == "trace" else "rank0.meta.json"
             assert f"{name}: {field} is {value}, not a positive integer: ignored" in res.warnings
             assert store.sql("SELECT world_size FROM traces").rows() == [(None,)]
-            assert store.runs()["issues"].to_list() == [f"1 repaired: {field} not a positive integer: ignored"]
+            assert store.runs()["issues"].to_list() == [
+                f"1 repaired: {field} not a positive integer: ignored"
+            ]
     assert world_size(Env("PATH=/bin\nWORLD_SIZE=0"), False) is None
     assert world_size(Env("PATH=/bin\nWORLD_SIZE=4"), False) == 4
 

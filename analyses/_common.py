@@ -17,13 +17,18 @@ import numpy as np
 import polars as pl
 
 from traceprof.core.errors import UsageError
+from traceprof.core.names import shorten
 from traceprof.engine.activity import GRAPH_LEVEL_NOTE
 from traceprof.engine.analysis import FrameResult
-from traceprof.ingest.matching import missing_step_notes  # the run's steps' one rule, here for analyses
+from traceprof.ingest.matching import (
+    absorbing_steps,
+    missing_step_notes,
+)  # the run's steps' one rule, here for analyses
 
 __all__ = [
     "step_windows",
     "missing_step_notes",
+    "absorbing_steps",
     "at_least",
     "fraction",
     "choice",
@@ -33,6 +38,7 @@ __all__ = [
     "BOOTSTRAP_REPS",
     "MIN_INTERVAL_STEPS",
     "NAME_WIDTH",
+    "finding_name",
     "num",
     "ms",
     "graph_level",
@@ -134,8 +140,18 @@ def positive_or_none(name: str, value: float | str | None) -> float | None:
 
 # -- findings hooks (each analysis' ``Topic``): what several of them read -------------------------
 
-#: Kernel and op names longer than this are shortened to their family in a finding's text.
+#: Kernel and op names longer than this may be shortened to their family in a finding's text
+#: (:func:`finding_name`).
 NAME_WIDTH = 60
+
+
+def finding_name(name: str) -> str:
+    """A kernel or op name as a finding's text shows it: whole (searchable), unless its short form
+    (:func:`traceprof.core.names.shorten` to :data:`NAME_WIDTH`) is at most half as long: a
+    1,000-character template kernel shows its family, but a 61-character op is not cut to 60
+    (``evaluate_function: Co…iledFunctionBackward``)."""
+    short = shorten(name, NAME_WIDTH)
+    return short if 2 * len(short) <= len(name) else name
 
 
 def num(v: object) -> float:

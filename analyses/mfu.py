@@ -25,6 +25,9 @@ Algorithm (README.md "Analyses": MFU):
      Declared/PaLM FLOPs are model FLOPs; sidecar/shape counts are executed (hardware) FLOPs.
      hfu_pct is null while recompute is unknown.
   5. Job: total model FLOPs / (Σ over steps of the slowest rank's step time · Σ of rank peaks).
+     A rank-step whose window also holds a step the rank's trace lost (a ProfilerStep missing
+     between two it has, ``traceprof.ingest.matching.absorbing_steps``) has two steps' time and one
+     step's FLOPs: its tflops and mfu_pct are left empty, and the job and the waterfall leave it out.
   6. Waterfall (``waterfall``), from peak FLOP time to achieved over the step account of
      ``critical_path`` (every rank's step windows, to the ns): the time at peak the model FLOPs
      need (FLOPs / peak) is MFU; the rest of the compute time is kernel efficiency; the account's
@@ -49,7 +52,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.analyses import _common
-from traceprof.analyses._common import step_windows
+from traceprof.analyses._common import absorbing_steps, step_windows
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError, UsageError
 from traceprof.engine.activity import excluded_note
@@ -414,6 +417,10 @@ def run(store: Store, params: Params) -> Result:
     )
     # the profiler-start transient's steps are left out, as of every analysis (traceprof.engine.activity)
     frame = frame.join(excluded_steps(store, run_id).select("rank", "step"), on=["rank", "step"], how="anti")
+    frame, held, held_note = _absorbing(store, run_id, steps, frame)
+    if held_note:
+        notes.append(held_note)
+    whole = frame.join(held, on=["rank", "step"], how="anti")  # the rank-steps of one step's time
     if f is None:
         notes.append(
             "recomputation unknown: MFU assumes none, HFU left empty (pass recompute=none|full|0..1)"
@@ -440,9 +447,9 @@ def run(store: Store, params: Params) -> Result:
                 kind="mfu_over",
             )
         )
-    waterfall, wnote = _waterfall(store, run_id, params, frame, acc.source, cp)
+    waterfall, wnote = _waterfall(store, run_id, params, whole, acc.source, cp)
     notes += [_convention(acc.source), wnote, *(n for n in (excluded_note(store, run_id),) if n)]
-    job = _job(frame, hw if f is not None else None).with_columns(
+    job = _job(whole, hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"),
         pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(
@@ -453,6 +460,41 @@ def run(store: Store, params: Params) -> Result:
         ).alias("peak_device"),
     )
     return Result(frame=frame, job=job, ops=ops, waterfall=waterfall, notes=tuple(notes))
+
+
+def _absorbing(
+    store: Store, run_id: int, steps: pl.DataFrame, frame: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+    """``frame`` with tflops, mfu_pct and hfu_pct left empty on the rank-steps that also hold a step
+    the rank's trace lost (:func:`traceprof.ingest.matching.absorbing_steps`: two steps' time, one
+    step's FLOPs); those rank-steps (rank, step), which the job's row and the waterfall leave out;
+    and a note naming them ("" when none)."""
+    from traceprof.ingest.matching import run_steps
+
+    mapped = run_steps(store, run_id, steps.select("rank", "step", pl.col("step").alias("own")))
+    held = absorbing_steps(mapped).join(mapped, on=["rank", "step"])
+    held = held.select("rank", pl.col("own").alias("step"), "lost").join(
+        frame.select("rank", "step"), on=["rank", "step"], how="semi"
+    )
+    if held.is_empty():
+        return frame, held.select("rank", "step"), ""
+    frame = (
+        frame.join(held.select("rank", "step", pl.lit(True).alias("_held")), on=["rank", "step"], how="left")
+        .with_columns(
+            pl.when(pl.col("_held")).then(pl.lit(None, pl.Float64)).otherwise(pl.col(c)).alias(c)
+            for c in ("tflops", "mfu_pct", "hfu_pct")
+        )
+        .drop("_held")
+    )
+    which = "; ".join(
+        f"rank {r}'s step {s} holds the time of its lost step {', '.join(map(str, lost))} too"
+        for r, s, lost in held.sort("rank", "step").iter_rows()
+    )
+    note = (
+        f"{which}, but one step's FLOPs: its TFLOP/s and MFU are left empty, and the job's figures and "
+        "the waterfall leave it out"
+    )
+    return frame, held.select("rank", "step"), note
 
 
 def _convention(source: str) -> str:

@@ -21,7 +21,6 @@ import polars as pl
 
 from traceprof.analyses import _common, _waits
 from traceprof.core import columns as rc
-from traceprof.core.names import shorten
 from traceprof.core.schema import Column
 from traceprof.engine.activity import (
     activity,
@@ -226,9 +225,9 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         cause = f"; largest cause: {top['cause']} ({top['pct']:.0f}% of exposed time)"
         before = top.get("before") or ""
         if (
-            len(before) > _common.NAME_WIDTH
-        ):  # a 1,000-character kernel name: its family, the full name on hover
-            full_cause, cause = cause, cause.replace(before, shorten(before, _common.NAME_WIDTH))
+            _common.finding_name(before) != before
+        ):  # a 1,000-character kernel name: its family, the full name in the report
+            full_cause, cause = cause, cause.replace(before, _common.finding_name(before))
     overlap = (
         f"{worst['overlap_pct']:.0f}% of its communication hidden"
         if worst.get("overlap_pct") is not None

@@ -1979,6 +1979,27 @@ def argument_word(arg: Any, panel: bool = False) -> str:
 INGEST_GC_THRESHOLD = (10_000, 20, 1000)
 
 
+def _one_line_helps(group: typer.Typer) -> None:
+    """Each command's line in ``group``'s command list (and its subgroups'): the first sentence of the
+    first paragraph of its help, on one line (typer's rich help prints that paragraph with the
+    docstring's own line breaks, and click's plain help cuts it at 45 characters)."""
+    infos: list[typer.models.CommandInfo | typer.models.TyperInfo] = [
+        *group.registered_commands,
+        *group.registered_groups,
+    ]
+    for info in infos:
+        sub = info.typer_instance if isinstance(info, typer.models.TyperInfo) else None
+        doc = info.help or (sub.info.help if sub is not None else getattr(info.callback, "__doc__", None))
+        if isinstance(doc, str) and not info.short_help:
+            first = " ".join(doc.strip().split("\n\n")[0].split())
+            info.short_help = re.split(r"(?<=\.)\s+(?=[A-Z`])", first)[0]
+        if sub is not None:
+            _one_line_helps(sub)
+
+
+_one_line_helps(app)
+
+
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     global _finished

@@ -77,7 +77,7 @@ from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_ra
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.core.timeconv import us_text_to_ns
-from traceprof.core.values import identity_int
+from traceprof.core.values import identity_int, world_size_int
 from traceprof.core.vocab import TraceSource
 
 __all__ = ["parse", "sidecar_path", "is_trace_file"]
@@ -744,9 +744,10 @@ def _identity_int(doc: dict[str, Any], key: str, what: str, warnings: list[str])
     ``"4.0"``, ``"abc"``, ``true``; 1.5 was read as 1, the others as no rank at all, silently), with
     a warning ``what`` names (the file and the field; :func:`_identity_repairs` counts it). A string
     or float that writes an integer (``"7"``, ``7.0``) is read as it, said and counted the same way
-    (``... is '7', a string: read as its integer``; it was read silently), as Kineto's id args are."""
+    (``... is '7', a string: read as its integer``; it was read silently), as Kineto's id args are.
+    A world size below 1 is ignored the same way (``traceprof.core.values.world_size_int``)."""
     v = doc.get(key)
-    n, said = identity_int(v)
+    n, said = world_size_int(v) if key == "world_size" else identity_int(v)
     if said is not None:
         shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
         warnings.append(f"{what} is {shown}, {said}")

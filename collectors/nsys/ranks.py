@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.values import world_size_int
 
 __all__ = ["Env", "read_env", "env_int", "file_rank", "process_ranks", "split", "RANK_ENV", "WORLD_ENV"]
 
@@ -119,7 +120,8 @@ def world_size(env: Env, several: bool) -> int | None:
     """The recorded world size; with several processes in the export only ``WORLD_SIZE`` itself
     counts (a launcher's ``SLURM_NTASKS`` counts nodes, not ranks)."""
     hit = env_int(env.text, ("WORLD_SIZE",) if several else WORLD_ENV)
-    return next(iter(hit[1])) if hit and len(hit[1]) == 1 else None
+    # WORLD_SIZE=0 is none (traceprof.core.values.world_size_int, every reader's rule)
+    return world_size_int(next(iter(hit[1])))[0] if hit and len(hit[1]) == 1 else None
 
 
 def file_rank(path: Path, env: str, thread_ranks: set[int]) -> tuple[int | None, str, list[str]]:

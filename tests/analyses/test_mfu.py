@@ -385,3 +385,35 @@ def test_job_throughput_counts_the_time_of_the_rank_steps_it_has():
         0, named=True
     )
     assert full["tflops"] == pytest.approx(6e9 / 3e6 / 1e3 / 2) and full["mfu_pct"] == pytest.approx(10.0)
+
+
+def test_a_step_holding_a_lost_step_sets_no_figure(store, tmp_path):
+    # 2 ranks, steps 1-3 of 1 ms each ([0, 1], [1, 2], [2, 3] ms); rank 1's trace lost its step 2, so its
+    # step 3's window runs from the end of its step 1: [1, 3] ms, two steps' time with one step's
+    # FLOPs. Declared 1e11 FLOPs per step, 5e10 per rank-step; peak 100 TFLOP/s.
+    # Left out, the device time is 1 ms x 2 + 1 ms x 1 + 1 ms x 1 (step 3 on rank 0 alone) = 4 ms
+    # for 4 x 5e10 FLOPs:
+    # 2e11 / 4e-3 s / 1e12 = 50 TFLOP/s per device, MFU 50 %, job time 3 ms.
+    # Counted (as before), rank 1's 2 ms set step 3: 2.5e11 / 7e-3 / 1e12 = 35.7 TFLOP/s, time 4 ms.
+    for rank, steps in ((0, (1, 2, 3)), (1, (1, 3))):
+        events = []
+        for s in steps:
+            t = (s - 1) * 1000
+            events += [op(f"ProfilerStep#{s}", t, 1000, cat="user_annotation"), op("aten::mm", t + 10, 980)]
+        write_run(tmp_path / "job", events, rank=rank, world=2)
+    ingest(store, [tmp_path / "job"], run="job")
+    res = analyze(store, "mfu", "job", model_flops_per_step=1e11, peak_tflops=100.0)
+    held = res.frame.filter((pl.col("rank") == 1) & (pl.col("step") == 3)).row(0, named=True)
+    assert held["step_ns"] == 2_000_000 and held["flops"] == pytest.approx(5e10)
+    assert (held["tflops"], held["mfu_pct"]) == (None, None)
+    assert res.frame.filter(pl.col("tflops").is_null()).height == 1
+    job = res.job.row(0, named=True)
+    assert job["tflops"] == pytest.approx(50.0) and job["mfu_pct"] == pytest.approx(50.0)
+    assert (job["flops"], job["time_ns"]) == (pytest.approx(2e11), 3_000_000)
+    assert (
+        "rank 1's step 3 holds the time of its lost step 2 too, but one step's FLOPs: its TFLOP/s and MFU "
+        "are left empty, and the job's figures and the waterfall leave it out"
+    ) in res.notes
+    # the waterfall's account leaves it out too: 4 rank-steps of 1 ms, 4 x 5e10 / 1e14 s = 2 ms at peak
+    wf = dict(res.waterfall.select("component", "ns").rows())
+    assert wf["MFU"] == 2_000_000 and sum(wf.values()) == 4_000_000

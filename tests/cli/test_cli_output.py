@@ -592,6 +592,31 @@ def test_help_is_whole_on_a_narrow_terminal():
     assert r.returncode == 0 and "╭─ Options" in r.stdout and "TRACEPROF_DB" in r.stdout
 
 
+def test_the_command_list_gives_each_command_one_clean_line():
+    # The command list showed summary's first paragraph with its docstring's line breaks ("... and
+    # one verdict" / "per topic. JSON: run, ..."): now the paragraph's first sentence, one line per
+    # command at 200 columns (rich help) and whole at 50 (click's plain help cut it at 45 characters).
+    import os
+
+    for cols in ("200", "50"):
+        r = subprocess.run(
+            [sys.executable, "-m", "traceprof.cli", "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": cols},
+        )
+        assert r.returncode == 0, r.stderr
+        text = " ".join(r.stdout.replace("│", " ").split())
+        assert (
+            "summary The findings of a run, ranked by the time they could recover (the step account), and "
+            "one verdict per topic. report"
+        ) in text
+        assert "per topic. JSON" not in text and "JSON: run, baseline" not in text
+        if cols == "200":
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("│ summary ")]
+            assert len(lines) == 1 and lines[0].rstrip("│ ").endswith("one verdict per topic.")
+
+
 def test_a_table_of_steps_shows_its_worst_rows_and_says_which(tmp_path):
     # 250 (rank, step) rows, 200 shown: by step_ns the worst are step 3 (5,000 us), then steps 249
     # down to 51 (1,249 .. 1,051 us); steps 0-2 and 4-50 are left out. Before: steps 0-199 in order,

@@ -90,11 +90,31 @@ def test_long_names_shortened_in_findings(store, tmp_path):
     comm = [x for x in f.findings if x.topic == "communication"][0]
     assert "after very_long_kernel (" in comm.text and len(comm.text) < 300, comm.text
     assert long in comm.full and comm.full.replace(long, "very_long_kernel") == comm.text
-    # The report: the short text, the full one on hover.
+    # The report: the full text (a page has the room), not the short one with the full on hover.
     from traceprof.render.report import _findings_html
 
-    page = _findings_html(f, [])
-    assert 'title="exposed communication:' in page and "very_long_kernel&lt;float, float" in page
+    listing = _findings_html(f, []).split('<table class="verdicts">')[0]  # the verdicts keep the short text
+    assert 'title="exposed communication:' not in listing and "after very_long_kernel (" not in listing
+    assert "after void at::native::very_long_kernel&lt;float, float" in listing
+
+
+def test_a_name_barely_over_the_width_is_whole_in_findings(store, tmp_path):
+    # A 61-character op (hta/df_index_resolver's) was cut in the middle to 60, saving one character:
+    # "after autograd::engine::evaluate_function: Co…iledFunctionBackward". Cut only where the short
+    # form is at most half the name (the 1,347-character kernel above); here whole, in the summary
+    # and the report alike.
+    name = "autograd::engine::evaluate_function: CompiledFunctionBackward"
+    assert len(name) == 61
+    run = _renamed(
+        SAMPLES / "normal", tmp_path / "n61", "torch.distributed.ddp.reducer::copy_bucket_to_grad", name
+    )
+    ingest(store, [run])
+    f = summarize(store, None)
+    comm = [x for x in f.findings if x.topic == "communication"][0]
+    assert f"after {name} (" in comm.text and comm.full == "" and "…" not in comm.text
+    from traceprof.render.report import _findings_html
+
+    assert f"after {name} (" in _findings_html(f, [])
 
 
 def test_straggler_own_idle_and_wait_do_not_outrank_it(store):

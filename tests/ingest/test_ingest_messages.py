@@ -213,6 +213,37 @@ def test_a_rank_that_is_not_an_integer_says_so(tmp_path):
     )
 
 
+def test_a_world_size_below_one_is_ignored_with_a_warning(tmp_path):
+    # distributedInfo.world_size -3 was stored (traces.world_size = -3) without a word; now ignored
+    # as a rank that is not an integer is: warned, counted in the issues, NULL. The sidecar's too,
+    # and 0; a run's world size then comes from its ranks. nsys: WORLD_SIZE=0 in the environment.
+    from collectors.nsys.ranks import Env, world_size
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    for k, (where, value) in enumerate((("trace", -3), ("trace", 0), ("sidecar", -1))):
+        d = tmp_path / f"w{k}"
+        d.mkdir()
+        doc = micro_trace(["x"])
+        field = "distributedInfo.world_size" if where == "trace" else "world_size"
+        if where == "trace":
+            doc["distributedInfo"]["world_size"] = value
+        else:
+            del doc["distributedInfo"]["world_size"]
+            (d / "rank0.meta.json").write_text(json.dumps({"rank": 0, "world_size": value}))
+        (d / "rank0.json").write_text(json.dumps(doc))
+        with Store(d / "s.duckdb") as store:
+            res = ingest(store, [d], jobs=1)
+            name = "rank0.json" if where == "trace" else "rank0.meta.json"
+            assert f"{name}: {field} is {value}, not a positive integer: ignored" in res.warnings
+            assert store.sql("SELECT world_size FROM traces").rows() == [(None,)]
+            assert store.runs()["issues"].to_list() == [
+                f"1 repaired: {field} not a positive integer: ignored"
+            ]
+    assert world_size(Env("PATH=/bin\nWORLD_SIZE=0"), False) is None
+    assert world_size(Env("PATH=/bin\nWORLD_SIZE=4"), False) == 4
+
+
 def test_a_backend_that_is_not_a_string_is_ignored_with_a_warning(tmp_path):
     # distributedInfo.backend {"x": 1} was stored as Python's text of it, "{'x': 1}".
     from traceprof.ingest.ingest import ingest

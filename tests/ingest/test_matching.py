@@ -756,6 +756,9 @@ def test_missing_step_notes_by_hand():
         "that have it",
     ]
     assert matching.missing_step_notes(steps.filter(pl.col("rank") == 0)) == []
+    # the rank-step whose window holds the lost step: rank 1's step 7 (a lost first or last step is in none)
+    assert matching.absorbing_steps(steps).rows() == [(1, 7, [6])]
+    assert matching.absorbing_steps(steps.filter(pl.col("rank") != 1)).is_empty()
 
 
 def _gloo_steps(first: int, steps: int, late_us: int, at: int = 0, numbered: bool = True) -> list[dict]:

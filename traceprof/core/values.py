@@ -48,6 +48,7 @@ __all__ = [
     "record_int",
     "spelled_int",
     "identity_int",
+    "world_size_int",
     "number",
     "parse_bool",
     "BOOL_WORDS",
@@ -138,6 +139,16 @@ def identity_int(v: Any) -> tuple[int | None, str | None]:
         return None, f"{problem}: ignored"
     spelled = spelled_int(v)
     return n, None if spelled is None else f"{spelled}: read as its integer"
+
+
+def world_size_int(v: Any) -> tuple[int | None, str | None]:
+    """A world size from a trace, and what to say about it: :func:`identity_int`'s rule, and one
+    below 1 (``-3``, ``0``: no job has it) is ignored as well, (None, ``"not a positive integer:
+    ignored"``), as a rank that is not an integer is; it was stored as given."""
+    n, said = identity_int(v)
+    if n is not None and n < 1:
+        return None, "not a positive integer: ignored"
+    return n, said
 
 
 def number(v: Any) -> float | None:

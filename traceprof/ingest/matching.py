@@ -56,6 +56,7 @@ op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ else:
 __all__ = [
     "ARRIVAL_SQL",
     "missing_step_notes",
+    "absorbing_steps",
     "P2P_OPS",
     "CROSS_STEP_SHARE",
     "MatchSummary",
@@ -310,6 +312,7 @@ def missing_step_notes(steps: pl.DataFrame) -> list[str]:
     if have.is_empty():
         return []
     every = have["step"].unique().sort()
+    held = absorbing_steps(have)
     notes = []
     for r in sorted(have["rank"].unique().to_list()):
         own = have.filter(pl.col("rank") == r)["step"]
@@ -317,14 +320,51 @@ def missing_step_notes(steps: pl.DataFrame) -> list[str]:
         if lost:
             one = len(lost) == 1
             # a step lost between two it has: the rank's time of it lies in the next step's window
-            inner = [(s, int(own.filter(own > s).min())) for s in lost if own.min() < s < own.max()]  # type: ignore[arg-type]
-            into = "; ".join(f"its time of step {s} is counted in its step {n}" for s, n in inner)
+            inner = held.filter(pl.col("rank") == r).sort("step").iter_rows()
+            into = "; ".join(
+                f"its time of step {s} is counted in its step {n}" for _, n, ss in inner for s in ss
+            )
             notes.append(
                 f"rank {r} has no step {', '.join(map(str, lost))} (its trace does not record "
                 f"{'it' if one else 'them'}): {'that step is' if one else 'those steps are'} taken over the "
                 "ranks that have it" + (f"; {into}" if into else "")
             )
     return notes
+
+
+def absorbing_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """The rank-steps whose window also holds steps the rank lost between two it has
+    (:func:`missing_step_notes`: a rank's step windows tile its time, so a lost middle step's time
+    lies in the rank's next step). Such a step spans several steps' time but holds one step's
+    work: per-step figures that divide work by time, or take a step's slowest rank, leave it out.
+
+    Args:
+        steps: rank, step (the run's step, ``matching.run_steps``; null: no steps), one row per
+            (rank, step) or more.
+
+    Returns:
+        rank, step, lost (the run's steps it holds besides its own, ascending), one row per such
+        rank-step, sorted by rank and step.
+    """
+    have = steps.filter(pl.col("step").is_not_null()).select("rank", "step").unique()
+    every = have["step"].unique().sort().to_list()
+    index = {s: i for i, s in enumerate(every)}
+    rows = []
+    for (r,), own in have.sort("step").group_by(["rank"], maintain_order=False):
+        mine = own["step"].to_list()
+        for prev, s in itertools.pairwise(mine):
+            if index[s] - index[prev] > 1:
+                rows.append((r, s, every[index[prev] + 1 : index[s]]))
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "rank": have.schema["rank"],
+            "step": have.schema["step"],
+            "lost": pl.List(have.schema["step"]),
+        },
+        orient="row",
+    )
+    return frame.sort("rank", "step")
 
 
 def canonical_ranks(value: Any) -> str | None:

@@ -200,7 +200,9 @@ def _findings_html(f: fnd.Findings, sources: list[str]) -> str:
             else '<span class="cost none">&ndash;</span>'
         )
         status = f'<span class="st-{"na" if x.status == "n/a" else _esc(x.status)}">{_esc(x.status)}</span>'
-        text = f'<span title="{_esc(x.full)}">{_esc(x.text)}</span>' if x.full else _esc(x.text)
+        text = _esc(
+            x.full or x.text
+        )  # whole names: a page has the room (the terminal's text cuts a long one)
         items.append(
             f'<li class="{"problem" if x.problem else "ok"}">{cost} {status} {text} '
             f'<a href="#{_esc(x.section)}">details</a></li>'

@@ -15,7 +15,7 @@ import polars as pl
 
 from traceprof.storage.store import Store
 
-__all__ = ["summarize"]
+__all__ = ["summarize", "summarize_run"]
 
 _STATS = """
 SELECT {keys},
@@ -33,10 +33,19 @@ def summarize(store: Store, run_id: int, rows_sql: str) -> tuple[pl.DataFrame, p
     Returns:
         (per-name frame, per-(rank, name) frame); see the module doc for the columns.
     """
+    run = summarize_run(store, run_id, rows_sql)
+    per = store.sql(
+        _STATS.format(keys="rank, name", rows=rows_sql.replace("$run", str(int(run_id))), extra="")
+    )
+    return run, _order(per, ["rank"])
+
+
+def summarize_run(store: Store, run_id: int, rows_sql: str) -> pl.DataFrame:
+    """The per-name frame of :func:`summarize` alone (no query per (rank, name))."""
     q = rows_sql.replace("$run", str(int(run_id)))
-    run = store.sql(_STATS.format(keys="name", rows=q, extra=", count(DISTINCT rank)::BIGINT AS ranks"))
-    per = store.sql(_STATS.format(keys="rank, name", rows=q, extra=""))
-    return _order(run, []), _order(per, ["rank"])
+    return _order(
+        store.sql(_STATS.format(keys="name", rows=q, extra=", count(DISTINCT rank)::BIGINT AS ranks")), []
+    )
 
 
 def _order(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:

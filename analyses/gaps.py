@@ -34,9 +34,9 @@ import polars as pl
 from traceprof.analyses.overlap import exposed_comm, untraced_comm_note
 from traceprof.core import columns as rc
 from traceprof.core.schema import sql_texts
-from traceprof.engine.activity import excluded_note, graph_level_notes, run_activity
+from traceprof.engine.activity import compute_merged, excluded_note, graph_level_notes, run_activity
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.engine.intervals import by_rank_chunks, merge, union_ns
+from traceprof.engine.intervals import by_rank_chunks, union_ns
 from traceprof.storage.store import Store
 
 _COLLECTIVES_SQL, _OPS_SQL = (
@@ -467,9 +467,7 @@ def run(store: Store, params: Params) -> Result:
     cols = ["rank", "class", "step", "start_ns", "end_ns"]
     comm = act.select(cols).filter(pl.col("class") == "comm")
     # The merged compute hides communication as well as every compute row does, and is far smaller.
-    comp = act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns").collect()
-    comp_merged = merge(comp, ["rank"])
-    del comp
+    comp_merged = compute_merged(act)
     lite = pl.concat(
         [
             comm,

@@ -44,7 +44,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.analyses import _common
-from traceprof.analyses._summary import summarize
+from traceprof.analyses._summary import summarize, summarize_run
 from traceprof.core import columns as rc
 from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
@@ -210,7 +210,7 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     counts = store.sql(_COUNTS, [run_id])
     timed, ranks = summarize(store, run_id, _TIMED)
-    kernels, _ = summarize(store, run_id, _KERNELS)
+    kernels = summarize_run(store, run_id, _KERNELS)  # its per-rank frame is not shown
     if counts.is_empty() and kernels.is_empty():
         raise AnalysisError(f"{run_label(store, run_id)}: no collectives and no communication kernels")
     notes = []

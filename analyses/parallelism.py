@@ -44,7 +44,7 @@ from traceprof.analyses import _alltoall, _common, _mesh, _pipeline
 from traceprof.analyses.overlap import exposed_comm
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
-from traceprof.engine.activity import activity
+from traceprof.engine.activity import activity, compute_merged
 from traceprof.engine.analysis import (
     Analysis,
     Chart,
@@ -379,10 +379,8 @@ def _axes(
     act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame, mesh: _mesh.Mesh
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3)."""
-    remaining = exposed_comm(act, ["rank"])
-    compute = (  # copies the three columns only
-        act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns").collect()
-    )
+    compute = compute_merged(act)  # merged once: each label's subtraction below reads it
+    remaining = exposed_comm(act, ["rank"], compute)
     per_rank = []
     labels = sorted(set(labelled["axis"].to_list()) | {"unassigned"}, key=label_order)
     before = union_ns(remaining, ["rank"], "_b")  # then each label's ``after``: what the next one starts from

@@ -7,6 +7,7 @@ alone, or takes them from the frame its session already holds."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 import traceprof
@@ -88,3 +89,47 @@ def test_a_few_columns_read_alone_or_taken_from_the_shared_frame(corpus_db):
 def test_columns_must_hold_what_the_rows_are_sorted_and_cut_by(store):
     with pytest.raises(ValueError, match="rank, start_ns, end_ns and step"):
         act.activity(store, 1, columns=("rank", "start_ns", "end_ns"))
+
+
+def test_cpu_ranks_asked_once_per_run_in_a_session(corpus_db, monkeypatch):
+    # the report's activity frame and its timeline's step rows both build the activity query: in a
+    # session the run's scan for ranks without GPU rows runs once; without one, each call scans
+    asked = []
+    sql = Store.sql
+
+    def spy(self, query, params=None):
+        asked.append("HAVING NOT bool_or" in query)
+        return sql(self, query, params)
+
+    monkeypatch.setattr(Store, "sql", spy)
+    with traceprof.open(corpus_db) as s:
+        run_id = s.store.resolve_run(None)
+        frame = act.activity(s.store, run_id)
+        step = int(frame["step"].drop_nulls()[0])
+        rows = act.step_activity(s.store, run_id, step)
+    assert rows.height > 0 and sum(asked) == 1
+    asked.clear()
+    with traceprof.open(corpus_db, memo=False) as s:
+        act.activity(s.store, run_id)
+        act.step_activity(s.store, run_id, step)
+    assert sum(asked) == 2
+
+
+def test_exposed_comm_from_the_compute_the_caller_holds():
+    # rank 0: comm [0, 10) and [20, 30); compute [5, 8), [6, 12), [25, 40) -> merged [5, 12), [25, 40);
+    # exposed: [0, 5) and [20, 25). Rank 1: comm [0, 4), no compute: all of it exposed.
+    frame = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 0, 0, 1],
+            "class": ["comm", "compute", "compute", "comm", "compute", "comm"],
+            "start_ns": [0, 5, 6, 20, 25, 0],
+            "end_ns": [10, 8, 12, 30, 40, 4],
+            "step": [1, 1, 1, 1, 1, 1],
+        }
+    )
+    merged = act.compute_merged(frame)
+    assert merged.rows() == [(0, 5, 12), (0, 25, 40)]
+    want = [(0, 0, 5), (0, 20, 25), (1, 0, 4)]
+    assert act.exposed_comm(frame, ["rank"]).rows() == want
+    assert act.exposed_comm(frame, ["rank"], merged).rows() == want
+    assert act.exposed_comm(frame, ["rank"], act.compute_rows(frame)).rows() == want

@@ -160,7 +160,22 @@ def test_metadata_makes_comm() -> None:
     ):
         assert gpu_class("kernel", name) == "comm", name
     prepare = "tensorrt_llm::kernels::moe_comm::moeA2APrepareDispatchKernel(int*, int*, int, int)"
-    for name in ("small_gather_kernel", "sm90_xmma_gemm_bf16", "reduce_kernel<512>", _LAYOUT, prepare):
+    local = (
+        # DeepEP's layout kernel in its older (internode) and current (legacy::layout) namespaces,
+        # MORI's copy to the staging buffer and a kernel that only takes the dispatch/combine args
+        "void deep_ep::internode::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, int)",
+        "void deep_ep::legacy::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int)",
+        "void mori::moe::EpDispatchCopyToStaging<float>(mori::moe::EpDispatchCombineArgs<float>)",
+        "void mori::moe::SomeLocalReorder<float>(mori::moe::EpDispatchCombineArgs<float>)",
+    )
+    for name in (
+        "small_gather_kernel",
+        "sm90_xmma_gemm_bf16",
+        "reduce_kernel<512>",
+        _LAYOUT,
+        prepare,
+        *local,
+    ):
         assert gpu_class("kernel", name) == "compute", name
 
 

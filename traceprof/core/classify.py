@@ -99,16 +99,18 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("other_ccl", r"(?i)hccl|oneccl", None, "other vendors' collective libraries (HCCL, oneCCL)"),
     CommFamily(
         "deepep",
-        r"deep_ep::(?!layout::)",
+        r"^(?!.*get_dispatch_layout)(?!.*deep_ep::(?:\w+::)*layout::).*?deep_ep::",
         "all_to_all",
-        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM); not its "
-        "deep_ep::layout:: kernels (get_dispatch_layout counts tokens per rank locally: compute)",
+        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM); not its layout "
+        "kernels (get_dispatch_layout, in deep_ep::layout::, deep_ep::internode:: or "
+        "deep_ep::legacy::layout::, counts tokens per rank locally: compute)",
     ),
     CommFamily(
         "mori_ep",
-        r"mori::moe::Ep(?:Dispatch|Combine)",
+        r"mori::moe::Ep(?:Dispatch|Combine)\w*Kernel\b",
         "all_to_all",
-        "AMD MORI expert-parallel dispatch / combine kernels (mori::moe::EpDispatch*Kernel, EpCombine*Kernel)",
+        "AMD MORI expert-parallel dispatch / combine kernels (mori::moe::EpDispatch*Kernel, EpCombine*Kernel; "
+        "not the local EpDispatchCopyToStaging nor a kernel that only takes EpDispatchCombineArgs)",
     ),
     CommFamily(
         "moe_a2a",

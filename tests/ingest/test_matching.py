@@ -761,15 +761,22 @@ def test_missing_step_notes_by_hand():
     assert matching.absorbing_steps(steps.filter(pl.col("rank") != 1)).is_empty()
 
 
-def _gloo_steps(first: int, steps: int, late_us: int, at: int = 0, numbered: bool = True) -> list[dict]:
+def _gloo_steps(
+    first: int, steps: int, late_us: int, at: int = 0, numbered: bool = True, grow: bool = False
+) -> list[dict]:
     """Gloo steps #first.. (ProfilerStep#first + s over [1000 (at + s), 1000 (at + s + 1)] us; none
-    when not ``numbered``); in each an all-reduce of 100 then one of 200 floats, enqueued at +100 and
-    +300 us (plus ``late_us``), worked on from +400 and +600 us for 100 us."""
+    when not ``numbered``); in each an all-reduce of 100 then one of 200 floats (with ``grow``, times
+    at + s + 1: each step of the job its own sizes), enqueued at +100 and +300 us (plus ``late_us``),
+    worked on from +400 and +600 us for 100 us."""
     ev = []
     for s in range(steps):
         t0 = 1000 * (at + s)
+        k = at + s + 1 if grow else 1
         ev += gloo_rank(
-            [(t0 + 100 + late_us, t0 + 400, t0 + 500, 100), (t0 + 300 + late_us, t0 + 600, t0 + 700, 200)],
+            [
+                (t0 + 100 + late_us, t0 + 400, t0 + 500, 100 * k),
+                (t0 + 300 + late_us, t0 + 600, t0 + 700, 200 * k),
+            ],
             step=first + s,
             t0=t0,
         )
@@ -810,13 +817,13 @@ def test_a_rank_numbering_its_steps_one_higher_is_lined_up_by_its_collectives(st
     # Ranks 0 and 1 run the same three steps at the same times, rank 1 50 us late at each
     # all-reduce, but rank 1 numbers them #5..#7 where rank 0 says #4..#6. Rank 2's trace starts a
     # step later (#5, #6 at the times of rank 0's #5, #6). By number (the ranges overlap), rank 1's
-    # #5 was rank 0's #5: a step off, 4 of its 6 all-reduces matched with the wrong ones. Every step
-    # runs the same all-reduces (100 then 200 floats), so rank 1's collectives agree with the
-    # others' in 3 steps lined up by position and in 2 by number: lined up by position, with a note.
-    # Rank 2 agrees in 2 steps either way: kept by number (a late start).
-    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, world=3)
-    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50), 1, world=3)
-    write_rank(tmp_path / "run" / "r2.json", _gloo_steps(5, 2, 0, at=1), 2, world=3)
+    # #5 was rank 0's #5: a step off, 4 of its 6 all-reduces matched with the wrong ones. Each step
+    # of the job all-reduces its own sizes (step k: 100 k then 200 k floats), so by number rank 1's
+    # collectives differ from rank 0's in 2 steps (#5, #6), a position off they agree in 3 and differ
+    # in none: lined up by position, with a note. Rank 2 differs in none by number: kept (a late start).
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0, grow=True), 0, world=3)
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50, grow=True), 1, world=3)
+    write_rank(tmp_path / "run" / "r2.json", _gloo_steps(5, 2, 0, at=1, grow=True), 2, world=3)
     res = ingest(store, [tmp_path / "run"])
     got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " ORDER BY rank, step").rows()
     assert got == [(0, 4, 4), (0, 5, 5), (0, 6, 6), (1, 5, 4), (1, 6, 5), (1, 7, 6), (2, 5, 5), (2, 6, 6)]
@@ -825,12 +832,12 @@ def test_a_rank_numbering_its_steps_one_higher_is_lined_up_by_its_collectives(st
         "ORDER BY instance_id"
     ).rows()
     assert inst == [(4, b, [0, 1], 1, 50_000) for b in (400, 800)] + [
-        (s, b, [0, 1, 2], 1, 50_000) for s in (5, 6) for b in (400, 800)
+        (s, b * (s - 3), [0, 1, 2], 1, 50_000) for s in (5, 6) for b in (400, 800)
     ]
     said = [
         "rank 1 numbers its steps #5..#7 where rank 0 numbers the same steps #4..#6 (offset -1): its "
-        "collectives agree with rank 0's in 3 steps lined up so and in 2 by step number, so they are taken "
-        "as rank 0's steps"
+        "collectives differ from rank 0's in 2 step(s) lined up by step number and agree in 3 lined up so, "
+        "so they are taken as rank 0's steps"
     ]
     assert matching.step_shift_notes(store, 1) == said
     assert [w for w in res.warnings if "numbers its steps" in w] == [f"run 'run': {said[0]}"]
@@ -877,17 +884,16 @@ def test_a_late_window_on_the_same_host_stays_by_number(store, tmp_path):
     assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
 
 
-def test_across_hosts_the_collectives_decide(store, tmp_path):
-    # The same traces on two hosts: start times of two clocks say nothing, the collectives' vote
-    # lines rank 1 up by position (the known limit: gloo, identical steps).
+def test_across_hosts_identical_steps_keep_their_numbers(store, tmp_path):
+    # The same traces on two hosts: start times of two clocks say nothing, and every step runs the
+    # same all-reduces, so no step's collectives differ by number: no evidence, rank 1 keeps its
+    # numbers and its clock (before: lined up a position off because it "agreed" in 3 steps so and
+    # in 2 by number, and its clock moved by a whole step).
     _late_window(store, tmp_path, ("a", "b"))
     got = store.sql(matching.RUN_STEPS_SQL.replace("$run", "1") + " WHERE rank = 1 ORDER BY step").rows()
-    assert got == [(1, 5, 4), (1, 6, 5), (1, 7, 6)]
-    assert matching.step_shift_notes(store, 1) == [
-        "rank 1 numbers its steps #5..#7 where rank 0 numbers the same steps #4..#6 (offset -1): its "
-        "collectives agree with rank 0's in 3 steps lined up so and in 2 by step number, so they are taken "
-        "as rank 0's steps"
-    ]
+    assert got == [(1, 5, 5), (1, 6, 6), (1, 7, 7)]
+    assert matching.step_shift_notes(store, 1) == []
+    assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
 
 
 def test_a_renumbered_rank_on_the_same_host_is_lined_up_by_its_step_times(store, tmp_path):

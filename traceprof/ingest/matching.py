@@ -26,8 +26,9 @@ Algorithm:
      by order within the step instead (step 4), method ``step_order``, its point-to-point rows
      left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
-     ranks whose step ranges overlap unless a rank's collectives agree with the lowest rank's in
-     more steps lined up by position, by order between numberings that do not), here and in
+     ranks whose step ranges overlap unless the steps' start times (one host) or else its
+     collectives (some steps differing by number) line a rank up by position, by order between
+     numberings that do not), here and in
      steps 4 and 5; a note (:func:`step_shift_notes`) names a rank lined up off its numbers.
   4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
      match by ordinal: on every rank, the k-th collective of the same group, op and size within the
@@ -102,11 +103,14 @@ __all__ = [
 #: rank. Within a numbering, a rank whose step range differs from that of the numbering's lowest
 #: rank (the reference) may also number its steps off by some (its #5..#7 the reference's #4..#6).
 #: The evidence is its collectives (``sig``: source, group, op, sequence number and size, in order,
-#: per step): a step agrees when they equal the reference's at the step it is lined up with. A
-#: shift by position (its p-th step the reference's (p + j)-th; its steps beyond the reference's
-#: keep the offset of its first one lined up) is taken only when it agrees in more steps than by
-#: number and than any other shift, else by number (no evidence, or a tie: a trace that starts a
-#: step later agrees either way when every step runs the same collectives). Times come first where
+#: per step): a step agrees when they equal the reference's at the step it is lined up with, and
+#: differs when both have collectives and they do not. A shift by position (its p-th step the
+#: reference's (p + j)-th; its steps beyond the reference's keep the offset of its first one lined
+#: up) is taken only when some steps differ by number, and it has fewer differing steps than by
+#: number (the fewest of any shift, agreeing in more steps than it differs, and in the most among
+#: those); else by number. When every step runs the same collectives (gloo, no sequence numbers)
+#: no step differs either way: no evidence, by number (a trace that starts a step later and a
+#: rank numbering its steps off look alike there). Times come first where
 #: they are comparable: a rank on the reference's host (``traces.host`` equal, one clock) whose
 #: steps' raw starts (clock offsets removed) lie closest to the reference's under one alignment, by
 #: a median gap under half the reference's median step, is lined up so (by number on a tie), whatever
@@ -144,22 +148,24 @@ tries AS (  -- j NULL: by number; else its p-th step lined up with the reference
   SELECT o.rank, o.numbering, o.step, o.pos, unnest(list_concat([NULL::BIGINT], range(1 - d.n, d.n_ref))) AS j
   FROM own o JOIN odd d USING (rank)
 ),
-scores AS (
-  SELECT t.rank, t.j, count(r.rank) AS agree
+scores AS (  -- per try: the steps lined up whose collectives agree, and those that differ
+  SELECT t.rank, t.j, count(*) FILTER (WHERE h.sig = g.sig) AS agree, count(*) FILTER (WHERE h.sig <> g.sig) AS differ
   FROM tries t JOIN sig g ON g.rank = t.rank AND g.step = t.step
-  LEFT JOIN (own r JOIN sig h ON h.rank = r.rank AND h.step = r.step)
-    ON r.rank = t.numbering AND h.sig = g.sig
-   AND CASE WHEN t.j IS NULL THEN r.step = t.step ELSE r.pos = t.pos + t.j END
+  JOIN own r ON r.rank = t.numbering AND CASE WHEN t.j IS NULL THEN r.step = t.step ELSE r.pos = t.pos + t.j END
+  JOIN sig h ON h.rank = r.rank AND h.step = r.step
   GROUP BY ALL
 ),
 best AS (
-  SELECT rank, max(agree) FILTER (WHERE j IS NOT NULL) AS top, max(agree) FILTER (WHERE j IS NULL) AS by_number
+  SELECT rank, min(differ) FILTER (WHERE j IS NOT NULL) AS low,
+         any_value(differ) FILTER (WHERE j IS NULL) AS by_number
   FROM scores GROUP BY rank
 ),
-vote AS (  -- a shift that agrees in more steps than by number and than any other shift
-  SELECT rank, min(j) AS j, any_value(top) AS agree, any_value(by_number) AS by_number
-  FROM scores JOIN best USING (rank)
-  WHERE j IS NOT NULL AND agree = top AND top > coalesce(by_number, 0)
+vote AS (  -- where some steps differ by number: the shift with the fewest differing, agreeing in most
+  SELECT rank, min(j) AS j, any_value(agree) AS agree, any_value(by_number) AS by_number
+  FROM (SELECT s.*, b.by_number, max(s.agree) OVER (PARTITION BY s.rank) AS top
+        FROM scores s JOIN best b USING (rank)
+        WHERE s.j IS NOT NULL AND s.differ = b.low AND b.low < coalesce(b.by_number, 0) AND s.agree > s.differ)
+  WHERE agree = top
   GROUP BY rank HAVING count(*) = 1
 ),
 tm AS (  -- each step's raw start (clock offset removed) and length, and its traces' hosts; where some rank is odd
@@ -226,7 +232,7 @@ RUN_STEPS_SQL = _STEPS_CTES + "SELECT rank, step, run_step FROM mapped\n"
 #: SQL (``$run``: the run id): the ranks whose steps :data:`RUN_STEPS_SQL` shifted off their numbers
 #: (columns rank, first, last: its own step range, ref: the rank it was compared with, ref_first,
 #: ref_last: that rank's numbers of those steps, agree: steps whose collectives agree that way,
-#: by_number: those agreeing by number; where times decided (same host), else NULL: gap, gap_number:
+#: by_number: steps whose collectives differ by number; where times decided (same host), else NULL: gap, gap_number:
 #: median |start difference| (ns) of the steps lined up so and by number, step_len: the reference's
 #: median step).
 STEP_SHIFTS_SQL = (
@@ -639,7 +645,7 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
 def step_shift_notes(store: Store, run_id: int) -> list[str]:
     """One note per rank whose steps :data:`RUN_STEPS_SQL` lined up off their numbers, with the evidence
     (on the reference's host, its steps start closer to the reference's that way than by step number;
-    elsewhere, its collectives agree with the reference's in more steps that way)."""
+    elsewhere, its collectives differ from the reference's by step number and agree that way)."""
     rows = store.con.execute(STEP_SHIFTS_SQL.replace("$run", str(int(run_id)))).fetchall()
 
     def ms(ns: float) -> str:
@@ -653,8 +659,8 @@ def step_shift_notes(store: Store, run_id: int) -> list[str]:
             + (f"{ms(gap_number)}" if gap_number is not None else "none lined up")
             + f" by step number (steps of {ms(step_len)})"
             if gap is not None
-            else f"its collectives agree with rank {ref}'s in {agree} steps lined up so and in {by_number or 0} "
-            "by step number"
+            else f"its collectives differ from rank {ref}'s in {by_number} step(s) lined up by step number and "
+            f"agree in {agree} lined up so"
         )
         + f", so they are taken as rank {ref}'s steps"
         for r, lo, hi, ref, ref_lo, ref_hi, agree, by_number, gap, gap_number, step_len in rows

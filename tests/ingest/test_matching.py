@@ -913,3 +913,65 @@ def test_a_renumbered_rank_on_the_same_host_is_lined_up_by_its_step_times(store,
     assert matching.step_shift_notes(store, 1) == [said]
     assert [w for w in res.warnings if "numbers its steps" in w] == [f"run 'run': {said}"]
     assert not [w for w in res.warnings if "miss some ranks" in w]
+
+
+def _stepless_late(store: Store, tmp_path, hosts: tuple[str, str]) -> list[str]:
+    """Rank 0 records steps #4..#6 over [0, 3] ms; rank 1 (no ProfilerStep) the job's next window,
+    [1, 4] ms, its all-reduces enqueued 50 us after rank 0's. Returns the ingest's warnings."""
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, host=hosts[0])
+    write_rank(tmp_path / "run" / "r1.json", _gloo_steps(5, 3, 50, at=1, numbered=False), 1, host=hosts[1])
+    return ingest(store, [tmp_path / "run"]).warnings
+
+
+def test_a_rank_without_steps_on_the_same_host_is_lined_up_by_its_times(store, tmp_path):
+    # Rank 0 records steps #4..#6 over [0, 3] ms; rank 1 (no ProfilerStep, same host "vm": one clock)
+    # records the job's next window, [1, 4] ms, its all-reduces 50 us after rank 0's. By run order its
+    # first all-reduce of each size was rank 0's first, 1050 us earlier: every pair a step off and the
+    # clocks moved rank 1 by about a step. Lined up by time, its k-th of each size is rank 0's (k+1)-th:
+    # 50 us apart (median), 1050 us by run order, rank 0's all-reduces of a size 1000 us apart.
+    warnings = _stepless_late(store, tmp_path, ("vm", "vm"))
+    inst = store.sql("SELECT step, bytes, ranks_present, arrival_skew_ns FROM collective_instances").rows()
+    both = [
+        (s, b, [0, 1], 50_000) for s in (5, 6) for b in (400, 800)
+    ]  # rank 1's step NULL: its own last two
+    assert sorted(inst, key=str) == sorted(
+        [(4, 400, [0], 0), (4, 800, [0], 0), *both, (None, 400, [1], 0), (None, 800, [1], 0)], key=str
+    )
+    assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
+    assert [w for w in warnings if "lined up" in w] == [
+        "run 'run': source gloo, process group '': rank 1 (no steps) shares rank 0's host (one clock), so its "
+        "collectives were lined up with rank 0's by their times, its k-th of a kind rank 0's (k +1)-th: they "
+        "arrive a median 0.05 ms apart so and 1.05 ms by run order (collectives of a kind 1 ms apart)"
+    ]
+
+
+def test_a_rank_without_steps_on_another_host_keeps_the_run_order(store, tmp_path):
+    # The same traces on hosts "a" and "b": two clocks, so times say nothing; run order, as before.
+    warnings = _stepless_late(store, tmp_path, ("a", "b"))
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == [(s, b, [0, 1]) for s in (4, 5, 6) for b in (400, 800)]
+    assert not [w for w in warnings if "lined up" in w]
+    assert [w for w in warnings if "rank 1 has no steps (no ProfilerStep in the trace)" in w]
+
+
+def test_collectives_of_a_lost_step_marker_are_matched_in_the_step_they_fall_in(store, tmp_path):
+    # Rank 1 runs rank 0's steps #4..#6 (its all-reduces 50 us later), both on host "vm", but its trace
+    # lost the ProfilerStep#5 marker and kept that step's events: its two all-reduces of [1, 2] ms have no
+    # step. Within the step they were two one-rank instances beside rank 0's two (8 instances, 4 of them
+    # missing a rank). Enqueued at 1150 and 1350 us, inside rank 0's step 5 ([1000, 2000] us), a step
+    # rank 1 lacks: matched within step 5, with a note.
+    write_rank(tmp_path / "run" / "r0.json", _gloo_steps(4, 3, 0), 0, host="vm")
+    ev = [e for e in _gloo_steps(4, 3, 50) if e["name"] != "ProfilerStep#5"]
+    write_rank(tmp_path / "run" / "r1.json", ev, 1, host="vm")
+    res = ingest(store, [tmp_path / "run"])
+    inst = store.sql(
+        "SELECT step, bytes, ranks_present, last_rank, arrival_skew_ns FROM collective_instances ORDER BY instance_id"
+    ).rows()
+    assert inst == [(s, b, [0, 1], 1, 50_000) for s in (4, 5, 6) for b in (400, 800)]
+    assert [w for w in res.warnings if "outside its steps" in w] == [
+        "run 'run': rank 1 has 2 collective(s) outside its steps, at the time of step 5 on another rank of its "
+        "host (one clock), which it lacks (a lost ProfilerStep): matched within that step"
+    ]
+    assert not [w for w in res.warnings if "miss some ranks" in w]

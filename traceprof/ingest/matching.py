@@ -36,7 +36,12 @@ Algorithm:
      ``ordinal`` (all-to-all ops leave the size out: their per-rank sizes legitimately differ).
      Where some rank of the group has no steps at all (no ProfilerStep in its trace) and another
      has, the k-th over the run instead, with a note: within the step, its collectives (no step)
-     could never meet the others'.
+     could never meet the others'. Where it shares a host (one clock) with a rank of the group that
+     has steps, its k-th of a kind is lined up with that rank's (k + j)-th for the j whose pairs
+     arrive closest (:data:`_SHIFTS`: a profiling window a step later), with a note. A rank with
+     steps whose collectives lie outside them (a lost ProfilerStep marker, its events kept) has them
+     matched within the step they fall in on another rank of its host, one it lacks (:data:`_ROWS`),
+     with a note.
      Ordinals follow each rank's arrival order. Point-to-point ops (``p2p``, or an op in
      :data:`P2P_OPS`) without a process group and sequence number are left unmatched
      (``instance_id`` null): each involves one unknown peer, so the k-th one on two ranks is in
@@ -398,12 +403,40 @@ def canonical_ranks(value: Any) -> str | None:
     return "[" + ", ".join(str(r) for r in sorted(set(value))) + "]"
 
 
+#: The run's collectives rows as matching reads them (``step``: the run's step). ``lost_step``: a row
+#: outside its rank's steps (step NULL) on a rank with steps, whose CPU enqueue (clock offset removed)
+#: falls in the window of a step that rank lacks (a lost ProfilerStep marker) on another rank of its
+#: host (one clock), one such step only: that step, and the row's ``step`` becomes it.
 _ROWS = f"""
-WITH rs AS ({RUN_STEPS_SQL})
-SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(rs.run_step, step) AS step,
-       {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
-       rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless
-FROM collectives c LEFT JOIN rs USING (rank, step) WHERE c.run_id = $run
+WITH rs AS ({RUN_STEPS_SQL}),
+c AS (
+  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(rs.run_step, step) AS step,
+         {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
+         rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless,
+         {ARRIVAL_SQL} - coalesce(t.clock_offset_ns, 0) AS raw_ns,
+         coalesce(enter_ns, start_ns) - coalesce(t.clock_offset_ns, 0) AS _cpu_ns, t.host
+  FROM collectives c LEFT JOIN rs USING (rank, step)
+  LEFT JOIN (SELECT trace_id, clock_offset_ns, host FROM traces) t ON t.trace_id = c.trace_id
+  WHERE c.run_id = $run
+),
+win AS (  -- each rank-step's raw window on its host, by the run's step
+  SELECT s.rank, coalesce(rs.run_step, s.step) AS step, t.host, min(s.cpu_start_ns - coalesce(t.clock_offset_ns, 0)) AS lo,
+         max(s.cpu_end_ns - coalesce(t.clock_offset_ns, 0)) AS hi
+  FROM steps s JOIN traces t ON t.trace_id = s.trace_id LEFT JOIN rs ON rs.rank = s.rank AND rs.step = s.step
+  WHERE s.run_id = $run AND s.step IS NOT NULL AND t.host IS NOT NULL AND EXISTS (
+    SELECT 1 FROM c WHERE c.step IS NULL AND NOT c.stepless)
+  GROUP BY ALL
+),
+lost AS (
+  SELECT c.rid, min(w.step) AS lost_step
+  FROM c JOIN win w ON w.host = c.host AND w.rank <> c.rank AND c._cpu_ns >= w.lo AND c._cpu_ns < w.hi
+  WHERE c.step IS NULL AND NOT c.stepless
+    AND NOT EXISTS (SELECT 1 FROM win o WHERE o.rank = c.rank AND o.step = w.step)
+    AND NOT EXISTS (SELECT 1 FROM rs WHERE rs.rank = c.rank AND rs.run_step = w.step)
+  GROUP BY c.rid HAVING count(DISTINCT w.step) = 1
+)
+SELECT c.* EXCLUDE (_cpu_ns) REPLACE (coalesce(c.step, l.lost_step) AS step), l.lost_step
+FROM c LEFT JOIN lost l USING (rid)
 """
 _GROUP = "source, g_pg, g_ranks, p2p"
 
@@ -452,23 +485,87 @@ FROM (SELECT * FROM cross_step UNION ALL SELECT * FROM strides UNION ALL SELECT 
 GROUP BY ALL ORDER BY ALL
 """
 
-#: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
-#: row's ``collectives.rowid``). Reads ``_match_rows`` and ``_match_bad`` (:data:`_BAD`'s groups).
-_KEYED = f"""
+#: Common table expressions of :data:`_SHIFTS` and :data:`_KEYED`: the rows without ids, each with its
+#: kind (``_op``, ``_size``), ``by_run`` and ``k0``: the k-th of its kind on its rank (within the step,
+#: or over the run where ``by_run``), in arrival order. Reads ``_match_rows`` and ``_match_bad``.
+_ORDERED = f"""
 WITH r AS (
   SELECT m.*, b.why IS NOT NULL AS bad
   FROM _match_rows m LEFT JOIN _match_bad b USING (source, g_pg, g_ranks, p2p)
 ),
 ordered AS (  -- rows without ids: the k-th of its kind on its rank (within the step), in arrival order
-  SELECT * REPLACE (CASE WHEN NOT by_run THEN step END AS step) FROM (
-    SELECT *, CASE WHEN contains(coalesce(op, ''), 'all_to_all') THEN '*'
-                   ELSE coalesce(CAST(size AS VARCHAR), '?') END AS _size,
-           bool_or(stepless) OVER (PARTITION BY {_GROUP}) AND NOT bool_and(stepless) OVER (PARTITION BY {_GROUP})
-             AS by_run  -- a rank without steps: the k-th of its kind over the run
-    FROM r
-    WHERE comms_id IS NULL AND NOT (pg IS NOT NULL AND seq IS NOT NULL AND (NOT bad OR p2p))
-      AND NOT (p2p AND (pg IS NULL OR seq IS NULL)))
+  SELECT *, row_number() OVER (PARTITION BY {_GROUP}, op, _size, step, rank
+                               ORDER BY arrival_ns ASC NULLS LAST, start_ns ASC NULLS LAST, rid) - 1 AS k0
+  FROM (
+    SELECT * REPLACE (CASE WHEN NOT by_run THEN step END AS step) FROM (
+      SELECT *, CASE WHEN contains(coalesce(op, ''), 'all_to_all') THEN '*'
+                     ELSE coalesce(CAST(size AS VARCHAR), '?') END AS _size, coalesce(op, '?') AS _op,
+             bool_or(stepless) OVER (PARTITION BY {_GROUP}) AND NOT bool_and(stepless) OVER (PARTITION BY {_GROUP})
+               AS by_run  -- a rank without steps: the k-th of its kind over the run
+      FROM r
+      WHERE comms_id IS NULL AND NOT (pg IS NOT NULL AND seq IS NOT NULL AND (NOT bad OR p2p))
+        AND NOT (p2p AND (pg IS NULL OR seq IS NULL))))
+)"""
+
+#: Step 4 (module doc), a rank without steps matched over the run: where it shares a host (one clock)
+#: with a rank of the group that has steps (the lowest such, the reference), its k-th collective of a
+#: kind is lined up with the reference's (k + j)-th for the j whose pairs' raw arrivals (clock offsets
+#: removed) lie closest, by a median |difference| under half the reference's median spacing between
+#: collectives of that kind (j 0 on a tie with it; none found: j 0). Columns: the group, rank, ``_op``,
+#: ``_size``, ref, j, gap (that median, ns), gap0 (by run order), spacing. Reads what
+#: :data:`_ORDERED` reads; empty without such a rank.
+_SHIFTS = (
+    _ORDERED
+    + f""",
+hosted AS (  -- a rank's host, where all its rows name the same one
+  SELECT rank, CASE WHEN count(host) = count(*) AND min(host) = max(host) THEN min(host) END AS host
+  FROM _match_rows GROUP BY rank
 ),
+kinds AS (SELECT {_GROUP}, rank, stepless, _op, _size, count(*) AS n FROM ordered WHERE by_run GROUP BY ALL),
+pairs AS (  -- each stepless rank's kinds and the reference on its host
+  SELECT a.source, a.g_pg, a.g_ranks, a.p2p, a.rank, a._op, a._size, a.n,
+         arg_min(b.rank, b.rank) AS ref, arg_min(b.n, b.rank) AS n_ref
+  FROM kinds a JOIN kinds b ON b.source = a.source AND b.g_pg = a.g_pg AND b.g_ranks = a.g_ranks
+   AND b.p2p = a.p2p AND b._op = a._op AND b._size = a._size AND NOT b.stepless
+  JOIN hosted ha ON ha.rank = a.rank JOIN hosted hb ON hb.rank = b.rank AND hb.host = ha.host
+  WHERE a.stepless GROUP BY ALL
+),
+tries AS (SELECT *, unnest(range(1 - n, n_ref)) AS j FROM pairs),
+gaps AS (
+  SELECT t.source, t.g_pg, t.g_ranks, t.p2p, t.rank, t._op, t._size, t.ref, t.j, median(abs(a.raw_ns - b.raw_ns)) AS gap
+  FROM tries t
+  JOIN ordered a ON a.by_run AND a.source = t.source AND a.g_pg = t.g_pg AND a.g_ranks = t.g_ranks AND a.p2p = t.p2p
+   AND a.rank = t.rank AND a._op = t._op AND a._size = t._size
+  JOIN ordered b ON b.by_run AND b.source = t.source AND b.g_pg = t.g_pg AND b.g_ranks = t.g_ranks AND b.p2p = t.p2p
+   AND b.rank = t.ref AND b._op = t._op AND b._size = t._size AND b.k0 = a.k0 + t.j
+  GROUP BY ALL
+),
+spacing AS (  -- the reference's median spacing between collectives of the kind
+  SELECT source, g_pg, g_ranks, p2p, rank AS ref, _op, _size, median(d) AS spacing
+  FROM (SELECT *, raw_ns - lag(raw_ns) OVER (PARTITION BY {_GROUP}, rank, _op, _size ORDER BY k0) AS d
+        FROM ordered WHERE by_run AND NOT stepless)
+  WHERE d IS NOT NULL GROUP BY ALL
+),
+near AS (
+  SELECT g.*, s.spacing FROM gaps g JOIN spacing s USING (source, g_pg, g_ranks, p2p, ref, _op, _size)
+  WHERE 2 * g.gap < s.spacing
+  QUALIFY g.gap = min(g.gap) OVER (PARTITION BY g.source, g.g_pg, g.g_ranks, g.p2p, g.rank, g._op, g._size)
+)
+SELECT n.source, n.g_pg, n.g_ranks, n.p2p, n.rank, n._op, n._size, any_value(n.ref) AS ref,
+       CASE WHEN bool_or(n.j = 0) THEN 0 ELSE min(n.j) END AS j, min(n.gap) AS gap, any_value(z.gap) AS gap0,
+       any_value(n.spacing) AS spacing
+FROM near n LEFT JOIN gaps z ON z.source = n.source AND z.g_pg = n.g_pg AND z.g_ranks = n.g_ranks AND z.p2p = n.p2p
+ AND z.rank = n.rank AND z._op = n._op AND z._size = n._size AND z.j = 0
+GROUP BY ALL HAVING bool_or(n.j = 0) OR count(*) = 1
+"""
+)
+
+#: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
+#: row's ``collectives.rowid``). Reads ``_match_rows``, ``_match_bad`` (:data:`_BAD`'s groups) and
+#: ``_match_shift`` (:data:`_SHIFTS`).
+_KEYED = (
+    _ORDERED
+    + """,
 keyed AS (
   SELECT rid, arrival_ns, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
   FROM r WHERE comms_id IS NOT NULL AND NOT (bad AND p2p)
@@ -479,11 +576,8 @@ keyed AS (
   UNION ALL
   SELECT rid, arrival_ns, CASE WHEN bad THEN 'step_order' ELSE 'ordinal' END,
          concat_ws('|', 'o', source, g_pg, g_ranks, CAST(p2p AS VARCHAR), coalesce(op, '?'), _size,
-                   coalesce(CAST(step AS VARCHAR), '-'),
-                   CAST(row_number() OVER (
-                     PARTITION BY {_GROUP}, op, _size, step, rank
-                     ORDER BY arrival_ns ASC NULLS LAST, start_ns ASC NULLS LAST, rid) - 1 AS VARCHAR))
-  FROM ordered
+                   coalesce(CAST(step AS VARCHAR), '-'), CAST(k0 + coalesce(sh.j, 0) AS VARCHAR))
+  FROM ordered LEFT JOIN _match_shift sh USING (source, g_pg, g_ranks, p2p, rank, _op, _size)
 ),
 firsts AS (  -- numbered by first arrival
   SELECT key, row_number() OVER (ORDER BY min(arrival_ns) ASC NULLS LAST, key) AS instance_id
@@ -491,6 +585,7 @@ firsts AS (  -- numbered by first arrival
 )
 SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
 """
+)
 
 
 def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
@@ -519,6 +614,16 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
             )
             for source, g_pg, g_ranks, p2p, why in con.execute("SELECT * FROM _match_bad").fetchall()
         ]
+        mixed = con.execute(
+            "SELECT bool_or(stepless) AND NOT bool_and(stepless) FROM _match_rows"
+        ).fetchall()[0][0]
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _match_shift AS {_SHIFTS}"
+            if mixed
+            else "CREATE OR REPLACE TEMP TABLE _match_shift (source VARCHAR, g_pg VARCHAR, g_ranks VARCHAR, "
+            "p2p BOOLEAN, rank INTEGER, _op VARCHAR, _size VARCHAR, ref INTEGER, j BIGINT, gap DOUBLE, "
+            "gap0 DOUBLE, spacing DOUBLE)"
+        )
         con.execute(
             f"""UPDATE collectives SET instance_id = m.instance_id, match_method = m.method
                FROM ({_KEYED}) m WHERE collectives.rowid = m.rid"""
@@ -537,11 +642,36 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
             "on every rank) instead of within the step: right when every rank's trace covers the same steps"
             for source, g_pg, g_ranks, ranks in by_run
         ]
+        lost = con.execute(
+            """SELECT rank, list(DISTINCT lost_step ORDER BY lost_step), count(*) FROM _match_rows
+               WHERE lost_step IS NOT NULL GROUP BY rank ORDER BY rank"""
+        ).fetchall()
+        notes += [
+            f"rank {r} has {n} collective(s) outside its steps, at the time of step{'s' if len(ss) > 1 else ''} "
+            f"{', '.join(map(str, ss))} on another rank of its host (one clock), which it lacks (a lost "
+            "ProfilerStep): matched within that step"
+            for r, ss, n in lost
+        ]
+        shifted = con.execute(
+            """SELECT source, g_pg, g_ranks, rank, any_value(ref), list(DISTINCT j ORDER BY j), max(gap), min(gap0),
+                      min(spacing)
+               FROM _match_shift GROUP BY source, g_pg, g_ranks, rank HAVING bool_or(j <> 0) ORDER BY ALL"""
+        ).fetchall()
+        notes += [
+            f"source {source}, process group {g_pg!r}{' ' + g_ranks if g_ranks else ''}: rank {r} (no steps) "
+            f"shares rank {ref}'s host (one clock), so its collectives were lined up with rank {ref}'s by their "
+            f"times, its k-th of a kind rank {ref}'s (k {' or '.join(f'{j:+d}' for j in js)})-th: they arrive a "
+            f"median {_ms(gap)} apart so and "
+            + (f"{_ms(gap0)}" if gap0 is not None else "none paired")
+            + f" by run order (collectives of a kind {_ms(spacing)} apart)"
+            for source, g_pg, g_ranks, r, ref, js, gap, gap0, spacing in shifted
+        ]
         return n, notes
     finally:  # after a failed statement the transaction is aborted (its error is the one to raise)
         with contextlib.suppress(duckdb.Error):
             con.execute("DROP TABLE IF EXISTS _match_rows")
             con.execute("DROP TABLE IF EXISTS _match_bad")
+            con.execute("DROP TABLE IF EXISTS _match_shift")
 
 
 #: Collectives rows (about) whose instances :func:`refresh_instances` aggregates in one statement: DuckDB
@@ -642,22 +772,23 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     )
 
 
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3g} ms"
+
+
 def step_shift_notes(store: Store, run_id: int) -> list[str]:
     """One note per rank whose steps :data:`RUN_STEPS_SQL` lined up off their numbers, with the evidence
     (on the reference's host, its steps start closer to the reference's that way than by step number;
     elsewhere, its collectives differ from the reference's by step number and agree that way)."""
     rows = store.con.execute(STEP_SHIFTS_SQL.replace("$run", str(int(run_id)))).fetchall()
 
-    def ms(ns: float) -> str:
-        return f"{ns / 1e6:.3g} ms"
-
     return [
         f"rank {r} numbers its steps #{lo}..#{hi} where rank {ref} numbers the same steps #{ref_lo}..#{ref_hi} "
         f"(offset {ref_lo - lo:+d}): "
         + (
-            f"on rank {ref}'s host, its steps start a median {ms(gap)} from rank {ref}'s lined up so and "
-            + (f"{ms(gap_number)}" if gap_number is not None else "none lined up")
-            + f" by step number (steps of {ms(step_len)})"
+            f"on rank {ref}'s host, its steps start a median {_ms(gap)} from rank {ref}'s lined up so and "
+            + (f"{_ms(gap_number)}" if gap_number is not None else "none lined up")
+            + f" by step number (steps of {_ms(step_len)})"
             if gap is not None
             else f"its collectives differ from rank {ref}'s in {by_number} step(s) lined up by step number and "
             f"agree in {agree} lined up so"

@@ -507,6 +507,11 @@ ordered AS (  -- rows without ids: the k-th of its kind on its rank (within the 
         AND NOT (p2p AND (pg IS NULL OR seq IS NULL))))
 )"""
 
+#: The largest offset (collectives of one kind) :data:`_SHIFTS` tries between a rank without steps
+#: and the reference on its host: a window a few steps late of a job with tens of collectives of a
+#: kind per step, while the pairs tried stay linear in the collectives (at most 2 x 512 + 1 per row).
+MAX_RUN_SHIFT = 512
+
 #: Step 4 (module doc), a rank without steps matched over the run: where it shares a host (one clock)
 #: with a rank of the group that has steps (the lowest such, the reference), its k-th collective of a
 #: kind is lined up with the reference's (k + j)-th for the j whose pairs' raw arrivals (clock offsets
@@ -530,7 +535,9 @@ pairs AS (  -- each stepless rank's kinds and the reference on its host
   JOIN hosted ha ON ha.rank = a.rank JOIN hosted hb ON hb.rank = b.rank AND hb.host = ha.host
   WHERE a.stepless GROUP BY ALL
 ),
-tries AS (SELECT *, unnest(range(1 - n, n_ref)) AS j FROM pairs),
+tries AS (  -- offsets within MAX_RUN_SHIFT: the pairs tried grow linearly with the collectives
+  SELECT *, unnest(range(greatest(1 - n, -{MAX_RUN_SHIFT}), least(n_ref, {MAX_RUN_SHIFT} + 1))) AS j FROM pairs
+),
 gaps AS (
   SELECT t.source, t.g_pg, t.g_ranks, t.p2p, t.rank, t._op, t._size, t.ref, t.j, median(abs(a.raw_ns - b.raw_ns)) AS gap
   FROM tries t

@@ -138,25 +138,46 @@ def breakdown_columns(*keys: Column) -> tuple[Column, ...]:
     )
 
 
-def _merged_devices(te: FrameResult) -> str:
-    """The idle verdict's clause for ranks that drive several GPUs (their per-rank figures merge
-    the devices: one window over all): the most idle device, from the devices table; "" for none."""
+def _per_device(te: FrameResult) -> tuple[pl.DataFrame, str]:
+    """Temporal's per-rank frame with the idle share of each rank that drives several GPUs taken
+    over its devices (the sum of their idle time over the sum of their windows: the merged window
+    hides one device's idle time under another's work), and the idle verdict's clause that says so
+    with the merged figure beside it ("" where no rank drives several GPUs)."""
+    frame = te.frame
     dev = te.devices if isinstance(te, Result) else pl.DataFrame()
     if dev.is_empty():
-        return ""
-    multi = dev.group_by("rank").len().filter(pl.col("len") > 1)["rank"].sort().to_list()
-    if not multi:
-        return ""
+        return frame, ""
+    per = (
+        dev.group_by("rank")
+        .agg(pl.len().alias("n"), pl.col("idle_ns").sum(), pl.col("window_ns").sum())
+        .filter(pl.col("n") > 1)
+        .sort("rank")
+    )
+    if per.is_empty():
+        return frame, ""
+    share = per.select("rank", (100.0 * pl.col("idle_ns") / pl.col("window_ns")).alias("dev_idle_pct"))
+    merged = frame.filter(pl.col("rank").is_in(per["rank"])).sort("rank")
+    frame = (
+        frame.join(share, on="rank", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("dev_idle_pct", "idle_pct").alias("idle_pct"))
+        .drop("dev_idle_pct")
+    )
+    figures = "; ".join(
+        f"rank {r['rank']} {_common.ms(r['idle_ns'])} of {_common.ms(r['window_ns'])}"
+        for r in per.iter_rows(named=True)
+    )
     worst = (
-        dev.filter(pl.col("rank").is_in(multi))
+        dev.filter(pl.col("rank").is_in(per["rank"]))
         .sort(["idle_pct", "rank", "device"], descending=[True, False, False])
         .row(0, named=True)
     )
-    ranks = ", ".join(map(str, multi))
-    return (
-        f"; rank(s) {ranks} drive several GPUs: these figures merge their devices (one window over all); "
-        f"per device up to {worst['idle_pct']:.0f}% idle (rank {worst['rank']} device {worst['device']}: "
-        "temporal's devices table)"
+    ranks = ", ".join(map(str, per["rank"]))
+    return frame, (
+        f"; rank(s) {ranks} drive several GPUs: their idle share is per device (idle time over the sum "
+        f"of their devices' windows: {figures}; most idle rank {worst['rank']} device {worst['device']} "
+        f"{worst['idle_pct']:.0f}%, temporal's devices table); merged (one window over all devices): "
+        + ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in merged.iter_rows(named=True))
+        + " (the step window's figure merges them too)"
     )
 
 
@@ -170,8 +191,9 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     cpu = res.get("idle") is None
     what = "the training thread" if cpu else "the GPU"
     named = _common.named_ranks(res)
-    others = te.frame.filter(~pl.col("rank").is_in(named))
-    pool = others if named and others.height else te.frame
+    frame, devices = _per_device(te)
+    others = frame.filter(~pl.col("rank").is_in(named))
+    pool = others if named and others.height else frame
     step_idle = (
         pool["step_idle_pct"].drop_nulls()
         if "step_idle_pct" in pool.columns
@@ -186,7 +208,7 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     if named and others.height:
         # A straggler's own idle time (its sleep, its stall) is why it is late: the straggler
         # finding counts it, so idle costs what the other ranks are idle.
-        own = te.frame.filter(pl.col("rank").is_in(named)).sort("rank")
+        own = frame.filter(pl.col("rank").is_in(named)).sort("rank")
         theirs = ", ".join(f"rank {r['rank']} {r['idle_pct']:.0f}%" for r in own.iter_rows(named=True))
         worst = others.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
         text = (
@@ -195,7 +217,7 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             "counted in its finding"
         )
     else:
-        worst = te.frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
+        worst = frame.sort(["idle_pct", "rank"], descending=[True, False]).row(0, named=True)
         text = (
             f"{what} is idle {mean:.0f}% of the {window}mean over ranks; rank {worst['rank']} "
             f"{worst['idle_pct']:.0f}%)"
@@ -212,7 +234,7 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
             if 2 * host > total:
                 cause = "host wait (kernels launched late)"
-    text += _merged_devices(te)
+    text += devices
     if _common.graph_level(te):
         text += (
             "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "

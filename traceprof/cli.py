@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 input or usage error (one-line message), 3 regression found 
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import io
 import os
@@ -1998,6 +1999,70 @@ def _one_line_helps(group: typer.Typer) -> None:
 
 
 _one_line_helps(app)
+
+#: Where a command's line may be cut to fit (the end of a clause): "run: exit 3", "store (queries",
+#: "step account; ...", "runs, ...".
+_CLAUSE_END = re.compile(r"[;:,](?=\s)|\s(?=\()")
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: whole where it fits, else its longest beginning that
+    ends a clause (before ``;``, ``:``, ``,`` or `` (``, outside parentheses) and is at least half
+    ``width``, else cut at a word with ``…``."""
+    if len(text) <= width:
+        return text
+    ends = [
+        m.start()
+        for m in _CLAUSE_END.finditer(text, 0, width + 1)
+        if text.count("(", 0, m.start()) == text.count(")", 0, m.start()) and m.start() <= width
+    ]
+    if ends and 2 * ends[-1] >= width:
+        return text[: ends[-1]]
+    cut = text.rfind(" ", 0, width)  # the ellipsis takes the space's place
+    return (text[:cut] if cut > 0 else text[: width - 1]).rstrip(" ,;:(") + "…"
+
+
+def _fitted_command_lines() -> None:
+    """Each command's line in the rich command list on one line of the terminal (80 columns: the
+    first sentence of ``ingest``'s help wrapped to 2-3 lines): :func:`fit_line` to the width its
+    description column has there; ``traceprof CMD --help`` keeps the whole help, and click's plain
+    help (below :data:`NARROW_COLUMNS`) the whole sentence. Installed when a group's help is first
+    printed (typer's rich help module loads then: not on every start). A typer without these hooks
+    is left as it is."""
+    try:
+        from typer.core import TyperGroup
+    except ImportError:
+        return
+
+    def panel(theirs: Callable[..., None]) -> Callable[..., None]:
+        def fitted(*, commands: list[Any], console: Any, cmd_len: int, **kw: Any) -> None:
+            # the panel's border and padding (4) and the 2 spaces between the table's columns
+            width = max(console.width - cmd_len - 6, 20)
+            lines = []
+            for c in commands:
+                text = c.short_help or c.help or ""
+                if len(text) > width:
+                    c = copy.copy(c)
+                    c.short_help = fit_line(" ".join(text.split()), width)
+                lines.append(c)
+            theirs(commands=lines, console=console, cmd_len=cmd_len, **kw)
+
+        return fitted
+
+    def group_help(theirs: Callable[..., None]) -> Callable[..., None]:
+        def help_(self: Any, ctx: Any, formatter: Any) -> None:
+            if typer.core.HAS_RICH and self.rich_markup_mode is not None:
+                from typer import rich_utils
+
+                _patch(rich_utils, "_print_commands_panel", panel)  # type: ignore[arg-type]
+            theirs(self, ctx, formatter)
+
+        return help_
+
+    _patch(TyperGroup, "format_help", group_help)
+
+
+_fitted_command_lines()
 
 
 def main() -> None:

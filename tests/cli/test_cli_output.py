@@ -631,3 +631,67 @@ def test_a_table_of_steps_shows_its_worst_rows_and_says_which(tmp_path):
     # a table that is not per-step rows keeps its first rows
     res = cli("analyze", "critical_path", "--db", db, "--table", "path", "-f", "table", cwd=tmp_path)
     assert "more row(s) of" in res.stderr and "those of largest" not in res.stderr
+
+
+def _command_list(cols: str, *group: str) -> list[str]:
+    """The lines of ``traceprof GROUP --help``'s command list at ``cols`` columns, borders left out."""
+    import os
+
+    r = subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", *group, "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": cols},
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= int(cols)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("╭─ Commands"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("╰"))
+    return [ln.strip("│ ") for ln in lines[start + 1 : end]]
+
+
+def test_the_command_list_has_one_line_per_command_at_80_columns():
+    # At 80 columns the first sentences wrapped 9 of the 12 commands to 2-3 lines. Each now has one
+    # line: its first clauses that fit (the description column is 80 - 4 border - 8 name - 2 = 66
+    # characters), else cut at a word with "…"; at 200 the whole sentence, and `CMD --help` the whole help.
+    from traceprof.cli import app
+
+    names = [c.name or c.callback.__name__ for c in app.registered_commands] + [
+        g.name for g in app.registered_groups
+    ]
+    narrow = _command_list("80")
+    assert [ln.split()[0] for ln in narrow] == names and len(names) == 12
+    shown = {ln.split()[0]: ln.split(None, 1)[1] for ln in narrow}
+    assert shown["ingest"] == "Parse trace files into the store (one transaction per run; same…"
+    assert shown["sql"] == "Run a read-only query on the store"
+    assert shown["diff"] == "Compare a run with baseline runs: exit 3 on a regression"
+    assert shown["report"] == "Write a self-contained HTML report (works offline) of one run."
+    wide = {ln.split()[0]: ln.split(None, 1)[1] for ln in _command_list("200")}
+    assert (
+        wide["ingest"]
+        == "Parse trace files into the store (one transaction per run; same file twice is a no-op)."
+    )
+    assert wide["diff"].endswith("0 when it is within the thresholds (CI gate).")
+    assert [ln.split()[0] for ln in _command_list("80", "baseline")] == ["list", "add", "rm"]
+    r = subprocess.run(
+        [sys.executable, "-m", "traceprof.cli", "ingest", "--help"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "COLUMNS": "80"},
+    )
+    assert "same file twice is" in r.stdout and "no-op" in r.stdout
+
+
+def test_fit_line_cuts_at_a_clause_else_at_a_word():
+    from traceprof.cli import fit_line
+
+    text = "Compare a run with baseline runs: exit 3 on a regression (structural or timing), 4 when"
+    assert fit_line(text, 200) == text
+    assert fit_line(text, 60) == "Compare a run with baseline runs: exit 3 on a regression"  # 56
+    assert fit_line(text, 40) == "Compare a run with baseline runs"  # 32, at least half of 40
+    assert fit_line(text, 30) == "Compare a run with baseline…"  # no clause ends within 30
+    # a clause end inside parentheses is no cut: "(queries only" would leave one open
+    sql = "Run a read-only query on the store (queries only: no writes, no settings); prints"
+    assert fit_line(sql, 60) == "Run a read-only query on the store"
+    assert fit_line(sql, 75) == "Run a read-only query on the store (queries only: no writes, no settings)"

@@ -1113,3 +1113,50 @@ def test_a_run_named_twice_in_a_baseline_list_is_said(store, tmp_path):
         res = diff_runs(store, base, "b")
         assert [n for n in res.notes if n.startswith(said)] and res.frame["n_base"].max() > 0, base
     assert not [n for n in diff_runs(store, "a,c", "b").notes if "more than once" in n]
+
+
+def test_a_rank_that_lost_a_step_is_said_and_tflops_has_three_digits(tmp_path):
+    # 'lost' is sample run normal with rank 1's ProfilerStep#5 removed (its steps 4, 5, 6 -> 4, 6):
+    # 11 rank-steps against 12, the same structure per step. The diff said "OK ... no structural
+    # change" and nothing of the lost step; it names it (matching.missing_step_notes), in the one
+    # line too, whichever side lacks it. tflops (0.0259 TFLOP/s here) read "0.03" with two places.
+    import gzip
+    import shutil
+
+    from traceprof.core.display import metric_text
+
+    lost = tmp_path / "lost"
+    shutil.copytree(SAMPLES / "normal", lost)
+    path = lost / "rank1.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    events = doc["traceEvents"]
+    doc["traceEvents"] = [e for e in events if e.get("name") != "ProfilerStep#5"]
+    assert len(doc["traceEvents"]) == len(events) - 1
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    db = tmp_path / "l.duckdb"
+    assert cli("ingest", str(SAMPLES / "normal"), str(lost), "--db", str(db))[0] == 0
+    note = (
+        "rank 1 has no step 5 (its trace does not record it): that step is taken over the ranks that "
+        "have it; its time of step 5 is counted in its step 6"
+    )
+    for base, cand, role in (("normal", "lost", "candidate"), ("lost", "normal", "baseline")):
+        code, out, _ = cli("diff", base, cand, "--db", str(db), "-f", "json")
+        res = json.loads(out)
+        assert f"{role} 'lost': {note}" in res["notes"]
+        assert res["summary"].endswith(f"(ranks lack steps in {role} 'lost': see the notes)")
+        m = {r["metric"]: r for r in res["metrics"]}
+        assert (m["step_time_ns"]["n_base"] + m["step_time_ns"]["n_cand"]) == 12 + 11
+    code, out, _ = cli("diff", "normal", "lost", "--db", str(db))
+    assert "ranks lack steps in candidate 'lost'" in out
+    row = next(line for line in out.splitlines() if " tflops " in line)
+    cells = [c.strip() for c in row.split("│")]
+    tflops = m["tflops"]["cand"]  # the last diff: lost -> normal; normal's rate on both sides
+    assert 0.01 <= tflops < 0.1 and cells[3:5] == [f"{tflops:.3g}", f"{tflops:.3g}"] == ["0.0259", "0.0259"]
+    assert [metric_text(v, "tflops") for v in (0.0241, 0.0245, 0.0004, 0.0, 12.345, 989.0)] == [
+        "0.0241",
+        "0.0245",
+        "0.0004",
+        "0",
+        "12.3",
+        "989",
+    ]

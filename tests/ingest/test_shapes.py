@@ -308,17 +308,24 @@ def test_two_gpus_one_process(tmp_path: Path) -> None:
     assert any("several GPUs" in n for n in t.notes)
 
 
-def test_two_gpus_idle_verdict_says_it_merges_devices(tmp_path: Path) -> None:
-    # The case's SHOULD: a per-rank figure that merges both devices says so. Merged, the GPUs are
-    # idle 0 % of [100, 1400] us (one device always busy); per device 200 us of a 1000 us window
-    # (20 %, both: the first, device 0, named). A one-GPU run gets no such clause.
+def test_two_gpus_idle_verdict_uses_the_devices_figures(tmp_path: Path) -> None:
+    # The case's MUST/SHOULD: per device 200 us idle of a 1000 us window; merged, the GPUs are idle
+    # 0 % of [100, 1400] us (one device always busy). The verdict leads with the devices' figure:
+    # 400 of 2000 us = 20 % (>= 10 %: problem), the merged 0 % only in the clause that says so;
+    # the step window's figure (merged: [0, 1500] us, busy 1300) is 13 %. A one-GPU run gets no clause.
     from traceprof.engine.findings import summarize
 
     s = _store(tmp_path, case("two_gpus_one_process"))
     idle = next(v for v in summarize(s, None).verdicts if v.topic == "idle")
+    assert idle.status == "problem"
+    assert idle.text.startswith(
+        "the GPU is idle 20% of the activity window (first to last activity; mean over ranks; rank 0 20%) "
+        "and 13% of the step window"
+    )
     assert (
-        "rank(s) 0 drive several GPUs: these figures merge their devices (one window over all); per device "
-        "up to 20% idle (rank 0 device 0: temporal's devices table)"
+        "rank(s) 0 drive several GPUs: their idle share is per device (idle time over the sum of their "
+        "devices' windows: rank 0 400 us of 2 ms; most idle rank 0 device 0 20%, temporal's devices "
+        "table); merged (one window over all devices): rank 0 0%"
     ) in idle.text
     (tmp_path / "one").mkdir()
     one = _store(tmp_path / "one", case("one_collective_per_step"))

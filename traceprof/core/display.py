@@ -294,10 +294,17 @@ def _duration_format(c: str, typical: float) -> ColumnFormat:
     return ColumnFormat(f"{c[:-3] if c != 'ns' else 'time'} ({unit})", "duration", scale, unit, dec)
 
 
+#: Diff metrics that are rates (a small float: ``0.0241`` TFLOP/s would read ``0.02`` with two places).
+_RATE_METRICS = ("tflops",)
+
+
 def _metric_cell(v: float, metric: str) -> str:
-    """A diff metric's value in its unit: ``_ns`` as a duration, FLOPs and bytes scaled, else plain."""
+    """A diff metric's value in its unit: ``_ns`` as a duration, FLOPs and bytes scaled, a rate
+    (``tflops``) with three significant digits as the summary gives it (``0.0241``), else plain."""
     if metric.endswith("_ns"):
         return duration(v)
+    if metric in _RATE_METRICS:
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
     if _FLOPS.search(metric):
         unit, scale, dec = _pick(abs(v), _FLOP_UNITS)
         return f"{v / scale:,.{dec}f} {unit}"

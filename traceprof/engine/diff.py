@@ -56,6 +56,7 @@ from traceprof.engine import noise, structure, timing
 from traceprof.engine.analysis import Chart, FrameResult
 from traceprof.engine.difftext import structural_reason, summary_line
 from traceprof.engine.timing import typical_items
+from traceprof.ingest.matching import run_missing_step_notes
 from traceprof.storage import comparable
 from traceprof.storage.baselines import resolve
 from traceprof.storage.runs import rank_list, run_label, untraced_ranks
@@ -119,6 +120,9 @@ class RunProfile:
     #: Ranks of the job (0..world_size-1) that no trace of the run holds
     #: (:func:`traceprof.storage.runs.untraced_ranks`).
     untraced: tuple[int, ...] = ()
+    #: One note per rank that lacks steps other ranks of the run have
+    #: (:func:`traceprof.ingest.matching.run_missing_step_notes`).
+    lost_steps: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> frozenset[int]:
@@ -150,6 +154,7 @@ def run_profile(
         timing.profile(store, run_id, mfu_options),
         memory_profile(store, run_id),
         untraced_ranks(store, run_id)[0],
+        tuple(run_missing_step_notes(store, run_id)),
     )
     if cache is not None:
         cache[run_id] = p
@@ -500,6 +505,8 @@ def compare_profiles(
             "one baseline run: a timing change cannot be told from run-to-run variation; give 3+ baseline "
             "runs (`traceprof diff a,b,c CAND`, or a set: `traceprof baseline add NAME RUN...`)"
         )
+    lacking = [p for p in (*bases, cand) if p.lost_steps]
+    notes += [f"{_role(p, cand)} {p.name!r}: {n}" for p in lacking for n in p.lost_steps]
     mixed = _mixed_baselines(bases, s_rows, limits)
     if mixed:
         notes.append(mixed)
@@ -507,6 +514,9 @@ def compare_profiles(
     summary = summary_line(label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k)
     if notes and notes[0].startswith("ranks: "):  # which ranks a run lacks: in the one line CI shows too
         summary += f" ({notes[0]})"
+    if lacking:  # in the one line CI shows too: a lost step changes the samples, not the structure
+        runs = ", ".join(f"{_role(p, cand)} {p.name!r}" for p in lacking)
+        summary += f" (ranks lack steps in {runs}: see the notes)"
     if mixed:  # in the one line CI shows too: it explains a wide noise floor
         summary += " (the baseline runs are not one configuration: see the notes)"
     return DiffResult(
@@ -520,6 +530,11 @@ def compare_profiles(
         baseline=label,
         notes=(summary, *notes),
     )
+
+
+def _role(p: RunProfile, cand: RunProfile) -> str:
+    """``candidate`` or ``baseline``: what ``p`` is in a diff of ``cand``."""
+    return "candidate" if p is cand else "baseline"
 
 
 def _mixed_baselines(

@@ -55,7 +55,7 @@ from traceprof.engine import analysis as registry
 from traceprof.engine import session
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.engine.timing import analysis_mfu_options
-from traceprof.ingest.matching import missing_step_notes, run_steps, step_shift_notes, stepless_notes
+from traceprof.ingest.matching import run_missing_step_notes, step_shift_notes, stepless_notes
 from traceprof.storage.runs import coverage_text, run_name
 from traceprof.storage.store import Store
 
@@ -901,8 +901,7 @@ def _coverage(store: Store, run_id: int) -> str:
     (:func:`traceprof.ingest.matching.step_shift_notes`) and those without steps whose collectives were
     matched by order over the run (:func:`traceprof.ingest.matching.stepless_notes`), joined; empty when
     every rank and step is there."""
-    steps = store.sql("SELECT DISTINCT rank, step FROM steps WHERE run_id = ? AND step IS NOT NULL", [run_id])
-    lost = missing_step_notes(run_steps(store, run_id, steps))
+    lost = run_missing_step_notes(store, run_id)
     shifted = step_shift_notes(store, run_id)
     stepless = stepless_notes(store, run_id)
     return "; ".join(t for t in (coverage_text(store, run_id), *shifted, *stepless, *lost) if t)

@@ -81,6 +81,7 @@ else:
 __all__ = [
     "ARRIVAL_SQL",
     "missing_step_notes",
+    "run_missing_step_notes",
     "absorbing_steps",
     "P2P_OPS",
     "CROSS_STEP_SHARE",
@@ -341,6 +342,12 @@ def missing_step_notes(steps: pl.DataFrame) -> list[str]:
                 "ranks that have it" + (f"; {into}" if into else "")
             )
     return notes
+
+
+def run_missing_step_notes(store: Store, run_id: int) -> list[str]:
+    """:func:`missing_step_notes` of run ``run_id``'s stored steps, by the run's step (:func:`run_steps`)."""
+    steps = store.sql("SELECT DISTINCT rank, step FROM steps WHERE run_id = ? AND step IS NOT NULL", [run_id])
+    return missing_step_notes(run_steps(store, run_id, steps))
 
 
 def absorbing_steps(steps: pl.DataFrame) -> pl.DataFrame:

@@ -170,3 +170,42 @@ def test_no_room_at_all_keeps_the_column_in_memory(spill_all: None, monkeypatch:
     s.add(pa.array(["b"] * 100))
     col = s.finish()
     assert col.to_pylist() == ["a"] * 100 + ["b"] * 100 and _mapped(col) == 0
+
+
+def test_the_events_insert_drops_the_pages_it_has_read_as_it_goes(
+    spill_all: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The insert reads the spilled args once, a batch at a time: their pages are dropped every
+    # store.INSERT_RELEASE_BYTES (here: after each batch), not only every 32 MiB (after the last
+    # batch of a 54 MB trace: the whole column resident at the insert's peak); the heap is trimmed
+    # at the 32 MiB cadence and at the end only.
+    from traceprof.storage import store as store_mod
+
+    pt = _PARSE.parse(next(SAMPLES.rglob("*.trace.json.gz")))
+    pt.events = pa.Table.from_batches(pt.events.to_batches(max_chunksize=100))  # slices of the same map
+    n_batches = pt.events.column("args").num_chunks
+    assert _mapped(pt.events.column("args")) == n_batches > 3
+    assert pt.events.nbytes < spill._RELEASE_BYTES
+    monkeypatch.setattr(store_mod, "INSERT_RELEASE_BYTES", 1)
+    calls: list[bool] = []
+    inserting: list[bool] = []  # in Store._insert_events (not the inserts of steps, devices, ...)
+    real_release, real_insert = spill.release, Store._insert_events
+
+    def insert_events(self: Store, *a: object) -> None:
+        inserting.append(True)
+        try:
+            real_insert(self, *a)  # type: ignore[arg-type]
+        finally:
+            inserting.clear()
+
+    monkeypatch.setattr(
+        spill, "release", lambda heap=True: inserting and calls.append(heap) or real_release(heap)
+    )
+    monkeypatch.setattr(Store, "_insert_events", insert_events)
+    want = pt.events.column("args").to_pylist()
+    with Store(tmp_path / "s.duckdb") as s:
+        s.insert_run("r", [pt])
+        stored = s.con.execute("SELECT args FROM events").fetchall()
+    assert sorted(a for (a,) in stored) == sorted(want)
+    # a drop after each batch, then the final release, with the trim
+    assert calls == [False] * n_batches + [True]

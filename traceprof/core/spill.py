@@ -91,13 +91,14 @@ def _malloc_trim() -> Any:
 _MALLOC_TRIM = _malloc_trim()
 
 
-def release() -> None:
+def release(heap: bool = True) -> None:
     """Drop the pages of every spilled column from this process's resident set (``madvise``
     ``MADV_DONTNEED`` on the read-only shared maps: the data stays in the file and the page cache),
-    and :func:`trim` the heap."""
+    and, unless ``heap`` is false, :func:`trim` the heap."""
     global _read
     _read = 0
-    trim()
+    if heap:
+        trim()
     for mm in list(_MAPS):
         try:
             mm.madvise(mmap.MADV_DONTNEED)
@@ -118,16 +119,26 @@ def note_read(nbytes: int) -> None:
         release()
 
 
-def scan(items: Iterable[T]) -> Iterator[T]:
+def scan(items: Iterable[T], every: int = _RELEASE_BYTES) -> Iterator[T]:
     """``items`` (Arrow arrays or record batches, e.g. the chunks of a spilled column), calling
     :func:`release` after every few tens of MB of them and at the end: a pass over a spilled
-    column keeps that much of it resident, not all of it."""
-    seen = 0
+    column keeps that much of it resident, not all of it.
+
+    Args:
+        items: The arrays or batches.
+        every: Bytes of ``items`` between two releases. One under :data:`_RELEASE_BYTES` drops the
+            maps' pages that often and trims the heap every :data:`_RELEASE_BYTES` only (a trim
+            costs more than it frees when little was freed since the last).
+    """
+    seen = since_trim = 0
     for x in items:
         yield x
         seen += x.nbytes
-        if seen > _RELEASE_BYTES:
-            release()
+        if seen > every:
+            since_trim += seen
+            release(heap=since_trim > _RELEASE_BYTES)
+            if since_trim > _RELEASE_BYTES:
+                since_trim = 0
             seen = 0
     release()
 
@@ -137,9 +148,11 @@ def chunks(column: pa.ChunkedArray | pa.Array) -> Iterator[pa.Array]:
     return scan(column.chunks if isinstance(column, pa.ChunkedArray) else [column])
 
 
-def batches(table: pa.Table, rows: int = _BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """``table``'s record batches of at most ``rows`` rows, through :func:`scan`."""
-    return scan(table.to_batches(max_chunksize=rows))
+def batches(
+    table: pa.Table, rows: int = _BATCH_ROWS, every: int = _RELEASE_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """``table``'s record batches of at most ``rows`` rows, through :func:`scan` (``every``: its)."""
+    return scan(table.to_batches(max_chunksize=rows), every)
 
 
 def readable(table: pa.Table) -> pa.Table | pa.RecordBatchReader:

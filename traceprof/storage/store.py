@@ -72,6 +72,11 @@ INGEST_MEMORY_LIMIT_MB = 96
 #: 5-10 MB lower (median of 3 pairs); 1 M events keep both threads (1.4 s wall against 1.8 s on one,
 #: for 0.2 s more CPU and 30 MB more memory, on this project's 2-core machines).
 SERIAL_INSERT_ROWS = 2 * 122_880
+#: Bytes of events the insert reads between two drops of the spilled args' pages from memory
+#: (``traceprof.core.spill.scan``): DuckDB copies each batch's text into its row group, so the pages
+#: read are not needed again. At the default 32 MiB the whole args of ``hta/df_index_resolver``
+#: (18 MiB) stayed resident through the insert, its peak.
+INSERT_RELEASE_BYTES = 1 << 20
 T = TypeVar("T")
 #: The per-batch trace_id and rank columns added to events on their way into the store.
 _TRACE_ID, _RANK = "__traceprof_trace_id", "__traceprof_rank"
@@ -1308,7 +1313,11 @@ def _tagged(
     """
     try:
         for pt, trace_id in traces:
-            src = pt.read_events() if isinstance(pt, SpooledTrace) else spill.batches(pt.events)
+            src = (
+                pt.read_events()
+                if isinstance(pt, SpooledTrace)
+                else spill.batches(pt.events, every=INSERT_RELEASE_BYTES)
+            )
             for b in src:
                 n = b.num_rows
                 tid = pa.array(np.full(n, trace_id, np.int32))

@@ -107,8 +107,31 @@ _LAYOUT = "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, in
             200,
             3,
         ),
+        # UCCL-EP (a DeepEP fork, namespace uccl::): intranode kernels, all communication (the
+        # case's figures; g3 variant uccl_ep_intranode)
+        (
+            (
+                "void uccl::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int)",
+                "void uccl::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*)",
+                "void uccl::intranode::combine<__nv_bfloat16, 8, 768, 4096>(__nv_bfloat16*, float*)",
+            ),
+            950,
+            200,
+            3,
+        ),
+        # its low-latency kernels, and its layout kernel is compute (g3 variant uccl_ep_ll_with_layout)
+        (
+            (
+                "void uccl::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int)",
+                "void uccl::internode_ll::dispatch<false, false, 7168>(void*, float*, int*, long*)",
+                "void uccl::internode_ll::combine<false, 7168, 128>(void*, void*, int*, void*)",
+            ),
+            900,
+            150,
+            2,
+        ),
     ],
-    ids=["deepep_ll_and_layout", "mori"],
+    ids=["deepep_ll_and_layout", "mori", "uccl_ep_intranode", "uccl_ep_ll_with_layout"],
 )
 def test_other_expert_parallel_kernel_names(
     tmp_path: Path, names: tuple[str, ...], comm_us: int, overlap_us: int, a2a: int

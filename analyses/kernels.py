@@ -239,10 +239,19 @@ def run(store: Store, params: Params) -> Result:
         act.select(kept.fill_null(False).all()).item() is not True
     ):  # (a run of GPU kernels keeps every row: no copy)
         act = act.filter(kept)
+    flagged = store.sql(
+        "SELECT rank, count(*) AS flagged_kernels, sum(coalesce(raw_dur_ns, dur_ns))::BIGINT AS flagged_ns "
+        f"FROM events e WHERE run_id = {int(run_id)} AND kind IN ('kernel', 'memcpy', 'memset') "
+        f"AND NOT {VALID_SQL} GROUP BY rank"
+    )
     if act.is_empty():
-        raise AnalysisError(
-            f"{run_label(store, run_id)}: no GPU kernels; the kernel breakdown needs a GPU trace"
+        why = (
+            f"; its {int(flagged['flagged_kernels'].sum())} GPU records are all flagged at ingest (events.flag: "
+            "before their launch, far outside the steps) and left out"
+            if not flagged.is_empty()
+            else "; the kernel breakdown needs a GPU trace"
         )
+        raise AnalysisError(f"{run_label(store, run_id)}: no GPU kernels{why}")
     d = pl.col("end_ns") - pl.col("start_ns")
     per_rank = by_rank_chunks(
         act, ["rank"], lambda p: p.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
@@ -276,13 +285,22 @@ def run(store: Store, params: Params) -> Result:
     types = types.join(per_rank.select("rank", "busy_ns"), on="rank")
     types = types.with_columns((100.0 * pl.col("time_ns") / pl.col("busy_ns")).alias("pct")).drop("busy_ns")
     types = types.sort(["rank", "time_ns"], descending=[False, True])
-    flagged = store.sql(
-        "SELECT rank, count(*) AS flagged_kernels, sum(coalesce(raw_dur_ns, dur_ns))::BIGINT AS flagged_ns "
-        f"FROM events e WHERE run_id = {int(run_id)} AND kind IN ('kernel', 'memcpy', 'memset') "
-        f"AND NOT {VALID_SQL} GROUP BY rank"
-    )
-    per_rank = per_rank.join(flagged, on="rank", how="left").with_columns(
-        pl.col("flagged_kernels").fill_null(0).cast(pl.Int64), pl.col("flagged_ns").fill_null(0)
+    # a rank whose GPU records are all flagged (its whole GPU timeline in another clock domain) keeps
+    # its row: no kernels, its flagged records counted (percentages unknown)
+    counts = [c for c in per_rank.columns if c == "kernels" or c.endswith("_ns")]
+    per_rank = (
+        per_rank.join(
+            flagged.with_columns(pl.col("rank").cast(per_rank["rank"].dtype)),
+            on="rank",
+            how="full",
+            coalesce=True,
+        )
+        .with_columns(
+            pl.col(counts).fill_null(0),
+            pl.col("flagged_kernels").fill_null(0).cast(pl.Int64),
+            pl.col("flagged_ns").fill_null(0),
+        )
+        .sort("rank")
     )
     notes = ["HTA-compatible selection and kernel classes"] if params.hta else []
     if int(per_rank["flagged_kernels"].sum()):

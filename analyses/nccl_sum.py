@@ -59,6 +59,25 @@ _TIMED = (
     "SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
     "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
 )
+#: NCCL Inspector records written without kernel times (not verbose: no ``event_trace_ts``) still
+#: report their duration, ``coll_exec_time_us``, kept in their event's args: rows of :data:`_TIMED`.
+_EXEC_TIMED = """
+UNION ALL
+SELECT c.rank, c.op AS name,
+       any_value(round(TRY_CAST(json_extract(e.args, '$.coll_perf.coll_exec_time_us') AS DOUBLE) * 1000)::BIGINT)
+FROM collectives c JOIN events e ON e.run_id = c.run_id AND e.trace_id = c.trace_id AND e.kind = 'instant'
+     AND json_extract_string(e.args, '$.header.id') = c.pg
+     AND TRY_CAST(json_extract(e.args, '$.coll_perf.coll_sn') AS BIGINT) = c.seq
+     AND replace(lower(e.name), '_', '') = replace(c.op, '_', '')
+WHERE c.run_id = $run AND c.source = 'nccl_inspector' AND NOT coalesce(c.p2p, false)
+  AND (c.start_ns IS NULL OR c.end_ns IS NULL)
+GROUP BY c.trace_id, c.rank, c.op, c.pg, c.seq
+HAVING any_value(TRY_CAST(json_extract(e.args, '$.coll_perf.coll_exec_time_us') AS DOUBLE)) >= 0
+"""
+_UNTIMED_INSPECTOR = (
+    "SELECT count(*) FROM collectives WHERE run_id = ? AND source = 'nccl_inspector' "
+    "AND NOT coalesce(p2p, false) AND (start_ns IS NULL OR end_ns IS NULL)"
+)
 _KERNELS = (
     f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' "
     f"AND e.class = 'comm' AND {VALID_SQL}"
@@ -209,11 +228,19 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id = store.resolve_run(params.run)
     counts = store.sql(_COUNTS, [run_id])
-    timed, ranks = summarize(store, run_id, _TIMED)
+    untimed = int(store.sql(_UNTIMED_INSPECTOR, [run_id]).item())
+    timed, ranks = summarize(store, run_id, _TIMED + (_EXEC_TIMED if untimed else ""))
     kernels = summarize_run(store, run_id, _KERNELS)  # its per-rank frame is not shown
     if counts.is_empty() and kernels.is_empty():
         raise AnalysisError(f"{run_label(store, run_id)}: no collectives and no communication kernels")
-    notes = []
+    notes = (
+        [
+            f"{untimed} NCCL Inspector records have no kernel times (written without "
+            "NCCL_INSPECTOR_DUMP_VERBOSE=1): their durations are the reported coll_exec_time_us"
+        ]
+        if untimed
+        else []
+    )
     if timed.is_empty():
         frame = counts
         notes.append(

@@ -26,7 +26,8 @@ Algorithm:
      ``"abc"``) is ignored, and one written as a string or float (``"3"``, ``3.0``) is read as its
      integer, each with a warning and a count in ``traces.meta.repaired``
      (``traceprof.core.values.identity_int``, as Kineto's ``distributedInfo.rank``); world size:
-     the ranks of the default process group in ``pg_config``.
+     the ranks of the default process group in ``pg_config`` (none when its largest group is not
+     ranks 0 to n-1: a replica group of its own, not the world).
   4. One collectives row per entry: pg = ``process_group[0]`` (``pg_id`` when absent; ``:p2p``
      appended for point-to-point entries: ``is_p2p``, else a send / recv by name), seq =
      ``collective_seq_id`` (``p2p_seq_id`` for p2p; ``seq_id`` in 1.x). Coalesced groups (torch
@@ -157,8 +158,13 @@ def _odd_dim(e: dict[str, Any]) -> tuple[str, str] | None:
 def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
     """Ranks per process group name from ``pg_config`` (``ranks`` is a JSON string like
     ``"[0, 1, 2, 3]"``), and the world size (largest group); a group listed with no ranks (torch
-    2.13's gloo dumps: ``{"": {"name": "", "desc": "", "ranks": "[]"}}``) says nothing of either."""
+    2.13's gloo dumps: ``{"": {"name": "", "desc": "", "ranks": "[]"}}``) says nothing of either.
+    Nor does a largest group whose members are not ranks 0 to n-1: a dump lists the groups its
+    rank is in, and a replica group (torchft: one default group per replica group, e.g. [3, 4]
+    beside [0, 1, 2]) is not the world, so its size is no world size that could set the dump
+    apart from its job's other dumps."""
     sizes: dict[str, int] = {}
+    largest: list[Any] = []
     if isinstance(pg_config, dict):
         for key, cfg in pg_config.items():
             if not isinstance(cfg, dict):
@@ -166,7 +172,9 @@ def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
             ranks = _config_ranks(cfg)
             if isinstance(ranks, list) and ranks:  # torch 2.13's gloo dumps list one group of no ranks
                 sizes[str(cfg.get("name", key))] = len(ranks)
-    return sizes, (max(sizes.values()) if sizes else None)
+                largest = ranks if len(ranks) > len(largest) else largest
+    world_like = sorted(r for r in largest if isinstance(r, int)) == list(range(len(largest)))
+    return sizes, (max(sizes.values()) if sizes and world_like else None)
 
 
 def _config_ranks(cfg: dict[str, Any]) -> Any:

@@ -488,7 +488,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         warnings.append(
             f"{p.name}: {incomplete['no event_trace_ts']} record(s) without event_trace_ts (written with "
             "NCCL_INSPECTOR_DUMP_VERBOSE=0): exec time and bandwidth kept in events.args, but no start "
-            "or end, so stragglers and nccl_sum cannot time them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1"
+            "or end, so stragglers cannot time them (nccl_sum takes coll_exec_time_us); record with "
+            "NCCL_INSPECTOR_DUMP_VERBOSE=1"
         )
     if incomplete.get("a kernel time never set (0)"):
         warnings.append(

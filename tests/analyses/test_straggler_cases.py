@@ -149,6 +149,46 @@ def test_flight_recorder_groups_with_one_name_and_different_members(store):
         assert per[late]["holdup_ns"] == 300_000  # three disjoint 100 us waits
 
 
+def test_flight_recorder_replica_groups_of_different_sizes_are_one_run(store, tmp_path):
+    # g3 variant fr_two_groups_same_pg_name/three_groups_sizes_and_states: three replica groups,
+    # each with its default pg "0": A [0, 1, 2], B [3, 4], C [5, 6, 7]; all-reduce seq 1..3 at
+    # k * 10 ms + 0 / 3 / 6 ms, created (arrival) per rank A 0, 50, 120 us; B 0, 30; C 0, 200, 10;
+    # ends together. A dump lists only its own group, so the largest group (3 or 2 ranks) is no
+    # world size: the folder is one job (it was split into runs "-world3" and "-world2").
+    tmpl = json.loads((case("fr_two_groups_same_pg_name") / "rank0.fr.json").read_text())
+    a0 = tmpl["entries"][0]["time_created_ns"]
+    d = tmp_path / "three_groups"
+    d.mkdir()
+    for ranks, base, late, end in (
+        ([0, 1, 2], 0, [0, 50, 120], 600),
+        ([3, 4], 3_000, [0, 30], 500),
+        ([5, 6, 7], 6_000, [0, 200, 10], 700),
+    ):
+        for j, r in enumerate(ranks):
+            doc = json.loads(json.dumps(tmpl))
+            doc["pg_config"]["0"]["ranks"] = str(ranks)
+            for k, e in enumerate(doc["entries"]):
+                e["time_created_ns"] = a0 + (10_000 * k + base + late[j]) * US
+                e["time_discovered_started_ns"] = e["time_created_ns"] + 10 * US
+                e["time_discovered_completed_ns"] = a0 + (10_000 * k + base + end) * US
+            (d / f"rank{r}.fr.json").write_text(json.dumps(doc))
+    res = ingest(store, [d])
+    assert store.runs().select("name", "world_size", "ranks").rows() == [("three_groups", 8, 8)]
+    assert [
+        w for w in res.warnings if "ranks 0, 1, 2 (relative to rank 0); ranks 3, 4 (relative to rank 3)" in w
+    ]
+    inst = store.sql(
+        "SELECT pg_ranks, seq, n_ranks, ranks_missing, arrival_skew_ns, last_rank "
+        "FROM collective_instances ORDER BY pg_ranks, seq"
+    ).rows()
+    assert inst == (
+        [("[0, 1, 2]", k, 3, [], 120_000, 2) for k in (1, 2, 3)]
+        + [("[3, 4]", k, 2, [], 30_000, 4) for k in (1, 2, 3)]
+        + [("[5, 6, 7]", k, 3, [], 200_000, 6) for k in (1, 2, 3)]
+    )
+    assert _offsets(store) == dict.fromkeys(range(8), 0)
+
+
 # --- clock_offset_3ms: offsets in integer ns end to end
 
 

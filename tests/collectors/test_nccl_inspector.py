@@ -58,6 +58,32 @@ def test_shared_case_records_are_collectives(store):
         analyze(store, "desync")
 
 
+def test_records_without_kernel_times_take_the_reported_exec_time(store, tmp_path):
+    """g3 variant nccl_inspector_records/non_verbose_v41: the shared case's records without
+    event_trace_sn / event_trace_ts (NCCL_INSPECTOR_DUMP_VERBOSE unset), v4.1. No start or end, so
+    no arrival skew; but each record reports coll_exec_time_us (400 us on rank 0, 360 us on rank 1):
+    nccl_sum per rank 3 instances, mean 400000 / 360000 ns, as the case (it listed no rank at all)."""
+    d = tmp_path / "nccl-inspector-unknown-jobid"
+    d.mkdir()
+    for f in (case(CASE) / "nccl-inspector-unknown-jobid").iterdir():
+        recs = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        for r in recs:
+            r["metadata"]["inspector_output_format_version"] = "v4.1"
+            del r["coll_perf"]["event_trace_sn"], r["coll_perf"]["event_trace_ts"]
+        (d / f.name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ingest(store, [d], jobs=1)
+    inst = store.sql(
+        "SELECT seq, ranks_present, arrival_skew_ns FROM collective_instances ORDER BY seq"
+    ).rows()
+    assert inst == [(sn, [0, 1], None) for sn in (1, 2, 3)]
+    res = analyze(store, "nccl_sum")
+    assert res.ranks.sort("rank").select("rank", "instances", "avg_ns", "total_ns").rows() == [
+        (0, 3, 400_000, 1_200_000),
+        (1, 3, 360_000, 1_080_000),
+    ]
+    assert any("6 NCCL Inspector records have no kernel times" in str(n) for n in res.notes)
+
+
 def _rec(
     comm: str,
     rank: int,
@@ -205,8 +231,8 @@ def test_records_of_several_ops_and_communicators(tmp_path):
     ) in res.warnings
     assert (
         "h100-pid100.log: 1 record(s) without event_trace_ts (written with NCCL_INSPECTOR_DUMP_VERBOSE=0): exec "
-        "time and bandwidth kept in events.args, but no start or end, so stragglers and nccl_sum cannot time "
-        "them; record with NCCL_INSPECTOR_DUMP_VERBOSE=1"
+        "time and bandwidth kept in events.args, but no start or end, so stragglers cannot time them (nccl_sum "
+        "takes coll_exec_time_us); record with NCCL_INSPECTOR_DUMP_VERBOSE=1"
     ) in res.warnings
     assert (
         "h100-pid100.log: the Inspector dropped 2 record(s) (dump_stats: its ring buffer filled before the dump "

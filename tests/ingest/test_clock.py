@@ -83,6 +83,33 @@ def test_even_count_median_is_the_floor_of_the_mean_of_the_two_middle_values():
     assert est["residual_ns"].to_list() == [0, 1]
 
 
+@pytest.mark.parametrize(
+    ("gains", "estimate"),
+    [
+        # g3 variant clock_offset_3ms/drift_five_steps: rank 1 is 3 ms ahead and gains 1 us per
+        # 100 ms step over 5 steps: end_1 - end_0 = 3,000,000 + 1000 k. Every window of
+        # ceil(5 / 3) = 2 values is 1000 ns wide; the median (= midrange) of all is 3,002,000 (the
+        # first window alone would give 3,000,500).
+        ([0, 1000, 2000, 3000, 4000], -3_002_000),
+        # three instances drifting 50 ns each: median 3,000,050 (the first window: 3,000,025)
+        ([0, 50, 100], -3_000_050),
+        # four: the floor of the mean of the two middle values, 3,000,015
+        ([0, 10, 20, 30], -3_000_015),
+        # two separate exact clusters (ties that do not overlap): the first, not their middle
+        ([0, 0, 0, 100, 100, 100], -3_000_000),
+    ],
+)
+def test_steady_drift_takes_the_median_of_the_tied_windows(gains, estimate):
+    t = 10**18
+    rows = []
+    for k, g in enumerate(gains):
+        end = t + 100_000_000 * k
+        rows += [(k, 0, end), (k, 1, end + 3_000_000 + g)]
+    est = estimate_offsets(pl.DataFrame(rows, schema=["instance_id", "rank", "end_ns"], orient="row"))
+    assert est["estimate_ns"].to_list() == [0, estimate]
+    assert est["offset_ns"].to_list() == [0, estimate]
+
+
 def _copy_run(src: Path, dst: Path, shift_rank: int | None = None) -> Path:
     """Copy the Kineto traces and sidecars of a sample run; shift one rank's clock by moving its
     baseTimeNanoseconds (every event of a new-style trace is base + ts, so all move exactly)."""

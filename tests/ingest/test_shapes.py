@@ -107,8 +107,31 @@ _LAYOUT = "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, in
             200,
             3,
         ),
+        # UCCL-EP (a DeepEP fork, namespace uccl::): intranode kernels, all communication (the
+        # case's figures; g3 variant uccl_ep_intranode)
+        (
+            (
+                "void uccl::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int)",
+                "void uccl::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*)",
+                "void uccl::intranode::combine<__nv_bfloat16, 8, 768, 4096>(__nv_bfloat16*, float*)",
+            ),
+            950,
+            200,
+            3,
+        ),
+        # its low-latency kernels, and its layout kernel is compute (g3 variant uccl_ep_ll_with_layout)
+        (
+            (
+                "void uccl::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int)",
+                "void uccl::internode_ll::dispatch<false, false, 7168>(void*, float*, int*, long*)",
+                "void uccl::internode_ll::combine<false, 7168, 128>(void*, void*, int*, void*)",
+            ),
+            900,
+            150,
+            2,
+        ),
     ],
-    ids=["deepep_ll_and_layout", "mori"],
+    ids=["deepep_ll_and_layout", "mori", "uccl_ep_intranode", "uccl_ep_ll_with_layout"],
 )
 def test_other_expert_parallel_kernel_names(
     tmp_path: Path, names: tuple[str, ...], comm_us: int, overlap_us: int, a2a: int
@@ -258,6 +281,53 @@ def test_kernel_before_its_launch(tmp_path: Path) -> None:
     assert (la["latency_p50_ns"], la["latency_max_ns"], la["latency_mean_ns"]) == (20 * US, 20 * US, 20 * US)
     k = _row(analyze(s, "kernels").frame, rank=0)
     assert (k["flagged_kernels"], k["flagged_ns"]) == (2, 100 * US)
+
+
+def test_before_launch_on_several_ranks_and_a_rank_all_early(tmp_path: Path) -> None:
+    # g3 variant kernel_before_its_launch/three_ranks_magnitudes: the case's six launches (10, 110,
+    # ..., 510 us) on three ranks, each kernel really at launch + 20 us for 50 us, written x us before
+    # its launch: rank 0 #1 1e14 ns, #2 3 ms, #3 28 us (jitter band: kept); rank 1 #1 1 hour, #4 (mid
+    # session) 10 s; rank 2 all six 1e14 ns (its whole GPU timeline in the other clock domain).
+    early = {
+        0: {501: 1e11, 502: 3000.0, 503: 28.0},
+        1: {501: 3.6e9, 504: 1e7},
+        2: dict.fromkeys(range(501, 507), 1e11),
+    }
+    d = tmp_path / "in"
+    d.mkdir()
+    for rank, xs in early.items():
+        src = json.loads((case("kernel_before_its_launch") / "rank0.json").read_text())
+        src["distributedInfo"].update(rank=rank, world_size=3)
+        launch = {
+            e["args"]["correlation"]: e["ts"] for e in src["traceEvents"] if e.get("cat") == "cuda_runtime"
+        }
+        for e in src["traceEvents"]:
+            if e.get("cat") == "kernel":
+                c = e["args"]["correlation"]
+                e["ts"] = launch[c] - xs[c] if c in xs else launch[c] + 20
+        (d / f"rank{rank}.json").write_text(json.dumps(src))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [d])
+    warn = sorted(w for w in res.warnings if "): another clock domain" in w)
+    assert [w.split(" GPU")[0] for w in warn] == ["rank0.json: 2", "rank1.json: 2", "rank2.json: 6"]
+    assert "100,000 s" in warn[0] and "3,600 s" in warn[1] and "100,000 s" in warn[2]
+    idle = analyze(s, "idle").frame
+    # rank 0: [182,232] [330,380] [430,480] [530,580]: window 398 us, idle 198; rank 1: [130..580]
+    # without #4: window 450, idle 250; rank 2 has no valid GPU activity: no lane
+    assert idle.sort("rank").select("rank", "window_ns", "idle_ns").rows() == [
+        (0, 398 * US, 198 * US),
+        (1, 450 * US, 250 * US),
+    ]
+    la = analyze(s, "launch").frame.sort("rank")
+    assert la.select("rank", "launches", "latency_p50_ns", "latency_max_ns").rows() == [
+        (0, 3, 20 * US, 20 * US),  # #3 (28 us early) kept with its work but not measured
+        (1, 4, 20 * US, 20 * US),
+    ]
+    k = analyze(s, "kernels")
+    rows = k.frame.sort("rank").select("rank", "kernels", "busy_ns", "flagged_kernels", "flagged_ns").rows()
+    # the rank whose records are all flagged keeps its row, its 6 x 50 us counted
+    assert rows == [(0, 4, 200 * US, 2, 100 * US), (1, 4, 200 * US, 2, 100 * US), (2, 0, 0, 6, 300 * US)]
+    assert any("10 GPU records flagged" in str(n) for n in k.notes)
 
 
 def test_far_outside_records_never_stretch_the_window(tmp_path: Path) -> None:

@@ -99,11 +99,13 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("other_ccl", r"(?i)hccl|oneccl", None, "other vendors' collective libraries (HCCL, oneCCL)"),
     CommFamily(
         "deepep",
-        r"^(?!.*get_dispatch_layout)(?!.*deep_ep::(?:\w+::)*layout::).*?deep_ep::",
+        r"^(?!.*get_dispatch_layout)(?!.*(?:deep_ep|uccl)::(?:\w+::)*layout::)"
+        r".*?(?:deep_ep::|uccl::(?:intranode|internode|internode_ll)::)",
         "all_to_all",
-        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM); not its layout "
-        "kernels (get_dispatch_layout, in deep_ep::layout::, deep_ep::internode:: or "
-        "deep_ep::legacy::layout::, counts tokens per rank locally: compute)",
+        "DeepEP expert-parallel dispatch / combine / notify kernels (NVLink, NVSHMEM), and those of its "
+        "fork UCCL-EP (uccl::intranode::, uccl::internode::, uccl::internode_ll::); not their layout "
+        "kernels (get_dispatch_layout, in deep_ep::layout::, deep_ep::internode::, "
+        "deep_ep::legacy::layout:: or uccl::layout::, counts tokens per rank locally: compute)",
     ),
     CommFamily(
         "mori_ep",

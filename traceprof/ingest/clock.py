@@ -17,7 +17,8 @@ Algorithm (on the timestamps as recorded, i.e. with any earlier offset removed):
      In each component, for each rank r, the differences end_r - end_ref over the instances it
      shares with the reference (the component's lowest rank) equal the offset exactly where neither
      was delayed and scatter elsewhere; offset_r = -(median of the shortest window holding a
-     third of the differences), a modal estimate. Ranks sharing no instance with the reference use
+     third of the differences; of all the overlapping shortest windows where several tie, as a
+     steady drift ties them all), a modal estimate. Ranks sharing no instance with the reference use
      the median of the estimated ranks' corrected ends instead of end_ref. Differences only:
      adding d to every timestamp of one rank changes its offset by exactly -d. Integer ns end to
      end: end times are taken per (instance, rank) with ``min`` (a DuckDB ``median`` of BIGINT is a
@@ -119,14 +120,26 @@ def _int_median(x: np.ndarray) -> float:
 
 def _modal(x: np.ndarray) -> tuple[float, float]:
     """Centre (integer median) and half width of the shortest window holding a third of the values
-    (NaN ignored); (nan, nan) when there are none. Shift-equivariant, and integral on integral input."""
+    (NaN ignored); (nan, nan) when there are none. Shift-equivariant, and integral on integral input.
+
+    Several windows can be the shortest: evenly spread values (a clock drifting steadily over the
+    instances: differences 0, 1, 2, 3, 4 us) tie every window, and the first of them would take the
+    offset of the first instances only. Tied windows that overlap form one mode, and the centre is the
+    integer median of the values of the largest such mode (the first among equals): all of a steady
+    drift (its median, also its midrange), one of two separate clusters."""
     x = np.sort(x[~np.isnan(x)])
     n = len(x)
     if n == 0:
         return math.nan, math.nan
     h = max(min(n, 2), math.ceil(n * _MODAL_SHARE))
-    i = int(np.argmin(x[h - 1 :] - x[: n - h + 1]))
-    return _int_median(x[i : i + h]), float(x[i + h - 1] - x[i]) / 2
+    width = x[h - 1 :] - x[: n - h + 1]
+    i = int(np.argmin(width))
+    tied = np.flatnonzero(width == width[i])
+    first = np.flatnonzero(np.r_[True, np.diff(tied) >= h])  # each run of overlapping tied windows
+    last = np.r_[first[1:], len(tied)] - 1
+    j = int(np.argmax(tied[last] - tied[first]))
+    lo, hi = int(tied[first[j]]), int(tied[last[j]]) + h
+    return _int_median(x[lo:hi]), float(x[i + h - 1] - x[i]) / 2
 
 
 def _components(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:

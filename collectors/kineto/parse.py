@@ -37,9 +37,10 @@ Source fields read: top-level ``baseTimeNanoseconds``, ``host_name``, ``distribu
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -137,8 +138,13 @@ class _IdsTrace(msgspec.Struct):
     traceEvents: list[_IdsEvent]
 
 
+#: An entry of ``traceEvents``: an event, or a JSON value that is not an object (that entry's
+#: problem, :func:`_not_object`, not the file's).
+_Entry = _Event | int | float | str | bool | list[Any] | None
+
+
 class _Trace(msgspec.Struct):
-    traceEvents: list[_Event]
+    traceEvents: list[_Entry]
     baseTimeNanoseconds: int | None = None
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[dict[str, Any]] | None = None
@@ -171,15 +177,56 @@ def _typed(path: Path, data: bytes) -> _Trace:
             # msgspec stops at the first byte of an array: is the rest JSON at all ('[' * 200000 is not)?
             msgspec.json.decode(data, type=msgspec.Raw)  # a DecodeError or RecursionError: _decode says why
             raise NotATraceError(
-                path, "", "valid JSON but not a Kineto trace (no top-level traceEvents)"
+                path,
+                "",
+                "valid JSON but not a Kineto trace (no top-level traceEvents)"
+                + (
+                    ": a bare array of events (the Trace Event Format's array form, which other tools "
+                    'write; torch.profiler writes {"traceEvents": [...]})'
+                    if data.lstrip()[:1] == b"["
+                    else ""
+                ),
             ) from None
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
+
+
+#: The tokens Python's ``json.dumps`` writes for floats that are not finite (not JSON).
+_NON_FINITE = (b"NaN", b"Infinity", b"-Infinity")
+
+
+class NonFiniteNumber(TraceFormatError):
+    """A ``NaN`` / ``Infinity`` / ``-Infinity`` token (not JSON) at byte ``offset`` of the text."""
+
+    def __init__(self, path: Path, offset: int, token: bytes) -> None:
+        self.offset, self.token = offset, token
+        super().__init__(
+            path,
+            f"byte {offset}",
+            f"{token.decode()} is not a JSON number (Python's json.dumps writes it for a float that is "
+            "not finite); pass --skip-bad-events to read each as null (its event is then reported)",
+        )
+
+
+#: A JSON string (skipped whole) or a non-finite number token.
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
+
+
+def _non_finite(data: bytes, error: msgspec.DecodeError) -> tuple[int, bytes] | None:
+    """(offset, token) when msgspec stopped at a non-finite number token, else None."""
+    m = re.search(r"\(byte (\d+)\)", str(error))
+    if m is None:
+        return None
+    at = int(m.group(1))
+    token = next((t for t in _NON_FINITE if data.startswith(t, at)), None)
+    return None if token is None else (at, token)
 
 
 def _decode(path: Path, data: bytes) -> _Trace:
     try:
         return _typed(path, data)
     except msgspec.DecodeError as e:
+        if (found := _non_finite(data, e)) is not None:
+            raise NonFiniteNumber(path, *found) from None
         if not data.strip():  # blank_bom made a leading BOM whitespace
             raise TraceFormatError(
                 path,
@@ -211,6 +258,22 @@ class _Source:
         if self._whole is None:
             self._whole = read_maybe_gzip(self.path, self.max_ratio)
         return self._whole[1]
+
+    def null_non_finite(self) -> int:
+        """Replace every ``NaN`` / ``Infinity`` / ``-Infinity`` token outside strings by ``null``
+        in the whole text; returns how many (one pass, strings skipped whole)."""
+        raw, text = self._whole or read_maybe_gzip(self.path, self.max_ratio)
+        count = 0
+
+        def null(m: re.Match[bytes]) -> bytes:
+            nonlocal count
+            if m.group(0)[:1] == b'"':
+                return m.group(0)
+            count += 1
+            return b"null"
+
+        self._whole = (raw, _TOKENS.sub(null, text))
+        return count
 
     def sha256(self) -> str:
         return self.stream.sha256 if self._whole is None else hashlib.sha256(self._whole[0]).hexdigest()
@@ -256,7 +319,25 @@ def _kind_of_cat(cat: str) -> str:
 
 
 #: A JSON value's kind, by the Python type msgspec decodes it to, for messages.
-_JSON_KINDS = {int: "a number", float: "a number", bool: "a boolean", list: "an array", dict: "an object"}
+_JSON_KINDS = {
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def _not_object(ev: _Entry) -> str:
+    """The problem of a ``traceEvents`` entry that is not a JSON object: ``"entry is a number,
+    not an object"``."""
+    return f"entry is {_JSON_KINDS.get(type(ev), 'null')}, not an object"
+
+
+def _event_at(trace: _Trace, i: int) -> _Event:
+    """Entry ``i`` of ``traceEvents``, a stored row's event (an object: no other entry is stored)."""
+    return cast(_Event, trace.traceEvents[i])
 
 
 def _not_strings(ev: _Event) -> str | None:
@@ -375,11 +456,24 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     # from the file; the loop below is the general path (B/E records, malformed events, unusual
     # values, invalid UTF-8), which reads the file whole.
     src = _Source(p, options.max_inflate_ratio)
+    non_finite = 0  # NaN / Infinity tokens read as null (--skip-bad-events)
+
+    def general() -> _Trace:
+        """The whole text by the general decoder; with ``skip`` non-finite tokens read as null."""
+        nonlocal non_finite
+        try:
+            return _decode(p, src.data())
+        except NonFiniteNumber:
+            if on_bad_event == "raise":
+                raise
+        non_finite = src.null_non_finite()
+        return _decode(p, src.data())
+
     try:
         decoded = decode_columns(src.stream, spill_dir=options.spill_dir, stored=_stored_phase)
     except NotUtf8:
         decoded = None
-    doc = _decode(p, src.data()) if decoded is None else _top_keys(p, src, decoded.top)
+    doc = general() if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
     if not fits(base_ns, INT64):  # every event's time is base + ts: none could be stored
         raise TraceFormatError(
@@ -405,7 +499,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
     )
     if decoded is not None and fast is None:
-        doc = _decode(p, src.data())
+        doc = general()
     data = src.data() if fast is None else b""
     events_read = len(decoded) if fast is not None and decoded is not None else len(doc.traceEvents)
     del decoded
@@ -456,6 +550,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     for i, attr, v in fast.loose_ids if fast is not None else ():  # "0x0", 5.0: read, and said
         id_repairs.note(i, attr, v)
     for i, ev in enumerate(doc.traceEvents if fast is None else ()):
+        if not isinstance(ev, _Event):  # 1, "x", null among the events: that entry's problem
+            entry = _not_object(ev)
+            if on_bad_event == "raise":
+                raise TraceFormatError(p, f"event #{i}", entry + _SKIP_HINT)
+            rejected[entry] = rejected.get(entry, 0) + 1
+            first_rejected.setdefault(entry, f"event #{i}")
+            continue
         if wrong := _not_strings(ev):
             if on_bad_event == "raise":
                 refuse(i, _as_text(ev.ph), _as_text(ev.name), wrong)
@@ -482,6 +583,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         try:
             if not ev.ts:
                 problem = "missing 'ts'"
+            elif null := next((f for f in ("ts", "dur") if bytes(getattr(ev, f)) == b"null"), None):
+                problem = f"{null!r} is null"  # also a NaN read as null (--skip-bad-events)
             else:
                 ts = us_text_to_ns(bytes(ev.ts))
                 if ev.dur:
@@ -552,7 +655,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if fast is None:
             return doc
         if not again:
-            again.append(_decode(p, src.data()))
+            again.append(general())
         return again[0]
 
     drop_out_of_range(
@@ -563,7 +666,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         rejected,
         extra={"step": cols["step_no"]} if "step_no" in cols else None,
         fields=_TIME_FIELDS,
-        describe=lambda i, problem: _as_written(_events_again().traceEvents[i], i, base_ns, problem),
+        describe=lambda i, problem: _as_written(_event_at(_events_again(), i), i, base_ns, problem),
         first=first_rejected,
         epoch=("ts_ns",),
     )
@@ -573,9 +676,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         p,
         cols,
         src_index,
-        lambda r: _where_at(
-            (doc if fast is None else _decode(p, src.data())).traceEvents[src_index[r]], src_index[r]
-        ),
+        lambda r: _where_at(_event_at(doc if fast is None else general(), src_index[r]), src_index[r]),
         dropped,
     )
     step_numbers: _StepNumbers | list[int | None] = cols.pop("step_no", by_name)
@@ -661,6 +762,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
     warnings += identity_warnings + id_repairs.warnings(p.name)
+    if non_finite:
+        warnings.append(f"{p.name}: {non_finite} NaN/Infinity value(s) (not JSON) read as null")
     repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped | dropped
     if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
         meta = msgspec.json.decode(str(trace_info["meta"]))

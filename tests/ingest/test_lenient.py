@@ -185,6 +185,55 @@ def test_kineto_string_field_of_another_type_is_that_events_problem(tmp_path, fi
         )
 
 
+@pytest.mark.parametrize(
+    ("value", "kind"), [(1, "a number"), ("x", "a string"), (None, "null"), ([], "an array")]
+)
+def test_kineto_entry_that_is_not_an_object_is_that_entrys_problem(tmp_path, value, kind):
+    doc = micro_trace(["a", "b"])
+    doc["traceEvents"].insert(1, value)  # entry #1: not an event
+    path = _write(tmp_path / "k", "rank0.json", doc)
+    reason = f"entry is {kind}, not an object"
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value) == f"{path}: event #1: {reason}; pass --skip-bad-events to skip such events"
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        names = store.sql("SELECT name FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns")["name"].to_list()
+        assert names == ["a", "b"]  # both events stored, the entry between them counted
+        assert store.runs()["issues"].to_list() == [f"1 rejected: {reason}"]
+        assert res.warnings[0] == f"rank0.json: 1 record(s) not stored: 1 {reason} (first: event #1)"
+
+
+def test_kineto_nan_and_infinity_are_named_and_read_as_null_when_skipping(tmp_path):
+    doc = micro_trace(["a", "b", "c"])
+    doc["traceEvents"][1]["dur"] = float("nan")  # "a": json.dumps writes NaN (not JSON)
+    doc["traceEvents"][3]["args"] = {"x": float("-inf"), "note": "NaN, Infinity"}  # "c": kept
+    text = json.dumps(doc).encode()  # allow_nan: NaN and -Infinity tokens
+    path = _write(tmp_path / "k", "rank0.json", text)
+    at = text.index(b"NaN")
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value).startswith(f"{path}: byte {at}: NaN is not a JSON number")
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        rows = store.sql("SELECT name, args FROM events WHERE kind = 'cpu_op' ORDER BY ts_ns").rows()
+        # "a" rejected; "c"'s -Infinity read as null, the same text inside a string left as it is
+        assert [r[0] for r in rows] == ["b", "c"]
+        assert json.loads(rows[1][1]) == {"x": None, "note": "NaN, Infinity"}
+        assert store.runs()["issues"].to_list() == ["1 rejected: 'dur' is null"]
+        assert res.warnings[:2] == [
+            "rank0.json: 2 NaN/Infinity value(s) (not JSON) read as null",
+            "rank0.json: 1 record(s) not stored: 1 'dur' is null (first: event #1 (ph='X', name='a'))",
+        ]
+
+
+def test_kineto_bare_array_of_events_is_refused_saying_so(tmp_path):
+    path = _write(tmp_path / "k", "timeline.json", micro_trace(["a"])["traceEvents"])
+    with Store(tmp_path / "s.duckdb") as store, pytest.raises(TraceFormatError) as e:
+        ingest(store, [path], jobs=1)
+    assert "no top-level traceEvents): a bare array of events" in str(e.value)
+
+
 def test_kineto_device_and_step_beyond_int32(tmp_path):
     doc = micro_trace(["a"])
     doc["traceEvents"].append(

@@ -31,7 +31,8 @@ def topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
 
 def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | None:
     """The job's what-if slowdown from one rank's recorded times alone: the straggler analysis'
-    ``cost_pct`` (slowdown - 1, in %) where it has one, else the largest ``whatif`` blame slowdown
+    ``cost_pct`` (the time that rank's delays add, % of the step: 1 + cost_pct / 100) where it
+    has one, else the largest ``whatif`` blame slowdown
     of that rank."""
     if row.get("cost_pct") is not None:
         return 1.0 + float(row["cost_pct"]) / 100.0
@@ -166,7 +167,7 @@ def _straggler_findings(
         for v in named.iter_rows(named=True):
             r = per.filter(pl.col("rank") == v["rank"]).row(0, named=True)
             alone = _alone_slowdown(r, blame)
-            # the straggler analysis' own cost (S alone - 1, in %) where it has one, so the two agree
+            # the straggler analysis' own cost (% of the step) where it has one, so the two agree
             cost = (
                 float(r["cost_pct"])
                 if r.get("cost_pct") is not None

@@ -50,8 +50,10 @@ provides):
      exact); *and* its delays matter: ``cost_pct`` >= ``min_cost_pct`` (1%; for extra work, the
      extra FLOPs in %). ``cost_pct`` is what the rank's delays cost the job: the what-if replay
      (``traceprof.analyses.whatif``) with only that rank's recorded op times (the rest ideal) or only its
-     host gaps (the rest at their median) put back, the larger of (alone S - 1) in %, the figures
-     whatif blames ranks with (runs the replay cannot model, e.g. Flight Recorder only, use
+     host gaps (the rest at their median) put back, the larger of the time that adds to a step
+     ((alone S - 1) x the mean step time S is over) in % of the recorded step time (the median
+     ProfilerStep, or the replayed time where longer: a step holding untraced time after its work
+     is longer than its replay), the figures whatif blames ranks with (runs the replay cannot model, e.g. Flight Recorder only, use
      ``holdup_pct``). A rank that once held the job up by more than
      ``_replay.TRANSIENT_SKEW_FACTOR`` (20) x the median skew (an episodic stall: a rank computing
      50 ms longer before one collective where skews are 0.2 ms) is named when its cost is at
@@ -286,7 +288,8 @@ SPEC = Analysis(
             rc.pct(
                 "cost_pct",
                 "What its delays cost the job, % of step time: the what-if replay with only its "
-                "recorded times (or host gaps) put back, alone S - 1 (holdup_pct where the replay cannot run)",
+                "recorded times (or host gaps) put back, the time that adds to a step ((alone S - 1) x the "
+                "replayed step) over the recorded step (holdup_pct where the replay cannot run)",
             ),
             rc.ns(
                 "wait_ns",
@@ -455,7 +458,7 @@ def run(store: Store, params: Params) -> Result:
     )
     step_med = int(steps["step_ns"].sort()[(steps.height - 1) // 2]) if steps.height else None
     pace, pace_what = _pace_ns(w, step_med)
-    covered = _covered_ns(w, step_med)
+    covered = _covered_ns(w, step_med, pace)
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")
     comp_rank = comp_step.group_by("rank").agg(_common.whole_ns(pl.col("compute_ns").median()))
@@ -508,7 +511,7 @@ def run(store: Store, params: Params) -> Result:
     )
     split = _split_windows(w, comp, steps.select("rank", "step", "step_start_ns"))
     del comp  # read before the replay, which lets go of the items outside a report once its graph is built
-    costs, cost_what = _costs(store, run_id, params, source, per)
+    costs, cost_what = _costs(store, run_id, params, source, per, step_med)
     trim()  # the replay's freed arrays handed back before the cause tests (traceprof.core.trim)
     per = per.join(costs, on="rank", how="left").with_columns(pl.col("cost_pct").fill_null(0.0))
     episodic = pl.col("_max_hold_ns") > _replay.TRANSIENT_SKEW_FACTOR * int(inst["skew_ns"].median() or 0)  # type: ignore[arg-type]
@@ -626,12 +629,21 @@ def _absent_note(store: Store, run_id: int, source: str | None, w: pl.DataFrame)
 
 
 def _costs(
-    store: Store, run_id: int, params: Params, source: str | None, per: pl.DataFrame
+    store: Store,
+    run_id: int,
+    params: Params,
+    source: str | None,
+    per: pl.DataFrame,
+    step_med: int | None = None,
 ) -> tuple[pl.DataFrame, str]:
     """What each rank's delays cost the job, % of step time (``cost_pct``), and how it was measured:
     the what-if replay (``traceprof.analyses.whatif``, its defaults) with only that rank's recorded values
-    put back, blocking (op times) or host (host gaps), whichever is larger: (alone S - 1) x 100,
-    the same figures whatif blames ranks with. Runs the replay cannot model (no compute or no
+    put back, blocking (op times) or host (host gaps), whichever is larger: the time it adds to
+    a step, (alone S - 1) x the mean step time that S is over, in % of the recorded step time
+    (``step_med``, the median ProfilerStep; the replayed time where that is longer). The replay
+    spans a step's traced work only: where a step also holds untraced time after it (a 1000 us
+    step of 800 us of work, one collective per step), (alone S - 1) alone would be the cost in %
+    of the 800 us (10 us late read 1.25%, not 1%). Runs the replay cannot model (no compute or no
     steps, e.g. Flight Recorder only) use ``holdup_pct`` instead."""
     from traceprof.analyses import whatif  # the replay's rank blame; imported here, it registers itself
 
@@ -650,13 +662,25 @@ def _costs(
         return per.select("rank", pl.col("holdup_pct").alias("cost_pct")), (
             "hold-up (no what-if replay: the run has no compute items in steps)"
         )
-    b = res.blame.filter(pl.col("by") == "rank").group_by("group").agg(pl.col("slowdown").max())
-    costs = b.select(
-        pl.col("group").cast(pl.Int32).alias("rank"), (100.0 * (pl.col("slowdown") - 1)).alias("cost_pct")
+    # the mean step time each kind's S is over (whatif's: blocking, its base capped at the ideal
+    # with gaps="zero", else the ideal; host, the typical-gap replay)
+    f, gaps = res.frame, whatif.Params().gaps
+    capped = (
+        f.select(pl.min_horizontal("nogap_ns", "ideal_ns")).to_series() if gaps == "zero" else f["ideal_ns"]
+    )
+    ref = {"blocking": float(capped.mean() or 0), "host": float(f["typgap_ns"].mean() or 0)}  # type: ignore[arg-type]
+    ref_of = pl.col("kind").replace_strict(ref, default=0.0, return_dtype=pl.Float64)
+    # (alone S - 1) x that mean: the ns it adds to a step, over the step time (never below the mean)
+    cost = 100.0 * (pl.col("slowdown") - 1) * ref_of / pl.max_horizontal(ref_of, pl.lit(float(step_med or 0)))
+    costs = (
+        res.blame.filter(pl.col("by") == "rank")
+        .group_by("group")
+        .agg(cost.max().fill_nan(0.0).alias("cost_pct"))
+        .select(pl.col("group").cast(pl.Int32).alias("rank"), "cost_pct")
     )
     return (
         costs,
-        "what-if: the job's slowdown from that rank's recorded op times or host gaps alone, - 1, in %",
+        "what-if: the time that rank's recorded op times or host gaps alone add to a step, in % of the step",
     )
 
 
@@ -695,15 +719,20 @@ def _holdup(w: pl.DataFrame) -> pl.DataFrame:
     return union_ns(iv, ["rank"], "holdup_ns").with_columns(pl.col("holdup_ns").cast(pl.Int64))
 
 
-def _covered_ns(w: pl.DataFrame, step_med: int | None) -> int:
+def _covered_ns(w: pl.DataFrame, step_med: int | None, pace: int = 1) -> int:
     """Time the instances cover (ns): the run's median step time x the number of steps they lie in
     (a step made long by a left-out transient or one stall does not count at its length); without
-    steps (or with instances outside them), the span from the first arrival to the last arrival or end."""
+    steps (or with instances outside them), the span from the first arrival to the last arrival or
+    end, or a rank's instances x the pace where that is longer: n collectives a pace apart cover n paces,
+    not the n - 1 between the first and the last (8 all-reduces 1000 us apart, 10 us late at each:
+    80 us of 8000 us, 1%, not of the 7110 us from the first arrival to the last end, 1.13%)."""
     n_steps = w["step"].drop_nulls().n_unique()
     if n_steps and step_med and w["step"].is_not_null().all():
         return step_med * n_steps
     last = max(int(w["arrival_ns"].max()), int(w["end_ns"].max() or 0))  # type: ignore[arg-type]
-    return max(last - int(w["arrival_ns"].min()), 1)  # type: ignore[arg-type]
+    span = last - int(w["arrival_ns"].min())  # type: ignore[arg-type]
+    per_rank = int(w.group_by("rank").len()["len"].max() or 0)  # type: ignore[arg-type]
+    return max(span, per_rank * pace, 1)
 
 
 def per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:

@@ -39,6 +39,9 @@ Algorithm:
      GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
+     The plugin writes one file per communicator (``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json``),
+     so a rank may have several: each file's ``part`` (``ParsedTrace.part``) is its communicators'
+     hashes, and files of one rank with other communicators are parts of one job's record.
 
 Integers (``traceprof.core.values``' two rules, as the Flight Recorder and NCCL Inspector readers
 read theirs): ``Count`` and ``SeqNum`` are a record's numbers, JSON integers: one written as a
@@ -341,6 +344,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             p, "", "no COLL or P2P event: not an NCCL profiler-plugin dump with collectives"
         )
     rank, warnings, repaired = _rank(p, evs)
+    # this file's communicators (module doc, step 4): a rank's other files hold others
+    part = ",".join(sorted({str(c["pg"]).removesuffix(":p2p") for c in colls if c["pg"] is not None})) or None
     # counted where every source's repairs are (traces.meta.repaired: `runs` issues, the report)
     repaired |= {f"non-strict JSON: {what}": n for what, n in repairs.items()} | copied
     warnings += [said_copies] if said_copies else []
@@ -365,10 +370,15 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         format="nccl-profiler-example",
         rank=rank,
         world_size=None,
+        part=part,
         trace={
             "pid": events[0]["pid"] if events else None,
             "meta": msgspec.json.encode(
-                {"clock": "plugin", **({"repaired": repaired} if repaired else {})}
+                {
+                    "clock": "plugin",
+                    **({"part": part} if part else {}),
+                    **({"repaired": repaired} if repaired else {}),
+                }
             ).decode(),
         },
         events=pa.Table.from_pylist(events, schema=_EVENT_SCHEMA),

@@ -549,3 +549,77 @@ def test_end_before_its_begin_is_a_bad_event(tmp_path):
     pt = parse(path, ParseOptions(on_bad_event="skip"))
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
     assert pt.rejected == {"ends before its begin": 1}
+
+
+# --- the plugin writes one file per communicator: <NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json ----
+
+
+def _comm_dump(rank: int, comm: int, op: str, base_us: int) -> str:
+    """One communicator's dump of one process, as the example plugin (2.29, profiler API v5) prints
+    it: per group k = 0..2 at wall W = base_us + 10000 k, on rank 1's plugin clock 250 us later
+    (ts = W - 250): a COLL_API begin at 0.0 (never set) and a COLL [W + 40 rank, W + 500] with a
+    ProxyStep whose SendGpuWait end is 0.0 (timestamp[SEND_PEER_WAIT] never set)."""
+    pid, shift = 5100 + rank, 250 * rank
+    lines = ["["]
+    for k in range(3):
+        w = base_us + 10000 * k - shift
+        head = f'"id": {k}, "pid": {pid}, "tid": 1'
+        lines += [
+            f'{{"name": "{op}", "cat": "COLL_API", "ph": "b", {head}, "ts": 0.000000, "args": {{"count": 1024, '
+            '"datatype": "ncclFloat32", "root": 0, "GraphCaptured": 0, "Stream": "0x7f3a1c00a0"}},',
+            f'{{"name": "{op}", "cat": "COLL", "ph": "b", {head}, "ts": {w + 40 * rank}.000000, "args": {{"SeqNum": '
+            f'{k}, "CommHash": {comm}, "Rank": {rank}, "Count": 1024, "Datatype": "ncclFloat32"}}}},',
+            f'{{"name": "SendGpuWait", "cat": "NET", "ph": "b", {head}, "ts": {w + 60}.000000, "args": {{"Step": 0}}}},',
+            f'{{"name": "SendGpuWait", "cat": "NET", "ph": "e", {head}, "ts": 0.000000}},',
+            f'{{"name": "{op}", "cat": "COLL", "ph": "e", {head}, "ts": {w + 500}.000000}},',
+            f'{{"name": "{op}", "cat": "COLL_API", "ph": "e", {head}, "ts": {w - 10}.000000}},',
+        ]
+    lines.append("{}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_one_file_per_communicator_is_one_job(tmp_path):
+    """Two processes, two communicators (hashes 647... and 131...: a data-parallel group and a
+    second group of the same two ranks), so four files, two per rank, as the plugin names them: one
+    run, not four (it was four runs of 1 of 2 ranks each, and --run refused "rank 0 also in ...").
+    By hand: comm A's AllReduces at W = 1000000 + 10000 k us, comm B's AllGathers at 1005000 +
+    10000 k; rank 0 [W, W + 500] = 500000 ns, rank 1 [W + 40, W + 500] = 460000 ns on the wall
+    clock; rank 1's plugin clock is 250 us behind on both files (one process, one clock): offset
+    +250000 ns on both; 6 instances of [0, 1], each skew 40000 ns, rank 1 last; per rank 3 COLL_API
+    begins and 3 SendGpuWait ends per file flagged zero_ts (12 per rank)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    comms = ((6479621443159067765, "AllReduce", 1000000), (1311768467463790320, "AllGather", 1005000))
+    for r in (0, 1):
+        for comm, op, base in comms:
+            (job / f"nccl_profile_{comm}_{r}.json").write_text(_comm_dump(r, comm, op, base))
+    with Store(tmp_path / "t.duckdb") as store:
+        ingest(store, [job], jobs=1)
+        assert store.sql("SELECT count(*) FROM runs").item() == 1
+        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank, path").rows() == [
+            (0, 0),
+            (0, 0),
+            (1, 250_000),
+            (1, 250_000),
+        ]
+        durs = store.sql("SELECT rank, op, end_ns - start_ns FROM collectives ORDER BY rank, enter_ns").rows()
+        assert durs == [
+            (r, op, 460_000 if r else 500_000) for r in (0, 1) for op in ["all_reduce", "all_gather"] * 3
+        ]
+        inst = store.sql("""SELECT op, seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances
+                            ORDER BY first_arrival_ns""").rows()
+        assert inst == [(op, k, 2, 40_000, 1) for k in range(3) for op in ("all_reduce", "all_gather")]
+        flagged = store.sql(
+            "SELECT rank, count(*) FROM events WHERE flag = 'zero_ts' GROUP BY rank ORDER BY rank"
+        )
+        assert flagged.rows() == [(0, 12), (1, 12)]
+
+
+def test_the_same_communicator_twice_for_one_rank_is_still_two_jobs(tmp_path):
+    # two dumps of one communicator and rank (two runs of the job in one folder) stay a clash
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "a_77_0.json").write_text(_comm_dump(0, 77, "AllReduce", 1000000))
+    (job / "b_77_0.json").write_text(_comm_dump(0, 77, "AllReduce", 2000000))
+    with Store(tmp_path / "t.duckdb") as store, pytest.raises(TraceFormatError, match="rank 0 also in"):
+        ingest(store, [job], run="one", jobs=1)

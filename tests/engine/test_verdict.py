@@ -69,7 +69,8 @@ def test_flight_recorder_only_run_quotes_no_step_time(store):
     # A) and rank 3 (group B) are last at 3 of 3 each (p = 0.5^3 = 0.125, not named); costs are
     # hold-ups over the time the collectives cover, so no verdict speaks of "% of step time".
     # 3 collectives with one last rank: even last at all 3, p >= 0.125 > 0.01: the test cannot
-    # decide, and rank 1's hold-ups cost 1.2% (>= min_cost_pct 1%): inconclusive, not ok.
+    # decide, and rank 1's hold-ups cost 1.0% (>= min_cost_pct 1%: 3 x 100 us of the 3 x 10 ms its
+    # collectives cover, a pace apart): inconclusive, not ok.
     ingest(store, [case("fr_two_groups_same_pg_name")], run="fr2")
     v = combined_verdict(store, "fr2")
     assert v.status == "inconclusive" and v.text.startswith(

@@ -100,6 +100,10 @@ class ParsedTrace:
         skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
         flagged: Records stored with an ``events.flag``, counted by flag.
         warnings: Messages the user should see (e.g. "rank missing, assumed 0").
+        part: Which part of its rank's record the file holds, for a source that writes several
+            files per rank (the NCCL profiler plugin: one per communicator, ``<prefix>_<commHash>_<rank>.json``;
+            its communicators' hashes), else ``None``. Two files of one rank and source are one
+            job's only when their parts differ.
         long_text: The rows of ``events`` holding long text (``traceprof.core.limits.long_text_rows``:
             row, bytes, its longest field, the record as messages name it), set by ingest for its check over a run's
             files together (``traceprof.core.limits.drop_run_long_text``).
@@ -124,6 +128,7 @@ class ParsedTrace:
     flagged: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     long_text: list[tuple[int, int, str, str]] = field(default_factory=list)
+    part: str | None = None
 
     def __post_init__(self) -> None:
         """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown

@@ -861,10 +861,10 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, na
             f"no rank in the trace{f' ({said[0]})' if said else ''} and {len(traces)} files in run {name!r}; add a "
             '<name>.meta.json sidecar with "rank", or ingest the file alone with --run',
         )
-    seen: dict[tuple[int, str], ParsedTrace] = {}
+    seen: dict[tuple[int, str, str | None], ParsedTrace] = {}
     for pt in traces:
         assert pt.rank is not None
-        if (other := seen.get((pt.rank, pt.source))) is not None:
+        if (other := seen.get((pt.rank, pt.source, pt.part))) is not None:
             raise TraceFormatError(
                 pt.path,
                 _field(pt, "rank_field"),
@@ -875,7 +875,7 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, na
                     else f"two traces of one rank are two jobs; {_split_hint(named)}"
                 ),
             )
-        seen[(pt.rank, pt.source)] = pt
+        seen[(pt.rank, pt.source, pt.part)] = pt
     worlds = {pt.world_size: pt for pt in traces if pt.world_size is not None}
     if len(worlds) > 1:
         (w1, t1), (w2, t2) = sorted(worlds.items(), key=lambda kv: kv[0])[:2]

@@ -53,7 +53,8 @@ class Part:
 
 def conflict(traces: list[ParsedTrace]) -> str:
     """Why ``traces`` cannot be one job's run, or ``""``: several files and a rank unknown, one
-    (rank, source) in two files, two world sizes, or times more than an hour apart
+    (rank, source, part) in two files (``ParsedTrace.part``: the NCCL plugin writes a file per
+    communicator), two world sizes, or times more than an hour apart
     (:func:`traceprof.storage.identity.check_within`)."""
     files = {pt.path for pt in traces}
     if len(files) < 2:
@@ -61,9 +62,9 @@ def conflict(traces: list[ParsedTrace]) -> str:
     if any(pt.rank is None for pt in traces):
         n = len({pt.path for pt in traces if pt.rank is None})
         return f"{n} of its {len(files)} files record no rank"
-    seen: dict[tuple[int, str], str] = {}
+    seen: dict[tuple[int, str, str | None], str] = {}
     for pt in traces:
-        key = (int(pt.rank), pt.source)  # type: ignore[arg-type]
+        key = (int(pt.rank), pt.source, pt.part)  # type: ignore[arg-type]
         if key in seen and seen[key] != pt.path:
             a, b = Path(seen[key]), Path(pt.path)
             return f"rank {pt.rank} is in {a.name if a.name != b.name else a} and {b.name if a.name != b.name else b}"

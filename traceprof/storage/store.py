@@ -1116,16 +1116,20 @@ class Store:
                 "INSERT INTO runs VALUES (?, ?, NULL, ?, [], false)",
                 [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None)],
             )
+        # a rank's files of one source clash unless they hold different parts (ParsedTrace.part,
+        # kept in traces.meta: the NCCL plugin writes one file per communicator)
         held = dict(
             self.con.execute(
-                "SELECT rank || '/' || source, path FROM traces WHERE run_id = ?", [run_id]
+                "SELECT rank || '/' || source || '/' || coalesce(json_extract_string(meta, '$.part'), ''), path "
+                "FROM traces WHERE run_id = ?",
+                [run_id],
             ).fetchall()
         )
         for pt in traces:
             for what, v in (("rank", pt.rank), ("world size", pt.world_size)):
                 if v is not None and not fits(v, INT32):
                     raise StoreError(f"{pt.path}: {what} {v} is beyond int32; not a real {what}")
-            key = f"{pt.rank}/{pt.source}"
+            key = f"{pt.rank}/{pt.source}/{pt.part or ''}"
             if key in held:
                 raise StoreError(
                     f"{pt.path}: run {name!r} already has rank {pt.rank} ({pt.source}) from "

@@ -325,3 +325,21 @@ def test_hta_mode_step_window_spans_the_steps_it_keeps(store):
     # without hta both steps are the window (ProfilerStep#552 ends at 1682725899309581 us)
     full = analyze(store, "temporal", "tf").frame.filter(pl.col("rank") == 0)
     assert full["step_window_ns"][0] == 1_682_725_899_309_581_000 - 1_682_725_898_079_292_000
+
+
+def test_a_stepless_run_has_no_step_account(store, tmp_path):
+    # SIDE_STREAM has no ProfilerStep: critical_path's one window per rank is its first to last
+    # activity (a GPU rank's activity is its GPU rows, engine.activity), K1's start at 0 to Y's end at
+    # 500 us. The idle finding's account is of that window, not of a step time the run does not have.
+    ingest(store, [kineto(tmp_path / "r0.json.gz", SIDE_STREAM)], run="r")
+    f = summarize(store, "r")
+    cp = f.results["critical_path"].frame
+    assert cp["step"].to_list() == [None] and cp["step_ns"].to_list() == [500_000]
+    idle = next(x for x in f.findings if x.topic == "idle")
+    pct = 100 * (cp["host_bound_ns"] + cp["idle_ns"]).sum() / 500_000
+    assert idle.recoverable_pct == pytest.approx(pct) and pct > 0
+    assert idle.text.endswith(
+        f"; time account (no steps): host-bound and idle time {pct:.1f}% of all ranks' windows (first to last activity)"
+    )
+    assert "step time" not in idle.text and "step time" not in f.ranking
+    assert "the run has no steps" in f.ranking

@@ -816,6 +816,12 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
             "host-bound and idle time" + (" of the other ranks" if named else ""),
         ),
     }
+    # without steps the account's one window per rank is its first to last activity: no step time
+    account, of = (
+        ("time account (no steps)", "all ranks' windows (first to last activity)")
+        if frame["step"].is_null().all()
+        else ("step account", "all ranks' step time")
+    )
     out = []
     for f in findings:
         x = ns.get(f.topic)
@@ -829,7 +835,7 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
             out.append(f)
             continue
         pct = 100.0 * x[0] / total
-        said = f"; step account: {x[1]} {pct:.1f}% of all ranks' step time"
+        said = f"; {account}: {x[1]} {pct:.1f}% of {of}"
         out.append(
             dataclasses.replace(
                 f,

@@ -82,7 +82,7 @@ class Result(FrameResult):
 
 def _size(col: str) -> pl.Expr:
     b = pl.col(col).cast(pl.Float64)
-    fmt = [(1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
+    fmt = [(2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB")]  # binary, as the tables' bytes (KiB) columns
     expr: Any = pl.when(b.is_null()).then(None)  # Then, then ChainedThen
     for scale, unit in fmt:
         expr = expr.when(b >= scale).then(pl.format("{} " + unit, (b / scale).round(1)))
@@ -90,7 +90,7 @@ def _size(col: str) -> pl.Expr:
 
 
 def _label() -> pl.Expr:
-    """``all_reduce (pg 0, 2.1 MB)`` from op, pg, bytes."""
+    """``all_reduce (pg 0, 2.0 MiB)`` from op, pg, bytes."""
     inner = pl.concat_str(
         [pl.format("pg {}", pl.col("pg")), _size("bytes")], separator=", ", ignore_nulls=True
     )

@@ -14,6 +14,11 @@ Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idl
      over its streams (stream-ns: four streams idle for 1 s each make 4 s), named
      ``stream_*_sum_ns``; its ``window_ns`` is the rank's window (first start to last end on any
      stream), the same window as ``temporal``'s.
+  5. Per device (``devices``): steps 2-4 on the device's rows of all its streams as one timeline
+     (latest end, negative gaps as 0, also with ``hta``): its gaps are the time no stream of the
+     device is busy (wall clock, temporal's idle time), each of the cause of the row that ends it.
+     The idle verdict's cause is this device-level share: a stream with two kernels cannot add a
+     whole window of "host wait" to it, as it does to the stream sums.
 Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
 idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event
 selection (``traceprof.engine.activity``), prev_end = end of the previous row only, negative gaps included.
@@ -60,6 +65,7 @@ class Result(FrameResult):
     (``ranks``, the same window as ``temporal``'s)."""
 
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    devices: pl.DataFrame = field(default_factory=pl.DataFrame)
     title = "Idle time breakdown (per stream)"
 
     def charts(self) -> list[Chart]:
@@ -95,7 +101,12 @@ def host_wait(launch: pl.Expr, prev_end: pl.Expr) -> pl.Expr:
 
 
 def classify_gaps(
-    rows: pl.DataFrame, kernel_wait_ns: int, *, hta: bool, in_start_order: bool = False
+    rows: pl.DataFrame,
+    kernel_wait_ns: int,
+    *,
+    hta: bool,
+    in_start_order: bool = False,
+    lane: tuple[str, ...] = ("rank", "device", "stream"),
 ) -> pl.DataFrame:
     """Gap before each GPU row and its category (module doc, steps 1-3).
 
@@ -107,13 +118,15 @@ def classify_gaps(
             (``traceprof.engine.activity``'s order; checked in one pass): each stream's rows then
             lie in start order already, and the gaps are those of the sorted rows without a copy
             of every column.
+        lane: The columns of one timeline: a stream by default; ``("rank", "device")`` merges a
+            device's streams (a gap is then time with no stream of the device busy).
 
     Returns:
         ``rows`` sorted by rank, device, stream, start_ns, end_ns (with ``in_start_order``: by rank,
         start_ns and end_ns when they were), plus gap_ns (null for the first row of a stream) and
         category (host_wait / kernel_wait / other; null for the first row).
     """
-    by = ["rank", "device", "stream"]
+    by = list(lane)
     if in_start_order and sorted_by(rows, ["rank", "start_ns", "end_ns"]):
         s = rows  # a stream's rows are a subsequence of rows in (start, end) order
     else:
@@ -183,8 +196,32 @@ def _category_pcts(of: str) -> tuple[Column, ...]:
     return tuple(rc.pct(f"{c}_pct", f"{c}_ns, % of {of}; null when that is 0") for c in CATEGORIES)
 
 
-def _breakdowns(act: pl.DataFrame, params: Params) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The per-lane and per-rank frames of ``act`` (GPU rows of whole ranks), each sorted by its keys."""
+def _device_breakdown(act: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """The per-device frame of ``act`` (module doc, step 5), sorted by rank and device."""
+    by = ["rank", "device"]
+    g = classify_gaps(act, params.kernel_wait_ns, hta=False, in_start_order=True, lane=tuple(by))
+    span = pl.col("end_ns").max() - pl.col("start_ns").min()
+    out = _summary(g, by, g.group_by(by).agg(span.alias("window_ns")), "window_ns", "idle_ns")
+    # the stream whose rows end the most host-wait time of the device (ties: the lowest stream)
+    per = (
+        g.filter(pl.col("category") == "host_wait")
+        .group_by([*by, "stream"])
+        .agg(pl.col("gap_ns").sum().alias("_ns"))
+        .sort([*by, "_ns", "stream"], descending=[False, False, True, False])
+        .group_by(by)
+        .agg(pl.col("stream").first().alias("host_wait_stream"), pl.col("_ns").first().alias("_ns"))
+    )
+    out = out.join(per, on=by, how="left").with_columns(
+        pl.when(pl.col("host_wait_ns") != 0)
+        .then(100.0 * pl.col("_ns") / pl.col("host_wait_ns"))
+        .alias("host_wait_stream_pct")
+    )
+    return out.drop("_ns").sort(by)
+
+
+def _breakdowns(act: pl.DataFrame, params: Params) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The per-lane, per-rank and per-device frames of ``act`` (GPU rows of whole ranks), each
+    sorted by its keys."""
     g = classify_gaps(act, params.kernel_wait_ns, hta=params.hta, in_start_order=True)
     span = pl.col("end_ns").max() - pl.col("start_ns").min()
     win = g.group_by("rank", "device", "stream").agg(span.alias("window_ns"))
@@ -197,7 +234,7 @@ def _breakdowns(act: pl.DataFrame, params: Params) -> tuple[pl.DataFrame, pl.Dat
     per_rank = _summary(
         g, ["rank"], rank_win, "stream_window_sum_ns", "stream_idle_sum_ns", "stream_idle_pct"
     )
-    return per_stream, per_rank
+    return per_stream, per_rank, _device_breakdown(act, params)
 
 
 SPEC = Analysis(
@@ -242,6 +279,23 @@ SPEC = Analysis(
             rc.ns("step_idle_ns", "step_window_ns minus step_busy_ns"),
             rc.pct("step_idle_pct", "step_idle_ns, % of step_window_ns"),
         ),
+        rc.frame(
+            "devices",
+            "Per (rank, device): the device's idle time (no stream of it busy; wall clock, not summed "
+            "over streams), by the cause of the row that ends each gap",
+            rc.RANK,
+            rc.DEVICE,
+            rc.count("kernels", "GPU rows (kernels, memcpy, memset) on the device"),
+            rc.ns("window_ns", "Window of the device: its first start to its last end"),
+            rc.ns("idle_ns", "The device's idle time: gaps with none of its streams busy, summed"),
+            *_category_columns(),
+            *_category_pcts("idle_ns"),
+            rc.pct("idle_pct", "idle_ns, % of window_ns"),
+            rc.count(
+                "host_wait_stream", "The stream whose rows end the most host-wait time; null without any"
+            ),
+            rc.pct("host_wait_stream_pct", "That stream's share of host_wait_ns"),
+        ),
     ),
     report=Report(
         40,
@@ -276,10 +330,11 @@ def run(store: Store, params: Params) -> Result:
     parts = [_breakdowns(p, params) for p in rank_chunks(act, ["rank"]) or [act]]
     per_stream = pl.concat([p[0] for p in parts], rechunk=True)
     per_rank = pl.concat([p[1] for p in parts], rechunk=True)
+    per_device = pl.concat([p[2] for p in parts], rechunk=True)
     per_rank = per_rank.join(step_window(store, run_id, act, hta=params.hta), on="rank", how="left")
     notes = [f"kernel wait: gaps under {params.kernel_wait_ns / 1000:g} us after the previous kernel"]
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
-    return Result(frame=per_stream, ranks=per_rank, notes=tuple(notes))
+    return Result(frame=per_stream, ranks=per_rank, devices=per_device, notes=tuple(notes))

@@ -142,8 +142,14 @@ class Result(FrameResult):
 
 
 _SPLIT_COLUMNS = (
-    rc.ns("span_ns", "Arrival to end, summed: wait_ns + launch_ns + transfer_ns + unsplit_ns"),
-    rc.ns("wait_ns", "Waiting for peers: arrival to the last rank's arrival"),
+    rc.ns(
+        "span_ns",
+        "Arrival to end, summed over calls (overlapping calls each count: not wall clock): wait_ns + "
+        "launch_ns + transfer_ns + unsplit_ns",
+    ),
+    rc.ns(
+        "wait_ns", "Waiting for peers: arrival to the last rank's arrival, summed over calls (not wall clock)"
+    ),
     rc.ns(
         "launch_ns", "Everyone had arrived, the last rank's communication had not started (0 on GPU sources)"
     ),
@@ -293,7 +299,8 @@ def _split_note(split: pl.DataFrame, partial_ns: int) -> str | None:
     share = 100.0 * (span - parts["unsplit_ns"]) / span
     pct = {k: 100.0 * v / span for k, v in parts.items()}
     text = (
-        f"communication time (arrival to end, all calls) {span / 1e6:,.3f} ms: {share:.1f}% split into wait for "
+        f"communication time (arrival to end, summed over all calls: calls that overlap in time each count, so "
+        f"it may exceed the ranks' windows) {span / 1e6:,.3f} ms: {share:.1f}% split into wait for "
         f"peers {pct['wait_ns']:.1f}%, launch {pct['launch_ns']:.1f}%, transfer {pct['transfer_ns']:.1f}%"
     )
     if partial_ns:
@@ -306,7 +313,15 @@ def _split_note(split: pl.DataFrame, partial_ns: int) -> str | None:
             f"; {pct['unsplit_ns']:.1f}% unsplit (calls with no traced peer: waiting cannot be told from "
             "moving data; trace every rank)"
         )
-    return text
+    return text + f"; {SUMMED_NOTE}"
+
+
+#: How nccl_sum's waits differ from the other analyses' (each figure's definition, one place).
+SUMMED_NOTE = (
+    "span and wait are per call, summed (stream-time: overlapping calls add up); stragglers' wait is "
+    "wall clock (the union of a rank's waits), critical_path's the wall-clock time that is waiting and "
+    "nothing else (compute, transfer and memory take precedence)"
+)
 
 
 def bucket_label(lo: int) -> str:

@@ -229,13 +229,20 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
         ):  # a 1,000-character kernel name: its family, the full name in the report
             full_cause, cause = cause, cause.replace(before, _common.finding_name(before))
     overlap = (
-        f"{worst['overlap_pct']:.0f}% of its communication hidden"
+        f"; {worst['overlap_pct']:.0f}% of its communication hidden"
         if worst.get("overlap_pct") is not None
         else ""
     )
+    # each median names its measure: the exposed share of the window, the hidden share of communication
+    hidden = (
+        df["overlap_pct"].drop_nulls() if "overlap_pct" in df.columns else pl.Series([], dtype=pl.Float64)
+    )
+    medians = f"exposed {median:.0f}% of the window" + (
+        f", hidden {_common.num(hidden.median()):.0f}% of communication" if hidden.len() else ""
+    )
     text = (
         f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
-        f"({_common.ms(worst['exposed_comm_ns'])}; {overlap}; median over ranks {median:.0f}%){cause}"
+        f"({_common.ms(worst['exposed_comm_ns'])}{overlap}; median over ranks: {medians}){cause}"
     )
     cost = median
     plain = text.removeprefix("exposed communication: ")

@@ -181,9 +181,42 @@ def _per_device(te: FrameResult) -> tuple[pl.DataFrame, str]:
     )
 
 
+def _host_bound(devices: pl.DataFrame) -> bool:
+    """Whether host wait is most of the devices' idle time (``idle``'s ``devices`` frame)."""
+    return 2 * _common.num(devices["host_wait_ns"].sum()) > _common.num(devices["idle_ns"].sum())
+
+
+def _idle_cause(devices: pl.DataFrame) -> str:
+    """The idle verdict's cause: the GPUs' idle time (no stream of a device busy, summed over the
+    ranks' devices) by cause, and the stream whose kernels end most of the host wait. Not the
+    per-stream sums: a stream with two kernels is idle over its whole window, all of it "host wait"."""
+    total = _common.num(devices["idle_ns"].sum())
+    if not total:
+        return ""
+    shares = ", ".join(
+        f"{label} {100.0 * _common.num(devices[f'{c}_ns'].sum()) / total:.0f}%"
+        for c, label in (
+            ("host_wait", "host wait (kernels launched late)"),
+            ("kernel_wait", "kernel wait"),
+            ("other", "other"),
+        )
+    )
+    text = f"; of the GPU's idle time (no stream busy) {shares}"
+    hit = devices.filter(pl.col("host_wait_stream").is_not_null())
+    if hit.height:
+        top = hit.sort(["host_wait_ns", "rank", "device"], descending=[True, False, False]).row(0, named=True)
+        multi = devices.height > devices["rank"].n_unique()  # a rank driving several GPUs
+        where = f"rank {top['rank']}" + (f" device {top['device']}" if multi else "")
+        text += (
+            f"; host wait mostly before stream {top['host_wait_stream']}'s kernels ({where}: "
+            f"{top['host_wait_stream_pct']:.0f}% of its host wait)"
+        )
+    return text
+
+
 def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The idle topic: the mean idle share of the window over ranks (over those that are not named
-    stragglers: their idle time is their finding's), with ``idle``'s host-wait share of stream idle time."""
+    stragglers: their idle time is their finding's), with ``idle``'s causes of the devices' idle time."""
     res = inp.results
     te = res.get("temporal")
     if te is None or te.frame.is_empty():
@@ -226,14 +259,10 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
         text += f" and {step_mean:.0f}% of the step window (ProfilerStep start to end: the step account's)"
     idle = res.get("idle")
     cause = ""
-    if idle is not None and "ranks" in idle.frames():
-        r = idle.frames()["ranks"]
-        host = _common.num(r["host_wait_ns"].sum())
-        total = _common.num(r["stream_idle_sum_ns"].sum()) if "stream_idle_sum_ns" in r.columns else 0.0
-        if total:
-            text += f"; host wait (kernels launched late) is {100.0 * host / total:.0f}% of stream idle time"
-            if 2 * host > total:
-                cause = "host wait (kernels launched late)"
+    if idle is not None and "devices" in idle.frames():
+        text += _idle_cause(idle.frames()["devices"])
+        if _host_bound(idle.frames()["devices"]):
+            cause = "host wait (kernels launched late)"
     text += devices
     if _common.graph_level(te):
         text += (

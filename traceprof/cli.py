@@ -1600,7 +1600,7 @@ def export_perfetto(
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
         n = do_export(store, run, output, findings=not no_findings)
-    say(f"{n:,} events written to {output}")
+    say(f"{n:,} events written to {output} (metadata events included)")
 
 
 def _say_interrupted() -> None:

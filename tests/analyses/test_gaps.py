@@ -123,26 +123,26 @@ def test_gaps_hand_made(hand):
             1,
             70,
             90,
-            "all_reduce (pg 0, 4.1 kB)",
+            "all_reduce (pg 0, 4.0 KiB)",
             "K3",
             "aten::mm",
             "autograd::engine::evaluate_function: MmBackward0",
         ),
-        (0, 2, 130, 150, "all_reduce (pg 0, 10.5 MB)", "K4", "aten::add_", "Optimizer.step#SGD.step"),
+        (0, 2, 130, 150, "all_reduce (pg 0, 10.0 MiB)", "K4", "aten::add_", "Optimizer.step#SGD.step"),
         (0, 2, 170, 180, "broadcast (pg 1, 100 B)", "K5", "aten::mm", "forward"),
         # rank 1 has no steps: its first all-reduce is matched with rank 0's first of the same size by
         # their order over the run, and the clocks put their ends together (rank 1 moved by +70 us)
-        (1, None, 80, 90, "all_reduce (pg 0, 4.1 kB)", None, None, None),
-        (1, None, 100, 120, "all_reduce (pg 0, 4.1 kB)", None, None, None),
+        (1, None, 80, 90, "all_reduce (pg 0, 4.0 KiB)", None, None, None),
+        (1, None, 100, 120, "all_reduce (pg 0, 4.0 KiB)", None, None, None),
     ]
     assert g["bytes"].to_list() == [4096, 10_485_760, 100, 4096, 4096]
     assert g["collectives"].to_list() == [1, 1, 1, 1, 1]
     # Causes over ranks and steps: 30 us (rank 1, two gaps), then the two 20 us ones (by name), then 10.
     c = res.frame
     assert c["cause"].to_list() == [
-        "all_reduce (pg 0, 4.1 kB) with no compute before",
-        "all_reduce (pg 0, 10.5 MB) after Optimizer.step#SGD.step",
-        "all_reduce (pg 0, 4.1 kB) after autograd::engine::evaluate_function: MmBackward0",
+        "all_reduce (pg 0, 4.0 KiB) with no compute before",
+        "all_reduce (pg 0, 10.0 MiB) after Optimizer.step#SGD.step",
+        "all_reduce (pg 0, 4.0 KiB) after autograd::engine::evaluate_function: MmBackward0",
         "broadcast (pg 1, 100 B) after forward",
     ]
     assert c["exposed_ns"].to_list() == [30_000, 20_000, 20_000, 10_000]
@@ -243,12 +243,12 @@ def test_gaps_cpu_gloo_hand_made(store, tmp_path):
     ingest(store, [kineto(tmp_path / "cpu.json.gz", CPU)], run="cpu")
     res = analyze(store, "gaps", "cpu")
     (g,) = res.gaps.iter_rows(named=True)
-    assert (g["step"], g["dur_ns"], g["collective"], g["bytes"]) == (3, 28_000, "all_reduce (1.0 kB)", 1024)
+    assert (g["step"], g["dur_ns"], g["collective"], g["bytes"]) == (3, 28_000, "all_reduce (1.0 KiB)", 1024)
     assert g["last_compute"] == g["top_op"] == "autograd::engine::evaluate_function: AddmmBackward0"
     assert g["launch_op"] is None
     assert (
         res.frame["cause"][0]
-        == "all_reduce (1.0 kB) after autograd::engine::evaluate_function: AddmmBackward0"
+        == "all_reduce (1.0 KiB) after autograd::engine::evaluate_function: AddmmBackward0"
     )
 
 
@@ -384,5 +384,5 @@ def test_a_clipped_record_is_never_the_compute_before_a_gap(store, tmp_path):
     # 420): 4 gaps of 400 us. Each follows the GEMM launched inside aten::mm; the clipped
     # record_param_comms (and a collective's enqueue at all) is never the compute before: one cause.
     assert res.frame.select("cause", "exposed_ns", "gaps", "pct").rows() == [
-        ("all_reduce (pg 0, 4.2 MB) after aten::mm", 1600 * 1000, 4, 100.0)
+        ("all_reduce (pg 0, 4.0 MiB) after aten::mm", 1600 * 1000, 4, 100.0)
     ]

@@ -10,6 +10,7 @@ import pytest
 from tests.builders import kernel, kineto, launch
 from tests.conftest import HTA_CASES, analyze, corpus, hta_case
 from traceprof.core.errors import AnalysisError, UsageError
+from traceprof.engine.findings import summarize
 from traceprof.ingest.ingest import ingest
 
 # Stream 7, times in us (kernel [start, end), launch at L):
@@ -80,6 +81,64 @@ def test_hand_made_streams(store, tmp_path):
         ("stream_idle_pct",),
         ("host_wait_pct", "kernel_wait_pct", "other_pct"),
     ]
+
+
+def test_device_level_idle_merges_the_streams(store, tmp_path):
+    # STREAMS on one device, both streams as one timeline (E clipped to [130, 132) at ingest):
+    #   M [0, 4) first; A [0, 10) gap 0 (kernel wait 0); B gap 12 - 10 = 2 kernel; C gap 40, L=55 > 20:
+    #   host 40; D gap 5 kernel; N [100, 110) gap 20 < 30, no launch: kernel; E gap 130 - 110 = 20
+    #   kernel; F gap 0 kernel; G gap 150 - 135 = 15 kernel. Host 40, kernel 2+5+20+20+15 = 62,
+    #   other 0: idle 102 = window 151 - busy (10+8+10+5+10+5+1 = 49). All host wait ends at stream 7.
+    ingest(store, [kineto(tmp_path / "r0.json.gz", STREAMS)], run="r")
+    d = _row(analyze(store, "idle", "r").devices, rank=0)
+    assert (d["host_wait_ns"], d["kernel_wait_ns"], d["other_ns"], d["idle_ns"]) == (
+        40_000,
+        62_000,
+        0,
+        102_000,
+    )
+    assert (d["window_ns"], d["kernels"], d["host_wait_gaps"], d["kernel_wait_gaps"]) == (151_000, 9, 1, 7)
+    assert (d["host_wait_stream"], d["host_wait_stream_pct"]) == (7, 100.0)
+    assert d["idle_pct"] == pytest.approx(100 * 102 / 151)
+
+
+# Stream 7 does the work: K1 [0, 100) L=-5, K2 [200, 300) L=-4, K3 [400, 500) L=-3: gaps of 100 us
+# launched early -> other 200. Stream 9 holds two kernels: X [0, 10) L=-1, Y [490, 500) L=450 > 10:
+# one host-wait gap of 480 us. Stream sums: host 480 of 680 (71%). The device is idle only when
+# stream 7 is: [100, 200) and [300, 400), other 200 of 200; Y starts inside K3 (gap 0).
+SIDE_STREAM = [
+    kernel("K1", 7, 0, 100, 1),
+    launch(-5, 1),
+    kernel("K2", 7, 200, 100, 2),
+    launch(-4, 2),
+    kernel("K3", 7, 400, 100, 3),
+    launch(-3, 3),
+    kernel("X", 9, 0, 10, 4),
+    launch(-1, 4),
+    kernel("Y", 9, 490, 10, 5),
+    launch(450, 5),
+]
+
+
+def test_idle_verdict_cause_is_the_devices_not_a_near_empty_streams(store, tmp_path):
+    ingest(store, [kineto(tmp_path / "r0.json.gz", SIDE_STREAM)], run="r")
+    res = analyze(store, "idle", "r")
+    assert _row(res.ranks, rank=0)["host_wait_pct"] == pytest.approx(100 * 480 / 680)
+    d = _row(res.devices, rank=0)
+    assert (d["host_wait_ns"], d["other_ns"], d["idle_ns"], d["host_wait_stream"]) == (
+        0,
+        200_000,
+        200_000,
+        None,
+    )
+    f = summarize(store, "r")
+    idle = next(x for x in f.findings if x.topic == "idle")
+    assert idle.cause == ""
+    assert (
+        "of the GPU's idle time (no stream busy) host wait (kernels launched late) 0%, kernel wait 0%, "
+        in idle.text
+    )
+    assert "other 100%" in idle.text and "stream idle time" not in idle.text
 
 
 def test_rank_window_is_temporals_on_a_corpus_trace(store):
@@ -266,3 +325,21 @@ def test_hta_mode_step_window_spans_the_steps_it_keeps(store):
     # without hta both steps are the window (ProfilerStep#552 ends at 1682725899309581 us)
     full = analyze(store, "temporal", "tf").frame.filter(pl.col("rank") == 0)
     assert full["step_window_ns"][0] == 1_682_725_899_309_581_000 - 1_682_725_898_079_292_000
+
+
+def test_a_stepless_run_has_no_step_account(store, tmp_path):
+    # SIDE_STREAM has no ProfilerStep: critical_path's one window per rank is its first to last
+    # activity (a GPU rank's activity is its GPU rows, engine.activity), K1's start at 0 to Y's end at
+    # 500 us. The idle finding's account is of that window, not of a step time the run does not have.
+    ingest(store, [kineto(tmp_path / "r0.json.gz", SIDE_STREAM)], run="r")
+    f = summarize(store, "r")
+    cp = f.results["critical_path"].frame
+    assert cp["step"].to_list() == [None] and cp["step_ns"].to_list() == [500_000]
+    idle = next(x for x in f.findings if x.topic == "idle")
+    pct = 100 * (cp["host_bound_ns"] + cp["idle_ns"]).sum() / 500_000
+    assert idle.recoverable_pct == pytest.approx(pct) and pct > 0
+    assert idle.text.endswith(
+        f"; time account (no steps): host-bound and idle time {pct:.1f}% of all ranks' windows (first to last activity)"
+    )
+    assert "step time" not in idle.text and "step time" not in f.ranking
+    assert "the run has no steps" in f.ranking

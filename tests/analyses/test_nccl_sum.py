@@ -226,6 +226,19 @@ def test_gloo_split_wait_launch_transfer(store, tmp_path):
         0,
     )
     assert row["split_pct"] == 100.0
+    # the two ranks' calls overlap: 551 us summed, 301 us of wall clock (100..401); the headline says
+    # it is a sum, and how the other analyses' waits differ (wait 50 of 551 = 9.1 %)
+    note = next(n for n in res.notes if n.startswith("communication time"))
+    assert note.startswith(
+        "communication time (arrival to end, summed over all calls: calls that overlap in time each count, so "
+        "it may exceed the ranks' windows) 0.551 ms: 100.0% split into wait for peers 9.1%, launch 18.1%, "
+        "transfer 72.8%"
+    )
+    assert note.endswith(
+        "; span and wait are per call, summed (stream-time: overlapping calls add up); stragglers' "
+        "wait is wall clock (the union of a rank's waits), critical_path's the wall-clock time that "
+        "is waiting and nothing else (compute, transfer and memory take precedence)"
+    )
 
 
 def test_zero_or_unknown_transfer_is_null_never_inf(store, tmp_path):

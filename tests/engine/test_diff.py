@@ -1160,3 +1160,23 @@ def test_a_rank_that_lost_a_step_is_said_and_tflops_has_three_digits(tmp_path):
         "12.3",
         "989",
     ]
+
+
+@pytest.mark.parametrize(
+    ("change", "k", "verdict", "reason"),
+    [
+        # hta/trace_compare, one baseline run: step time -33.3 %, noise 28.8 % > threshold 10 %; even
+        # at its noise floor the change is -33.3 + 28.8 = -4.5 % < +10 %: no regression (was exit 4)
+        (-33.3, 1, "ok", "no regression: better by 33.3%, noise 28.8%: at worst -4.5% < threshold 10%"),
+        (-19.0, 2, "ok", "no regression: better by 19.0%, noise 28.8%: at worst +9.8% < threshold 10%"),
+        # the other side: -18.8 + 28.8 = 10.0, not under 10 %; -5 + 28.8 = 23.8: a regression of up to
+        # 23.8 % cannot be ruled out
+        (-18.8, 2, "inconclusive", "noise 28.8% > threshold 10%"),
+        (-5.0, 2, "inconclusive", "noise 28.8% > threshold 10%"),
+        (5.0, 2, "inconclusive", "noise 28.8% > threshold 10%"),
+    ],
+)
+def test_a_change_below_the_threshold_even_at_its_noise_floor_is_no_regression(change, k, verdict, reason):
+    from traceprof.engine import noise
+
+    assert noise.judge(change, 28.8, 0.4, k, 10.0, 0.01) == (verdict, reason)

@@ -641,3 +641,20 @@ def test_slow_pipeline_stage_verdict_says_its_source_and_takes_the_waits_for_it(
         AnalysisError, match=r"`traceprof analyze parallelism --table slow` compares a pipeline's stages$"
     ):
         analyze(store, "stragglers", "pp")
+
+
+def test_communication_medians_name_their_measure(store):
+    # the communication verdict gave "N% of its communication hidden; median over ranks M%" where M
+    # was the median exposed share of the window, not of the hidden share: each median now names its
+    # measure, both computed here from overlap's frame (median of 4 ranks: the mean of the middle two)
+    ingest(store, [SAMPLES / "normal"])
+    f = summarize(store, None)
+    ov = f.results["overlap"].frame.sort("exposed_comm_pct")
+    exposed = (ov["exposed_comm_pct"][1] + ov["exposed_comm_pct"][2]) / 2
+    hidden = sorted(ov["overlap_pct"].to_list())
+    text = next(v.text for v in f.verdicts if v.topic == "communication")
+    assert (
+        f"median over ranks: exposed {exposed:.0f}% of the window, hidden {(hidden[1] + hidden[2]) / 2:.0f}% of "
+        in text
+    )
+    assert ov.height == 4

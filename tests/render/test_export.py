@@ -82,7 +82,10 @@ def test_export_all_ranks_aligned(store, tmp_path):
     slices = [e for e in doc["traceEvents"] if e["ph"] in ("X", "i")]
     flow_ends = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
     stored = store.sql("SELECT count(*) AS n, min(ts_ns) AS t0 FROM events").row(0, named=True)
-    assert len(slices) == stored["n"] and n == len(slices) + len(flow_ends)
+    assert len(slices) == stored["n"] and n == len(doc["traceEvents"])  # the metadata counted too
+    # 2 ranks x 3 processes x (name, sort index) and (name, sort index) per thread
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert n == len(slices) + len(flow_ends) + len(meta) and len(meta) == 12 + 2 * len(info["threads"])
     # The first kernel of rank 1, located by name and stream, sits at (ts_ns - t0) / 1000 us on the
     # track named for its stream in the process "rank 1 GPU".
     k = store.sql(

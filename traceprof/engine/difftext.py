@@ -179,10 +179,13 @@ def summary_line(
         parts.append(
             "inconclusive: " + ", ".join(f"{_moved(m)} ({m['reason']})" for m in unsure.iter_rows(named=True))
         )
-    if verdict == noise.OK:
+    clear = pl.col("reason").str.starts_with(noise.NO_REGRESSION)
+    parts += [f"{_moved(m)} ({m['reason']})" for m in tim.filter(clear).iter_rows(named=True)]
+    within = tim.filter(~clear)
+    if verdict == noise.OK and within.height:
         parts.append(
             "timing within thresholds ("
-            + ", ".join(f"{_moved(m)}, noise {m['noise_pct']:.1f}%" for m in tim.iter_rows(named=True))
+            + ", ".join(f"{_moved(m)}, noise {m['noise_pct']:.1f}%" for m in within.iter_rows(named=True))
             + ")"
         )
     runs = f" ({k} baseline runs)" if k > 1 and "," not in base else ""

@@ -125,6 +125,13 @@ class Findings:
     def ranking(self) -> str:
         """How the findings are ranked, in words (the summary and the report say it)."""
         if any(f.recoverable_pct is not None for f in self.findings):
+            cp = self.results.get("critical_path")
+            if cp is not None and "step" in cp.frame.columns and cp.frame["step"].is_null().all():
+                return (
+                    "Ranked by the time each could recover by the time account (critical_path; the run has no "
+                    "steps: each rank's window is its first to last activity), in % of all ranks' windows; the "
+                    "others by what they cost, in % of the window"
+                )
             return (
                 "Ranked by the time each could recover by the step account (critical_path), in % of all ranks' "
                 "step time; the others by what they cost, in % of step time"

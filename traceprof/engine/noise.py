@@ -175,6 +175,10 @@ def estimate(
     return Noise(math.sqrt(var), float(k - 1 if k >= 2 else df_w), between, k)
 
 
+#: The reason of an ``ok`` metric whose noise is above the threshold but whose change plus its noise is below it.
+NO_REGRESSION = "no regression"
+
+
 def judge(
     change_pct: float,
     noise_pct: float | None,
@@ -211,6 +215,11 @@ def judge(
     if k >= 2 and change_pct > threshold_pct and change_pct > noise_pct and p < alpha:
         return REGRESSION, f"{change} > threshold {threshold_pct:g}% and noise {noise_pct:.1f}%, p={p:.2g}"
     if noise_pct > threshold_pct:
+        if change_pct + noise_pct < threshold_pct:  # even at its noise floor the change stays under it
+            return OK, (
+                f"{NO_REGRESSION}: {change}, noise {noise_pct:.1f}%: at worst {change_pct + noise_pct:+.1f}%{of} "
+                f"< threshold {threshold_pct:g}%"
+            )
         return INCONCLUSIVE, f"noise {noise_pct:.1f}% > threshold {threshold_pct:g}%"
     if change_pct > threshold_pct:
         if k < 2:

@@ -117,8 +117,8 @@ def export_perfetto(store: Store, run: str | None, output: str | Path, findings:
     left out, as in the analyses; clipped overruns are written clipped.
 
     Returns:
-        The number of trace events written: slices, instants, both ends of each flow and the
-        findings' slices (metadata not counted).
+        The number of trace events written, every one in the file: slices, instants, both ends of
+        each flow, the findings' slices and the metadata (process and thread names and order).
 
     Raises:
         StoreError: No such run.
@@ -195,7 +195,7 @@ def export_perfetto(store: Store, run: str | None, output: str | Path, findings:
     body = b",\n".join(meta + out + flows + marks)
     data = b'{"displayTimeUnit": "ns", "traceEvents": [\n' + body + b"\n]}\n"
     write_output(output, gzip.compress(data, 6) if str(output).endswith(".gz") else data)
-    return len(out) + len(flows) + len(marks)
+    return len(meta) + len(out) + len(flows) + len(marks)
 
 
 def _thread_names(store: Store, run_id: int) -> dict[tuple[int, str], str]:

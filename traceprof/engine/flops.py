@@ -270,18 +270,7 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     release_pool(store)
     # the call tree of the columns it reads (and each op's row), not of the shapes' text
     lane = ["trace_id", "pid", "tid"]
-    spans = ops.select(*lane, "start_ns", "end_ns", "prio").with_row_index("_op")
-    alone = _alone(spans, lane)
-    # ops that overlap no other op of their lane are leaves, and neither nest in nor change the tree
-    # of the others (an op's depth counts only the ops open at its start): the tree is built of the
-    # rest alone (on 8 ranks x 1 M events nearly every op: 1.1 s CPU)
-    nested = spans.filter(~alone)
-    leaf = spans.filter(alone)["_op"]
-    if nested.height:
-        tree = with_parents(nested, lane, priority="prio")
-        leaf = leaf.append(tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))["_op"])
-        del tree
-    del spans, nested
+    leaf = _leaves(ops.select(*lane, "start_ns", "end_ns", "prio").with_row_index("_op"), lane)
     leaves = ops[leaf].group_by("rank", "step", "sig").agg(pl.len().cast(pl.Int64).alias("calls"))
     del ops, leaf
     text = pl.Utf8
@@ -320,27 +309,51 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
     return leaves.join(per_sig, on="sig", how="left").select(schema.names()).cast(schema)
 
 
+def _leaves(spans: pl.DataFrame, lane: list[str]) -> pl.Series:
+    """The ``_op`` of the rows of ``spans`` (``lane`` columns, start_ns, end_ns, prio, _op) that are
+    leaves of their lane's call tree (:func:`traceprof.engine.optree.with_parents`: no op has them
+    as parent), in no particular order.
+
+    Ops that overlap no other op of their lane (:func:`_alone`) are leaves, and neither nest in nor
+    change the tree of the others (an op's depth counts only the ops open at its start): the tree
+    is built of the rest alone (on 8 ranks x 1 M events nearly every op: 1.1 s CPU)."""
+    alone = _alone(spans, lane)
+    nested = spans.filter(~alone)
+    leaf = spans.filter(alone)["_op"]
+    if nested.height:
+        tree = with_parents(nested, lane, priority="prio")
+        leaf = leaf.append(tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))["_op"])
+    return leaf
+
+
 def _alone(spans: pl.DataFrame, lane: list[str]) -> pl.Series:
-    """Per row of ``spans`` (``lane`` columns, start_ns, end_ns), in its order: whether the op
+    """Per row of ``spans`` (``lane`` columns, start_ns, end_ns, prio), in its order: whether the op
     overlaps (or touches, or shares a start with) no other op of its lane: it starts after every
-    earlier op of its lane ends and ends before the next one starts. All false when a bound is null
-    (:func:`traceprof.engine.optree.with_parents` decides those)."""
+    earlier op of its lane ends and ends before the next one starts.
+
+    All false when a bound is null, or when two ops of a lane tie on start, end and prio: the call
+    tree of such ops depends on the order the sort leaves them in, which leaving out rows may
+    change (:func:`traceprof.engine.optree.with_parents` of every op decides then)."""
+    none = pl.Series("alone", [False] * spans.height, pl.Boolean)
     if (
         spans.is_empty()
         or spans.select(pl.any_horizontal(pl.col("start_ns", "end_ns").is_null().any())).item()
     ):
-        return pl.Series("alone", [False] * spans.height, pl.Boolean)
-    order = spans.select(*lane, "start_ns", "end_ns", pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"))
+        return none
+    keys = [*lane, "start_ns", "end_ns", "prio"]
+    s = spans.select(*keys, pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row")).sort(keys)
+    same = [pl.col(c).eq_missing(pl.col(c).shift(1)) for c in keys]
+    if s.select(pl.all_horizontal(same).any()).item():
+        return none
     # a lane's number: the count of lane changes so far in the sorted rows (a null equal to a null)
-    change = pl.any_horizontal(*(~pl.col(c).eq_missing(pl.col(c).shift(1)) for c in lane))
-    s = order.sort([*lane, "start_ns"]).with_columns(change.cast(pl.UInt32).cum_sum().alias("_lane"))
+    change = pl.any_horizontal(*(~c for c in same[: len(lane)]))
+    s = s.with_columns(change.cast(pl.UInt32).cum_sum().alias("_lane"))
     before = pl.col("end_ns").cum_max().shift(1).over("_lane")
     after = pl.col("start_ns").shift(-1).over("_lane")
     alone = (before.is_null() | (pl.col("start_ns") > before)) & (
         after.is_null() | (pl.col("end_ns") < after)
     )
-    flags = s.select("_row", alone.alias("alone"))
-    return flags.sort("_row")["alone"]
+    return s.select("_row", alone.alias("alone")).sort("_row")["alone"]
 
 
 #: Rows of the shape ops read at a time by :func:`_ops`.

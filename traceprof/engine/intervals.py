@@ -454,12 +454,8 @@ def _strictly_sorted(df: pl.DataFrame, keys: list[str]) -> bool:
         return False
     if df.height < 2:
         return True
-    ok: pl.Expr = pl.lit(False)
-    tie: pl.Expr = pl.lit(True)
-    for k in keys:
-        c, p = pl.col(k), pl.col(k).shift(1)
-        ok, tie = ok | (tie & (c > p)), tie & (c == p)
-    return bool(df.select(ok.slice(1).all()).item())
+    after, _ = _after(keys)
+    return bool(df.select(after.slice(1).all()).item())
 
 
 def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
@@ -468,14 +464,21 @@ def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
     sorted again."""
     if df.height < 2:
         return True
-    ok: pl.Expr = pl.lit(False)
+    after, tie = _after(keys)
+    return bool(df.select((after | tie).slice(1).all()).item())
+
+
+def _after(keys: list[str]) -> tuple[pl.Expr, pl.Expr]:
+    """Per row: whether it comes after the row before it by ``keys`` (ascending, lexicographic,
+    nulls first), and whether it ties with it on every key (false and true on the first row)."""
+    after: pl.Expr = pl.lit(False)
     tie: pl.Expr = pl.lit(True)
     for k in keys:
         c, p = pl.col(k), pl.col(k).shift(1)
         gt = (c > p).fill_null(False) | (p.is_null() & c.is_not_null())  # nulls sort first
         eq = (c == p).fill_null(False) | (p.is_null() & c.is_null())
-        ok, tie = ok | (tie & gt), tie & eq
-    return bool(df.select((ok | tie).slice(1).all()).item())
+        after, tie = after | (tie & gt), tie & eq
+    return after, tie
 
 
 def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -255,7 +255,7 @@ def signature_flops(store: Store, run_id: int) -> pl.DataFrame:
 
     Read once per run in a session that keeps results (``traceprof.engine.analysis.shared``): the
     report's ``mfu`` (through :func:`account`) and ``stragglers`` (its extra-work test) both read
-    it (on 8 ranks x 1 M events about 1.1 s CPU each time, for a frame of a few thousand rows).
+    it (on 8 ranks x 1 M events about 1.7 s CPU in a fresh process, for a frame of a few thousand rows).
 
     Returns:
         Frame with columns rank, step (ProfilerStep, null outside steps), name, dims (Kineto

@@ -296,7 +296,16 @@ def _launches(act: pl.DataFrame, wait: pl.DataFrame, cpu_ranks: list[int]) -> pl
         )
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "launch_ns": pl.Int64})
-    return pl.concat(parts).group_by("rank", "start_ns").agg(pl.col("launch_ns").min())
+    rows = pl.concat(parts)
+    if not intervals.sorted_by(rows, ["rank", "start_ns"]):
+        return rows.group_by("rank", "start_ns").agg(pl.col("launch_ns").min())
+    # in order (a rank's activity): only the rows that share their start with a neighbour are grouped
+    same = pl.col("rank").eq_missing(pl.col("rank").shift(1)) & pl.col("start_ns").eq_missing(
+        pl.col("start_ns").shift(1)
+    )
+    rows = rows.with_columns((same | same.shift(-1, fill_value=False)).alias("_tied"))
+    tied = rows.filter("_tied").group_by("rank", "start_ns").agg(pl.col("launch_ns").min())
+    return pl.concat([rows.filter(~pl.col("_tied")).drop("_tied"), tied])
 
 
 def _gaps(pieces: pl.DataFrame, windows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
@@ -315,7 +324,10 @@ def _gaps(pieces: pl.DataFrame, windows: pl.DataFrame, launches: pl.DataFrame) -
     inner = p.filter(pl.col("start_ns") > pl.col("_prev")).select(
         "rank", pl.col("_prev").alias("start_ns"), pl.col("start_ns").alias("_next"), "name"
     )
-    inner = inner.join(launches, left_on=["rank", "_next"], right_on=["rank", "start_ns"], how="left")
+    if inner.get_column("rank").null_count():  # a null rank matches no launch: the join says so
+        inner = inner.join(launches, left_on=["rank", "_next"], right_on=["rank", "start_ns"], how="left")
+    else:
+        inner = _launched(inner, launches)
     inner = inner.with_columns(
         pl.when(host_wait(pl.col("launch_ns"), pl.col("start_ns")))
         .then(pl.lit(_HOST, pl.Int8))
@@ -334,6 +346,26 @@ def _gaps(pieces: pl.DataFrame, windows: pl.DataFrame, launches: pl.DataFrame) -
     )
     out = pl.concat([_piece(inner).with_columns(inner["cat"]), _piece(tail).with_columns(tail["cat"])])
     return out.filter(pl.col("end_ns") > pl.col("start_ns"))
+
+
+def _launched(inner: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """``inner`` (gaps, rank never null) with the ``launch_ns`` of the work starting at its ``_next``
+    (null: none): launches hold one row per (rank, start_ns), so the last one at or before ``_next``
+    is that one when it starts at ``_next``; an as-of join on sorted bounds costs less than a hash
+    join of every piece (8 x 1 M events: 0.5 s CPU)."""
+    return (
+        inner.sort("_next")
+        .join_asof(
+            launches.sort("start_ns").rename({"start_ns": "_ls"}),
+            left_on="_next",
+            right_on="_ls",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(pl.when(pl.col("_ls") == pl.col("_next")).then(pl.col("launch_ns")).alias("launch_ns"))
+        .drop("_ls")
+    )
 
 
 def _segment_columns(act: pl.DataFrame) -> list[str]:

@@ -417,3 +417,50 @@ def test_profiler_start_transient_is_left_out_of_the_account_and_the_waterfall(s
         m.frame["step"].unique().sort().to_list() == [2, 3, 4] and m.frame["mfu_pct"].to_list() == [10.0] * 6
     )
     assert note in m.notes
+
+
+def test_launches_by_hand_rows_in_order_or_not():
+    # per (rank, start): the earliest launch; starts 10 and 40 of rank 0 are shared (a null launch
+    # is none), the rest alone; the rows in (rank, start) order take the tied ones alone to a group
+    from traceprof.analyses.critical_path import _launches
+
+    rows = [(0, 10, 7), (0, 10, 3), (0, 20, None), (0, 40, None), (0, 40, None), (0, 50, 44), (1, 10, 9)]
+    act = pl.DataFrame(
+        rows, schema={"rank": pl.Int32, "start_ns": pl.Int64, "launch_ts_ns": pl.Int64}, orient="row"
+    )
+    want = [(0, 10, 3), (0, 20, None), (0, 40, None), (0, 50, 44), (1, 10, 9)]
+    for df in (act, act.reverse()):
+        got = _launches(df, pl.DataFrame(), [])
+        assert got.schema == {"rank": pl.Int32, "start_ns": pl.Int64, "launch_ns": pl.Int64}
+        assert sorted(got.rows(), key=str) == sorted(want, key=str)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gaps_take_the_launch_of_the_work_they_end_as_a_join(seed):
+    # the as-of join on sorted bounds gives each gap the launch a join on (rank, start) gives
+    import random
+
+    from traceprof.analyses.critical_path import _launched
+
+    rng = random.Random(seed)
+    starts = sorted(rng.sample(range(1000), 60))
+    launches = pl.DataFrame(
+        {
+            "rank": pl.Series([rng.randint(0, 2) for _ in starts], dtype=pl.Int32),
+            "start_ns": starts,
+            "launch_ns": [rng.choice([None, s - rng.randint(0, 50)]) for s in starts],
+        }
+    ).unique(["rank", "start_ns"])
+    nexts = [rng.choice([*starts, rng.randint(0, 1100)]) for _ in range(40)]
+    inner = pl.DataFrame(
+        {
+            "rank": pl.Series([rng.randint(0, 2) for _ in nexts], dtype=pl.Int32),
+            "start_ns": [n - 5 for n in nexts],
+            "_next": nexts,
+            "name": [f"k{i}" for i in range(len(nexts))],
+        }
+    )
+    want = inner.join(launches, left_on=["rank", "_next"], right_on=["rank", "start_ns"], how="left")
+    got = _launched(inner, launches)
+    assert got.columns == want.columns and got.sort("name").equals(want.sort("name"))
+    assert got["launch_ns"].null_count() < got.height

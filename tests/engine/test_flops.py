@@ -409,3 +409,57 @@ def test_the_signature_flops_outlast_the_sessions_let_go_between_heavy_groups(tm
         assert "traceprof.engine.flops.signature_flops" in {k[0] for k in kept}
         ops = _cause.work_ops(s.store, run_id)
     assert len(calls) == 1 and bare_ops.height > 0 and ops.equals(bare_ops)
+
+
+def test_ops_alone_in_their_lane_by_hand():
+    # lane (1, a): [0, 5) alone; [10, 20) holds [12, 15); [30, 40) and [30, 35) share a start;
+    # lane (1, null): [0, 3) and [5, 9) alone (a null pid is one lane); lane (1, b): [11, 13)
+    # alone (it overlaps [10, 20) of another lane only); [50, 60) touches [60, 60) (zero length)
+    df = pl.DataFrame(
+        {
+            "trace_id": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+            "pid": ["a", "a", "a", "a", "a", None, None, "b", "c", "c"],
+            "start_ns": [0, 10, 12, 30, 30, 0, 5, 11, 50, 60],
+            "end_ns": [5, 20, 15, 40, 35, 3, 9, 13, 60, 60],
+            "prio": [1] * 10,
+        }
+    )
+    got = flops._alone(df, ["trace_id", "pid"]).to_list()
+    assert got == [True, False, False, False, False, True, True, True, False, False]
+    # a null bound: the tree decides every op
+    nulls = df.with_columns(
+        pl.when(pl.col("start_ns") == 11).then(None).otherwise(pl.col("end_ns")).alias("end_ns")
+    )
+    assert not flops._alone(nulls, ["trace_id", "pid"]).any()
+    # one more op alone, [70, 80); then a copy of it (alike in start, end and prio: which of two such
+    # ops is the other's parent is the sort's choice): every op goes to the tree
+    twin = pl.concat(
+        [
+            df,
+            df.slice(9, 1).with_columns(
+                pl.lit(70, pl.Int64).alias("start_ns"), pl.lit(80, pl.Int64).alias("end_ns")
+            ),
+        ]
+    )
+    assert flops._alone(twin, ["trace_id", "pid"]).to_list() == [*got, True]
+    assert not flops._alone(pl.concat([twin, twin.tail(1)]), ["trace_id", "pid"]).any()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_leaf_ops_are_those_of_the_whole_call_tree(seed):
+    # random ops (nested, overlapping, zero-length, tied starts, some far apart): the ops that are
+    # alone in their lane plus the leaves of the tree of the others are the leaves of the tree of all
+    df = _random_ops(seed, 60 + seed * 5)
+    if seed % 3 == 0:  # spread out, no two alike in a lane: many ops alone
+        df = df.with_columns(
+            pl.col("start_ns") * 50, (pl.col("start_ns") * 49 + pl.col("end_ns")).alias("end_ns")
+        )
+        df = df.unique(["trace_id", "tid", "start_ns", "end_ns", "prio"], keep="first", maintain_order=True)
+    df = df.with_row_index("_op")
+    lane = ["trace_id", "tid"]
+    tree = with_parents(df, lane, priority="prio")
+    want = sorted(tree.filter(~pl.col("id").is_in(tree["parent"].drop_nulls().implode()))["_op"].to_list())
+    got = flops._leaves(df, lane).to_list()
+    assert sorted(got) == want and len(got) == len(set(got))
+    if seed % 3 == 0:
+        assert flops._alone(df, lane).any()

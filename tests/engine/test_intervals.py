@@ -156,3 +156,55 @@ def test_concat_taking_is_the_one_chunk_concat(seed: int) -> None:
     assert all(p.width == 0 for p in taken)
     assert got["none"].null_count() == got.height
     assert all(p.width == 7 for p in parts)  # the frames given are not changed, only the list
+
+
+def test_strictly_sorted_by_hand() -> None:
+    from traceprof.engine.intervals import _strictly_sorted
+
+    df = pl.DataFrame({"rank": [0, 0, 1, 1], "start_ns": [5, 7, 1, 2]})
+    assert _strictly_sorted(df, ["rank", "start_ns"])
+    assert not _strictly_sorted(
+        df.with_columns(pl.Series("start_ns", [5, 5, 1, 2])), ["rank", "start_ns"]
+    )  # a tie
+    assert not _strictly_sorted(df.reverse(), ["rank", "start_ns"])
+    assert not _strictly_sorted(df.with_columns(pl.Series("rank", [0, 0, 1, None])), ["rank", "start_ns"])
+    assert _strictly_sorted(df.head(1), ["rank", "start_ns"]) and _strictly_sorted(df.head(0), ["rank"])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_tile_of_rows_in_start_order_is_the_tile_of_any_order(seed: int) -> None:
+    # rows in (rank, start) order, no two alike there (a rank's compute rows of the activity): tile
+    # leaves them in that order, unsorted; the pieces are those of the same rows in any order
+    from traceprof.engine.intervals import tile
+
+    rng = random.Random(seed)
+    rows, at = [], {0: 0, 1: 0}
+    for r in (0, 0, 0, 1, 1) * 8:
+        at[r] += rng.randint(1, 20)
+        rows.append((r, at[r], at[r] + rng.choice([0, 3, 30, 100]), rng.choice(["a", "b", None])))
+    df = pl.DataFrame(sorted(rows), schema=["rank", "start_ns", "end_ns", "name"], orient="row")
+    want = tile(df.sample(fraction=1.0, shuffle=True, seed=seed), ["rank"])
+    assert tile(df, ["rank"]).equals(want) and want.height
+
+
+@pytest.mark.parametrize("numbered", [True, False])
+def test_cut_by_hand_with_runs_numbered_as_rows_or_not(numbered: bool) -> None:
+    # runs [0, 10) step 1, [10, 20) step 2, [30, 40) step 3; a [5, 35) -> three pieces, b [21, 29)
+    # none, c [38, 50) -> [38, 40) of step 3; the run positions by row (cut's) or not (other groups)
+    from traceprof.engine.intervals import _intersect_runs, cut
+
+    runs = pl.DataFrame(
+        {"rank": [0, 0, 0], "start_ns": [0, 10, 30], "end_ns": [10, 20, 40], "step": [1, 2, 3]}
+    )
+    a = pl.DataFrame(
+        {"rank": [0, 0, 0], "start_ns": [5, 21, 38], "end_ns": [35, 29, 50], "name": ["a", "b", "c"]}
+    )
+    want = [(0, 5, 10, "a", 1), (0, 10, 20, "a", 2), (0, 30, 35, "a", 3), (0, 38, 40, "c", 3)]
+    if numbered:
+        assert sorted(cut(a, runs, "rank", ["step"]).rows()) == want
+        return
+    r = runs.select("rank", "start_ns", "end_ns", (pl.col("step").cast(pl.Int64) + 100).alias("_c"))
+    got = _intersect_runs(a, r, "rank", keep="_pos").select(
+        "rank", "start_ns", "end_ns", "name", pl.col("_pos") - 100
+    )
+    assert sorted(got.rows()) == want

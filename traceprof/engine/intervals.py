@@ -321,9 +321,12 @@ def tile(df: pl.DataFrame, by: list[str], order: list[str] | None = None) -> pl.
     rest = [
         c for c, t in s.schema.items() if c not in keys and (t.is_numeric() or t in (pl.Utf8, pl.Boolean))
     ]
-    s = s.sort(
-        [*keys, *rest], descending=[False] * (len(keys) - 1) + [True] + [False] * len(rest), nulls_last=True
-    )
+    if not _strictly_sorted(s, [*by, "start_ns"]):  # else no two rows tie on the keys: already in their order
+        s = s.sort(
+            [*keys, *rest],
+            descending=[False] * (len(keys) - 1) + [True] + [False] * len(rest),
+            nulls_last=True,
+        )
     before = pl.col("end_ns").cum_max().shift(1)
     before = (before.over(by) if by else before).fill_null(_LO)
     return s.with_columns(pl.max_horizontal("start_ns", before).alias("start_ns")).filter(
@@ -429,13 +432,30 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | Non
         .with_columns(pl.int_ranges("_i0", pl.col("_i1") + 1, dtype=pl.Int64).alias("_c"))
         .drop("_i0", "_i1")
         .explode("_c")
-        .join(runs.select("_c", pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re")), on="_c")
     )
+    bounds = runs.select("_c", pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re"))
+    if runs.select((pl.col("_c") == pl.int_range(pl.len(), dtype=pl.Int64)).all()).item():
+        # positions numbered as rows (complement's, cut's): each piece's run is taken by its row, no join
+        pairs = pairs.with_columns(bounds.select("_rs", "_re")[pairs.get_column("_c")])
+    else:
+        pairs = pairs.join(bounds, on="_c")
     out = pairs.with_columns(
         pl.max_horizontal("start_ns", "_rs").alias("start_ns"),
         pl.min_horizontal("end_ns", "_re").alias("end_ns"),
     ).drop("_rs", "_re")
     return out.rename({"_c": keep}) if keep else out.drop("_c")
+
+
+def _strictly_sorted(df: pl.DataFrame, keys: list[str]) -> bool:
+    """Whether ``df``'s rows increase strictly by ``keys`` (ascending, lexicographic) and no key is null:
+    then any sort whose first keys are ``keys`` leaves them in this order (a rank's compute rows of
+    ``traceprof.engine.activity``, that :func:`tile` need not sort again by every column). One pass."""
+    if df.select(pl.any_horizontal(pl.col(keys).is_null().any())).item():
+        return False
+    if df.height < 2:
+        return True
+    after, _ = _after(keys)
+    return bool(df.select(after.slice(1).all()).item())
 
 
 def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
@@ -444,14 +464,21 @@ def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
     sorted again."""
     if df.height < 2:
         return True
-    ok: pl.Expr = pl.lit(False)
+    after, tie = _after(keys)
+    return bool(df.select((after | tie).slice(1).all()).item())
+
+
+def _after(keys: list[str]) -> tuple[pl.Expr, pl.Expr]:
+    """Per row: whether it comes after the row before it by ``keys`` (ascending, lexicographic,
+    nulls first), and whether it ties with it on every key (false and true on the first row)."""
+    after: pl.Expr = pl.lit(False)
     tie: pl.Expr = pl.lit(True)
     for k in keys:
         c, p = pl.col(k), pl.col(k).shift(1)
         gt = (c > p).fill_null(False) | (p.is_null() & c.is_not_null())  # nulls sort first
         eq = (c == p).fill_null(False) | (p.is_null() & c.is_null())
-        ok, tie = ok | (tie & gt), tie & eq
-    return bool(df.select((ok | tie).slice(1).all()).item())
+        after, tie = after | (tie & gt), tie & eq
+    return after, tie
 
 
 def class_measures(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:

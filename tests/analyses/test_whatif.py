@@ -747,3 +747,20 @@ def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypat
     assert cones == full
     ranks = [b for b in cones["blame"] if b["by"] == "rank"]  # type: ignore[union-attr]
     assert any(b["slowdown"] > 1 for b in ranks)  # some rank's put-back values did change a step
+
+
+def test_charged_sort_by_rank_and_step_is_the_three_key_sort() -> None:
+    """``_charged``'s sort of the items by rank, step and node order: one argsort of the three as
+    one number where they fit, else the three-key sort; both give ``np.lexsort``'s order (ties of
+    rank and step kept in node order, negative ranks and steps, ranges too wide for one number)."""
+    import numpy as np
+
+    from traceprof.analyses import whatif
+
+    rng = np.random.default_rng(7)
+    for lo, hi in ((0, 4), (-3, 3), (-(2**40), 2**40)):
+        items = np.sort(rng.choice(10_000, 3_000, replace=False))
+        rank = rng.integers(lo, hi, len(items))
+        step = rng.integers(lo, hi, len(items))
+        assert np.array_equal(whatif._by_rank_step(items, rank, step), np.lexsort((items, step, rank)))
+    assert len(whatif._by_rank_step(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0

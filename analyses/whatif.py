@@ -830,9 +830,12 @@ def _notes(
             b = blame.filter((pl.col("by") == by) & (pl.col("kind") == kind))
             if b.height and b["slowdown"][0] - 1 > 1e-6:
                 top = b.row(0, named=True)
+                # no share where the kind's own base has no excess (gaps=median: replay / ideal
+                # at most 1 while actual / ideal is above it)
+                share = top["excess_alone_pct"]
                 notes.append(
-                    f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}, "
-                    f"{top['excess_alone_pct']:.0f}% of the excess on its own)"
+                    f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}"
+                    + (f", {share:.0f}% of the excess on its own)" if share is not None else ")")
                 )
     notes.append(
         "blame shares are each group alone and not additive: groups late at the same collectives each "

@@ -764,3 +764,24 @@ def test_charged_sort_by_rank_and_step_is_the_three_key_sort() -> None:
         step = rng.integers(lo, hi, len(items))
         assert np.array_equal(whatif._by_rank_step(items, rank, step), np.lexsort((items, step, rank)))
     assert len(whatif._by_rank_step(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0
+
+
+def test_gaps_median_notes_a_blocking_group_without_a_share_of_no_excess(store) -> None:
+    """``gaps=median`` on the clean sample: S (actual / ideal) is 1.075 while the blocking blame's
+    base, replay / ideal, has no excess, so its groups have no share (null): the notes name the
+    largest groups with their alone S and no share (a TypeError formatting the null before)."""
+    import polars as pl
+
+    if not (SAMPLES / "clean" / "rank3.trace.json.gz").exists():
+        pytest.skip("sample not recorded")
+    ingest(store, [SAMPLES / "clean"], run="clean")
+    res = analyze(store, "whatif", run="clean", gaps="median")
+    blocking = res.blame.filter(pl.col("kind") == "blocking")
+    assert blocking["excess_alone_pct"].null_count() == blocking.height
+    assert res.summary["model_slowdown"][0] == 1.0 and res.summary["slowdown"][0] > 1.0
+    ranks = [n for n in res.notes if n.startswith("blocking: largest by rank")]
+    top = blocking.filter(pl.col("by") == "rank").row(0, named=True)
+    assert ranks == [f"blocking: largest by rank: {top['group']} (alone S = {top['slowdown']:.3f})"]
+    assert any(
+        n.startswith("host: largest by rank") and "% of the excess on its own)" in n for n in res.notes
+    )

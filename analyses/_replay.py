@@ -280,6 +280,7 @@ class Timeline:
     names: pl.Series = field(default_factory=lambda: pl.Series(dtype=pl.Utf8))
     _by_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     _succ: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    _ends: tuple[np.ndarray, np.ndarray] | None = None
 
     def successors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Computed once: (``succ_ptr``, ``succ``: the edges in CSR form by source, of ``pred``'s
@@ -315,6 +316,28 @@ class Timeline:
             )
             self._by_step = (order, seg, steps, np.array([start[int(x)] for x in steps], dtype=np.float64))
         return self._by_step
+
+    def step_ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """Computed once: :meth:`by_step`'s order and step offsets with only the nodes that can
+        end their step in a replay whose weights are all at least 0: those without a successor in
+        their step (instance nodes aside). A node with one ends no later than it (the max of its
+        predecessors' ends plus a weight >= 0; a NaN goes on to it too), so each step's latest end
+        over these nodes is the latest over all its nodes, bit for bit; every step keeps one (its
+        same-step successors end at such a node). 8 x 1 M events: 2.7 M nodes -> 0.13 M."""
+        if self._ends is None:
+            order, seg = self.by_step()[:2]
+            step, kind = self.nodes["step"].to_numpy(), self.nodes["kind"].to_numpy()
+            n = len(step)
+            dst = np.repeat(np.arange(n, dtype=self.pred.dtype), np.diff(self.pred_ptr))
+            same = (kind[dst] != 2) & (step[dst] == step[self.pred])
+            del dst
+            ends = np.ones(n, bool)
+            ends[self.pred[same]] = False
+            del same
+            keep = ends[order]
+            counts = np.add.reduceat(keep.astype(np.int64), seg) if len(order) else np.zeros(0, np.int64)
+            self._ends = (order[keep], (np.cumsum(counts) - counts).astype(seg.dtype))
+        return self._ends
 
 
 def _deps_of(start: np.ndarray, end: np.ndarray, slack: np.ndarray, eps: int, v: int) -> np.ndarray:

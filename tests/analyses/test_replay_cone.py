@@ -231,3 +231,60 @@ def test_cone_replay_equals_the_reference_on_runs(store, tmp_path, job, paths) -
         assert np.array_equal(got_i, want_i) and _same_bits(got_v, want_v)
         assert _same_bits(pb.step_t(at, w_at), _reference_step_t(pb, at, w_at))
     assert any(len(s) for s in sets)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_step_maxima_over_the_step_ends_equal_those_over_every_node(seed: int) -> None:
+    """``Timeline.step_ends`` (the nodes with no successor in their step, instance nodes aside):
+    with weights at least 0 each step's latest end over them is the latest over all its nodes, bit
+    for bit, in a replay and in every put-back; a weight below 0 takes every node again."""
+    rng = np.random.default_rng(100 + seed)
+    tl = _random_timeline(rng, int(rng.integers(1, 300)), int(rng.integers(1, 30)), int(rng.integers(1, 6)))
+    n = tl.nodes.height
+    order, seg = tl.step_ends()
+    all_order, all_seg = tl.by_step()[:2]
+    assert len(seg) == len(all_seg) and len(order) <= len(all_order)
+    assert set(order.tolist()) <= set(all_order.tolist())
+    w = rng.integers(0, 4, n).astype(np.float64)
+    val = _replay.replay_weights(tl, w.copy())
+    assert _same_bits(whatif._step_t(tl, val, w), whatif._step_t(tl, val))
+    pb, every = whatif._PutBack(tl, w, val), whatif._PutBack(tl, w, val, ends=False)
+    assert pb.ends and not every.ends
+    a, b = tl.levels[len(tl.levels) // 2]
+    cases = [
+        np.array([0]),
+        np.arange(a, b),
+        np.arange(n),
+        np.sort(rng.choice(n, min(n, n // 3 + 1), replace=False)),
+    ]
+    for at in cases:
+        for w_at in (
+            rng.integers(0, 6, len(at)).astype(np.float64),
+            w[at] + 100.0,
+            np.where(rng.random(len(at)) < 0.05, np.nan, w[at] * 0.5),  # NaN: every node
+            w[at] - 3.0,  # below 0: every node
+        ):
+            with np.errstate(invalid="ignore"):
+                assert _same_bits(pb.step_t(at, w_at), every.step_t(at, w_at))
+            w2 = w.copy()
+            w2[at] = w_at
+            with np.errstate(invalid="ignore"):
+                full = _replay.replay_weights(tl, w2)
+                assert _same_bits(whatif._step_t(tl, full, w2), whatif._step_t(tl, full))
+
+
+def test_step_ends_of_a_run_are_its_ranks_last_items(store, tmp_path) -> None:
+    """On a generated job each step's ends are a few nodes (each rank's last items, its arrivals
+    and collective ends), not all its nodes; the replays' step times over them are those over all."""
+    ingest(store, [_gen_job(tmp_path / "job", ranks=4, group=2, steps=3, events=300)], run="job")
+    run_id = store.resolve_run("job")
+    comm, _ = _replay.comm_items(store, run_id, None)
+    tl = _replay.build(_replay.compute_items(store, run_id), comm)
+    order, seg = tl.step_ends()
+    all_order = tl.by_step()[0]
+    assert 0 < len(order) < len(all_order) / 4
+    kind = tl.nodes["kind"].to_numpy()
+    assert not (kind[order] == 2).any()
+    w = tl.nodes["gap"].to_numpy() + tl.nodes["dur"].to_numpy()
+    val = _replay.replay_weights(tl, w)
+    assert _same_bits(whatif._step_t(tl, val, w), whatif._step_t(tl, val))

@@ -748,3 +748,41 @@ def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypat
     assert cones == full
     ranks = [b for b in cones["blame"] if b["by"] == "rank"]  # type: ignore[union-attr]
     assert any(b["slowdown"] > 1 for b in ranks)  # some rank's put-back values did change a step
+
+
+def test_charged_sort_by_rank_and_step_is_the_three_key_sort() -> None:
+    """``_charged``'s sort of the items by rank, step and node order: one argsort of the three as
+    one number where they fit, else the three-key sort; both give ``np.lexsort``'s order (ties of
+    rank and step kept in node order, negative ranks and steps, ranges too wide for one number)."""
+    import numpy as np
+
+    from traceprof.analyses import whatif
+
+    rng = np.random.default_rng(7)
+    for lo, hi in ((0, 4), (-3, 3), (-(2**40), 2**40)):
+        items = np.sort(rng.choice(10_000, 3_000, replace=False))
+        rank = rng.integers(lo, hi, len(items))
+        step = rng.integers(lo, hi, len(items))
+        assert np.array_equal(whatif._by_rank_step(items, rank, step), np.lexsort((items, step, rank)))
+    assert len(whatif._by_rank_step(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0
+
+
+def test_gaps_median_notes_a_blocking_group_without_a_share_of_no_excess(store) -> None:
+    """``gaps=median`` on the clean sample: S (actual / ideal) is 1.075 while the blocking blame's
+    base, replay / ideal, has no excess, so its groups have no share (null): the notes name the
+    largest groups with their alone S and no share (a TypeError formatting the null before)."""
+    import polars as pl
+
+    if not (SAMPLES / "clean" / "rank3.trace.json.gz").exists():
+        pytest.skip("sample not recorded")
+    ingest(store, [SAMPLES / "clean"], run="clean")
+    res = analyze(store, "whatif", run="clean", gaps="median")
+    blocking = res.blame.filter(pl.col("kind") == "blocking")
+    assert blocking["excess_alone_pct"].null_count() == blocking.height
+    assert res.summary["model_slowdown"][0] == 1.0 and res.summary["slowdown"][0] > 1.0
+    ranks = [n for n in res.notes if n.startswith("blocking: largest by rank")]
+    top = blocking.filter(pl.col("by") == "rank").row(0, named=True)
+    assert ranks == [f"blocking: largest by rank: {top['group']} (alone S = {top['slowdown']:.3f})"]
+    assert any(
+        n.startswith("host: largest by rank") and "% of the excess on its own)" in n for n in res.notes
+    )

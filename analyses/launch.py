@@ -42,34 +42,70 @@ from traceprof.storage.store import Store
 #: computes the same from these rows. ``kept``: the rows launch reads, its kernels (memcpy and
 #: memset aside) less the records flagged at ingest as impossible (another clock domain, far
 #: outside the steps); a kernel a few us before its launch call (``launch_skew``: clock jitter) is
-#: counted but has no latency. The launch calls are joined as the view joins them (a correlation
-#: id's first runtime call, unflagged or clipped), but ``graph_call`` is that call's
-#: ``name ILIKE '%GraphLaunch%'`` taken by ``arg_min`` over the calls, not its name: an
-#: ``arg_min`` of a text per launch call was most of the query's time (0.27 of 0.33 s per rank of
-#: 8 x 1 M). ``$traces``, ``$ktraces``: the trace filter (one trace or none), on both sides of the join.
+#: counted but has no latency. ``$traces``: the trace filter (one trace or none).
 _GPU_ROWS = f"""
-SELECT k.trace_id, k.rank, k.device, k.stream, k.step, k.ts_ns, k.dur_ns, k.ts_ns + k.dur_ns AS end_ns,
-       k.correlation, r.ts_ns AS launch_ts_ns, r.graph_call, k.flag = 'launch_skew' AS skewed,
-       k.kind = 'kernel' AND {valid_sql("k")} AS kept, {valid_sql("k")} AS valid
-FROM events k
-LEFT JOIN (
-  SELECT trace_id, correlation, min(ts_ns) AS ts_ns,
-         arg_min(name ILIKE '%GraphLaunch%', ts_ns) AS graph_call
-  FROM events
-  WHERE run_id = $1$traces AND kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL
-    AND (flag IS NULL OR flag = 'overrun')
-  GROUP BY ALL
-) r ON r.trace_id = k.trace_id AND r.correlation = k.correlation
-WHERE k.run_id = $1$ktraces AND k.kind IN ('kernel', 'memcpy', 'memset')
+SELECT trace_id, rank, device, stream, step, ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, correlation,
+       flag = 'launch_skew' AS skewed, kind = 'kernel' AND {valid_sql("")} AS kept, {valid_sql("")} AS valid
+FROM events
+WHERE run_id = $1$traces AND kind IN ('kernel', 'memcpy', 'memset')
+"""
+
+#: The launch calls the GPU rows are joined to, as the ``kernels`` view joins them (a correlation
+#: id's first runtime call, unflagged or clipped: :func:`_with_launch`), with the call's
+#: ``name ILIKE '%GraphLaunch%'`` (``graph_call``), not its name. Read apart from the GPU rows
+#: and joined in polars by a sorted merge: a DuckDB join of the calls grouped by correlation id
+#: (``arg_min`` of the graph test by start) was most of launch's CPU on 8 x 1 M (about 0.2 s of
+#: 0.3 s per rank in its hash aggregate), and one scan of both kinds cost more than two.
+_CALLS = """
+SELECT trace_id, correlation, ts_ns AS launch_ts_ns, name ILIKE '%GraphLaunch%' AS graph_call
+FROM events
+WHERE run_id = $1$traces AND kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL
+  AND (flag IS NULL OR flag = 'overrun')
 """
 
 
 def _gpu_rows(store: Store, run_id: int, trace_id: int | None = None) -> pl.DataFrame:
-    """:data:`_GPU_ROWS` of run ``run_id``, of trace ``trace_id`` alone unless None."""
-    if trace_id is None:
-        return store.sql(_GPU_ROWS.replace("$ktraces", "").replace("$traces", ""), [int(run_id)])
-    sql = _GPU_ROWS.replace("$ktraces", " AND k.trace_id = $2").replace("$traces", " AND trace_id = $2")
-    return store.sql(sql, [int(run_id), int(trace_id)])
+    """The GPU rows of run ``run_id`` (:data:`_GPU_ROWS`; of trace ``trace_id`` alone unless
+    None), each with the start of its launch call (``launch_ts_ns``: the first of :data:`_CALLS`
+    of its trace and correlation id by start, None when there is none) and that call's
+    ``graph_call``."""
+    where = "" if trace_id is None else " AND trace_id = $2"
+    args = [int(run_id)] if trace_id is None else [int(run_id), int(trace_id)]
+    rows = store.sql(_GPU_ROWS.replace("$traces", where), args)
+    calls = store.sql(_CALLS.replace("$traces", where), args)
+    if trace_id is not None or rows.is_empty():
+        return _with_launch(rows, calls)
+    by_trace = calls.partition_by("trace_id", as_dict=True)
+    return pl.concat(
+        [
+            _with_launch(t, by_trace.get(key, calls.clear()))
+            for key, t in rows.partition_by("trace_id", as_dict=True).items()
+        ],
+        rechunk=True,
+    )
+
+
+def _with_launch(rows: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """GPU rows ``rows`` of one trace with their launch call's start and graph test (``calls``:
+    :data:`_CALLS` of the trace), by a sorted merge: the calls sorted by correlation id and start
+    (a stable sort: of tied calls, the first read), each id's first kept, and each row's id looked
+    up in them by binary search (a third of a polars hash join's CPU on 8 x 1 M)."""
+    corr = pl.col("correlation")
+    calls = calls.sort("correlation", "launch_ts_ns", maintain_order=True).filter(
+        corr.ne_missing(corr.shift(1))
+    )
+    cols = ["trace_id", "rank", "device", "stream", "step", "ts_ns", "dur_ns", "end_ns", "correlation"]
+    out = [*cols, "launch_ts_ns", "graph_call", "skewed", "kept", "valid"]
+    if calls.is_empty():
+        return rows.with_columns(
+            pl.lit(None, pl.Int64).alias("launch_ts_ns"), pl.lit(None, pl.Boolean).alias("graph_call")
+        ).select(out)
+    ids, want = calls["correlation"], rows["correlation"]
+    at = ids.search_sorted(want.fill_null(0), side="left").clip(0, calls.height - 1)
+    hit = ids.gather(at).eq_missing(want) & want.is_not_null()
+    return rows.with_columns(
+        pl.when(hit).then(calls[c].gather(at)).alias(c) for c in ("launch_ts_ns", "graph_call")
+    ).select(out)
 
 
 #: The columns of the kernels launch reads, in order (``kernels`` view columns, ``graph_call``,
@@ -100,7 +136,10 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
     them where several tie), when the call is in the trace (``launch_ts_ns`` not null); and
     ``launch_rows``, how many of the rows returned share the row's trace and correlation id."""
     group = ("trace_id", "correlation")
-    rows = rows.with_columns(pl.len().over(group).alias("_n"))
+    # one trace whose rows each have an id of their own (as most do): every group is of one row,
+    # told without a hash of the rows by group (most of this function's time on 8 x 1 M)
+    alone_all = rows["trace_id"].n_unique() == 1 and rows["correlation"].n_unique() == rows.height
+    rows = rows.with_columns((pl.lit(1, pl.UInt32) if alone_all else pl.len().over(group)).alias("_n"))
     launched = pl.col("launch_ts_ns").is_not_null()
     # a row alone in its group is its first (and its launch's first GPU start); the groups of
     # several (graph replays) are sorted

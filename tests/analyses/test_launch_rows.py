@@ -105,3 +105,30 @@ def test_first_of_launch_equals_the_views_window_on_real_traces(store, path):
     new, old = _new_and_old(store, 1)
     assert old.height > 0
     assert_frame_equal(new, old, check_exact=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_launch_calls_of_a_run_equal_the_views_when_an_id_has_several_calls(store, tmp_path, seed):
+    """The launch call of a GPU row is the first (by start) runtime call of its trace and
+    correlation id, as the view joins it, also where an id has several calls (a graph launch
+    and a plain one, either first) and when the whole run's rows are read at once (2 ranks)."""
+    rnd = random.Random(100 + seed)
+    paths = []
+    for rank in range(2):
+        events = _events(seed + rank)
+        for c in rnd.sample(range(1, 60), 20):  # a second call of the id, either side of the first
+            name = rnd.choice(["cudaGraphLaunch", "cudaLaunchKernel"])
+            events.append(launch(rnd.randint(0, 9_000_000) / 1000 + 0.0005, c, name=name))
+        paths.append(kineto(tmp_path / f"r{rank}.json.gz", events, rank=rank, world_size=2))
+    ingest(store, paths, run="r")
+    old = store.sql(
+        f"SELECT *, count(*) OVER (PARTITION BY trace_id, correlation) AS launch_rows FROM ({OLD})", [1]
+    ).sort(_ORDER)
+    calls = store.sql(
+        "SELECT count(*) - count(DISTINCT (trace_id, correlation)) AS n FROM events WHERE kind = 'cuda_runtime'"
+    )
+    assert calls["n"][0] > 20  # ids with several calls
+    assert old["graph_call"].sum() > 0 and old["launch_ts_ns"].null_count() > 0
+    new = launch_mod._kernels(launch_mod._gpu_rows(store, 1))
+    new = new.drop("measured", "first_gpu_ns").with_columns(pl.col("launch_rows").cast(pl.Int64))
+    assert_frame_equal(new.sort(_ORDER), old, check_exact=True)

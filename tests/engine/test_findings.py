@@ -88,7 +88,8 @@ def test_long_names_shortened_in_findings(store, tmp_path):
     ingest(store, [run])
     f = summarize(store, None)
     comm = [x for x in f.findings if x.topic == "communication"][0]
-    assert "after very_long_kernel (" in comm.text and len(comm.text) < 300, comm.text
+    # (the line without the name is about 300 characters: both medians named, the step account)
+    assert "after very_long_kernel (" in comm.text and len(comm.text) < 400, comm.text
     assert long in comm.full and comm.full.replace(long, "very_long_kernel") == comm.text
     # The report: the full text (a page has the room), not the short one with the full on hover.
     from traceprof.render.report import _findings_html

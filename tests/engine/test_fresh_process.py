@@ -305,52 +305,6 @@ def test_the_fresh_processs_results_wait_on_disk_until_the_light_analyses_beside
     assert all(isinstance(out[n], FrameResult) for n in HEAVY)
 
 
-def _queries_and_groups(task: Any) -> tuple[int, list[str], Any]:
-    """In the fresh process: the activity queries it ran, the files of its command's folder once
-    its analyses are done and what :func:`findings._fresh_groups` returns."""
-    from traceprof.engine import activity
-
-    real = activity._query
-    queries: list[object] = []
-    activity._query = lambda *a, **k: queries.append(k) or real(*a, **k)  # this process's own
-    got = findings._fresh_groups(task)
-    return len(queries), sorted(p.name for p in Path(task[5]).iterdir()), got
-
-
-def test_a_report_with_a_fresh_process_runs_the_activity_query_once_and_removes_its_file_at_the_end(
-    db: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fresh process writes the run's activity frame to the command's folder first; its heavy
-    analyses and the light ones here take what they read from that file (before: the compute
-    items', critical_path's and the light ones' frame were three queries), with the results of a
-    report without a fresh process; the file goes with the session."""
-    from traceprof.engine import activity
-
-    here_out, sent, _ = _report(db, 2, monkeypatch, None)
-    assert sent == []
-    monkeypatch.setenv("TRACEPROF_FRESH_EVENTS", "0")
-    there: list[tuple[int, list[str]]] = []
-    real_call = procs.call_in_fresh_process
-
-    def calling(fn, task, poll=None, env=None, killed=None):
-        n, files, got = real_call(_queries_and_groups, task, poll, env, killed)
-        there.append((n, files))
-        return got
-
-    real = activity._query
-    queries: list[object] = []
-    monkeypatch.setattr(activity, "_query", lambda *a, **k: queries.append(k) or real(*a, **k))
-    monkeypatch.setattr(procs, "call_in_fresh_process", calling)
-    with Store(db, read_only=True) as s, Session(s, threads=2) as sess:
-        out = findings.run_analyses(s, s.resolve_run(None), PARAMS)
-        assert sess.scratch is not None
-        folder = sess.scratch
-        assert sorted(p.name for p in folder.iterdir()) == ["activity-1.arrow"]  # the results read
-    assert there == [(1, ["activity-1.arrow", "heavy.pickle"])] and queries == []
-    assert not folder.exists()
-    _equal(out, here_out)
-
-
 def _interrupt_at(moment: str, monkeypatch: pytest.MonkeyPatch, results: Path) -> list[bool]:
     """Make `report` stop with Ctrl-C at ``moment`` of its fresh process; the list it gives says (at
     the end) that the results folder held the process's kept results by then, where it can."""

@@ -32,11 +32,8 @@ for CPU rows the op itself).
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -45,15 +42,7 @@ from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import sql_texts
 from traceprof.engine import intervals
-from traceprof.engine.analysis import (
-    drop_shared,
-    lasting,
-    memo_store,
-    release_shared,
-    reusing,
-    shared,
-    shared_done,
-)
+from traceprof.engine.analysis import drop_shared, lasting, release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.runs import run_label
@@ -65,7 +54,6 @@ if TYPE_CHECKING:
 __all__ = [
     "activity",
     "release_activity",
-    "share_activity",
     "run_activity",
     "excluded_note",
     "ACTIVITY_COLUMNS",
@@ -252,9 +240,7 @@ def activity(
     if columns is not None and not {"rank", "start_ns", "end_ns", "step"} <= set(columns):
         raise ValueError(f"activity columns {columns}: rank, start_ns, end_ns and step are needed")
     held = shared_done(_activity, store, run_id, hta=hta, detail=True)
-    # the frame a process of this command wrote (:func:`share_activity`): read from its file
-    filed = not held and _written(store, run_id, hta)
-    if held or filed or (reusing(store) and (columns is None or not alone)):
+    if held or (reusing(store) and (columns is None or not alone)):
         # one query per run inside a report: what is asked for taken from the detail frame (a few
         # columns asked for first ``alone`` are read alone: idle's, in a third less time); the
         # report's first heavy analysis takes its columns from the frame its light ones shared
@@ -262,12 +248,8 @@ def activity(
         full = _activity(store, run_id, hta=hta, detail=True)
         cols = full.columns if columns is None and detail else columns or ACTIVITY_COLUMNS
         if classes is not None:  # only the selected columns of those rows copied
-            out = full.lazy().filter(pl.col("class").is_in(list(classes))).select(cols).collect()
-        else:
-            out = full if columns is None and detail else full.select(cols)
-        if filed and not keep:  # the file's pages are not held for later readers either
-            drop_shared(_activity, store, run_id, hta=hta, detail=True)
-        return out
+            return full.lazy().filter(pl.col("class").is_in(list(classes))).select(cols).collect()
+        return full if columns is None and detail else full.select(cols)
     df = _activity(store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
     if not keep:
         drop_shared(_activity, store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
@@ -293,88 +275,7 @@ def release_activity(
     release_shared(_activity, store, run_id, hta=hta, detail=True)
 
 
-def share_activity(store: Store, run_id: int, *, hta: bool = False) -> None:
-    """Write the run's whole detail frame (:func:`activity` with ``detail``, every column and row)
-    into the folder of the command that ``store``'s session shares with its other processes
-    (``Session.scratch``; nothing without one, or when it is there already), and keep nothing:
-    every later :func:`activity` of the command, in any of its processes, takes what it asks for
-    from that file instead of running the query again. The report's fresh process calls it first
-    (``traceprof.engine.findings``), before the heavy analyses' peaks: on 8 ranks x 1 M events the
-    query ran three times in a report (about 6 s CPU each), now once."""
-    path = _frame_path(store, run_id, hta)
-    if path is not None and not path.is_file():
-        _write_frame(path, _activity(store, run_id, hta=hta, detail=True))
-        drop_shared(_activity, store, run_id, hta=hta, detail=True)
-
-
-def _frame_path(store: Store, run_id: int, hta: bool) -> Path | None:
-    """The file of :func:`share_activity`'s frame in ``store``'s session's ``scratch`` folder, or None
-    (no such folder)."""
-    folder = getattr(getattr(memo_store(store), "session", None), "scratch", None)
-    return None if folder is None else Path(folder) / f"activity-{int(run_id)}{'-hta' if hta else ''}.arrow"
-
-
-def _written(store: Store, run_id: int, hta: bool) -> bool:
-    """Whether :func:`share_activity` has written the run's frame for this command."""
-    path = _frame_path(store, run_id, hta)
-    return path is not None and path.is_file()
-
-
-def _write_frame(path: Path, df: pl.DataFrame) -> None:
-    """Write ``df`` at ``path`` as uncompressed Arrow IPC, all or nothing (a reader sees the whole file
-    or none), one record batch per chunk, its text columns as the string views polars holds (no
-    copy; read back without one: :func:`_read_frame`). A file that cannot be written is no file:
-    its readers run the query."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    table = df.to_arrow(compat_level=pl.CompatLevel.newest())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        with pa.OSFile(str(tmp), "wb") as f, ipc.new_file(f, table.schema) as writer:
-            writer.write_table(table)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _read_frame(path: Path) -> pl.DataFrame:
-    """The frame :func:`_write_frame` wrote at ``path``, memory-mapped: its columns' pages are read
-    (and resident) only as they are touched, shared by the page cache, and nothing is copied."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    df = pl.from_arrow(ipc.open_file(pa.memory_map(str(path))).read_all(), rechunk=False)
-    assert isinstance(df, pl.DataFrame)
-    return df
-
-
-def _from_file(fn: Callable[..., pl.DataFrame]) -> Callable[..., pl.DataFrame]:
-    """Decorator of :func:`_activity`: the whole detail frame read from :func:`share_activity`'s file
-    where it is written, else ``fn``'s."""
-
-    @functools.wraps(fn)
-    def filed(
-        store: Store,
-        run_id: int,
-        *,
-        hta: bool,
-        detail: bool,
-        columns: tuple[str, ...] | None = None,
-        classes: tuple[str, ...] | None = None,
-    ) -> pl.DataFrame:
-        path = _frame_path(store, run_id, hta) if detail and columns is None and classes is None else None
-        if path is not None and path.is_file():
-            return _read_frame(path)
-        return fn(store, run_id, hta=hta, detail=detail, columns=columns, classes=classes)
-
-    return filed
-
-
 @shared
-@_from_file
 @kept_frame
 def _activity(
     store: Store,

@@ -53,7 +53,6 @@ from traceprof.core.trim import trim
 from traceprof.core.values import parse_bool
 from traceprof.engine import analysis as registry
 from traceprof.engine import session
-from traceprof.engine.activity import share_activity
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.engine.timing import analysis_mfu_options
 from traceprof.ingest.matching import run_missing_step_notes, step_shift_notes, stepless_notes
@@ -605,11 +604,8 @@ class _Phases:
             return
         folder = resultcache.make_for_another(s.store)  # the process's folders this one's: gone on Ctrl-C
         trim()  # this process waits meanwhile: glibc's free heap back to the system
-        folder = Path(s.enter(tempfile.TemporaryDirectory(prefix="traceprof-")))  # gone with the session
-        if s.scratch is None:  # the command's folder, where the process writes the activity frame
-            s.scratch = folder
-        spill = _Spilled(folder / "heavy.pickle")
-        task = (str(s.store.path), todo, s.threads, s.cache, str(spill.path), str(s.scratch))
+        spill = _Spilled(Path(s.enter(tempfile.TemporaryDirectory(prefix="traceprof-"))) / "heavy.pickle")
+        task = (str(s.store.path), todo, s.threads, s.cache, str(spill.path))
         try:
             more = procs.call_in_fresh_process(
                 _fresh_groups,
@@ -702,7 +698,7 @@ def _fresh_env() -> dict[str, str]:
 
 
 def _fresh_groups(
-    task: tuple[str, list[list[tuple[str, Any]]], int, bool, str, str],
+    task: tuple[str, list[list[tuple[str, Any]]], int, bool, str],
 ) -> list[tuple[str, Any, FrameResult | TraceprofError]]:
     """In a fresh process (:meth:`_Phases.in_fresh_process`): the groups of heavy analyses
     ``(name, params)`` on the store ``db``, opened read-only in a session of their own
@@ -712,11 +708,7 @@ def _fresh_groups(
     lets go of what its helpers keep (but their small ``lasting`` values) and the heap is trimmed.
 
     Each analysis's result or the error it gave is written, pickled, to the file ``spill``: a list
-    in the order given. First of all, before the heavy analyses' peaks, the run's activity frame is
-    written to the command's folder ``scratch`` (``traceprof.engine.activity.share_activity``) and
-    let go of: the heavy analyses here and the light ones in the parent read what they need from
-    that file instead of each running the query (on 8 ranks x 1 M events three queries of about
-    6 s CPU each were one).
+    in the order given.
 
     Returns:
         The results (errors) of the other analyses the session computed meanwhile
@@ -725,16 +717,14 @@ def _fresh_groups(
     Raises:
         UsageError: As the analyses raise it here.
     """
-    db, groups, threads, cache, spill, scratch = task
+    db, groups, threads, cache, spill = task
     asked = {(name, p) for group in groups for name, p in group}
     results = {}
     with session.open_session(db, read_only=True, cache=cache, threads=threads) as s, s.one_at_a_time():
-        s.scratch = Path(scratch)
-        with contextlib.suppress(TraceprofError):  # no such run: each analysis says so
-            share_activity(s.store, s.store.resolve_run(getattr(groups[0][0][1], "run", None)))
-        for names in groups:
-            s.let_go()
-            trim()  # the last group's (the frame's) freed arrays handed back before the next one's peak
+        for i, names in enumerate(groups):
+            if i:
+                s.let_go()
+                trim()  # the last group's freed arrays handed back before the next one's peak
             required = {r for name, _ in names for r in registry.get(name).requires}
             for name, p in sorted(names, key=lambda t: t[0] in required):
                 results[name, p] = _one(registry.get(name), s.store, p)

@@ -218,10 +218,6 @@ class Session:
         self._threads = threads
         self.memo: dict[Any, _Slot] | None = {} if memo else None
         self.many = many
-        #: A folder of this command's own (removed with it), where a large frame that several of
-        #: its processes read is written once (the report's activity frame:
-        #: ``traceprof.engine.activity``); None: none is written.
-        self.scratch: Path | None = None
         self._lock = threading.Lock()  # guards adding slots to the memo
         self._owns = owns_store
         self._stack = ExitStack()

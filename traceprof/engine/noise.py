@@ -25,7 +25,8 @@ when a run has one step):
   6. Verdict (:func:`judge`), with ``change`` and ``noise`` in % of the scale and threshold T:
      ``regression`` when k >= 2, change > T, change > noise and p < alpha; else ``inconclusive``
      when there is no noise estimate (one baseline run of one step), the noise exceeds T (the gate
-     cannot see a change of T), or the change exceeds T without the evidence for a regression
+     cannot see a change of T; but ``ok``, "no regression", with k >= 2 where the change plus the
+     noise is still under T: a faster candidate), or the change exceeds T without the evidence for a regression
      (not significant, or one baseline run: its run-to-run variance is unknown, so a change
      beyond the within-run noise may be the next run's load), or, with one baseline run, the
      candidate is better by more than T (the machine or the code changed, one baseline cannot
@@ -215,9 +216,11 @@ def judge(
     if k >= 2 and change_pct > threshold_pct and change_pct > noise_pct and p < alpha:
         return REGRESSION, f"{change} > threshold {threshold_pct:g}% and noise {noise_pct:.1f}%, p={p:.2g}"
     if noise_pct > threshold_pct:
-        if change_pct + noise_pct < threshold_pct:  # even at its noise floor the change stays under it
+        # two or more baseline runs (one cannot tell the code from the machine, below) and the change
+        # stays under the threshold even one noise SE worse: no regression (a faster candidate)
+        if k >= 2 and change_pct + noise_pct < threshold_pct:
             return OK, (
-                f"{NO_REGRESSION}: {change}, noise {noise_pct:.1f}%: at worst {change_pct + noise_pct:+.1f}%{of} "
+                f"{NO_REGRESSION}: {change}, noise {noise_pct:.1f}%: +1 SE {change_pct + noise_pct:+.1f}%{of} "
                 f"< threshold {threshold_pct:g}%"
             )
         return INCONCLUSIVE, f"noise {noise_pct:.1f}% > threshold {threshold_pct:g}%"

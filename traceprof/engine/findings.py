@@ -112,6 +112,9 @@ class Findings:
     #: What the findings rest on, said before them: the job's ranks that no trace holds
     #: (``traceprof.storage.runs.coverage_text``); empty when every rank was traced.
     coverage: str = ""
+    #: Whether the run has no ProfilerStep on any rank (the ranking's account is then of the ranks'
+    #: windows, not of step time).
+    stepless: bool = False
 
     @property
     def empty_text(self) -> str:
@@ -124,8 +127,7 @@ class Findings:
     def ranking(self) -> str:
         """How the findings are ranked, in words (the summary and the report say it)."""
         if any(f.recoverable_pct is not None for f in self.findings):
-            cp = self.results.get("critical_path")
-            if cp is not None and "step" in cp.frame.columns and cp.frame["step"].is_null().all():
+            if self.stepless:
                 return (
                     "Ranked by the time each could recover by the time account (critical_path; the run has no "
                     "steps: each rank's window is its first to last activity), in % of all ranks' windows; the "
@@ -898,6 +900,7 @@ def build(
         str(store.path),
         aliases,
         _coverage(store, run_id),
+        store.sql("SELECT 1 FROM events WHERE run_id = ? AND kind = 'step' LIMIT 1", [run_id]).is_empty(),
     )
 
 

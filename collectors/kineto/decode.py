@@ -317,14 +317,14 @@ def _cut(buf: bytes, target: int) -> tuple[int, list[_Ev]] | None:
         except msgspec.DecodeError as e:
             # an error inside the text (a NaN token, a bad character), not at the cut: the next cut
             # goes before it at once, not one event back at a time (each try decodes the whole prefix)
-            at = _byte_at(e)
+            at = byte_at(e)
             probe = at - 1 if at is not None and at - 1 < c else c
 
 
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
-def _byte_at(e: msgspec.DecodeError) -> int | None:
+def byte_at(e: msgspec.DecodeError) -> int | None:
     """The byte offset msgspec names in its message (``... (byte 1178)``), or None."""
     m = _BYTE.search(str(e))
     return int(m.group(1)) if m else None

@@ -60,7 +60,7 @@ from traceprof.collectors.kineto.checks import (
 from traceprof.collectors.kineto.collectives import collectives as _collectives
 from traceprof.collectors.kineto.columns import GPU_KINDS as _GPU_KINDS
 from traceprof.collectors.kineto.columns import STR_DICT, Frame, assign_steps, classes
-from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS, event_where
+from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS, byte_at, event_where
 from traceprof.collectors.kineto.decode import decode as decode_columns
 from traceprof.collectors.kineto.decode import rows as fast_rows
 from traceprof.core import limits, spill
@@ -213,10 +213,9 @@ _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
 
 def _non_finite(data: bytes, error: msgspec.DecodeError) -> tuple[int, bytes] | None:
     """(offset, token) when msgspec stopped at a non-finite number token, else None."""
-    m = re.search(r"\(byte (\d+)\)", str(error))
-    if m is None:
+    at = byte_at(error)
+    if at is None:
         return None
-    at = int(m.group(1))
     token = next((t for t in _NON_FINITE if data.startswith(t, at)), None)
     return None if token is None else (at, token)
 

@@ -696,7 +696,8 @@ def run(store: Store, params: Params) -> Result:
         frame, axis_ranks = _axes(act, labelled, rows, mesh)
         if what == "ops":
             notes.append(
-                "per-op trace (NDTimeline): communication and compute are its collective and compute ops"
+                "no kernels or CPU ops traced: communication and compute are the run's per-op records "
+                "(collectives; and NDTimeline's compute ops)"
             )
     comm = (
         labelled

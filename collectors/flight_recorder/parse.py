@@ -189,11 +189,19 @@ def _config_ranks(cfg: dict[str, Any]) -> Any:
     return ranks
 
 
+#: The ``pg_config`` description torch gives a group made without one (``new_group(group_desc=None)``).
+_NO_DESC = "undefined"
+
+
 def _members(doc: dict[str, Any]) -> tuple[dict[str, list[int]], list[int] | None]:
     """Member ranks per group name, key and description in ``pg_config``, and the only group's
-    members when every listed group has the same (else None)."""
+    members when every listed group has the same (else None). A description that several groups
+    of different members share in the dump, or torch's ``undefined`` (the description of every
+    ``new_group`` made without ``group_desc``: a group missing from this ``pg_config`` may carry
+    it too), names none of them."""
     members: dict[str, list[int]] = {}
     configs: list[list[int]] = []
+    descs: dict[str, set[tuple[int, ...]]] = {}
     raw_cfg = doc.get("pg_config")
     cfg: dict[Any, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
     for key, c in cfg.items():
@@ -203,8 +211,13 @@ def _members(doc: dict[str, Any]) -> tuple[dict[str, list[int]], list[int] | Non
                 isinstance(r, int) and fits(r, INT32) and r >= 0 for r in ranks
             ):
                 configs.append(ranks)
+                descs.setdefault(str(c.get("desc", "")), set()).add(tuple(ranks))
                 for name in {str(key), str(c.get("name", key)), str(c.get("desc", ""))} - {""}:
                     members.setdefault(name, ranks)
+    named = {str(k) for k in cfg} | {str(c.get("name")) for c in cfg.values() if isinstance(c, dict)}
+    for desc, sets in descs.items():
+        if (len(sets) > 1 or desc == _NO_DESC) and desc not in named:
+            members.pop(desc, None)
     return members, configs[0] if len({tuple(v) for v in configs}) == 1 else None
 
 

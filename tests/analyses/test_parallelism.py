@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.builders import BASE, SHIFT_US, collective_args, write_ndtimeline
+from tests.builders import BASE, SHIFT_US, collective_args, step, write_ndtimeline
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.analyses import _alltoall, _mesh, _pipeline, parallelism
 from traceprof.core.errors import UsageError
@@ -297,6 +297,32 @@ def test_unnamed_groups_are_axes_by_size_and_stride(store, tmp_path):
     # no axis in the rule's list: both by name, dim1 before dim2, so dim1 (the old tp) takes the
     # overlap as tp did: the same split as by hand above
     assert (frame["dim1"]["exposed_comm_ns"], frame["dim2"]["exposed_comm_ns"]) == (480 * US, 120 * US)
+
+
+def test_an_unnamed_group_whose_size_divides_no_mesh_is_no_axis(store, tmp_path):
+    # g5 variant nccl_inspector_records/nranks_1_3_4_cut_last, as Kineto: 4 ranks, the world group
+    # "0" and one group "9" described "undefined" of ranks 1, 2, 3 (evenly spaced, stride 1). 3
+    # divides no mesh of 4 ranks: it was axis dim1 of size 3 (its all-reduces and the world's
+    # counted on it, "multiply to 3, not the world size 4"); now the mesh is the world group alone:
+    # dp of 4 (DDP), every rank's coordinate its rank.
+    for r in range(4):
+        ev = [step(1, -5, 305), *_kernel("sm90_gemm_kernel", 0, 100, 10, 7)]
+        ev += _kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 60, 12, 20, **_allreduce("0", [0, 1, 2, 3], 1)
+        )
+        pgs = [_pg("0", "default_pg", [0, 1, 2, 3])]
+        if r:
+            ev += _kernel(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 200, 40, 13, 21, **_allreduce("9", [1, 2, 3], 1)
+            )
+            pgs.append(_pg("9", "undefined", [1, 2, 3]))
+        _write(tmp_path / "run" / f"rank{r}.json", ev, r, 4, pgs)
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "parallelism", "run")
+    assert res.ranks.columns == ["rank", "traced", "dp"]
+    assert res.ranks["dp"].to_list() == [0, 1, 2, 3]
+    assert [(r["axis"], r["size"]) for r in res.frame.iter_rows(named=True)] == [("dp", 4)]
+    assert not [n for n in res.notes if "not the world size" in n]
 
 
 def test_flight_recorder_groups(store):

@@ -189,6 +189,70 @@ def test_flight_recorder_replica_groups_of_different_sizes_are_one_run(store, tm
     assert _offsets(store) == dict.fromkeys(range(8), 0)
 
 
+def test_flight_recorder_group_missing_from_a_dumps_pg_config(store, tmp_path):
+    # g5 variant fr_two_groups_same_pg_name/missing_pg_config_entry_shared_desc: groups "0"
+    # default_pg [0..3]; "1" [0, 1], "2" [2, 3], "3" [0, 2], all three described "undefined"
+    # (torch's desc for new_group without group_desc). Rank 2's pg_config lacks group "3" (its
+    # entries of group 3 are there). all_reduce seq 1, 2 per group at k * 10 ms + 0 / 2 / 2 / 4 ms;
+    # created (arrival) us: "0" 0, 20, 40, 60 (ranks 0..3); "1" r0 0, r1 30; "2" r2 0, r3 50;
+    # "3" r0 0, r2 70; every member completes at +600 us. Group 3 on rank 2 was given [2, 3] (the
+    # first group described "undefined"), which split it into 4 one-rank instances, rank 3 "missing".
+    tmpl = json.loads((case("fr_two_groups_same_pg_name") / "rank0.fr.json").read_text())
+    a0 = tmpl["entries"][0]["time_created_ns"]
+    groups = {"0": ("default_pg", [0, 1, 2, 3]), "1": ("undefined", [0, 1]), "2": ("undefined", [2, 3])}
+    groups["3"] = ("undefined", [0, 2])
+    late = {"0": [0, 20, 40, 60], "1": [0, 30], "2": [0, 50], "3": [0, 70]}
+    at = {"0": 0, "1": 2_000, "2": 2_000, "3": 4_000}
+    d = tmp_path / "missing_pg_config_entry"
+    d.mkdir()
+    for r in range(4):
+        doc = json.loads(json.dumps(tmpl))
+        mine = [g for g, (_, m) in groups.items() if r in m]
+        doc["pg_config"] = {
+            g: {"name": g, "desc": groups[g][0], "ranks": str(groups[g][1])}
+            for g in mine
+            if (r, g) != (2, "3")
+        }
+        doc["pg_status"] = {g: dict.fromkeys(doc["pg_status"]["0"], "2") for g in mine}
+        entries = []
+        for k in range(2):
+            for g in mine:
+                e = json.loads(json.dumps(tmpl["entries"][0]))
+                created = a0 + (10_000 * k + at[g] + late[g][groups[g][1].index(r)]) * US
+                e.update(record_id=len(entries), pg_id=int(g), process_group=[g, groups[g][0]])
+                e.update(collective_seq_id=k + 1, op_id=k + 1, time_created_ns=created)
+                e["time_discovered_started_ns"] = created + 10 * US
+                e["time_discovered_completed_ns"] = a0 + (10_000 * k + at[g] + 600) * US
+                entries.append(e)
+        doc["entries"] = entries
+        (d / f"rank{r}.fr.json").write_text(json.dumps(doc))
+    ingest(store, [d])
+    inst = store.sql(
+        "SELECT pg, pg_ranks, seq, ranks_present, ranks_missing, arrival_skew_ns, last_rank "
+        "FROM collective_instances ORDER BY pg, seq"
+    ).rows()
+    # 8 instances, each with its group's members and none missing: group 3's members come from
+    # rank 0's dump ([0, 2]), as rank 2's own cannot say them.
+    assert inst == [
+        (g, str(m), k, m, [], skew, last)
+        for g, m, skew, last in (
+            ("0", [0, 1, 2, 3], 60_000, 3),
+            ("1", [0, 1], 30_000, 1),
+            ("2", [2, 3], 50_000, 3),
+            ("3", [0, 2], 70_000, 2),
+        )
+        for k in (1, 2)
+    ]
+    assert _offsets(store) == dict.fromkeys(range(4), 0)
+    per = {r["rank"]: r for r in analyze(store, "stragglers").frame.iter_rows(named=True)}
+    assert {r: (per[r]["instances"], per[r]["last_count"]) for r in per} == {
+        0: (6, 0),
+        1: (4, 2),
+        2: (6, 2),
+        3: (4, 4),
+    }
+
+
 # --- clock_offset_3ms: offsets in integer ns end to end
 
 

@@ -130,8 +130,39 @@ _LAYOUT = "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, in
             150,
             2,
         ),
+        # DeepEP's Hybrid-EP (namespace hybrid_ep): its cross-rank barrier, dispatch and combine,
+        # all communication, the case's figures (g5 variant hybrid_ep_kernels)
+        (
+            (
+                "void hybrid_ep::device_sync_kernel<8>(hybrid_ep::device_sync_param_t)",
+                "void hybrid_ep::dispatch_kernel<unsigned short, 8, 7168, true>(hybrid_ep::dispatch_kernel_param_t<unsigned short>)",
+                "void hybrid_ep::combine_kernel<8, 7168, false>(hybrid_ep::combine_kernel_param_t)",
+            ),
+            950,
+            200,
+            3,
+        ),
+        # Mooncake EP (namespace mooncake, and its JIT-compiled dispatch entry): the case's figures
+        # (g5 variant mooncake_ep_kernels)
+        (
+            (
+                "mooncake_ep_jit_dispatch_kernel",
+                "void mooncake::dispatch<false, 3, 10, 7168>(void*, float*, int*, long*, int*, int*, void*)",
+                "void mooncake::combine<3, 10, 7168, 9>(void*, void*, int*, void*, void*, int*, int*)",
+            ),
+            950,
+            200,
+            3,
+        ),
     ],
-    ids=["deepep_ll_and_layout", "mori", "uccl_ep_intranode", "uccl_ep_ll_with_layout"],
+    ids=[
+        "deepep_ll_and_layout",
+        "mori",
+        "uccl_ep_intranode",
+        "uccl_ep_ll_with_layout",
+        "hybrid_ep",
+        "mooncake_ep",
+    ],
 )
 def test_other_expert_parallel_kernel_names(
     tmp_path: Path, names: tuple[str, ...], comm_us: int, overlap_us: int, a2a: int
@@ -159,6 +190,30 @@ def test_other_expert_parallel_kernel_names(
         assert o["overlap_pct"] == pytest.approx(100 * overlap_us / comm_us)
     # the expert-parallel kernels are all-to-all collectives (the layout kernel is not one)
     assert s.sql("SELECT count(*) FROM collectives WHERE rank = 0 AND op = 'all_to_all'").item() == a2a
+
+
+def test_inductor_kernel_named_after_the_all_reduce_it_reads_is_compute(tmp_path: Path) -> None:
+    # g5 variant inductor_name_lists_all_reduce: GEMM C [1300,1500] of the case becomes the
+    # torch.compile'd RMSNorm after the all-reduce, whose name lists the ops it fuses or reads,
+    # all_reduce among them. It is compute: the case's figures (comm 950, compute 900, overlap 200,
+    # exposed 750 us), not comm [200,550] + [850,1250] + [1300,1700] = 1150 us / compute 700 us.
+    name = "triton_red_fused__to_copy_add_all_reduce_mean_mul_pow_rsqrt_0"
+    for f in ("rank0.json", "rank1.json"):
+        src = json.loads((case("deepep_comm_kernels") / f).read_text())
+        gemms = [e for e in src["traceEvents"] if e.get("cat") == "kernel" and "xmma_gemm" in e["name"]]
+        max(gemms, key=lambda e: e["ts"])["name"] = name
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / f).write_text(json.dumps(src))
+    s = _store(tmp_path, tmp_path / "in")
+    for rank in (0, 1):
+        r = _row(analyze(s, "kernels").frame, rank=rank)
+        assert (r["comm_ns"], r["compute_ns"], r["overlapped_ns"]) == (950 * US, 900 * US, 200 * US)
+        o = _row(analyze(s, "overlap").frame, rank=rank)
+        assert (o["overlap_ns"], o["exposed_comm_ns"]) == (200 * US, 750 * US)
+    from traceprof.core.classify import gpu_class
+
+    assert gpu_class("kernel", "triton_poi_fused_all_gather_copy_in_0") == "compute"
+    assert gpu_class("kernel", "void ctran::alltoall_kernel()") == "comm"  # still named after a collective
 
 
 def test_metadata_makes_comm() -> None:

@@ -11,8 +11,8 @@ Rule, first match wins:
   2. Metadata: a kernel whose own args, or whose launching CPU op's args, carry collective or
      process-group fields (:data:`COMM_ARG_KEYS`: Kineto ``Collective name``, ``Process Group Name``,
      ``Comms Id``, ...) is ``comm``.
-  3. Name families (:data:`COMM_FAMILIES`, listed in the README): NCCL / RCCL / MSCCL(++), DeepEP,
-     MORI and TensorRT-LLM expert-parallel dispatch/combine, NVSHMEM, torch symmetric memory, custom all-reduce kernels
+  3. Name families (:data:`COMM_FAMILIES`, listed in the README): NCCL / RCCL / MSCCL(++), DeepEP
+     (and Hybrid-EP), MORI, Mooncake EP and TensorRT-LLM expert-parallel dispatch/combine, NVSHMEM, torch symmetric memory, custom all-reduce kernels
      (vLLM / SGLang / TensorRT-LLM / FlashInfer / quick-reduce), Transformer Engine userbuffers, and
      kernels named after a collective (``AllReduce``, ``all_gather``, ``reduce_scatter``,
      ``alltoall``...), plus user patterns (``traceprof ingest --comm-kernel REGEX``).
@@ -121,6 +121,20 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
         "TensorRT-LLM / FlashInfer MoE all-to-all dispatch / combine kernels (moe_comm::moeA2ADispatchKernel; "
         "not the local moeA2APrepare*Kernel)",
     ),
+    CommFamily(
+        "hybrid_ep",
+        r"hybrid_ep::(?:dispatch|combine|device_sync)_kernel\b",
+        "all_to_all",
+        "DeepEP's Hybrid-EP (NVIDIA) dispatch / combine kernels and their cross-rank barrier "
+        "(hybrid_ep::dispatch_kernel, combine_kernel, device_sync_kernel; not its local permute / scan kernels)",
+    ),
+    CommFamily(
+        "mooncake_ep",
+        r"mooncake::(?:\w+::)*(?:dispatch|combine)\w*[<(]|mooncake_ep_jit_\w*(?:dispatch|combine)",
+        "all_to_all",
+        "Mooncake EP (a DeepEP adaptation with IBGDA) dispatch / combine kernels (mooncake::dispatch<...>, "
+        "mooncake::combine<...>, the JIT-compiled mooncake_ep_jit_dispatch_kernel)",
+    ),
     CommFamily("nvshmem", r"(?i)nvshmem", None, "NVSHMEM collectives and puts/gets"),
     CommFamily(
         "symm_mem",
@@ -139,10 +153,12 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("userbuffers", r"(?i)userbuffers", None, "Transformer Engine userbuffers comm overlap"),
     CommFamily(
         "collective_name",
-        r"(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
-        r"|All_?Reduce|All_?Gather|Reduce_?Scatter|All_?To_?All|ALL_?REDUCE|ALL_?GATHER",
+        r"^(?!triton_)(?:.*?(?:(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
+        r"|All_?Reduce|All_?Gather|Reduce_?Scatter|All_?To_?All|ALL_?REDUCE|ALL_?GATHER))",
         None,
-        "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall)",
+        "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall), but not a "
+        "kernel torch.compile generated (triton_poi_ / triton_red_ / triton_per_ ...: its name lists the ops "
+        "it fuses or reads from, e.g. triton_red_fused_add_all_reduce_mean_0 is the RMSNorm after an all-reduce)",
     ),
 )
 

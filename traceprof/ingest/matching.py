@@ -10,6 +10,10 @@ sequence numbers then collide. Within a group, c10d numbers collectives and poin
 with two separate counters (``seqCollective_``, ``seqP2P_``), so the op family is part of the key.
 
 Algorithm:
+  0. A row whose own trace does not say its group's members (``pg_ranks`` NULL: a Flight Recorder
+     dump whose ``pg_config`` lacks the group) takes them from the run's other rows of the same
+     source and group name when exactly one member set of that name known there holds its rank
+     (stored: :data:`_FILL_RANKS`); otherwise it stays NULL.
   1. Rows with a ``comms_id`` (Kineto ``Comms Id``: a hash of pg name, seq, p2p flag and ranks)
      match on (source, comms_id): method ``comms_id`` (point-to-point rows of a group found wide
      in step 3 excepted).
@@ -602,6 +606,23 @@ SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN f
 )
 
 
+#: Step 0 (module doc): the members of a group a row's own trace does not list, from the run's
+#: other rows of that source and group name (one known member set holding the row's rank).
+_FILL_RANKS = """
+UPDATE collectives c SET pg_ranks = k.pg_ranks
+FROM (
+  SELECT u.source, u.pg, u.rank, any_value(k.pg_ranks) AS pg_ranks
+  FROM (SELECT DISTINCT source, pg, rank FROM collectives
+        WHERE run_id = $1 AND pg_ranks IS NULL AND pg IS NOT NULL) u
+  JOIN (SELECT DISTINCT source, pg, pg_ranks FROM collectives
+        WHERE run_id = $1 AND pg_ranks IS NOT NULL AND pg IS NOT NULL) k
+    ON k.source = u.source AND k.pg = u.pg AND list_contains(try_cast(k.pg_ranks AS INTEGER[]), u.rank)
+  GROUP BY u.source, u.pg, u.rank HAVING count(DISTINCT k.pg_ranks) = 1
+) k
+WHERE c.run_id = $1 AND c.pg_ranks IS NULL AND c.source = k.source AND c.pg = k.pg AND c.rank = k.rank
+"""
+
+
 def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
     """Set ``instance_id`` and ``match_method`` of every matchable row of the run (module doc,
     steps 1 to 4) in SQL, on the store's connection (no polars: an ingest of one rank file imports
@@ -768,6 +789,7 @@ def match_run(store: Store, run_id: int) -> MatchSummary:
     """
     con = store.con
     con.execute("UPDATE collectives SET instance_id = NULL, match_method = NULL WHERE run_id = ?", [run_id])
+    con.execute(_FILL_RANKS, [run_id])
     rows, notes = _assign(store, run_id)
     notes += step_shift_notes(store, run_id)
     refresh_instances(store, run_id)

@@ -270,7 +270,7 @@ class _Split:
             try:
                 found = _cut(buf, target, self.words is not None)
             except _Word as w:  # --skip-bad-events: read as null, then cut again
-                buf = self._null(buf, w.at)
+                buf = self._null(buf, w.at, w.end)
                 continue
             if found is None:  # no event ends in the first ``target`` bytes: look further
                 target *= 2
@@ -304,7 +304,7 @@ class _Split:
             self.ok = False
             return
         evs = _events(rest[: close + 1])
-        self._locate(rest[1:], close - 1, len(evs))
+        self._locate(rest[1:] if self.unlocated else b"", close - 1, len(evs))
         yield evs
         try:
             top = _OBJECT.decode(_join_object(head, rest[close + 1 :].lstrip()))
@@ -324,15 +324,15 @@ class _Split:
         if self.unlocated:
             self.unlocated = [(q - n, w) for q, w in self.unlocated]
 
-    def _null(self, buf: bytes, start: int) -> bytes:
-        """``buf`` with the number word at ``start`` and the next ones read as null (counted in
-        ``words``; the scan stops at a string ``buf`` does not close). Raises ``NotANumber`` when the
-        word at ``start`` is no number."""
+    def _null(self, buf: bytes, start: int, end: int | None = None) -> bytes:
+        """``buf`` with the number word at ``start`` and the next ones before ``end`` read as null
+        (counted in ``words``; the scan stops at a string not closed before ``end``). Raises
+        ``NotANumber`` when the word at ``start`` is no number."""
         words = self.words if self.words is not None else NumberWords()
         offset = self.at + start - sum(d for q, d in self.grown if q < start)
         if WORD.match(buf, start) is None:
             raise not_a_number(buf, start, offset)
-        out, found = null_words(buf, start)
+        out, found = null_words(buf, start, end)
         grown = 0  # bytes added by the words before this one
         for pos, word in found:
             where = words.add(offset + pos - start, word)
@@ -357,10 +357,12 @@ class _Split:
 
 
 class _Word(Exception):
-    """A batch's decode stopped at a sign or a letter where a value goes (``NaN``), at byte ``at``."""
+    """A batch's decode stopped at a sign or a letter where a value goes (``NaN``), at byte ``at``;
+    the batch ends at ``end`` (the words up to there are read as null at once: the whole held
+    text may be far longer, the file itself when its first piece is)."""
 
-    def __init__(self, at: int) -> None:
-        self.at = at
+    def __init__(self, at: int, end: int) -> None:
+        self.at, self.end = at, end
 
 
 def _events(text: bytes) -> list[_Ev]:
@@ -401,7 +403,7 @@ def _cut(buf: bytes, target: int, words: bool = False) -> tuple[int, list[_Ev]] 
             if words and at is not None and at - 1 < c:
                 start = word_at(buf, at - 1, str(e))  # ``buf`` has no "[": a byte earlier
                 if start is not None:
-                    raise _Word(start) from None
+                    raise _Word(start, c + 1) from None
             probe = at - 1 if at is not None and at - 1 < c else c
 
 

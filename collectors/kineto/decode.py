@@ -31,6 +31,7 @@ Anything the typed decode does not accept (an id that is not an integer, a non-s
 
 from __future__ import annotations
 
+import bisect
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -44,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceprof.collectors.kineto._values import Ints, Strs, code_type, int_or_none
+from traceprof.collectors.kineto.nonfinite import WORD, NumberWords, Where, not_a_number, null_words, word_at
 from traceprof.core import spill
 from traceprof.core.spill import TextSpill
 from traceprof.core.timeconv import us_text_to_ns
@@ -193,9 +195,16 @@ class _Split:
     False when the document does not have the shape ``{..., "traceEvents": [...], ...}`` that this
     splitter understands (the caller then decodes it whole). The source is read as it is
     consumed: at most about ``2 * batch_bytes`` of its text is held.
+
+    With ``words`` (``--skip-bad-events``), each number word (``NaN``, ``-inf``: module
+    ``traceprof.collectors.kineto.nonfinite``) that stops a batch's decode is read as ``null``, with
+    the rest of the words of the text held (one scan); ``words`` counts them and locates the first
+    few (byte in the text, event index). A word that is no number raises ``nonfinite.NotANumber``.
     """
 
-    def __init__(self, source: bytes | Iterable[bytes], batch_bytes: int) -> None:
+    def __init__(
+        self, source: bytes | Iterable[bytes], batch_bytes: int, words: NumberWords | None = None
+    ) -> None:
         if isinstance(source, bytes | bytearray | memoryview):
             view = memoryview(source)
             step = max(batch_bytes, 1 << 16)
@@ -205,6 +214,12 @@ class _Split:
         self.batch_bytes = batch_bytes
         self.top: dict[str, Any] = {}
         self.ok = True
+        self.words = words
+        self.at = 0  # offset in the text of the held text's first byte
+        self.grown: list[tuple[int, int]] = []  # (position in the held text, bytes added) of each word nulled
+        # (position in the held text, its record) of each word nulled whose event is not known yet
+        self.unlocated: list[tuple[int, Where]] = []
+        self.events = 0  # events yielded so far
 
     def _fill(self, buf: bytes | memoryview, size: int) -> tuple[bytes, bool]:
         """``buf`` with the next chunks appended until it holds more than ``size`` bytes, joined
@@ -231,6 +246,7 @@ class _Split:
             buf += chunk  # amortized: a bytearray grows in place
             m = _EVENTS_KEY.search(buf, start)
             if m is not None:
+                self.at = m.end()
                 return bytes(buf[: m.start()]).rstrip(), bytes(buf[m.end() :]), True
             seen = buf.rfind(b'"traceEvents"', start)
             start = seen if seen >= 0 else max(0, len(buf) - len(b'"traceEvents"'))
@@ -244,37 +260,52 @@ class _Split:
         target = self.batch_bytes
         while True:
             if buf[:1] in _JSON_SPACE:  # between two events: a long run of it would otherwise be held whole
-                buf, target = buf.lstrip(b" \t\n\r"), self.batch_bytes
+                self._drop(len(buf) - len(stripped := buf.lstrip(b" \t\n\r")))
+                buf, target = stripped, self.batch_bytes
+                del stripped
             if more and len(buf) <= 2 * target:
                 buf, more = self._fill(buf, 2 * target)
             if len(buf) <= 2 * target:
                 break
-            found = _cut(buf, target)
+            try:
+                found = _cut(buf, target, self.words is not None)
+            except _Word as w:  # --skip-bad-events: read as null, then cut again
+                buf = self._null(buf, w.at, w.end)
+                continue
             if found is None:  # no event ends in the first ``target`` bytes: look further
                 target *= 2
                 continue
             cut, evs = found
+            self._locate(buf, cut, len(evs))
             yield evs
             # past the comma and the whitespace after it; the rest is copied once, joined to what follows
             space = _SPACE_RUN.match(buf, cut + 1)
+            self._drop(space.end() if space else cut + 1)
             after, target = memoryview(buf)[space.end() if space else cut + 1 :], self.batch_bytes
             buf, more = self._fill(after, 2 * target) if more else (bytes(after), False)
             del after
         # The rest: the last events, "]", the keys after the array, "}". Decoded as an array, it
         # ends at the array's "]" and msgspec names the byte where the trailing keys start.
-        rest = b"[" + buf
+        while True:
+            rest = b"[" + buf
+            try:
+                _ARRAY.decode(rest)
+                self.ok = False  # the document ends with the array: not an object
+                return
+            except msgspec.DecodeError as e:
+                end = _trailing_at(e)
+                at = byte_at(e)
+                if self.words is None or at is None or (start := word_at(rest, at, str(e))) is None:
+                    break
+                buf = self._null(buf, start - 1)  # --skip-bad-events: read as null, then decode again
         del buf
-        try:
-            _ARRAY.decode(rest)
-            self.ok = False  # the document ends with the array: not an object
-            return
-        except msgspec.DecodeError as e:
-            end = _trailing_at(e)
         close = -1 if end is None else rest.rfind(b"]", 0, end + 1)  # msgspec may count the ","
         if close < 0:
             self.ok = False
             return
-        yield _events(rest[: close + 1])
+        evs = _events(rest[: close + 1])
+        self._locate(rest[1:] if self.unlocated else b"", close - 1, len(evs))
+        yield evs
         try:
             top = _OBJECT.decode(_join_object(head, rest[close + 1 :].lstrip()))
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -282,6 +313,56 @@ class _Split:
             return
         self.top = top
         self.ok = "traceEvents" not in top
+
+    def _drop(self, n: int) -> None:
+        """The held text's first ``n`` bytes are let go: its first byte's offset moves on."""
+        if not n:
+            return
+        self.at += n - sum(d for q, d in self.grown if q < n)
+        if self.grown:
+            self.grown = [(q - n, d) for q, d in self.grown if q >= n]
+        if self.unlocated:
+            self.unlocated = [(q - n, w) for q, w in self.unlocated]
+
+    def _null(self, buf: bytes, start: int, end: int | None = None) -> bytes:
+        """``buf`` with the number word at ``start`` and the next ones before ``end`` read as null
+        (counted in ``words``; the scan stops at a string not closed before ``end``). Raises
+        ``NotANumber`` when the word at ``start`` is no number."""
+        words = self.words if self.words is not None else NumberWords()
+        offset = self.at + start - sum(d for q, d in self.grown if q < start)
+        if WORD.match(buf, start) is None:
+            raise not_a_number(buf, start, offset)
+        out, found = null_words(buf, start, end)
+        grown = 0  # bytes added by the words before this one
+        for pos, word in found:
+            where = words.add(offset + pos - start, word)
+            if where is not None:
+                self.unlocated.append((pos + grown, where))
+            self.grown.append((pos + grown, 4 - len(word)))
+            grown += 4 - len(word)
+        return out
+
+    def _locate(self, buf: bytes, cut: int, n: int) -> None:
+        """Give the words nulled in ``buf[:cut]`` (a batch of ``n`` events, decoded) their event index."""
+        if self.unlocated and self.unlocated[0][0] < cut:
+            starts, pos = [], 0
+            for raw in _ARRAY.decode(b"".join((b"[", memoryview(buf)[:cut], b"]"))):
+                pos = buf.find(bytes(raw), pos)
+                starts.append(pos)
+            for q, where in self.unlocated:
+                if q < cut:
+                    where.event = self.events + bisect.bisect_right(starts, q) - 1
+            self.unlocated = [(q, w) for q, w in self.unlocated if q >= cut]
+        self.events += n
+
+
+class _Word(Exception):
+    """A batch's decode stopped at a sign or a letter where a value goes (``NaN``), at byte ``at``;
+    the batch ends at ``end`` (the words up to there are read as null at once: the whole held
+    text may be far longer, the file itself when its first piece is)."""
+
+    def __init__(self, at: int, end: int) -> None:
+        self.at, self.end = at, end
 
 
 def _events(text: bytes) -> list[_Ev]:
@@ -298,12 +379,13 @@ def _events(text: bytes) -> list[_Ev]:
         return _FloatLanes(_FLOAT_LANE_EVENTS.decode(text))
 
 
-def _cut(buf: bytes, target: int) -> tuple[int, list[_Ev]] | None:
+def _cut(buf: bytes, target: int, words: bool = False) -> tuple[int, list[_Ev]] | None:
     """Position of a "}" ending an event at or before ``target`` (the text up to it decodes as an
     array of whole events) and those events, or None when there is none.
 
     Raises:
         msgspec.ValidationError: The events do not fit the typed structs.
+        _Word: With ``words``, a decode stopped at a word (``NaN``) where a value goes.
     """
     probe = target
     while True:
@@ -318,6 +400,10 @@ def _cut(buf: bytes, target: int) -> tuple[int, list[_Ev]] | None:
             # an error inside the text (a NaN token, a bad character), not at the cut: the next cut
             # goes before it at once, not one event back at a time (each try decodes the whole prefix)
             at = byte_at(e)
+            if words and at is not None and at - 1 < c:
+                start = word_at(buf, at - 1, str(e))  # ``buf`` has no "[": a byte earlier
+                if start is not None:
+                    raise _Word(start, c + 1) from None
             probe = at - 1 if at is not None and at - 1 < c else c
 
 
@@ -425,8 +511,10 @@ _RAW = {f: operator.attrgetter(f) for f in ("ts", "dur", "args")}  # the raw-tex
 _BEYOND = "beyond int64"
 
 
-def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
-    """ns of microsecond number texts (module doc, step 3); (values, present)."""
+def _times(
+    raw: list[msgspec.Raw], base: int, bad: dict[int, str], col: str = "ts"
+) -> tuple[np.ndarray, np.ndarray]:
+    """ns of microsecond number texts of field ``col`` (module doc, step 3); (values, present)."""
     n = len(raw)
     lengths = np.fromiter(map(len, raw), np.int64, n)
     ok = lengths > 0  # absent: null (Arrow casts no "" to a number)
@@ -439,10 +527,10 @@ def _times(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> tuple[np.n
             bad.setdefault(base + i, _BEYOND)
         return np.where(ok & ~beyond, lo, 0), ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _times_one_by_one(raw, base, bad), ok
+        return _times_one_by_one(raw, base, bad, col), ok
 
 
-def _times_one_by_one(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) -> np.ndarray:
+def _times_one_by_one(raw: list[msgspec.Raw], base: int, bad: dict[int, str], col: str = "ts") -> np.ndarray:
     """:func:`_times`' values for a batch Arrow cannot cast (``traceprof.core.timeconv``, one at a time)."""
     out = np.zeros(len(raw), np.int64)
     for i, r in enumerate(raw):
@@ -450,7 +538,8 @@ def _times_one_by_one(raw: list[msgspec.Raw], base: int, bad: dict[int, str]) ->
             try:
                 v = us_text_to_ns(bytes(r))
             except ValueError as e:
-                bad.setdefault(base + i, f"bad time: {e}")  # a bad ts is named before the dur
+                # a bad ts is named before the dur; null: also a NaN read as null (--skip-bad-events)
+                bad.setdefault(base + i, f"{col!r} is null" if bytes(r) == b"null" else f"bad time: {e}")
                 continue
             if -(2**63) <= v < 2**63:
                 out[i] = v
@@ -528,6 +617,7 @@ def decode(
     batch_bytes: int = BATCH_BYTES,
     spill_dir: str | None = None,
     stored: Callable[[str], bool] | None = None,
+    words: NumberWords | None = None,
 ) -> Decoded | None:
     """Decode a whole Kineto document into columns (module doc).
 
@@ -540,14 +630,19 @@ def decode(
         stored: Whether events of a phase (``ph``) may be stored (called once per distinct phase);
             the args texts of the others are left out of ``args`` (:attr:`Decoded.args_rows`).
             None: every text is kept.
+        words: With ``--skip-bad-events``: number words (``NaN``) are read as null and counted
+            here (:class:`_Split`).
 
     Returns:
         The columns, or None when the document needs the general decoder: it does not have the
         shape ``{..., "traceEvents": [...]}``, is not valid JSON, or some event does not fit the
         typed structs (an id arg that is not an integer, a ``name`` that is not a string).
+
+    Raises:
+        NotANumber: With ``words``, a word where a value goes that is no number (``NaNx``).
     """
     try:
-        return _decode(data, batch_bytes, spill_dir, stored)
+        return _decode(data, batch_bytes, spill_dir, stored, words)
     except RecursionError:  # nested too deeply for msgspec: the general decoder reports it
         return None
 
@@ -583,8 +678,9 @@ def _decode(
     batch_bytes: int,
     spill_dir: str | None,
     stored: Callable[[str], bool] | None,
+    words: NumberWords | None = None,
 ) -> Decoded | None:
-    batches = _Split(data, batch_bytes)
+    batches = _Split(data, batch_bytes, words)
     out = Decoded(top={}, spill_dir=spill_dir)
     times = {c: _Growing(np.int64) for c in ("ts_ns", "dur_ns")} | {
         c: _Growing(np.bool_) for c in ("ts_ok", "dur_ok")
@@ -626,7 +722,7 @@ def _decode(
                 str_cols[f].add(codes.astype(code_type(len(str_codes[f])), copy=False))
             for col in ("ts", "dur"):
                 raw = list(map(_RAW[col], evs))
-                values, ok = _times(raw, base, out.bad_time)
+                values, ok = _times(raw, base, out.bad_time, col)
                 if col == "dur":  # rare: their texts, for the message
                     out.negative_dur.update(
                         (base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist()

@@ -63,6 +63,14 @@ from traceprof.collectors.kineto.columns import STR_DICT, Frame, assign_steps, c
 from traceprof.collectors.kineto.decode import OPEN_KINDS, STILL_OPEN_DUR_NS, byte_at, event_where
 from traceprof.collectors.kineto.decode import decode as decode_columns
 from traceprof.collectors.kineto.decode import rows as fast_rows
+from traceprof.collectors.kineto.nonfinite import (
+    WORD,
+    NotANumber,
+    NumberWords,
+    not_a_number,
+    null_words,
+    word_at,
+)
 from traceprof.core import limits, spill
 from traceprof.core.bounded import check_nesting, max_nodes, too_deep
 from traceprof.core.errors import NotATraceError, TraceFormatError
@@ -166,6 +174,10 @@ def sidecar_path(path: Path) -> Path:
     return path.with_name(n + ".meta.json")
 
 
+#: A document that is an empty array (``[]``): no events, not "a bare array of events".
+_EMPTY_ARRAY = re.compile(rb"[ \t\n\r]*\[[ \t\n\r]*\][ \t\n\r]*")
+
+
 def _typed(path: Path, data: bytes) -> _Trace:
     try:
         return msgspec.json.decode(data, type=_Trace)
@@ -176,6 +188,8 @@ def _typed(path: Path, data: bytes) -> _Trace:
         ):
             # msgspec stops at the first byte of an array: is the rest JSON at all ('[' * 200000 is not)?
             msgspec.json.decode(data, type=msgspec.Raw)  # a DecodeError or RecursionError: _decode says why
+            if _EMPTY_ARRAY.fullmatch(data):
+                raise NotATraceError(path, "", "empty: a JSON array with no events in it ([])") from None
             raise NotATraceError(
                 path,
                 "",
@@ -190,42 +204,44 @@ def _typed(path: Path, data: bytes) -> _Trace:
         raise TraceFormatError(path, "", f"not a Kineto trace: {e}") from None
 
 
-#: The tokens Python's ``json.dumps`` writes for floats that are not finite (not JSON).
-_NON_FINITE = (b"NaN", b"Infinity", b"-Infinity")
-
-
 class NonFiniteNumber(TraceFormatError):
-    """A ``NaN`` / ``Infinity`` / ``-Infinity`` token (not JSON) at byte ``offset`` of the text."""
+    """A number word (``NaN``, ``-Infinity``, ``nan``: ``traceprof.collectors.kineto.nonfinite``; not
+    JSON) at byte ``offset`` of the text."""
 
     def __init__(self, path: Path, offset: int, token: bytes) -> None:
         self.offset, self.token = offset, token
         super().__init__(
             path,
             f"byte {offset}",
-            f"{token.decode()} is not a JSON number (Python's json.dumps writes it for a float that is "
-            "not finite); pass --skip-bad-events to read each as null (its event is then reported)",
+            f"{token.decode()} is not a JSON number (what Python's json.dumps, C's printf and others "
+            "write for a float that is not finite); pass --skip-bad-events to read each as null "
+            "(its event is then reported)",
         )
 
 
-#: A JSON string (skipped whole) or a non-finite number token.
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
+def _not_a_number(path: Path, e: NotANumber) -> TraceFormatError:
+    return TraceFormatError(path, f"byte {e.offset}", e.reason())
 
 
-def _non_finite(data: bytes, error: msgspec.DecodeError) -> tuple[int, bytes] | None:
-    """(offset, token) when msgspec stopped at a non-finite number token, else None."""
+def _non_finite(path: Path, data: bytes, error: msgspec.DecodeError) -> TraceFormatError | None:
+    """The error to raise when msgspec stopped at a word where a value goes: :class:`NonFiniteNumber`
+    for a number word, else the word's refusal (``NaNx``); None for any other error."""
     at = byte_at(error)
-    if at is None:
+    start = None if at is None else word_at(data, at, str(error))
+    if start is None:
         return None
-    token = next((t for t in _NON_FINITE if data.startswith(t, at)), None)
-    return None if token is None else (at, token)
+    word = WORD.match(data, start)
+    if word is None:
+        return _not_a_number(path, not_a_number(data, start, start))
+    return NonFiniteNumber(path, start, word.group(0))
 
 
 def _decode(path: Path, data: bytes) -> _Trace:
     try:
         return _typed(path, data)
     except msgspec.DecodeError as e:
-        if (found := _non_finite(data, e)) is not None:
-            raise NonFiniteNumber(path, *found) from None
+        if (found := _non_finite(path, data, e)) is not None:
+            raise found from None
         if not data.strip():  # blank_bom made a leading BOM whitespace
             raise TraceFormatError(
                 path,
@@ -258,21 +274,17 @@ class _Source:
             self._whole = read_maybe_gzip(self.path, self.max_ratio)
         return self._whole[1]
 
-    def null_non_finite(self) -> int:
-        """Replace every ``NaN`` / ``Infinity`` / ``-Infinity`` token outside strings by ``null``
-        in the whole text; returns how many (one pass, strings skipped whole)."""
+    def null_non_finite(self, start: int) -> NumberWords:
+        """Replace every number word (``NaN``, ``-inf``: ``traceprof.collectors.kineto.nonfinite``)
+        outside strings from byte ``start`` on (the first, where msgspec stopped: the text before it
+        holds none) by ``null`` in the whole text; returns them (one pass, strings skipped whole)."""
         raw, text = self._whole or read_maybe_gzip(self.path, self.max_ratio)
-        count = 0
-
-        def null(m: re.Match[bytes]) -> bytes:
-            nonlocal count
-            if m.group(0)[:1] == b'"':
-                return m.group(0)
-            count += 1
-            return b"null"
-
-        self._whole = (raw, _TOKENS.sub(null, text))
-        return count
+        out, found = null_words(text, start)
+        words = NumberWords()
+        for pos, word in found:  # the offsets in the text as read (the words before: grown by 4 - len)
+            words.add(pos, word)
+        self._whole = (raw, out)
+        return words
 
     def sha256(self) -> str:
         return self.stream.sha256 if self._whole is None else hashlib.sha256(self._whole[0]).hexdigest()
@@ -455,23 +467,28 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     # from the file; the loop below is the general path (B/E records, malformed events, unusual
     # values, invalid UTF-8), which reads the file whole.
     src = _Source(p, options.max_inflate_ratio)
-    non_finite = 0  # NaN / Infinity tokens read as null (--skip-bad-events)
+    # number words (NaN, -inf) read as null (--skip-bad-events): by the fast path, else the general one
+    words = NumberWords() if on_bad_event == "skip" else None
 
     def general() -> _Trace:
-        """The whole text by the general decoder; with ``skip`` non-finite tokens read as null."""
-        nonlocal non_finite
+        """The whole text by the general decoder; with ``skip`` number words read as null."""
+        nonlocal words
         try:
             return _decode(p, src.data())
-        except NonFiniteNumber:
+        except NonFiniteNumber as e:
             if on_bad_event == "raise":
                 raise
-        non_finite = src.null_non_finite()
+            found = src.null_non_finite(e.offset)
+            if words is None or found.total() > words.total():  # the fast path's, if as many: located
+                words = found
         return _decode(p, src.data())
 
     try:
-        decoded = decode_columns(src.stream, spill_dir=options.spill_dir, stored=_stored_phase)
+        decoded = decode_columns(src.stream, spill_dir=options.spill_dir, stored=_stored_phase, words=words)
     except NotUtf8:
         decoded = None
+    except NotANumber as e:
+        raise _not_a_number(p, e) from None
     doc = general() if decoded is None else _top_keys(p, src, decoded.top)
     base_ns = doc.baseTimeNanoseconds or 0
     if not fits(base_ns, INT64):  # every event's time is base + ts: none could be stored
@@ -761,9 +778,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             trace_info["flops_per_step"] = msgspec.json.encode(side["flops_per_step"]).decode()
             trace_info["flops_method"] = side_text["flops_method"]
     warnings += identity_warnings + id_repairs.warnings(p.name)
-    if non_finite:
-        warnings.append(f"{p.name}: {non_finite} NaN/Infinity value(s) (not JSON) read as null")
+    if words:
+        warnings.append(words.warning(p.name))
     repaired = _identity_repairs(identity_warnings) | id_repairs.counts() | clipped | dropped
+    repaired |= words.repaired() if words else {}
     if repaired:  # counted for the issues column (traceprof.ingest adds what the reader repaired)
         meta = msgspec.json.decode(str(trace_info["meta"]))
         trace_info["meta"] = msgspec.json.encode({**meta, "repaired": repaired}).decode()

@@ -220,11 +220,140 @@ def test_kineto_nan_and_infinity_are_named_and_read_as_null_when_skipping(tmp_pa
         # "a" rejected; "c"'s -Infinity read as null, the same text inside a string left as it is
         assert [r[0] for r in rows] == ["b", "c"]
         assert json.loads(rows[1][1]) == {"x": None, "note": "NaN, Infinity"}
-        assert store.runs()["issues"].to_list() == ["1 rejected: 'dur' is null"]
+        # each word counted in the store (the issues column) and located in the warning: the NaN is
+        # event #1's dur, the -Infinity event #3's args (the ProfilerStep is event #0)
+        inf = text.index(b"-Infinity")
+        assert store.runs()["issues"].to_list() == [
+            "1 rejected: 'dur' is null; 1 repaired: NaN read as null; 1 repaired: -Infinity read as null"
+        ]
         assert res.warnings[:2] == [
-            "rank0.json: 2 NaN/Infinity value(s) (not JSON) read as null",
+            "rank0.json: 2 NaN/Infinity value(s) (not JSON) read as null: 1 NaN, 1 -Infinity "
+            f"(first: event #1 at byte {at}, event #3 at byte {inf})",
             "rank0.json: 1 record(s) not stored: 1 'dur' is null (first: event #1 (ph='X', name='a'))",
         ]
+
+
+#: Where a float is not finite, the words writers put for it (nonfinite's module doc): Python's json
+#: (NaN, -Infinity), JSON5 (+Infinity, -NaN), C's printf / C++ / {fmt} (nan, -nan, inf, -inf), Go (+Inf).
+WRITERS_WORDS = ["NaN", "-NaN", "+Infinity", "-Infinity", "nan", "-nan", "inf", "-inf", "+Inf"]
+
+
+def _with_word(tmp_path: Path, word: str, *, begin_end: bool = False) -> tuple[Path, bytes]:
+    """micro_trace(["a", "b"]) with b's args {"x": WORD, "note": "WORD"} (the one in the string kept);
+    with ``begin_end`` an extra B/E pair, which only the general path reads."""
+    doc = micro_trace(["a", "b"])
+    doc["traceEvents"][2]["args"] = {"x": "@", "note": word}
+    if begin_end:
+        doc["traceEvents"] += [
+            {"ph": "B", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 10},
+            {"ph": "E", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 11},
+        ]
+    text = json.dumps(doc).replace('"@"', word).encode()
+    return _write(tmp_path / "k", "rank0.json", text), text
+
+
+@pytest.mark.parametrize("begin_end", [False, True], ids=["fast", "general"])
+@pytest.mark.parametrize("word", WRITERS_WORDS)
+def test_kineto_number_words_writers_emit_are_read_as_null_when_skipping(tmp_path, word, begin_end):
+    # -NaN, +Infinity, nan, -nan, inf, +Inf got the skip hint, and --skip-bad-events then failed with
+    # "invalid JSON" (only NaN, Infinity and -Infinity were read as null)
+    path, text = _with_word(tmp_path, word, begin_end=begin_end)
+    at = text.index(b'x": ') + len(b'x": ')  # the word's first byte (its sign's, if any)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value).startswith(f"{path}: byte {at}: {word} is not a JSON number")
+        assert "pass --skip-bad-events to read each as null" in str(e.value)
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        args = store.sql("SELECT args FROM events WHERE name = 'b'").rows()[0][0]
+        assert json.loads(args) == {"x": None, "note": word}
+        assert store.runs()["issues"].to_list() == [f"1 repaired: {word} read as null"]
+        # the streaming decode located it before the B/E pair sent the file to the general path
+        assert res.warnings[0] == (
+            f"rank0.json: 1 NaN/Infinity value(s) (not JSON) read as null: 1 {word} (first: event #2 at byte {at})"
+        )
+
+
+@pytest.mark.parametrize("begin_end", [False, True], ids=["fast", "general"])
+@pytest.mark.parametrize("word", ["NaNx", "nanny", "-nan(ind)", "Infinite"])
+def test_kineto_other_words_are_refused_naming_the_byte(tmp_path, word, begin_end):
+    # NaNx got the skip hint (NaN matched its start) and then "invalid JSON"; no writer emits these
+    # for a number: refused in both modes, naming the byte and the word, the store left as it was
+    path, text = _with_word(tmp_path, word, begin_end=begin_end)
+    at = text.index(b'x": ') + len(b'x": ')
+    with Store(tmp_path / "s.duckdb") as store:
+        for mode in ("raise", "skip"):
+            with pytest.raises(TraceFormatError) as e:
+                ingest(store, [path], jobs=1, on_bad_event=mode)
+            assert str(e.value).startswith(f"{path}: byte {at}: {word!r} is not a JSON value (")
+            assert "pass --skip-bad-events" not in str(e.value)
+        assert store.runs().height == 0
+
+
+def test_kineto_number_words_on_the_fast_path_and_located_across_batches(tmp_path, monkeypatch):
+    # --skip-bad-events on a file with a NaN read the whole text as Python objects through the general
+    # path (df_index_resolver with one NaN: 11.6 s, 1.1 GB); the words are now read as null by the
+    # streaming decode, whose batches (here of 4 KiB) each locate theirs
+    import importlib
+
+    from traceprof.collectors.kineto import decode as dec
+
+    kineto_parse = importlib.import_module(
+        "traceprof.collectors.kineto.parse"
+    )  # the package's parse() hides it
+
+    doc = micro_trace([f"op{i}" for i in range(400)])
+    words = {5: "NaN", 150: "-inf", 399: "Infinity"}  # event index (ProfilerStep is #0) -> word
+    for i, ev in enumerate(doc["traceEvents"]):
+        ev["args"] = {"External id": f"@{i}" if i in words else i}
+    text = json.dumps(doc, indent=1)
+    for i, w in words.items():
+        text = text.replace(f'"@{i}"', w)
+    path = _write(tmp_path / "k", "rank0.json", text.encode())
+    monkeypatch.setattr(dec, "BATCH_BYTES", 4096)
+    monkeypatch.setattr(dec.decode, "__defaults__", (4096, None, None, None))
+    monkeypatch.setattr(
+        kineto_parse._Source, "data", lambda self: pytest.fail("read whole: the general path")
+    )
+    with Store(tmp_path / "s.duckdb") as store:
+        res = ingest(store, [path], jobs=1, on_bad_event="skip")
+        assert store.sql(
+            "SELECT count(*) FROM events WHERE external_id IS NULL AND kind = 'cpu_op'"
+        ).rows() == [(3,)]
+    offsets = [
+        text.encode().index(f'External id": {w}'.encode()) + len(b'External id": ') for w in words.values()
+    ]
+    located = ", ".join(f"event #{i} at byte {o}" for i, o in zip(words, offsets, strict=True))
+    assert res.warnings[0] == (
+        f"rank0.json: 3 NaN/Infinity value(s) (not JSON) read as null: 1 NaN, 1 -inf, 1 Infinity (first: {located})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # was stored as a run with no events (with a warning)
+        (b'{"traceEvents": []}', "empty: traceEvents holds no event (an empty capture?); nothing stored"),
+        (b'{"baseTimeNanoseconds": 5, "traceEvents": [ ]}', "empty: traceEvents holds no event"),
+        # was "valid JSON but not a Kineto trace (...): a bare array of events"
+        (b"[]", "empty: a JSON array with no events in it ([])"),
+        (b" [\n] ", "empty: a JSON array with no events in it ([])"),
+    ],
+)
+def test_kineto_an_empty_trace_is_refused_saying_so(tmp_path, text, said):
+    path = _write(tmp_path / "k", "rank0.json", text)
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(
+            store, [_write(tmp_path / "ok", "rank0.json", json.dumps(micro_trace(["a"])).encode())], jobs=1
+        )
+        before = store.sql("SELECT count(*) FROM events").rows()
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1)
+        assert str(e.value).startswith(f"{path}: {said}")
+        assert "bare array" not in str(e.value)
+        assert store.runs().height == 1 and store.sql("SELECT count(*) FROM events").rows() == before
+    code, _, err = run("ingest", str(path), "--db", str(tmp_path / "t.duckdb"))
+    assert code == 1 and f"{path}: {said}" in err
 
 
 def test_kineto_bare_array_of_events_is_refused_saying_so(tmp_path):

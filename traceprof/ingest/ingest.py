@@ -35,6 +35,7 @@ from traceprof.core.bounded import too_deep
 from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
 from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
+from traceprof.core.vocab import TraceSource
 from traceprof.ingest import clock, matching, sources
 from traceprof.ingest.naming import Part, assign, stem
 from traceprof.storage import layout
@@ -827,8 +828,17 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, na
     Raises:
         TraceFormatError: Several files without a rank; two files of one rank and source; files
             that give different world sizes. The hint fits ``named`` (``--run`` given, one run for
-            all files: :func:`_split_hint`).
+            all files: :func:`_split_hint`). Every file of the run a Kineto trace without events
+            (``{"traceEvents": []}``): the run would have nothing to analyse (an empty rank among
+            others is stored, with a warning).
     """
+    if all(pt.source == TraceSource.kineto and not pt.events_read for pt in traces):
+        others = f" (as are the other {len(traces) - 1} file(s) of run {name!r})" if len(traces) > 1 else ""
+        raise TraceFormatError(
+            traces[0].path,
+            "",
+            f"empty: traceEvents holds no event (an empty capture?){others}; nothing stored",
+        )
     for pt in traces:
         result.warnings += pt.warnings
         if not pt.events_read:  # stored (its metadata is the file's), but no analysis has anything to read

@@ -680,3 +680,27 @@ def test_sub_communicator_files_get_global_ranks(tmp_path):
                                 GROUP BY pg ORDER BY pg""").rows()
         assert per_comm == [("11", [0, 1, 2, 3]), ("21", [0, 1]), ("22", [2, 3])]
         assert any("rank in communicator 11, which spans all 4" in w for w in res.warnings)
+
+
+def test_communicators_that_start_together_have_their_own_pace(tmp_path):
+    """Two communicators of the same 2 processes whose collectives start together (AllReduce on 647...
+    and AllGather on 131..., both at W = 1000000 + 10000 k us), no steps; rank 1 40 us late at all 6.
+    By hand: the pace is the spacing within a communicator, 10000 us (across the two it is 0, and
+    the lateness was "4000000% of the pace"): late_pct = 40 / 10000 = 0.4 %. Held up: [W, W + 40]
+    at each pair, the same 40 us for both communicators, 3 x 40 = 120 us; covered: 3 collectives
+    a pace apart per communicator, 30000 us (> the 20500 us span; it was the 20500 us, 0.59 %):
+    cost 120 / 30000 = 0.4 %, nobody named."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        for comm, op in ((6479621443159067765, "AllReduce"), (1311768467463790320, "AllGather")):
+            (job / f"nccl_profile_{comm}_{r}.json").write_text(_comm_dump(r, comm, op, 1000000))
+    with Store(tmp_path / "t.duckdb") as store:
+        ingest(store, [job], jobs=1)
+        res = analyze(store, "stragglers", "job")
+        r1 = res.frame.filter(res.frame["rank"] == 1).row(0, named=True)
+        assert (r1["last_count"], r1["median_lateness_ns"], r1["holdup_ns"]) == (6, 40_000, 120_000)
+        assert r1["late_pct"] == pytest.approx(0.4)
+        assert (r1["holdup_pct"], r1["cost_pct"]) == (pytest.approx(0.4), pytest.approx(0.4))
+        assert not res.frame["named"].any()
+        assert any("pace 10.00 ms" in n and "time covered 30.0 ms" in n for n in res.notes)

@@ -13,9 +13,11 @@ world's, the global rank. Given a would-be run's files of one such source:
      ranks in one communicator, is a conflict: said (:class:`Related`), ranks left as the files give
      them (ingest then refuses the files as two traces of one rank).
   3. Global ranks per joined set: a process's rank in the communicator that spans every process of
-     the set (the world communicator); without one, when each process already has one rank and no
-     two share it, those ranks; otherwise the processes are numbered 0..N-1 in the order of their
-     key (host, pid), with a note: the records do not say the global ranks.
+     the set with distinct ranks (of several, the one with the largest ranks: the world's, also
+     when a folder holds one host's processes, ranks 2 and 3 of 0..3); without one, when each
+     process already has one rank and no two share it, those ranks; otherwise the processes are
+     numbered 0..N-1 in the order of their key (host, pid), with a note: the records do not say
+     the global ranks.
   4. Sets whose global ranks overlap are different jobs (two jobs' files in one folder: both have a
      rank 0); sets whose ranks do not overlap stay one job.
 """
@@ -123,16 +125,20 @@ def _global(
     n = len(procs_set)
     members = set(procs_set)
     comms = sorted({c for p in procs_set for c in ranks[p]})
+    spanning = []
     for comm in comms:
         held = {p: ranks[p][comm] for p in procs_set if comm in ranks[p]}
-        if set(held) == members and sorted(held.values()) == list(range(n)):
-            if any(pt.rank != held[p] for p in procs_set for pt in procs[p]):
-                notes.append(
-                    f"{n} processes, {len(comms)} communicators: files of a sub-communicator name the "
-                    f"process's rank in it; each process's global rank is its rank in communicator {comm}, "
-                    f"which spans all {n} (the processes told apart by pid)"
-                )
-            return held
+        if set(held) == members and len(set(held.values())) == n:
+            spanning.append((max(held.values()), comm, held))
+    if spanning:  # the world's ranks are the largest (a folder of one host's files: ranks 2, 3 of 0..3)
+        _, comm, held = max(spanning)
+        if any(pt.rank != held[p] for p in procs_set for pt in procs[p]):
+            notes.append(
+                f"{n} processes, {len(comms)} communicators: files of a sub-communicator name the "
+                f"process's rank in it; each process's global rank is its rank in communicator {comm}, "
+                f"which spans all {n} (the processes told apart by pid)"
+            )
+        return held
     own = {p: {pt.rank for pt in procs[p]} for p in procs_set}
     if all(len(r) == 1 and None not in r for r in own.values()):
         given = {p: next(iter(r)) for p, r in own.items()}

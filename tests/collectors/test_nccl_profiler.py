@@ -682,6 +682,28 @@ def test_sub_communicator_files_get_global_ranks(tmp_path):
         assert any("rank in communicator 11, which spans all 4" in w for w in res.warnings)
 
 
+def test_sub_communicator_files_of_one_host_per_folder(tmp_path):
+    """The same 4 processes' files in a folder per host, a/job (pids 5100, 5101) and b/job (5102,
+    5103): each folder's processes are spanned by 11 (ranks 0, 1 and 2, 3) and by their
+    sub-communicator (ranks 0, 1); 11's are the larger, the world's: b's are ranks 2 and 3, and
+    the two folders are one run "job" of ranks 0..3 (numbering b's processes 0, 1 would make them
+    two jobs)."""
+    for pid in range(5100, 5104):
+        g = pid - 5100
+        job = tmp_path / ("a" if g < 2 else "b") / "job"
+        job.mkdir(parents=True, exist_ok=True)
+        (job / f"nccl_profile_11_{g}.json").write_text(_comm_dump(g, 11, "AllReduce", 1000000, pid))
+        sub, local = (21 if g < 2 else 22), g % 2
+        (job / f"nccl_profile_{sub}_{local}.json").write_text(
+            _comm_dump(local, sub, "AllGather", 1005000, pid)
+        )
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [tmp_path / "a" / "job", tmp_path / "b" / "job"], jobs=1)
+        assert list(res.runs) == ["job"]
+        ranks = store.sql("SELECT pid, list(DISTINCT rank) FROM traces GROUP BY pid ORDER BY pid").rows()
+        assert ranks == [("5100", [0]), ("5101", [1]), ("5102", [2]), ("5103", [3])]
+
+
 def test_communicators_that_start_together_have_their_own_pace(tmp_path):
     """Two communicators of the same 2 processes whose collectives start together (AllReduce on 647...
     and AllGather on 131..., both at W = 1000000 + 10000 k us), no steps; rank 1 40 us late at all 6.

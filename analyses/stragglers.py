@@ -27,10 +27,12 @@ provides):
      instances where it was last, summed over those ranks: wall-clock time) and its
      hold-up (``holdup_ns``: the union over those instances of [next latest arrival, its
      arrival], the time the job waited for it alone), also as % of the time the instances
-     cover (``holdup_pct``: the median step time x the steps they lie in; the span of the
-     instances when the run has no steps); median lateness, also as % of the pace (the median
-     time between a rank's consecutive arrivals in a step; with one collective per step, in most
-     of a rank's steps, the median step time) and of the median step; compute time per step
+     cover (``holdup_pct``: the median step time x the steps they lie in; without steps the span
+     of the instances, or a rank's instances in one communicator x the pace where longer);
+     median lateness, also as % of the pace (the median time between a rank's consecutive
+     arrivals in a step and communicator: two communicators whose collectives start together
+     space nothing; with one collective per step, in most of a rank's steps, the median step
+     time) and of the median step; compute time per step
      (top-level compute intervals, ``traceprof.analyses._replay``) against the median rank as a
      robust z-score:
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
@@ -165,19 +167,47 @@ class Result(FrameResult):
         ]
 
 
+#: How far below a threshold a figure may compute and still reach it (``min_cost_pct``'s "at least"):
+#: a cost of 1% by hand may compute as 0.9999999999999999 (``(S - 1) x ref / step`` in floats).
+_NOISE = 1e-9
+
+
+def _reaches(x: Any, floor: float) -> Any:
+    """``x >= floor`` up to float noise (:data:`_NOISE`); ``x`` a number, a Series or an expression."""
+    return x >= floor - _NOISE
+
+
+def _pct_shown(x: float, floor: float, sign: str = "") -> str:
+    """``x`` (a %) with one decimal, or with as many more as keep it on its side of ``floor`` as
+    :func:`_reaches` puts it: 0.96 against 1 is "0.96", not "1.0", which would read as reaching it
+    beside "cost less than the 1%"."""
+    shown = ""
+    for d in range(1, 7):
+        shown = f"{x:{sign}.{d}f}"
+        if (float(shown) >= floor) == bool(_reaches(x, floor)):
+            break
+    return shown
+
+
 def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
     """The pace (ns, at least 1) and what it is: the median time between a rank's consecutive
-    arrivals within a step; with one collective per step (no such pair, or in most of a rank's
-    steps: a barrier in one step of eight spaces nothing else) the median step time; without
-    steps, the median time between a rank's consecutive arrivals."""
-    gaps = w.sort("rank", "arrival_ns").select(pl.col("arrival_ns").diff().over("rank", "step")).drop_nulls()
+    arrivals within a step and communicator (process group: two communicators whose collectives
+    start together space nothing, the pace of each is its own); with one collective per step (no
+    such pair, or in most of a rank's steps: a barrier in one step of eight spaces nothing else)
+    the median step time; without steps, the median time between a rank's consecutive arrivals in
+    a communicator."""
+    gaps = (
+        w.sort("rank", "arrival_ns")
+        .select(pl.col("arrival_ns").diff().over("rank", "step", "pg"))
+        .drop_nulls()
+    )
     has_steps = w["step"].is_not_null().any()
-    per_step = w.filter(pl.col("step").is_not_null()).group_by("rank", "step").len()["len"].sort()
+    per_step = w.filter(pl.col("step").is_not_null()).group_by("rank", "step", "pg").len()["len"].sort()
     single = has_steps and step_med is not None and per_step[(per_step.len() - 1) // 2] < 2
     if gaps.height and not single and (has_steps or step_med is None):
         return max(
             int(gaps.to_series().sort()[(gaps.height - 1) // 2]), 1
-        ), "median spacing of a rank's collectives"
+        ), "median spacing of a rank's collectives in a communicator"
     if step_med:
         most = " in most steps" if gaps.height else ""
         what = f"median step time: one collective per step{most}, so no spacing within a step"
@@ -271,7 +301,8 @@ SPEC = Analysis(
             rc.ratio("p_value", "Binomial p-value of arriving last last_count times or more"),
             rc.ns("median_lateness_ns", "Median lateness (arrival after the median arrival, >= 0)"),
             rc.pct(
-                "late_pct", "median_lateness_ns, % of the pace (median time between consecutive arrivals)"
+                "late_pct",
+                "median_lateness_ns, % of the pace (median time between consecutive arrivals in a communicator)",
             ),
             rc.pct("late_step_pct", "median_lateness_ns, % of the median step"),
             rc.ns(
@@ -519,12 +550,14 @@ def run(store: Store, params: Params) -> Result:
     per = per.join(_own_causes(store, run_id, per, split, w, step_med, params), on="rank", how="left")
     # a suspect's own cause: beyond the noise floor and material, or extra work (its own measure of
     # what it costs: the replay pools ops by name and ordinal, which extra ops make unlike)
-    material = pl.col("cost_pct") >= params.min_cost_pct
+    material = _reaches(pl.col("cost_pct"), params.min_cost_pct)
     # beyond the floor by a material amount too: above it by a hair in every step is the floor's
     # own spread (a calibration run: a healthy rank above its core-mate by +0.7% of a step in 3 of 3
     # steps, the two computing alike, named at a cost of 34.7%; every slowed rank named: 3.3-29%)
-    beyond = (pl.col("floor_p_value") < params.cause_alpha) & (pl.col("excess_pct") >= params.min_cost_pct)
-    own = ((beyond & material) | (pl.col("extra_work_pct") >= params.min_cost_pct)).fill_null(False)
+    beyond = (pl.col("floor_p_value") < params.cause_alpha) & _reaches(
+        pl.col("excess_pct"), params.min_cost_pct
+    )
+    own = ((beyond & material) | _reaches(pl.col("extra_work_pct"), params.min_cost_pct)).fill_null(False)
     per = per.with_columns(
         ((pl.col("_suspect") & own) | (pl.col("_episodic") & material)).fill_null(False).alias("qualifies")
     )
@@ -723,15 +756,17 @@ def _covered_ns(w: pl.DataFrame, step_med: int | None, pace: int = 1) -> int:
     """Time the instances cover (ns): the run's median step time x the number of steps they lie in
     (a step made long by a left-out transient or one stall does not count at its length); without
     steps (or with instances outside them), the span from the first arrival to the last arrival or
-    end, or a rank's instances x the pace where that is longer: n collectives a pace apart cover n paces,
-    not the n - 1 between the first and the last (8 all-reduces 1000 us apart, 10 us late at each:
-    80 us of 8000 us, 1%, not of the 7110 us from the first arrival to the last end, 1.13%)."""
+    end, or a rank's instances in one communicator x the pace where that is longer: n collectives a
+    pace apart cover n paces, not the n - 1 between the first and the last (8 all-reduces 1000 us
+    apart, 10 us late at each: 80 us of 8000 us, 1%, not of the 7110 us from the first arrival to
+    the last end, 1.13%); communicators whose collectives run side by side cover the same time once
+    (3 all-reduces and 3 all-gathers 10 ms apart, each pair together: 30 ms, not 60)."""
     n_steps = w["step"].drop_nulls().n_unique()
     if n_steps and step_med and w["step"].is_not_null().all():
         return step_med * n_steps
     last = max(int(w["arrival_ns"].max()), int(w["end_ns"].max() or 0))  # type: ignore[arg-type]
     span = last - int(w["arrival_ns"].min())  # type: ignore[arg-type]
-    per_rank = int(w.group_by("rank").len()["len"].max() or 0)  # type: ignore[arg-type]
+    per_rank = int(w.group_by("rank", "pg").len()["len"].max() or 0)  # type: ignore[arg-type]
     return max(span, per_rank * pace, 1)
 
 
@@ -795,7 +830,7 @@ def _z_text(z: float | None) -> str:
     return "n/a (no compute traced)" if z is None or np.isnan(z) else f"{z:.1f}"
 
 
-def _figures(r: dict) -> str:
+def _figures(r: dict, params: Params) -> str:
     """The rule's figures of one rank, for the verdict text."""
     ties = r["instances"] - r["_decided"]
     tied = (
@@ -810,13 +845,14 @@ def _figures(r: dict) -> str:
         if r["last_count"] and 0 < len(last_steps) <= 2 and r["_steps"] >= 5 * len(last_steps)
         else ""
     )
+    late = f"{r['late_pct']:.0f}" if r["late_pct"] >= 1 or r["late_pct"] == 0 else f"{r['late_pct']:.2g}"
     return (
         f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
         f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p "
-        f"{'< 1e-300' if r['p_value'] == 0 else '= ' + format(r['p_value'], '.2g')}); its delays alone cost the job {r['cost_pct']:.1f}% "
+        f"{'< 1e-300' if r['p_value'] == 0 else '= ' + format(r['p_value'], '.2g')}); its delays alone cost the job {_pct_shown(r['cost_pct'], params.min_cost_pct)}% "
         f"{'of step time' if r['_steps'] else 'of the time the collectives cover'} (it held collectives "
         f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
-        f"({r['late_pct']:.0f}% of the pace)"
+        f"({late}% of the pace)"
     )
 
 
@@ -911,10 +947,10 @@ def _floor_text(r: dict, params: Params) -> str:
         f"its {r['_floor_what']} exceeded every unsuspected rank's (the noise floor) in {r['floor_steps_won']} "
         f"of {r['floor_steps']} {'collectives' if 'no steps' in r['_floor_what'] else 'steps'} (chance {1 / max(r['_u'], 1):.2f} each, binomial p "
         f"{_p_text(r['floor_p_value'])}; naming needs p < {params.cause_alpha:g}), by a median "
-        f"{r['excess_pct']:+.1f}% of a step"
+        f"{_pct_shown(r['excess_pct'], params.min_cost_pct, '+')}% of a step"
         + (
             f" (naming needs {params.min_cost_pct:g}% or more)"
-            if r["floor_p_value"] < params.cause_alpha and r["excess_pct"] < params.min_cost_pct
+            if r["floor_p_value"] < params.cause_alpha and not _reaches(r["excess_pct"], params.min_cost_pct)
             else ""
         )
     )
@@ -944,27 +980,27 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         if many.height and params.max_named_share == 0:
             evidence = (
                 f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "
-                f"Strongest: {_figures(top)}"
+                f"Strongest: {_figures(top, params)}"
             )
         elif many.height:
             evidence = (
                 f"no single straggler: {many.height} of {per.height} ranks ({_rank_list(many['rank'].to_list())}) "
                 f"each arrive last significantly often with a cause of their own beyond the noise floor, more than "
                 f"{params.max_named_share:.0%} of the ranks: a systematic imbalance (a slow stage or group, uneven "
-                f"work), not a straggler; see whatif's blame by stage and op. Strongest: {_figures(top)}"
+                f"work), not a straggler; see whatif's blame by stage and op. Strongest: {_figures(top, params)}"
             )
         elif weak is not None:
             evidence = _weak_text(weak, params)
         elif suspects.height:
             r = suspects.sort("p_value", "rank").row(0, named=True)
             evidence = (
-                f"no straggler: {_figures(r)}; late because of {r['cause']}, and {_floor_text(r, params)}; "
+                f"no straggler: {_figures(r, params)}; late because of {r['cause']}, and {_floor_text(r, params)}; "
                 + _too_cheap(r, params)
-                if r["cost_pct"] < params.min_cost_pct
-                else f"no straggler: {_figures(r)}; late because of {r['cause']}, but {_floor_text(r, params)}: "
+                if not _reaches(r["cost_pct"], params.min_cost_pct)
+                else f"no straggler: {_figures(r, params)}; late because of {r['cause']}, but {_floor_text(r, params)}: "
                 "within the run's noise (the other ranks vary as much)"
             )
-        elif not (per["cost_pct"] >= params.min_cost_pct).any():
+        elif not _reaches(per["cost_pct"], params.min_cost_pct).any():
             # no rank's delays matter: none can be named whatever the tests say (not "the run's noise")
             n, chance = int(top["_decided"]), float(top["_chance_decided"])
             least = _cause.smallest_p(n, chance)
@@ -974,10 +1010,10 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
                 if least >= params.alpha
                 else ""
             )
-            evidence = f"no straggler: {_figures(top)}; {_too_cheap(top, params)}{power}"
+            evidence = f"no straggler: {_figures(top, params)}; {_too_cheap(top, params)}{power}"
         else:
             evidence = (
-                f"no straggler: {_figures(top)}; naming needs p < {params.alpha:g} and a cause beyond the "
+                f"no straggler: {_figures(top, params)}; naming needs p < {params.alpha:g} and a cause beyond the "
                 "other ranks' noise floor: the skew is within the run's noise"
             )
         status = "problem" if many.height else "inconclusive" if gap or weak is not None else "ok"
@@ -1008,7 +1044,7 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         )
         own = "" if not r["_suspect"] else f"; {_floor_text(r, params)}"
         evidence = (
-            f"straggler: {_figures(r)}{spike}, making the others wait "
+            f"straggler: {_figures(r, params)}{spike}, making the others wait "
             f"{r['wait_caused_ns'] / 1e6:.1f} ms in total (wall clock, summed over the waiting ranks); compute z = {_z_text(r['compute_z'])}; before those "
             f"arrivals it spent {cx / 1e6:+.1f} ms compute, {mx / 1e6:+.1f} ms communication, {ox / 1e6:+.1f} ms "
             f"untraced host time vs the other ranks' median: late because of {r['cause']}{own}"
@@ -1017,7 +1053,7 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
     for r in grouped.iter_rows(named=True):
         evidence = (
             f"part of slow {r['slow_group']}: named as that group, not as a straggler ({r['_group_text']}); "
-            f"{_figures(r)}; late because of {r['cause']}, as its whole group is"
+            f"{_figures(r, params)}; late because of {r['cause']}, as its whole group is"
         )
         rows.append(_verdict_row(r, evidence))
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
@@ -1027,7 +1063,7 @@ def _too_cheap(r: dict[str, Any], params: Params) -> str:
     """Why a rank whose delays cost less than ``min_cost_pct`` is not named, whatever its tests say."""
     of = "of step time" if r["_steps"] else "of the time the collectives cover"
     return (
-        f"at {r['cost_pct']:.1f}% {of} its delays cost less than the {params.min_cost_pct:g}% a rank must cost "
+        f"at {_pct_shown(r['cost_pct'], params.min_cost_pct)}% {of} its delays cost less than the {params.min_cost_pct:g}% a rank must cost "
         "to be named, so it cannot be named however often it arrives last"
     )
 
@@ -1046,7 +1082,7 @@ def _untestable(per: pl.DataFrame, suspects: pl.DataFrame, params: Params) -> di
         for d, c in zip(per["_decided"], per["_chance_decided"], strict=True)
     )
     # only a rank whose delays matter (cost_pct >= min_cost_pct) could be named: below, "ok" stands
-    material = per.filter(pl.col("cost_pct") >= params.min_cost_pct)
+    material = per.filter(_reaches(pl.col("cost_pct"), params.min_cost_pct))
     if not powered and material.height:
         first = material.sort("p_value", pl.col("cost_pct"), "rank", descending=[False, True, False])
         return {**first.row(0, named=True), "_short": "collectives"}
@@ -1054,7 +1090,7 @@ def _untestable(per: pl.DataFrame, suspects: pl.DataFrame, params: Params) -> di
         extra = r["extra_work_pct"] is not None and r["extra_work_pct"] > 0
         n = r["floor_steps"]
         small = n is not None and _cause.smallest_p(int(n), 1 / max(r["_u"], 1)) >= params.cause_alpha
-        if not extra and (small or n is None) and r["cost_pct"] >= params.min_cost_pct:
+        if not extra and (small or n is None) and _reaches(r["cost_pct"], params.min_cost_pct):
             return {**r, "_short": "steps" if small else "floor"}
     return None
 
@@ -1065,21 +1101,21 @@ def _weak_text(r: dict[str, Any], params: Params) -> str:
     if r["_short"] == "collectives":
         n, chance = int(r["_decided"]), float(r["_chance_decided"])
         return (
-            f"too few collectives to test for a straggler: {_figures(r)}; with {n} collectives "
+            f"too few collectives to test for a straggler: {_figures(r, params)}; with {n} collectives "
             f"with one last rank the smallest p the test can give (last at all of them) is "
             f"{_cause.smallest_p(n, chance):.2g}, not below {params.alpha:g}: that needs "
             f"{_needed(params.alpha, chance, '', 'collective')} (this world size)"
         )
     if r["_short"] == "floor":
         return (
-            f"no rank to compare with: {_figures(r)}; late because of {r['cause']}, but every other rank is "
+            f"no rank to compare with: {_figures(r, params)}; late because of {r['cause']}, but every other rank is "
             "suspected too (last significantly often, or one hold-up over "
             f"{_replay.TRANSIENT_SKEW_FACTOR} x the median skew), so nothing tells whether its {r['cause']} is beyond "
             "the run's noise"
         )
     n, chance = int(r["floor_steps"]), 1 / max(r["_u"], 1)
     return (
-        f"too few steps to test the cause: {_figures(r)}; late because of {r['cause']}, and "
+        f"too few steps to test the cause: {_figures(r, params)}; late because of {r['cause']}, and "
         f"{_floor_text(r, params)}; with {n} steps the smallest p that test can give (above the floor in all "
         f"of them) is {_cause.smallest_p(n, chance):.2g}, not below {params.cause_alpha:g}: that needs "
         f"{_needed(params.cause_alpha, chance, ' steps', 'step')}"

@@ -1,9 +1,11 @@
 """NCCL profiler plugin (ext-profiler example) dumps: ``parse`` and the clock ``align`` hook."""
 
+from collections.abc import Hashable
 from pathlib import Path
 
+from traceprof.collectors import _communicators
 from traceprof.collectors.nccl_profiler.align import settle
-from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
+from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, rank_in_name
 from traceprof.core.parsed import ParsedTrace, ParseOptions
 from traceprof.ingest import sources
 
@@ -24,6 +26,32 @@ def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
     return [parse(path, options)]
 
 
+def _process(pt: ParsedTrace) -> Hashable:
+    """A file's process: the ``pid`` its events carry (the plugin prints ``getpid()``), else the file."""
+    pid = pt.trace.get("pid")
+    return ("pid", str(pid)) if pid not in (None, "None", "") else ("file", pt.path)
+
+
+def _comms(pt: ParsedTrace) -> dict[str, int]:
+    """{communicator: the file's rank in it}: the plugin's file of one communicator (``Rank``); none
+    for a file named ``rank<R>`` (its name states the global rank) or holding several communicators."""
+    hashes = (pt.part or "").split(",")
+    if pt.rank is None or len(hashes) != 1 or not hashes[0] or rank_in_name(Path(pt.path).name) is not None:
+        return {}
+    return {hashes[0]: pt.rank}
+
+
+def _relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
+    """The plugin's files as jobs with global ranks (``traceprof.collectors._communicators``): the
+    plugin writes one file per communicator and process, ``Rank`` its rank in that communicator and
+    every event the process's ``pid``; no host, job id or global rank. A communicator that spans
+    all of a job's processes (the world's) gives the global ranks."""
+    res = _communicators.relate(traces, _comms, _process, lambda p: f"{p[0]} {p[1]}")  # type: ignore[index]
+    if res.notes:
+        res.jobs[0][0].warnings.extend(f"NCCL profiler-plugin files: {n}" for n in res.notes)
+    return res.jobs
+
+
 sources.register(
     sources.Collector(
         "nccl_profiler",
@@ -33,5 +61,6 @@ sources.register(
         order=20,
         settle=settle,
         rank_field="file name rank<R> (or the events' Rank)",
+        relate=_relate,
     )
 )

@@ -41,7 +41,10 @@ Algorithm:
      communicator; with several communicators, the one with the most collectives, with a warning).
      The plugin writes one file per communicator (``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json``),
      so a rank may have several: each file's ``part`` (``ParsedTrace.part``) is its communicators'
-     hashes, and files of one rank with other communicators are parts of one job's record.
+     hashes, and files of one rank with other communicators are parts of one job's record. ``Rank``
+     is the rank in that communicator: at ingest the files of a run are related by their events'
+     ``pid`` (``traceprof.collectors._communicators``: global ranks from the communicator spanning a
+     job's processes; two jobs' files told apart).
 
 Integers (``traceprof.core.values``' two rules, as the Flight Recorder and NCCL Inspector readers
 read theirs): ``Count`` and ``SeqNum`` are a record's numbers, JSON integers: one written as a
@@ -69,7 +72,7 @@ import pyarrow as pa
 
 from traceprof.collectors._arrow import row_schema
 from traceprof.collectors._duplicates import duplicate_records
-from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump
+from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, rank_in_name
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
@@ -85,7 +88,6 @@ __all__ = ["parse", "looks_like_plugin_dump"]
 _BARE = re.compile(r"(:\s*)(-?(?:nan|inf)|0[xX][0-9a-fA-F]+|\(nil\)|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])")
 _KEYWORDS = frozenset({"true", "false", "null"})
 _BYTE = re.compile(r"byte (\d+)")
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 class _Event(msgspec.Struct):
@@ -544,9 +546,9 @@ def _rank(path: Path, evs: list[_Event]) -> tuple[int | None, list[str], dict[st
         for what, n in said.items()
     ]
     repaired = {f"args.Rank {what}": n for what, n in said.items()}
-    m = _RANK_IN_NAME.search(path.name)
-    if m:
-        return int(m.group(1)), warnings, repaired
+    named = rank_in_name(path.name)
+    if named is not None:
+        return named, warnings, repaired
     if not per_comm:
         return None, warnings, repaired
     ranks = {r for c in per_comm.values() for r in c}

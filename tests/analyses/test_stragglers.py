@@ -408,7 +408,7 @@ def test_max_named_share_zero_names_no_rank(store, tmp_path):
 
 def test_an_underflowed_p_value_is_not_printed_as_zero() -> None:
     # 5,919 last arrivals of 10,000 with chance 1/8: the binomial tail underflows to 0.0 in floats.
-    from traceprof.analyses.stragglers import _figures
+    from traceprof.analyses.stragglers import Params, _figures
 
     row = {
         "rank": 3,
@@ -424,8 +424,8 @@ def test_an_underflowed_p_value_is_not_printed_as_zero() -> None:
         "median_lateness_ns": 2.43e6,
         "late_pct": 3068.0,
     }
-    assert "binomial p < 1e-300)" in _figures(row)
-    assert "binomial p = 0.037)" in _figures({**row, "p_value": 0.037})
+    assert "binomial p < 1e-300)" in _figures(row, Params())
+    assert "binomial p = 0.037)" in _figures({**row, "p_value": 0.037}, Params())
 
 
 # --- a slow pipeline stage is reported as that stage, not as straggler ranks (issue 32) ------------

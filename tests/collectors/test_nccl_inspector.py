@@ -538,3 +538,69 @@ def test_a_record_written_twice_is_kept_once_and_counted(tmp_path):
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 1, 2]
     assert json.loads(pt.trace["meta"])["repaired"] == {"exact duplicate record dropped": 1}
     assert "h100-pid100.log: 1 duplicate record dropped (first: line 2)" in pt.warnings
+
+
+def _mesh(tmp_path: Path, tp1: str = "0xa1") -> Path:
+    """A 2x2 mesh with no world communicator (as /work/g3_inputs' mesh_2x2_no_world_comm): pids
+    4000..4003, tp 0xa0 = {4000: rank 0, 4001: 1}, tp ``tp1`` = {4002: 0, 4003: 1}, dp 0xb0 =
+    {4000: 0, 4002: 1}, dp 0xb1 = {4001: 0, 4003: 1}; every communicator of 2 ranks. tp AllReduce
+    sn 1, 2 (8 MiB): comm rank 0 starts T + 1000 k, rank 1 10 us later, both stop T + 1000 k + 300;
+    dp AllReduce sn 1 (32 MiB): comm rank 0 at T + 5000, rank 1 20 us later, stop T + 5600."""
+    where = {4000: (("0xa0", 0), ("0xb0", 0)), 4001: (("0xa0", 1), ("0xb1", 0))}
+    where |= {4002: ((tp1, 0), ("0xb0", 1)), 4003: ((tp1, 1), ("0xb1", 1))}
+    folder = tmp_path / "nccl-inspector-7001"
+    for pid, ((tp, tr), (dp, dr)) in where.items():
+        recs = [
+            _rec(tp, tr, 2, "AllReduce", k, 8 << 20, T + 1000 * k + 10 * tr, T + 1000 * k + 300, pid=pid)
+            for k in (1, 2)
+        ]
+        recs.append(_rec(dp, dr, 2, "AllReduce", 1, 32 << 20, T + 5000 + 20 * dr, T + 5600, pid=pid))
+        _write(folder / f"h{pid}-pid{pid}.log", recs)
+    return folder
+
+
+def test_mesh_without_a_world_communicator_is_one_job(tmp_path):
+    """Each file's header.rank is its rank within a 2-rank communicator, so two files say rank 0 (on
+    4eb6579 refused: "two traces of one rank are two jobs"). The four processes share communicators
+    (0xa0 joins 4000 and 4001, 0xb0 4000 and 4002, 0xb1 4001 and 4003): one job of 4 ranks, numbered
+    in (host, pid) order with a note, since no record holds a global rank; 6 instances of 2 ranks:
+    0xa0 sn 1, 2 of [0, 1]; 0xa1 of [2, 3]; 0xb0 of [0, 2]; 0xb1 of [1, 3]; skew 10 us (tp), 20 us (dp)."""
+    folder = _mesh(tmp_path)
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [folder], jobs=1)
+        assert list(res.runs) == ["nccl-inspector-7001"]
+        assert store.sql("SELECT pid, rank, world_size FROM traces ORDER BY pid").rows() == [
+            ("4000", 0, 4),
+            ("4001", 1, 4),
+            ("4002", 2, 4),
+            ("4003", 3, 4),
+        ]
+        inst = store.sql("""SELECT pg, seq, list(rank ORDER BY rank), max(enter_ns) - min(enter_ns)
+                            FROM collectives GROUP BY pg, seq ORDER BY pg, seq""").rows()
+        assert inst == [
+            ("0xa0", 1, [0, 1], 10_000),
+            ("0xa0", 2, [0, 1], 10_000),
+            ("0xa1", 1, [2, 3], 10_000),
+            ("0xa1", 2, [2, 3], 10_000),
+            ("0xb0", 1, [0, 2], 20_000),
+            ("0xb1", 1, [1, 3], 20_000),
+        ]
+        assert store.sql("SELECT count(*) FROM collective_instances").item() == 6
+        assert any("numbered 0..3" in w for w in res.warnings)
+        assert not any("two jobs" in w or "the process has ranks" in w for w in res.warnings)
+
+
+def test_mesh_whose_records_conflict_is_refused_saying_what(tmp_path):
+    """Pids 4002 and 4003 say they are ranks 0 and 1 of 0xa0, which 4000 and 4001 already are: one
+    rank of a communicator cannot be two processes, so the files are refused naming the conflict
+    (not "two traces of one rank are two jobs")."""
+    folder = _mesh(tmp_path, tp1="0xa0")
+    with Store(tmp_path / "t.duckdb") as store:
+        with pytest.raises(
+            TraceFormatError,
+            match=r"rank 0 of communicator 0xa0 is both h4000-pid4000.log and h4002-pid4002.log",
+        ):
+            ingest(store, [folder], jobs=1)
+        with pytest.raises(TraceFormatError, match="rank 0 of communicator 0xa0 is both"):
+            ingest(store, [folder], run="one", jobs=1)
+        assert store.sql("SELECT count(*) FROM runs").item() == 0

@@ -554,12 +554,13 @@ def test_end_before_its_begin_is_a_bad_event(tmp_path):
 # --- the plugin writes one file per communicator: <NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json ----
 
 
-def _comm_dump(rank: int, comm: int, op: str, base_us: int) -> str:
+def _comm_dump(rank: int, comm: int, op: str, base_us: int, pid: int | None = None) -> str:
     """One communicator's dump of one process, as the example plugin (2.29, profiler API v5) prints
     it: per group k = 0..2 at wall W = base_us + 10000 k, on rank 1's plugin clock 250 us later
     (ts = W - 250): a COLL_API begin at 0.0 (never set) and a COLL [W + 40 rank, W + 500] with a
-    ProxyStep whose SendGpuWait end is 0.0 (timestamp[SEND_PEER_WAIT] never set)."""
-    pid, shift = 5100 + rank, 250 * rank
+    ProxyStep whose SendGpuWait end is 0.0 (timestamp[SEND_PEER_WAIT] never set). The process's
+    pid: ``pid``, else 5100 + rank."""
+    pid, shift = 5100 + rank if pid is None else pid, 250 * rank
     lines = ["["]
     for k in range(3):
         w = base_us + 10000 * k - shift
@@ -623,3 +624,105 @@ def test_the_same_communicator_twice_for_one_rank_is_still_two_jobs(tmp_path):
     (job / "b_77_0.json").write_text(_comm_dump(0, 77, "AllReduce", 2000000))
     with Store(tmp_path / "t.duckdb") as store, pytest.raises(TraceFormatError, match="rank 0 also in"):
         ingest(store, [job], run="one", jobs=1)
+
+
+def test_two_jobs_in_one_folder_are_two_runs(tmp_path):
+    """Two jobs' plugin files in one folder: job A (pids 5100, 5101; communicators 64... and 13...)
+    and job B (pids 9100, 9101; communicators 77... and 88...), each of 2 ranks. No process of one
+    shares a communicator with the other's and both have ranks 0 and 1: two runs of 2 ranks and 4
+    files each, named after their lowest pid (on 4eb6579 one run of 8 traces, rank 0 under pids
+    5100 and 9100); with --run, refused naming both jobs."""
+    job = tmp_path / "job"
+    job.mkdir()
+    comms = {5100: ((6479621443159067765, "AllReduce", 1000000), (1311768467463790320, "AllGather", 1005000))}
+    comms[9100] = ((7777777777777777777, "AllReduce", 1000000), (8888888888888888888, "AllGather", 1005000))
+    for first, mine in comms.items():
+        for r in (0, 1):
+            for comm, op, base in mine:
+                (job / f"nccl_profile_{comm}_{r}.json").write_text(_comm_dump(r, comm, op, base, first + r))
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [job], jobs=1)
+        assert sorted(res.runs) == ["job-pid5100", "job-pid9100"]
+        rows = store.sql("""SELECT r.name, t.rank, t.pid, count(*) FROM traces t JOIN runs r USING (run_id)
+                            GROUP BY ALL ORDER BY ALL""").rows()
+        assert rows == [
+            ("job-pid5100", 0, "5100", 2),
+            ("job-pid5100", 1, "5101", 2),
+            ("job-pid9100", 0, "9100", 2),
+            ("job-pid9100", 1, "9101", 2),
+        ]
+        assert any("2 jobs'" in w for w in res.warnings)
+    with Store(tmp_path / "u.duckdb") as store, pytest.raises(TraceFormatError, match="2 jobs'"):
+        ingest(store, [job], run="one", jobs=1)
+
+
+def test_sub_communicator_files_get_global_ranks(tmp_path):
+    """4 processes (pids 5100..5103) in world communicator 11 (ranks 0..3) and two 2-rank
+    sub-communicators, 21 = {5100, 5101} and 22 = {5102, 5103}: the plugin's files of 22 say Rank 0
+    (pid 5102) and Rank 1 (pid 5103), ranks within 22. Each process's global rank is its rank in
+    11, the communicator spanning all 4: 22's files are ranks 2 and 3, so 22's instances are of
+    ranks [2, 3] (on 4eb6579 [0, 1], beside 21's [0, 1]: pid 5102's files under ranks 2 and 0)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for pid in range(5100, 5104):
+        g = pid - 5100
+        (job / f"nccl_profile_11_{g}.json").write_text(_comm_dump(g, 11, "AllReduce", 1000000, pid))
+        sub, local = (21 if g < 2 else 22), g % 2
+        (job / f"nccl_profile_{sub}_{local}.json").write_text(
+            _comm_dump(local, sub, "AllGather", 1005000, pid)
+        )
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [job], jobs=1)
+        assert list(res.runs) == ["job"]
+        ranks = store.sql("SELECT pid, list(DISTINCT rank) FROM traces GROUP BY pid ORDER BY pid").rows()
+        assert ranks == [("5100", [0]), ("5101", [1]), ("5102", [2]), ("5103", [3])]
+        per_comm = store.sql("""SELECT pg, list(DISTINCT rank ORDER BY rank) FROM collectives
+                                GROUP BY pg ORDER BY pg""").rows()
+        assert per_comm == [("11", [0, 1, 2, 3]), ("21", [0, 1]), ("22", [2, 3])]
+        assert any("rank in communicator 11, which spans all 4" in w for w in res.warnings)
+
+
+def test_sub_communicator_files_of_one_host_per_folder(tmp_path):
+    """The same 4 processes' files in a folder per host, a/job (pids 5100, 5101) and b/job (5102,
+    5103): each folder's processes are spanned by 11 (ranks 0, 1 and 2, 3) and by their
+    sub-communicator (ranks 0, 1); 11's are the larger, the world's: b's are ranks 2 and 3, and
+    the two folders are one run "job" of ranks 0..3 (numbering b's processes 0, 1 would make them
+    two jobs)."""
+    for pid in range(5100, 5104):
+        g = pid - 5100
+        job = tmp_path / ("a" if g < 2 else "b") / "job"
+        job.mkdir(parents=True, exist_ok=True)
+        (job / f"nccl_profile_11_{g}.json").write_text(_comm_dump(g, 11, "AllReduce", 1000000, pid))
+        sub, local = (21 if g < 2 else 22), g % 2
+        (job / f"nccl_profile_{sub}_{local}.json").write_text(
+            _comm_dump(local, sub, "AllGather", 1005000, pid)
+        )
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [tmp_path / "a" / "job", tmp_path / "b" / "job"], jobs=1)
+        assert list(res.runs) == ["job"]
+        ranks = store.sql("SELECT pid, list(DISTINCT rank) FROM traces GROUP BY pid ORDER BY pid").rows()
+        assert ranks == [("5100", [0]), ("5101", [1]), ("5102", [2]), ("5103", [3])]
+
+
+def test_communicators_that_start_together_have_their_own_pace(tmp_path):
+    """Two communicators of the same 2 processes whose collectives start together (AllReduce on 647...
+    and AllGather on 131..., both at W = 1000000 + 10000 k us), no steps; rank 1 40 us late at all 6.
+    By hand: the pace is the spacing within a communicator, 10000 us (across the two it is 0, and
+    the lateness was "4000000% of the pace"): late_pct = 40 / 10000 = 0.4 %. Held up: [W, W + 40]
+    at each pair, the same 40 us for both communicators, 3 x 40 = 120 us; covered: 3 collectives
+    a pace apart per communicator, 30000 us (> the 20500 us span; it was the 20500 us, 0.59 %):
+    cost 120 / 30000 = 0.4 %, nobody named."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        for comm, op in ((6479621443159067765, "AllReduce"), (1311768467463790320, "AllGather")):
+            (job / f"nccl_profile_{comm}_{r}.json").write_text(_comm_dump(r, comm, op, 1000000))
+    with Store(tmp_path / "t.duckdb") as store:
+        ingest(store, [job], jobs=1)
+        res = analyze(store, "stragglers", "job")
+        r1 = res.frame.filter(res.frame["rank"] == 1).row(0, named=True)
+        assert (r1["last_count"], r1["median_lateness_ns"], r1["holdup_ns"]) == (6, 40_000, 120_000)
+        assert r1["late_pct"] == pytest.approx(0.4)
+        assert (r1["holdup_pct"], r1["cost_pct"]) == (pytest.approx(0.4), pytest.approx(0.4))
+        assert not res.frame["named"].any()
+        assert any("pace 10.00 ms" in n and "time covered 30.0 ms" in n for n in res.notes)

@@ -37,7 +37,7 @@ from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.core.vocab import TraceSource
 from traceprof.ingest import clock, matching, sources
-from traceprof.ingest.naming import Part, assign, stem
+from traceprof.ingest.naming import Part, assign, relate, stem
 from traceprof.storage import layout
 from traceprof.storage.runs import profiler_gap_text, untraced_ranks
 from traceprof.storage.store import Store
@@ -573,6 +573,14 @@ def ingest(
         parts = list({id(p): p for p, _ in todo if p.traces}.values())
         if run is not None:
             by_run = {run: [pt for p in parts for pt in p.traces]} if parts else {}
+            if by_run and len(split_jobs := relate(by_run[run])) > 1:
+                raise TraceFormatError(
+                    split_jobs[1][0].path,
+                    "",
+                    f"its files are {len(split_jobs)} jobs' (sets of processes that share no communicator, each "
+                    f"with the same ranks; first files {', '.join(Path(j[0].path).name for j in split_jobs)}) and "
+                    f"cannot be one run {run!r}; {_split_hint(True)}",
+                )
         else:
             by_run, renamed = assign(parts, store)
             result.warnings += renamed

@@ -1,6 +1,10 @@
 """Run names of an ingest without ``--run``: what each run is called, and which files are one run.
 
 Rules, in order (each renaming or split is said in a note):
+  0. Files of a source whose ranks are ranks within a communicator (NCCL's profiler plugin and
+     Inspector: ``sources.Collector.relate``) get their global ranks first; when they are several
+     jobs' (two sets of processes sharing no communicator, each with a rank 0), the folder's run is
+     one per job, named ``<folder>-pid<its lowest pid>`` (:func:`relate`).
   1. A folder of trace files is one run named after the folder; a file named on the command line
      alone (or a whole-run file such as an NDTimeline trace) is one run named after the file, its
      trace suffixes dropped (``x.sqlite`` -> ``x``, ``rank0.pt.trace.json.gz`` -> ``rank0``).
@@ -20,10 +24,11 @@ from pathlib import Path
 
 from traceprof.core.errors import StoreError
 from traceprof.core.parsed import ParsedTrace
+from traceprof.ingest import sources
 from traceprof.storage.identity import check_within
 from traceprof.storage.store import Store
 
-__all__ = ["Part", "stem", "conflict", "assign"]
+__all__ = ["Part", "stem", "conflict", "assign", "relate"]
 
 #: Suffixes dropped from a file's name to name its run (repeatedly, case-insensitively).
 TRACE_SUFFIXES = (".gz", ".zst", ".json", ".sqlite", ".db", ".parquet", ".pkl", ".pickle", ".trace", ".pt")
@@ -77,6 +82,45 @@ def conflict(traces: list[ParsedTrace]) -> str:
     except StoreError:
         return "its files were recorded more than an hour apart"
     return ""
+
+
+def relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
+    """Rule 0 of the module doc: ``traces`` (one would-be run's) as jobs, their ranks made global by
+    each source's ``relate`` hook. Traces of other sources stay with the first job; a source's
+    traces that are several jobs beside another source's are returned as one (ingest's checks then
+    say which files clash).
+
+    Raises:
+        TraceFormatError: A source's files contradict each other (the hook's message).
+    """
+    jobs = [traces]
+    for c in sources.collectors():
+        mine = [pt for pt in traces if pt.source == c.name]
+        if c.relate is None or len(mine) < 2:
+            continue
+        found = c.relate(mine)
+        if len(found) > 1 and len(mine) == len(traces):
+            jobs = found
+    return jobs
+
+
+def _pid_name(name: str, traces: list[ParsedTrace]) -> str:
+    pids = sorted(str(pt.trace.get("pid")) for pt in traces)
+    return f"{name}-pid{pids[0]}"
+
+
+def _related(part: Part, notes: list[str]) -> list[Part]:
+    """Rule 0 of the module doc on one would-be run."""
+    jobs = relate(part.traces)
+    if len(jobs) < 2:
+        return [part]
+    out = [Part(_pid_name(part.name, job), part.origin, job) for job in jobs]
+    notes.append(
+        f"{part.origin}: its files are {len(out)} jobs' (sets of processes that share no communicator, "
+        f"each with the same ranks), so they are {len(out)} runs: {', '.join(repr(p.name) for p in out)} "
+        "(put each job's files in a folder of its own, or name one run with --run)"
+    )
+    return out
 
 
 def _by_file(traces: list[ParsedTrace]) -> dict[str, list[ParsedTrace]]:
@@ -140,7 +184,7 @@ def _apart(parts: list[Part], notes: list[str]) -> list[Part]:
 
 def assign(parts: list[Part], store: Store | None = None) -> tuple[dict[str, list[ParsedTrace]], list[str]]:
     """Run name -> traces for the would-be runs of an ingest (one per folder or lone file, named by
-    rule 1), after rules 2 and 3 (and 4 with ``store``); and the notes saying what was split or
+    rule 1), after rules 0, 2 and 3 (and 4 with ``store``); and the notes saying what was split or
     renamed.
 
     Rule 4: a run of the name already in ``store`` whose files lie elsewhere and hold the same
@@ -150,7 +194,7 @@ def assign(parts: list[Part], store: Store | None = None) -> tuple[dict[str, lis
     """
     notes: list[str] = []
     split: list[Part] = []
-    for p in parts:
+    for p in [q for part in parts for q in _related(part, notes)]:
         why = conflict(p.traces)
         split += _split(p, why, notes) if why and p.origin.is_dir() else [p]
     by_name: dict[str, list[Part]] = {}

@@ -72,6 +72,11 @@ class Collector:
             reads with it (a sidecar: Kineto's ``<name>.meta.json``, NDTimeline's ``meta-*.yaml``)
             or instead of it; such a file named on the command line is taken as its trace's
             (:func:`owner`), not refused as a file no collector reads.
+        relate: Optional ``relate(traces)`` -> jobs: a would-be run's traces of this source (all of
+            them, for a source whose files name ranks within a communicator) grouped into the jobs
+            they belong to, each trace's rank set to its global rank; notes go in the first trace's
+            warnings; raises TraceFormatError when the files contradict each other
+            (``traceprof.ingest.naming.relate``).
     """
 
     name: str
@@ -85,6 +90,7 @@ class Collector:
     rank_field: str = "rank"
     world_field: str = "world size"
     companions: Callable[[Path], list[Path]] | None = None
+    relate: Callable[[list[ParsedTrace]], list[list[ParsedTrace]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -269,6 +269,8 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
             "--cuda-graph-trace=node records their kernels)"
         )
+    if lost := _common.graph_lost(te):
+        text += f"; {lost}"
     problem = mean >= IDLE_PROBLEM_PCT
     status = "problem" if problem else "ok"
     # The activity window (first to last kernel) hides idle time outside it: a step that launches

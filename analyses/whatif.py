@@ -13,7 +13,13 @@ Algorithm:
      duration (compute: its length; collective: transfer = end - last arrival, at least 0).
      Typical values over the items with the same pooling key (name and ordinal in the step;
      collectives: op, group class, size and ordinal), over ranks and steps (``pool=all``, the
-     artifact's pooling) or over ranks within each step (``pool=step``). Ideal value
+     artifact's pooling) or over ranks within each step (``pool=step``); ``pool=auto`` (default):
+     ``step`` where the steps do different work (:func:`_steps_differ`: a rank's compute time per
+     step varies from step to step more than :data:`STEP_WORK_SPREAD` times as much as it varies
+     across the ranks of a step; steps of different lengths, e.g. varying sequence lengths), else
+     ``all``: pooled over steps, each long step's ops would sit above their ideal on every rank and
+     the step's excess be blamed on whichever rank is a hair later (a 10 us late rank cost 10.3%
+     with steps of 700/1000/1300 us, not 0.5%). Ideal value
      (``ideal``): ``mean`` (default, the artifact): compute durations at their **mean**, transfers
      and gaps at their **median** (medians for compute would drop a slow worker from the ideal
      entirely: on the artifact's AR and ST traces they overstate S by 8-13%); ``median``: every
@@ -69,7 +75,7 @@ Algorithm:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -84,6 +90,9 @@ from traceprof.storage.store import Store
 
 #: A run whose slowdown exceeds this is straggling (the paper's threshold).
 STRAGGLING_S = 1.1
+#: ``pool=auto`` pools within each step when the spread (standard deviation) of the mean compute time
+#: per step across steps is over this many times its spread across the ranks of a step.
+STEP_WORK_SPREAD = 3.0
 
 
 @dataclass(frozen=True)
@@ -91,13 +100,13 @@ class Params(RunParams):
     """``ideal``: ``mean`` (default, the OSDI'25 artifact: each compute op at its mean, each
     communication transfer at its median), ``median`` (every value at its median) or ``min`` (the
     smaller of its own value and its median: ideal <= replay, S an upper bound);
-    ``pool``: ``all`` (default: over ranks and steps, as the artifact) or ``step`` (over ranks
-    within each step); ``gaps``: ``zero`` (default: host gaps left out of both replays, S is the
+    ``pool``: ``auto`` (default: ``step`` where the steps do different work, else ``all``; module
+    doc), ``all`` (over ranks and steps, as the artifact) or ``step`` (over ranks within each step); ``gaps``: ``zero`` (default: host gaps left out of both replays, S is the
     artifact's blocking slowdown) or ``median`` (gaps kept and idealized like durations: S =
     actual / ideal); ``source``: collectives source (default: the best matched one); ``eps_ns``:
     tolerance of "ended before started"; ``top_ops``: op types blamed (the most time above their ideal first, then by name)."""
 
-    pool: str = "all"
+    pool: str = "auto"
     gaps: str = "zero"
     ideal: str = "mean"
     source: str = ""
@@ -105,7 +114,7 @@ class Params(RunParams):
     top_ops: int = 12
 
     def __post_init__(self) -> None:
-        _common.choice("pool", self.pool, ("all", "step"))
+        _common.choice("pool", self.pool, ("auto", "all", "step"))
         _common.choice("gaps", self.gaps, ("zero", "median"))
         _common.choice("ideal", self.ideal, ("mean", "median", "min"))
         _common.at_least("eps_ns", self.eps_ns, 0)
@@ -155,6 +164,30 @@ def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.n
         g, d = np.minimum(g, nodes["gap"].to_numpy()), np.minimum(d, nodes["dur"].to_numpy())
     inst = nodes["kind"].to_numpy() == 2
     return np.where(inst, 0.0, g), np.where(inst, 0.0, d), np.where(inst, 0.0, g_med)
+
+
+def _steps_differ(nodes: pl.DataFrame) -> bool:
+    """Whether the steps do different work (``pool=auto``, module doc step 2): per rank and step, the
+    compute time (the sum of its compute items' durations); the standard deviation over steps of each
+    step's mean over ranks above :data:`STEP_WORK_SPREAD` times the spread within a step (the root
+    mean square of each step's standard deviation over ranks). Noise alone puts the first below the
+    second (a mean over ranks varies less than its ranks), a rank late in every step adds to the
+    second only; two steps with two ranks or more are needed."""
+    per = (
+        nodes.lazy()
+        .filter(pl.col("kind") == 0)
+        .group_by("step", "rank")
+        .agg(pl.col("dur").sum())
+        .group_by("step")
+        .agg(pl.col("dur").mean().alias("m"), pl.col("dur").var().alias("v"))
+        .drop_nulls()
+        .select(
+            pl.len().alias("n"), pl.col("m").std().alias("between"), pl.col("v").mean().sqrt().alias("within")
+        )
+        .collect()
+    )
+    n, between, within = per.row(0)
+    return bool(n >= 2 and between is not None and between > STEP_WORK_SPREAD * (within or 0.0))
 
 
 def _step_times(tl: _replay.Timeline, val: np.ndarray, w: np.ndarray | None = None) -> pl.DataFrame:
@@ -327,6 +360,8 @@ def run(store: Store, params: Params) -> Result:
     trim()  # the build's freed arrays handed back before the replays (traceprof.core.trim)
     nodes = tl.nodes
     gap0, dur0 = nodes["gap"].to_numpy(), nodes["dur"].to_numpy()
+    if params.pool == "auto":  # the pool the run's steps call for, in the frames and notes as used
+        params = replace(params, pool="step" if _steps_differ(nodes) else "all")
     gap_i, dur_i, gap_m = _ideal(nodes, params.pool, params.ideal)  # gap_m: each host gap at its median
     zero = np.zeros(len(gap0))  # calloc'd: pages never written take no memory
     if params.gaps == "zero":

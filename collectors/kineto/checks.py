@@ -89,6 +89,7 @@ from traceprof.core.errors import TraceFormatError
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 
 __all__ = [
+    "graph_launches_without_gpu",
     "flag_records",
     "check_one_process",
     "shared_correlation_warning",
@@ -599,6 +600,32 @@ def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list
         f"(e.g. correlation {int(shared[0])}: {len(calls)} calls, events {_examples(src_index, calls)}, on "
         f"thread(s) {', '.join(map(repr, tids))}): each such GPU record is paired with the earliest of them "
         "(its step, class, collective and launch latency follow from that call)"
+    )
+
+
+def graph_launches_without_gpu(path: Path, cols: dict[str, Any]) -> tuple[int, str | None]:
+    """CUDA graph launch calls (``cudaGraphLaunch``, ``cuGraphLaunch``) whose correlation id no GPU
+    record carries: graph replays with no kernel rows (a CUPTI that does not trace graph nodes), so
+    their GPU time is missing from the trace (``traces.meta.graph_launches_without_gpu``). Reads the
+    distinct names first: a trace without graph launches costs one pass over them.
+
+    Returns:
+        (how many, a warning naming them or None).
+    """
+    names: Strs = cols["name"]
+    graph = {n for n in names.values if "graphlaunch" in n.lower()}
+    if not graph:
+        return 0, None
+    corr: Ints = cols["correlation"]
+    kind_in = kind_mask(cols["kind"])
+    calls = corr.values[kind_in(_LAUNCH) & corr.ok & names.isin(graph)]
+    lost = int((~np.isin(calls, corr.values[kind_in(GPU_KINDS) & corr.ok])).sum())
+    if not lost:
+        return 0, None
+    return lost, (
+        f"{path.name}: {lost} CUDA graph launch(es) have no GPU record (no kernel rows for their "
+        "replays: the profiler did not trace the graphs' nodes): their GPU time is missing, so busy, "
+        "idle and kernel figures leave those graph executions out (idle is overstated)"
     )
 
 

@@ -54,6 +54,7 @@ from traceprof.collectors.kineto._values import int_or_none as _int_or_none
 from traceprof.collectors.kineto.checks import (
     check_one_process,
     flag_records,
+    graph_launches_without_gpu,
     shared_correlation_warning,
     step_cut_warning,
 )
@@ -714,6 +715,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     shared = shared_correlation_warning(p, cols, src_index)
     if shared:
         warnings.append(shared)
+    lost_graphs, lost_warning = graph_launches_without_gpu(p, cols)
+    if lost_warning:
+        warnings.append(lost_warning)
     spill.release()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier)
@@ -748,6 +752,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 "process_names": process_names,
                 "thread_names": thread_names,
                 "process_groups": _process_groups(dist),
+                **({"graph_launches_without_gpu": lost_graphs} if lost_graphs else {}),
             }
         ).decode(),
     }

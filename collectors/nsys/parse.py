@@ -371,7 +371,8 @@ def _trace(
     repaired |= clipped
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
-    warnings = [*warnings, *([duplicate] if duplicate else []), *_notices(label, cols, graph), *far]
+    lost = _graph_launches_without_gpu(cols)
+    warnings = [*warnings, *([duplicate] if duplicate else []), *_notices(label, cols, graph, lost), *far]
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
     devices = exp.devices if proc is None else [d for d in exp.devices if d["device"] in used] or exp.devices
     names = {d["device"]: d["name"] for d in devices}
@@ -381,6 +382,8 @@ def _trace(
         meta["process"] = {"pid": proc & _PID_BITS, "globalPid": proc << 24}
     if graph:
         meta["graph_level"] = {"executions": len(graph), "ns": sum(graph)}
+    if lost:
+        meta["graph_launches_without_gpu"] = lost
     if repaired:  # rows clipped, by reason: the issues column of traceprof runs
         meta["repaired"] = {**meta.get("repaired", {}), **repaired}
     top = min(used, key=lambda d: (-used[d], d)) if used else None
@@ -422,10 +425,39 @@ def _row_where(cols: dict[str, list[Any]], r: int) -> str:
     return f"{cols['kind'][r]} {str(cols['name'][r])[:60]!r} at {cols['ts_ns'][r]} ns"
 
 
-def _notices(label: str, cols: dict[str, list[Any]], graph: list[int]) -> list[str]:
+def _graph_launches_without_gpu(cols: dict[str, list[Any]]) -> int:
+    """CUDA graph launch calls (``cudaGraphLaunch``) of a trace's rows whose correlation id no GPU row
+    (kernel, copy, memset, graph-level record) carries: graphs replayed with neither node-level rows
+    nor ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (an nsys that does not export that table, graph
+    tracing off), so their GPU time is missing from the trace."""
+    gpu = {
+        corr
+        for k, corr in zip(cols["kind"], cols["correlation"], strict=True)
+        if k in ("kernel", "memcpy", "memset") and corr is not None
+    }
+    return sum(
+        1
+        for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True)
+        if k in ("cuda_runtime", "cuda_driver")
+        and corr is not None
+        and corr not in gpu
+        and "graphlaunch" in str(n).lower()
+    )
+
+
+def _notices(label: str, cols: dict[str, list[Any]], graph: list[int], lost: int = 0) -> list[str]:
     """Warnings about what a trace's rows say of themselves: graphs traced per graph (``graph``: the
-    durations of its graph-level records, ns), NVTX ranges never closed."""
+    durations of its graph-level records, ns), graph launches with no GPU record (``lost``), NVTX
+    ranges never closed."""
     out = []
+    if lost:
+        out.append(
+            f"{label}: {lost} CUDA graph launch(es) (cudaGraphLaunch) have no GPU record: no kernel rows "
+            "and no CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows for them (an export without that table, or graph tracing "
+            "off): their GPU time is missing, so busy, idle and kernel figures leave those graph "
+            "executions out (idle is overstated): record them with nsys profile "
+            "--cuda-graph-trace=node (or graph, with an nsys that exports the graph trace)"
+        )
     if graph:
         out.append(
             f"{label}: {len(graph)} CUDA graph execution(s) ({sum(graph):,} ns of GPU time) were traced per "

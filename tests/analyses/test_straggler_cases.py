@@ -879,3 +879,51 @@ def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, t
         and "left unmatched" in w
         for w in warned
     )
+
+
+def test_steps_of_different_lengths_are_pooled_within_their_step(store, tmp_path):
+    """2 ranks, 9 steps of 700 / 1000 / 1300 us (three times: varying work, e.g. sequence lengths),
+    each one mm kernel of the step's work (400 / 700 / 1000 us) and one all-reduce; rank 1's mm 10 us
+    longer in every step (1% of the 1000 us median step). By hand: the ideal mm of a step is the mean
+    over its ranks, its work + 5 us; rank 1's own time put back adds 5 us to every step: 0.5% of the
+    1000 us median step, so nobody is named. Pooled over all steps (the ideal mm 705 us everywhere)
+    the 1300 us steps sat 300 us over their ideal on both ranks, all of it blamed on rank 1, a hair
+    later: cost 10.3%, rank 1 named a straggler for 10 us."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lengths = [700.0, 1000.0, 1300.0] * 3
+    for r in (0, 1):
+        ev: list[dict] = []
+        b = 0.0
+        for s, length in enumerate(lengths):
+            work, x = length - 300.0, 10.0 * r
+            ev.append(step(s + 1, b, length))
+            ar = collective_args(seq=s, ranks=[0, 1], nelems=1 << 20, out_nelems=1 << 20, group_size=2)
+            ev += [
+                launch(b + 10, 10 * s + 1),
+                kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 7, b + 20, work + x, 10 * s + 1),
+                {**launch(b + 20 + work + x - 5, 10 * s + 2), "args": {"correlation": 10 * s + 2, **ar}},
+                kernel(
+                    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                    20,
+                    b + 20 + work + x,
+                    110.0 - x,
+                    10 * s + 2,
+                    **ar,
+                ),
+            ]
+            b += length
+        write_rank(folder / f"rank{r}.json", ev, r, world=2, backend="nccl")
+    ingest(store, [folder], run="varying")
+    w = analyze(store, "whatif", "varying")
+    assert w.summary["pool"].item() == "step"
+    # each step's ideal is 5 us under its replay: 405 / 705 / 1005 + the all-reduce's 100 us
+    assert (w.frame["nogap_ns"] - w.frame["ideal_ns"]).to_list() == [5_000.0] * 9
+    res = analyze(store, "stragglers", "varying")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert (r1["last_count"], r1["median_lateness_ns"], r1["late_pct"]) == (9, 10_000, pytest.approx(1.0))
+    assert r1["cost_pct"] == pytest.approx(0.5, abs=1e-6)
+    assert res.frame["named"].sum() == 0
+    # the run's steps alike (the case's shape): pooled over steps as before
+    ingest(store, [_one_collective_steps(tmp_path / "alike", 2, {1: 10.0})], run="alike")
+    assert analyze(store, "whatif", "alike").summary["pool"].item() == "all"

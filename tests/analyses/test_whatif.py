@@ -415,7 +415,7 @@ def test_one_rank_is_an_error_as_in_stragglers(store, tmp_path):
 @pytest.mark.parametrize(
     "key, value, expected",
     [
-        ("pool", "rank", "choose one of all, step"),
+        ("pool", "rank", "choose one of auto, all, step"),
         ("gaps", "mean", "choose one of zero, median"),
         ("ideal", "max", "choose one of mean, median, min"),
         ("eps_ns", -1, "must be >= 0"),

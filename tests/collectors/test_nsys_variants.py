@@ -162,6 +162,37 @@ def test_graph_level_rows_with_node_rows_count_once(tmp_path: Path) -> None:
     assert t.events_read == t.events.num_rows + 1
 
 
+def test_graph_launches_without_any_gpu_record_are_said_missing(tmp_path: Path) -> None:
+    """The case's export without its CUPTI_ACTIVITY_KIND_GRAPH_TRACE table (an nsys that does not
+    export it, graph tracing off): the 3 cudaGraphLaunch calls have no GPU row at all. The figures
+    over what was recorded stay (they cannot be made up), but every one that the missing graph time
+    changes says so, the summary's idle finding included (the case's FAIL IF: "GPU idle 73 %, host
+    wait" with no word of the graphs)."""
+    src = tmp_path / "train_rank0.sqlite"
+    shutil.copy(case("nsys_graph_level_trace") / "train_rank0.sqlite", src)
+    src.chmod(0o644)
+    con = sqlite3.connect(src)
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+    con.commit()
+    con.close()
+    s, warnings = _store(tmp_path, src)
+    # Recorded: per step embed [B+20000, B+120000] and rmsnorm [B+120000, B+220000]: window 120000 ->
+    # 2320000 = 2200000, busy 3 x 200000 = 600000, idle 1600000 (72.73 %).
+    t = _row(analyze(s, "temporal").frame, rank=0)
+    assert (t["window_ns"], t["idle_ns"]) == (2_200_000, 1_600_000)
+    said = [w for w in warnings if "have no GPU record" in w]
+    assert len(said) == 1 and "3 CUDA graph launch(es) (cudaGraphLaunch)" in said[0]
+    assert json.loads(s.sql("SELECT meta FROM traces").item())["graph_launches_without_gpu"] == 3
+    lost = "incomplete: CUDA graph launches with no GPU record: 3 on rank(s) 0"
+    for name in ("temporal", "idle", "kernels", "launch", "kernel_sum"):
+        assert any(n.startswith(lost) for n in analyze(s, name).notes), name
+    idle_f = next(x for x in summarize(s, "r").findings if x.topic == "idle")
+    assert round(idle_f.cost_pct) == 73 and lost in idle_f.text and "idle time is overstated" in idle_f.text
+    # the case itself (graph-level rows present) loses nothing: no such note
+    c, _ = _store(tmp_path, case("nsys_graph_level_trace") / "train_rank0.sqlite", name="case")
+    assert not any(n.startswith("incomplete: CUDA graph") for n in analyze(c, "temporal").notes)
+
+
 # --- 2. One export holding several processes --------------------------------------------------------
 
 

@@ -300,6 +300,30 @@ def test_graph_launch_whose_first_node_is_a_memset_or_memcpy(tmp_path: Path) -> 
     )
 
 
+def test_graph_launch_without_gpu_records_is_said_missing(tmp_path: Path) -> None:
+    # The case with graph 104's 5 kernels (340 us) gone, as a profiler that does not trace graph
+    # nodes leaves them: its cudaGraphLaunch has no GPU record, so the figures miss 340 us of busy
+    # time; ingest warns, traces.meta counts it and the idle figures and finding say so (the
+    # nsys_graph_level_trace kind: replays must not vanish silently into "idle, host wait").
+    def edit(evs: list[dict]) -> None:
+        evs[:] = [e for e in evs if e not in _by_corr(evs, 104, "kernel")]
+
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [_variant(tmp_path, "cuda_graph_launch", edit)], run="r")
+    assert sum("1 CUDA graph launch(es) have no GPU record" in w for w in res.warnings) == 1
+    assert json.loads(s.sql("SELECT meta FROM traces").item())["graph_launches_without_gpu"] == 1
+    lost = "incomplete: CUDA graph launches with no GPU record: 1 on rank(s) 0"
+    for name in ("temporal", "idle", "launch", "kernel_sum"):
+        assert any(n.startswith(lost) for n in analyze(s, name).notes), name
+    from traceprof.engine.findings import summarize
+
+    assert lost in next(v for v in summarize(s, "r").verdicts if v.topic == "idle").text
+    # the case itself: every graph launch has its kernels, nothing said
+    c = Store(tmp_path / "c.duckdb")
+    assert not any("no GPU record" in w for w in ingest(c, [case("cuda_graph_launch")]).warnings)
+    assert "graph_launches_without_gpu" not in json.loads(c.sql("SELECT meta FROM traces").item())
+
+
 def test_device_runtime_categories_are_launches(tmp_path: Path) -> None:
     src = json.loads((case("cuda_graph_launch") / "rank0.json").read_text())
     cats = iter(["xpu_runtime", "privateuse1_runtime", "mtia_runtime", "hip_runtime"])

@@ -64,6 +64,7 @@ __all__ = [
     "run_measures",
     "graph_level_notes",
     "GRAPH_LEVEL_NOTE",
+    "GRAPH_LOST_NOTE",
     "op_activity",
     "exposed_comm",
     "compute_rows",
@@ -655,15 +656,29 @@ GRAPH_LEVEL_NOTE = (
     "--cuda-graph-trace=node"
 )
 
+#: The start of the note on CUDA graph launches that have no GPU record (``traces.meta.graph_launches_without_gpu``).
+GRAPH_LOST_NOTE = "incomplete: CUDA graph launches with no GPU record"
+
 
 def graph_level_notes(store: Store, run_id: int) -> list[str]:
-    """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, else ``[]``."""
-    n = store.sql(
-        "SELECT count(*) AS n FROM traces WHERE run_id = ? AND json_extract(meta, '$.graph_level') "
-        "IS NOT NULL",
+    """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, and a note when
+    some hold CUDA graph launches with no GPU record at all (``traces.meta.graph_launches_without_gpu``:
+    their GPU time is missing, so busy time is short and idle time overstated); else ``[]``."""
+    n, lost, ranks = store.sql(
+        "SELECT count(json_extract(meta, '$.graph_level')) AS n, "
+        "sum(CAST(json_extract(meta, '$.graph_launches_without_gpu') AS BIGINT)) AS lost, "
+        "list(DISTINCT rank ORDER BY rank) FILTER (WHERE json_extract(meta, '$.graph_launches_without_gpu') "
+        "IS NOT NULL) AS ranks FROM traces WHERE run_id = ?",
         [int(run_id)],
-    ).item()
-    return [GRAPH_LEVEL_NOTE] if n else []
+    ).row(0)
+    out = [GRAPH_LEVEL_NOTE] if n else []
+    if lost:
+        out.append(
+            f"{GRAPH_LOST_NOTE}: {lost} on rank(s) {', '.join(map(str, ranks))} (no kernel rows and no "
+            "graph-level rows): their GPU time is missing, so busy and kernel time are short and idle "
+            "time is overstated"
+        )
+    return out
 
 
 def exposed_comm(act: pl.DataFrame, by: list[str], compute: pl.DataFrame | None = None) -> pl.DataFrame:

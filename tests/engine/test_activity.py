@@ -133,3 +133,30 @@ def test_exposed_comm_from_the_compute_the_caller_holds():
     assert act.exposed_comm(frame, ["rank"]).rows() == want
     assert act.exposed_comm(frame, ["rank"], merged).rows() == want
     assert act.exposed_comm(frame, ["rank"], act.compute_rows(frame)).rows() == want
+
+
+@pytest.mark.parametrize("key_span", [2**62, 0])  # one integer key; a join (ids too far apart)
+def test_gpu_rows_launch_call_is_the_first_of_their_trace_and_correlation(tmp_path, monkeypatch, key_span):
+    # two ranks reuse correlation id 5; on rank 0 two runtime calls carry it (the earlier, at 10 us on
+    # thread 3, is the launch) and id 6 has none
+    from tests.builders import BASE, kernel, launch, write_rank
+
+    monkeypatch.setattr(act, "_KEY_SPAN", key_span)
+    folder = tmp_path / "run"
+    write_rank(
+        folder / "r0.json",
+        [launch(12, 5, tid=4), launch(10, 5, tid=3), kernel("k5", 7, 30, 5, 5), kernel("k6", 7, 40, 5, 6)],
+        rank=0,
+    )
+    write_rank(folder / "r1.json", [launch(20, 5, tid=9), kernel("k5", 7, 50, 5, 5)], rank=1)
+    with Store(tmp_path / "s.duckdb") as s:
+        ingest(s, [folder], jobs=1)
+        run_id = s.resolve_run(None)
+        for cols in (None, ("rank", "start_ns", "end_ns", "step", "name", "launch_tid", "launch_ts_ns")):
+            got = act._activity(s, run_id, hta=False, detail=True, columns=cols)
+            assert got.select("rank", "name", "launch_tid", "launch_ts_ns").rows() == [
+                (0, "k5", "3", BASE + 10_000),
+                (0, "k6", None, None),
+                (1, "k5", "9", BASE + 20_000),
+            ]
+            assert got.columns == list(cols or (*act.ACTIVITY_COLUMNS, *act.DETAIL_COLUMNS))

@@ -22,7 +22,7 @@ from polars.testing import assert_frame_equal
 
 from tests.builders import kernel, launch, op, step, write_rank
 from tests.conftest import corpus, sample_run
-from traceprof.core.classify import VALID_SQL
+from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.engine import activity as act_mod
 from traceprof.engine.arrivals import excluded_steps
 from traceprof.ingest.ingest import ingest
@@ -30,9 +30,23 @@ from traceprof.ingest.ingest import ingest
 _KEY = ["rank", "start_ns", "end_ns"]
 
 
+#: The detail columns as the query read them before: a GPU row's launch call joined in SQL (the first
+#: runtime or driver call of its trace and correlation id), not looked up after the query.
+_OLD_DETAIL = {
+    **act_mod._DETAIL,
+    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
+    "$gpu_join": "\nLEFT JOIN "
+    + act_mod._LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')").replace(
+        "$launch_valid", "AND " + valid_sql("")
+    )
+    + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
+}
+
+
 def _old(store, run_id: int, detail: bool) -> pl.DataFrame:
     """The frame as ``activity`` read it before (not HTA): the lane written per row by
-    ``LANE_SQL`` in the query, then sorted and the profiler-start transient dropped."""
+    ``LANE_SQL`` and the launch call joined (:data:`_OLD_DETAIL`) in the query, then sorted and the
+    profiler-start transient dropped."""
     sql = act_mod._SQL if act_mod._cpu_ranks(store, run_id) else act_mod._GPU_SQL
     sql = (
         sql.replace("$lane", act_mod.LANE_SQL)
@@ -40,7 +54,7 @@ def _old(store, run_id: int, detail: bool) -> pl.DataFrame:
         .replace("$cpu_keys", "")
         .replace("$valid", VALID_SQL)
     )
-    for key, value in act_mod._DETAIL.items():
+    for key, value in _OLD_DETAIL.items():
         sql = sql.replace(key, value if detail else "")
     rows = store.sql(sql.replace("$run", str(int(run_id)))).sort(*_KEY)
     return act_mod._drop_transient(rows, excluded_steps(store, run_id))

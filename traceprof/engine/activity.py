@@ -169,12 +169,12 @@ FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
    WHERE run_id = $run AND $kinds AND correlation IS NOT NULL $launch_valid GROUP BY trace_id, correlation)"""
 _DETAIL = {
-    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, l.tid AS launch_tid, l.ts_ns AS launch_ts_ns",
-    "$gpu_join": "\nLEFT JOIN "
-    + _LAUNCH_CTE.replace("$kinds", "kind IN ('cuda_runtime', 'cuda_driver')").replace(
-        "$launch_valid", "AND " + valid_sql("")
-    )
-    + " l ON l.trace_id = e.trace_id AND l.correlation = e.correlation",
+    # a GPU row's launch call is looked up after the query (:func:`_with_launches`: a SQL join with
+    # the calls grouped took about as much CPU as the rest of the query); the row carries its
+    # (trace, correlation) key
+    "$gpu_detail": ", e.kind, e.trace_id, e.stream, e.correlation, NULL::VARCHAR AS launch_tid, "
+    "NULL::BIGINT AS launch_ts_ns",
+    "$gpu_join": "",
     "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
     "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
     "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
@@ -293,7 +293,11 @@ def _activity(
     if hta:
         return store.sql(sql).sort("rank", "start_ns", "end_ns")
     cut = excluded_steps(store, run_id)
-    return _by_rank(store, run_id, sql, lambda part: _drop_transient(part, cut))
+    if not _looks_up_launches(hta=hta, detail=detail, columns=columns):
+        return _by_rank(store, run_id, sql, lambda part: _drop_transient(part, cut))
+    return _by_rank(
+        store, run_id, sql, lambda part: _with_launches(store, run_id, _drop_transient(part, cut), columns)
+    )
 
 
 def _query(
@@ -322,10 +326,102 @@ def _query(
         sql = sql.replace(key, value if detail else "")
     if columns is not None or classes is not None:  # DuckDB then reads (and aggregates) only what these need
         wanted = columns if columns is None or "lane" not in columns or hta else (*columns, *_LANE_KEYS)
+        if wanted is not None and _looks_up_launches(hta=hta, detail=detail, columns=columns):
+            wanted = (*wanted, *(c for c in _LAUNCH_KEYS if c not in wanted))
         cols = "*" if wanted is None else ", ".join(f'"{c}"' for c in wanted)
         where = "" if classes is None else f" WHERE class IN ({sql_texts(classes)})"
         sql = f"SELECT {cols} FROM ({sql}){where}"
     return sql.replace("$run", str(int(run_id)))
+
+
+#: The launch call's columns of a GPU row with ``detail`` (:func:`_with_launches`), and the row's
+#: columns they are looked up by.
+_LAUNCH_COLUMNS = ("launch_tid", "launch_ts_ns")
+_LAUNCH_KEYS = ("trace_id", "correlation")
+
+#: The launch calls of a run's GPU rows: the runtime and driver calls with a correlation id.
+_CALLS_SQL = (
+    "SELECT trace_id, correlation, ts_ns, tid FROM events WHERE run_id = $run "
+    "AND kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL AND ts_ns IS NOT NULL AND "
+    + valid_sql("")
+)
+
+
+#: The most (traces x span of correlation ids) :func:`_with_launches` packs into one integer key.
+_KEY_SPAN = 2**62
+
+
+def _looks_up_launches(*, hta: bool, detail: bool, columns: tuple[str, ...] | None) -> bool:
+    """Whether the activity query's rows get their launch call from :func:`_with_launches` (``detail``
+    rows, not ``hta``'s, where a launch column is wanted)."""
+    return detail and not hta and (columns is None or any(c in columns for c in _LAUNCH_COLUMNS))
+
+
+def _with_launches(
+    store: Store, run_id: int, df: pl.DataFrame, columns: tuple[str, ...] | None
+) -> pl.DataFrame:
+    """``df`` (rows of the detail activity query of one group of ranks, in their order) with each GPU
+    row's launch call: of the runtime and driver calls of its trace and correlation id
+    (:data:`_CALLS_SQL`), the start of the first (``launch_ts_ns``) and the thread of the first of
+    those with a thread (``launch_tid``), as ``min(ts_ns)`` and ``arg_min(tid, ts_ns)`` of a SQL
+    join would give them; a CPU row keeps its own. The calls are sorted by (trace, id, start) and
+    each row's key looked up by binary search: on 8 x 1M about 1 s of CPU for the frame where the
+    SQL join's aggregate and hash join took about 2 s (a join here where the ids span too much for
+    one integer key). The key columns ``columns`` does not ask for are dropped."""
+    extra = [c for c in _LAUNCH_KEYS if columns is not None and c not in columns]
+    if df.is_empty():
+        return df.drop(extra)
+    ranks = df.get_column("rank")
+    where = (
+        "" if ranks.null_count() else f" AND rank BETWEEN {int(ranks.min())} AND {int(ranks.max())}"  # type: ignore[arg-type]
+    )
+    calls = store.sql(_CALLS_SQL.replace("$run", str(int(run_id))) + where)
+    if calls.is_empty():
+        return df.drop(extra)
+    # (trace, id) as one integer: the trace's number among the calls' traces times the span of ids
+    traces = calls.get_column("trace_id").unique().sort()
+    lo, hi = int(calls["correlation"].min()), int(calls["correlation"].max())  # type: ignore[arg-type]
+    span = hi - lo + 1
+    if len(traces) * span >= _KEY_SPAN:  # ids too far apart for one integer key: a join
+        firsts = (
+            calls.sort("ts_ns", maintain_order=True)
+            .group_by(*_LAUNCH_KEYS, maintain_order=True)
+            .agg(pl.col("ts_ns").first().alias("_ts"), pl.col("tid").drop_nulls().first().alias("_tid"))
+        )
+        got = df.select(_LAUNCH_KEYS).join(firsts, on=list(_LAUNCH_KEYS), how="left", maintain_order="left")
+        firsts_of = {"launch_ts_ns": got["_ts"], "launch_tid": got["_tid"]}
+        return df.with_columns(
+            pl.coalesce(pl.lit(firsts_of[c]), c).alias(c) for c in _LAUNCH_COLUMNS if c in df.columns
+        ).drop(extra)
+    corr = pl.col("correlation")
+    key = (
+        pl.when(corr.is_between(lo, hi))
+        .then(
+            pl.col("trace_id").replace_strict(traces, range(len(traces)), default=None, return_dtype=pl.Int64)
+            * span
+            + (corr - lo)
+        )
+        .alias("_key")
+    )
+    calls = calls.select(key, "ts_ns", "tid").sort("_key", "ts_ns", maintain_order=True)
+    want = df.select(key)["_key"]
+    looked = []
+    if "launch_ts_ns" in df.columns:
+        looked.append(_first_of(calls, "ts_ns", want, "launch_ts_ns"))
+    if "launch_tid" in df.columns:
+        looked.append(_first_of(calls.filter(pl.col("tid").is_not_null()), "tid", want, "launch_tid"))
+    return df.with_columns(looked).drop(extra)
+
+
+def _first_of(calls: pl.DataFrame, col: str, want: pl.Series, name: str) -> pl.Expr:
+    """``calls[col]`` of the first of ``calls`` (sorted by ``_key``) whose key is each of ``want``,
+    else the row's own ``name`` (an expression over the rows ``want`` is of)."""
+    firsts = calls.filter(calls["_key"].ne_missing(calls["_key"].shift(1)))
+    if firsts.is_empty():
+        return pl.col(name)
+    at = firsts["_key"].search_sorted(want.fill_null(0), side="left").clip(0, firsts.height - 1)
+    hit = firsts["_key"].gather(at).eq_missing(want) & want.is_not_null()
+    return pl.when(pl.lit(hit)).then(pl.lit(firsts[col].gather(at))).otherwise(pl.col(name)).alias(name)
 
 
 def step_activity(store: Store, run_id: int, step: int) -> pl.DataFrame:

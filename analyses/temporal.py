@@ -27,6 +27,7 @@ from traceprof.core.schema import Column
 from traceprof.engine.activity import (
     excluded_note,
     graph_level_notes,
+    launches_without_kernels,
     multi_device_ranks,
     run_activity,
     run_measures,
@@ -222,6 +223,8 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     if te is None or te.frame.is_empty():
         return [], None
     cpu = res.get("idle") is None
+    if cpu and (why := launches_without_kernels(inp.store, inp.run_id)):
+        return [], Verdict("idle", "inconclusive", why)  # its GPU rows are copies: no idle share
     what = "the training thread" if cpu else "the GPU"
     named = _common.named_ranks(res)
     frame, devices = _per_device(te)

@@ -40,7 +40,7 @@ Algorithm:
      bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``); so is a
      sequence number, a ``record_id`` or a dimension of ``input_sizes`` / ``output_sizes`` that is
      not an integer (a record's number: a JSON integer, ``traceprof.core.values.record_int``'s
-     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none). An entry
+     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none), or a negative dimension. An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
@@ -145,13 +145,17 @@ def _nelems(sizes: Any) -> int | None:
 
 def _odd_dim(e: dict[str, Any]) -> tuple[str, str] | None:
     """(reason, value text) for the first dimension of ``input_sizes`` / ``output_sizes`` (lists of
-    per-tensor lists) that is not a JSON integer, else None."""
+    per-tensor lists) that is not a JSON integer or is negative (no tensor has one: its byte count
+    would be negative), else None."""
     for k in ("input_sizes", "output_sizes"):
         sizes = e.get(k)
         for dims in sizes if isinstance(sizes, list) else ():
             for d in dims if isinstance(dims, list) else ():
-                if json_int(d) is None:
+                n = json_int(d)
+                if n is None:
                     return f"{k!r} holds a dimension that is not an integer", f" ({shown(d)})"
+                if n < 0:
+                    return f"{k!r} holds a negative dimension", f" ({shown(d)})"
     return None
 
 
@@ -402,11 +406,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     events: list[dict[str, Any]] = []
     rejected: dict[str, int] = {}
 
-    def bad(i: int, name: str, why: str, value: str = "") -> None:
+    def bad(i: int, name: str | None, why: str, value: str = "") -> None:
         if on_bad_event == "raise":
-            raise TraceFormatError(
-                p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip such entries"
-            )
+            where = f"entry #{i}" if name is None else f"entry #{i} ({name!r})"
+            raise TraceFormatError(p, where, f"{why}{value}; pass --skip-bad-events to skip such entries")
         rejected[why] = rejected.get(why, 0) + 1
 
     # an entry written twice (every field equal, record_id included: the ring buffer numbers each
@@ -422,8 +425,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     )
     warnings += [said_copies] if said_copies else []
     for i, e in enumerate(entries):
-        if not isinstance(e, dict):
-            raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
+        if not isinstance(e, dict):  # a bad entry as any other: skipped and counted on request
+            why = "not a JSON object" if encoding == "json" else "not a dict (a pickle dump's entries are)"
+            bad(i, None, why, f" ({shown(e)})")
+            continue
         if i in copies:
             continue
         name = str(e.get("profiling_name", ""))

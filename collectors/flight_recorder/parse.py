@@ -159,6 +159,28 @@ def _odd_dim(e: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+#: The ``state`` values torch writes (an entry of another is read by its times).
+_STATES = frozenset({"scheduled", "started", "completed"})
+
+
+def _odd_fields(e: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(reason, value) for each field of an entry that holds a value torch does not write but that
+    the entry is still read with: a ``state`` it does not know (read by its times), a ``retired``
+    that is no boolean, a ``pg_id`` that is no integer, a ``process_group`` that is not a [name,
+    description] pair (its first element is the group's name)."""
+    odd: list[tuple[str, Any]] = []
+    if (st := e.get("state")) is not None and st not in _STATES:
+        odd.append(("unknown 'state' (read by its times)", st))
+    if "retired" in e and not isinstance(e["retired"], bool):
+        odd.append(("'retired' is not true / false", e["retired"]))
+    if e.get("pg_id") is not None and json_int(e["pg_id"]) is None:
+        odd.append(("'pg_id' is not an integer", e["pg_id"]))
+    pgv = e.get("process_group")
+    if pgv is not None and not (isinstance(pgv, list | tuple) and len(pgv) == 2):
+        odd.append(("'process_group' is not a [name, description] pair", pgv))
+    return odd
+
+
 def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
     """Ranks per process group name from ``pg_config`` (``ranks`` is a JSON string like
     ``"[0, 1, 2, 3]"``), and the world size (largest group); a group listed with no ranks (torch
@@ -424,6 +446,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         repaired,
     )
     warnings += [said_copies] if said_copies else []
+    read_as_is: dict[str, list[Any]] = {}  # reason -> [count, first entry's index, name, value]
+    record_ids: set[int] = set()
     for i, e in enumerate(entries):
         if not isinstance(e, dict):  # a bad entry as any other: skipped and counted on request
             why = "not a JSON object" if encoding == "json" else "not a dict (a pickle dump's entries are)"
@@ -451,6 +475,14 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if odd is not None:
             bad(i, name, *odd)
             continue
+        rid = json_int(e.get("record_id"))
+        oddities = _odd_fields(e)
+        if rid is not None:
+            if rid in record_ids:  # two different entries (a copy was skipped above) under one number
+                oddities.append(("'record_id' repeated", rid))
+            record_ids.add(rid)
+        for why, value in oddities:
+            read_as_is.setdefault(why, [0, i, name, value])[0] += 1
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
@@ -524,6 +556,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             },
         ):
             rows.pop(), kept.pop(), events.pop()
+    for why, (n, i, name, value) in read_as_is.items():  # read as is: said and counted (the issues column)
+        warnings.append(
+            f"{p.name}: {n} entr{'y' if n == 1 else 'ies'} with {why}, first entry #{i} ({name!r}): {shown(value)}"
+        )
+        repaired[why] = repaired.get(why, 0) + n
     progress = progress_by_pg_id(doc.get("pg_status"))
     nothing = False
     if not entries:  # for hang triage the rank that recorded nothing is the one to look at

@@ -294,6 +294,43 @@ def test_entry_that_is_no_object_is_a_bad_entry(tmp_path, name, why):
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2]
 
 
+def test_odd_field_values_are_read_said_and_counted(tmp_path):
+    # Values torch never writes, in entries that can still be read: each entry is stored as before,
+    # with a warning per kind (count, first entry, value) and a count in traces.meta.repaired (the
+    # issues column); they were accepted without a word.
+    path = tmp_path / "rank0.fr.json"
+    es = [_entry(k, 0, record=k) for k in range(1, 7)]
+    es[0]["state"] = "weird_state"
+    es[1]["retired"] = "yes"
+    es[2]["pg_id"] = "0"
+    es[3]["process_group"] = ["0", "default_pg", "extra"]
+    es[4]["record_id"] = es[5]["record_id"] = 5  # two entries (seq 5 and 6) under one record_id
+    path.write_text(json.dumps(_dump(es, 1, 6)))
+    pt = parse(path)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2, 3, 4, 5, 6]
+    assert pt.rejected == {}
+    assert pt.warnings == [
+        "rank0.fr.json: 1 entry with unknown 'state' (read by its times), first entry #0 "
+        "('nccl:all_reduce'): 'weird_state'",
+        "rank0.fr.json: 1 entry with 'retired' is not true / false, first entry #1 ('nccl:all_reduce'): 'yes'",
+        "rank0.fr.json: 1 entry with 'pg_id' is not an integer, first entry #2 ('nccl:all_reduce'): '0'",
+        "rank0.fr.json: 1 entry with 'process_group' is not a [name, description] pair, first entry #3 "
+        "('nccl:all_reduce'): ['0', 'default_pg', 'extra']",
+        "rank0.fr.json: 1 entry with 'record_id' repeated, first entry #5 ('nccl:all_reduce'): 5",
+    ]
+    assert json.loads(pt.trace["meta"])["repaired"] == {
+        "unknown 'state' (read by its times)": 1,
+        "'retired' is not true / false": 1,
+        "'pg_id' is not an integer": 1,
+        "'process_group' is not a [name, description] pair": 1,
+        "'record_id' repeated": 1,
+    }
+    ok = tmp_path / "ok" / "rank0.fr.json"  # torch's own values: nothing said
+    ok.parent.mkdir()
+    ok.write_text(json.dumps(_dump([_entry(1, 0, record=0), _entry(2, 0, record=1)], 1, 2)))
+    assert parse(ok).warnings == []
+
+
 def test_entry_without_its_sequence_number(tmp_path):
     """Entry #1 of a 2.x dump lacks collective_seq_id: an error naming it; --skip-bad-events
     skips and counts it (the other entry keeps seq 1)."""

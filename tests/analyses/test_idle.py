@@ -280,6 +280,14 @@ def test_launches_without_kernel_records_are_no_idle_verdict(store, tmp_path):
     v = {v.topic: v for v in f.verdicts}["idle"]
     assert v.status == "inconclusive" and v.text.startswith(why)
     assert not [x for x in f.findings if x.topic == "idle"]
+    # no GPU row at all (an Nsight export with every activity table empty): the same verdict, where
+    # there was none (temporal has nothing to measure)
+    ingest(store, [kineto(tmp_path / "r1.json.gz", rows[:4])], run="bare")
+    v = {v.topic: v for v in summarize(store, "bare").verdicts}["idle"]
+    assert v.status == "inconclusive" and v.text.startswith(
+        "3 kernel launch call(s) were recorded (2 cudaLaunchKernel, 1 cuLaunchKernel) but no GPU kernel "
+        "activity was captured (the trace holds 0 copies/memsets and no kernel records)"
+    )
 
 
 # --- agreement with HTA 0.5.0 ------------------------------------------------------------------

@@ -40,7 +40,11 @@ Algorithm:
      bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``); so is a
      sequence number, a ``record_id`` or a dimension of ``input_sizes`` / ``output_sizes`` that is
      not an integer (a record's number: a JSON integer, ``traceprof.core.values.record_int``'s
-     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none), or a negative dimension. An entry
+     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none), or a negative dimension, or an
+     entry that is no object. A value torch never writes where the entry is still readable (an
+     unknown ``state``, a ``retired`` that is no boolean, a ``pg_id`` that is no integer, a
+     ``process_group`` that is no pair, a ``record_id`` two entries share) is read as is, with a
+     warning per kind and a count in ``traces.meta.repaired`` (:func:`_odd_fields`). An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 

@@ -34,7 +34,13 @@ from traceprof.analyses import _common
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
-from traceprof.engine.activity import activity, excluded_note, graph_level_notes, step_window
+from traceprof.engine.activity import (
+    activity,
+    excluded_note,
+    graph_level_notes,
+    launches_without_kernels,
+    step_window,
+)
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import rank_chunks, sorted_by
 from traceprof.storage.runs import run_label
@@ -314,7 +320,8 @@ def run(store: Store, params: Params) -> Result:
 
     Raises:
         StoreError: No such run.
-        AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run).
+        AnalysisError: The run has no GPU kernels (e.g. a CPU-only gloo run), or launched kernels
+            whose activity the trace does not hold (copies only).
     """
     run_id = store.resolve_run(params.run)
     # only the columns read below: the filter and the sweep's sort copy these, not the whole frame
@@ -326,6 +333,8 @@ def run(store: Store, params: Params) -> Result:
         raise AnalysisError(
             f"{run_label(store, run_id)}: no GPU kernels; the idle breakdown needs GPU streams"
         )
+    if not act.get_column("kind").eq("kernel").any() and (why := launches_without_kernels(store, run_id)):
+        raise AnalysisError(f"{run_label(store, run_id)}: {why}")  # copies alone are not the GPU's work
     # every row of both frames is one rank's: a large run is worked a few ranks at a time
     parts = [_breakdowns(p, params) for p in rank_chunks(act, ["rank"]) or [act]]
     per_stream = pl.concat([p[0] for p in parts], rechunk=True)

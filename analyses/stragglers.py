@@ -977,6 +977,7 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         many = per.filter(pl.col("qualifies"))
         suspects = per.filter(pl.col("_suspect") & ~pl.col("qualifies"))
         weak = _untestable(per, suspects, params)
+        unmeasured: dict[str, Any] | None = None  # a material rank no noise floor was measured for
         if many.height and params.max_named_share == 0:
             evidence = (
                 f"no rank named (max_named_share = 0); {many.height} of {per.height} ranks pass the rule. "
@@ -1011,11 +1012,26 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
                 else ""
             )
             evidence = f"no straggler: {_figures(top, params)}; {_too_cheap(top, params)}{power}"
+        elif not top["_steps"]:
+            # collectives only (no steps): no rank's time was measured against the others' (the
+            # floor test runs on suspects only), so "the run's noise" would be a claim it did not test
+            r = (
+                per.filter(_reaches(pl.col("cost_pct"), params.min_cost_pct))
+                .sort("p_value", "rank")
+                .row(0, named=True)
+            )
+            unmeasured = r
+            evidence = (
+                f"no straggler named: {_figures(r, params)}; naming needs p < {params.alpha:g}, and with collectives "
+                f"only (no steps) no noise floor was measured: nothing tells whether delays costing "
+                f"{r['cost_pct']:.1f}% are the run's noise"
+            )
         else:
             evidence = (
                 f"no straggler: {_figures(top, params)}; naming needs p < {params.alpha:g} and a cause beyond the "
                 "other ranks' noise floor: the skew is within the run's noise"
             )
+        weak = weak if weak is not None else unmeasured
         status = "problem" if many.height else "inconclusive" if gap or weak is not None else "ok"
         if gap and status == "inconclusive":
             evidence += f"; {gap}"

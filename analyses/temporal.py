@@ -27,6 +27,7 @@ from traceprof.core.schema import Column
 from traceprof.engine.activity import (
     excluded_note,
     graph_level_notes,
+    launches_without_kernels,
     multi_device_ranks,
     run_activity,
     run_measures,
@@ -219,9 +220,11 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     stragglers: their idle time is their finding's), with ``idle``'s causes of the devices' idle time."""
     res = inp.results
     te = res.get("temporal")
+    cpu = res.get("idle") is None
+    if cpu and (why := launches_without_kernels(inp.store, inp.run_id)):
+        return [], Verdict("idle", "inconclusive", why)  # its GPU rows are copies, or none: no idle share
     if te is None or te.frame.is_empty():
         return [], None
-    cpu = res.get("idle") is None
     what = "the training thread" if cpu else "the GPU"
     named = _common.named_ranks(res)
     frame, devices = _per_device(te)

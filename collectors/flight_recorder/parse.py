@@ -40,7 +40,11 @@ Algorithm:
      bad entry (an error naming it, or skipped and counted with ``--skip-bad-events``); so is a
      sequence number, a ``record_id`` or a dimension of ``input_sizes`` / ``output_sizes`` that is
      not an integer (a record's number: a JSON integer, ``traceprof.core.values.record_int``'s
-     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none). An entry
+     rule; ``"1796034872484434120"``, ``1e18`` and ``true`` are none), or a negative dimension, or an
+     entry that is no object. A value torch never writes where the entry is still readable (an
+     unknown ``state``, a ``retired`` that is no boolean, a ``pg_id`` that is no integer, a
+     ``process_group`` that is no pair, a ``record_id`` two entries share) is read as is, with a
+     warning per kind and a count in ``traces.meta.repaired`` (:func:`_odd_fields`). An entry
      whose ``state`` is ``scheduled`` or ``started`` has not completed, whatever its times say (end
      NULL). One ``collective`` event per entry keeps the raw entry as args.
 
@@ -145,14 +149,40 @@ def _nelems(sizes: Any) -> int | None:
 
 def _odd_dim(e: dict[str, Any]) -> tuple[str, str] | None:
     """(reason, value text) for the first dimension of ``input_sizes`` / ``output_sizes`` (lists of
-    per-tensor lists) that is not a JSON integer, else None."""
+    per-tensor lists) that is not a JSON integer or is negative (no tensor has one: its byte count
+    would be negative), else None."""
     for k in ("input_sizes", "output_sizes"):
         sizes = e.get(k)
         for dims in sizes if isinstance(sizes, list) else ():
             for d in dims if isinstance(dims, list) else ():
-                if json_int(d) is None:
+                n = json_int(d)
+                if n is None:
                     return f"{k!r} holds a dimension that is not an integer", f" ({shown(d)})"
+                if n < 0:
+                    return f"{k!r} holds a negative dimension", f" ({shown(d)})"
     return None
+
+
+#: The ``state`` values torch writes (an entry of another is read by its times).
+_STATES = frozenset({"scheduled", "started", "completed"})
+
+
+def _odd_fields(e: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(reason, value) for each field of an entry that holds a value torch does not write but that
+    the entry is still read with: a ``state`` it does not know (read by its times), a ``retired``
+    that is no boolean, a ``pg_id`` that is no integer, a ``process_group`` that is not a [name,
+    description] pair (its first element is the group's name)."""
+    odd: list[tuple[str, Any]] = []
+    if (st := e.get("state")) is not None and st not in _STATES:
+        odd.append(("unknown 'state' (read by its times)", st))
+    if "retired" in e and not isinstance(e["retired"], bool):
+        odd.append(("'retired' is not true / false", e["retired"]))
+    if e.get("pg_id") is not None and json_int(e["pg_id"]) is None:
+        odd.append(("'pg_id' is not an integer", e["pg_id"]))
+    pgv = e.get("process_group")
+    if pgv is not None and not (isinstance(pgv, list | tuple) and len(pgv) == 2):
+        odd.append(("'process_group' is not a [name, description] pair", pgv))
+    return odd
 
 
 def _group_sizes(pg_config: Any) -> tuple[dict[str, int], int | None]:
@@ -415,11 +445,10 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     events: list[dict[str, Any]] = []
     rejected: dict[str, int] = {}
 
-    def bad(i: int, name: str, why: str, value: str = "") -> None:
+    def bad(i: int, name: str | None, why: str, value: str = "") -> None:
         if on_bad_event == "raise":
-            raise TraceFormatError(
-                p, f"entry #{i} ({name!r})", f"{why}{value}; pass --skip-bad-events to skip such entries"
-            )
+            where = f"entry #{i}" if name is None else f"entry #{i} ({name!r})"
+            raise TraceFormatError(p, where, f"{why}{value}; pass --skip-bad-events to skip such entries")
         rejected[why] = rejected.get(why, 0) + 1
 
     # an entry written twice (every field equal, record_id included: the ring buffer numbers each
@@ -434,9 +463,13 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         repaired,
     )
     warnings += [said_copies] if said_copies else []
+    read_as_is: dict[str, list[Any]] = {}  # reason -> [count, first entry's index, name, value]
+    record_ids: set[int] = set()
     for i, e in enumerate(entries):
-        if not isinstance(e, dict):
-            raise TraceFormatError(p, f"entry #{i}", "not a JSON object")
+        if not isinstance(e, dict):  # a bad entry as any other: skipped and counted on request
+            why = "not a JSON object" if encoding == "json" else "not a dict (a pickle dump's entries are)"
+            bad(i, None, why, f" ({shown(e)})")
+            continue
         if i in copies:
             continue
         name = str(e.get("profiling_name", ""))
@@ -459,6 +492,14 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if odd is not None:
             bad(i, name, *odd)
             continue
+        rid = json_int(e.get("record_id"))
+        oddities = _odd_fields(e)
+        if rid is not None:
+            if rid in record_ids:  # two different entries (a copy was skipped above) under one number
+                oddities.append(("'record_id' repeated", rid))
+            record_ids.add(rid)
+        for why, value in oddities:
+            read_as_is.setdefault(why, [0, i, name, value])[0] += 1
         state = e.get("state")
         if state in ("scheduled", "started"):  # the state wins over a stray completion time or duration
             completed = None
@@ -532,6 +573,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             },
         ):
             rows.pop(), kept.pop(), events.pop()
+    for why, (n, i, name, value) in read_as_is.items():  # read as is: said and counted (the issues column)
+        warnings.append(
+            f"{p.name}: {n} entr{'y' if n == 1 else 'ies'} with {why}, first entry #{i} ({name!r}): {shown(value)}"
+        )
+        repaired[why] = repaired.get(why, 0) + n
     progress = progress_by_pg_id(doc.get("pg_status"))
     nothing = False
     if not entries:  # for hang triage the rank that recorded nothing is the one to look at

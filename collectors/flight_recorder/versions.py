@@ -28,12 +28,20 @@ __all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
 #: What this parser reads, for messages.
 READ_VERSIONS = "1.x (seq_id) and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)"
 _V2_FIELDS = ("collective_seq_id", "p2p_seq_id")
+#: The newest minor of version 2 this parser knows (READ_VERSIONS' "up to 2.10").
+_NEWEST_V2_MINOR = 10
 
 
 def _major(version: Any) -> int | None:
     """The major number of a ``version`` such as ``"2.10"`` (None when not of that form)."""
     head = str(version).split(".", 1)[0] if version is not None else ""
     return int(head) if head.isdigit() else None
+
+
+def _minor(version: Any) -> int | None:
+    """The minor number of a ``version`` such as ``"2.10"`` (10; None when it has none)."""
+    parts = str(version).split(".") if version is not None else []
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
 
 
 def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]]:
@@ -73,7 +81,8 @@ def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]
             f"{name}: Flight Recorder dump without a readable version ({version!r}); read as "
             f"version {style}.x by its fields"
         ]
-    if major > 2:
+    minor = _minor(version)
+    if major > 2 or (major == style == 2 and minor is not None and minor > _NEWEST_V2_MINOR):
         return style, [
             f"{name}: Flight Recorder dump version {version} is newer than the versions traceprof knows "
             f"({READ_VERSIONS}); read by its fields as version {style}.x"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import polars as pl
 import pytest
@@ -253,6 +254,40 @@ def test_cpu_only_run_is_an_error(store, tmp_path):
     ingest(store, [kineto(tmp_path / "cpu.json.gz", cpu)], run="cpu")
     with pytest.raises(AnalysisError, match="no GPU kernels"):
         analyze(store, "idle", "cpu")
+
+
+def test_launches_without_kernel_records_are_no_idle_verdict(store, tmp_path):
+    # Three kernel launches (two cudaLaunchKernel, one cuLaunchKernel) and a cudaMemcpyAsync, but the
+    # trace holds only the copy's GPU row (no "kernel" category: the kernel activity was not
+    # captured). The copy's gaps are not the GPU's idle time: no idle breakdown, and the verdict is
+    # inconclusive with the counts (3 launches, 1 copy), not "idle 90%, host wait".
+    rows = [
+        launch(0, 1),
+        launch(10, 2),
+        launch(20, 3, name="cuLaunchKernel"),
+        launch(30, 4, name="cudaMemcpyAsync"),
+        kernel("Memcpy HtoD (Pageable -> Device)", 7, 90, 10, 4, cat="gpu_memcpy"),
+        kernel("Memcpy HtoD (Pageable -> Device)", 7, 190, 10, 4, cat="gpu_memcpy"),
+    ]
+    ingest(store, [kineto(tmp_path / "r0.json.gz", rows)], run="r")
+    why = (
+        "3 kernel launch call(s) were recorded (2 cudaLaunchKernel, 1 cuLaunchKernel) but no GPU kernel "
+        "activity was captured (the trace holds 2 copies/memsets and no kernel records)"
+    )
+    with pytest.raises(AnalysisError, match=re.escape(f"run 'r': {why}")):
+        analyze(store, "idle", "r")
+    f = summarize(store, "r")
+    v = {v.topic: v for v in f.verdicts}["idle"]
+    assert v.status == "inconclusive" and v.text.startswith(why)
+    assert not [x for x in f.findings if x.topic == "idle"]
+    # no GPU row at all (an Nsight export with every activity table empty): the same verdict, where
+    # there was none (temporal has nothing to measure)
+    ingest(store, [kineto(tmp_path / "r1.json.gz", rows[:4])], run="bare")
+    v = {v.topic: v for v in summarize(store, "bare").verdicts}["idle"]
+    assert v.status == "inconclusive" and v.text.startswith(
+        "3 kernel launch call(s) were recorded (2 cudaLaunchKernel, 1 cuLaunchKernel) but no GPU kernel "
+        "activity was captured (the trace holds 0 copies/memsets and no kernel records)"
+    )
 
 
 # --- agreement with HTA 0.5.0 ------------------------------------------------------------------

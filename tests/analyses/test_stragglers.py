@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 
 import polars as pl
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tests.builders import BASE, write_ndtimeline, write_rank, write_skewed_pair
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.core.errors import UsageError
+from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest.ingest import ingest
 
 
@@ -246,6 +248,29 @@ def test_flight_recorder_only_run_names_rank2_with_compute_na(store):
     assert res.frame["compute_z"].null_count() == res.frame.height
     assert res.verdict["rank"].to_list() == [2]
     assert "compute z = n/a" in res.verdict["evidence"][0]
+
+
+def test_flight_recorder_only_run_does_not_claim_noise_it_did_not_measure(store):
+    # corpus gloo_cpu_4rank: Flight Recorder dumps only (no steps, no compute). Rank 1 arrives last
+    # at 8 of 17 all-reduces, chance 1/4 each: p = P(X >= 8 | 17, 1/4) = 0.040 (not < 0.01, so not a
+    # suspect and no noise-floor test runs: floor_* null), yet its delays cost 4.0% (>= 1%). The
+    # verdict said "ok ... the skew is within the run's noise", a noise nothing measured: inconclusive.
+    ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")], run="fr")
+    res = analyze(store, "stragglers", "fr")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    p = sum(math.comb(17, k) * 0.25**k * 0.75 ** (17 - k) for k in range(8, 18))
+    assert (r1["last_count"], r1["instances"]) == (8, 17) and r1["p_value"] == pytest.approx(p)
+    assert res.frame["floor_steps"].null_count() == res.frame.height and round(r1["cost_pct"], 1) == 4.0
+    v = res.verdict.row(0, named=True)
+    assert (v["status"], v["rank"], v["named"]) == ("inconclusive", 1, False)
+    assert v["evidence"].startswith("no straggler named: rank 1 arrived last at 8 of 17 collectives")
+    assert v["evidence"].endswith(
+        "naming needs p < 0.01, and with collectives only (no steps) no noise floor was measured: nothing "
+        "tells whether delays costing 4.0% are the run's noise"
+    )
+    assert "within the run's noise" not in v["evidence"]
+    summary = combined_verdict(store, "fr")
+    assert summary.status == "inconclusive" and "no noise floor was measured" in summary.text
 
 
 def test_production_traces(store):

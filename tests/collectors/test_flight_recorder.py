@@ -203,6 +203,9 @@ def test_non_integer_creation_time_and_empty_dump(tmp_path):
         ("input_sizes", [["667136"]], "'input_sizes' holds a dimension that is not an integer", "'667136'"),
         ("output_sizes", [[667136.0]], "'output_sizes' holds a dimension that is not an integer", "667136.0"),
         ("record_id", "3", "'record_id' is not an integer", "'3'"),
+        # no tensor has a negative dimension: it was stored as bytes_in -12 (-3 x 4-byte floats)
+        ("input_sizes", [[-3]], "'input_sizes' holds a negative dimension", "-3"),
+        ("output_sizes", [[2, -1]], "'output_sizes' holds a negative dimension", "-1"),
     ],
 )
 def test_integer_fields_written_otherwise_are_bad_entries(tmp_path, field, value, reason, shown):

@@ -252,16 +252,83 @@ def test_unreadable_version_is_named_and_why(tmp_path):
     )
 
 
-def test_newer_version_with_known_fields_is_read_with_a_warning(tmp_path):
+@pytest.mark.parametrize("version", ["3.0", "2.99", "2.11"])
+def test_newer_version_with_known_fields_is_read_with_a_warning(tmp_path, version):
+    # a newer major, or a 2.x minor past 2.10 (the newest known: "2.99" was read without a word)
     path = tmp_path / "rank0.fr.json"
-    path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": "3.0"}))
+    path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": version}))
     pt = parse(path)
     assert pt.warnings == [
-        "rank0.fr.json: Flight Recorder dump version 3.0 is newer than the versions traceprof "
+        f"rank0.fr.json: Flight Recorder dump version {version} is newer than the versions traceprof "
         "knows (1.x (seq_id) and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)); read by its "
         "fields as version 2.x"
     ]
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+
+
+@pytest.mark.parametrize("version", ["2.10", "2.4", "2"])
+def test_known_versions_read_without_a_warning(tmp_path, version):
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": version}))
+    assert parse(path).warnings == []
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("rank0.fr.json", "not a JSON object"),
+        ("nccl_trace_rank_0", "not a dict (a pickle dump's entries are)"),  # torch's pickle dump
+    ],
+)
+def test_entry_that_is_no_object_is_a_bad_entry(tmp_path, name, why):
+    # Entry #1 is null (None in a pickle): an error naming it, saying what the file holds (a pickle
+    # has no JSON objects); --skip-bad-events skips and counts it (it was refused regardless).
+    path = tmp_path / name
+    doc = _dump([_entry(1, 0), None, _entry(2, 0)], 1, 2)
+    path.write_bytes(json.dumps(doc).encode() if name.endswith(".json") else pickle.dumps(doc))
+    with pytest.raises(TraceFormatError) as e:
+        parse(path)
+    assert str(e.value) == f"{path}: entry #1: {why} (None); pass --skip-bad-events to skip such entries"
+    pt = parse(path, ParseOptions(on_bad_event="skip"))
+    assert pt.rejected == {why: 1}
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2]
+
+
+def test_odd_field_values_are_read_said_and_counted(tmp_path):
+    # Values torch never writes, in entries that can still be read: each entry is stored as before,
+    # with a warning per kind (count, first entry, value) and a count in traces.meta.repaired (the
+    # issues column); they were accepted without a word.
+    path = tmp_path / "rank0.fr.json"
+    es = [_entry(k, 0, record=k) for k in range(1, 7)]
+    es[0]["state"] = "weird_state"
+    es[1]["retired"] = "yes"
+    es[2]["pg_id"] = "0"
+    es[3]["process_group"] = ["0", "default_pg", "extra"]
+    es[4]["record_id"] = es[5]["record_id"] = 5  # two entries (seq 5 and 6) under one record_id
+    path.write_text(json.dumps(_dump(es, 1, 6)))
+    pt = parse(path)
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1, 2, 3, 4, 5, 6]
+    assert pt.rejected == {}
+    assert pt.warnings == [
+        "rank0.fr.json: 1 entry with unknown 'state' (read by its times), first entry #0 "
+        "('nccl:all_reduce'): 'weird_state'",
+        "rank0.fr.json: 1 entry with 'retired' is not true / false, first entry #1 ('nccl:all_reduce'): 'yes'",
+        "rank0.fr.json: 1 entry with 'pg_id' is not an integer, first entry #2 ('nccl:all_reduce'): '0'",
+        "rank0.fr.json: 1 entry with 'process_group' is not a [name, description] pair, first entry #3 "
+        "('nccl:all_reduce'): ['0', 'default_pg', 'extra']",
+        "rank0.fr.json: 1 entry with 'record_id' repeated, first entry #5 ('nccl:all_reduce'): 5",
+    ]
+    assert json.loads(pt.trace["meta"])["repaired"] == {
+        "unknown 'state' (read by its times)": 1,
+        "'retired' is not true / false": 1,
+        "'pg_id' is not an integer": 1,
+        "'process_group' is not a [name, description] pair": 1,
+        "'record_id' repeated": 1,
+    }
+    ok = tmp_path / "ok" / "rank0.fr.json"  # torch's own values: nothing said
+    ok.parent.mkdir()
+    ok.write_text(json.dumps(_dump([_entry(1, 0, record=0), _entry(2, 0, record=1)], 1, 2)))
+    assert parse(ok).warnings == []
 
 
 def test_entry_without_its_sequence_number(tmp_path):

@@ -227,14 +227,30 @@ def test_runs_not_comparable(store, tmp_path):
     assert forced.frame.filter(pl.col("metric") == "step_time_ns")[["n_base", "n_cand"]].row(0) == (1, 1)
     # GPU -> CPU: launches count kernels (1 per step) on one and CPU ops (3) on the other: +200 %,
     # shown but not gated, since they count other things
-    launches = (
-        diff_runs(store, "gpu", "cpu", force=True)
-        .frame.filter(pl.col("metric") == "launches")
-        .row(0, named=True)
-    )
+    g2c = diff_runs(store, "gpu", "cpu", force=True)
+    launches = g2c.frame.filter(pl.col("metric") == "launches").row(0, named=True)
     assert (
         launches["reason"] == "not gated (--force): +200.0% > threshold 5% (exact)"
         and not launches["regressed"]
+    )
+    # the summary line agrees with the row (it said "structure changed within thresholds: launches +200.0%")
+    assert "not gated (--force): launches +200.0% > 5%" in g2c.summary
+    assert "within thresholds: launches" not in g2c.summary
+
+
+def test_collectives_without_sizes_give_no_comm_bytes(store):
+    # HTA's trace_diff control run: an old Kineto trace whose 10 collectives per step carry no
+    # collective metadata (bytes_in and bytes_out NULL on every row): comm_bytes read "0 B -> 0 B
+    # unchanged", a figure nothing measured. Not compared, and a note says why.
+    ingest(store, [corpus("hta/trace_diff/control")])
+    sized = store.sql("SELECT count(*), count(coalesce(bytes_in, bytes_out)) FROM collectives").row(0)
+    assert sized[0] > 0 and sized[1] == 0
+    res = _same(store, "control")
+    assert "comm_bytes" not in res.frame["metric"].to_list()
+    assert res.frame.filter(pl.col("metric") == "collectives")["cand"].item() == 10
+    assert any(
+        n.startswith("comm_bytes not compared: the sizes of the collectives are unknown in 'control' (")
+        for n in res.notes
     )
 
 

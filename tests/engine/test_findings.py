@@ -241,11 +241,12 @@ def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
 
 
 def test_flight_recorder_only_run_says_nothing_costs_step_time(store):
-    # A stragglers verdict exists (ok), so the summary and the report say the same: nothing found
-    # that costs step time, not "no analysis applied".
+    # A stragglers verdict exists, so the summary and the report say the same: nothing found
+    # that costs step time, not "no analysis applied". (Inconclusive, not ok: rank 1's delays cost
+    # 4.0 % and no noise floor was measured; test_stragglers has its figures.)
     ingest(store, [corpus("flight_recorder/gloo_cpu_4rank")])
     f = summarize(store, None)
-    assert f.findings == () and {v.topic: v.status for v in f.verdicts}["stragglers"] == "ok"
+    assert f.findings == () and {v.topic: v.status for v in f.verdicts}["stragglers"] == "inconclusive"
     assert f.empty_text == "nothing found that costs step time; the verdict per topic follows"
 
 

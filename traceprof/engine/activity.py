@@ -63,6 +63,7 @@ __all__ = [
     "multi_device_ranks",
     "run_measures",
     "graph_level_notes",
+    "launches_without_kernels",
     "GRAPH_LEVEL_NOTE",
     "GRAPH_LOST_NOTE",
     "op_activity",
@@ -775,6 +776,38 @@ def graph_level_notes(store: Store, run_id: int) -> list[str]:
             "time is overstated"
         )
     return out
+
+
+def launches_without_kernels(store: Store, run_id: int) -> str | None:
+    """Why the run's GPU rows cannot tell GPU idle time, or None: kernel launch calls (a device
+    runtime's ``*Launch*`` call: ``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaGraphLaunch``,
+    ``hipLaunchKernel``) were recorded but no kernel activity was captured (an Nsight export without
+    CUPTI_ACTIVITY_KIND_KERNEL, a Kineto trace without its ``kernel`` category): the GPU ran work
+    the trace does not hold, and its copies and memsets alone are not its kernels. None when the
+    run has a kernel or no launch call."""
+    counts = store.sql(
+        "SELECT count(*) FILTER (WHERE kind = 'kernel') AS kernels, count(*) FILTER (WHERE kind IN "
+        "('memcpy', 'memset')) AS copies FROM events WHERE run_id = ? AND kind IN ('kernel', 'memcpy', "
+        "'memset')",
+        [int(run_id)],
+    ).row(0)
+    if counts[0]:
+        return None
+    calls = store.sql(
+        "SELECT name, count(*) AS n FROM events WHERE run_id = ? AND kind IN ('cuda_runtime', "
+        "'cuda_driver') AND name ILIKE '%launch%' GROUP BY name ORDER BY n DESC, name",
+        [int(run_id)],
+    )
+    if calls.is_empty():
+        return None
+    names = ", ".join(f"{n:,} {name}" for name, n in calls.head(3).iter_rows())
+    more = f" and {calls.height - 3} other name(s)" if calls.height > 3 else ""
+    return (
+        f"{int(calls['n'].sum()):,} kernel launch call(s) were recorded ({names}{more}) but no GPU kernel "
+        f"activity was captured (the trace holds {counts[1]:,} copies/memsets and no kernel records): "
+        "GPU idle time cannot be told (record the GPU's kernel activity: CUPTI_ACTIVITY_KIND_KERNEL in "
+        "Nsight Systems, ProfilerActivity.CUDA in the torch profiler)"
+    )
 
 
 def exposed_comm(act: pl.DataFrame, by: list[str], compute: pl.DataFrame | None = None) -> pl.DataFrame:

@@ -415,6 +415,12 @@ def compare_profiles(
     s_rows, s_items = structure.compare(
         [b.structure for b in bases], cand.structure, limits, [b.name for b in bases]
     )
+    unsized = list(dict.fromkeys(r.name for r in (*bases, cand) if not r.structure.bytes_known))
+    if unsized:
+        notes.append(
+            f"comm_bytes not compared: the sizes of the collectives are unknown in {', '.join(map(repr, unsized))} "
+            "(bytes_in / bytes_out NULL: a trace without collective metadata), so its bytes per step are n/a"
+        )
     if forced or blind:  # other device kinds or job sizes count other things per step: shown, not gated
         s_rows = [{**r, "regressed": False} for r in s_rows]
     rows = [
@@ -615,7 +621,9 @@ def _on_common_ranks(
             )
         return replace(
             p,
-            structure=structure.Structure(s.keys.filter(keep), s.totals.filter(keep), s.flops_source),
+            structure=structure.Structure(
+                s.keys.filter(keep), s.totals.filter(keep), s.flops_source, s.bytes_known
+            ),
             timing=replace(
                 t,
                 samples=t.samples.filter(keep),

@@ -155,9 +155,14 @@ def summary_line(
         parts += [_structural_text(m, changed, world) for m in s_rows if m["regressed"]]
     elif moved.height:
         # growth is gated (within its threshold here); a decrease (less work, fewer collectives) is
-        # not, and says so: "within thresholds" would hide a dropped all-reduce
+        # not, and says so: "within thresholds" would hide a dropped all-reduce. Growth past its
+        # threshold that was not gated (--force, another device kind) says that, as its row does.
+        past = (pl.col("change_pct") > 0) & (pl.col("change_pct") > pl.col("threshold_pct"))
+        for m in moved.filter(past).iter_rows(named=True):
+            why = str(m["reason"]).removesuffix(structural_reason(m)).removesuffix(": ")
+            parts.append(f"{why}: {m['metric']} {m['change_pct']:+.1f}% > {m['threshold_pct']:g}%")
         for label, rows in (
-            ("structure changed within thresholds", moved.filter(pl.col("change_pct") > 0)),
+            ("structure changed within thresholds", moved.filter((pl.col("change_pct") > 0) & ~past)),
             ("structure shrank (decreases are not gated)", moved.filter(pl.col("change_pct") < 0)),
         ):
             if rows.height:

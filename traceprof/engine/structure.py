@@ -74,10 +74,16 @@ UNION ALL
 SELECT rank, step, 'collective', op, coalesce(pg, pg_ranks, ''), count(*),
        sum(coalesce(greatest(bytes_in, bytes_out), bytes_in, bytes_out, 0)), false
 FROM collectives
-WHERE run_id = $run AND step IS NOT NULL
-  AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))
+$collectives
 GROUP BY ALL
 """
+#: The collectives ``_COUNTS_SQL`` counts (Flight Recorder rows only where no other source has any).
+_COLLECTIVES_WHERE = """WHERE run_id = $run AND step IS NOT NULL
+  AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))"""
+_COUNTS_SQL = _COUNTS_SQL.replace("$collectives", _COLLECTIVES_WHERE)
+#: Whether those collectives' sizes are known: none at all, or one with a size (Structure.bytes_known).
+_BYTES_KNOWN_SQL = f"""SELECT count(*) = 0 OR count(coalesce(bytes_in, bytes_out)) > 0 FROM collectives
+{_COLLECTIVES_WHERE}"""
 
 
 @dataclass(frozen=True)
@@ -91,11 +97,15 @@ class Structure:
         totals: Frame with columns rank, steps (ProfilerSteps of the rank) and each of
             :data:`METRICS` per step (medians over the rank's steps).
         flops_source: ``shapes``, ``sidecar`` or None (no FLOPs known: ``flops`` is 0).
+        bytes_known: False when the run has collectives in its steps but none with a size
+            (``bytes_in`` / ``bytes_out`` NULL: an old Kineto trace without collective metadata):
+            ``comm_bytes`` is then 0 for want of sizes, not measured.
     """
 
     keys: pl.DataFrame
     totals: pl.DataFrame
     flops_source: str | None
+    bytes_known: bool = True
 
     def total(self, metric: str) -> float:
         """The job's value of a metric per step: the sum over ranks."""
@@ -171,7 +181,8 @@ def profile(store: Store, run_id: int) -> Structure:
         .with_columns(pl.col(m).fill_null(0.0) for m in METRICS)
         .sort("rank")
     )
-    return Structure(keys.sort("rank", *_KEYS), totals, source)
+    known = bool(store.sql(_BYTES_KNOWN_SQL.replace("$run", str(int(run_id)))).item())
+    return Structure(keys.sort("rank", *_KEYS), totals, source, known)
 
 
 def shape_text(kind: str, name: str, sig: str) -> str:
@@ -266,6 +277,8 @@ def compare(
         base, change = metric_change(values, c)
         if m == "flops" and (cand.flops_source is None or any(b.flops_source is None for b in bases)):
             continue  # FLOPs unknown on a side: nothing to compare
+        if m == "comm_bytes" and not (cand.bytes_known and all(b.bytes_known for b in bases)):
+            continue  # sizes unknown on a side: its 0 B is no measure (diff notes it)
         ranks, per_rank = _ranks_changed(bases, cand, m)
         metrics.append(
             {

@@ -150,7 +150,9 @@ class Decoded:
             when it is set.
         args_rows: None (``args`` has a text per event), or whether each event's text is in ``args``:
             :func:`decode`'s ``stored`` left out the texts of the events whose phase is never
-            stored (flows, metadata), so that they are not copied again to be dropped.
+            stored (flows, metadata), so that they are not copied again to be dropped. Their
+            times and id args are not read either: 0 / absent, and no ``bad_time``,
+            ``negative_dur`` or ``loose_ids`` entry.
         meta_args: With ``args_rows``: the args text of each ``process_name`` / ``thread_name``
             metadata event, by index (:func:`rows` reads their names).
         correlation, external_id, device, stream: Integer args (int64), missing when absent.
@@ -673,6 +675,16 @@ class _Growing:
         return out
 
 
+def _spread(values: np.ndarray, at: np.ndarray | None, n: int) -> np.ndarray:
+    """A column of a batch of ``n`` events from ``values``, those of the events at ``at`` (None:
+    every event); 0 (False) for the others."""
+    if at is None:
+        return values
+    out = np.zeros(n, values.dtype)
+    out[at] = values
+    return out
+
+
 def _decode(
     data: bytes | Iterable[bytes],
     batch_bytes: int,
@@ -701,8 +713,8 @@ def _decode(
         for evs in batches:
             if not evs:  # e.g. "traceEvents": []
                 continue
-            base = rows
-            rows += len(evs)
+            base, n = rows, len(evs)
+            rows += n
             if isinstance(evs, _FloatLanes):
                 out.lanes_plain = False  # str() of a float differs from its text
             # strings as codes (names repeat: millions of events, thousands of names), the five
@@ -720,27 +732,38 @@ def _decode(
                     batch_codes[f] = _coded(map(get, evs), value_codes[f], len(evs))
             for f, codes in batch_codes.items():
                 str_cols[f].add(codes.astype(code_type(len(str_codes[f])), copy=False))
-            for col in ("ts", "dur"):
-                raw = list(map(_RAW[col], evs))
-                values, ok = _times(raw, base, out.bad_time, col)
-                if col == "dur":  # rare: their texts, for the message
-                    out.negative_dur.update(
-                        (base + i, bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist()
-                    )
-                times[f"{col}_ns"].add(values)
-                times[f"{col}_ok"].add(ok)
+            # The events whose phase may be stored (``stored``) only: their times and id args are
+            # read and their args texts kept; the others' (flows and metadata: 30% of the events of
+            # hta/df_index_resolver) are 0 and missing, never read (:func:`rows` keeps none of them).
+            at: np.ndarray | None = None  # their positions in the batch; None: every event
             raw_args = list(map(_RAW["args"], evs))
-            del evs
-            if stored is None or args_rows is None:
-                args.add(_text_column(raw_args))
-            else:
+            if stored is not None and args_rows is not None:
                 ph_stored += map(stored, list(str_codes["ph"])[len(ph_stored) :])
                 keep = np.asarray(ph_stored, bool)[batch_codes["ph"]]
                 _meta_args(out.meta_args, raw_args, base, batch_codes, str_codes)
-                args.add(_text_column(raw_args if keep.all() else list(compress(raw_args, keep.tolist()))))
                 args_rows.add(keep)
+                if not keep.all():
+                    at = np.flatnonzero(keep)
+                    evs, raw_args = (
+                        list(compress(evs, keep.tolist())),
+                        list(compress(raw_args, keep.tolist())),
+                    )
                 del keep
             del batch_codes
+            pos = range(len(evs)) if at is None else at.tolist()  # the batch's index of each event read
+            bad: dict[int, str] = {}
+            for col in ("ts", "dur"):
+                raw = list(map(_RAW[col], evs))
+                values, ok = _times(raw, 0, bad, col)
+                if col == "dur":  # rare: their texts, for the message
+                    out.negative_dur.update(
+                        (base + pos[i], bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist()
+                    )
+                times[f"{col}_ns"].add(_spread(values, at, n))
+                times[f"{col}_ok"].add(_spread(ok, at, n))
+            out.bad_time.update((base + pos[i], why) for i, why in bad.items())
+            del evs, bad
+            args.add(_text_column(raw_args))
             ids_text = b"[" + b",".join(raw_args) + b"]"
             del raw_args
             try:
@@ -752,7 +775,7 @@ def _decode(
                     return None
                 # "0x0", "1", 5.0: read as their integer, and noted for IdRepairs to say so
                 out.loose_ids += [
-                    (base + j, col, v)
+                    (base + pos[j], col, v)
                     for j, a in enumerate(loose)
                     if a is not None
                     for col in _ID_COLS
@@ -764,8 +787,8 @@ def _decode(
                     for col in _ID_COLS
                 ]
             for col, part in zip(_ID_COLS, batch, strict=True):
-                ids[col][0].add(part.values)
-                ids[col][1].add(part.ok)
+                ids[col][0].add(_spread(part.values, at, n))
+                ids[col][1].add(_spread(part.ok, at, n))
             del batch
     except (msgspec.DecodeError, msgspec.ValidationError, OverflowError):
         return None
@@ -893,6 +916,8 @@ def rows(
     if kind is None:
         return None
     keep = ~kind.is_none()
+    if d.args_rows is not None and (keep & ~d.args_rows).any():
+        return None  # a kept row whose phase ``stored`` said is never stored: no times, ids nor args read
     problems = _time_problems(d, keep, ph_x, kind.isin(OPEN_KINDS))
     if problems is None:
         return None
@@ -954,8 +979,6 @@ def rows(
         loose = [x for x in d.loose_ids if keep[x[0]] and (x[1] not in _LANE_COLS or on_gpu[x[0]])]
     # the args of the kept rows: ``d.args`` holds those of the rows ``d.args_rows`` marks, if set
     args_keep = keep if d.args_rows is None else keep[d.args_rows]
-    if d.args_rows is not None and int(np.count_nonzero(args_keep)) != kept:
-        return None  # a kept row without its args text (``stored`` said its phase is never stored)
 
     # Each decoded column is dropped from ``d`` once taken (``d`` is not read again, bar ``len``),
     # and nothing is copied when every row is kept, so a column is held once, not twice.

@@ -860,6 +860,65 @@ def test_args_of_phases_never_stored_are_left_out_with_the_same_rows(batch_bytes
             assert list(x) == list(y), k
 
 
+@pytest.mark.parametrize("batch_bytes", [1, 1 << 20])
+def test_times_and_ids_of_phases_never_stored_are_not_read(tmp_path, monkeypatch, batch_bytes):
+    # decode(stored=...) reads the times and id args of the events whose phase may be stored only:
+    # a flow's (never stored) unreadable ts, negative dur or id arg that is no integer is not read,
+    # so it neither sent the whole file to the general path (an id arg of 1.5: decode returned None)
+    # nor left entries for rows() to filter. The rows are the general path's, which skips flows.
+    from traceprof.collectors.kineto import decode as dec
+    from traceprof.collectors.kineto._values import args_dict
+
+    cpu = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1}
+    events = [
+        {**cpu, "name": "a", "ts": 1, "dur": 2, "args": {"External id": 7}},
+        {
+            "ph": "s",
+            "id": 1,
+            "pid": 1,
+            "tid": 1,
+            "ts": "x",
+            "cat": "ac2g",
+            "name": "f1",
+            "args": {"correlation": 1.5},
+        },
+        {**cpu, "name": "b", "ts": 4, "dur": 1, "args": {"External id": 8}},
+        {"ph": "f", "id": 1, "pid": 1, "tid": 1, "ts": 5, "dur": -3, "cat": "ac2g", "name": "f2", "bp": "e"},
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python", "stream": "0x0"}},
+    ]
+    data = json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}).encode()
+    d = decode(data, batch_bytes, stored=_PARSE._stored_phase)
+    assert d is not None  # was None: the flow's correlation 1.5
+    assert d.args_rows.tolist() == [True, False, True, False, False]
+    # events 0 and 2 read (ts 1 us and 4 us, dur 2 us and 1 us); 1, 3 and 4 not: 0 and absent
+    assert d.ts_ns.tolist() == [1000, 0, 4000, 0, 0] and d.ts_ok.tolist() == [True, False, True, False, False]
+    assert d.dur_ns.tolist() == [2000, 0, 1000, 0, 0] and d.dur_ok.tolist() == [
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert list(d.external_id) == [7, None, 8, None, None] and list(d.correlation) == [None] * 5
+    assert (d.bad_time, d.negative_dur, d.loose_ids) == ({}, {}, [])
+    r = dec.rows(d, 0, _PARSE._kind_of_text, _PARSE._GPU_KINDS, args_dict)
+    assert r is not None and list(r.src_index) == [0, 2] and r.skipped == {"flow": 2, "metadata": 1}
+    assert r.process_names == {"1": "python"}
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    fast = _PARSE.parse(path)
+    monkeypatch.setattr(_PARSE, "decode_columns", lambda data, **kw: None)
+    general = _PARSE.parse(path)
+    for name in ("events", "steps", "collectives"):  # as values: the dictionaries' order may differ
+        assert getattr(fast, name).to_pylist() == getattr(general, name).to_pylist(), name
+    assert (fast.skipped, fast.rejected, fast.warnings) == (
+        general.skipped,
+        general.rejected,
+        general.warnings,
+    )
+    assert fast.events.column("ts_ns").to_pylist() == [1000, 4000]
+
+
 def test_a_bad_token_inside_a_batch_is_cut_before_at_once(monkeypatch):
     # A NaN token (not JSON) in the middle of a batch: each cut after it fails to decode. The cut
     # went back one event at a time, decoding the whole prefix each time (df_index_resolver with one

@@ -454,6 +454,36 @@ def test_kernel_metadata_wins_key_by_key_over_its_launching_op(store, tmp_path):
     assert row == ("all_gather", "3", 9, "Float", 256 * 4, 60_000)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "size"),
+    [
+        ("c10::Float8_e4m3fnuz", 1),  # ROCm's FP8 (t6: its collectives' bytes were unknown)
+        ("Float8_e5m2fnuz", 1),
+        ("Float8_e8m0fnu", 1),  # MX scales
+        ("UInt16", 2),
+        ("ComplexDouble", 16),
+    ],
+)
+def test_every_torch_dtype_has_its_element_size(store, tmp_path, dtype, size):
+    # torch's ScalarType names as record_param_comms writes them; sizes from torch.finfo / iinfo bits
+    namers = [
+        (
+            "cpu_op",
+            "record_param_comms",
+            {
+                "Collective name": "allreduce",
+                "Process Group Name": "0",
+                "Seq": 1,
+                "dtype": dtype,
+                "In msg nelems": 256,
+            },
+        )
+    ]
+    write_rank(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
+    ingest(store, [tmp_path / "run"])
+    assert store.sql("SELECT nelems_in, bytes_in FROM collectives").row(0) == (256, 256 * size)
+
+
 @pytest.mark.parametrize("dtype", [7, {"t": "Float"}, ["Float"], True])
 def test_a_dtype_that_is_not_a_name_is_ignored_with_a_warning(store, tmp_path, dtype):
     # Trace contents are untrusted: a record_param_comms dtype of another JSON type was a traceback

@@ -7,6 +7,7 @@ are worked out there by hand (µs offsets from the case's T0 / B, converted to n
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -214,6 +215,27 @@ def test_inductor_kernel_named_after_the_all_reduce_it_reads_is_compute(tmp_path
 
     assert gpu_class("kernel", "triton_poi_fused_all_gather_copy_in_0") == "compute"
     assert gpu_class("kernel", "void ctran::alltoall_kernel()") == "comm"  # still named after a collective
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "triton_poi_fused_one_shot_all_reduce_0",  # custom_all_reduce's words
+        "triton_red_fused_two_shot_all_reduce_add_1",
+        "triton_poi_fused_lamport_0",
+        "triton_poi_fused_multimem_all_reduce_0",  # symm_mem's
+        "triton_per_fused_nvshmem_put_0",  # nvshmem's
+        "triton_tem_fused_deep_ep::dispatch_mm_0",  # deepep's
+    ],
+)
+def test_inductor_kernels_match_no_built_in_family_but_a_user_pattern(name: str) -> None:
+    # t6: the triton_ exclusion covered the collective_name family only; Inductor's names list the
+    # ops fused or read whatever family their words belong to (a user pattern still marks them)
+    from traceprof.core.classify import Classifier, gpu_class
+
+    assert gpu_class("kernel", name) == "compute"
+    assert Classifier([re.escape(name)]).gpu_class("kernel", name) == "comm"
+    assert gpu_class("kernel", name.replace("triton_", "my_", 1)) == "comm"  # the family itself still matches
 
 
 def test_metadata_makes_comm() -> None:

@@ -15,7 +15,9 @@ Rule, first match wins:
      (and Hybrid-EP), MORI, Mooncake EP and TensorRT-LLM expert-parallel dispatch/combine, NVSHMEM, torch symmetric memory, custom all-reduce kernels
      (vLLM / SGLang / TensorRT-LLM / FlashInfer / quick-reduce), Transformer Engine userbuffers, and
      kernels named after a collective (``AllReduce``, ``all_gather``, ``reduce_scatter``,
-     ``alltoall``...), plus user patterns (``traceprof ingest --comm-kernel REGEX``).
+     ``alltoall``...), plus user patterns (``traceprof ingest --comm-kernel REGEX``). No built-in
+     family matches a kernel torch.compile generates (``triton_poi_`` / ``triton_red_`` ...:
+     :data:`_INDUCTOR_NAME`); user patterns still do.
   4. Everything else is ``compute``.
 """
 
@@ -153,14 +155,21 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     CommFamily("userbuffers", r"(?i)userbuffers", None, "Transformer Engine userbuffers comm overlap"),
     CommFamily(
         "collective_name",
-        r"^(?!triton_)(?:.*?(?:(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
+        r"^(?:.*?(?:(?:^|[^a-z])(?:[aA]ll_?[rR]educe|[aA]ll_?[gG]ather|[rR]educe_?[sS]catter|[aA]ll_?[tT]o_?[aA]ll)"
         r"|All_?Reduce|All_?Gather|Reduce_?Scatter|All_?To_?All|ALL_?REDUCE|ALL_?GATHER))",
         None,
-        "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall), but not a "
-        "kernel torch.compile generated (triton_poi_ / triton_red_ / triton_per_ ...: its name lists the ops "
-        "it fuses or reads from, e.g. triton_red_fused_add_all_reduce_mean_0 is the RMSNorm after an all-reduce)",
+        "any kernel named after a collective (AllReduce, all_gather, reduce_scatter, alltoall)",
     ),
 )
+
+#: Kernels torch.compile (Inductor) generates: ``triton_poi_`` / ``triton_red_`` / ``triton_per_`` /
+#: ``triton_tem_`` / ``triton_for_`` / ``triton_mix_`` (pointwise, reduction, persistent reduction,
+#: template, foreach, mixed). Their names list the ops they fuse or read from (e.g.
+#: ``triton_red_fused_add_all_reduce_mean_0`` is the RMSNorm after an all-reduce,
+#: ``triton_poi_fused_multimem_all_reduce_0`` a copy beside a symmetric-memory one): no built-in
+#: family matches them (Inductor runs collectives as extern kernels, never fused into its own);
+#: ``--comm-kernel`` patterns still do.
+_INDUCTOR_NAME = re.compile(r"^triton_(?:poi|red|per|tem|for|mix)_")
 
 _MEMORY_NAME = re.compile(r"^(Memcpy|Memset|dma)", re.IGNORECASE)
 
@@ -192,6 +201,7 @@ class Classifier:
     def __init__(self, extra_comm: Iterable[str] = ()) -> None:
         self.extra = tuple(extra_comm)
         self._families = [(f, re.compile(f.pattern)) for f in COMM_FAMILIES]
+        self._builtin = len(self._families)  # the user patterns follow
         self._families += [(CommFamily(f"user:{p}", p), _compile(p, "--comm-kernel")) for p in self.extra]
         self._cache: dict[str, CommFamily | None] = {}
 
@@ -200,7 +210,8 @@ class Classifier:
         hit = self._cache.get(name, False)
         if hit is not False:
             return hit  # type: ignore[return-value]
-        fam = next((f for f, rx in self._families if rx.search(name)), None)
+        families = self._families[self._builtin :] if _INDUCTOR_NAME.match(name) else self._families
+        fam = next((f for f, rx in families if rx.search(name)), None)
         if len(self._cache) < 1_000_000:
             self._cache[name] = fam
         return fam

@@ -116,6 +116,16 @@ _DTYPE_BYTES = {
     "uint8_t": 1,
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,
+    "float4_e2m1fn_x2": 1,  # two 4-bit values packed in each byte: one element per byte
+    "uint16": 2,
+    "complexhalf": 4,
+    "complexdouble": 16,
+    "qint8": 1,
+    "quint8": 1,
+    "qint32": 4,
 }
 
 

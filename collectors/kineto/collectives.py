@@ -45,9 +45,12 @@ _LAUNCH_KINDS = frozenset(LAUNCH_KINDS)
 
 
 def _nelems(dims: Any) -> int | None:
-    """Elements of the first input of ``Input Dims`` ([[d0, d1, ...], ...]), or None."""
+    """Elements of the first input of ``Input Dims`` ([[d0, d1, ...], ...]), or None: also where a
+    dim is no integer (``null``, a ``NaN`` read as null, a float): unknown, not taken as 1."""
     if isinstance(dims, list) and dims and isinstance(dims[0], list):
-        return math.prod(int(d) for d in dims[0] if isinstance(d, int))
+        first = dims[0]
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in first):
+            return math.prod(first)
     return None
 
 

@@ -6,13 +6,15 @@ JSON has no value for NaN or an infinity. Writers that meet one write a word whe
     their non-numeric option, RapidJSON with ``kWriteNanAndInfFlag``; JSON5 adds ``+Infinity``,
     ``+NaN``, ``-NaN``.
   - ``nan``, ``-nan``, ``inf``, ``-inf``: C's ``printf``, C++ streams and {fmt} (which libkineto
-    formats its values with); Rust's ``Display`` writes ``NaN``, ``inf``, ``-inf``.
+    formats its values with); ``NAN``, ``-NAN``, ``INF``, ``-INF`` with their upper-case conversions
+    (``%F``, ``%E``, ``%G``, ``std::uppercase``); Rust's ``Display`` writes ``NaN``, ``inf``, ``-inf``.
   - ``NaN``, ``+Inf``, ``-Inf``: Go's ``strconv`` / ``fmt``.
 
 (serde_json, orjson, nlohmann::json and JavaScript write ``null``: nothing to repair.) With
 ``--skip-bad-events`` each of these (:data:`WORD`) where a value stands is read as ``null``, counted per
 word as written and its first few located (:class:`NumberWords`); any other word there (``NaNx``,
-MSVC's ``-nan(ind)``) is refused, naming its byte (:class:`NotANumber`).
+MSVC's ``-nan(ind)`` and its older C runtime's ``1.#QNAN``, ``-1.#IND``, ``1.#INF``, whose digits vary
+with the format) is refused, naming the word and its byte (:class:`NotANumber`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ __all__ = ["WORD", "NumberWords", "NotANumber", "not_a_number", "word_at", "null
 
 #: A number word (module doc) ending where a JSON value may end. Not ``\Z``: a piece of a text that
 #: ends inside a word (``Inf`` of ``Infinity``) must not match; a whole document never ends in one.
-WORD = re.compile(rb"[+-]?(?:NaN|nan|Infinity|inf|Inf)(?=[ \t\n\r,\]}])")
+WORD = re.compile(rb"[+-]?(?:NaN|nan|NAN|Infinity|inf|Inf|INF)(?=[ \t\n\r,\]}])")
 #: What a word at a value's place looks like, for a refusal's message: a sign or a letter, up to the
-#: next delimiter (``NaNx``, ``-nan(ind)``).
-_WORDISH = re.compile(rb"[+-]?[A-Za-z][^ \t\n\r,\]}\"]{0,30}")
+#: next delimiter (``NaNx``, ``-nan(ind)``), or MSVC's ``1.#QNAN`` (a digit, ``.#``).
+_WORDISH = re.compile(rb"[+-]?(?:[A-Za-z]|[0-9]\.#)[^ \t\n\r,\]}\"]{0,30}")
+#: MSVC's ``1.#QNAN`` / ``-1.#IND`` / ``1.#INF00`` from its start: msgspec names the ``#``.
+_MSVC = re.compile(rb"[+-]?[0-9]\.#")
 #: A JSON string (skipped whole), a ``"`` that opens a string not closed in the text (the scan stops
 #: there: what follows may be inside it), or a number word.
 _SCAN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(")|' + WORD.pattern)
@@ -41,8 +45,15 @@ _VALUE_AFTER = frozenset(b"[:, \t\n\r")
 def word_at(data: bytes, at: int, message: str) -> int | None:
     """Where the word starts that msgspec's error ``message`` (naming byte ``at`` of ``data``) stopped
     at: a value's place (after ``[``, ``:``, ``,`` or whitespace) that holds a sign or a letter
-    (``NaN``, ``-Infinity``, ``nanx``); None for any other error. msgspec names the word's first byte,
-    the letter after its sign, or (a word it read as ``null`` from its ``n``) one of the 4 after it."""
+    (``NaN``, ``-Infinity``, ``nanx``, MSVC's ``1.#QNAN``); None for any other error. msgspec names the
+    word's first byte, the letter after its sign, (a word it read as ``null`` from its ``n``) one of
+    the 4 after it, or (an ``invalid number``) the ``#`` of MSVC's word."""
+    if "invalid number" in message:
+        for start in (at - 3, at - 2):  # with a sign, without
+            m = _MSVC.match(data, start) if start > 0 else None
+            if m is not None and m.end() == at + 1 and data[start - 1] in _VALUE_AFTER:
+                return start
+        return None
     if "invalid character" not in message:
         return None
     tries = [(at - 1, b"+-"), (at, b"")] + [(at - k, b"n") for k in range(1, _NULL_READ + 1)]
@@ -66,7 +77,7 @@ class NotANumber(Exception):
         shown = self.word.decode(errors="replace")
         return (
             f"{shown!r} is not a JSON value (--skip-bad-events reads as null only the words writers "
-            "emit for a float that is not finite: NaN, Infinity, -Infinity, nan, inf, -inf, +Inf)"
+            "emit for a float that is not finite: NaN, Infinity, -Infinity, nan, inf, -inf, +Inf, NAN, INF)"
         )
 
 

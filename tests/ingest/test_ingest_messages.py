@@ -274,6 +274,22 @@ def test_an_empty_trace_is_stored_with_a_warning(tmp_path):
     assert "rank0.json: no events" not in err
 
 
+def test_a_trace_of_metadata_only_is_stored_with_a_warning_beside_others(tmp_path):
+    """A rank whose trace holds only a process_name event was stored with no word of it."""
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "rank0.json").write_text(json.dumps(micro_trace(["a"], rank=0, world=2)))
+    meta = {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}
+    (d / "rank1.json").write_text(json.dumps(micro_trace([], rank=1, world=2) | {"traceEvents": [meta]}))
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0, err
+    assert (
+        "warning: rank1.json: no event to store (of 1 read: 1 metadata); its run has no activity from it\n"
+        in err
+    )
+    assert "rank0.json: no event" not in err
+
+
 @pytest.mark.parametrize(
     ("key", "value", "stored", "said"),
     [

@@ -234,8 +234,10 @@ def test_kineto_nan_and_infinity_are_named_and_read_as_null_when_skipping(tmp_pa
 
 
 #: Where a float is not finite, the words writers put for it (nonfinite's module doc): Python's json
-#: (NaN, -Infinity), JSON5 (+Infinity, -NaN), C's printf / C++ / {fmt} (nan, -nan, inf, -inf), Go (+Inf).
+#: (NaN, -Infinity), JSON5 (+Infinity, -NaN), C's printf / C++ / {fmt} (nan, -nan, inf, -inf; with %F,
+#: %E, %G: INF, -INF, NAN, -NAN), Go (+Inf).
 WRITERS_WORDS = ["NaN", "-NaN", "+Infinity", "-Infinity", "nan", "-nan", "inf", "-inf", "+Inf"]
+WRITERS_WORDS += ["INF", "-INF", "NAN", "-NAN"]  # were refused: "'INF' is not a JSON value"
 
 
 def _with_word(tmp_path: Path, word: str, *, begin_end: bool = False) -> tuple[Path, bytes]:
@@ -275,10 +277,12 @@ def test_kineto_number_words_writers_emit_are_read_as_null_when_skipping(tmp_pat
 
 
 @pytest.mark.parametrize("begin_end", [False, True], ids=["fast", "general"])
-@pytest.mark.parametrize("word", ["NaNx", "nanny", "-nan(ind)", "Infinite"])
+@pytest.mark.parametrize("word", ["NaNx", "nanny", "-nan(ind)", "Infinite", "1.#QNAN", "-1.#IND", "1.#INF00"])
 def test_kineto_other_words_are_refused_naming_the_byte(tmp_path, word, begin_end):
     # NaNx got the skip hint (NaN matched its start) and then "invalid JSON"; no writer emits these
-    # for a number: refused in both modes, naming the byte and the word, the store left as it was
+    # for a number: refused in both modes, naming the byte and the word, the store left as it was.
+    # MSVC's 1.#QNAN (its digits vary with the format: 1.#INF00 with %f) got "invalid JSON (JSON is
+    # malformed: invalid number (byte N))", N its "#"
     path, text = _with_word(tmp_path, word, begin_end=begin_end)
     at = text.index(b'x": ') + len(b'x": ')
     with Store(tmp_path / "s.duckdb") as store:
@@ -335,6 +339,11 @@ def test_kineto_number_words_on_the_fast_path_and_located_across_batches(tmp_pat
         # was stored as a run with no events (with a warning)
         (b'{"traceEvents": []}', "empty: traceEvents holds no event (an empty capture?); nothing stored"),
         (b'{"baseTimeNanoseconds": 5, "traceEvents": [ ]}', "empty: traceEvents holds no event"),
+        # only metadata (a process name): was stored as a run with no events, silently
+        (
+            b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "py"}}]}',
+            "empty: no event to store (of 1 read: 1 metadata); nothing stored",
+        ),
         # was "valid JSON but not a Kineto trace (...): a bare array of events"
         (b"[]", "empty: a JSON array with no events in it ([])"),
         (b" [\n] ", "empty: a JSON array with no events in it ([])"),
@@ -354,6 +363,21 @@ def test_kineto_an_empty_trace_is_refused_saying_so(tmp_path, text, said):
         assert store.runs().height == 1 and store.sql("SELECT count(*) FROM events").rows() == before
     code, _, err = run("ingest", str(path), "--db", str(tmp_path / "t.duckdb"))
     assert code == 1 and f"{path}: {said}" in err
+
+
+def test_kineto_a_trace_whose_every_event_is_rejected_is_refused_as_empty(tmp_path):
+    # --skip-bad-events rejected its one event (dur null) and stored a run with no events, silently
+    doc = micro_trace([])
+    doc["traceEvents"][0]["dur"] = None
+    doc["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "t"}})
+    path = _write(tmp_path / "k", "rank0.json", doc)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(TraceFormatError) as e:
+            ingest(store, [path], jobs=1, on_bad_event="skip")
+        assert str(e.value) == (
+            f"{path}: empty: no event to store (of 2 read: 1 metadata, 1 rejected ('dur' is null)); nothing stored"
+        )
+        assert store.runs().height == 0
 
 
 def test_kineto_bare_array_of_events_is_refused_saying_so(tmp_path):

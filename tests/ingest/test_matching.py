@@ -45,6 +45,39 @@ def test_gloo_enqueue_pairing_and_ordinal_matching(store, tmp_path):
     ]
 
 
+def test_a_collective_of_unknown_size_pairs_by_its_order(store, tmp_path):
+    # Three all-reduces (100, 200, 100 floats) per rank; rank 0's second holds "Input Dims": [[NaN]]
+    # (read as null with --skip-bad-events). Its size was taken as 1 element (4 bytes, the null dim
+    # skipped): a kind of its own, so it and rank 1's 200 made two one-rank instances (4 in all).
+    # Unknown: its element count and bytes are NULL, and the all-reduces pair by their order (3).
+    enq = [(100, 110, 150, 100), (300, 310, 350, 200), (500, 510, 550, 100)]
+    events = gloo_rank(enq)
+    events[4]["args"]["Input Dims"] = [[float("nan")]]  # json.dumps writes NaN
+    write_rank(tmp_path / "run" / "r0.json", events, 0)
+    write_rank(
+        tmp_path / "run" / "r1.json", gloo_rank([(e + 20, s + 20, t + 20, n) for e, s, t, n in enq]), 1
+    )
+    ingest(store, [tmp_path / "run"], on_bad_event="skip")
+    rows = store.sql(
+        "SELECT rank, start_ns - $1 AS start, nelems_in, bytes_in, instance_id, match_method "
+        "FROM collectives ORDER BY rank, start_ns",
+        [BASE],
+    ).rows()
+    assert rows == [
+        (0, 110_000, 100, 400, 1, "ordinal"),
+        (0, 310_000, None, None, 2, "ordinal"),
+        (0, 510_000, 100, 400, 3, "ordinal"),
+        (1, 130_000, 100, 400, 1, "ordinal"),
+        (1, 330_000, 200, 800, 2, "ordinal"),
+        (1, 530_000, 100, 400, 3, "ordinal"),
+    ]
+    assert store.sql("SELECT ranks_present FROM collective_instances ORDER BY instance_id").rows() == [
+        ([0, 1],),
+        ([0, 1],),
+        ([0, 1],),
+    ]
+
+
 def test_ordinals_count_within_each_step(store, tmp_path):
     # All-reduces of 100 floats without ids, ProfilerStep#1 [0, 1000] and #2 [1000, 2000] us. Rank 0
     # enqueues two in step 1 (100, 300 us) and one in step 2 (1100); rank 1's trace lost step 1's

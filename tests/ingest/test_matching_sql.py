@@ -111,7 +111,9 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     size = (
         pl.when(pl.col("op").fill_null("").str.contains("all_to_all"))
         .then(pl.lit("*"))
-        .otherwise(pl.col("size").cast(pl.Utf8).fill_null("?"))
+        .when(pl.col("size").is_null().any().over([*_GROUP, "op"]))
+        .then(pl.lit("*"))  # a size unknown on some row of the op: by order alone
+        .otherwise(pl.col("size").cast(pl.Utf8))
     )
     # a group some rank of which has no steps (and some other rank has): by order over the run
     by_run = pl.col("stepless").any().over(_GROUP) & ~pl.col("stepless").all().over(_GROUP)

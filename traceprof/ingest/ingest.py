@@ -830,30 +830,42 @@ def _split_hint(named: bool) -> str:
     return "put each job's files in their own directory, or ingest them on their own with --run NAME each"
 
 
+def _stores_no_event(pt: ParsedTrace) -> bool:
+    """Whether ``pt`` has no event to store (none read, or only metadata, flows or rejected ones)."""
+    return not pt.events_read or (pt.events is not None and pt.events.num_rows == 0)
+
+
+def _no_event(pt: ParsedTrace) -> str:
+    """Why ``pt`` stores no event (:func:`_stores_no_event`): ``traceEvents holds no event (an empty
+    capture?)``, or what its events were (``no event to store (of 1 read: 1 metadata)``)."""
+    if not pt.events_read:
+        return "traceEvents holds no event (an empty capture?)"
+    kinds = {**pt.skipped, **{f"rejected ({r})": n for r, n in pt.rejected.items()}}
+    return (
+        f"no event to store (of {pt.events_read} read: "
+        + ", ".join(f"{n} {k}" for k, n in kinds.items())
+        + ")"
+    )
+
+
 def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, named: bool = False) -> None:
     """Check ranks within one run: a lone file without a rank is rank 0 (with a warning).
 
     Raises:
         TraceFormatError: Several files without a rank; two files of one rank and source; files
             that give different world sizes. The hint fits ``named`` (``--run`` given, one run for
-            all files: :func:`_split_hint`). Every file of the run a Kineto trace without events
-            (``{"traceEvents": []}``): the run would have nothing to analyse (an empty rank among
-            others is stored, with a warning).
+            all files: :func:`_split_hint`). Every file of the run a Kineto trace without an event
+            to store (``{"traceEvents": []}``, only metadata events, every event rejected): the run
+            would have nothing to analyse (an empty rank among others is stored, with a warning).
     """
-    if all(pt.source == TraceSource.kineto and not pt.events_read for pt in traces):
+    if all(pt.source == TraceSource.kineto and _stores_no_event(pt) for pt in traces):
         others = f" (as are the other {len(traces) - 1} file(s) of run {name!r})" if len(traces) > 1 else ""
-        raise TraceFormatError(
-            traces[0].path,
-            "",
-            f"empty: traceEvents holds no event (an empty capture?){others}; nothing stored",
-        )
+        raise TraceFormatError(traces[0].path, "", f"empty: {_no_event(traces[0])}{others}; nothing stored")
     for pt in traces:
         result.warnings += pt.warnings
-        if not pt.events_read:  # stored (its metadata is the file's), but no analysis has anything to read
-            result.warnings.append(
-                f"{Path(pt.path).name}: no events in the trace (an empty capture?); "
-                "its run has no activity from it"
-            )
+        if _stores_no_event(pt):  # stored (its metadata is the file's), but no analysis has anything to read
+            why = _no_event(pt) if pt.events_read else "no events in the trace (an empty capture?)"
+            result.warnings.append(f"{Path(pt.path).name}: {why}; its run has no activity from it")
         if pt.rejected:
             first = pt.first_rejected  # the first record of a reason, where the parser names it
             why = ", ".join(

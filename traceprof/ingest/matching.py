@@ -37,7 +37,8 @@ Algorithm:
   4. Rows without ids (old Kineto traces, gloo annotations, DeepEP-like kernels without pg/seq)
      match by ordinal: on every rank, the k-th collective of the same group, op and size within the
      same step (or within the trace when steps are unknown) is the same instance: method
-     ``ordinal`` (all-to-all ops leave the size out: their per-rank sizes legitimately differ).
+     ``ordinal`` (all-to-all ops leave the size out: their per-rank sizes legitimately differ; so do
+     a group's ops of which some row's size is unknown, e.g. a gloo ``Input Dims`` holding a NaN).
      Where some rank of the group has no steps at all (no ProfilerStep in its trace) and another
      has, the k-th over the run instead, with a note: within the step, its collectives (no step)
      could never meet the others'. Where it shares a host (one clock) with a rank of the group that
@@ -518,7 +519,9 @@ ordered AS (  -- rows without ids: the k-th of its kind on its rank (within the 
   FROM (
     SELECT * REPLACE (CASE WHEN NOT by_run THEN step END AS step) FROM (
       SELECT *, CASE WHEN contains(coalesce(op, ''), 'all_to_all') THEN '*'
-                     ELSE coalesce(CAST(size AS VARCHAR), '?') END AS _size, coalesce(op, '?') AS _op,
+                     -- a size unknown on some row (a NaN dim): the op's rows pair by their order alone
+                     WHEN bool_or(size IS NULL) OVER (PARTITION BY {_GROUP}, op) THEN '*'
+                     ELSE CAST(size AS VARCHAR) END AS _size, coalesce(op, '?') AS _op,
              bool_or(stepless) OVER (PARTITION BY {_GROUP}) AND NOT bool_and(stepless) OVER (PARTITION BY {_GROUP})
                AS by_run  -- a rank without steps: the k-th of its kind over the run
       FROM r

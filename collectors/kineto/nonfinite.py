@@ -30,6 +30,9 @@ WORD = re.compile(rb"[+-]?(?:NaN|nan|NAN|Infinity|inf|Inf|INF)(?=[ \t\n\r,\]}])"
 #: What a word at a value's place looks like, for a refusal's message: a sign or a letter, up to the
 #: next delimiter (``NaNx``, ``-nan(ind)``), or MSVC's ``1.#QNAN`` (a digit, ``.#``).
 _WORDISH = re.compile(rb"[+-]?(?:[A-Za-z]|[0-9]\.#)[^ \t\n\r,\]}\"]{0,30}")
+#: What makes a word a would-be number (``NaNx``, ``Infinite``, ``-nan(ind)``): any other word is
+#: left to the other diagnoses (a bzip2 file's ``BZh91``, ``gzip`` in a file named ``.gz``).
+_NUMBER_WORD = re.compile(rb"(?i)nan|inf|ind")
 #: MSVC's ``1.#QNAN`` / ``-1.#IND`` / ``1.#INF00`` from its start: msgspec names the ``#``.
 _MSVC = re.compile(rb"[+-]?[0-9]\.#")
 #: A JSON string (skipped whole), a ``"`` that opens a string not closed in the text (the scan stops
@@ -44,8 +47,9 @@ _VALUE_AFTER = frozenset(b"[:, \t\n\r")
 
 def word_at(data: bytes, at: int, message: str) -> int | None:
     """Where the word starts that msgspec's error ``message`` (naming byte ``at`` of ``data``) stopped
-    at: a value's place (after ``[``, ``:``, ``,`` or whitespace) that holds a sign or a letter
-    (``NaN``, ``-Infinity``, ``nanx``, MSVC's ``1.#QNAN``); None for any other error. msgspec names the
+    at: a value's place (after ``[``, ``:``, ``,`` or whitespace) that holds a sign or a letter and
+    reads as a would-be number (``NaN``, ``-Infinity``, ``nanx``, MSVC's ``1.#QNAN``); None for any
+    other error or word (``BZh91`` of a bzip2 file). msgspec names the
     word's first byte, the letter after its sign, (a word it read as ``null`` from its ``n``) one of
     the 4 after it, or (an ``invalid number``) the ``#`` of MSVC's word."""
     if "invalid number" in message:
@@ -60,7 +64,8 @@ def word_at(data: bytes, at: int, message: str) -> int | None:
     for start, first in tries:
         if not 0 <= start < len(data) or (first and data[start] not in first):
             continue
-        if (start == 0 or data[start - 1] in _VALUE_AFTER) and _WORDISH.match(data, start):
+        word = _WORDISH.match(data, start) if start == 0 or data[start - 1] in _VALUE_AFTER else None
+        if word is not None and _NUMBER_WORD.search(word.group(0)):
             return start
     return None
 

@@ -499,6 +499,12 @@ def test_kernel_metadata_wins_key_by_key_over_its_launching_op(store, tmp_path):
 )
 def test_every_torch_dtype_has_its_element_size(store, tmp_path, dtype, size):
     # torch's ScalarType names as record_param_comms writes them; sizes from torch.finfo / iinfo bits
+    _all_reduce_of(store, tmp_path, dtype)
+    assert store.sql("SELECT nelems_in, bytes_in FROM collectives").row(0) == (256, 256 * size)
+
+
+def _all_reduce_of(store, tmp_path, dtype):
+    """Ingest one rank whose one all-reduce of 256 elements has the record_param_comms ``dtype``."""
     namers = [
         (
             "cpu_op",
@@ -513,8 +519,7 @@ def test_every_torch_dtype_has_its_element_size(store, tmp_path, dtype, size):
         )
     ]
     write_rank(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
-    ingest(store, [tmp_path / "run"])
-    assert store.sql("SELECT nelems_in, bytes_in FROM collectives").row(0) == (256, 256 * size)
+    return ingest(store, [tmp_path / "run"])
 
 
 @pytest.mark.parametrize("dtype", [7, {"t": "Float"}, ["Float"], True])
@@ -522,21 +527,7 @@ def test_a_dtype_that_is_not_a_name_is_ignored_with_a_warning(store, tmp_path, d
     # Trace contents are untrusted: a record_param_comms dtype of another JSON type was a traceback
     # (str.rsplit on an int), then stored as Python's text of it ("{'t': 'Float'}"); it is read as
     # absent, so the byte counts stay unknown, and the warning names the record_param_comms (event #1).
-    namers = [
-        (
-            "cpu_op",
-            "record_param_comms",
-            {
-                "Collective name": "allreduce",
-                "Process Group Name": "0",
-                "Seq": 1,
-                "dtype": dtype,
-                "In msg nelems": 256,
-            },
-        )
-    ]
-    write_rank(tmp_path / "run" / "r0.json", _launched(namers), 0, backend="nccl")
-    res = ingest(store, [tmp_path / "run"])
+    res = _all_reduce_of(store, tmp_path, dtype)
     row = store.sql("SELECT op, dtype, nelems_in, bytes_in FROM collectives").row(0)
     assert row == ("all_reduce", None, 256, None)
     assert (

@@ -1,6 +1,6 @@
 # traceprof: `make demo` (set up, ingest sample_traces/, the findings of a straggler run, the CI gate
 #                        on an added matmul, write report.html)
-#            `make test` (set up with test dependencies, run the whole suite: about 35-50 min on 2 cores)
+#            `make test` (set up with test dependencies, run the whole suite: about 35 min on 2 cores)
 #            `make check` (the inner loop, under 3 min on 2 cores: lint and the quick tests of CHECK_TESTS)
 #            `make lint` (ruff check, ruff format --check, mypy, the import contract: what CI fails on)
 #            `make smoke` (build the wheel, install it in a fresh venv, run it from another folder)

@@ -258,35 +258,28 @@ def test_a_backend_that_is_not_a_string_is_ignored_with_a_warning(tmp_path):
         assert store.sql("SELECT backend FROM traces").rows() == [(None,)]
 
 
-def test_an_empty_trace_is_stored_with_a_warning(tmp_path):
-    """``{"traceEvents": []}`` (a capture that recorded nothing) was stored as a run with no word of it."""
+_META = {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}
+
+
+@pytest.mark.parametrize(
+    ("events", "said"),
+    [
+        # {"traceEvents": []} (a capture that recorded nothing) was stored as a run with no word of it
+        ([], "no events in the trace (an empty capture?)"),
+        # a rank whose trace holds only a process_name event was stored with no word of it
+        ([_META], "no event to store (of 1 read: 1 metadata)"),
+    ],
+)
+def test_a_rank_with_nothing_to_store_is_stored_with_a_warning_beside_others(tmp_path, events, said):
+    """One rank of a run that stores no event (none in its trace, or metadata only) is stored with a
+    warning naming it; the run's other rank is not named."""
     d = tmp_path / "job"
     d.mkdir()
     (d / "rank0.json").write_text(json.dumps(micro_trace(["a"], rank=0, world=2)))
-    empty = micro_trace([], rank=1, world=2) | {"traceEvents": []}
-    (d / "rank1.json").write_text(json.dumps(empty))
+    (d / "rank1.json").write_text(json.dumps(micro_trace([], rank=1, world=2) | {"traceEvents": events}))
     code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
     assert code == 0, err
-    assert (
-        "warning: rank1.json: no events in the trace (an empty capture?); its run has no activity from it\n"
-        in err
-    )
-    assert "rank0.json: no events" not in err
-
-
-def test_a_trace_of_metadata_only_is_stored_with_a_warning_beside_others(tmp_path):
-    """A rank whose trace holds only a process_name event was stored with no word of it."""
-    d = tmp_path / "job"
-    d.mkdir()
-    (d / "rank0.json").write_text(json.dumps(micro_trace(["a"], rank=0, world=2)))
-    meta = {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}
-    (d / "rank1.json").write_text(json.dumps(micro_trace([], rank=1, world=2) | {"traceEvents": [meta]}))
-    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
-    assert code == 0, err
-    assert (
-        "warning: rank1.json: no event to store (of 1 read: 1 metadata); its run has no activity from it\n"
-        in err
-    )
+    assert f"warning: rank1.json: {said}; its run has no activity from it\n" in err
     assert "rank0.json: no event" not in err
 
 

@@ -2,8 +2,10 @@
 
 import re
 from pathlib import Path
+from typing import Any
 
 from traceprof.collectors import _communicators
+from traceprof.collectors._dtypes import unknown_dtypes
 from traceprof.collectors.nccl_profiler.align import settle
 from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, rank_in_name
 from traceprof.core.errors import TraceFormatError
@@ -124,6 +126,11 @@ def _relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
     return res.jobs
 
 
+def _settle(store: Any, run_id: int) -> list[str]:
+    """Clock alignment (``align.settle``), then records of a dtype of unknown size (``collectors._dtypes``)."""
+    return [*settle(store, run_id), *unknown_dtypes(store, run_id, "nccl_profiler", "NCCL profiler-plugin")]
+
+
 sources.register(
     sources.Collector(
         "nccl_profiler",
@@ -131,7 +138,7 @@ sources.register(
         _claims,
         _parse,
         order=20,
-        settle=settle,
+        settle=_settle,
         rank_field="file name rank<R> (or the events' Rank)",
         relate=_relate,
     )

@@ -330,6 +330,24 @@ def test_entries_key_of_a_document_that_is_no_dump_is_not_a_dump(tmp_path):
         parse(path)
 
 
+def test_unknown_dtype_is_said_once_per_run(store, tmp_path):
+    """Two ranks, each 2 entries of dtype "Foo8" (no size known) and 1 of "Float": the bytes of the
+    4 Foo8 entries are NULL (no bandwidth), said once for the run, naming the dtype and counting
+    them; the Float entries have bytes 4 x 1024 (it was silent)."""
+    folder = tmp_path / "job"
+    for r in (0, 1):
+        ents = [_entry(1, r, dtype="Foo8"), _entry(2, r, record=1, dtype="Foo8"), _entry(3, r, record=2)]
+        _write(folder, r, _dump(ents, 2, 3), "json")
+    res = ingest(store, [folder], jobs=1)
+    said = [w for w in res.warnings if "dtype" in w]
+    assert said == [
+        "run 'job': Flight Recorder: 4 collective(s) of a dtype traceprof does not know the size of "
+        "('Foo8' x 4): their bytes are unknown (NULL; no bandwidth for them)"
+    ]
+    rows = store.sql("SELECT dtype, bytes_in FROM collectives ORDER BY rank, seq").rows()
+    assert rows == [("Foo8", None), ("Foo8", None), ("Float", 4096)] * 2
+
+
 @pytest.mark.parametrize("version", ["2.10", "2.4", "2"])
 def test_known_versions_read_without_a_warning(tmp_path, version):
     path = tmp_path / "rank0.fr.json"

@@ -806,6 +806,27 @@ def test_plugin_clock_note_once_per_run(tmp_path):
     ]
 
 
+def test_unknown_datatype_is_said_once_per_run_and_fp8_has_a_size(tmp_path):
+    """Two ranks of communicator 5: AllReduce of 1024 x ncclFloat8e4m3 (1 byte: NCCL's name, it was
+    unknown) and a file of a Datatype no table knows (ncclFoo, 3 records a rank): bytes NULL, said
+    once for the run with the dtype and the count (it was silent)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        fp8 = _comm_dump(r, 5, "AllReduce", 1000000).replace("ncclFloat32", "ncclFloat8e4m3")
+        (job / f"nccl_profile_5_{r}.json").write_text(fp8)
+        foo = _comm_dump(r, 6, "AllGather", 1005000).replace("ncclFloat32", "ncclFoo")
+        (job / f"nccl_profile_6_{r}.json").write_text(foo)
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [job], jobs=1)
+        rows = store.sql("SELECT DISTINCT dtype, bytes_in FROM collectives ORDER BY dtype").rows()
+    assert rows == [("float8e4m3", 1024), ("foo", None)]
+    assert [w for w in res.warnings if "dtype" in w] == [
+        "run 'job': NCCL profiler-plugin: 6 collective(s) of a dtype traceprof does not know the size of "
+        "('foo' x 6): their bytes are unknown (NULL; no bandwidth for them)"
+    ]
+
+
 def test_communicators_that_start_together_have_their_own_pace(tmp_path):
     """Two communicators of the same 2 processes whose collectives start together (AllReduce on 647...
     and AllGather on 131..., both at W = 1000000 + 10000 k us), no steps; rank 1 40 us late at all 6.

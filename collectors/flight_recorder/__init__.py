@@ -2,7 +2,9 @@
 pickle, no torch)."""
 
 from pathlib import Path
+from typing import Any
 
+from traceprof.collectors._dtypes import unknown_dtypes
 from traceprof.collectors.flight_recorder.names import is_fr_file
 from traceprof.collectors.flight_recorder.safe_pickle import is_pickle
 from traceprof.core.parsed import ParsedTrace, ParseOptions
@@ -27,6 +29,11 @@ def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
     return [parse(path, options)]
 
 
+def _settle(store: Any, run_id: int) -> list[str]:
+    """The run's notes of this source: entries of a dtype of unknown size (``collectors._dtypes``)."""
+    return unknown_dtypes(store, run_id, "fr", "Flight Recorder")
+
+
 sources.register(
     sources.Collector(
         "flight_recorder",
@@ -36,5 +43,6 @@ sources.register(
         order=10,
         rank_field="rank (or the file name)",
         world_field="pg_config (largest group)",
+        settle=_settle,
     )
 )

@@ -14,10 +14,13 @@ Algorithm:
      enqueued collective (all -1, or none) the rank *recorded nothing* (``traces.meta``
      ``recorded_nothing``), for hang triage the rank to look at, and ``desync`` says so; otherwise
      its progress is kept (``progress_by_pg_id``) for ``desync``. A document that is neither (no
-     ``entries``, no ``version`` with ``pg_config`` / ``pg_status``) is not a dump.
+     ``entries``, no ``version`` with ``pg_config`` / ``pg_status``) is not a dump; a dump (those
+     fields) whose ``entries`` is not a list is refused naming the field, as a bad entry is.
   2. Version (``versions`` module): entries of versions 2.x number collectives and
      point-to-point ops with ``collective_seq_id`` / ``p2p_seq_id``; versions 1.x with one
-     ``seq_id``. The dialect is taken from the entries' fields (the version only for messages); a
+     ``seq_id``. A ``version`` written as a JSON number is read as its text (said). The dialect is
+     taken from the entries' fields (the version only for messages: an unknown major says which
+     reading was assumed); a
      dump whose entries carry neither is refused naming its version, and an entry without its
      dialect's number is a bad entry (error, or skipped with ``on_bad_event="skip"``): sequence
      numbers are never stored NULL.
@@ -69,7 +72,7 @@ from traceprof.collectors._arrow import row_schema
 from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.flight_recorder.names import is_fr_file
 from traceprof.collectors.flight_recorder.safe_pickle import as_json, is_pickle, loads_plain, maybe_pickle
-from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id
+from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, progress_by_pg_id, version_text
 from traceprof.core.bounded import check_nesting, max_nodes, too_deep
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
@@ -331,6 +334,12 @@ def _is_dump(doc: Any) -> bool:
     return "version" in doc and ("pg_config" in doc or "pg_status" in doc)
 
 
+def _without_entries(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` without its ``entries`` (for :func:`_is_dump`'s other test: version and pg_config /
+    pg_status)."""
+    return {k: v for k, v in doc.items() if k != "entries"}
+
+
 def _empty_dump(
     name: str, rank: int, doc: dict[str, Any], progress: dict[str, dict[str, int | None]]
 ) -> tuple[bool, str]:
@@ -415,9 +424,26 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     p = Path(path).resolve()
     on_bad_event = options.on_bad_event
     raw, doc, encoding = _read(p, options.max_inflate_ratio)
+    if (
+        isinstance(doc, dict)
+        and not isinstance(doc.get("entries", []), list)
+        and _is_dump(_without_entries(doc))
+    ):
+        # a dump (its version and pg_config / pg_status say so) with a malformed ring buffer: refused
+        # as a malformed entry is, not skipped as a file of another kind
+        raise TraceFormatError(
+            p,
+            "entries",
+            f"not a list ({type(doc['entries']).__name__}: {shown(doc['entries'])}); torch writes the ring "
+            "buffer's entries as a list of records, so none can be read (the file is damaged or not "
+            "torch's)",
+        )
     if not _is_dump(doc):
         raise NotATraceError(p, "", "not a Flight Recorder dump (no 'entries' list)")
     entries = doc.get("entries", [])
+    said_version = None
+    if "version" in doc:
+        doc["version"], said_version = version_text(doc["version"])
     rank, said = identity_int(doc.get("rank"))
     repaired = {} if said is None else {f"rank {said}": 1}  # for the issues column (traces.meta.repaired)
     # torch's names end in the rank (a host may precede it); others say rank<R>
@@ -436,6 +462,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             p, "rank", "no 'rank' in the dump and none in the file name; name the file rank<R>.fr.json"
         )
     style, notes = dialect(p, doc.get("version"), entries)
+    warnings += [f"{p.name}: {said_version}"] if said_version else []
     warnings += notes
     sizes, world = _group_sizes(doc.get("pg_config"))
     members, only = _members(doc)

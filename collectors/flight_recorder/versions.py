@@ -23,13 +23,26 @@ from traceprof.core.errors import TraceFormatError
 from traceprof.core.limits import INT64, fits
 from traceprof.core.values import checked_int, json_int
 
-__all__ = ["dialect", "entry_seq", "progress_by_pg_id", "READ_VERSIONS"]
+__all__ = ["dialect", "entry_seq", "progress_by_pg_id", "version_text", "READ_VERSIONS"]
 
 #: What this parser reads, for messages.
 READ_VERSIONS = "1.x (seq_id) and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)"
 _V2_FIELDS = ("collective_seq_id", "p2p_seq_id")
 #: The newest minor of version 2 this parser knows (READ_VERSIONS' "up to 2.10").
 _NEWEST_V2_MINOR = 10
+
+
+def version_text(version: Any) -> tuple[Any, str | None]:
+    """``version`` as torch writes it, a string, and what was said of it: a JSON number (``2.1``) is
+    read as its text (``"2.1"``, said: a number drops a minor's trailing zero, 2.10 reads as 2.1);
+    another value is left as it is (:func:`dialect` says it is unreadable)."""
+    if isinstance(version, bool) or not isinstance(version, (int, float)):
+        return version, None
+    text = repr(version)
+    return text, (
+        f"Flight Recorder dump version is the JSON number {text}, not the string torch writes; read as "
+        f"version {text!r} (a number loses a minor's trailing zero: 2.10 would read as 2.1)"
+    )
 
 
 def _major(version: Any) -> int | None:
@@ -82,7 +95,14 @@ def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]
             f"version {style}.x by its fields"
         ]
     minor = _minor(version)
-    if major > 2 or (major == style == 2 and minor is not None and minor > _NEWEST_V2_MINOR):
+    if major > 2:  # a major changes what fields mean (module doc): what was assumed, said plainly
+        return style, [
+            f"{name}: Flight Recorder dump version {version}: major version {major} is unknown to traceprof "
+            f"({READ_VERSIONS}); assumed its entries mean what version {style}.x's do, as their fields "
+            f"({_fields(style)}) suggest: a major version changes fields, so check its collectives "
+            "(sequence numbers, sizes) against torch's own reader (torch.distributed.flight_recorder)"
+        ]
+    if major == style == 2 and minor is not None and minor > _NEWEST_V2_MINOR:
         return style, [
             f"{name}: Flight Recorder dump version {version} is newer than the versions traceprof knows "
             f"({READ_VERSIONS}); read by its fields as version {style}.x"
@@ -93,6 +113,11 @@ def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]
             "read by its fields"
         ]
     return style, []
+
+
+def _fields(style: int) -> str:
+    """The numbering fields of a dialect, for messages."""
+    return " / ".join(_V2_FIELDS) if style == 2 else "seq_id"
 
 
 def entry_seq(e: dict[str, Any], style: int, p2p: bool) -> tuple[int | None, str | None, str]:

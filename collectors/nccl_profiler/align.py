@@ -15,11 +15,13 @@ Algorithm, per plugin trace of rank r (not yet moved: ``traces.meta.clock`` = ``
      (``plugin_clock_offset_ns``) and ``clock`` becomes ``aligned_to:<source>``. Without a partner
      trace (a plugin-only run) nothing moves: matched collectives align ranks to each other, the
      lowest rank keeps its plugin clock (a note says so). Two placements fitting about equally well
-     (repetitive steps, a short partner window) leave the trace unmoved, with a note.
+     (repetitive steps, a short partner window) leave the trace unmoved, with a note. Each kind
+     of note is said once per run: how many files and ranks, the first files named.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from traceprof.storage.store import Store
@@ -27,8 +29,9 @@ from traceprof.storage.store import Store
 __all__ = ["settle"]
 
 _PLUGIN = """
-SELECT t.trace_id, t.rank FROM traces t
+SELECT t.trace_id, t.rank, t.path FROM traces t
 WHERE t.run_id = ? AND t.source = 'nccl_profiler' AND json_extract_string(t.meta, '$.clock') = 'plugin'
+ORDER BY t.rank, t.path
 """
 _P = """SELECT op, nelems_in, enter_ns FROM collectives WHERE trace_id = ? AND pg NOT LIKE '%:p2p'
         AND enter_ns IS NOT NULL ORDER BY enter_ns"""
@@ -54,34 +57,25 @@ def _placements(p: list[tuple[Any, ...]], k: list[tuple[Any, ...]]) -> list[list
 
 def settle(store: Store, run_id: int) -> list[str]:
     """Align the run's unaligned plugin traces (module doc). Returns notes for the user."""
-    notes: list[str] = []
+    unmoved: dict[str, list[tuple[int, str]]] = {}  # why -> (rank, file) of each trace left unmoved
     con = store.con
-    for trace_id, rank in store.con.execute(
+    for trace_id, rank, path in store.con.execute(
         _PLUGIN, [run_id]
     ).fetchall():  # no polars: every ingest runs this
         p = [tuple(r) for r in store.sql(_P, [trace_id]).iter_rows()]
         krows = store.sql(_K, [run_id, rank])
         k = [tuple(r[:3]) for r in krows.iter_rows()]
         if not k or not p:
-            notes.append(
-                f"rank {rank}: NCCL profiler-plugin times stay on the plugin's clock (no Kineto or nsys "
-                "trace of the rank with collectives to align to)"
-            )
+            unmoved.setdefault(_NO_PARTNER, []).append((rank, path))
             continue
         import statistics  # here, not at the top: every ingest imports this module (13 ms of import)
 
         cands = sorted((max(d) - min(d), statistics.median_low(d)) for d in _placements(p, k))
         if not cands:
-            notes.append(
-                f"rank {rank}: NCCL profiler-plugin collectives do not line up with the rank's GPU trace "
-                "(different ops or sizes); plugin times not moved"
-            )
+            unmoved.setdefault(_NO_FIT, []).append((rank, path))
             continue
         if len(cands) > 1 and cands[1][0] <= 2 * cands[0][0] + 1_000:
-            notes.append(
-                f"rank {rank}: the GPU trace fits the plugin trace at several places (repetitive steps); "
-                "plugin times not moved"
-            )
+            unmoved.setdefault(_AMBIGUOUS, []).append((rank, path))
             continue
         d = int(cands[0][1])
         store.shift_events(trace_id, d)
@@ -95,4 +89,21 @@ def settle(store: Store, run_id: int) -> list[str]:
             "UPDATE traces SET meta = json_merge_patch(meta, ?) WHERE trace_id = ?",
             [f'{{"clock": "aligned_to:{src}", "plugin_clock_offset_ns": {d}}}', trace_id],
         )
-    return notes
+    return [_said(why, held) for why, held in unmoved.items()]
+
+
+_NO_PARTNER = (
+    "stay on the plugin's clock (no Kineto or nsys trace of their rank with collectives to align to)"
+)
+_NO_FIT = "not moved: their collectives do not line up with their rank's GPU trace (different ops or sizes)"
+_AMBIGUOUS = "not moved: their rank's GPU trace fits them at several places (repetitive steps)"
+
+
+def _said(why: str, held: list[tuple[int, str]]) -> str:
+    """One note for the traces left unmoved for one reason: counts and the first 3 files."""
+    names = [Path(p).name for _, p in held]
+    ranks = sorted({r for r, _ in held if r is not None})
+    return (
+        f"NCCL profiler-plugin times of {len(held)} file(s) of {len(ranks)} rank(s) {why}: "
+        f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+    )

@@ -42,9 +42,10 @@ Algorithm:
      The plugin writes one file per communicator (``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json``),
      so a rank may have several: each file's ``part`` (``ParsedTrace.part``) is its communicators'
      hashes, and files of one rank with other communicators are parts of one job's record. ``Rank``
-     is the rank in that communicator: at ingest the files of a run are related by their events'
-     ``pid`` (``traceprof.collectors._communicators``: global ranks from the communicator spanning a
-     job's processes; two jobs' files told apart).
+     is the rank in that communicator: at ingest the files of a run are related by their folder,
+     dump prefix and events' ``pid`` (``traceprof.collectors.nccl_profiler._processes`` and
+     ``traceprof.collectors._communicators``: global ranks from the communicator spanning a job's
+     processes; two jobs' files told apart).
 
 Integers (``traceprof.core.values``' two rules, as the Flight Recorder and NCCL Inspector readers
 read theirs): ``Count`` and ``SeqNum`` are a record's numbers, JSON integers: one written as a

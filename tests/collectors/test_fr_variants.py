@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import analyze
 from traceprof.collectors.flight_recorder.parse import parse
-from traceprof.core.errors import AnalysisError, TraceFormatError
+from traceprof.core.errors import AnalysisError, NotATraceError, TraceFormatError
 from traceprof.core.parsed import ParseOptions
 from traceprof.ingest.ingest import ingest
 from traceprof.storage.store import Store
@@ -252,9 +252,9 @@ def test_unreadable_version_is_named_and_why(tmp_path):
     )
 
 
-@pytest.mark.parametrize("version", ["3.0", "2.99", "2.11"])
+@pytest.mark.parametrize("version", ["2.99", "2.11"])
 def test_newer_version_with_known_fields_is_read_with_a_warning(tmp_path, version):
-    # a newer major, or a 2.x minor past 2.10 (the newest known: "2.99" was read without a word)
+    # a 2.x minor past 2.10 (the newest known: "2.99" was read without a word); minors add fields
     path = tmp_path / "rank0.fr.json"
     path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": version}))
     pt = parse(path)
@@ -264,6 +264,88 @@ def test_newer_version_with_known_fields_is_read_with_a_warning(tmp_path, versio
         "fields as version 2.x"
     ]
     assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+
+
+@pytest.mark.parametrize("version", ["3.0", 3])
+def test_unknown_major_version_says_what_was_assumed(tmp_path, version):
+    """A major version changes what fields mean (torch's convention): version 3.0 was "newer ...
+    read by its fields as version 2.x", as a 2.11 is; now the warning names the file and the
+    version and says plainly which reading was assumed. The integer 3 is read as "3"."""
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": version}))
+    pt = parse(path)
+    assert pt.warnings[-1] == (
+        f"rank0.fr.json: Flight Recorder dump version {version}: major version 3 is unknown to traceprof "
+        "(1.x (seq_id) and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)); assumed its entries mean "
+        "what version 2.x's do, as their fields (collective_seq_id / p2p_seq_id) suggest: a major "
+        "version changes fields, so check its collectives (sequence numbers, sizes) against torch's "
+        "own reader (torch.distributed.flight_recorder)"
+    )
+    assert [r["seq"] for r in pt.collectives.to_pylist()] == [1]
+
+
+@pytest.mark.parametrize("number, text", [(2.1, "2.1"), (2.11, "2.11"), (2, "2")])
+def test_numeric_version_is_read_as_its_text(tmp_path, number, text):
+    """``version`` written as a JSON number (torch writes a string): read as the string of the same
+    digits (its format, traces.meta.version and warnings as for that string), and said, since a
+    number cannot keep a minor's trailing zero (2.10 is 2.1). It was read without a word and
+    stored as a number. 2.11 as a number warns as "2.11" does (newer minor)."""
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": number}))
+    as_text = tmp_path / "t" / "rank0.fr.json"
+    as_text.parent.mkdir()
+    as_text.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": text}))
+    pt, ref = parse(path), parse(as_text)
+    assert pt.warnings == [
+        f"rank0.fr.json: Flight Recorder dump version is the JSON number {text}, not the string torch "
+        f"writes; read as version '{text}' (a number loses a minor's trailing zero: 2.10 would read as 2.1)",
+        *ref.warnings,
+    ]
+    assert (pt.format, json.loads(pt.trace["meta"])["version"]) == (f"fr-json-{text}", text)
+    assert pt.format == ref.format and pt.collectives.equals(ref.collectives)
+
+
+def test_entries_that_are_no_list_refuse_the_dump(store, tmp_path):
+    """A dump (version, pg_config, pg_status) whose ``entries`` is an object, not a list: refused
+    naming the file and the field, as an entry that is no object is (it was skipped as "not a
+    Flight Recorder dump", its rank silently missing from the run); --partial stores the others."""
+    folder = tmp_path / "job"
+    _write(folder, 0, _dump([_entry(1, 0)], 2, 1), "json")
+    _write(folder, 1, _dump({"0": _entry(1, 1)}, 2, 1), "json")  # type: ignore[arg-type]
+    bad = folder / "rank1.fr.json"
+    with pytest.raises(TraceFormatError, match=r"rank1\.fr\.json: entries: not a list \(dict: \{'0': "):
+        parse(bad)
+    with pytest.raises(TraceFormatError, match="rank1.fr.json: entries: not a list"):
+        ingest(store, [folder], jobs=1)
+    res = ingest(store, [folder], jobs=1, partial=True)
+    assert list(res.failed) == [str(bad)]
+    assert store.sql("SELECT rank FROM traces").rows() == [(0,)]
+
+
+def test_entries_key_of_a_document_that_is_no_dump_is_not_a_dump(tmp_path):
+    # no version / pg_config / pg_status: another tool's JSON with an "entries" object stays not a dump
+    path = tmp_path / "rank0.fr.json"
+    path.write_text(json.dumps({"entries": {"a": 1}}))
+    with pytest.raises(NotATraceError):
+        parse(path)
+
+
+def test_unknown_dtype_is_said_once_per_run(store, tmp_path):
+    """Two ranks, each 2 entries of dtype "Foo8" (no size known) and 1 of "Float": the bytes of the
+    4 Foo8 entries are NULL (no bandwidth), said once for the run, naming the dtype and counting
+    them; the Float entries have bytes 4 x 1024 (it was silent)."""
+    folder = tmp_path / "job"
+    for r in (0, 1):
+        ents = [_entry(1, r, dtype="Foo8"), _entry(2, r, record=1, dtype="Foo8"), _entry(3, r, record=2)]
+        _write(folder, r, _dump(ents, 2, 3), "json")
+    res = ingest(store, [folder], jobs=1)
+    said = [w for w in res.warnings if "dtype" in w]
+    assert said == [
+        "run 'job': Flight Recorder: 4 collective(s) of a dtype traceprof does not know the size of "
+        "('Foo8' x 4): their bytes are unknown (NULL; no bandwidth for them)"
+    ]
+    rows = store.sql("SELECT dtype, bytes_in FROM collectives ORDER BY rank, seq").rows()
+    assert rows == [("Foo8", None), ("Foo8", None), ("Float", 4096)] * 2
 
 
 @pytest.mark.parametrize("version", ["2.10", "2.4", "2"])

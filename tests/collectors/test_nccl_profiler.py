@@ -704,6 +704,129 @@ def test_sub_communicator_files_of_one_host_per_folder(tmp_path):
         assert ranks == [("5100", [0]), ("5101", [1]), ("5102", [2]), ("5103", [3])]
 
 
+def _two_hosts(folder_of, pid_of) -> None:
+    """The 4 processes of test_sub_communicator_files_get_global_ranks (world 11, sub-communicators
+    21 = global ranks {0, 1}, 22 = {2, 3}) on two hosts whose processes have pids 7 and 8 (rank g:
+    pid ``pid_of(g)``), each file in ``folder_of(g)``."""
+    for g in range(4):
+        job = folder_of(g)
+        job.mkdir(parents=True, exist_ok=True)
+        (job / f"nccl_profile_11_{g}.json").write_text(_comm_dump(g, 11, "AllReduce", 1000000, pid_of(g)))
+        sub, local = (21 if g < 2 else 22), g % 2
+        (job / f"nccl_profile_{sub}_{local}.json").write_text(
+            _comm_dump(local, sub, "AllGather", 1005000, pid_of(g))
+        )
+
+
+def test_one_pid_on_two_hosts_in_one_folder_is_refused(tmp_path):
+    """Two hosts' files in one flat folder, pids 7 and 8 on each (rank g: pid 7 + g % 2): pid 7's
+    files hold ranks 0 and 2 of communicator 11, so they are two processes, but 21_0 and 22_0
+    (pid 7, rank 0 of a sub-communicator each) could be either's: refused naming the files and
+    the fix. It was stored with 22's collectives on ranks [0, 1] (22_0 under rank 0, pid 7's
+    lowest), beside 21's."""
+    _two_hosts(lambda g: tmp_path / "job", lambda g: 7 + g % 2)
+    with Store(tmp_path / "t.duckdb") as store, pytest.raises(TraceFormatError) as e:
+        ingest(store, [tmp_path / "job"], jobs=1)
+    assert str(e.value).startswith(
+        f"{tmp_path / 'job' / 'nccl_profile_11_0.json'}: pid: 4 files of pid 7 (nccl_profile_11_0.json, "
+        "nccl_profile_11_2.json, nccl_profile_21_0.json, nccl_profile_22_0.json) hold ranks [0, 2] of "
+        "communicator 11: processes of several hosts or containers with one pid"
+    )
+    assert "put each host's (container's) files in a folder of its own" in str(e.value)
+
+
+def test_one_pid_on_two_hosts_in_a_folder_per_host_with_run(tmp_path):
+    """The same files in a folder per host (a: ranks 0, 1; b: 2, 3), ingested as one run with
+    --run: a process is its folder, dump prefix and pid, so pid 7 of a and of b are two processes
+    and 22's collectives are ranks [2, 3]. It was [0, 1]: the two folders' pid 7 one process,
+    whose ranks 0 and 2 in 11 were a conflict left unsaid."""
+    _two_hosts(lambda g: tmp_path / ("a" if g < 2 else "b"), lambda g: 7 + g % 2)
+    with Store(tmp_path / "t.duckdb") as store:
+        ingest(store, [tmp_path / "a", tmp_path / "b"], run="one", jobs=1)
+        per_comm = store.sql("""SELECT pg, list(DISTINCT rank ORDER BY rank) FROM collectives
+                                GROUP BY pg ORDER BY pg""").rows()
+        assert per_comm == [("11", [0, 1, 2, 3]), ("21", [0, 1]), ("22", [2, 3])]
+
+
+def test_one_pid_in_every_container_of_one_communicator(tmp_path):
+    """One process per container, every one pid 7, one communicator (11, ranks 0..3) in one
+    folder: pid 7's 4 files hold 4 ranks of 11, each file one rank, so each file is a process of
+    its own: ranks 0..3, said (it was the same ranks, from a conflict left unsaid)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for g in range(4):
+        (job / f"nccl_profile_11_{g}.json").write_text(_comm_dump(g, 11, "AllReduce", 1000000, 7))
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [job], jobs=1)
+        assert store.sql("SELECT rank FROM traces ORDER BY rank").rows() == [(0,), (1,), (2,), (3,)]
+        assert (
+            "NCCL profiler-plugin files: 4 files of pid 7 hold ranks [0, 1, 2, 3] of communicator 11: "
+            "processes of several hosts or containers with one pid, one per file"
+        ) in res.warnings
+
+
+def test_two_jobs_with_the_same_pids_and_dump_prefixes_apart(tmp_path):
+    """Two 2-rank jobs with the same pids (5100, 5101: containers) in one folder, told apart by
+    their NCCL_PROFILE_DUMP_FILE prefix (job2_nccl_profile_ and nccl_profile_): a process writes
+    every file with its one prefix, so the prefix is part of the process. Two runs of 2 ranks,
+    numbered after their common lowest pid (it was one run: pid 5100 one process in 4
+    communicators)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    jobs = {"nccl_profile": (6479621443159067765, 1311768467463790320), "job2_nccl_profile": (77, 88)}
+    for prefix, comms in jobs.items():
+        for r in (0, 1):
+            for comm, (op, base) in zip(comms, (("AllReduce", 1000000), ("AllGather", 1005000)), strict=True):
+                (job / f"{prefix}_{comm}_{r}.json").write_text(_comm_dump(r, comm, op, base))
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [job], jobs=1)
+        assert sorted(res.runs) == ["job-pid5100-1", "job-pid5100-2"]
+        rows = store.sql("""SELECT r.name, c.rank, list(DISTINCT c.pg ORDER BY c.pg) FROM collectives c
+                            JOIN runs r USING (run_id) GROUP BY ALL ORDER BY ALL""").rows()
+        assert rows == [
+            ("job-pid5100-1", 0, ["77", "88"]),
+            ("job-pid5100-1", 1, ["77", "88"]),
+            ("job-pid5100-2", 0, ["1311768467463790320", "6479621443159067765"]),
+            ("job-pid5100-2", 1, ["1311768467463790320", "6479621443159067765"]),
+        ]
+
+
+def test_plugin_clock_note_once_per_run(tmp_path):
+    """4 processes, 8 files (test_sub_communicator_files_get_global_ranks), no GPU trace to align
+    to: one note for the run, counting files and ranks and naming the first 3 files in rank order
+    (it was a note per file, 8 lines)."""
+    _two_hosts(lambda g: tmp_path / "job", lambda g: 5100 + g)
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [tmp_path / "job"], jobs=1)
+    said = [w for w in res.warnings if "plugin's clock" in w]
+    assert said == [
+        "run 'job': NCCL profiler-plugin times of 8 file(s) of 4 rank(s) stay on the plugin's clock (no "
+        "Kineto or nsys trace of their rank with collectives to align to): nccl_profile_11_0.json, "
+        "nccl_profile_21_0.json, nccl_profile_11_1.json, ..."
+    ]
+
+
+def test_unknown_datatype_is_said_once_per_run_and_fp8_has_a_size(tmp_path):
+    """Two ranks of communicator 5: AllReduce of 1024 x ncclFloat8e4m3 (1 byte: NCCL's name, it was
+    unknown) and a file of a Datatype no table knows (ncclFoo, 3 records a rank): bytes NULL, said
+    once for the run with the dtype and the count (it was silent)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        fp8 = _comm_dump(r, 5, "AllReduce", 1000000).replace("ncclFloat32", "ncclFloat8e4m3")
+        (job / f"nccl_profile_5_{r}.json").write_text(fp8)
+        foo = _comm_dump(r, 6, "AllGather", 1005000).replace("ncclFloat32", "ncclFoo")
+        (job / f"nccl_profile_6_{r}.json").write_text(foo)
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [job], jobs=1)
+        rows = store.sql("SELECT DISTINCT dtype, bytes_in FROM collectives ORDER BY dtype").rows()
+    assert rows == [("float8e4m3", 1024), ("foo", None)]
+    assert [w for w in res.warnings if "dtype" in w] == [
+        "run 'job': NCCL profiler-plugin: 6 collective(s) of a dtype traceprof does not know the size of "
+        "('foo' x 6): their bytes are unknown (NULL; no bandwidth for them)"
+    ]
+
+
 def test_communicators_that_start_together_have_their_own_pace(tmp_path):
     """Two communicators of the same 2 processes whose collectives start together (AllReduce on 647...
     and AllGather on 131..., both at W = 1000000 + 10000 k us), no steps; rank 1 40 us late at all 6.

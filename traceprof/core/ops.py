@@ -119,6 +119,8 @@ _DTYPE_BYTES = {
     "float8_e4m3fnuz": 1,
     "float8_e5m2fnuz": 1,
     "float8_e8m0fnu": 1,
+    "float8e4m3": 1,  # NCCL's ncclFloat8e4m3 / ncclFloat8e5m2 (the plugin's Datatype, "nccl" dropped)
+    "float8e5m2": 1,
     "float4_e2m1fn_x2": 1,  # two 4-bit values packed in each byte: one element per byte
     "uint16": 2,
     "complexhalf": 4,

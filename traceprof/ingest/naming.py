@@ -4,7 +4,8 @@ Rules, in order (each renaming or split is said in a note):
   0. Files of a source whose ranks are ranks within a communicator (NCCL's profiler plugin and
      Inspector: ``sources.Collector.relate``) get their global ranks first; when they are several
      jobs' (two sets of processes sharing no communicator, each with a rank 0), the folder's run is
-     one per job, named ``<folder>-pid<its lowest pid>`` (:func:`relate`).
+     one per job, named ``<folder>-pid<its lowest pid>`` (:func:`relate`; jobs of one lowest pid
+     numbered ``-pid<pid>-1``, ``-pid<pid>-2``).
   1. A folder of trace files is one run named after the folder; a file named on the command line
      alone (or a whole-run file such as an NDTimeline trace) is one run named after the file, its
      trace suffixes dropped (``x.sqlite`` -> ``x``, ``rank0.pt.trace.json.gz`` -> ``rank0``).
@@ -114,7 +115,10 @@ def _related(part: Part, notes: list[str]) -> list[Part]:
     jobs = relate(part.traces)
     if len(jobs) < 2:
         return [part]
-    out = [Part(_pid_name(part.name, job), part.origin, job) for job in jobs]
+    names = [_pid_name(part.name, job) for job in jobs]
+    # jobs of one lowest pid (processes of other hosts or containers): numbered, never one run again
+    names = [f"{n}-{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    out = [Part(n, part.origin, job) for n, job in zip(names, jobs, strict=True)]
     notes.append(
         f"{part.origin}: its files are {len(out)} jobs' (sets of processes that share no communicator, "
         f"each with the same ranks), so they are {len(out)} runs: {', '.join(repr(p.name) for p in out)} "

@@ -192,6 +192,53 @@ def _exposed(inp: FindingsInput) -> pl.DataFrame:
     return exposed_comm(act, ["rank"])
 
 
+def _per_device(ov: FrameResult) -> tuple[pl.DataFrame, str]:
+    """Overlap's per-rank frame with each rank that drives several GPUs taken over its devices (its
+    devices' communication, hidden and exposed time and windows summed: merged, one device's
+    communication counts as hidden behind another device's compute), and the communication verdict's
+    clause that says so with the merged figure beside it ("" where no rank drives several GPUs), as
+    temporal's idle share is."""
+    frame = ov.frame
+    dev = ov.devices if isinstance(ov, Result) else pl.DataFrame()
+    if dev.is_empty():
+        return frame, ""
+    sums = ("comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns", "window_ns")
+    per = (
+        dev.group_by("rank")
+        .agg(pl.len().alias("_n"), *(pl.col(c).sum() for c in sums))
+        .filter(pl.col("_n") > 1)
+        .drop("_n")
+        .sort("rank")
+    )
+    if per.is_empty():
+        return frame, ""
+    per = per.with_columns(
+        pl.when(pl.col("comm_ns") > 0)
+        .then(100.0 * pl.col("overlap_ns") / pl.col("comm_ns"))
+        .otherwise(None)
+        .alias("overlap_pct"),
+        (100.0 * pl.col("exposed_comm_ns") / pl.col("window_ns")).alias("exposed_comm_pct"),
+    )
+    merged = frame.filter(pl.col("rank").is_in(per["rank"].to_list())).sort("rank")
+    frame = pl.concat(
+        [frame.filter(~pl.col("rank").is_in(per["rank"].to_list())), per.select(frame.columns)]
+    ).sort("rank")
+    figures = "; ".join(
+        f"rank {r['rank']} {_common.ms(r['exposed_comm_ns'])} of {_common.ms(r['window_ns'])}"
+        for r in per.iter_rows(named=True)
+    )
+    ranks = ", ".join(map(str, per["rank"]))
+    return frame, (
+        f"; rank(s) {ranks} drive several GPUs: their figures are per device (each device's communication "
+        f"against that device's compute, exposed time over the sum of their devices' windows: {figures}; "
+        "overlap's devices table); merged (one device's communication hidden behind any device's compute): "
+        + ", ".join(
+            f"rank {r['rank']} exposed {r['exposed_comm_pct']:.0f}% of the window"
+            for r in merged.iter_rows(named=True)
+        )
+    )
+
+
 def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
     """The communication topic: exposed communication, median over ranks, with the worst rank and
     ``gaps``' largest cause; where ``stragglers`` names a straggler, the exposed communication
@@ -204,7 +251,8 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
     ov = res.get("overlap")
     if ov is None or ov.frame.is_empty() or "exposed_comm_pct" not in ov.frame.columns:
         return [], None
-    df = ov.frame.filter(pl.col("exposed_comm_pct").is_not_null())
+    frame, devices = _per_device(ov)
+    df = frame.filter(pl.col("exposed_comm_pct").is_not_null())
     if df.is_empty() or (df["comm_ns"] == 0).all():
         if _common.graph_level(ov):  # communication inside a graph traced per graph is not seen
             return [], Verdict(
@@ -242,7 +290,7 @@ def _communication_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | N
     )
     text = (
         f"exposed communication: {worst['exposed_comm_pct']:.0f}% of the window on rank {worst['rank']} "
-        f"({_common.ms(worst['exposed_comm_ns'])}{overlap}; median over ranks: {medians}){cause}"
+        f"({_common.ms(worst['exposed_comm_ns'])}{overlap}; median over ranks: {medians}){devices}{cause}"
     )
     cost = median
     plain = text.removeprefix("exposed communication: ")

@@ -479,9 +479,11 @@ def _pp4(rank: int, comms_id: bool) -> list[dict]:
 def test_p2p_of_a_group_wider_than_a_pair_never_share_an_instance(store, tmp_path, comms_id):
     # Seq 1 is held by 4 ranks (rank 0's send, the recvs of ranks 1 to 3) and Seq 2 by 2 (the
     # sends of ranks 1 and 2, different transfers): 1 of 2 p2p keys on 3+ ranks (50% > 10%), so
-    # the group's p2p rows are left unmatched, Comms Id or not (a Comms Id is the same counter
-    # hashed), with the note; the all-reduce is one instance of the 4 ranks: arrivals T0+1100 ..
-    # T0+1160, skew 60 us, last rank 3, all ending at T0+1200.
+    # the group's p2p rows are not matched by Seq, Comms Id or not (a Comms Id is the same counter
+    # hashed), with the note, but each send / recv names its peer: the k-th transfer from rank r to
+    # r + 1 (g7): recv at T0+250+300r, send at T0+300+300r, both ending at T0+400+300r: skew 50 us,
+    # last rank r, the pair's two ranks only. The all-reduce is one instance of the 4 ranks:
+    # arrivals T0+1100 .. T0+1160, skew 60 us, last rank 3, all ending at T0+1200.
     for r in range(4):
         write_rank(tmp_path / "run" / f"r{r}.json", _pp4(r, comms_id), r, world=4, backend="nccl")
     warned = ingest(store, [tmp_path / "run"], run="pp4").warnings
@@ -489,19 +491,24 @@ def test_p2p_of_a_group_wider_than_a_pair_never_share_an_instance(store, tmp_pat
         "'0' [0, 1, 2, 3] (point-to-point): 1 of 2 point-to-point sequence numbers are held by three or more "
         "ranks"
         in w
-        and "left unmatched" in w
+        and "matched as the k-th transfer between those two ranks (match_method pair_order)" in w
         for w in warned
     )
     inst = store.sql(
-        """SELECT op, ranks_present, first_arrival_ns - $1, arrival_skew_ns, last_rank, last_end_ns - $1,
-                  match_method FROM collective_instances""",
+        """SELECT ranks_present, ranks_missing, first_arrival_ns - $1, arrival_skew_ns, last_rank,
+                  last_end_ns - $1, match_method FROM collective_instances ORDER BY first_arrival_ns""",
         [BASE],
     ).rows()
+    pairs = [
+        ([r, r + 1], [], (T0_US + 250 + 300 * r) * US, 50 * US, r, (T0_US + 400 + 300 * r) * US, "pair_order")
+        for r in range(3)
+    ]
     method = "comms_id" if comms_id else "pg_seq"
     assert inst == [
-        ("all_reduce", [0, 1, 2, 3], (T0_US + 1100) * US, 60 * US, 3, (T0_US + 1200) * US, method)
+        *pairs,
+        ([0, 1, 2, 3], [], (T0_US + 1100) * US, 60 * US, 3, (T0_US + 1200) * US, method),
     ]
-    assert store.sql("SELECT count(*) FROM collectives WHERE p2p AND instance_id IS NULL").item() == 6
+    assert store.sql("SELECT count(*) FROM collectives WHERE p2p AND instance_id IS NULL").item() == 0
 
 
 # --- micro traces of the same kinds
@@ -866,17 +873,27 @@ def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, t
     # c10d numbers a rank's point-to-point ops in a group with one counter: rank 0 sends to 1 (its
     # p2p Seq 1), rank 1 receives from 0 (Seq 1) then sends to 2 (Seq 2), rank 2 receives from 1
     # (Seq 1). Key Seq 1 would hold ranks 0, 1 and 2 (three ends of two transfers): the group's
-    # p2p sequence numbers are not per transfer, so its p2p rows stay unmatched, with a warning.
+    # p2p sequence numbers are not per transfer, so they are not matched by Seq, with a warning;
+    # each row names its peer, so the k-th transfer between two ranks is (g7): 0 -> 1 (send and
+    # recv both at T0+20: skew 0, a tie) and 1 -> 2 (recv T0+20, send T0+120: skew 100 us, last 1).
     write_rank(tmp_path / "run" / "r0.json", _p2p([("send", 1, 1)]), 0, world=3, backend="nccl")
     write_rank(
         tmp_path / "run" / "r1.json", _p2p([("recv", 1, 0), ("send", 2, 2)]), 1, world=3, backend="nccl"
     )
     write_rank(tmp_path / "run" / "r2.json", _p2p([("recv", 1, 1)]), 2, world=3, backend="nccl")
     warned = ingest(store, [tmp_path / "run"], run="pp").warnings
-    assert store.sql("SELECT count(*) FROM collectives WHERE instance_id IS NOT NULL").item() == 0
+    inst = store.sql(
+        """SELECT ranks_present, first_arrival_ns - $1, arrival_skew_ns, last_rank, match_method
+           FROM collective_instances ORDER BY ranks_present""",
+        [BASE],
+    ).rows()
+    assert inst == [
+        ([0, 1], (T0_US + 20) * US, 0, None, "pair_order"),
+        ([1, 2], (T0_US + 20) * US, 100 * US, 1, "pair_order"),
+    ]
     assert any(
         "1 of 1 point-to-point sequence numbers are held by three or more ranks" in w
-        and "left unmatched" in w
+        and "(match_method pair_order)" in w
         for w in warned
     )
 

@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.builders import BASE, collective_args, gloo_rank, write_rank
+from tests.builders import BASE, collective_args, gloo_rank, kernel, launch, step, write_rank
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.ingest import matching
 from traceprof.ingest.ingest import ingest
@@ -300,6 +300,75 @@ def test_point_to_point_without_ids_is_not_matched_by_order(store, tmp_path):
     assert rows == [("send_recv", None, None)] * 4
     assert store.sql("SELECT count(*) FROM collective_instances").item() == 0
     assert matching.unmatched_p2p(store, store.resolve_run("run")) == 4
+
+
+def _pipeline_rank(ops: list[tuple[str, int, int, int]], rank: int, comms_id: bool) -> list[dict]:
+    """One rank of a 3-stage pipeline on the world group "0" [0, 1, 2]: its send / recv kernels (op,
+    peer, start, end in us) numbered by the rank's own p2p counter (Seq 1, 2, ... in issue order, as
+    c10d's seqP2P_ is), then an all-reduce (collective Seq 1) at 600 + 10 * rank, ending at 700."""
+    group = {"ranks": [0, 1, 2], "group_size": 3}
+    rows = [
+        (
+            SR,
+            collective_args(op, seq, nelems=1024, **group),
+            a,
+            b,
+            rank if op == "send" else peer,
+            peer if op == "send" else rank,
+        )
+        for seq, (op, peer, a, b) in enumerate(ops, 1)
+    ] + [(AR, collective_args("allreduce", 1, nelems=256, **group), 600 + 10 * rank, 700, None, None)]
+    ev = [step(1, 0, 1000)]
+    for k, (name, args, a, b, src, dst) in enumerate(rows):
+        if src is not None:
+            args |= {"Src Rank": src, "Dst Rank": dst}
+        if comms_id:  # hashes (pg, this rank's seq, p2p, ...): differs between the two ends, as Seq does
+            args["Comms Id"] = 1000 * args["Seq"] + (name == SR)
+        ev += [launch(a - 5, 90 + k), kernel(name, 9, a, b - a, 90 + k, **args)]
+    return ev  # fmt: skip
+
+
+SR = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+@pytest.mark.parametrize("comms_id", [False, True])
+def test_point_to_point_of_a_wide_group_is_matched_per_pair(store, tmp_path, comms_id):
+    # g7 variant p2p_and_collective_seq/pp3_world_pg(_comms_id): a 3-stage pipeline on the world
+    # group, two micro-batches. Rank 1 receives from 0 and sends to 2 on one counter, so its send to
+    # rank 2 is its Seq 2 while rank 2's recv is Seq 1: (pg, Seq) and the Comms Id (which hashes Seq)
+    # cannot pair them. Each is the k-th transfer from one rank to the other: 0->1 #1 (send 100,
+    # recv 80: skew 20 us, last 0), 1->2 #1 (recv 250, send 300: 50, last 1), 0->1 #2 (send 300,
+    # recv 350: 50, last 1), 1->2 #2 (recv 450, send 500: 50, last 1), none missing a rank; the
+    # all-reduce stays one instance of the three ranks (skew 20 us, last 2).
+    ops = {
+        0: [("send", 1, 100, 200), ("send", 1, 300, 400)],
+        1: [("recv", 0, 80, 200), ("send", 2, 300, 350), ("recv", 0, 350, 400), ("send", 2, 500, 550)],
+        2: [("recv", 1, 250, 350), ("recv", 1, 450, 550)],
+    }
+    for r, lst in ops.items():
+        write_rank(
+            tmp_path / "run" / f"r{r}.json", _pipeline_rank(lst, r, comms_id), r, world=3, backend="nccl"
+        )
+    res = ingest(store, [tmp_path / "run"])
+    assert not any("miss some ranks" in w for w in res.warnings)
+    assert any(
+        "matched as the k-th transfer between those two ranks (match_method pair_order)" in w
+        for w in res.warnings
+    )
+    inst = store.sql(
+        "SELECT ranks_present, ranks_missing, first_arrival_ns - $1, arrival_skew_ns, last_rank, match_method "
+        "FROM collective_instances ORDER BY first_arrival_ns",
+        [BASE],
+    ).rows()
+    assert inst == [
+        ([0, 1], [], 80_000, 20_000, 0, "pair_order"),
+        ([1, 2], [], 250_000, 50_000, 1, "pair_order"),
+        ([0, 1], [], 300_000, 50_000, 1, "pair_order"),
+        ([1, 2], [], 450_000, 50_000, 1, "pair_order"),
+        ([0, 1, 2], [], 600_000, 20_000, 2, "comms_id" if comms_id else "pg_seq"),
+    ]
+    assert matching.unmatched_p2p(store, store.resolve_run("run")) == 0
 
 
 def test_trace_filter_collectives_are_named_by_their_launching_op(store):

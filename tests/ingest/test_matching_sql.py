@@ -95,7 +95,8 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         f"source {r['source']}, process group {r['g_pg']!r}{' ' + r['g_ranks'] if r['g_ranks'] else ''} "
         f"({'point-to-point' if r['p2p'] else 'collectives'}): {r['why']}, so they cannot be per group; "
         + (
-            "left unmatched (each transfer has one unknown peer)"
+            "a send and a recv that name their peer matched as the k-th transfer between those two "
+            "ranks (match_method pair_order), the others left unmatched"  # rows here name no peer
             if r["p2p"]
             else "matched by order within the step instead (match_method step_order)"
         )

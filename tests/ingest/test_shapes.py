@@ -503,6 +503,54 @@ def test_two_gpus_idle_verdict_uses_the_devices_figures(tmp_path: Path) -> None:
     assert "several GPUs" not in next(v for v in summarize(one, None).verdicts if v.topic == "idle").text
 
 
+def test_two_gpus_communication_verdict_uses_the_devices_figures(tmp_path: Path) -> None:
+    # g7 variant two_gpus_one_process/dp_nccl_both_devices, on the case's GEMMs (device 0 [100, 500]
+    # [700, 1100], device 1 [400, 800] [1000, 1400] us) plus a broadcast kernel on each device's
+    # stream 2 (one process driving both GPUs, as DataParallel does): device 0 [500, 700] while only
+    # device 1 computes, device 1 [800, 1000] while only device 0 computes. Per device nothing of it
+    # is hidden: 200 us exposed of each 1000 us window, 400 of 2000 = 20 % (problem); merged over the
+    # rank, the other device's GEMMs "hide" all 400 us (0 %, ok), said only in the clause.
+    from traceprof.engine.findings import summarize
+
+    src = json.loads((case("two_gpus_one_process") / "rank0.json").read_text())
+    t0 = next(e["ts"] for e in src["traceEvents"] if e.get("name") == "ProfilerStep#1")
+    for dev, start, corr in ((0, 500, 701), (1, 800, 702)):
+        ext = {"External id": corr, "Record function id": 0}
+        src["traceEvents"] += [
+            {"ph": "X", "cat": "cpu_op", "name": "nccl:broadcast", "pid": 10001, "tid": 10001,
+             "ts": t0 + start - 25, "dur": 15.0, "args": ext},
+            {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 10001, "tid": 10001,
+             "ts": t0 + start - 20, "dur": 5.0, "args": {"External id": corr, "correlation": corr}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+             "pid": dev, "tid": 2, "ts": t0 + start, "dur": 200.0,
+             "args": {"External id": corr, "device": dev, "stream": 2, "correlation": corr}},
+        ]  # fmt: skip
+    f = tmp_path / "in" / "rank0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(src))
+    s = _store(tmp_path, f)
+    ov = analyze(s, "overlap")
+    assert _row(ov.frame, rank=0)["exposed_comm_ns"] == 0  # the merged per-rank figure, noted
+    for dev in (0, 1):
+        d = _row(ov.devices, rank=0, device=dev)
+        assert (d["comm_ns"], d["overlap_ns"], d["exposed_comm_ns"], d["window_ns"]) == (
+            200 * US,
+            0,
+            200 * US,
+            1000 * US,
+        )
+    comm = next(v for v in summarize(s, None).verdicts if v.topic == "communication")
+    assert comm.status == "problem"
+    assert comm.text.startswith(
+        "exposed communication: 20% of the window on rank 0 (400 us; 0% of its communication hidden; "
+        "median over ranks: exposed 20% of the window, hidden 0% of communication); rank(s) 0 drive "
+        "several GPUs: their figures are per device (each device's communication against that device's "
+        "compute, exposed time over the sum of their devices' windows: rank 0 400 us of 2 ms; overlap's "
+        "devices table); merged (one device's communication hidden behind any device's compute): rank 0 "
+        "exposed 0% of the window"
+    )
+
+
 def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
     from traceprof.render.export import export_perfetto
 

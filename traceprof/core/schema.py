@@ -179,7 +179,8 @@ _COLLECTIVE_COLUMNS: tuple[Column, ...] = (
         "match_method",
         "VARCHAR",
         "How the instance was matched: comms_id, pg_seq, ordinal, or step_order "
-        "(sequence numbers that cannot be per group, matched by order in the step instead)",
+        "(sequence numbers that cannot be per group, matched by order in the step instead), or pair_order "
+        "(send / recv of such a group: the k-th transfer between its two ranks)",
     ),
     _c(
         "split_in",
@@ -549,7 +550,7 @@ FROM (SELECT run_id, rank, trace_id,
             _c(
                 "match_method",
                 "VARCHAR",
-                "comms_id, pg_seq (process group + sequence number), ordinal, or step_order",
+                "comms_id, pg_seq (process group + sequence number), ordinal, step_order, or pair_order",
             ),
         ),
     ),

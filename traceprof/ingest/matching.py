@@ -27,8 +27,12 @@ Algorithm:
      that share of its keys are held by three or more ranks (a transfer has two ends; per-rank p2p
      counters of a group wider than a pair do not line up; its ``Comms Id`` hashes that counter, so
      the same holds of them). Such a group's collectives are matched
-     by order within the step instead (step 4), method ``step_order``, its point-to-point rows
-     left unmatched, and a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
+     by order within the step instead (step 4), method ``step_order``; its point-to-point rows
+     that name their peer (``peer``: a send's destination, a recv's source) match as the k-th
+     transfer from one rank to the other (by each rank's sequence numbers), method
+     ``pair_order`` (a pipeline on the world group: rank 1's send to rank 2 is its p2p Seq 2,
+     rank 2's recv its Seq 1), the others are left unmatched; a note
+     (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
      ranks whose step ranges overlap unless the steps' start times (one host) or else its
      collectives (some steps differing by number) line a rank up by position, by order between
@@ -427,7 +431,7 @@ def canonical_ranks(value: Any) -> str | None:
 #: host (one clock), one such step only: that step, and the row's ``step`` becomes it.
 _ROWS_OF_RS = f"""
 c AS (
-  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, coalesce(rs.run_step, step) AS step,
+  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, peer, coalesce(rs.run_step, step) AS step,
          {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
          rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless,
          {ARRIVAL_SQL} - coalesce(t.clock_offset_ns, 0) AS raw_ns,
@@ -602,6 +606,14 @@ keyed AS (
   SELECT rid, arrival_ns, 'pg_seq', concat_ws('|', 's', source, g_pg, g_ranks, CAST(p2p AS VARCHAR),
                                               CAST(seq AS VARCHAR))
   FROM r WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL AND NOT bad
+  UNION ALL  -- p2p rows of a group whose counters are per rank: the k-th transfer from one rank to another
+  SELECT rid, arrival_ns, 'pair_order',
+         concat_ws('|', 'p', source, g_pg, g_ranks, CAST(_src AS VARCHAR), CAST(_dst AS VARCHAR),
+                   CAST(row_number() OVER (PARTITION BY source, g_pg, g_ranks, rank, _src, _dst
+                                           ORDER BY seq, arrival_ns ASC NULLS LAST, rid) AS VARCHAR))
+  FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS _src,
+               CASE WHEN op = 'send' THEN peer ELSE rank END AS _dst
+        FROM r WHERE bad AND p2p AND peer IS NOT NULL AND peer <> rank AND op IN ('send', 'recv'))
   UNION ALL
   SELECT rid, arrival_ns, CASE WHEN bad THEN 'step_order' ELSE 'ordinal' END,
          concat_ws('|', 'o', source, g_pg, g_ranks, CAST(p2p AS VARCHAR), coalesce(op, '?'), _size,
@@ -654,7 +666,8 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
             f"source {source}, process group {g_pg!r}{' ' + g_ranks if g_ranks else ''} "
             f"({'point-to-point' if p2p else 'collectives'}): {why}, so they cannot be per group; "
             + (
-                "left unmatched (each transfer has one unknown peer)"
+                "a send and a recv that name their peer matched as the k-th transfer between those two "
+                "ranks (match_method pair_order), the others left unmatched"
                 if p2p
                 else "matched by order within the step instead (match_method step_order)"
             )
@@ -731,7 +744,7 @@ _INSTANCES = f"""
 WITH rs AS (FROM _run_steps),
 c AS (
   SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, coalesce(rs.run_step, step) AS step,
-         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns
+         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns, peer
   FROM collectives LEFT JOIN rs USING (rank, step)
   WHERE run_id = $run AND instance_id BETWEEN $lo AND $hi
 ),
@@ -755,7 +768,7 @@ inst AS (
          count(DISTINCT rank)::INTEGER AS n_ranks,
          min(arrival_ns) AS first_arrival_ns, max(arrival_ns) AS last_arrival_ns,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
-         any_value(match_method) AS match_method
+         any_value(match_method) AS match_method, list(DISTINCT peer) FILTER (WHERE peer IS NOT NULL) AS peers
   FROM c GROUP BY instance_id
 ),
 lasts AS (
@@ -765,9 +778,12 @@ lasts AS (
 )
 SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
        i.ranks_present,
-       list_filter(coalesce(try_cast(i.pg_ranks AS INTEGER[]), m.ranks),
-                   lambda x: NOT list_contains(i.ranks_present, x)
-                             AND NOT list_contains(coalesce(w.later, []::INTEGER[]), x)) AS ranks_missing,
+       CASE WHEN i.match_method = 'pair_order'  -- a transfer's two ends, not its group
+            THEN list_filter(i.peers, lambda x: NOT list_contains(i.ranks_present, x))
+            ELSE list_filter(coalesce(try_cast(i.pg_ranks AS INTEGER[]), m.ranks),
+                             lambda x: NOT list_contains(i.ranks_present, x)
+                                       AND NOT list_contains(coalesce(w.later, []::INTEGER[]), x)) END
+         AS ranks_missing,
        i.n_ranks, i.first_arrival_ns, i.last_arrival_ns, l.last_rank,
        i.last_arrival_ns - i.first_arrival_ns AS arrival_skew_ns,
        i.first_end_ns, i.last_end_ns, i.match_method

@@ -14,12 +14,31 @@ Algorithm:
      Typical values over the items with the same pooling key (name and ordinal in the step;
      collectives: op, group class, size and ordinal), over ranks and steps (``pool=all``, the
      artifact's pooling) or over ranks within each step (``pool=step``); ``pool=auto`` (default):
-     ``step`` where the steps do different work (:func:`_steps_differ`: a rank's compute time per
-     step varies from step to step more than :data:`STEP_WORK_SPREAD` times as much as it varies
-     across the ranks of a step; steps of different lengths, e.g. varying sequence lengths), else
-     ``all``: pooled over steps, each long step's ops would sit above their ideal on every rank and
-     the step's excess be blamed on whichever rank is a hair later (a 10 us late rank cost 10.3%
-     with steps of 700/1000/1300 us, not 0.5%). Ideal value
+     ``step`` where the steps do different work (:func:`_steps_differ`: the mean compute time of a
+     step over its ranks varies from step to step more than :data:`STEP_WORK_SPREAD` times the
+     noise, and by more than :data:`STEP_WORK_MIN_PCT` (2.5%) of a rank's step; steps of different
+     lengths, e.g. varying sequence lengths), else ``all``: pooled over
+     steps, each long step's ops would sit above their ideal on every rank and the step's excess be
+     blamed on whichever rank is a hair later (a 10 us late rank cost 10.3% with steps of
+     700/1000/1300 us, not 0.5%). The noise is what is left of each rank's compute time per step
+     once its step's mean and its rank's mean are taken out (the residual of the two-way fit step +
+     rank, as in a two-way analysis of variance; its mean square estimates the noise's variance
+     without bias, so noise alone keeps the step means' spread below it): a rank late by the same
+     time in every step, the straggler the replay is there to price, is its rank's mean and counts
+     for none of it, however late and however many such ranks. The spread across a step's ranks
+     counted its lateness as noise: with 2 ranks of 700/1000/1300 us steps, rank 1 late over 122 us
+     (12% of a step) pooled them over all steps (140 us: S 1.185, rank 1 cost 14.8%, for 1.080 and
+     7.1% by hand). A robust spread across ranks does not help where it matters: the median absolute
+     deviation of two ranks is half their difference, the lateness itself; leaving out each step's
+     slowest rank leaves 2 ranks nothing to measure, takes the top of the noise from the others
+     (noise alone then reads low) and still counts a second late rank. Lateness that comes and goes
+     from step to step stays in the noise: such runs are pooled over all steps, as before. The 2.5%:
+     pooled over steps, the longer steps' excess over the mean (on average at most half the standard
+     deviation) is what a rank that is last in them can be blamed for, so under it at most 1.25% of a
+     step, about the 1% a straggler must cost (``stragglers``' ``min_cost_pct``); the artifact's ST
+     trace (2.0%, 3.8x its noise: S 1.182 pooled over all steps as published, 1.166 within steps)
+     and 4 ranks drifting 0-40 us together on 1000 us steps (2.0%, 16x: S 1.008, no rank over
+     0.65%) stay pooled over all steps, with or without a rank late 30 us in every step. Ideal value
      (``ideal``): ``mean`` (default, the artifact): compute durations at their **mean**, transfers
      and gaps at their **median** (medians for compute would drop a slow worker from the ideal
      entirely: on the artifact's AR and ST traces they overstate S by 8-13%); ``median``: every
@@ -91,8 +110,11 @@ from traceprof.storage.store import Store
 #: A run whose slowdown exceeds this is straggling (the paper's threshold).
 STRAGGLING_S = 1.1
 #: ``pool=auto`` pools within each step when the spread (standard deviation) of the mean compute time
-#: per step across steps is over this many times its spread across the ranks of a step.
+#: per step across steps is over this many times the noise (:func:`_steps_differ`)...
 STEP_WORK_SPREAD = 3.0
+#: ... and over this % of the mean compute time of a rank's step (less is immaterial: pooling over
+#: steps blames a rank for at most half the spread, 1.25% of a step, about stragglers' 1% floor).
+STEP_WORK_MIN_PCT = 2.5
 
 
 @dataclass(frozen=True)
@@ -168,26 +190,34 @@ def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.n
 
 def _steps_differ(nodes: pl.DataFrame) -> bool:
     """Whether the steps do different work (``pool=auto``, module doc step 2): per rank and step, the
-    compute time (the sum of its compute items' durations); the standard deviation over steps of each
-    step's mean over ranks above :data:`STEP_WORK_SPREAD` times the spread within a step (the root
-    mean square of each step's standard deviation over ranks). Noise alone puts the first below the
-    second (a mean over ranks varies less than its ranks), a rank late in every step adds to the
-    second only; two steps with two ranks or more are needed."""
+    compute time (the sum of its compute items' durations), over the steps that every rank has; the
+    standard deviation over steps of each step's mean over ranks above :data:`STEP_WORK_SPREAD` times
+    the noise, the residual standard deviation of the two-way fit step + rank (each cell less its
+    step's mean and its rank's mean, plus the grand mean; squares over (steps - 1) x (ranks - 1)), and
+    above :data:`STEP_WORK_MIN_PCT` % of the mean cell. A rank late by the same time in every step
+    (the straggler the replay is there to price) is its rank's mean: it leaves the noise alone, where
+    the spread across a step's ranks counted it (2 ranks of 700 / 1000 / 1300 us steps, rank 1 late
+    140 us: pooled over all steps, S 1.185 for 1.080). Noise alone puts the first below the second
+    (a mean over ranks varies less than one rank's noise); two steps with two ranks or more are
+    needed."""
     per = (
         nodes.lazy()
         .filter(pl.col("kind") == 0)
         .group_by("step", "rank")
         .agg(pl.col("dur").sum())
-        .group_by("step")
-        .agg(pl.col("dur").mean().alias("m"), pl.col("dur").var().alias("v"))
-        .drop_nulls()
-        .select(
-            pl.len().alias("n"), pl.col("m").std().alias("between"), pl.col("v").mean().sqrt().alias("within")
-        )
+        .filter(pl.len().over("step") == pl.col("rank").n_unique())
+        .sort("step", "rank")
         .collect()
     )
-    n, between, within = per.row(0)
-    return bool(n >= 2 and between is not None and between > STEP_WORK_SPREAD * (within or 0.0))
+    n_ranks = per["rank"].n_unique()
+    if n_ranks < 2 or per.height < 2 * n_ranks:
+        return False
+    c = per["dur"].to_numpy().astype(np.float64).reshape(-1, n_ranks)  # steps x ranks
+    step_mean = c.mean(axis=1)
+    resid = c - step_mean[:, None] - c.mean(axis=0) + c.mean()
+    noise = math.sqrt(float((resid**2).sum()) / ((len(c) - 1) * (n_ranks - 1)))
+    between = float(step_mean.std(ddof=1))
+    return between > max(STEP_WORK_SPREAD * noise, STEP_WORK_MIN_PCT / 100 * float(c.mean()))
 
 
 def _step_times(tl: _replay.Timeline, val: np.ndarray, w: np.ndarray | None = None) -> pl.DataFrame:

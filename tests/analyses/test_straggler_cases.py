@@ -898,23 +898,20 @@ def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, t
     )
 
 
-def test_steps_of_different_lengths_are_pooled_within_their_step(store, tmp_path):
-    """2 ranks, 9 steps of 700 / 1000 / 1300 us (three times: varying work, e.g. sequence lengths),
-    each one mm kernel of the step's work (400 / 700 / 1000 us) and one all-reduce; rank 1's mm 10 us
-    longer in every step (1% of the 1000 us median step). By hand: the ideal mm of a step is the mean
-    over its ranks, its work + 5 us; rank 1's own time put back adds 5 us to every step: 0.5% of the
-    1000 us median step, so nobody is named. Pooled over all steps (the ideal mm 705 us everywhere)
-    the 1300 us steps sat 300 us over their ideal on both ranks, all of it blamed on rank 1, a hair
-    later: cost 10.3%, rank 1 named a straggler for 10 us."""
-    folder = tmp_path / "run"
+def _varying_steps(
+    folder: Path, late: float, pad: float = 0.0, lengths: tuple[float, ...] = (700.0, 1000.0, 1300.0) * 3
+) -> Path:
+    """2 ranks, steps of ``lengths`` us (default 9 of 700 / 1000 / 1300 us, three times: varying work,
+    e.g. sequence lengths) plus ``pad`` us idle at their end, each one mm kernel of the step's work
+    (length - 300 us: 400 / 700 / 1000) and one all-reduce that ends 100 us after the last arrival;
+    rank 1's mm ``late`` us longer in every step."""
     folder.mkdir()
-    lengths = [700.0, 1000.0, 1300.0] * 3
     for r in (0, 1):
         ev: list[dict] = []
         b = 0.0
         for s, length in enumerate(lengths):
-            work, x = length - 300.0, 10.0 * r
-            ev.append(step(s + 1, b, length))
+            work, x = length - 300.0, late * r
+            ev.append(step(s + 1, b, length + pad))
             ar = collective_args(seq=s, ranks=[0, 1], nelems=1 << 20, out_nelems=1 << 20, group_size=2)
             ev += [
                 launch(b + 10, 10 * s + 1),
@@ -924,14 +921,25 @@ def test_steps_of_different_lengths_are_pooled_within_their_step(store, tmp_path
                     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                     20,
                     b + 20 + work + x,
-                    110.0 - x,
+                    100.0 + late - x,
                     10 * s + 2,
                     **ar,
                 ),
             ]
-            b += length
+            b += length + pad
         write_rank(folder / f"rank{r}.json", ev, r, world=2, backend="nccl")
-    ingest(store, [folder], run="varying")
+    return folder
+
+
+def test_steps_of_different_lengths_are_pooled_within_their_step(store, tmp_path):
+    """2 ranks, 9 steps of 700 / 1000 / 1300 us (three times: varying work, e.g. sequence lengths),
+    each one mm kernel of the step's work (400 / 700 / 1000 us) and one all-reduce; rank 1's mm 10 us
+    longer in every step (1% of the 1000 us median step). By hand: the ideal mm of a step is the mean
+    over its ranks, its work + 5 us; rank 1's own time put back adds 5 us to every step: 0.5% of the
+    1000 us median step, so nobody is named. Pooled over all steps (the ideal mm 705 us everywhere)
+    the 1300 us steps sat 300 us over their ideal on both ranks, all of it blamed on rank 1, a hair
+    later: cost 10.3%, rank 1 named a straggler for 10 us."""
+    ingest(store, [_varying_steps(tmp_path / "run", 10.0)], run="varying")
     w = analyze(store, "whatif", "varying")
     assert w.summary["pool"].item() == "step"
     # each step's ideal is 5 us under its replay: 405 / 705 / 1005 + the all-reduce's 100 us
@@ -944,3 +952,57 @@ def test_steps_of_different_lengths_are_pooled_within_their_step(store, tmp_path
     # the run's steps alike (the case's shape): pooled over steps as before
     ingest(store, [_one_collective_steps(tmp_path / "alike", 2, {1: 10.0})], run="alike")
     assert analyze(store, "whatif", "alike").summary["pool"].item() == "all"
+
+
+@pytest.mark.parametrize(
+    ("late", "slowdown", "cost"), [(140.0, 940 / 870, 70 / 1200), (200.0, 1000 / 900, 100 / 1200)]
+)
+def test_a_material_straggler_does_not_pool_steps_of_different_lengths_over_all(
+    store, tmp_path, late, slowdown, cost
+):
+    """The steps of :func:`_varying_steps`, each with 200 us idle at its end (steps of 900 / 1200 /
+    1500 us), rank 1's mm 140 or 200 us longer in every step (12-17% of the 1200 us median step).
+    Its lateness is rank 1's own, the same in every step: it is not noise, and the steps still do
+    different work, so each op's ideal is pooled within its step. By hand: the ideal mm of a step is
+    its work + late / 2, the all-reduce's transfer 100 us; replayed without gaps a step takes its
+    work + late + 100, 800 + late us on average over the steps, and its ideal 800 + late / 2: S
+    940 / 870 = 1.0805 (200 us: 1000 / 900 = 1.1111); rank 1's own times put back add late / 2 to
+    every step, 70 us (100 us) of the 1200 us median step: 5.83% (8.33%), named. Pooled over all
+    steps, as when the spread across a step's ranks (rank 1's lateness) counted as noise, each mm's
+    ideal was 700 + late / 2 everywhere, the 400 us steps' ideals capped at their replay: S
+    940 / 793.3 = 1.185 and rank 1's cost 12.2% (1000 / 833.3 = 1.200, 13.9%)."""
+    ingest(store, [_varying_steps(tmp_path / "run", late, pad=200.0)], run="late")
+    w = analyze(store, "whatif", "late")
+    assert w.summary["pool"].item() == "step"
+    assert (w.frame["nogap_ns"] - w.frame["ideal_ns"]).to_list() == [late / 2 * 1e3] * 9
+    assert w.summary["slowdown"].item() == pytest.approx(slowdown, rel=1e-9)
+    res = analyze(store, "stragglers", "late")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert r1["cost_pct"] == pytest.approx(100 * cost, abs=1e-6)
+    assert res.frame["named"].to_list() == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("late", "slowdown", "cost"), [(0.0, 816.25 / 810.625, 0.0), (30.0, 846.25 / 830.9375, 15.3125 / 1010)]
+)
+def test_steps_that_drift_under_the_floor_are_pooled_over_all_with_or_without_a_straggler(
+    store, tmp_path, late, slowdown, cost
+):
+    """2 ranks, 8 steps of 1000 / 1010 / 1020 / 1030 / 1040 / 1000 / 1010 / 1020 us (mm work 700..740
+    us: every rank 0-40 us slower together, 2.0% of the 716.25 us mean work, under
+    ``whatif.STEP_WORK_MIN_PCT``, 2.5%), no noise, rank 1 on time or 30 us late in every step: pooled
+    over all steps both times, the straggler does not decide the pool (the spread across a step's
+    ranks pooled the healthy run within its steps and the late one over all). By hand, on time: every
+    step's ideal 716.25 + 100 us, capped at the 700 / 710 us steps' 800 / 810: S 816.25 / 810.625;
+    late 30 us: the ideal mm 716.25 + 15, a step 831.25 capped at the two 700 us steps' 830: mean
+    830.9375, S 846.25 / 830.9375 = 1.0184; rank 1's cost: its own times put back, the recorded
+    846.25 us, 15.3125 us over the ideal, of the median step (the lower of the middle two, 1010 us):
+    1.52%."""
+    drift = (1000.0, 1010.0, 1020.0, 1030.0, 1040.0, 1000.0, 1010.0, 1020.0)
+    ingest(store, [_varying_steps(tmp_path / "run", late, lengths=drift)], run="drift")
+    w = analyze(store, "whatif", "drift")
+    assert w.summary["pool"].item() == "all"
+    assert w.summary["slowdown"].item() == pytest.approx(slowdown, rel=1e-9)
+    res = analyze(store, "stragglers", "drift")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert r1["cost_pct"] == pytest.approx(100 * cost, abs=1e-6)

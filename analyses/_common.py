@@ -18,7 +18,7 @@ import polars as pl
 
 from traceprof.core.errors import UsageError
 from traceprof.core.names import shorten
-from traceprof.engine.activity import GRAPH_LEVEL_NOTE, GRAPH_LOST_NOTE
+from traceprof.engine.activity import GRAPH_LEVEL_NOTE, GRAPH_LOST_NOTE, LAUNCH_LOST_NOTE
 from traceprof.engine.analysis import FrameResult
 from traceprof.ingest.matching import (
     absorbing_steps,
@@ -174,6 +174,12 @@ def graph_level(res: FrameResult) -> bool:
 def graph_lost(res: FrameResult) -> str:
     """An analysis's note on CUDA graph launches with no GPU record (``traceprof.engine.activity``), or ""."""
     return next((n for n in res.notes if n.startswith(GRAPH_LOST_NOTE)), "")
+
+
+def launches_lost(res: FrameResult) -> str:
+    """An analysis's note on kernel launches with no GPU record beyond ``idle``'s threshold
+    (``traceprof.engine.activity.unmatched_launch_notes``), or ""."""
+    return next((n for n in res.notes if n.startswith(LAUNCH_LOST_NOTE)), "")
 
 
 def named_ranks(res: dict[str, FrameResult]) -> list[int]:

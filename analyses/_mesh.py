@@ -19,8 +19,8 @@ Algorithm:
   3. Families: the groups of one axis, merged where they share ranks (NDTimeline's stage pairs
      pp0:0->1 and pp0:1->2 join into the pipeline of replica 0), are that axis' groups: all of one
      size, else the axis is dropped with a note. Groups without axis words (of 2 to world-1 ranks,
-     evenly spaced) of one (size, stride) that do not overlap, a size that divides the world size
-     (a group of 3 of 4 ranks tiles no mesh: no axis), are an axis found by structure:
+     evenly spaced) of one (size, stride) that tile the world (disjoint, of one size, covering every
+     rank: {1, 2, 3} alone in a world of 6 is a subgroup, no axis, with a note) are an axis found by structure:
      ``pp`` when its traffic is point-to-point only, ``ep`` when all-to-all only, else
      ``dim<stride>``.
   4. Coordinates: a rank's coordinate on an axis is its position in its group of the axis (sorted
@@ -277,6 +277,12 @@ def _components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     return sorted(tuple(sorted(c)) for c in comps.values())
 
 
+def _listed(groups: list[tuple[int, ...]], n: int = 3) -> str:
+    """The first ``n`` groups as ``{1, 2, 3}``, then how many more."""
+    text = ", ".join("{" + ", ".join(map(str, g)) + "}" for g in groups[:n])
+    return text + (f" and {len(groups) - n} more" if len(groups) > n else "")
+
+
 def _stride(groups: list[tuple[int, ...]]) -> float:
     return (
         float(statistics.median((g[-1] - g[0]) / (len(g) - 1) for g in groups if len(g) > 1))
@@ -416,8 +422,15 @@ def _from_groups(
         d = (members[-1] - members[0]) / (len(members) - 1)
         by_sig.setdefault((len(members), d), []).append(members)
     for (size, d), gs in sorted(by_sig.items()):
-        if len({r for m in gs for r in m}) != size * len(gs) or world % size:
-            continue  # overlapping groups of one shape, or a size no mesh of the world has: not one axis
+        covered = len({r for m in gs for r in m})
+        if covered != size * len(gs):
+            continue  # overlapping groups of one shape: not one axis
+        if covered != world:  # {1, 2, 3} alone in a world of 6: a subgroup, no axis (module doc, step 3)
+            notes.append(
+                f"unnamed groups of {size} ranks, stride {d:g} ({_listed(gs)}) cover {covered} of the world's "
+                f"{world} ranks: no axis (the groups of an axis tile the world)"
+            )
+            continue
         name = _traffic_name(store, run_id, gs) or f"dim{d:g}"
         if any(a.name == name for a, _ in out):
             name = f"dim{d:g}"

@@ -180,14 +180,22 @@ def _straggler_findings(
             late = f"median {ms(r['median_lateness_ns'])} late" + (
                 f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else ""
             )
+            stepless = r.get("late_step_pct") is None  # null exactly where the run has no steps
             faster = (
-                f"; without its delays steps would be {alone:.2f}x faster (what-if with its delays alone)"
+                f"; without its delays {'the run' if stepless else 'steps'} would be {alone:.2f}x faster "
+                "(what-if with its delays alone)"
                 if alone and alone > 1
                 else ""
             )
+            # a cause is claimed where a compute z-score backs the split (none without steps)
+            because = (
+                f"late because of {v['cause']}"
+                if r.get("compute_z") is not None
+                else f"largest excess: {v['cause']} (no cause claimed without a compute z)"
+            )
             text = (
                 f"rank {v['rank']} is a straggler: last at {r['last_count']}/{r['instances']} collectives, "
-                f"{late}, {waited}; late because of {v['cause']}{faster}"
+                f"{late}, {waited}; {because}{faster}"
             )
             findings.append(
                 Finding(

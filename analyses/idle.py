@@ -19,6 +19,15 @@ Algorithm (README.md "Analyses"; the definitions of Holistic Trace Analysis' idl
      device is busy (wall clock, temporal's idle time), each of the cause of the row that ends it.
      The idle verdict's cause is this device-level share: a stream with two kernels cannot add a
      whole window of "host wait" to it, as it does to the stream sums.
+Launches without a GPU record (``traceprof.engine.activity.unmatched_launch_notes``, counted per trace
+at ingest): a kernel launch call (``cudaLaunchKernel`` & co., with a correlation id) whose kernel the
+trace does not hold leaves its GPU time out, so idle time is overstated (and the window may be cut
+short). A few such calls (at most 10 % of a rank's: ``UNMATCHED_LAUNCH_PCT``; a profiler that stops
+while kernels still run loses a few) add a note with their count and share; more than 10 % on any rank
+make the note start "incomplete:", and the idle verdict is then inconclusive with the figures, never
+``problem`` (nor ``ok``: the measured share may be too high or, with the window cut short, too low), as
+with CUDA graph launches that have no GPU record. A run with no kernel record at all has no breakdown
+(an error; the verdict says why).
 Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
 idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event
 selection (``traceprof.engine.activity``), prev_end = end of the previous row only, negative gaps included.
@@ -40,6 +49,7 @@ from traceprof.engine.activity import (
     graph_level_notes,
     launches_without_kernels,
     step_window,
+    unmatched_launch_notes,
 )
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import rank_chunks, sorted_by
@@ -345,5 +355,6 @@ def run(store: Store, params: Params) -> Result:
     if params.hta:
         notes.append("HTA-compatible: HTA's event selection, previous-row gaps, negative gaps kept")
     notes += graph_level_notes(store, run_id)
+    notes += unmatched_launch_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_stream, ranks=per_rank, devices=per_device, notes=tuple(notes))

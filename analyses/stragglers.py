@@ -487,7 +487,10 @@ def run(store: Store, params: Params) -> Result:
             [run_id],
         ),
     )
-    step_med = int(steps["step_ns"].sort()[(steps.height - 1) // 2]) if steps.height else None
+    # the median step (of an even count, the mean of the two middle ones, whole ns)
+    step_med = (
+        int(steps.select(_common.whole_ns(pl.col("step_ns").median())).item()) if steps.height else None
+    )
     pace, pace_what = _pace_ns(w, step_med)
     covered = _covered_ns(w, step_med, pace)
     comp = _replay.compute_items(store, run_id)
@@ -824,10 +827,25 @@ def _early_end_note(w: pl.DataFrame) -> str | None:
     )
 
 
-def _z_text(z: float | None) -> str:
-    """The compute z-score with one decimal, or "n/a (no compute traced)" when the run has none
-    (a Flight Recorder-only run records collectives, not compute)."""
-    return "n/a (no compute traced)" if z is None or np.isnan(z) else f"{z:.1f}"
+def _no_z(r: dict[str, Any]) -> str:
+    """Why a rank's row has no compute z-score ("" when it has one): a run without steps has no
+    compute per step; a Flight Recorder-only run records collectives, not compute."""
+    if r["compute_z"] is not None and not np.isnan(r["compute_z"]):
+        return ""
+    return "no steps: no compute per step" if not r["_steps"] else "no compute traced"
+
+
+def _z_text(r: dict[str, Any]) -> str:
+    """The rank's compute z-score with one decimal, or "n/a" and why."""
+    return f"n/a ({why})" if (why := _no_z(r)) else f"{r['compute_z']:.1f}"
+
+
+def _because(r: dict[str, Any]) -> str:
+    """What a rank's row says of why it was late: its cause, where a compute z-score backs the split;
+    without one the part with the largest excess, no cause claimed."""
+    if why := _no_z(r):
+        return f"largest excess: {r['cause']}, but no cause is claimed without a compute z ({why})"
+    return f"late because of {r['cause']}"
 
 
 def _figures(r: dict, params: Params) -> str:
@@ -947,7 +965,8 @@ def _floor_text(r: dict, params: Params) -> str:
         f"its {r['_floor_what']} exceeded every unsuspected rank's (the noise floor) in {r['floor_steps_won']} "
         f"of {r['floor_steps']} {'collectives' if 'no steps' in r['_floor_what'] else 'steps'} (chance {1 / max(r['_u'], 1):.2f} each, binomial p "
         f"{_p_text(r['floor_p_value'])}; naming needs p < {params.cause_alpha:g}), by a median "
-        f"{_pct_shown(r['excess_pct'], params.min_cost_pct, '+')}% of a step"
+        f"{_pct_shown(r['excess_pct'], params.min_cost_pct, '+')}% of "
+        + ("the collectives' mean spacing" if "no steps" in r["_floor_what"] else "a step")
         + (
             f" (naming needs {params.min_cost_pct:g}% or more)"
             if r["floor_p_value"] < params.cause_alpha and not _reaches(r["excess_pct"], params.min_cost_pct)
@@ -995,10 +1014,10 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         elif suspects.height:
             r = suspects.sort("p_value", "rank").row(0, named=True)
             evidence = (
-                f"no straggler: {_figures(r, params)}; late because of {r['cause']}, and {_floor_text(r, params)}; "
+                f"no straggler: {_figures(r, params)}; {_because(r)}, and {_floor_text(r, params)}; "
                 + _too_cheap(r, params)
                 if not _reaches(r["cost_pct"], params.min_cost_pct)
-                else f"no straggler: {_figures(r, params)}; late because of {r['cause']}, but {_floor_text(r, params)}: "
+                else f"no straggler: {_figures(r, params)}; {_because(r)}, but {_floor_text(r, params)}: "
                 "within the run's noise (the other ranks vary as much)"
             )
         elif not _reaches(per["cost_pct"], params.min_cost_pct).any():
@@ -1061,15 +1080,15 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         own = "" if not r["_suspect"] else f"; {_floor_text(r, params)}"
         evidence = (
             f"straggler: {_figures(r, params)}{spike}, making the others wait "
-            f"{r['wait_caused_ns'] / 1e6:.1f} ms in total (wall clock, summed over the waiting ranks); compute z = {_z_text(r['compute_z'])}; before those "
+            f"{r['wait_caused_ns'] / 1e6:.1f} ms in total (wall clock, summed over the waiting ranks); compute z = {_z_text(r)}; before those "
             f"arrivals it spent {cx / 1e6:+.1f} ms compute, {mx / 1e6:+.1f} ms communication, {ox / 1e6:+.1f} ms "
-            f"untraced host time vs the other ranks' median: late because of {r['cause']}{own}"
+            f"untraced host time vs the other ranks' median: {_because(r)}{own}"
         )
         rows.append(_verdict_row(r, evidence))
     for r in grouped.iter_rows(named=True):
         evidence = (
             f"part of slow {r['slow_group']}: named as that group, not as a straggler ({r['_group_text']}); "
-            f"{_figures(r, params)}; late because of {r['cause']}, as its whole group is"
+            f"{_figures(r, params)}; {_because(r)}, as its whole group is"
         )
         rows.append(_verdict_row(r, evidence))
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "slow_group": pl.Utf8})
@@ -1124,14 +1143,14 @@ def _weak_text(r: dict[str, Any], params: Params) -> str:
         )
     if r["_short"] == "floor":
         return (
-            f"no rank to compare with: {_figures(r, params)}; late because of {r['cause']}, but every other rank is "
+            f"no rank to compare with: {_figures(r, params)}; {_because(r)}, but every other rank is "
             "suspected too (last significantly often, or one hold-up over "
             f"{_replay.TRANSIENT_SKEW_FACTOR} x the median skew), so nothing tells whether its {r['cause']} is beyond "
             "the run's noise"
         )
     n, chance = int(r["floor_steps"]), 1 / max(r["_u"], 1)
     return (
-        f"too few steps to test the cause: {_figures(r, params)}; late because of {r['cause']}, and "
+        f"too few steps to test the cause: {_figures(r, params)}; {_because(r)}, and "
         f"{_floor_text(r, params)}; with {n} steps the smallest p that test can give (above the floor in all "
         f"of them) is {_cause.smallest_p(n, chance):.2g}, not below {params.cause_alpha:g}: that needs "
         f"{_needed(params.cause_alpha, chance, ' steps', 'step')}"

@@ -272,16 +272,19 @@ def _idle_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
             "; CUDA graphs were traced per graph: each execution counts as busy compute time (nsys profile "
             "--cuda-graph-trace=node records their kernels)"
         )
-    if lost := _common.graph_lost(te):
-        text += f"; {lost}"
-    problem = mean >= IDLE_PROBLEM_PCT
-    status = "problem" if problem else "ok"
+    # GPU records known to be missing (graph launches, kernel launches beyond idle's threshold): the
+    # shares above are not the GPU's, too high or (a window cut short) too low: inconclusive
+    lost = [n for n in (_common.graph_lost(te), _common.launches_lost(idle) if idle is not None else "") if n]
+    for n in lost:
+        text += f"; {n}"
+    problem = mean >= IDLE_PROBLEM_PCT and not lost
+    status = "problem" if problem else "inconclusive" if lost else "ok"
     # The activity window (first to last kernel) hides idle time outside it: a step that launches
     # one short kernel is "0 % idle" there and ~100 % idle over the step. Where the step window's
     # idle share (wall clock) reaches the threshold the window's does not, the two disagree: not ok
     # (the step account counts that time as host-bound or idle), and not a problem on the narrower
     # measure either: inconclusive, with both figures.
-    if not problem and step_mean is not None and step_mean >= IDLE_PROBLEM_PCT:
+    if mean < IDLE_PROBLEM_PCT and step_mean is not None and step_mean >= IDLE_PROBLEM_PCT:
         status = "inconclusive"
         text += (
             f"; but idle {step_mean:.1f}% of the step window (ProfilerStep start to end, wall clock, mean over "

@@ -86,10 +86,11 @@ from traceprof.collectors.kineto._values import Ints, Strs
 from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
 from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
-from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, is_kernel_launch
 
 __all__ = [
     "graph_launches_without_gpu",
+    "kernel_launches_without_gpu",
     "flag_records",
     "check_one_process",
     "shared_correlation_warning",
@@ -627,6 +628,25 @@ def graph_launches_without_gpu(path: Path, cols: dict[str, Any]) -> tuple[int, s
         "replays: the profiler did not trace the graphs' nodes): their GPU time is missing, so busy, "
         "idle and kernel figures leave those graph executions out (idle is overstated)"
     )
+
+
+def kernel_launches_without_gpu(cols: dict[str, Any]) -> tuple[int, int]:
+    """Kernel launch calls (:func:`~traceprof.core.schema.is_kernel_launch`, with a correlation id)
+    and how many of them no GPU row (kernel, copy, memset) carries the correlation id of: kernels
+    the trace does not hold (``traces.meta.kernel_launches`` / ``kernel_launches_without_gpu``, read
+    by ``traceprof.engine.activity.unmatched_launch_notes``). Reads the distinct names first.
+
+    Returns:
+        (calls, calls without a GPU row); (0, 0) without kernel launch calls.
+    """
+    names: Strs = cols["name"]
+    launch = {n for n in names.values if is_kernel_launch(n)}
+    if not launch:
+        return 0, 0
+    corr: Ints = cols["correlation"]
+    kind_in = kind_mask(cols["kind"])
+    calls = corr.values[kind_in(_LAUNCH) & corr.ok & names.isin(launch)]
+    return len(calls), int((~np.isin(calls, corr.values[kind_in(_GPU) & corr.ok])).sum())
 
 
 def step_cut_warning(path: Path, cols: dict[str, Any], spans: list[tuple[int, int, int]]) -> str | None:

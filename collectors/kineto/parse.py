@@ -55,6 +55,7 @@ from traceprof.collectors.kineto.checks import (
     check_one_process,
     flag_records,
     graph_launches_without_gpu,
+    kernel_launches_without_gpu,
     shared_correlation_warning,
     step_cut_warning,
 )
@@ -718,6 +719,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     lost_graphs, lost_warning = graph_launches_without_gpu(p, cols)
     if lost_warning:
         warnings.append(lost_warning)
+    launches, lost_launches = kernel_launches_without_gpu(cols)
     spill.release()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier)
@@ -753,6 +755,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 "thread_names": thread_names,
                 "process_groups": _process_groups(dist),
                 **({"graph_launches_without_gpu": lost_graphs} if lost_graphs else {}),
+                **(
+                    {"kernel_launches": launches, "kernel_launches_without_gpu": lost_launches}
+                    if lost_launches
+                    else {}
+                ),
             }
         ).decode(),
     }

@@ -95,6 +95,7 @@ from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.limits import drop_long_text, to_table
 from traceprof.core.ops import kernel_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
+from traceprof.core.schema import is_kernel_launch
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.storage.identity import RELATIVE_CLOCK
 
@@ -372,6 +373,7 @@ def _trace(
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
     lost = _graph_launches_without_gpu(cols)
+    launches, lost_launches = _kernel_launches_without_gpu(cols)
     warnings = [*warnings, *([duplicate] if duplicate else []), *_notices(label, cols, graph, lost), *far]
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
     devices = exp.devices if proc is None else [d for d in exp.devices if d["device"] in used] or exp.devices
@@ -384,6 +386,9 @@ def _trace(
         meta["graph_level"] = {"executions": len(graph), "ns": sum(graph)}
     if lost:
         meta["graph_launches_without_gpu"] = lost
+    if lost_launches:  # read by traceprof.engine.activity.unmatched_launch_notes
+        meta["kernel_launches"] = launches
+        meta["kernel_launches_without_gpu"] = lost_launches
     if repaired:  # rows clipped, by reason: the issues column of traceprof runs
         meta["repaired"] = {**meta.get("repaired", {}), **repaired}
     top = min(used, key=lambda d: (-used[d], d)) if used else None
@@ -425,16 +430,21 @@ def _row_where(cols: dict[str, list[Any]], r: int) -> str:
     return f"{cols['kind'][r]} {str(cols['name'][r])[:60]!r} at {cols['ts_ns'][r]} ns"
 
 
+def _gpu_correlations(cols: dict[str, list[Any]]) -> set[Any]:
+    """The correlation ids of a trace's kernel, copy and memset rows (graph-level records included)."""
+    return {
+        corr
+        for k, corr in zip(cols["kind"], cols["correlation"], strict=True)
+        if k in ("kernel", "memcpy", "memset") and corr is not None
+    }
+
+
 def _graph_launches_without_gpu(cols: dict[str, list[Any]]) -> int:
     """CUDA graph launch calls (``cudaGraphLaunch``) of a trace's rows whose correlation id no GPU row
     (kernel, copy, memset, graph-level record) carries: graphs replayed with neither node-level rows
     nor ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (an nsys that does not export that table, graph
     tracing off), so their GPU time is missing from the trace."""
-    gpu = {
-        corr
-        for k, corr in zip(cols["kind"], cols["correlation"], strict=True)
-        if k in ("kernel", "memcpy", "memset") and corr is not None
-    }
+    gpu = _gpu_correlations(cols)
     return sum(
         1
         for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True)
@@ -443,6 +453,21 @@ def _graph_launches_without_gpu(cols: dict[str, list[Any]]) -> int:
         and corr not in gpu
         and "graphlaunch" in str(n).lower()
     )
+
+
+def _kernel_launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[int, int]:
+    """Kernel launch calls (:func:`~traceprof.core.schema.is_kernel_launch`, with a correlation id) of
+    a trace's rows, and how many of them no kernel, copy or memset row carries the correlation id of."""
+    names = {n for n in set(cols["name"]) if n is not None and is_kernel_launch(str(n))}
+    if not names:
+        return 0, 0
+    gpu = _gpu_correlations(cols)
+    calls = [
+        corr
+        for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True)
+        if k in ("cuda_runtime", "cuda_driver") and corr is not None and n in names
+    ]
+    return len(calls), sum(1 for c in calls if c not in gpu)
 
 
 def _notices(label: str, cols: dict[str, list[Any]], graph: list[int], lost: int = 0) -> list[str]:

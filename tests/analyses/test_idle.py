@@ -290,6 +290,60 @@ def test_launches_without_kernel_records_are_no_idle_verdict(store, tmp_path):
     )
 
 
+# Ten kernels on stream 7, kernel i [100 i, 100 i + 10) us launched at 100 i - 5: each gap (90 us)
+# is a host wait; idle 9 x 90 = 810 of the window [0, 910): 89 %, a problem on these records.
+TEN = [r for i in range(10) for r in (kernel(f"K{i}", 7, 100 * i, 10, i + 1), launch(100 * i - 5, i + 1))]
+
+
+def _idle_verdict(store, run):
+    f = summarize(store, run)
+    return {v.topic: v for v in f.verdicts}["idle"], next(x for x in f.findings if x.topic == "idle")
+
+
+def test_a_few_launches_without_kernel_records_are_a_note(store, tmp_path):
+    # one more cudaLaunchKernel (corr 99, at 950 us) whose kernel the trace does not hold (still
+    # running when the profiler stopped): 1 of 11 calls, 9.1 % <= 10 %: a note; the verdict stands
+    ingest(store, [kineto(tmp_path / "r0.json.gz", [*TEN, launch(950, 99)])], run="r")
+    note = (
+        "kernel launches with no GPU record (rank 0: 1 of 11 (9.1%)), at most 10% of a rank's kernel launch "
+        "calls (e.g. kernels still running when the profiler stopped): idle time is overstated by their GPU time"
+    )
+    assert note in analyze(store, "idle", "r").notes
+    v, found = _idle_verdict(store, "r")
+    assert v.status == "problem" and found.problem and found.value == pytest.approx(100 * 810 / 910)
+
+
+def test_many_launches_without_kernel_records_make_idle_inconclusive(store, tmp_path):
+    # two more calls with no kernel record (a cudaLaunchKernel and a cuLaunchKernel; the
+    # cudaMemcpyAsync and the cudaGraphLaunch are no kernel launch calls): 2 of 12, 16.7 % > 10 %.
+    # The 89 % idle share is measured on records known to be incomplete: inconclusive, not a problem.
+    rows = [
+        *TEN,
+        launch(250, 98),
+        launch(650, 99, name="cuLaunchKernel"),
+        launch(660, 100, name="cudaMemcpyAsync"),
+    ]
+    ingest(store, [kineto(tmp_path / "r0.json.gz", rows)], run="r")
+    note = (
+        "incomplete: kernel launches with no GPU record (rank 0: 2 of 12 (16.7%)), more than 10% of a rank's "
+        "kernel launch calls: their kernels' GPU time is missing"
+    )
+    assert any(n.startswith(note) for n in analyze(store, "idle", "r").notes)
+    v, found = _idle_verdict(store, "r")
+    assert v.status == "inconclusive" and not found.problem
+    assert v.text.startswith("the GPU is idle 89% of the window") and note in v.text
+
+
+def test_graph_launches_without_gpu_records_make_idle_inconclusive(store, tmp_path):
+    # a cudaGraphLaunch (corr 99) with no GPU record: ingest's "incomplete" note (its graph's GPU
+    # time is missing, idle overstated); the idle verdict says so and is no problem
+    ingest(store, [kineto(tmp_path / "r0.json.gz", [*TEN, launch(250, 99, name="cudaGraphLaunch")])], run="r")
+    v, found = _idle_verdict(store, "r")
+    assert v.status == "inconclusive" and not found.problem
+    assert "incomplete: CUDA graph launches with no GPU record: 1 on rank(s) 0" in v.text
+    assert not any("kernel launches with no GPU record" in n for n in analyze(store, "idle", "r").notes)
+
+
 # --- agreement with HTA 0.5.0 ------------------------------------------------------------------
 
 

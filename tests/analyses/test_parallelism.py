@@ -299,30 +299,36 @@ def test_unnamed_groups_are_axes_by_size_and_stride(store, tmp_path):
     assert (frame["dim1"]["exposed_comm_ns"], frame["dim2"]["exposed_comm_ns"]) == (480 * US, 120 * US)
 
 
-def test_an_unnamed_group_whose_size_divides_no_mesh_is_no_axis(store, tmp_path):
+@pytest.mark.parametrize("world", [4, 6])
+def test_an_unnamed_group_that_does_not_tile_the_world_is_no_axis(store, tmp_path, world):
     # g5 variant nccl_inspector_records/nranks_1_3_4_cut_last, as Kineto: 4 ranks, the world group
     # "0" and one group "9" described "undefined" of ranks 1, 2, 3 (evenly spaced, stride 1). 3
     # divides no mesh of 4 ranks: it was axis dim1 of size 3 (its all-reduces and the world's
     # counted on it, "multiply to 3, not the world size 4"); now the mesh is the world group alone:
-    # dp of 4 (DDP), every rank's coordinate its rank.
-    for r in range(4):
+    # dp of 4 (DDP), every rank's coordinate its rank. With 6 ranks 3 divides the world, but {1, 2,
+    # 3} alone does not tile it (ranks 0, 4, 5 are in no group of its kind): no axis either (it was
+    # "mesh dim1:3").
+    ranks = list(range(world))
+    for r in ranks:
         ev = [step(1, -5, 305), *_kernel("sm90_gemm_kernel", 0, 100, 10, 7)]
-        ev += _kernel(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 60, 12, 20, **_allreduce("0", [0, 1, 2, 3], 1)
-        )
-        pgs = [_pg("0", "default_pg", [0, 1, 2, 3])]
-        if r:
+        ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 60, 12, 20, **_allreduce("0", ranks, 1))
+        pgs = [_pg("0", "default_pg", ranks)]
+        if r in (1, 2, 3):
             ev += _kernel(
                 "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 200, 40, 13, 21, **_allreduce("9", [1, 2, 3], 1)
             )
             pgs.append(_pg("9", "undefined", [1, 2, 3]))
-        _write(tmp_path / "run" / f"rank{r}.json", ev, r, 4, pgs)
+        _write(tmp_path / "run" / f"rank{r}.json", ev, r, world, pgs)
     ingest(store, [tmp_path / "run"])
     res = analyze(store, "parallelism", "run")
     assert res.ranks.columns == ["rank", "traced", "dp"]
-    assert res.ranks["dp"].to_list() == [0, 1, 2, 3]
-    assert [(r["axis"], r["size"]) for r in res.frame.iter_rows(named=True)] == [("dp", 4)]
+    assert res.ranks["dp"].to_list() == ranks
+    assert [(r["axis"], r["size"]) for r in res.frame.iter_rows(named=True)] == [("dp", world)]
     assert not [n for n in res.notes if "not the world size" in n]
+    assert (
+        f"unnamed groups of 3 ranks, stride 1 ({{1, 2, 3}}) cover 3 of the world's {world} ranks: no axis "
+        "(the groups of an axis tile the world)"
+    ) in res.notes
 
 
 def test_flight_recorder_groups(store):

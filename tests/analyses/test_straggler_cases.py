@@ -12,6 +12,7 @@ import pytest
 from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
 from traceprof.analyses import stragglers
+from traceprof.engine.findings import summarize
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
 from traceprof.ingest.clock import estimate_offsets
@@ -365,8 +366,15 @@ def test_one_collective_in_most_steps_keeps_the_step_pace(store, tmp_path):
     assert res.frame["named"].sum() == 0
 
 
-def _one_collective_steps(folder: Path, n_ranks: int, late: dict[int, float], steps: bool = True) -> Path:
-    """``n_ranks`` ranks, 8 steps of 1000 us (ProfilerStep#1..8, left out with ``steps=False``), each
+def _one_collective_steps(
+    folder: Path,
+    n_ranks: int,
+    late: dict[int, float],
+    steps: bool = True,
+    step_us: tuple[float, ...] = (1000.0,),
+) -> Path:
+    """``n_ranks`` ranks, 8 steps of 1000 us (ProfilerStep#1..8, left out with ``steps=False``; step s
+    lasts ``step_us[s % len(step_us)]`` us from its start, 1000 us apart), each
     holding one mm kernel [20, 720 + late] us into the step and one all-reduce (pg "0", Seq s)
     from its end to 820 + max(late) us; rank r's compute is ``late.get(r, 0)`` us longer. The
     last 180 us of each step are untraced host time."""
@@ -378,7 +386,7 @@ def _one_collective_steps(folder: Path, n_ranks: int, late: dict[int, float], st
         for s in range(8):
             b, x = 1000.0 * s, late.get(r, 0.0)
             if steps:
-                ev.append(step(s + 1, b, 1000.0))
+                ev.append(step(s + 1, b, step_us[s % len(step_us)]))
             ar = collective_args(seq=s, ranks=ranks, nelems=1 << 20, out_nelems=1 << 20, group_size=n_ranks)
             ev += [
                 launch(b + 10, 10 * s + 1),
@@ -437,6 +445,36 @@ def test_cost_at_the_floor_is_named_and_just_below_is_shown_below_it(store, tmp_
     text = below.verdict["evidence"][0]
     assert "cost the job 0.96% of the time" in text and "at 0.96% of the time the collectives cover" in text
     assert "1.0%" not in text
+
+
+def test_a_stepless_straggler_claims_no_cause_without_a_compute_z(store, tmp_path):
+    """The case above at 1.0 % (no steps): its compute has no z-score (no compute per step), so no
+    cause is claimed (it read "compute z = n/a (no compute traced) ... late because of compute"), and
+    the noise-floor excess is of the collectives' spacing (it read "% of a step", "in 8 of 8 steps")."""
+    ingest(store, [_one_collective_steps(tmp_path / "a", 2, {1: 10.0}, steps=False)], run="at")
+    text = analyze(store, "stragglers", "at").verdict["evidence"][0]
+    assert "compute z = n/a (no steps: no compute per step)" in text
+    assert "largest excess: compute, but no cause is claimed without a compute z (no steps" in text
+    assert "late because of" not in text and "of a step" not in text
+    assert "of the collectives' mean spacing" in text
+    f = summarize(store, "at")
+    found = next(x for x in f.findings if x.topic == "stragglers")
+    assert "largest excess: compute (no cause claimed without a compute z)" in found.text
+    assert "late because of" not in found.text and "steps would be" not in found.text
+    v = {v.topic: v for v in f.verdicts}["stragglers"]
+    assert v.text.startswith("straggler: rank 1 (no cause claimed (no compute z); last at 8 of 8 collectives")
+    assert "its arrival lateness above every unsuspected rank's in 8 of 8 collectives" in v.text
+    assert "of a step" not in v.text and "steps" not in v.text
+
+
+def test_the_median_step_of_an_even_count_is_the_mean_of_the_middle_two(store, tmp_path):
+    """2 ranks x 8 steps lasting 950 and 1000 us by turns: 16 steps, the middle two 950 and 1000 us,
+    median 975 us (the lower median, 950 us, was taken). Rank 1 is 10 us late at each all-reduce:
+    late_step_pct = 10 / 975 = 1.026 % (was 10 / 950 = 1.053 %)."""
+    ingest(store, [_one_collective_steps(tmp_path / "r", 2, {1: 10.0}, step_us=(950.0, 1000.0))], run="r")
+    r1 = analyze(store, "stragglers", "r").frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert r1["median_lateness_ns"] == 10_000
+    assert r1["late_step_pct"] == pytest.approx(100 * 10 / 975)
 
 
 def test_the_floor_allows_float_noise_and_shows_each_side() -> None:

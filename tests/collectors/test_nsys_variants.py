@@ -193,6 +193,32 @@ def test_graph_launches_without_any_gpu_record_are_said_missing(tmp_path: Path) 
     assert not any(n.startswith("incomplete: CUDA graph") for n in analyze(c, "temporal").notes)
 
 
+def test_kernel_launches_without_kernel_rows_are_counted(tmp_path: Path) -> None:
+    """The case's export with its last kernel row deleted (step 3's rmsnorm): 1 of its 6
+    cudaLaunchKernel calls has no GPU row, 16.7 % > 10 %: ingest counts it (traces.meta), idle says
+    "incomplete:" with the figures and its verdict is inconclusive (it was "problem", idle 14 %)."""
+    src = tmp_path / "train_rank0.sqlite"
+    shutil.copy(case("nsys_graph_level_trace") / "train_rank0.sqlite", src)
+    src.chmod(0o644)
+    con = sqlite3.connect(src)
+    con.execute(
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = "
+        "(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start DESC LIMIT 1)"
+    )
+    con.commit()
+    con.close()
+    s, _ = _store(tmp_path, src)
+    meta = json.loads(s.sql("SELECT meta FROM traces").item())
+    assert (meta["kernel_launches"], meta["kernel_launches_without_gpu"]) == (6, 1)
+    lost = "incomplete: kernel launches with no GPU record (rank 0: 1 of 6 (16.7%))"
+    assert any(n.startswith(lost) for n in analyze(s, "idle").notes)
+    v = {v.topic: v for v in summarize(s, "r").verdicts}["idle"]
+    assert v.status == "inconclusive" and lost in v.text
+    # the case itself: every launch has its kernel, nothing counted
+    c, _ = _store(tmp_path, case("nsys_graph_level_trace") / "train_rank0.sqlite", name="case")
+    assert "kernel_launches" not in json.loads(c.sql("SELECT meta FROM traces").item())
+
+
 # --- 2. One export holding several processes --------------------------------------------------------
 
 

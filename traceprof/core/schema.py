@@ -21,6 +21,7 @@ from traceprof.core.ops import bus_factor_sql, size_bytes_sql
 from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, TraceSource, Vocab
 
 __all__ = [
+    "is_kernel_launch",
     "SCHEMA_VERSION",
     "ARRIVAL_SQL",
     "EVENT_KINDS",
@@ -61,6 +62,15 @@ ARRIVAL_SQL = (
 LAUNCH_KINDS = EventKind.values()[4:6]  # cuda_runtime, cuda_driver
 #: Kinds of GPU activity that occupy a (device, stream) lane.
 GPU_ACTIVITY_KINDS = EventKind.values()[6:9]  # kernel, memcpy, memset
+
+
+def is_kernel_launch(name: str) -> bool:
+    """Whether a launch call (:data:`LAUNCH_KINDS`) named ``name`` launches a kernel: ``*Launch*Kernel*``,
+    any case (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaLaunchCooperativeKernel``,
+    ``hipLaunchKernel``); not a graph launch (``cudaGraphLaunch``) nor ``cudaLaunchHostFunc``."""
+    low = name.lower()
+    at = low.find("launch")
+    return at >= 0 and "kernel" in low[at:]
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,11 @@ __all__ = [
     "run_measures",
     "graph_level_notes",
     "launches_without_kernels",
+    "unmatched_launch_notes",
     "GRAPH_LEVEL_NOTE",
     "GRAPH_LOST_NOTE",
+    "LAUNCH_LOST_NOTE",
+    "UNMATCHED_LAUNCH_PCT",
     "op_activity",
     "exposed_comm",
     "compute_rows",
@@ -776,6 +779,51 @@ def graph_level_notes(store: Store, run_id: int) -> list[str]:
             "time is overstated"
         )
     return out
+
+
+#: The share of a run's kernel launch calls (% of them) with no GPU record above which its GPU
+#: figures are incomplete (``idle``'s module doc): at most this share, the few records a trace loses
+#: at its edges (kernels still running when the profiler stopped), the idle share stands with a note.
+UNMATCHED_LAUNCH_PCT = 10.0
+
+#: The start of the note on a run whose kernel launch calls lack GPU records beyond
+#: :data:`UNMATCHED_LAUNCH_PCT`; as :data:`GRAPH_LOST_NOTE`, it starts with "incomplete:".
+LAUNCH_LOST_NOTE = "incomplete: kernel launches with no GPU record"
+
+
+def unmatched_launch_notes(store: Store, run_id: int) -> list[str]:
+    """A note when some of the run's kernel launch calls (``cudaLaunchKernel`` & co. with a correlation
+    id: ``traceprof.core.schema.is_kernel_launch``; graph launches have :func:`graph_level_notes`) have
+    no GPU row (kernel, copy, memset) of the same trace and correlation, as ingest counted them per
+    trace (``traces.meta.kernel_launches_without_gpu`` of ``kernel_launches``): their GPU time is
+    missing. Where a rank's share of such calls exceeds :data:`UNMATCHED_LAUNCH_PCT` % the note
+    starts with :data:`LAUNCH_LOST_NOTE`; ``[]`` when every call has its GPU row (or the store was
+    written before ingest counted them). Per rank: "rank 0: 19 of 20 (95.0%)"."""
+    rows = store.sql(
+        "SELECT rank, sum(CAST(json_extract(meta, '$.kernel_launches') AS BIGINT)) AS n, "
+        "sum(CAST(json_extract(meta, '$.kernel_launches_without_gpu') AS BIGINT)) AS lost FROM traces "
+        "WHERE run_id = ? AND json_extract(meta, '$.kernel_launches_without_gpu') IS NOT NULL "
+        "GROUP BY rank ORDER BY rank",
+        [int(run_id)],
+    )
+    if rows.is_empty():
+        return []
+    pct = 100.0 * rows["lost"] / rows["n"]
+    each = "; ".join(
+        f"rank {r}: {lost:,} of {n:,} ({p:.1f}%)"
+        for (r, n, lost), p in zip(rows.head(5).iter_rows(), pct, strict=False)
+    ) + (f"; and {rows.height - 5} more rank(s)" if rows.height > 5 else "")
+    if (pct > UNMATCHED_LAUNCH_PCT).any():
+        return [
+            f"{LAUNCH_LOST_NOTE} ({each}), more than {UNMATCHED_LAUNCH_PCT:g}% of a rank's kernel launch "
+            "calls: their kernels' GPU time is missing, so busy time is short, idle time is overstated and "
+            "the window may be cut short (record the GPU's kernel activity of the whole run)"
+        ]
+    return [
+        f"kernel launches with no GPU record ({each}), at most {UNMATCHED_LAUNCH_PCT:g}% of a rank's kernel "
+        "launch calls (e.g. kernels still running when the profiler stopped): idle time is overstated by "
+        "their GPU time"
+    ]
 
 
 def launches_without_kernels(store: Store, run_id: int) -> str | None:

@@ -181,9 +181,15 @@ def combined_verdict(
         parts = []
         for r in per.filter(pl.col("named")).iter_rows(named=True):
             episodic = "" if r["p_value"] < rule.alpha else " (not more often than chance: an episodic stall)"
+            # a cause is claimed where a compute z-score backs the split (none without steps)
+            said = (
+                f"{causes.get(r['rank'], 'unknown')}: "
+                if r.get("compute_z") is not None
+                else "no cause claimed (no compute z); "
+            )
             parts.append(
-                f"rank {r['rank']} ({causes.get(r['rank'], 'unknown')}: last at {r['last_count']} of "
-                f"{r['instances']} collectives, p = {r['p_value']:.2g}{episodic}; {_own(r, rule.alpha)}; its delays alone "
+                f"rank {r['rank']} ({said}last at {r['last_count']} of "
+                f"{r['instances']} collectives, p = {r['p_value']:.2g}{episodic}; {_own(r, rule.alpha, has_steps)}; its delays alone "
                 f"cost {r['cost_pct']:.1f}% {of_time})"
             )
         text, cause = f"straggler: {'; '.join(parts)}; {whatif}", "rank"
@@ -276,12 +282,18 @@ def combined_verdict(
     )
 
 
-def _own(r: dict[str, Any], alpha: float) -> str:
-    """Why a named rank's cause is its own (the noise-floor test, or its extra work)."""
+def _own(r: dict[str, Any], alpha: float, has_steps: bool = True) -> str:
+    """Why a named rank's cause is its own (the noise-floor test, or its extra work); without steps
+    the test is of its arrival lateness per collective (``stragglers``' noise floor)."""
     if r["p_value"] >= alpha or r.get("floor_steps") is None:
         return "one hold-up far above the run's skew"
     if r.get("extra_work_pct") is not None and r["extra_work_pct"] > 0:
         return f"it runs {r['extra_work_pct']:.1f}% more work per step than every other rank"
+    if not has_steps:
+        return (
+            f"its arrival lateness above every unsuspected rank's in {r['floor_steps_won']} of {r['floor_steps']} "
+            f"collectives (p = {r['floor_p_value']:.2g}), by {r['excess_pct']:+.1f}% of the collectives' mean spacing"
+        )
     return (
         f"its {r['cause']} above every unsuspected rank's in {r['floor_steps_won']} of {r['floor_steps']} steps "
         f"(p = {r['floor_p_value']:.2g}), by {r['excess_pct']:+.1f}% of a step"

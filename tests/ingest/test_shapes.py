@@ -578,6 +578,31 @@ def test_two_gpus_kernels_overlap_per_device(tmp_path: Path) -> None:
     assert any("rank(s) 0 drive several GPUs" in str(n) for n in k.notes)
 
 
+def test_two_gpus_gaps_per_device(tmp_path: Path) -> None:
+    # dp_nccl_both_devices: per device each broadcast is exposed whole (its device computes nothing
+    # then): device 0 [500, 700] after its GEMM ending at 500, device 1 [800, 1000] after its GEMM
+    # ending at 800; 400 us exposed of 2 x 1000 us device windows (20 %). Merged over the rank
+    # (before) the other device's GEMMs hid both: no gaps, "all of it is hidden behind compute".
+    from traceprof.engine.findings import summarize
+
+    s = _dp_nccl_both_devices(tmp_path)
+    g = analyze(s, "gaps")
+    t0 = 1767225601000000000
+    rows = g.gaps.sort("start_ns").select("start_ns", "dur_ns", "op", "last_compute_end_ns", "top_op").rows()
+    assert rows == [
+        (t0 + 500 * US, 200 * US, "broadcast", t0 + 500 * US, "aten::mm"),
+        (t0 + 800 * US, 200 * US, "broadcast", t0 + 800 * US, "aten::mm"),
+    ]
+    assert g.frame.select("cause", "exposed_ns", "gaps").rows() == [("broadcast after aten::mm", 400 * US, 2)]
+    r = _row(g.ranks, rank=0)
+    assert (r["comm_ns"], r["exposed_ns"], r["window_ns"], r["gaps"]) == (400 * US, 400 * US, 2000 * US, 2)
+    st = _row(g.steps, rank=0, step=1)
+    assert (st["comm_ns"], st["exposed_ns"], st["step_ns"]) == (400 * US, 400 * US, 2000 * US)
+    assert any("rank(s) 0 drive several GPUs" in str(n) for n in g.notes)
+    comm = next(v for v in summarize(s, None).verdicts if v.topic == "communication")
+    assert "broadcast after aten::mm" in comm.text
+
+
 def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
     from traceprof.render.export import export_perfetto
 

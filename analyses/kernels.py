@@ -6,9 +6,9 @@ Algorithm (README.md "What traceprof handles": Kernel class; the same measures a
      (memcpy/memset) or compute (the rest; ROCm traces alike).
   2. Time by class: merge each class's intervals per rank (all streams together); busy = the union
      of all three. A rank that drives several GPUs (one process, several devices) is taken per
-     device and its devices' times summed (GPU time, as temporal's devices): one device's kernels
-     never overlap another device's, so its busy time and the four exclusive parts below are the
-     sums of its devices' (noted). The class unions overlap (an NCCL kernel under a GEMM counts in both), so they
+     device and its devices' times summed (GPU time, as temporal's devices): a device's
+     communication is overlapped only by that device's compute, and the rank's busy time and the
+     four exclusive parts below are the sums of its devices' (noted). The class unions overlap (an NCCL kernel under a GEMM counts in both), so they
      add up to more than busy time; they get no shares.
   3. Time by overlap type (HTA's ``kernel_type_df``, per rank): sweep the class unions and label
      each instant by the set of classes active (``compute``, ``compute+comm``, ...); these add up

@@ -603,6 +603,35 @@ def test_two_gpus_gaps_per_device(tmp_path: Path) -> None:
     assert "broadcast after aten::mm" in comm.text
 
 
+def test_two_gpus_critical_path_says_its_account_is_the_wall_clock(tmp_path: Path) -> None:
+    # dp_nccl_both_devices on the rank's wall clock (module doc): step [0, 1400] us, compute wherever
+    # either device computes ([100, 1400] = 1300 us), host-bound [0, 100], no transfer (each broadcast
+    # runs while the other device computes). The note and the communication finding's step-account
+    # clause say so and give the per-device exposed figure (400 us, gaps').
+    from traceprof.engine.findings import summarize
+
+    s = _dp_nccl_both_devices(tmp_path)
+    cp = analyze(s, "critical_path")
+    r = _row(cp.frame, rank=0, step=1)
+    assert (r["step_ns"], r["compute_ns"], r["transfer_ns"], r["host_bound_ns"]) == (
+        1400 * US,
+        1300 * US,
+        0,
+        100 * US,
+    )
+    note = cp.note("multi_device")
+    assert note is not None and note.ranks == (0,)
+    assert note.endswith(
+        "per device their exposed communication is rank 0 400 us (gaps, overlap's devices table)"
+    )
+    comm = next(f for f in summarize(s, None).findings if f.topic == "communication")
+    assert comm.text.endswith(
+        "step account: exposed transfer 0.0% of all ranks' step time (rank(s) 0 drive several GPUs: on their "
+        "wall clock one device's communication while another device computes counts as compute; per device it "
+        "is exposed: gaps)"
+    )
+
+
 def test_two_gpus_export_tracks_do_not_overlap(tmp_path: Path) -> None:
     from traceprof.render.export import export_perfetto
 

@@ -60,6 +60,16 @@ Algorithm:
      held it up). Every ns of exposed wait is credited once. Ranked by the rank's total, then
      the op's.
 
+A process that drives several GPUs (one rank, several devices) has one account, on the rank's wall
+clock: its step ends when its last device's work does, and an instant counts once for the rank, by
+the precedence above over all its devices' rows (so one device's communication while another device
+computes is compute here: the rank was computing then). The account says how the rank's time went,
+not how each device's did: a device's exposed communication (its own compute idle meanwhile) is in
+``gaps`` and ``overlap``'s devices table, and a note gives the rank's per-device figure beside this
+account's transfer. The path walks the rank's merged pieces, so it runs through whichever device
+worked last at each instant (the device that finishes last at the step's end); dependencies between
+one device's kernels are not followed across the other device's work.
+
 Linear in events and steps after sorts: interval sweeps and as-of joins, and a walk whose Python
 loop runs once per rank crossing (steps without one are taken together).
 """
@@ -83,6 +93,7 @@ from traceprof.engine import intervals
 from traceprof.engine.activity import (
     activity,
     excluded_note,
+    exposed_comm,
     graph_level_notes,
     multi_device_ranks,
     op_activity,
@@ -95,6 +106,7 @@ from traceprof.engine.analysis import (
     FindingsInput,
     FrameResult,
     Lead,
+    Note,
     Report,
     RunParams,
     register,
@@ -841,6 +853,13 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
         if credited
         else ""
     )
+    multi = cp.note("multi_device")
+    wall = (  # the wall clock of a multi-GPU rank (module doc)
+        f" (rank(s) {', '.join(map(str, multi.ranks))} drive several GPUs: on their wall clock one device's "
+        "communication while another device computes counts as compute; per device it is exposed: gaps)"
+        if multi is not None and multi.ranks
+        else ""
+    )
     ns: dict[str, tuple[float, str]] = {
         "communication": (transfer - credited, "exposed transfer" + beyond),
         "idle": (
@@ -867,7 +886,7 @@ def _recoverable(inp: FindingsInput, findings: list[Finding]) -> list[Finding]:
             out.append(f)
             continue
         pct = 100.0 * x[0] / total
-        said = f"; {account}: {x[1]} {pct:.1f}% of {of}"
+        said = f"; {account}: {x[1]} {pct:.1f}% of {of}" + (wall if f.topic == "communication" else "")
         out.append(
             dataclasses.replace(
                 f,
@@ -1045,6 +1064,17 @@ def run(store: Store, params: Params) -> Result:
     )
     wait, xfer, source, n_inst, n_p2p = _collective_parts(store, run_id, params.source or None)
     multi = multi_device_ranks(act) if "device" in act.columns else []
+    # a multi-GPU rank's exposed communication per device, for the note (module doc)
+    dev_exposed: dict[int, int] = {}
+    if multi:
+        cols = ("rank", "device", "class", "start_ns", "end_ns")
+        mine = act.lazy().filter(pl.col("rank").is_in(multi)).select(cols).collect()
+        dev_exposed = dict.fromkeys(multi, 0) | dict(
+            exposed_comm(mine, ["rank", "device"])
+            .group_by("rank")
+            .agg((pl.col("end_ns") - pl.col("start_ns")).sum())
+            .iter_rows()
+        )
     # the segments read six columns of each rank's rows: outside a report (nothing else holds the
     # frame) the other columns are let go of before them, and each rank's rows once its segments
     # are made
@@ -1070,7 +1100,7 @@ def run(store: Store, params: Params) -> Result:
         .sort("step", nulls_last=True)
     )
     blame = _blame(segs, total)
-    notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, multi)
+    notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, dev_exposed)
     notes += missing_step_notes(windows)
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id),) if n]
@@ -1091,7 +1121,7 @@ def _notes(
     source: str | None,
     counts: tuple[int, int],
     cpu_ranks: list[int],
-    multi: list[int],
+    dev_exposed: dict[int, int],
 ) -> list[str]:
     notes = [
         "step windows tile each rank's time: a step runs from the end of the previous step's work to the end "
@@ -1128,9 +1158,16 @@ def _notes(
             "work, arrival = the c10d enqueue; the gaps between the training thread's ops are host_bound "
             "(untraced host time: Python, data loading, sleeps)"
         )
-    if multi:
+    if dev_exposed:
+        figures = ", ".join(f"rank {r} {ns / 1e3:,.0f} us" for r, ns in sorted(dev_exposed.items()))
         notes.append(
-            f"rank(s) {', '.join(map(str, multi))} drive several GPUs: an instant counts once for the rank, "
-            "by the busiest lane of any of its devices"
+            Note(
+                "rank(s) {ranks} drive several GPUs: their account is the rank's wall clock (an instant counts "
+                "once, by precedence over all its devices: one device's communication while another device "
+                f"computes is compute here); per device their exposed communication is {figures} (gaps, "
+                "overlap's devices table)",
+                ranks=sorted(dev_exposed),
+                kind="multi_device",
+            )
         )
     return notes

@@ -19,6 +19,10 @@ Algorithm (README.md "Analyses": Exposed communication / overlap gaps):
      their exposed time summed over ranks and steps.
   6. Per rank: exposed = |comm - compute| and its share of the rank's window (as ``overlap``); per
      step: the step's gaps as ns and as % of the step's window (as ``overlap --table steps``).
+On a run where a process drives several GPUs all of the above is per (rank, device) (noted): a
+device's communication is exposed unless that device computes, its gap's collective is one on that
+device and its compute before is that device's; a rank's and a step's comm_ns, exposed_ns and
+window are the sums of its devices' (as ``overlap``'s devices table and the communication verdict).
 """
 
 from __future__ import annotations
@@ -34,12 +38,18 @@ import polars as pl
 from traceprof.analyses.overlap import exposed_comm, untraced_comm_note
 from traceprof.core import columns as rc
 from traceprof.core.schema import sql_texts
-from traceprof.engine.activity import compute_merged, excluded_note, graph_level_notes, run_activity
+from traceprof.engine.activity import (
+    compute_merged,
+    excluded_note,
+    graph_level_notes,
+    multi_device_ranks,
+    run_activity,
+)
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import by_rank_chunks, union_ns
 from traceprof.storage.store import Store
 
-_COLLECTIVES_SQL, _OPS_SQL = (
+_COLLECTIVES_SQL, _OPS_SQL, _DEVICE_COLLECTIVES_SQL = (
     s.strip() for s in Path(__file__).with_name("gaps.sql").read_text().split(";\n")
 )
 _NO_STEP = -1  # join key for activity outside ProfilerSteps (step numbers are >= 0)
@@ -55,6 +65,7 @@ _ACTIVITY = (
     "trace_id",
     "launch_tid",
     "launch_ts_ns",
+    "device",
 )
 _THREAD = ["trace_id", "tid"]
 
@@ -98,13 +109,14 @@ def _label() -> pl.Expr:
     return pl.when(inner == "").then(op).otherwise(pl.format("{} ({})", op, inner))
 
 
-def _collectives_per_gap(gaps: pl.DataFrame, colls: pl.DataFrame) -> pl.DataFrame:
+def _collectives_per_gap(gaps: pl.DataFrame, colls: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """For each gap id: the overlapping collectives' count and the primary one (module doc, step 3).
 
-    Gaps are disjoint and sorted within (rank, step_key), so the gaps a collective overlaps are a
-    contiguous id range: first gap ending after its start to last gap starting before its end.
+    Gaps are disjoint and sorted within (``keys``: rank, or rank and device; step_key), so the gaps
+    a collective overlaps are a contiguous id range: first gap ending after its start to last gap
+    starting before its end.
     """
-    by = ["rank", "step_key"]
+    by = [*keys, "step_key"]
     g = gaps.select(*by, "gid", "start_ns", "end_ns")
     c = (
         colls.sort("start_ns")
@@ -203,50 +215,56 @@ def enclosing(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _compute_before(
-    store: Store, run_id: int, gaps: pl.DataFrame, act: pl.DataFrame, comp_merged: pl.DataFrame
+    store: Store,
+    run_id: int,
+    gaps: pl.DataFrame,
+    act: pl.DataFrame,
+    comp_merged: pl.DataFrame,
+    keys: list[str],
 ) -> pl.DataFrame:
     """For each gap id: last_compute, last_compute_end_ns, launch_op, top_op (module doc, step 4);
-    ``act``: the activity (its compute rows are the candidates).
+    ``act``: the activity (its compute rows are the candidates); ``keys``: rank, or rank and device
+    (a gap's compute before is its device's).
 
     The compute interval ending last by the gap start ends where the last merged compute interval
     before the gap ends (a gap start is never inside compute), so the search runs on the merged
     intervals and only their ends are looked up among the raw ones.
     """
     last = (
-        gaps.select("gid", "rank", "start_ns")
+        gaps.select("gid", *keys, "start_ns")
         .sort("start_ns")
         .join_asof(
-            comp_merged.select("rank", pl.col("end_ns").alias("last_compute_end_ns")).sort(
+            comp_merged.select(*keys, pl.col("end_ns").alias("last_compute_end_ns")).sort(
                 "last_compute_end_ns"
             ),
             left_on="start_ns",
             right_on="last_compute_end_ns",
-            by="rank",
+            by=keys,
             check_sortedness=False,
         )
     )
-    ends = last.select("rank", pl.col("last_compute_end_ns").alias("end_ns")).drop_nulls().unique()
+    ends = last.select(*keys, pl.col("last_compute_end_ns").alias("end_ns")).drop_nulls().unique()
 
     def ending(part: pl.DataFrame) -> pl.DataFrame:
         """The compute rows of ``part`` ending there, in the activity's order (found on two columns,
         then taken whole)."""
         rows = (
-            part.select("rank", "end_ns", _comp=pl.col("class") == "compute")
+            part.select(*keys, "end_ns", _comp=pl.col("class") == "compute")
             .with_row_index("_row")
             .filter("_comp")
-            .join(ends, on=["rank", "end_ns"], how="semi", maintain_order="left")["_row"]
+            .join(ends, on=[*keys, "end_ns"], how="semi", maintain_order="left")["_row"]
         )
         return part[rows]
 
     # Among intervals ending together keep the longest (the outer op of nested CPU ops).
     cand = (
         by_rank_chunks(act, ["rank"], ending)
-        .sort("rank", "end_ns", "start_ns")
-        .unique(["rank", "end_ns"], keep="first")
+        .sort(*keys, "end_ns", "start_ns")
+        .unique([*keys, "end_ns"], keep="first")
     )
     last = last.join(
         cand.select(
-            "rank",
+            *keys,
             pl.col("end_ns").alias("last_compute_end_ns"),
             pl.col("name").alias("last_compute"),
             "device_kind",
@@ -254,7 +272,7 @@ def _compute_before(
             "launch_tid",
             "launch_ts_ns",
         ),
-        on=["rank", "last_compute_end_ns"],
+        on=[*keys, "last_compute_end_ns"],
         how="left",
     )
     pts = last.filter(pl.col("launch_ts_ns").is_not_null() & pl.col("launch_tid").is_not_null()).select(
@@ -323,15 +341,24 @@ def _spans(act: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
     )
 
 
-def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+def _summed(df: pl.DataFrame, by: list[str], col: str) -> pl.DataFrame:
+    """``df``'s ``col`` summed per ``by`` (a frame per ``by`` and device: a process's devices), or
+    ``df`` as it is."""
+    return df.group_by(by).agg(pl.col(col).sum()) if "device" in df.columns else df
+
+
+def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     per_step = (
         gaps.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(pl.col("dur_ns").sum().alias("exposed_ns"), pl.len().alias("gaps"))
     )
-    comm_ns = union_ns(comm.filter(pl.col("step").is_not_null()), ["rank", "step"], "comm_ns")
+    by = [*keys, "step"]
+    comm_ns = _summed(
+        union_ns(comm.filter(pl.col("step").is_not_null()), by, "comm_ns"), ["rank", "step"], "comm_ns"
+    )
     return (
-        _spans(act, ["rank", "step"], "step_ns")
+        _summed(_spans(act, by, "step_ns"), ["rank", "step"], "step_ns")
         .filter(pl.col("step").is_not_null())
         .join(comm_ns, on=["rank", "step"], how="left")
         .join(per_step, on=["rank", "step"], how="left")
@@ -342,15 +369,17 @@ def _per_step(act: pl.DataFrame, comm: pl.DataFrame, gaps: pl.DataFrame) -> pl.D
     )
 
 
-def _per_rank(act: pl.DataFrame, comm: pl.DataFrame, lite: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+def _per_rank(
+    act: pl.DataFrame, comm: pl.DataFrame, lite: pl.DataFrame, gaps: pl.DataFrame, keys: list[str]
+) -> pl.DataFrame:
     exposed = (
-        exposed_comm(lite, ["rank"])
+        exposed_comm(lite, keys)
         .group_by("rank")
         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("exposed_ns"))
     )
     return (
-        _spans(act, ["rank"], "window_ns")
-        .join(union_ns(comm, ["rank"], "comm_ns"), on="rank", how="left")
+        _summed(_spans(act, keys, "window_ns"), ["rank"], "window_ns")
+        .join(_summed(union_ns(comm, keys, "comm_ns"), ["rank"], "comm_ns"), on="rank", how="left")
         .join(exposed, on="rank", how="left")
         .join(
             gaps.group_by("rank").agg(pl.len().alias("gaps"), pl.col("dur_ns").max().alias("max_gap_ns")),
@@ -464,10 +493,13 @@ def run(store: Store, params: Params) -> Result:
     run_id, act = run_activity(store, params.run, hta=params.hta, detail=True, columns=_ACTIVITY)
     # copies of the few columns each step reads, never of the activity's rows (the compute rows'
     # text columns are looked up by row for the gaps' candidates only)
-    cols = ["rank", "class", "step", "start_ns", "end_ns"]
+    # a process that drives several GPUs: everything per (rank, device) (module doc)
+    multi = multi_device_ranks(act)
+    keys = ["rank", "device"] if multi else ["rank"]
+    cols = [*keys, "class", "step", "start_ns", "end_ns"]
     comm = act.select(cols).filter(pl.col("class") == "comm")
     # The merged compute hides communication as well as every compute row does, and is far smaller.
-    comp_merged = compute_merged(act)
+    comp_merged = compute_merged(act, keys)
     lite = pl.concat(
         [
             comm,
@@ -476,21 +508,19 @@ def run(store: Store, params: Params) -> Result:
             ).select(cols),
         ]
     )
-    gaps = exposed_comm(lite, ["rank", "step"]).with_columns(
+    gaps = exposed_comm(lite, [*keys, "step"]).with_columns(
         pl.col("step").fill_null(_NO_STEP).alias("step_key")
     )
     gaps = (
-        gaps.sort("rank", "step_key", "start_ns")
+        gaps.sort(*keys, "step_key", "start_ns")
         .with_row_index("gid")
         .with_columns(pl.col("gid").cast(pl.Int64))
     )
-    colls = store.sql(_COLLECTIVES_SQL.replace("$run", str(run_id)))
-    colls = colls.with_columns(
-        pl.col("step_key").cast(gaps.schema["step_key"]), pl.col("rank").cast(gaps.schema["rank"])
-    )
+    colls = store.sql((_DEVICE_COLLECTIVES_SQL if multi else _COLLECTIVES_SQL).replace("$run", str(run_id)))
+    colls = colls.with_columns(pl.col(k).cast(gaps.schema[k]) for k in ("step_key", *keys))
     gaps = (
-        gaps.join(_collectives_per_gap(gaps, colls), on="gid", how="left")
-        .join(_compute_before(store, run_id, gaps, act, comp_merged), on="gid", how="left")
+        gaps.join(_collectives_per_gap(gaps, colls, keys), on="gid", how="left")
+        .join(_compute_before(store, run_id, gaps, act, comp_merged, keys), on="gid", how="left")
         .with_columns(
             (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
             _label().alias("collective"),
@@ -506,7 +536,7 @@ def run(store: Store, params: Params) -> Result:
         .alias("cause"),
     )
     causes = _causes(gaps)
-    steps, ranks = _per_step(act, comm, gaps), _per_rank(act, comm, lite, gaps)
+    steps, ranks = _per_step(act, comm, gaps, keys), _per_rank(act, comm, lite, gaps, keys)
     gaps = gaps.select(
         "rank",
         "step",
@@ -534,6 +564,15 @@ def run(store: Store, params: Params) -> Result:
         )
     else:
         notes.append(top_cause_note(causes))
+    if multi:
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: their gaps are per device (a device's communication "
+                "hidden only behind that device's compute); their comm_ns, exposed_ns and windows are their "
+                "devices' summed",
+                ranks=multi,
+            )
+        )
     if params.hta:
         notes.append("HTA-compatible selection (last step and unlaunched GPU events dropped)")
     notes += graph_level_notes(store, run_id)

@@ -17,3 +17,17 @@ FROM events
 WHERE run_id = $run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns > 0 AND flag IS NULL
   AND NOT starts_with(name, 'gloo:') AND NOT starts_with(name, 'c10d::') AND name <> 'record_param_comms'
   AND trace_id IN ($traces) AND tid IN ($tids)
+;
+-- collectives with their device: as the first statement, for a run where a process drives several
+-- GPUs (a stream number recurs on every device: the kernel with the same start and stream on the
+-- same trace gives the device).
+SELECT c.rank, coalesce(c.step, -1) AS step_key, c.start_ns, c.end_ns, c.op, c.pg, c.seq,
+       CASE WHEN c.bytes_in IS NULL AND c.bytes_out IS NULL THEN NULL
+            ELSE greatest(coalesce(c.bytes_in, 0), coalesce(c.bytes_out, 0)) END AS bytes,
+       k.device
+FROM collectives c
+LEFT JOIN (SELECT DISTINCT run_id, rank, trace_id, stream, ts_ns, device FROM kernels
+           WHERE run_id = $run AND class = 'comm') k
+  ON k.run_id = c.run_id AND k.rank = c.rank AND k.trace_id = c.trace_id AND k.stream = c.stream
+ AND k.ts_ns = c.start_ns
+WHERE c.run_id = $run AND c.source IN ('nccl_kernel', 'gloo') AND c.end_ns > c.start_ns

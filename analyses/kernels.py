@@ -5,7 +5,10 @@ Algorithm (README.md "What traceprof handles": Kernel class; the same measures a
      (NCCL/RCCL: ``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclSymkDevKernel_*``, ``rccl*``), memory
      (memcpy/memset) or compute (the rest; ROCm traces alike).
   2. Time by class: merge each class's intervals per rank (all streams together); busy = the union
-     of all three. The class unions overlap (an NCCL kernel under a GEMM counts in both), so they
+     of all three. A rank that drives several GPUs (one process, several devices) is taken per
+     device and its devices' times summed (GPU time, as temporal's devices): a device's
+     communication is overlapped only by that device's compute, and the rank's busy time and the
+     four exclusive parts below are the sums of its devices' (noted). The class unions overlap (an NCCL kernel under a GEMM counts in both), so they
      add up to more than busy time; they get no shares.
   3. Time by overlap type (HTA's ``kernel_type_df``, per rank): sweep the class unions and label
      each instant by the set of classes active (``compute``, ``compute+comm``, ...); these add up
@@ -29,15 +32,15 @@ from traceprof.analyses import _common
 from traceprof.core import columns as rc
 from traceprof.core.classify import VALID_SQL
 from traceprof.core.errors import AnalysisError
-from traceprof.engine.activity import activity, excluded_note, graph_level_notes
+from traceprof.engine.activity import activity, excluded_note, graph_level_notes, multi_device_ranks
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.engine.intervals import by_rank_chunks, merge, union_ns
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 CLASSES = ("compute", "comm", "memory")  # bit 0, 1, 2 of an overlap type, in HTA's order
-#: The activity columns kernels reads (``traceprof.engine.activity``): not lanes nor devices.
-_ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "name", "device_kind")
+#: The activity columns kernels reads (``traceprof.engine.activity``): not lanes.
+_ACTIVITY = ("rank", "class", "start_ns", "end_ns", "step", "name", "device_kind", "device")
 _EXCLUSIVE = ("compute_only", "comm_only", "memory_only", "overlapped")
 
 
@@ -73,35 +76,46 @@ class Result(FrameResult):
         ]
 
 
-def _class_ns(act: pl.DataFrame, cls: str) -> pl.DataFrame:
-    """Busy time per rank of ``act``'s rows of class ``cls``: rank, ``<cls>_ns`` (ns)."""
-    return union_ns(act.filter(pl.col("class") == cls), ["rank"], f"{cls}_ns")
+def _class_ns(act: pl.DataFrame, cls: str, by: list[str]) -> pl.DataFrame:
+    """Busy time per rank of ``act``'s rows of class ``cls``: rank, ``<cls>_ns`` (ns), the
+    unions per ``by`` group (rank, or rank and device) summed per rank."""
+    return _per_rank(union_ns(act.filter(pl.col("class") == cls), by, f"{cls}_ns"), f"{cls}_ns")
 
 
-def overlap_types(act: pl.DataFrame) -> pl.DataFrame:
+def _per_rank(df: pl.DataFrame, col: str) -> pl.DataFrame:
+    """``df``'s ``col`` summed per rank (a frame per rank and device), or ``df`` as it is."""
+    if "device" not in df.columns:
+        return df
+    return df.group_by("rank").agg(pl.col(col).sum())
+
+
+def overlap_types(act: pl.DataFrame, by: tuple[str, ...] = ("rank",)) -> pl.DataFrame:
     """Time per rank by the set of kernel classes running (module doc, step 3).
 
     Args:
-        act: Activity rows (rank, class, start_ns, end_ns) of classes ``CLASSES``.
+        act: Activity rows (rank, class, start_ns, end_ns; device with ``by`` ``("rank", "device")``)
+            of classes ``CLASSES``.
+        by: The groups swept apart (rank; rank and device: a device's classes overlap only with its
+            own), their times summed per rank.
 
     Returns:
         Frame with rank, kernel_type (e.g. ``compute+comm``), time_ns (ns).
     """
     # a few ranks at a time (rank_chunks): each class's rows, their merge and the sweep's events
     # are one piece's, not the run's (8 ranks x 1 M events: the report's light peak, beside the frame)
-    return by_rank_chunks(act, ["rank"], _overlap_types)
+    return by_rank_chunks(act, list(by), functools.partial(_overlap_types, by=list(by)))
 
 
-def _overlap_types(act: pl.DataFrame) -> pl.DataFrame:
+def _overlap_types(act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """:func:`overlap_types` of ``act`` in one piece."""
     parts = []
     for bit, cls in enumerate(CLASSES):
-        m = merge(act.filter(pl.col("class") == cls), ["rank"])
-        parts.append(m.select("rank", pl.col("start_ns").alias("t"), pl.lit(1 << bit).alias("d")))
-        parts.append(m.select("rank", pl.col("end_ns").alias("t"), pl.lit(-(1 << bit)).alias("d")))
-    ev = pl.concat(parts).group_by("rank", "t").agg(pl.col("d").sum()).sort("rank", "t")
+        m = merge(act.filter(pl.col("class") == cls), by)
+        parts.append(m.select(*by, pl.col("start_ns").alias("t"), pl.lit(1 << bit).alias("d")))
+        parts.append(m.select(*by, pl.col("end_ns").alias("t"), pl.lit(-(1 << bit)).alias("d")))
+    ev = pl.concat(parts).group_by(*by, "t").agg(pl.col("d").sum()).sort(*by, "t")
     ev = ev.with_columns(
-        pl.col("d").cum_sum().over("rank").alias("state"), pl.col("t").shift(-1).over("rank").alias("next")
+        pl.col("d").cum_sum().over(by).alias("state"), pl.col("t").shift(-1).over(by).alias("next")
     ).filter((pl.col("state") > 0) & pl.col("next").is_not_null())
     labels = pl.DataFrame(
         {
@@ -170,7 +184,7 @@ SPEC = Analysis(
             rc.RANK,
             rc.rows("kernels", "GPU rows (kernels, memcpy, memset)"),
             rc.ns("kernel_ns", "Their durations, summed"),
-            rc.ns("busy_ns", "Union of all of them"),
+            rc.ns("busy_ns", "Union of all of them (per device, summed, on a rank that drives several GPUs)"),
             *(
                 rc.ns(
                     f"{c}_ns",
@@ -256,15 +270,18 @@ def run(store: Store, params: Params) -> Result:
     per_rank = by_rank_chunks(
         act, ["rank"], lambda p: p.group_by("rank").agg(pl.len().alias("kernels"), d.sum().alias("kernel_ns"))
     )
-    per_rank = per_rank.join(union_ns(act, ["rank"], "busy_ns"), on="rank")
-    cut = act.select("rank", "class", "start_ns", "end_ns")  # what the filters below copy
+    # a rank that drives several GPUs: its unions and its sweep per device (module doc, step 2)
+    multi = multi_device_ranks(act)
+    by = ["rank", "device"] if multi else ["rank"]
+    per_rank = per_rank.join(_per_rank(union_ns(act, by, "busy_ns"), "busy_ns"), on="rank")
+    cut = act.select(*by, "class", "start_ns", "end_ns")  # what the filters below copy
     for cls in CLASSES:  # a few ranks' rows of the class copied at a time
         per_rank = per_rank.join(
-            by_rank_chunks(cut, ["rank"], functools.partial(_class_ns, cls=cls)),
+            by_rank_chunks(cut, by, functools.partial(_class_ns, cls=cls, by=by)),
             on="rank",
             how="left",
         ).with_columns(pl.col(f"{cls}_ns").fill_null(0))
-    types = overlap_types(cut)
+    types = overlap_types(cut, tuple(by))
     exclusive = types.with_columns(
         pl.when(pl.col("kernel_type").str.contains("+", literal=True))
         .then(pl.lit("overlapped"))
@@ -303,6 +320,14 @@ def run(store: Store, params: Params) -> Result:
         .sort("rank")
     )
     notes = ["HTA-compatible selection and kernel classes"] if params.hta else []
+    if multi:
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: their times are per device, summed (busy_ns is GPU time "
+                "over their devices; one device's communication overlaps only that device's compute)",
+                ranks=multi,
+            )
+        )
     if int(per_rank["flagged_kernels"].sum()):
         notes.append(
             Note(

@@ -503,15 +503,11 @@ def test_two_gpus_idle_verdict_uses_the_devices_figures(tmp_path: Path) -> None:
     assert "several GPUs" not in next(v for v in summarize(one, None).verdicts if v.topic == "idle").text
 
 
-def test_two_gpus_communication_verdict_uses_the_devices_figures(tmp_path: Path) -> None:
-    # g7 variant two_gpus_one_process/dp_nccl_both_devices, on the case's GEMMs (device 0 [100, 500]
-    # [700, 1100], device 1 [400, 800] [1000, 1400] us) plus a broadcast kernel on each device's
-    # stream 2 (one process driving both GPUs, as DataParallel does): device 0 [500, 700] while only
-    # device 1 computes, device 1 [800, 1000] while only device 0 computes. Per device nothing of it
-    # is hidden: 200 us exposed of each 1000 us window, 400 of 2000 = 20 % (problem); merged over the
-    # rank, the other device's GEMMs "hide" all 400 us (0 %, ok), said only in the clause.
-    from traceprof.engine.findings import summarize
-
+def _dp_nccl_both_devices(tmp_path: Path) -> Store:
+    """g7 variant two_gpus_one_process/dp_nccl_both_devices, on the case's GEMMs (device 0 [100, 500]
+    [700, 1100], device 1 [400, 800] [1000, 1400] us) plus a broadcast kernel on each device's
+    stream 2 (one process driving both GPUs, as DataParallel does): device 0 [500, 700] while only
+    device 1 computes, device 1 [800, 1000] while only device 0 computes; ingested."""
     src = json.loads((case("two_gpus_one_process") / "rank0.json").read_text())
     t0 = next(e["ts"] for e in src["traceEvents"] if e.get("name") == "ProfilerStep#1")
     for dev, start, corr in ((0, 500, 701), (1, 800, 702)):
@@ -528,7 +524,19 @@ def test_two_gpus_communication_verdict_uses_the_devices_figures(tmp_path: Path)
     f = tmp_path / "in" / "rank0.json"
     f.parent.mkdir()
     f.write_text(json.dumps(src))
-    s = _store(tmp_path, f)
+    return _store(tmp_path, f)
+
+
+def test_two_gpus_communication_verdict_uses_the_devices_figures(tmp_path: Path) -> None:
+    # g7 variant two_gpus_one_process/dp_nccl_both_devices, on the case's GEMMs (device 0 [100, 500]
+    # [700, 1100], device 1 [400, 800] [1000, 1400] us) plus a broadcast kernel on each device's
+    # stream 2 (one process driving both GPUs, as DataParallel does): device 0 [500, 700] while only
+    # device 1 computes, device 1 [800, 1000] while only device 0 computes. Per device nothing of it
+    # is hidden: 200 us exposed of each 1000 us window, 400 of 2000 = 20 % (problem); merged over the
+    # rank, the other device's GEMMs "hide" all 400 us (0 %, ok), said only in the clause.
+    from traceprof.engine.findings import summarize
+
+    s = _dp_nccl_both_devices(tmp_path)
     ov = analyze(s, "overlap")
     assert _row(ov.frame, rank=0)["exposed_comm_ns"] == 0  # the merged per-rank figure, noted
     for dev in (0, 1):
@@ -548,6 +556,79 @@ def test_two_gpus_communication_verdict_uses_the_devices_figures(tmp_path: Path)
         "compute, exposed time over the sum of their devices' windows: rank 0 400 us of 2 ms; overlap's "
         "devices table); merged (one device's communication hidden behind any device's compute): rank 0 "
         "exposed 0% of the window"
+    )
+
+
+def test_two_gpus_kernels_overlap_per_device(tmp_path: Path) -> None:
+    # dp_nccl_both_devices: per device, busy [100, 1100] / [400, 1400] = 1000 us each, compute 800,
+    # comm 200, none of it under that device's compute. Summed: busy 2000, compute_only 1600,
+    # comm_only 400, overlapped 0 (80 / 20 / 0 %). Merged over the rank (before): busy 1300,
+    # overlapped 400 (each broadcast "under" the other device's GEMM), comm_only 0.
+    k = analyze(_dp_nccl_both_devices(tmp_path), "kernels")
+    r = _row(k.frame, rank=0)
+    cols = ("busy_ns", "compute_ns", "comm_ns", "compute_only_ns", "comm_only_ns", "overlapped_ns")
+    assert tuple(r[c] for c in cols) == (2000 * US, 1600 * US, 400 * US, 1600 * US, 400 * US, 0)
+    assert (r["compute_only_pct"], r["comm_only_pct"], r["overlapped_pct"]) == pytest.approx(
+        (80.0, 20.0, 0.0)
+    )
+    assert sorted(k.types.select("kernel_type", "time_ns").rows()) == [
+        ("comm", 400 * US),
+        ("compute", 1600 * US),
+    ]
+    assert any("rank(s) 0 drive several GPUs" in str(n) for n in k.notes)
+
+
+def test_two_gpus_gaps_per_device(tmp_path: Path) -> None:
+    # dp_nccl_both_devices: per device each broadcast is exposed whole (its device computes nothing
+    # then): device 0 [500, 700] after its GEMM ending at 500, device 1 [800, 1000] after its GEMM
+    # ending at 800; 400 us exposed of 2 x 1000 us device windows (20 %). Merged over the rank
+    # (before) the other device's GEMMs hid both: no gaps, "all of it is hidden behind compute".
+    from traceprof.engine.findings import summarize
+
+    s = _dp_nccl_both_devices(tmp_path)
+    g = analyze(s, "gaps")
+    t0 = 1767225601000000000
+    rows = g.gaps.sort("start_ns").select("start_ns", "dur_ns", "op", "last_compute_end_ns", "top_op").rows()
+    assert rows == [
+        (t0 + 500 * US, 200 * US, "broadcast", t0 + 500 * US, "aten::mm"),
+        (t0 + 800 * US, 200 * US, "broadcast", t0 + 800 * US, "aten::mm"),
+    ]
+    assert g.frame.select("cause", "exposed_ns", "gaps").rows() == [("broadcast after aten::mm", 400 * US, 2)]
+    r = _row(g.ranks, rank=0)
+    assert (r["comm_ns"], r["exposed_ns"], r["window_ns"], r["gaps"]) == (400 * US, 400 * US, 2000 * US, 2)
+    st = _row(g.steps, rank=0, step=1)
+    assert (st["comm_ns"], st["exposed_ns"], st["step_ns"]) == (400 * US, 400 * US, 2000 * US)
+    assert any("rank(s) 0 drive several GPUs" in str(n) for n in g.notes)
+    comm = next(v for v in summarize(s, None).verdicts if v.topic == "communication")
+    assert "broadcast after aten::mm" in comm.text
+
+
+def test_two_gpus_critical_path_says_its_account_is_the_wall_clock(tmp_path: Path) -> None:
+    # dp_nccl_both_devices on the rank's wall clock (module doc): step [0, 1400] us, compute wherever
+    # either device computes ([100, 1400] = 1300 us), host-bound [0, 100], no transfer (each broadcast
+    # runs while the other device computes). The note and the communication finding's step-account
+    # clause say so and give the per-device exposed figure (400 us, gaps').
+    from traceprof.engine.findings import summarize
+
+    s = _dp_nccl_both_devices(tmp_path)
+    cp = analyze(s, "critical_path")
+    r = _row(cp.frame, rank=0, step=1)
+    assert (r["step_ns"], r["compute_ns"], r["transfer_ns"], r["host_bound_ns"]) == (
+        1400 * US,
+        1300 * US,
+        0,
+        100 * US,
+    )
+    note = cp.note("multi_device")
+    assert note is not None and note.ranks == (0,)
+    assert note.endswith(
+        "per device their exposed communication is rank 0 400 us (gaps, overlap's devices table)"
+    )
+    comm = next(f for f in summarize(s, None).findings if f.topic == "communication")
+    assert comm.text.endswith(
+        "step account: exposed transfer 0.0% of all ranks' step time (rank(s) 0 drive several GPUs: on their "
+        "wall clock one device's communication while another device computes counts as compute; per device it "
+        "is exposed: gaps)"
     )
 
 

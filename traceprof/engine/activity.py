@@ -865,30 +865,37 @@ def exposed_comm(act: pl.DataFrame, by: list[str], compute: pl.DataFrame | None 
     Args:
         act: Activity frame (:func:`activity`).
         by: ``["rank"]`` or ``["rank", "step"]`` (one step's communication minus all the rank's
-            compute); rows with a null step form their own group.
-        compute: ``act``'s compute intervals (rank, start_ns, end_ns), merged or not, when the caller
-            has them (it subtracts them again: :func:`compute_merged`); None: taken from ``act``.
+            compute); rows with a null step form their own group. With ``"device"`` after rank
+            (``["rank", "device", ...]``, a process that drives several GPUs) a device's communication
+            is hidden only behind that device's compute.
+        compute: ``act``'s compute intervals (rank, start_ns, end_ns; and device with a ``by`` of
+            devices), merged or not, when the caller has them (it subtracts them again:
+            :func:`compute_merged`); None: taken from ``act``.
 
     Returns:
         Frame with ``by`` + start_ns, end_ns (ns), disjoint and sorted within each group.
     """
+    keys = ["rank", "device"] if "device" in by else ["rank"]
     # each filter copies the columns the subtraction reads only
     comm = act.lazy().filter(pl.col("class") == "comm").select(*dict.fromkeys([*by, "start_ns", "end_ns"]))
-    comp = compute if compute is not None else compute_rows(act)
-    return intervals.subtract(comm.collect(), comp, by, ["rank"])
+    comp = compute if compute is not None else compute_rows(act, keys)
+    return intervals.subtract(comm.collect(), comp, by, keys)
 
 
-def compute_rows(act: pl.DataFrame) -> pl.DataFrame:
-    """The compute intervals of activity frame ``act``: its compute rows' rank, start_ns and end_ns
-    (a copy of those three columns only)."""
-    return act.lazy().filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns").collect()
+def compute_rows(act: pl.DataFrame, keys: list[str] | None = None) -> pl.DataFrame:
+    """The compute intervals of activity frame ``act``: its compute rows' ``keys`` (default rank;
+    rank and device), start_ns and end_ns (a copy of those columns only)."""
+    keys = keys or ["rank"]
+    return act.lazy().filter(pl.col("class") == "compute").select(*keys, "start_ns", "end_ns").collect()
 
 
-def compute_merged(act: pl.DataFrame) -> pl.DataFrame:
-    """:func:`compute_rows` of ``act`` merged per rank (``traceprof.engine.intervals.merge``): they hide
-    communication as every compute row does, and a subtraction of them merges far fewer rows (a
-    caller that subtracts the compute several times merges it once)."""
-    return intervals.merge(compute_rows(act), ["rank"])
+def compute_merged(act: pl.DataFrame, keys: list[str] | None = None) -> pl.DataFrame:
+    """:func:`compute_rows` of ``act`` merged per rank (``traceprof.engine.intervals.merge``; per
+    ``keys``: rank and device): they hide communication as every compute row does, and a
+    subtraction of them merges far fewer rows (a caller that subtracts the compute several times
+    merges it once)."""
+    keys = keys or ["rank"]
+    return intervals.merge(compute_rows(act, keys), keys)
 
 
 def run_measures(

@@ -121,7 +121,7 @@ def _trace_path(value: str | Path) -> Path:
 def _file_path(value: str | Path) -> Path:
     """An output file option's value (``report -o``, ``export perfetto -o``) as a Path, refused
     when it is empty (:func:`_given`) or written as a folder (ending in ``/``: ``Path("x/")`` is
-    the file ``x``).
+    the file ``x``). ``-`` is stdout (:data:`traceprof.core.fileio.STDOUT`).
 
     Raises:
         UsageError: Naming the path as typed.
@@ -1230,7 +1230,7 @@ def report(
     fileio.check_not_store(output, db)
     with open_session(db, cache=not no_cache, executor=executor, scheduler=scheduler) as s:
         s.report(output, run, baseline=baseline, params=params, force=force, units=units)
-    say(f"report written to {output}")
+    say(f"report written to {fileio.output_name(output)}")
 
 
 BaselineArg = Annotated[
@@ -1600,7 +1600,7 @@ def export_perfetto(
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
         n = do_export(store, run, output, findings=not no_findings)
-    say(f"{n:,} events written to {output} (metadata events included)")
+    say(f"{n:,} events written to {fileio.output_name(output)} (metadata events included)")
 
 
 def _say_interrupted() -> None:

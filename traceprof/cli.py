@@ -836,7 +836,7 @@ def sql(
             elif fmt is Format.json:
                 _stream_json(res.columns, res.rows)
             else:
-                _stream_csv(res.columns, res.rows, raw)
+                _stream_csv(res.columns, res.rows, raw, res.text)
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db) + " (sql is read-only)") from None
     if res.statements > 1:
@@ -864,13 +864,20 @@ def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
     sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
 
 
-def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool) -> None:
-    """Write rows as CSV; string cells go through :func:`traceprof.core.term.csv_cell` unless ``raw``."""
+def _stream_csv(
+    columns: list[str], rows: Iterable[Sequence[object]], raw: bool, text: Sequence[bool]
+) -> None:
+    """Write rows as CSV; the cells of text columns (``text``: per column, ``SqlStream.text``) go
+    through :func:`traceprof.core.term.csv_cell` unless ``raw``: a negative DECIMAL or INTERVAL,
+    printed as text too, keeps its ``-`` bare."""
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(columns if raw else [term.csv_cell(c) for c in columns])
     for row in rows:
         w.writerow(
-            ["" if v is None else v if raw or not isinstance(v, str) else term.csv_cell(v) for v in row]
+            [
+                "" if v is None else term.csv_cell(v) if t and not raw and isinstance(v, str) else v
+                for v, t in zip(row, text, strict=True)
+            ]
         )
 
 

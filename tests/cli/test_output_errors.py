@@ -147,3 +147,22 @@ def test_an_output_file_can_be_stdout_on_a_pipe(db, tmp_path, args, to):
         f"written to {'stdout' if to == '-' else to}"
         + (" (metadata events included)\n" if args[0] == "export" else "\n")
     )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_a_reader_that_leaves_early_is_exit_0_and_quiet(db, fmt):
+    """`sql ... -f csv | head -1`: before, exit 1 and nothing said (typer and rich each take a
+    BrokenPipeError raised while a command writes for a failure); now exit 0 quietly, as `analyze`'s
+    output flushed at exit was already."""
+    q = "SELECT range AS n, repeat('x', 100) AS s FROM range(5000)"  # > 500 kB: more than a pipe holds
+    p = subprocess.Popen(
+        [TRACEPROF, "sql", q, "--db", str(db), "-f", fmt, "--max-rows", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    first = p.stdout.readline()
+    p.stdout.close()  # the reader leaves, as head -1 does
+    err = p.stderr.read()
+    assert (p.wait(), err) == (0, b"")
+    assert first  # it had started writing

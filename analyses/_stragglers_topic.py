@@ -225,7 +225,9 @@ def _straggler_findings(
         if st is not None and "verdict" in st.frames() and st.frames()["verdict"].height
         else "no straggler analysis"
     )
-    text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix("no straggler: ")
+    text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix(
+        "no straggler: "
+    ).removeprefix("not shown to straggle: ")
     if s_job is not None and s_job > STRAGGLING_S:
         text += (
             f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "

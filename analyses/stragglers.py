@@ -108,7 +108,7 @@ from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import fallback_note, run_steps
-from traceprof.storage.runs import run_label, straggler_gap_text
+from traceprof.storage.runs import not_shown_to_straggle, run_label, straggler_gap_text
 from traceprof.storage.store import Store
 
 
@@ -1054,6 +1054,8 @@ def _verdict(per: pl.DataFrame, params: Params, gap: str = "") -> pl.DataFrame:
         status = "problem" if many.height else "inconclusive" if gap or weak is not None else "ok"
         if gap and status == "inconclusive":
             evidence += f"; {gap}"
+        if status == "inconclusive":
+            evidence = not_shown_to_straggle(evidence)
         return pl.DataFrame(
             {
                 "rank": [None if many.height or weak is None else weak["rank"]],

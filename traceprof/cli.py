@@ -16,7 +16,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -60,11 +60,22 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+class _PipedConsole(Console):
+    """rich's Console for stdout, whose reader leaving early (``| head -1``) raises a BrokenPipeError
+    that the CLI ends quietly with exit 0 (:func:`_reader_gone`), where rich's own exits 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more to write
+        # no errno: typer exits 1 on an EPIPE raised inside a command, and lets this one through
+        raise BrokenPipeError("stdout's reader left")
+
+
 # Strings from traces are untrusted: nothing printed is read as markup or emoji codes, and every
 # message and cell goes through traceprof.core.term (control characters written out as \x1b, \n).
 err = Console(stderr=True, markup=False, emoji=False, highlight=False)
 # Tables of ns values are wide: do not squeeze them to 80 columns when piped.
-out = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
+out = _PipedConsole(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
 
 
 def say(message: object, console: Console = err, label: str = "", style: str = "") -> None:
@@ -121,7 +132,7 @@ def _trace_path(value: str | Path) -> Path:
 def _file_path(value: str | Path) -> Path:
     """An output file option's value (``report -o``, ``export perfetto -o``) as a Path, refused
     when it is empty (:func:`_given`) or written as a folder (ending in ``/``: ``Path("x/")`` is
-    the file ``x``).
+    the file ``x``). ``-`` is stdout (:data:`traceprof.core.fileio.STDOUT`).
 
     Raises:
         UsageError: Naming the path as typed.
@@ -831,12 +842,13 @@ def sql(
         with Store(db, user_sql=True) as store:
             _warn_broken(store)
             res = stream(store, query, max_rows or None, timeout_s=timeout, as_json=fmt is Format.json)
-            if fmt is Format.table:
-                _print_table(res.columns, res.numeric, res.rows)
-            elif fmt is Format.json:
-                _stream_json(res.columns, res.rows)
-            else:
-                _stream_csv(res.columns, res.rows, raw)
+            with _piped_out():
+                if fmt is Format.table:
+                    _print_table(res.columns, res.numeric, res.rows)
+                elif fmt is Format.json:
+                    _stream_json(res.columns, res.rows)
+                else:
+                    _stream_csv(res.columns, res.rows, raw, res.text)
     except KeyboardInterrupt:
         raise Interrupted(_nothing_stored(db) + " (sql is read-only)") from None
     if res.statements > 1:
@@ -864,13 +876,20 @@ def _stream_json(columns: list[str], rows: Iterable[Sequence[object]]) -> None:
     sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
 
 
-def _stream_csv(columns: list[str], rows: Iterable[Sequence[object]], raw: bool) -> None:
-    """Write rows as CSV; string cells go through :func:`traceprof.core.term.csv_cell` unless ``raw``."""
+def _stream_csv(
+    columns: list[str], rows: Iterable[Sequence[object]], raw: bool, text: Sequence[bool]
+) -> None:
+    """Write rows as CSV; the cells of text columns (``text``: per column, ``SqlStream.text``) go
+    through :func:`traceprof.core.term.csv_cell` unless ``raw``: a negative DECIMAL or INTERVAL,
+    printed as text too, keeps its ``-`` bare."""
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(columns if raw else [term.csv_cell(c) for c in columns])
     for row in rows:
         w.writerow(
-            ["" if v is None else v if raw or not isinstance(v, str) else term.csv_cell(v) for v in row]
+            [
+                "" if v is None else term.csv_cell(v) if t and not raw and isinstance(v, str) else v
+                for v, t in zip(row, text, strict=True)
+            ]
         )
 
 
@@ -1230,7 +1249,7 @@ def report(
     fileio.check_not_store(output, db)
     with open_session(db, cache=not no_cache, executor=executor, scheduler=scheduler) as s:
         s.report(output, run, baseline=baseline, params=params, force=force, units=units)
-    say(f"report written to {output}")
+    say(f"report written to {fileio.output_name(output)}")
 
 
 BaselineArg = Annotated[
@@ -1600,7 +1619,7 @@ def export_perfetto(
     fileio.check_not_store(output, db)
     with Store(db, read_only=True) as store:
         n = do_export(store, run, output, findings=not no_findings)
-    say(f"{n:,} events written to {output} (metadata events included)")
+    say(f"{n:,} events written to {fileio.output_name(output)} (metadata events included)")
 
 
 def _say_interrupted() -> None:
@@ -1632,8 +1651,7 @@ def _flushed(code: int) -> int:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _drop_stdout()
-        sys.stderr.close()
+        _reader_gone()
         return 0 if code != 130 else code
     except OSError as e:
         _drop_stdout()
@@ -1642,6 +1660,25 @@ def _flushed(code: int) -> int:
         say(_os_error_text(e), label="error:", style="red")
         return 1
     return code
+
+
+def _reader_gone() -> None:
+    """Stdout's reader left (``| head -1``: a BrokenPipeError): drop what stdout holds and close
+    stderr, so that nothing more is said (exit 0 follows, as for any filter cut short)."""
+    _drop_stdout()
+    sys.stderr.close()
+
+
+@contextlib.contextmanager
+def _piped_out() -> Iterator[None]:
+    """Where a command streams to stdout: a reader that leaves early ends it quietly with exit 0
+    (:func:`_reader_gone`), as :func:`_main` does, not with typer's silent exit 1 (it takes a
+    BrokenPipeError raised inside a command for its own and exits 1)."""
+    try:
+        yield
+    except BrokenPipeError:
+        _reader_gone()
+        raise typer.Exit(0) from None
 
 
 def _drop_stdout() -> None:
@@ -2132,8 +2169,7 @@ def _main() -> None:
         say(missing_module(e), label="error:", style="red")
         _exit(1)
     except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
-        _drop_stdout()
-        sys.stderr.close()
+        _reader_gone()
         sys.exit(0)
     except OSError as e:  # the output not written (`> /dev/full`: a full disk), a file unreadable
         _drop_stdout()

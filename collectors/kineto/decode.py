@@ -48,7 +48,7 @@ from traceprof.collectors.kineto._values import Ints, Strs, code_type, int_or_no
 from traceprof.collectors.kineto.nonfinite import WORD, NumberWords, Where, not_a_number, null_words, word_at
 from traceprof.core import spill
 from traceprof.core.spill import TextSpill
-from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.timeconv import TimeOutOfRange, us_text_to_ns
 from traceprof.core.values import integer
 
 __all__ = ["Decoded", "decode", "Rows", "rows", "Ints", "Positions"]
@@ -541,7 +541,14 @@ def _times_one_by_one(raw: list[msgspec.Raw], base: int, bad: dict[int, str], co
                 v = us_text_to_ns(bytes(r))
             except ValueError as e:
                 # a bad ts is named before the dur; null: also a NaN read as null (--skip-bad-events)
-                bad.setdefault(base + i, f"{col!r} is null" if bytes(r) == b"null" else f"bad time: {e}")
+                bad.setdefault(
+                    base + i,
+                    f"{col!r} is null"
+                    if bytes(r) == b"null"
+                    else f"{col!r} {e}"
+                    if isinstance(e, TimeOutOfRange)
+                    else f"bad time: {e}",
+                )
                 continue
             if -(2**63) <= v < 2**63:
                 out[i] = v

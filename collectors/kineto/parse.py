@@ -87,7 +87,7 @@ from traceprof.core.fileio import (
 from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_range, fits, to_table
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
-from traceprof.core.timeconv import us_text_to_ns
+from traceprof.core.timeconv import TimeOutOfRange, us_text_to_ns
 from traceprof.core.values import identity_int, world_size_int
 from traceprof.core.vocab import TraceSource
 
@@ -604,13 +604,17 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             elif null := next((f for f in ("ts", "dur") if bytes(getattr(ev, f)) == b"null"), None):
                 problem = f"{null!r} is null"  # also a NaN read as null (--skip-bad-events)
             else:
+                field = "ts"  # the field an out-of-range time is named by
                 ts = us_text_to_ns(bytes(ev.ts))
                 if ev.dur:
+                    field = "dur"
                     dur = us_text_to_ns(bytes(ev.dur))
                 elif ph_needs_dur(ev.ph):
                     problem = "missing 'dur'"
                 if dur < 0 and not (dur == STILL_OPEN_DUR_NS and kind in OPEN_KINDS):  # -1: still open, kept
                     problem = f"negative 'dur' ({bytes(ev.dur).decode()} us)"
+        except TimeOutOfRange as e:
+            problem = f"{field!r} {e}"
         except ValueError as e:
             problem = f"bad time: {e}"
         if kind == "end" and not problem:

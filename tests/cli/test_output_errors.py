@@ -120,3 +120,49 @@ def test_a_short_write_is_an_error_not_a_short_file(db, tmp_path, args, unbuffer
         )
     assert (r.returncode, r.stderr) == (1, "error: File too large\n")
     assert out.stat().st_size == 4096
+
+
+@pytest.mark.parametrize("to", ["/dev/stdout", "-"])
+@pytest.mark.parametrize(
+    "args", [("report", "--run", "normal"), ("export", "perfetto", "--run", "normal")], ids=" ".join
+)
+def test_an_output_file_can_be_stdout_on_a_pipe(db, tmp_path, args, to):
+    """Before: `report -o /dev/stdout | wc -c` was "error: /dev/stdout: folder /dev does not exist"
+    and exit 1 (/dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[n], no file); `-o -` wrote a
+    file named "-"."""
+    out = tmp_path / "out"
+    r = _traceprof(*args, "--db", str(db), "-o", str(out), stdout=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    piped = subprocess.run(
+        [TRACEPROF, *args, "--db", str(db), "-o", to],
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    assert piped.returncode == 0, piped.stderr
+    # the same bytes as the file, but an export to stdout is never gzipped (no .gz suffix)
+    data = out.read_bytes()
+    assert piped.stdout == data
+    assert not (tmp_path / "-").exists()
+    assert piped.stderr.decode().endswith(
+        f"written to {'stdout' if to == '-' else to}"
+        + (" (metadata events included)\n" if args[0] == "export" else "\n")
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_a_reader_that_leaves_early_is_exit_0_and_quiet(db, fmt):
+    """`sql ... -f csv | head -1`: before, exit 1 and nothing said (typer and rich each take a
+    BrokenPipeError raised while a command writes for a failure); now exit 0 quietly, as `analyze`'s
+    output flushed at exit was already."""
+    q = "SELECT range AS n, repeat('x', 100) AS s FROM range(5000)"  # > 500 kB: more than a pipe holds
+    p = subprocess.Popen(
+        [TRACEPROF, "sql", q, "--db", str(db), "-f", fmt, "--max-rows", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    first = p.stdout.readline()
+    p.stdout.close()  # the reader leaves, as head -1 does
+    err = p.stderr.read()
+    assert (p.wait(), err) == (0, b"")
+    assert first  # it had started writing

@@ -135,3 +135,38 @@ def test_a_row_written_twice_is_kept_once_and_counted(tmp_path):
         f"trace-dup.parquet: 1 duplicate record dropped (first: row #10 (optype='{optype}'))"
         in traces[0].warnings
     )
+
+
+def test_a_run_with_steps_but_no_step_events_ranks_by_step_time(store, tmp_path):
+    """NDTimeline's steps are rows of the steps table, with no step event: the ranking said "the run
+    has no steps: each rank's window is its first to last activity" above "step account" findings.
+
+    A hand-built job: dp 2, 8 steps; rank 1's forward takes 3 s, rank 0's 1 s, then 1 s backward
+    and a reduce-scatter of both that ends at 4.5 s: rank 0 waits 2 s a step for rank 1."""
+    from traceprof.engine.findings import summarize
+    from traceprof.ingest.ingest import ingest
+
+    rows = []
+    for step in range(1, 9):
+        for rank, fwd in ((0, 1.0), (1, 3.0)):
+            rows += [
+                (rank, 0, rank, step, "forward-compute", 0.0, fwd, 0, 0, 0, 0),
+                (rank, 0, rank, step, "backward-compute", fwd, 1.0, 0, 0, 0, 0),
+                (rank, 0, rank, step, "grads-reduce-scatter", fwd + 1.0, 3.5 - fwd, 0, -1, -1, -1),
+            ]
+    real = pl.read_parquet(corpus(_ST)).schema
+    pl.DataFrame(rows, schema=real, orient="row").write_parquet(tmp_path / "trace-T.parquet")
+    (tmp_path / "meta-T.yaml").write_text(
+        "trial_name: T\nrun_id: 0\ndp_size: 2\ndsp_size: 1\npp_size: 1\ntp_size: 1\nvpp_size: 1\nworld_size: 2\n"
+    )
+    ingest(store, [tmp_path / "trace-T.parquet"], run="t")
+    assert store.sql("SELECT count(*) AS n FROM steps")["n"].to_list() == [16]
+    assert store.sql("SELECT count(*) AS n FROM events WHERE kind = 'step'")["n"].to_list() == [0]
+    f = summarize(store, "t")
+    assert not f.stepless
+    assert f.ranking.startswith("Ranked by the time each could recover by the step account (critical_path)")
+    [s] = [x for x in f.findings if x.topic == "stragglers"]
+    # rank 0's waits: 2 s in each of 8 steps, of 2 ranks' step time: 8 steps of 4.5 s laid 1 ms
+    # apart (a window runs to the next step's start), 72.014 s
+    assert s.recoverable_pct == pytest.approx(100 * 16 / (2 * (8 * 4.5 + 7 * 0.001)))
+    assert s.text.endswith("step account: the others' waits for it 22.2% of all ranks' step time")

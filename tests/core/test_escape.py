@@ -93,6 +93,21 @@ def test_csv_neutralizes_formulas_unless_raw(db):
     assert code == 0 and '\n"=HYPERLINK' in out and "\n@SUM(A1),-1\n" in out and "\x1b[2J" in out
 
 
+def test_csv_guards_text_only_not_negative_decimals_intervals_or_dates(db):
+    # Before: `'-1.5,'-1.2,'-01:00:00,-1.5`: DECIMAL and INTERVAL values, printed as DuckDB's text,
+    # took the formula guard as if a user had written them. Text (VARCHAR, BLOB, lists) keeps it.
+    q = (
+        "SELECT -1.5 AS d, round(-1.234::DECIMAL(6,3), 1) AS r, -INTERVAL 1 HOUR AS iv, -1.5::DOUBLE AS f, "
+        "'-infinity'::DATE AS dt, '-infinity'::TIMESTAMP AS ts, '-x' AS s, '=a'::BLOB AS b, ['=x'] AS l"
+    )
+    code, out, err = run("sql", q, "--db", str(db), "-f", "csv")
+    assert code == 0, err
+    assert out.splitlines() == [
+        "d,r,iv,f,dt,ts,s,b,l",
+        "-1.5,-1.2,-01:00:00,-1.5,-infinity,-infinity,'-x,'=a,['=x']",
+    ]
+
+
 def test_render_csv_neutralizes_too(db):
     code, out, _ = run("runs", "--db", str(db), "-f", "csv")
     assert code == 0 and out.splitlines()[1].split(",")[1] == "evil"
@@ -123,9 +138,10 @@ def test_sql_prints_every_duckdb_type(db):
     code, out, err = run("sql", q, "--db", str(db))
     assert code == 0 and "infinity" in out and "1 month" in out and "\\xAA\\x00" in out, err
     code, out, err = run("sql", q, "--db", str(db), "-f", "csv")
+    # a date's text is DuckDB's, not a user's: no formula guard on -infinity (it had one)
     assert (
         out.splitlines()[1]
-        == "1 month,7,infinity,'-infinity,\\xAA\\x00,170141183460469231731687303715884105727,{'a': 1},\"[1, 2]\",1.50,2.5"
+        == "1 month,7,infinity,-infinity,\\xAA\\x00,170141183460469231731687303715884105727,{'a': 1},\"[1, 2]\",1.50,2.5"
     )
 
 

@@ -231,7 +231,9 @@ def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
     f = summarize(store, None)
     st = [x for x in f.findings if x.topic == "stragglers"][0]
     assert not st.problem and st.status == "inconclusive" and st.cost_pct is None
-    assert st.text.startswith("no straggler: the job runs 34% slower than its ideal")
+    # inconclusive: "not shown to straggle", never the negative claim "no straggler" (it was)
+    assert st.text.startswith("not shown to straggle: the job runs 34% slower than its ideal")
+    assert "no straggler" not in st.text
     # inconclusive: never "not a problem" (v1), the traced ranks' variability only
     assert "the traced ranks' variability, as far as they show" in st.text and "not a problem" not in st.text
     v = {v.topic: v for v in f.verdicts}["stragglers"]
@@ -458,7 +460,8 @@ def test_each_analysis_alone_gives_the_summary_verdict_with_a_rank_untraced(tmp_
         "collectives, so a straggler among them cannot be ruled out (inconclusive)"
     )
     assert [r["status"] for r in st] == ["inconclusive"] == [summary["stragglers"]["status"]]
-    assert st[0]["evidence"].startswith("no straggler: rank 3 arrived last at 6 of 12 collectives")
+    assert st[0]["evidence"].startswith("not shown to straggle: rank 3 arrived last at 6 of 12 collectives")
+    assert summary["stragglers"]["text"].startswith("not shown to straggle: rank 3 arrived")
     assert st[0]["evidence"].endswith("; " + gap) and summary["stragglers"]["text"].endswith("; " + gap)
     # the same evidence: the summary adds the what-if figures before the reason, said once
     own = st[0]["evidence"].removesuffix("; " + gap)

@@ -197,6 +197,20 @@ def test_base_time_beyond_int64_is_one_line(tmp_path):
     _one_line(err, "rank0.json: baseTimeNanoseconds: -9223372036854775813 is beyond int64")
 
 
+@pytest.mark.parametrize(
+    ("field", "text"), [("ts", "1e300"), ("dur", "1e300"), ("dur", "1e23"), ("ts", "-1e300")]
+)
+def test_a_time_beyond_int64_is_said_one_way(tmp_path, field, text):
+    # before: "ts": 1e300 was "bad time: 1e300 us is out of range", "dur": 1e23 "'dur' beyond int64
+    # (1e23 us)"; both are the README's "'<field>' beyond int64 (<value> us)"
+    ev = {"ph": "X", "cat": "cpu_op", "name": "far", "pid": 1, "tid": 1, "ts": 1, "dur": 1}
+    body = json.dumps({"traceEvents": [{**ev, field: 12345}]}).replace("12345", text)
+    (tmp_path / "rank0.json").write_text(body)
+    code, _, err = run("ingest", str(tmp_path / "rank0.json"), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1
+    _one_line(err, f"rank0.json: event #0 (ph='X', name='far'): {field!r} beyond int64 ({text} us)")
+
+
 def test_base_time_plus_ts_beyond_int64_rejects_those_events_not_wraps(tmp_path):
     # base within int64, base + ts not: numpy's in-place add wrapped silently in the fast path
     base = 2**63 - 1_000_000  # 1 ms below the top: events after 1000 us no longer fit

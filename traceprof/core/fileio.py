@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+import sys
 import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -418,6 +419,15 @@ def misnamed_gzip(path: Path) -> str:
     )
 
 
+#: The output file name that means stdout (``report -o -``, ``export perfetto -o -``).
+STDOUT = "-"
+
+
+def output_name(path: str | Path) -> str:
+    """How a message names an output path: ``stdout`` for :data:`STDOUT`, else the path."""
+    return "stdout" if os.fspath(path) == STDOUT else os.fspath(path)
+
+
 def check_not_store(out: str | Path, db: str | Path) -> None:
     """Refuse an output path that is the store, its WAL or lock file, or a file in its folders (the
     Parquet dataset ``<db>.parquet/``, kept results ``<db>.results/``), symlinks and hard links followed.
@@ -427,6 +437,8 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
         StoreError: ``db`` cannot be a store (:func:`traceprof.core.locking.check_store_path`).
     """
     check_store_path(db)  # a --db loop: StoreError (the store cannot be opened either)
+    if os.fspath(out) == STDOUT:
+        return
     try:
         target = Path(out).resolve()
     except RuntimeError:  # Path.resolve on a symlink loop (Python < 3.13)
@@ -479,7 +491,8 @@ def write_output(path: str | Path, data: bytes) -> Path:
     The bytes go to a temporary file beside it (``.<name>.<random>.tmp``), which is renamed over the
     output once written and flushed to disk: a full disk or a Ctrl-C leaves the earlier file (or
     none), never a cut or empty one. An output that is a symlink is written where it points; one
-    that exists and is not a regular file (``/dev/stdout``, a FIFO) is written directly.
+    that exists and is not a regular file (``/dev/stdout`` also when it is a pipe, a FIFO) is
+    written directly, and :data:`STDOUT` (``-``) is stdout.
 
     Raises:
         UsageError: The folder does not exist, the path is a directory, it cannot be written (a full
@@ -487,6 +500,11 @@ def write_output(path: str | Path, data: bytes) -> Path:
             overwritten by a report or an export).
     """
     out = Path(path)
+    if os.fspath(path) == STDOUT:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return out
     if out.is_file() and is_duckdb(out):
         raise UsageError(
             f"{out}: is a DuckDB database (a traceprof store?); not overwriting it, write the output "
@@ -497,8 +515,10 @@ def write_output(path: str | Path, data: bytes) -> Path:
     try:
         if out.is_dir():
             raise IsADirectoryError
-        if special_kind(target):
-            target.write_bytes(data)
+        # checked on the path as given: /dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[n],
+        # which is no file, while its stat follows the link to the pipe
+        if special_kind(out):
+            out.write_bytes(data)
             return out
         tmp = target.with_name(f".{target.name[:200]}.{os.urandom(4).hex()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -512,6 +532,8 @@ def write_output(path: str | Path, data: bytes) -> Path:
         raise UsageError(f"{out}: is a directory; give a file name, e.g. {out / 'report.html'}") from None
     except FileNotFoundError:
         raise UsageError(f"{out}: folder {out.parent} does not exist") from None
+    except BrokenPipeError:  # a pipe's reader gone (`-o /dev/stdout | head -c 10`): as in the CLI's main
+        raise
     except OSError as e:
         raise UsageError(
             f"{out}: cannot write: {e.strerror or e}"

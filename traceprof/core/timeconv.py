@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
-__all__ = ["us_to_ns"]
+__all__ = ["us_to_ns", "TimeOutOfRange"]
 
 _ONE = Decimal(1)
 #: Largest decimal exponent converted exactly (int64 ns needs 10^19; anything past that is
 #: reported beyond int64 by the caller, with its exact value).
 _MAX_EXPONENT = 60
+
+
+class TimeOutOfRange(ValueError):
+    """A time whose nanoseconds are beyond int64: ``beyond int64 (1e300 us)``; the caller puts the
+    field's name in front (``'ts' beyond int64 (1e300 us)``, the README's words for every such value)."""
 
 
 def us_to_ns(us: Decimal | int) -> int:
@@ -48,7 +53,7 @@ def us_text_to_ns(text: bytes) -> int:
     except (ArithmeticError, UnicodeDecodeError):
         raise ValueError(f"not a number: {_shown(text)!r}") from None
     if not us.is_finite() or us.adjusted() > _MAX_EXPONENT:  # a tiny value rounds to 0 ns
-        raise ValueError(f"{_shown(text)} us is out of range") from None
+        raise TimeOutOfRange(f"beyond int64 ({_shown(text)} us)") from None
     with localcontext() as ctx:  # exact for every value with an exponent up to _MAX_EXPONENT
         ctx.prec = _MAX_EXPONENT + 64
         return us_to_ns(us)

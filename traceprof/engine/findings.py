@@ -112,8 +112,8 @@ class Findings:
     #: What the findings rest on, said before them: the job's ranks that no trace holds
     #: (``traceprof.storage.runs.coverage_text``); empty when every rank was traced.
     coverage: str = ""
-    #: Whether the run has no ProfilerStep on any rank (the ranking's account is then of the ranks'
-    #: windows, not of step time).
+    #: Whether the run has no step on any rank (no ``steps`` row: no ProfilerStep, no NDTimeline step;
+    #: the ranking's account is then of the ranks' windows, not of step time).
     stepless: bool = False
 
     @property
@@ -900,7 +900,8 @@ def build(
         str(store.path),
         aliases,
         _coverage(store, run_id),
-        store.sql("SELECT 1 FROM events WHERE run_id = ? AND kind = 'step' LIMIT 1", [run_id]).is_empty(),
+        # the steps table, as critical_path's windows read it: NDTimeline's steps have no step events
+        store.sql("SELECT 1 FROM steps WHERE run_id = ? AND step IS NOT NULL LIMIT 1", [run_id]).is_empty(),
     )
 
 

@@ -39,7 +39,7 @@ import polars as pl
 
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.engine import analysis
-from traceprof.storage.runs import straggler_gap_text
+from traceprof.storage.runs import not_shown_to_straggle, straggler_gap_text
 from traceprof.storage.store import Store
 
 __all__ = ["Verdict", "combined_verdict", "STRAGGLING_S"]
@@ -243,7 +243,7 @@ def combined_verdict(
         )
     else:
         # the reason for untraced ranks is said once, at the end (stragglers' evidence ends with it)
-        own = st.verdict["evidence"][0].removeprefix("no straggler: ")
+        own = st.verdict["evidence"][0].removeprefix("no straggler: ").removeprefix("not shown to straggle: ")
         own = own.removesuffix(f"; {gap}") if gap else own
         text = f"no straggler: {own}; {whatif}"
     figures = {
@@ -267,6 +267,8 @@ def combined_verdict(
         # ``analyze stragglers`` says the same in its verdict table.
         status = "inconclusive"
         text += f"; {gap}"
+    if status == "inconclusive":
+        text = not_shown_to_straggle(text)
     return Verdict(
         text=mesh.text(text, named),
         stragglers=named,

@@ -330,6 +330,14 @@ def untraced_members(store: Store, run_id: int, untraced: tuple[int, ...]) -> tu
     return tuple(r for r in untraced if r in members)
 
 
+def not_shown_to_straggle(text: str) -> str:
+    """An inconclusive straggler verdict's text: a leading ``no straggler: `` (a negative claim the
+    verdict cannot make) said as ``not shown to straggle: `` (the README's rule: "not shown to
+    straggle", never "not straggling"); any other text as it is."""
+    head = "no straggler: "
+    return "not shown to straggle: " + text[len(head) :] if text.startswith(head) else text
+
+
 def straggler_gap_text(store: Store, run_id: int) -> str:
     """Why no straggler verdict but ``inconclusive`` can be given on run ``run_id`` when no traced
     rank is named: ``rank(s) 2 not traced (no profiler trace): ...``, naming the ranks of the job

@@ -48,6 +48,27 @@ _KEEP = frozenset(
     }
 )
 
+#: DuckDB type ids whose text (``CAST(x AS VARCHAR)``) is a number, a date, a time, an interval or a
+#: UUID, never text a user wrote: a leading ``-`` (``-1.5``, ``-01:00:00``) is no formula to guard.
+_NOT_TEXT = frozenset(
+    {
+        "decimal",
+        "bignum",
+        "varint",
+        "interval",
+        "date",
+        "time",
+        "time_ns",
+        "time with time zone",
+        "timestamp",
+        "timestamp_s",
+        "timestamp_ms",
+        "timestamp_ns",
+        "timestamp with time zone",
+        "uuid",
+    }
+)
+
 
 @dataclass
 class SqlStream:
@@ -59,6 +80,9 @@ class SqlStream:
         rows: Iterator over row tuples, at most ``max_rows``.
         capped: Set once ``rows`` is exhausted: there were more than ``max_rows`` rows.
         statements: Statements in the query (DuckDB runs them all; ``rows`` are the last one's).
+        text: Per column, whether its values are text a user wrote (VARCHAR, BLOB, ENUM, nested
+            values, unions: a CSV guards their leading ``= + - @``), not numbers, decimals, dates,
+            times, intervals or UUIDs (:data:`_NOT_TEXT`).
     """
 
     columns: list[str]
@@ -66,6 +90,7 @@ class SqlStream:
     rows: Iterator[tuple[Any, ...]] = field(default_factory=lambda: iter(()))
     capped: bool = False
     statements: int = 1
+    text: list[bool] = field(default_factory=list)
 
 
 #: DuckDB type ids whose values JSON writes as lists or objects (``as_json``).
@@ -159,7 +184,12 @@ def stream(
         columns, ids, reader = deadline.run(store, start)
     except duckdb.Error as e:
         raise _error(e) from None
-    out = SqlStream(columns, [i in _KEEP or i in _WIDE for i in ids], statements=statements)
+    out = SqlStream(
+        columns,
+        [i in _KEEP or i in _WIDE for i in ids],
+        statements=statements,
+        text=[not (i in _KEEP or i in _WIDE or i in _NOT_TEXT) for i in ids],
+    )
 
     def rows() -> Iterator[tuple[Any, ...]]:
         n = 0

@@ -29,9 +29,24 @@ def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
     return [parse(path, options)]
 
 
+#: Each version note of the run's dumps (``traces.meta.version_notes``, parse step 2) with its files.
+_VERSION_NOTES = """
+SELECT note, list(path ORDER BY rank, path) AS paths FROM (
+  SELECT t.rank, t.path, unnest(CAST(json_extract(t.meta, '$.version_notes') AS VARCHAR[])) AS note
+  FROM traces t WHERE t.run_id = ? AND t.source = 'flight_recorder' AND json_exists(t.meta, '$.version_notes'))
+GROUP BY note ORDER BY min(rank), note
+"""
+
+
 def _settle(store: Any, run_id: int) -> list[str]:
-    """The run's notes of this source: entries of a dtype of unknown size (``collectors._dtypes``)."""
-    return unknown_dtypes(store, run_id, "fr", "Flight Recorder")
+    """The run's notes of this source: its dumps' versions, each note once with the count of its files
+    and the first 3 (a run's dumps come from one torch), then entries of a dtype of unknown size
+    (``collectors._dtypes``)."""
+    notes = [
+        f"{note} ({len(paths)} file(s): {', '.join(Path(p).name for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"
+        for note, paths in store.con.execute(_VERSION_NOTES, [run_id]).fetchall()
+    ]
+    return notes + unknown_dtypes(store, run_id, "fr", "Flight Recorder")
 
 
 sources.register(

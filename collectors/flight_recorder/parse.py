@@ -20,7 +20,8 @@ Algorithm:
      point-to-point ops with ``collective_seq_id`` / ``p2p_seq_id``; versions 1.x with one
      ``seq_id``. A ``version`` written as a JSON number is read as its text (said). The dialect is
      taken from the entries' fields (the version only for messages: an unknown major says which
-     reading was assumed); a
+     reading was assumed; these notes are kept in ``traces.meta.version_notes`` and said once per
+     run, with the count of files and the first ones, not once per file); a
      dump whose entries carry neither is refused naming its version, and an entry without its
      dialect's number is a bad entry (error, or skipped with ``on_bad_event="skip"``): sequence
      numbers are never stored NULL.
@@ -462,8 +463,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             p, "rank", "no 'rank' in the dump and none in the file name; name the file rank<R>.fr.json"
         )
     style, notes = dialect(p, doc.get("version"), entries)
-    warnings += [f"{p.name}: {said_version}"] if said_version else []
-    warnings += notes
+    version_notes = ([said_version] if said_version else []) + notes  # said once per run (settle)
     sizes, world = _group_sizes(doc.get("pg_config"))
     members, only = _members(doc)
     only_size = next(iter(sizes.values())) if len(sizes) == 1 else None
@@ -626,6 +626,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     meta = {k: doc.get(k) for k in ("version", "comm_lib_version", "pg_config", "pg_status")}
     if repaired:
         meta["repaired"] = repaired
+    if version_notes:
+        meta["version_notes"] = version_notes
     facts = _group_facts(doc, kept, rows)
     meta.update(facts, recorded_nothing=nothing, progress_by_pg_id=progress)
     for r in rows:  # member ranks identify a group: two groups can share one name (torchft replicas)

@@ -67,7 +67,8 @@ def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]
 
     Returns:
         (2 or 1, warnings): 2 when any entry has ``collective_seq_id`` or ``p2p_seq_id``, else 1
-        when any has ``seq_id``; 2 for a dump without entries.
+        when any has ``seq_id``; 2 for a dump without entries. The warnings do not name the file:
+        the parser keeps them in ``traces.meta.version_notes``, said once per run.
 
     Raises:
         TraceFormatError: Entries that carry none of these fields (the version is named).
@@ -88,29 +89,27 @@ def dialect(path: Any, version: Any, entries: list[Any]) -> tuple[int, list[str]
             f"cannot be numbered; traceprof reads versions {READ_VERSIONS}",
         )
     major = _major(version)
-    name = getattr(path, "name", path)
     if major is None:
         return style, [
-            f"{name}: Flight Recorder dump without a readable version ({version!r}); read as "
+            f"Flight Recorder dump without a readable version ({version!r}); read as "
             f"version {style}.x by its fields"
         ]
     minor = _minor(version)
     if major > 2:  # a major changes what fields mean (module doc): what was assumed, said plainly
         return style, [
-            f"{name}: Flight Recorder dump version {version}: major version {major} is unknown to traceprof "
+            f"Flight Recorder dump version {version}: major version {major} is unknown to traceprof "
             f"({READ_VERSIONS}); assumed its entries mean what version {style}.x's do, as their fields "
             f"({_fields(style)}) suggest: a major version changes fields, so check its collectives "
             "(sequence numbers, sizes) against torch's own reader (torch.distributed.flight_recorder)"
         ]
     if major == style == 2 and minor is not None and minor > _NEWEST_V2_MINOR:
         return style, [
-            f"{name}: Flight Recorder dump version {version} is newer than the versions traceprof knows "
+            f"Flight Recorder dump version {version} is newer than the versions traceprof knows "
             f"({READ_VERSIONS}); read by its fields as version {style}.x"
         ]
     if major != style:
         return style, [
-            f"{name}: Flight Recorder dump version {version} has the fields of version {style}.x; "
-            "read by its fields"
+            f"Flight Recorder dump version {version} has the fields of version {style}.x; read by its fields"
         ]
     return style, []
 

@@ -252,14 +252,33 @@ def test_unreadable_version_is_named_and_why(tmp_path):
     )
 
 
+def _version_notes(pt: Any) -> list[str]:
+    """The dump's version notes (``traces.meta.version_notes``: said once per run at ingest)."""
+    return json.loads(pt.trace["meta"]).get("version_notes", [])
+
+
+def test_version_notes_are_said_once_per_run(store, tmp_path):
+    """Four ranks' dumps of version 2.99: one warning for the run, counting the files and naming the
+    first 3 (it was one identical warning per file, 4)."""
+    folder = tmp_path / "job"
+    for r in range(4):
+        _write(folder, r, {**_dump([_entry(1, r)], 4, 1), "version": "2.99"}, "json")
+    res = ingest(store, [folder], jobs=1)
+    assert [w for w in res.warnings if "version" in w] == [
+        "run 'job': Flight Recorder dump version 2.99 is newer than the versions traceprof knows (1.x (seq_id) "
+        "and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)); read by its fields as version 2.x "
+        "(4 file(s): rank0.fr.json, rank1.fr.json, rank2.fr.json, ...)"
+    ]
+
+
 @pytest.mark.parametrize("version", ["2.99", "2.11"])
 def test_newer_version_with_known_fields_is_read_with_a_warning(tmp_path, version):
     # a 2.x minor past 2.10 (the newest known: "2.99" was read without a word); minors add fields
     path = tmp_path / "rank0.fr.json"
     path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": version}))
     pt = parse(path)
-    assert pt.warnings == [
-        f"rank0.fr.json: Flight Recorder dump version {version} is newer than the versions traceprof "
+    assert _version_notes(pt) == [
+        f"Flight Recorder dump version {version} is newer than the versions traceprof "
         "knows (1.x (seq_id) and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)); read by its "
         "fields as version 2.x"
     ]
@@ -274,8 +293,8 @@ def test_unknown_major_version_says_what_was_assumed(tmp_path, version):
     path = tmp_path / "rank0.fr.json"
     path.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": version}))
     pt = parse(path)
-    assert pt.warnings[-1] == (
-        f"rank0.fr.json: Flight Recorder dump version {version}: major version 3 is unknown to traceprof "
+    assert _version_notes(pt)[-1] == (
+        f"Flight Recorder dump version {version}: major version 3 is unknown to traceprof "
         "(1.x (seq_id) and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)); assumed its entries mean "
         "what version 2.x's do, as their fields (collective_seq_id / p2p_seq_id) suggest: a major "
         "version changes fields, so check its collectives (sequence numbers, sizes) against torch's "
@@ -296,10 +315,10 @@ def test_numeric_version_is_read_as_its_text(tmp_path, number, text):
     as_text.parent.mkdir()
     as_text.write_text(json.dumps({**_dump([_entry(1, 0)], 1, 1), "version": text}))
     pt, ref = parse(path), parse(as_text)
-    assert pt.warnings == [
-        f"rank0.fr.json: Flight Recorder dump version is the JSON number {text}, not the string torch "
+    assert _version_notes(pt) == [
+        f"Flight Recorder dump version is the JSON number {text}, not the string torch "
         f"writes; read as version '{text}' (a number loses a minor's trailing zero: 2.10 would read as 2.1)",
-        *ref.warnings,
+        *_version_notes(ref),
     ]
     assert (pt.format, json.loads(pt.trace["meta"])["version"]) == (f"fr-json-{text}", text)
     assert pt.format == ref.format and pt.collectives.equals(ref.collectives)

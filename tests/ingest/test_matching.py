@@ -371,6 +371,37 @@ def test_point_to_point_of_a_wide_group_is_matched_per_pair(store, tmp_path, com
     assert matching.unmatched_p2p(store, store.resolve_run("run")) == 0
 
 
+def test_a_direction_whose_ends_differ_in_transfers_is_left_unmatched(store, tmp_path):
+    # g7's pipeline with rank 1's first receive (from rank 0, 80-200 us) lost from its trace: rank 0
+    # sent 2 transfers to rank 1, which holds 1 (its recv of 350-400 us, the second). By order,
+    # rank 0's send #1 (100-200 us) paired with it, every later transfer shifted: direction 0->1 is
+    # left unmatched with a note, 1->2 (2 and 2) stays matched: (recv 250, send 300), (450, 500).
+    ops = {
+        0: [("send", 1, 100, 200), ("send", 1, 300, 400)],
+        1: [("send", 2, 300, 350), ("recv", 0, 350, 400), ("send", 2, 500, 550)],
+        2: [("recv", 1, 250, 350), ("recv", 1, 450, 550)],
+    }
+    for r, lst in ops.items():
+        write_rank(tmp_path / "run" / f"r{r}.json", _pipeline_rank(lst, r, False), r, world=3, backend="nccl")
+    notes = [w for w in ingest(store, [tmp_path / "run"]).warnings if "received" in w]
+    assert notes == [
+        "run 'run': source nccl_kernel, process group '0' [0, 1, 2] (point-to-point): rank 0 sent 2 transfers "
+        "to rank 1, which received 1: one end's trace lacks some, so the k-th of each end need not be the same "
+        "transfer; this direction was left unmatched"
+    ]
+    sql = "SELECT rank, op, start_ns - $1, instance_id, match_method FROM collectives WHERE peer >= 0"
+    assert store.sql(sql + " ORDER BY rank, start_ns", [BASE]).rows() == [
+        (0, "send", 100_000, None, None),
+        (0, "send", 300_000, None, None),
+        (1, "send", 300_000, 1, "pair_order"),
+        (1, "recv", 350_000, None, None),
+        (1, "send", 500_000, 2, "pair_order"),
+        (2, "recv", 250_000, 1, "pair_order"),
+        (2, "recv", 450_000, 2, "pair_order"),
+    ]
+    assert matching.unmatched_p2p(store, store.resolve_run("run")) == 3
+
+
 def test_trace_filter_collectives_are_named_by_their_launching_op(store):
     # Old-style traces (hta/trace_filter, ranks 0 and 1 of a 128-rank job) carry no metadata on the
     # kernels, and NCCL runs their all-to-alls, all-reduces and all-gathers all as

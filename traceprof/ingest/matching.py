@@ -31,7 +31,9 @@ Algorithm:
      that name their peer (``peer``: a send's destination, a recv's source) match as the k-th
      transfer from one rank to the other (by each rank's sequence numbers), method
      ``pair_order`` (a pipeline on the world group: rank 1's send to rank 2 is its p2p Seq 2,
-     rank 2's recv its Seq 1), the others are left unmatched; a note
+     rank 2's recv its Seq 1) where both ranks hold as many transfers of that direction (or one of
+     them none; else a transfer lost from one trace would shift every later pair, so the
+     direction is left unmatched, with a note), the others are left unmatched; a note
      (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
      ranks whose step ranges overlap unless the steps' start times (one host) or else its
@@ -593,6 +595,22 @@ GROUP BY ALL HAVING bool_or(n.j = 0) OR count(*) = 1
 """
 )
 
+#: The point-to-point rows that may match as the k-th transfer between two ranks (``pair_order``): the
+#: sends and recvs naming their peer in a group of :data:`_BAD`, each with its direction (``_src``,
+#: ``_dst``). Reads ``r`` of :data:`_ORDERED`.
+_PAIR_ROWS = """SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS _src,
+               CASE WHEN op = 'send' THEN peer ELSE rank END AS _dst
+        FROM r WHERE bad AND p2p AND peer IS NOT NULL AND peer <> rank AND op IN ('send', 'recv')"""
+
+#: The sends and the recvs of each direction (``_src`` to ``_dst``) of :data:`_PAIR_ROWS`.
+_PAIRS = (
+    _ORDERED
+    + f"""
+SELECT source, g_pg, g_ranks, _src, _dst, count(*) FILTER (WHERE op = 'send') AS sends,
+       count(*) FILTER (WHERE op = 'recv') AS recvs
+FROM ({_PAIR_ROWS}) GROUP BY ALL"""
+)
+
 #: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
 #: row's ``collectives.rowid``). Reads ``_match_rows``, ``_match_bad`` (:data:`_BAD`'s groups) and
 #: ``_match_shift`` (:data:`_SHIFTS`).
@@ -606,14 +624,14 @@ keyed AS (
   SELECT rid, arrival_ns, 'pg_seq', concat_ws('|', 's', source, g_pg, g_ranks, CAST(p2p AS VARCHAR),
                                               CAST(seq AS VARCHAR))
   FROM r WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL AND NOT bad
-  UNION ALL  -- p2p rows of a group whose counters are per rank: the k-th transfer from one rank to another
+  UNION ALL  -- p2p rows of a group whose counters are per rank: the k-th transfer from one rank to another,
+  -- where both ends hold as many (or one end none): else a lost transfer would shift all later pairs
   SELECT rid, arrival_ns, 'pair_order',
          concat_ws('|', 'p', source, g_pg, g_ranks, CAST(_src AS VARCHAR), CAST(_dst AS VARCHAR),
                    CAST(row_number() OVER (PARTITION BY source, g_pg, g_ranks, rank, _src, _dst
                                            ORDER BY seq, arrival_ns ASC NULLS LAST, rid) AS VARCHAR))
-  FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS _src,
-               CASE WHEN op = 'send' THEN peer ELSE rank END AS _dst
-        FROM r WHERE bad AND p2p AND peer IS NOT NULL AND peer <> rank AND op IN ('send', 'recv'))
+  FROM ({_PAIR_ROWS}) JOIN _match_pairs USING (source, g_pg, g_ranks, _src, _dst)
+  WHERE sends = recvs OR sends = 0 OR recvs = 0
   UNION ALL
   SELECT rid, arrival_ns, CASE WHEN bad THEN 'step_order' ELSE 'ordinal' END,
          concat_ws('|', 'o', source, g_pg, g_ranks, CAST(p2p AS VARCHAR), coalesce(op, '?'), _size,
@@ -626,7 +644,7 @@ firsts AS (  -- numbered by first arrival
 )
 SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
 """
-)
+).replace("{_PAIR_ROWS}", _PAIR_ROWS)
 
 
 #: Step 0 (module doc): the members of a group a row's own trace does not list, from the run's
@@ -672,6 +690,21 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
                 else "matched by order within the step instead (match_method step_order)"
             )
             for source, g_pg, g_ranks, p2p, why in con.execute("SELECT * FROM _match_bad").fetchall()
+        ]
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _match_pairs AS {_PAIRS}")
+        uneven = con.execute(
+            """SELECT source, g_pg, g_ranks, list((_src, _dst, sends, recvs) ORDER BY _src, _dst) FROM _match_pairs
+               WHERE sends <> recvs AND sends > 0 AND recvs > 0 GROUP BY ALL ORDER BY ALL"""
+        ).fetchall()
+        notes += [
+            f"source {source}, process group {g_pg!r}{' ' + g_ranks if g_ranks else ''} (point-to-point): "
+            + "; ".join(
+                f"rank {a} sent {s} transfer{'s' if s > 1 else ''} to rank {b}, which received {r}"
+                for a, b, s, r in pairs
+            )
+            + ": one end's trace lacks some, so the k-th of each end need not be the same transfer; "
+            f"{'these directions were' if len(pairs) > 1 else 'this direction was'} left unmatched"
+            for source, g_pg, g_ranks, pairs in uneven
         ]
         mixed = con.execute(
             "SELECT bool_or(stepless) AND NOT bool_and(stepless) FROM _match_rows"
@@ -731,6 +764,7 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
             con.execute("DROP TABLE IF EXISTS _match_rows")
             con.execute("DROP TABLE IF EXISTS _match_bad")
             con.execute("DROP TABLE IF EXISTS _match_shift")
+            con.execute("DROP TABLE IF EXISTS _match_pairs")
 
 
 #: Collectives rows (about) whose instances :func:`refresh_instances` aggregates in one statement: DuckDB

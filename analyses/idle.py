@@ -25,8 +25,9 @@ trace does not hold leaves its GPU time out, so idle time is overstated (and the
 short). A few such calls (at most 10 % of a rank's: ``UNMATCHED_LAUNCH_PCT``; a profiler that stops
 while kernels still run loses a few) add a note with their count and share; more than 10 % on any rank
 make the note start "incomplete:", and the idle verdict is then inconclusive with the figures, never
-``problem`` (nor ``ok``: the measured share may be too high or, with the window cut short, too low), as
-with CUDA graph launches that have no GPU record. A run with no kernel record at all has no breakdown
+``problem`` (nor ``ok``: the measured share may be too high or, with the window cut short, too low).
+CUDA graph launches that have no GPU record (``graph_level_notes``) are weighed alike, per rank of its
+graph launches (a store ingested before they were counted: any of them is "incomplete:"). A run with no kernel record at all has no breakdown
 (an error; the verdict says why).
 Default: prev_end is the latest end of all earlier rows and negative gaps count as 0, so a stream's
 idle time equals its window minus its busy time. ``hta=true`` copies HTA 0.5.0 exactly: its event

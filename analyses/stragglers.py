@@ -909,8 +909,11 @@ def _own_causes(
             pl.col("arrival_offset_ns").cast(pl.Float64),
         )
     )
-    span = int(w["arrival_ns"].max() or 0) - int(w["arrival_ns"].min() or 0)  # type: ignore[arg-type]
-    scale = step_med or span / max(w["instance_id"].n_unique(), 1)  # without steps: the mean spacing
+    # without steps: the mean spacing of the collectives' first arrivals, their span over its n - 1
+    # intervals (the span of all arrivals over n read 12.4 % for a rank 140 us late at 1,250 us: 11.2 %)
+    first = w.group_by("instance_id").agg(pl.col("arrival_ns").min())["arrival_ns"]
+    span = int(first.max() or 0) - int(first.min() or 0)  # type: ignore[arg-type]
+    scale = step_med or span / max(first.len() - 1, 1)
     rows = []
     ops: pl.DataFrame | None = None  # the matmul-family ops, read once when a suspect is late from compute
     for rank in look:

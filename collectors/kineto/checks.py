@@ -604,29 +604,39 @@ def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list
     )
 
 
-def graph_launches_without_gpu(path: Path, cols: dict[str, Any]) -> tuple[int, str | None]:
-    """CUDA graph launch calls (``cudaGraphLaunch``, ``cuGraphLaunch``) whose correlation id no GPU
-    record carries: graph replays with no kernel rows (a CUPTI that does not trace graph nodes), so
-    their GPU time is missing from the trace (``traces.meta.graph_launches_without_gpu``). Reads the
-    distinct names first: a trace without graph launches costs one pass over them.
+def graph_launches_without_gpu(path: Path, cols: dict[str, Any]) -> tuple[int, int, str | None]:
+    """CUDA graph launch calls (``cudaGraphLaunch``, ``cuGraphLaunch``) and how many of them no GPU
+    record carries the correlation id of: graph replays with no kernel rows (a CUPTI that does not
+    trace graph nodes), so their GPU time is missing from the trace (``traces.meta.graph_launches`` /
+    ``graph_launches_without_gpu``). Reads the distinct names first: a trace without graph launches
+    costs one pass over them.
 
     Returns:
-        (how many, a warning naming them or None).
+        (calls, calls without a GPU record, a warning naming them or None).
     """
     names: Strs = cols["name"]
     graph = {n for n in names.values if "graphlaunch" in n.lower()}
     if not graph:
-        return 0, None
+        return 0, 0, None
     corr: Ints = cols["correlation"]
     kind_in = kind_mask(cols["kind"])
     calls = corr.values[kind_in(_LAUNCH) & corr.ok & names.isin(graph)]
     lost = int((~np.isin(calls, corr.values[kind_in(GPU_KINDS) & corr.ok])).sum())
     if not lost:
-        return 0, None
-    return lost, (
-        f"{path.name}: {lost} CUDA graph launch(es) have no GPU record (no kernel rows for their "
-        "replays: the profiler did not trace the graphs' nodes): their GPU time is missing, so busy, "
-        "idle and kernel figures leave those graph executions out (idle is overstated)"
+        return len(calls), 0, None
+    why = (
+        "the profiler did not trace the graphs' nodes"
+        if lost == len(calls)
+        else f"the other {len(calls) - lost} have theirs"
+    )
+    return (
+        len(calls),
+        lost,
+        (
+            f"{path.name}: {lost} of {len(calls)} CUDA graph launch(es) have no GPU record (no kernel rows for "
+            f"those replays; {why}): their GPU time is missing, so busy, idle and kernel figures leave those "
+            "graph executions out (idle is overstated)"
+        ),
     )
 
 

@@ -720,7 +720,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     shared = shared_correlation_warning(p, cols, src_index)
     if shared:
         warnings.append(shared)
-    lost_graphs, lost_warning = graph_launches_without_gpu(p, cols)
+    graphs, lost_graphs, lost_warning = graph_launches_without_gpu(p, cols)
     if lost_warning:
         warnings.append(lost_warning)
     launches, lost_launches = kernel_launches_without_gpu(cols)
@@ -758,7 +758,11 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 "process_names": process_names,
                 "thread_names": thread_names,
                 "process_groups": _process_groups(dist),
-                **({"graph_launches_without_gpu": lost_graphs} if lost_graphs else {}),
+                **(
+                    {"graph_launches": graphs, "graph_launches_without_gpu": lost_graphs}
+                    if lost_graphs
+                    else {}
+                ),
                 **(
                     {"kernel_launches": launches, "kernel_launches_without_gpu": lost_launches}
                     if lost_launches

@@ -372,9 +372,14 @@ def _trace(
     repaired |= clipped
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
-    lost = _graph_launches_without_gpu(cols)
+    graph_calls, lost = _graph_launches_without_gpu(cols)
     launches, lost_launches = _kernel_launches_without_gpu(cols)
-    warnings = [*warnings, *([duplicate] if duplicate else []), *_notices(label, cols, graph, lost), *far]
+    warnings = [
+        *warnings,
+        *([duplicate] if duplicate else []),
+        *_notices(label, cols, graph, lost, graph_calls),
+        *far,
+    ]
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
     devices = exp.devices if proc is None else [d for d in exp.devices if d["device"] in used] or exp.devices
     names = {d["device"]: d["name"] for d in devices}
@@ -385,6 +390,7 @@ def _trace(
     if graph:
         meta["graph_level"] = {"executions": len(graph), "ns": sum(graph)}
     if lost:
+        meta["graph_launches"] = graph_calls
         meta["graph_launches_without_gpu"] = lost
     if lost_launches:  # read by traceprof.engine.activity.unmatched_launch_notes
         meta["kernel_launches"] = launches
@@ -439,20 +445,18 @@ def _gpu_correlations(cols: dict[str, list[Any]]) -> set[Any]:
     }
 
 
-def _graph_launches_without_gpu(cols: dict[str, list[Any]]) -> int:
-    """CUDA graph launch calls (``cudaGraphLaunch``) of a trace's rows whose correlation id no GPU row
-    (kernel, copy, memset, graph-level record) carries: graphs replayed with neither node-level rows
-    nor ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (an nsys that does not export that table, graph
-    tracing off), so their GPU time is missing from the trace."""
+def _graph_launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[int, int]:
+    """CUDA graph launch calls (``cudaGraphLaunch``, with a correlation id) of a trace's rows, and how
+    many of them no GPU row (kernel, copy, memset, graph-level record) carries the correlation id of:
+    graphs replayed with neither node-level rows nor ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (an nsys
+    that does not export that table, graph tracing off), so their GPU time is missing from the trace."""
     gpu = _gpu_correlations(cols)
-    return sum(
-        1
+    calls = [
+        corr
         for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True)
-        if k in ("cuda_runtime", "cuda_driver")
-        and corr is not None
-        and corr not in gpu
-        and "graphlaunch" in str(n).lower()
-    )
+        if k in ("cuda_runtime", "cuda_driver") and corr is not None and "graphlaunch" in str(n).lower()
+    ]
+    return len(calls), sum(1 for c in calls if c not in gpu)
 
 
 def _kernel_launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[int, int]:
@@ -470,14 +474,16 @@ def _kernel_launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[int, int]:
     return len(calls), sum(1 for c in calls if c not in gpu)
 
 
-def _notices(label: str, cols: dict[str, list[Any]], graph: list[int], lost: int = 0) -> list[str]:
+def _notices(
+    label: str, cols: dict[str, list[Any]], graph: list[int], lost: int = 0, calls: int = 0
+) -> list[str]:
     """Warnings about what a trace's rows say of themselves: graphs traced per graph (``graph``: the
-    durations of its graph-level records, ns), graph launches with no GPU record (``lost``), NVTX
-    ranges never closed."""
+    durations of its graph-level records, ns), graph launches with no GPU record (``lost`` of
+    ``calls``), NVTX ranges never closed."""
     out = []
     if lost:
         out.append(
-            f"{label}: {lost} CUDA graph launch(es) (cudaGraphLaunch) have no GPU record: no kernel rows "
+            f"{label}: {lost} of {calls} CUDA graph launch(es) (cudaGraphLaunch) have no GPU record: no kernel rows "
             "and no CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows for them (an export without that table, or graph tracing "
             "off): their GPU time is missing, so busy, idle and kernel figures leave those graph "
             "executions out (idle is overstated): record them with nsys profile "

@@ -335,13 +335,50 @@ def test_many_launches_without_kernel_records_make_idle_inconclusive(store, tmp_
 
 
 def test_graph_launches_without_gpu_records_make_idle_inconclusive(store, tmp_path):
-    # a cudaGraphLaunch (corr 99) with no GPU record: ingest's "incomplete" note (its graph's GPU
-    # time is missing, idle overstated); the idle verdict says so and is no problem
+    # a cudaGraphLaunch (corr 99) with no GPU record, the rank's only one: 1 of 1 (100 %) > 10 %:
+    # ingest's "incomplete" note (its graph's GPU time is missing, idle overstated); the idle verdict
+    # says so and is no problem
     ingest(store, [kineto(tmp_path / "r0.json.gz", [*TEN, launch(250, 99, name="cudaGraphLaunch")])], run="r")
     v, found = _idle_verdict(store, "r")
     assert v.status == "inconclusive" and not found.problem
-    assert "incomplete: CUDA graph launches with no GPU record: 1 on rank(s) 0" in v.text
+    assert (
+        "incomplete: CUDA graph launches with no GPU record (rank 0: 1 of 1 (100.0%)), more than 10%"
+        in v.text
+    )
     assert not any("kernel launches with no GPU record" in n for n in analyze(store, "idle", "r").notes)
+
+
+#: 10 CUDA graph replays (corr 1-10, launched 5 us before), each one kernel [100 i, 100 i + 10) us,
+#: the last one's kernel not traced: 1 of 10 graph launches (10.0 %) without a GPU record.
+LAST_GRAPH_LOST = [
+    *(kernel(f"K{i}", 7, 100 * i, 10, i + 1) for i in range(9)),
+    *(launch(100 * i - 5, i + 1, name="cudaGraphLaunch") for i in range(10)),
+]
+
+
+def test_a_few_graph_launches_without_gpu_records_are_a_note(store, tmp_path):
+    # as kernel launches: 1 of 10 graph launches (10.0 % <= 10 %) is a note, and the verdict stands
+    # (the window [0, 810) us, 9 kernels of 10 us busy: 720 / 810 = 88.9 % idle). Before, any graph
+    # launch without a GPU record made idle inconclusive ("incomplete: ... 1 on rank(s) 0").
+    ingest(store, [kineto(tmp_path / "r0.json.gz", LAST_GRAPH_LOST)], run="r")
+    note = (
+        "CUDA graph launches with no GPU record (rank 0: 1 of 10 (10.0%)), at most 10% of a rank's CUDA graph "
+        "launches (no kernel rows and no graph-level rows): idle time is overstated by their GPU time"
+    )
+    assert note in analyze(store, "idle", "r").notes
+    v, found = _idle_verdict(store, "r")
+    assert v.status == "problem" and found.problem and found.value == pytest.approx(100 * 720 / 810)
+    assert "incomplete" not in v.text
+
+
+def test_graph_launches_lost_in_a_store_without_their_count_keep_idle_inconclusive(store, tmp_path):
+    # a store ingested before the graph launches were counted (no traces.meta.graph_launches): no
+    # share to weigh, so any of them lost still makes the figures incomplete, as before
+    ingest(store, [kineto(tmp_path / "r0.json.gz", LAST_GRAPH_LOST)], run="r")
+    store.con.execute("UPDATE traces SET meta = json_merge_patch(meta, '{\"graph_launches\": null}')")
+    assert "incomplete: CUDA graph launches with no GPU record: 1 on rank(s) 0" in "".join(
+        analyze(store, "idle", "r").notes
+    )
 
 
 # --- agreement with HTA 0.5.0 ------------------------------------------------------------------

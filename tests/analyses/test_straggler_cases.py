@@ -467,6 +467,19 @@ def test_a_stepless_straggler_claims_no_cause_without_a_compute_z(store, tmp_pat
     assert "of a step" not in v.text and "steps" not in v.text
 
 
+def test_a_stepless_excess_is_of_the_spacing_between_the_collectives(store, tmp_path):
+    """No steps, 8 all-reduces 1000 us apart (first arrivals at 720, 1720, ..., 7720 us), rank 1 10 us
+    late at each: its arrival offset (from the other rank's) is +10 us, rank 0's (the noise floor)
+    -10 us, an excess of 20 us of the 7000 / 7 = 1000 us mean spacing: 2.0 %. It read 2.3 %: the
+    span of all arrivals (to rank 1's last, 7730 us) over the 8 collectives, not over their 7
+    intervals, 20 / (7010 / 8) = 2.28 %."""
+    ingest(store, [_one_collective_steps(tmp_path / "a", 2, {1: 10.0}, steps=False)], run="at")
+    res = analyze(store, "stragglers", "at")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert r1["excess_pct"] == pytest.approx(2.0)
+    assert "by a median +2.0% of the collectives' mean spacing" in res.verdict["evidence"][0]
+
+
 def test_the_median_step_of_an_even_count_is_the_mean_of_the_middle_two(store, tmp_path):
     """2 ranks x 8 steps lasting 950 and 1000 us by turns: 16 steps, the middle two 950 and 1000 us,
     median 975 us (the lower median, 950 us, was taken). Rank 1 is 10 us late at each all-reduce:

@@ -149,6 +149,25 @@ def test_an_output_file_can_be_stdout_on_a_pipe(db, tmp_path, args, to):
     )
 
 
+@pytest.mark.parametrize(("to", "redirect"), [("/dev/stdout", ""), ("/dev/stderr", "2"), ("/dev/fd/3", "3")])
+def test_an_output_descriptor_is_written_as_the_shell_opened_it(db, tmp_path, to, redirect):
+    """`echo hello > h.html; traceprof report ... -o /dev/stdout >> h.html`: before, a temporary file
+    renamed over h.html (a new inode, "hello" gone); now the report is appended through the
+    descriptor the shell opened, as `-o -` writes it."""
+    out = tmp_path / "out.html"
+    r = _traceprof("report", "--run", "normal", "--db", str(db), "-o", str(out), stdout=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    h = tmp_path / "h.html"
+    h.write_text("hello\n")
+    inode = h.stat().st_ino
+    cmd = f'"$0" report --run normal --db "$1" -o {to} {redirect}>> "$2"'
+    sh = subprocess.run(["sh", "-c", cmd, TRACEPROF, str(db), str(h)], capture_output=True)
+    assert sh.returncode == 0, sh.stderr
+    assert h.stat().st_ino == inode
+    said = f"report written to {to}\n".encode() if redirect == "2" else b""
+    assert h.read_bytes() == b"hello\n" + out.read_bytes() + said
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json", "table"])
 def test_a_reader_that_leaves_early_is_exit_0_and_quiet(db, fmt):
     """`sql ... -f csv | head -1`: before, exit 1 and nothing said (typer and rich each take a

@@ -181,9 +181,10 @@ def test_graph_launches_without_any_gpu_record_are_said_missing(tmp_path: Path) 
     t = _row(analyze(s, "temporal").frame, rank=0)
     assert (t["window_ns"], t["idle_ns"]) == (2_200_000, 1_600_000)
     said = [w for w in warnings if "have no GPU record" in w]
-    assert len(said) == 1 and "3 CUDA graph launch(es) (cudaGraphLaunch)" in said[0]
-    assert json.loads(s.sql("SELECT meta FROM traces").item())["graph_launches_without_gpu"] == 3
-    lost = "incomplete: CUDA graph launches with no GPU record: 3 on rank(s) 0"
+    assert len(said) == 1 and "3 of 3 CUDA graph launch(es) (cudaGraphLaunch)" in said[0]
+    meta = json.loads(s.sql("SELECT meta FROM traces").item())
+    assert (meta["graph_launches"], meta["graph_launches_without_gpu"]) == (3, 3)
+    lost = "incomplete: CUDA graph launches with no GPU record (rank 0: 3 of 3 (100.0%)), more than 10%"
     for name in ("temporal", "idle", "kernels", "launch", "kernel_sum"):
         assert any(n.startswith(lost) for n in analyze(s, name).notes), name
     idle_f = next(x for x in summarize(s, "r").findings if x.topic == "idle")

@@ -332,9 +332,10 @@ def test_graph_launch_without_gpu_records_is_said_missing(tmp_path: Path) -> Non
 
     s = Store(tmp_path / "t.duckdb")
     res = ingest(s, [_variant(tmp_path, "cuda_graph_launch", edit)], run="r")
-    assert sum("1 CUDA graph launch(es) have no GPU record" in w for w in res.warnings) == 1
-    assert json.loads(s.sql("SELECT meta FROM traces").item())["graph_launches_without_gpu"] == 1
-    lost = "incomplete: CUDA graph launches with no GPU record: 1 on rank(s) 0"
+    assert sum("1 of 2 CUDA graph launch(es) have no GPU record" in w for w in res.warnings) == 1
+    meta = json.loads(s.sql("SELECT meta FROM traces").item())
+    assert (meta["graph_launches"], meta["graph_launches_without_gpu"]) == (2, 1)
+    lost = "incomplete: CUDA graph launches with no GPU record (rank 0: 1 of 2 (50.0%)), more than 10%"
     for name in ("temporal", "idle", "launch", "kernel_sum"):
         assert any(n.startswith(lost) for n in analyze(s, name).notes), name
     from traceprof.engine.findings import summarize

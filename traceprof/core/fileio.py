@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+import re
 import sys
 import types
 import zlib
@@ -485,14 +486,28 @@ def is_duckdb(path: str | Path) -> bool:
     return head[DUCKDB_MAGIC_AT:] == DUCKDB_MAGIC
 
 
+#: Output paths that name a descriptor this process holds open (``/dev/fd/N``, ``/proc/self/fd/N``).
+_FD_PATH = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")
+
+
+def _open_fd(path: str | Path) -> int | None:
+    """The open file descriptor that output ``path`` names (``/dev/stdout``, ``/dev/stderr``,
+    ``/dev/fd/N``), else None."""
+    name = os.fspath(path)
+    fds = {"/dev/stdout": 1, "/dev/stderr": 2}
+    m = _FD_PATH.fullmatch(name)
+    return fds.get(name) if m is None else int(m.group(1))
+
+
 def write_output(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to an output file the user named, whole or not at all.
 
     The bytes go to a temporary file beside it (``.<name>.<random>.tmp``), which is renamed over the
     output once written and flushed to disk: a full disk or a Ctrl-C leaves the earlier file (or
     none), never a cut or empty one. An output that is a symlink is written where it points; one
-    that exists and is not a regular file (``/dev/stdout`` also when it is a pipe, a FIFO) is
-    written directly, and :data:`STDOUT` (``-``) is stdout.
+    that exists and is not a regular file (a FIFO) is written directly, and :data:`STDOUT` (``-``)
+    is stdout. ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written through that open
+    descriptor, as the shell opened it (``>> file`` appends; a rename replaced the file).
 
     Raises:
         UsageError: The folder does not exist, the path is a directory, it cannot be written (a full
@@ -515,6 +530,13 @@ def write_output(path: str | Path, data: bytes) -> Path:
     try:
         if out.is_dir():
             raise IsADirectoryError
+        held = _open_fd(path)
+        if held is not None:  # through the descriptor: a rename would replace the file the shell opened
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            with open(held, "wb", closefd=False) as f:
+                f.write(data)
+            return out
         # checked on the path as given: /dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[n],
         # which is no file, while its stat follows the link to the pipe
         if special_kind(out):

@@ -760,25 +760,57 @@ GRAPH_LEVEL_NOTE = (
 GRAPH_LOST_NOTE = "incomplete: CUDA graph launches with no GPU record"
 
 
+def _lost_shares(rows: pl.DataFrame) -> tuple[pl.Series, str]:
+    """Per rank (rows: rank, n calls, lost of them), the share lost (%) and "rank 0: 1 of 10 (10.0%)"
+    for the first five ranks (and how many more)."""
+    pct = 100.0 * rows["lost"] / rows["n"]
+    each = "; ".join(
+        f"rank {r}: {lost:,} of {n:,} ({p:.1f}%)"
+        for (r, n, lost), p in zip(rows.head(5).iter_rows(), pct, strict=False)
+    ) + (f"; and {rows.height - 5} more rank(s)" if rows.height > 5 else "")
+    return pct, each
+
+
 def graph_level_notes(store: Store, run_id: int) -> list[str]:
     """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, and a note when
-    some hold CUDA graph launches with no GPU record at all (``traces.meta.graph_launches_without_gpu``:
-    their GPU time is missing, so busy time is short and idle time overstated); else ``[]``."""
-    n, lost, ranks = store.sql(
-        "SELECT count(json_extract(meta, '$.graph_level')) AS n, "
-        "sum(CAST(json_extract(meta, '$.graph_launches_without_gpu') AS BIGINT)) AS lost, "
-        "list(DISTINCT rank ORDER BY rank) FILTER (WHERE json_extract(meta, '$.graph_launches_without_gpu') "
-        "IS NOT NULL) AS ranks FROM traces WHERE run_id = ?",
-        [int(run_id)],
-    ).row(0)
+    some hold CUDA graph launches with no GPU record at all (``traces.meta.graph_launches_without_gpu``
+    of ``graph_launches``: their GPU time is missing, so busy time is short and idle time overstated);
+    else ``[]``. The note starts with :data:`GRAPH_LOST_NOTE` where a rank's share of such launches
+    exceeds :data:`UNMATCHED_LAUNCH_PCT` % (as kernel launches: :func:`unmatched_launch_notes`), or
+    where the store was written before ingest counted the launches (no ``graph_launches``)."""
+    n = store.sql(
+        "SELECT count(json_extract(meta, '$.graph_level')) FROM traces WHERE run_id = ?", [int(run_id)]
+    ).item()
     out = [GRAPH_LEVEL_NOTE] if n else []
-    if lost:
-        out.append(
-            f"{GRAPH_LOST_NOTE}: {lost} on rank(s) {', '.join(map(str, ranks))} (no kernel rows and no "
-            "graph-level rows): their GPU time is missing, so busy and kernel time are short and idle "
-            "time is overstated"
-        )
-    return out
+    rows = store.sql(
+        "SELECT rank, sum(CAST(json_extract(meta, '$.graph_launches') AS BIGINT)) AS n, "
+        "count(*) - count(json_extract(meta, '$.graph_launches')) AS uncounted, "
+        "sum(CAST(json_extract(meta, '$.graph_launches_without_gpu') AS BIGINT)) AS lost FROM traces "
+        "WHERE run_id = ? AND json_extract(meta, '$.graph_launches_without_gpu') IS NOT NULL "
+        "GROUP BY rank ORDER BY rank",
+        [int(run_id)],
+    )
+    if rows.is_empty():
+        return out
+    lost, ranks = int(rows["lost"].sum()), ", ".join(map(str, rows["rank"]))
+    missing = "their GPU time is missing, so busy and kernel time are short and idle time is overstated"
+    if rows["uncounted"].sum():  # ingested before the launches were counted: no share to weigh
+        return [
+            *out,
+            f"{GRAPH_LOST_NOTE}: {lost} on rank(s) {ranks} (no kernel rows and no graph-level rows): {missing}",
+        ]
+    pct, each = _lost_shares(rows.select("rank", "n", "lost"))
+    if (pct > UNMATCHED_LAUNCH_PCT).any():
+        return [
+            *out,
+            f"{GRAPH_LOST_NOTE} ({each}), more than {UNMATCHED_LAUNCH_PCT:g}% of a rank's CUDA graph launches "
+            f"(no kernel rows and no graph-level rows): {missing}",
+        ]
+    return [
+        *out,
+        f"CUDA graph launches with no GPU record ({each}), at most {UNMATCHED_LAUNCH_PCT:g}% of a rank's "
+        "CUDA graph launches (no kernel rows and no graph-level rows): idle time is overstated by their GPU time",
+    ]
 
 
 #: The share of a run's kernel launch calls (% of them) with no GPU record above which its GPU
@@ -808,11 +840,7 @@ def unmatched_launch_notes(store: Store, run_id: int) -> list[str]:
     )
     if rows.is_empty():
         return []
-    pct = 100.0 * rows["lost"] / rows["n"]
-    each = "; ".join(
-        f"rank {r}: {lost:,} of {n:,} ({p:.1f}%)"
-        for (r, n, lost), p in zip(rows.head(5).iter_rows(), pct, strict=False)
-    ) + (f"; and {rows.height - 5} more rank(s)" if rows.height > 5 else "")
+    pct, each = _lost_shares(rows)
     if (pct > UNMATCHED_LAUNCH_PCT).any():
         return [
             f"{LAUNCH_LOST_NOTE} ({each}), more than {UNMATCHED_LAUNCH_PCT:g}% of a rank's kernel launch "

@@ -300,17 +300,50 @@ def _idle_verdict(store, run):
     return {v.topic: v for v in f.verdicts}["idle"], next(x for x in f.findings if x.topic == "idle")
 
 
-def test_a_few_launches_without_kernel_records_are_a_note(store, tmp_path):
-    # one more cudaLaunchKernel (corr 99, at 950 us) whose kernel the trace does not hold (still
-    # running when the profiler stopped): 1 of 11 calls, 9.1 % <= 10 %: a note; the verdict stands
-    ingest(store, [kineto(tmp_path / "r0.json.gz", [*TEN, launch(950, 99)])], run="r")
-    note = (
-        "kernel launches with no GPU record (rank 0: 1 of 11 (9.1%)), at most 10% of a rank's kernel launch "
-        "calls (e.g. kernels still running when the profiler stopped): idle time is overstated by their GPU time"
-    )
+#: 10 CUDA graph replays (corr 1-10, launched 5 us before), each one kernel [100 i, 100 i + 10) us,
+#: the last one's kernel not traced: 1 of 10 graph launches (10.0 %) without a GPU record.
+LAST_GRAPH_LOST = [
+    *(kernel(f"K{i}", 7, 100 * i, 10, i + 1) for i in range(9)),
+    *(launch(100 * i - 5, i + 1, name="cudaGraphLaunch") for i in range(10)),
+]
+
+
+@pytest.mark.parametrize(
+    ("rows", "note", "window_busy_us"),
+    [
+        # one more cudaLaunchKernel (corr 99, at 950 us) whose kernel the trace does not hold (still
+        # running when the profiler stopped): 1 of 11 calls, 9.1 % <= 10 %
+        pytest.param(
+            [*TEN, launch(950, 99)],
+            "kernel launches with no GPU record (rank 0: 1 of 11 (9.1%)), at most 10% of a rank's kernel launch "
+            "calls (e.g. kernels still running when the profiler stopped): idle time is overstated by their GPU time",
+            (910, 100),
+            id="kernel",
+        ),
+        # as kernel launches: 1 of 10 graph launches (10.0 % <= 10 %; the window [0, 810) us, 9 kernels
+        # of 10 us busy). Before, any graph launch without a GPU record made idle inconclusive
+        # ("incomplete: ... 1 on rank(s) 0").
+        pytest.param(
+            LAST_GRAPH_LOST,
+            "CUDA graph launches with no GPU record (rank 0: 1 of 10 (10.0%)), at most 10% of a rank's CUDA graph "
+            "launches (no kernel rows and no graph-level rows): idle time is overstated by their GPU time",
+            (810, 90),
+            id="graph",
+        ),
+    ],
+)
+def test_a_few_launches_without_gpu_records_are_a_note(store, tmp_path, rows, note, window_busy_us):
+    # a note, and the verdict stands: idle (window - busy) / window
+    ingest(store, [kineto(tmp_path / "r0.json.gz", rows)], run="r")
     assert note in analyze(store, "idle", "r").notes
     v, found = _idle_verdict(store, "r")
-    assert v.status == "problem" and found.problem and found.value == pytest.approx(100 * 810 / 910)
+    window, busy = window_busy_us
+    assert (
+        v.status == "problem"
+        and found.problem
+        and found.value == pytest.approx(100 * (window - busy) / window)
+    )
+    assert "incomplete" not in v.text
 
 
 def test_many_launches_without_kernel_records_make_idle_inconclusive(store, tmp_path):
@@ -346,29 +379,6 @@ def test_graph_launches_without_gpu_records_make_idle_inconclusive(store, tmp_pa
         in v.text
     )
     assert not any("kernel launches with no GPU record" in n for n in analyze(store, "idle", "r").notes)
-
-
-#: 10 CUDA graph replays (corr 1-10, launched 5 us before), each one kernel [100 i, 100 i + 10) us,
-#: the last one's kernel not traced: 1 of 10 graph launches (10.0 %) without a GPU record.
-LAST_GRAPH_LOST = [
-    *(kernel(f"K{i}", 7, 100 * i, 10, i + 1) for i in range(9)),
-    *(launch(100 * i - 5, i + 1, name="cudaGraphLaunch") for i in range(10)),
-]
-
-
-def test_a_few_graph_launches_without_gpu_records_are_a_note(store, tmp_path):
-    # as kernel launches: 1 of 10 graph launches (10.0 % <= 10 %) is a note, and the verdict stands
-    # (the window [0, 810) us, 9 kernels of 10 us busy: 720 / 810 = 88.9 % idle). Before, any graph
-    # launch without a GPU record made idle inconclusive ("incomplete: ... 1 on rank(s) 0").
-    ingest(store, [kineto(tmp_path / "r0.json.gz", LAST_GRAPH_LOST)], run="r")
-    note = (
-        "CUDA graph launches with no GPU record (rank 0: 1 of 10 (10.0%)), at most 10% of a rank's CUDA graph "
-        "launches (no kernel rows and no graph-level rows): idle time is overstated by their GPU time"
-    )
-    assert note in analyze(store, "idle", "r").notes
-    v, found = _idle_verdict(store, "r")
-    assert v.status == "problem" and found.problem and found.value == pytest.approx(100 * 720 / 810)
-    assert "incomplete" not in v.text
 
 
 def test_graph_launches_lost_in_a_store_without_their_count_keep_idle_inconclusive(store, tmp_path):

@@ -168,7 +168,7 @@ def _per_device(te: FrameResult) -> tuple[pl.DataFrame, str]:
         for r in per.iter_rows(named=True)
     )
     worst = (
-        dev.filter(pl.col("rank").is_in(per["rank"]))
+        dev.filter(pl.col("rank").is_in(per["rank"].to_list()))
         .sort(["idle_pct", "rank", "device"], descending=[True, False, False])
         .row(0, named=True)
     )

@@ -771,6 +771,20 @@ def _lost_shares(rows: pl.DataFrame) -> tuple[pl.Series, str]:
     return pct, each
 
 
+def _lost_by_rank(store: Store, run_id: int, key: str) -> pl.DataFrame:
+    """Per rank of the run's traces that lost some launch calls' GPU records (``traces.meta.<key>`` of
+    them, ``<key>_without_gpu`` lost, as ingest counted them per trace): rank, n (calls), uncounted
+    (traces written before ingest counted ``key``) and lost; sorted by rank, empty when none lost."""
+    return store.sql(
+        f"SELECT rank, sum(CAST(json_extract(meta, '$.{key}') AS BIGINT)) AS n, "
+        f"count(*) - count(json_extract(meta, '$.{key}')) AS uncounted, "
+        f"sum(CAST(json_extract(meta, '$.{key}_without_gpu') AS BIGINT)) AS lost FROM traces "
+        f"WHERE run_id = ? AND json_extract(meta, '$.{key}_without_gpu') IS NOT NULL "
+        "GROUP BY rank ORDER BY rank",
+        [int(run_id)],
+    )
+
+
 def graph_level_notes(store: Store, run_id: int) -> list[str]:
     """``[GRAPH_LEVEL_NOTE]`` when a trace of the run holds graph-level GPU records, and a note when
     some hold CUDA graph launches with no GPU record at all (``traces.meta.graph_launches_without_gpu``
@@ -782,14 +796,7 @@ def graph_level_notes(store: Store, run_id: int) -> list[str]:
         "SELECT count(json_extract(meta, '$.graph_level')) FROM traces WHERE run_id = ?", [int(run_id)]
     ).item()
     out = [GRAPH_LEVEL_NOTE] if n else []
-    rows = store.sql(
-        "SELECT rank, sum(CAST(json_extract(meta, '$.graph_launches') AS BIGINT)) AS n, "
-        "count(*) - count(json_extract(meta, '$.graph_launches')) AS uncounted, "
-        "sum(CAST(json_extract(meta, '$.graph_launches_without_gpu') AS BIGINT)) AS lost FROM traces "
-        "WHERE run_id = ? AND json_extract(meta, '$.graph_launches_without_gpu') IS NOT NULL "
-        "GROUP BY rank ORDER BY rank",
-        [int(run_id)],
-    )
+    rows = _lost_by_rank(store, run_id, "graph_launches")
     if rows.is_empty():
         return out
     lost, ranks = int(rows["lost"].sum()), ", ".join(map(str, rows["rank"]))
@@ -831,16 +838,10 @@ def unmatched_launch_notes(store: Store, run_id: int) -> list[str]:
     missing. Where a rank's share of such calls exceeds :data:`UNMATCHED_LAUNCH_PCT` % the note
     starts with :data:`LAUNCH_LOST_NOTE`; ``[]`` when every call has its GPU row (or the store was
     written before ingest counted them). Per rank: "rank 0: 19 of 20 (95.0%)"."""
-    rows = store.sql(
-        "SELECT rank, sum(CAST(json_extract(meta, '$.kernel_launches') AS BIGINT)) AS n, "
-        "sum(CAST(json_extract(meta, '$.kernel_launches_without_gpu') AS BIGINT)) AS lost FROM traces "
-        "WHERE run_id = ? AND json_extract(meta, '$.kernel_launches_without_gpu') IS NOT NULL "
-        "GROUP BY rank ORDER BY rank",
-        [int(run_id)],
-    )
+    rows = _lost_by_rank(store, run_id, "kernel_launches")
     if rows.is_empty():
         return []
-    pct, each = _lost_shares(rows)
+    pct, each = _lost_shares(rows.select("rank", "n", "lost"))
     if (pct > UNMATCHED_LAUNCH_PCT).any():
         return [
             f"{LAUNCH_LOST_NOTE} ({each}), more than {UNMATCHED_LAUNCH_PCT:g}% of a rank's kernel launch "

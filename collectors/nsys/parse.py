@@ -372,8 +372,7 @@ def _trace(
     repaired |= clipped
     steps, cols["step"] = assign_steps(cols)
     graph = [d for c, d in zip(cols["cat"], cols["dur_ns"], strict=True) if c == tables.GRAPH_CAT]
-    graph_calls, lost = _graph_launches_without_gpu(cols)
-    launches, lost_launches = _kernel_launches_without_gpu(cols)
+    (graph_calls, lost), (launches, lost_launches) = _launches_without_gpu(cols)
     warnings = [
         *warnings,
         *([duplicate] if duplicate else []),
@@ -445,33 +444,32 @@ def _gpu_correlations(cols: dict[str, list[Any]]) -> set[Any]:
     }
 
 
-def _graph_launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[int, int]:
-    """CUDA graph launch calls (``cudaGraphLaunch``, with a correlation id) of a trace's rows, and how
-    many of them no GPU row (kernel, copy, memset, graph-level record) carries the correlation id of:
-    graphs replayed with neither node-level rows nor ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (an nsys
-    that does not export that table, graph tracing off), so their GPU time is missing from the trace."""
-    gpu = _gpu_correlations(cols)
-    calls = [
-        corr
-        for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True)
-        if k in ("cuda_runtime", "cuda_driver") and corr is not None and "graphlaunch" in str(n).lower()
-    ]
-    return len(calls), sum(1 for c in calls if c not in gpu)
+def _launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """For CUDA graph launch calls (``cudaGraphLaunch``) and kernel launch calls
+    (:func:`~traceprof.core.schema.is_kernel_launch`), each with a correlation id, of a trace's rows:
+    how many, and how many of them no GPU row (kernel, copy, memset, graph-level record) carries the
+    correlation id of, in one pass over the rows. A graph replayed with neither node-level rows nor
+    ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` rows (an nsys that does not export that table, graph tracing
+    off), or a kernel the trace does not hold, has its GPU time missing from the trace.
 
-
-def _kernel_launches_without_gpu(cols: dict[str, list[Any]]) -> tuple[int, int]:
-    """Kernel launch calls (:func:`~traceprof.core.schema.is_kernel_launch`, with a correlation id) of
-    a trace's rows, and how many of them no kernel, copy or memset row carries the correlation id of."""
-    names = {n for n in set(cols["name"]) if n is not None and is_kernel_launch(str(n))}
-    if not names:
-        return 0, 0
+    Returns:
+        ((graph launch calls, without a GPU row), (kernel launch calls, without a GPU row)).
+    """
     gpu = _gpu_correlations(cols)
-    calls = [
-        corr
-        for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True)
-        if k in ("cuda_runtime", "cuda_driver") and corr is not None and n in names
-    ]
-    return len(calls), sum(1 for c in calls if c not in gpu)
+    kernel_names = {n for n in set(cols["name"]) if n is not None and is_kernel_launch(str(n))}
+    graph: list[Any] = []
+    kernel: list[Any] = []
+    for k, n, corr in zip(cols["kind"], cols["name"], cols["correlation"], strict=True):
+        if k not in ("cuda_runtime", "cuda_driver") or corr is None:
+            continue
+        if "graphlaunch" in str(n).lower():
+            graph.append(corr)
+        if n in kernel_names:
+            kernel.append(corr)
+    return (
+        (len(graph), sum(1 for c in graph if c not in gpu)),
+        (len(kernel), sum(1 for c in kernel if c not in gpu)),
+    )
 
 
 def _notices(

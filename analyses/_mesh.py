@@ -23,19 +23,29 @@ Algorithm:
      rank: {1, 2, 3} alone in a world of 6 is a subgroup, no axis, with a note) are an axis found by structure:
      ``pp`` when its traffic is point-to-point only, ``ep`` when all-to-all only, else
      ``dim<stride>``.
-  4. Coordinates: a rank's coordinate on an axis is its position in its group of the axis (sorted
+  4. One mesh: the candidate axes of step 3 must fit together. In a mesh the members of a group of
+     one axis share their coordinate on every other axis (so two groups of different axes share at
+     most one rank), and the sizes multiply to the world size or a divisor of it. Blocks of 3
+     ({0, 1, 2}, {3, 4, 5}) and stride-2 groups of 3 ({0, 2, 4}, {1, 3, 5}) in a world of 6 cannot
+     both be axes ({0, 1, 2} holds 0 and 2 of {0, 2, 4}; 3 x 3 = 9); blocks of 2 and stride-2 groups of
+     3 can (a 3 x 2 mesh). Where they do not fit, axes are kept one at a time, each when it fits the
+     ones kept: named before found by structure, smaller groups first (a larger one that clashes is
+     most often a product of axes, a flattened DeviceMesh), more collectives rows on its groups,
+     smaller stride; each one left out is a note naming its groups, the axis it clashes with and
+     the ranks that show it.
+  5. Coordinates: a rank's coordinate on an axis is its position in its group of the axis (sorted
      ranks). NDTimeline traces give them directly (``traces.meta`` ``stage`` and ``dp_rank``: pp and
      dp; tensor parallelism is collapsed there, one worker per TP group). A mesh the user states
      (``pp:4,dp:2,tp:8``, outermost first) replaces all of this: the last axis varies fastest,
      rank = sum of coordinate x stride.
-  5. Completion: axes whose sizes multiply to less than the world size leave one more axis, the
+  6. Completion: axes whose sizes multiply to less than the world size leave one more axis, the
      rest (``dp`` when there is no data-parallel axis yet, else ``rest``): a rank's coordinate is
      its position among the ranks that share its other coordinates. A run with no axis at all and
      the world group recorded is one axis of the world size: ``pp`` when ranks exchange
      point-to-point traffic (a pipeline's activations), else ``dp`` (DDP). With no group recorded
      at all the axis is ``world`` (unknown: state the mesh).
-  6. Order: axes by the stride of their groups, outermost (largest) first.
-  7. The axis of a group (:meth:`Mesh.label`): the axes along which its members' coordinates
+  7. Order: axes by the stride of their groups, outermost (largest) first.
+  8. The axis of a group (:meth:`Mesh.label`): the axes along which its members' coordinates
      differ, joined by ``+`` in mesh order (``dp``, ``dp+pp``); a group of every rank of a mesh of
      two or more axes is ``world``.
 
@@ -135,7 +145,7 @@ class Mesh:
         return next((i for i, a in enumerate(self.axes) if a.name == name), None)
 
     def label(self, members: Iterable[int]) -> str | None:
-        """The axis label of a group of ``members`` (module doc, step 7); None when fewer than two
+        """The axis label of a group of ``members`` (module doc, step 8); None when fewer than two
         members have coordinates."""
         known = [self.coords[r] for r in set(members) if r in self.coords]
         if len(known) < 2:
@@ -405,7 +415,8 @@ def _from_groups(
             labels.setdefault(a, set()).add(g.desc or g.name or "?")
         elif not axes and len(g.ranks) < world:
             unnamed.add(g.ranks)
-    out = []
+    out: list[tuple[Axis, dict[int, int]]] = []
+    fams: list[_Fam] = []
     known: set[tuple[int, ...]] = set()  # member sets of the named axes' groups
     for a in sorted(named):
         comps = _components(sorted(named[a]))
@@ -413,6 +424,7 @@ def _from_groups(
         fam = _family(a, comps, how, notes)
         if fam is not None:
             out.append(fam)
+            fams.append(_Fam(*fam, comps, named=True))
             known |= set(comps)
     by_sig: dict[tuple[int, float], list[tuple[int, ...]]] = {}
     for members in sorted(unnamed):
@@ -437,6 +449,128 @@ def _from_groups(
         fam = _family(name, gs, f"structure: unnamed groups of {size} ranks, stride {d:g}", notes)
         if fam is not None:
             out.append(fam)
+            fams.append(_Fam(*fam, gs, named=False))
+    return _one_mesh(store, run_id, fams, groups, world, notes)
+
+
+@dataclass(frozen=True)
+class _Fam:
+    """A candidate axis (module doc, step 3): the axis, each member's coordinate, its groups (each
+    sorted) and whether its groups' names gave it."""
+
+    axis: Axis
+    coord: dict[int, int]
+    groups: list[tuple[int, ...]]
+    named: bool
+
+
+def _clash(x: _Fam, y: _Fam) -> str | None:
+    """Why candidate axes ``x`` and ``y`` cannot be two axes of one mesh (module doc, step 4), or
+    None: in a mesh the members of a group of one axis share their coordinate on every other axis
+    (so two groups of different axes share at most one rank). Linear in the ranks."""
+    for a, b in ((x, y), (y, x)):
+        group_of = {r: g for g in b.groups for r in g}
+        for g in a.groups:
+            on = [r for r in g if r in b.coord]
+            odd = next((r for r in on if b.coord[r] != b.coord[on[0]]), None)
+            if odd is None:
+                continue
+            r0, h0, h1 = on[0], group_of[on[0]], group_of[odd]
+            where = (
+                f"both in {b.axis.name}'s group {_listed([h0])}, at positions {b.coord[r0]} and {b.coord[odd]} "
+                "(two groups of different axes share at most one rank)"
+                if h0 == h1
+                else f"at positions {b.coord[r0]} and {b.coord[odd]} of {b.axis.name}'s groups {_listed([h0, h1])} "
+                "(the members of one axis' group share their coordinate on every other axis)"
+            )
+            return f"{a.axis.name}'s group {_listed([g])} holds ranks {r0} and {odd}, {where}"
+    return None
+
+
+def _one_mesh(
+    store: Store, run_id: int, fams: list[_Fam], groups: list[Group], world: int, notes: list[str]
+) -> list[tuple[Axis, dict[int, int]]]:
+    """The candidate axes that form one mesh (module doc, step 4), in their order.
+
+    Every pair of kept axes passes :func:`_clash` and the kept sizes multiply to a divisor of the
+    world size. When the candidates do not, they are kept one at a time in this precedence, each
+    when it fits the ones kept before it: named before found by structure, smaller groups first (a
+    family of larger groups that clashes is most often a product of axes, such as a flattened
+    DeviceMesh), more collectives rows on its groups, smaller stride, name. Each one left out gets a
+    note naming its groups, the axis it clashes with and the ranks that show it.
+    """
+    clashes = {
+        (i, j): why
+        for i in range(len(fams))
+        for j in range(i + 1, len(fams))
+        if (why := _clash(fams[i], fams[j])) is not None
+    }
+    product = 1
+    for f in fams:
+        product *= f.axis.size
+    if not clashes and world % product == 0:
+        return [(f.axis, f.coord) for f in fams]
+    rows = _rows_per_group(store, run_id, groups)
+    traffic = [sum(rows.get(g, 0) for g in f.groups) for f in fams]
+    order = sorted(
+        range(len(fams)),
+        key=lambda i: (
+            not fams[i].named,
+            fams[i].axis.size,
+            -traffic[i],
+            fams[i].axis.stride,
+            fams[i].axis.name,
+        ),
+    )
+    kept: list[int] = []
+    product = 1
+    for i in order:
+        f = fams[i]
+        against = next(
+            ((j, clashes[min(i, j), max(i, j)]) for j in kept if (min(i, j), max(i, j)) in clashes), None
+        )
+        if against is not None:
+            j, why = against
+            k = fams[j]
+            reason = (
+                f"it and axis {k.axis.name} ({k.axis.size} ranks, groups {_listed(k.groups, 2)}; {traffic[j]} "
+                f"collectives rows on them against {traffic[i]}) cannot both be axes of one mesh: {why}"
+            )
+        elif world % (product * f.axis.size):
+            sizes = " x ".join(str(fams[j].axis.size) for j in [*kept, i])
+            reason = f"the axes' sizes {sizes} = {product * f.axis.size} do not divide the world size {world}"
+        else:
+            kept.append(i)
+            product *= f.axis.size
+            continue
+        notes.append(
+            f"axis {f.axis.name} ({f.axis.size} ranks, groups {_listed(f.groups, 2)}; {f.axis.found_by}) left out: "
+            f"{reason}. Of axes that cannot form one mesh, those named by their groups, then those of smaller "
+            "groups, then those more collectives ran on are kept (state the mesh with -p mesh=...)"
+        )
+    return [(fams[i].axis, fams[i].coord) for i in sorted(kept)]
+
+
+def _rows_per_group(store: Store, run_id: int, groups: list[Group]) -> dict[tuple[int, ...], int]:
+    """Collectives rows per group members (``pg_ranks``, else the one recorded group of the row's
+    ``pg`` name holding its rank)."""
+    by_name: dict[str, set[tuple[int, ...]]] = {}
+    for g in groups:
+        if g.name is not None:
+            by_name.setdefault(g.name, set()).add(g.ranks)
+    df = store.sql(
+        """SELECT rank, regexp_replace(pg, ':p2p$', '') AS pg, pg_ranks, count(*) AS n
+           FROM collectives WHERE run_id = ? GROUP BY ALL""",
+        [run_id],
+    )
+    out: dict[tuple[int, ...], int] = {}
+    for rank, pg, pg_ranks, n in df.iter_rows():
+        members = _ranks(pg_ranks)
+        if members is None and pg is not None:
+            cands = [m for m in by_name.get(pg, ()) if rank in m]
+            members = cands[0] if len(cands) == 1 else None
+        if members is not None:
+            out[members] = out.get(members, 0) + int(n)
     return out
 
 
@@ -463,7 +597,7 @@ def _complete(
     world: int,
     notes: list[str],
 ) -> Mesh:
-    """Coordinates per rank, the rest axis, the one-axis fallbacks and the order (steps 4-6)."""
+    """Coordinates per rank, the rest axis, the one-axis fallbacks and the order (steps 5-7)."""
     product = 1
     for a, _ in found:
         product *= a.size

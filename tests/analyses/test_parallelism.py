@@ -331,6 +331,94 @@ def test_an_unnamed_group_that_does_not_tile_the_world_is_no_axis(store, tmp_pat
     ) in res.notes
 
 
+def _tilings(folder: Path, world: int, families: list[tuple[list[list[int]], int]]) -> None:
+    """``world`` GPU ranks with the world group "0" and unnamed families of groups (described
+    "undefined"), each (groups, all-reduces per group): every rank computes [0, 100] us, then runs
+    the all-reduces of its group of each family one after another, 20 us each from 100 us."""
+    ranks = list(range(world))
+    for r in ranks:
+        ev = [step(1, -5, 2000), *_kernel("sm90_gemm_kernel", 0, 100, 10, 7)]
+        pgs, t, corr = [_pg("0", "default_pg", ranks)], 100, 11
+        for f, (gs, n) in enumerate(families):
+            i, g = next((i, g) for i, g in enumerate(gs) if r in g)
+            name = f"{f + 1}{i}"
+            pgs.append(_pg(name, "undefined", g))
+            for seq in range(1, n + 1):
+                ev += _kernel(
+                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t, 20, corr, 20, **_allreduce(name, g, seq)
+                )
+                t, corr = t + 30, corr + 1
+        _write(folder / f"rank{r}.json", ev, r, world, pgs)
+
+
+BLOCKS_OF_3 = [[0, 1, 2], [3, 4, 5]]
+STRIDE_2_OF_3 = [[0, 2, 4], [1, 3, 5]]
+
+
+@pytest.mark.parametrize(
+    ("calls", "axes", "coords", "left"),
+    [
+        # more all-reduces on the blocks (2 vs 1 per group): dim1 (blocks) kept; the rest of the
+        # world, 6 / 3 = 2, is one more axis: ranks sharing a dim1 coordinate, {0, 3}, {1, 4},
+        # {2, 5} (stride 3, outermost), named dp (there is none): rank r = (r // 3, r % 3)
+        ((2, 1), ["dp", "dim1"], [(r // 3, r % 3) for r in range(6)], "dim2"),
+        # more on the stride-2 groups: dim2 kept, coordinate r // 2 (position in {0, 2, 4}); the
+        # rest {0, 1}, {2, 3}, {4, 5} (stride 1, inner): rank r = (r // 2, r % 2)
+        ((1, 2), ["dim2", "dp"], [(r // 2, r % 2) for r in range(6)], "dim1"),
+    ],
+)
+def test_two_tilings_that_cannot_form_one_mesh_keep_one(store, tmp_path, calls, axes, coords, left):
+    # World 6: blocks of 3 ({0, 1, 2}, {3, 4, 5}: stride 1) and stride-2 groups of 3 ({0, 2, 4},
+    # {1, 3, 5}). Each tiles the world, but not together: {0, 1, 2} holds ranks 0 and 2 of {0, 2, 4}
+    # (groups of two axes of a mesh share at most one rank), and 3 x 3 = 9 is not 6. Both were axes
+    # ("mesh dim2:3, dim1:3", 9 != 6 only noted); now one is kept (sizes tie: the one more
+    # collectives ran on) and the other is a note naming its groups and the clash.
+    _tilings(tmp_path / "run", 6, [(BLOCKS_OF_3, calls[0]), (STRIDE_2_OF_3, calls[1])])
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "parallelism", "run")
+    assert res.ranks.columns == ["rank", "traced", *axes]
+    assert res.ranks.select(axes).rows() == coords
+    assert not [n for n in res.notes if "not the world size" in n]
+    (note,) = [n for n in res.notes if "left out" in n]
+    groups = {"dim1": "{0, 1, 2}, {3, 4, 5}", "dim2": "{0, 2, 4}, {1, 3, 5}"}
+    assert note.startswith(
+        f"axis {left} (3 ranks, groups {groups[left]}; structure: unnamed groups of 3 ranks"
+    )
+    # the clash as _clash finds it: dim1's group {0, 1, 2} against dim2's coordinates 0, 0, 1
+    assert (
+        "dim1's group {0, 1, 2} holds ranks 0 and 2, both in dim2's group {0, 2, 4}, at positions 0 and 1 "
+        "(two groups of different axes share at most one rank)"
+    ) in note
+    # rows per family: all-reduces per group x 3 ranks x 2 groups: 2 x 6 = 12 kept, 1 x 6 = 6 left out
+    kept = "dim2" if left == "dim1" else "dim1"
+    assert (
+        f"it and axis {kept} (3 ranks, groups {groups[kept]}; 12 collectives rows on them against 6)" in note
+    )
+
+
+@pytest.mark.parametrize(
+    ("world", "families", "axes", "coords"),
+    [
+        # blocks of 2 (stride 1) and stride-2 groups of 3: {0, 1} meets {0, 2, 4} in rank 0 only,
+        # and 2 x 3 = 6: a 3 x 2 mesh, rank r = 2 * (r // 2) + r % 2
+        (6, [[[0, 1], [2, 3], [4, 5]], STRIDE_2_OF_3], ["dim2", "dim1"], [(r // 2, r % 2) for r in range(6)]),
+        # world 8, 2 x 4: blocks of 4 (stride 1) and pairs of stride 4: rank r = 4 * (r // 4) + r % 4
+        (8, [[[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]]], ["dim4", "dim1"],
+         [(r // 4, r % 4) for r in range(8)]),
+        # world 8, 2 x 2 x 2: pairs of stride 1, 2 and 4: rank r = 4a + 2b + c
+        (8, [[[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]]],
+         ["dim4", "dim2", "dim1"], [(r // 4, r // 2 % 2, r % 2) for r in range(8)]),
+    ],
+)  # fmt: skip
+def test_tilings_that_form_one_mesh_are_all_axes(store, tmp_path, world, families, axes, coords):
+    _tilings(tmp_path / "run", world, [(gs, 1) for gs in families])
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "parallelism", "run")
+    assert res.ranks.columns == ["rank", "traced", *axes]
+    assert res.ranks.select(axes).rows() == coords
+    assert not [n for n in res.notes if "left out" in n or "not the world size" in n]
+
+
 def test_flight_recorder_groups(store):
     # gloo_cpu_4rank: Flight Recorder dumps only, one group of the 4 ranks: one dp axis; no
     # activity, so no exposed communication to split, and no error

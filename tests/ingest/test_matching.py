@@ -302,23 +302,26 @@ def test_point_to_point_without_ids_is_not_matched_by_order(store, tmp_path):
     assert matching.unmatched_p2p(store, store.resolve_run("run")) == 4
 
 
-def _pipeline_rank(ops: list[tuple[str, int, int, int]], rank: int, comms_id: bool) -> list[dict]:
+def _pipeline_rank(ops: list[tuple], rank: int, comms_id: bool, ar_us: int = 600) -> list[dict]:
     """One rank of a 3-stage pipeline on the world group "0" [0, 1, 2]: its send / recv kernels (op,
-    peer, start, end in us) numbered by the rank's own p2p counter (Seq 1, 2, ... in issue order, as
-    c10d's seqP2P_ is), then an all-reduce (collective Seq 1) at 600 + 10 * rank, ending at 700."""
+    peer, start, end in us[, elements: 1024 unless given]) numbered by the rank's own p2p counter
+    (Seq 1, 2, ... in issue order, as c10d's seqP2P_ is), then an all-reduce (collective Seq 1) at
+    ``ar_us`` + 10 * rank, ending at ``ar_us`` + 100, in one step of ``ar_us`` + 400 us."""
     group = {"ranks": [0, 1, 2], "group_size": 3}
     rows = [
         (
             SR,
-            collective_args(op, seq, nelems=1024, **group),
+            collective_args(op, seq, nelems=n[0] if n else 1024, **group),
             a,
             b,
             rank if op == "send" else peer,
             peer if op == "send" else rank,
         )
-        for seq, (op, peer, a, b) in enumerate(ops, 1)
-    ] + [(AR, collective_args("allreduce", 1, nelems=256, **group), 600 + 10 * rank, 700, None, None)]
-    ev = [step(1, 0, 1000)]
+        for seq, (op, peer, a, b, *n) in enumerate(ops, 1)
+    ] + [
+        (AR, collective_args("allreduce", 1, nelems=256, **group), ar_us + 10 * rank, ar_us + 100, None, None)
+    ]
+    ev = [step(1, 0, ar_us + 400)]
     for k, (name, args, a, b, src, dst) in enumerate(rows):
         if src is not None:
             args |= {"Src Rank": src, "Dst Rank": dst}
@@ -400,6 +403,84 @@ def test_a_direction_whose_ends_differ_in_transfers_is_left_unmatched(store, tmp
         (2, "recv", 450_000, 2, "pair_order"),
     ]
     assert matching.unmatched_p2p(store, store.resolve_run("run")) == 3
+
+
+def _lost_at_each_end(why: str) -> dict[int, list[tuple]]:
+    """The 3-stage pipeline's ops per rank (:func:`_pipeline_rank`) with a transfer of 0 -> 1 lost
+    from each end (module doc of the tests using it)."""
+    if why == "time":  # 4 micro-batches every 250 us; rank 0's send #1 and rank 1's recv #4 lost
+        return {
+            0: [("send", 1, 250 * k + 20, 250 * k + 100) for k in (1, 2, 3)],
+            1: [
+                op
+                for k in range(4)
+                for op in (
+                    ("recv", 0, 250 * k + 10, 250 * k + 100),
+                    ("send", 2, 250 * k + 110, 250 * k + 130),
+                )
+                if not (op[0] == "recv" and k == 3)
+            ],
+            2: [("recv", 1, 250 * k + 105, 250 * k + 130) for k in range(4)],
+        }
+    # two concurrent transfers of 1024 and 2048 elements (Float: 4096 and 8192 bytes); rank 0's
+    # first send and rank 1's second recv lost
+    return {
+        0: [("send", 1, 60, 140, 2048)],
+        1: [("recv", 0, 10, 100, 1024), ("send", 2, 150, 170)],
+        2: [("recv", 1, 145, 170)],
+    }
+
+
+@pytest.mark.parametrize(
+    ("why", "detail", "pairs"),
+    [
+        # Direction 0 -> 1, transfers k = 1..4: send [250(k-1) + 20, 250(k-1) + 100] us, recv [250(k-1)
+        # + 10, 250(k-1) + 100]; 1 -> 2: send [250(k-1) + 110, + 130], recv [250(k-1) + 105, + 130].
+        # Rank 0's send #1 and rank 1's recv #4 are lost: 3 and 3, so order pairs rank 0's send of
+        # transfer 2 (starts 270 us; its p2p Seq 1) with rank 1's recv of transfer 1 (ends 100 us; Seq
+        # 1): the recv ends 170 us before the send starts, beyond the clocks' uncertainty (the ranks
+        # share a clock: residual 0, so 50 us, MIN_OFFSET_NS). Before: 3 pair_order instances of 0
+        # -> 1, each one transfer off. 1 -> 2 (4 and 4, all fitting) stays matched: 4 pairs.
+        (
+            "time",
+            "rank 1's recv #1 (p2p Seq 1) ended 170.000 us before rank 0's send #1 (p2p Seq 1) started (more "
+            "than the clocks' uncertainty, 50.000 us)",
+            4,
+        ),
+        # Two transfers 0 -> 1 running at once, of 1024 and 2048 elements; rank 0's first send and
+        # rank 1's second recv lost: 1 and 1, order pairs the send of 2048 elements (8192 bytes, 60
+        # to 140 us) with the recv of 1024 (4096 bytes, 10 to 100 us): in time (the recv ends after
+        # the send starts) but not in size. 1 -> 2 (1 and 1, 1024 each) stays matched.
+        ("bytes", "rank 0's send #1 (p2p Seq 1) moves 8,192 bytes, rank 1's recv #1 (p2p Seq 1) 4,096", 1),
+    ],
+)
+def test_a_direction_that_lost_a_transfer_at_each_end_is_left_unmatched(store, tmp_path, why, detail, pairs):
+    for r, lst in _lost_at_each_end(why).items():
+        write_rank(
+            tmp_path / "run" / f"r{r}.json",
+            _pipeline_rank(lst, r, False, ar_us=1100),
+            r,
+            world=3,
+            backend="nccl",
+        )
+    notes = [w for w in ingest(store, [tmp_path / "run"]).warnings if "paired by order" in w]
+    n = 3 if why == "time" else 1
+    assert notes == [
+        f"run 'run': source nccl_kernel, process group '0' [0, 1, 2] (point-to-point): rank 0 sent {n} "
+        f"transfer{'s' if n > 1 else ''} to rank 1, which received {n}, but paired by order {detail}: each "
+        "end's trace lacks a different transfer, so the k-th of each end need not be the same transfer; this "
+        "direction was left unmatched"
+    ]
+    got = store.sql(
+        """SELECT (op = 'send')::INT * rank + (op = 'recv')::INT * peer AS src, count(*) FILTER (WHERE instance_id
+                  IS NULL) AS unmatched, count(*) FILTER (WHERE match_method = 'pair_order') AS paired
+           FROM collectives WHERE peer >= 0 GROUP BY ALL ORDER BY ALL"""
+    ).rows()
+    assert got == [(0, 2 * n, 0), (1, 0, 2 * pairs)]
+    # the instances left: the 1 -> 2 pairs and the all-reduce, numbered 1.. without a gap
+    ids = store.sql("SELECT instance_id FROM collective_instances ORDER BY 1")["instance_id"].to_list()
+    assert ids == list(range(1, pairs + 2))
+    assert matching.unmatched_p2p(store, store.resolve_run("run")) == 2 * n
 
 
 def test_trace_filter_collectives_are_named_by_their_launching_op(store):

@@ -36,7 +36,7 @@ from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, 
 from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.core.vocab import TraceSource
-from traceprof.ingest import clock, matching, sources
+from traceprof.ingest import clock, matching, pair_check, sources
 from traceprof.ingest.naming import Part, assign, relate, stem
 from traceprof.storage import layout
 from traceprof.storage.runs import profiler_gap_text, untraced_ranks
@@ -762,6 +762,7 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
     summary = matching.match_run(store, run_id)
     notes += summary.notes  # e.g. sequence numbers that cannot be per group: matched by order instead
     notes += clock.align_run(store, run_id, enabled=align).warnings  # e.g. replica groups never linked
+    notes += pair_check.check_pair_order(store, run_id)  # order pairs whose times or sizes do not fit
     if summary.incomplete:
         notes.append(
             f"{summary.incomplete} of {summary.instances} matched collectives miss some ranks "

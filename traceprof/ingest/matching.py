@@ -33,8 +33,10 @@ Algorithm:
      ``pair_order`` (a pipeline on the world group: rank 1's send to rank 2 is its p2p Seq 2,
      rank 2's recv its Seq 1) where both ranks hold as many transfers of that direction (or one of
      them none; else a transfer lost from one trace would shift every later pair, so the
-     direction is left unmatched, with a note), the others are left unmatched; a note
-     (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
+     direction is left unmatched, with a note; equal counts can still hide a transfer lost at each
+     end, so after clock alignment ``traceprof.ingest.pair_check`` leaves unmatched, with a note, a
+     direction with a pair whose recv ends before its send starts or whose sizes differ), the
+     others are left unmatched; a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
      ranks whose step ranges overlap unless the steps' start times (one host) or else its
      collectives (some steps differing by number) line a rank up by position, by order between

@@ -242,7 +242,8 @@ def run(store: Store, params: Params) -> Result:
     notes = (
         [
             f"{untimed} NCCL Inspector records have no kernel times (written without "
-            "NCCL_INSPECTOR_DUMP_VERBOSE=1): their durations are the reported coll_exec_time_us"
+            "NCCL_INSPECTOR_DUMP_VERBOSE=1, or kernel times never recorded): their durations are the "
+            "reported coll_exec_time_us"
         ]
         if untimed
         else []

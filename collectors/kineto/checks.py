@@ -11,7 +11,8 @@ Algorithm:
      be right, and it is left out. ``launch_skew``: one that starts before its launch by more than
      :data:`LAUNCH_TOLERANCE_NS` (5 us) but at most 1 ms is clock jitter (the CPU and GPU clocks are
      converted onto one another to a few us): its work is real and it is kept everywhere, noted,
-     and only its launch latency (negative) is not measured.
+     and only its launch latency (negative) is not measured. The rule is shared with the Nsight
+     Systems collector (``traceprof.collectors._launch_order``).
   2. ``far_outside``: a record apart from the bulk of the trace: sorted by start, the records split
      where two neighbours lie more than the margin apart (the reference range's own length, at
      least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
@@ -82,8 +83,9 @@ from traceprof.collectors._far_end import (
     step_overlap_warning,
     step_overlaps,
 )
+from traceprof.collectors._launch_order import LAUNCH_SKEW_MAX_NS, LAUNCH_TOLERANCE_NS, before_launch
 from traceprof.collectors.kineto._values import Ints, Strs
-from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask, lookup
+from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_mask
 from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, is_kernel_launch
@@ -102,13 +104,6 @@ __all__ = [
     "ZERO_TS_MIN_GAP_NS",
 ]
 
-#: A GPU row may start this much before its launch call unremarked (CPU/GPU clock conversion
-#: jitter): 5 us.
-LAUNCH_TOLERANCE_NS = 5_000
-#: ... and up to this much it is still jitter, kept and noted (``launch_skew``); beyond it the
-#: record's time cannot be right (another clock domain: ``before_launch``, left out): 1 ms, 200x
-#: the jitter tolerance and far below the seconds to days a clock-domain error shifts a record.
-LAUNCH_SKEW_MAX_NS = 1_000_000
 #: A ``ts == 0`` record is an unset time when it lies at least this far from the others: 1 ms.
 ZERO_TS_MIN_GAP_NS = 1_000_000
 
@@ -148,36 +143,6 @@ def _far_records(
         cluster = np.searchsorted(st[first], ts, side="right") - 1
         far = cand & ~keep[np.clip(cluster, 0, None)]
     return far, max(hi, int(st[last[keep]].max()))
-
-
-def _before_launch(
-    ts: np.ndarray, corr: Ints, launch: np.ndarray, gpu: np.ndarray
-) -> tuple[np.ndarray, int, np.ndarray, int]:
-    """Step 1 of the module doc: (the ``gpu`` rows that start more than :data:`LAUNCH_SKEW_MAX_NS`
-    before the earliest of the ``launch`` rows with their correlation id, the largest such gap in
-    ns; the rows that start before it by more than :data:`LAUNCH_TOLERANCE_NS` but at most
-    :data:`LAUNCH_SKEW_MAX_NS`, their largest gap in ns). Its per-launch and per-GPU-row arrays go
-    when it returns."""
-    lr = np.flatnonzero(launch & corr.ok)
-    ids, inv = np.unique(corr.values[lr], return_inverse=True)
-    launch_ts = np.full(len(ids), np.iinfo(np.int64).max)
-    np.minimum.at(launch_ts, inv, ts[lr])
-    del lr, inv
-    g = np.flatnonzero(gpu & corr.ok)
-    pos, found = lookup(ids, corr.values[g])
-    del ids
-    lt = launch_ts[pos] if len(launch_ts) else np.zeros(len(g), np.int64)
-    del pos, launch_ts
-    ahead = lt - ts[g]  # how long before its launch call the row starts (ns; negative: after)
-    is_early = found & (ahead > LAUNCH_SKEW_MAX_NS)
-    is_skew = found & (ahead > LAUNCH_TOLERANCE_NS) & ~is_early
-    early, skew = g[is_early], g[is_skew]
-    return (
-        early,
-        int(ahead[is_early].max()) if len(early) else 0,
-        skew,
-        int(ahead[is_skew].max()) if len(skew) else 0,
-    )
 
 
 #: Rows per block of :func:`_far_records`' gap search.
@@ -251,7 +216,7 @@ def flag_records(
 
     # 1. before_launch (against launch calls that are themselves sound): the earliest sound
     #    launch of each correlation id
-    early, worst, skew, skew_max = _before_launch(ts, corr, ok_launch, gpu & unflagged)
+    early, worst, skew, skew_max = before_launch(ts, corr.values, corr.ok, ok_launch, gpu & unflagged)
     del ok_launch
     flag.codes[early] = flag.code("before_launch")
     zero[early] = far[early] = False

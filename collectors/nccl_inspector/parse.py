@@ -30,7 +30,8 @@ Algorithm:
      = size, bytes_out = size x n_ranks for AllGather, the reverse for ReduceScatter, both = size
      otherwise). enter = ``coll_start_ts``, start = the earliest ``kernel_start_ts``, end = the
      latest ``kernel_stop_ts`` (all channels; a 0 is a time never set: unknown, flagged
-     ``zero_ts``). The reported ``coll_algobw_gbs`` / ``coll_busbw_gbs`` are kept as
+     ``zero_ts``, as is a record whose ``kernel_events`` is empty or absent: no kernel time was
+     recorded, start and end unknown, with a warning counting them). The reported ``coll_algobw_gbs`` / ``coll_busbw_gbs`` are kept as
      ``reported_algbw_gbps`` / ``reported_busbw_gbps`` (a value that is not a finite non-negative
      number is a bad record), beside the bandwidth ``collective_perf`` computes from the times.
      One ``collective`` event per record keeps the whole record as args (the
@@ -179,7 +180,9 @@ def _times(perf: dict[str, Any]) -> tuple[int | None, int | None, int | None, bo
         _us_ns(_uint(k, "kernel_stop_ts", "kernel_events[]", required=False), "kernel_stop_ts")
         for k in kernels
     ]
-    unset = bool(kernels) and (None in starts or None in stops)
+    # no kernel event at all (``kernel_events`` empty or absent: the kernel times were never
+    # recorded) leaves start and end as unknown as a kernel time of 0 does
+    unset = not kernels or None in starts or None in stops
     start = min((s for s in starts if s is not None), default=None)
     known = [t for t in stops if t is not None]
     end = (
@@ -308,7 +311,15 @@ def _rows_of(
     why = (
         ""
         if verbose and not unset
-        else ("no event_trace_ts" if not verbose else "a kernel time never set (0)")
+        else (
+            "no event_trace_ts"
+            if not verbose
+            else (
+                "a kernel time never set (0)"
+                if perf["event_trace_ts"].get("kernel_events")
+                else "no kernel_events"
+            )
+        )
     )
     return row, event, why
 
@@ -495,6 +506,12 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         warnings.append(
             f"{p.name}: {incomplete['a kernel time never set (0)']} record(s) with a kernel timestamp of 0 "
             "(never set): that start or end is unknown (NULL), the event flagged zero_ts"
+        )
+    if incomplete.get("no kernel_events"):
+        warnings.append(
+            f"{p.name}: {incomplete['no kernel_events']} record(s) with event_trace_ts but no kernel "
+            "times (kernel_events empty or absent): start and end unknown (NULL), arrival taken from "
+            "coll_start_ts, the event flagged zero_ts (nccl_sum takes coll_exec_time_us)"
         )
     if dropped:
         warnings.append(

@@ -37,9 +37,12 @@ from traceprof.collectors._far_end import (
     step_overlap_warning,
     step_overlaps,
 )
+from traceprof.collectors._launch_order import LAUNCH_SKEW_MAX_NS, before_launch
 from traceprof.collectors.nsys.steps import step_number
+from traceprof.core.display import duration
+from traceprof.core.schema import LAUNCH_KINDS
 
-__all__ = ["clip_far_ends"]
+__all__ = ["clip_far_ends", "flag_before_launch"]
 
 #: Each row's kind as a code: a step range, a GPU row on a stream (kernel, copy, memset), a row not
 #: checked (kind ``other``, instants), or any other (CPU-side) row (a sync is timed by the CPU's wait).
@@ -47,6 +50,63 @@ _STEP, _GPU, _UNCHECKED, _CPU = 0, 1, 2, 3
 _CODE = {"step": _STEP, "other": _UNCHECKED, "instant": _UNCHECKED} | dict.fromkeys(
     ("kernel", "memcpy", "memset"), _GPU
 )
+
+
+def flag_before_launch(label: str, cols: dict[str, list[Any]]) -> list[str]:
+    """Flag the GPU rows of one process that start before the CPU call that launched them, in place.
+
+    The rule Kineto's checks apply (``traceprof.collectors._launch_order``): a kernel, copy or
+    memset that starts more than 1 ms before the earliest runtime / driver call with its
+    ``correlationId`` is stamped in another clock domain: ``events.flag`` = ``before_launch``, left
+    out of windows, idle, latency and collectives; one that starts before it by 5 us to 1 ms is
+    clock jitter: ``launch_skew``, kept with its work, left out of launch latency only. O(n log n).
+
+    Args:
+        label: The trace in messages (``run.sqlite``, ``run.sqlite (pid 12)``).
+        cols: The process's row columns (``traceprof.collectors.nsys.tables.Rows``): ``kind``,
+            ``name``, ``ts_ns`` (ns), ``correlation`` and ``flag`` lists; rows already flagged are
+            neither checked nor vouch for their kernels.
+
+    Returns:
+        The warnings (one per flag: the count, the largest gap, the first three rows by kind and
+        name), empty when no row starts before its launch.
+    """
+    n = len(cols["kind"])
+    if not n:
+        return []
+    kinds = cols["kind"]
+    ts = np.fromiter(cols["ts_ns"], np.int64, n)
+    corr_ok = np.fromiter((c is not None for c in cols["correlation"]), bool, n)
+    corr = np.fromiter((0 if c is None else c for c in cols["correlation"]), np.int64, n)
+    sound = np.fromiter((f is None for f in cols["flag"]), bool, n)
+    gpu = np.fromiter((_CODE.get(k) == _GPU for k in kinds), bool, n) & sound
+    launch = np.fromiter((k in LAUNCH_KINDS for k in kinds), bool, n) & sound
+    early, worst, skew, most = before_launch(ts, corr, corr_ok, launch, gpu)
+    out = []
+    for rows, flag, gap, what in (
+        (
+            early,
+            "before_launch",
+            worst,
+            "another clock domain; flagged (events.flag = 'before_launch') and left "
+            "out of windows, idle, latency and collectives",
+        ),
+        (
+            skew,
+            "launch_skew",
+            most,
+            f"clock jitter, not another clock domain (at most {LAUNCH_SKEW_MAX_NS / 1e6:g} "
+            "ms); kept with their work (events.flag = 'launch_skew'), left out of launch latency only",
+        ),
+    ):
+        for i in rows.tolist():
+            cols["flag"][i] = flag
+        if len(rows):
+            out.append(
+                f"{label}: {len(rows)} GPU record(s) start before the CPU call that launched them (same "
+                f"correlationId), by up to {duration(gap)} ({_named(cols, rows)}): {what}"
+            )
+    return out
 
 
 def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], dict[str, int]]:

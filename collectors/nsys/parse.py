@@ -48,7 +48,11 @@ Algorithm:
      copy, memset) that runs past the next row on its stream (by more than 5 us) to that row's start,
      the last of a stream that ends far past the range to the end of the other GPU rows;
      ``events.flag`` = ``overrun``, ``raw_dur_ns`` the recorded duration, with a warning naming them
-     (``traceprof.collectors.nsys.late``, the rules Kineto's checks apply).
+     (``traceprof.collectors.nsys.late``, the rules Kineto's checks apply). Before that, a GPU row
+     that starts more than 1 ms before the earliest launch call with its ``correlationId`` is
+     stamped in another clock domain: flagged ``before_launch`` (left out of windows, idle, latency
+     and collectives), 5 us to 1 ms before it ``launch_skew`` (clock jitter: kept, no latency),
+     with a warning (``traceprof.collectors._launch_order``, as Kineto's step 1).
   6. Steps: a CPU row gets the step whose range holds its start; a GPU row the step of its launch
      (same correlation), else its own start. One ``steps`` row per step range, with the first and
      last GPU activity launched in it.
@@ -88,9 +92,9 @@ from traceprof.collectors._arrow import row_schema
 from traceprof.collectors._duplicates import drop_duplicates
 from traceprof.collectors.nsys import ranks, tables
 from traceprof.collectors.nsys.export import SQLITE_MAGIC
-from traceprof.collectors.nsys.late import clip_far_ends
+from traceprof.collectors.nsys.late import clip_far_ends, flag_before_launch
 from traceprof.collectors.nsys.steps import assign_steps, step_number
-from traceprof.core.classify import Classifier
+from traceprof.core.classify import EXCLUDED_FLAGS, Classifier
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.limits import drop_long_text, to_table
 from traceprof.core.ops import kernel_op
@@ -368,6 +372,7 @@ def _trace(
     label = p.name if proc is None else f"{p.name} (pid {proc & _PID_BITS})"
     repaired: dict[str, int] = {}  # exact duplicate rows dropped, rows clipped: by reason
     duplicate = drop_duplicates(label, cols, None, lambda r: _row_where(cols, r), repaired)
+    early = flag_before_launch(label, cols)  # GPU rows stamped in another clock domain enter no window
     far, clipped = clip_far_ends(label, cols)  # a row ending years past the rest stretches no window
     repaired |= clipped
     steps, cols["step"] = assign_steps(cols)
@@ -377,6 +382,7 @@ def _trace(
         *warnings,
         *([duplicate] if duplicate else []),
         *_notices(label, cols, graph, lost, graph_calls),
+        *early,
         *far,
     ]
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
@@ -509,7 +515,8 @@ def _notices(
 
 
 def _collectives(cols: dict[str, list[Any]], classifier: Classifier) -> list[dict[str, Any]]:
-    """One ``nccl_kernel`` row per communication kernel (module doc, step 8), with ordinals; a
+    """One ``nccl_kernel`` row per communication kernel (module doc, step 8; one flagged
+    ``before_launch`` has no time to match by, and is left out), with ordinals; a
     kernel's family (``classifier``) names its op where its name does (DeepEP: all_to_all)."""
     launch: dict[int, int] = {}
     for k, c, t in zip(cols["kind"], cols["correlation"], cols["ts_ns"], strict=True):
@@ -517,7 +524,7 @@ def _collectives(cols: dict[str, list[Any]], classifier: Classifier) -> list[dic
             launch[c] = min(t, launch.get(c, t))  # the first call of the id, whatever the rows' order
     out = []
     for i, k in enumerate(cols["kind"]):
-        if k != "kernel" or cols["class"][i] != "comm":
+        if k != "kernel" or cols["class"][i] != "comm" or cols["flag"][i] in EXCLUDED_FLAGS:
             continue
         name = cols["name"][i]
         fam = classifier.family(name)

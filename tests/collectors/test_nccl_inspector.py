@@ -251,6 +251,29 @@ def test_kernel_time_never_set(tmp_path):
     assert pt.flagged == {"zero_ts": 1}
 
 
+@pytest.mark.parametrize("kernels", [[], None])
+def test_verbose_record_without_kernel_events(tmp_path, kernels):
+    """A verbose record (event_trace_ts present, coll_start_ts T - 5 us) whose kernel_events is empty or
+    absent (kernel times never recorded): start and end unknown (NULL), enter (T - 5) us kept, the
+    event flagged zero_ts (not an unflagged 0 ns collective) and said in a warning naming the file.
+    Before: an unflagged 0 ns collective event and no warning."""
+    rec = _rec("0xaa", 0, 1, "AllReduce", 1, 8, T, T + 100)
+    ts = rec["coll_perf"]["event_trace_ts"]
+    if kernels is None:
+        del ts["kernel_events"]
+    else:
+        ts["kernel_events"] = kernels
+    pt = parse(_write(tmp_path / "h-pid1.log", [rec]))
+    (row,) = pt.collectives.to_pylist()
+    (ev,) = pt.events.to_pylist()
+    assert (row["enter_ns"], row["start_ns"], row["end_ns"]) == ((T - 5) * 1000, None, None)
+    assert (ev["flag"], ev["dur_ns"]) == ("zero_ts", 0)
+    assert pt.flagged == {"zero_ts": 1}
+    assert any(
+        w.startswith("h-pid1.log: 1 record(s) with event_trace_ts but no kernel times") for w in pt.warnings
+    )
+
+
 @pytest.mark.parametrize("version", ["v5.0", "v3.1", "4", None])
 def test_version_not_read_is_named(tmp_path, version):
     """Only v4.x is read; another version (or none) is refused naming the version and the line."""

@@ -828,3 +828,56 @@ def test_null_enum_fields_are_named_unknown(tmp_path: Path, enums: bool) -> None
     # a NULL lane id stays NULL in pid/tid (it was the text 'None'), as a kernel's does
     lanes = [(r["pid"], r["tid"], r["stream"]) for r in t.events.to_pylist() if r["kind"] == "memset"]
     assert sorted(lanes, key=str) == [("0", "8", 8), ("0", None, None)]
+
+
+def _early_kernels(ahead_ns: int) -> Export:
+    """``kernel_before_its_launch`` as an nsys export: ProfilerStep#2 [B, B + 1 ms], B = 10 ms after
+    the capture start (so that rows written early keep a positive start); launches (5 us) at
+    B + 10 + 100 i us (i = 0..5, correlationId 501 + i), each kernel 20 us after its launch and
+    50 us long; the first two are written ``ahead_ns`` early."""
+    b = 10_000_000
+    e = Export()
+    e.gpu(0)
+    e.process(10)
+    e.nvtx(10, b, b + 1_000_000, "ProfilerStep#2")
+    for i in range(6):
+        start = b + 10_000 + 100_000 * i
+        e.launch(10, 501 + i, start, start + 5_000)
+        k = start + 20_000 - (ahead_ns if i < 2 else 0)
+        e.kernel(10, 0, 501 + i, k, k + 50_000)
+    return e
+
+
+def test_kernels_before_their_launch_are_flagged_as_in_kineto(tmp_path: Path) -> None:
+    # The first two kernels start 5 ms early: 5,000,000 - 20,000 = 4,980,000 ns before their launch
+    # call (> 1 ms: another clock domain). Before: window [B+30-5000 us, B+580 us] = 5,550,000 ns, idle
+    # 5,250,000 ns (94.6 %), latency mean -1,646,667 ns. Left out, the 4 valid kernels give (us after
+    # B): window [230, 580] = 350 us, busy 4 x 50 = 200 us, idle 150 us (42.86 %); latency 20 us each.
+    f = _early_kernels(5_000_000).write(tmp_path / "rank0.sqlite")
+    t = parse(f)
+    assert t.flagged == {"before_launch": 2}
+    (w,) = [w for w in t.warnings if "before the CPU call" in w]
+    assert "rank0.sqlite: 2 GPU record(s)" in w and "4.98 ms" in w and "before_launch" in w
+    s, _ = _store(tmp_path, f)
+    r = analyze(s, "temporal").frame.row(0, named=True)
+    assert (r["window_ns"], r["idle_ns"]) == (350_000, 150_000)
+    assert r["idle_pct"] == pytest.approx(100 * 150 / 350)
+    lat = analyze(s, "launch").frame.row(0, named=True)
+    assert lat["kernels"] == 4
+    assert lat["latency_p50_ns"] == lat["latency_max_ns"] == lat["latency_mean_ns"] == 20_000
+    k = analyze(s, "kernels").frame.row(0, named=True)
+    assert (k["flagged_kernels"], k["flagged_ns"]) == (2, 100_000)  # 2 x 50 us, counted apart
+
+
+def test_kernels_a_few_us_before_their_launch_are_clock_jitter(tmp_path: Path) -> None:
+    # 30 us early: each of the first two kernels starts 10 us before its launch (5 us < 10 us <= 1 ms):
+    # launch_skew, kept with its work (6 kernels, 300 us busy), left out of latency (4 x 20 us).
+    # 3 us early (17 us after the launch: no flag) changes nothing but the two latencies.
+    jitter = parse(_early_kernels(30_000).write(tmp_path / "rank0.sqlite"))
+    assert jitter.flagged == {"launch_skew": 2}
+    s, _ = _store(tmp_path, tmp_path / "rank0.sqlite")
+    assert analyze(s, "kernels").frame.row(0, named=True)["kernel_ns"] == 300_000
+    lat = analyze(s, "launch").frame.row(0, named=True)
+    assert lat["latency_p50_ns"] == lat["latency_max_ns"] == 20_000
+    (tmp_path / "b").mkdir()
+    assert parse(_early_kernels(3_000).write(tmp_path / "b" / "rank0.sqlite")).flagged == {}

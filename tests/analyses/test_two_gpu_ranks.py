@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.builders import two_gpu_ranks
 from tests.conftest import analyze, case
+from traceprof.engine import timing
 from traceprof.ingest.ingest import ingest
 from traceprof.storage.store import Store
 
@@ -55,3 +57,43 @@ def test_gaps_device_on_the_case_and_on_one_gpu_ranks(tmp_path: Path) -> None:
     g1 = analyze(one, "gaps")
     assert g1.gaps.height and g1.gaps["device"].to_list() == [0] * g1.gaps.height
     assert SEVERAL not in _notes(g1)
+
+
+def test_parallelism_exposed_per_axis_is_per_device(two: Store) -> None:
+    # dp (the world group [0, 1]): comm 300 us a rank, exposed per device 300 us a rank, 600 us in
+    # all, none hidden (merged, before: exposed 0, hidden 600 us)
+    p = analyze(two, "parallelism")
+    dp = p.frame.filter(pl.col("axis") == "dp").row(0, named=True)
+    assert (dp["comm_ns"], dp["exposed_comm_ns"], dp["hidden_ns"]) == (600 * US, 600 * US, 0)
+    assert sorted(p.axis_ranks.select("rank", "comm_ns", "exposed_comm_ns").rows()) == [
+        (0, 300 * US, 300 * US),
+        (1, 300 * US, 300 * US),
+    ]
+    assert "rank(s) 0, 1 drive several GPUs: their communication per axis is per device" in _notes(p)
+
+
+def test_parallelism_on_the_case_matches_gaps(tmp_path: Path) -> None:
+    # dp_nccl_both_devices: the two broadcasts (no group: unassigned) are exposed on their devices,
+    # 200 + 200 = 400 us, as gaps' total (merged, before: 0, both "hidden" by the other device's GEMM)
+    from tests.ingest.test_shapes import _dp_nccl_both_devices
+
+    s = _dp_nccl_both_devices(tmp_path)
+    p = analyze(s, "parallelism")
+    assert p.frame.select("axis", "comm_ns", "exposed_comm_ns").rows() == [("unassigned", 400 * US, 400 * US)]
+    assert int(analyze(s, "gaps").ranks["exposed_ns"].sum()) == 400 * US
+
+
+def test_timing_samples_are_per_device(two: Store) -> None:
+    # per (rank, step): exposed communication 100 us (device 0's all-reduce; device 1 has none);
+    # idle: device 0's window [10, 550] = 540 us less busy 400 + 100 = 40 us, device 1's [210, 610]
+    # fully busy: 40 us. Merged (before): one window [10, 610] always busy, exposed 0, idle 0.
+    t = timing.profile(two, two.resolve_run(None))
+    assert t.samples.select("exposed_comm_ns", "idle_ns").unique().rows() == [(100 * US, 40 * US)]
+    assert any(SEVERAL in n for n in t.notes)
+
+
+def test_one_gpu_ranks_get_no_note(store: Store) -> None:
+    ingest(store, [case("one_collective_per_step")])
+    run = store.resolve_run(None)
+    assert SEVERAL not in _notes(analyze(store, "parallelism"))
+    assert not any(SEVERAL in n for n in timing.profile(store, run).notes)

@@ -34,6 +34,11 @@ Algorithm:
   5. Timeline: the median step (by window length) of the first pipeline: per stage its compute,
      point-to-point and other communication not hidden by compute, ms from the window start.
 
+A process that drives several GPUs (one rank, several devices) is one stage or replica member on its
+wall clock: its devices' activity merged (its compute is the union over its devices, a device's
+point-to-point time hidden behind any of them computing), said in a note; a stage is a rank, and
+its devices' shares of it are in ``gaps`` and ``overlap``'s devices table.
+
 Work: sorts and linear sweeps over the activity (``traceprof.engine.intervals``); one SQL scan of the
 run's annotations for the micro-batch counts.
 """
@@ -47,6 +52,8 @@ import polars as pl
 
 from traceprof.analyses import _common, _waits
 from traceprof.analyses._mesh import Mesh
+from traceprof.engine.activity import multi_device_ranks
+from traceprof.engine.analysis import Note
 from traceprof.engine.intervals import clip, merge, subtract, union_ns
 from traceprof.ingest.matching import preferred_source, run_steps
 from traceprof.storage.store import Store
@@ -501,7 +508,8 @@ def pipeline(
         store: An open store.
         run_id: The run.
         mesh: Its mesh.
-        act: Activity rank, class, start_ns, end_ns, step (ns).
+        act: Activity rank, class, start_ns, end_ns, step (ns); and device_kind, device when read
+            from kernels or CPU ops (a rank that drives several GPUs is noted).
         comm: The activity's communication intervals with rank, start_ns, end_ns, step, p2p, axis.
         params: ``parallelism.Params`` (slow_pct, min_cost_pct).
     """
@@ -535,6 +543,16 @@ def pipeline(
     if stages.height:
         stages = stages.select(*STAGE_COLUMNS)
     notes += [t for t in slow.filter(pl.col("slow"))["text"].to_list()] if slow.height else []
+    multi = multi_device_ranks(act) if "device" in act.columns else []
+    if multi and (steps.height or slow.height):
+        notes.append(
+            Note(
+                "rank(s) {ranks} drive several GPUs: the pipeline and slow-stage figures take their devices "
+                "merged (compute = the union over the devices, wall clock; per device: gaps, overlap's "
+                "devices table)",
+                ranks=multi,
+            )
+        )
     return Pipe(stages, steps, timeline, slow, tuple(notes))
 
 

@@ -23,6 +23,8 @@ On a run where a process drives several GPUs all of the above is per (rank, devi
 device's communication is exposed unless that device computes, its gap's collective is one on that
 device and its compute before is that device's; a rank's and a step's comm_ns, exposed_ns and
 window are the sums of its devices' (as ``overlap``'s devices table and the communication verdict).
+Every gap names its ``device``: the GPU its communication ran on (a one-GPU rank's only GPU; null on
+CPU ranks).
 """
 
 from __future__ import annotations
@@ -393,6 +395,22 @@ def _per_rank(
     )
 
 
+def _rank_device(act: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's GPU (rank, device) where no rank drives several (null for a CPU-only rank: absent)."""
+    gpu = pl.col("device_kind") == "gpu"
+    return by_rank_chunks(
+        act.select("rank", "device_kind", "device"),
+        ["rank"],
+        lambda p: (
+            p.filter(gpu & pl.col("device").is_not_null()).group_by("rank").agg(pl.col("device").first())
+        ),
+    )
+
+
+#: The gaps table's order: longest first, then by rank, start and device.
+_GAP_ORDER = ["dur_ns", "rank", "start_ns", "device"]
+
+
 def _finish(merged: FrameResult, per_rank: list[FrameResult]) -> FrameResult:
     """The per-rank merge's last step: the causes and their note from every rank's gaps (module doc
     steps 5-6, rows in the same order as there: by rank, step, start)."""
@@ -412,6 +430,7 @@ def _finish(merged: FrameResult, per_rank: list[FrameResult]) -> FrameResult:
 
 _GAP_COLUMNS = (
     rc.RANK,
+    dataclasses.replace(rc.DEVICE, doc="GPU its communication ran on (null on CPU ranks)"),
     rc.STEP,
     rc.ns("start_ns", "Start of the exposed interval"),
     rc.ns("end_ns", "End of the exposed interval"),
@@ -475,7 +494,7 @@ SPEC = Analysis(
         ),
     ),
     report=Report(30, "GPU kernels or CPU training-thread ops (a Kineto trace)"),
-    per_rank=PerRank(resort={"gaps": (["dur_ns", "rank", "start_ns"], [True, False, False])}, finish=_finish),
+    per_rank=PerRank(resort={"gaps": (_GAP_ORDER, [True, False, False, False])}, finish=_finish),
 )
 
 
@@ -537,8 +556,11 @@ def run(store: Store, params: Params) -> Result:
     )
     causes = _causes(gaps)
     steps, ranks = _per_step(act, comm, gaps, keys), _per_rank(act, comm, lite, gaps, keys)
+    if not multi:  # each rank's one GPU (null on CPU ranks)
+        gaps = gaps.join(_rank_device(act), on="rank", how="left")
     gaps = gaps.select(
         "rank",
+        pl.col("device").cast(pl.Int32),
         "step",
         "start_ns",
         "end_ns",
@@ -554,7 +576,7 @@ def run(store: Store, params: Params) -> Result:
         "launch_op",
         "top_op",
         "cause",
-    ).sort(["dur_ns", "rank", "start_ns"], descending=[True, False, False])
+    ).sort(_GAP_ORDER, descending=[True, False, False, False])
     notes: list[str] = []
     if causes.is_empty():
         notes.append(

@@ -22,6 +22,11 @@ Algorithm:
      block every layer; data-parallel traffic is meant to run behind compute). In that order each
      label takes the exposed time its intervals cover and removes it, so every exposed ns is
      counted once and the axes' ``exposed_comm_ns`` sum exactly to ``overlap``'s total.
+     A process that drives several GPUs (one rank, several devices) is taken per device (noted): a
+     device's communication is exposed unless that device computes, the attribution runs per
+     (rank, device), and the rank's ``comm_ns``, ``exposed_comm_ns`` and hidden time are its devices'
+     summed (as ``gaps``' ranks table and the communication verdict: the axes then sum to ``gaps``'
+     total, not to ``overlap``'s merged per-rank one).
   4. Pipeline (a pp axis of 2+ stages; ``traceprof.analyses._pipeline``): per stage and step, the bubble
      (step - compute) split into the schedule's own bubble, stage imbalance, waiting for p2p and the
      rest; slow stages and slow data-parallel replicas (table ``slow``).
@@ -44,7 +49,7 @@ from traceprof.analyses import _alltoall, _common, _mesh, _pipeline
 from traceprof.analyses.overlap import exposed_comm
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
-from traceprof.engine.activity import activity, compute_merged
+from traceprof.engine.activity import activity, compute_merged, multi_device_ranks
 from traceprof.engine.analysis import (
     Analysis,
     Chart,
@@ -90,9 +95,10 @@ COLUMNS: dict[str, dict[str, str]] = {
         "groups": "distinct process groups of the label",
         "collectives": "collective rows of the label",
         "bytes": "bytes moved (sum of bytes_in)",
-        "comm_ns": "communication of the label, its own union per rank, summed over ranks",
+        "comm_ns": "communication of the label, its own union per rank (per device of a rank that drives "
+        "several GPUs), summed over ranks",
         "exposed_comm_ns": "exposed communication attributed to the label (rule: module doc, step 3); "
-        "sums to overlap's total",
+        "sums to overlap's total (to gaps' where a rank drives several GPUs)",
         "exposed_pct": "share of all exposed communication (%)",
         "hidden_ns": "the label's communication hidden behind compute (comm_ns minus its own exposed part)",
         "hidden_pct": "hidden_ns as a share of comm_ns (%)",
@@ -294,7 +300,9 @@ def _gloo_groups(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
 def _activity(store: Store, run_id: int) -> tuple[pl.DataFrame, str]:
     """Activity intervals (rank, class, start_ns, end_ns, step) and what they are: kernels or
     training-thread ops (``traceprof.engine.activity``), else per-op traces' collective and compute ops."""
-    act = activity(store, run_id, columns=("rank", "class", "start_ns", "end_ns", "step"))
+    act = activity(
+        store, run_id, columns=("rank", "class", "start_ns", "end_ns", "step", "device_kind", "device")
+    )
     if act.height:
         return act, "activity"
     return store.sql(_OP_ACTIVITY, [run_id]), "ops"
@@ -352,11 +360,11 @@ def _labels(
     return rows.join(lab, on=["rank", "pg", "pg_ranks", "p2p"], how="left", nulls_equal=True), sorted(notes)
 
 
-def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
-    """The activity's communication intervals (rank, start_ns, end_ns, step) with the label (``axis``)
-    and ``p2p`` flag of the collectives row of the same rank, start and end (the first in
-    :func:`label_order` if several), else ``unassigned`` (p2p false)."""
-    comm = act.lazy().filter(pl.col("class") == "comm").select("rank", "start_ns", "end_ns", "step").collect()
+def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The activity's communication intervals (``keys``: rank, or rank and device; start_ns, end_ns,
+    step) with the label (``axis``) and ``p2p`` flag of the collectives row of the same rank, start
+    and end (the first in :func:`label_order` if several), else ``unassigned`` (p2p false)."""
+    comm = act.lazy().filter(pl.col("class") == "comm").select(*keys, "start_ns", "end_ns", "step").collect()
     order = {lab: i for i, lab in enumerate(sorted(set(rows["axis"].to_list()), key=label_order))}
     keyed = rows.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()).select(
         pl.col("rank").cast(comm.schema["rank"]),
@@ -376,29 +384,33 @@ def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _axes(
-    act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame, mesh: _mesh.Mesh
+    act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame, mesh: _mesh.Mesh, keys: list[str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3)."""
-    compute = compute_merged(act)  # merged once: each label's subtraction below reads it
-    remaining = exposed_comm(act, ["rank"], compute)
+    """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3); ``keys``: rank, or
+    rank and device (a process that drives several GPUs: its devices' figures summed)."""
+    compute = compute_merged(act, keys)  # merged once: each label's subtraction below reads it
+    remaining = exposed_comm(act, keys, compute)
     per_rank = []
     labels = sorted(set(labelled["axis"].to_list()) | {"unassigned"}, key=label_order)
-    before = union_ns(remaining, ["rank"], "_b")  # then each label's ``after``: what the next one starts from
+    before = union_ns(remaining, keys, "_b")  # then each label's ``after``: what the next one starts from
     for label in labels:
-        mine = labelled.filter(pl.col("axis") == label).select("rank", "start_ns", "end_ns")
+        mine = labelled.filter(pl.col("axis") == label).select(*keys, "start_ns", "end_ns")
         if label == "unassigned":  # the rest: every exposed ns lies under some communication
             left = remaining.clear()
         else:
-            left = subtract(remaining, mine, ["rank"])
-        after = union_ns(left, ["rank"], "_a")
-        comm = union_ns(mine, ["rank"], "comm_ns")
-        own = union_ns(subtract(mine, compute, ["rank"], ["rank"]), ["rank"], "_own")
+            left = subtract(remaining, mine, keys)
+        after = union_ns(left, keys, "_a")
+        comm = union_ns(mine, keys, "comm_ns")
+        own = union_ns(subtract(mine, compute, keys, keys), keys, "_own")
+        nulls = len(keys) > 1  # a CPU rank's null device beside a multi-GPU rank's devices
         got = (
-            before.join(after, on="rank", how="left")
-            .join(comm, on="rank", how="full", coalesce=True)
-            .join(own, on="rank", how="left")
+            before.join(after, on=keys, how="left", nulls_equal=nulls)
+            .join(comm, on=keys, how="full", coalesce=True, nulls_equal=nulls)
+            .join(own, on=keys, how="left", nulls_equal=nulls)
             .with_columns(pl.col(c).fill_null(0) for c in ("_b", "_a", "comm_ns", "_own"))
         )
+        if len(keys) > 1:  # a process's devices summed (module doc, step 3)
+            got = got.group_by("rank").agg(pl.col("_b", "_a", "comm_ns", "_own").sum())
         per_rank.append(
             got.select(
                 "rank",
@@ -692,8 +704,20 @@ def run(store: Store, params: Params) -> Result:
     )
     labelled: pl.DataFrame | None = None
     if act.height:
-        labelled = _comm_labels(act, rows)
-        frame, axis_ranks = _axes(act, labelled, rows, mesh)
+        # a process that drives several GPUs: per (rank, device), summed per rank (module doc, step 3)
+        multi = multi_device_ranks(act) if "device" in act.columns else []
+        keys = ["rank", "device"] if multi else ["rank"]
+        labelled = _comm_labels(act, rows, keys)
+        frame, axis_ranks = _axes(act, labelled, rows, mesh, keys)
+        if multi:
+            notes.append(
+                Note(
+                    "rank(s) {ranks} drive several GPUs: their communication per axis is per device (a "
+                    "device's communication hidden only behind that device's compute), their devices' "
+                    "comm_ns and exposed_comm_ns summed",
+                    ranks=multi,
+                )
+            )
         if what == "ops":
             notes.append(
                 "no kernels or CPU ops traced: communication and compute are the run's per-op records "

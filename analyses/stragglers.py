@@ -36,7 +36,11 @@ provides):
      (top-level compute intervals, ``traceprof.analyses._replay``) against the median rank as a
      robust z-score:
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
-     0, not infinity. The profiler-start transient (``_replay.transient``) is left out first.
+     0, not infinity. The profiler-start transient (``_replay.transient``) is left out first. A
+     process that drives several GPUs has one compute time per step, the union over its devices
+     (wall clock: the rank is compared with the others as a whole), and one arrival per collective,
+     its first device's (``traceprof.engine.arrivals.comm_items``: the earliest arrival of the
+     rank's rows of the instance, the latest end), said in a note.
   4. Verdict, one rule (issue 27: a rank is named only with a cause of its own that the evidence
      supports). A rank that arrives last significantly more often than chance (binomial p <
      ``alpha``, default 0.01) is a *suspect*. Why it was late: over the instances where it
@@ -105,7 +109,7 @@ from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.core.schema import Column
 from traceprof.core.trim import trim
-from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, Topic, register
+from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import fallback_note, run_steps
 from traceprof.storage.runs import not_shown_to_straggle, run_label, straggler_gap_text
@@ -496,6 +500,7 @@ def run(store: Store, params: Params) -> Result:
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")
     comp_rank = comp_step.group_by("rank").agg(_common.whole_ns(pl.col("compute_ns").median()))
+    multi = _multi_device_note(store, run_id)
     per = (
         w.group_by("rank")
         .agg(
@@ -642,10 +647,34 @@ def run(store: Store, params: Params) -> Result:
     )
     absent = _absent_note(store, run_id, source, w)
     notes += [
-        n for n in (transient.note, fallback_note(store, run_id), partial, absent, _early_end_note(w)) if n
+        n
+        for n in (transient.note, fallback_note(store, run_id), partial, absent, _early_end_note(w), multi)
+        if n
     ]
     notes += verdict["evidence"].to_list()
     return Result(frame=per, instances=inst, waits=waits, heatmap=heat, verdict=verdict, notes=tuple(notes))
+
+
+def _multi_device_note(store: Store, run_id: int) -> Note | None:
+    """A note naming the ranks whose GPU activity spans several devices (one process driving them):
+    their compute per step is the union over their devices, their arrival at a collective their first
+    device's (module doc, step 3); None if there are none.
+
+    Source: the ``kernels`` view (rank, device), one aggregate in the store (no activity frame read)."""
+    multi = store.sql(
+        """SELECT rank FROM kernels WHERE run_id = ? AND device IS NOT NULL
+           GROUP BY rank HAVING count(DISTINCT device) > 1 ORDER BY rank""",
+        [run_id],
+    )["rank"].to_list()
+    if not multi:
+        return None
+    return Note(
+        "rank(s) {ranks} drive several GPUs: their devices are merged: compute per step (compute_ns, "
+        "compute_z) is the union over their devices (wall clock: an instant counts once whichever of them "
+        "computes), and at a collective their arrival is their first device's and its end their last "
+        "device's (a later device's lateness is not seen in the waits, lateness or hold-up)",
+        ranks=multi,
+    )
 
 
 def _absent_note(store: Store, run_id: int, source: str | None, w: pl.DataFrame) -> str | None:

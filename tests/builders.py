@@ -674,3 +674,31 @@ def long_steps_run(folder: Path) -> Path:
     folder.mkdir()
     kineto(folder / "rank0.json.gz", ev)
     return folder
+
+
+def two_gpu_ranks(folder: Path, n_ranks: int = 2, steps: int = 3) -> Path:
+    """``n_ranks`` NCCL ranks, each one process driving GPUs 0 and 1 (a model split over two devices,
+    data parallel across the ranks). Step s (s = 0..steps-1, b = 1000 s us) is ProfilerStep#s+1 over
+    [b, b + 900] us and holds, launched 5 us before each kernel start: a GEMM on device 0 stream 7
+    [b + 10, b + 410], a GEMM on device 1 stream 7 [b + 210, b + 610] and an all-reduce (pg "0" of
+    every rank, Seq s) on device 0 stream 20 [b + 450, b + 550], while device 0 computes nothing and
+    device 1 does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ranks = list(range(n_ranks))
+    ar_name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    for r in ranks:
+        ev: list[dict] = []
+        for s in range(steps):
+            b, c = 1000.0 * s, 10 * s
+            ar = collective_args(seq=s, ranks=ranks, nelems=1 << 20, out_nelems=1 << 20, group_size=n_ranks)
+            ev += [
+                step(s + 1, b, 900),
+                launch(b + 5, c + 1),
+                stream_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", b + 10, 400, c + 1),
+                launch(b + 205, c + 2),
+                {**stream_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", b + 210, 400, c + 2, device=1), "pid": 1},
+                {**launch(b + 445, c + 3), "args": {"correlation": c + 3, **ar}},
+                stream_kernel(ar_name, b + 450, 100, c + 3, stream=20, **ar),
+            ]  # fmt: skip
+        write_rank(folder / f"rank{r}.json", ev, r, world=n_ranks, backend="nccl")
+    return folder

@@ -8,6 +8,7 @@ Algorithm:
      GPU-annotated compute ranges and collectives) launched in that step on every rank, merge it per
      (rank, class): compute, and communication; exposed communication is communication minus the
      rank's compute (``traceprof.analyses.overlap.exposed_comm``), as in ``overlap`` and ``gaps``.
+     A process that drives several GPUs has one lane, its devices merged: said in ``note``.
   3. Times are ms from the step's earliest start over all ranks (clocks aligned at ingest).
   4. Up to ``detail_ranks`` ranks and ``max_intervals`` merged intervals: the intervals themselves
      (``intervals``). More: each rank's lane cut into ``bins`` equal time bins, each bin labelled
@@ -28,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from traceprof.engine import intervals
-from traceprof.engine.activity import activity, exposed_comm, op_activity, step_activity
+from traceprof.engine.activity import activity, exposed_comm, multi_device_ranks, op_activity, step_activity
 from traceprof.storage.store import Store
 
 __all__ = [
@@ -190,6 +191,12 @@ def step_timeline(
             f"launched in step {step}" if step is not None else "in the trace"
         )
     ranks, span, rows, grid, bin_ms = lanes(act, detail_ranks, bins)
+    multi = multi_device_ranks(act) if "device_kind" in act.columns else []
+    if multi:  # one lane per rank (module doc, step 2)
+        note += (
+            f"; rank(s) {', '.join(map(str, multi))} drive several GPUs: each one's lane merges its devices "
+            "(its communication exposed only where none of them computes; per device: gaps)"
+        )
     return Timeline(
         -1 if step is None else step,
         ranks,

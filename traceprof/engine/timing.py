@@ -4,7 +4,10 @@ Algorithm:
   1. Samples per (rank, step): step time (``steps``: device span where present, else the
      ProfilerStep annotation), exposed communication and idle time (activity launched in the
      step, as the ``overlap`` and ``temporal`` analyses define them), MFU (or achieved TFLOP/s when
-     the device peak is unknown) from the ``mfu`` analysis, and ``compute_ns`` (step 2).
+     the device peak is unknown) from the ``mfu`` analysis, and ``compute_ns`` (step 2). A process
+     that drives several GPUs has its exposed communication and idle time taken per device and
+     summed over its devices (a device's communication is hidden only behind that device's compute;
+     as ``gaps`` and ``temporal``'s devices table), said in a note.
   2. Items, each as a *typical* time per rank-step: GPU kernels by name (CPU-only ranks: the
      training thread's CPU ops by name, self time), and collectives by op. Calls are grouped by
      name and shape (kernel grid/block; op ``Input Dims``; collective size); typical time =
@@ -32,7 +35,7 @@ import polars as pl
 
 from traceprof.core.errors import AnalysisError
 from traceprof.engine import analysis as registry
-from traceprof.engine.activity import activity
+from traceprof.engine.activity import activity, multi_device_ranks
 from traceprof.engine.intervals import class_measures
 from traceprof.engine.optree import self_times, with_parents
 from traceprof.storage.runs import run_label
@@ -202,7 +205,8 @@ def item_frames(store: Store, run_id: int, ranks: frozenset[int] | None = None) 
 
 
 def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl.DataFrame, list[str]]:
-    """Per (rank, step): step_time_ns, exposed_comm_ns, idle_ns, tflops, mfu_pct (module doc, step 1)."""
+    """Per (rank, step): step_time_ns, exposed_comm_ns, idle_ns, tflops, mfu_pct (module doc, step 1;
+    a rank that drives several GPUs: exposed_comm_ns and idle_ns summed over its devices)."""
     notes: list[str] = []
     steps = store.sql(
         """SELECT rank, step, CASE WHEN device_end_ns IS NOT NULL THEN device_end_ns - device_start_ns
@@ -212,12 +216,19 @@ def _samples(store: Store, run_id: int, mfu_options: dict[str, str]) -> tuple[pl
     )
     act = activity(store, run_id).filter(pl.col("step").is_not_null())
     if not act.is_empty():
-        m = class_measures(act, ["rank", "step"]).select(
+        multi = multi_device_ranks(act)  # per device, summed over a process's devices (module doc)
+        m = class_measures(act, ["rank", "device", "step"] if multi else ["rank", "step"]).select(
             "rank",
             "step",
             (pl.col("comm_ns") - pl.col("overlap_ns")).alias("exposed_comm_ns"),
             (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"),
         )
+        if multi:
+            m = m.group_by("rank", "step").agg(pl.col("exposed_comm_ns", "idle_ns").sum())
+            notes.append(
+                f"{run_label(store, run_id)}: rank(s) {', '.join(map(str, multi))} drive several GPUs: their "
+                "exposed communication and idle time per step are per device, summed over their devices"
+            )
         steps = steps.join(m, on=["rank", "step"], how="left")
     an = registry.get(MFU)
     params = registry.make_params(an, str(run_id), mfu_options)  # bad -p values: UsageError, not a note

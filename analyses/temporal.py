@@ -157,7 +157,7 @@ def _per_device(te: FrameResult) -> tuple[pl.DataFrame, str]:
     if per.is_empty():
         return frame, ""
     share = per.select("rank", (100.0 * pl.col("idle_ns") / pl.col("window_ns")).alias("dev_idle_pct"))
-    merged = frame.filter(pl.col("rank").is_in(per["rank"])).sort("rank")
+    merged = frame.filter(pl.col("rank").is_in(per["rank"].to_list())).sort("rank")
     frame = (
         frame.join(share, on="rank", how="left", maintain_order="left")
         .with_columns(pl.coalesce("dev_idle_pct", "idle_pct").alias("idle_pct"))

@@ -54,8 +54,7 @@ from traceprof.collectors.kineto._values import int_or_none as _int_or_none
 from traceprof.collectors.kineto.checks import (
     check_one_process,
     flag_records,
-    graph_launches_without_gpu,
-    kernel_launches_without_gpu,
+    launches_without_gpu,
     shared_correlation_warning,
     step_cut_warning,
 )
@@ -720,10 +719,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     shared = shared_correlation_warning(p, cols, src_index)
     if shared:
         warnings.append(shared)
-    graphs, lost_graphs, lost_warning = graph_launches_without_gpu(p, cols)
+    (graphs, lost_graphs), (launches, lost_launches), lost_warning = launches_without_gpu(p, cols)
     if lost_warning:
         warnings.append(lost_warning)
-    launches, lost_launches = kernel_launches_without_gpu(cols)
     spill.release()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier)

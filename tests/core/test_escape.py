@@ -313,3 +313,22 @@ def test_shorten_keeps_markup_a_family_would_drop():
     assert shorten("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn>(Params)", 40) == (
         "cutlass_80_tensorop_s1688gemm_128x128_3…"
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "unit"),
+    [
+        ("event #2 (ph='X', name='row')", "events"),  # the first of the words: an event named 'row'
+        ("event (cat='cpu_op', name='op11', ts_ns=110000)", "events"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL row id 5", "rows"),
+        ("entry #3 ('gloo:all_reduce')", "entries"),
+        ("line 2", "records"),
+    ],
+)
+def test_the_skip_hint_names_the_records_as_the_message_does(where, unit):
+    """A Kineto event left out for long text or an out-of-range value said "skip such records" while
+    one left out by the parser said "skip such events": the hint now follows the record's name."""
+    from traceprof.core.limits import skip_hint
+
+    assert skip_hint(where) == f"; pass --skip-bad-events to skip such {unit}"
+

@@ -55,6 +55,7 @@ import polars as pl
 
 from traceprof.analyses import _common, _waits
 from traceprof.analyses._mesh import Mesh
+from traceprof.core.text import short_list
 from traceprof.engine.intervals import clip, merge, subtract, union_ns
 from traceprof.ingest.matching import preferred_source, run_steps
 from traceprof.storage.store import Store
@@ -524,11 +525,7 @@ def slice_name(kind: str, index: Any) -> str:
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return (
-        ", ".join(map(str, ranks))
-        if len(ranks) <= 8
-        else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
-    )
+    return short_list(ranks)
 
 
 def _timeline(per: pl.DataFrame, act: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:

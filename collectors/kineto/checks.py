@@ -87,6 +87,7 @@ from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_
 from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, is_kernel_launch
+from traceprof.core.text import first_few
 
 __all__ = [
     "launches_without_gpu",
@@ -117,7 +118,7 @@ _LAUNCH = frozenset(LAUNCH_KINDS)
 
 def _examples(src_index: list[int], rows: np.ndarray | list[int], n: int = 3) -> str:
     """The first ``n`` of ``rows`` as the indices of their events in the file (``#12, #40, ...``)."""
-    return ", ".join(f"#{src_index[int(i)]}" for i in rows[:n]) + (", ..." if len(rows) > n else "")
+    return first_few(rows, n, shown=lambda i: f"#{src_index[int(i)]}")
 
 
 def _far_records(
@@ -378,10 +379,12 @@ def _clip_steps_past_end(
     rows = np.flatnonzero(past)
     if not len(rows):
         return
-    said = ", ".join(
-        f"{cols['name'][int(i)]} ({duration(int(dur[i]))} recorded, {duration(max(0, end - int(ts[i])))} kept)"
-        for i in rows[:3]
-    ) + (", ..." if len(rows) > 3 else "")
+    said = first_few(
+        rows,
+        shown=lambda i: (
+            f"{cols['name'][int(i)]} ({duration(int(dur[i]))} recorded, {duration(max(0, end - int(ts[i])))} kept)"
+        ),
+    )
     _clip_to(cols, rows, end, "overrun")
     counts["overrun"] = counts.get("overrun", 0) + len(rows)
     count_repair(repaired, STEP_PAST_END_REPAIR, len(rows))
@@ -431,9 +434,7 @@ def _clip_to(cols: dict[str, Any], rows: np.ndarray, end: int, why: str) -> None
 
 def _named(cols: dict[str, Any], src_index: list[int], rows: np.ndarray) -> str:
     """The first three of ``rows`` as their event index and name (``#12 'aten::mm', ...``)."""
-    return ", ".join(f"#{src_index[int(i)]} {cols['name'][int(i)]!r}" for i in rows[:3]) + (
-        ", ..." if len(rows) > 3 else ""
-    )
+    return first_few(rows, shown=lambda i: f"#{src_index[int(i)]} {cols['name'][int(i)]!r}")
 
 
 def _clip_far_end(

@@ -64,6 +64,7 @@ import msgspec
 import polars as pl
 
 from traceprof.core.errors import UsageError
+from traceprof.core.text import COUNTED, first_few
 from traceprof.storage.store import Store
 
 __all__ = ["AXIS_WORDS", "Axis", "Mesh", "Group", "infer", "parse_mesh", "axis_words", "run_groups"]
@@ -289,8 +290,7 @@ def _components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 def _listed(groups: list[tuple[int, ...]], n: int = 3) -> str:
     """The first ``n`` groups as ``{1, 2, 3}``, then how many more."""
-    text = ", ".join("{" + ", ".join(map(str, g)) + "}" for g in groups[:n])
-    return text + (f" and {len(groups) - n} more" if len(groups) > n else "")
+    return first_few(groups, n, more=COUNTED, shown=lambda g: "{" + ", ".join(map(str, g)) + "}")
 
 
 def _stride(groups: list[tuple[int, ...]]) -> float:
@@ -420,7 +420,7 @@ def _from_groups(
     known: set[tuple[int, ...]] = set()  # member sets of the named axes' groups
     for a in sorted(named):
         comps = _components(sorted(named[a]))
-        how = f"named groups ({', '.join(sorted(labels[a])[:3])}{', ...' if len(labels[a]) > 3 else ''})"
+        how = f"named groups ({first_few(sorted(labels[a]))})"
         fam = _family(a, comps, how, notes)
         if fam is not None:
             out.append(fam)

@@ -31,6 +31,14 @@ Algorithm:
      peers' median) is at least ``min_cost_pct`` % of its mean step: the whole stage (replica) is
      slow, not one rank. Compute per rank: the mean per step of its compute union (step 2 in a
      pipeline; else the union of its compute by launch step).
+     Replicas within a stage (a stage of three or more data-parallel replicas, three or more
+     steps): per step, a replica's compute is its slowest rank's in the stage, the stage's median
+     is the median over its replicas, and the slowest replica's ratio to it is taken; R = the
+     median of that ratio over the steps. The noise is the stage's own spread across steps:
+     σ = 1.4826 × MAD over the steps of the stage's median / their median (a robust relative
+     standard deviation). The slowest replica is named (the one slowest in the most steps, with
+     R) when R − 1 exceeds max(``slow_pct`` %, 3σ): a material margin that the stage's step-to-step
+     noise does not explain. Said in the stage's ``slow`` text, and as a note for a stage not slow.
   5. Timeline: the median step (by window length) of the first pipeline: per stage its compute,
      point-to-point and other communication not hidden by compute, ms from the window start.
 
@@ -52,6 +60,7 @@ import polars as pl
 
 from traceprof.analyses import _common, _waits
 from traceprof.analyses._mesh import Mesh
+from traceprof.core.text import short_list
 from traceprof.engine.activity import multi_device_ranks
 from traceprof.engine.analysis import Note
 from traceprof.engine.intervals import clip, merge, subtract, union_ns
@@ -375,9 +384,81 @@ def _rank_compute(store: Store, run_id: int, act: pl.DataFrame, per: pl.DataFram
     )
 
 
-def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl.DataFrame:
+#: Spread of a robust relative standard deviation: 1.4826 x MAD estimates sigma for normal data.
+_MAD_SIGMA = 1.4826
+#: A replica's excess over its stage's median must exceed this many sigmas of the stage's noise.
+_NOISE_SIGMAS = 3.0
+#: Replicas and steps a stage needs before its slowest replica is compared with its median.
+_MIN_REPLICAS = _MIN_STEPS = 3
+
+
+def _replica_spread(per: pl.DataFrame | None, coords: pl.DataFrame, slow_pct: float) -> dict[int, str]:
+    """Stage -> the clause naming its slowest data-parallel replica, for stages whose slowest
+    replica exceeds the stage's median per step by the noise-calibrated margin (step 4, module doc).
+
+    Args:
+        per: Per rank and step (``rank``, ``step``, ``compute_ns``: ns), or None.
+        coords: rank, ``c_pp``, ``c_dp`` (:func:`_coord_frame`); no ``c_dp``: no replicas, {}.
+        slow_pct: The material margin, % (``parallelism.Params.slow_pct``).
+
+    Returns:
+        {stage: "within the stage, its slowest replica each step computes a median 1.40x ..."};
+        stages under the margin, with fewer than 3 replicas or 3 steps, are left out. O(n log n).
+    """
+    if per is None or not per.height or not {"c_pp", "c_dp"} <= set(coords.columns):
+        return {}
+    rep = (
+        per.select("rank", "step", "compute_ns")
+        .join(coords.select("rank", "c_pp", "c_dp"), on="rank")
+        .group_by("c_pp", "c_dp", "step")
+        .agg(pl.col("compute_ns").max().alias("c"), pl.col("rank").sort())
+        .with_columns(
+            pl.col("c").median().over("c_pp", "step").alias("m"),
+            pl.len().over("c_pp", "step").alias("n"),
+        )
+        .filter((pl.col("n") >= _MIN_REPLICAS) & (pl.col("m") > 0))
+    )
+    top = rep.sort("c_pp", "step", "c", "c_dp", descending=[False, False, True, False]).unique(
+        ["c_pp", "step"], keep="first", maintain_order=True
+    )
+    out = {}
+    for (stage,), g in top.group_by("c_pp"):
+        if g.height < _MIN_STEPS:
+            continue
+        ratio = float((g["c"] / g["m"]).median())  # type: ignore[arg-type]
+        m = g["m"].cast(pl.Float64)
+        mid = float(m.median())  # type: ignore[arg-type]
+        sigma = _MAD_SIGMA * float((m - mid).abs().median()) / mid  # type: ignore[arg-type]
+        margin = max(slow_pct / 100.0, _NOISE_SIGMAS * sigma)
+        if ratio - 1.0 <= margin:
+            continue
+        counts = (
+            g.group_by("c_dp")
+            .agg(pl.len().alias("k"), pl.col("rank").first())
+            .sort(["k", "c_dp"], descending=[True, False])
+        )
+        who = counts.row(0, named=True)
+        tied = int((counts["k"] == who["k"]).sum()) - 1
+        also = f", as {tied} other replica{'s' if tied > 1 else ''}" if tied else ""
+        turns = (
+            "" if 2 * who["k"] > g.height else ": the replicas take turns, no one replica is slow throughout"
+        )
+        out[int(stage)] = (
+            f"within the stage, its slowest replica each step computes a median {ratio:.2f}x the stage's median "
+            f"(more than the {100 * margin:.0f}% margin: {slow_pct:g}% or 3x the stage's own step-to-step "
+            f"spread of {100 * sigma:.1f}%), most often {slice_name('replica', who['c_dp'])} "
+            f"(rank{'s' if len(who['rank']) > 1 else ''} {_ranks_text(who['rank'])}; slowest in {who['k']} "
+            f"of {g.height} steps{also}){turns}"
+        )
+    return out
+
+
+def _slow(
+    mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any, spread: dict[int, str] | None = None
+) -> pl.DataFrame:
     """Slow stages and replicas (step 4). A rank's peers along an axis are the ranks on the same
-    line of the mesh (every other coordinate equal): O(ranks x axis size)."""
+    line of the mesh (every other coordinate equal): O(ranks x axis size). ``spread``: stage -> the
+    clause on its slowest replica (:func:`_replica_spread`), added to the stage's text."""
     rows = []
     data = coords.join(rc, on="rank")
     names = [a.name for a in mesh.axes]
@@ -426,6 +507,8 @@ def _slow(mesh: Mesh, coords: pl.DataFrame, rc: pl.DataFrame, params: Any) -> pl
                 if slow
                 else f"{head}, {abs(rel):.0f}% {'more' if rel >= 0 else 'less'} than {vs}): not slow"
             )
+            if kind == "stage" and spread and int(v) in spread:
+                text += f"; {spread[int(v)]}"
             rows.append(
                 {
                     "kind": kind,
@@ -449,11 +532,7 @@ def slice_name(kind: str, index: Any) -> str:
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return (
-        ", ".join(map(str, ranks))
-        if len(ranks) <= 8
-        else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
-    )
+    return short_list(ranks)
 
 
 def _timeline(per: pl.DataFrame, act: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
@@ -536,10 +615,13 @@ def pipeline(
     slow = _empty(SLOW_COLUMNS, _SLOW_TYPES)
     if act.height:
         rc = _rank_compute(store, run_id, act, per)
-        slow = _slow(mesh, coords, rc, params)
+        spread = _replica_spread(per, coords, params.slow_pct)
+        slow = _slow(mesh, coords, rc, params, spread)
+        flagged = set(slow.filter((pl.col("kind") == "stage") & pl.col("slow"))["index"].to_list())
         if stages.height:
-            flagged = set(slow.filter((pl.col("kind") == "stage") & pl.col("slow"))["index"].to_list())
             stages = stages.with_columns(pl.col("stage").is_in(list(flagged)).alias("slow"))
+        # a stage not slow says its replicas' imbalance in a note (a slow one in its finding)
+        notes += [f"{slice_name('stage', v)}: {t}" for v, t in sorted(spread.items()) if v not in flagged]
     if stages.height:
         stages = stages.select(*STAGE_COLUMNS)
     notes += [t for t in slow.filter(pl.col("slow"))["text"].to_list()] if slow.height else []

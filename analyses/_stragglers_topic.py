@@ -16,6 +16,7 @@ import polars as pl
 from traceprof.analyses._common import ms
 from traceprof.core.errors import TraceprofError
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
+from traceprof.storage.runs import not_shown_to_straggle
 from traceprof.storage.store import Store
 
 __all__ = ["topic", "STRAGGLING_S", "EARLY_END_SHARE"]
@@ -220,14 +221,20 @@ def _straggler_findings(
             else f"ranks {', '.join(str(r) for r in named['rank'])} are stragglers",
         )
         return findings, verdict
-    why = (
-        st.frames()["verdict"]["evidence"][0]
-        if st is not None and "verdict" in st.frames() and st.frames()["verdict"].height
-        else "no straggler analysis"
+    own = st.frames()["verdict"] if st is not None and "verdict" in st.frames() else None
+    why = own["evidence"][0] if own is not None and own.height else "no straggler analysis"
+    # the straggler analysis' own status: inconclusive stays so, and says "not shown to straggle"
+    # (a negative claim it cannot make otherwise), as the combined verdict does
+    status = (
+        "inconclusive"
+        if own is not None and own.height and "status" in own.columns and own["status"][0] == "inconclusive"
+        else "ok"
     )
     text = "no straggler: " + why.removeprefix("no single straggler: ").removeprefix(
         "no straggler: "
     ).removeprefix("not shown to straggle: ")
+    if status == "inconclusive":
+        text = not_shown_to_straggle(text)
     if s_job is not None and s_job > STRAGGLING_S:
         text += (
             f"; steps are {s_job:.2f}x the what-if ideal, from op-time variation spread over the ranks "
@@ -248,4 +255,4 @@ def _straggler_findings(
         )
     elif s_job is not None:
         text += f"; what-if slowdown S = {s_job:.2f} (straggling above {STRAGGLING_S})"
-    return findings, Verdict("stragglers", "ok", text)
+    return findings, Verdict("stragglers", status, text)

@@ -108,6 +108,7 @@ from traceprof.analyses._stragglers_topic import topic
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError
 from traceprof.core.schema import Column
+from traceprof.core.text import short_list
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
@@ -905,11 +906,7 @@ def _figures(r: dict, params: Params) -> str:
 
 def _rank_list(ranks: list[int]) -> str:
     """``0, 1, 2, ... 63`` style: up to 8 ranks listed, else the first 6 and the count."""
-    return (
-        ", ".join(map(str, ranks))
-        if len(ranks) <= 8
-        else ", ".join(map(str, ranks[:6])) + f", ... ({len(ranks)})"
-    )
+    return short_list(ranks)
 
 
 def _own_causes(

@@ -8,6 +8,7 @@ for a dtype the table lacks they are NULL, and every bandwidth figure leaves the
 from __future__ import annotations
 
 from traceprof.core.ops import dtype_bytes
+from traceprof.core.text import first_few
 from traceprof.storage.store import Store
 
 __all__ = ["unknown_dtypes"]
@@ -29,7 +30,7 @@ def unknown_dtypes(store: Store, run_id: int, source: str, what: str) -> list[st
     ]
     if not rows:
         return []
-    shown = ", ".join(f"{d!r} x {n}" for d, n in rows[:5]) + (", ..." if len(rows) > 5 else "")
+    shown = first_few(rows, 5, shown=lambda r: f"{r[0]!r} x {r[1]}")
     return [
         f"{what}: {sum(n for _, n in rows)} collective(s) of a dtype traceprof does not know the size of "
         f"({shown}): their bytes are unknown (NULL; no bandwidth for them)"

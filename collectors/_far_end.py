@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from traceprof.core.display import duration
+from traceprof.core.text import first_few
 
 __all__ = [
     "FAR_MARGIN_MIN_NS",
@@ -245,9 +246,9 @@ def step_overlap_warning(label: str, noun: str, pairs: list[tuple[str, str, int,
         pairs: Each clipped step as (its name, the name of the step it runs into, its recorded
             duration in ns, how far it ran into that step in ns); the first three are named.
     """
-    said = ", ".join(
-        f"{a} ({duration(rec)} recorded) runs {duration(into)} into {b}" for a, b, rec, into in pairs[:3]
-    ) + (", ..." if len(pairs) > 3 else "")
+    said = first_few(
+        pairs, shown=lambda p: f"{p[0]} ({duration(p[2])} recorded) runs {duration(p[3])} into {p[1]}"
+    )
     return (
         f"{label}: {len(pairs)} {noun}(s) run past the start of the next one: {said}; clipped to the next "
         "step's start (events.flag = 'overrun', raw_dur_ns keeps the recorded duration)"

@@ -47,7 +47,7 @@ import pyarrow as pa
 from traceprof.collectors._arrow import row_schema
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
-from traceprof.core.limits import INT32, INT64, fits, shown
+from traceprof.core.limits import INT32, INT64, fits, shown, skip_hint
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.vocab import MemoryCategory, TraceSource
 from traceprof.ingest import sources
@@ -61,7 +61,6 @@ ACTIONS = {1: "preexisting", 2: "create", 3: "increment_version", 4: "destroy"}
 _HEAD = re.compile(rb"^\s*\[\s*\[\s*-?\d")
 _RANK = re.compile(r"(?i)rank[_-]?(\d+)")
 _DEVICE = re.compile(r"(?i)cuda[:_-]?(\d+)")
-_SKIP_HINT = "; pass --skip-bad-events to skip such entries"
 
 
 def _claims(path: Path, head: bytes) -> bool:
@@ -105,7 +104,7 @@ def _entries(
         why = _bad_entry(e)
         if why:
             if on_bad_event == "raise":
-                raise TraceFormatError(p, f"entry #{i} ({_show(e)})", why + _SKIP_HINT)
+                raise TraceFormatError(p, f"entry #{i} ({_show(e)})", why + skip_hint("entry"))
             rejected[why] = rejected.get(why, 0) + 1
             continue
         out.append((i, e[0], e[1], e[2], e[3]))

@@ -46,7 +46,7 @@ from traceprof.collectors._duplicates import duplicate_table_rows
 from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.lazy import lazy
-from traceprof.core.limits import INT32, MAX_FIELD_BYTES, polars_out_of_range, shown
+from traceprof.core.limits import INT32, MAX_FIELD_BYTES, polars_out_of_range, shown, skip_hint
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import checked_int, spelled_int
 from traceprof.core.vocab import CollectiveSource, TraceSource
@@ -354,7 +354,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
             raise TraceFormatError(
                 p,
                 f"row #{row['_row']} (optype={shown(row['optype'])})",
-                f"{reasons[0]}; pass --skip-bad-events to skip such rows",
+                reasons[0] + skip_hint("row"),
             )
         for why in reasons:
             key = why.split(" (", 1)[0]  # counted by the problem, its value left out

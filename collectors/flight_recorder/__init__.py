@@ -8,6 +8,7 @@ from traceprof.collectors._dtypes import unknown_dtypes
 from traceprof.collectors.flight_recorder.names import is_fr_file
 from traceprof.collectors.flight_recorder.safe_pickle import is_pickle
 from traceprof.core.parsed import ParsedTrace, ParseOptions
+from traceprof.core.text import COUNTED, first_few
 from traceprof.ingest import sources
 
 __all__ = ["is_fr_file"]
@@ -43,7 +44,7 @@ def _settle(store: Any, run_id: int) -> list[str]:
     and the first 3 (a run's dumps come from one torch), then entries of a dtype of unknown size
     (``collectors._dtypes``)."""
     notes = [
-        f"{note} ({len(paths)} file(s): {', '.join(Path(p).name for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"
+        f"{note} ({len(paths)} file(s): {first_few(paths, more=COUNTED, shown=lambda p: Path(p).name)})"
         for note, paths in store.con.execute(_VERSION_NOTES, [run_id]).fetchall()
     ]
     return notes + unknown_dtypes(store, run_id, "fr", "Flight Recorder")

@@ -77,7 +77,7 @@ from traceprof.collectors.flight_recorder.versions import dialect, entry_seq, pr
 from traceprof.core.bounded import check_nesting, max_nodes, too_deep
 from traceprof.core.errors import NotATraceError, TraceFormatError
 from traceprof.core.fileio import misnamed_gzip, not_json_because, read_maybe_gzip
-from traceprof.core.limits import INT32, INT64, fits, record_fits, shown
+from traceprof.core.limits import INT32, INT64, fits, record_fits, shown, skip_hint
 from traceprof.core.ops import dtype_bytes, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import identity_int, integer, json_int
@@ -475,7 +475,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     def bad(i: int, name: str | None, why: str, value: str = "") -> None:
         if on_bad_event == "raise":
             where = f"entry #{i}" if name is None else f"entry #{i} ({name!r})"
-            raise TraceFormatError(p, where, f"{why}{value}; pass --skip-bad-events to skip such entries")
+            raise TraceFormatError(p, where, f"{why}{value}{skip_hint(where)}")
         rejected[why] = rejected.get(why, 0) + 1
 
     # an entry written twice (every field equal, record_id included: the ring buffer numbers each

@@ -89,10 +89,10 @@ from traceprof.collectors.kineto.columns import GPU_KINDS, RowInts, codes, kind_
 from traceprof.core.display import duration
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, is_kernel_launch
+from traceprof.core.text import first_few
 
 __all__ = [
-    "graph_launches_without_gpu",
-    "kernel_launches_without_gpu",
+    "launches_without_gpu",
     "flag_records",
     "check_one_process",
     "shared_correlation_warning",
@@ -113,7 +113,7 @@ _LAUNCH = frozenset(LAUNCH_KINDS)
 
 def _examples(src_index: list[int], rows: np.ndarray | list[int], n: int = 3) -> str:
     """The first ``n`` of ``rows`` as the indices of their events in the file (``#12, #40, ...``)."""
-    return ", ".join(f"#{src_index[int(i)]}" for i in rows[:n]) + (", ..." if len(rows) > n else "")
+    return first_few(rows, n, shown=lambda i: f"#{src_index[int(i)]}")
 
 
 def _far_records(
@@ -344,10 +344,12 @@ def _clip_steps_past_end(
     rows = np.flatnonzero(past)
     if not len(rows):
         return
-    said = ", ".join(
-        f"{cols['name'][int(i)]} ({duration(int(dur[i]))} recorded, {duration(max(0, end - int(ts[i])))} kept)"
-        for i in rows[:3]
-    ) + (", ..." if len(rows) > 3 else "")
+    said = first_few(
+        rows,
+        shown=lambda i: (
+            f"{cols['name'][int(i)]} ({duration(int(dur[i]))} recorded, {duration(max(0, end - int(ts[i])))} kept)"
+        ),
+    )
     _clip_to(cols, rows, end, "overrun")
     counts["overrun"] = counts.get("overrun", 0) + len(rows)
     count_repair(repaired, STEP_PAST_END_REPAIR, len(rows))
@@ -397,9 +399,7 @@ def _clip_to(cols: dict[str, Any], rows: np.ndarray, end: int, why: str) -> None
 
 def _named(cols: dict[str, Any], src_index: list[int], rows: np.ndarray) -> str:
     """The first three of ``rows`` as their event index and name (``#12 'aten::mm', ...``)."""
-    return ", ".join(f"#{src_index[int(i)]} {cols['name'][int(i)]!r}" for i in rows[:3]) + (
-        ", ..." if len(rows) > 3 else ""
-    )
+    return first_few(rows, shown=lambda i: f"#{src_index[int(i)]} {cols['name'][int(i)]!r}")
 
 
 def _clip_far_end(
@@ -569,59 +569,55 @@ def shared_correlation_warning(path: Path, cols: dict[str, Any], src_index: list
     )
 
 
-def graph_launches_without_gpu(path: Path, cols: dict[str, Any]) -> tuple[int, int, str | None]:
-    """CUDA graph launch calls (``cudaGraphLaunch``, ``cuGraphLaunch``) and how many of them no GPU
-    record carries the correlation id of: graph replays with no kernel rows (a CUPTI that does not
-    trace graph nodes), so their GPU time is missing from the trace (``traces.meta.graph_launches`` /
-    ``graph_launches_without_gpu``). Reads the distinct names first: a trace without graph launches
-    costs one pass over them.
+def launches_without_gpu(
+    path: Path, cols: dict[str, Any]
+) -> tuple[tuple[int, int], tuple[int, int], str | None]:
+    """CUDA graph launch calls (``cudaGraphLaunch``, ``cuGraphLaunch``) and kernel launch calls
+    (:func:`~traceprof.core.schema.is_kernel_launch`), each with a correlation id, and how many of
+    them no GPU activity row (:data:`~traceprof.core.schema.GPU_ACTIVITY_KINDS`: kernel, memcpy,
+    memset) carries the correlation id of, with one mask of those rows for both counts (as the nsys
+    collector counts them). A graph replay with no such row (a CUPTI that does not trace graph
+    nodes) or a kernel the trace does not hold has its GPU time missing from the trace; a
+    ``gpu_user_annotation`` or ``sync`` row with the id holds no GPU time of the launch, so it does
+    not count (``traces.meta.graph_launches`` / ``graph_launches_without_gpu``, ``kernel_launches``
+    / ``kernel_launches_without_gpu``, read by ``traceprof.engine.activity``). Reads the distinct
+    names first: a trace without launch calls costs one pass over them.
 
     Returns:
-        (calls, calls without a GPU record, a warning naming them or None).
+        ((graph launch calls, without a GPU row), (kernel launch calls, without a GPU row), a
+        warning naming the graph launches without one or None).
     """
     names: Strs = cols["name"]
     graph = {n for n in names.values if "graphlaunch" in n.lower()}
-    if not graph:
-        return 0, 0, None
+    kernel = {n for n in names.values if is_kernel_launch(n)}
+    if not graph and not kernel:
+        return (0, 0), (0, 0), None
     corr: Ints = cols["correlation"]
     kind_in = kind_mask(cols["kind"])
-    calls = corr.values[kind_in(_LAUNCH) & corr.ok & names.isin(graph)]
-    lost = int((~np.isin(calls, corr.values[kind_in(GPU_KINDS) & corr.ok])).sum())
+    calls = kind_in(_LAUNCH) & corr.ok
+    gpu = corr.values[kind_in(_GPU) & corr.ok]
+
+    def count(which: set[str]) -> tuple[int, int]:
+        ids = corr.values[calls & names.isin(which)] if which else corr.values[:0]
+        return len(ids), int((~np.isin(ids, gpu)).sum())
+
+    (graphs, lost), launches = count(graph), count(kernel)
     if not lost:
-        return len(calls), 0, None
+        return (graphs, 0), launches, None
     why = (
         "the profiler did not trace the graphs' nodes"
-        if lost == len(calls)
-        else f"the other {len(calls) - lost} have theirs"
+        if lost == graphs
+        else f"the other {graphs - lost} have theirs"
     )
     return (
-        len(calls),
-        lost,
+        (graphs, lost),
+        launches,
         (
-            f"{path.name}: {lost} of {len(calls)} CUDA graph launch(es) have no GPU record (no kernel rows for "
+            f"{path.name}: {lost} of {graphs} CUDA graph launch(es) have no GPU record (no kernel rows for "
             f"those replays; {why}): their GPU time is missing, so busy, idle and kernel figures leave those "
             "graph executions out (idle is overstated)"
         ),
     )
-
-
-def kernel_launches_without_gpu(cols: dict[str, Any]) -> tuple[int, int]:
-    """Kernel launch calls (:func:`~traceprof.core.schema.is_kernel_launch`, with a correlation id)
-    and how many of them no GPU row (kernel, copy, memset) carries the correlation id of: kernels
-    the trace does not hold (``traces.meta.kernel_launches`` / ``kernel_launches_without_gpu``, read
-    by ``traceprof.engine.activity.unmatched_launch_notes``). Reads the distinct names first.
-
-    Returns:
-        (calls, calls without a GPU row); (0, 0) without kernel launch calls.
-    """
-    names: Strs = cols["name"]
-    launch = {n for n in names.values if is_kernel_launch(n)}
-    if not launch:
-        return 0, 0
-    corr: Ints = cols["correlation"]
-    kind_in = kind_mask(cols["kind"])
-    calls = corr.values[kind_in(_LAUNCH) & corr.ok & names.isin(launch)]
-    return len(calls), int((~np.isin(calls, corr.values[kind_in(_GPU) & corr.ok])).sum())
 
 
 def step_cut_warning(path: Path, cols: dict[str, Any], spans: list[tuple[int, int, int]]) -> str | None:

@@ -35,6 +35,7 @@ from traceprof.core.limits import INT64, fits
 from traceprof.core.ops import dtype_bytes, kernel_op
 from traceprof.core.ops import normalize_op as _normalize_op
 from traceprof.core.schema import LAUNCH_KINDS
+from traceprof.core.text import first_few
 from traceprof.core.values import record_int
 from traceprof.core.vocab import CollectiveSource
 from traceprof.ingest.matching import P2P_OPS, canonical_ranks
@@ -261,7 +262,7 @@ class BadValues:
 
         def events(at: list[tuple[int, Any]]) -> str:
             rows = sorted({r for r, _ in at})
-            return ", ".join(f"#{src_index[r]}" for r in rows[:3]) + (", ..." if len(rows) > 3 else "")
+            return first_few(rows, shown=lambda r: f"#{src_index[r]}")
 
         out = [
             f"{name}: {len(at)} collective row(s) not stored (their events are): {reason}, e.g. "

@@ -54,8 +54,7 @@ from traceprof.collectors.kineto._values import int_or_none as _int_or_none
 from traceprof.collectors.kineto.checks import (
     check_one_process,
     flag_records,
-    graph_launches_without_gpu,
-    kernel_launches_without_gpu,
+    launches_without_gpu,
     shared_correlation_warning,
     step_cut_warning,
 )
@@ -84,7 +83,7 @@ from traceprof.core.fileio import (
     not_json_because,
     read_maybe_gzip,
 )
-from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_range, fits, to_table
+from traceprof.core.limits import INT32, INT64, columns_to_table, drop_out_of_range, fits, skip_hint, to_table
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
 from traceprof.core.timeconv import TimeOutOfRange, us_text_to_ns
@@ -442,9 +441,6 @@ def _step_number(name: str) -> int | None:
         return None
 
 
-_SKIP_HINT = "; pass --skip-bad-events to skip such events"
-
-
 def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTrace:
     """Parse one Kineto trace file.
 
@@ -502,7 +498,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         )
 
     def refuse(i: int, ph: str, name: str, problem: str) -> None:  # the general loop's words, below
-        raise TraceFormatError(p, event_where(i, ph, name), problem + _SKIP_HINT)
+        where = event_where(i, ph, name)
+        raise TraceFormatError(p, where, problem + skip_hint(where))
 
     fast = (
         None
@@ -571,7 +568,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         if not isinstance(ev, _Event):  # 1, "x", null among the events: that entry's problem
             entry = _not_object(ev)
             if on_bad_event == "raise":
-                raise TraceFormatError(p, f"event #{i}", entry + _SKIP_HINT)
+                raise TraceFormatError(p, f"event #{i}", entry + skip_hint("event"))
             rejected[entry] = rejected.get(entry, 0) + 1
             first_rejected.setdefault(entry, f"event #{i}")
             continue
@@ -720,10 +717,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     shared = shared_correlation_warning(p, cols, src_index)
     if shared:
         warnings.append(shared)
-    graphs, lost_graphs, lost_warning = graph_launches_without_gpu(p, cols)
+    (graphs, lost_graphs), (launches, lost_launches), lost_warning = launches_without_gpu(p, cols)
     if lost_warning:
         warnings.append(lost_warning)
-    launches, lost_launches = kernel_launches_without_gpu(cols)
     spill.release()
     frame = Frame(cols)
     cols["class"] = classes(frame, classifier)

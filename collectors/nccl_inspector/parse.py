@@ -71,7 +71,7 @@ from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.nccl_inspector.names import looks_like_inspector
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import read_maybe_gzip
-from traceprof.core.limits import INT64, fits, record_fits
+from traceprof.core.limits import INT64, fits, record_fits, skip_hint
 from traceprof.core.ops import nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.values import identity_int, number, record_int, spelled_int
@@ -466,9 +466,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         except _Bad as bad:
             if on_bad_event == "raise":
                 detail = f" ({bad.detail})" if bad.detail else ""
-                raise TraceFormatError(
-                    p, where, f"{bad.reason}{detail}; pass --skip-bad-events to skip such records"
-                ) from None
+                raise TraceFormatError(p, where, f"{bad.reason}{detail}{skip_hint(where)}") from None
             rejected[bad.reason] += 1
             continue
         if not record_fits(

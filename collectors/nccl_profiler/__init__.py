@@ -10,6 +10,7 @@ from traceprof.collectors.nccl_profiler.align import settle
 from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, rank_in_name
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParsedTrace, ParseOptions
+from traceprof.core.text import COUNTED, first_few
 from traceprof.ingest import sources
 
 __all__: list[str] = []
@@ -91,7 +92,7 @@ def _processes(traces: list[ParsedTrace]) -> tuple[dict[str, tuple[str, ...]], l
         raise TraceFormatError(
             pts[0].path,
             "pid",
-            f"{len(pts)} files of {_label(key)} ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}) "
+            f"{len(pts)} files of {_label(key)} ({first_few(names, 8, more=COUNTED)}) "
             f"hold ranks {sorted(ranks[comm])} of communicator {comm}: processes of several hosts or "
             "containers with one pid, and which of these files are one process is not in them; put each "
             "host's (container's) files in a folder of its own and ingest the folders together "

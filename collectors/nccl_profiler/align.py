@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from traceprof.core.text import COUNTED, first_few
 from traceprof.storage.store import Store
 
 __all__ = ["settle"]
@@ -103,7 +104,4 @@ def _said(why: str, held: list[tuple[int, str]]) -> str:
     """One note for the traces left unmoved for one reason: counts and the first 3 files."""
     names = [Path(p).name for _, p in held]
     ranks = sorted({r for r, _ in held if r is not None})
-    return (
-        f"NCCL profiler-plugin times of {len(held)} file(s) of {len(ranks)} rank(s) {why}: "
-        f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
-    )
+    return f"NCCL profiler-plugin times of {len(held)} file(s) of {len(ranks)} rank(s) {why}: {first_few(names, more=COUNTED)}"

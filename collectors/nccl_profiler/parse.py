@@ -77,7 +77,7 @@ from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, ran
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.fileio import blank_bom
-from traceprof.core.limits import INT64, fits, record_fits, shown
+from traceprof.core.limits import INT64, fits, record_fits, shown, skip_hint
 from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.timeconv import us_text_to_ns
@@ -296,7 +296,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                 raise TraceFormatError(
                     p,
                     f"event #{i} ({ev.cat} {ev.name!r})",
-                    f"{why}{value}; pass --skip-bad-events to skip such events",
+                    f"{why}{value}{skip_hint('event')}",
                 )
             rejected[why] += 1
             continue
@@ -317,8 +317,8 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
                         raise TraceFormatError(
                             p,
                             f"event #{i} ({ev.cat} {ev.name!r})",
-                            f"ends before its begin (event #{j}) by {_us_text(start - known)} us; pass "
-                            "--skip-bad-events to skip such events",
+                            f"ends before its begin (event #{j}) by {_us_text(start - known)} us"
+                            + skip_hint("event"),
                         )
                     rejected["ends before its begin"] += 1
                     continue
@@ -454,7 +454,7 @@ def _rows(
         problem = _bad_value(a) if coll else None
         if problem is not None:
             if on_bad_event == "raise":
-                raise TraceFormatError(p, where, f"{problem}; pass --skip-bad-events to skip such events")
+                raise TraceFormatError(p, where, problem + skip_hint(where))
             rejected[problem[: problem.index(" (")]] += 1
             continue
         events.append(

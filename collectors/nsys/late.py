@@ -41,6 +41,7 @@ from traceprof.collectors._launch_order import LAUNCH_SKEW_MAX_NS, before_launch
 from traceprof.collectors.nsys.steps import step_number
 from traceprof.core.display import duration
 from traceprof.core.schema import LAUNCH_KINDS
+from traceprof.core.text import first_few
 
 __all__ = ["clip_far_ends", "flag_before_launch"]
 
@@ -232,5 +233,4 @@ def _clip(
 
 def _named(cols: dict[str, list[Any]], rows: np.ndarray) -> str:
     """The first three of ``rows`` by kind and name (``kernel 'gemm', ...``)."""
-    shown = ", ".join(f"{cols['kind'][i]} {cols['name'][i]!r}" for i in rows[:3].tolist())
-    return shown + (", ..." if len(rows) > 3 else "")
+    return first_few(rows, shown=lambda i: f"{cols['kind'][int(i)]} {cols['name'][int(i)]!r}")

@@ -100,6 +100,7 @@ from traceprof.core.limits import drop_long_text, to_table
 from traceprof.core.ops import kernel_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
 from traceprof.core.schema import is_kernel_launch
+from traceprof.core.text import first_few
 from traceprof.core.vocab import CollectiveSource, TraceSource
 from traceprof.storage.identity import RELATIVE_CLOCK
 
@@ -311,7 +312,7 @@ def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list
     if sp.others:
         note += (
             f"; rows of {len(sp.others)} other process(es) without CUDA work not stored (pid "
-            f"{', '.join(map(str, sp.others[:5]))}{', ...' if len(sp.others) > 5 else ''})"
+            f"{first_few(sp.others, 5)})"
         )
     world = ranks.world_size(exp.env, True)
     out = []

@@ -17,6 +17,7 @@ import msgspec
 from traceprof.collectors.nsys.steps import step_number
 from traceprof.core.classify import Classifier
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.limits import skip_hint
 
 __all__ = [
     "Rows",
@@ -289,11 +290,7 @@ class Rows:
                 if not reason.endswith(_UNRESOLVED):  # and the times, as recorded
                     times = f"start={start!r}, end={end!r}"
                     what = f"{what[:-1]}, {times})" if what != reason else f"{reason} ({times})"
-                raise TraceFormatError(
-                    self.path,
-                    f"{table} row id {rowid}",
-                    f"{what}; pass --skip-bad-events to skip such rows",
-                )
+                raise TraceFormatError(self.path, f"{table} row id {rowid}", what + skip_hint("row"))
             key = f"{table}: {reason}"
             self.rejected[key] = self.rejected.get(key, 0) + n
         return f"({why}) IS NULL"
@@ -660,9 +657,7 @@ def memory(con: sqlite3.Connection, tables: dict[str, set[str]], rows: Rows) -> 
     ):
         if rows.on_bad_event == "raise":
             what = _said(con, _MEMORY, reason, rowid, n, need)
-            raise TraceFormatError(
-                rows.path, f"{_MEMORY} row id {rowid}", f"{what}; pass --skip-bad-events to skip such rows"
-            )
+            raise TraceFormatError(rows.path, f"{_MEMORY} row id {rowid}", what + skip_hint("row"))
         key = f"{_MEMORY}: {reason}"
         rows.rejected[key] = rows.rejected.get(key, 0) + n
     mems = _enum(con, tables, "ENUM_CUDA_MEM_KIND", _MEM_KINDS)

@@ -905,3 +905,62 @@ def test_report_draws_the_axes_the_bubble_split_and_the_stage_timeline(store):
     # the states drawn are the table's
     assert {item.label.value for item in timeline.legend[0].items} == set(res.timeline["state"])
     assert plots.label("schedule_bubble_ns") == "schedule bubble"
+
+
+def _stage_steps(values: list[tuple[int, int, int]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One stage (pp 0) of three data-parallel replicas, one rank each (ranks 0, 1, 2 = dp 0, 1, 2):
+    ``values`` are the three ranks' compute per step (ms), steps 1, 2, ..."""
+    per = pl.DataFrame(
+        [(r, s, ms * 1_000_000) for s, row in enumerate(values, 1) for r, ms in enumerate(row)],
+        schema={"rank": pl.Int64, "step": pl.Int64, "compute_ns": pl.Int64},
+        orient="row",
+    )
+    coords = pl.DataFrame({"rank": [0, 1, 2], "c_pp": [0, 0, 0], "c_dp": [0, 1, 2]})
+    return per, coords
+
+
+def test_a_stage_names_its_slowest_replica_past_its_own_noise():
+    """Steps (ms, replicas 0, 1, 2): the stage's median per step is replica 0's: 100, 102, 100, 104,
+    98; replica 2 is slowest every step: 150/100 = 1.50, 130/102 = 1.27, 140/100 = 1.40,
+    120/104 = 1.15, 160/98 = 1.63 -> R = median 1.40. Noise: |median - 100| = 0, 2, 0, 4, 2 -> MAD 2,
+    sigma = 1.4826 x 2 / 100 = 2.97 %; margin max(10 %, 3 x 2.97 % = 8.9 %) = 10 % < 40 %: named."""
+    per, coords = _stage_steps(
+        [(100, 99, 150), (102, 101, 130), (100, 99, 140), (104, 103, 120), (98, 97, 160)]
+    )
+    assert _pipeline._replica_spread(per, coords, 10.0) == {
+        0: "within the stage, its slowest replica each step computes a median 1.40x the stage's median "
+        "(more than the 10% margin: 10% or 3x the stage's own step-to-step spread of 3.0%), most often "
+        "data-parallel replica 2 (rank 2; slowest in 5 of 5 steps)"
+    }
+    # a material margin of 45 % (slow_pct) leaves it unnamed
+    assert _pipeline._replica_spread(per, coords, 45.0) == {}
+
+
+def test_a_noisy_stage_does_not_name_its_slowest_replica():
+    """Replica 2 is 1.40x the median every step (140/100, 168/120, 112/80, 154/110, 126/90), but the
+    stage's median moves 100, 120, 80, 110, 90 ms: |x - 100| = 0, 20, 20, 10, 10 -> MAD 10, sigma =
+    1.4826 x 10 / 100 = 14.8 %, margin max(10 %, 44.5 %) = 44.5 % > 40 %: within the noise, unnamed."""
+    per, coords = _stage_steps(
+        [(100, 99, 140), (120, 119, 168), (80, 79, 112), (110, 109, 154), (90, 89, 126)]
+    )
+    assert _pipeline._replica_spread(per, coords, 10.0) == {}
+
+
+def test_se_names_the_replica_imbalance_within_its_stages(store):
+    # trace-SE (dp 32 x pp 2; NDTimeline): stage 1 is slow (6,090.8 vs 4,062.0 ms); within each stage
+    # the slowest replica per step is a median 1.38x (stage 0) and 1.26x (stage 1) its stage's median,
+    # a different replica from step to step: said in the slow stage's text and, for stage 0, a note.
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-SE.parquet")], run="SE")
+    res = analyze(store, "parallelism", "SE")
+    text = res.slow.filter(pl.col("slow"))["text"].to_list()
+    assert len(text) == 1 and text[0].startswith("slow stage: pipeline stage 1")
+    assert (
+        "; within the stage, its slowest replica each step computes a median 1.26x the stage's median"
+        in text[0]
+    )
+    assert any(
+        n.startswith(
+            "pipeline stage 0: within the stage, its slowest replica each step computes a median 1.38x"
+        )
+        for n in res.notes
+    )

@@ -192,3 +192,29 @@ def test_a_reader_that_leaves_early_is_exit_0_and_quiet(db, fmt):
     err = p.stderr.read()
     assert (p.wait(), err) == (0, b"")
     assert first  # it had started writing
+
+
+@pytest.mark.parametrize("case", ["other store", "the store", "full disk"])
+def test_stdout_as_dash_or_dev_stdout_is_checked_alike(db, tmp_path, case):
+    """`report -o -` and `report -o /dev/stdout` are one output (stdout): the same checks, the same
+    message but for its name ("stdout", "/dev/stdout"). Before, `-` skipped every check: with
+    stdout appended to a DuckDB database (another store, or the --db store itself) it appended the
+    report to it (exit 0, the database damaged), where /dev/stdout was refused; on a full disk it
+    said "error: No space left on device" where /dev/stdout named itself."""
+    import duckdb
+
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    target = {"other store": str(other), "the store": str(db), "full disk": "/dev/full"}[case]
+    said = {
+        "other store": ": is a DuckDB database (a traceprof store?); not overwriting it, write the output elsewhere",
+        "the store": f": would overwrite the store {db}; write the output elsewhere",
+        "full disk": ": cannot write: No space left on device",
+    }[case]
+    before = Path(target).read_bytes() if case != "full disk" else b""
+    for to, name in (("-", "stdout"), ("/dev/stdout", "/dev/stdout")):
+        with open(target, "ab") as f:
+            r = _traceprof("report", "--run", "normal", "--db", str(db), "-o", to, stdout=f)
+        assert (r.returncode, r.stderr) == (1, f"error: {name}{said}\n"), to
+        if case != "full disk":
+            assert Path(target).read_bytes() == before

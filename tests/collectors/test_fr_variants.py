@@ -267,7 +267,7 @@ def test_version_notes_are_said_once_per_run(store, tmp_path):
     assert [w for w in res.warnings if "version" in w] == [
         "run 'job': Flight Recorder dump version 2.99 is newer than the versions traceprof knows (1.x (seq_id) "
         "and 2.x (collective_seq_id / p2p_seq_id; up to 2.10)); read by its fields as version 2.x "
-        "(4 file(s): rank0.fr.json, rank1.fr.json, rank2.fr.json, ...)"
+        "(4 file(s): rank0.fr.json, rank1.fr.json, rank2.fr.json and 1 more)"
     ]
 
 

@@ -313,3 +313,43 @@ def test_shorten_keeps_markup_a_family_would_drop():
     assert shorten("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn>(Params)", 40) == (
         "cutlass_80_tensorop_s1688gemm_128x128_3…"
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "unit"),
+    [
+        ("event #2 (ph='X', name='row')", "events"),  # the first of the words: an event named 'row'
+        ("event (cat='cpu_op', name='op11', ts_ns=110000)", "events"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL row id 5", "rows"),
+        ("entry #3 ('gloo:all_reduce')", "entries"),
+        ("line 2", "records"),
+    ],
+)
+def test_the_skip_hint_names_the_records_as_the_message_does(where, unit):
+    """A Kineto event left out for long text or an out-of-range value said "skip such records" while
+    one left out by the parser said "skip such events": the hint now follows the record's name."""
+    from traceprof.core.limits import skip_hint
+
+    assert skip_hint(where) == f"; pass --skip-bad-events to skip such {unit}"
+
+
+def test_first_few_shows_three_then_what_is_left_out():
+    """The one helper for "the first 3, ..." lists: 5 items -> 3 shown, "and 2 more" counted (5 - 3);
+    3 items -> all, no suffix; only the shown items are formatted."""
+    import numpy as np
+
+    from traceprof.core.text import COUNTED, first_few
+
+    assert first_few(["a", "b", "c", "d", "e"]) == "a, b, c, ..."
+    assert first_few(["a", "b", "c", "d", "e"], more=COUNTED) == "a, b, c and 2 more"
+    assert first_few(["a", "b", "c"], more=COUNTED) == "a, b, c" and first_few([]) == ""
+    seen: list[int] = []
+    shown = first_few(
+        np.arange(1_000), 2, "; ", "; and {} more rank(s)", lambda i: seen.append(int(i)) or f"#{i}"
+    )
+    assert (shown, seen) == ("#0; #1; and 998 more rank(s)", [0, 1])
+    # up to 8 whole, else the first 6 and the count of all (the ranks of a stage or a verdict)
+    from traceprof.core.text import short_list
+
+    assert short_list(list(range(8))) == "0, 1, 2, 3, 4, 5, 6, 7"
+    assert short_list(list(range(0, 64, 2))) == "0, 2, 4, 6, 8, 10, ... (32)"

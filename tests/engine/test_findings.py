@@ -663,3 +663,28 @@ def test_communication_medians_name_their_measure(store):
         in text
     )
     assert ov.height == 4
+
+
+def test_the_fallback_straggler_verdict_keeps_an_inconclusive_status():
+    """The topic's own verdict (used where the combined verdict cannot be given) read an inconclusive
+    stragglers verdict as "no straggler: ..." with status ok; it now says "not shown to straggle:"
+    with status inconclusive, as the combined verdict does. Whatif's S = 1.05 is at most 1.1, so the
+    text adds the slowdown and no finding."""
+    from traceprof.analyses._stragglers_topic import _straggler_findings
+
+    evidence = "not shown to straggle: rank 3 arrived last at 6 of 12 collectives"
+    verdict = pl.DataFrame(
+        {"rank": [3], "status": ["inconclusive"], "named": [False], "evidence": [evidence]}
+    )
+    st = SimpleNamespace(frames=lambda: {"verdict": verdict}, frame=pl.DataFrame())
+    wi = SimpleNamespace(frames=lambda: {"summary": pl.DataFrame({"slowdown": [1.05]})})
+    findings, v = _straggler_findings(st, wi)  # type: ignore[arg-type]
+    assert findings == [] and v is not None and v.status == "inconclusive"
+    assert v.text == (
+        "not shown to straggle: rank 3 arrived last at 6 of 12 collectives; what-if slowdown S = 1.05 "
+        "(straggling above 1.1)"
+    )
+    # an ok verdict stays "no straggler:" and ok
+    ok = verdict.with_columns(status=pl.lit("ok"), evidence=pl.lit("no straggler: skew within noise"))
+    _, v = _straggler_findings(SimpleNamespace(frames=lambda: {"verdict": ok}, frame=pl.DataFrame()), None)  # type: ignore[arg-type]
+    assert v is not None and (v.status, v.text) == ("ok", "no straggler: skew within noise")

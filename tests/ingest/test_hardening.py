@@ -749,7 +749,7 @@ def test_an_integer_too_long_to_print_is_shown_by_its_size(tmp_path):
     assert code == 1 and _one_line(err) == (
         f"error: {f}: entry #0 ({name!r}): 'nelems_out' beyond int64 (<an integer "
         f"of {(10**30000).bit_length():,} bits>); pass --skip-bad-events to skip "
-        "such records"
+        "such entries"
     )
 
 

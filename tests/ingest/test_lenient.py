@@ -135,7 +135,7 @@ def test_kineto_time_before_the_epoch_is_a_bad_event(tmp_path, base_ns, ts, show
             ingest(store, [path], jobs=1)
         assert str(e.value) == (
             f"{path}: event #2 (ph='X', name='b'): 'ts' before the epoch ({shown}); pass "
-            "--skip-bad-events to skip such records"
+            "--skip-bad-events to skip such events"
         )
         res = ingest(store, [path], jobs=1, on_bad_event="skip")
         rows = store.sql("SELECT name, ts_ns FROM events WHERE kind = 'cpu_op'").rows()

@@ -325,7 +325,7 @@ def test_many_long_args_past_the_trace_budget_are_refused_naming_the_record(tmp_
     assert code == 1 and err == (
         f"error: {bad}: event #31 (cat='cpu_op', name='op31', ts_ns=310000): 'args' past the 2 MiB "
         "of values of 40 KiB or more a trace may hold (65,548 bytes; 2,097,536 bytes of such text with "
-        "it): the store could not take it in; pass --skip-bad-events to skip such records\n"
+        "it): the store could not take it in; pass --skip-bad-events to skip such events\n"
     )
     assert db.read_bytes() == before and _runs(db) == ["ok"]  # refused before the store was touched
     # with --skip-bad-events: the first 31 stored, the other 29 counted
@@ -399,7 +399,7 @@ def test_long_text_of_a_runs_files_together_is_held_to_the_budget(tmp_path, monk
         f"error: {job}/rank1.json: event (cat='cpu_op', name='op11', ts_ns=110000): 'args' past the 2 MiB "
         "of values of 40 KiB or more that the files of a run ingested together may hold (65,548 bytes; "
         "2,097,536 bytes of such text with it, 3 files): the store could not take it in; ingest the files a "
-        "few at a time with the same --run; pass --skip-bad-events to skip such records\n"
+        "few at a time with the same --run; pass --skip-bad-events to skip such events\n"
     )
     assert db.read_bytes() == before and _runs(db) == ["ok"]
     # skipped: rank0's 20 and rank1's first 11 (1,310,960 + 721,028 = 2,031,988 bytes) stored

@@ -347,6 +347,39 @@ def test_graph_launch_without_gpu_records_is_said_missing(tmp_path: Path) -> Non
     assert "graph_launches_without_gpu" not in json.loads(c.sql("SELECT meta FROM traces").item())
 
 
+def test_launches_whose_only_gpu_record_is_a_copy_or_an_annotation_count_alike(tmp_path: Path) -> None:
+    # Two graph launches and two kernel launches, one pair per kind of lone GPU record:
+    # - graph 1 and kernel 2: their only GPU record is a memset / a memcpy (GPU activity): neither
+    #   lacks a GPU record, for both counts;
+    # - graph 3 and kernel 4: their only GPU record is a gpu_user_annotation (a span, no GPU time of
+    #   the launch): both lack one. Before, the graph count took annotations and syncs for GPU
+    #   records and the kernel count did not: graph 3 was counted as traced (graph 2, 0 lost;
+    #   kernel 2, 1 lost); now (2, 1) and (2, 1).
+    def call(name: str, corr: int, ts: float) -> dict:
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 2.0,
+                "args": {"correlation": corr}}  # fmt: skip
+
+    def gpu(cat: str, name: str, corr: int, ts: float) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 5.0,
+                "args": {"correlation": corr, "device": 0, "stream": 7}}  # fmt: skip
+
+    evs = [
+        call("cudaGraphLaunch", 1, 10.0),
+        gpu("gpu_memset", "Memset (Device)", 1, 15.0),
+        call("cudaLaunchKernel", 2, 30.0),
+        gpu("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 2, 35.0),
+        call("cudaGraphLaunch", 3, 50.0),
+        gpu("gpu_user_annotation", "graph_region", 3, 55.0),
+        call("cudaLaunchKernel", 4, 70.0),
+        gpu("gpu_user_annotation", "kernel_region", 4, 75.0),
+    ]
+    s = Store(tmp_path / "t.duckdb")
+    ingest(s, [_write(tmp_path, evs)])
+    meta = json.loads(s.sql("SELECT meta FROM traces").item())
+    assert (meta["graph_launches"], meta["graph_launches_without_gpu"]) == (2, 1)
+    assert (meta["kernel_launches"], meta["kernel_launches_without_gpu"]) == (2, 1)
+
+
 def test_device_runtime_categories_are_launches(tmp_path: Path) -> None:
     src = json.loads((case("cuda_graph_launch") / "rank0.json").read_text())
     cats = iter(["xpu_runtime", "privateuse1_runtime", "mtia_runtime", "hip_runtime"])

@@ -11,8 +11,9 @@ JSON allows leading whitespace, and every byte offset a parser reports stays the
 Errors name the file and the byte offset.
 
 Writing (:func:`write_output`, :func:`check_not_store`): an output path the user named never
-overwrites the store, also through a symlink or a hard link, nor any other DuckDB database (another
-store): :func:`write_output` reads the first bytes of an existing file and refuses DuckDB's magic.
+overwrites the store, also through a symlink, a hard link or a descriptor (``-o - >> s.duckdb``), nor
+any other DuckDB database (another store): :func:`write_output` reads the first bytes of an existing
+file and refuses DuckDB's magic.
 It writes the output whole or not at all (a temporary file beside, renamed into place).
 """
 
@@ -438,10 +439,9 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
         StoreError: ``db`` cannot be a store (:func:`traceprof.core.locking.check_store_path`).
     """
     check_store_path(db)  # a --db loop: StoreError (the store cannot be opened either)
-    if os.fspath(out) == STDOUT:
-        return
+    fd = _open_fd(out)  # -o - and -o /dev/stdout alike: the file the descriptor is open on
     try:
-        target = Path(out).resolve()
+        target = (_fd_file(fd) if fd is not None else Path(out)).resolve()
     except RuntimeError:  # Path.resolve on a symlink loop (Python < 3.13)
         raise UsageError(f"{out}: a symlink loop; write the output elsewhere") from None
     store = Path(db).resolve()
@@ -454,7 +454,7 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
             inside = any(f.is_file() and os.path.samestat(st, f.stat()) for f in folder.rglob("*"))
         if inside:
             raise UsageError(
-                f"{out}: would overwrite a file of the store {db} (in {folder.name}/); "
+                f"{output_name(out)}: would overwrite a file of the store {db} (in {folder.name}/); "
                 "write the output elsewhere"
             )
     guarded = [store, beside(store, ".wal"), beside(store, ".lock")]
@@ -467,7 +467,7 @@ def check_not_store(out: str | Path, db: str | Path) -> None:
                 same = False
         if same:
             raise UsageError(
-                f"{out}: would overwrite the store {db}{'' if g == store else ' (' + g.name + ')'}; "
+                f"{output_name(out)}: would overwrite the store {db}{'' if g == store else ' (' + g.name + ')'}; "
                 "write the output elsewhere"
             )
 
@@ -491,12 +491,35 @@ _FD_PATH = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")
 
 
 def _open_fd(path: str | Path) -> int | None:
-    """The open file descriptor that output ``path`` names (``/dev/stdout``, ``/dev/stderr``,
-    ``/dev/fd/N``), else None."""
+    """The open file descriptor that output ``path`` names (:data:`STDOUT` and ``/dev/stdout``: 1,
+    ``/dev/stderr``: 2, ``/dev/fd/N``: N), else None: the one test every check of an output and
+    its write take, so ``-o -`` and ``-o /dev/stdout`` are one output."""
     name = os.fspath(path)
-    fds = {"/dev/stdout": 1, "/dev/stderr": 2}
+    fds = {STDOUT: 1, "/dev/stdout": 1, "/dev/stderr": 2}
     m = _FD_PATH.fullmatch(name)
     return fds.get(name) if m is None else int(m.group(1))
+
+
+def _fd_file(fd: int) -> Path:
+    """A path that opens what descriptor ``fd`` is open on (``/dev/fd/N``: on Linux a link to the
+    file the shell opened, ``pipe:[n]`` for a pipe)."""
+    return Path(f"/dev/fd/{fd}")
+
+
+def _refuse_duckdb(path: str | Path) -> None:
+    """Refuse an output that is an existing DuckDB database, named by its path or by a descriptor
+    open on it (``-o - >> other.duckdb`` as ``-o /dev/stdout >> other.duckdb``).
+
+    Raises:
+        UsageError: It is one, named as :func:`output_name` names the output.
+    """
+    fd = _open_fd(path)
+    file = _fd_file(fd) if fd is not None else Path(path)
+    if file.is_file() and is_duckdb(file):
+        raise UsageError(
+            f"{output_name(path)}: is a DuckDB database (a traceprof store?); not overwriting it, write the "
+            "output elsewhere"
+        )
 
 
 def write_output(path: str | Path, data: bytes) -> Path:
@@ -506,37 +529,31 @@ def write_output(path: str | Path, data: bytes) -> Path:
     output once written and flushed to disk: a full disk or a Ctrl-C leaves the earlier file (or
     none), never a cut or empty one. An output that is a symlink is written where it points; one
     that exists and is not a regular file (a FIFO) is written directly, and :data:`STDOUT` (``-``)
-    is stdout. ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written through that open
-    descriptor, as the shell opened it (``>> file`` appends; a rename replaced the file).
+    is stdout. ``-``, ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written through that
+    open descriptor, as the shell opened it (``>> file`` appends; a rename replaced the file), with
+    the same checks and errors as a path: ``-o -`` and ``-o /dev/stdout`` differ only in the name
+    a message gives them (``stdout``, ``/dev/stdout``).
 
     Raises:
         UsageError: The folder does not exist, the path is a directory, it cannot be written (a full
-            disk: nothing is left behind), or it is an existing DuckDB database (a store: never
-            overwritten by a report or an export).
+            disk: nothing is left behind), or it (or the file a descriptor is open on) is an existing
+            DuckDB database (a store: never overwritten by a report or an export).
     """
     out = Path(path)
-    if os.fspath(path) == STDOUT:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return out
-    if out.is_file() and is_duckdb(out):
-        raise UsageError(
-            f"{out}: is a DuckDB database (a traceprof store?); not overwriting it, write the output "
-            "elsewhere"
-        )
-    target = out.resolve() if out.is_symlink() else out
+    _refuse_duckdb(path)
+    held = _open_fd(path)
+    name = output_name(path)
+    target = out.resolve() if held is None and out.is_symlink() else out
     tmp: Path | None = None
     try:
-        if out.is_dir():
-            raise IsADirectoryError
-        held = _open_fd(path)
         if held is not None:  # through the descriptor: a rename would replace the file the shell opened
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             with open(held, "wb", closefd=False) as f:
                 f.write(data)
             return out
+        if out.is_dir():
+            raise IsADirectoryError
         # checked on the path as given: /dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[n],
         # which is no file, while its stat follows the link to the pipe
         if special_kind(out):
@@ -558,7 +575,7 @@ def write_output(path: str | Path, data: bytes) -> Path:
         raise
     except OSError as e:
         raise UsageError(
-            f"{out}: cannot write: {e.strerror or e}"
+            f"{name}: cannot write: {e.strerror or e}"
             + ("; nothing written (an earlier file there is kept)" if tmp is not None else "")
         ) from None
     finally:

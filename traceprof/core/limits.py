@@ -58,6 +58,7 @@ __all__ = [
     "text_problem",
     "drop_long_text",
     "drop_long_items",
+    "skip_hint",
     "long_text_rows",
     "drop_run_long_text",
 ]
@@ -358,6 +359,21 @@ def drop_long_items(
     return out
 
 
+#: The record a bad-record message names, as its ``where`` spells it, and the words for several.
+_UNITS = {"event": "events", "row": "rows", "entry": "entries"}
+_UNIT = re.compile(r"\b(event|row|entry)\b")
+
+
+def skip_hint(where: str) -> str:
+    """The end of a bad-record error: ``"; pass --skip-bad-events to skip such events"``, naming
+    the records as ``where`` (the message's record, ``event #12 (...)``, ``CUPTI_ACTIVITY_KIND_KERNEL
+    row id 5``, ``entry #3``) names them: its first word ``event``, ``row`` or ``entry``, in the
+    plural; ``records`` when it names none of them (``line 2``). One rule, so a source's messages
+    never call one kind of record "events" in one place and "records" in another."""
+    m = _UNIT.search(where)
+    return f"; pass --skip-bad-events to skip such {_UNITS[m.group(1)] if m else 'records'}"
+
+
 def _bad(path: str | Path, where: str, problem: str, on_bad_event: str, rejected: dict[str, int]) -> None:
     """A bad record: raise naming ``where`` (``on_bad_event="raise"``), else count the reason (the
     problem up to its `` (value)``) in ``rejected``.
@@ -366,7 +382,7 @@ def _bad(path: str | Path, where: str, problem: str, on_bad_event: str, rejected
         TraceFormatError: With ``on_bad_event="raise"``.
     """
     if on_bad_event == "raise":
-        raise TraceFormatError(path, where, f"{problem}; pass --skip-bad-events to skip such records")
+        raise TraceFormatError(path, where, problem + skip_hint(where))
     reason = problem[: problem.index(" (")]
     rejected[reason] = rejected.get(reason, 0) + 1
 

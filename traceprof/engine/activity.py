@@ -41,6 +41,7 @@ import polars as pl
 from traceprof.core.classify import VALID_SQL, valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import sql_texts
+from traceprof.core.text import first_few
 from traceprof.engine import intervals
 from traceprof.engine.analysis import drop_shared, lasting, release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
@@ -764,10 +765,13 @@ def _lost_shares(rows: pl.DataFrame) -> tuple[pl.Series, str]:
     """Per rank (rows: rank, n calls, lost of them), the share lost (%) and "rank 0: 1 of 10 (10.0%)"
     for the first five ranks (and how many more)."""
     pct = 100.0 * rows["lost"] / rows["n"]
-    each = "; ".join(
-        f"rank {r}: {lost:,} of {n:,} ({p:.1f}%)"
-        for (r, n, lost), p in zip(rows.head(5).iter_rows(), pct, strict=False)
-    ) + (f"; and {rows.height - 5} more rank(s)" if rows.height > 5 else "")
+    each = first_few(
+        list(zip(rows.iter_rows(), pct, strict=True)),
+        5,
+        "; ",
+        "; and {} more rank(s)",
+        lambda x: f"rank {x[0][0]}: {x[0][2]:,} of {x[0][1]:,} ({x[1]:.1f}%)",
+    )
     return pct, each
 
 
@@ -877,10 +881,11 @@ def launches_without_kernels(store: Store, run_id: int) -> str | None:
     )
     if calls.is_empty():
         return None
-    names = ", ".join(f"{n:,} {name}" for name, n in calls.head(3).iter_rows())
-    more = f" and {calls.height - 3} other name(s)" if calls.height > 3 else ""
+    names = first_few(
+        list(calls.iter_rows()), more=" and {} other name(s)", shown=lambda x: f"{x[1]:,} {x[0]}"
+    )
     return (
-        f"{int(calls['n'].sum()):,} kernel launch call(s) were recorded ({names}{more}) but no GPU kernel "
+        f"{int(calls['n'].sum()):,} kernel launch call(s) were recorded ({names}) but no GPU kernel "
         f"activity was captured (the trace holds {counts[1]:,} copies/memsets and no kernel records): "
         "GPU idle time cannot be told (record the GPU's kernel activity: CUPTI_ACTIVITY_KIND_KERNEL in "
         "Nsight Systems, ProfilerActivity.CUDA in the torch profiler)"

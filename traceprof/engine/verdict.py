@@ -38,6 +38,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.core.errors import AnalysisError, TraceprofError
+from traceprof.core.text import first_few
 from traceprof.engine import analysis
 from traceprof.storage.runs import not_shown_to_straggle, straggler_gap_text
 from traceprof.storage.store import Store
@@ -196,7 +197,7 @@ def combined_verdict(
     elif per["qualifies"].any():
         many = per.filter(pl.col("qualifies"))
         where = f"; largest by stage: {stage['group']} (alone S = {stage['slowdown']:.3f})" if stage else ""
-        ranks = ", ".join(map(str, many["rank"].to_list()[:8])) + (", ..." if many.height > 8 else "")
+        ranks = first_few(many["rank"].to_list(), 8)
         text = (
             f"no single straggler: {many.height} of {per.height} ranks ({ranks}) each arrive last significantly "
             "often with a cause of their own beyond the other ranks' noise: a systematic imbalance (a slow stage "

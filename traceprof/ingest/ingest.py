@@ -35,6 +35,7 @@ from traceprof.core.bounded import too_deep
 from traceprof.core.errors import NotATraceError, StoreError, TraceFormatError, TraceprofError, UsageError
 from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
+from traceprof.core.text import COUNTED, first_few
 from traceprof.core.vocab import TraceSource
 from traceprof.ingest import clock, matching, pair_check, sources
 from traceprof.ingest.naming import Part, assign, relate, stem
@@ -284,8 +285,7 @@ def _found(
     if not files and known:
         raise UsageError(_unread_message(p, known))
     if not files:
-        more = f"; and {len(passed) - 3} more" if len(passed) > 3 else ""
-        left = f" (passed over: {'; '.join(passed[:3])}{more})" if passed else ""
+        left = f" (passed over: {first_few(passed, sep='; ', more='; and {} more')})" if passed else ""
         raise UsageError(f"{p}: no trace files found{left}; traceprof reads: {sources.formats()}")
     return files
 
@@ -337,10 +337,7 @@ def _unread_message(folder: Path, known: dict[Path, str]) -> str:
     by_format: dict[str, list[Path]] = {}
     for f, k in known.items():
         by_format.setdefault(k, []).append(f)
-    parts = [
-        f"{', '.join(f.name for f in fs[:3])}{f' and {len(fs) - 3} more' if len(fs) > 3 else ''}: {k}"
-        for k, fs in by_format.items()
-    ]
+    parts = [f"{first_few(fs, more=COUNTED, shown=lambda f: f.name)}: {k}" for k, fs in by_format.items()]
     return f"{folder}: holds no trace file traceprof reads; " + "; ".join(parts)
 
 
@@ -729,7 +726,7 @@ def _no_trace_message(paths: Iterable[str | Path], skipped: list[Path], known: d
         - {f.resolve() for f in skipped}
     )
     files = [*skipped, *others]
-    shown = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    shown = first_few(files, more=COUNTED, shown=lambda f: f.name)
     return (
         f"{named}: no trace files found (skipped {len(files)} file(s) that are not traces: {shown}); "
         f"traceprof reads: {sources.formats()}"

@@ -52,6 +52,7 @@ from traceprof.core.errors import StoreError, UsageError
 from traceprof.core.lazy import lazy
 from traceprof.core.locking import beside, check_store_path
 from traceprof.core.parsed import ParsedTrace
+from traceprof.core.text import COUNTED, first_few
 
 if TYPE_CHECKING:
     import numpy as np
@@ -488,9 +489,7 @@ class Dataset:
         """
         bad = self.broken.get(run_id)
         if bad:
-            shown = ", ".join(str(self.root / b) for b in bad[:3]) + (
-                f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-            )
+            shown = first_few(bad, more=COUNTED, shown=lambda b: str(self.root / b))
             raise StoreError(
                 f"run {name!r}: {len(bad)} of its Parquet file(s) are missing or damaged ({shown}); "
                 f"restore them, or remove the run (`{term.command('traceprof', 'runs', 'rm', name)}`) and ingest it again"

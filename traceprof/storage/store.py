@@ -29,6 +29,7 @@ from traceprof.core.limits import INT32, fits, shown
 from traceprof.core.locking import StoreLock, check_store_path
 from traceprof.core.parsed import ParsedTrace
 from traceprof.core.procs import counted_sigint, deferred_sigint
+from traceprof.core.text import COUNTED, first_few
 from traceprof.core.vocab import PROFILER_SOURCES, TraceSource
 from traceprof.storage import sandbox, template
 from traceprof.storage.identity import check_append, check_within
@@ -1042,9 +1043,7 @@ class Store:
         settling = False  # ``after`` (matching, clock alignment) runs: not the insert or the commit
 
         def failed(e: duckdb.Error) -> str:
-            files = ", ".join(pt.path for pt in traces[:3]) + (
-                f" and {len(traces) - 3} more" if len(traces) > 3 else ""
-            )
+            files = first_few(traces, more=COUNTED, shown=lambda pt: str(pt.path))
             limit = f"DuckDB's ingest memory limit ({INGEST_MEMORY_LIMIT_MB} MB)"
             if not (isinstance(e, duckdb.OutOfMemoryException) or "failed to pin block" in str(e)):
                 hint = ""

@@ -23,7 +23,11 @@ from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, 
 __all__ = [
     "is_kernel_launch",
     "SCHEMA_VERSION",
+    "ARRIVAL_CLOCK_SQL",
+    "ARRIVAL_FIRST_SQL",
+    "ARRIVAL_NEXT_SQL",
     "ARRIVAL_SQL",
+    "INSTANCE_ARRIVAL_SQL",
     "EVENT_KINDS",
     "LAUNCH_KINDS",
     "GPU_ACTIVITY_KINDS",
@@ -48,13 +52,40 @@ PARQUET_TABLES = ("events",)
 #: ``other`` keeps unknown categories.
 EVENT_KINDS = EventKind.values()
 
-#: SQL expression (over a ``collectives`` row) for the time a rank arrives at the collective: the
-#: start of the communication kernel on GPU traces (the GPU reaches the collective), otherwise the
-#: CPU enqueue (gloo's c10d op, Flight Recorder ``time_created_ns``), falling back to the start of
-#: the work. The one rule: matching, stragglers, what-if and the ``collective_perf`` view read it.
-ARRIVAL_SQL = (
-    f"CASE WHEN source IN {CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)} "
-    "THEN coalesce(start_ns, enter_ns) ELSE coalesce(enter_ns, start_ns) END"
+_GPU_SOURCES = CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)
+#: SQL expression (over a ``collectives`` row), ns: the row's preferred arrival clock: the start of the
+#: communication kernel on GPU traces and NCCL Inspector records (the GPU reaches the collective),
+#: otherwise the CPU enqueue (``enter_ns``: gloo's c10d op, Flight Recorder ``time_created_ns``).
+ARRIVAL_FIRST_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN start_ns ELSE enter_ns END"
+#: SQL expression, ns: the row's other arrival clock (GPU sources: the CPU enqueue; others: the start
+#: of the work).
+ARRIVAL_NEXT_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN enter_ns ELSE start_ns END"
+#: SQL expression, ns: a row's own arrival, the preferred clock, else the other one. For one rank's
+#: rows alone (their order on the rank) and rows outside any instance; across ranks of an instance
+#: read :data:`INSTANCE_ARRIVAL_SQL`.
+ARRIVAL_SQL = f"coalesce({ARRIVAL_FIRST_SQL}, {ARRIVAL_NEXT_SQL})"
+_OVER_INSTANCE = "OVER (PARTITION BY run_id, instance_id)"
+_ALL_FIRST = f"bool_and(({ARRIVAL_FIRST_SQL}) IS NOT NULL OR ({ARRIVAL_NEXT_SQL}) IS NULL) {_OVER_INSTANCE}"
+_ALL_NEXT = f"bool_and(({ARRIVAL_NEXT_SQL}) IS NOT NULL OR ({ARRIVAL_FIRST_SQL}) IS NULL) {_OVER_INSTANCE}"
+#: SQL expression, ns (over ``collectives`` rows holding every row of their instance, ``run_id`` and
+#: ``instance_id`` columns): the time a rank arrives at the collective, one clock per instance. Every
+#: row of the instance that has a time has the preferred one (:data:`ARRIVAL_FIRST_SQL`): that one;
+#: else, where every such row has the other (:data:`ARRIVAL_NEXT_SQL`, on GPU sources the CPU
+#: enqueue: an NCCL Inspector record without kernel times): that one on every rank, since a kernel
+#: start against another rank's enqueue would put the enqueue-to-kernel gap into the skew; else
+#: (one rank only the one, another only the other) NULL: the instance's skew is unknown. A row
+#: outside any instance: :data:`ARRIVAL_SQL`. The one rule: matching, stragglers, what-if,
+#: parallelism and the ``collective_perf`` view read it (:data:`ARRIVAL_CLOCK_SQL` tells which).
+INSTANCE_ARRIVAL_SQL = (
+    f"CASE WHEN instance_id IS NULL THEN {ARRIVAL_SQL} WHEN {_ALL_FIRST} THEN {ARRIVAL_FIRST_SQL} "
+    f"WHEN {_ALL_NEXT} THEN {ARRIVAL_NEXT_SQL} END"
+)
+#: SQL expression (as :data:`INSTANCE_ARRIVAL_SQL`'s rows): which clock the instance's arrivals read:
+#: 'first' (the preferred one, or no row has a time), 'next' (the other one, some row lacking the
+#: preferred one), 'none' (mixed: arrival NULL); NULL outside any instance.
+ARRIVAL_CLOCK_SQL = (
+    f"CASE WHEN instance_id IS NULL THEN NULL WHEN {_ALL_FIRST} THEN 'first' WHEN {_ALL_NEXT} THEN 'next' "
+    "ELSE 'none' END"
 )
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
@@ -678,7 +709,7 @@ FROM (SELECT run_id, rank, trace_id,
         ),
         view_sql=f"""
 WITH a AS (
-  SELECT c.*, {ARRIVAL_SQL} AS arrival_ns,
+  SELECT c.*, {INSTANCE_ARRIVAL_SQL} AS arrival_ns,
          CASE WHEN instance_id IS NOT NULL THEN max(start_ns) OVER (PARTITION BY run_id, instance_id)
               ELSE start_ns END AS last_start_ns
   FROM collectives c

@@ -20,7 +20,7 @@ import polars as pl
 
 from traceprof.core.errors import UsageError
 from traceprof.engine.analysis import lasting, shared
-from traceprof.ingest.matching import ARRIVAL_SQL, P2P_OPS, preferred_source, run_steps
+from traceprof.ingest.matching import ARRIVAL_SQL, INSTANCE_ARRIVAL_SQL, P2P_OPS, preferred_source, run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -60,11 +60,6 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
             f"unknown source {source!r}: {run_label(store, run_id)} has collectives from "
             f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)"
         )
-    arrival = (
-        ARRIVAL_SQL.replace("source", "c.source")
-        .replace("start_ns", "c.start_ns")
-        .replace("enter_ns", "c.enter_ns")
-    )
     # The step holding each row's arrival on its rank's clock: an as-of join on the steps sorted by
     # start (linear after one sort, never collectives x steps), exact when a rank's steps do not
     # overlap; ranks whose steps overlap keep the range join (the lowest step holding the arrival).
@@ -84,7 +79,7 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
         "ON s.rank = c.rank AND c._arr >= s.cpu_start_ns"
     )
     df = store.sql(
-        f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {arrival} AS _arr
+        f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {INSTANCE_ARRIVAL_SQL} AS _arr
                        FROM collectives c WHERE c.run_id = $1 AND c.source = $2)
             SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
                    any_value(i.pg) AS pg, any_value(i.bytes) AS bytes, any_value(i.ordinal) AS ordinal,

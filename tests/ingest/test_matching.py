@@ -1257,3 +1257,21 @@ def test_one_arrival_clock_per_instance_on_a_cpu_source(store):
         "fr: 1 of 3 instances have no arrival, skew and waits unknown (a rank's record holds only the CPU "
         "enqueue, another's only the start of the work)"
     )
+
+
+def test_a_point_to_point_pair_reads_one_arrival_clock(store):
+    """``arrivals.p2p_items`` (gloo send / recv without sequence numbers, paired by peer): rank 0's send
+    enter 1000 start 1300, rank 1's recv enter NULL start 1500. gloo prefers the enqueue, which the recv
+    lacks: both starts, arrivals 1300 and 1500 (the recv waits 200 ns, not 1500 - 1000 = 500)."""
+    from traceprof.engine.arrivals import p2p_items
+
+    con = store.con
+    con.execute("INSERT INTO runs VALUES (1, 'r', NULL, TIMESTAMP '2026-01-01', [], false)")
+    for rank, op, peer, enter, start in ((0, "send", 1, 1000, 1300), (1, "recv", 0, None, 1500)):
+        con.execute(
+            "INSERT INTO collectives (run_id, rank, trace_id, source, p2p, op, peer, bytes_in, enter_ns, start_ns, "
+            "end_ns) VALUES (1, ?, ?, 'gloo', true, ?, ?, 8, ?, ?, 2000)",
+            [rank, rank + 1, op, peer, enter, start],
+        )
+    got = p2p_items(store, 1).sort("rank")
+    assert got.select("rank", "op", "arrival_ns").rows() == [(0, "send", 1300), (1, "recv", 1500)]

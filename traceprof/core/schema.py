@@ -22,6 +22,7 @@ from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, 
 
 __all__ = [
     "is_kernel_launch",
+    "one_clock_sql",
     "SCHEMA_VERSION",
     "ARRIVAL_CLOCK_SQL",
     "ARRIVAL_FIRST_SQL",
@@ -64,9 +65,21 @@ ARRIVAL_NEXT_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN enter_ns ELSE start
 #: rows alone (their order on the rank) and rows outside any instance; across ranks of an instance
 #: read :data:`INSTANCE_ARRIVAL_SQL`.
 ARRIVAL_SQL = f"coalesce({ARRIVAL_FIRST_SQL}, {ARRIVAL_NEXT_SQL})"
-_OVER_INSTANCE = "OVER (PARTITION BY run_id, instance_id)"
-_ALL_FIRST = f"bool_and(({ARRIVAL_FIRST_SQL}) IS NOT NULL OR ({ARRIVAL_NEXT_SQL}) IS NULL) {_OVER_INSTANCE}"
-_ALL_NEXT = f"bool_and(({ARRIVAL_NEXT_SQL}) IS NOT NULL OR ({ARRIVAL_FIRST_SQL}) IS NULL) {_OVER_INSTANCE}"
+
+
+def one_clock_sql(first: str, other: str, over: str) -> str:
+    """SQL expression, ns: the arrival of each row of a window (``over``: e.g. ``PARTITION BY run_id,
+    instance_id``) on one clock: ``first`` where every row with a time has it, else ``other`` where
+    every such row has that, else NULL (:data:`INSTANCE_ARRIVAL_SQL`). ``first`` / ``other``: SQL
+    expressions of a row's preferred and other arrival (ns, NULL when unknown)."""
+    return f"CASE WHEN {_all_have(first, other, over)} THEN {first} WHEN {_all_have(other, first, over)} THEN {other} END"
+
+
+def _all_have(a: str, b: str, over: str) -> str:
+    """SQL: whether every row of the window (``over``) that has ``a`` or ``b`` has ``a``."""
+    return f"bool_and(({a}) IS NOT NULL OR ({b}) IS NULL) OVER ({over})"
+
+
 #: SQL expression, ns (over ``collectives`` rows holding every row of their instance, ``run_id`` and
 #: ``instance_id`` columns): the time a rank arrives at the collective, one clock per instance. Every
 #: row of the instance that has a time has the preferred one (:data:`ARRIVAL_FIRST_SQL`): that one;
@@ -76,16 +89,17 @@ _ALL_NEXT = f"bool_and(({ARRIVAL_NEXT_SQL}) IS NOT NULL OR ({ARRIVAL_FIRST_SQL})
 #: (one rank only the one, another only the other) NULL: the instance's skew is unknown. A row
 #: outside any instance: :data:`ARRIVAL_SQL`. The one rule: matching, stragglers, what-if,
 #: parallelism and the ``collective_perf`` view read it (:data:`ARRIVAL_CLOCK_SQL` tells which).
+_INSTANCE = "PARTITION BY run_id, instance_id"
 INSTANCE_ARRIVAL_SQL = (
-    f"CASE WHEN instance_id IS NULL THEN {ARRIVAL_SQL} WHEN {_ALL_FIRST} THEN {ARRIVAL_FIRST_SQL} "
-    f"WHEN {_ALL_NEXT} THEN {ARRIVAL_NEXT_SQL} END"
+    f"CASE WHEN instance_id IS NULL THEN {ARRIVAL_SQL} "
+    f"ELSE {one_clock_sql(ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, _INSTANCE)} END"
 )
 #: SQL expression (as :data:`INSTANCE_ARRIVAL_SQL`'s rows): which clock the instance's arrivals read:
 #: 'first' (the preferred one, or no row has a time), 'next' (the other one, some row lacking the
 #: preferred one), 'none' (mixed: arrival NULL); NULL outside any instance.
 ARRIVAL_CLOCK_SQL = (
-    f"CASE WHEN instance_id IS NULL THEN NULL WHEN {_ALL_FIRST} THEN 'first' WHEN {_ALL_NEXT} THEN 'next' "
-    "ELSE 'none' END"
+    f"CASE WHEN instance_id IS NULL THEN NULL WHEN {_all_have(ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, _INSTANCE)} "
+    f"THEN 'first' WHEN {_all_have(ARRIVAL_NEXT_SQL, ARRIVAL_FIRST_SQL, _INSTANCE)} THEN 'next' ELSE 'none' END"
 )
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,

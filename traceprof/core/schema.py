@@ -23,6 +23,7 @@ from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, 
 __all__ = [
     "is_kernel_launch",
     "one_clock_sql",
+    "clock_sql",
     "SCHEMA_VERSION",
     "ARRIVAL_CLOCK_SQL",
     "ARRIVAL_FIRST_SQL",
@@ -75,9 +76,15 @@ def one_clock_sql(first: str, other: str, over: str) -> str:
     return f"CASE WHEN {_all_have(first, other, over)} THEN {first} WHEN {_all_have(other, first, over)} THEN {other} END"
 
 
-def _all_have(a: str, b: str, over: str) -> str:
-    """SQL: whether every row of the window (``over``) that has ``a`` or ``b`` has ``a``."""
-    return f"bool_and(({a}) IS NOT NULL OR ({b}) IS NULL) OVER ({over})"
+def clock_sql(first: str, other: str, over: str | None = None) -> str:
+    """SQL expression: which clock :func:`one_clock_sql` reads for the rows of a window (``over``) or,
+    ``over`` None, of a group (an aggregate): 'first', 'next' (``other``), NULL (neither common)."""
+    return f"CASE WHEN {_all_have(first, other, over)} THEN 'first' WHEN {_all_have(other, first, over)} THEN 'next' END"
+
+
+def _all_have(a: str, b: str, over: str | None) -> str:
+    """SQL: whether every row of the window (``over``; None: the group) that has ``a`` or ``b`` has ``a``."""
+    return f"bool_and(({a}) IS NOT NULL OR ({b}) IS NULL)" + (f" OVER ({over})" if over is not None else "")
 
 
 #: SQL expression, ns (over ``collectives`` rows holding every row of their instance, ``run_id`` and
@@ -94,12 +101,14 @@ INSTANCE_ARRIVAL_SQL = (
     f"CASE WHEN instance_id IS NULL THEN {ARRIVAL_SQL} "
     f"ELSE {one_clock_sql(ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, _INSTANCE)} END"
 )
-#: SQL expression (as :data:`INSTANCE_ARRIVAL_SQL`'s rows): which clock the instance's arrivals read:
-#: 'first' (the preferred one, or no row has a time), 'next' (the other one, some row lacking the
-#: preferred one), 'none' (mixed: arrival NULL); NULL outside any instance.
+#: SQL expression (as :data:`INSTANCE_ARRIVAL_SQL`'s rows): how the instance's arrivals differ from
+#: each row's own (:data:`ARRIVAL_SQL`): 'first' (they do not: the preferred clock, or no row has it),
+#: 'next' (the other clock, where some rows have the preferred one), 'none' (mixed: arrival NULL);
+#: NULL outside any instance.
 ARRIVAL_CLOCK_SQL = (
     f"CASE WHEN instance_id IS NULL THEN NULL WHEN {_all_have(ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, _INSTANCE)} "
-    f"THEN 'first' WHEN {_all_have(ARRIVAL_NEXT_SQL, ARRIVAL_FIRST_SQL, _INSTANCE)} THEN 'next' ELSE 'none' END"
+    f"OR NOT bool_or(({ARRIVAL_FIRST_SQL}) IS NOT NULL) OVER ({_INSTANCE}) THEN 'first' "
+    f"WHEN {_all_have(ARRIVAL_NEXT_SQL, ARRIVAL_FIRST_SQL, _INSTANCE)} THEN 'next' ELSE 'none' END"
 )
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,

@@ -94,6 +94,7 @@ from traceprof.core.schema import (
     ARRIVAL_NEXT_SQL,
     ARRIVAL_SQL,
     INSTANCE_ARRIVAL_SQL,
+    clock_sql,
 )
 from traceprof.core.vocab import CollectiveSource
 from traceprof.storage.store import Store
@@ -634,9 +635,12 @@ FROM ({_PAIR_ROWS}) GROUP BY ALL"""
 #: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
 #: row's ``collectives.rowid``). Reads ``_match_rows``, ``_match_bad`` (:data:`_BAD`'s groups) and
 #: ``_match_shift`` (:data:`_SHIFTS`).
+#: Which clock an instance's rows (columns arr1, arr2: ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL) read, as an aggregate.
+_CLOCK = clock_sql("arr1", "arr2")
 _KEYED = (
-    _ORDERED
-    + """,
+    (
+        _ORDERED
+        + """,
 keyed AS (
   SELECT rid, arrival_ns, arr1, arr2, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
   FROM r WHERE comms_id IS NOT NULL AND NOT (bad AND p2p)
@@ -660,14 +664,16 @@ keyed AS (
 ),
 firsts AS (  -- numbered by first arrival, one clock per instance (INSTANCE_ARRIVAL_SQL)
   SELECT key, row_number() OVER (
-    ORDER BY coalesce(CASE WHEN bool_and(arr1 IS NOT NULL OR arr2 IS NULL) THEN min(arr1)
-                           WHEN bool_and(arr2 IS NOT NULL OR arr1 IS NULL) THEN min(arr2) END,
+    ORDER BY coalesce(CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END,
                       min(arrival_ns)) ASC NULLS LAST, key) AS instance_id
   FROM keyed GROUP BY key
 )
 SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
 """
-).replace("{_PAIR_ROWS}", _PAIR_ROWS)
+    )
+    .replace("{_PAIR_ROWS}", _PAIR_ROWS)
+    .replace("{_CLOCK}", _CLOCK)
+)
 
 
 #: Step 0 (module doc): the members of a group a row's own trace does not list, from the run's
@@ -801,8 +807,8 @@ _INSTANCES = f"""
 WITH rs AS (FROM _run_steps),
 c AS (
   SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, coalesce(rs.run_step, step) AS step,
-         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {INSTANCE_ARRIVAL_SQL} AS arrival_ns, end_ns,
-         peer
+         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_FIRST_SQL} AS arr1,
+         {ARRIVAL_NEXT_SQL} AS arr2, end_ns, peer
   FROM collectives LEFT JOIN rs USING (rank, step)
   WHERE run_id = $run AND instance_id BETWEEN $lo AND $hi
 ),
@@ -824,14 +830,17 @@ inst AS (
          mode(op) AS op, mode(step) AS step, max(size) AS bytes,
          list(DISTINCT rank ORDER BY rank) AS ranks_present,
          count(DISTINCT rank)::INTEGER AS n_ranks,
-         min(arrival_ns) AS first_arrival_ns, max(arrival_ns) AS last_arrival_ns,
+         {_CLOCK} AS clock,  -- one clock per instance (INSTANCE_ARRIVAL_SQL), an aggregate: rows keep their order
+         CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END AS first_arrival_ns,
+         CASE {_CLOCK} WHEN 'first' THEN max(arr1) WHEN 'next' THEN max(arr2) END AS last_arrival_ns,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
          any_value(match_method) AS match_method, list(DISTINCT peer) FILTER (WHERE peer IS NOT NULL) AS peers
   FROM c GROUP BY instance_id
 ),
 lasts AS (
   SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
-  FROM c JOIN inst i ON i.instance_id = c.instance_id AND c.arrival_ns = i.last_arrival_ns
+  FROM c JOIN inst i ON i.instance_id = c.instance_id
+   AND CASE i.clock WHEN 'first' THEN c.arr1 WHEN 'next' THEN c.arr2 END = i.last_arrival_ns
   GROUP BY c.instance_id
 )
 SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,

@@ -64,7 +64,7 @@ from traceprof.engine.analysis import (
     register,
 )
 from traceprof.engine.intervals import subtract, union_ns
-from traceprof.ingest.matching import ARRIVAL_SQL, run_steps
+from traceprof.ingest.matching import INSTANCE_ARRIVAL_SQL, run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -234,7 +234,7 @@ ORDER BY rank, start_ns, end_ns
 
 _ROWS = f"""
 SELECT rank, source, regexp_replace(pg, ':p2p$', '') AS pg, pg_ranks, coalesce(p2p, false) AS p2p, op,
-       start_ns, end_ns, bytes_in, split_in, step, instance_id, {ARRIVAL_SQL} AS arrival_ns, enter_ns, tid
+       start_ns, end_ns, bytes_in, split_in, step, instance_id, {INSTANCE_ARRIVAL_SQL} AS arrival_ns, enter_ns, tid
 FROM collectives WHERE run_id = ?
 """
 

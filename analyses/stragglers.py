@@ -112,7 +112,7 @@ from traceprof.core.text import short_list
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, Report, RunParams, Topic, register
 from traceprof.engine.intervals import merge, union_ns
-from traceprof.ingest.matching import fallback_note, run_steps
+from traceprof.ingest.matching import arrival_clock_note, fallback_note, run_steps
 from traceprof.storage.runs import not_shown_to_straggle, run_label, straggler_gap_text
 from traceprof.storage.store import Store
 
@@ -649,7 +649,15 @@ def run(store: Store, params: Params) -> Result:
     absent = _absent_note(store, run_id, source, w)
     notes += [
         n
-        for n in (transient.note, fallback_note(store, run_id), partial, absent, _early_end_note(w), multi)
+        for n in (
+            transient.note,
+            fallback_note(store, run_id),
+            arrival_clock_note(store, run_id, source),
+            partial,
+            absent,
+            _early_end_note(w),
+            multi,
+        )
         if n
     ]
     notes += verdict["evidence"].to_list()

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from tests.conftest import analyze, case
@@ -627,3 +628,46 @@ def test_mesh_whose_records_conflict_is_refused_saying_what(tmp_path):
         with pytest.raises(TraceFormatError, match="rank 0 of communicator 0xa0 is both"):
             ingest(store, [folder], run="one", jobs=1)
         assert store.sql("SELECT count(*) FROM runs").item() == 0
+
+
+def test_one_arrival_clock_per_instance_when_a_record_lacks_kernel_times(tmp_path):
+    """g9 v14: communicator W, 2 ranks, AllReduce sn 1..3 at T, T + 10 ms, T + 20 ms; rank 1's kernels
+    start 40 us after rank 0's, coll_start_ts (enter) 5 us before each kernel start; rank 1's sn 2
+    record has kernel_events [] (start unknown). Hand values: sn 1 and 3 compare kernel starts
+    (40 - 0 = 40 us); sn 2 compares both ranks' enqueues ((40 - 5) - (0 - 5) = 40 us): skew 40,000 ns
+    each, rank 0's wait 3 x 40,000 = 120,000 ns, rank 0's sn 2 arrival T + 10 ms - 5 us (its enqueue).
+    Before: sn 2 set rank 0's kernel start against rank 1's enqueue: skew 35,000, wait 115,000."""
+    run = tmp_path / "nccl-inspector-unknown-jobid"
+    for r in (0, 1):
+        recs = [
+            _rec(
+                "W",
+                r,
+                2,
+                "AllReduce",
+                sn,
+                8,
+                T + 10_000 * (sn - 1) + 40 * r,
+                T + 10_000 * (sn - 1) + 400,
+                pid=r,
+            )
+            for sn in (1, 2, 3)
+        ]
+        if r == 1:
+            recs[1]["coll_perf"]["event_trace_ts"]["kernel_events"] = []
+        _write(run / f"node-a-pid420{r}.log", recs)
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [run], jobs=1)
+        assert store.sql(
+            "SELECT seq, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq"
+        ).rows() == [(1, 40_000, 1), (2, 40_000, 1), (3, 40_000, 1)]
+        assert store.sql(
+            "SELECT arrival_ns, wait_ns FROM collective_perf WHERE rank = 0 AND seq = 2"
+        ).rows() == [((T + 10_000 - 5) * 1000, 40_000)]
+        res = analyze(store, "stragglers")
+        assert res.frame.filter(pl.col("rank") == 0)["wait_ns"].to_list() == [120_000]
+        assert (
+            "arrival clock: nccl_inspector: 1 of 3 instances compare every rank's CPU enqueue time (a rank's "
+            "record lacks the kernel start; one clock per instance, else the gap between the two would count "
+            "as skew)"
+        ) in res.notes

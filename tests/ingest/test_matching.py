@@ -1210,3 +1210,68 @@ def test_collectives_of_a_lost_step_marker_are_matched_in_the_step_they_fall_in(
         "host (one clock), which it lacks (a lost ProfilerStep): matched within that step"
     ]
     assert not [w for w in res.warnings if "miss some ranks" in w]
+
+
+def test_one_arrival_clock_per_instance_on_a_cpu_source(store):
+    """The arrival rule on a source whose preferred clock is the CPU enqueue (Flight Recorder: enter
+    = time_created_ns, start = time_started_ns), ranks 0 and 1 of group g:
+    seq 1: rank 0 enter 1000 start 1500, rank 1 enter NULL start 1600: not every rank has an
+      enqueue, so both starts: skew 1600 - 1500 = 100 ns (before: 1600 - 1000 = 600, an enqueue
+      against a start);
+    seq 2: rank 0 enter 5000 start NULL, rank 1 enter NULL start 5600: no clock common to both:
+      arrivals and skew unknown (NULL; before: 5600 - 5000 = 600);
+    seq 3: both enter (9000, 9200) and start: skew 200, as before. The note counts seq 1 and 2."""
+    con = store.con
+    con.execute("INSERT INTO runs VALUES (1, 'r', NULL, TIMESTAMP '2026-01-01', [], false)")
+    rows = [
+        (0, 1, 1000, 1500),
+        (1, 1, None, 1600),
+        (0, 2, 5000, None),
+        (1, 2, None, 5600),
+        (0, 3, 9000, 9100),
+        (1, 3, 9200, 9300),
+    ]
+    for rank, seq, enter, start in rows:
+        con.execute(
+            "INSERT INTO collectives (run_id, rank, trace_id, source, pg, pg_ranks, seq, p2p, op, bytes_in, enter_ns, "
+            "start_ns, end_ns) VALUES (1, ?, ?, 'fr', 'g', '[0, 1]', ?, false, 'all_reduce', 8, ?, ?, 20000)",
+            [rank, rank + 1, seq, enter, start],
+        )
+    matching.match_run(store, 1)
+    assert store.sql("SELECT seq, arrival_skew_ns FROM collective_instances ORDER BY seq").rows() == [
+        (1, 100),
+        (2, None),
+        (3, 200),
+    ]
+    assert store.sql("SELECT seq, rank, arrival_ns FROM collective_perf ORDER BY seq, rank").rows() == [
+        (1, 0, 1500),
+        (1, 1, 1600),
+        (2, 0, None),
+        (2, 1, None),
+        (3, 0, 9000),
+        (3, 1, 9200),
+    ]
+    assert matching.arrival_clock_note(store, 1) == (
+        "arrival clock: fr: 1 of 3 instances compare every rank's start of the work time (a rank's record "
+        "lacks the CPU enqueue; one clock per instance, else the gap between the two would count as skew); "
+        "fr: 1 of 3 instances have no arrival, skew and waits unknown (a rank's record holds only the CPU "
+        "enqueue, another's only the start of the work)"
+    )
+
+
+def test_a_point_to_point_pair_reads_one_arrival_clock(store):
+    """``arrivals.p2p_items`` (gloo send / recv without sequence numbers, paired by peer): rank 0's send
+    enter 1000 start 1300, rank 1's recv enter NULL start 1500. gloo prefers the enqueue, which the recv
+    lacks: both starts, arrivals 1300 and 1500 (the recv waits 200 ns, not 1500 - 1000 = 500)."""
+    from traceprof.engine.arrivals import p2p_items
+
+    con = store.con
+    con.execute("INSERT INTO runs VALUES (1, 'r', NULL, TIMESTAMP '2026-01-01', [], false)")
+    for rank, op, peer, enter, start in ((0, "send", 1, 1000, 1300), (1, "recv", 0, None, 1500)):
+        con.execute(
+            "INSERT INTO collectives (run_id, rank, trace_id, source, p2p, op, peer, bytes_in, enter_ns, start_ns, "
+            "end_ns) VALUES (1, ?, ?, 'gloo', true, ?, ?, 8, ?, ?, 2000)",
+            [rank, rank + 1, op, peer, enter, start],
+        )
+    got = p2p_items(store, 1).sort("rank")
+    assert got.select("rank", "op", "arrival_ns").rows() == [(0, "send", 1300), (1, "recv", 1500)]

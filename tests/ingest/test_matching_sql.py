@@ -147,12 +147,16 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             cid.select(
                 "rid",
                 "arrival_ns",
+                "arr1",
+                "arr2",
                 pl.lit("comms_id").alias("method"),
                 pl.concat_str([pl.lit("c"), "source", "comms_id"], separator="|").alias("key"),
             ),
             ided.select(
                 "rid",
                 "arrival_ns",
+                "arr1",
+                "arr2",
                 pl.lit("pg_seq").alias("method"),
                 pl.concat_str(
                     [pl.lit("s"), *_GROUP[:3], pl.col("p2p").cast(pl.Utf8), pl.col("seq").cast(pl.Utf8)],
@@ -162,6 +166,8 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             by_order.select(
                 "rid",
                 "arrival_ns",
+                "arr1",
+                "arr2",
                 pl.when(is_fallback).then(pl.lit("step_order")).otherwise(pl.lit("ordinal")).alias("method"),
                 pl.concat_str(
                     [
@@ -178,9 +184,18 @@ def _assign_ref(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             ),
         ]
     )
+    # numbered by first arrival, one clock per instance (schema.INSTANCE_ARRIVAL_SQL): the preferred
+    # one where every row with a time has it, else the other one where every such row has that
+    first1 = (pl.col("arr1").is_not_null() | pl.col("arr2").is_null()).all()
+    first2 = (pl.col("arr2").is_not_null() | pl.col("arr1").is_null()).all()
     firsts = (
         keyed.group_by("key")
-        .agg(pl.col("arrival_ns").min().alias("first"))
+        .agg(
+            pl.coalesce(
+                pl.when(first1).then(pl.col("arr1").min()).when(first2).then(pl.col("arr2").min()),
+                pl.col("arrival_ns").min(),
+            ).alias("first")
+        )
         .sort("first", "key", nulls_last=True)
         .with_row_index("instance_id", offset=1)
     )

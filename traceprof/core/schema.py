@@ -22,8 +22,14 @@ from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, 
 
 __all__ = [
     "is_kernel_launch",
+    "one_clock_sql",
+    "clock_sql",
     "SCHEMA_VERSION",
+    "ARRIVAL_CLOCK_SQL",
+    "ARRIVAL_FIRST_SQL",
+    "ARRIVAL_NEXT_SQL",
     "ARRIVAL_SQL",
+    "INSTANCE_ARRIVAL_SQL",
     "EVENT_KINDS",
     "LAUNCH_KINDS",
     "GPU_ACTIVITY_KINDS",
@@ -48,13 +54,61 @@ PARQUET_TABLES = ("events",)
 #: ``other`` keeps unknown categories.
 EVENT_KINDS = EventKind.values()
 
-#: SQL expression (over a ``collectives`` row) for the time a rank arrives at the collective: the
-#: start of the communication kernel on GPU traces (the GPU reaches the collective), otherwise the
-#: CPU enqueue (gloo's c10d op, Flight Recorder ``time_created_ns``), falling back to the start of
-#: the work. The one rule: matching, stragglers, what-if and the ``collective_perf`` view read it.
-ARRIVAL_SQL = (
-    f"CASE WHEN source IN {CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)} "
-    "THEN coalesce(start_ns, enter_ns) ELSE coalesce(enter_ns, start_ns) END"
+_GPU_SOURCES = CollectiveSource.sql(CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)
+#: SQL expression (over a ``collectives`` row), ns: the row's preferred arrival clock: the start of the
+#: communication kernel on GPU traces and NCCL Inspector records (the GPU reaches the collective),
+#: otherwise the CPU enqueue (``enter_ns``: gloo's c10d op, Flight Recorder ``time_created_ns``).
+ARRIVAL_FIRST_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN start_ns ELSE enter_ns END"
+#: SQL expression, ns: the row's other arrival clock (GPU sources: the CPU enqueue; others: the start
+#: of the work).
+ARRIVAL_NEXT_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN enter_ns ELSE start_ns END"
+#: SQL expression, ns: a row's own arrival, the preferred clock, else the other one. For one rank's
+#: rows alone (their order on the rank) and rows outside any instance; across ranks of an instance
+#: read :data:`INSTANCE_ARRIVAL_SQL`.
+ARRIVAL_SQL = f"coalesce({ARRIVAL_FIRST_SQL}, {ARRIVAL_NEXT_SQL})"
+
+
+def one_clock_sql(first: str, other: str, over: str) -> str:
+    """SQL expression, ns: the arrival of each row of a window (``over``: e.g. ``PARTITION BY run_id,
+    instance_id``) on one clock: ``first`` where every row with a time has it, else ``other`` where
+    every such row has that, else NULL (:data:`INSTANCE_ARRIVAL_SQL`). ``first`` / ``other``: SQL
+    expressions of a row's preferred and other arrival (ns, NULL when unknown)."""
+    return f"CASE WHEN {_all_have(first, other, over)} THEN {first} WHEN {_all_have(other, first, over)} THEN {other} END"
+
+
+def clock_sql(first: str, other: str, over: str | None = None) -> str:
+    """SQL expression: which clock :func:`one_clock_sql` reads for the rows of a window (``over``) or,
+    ``over`` None, of a group (an aggregate): 'first', 'next' (``other``), NULL (neither common)."""
+    return f"CASE WHEN {_all_have(first, other, over)} THEN 'first' WHEN {_all_have(other, first, over)} THEN 'next' END"
+
+
+def _all_have(a: str, b: str, over: str | None) -> str:
+    """SQL: whether every row of the window (``over``; None: the group) that has ``a`` or ``b`` has ``a``."""
+    return f"bool_and(({a}) IS NOT NULL OR ({b}) IS NULL)" + (f" OVER ({over})" if over is not None else "")
+
+
+#: SQL expression, ns (over ``collectives`` rows holding every row of their instance, ``run_id`` and
+#: ``instance_id`` columns): the time a rank arrives at the collective, one clock per instance. Every
+#: row of the instance that has a time has the preferred one (:data:`ARRIVAL_FIRST_SQL`): that one;
+#: else, where every such row has the other (:data:`ARRIVAL_NEXT_SQL`, on GPU sources the CPU
+#: enqueue: an NCCL Inspector record without kernel times): that one on every rank, since a kernel
+#: start against another rank's enqueue would put the enqueue-to-kernel gap into the skew; else
+#: (one rank only the one, another only the other) NULL: the instance's skew is unknown. A row
+#: outside any instance: :data:`ARRIVAL_SQL`. The one rule: matching, stragglers, what-if,
+#: parallelism and the ``collective_perf`` view read it (:data:`ARRIVAL_CLOCK_SQL` tells which).
+_INSTANCE = "PARTITION BY run_id, instance_id"
+INSTANCE_ARRIVAL_SQL = (
+    f"CASE WHEN instance_id IS NULL THEN {ARRIVAL_SQL} "
+    f"ELSE {one_clock_sql(ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, _INSTANCE)} END"
+)
+#: SQL expression (as :data:`INSTANCE_ARRIVAL_SQL`'s rows): how the instance's arrivals differ from
+#: each row's own (:data:`ARRIVAL_SQL`): 'first' (they do not: the preferred clock, or no row has it),
+#: 'next' (the other clock, where some rows have the preferred one), 'none' (mixed: arrival NULL);
+#: NULL outside any instance.
+ARRIVAL_CLOCK_SQL = (
+    f"CASE WHEN instance_id IS NULL THEN NULL WHEN {_all_have(ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, _INSTANCE)} "
+    f"OR NOT bool_or(({ARRIVAL_FIRST_SQL}) IS NOT NULL) OVER ({_INSTANCE}) THEN 'first' "
+    f"WHEN {_all_have(ARRIVAL_NEXT_SQL, ARRIVAL_FIRST_SQL, _INSTANCE)} THEN 'next' ELSE 'none' END"
 )
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
@@ -678,7 +732,7 @@ FROM (SELECT run_id, rank, trace_id,
         ),
         view_sql=f"""
 WITH a AS (
-  SELECT c.*, {ARRIVAL_SQL} AS arrival_ns,
+  SELECT c.*, {INSTANCE_ARRIVAL_SQL} AS arrival_ns,
          CASE WHEN instance_id IS NOT NULL THEN max(start_ns) OVER (PARTITION BY run_id, instance_id)
               ELSE start_ns END AS last_start_ns
   FROM collectives c

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceprof.core.errors import UsageError
+from traceprof.core.schema import ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL, one_clock_sql
 from traceprof.engine.analysis import lasting, shared
-from traceprof.ingest.matching import ARRIVAL_SQL, P2P_OPS, preferred_source, run_steps
+from traceprof.ingest.matching import ARRIVAL_SQL, INSTANCE_ARRIVAL_SQL, P2P_OPS, preferred_source, run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -60,11 +61,6 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
             f"unknown source {source!r}: {run_label(store, run_id)} has collectives from "
             f"{', '.join(known.to_list()) or 'no source'} (-p source=NAME)"
         )
-    arrival = (
-        ARRIVAL_SQL.replace("source", "c.source")
-        .replace("start_ns", "c.start_ns")
-        .replace("enter_ns", "c.enter_ns")
-    )
     # The step holding each row's arrival on its rank's clock: an as-of join on the steps sorted by
     # start (linear after one sort, never collectives x steps), exact when a rank's steps do not
     # overlap; ranks whose steps overlap keep the range join (the lowest step holding the arrival).
@@ -84,7 +80,7 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
         "ON s.rank = c.rank AND c._arr >= s.cpu_start_ns"
     )
     df = store.sql(
-        f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {arrival} AS _arr
+        f"""WITH c AS (SELECT c.run_id, c.instance_id, c.rank, c.end_ns, c.start_ns, {INSTANCE_ARRIVAL_SQL} AS _arr
                        FROM collectives c WHERE c.run_id = $1 AND c.source = $2)
             SELECT c.instance_id, c.rank, any_value(i.step) AS step, any_value(i.op) AS op,
                    any_value(i.pg) AS pg, any_value(i.bytes) AS bytes, any_value(i.ordinal) AS ordinal,
@@ -125,7 +121,8 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
       4. Within a step, the k-th send of a (group, src, dst) in arrival order is the k-th recv of
          it (as the transport delivers them): an instance seen by the two ranks, its wait the
          earlier arrival's until the later one's. Ops paired by peer (1) and by the two-rank rule
-         (3) are never paired with each other. Where a step's sends of a (group, src, dst) are
+         (3) are never paired with each other. The pair's two arrivals read one clock
+         (``schema.one_clock_sql``: both enqueues, else both starts, else unknown). Where a step's sends of a (group, src, dst) are
          not as many as its recvs (a record lost, or cut at the profiler's stop), order cannot
          tell which goes with which: none of them is paired (their time stays transfer).
 
@@ -141,7 +138,8 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
     df = store.sql(
         f"""WITH r AS (
               SELECT source, rank, op, step, coalesce(bytes_in, bytes_out) AS bytes, start_ns, end_ns,
-                     {ARRIVAL_SQL} AS arrival_ns, coalesce(regexp_replace(pg, ':p2p$', ''), '') AS g_pg,
+                     {ARRIVAL_SQL} AS arrival_ns, {ARRIVAL_FIRST_SQL} AS arr1, {ARRIVAL_NEXT_SQL} AS arr2,
+                     coalesce(regexp_replace(pg, ':p2p$', ''), '') AS g_pg,
                      coalesce(pg_ranks, '') AS g_ranks,
                      coalesce(peer, try_cast(pg_ranks AS INTEGER[])[peer_group_rank + 1]) AS known,
                      peer_group_rank
@@ -174,7 +172,8 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
                              OVER (PARTITION BY g_pg, g_ranks, src_rank, dst_rank, by_peer, step) AS n_recv
                   FROM d)
             SELECT -pair AS instance_id, rank, step, op, nullif(g_pg, '') AS pg, bytes,
-                   CAST(k AS INTEGER) AS ordinal, 2 AS n_ranks, arrival_ns, end_ns, start_ns
+                   CAST(k AS INTEGER) AS ordinal, 2 AS n_ranks,
+                   {one_clock_sql("arr1", "arr2", "PARTITION BY pair")} AS arrival_ns, end_ns, start_ns
             FROM m WHERE n = 2 AND n_send = n_recv ORDER BY instance_id, rank""",
         [run_id, source],
     )

@@ -67,9 +67,12 @@ Algorithm:
      started later is compared on the common range only) and arrival / end statistics (recomputed by
      :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
 
-Arrival of a rank at a collective (:data:`ARRIVAL_SQL`): the start of the communication kernel on
+Arrival of a rank at a collective (:data:`INSTANCE_ARRIVAL_SQL`): the start of the communication kernel on
 GPU traces and NCCL Inspector records (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
-op, Flight Recorder ``time_created_ns``), falling back to the start of the work.
+op, Flight Recorder ``time_created_ns``), falling back to the start of the work. One clock per instance: where a
+rank's row lacks the preferred time (an Inspector record without kernel times), every rank's other time is read
+(else the enqueue-to-kernel gap would count as skew); where neither is common to the rows, the arrival is unknown
+(:func:`arrival_clock_note` counts both). Instance numbering and the run shift (step 4) compare ranks the same way.
 """
 
 from __future__ import annotations
@@ -83,7 +86,17 @@ import duckdb
 import msgspec
 
 from traceprof.core.lazy import lazy
-from traceprof.core.schema import ARRIVAL_SQL  # the arrival rule, declared with the view that reads it too
+
+# the arrival rule, declared with the view that reads it too
+from traceprof.core.schema import (
+    ARRIVAL_CLOCK_SQL,
+    ARRIVAL_FIRST_SQL,
+    ARRIVAL_NEXT_SQL,
+    ARRIVAL_SQL,
+    INSTANCE_ARRIVAL_SQL,
+    clock_sql,
+)
+from traceprof.core.vocab import CollectiveSource
 from traceprof.storage.store import Store
 
 if TYPE_CHECKING:
@@ -92,7 +105,10 @@ else:
     pl = lazy("polars")
 
 __all__ = [
+    "ARRIVAL_CLOCK_SQL",
     "ARRIVAL_SQL",
+    "INSTANCE_ARRIVAL_SQL",
+    "arrival_clock_note",
     "missing_step_notes",
     "run_missing_step_notes",
     "absorbing_steps",
@@ -438,7 +454,8 @@ c AS (
   SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, peer, coalesce(rs.run_step, step) AS step,
          {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
          rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless,
-         {ARRIVAL_SQL} - coalesce(t.clock_offset_ns, 0) AS raw_ns,
+         {ARRIVAL_SQL} - coalesce(t.clock_offset_ns, 0) AS raw_ns, {ARRIVAL_FIRST_SQL} AS arr1, {ARRIVAL_NEXT_SQL} AS arr2,
+         {ARRIVAL_FIRST_SQL} - coalesce(t.clock_offset_ns, 0) AS raw1, {ARRIVAL_NEXT_SQL} - coalesce(t.clock_offset_ns, 0) AS raw2,
          coalesce(enter_ns, start_ns) - coalesce(t.clock_offset_ns, 0) AS _cpu_ns, t.host
   FROM collectives c LEFT JOIN rs USING (rank, step)
   LEFT JOIN (SELECT trace_id, clock_offset_ns, host FROM traces) t ON t.trace_id = c.trace_id
@@ -569,7 +586,9 @@ tries AS (  -- offsets within MAX_RUN_SHIFT: the pairs tried grow linearly with 
   SELECT *, unnest(range(greatest(1 - n, -{MAX_RUN_SHIFT}), least(n_ref, {MAX_RUN_SHIFT} + 1))) AS j FROM pairs
 ),
 gaps AS (
-  SELECT t.source, t.g_pg, t.g_ranks, t.p2p, t.rank, t._op, t._size, t.ref, t.j, median(abs(a.raw_ns - b.raw_ns)) AS gap
+  SELECT t.source, t.g_pg, t.g_ranks, t.p2p, t.rank, t._op, t._size, t.ref, t.j,
+         median(abs(CASE WHEN a.raw1 IS NOT NULL AND b.raw1 IS NOT NULL THEN a.raw1 - b.raw1
+                         ELSE a.raw2 - b.raw2 END)) AS gap  -- one clock for the pair (INSTANCE_ARRIVAL_SQL)
   FROM tries t
   JOIN ordered a ON a.by_run AND a.source = t.source AND a.g_pg = t.g_pg AND a.g_ranks = t.g_ranks AND a.p2p = t.p2p
    AND a.rank = t.rank AND a._op = t._op AND a._size = t._size
@@ -616,37 +635,45 @@ FROM ({_PAIR_ROWS}) GROUP BY ALL"""
 #: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
 #: row's ``collectives.rowid``). Reads ``_match_rows``, ``_match_bad`` (:data:`_BAD`'s groups) and
 #: ``_match_shift`` (:data:`_SHIFTS`).
+#: Which clock an instance's rows (columns arr1, arr2: ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL) read, as an aggregate.
+_CLOCK = clock_sql("arr1", "arr2")
 _KEYED = (
-    _ORDERED
-    + """,
+    (
+        _ORDERED
+        + """,
 keyed AS (
-  SELECT rid, arrival_ns, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
+  SELECT rid, arrival_ns, arr1, arr2, 'comms_id' AS method, 'c|' || source || '|' || comms_id AS key
   FROM r WHERE comms_id IS NOT NULL AND NOT (bad AND p2p)
   UNION ALL
-  SELECT rid, arrival_ns, 'pg_seq', concat_ws('|', 's', source, g_pg, g_ranks, CAST(p2p AS VARCHAR),
+  SELECT rid, arrival_ns, arr1, arr2, 'pg_seq', concat_ws('|', 's', source, g_pg, g_ranks, CAST(p2p AS VARCHAR),
                                               CAST(seq AS VARCHAR))
   FROM r WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL AND NOT bad
   UNION ALL  -- p2p rows of a group whose counters are per rank: the k-th transfer from one rank to another,
   -- where both ends hold as many (or one end none): else a lost transfer would shift all later pairs
-  SELECT rid, arrival_ns, 'pair_order',
+  SELECT rid, arrival_ns, arr1, arr2, 'pair_order',
          concat_ws('|', 'p', source, g_pg, g_ranks, CAST(_src AS VARCHAR), CAST(_dst AS VARCHAR),
                    CAST(row_number() OVER (PARTITION BY source, g_pg, g_ranks, rank, _src, _dst
                                            ORDER BY seq, arrival_ns ASC NULLS LAST, rid) AS VARCHAR))
   FROM ({_PAIR_ROWS}) JOIN _match_pairs USING (source, g_pg, g_ranks, _src, _dst)
   WHERE sends = recvs OR sends = 0 OR recvs = 0
   UNION ALL
-  SELECT rid, arrival_ns, CASE WHEN bad THEN 'step_order' ELSE 'ordinal' END,
+  SELECT rid, arrival_ns, arr1, arr2, CASE WHEN bad THEN 'step_order' ELSE 'ordinal' END,
          concat_ws('|', 'o', source, g_pg, g_ranks, CAST(p2p AS VARCHAR), coalesce(op, '?'), _size,
                    coalesce(CAST(step AS VARCHAR), '-'), CAST(k0 + coalesce(sh.j, 0) AS VARCHAR))
   FROM ordered LEFT JOIN _match_shift sh USING (source, g_pg, g_ranks, p2p, rank, _op, _size)
 ),
-firsts AS (  -- numbered by first arrival
-  SELECT key, row_number() OVER (ORDER BY min(arrival_ns) ASC NULLS LAST, key) AS instance_id
+firsts AS (  -- numbered by first arrival, one clock per instance (INSTANCE_ARRIVAL_SQL)
+  SELECT key, row_number() OVER (
+    ORDER BY coalesce(CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END,
+                      min(arrival_ns)) ASC NULLS LAST, key) AS instance_id
   FROM keyed GROUP BY key
 )
 SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
 """
-).replace("{_PAIR_ROWS}", _PAIR_ROWS)
+    )
+    .replace("{_PAIR_ROWS}", _PAIR_ROWS)
+    .replace("{_CLOCK}", _CLOCK)
+)
 
 
 #: Step 0 (module doc): the members of a group a row's own trace does not list, from the run's
@@ -780,7 +807,8 @@ _INSTANCES = f"""
 WITH rs AS (FROM _run_steps),
 c AS (
   SELECT rank, source, pg, pg_ranks, {_IS_P2P_SQL} AS p2p, seq, op, coalesce(rs.run_step, step) AS step,
-         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, end_ns, peer
+         instance_id, match_method, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_FIRST_SQL} AS arr1,
+         {ARRIVAL_NEXT_SQL} AS arr2, end_ns, peer
   FROM collectives LEFT JOIN rs USING (rank, step)
   WHERE run_id = $run AND instance_id BETWEEN $lo AND $hi
 ),
@@ -802,14 +830,17 @@ inst AS (
          mode(op) AS op, mode(step) AS step, max(size) AS bytes,
          list(DISTINCT rank ORDER BY rank) AS ranks_present,
          count(DISTINCT rank)::INTEGER AS n_ranks,
-         min(arrival_ns) AS first_arrival_ns, max(arrival_ns) AS last_arrival_ns,
+         {_CLOCK} AS clock,  -- one clock per instance (INSTANCE_ARRIVAL_SQL), an aggregate: rows keep their order
+         CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END AS first_arrival_ns,
+         CASE {_CLOCK} WHEN 'first' THEN max(arr1) WHEN 'next' THEN max(arr2) END AS last_arrival_ns,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
          any_value(match_method) AS match_method, list(DISTINCT peer) FILTER (WHERE peer IS NOT NULL) AS peers
   FROM c GROUP BY instance_id
 ),
 lasts AS (
   SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
-  FROM c JOIN inst i ON i.instance_id = c.instance_id AND c.arrival_ns = i.last_arrival_ns
+  FROM c JOIN inst i ON i.instance_id = c.instance_id
+   AND CASE i.clock WHEN 'first' THEN c.arr1 WHEN 'next' THEN c.arr2 END = i.last_arrival_ns
   GROUP BY c.instance_id
 )
 SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
@@ -959,6 +990,47 @@ def fallback_note(store: Store, run_id: int) -> str | None:
         f"sequence numbers that cannot be per process group (pairs in different steps, or strides that differ "
         f"across ranks) were ignored: {groups} instances matched by order within the step instead"
     )
+
+
+def arrival_clock_note(store: Store, run_id: int, source: str | None = None) -> str | None:
+    """A note when some instances of the run (of ``source``; None: every source) compare their ranks'
+    other arrival clock (:data:`INSTANCE_ARRIVAL_SQL`: on GPU sources the CPU enqueue, a rank's
+    record lacking the kernel start) or have no arrival (one rank holds only the one clock, another
+    only the other); None when every instance reads its preferred clock.
+
+    Source fields read: ``collectives.source``, ``instance_id``, ``start_ns``, ``enter_ns``.
+
+    Raises:
+        StoreError: DuckDB rejects the statement.
+    """
+    df = store.sql(
+        f"""SELECT source, clock, count(*) AS n, any_value(n_all) AS n_all FROM (
+              SELECT source, instance_id, any_value(clock) AS clock, any_value(n_all) AS n_all FROM (
+                SELECT source, instance_id, {ARRIVAL_CLOCK_SQL} AS clock,
+                       count(DISTINCT instance_id) OVER (PARTITION BY source) AS n_all
+                FROM collectives WHERE run_id = $1 AND instance_id IS NOT NULL AND ($2 IS NULL OR source = $2))
+              GROUP BY ALL)
+            WHERE clock <> 'first' GROUP BY ALL ORDER BY source, clock""",
+        [run_id, source],
+    )
+    if df.is_empty():
+        return None
+    parts = []
+    for r in df.iter_rows(named=True):
+        gpu = r["source"] in (CollectiveSource.nccl_kernel, CollectiveSource.nccl_inspector)
+        first, other = ("kernel start", "CPU enqueue") if gpu else ("CPU enqueue", "start of the work")
+        if r["clock"] == "next":
+            parts.append(
+                f"{r['source']}: {r['n']} of {r['n_all']} instances compare every rank's {other} time (a rank's "
+                f"record lacks the {first}; one clock per instance, else the gap between the two would count "
+                f"as skew)"
+            )
+        else:
+            parts.append(
+                f"{r['source']}: {r['n']} of {r['n_all']} instances have no arrival, skew and waits unknown (a "
+                f"rank's record holds only the {first}, another's only the {other})"
+            )
+    return "arrival clock: " + "; ".join(parts)
 
 
 def refresh_instances(store: Store, run_id: int, *, steps_made: bool = False) -> None:

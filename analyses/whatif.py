@@ -32,7 +32,12 @@ Algorithm:
      deviation of two ranks is half their difference, the lateness itself; leaving out each step's
      slowest rank leaves 2 ranks nothing to measure, takes the top of the noise from the others
      (noise alone then reads low) and still counts a second late rank. Lateness that comes and goes
-     from step to step stays in the noise: such runs are pooled over all steps, as before. The 2.5%:
+     from step to step (a rank x step interaction) is all residual too: the noise is the smaller of
+     that and a robust residual, each rank's median step taken out and the median absolute residual
+     (:func:`_noise`; 2 ranks of those steps, rank 1 300 us late in 5 of 9: 111.8 us, pooled over
+     all steps, S 1.189; robust 0: within steps, S 1.094 as by hand), and a step's work is its
+     median over ranks, not its mean (one rank of 4 stalled in one step of 5 is no step of more work).
+     The 2.5%:
      pooled over steps, the longer steps' excess over the mean (on average at most half the standard
      deviation) is what a rank that is last in them can be blamed for, so under it at most 1.25% of a
      step, about the 1% a straggler must cost (``stragglers``' ``min_cost_pct``); the artifact's ST
@@ -115,6 +120,12 @@ STEP_WORK_SPREAD = 3.0
 #: ... and over this % of the mean compute time of a rank's step (less is immaterial: pooling over
 #: steps blames a rank for at most half the spread, 1.25% of a step, about stragglers' 1% floor).
 STEP_WORK_MIN_PCT = 2.5
+#: The robust noise (:func:`_noise`, 2.) counts this many times: a median absolute deviation varies
+#: more from run to run than a mean square, so it reads low by chance more often. Seeded pure-noise
+#: runs (20,000 each, noise 10% of a cell) go to ``pool=step`` as often as with the mean square and
+#: the steps' means alone from 12 steps of 2 ranks or 9 of 3 (none either way), but more often with
+#: fewer: 9 steps of 2 ranks 7 for 3, 5 steps of 2 ranks 326 for 152 (1.6% for 0.8%), 5 of 3 5 for 1.
+ROBUST_MARGIN = 3.0
 
 
 @dataclass(frozen=True)
@@ -190,16 +201,11 @@ def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.n
 
 def _steps_differ(nodes: pl.DataFrame) -> bool:
     """Whether the steps do different work (``pool=auto``, module doc step 2): per rank and step, the
-    compute time (the sum of its compute items' durations), over the steps that every rank has; the
-    standard deviation over steps of each step's mean over ranks above :data:`STEP_WORK_SPREAD` times
-    the noise, the residual standard deviation of the two-way fit step + rank (each cell less its
-    step's mean and its rank's mean, plus the grand mean; squares over (steps - 1) x (ranks - 1)), and
-    above :data:`STEP_WORK_MIN_PCT` % of the mean cell. A rank late by the same time in every step
-    (the straggler the replay is there to price) is its rank's mean: it leaves the noise alone, where
-    the spread across a step's ranks counted it (2 ranks of 700 / 1000 / 1300 us steps, rank 1 late
-    140 us: pooled over all steps, S 1.185 for 1.080). Noise alone puts the first below the second
-    (a mean over ranks varies less than one rank's noise); two steps with two ranks or more are
-    needed."""
+    compute time (the sum of its compute items' durations, ns), over the steps that every rank has; the
+    standard deviation over steps of each step's median over ranks (a rank late in some steps only
+    moves none of them, from 3 ranks on) above :data:`STEP_WORK_SPREAD` times the noise (:func:`_noise`) and
+    above :data:`STEP_WORK_MIN_PCT` % of the mean cell. Two steps with two ranks or more are needed
+    (else False)."""
     per = (
         nodes.lazy()
         .filter(pl.col("kind") == 0)
@@ -213,11 +219,34 @@ def _steps_differ(nodes: pl.DataFrame) -> bool:
     if n_ranks < 2 or per.height < 2 * n_ranks:
         return False
     c = per["dur"].to_numpy().astype(np.float64).reshape(-1, n_ranks)  # steps x ranks
-    step_mean = c.mean(axis=1)
-    resid = c - step_mean[:, None] - c.mean(axis=0) + c.mean()
-    noise = math.sqrt(float((resid**2).sum()) / ((len(c) - 1) * (n_ranks - 1)))
-    between = float(step_mean.std(ddof=1))
-    return between > max(STEP_WORK_SPREAD * noise, STEP_WORK_MIN_PCT / 100 * float(c.mean()))
+    # a step's work: its median over ranks (of 2, their mean), which a rank late in that step leaves
+    # alone from 3 ranks on (one rank stalled in one step of 5 lifted that step's mean over 4 ranks)
+    between = float(np.median(c, axis=1).std(ddof=1))
+    return between > max(STEP_WORK_SPREAD * _noise(c), STEP_WORK_MIN_PCT / 100 * float(c.mean()))
+
+
+def _noise(c: np.ndarray) -> float:
+    """The noise (ns) of a steps x ranks table of compute times (ns, at least 2 x 2): the smaller of
+    two estimates of one cell's standard deviation once the step and the rank are taken out.
+
+    1. The residual standard deviation of the two-way fit step + rank (each cell less its step's mean
+       and its rank's mean, plus the grand mean; squares over (steps - 1) x (ranks - 1)): unbiased
+       under noise alone, but a rank late in some steps only (its rank x step interaction) is all
+       residual.
+    2. Robust: each cell less its step's mean (over ranks) and its rank's **median** over steps of
+       that, then 1.4826 x the median absolute residual x sqrt(ranks / (ranks - 1)) (the residual's
+       scale under normal noise), times :data:`ROBUST_MARGIN`. A rank late in some of the steps puts
+       its lateness (or, late in most, its time on time) into those steps' residuals only, which the
+       median passes over: 2 ranks, rank 1 300 us late in 5 of 9 steps: 111.8 us by (1), 0 by (2).
+       Late in exactly half the steps, neither half is the rank's typical step: (2) then reads half
+       its lateness, as (1) does.
+    """
+    n_steps, n_ranks = c.shape
+    d = c - c.mean(axis=1, keepdims=True)
+    resid = d - d.mean(axis=0)
+    rms = math.sqrt(float((resid**2).sum()) / ((n_steps - 1) * (n_ranks - 1)))
+    robust = 1.4826 * float(np.median(np.abs(d - np.median(d, axis=0)))) * math.sqrt(n_ranks / (n_ranks - 1))
+    return min(rms, ROBUST_MARGIN * robust)
 
 
 def _step_times(tl: _replay.Timeline, val: np.ndarray, w: np.ndarray | None = None) -> pl.DataFrame:

@@ -950,18 +950,22 @@ def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, t
 
 
 def _varying_steps(
-    folder: Path, late: float, pad: float = 0.0, lengths: tuple[float, ...] = (700.0, 1000.0, 1300.0) * 3
+    folder: Path,
+    late: float,
+    pad: float = 0.0,
+    lengths: tuple[float, ...] = (700.0, 1000.0, 1300.0) * 3,
+    late_in: frozenset[int] | None = None,
 ) -> Path:
     """2 ranks, steps of ``lengths`` us (default 9 of 700 / 1000 / 1300 us, three times: varying work,
     e.g. sequence lengths) plus ``pad`` us idle at their end, each one mm kernel of the step's work
     (length - 300 us: 400 / 700 / 1000) and one all-reduce that ends 100 us after the last arrival;
-    rank 1's mm ``late`` us longer in every step."""
+    rank 1's mm ``late`` us longer in every step (only in the steps ``late_in``, 0-based, when given)."""
     folder.mkdir()
     for r in (0, 1):
         ev: list[dict] = []
         b = 0.0
         for s, length in enumerate(lengths):
-            work, x = length - 300.0, late * r
+            work, x = length - 300.0, late * r * (late_in is None or s in late_in)
             ev.append(step(s + 1, b, length + pad))
             ar = collective_args(seq=s, ranks=[0, 1], nelems=1 << 20, out_nelems=1 << 20, group_size=2)
             ev += [
@@ -972,7 +976,7 @@ def _varying_steps(
                     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                     20,
                     b + 20 + work + x,
-                    100.0 + late - x,
+                    100.0 + late * (late_in is None or s in late_in) - x,
                     10 * s + 2,
                     **ar,
                 ),
@@ -1057,3 +1061,25 @@ def test_steps_that_drift_under_the_floor_are_pooled_over_all_with_or_without_a_
     res = analyze(store, "stragglers", "drift")
     r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
     assert r1["cost_pct"] == pytest.approx(100 * cost, abs=1e-6)
+
+
+def test_a_rank_late_in_some_steps_of_different_lengths_is_not_noise(store, tmp_path):
+    """The steps of :func:`_varying_steps` (9 of 700 / 1000 / 1300 us, mm work 400 / 700 / 1000 us,
+    200 us idle at their end), rank 1's mm 300 us longer in the first 5 of the 9 steps, no other
+    noise. Its lateness comes and goes: a rank x step interaction, all of it the two-way fit's
+    residual (rank 1's +66.7 us in its late steps, -83.3 us in the others: noise 111.8 us; the
+    spread of the steps' means, 250 us, under 3 x that), so the steps were pooled over all: S
+    1.189. The robust noise (each rank's median over steps taken out) is 0: rank 1's median step is
+    a late one, so only the 4 others hold a residual (+-150 us) and the median residual is 0. The
+    steps, which do different work, are pooled within each step. By hand: a step's ideal mm is the
+    mean of its two ranks, work + 150 us in a late step; the all-reduce's transfer 100 us; replayed
+    without gaps a step takes work + late + 100 us, on average (6300 + 5 x 300) / 9 + 100 =
+    966.67 us, its ideal (6300 + 5 x 150) / 9 + 100 = 883.33 us: S = 8700 / 7950 = 1.0943 (what
+    ``-p pool=step`` gave)."""
+    late_in = frozenset(range(5))
+    ingest(store, [_varying_steps(tmp_path / "run", 300.0, pad=200.0, late_in=late_in)], run="some")
+    w = analyze(store, "whatif", "some")
+    assert w.summary["pool"].item() == "step"
+    assert w.summary["slowdown"].item() == pytest.approx(8700 / 7950, rel=1e-9)
+    gap = [150_000.0 if s in late_in else 0.0 for s in range(9)]
+    assert (w.frame["nogap_ns"] - w.frame["ideal_ns"]).to_list() == gap

@@ -86,8 +86,17 @@ Algorithm:
      op times hidden behind rank 2's sleep; now 1.00). Its slowdown over the kind's base (at least 1) says how much the group explains *on
      its own* (``excess_alone_pct``: its share of the kind's slowdown - 1, clipped to 0..100).
      Groups are not additive: two ranks that are each late at the same collective each explain it
-     all alone. On the artifact's traces the largest groups are those it publishes (AR: worker 0 /
-     stage 0, backward compute; SE: stage 1, backward compute, no worker above 1.2; ST: stage 3).
+     all alone. So, per rank and kind, what fixing it buys and who bounds the steps
+     (:func:`_fixes`): ``fix_slowdown``, the recorded replay (``nogap``; host: ``replay``) over the
+     same with only that rank's lateness removed (each of its values above the ideal set to it;
+     the others' kept, so the next latest rank still bounds a collective: ranks 1 and 3 140 and
+     100 us late, 4 ranks of 700 us of work: rank 1 alone explains the whole excess, 860 -> 940 us,
+     but fixing it buys 940 -> 900 us, 1.044); ``bound_pct``, each rank's saving when the ranks are
+     fixed one after another (the largest fix first, then the most lateness; ranks alike in both
+     together, sharing equally), % of the saving with all fixed: rank 1 50%, rank 3 50%. These
+     add up to at most 100%; a note names the ranks with 1% or more. On the artifact's traces the
+     largest groups are those it publishes (AR: worker 0 / stage 0, backward compute; SE: stage 1,
+     backward compute, no worker above 1.2; ST: stage 3).
      Each group's replay recomputes only the nodes its put-back values reach, from the ideal
      replay (``_replay.replay_changes``: the same numbers as replaying the whole job, in time that
      grows with what changes), so the blame of every rank grows about linearly with the ranks.
@@ -356,6 +365,18 @@ SPEC = Analysis(
                 "excess_alone_pct",
                 "That group alone, % of the kind's slowdown - 1 (0..100; null without "
                 "excess; not additive across groups)",
+            ),
+            rc.ratio(
+                "fix_slowdown",
+                "Rows by rank: the recorded replay over the same with only that rank's lateness (its "
+                "values above the ideal) removed, at least 1: what fixing it alone buys, the other ranks' "
+                "lateness kept; null otherwise",
+            ),
+            rc.pct(
+                "bound_pct",
+                "Rows by rank: its share of the excess when the ranks are fixed one after another (the "
+                "largest fix first, then the most lateness; ranks alike share equally), 0..100, adding up "
+                "to at most 100; null otherwise and past the first 8 ranks fixed",
             ),
         ),
         rc.frame(
@@ -649,8 +670,20 @@ def _blame(
     else:
         rows.append(("op", "(host gaps)", with_group(node_kind != 2)))
     excess_pct = (100 * (pl.col("slowdown") - 1) / (s_ref - 1)).clip(0.0, 100.0) if s_ref - 1 > 1e-9 else None
+    # each rank's lateness removed from the recorded replay (the kind's own values: durations or gaps)
+    if kind == "blocking":
+        w_base, w_fix = gap0 + dur0, gap0 + np.minimum(dur0, dur_i)
+    else:
+        w_base, w_fix = gap0 + dur0, np.minimum(gap0, gap_i) + dur0
+    fix, bound = _fixes(tl, w_base, w_fix, ranks)
     blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
         pl.lit(kind).alias("kind"),
+        pl.when(pl.col("by") == "rank")
+        .then(pl.col("group").replace_strict(fix, default=None, return_dtype=pl.Float64))
+        .alias("fix_slowdown"),
+        pl.when(pl.col("by") == "rank")
+        .then(pl.col("group").replace_strict(bound, default=None, return_dtype=pl.Float64))
+        .alias("bound_pct"),
         pl.lit(None, pl.Float64).alias("excess_alone_pct")
         if excess_pct is None
         else excess_pct.alias("excess_alone_pct"),
@@ -658,9 +691,85 @@ def _blame(
         .then(pl.col("group").replace_strict(low, default=None, return_dtype=pl.Float64))
         .alias("slowdown_lo"),
     )
-    return blame.select("by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct").sort(
-        ["by", "slowdown", "group"], descending=[False, True, False]
-    )  # group: a total order
+    return blame.select(
+        "by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct", "fix_slowdown", "bound_pct"
+    ).sort(["by", "slowdown", "group"], descending=[False, True, False])  # group: a total order
+
+
+#: :func:`_fixes` peels at most this many ranks (or groups of ranks tied), a replay each: the blame
+#: stays linear in the ranks; the ranks left have no ``bound_pct``.
+MAX_BOUND_GROUPS = 8
+
+
+def _fixes(
+    tl: _replay.Timeline, w_base: np.ndarray, w_fix: np.ndarray, ranks: np.ndarray
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per rank (as text, ``blame``'s group): its fix slowdown and its bound share (module doc,
+    step 5). ``w_base``: each node's weight (gap + dur, ns) in the kind's recorded replay; ``w_fix``:
+    the same with its lateness removed (its value above the ideal: the smaller of the two), ns;
+    ``ranks``: each node's rank (-1: instance nodes).
+
+    Fix slowdown: mean recorded step / mean step with only that rank's lateness removed (at least
+    1): the other ranks' lateness stays, so the next latest rank still bounds a collective (rank 1
+    140 us and rank 3 100 us late at every step's all-reduce, 4 ranks of 700 us of work and 100 us
+    of transfer: fixing rank 1 makes a 940 us step 900 us, not the ideal 860: 1.044). Bound share:
+    the ranks fixed one after another (the largest fix first, then the most lateness, summed over
+    its nodes; ranks alike in both fixed together, sharing what they save equally), each rank's
+    saving at its turn, % of the saving with every rank fixed: each rank that bounds steps gets a
+    share (rank 1 40 us, then rank 3 40 us of the 80: 50% each), and the shares add up to at most
+    100%. Linear: a replay of the changed nodes' cone per rank, at most :data:`MAX_BOUND_GROUPS`
+    + 2 more."""
+    val = _replay.replay_weights(tl, w_base)
+    m0 = float(_step_t(tl, val, w_base).mean())
+    put_back = _PutBack(tl, w_base, val)
+    del val
+    late = np.nonzero((w_fix < w_base) & (ranks >= 0))[0]
+    late = late[np.argsort(ranks[late], kind="stable")]
+    all_ranks = np.unique(ranks[ranks >= 0])
+    if not len(all_ranks) or m0 <= 0:
+        return {}, {}
+    by_rank, first = np.unique(ranks[late], return_index=True)
+    ends = [*first[1:].tolist(), len(late)][: len(first)]
+    nodes_of = {int(r): late[a:b] for r, a, b in zip(by_rank.tolist(), first.tolist(), ends, strict=True)}
+    # each rank's lateness (ns, summed over its nodes) and the mean step its fix saves
+    excess = {r: float((w_base[at] - w_fix[at]).sum()) for r, at in nodes_of.items()}
+    gain: dict[int, float] = {}
+    for r in all_ranks.tolist():
+        at = nodes_of.get(r)
+        gain[r] = 0.0 if at is None else m0 - float(put_back.step_t(at, w_fix[at]).mean())
+    fix = {str(r): m0 / max(m0 - max(g, 0.0), 1e-300) for r, g in gain.items()}
+    m_all = float(put_back.step_t(late, w_fix[late]).mean())
+    total = m0 - m_all
+    if total <= 1e-9 * m0:  # no lateness bounds a step: nothing to share
+        return fix, {str(r): 0.0 for r in gain}
+    # ranks in order: the largest fix, the most lateness, the rank; alike in both (to float noise): one group
+    order = sorted(gain, key=lambda r: (-gain[r], -excess.get(r, 0.0), r))
+    groups: list[list[int]] = []
+    for r in order:
+        g0 = groups[-1][0] if groups else None
+        alike = g0 is not None and all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+            for a, b in ((gain[r], gain[g0]), (excess.get(r, 0.0), excess.get(g0, 0.0)))
+        )
+        if alike:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    bound: dict[str, float] = {}
+    fixed: list[np.ndarray] = []
+    before = m0
+    for i, grp in enumerate(groups):
+        if before - m_all <= 1e-9 * m0:  # every lateness that bounds a step is fixed: the rest save nothing
+            bound.update((str(r), 0.0) for r in grp)
+            continue
+        if i >= MAX_BOUND_GROUPS:
+            break
+        fixed += [nodes_of[r] for r in grp if r in nodes_of]
+        at = np.sort(np.concatenate(fixed)) if fixed else late[:0]
+        after = float(put_back.step_t(at, w_fix[at]).mean()) if len(at) else m0
+        bound.update((str(r), 100.0 * max(before - after, 0.0) / total / len(grp)) for r in grp)
+        before = after
+    return fix, bound
 
 
 def _at_least_1(x: float) -> float | None:
@@ -931,8 +1040,39 @@ def _notes(
                     f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}"
                     + (f", {share:.0f}% of the excess on its own)" if share is not None else ")")
                 )
+        bounds = _bounds_text(blame.filter((pl.col("by") == "rank") & (pl.col("kind") == kind)))
+        if bounds:
+            notes.append(f"{kind}: {bounds}")
     notes.append(
         "blame shares are each group alone and not additive: groups late at the same collectives each "
-        "explain it alone, so one category's shares can add up to more than 100%"
+        "explain it alone, so one category's shares can add up to more than 100%; bound shares "
+        "(bound_pct: ranks fixed one after another) add up to at most 100%"
     )
     return tuple(notes)
+
+
+#: :func:`_bounds_text` names the ranks whose bound share is at least this (%).
+BOUND_NAMED_PCT = 1.0
+
+
+def _bounds_text(ranks: pl.DataFrame) -> str:
+    """The ranks that bound steps, for a note: each rank of one kind's ``blame`` rows by rank whose
+    ``bound_pct`` is at least :data:`BOUND_NAMED_PCT`, the largest first, with its fix slowdown
+    (``rank 1 50% (fixed alone 1.044x), rank 3 50% (fixed alone 1.000x)``); "" when none (or
+    without those columns)."""
+    if not {"bound_pct", "fix_slowdown"} <= set(ranks.columns):
+        return ""
+    b = ranks.filter(pl.col("bound_pct") >= BOUND_NAMED_PCT).sort(
+        ["bound_pct", "group"], descending=[True, False]
+    )
+    if b.is_empty():
+        return ""
+    parts = [
+        f"rank {g} {p:.0f}% (fixed alone {f:.3f}x)"
+        for g, p, f in b.select("group", "bound_pct", "fix_slowdown").rows()
+    ]
+    return (
+        "ranks that bound steps, each one's share of the excess when the ranks are fixed one after another "
+        "(the largest fix first; a rank's fix alone leaves the next latest rank bounding): "
+        + ", ".join(parts)
+    )

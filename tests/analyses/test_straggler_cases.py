@@ -372,8 +372,9 @@ def _one_collective_steps(
     late: dict[int, float],
     steps: bool = True,
     step_us: tuple[float, ...] = (1000.0,),
+    n_steps: int = 8,
 ) -> Path:
-    """``n_ranks`` ranks, 8 steps of 1000 us (ProfilerStep#1..8, left out with ``steps=False``; step s
+    """``n_ranks`` ranks, ``n_steps`` (8) steps of 1000 us (ProfilerStep#1.., left out with ``steps=False``; step s
     lasts ``step_us[s % len(step_us)]`` us from its start, 1000 us apart), each
     holding one mm kernel [20, 720 + late] us into the step and one all-reduce (pg "0", Seq s)
     from its end to 820 + max(late) us; rank r's compute is ``late.get(r, 0)`` us longer. The
@@ -383,7 +384,7 @@ def _one_collective_steps(
     slow = max(late.values(), default=0.0)
     for r in ranks:
         ev: list[dict] = []
-        for s in range(8):
+        for s in range(n_steps):
             b, x = 1000.0 * s, late.get(r, 0.0)
             if steps:
                 ev.append(step(s + 1, b, step_us[s % len(step_us)]))
@@ -1083,3 +1084,71 @@ def test_a_rank_late_in_some_steps_of_different_lengths_is_not_noise(store, tmp_
     assert w.summary["slowdown"].item() == pytest.approx(8700 / 7950, rel=1e-9)
     gap = [150_000.0 if s in late_in else 0.0 for s in range(9)]
     assert (w.frame["nogap_ns"] - w.frame["ideal_ns"]).to_list() == gap
+
+
+#: 4 ranks, 9 steps of 1000 us, one all-reduce per step after the mm (700 us + the rank's lateness,
+#: :func:`_one_collective_steps`), transfer 100 us. By hand: a step replays without gaps in 700 +
+#: max(late) + 100 us; the ideal mm is the mean over the 4 ranks, 700 + sum(late) / 4 us. Fixing one
+#: rank alone sets its mm to the smaller of its own and that ideal: the next latest rank still bounds
+#: the step. The bound shares fix the ranks one after another (the largest fix first, then the most
+#: lateness; ranks alike together, sharing equally): each saves the layer between its lateness and
+#: the next one down (the last down to the ideal), % of nogap - ideal.
+SEVERAL_LATE = {
+    # 940 us, ideal 860: fixing rank 1 alone 900 (rank 3 bounds): 940 / 900 = 1.044, saving 40 us
+    # (its hold-up, 9 x 40 = 0.36 ms); rank 3 alone saves nothing; shares 40 / 80 and 40 / 80
+    "two unequal": ({1: 140.0, 3: 100.0}, 940, 860, {1: 940 / 900}, {1: 50.0, 3: 50.0}),
+    # 900 us, ideal 850: neither alone saves anything (the other bounds); together 50 us, half each
+    "two equal": ({1: 100.0, 3: 100.0}, 900, 850, {}, {1: 50.0, 3: 50.0}),
+    # 950 us, ideal 892.5: rank 1 alone 920 (rank 2 bounds): 950 / 920; then rank 2 down to 900,
+    # rank 3 down to 892.5: 30, 20 and 7.5 us of 57.5
+    "three unequal": (
+        {1: 150.0, 2: 120.0, 3: 100.0},
+        950,
+        892.5,
+        {1: 950 / 920},
+        {1: 3000 / 57.5, 2: 2000 / 57.5, 3: 750 / 57.5},
+    ),
+    # 900 us, ideal 875: 25 us, a third each
+    "three equal": ({1: 100.0, 2: 100.0, 3: 100.0}, 900, 875, {}, {1: 100 / 3, 2: 100 / 3, 3: 100 / 3}),
+    # one late rank: its fix is the whole excess, 940 / 835, as its recorded times put back on the ideal
+    "one": ({1: 140.0}, 940, 835, {1: 940 / 835}, {1: 100.0}),
+}
+
+
+@pytest.mark.parametrize("case_name", list(SEVERAL_LATE))
+def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, case_name):
+    """Each rank that bounds steps gets its share (``bound_pct``), and a rank's fix alone
+    (``fix_slowdown``, the straggler finding's speed-up) leaves the others' lateness in place
+    (:data:`SEVERAL_LATE`, hand values). Before, whatif had only the largest rank's recorded times
+    put back on the ideal (940 / 860 with two late ranks: rank 1 "100% of the excess", the finding
+    "1.08x faster" without it), the next one's lateness counted as its own, and a rank never last
+    (rank 3) had no share."""
+    late, nogap, ideal, fixes, bound = SEVERAL_LATE[case_name]
+    ingest(store, [_one_collective_steps(tmp_path / "run", 4, late, n_steps=9)], run="late")
+    w = analyze(store, "whatif", "late")
+    assert w.summary["slowdown"].item() == pytest.approx(nogap / ideal, rel=1e-9)
+    ranks = w.blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
+    fix = {int(g): x for g, x in ranks.select("group", "fix_slowdown").rows()}
+    assert fix == pytest.approx({r: fixes.get(r, 1.0) for r in range(4)}, rel=1e-9)
+    share = {int(g): x for g, x in ranks.select("group", "bound_pct").rows()}
+    assert share == pytest.approx({r: bound.get(r, 0.0) for r in range(4)}, abs=1e-9)
+    named = [f"rank {r} {bound[r]:.0f}%" for r in sorted(bound, key=lambda r: (-bound[r], r))]
+    note = next(n for n in w.notes if n.startswith("blocking: ranks that bound steps"))
+    assert all(x in note for x in named), note
+    # stragglers' cost stays the time a rank's recorded times (up to the collectives it was last at,
+    # alone) add to the ideal, of the 1000 us step: what its delays cost an ideal job (two unequal:
+    # rank 1 80 us, 8.0%); a rank never last alone (ties, or a second late rank) has none
+    res = analyze(store, "stragglers", "late")
+    cost = dict(res.frame.select("rank", "cost_pct").iter_rows())
+    top = {r: nogap - ideal for r in fixes}
+    assert cost == pytest.approx({r: 100 * top.get(r, 0.0) / 1000 for r in range(4)}, abs=1e-6)
+    if case_name == "two unequal":
+        r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+        assert (r1["holdup_ns"], r1["named"]) == (360_000, True)
+        # the finding: its delays cost an ideal job 1.08x, fixing it alone buys 1.04x (940 -> 900 us)
+        found = next(x for x in summarize(store, "late").findings if x.topic == "stragglers")
+        assert (
+            "its delays alone cost 1.08x on an ideal job, and fixing it alone steps would be 1.04x faster"
+            in (found.text)
+        )
+        assert "; then rank 3 (50% of the excess) bound them (whatif's bound shares)" in found.text

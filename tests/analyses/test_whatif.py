@@ -173,6 +173,18 @@ def test_rank_never_last_is_not_charged(store, tmp_path):
     }
     assert alone == pytest.approx({"0": 1.0, "1": 1.0, "2": 36 / ideal})
     assert "blocking: largest by rank: 2 " in " ".join(res.notes)
+    # But rank 1's 24 ms still bounds the step once rank 2 is fixed: rank 2's lateness alone removed
+    # (its A at the ideal 21.333), the step is 24 + 6 = 30 ms: fix S 36 / 30 = 1.2; rank 1's alone,
+    # 1.0 (rank 2 still bounds). Fixed one after another (rank 2 first, the larger fix), rank 2 saves
+    # 6 ms and then rank 1 2.667 ms of the 8.667: bound shares 69.2% and 30.8%.
+    ranks = res.blame.filter((pl.col("kind") == "blocking") & (pl.col("by") == "rank"))
+    fix = dict(ranks.select("group", "fix_slowdown").iter_rows())
+    bound = dict(ranks.select("group", "bound_pct").iter_rows())
+    excess = 36 - ideal
+    assert fix == pytest.approx({"0": 1.0, "1": 1.0, "2": 36 / 30})
+    assert bound == pytest.approx(
+        {"0": 0.0, "1": 100 * (30 - ideal) / excess, "2": 100 * 6 / excess}, abs=1e-4
+    )
     # stragglers' cost_pct is the same figure over the recorded step: (alone S - 1) x the ideal step,
     # 36 - 27.333 = 8.667 ms that rank 2 alone adds, of the 40 ms ProfilerStep (4 ms untraced after B)
     cost = dict(analyze(store, "stragglers", "run").frame.select("rank", "cost_pct").iter_rows())

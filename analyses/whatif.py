@@ -455,12 +455,22 @@ def run(store: Store, params: Params) -> Result:
         ("ideal_ns", (gap_i, dur_i)),
     )
     ideal_val = np.zeros(0)  # the ideal replay's ends: the base of the blocking blame, kept for it
+    ranks = nodes["rank"].to_numpy()
+    # each kind's fixes (_fixes) from the recorded replay it is blamed over, taken from this loop's
+    # replay of it (blocking: nogap with gaps=zero, else replay; host: replay), not replayed again
+    fix_base = {"blocking": "nogap_ns" if params.gaps == "zero" else "replay_ns", "host": "replay_ns"}
+    fixes: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
     for col, (g, d) in replays:
         w = g + d  # what _replay.replay adds
         val = _replay.replay_weights(tl, w)
         frame = frame.join(_step_times(tl, val, w).rename({"t": col}), on="step")
         if col == "ideal_ns":
             ideal_val = val
+        for kind in (k for k, c in fix_base.items() if c == col):
+            # each rank's lateness removed (the kind's own values: durations or host gaps)
+            w_fix = g + np.minimum(d, dur_i) if kind == "blocking" else np.minimum(g, gap_m) + d
+            fixes[kind] = _fixes(tl, w, val, w_fix, ranks)
+            del w_fix
         del w, val
     frame = frame.with_columns(_common.whole_ns(pl.col(c)) for c in ("actual_ns", *(c for c, _ in replays)))
     base = "nogap_ns" if params.gaps == "zero" else "actual_ns"
@@ -497,6 +507,7 @@ def run(store: Store, params: Params) -> Result:
         params,
         frame["ideal_ns"].to_numpy() if params.gaps == "median" else capped.to_numpy(),
         ideal_val,
+        fixes["blocking"],
     )
     del ideal_val  # let go of before the host blame replays its own base
     blame = pl.concat(
@@ -514,6 +525,7 @@ def run(store: Store, params: Params) -> Result:
                 "host",
                 params,
                 frame["typgap_ns"].to_numpy(),
+                fixes=fixes["host"],
             ),
         ]
     )
@@ -582,6 +594,7 @@ def _blame(
     params: Params,
     ideal_steps: np.ndarray | None = None,
     base: np.ndarray | None = None,
+    fixes: tuple[dict[str, float], dict[str, float]] = ({}, {}),
 ) -> pl.DataFrame:
     """Slowdown of the ``ideal`` replay with one group's ``recorded`` values put back (module doc,
     step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``. ``ref``: the mean
@@ -590,7 +603,8 @@ def _blame(
     ``ideal_steps``: the per-step time the slowdown is over (its mean is ``ref``'s), for the stage
     rows' interval (``slowdown_lo``: the low end of a bootstrap over steps); None: that mean.
     ``base``: :func:`_replay.replay`'s ends with the ``ideal`` values when at hand (run's replay of
-    them), not replayed again."""
+    them), not replayed again. ``fixes``: :func:`_fixes` of the kind (its ``fix_slowdown`` and
+    ``bound_pct`` per rank; none: null)."""
     mean_ideal, cap = ref
     (gap0, dur0), (gap_i, dur_i) = recorded, ideal
     nodes = tl.nodes
@@ -670,12 +684,7 @@ def _blame(
     else:
         rows.append(("op", "(host gaps)", with_group(node_kind != 2)))
     excess_pct = (100 * (pl.col("slowdown") - 1) / (s_ref - 1)).clip(0.0, 100.0) if s_ref - 1 > 1e-9 else None
-    # each rank's lateness removed from the recorded replay (the kind's own values: durations or gaps)
-    if kind == "blocking":
-        w_base, w_fix = gap0 + dur0, gap0 + np.minimum(dur0, dur_i)
-    else:
-        w_base, w_fix = gap0 + dur0, np.minimum(gap0, gap_i) + dur0
-    fix, bound = _fixes(tl, w_base, w_fix, ranks)
+    fix, bound = fixes
     blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
         pl.lit(kind).alias("kind"),
         pl.when(pl.col("by") == "rank")
@@ -702,12 +711,13 @@ MAX_BOUND_GROUPS = 8
 
 
 def _fixes(
-    tl: _replay.Timeline, w_base: np.ndarray, w_fix: np.ndarray, ranks: np.ndarray
+    tl: _replay.Timeline, w_base: np.ndarray, val: np.ndarray, w_fix: np.ndarray, ranks: np.ndarray
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Per rank (as text, ``blame``'s group): its fix slowdown and its bound share (module doc,
-    step 5). ``w_base``: each node's weight (gap + dur, ns) in the kind's recorded replay; ``w_fix``:
-    the same with its lateness removed (its value above the ideal: the smaller of the two), ns;
-    ``ranks``: each node's rank (-1: instance nodes).
+    step 5). ``w_base``: each node's weight (gap + dur, ns) in the kind's recorded replay; ``val``:
+    :func:`_replay.replay_weights`'s ends with them (the caller's replay of it, not done again; left
+    as it was); ``w_fix``: the same weights with the lateness removed (the value above the ideal:
+    the smaller of the two), ns; ``ranks``: each node's rank (-1: instance nodes).
 
     Fix slowdown: mean recorded step / mean step with only that rank's lateness removed (at least
     1): the other ranks' lateness stays, so the next latest rank still bounds a collective (rank 1
@@ -717,28 +727,37 @@ def _fixes(
     its nodes; ranks alike in both fixed together, sharing what they save equally), each rank's
     saving at its turn, % of the saving with every rank fixed: each rank that bounds steps gets a
     share (rank 1 40 us, then rank 3 40 us of the 80: 50% each), and the shares add up to at most
-    100%. Linear: a replay of the changed nodes' cone per rank, at most :data:`MAX_BOUND_GROUPS`
-    + 2 more."""
-    val = _replay.replay_weights(tl, w_base)
-    m0 = float(_step_t(tl, val, w_base).mean())
-    put_back = _PutBack(tl, w_base, val)
-    del val
-    late = np.nonzero((w_fix < w_base) & (ranks >= 0))[0]
-    late = late[np.argsort(ranks[late], kind="stable")]
+    100%. Linear: a replay of the changed nodes' cone per rank with lateness, one with all fixed,
+    and one per bound turn past the first and before the last (at most :data:`MAX_BOUND_GROUPS`).
+
+    Replays left out, the same floats: a rank without lateness saves 0; the only rank with lateness
+    saves what fixing all saves; the first turn (one rank) saves that rank's fix, a turn that fixes
+    the last lateness ends at all fixed, a turn of ranks without lateness saves 0. No rank's fix is
+    left out for being small alone: removing a rank's lateness with the others late can save more
+    than it costs alone (ranks 1 and 2 each 6 us late on one path with 10 us of slack: alone 0,
+    fixed with the other late 2 us), so an alone slowdown under stragglers' 1% floor bounds nothing.
+    """
     all_ranks = np.unique(ranks[ranks >= 0])
-    if not len(all_ranks) or m0 <= 0:
+    if not len(all_ranks):
         return {}, {}
+    m0 = float(_step_t(tl, val, w_base).mean())
+    if m0 <= 0:
+        return {}, {}
+    late = np.nonzero((w_fix < w_base) & (ranks >= 0))[0]
+    late = late[np.argsort(ranks[late], kind="stable")]  # by rank, each rank's nodes ascending
     by_rank, first = np.unique(ranks[late], return_index=True)
     ends = [*first[1:].tolist(), len(late)][: len(first)]
     nodes_of = {int(r): late[a:b] for r, a, b in zip(by_rank.tolist(), first.tolist(), ends, strict=True)}
-    # each rank's lateness (ns, summed over its nodes) and the mean step its fix saves
+    late.sort()
+    put_back = _PutBack(tl, w_base, val)
+    # each rank's lateness (ns, summed over its nodes) and the mean step with it fixed
     excess = {r: float((w_base[at] - w_fix[at]).sum()) for r, at in nodes_of.items()}
-    gain: dict[int, float] = {}
-    for r in all_ranks.tolist():
-        at = nodes_of.get(r)
-        gain[r] = 0.0 if at is None else m0 - float(put_back.step_t(at, w_fix[at]).mean())
+    m_all = float(put_back.step_t(late, w_fix[late]).mean()) if len(late) else m0
+    m_fix: dict[int, float] = {}
+    for r, at in nodes_of.items():
+        m_fix[r] = m_all if len(nodes_of) == 1 else float(put_back.step_t(at, w_fix[at]).mean())
+    gain = {r: m0 - m_fix.get(r, m0) for r in all_ranks.tolist()}
     fix = {str(r): m0 / max(m0 - max(g, 0.0), 1e-300) for r, g in gain.items()}
-    m_all = float(put_back.step_t(late, w_fix[late]).mean())
     total = m0 - m_all
     if total <= 1e-9 * m0:  # no lateness bounds a step: nothing to share
         return fix, {str(r): 0.0 for r in gain}
@@ -757,16 +776,25 @@ def _fixes(
             groups.append([r])
     bound: dict[str, float] = {}
     fixed: list[np.ndarray] = []
-    before = m0
+    n_fixed, before = 0, m0
     for i, grp in enumerate(groups):
         if before - m_all <= 1e-9 * m0:  # every lateness that bounds a step is fixed: the rest save nothing
             bound.update((str(r), 0.0) for r in grp)
             continue
         if i >= MAX_BOUND_GROUPS:
             break
-        fixed += [nodes_of[r] for r in grp if r in nodes_of]
-        at = np.sort(np.concatenate(fixed)) if fixed else late[:0]
-        after = float(put_back.step_t(at, w_fix[at]).mean()) if len(at) else m0
+        new = [nodes_of[r] for r in grp if r in nodes_of]
+        fixed += new
+        n_fixed += sum(len(x) for x in new)
+        if not new:  # no lateness in the turn: nothing changes
+            after = before
+        elif n_fixed == len(late):  # the last lateness fixed: all fixed
+            after = m_all
+        elif i == 0 and len(grp) == 1:  # the first turn, one rank: its fix
+            after = m_fix[grp[0]]
+        else:
+            at = np.sort(np.concatenate(fixed))
+            after = float(put_back.step_t(at, w_fix[at]).mean())
         bound.update((str(r), 100.0 * max(before - after, 0.0) / total / len(grp)) for r in grp)
         before = after
     return fix, bound

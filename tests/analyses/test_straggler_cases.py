@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
-from traceprof.analyses import stragglers
+from traceprof.analyses import stragglers, whatif
 from traceprof.engine.findings import summarize
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
@@ -1152,3 +1153,67 @@ def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, c
             in (found.text)
         )
         assert "; then rank 3 (50% of the excess) bound them (whatif's bound shares)" in found.text
+
+
+#: :data:`SEVERAL_LATE`'s cases: the replays ``whatif._fixes`` makes for the blocking kind (none
+#: of the recorded base, the frame's own; ``_PutBack.step_t`` calls): one per late rank's fix (none
+#: for the only late rank: it is all fixed), one with all fixed, and one per bound turn but the first
+#: (one rank: its fix) and the one fixing the last lateness (all fixed). Before: the base replayed per
+#: kind, and every turn replayed: 7, 6, 8, 7 and 3 calls.
+FIX_REPLAYS = {
+    "two unequal": 2 + 1,  # turns [1], [3]: the first and the last
+    "two equal": 2 + 1,  # one turn [1, 3]: the last
+    "three unequal": 3 + 1 + 1,  # turns [1], [2], [3]: [2] replayed
+    "three equal": 3 + 1,  # one turn [1, 2, 3]
+    "one": 0 + 1,  # one turn [1]: the last
+}
+
+
+@pytest.mark.parametrize("case_name", list(SEVERAL_LATE))
+def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, monkeypatch, case_name):
+    """``whatif._fixes`` takes the recorded replay from the frame's (no replay of its own, but in
+    ``step_t``) and
+    replays only what no other replay gives (:data:`FIX_REPLAYS`); the figures stay those of
+    :func:`test_several_late_ranks_each_bound_steps_with_their_share`."""
+    calls = {"replay": 0, "step_t": 0, "kind": ""}
+    inside = [False]
+    fixes, step_t, replay_weights = whatif._fixes, whatif._PutBack.step_t, whatif._replay.replay_weights
+
+    def counted_fixes(*args):  # (tl, w_base, [val,] w_fix, ranks)
+        w_base, w_fix = args[1], args[-2]
+        inside[0] = True
+        calls["step_t"] = 0
+        try:
+            out = fixes(*args)
+        finally:
+            inside[0] = False
+        # the blocking kind's fixes are the ones with lateness in durations (host: no gap is late)
+        if bool(np.any(w_fix < w_base)):
+            calls["kind"] = f"{calls['kind']}+{calls['step_t']}"
+        return out
+
+    def counted_step_t(self, at, w_at):  # its own full replays (many nodes changed) not counted
+        was, inside[0] = inside[0], False
+        calls["step_t"] += was
+        try:
+            return step_t(self, at, w_at)
+        finally:
+            inside[0] = was
+
+    def counted_replay(tl, w):
+        calls["replay"] += inside[0]
+        return replay_weights(tl, w)
+
+    monkeypatch.setattr(whatif, "_fixes", counted_fixes)
+    monkeypatch.setattr(whatif._PutBack, "step_t", counted_step_t)
+    monkeypatch.setattr(whatif._replay, "replay_weights", counted_replay)
+    late, nogap, ideal, fix, bound = SEVERAL_LATE[case_name]
+    ingest(store, [_one_collective_steps(tmp_path / "run", 4, late, n_steps=9)], run="late")
+    w = analyze(store, "whatif", "late")
+    assert calls["replay"] == 0
+    assert calls["kind"] == f"+{FIX_REPLAYS[case_name]}"
+    ranks = w.blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
+    got = {int(g): x for g, x in ranks.select("group", "fix_slowdown").rows()}
+    assert got == pytest.approx({r: fix.get(r, 1.0) for r in range(4)}, rel=1e-9)
+    share = {int(g): x for g, x in ranks.select("group", "bound_pct").rows()}
+    assert share == pytest.approx({r: bound.get(r, 0.0) for r in range(4)}, abs=1e-9)

@@ -1,7 +1,8 @@
 """The ``stragglers`` topic of the findings: its findings hook (``stragglers``' spec, ``Topic``).
 
 Reads ``stragglers`` and ``whatif`` together (cost: 100·(S − 1) of the named rank alone, the
-straggler analysis' ``cost_pct``), then the combined verdict of ``traceprof.engine.verdict`` where it
+straggler analysis' ``cost_pct``; the speed-up of fixing it alone, the other ranks' lateness kept:
+``whatif``'s ``fix_slowdown``), then the combined verdict of ``traceprof.engine.verdict`` where it
 applies, so the findings list, the verdicts and ``stragglers`` never disagree; adds a caution when
 many collectives ended before their last arrival (the waits rest on the match and the clocks).
 """
@@ -41,6 +42,31 @@ def _alone_slowdown(row: dict[str, Any], blame: pl.DataFrame | None) -> float | 
         return None
     mine = blame.filter((pl.col("by") == "rank") & (pl.col("group") == str(row["rank"])))["slowdown"]
     return float(mine.max()) if mine.len() else None  # type: ignore[arg-type]
+
+
+def _fix_slowdown(rank: int, blame: pl.DataFrame | None) -> float | None:
+    """How much faster steps would be with one rank's lateness alone removed, the other ranks' kept
+    (``whatif``'s ``fix_slowdown``, the larger of blocking and host; a second late rank then still
+    bounds the collectives), or None without it."""
+    if blame is None or blame.is_empty() or "fix_slowdown" not in blame.columns:
+        return None
+    mine = blame.filter((pl.col("by") == "rank") & (pl.col("group") == str(rank)))["fix_slowdown"]
+    return float(mine.max()) if mine.len() and mine.max() is not None else None  # type: ignore[arg-type]
+
+
+def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
+    """The other ranks that bound steps (``whatif``'s ``bound_pct`` of 1% or more, the larger of
+    blocking and host; up to 3, the largest first): ``rank 3 (50% of the excess)``; "" if none."""
+    if blame is None or blame.is_empty() or "bound_pct" not in blame.columns:
+        return ""
+    b = (
+        blame.filter((pl.col("by") == "rank") & (pl.col("group") != str(rank)) & (pl.col("bound_pct") >= 1.0))
+        .group_by("group")
+        .agg(pl.col("bound_pct").max())
+        .sort(["bound_pct", "group"], descending=[True, False])
+        .head(3)
+    )
+    return ", ".join(f"rank {g} ({p:.0f}% of the excess)" for g, p in b.rows())
 
 
 def _combined(
@@ -182,9 +208,21 @@ def _straggler_findings(
                 f" ({r['late_step_pct']:.0f}% of a step)" if r.get("late_step_pct") is not None else ""
             )
             stepless = r.get("late_step_pct") is None  # null exactly where the run has no steps
+            # what fixing it alone buys: the other ranks' lateness kept, a second late rank still
+            # bounds the collectives (ranks 1 and 3 140 / 100 us late: 1.04x, not the 1.08x its
+            # delays add to an ideal job)
+            fixed = _fix_slowdown(int(v["rank"]), blame) or alone or 1.0
+            others = _other_bounds(int(v["rank"]), blame)
             faster = (
-                f"; without its delays {'the run' if stepless else 'steps'} would be {alone:.2f}x faster "
-                "(what-if with its delays alone)"
+                f"; its delays alone cost {alone:.2f}x on an ideal job, and fixing it alone "
+                f"{'the run' if stepless else 'steps'} would be {fixed:.2f}x faster (what-if with only its "
+                "lateness removed, the other ranks' kept"
+                + (
+                    f"; then {others or 'other ranks'} bound them (whatif's bound shares)"
+                    if alone - fixed > 0.005
+                    else ""
+                )
+                + ")"
                 if alone and alone > 1
                 else ""
             )

@@ -32,7 +32,12 @@ Algorithm:
      deviation of two ranks is half their difference, the lateness itself; leaving out each step's
      slowest rank leaves 2 ranks nothing to measure, takes the top of the noise from the others
      (noise alone then reads low) and still counts a second late rank. Lateness that comes and goes
-     from step to step stays in the noise: such runs are pooled over all steps, as before. The 2.5%:
+     from step to step (a rank x step interaction) is all residual too: the noise is the smaller of
+     that and a robust residual, each rank's median step taken out and the median absolute residual
+     (:func:`_noise`; 2 ranks of those steps, rank 1 300 us late in 5 of 9: 111.8 us, pooled over
+     all steps, S 1.189; robust 0: within steps, S 1.094 as by hand), and a step's work is its
+     median over ranks, not its mean (one rank of 4 stalled in one step of 5 is no step of more work).
+     The 2.5%:
      pooled over steps, the longer steps' excess over the mean (on average at most half the standard
      deviation) is what a rank that is last in them can be blamed for, so under it at most 1.25% of a
      step, about the 1% a straggler must cost (``stragglers``' ``min_cost_pct``); the artifact's ST
@@ -81,8 +86,17 @@ Algorithm:
      op times hidden behind rank 2's sleep; now 1.00). Its slowdown over the kind's base (at least 1) says how much the group explains *on
      its own* (``excess_alone_pct``: its share of the kind's slowdown - 1, clipped to 0..100).
      Groups are not additive: two ranks that are each late at the same collective each explain it
-     all alone. On the artifact's traces the largest groups are those it publishes (AR: worker 0 /
-     stage 0, backward compute; SE: stage 1, backward compute, no worker above 1.2; ST: stage 3).
+     all alone. So, per rank and kind, what fixing it buys and who bounds the steps
+     (:func:`_fixes`): ``fix_slowdown``, the recorded replay (``nogap``; host: ``replay``) over the
+     same with only that rank's lateness removed (each of its values above the ideal set to it;
+     the others' kept, so the next latest rank still bounds a collective: ranks 1 and 3 140 and
+     100 us late, 4 ranks of 700 us of work: rank 1 alone explains the whole excess, 860 -> 940 us,
+     but fixing it buys 940 -> 900 us, 1.044); ``bound_pct``, each rank's saving when the ranks are
+     fixed one after another (the largest fix first, then the most lateness; ranks alike in both
+     together, sharing equally), % of the saving with all fixed: rank 1 50%, rank 3 50%. These
+     add up to at most 100%; a note names the ranks with 1% or more. On the artifact's traces the
+     largest groups are those it publishes (AR: worker 0 / stage 0, backward compute; SE: stage 1,
+     backward compute, no worker above 1.2; ST: stage 3).
      Each group's replay recomputes only the nodes its put-back values reach, from the ideal
      replay (``_replay.replay_changes``: the same numbers as replaying the whole job, in time that
      grows with what changes), so the blame of every rank grows about linearly with the ranks.
@@ -115,6 +129,12 @@ STEP_WORK_SPREAD = 3.0
 #: ... and over this % of the mean compute time of a rank's step (less is immaterial: pooling over
 #: steps blames a rank for at most half the spread, 1.25% of a step, about stragglers' 1% floor).
 STEP_WORK_MIN_PCT = 2.5
+#: The robust noise (:func:`_noise`, 2.) counts this many times: a median absolute deviation varies
+#: more from run to run than a mean square, so it reads low by chance more often. Seeded pure-noise
+#: runs (20,000 each, noise 10% of a cell) go to ``pool=step`` as often as with the mean square and
+#: the steps' means alone from 12 steps of 2 ranks or 9 of 3 (none either way), but more often with
+#: fewer: 9 steps of 2 ranks 7 for 3, 5 steps of 2 ranks 326 for 152 (1.6% for 0.8%), 5 of 3 5 for 1.
+ROBUST_MARGIN = 3.0
 
 
 @dataclass(frozen=True)
@@ -190,16 +210,11 @@ def _ideal(nodes: pl.DataFrame, pool: str, ideal: str) -> tuple[np.ndarray, np.n
 
 def _steps_differ(nodes: pl.DataFrame) -> bool:
     """Whether the steps do different work (``pool=auto``, module doc step 2): per rank and step, the
-    compute time (the sum of its compute items' durations), over the steps that every rank has; the
-    standard deviation over steps of each step's mean over ranks above :data:`STEP_WORK_SPREAD` times
-    the noise, the residual standard deviation of the two-way fit step + rank (each cell less its
-    step's mean and its rank's mean, plus the grand mean; squares over (steps - 1) x (ranks - 1)), and
-    above :data:`STEP_WORK_MIN_PCT` % of the mean cell. A rank late by the same time in every step
-    (the straggler the replay is there to price) is its rank's mean: it leaves the noise alone, where
-    the spread across a step's ranks counted it (2 ranks of 700 / 1000 / 1300 us steps, rank 1 late
-    140 us: pooled over all steps, S 1.185 for 1.080). Noise alone puts the first below the second
-    (a mean over ranks varies less than one rank's noise); two steps with two ranks or more are
-    needed."""
+    compute time (the sum of its compute items' durations, ns), over the steps that every rank has; the
+    standard deviation over steps of each step's median over ranks (a rank late in some steps only
+    moves none of them, from 3 ranks on) above :data:`STEP_WORK_SPREAD` times the noise (:func:`_noise`) and
+    above :data:`STEP_WORK_MIN_PCT` % of the mean cell. Two steps with two ranks or more are needed
+    (else False)."""
     per = (
         nodes.lazy()
         .filter(pl.col("kind") == 0)
@@ -213,11 +228,34 @@ def _steps_differ(nodes: pl.DataFrame) -> bool:
     if n_ranks < 2 or per.height < 2 * n_ranks:
         return False
     c = per["dur"].to_numpy().astype(np.float64).reshape(-1, n_ranks)  # steps x ranks
-    step_mean = c.mean(axis=1)
-    resid = c - step_mean[:, None] - c.mean(axis=0) + c.mean()
-    noise = math.sqrt(float((resid**2).sum()) / ((len(c) - 1) * (n_ranks - 1)))
-    between = float(step_mean.std(ddof=1))
-    return between > max(STEP_WORK_SPREAD * noise, STEP_WORK_MIN_PCT / 100 * float(c.mean()))
+    # a step's work: its median over ranks (of 2, their mean), which a rank late in that step leaves
+    # alone from 3 ranks on (one rank stalled in one step of 5 lifted that step's mean over 4 ranks)
+    between = float(np.median(c, axis=1).std(ddof=1))
+    return between > max(STEP_WORK_SPREAD * _noise(c), STEP_WORK_MIN_PCT / 100 * float(c.mean()))
+
+
+def _noise(c: np.ndarray) -> float:
+    """The noise (ns) of a steps x ranks table of compute times (ns, at least 2 x 2): the smaller of
+    two estimates of one cell's standard deviation once the step and the rank are taken out.
+
+    1. The residual standard deviation of the two-way fit step + rank (each cell less its step's mean
+       and its rank's mean, plus the grand mean; squares over (steps - 1) x (ranks - 1)): unbiased
+       under noise alone, but a rank late in some steps only (its rank x step interaction) is all
+       residual.
+    2. Robust: each cell less its step's mean (over ranks) and its rank's **median** over steps of
+       that, then 1.4826 x the median absolute residual x sqrt(ranks / (ranks - 1)) (the residual's
+       scale under normal noise), times :data:`ROBUST_MARGIN`. A rank late in some of the steps puts
+       its lateness (or, late in most, its time on time) into those steps' residuals only, which the
+       median passes over: 2 ranks, rank 1 300 us late in 5 of 9 steps: 111.8 us by (1), 0 by (2).
+       Late in exactly half the steps, neither half is the rank's typical step: (2) then reads half
+       its lateness, as (1) does.
+    """
+    n_steps, n_ranks = c.shape
+    d = c - c.mean(axis=1, keepdims=True)
+    resid = d - d.mean(axis=0)
+    rms = math.sqrt(float((resid**2).sum()) / ((n_steps - 1) * (n_ranks - 1)))
+    robust = 1.4826 * float(np.median(np.abs(d - np.median(d, axis=0)))) * math.sqrt(n_ranks / (n_ranks - 1))
+    return min(rms, ROBUST_MARGIN * robust)
 
 
 def _step_times(tl: _replay.Timeline, val: np.ndarray, w: np.ndarray | None = None) -> pl.DataFrame:
@@ -328,6 +366,18 @@ SPEC = Analysis(
                 "That group alone, % of the kind's slowdown - 1 (0..100; null without "
                 "excess; not additive across groups)",
             ),
+            rc.ratio(
+                "fix_slowdown",
+                "Rows by rank: the recorded replay over the same with only that rank's lateness (its "
+                "values above the ideal) removed, at least 1: what fixing it alone buys, the other ranks' "
+                "lateness kept; null otherwise",
+            ),
+            rc.pct(
+                "bound_pct",
+                "Rows by rank: its share of the excess when the ranks are fixed one after another (the "
+                "largest fix first, then the most lateness; ranks alike share equally), 0..100, adding up "
+                "to at most 100; null otherwise and past the first 8 ranks fixed",
+            ),
         ),
         rc.frame(
             "summary",
@@ -405,12 +455,22 @@ def run(store: Store, params: Params) -> Result:
         ("ideal_ns", (gap_i, dur_i)),
     )
     ideal_val = np.zeros(0)  # the ideal replay's ends: the base of the blocking blame, kept for it
+    ranks = nodes["rank"].to_numpy()
+    # each kind's fixes (_fixes) from the recorded replay it is blamed over, taken from this loop's
+    # replay of it (blocking: nogap with gaps=zero, else replay; host: replay), not replayed again
+    fix_base = {"blocking": "nogap_ns" if params.gaps == "zero" else "replay_ns", "host": "replay_ns"}
+    fixes: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
     for col, (g, d) in replays:
         w = g + d  # what _replay.replay adds
         val = _replay.replay_weights(tl, w)
         frame = frame.join(_step_times(tl, val, w).rename({"t": col}), on="step")
         if col == "ideal_ns":
             ideal_val = val
+        for kind in (k for k, c in fix_base.items() if c == col):
+            # each rank's lateness removed (the kind's own values: durations or host gaps)
+            w_fix = g + np.minimum(d, dur_i) if kind == "blocking" else np.minimum(g, gap_m) + d
+            fixes[kind] = _fixes(tl, w, val, w_fix, ranks)
+            del w_fix
         del w, val
     frame = frame.with_columns(_common.whole_ns(pl.col(c)) for c in ("actual_ns", *(c for c, _ in replays)))
     base = "nogap_ns" if params.gaps == "zero" else "actual_ns"
@@ -447,6 +507,7 @@ def run(store: Store, params: Params) -> Result:
         params,
         frame["ideal_ns"].to_numpy() if params.gaps == "median" else capped.to_numpy(),
         ideal_val,
+        fixes["blocking"],
     )
     del ideal_val  # let go of before the host blame replays its own base
     blame = pl.concat(
@@ -464,6 +525,7 @@ def run(store: Store, params: Params) -> Result:
                 "host",
                 params,
                 frame["typgap_ns"].to_numpy(),
+                fixes=fixes["host"],
             ),
         ]
     )
@@ -532,6 +594,7 @@ def _blame(
     params: Params,
     ideal_steps: np.ndarray | None = None,
     base: np.ndarray | None = None,
+    fixes: tuple[dict[str, float], dict[str, float]] = ({}, {}),
 ) -> pl.DataFrame:
     """Slowdown of the ``ideal`` replay with one group's ``recorded`` values put back (module doc,
     step 5): durations for ``kind="blocking"``, host gaps for ``kind="host"``. ``ref``: the mean
@@ -540,7 +603,8 @@ def _blame(
     ``ideal_steps``: the per-step time the slowdown is over (its mean is ``ref``'s), for the stage
     rows' interval (``slowdown_lo``: the low end of a bootstrap over steps); None: that mean.
     ``base``: :func:`_replay.replay`'s ends with the ``ideal`` values when at hand (run's replay of
-    them), not replayed again."""
+    them), not replayed again. ``fixes``: :func:`_fixes` of the kind (its ``fix_slowdown`` and
+    ``bound_pct`` per rank; none: null)."""
     mean_ideal, cap = ref
     (gap0, dur0), (gap_i, dur_i) = recorded, ideal
     nodes = tl.nodes
@@ -620,8 +684,15 @@ def _blame(
     else:
         rows.append(("op", "(host gaps)", with_group(node_kind != 2)))
     excess_pct = (100 * (pl.col("slowdown") - 1) / (s_ref - 1)).clip(0.0, 100.0) if s_ref - 1 > 1e-9 else None
+    fix, bound = fixes
     blame = pl.DataFrame(rows, schema=["by", "group", "slowdown"], orient="row").with_columns(
         pl.lit(kind).alias("kind"),
+        pl.when(pl.col("by") == "rank")
+        .then(pl.col("group").replace_strict(fix, default=None, return_dtype=pl.Float64))
+        .alias("fix_slowdown"),
+        pl.when(pl.col("by") == "rank")
+        .then(pl.col("group").replace_strict(bound, default=None, return_dtype=pl.Float64))
+        .alias("bound_pct"),
         pl.lit(None, pl.Float64).alias("excess_alone_pct")
         if excess_pct is None
         else excess_pct.alias("excess_alone_pct"),
@@ -629,9 +700,104 @@ def _blame(
         .then(pl.col("group").replace_strict(low, default=None, return_dtype=pl.Float64))
         .alias("slowdown_lo"),
     )
-    return blame.select("by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct").sort(
-        ["by", "slowdown", "group"], descending=[False, True, False]
-    )  # group: a total order
+    return blame.select(
+        "by", "kind", "group", "slowdown", "slowdown_lo", "excess_alone_pct", "fix_slowdown", "bound_pct"
+    ).sort(["by", "slowdown", "group"], descending=[False, True, False])  # group: a total order
+
+
+#: :func:`_fixes` peels at most this many ranks (or groups of ranks tied), a replay each: the blame
+#: stays linear in the ranks; the ranks left have no ``bound_pct``.
+MAX_BOUND_GROUPS = 8
+
+
+def _fixes(
+    tl: _replay.Timeline, w_base: np.ndarray, val: np.ndarray, w_fix: np.ndarray, ranks: np.ndarray
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per rank (as text, ``blame``'s group): its fix slowdown and its bound share (module doc,
+    step 5). ``w_base``: each node's weight (gap + dur, ns) in the kind's recorded replay; ``val``:
+    :func:`_replay.replay_weights`'s ends with them (the caller's replay of it, not done again; left
+    as it was); ``w_fix``: the same weights with the lateness removed (the value above the ideal:
+    the smaller of the two), ns; ``ranks``: each node's rank (-1: instance nodes).
+
+    Fix slowdown: mean recorded step / mean step with only that rank's lateness removed (at least
+    1): the other ranks' lateness stays, so the next latest rank still bounds a collective (rank 1
+    140 us and rank 3 100 us late at every step's all-reduce, 4 ranks of 700 us of work and 100 us
+    of transfer: fixing rank 1 makes a 940 us step 900 us, not the ideal 860: 1.044). Bound share:
+    the ranks fixed one after another (the largest fix first, then the most lateness, summed over
+    its nodes; ranks alike in both fixed together, sharing what they save equally), each rank's
+    saving at its turn, % of the saving with every rank fixed: each rank that bounds steps gets a
+    share (rank 1 40 us, then rank 3 40 us of the 80: 50% each), and the shares add up to at most
+    100%. Linear: a replay of the changed nodes' cone per rank with lateness, one with all fixed,
+    and one per bound turn past the first and before the last (at most :data:`MAX_BOUND_GROUPS`).
+
+    Replays left out, the same floats: a rank without lateness saves 0; the only rank with lateness
+    saves what fixing all saves; the first turn (one rank) saves that rank's fix, a turn that fixes
+    the last lateness ends at all fixed, a turn of ranks without lateness saves 0. No rank's fix is
+    left out for being small alone: removing a rank's lateness with the others late can save more
+    than it costs alone (ranks 1 and 2 each 6 us late on one path with 10 us of slack: alone 0,
+    fixed with the other late 2 us), so an alone slowdown under stragglers' 1% floor bounds nothing.
+    """
+    all_ranks = np.unique(ranks[ranks >= 0])
+    if not len(all_ranks):
+        return {}, {}
+    m0 = float(_step_t(tl, val, w_base).mean())
+    if m0 <= 0:
+        return {}, {}
+    late = np.nonzero((w_fix < w_base) & (ranks >= 0))[0]
+    late = late[np.argsort(ranks[late], kind="stable")]  # by rank, each rank's nodes ascending
+    by_rank, first = np.unique(ranks[late], return_index=True)
+    ends = [*first[1:].tolist(), len(late)][: len(first)]
+    nodes_of = {int(r): late[a:b] for r, a, b in zip(by_rank.tolist(), first.tolist(), ends, strict=True)}
+    late = np.sort(late)  # a new array: nodes_of holds views of the one by rank
+    put_back = _PutBack(tl, w_base, val)
+    # each rank's lateness (ns, summed over its nodes) and the mean step with it fixed
+    excess = {r: float((w_base[at] - w_fix[at]).sum()) for r, at in nodes_of.items()}
+    m_all = float(put_back.step_t(late, w_fix[late]).mean()) if len(late) else m0
+    m_fix: dict[int, float] = {}
+    for r, at in nodes_of.items():
+        m_fix[r] = m_all if len(nodes_of) == 1 else float(put_back.step_t(at, w_fix[at]).mean())
+    gain = {r: m0 - m_fix.get(r, m0) for r in all_ranks.tolist()}
+    fix = {str(r): m0 / max(m0 - max(g, 0.0), 1e-300) for r, g in gain.items()}
+    total = m0 - m_all
+    if total <= 1e-9 * m0:  # no lateness bounds a step: nothing to share
+        return fix, {str(r): 0.0 for r in gain}
+    # ranks in order: the largest fix, the most lateness, the rank; alike in both (to float noise): one group
+    order = sorted(gain, key=lambda r: (-gain[r], -excess.get(r, 0.0), r))
+    groups: list[list[int]] = []
+    for r in order:
+        g0 = groups[-1][0] if groups else None
+        alike = g0 is not None and all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+            for a, b in ((gain[r], gain[g0]), (excess.get(r, 0.0), excess.get(g0, 0.0)))
+        )
+        if alike:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    bound: dict[str, float] = {}
+    fixed: list[np.ndarray] = []
+    n_fixed, before = 0, m0
+    for i, grp in enumerate(groups):
+        if before - m_all <= 1e-9 * m0:  # every lateness that bounds a step is fixed: the rest save nothing
+            bound.update((str(r), 0.0) for r in grp)
+            continue
+        if i >= MAX_BOUND_GROUPS:
+            break
+        new = [nodes_of[r] for r in grp if r in nodes_of]
+        fixed += new
+        n_fixed += sum(len(x) for x in new)
+        if not new:  # no lateness in the turn: nothing changes
+            after = before
+        elif n_fixed == len(late):  # the last lateness fixed: all fixed
+            after = m_all
+        elif i == 0 and len(grp) == 1:  # the first turn, one rank: its fix
+            after = m_fix[grp[0]]
+        else:
+            at = np.sort(np.concatenate(fixed))
+            after = float(put_back.step_t(at, w_fix[at]).mean())
+        bound.update((str(r), 100.0 * max(before - after, 0.0) / total / len(grp)) for r in grp)
+        before = after
+    return fix, bound
 
 
 def _at_least_1(x: float) -> float | None:
@@ -653,6 +819,10 @@ class _PutBack:
     #: Above this share of the nodes in the cone, each step's latest end is taken again over all
     #: its nodes (with the cone's ends in place) rather than from the cone's steps alone.
     CONE_SHARE = 0.125
+    #: Once a cone held over this share of the nodes, the later calls replay in full: a cone of most
+    #: of the graph costs about twice a full replay (8 x 1 M events: 0.17 s for 0.09 s), and the
+    #: ranks' cones are alike (each rank's collectives reach every rank).
+    FULL_AFTER_SHARE = 0.5
 
     def __init__(self, tl: _replay.Timeline, w: np.ndarray, val: np.ndarray, ends: bool = True) -> None:
         self.tl, self.w, self.val = tl, w, val
@@ -663,6 +833,7 @@ class _PutBack:
             order, seg = tl.step_ends()
         self.order, self.seg = order, seg
         self._all: _PutBack | None = None  # the same over every node: for weights below 0
+        self.full = False  # replay in full from now on (FULL_AFTER_SHARE)
         n_steps = len(seg)
         self.top = self._max(val)
         self.t = self.top - self.step_start  # _step_t(tl, val), its one gather and max taken once
@@ -680,12 +851,16 @@ class _PutBack:
             if self._all is None:
                 self._all = _PutBack(self.tl, self.w, self.val, ends=False)
             return self._all.step_t(at, w_at)
-        if len(at) > self.FULL_SHARE * len(self.w):
-            w = self.w.copy()
-            w[at] = w_at
-            w += 0.0  # what replay(w, 0) adds, in place (-0.0 + 0.0 is 0.0): the same floats
-            return self._max(_replay.replay_weights(self.tl, w)) - self.step_start
+        if self.full or len(at) > self.FULL_SHARE * len(self.w):
+            # the new weights in place of the base's (no copy of every weight), put back after
+            old_w = self.w[at]
+            try:
+                self.w[at] = w_at + 0.0  # what replay(w, 0) adds (-0.0 + 0.0 is 0.0): the same floats
+                return self._max(_replay.replay_weights(self.tl, self.w)) - self.step_start
+            finally:
+                self.w[at] = old_w
         idx, new = _replay.replay_changes(self.tl, self.w, self.val, at, w_at)
+        self.full = len(idx) > self.FULL_AFTER_SHARE * len(self.w)
         if len(idx) > self.CONE_SHARE * len(self.w):
             # a cone of most of the graph (a rank's collectives reach every rank): each step's
             # latest end over the changed ends in place, as _step_t takes it from a full replay,
@@ -902,8 +1077,39 @@ def _notes(
                     f"{kind}: largest by {by}: {top['group']} (alone S = {top['slowdown']:.3f}"
                     + (f", {share:.0f}% of the excess on its own)" if share is not None else ")")
                 )
+        bounds = _bounds_text(blame.filter((pl.col("by") == "rank") & (pl.col("kind") == kind)))
+        if bounds:
+            notes.append(f"{kind}: {bounds}")
     notes.append(
         "blame shares are each group alone and not additive: groups late at the same collectives each "
-        "explain it alone, so one category's shares can add up to more than 100%"
+        "explain it alone, so one category's shares can add up to more than 100%; bound shares "
+        "(bound_pct: ranks fixed one after another) add up to at most 100%"
     )
     return tuple(notes)
+
+
+#: :func:`_bounds_text` names the ranks whose bound share is at least this (%).
+BOUND_NAMED_PCT = 1.0
+
+
+def _bounds_text(ranks: pl.DataFrame) -> str:
+    """The ranks that bound steps, for a note: each rank of one kind's ``blame`` rows by rank whose
+    ``bound_pct`` is at least :data:`BOUND_NAMED_PCT`, the largest first, with its fix slowdown
+    (``rank 1 50% (fixed alone 1.044x), rank 3 50% (fixed alone 1.000x)``); "" when none (or
+    without those columns)."""
+    if not {"bound_pct", "fix_slowdown"} <= set(ranks.columns):
+        return ""
+    b = ranks.filter(pl.col("bound_pct") >= BOUND_NAMED_PCT).sort(
+        ["bound_pct", "group"], descending=[True, False]
+    )
+    if b.is_empty():
+        return ""
+    parts = [
+        f"rank {g} {p:.0f}% (fixed alone {f:.3f}x)"
+        for g, p, f in b.select("group", "bound_pct", "fix_slowdown").rows()
+    ]
+    return (
+        "ranks that bound steps, each one's share of the excess when the ranks are fixed one after another "
+        "(the largest fix first; a rank's fix alone leaves the next latest rank bounding): "
+        + ", ".join(parts)
+    )

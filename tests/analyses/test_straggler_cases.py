@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
-from traceprof.analyses import stragglers
+from traceprof.analyses import stragglers, whatif
 from traceprof.engine.findings import summarize
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
@@ -372,8 +373,9 @@ def _one_collective_steps(
     late: dict[int, float],
     steps: bool = True,
     step_us: tuple[float, ...] = (1000.0,),
+    n_steps: int = 8,
 ) -> Path:
-    """``n_ranks`` ranks, 8 steps of 1000 us (ProfilerStep#1..8, left out with ``steps=False``; step s
+    """``n_ranks`` ranks, ``n_steps`` (8) steps of 1000 us (ProfilerStep#1.., left out with ``steps=False``; step s
     lasts ``step_us[s % len(step_us)]`` us from its start, 1000 us apart), each
     holding one mm kernel [20, 720 + late] us into the step and one all-reduce (pg "0", Seq s)
     from its end to 820 + max(late) us; rank r's compute is ``late.get(r, 0)`` us longer. The
@@ -383,7 +385,7 @@ def _one_collective_steps(
     slow = max(late.values(), default=0.0)
     for r in ranks:
         ev: list[dict] = []
-        for s in range(8):
+        for s in range(n_steps):
             b, x = 1000.0 * s, late.get(r, 0.0)
             if steps:
                 ev.append(step(s + 1, b, step_us[s % len(step_us)]))
@@ -954,18 +956,22 @@ def test_point_to_point_counters_of_a_wide_group_are_not_matched_by_seq(store, t
 
 
 def _varying_steps(
-    folder: Path, late: float, pad: float = 0.0, lengths: tuple[float, ...] = (700.0, 1000.0, 1300.0) * 3
+    folder: Path,
+    late: float,
+    pad: float = 0.0,
+    lengths: tuple[float, ...] = (700.0, 1000.0, 1300.0) * 3,
+    late_in: frozenset[int] | None = None,
 ) -> Path:
     """2 ranks, steps of ``lengths`` us (default 9 of 700 / 1000 / 1300 us, three times: varying work,
     e.g. sequence lengths) plus ``pad`` us idle at their end, each one mm kernel of the step's work
     (length - 300 us: 400 / 700 / 1000) and one all-reduce that ends 100 us after the last arrival;
-    rank 1's mm ``late`` us longer in every step."""
+    rank 1's mm ``late`` us longer in every step (only in the steps ``late_in``, 0-based, when given)."""
     folder.mkdir()
     for r in (0, 1):
         ev: list[dict] = []
         b = 0.0
         for s, length in enumerate(lengths):
-            work, x = length - 300.0, late * r
+            work, x = length - 300.0, late * r * (late_in is None or s in late_in)
             ev.append(step(s + 1, b, length + pad))
             ar = collective_args(seq=s, ranks=[0, 1], nelems=1 << 20, out_nelems=1 << 20, group_size=2)
             ev += [
@@ -976,7 +982,7 @@ def _varying_steps(
                     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                     20,
                     b + 20 + work + x,
-                    100.0 + late - x,
+                    100.0 + late * (late_in is None or s in late_in) - x,
                     10 * s + 2,
                     **ar,
                 ),
@@ -1061,3 +1067,157 @@ def test_steps_that_drift_under_the_floor_are_pooled_over_all_with_or_without_a_
     res = analyze(store, "stragglers", "drift")
     r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
     assert r1["cost_pct"] == pytest.approx(100 * cost, abs=1e-6)
+
+
+def test_a_rank_late_in_some_steps_of_different_lengths_is_not_noise(store, tmp_path):
+    """The steps of :func:`_varying_steps` (9 of 700 / 1000 / 1300 us, mm work 400 / 700 / 1000 us,
+    200 us idle at their end), rank 1's mm 300 us longer in the first 5 of the 9 steps, no other
+    noise. Its lateness comes and goes: a rank x step interaction, all of it the two-way fit's
+    residual (rank 1's +66.7 us in its late steps, -83.3 us in the others: noise 111.8 us; the
+    spread of the steps' means, 250 us, under 3 x that), so the steps were pooled over all: S
+    1.189. The robust noise (each rank's median over steps taken out) is 0: rank 1's median step is
+    a late one, so only the 4 others hold a residual (+-150 us) and the median residual is 0. The
+    steps, which do different work, are pooled within each step. By hand: a step's ideal mm is the
+    mean of its two ranks, work + 150 us in a late step; the all-reduce's transfer 100 us; replayed
+    without gaps a step takes work + late + 100 us, on average (6300 + 5 x 300) / 9 + 100 =
+    966.67 us, its ideal (6300 + 5 x 150) / 9 + 100 = 883.33 us: S = 8700 / 7950 = 1.0943 (what
+    ``-p pool=step`` gave)."""
+    late_in = frozenset(range(5))
+    ingest(store, [_varying_steps(tmp_path / "run", 300.0, pad=200.0, late_in=late_in)], run="some")
+    w = analyze(store, "whatif", "some")
+    assert w.summary["pool"].item() == "step"
+    assert w.summary["slowdown"].item() == pytest.approx(8700 / 7950, rel=1e-9)
+    gap = [150_000.0 if s in late_in else 0.0 for s in range(9)]
+    assert (w.frame["nogap_ns"] - w.frame["ideal_ns"]).to_list() == gap
+
+
+#: 4 ranks, 9 steps of 1000 us, one all-reduce per step after the mm (700 us + the rank's lateness,
+#: :func:`_one_collective_steps`), transfer 100 us. By hand: a step replays without gaps in 700 +
+#: max(late) + 100 us; the ideal mm is the mean over the 4 ranks, 700 + sum(late) / 4 us. Fixing one
+#: rank alone sets its mm to the smaller of its own and that ideal: the next latest rank still bounds
+#: the step. The bound shares fix the ranks one after another (the largest fix first, then the most
+#: lateness; ranks alike together, sharing equally): each saves the layer between its lateness and
+#: the next one down (the last down to the ideal), % of nogap - ideal.
+SEVERAL_LATE = {
+    # 940 us, ideal 860: fixing rank 1 alone 900 (rank 3 bounds): 940 / 900 = 1.044, saving 40 us
+    # (its hold-up, 9 x 40 = 0.36 ms); rank 3 alone saves nothing; shares 40 / 80 and 40 / 80
+    "two unequal": ({1: 140.0, 3: 100.0}, 940, 860, {1: 940 / 900}, {1: 50.0, 3: 50.0}),
+    # 900 us, ideal 850: neither alone saves anything (the other bounds); together 50 us, half each
+    "two equal": ({1: 100.0, 3: 100.0}, 900, 850, {}, {1: 50.0, 3: 50.0}),
+    # 950 us, ideal 892.5: rank 1 alone 920 (rank 2 bounds): 950 / 920; then rank 2 down to 900,
+    # rank 3 down to 892.5: 30, 20 and 7.5 us of 57.5
+    "three unequal": (
+        {1: 150.0, 2: 120.0, 3: 100.0},
+        950,
+        892.5,
+        {1: 950 / 920},
+        {1: 3000 / 57.5, 2: 2000 / 57.5, 3: 750 / 57.5},
+    ),
+    # 900 us, ideal 875: 25 us, a third each
+    "three equal": ({1: 100.0, 2: 100.0, 3: 100.0}, 900, 875, {}, {1: 100 / 3, 2: 100 / 3, 3: 100 / 3}),
+    # one late rank: its fix is the whole excess, 940 / 835, as its recorded times put back on the ideal
+    "one": ({1: 140.0}, 940, 835, {1: 940 / 835}, {1: 100.0}),
+}
+
+
+@pytest.mark.parametrize("case_name", list(SEVERAL_LATE))
+def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, case_name):
+    """Each rank that bounds steps gets its share (``bound_pct``), and a rank's fix alone
+    (``fix_slowdown``, the straggler finding's speed-up) leaves the others' lateness in place
+    (:data:`SEVERAL_LATE`, hand values). Before, whatif had only the largest rank's recorded times
+    put back on the ideal (940 / 860 with two late ranks: rank 1 "100% of the excess", the finding
+    "1.08x faster" without it), the next one's lateness counted as its own, and a rank never last
+    (rank 3) had no share."""
+    late, nogap, ideal, fixes, bound = SEVERAL_LATE[case_name]
+    ingest(store, [_one_collective_steps(tmp_path / "run", 4, late, n_steps=9)], run="late")
+    w = analyze(store, "whatif", "late")
+    assert w.summary["slowdown"].item() == pytest.approx(nogap / ideal, rel=1e-9)
+    ranks = w.blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
+    fix = {int(g): x for g, x in ranks.select("group", "fix_slowdown").rows()}
+    assert fix == pytest.approx({r: fixes.get(r, 1.0) for r in range(4)}, rel=1e-9)
+    share = {int(g): x for g, x in ranks.select("group", "bound_pct").rows()}
+    assert share == pytest.approx({r: bound.get(r, 0.0) for r in range(4)}, abs=1e-9)
+    named = [f"rank {r} {bound[r]:.0f}%" for r in sorted(bound, key=lambda r: (-bound[r], r))]
+    note = next(n for n in w.notes if n.startswith("blocking: ranks that bound steps"))
+    assert all(x in note for x in named), note
+    # stragglers' cost stays the time a rank's recorded times (up to the collectives it was last at,
+    # alone) add to the ideal, of the 1000 us step: what its delays cost an ideal job (two unequal:
+    # rank 1 80 us, 8.0%); a rank never last alone (ties, or a second late rank) has none
+    res = analyze(store, "stragglers", "late")
+    cost = dict(res.frame.select("rank", "cost_pct").iter_rows())
+    top = {r: nogap - ideal for r in fixes}
+    assert cost == pytest.approx({r: 100 * top.get(r, 0.0) / 1000 for r in range(4)}, abs=1e-6)
+    if case_name == "two unequal":
+        r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+        assert (r1["holdup_ns"], r1["named"]) == (360_000, True)
+        # the finding: its delays cost an ideal job 1.08x, fixing it alone buys 1.04x (940 -> 900 us)
+        found = next(x for x in summarize(store, "late").findings if x.topic == "stragglers")
+        assert (
+            "its delays alone cost 1.08x on an ideal job, and fixing it alone steps would be 1.04x faster"
+            in (found.text)
+        )
+        assert "; then rank 3 (50% of the excess) bound them (whatif's bound shares)" in found.text
+
+
+#: :data:`SEVERAL_LATE`'s cases: the replays ``whatif._fixes`` makes for the blocking kind (none
+#: of the recorded base, the frame's own; ``_PutBack.step_t`` calls): one per late rank's fix (none
+#: for the only late rank: it is all fixed), one with all fixed, and one per bound turn but the first
+#: (one rank: its fix) and the one fixing the last lateness (all fixed). Before: the base replayed per
+#: kind, and every turn replayed: 7, 6, 8, 7 and 3 calls.
+FIX_REPLAYS = {
+    "two unequal": 2 + 1,  # turns [1], [3]: the first and the last
+    "two equal": 2 + 1,  # one turn [1, 3]: the last
+    "three unequal": 3 + 1 + 1,  # turns [1], [2], [3]: [2] replayed
+    "three equal": 3 + 1,  # one turn [1, 2, 3]
+    "one": 0 + 1,  # one turn [1]: the last
+}
+
+
+@pytest.mark.parametrize("case_name", list(SEVERAL_LATE))
+def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, monkeypatch, case_name):
+    """``whatif._fixes`` takes the recorded replay from the frame's (no replay of its own, but in
+    ``step_t``) and
+    replays only what no other replay gives (:data:`FIX_REPLAYS`); the figures stay those of
+    :func:`test_several_late_ranks_each_bound_steps_with_their_share`."""
+    calls = {"replay": 0, "step_t": 0, "kind": ""}
+    inside = [False]
+    fixes, step_t, replay_weights = whatif._fixes, whatif._PutBack.step_t, whatif._replay.replay_weights
+
+    def counted_fixes(*args):  # (tl, w_base, [val,] w_fix, ranks)
+        w_base, w_fix = args[1], args[-2]
+        inside[0] = True
+        calls["step_t"] = 0
+        try:
+            out = fixes(*args)
+        finally:
+            inside[0] = False
+        # the blocking kind's fixes are the ones with lateness in durations (host: no gap is late)
+        if bool(np.any(w_fix < w_base)):
+            calls["kind"] = f"{calls['kind']}+{calls['step_t']}"
+        return out
+
+    def counted_step_t(self, at, w_at):  # its own full replays (many nodes changed) not counted
+        was, inside[0] = inside[0], False
+        calls["step_t"] += was
+        try:
+            return step_t(self, at, w_at)
+        finally:
+            inside[0] = was
+
+    def counted_replay(tl, w):
+        calls["replay"] += inside[0]
+        return replay_weights(tl, w)
+
+    monkeypatch.setattr(whatif, "_fixes", counted_fixes)
+    monkeypatch.setattr(whatif._PutBack, "step_t", counted_step_t)
+    monkeypatch.setattr(whatif._replay, "replay_weights", counted_replay)
+    late, nogap, ideal, fix, bound = SEVERAL_LATE[case_name]
+    ingest(store, [_one_collective_steps(tmp_path / "run", 4, late, n_steps=9)], run="late")
+    w = analyze(store, "whatif", "late")
+    assert calls["replay"] == 0
+    assert calls["kind"] == f"+{FIX_REPLAYS[case_name]}"
+    ranks = w.blame.filter((pl.col("by") == "rank") & (pl.col("kind") == "blocking"))
+    got = {int(g): x for g, x in ranks.select("group", "fix_slowdown").rows()}
+    assert got == pytest.approx({r: fix.get(r, 1.0) for r in range(4)}, rel=1e-9)
+    share = {int(g): x for g, x in ranks.select("group", "bound_pct").rows()}
+    assert share == pytest.approx({r: bound.get(r, 0.0) for r in range(4)}, abs=1e-9)

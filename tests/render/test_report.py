@@ -237,7 +237,7 @@ def test_findings_open_the_report_within_the_size_budget(store, tmp_path, caplog
     assert (
         "rank 2 is a straggler" in first
         and "12/12 collectives" in first
-        and "faster (what-if with its delays alone)" in first
+        and "faster (what-if with only its lateness removed" in first
     )
     # GPU-only sections collapse into one line saying what is missing and how to get it.
     assert body.count('class="missing"') == 1 and 'class="err"' not in body

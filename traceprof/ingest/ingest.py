@@ -539,6 +539,7 @@ def ingest(
                 "to one run: ingest the files under that run's name, or into another store (--db)"
             )
         todo += [(part, f) for f in new]
+    todo = _read_once(todo, result.warnings)
     fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:
@@ -638,6 +639,27 @@ def ingest(
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
     return result
+
+
+def _read_once(todo: list[tuple[Part, Path]], warnings: list[str]) -> list[tuple[Part, Path]]:
+    """``todo`` without a second file of the same content (SHA-256) as one before it, each left out
+    said in ``warnings`` naming both paths: one ingest reads a file once, as a later ingest skips
+    one already stored (README "same file twice is a no-op"). Only files of a size two of them
+    share are hashed (a second read of those)."""
+    sizes: dict[int, int] = {}
+    for _, f in todo:
+        sizes[f.stat().st_size] = sizes.get(f.stat().st_size, 0) + 1
+    first: dict[str, Path] = {}
+    out: list[tuple[Part, Path]] = []
+    for part, f in todo:
+        if sizes[f.stat().st_size] > 1:
+            digest = _sha256(f)
+            if digest in first:
+                warnings.append(f"skipped {f}: the same content as {first[digest]} (same sha256), read once")
+                continue
+            first[digest] = f
+        out.append((part, f))
+    return out
 
 
 def _check_executor(store: Store, executor: str, scheduler: str | None) -> None:

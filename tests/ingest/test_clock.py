@@ -114,13 +114,15 @@ def _copy_run(src: Path, dst: Path, shift_rank: int | None = None) -> Path:
     """Copy the Kineto traces and sidecars of a sample run; shift one rank's clock by moving its
     baseTimeNanoseconds (every event of a new-style trace is base + ts, so all move exactly)."""
     dst.mkdir(parents=True)
-    for f in sorted(src.glob("rank*.meta.json")) + sorted(src.glob("rank*.trace.json.gz")):
+    for f in sorted(src.glob("rank*.meta.json")):
         shutil.copy(f, dst / f.name)
-    if shift_rank is not None:
-        p = dst / f"rank{shift_rank}.trace.json.gz"
-        doc = json.loads(gzip.decompress(p.read_bytes()))
-        doc["baseTimeNanoseconds"] += SHIFT_NS
-        p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    for f in sorted(src.glob("rank*.trace.json.gz")):
+        # each copy's own content (its folder's name in traceName): one ingest reads a file of the
+        # same content as another once (copies of one run in two folders would be one run's files)
+        doc = json.loads(gzip.decompress(f.read_bytes())) | {"traceName": str(dst / f.name)}
+        if f.name == f"rank{shift_rank}.trace.json.gz":
+            doc["baseTimeNanoseconds"] += SHIFT_NS
+        (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
     return dst
 
 

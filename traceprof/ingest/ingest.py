@@ -539,7 +539,6 @@ def ingest(
                 "to one run: ingest the files under that run's name, or into another store (--db)"
             )
         todo += [(part, f) for f in new]
-    todo = _read_once(todo, result.warnings)
     fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:
@@ -560,6 +559,7 @@ def ingest(
             except OSError:  # the store's folder is not writable: the events come back in memory
                 spool = None
         parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
+        parsed = _read_once(todo, parsed, result.warnings)
         not_traces: list[Path] = []
         why: dict[Path, NotATraceError] = {}
         for (part, f), pts in zip(todo, parsed, strict=True):
@@ -641,24 +641,37 @@ def ingest(
     return result
 
 
-def _read_once(todo: list[tuple[Part, Path]], warnings: list[str]) -> list[tuple[Part, Path]]:
-    """``todo`` without a second file of the same content (SHA-256) as one before it, each left out
-    said in ``warnings`` naming both paths: one ingest reads a file once, as a later ingest skips
-    one already stored (README "same file twice is a no-op"). Only files of a size two of them
-    share are hashed (a second read of those)."""
-    sizes: dict[int, int] = {}
-    for _, f in todo:
-        sizes[f.stat().st_size] = sizes.get(f.stat().st_size, 0) + 1
-    first: dict[str, Path] = {}
-    out: list[tuple[Part, Path]] = []
-    for part, f in todo:
-        if sizes[f.stat().st_size] > 1:
-            digest = _sha256(f)
-            if digest in first:
-                warnings.append(f"skipped {f}: the same content as {first[digest]} (same sha256), read once")
-                continue
-            first[digest] = f
-        out.append((part, f))
+def _read_once(
+    todo: list[tuple[Part, Path]], parsed: list[list[ParsedTrace] | TraceprofError], warnings: list[str]
+) -> list[list[ParsedTrace] | TraceprofError]:
+    """``parsed`` (one entry per ``todo`` file) with the traces of a file whose content (SHA-256,
+    ``ParsedTrace.sha256``) is that of a file before it replaced by ``[]``, each said in ``warnings``
+    naming both paths: one ingest reads a file once, as a later ingest skips a file already stored
+    (README "same file twice is a no-op"). Linear in the files.
+
+    Raises:
+        UsageError: A run of this ingest would hold new files beside a copy of another run's file
+            (it would miss that rank), as :func:`ingest` refuses a file stored in another run.
+    """
+    first: dict[str, int] = {}
+    copy_of: dict[int, int] = {}
+    for i, pts in enumerate(parsed):
+        if isinstance(pts, list) and pts:
+            copy_of[i] = first.setdefault(pts[0].sha256, i)
+    copy_of = {i: o for i, o in copy_of.items() if i != o}
+    new = {
+        id(todo[i][0]) for i, pts in enumerate(parsed) if isinstance(pts, list) and pts and i not in copy_of
+    }
+    out = list(parsed)
+    for i, o in copy_of.items():
+        (part, f), (owner, orig) = todo[i], todo[o]
+        if owner is not part and id(part) in new:
+            raise UsageError(
+                f"{f}: the same content as {orig} (same sha256) of run {owner.name!r} of this ingest, so run "
+                f"{part.name!r} would miss that rank; a file belongs to one run: leave the copy out"
+            )
+        warnings.append(f"skipped {f}: the same content as {orig} (same sha256), read once")
+        out[i] = []
     return out
 
 

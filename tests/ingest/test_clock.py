@@ -114,13 +114,15 @@ def _copy_run(src: Path, dst: Path, shift_rank: int | None = None) -> Path:
     """Copy the Kineto traces and sidecars of a sample run; shift one rank's clock by moving its
     baseTimeNanoseconds (every event of a new-style trace is base + ts, so all move exactly)."""
     dst.mkdir(parents=True)
-    for f in sorted(src.glob("rank*.meta.json")) + sorted(src.glob("rank*.trace.json.gz")):
+    for f in sorted(src.glob("rank*.meta.json")):
         shutil.copy(f, dst / f.name)
-    if shift_rank is not None:
-        p = dst / f"rank{shift_rank}.trace.json.gz"
-        doc = json.loads(gzip.decompress(p.read_bytes()))
-        doc["baseTimeNanoseconds"] += SHIFT_NS
-        p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    for f in sorted(src.glob("rank*.trace.json.gz")):
+        # each copy's own content (its folder's name in traceName): one ingest reads a file of the
+        # same content as another once (copies of one run in two folders would be one run's files)
+        doc = json.loads(gzip.decompress(f.read_bytes())) | {"traceName": str(dst / f.name)}
+        if f.name == f"rank{shift_rank}.trace.json.gz":
+            doc["baseTimeNanoseconds"] += SHIFT_NS
+        (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
     return dst
 
 
@@ -177,3 +179,24 @@ def test_shifted_rank_is_realigned_and_verdict_unchanged(store, tmp_path):
         run: analyze(store, "stragglers", run).verdict["rank"].to_list() for run in ("orig", "shifted")
     }
     assert verdicts["orig"] == verdicts["shifted"] == [2]
+
+
+def test_an_offset_of_minutes_is_not_clock_skew_and_is_not_applied(store, tmp_path):
+    """t9 D1: ranks 0-1 of sample_traces/normal and 2-3 of straggler_rank3 (another job, recorded
+    431 s later on the same host) forced into one run were aligned by -431,296,490,709 ns on ranks
+    2-3 (clock_aligned true). An offset above MAX_SKEW_NS (60 s) between epoch clocks is not applied:
+    every offset 0, clock_aligned false, a warning names the ranks (-431.3 s each by hand from that
+    offset)."""
+    a, b = SAMPLES / "normal", SAMPLES / "straggler_rank3"
+    if not (b / "rank3.trace.json.gz").exists():
+        pytest.skip("sample_traces not recorded")
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for src, ranks in ((a, (0, 1)), (b, (2, 3))):
+        for r in ranks:
+            shutil.copy(src / f"rank{r}.trace.json.gz", d / f"rank{r}.trace.json.gz")
+    res = ingest(store, [d], run="mixed", force_run=True)
+    assert _offsets(store, "mixed") == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert store.sql("SELECT clock_aligned FROM runs").rows() == [(False,)]
+    note = next(w for w in res.warnings if "not clock skew" in w)
+    assert "rank 2's would move -431.3 s, rank 3's would move -431.3 s; more than 60 s" in note, note

@@ -144,9 +144,9 @@ def test_a_run_failing_after_another_was_stored_says_which_was(tmp_path, monkeyp
     from traceprof.core.errors import StoreError
     from traceprof.ingest import ingest as ingest_mod
 
-    for name in ("a", "b"):
+    for name in ("a", "b"):  # two contents: one ingest reads a file of another's content once
         (tmp_path / "in" / name).mkdir(parents=True)
-        (tmp_path / "in" / name / "rank0.json").write_text(json.dumps(micro_trace(["aten::mm"])))
+        (tmp_path / "in" / name / "rank0.json").write_text(json.dumps(micro_trace([f"aten::mm_{name}"])))
     real = ingest_mod._settle_run
 
     def settle(store, run_id, align):

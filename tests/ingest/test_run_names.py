@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import micro_trace
 from tests.conftest import SAMPLES, corpus
-from traceprof.core.errors import UsageError
+from traceprof.core.errors import StoreError, UsageError
 from traceprof.ingest.ingest import ingest
 from traceprof.ingest.naming import stem
 
@@ -208,3 +208,107 @@ def test_the_working_folder_is_named_as_the_shell_spells_it(store, tmp_path, mon
     assert logical_path(Path("rank0.json")) == linked / "rank0.json"
     monkeypatch.setenv("PWD", str(tmp_path))  # a stale $PWD (another folder) is not believed
     assert logical_path(Path("rank0.json")) == (SAMPLES / "clean").resolve() / "rank0.json"
+
+
+T0 = 1_700_000_000_000_000_000  # ns
+
+
+def _job_file(path: Path, rank: int, base_ns: int, pid: int, host: str = "vm", world: int = 4) -> Path:
+    """A one-step Kineto rank file (ProfilerStep of 100 us at base_ns) of ``host`` and ``pid``."""
+    doc = micro_trace(["aten::mm"], rank=rank, world=world, base_ns=base_ns) | {"host_name": host}
+    for e in doc["traceEvents"]:
+        e["pid"] = pid
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_two_jobs_of_one_host_in_one_folder_are_two_runs_not_clock_skew(store, tmp_path):
+    """t9 D1: ranks 0-1 of one job and ranks 2-3 of another (host 'vm', recorded 431 s apart) were one
+    run, ranks 2-3 shifted by -431 s "to align clocks". Ranks of one host share a clock, so one job's
+    traces overlap: by hand, gap = 431 s - 100 us (rank 0's span) = 430.9999 s > max(1 s, 100 us),
+    = 7.2 min; two runs named after each job's lowest pid, no offset."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for r in (0, 1):
+        _job_file(d / f"rank{r}.json", r, T0, pid=100 + r)
+    for r in (2, 3):
+        _job_file(d / f"rank{r}.json", r, T0 + 431 * 10**9, pid=200 + r)
+    res = ingest(store, [d], jobs=1)
+    assert sorted(res.runs) == ["mixed-pid100", "mixed-pid202"]
+    assert {n: k for n, (_, k) in _runs(store).items()} == dict.fromkeys(res.runs, 2)
+    note = next(w for w in res.warnings if "cannot be one job" in w)
+    assert (
+        "was recorded 7.2 min after rank" in note and "both on host 'vm', whose ranks share a clock" in note
+    )
+    assert store.sql("SELECT count(*) FROM traces WHERE clock_offset_ns <> 0").rows() == [(0,)]
+
+
+def test_two_jobs_of_one_host_named_one_run_are_refused(store, tmp_path):
+    """--run puts every file in one run: the same-host gap is refused naming both files."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    _job_file(d / "rank0.json", 0, T0, pid=100)
+    _job_file(d / "rank2.json", 2, T0 + 431 * 10**9, pid=200)
+    with pytest.raises(
+        StoreError, match=r"rank2.json: recorded 7.2 min after rank0.json ended, on the same host 'vm'"
+    ):
+        ingest(store, [d], jobs=1, run="one")
+    assert store.runs().height == 0
+
+
+def test_one_hosts_ranks_within_a_second_are_one_run_two_seconds_apart_two(store, tmp_path):
+    """The tolerance, by hand: spans of 100 us, so the bound is max(1 s, 100 us) = 1 s. Rank 1 starting
+    0.5 s after rank 0 ends is one job (a late profiler start); 2 s after, two."""
+    near = tmp_path / "near"
+    near.mkdir()
+    _job_file(near / "rank0.json", 0, T0, pid=100, world=2)
+    _job_file(near / "rank1.json", 1, T0 + 100_000 + 500_000_000, pid=101, world=2)
+    assert list(ingest(store, [near], jobs=1).runs) == ["near"]
+    far = tmp_path / "far"
+    far.mkdir()
+    _job_file(far / "rank0.json", 0, T0, pid=300, world=2)
+    _job_file(far / "rank1.json", 1, T0 + 100_000 + 2 * 10**9, pid=301, world=2)
+    assert sorted(ingest(store, [far], jobs=1).runs) == ["rank0", "rank1"]
+
+
+def test_one_rank_twice_recorded_apart_is_one_run_per_file_as_the_readme_says(store, tmp_path):
+    """t9 D4: a.json and b.json, both rank 0 of 4 on host 'vm', 446 s apart, were refused ("rank 0
+    also in"), while README "Run names" says such files are one run each, named after the file."""
+    d = tmp_path / "dupranks"
+    d.mkdir()
+    _job_file(d / "a.json", 0, T0, pid=100)
+    _job_file(d / "b.json", 0, T0 + 446 * 10**9, pid=200)
+    res = ingest(store, [d], jobs=1)
+    assert sorted(res.runs) == ["a", "b"]
+    note = next(w for w in res.warnings if "cannot be one job" in w)
+    assert "(rank 0 is in a.json and b.json), so they are 2 runs: 'a', 'b'" in note
+
+
+def test_identical_files_of_one_ingest_are_read_once(store, tmp_path):
+    """t9 D5: two byte-identical files in two folders of one ingest were two runs; now the second is
+    skipped with a warning naming both paths, as a later ingest skips a file already stored."""
+    a, b = tmp_path / "x", tmp_path / "y"
+    a.mkdir()
+    b.mkdir()
+    f = _job_file(a / "rank0.json", 0, T0, pid=100, world=1)
+    g = b / "copy.json"
+    g.write_bytes(f.read_bytes())
+    res = ingest(store, [a, b], jobs=1)
+    assert list(res.runs) == ["x"] and res.added == [str(f)]
+    assert f"skipped {g}: the same content as {f} (same sha256), read once" in res.warnings
+
+
+def test_a_copy_beside_new_files_of_another_run_is_refused_as_across_ingests(store, tmp_path):
+    """As a later ingest refuses a folder whose new files sit beside a file stored in another run
+    (the run would miss that rank), so does one ingest: y holds a copy of x's rank 0 and a new rank 1."""
+    x, y = tmp_path / "x", tmp_path / "y"
+    x.mkdir()
+    y.mkdir()
+    f = _job_file(x / "rank0.json", 0, T0, pid=100, world=2)
+    (y / "rank0.json").write_bytes(f.read_bytes())
+    _job_file(y / "rank1.json", 1, T0, pid=101, world=2)
+    with pytest.raises(
+        UsageError, match=r"y/rank0.json: the same content as .*x/rank0.json \(same sha256\) of run 'x'"
+    ):
+        ingest(store, [x, y], jobs=1)
+    assert store.runs().height == 0

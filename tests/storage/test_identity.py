@@ -48,8 +48,10 @@ def test_a_new_runs_files_of_two_jobs_are_refused(store, tmp_path, t1, message):
     d = tmp_path / "job"
     _fr(d, 0, T0)
     _fr(d, 1, t1)
+    # named one run (--run), refused; without it, each file is a run of its own (README "Run names":
+    # files recorded apart that cannot be one job are split; tests/ingest/test_run_names.py)
     with pytest.raises(StoreError) as e:
-        ingest(store, [d], jobs=1)
+        ingest(store, [d], jobs=1, run="job")
     assert str(e.value) == (
         f"{(d / 'fr_rank1.json').resolve()}: {message}: files of different jobs in run 'job': "
         "put each job's files in its own folder (or ingest them with --run NAME each); if "
@@ -74,7 +76,7 @@ def test_rank_and_world_size_conflicts_name_the_sources_own_fields(store, tmp_pa
     d = tmp_path / "job"
     _fr(d, 0, T0)
     (d / "fr_rank0.json").rename(d / "a.fr.json")
-    _fr(d, 0, T0)
+    _fr(d, 0, T0 + 1)  # 1 ns later: not the same file (that is read once), recorded together
     with pytest.raises(TraceFormatError) as e:
         ingest(store, [d], jobs=1)
     assert ": rank (or the file name): rank 0 also in " in str(e.value)

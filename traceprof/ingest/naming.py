@@ -10,9 +10,13 @@ Rules, in order (each renaming or split is said in a note):
      alone (or a whole-run file such as an NDTimeline trace) is one run named after the file, its
      trace suffixes dropped (``x.sqlite`` -> ``x``, ``rank0.pt.trace.json.gz`` -> ``rank0``).
   2. A folder whose files cannot be one job (:func:`conflict`: ranks unknown in several files, one
-     rank twice, other world sizes, recorded hours apart) is split: files of one stated world size
-     stay together where they can be one job; single-rank files (no world size, or 1) are one run
-     each, named after the file; what still cannot be one run is left for ingest to refuse.
+     rank twice, other world sizes, recorded hours apart, or traces of one host that do not overlap
+     in time) is split: files of one stated world size stay together where they can be one job;
+     single-rank files (no world size, or 1) are one run each, named after the file; files of one
+     world size that cannot be one job are split by time (:func:`by_clock`: files whose spans
+     overlap are one job's) where each such set can be one job, a set of one file named after the
+     file, of several ``<folder>-pid<its lowest pid>``; what still cannot be one run (one rank twice
+     in files recorded together) is left for ingest to refuse.
   3. Runs of this ingest that would share a name (folders ``a/test`` and ``b/test``) are one run
      when their files can be one job (a job's ranks in one folder per host); else each is named
      by as much of its path as tells them apart (``a/test``, ``b/test``).
@@ -26,10 +30,16 @@ from pathlib import Path
 from traceprof.core.errors import StoreError
 from traceprof.core.parsed import ParsedTrace
 from traceprof.ingest import sources
-from traceprof.storage.identity import check_within
+from traceprof.storage.identity import (
+    SAME_HOST_SLACK_NS,
+    check_within,
+    duration,
+    epoch_span,
+    same_host_gap,
+)
 from traceprof.storage.store import Store
 
-__all__ = ["Part", "stem", "conflict", "assign", "relate"]
+__all__ = ["Part", "stem", "conflict", "assign", "relate", "by_clock"]
 
 #: Suffixes dropped from a file's name to name its run (repeatedly, case-insensitively).
 TRACE_SUFFIXES = (".gz", ".zst", ".json", ".sqlite", ".db", ".parquet", ".pkl", ".pickle", ".trace", ".pt")
@@ -60,7 +70,8 @@ class Part:
 def conflict(traces: list[ParsedTrace]) -> str:
     """Why ``traces`` cannot be one job's run, or ``""``: several files and a rank unknown, one
     (rank, source, part) in two files (``ParsedTrace.part``: the NCCL plugin writes a file per
-    communicator), two world sizes, or times more than an hour apart
+    communicator), two world sizes, traces of one host that do not overlap in time
+    (:func:`traceprof.storage.identity.same_host_gap`), or times more than an hour apart
     (:func:`traceprof.storage.identity.check_within`)."""
     files = {pt.path for pt in traces}
     if len(files) < 2:
@@ -78,6 +89,13 @@ def conflict(traces: list[ParsedTrace]) -> str:
     worlds = sorted({pt.world_size for pt in traces if pt.world_size is not None})
     if len(worlds) > 1:
         return f"its files state world sizes {', '.join(map(str, worlds))}"
+    apart = same_host_gap(traces)
+    if apart is not None:
+        first, later, host, gap = apart
+        return (
+            f"{Path(later).name} was recorded {duration(gap)} after {Path(first).name} ended, both on host {host!r}, "
+            "whose ranks share a clock"
+        )
     try:
         check_within("", traces)
     except StoreError:
@@ -110,14 +128,44 @@ def _pid_name(name: str, traces: list[ParsedTrace]) -> str:
     return f"{name}-pid{pids[0]}"
 
 
+def _pid_names(name: str, jobs: list[list[ParsedTrace]]) -> list[str]:
+    """``<name>-pid<lowest pid>`` per job; jobs of one lowest pid (processes of other hosts or
+    containers) numbered, never one run again."""
+    names = [_pid_name(name, job) for job in jobs]
+    return [f"{n}-{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+
+
+def by_clock(traces: list[ParsedTrace]) -> list[list[str]]:
+    """The files of ``traces`` as sets recorded together, in order of their first time: a file
+    whose epoch span begins within max(its span, the span of the file so far that ends last,
+    :data:`~traceprof.storage.identity.SAME_HOST_SLACK_NS`) of that file's end joins its set, as
+    :func:`~traceprof.storage.identity.same_host_gap` judges one host's files. One set when some file
+    has no epoch span (nothing to tell them apart by). n log n in the traces.
+    """
+    spans: dict[str, tuple[int, int]] = {}
+    for pt in traces:
+        lo, hi = epoch_span(pt)
+        if lo is None or hi is None:
+            return [list(dict.fromkeys(pt.path for pt in traces))]
+        old = spans.get(pt.path, (lo, hi))
+        spans[pt.path] = (min(lo, old[0]), max(hi, old[1]))
+    sets: list[list[str]] = []
+    last: tuple[int, int] | None = None  # the span so far that ends last
+    for path, (lo, hi) in sorted(spans.items(), key=lambda kv: kv[1]):
+        if last is None or lo - last[1] > max(SAME_HOST_SLACK_NS, hi - lo, last[1] - last[0]):
+            sets.append([])
+        sets[-1].append(path)
+        if last is None or hi > last[1]:
+            last = (lo, hi)
+    return sets
+
+
 def _related(part: Part, notes: list[str]) -> list[Part]:
     """Rule 0 of the module doc on one would-be run."""
     jobs = relate(part.traces)
     if len(jobs) < 2:
         return [part]
-    names = [_pid_name(part.name, job) for job in jobs]
-    # jobs of one lowest pid (processes of other hosts or containers): numbered, never one run again
-    names = [f"{n}-{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    names = _pid_names(part.name, jobs)
     out = [Part(n, part.origin, job) for n, job in zip(names, jobs, strict=True)]
     notes.append(
         f"{part.origin}: its files are {len(out)} jobs' (sets of processes that share no communicator, "
@@ -152,8 +200,14 @@ def _split(part: Part, why: str, notes: list[str]) -> list[Part]:
             out += [Part(stem(Path(p)), Path(p), files[p]) for p in paths]
         elif not conflict(traces):  # one job's files: the folder's name (with its world size if two)
             out.append(Part(f"{part.name}-world{w}" if jobs > 1 else part.name, part.origin, traces))
+        elif (
+            timed := _timed(f"{part.name}-world{w}" if jobs > 1 else part.name, part.origin, files, paths)
+        ) is not None:
+            out += timed
         else:
-            return [part]  # two runs of one job in one folder: ingest says which files clash
+            return [
+                part
+            ]  # two runs of one job in one folder recorded together: ingest says which files clash
     if len(out) < 2:
         return [part]
     names = ", ".join(repr(p.name) for p in out)
@@ -162,6 +216,24 @@ def _split(part: Part, why: str, notes: list[str]) -> list[Part]:
         "(put each job's files in a folder of its own, or name one run with --run)"
     )
     return out
+
+
+def _timed(
+    name: str, origin: Path, files: dict[str, list[ParsedTrace]], paths: list[str]
+) -> list[Part] | None:
+    """Rule 2's split by time of one world size's files (:func:`by_clock`), or None when the sets
+    are one, or some set still cannot be one job."""
+    sets = by_clock([pt for p in paths for pt in files[p]])
+    if len(sets) < 2 or any(conflict([pt for p in s for pt in files[p]]) for s in sets):
+        return None
+    many = [[pt for p in s for pt in files[p]] for s in sets if len(s) > 1]
+    names = iter(_pid_names(name, many))
+    return [
+        Part(next(names), origin, [pt for p in s for pt in files[p]])
+        if len(s) > 1
+        else Part(stem(Path(s[0])), Path(s[0]), files[s[0]])
+        for s in sets
+    ]
 
 
 def _suffix(origin: Path, name: str, depth: int) -> str:

@@ -2,7 +2,10 @@
 
 The files of a new run must lie within :data:`MAX_GAP_NS` of each other in time
 (:func:`check_within`: a folder that mixes an old export with today's dumps is two jobs, not one
-run), and a run that already holds traces gains new ones only when they agree with it on world
+run), nor may two traces of one host lie apart by more than the longer one's span (at least
+:data:`SAME_HOST_SLACK_NS`): the ranks of one host read one clock and one job's ranks profile the
+same steps, so two such traces that do not overlap are two jobs' (two jobs' rank files in one
+folder, recorded minutes apart, are not clock skew). A run that already holds traces gains new ones only when they agree with it on world
 size, distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
 more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
 Facts a trace does not state are not compared, and times only between sources with epoch clocks
@@ -28,7 +31,17 @@ else:
     pa = lazy("pyarrow")
     pc = lazy("pyarrow.compute")
 
-__all__ = ["check_append", "check_within", "MAX_GAP_NS", "EPOCH_SOURCES", "RELATIVE_CLOCK"]
+__all__ = [
+    "check_append",
+    "check_within",
+    "same_host_gap",
+    "epoch_span",
+    "duration",
+    "MAX_GAP_NS",
+    "SAME_HOST_SLACK_NS",
+    "EPOCH_SOURCES",
+    "RELATIVE_CLOCK",
+]
 
 #: Sources whose timestamps are epoch ns as recorded (README.md "What traceprof handles"), so spans compare across files.
 EPOCH_SOURCES = ("kineto", "flight_recorder", "nsys", "nccl_inspector")
@@ -39,6 +52,10 @@ RELATIVE_CLOCK = "session_relative"
 #: Largest gap between a new trace's time span and the run's before they are another job's: one
 #: hour (the ranks of one job profile the same steps; clocks differ by milliseconds).
 MAX_GAP_NS = 3_600 * 10**9
+
+#: Smallest gap between the time spans of two traces of one host (``traces.host``) that makes them
+#: two jobs' when both spans are shorter (ns): one host's ranks share a clock, so one job's overlap.
+SAME_HOST_SLACK_NS = 10**9
 
 
 def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) -> None:
@@ -86,7 +103,7 @@ def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) ->
             gap = max(lo - span[1], span[0] - hi, 0)
             if gap > MAX_GAP_NS:
                 raise StoreError(
-                    f"{pt.path}: recorded {_duration(gap)} away from the traces of run {name!r}: a trace of "
+                    f"{pt.path}: recorded {duration(gap)} away from the traces of run {name!r}: a trace of "
                     f"another job; ingest it as another run (--run NAME){force}"
                 )
 
@@ -97,15 +114,18 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
     Only time is compared here: ingest compares the world sizes of a run's files first, and one
     job may mix devices (a heterogeneous cluster) or backends (gloo for CPU groups beside NCCL).
     Each trace, in order, is compared with the span of those before it; the first more than
-    :data:`MAX_GAP_NS` away is named with the file it is farthest from.
+    :data:`MAX_GAP_NS` away is named with the file it is farthest from. Then the traces of each
+    host (``trace["host"]``, where stated), in order of their first time: the first that begins more
+    than max(its span, the span of the one before it that ends last, :data:`SAME_HOST_SLACK_NS`)
+    after that one ends is named with it (:func:`same_host_gap`). n log n in the traces.
 
     Args:
         name: The run's name, for messages.
         traces: The traces about to be stored together.
 
     Raises:
-        StoreError: Epoch time spans too far apart, naming both files, how to split them into
-            runs, and ``--force-run``.
+        StoreError: Epoch time spans too far apart, or traces of one host that do not overlap,
+            naming both files, how to split them into runs, and ``--force-run``.
     """
     lo_all: tuple[int, str] | None = None
     hi_all: tuple[int, str] | None = None
@@ -121,11 +141,49 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
             gap = max(lo - hi_all[0], lo_all[0] - hi, 0)
             if gap > MAX_GAP_NS:
                 other = hi_all[1] if lo > hi_all[0] else lo_all[1]
-                raise StoreError(
-                    f"{pt.path}: recorded {_duration(gap)} away from {Path(other).name}: {split}"
-                )
+                raise StoreError(f"{pt.path}: recorded {duration(gap)} away from {Path(other).name}: {split}")
         lo_all = (lo, pt.path) if lo_all is None or lo < lo_all[0] else lo_all
         hi_all = (hi, pt.path) if hi_all is None or hi > hi_all[0] else hi_all
+    apart = same_host_gap(traces)
+    if apart is not None:
+        first, later, host, gap = apart
+        raise StoreError(
+            f"{later}: recorded {duration(gap)} after {Path(first).name} ended, on the same host {host!r} "
+            f"(ranks of one host share a clock, so one job's traces overlap in time): {split}"
+        )
+
+
+def same_host_gap(traces: list[ParsedTrace]) -> tuple[str, str, str, int] | None:
+    """Two traces of one host that cannot be one job's (module doc), or None.
+
+    Per host (``trace["host"]``; traces without one, or not on an epoch clock, are not compared),
+    the traces in order of their first time (ns); each is compared with the one before it that
+    ends last: a gap (ns) above max(the two spans, :data:`SAME_HOST_SLACK_NS`) is returned as
+    (that file's path, this file's path, host, gap ns). n log n in the traces.
+    """
+    by_host: dict[str, list[tuple[int, int, str]]] = {}
+    for pt in traces:
+        host = pt.trace.get("host")
+        lo, hi = epoch_span(pt) if host else (None, None)
+        if lo is not None and hi is not None:
+            by_host.setdefault(str(host), []).append((lo, hi, pt.path))
+    for host, spans in by_host.items():
+        spans.sort()
+        last: tuple[int, int, str] | None = None  # the trace so far that ends last
+        for lo, hi, path in spans:
+            if last is not None and path != last[2]:
+                gap = lo - last[1]
+                if gap > max(SAME_HOST_SLACK_NS, hi - lo, last[1] - last[0]):
+                    return last[2], path, host, gap
+            if last is None or hi > last[1]:
+                last = (lo, hi, path)
+    return None
+
+
+def epoch_span(pt: ParsedTrace) -> tuple[int | None, int | None]:
+    """First and last time (epoch ns) of a trace's events and collectives; (None, None) when it has
+    none, or its times are not on an epoch clock (module doc)."""
+    return _span(pt) if _epoch(pt) else (None, None)
 
 
 def _epoch(pt: ParsedTrace) -> bool:
@@ -149,11 +207,15 @@ def _facts(pt: ParsedTrace) -> list[tuple[str, Any]]:
     ]
 
 
-def _duration(ns: int) -> str:
-    """``2.5 h``, ``3.0 days`` or ``2.6 years``."""
+def duration(ns: int) -> str:
+    """``12.3 s``, ``7.2 min``, ``2.5 h``, ``3.0 days`` or ``2.6 years``."""
     hours = ns / 3.6e12
     return (
-        f"{hours:.1f} h"
+        f"{ns / 1e9:.1f} s"
+        if ns < 60 * 10**9
+        else f"{ns / 6e10:.1f} min"
+        if hours < 1
+        else f"{hours:.1f} h"
         if hours < 48
         else f"{hours / 24:.1f} days"
         if hours < 24 * 365

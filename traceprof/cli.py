@@ -418,7 +418,8 @@ def _version(value: bool) -> None:
     if value:
         from traceprof import __version__
 
-        sys.stdout.write(f"traceprof {__version__}\n")
+        with _piped_out():  # parsed before any command runs: outside the commands' own
+            sys.stdout.write(f"traceprof {__version__}\n")
         raise typer.Exit()
 
 

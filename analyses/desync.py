@@ -379,8 +379,9 @@ def _check(
                 continue
             hole = not p2p and seq not in st.rows and st.rows and st.first() <= seq < st.hi()  # type: ignore[operator]
             if seq > last or hole:
-                counted = isinstance(p := st.progress.get("enqueued"), int) and p >= seq
-                if m in rejected and seq not in st.rows and (hole or not counted and seq > last):
+                # progress (pg_status) says how far it enqueued whatever was rejected; rows alone do not
+                told = isinstance(p := st.progress.get("enqueued"), int) and p >= 0
+                if m in rejected and seq not in st.rows and (hole or not told):
                     unk.append(m)  # its record may be one ingest rejected (module doc, step 6)
                     lost.append(m)
                     continue

@@ -433,3 +433,24 @@ def test_a_rejected_record_does_not_hide_a_real_divergence(store, tmp_path):
     assert (v["status"], v["seq"], v["behind"]) == ("missing", 9, [3])
     assert any(n.startswith("unknown (record rejected at ingest): group '0' seq 4") for n in res.notes)
     assert res.frame.select("seq", "status").rows() == [(4, "unknown"), (5, "unknown"), (9, "missing")]
+
+
+def test_progress_still_tells_a_hang_on_a_rank_that_lost_a_record(store, tmp_path):
+    """Rank 2 lost its seq 5 record at ingest (2**80) and hangs before seq 17 (entries and
+    pg_status end at 16): pg_status counts what was rejected too, so seq 17 is still missing on
+    rank 2 (the verdict), while its seq 5 is unknown, not a divergence."""
+
+    def hang(rank, doc):
+        if rank == 2:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 17]
+            doc["pg_status"]["0"].update(last_enqueued_collective="16", last_completed_collective="16")
+
+    ingest(store, [_rejected_seq4(tmp_path, hang)], run="run", jobs=1, on_bad_event="skip")
+    res = analyze(store, "desync", "run")
+    v = res.verdict.row(0, named=True)
+    assert (v["status"], v["seq"], v["behind"]) == ("missing", 17, [2])
+    assert res.frame.select("seq", "status", "ranks_unknown").rows() == [
+        (4, "unknown", [1]),
+        (5, "unknown", [2]),
+        (17, "missing", []),
+    ]

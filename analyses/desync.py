@@ -42,6 +42,12 @@ Algorithm:
      others follows. A dump without entries whose ``pg_status`` shows progress (a dump of active
      entries only) takes part through that progress alone (``progress_by_pg_id``, matched to the
      groups by the ``pg_id`` the other ranks' entries carry).
+  6. Records rejected at ingest (``traces.rejected``: ``--skip-bad-events``, e.g. a negative time or
+     a sequence number beyond int64): a member whose trace lost some holds no row for them, so a
+     hole in its rows (or, without progress, a seq beyond its last row) is ``unknown`` there, not
+     never enqueued: its seq's status is ``unknown`` (no other divergence), listed in
+     ``ranks_unknown``, and the verdict is ``inconclusive`` unless a divergence of the records kept
+     comes first.
 """
 
 from __future__ import annotations
@@ -208,6 +214,25 @@ def _load(
     return (df.filter(pl.col("source") == source), source, *_empty_traces(empty))
 
 
+def _rejected(store: Store, run_id: int, source: str) -> dict[int, str]:
+    """Rank -> what ingest rejected of its traces of ``source`` (``traces.rejected``: reason ->
+    count, e.g. ``1 negative 'time_created_ns'``); ranks that lost nothing are absent (module doc,
+    step 6). A source that is no trace source of its own (Kineto's ``Seq``) reads every trace."""
+    where = " AND source = ?" if source in _TRACE_SOURCE else ""
+    args: list[Any] = [run_id, _TRACE_SOURCE[source]] if where else [run_id]
+    out: dict[int, dict[str, int]] = {}
+    for rank, text in store.sql(
+        "SELECT rank, rejected FROM traces WHERE run_id = ? AND rank IS NOT NULL AND events_rejected > 0"
+        + where,
+        args,
+    ).rows():
+        parsed = orjson.loads(text) if text else {}
+        got = out.setdefault(int(rank), {})
+        for reason, n in parsed.items() if isinstance(parsed, dict) else ():
+            got[reason] = got.get(reason, 0) + int(n)
+    return {r: ", ".join(f"{n} {k}" for k, n in got.items()) or "records" for r, got in out.items()}
+
+
 def _empty_traces(rows: list[tuple[Any, ...]]) -> tuple[dict[int, str], dict[int, Any]]:
     """Split traces without rows into those that recorded nothing (rank -> file name; stores
     written before ``recorded_nothing`` existed count here) and those with progress (rank ->
@@ -304,10 +329,15 @@ def _agree(rows: dict[int, dict[str, Any]], col: str) -> tuple[Any, str, bool]:
 
 
 def _check(
-    pg: str, members: tuple[int, ...], ranks: dict[int, _Rank], empty: dict[int, str]
+    pg: str,
+    members: tuple[int, ...],
+    ranks: dict[int, _Rank],
+    empty: dict[int, str],
+    rejected: dict[int, str],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Instance rows and per-rank rows of one group (module doc, steps 2 to 4); members in
-    ``empty`` (a dump with no collective) never enqueued anything."""
+    """Instance rows and per-rank rows of one group (module doc, steps 2 to 6); members in
+    ``empty`` (a dump with no collective) never enqueued anything; a member in ``rejected``
+    (:func:`_rejected`) lacking a seq may have lost its record at ingest: unknown there."""
     # Point-to-point: FR's ":p2p" groups, or a group of sends and recvs only (NDTimeline's
     # "pp0:0->1:fwd"): a send and its recv share a seq and differ in op by design.
     p2p = pg.endswith(":p2p") or all(r["op"] in _P2P_OPS for st in ranks.values() for r in st.rows.values())
@@ -337,7 +367,7 @@ def _check(
     out = []
     for seq in seqs:
         held = {m: ranks[m].rows[seq] for m in members if m in ranks and seq in ranks[m].rows}
-        enq, sta, com, miss, unk = [], [], [], [], []
+        enq, sta, com, miss, unk, lost = [], [], [], [], [], []
         for m in members:
             st = ranks.get(m)
             last = lasts.get(m) if st is not None else None
@@ -347,7 +377,14 @@ def _check(
             if st is None or last is None:
                 unk.append(m)
                 continue
-            if seq > last or (not p2p and seq not in st.rows and st.rows and st.first() <= seq < st.hi()):  # type: ignore[operator]
+            hole = not p2p and seq not in st.rows and st.rows and st.first() <= seq < st.hi()  # type: ignore[operator]
+            if seq > last or hole:
+                # progress (pg_status) says how far it enqueued whatever was rejected; rows alone do not
+                told = isinstance(p := st.progress.get("enqueued"), int) and p >= 0
+                if m in rejected and seq not in st.rows and (hole or not told):
+                    unk.append(m)  # its record may be one ingest rejected (module doc, step 6)
+                    lost.append(m)
+                    continue
                 miss.append(m)  # beyond its last, or a hole: later ones held, this one never enqueued
                 continue
             enq.append(m)
@@ -367,6 +404,8 @@ def _check(
             status = "missing"
         elif known_done and len(com) < len(known_done) and (com or later_done):
             status = "not_completed"
+        elif lost:
+            status = "unknown"
         else:
             status = "ok"
         enters = [r["enter_ns"] for r in held.values() if r["enter_ns"] is not None]
@@ -387,6 +426,7 @@ def _check(
                 "_behind": _behind(status, odd, miss, known_done, com),
                 "_tie": tie,
                 "_holes": [m for m in miss if m in ranks and ranks[m].rows and ranks[m].hi() > seq],  # type: ignore[operator]
+                "_lost": lost,
             }
         )
     _trailing_in_flight(out, members)
@@ -465,6 +505,21 @@ def _verdict_text(first: dict[str, Any] | None, checked: int, groups: int, notes
     return (
         f"first divergence at {where}: completed by rank(s) {', '.join(map(str, first['ranks_completed'])) or 'none'}"
         f" but not by {behind}"
+    )
+
+
+def _lost_text(lost: list[dict[str, Any]], rejected: dict[int, str]) -> str:
+    """The seqs that are ``unknown`` because records were rejected at ingest (module doc, step 6),
+    in words: the first three, and what each rank lost."""
+    seqs = "; ".join(
+        f"group {r['pg']!r} seq {r['seq']} ({r['op']}) on rank(s) {', '.join(map(str, r['_lost']))}"
+        for r in lost[:3]
+    ) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+    ranks = sorted({m for r in lost for m in r["_lost"]})
+    why = "; ".join(f"rank {m}: {rejected[m]}" for m in ranks)
+    return (
+        f"unknown (record rejected at ingest): {seqs}; those ranks hold no record of them because "
+        f"ingest rejected some of theirs ({why}), so whether they enqueued them is unknown"
     )
 
 
@@ -561,13 +616,16 @@ SPEC = Analysis(
             *_GROUP,
             rc.count("seq", "Sequence number in the group"),
             rc.text("op", "Op (the majority's)"),
-            rc.text("status", "What the ranks disagree on (or ok)"),
+            rc.text(
+                "status", "What the ranks disagree on (or ok; unknown: a member's record rejected at ingest)"
+            ),
             rc.ranks_list("ranks_enqueued", "Ranks that enqueued it"),
             rc.ranks_list("ranks_started", "Ranks that started it"),
             rc.ranks_list("ranks_completed", "Ranks that completed it"),
             rc.ranks_list("ranks_missing", "Ranks that never enqueued it"),
             rc.ranks_list(
-                "ranks_unknown", "Ranks with no row and no progress: completion or details unknown"
+                "ranks_unknown",
+                "Ranks with no row and no progress, or whose record ingest rejected: completion or details unknown",
             ),
             rc.text("mismatch", "What differs between the ranks' copies (op, size, dtype), in words"),
             rc.ns("first_enter_ns", "First enqueue"),
@@ -577,8 +635,8 @@ SPEC = Analysis(
             "One row: the verdict",
             rc.text(
                 "status",
-                "clean, inconclusive (no divergence, but members with no records or ranks of the job not "
-                "traced), recorded_nothing, or the first divergent status",
+                "clean, inconclusive (no divergence, but members with no records, records rejected at "
+                "ingest or ranks of the job not traced), recorded_nothing, or the first divergent status",
             ),
             rc.text("source", "Collectives source read"),
             *_GROUP,
@@ -619,13 +677,14 @@ def run(store: Store, params: Params) -> Result:
     run_id = store.resolve_run(params.run)
     name = run_name(store, run_id)
     df, source, empty, progress = _load(store, run_id, name)
+    rejected = _rejected(store, run_id, source)
     inst: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []
     notes: list[str] = []
     groups = _groups(df)
     _with_progress(groups, df, progress)
     for (pg, members), ranks in sorted(groups.items()):
-        rows, rr = _check(pg, members, ranks, empty)
+        rows, rr = _check(pg, members, ranks, empty, rejected)
         inst += rows
         per_rank += rr
         firsts = [r["first_seq"] for r in rr if r["first_seq"] is not None]
@@ -642,11 +701,12 @@ def run(store: Store, params: Params) -> Result:
                 "(no dump, or nothing of this group in it)"
             )
     bad = [r for r in inst if r["status"] not in ("ok", "in_flight")]
+    lost = [r for r in bad if r["status"] == "unknown"]
     for r in inst:
         if r["status"] == "in_flight":
             notes.append(_in_flight_note(r))
     first = min(
-        bad,
+        (r for r in bad if r["status"] != "unknown"),
         key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
         default=None,
     )
@@ -662,7 +722,11 @@ def run(store: Store, params: Params) -> Result:
         "text": text,
     }
     if empty:  # leads: nothing recorded is further behind than any divergence
-        rest = [r for r in bad if r["status"] != "missing" or set(r["_behind"]) - set(empty)]
+        rest = [
+            r
+            for r in bad
+            if r["status"] != "unknown" and (r["status"] != "missing" or set(r["_behind"]) - set(empty))
+        ]
         then = min(
             rest,
             key=lambda r: (r["first_enter_ns"] is None, r["first_enter_ns"] or 0, r["pg"], r["seq"]),
@@ -680,7 +744,12 @@ def run(store: Store, params: Params) -> Result:
             behind=sorted(empty),
             text=text,
         )
-    unknown = _unknown_text(store, run_id, per_rank) if row["status"] == "clean" else ""
+    if lost and row["status"] == "clean":  # no divergence among the records kept
+        text = _lost_text(lost, rejected)
+        row.update(status="inconclusive", text=text)
+    elif lost:
+        notes.append(_lost_text(lost, rejected))
+    unknown = _unknown_text(store, run_id, per_rank) if row["status"] in ("clean", "inconclusive") else ""
     if unknown:  # the summary's desync verdict says the same: it reads this row
         text = f"{unknown}; {text}"
         row.update(status="inconclusive", text=text)

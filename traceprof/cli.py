@@ -63,7 +63,8 @@ app = typer.Typer(
 
 class _PipedConsole(Console):
     """rich's Console for stdout, whose reader leaving early (``| head -1``) raises a BrokenPipeError
-    that the CLI ends quietly with exit 0 (:func:`_reader_gone`), where rich's own exits 1."""
+    that the CLI ends quietly with the command's verdict (:func:`_settle`: 0 unless the command had
+    one; :func:`_reader_gone`), where rich's own exits 1."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True  # nothing more to write
@@ -417,7 +418,8 @@ def _version(value: bool) -> None:
     if value:
         from traceprof import __version__
 
-        sys.stdout.write(f"traceprof {__version__}\n")
+        with _piped_out():  # parsed before any command runs: outside the commands' own
+            sys.stdout.write(f"traceprof {__version__}\n")
         raise typer.Exit()
 
 
@@ -661,6 +663,7 @@ def ingest(
                     store.close()
                 else:  # nothing stored (e.g. --partial, every file failed): a store this ingest created goes
                     store.discard_if_new()
+                _settle(1 if res.failed else 0)
                 _report_ingest(res, run, db)
         except BaseException as e:
             # Ctrl-C, or DuckDB's report of it (a RuntimeError or a duckdb.Error, see Store.interrupted):
@@ -1315,6 +1318,7 @@ def diff(
     mfu_options = _mfu_options(param)  # a bad -p before the store is opened
     with open_session(db, cache=not no_cache, memo=False) as s:  # many runs: nothing kept in memory
         res = s.diff(base, cand, limits, mfu_options=mfu_options, force=force)
+    _settle(res.exit_code)  # kept when the output's reader leaves early (`| head -50` in CI)
     title = f"{term.label(res.baseline)} -> {term.label(cand)}"
     if out_fmt is CommentFormat.markdown:
         from traceprof.render.markdown import diff_markdown
@@ -1631,6 +1635,20 @@ def _say_interrupted() -> None:
     say("interrupted; nothing was changed")
 
 
+#: The exit status a command settled on before writing its output (:func:`_settle`): what a broken
+#: pipe ends it with. Reset by :func:`_main` for each command line.
+_verdict = 0
+
+
+def _settle(code: int) -> int:
+    """Record ``code`` as the command's exit status before it writes its output, and return it: a
+    reader that leaves early (``traceprof diff ... | head -1`` in a CI step) ends the command with
+    it, not 0 (diff's 3 on a regression, 4 inconclusive; an ingest's 1 with failed files)."""
+    global _verdict
+    _verdict = code
+    return code
+
+
 def _exit(code: int) -> NoReturn:
     """Exit with ``code`` once the output is written out (:func:`_flushed`); after Ctrl-C (130) at
     once, without waiting for killed parser workers' bookkeeping threads (the store is closed and
@@ -1645,14 +1663,14 @@ def _exit(code: int) -> NoReturn:
 
 def _flushed(code: int) -> int:
     """Flush stdout and give the exit code that follows: ``code``, or 1 with one line saying why
-    when the output could not be written (``> /dev/full``, a full disk), 0 on a broken pipe
-    (``| head``, as in :func:`main`). Python's own flush at exit drops that error when the CLI runs
+    when the output could not be written (``> /dev/full``, a full disk); on a broken pipe
+    (``| head``, as in :func:`main`) ``code``, or the verdict (:func:`_settle`) when it is 0. Python's own flush at exit drops that error when the CLI runs
     as a script (a truncated file and exit 0); after Ctrl-C (130) the code stays."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_gone()
-        return 0 if code != 130 else code
+        return code or _verdict
     except OSError as e:
         _drop_stdout()
         if code == 130:
@@ -1664,21 +1682,23 @@ def _flushed(code: int) -> int:
 
 def _reader_gone() -> None:
     """Stdout's reader left (``| head -1``: a BrokenPipeError): drop what stdout holds and close
-    stderr, so that nothing more is said (exit 0 follows, as for any filter cut short)."""
+    stderr, so that nothing more is said (the command's verdict follows, :func:`_settle`: exit 0
+    unless it had one, as for any filter cut short)."""
     _drop_stdout()
     sys.stderr.close()
 
 
 @contextlib.contextmanager
 def _piped_out() -> Iterator[None]:
-    """Where a command streams to stdout: a reader that leaves early ends it quietly with exit 0
-    (:func:`_reader_gone`), as :func:`_main` does, not with typer's silent exit 1 (it takes a
-    BrokenPipeError raised inside a command for its own and exits 1)."""
+    """Where a command streams to stdout: a reader that leaves early ends it quietly with the
+    command's verdict (:func:`_settle`, 0 unless it had one; :func:`_reader_gone`), as :func:`_main`
+    does, not with typer's silent exit 1 (it takes a BrokenPipeError raised inside a command for its
+    own and exits 1)."""
     try:
         yield
     except BrokenPipeError:
         _reader_gone()
-        raise typer.Exit(0) from None
+        raise typer.Exit(_verdict) from None
 
 
 def _drop_stdout() -> None:
@@ -2092,6 +2112,7 @@ def _fitted_command_lines() -> None:
                 from typer import rich_utils
 
                 _patch(rich_utils, "_print_commands_panel", panel)  # type: ignore[arg-type]
+            _piped_help()
             theirs(self, ctx, formatter)
 
         return help_
@@ -2100,6 +2121,59 @@ def _fitted_command_lines() -> None:
 
 
 _fitted_command_lines()
+
+
+def _verdicts_through_pipes() -> None:
+    """A reader of stdout that leaves early (``| head -1``) ends every command with its verdict
+    (:func:`_settle`), and ``--help`` with 0: typer exits 1 on a BrokenPipeError raised while a
+    command writes (``diff -f csv`` into a closed pipe: 1 where the verdict was 3), and rich's help
+    console exits 1 (``traceprof analyze --help | head -1``). Each command runs inside
+    :func:`_piped_out`, and typer's help console raises the BrokenPipeError that :func:`_main`
+    ends quietly (:class:`_PipedConsole`). A typer without these hooks is left as it is."""
+    try:
+        from typer.core import TyperCommand, TyperGroup
+    except ImportError:
+        return
+
+    def invoke(theirs: Callable[..., Any]) -> Callable[..., Any]:
+        def piped(self: Any, ctx: Any) -> Any:
+            with _piped_out():
+                return theirs(self, ctx)
+
+        return piped
+
+    def help_(theirs: Callable[..., Any]) -> Callable[..., Any]:
+        def piped_help(self: Any, ctx: Any, formatter: Any) -> None:
+            _piped_help()
+            theirs(self, ctx, formatter)
+
+        return piped_help
+
+    for cls in (TyperCommand, TyperGroup):  # a command with a callback of its own is a group
+        _patch(cls, "invoke", invoke)
+    _patch(TyperCommand, "format_help", help_)  # a group's: in _fitted_command_lines
+
+
+def _piped_help() -> None:
+    """typer's rich help console for stdout ends a broken pipe as :class:`_PipedConsole` does
+    (installed when help is first printed: typer's rich help module loads then)."""
+    if not typer.core.HAS_RICH:
+        return
+    from typer import rich_utils
+
+    def piped_console(theirs: Callable[..., Any]) -> Callable[..., Any]:
+        def console(*args: Any, **kw: Any) -> Any:
+            c = theirs(*args, **kw)
+            if not c.stderr:
+                c.on_broken_pipe = _PipedConsole.on_broken_pipe.__get__(c)
+            return c
+
+        return console
+
+    _patch(rich_utils, "_get_rich_console", piped_console)  # type: ignore[arg-type]
+
+
+_verdicts_through_pipes()
 
 
 def main() -> None:
@@ -2133,6 +2207,7 @@ _RICH_HELP = typer.core.HAS_RICH
 
 def _main() -> None:
     """:func:`main`'s command, run."""
+    _settle(0)  # a verdict of a command run before in this process (tests) is not this one's
     _whole_writes()
     typer.core.HAS_RICH = _RICH_HELP and shutil.get_terminal_size().columns >= NARROW_COLUMNS
     if (kept := sys.modules.get("traceprof.engine.resultcache")) is not None:  # run in-process again
@@ -2168,9 +2243,11 @@ def _main() -> None:
 
         say(missing_module(e), label="error:", style="red")
         _exit(1)
-    except BrokenPipeError:  # e.g. `traceprof analyze list | head -1`
+    except (
+        BrokenPipeError
+    ):  # e.g. `traceprof analyze list | head -1`: the command's verdict, 0 unless it had one
         _reader_gone()
-        sys.exit(0)
+        sys.exit(_verdict)
     except OSError as e:  # the output not written (`> /dev/full`: a full disk), a file unreadable
         _drop_stdout()
         say(_os_error_text(e), label="error:", style="red")

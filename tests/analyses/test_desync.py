@@ -382,3 +382,75 @@ def test_ndtimeline_runs_finish_clean(store):
         assert (run, v["status"], v["source"]) == (run, "clean", "ndtimeline")
         assert "but rank(s)" not in v["text"]
         assert "no desync: " in v["text"] and "collective(s) in" in v["text"]
+
+
+def _rejected_seq4(tmp_path: Path, also=None) -> Path:
+    """The corpus gloo dumps with rank 1's seq 4 entry (all_reduce) given time_created_ns -5 and
+    rank 2's seq 5 entry (broadcast) a collective_seq_id of 2**80 (the trial's fr_bad): ingest with
+    --skip-bad-events rejects both records (pg_status is untouched: every rank enqueued 17)."""
+
+    def edit(rank, doc):
+        for e in doc["entries"]:
+            if rank == 1 and e["collective_seq_id"] == 4:
+                e["time_created_ns"] = -5
+            if rank == 2 and e["collective_seq_id"] == 5:
+                e["collective_seq_id"] = 2**80
+        if also is not None:
+            also(rank, doc)
+
+    return _copy(tmp_path, edit)
+
+
+def test_a_record_rejected_at_ingest_is_unknown_not_never_enqueued(store, tmp_path):
+    """Before: "desync problem: ... seq 4 (all_reduce): rank(s) 1 never enqueued it" (rank 1 did:
+    ingest rejected its record). Now seq 4 is unknown on rank 1 and seq 5 on rank 2 (each lost one
+    record, and holds seqs before and after it), nothing else diverges: the verdict is inconclusive."""
+    ingest(store, [_rejected_seq4(tmp_path)], run="run", jobs=1, on_bad_event="skip")
+    res = analyze(store, "desync", "run")
+    v = res.verdict.row(0, named=True)
+    assert (v["status"], v["seq"], v["behind"]) == ("inconclusive", None, [])
+    assert v["text"] == (
+        "unknown (record rejected at ingest): group '0' seq 4 (all_reduce) on rank(s) 1; group '0' seq 5 "
+        "(broadcast) on rank(s) 2; those ranks hold no record of them because ingest rejected some of "
+        "theirs (rank 1: 1 negative 'time_created_ns'; rank 2: 1 'collective_seq_id' beyond int64), so "
+        "whether they enqueued them is unknown"
+    )
+    rows = res.frame.select("seq", "status", "ranks_missing", "ranks_unknown", "ranks_enqueued").rows()
+    assert rows == [(4, "unknown", [], [1], [0, 2, 3]), (5, "unknown", [], [2], [0, 1, 3])]
+
+
+def test_a_rejected_record_does_not_hide_a_real_divergence(store, tmp_path):
+    """Rank 3 also drops seq 9 outright (no record rejected on rank 3): seq 9 is still missing on
+    rank 3 (the verdict), and the rejected seqs 4 and 5 are a note, not divergences."""
+
+    def drop9(rank, doc):
+        if rank == 3:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 9]
+
+    ingest(store, [_rejected_seq4(tmp_path, drop9)], run="run", jobs=1, on_bad_event="skip")
+    res = analyze(store, "desync", "run")
+    v = res.verdict.row(0, named=True)
+    assert (v["status"], v["seq"], v["behind"]) == ("missing", 9, [3])
+    assert any(n.startswith("unknown (record rejected at ingest): group '0' seq 4") for n in res.notes)
+    assert res.frame.select("seq", "status").rows() == [(4, "unknown"), (5, "unknown"), (9, "missing")]
+
+
+def test_progress_still_tells_a_hang_on_a_rank_that_lost_a_record(store, tmp_path):
+    """Rank 2 lost its seq 5 record at ingest (2**80) and hangs before seq 17 (entries and
+    pg_status end at 16): pg_status counts what was rejected too, so seq 17 is still missing on
+    rank 2 (the verdict), while its seq 5 is unknown, not a divergence."""
+
+    def hang(rank, doc):
+        if rank == 2:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != 17]
+            doc["pg_status"]["0"].update(last_enqueued_collective="16", last_completed_collective="16")
+
+    ingest(store, [_rejected_seq4(tmp_path, hang)], run="run", jobs=1, on_bad_event="skip")
+    res = analyze(store, "desync", "run")
+    v = res.verdict.row(0, named=True)
+    assert (v["status"], v["seq"], v["behind"]) == ("missing", 17, [2])
+    assert res.frame.select("seq", "status", "ranks_unknown").rows() == [
+        (4, "unknown", [1]),
+        (5, "unknown", [2]),
+        (17, "missing", []),
+    ]

@@ -218,3 +218,35 @@ def test_stdout_as_dash_or_dev_stdout_is_checked_alike(db, tmp_path, case):
         assert (r.returncode, r.stderr) == (1, f"error: {name}{said}\n"), to
         if case != "full disk":
             assert Path(target).read_bytes() == before
+
+
+def _into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess:
+    """Run the console script with stdout a pipe whose reader has already left (``| head -1``
+    after its first line, without the race: every write fails with EPIPE)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([TRACEPROF, *args], stdout=w, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
+def test_a_reader_that_leaves_early_keeps_diffs_verdict(db, fmt):
+    """`set -o pipefail; traceprof diff normal extra_matmul | head -1` in a CI step: the verdict is
+    a regression (exit 3: extra_matmul adds two aten::mm a step, README). Before, the table output
+    exited 0 (the broken pipe ended the command before its `typer.Exit(3)`) and csv, json and
+    markdown 1 (typer's exit for a write that failed with EPIPE); now 3 in each, quietly."""
+    p = _into_a_closed_pipe("diff", "normal", "extra_matmul", "--db", str(db), "-f", fmt)
+    assert (p.returncode, p.stderr) == (3, "")
+
+
+@pytest.mark.parametrize(
+    "args", [("analyze", "--help"), ("runs", "--help"), ("--help",), ("--version",)], ids=" ".join
+)
+def test_help_into_a_reader_that_leaves_early_is_exit_0(args):
+    """`traceprof analyze --help | head -1`: before, exit 1 (rich's help console exits 1 on a
+    broken pipe; --version's write, made while the options are parsed, typer's EPIPE exit 1); now 0
+    and quiet, as any other output cut short."""
+    p = _into_a_closed_pipe(*args)
+    assert (p.returncode, p.stderr) == (0, "")

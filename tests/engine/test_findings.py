@@ -535,7 +535,11 @@ def test_a_rank_with_a_flight_recorder_dump_only_has_no_timeline(store, tmp_path
     gap = "no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)"
     assert res.warnings == [f"run 'fr': {gap}"]
     f = summarize(store, "fr")
-    assert f.coverage.startswith(gap + "; verdicts that need every rank")
+    # desync's verdict stands (ok): it is not named inconclusive (before, all three were)
+    assert f.coverage == (
+        gap + "; verdicts that need every rank (exposed communication, stragglers) are inconclusive where "
+        "the untraced rank(s) could explain what they saw"
+    )
     status = {v.topic: v for v in f.verdicts}
     assert status["communication"].status == "inconclusive"
     assert status["stragglers"].status == "inconclusive"
@@ -688,3 +692,21 @@ def test_the_fallback_straggler_verdict_keeps_an_inconclusive_status():
     ok = verdict.with_columns(status=pl.lit("ok"), evidence=pl.lit("no straggler: skew within noise"))
     _, v = _straggler_findings(SimpleNamespace(frames=lambda: {"verdict": ok}, frame=pl.DataFrame()), None)  # type: ignore[arg-type]
     assert v is not None and (v.status, v.text) == ("ok", "no straggler: skew within noise")
+
+
+def test_the_coverage_line_names_only_the_verdicts_left_inconclusive(store, tmp_path):
+    """The t9 trial (df_index_resolver, 1 of 2 ranks traced): the Ranks line said "verdicts that
+    need every rank (desync, exposed communication, stragglers) are inconclusive" while desync and
+    stragglers gave no verdict at all (not available). Here sample `normal` with rank 0's files only
+    (world 4): communication's verdict stands (ok), stragglers (one rank: no collective matched
+    across ranks) and desync (no Flight Recorder dump) give none: none is named inconclusive, the two
+    are said not available."""
+    _copy_run("normal", tmp_path / "r0", lambda n: n.startswith("rank0."))
+    ingest(store, [tmp_path / "r0"], run="r0")
+    f = summarize(store, "r0")
+    status = {v.topic: v.status for v in f.verdicts}
+    assert status.get("communication") == "ok" and "stragglers" not in status and "desync" not in status
+    assert f.coverage == (
+        "1 of 4 ranks traced: no trace of ranks 1-3; desync and stragglers (also needing every rank): "
+        "not available from this run's sources"
+    )

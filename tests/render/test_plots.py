@@ -456,3 +456,56 @@ def test_embedding_skips_bokehs_document_checks_and_writes_the_same_figures(monk
     items = [(f"tp-plot-{i}", item) for i, item in enumerate(by_hand)]
     expected = re.sub(r'"p\d+"', '"id"', json.dumps(items, separators=(",", ":")))
     assert _unpacked(tail) == expected
+
+
+HOSTILE = "\x1b[2J\u202eevil<b>"  # ESC clear-screen, a right-to-left override, markup
+
+
+def _chart_text(el) -> list[str]:
+    """Every string a chart carries: its elements' data values and labels."""
+    parts = list(el) if type(el).__name__ == "Overlay" else [el]
+    out = []
+    for p in parts:
+        out.append(str(p.label))
+        for d in (*p.kdims, *p.vdims):
+            out += [v for v in p.dimension_values(d) if isinstance(v, str)]
+    return out
+
+
+def test_chart_data_escapes_trace_names_as_the_tables_do():
+    """The t9 trial's hostile_gpu: the report's tables showed a kernel named ESC[2J + U+202E as
+    `\\x1b[2J\\u202e`, while the bokeh tick labels and the hover field 'full' carried the raw ESC
+    and U+202E (a name could reverse the chart's text). Now bars (x and full), heatmap cells,
+    spans (lanes and states), and line legends hold the escaped text, term.escape's."""
+    shown = "\\x1b[2J\\u202eevil<b>"
+    els = [
+        plots.bars(
+            pl.DataFrame({"name": [HOSTILE, "aten::mm"], "total_ns": [5_000, 3_000]}),
+            "name",
+            ("total_ns",),
+            "k",
+        ),
+        plots.heatmap(
+            pl.DataFrame({"step": [1], "kernel": [HOSTILE], "v": [1.0]}), "step", "kernel", "v", "h"
+        ),
+        plots.spans(
+            pl.DataFrame({"lane": [HOSTILE], "s": [0.0], "e": [1.0], "st": [HOSTILE]}),
+            "lane",
+            "s",
+            "e",
+            "st",
+            "g",
+        ),
+        plots.lines(
+            pl.DataFrame({"t": [0, 1], "g": [HOSTILE] * 2, "m_bytes": [1, 2]}),
+            "t",
+            ("m_bytes",),
+            "g",
+            "",
+            "l",
+        ),
+    ]
+    for el in els:
+        text = _chart_text(el)
+        assert not any(c in s for s in text for c in ("\x1b", "\u202e")), text
+        assert any(shown in s for s in text), text

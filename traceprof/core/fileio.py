@@ -20,6 +20,7 @@ It writes the output whole or not at all (a temporary file beside, renamed into 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import os
 import re
@@ -535,9 +536,10 @@ def write_output(path: str | Path, data: bytes) -> Path:
     a message gives them (``stdout``, ``/dev/stdout``).
 
     Raises:
-        UsageError: The folder does not exist, the path is a directory, it cannot be written (a full
-            disk: nothing is left behind), or it (or the file a descriptor is open on) is an existing
-            DuckDB database (a store: never overwritten by a report or an export).
+        UsageError: The folder does not exist (or takes no new files, or a file above it is in the
+            way), the path is a directory, it cannot be written (a full disk: nothing is left
+            behind), or it (or the file a descriptor is open on) is an existing DuckDB database (a
+            store: never overwritten by a report or an export).
     """
     out = Path(path)
     _refuse_duckdb(path)
@@ -569,8 +571,8 @@ def write_output(path: str | Path, data: bytes) -> Path:
         tmp = None
     except IsADirectoryError:
         raise UsageError(f"{out}: is a directory; give a file name, e.g. {out / 'report.html'}") from None
-    except FileNotFoundError:
-        raise UsageError(f"{out}: folder {out.parent} does not exist") from None
+    except (FileNotFoundError, NotADirectoryError) as e:
+        raise UsageError(f"{out}: {_no_folder(target.parent, e)}") from None
     except BrokenPipeError:  # a pipe's reader gone (`-o /dev/stdout | head -c 10`): as in the CLI's main
         raise
     except OSError as e:
@@ -579,6 +581,23 @@ def write_output(path: str | Path, data: bytes) -> Path:
             + ("; nothing written (an earlier file there is kept)" if tmp is not None else "")
         ) from None
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:  # not created, or in a folder that is none (``/etc/hostname/x``)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     return out
+
+
+def _no_folder(folder: Path, e: OSError) -> str:
+    """Why an output in ``folder`` could not be created (``e``: FileNotFoundError or
+    NotADirectoryError), naming the folder, never the temporary file: a path in it that is a file
+    (``-o /etc/hostname/x.html``), a folder that does not exist, or one that exists and takes no
+    new files (``-o /proc/version``: procfs answers ENOENT)."""
+    for above in (folder, *folder.parents):
+        with contextlib.suppress(OSError):
+            if above.is_dir():
+                if above == folder:
+                    return f"cannot write: folder {folder} takes no new files ({e.strerror or e})"
+                break
+            if above.exists():
+                return f"cannot write: {above} is a file, not a folder"
+    return f"folder {folder} does not exist"

@@ -899,14 +899,15 @@ def build(
         baseline or "",
         str(store.path),
         aliases,
-        _coverage(store, run_id),
+        _coverage(store, run_id, verdicts),
         # the steps table, as critical_path's windows read it: NDTimeline's steps have no step events
         store.sql("SELECT 1 FROM steps WHERE run_id = ? AND step IS NOT NULL LIMIT 1", [run_id]).is_empty(),
     )
 
 
-def _coverage(store: Store, run_id: int) -> str:
-    """What the summary says first about the ranks (:func:`traceprof.storage.runs.coverage_text`) and
+def _coverage(store: Store, run_id: int, verdicts: list[Verdict]) -> str:
+    """What the summary says first about the ranks (:func:`traceprof.storage.runs.coverage_text`, naming
+    the verdicts that need every rank as they came out: inconclusive, or none given) and
     the steps some rank lacks that others have (:func:`traceprof.ingest.matching.missing_step_notes`:
     ``rank 0 has no step 4 ...``), the ranks whose steps were lined up off their numbers
     (:func:`traceprof.ingest.matching.step_shift_notes`) and those without steps whose collectives were
@@ -915,7 +916,8 @@ def _coverage(store: Store, run_id: int) -> str:
     lost = run_missing_step_notes(store, run_id)
     shifted = step_shift_notes(store, run_id)
     stepless = stepless_notes(store, run_id)
-    return "; ".join(t for t in (coverage_text(store, run_id), *shifted, *stepless, *lost) if t)
+    ranks = coverage_text(store, run_id, {v.topic: v.status for v in verdicts})
+    return "; ".join(t for t in (ranks, *shifted, *stepless, *lost) if t)
 
 
 def _agree(findings: list[Finding], verdicts: list[Verdict], aliases: dict[str, str]) -> list[Finding]:

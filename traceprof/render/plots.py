@@ -43,6 +43,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.core.names import distinct_short, shorten
+from traceprof.core.term import escape
 
 __all__ = [
     "bars",
@@ -183,9 +184,16 @@ def label(col: str) -> str:
     return col.replace("_", " ")
 
 
+def _shown(v: object) -> str:
+    """A value from a trace as chart text (a tick label, a legend entry, a hover field): escaped
+    as in the tables (:func:`traceprof.core.term.escape`: ESC as ``\x1b``, a bidi override as
+    ``\u202e``), so that a kernel name cannot reverse or hide the chart's text."""
+    return "" if v is None else escape(str(v))
+
+
 def _categories(values: Sequence[object]) -> tuple[list[str], list[str]]:
-    """Category labels (shortened, unique) and the full text of each."""
-    full = ["" if v is None else str(v) for v in values]
+    """Category labels (shortened, unique) and the full text of each, escaped (:func:`_shown`)."""
+    full = [_shown(v) for v in values]
     forms = distinct_short(full, 32)  # names of one family keep the words that tell them apart
     short, seen = [], set()
     for f in full:
@@ -489,8 +497,8 @@ def heatmap(df: pl.DataFrame, x: str, y: str, value: str, title: str) -> Any:
     low, top = (min(present), max(present)) if present else (0.0, 1.0)
     if top <= low:  # one value: a scale around it
         low, top = low - 0.5, top + 0.5
-    xs = [str(v) for v in df[x].to_list()]
-    ys = [str(v) for v in df[y].to_list()]
+    xs = [_shown(v) for v in df[x].to_list()]
+    ys = [_shown(v) for v in df[y].to_list()]
     rows = len(set(ys))
     data = {x: xs, y: ys, value: [float("nan") if v is None else v for v in vals]}
     el = hv.HeatMap(data, kdims=[x, y], vdims=[hv.Dimension(value, label=label(value) + _unit(value))])
@@ -542,7 +550,7 @@ def lines(df: pl.DataFrame, x: str, ys: Sequence[str], group: str, mark: str, ti
                 continue
             t = [(v - t0) / 1e6 for v in d[x].to_list()]
             v = [float(v) * scale for v in d[y].to_list()]
-            name = f"{g} {label(y)}" if group else label(y)
+            name = f"{_shown(g)} {label(y)}" if group else label(y)
             parts.append(
                 hv.Curve((t, v), kdims=[kt], vdims=[kv], label=name).opts(
                     color=color, line_dash=dashes[j % len(dashes)], line_width=1.5, tools=["hover"]
@@ -560,16 +568,17 @@ def spans(df: pl.DataFrame, lane: str, start: str, end: str, state: str, title: 
     ``end`` (ms) on lane ``lane`` (in first-seen order, top to bottom), coloured by ``state``
     (:func:`color_of`)."""
     hv = holoviews()
-    lanes = list(dict.fromkeys(str(v) for v in df[lane].to_list()))
+    lanes = list(dict.fromkeys(_shown(v) for v in df[lane].to_list()))
     index = {ln: i for i, ln in enumerate(lanes)}
     parts = []
-    for k, st in enumerate(dict.fromkeys(str(v) for v in df[state].to_list())):
-        d = df.filter(pl.col(state).cast(pl.Utf8) == st)
+    for k, raw in enumerate(dict.fromkeys(str(v) for v in df[state].to_list())):
+        d = df.filter(pl.col(state).cast(pl.Utf8) == raw)
+        st = _shown(raw)
         rows = [
-            (s, index[str(ln)] - 0.35, e, index[str(ln)] + 0.35, str(ln), e - s)
+            (s, index[_shown(ln)] - 0.35, e, index[_shown(ln)] + 0.35, _shown(ln), e - s)
             for ln, s, e in zip(d[lane].to_list(), d[start].to_list(), d[end].to_list(), strict=True)
         ]
-        el = hv.Rectangles(rows, vdims=[lane, "ms"], label=st).opts(color=color_of(st, k), line_alpha=0)
+        el = hv.Rectangles(rows, vdims=[lane, "ms"], label=st).opts(color=color_of(raw, k), line_alpha=0)
         parts.append(el.opts(tools=["hover"]))
     return hv.Overlay(parts).opts(
         **_opts(title, min(140 + 30 * len(lanes), 700)),
@@ -688,7 +697,7 @@ def _path(hv: Any, tl: Any) -> list[Any]:
     index = {r: i for i, r in enumerate(tl.ranks)}
     p = tl.path.with_columns(pl.col("rank").replace_strict(index, return_dtype=pl.Int64).alias("lane"))
     rows = [
-        (s, y, e, y, r, f"{k} {shorten(nm, 60)}", e - s)
+        (s, y, e, y, r, f"{_shown(k)} {shorten(_shown(nm), 60)}", e - s)
         for s, e, y, r, k, nm in zip(
             p["start_ms"].to_list(),
             p["end_ms"].to_list(),

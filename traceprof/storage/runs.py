@@ -8,6 +8,7 @@ Removing a run frees its files' SHA-256, so they can be ingested again (e.g. und
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from traceprof.core import term
@@ -281,12 +282,21 @@ def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
     return ", ".join(out)
 
 
-def coverage_text(store: Store, run_id: int) -> str:
+#: The verdict topics that need every rank, and their words in :func:`coverage_text`.
+EVERY_RANK_TOPICS = {"desync": "desync", "communication": "exposed communication", "stragglers": "stragglers"}
+
+
+def coverage_text(store: Store, run_id: int, status: Mapping[str, str] | None = None) -> str:
     """What the summary says first about the ranks of the job (``Ranks: ...``), else empty: when ranks
     were not traced, or have no profiler trace (:func:`profiler_gap_text`), ``3 of 4 ranks traced:
     no trace of rank 2; ...; verdicts that need every rank ... are inconclusive ...``; when every rank
     is covered by traces that stand for groups of ranks (:func:`stand_ins`), only that:
-    ``16 of 64 ranks traced: one per tensor-parallel group of 4 (NDTimeline collapses TP)``."""
+    ``16 of 64 ranks traced: one per tensor-parallel group of 4 (NDTimeline collapses TP)``.
+
+    ``status``: verdict topic -> its status (``inconclusive``, ``ok``, ...): of the verdicts of
+    :data:`EVERY_RANK_TOPICS`, those inconclusive are named so, those the run has none of (their
+    analysis does not apply) are said not to be available, and one that stands is not named;
+    None: all three named inconclusive (no verdicts at hand)."""
     missing, world = untraced_ranks(store, run_id)
     gap = profiler_gap_text(store, run_id)
     collapsed, why = stand_ins(store, run_id)
@@ -303,10 +313,28 @@ def coverage_text(store: Store, run_id: int) -> str:
         )
     if gap:
         parts.append(gap)
-    return (
-        "; ".join(parts) + "; verdicts that need every rank (desync, exposed communication, stragglers) are "
-        "inconclusive where the untraced rank(s) could explain what they saw"
-    )
+    return "; ".join([*parts, *_every_rank_clause(status)])
+
+
+def _every_rank_clause(status: Mapping[str, str] | None) -> list[str]:
+    """What :func:`coverage_text` says of the verdicts that need every rank (see there)."""
+
+    def named(want: str) -> list[str]:
+        if status is None:
+            return list(EVERY_RANK_TOPICS.values()) if want == "inconclusive" else []
+        return [words for topic, words in EVERY_RANK_TOPICS.items() if status.get(topic, "none") == want]
+
+    out = []
+    if inc := named("inconclusive"):
+        many = len(inc) > 1
+        out.append(
+            f"{'verdicts that need' if many else 'the verdict that needs'} every rank ({', '.join(inc)}) "
+            f"{'are' if many else 'is'} inconclusive where the untraced rank(s) could explain what "
+            f"{'they' if many else 'it'} saw"
+        )
+    if na := named("none"):
+        out.append(f"{' and '.join(na)} (also needing every rank): not available from this run's sources")
+    return out
 
 
 def untraced_members(store: Store, run_id: int, untraced: tuple[int, ...]) -> tuple[int, ...]:

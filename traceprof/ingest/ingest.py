@@ -642,7 +642,9 @@ def _read_once(
     todo: list[tuple[Part, Path]], parsed: list[list[ParsedTrace] | TraceprofError], warnings: list[str]
 ) -> list[list[ParsedTrace] | TraceprofError]:
     """``parsed`` (one entry per ``todo`` file) with the traces of a file whose content (SHA-256,
-    ``ParsedTrace.sha256``) is that of a file before it replaced by ``[]``, each said in ``warnings``
+    ``ParsedTrace.sha256``) and ranks (``ParsedTrace.source`` and ``rank``: a rank taken from the
+    file's name can differ between two files of one content) are those of a file before it
+    replaced by ``[]``, each said in ``warnings``
     naming both paths: one ingest reads a file once, as a later ingest skips a file already stored
     (README "same file twice is a no-op"). Linear in the files.
 
@@ -650,11 +652,13 @@ def _read_once(
         UsageError: A run of this ingest would hold new files beside a copy of another run's file
             (it would miss that rank), as :func:`ingest` refuses a file stored in another run.
     """
-    first: dict[str, int] = {}
+    first: dict[tuple[str, tuple[tuple[str, int | None], ...]], int] = {}
     copy_of: dict[int, int] = {}
     for i, pts in enumerate(parsed):
-        if isinstance(pts, list) and pts:
-            copy_of[i] = first.setdefault(pts[0].sha256, i)
+        if isinstance(pts, list) and pts:  # a copy: the same bytes read as the same ranks (a rank
+            # named by the file's name, not its content, makes two files of one content two ranks)
+            key = (pts[0].sha256, tuple((p.source, p.rank) for p in pts))
+            copy_of[i] = first.setdefault(key, i)
     copy_of = {i: o for i, o in copy_of.items() if i != o}
     new = {
         id(todo[i][0]) for i, pts in enumerate(parsed) if isinstance(pts, list) and pts and i not in copy_of

@@ -48,21 +48,37 @@ def _fix_slowdown(rank: int, blame: pl.DataFrame | None) -> float | None:
     """How much faster steps would be with one rank's lateness alone removed, the other ranks' kept
     (``whatif``'s ``fix_slowdown``, the larger of blocking and host; a second late rank then still
     bounds the collectives), or None without it."""
+    row = _fix_row(rank, blame)
+    return None if row is None else float(row["fix_slowdown"])
+
+
+def _fix_row(rank: int, blame: pl.DataFrame | None) -> dict[str, Any] | None:
+    """The rank's ``whatif`` blame row (``by`` rank) of the kind (blocking or host) whose
+    ``fix_slowdown`` is the larger, or None without one."""
     if blame is None or blame.is_empty() or "fix_slowdown" not in blame.columns:
         return None
-    mine = blame.filter((pl.col("by") == "rank") & (pl.col("group") == str(rank)))["fix_slowdown"]
-    return float(mine.max()) if mine.len() and mine.max() is not None else None  # type: ignore[arg-type]
+    mine = blame.filter(
+        (pl.col("by") == "rank") & (pl.col("group") == str(rank)) & pl.col("fix_slowdown").is_not_null()
+    ).sort(["fix_slowdown", "kind"], descending=[True, False])
+    return mine.row(0, named=True) if mine.height else None
 
 
 def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
-    """The other ranks that bound steps (``whatif``'s ``bound_pct`` of 1% or more, the larger of
-    blocking and host; up to 3, the largest first): ``rank 3 (50% of the excess)``; "" if none."""
-    if blame is None or blame.is_empty() or "bound_pct" not in blame.columns:
+    """The other ranks that bound steps (``whatif``'s ``bound_pct`` of 1% or more, of the kind whose
+    fix of ``rank`` is the larger (:func:`_fix_row`: a straggler by host gaps is followed by the
+    ranks its host gaps' peel names, not by the blocking kind's shares of a negligible excess); up
+    to 3, the largest first): ``rank 3 (50% of the excess)``; "" if none."""
+    row = _fix_row(rank, blame)
+    if row is None or blame is None or "bound_pct" not in blame.columns:
         return ""
     b = (
-        blame.filter((pl.col("by") == "rank") & (pl.col("group") != str(rank)) & (pl.col("bound_pct") >= 1.0))
-        .group_by("group")
-        .agg(pl.col("bound_pct").max())
+        blame.filter(
+            (pl.col("by") == "rank")
+            & (pl.col("kind") == row["kind"])
+            & (pl.col("group") != str(rank))
+            & (pl.col("bound_pct") >= 1.0)
+        )
+        .select("group", "bound_pct")
         .sort(["bound_pct", "group"], descending=[True, False])
         .head(3)
     )

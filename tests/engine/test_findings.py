@@ -710,3 +710,36 @@ def test_the_coverage_line_names_only_the_verdicts_left_inconclusive(store, tmp_
         "1 of 4 ranks traced: no trace of ranks 1-3; desync and stragglers (also needing every rank): "
         "not available from this run's sources"
     )
+
+
+def test_the_ranks_that_bound_next_are_of_the_kind_of_the_stragglers_fix():
+    """straggler_rank2 (demo): rank 2 straggles by host gaps (whatif host kind: fix 1.12x, bound 51 %;
+    rank 1 45 %, rank 3 4 %), while the blocking kind's excess is negligible (every rank's alone
+    slowdown 1.000000003) yet is shared out too (rank 1 63 %, rank 0 19 %, rank 3 11 %, rank 2 7 %).
+    The finding named the blocking kind's shares after the host kind's fix; it now names the ranks of
+    the kind whose fix of the straggler is the larger, here host: rank 1 (45 %), rank 3 (4 %; rank 0's
+    0.03 % is under the 1 % floor)."""
+    from traceprof.analyses._stragglers_topic import _fix_slowdown, _other_bounds
+
+    rows = [
+        ("blocking", "0", 1.0, 18.7),
+        ("blocking", "1", 1.0122, 63.1),
+        ("blocking", "3", 1.0481, 11.5),
+        ("blocking", "2", 1.00036, 6.7),
+        ("host", "2", 1.1206, 50.9),
+        ("host", "0", 1.0, 0.03),
+        ("host", "1", 1.00007, 44.6),
+        ("host", "3", 1.00035, 4.4),
+    ]
+    blame = pl.DataFrame(
+        [("rank", k, g, f, b) for k, g, f, b in rows],
+        schema=["by", "kind", "group", "fix_slowdown", "bound_pct"],
+        orient="row",
+    )
+    assert _fix_slowdown(2, blame) == 1.1206
+    assert _other_bounds(2, blame) == "rank 1 (45% of the excess), rank 3 (4% of the excess)"
+    # a blocking straggler (rank 3's blocking fix 1.048 > its host fix 1.00035) is followed by the blocking shares
+    assert (
+        _other_bounds(3, blame)
+        == "rank 1 (63% of the excess), rank 0 (19% of the excess), rank 2 (7% of the excess)"
+    )

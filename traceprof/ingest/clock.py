@@ -33,9 +33,6 @@ Algorithm (on the timestamps as recorded, i.e. with any earlier offset removed):
      topology), which end times alone cannot tell from a clock offset, from being shifted. Every
      trace of the rank (all its sources) gets the offset, added to events, steps and collectives;
      ``traces.clock_offset_ns`` records it.
-  5. An offset above :data:`MAX_SKEW_NS` (60 s) between ranks on epoch clocks is not applied (a
-     warning says so; ``runs.clock_aligned`` false): no job's clocks differ by minutes, so the
-     files are another job's or a clock was set wrong, and shifting them would hide it.
 
 Traces whose collector declares ``"clock_synced_by_source": true`` in ``traces.meta`` (NDTimeline
 aligns its workers itself, and its compound ops such as optimizer-clip-main-grad do not end
@@ -56,7 +53,6 @@ from typing import TYPE_CHECKING
 
 from traceprof.core.lazy import lazy
 from traceprof.ingest.matching import refresh_instances
-from traceprof.storage.identity import EPOCH_SOURCES, RELATIVE_CLOCK
 from traceprof.storage.store import Store
 
 if TYPE_CHECKING:
@@ -66,14 +62,10 @@ else:
     np = lazy("numpy")
     pl = lazy("polars")
 
-__all__ = ["ClockResult", "align_run", "estimate_offsets", "MIN_OFFSET_NS", "MAX_SKEW_NS"]
+__all__ = ["ClockResult", "align_run", "estimate_offsets", "MIN_OFFSET_NS"]
 
 #: Offsets smaller than this are never applied (ns).
 MIN_OFFSET_NS = 50_000
-
-#: Largest offset applied between two ranks on epoch clocks (ns): clocks of one job's hosts differ by
-#: milliseconds (NTP, PTP); a minute or more is another job's files or a clock set wrong.
-MAX_SKEW_NS = 60 * 10**9
 _MODAL_SHARE = 1 / 3
 
 
@@ -329,26 +321,6 @@ def estimate_offsets(ends: pl.DataFrame, min_offset_ns: int = MIN_OFFSET_NS) -> 
     )
 
 
-def _too_far(store: Store, run_id: int, est: pl.DataFrame) -> dict[int, int]:
-    """Rank -> offset (ns) of the ranks whose applied offset exceeds :data:`MAX_SKEW_NS` while they
-    and their reference rank are on epoch clocks (``traceprof.storage.identity.EPOCH_SOURCES``, not
-    ``meta.clock`` session_relative: a capture-relative export beside epoch ones is decades off)."""
-    epoch = {
-        int(r)
-        for (r,) in store.con.execute(
-            f"SELECT DISTINCT rank FROM traces WHERE run_id = ? AND source IN {EPOCH_SOURCES} AND "
-            f"coalesce(json_extract_string(meta, '$.clock'), '') <> '{RELATIVE_CLOCK}'",
-            [run_id],
-        ).fetchall()
-        if r is not None
-    }
-    return {
-        int(r): int(o)
-        for r, c, o in est.select("rank", "component", "offset_ns").iter_rows()
-        if abs(o) > MAX_SKEW_NS and r in epoch and c in epoch
-    }
-
-
 def align_run(
     store: Store, run_id: int, *, enabled: bool = True, min_offset_ns: int = MIN_OFFSET_NS
 ) -> ClockResult:
@@ -385,12 +357,7 @@ def align_run(
         if est is None or est.is_empty():
             est = None
             notes.append("clocks not aligned: no matched collective has end times on two or more ranks")
-    far = _too_far(store, run_id, est) if est is not None else {}
-    if far:  # not clock skew: those ranks keep their recorded clocks
-        est = est.with_columns(  # type: ignore[union-attr]
-            offset_ns=pl.when(pl.col("rank").is_in(list(far))).then(0).otherwise(pl.col("offset_ns"))
-        )
-    linked = est is not None and est["component"].n_unique() == 1 and not far
+    linked = est is not None and est["component"].n_unique() == 1
     offsets = (
         dict(zip(est["rank"].to_list(), est["offset_ns"].to_list(), strict=True)) if est is not None else {}
     )
@@ -428,7 +395,7 @@ def align_run(
         )
     con.execute("UPDATE runs SET clock_aligned = ? WHERE run_id = ?", [linked, run_id])
     warn: list[str] = []
-    if est is not None and est["component"].n_unique() > 1:
+    if est is not None and not linked:
         parts = est.group_by("component").agg(pl.col("rank").sort()).sort("component")
         groups = "; ".join(
             f"ranks {', '.join(map(str, rs))} (relative to rank {c})" for c, rs in parts.iter_rows()
@@ -438,15 +405,6 @@ def align_run(
             f"(each set is aligned within itself only; runs.clock_aligned is false): {groups}"
         )
         notes += warn
-    if far:
-        warn.append(
-            "clocks not aligned: "
-            + ", ".join(f"rank {r}'s would move {o / 1e9:+,.1f} s" for r, o in sorted(far.items()))
-            + f"; more than {MAX_SKEW_NS // 10**9} s between epoch clocks is not clock skew (another job's "
-            "files in this run, or a host's clock set wrong), so its times are kept as recorded "
-            "(runs.clock_aligned is false)"
-        )
-        notes += warn[-1:]
     moved = {r: o for r, o in offsets.items() if o}
     if moved:
         notes.append(

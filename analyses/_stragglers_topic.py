@@ -225,14 +225,16 @@ def _straggler_findings(
             )
             stepless = r.get("late_step_pct") is None  # null exactly where the run has no steps
             # what fixing it alone buys: the other ranks' lateness kept, a second late rank still
-            # bounds the collectives (ranks 1 and 3 140 / 100 us late: 1.04x, not the 1.08x its
-            # delays add to an ideal job)
+            # bounds the collectives (ranks 1 and 3 140 / 100 us late: 1.04x, while its delays alone
+            # add 8% of a step: cost_pct, (alone S - 1) x the ideal step over the recorded one)
             fixed = _fix_slowdown(int(v["rank"]), blame) or alone or 1.0
+            spacing = "the collectives' mean spacing"
             others = _other_bounds(int(v["rank"]), blame)
             faster = (
-                f"; its delays alone cost {alone:.2f}x on an ideal job, and fixing it alone "
-                f"{'the run' if stepless else 'steps'} would be {fixed:.2f}x faster (what-if with only its "
-                "lateness removed, the other ranks' kept"
+                f"; its delays alone add {100 * (alone - 1):.0f}% of {spacing if stepless else 'a step'} "
+                "(what-if), and fixing it alone, "
+                f"the other ranks' lateness kept, {'the run' if stepless else 'steps'} would be {fixed:.2f}x "
+                "faster (what-if with only its lateness removed"
                 + (
                     f"; then {others or 'other ranks'} bound them (whatif's bound shares)"
                     if alone - fixed > 0.005

@@ -237,10 +237,10 @@ def test_duplicate_rank_hint_fits_how_the_run_was_named(store, tmp_path):
         "(same run 'dup'): two traces of one rank are two jobs; put each job's files in their own "
         "directory, or ingest them on their own with --run NAME each"
     )
-    # an identical copy is read once (t9 D5: it was refused here, yet a copy ingested later was
-    # skipped as already stored): run dd holds a and c, b is skipped with a warning naming a
     b.write_bytes(a.read_bytes())
-    res = ingest(store, [run], run="dd")
-    assert f"skipped {b}: the same content as {a} (same sha256), read once" in res.warnings
-    assert sorted(res.added) == [str(a), str(run / "c.json")]
-    assert store.sql("SELECT rank FROM traces ORDER BY rank").rows() == [(0,), (1,)]
+    with pytest.raises(TraceFormatError) as copy:
+        ingest(store, [run], run="dd")
+    assert str(copy.value).endswith(
+        f"rank 0 also in {a} (same run 'dd'): the two files are the same trace (same sha256): leave one out"
+    )
+    assert "--run" not in str(copy.value) and store.runs().height == 0

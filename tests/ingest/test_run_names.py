@@ -282,33 +282,3 @@ def test_one_rank_twice_recorded_apart_is_one_run_per_file_as_the_readme_says(st
     assert sorted(res.runs) == ["a", "b"]
     note = next(w for w in res.warnings if "cannot be one job" in w)
     assert "(rank 0 is in a.json and b.json), so they are 2 runs: 'a', 'b'" in note
-
-
-def test_identical_files_of_one_ingest_are_read_once(store, tmp_path):
-    """t9 D5: two byte-identical files in two folders of one ingest were two runs; now the second is
-    skipped with a warning naming both paths, as a later ingest skips a file already stored."""
-    a, b = tmp_path / "x", tmp_path / "y"
-    a.mkdir()
-    b.mkdir()
-    f = _job_file(a / "rank0.json", 0, T0, pid=100, world=1)
-    g = b / "copy.json"
-    g.write_bytes(f.read_bytes())
-    res = ingest(store, [a, b], jobs=1)
-    assert list(res.runs) == ["x"] and res.added == [str(f)]
-    assert f"skipped {g}: the same content as {f} (same sha256), read once" in res.warnings
-
-
-def test_a_copy_beside_new_files_of_another_run_is_refused_as_across_ingests(store, tmp_path):
-    """As a later ingest refuses a folder whose new files sit beside a file stored in another run
-    (the run would miss that rank), so does one ingest: y holds a copy of x's rank 0 and a new rank 1."""
-    x, y = tmp_path / "x", tmp_path / "y"
-    x.mkdir()
-    y.mkdir()
-    f = _job_file(x / "rank0.json", 0, T0, pid=100, world=2)
-    (y / "rank0.json").write_bytes(f.read_bytes())
-    _job_file(y / "rank1.json", 1, T0, pid=101, world=2)
-    with pytest.raises(
-        UsageError, match=r"y/rank0.json: the same content as .*x/rank0.json \(same sha256\) of run 'x'"
-    ):
-        ingest(store, [x, y], jobs=1)
-    assert store.runs().height == 0

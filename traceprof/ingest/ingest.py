@@ -556,7 +556,6 @@ def ingest(
             except OSError:  # the store's folder is not writable: the events come back in memory
                 spool = None
         parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
-        parsed = _read_once(todo, parsed, result.warnings)
         not_traces: list[Path] = []
         why: dict[Path, NotATraceError] = {}
         for (part, f), pts in zip(todo, parsed, strict=True):
@@ -636,44 +635,6 @@ def ingest(
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
     return result
-
-
-def _read_once(
-    todo: list[tuple[Part, Path]], parsed: list[list[ParsedTrace] | TraceprofError], warnings: list[str]
-) -> list[list[ParsedTrace] | TraceprofError]:
-    """``parsed`` (one entry per ``todo`` file) with the traces of a file whose content (SHA-256,
-    ``ParsedTrace.sha256``) and ranks (``ParsedTrace.source`` and ``rank``: a rank taken from the
-    file's name can differ between two files of one content) are those of a file before it
-    replaced by ``[]``, each said in ``warnings``
-    naming both paths: one ingest reads a file once, as a later ingest skips a file already stored
-    (README "same file twice is a no-op"). Linear in the files.
-
-    Raises:
-        UsageError: A run of this ingest would hold new files beside a copy of another run's file
-            (it would miss that rank), as :func:`ingest` refuses a file stored in another run.
-    """
-    first: dict[tuple[str, tuple[tuple[str, int | None], ...]], int] = {}
-    copy_of: dict[int, int] = {}
-    for i, pts in enumerate(parsed):
-        if isinstance(pts, list) and pts:  # a copy: the same bytes read as the same ranks (a rank
-            # named by the file's name, not its content, makes two files of one content two ranks)
-            key = (pts[0].sha256, tuple((p.source, p.rank) for p in pts))
-            copy_of[i] = first.setdefault(key, i)
-    copy_of = {i: o for i, o in copy_of.items() if i != o}
-    new = {
-        id(todo[i][0]) for i, pts in enumerate(parsed) if isinstance(pts, list) and pts and i not in copy_of
-    }
-    out = list(parsed)
-    for i, o in copy_of.items():
-        (part, f), (owner, orig) = todo[i], todo[o]
-        if owner is not part and id(part) in new:
-            raise UsageError(
-                f"{f}: the same content as {orig} (same sha256) of run {owner.name!r} of this ingest, so run "
-                f"{part.name!r} would miss that rank; a file belongs to one run: leave the copy out"
-            )
-        warnings.append(f"skipped {f}: the same content as {orig} (same sha256), read once")
-        out[i] = []
-    return out
 
 
 def _check_executor(store: Store, executor: str, scheduler: str | None) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.analyses._common import ms
+from traceprof.analyses.whatif import BOUND_NAMED_PCT
 from traceprof.core.errors import TraceprofError
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.storage.runs import not_shown_to_straggle
@@ -76,7 +77,7 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
             (pl.col("by") == "rank")
             & (pl.col("kind") == row["kind"])
             & (pl.col("group") != str(rank))
-            & (pl.col("bound_pct") >= 1.0)
+            & (pl.col("bound_pct") >= BOUND_NAMED_PCT)
         )
         .select("group", "bound_pct")
         .sort(["bound_pct", "group"], descending=[True, False])

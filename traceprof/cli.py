@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 
 from traceprof.core import fileio, term
+from traceprof.core.blas import one_blas_thread
 from traceprof.core.errors import Interrupted, TraceFormatError, TraceprofError, UsageError
 from traceprof.core.lazy import lazy
 
@@ -2179,6 +2180,7 @@ _verdicts_through_pipes()
 def main() -> None:
     """Entry point: run the app, turning TraceprofError into a one-line message and exit 1."""
     global _finished
+    one_blas_thread()  # before numpy loads: its thread pool only spins here (traceprof.core.blas)
     if len(sys.argv) > 1 and sys.argv[1] in ("ingest", "collect"):  # the commands that parse traces
         _parse_without_pandas()
     if len(sys.argv) > 1 and sys.argv[1] == "ingest":

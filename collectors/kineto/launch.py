@@ -9,12 +9,12 @@ torch is not imported here (only looked up); the ranks import it.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from traceprof.core.blas import user_environ
 from traceprof.core.errors import UsageError
 
 __all__ = ["launch", "OUT_ENV"]
@@ -50,6 +50,6 @@ def launch(
     if out.is_dir() and any(out.glob("rank*.trace.json*")):
         raise UsageError(f"{out}: already holds traces; give each run its own folder")
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, **{OUT_ENV: str(out.resolve())})
+    env = user_environ() | {OUT_ENV: str(out.resolve())}  # as the user has it (traceprof.core.blas)
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *script]
     return subprocess.run(cmd, env=env, check=False).returncode

@@ -6,7 +6,6 @@ Both need the ``nsys`` executable (Nsight Systems CLI) on PATH; without it they 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from traceprof.core import term
+from traceprof.core.blas import user_environ
 from traceprof.core.errors import TraceFormatError, UsageError
 
 __all__ = ["sqlite_for", "profile_command", "launch_nsys", "TRACE_OPTIONS"]
@@ -114,4 +114,4 @@ def launch_nsys(
         "--no-python",
         *profile_command([python, *script], out),
     ]
-    return subprocess.run(cmd, env=dict(os.environ), check=False).returncode
+    return subprocess.run(cmd, env=user_environ(), check=False).returncode  # as the user has it

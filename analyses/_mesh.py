@@ -22,7 +22,8 @@ Algorithm:
      evenly spaced) of one (size, stride) that tile the world (disjoint, of one size, covering every
      rank: {1, 2, 3} alone in a world of 6 is a subgroup, no axis, with a note) are an axis found by structure:
      ``pp`` when its traffic is point-to-point only, ``ep`` when all-to-all only, else
-     ``dim<stride>``.
+     ``dim<stride>``, or ``dim<stride>_<size>`` where an axis of that name exists already (groups
+     of 2 and of 3, both stride 1: ``dim1`` and ``dim1_3``).
   4. One mesh: the candidate axes of step 3 must fit together. In a mesh the members of a group of
      one axis share their coordinate on every other axis (so two groups of different axes share at
      most one rank), and the sizes multiply to the world size or a divisor of it. Blocks of 3
@@ -45,9 +46,11 @@ Algorithm:
      point-to-point traffic (a pipeline's activations), else ``dp`` (DDP). With no group recorded
      at all the axis is ``world`` (unknown: state the mesh).
   7. Order: axes by the stride of their groups, outermost (largest) first.
-  8. The axis of a group (:meth:`Mesh.label`): the axes along which its members' coordinates
-     differ, joined by ``+`` in mesh order (``dp``, ``dp+pp``); a group of every rank of a mesh of
-     two or more axes is ``world``.
+  8. The axis of a group (:meth:`Mesh.label`): a group of an axis left out in step 4 is that axis
+     (its members' coordinates on the kept axes would call the stride-2 groups of 3 above
+     ``dp+dim1``, a label of 6 ranks for groups of 3); else the axes along which its members'
+     coordinates differ, joined by ``+`` in mesh order (``dp``, ``dp+pp``); a group of every rank of
+     a mesh of two or more axes is ``world``.
 
 Work: linear in the groups and ranks (plus one sort), never in events.
 """
@@ -134,12 +137,14 @@ class Axis:
 @dataclass(frozen=True)
 class Mesh:
     """The mesh of a run: ``axes`` outermost first, ``coords`` rank -> coordinate per axis (None
-    where unknown), ``world_size``, ``notes``."""
+    where unknown), ``world_size``, ``notes``, and the candidate axes left out of it (step 4) with
+    their groups (``left_out``: (axis, groups), each group's ranks sorted)."""
 
     axes: tuple[Axis, ...]
     coords: dict[int, tuple[int | None, ...]]
     world_size: int
     notes: tuple[str, ...] = field(default=())
+    left_out: tuple[tuple[Axis, tuple[tuple[int, ...], ...]], ...] = field(default=())
 
     def axis(self, name: str) -> int | None:
         """Position of axis ``name`` in :attr:`axes`, or None."""
@@ -148,7 +153,11 @@ class Mesh:
     def label(self, members: Iterable[int]) -> str | None:
         """The axis label of a group of ``members`` (module doc, step 8); None when fewer than two
         members have coordinates."""
-        known = [self.coords[r] for r in set(members) if r in self.coords]
+        ranks = tuple(sorted(set(members)))
+        left = next((a.name for a, gs in self.left_out if ranks in gs), None)
+        if left is not None:  # a group of a left-out axis: that axis, not the mesh axes it cuts across
+            return left
+        known = [self.coords[r] for r in ranks if r in self.coords]
         if len(known) < 2:
             return None
         varying = [
@@ -387,19 +396,22 @@ def infer(store: Store, run_id: int, stated: str = "") -> tuple[Mesh, list[Group
     notes: list[str] = []
     nd = _ndtimeline(store, run_id)
     found: list[tuple[Axis, dict[int, int]]] = []
+    left: list[tuple[Axis, tuple[tuple[int, ...], ...]]] = []
     if nd is not None:
         found, nd_notes = nd
         notes += nd_notes
         world = traced.n_unique()  # one worker per collapsed group: the mesh is over the workers
     else:
-        found = _from_groups(store, run_id, groups, world, notes)
-    return _complete(store, run_id, found, groups, world, notes), groups, own
+        found, left = _from_groups(store, run_id, groups, world, notes)
+    mesh = _complete(store, run_id, found, groups, world, notes)
+    return Mesh(mesh.axes, mesh.coords, mesh.world_size, mesh.notes, tuple(left)), groups, own
 
 
 def _from_groups(
     store: Store, run_id: int, groups: list[Group], world: int, notes: list[str]
-) -> list[tuple[Axis, dict[int, int]]]:
-    """Axes of the named families and of the unnamed ones found by structure (module doc, step 3)."""
+) -> tuple[list[tuple[Axis, dict[int, int]]], list[tuple[Axis, tuple[tuple[int, ...], ...]]]]:
+    """Axes of the named families and of the unnamed ones found by structure (module doc, step 3),
+    and the candidates left out of the mesh (step 4) with their groups."""
     named: dict[str, set[tuple[int, ...]]] = {}
     labels: dict[str, set[str]] = {}
     unnamed: set[tuple[int, ...]] = set()
@@ -443,9 +455,12 @@ def _from_groups(
                 f"{world} ranks: no axis (the groups of an axis tile the world)"
             )
             continue
+        taken = {a.name for a, _ in out}
         name = _traffic_name(store, run_id, gs) or f"dim{d:g}"
-        if any(a.name == name for a, _ in out):
+        if name in taken:
             name = f"dim{d:g}"
+        if name in taken:  # groups of 2 and of 3, both stride 1: dim1 and dim1_3 (module doc, step 3)
+            name = f"dim{d:g}_{size}"
         fam = _family(name, gs, f"structure: unnamed groups of {size} ranks, stride {d:g}", notes)
         if fam is not None:
             out.append(fam)
@@ -489,8 +504,9 @@ def _clash(x: _Fam, y: _Fam) -> str | None:
 
 def _one_mesh(
     store: Store, run_id: int, fams: list[_Fam], groups: list[Group], world: int, notes: list[str]
-) -> list[tuple[Axis, dict[int, int]]]:
-    """The candidate axes that form one mesh (module doc, step 4), in their order.
+) -> tuple[list[tuple[Axis, dict[int, int]]], list[tuple[Axis, tuple[tuple[int, ...], ...]]]]:
+    """The candidate axes that form one mesh (module doc, step 4), in their order, and those left
+    out with their groups.
 
     Every pair of kept axes passes :func:`_clash` and the kept sizes multiply to a divisor of the
     world size. When the candidates do not, they are kept one at a time in this precedence, each
@@ -509,7 +525,7 @@ def _one_mesh(
     for f in fams:
         product *= f.axis.size
     if not clashes and world % product == 0:
-        return [(f.axis, f.coord) for f in fams]
+        return [(f.axis, f.coord) for f in fams], []
     rows = _rows_per_group(store, run_id, groups)
     traffic = [sum(rows.get(g, 0) for g in f.groups) for f in fams]
     order = sorted(
@@ -548,7 +564,8 @@ def _one_mesh(
             f"{reason}. Of axes that cannot form one mesh, those named by their groups, then those of smaller "
             "groups, then those more collectives ran on are kept (state the mesh with -p mesh=...)"
         )
-    return [(fams[i].axis, fams[i].coord) for i in sorted(kept)]
+    left = [(fams[i].axis, tuple(fams[i].groups)) for i in order if i not in kept]
+    return [(fams[i].axis, fams[i].coord) for i in sorted(kept)], left
 
 
 def _rows_per_group(store: Store, run_id: int, groups: list[Group]) -> dict[tuple[int, ...], int]:

@@ -9,7 +9,8 @@ Algorithm:
      Flight Recorder entry their rank created while enqueueing them (when the run has those dumps),
      else the one the other rows of their gloo worker thread name, else the rank's only group of
      two or more ranks. Its axis label: the axes along which the members' coordinates differ
-     (``_mesh.Mesh.label``). Point-to-point rows with no group (or a group of which only their own
+     (``_mesh.Mesh.label``; a group of a candidate axis left out of the mesh: that axis, its
+     ``found_by`` saying so). Point-to-point rows with no group (or a group of which only their own
      rank is known) are the pipeline's (``pp``) when the mesh has a pp axis. Rows whose group stays
      unknown are ``unassigned``, never dropped.
   3. Per axis: each communication interval of the activity (``traceprof.engine.activity``, as ``overlap``
@@ -91,7 +92,7 @@ class Params(RunParams):
 COLUMNS: dict[str, dict[str, str]] = {
     "frame": {
         "axis": "mesh axis (dp, tp, pp, ...), a label spanning axes (dp+pp), world, or unassigned",
-        "size": "ranks per group of the axis (product for a spanning label; null unassigned)",
+        "size": "ranks per group of the axis (a spanning label: its largest group; null unassigned)",
         "groups": "distinct process groups of the label",
         "collectives": "collective rows of the label",
         "bytes": "bytes moved (sum of bytes_in)",
@@ -430,12 +431,23 @@ def _axes(
         pl.len().alias("collectives"),
         pl.col("bytes_in").sum().cast(pl.Int64).alias("bytes"),
     )
-    sizes = {a.name: a.size for a in mesh.axes}
-    found = {a.name: a.found_by for a in mesh.axes}
+    sizes = {a.name: a.size for a in mesh.axes} | {a.name: a.size for a, _ in mesh.left_out}
+    found = {a.name: a.found_by for a in mesh.axes} | {
+        a.name: f"{a.found_by}; left out of the mesh (a note says why)" for a, _ in mesh.left_out
+    }
+    # a spanning label's groups need not fill the sub-mesh of its axes: their own size, the largest
+    held = dict(
+        rows.filter(pl.col("members").is_not_null() & pl.col("axis").str.contains("+", literal=True))
+        .group_by("axis")
+        .agg((pl.col("members").str.count_matches(",", literal=True) + 1).max().alias("n"))
+        .iter_rows()
+    )
 
     def size(label: str) -> int | None:
         if label == "world":
             return mesh.world_size
+        if label in held:
+            return int(held[label])
         parts = label.split("+")
         if label == "unassigned" or any(p not in sizes for p in parts):
             return None

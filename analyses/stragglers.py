@@ -31,8 +31,9 @@ provides):
      of the instances, or a rank's instances in one communicator x the pace where longer);
      median lateness, also as % of the pace (the median time between a rank's consecutive
      arrivals in a step and communicator: two communicators whose collectives start together
-     space nothing; with one collective per step, in most of a rank's steps, the median step
-     time) and of the median step; compute time per step
+     space nothing; a gap over the rank's collectives of unknown arrival, or left out, divided
+     by the collectives it spans; with one collective per step, in most of a rank's steps, the
+     median step time) and of the median step; compute time per step
      (top-level compute intervals, ``traceprof.analyses._replay``) against the median rank as a
      robust z-score:
      (x - median) / (1.4826 * MAD), the MAD floored at 1% of the median so that equal ranks give
@@ -107,7 +108,7 @@ from traceprof.analyses._cause import binom_sf
 from traceprof.analyses._stragglers_topic import topic
 from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError, TraceprofError
-from traceprof.core.schema import Column
+from traceprof.core.schema import ARRIVAL_SQL, Column
 from traceprof.core.text import short_list
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, Report, RunParams, Topic, register
@@ -194,16 +195,44 @@ def _pct_shown(x: float, floor: float, sign: str = "") -> str:
     return shown
 
 
+#: Each rank's position (``_pos``, 1..) among its own matched collectives of source $2 in each
+#: communicator (the instance's ``pg``), by the row's own arrival (``ARRIVAL_SQL``: known on a rank
+#: where the instance's one-clock arrival is not), for :func:`_pace_ns`.
+_POSITIONS = f"""
+SELECT c.rank, c.instance_id,
+       row_number() OVER (PARTITION BY c.rank, i.pg ORDER BY c.arr ASC NULLS LAST, c.instance_id) AS _pos
+FROM (SELECT rank, instance_id, min({ARRIVAL_SQL}) AS arr FROM collectives
+      WHERE run_id = $1 AND source = $2 AND instance_id IS NOT NULL GROUP BY rank, instance_id) c
+JOIN collective_instances i ON i.run_id = $1 AND i.instance_id = c.instance_id
+"""
+
+
+def _positions(store: Store, run_id: int, source: str | None, w: pl.DataFrame) -> pl.DataFrame:
+    """``w`` with ``_pos`` (:data:`_POSITIONS`; null where unknown)."""
+    pos = store.sql(_POSITIONS, [run_id, source]).with_columns(
+        pl.col("rank").cast(w.schema["rank"]), pl.col("instance_id").cast(w.schema["instance_id"])
+    )
+    return w.join(pos, on=["rank", "instance_id"], how="left")
+
+
 def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
     """The pace (ns, at least 1) and what it is: the median time between a rank's consecutive
     arrivals within a step and communicator (process group: two communicators whose collectives
     start together space nothing, the pace of each is its own); with one collective per step (no
     such pair, or in most of a rank's steps: a barrier in one step of eight spaces nothing else)
     the median step time; without steps, the median time between a rank's consecutive arrivals in
-    a communicator."""
+    a communicator. A gap over collectives of the rank not in ``w`` (their arrival unknown: no
+    clock common to their ranks; or left out as the profiler-start transient) is divided by the
+    collectives it spans (``w._pos``, :func:`_positions`, where known): 3 all-reduces 10 ms apart,
+    the middle one's arrival unknown, are 10 ms apart, not 20."""
+    pos = pl.col("_pos").diff().over("rank", "step", "pg") if "_pos" in w.columns else pl.lit(1)
     gaps = (
         w.sort("rank", "arrival_ns")
-        .select(pl.col("arrival_ns").diff().over("rank", "step", "pg"))
+        .select(
+            (pl.col("arrival_ns").diff().over("rank", "step", "pg") / pos.fill_null(1).clip(1))
+            .round()
+            .cast(pl.Int64)
+        )
         .drop_nulls()
     )
     has_steps = w["step"].is_not_null().any()
@@ -496,7 +525,7 @@ def run(store: Store, params: Params) -> Result:
     step_med = (
         int(steps.select(_common.whole_ns(pl.col("step_ns").median())).item()) if steps.height else None
     )
-    pace, pace_what = _pace_ns(w, step_med)
+    pace, pace_what = _pace_ns(_positions(store, run_id, source, w), step_med)
     covered = _covered_ns(w, step_med, pace)
     comp = _replay.compute_items(store, run_id)
     comp_step = union_ns(comp.filter(pl.col("step").is_not_null()), ["rank", "step"], "compute_ns")

@@ -646,4 +646,5 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         events_read=len(entries),
         rejected=rejected,
         warnings=warnings,
+        empty_said=not entries,  # its _empty_dump warning says why (ingest adds no second one)
     )

@@ -331,6 +331,35 @@ def test_an_unnamed_group_that_does_not_tile_the_world_is_no_axis(store, tmp_pat
     ) in res.notes
 
 
+def test_a_spanning_label_is_the_size_of_its_groups(store, tmp_path):
+    """4 ranks, named mesh groups tp {0, 1}, {2, 3} and dp {0, 2}, {1, 3} (one all-reduce each), and
+    a group "9" of ranks 0, 1, 3 (described "undefined", not evenly spaced: no axis) with one
+    all-reduce. Its members' coordinates (dp, tp) are (0, 0), (0, 1), (1, 1): they differ on both
+    axes, label dp+tp. Its size was the product 2 x 2 = 4; the group holds 3 ranks: size 3."""
+    ranks = [0, 1, 2, 3]
+    for r in ranks:
+        tp, dp = [r // 2 * 2, r // 2 * 2 + 1], [r % 2, r % 2 + 2]
+        tp_pg, dp_pg = str(3 + r // 2), str(1 + r % 2)
+        ev = [step(1, -5, 405), *_kernel("sm90_gemm_kernel", 0, 100, 10, 7)]
+        ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 40, 11, 20, **_allreduce(tp_pg, tp, 1))
+        ev += _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 150, 40, 12, 20, **_allreduce(dp_pg, dp, 1))
+        pgs = [_pg("0", "default_pg", ranks), _pg(tp_pg, "mesh_tp", tp), _pg(dp_pg, "mesh_dp", dp)]
+        if r != 2:
+            ev += _kernel(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 200, 40, 13, 21, **_allreduce("9", [0, 1, 3], 1)
+            )
+            pgs.append(_pg("9", "undefined", [0, 1, 3]))
+        _write(tmp_path / "run" / f"rank{r}.json", ev, r, 4, pgs)
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "parallelism", "run")
+    assert res.ranks.columns == ["rank", "traced", "dp", "tp"]
+    assert sorted(res.frame.select("axis", "size", "groups", "collectives").rows()) == [
+        ("dp", 2, 2, 4),
+        ("dp+tp", 3, 1, 3),
+        ("tp", 2, 2, 4),
+    ]
+
+
 def _tilings(folder: Path, world: int, families: list[tuple[list[list[int]], int]]) -> None:
     """``world`` GPU ranks with the world group "0" and unnamed families of groups (described
     "undefined"), each (groups, all-reduces per group): every rank computes [0, 100] us, then runs
@@ -394,6 +423,39 @@ def test_two_tilings_that_cannot_form_one_mesh_keep_one(store, tmp_path, calls, 
     assert (
         f"it and axis {kept} (3 ranks, groups {groups[kept]}; 12 collectives rows on them against 6)" in note
     )
+    # the left-out axis' collectives are that axis, of its groups' 3 ranks: they were labelled by the
+    # kept axes their members cut across (dp+dim1, or dim2+dp), of size 2 x 3 = 6
+    frame = {r["axis"]: r for r in res.frame.iter_rows(named=True)}
+    assert sorted((a, r["size"], r["groups"], r["collectives"]) for a, r in frame.items()) == sorted(
+        [(kept, 3, 2, 12), (left, 3, 2, 6)]
+    )
+    assert frame[left]["found_by"].endswith("; left out of the mesh (a note says why)")
+
+
+def test_two_clashing_axes_of_one_stride_get_two_names(store, tmp_path):
+    """World 6, unnamed blocks of 2 ({0, 1}, {2, 3}, {4, 5}) and blocks of 3 ({0, 1, 2}, {3, 4, 5}),
+    both stride 1, one all-reduce per group: both were called dim1, and the note read "axis dim1
+    (3 ranks ...) left out: it and axis dim1 (2 ranks ...)". By hand: the blocks of 3 are dim1_3
+    (dim1 is taken); {0, 1} holds ranks 0 and 1, at positions 0 and 1 of dim1_3's {0, 1, 2}: they
+    clash; smaller groups first keeps dim1 (coordinate r % 2), the rest 6 / 2 = 3 is dp (r // 2).
+    Rows: blocks of 2 1 x 2 x 3 = 6, blocks of 3 1 x 3 x 2 = 6; the blocks of 3 are dim1_3 of 3
+    ranks in the frame (were dp+dim1 of 6)."""
+    _tilings(tmp_path / "run", 6, [([[0, 1], [2, 3], [4, 5]], 1), (BLOCKS_OF_3, 1)])
+    ingest(store, [tmp_path / "run"])
+    res = analyze(store, "parallelism", "run")
+    assert res.ranks.columns == ["rank", "traced", "dp", "dim1"]
+    assert res.ranks.select("dp", "dim1").rows() == [(r // 2, r % 2) for r in range(6)]
+    (note,) = [n for n in res.notes if "left out" in n]
+    assert note.startswith(
+        "axis dim1_3 (3 ranks, groups {0, 1, 2}, {3, 4, 5}; structure: unnamed groups of 3 ranks, stride 1) "
+        "left out: it and axis dim1 (2 ranks, groups {0, 1}, {2, 3} and 1 more; 6 collectives rows on them "
+        "against 6) cannot both be axes of one mesh: dim1's group {0, 1} holds ranks 0 and 1, both in dim1_3's "
+        "group {0, 1, 2}, at positions 0 and 1"
+    )
+    assert sorted(res.frame.select("axis", "size", "collectives").rows()) == [
+        ("dim1", 2, 6),
+        ("dim1_3", 3, 6),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,22 @@ def test_empty_ring_buffer_rank_recorded_nothing(store, tmp_path, fmt):
     assert d.frame.select("seq", "status", "ranks_missing").rows() == [(s, "missing", [2]) for s in (1, 2, 3)]
 
 
+@pytest.mark.parametrize(("last", "said"), [(-1, "recorded no collective"), (17, "dump holds no entries")])
+def test_an_empty_dump_gets_one_warning(store, tmp_path, last, said):
+    """4 ranks, every dump with an empty ``entries`` list, pg_status -1 (nothing ran) or 17 (a dump
+    of active entries only; t10's fr_empty). Each file's warning is the parser's, which says why it
+    holds nothing: 4 warnings, one per file. Ingest's own "no events in the trace (an empty
+    capture?)" was a second one per file for the same cause (8 in all)."""
+    run = tmp_path / "run"
+    for r in range(4):
+        _write(run, r, _dump([], 4, last), "json")
+    res = ingest(store, [run], run="run", jobs=1)
+    per_file = [[w for w in res.warnings if w.startswith(f"rank{r}.fr.json:")] for r in range(4)]
+    assert [len(ws) for ws in per_file] == [1, 1, 1, 1]
+    assert all(said in ws[0] for ws in per_file)
+    assert not [w for w in res.warnings if "no events in the trace" in w]
+
+
 @pytest.mark.parametrize("last,status,behind", [(3, "clean", []), (2, "missing", [2])])
 def test_dump_without_entries_but_with_progress_is_read_by_its_progress(
     store, tmp_path, last, status, behind

@@ -630,13 +630,11 @@ def test_mesh_whose_records_conflict_is_refused_saying_what(tmp_path):
         assert store.sql("SELECT count(*) FROM runs").item() == 0
 
 
-def test_one_arrival_clock_per_instance_when_a_record_lacks_kernel_times(tmp_path):
-    """g9 v14: communicator W, 2 ranks, AllReduce sn 1..3 at T, T + 10 ms, T + 20 ms; rank 1's kernels
-    start 40 us after rank 0's, coll_start_ts (enter) 5 us before each kernel start; rank 1's sn 2
-    record has kernel_events [] (start unknown). Hand values: sn 1 and 3 compare kernel starts
-    (40 - 0 = 40 us); sn 2 compares both ranks' enqueues ((40 - 5) - (0 - 5) = 40 us): skew 40,000 ns
-    each, rank 0's wait 3 x 40,000 = 120,000 ns, rank 0's sn 2 arrival T + 10 ms - 5 us (its enqueue).
-    Before: sn 2 set rank 0's kernel start against rank 1's enqueue: skew 35,000, wait 115,000."""
+def _v14(tmp_path: Path, rank0_enter: bool = True) -> Path:
+    """g9 v14's run (the tests below): communicator W, 2 ranks, AllReduce sn 1..3 at T, T + 10 ms,
+    T + 20 ms, rank 1's kernels 40 us after rank 0's, each ending at T + 10 ms (sn - 1) + 400 us;
+    rank 1's sn 2 record without kernel times; ``rank0_enter`` False: rank 0's sn 2 record without
+    coll_start_ts too."""
     run = tmp_path / "nccl-inspector-unknown-jobid"
     for r in (0, 1):
         recs = [
@@ -655,7 +653,46 @@ def test_one_arrival_clock_per_instance_when_a_record_lacks_kernel_times(tmp_pat
         ]
         if r == 1:
             recs[1]["coll_perf"]["event_trace_ts"]["kernel_events"] = []
+        elif not rank0_enter:
+            del recs[1]["coll_perf"]["event_trace_ts"]["coll_start_ts"]
         _write(run / f"node-a-pid420{r}.log", recs)
+    return run
+
+
+def test_stragglers_pace_and_time_covered_count_only_instances_with_known_arrivals(tmp_path):
+    """t10 insp2: communicator W, 2 ranks, AllReduce sn 1..3 at T, T + 10 ms, T + 20 ms, rank 1's
+    kernels 40 us after rank 0's, every collective ends at its start + 400 us; for sn 2 rank 1's
+    record has no kernel times and rank 0's no coll_start_ts: no clock common to the two, so sn 2's
+    arrivals are unknown and stragglers reads sn 1 and 3. By hand: rank 0's arrivals T and T + 20 ms
+    are 2 collectives apart, pace 20 / 2 = 10 ms (it was 20 ms, the gap over sn 2 counted as one);
+    time covered (no steps) = max(span from the first arrival to the last end, 20.4 ms; 2
+    instances x the pace, 20 ms) = 20.4 ms (it was 2 x 20 = 40 ms). Rank 1's hold-up 2 x 40 us =
+    80 us = 80 / 20,400 = 0.39 % of it (was 0.2 %); its median lateness 40 us = 0.4 % of the pace."""
+    run = _v14(tmp_path, rank0_enter=False)
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, [run], jobs=1)
+        assert store.sql("SELECT seq, arrival_skew_ns FROM collective_instances ORDER BY seq").rows() == [
+            (1, 40_000),
+            (2, None),
+            (3, 40_000),
+        ]
+        res = analyze(store, "stragglers")
+        (head,) = [n for n in res.notes if n.startswith("source nccl_inspector")]
+        assert "pace 10.00 ms" in head and "time covered 20.4 ms" in head
+        one = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+        assert one["holdup_ns"] == 80_000
+        assert one["holdup_pct"] == pytest.approx(100 * 80 / 20_400)
+        assert one["late_pct"] == pytest.approx(100 * 40 / 10_000)
+
+
+def test_one_arrival_clock_per_instance_when_a_record_lacks_kernel_times(tmp_path):
+    """g9 v14: communicator W, 2 ranks, AllReduce sn 1..3 at T, T + 10 ms, T + 20 ms; rank 1's kernels
+    start 40 us after rank 0's, coll_start_ts (enter) 5 us before each kernel start; rank 1's sn 2
+    record has kernel_events [] (start unknown). Hand values: sn 1 and 3 compare kernel starts
+    (40 - 0 = 40 us); sn 2 compares both ranks' enqueues ((40 - 5) - (0 - 5) = 40 us): skew 40,000 ns
+    each, rank 0's wait 3 x 40,000 = 120,000 ns, rank 0's sn 2 arrival T + 10 ms - 5 us (its enqueue).
+    Before: sn 2 set rank 0's kernel start against rank 1's enqueue: skew 35,000, wait 115,000."""
+    run = _v14(tmp_path)
     with Store(tmp_path / "s.duckdb") as store:
         ingest(store, [run], jobs=1)
         assert store.sql(

@@ -651,9 +651,14 @@ def test_two_jobs_in_one_folder_are_two_runs(tmp_path):
             ("job-pid9100", 0, "9100", 2),
             ("job-pid9100", 1, "9101", 2),
         ]
-        assert any("2 jobs'" in w for w in res.warnings)
+        # the note offers no one-run option: --run is refused below, with --force-run too (t10: the
+        # hint said "or name one run with --run")
+        (note,) = [w for w in res.warnings if "2 jobs'" in w]
+        assert note.endswith("(put each job's files in a folder of its own: they cannot be one run)")
     with Store(tmp_path / "u.duckdb") as store, pytest.raises(TraceFormatError, match="2 jobs'"):
         ingest(store, [job], run="one", jobs=1)
+    with Store(tmp_path / "v.duckdb") as store, pytest.raises(TraceFormatError, match="2 jobs'"):
+        ingest(store, [job], run="one", jobs=1, force_run=True)
 
 
 def test_sub_communicator_files_get_global_ranks(tmp_path):

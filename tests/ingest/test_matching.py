@@ -443,15 +443,23 @@ def _lost_at_each_end(why: str) -> dict[int, list[tuple]]:
         # -> 1, each one transfer off. 1 -> 2 (4 and 4, all fitting) stays matched: 4 pairs.
         (
             "time",
-            "rank 1's recv #1 (p2p Seq 1) ended 170.000 us before rank 0's send #1 (p2p Seq 1) started (more "
-            "than the clocks' uncertainty, 50.000 us)",
+            "the time check fails: rank 1's recv #1 (p2p Seq 1) ended 170.000 us before rank 0's send #1 (p2p "
+            "Seq 1) started (more than the clocks' uncertainty, 50.000 us), and a recv cannot end before its send "
+            "starts: the k-th of each end is not one transfer (pairs shift by a transfer missing from each end's "
+            "trace, or clocks further apart than measured)",
             4,
         ),
         # Two transfers 0 -> 1 running at once, of 1024 and 2048 elements; rank 0's first send and
         # rank 1's second recv lost: 1 and 1, order pairs the send of 2048 elements (8192 bytes, 60
         # to 140 us) with the recv of 1024 (4096 bytes, 10 to 100 us): in time (the recv ends after
         # the send starts) but not in size. 1 -> 2 (1 and 1, 1024 each) stays matched.
-        ("bytes", "rank 0's send #1 (p2p Seq 1) moves 8,192 bytes, rank 1's recv #1 (p2p Seq 1) 4,096", 1),
+        (
+            "bytes",
+            "the size check fails: rank 0's send #1 (p2p Seq 1) moves 8,192 bytes, rank 1's recv #1 (p2p Seq 1) "
+            "4,096, and both ends of one transfer move one message: the k-th of each end is not one transfer "
+            "(pairs shift by a transfer missing from each end's trace)",
+            1,
+        ),
     ],
 )
 def test_a_direction_that_lost_a_transfer_at_each_end_is_left_unmatched(store, tmp_path, why, detail, pairs):
@@ -467,8 +475,7 @@ def test_a_direction_that_lost_a_transfer_at_each_end_is_left_unmatched(store, t
     n = 3 if why == "time" else 1
     assert notes == [
         f"run 'run': source nccl_kernel, process group '0' [0, 1, 2] (point-to-point): rank 0 sent {n} "
-        f"transfer{'s' if n > 1 else ''} to rank 1, which received {n}, but paired by order {detail}: each "
-        "end's trace lacks a different transfer, so the k-th of each end need not be the same transfer; this "
+        f"transfer{'s' if n > 1 else ''} to rank 1, which received {n}, but paired by order {detail}; this "
         "direction was left unmatched"
     ]
     got = store.sql(
@@ -481,6 +488,40 @@ def test_a_direction_that_lost_a_transfer_at_each_end_is_left_unmatched(store, t
     ids = store.sql("SELECT instance_id FROM collective_instances ORDER BY 1")["instance_id"].to_list()
     assert ids == list(range(1, pairs + 2))
     assert matching.unmatched_p2p(store, store.resolve_run("run")) == 2 * n
+
+
+def test_a_pair_that_fails_the_time_check_is_not_said_to_have_lost_transfers(store, tmp_path):
+    """No transfer lost, the ranks on one host (t10's p2p/far): 0 -> 1 transfers k = 0..3, send
+    [250k + 20, 250k + 100] us, recv [250k - 180, 250k - 90] us (190 us earlier than the send's
+    recv): 4 sends and 4 recvs, each recv ends 250k - 90, 110 us before its send starts at
+    250k + 20, beyond the tolerance max(50 us, 2 x residual 0) = 50 us. 1 -> 2: send [250k + 110,
+    + 130], recv [250k + 105, + 130], all fitting. The note said "each end's trace lacks a
+    different transfer" though none is lost; now it says the time check failed and names the
+    causes it cannot tell apart."""
+    ops = {
+        0: [("send", 1, 250 * k + 20, 250 * k + 100) for k in range(4)],
+        1: [
+            op
+            for k in range(4)
+            for op in (("recv", 0, 250 * k - 180, 250 * k - 90), ("send", 2, 250 * k + 110, 250 * k + 130))
+        ],
+        2: [("recv", 1, 250 * k + 105, 250 * k + 130) for k in range(4)],
+    }
+    for r, lst in ops.items():
+        write_rank(
+            tmp_path / "run" / f"r{r}.json",
+            _pipeline_rank(lst, r, False, ar_us=1100),
+            r,
+            world=3,
+            backend="nccl",
+        )
+    (note,) = [w for w in ingest(store, [tmp_path / "run"]).warnings if "paired by order" in w]
+    assert (
+        "rank 0 sent 4 transfers to rank 1, which received 4, but paired by order the time check fails: rank 1's "
+        "recv #1 (p2p Seq 1) ended 110.000 us before rank 0's send #1 (p2p Seq 1) started (more than the "
+        "clocks' uncertainty, 50.000 us)"
+    ) in note
+    assert "lacks" not in note and "clocks further apart than measured" in note
 
 
 def test_trace_filter_collectives_are_named_by_their_launching_op(store):

@@ -13,6 +13,7 @@ from tests.conftest import SAMPLES, corpus
 from traceprof.core.errors import StoreError, UsageError
 from traceprof.ingest.ingest import ingest
 from traceprof.ingest.naming import stem
+from traceprof.storage.store import Store
 
 
 def _runs(store) -> dict[str, tuple[int, int]]:
@@ -241,6 +242,35 @@ def test_two_jobs_of_one_host_in_one_folder_are_two_runs_not_clock_skew(store, t
         "was recorded 7.2 min after rank" in note and "both on host 'vm', whose ranks share a clock" in note
     )
     assert store.sql("SELECT count(*) FROM traces WHERE clock_offset_ns <> 0").rows() == [(0,)]
+
+
+def test_the_two_jobs_hint_gives_a_command_that_works(store, tmp_path):
+    """t10: the split note said "or name one run with --run", which is then refused (the same-host
+    gap) unless --force-run is given too. The hint now names both options, and they work: 4 files,
+    ranks 0-3 of host 'vm', ranks 2-3 431 s later -> one run 'one' of 4 ranks. Where a rank is twice
+    (rank 0 in a.json and b.json), no option makes one run: the hint offers none."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for r in range(4):
+        _job_file(d / f"rank{r}.json", r, T0 + (431 * 10**9 if r >= 2 else 0), pid=100 + r)
+    note = next(w for w in ingest(store, [d], jobs=1).warnings if "cannot be one job" in w)
+    assert note.endswith(
+        "(put each job's files in a folder of its own; to store them as one run anyway: --run NAME --force-run)"
+    )
+    other = Store(tmp_path / "other.duckdb")  # the files are in ``store`` already (a no-op there)
+    try:
+        with pytest.raises(StoreError, match="pass --force-run"):
+            ingest(other, [d], jobs=1, run="one")
+        assert list(ingest(other, [d], jobs=1, run="one", force_run=True).runs) == ["one"]
+        assert _runs(other) == {"one": (4, 4)}
+    finally:
+        other.close()
+    dup = tmp_path / "dupranks"
+    dup.mkdir()
+    _job_file(dup / "a.json", 0, T0, pid=300)
+    _job_file(dup / "b.json", 0, T0 + 446 * 10**9, pid=400)
+    note = next(w for w in ingest(store, [dup], jobs=1).warnings if "cannot be one job" in w)
+    assert note.endswith("(put each job's files in a folder of its own)")
 
 
 def test_two_jobs_of_one_host_named_one_run_are_refused(store, tmp_path):

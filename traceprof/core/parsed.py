@@ -100,6 +100,8 @@ class ParsedTrace:
         skipped: Records not stored by design (Kineto flows and metadata), counted by kind.
         flagged: Records stored with an ``events.flag``, counted by flag.
         warnings: Messages the user should see (e.g. "rank missing, assumed 0").
+        empty_said: The parser's ``warnings`` already say why the file stores no event (a Flight
+            Recorder dump without entries), so ingest adds no warning of its own for that cause.
         part: Which part of its rank's record the file holds, for a source that writes several
             files per rank (the NCCL profiler plugin: one per communicator, ``<prefix>_<commHash>_<rank>.json``;
             its communicators' hashes), else ``None``. Two files of one rank and source are one
@@ -129,6 +131,7 @@ class ParsedTrace:
     warnings: list[str] = field(default_factory=list)
     long_text: list[tuple[int, int, str, str]] = field(default_factory=list)
     part: str | None = None
+    empty_said: bool = False
 
     def __post_init__(self) -> None:
         """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown

@@ -861,7 +861,8 @@ def _settle_ranks(name: str, traces: list[ParsedTrace], result: IngestResult, na
         raise TraceFormatError(traces[0].path, "", f"empty: {_no_event(traces[0])}{others}; nothing stored")
     for pt in traces:
         result.warnings += pt.warnings
-        if _stores_no_event(pt):  # stored (its metadata is the file's), but no analysis has anything to read
+        if _stores_no_event(pt) and not pt.empty_said:  # stored (its metadata is the file's), but no
+            # analysis has anything to read; one warning per cause: not where the parser said why
             why = _no_event(pt) if pt.events_read else "no events in the trace (an empty capture?)"
             result.warnings.append(f"{Path(pt.path).name}: {why}; its run has no activity from it")
         if pt.rejected:

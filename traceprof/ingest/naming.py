@@ -73,6 +73,27 @@ def conflict(traces: list[ParsedTrace]) -> str:
     communicator), two world sizes, traces of one host that do not overlap in time
     (:func:`traceprof.storage.identity.same_host_gap`), or times more than an hour apart
     (:func:`traceprof.storage.identity.check_within`)."""
+    said = _identity_conflict(traces)
+    if said or len({pt.path for pt in traces}) < 2:
+        return said
+    apart = same_host_gap(traces)
+    if apart is not None:
+        first, later, host, gap = apart
+        return (
+            f"{Path(later).name} was recorded {duration(gap)} after {Path(first).name} ended, both on host {host!r}, "
+            "whose ranks share a clock"
+        )
+    try:
+        check_within("", traces)
+    except StoreError:
+        return "its files were recorded more than an hour apart"
+    return ""
+
+
+def _identity_conflict(traces: list[ParsedTrace]) -> str:
+    """:func:`conflict`'s causes that no option overrides (ingest refuses them in one run even with
+    ``--force-run``): a rank unknown in several files, one (rank, source, part) twice, two world
+    sizes; ``""`` when there is none."""
     files = {pt.path for pt in traces}
     if len(files) < 2:
         return ""
@@ -89,18 +110,16 @@ def conflict(traces: list[ParsedTrace]) -> str:
     worlds = sorted({pt.world_size for pt in traces if pt.world_size is not None})
     if len(worlds) > 1:
         return f"its files state world sizes {', '.join(map(str, worlds))}"
-    apart = same_host_gap(traces)
-    if apart is not None:
-        first, later, host, gap = apart
-        return (
-            f"{Path(later).name} was recorded {duration(gap)} after {Path(first).name} ended, both on host {host!r}, "
-            "whose ranks share a clock"
-        )
-    try:
-        check_within("", traces)
-    except StoreError:
-        return "its files were recorded more than an hour apart"
     return ""
+
+
+def _hint(traces: list[ParsedTrace]) -> str:
+    """The split note's hint on ``traces`` (the folder's files): a folder per job; and where only
+    their times keep them apart (``--force-run`` overrides those checks, never a rank twice or two
+    world sizes), the command that stores them as one run anyway (``--run`` alone is refused)."""
+    if _identity_conflict(traces):
+        return "(put each job's files in a folder of its own)"
+    return "(put each job's files in a folder of its own; to store them as one run anyway: --run NAME --force-run)"
 
 
 def relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
@@ -170,7 +189,7 @@ def _related(part: Part, notes: list[str]) -> list[Part]:
     notes.append(
         f"{part.origin}: its files are {len(out)} jobs' (sets of processes that share no communicator, "
         f"each with the same ranks), so they are {len(out)} runs: {', '.join(repr(p.name) for p in out)} "
-        "(put each job's files in a folder of its own, or name one run with --run)"
+        "(put each job's files in a folder of its own: they cannot be one run)"
     )
     return out
 
@@ -213,7 +232,7 @@ def _split(part: Part, why: str, notes: list[str]) -> list[Part]:
     names = ", ".join(repr(p.name) for p in out)
     notes.append(
         f"{part.origin}: its files cannot be one job ({why}), so they are {len(out)} runs: {names} "
-        "(put each job's files in a folder of its own, or name one run with --run)"
+        + _hint(part.traces)
     )
     return out
 

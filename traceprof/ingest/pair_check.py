@@ -18,7 +18,9 @@ point-to-point row, so this check cannot change it), each pair is checked:
 
 A direction (source, group, sender, receiver) with any failing pair is left unmatched
 (``instance_id`` and ``match_method`` NULL on all its rows), with a note naming the direction, its
-counts and the first failing pair; the run's instances are renumbered 1.. in their order and
+counts, the first failing pair and the check it fails (a failing pair shows that the k-th transfer of
+each end is not one transfer, not why: a transfer missing from each end, or for time clocks further
+apart than measured); the run's instances are renumbered 1.. in their order and
 ``collective_instances`` recomputed. One join on instance id and one sort of the ``pair_order`` rows.
 """
 
@@ -125,20 +127,24 @@ def check_pair_order(store: Store, run_id: int) -> list[str]:
             f"rank {r}'s recv #{k} (p2p Seq {b['r_seq']})",
         )
         if b["why"] == "time":
-            detail = (
-                f"{recv} ended {_us(b['early_ns'])} before {send} started (more than the clocks' "
-                f"uncertainty, {_us(b['tol_ns'])})"
+            check = (
+                f"the time check fails: {recv} ended {_us(b['early_ns'])} before {send} started (more than "
+                f"the clocks' uncertainty, {_us(b['tol_ns'])}), and a recv cannot end before its send starts"
             )
-        elif b["why"] == "bytes":
-            detail = f"{send} moves {b['s_bytes']:,} bytes, {recv} {b['r_bytes']:,}"
+            causes = "a transfer missing from each end's trace, or clocks further apart than measured"
         else:
-            detail = f"{send} moves {b['s_n']:,} elements, {recv} {b['r_n']:,}"
+            what = "bytes" if b["why"] == "bytes" else "elements"
+            s_v, r_v = (b["s_bytes"], b["r_bytes"]) if what == "bytes" else (b["s_n"], b["r_n"])
+            check = (
+                f"the size check fails: {send} moves {s_v:,} {what}, {recv} {r_v:,}, and both ends of one "
+                "transfer move one message"
+            )
+            causes = "a transfer missing from each end's trace"
         group = f"process group {b['pg'] or ''!r}{' ' + b['pg_ranks'] if b['pg_ranks'] else ''}"
         notes.append(
             f"source {b['source']}, {group} (point-to-point): rank {a} sent {n} transfer{'s' if n > 1 else ''} "
-            f"to rank {r}, which received {n}, but paired by order {detail}: each end's trace lacks a "
-            "different transfer, so the k-th of each end need not be the same transfer; this direction was "
-            "left unmatched"
+            f"to rank {r}, which received {n}, but paired by order {check}: the k-th of each end is not one "
+            f"transfer (pairs shift by {causes}); this direction was left unmatched"
         )
     con.execute(_UNMATCH, [run_id, keys])
     con.execute(_RENUMBER, [run_id])

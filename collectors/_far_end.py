@@ -6,8 +6,9 @@ Kept as recorded it stretches every window that reads it to years. Both collecto
 spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Systems
 (``traceprof.collectors.nsys.parse``), measure "far" the same way:
 
-  1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of its records'
-     starts (:func:`reference_range`).
+  1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of the starts of
+     the bulk of its records: a gap longer than all the rest of the trace together (and than 1 s)
+     leaves its side with fewer records out of the bulk (:func:`reference_range`).
   2. The margin: the range's own length, at least :data:`FAR_MARGIN_MIN_NS` (1 s).
   3. A record ends far past the range when its end lies more than the margin past the range's end
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
@@ -76,13 +77,34 @@ def reference_range(
     step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray
 ) -> tuple[int, int, bool]:
     """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
-    1st..99th percentile of the other records' starts; and whether steps defined it."""
+    1st..99th percentile of the starts of the bulk of the other records (:func:`_bulk`); and
+    whether steps defined it.
+
+    O(n log n) in the records (a sort of the starts)."""
     steps = step & ~skip
     if steps.any():
         return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
-    pool = ts[~skip] if (~skip).any() else ts
+    pool = _bulk(np.sort(ts[~skip] if (~skip).any() else ts))
     lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
     return lo, hi, False
+
+
+def _bulk(st: np.ndarray) -> np.ndarray:
+    """The bulk of sorted starts ``st`` (int64 ns): while the widest gap between neighbours is
+    longer than everything else together (the span without it) and than :data:`FAR_MARGIN_MIN_NS`,
+    the side of it with fewer starts (on a tie, the earlier) is not the bulk. A trace without steps
+    whose first kernels a profiler stamped ~1e14 ns early (another clock domain) would otherwise
+    stretch a percentile range over small traces (n < 100: min..max) to 27.8 h, and its margin
+    with it, so that nothing was "far". Pauses between bursts of work are shorter than the rest
+    together and never split. Each cut at least halves the span: at most 64 passes of O(n)."""
+    while len(st) > 1:
+        gaps = np.diff(st)
+        at = int(np.argmax(gaps))
+        gap = int(gaps[at])
+        if gap <= max(int(st[-1] - st[0]) - gap, FAR_MARGIN_MIN_NS):
+            break
+        st = st[at + 1 :] if len(st) - (at + 1) >= at + 1 else st[: at + 1]
+    return st
 
 
 def far_ends(

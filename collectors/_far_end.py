@@ -44,6 +44,7 @@ __all__ = [
     "count_repair",
     "reference_range",
     "far_ends",
+    "far_records",
     "lane_overruns",
     "step_overlaps",
     "step_overlap_warning",
@@ -139,6 +140,57 @@ def far_ends(
     return np.flatnonzero(late & cand), end
 
 
+def far_records(
+    ts: np.ndarray,
+    pool: np.ndarray,
+    lo: int,
+    hi: int,
+    margin: int,
+    by_steps: bool,
+    cand: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
+    """Records far from the bulk of a trace (Kineto's ``far_outside``; Nsight Systems' GPU rows
+    without a launch call): split the sorted starts of ``pool`` where two neighbours lie more than
+    ``margin`` apart; the clusters that overlap the step range (without steps: the one with the
+    most records) are the bulk, every other record of ``cand`` is far. O(n log n).
+
+    Args:
+        ts: Start of each record, ns (int64).
+        pool: The records whose starts make the clusters (bool).
+        lo: Start of the reference range, ns (:func:`reference_range`).
+        hi: End of the reference range, ns.
+        margin: The gap that splits two clusters, ns (the range's length, at least
+            :data:`FAR_MARGIN_MIN_NS`).
+        by_steps: Whether steps defined the range.
+        cand: The records that may be far (bool, a subset of ``pool``); None: ``pool``.
+
+    Returns:
+        (mask of the far records of ``cand``, end of the bulk: its last start, at least ``hi``).
+    """
+    cand = pool if cand is None else cand
+    far = np.zeros(len(ts), dtype=bool)
+    st = ts[pool]  # the starts, sorted in place (no index array: a cluster is a range of values)
+    if not len(st):
+        return far, hi
+    st.sort()
+    cut = np.concatenate(
+        [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]
+    )  # a block at a time: no array of every gap
+    first = np.concatenate(([0], cut + 1))
+    last = np.concatenate((cut, [len(st) - 1]))
+    if by_steps:
+        keep = (st[last] >= lo) & (st[first] <= hi)
+        if not keep.any():  # the steps fall in a gap: keep the nearest cluster
+            keep[int(np.argmin(np.minimum(np.abs(st[first] - hi), np.abs(st[last] - lo))))] = True
+    else:
+        keep = np.zeros(len(first), dtype=bool)
+        keep[int(np.argmax(last - first))] = True
+    if not keep.all():  # equal starts never split, so each cluster is the records with starts in its range
+        cluster = np.searchsorted(st[first], ts, side="right") - 1
+        far = cand & ~keep[np.clip(cluster, 0, None)]
+    return far, max(hi, int(st[last[keep]].max()))
+
+
 def lane_overruns(
     ts: np.ndarray,
     dur: np.ndarray,
@@ -210,7 +262,7 @@ def lane_overruns(
     return hit[keep], new_end[keep]
 
 
-#: Rows per block of :func:`_runs_into_next`.
+#: Rows per block of :func:`_runs_into_next` and of :func:`far_records`' gap search.
 _BLOCK = 1 << 18
 
 

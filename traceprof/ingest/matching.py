@@ -38,7 +38,7 @@ Algorithm:
      direction with a pair whose recv ends before its send starts or whose sizes differ), the
      others are left unmatched; a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
      A group whose rows do not list its members (``pg_ranks`` NULL after step 0) and of which more
-     ranks hold one sequence number than its rows' ``group_size`` is several groups sharing the
+     ranks hold one collective sequence number than its rows' ``group_size`` is several groups sharing the
      name (torchft replica groups, ``split_group`` children in traces without "Process Group
      Ranks"): which ranks share a collective is unknown, so its rows are left unmatched (no
      instance, no clock alignment through them), with a note; matched by (pg, seq) they gave one
@@ -500,11 +500,12 @@ keys AS (
          count(DISTINCT step) AS steps, max(group_size) AS size
   FROM ided GROUP BY ALL
 ),
-crowded AS (  -- members unknown, and more ranks hold a sequence number than the group has
+crowded AS (  -- collectives, members unknown, and more ranks hold a sequence number than the group has
+  -- (point-to-point counters are per rank: a wide group's are told by ``wide`` below)
   SELECT {_GROUP}, 0 AS o, max(n) || ' ranks hold one sequence number of a group of ' || max(size)
          || ' (its size as the rows state it): groups with other members share the name, and the rows do not '
          || 'list the members (no process group ranks)' AS why
-  FROM keys WHERE g_ranks = '' AND size > 0 GROUP BY ALL HAVING max(n) > max(size)
+  FROM keys WHERE g_ranks = '' AND size > 0 AND NOT p2p GROUP BY ALL HAVING max(n) > max(size)
 ),
 cross_step AS (
   SELECT {_GROUP}, 1 AS o, sum((steps > 1)::INT) || ' of ' || count(*)

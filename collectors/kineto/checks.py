@@ -17,9 +17,9 @@ Algorithm:
      where two neighbours lie more than the margin apart (the reference range's own length, at
      least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
      steps the 1st..99th percentile of the bulk's starts, ``traceprof.collectors._far_end``); the
-     clusters that overlap the steps (without steps: the largest) are the bulk. ``zero_ts``: a record whose ``ts`` is 0 (an
-     unset timestamp) that lies apart from the other records (farther from their 1st..99th
-     percentile range than that range is long), a ProfilerStep included. Launch calls flagged
+     clusters that overlap the steps (without steps: the largest) are the bulk. ``zero_ts``: a
+     record whose ``ts`` is 0 (an unset timestamp) that lies apart from the other records (farther
+     from their 1st..99th percentile range than that range is long), a ProfilerStep included. Launch calls flagged
      here do not vouch for their kernels' steps or latency.
   3. ``overrun``: on one (device, stream) lane, sorted by start, a row that runs past the start of
      the next valid row by more than :data:`OVERLAP_TOLERANCE_NS` (a profiler bug reports

@@ -457,7 +457,8 @@ def canonical_ranks(value: Any) -> str | None:
 #: host (one clock), one such step only: that step, and the row's ``step`` becomes it.
 _ROWS_OF_RS = f"""
 c AS (
-  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, group_size, seq, comms_id, op, peer, coalesce(rs.run_step, step) AS step,
+  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, group_size, seq, comms_id, op, peer,
+         coalesce(rs.run_step, step) AS step,
          {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
          rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless,
          {ARRIVAL_SQL} - coalesce(t.clock_offset_ns, 0) AS raw_ns, {ARRIVAL_FIRST_SQL} AS arr1, {ARRIVAL_NEXT_SQL} AS arr2,

@@ -12,7 +12,6 @@ from tests.builders import EPOCH, Export
 from tests.conftest import analyze
 from traceprof.collectors.nsys.parse import parse
 from traceprof.ingest.ingest import ingest
-from traceprof.storage.store import Store
 
 #: 95 years in ns (the Kineto trial's "dur": 3e15 us).
 FAR = 3 * 10**18
@@ -215,43 +214,3 @@ def test_step_ranges_that_do_not_overlap_are_untouched(tmp_path):
     t = parse(_overlapping_steps(tmp_path / "rank0.sqlite", 11_000_000, nested=False))
     assert t.flagged == {} and not [w for w in t.warnings if "next one" in w]
     assert "raw_dur_ns" not in t.events.column_names
-
-
-@pytest.mark.parametrize("launched", [False, True])
-def test_gpu_rows_without_a_launch_far_before_the_steps_are_left_out(tmp_path, launched):
-    """kernel_before_its_launch's kind in nsys when the early records' launch calls are lost too (no
-    runtime row with their correlationId): ProfilerStep#2 [B, B + 1 ms], B = 20 s after the session
-    start; six 50 us kernels 20 us after launches at B + 10 + 100 i us; kernels 501, 502 written 10 s
-    early, without launch rows. They lie 10 s from the step range (margin max(1 ms, 1 s) = 1 s):
-    flagged far_outside. The 4 others: window [B + 230, B + 580] us = 350 us, busy 200, idle 150
-    (42.86 %). Before: window 10,000,550,000 ns, idle 100 %. With their launch rows (``launched``)
-    they are judged against them instead: before_launch, the same numbers."""
-    b = 20_000_000_000
-    e = Export()
-    e.gpu(0)
-    e.process(50)
-    e.nvtx(50, b, b + 1_000_000, "ProfilerStep#2")
-    for i in range(6):
-        ls = b + (10 + 100 * i) * 1000
-        if launched or i >= 2:
-            e.launch(50, 501 + i, ls, ls + 5000)
-        ks = ls + 20_000 - (10_000_000_000 if i < 2 else 0)
-        e.kernel(50, 0, 501 + i, ks, ks + 50_000, name="void at::native::vectorized_elementwise_kernel<4>()")
-    s = Store(tmp_path / "t.duckdb")
-    res = ingest(s, [e.write(tmp_path / "rank0.sqlite")])
-    flag = "before_launch" if launched else "far_outside"
-    assert s.sql(
-        "SELECT flag, count(*) FROM events WHERE kind = 'kernel' GROUP BY flag ORDER BY flag"
-    ).rows() == [
-        (flag, 2),
-        (None, 4),
-    ]
-    if not launched:
-        assert any(
-            w.startswith(
-                "rank0.sqlite: 2 GPU record(s) without a launch call lie far outside the trace's step range"
-            )
-            for w in res.warnings
-        ), res.warnings
-    t = analyze(s, "temporal").frame.row(0, named=True)
-    assert (t["window_ns"], t["idle_ns"], t["compute_ns"]) == (350_000, 150_000, 200_000)

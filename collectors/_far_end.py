@@ -6,9 +6,10 @@ Kept as recorded it stretches every window that reads it to years. Both collecto
 spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Systems
 (``traceprof.collectors.nsys.parse``), measure "far" the same way:
 
-  1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of the starts of
-     the bulk of its records: a gap longer than all the rest of the trace together (and than 1 s)
-     leaves its side with fewer records out of the bulk (:func:`reference_range`).
+  1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of its records'
+     starts (:func:`reference_range`); for the records flagged apart from the bulk (Kineto's
+     ``far_outside``, :func:`far_records`), of the starts of the bulk: a gap longer than all the
+     rest of the trace together (and than 1 s) leaves its side with fewer records out of it.
   2. The margin: the range's own length, at least :data:`FAR_MARGIN_MIN_NS` (1 s).
   3. A record ends far past the range when its end lies more than the margin past the range's end
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
@@ -75,17 +76,21 @@ def count_repair(repaired: dict[str, int] | None, reason: str, n: int) -> None:
 
 
 def reference_range(
-    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray
+    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray, bulk: bool = False
 ) -> tuple[int, int, bool]:
     """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
-    1st..99th percentile of the starts of the bulk of the other records (:func:`_bulk`); and
-    whether steps defined it.
+    1st..99th percentile of the other records' starts, with ``bulk`` of the starts of their bulk
+    (:func:`_bulk`: for the rules that flag what lies apart from it, which then leave out every
+    record the range does not reach; a rule that clips what ends past the range keeps the plain
+    percentiles, or it would clip the records of the side left out); and whether steps defined it.
 
     O(n log n) in the records (a sort of the starts)."""
     steps = step & ~skip
     if steps.any():
         return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
-    pool = _bulk(np.sort(ts[~skip] if (~skip).any() else ts))
+    pool = ts[~skip] if (~skip).any() else ts
+    if bulk:
+        pool = _bulk(np.sort(pool))
     lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
     return lo, hi, False
 

@@ -142,7 +142,7 @@ def _flag_far_without_launch(
     if not cand.any():
         return []
     dur = np.fromiter((max(int(d), 0) for d in cols["dur_ns"]), np.int64, n)
-    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound)
+    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound, bulk=True)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     far, _ = far_records(ts, sound & (kind != _UNCHECKED), lo, hi, margin, by_steps, cand)
     rows = np.flatnonzero(far)

@@ -7,7 +7,9 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
 (``traceprof.collectors.nsys.parse``), measure "far" the same way:
 
   1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of its records'
-     starts (:func:`reference_range`).
+     starts (:func:`reference_range`); for the records flagged apart from the bulk (Kineto's
+     ``far_outside``, :func:`far_records`), of the starts of the bulk: a gap longer than all the
+     rest of the trace together (and than 1 s) leaves its side with fewer records out of it.
   2. The margin: the range's own length, at least :data:`FAR_MARGIN_MIN_NS` (1 s).
   3. A record ends far past the range when its end lies more than the margin past the range's end
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
@@ -43,6 +45,7 @@ __all__ = [
     "count_repair",
     "reference_range",
     "far_ends",
+    "far_records",
     "lane_overruns",
     "step_overlaps",
     "step_overlap_warning",
@@ -73,16 +76,41 @@ def count_repair(repaired: dict[str, int] | None, reason: str, n: int) -> None:
 
 
 def reference_range(
-    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray
+    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray, bulk: bool = False
 ) -> tuple[int, int, bool]:
     """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
-    1st..99th percentile of the other records' starts; and whether steps defined it."""
+    1st..99th percentile of the other records' starts, with ``bulk`` of the starts of their bulk
+    (:func:`_bulk`: for the rules that flag what lies apart from it, which then leave out every
+    record the range does not reach; a rule that clips what ends past the range keeps the plain
+    percentiles, or it would clip the records of the side left out); and whether steps defined it.
+
+    O(n log n) in the records (a sort of the starts)."""
     steps = step & ~skip
     if steps.any():
         return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
     pool = ts[~skip] if (~skip).any() else ts
+    if bulk:
+        pool = _bulk(np.sort(pool))
     lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
     return lo, hi, False
+
+
+def _bulk(st: np.ndarray) -> np.ndarray:
+    """The bulk of sorted starts ``st`` (int64 ns): while the widest gap between neighbours is
+    longer than everything else together (the span without it) and than :data:`FAR_MARGIN_MIN_NS`,
+    the side of it with fewer starts (on a tie, the earlier) is not the bulk. A trace without steps
+    whose first kernels a profiler stamped ~1e14 ns early (another clock domain) would otherwise
+    stretch a percentile range over small traces (n < 100: min..max) to 27.8 h, and its margin
+    with it, so that nothing was "far". Pauses between bursts of work are shorter than the rest
+    together and never split. Each cut at least halves the span: at most 64 passes of O(n)."""
+    while len(st) > 1:
+        gaps = np.diff(st)
+        at = int(np.argmax(gaps))
+        gap = int(gaps[at])
+        if gap <= max(int(st[-1] - st[0]) - gap, FAR_MARGIN_MIN_NS):
+            break
+        st = st[at + 1 :] if len(st) - (at + 1) >= at + 1 else st[: at + 1]
+    return st
 
 
 def far_ends(
@@ -115,6 +143,57 @@ def far_ends(
     closed = sound & (dur >= 0) & ~late
     end = int((ts[closed] + dur[closed]).max()) if closed.any() else int(ts.max())
     return np.flatnonzero(late & cand), end
+
+
+def far_records(
+    ts: np.ndarray,
+    pool: np.ndarray,
+    lo: int,
+    hi: int,
+    margin: int,
+    by_steps: bool,
+    cand: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
+    """Records far from the bulk of a trace (Kineto's ``far_outside``; Nsight Systems' GPU rows
+    without a launch call): split the sorted starts of ``pool`` where two neighbours lie more than
+    ``margin`` apart; the clusters that overlap the step range (without steps: the one with the
+    most records) are the bulk, every other record of ``cand`` is far. O(n log n).
+
+    Args:
+        ts: Start of each record, ns (int64).
+        pool: The records whose starts make the clusters (bool).
+        lo: Start of the reference range, ns (:func:`reference_range`).
+        hi: End of the reference range, ns.
+        margin: The gap that splits two clusters, ns (the range's length, at least
+            :data:`FAR_MARGIN_MIN_NS`).
+        by_steps: Whether steps defined the range.
+        cand: The records that may be far (bool, a subset of ``pool``); None: ``pool``.
+
+    Returns:
+        (mask of the far records of ``cand``, end of the bulk: its last start, at least ``hi``).
+    """
+    cand = pool if cand is None else cand
+    far = np.zeros(len(ts), dtype=bool)
+    st = ts[pool]  # the starts, sorted in place (no index array: a cluster is a range of values)
+    if not len(st):
+        return far, hi
+    st.sort()
+    cut = np.concatenate(
+        [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]
+    )  # a block at a time: no array of every gap
+    first = np.concatenate(([0], cut + 1))
+    last = np.concatenate((cut, [len(st) - 1]))
+    if by_steps:
+        keep = (st[last] >= lo) & (st[first] <= hi)
+        if not keep.any():  # the steps fall in a gap: keep the nearest cluster
+            keep[int(np.argmin(np.minimum(np.abs(st[first] - hi), np.abs(st[last] - lo))))] = True
+    else:
+        keep = np.zeros(len(first), dtype=bool)
+        keep[int(np.argmax(last - first))] = True
+    if not keep.all():  # equal starts never split, so each cluster is the records with starts in its range
+        cluster = np.searchsorted(st[first], ts, side="right") - 1
+        far = cand & ~keep[np.clip(cluster, 0, None)]
+    return far, max(hi, int(st[last[keep]].max()))
 
 
 def lane_overruns(
@@ -188,7 +267,7 @@ def lane_overruns(
     return hit[keep], new_end[keep]
 
 
-#: Rows per block of :func:`_runs_into_next`.
+#: Rows per block of :func:`_runs_into_next` and of :func:`far_records`' gap search.
 _BLOCK = 1 << 18
 
 

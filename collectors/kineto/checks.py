@@ -16,10 +16,10 @@ Algorithm:
   2. ``far_outside``: a record apart from the bulk of the trace: sorted by start, the records split
      where two neighbours lie more than the margin apart (the reference range's own length, at
      least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
-     steps the 1st..99th percentile of the starts); the clusters that overlap the steps (without
-     steps: the largest) are the bulk. ``zero_ts``: a record whose ``ts`` is 0 (an
-     unset timestamp) that lies apart from the other records (farther from their 1st..99th
-     percentile range than that range is long), a ProfilerStep included. Launch calls flagged
+     steps the 1st..99th percentile of the bulk's starts, ``traceprof.collectors._far_end``); the
+     clusters that overlap the steps (without steps: the largest) are the bulk. ``zero_ts``: a
+     record whose ``ts`` is 0 (an unset timestamp) that lies apart from the other records (farther
+     from their 1st..99th percentile range than that range is long), a ProfilerStep included. Launch calls flagged
      here do not vouch for their kernels' steps or latency.
   3. ``overrun``: on one (device, stream) lane, sorted by start, a row that runs past the start of
      the next valid row by more than :data:`OVERLAP_TOLERANCE_NS` (a profiler bug reports
@@ -78,6 +78,7 @@ from traceprof.collectors._far_end import (
     STEP_PAST_END_REPAIR,
     count_repair,
     far_ends,
+    far_records,
     lane_overruns,
     reference_range,
     step_overlap_warning,
@@ -114,39 +115,6 @@ _LAUNCH = frozenset(LAUNCH_KINDS)
 def _examples(src_index: list[int], rows: np.ndarray | list[int], n: int = 3) -> str:
     """The first ``n`` of ``rows`` as the indices of their events in the file (``#12, #40, ...``)."""
     return first_few(rows, n, shown=lambda i: f"#{src_index[int(i)]}")
-
-
-def _far_records(
-    ts: np.ndarray, cand: np.ndarray, lo: int, hi: int, margin: int, by_steps: bool
-) -> tuple[np.ndarray, int]:
-    """Records (of ``cand``) far from the bulk: split the sorted starts where two neighbours lie more
-    than ``margin`` apart; the clusters that overlap the step range (without steps: the largest)
-    are the bulk, every other record is far. Returns (mask, end of the bulk: at least ``hi``)."""
-    far = np.zeros(len(ts), dtype=bool)
-    st = ts[cand]  # the starts, sorted in place (no index array: a cluster is a range of values)
-    if not len(st):
-        return far, hi
-    st.sort()
-    cut = np.concatenate(
-        [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]
-    )  # a block at a time: no array of every gap
-    first = np.concatenate(([0], cut + 1))
-    last = np.concatenate((cut, [len(st) - 1]))
-    if by_steps:
-        keep = (st[last] >= lo) & (st[first] <= hi)
-        if not keep.any():  # the steps fall in a gap: keep the nearest cluster
-            keep[int(np.argmin(np.minimum(np.abs(st[first] - hi), np.abs(st[last] - lo))))] = True
-    else:
-        keep = np.zeros(len(first), dtype=bool)
-        keep[int(np.argmax(last - first))] = True
-    if not keep.all():  # equal starts never split, so each cluster is the records with starts in its range
-        cluster = np.searchsorted(st[first], ts, side="right") - 1
-        far = cand & ~keep[np.clip(cluster, 0, None)]
-    return far, max(hi, int(st[last[keep]].max()))
-
-
-#: Rows per block of :func:`_far_records`' gap search.
-_BLOCK = 1 << 20
 
 
 def _unset_times(ts: np.ndarray, base_ns: int) -> np.ndarray:
@@ -209,9 +177,9 @@ def flag_records(
     # 3c. before the range is taken from the steps: a step that runs into the next ends where it
     #    starts, and a step that outlasts the trace ends with it
     _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings, repaired)
-    lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero)
+    lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero, bulk=True)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
-    far, hi = _far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
+    far, hi = far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
     ok_launch = launch & ~zero & ~far
 
     # 1. before_launch (against launch calls that are themselves sound): the earliest sound

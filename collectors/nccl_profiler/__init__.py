@@ -9,6 +9,7 @@ from traceprof.collectors._dtypes import unknown_dtypes
 from traceprof.collectors.nccl_profiler.align import settle
 from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, rank_in_name
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import GZIP_MAGIC
 from traceprof.core.parsed import ParsedTrace, ParseOptions
 from traceprof.core.text import COUNTED, first_few
 from traceprof.ingest import sources
@@ -17,9 +18,15 @@ __all__: list[str] = []
 
 
 def _claims(path: Path, head: bytes) -> bool:
-    """``*.json`` / ``*.txt`` files holding an event array with NCCL plugin categories, or named
-    ``nccl_profile*`` (so an empty dump is told "no events", not "not a Kineto trace")."""
-    return path.suffix in (".json", ".txt") and looks_like_plugin_dump(head, path.name)
+    """``*.json`` / ``*.txt`` files (gzipped too: ``*.json.gz``, ``*.txt.gz``) holding an event
+    array with NCCL plugin categories, or named ``nccl_profile*`` (so an empty dump is told "no
+    events", not "not a Kineto trace")."""
+    name = path.name
+    if head.startswith(GZIP_MAGIC):
+        if path.suffix != ".gz":
+            return False
+        head, name = sources.gunzip_head(head), name[:-3]
+    return Path(name).suffix in (".json", ".txt") and looks_like_plugin_dump(head, name)
 
 
 def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
@@ -31,7 +38,7 @@ def _parse(path: Path, options: ParseOptions) -> list[ParsedTrace]:
 
 
 #: The plugin's file name, ``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json``: group 1 the dump prefix.
-_DUMP_NAME = re.compile(r"^(.*)_\d+_\d+\.(?:json|txt)$")
+_DUMP_NAME = re.compile(r"^(.*)_\d+_\d+\.(?:json|txt)(?:\.gz)?$")
 
 
 def _process(pt: ParsedTrace) -> tuple[str, ...]:
@@ -135,7 +142,7 @@ def _settle(store: Any, run_id: int) -> list[str]:
 sources.register(
     sources.Collector(
         "nccl_profiler",
-        "NCCL profiler-plugin (example) JSON dumps (*.json, *.txt)",
+        "NCCL profiler-plugin (example) JSON dumps (*.json, *.txt, gzipped too)",
         _claims,
         _parse,
         order=20,

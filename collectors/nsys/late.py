@@ -32,6 +32,7 @@ from traceprof.collectors._far_end import (
     STEP_OVERLAP_REPAIR,
     count_repair,
     far_ends,
+    far_records,
     lane_overruns,
     reference_range,
     step_overlap_warning,
@@ -83,7 +84,7 @@ def flag_before_launch(label: str, cols: dict[str, list[Any]]) -> list[str]:
     gpu = np.fromiter((_CODE.get(k) == _GPU for k in kinds), bool, n) & sound
     launch = np.fromiter((k in LAUNCH_KINDS for k in kinds), bool, n) & sound
     early, worst, skew, most = before_launch(ts, corr, corr_ok, launch, gpu)
-    out = []
+    out = _flag_far_without_launch(label, cols, ts, sound, corr, corr_ok, gpu, launch, early)
     for rows, flag, gap, what in (
         (
             early,
@@ -108,6 +109,54 @@ def flag_before_launch(label: str, cols: dict[str, list[Any]]) -> list[str]:
                 f"correlationId), by up to {duration(gap)} ({_named(cols, rows)}): {what}"
             )
     return out
+
+
+def _flag_far_without_launch(
+    label: str,
+    cols: dict[str, list[Any]],
+    ts: np.ndarray,
+    sound: np.ndarray,
+    corr: np.ndarray,
+    corr_ok: np.ndarray,
+    gpu: np.ndarray,
+    launch: np.ndarray,
+    early: np.ndarray,
+) -> list[str]:
+    """Flag ``far_outside``, in place, the GPU rows that no launch call of the process vouches for
+    (no runtime / driver row with their ``correlationId``) and that lie far from the bulk of the
+    trace (:func:`traceprof.collectors._far_end.far_records` over the sound rows' starts, the
+    reference range and margin of :func:`traceprof.collectors._far_end.reference_range`: the steps,
+    else the bulk, at least 1 s): the head records of a profiling session stamped in another clock
+    domain lose their runtime records too, and without a launch to compare with, their distance
+    from everything else is what shows it (two kernels 10 s before a 1 ms step stretched the window
+    to 10 s and the idle to 100 %). A row with its launch is judged against it (:func:`before_launch`).
+
+    Returns:
+        The warning (the count, how far, the first three rows by kind and name), or none.
+    """
+    n = len(ts)
+    kind = np.fromiter((_CODE.get(k, _CPU) for k in cols["kind"]), np.int8, n)
+    launched = corr_ok & np.isin(corr, corr[launch & corr_ok])
+    cand = gpu & ~launched
+    cand[early] = False
+    if not cand.any():
+        return []
+    dur = np.fromiter((max(int(d), 0) for d in cols["dur_ns"]), np.int64, n)
+    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound, bulk=True)
+    margin = max(hi - lo, FAR_MARGIN_MIN_NS)
+    far, _ = far_records(ts, sound & (kind != _UNCHECKED), lo, hi, margin, by_steps, cand)
+    rows = np.flatnonzero(far)
+    if not len(rows):
+        return []
+    for i in rows.tolist():
+        cols["flag"][i] = "far_outside"
+    gap = int(np.maximum(lo - ts[rows], ts[rows] - hi).max())
+    where = "step range" if by_steps else "time range"
+    return [
+        f"{label}: {len(rows)} GPU record(s) without a launch call lie far outside the trace's {where} "
+        f"(up to {gap / 1e9:,.3f} s away, more than {margin / 1e9:,.3f} s; {_named(cols, rows)}): another "
+        "clock domain; flagged (events.flag = 'far_outside') and left out of windows, idle and latency"
+    ]
 
 
 def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], dict[str, int]]:

@@ -52,7 +52,10 @@ Algorithm:
      that starts more than 1 ms before the earliest launch call with its ``correlationId`` is
      stamped in another clock domain: flagged ``before_launch`` (left out of windows, idle, latency
      and collectives), 5 us to 1 ms before it ``launch_skew`` (clock jitter: kept, no latency),
-     with a warning (``traceprof.collectors._launch_order``, as Kineto's step 1).
+     with a warning (``traceprof.collectors._launch_order``, as Kineto's step 1). A GPU row with
+     no launch call (its runtime record lost with it) that lies far from the bulk of the trace
+     (Kineto's ``far_outside`` rule, ``traceprof.collectors._far_end.far_records``) is flagged
+     ``far_outside``, with a warning.
   6. Steps: a CPU row gets the step whose range holds its start; a GPU row the step of its launch
      (same correlation), else its own start. One ``steps`` row per step range, with the first and
      last GPU activity launched in it.

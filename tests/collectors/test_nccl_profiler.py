@@ -3,6 +3,7 @@ the Kineto traces of a 2-rank run (shared case clock_offset_3ms), with the plugi
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -307,6 +308,18 @@ def test_comm_hash_or_datatype_of_another_type_is_refused(tmp_path, key, value, 
 ZERO = "nccl_plugin_zero_timestamps"
 
 
+def _zero_case_collectives(store: Store) -> None:
+    """The collectives of nccl_plugin_zero_timestamps (numbers in :func:`test_zero_timestamp_case`)."""
+    rows = store.sql("SELECT rank, seq, op, end_ns - start_ns FROM collectives ORDER BY rank, seq").rows()
+    assert rows == [(r, k, "all_reduce", 500_000 if r == 0 else 460_000) for r in (0, 1) for k in (0, 1, 2)]
+    assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
+        (0, 0),
+        (1, 250_000),
+    ]
+    inst = store.sql("SELECT seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq")
+    assert inst.rows() == [(k, 2, 40_000, 1) for k in (0, 1, 2)]
+
+
 @pytest.mark.parametrize("variant", ["quoted", "raw"])
 def test_zero_timestamp_case(tmp_path, variant):
     """Shared case nccl_plugin_zero_timestamps (EXPECT.md), both variants. Per rank 3 AllReduce
@@ -320,18 +333,7 @@ def test_zero_timestamp_case(tmp_path, variant):
     folder = case(ZERO) / variant
     with Store(tmp_path / "t.duckdb") as store:
         res = ingest(store, [folder], run=variant, jobs=1)
-        rows = store.sql("SELECT rank, seq, op, end_ns - start_ns FROM collectives ORDER BY rank, seq").rows()
-        assert rows == [
-            (r, k, "all_reduce", 500_000 if r == 0 else 460_000) for r in (0, 1) for k in (0, 1, 2)
-        ]
-        assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
-            (0, 0),
-            (1, 250_000),
-        ]
-        inst = store.sql(
-            "SELECT seq, n_ranks, arrival_skew_ns, last_rank FROM collective_instances ORDER BY seq"
-        )
-        assert inst.rows() == [(k, 2, 40_000, 1) for k in (0, 1, 2)]
+        _zero_case_collectives(store)
         # the sentinels: flagged, 0 ns, at their known end (begins) or start (KernelCh ends)
         flagged = store.sql("""SELECT rank, cat, count(*), max(dur_ns) FROM events WHERE flag = 'zero_ts'
                                GROUP BY ALL ORDER BY ALL""").rows()
@@ -361,6 +363,24 @@ def test_zero_timestamp_case(tmp_path, variant):
         ) in res.warnings
         pointers = ", 6 x bare pointer token quoted" if variant == "raw" else ""
         assert f"{w}: repaired non-strict JSON: 3 x bare enum token quoted{pointers}" in res.warnings
+
+
+@pytest.mark.parametrize("name", ["nccl_profile_rank{r}.txt.gz", "dump_6479621443159067765_{r}.json.gz"])
+def test_gzipped_dumps_are_read(tmp_path, name):
+    """The raw/ variant of nccl_plugin_zero_timestamps gzipped (``gzip nccl_profile_rank0.txt``, or
+    the plugin's own ``<prefix>_<commHash>_<rank>.json`` name gzipped) reads as the plain files do:
+    before, both were skipped as "not traces" and the folder had "no trace files found". Numbers as
+    in :func:`test_zero_timestamp_case`: durations 500000 ns (rank 0) / 460000 ns (rank 1) at seq
+    0..2, rank 1 aligned by +250000 ns, 3 instances of 2 ranks with skew 40000 ns, rank 1 last."""
+    folder = tmp_path / "gz"
+    folder.mkdir()
+    for r in (0, 1):
+        raw = (case(ZERO) / "raw" / f"nccl_profile_rank{r}.txt").read_bytes()
+        (folder / name.format(r=r)).write_bytes(gzip.compress(raw))
+    with Store(tmp_path / "t.duckdb") as store:
+        res = ingest(store, [folder], jobs=1)
+        _zero_case_collectives(store)
+    assert any(w.startswith(f"{name.format(r=0)}: 9 record(s) with ts 0.000000") for w in res.warnings)
 
 
 @pytest.mark.parametrize("twice", [False, True])

@@ -12,6 +12,7 @@ from tests.builders import EPOCH, Export
 from tests.conftest import analyze
 from traceprof.collectors.nsys.parse import parse
 from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
 
 #: 95 years in ns (the Kineto trial's "dur": 3e15 us).
 FAR = 3 * 10**18
@@ -214,3 +215,26 @@ def test_step_ranges_that_do_not_overlap_are_untouched(tmp_path):
     t = parse(_overlapping_steps(tmp_path / "rank0.sqlite", 11_000_000, nested=False))
     assert t.flagged == {} and not [w for w in t.warnings if "next one" in w]
     assert "raw_dur_ns" not in t.events.column_names
+
+
+def test_a_burst_seconds_after_the_rest_without_steps_is_not_clipped(tmp_path):
+    """No steps: twenty 1 ms kernels (with their launch calls) every 2 ms from 1 ms, then three more
+    5 s later. The 5 s gap is longer than the rest of the trace together, yet the far-end rule keeps
+    the plain percentile range of every start ([1 ms, 5.045 s], margin 5.044 s): no row ends far past
+    it, so none is clipped or flagged, and the window spans both bursts: from 1.02 ms (first kernel
+    start) to 5,000 ms + 4 ms + 0.02 ms + 1 ms = 5,005.02 ms (last kernel end), i.e. 5,004,000,000 ns.
+    (With the range of the bulk only, the three late launches would end far past it and be clipped.)"""
+    e = Export()
+    e.gpu(0)
+    e.process(100)
+    starts = [1_000_000 + 2_000_000 * k for k in range(20)] + [
+        5_000_000_000 + 2_000_000 * k for k in range(3)
+    ]
+    for i, s in enumerate(starts):
+        e.launch(100, i + 1, s, s + 5_000)
+        e.kernel(100, 0, i + 1, s + 20_000, s + 1_020_000)
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [e.write(tmp_path / "rank0.sqlite")])
+    assert not [w for w in res.warnings if "far" in w or "clipped" in w], res.warnings
+    assert s.sql("SELECT count(*) FROM events WHERE flag IS NOT NULL").item() == 0
+    assert analyze(s, "temporal").frame.row(0, named=True)["window_ns"] == 5_004_000_000

@@ -830,19 +830,19 @@ def test_null_enum_fields_are_named_unknown(tmp_path: Path, enums: bool) -> None
     assert sorted(lanes, key=str) == [("0", "8", 8), ("0", None, None)]
 
 
-def _early_kernels(ahead_ns: int) -> Export:
-    """``kernel_before_its_launch`` as an nsys export: ProfilerStep#2 [B, B + 1 ms], B = 10 ms after
-    the capture start (so that rows written early keep a positive start); launches (5 us) at
-    B + 10 + 100 i us (i = 0..5, correlationId 501 + i), each kernel 20 us after its launch and
-    50 us long; the first two are written ``ahead_ns`` early."""
-    b = 10_000_000
+def _early_kernels(ahead_ns: int, b: int = 10_000_000, lost: bool = False) -> Export:
+    """``kernel_before_its_launch`` as an nsys export: ProfilerStep#2 [B, B + 1 ms], B = ``b`` ns
+    (10 ms) after the capture start (so that rows written early keep a positive start); launches
+    (5 us) at B + 10 + 100 i us (i = 0..5, correlationId 501 + i), each kernel 20 us after its launch
+    and 50 us long; the first two are written ``ahead_ns`` early (``lost``: without their launch rows)."""
     e = Export()
     e.gpu(0)
     e.process(10)
     e.nvtx(10, b, b + 1_000_000, "ProfilerStep#2")
     for i in range(6):
         start = b + 10_000 + 100_000 * i
-        e.launch(10, 501 + i, start, start + 5_000)
+        if not (lost and i < 2):
+            e.launch(10, 501 + i, start, start + 5_000)
         k = start + 20_000 - (ahead_ns if i < 2 else 0)
         e.kernel(10, 0, 501 + i, k, k + 50_000)
     return e
@@ -881,3 +881,28 @@ def test_kernels_a_few_us_before_their_launch_are_clock_jitter(tmp_path: Path) -
     assert lat["latency_p50_ns"] == lat["latency_max_ns"] == 20_000
     (tmp_path / "b").mkdir()
     assert parse(_early_kernels(3_000).write(tmp_path / "b" / "rank0.sqlite")).flagged == {}
+
+
+@pytest.mark.parametrize("lost", [True, False])
+def test_early_kernels_without_their_launch_far_from_the_steps_are_left_out(
+    tmp_path: Path, lost: bool
+) -> None:
+    """kernel_before_its_launch's kind when the early records' launch calls are lost too (no runtime
+    row with their correlationId): :func:`_early_kernels` with B = 20 s and the first two kernels
+    written 10 s early. They lie 10 s from the step range (margin max(1 ms, 1 s) = 1 s): flagged
+    far_outside. The 4 others: window [B + 230, B + 580] us = 350 us, busy 200, idle 150 (42.86 %).
+    Before: window 10,000,550,000 ns, idle 100 %. With their launch rows (not ``lost``) they are
+    judged against them instead: before_launch, the same numbers."""
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(
+        s, [_early_kernels(10_000_000_000, b=20_000_000_000, lost=lost).write(tmp_path / "rank0.sqlite")]
+    )
+    flag = "far_outside" if lost else "before_launch"
+    flags = s.sql(
+        "SELECT flag, count(*) FROM events WHERE kind = 'kernel' GROUP BY flag ORDER BY flag"
+    ).rows()
+    assert flags == [(flag, 2), (None, 4)]
+    far = "rank0.sqlite: 2 GPU record(s) without a launch call lie far outside the trace's step range"
+    assert any(w.startswith(far) for w in res.warnings) == lost, res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["idle_ns"], t["compute_ns"]) == (350_000, 150_000, 200_000)

@@ -1316,3 +1316,57 @@ def test_a_point_to_point_pair_reads_one_arrival_clock(store):
         )
     got = p2p_items(store, 1).sort("rank")
     assert got.select("rank", "op", "arrival_ns").rows() == [(0, "send", 1300), (1, "recv", 1500)]
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_groups_sharing_a_name_without_member_lists_are_not_matched(store, tmp_path, listed):
+    """fr_two_groups_same_pg_name's kind in Kineto traces that do not list the members (torch
+    before "Process Group Ranks"): pg "5" is [0, 1] on ranks 0, 1 and [2, 3] on ranks 2, 3
+    ("Group size" 2 on every row), all-reduces Seq 1, 2 per group. Group A: rank 0 enters at 100 us,
+    rank 1 at 130, both end at 400 (+5000 us for Seq 2); group B runs 2000 us later, rank 3 70 us
+    late. Hosts 'a' (ranks 0, 1) and 'b' (2, 3). Before: 2 instances of 4 ranks (n_ranks 4 for a
+    group of 2), skew 2070 us; ranks 2, 3 shifted by -2,000,000 ns to line group B's ends up with
+    group A's. Now 4 ranks holding a sequence number of a 2-rank group say that the name is shared:
+    the rows are left unmatched, with a note, and no clock is shifted. With the member lists
+    (``listed``), the 4 instances of 2 ranks (skew 30 us at [0, 1], last 1; 70 us at [2, 3], last 3)."""
+    for r in range(4):
+        a_side = r < 2
+        late = (30 if r == 1 else 0) if a_side else (70 if r == 3 else 0)
+        evs = []
+        for i in (1, 2):
+            t = (i - 1) * 5000 + (0 if a_side else 2000)
+            args = collective_args(
+                seq=i, pg="5", ranks=([0, 1] if a_side else [2, 3]) if listed else None, nelems=1024
+            )
+            args["Group size"] = 2
+            evs += [
+                step(i, (i - 1) * 5000, 5000),
+                launch(t + 90 + late, 10 + i),
+                kernel(
+                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, t + 100 + late, 300 - late, 10 + i, **args
+                ),
+            ]
+        write_rank(
+            tmp_path / "run" / f"r{r}.json", evs, r, world=4, backend="nccl", host="a" if a_side else "b"
+        )
+    res = ingest(store, [tmp_path / "run"])
+    inst = store.sql(
+        "SELECT seq, ranks_present, arrival_skew_ns, last_rank FROM collective_instances ORDER BY first_arrival_ns"
+    ).rows()
+    offsets = store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows()
+    if listed:
+        assert inst == [
+            (1, [0, 1], 30_000, 1),
+            (1, [2, 3], 70_000, 3),
+            (2, [0, 1], 30_000, 1),
+            (2, [2, 3], 70_000, 3),
+        ]
+    else:
+        assert inst == []
+        assert store.sql("SELECT count(*) FROM collectives WHERE instance_id IS NULL").item() == 8
+        assert any(
+            "process group '5' (collectives): 4 ranks hold one sequence number of a group of 2" in w
+            and "left unmatched" in w
+            for w in res.warnings
+        ), res.warnings
+    assert offsets == [(r, 0) for r in range(4)]

@@ -37,6 +37,12 @@ Algorithm:
      end, so after clock alignment ``traceprof.ingest.pair_check`` leaves unmatched, with a note, a
      direction with a pair whose recv ends before its send starts or whose sizes differ), the
      others are left unmatched; a note (:attr:`MatchSummary.notes`, :func:`fallback_note`) says so.
+     A group whose rows do not list its members (``pg_ranks`` NULL after step 0) and of which more
+     ranks hold one collective sequence number than its rows' ``group_size`` is several groups sharing the
+     name (torchft replica groups, ``split_group`` children in traces without "Process Group
+     Ranks"): which ranks share a collective is unknown, so its rows are left unmatched (no
+     instance, no clock alignment through them), with a note; matched by (pg, seq) they gave one
+     instance of 4 ranks for two groups of 2 and shifted one group's clocks onto the other's.
      Steps are compared across ranks by the run's step (:data:`RUN_STEPS_SQL`: by number among
      ranks whose step ranges overlap unless the steps' start times (one host) or else its
      collectives (some steps differing by number) line a rank up by position, by order between
@@ -451,7 +457,8 @@ def canonical_ranks(value: Any) -> str | None:
 #: host (one clock), one such step only: that step, and the row's ``step`` becomes it.
 _ROWS_OF_RS = f"""
 c AS (
-  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, seq, comms_id, op, peer, coalesce(rs.run_step, step) AS step,
+  SELECT c.rowid AS rid, rank, source, pg, pg_ranks, group_size, seq, comms_id, op, peer,
+         coalesce(rs.run_step, step) AS step,
          {_IS_P2P_SQL} AS p2p, coalesce(bytes_in, nelems_in) AS size, {ARRIVAL_SQL} AS arrival_ns, start_ns,
          rank NOT IN (SELECT rank FROM steps WHERE run_id = $run AND step IS NOT NULL) AS stepless,
          {ARRIVAL_SQL} - coalesce(t.clock_offset_ns, 0) AS raw_ns, {ARRIVAL_FIRST_SQL} AS arr1, {ARRIVAL_NEXT_SQL} AS arr2,
@@ -491,8 +498,15 @@ _BAD = f"""
 WITH ided AS (SELECT * FROM _match_rows WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL),
 keys AS (
   SELECT {_GROUP}, seq, count(DISTINCT rank) + (count(rank) < count(*))::INT AS n,
-         count(DISTINCT step) AS steps
+         count(DISTINCT step) AS steps, max(group_size) AS size
   FROM ided GROUP BY ALL
+),
+crowded AS (  -- collectives, members unknown, and more ranks hold a sequence number than the group has
+  -- (point-to-point counters are per rank: a wide group's are told by ``wide`` below)
+  SELECT {_GROUP}, 0 AS o, max(n) || ' ranks hold one sequence number of a group of ' || max(size)
+         || ' (its size as the rows state it): groups with other members share the name, and the rows do not '
+         || 'list the members (no process group ranks)' AS why
+  FROM keys WHERE g_ranks = '' AND size > 0 AND NOT p2p GROUP BY ALL HAVING max(n) > max(size)
 ),
 cross_step AS (
   SELECT {_GROUP}, 1 AS o, sum((steps > 1)::INT) || ' of ' || count(*)
@@ -525,8 +539,9 @@ wide AS (
   FROM p2p_keys WHERE n >= 2 GROUP BY ALL
   HAVING sum((n > 2)::INT)::DOUBLE / count(*) > {CROSS_STEP_SHARE}
 )
-SELECT {_GROUP}, arg_min(why, o) AS why
-FROM (SELECT * FROM cross_step UNION ALL SELECT * FROM strides UNION ALL SELECT * FROM wide)
+SELECT {_GROUP}, arg_min(why, o) AS why, min(o) = 0 AS lost
+FROM (SELECT * FROM crowded UNION ALL SELECT * FROM cross_step UNION ALL SELECT * FROM strides
+      UNION ALL SELECT * FROM wide)
 GROUP BY ALL ORDER BY ALL
 """
 
@@ -534,9 +549,10 @@ GROUP BY ALL ORDER BY ALL
 #: kind (``_op``, ``_size``), ``by_run`` and ``k0``: the k-th of its kind on its rank (within the step,
 #: or over the run where ``by_run``), in arrival order. Reads ``_match_rows`` and ``_match_bad``.
 _ORDERED = f"""
-WITH r AS (
+WITH r AS (  -- a group whose name several groups share, members unknown (``lost``): no row matched
   SELECT m.*, b.why IS NOT NULL AS bad
   FROM _match_rows m LEFT JOIN _match_bad b USING (source, g_pg, g_ranks, p2p)
+  WHERE NOT coalesce(b.lost, false)
 ),
 ordered AS (  -- rows without ids: the k-th of its kind on its rank (within the step), in arrival order
   SELECT *, row_number() OVER (PARTITION BY {_GROUP}, op, _size, step, rank
@@ -713,12 +729,15 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
             f"source {source}, process group {g_pg!r}{' ' + g_ranks if g_ranks else ''} "
             f"({'point-to-point' if p2p else 'collectives'}): {why}, so they cannot be per group; "
             + (
-                "a send and a recv that name their peer matched as the k-th transfer between those two "
+                "left unmatched (no instance, no clock alignment through them): which ranks share one "
+                "collective is unknown"
+                if lost
+                else "a send and a recv that name their peer matched as the k-th transfer between those two "
                 "ranks (match_method pair_order), the others left unmatched"
                 if p2p
                 else "matched by order within the step instead (match_method step_order)"
             )
-            for source, g_pg, g_ranks, p2p, why in con.execute("SELECT * FROM _match_bad").fetchall()
+            for source, g_pg, g_ranks, p2p, why, lost in con.execute("SELECT * FROM _match_bad").fetchall()
         ]
         con.execute(f"CREATE OR REPLACE TEMP TABLE _match_pairs AS {_PAIRS}")
         uneven = con.execute(

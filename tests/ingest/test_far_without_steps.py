@@ -1,0 +1,70 @@
+"""Records from another clock domain in a trace with neither steps nor launch calls.
+
+The kernel_before_its_launch kind (``../shared/cases/kernel_before_its_launch``) without the launch
+calls that expose it: a ``ProfilerActivity.CUDA``-only trace (no CPU rows, no ProfilerStep) whose
+first kernels are stamped ~1e14 ns early. Without steps, the reference range was the 1st..99th
+percentile of the starts, which on a small trace is min..max: the early records stretched it to
+27.8 h, the margin with it, and nothing was "far" (window 1e14 ns, idle 100 %). The range is now
+that of the bulk (``traceprof.collectors._far_end.reference_range``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.builders import kernel, kineto
+from tests.conftest import analyze
+from traceprof.ingest.ingest import ingest
+from traceprof.storage.store import Store
+
+US = 1000
+EW = "void at::native::vectorized_elementwise_kernel<4>()"
+
+
+def _kernels(starts: list[float], dur: float = 50.0) -> list[dict]:
+    return [kernel(EW, 7, ts, dur, corr=700 + i) for i, ts in enumerate(starts)]
+
+
+def test_early_kernels_without_steps_or_launches_are_left_out(tmp_path: Path) -> None:
+    # Six 50 us kernels on stream 7 at 1030, 1130, ..., 1530 us; the first two written 1e11 us
+    # (1e14 ns, ~27.8 h) early, no launch call and no step to compare them with. The four valid
+    # ones [1230,1280] [1330,1380] [1430,1480] [1530,1580]: window 1580 - 1230 = 350 us, busy
+    # 4 x 50 = 200 us, idle 150 us (42.86 %); the two early ones flagged far_outside.
+    starts = [1030.0 + 100 * i - (1e11 if i < 2 else 0) for i in range(6)]
+    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    far = [w for w in res.warnings if "far outside" in w]
+    assert len(far) == 1 and far[0].startswith("rank0.json.gz: 2 record(s)"), res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["idle_ns"], t["compute_ns"]) == (350 * US, 150 * US, 200 * US)
+    flags = s.sql("SELECT flag, count(*) AS n FROM events WHERE kind = 'kernel' GROUP BY flag ORDER BY flag")
+    assert flags.rows() == [("far_outside", 2), (None, 4)]
+
+
+def test_bursts_apart_without_steps_stay_one_trace(tmp_path: Path) -> None:
+    # Ten bursts of two 50 us kernels, 2.5 s apart (idle 2.4999 s between bursts: a data-loading
+    # pause), no steps: the largest gap (2.4999 s) is far shorter than the rest of the trace
+    # (9 x 2.5 s + 150 us), so no record is far and the window is the whole span:
+    # 9 x 2.5 s + 150 us = 22.50015 s (first start 0, last end 22.5 s + 150 us).
+    starts = [b * 2_500_000.0 + k * 100 for b in range(10) for k in range(2)]
+    f = kineto(tmp_path / "rank0.json.gz", _kernels([1000.0 + x for x in starts]))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert not [w for w in res.warnings if "far outside" in w], res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert t["window_ns"] == 22_500_150 * US
+
+
+def test_a_burst_apart_by_more_than_the_rest_is_far(tmp_path: Path) -> None:
+    # Twenty kernels 100 us apart at 1000 .. 2900 us, and three more 5 s later (at 5,001,000 ..
+    # 5,001,200 us): the 5 s gap is longer than everything else together (1.9 ms + 0.2 ms), so the
+    # three are apart from the bulk (reference range [1000, 2900] us, margin 1 s): flagged; window
+    # 2950 - 1000 = 1950 us, busy 20 x 50 = 1000 us.
+    starts = [1000.0 + 100 * i for i in range(20)] + [5_001_000.0 + 100 * i for i in range(3)]
+    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert any(w.startswith("rank0.json.gz: 3 record(s) lie far outside") for w in res.warnings), res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (1950 * US, 1000 * US)

@@ -54,6 +54,10 @@ __all__ = [
 #: The smallest margin around the reference range before a record is "far outside": 1 s.
 FAR_MARGIN_MIN_NS = 1_000_000_000
 
+#: Without steps, a gap between bursts of records leaves the smaller side out of the trace's bulk
+#: only when it is this many times longer than all the rest of the trace together (and > 1 s).
+BULK_GAP_RATIO = 100
+
 #: How far a GPU row may run into the next one on its stream before it is an overrun: 5 us
 #: (programmatic dependent launch overlaps that much); both collectors' GPU lanes and Kineto's steps.
 OVERLAP_TOLERANCE_NS = 5_000
@@ -97,17 +101,19 @@ def reference_range(
 
 def _bulk(st: np.ndarray) -> np.ndarray:
     """The bulk of sorted starts ``st`` (int64 ns): while the widest gap between neighbours is
-    longer than everything else together (the span without it) and than :data:`FAR_MARGIN_MIN_NS`,
+    longer than :data:`BULK_GAP_RATIO` times everything else together (the span without it) and
+    than :data:`FAR_MARGIN_MIN_NS`,
     the side of it with fewer starts (on a tie, the earlier) is not the bulk. A trace without steps
     whose first kernels a profiler stamped ~1e14 ns early (another clock domain) would otherwise
     stretch a percentile range over small traces (n < 100: min..max) to 27.8 h, and its margin
-    with it, so that nothing was "far". Pauses between bursts of work are shorter than the rest
-    together and never split. Each cut at least halves the span: at most 64 passes of O(n)."""
+    with it, so that nothing was "far". A pause of a real run is not a hundred times longer than all
+    its work together (20 ms of kernels, a 1.5 s pause, 10 ms more: ratio 50, one bulk); another
+    clock domain's stamps are hours or days off (ratios of 1e3 and more). Each cut at least halves the span: at most 64 passes of O(n)."""
     while len(st) > 1:
         gaps = np.diff(st)
         at = int(np.argmax(gaps))
         gap = int(gaps[at])
-        if gap <= max(int(st[-1] - st[0]) - gap, FAR_MARGIN_MIN_NS):
+        if gap <= max(BULK_GAP_RATIO * (int(st[-1] - st[0]) - gap), FAR_MARGIN_MIN_NS):
             break
         st = st[at + 1 :] if len(st) - (at + 1) >= at + 1 else st[: at + 1]
     return st

@@ -58,7 +58,8 @@ def test_bursts_apart_without_steps_stay_one_trace(tmp_path: Path) -> None:
 
 def test_a_burst_apart_by_more_than_the_rest_is_far(tmp_path: Path) -> None:
     # Twenty kernels 100 us apart at 1000 .. 2900 us, and three more 5 s later (at 5,001,000 ..
-    # 5,001,200 us): the 5 s gap is longer than everything else together (1.9 ms + 0.2 ms), so the
+    # 5,001,200 us): the 5 s gap is longer than 100 x everything else together (100 x (1.9 ms +
+    # 0.2 ms) = 210 ms) and than 1 s, so the
     # three are apart from the bulk (reference range [1000, 2900] us, margin 1 s): flagged; window
     # 2950 - 1000 = 1950 us, busy 20 x 50 = 1000 us.
     starts = [1000.0 + 100 * i for i in range(20)] + [5_001_000.0 + 100 * i for i in range(3)]
@@ -68,3 +69,17 @@ def test_a_burst_apart_by_more_than_the_rest_is_far(tmp_path: Path) -> None:
     assert any(w.startswith("rank0.json.gz: 3 record(s) lie far outside") for w in res.warnings), res.warnings
     t = analyze(s, "temporal").frame.row(0, named=True)
     assert (t["window_ns"], t["compute_ns"]) == (1950 * US, 1000 * US)
+
+
+def test_a_pause_longer_than_the_work_but_not_a_hundred_times_stays_one_trace(tmp_path: Path) -> None:
+    # 200 kernels 100 us apart (1000 .. 20,900 us), a 1.5 s pause, 100 more (1,520,900 ..
+    # 1,530,800 us), no steps: the pause is longer than the rest together (19.9 ms + 9.9 ms) and
+    # than 1 s, but not 100 x the rest (2.98 s), so it is a pause of the run, not another clock:
+    # nothing far, window 1,530,850 - 1000 = 1,529,850 us, busy 300 x 50 us = 15,000 us.
+    starts = [1000.0 + 100 * i for i in range(200)] + [1_520_900.0 + 100 * i for i in range(100)]
+    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert not [w for w in res.warnings if "far outside" in w], res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (1_529_850 * US, 15_000 * US)

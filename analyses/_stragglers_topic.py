@@ -53,6 +53,14 @@ def _fix_slowdown(rank: int, blame: pl.DataFrame | None) -> float | None:
     return None if row is None else float(row["fix_slowdown"])
 
 
+#: What the finding's "then rank 1 (45%), rank 3 (4%) bound them" shares are: whatif's ``bound_pct``,
+#: a share of the saving with every rank fixed, not of the excess its delays alone add.
+BOUND_SHARES = (
+    "whatif's bound shares: % of the saving with every rank fixed, the ranks fixed one after another, "
+    "the largest fix alone first"
+)
+
+
 def _fix_row(rank: int, blame: pl.DataFrame | None) -> dict[str, Any] | None:
     """The rank's ``whatif`` blame row (``by`` rank) of the kind (blocking or host) whose
     ``fix_slowdown`` is the larger, or None without one."""
@@ -68,7 +76,8 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
     """The other ranks that bound steps (``whatif``'s ``bound_pct`` of 1% or more, of the kind whose
     fix of ``rank`` is the larger (:func:`_fix_row`: a straggler by host gaps is followed by the
     ranks its host gaps' peel names, not by the blocking kind's shares of a negligible excess); up
-    to 3, the largest first): ``rank 3 (50% of the excess)``; "" if none."""
+    to 3, the largest first, each with its share of the saving with every rank fixed):
+    ``rank 1 (45%), rank 3 (4%)``; "" if none."""
     row = _fix_row(rank, blame)
     if row is None or blame is None or "bound_pct" not in blame.columns:
         return ""
@@ -83,7 +92,7 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
         .sort(["bound_pct", "group"], descending=[True, False])
         .head(3)
     )
-    return ", ".join(f"rank {g} ({p:.0f}% of the excess)" for g, p in b.rows())
+    return ", ".join(f"rank {g} ({p:.0f}%)" for g, p in b.rows())
 
 
 def _combined(
@@ -237,7 +246,7 @@ def _straggler_findings(
                 f"the other ranks' lateness kept, {'the run' if stepless else 'steps'} would be {fixed:.2f}x "
                 "faster (what-if with only its lateness removed"
                 + (
-                    f"; then {others or 'other ranks'} bound them (whatif's bound shares)"
+                    f"; then {others or 'other ranks'} bound them ({BOUND_SHARES})"
                     if alone - fixed > 0.005
                     else ""
                 )

@@ -374,9 +374,10 @@ SPEC = Analysis(
             ),
             rc.pct(
                 "bound_pct",
-                "Rows by rank: its share of the excess when the ranks are fixed one after another (the "
-                "largest fix first, then the most lateness; ranks alike share equally), 0..100, adding up "
-                "to at most 100; null otherwise and past the first 8 ranks fixed",
+                "Rows by rank: its share of the saving with every rank fixed (not of S's excess), its "
+                "saving at its turn when the ranks are fixed one after another (the largest fix alone "
+                "first, then the most lateness; ranks alike share equally), 0..100, adding up to at most "
+                "100; null otherwise and past the first 8 ranks fixed",
             ),
         ),
         rc.frame(
@@ -1109,7 +1110,8 @@ def _bounds_text(ranks: pl.DataFrame) -> str:
         for g, p, f in b.select("group", "bound_pct", "fix_slowdown").rows()
     ]
     return (
-        "ranks that bound steps, each one's share of the excess when the ranks are fixed one after another "
-        "(the largest fix first; a rank's fix alone leaves the next latest rank bounding): "
+        "ranks that bound steps, each one's % of the saving with every rank fixed (bound_pct; not of S's "
+        "excess: the ranks fixed one after another, the largest fix alone first, then the most lateness, "
+        "each rank's saving at its turn; a rank's fix alone leaves the next latest rank bounding): "
         + ", ".join(parts)
     )

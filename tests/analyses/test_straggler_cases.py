@@ -1140,6 +1140,8 @@ def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, c
     named = [f"rank {r} {bound[r]:.0f}%" for r in sorted(bound, key=lambda r: (-bound[r], r))]
     note = next(n for n in w.notes if n.startswith("blocking: ranks that bound steps"))
     assert all(x in note for x in named), note
+    # the shares are of the saving with every rank fixed, told apart from S's excess
+    assert "each one's % of the saving with every rank fixed (bound_pct; not of S's excess" in note
     # stragglers' cost stays the time a rank's recorded times (up to the collectives it was last at,
     # alone) add to the ideal, of the 1000 us step: what its delays cost an ideal job (two unequal:
     # rank 1 80 us, 8.0%); a rank never last alone (ties, or a second late rank) has none
@@ -1157,7 +1159,12 @@ def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, c
             "its delays alone add 8% of a step (what-if), and fixing it alone, the other ranks' lateness kept, "
             "steps would be 1.04x faster" in (found.text)
         )
-        assert "; then rank 3 (50% of the excess) bound them (whatif's bound shares)" in found.text
+        # rank 3's 50% is of the saving with every rank fixed (80 us: rank 1's fix 40 us first, then
+        # rank 3's 40 us), not of S's excess (rank 1 alone "100% of the excess")
+        assert (
+            "; then rank 3 (50%) bound them (whatif's bound shares: % of the saving with every rank fixed, "
+            "the ranks fixed one after another, the largest fix alone first)" in found.text
+        )
 
 
 #: :data:`SEVERAL_LATE`'s cases: the replays ``whatif._fixes`` makes for the blocking kind (none

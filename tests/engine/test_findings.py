@@ -737,9 +737,6 @@ def test_the_ranks_that_bound_next_are_of_the_kind_of_the_stragglers_fix():
         orient="row",
     )
     assert _fix_slowdown(2, blame) == 1.1206
-    assert _other_bounds(2, blame) == "rank 1 (45% of the excess), rank 3 (4% of the excess)"
+    assert _other_bounds(2, blame) == "rank 1 (45%), rank 3 (4%)"
     # a blocking straggler (rank 3's blocking fix 1.048 > its host fix 1.00035) is followed by the blocking shares
-    assert (
-        _other_bounds(3, blame)
-        == "rank 1 (63% of the excess), rank 0 (19% of the excess), rank 2 (7% of the excess)"
-    )
+    assert _other_bounds(3, blame) == "rank 1 (63%), rank 0 (19%), rank 2 (7%)"

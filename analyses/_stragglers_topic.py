@@ -17,6 +17,7 @@ import polars as pl
 from traceprof.analyses._common import ms
 from traceprof.analyses.whatif import BOUND_NAMED_PCT
 from traceprof.core.errors import TraceprofError
+from traceprof.core.text import COUNTED, first_few
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.storage.runs import not_shown_to_straggle
 from traceprof.storage.store import Store
@@ -76,8 +77,9 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
     """The other ranks that bound steps (``whatif``'s ``bound_pct`` of 1% or more, of the kind whose
     fix of ``rank`` is the larger (:func:`_fix_row`: a straggler by host gaps is followed by the
     ranks its host gaps' peel names, not by the blocking kind's shares of a negligible excess); up
-    to 3, the largest first, each with its share of the saving with every rank fixed):
-    ``rank 1 (45%), rank 3 (4%)``; "" if none."""
+    to 3, the largest first, each with its share of the saving with every rank fixed, then how many
+    more): ``rank 1 (45%), rank 3 (4%)``, ``rank 1 (40%), rank 2 (30%), rank 3 (20%) and 1 more``;
+    "" if none."""
     row = _fix_row(rank, blame)
     if row is None or blame is None or "bound_pct" not in blame.columns:
         return ""
@@ -90,9 +92,8 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
         )
         .select("group", "bound_pct")
         .sort(["bound_pct", "group"], descending=[True, False])
-        .head(3)
     )
-    return ", ".join(f"rank {g} ({p:.0f}%)" for g, p in b.rows())
+    return first_few(b.rows(), 3, more=COUNTED, shown=lambda r: f"rank {r[0]} ({r[1]:.0f}%)")
 
 
 def _combined(

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceprof.analyses._common import ms
-from traceprof.analyses.whatif import BOUND_NAMED_PCT
+from traceprof.analyses._whatif_fix import BOUND_NAMED_PCT
 from traceprof.core.errors import TraceprofError
 from traceprof.core.text import COUNTED, first_few
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict

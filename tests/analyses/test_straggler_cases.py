@@ -12,7 +12,7 @@ import pytest
 
 from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
-from traceprof.analyses import stragglers, whatif
+from traceprof.analyses import _replay, _whatif_fix, stragglers, whatif
 from traceprof.engine.findings import summarize
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
@@ -1167,8 +1167,8 @@ def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, c
         )
 
 
-#: :data:`SEVERAL_LATE`'s cases: the replays ``whatif._fixes`` makes for the blocking kind (none
-#: of the recorded base, the frame's own; ``_PutBack.step_t`` calls): one per late rank's fix (none
+#: :data:`SEVERAL_LATE`'s cases: the replays ``_whatif_fix.fixes`` makes for the blocking kind (none
+#: of the recorded base, the frame's own; ``PutBack.step_t`` calls): one per late rank's fix (none
 #: for the only late rank: it is all fixed), one with all fixed, and one per bound turn but the first
 #: (one rank: its fix) and the one fixing the last lateness (all fixed). Before: the base replayed per
 #: kind, and every turn replayed: 7, 6, 8, 7 and 3 calls.
@@ -1183,13 +1183,13 @@ FIX_REPLAYS = {
 
 @pytest.mark.parametrize("case_name", list(SEVERAL_LATE))
 def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, monkeypatch, case_name):
-    """``whatif._fixes`` takes the recorded replay from the frame's (no replay of its own, but in
+    """``_whatif_fix.fixes`` takes the recorded replay from the frame's (no replay of its own, but in
     ``step_t``) and
     replays only what no other replay gives (:data:`FIX_REPLAYS`); the figures stay those of
     :func:`test_several_late_ranks_each_bound_steps_with_their_share`."""
     calls = {"replay": 0, "step_t": 0, "kind": ""}
     inside = [False]
-    fixes, step_t, replay_weights = whatif._fixes, whatif._PutBack.step_t, whatif._replay.replay_weights
+    fixes, step_t, replay_weights = _whatif_fix.fixes, _whatif_fix.PutBack.step_t, _replay.replay_weights
 
     def counted_fixes(*args):  # (tl, w_base, [val,] w_fix, ranks)
         w_base, w_fix = args[1], args[-2]
@@ -1216,9 +1216,9 @@ def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, mo
         calls["replay"] += inside[0]
         return replay_weights(tl, w)
 
-    monkeypatch.setattr(whatif, "_fixes", counted_fixes)
-    monkeypatch.setattr(whatif._PutBack, "step_t", counted_step_t)
-    monkeypatch.setattr(whatif._replay, "replay_weights", counted_replay)
+    monkeypatch.setattr(_whatif_fix, "fixes", counted_fixes)
+    monkeypatch.setattr(_whatif_fix.PutBack, "step_t", counted_step_t)
+    monkeypatch.setattr(_replay, "replay_weights", counted_replay)
     late, nogap, ideal, fix, bound = SEVERAL_LATE[case_name]
     ingest(store, [_one_collective_steps(tmp_path / "run", 4, late, n_steps=9)], run="late")
     w = analyze(store, "whatif", "late")

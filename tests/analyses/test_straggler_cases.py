@@ -12,7 +12,7 @@ import pytest
 
 from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
-from traceprof.analyses import _replay, _whatif_fix, stragglers, whatif
+from traceprof.analyses import _replay, _whatif_fix, stragglers
 from traceprof.engine.findings import summarize
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock

@@ -328,3 +328,31 @@ def test_sql_matching_equals_the_polars_reference_on_real_traces(store, rel):
     got, want = _both(store, run_id)
     assert got == want
     assert any(i is not None for _, i, _ in got[0])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_an_instances_op_and_step_do_not_follow_the_rows_order(tmp_path, reverse):
+    """``collective_instances.op`` and ``.step`` were ``mode()`` of the instance's rows, which on a tie
+    returns the value it met first: a send matched with its recv (one row each) was 'send' or 'recv' as
+    the rows came. By hand, in either insertion order: the transfer (group pp, seq 1: rank 0 sends in
+    step 0, rank 1 receives in step 0) is 'send/recv', step 0; a collective matched by Comms Id whose
+    two ranks name it all_reduce / broadcast in steps 4 / 3 (one each: a tie) takes the smallest of
+    each, 'all_reduce' and step 3."""
+    rows = [
+        # rank, source, pg, pg_ranks, seq, p2p, comms_id, op, start_ns, step
+        (0, "nccl_kernel", "pp", "[0, 1]", 1, True, None, "send", 100, 0),
+        (1, "nccl_kernel", "pp", "[0, 1]", 1, True, None, "recv", 110, 0),
+        (0, "nccl_kernel", "dp", "[0, 1]", None, False, "id7", "all_reduce", 200, 4),
+        (1, "nccl_kernel", "dp", "[0, 1]", None, False, "id7", "broadcast", 210, 3),
+    ]
+    with Store(tmp_path / "s.duckdb") as s:
+        s.con.execute("INSERT INTO runs VALUES (1, 'r', NULL, TIMESTAMP '2026-01-01', [], false)")
+        for rank, source, pg, pg_ranks, seq, p2p, cid, op, start, step in reversed(rows) if reverse else rows:
+            s.con.execute(
+                "INSERT INTO collectives (run_id, rank, trace_id, source, pg, pg_ranks, seq, p2p, comms_id, op, "
+                "bytes_in, start_ns, end_ns, step) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, 8, ?, ?, ?)",
+                [rank, rank + 1, source, pg, pg_ranks, seq, p2p, cid, op, start, start + 5, step],
+            )
+        matching.match_run(s, 1)
+        got = s.con.execute("SELECT pg, op, step, n_ranks FROM collective_instances ORDER BY pg").fetchall()
+    assert got == [("dp", "all_reduce", 3, 2), ("pp", "send/recv", 0, 2)]

@@ -65,7 +65,9 @@ Algorithm:
      seen in that source and group anywhere in the run; never a rank whose record of the group
      starts at a later sequence number: a wrapped Flight Recorder ring buffer or a profiler that
      started later is compared on the common range only) and arrival / end statistics (recomputed by
-     :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
+     :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie. Its ``op``
+     and ``step``: the most common of its rows' (NULLs aside), the smallest on a tie, whatever the
+     rows' order; a send matched with its recv: ``send/recv``.
 
 Arrival of a rank at a collective (:data:`INSTANCE_ARRIVAL_SQL`): the start of the communication kernel on
 GPU traces and NCCL Inspector records (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
@@ -827,7 +829,7 @@ inst AS (
   SELECT instance_id, any_value(source) AS source, any_value(pg) AS pg, any_value(pg_ranks) AS pg_ranks,
          bool_or(p2p) AS p2p,
          CASE WHEN any_value(match_method) IN ('pg_seq', 'comms_id') THEN any_value(seq) END AS seq,
-         mode(op) AS op, mode(step) AS step, max(size) AS bytes,
+         max(size) AS bytes,
          list(DISTINCT rank ORDER BY rank) AS ranks_present,
          count(DISTINCT rank)::INTEGER AS n_ranks,
          {_CLOCK} AS clock,  -- one clock per instance (INSTANCE_ARRIVAL_SQL), an aggregate: rows keep their order
@@ -837,13 +839,25 @@ inst AS (
          any_value(match_method) AS match_method, list(DISTINCT peer) FILTER (WHERE peer IS NOT NULL) AS peers
   FROM c GROUP BY instance_id
 ),
+-- the instance's op and step (module doc, step 5): the most common of its rows'
+-- (NULLs aside), on a tie the smallest; a send and its recv: 'send/recv'. Not mode(): on a tie it
+-- returns the value it met first, so the answer followed the rows' order
+ops AS (
+  SELECT instance_id, CASE WHEN list_sort(list(op)) = ['recv', 'send'] THEN 'send/recv'
+                           ELSE first(op ORDER BY n DESC, op) END AS op
+  FROM (SELECT instance_id, op, count(*) AS n FROM c WHERE op IS NOT NULL GROUP BY ALL) GROUP BY instance_id
+),
+steps AS (
+  SELECT instance_id, first(step ORDER BY n DESC, step) AS step
+  FROM (SELECT instance_id, step, count(*) AS n FROM c WHERE step IS NOT NULL GROUP BY ALL) GROUP BY instance_id
+),
 lasts AS (
   SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
   FROM c JOIN inst i ON i.instance_id = c.instance_id
    AND CASE i.clock WHEN 'first' THEN c.arr1 WHEN 'next' THEN c.arr2 END = i.last_arrival_ns
   GROUP BY c.instance_id
 )
-SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
+SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, o.op, s.step, i.bytes,
        i.ranks_present,
        CASE WHEN i.match_method = 'pair_order'  -- a transfer's two ends, not its group
             THEN list_filter(i.peers, lambda x: NOT list_contains(i.ranks_present, x))
@@ -856,6 +870,8 @@ SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, 
        i.first_end_ns, i.last_end_ns, i.match_method
 FROM inst i JOIN members m ON m.source = i.source AND m.g = coalesce(i.pg, '') AND m.gr = coalesce(i.pg_ranks, '')
 LEFT JOIN lasts l ON l.instance_id = i.instance_id
+LEFT JOIN ops o ON o.instance_id = i.instance_id
+LEFT JOIN steps s ON s.instance_id = i.instance_id
 LEFT JOIN (
   SELECT i.instance_id, list(h.rank) AS later FROM inst i
   JOIN held h ON h.source = i.source AND h.g = coalesce(i.pg, '') AND h.gr = coalesce(i.pg_ranks, '')

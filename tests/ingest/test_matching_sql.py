@@ -356,3 +356,30 @@ def test_an_instances_op_and_step_do_not_follow_the_rows_order(tmp_path, reverse
         matching.match_run(s, 1)
         got = s.con.execute("SELECT pg, op, step, n_ranks FROM collective_instances ORDER BY pg").fetchall()
     assert got == [("dp", "all_reduce", 3, 2), ("pp", "send/recv", 0, 2)]
+
+
+def test_the_arrival_clocks_aggregate_form_is_its_window_forms_min_and_max():
+    """``schema.one_clock_sql`` is the one arrival rule in two forms: per row over a window
+    (INSTANCE_ARRIVAL_SQL, collective_perf, comm_items) and as an aggregate (collective_instances'
+    first / last arrival, the instances' numbering). On every mix of present / missing clocks the
+    aggregate is the min / max of the window's arrivals. By hand: instance 1, both rows have the
+    preferred clock: 10 .. 30; 2, one row lacks it but both have the other: 6 .. 8; 3, one row has only
+    the preferred, the other only the other: NULL (no common clock); 4, no times: NULL; 5, one row has
+    no time at all, the other both: the preferred, 40."""
+    import duckdb
+
+    from traceprof.core.schema import one_clock_sql
+
+    rows = "(1, 10, 5), (1, 30, 7), (2, NULL, 6), (2, 20, 8), (3, 50, NULL), (3, NULL, 9), (4, NULL, NULL), (5, NULL, NULL), (5, 40, 2)"
+    con = duckdb.connect()
+    window = con.execute(
+        f"""SELECT i, min(arr), max(arr) FROM (SELECT i, {one_clock_sql("a1", "a2", over="PARTITION BY i")} AS arr
+            FROM (VALUES {rows}) t(i, a1, a2)) GROUP BY i ORDER BY i"""
+    ).fetchall()
+    agg = con.execute(
+        f"""SELECT i, {one_clock_sql("a1", "a2", agg="min")}, {one_clock_sql("a1", "a2", agg="max")}
+            FROM (VALUES {rows}) t(i, a1, a2) GROUP BY i ORDER BY i"""
+    ).fetchall()
+    assert window == agg == [(1, 10, 30), (2, 6, 8), (3, None, None), (4, None, None), (5, 40, 40)]
+    with pytest.raises(ValueError, match="over .* or agg"):
+        one_clock_sql("a1", "a2")

@@ -96,7 +96,7 @@ from traceprof.core.schema import (
     ARRIVAL_NEXT_SQL,
     ARRIVAL_SQL,
     INSTANCE_ARRIVAL_SQL,
-    clock_sql,
+    one_clock_sql,
 )
 from traceprof.core.vocab import CollectiveSource
 from traceprof.storage.store import Store
@@ -634,11 +634,12 @@ SELECT source, g_pg, g_ranks, _src, _dst, count(*) FILTER (WHERE op = 'send') AS
 FROM ({_PAIR_ROWS}) GROUP BY ALL"""
 )
 
+#: An instance's first arrival (ns) on its one clock, as an aggregate over its rows (columns arr1, arr2:
+#: ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL): the rule of INSTANCE_ARRIVAL_SQL, schema.one_clock_sql.
+_FIRST_ARRIVAL = one_clock_sql("arr1", "arr2", agg="min")
 #: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
 #: row's ``collectives.rowid``). Reads ``_match_rows``, ``_match_bad`` (:data:`_BAD`'s groups) and
 #: ``_match_shift`` (:data:`_SHIFTS`).
-#: Which clock an instance's rows (columns arr1, arr2: ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL) read, as an aggregate.
-_CLOCK = clock_sql("arr1", "arr2")
 _KEYED = (
     (
         _ORDERED
@@ -666,15 +667,14 @@ keyed AS (
 ),
 firsts AS (  -- numbered by first arrival, one clock per instance (INSTANCE_ARRIVAL_SQL)
   SELECT key, row_number() OVER (
-    ORDER BY coalesce(CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END,
-                      min(arrival_ns)) ASC NULLS LAST, key) AS instance_id
+    ORDER BY coalesce({_FIRST_ARRIVAL}, min(arrival_ns)) ASC NULLS LAST, key) AS instance_id
   FROM keyed GROUP BY key
 )
 SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
 """
     )
     .replace("{_PAIR_ROWS}", _PAIR_ROWS)
-    .replace("{_CLOCK}", _CLOCK)
+    .replace("{_FIRST_ARRIVAL}", _FIRST_ARRIVAL)
 )
 
 
@@ -803,6 +803,11 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
 #: 100,000 instances took more than the ingest's 96 MB on two threads).
 INSTANCE_CHUNK_ROWS = 20_000
 
+#: An instance's last arrival (ns), the aggregate form as :data:`_FIRST_ARRIVAL`; each row's arrival
+#: on its instance's clock, the window form (``c``'s rows, one instance's rows per partition).
+_LAST_ARRIVAL = one_clock_sql("arr1", "arr2", agg="max")
+_ROW_ARRIVAL = one_clock_sql("arr1", "arr2", over="PARTITION BY instance_id")
+
 #: ``collective_instances`` rows of the instances ``$lo``..``$hi`` (``ordinal`` left to
 #: :func:`refresh_instances`: it counts over the whole run). Reads ``_run_steps`` (:data:`RUN_STEPS_SQL`).
 _INSTANCES = f"""
@@ -832,9 +837,8 @@ inst AS (
          max(size) AS bytes,
          list(DISTINCT rank ORDER BY rank) AS ranks_present,
          count(DISTINCT rank)::INTEGER AS n_ranks,
-         {_CLOCK} AS clock,  -- one clock per instance (INSTANCE_ARRIVAL_SQL), an aggregate: rows keep their order
-         CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END AS first_arrival_ns,
-         CASE {_CLOCK} WHEN 'first' THEN max(arr1) WHEN 'next' THEN max(arr2) END AS last_arrival_ns,
+         -- one clock per instance (INSTANCE_ARRIVAL_SQL), its aggregate form
+         {_FIRST_ARRIVAL} AS first_arrival_ns, {_LAST_ARRIVAL} AS last_arrival_ns,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
          any_value(match_method) AS match_method, list(DISTINCT peer) FILTER (WHERE peer IS NOT NULL) AS peers
   FROM c GROUP BY instance_id
@@ -853,8 +857,8 @@ steps AS (
 ),
 lasts AS (
   SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
-  FROM c JOIN inst i ON i.instance_id = c.instance_id
-   AND CASE i.clock WHEN 'first' THEN c.arr1 WHEN 'next' THEN c.arr2 END = i.last_arrival_ns
+  FROM (SELECT instance_id, rank, {_ROW_ARRIVAL} AS arr FROM c) c  -- each row's arrival on the one clock
+  JOIN inst i ON i.instance_id = c.instance_id AND c.arr = i.last_arrival_ns
   GROUP BY c.instance_id
 )
 SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, o.op, s.step, i.bytes,

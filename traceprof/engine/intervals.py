@@ -12,8 +12,12 @@ intervals x steps), which grew with the square of the step count.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import AsofJoinStrategy
 
 __all__ = [
     "merge",
@@ -444,27 +448,26 @@ def overlapped_range(a: pl.DataFrame, b: pl.DataFrame, by: list[str], pos: str) 
         range; it is empty where ``_i0 > _i1`` or either is null (none ends after s, none starts
         before e).
     """
-    lo = a.sort("start_ns").join_asof(
-        b.select(*by, pl.col("end_ns").alias("_be"), pl.col(pos).alias("_i0")).sort("_be"),
-        left_on="start_ns",
-        right_on="_be",
-        by=by,
-        strategy="forward",
-        allow_exact_matches=False,
-        check_sortedness=False,
-    )
-    return (
-        lo.sort("end_ns")
-        .join_asof(
-            b.select(*by, pl.col("start_ns").alias("_bs"), pl.col(pos).alias("_i1")).sort("_bs"),
-            left_on="end_ns",
-            right_on="_bs",
-            by=by,
-            strategy="backward",
-            allow_exact_matches=False,
-            check_sortedness=False,
+
+    def nearest(df: pl.DataFrame, on: str, b_on: str, alias: str, strategy: AsofJoinStrategy) -> pl.DataFrame:
+        # each row's nearest b bound strictly after (forward) or before (backward) its own, and its position
+        bounds = b.select(*by, pl.col(b_on).alias("_b"), pl.col(pos).alias(alias)).sort("_b")
+        return (
+            df.sort(on)
+            .join_asof(
+                bounds,
+                left_on=on,
+                right_on="_b",
+                by=by,
+                strategy=strategy,
+                allow_exact_matches=False,
+                check_sortedness=False,
+            )
+            .drop("_b")
         )
-        .drop("_be", "_bs")
+
+    return nearest(
+        nearest(a, "start_ns", "end_ns", "_i0", "forward"), "end_ns", "start_ns", "_i1", "backward"
     )
 
 

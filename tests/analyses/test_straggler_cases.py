@@ -65,10 +65,39 @@ def test_p2p_and_collective_seq_are_separate_instances(store, tmp_path, comms_id
     # p2p Seq 1: send on rank 0 [B+300, B+400] with recv on rank 1 [B+250, B+400] (last: rank 0);
     # p2p Seq 2: recv on rank 0 [B+420, B+800] with send on rank 1 [B+780, B+800];
     # all-reduce, collective Seq 1: rank 0 at B+1100, rank 1 at B+1150 -> skew 50 us, last rank
-    # 1, both end at B+1200.
+    # 1, both end at B+1200. A send matched with its recv is op 'send/recv' (it was the op of whichever
+    # row came first: rank 0's, 'send' then 'recv').
     assert inst == [
-        ("send", "0", "[0, 1]", True, 1, [0, 1], 250 * US, 300 * US, 50 * US, 0, 400 * US, 400 * US, method),
-        ("recv", "0", "[0, 1]", True, 2, [0, 1], 420 * US, 780 * US, 360 * US, 1, 800 * US, 800 * US, method),
+        (
+            "send/recv",
+            "0",
+            "[0, 1]",
+            True,
+            1,
+            [0, 1],
+            250 * US,
+            300 * US,
+            50 * US,
+            0,
+            400 * US,
+            400 * US,
+            method,
+        ),
+        (
+            "send/recv",
+            "0",
+            "[0, 1]",
+            True,
+            2,
+            [0, 1],
+            420 * US,
+            780 * US,
+            360 * US,
+            1,
+            800 * US,
+            800 * US,
+            method,
+        ),
         (
             "all_reduce",
             "0",

@@ -15,8 +15,9 @@ from typing import Any
 import polars as pl
 
 from traceprof.analyses._common import ms
-from traceprof.analyses.whatif import BOUND_NAMED_PCT
+from traceprof.analyses._whatif_fix import BOUND_NAMED_PCT
 from traceprof.core.errors import TraceprofError
+from traceprof.core.text import COUNTED, first_few
 from traceprof.engine.analysis import Finding, FindingsInput, FrameResult, Verdict
 from traceprof.storage.runs import not_shown_to_straggle
 from traceprof.storage.store import Store
@@ -53,6 +54,14 @@ def _fix_slowdown(rank: int, blame: pl.DataFrame | None) -> float | None:
     return None if row is None else float(row["fix_slowdown"])
 
 
+#: What the finding's "then rank 1 (45%), rank 3 (4%) bound them" shares are: whatif's ``bound_pct``,
+#: a share of the saving with every rank fixed, not of the excess its delays alone add.
+BOUND_SHARES = (
+    "whatif's bound shares: % of the saving with every rank fixed, the ranks fixed one after another, "
+    "the largest fix alone first"
+)
+
+
 def _fix_row(rank: int, blame: pl.DataFrame | None) -> dict[str, Any] | None:
     """The rank's ``whatif`` blame row (``by`` rank) of the kind (blocking or host) whose
     ``fix_slowdown`` is the larger, or None without one."""
@@ -68,7 +77,9 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
     """The other ranks that bound steps (``whatif``'s ``bound_pct`` of 1% or more, of the kind whose
     fix of ``rank`` is the larger (:func:`_fix_row`: a straggler by host gaps is followed by the
     ranks its host gaps' peel names, not by the blocking kind's shares of a negligible excess); up
-    to 3, the largest first): ``rank 3 (50% of the excess)``; "" if none."""
+    to 3, the largest first, each with its share of the saving with every rank fixed, then how many
+    more): ``rank 1 (45%), rank 3 (4%)``, ``rank 1 (40%), rank 2 (30%), rank 3 (20%) and 1 more``;
+    "" if none."""
     row = _fix_row(rank, blame)
     if row is None or blame is None or "bound_pct" not in blame.columns:
         return ""
@@ -81,9 +92,8 @@ def _other_bounds(rank: int, blame: pl.DataFrame | None) -> str:
         )
         .select("group", "bound_pct")
         .sort(["bound_pct", "group"], descending=[True, False])
-        .head(3)
     )
-    return ", ".join(f"rank {g} ({p:.0f}% of the excess)" for g, p in b.rows())
+    return first_few(b.rows(), 3, more=COUNTED, shown=lambda r: f"rank {r[0]} ({r[1]:.0f}%)")
 
 
 def _combined(
@@ -237,7 +247,7 @@ def _straggler_findings(
                 f"the other ranks' lateness kept, {'the run' if stepless else 'steps'} would be {fixed:.2f}x "
                 "faster (what-if with only its lateness removed"
                 + (
-                    f"; then {others or 'other ranks'} bound them (whatif's bound shares)"
+                    f"; then {others or 'other ranks'} bound them ({BOUND_SHARES})"
                     if alone - fixed > 0.005
                     else ""
                 )

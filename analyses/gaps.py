@@ -48,7 +48,7 @@ from traceprof.engine.activity import (
     run_activity,
 )
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
-from traceprof.engine.intervals import by_rank_chunks, union_ns
+from traceprof.engine.intervals import by_rank_chunks, overlapped_range, union_ns
 from traceprof.storage.store import Store
 
 _COLLECTIVES_SQL, _OPS_SQL, _DEVICE_COLLECTIVES_SQL = (
@@ -115,36 +115,15 @@ def _collectives_per_gap(gaps: pl.DataFrame, colls: pl.DataFrame, keys: list[str
     """For each gap id: the overlapping collectives' count and the primary one (module doc, step 3).
 
     Gaps are disjoint and sorted within (``keys``: rank, or rank and device; step_key), so the gaps
-    a collective overlaps are a contiguous id range: first gap ending after its start to last gap
-    starting before its end.
+    a collective overlaps are a contiguous id range (``intervals.overlapped_range``): first gap ending
+    after its start to last gap starting before its end.
     """
     by = [*keys, "step_key"]
     g = gaps.select(*by, "gid", "start_ns", "end_ns")
-    c = (
-        colls.sort("start_ns")
-        .join_asof(
-            g.sort("end_ns").select(*by, pl.col("end_ns").alias("_ge"), pl.col("gid").alias("i0")),
-            left_on="start_ns",
-            right_on="_ge",
-            by=by,
-            strategy="forward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )
-        .sort("end_ns")
-        .join_asof(
-            g.sort("start_ns").select(*by, pl.col("start_ns").alias("_gs"), pl.col("gid").alias("i1")),
-            left_on="end_ns",
-            right_on="_gs",
-            by=by,
-            strategy="backward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )
-    )
+    c = overlapped_range(colls, g, by, "gid")
     pairs = (
-        c.filter(pl.col("i0") <= pl.col("i1"))
-        .with_columns(pl.int_ranges("i0", pl.col("i1") + 1).alias("gid"))
+        c.filter(pl.col("_i0") <= pl.col("_i1"))
+        .with_columns(pl.int_ranges("_i0", pl.col("_i1") + 1).alias("gid"))
         .explode("gid")
         .join(g.select("gid", pl.col("start_ns").alias("gs"), pl.col("end_ns").alias("ge")), on="gid")
     )

@@ -2,7 +2,7 @@
 
 ``_replay.replay_changes`` keeps the nodes waiting to be recomputed as marks and a heap of their
 levels (a level's nodes are one index range), where it took the union of every waiting node at
-each level; ``whatif._PutBack.step_t`` writes the changed ends in place and takes each recomputed
+each level; ``_whatif_fix.PutBack.step_t`` writes the changed ends in place and takes each recomputed
 step's latest end from its slice (then puts them back), where it compared every changed node with
 each such step and copied the step's ends out. Both must give the same
 nodes, in the same order, and the same floats bit for bit, on random graphs (ties, nodes with no
@@ -10,7 +10,7 @@ predecessor, a step all of whose latest nodes change) and on generated and sampl
 
 Each way the two can take a level or a step is checked (the ``paths`` fixture): a level most of whose
 nodes wait is recomputed whole (``_replay._DENSE_SHARE``), and a cone of most of the graph takes every
-step's latest end again over all its nodes (``whatif._PutBack.CONE_SHARE``).
+step's latest end again over all its nodes (``_whatif_fix.PutBack.CONE_SHARE``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from tests.analyses.test_whatif import _gen_job
 from tests.conftest import SAMPLES
-from traceprof.analyses import _replay, whatif
+from traceprof.analyses import _replay, _whatif_fix, whatif
 from traceprof.ingest.ingest import ingest
 
 
@@ -68,8 +68,8 @@ def _reference_replay_changes(
     return np.concatenate(done_i), np.concatenate(done_v)
 
 
-def _reference_step_t(pb: whatif._PutBack, at: np.ndarray, w_at: np.ndarray) -> np.ndarray:
-    """``_PutBack.step_t`` as it was (cone branch): a mask over every changed node per step, and
+def _reference_step_t(pb: _whatif_fix.PutBack, at: np.ndarray, w_at: np.ndarray) -> np.ndarray:
+    """``PutBack.step_t`` as it was (cone branch): a mask over every changed node per step, and
     each recomputed step's ends copied out with its changed ones set by their place in the step."""
     idx, new = _reference_replay_changes(pb.tl, pb.w, pb.val, at, w_at)
     t = pb.t.copy()
@@ -138,11 +138,11 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-#: (``_replay._DENSE_SHARE``, ``whatif._PutBack.CONE_SHARE``): as shipped; never a whole level and
+#: (``_replay._DENSE_SHARE``, ``_whatif_fix.PutBack.CONE_SHARE``): as shipped; never a whole level and
 #: always the steps the cone reached (the incremental step maxima, redone steps included); every
 #: level whole and every step's maximum taken again.
 _PATHS = {
-    "shipped": (_replay._DENSE_SHARE, whatif._PutBack.CONE_SHARE),
+    "shipped": (_replay._DENSE_SHARE, _whatif_fix.PutBack.CONE_SHARE),
     "sparse": (0, 2.0),
     "dense": (10**9, 0.0),
 }
@@ -153,7 +153,7 @@ def paths(request, monkeypatch) -> str:
     """Each way the cone replay and the step maxima can be taken: all must give the reference's bits."""
     dense, cone = _PATHS[request.param]
     monkeypatch.setattr(_replay, "_DENSE_SHARE", dense)
-    monkeypatch.setattr(whatif._PutBack, "CONE_SHARE", cone)
+    monkeypatch.setattr(_whatif_fix.PutBack, "CONE_SHARE", cone)
     return str(request.param)
 
 
@@ -167,7 +167,7 @@ def test_cone_replay_equals_the_reference_on_random_graphs(seed: int, paths: str
     w = rng.integers(0, 4, n).astype(np.float64)
     val = _replay.replay_weights(tl, w.copy())
     w0, val0 = w.copy(), val.copy()
-    pb = whatif._PutBack(tl, w, val)
+    pb = _whatif_fix.PutBack(tl, w, val)
     a, b = tl.levels[len(tl.levels) // 2]
     cases = [np.zeros(0, np.int64), np.array([0]), np.array([n - 1]), np.arange(a, b), np.arange(n)]
     cases += [np.sort(rng.choice(n, k, replace=False)) for k in {1, min(5, n), min(n, n // 3 + 1)}]
@@ -218,7 +218,7 @@ def test_cone_replay_equals_the_reference_on_runs(store, tmp_path, job, paths) -
     gap, dur = tl.nodes["gap"].to_numpy(), tl.nodes["dur"].to_numpy()
     w = np.full(n, dur.mean()) + 0.5
     val = _replay.replay_weights(tl, w.copy())
-    pb = whatif._PutBack(tl, w, val)
+    pb = _whatif_fix.PutBack(tl, w, val)
     charged = whatif._charged(tl.nodes)
     ranks = tl.nodes["rank"].to_numpy()
     rng = np.random.default_rng(3)
@@ -247,8 +247,8 @@ def test_step_maxima_over_the_step_ends_equal_those_over_every_node(seed: int) -
     assert set(order.tolist()) <= set(all_order.tolist())
     w = rng.integers(0, 4, n).astype(np.float64)
     val = _replay.replay_weights(tl, w.copy())
-    assert _same_bits(whatif._step_t(tl, val, w), whatif._step_t(tl, val))
-    pb, every = whatif._PutBack(tl, w, val), whatif._PutBack(tl, w, val, ends=False)
+    assert _same_bits(_whatif_fix.step_t(tl, val, w), _whatif_fix.step_t(tl, val))
+    pb, every = _whatif_fix.PutBack(tl, w, val), _whatif_fix.PutBack(tl, w, val, ends=False)
     assert pb.ends and not every.ends
     a, b = tl.levels[len(tl.levels) // 2]
     cases = [
@@ -270,7 +270,7 @@ def test_step_maxima_over_the_step_ends_equal_those_over_every_node(seed: int) -
             w2[at] = w_at
             with np.errstate(invalid="ignore"):
                 full = _replay.replay_weights(tl, w2)
-                assert _same_bits(whatif._step_t(tl, full, w2), whatif._step_t(tl, full))
+                assert _same_bits(_whatif_fix.step_t(tl, full, w2), _whatif_fix.step_t(tl, full))
 
 
 def test_step_ends_of_a_run_are_its_ranks_last_items(store, tmp_path) -> None:
@@ -287,4 +287,4 @@ def test_step_ends_of_a_run_are_its_ranks_last_items(store, tmp_path) -> None:
     assert not (kind[order] == 2).any()
     w = tl.nodes["gap"].to_numpy() + tl.nodes["dur"].to_numpy()
     val = _replay.replay_weights(tl, w)
-    assert _same_bits(whatif._step_t(tl, val, w), whatif._step_t(tl, val))
+    assert _same_bits(_whatif_fix.step_t(tl, val, w), _whatif_fix.step_t(tl, val))

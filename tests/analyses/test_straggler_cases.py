@@ -12,7 +12,7 @@ import pytest
 
 from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
 from tests.conftest import analyze, case
-from traceprof.analyses import stragglers, whatif
+from traceprof.analyses import _replay, _whatif_fix, stragglers
 from traceprof.engine.findings import summarize
 from traceprof.engine.verdict import combined_verdict
 from traceprof.ingest import clock
@@ -65,10 +65,39 @@ def test_p2p_and_collective_seq_are_separate_instances(store, tmp_path, comms_id
     # p2p Seq 1: send on rank 0 [B+300, B+400] with recv on rank 1 [B+250, B+400] (last: rank 0);
     # p2p Seq 2: recv on rank 0 [B+420, B+800] with send on rank 1 [B+780, B+800];
     # all-reduce, collective Seq 1: rank 0 at B+1100, rank 1 at B+1150 -> skew 50 us, last rank
-    # 1, both end at B+1200.
+    # 1, both end at B+1200. A send matched with its recv is op 'send/recv' (it was the op of whichever
+    # row came first: rank 0's, 'send' then 'recv').
     assert inst == [
-        ("send", "0", "[0, 1]", True, 1, [0, 1], 250 * US, 300 * US, 50 * US, 0, 400 * US, 400 * US, method),
-        ("recv", "0", "[0, 1]", True, 2, [0, 1], 420 * US, 780 * US, 360 * US, 1, 800 * US, 800 * US, method),
+        (
+            "send/recv",
+            "0",
+            "[0, 1]",
+            True,
+            1,
+            [0, 1],
+            250 * US,
+            300 * US,
+            50 * US,
+            0,
+            400 * US,
+            400 * US,
+            method,
+        ),
+        (
+            "send/recv",
+            "0",
+            "[0, 1]",
+            True,
+            2,
+            [0, 1],
+            420 * US,
+            780 * US,
+            360 * US,
+            1,
+            800 * US,
+            800 * US,
+            method,
+        ),
         (
             "all_reduce",
             "0",
@@ -1140,6 +1169,8 @@ def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, c
     named = [f"rank {r} {bound[r]:.0f}%" for r in sorted(bound, key=lambda r: (-bound[r], r))]
     note = next(n for n in w.notes if n.startswith("blocking: ranks that bound steps"))
     assert all(x in note for x in named), note
+    # the shares are of the saving with every rank fixed, told apart from S's excess
+    assert "each one's % of the saving with every rank fixed (bound_pct; not of S's excess" in note
     # stragglers' cost stays the time a rank's recorded times (up to the collectives it was last at,
     # alone) add to the ideal, of the 1000 us step: what its delays cost an ideal job (two unequal:
     # rank 1 80 us, 8.0%); a rank never last alone (ties, or a second late rank) has none
@@ -1157,11 +1188,16 @@ def test_several_late_ranks_each_bound_steps_with_their_share(store, tmp_path, c
             "its delays alone add 8% of a step (what-if), and fixing it alone, the other ranks' lateness kept, "
             "steps would be 1.04x faster" in (found.text)
         )
-        assert "; then rank 3 (50% of the excess) bound them (whatif's bound shares)" in found.text
+        # rank 3's 50% is of the saving with every rank fixed (80 us: rank 1's fix 40 us first, then
+        # rank 3's 40 us), not of S's excess (rank 1 alone "100% of the excess")
+        assert (
+            "; then rank 3 (50%) bound them (whatif's bound shares: % of the saving with every rank fixed, "
+            "the ranks fixed one after another, the largest fix alone first)" in found.text
+        )
 
 
-#: :data:`SEVERAL_LATE`'s cases: the replays ``whatif._fixes`` makes for the blocking kind (none
-#: of the recorded base, the frame's own; ``_PutBack.step_t`` calls): one per late rank's fix (none
+#: :data:`SEVERAL_LATE`'s cases: the replays ``_whatif_fix.fixes`` makes for the blocking kind (none
+#: of the recorded base, the frame's own; ``PutBack.step_t`` calls): one per late rank's fix (none
 #: for the only late rank: it is all fixed), one with all fixed, and one per bound turn but the first
 #: (one rank: its fix) and the one fixing the last lateness (all fixed). Before: the base replayed per
 #: kind, and every turn replayed: 7, 6, 8, 7 and 3 calls.
@@ -1176,13 +1212,13 @@ FIX_REPLAYS = {
 
 @pytest.mark.parametrize("case_name", list(SEVERAL_LATE))
 def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, monkeypatch, case_name):
-    """``whatif._fixes`` takes the recorded replay from the frame's (no replay of its own, but in
+    """``_whatif_fix.fixes`` takes the recorded replay from the frame's (no replay of its own, but in
     ``step_t``) and
     replays only what no other replay gives (:data:`FIX_REPLAYS`); the figures stay those of
     :func:`test_several_late_ranks_each_bound_steps_with_their_share`."""
     calls = {"replay": 0, "step_t": 0, "kind": ""}
     inside = [False]
-    fixes, step_t, replay_weights = whatif._fixes, whatif._PutBack.step_t, whatif._replay.replay_weights
+    fixes, step_t, replay_weights = _whatif_fix.fixes, _whatif_fix.PutBack.step_t, _replay.replay_weights
 
     def counted_fixes(*args):  # (tl, w_base, [val,] w_fix, ranks)
         w_base, w_fix = args[1], args[-2]
@@ -1209,9 +1245,9 @@ def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, mo
         calls["replay"] += inside[0]
         return replay_weights(tl, w)
 
-    monkeypatch.setattr(whatif, "_fixes", counted_fixes)
-    monkeypatch.setattr(whatif._PutBack, "step_t", counted_step_t)
-    monkeypatch.setattr(whatif._replay, "replay_weights", counted_replay)
+    monkeypatch.setattr(_whatif_fix, "fixes", counted_fixes)
+    monkeypatch.setattr(_whatif_fix.PutBack, "step_t", counted_step_t)
+    monkeypatch.setattr(_replay, "replay_weights", counted_replay)
     late, nogap, ideal, fix, bound = SEVERAL_LATE[case_name]
     ingest(store, [_one_collective_steps(tmp_path / "run", 4, late, n_steps=9)], run="late")
     w = analyze(store, "whatif", "late")

@@ -736,10 +736,10 @@ _PARAMS["pool-step-ideal-median"] = {"pool": "step", "ideal": "median"}
 )
 def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypatch, job, params):
     """The blame replays only the forward cone of each group's put-back nodes
-    (``whatif._PutBack``); the straightforward way replays the whole job once per group (rank,
+    (``_whatif_fix.PutBack``); the straightforward way replays the whole job once per group (rank,
     stage, op). Every frame and note must be the same, on generated jobs (sub-groups, a rank not
     traced), a straggler sample and production traces of the OSDI'25 artifact (pipeline stages)."""
-    from traceprof.analyses import whatif
+    from traceprof.analyses import _whatif_fix
 
     if isinstance(job, dict):
         ingest(store, [_gen_job(tmp_path / "job", **job)], run="job")
@@ -757,9 +757,9 @@ def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypat
         res = analyze(store, "whatif", run, **params)
         return {k: f.to_dicts() for k, f in res.frames().items()} | {"notes": res.notes}
 
-    monkeypatch.setattr(whatif._PutBack, "FULL_SHARE", 2.0)  # never a full replay: cones only
+    monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", 2.0)  # never a full replay: cones only
     cones = result()
-    monkeypatch.setattr(whatif._PutBack, "FULL_SHARE", -1.0)  # a full replay of the job per group
+    monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", -1.0)  # a full replay of the job per group
     full = result()
     assert cones == full
     ranks = [b for b in cones["blame"] if b["by"] == "rank"]  # type: ignore[union-attr]

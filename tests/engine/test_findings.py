@@ -737,9 +737,27 @@ def test_the_ranks_that_bound_next_are_of_the_kind_of_the_stragglers_fix():
         orient="row",
     )
     assert _fix_slowdown(2, blame) == 1.1206
-    assert _other_bounds(2, blame) == "rank 1 (45% of the excess), rank 3 (4% of the excess)"
+    assert _other_bounds(2, blame) == "rank 1 (45%), rank 3 (4%)"
     # a blocking straggler (rank 3's blocking fix 1.048 > its host fix 1.00035) is followed by the blocking shares
+    assert _other_bounds(3, blame) == "rank 1 (63%), rank 0 (19%), rank 2 (7%)"
+
+
+def test_other_bounds_says_how_many_more_ranks_bound_steps():
+    """Past the first 3 ranks that bound steps, the finding says how many more (text.first_few, as
+    every list of the findings): before, ``.head(3)`` dropped them unsaid. Rank 4 straggles (blocking
+    fix 1.5x); ranks 0-3 bound 40, 30, 20 and 5% (each >= the 1% floor): the first 3 and "1 more"."""
+    from traceprof.analyses._stragglers_topic import _other_bounds
+
+    blame = pl.DataFrame(
+        [
+            ("rank", "blocking", str(g), f, b)
+            for g, f, b in [(4, 1.5, 0.0), (0, 1.1, 40.0), (1, 1.05, 30.0), (2, 1.02, 20.0), (3, 1.01, 5.0)]
+        ],
+        schema=["by", "kind", "group", "fix_slowdown", "bound_pct"],
+        orient="row",
+    )
+    assert _other_bounds(4, blame) == "rank 0 (40%), rank 1 (30%), rank 2 (20%) and 1 more"
+    # with 3 ranks that bound, no count
     assert (
-        _other_bounds(3, blame)
-        == "rank 1 (63% of the excess), rank 0 (19% of the excess), rank 2 (7% of the excess)"
+        _other_bounds(4, blame.filter(pl.col("group") != "3")) == "rank 0 (40%), rank 1 (30%), rank 2 (20%)"
     )

@@ -13,7 +13,14 @@ import random
 import polars as pl
 import pytest
 
-from traceprof.engine.intervals import class_measures, concat_taking, merge, subtract, union_ns
+from traceprof.engine.intervals import (
+    class_measures,
+    concat_taking,
+    merge,
+    overlapped_range,
+    subtract,
+    union_ns,
+)
 
 SCHEMA = {"rank": pl.Int64, "step": pl.Int64, "class": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
@@ -208,3 +215,17 @@ def test_cut_by_hand_with_runs_numbered_as_rows_or_not(numbered: bool) -> None:
         "rank", "start_ns", "end_ns", "name", pl.col("_pos") - 100
     )
     assert sorted(got.rows()) == want
+
+
+def test_overlapped_range_is_the_run_of_positions_an_interval_meets():
+    """``overlapped_range`` (gaps' collectives per gap and ``cut``'s pieces, one helper): b = [0, 10),
+    [20, 30), [40, 50) at positions 0, 1, 2 on rank 0. By hand: [5, 25) meets 0..1; [10, 20) touches
+    both ends only (half-open): 1..0, empty; [31, 39) lies between: 2..1, empty; [45, 60) meets 2..2;
+    [55, 60) is after all: no first (null); rank 1 has no b: nulls."""
+    b = pl.DataFrame({"rank": [0, 0, 0], "start_ns": [0, 20, 40], "end_ns": [10, 30, 50], "p": [0, 1, 2]})
+    a = pl.DataFrame(
+        {"rank": [0, 0, 0, 0, 0, 1], "start_ns": [5, 10, 31, 45, 55, 5], "end_ns": [25, 20, 39, 60, 60, 25]}
+    )
+    got = overlapped_range(a, b, ["rank"], "p").sort("rank", "start_ns")
+    assert got.select("_i0", "_i1").rows() == [(0, 1), (1, 0), (2, 1), (2, 2), (None, 2), (None, None)]
+    assert got.columns == ["rank", "start_ns", "end_ns", "_i0", "_i1"]

@@ -328,3 +328,58 @@ def test_sql_matching_equals_the_polars_reference_on_real_traces(store, rel):
     got, want = _both(store, run_id)
     assert got == want
     assert any(i is not None for _, i, _ in got[0])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_an_instances_op_and_step_do_not_follow_the_rows_order(tmp_path, reverse):
+    """``collective_instances.op`` and ``.step`` were ``mode()`` of the instance's rows, which on a tie
+    returns the value it met first: a send matched with its recv (one row each) was 'send' or 'recv' as
+    the rows came. By hand, in either insertion order: the transfer (group pp, seq 1: rank 0 sends in
+    step 0, rank 1 receives in step 0) is 'send/recv', step 0; a collective matched by Comms Id whose
+    two ranks name it all_reduce / broadcast in steps 4 / 3 (one each: a tie) takes the smallest of
+    each, 'all_reduce' and step 3."""
+    rows = [
+        # rank, source, pg, pg_ranks, seq, p2p, comms_id, op, start_ns, step
+        (0, "nccl_kernel", "pp", "[0, 1]", 1, True, None, "send", 100, 0),
+        (1, "nccl_kernel", "pp", "[0, 1]", 1, True, None, "recv", 110, 0),
+        (0, "nccl_kernel", "dp", "[0, 1]", None, False, "id7", "all_reduce", 200, 4),
+        (1, "nccl_kernel", "dp", "[0, 1]", None, False, "id7", "broadcast", 210, 3),
+    ]
+    with Store(tmp_path / "s.duckdb") as s:
+        s.con.execute("INSERT INTO runs VALUES (1, 'r', NULL, TIMESTAMP '2026-01-01', [], false)")
+        for rank, source, pg, pg_ranks, seq, p2p, cid, op, start, step in reversed(rows) if reverse else rows:
+            s.con.execute(
+                "INSERT INTO collectives (run_id, rank, trace_id, source, pg, pg_ranks, seq, p2p, comms_id, op, "
+                "bytes_in, start_ns, end_ns, step) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, 8, ?, ?, ?)",
+                [rank, rank + 1, source, pg, pg_ranks, seq, p2p, cid, op, start, start + 5, step],
+            )
+        matching.match_run(s, 1)
+        got = s.con.execute("SELECT pg, op, step, n_ranks FROM collective_instances ORDER BY pg").fetchall()
+    assert got == [("dp", "all_reduce", 3, 2), ("pp", "send/recv", 0, 2)]
+
+
+def test_the_arrival_clocks_aggregate_form_is_its_window_forms_min_and_max():
+    """``schema.one_clock_sql`` is the one arrival rule in two forms: per row over a window
+    (INSTANCE_ARRIVAL_SQL, collective_perf, comm_items) and as an aggregate (collective_instances'
+    first / last arrival, the instances' numbering). On every mix of present / missing clocks the
+    aggregate is the min / max of the window's arrivals. By hand: instance 1, both rows have the
+    preferred clock: 10 .. 30; 2, one row lacks it but both have the other: 6 .. 8; 3, one row has only
+    the preferred, the other only the other: NULL (no common clock); 4, no times: NULL; 5, one row has
+    no time at all, the other both: the preferred, 40."""
+    import duckdb
+
+    from traceprof.core.schema import one_clock_sql
+
+    rows = "(1, 10, 5), (1, 30, 7), (2, NULL, 6), (2, 20, 8), (3, 50, NULL), (3, NULL, 9), (4, NULL, NULL), (5, NULL, NULL), (5, 40, 2)"
+    con = duckdb.connect()
+    window = con.execute(
+        f"""SELECT i, min(arr), max(arr) FROM (SELECT i, {one_clock_sql("a1", "a2", over="PARTITION BY i")} AS arr
+            FROM (VALUES {rows}) t(i, a1, a2)) GROUP BY i ORDER BY i"""
+    ).fetchall()
+    agg = con.execute(
+        f"""SELECT i, {one_clock_sql("a1", "a2", agg="min")}, {one_clock_sql("a1", "a2", agg="max")}
+            FROM (VALUES {rows}) t(i, a1, a2) GROUP BY i ORDER BY i"""
+    ).fetchall()
+    assert window == agg == [(1, 10, 30), (2, 6, 8), (3, None, None), (4, None, None), (5, 40, 40)]
+    with pytest.raises(ValueError, match="over .* or agg"):
+        one_clock_sql("a1", "a2")

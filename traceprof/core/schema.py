@@ -23,7 +23,6 @@ from traceprof.core.vocab import CollectiveSource, EventClass, EventKind, Flag, 
 __all__ = [
     "is_kernel_launch",
     "one_clock_sql",
-    "clock_sql",
     "SCHEMA_VERSION",
     "ARRIVAL_CLOCK_SQL",
     "ARRIVAL_FIRST_SQL",
@@ -62,24 +61,34 @@ ARRIVAL_FIRST_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN start_ns ELSE ente
 #: SQL expression, ns: the row's other arrival clock (GPU sources: the CPU enqueue; others: the start
 #: of the work).
 ARRIVAL_NEXT_SQL = f"CASE WHEN source IN {_GPU_SOURCES} THEN enter_ns ELSE start_ns END"
-#: SQL expression, ns: a row's own arrival, the preferred clock, else the other one. For one rank's
-#: rows alone (their order on the rank) and rows outside any instance; across ranks of an instance
-#: read :data:`INSTANCE_ARRIVAL_SQL`.
+#: SQL expression, ns: a row's own arrival, the preferred clock, else the other one: the one rule
+#: (:func:`one_clock_sql`) over a window of one row. For one rank's rows alone (their order on the
+#: rank: matching orders them before any instance exists; a transfer's rows before they are paired)
+#: and rows outside any instance; across ranks of an instance read :data:`INSTANCE_ARRIVAL_SQL`.
 ARRIVAL_SQL = f"coalesce({ARRIVAL_FIRST_SQL}, {ARRIVAL_NEXT_SQL})"
 
 
-def one_clock_sql(first: str, other: str, over: str) -> str:
-    """SQL expression, ns: the arrival of each row of a window (``over``: e.g. ``PARTITION BY run_id,
-    instance_id``) on one clock: ``first`` where every row with a time has it, else ``other`` where
-    every such row has that, else NULL (:data:`INSTANCE_ARRIVAL_SQL`). ``first`` / ``other``: SQL
-    expressions of a row's preferred and other arrival (ns, NULL when unknown)."""
-    return f"CASE WHEN {_all_have(first, other, over)} THEN {first} WHEN {_all_have(other, first, over)} THEN {other} END"
+def one_clock_sql(first: str, other: str, over: str | None = None, agg: str | None = None) -> str:
+    """SQL expression, ns: a collective instance's arrivals on one clock, the one rule
+    (:data:`INSTANCE_ARRIVAL_SQL`): ``first`` where every row with a time has it, else ``other``
+    where every such row has that, else NULL. ``first`` / ``other``: SQL expressions of a row's
+    preferred and other arrival (ns, NULL when unknown). Two forms of the one rule:
 
+    - a window (``over``, e.g. ``PARTITION BY run_id, instance_id``; ``agg`` None): each row's
+      arrival (``collective_perf``, ``comm_items``, ``parallelism``, the pairs of a transfer);
+    - an aggregate over a group (``over`` None, ``agg`` e.g. ``"min"``): ``agg`` of the group's
+      arrivals on that clock (``collective_instances``' first and last arrival, the instances'
+      numbering), without a window over every row.
 
-def clock_sql(first: str, other: str, over: str | None = None) -> str:
-    """SQL expression: which clock :func:`one_clock_sql` reads for the rows of a window (``over``) or,
-    ``over`` None, of a group (an aggregate): 'first', 'next' (``other``), NULL (neither common)."""
-    return f"CASE WHEN {_all_have(first, other, over)} THEN 'first' WHEN {_all_have(other, first, over)} THEN 'next' END"
+    A row outside any instance is a window of one row: :data:`ARRIVAL_SQL`.
+
+    Raises:
+        ValueError: ``over`` and ``agg`` both given or both None.
+    """
+    if (over is None) == (agg is None):
+        raise ValueError("one_clock_sql: give over (a window) or agg (an aggregate), not both")
+    a, b = (first, other) if agg is None else (f"{agg}({first})", f"{agg}({other})")
+    return f"CASE WHEN {_all_have(first, other, over)} THEN {a} WHEN {_all_have(other, first, over)} THEN {b} END"
 
 
 def _all_have(a: str, b: str, over: str | None) -> str:
@@ -585,8 +594,17 @@ FROM (SELECT run_id, rank, trace_id,
                 "BIGINT",
                 "Sequence number in the process group (comms_id / pg_seq matching), else NULL",
             ),
-            _c("op", "VARCHAR", "Collective op, normalized"),
-            _c("step", "INTEGER", "Step of the instance (the most common step of its rows)"),
+            _c(
+                "op",
+                "VARCHAR",
+                "Collective op, normalized: the most common of its rows' (the smallest on a tie); a send "
+                "matched with its recv: send/recv",
+            ),
+            _c(
+                "step",
+                "INTEGER",
+                "Step of the instance (the most common step of its rows, the smallest on a tie)",
+            ),
             _c("bytes", "BIGINT", "Message size (bytes_in, or nelems_in when bytes are unknown)", "bytes"),
             _c("ordinal", "INTEGER", "k-th instance of this (pg, op, size) in its step (ordinal matching)"),
             _c("ranks_present", "INTEGER[]", "Ranks holding a row of the instance"),

@@ -980,21 +980,11 @@ def _memory_rows(
         return [noisy]
     values = [b.memory.value for b in bases if b.memory is not None]
     c = cand.memory.value if cand.memory is not None else math.nan
-    base, change = structure.metric_change(values, c)
-    regressed = bool(change > 100.0 * threshold) and not forced
-    row: dict[str, object] = {
-        "metric": MEMORY_METRIC,
-        "base": base,
-        "cand": c,
-        "delta": None if base is None else c - base,
-        "delta_pct": 100.0 * (c - base) / base if base else None,
-        "change_pct": change,
-        "threshold_pct": 100.0 * threshold,
-        "regressed": regressed,
-        "varies": len(set(values)) > 1,
-        "against": structure.against_text(
-            MEMORY_METRIC, values, c, [b.name for b in bases if b.memory is not None]
-        ),
+    row: dict[str, object] = structure.metric_row(
+        MEMORY_METRIC, values, c, threshold, [b.name for b in bases if b.memory is not None], forced
+    )
+    change, regressed = float(row["change_pct"]), bool(row["regressed"])  # type: ignore[arg-type]
+    row |= {
         "ranks": [],
         "per_rank": None,
         "layer": "structural",

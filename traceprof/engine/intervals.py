@@ -12,8 +12,12 @@ intervals x steps), which grew with the square of the step count.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import AsofJoinStrategy
 
 __all__ = [
     "merge",
@@ -23,6 +27,7 @@ __all__ = [
     "remove",
     "tile",
     "cut",
+    "overlapped_range",
     "complement",
     "class_measures",
     "rank_chunks",
@@ -391,9 +396,8 @@ def cut(a: pl.DataFrame, runs: pl.DataFrame, g: str, carry: list[str]) -> pl.Dat
 def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | None = None) -> pl.DataFrame:
     """Each interval of ``a`` intersected with the disjoint sorted intervals ``runs`` of its group.
 
-    The runs an interval [s, e) meets are a contiguous range of positions ``_c``: from the first
-    ending after s to the last starting before e (two as-of joins on the sorted bounds); each
-    position in between gives one non-empty piece.
+    The runs an interval [s, e) meets are a contiguous range of positions ``_c``
+    (:func:`overlapped_range`); each position in between gives one non-empty piece.
 
     Args:
         a: Intervals with ``g``, start_ns, end_ns and any other columns (kept on the pieces).
@@ -405,28 +409,7 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | Non
     Returns:
         ``a``'s columns with start_ns, end_ns replaced by the pieces (ns), unordered.
     """
-    lo = a.sort("start_ns").join_asof(
-        runs.select(g, pl.col("end_ns").alias("_re"), pl.col("_c").alias("_i0")).sort("_re"),
-        left_on="start_ns",
-        right_on="_re",
-        by=g,
-        strategy="forward",
-        allow_exact_matches=False,
-        check_sortedness=False,
-    )
-    both = (
-        lo.sort("end_ns")
-        .join_asof(
-            runs.select(g, pl.col("start_ns").alias("_rs"), pl.col("_c").alias("_i1")).sort("_rs"),
-            left_on="end_ns",
-            right_on="_rs",
-            by=g,
-            strategy="backward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )
-        .drop("_re", "_rs")
-    )
+    both = overlapped_range(a, runs, [g], "_c")
     pairs = (
         both.filter(pl.col("_i0") <= pl.col("_i1"))
         .with_columns(pl.int_ranges("_i0", pl.col("_i1") + 1, dtype=pl.Int64).alias("_c"))
@@ -444,6 +427,48 @@ def _intersect_runs(a: pl.DataFrame, runs: pl.DataFrame, g: str, keep: str | Non
         pl.min_horizontal("end_ns", "_re").alias("end_ns"),
     ).drop("_rs", "_re")
     return out.rename({"_c": keep}) if keep else out.drop("_c")
+
+
+def overlapped_range(a: pl.DataFrame, b: pl.DataFrame, by: list[str], pos: str) -> pl.DataFrame:
+    """Which intervals of ``b`` each interval of ``a`` overlaps, as a range of ``b``'s positions.
+
+    ``b``'s intervals are disjoint within ``by`` and numbered in time order by ``pos``, so those an
+    interval [s, e) of ``a`` meets are a contiguous range: from the first ending after s to the last
+    starting before e (two as-of joins on the sorted bounds: linear after sorts).
+
+    Args:
+        a: Intervals with ``by``, start_ns, end_ns (ns) and any other columns (kept).
+        b: Disjoint intervals with ``by``, start_ns, end_ns (ns) and ``pos`` (an integer, increasing
+            with time within ``by``).
+        by: Group columns of both.
+        pos: ``b``'s position column.
+
+    Returns:
+        ``a``'s rows (in end_ns order) with ``_i0`` and ``_i1``: the first and last position of the
+        range; it is empty where ``_i0 > _i1`` or either is null (none ends after s, none starts
+        before e).
+    """
+
+    def nearest(df: pl.DataFrame, on: str, b_on: str, alias: str, strategy: AsofJoinStrategy) -> pl.DataFrame:
+        # each row's nearest b bound strictly after (forward) or before (backward) its own, and its position
+        bounds = b.select(*by, pl.col(b_on).alias("_b"), pl.col(pos).alias(alias)).sort("_b")
+        return (
+            df.sort(on)
+            .join_asof(
+                bounds,
+                left_on=on,
+                right_on="_b",
+                by=by,
+                strategy=strategy,
+                allow_exact_matches=False,
+                check_sortedness=False,
+            )
+            .drop("_b")
+        )
+
+    return nearest(
+        nearest(a, "start_ns", "end_ns", "_i0", "forward"), "end_ns", "start_ns", "_i1", "backward"
+    )
 
 
 def _strictly_sorted(df: pl.DataFrame, keys: list[str]) -> bool:

@@ -226,6 +226,35 @@ def metric_change(bases: Sequence[float], cand: float) -> tuple[float | None, fl
     return None, 0.0
 
 
+def metric_row(
+    metric: str,
+    bases: Sequence[float],
+    cand: float,
+    threshold: float,
+    names: Sequence[str],
+    forced: bool = False,
+) -> dict[str, object]:
+    """A structural total's comparison, the keys every structural row of ``diff`` starts with:
+    metric, base and change_pct (:func:`metric_change`), cand, delta (cand - base; None without a
+    base), delta_pct (% of base; None without one or at 0), threshold_pct (``threshold``, a fraction,
+    in %), regressed (change_pct above it, never when ``forced``: not gated), varies (the baselines
+    differ) and against (:func:`against_text`; ``names``: the baseline runs' names). Values in the
+    metric's unit (per step)."""
+    base, change = metric_change(bases, cand)
+    return {
+        "metric": metric,
+        "base": base,
+        "cand": cand,
+        "delta": None if base is None else cand - base,
+        "delta_pct": 100.0 * (cand - base) / base if base else None,
+        "change_pct": change,
+        "threshold_pct": 100.0 * threshold,
+        "regressed": bool(change > 100.0 * threshold) and not forced,
+        "varies": len(set(bases)) > 1,
+        "against": against_text(metric, bases, cand, names),
+    }
+
+
 def against_text(metric: str, bases: Sequence[float], cand: float, names: Sequence[str] = ()) -> str:
     """What a structural total was compared with when the baseline runs differ (else ""):
     ``within the baselines' range 3.42-7.11 GFLOP`` or ``compared with the nearest, extra_matmul:
@@ -274,27 +303,13 @@ def compare(
     for m in METRICS:
         values = [b.total(m) for b in bases]
         c = cand.total(m)
-        base, change = metric_change(values, c)
         if m == "flops" and (cand.flops_source is None or any(b.flops_source is None for b in bases)):
             continue  # FLOPs unknown on a side: nothing to compare
         if m == "comm_bytes" and not (cand.bytes_known and all(b.bytes_known for b in bases)):
             continue  # sizes unknown on a side: its 0 B is no measure (diff notes it)
         ranks, per_rank = _ranks_changed(bases, cand, m)
         metrics.append(
-            {
-                "metric": m,
-                "base": base,
-                "cand": c,
-                "delta": None if base is None else c - base,
-                "delta_pct": 100.0 * (c - base) / base if base else None,
-                "change_pct": change,
-                "threshold_pct": 100.0 * thresholds[m],
-                "regressed": bool(change > 100.0 * thresholds[m]),
-                "varies": len(set(values)) > 1,
-                "against": against_text(m, values, c, names),
-                "ranks": ranks,
-                "per_rank": per_rank,
-            }
+            metric_row(m, values, c, thresholds[m], names) | {"ranks": ranks, "per_rank": per_rank}
         )
     return metrics, _changed_keys(bases, cand)
 

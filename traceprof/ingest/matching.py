@@ -71,7 +71,9 @@ Algorithm:
      seen in that source and group anywhere in the run; never a rank whose record of the group
      starts at a later sequence number: a wrapped Flight Recorder ring buffer or a profiler that
      started later is compared on the common range only) and arrival / end statistics (recomputed by
-     :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie.
+     :func:`refresh_instances` after clock alignment). ``last_rank`` is NULL on a tie. Its ``op``
+     and ``step``: the most common of its rows' (NULLs aside), the smallest on a tie, whatever the
+     rows' order; a send matched with its recv: ``send/recv``.
 
 Arrival of a rank at a collective (:data:`INSTANCE_ARRIVAL_SQL`): the start of the communication kernel on
 GPU traces and NCCL Inspector records (the GPU reaches the collective), otherwise the CPU enqueue (``enter_ns``: gloo's c10d
@@ -100,7 +102,7 @@ from traceprof.core.schema import (
     ARRIVAL_NEXT_SQL,
     ARRIVAL_SQL,
     INSTANCE_ARRIVAL_SQL,
-    clock_sql,
+    one_clock_sql,
 )
 from traceprof.core.vocab import CollectiveSource
 from traceprof.storage.store import Store
@@ -648,11 +650,12 @@ SELECT source, g_pg, g_ranks, _src, _dst, count(*) FILTER (WHERE op = 'send') AS
 FROM ({_PAIR_ROWS}) GROUP BY ALL"""
 )
 
+#: An instance's first arrival (ns) on its one clock, as an aggregate over its rows (columns arr1, arr2:
+#: ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL): the rule of INSTANCE_ARRIVAL_SQL, schema.one_clock_sql.
+_FIRST_ARRIVAL = one_clock_sql("arr1", "arr2", agg="min")
 #: Steps 1, 2, 4 and 5 (module doc): the instance and method of every matchable row (``rid``: the
 #: row's ``collectives.rowid``). Reads ``_match_rows``, ``_match_bad`` (:data:`_BAD`'s groups) and
 #: ``_match_shift`` (:data:`_SHIFTS`).
-#: Which clock an instance's rows (columns arr1, arr2: ARRIVAL_FIRST_SQL, ARRIVAL_NEXT_SQL) read, as an aggregate.
-_CLOCK = clock_sql("arr1", "arr2")
 _KEYED = (
     (
         _ORDERED
@@ -680,15 +683,14 @@ keyed AS (
 ),
 firsts AS (  -- numbered by first arrival, one clock per instance (INSTANCE_ARRIVAL_SQL)
   SELECT key, row_number() OVER (
-    ORDER BY coalesce(CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END,
-                      min(arrival_ns)) ASC NULLS LAST, key) AS instance_id
+    ORDER BY coalesce({_FIRST_ARRIVAL}, min(arrival_ns)) ASC NULLS LAST, key) AS instance_id
   FROM keyed GROUP BY key
 )
 SELECT k.rid, f.instance_id::BIGINT AS instance_id, k.method FROM keyed k JOIN firsts f USING (key)
 """
     )
     .replace("{_PAIR_ROWS}", _PAIR_ROWS)
-    .replace("{_CLOCK}", _CLOCK)
+    .replace("{_FIRST_ARRIVAL}", _FIRST_ARRIVAL)
 )
 
 
@@ -820,6 +822,11 @@ def _assign(store: Store, run_id: int) -> tuple[int, list[str]]:
 #: 100,000 instances took more than the ingest's 96 MB on two threads).
 INSTANCE_CHUNK_ROWS = 20_000
 
+#: An instance's last arrival (ns), the aggregate form as :data:`_FIRST_ARRIVAL`; each row's arrival
+#: on its instance's clock, the window form (``c``'s rows, one instance's rows per partition).
+_LAST_ARRIVAL = one_clock_sql("arr1", "arr2", agg="max")
+_ROW_ARRIVAL = one_clock_sql("arr1", "arr2", over="PARTITION BY instance_id")
+
 #: ``collective_instances`` rows of the instances ``$lo``..``$hi`` (``ordinal`` left to
 #: :func:`refresh_instances`: it counts over the whole run). Reads ``_run_steps`` (:data:`RUN_STEPS_SQL`).
 _INSTANCES = f"""
@@ -846,23 +853,34 @@ inst AS (
   SELECT instance_id, any_value(source) AS source, any_value(pg) AS pg, any_value(pg_ranks) AS pg_ranks,
          bool_or(p2p) AS p2p,
          CASE WHEN any_value(match_method) IN ('pg_seq', 'comms_id') THEN any_value(seq) END AS seq,
-         mode(op) AS op, mode(step) AS step, max(size) AS bytes,
+         max(size) AS bytes,
          list(DISTINCT rank ORDER BY rank) AS ranks_present,
          count(DISTINCT rank)::INTEGER AS n_ranks,
-         {_CLOCK} AS clock,  -- one clock per instance (INSTANCE_ARRIVAL_SQL), an aggregate: rows keep their order
-         CASE {_CLOCK} WHEN 'first' THEN min(arr1) WHEN 'next' THEN min(arr2) END AS first_arrival_ns,
-         CASE {_CLOCK} WHEN 'first' THEN max(arr1) WHEN 'next' THEN max(arr2) END AS last_arrival_ns,
+         -- one clock per instance (INSTANCE_ARRIVAL_SQL), its aggregate form
+         {_FIRST_ARRIVAL} AS first_arrival_ns, {_LAST_ARRIVAL} AS last_arrival_ns,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
          any_value(match_method) AS match_method, list(DISTINCT peer) FILTER (WHERE peer IS NOT NULL) AS peers
   FROM c GROUP BY instance_id
 ),
+-- the instance's op and step (module doc, step 5): the most common of its rows'
+-- (NULLs aside), on a tie the smallest; a send and its recv: 'send/recv'. Not mode(): on a tie it
+-- returns the value it met first, so the answer followed the rows' order
+ops AS (
+  SELECT instance_id, CASE WHEN list_sort(list(op)) = ['recv', 'send'] THEN 'send/recv'
+                           ELSE first(op ORDER BY n DESC, op) END AS op
+  FROM (SELECT instance_id, op, count(*) AS n FROM c WHERE op IS NOT NULL GROUP BY ALL) GROUP BY instance_id
+),
+steps AS (
+  SELECT instance_id, first(step ORDER BY n DESC, step) AS step
+  FROM (SELECT instance_id, step, count(*) AS n FROM c WHERE step IS NOT NULL GROUP BY ALL) GROUP BY instance_id
+),
 lasts AS (
   SELECT c.instance_id, CASE WHEN count(DISTINCT c.rank) = 1 THEN min(c.rank) END AS last_rank
-  FROM c JOIN inst i ON i.instance_id = c.instance_id
-   AND CASE i.clock WHEN 'first' THEN c.arr1 WHEN 'next' THEN c.arr2 END = i.last_arrival_ns
+  FROM (SELECT instance_id, rank, {_ROW_ARRIVAL} AS arr FROM c) c  -- each row's arrival on the one clock
+  JOIN inst i ON i.instance_id = c.instance_id AND c.arr = i.last_arrival_ns
   GROUP BY c.instance_id
 )
-SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, i.op, i.step, i.bytes,
+SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, o.op, s.step, i.bytes,
        i.ranks_present,
        CASE WHEN i.match_method = 'pair_order'  -- a transfer's two ends, not its group
             THEN list_filter(i.peers, lambda x: NOT list_contains(i.ranks_present, x))
@@ -875,6 +893,8 @@ SELECT $run AS run_id, i.instance_id, i.source, i.pg, i.pg_ranks, i.p2p, i.seq, 
        i.first_end_ns, i.last_end_ns, i.match_method
 FROM inst i JOIN members m ON m.source = i.source AND m.g = coalesce(i.pg, '') AND m.gr = coalesce(i.pg_ranks, '')
 LEFT JOIN lasts l ON l.instance_id = i.instance_id
+LEFT JOIN ops o ON o.instance_id = i.instance_id
+LEFT JOIN steps s ON s.instance_id = i.instance_id
 LEFT JOIN (
   SELECT i.instance_id, list(h.rank) AS later FROM inst i
   JOIN held h ON h.source = i.source AND h.g = coalesce(i.pg, '') AND h.gr = coalesce(i.pg_ranks, '')

@@ -109,6 +109,9 @@ class ParsedTrace:
         long_text: The rows of ``events`` holding long text (``traceprof.core.limits.long_text_rows``:
             row, bytes, its longest field, the record as messages name it), set by ingest for its check over a run's
             files together (``traceprof.core.limits.drop_run_long_text``).
+        events_digest: A digest of ``events`` as parsed (``traceprof.ingest.copies.events_digest``),
+            set by ingest before the rows are parked; None when none was read. Two files whose
+            events are identical bar the trace's own fields (the rank) digest alike.
     """
 
     path: str
@@ -132,6 +135,7 @@ class ParsedTrace:
     long_text: list[tuple[int, int, str, str]] = field(default_factory=list)
     part: str | None = None
     empty_said: bool = False
+    events_digest: str | None = None
 
     def __post_init__(self) -> None:
         """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown

@@ -37,7 +37,7 @@ from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.core.text import COUNTED, first_few
 from traceprof.core.vocab import TraceSource
-from traceprof.ingest import clock, matching, pair_check, sources
+from traceprof.ingest import clock, copies, matching, pair_check, sources
 from traceprof.ingest.naming import Part, assign, relate, stem
 from traceprof.storage import layout
 from traceprof.storage.runs import profiler_gap_text, untraced_ranks
@@ -379,6 +379,7 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
     finally:
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
+        pt.events_digest = copies.events_digest(pt.events)  # before the rows are parked
         if len(pts) > 1:  # one file of several traces: held to their run's budget together
             pt.long_text = limits.long_text_rows(pt.events)
         if repairs:
@@ -521,21 +522,39 @@ def ingest(
             check_name(name, f"{origin} (its run name; set another with --run NAME)")
         new: list[Path] = []
         elsewhere: dict[Path, str] = {}
+        copied: dict[Path, str] = {}  # a copy (another path) of a file stored in another run -> that run
         for f in files:
-            found = store.find_sha(_sha256(f)) if f.stat().st_size in sizes else None
+            sha = _sha256(f) if f.stat().st_size in sizes else None
+            held = copies.stored_copies(store, sha) if sha is not None else []
+            found = store.find_sha(sha) if sha is not None and held else None
             if found is None:
                 new.append(f)
-            else:
-                result.skipped[str(f)] = found[1]
+            elif any(n == name for n, _ in held) or any(p == str(f) for _, p in held):
+                result.skipped[str(f)] = found[1]  # this run's, or the stored file itself
                 if found[0] != name:
                     elsewhere[f] = found[1]
+            else:
+                copied[f] = held[0][0]
         if new and elsewhere:  # the new run would silently lack the ranks stored elsewhere
             f, where = next(iter(elsewhere.items()))
             raise UsageError(
                 f"{f}: already stored in {where}, so run {name!r} would miss that rank; a file belongs "
                 "to one run: ingest the files under that run's name, or into another store (--db)"
             )
-        todo += [(part, f) for f in new]
+        if copied and (new or run):  # copies.py rule 2: a copy is a file of each run it lies in
+            new += list(copied)
+            result.warnings.append(
+                f"{origin}: {len(copied)} file(s) are copies (same sha256) of files stored in run "
+                f"{next(iter(copied.values()))!r}, stored in run {name!r} too"
+            )
+        elif copied:  # every file a copy: that run again, a run of its own only when asked
+            result.skipped.update({str(f): f"run {n!r}, as a copy" for f, n in copied.items()})
+            result.warnings.append(
+                f"{origin}: every file is a copy (same sha256) of one stored in run "
+                f"{next(iter(copied.values()))!r}: not stored again; to store it as a run of its own, ingest "
+                "it with --run NAME"
+            )
+        todo += [(part, f) for f in files if f in new]
     fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:
@@ -569,7 +588,9 @@ def ingest(
                 part.traces.extend(pts)
         parts = list({id(p): p for p, _ in todo if p.traces}.values())
         if run is not None:
-            by_run = {run: [pt for p in parts for pt in p.traces]} if parts else {}
+            by_run = (
+                {run: copies.once([pt for p in parts for pt in p.traces], result.warnings)} if parts else {}
+            )
             if by_run and len(split_jobs := relate(by_run[run])) > 1:
                 raise TraceFormatError(
                     split_jobs[1][0].path,
@@ -579,8 +600,10 @@ def ingest(
                     f"cannot be one run {run!r}; {_split_hint(True)}",
                 )
         else:
+            for p in parts:  # a folder's copy of a rank file is that rank once (copies.py rule 1)
+                p.traces = copies.once(p.traces, result.warnings)
             by_run, renamed = assign(parts, store)
-            result.warnings += renamed
+            result.warnings += renamed + copies.same_runs(by_run)
         # a folder named beside others whose every file tried is not a trace holds no trace, as an empty one
         empty = _no_trace_folders(paths, todo, not_traces, result.skipped, unread, result.failed)
         if empty:
@@ -611,6 +634,7 @@ def ingest(
             if store.dataset is None:  # DuckDB commits the run's files in one transaction
                 limits.drop_run_long_text(traces, on_bad_event)
             _settle_ranks(name, traces, result, named=run is not None)
+            copies.check_processes(name, traces, result.warnings, _field(traces[0], "rank_field"))
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
             store.check_runs(by_run, force=force_run)
         for name, traces in by_run.items():

@@ -10,13 +10,16 @@ Rules, in order (each renaming or split is said in a note):
      alone (or a whole-run file such as an NDTimeline trace) is one run named after the file, its
      trace suffixes dropped (``x.sqlite`` -> ``x``, ``rank0.pt.trace.json.gz`` -> ``rank0``).
   2. A folder whose files cannot be one job (:func:`conflict`: ranks unknown in several files, one
-     rank twice, other world sizes, recorded hours apart, or traces of one host that do not overlap
-     in time) is split: files of one stated world size stay together where they can be one job;
+     rank twice, other world sizes, recorded hours apart, traces of one host that do not overlap
+     in time, or of other hosts more than 5 min apart) is split: files of one stated world size
+     stay together where they can be one job;
      single-rank files (no world size, or 1) are one run each, named after the file; files of one
      world size that cannot be one job are split by time (:func:`by_clock`: files whose spans
      overlap are one job's) where each such set can be one job, a set of one file named after the
-     file, of several ``<folder>-pid<its lowest pid>``; what still cannot be one run (one rank twice
-     in files recorded together) is left for ingest to refuse.
+     file, of several ``<folder>-pid<its lowest pid>``; files recorded together that hold complete
+     rank sets (0..world-1 once each), each machine's files within one set, are one run per set
+     (:func:`_by_host`, named as by time); what still cannot be one run (one rank twice in files
+     recorded together) is left for ingest to refuse.
   3. Runs of this ingest that would share a name (folders ``a/test`` and ``b/test``) are one run
      when their files can be one job (a job's ranks in one folder per host); else each is named
      by as much of its path as tells them apart (``a/test``, ``b/test``).
@@ -31,10 +34,13 @@ from traceprof.core.errors import StoreError
 from traceprof.core.parsed import ParsedTrace
 from traceprof.ingest import sources
 from traceprof.storage.identity import (
+    MAX_CLOCK_OFFSET_NS,
     SAME_HOST_SLACK_NS,
     check_within,
+    clock_gap,
     duration,
     epoch_span,
+    machine,
     same_host_gap,
 )
 from traceprof.storage.store import Store
@@ -71,8 +77,8 @@ def conflict(traces: list[ParsedTrace]) -> str:
     """Why ``traces`` cannot be one job's run, or ``""``: several files and a rank unknown, one
     (rank, source, part) in two files (``ParsedTrace.part``: the NCCL plugin writes a file per
     communicator), two world sizes, traces of one host that do not overlap in time
-    (:func:`traceprof.storage.identity.same_host_gap`), or times more than an hour apart
-    (:func:`traceprof.storage.identity.check_within`)."""
+    (:func:`traceprof.storage.identity.same_host_gap`), or times more than an hour apart, or of
+    other hosts more than 5 min (:func:`traceprof.storage.identity.check_within`)."""
     said = _identity_conflict(traces)
     if said or len({pt.path for pt in traces}) < 2:
         return said
@@ -86,7 +92,14 @@ def conflict(traces: list[ParsedTrace]) -> str:
     try:
         check_within("", traces)
     except StoreError:
-        return "its files were recorded more than an hour apart"
+        far = clock_gap(traces)
+        if far is None:
+            return "its files were recorded more than an hour apart"
+        first, later, gap = far
+        return (
+            f"{Path(later).name} was recorded {duration(gap)} after {Path(first).name} ended, more than "
+            f"hosts' clocks differ ({duration(MAX_CLOCK_OFFSET_NS)})"
+        )
     return ""
 
 
@@ -156,26 +169,35 @@ def _pid_names(name: str, jobs: list[list[ParsedTrace]]) -> list[str]:
 
 def by_clock(traces: list[ParsedTrace]) -> list[list[str]]:
     """The files of ``traces`` as sets recorded together, in order of their first time: a file
-    whose epoch span begins within max(its span, the span of the file so far that ends last,
-    :data:`~traceprof.storage.identity.SAME_HOST_SLACK_NS`) of that file's end joins its set, as
-    :func:`~traceprof.storage.identity.same_host_gap` judges one host's files. One set when some file
-    has no epoch span (nothing to tell them apart by). n log n in the traces.
+    whose epoch span begins within max(its span, the span of the file so far that ends last, a
+    slack) of that file's end joins its set. The slack is
+    :data:`~traceprof.storage.identity.SAME_HOST_SLACK_NS` when both files name one machine
+    (:func:`~traceprof.storage.identity.machine`), as
+    :func:`~traceprof.storage.identity.same_host_gap` judges one host's files, else
+    :data:`~traceprof.storage.identity.MAX_CLOCK_OFFSET_NS` (other hosts' clocks, or hosts unknown,
+    as :func:`~traceprof.storage.identity.clock_gap`). One set when some file has no epoch span
+    (nothing to tell them apart by). n log n in the traces.
     """
-    spans: dict[str, tuple[int, int]] = {}
+    spans: dict[str, tuple[int, int, str | None]] = {}
     for pt in traces:
         lo, hi = epoch_span(pt)
         if lo is None or hi is None:
             return [list(dict.fromkeys(pt.path for pt in traces))]
-        old = spans.get(pt.path, (lo, hi))
-        spans[pt.path] = (min(lo, old[0]), max(hi, old[1]))
+        old = spans.get(pt.path, (lo, hi, machine(pt)))
+        spans[pt.path] = (min(lo, old[0]), max(hi, old[1]), old[2])
     sets: list[list[str]] = []
-    last: tuple[int, int] | None = None  # the span so far that ends last
-    for path, (lo, hi) in sorted(spans.items(), key=lambda kv: kv[1]):
-        if last is None or lo - last[1] > max(SAME_HOST_SLACK_NS, hi - lo, last[1] - last[0]):
+    last: tuple[int, int, str | None] | None = None  # the span so far that ends last
+    for path, (lo, hi, host) in sorted(spans.items(), key=lambda kv: kv[1][:2]):
+        slack = (
+            SAME_HOST_SLACK_NS
+            if last is not None and host is not None and host == last[2]
+            else MAX_CLOCK_OFFSET_NS
+        )
+        if last is None or lo - last[1] > max(slack, hi - lo, last[1] - last[0]):
             sets.append([])
         sets[-1].append(path)
         if last is None or hi > last[1]:
-            last = (lo, hi)
+            last = (lo, hi, host)
     return sets
 
 
@@ -223,6 +245,12 @@ def _split(part: Part, why: str, notes: list[str]) -> list[Part]:
             timed := _timed(f"{part.name}-world{w}" if jobs > 1 else part.name, part.origin, files, paths)
         ) is not None:
             out += timed
+        elif (
+            hosted := _by_host(
+                f"{part.name}-world{w}" if jobs > 1 else part.name, part.origin, files, paths, w
+            )
+        ) is not None:
+            out += hosted
         else:
             return [
                 part
@@ -253,6 +281,42 @@ def _timed(
         else Part(stem(Path(s[0])), Path(s[0]), files[s[0]])
         for s in sets
     ]
+
+
+def _by_host(
+    name: str, origin: Path, files: dict[str, list[ParsedTrace]], paths: list[str], world: int
+) -> list[Part] | None:
+    """Rule 2's split by machine of one world size's files recorded together: each machine's files
+    (:func:`~traceprof.storage.identity.machine`), in order of their first time, join the first job
+    that lacks all their ranks; None unless every job then holds ranks 0..``world``-1 once each (two
+    complete rank sets are two jobs; what else cannot be told apart is left for ingest to refuse),
+    or some file names no machine. n log n in the traces."""
+    hosts: dict[str, list[str]] = {}
+    for p in paths:
+        found = {machine(pt) for pt in files[p]}
+        if None in found or len(found) != 1:
+            return None
+        hosts.setdefault(str(found.pop()), []).append(p)
+
+    def first(ps: list[str]) -> int:
+        return min((epoch_span(pt)[0] or 0) for p in ps for pt in files[p])
+
+    jobs: list[tuple[set[int], list[str]]] = []
+    for ps in sorted(hosts.values(), key=first):
+        ranks = [int(pt.rank) for p in ps for pt in files[p] if pt.rank is not None]
+        if len(set(ranks)) != len(ranks):
+            return None
+        job = next((j for j in jobs if not j[0] & set(ranks)), None)
+        if job is None:
+            jobs.append((set(ranks), list(ps)))
+        else:
+            job[0].update(ranks)
+            job[1].extend(ps)
+    whole = set(range(world))
+    if len(jobs) < 2 or any(j[0] != whole or conflict([pt for p in j[1] for pt in files[p]]) for j in jobs):
+        return None
+    sets = [[pt for p in j[1] for pt in files[p]] for j in jobs]
+    return [Part(n, origin, job) for n, job in zip(_pid_names(name, sets), sets, strict=True)]
 
 
 def _suffix(origin: Path, name: str, depth: int) -> str:

@@ -5,7 +5,10 @@ The files of a new run must lie within :data:`MAX_GAP_NS` of each other in time
 run), nor may two traces of one host lie apart by more than the longer one's span (at least
 :data:`SAME_HOST_SLACK_NS`): the ranks of one host read one clock and one job's ranks profile the
 same steps, so two such traces that do not overlap are two jobs' (two jobs' rank files in one
-folder, recorded minutes apart, are not clock skew). A run that already holds traces gains new ones only when they agree with it on world
+folder, recorded minutes apart, are not clock skew); nor may traces of other hosts lie apart by
+more than the longer one's span and :data:`MAX_CLOCK_OFFSET_NS` (:func:`clock_gap`: more than
+hosts' clocks differ). A host name many machines report (:data:`GENERIC_HOSTS`: ``localhost``)
+names no machine (:func:`machine`) and is held to the second rule only. A run that already holds traces gains new ones only when they agree with it on world
 size, distributed backend, device type (accelerator name, or ``cpu``) and time: a trace whose events lie
 more than :data:`MAX_GAP_NS` away from the run's span was recorded at another time, by another job.
 Facts a trace does not state are not compared, and times only between sources with epoch clocks
@@ -39,6 +42,10 @@ __all__ = [
     "duration",
     "MAX_GAP_NS",
     "SAME_HOST_SLACK_NS",
+    "MAX_CLOCK_OFFSET_NS",
+    "GENERIC_HOSTS",
+    "machine",
+    "clock_gap",
     "EPOCH_SOURCES",
     "RELATIVE_CLOCK",
 ]
@@ -56,6 +63,18 @@ MAX_GAP_NS = 3_600 * 10**9
 #: Smallest gap between the time spans of two traces of one host (``traces.host``) that makes them
 #: two jobs' when both spans are shorter (ns): one host's ranks share a clock, so one job's overlap.
 SAME_HOST_SLACK_NS = 10**9
+
+#: Largest gap between the time spans of traces of other hosts (or hosts unstated) before they are
+#: two jobs' when both spans are shorter (ns): five minutes. Hosts' clocks differ by milliseconds
+#: under NTP; a 61 s offset has been recorded in one job (and is aligned), while rank files 431 s
+#: apart were two jobs' (t9 D1).
+MAX_CLOCK_OFFSET_NS = 300 * 10**9
+
+#: Host names that many machines report (a container or an unconfigured machine): they name no
+#: machine, so traces of such a host are not held to one clock (:data:`SAME_HOST_SLACK_NS`).
+GENERIC_HOSTS = frozenset(
+    {"", "localhost", "localhost.localdomain", "localhost6", "127.0.0.1", "::1", "0.0.0.0"}
+)
 
 
 def check_append(con: Any, run_id: int, name: str, traces: list[ParsedTrace]) -> None:
@@ -115,17 +134,19 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
     job may mix devices (a heterogeneous cluster) or backends (gloo for CPU groups beside NCCL).
     Each trace, in order, is compared with the span of those before it; the first more than
     :data:`MAX_GAP_NS` away is named with the file it is farthest from. Then the traces of each
-    host (``trace["host"]``, where stated), in order of their first time: the first that begins more
+    host (:func:`machine`, where stated), in order of their first time: the first that begins more
     than max(its span, the span of the one before it that ends last, :data:`SAME_HOST_SLACK_NS`)
-    after that one ends is named with it (:func:`same_host_gap`). n log n in the traces.
+    after that one ends is named with it (:func:`same_host_gap`); then all traces alike with
+    :data:`MAX_CLOCK_OFFSET_NS` (:func:`clock_gap`). n log n in the traces.
 
     Args:
         name: The run's name, for messages.
         traces: The traces about to be stored together.
 
     Raises:
-        StoreError: Epoch time spans too far apart, or traces of one host that do not overlap,
-            naming both files, how to split them into runs, and ``--force-run``.
+        StoreError: Epoch time spans too far apart (an hour; 5 min between any two traces that
+            do not overlap), or traces of one host that do not overlap, naming both files, how to
+            split them into runs, and ``--force-run``.
     """
     lo_all: tuple[int, str] | None = None
     hi_all: tuple[int, str] | None = None
@@ -151,19 +172,58 @@ def check_within(name: str, traces: list[ParsedTrace]) -> None:
             f"{later}: recorded {duration(gap)} after {Path(first).name} ended, on the same host {host!r} "
             f"(ranks of one host share a clock, so one job's traces overlap in time): {split}"
         )
+    far = clock_gap(traces)
+    if far is not None:
+        first, later, gap = far
+        raise StoreError(
+            f"{later}: recorded {duration(gap)} after {Path(first).name} ended, more than hosts' clocks "
+            f"differ ({duration(MAX_CLOCK_OFFSET_NS)}; one job's ranks record the same steps): {split}"
+        )
+
+
+def machine(pt: ParsedTrace) -> str | None:
+    """The host that names ``pt``'s machine (``trace["host"]``), or None when unstated or one of
+    :data:`GENERIC_HOSTS` (compared in lower case)."""
+    host = pt.trace.get("host")
+    return None if host is None or str(host).strip().lower() in GENERIC_HOSTS else str(host)
+
+
+def clock_gap(traces: list[ParsedTrace]) -> tuple[str, str, int] | None:
+    """Two traces whose epoch spans lie farther apart than clocks of other hosts differ, or None.
+
+    The traces (epoch clock only) in order of their first time (ns); each is compared with the one
+    before it that ends last: a gap (ns) above max(the two spans, :data:`MAX_CLOCK_OFFSET_NS`) is
+    returned as (that file's path, this file's path, gap ns). n log n in the traces.
+    """
+    spans = []
+    for pt in traces:
+        lo, hi = epoch_span(pt)
+        if lo is not None and hi is not None:
+            spans.append((lo, hi, pt.path))
+    spans.sort()
+    last: tuple[int, int, str] | None = None
+    for lo, hi, path in spans:
+        if last is not None and path != last[2]:
+            gap = lo - last[1]
+            if gap > max(MAX_CLOCK_OFFSET_NS, hi - lo, last[1] - last[0]):
+                return last[2], path, gap
+        if last is None or hi > last[1]:
+            last = (lo, hi, path)
+    return None
 
 
 def same_host_gap(traces: list[ParsedTrace]) -> tuple[str, str, str, int] | None:
     """Two traces of one host that cannot be one job's (module doc), or None.
 
-    Per host (``trace["host"]``; traces without one, or not on an epoch clock, are not compared),
+    Per host (:func:`machine`; traces without one, of a host name many machines report such as
+    ``localhost``, or not on an epoch clock, are not compared),
     the traces in order of their first time (ns); each is compared with the one before it that
     ends last: a gap (ns) above max(the two spans, :data:`SAME_HOST_SLACK_NS`) is returned as
     (that file's path, this file's path, host, gap ns). n log n in the traces.
     """
     by_host: dict[str, list[tuple[int, int, str]]] = {}
     for pt in traces:
-        host = pt.trace.get("host")
+        host = machine(pt)
         lo, hi = epoch_span(pt) if host else (None, None)
         if lo is not None and hi is not None:
             by_host.setdefault(str(host), []).append((lo, hi, pt.path))

@@ -1,0 +1,159 @@
+"""Copies at ingest (traceprof.ingest.copies): one rule for files of one content within and across
+ingests, and one process's trace under two ranks refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.builders import micro_trace
+from tests.conftest import SAMPLES
+from traceprof.core.errors import TraceFormatError
+from traceprof.ingest.ingest import ingest
+
+T0 = 1_700_000_000_000_000_000  # ns
+
+
+def _runs(store) -> dict[str, tuple[int, int]]:
+    """Run name -> (traces, distinct ranks)."""
+    rows = store.con.execute(
+        "SELECT r.name, count(*), count(DISTINCT t.rank) FROM runs r JOIN traces t USING (run_id) GROUP BY r.name"
+    ).fetchall()
+    return {n: (t, k) for n, t, k in rows}
+
+
+def _rank_file(
+    path: Path, rank: int, base_ns: int, pid: int, host: str | None = "vm", world: int = 4
+) -> Path:
+    """A one-step Kineto rank file (ProfilerStep of 100 us at base_ns, one 1-us op) of host and pid."""
+    doc = micro_trace(["aten::mm"], rank=rank, world=world, base_ns=base_ns)
+    if host is not None:
+        doc["host_name"] = host
+    for e in doc["traceEvents"]:
+        e["pid"] = pid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _sample_copy(dest: Path, edit_rank: int | None = None) -> Path:
+    """A copy of sample run normal (4 ranks); with ``edit_rank``, that rank's ProfilerStep#5 removed."""
+    shutil.copytree(SAMPLES / "normal", dest)
+    if edit_rank is not None:
+        path = dest / f"rank{edit_rank}.trace.json.gz"
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "ProfilerStep#5"]
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return dest
+
+
+# --- rule 1: one content as the same rank of one run is one trace ---------------------------------
+
+
+def test_a_folder_holding_one_rank_file_twice_stores_it_once_with_a_warning(store, tmp_path):
+    """rank1_copy.json is rank1.json's bytes: both read as rank 1 of run 'job'. Before: the run was
+    refused ('the same trace (same sha256): leave one out'); now 2 traces (ranks 0, 1), the copy
+    named in a warning."""
+    d = tmp_path / "job"
+    _rank_file(d / "rank0.json", 0, T0, pid=100, world=2)
+    one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=2)
+    (d / "rank1_copy.json").write_bytes(one.read_bytes())
+    res = ingest(store, [d], jobs=1)
+    assert _runs(store) == {"job": (2, 2)}
+    assert (
+        f"{d / 'rank1_copy.json'}: the same bytes (sha256) as {one}, read as rank 1 both: one trace, "
+        "rank1_copy.json not stored (leave the copy out)"
+    ) in res.warnings
+
+
+# --- rule 2: between runs a copy is a file of each run; a whole copy later only when asked ---------
+
+
+def test_a_run_and_its_edited_copy_ingested_later_is_stored_whole(store, tmp_path):
+    """'lost' is normal with rank 1 edited: 3 of its 4 files are copies of normal's. Ingested in one
+    go both runs hold 4 ranks (as tests/engine/test_diff.py needs); ingested later, 'lost' was refused
+    ('already stored in run normal, so run lost would miss that rank'); now it holds its 4 ranks
+    too, the 3 copies said."""
+    lost = _sample_copy(tmp_path / "lost", edit_rank=1)
+    ingest(store, [SAMPLES / "normal"])
+    res = ingest(store, [lost])
+    assert _runs(store) == {"normal": (4, 4), "lost": (4, 4)}
+    assert (
+        f"{lost}: 3 file(s) are copies (same sha256) of files stored in run 'normal', stored in run 'lost' too"
+        in (res.warnings)
+    )
+
+
+def test_a_whole_copy_ingested_later_is_a_second_run_only_when_asked(store, tmp_path):
+    """A byte-for-byte copy of normal in another folder: skipped as already stored, with a message
+    saying --run stores it; with --run copy2 it is run copy2 of 4 ranks. The same path again is a
+    no-op either way (DESIGN.md section 3)."""
+    copy = _sample_copy(tmp_path / "copy")
+    ingest(store, [SAMPLES / "normal"])
+    res = ingest(store, [copy])
+    assert _runs(store) == {"normal": (4, 4)} and len(res.skipped) == 4 and not res.added
+    assert (
+        f"{copy}: every file is a copy (same sha256) of one stored in run 'normal': not stored again; to store "
+        "it as a run of its own, ingest it with --run NAME"
+    ) in res.warnings
+    res = ingest(store, [copy], run="copy2")
+    assert _runs(store) == {"normal": (4, 4), "copy2": (4, 4)} and len(res.added) == 4
+    again = ingest(store, [SAMPLES / "normal"], run="other")
+    assert not again.added and _runs(store) == {"normal": (4, 4), "copy2": (4, 4)}
+
+
+def test_identical_folders_of_one_ingest_are_two_runs_said(store, tmp_path):
+    """Each folder named is a run: a baseline and its copy (tests/engine/test_history.py's job_0 and
+    job_3) are two runs of 1 trace each, and a warning says they hold the same files."""
+    a = _rank_file(tmp_path / "x" / "rank0.json", 0, T0, pid=100, world=1)
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "rank0.json").write_bytes(a.read_bytes())
+    res = ingest(store, [tmp_path / "x", tmp_path / "y"], jobs=1)
+    assert _runs(store) == {"x": (1, 1), "y": (1, 1)}
+    assert "run 'y' holds the same files (sha256) as run 'x': stored as two runs, as named" in res.warnings
+
+
+# --- rule 3: one process's trace under two ranks --------------------------------------------------
+
+
+def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path):
+    """t10: rank 1's file rewritten with distributedInfo.rank 3 (json.dump: its args spacing changes
+    too) was rank 3 of the run, no warning. Same host 'vm', pid 101, identical events (times, names,
+    lanes): refused, naming both files; nothing stored."""
+    d = tmp_path / "job"
+    _rank_file(d / "rank0.json", 0, T0, pid=100, world=4)
+    one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=4)
+    _rank_file(d / "rank2.json", 2, T0, pid=102, world=4)
+    doc = json.loads(one.read_text())
+    doc["distributedInfo"]["rank"] = 3
+    (d / "rank3.json").write_text(json.dumps(doc, indent=1))
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    assert str(e.value).endswith(
+        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} (host 'vm', pid 101 both): one "
+        "process's trace under two ranks, a copy of one rank's file with its rank edited; run 'job' not "
+        "stored: leave the copy out"
+    )
+    assert store.runs().height == 0
+
+
+def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):
+    """Ranks 0 and 1 on host 'vm', both pid 100, spans [T0, T0 + 100 us] and [T0 + 50 us, ...]
+    overlap, events differ (an op more): stored, with a warning (containers sharing a host name)."""
+    d = tmp_path / "job"
+    _rank_file(d / "rank0.json", 0, T0, pid=100, world=2)
+    doc = micro_trace(["aten::mm", "aten::add"], rank=1, world=2, base_ns=T0 + 50_000) | {"host_name": "vm"}
+    for ev in doc["traceEvents"]:
+        ev["pid"] = 100
+    (d / "rank1.json").write_text(json.dumps(doc))
+    res = ingest(store, [d], jobs=1)
+    assert _runs(store) == {"job": (2, 2)}
+    assert any(
+        "rank 0 (rank0.json) and rank 1 (rank1.json) were recorded at the same time by one process (host 'vm', pid 100)"
+        in w
+        for w in res.warnings
+    )

@@ -1,0 +1,67 @@
+"""Grouping the ranks of an ingest into jobs by host and time (traceprof.ingest.naming,
+traceprof.storage.identity): hosts' clocks differ by at most 5 min, a host name many machines report
+holds no ranks to one clock, and two complete rank sets recorded together on their own hosts are
+two jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ingest.test_copies import T0, _rank_file, _runs
+from traceprof.core.errors import StoreError
+from traceprof.ingest.ingest import ingest
+
+
+def test_ranks_of_other_hosts_20_min_apart_are_two_runs(store, tmp_path):
+    """Ranks 0-1 on node-a at T0, ranks 2-3 on node-b 20 min later: one run before (under the
+    hour); other hosts' clocks differ by at most 5 min, so by hand gap = 1200 s - 100 us > 300 s:
+    two runs of 2 ranks, named after each set's lowest pid."""
+    d = tmp_path / "mix"
+    for r in (0, 1):
+        _rank_file(d / f"rank{r}.json", r, T0, pid=100 + r, host="node-a")
+    for r in (2, 3):
+        _rank_file(d / f"rank{r}.json", r, T0 + 1200 * 10**9, pid=200 + r, host="node-b")
+    with pytest.raises(StoreError, match="more than hosts' clocks differ"):
+        ingest(store, [d], run="one", jobs=1)  # --run: refused, as two jobs of one host are
+    res = ingest(store, [d], jobs=1)
+    assert _runs(store) == {"mix-pid100": (2, 2), "mix-pid202": (2, 2)}
+    note = next(w for w in res.warnings if "cannot be one job" in w)
+    assert (
+        "(rank2.json was recorded 20.0 min after rank0.json ended, more than hosts' clocks differ (5.0 min))"
+        in note
+    )
+
+
+def test_other_hosts_61_s_apart_stay_one_run(store, tmp_path):
+    """A 61 s clock offset between two hosts (t10 clk61): 61 s < 5 min, one run, aligned."""
+    d = tmp_path / "skew"
+    _rank_file(d / "rank0.json", 0, T0, pid=100, host="node-a", world=2)
+    _rank_file(d / "rank1.json", 1, T0 + 61 * 10**9, pid=100, host="node-b", world=2)
+    ingest(store, [d], jobs=1)
+    assert _runs(store) == {"skew": (2, 2)}
+
+
+def test_two_machines_both_named_localhost_3_s_apart_are_one_run(store, tmp_path):
+    """Ranks 0-1 and 2-3 on two machines that both say 'localhost', the second's clock 3 s ahead:
+    split before (one host's traces 3 s - 100 us > 1 s apart); 'localhost' names no machine, so the
+    5 min of other hosts applies: one run of 4 ranks."""
+    d = tmp_path / "lh"
+    for r in (0, 1):
+        _rank_file(d / f"rank{r}.json", r, T0, pid=100 + r, host="localhost")
+    for r in (2, 3):
+        _rank_file(d / f"rank{r}.json", r, T0 + 3 * 10**9, pid=100 + r, host="localhost")
+    ingest(store, [d], jobs=1)
+    assert _runs(store) == {"lh": (4, 4)}
+
+
+def test_two_complete_rank_sets_at_one_time_on_two_hosts_are_two_jobs(store, tmp_path):
+    """Ranks 0-3 of job a on node-a and ranks 0-3 of job b on node-b, recorded at once: refused
+    before (rank 0 twice, recorded together); each host's files are a complete rank set (0..3 once),
+    so two runs named after their lowest pid (100, 200)."""
+    d = tmp_path / "both"
+    for r in range(4):
+        _rank_file(d / f"a{r}.json", r, T0, pid=100 + r, host="node-a")
+        _rank_file(d / f"b{r}.json", r, T0 + 10_000, pid=200 + r, host="node-b")
+    res = ingest(store, [d], jobs=1)
+    assert _runs(store) == {"both-pid100": (4, 4), "both-pid200": (4, 4)}
+    assert any("so they are 2 runs: 'both-pid100', 'both-pid200'" in w for w in res.warnings)

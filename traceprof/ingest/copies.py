@@ -1,0 +1,180 @@
+"""Copies at ingest: files of one content, and one process's trace under two ranks.
+
+The rule (README.md "Runs and copies"), within one ingest and across ingests alike:
+  1. A file's content (SHA-256) read twice as the same rank of one run is one trace: a folder
+     holding a rank file twice under two names stores it once, with a warning naming both
+     (:func:`once`; before, the run was refused). One content read as two ranks (Flight Recorder
+     dumps of ranks that recorded nothing: byte-identical, their rank in the file name) is two.
+  2. Between runs a copy is a file of each run it lies in: a run and its copy with one rank
+     edited, or a set of baseline copies, are each stored whole. A file stored from the same path
+     is that stored trace (skipped; new files beside it for another run are refused, as that run
+     would miss the rank). A copy from another path is stored again with its run's new files
+     (:func:`stored_copies`), with a warning; a folder all of whose files are copies of stored
+     files is that run again and skipped, with a message saying ``--run NAME`` stores it as a run of
+     its own (a copy of a whole run is a second run only when asked). Within one ingest each folder
+     named is a run as asked: two identical folders are two runs, said in a warning
+     (:func:`same_runs`).
+  3. Two ranks of one run are never one process: traces of one source from two files whose host
+     (stated) and pid are the same and whose events are identical, row for row, in every
+     time (ns), name, lane and id (:func:`events_digest`) are a copy of one rank's file with
+     its rank edited, and the run is refused naming both files; the same host and pid recorded at
+     overlapping times with other events is a warning (containers that share a host name and a pid
+     namespace's numbers could do that) (:func:`check_processes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traceprof.core.errors import TraceFormatError
+from traceprof.core.parsed import ParsedTrace
+from traceprof.storage.identity import epoch_span
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["events_digest", "once", "stored_copies", "same_runs", "check_processes"]
+
+
+#: Event columns the digest leaves out: ``args`` is the source's text as written, whose spacing a
+#: JSON rewrite (``json.dump`` of a file whose rank was edited) changes while the events do not.
+UNDIGESTED = ("args",)
+
+
+def events_digest(events: pa.Table | None) -> str | None:
+    """A BLAKE2b digest (32 hex digits) of ``events``' column names and data buffers, less
+    :data:`UNDIGESTED` (times in ns, names, lanes, ids, classes), or None when there is no row. Two
+    tables built alike from the same records digest alike; linear in the table's bytes, no copy."""
+    if events is None or events.num_rows == 0:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    for name, column in zip(events.column_names, events.columns, strict=True):
+        if name in UNDIGESTED:
+            continue
+        h.update(name.encode() + b"\0" + str(column.type).encode() + b"\0")
+        for chunk in column.chunks:
+            h.update(chunk.offset.to_bytes(8, "little") + len(chunk).to_bytes(8, "little"))
+            for buf in chunk.buffers():
+                h.update(b"-" if buf is None else memoryview(buf))
+    return h.hexdigest()
+
+
+def once(traces: list[ParsedTrace], warnings: list[str]) -> list[ParsedTrace]:
+    """Rule 1 of the module doc: ``traces`` (one run's, or one folder's) less the second and later
+    files of one content read as the same rank, source and part, each said in ``warnings``
+    (``b.json: the same bytes (sha256) as a.json, read as rank 1 both: one trace, b.json not
+    stored``). Linear in the traces."""
+    first: dict[tuple[str, int | None, str, str | None], ParsedTrace] = {}
+    by_file: dict[str, list[ParsedTrace]] = {}
+    for pt in traces:
+        by_file.setdefault(pt.path, []).append(pt)
+    dropped: set[str] = set()
+    for path, pts in sorted(by_file.items()):
+        keys = [(pt.sha256, pt.rank, pt.source, pt.part) for pt in pts]
+        seen = [first[k] for k in keys if k in first]
+        if seen and len(seen) == len(keys) and all(s.path == seen[0].path for s in seen):
+            dropped.add(path)
+            ranks = ", ".join(str(pt.rank) for pt in pts)
+            warnings.append(
+                f"{path}: the same bytes (sha256) as {seen[0].path}, read as rank {ranks} both: one trace, "
+                f"{Path(path).name} not stored (leave the copy out)"
+            )
+            continue
+        for k, pt in zip(keys, pts, strict=True):
+            first.setdefault(k, pt)
+    return [pt for pt in traces if pt.path not in dropped]
+
+
+def stored_copies(store: Any, sha256: str) -> list[tuple[str, str]]:
+    """(run name, stored path) of every trace stored with this SHA-256, in run order."""
+    rows = store.con.execute(
+        "SELECT r.name, t.path FROM traces t JOIN runs r USING (run_id) WHERE t.sha256 = ? ORDER BY run_id, trace_id",
+        [sha256],
+    ).fetchall()
+    return [(str(n), str(p)) for n, p in rows]
+
+
+def same_runs(by_run: dict[str, list[ParsedTrace]]) -> list[str]:
+    """Rule 2's note for the runs of one ingest whose files are, content for content, another's
+    (``run 'job_3' holds the same files (sha256) as run 'job_0': stored as two runs, as named``).
+    Linear in the traces."""
+    first: dict[frozenset[str], str] = {}
+    notes = []
+    for name, traces in by_run.items():
+        key = frozenset(pt.sha256 for pt in traces)
+        if key in first:
+            notes.append(
+                f"run {name!r} holds the same files (sha256) as run {first[key]!r}: stored as two runs, as named"
+            )
+        else:
+            first[key] = name
+    return notes
+
+
+def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], field: str) -> None:
+    """Rule 3 of the module doc on run ``name``'s traces (ranks settled): refuse one process's
+    events under two ranks; warn of two ranks that share host and pid at overlapping times.
+
+    Reads ``traces.host`` and ``traces.pid`` (``pt.trace``), the rank, the events' digest and the
+    traces' epoch spans (ns). n log n in the traces (grouped by host and pid).
+
+    Args:
+        name: The run's name, for messages.
+        traces: Its traces.
+        warnings: Receives the warning of rule 3.
+        field: Where the source of the first clash records its rank, for the error.
+
+    Raises:
+        TraceFormatError: Two files of different ranks whose events are identical, from one host
+            and pid, naming both files and what to do.
+    """
+    by_process: dict[tuple[str, str, str], list[ParsedTrace]] = {}
+    for pt in traces:
+        pid = pt.trace.get("pid")
+        if pid is not None and str(pid) != "":
+            by_process.setdefault((pt.source, str(pt.trace.get("host") or ""), str(pid)), []).append(pt)
+    for (_, host, pid), pts in by_process.items():
+        if not host:  # hand-built traces (no host_name) share pid and events by design
+            continue
+        pts = sorted(pts, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1))
+        seen: dict[str, ParsedTrace] = {}
+        for pt in pts:
+            d = pt.events_digest
+            other = seen.get(d) if d is not None else None
+            if other is not None and other.path != pt.path and other.rank != pt.rank:
+                where = f"host {host!r}, pid {pid}"
+                raise TraceFormatError(
+                    pt.path,
+                    field,
+                    f"rank {pt.rank}, but its {pt.events_kept} events are, row for row, those of rank "
+                    f"{other.rank} in {other.path} ({where} both): one process's trace under two ranks, a "
+                    f"copy of one rank's file with its rank edited; run {name!r} not stored: leave the copy out",
+                )
+            if d is not None:
+                seen.setdefault(d, pt)
+        _overlapping(name, host, pid, pts, warnings)
+
+
+def _overlapping(name: str, host: str, pid: str, pts: list[ParsedTrace], warnings: list[str]) -> None:
+    """Rule 3's warning for one (source, host, pid): the first two files of other ranks whose epoch
+    spans overlap."""
+    spans = []
+    for pt in pts:
+        lo, hi = epoch_span(pt)
+        if lo is not None and hi is not None:
+            spans.append((lo, hi, pt))
+    spans.sort(key=lambda s: (s[0], s[1]))
+    last: tuple[int, int, ParsedTrace] | None = None
+    for lo, hi, pt in spans:
+        if last is not None and lo < last[1] and last[2].path != pt.path and last[2].rank != pt.rank:
+            warnings.append(
+                f"run {name!r}: rank {last[2].rank} ({Path(last[2].path).name}) and rank {pt.rank} "
+                f"({Path(pt.path).name}) were recorded at the same time by one process (host {host!r}, pid "
+                f"{pid}): two ranks of one job are two processes; check that the files are two jobs' or two "
+                "containers' that share a host name"
+            )
+            return
+        if last is None or hi > last[1]:
+            last = (lo, hi, pt)

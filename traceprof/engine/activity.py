@@ -19,7 +19,8 @@ HTA-compatible selection (``hta=True``), as Holistic Trace Analysis 0.5.0 loads 
      events with no launch in the trace are dropped.
   2. cuda_sync events with a stream count as GPU activity (class ``other``).
   3. Traces with fractional-microsecond timestamps are rounded inward to whole microseconds
-     (start up, end down), as HTA's integer conversion does.
+     (start up, end down) as HTA rounds them: from its float64 reading of the file's microseconds
+     (``traceprof.engine.htatime``; 0.25 us apart at epoch microseconds), not the exact decimals.
   4. Classes follow HTA's name rules: ``comm`` = name starts with ``nccl`` and contains
      ``Kernel``; ``memory`` = starts with Memcpy, Memset or dma; ``other`` = contains Memcpy or
      Sync, or starts with Memset; ``compute`` = the rest.
@@ -45,6 +46,7 @@ from traceprof.core.text import first_few
 from traceprof.engine import intervals
 from traceprof.engine.analysis import drop_shared, lasting, release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
+from traceprof.engine.htatime import end_ns_sql, start_ns_sql
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -128,25 +130,41 @@ WHERE e.run_id = $run
 """
 )
 
-_HTA_SQL = """
+
+def _hta_time(start: str, dur: str | None = None) -> str:
+    """SQL of HTA's whole-microsecond start (end, with ``dur``) of an events row, ns
+    (``traceprof.engine.htatime``), where its trace has a fractional timestamp (``f``: the trace's
+    row of ``float_ts``); else the row's own."""
+    shift = "f.shift_ns"
+    rounded = start_ns_sql(start, shift) if dur is None else end_ns_sql(start, dur, shift)
+    return f"CASE WHEN f.fractional THEN {rounded} ELSE {start}{'' if dur is None else ' + ' + dur} END"
+
+
+_HTA_SQL = (
+    """
 WITH step_count AS (
   SELECT count(DISTINCT name) AS n FROM events WHERE run_id = $run AND kind = 'step'
 ),
+float_ts AS (
+  SELECT e.trace_id, coalesce(t.base_time_ns, 0) + coalesce(t.clock_offset_ns, 0) AS shift_ns,
+         bool_or((e.ts_ns - coalesce(t.base_time_ns, 0) - coalesce(t.clock_offset_ns, 0)) % 1000 <> 0) AS fractional
+  FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
+),
 last_step AS (
-  SELECT trace_id, max(ts_ns) AS last_start FROM events
+  SELECT trace_id, max("""
+    + _hta_time("e.ts_ns")
+    + """) AS last_start FROM events e JOIN float_ts f USING (trace_id)
   WHERE run_id = $run AND kind = 'step' GROUP BY trace_id
 ),
 launches AS (
   SELECT e.trace_id, e.correlation, count(*) AS n FROM events e
-  LEFT JOIN last_step l USING (trace_id)
+  LEFT JOIN last_step l USING (trace_id) JOIN float_ts f USING (trace_id)
   WHERE e.run_id = $run AND e.correlation IS NOT NULL
     AND e.kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')
-    AND ((SELECT n FROM step_count) < 2 OR e.ts_ns < l.last_start)
+    AND ((SELECT n FROM step_count) < 2 OR """
+    + _hta_time("e.ts_ns")
+    + """ < l.last_start)
   GROUP BY ALL
-),
-float_ts AS (
-  SELECT e.trace_id, bool_or((e.ts_ns - t.base_time_ns) % 1000 <> 0) AS fractional
-  FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
 ),
 gpu AS (
   SELECT e.* REPLACE (coalesce(e.raw_dur_ns, e.dur_ns) AS dur_ns) FROM events e
@@ -164,11 +182,16 @@ SELECT g.rank,
             WHEN regexp_matches(g.name, '^(Memcpy|Memset|dma)') THEN 'memory'
             WHEN regexp_matches(g.name, '^(.*Memcpy|Memset|.*Sync)') THEN 'other'
             ELSE 'compute' END AS class,
-       CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
-       CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
+       """
+    + _hta_time("g.ts_ns")
+    + """ AS start_ns,
+       """
+    + _hta_time("g.ts_ns", "g.dur_ns")
+    + """ AS end_ns,
        $glane AS lane, g.step, g.name, 'gpu' AS device_kind, g.device$hta_detail
 FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 """
+)
 
 # The first CPU call with the correlation (one per GPU event in practice).
 _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
@@ -182,7 +205,8 @@ _DETAIL = {
     "$gpu_join": "",
     "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
     "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
-    "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
+    + _hta_time("l.ts_ns")
+    + " AS launch_ts_ns",
     # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
     "$hta_join": "\nLEFT JOIN "
     + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')").replace(

@@ -59,6 +59,7 @@ __all__ = [
     "release_activity",
     "run_activity",
     "excluded_note",
+    "flagged_note",
     "ACTIVITY_COLUMNS",
     "DETAIL_COLUMNS",
     "LANE_SQL",
@@ -650,9 +651,36 @@ def _drop_transient(df: pl.DataFrame, cut: pl.DataFrame) -> pl.DataFrame:
 
 
 def excluded_note(store: Store, run_id: int, hta: bool = False) -> str | None:
-    """The note on the excluded profiler-start transient (``traceprof.engine.arrivals.transient``), or
-    None when there is none or ``hta`` (HTA-compatible mode keeps it)."""
-    return None if hta else run_transient(store, run_id).note
+    """The note on excluded time: the profiler-start transient (``traceprof.engine.arrivals.transient``;
+    not with ``hta``: HTA-compatible mode keeps it) and the GPU records flagged at ingest for their
+    start (``events.flag`` of ``traceprof.core.classify.EXCLUDED_FLAGS``, counted per flag: left out,
+    or with ``hta`` kept as HTA keeps them: :func:`flagged_note`), joined by "; "; None when there is
+    neither."""
+    notes = [] if hta else [n for n in (run_transient(store, run_id).note,) if n]
+    notes += [n for n in (flagged_note(store, run_id, hta),) if n]
+    return "; ".join(notes) or None
+
+
+def flagged_note(store: Store, run_id: int, hta: bool = False) -> str | None:
+    """The note on the run's GPU records (kernels, copies, memsets) flagged at ingest for their start
+    (``events.flag`` of ``traceprof.core.classify.EXCLUDED_FLAGS``: another clock domain, far outside
+    the steps), with the count per flag: left out of windows, idle and latency; with ``hta`` not left
+    out (HTA flags nothing). None when there is none."""
+    flagged = store.sql(
+        "SELECT flag, count(*)::BIGINT AS n FROM events e WHERE run_id = ? AND kind IN ('kernel', 'memcpy', "
+        f"'memset') AND NOT {VALID_SQL} GROUP BY flag ORDER BY flag",
+        [int(run_id)],
+    )
+    if not flagged.height:
+        return None
+    each = ", ".join(f"{f} {n:,}" for f, n in flagged.iter_rows())
+    what = f"{int(flagged['n'].sum()):,} GPU record(s) flagged at ingest (events.flag: {each})"
+    if hta:
+        return f"{what} not left out (HTA flags nothing): their times count as recorded where HTA's selection keeps them"
+    return (
+        f"{what} left out of windows, idle and latency: their start is another clock's (kernel_sum and "
+        "memcpy_sum count their durations)"
+    )
 
 
 def op_activity(store: Store, run_id: int, step: int | None = None) -> pl.DataFrame:

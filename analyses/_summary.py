@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceprof.core.classify import KEPT_FLAGS, NO_DURATION_FLAGS
+from traceprof.core.schema import sql_texts
 from traceprof.storage.store import Store
 
-__all__ = ["summarize", "summarize_run"]
+__all__ = ["summarize", "summarize_run", "flagged_notes"]
 
 _STATS = """
 SELECT {keys},
@@ -58,3 +60,39 @@ def _order(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return df.sort([*by, "total_ns", "name"], descending=[False] * len(by) + [True, False]).select(
         *cols, "name"
     )
+
+
+def flagged_notes(store: Store, run_id: int, select_sql: str, what: str) -> list[str]:
+    """Notes on the records of a ``*_sum`` selection that ingest flagged (``events.flag``, not one of
+    the kept flags): those with a known duration (another clock's start: ``before_launch``,
+    ``far_outside``) are counted, those without (``traceprof.core.classify.NO_DURATION_FLAGS``) are
+    left out; each note gives the count per flag. ``[]`` when none is flagged.
+
+    Args:
+        store: An open store.
+        run_id: The run.
+        select_sql: ``FROM events e WHERE ...`` of the summary's rows before the duration rule
+            (``$run`` is the run id).
+        what: The records' plural noun ("kernels", "copies/memsets", "ranges").
+    """
+    rows = store.sql(
+        f"SELECT e.flag, count(*)::BIGINT AS n {select_sql.replace('$run', str(int(run_id)))} "
+        f"AND e.flag IS NOT NULL AND e.flag NOT IN ({sql_texts(sorted(KEPT_FLAGS))}) GROUP BY e.flag ORDER BY e.flag"
+    )
+    counted = [(f, n) for f, n in rows.iter_rows() if f not in NO_DURATION_FLAGS]
+    dropped = [(f, n) for f, n in rows.iter_rows() if f in NO_DURATION_FLAGS]
+
+    def each(part: list[tuple[str, int]]) -> str:
+        return f"{sum(n for _, n in part):,} {what} flagged at ingest (events.flag: " + ", ".join(
+            f"{f} {n:,}" for f, n in part
+        )
+
+    notes = []
+    if counted:
+        notes.append(
+            each(counted) + ") counted with their recorded durations: their start is another clock's, "
+            "so windows, idle and latency leave them out"
+        )
+    if dropped:
+        notes.append(each(dropped) + ") left out: their duration is unknown")
+    return notes

@@ -1,9 +1,11 @@
 """kernel_sum: GPU kernel time per kernel name, as ``nsys stats --report cuda_gpu_kern_sum``.
 
 Algorithm:
-  1. Take every GPU kernel of the run (``events`` kind ``kernel``; any source: Kineto, nsys), except
-     records flagged as suspect at ingest (``events.flag``, see ``traceprof.core.classify``); memcpy and
-     memset are left out, as in nsys.
+  1. Take every GPU kernel of the run (``events`` kind ``kernel``; any source: Kineto, nsys); memcpy
+     and memset are left out, as in nsys. A kernel flagged at ingest for its start (``events.flag``
+     ``before_launch``, ``far_outside``: another clock domain) counts with its recorded duration; one
+     whose duration is unknown (``traceprof.core.classify.NO_DURATION_FLAGS``) is left out; a note
+     counts either.
   2. Per kernel name (the full, demangled name), over the run and per rank: total time, instances,
      average, median, minimum, maximum and sample standard deviation of the durations, and the
      share of the summed kernel time (``traceprof.analyses._summary``).
@@ -15,16 +17,18 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.analyses._summary import summarize
+from traceprof.analyses._summary import flagged_notes, summarize
 from traceprof.core import columns as rc
-from traceprof.core.classify import VALID_SQL
+from traceprof.core.classify import DURATION_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.activity import graph_level_notes
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
-_ROWS = f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND {VALID_SQL}"
+#: The kernels of the run, before the duration rule (module doc, step 1).
+_SELECT = "FROM events e WHERE e.run_id = $run AND e.kind = 'kernel'"
+_ROWS = f"SELECT e.rank, e.name, e.dur_ns {_SELECT} AND {DURATION_SQL}"
 
 
 @dataclass(frozen=True)
@@ -71,4 +75,5 @@ def run(store: Store, params: Params) -> Result:
         raise AnalysisError(
             f"{run_label(store, run_id)}: no GPU kernels; kernel_sum needs a GPU trace (Kineto or nsys)"
         )
-    return Result(frame=frame, ranks=ranks, notes=tuple(graph_level_notes(store, run_id)))
+    notes = [*flagged_notes(store, run_id, _SELECT, "kernels"), *graph_level_notes(store, run_id)]
+    return Result(frame=frame, ranks=ranks, notes=tuple(notes))

@@ -328,14 +328,6 @@ def run(store: Store, params: Params) -> Result:
                 ranks=multi,
             )
         )
-    if int(per_rank["flagged_kernels"].sum()):
-        notes.append(
-            Note(
-                "{number} GPU records flagged at ingest (events.flag: before their launch, far outside the "
-                "steps) are left out; flagged_kernels / flagged_ns",
-                number=int(per_rank["flagged_kernels"].sum()),
-            )
-        )
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
     return Result(frame=per_rank, types=types, top=_top(act, params.top), notes=tuple(notes))

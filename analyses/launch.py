@@ -32,7 +32,7 @@ from traceprof.core import columns as rc
 from traceprof.core.classify import valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
-from traceprof.engine.activity import graph_level_notes, rank_list
+from traceprof.engine.activity import flagged_note, graph_level_notes, rank_list
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, PerRank, Report, RunParams, register
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -394,4 +394,5 @@ def run(store: Store, params: Params) -> Result:
             f"{skewed} kernels start up to {most / 1000:,.3f} us before their launch call (clock "
             "jitter, events.flag = 'launch_skew'): counted, left out of the latency figures"
         )
+    notes += [n for n in (flagged_note(store, run_id),) if n]
     return Result(frame=per_rank, streams=streams, steps=steps, notes=tuple(notes))

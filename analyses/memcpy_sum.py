@@ -5,7 +5,10 @@ The time table is ``nsys stats --report cuda_gpu_mem_time_sum``'s, the size tabl
 
 Algorithm:
   1. Take every memcpy and memset of the run (``events`` kind ``memcpy`` / ``memset``; any GPU
-     source: Kineto, nsys), except records flagged as suspect at ingest (``events.flag``).
+     source: Kineto, nsys). A row flagged at ingest for its start (``events.flag`` ``before_launch``,
+     ``far_outside``: another clock domain) counts with its recorded duration and bytes; one whose
+     duration is unknown (``traceprof.core.classify.NO_DURATION_FLAGS``) is left out; a note counts
+     either.
   2. The operation of a row: the copy direction of a memcpy, the head of its name (``Memcpy HtoD``,
      ``Memcpy DtoH``, ``Memcpy DtoD``, ``Memcpy PtoP`` ...; the memory kinds in parentheses left out,
      as nsys groups them), or ``Memset``.
@@ -23,9 +26,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.analyses._summary import summarize
+from traceprof.analyses._summary import flagged_notes, summarize
 from traceprof.core import columns as rc
-from traceprof.core.classify import VALID_SQL
+from traceprof.core.classify import DURATION_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import Column
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
@@ -37,10 +40,9 @@ _OPERATION = (
     r"CASE WHEN e.kind = 'memset' THEN 'Memset' "
     r"ELSE coalesce(nullif(regexp_extract(e.name, '^(Memcpy \S+)', 1), ''), e.name) END"
 )
-_ROWS = (
-    f"SELECT e.rank, {_OPERATION} AS name, e.dur_ns FROM events e "
-    f"WHERE e.run_id = $run AND e.kind IN ('memcpy', 'memset') AND {VALID_SQL}"
-)
+#: The copies and memsets of the run, before the duration rule (module doc, step 1).
+_SELECT = "FROM events e WHERE e.run_id = $run AND e.kind IN ('memcpy', 'memset')"
+_ROWS = f"SELECT e.rank, {_OPERATION} AS name, e.dur_ns {_SELECT} AND {DURATION_SQL}"
 _SIZES = f"""
 SELECT name,
        sum(bytes)::BIGINT AS total_bytes, count(bytes)::BIGINT AS count,
@@ -48,7 +50,7 @@ SELECT name,
        min(bytes)::BIGINT AS min_bytes, max(bytes)::BIGINT AS max_bytes,
        round(coalesce(stddev_samp(bytes), 0))::BIGINT AS stddev_bytes
 FROM (SELECT {_OPERATION} AS name, TRY_CAST(json_extract_string(e.args, '$.bytes') AS BIGINT) AS bytes
-      FROM events e WHERE e.run_id = ? AND e.kind IN ('memcpy', 'memset') AND {VALID_SQL})
+      {_SELECT.replace("$run", "?")} AND {DURATION_SQL})
 GROUP BY name HAVING count(bytes) > 0 ORDER BY total_bytes DESC, name
 """
 
@@ -122,5 +124,6 @@ def run(store: Store, params: Params) -> Result:
             "trace (Kineto or nsys)"
         )
     sizes = store.sql(_SIZES, [run_id])
-    notes = [] if sizes.height else ["no row records its bytes (args.bytes): no sizes table"]
+    notes = flagged_notes(store, run_id, _SELECT, "copies/memsets")
+    notes += [] if sizes.height else ["no row records its bytes (args.bytes): no sizes table"]
     return Result(frame=frame, ranks=ranks, sizes=sizes, notes=tuple(notes))

@@ -8,7 +8,8 @@ Algorithm:
      Rows without both times (gloo Flight Recorder entries record only their enqueue) count in
      ``instances_total`` but not in the time statistics.
   2. Communication kernels (``events.class = 'comm'``, GPU sources only): the same statistics per
-     kernel name (table ``kernels``).
+     kernel name (table ``kernels``); flagged kernels as ``kernel_sum`` counts them (their recorded
+     durations, unless unknown), with a note.
   3. Time split, from the ``collective_perf`` view (one row per collective call; the rules are its
      column docs): each call's communication time, arrival to end (``span_ns``; on GPU sources the
      kernel, on CPU sources from the enqueue), is wait for peers (arrival to the last arrival),
@@ -44,9 +45,9 @@ import numpy as np
 import polars as pl
 
 from traceprof.analyses import _common
-from traceprof.analyses._summary import summarize, summarize_run
+from traceprof.analyses._summary import flagged_notes, summarize, summarize_run
 from traceprof.core import columns as rc
-from traceprof.core.classify import VALID_SQL
+from traceprof.core.classify import DURATION_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.core.links import NETWORKS, choose_ceiling
 from traceprof.core.schema import Column
@@ -78,10 +79,9 @@ _UNTIMED_INSPECTOR = (
     "SELECT count(*) FROM collectives WHERE run_id = ? AND source = 'nccl_inspector' "
     "AND NOT coalesce(p2p, false) AND (start_ns IS NULL OR end_ns IS NULL)"
 )
-_KERNELS = (
-    f"SELECT e.rank, e.name, e.dur_ns FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' "
-    f"AND e.class = 'comm' AND {VALID_SQL}"
-)
+#: The communication kernels of the run, before the duration rule (module doc, step 2).
+_KERNEL_SELECT = "FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND e.class = 'comm'"
+_KERNELS = f"SELECT e.rank, e.name, e.dur_ns {_KERNEL_SELECT} AND {DURATION_SQL}"
 _COUNTS = """
 SELECT op AS name, count(*)::BIGINT AS instances_total, sum(bytes_in)::BIGINT AS bytes_in,
        string_agg(DISTINCT source, ',' ORDER BY source) AS sources
@@ -268,6 +268,9 @@ def run(store: Store, params: Params) -> Result:
         [run_id],
     ).item()
     notes += [n for n in (_split_note(split, int(partial)),) if n] + bw_notes
+    notes += [
+        f"kernels table: {n}" for n in flagged_notes(store, run_id, _KERNEL_SELECT, "communication kernels")
+    ]
     return Result(frame=frame, ranks=ranks, kernels=kernels, bandwidth=bandwidth, notes=tuple(notes))
 
 

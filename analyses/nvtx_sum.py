@@ -4,7 +4,9 @@ Algorithm:
   1. Take the run's CPU annotation ranges: nsys NVTX push/pop and start/end ranges, Kineto
      ``record_function`` annotations (``user_annotation``), and step ranges (``ProfilerStep#N``,
      step-named NVTX ranges). Instants (marks, NVTX ranges never closed) have no duration and are
-     left out. With ``gpu=true`` the GPU-side annotations (Kineto ``gpu_user_annotation``) are
+     left out, as is a Kineto ``B`` never closed (``events.flag`` ``unmatched_begin``: duration
+     unknown, stored as 0), with a note; a range flagged for its start (another clock domain) counts
+     with its recorded duration, also with a note. With ``gpu=true`` the GPU-side annotations (Kineto ``gpu_user_annotation``) are
      summarized instead.
   2. Per range name, over the run and per rank: total time, instances, average, median, minimum,
      maximum, sample standard deviation, share of the summed range time (``traceprof.analyses._summary``).
@@ -17,8 +19,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceprof.analyses._summary import summarize
+from traceprof.analyses._summary import flagged_notes, summarize
 from traceprof.core import columns as rc
+from traceprof.core.classify import DURATION_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.engine.analysis import Analysis, FrameResult, Report, RunParams, register
 from traceprof.storage.runs import run_label
@@ -64,11 +67,11 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id = store.resolve_run(params.run)
     kinds = "('gpu_user_annotation')" if params.gpu else "('user_annotation', 'step')"
-    rows = f"SELECT rank, name, dur_ns FROM events WHERE run_id = $run AND kind IN {kinds}"
-    frame, ranks = summarize(store, run_id, rows)
+    select = f"FROM events e WHERE e.run_id = $run AND e.kind IN {kinds}"
+    frame, ranks = summarize(store, run_id, f"SELECT e.rank, e.name, e.dur_ns {select} AND {DURATION_SQL}")
     if frame.is_empty():
         raise AnalysisError(
             f"{run_label(store, run_id)}: no {'GPU ' if params.gpu else ''}annotation ranges "
             "(NVTX / record_function) in the trace"
         )
-    return Result(frame=frame, ranks=ranks)
+    return Result(frame=frame, ranks=ranks, notes=tuple(flagged_notes(store, run_id, select, "ranges")))

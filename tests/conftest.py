@@ -69,6 +69,7 @@ HTA_CASES = [
     "hta/negative_queue_length_values_check",
     "hta/trace_diff/test",
     "hta/amd_trace",
+    "hta/ns_resolution_trace",  # 3 decimals at epoch us: HTA's float64 times (``traceprof.engine.htatime``)
 ]
 
 

@@ -1260,7 +1260,7 @@ BaselineArg = Annotated[
     str,
     typer.Argument(
         help="Baseline: a run (name or id), runs separated by commas (a,b,c: the noise test needs 2+, 3+ is "
-        "better), or a baseline set (traceprof baseline add)."
+        "better; a baseline set's name among them stands for its runs), or a baseline set (traceprof baseline add)."
     ),
 ]
 DIFF_TABLES = ("metrics", "structure", "items", "ranks", "top")

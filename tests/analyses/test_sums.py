@@ -75,3 +75,75 @@ def test_nccl_sum_on_flight_recorder_only(store):
             counts[e["profiling_name"].split(":")[1]] += 1
     assert dict(zip(res.frame["name"], res.frame["instances_total"], strict=True)) == dict(counts)
     assert "counts only" in res.notes[0]
+
+
+def _flagged_run(store, tmp_path):
+    """One rank, ProfilerStep#1 over [0, 200) us (base time BASE_NS, ns of the epoch):
+    kernel A [10, 20) us, launch at 5;  kernel B [30, 34) us, launch at 25;
+    kernel C, 3 us, launched at 40 but stamped 1,000 s before it (another clock domain: ingest flags
+      it before_launch, as v35_kernel_far_early of the t11 trial);
+    memcpy M [50, 52) us, launch at 45; memcpy N, 2 us, launched at 60, stamped 1,000 s early too;
+    a record_function range "open" that begins at 70 us and never ends (a 'B' without its 'E':
+      unmatched_begin, duration unknown, stored as 0) and a range "closed" [80, 85) us."""
+    from tests.builders import kernel, kineto, launch, step
+
+    early = -1_000_000_000  # us: 1,000 s before the trace
+    events = [
+        step(1, 0, 200),
+        kernel("A", 7, 10, 10, 1),
+        launch(5, 1),
+        kernel("B", 7, 30, 4, 2),
+        launch(25, 2),
+        kernel("C", 7, early, 3, 3),
+        launch(40, 3),
+        kernel("Memcpy DtoH (Device -> Pageable)", 7, 50, 2, 4, cat="gpu_memcpy"),
+        launch(45, 4, name="cudaMemcpyAsync"),
+        kernel("Memcpy DtoH (Device -> Pageable)", 7, early, 2, 5, cat="gpu_memcpy"),
+        launch(60, 5, name="cudaMemcpyAsync"),
+        {"ph": "B", "cat": "user_annotation", "name": "open", "pid": 1, "tid": 1, "ts": 70},
+        {"ph": "X", "cat": "user_annotation", "name": "closed", "pid": 1, "tid": 1, "ts": 80, "dur": 5},
+    ]
+    (tmp_path / "f").mkdir()
+    kineto(tmp_path / "f" / "rank0.json.gz", events)
+    ingest(store, [tmp_path / "f"], run="f")
+
+
+def test_sums_count_a_flagged_records_duration_and_say_so(store, tmp_path):
+    # kernel_sum: A 10 + B 4 + C 3 = 17 us over 3 kernels (C's start is another clock's, its
+    # duration the GPU's own); before: C left out silently (2 kernels, 14 us). memcpy_sum: M 2 + N 2.
+    _flagged_run(store, tmp_path)
+    ks = analyze(store, "kernel_sum", "f")
+    assert (int(ks.frame["instances"].sum()), int(ks.frame["total_ns"].sum())) == (3, 17_000)
+    assert any("1 kernels flagged at ingest (events.flag: before_launch 1) counted" in n for n in ks.notes)
+    ms = analyze(store, "memcpy_sum", "f")
+    assert (int(ms.frame["instances"].sum()), int(ms.frame["total_ns"].sum())) == (2, 4_000)
+    assert any(
+        "1 copies/memsets flagged at ingest (events.flag: before_launch 1) counted" in n for n in ms.notes
+    )
+
+
+def test_nvtx_sum_leaves_out_a_range_never_closed_and_says_so(store, tmp_path):
+    # "open" has no duration (unmatched_begin, stored 0): before, an instance of 0 ns; now left out,
+    # with a note. ProfilerStep#1 200 us and "closed" 5 us remain.
+    _flagged_run(store, tmp_path)
+    ns = analyze(store, "nvtx_sum", "f")
+    assert sorted(ns.frame["name"]) == ["ProfilerStep#1", "closed"]
+    assert any("1 ranges flagged at ingest (events.flag: unmatched_begin 1) left out" in n for n in ns.notes)
+
+
+def test_time_analyses_say_a_flagged_gpu_record_is_left_out(store, tmp_path):
+    # temporal's window: A [10, 20) .. M [50, 52) -> 42 us, busy 10 + 4 + 2 = 16, idle 26: C and N
+    # are left out (another clock's start), and every time-based analysis says so with the count
+    # (before: kernels alone did; temporal, idle, launch said nothing)
+    _flagged_run(store, tmp_path)
+    te = analyze(store, "temporal", "f")
+    assert te.frame.row(0, named=True)["window_ns"] == 42_000
+    want = "2 GPU record(s) flagged at ingest (events.flag: before_launch 2) left out of windows, idle and latency"
+    for name in ("temporal", "idle", "kernels", "launch", "overlap"):
+        notes = [str(n) for n in analyze(store, name, "f").notes]
+        assert any(want in n for n in notes), (name, notes)
+    # hta=true keeps them, as HTA flags nothing, and says so
+    notes = [str(n) for n in analyze(store, "temporal", "f", hta=True).notes]
+    assert any(
+        "2 GPU record(s) flagged at ingest (events.flag: before_launch 2) not left out" in n for n in notes
+    )

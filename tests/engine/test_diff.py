@@ -1201,3 +1201,18 @@ def test_a_change_below_the_threshold_even_at_its_noise_floor_is_no_regression(c
     from traceprof.engine import noise
 
     assert noise.judge(change, 28.8, 0.4, k, 10.0, 0.01) == (verdict, reason)
+
+
+def test_a_comma_list_may_name_a_baseline_set_among_runs(store, tmp_path):
+    # `traceprof diff base,normal extra_matmul` with `base` a set said "no run with name or id 'base'";
+    # a set in a comma list now stands for its runs: set s = (a, b), "s,c" -> runs a, b, c (labelled
+    # "s,c"), and a run named twice that way ("s,a") is counted once and said to be repeated.
+    from traceprof.storage import baselines
+
+    ingest(store, [_micro(tmp_path / n, False) for n in ("a", "b", "c")])
+    baselines.add(store, "s", ["a", "b"])
+    ids = tuple(store.resolve_run(n) for n in ("a", "b", "c"))
+    got = baselines.resolve(store, "s,c")
+    assert (got.run_ids, got.label) == (ids, "s,c")
+    again = baselines.resolve(store, "s, a")
+    assert (again.run_ids, again.repeated) == (ids[:2], ("a",))

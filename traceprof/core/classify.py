@@ -34,6 +34,9 @@ from traceprof.core.vocab import Flag
 __all__ = [
     "EXCLUDED_FLAGS",
     "KEPT_FLAGS",
+    "NO_DURATION_FLAGS",
+    "DURATION_SQL",
+    "duration_sql",
     "VALID_SQL",
     "valid_sql",
     "COMM_ARG_KEYS",
@@ -65,6 +68,24 @@ def valid_sql(alias: str = "e") -> str:
 
 #: :func:`valid_sql` over an events row aliased ``e``.
 VALID_SQL = valid_sql()
+
+#: ``events.flag`` values of records whose duration is unknown (an unset timestamp: stored with the
+#: duration 0 by the NCCL sources; a ``B`` never closed): the duration sums (``kernel_sum``,
+#: ``memcpy_sum``, ``nccl_sum``'s kernels, ``nvtx_sum``) leave them out. The other excluded flags
+#: (``before_launch``, ``far_outside``) mark a start in another clock domain: the duration, measured
+#: on one clock, is right, and the sums count it.
+NO_DURATION_FLAGS = frozenset({Flag.zero_ts.value, Flag.unmatched_begin.value})
+
+
+def duration_sql(alias: str = "e") -> str:
+    """SQL predicate over an events row aliased ``alias`` (``""``: no alias): the record's duration
+    is known (not flagged, or its flag is not one of :data:`NO_DURATION_FLAGS`)."""
+    col = f"{alias}.flag" if alias else "flag"
+    return f"({col} IS NULL OR {col} NOT IN ({', '.join(repr(f) for f in sorted(NO_DURATION_FLAGS))}))"
+
+
+#: :func:`duration_sql` over an events row aliased ``e``.
+DURATION_SQL = duration_sql()
 
 #: Args that mark a kernel (or the CPU op that launched it) as communication.
 COMM_ARG_KEYS = frozenset(

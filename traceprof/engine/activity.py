@@ -19,7 +19,8 @@ HTA-compatible selection (``hta=True``), as Holistic Trace Analysis 0.5.0 loads 
      events with no launch in the trace are dropped.
   2. cuda_sync events with a stream count as GPU activity (class ``other``).
   3. Traces with fractional-microsecond timestamps are rounded inward to whole microseconds
-     (start up, end down), as HTA's integer conversion does.
+     (start up, end down) as HTA rounds them: from its float64 reading of the file's microseconds
+     (``traceprof.engine.htatime``; 0.25 us apart at epoch microseconds), not the exact decimals.
   4. Classes follow HTA's name rules: ``comm`` = name starts with ``nccl`` and contains
      ``Kernel``; ``memory`` = starts with Memcpy, Memset or dma; ``other`` = contains Memcpy or
      Sync, or starts with Memset; ``compute`` = the rest.
@@ -45,6 +46,7 @@ from traceprof.core.text import first_few
 from traceprof.engine import intervals
 from traceprof.engine.analysis import drop_shared, lasting, release_shared, reusing, shared, shared_done
 from traceprof.engine.arrivals import excluded_steps, run_transient
+from traceprof.engine.htatime import end_ns_sql, start_ns_sql
 from traceprof.engine.resultcache import kept_frame
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -57,6 +59,7 @@ __all__ = [
     "release_activity",
     "run_activity",
     "excluded_note",
+    "flagged_note",
     "ACTIVITY_COLUMNS",
     "DETAIL_COLUMNS",
     "LANE_SQL",
@@ -128,25 +131,41 @@ WHERE e.run_id = $run
 """
 )
 
-_HTA_SQL = """
+
+def _hta_time(start: str, dur: str | None = None) -> str:
+    """SQL of HTA's whole-microsecond start (end, with ``dur``) of an events row, ns
+    (``traceprof.engine.htatime``), where its trace has a fractional timestamp (``f``: the trace's
+    row of ``float_ts``); else the row's own."""
+    shift = "f.shift_ns"
+    rounded = start_ns_sql(start, shift) if dur is None else end_ns_sql(start, dur, shift)
+    return f"CASE WHEN f.fractional THEN {rounded} ELSE {start}{'' if dur is None else ' + ' + dur} END"
+
+
+_HTA_SQL = (
+    """
 WITH step_count AS (
   SELECT count(DISTINCT name) AS n FROM events WHERE run_id = $run AND kind = 'step'
 ),
+float_ts AS (
+  SELECT e.trace_id, coalesce(t.base_time_ns, 0) + coalesce(t.clock_offset_ns, 0) AS shift_ns,
+         bool_or((e.ts_ns - coalesce(t.base_time_ns, 0) - coalesce(t.clock_offset_ns, 0)) % 1000 <> 0) AS fractional
+  FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
+),
 last_step AS (
-  SELECT trace_id, max(ts_ns) AS last_start FROM events
+  SELECT trace_id, max("""
+    + _hta_time("e.ts_ns")
+    + """) AS last_start FROM events e JOIN float_ts f USING (trace_id)
   WHERE run_id = $run AND kind = 'step' GROUP BY trace_id
 ),
 launches AS (
   SELECT e.trace_id, e.correlation, count(*) AS n FROM events e
-  LEFT JOIN last_step l USING (trace_id)
+  LEFT JOIN last_step l USING (trace_id) JOIN float_ts f USING (trace_id)
   WHERE e.run_id = $run AND e.correlation IS NOT NULL
     AND e.kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')
-    AND ((SELECT n FROM step_count) < 2 OR e.ts_ns < l.last_start)
+    AND ((SELECT n FROM step_count) < 2 OR """
+    + _hta_time("e.ts_ns")
+    + """ < l.last_start)
   GROUP BY ALL
-),
-float_ts AS (
-  SELECT e.trace_id, bool_or((e.ts_ns - t.base_time_ns) % 1000 <> 0) AS fractional
-  FROM events e JOIN traces t USING (trace_id) WHERE e.run_id = $run GROUP BY ALL
 ),
 gpu AS (
   SELECT e.* REPLACE (coalesce(e.raw_dur_ns, e.dur_ns) AS dur_ns) FROM events e
@@ -164,11 +183,16 @@ SELECT g.rank,
             WHEN regexp_matches(g.name, '^(Memcpy|Memset|dma)') THEN 'memory'
             WHEN regexp_matches(g.name, '^(.*Memcpy|Memset|.*Sync)') THEN 'other'
             ELSE 'compute' END AS class,
-       CASE WHEN f.fractional THEN (g.ts_ns + 999) // 1000 * 1000 ELSE g.ts_ns END AS start_ns,
-       CASE WHEN f.fractional THEN (g.ts_ns + g.dur_ns) // 1000 * 1000 ELSE g.ts_ns + g.dur_ns END AS end_ns,
+       """
+    + _hta_time("g.ts_ns")
+    + """ AS start_ns,
+       """
+    + _hta_time("g.ts_ns", "g.dur_ns")
+    + """ AS end_ns,
        $glane AS lane, g.step, g.name, 'gpu' AS device_kind, g.device$hta_detail
 FROM gpu g JOIN float_ts f USING (trace_id)$hta_join
 """
+)
 
 # The first CPU call with the correlation (one per GPU event in practice).
 _LAUNCH_CTE = """(SELECT trace_id, correlation, min(ts_ns) AS ts_ns, arg_min(tid, ts_ns) AS tid FROM events
@@ -182,7 +206,8 @@ _DETAIL = {
     "$gpu_join": "",
     "$cpu_detail": ", e.kind, e.trace_id, NULL, NULL, e.tid, e.ts_ns",
     "$hta_detail": ", g.kind, g.trace_id, g.stream, g.correlation, l.tid AS launch_tid, "
-    "CASE WHEN f.fractional THEN (l.ts_ns + 999) // 1000 * 1000 ELSE l.ts_ns END AS launch_ts_ns",
+    + _hta_time("l.ts_ns")
+    + " AS launch_ts_ns",
     # HTA's CPU partner of a GPU event is any CPU-class event with its correlation.
     "$hta_join": "\nLEFT JOIN "
     + _LAUNCH_CTE.replace("$kinds", "kind NOT IN ('kernel', 'memcpy', 'memset', 'sync')").replace(
@@ -626,9 +651,36 @@ def _drop_transient(df: pl.DataFrame, cut: pl.DataFrame) -> pl.DataFrame:
 
 
 def excluded_note(store: Store, run_id: int, hta: bool = False) -> str | None:
-    """The note on the excluded profiler-start transient (``traceprof.engine.arrivals.transient``), or
-    None when there is none or ``hta`` (HTA-compatible mode keeps it)."""
-    return None if hta else run_transient(store, run_id).note
+    """The note on excluded time: the profiler-start transient (``traceprof.engine.arrivals.transient``;
+    not with ``hta``: HTA-compatible mode keeps it) and the GPU records flagged at ingest for their
+    start (``events.flag`` of ``traceprof.core.classify.EXCLUDED_FLAGS``, counted per flag: left out,
+    or with ``hta`` kept as HTA keeps them: :func:`flagged_note`), joined by "; "; None when there is
+    neither."""
+    notes = [] if hta else [n for n in (run_transient(store, run_id).note,) if n]
+    notes += [n for n in (flagged_note(store, run_id, hta),) if n]
+    return "; ".join(notes) or None
+
+
+def flagged_note(store: Store, run_id: int, hta: bool = False) -> str | None:
+    """The note on the run's GPU records (kernels, copies, memsets) flagged at ingest for their start
+    (``events.flag`` of ``traceprof.core.classify.EXCLUDED_FLAGS``: another clock domain, far outside
+    the steps), with the count per flag: left out of windows, idle and latency; with ``hta`` not left
+    out (HTA flags nothing). None when there is none."""
+    flagged = store.sql(
+        "SELECT flag, count(*)::BIGINT AS n FROM events e WHERE run_id = ? AND kind IN ('kernel', 'memcpy', "
+        f"'memset') AND NOT {VALID_SQL} GROUP BY flag ORDER BY flag",
+        [int(run_id)],
+    )
+    if not flagged.height:
+        return None
+    each = ", ".join(f"{f} {n:,}" for f, n in flagged.iter_rows())
+    what = f"{int(flagged['n'].sum()):,} GPU record(s) flagged at ingest (events.flag: {each})"
+    if hta:
+        return f"{what} not left out (HTA flags nothing): their times count as recorded where HTA's selection keeps them"
+    return (
+        f"{what} left out of windows, idle and latency: their start is another clock's (kernel_sum and "
+        "memcpy_sum count their durations)"
+    )
 
 
 def op_activity(store: Store, run_id: int, step: int | None = None) -> pl.DataFrame:

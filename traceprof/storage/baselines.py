@@ -11,7 +11,8 @@ keeps it in its sets; a run cannot take a set's name.
 
 A *baseline spec* (what ``diff``, ``report --baseline``, ``summary --baseline`` and ``history``
 take) is, in this order: the name of a baseline set; a run name or id; or a comma-separated list of
-run names or ids (``base1,base2,base3``). A name that is both a set and a run is refused as
+run names or ids (``base1,base2,base3``), where a baseline set's name stands for its runs
+(``nightly,base4``: the set's runs and base4). A name that is both a set and a run is refused as
 ambiguous.
 """
 
@@ -213,6 +214,8 @@ def resolve(store: Store, spec: str | Sequence[str]) -> Baseline:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:  # ",,,": commas and no name (diff used to call the candidate the baseline's only run)
         raise UsageError(f"empty baseline list {spec!r}: it names no run; {_NAME_ONE}")
+    if any(members(store, n) for n in names):  # a set among them: its runs, as a list of specs gives them
+        return resolve(store, names)
     every = [store.resolve_run(s) for s in names]
     ids = tuple(dict.fromkeys(every))
     return Baseline(ids, ",".join(run_name(store, i) for i in ids), _repeated(store, every))

@@ -46,6 +46,7 @@ __all__ = [
     "reference_range",
     "far_ends",
     "far_records",
+    "far_rule",
     "lane_overruns",
     "step_overlaps",
     "step_overlap_warning",
@@ -102,21 +103,35 @@ def reference_range(
 def _bulk(st: np.ndarray) -> np.ndarray:
     """The bulk of sorted starts ``st`` (int64 ns): while the widest gap between neighbours is
     longer than :data:`BULK_GAP_RATIO` times everything else together (the span without it) and
-    than :data:`FAR_MARGIN_MIN_NS`,
-    the side of it with fewer starts (on a tie, the earlier) is not the bulk. A trace without steps
-    whose first kernels a profiler stamped ~1e14 ns early (another clock domain) would otherwise
-    stretch a percentile range over small traces (n < 100: min..max) to 27.8 h, and its margin
-    with it, so that nothing was "far". A pause of a real run is not a hundred times longer than all
-    its work together (20 ms of kernels, a 1.5 s pause, 10 ms more: ratio 50, one bulk); another
-    clock domain's stamps are hours or days off (ratios of 1e3 and more). Each cut at least halves the span: at most 64 passes of O(n)."""
+    than :data:`FAR_MARGIN_MIN_NS`, and one side of it holds at most half as many starts as the
+    other, that side is not the bulk. Two sides of about one size (two bursts of 100 and 99
+    kernels a minute apart) are both kept: nothing tells which of them is on the wrong clock, and a
+    window over both shows the gap rather than dropping half the work. A trace without steps whose
+    first kernels a profiler stamped ~1e14 ns early (another clock domain) would otherwise stretch a
+    percentile range over small traces (n < 100: min..max) to 27.8 h, and its margin with it, so
+    that nothing was "far". A pause of a real run is not a hundred times longer than all its work
+    together (20 ms of kernels, a 1.5 s pause, 10 ms more: ratio 50, one bulk); another clock
+    domain's stamps are hours or days off (ratios of 1e3 and more). Each cut at least halves the
+    span: at most 64 passes of O(n)."""
     while len(st) > 1:
         gaps = np.diff(st)
         at = int(np.argmax(gaps))
         gap = int(gaps[at])
         if gap <= max(BULK_GAP_RATIO * (int(st[-1] - st[0]) - gap), FAR_MARGIN_MIN_NS):
             break
-        st = st[at + 1 :] if len(st) - (at + 1) >= at + 1 else st[: at + 1]
+        early, late = at + 1, len(st) - (at + 1)
+        if 2 * min(early, late) > max(early, late):
+            break
+        st = st[at + 1 :] if late > early else st[: at + 1]
     return st
+
+
+def far_rule(by_steps: bool, margin: int) -> str:
+    """How far "far" was for :func:`far_records`, for warnings: the margin (s) with steps, the
+    bulk rule without."""
+    if by_steps:
+        return f"more than {margin / 1e9:,.3f} s"
+    return f"apart from the rest by a gap over 1 s and {BULK_GAP_RATIO} times the rest's span"
 
 
 def far_ends(
@@ -161,9 +176,10 @@ def far_records(
     cand: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Records far from the bulk of a trace (Kineto's ``far_outside``; Nsight Systems' GPU rows
-    without a launch call): split the sorted starts of ``pool`` where two neighbours lie more than
-    ``margin`` apart; the clusters that overlap the step range (without steps: the one with the
-    most records) are the bulk, every other record of ``cand`` is far. O(n log n).
+    without a launch call): with steps, split the sorted starts of ``pool`` where two neighbours lie
+    more than ``margin`` apart; the clusters that overlap the step range are the bulk; without
+    steps the bulk is :func:`_bulk`'s (a gap over 1 s and :data:`BULK_GAP_RATIO` times the rest,
+    the smaller side at most half the larger); every other record of ``cand`` is far. O(n log n).
 
     Args:
         ts: Start of each record, ns (int64).
@@ -184,18 +200,17 @@ def far_records(
     if not len(st):
         return far, hi
     st.sort()
+    if not by_steps:  # without steps the bulk alone decides (a tail after a pause is the run's own)
+        bulk = _bulk(st)
+        return cand & ((ts < bulk[0]) | (ts > bulk[-1])), max(hi, int(bulk[-1]))
     cut = np.concatenate(
         [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]
     )  # a block at a time: no array of every gap
     first = np.concatenate(([0], cut + 1))
     last = np.concatenate((cut, [len(st) - 1]))
-    if by_steps:
-        keep = (st[last] >= lo) & (st[first] <= hi)
-        if not keep.any():  # the steps fall in a gap: keep the nearest cluster
-            keep[int(np.argmin(np.minimum(np.abs(st[first] - hi), np.abs(st[last] - lo))))] = True
-    else:
-        keep = np.zeros(len(first), dtype=bool)
-        keep[int(np.argmax(last - first))] = True
+    keep = (st[last] >= lo) & (st[first] <= hi)
+    if not keep.any():  # the steps fall in a gap: keep the nearest cluster
+        keep[int(np.argmin(np.minimum(np.abs(st[first] - hi), np.abs(st[last] - lo))))] = True
     if not keep.all():  # equal starts never split, so each cluster is the records with starts in its range
         cluster = np.searchsorted(st[first], ts, side="right") - 1
         far = cand & ~keep[np.clip(cluster, 0, None)]

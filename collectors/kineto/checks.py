@@ -17,7 +17,8 @@ Algorithm:
      where two neighbours lie more than the margin apart (the reference range's own length, at
      least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
      steps the 1st..99th percentile of the bulk's starts, ``traceprof.collectors._far_end``); the
-     clusters that overlap the steps (without steps: the largest) are the bulk. ``zero_ts``: a
+     clusters that overlap the steps are the bulk (without steps: past a gap over 1 s and 100
+     times the rest's span, the side with at most half the other's records is not bulk). ``zero_ts``: a
      record whose ``ts`` is 0 (an unset timestamp) that lies apart from the other records (farther
      from their 1st..99th percentile range than that range is long), a ProfilerStep included. Launch calls flagged
      here do not vouch for their kernels' steps or latency.
@@ -79,6 +80,7 @@ from traceprof.collectors._far_end import (
     count_repair,
     far_ends,
     far_records,
+    far_rule,
     lane_overruns,
     reference_range,
     step_overlap_warning,
@@ -222,7 +224,7 @@ def flag_records(
         gap = int(np.maximum(lo - ts[f], ts[f] - hi).max())
         warnings.append(
             f"{path.name}: {len(f)} record(s) lie far outside the rank's {where} (up to {gap / 1e9:,.3f} s "
-            f"away, more than {margin / 1e9:,.3f} s; events {_examples(src_index, f)}): flagged "
+            f"away, {far_rule(by_steps, margin)}; events {_examples(src_index, f)}): flagged "
             "(events.flag = 'far_outside') and left out of windows"
         )
 

@@ -33,6 +33,7 @@ from traceprof.collectors._far_end import (
     count_repair,
     far_ends,
     far_records,
+    far_rule,
     lane_overruns,
     reference_range,
     step_overlap_warning,
@@ -154,7 +155,7 @@ def _flag_far_without_launch(
     where = "step range" if by_steps else "time range"
     return [
         f"{label}: {len(rows)} GPU record(s) without a launch call lie far outside the trace's {where} "
-        f"(up to {gap / 1e9:,.3f} s away, more than {margin / 1e9:,.3f} s; {_named(cols, rows)}): another "
+        f"(up to {gap / 1e9:,.3f} s away, {far_rule(by_steps, margin)}; {_named(cols, rows)}): another "
         "clock domain; flagged (events.flag = 'far_outside') and left out of windows, idle and latency"
     ]
 

@@ -83,3 +83,32 @@ def test_a_pause_longer_than_the_work_but_not_a_hundred_times_stays_one_trace(tm
     assert not [w for w in res.warnings if "far outside" in w], res.warnings
     t = analyze(s, "temporal").frame.row(0, named=True)
     assert (t["window_ns"], t["compute_ns"]) == (1_529_850 * US, 15_000 * US)
+
+
+def test_a_small_tail_after_a_pause_is_the_runs_own(tmp_path: Path) -> None:
+    # 1,000 20 us kernels 30 us apart (1000 .. 30,970 us), a 1.2 s pause, 5 more (1,230,970 ..
+    # 1,231,170 us, 50 us apart), no steps. The tail is under 1 % of the records, so the 1st..99th
+    # percentile range (30 ms) and its 1 s margin used to cut it off (5 flagged far_outside); the
+    # pause (1.2 s) is 40 x the rest (29.97 ms + 0.2 ms), not 100 x: one trace, nothing far,
+    # window 1,231,190 - 1000 = 1,230,190 us, busy 1,005 x 20 = 20,100 us.
+    starts = [1000.0 + 30 * i for i in range(1000)] + [1_230_970.0 + 50 * i for i in range(5)]
+    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts, dur=20.0))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert not [w for w in res.warnings if "far outside" in w], res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (1_230_190 * US, 20_100 * US)
+
+
+def test_two_bursts_of_about_one_size_far_apart_are_both_kept(tmp_path: Path) -> None:
+    # 100 kernels 100 us apart at 1000 .. 10,900 us and 99 more 60 s later (60,001,000 ..
+    # 60,010,800 us), no steps: the gap is over 100 x the rest (19.8 ms), but neither side holds
+    # at most half the other's records (99 vs 100), so nothing tells which is on the wrong clock:
+    # both kept, none flagged; window 60,010,850 - 1000 = 60,009,850 us, busy 199 x 50 = 9,950 us.
+    starts = [1000.0 + 100 * i for i in range(100)] + [60_001_000.0 + 100 * i for i in range(99)]
+    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts))
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [f])
+    assert not [w for w in res.warnings if "far outside" in w], res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (60_009_850 * US, 9_950 * US)

@@ -157,3 +157,20 @@ def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):
         in w
         for w in res.warnings
     )
+
+
+def test_already_stored_names_the_run_that_stored_this_path(store, tmp_path):
+    """t12 F3: folder b is a byte copy of folder a (ranks 0-1), stored as run 'a' then as run
+    'again' (--run); ingesting b again skips both files. Before, the skip named the first stored
+    copy, "run 'a' (id 1), rank 0", though b's files are run 'again''s; now by hand the row stored
+    from b/rank0.json: "run 'again' (id 2), rank 0" (and rank 1)."""
+    for r in (0, 1):
+        _rank_file(tmp_path / "a" / f"rank{r}.json", r, T0, pid=100 + r, world=2)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    ingest(store, [tmp_path / "a"], jobs=1)
+    ingest(store, [tmp_path / "b"], run="again", jobs=1)
+    res = ingest(store, [tmp_path / "b"], jobs=1)
+    assert res.skipped == {
+        str(tmp_path / "b" / "rank0.json"): "run 'again' (id 2), rank 0",
+        str(tmp_path / "b" / "rank1.json"): "run 'again' (id 2), rank 1",
+    }

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.ingest.test_copies import T0, _rank_file, _runs
-from traceprof.core.errors import StoreError
+from traceprof.core.errors import StoreError, TraceFormatError
 from traceprof.ingest.ingest import ingest
 
 
@@ -65,3 +65,33 @@ def test_two_complete_rank_sets_at_one_time_on_two_hosts_are_two_jobs(store, tmp
     res = ingest(store, [d], jobs=1)
     assert _runs(store) == {"both-pid100": (4, 4), "both-pid200": (4, 4)}
     assert any("so they are 2 runs: 'both-pid100', 'both-pid200'" in w for w in res.warnings)
+
+
+def test_two_jobs_crossed_over_two_hosts_are_refused_not_cut_by_host(store, tmp_path):
+    """t12 E3: job a's ranks 0-1 on node-a and 2-3 on node-b (pids 100-103), job b recorded at once
+    with ranks 0-1 on node-b and 2-3 on node-a (pids 50-53). Before: split by host into two mixed
+    runs (node-a's run held a0, a1, b2, b3). Each host's ranks are 0..3 once, but by hand node-a's
+    pids by rank are 100, 101, 52, 53: they do not rise with rank, so node-a holds two jobs' files
+    and may not be cut by host: refused as before s7 ('rank 0 also in ...'), nothing stored."""
+    d = tmp_path / "crossed"
+    for r in range(4):
+        _rank_file(d / f"a{r}.json", r, T0, pid=100 + r, host=["node-a", "node-b"][r // 2])
+        _rank_file(d / f"b{r}.json", r, T0 + 10_000, pid=50 + r, host=["node-b", "node-a"][r // 2])
+    with pytest.raises(TraceFormatError, match=r"rank 0 also in .*a0\.json"):
+        ingest(store, [d], jobs=1)
+    assert _runs(store) == {}
+
+
+def test_two_jobs_on_four_hosts_at_once_are_refused_when_hosts_pair_either_way(store, tmp_path):
+    """t12 E (E6 alike): job a's ranks 0-1 on node-a, 2-3 on node-b; job b's 0-1 on node-c, 2-3 on
+    node-d, recorded at once (b 2 min later alike: hosts' clocks differ by up to 5 min). Before: two
+    runs, node-a paired with whichever host began first. By hand both {a, b} + {c, d} and
+    {a, d} + {c, b} are complete rank sets 0..3 (pids rise with rank on every host): ambiguous, so
+    refused ('rank 0 also in ...')."""
+    d = tmp_path / "four"
+    for r in range(4):
+        _rank_file(d / f"a{r}.json", r, T0, pid=100 + r, host=["node-a", "node-b"][r // 2])
+        _rank_file(d / f"b{r}.json", r, T0 + 10_000, pid=200 + r, host=["node-c", "node-d"][r // 2])
+    with pytest.raises(TraceFormatError, match="rank 0 also in"):
+        ingest(store, [d], jobs=1)
+    assert _runs(store) == {}

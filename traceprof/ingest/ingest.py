@@ -526,7 +526,7 @@ def ingest(
         for f in files:
             sha = _sha256(f) if f.stat().st_size in sizes else None
             held = copies.stored_copies(store, sha) if sha is not None else []
-            found = store.find_sha(sha) if sha is not None and held else None
+            found = store.find_sha(sha, str(f), name) if sha is not None and held else None
             if found is None:
                 new.append(f)
             elif any(n == name for n, _ in held) or any(p == str(f) for _, p in held):

@@ -18,8 +18,9 @@ Rules, in order (each renaming or split is said in a note):
      overlap are one job's) where each such set can be one job, a set of one file named after the
      file, of several ``<folder>-pid<its lowest pid>``; files recorded together that hold complete
      rank sets (0..world-1 once each), each machine's files within one set, are one run per set
-     (:func:`_by_host`, named as by time); what still cannot be one run (one rank twice in files
-     recorded together) is left for ingest to refuse.
+     (:func:`_by_host`, named as by time) when that split is unambiguous (the only grouping of whole
+     machines into complete rank sets, and on each machine pids rise with rank); what still cannot
+     be one run (one rank twice in files recorded together) is left for ingest to refuse.
   3. Runs of this ingest that would share a name (folders ``a/test`` and ``b/test``) are one run
      when their files can be one job (a job's ranks in one folder per host); else each is named
      by as much of its path as tells them apart (``a/test``, ``b/test``).
@@ -287,10 +288,16 @@ def _by_host(
     name: str, origin: Path, files: dict[str, list[ParsedTrace]], paths: list[str], world: int
 ) -> list[Part] | None:
     """Rule 2's split by machine of one world size's files recorded together: each machine's files
-    (:func:`~traceprof.storage.identity.machine`), in order of their first time, join the first job
-    that lacks all their ranks; None unless every job then holds ranks 0..``world``-1 once each (two
-    complete rank sets are two jobs; what else cannot be told apart is left for ingest to refuse),
-    or some file names no machine. n log n in the traces."""
+    (:func:`~traceprof.storage.identity.machine`) stay in one job, and the jobs are complete rank
+    sets (0..``world``-1 once each). None (ingest then refuses the folder, naming a rank twice)
+    unless that split is unambiguous: the only way to group whole machines into complete rank sets
+    (:func:`_one_cover`: two jobs' ranks 0-1 on node-a and node-c and 2-3 on node-b and node-d
+    pair either way, since hosts' clocks differ by up to 5 min), and on each machine the files'
+    pids (``trace["pid"]``) rise with their rank, as one launcher starts a job's local ranks (a
+    machine holding ranks 0-1 of one job and 2-3 of another, pids 27284, 27285, 2513, 2514, is two
+    jobs' files, not to be cut by machine); also None when a file names no machine, no integer
+    pid or no rank. Linear in the traces but for :func:`_one_cover`'s search, which is bounded.
+    """
     hosts: dict[str, list[str]] = {}
     for p in paths:
         found = {machine(pt) for pt in files[p]}
@@ -301,22 +308,68 @@ def _by_host(
     def first(ps: list[str]) -> int:
         return min((epoch_span(pt)[0] or 0) for p in ps for pt in files[p])
 
-    jobs: list[tuple[set[int], list[str]]] = []
-    for ps in sorted(hosts.values(), key=first):
-        ranks = [int(pt.rank) for p in ps for pt in files[p] if pt.rank is not None]
-        if len(set(ranks)) != len(ranks):
-            return None
-        job = next((j for j in jobs if not j[0] & set(ranks)), None)
-        if job is None:
-            jobs.append((set(ranks), list(ps)))
-        else:
-            job[0].update(ranks)
-            job[1].extend(ps)
-    whole = set(range(world))
-    if len(jobs) < 2 or any(j[0] != whole or conflict([pt for p in j[1] for pt in files[p]]) for j in jobs):
+    blocks: list[list[str]] = sorted(hosts.values(), key=first)
+    ranks: list[frozenset[int]] = []
+    for ps in blocks:
+        pairs = sorted((pt.rank, _int_pid(pt)) for p in ps for pt in files[p] if pt.rank is not None)
+        if len(pairs) != sum(len(files[p]) for p in ps) or len({r for r, _ in pairs}) != len(pairs):
+            return None  # a rank unknown or twice on one machine
+        pids = [pid for _, pid in pairs if pid is not None]
+        if len(pids) != len(pairs) or pids != sorted(set(pids)):
+            return None  # pids that do not rise with rank: other jobs' processes on one machine
+        ranks.append(frozenset(r for r, _ in pairs))
+    cover = _one_cover(ranks, frozenset(range(world)))
+    if cover is None or len(cover) < 2:
         return None
-    sets = [[pt for p in j[1] for pt in files[p]] for j in jobs]
+    sets = [[pt for i in job for p in blocks[i] for pt in files[p]] for job in cover]
+    if any(conflict(s) for s in sets):
+        return None
     return [Part(n, origin, job) for n, job in zip(_pid_names(name, sets), sets, strict=True)]
+
+
+def _int_pid(pt: ParsedTrace) -> int | None:
+    """``pt``'s process id (``trace["pid"]``) as an integer, or None when unstated or not one."""
+    pid = pt.trace.get("pid")
+    try:
+        return int(str(pid)) if pid is not None else None
+    except ValueError:
+        return None
+
+
+#: Steps :func:`_one_cover` may take before it calls the grouping ambiguous.
+COVER_STEPS = 10_000
+
+
+def _one_cover(blocks: list[frozenset[int]], whole: frozenset[int]) -> list[list[int]] | None:
+    """The only partition of ``blocks`` (each machine's ranks) into groups whose ranks are ``whole``
+    once each, as lists of block indices in order, or None when there is none, more than one, or
+    telling would take more than :data:`COVER_STEPS` steps. Each partition is enumerated once: a new
+    group starts with the first block left, and grows by a block holding its lowest missing rank.
+    """
+    found: list[list[list[int]]] = []
+    steps = 0
+
+    def grow(left: list[int], job: list[int], have: frozenset[int], done: list[list[int]]) -> bool:
+        nonlocal steps
+        steps += 1
+        if steps > COVER_STEPS:
+            return False
+        if have == whole:
+            if not left:
+                found.append([*done, job])
+                return len(found) < 2
+            return grow(left[1:], [left[0]], blocks[left[0]], [*done, job])
+        need = min(whole - have)
+        for i in left:
+            if need in blocks[i] and not blocks[i] & have and blocks[i] <= whole:
+                if not grow([j for j in left if j != i], [*job, i], have | blocks[i], done):
+                    return False
+        return True
+
+    if not blocks or not blocks[0] <= whole:
+        return None
+    done = grow(list(range(1, len(blocks))), [0], blocks[0], [])
+    return found[0] if done and len(found) == 1 else None
 
 
 def _suffix(origin: Path, name: str, depth: int) -> str:

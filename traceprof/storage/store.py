@@ -922,11 +922,15 @@ class Store:
             if b is not None
         }
 
-    def find_sha(self, sha256: str) -> tuple[str, str] | None:
-        """Where a file with this SHA-256 is stored: (run name, "run 'x' (id 3), rank 0"), or None."""
+    def find_sha(self, sha256: str, path: str = "", run: str = "") -> tuple[str, str] | None:
+        """Where a file with this SHA-256 is stored: (run name, "run 'x' (id 3), rank 0"), or None.
+
+        Of several stored copies (``traces.sha256``), the one stored from ``path`` (``traces.path``)
+        comes first, then one of run ``run`` (``runs.name``), then the earliest stored."""
         row = self._one(
-            "SELECT r.name, r.run_id, t.rank FROM traces t JOIN runs r USING (run_id) WHERE t.sha256 = ? LIMIT 1",
-            [sha256],
+            "SELECT r.name, r.run_id, t.rank FROM traces t JOIN runs r USING (run_id) WHERE t.sha256 = ? "
+            "ORDER BY t.path = ? DESC, r.name = ? DESC, r.run_id, t.trace_id LIMIT 1",
+            [sha256, path, run],
         )
         return None if row is None else (row[0], f"run {row[0]!r} (id {row[1]}), rank {row[2]}")
 

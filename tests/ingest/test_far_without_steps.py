@@ -25,6 +25,15 @@ def _kernels(starts: list[float], dur: float = 50.0) -> list[dict]:
     return [kernel(EW, 7, ts, dur, corr=700 + i) for i, ts in enumerate(starts)]
 
 
+def _one_trace(tmp_path: Path, starts: list[float], dur: float = 50.0) -> tuple[int, int]:
+    """Ingest one rank of ``starts`` (us); assert nothing was flagged far; (window, busy) ns."""
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [kineto(tmp_path / "rank0.json.gz", _kernels(starts, dur))])
+    assert not [w for w in res.warnings if "far outside" in w], res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    return t["window_ns"], t["compute_ns"]
+
+
 def test_early_kernels_without_steps_or_launches_are_left_out(tmp_path: Path) -> None:
     # Six 50 us kernels on stream 7 at 1030, 1130, ..., 1530 us; the first two written 1e11 us
     # (1e14 ns, ~27.8 h) early, no launch call and no step to compare them with. The four valid
@@ -77,12 +86,7 @@ def test_a_pause_longer_than_the_work_but_not_a_hundred_times_stays_one_trace(tm
     # than 1 s, but not 100 x the rest (2.98 s), so it is a pause of the run, not another clock:
     # nothing far, window 1,530,850 - 1000 = 1,529,850 us, busy 300 x 50 us = 15,000 us.
     starts = [1000.0 + 100 * i for i in range(200)] + [1_520_900.0 + 100 * i for i in range(100)]
-    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts))
-    s = Store(tmp_path / "t.duckdb")
-    res = ingest(s, [f])
-    assert not [w for w in res.warnings if "far outside" in w], res.warnings
-    t = analyze(s, "temporal").frame.row(0, named=True)
-    assert (t["window_ns"], t["compute_ns"]) == (1_529_850 * US, 15_000 * US)
+    assert _one_trace(tmp_path, starts) == (1_529_850 * US, 15_000 * US)
 
 
 def test_a_small_tail_after_a_pause_is_the_runs_own(tmp_path: Path) -> None:
@@ -92,12 +96,7 @@ def test_a_small_tail_after_a_pause_is_the_runs_own(tmp_path: Path) -> None:
     # pause (1.2 s) is 40 x the rest (29.97 ms + 0.2 ms), not 100 x: one trace, nothing far,
     # window 1,231,190 - 1000 = 1,230,190 us, busy 1,005 x 20 = 20,100 us.
     starts = [1000.0 + 30 * i for i in range(1000)] + [1_230_970.0 + 50 * i for i in range(5)]
-    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts, dur=20.0))
-    s = Store(tmp_path / "t.duckdb")
-    res = ingest(s, [f])
-    assert not [w for w in res.warnings if "far outside" in w], res.warnings
-    t = analyze(s, "temporal").frame.row(0, named=True)
-    assert (t["window_ns"], t["compute_ns"]) == (1_230_190 * US, 20_100 * US)
+    assert _one_trace(tmp_path, starts, dur=20.0) == (1_230_190 * US, 20_100 * US)
 
 
 def test_two_bursts_of_about_one_size_far_apart_are_both_kept(tmp_path: Path) -> None:
@@ -106,9 +105,4 @@ def test_two_bursts_of_about_one_size_far_apart_are_both_kept(tmp_path: Path) ->
     # at most half the other's records (99 vs 100), so nothing tells which is on the wrong clock:
     # both kept, none flagged; window 60,010,850 - 1000 = 60,009,850 us, busy 199 x 50 = 9,950 us.
     starts = [1000.0 + 100 * i for i in range(100)] + [60_001_000.0 + 100 * i for i in range(99)]
-    f = kineto(tmp_path / "rank0.json.gz", _kernels(starts))
-    s = Store(tmp_path / "t.duckdb")
-    res = ingest(s, [f])
-    assert not [w for w in res.warnings if "far outside" in w], res.warnings
-    t = analyze(s, "temporal").frame.row(0, named=True)
-    assert (t["window_ns"], t["compute_ns"]) == (60_009_850 * US, 9_950 * US)
+    assert _one_trace(tmp_path, starts) == (60_009_850 * US, 9_950 * US)

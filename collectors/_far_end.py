@@ -8,8 +8,7 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
 
   1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of its records'
      starts (:func:`reference_range`); for the records flagged apart from the bulk (Kineto's
-     ``far_outside``, :func:`far_records`), of the starts of the bulk: a gap longer than all the
-     rest of the trace together (and than 1 s) leaves its side with fewer records out of it.
+     ``far_outside``, :func:`far_records`), of the starts of the bulk (:func:`_bulk`).
   2. The margin: the range's own length, at least :data:`FAR_MARGIN_MIN_NS` (1 s).
   3. A record ends far past the range when its end lies more than the margin past the range's end
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
@@ -101,29 +100,44 @@ def reference_range(
 
 
 def _bulk(st: np.ndarray) -> np.ndarray:
-    """The bulk of sorted starts ``st`` (int64 ns): while the widest gap between neighbours is
-    longer than :data:`BULK_GAP_RATIO` times everything else together (the span without it) and
-    than :data:`FAR_MARGIN_MIN_NS`, and one side of it holds at most half as many starts as the
-    other, that side is not the bulk. Two sides of about one size (two bursts of 100 and 99
-    kernels a minute apart) are both kept: nothing tells which of them is on the wrong clock, and a
-    window over both shows the gap rather than dropping half the work. A trace without steps whose
-    first kernels a profiler stamped ~1e14 ns early (another clock domain) would otherwise stretch a
-    percentile range over small traces (n < 100: min..max) to 27.8 h, and its margin with it, so
-    that nothing was "far". A pause of a real run is not a hundred times longer than all its work
-    together (20 ms of kernels, a 1.5 s pause, 10 ms more: ratio 50, one bulk); another clock
-    domain's stamps are hours or days off (ratios of 1e3 and more). Each cut at least halves the
-    span: at most 64 passes of O(n)."""
-    while len(st) > 1:
-        gaps = np.diff(st)
-        at = int(np.argmax(gaps))
-        gap = int(gaps[at])
-        if gap <= max(BULK_GAP_RATIO * (int(st[-1] - st[0]) - gap), FAR_MARGIN_MIN_NS):
-            break
-        early, late = at + 1, len(st) - (at + 1)
-        if 2 * min(early, late) > max(early, late):
-            break
-        st = st[at + 1 :] if late > early else st[: at + 1]
-    return st
+    """The bulk of sorted starts ``st`` (int64 ns), for a trace without steps: split where two
+    neighbours lie more than :data:`FAR_MARGIN_MIN_NS` (1 s) apart, start from the cluster with the
+    most starts and take in, nearest first, each neighbouring cluster whose gap is at most
+    :data:`BULK_GAP_RATIO` times the two sides' spans together, or that holds more than half as many
+    starts as the bulk so far (two sides of about one size: nothing tells which of them is on the
+    wrong clock, and a window over both shows the gap rather than dropping half the work); what is
+    left outside is not bulk. A head and a tail far off at once are each measured against the bulk,
+    not against one another. A pause of a real run is not a hundred times longer than the work
+    around it (20 ms of kernels, a 1.5 s pause, 10 ms more: ratio 50, one bulk); another clock
+    domain's stamps are hours or days off (ratios of 1e3 and more): a trace whose first kernels a
+    profiler stamped ~1e14 ns early would otherwise stretch a percentile range over small traces
+    (n < 100: min..max) to 27.8 h, and its margin with it, so that nothing was "far". O(n)."""
+    if len(st) < 2:
+        return st
+    cut = np.flatnonzero(np.diff(st) > FAR_MARGIN_MIN_NS)
+    first = np.concatenate(([0], cut + 1))
+    last = np.concatenate((cut, [len(st) - 1]))
+    count = last - first + 1
+    lo = hi = int(np.argmax(count))
+    n = int(count[lo])
+
+    def joins(side: int, gap: int) -> bool:
+        spans = int(st[last[hi]] - st[first[lo]]) + int(st[last[side]] - st[first[side]])
+        return gap <= BULK_GAP_RATIO * spans or 2 * int(count[side]) > n
+
+    while True:
+        can_left = lo > 0 and joins(lo - 1, int(st[first[lo]] - st[last[lo - 1]]))
+        can_right = hi + 1 < len(first) and joins(hi + 1, int(st[first[hi + 1]] - st[last[hi]]))
+        if can_left and can_right:  # the nearer side first
+            can_left = st[first[lo]] - st[last[lo - 1]] <= st[first[hi + 1]] - st[last[hi]]
+        if can_left:
+            lo -= 1
+            n += int(count[lo])
+        elif can_right:
+            hi += 1
+            n += int(count[hi])
+        else:
+            return st[first[lo] : last[hi] + 1]
 
 
 def far_rule(by_steps: bool, margin: int) -> str:
@@ -131,7 +145,7 @@ def far_rule(by_steps: bool, margin: int) -> str:
     bulk rule without."""
     if by_steps:
         return f"more than {margin / 1e9:,.3f} s"
-    return f"apart from the rest by a gap over 1 s and {BULK_GAP_RATIO} times the rest's span"
+    return f"past a gap over 1 s and {BULK_GAP_RATIO} times the spans on either side of it"
 
 
 def far_ends(
@@ -178,8 +192,8 @@ def far_records(
     """Records far from the bulk of a trace (Kineto's ``far_outside``; Nsight Systems' GPU rows
     without a launch call): with steps, split the sorted starts of ``pool`` where two neighbours lie
     more than ``margin`` apart; the clusters that overlap the step range are the bulk; without
-    steps the bulk is :func:`_bulk`'s (a gap over 1 s and :data:`BULK_GAP_RATIO` times the rest,
-    the smaller side at most half the larger); every other record of ``cand`` is far. O(n log n).
+    steps the bulk is :func:`_bulk`'s (the largest cluster and the neighbours it takes in); every
+    other record of ``cand`` is far. O(n log n).
 
     Args:
         ts: Start of each record, ns (int64).

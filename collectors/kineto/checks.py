@@ -17,8 +17,8 @@ Algorithm:
      where two neighbours lie more than the margin apart (the reference range's own length, at
      least :data:`FAR_MARGIN_MIN_NS`; the range is the ProfilerSteps with a set ``ts``, or without
      steps the 1st..99th percentile of the bulk's starts, ``traceprof.collectors._far_end``); the
-     clusters that overlap the steps are the bulk (without steps: past a gap over 1 s and 100
-     times the rest's span, the side with at most half the other's records is not bulk). ``zero_ts``: a
+     clusters that overlap the steps are the bulk (without steps: the largest cluster, taking in
+     each neighbour within 100 times the two sides' spans or with more than half its records). ``zero_ts``: a
      record whose ``ts`` is 0 (an unset timestamp) that lies apart from the other records (farther
      from their 1st..99th percentile range than that range is long), a ProfilerStep included. Launch calls flagged
      here do not vouch for their kernels' steps or latency.

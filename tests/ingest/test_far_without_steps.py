@@ -106,3 +106,22 @@ def test_two_bursts_of_about_one_size_far_apart_are_both_kept(tmp_path: Path) ->
     # both kept, none flagged; window 60,010,850 - 1000 = 60,009,850 us, busy 199 x 50 = 9,950 us.
     starts = [1000.0 + 100 * i for i in range(100)] + [60_001_000.0 + 100 * i for i in range(99)]
     assert _one_trace(tmp_path, starts) == (60_009_850 * US, 9_950 * US)
+
+
+def test_a_far_head_and_a_far_tail_are_each_measured_against_the_bulk(tmp_path: Path) -> None:
+    # 200 kernels 100 us apart from t0 = 1e11 us (span 19.9 ms), 5 more a day before t0 and 5 a
+    # day after the last (100 us apart), no steps. Each far side measured against the whole rest
+    # met the other far side in that rest (gap 1 day vs 1 day + 19.9 ms of "rest": ratio ~1, no
+    # cut) and nothing was flagged (window 2 days, idle ~100 %). Against the bulk (19.9 ms + 0.4 ms,
+    # x 100 = 2.03 s < 1 day; 5 <= 200 / 2) each is far: 10 flagged, window 19,950 us, busy
+    # 200 x 50 = 10,000 us.
+    t0, day = 1e11, 86_400e6
+    starts = [t0 - day + 100 * i for i in range(5)] + [t0 + 100 * i for i in range(200)]
+    starts += [t0 + 19_900 + day + 100 * i for i in range(5)]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [kineto(tmp_path / "rank0.json.gz", _kernels(starts))])
+    assert any(w.startswith("rank0.json.gz: 10 record(s) lie far outside") for w in res.warnings), (
+        res.warnings
+    )
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (19_950 * US, 10_000 * US)

@@ -155,6 +155,20 @@ _LAYOUT = "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, in
             200,
             3,
         ),
+        # pplx-kernels (vLLM's pplx all-to-all backend): no library word in the demangled names
+        # (dispatchKernel in an anonymous namespace, combineKernel at global scope; the template
+        # ends with DO_SEND, DO_RECV): split-mode send half, recv half and combine, all
+        # communication, the case's figures (g12 variant g01_kineto_pplx_a2a)
+        (
+            (
+                "void (anonymous namespace)::dispatchKernel<16u, true, false>(int*, unsigned long, std::byte*)",
+                "void (anonymous namespace)::dispatchKernel<16u, false, true>(int*, unsigned long, std::byte*)",
+                "void combineKernel<__nv_bfloat16, __nv_bfloat16, 8ul, true, true>(__nv_bfloat16*, unsigned long)",
+            ),
+            950,
+            200,
+            3,
+        ),
     ],
     ids=[
         "deepep_ll_and_layout",
@@ -163,6 +177,7 @@ _LAYOUT = "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, in
         "uccl_ep_ll_with_layout",
         "hybrid_ep",
         "mooncake_ep",
+        "pplx",
     ],
 )
 def test_other_expert_parallel_kernel_names(

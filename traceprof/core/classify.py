@@ -158,6 +158,14 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
         "Mooncake EP (a DeepEP adaptation with IBGDA) dispatch / combine kernels (mooncake::dispatch<...>, "
         "mooncake::combine<...>, the JIT-compiled mooncake_ep_jit_dispatch_kernel)",
     ),
+    CommFamily(
+        "pplx",
+        r"^void (?:\(anonymous namespace\)::)?(?:dispatch|combine)Kernel<[^()]*, (?:true|false), (?:true|false)>\(",
+        "all_to_all",
+        "pplx-kernels (Perplexity) MoE all-to-all dispatch / combine kernels, whose demangled names carry no "
+        "library word: void (anonymous namespace)::dispatchKernel<16u, true, true>(...), "
+        "void combineKernel<__nv_bfloat16, __nv_bfloat16, 8ul, true, true>(...) (template ends DO_SEND, DO_RECV)",
+    ),
     CommFamily("nvshmem", r"(?i)nvshmem", None, "NVSHMEM collectives and puts/gets"),
     CommFamily(
         "symm_mem",

@@ -246,6 +246,16 @@ def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
         most = " in most steps" if gaps.height else ""
         what = f"median step time: one collective per step{most}, so no spacing within a step"
         return max(step_med, 1), what
+    across = (
+        w.sort("rank", "arrival_ns")
+        .select(pl.col("arrival_ns").diff().over("rank").alias("d"))
+        .filter(pl.col("d") > 0)["d"]
+        .sort()
+    )
+    if across.len():
+        return max(int(across[(across.len() - 1) // 2]), 1), (
+            "median spacing of a rank's collectives across communicators: one collective per communicator"
+        )
     return 1, "unknown"
 
 
@@ -569,7 +579,11 @@ def run(store: Store, params: Params) -> Result:
         )
         .alias("p_value"),
         (pl.col("last_count") / pl.col("instances")).alias("last_arrival_share"),
-        (100.0 * pl.col("median_lateness_ns") / pace).alias("late_pct"),
+        (
+            100.0 * pl.col("median_lateness_ns") / pace
+            if pace_what != "unknown"
+            else pl.lit(None, pl.Float64)
+        ).alias("late_pct"),
         (100.0 * pl.col("median_lateness_ns") / step_med if step_med else pl.lit(None, pl.Float64)).alias(
             "late_step_pct"
         ),
@@ -930,14 +944,21 @@ def _figures(r: dict, params: Params) -> str:
         if r["last_count"] and 0 < len(last_steps) <= 2 and r["_steps"] >= 5 * len(last_steps)
         else ""
     )
-    late = f"{r['late_pct']:.0f}" if r["late_pct"] >= 1 or r["late_pct"] == 0 else f"{r['late_pct']:.2g}"
+    pct = r["late_pct"]
+    late = (
+        "pace unknown"
+        if pct is None
+        else f"{pct:.0f}% of the pace"
+        if pct >= 1 or pct == 0
+        else f"{pct:.2g}% of the pace"
+    )
     return (
         f"rank {r['rank']} arrived last at {r['last_count']} of {r['instances']} collectives{episodic} ({tied}chance "
         f"{r['chance_share']:.2f} each: {r['chance_share'] * r['_decided']:.1f} expected; binomial p "
         f"{'< 1e-300' if r['p_value'] == 0 else '= ' + format(r['p_value'], '.2g')}); its delays alone cost the job {_pct_shown(r['cost_pct'], params.min_cost_pct)}% "
         f"{'of step time' if r['_steps'] else 'of the time the collectives cover'} (it held collectives "
         f"up {r['holdup_ns'] / 1e6:.2f} ms in all); median {r['median_lateness_ns'] / 1e6:.2f} ms late "
-        f"({late}% of the pace)"
+        f"({late})"
     )
 
 

@@ -461,6 +461,62 @@ def test_one_collective_without_steps_covers_a_pace_per_collective(store, tmp_pa
     assert r1["holdup_pct"] == pytest.approx(1.0)
 
 
+def test_one_collective_per_communicator_without_steps_paces_across_communicators(store, tmp_path):
+    """Flight Recorder, no steps, pg "0" = [0, 1] (g12 variant g19_fr_json_p2p_names): a send / recv
+    (p2p counter: its own communicator "0:p2p") then one all_reduce, so no communicator holds two
+    collectives of a rank and the per-communicator pace is undefined. Times after A0 (us): rank 0
+    send created 100, rank 1 recv 50 (both done 400); all_reduce rank 0 created 1000, rank 1 1040
+    (both done 1300). The pace falls back to a rank's spacing across communicators: rank 0
+    100 -> 1000 = 900 us, rank 1 50 -> 1040 = 990 us, lower median 900 us. Rank 0's lateness
+    (50 us at the p2p, 0 at the all_reduce) median 25 us = 2.78% of it; rank 1 (0, 40) 20 us =
+    2.22%. It was 25000 / 1 ns = 2500000% ("pace 0.00 ms (unknown)")."""
+    a0, us = 1767225601000000000, 1000
+    for r in range(2):
+        entries = []
+        for i, (name, cseq, pseq, created, done) in enumerate(
+            (
+                ("nccl:send 0->1" if r == 0 else "nccl:recv 1<-0", 0, 1, 100 if r == 0 else 50, 400),
+                ("nccl:all_reduce", 1, 0, 1000 if r == 0 else 1040, 1300),
+            )
+        ):
+            entries.append(
+                {
+                    "record_id": i,
+                    "pg_id": 0,
+                    "process_group": ["0", "default_pg"],
+                    "collective_seq_id": cseq,
+                    "p2p_seq_id": pseq,
+                    "op_id": i + 1,
+                    "profiling_name": name,
+                    "time_created_ns": a0 + created * us,
+                    "time_discovered_started_ns": a0 + (created + 10) * us,
+                    "time_discovered_completed_ns": a0 + done * us,
+                    "input_sizes": [[1048576]],
+                    "input_dtypes": ["Float"],
+                    "output_sizes": [[1048576]],
+                    "output_dtypes": ["Float"],
+                    "state": "completed",
+                    "is_p2p": bool(pseq),
+                }
+            )
+        dump = {
+            "version": "2.10",
+            "rank": r,
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "entries": entries,
+        }
+        (tmp_path / f"rank{r}.fr.json").write_text(json.dumps(dump))
+    ingest(store, [tmp_path], run="p2p1")
+    res = analyze(store, "stragglers", "p2p1")
+    per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
+    assert (per[0]["median_lateness_ns"], per[1]["median_lateness_ns"]) == (25_000, 20_000)
+    assert per[0]["late_pct"] == pytest.approx(100 * 25 / 900)
+    assert per[1]["late_pct"] == pytest.approx(100 * 20 / 900)
+    assert any(
+        "pace 0.90 ms (median spacing of a rank's collectives across communicators" in n for n in res.notes
+    )
+
+
 def test_cost_at_the_floor_is_named_and_just_below_is_shown_below_it(store, tmp_path):
     """The rule: a rank's delays must cost *at least* ``min_cost_pct`` (1 %). As above without steps,
     rank 1 10 us late at each of 8 collectives 1000 us apart: 80 / 8000 us = 1.0 %, named; 9.6 us late:

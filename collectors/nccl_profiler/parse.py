@@ -36,7 +36,12 @@ Algorithm:
      each op type of a communicator separately (``seqNumber[func]``: AllReduce 0 and AllGather 0
      are different collectives), so ``comms_id`` = ``<CommHash>:<op>:<SeqNum>``
      (``traceprof.core.ops.nccl_comms_id``) identifies an instance across ranks.
-     GROUP, PROXY, NET and GPU events are kept as ``other`` events with their args.
+     A ``CE_COLL`` pair (NCCL 2.28+: a collective run by the copy engine, printed with
+     ``count`` and ``datatype`` but no SeqNum, CommHash or Rank) is a collective too, of the
+     file's one CommHash (none where the file holds several), seq none: matched across ranks by
+     its order among the communicator's collectives of its op (``ordinal``).
+     GROUP, PROXY, NET, GPU and the CE_COLL's ``CE_SYNC`` / ``CE_BATCH`` children are kept as
+     ``other`` events with their args.
   4. Rank: ``rank<R>`` in the file name, else the ``Rank`` of the collectives (the rank in the
      communicator; with several communicators, the one with the most collectives, with a warning).
      The plugin writes one file per communicator (``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json``),
@@ -56,7 +61,7 @@ ignored, either said and counted in ``traces.meta.repaired`` (``args.Rank a stri
 integer``). ``ts`` is read from its number's text (a string is no number: a bad event).
 
 Source fields read: ``name, cat, ph, id, pid, tid, ts, args`` and in args ``SeqNum, CommHash, Rank,
-Count, Datatype, Peer``.
+Count, Datatype, Peer`` (``CE_COLL``: ``count, datatype``).
 """
 
 from __future__ import annotations
@@ -448,10 +453,13 @@ def _rows(
     left out (its event too) and counted in ``rejected``."""
     events: list[dict[str, Any]] = []
     colls: list[dict[str, Any]] = []
+    file_comm = _file_comm(evs)
     for j, start, end, flag in spans:
         ev = evs[j]
         a = ev.args or {}
-        coll = ev.cat in ("COLL", "P2P")
+        if ev.cat == "CE_COLL":  # NCCL 2.28+ copy-engine collective: its args as a COLL's
+            a = {"Count": a.get("count"), "Datatype": a.get("datatype"), "CommHash": file_comm} | a
+        coll = ev.cat in ("COLL", "P2P", "CE_COLL")
         where = f"event #{j} ({ev.cat} {ev.name!r})"
         problem = _bad_value(a) if coll else None
         if problem is not None:
@@ -518,6 +526,18 @@ def _rows(
         r["ordinal"] = seen[(r["pg"], r["op"])]
         seen[(r["pg"], r["op"])] += 1
     return events, colls
+
+
+def _file_comm(evs: list[_Event]) -> Any:
+    """The one ``CommHash`` of a file's COLL / P2P records (the plugin writes a file per
+    communicator), given to its copy-engine collectives (``CE_COLL``, which print none); None
+    where the file holds none or several. A refused record's (:func:`_bad_value`) is none."""
+    comms = {
+        (ev.args or {}).get("CommHash")
+        for ev in evs
+        if ev.cat in ("COLL", "P2P") and ev.ph == "b" and _bad_value(ev.args or {}) is None
+    }
+    return comms.pop() if len(comms) == 1 else None
 
 
 def _peer(value: Any) -> int | None:

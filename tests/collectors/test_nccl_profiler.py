@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -487,17 +488,23 @@ def _mixed_dump(rank: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pair_store(tmp_path: Path, dump: Callable[[int], str]) -> Store:
+    """A store with ranks 0 and 1's plugin dumps (``dump(rank)``) ingested as one job."""
+    for r in (0, 1):
+        (tmp_path / "job").mkdir(exist_ok=True)
+        (tmp_path / "job" / f"nccl_profile_rank{r}.txt").write_text(dump(r))
+    store = Store(tmp_path / "t.duckdb")
+    ingest(store, [tmp_path / "job"], jobs=1)
+    return store
+
+
 def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
     # By hand: 4 instances of 2 ranks, one per (op, SeqNum), never AllReduce 0 with AllGather 0.
     # Ends agree on both ranks, so clock alignment moves rank 1 by 0. Arrival skew = rank 1's begin
     # - rank 0's: 1010 - 1000 = 10 us, 2030 - 2000 = 30 us, 3005 - 3000 = 5 us, 4050 - 4000 = 50 us,
     # rank 1 last each time. Bytes: AllReduce 1024 float32 = 4096, AllGather 256 float32 (its
     # per-rank input) = 1024. The stored values stay pg = CommHash, seq = SeqNum.
-    for r in (0, 1):
-        (tmp_path / "job").mkdir(exist_ok=True)
-        (tmp_path / "job" / f"nccl_profile_rank{r}.txt").write_text(_mixed_dump(r))
-    with Store(tmp_path / "t.duckdb") as store:
-        ingest(store, [tmp_path / "job"], jobs=1)
+    with _pair_store(tmp_path, _mixed_dump) as store:
         assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [(0, 0), (1, 0)]
         inst = store.sql("""SELECT op, seq, n_ranks, bytes, arrival_skew_ns, last_rank, match_method
                             FROM collective_instances ORDER BY first_arrival_ns""").rows()
@@ -520,6 +527,50 @@ def test_sequence_numbers_count_per_op_within_a_communicator(tmp_path):
                             HAVING count(DISTINCT op) > 1)""").item()
             == 0
         )
+
+
+def _ce_dump(rank: int) -> str:
+    """NCCL 2.28+ example plugin: a kernel AllReduce (COLL, SeqNum 0, CommHash 77) then a
+    copy-engine AllGather (``CE_COLL``, with its ``CE_SYNC`` / ``CE_BATCH`` children: no SeqNum,
+    CommHash or Rank; lowercase ``count`` / ``datatype``), as ``print_event.cc`` prints them (g12
+    variant g16_plugin_ce_collectives). us on the plugin clock, the same origin on both ranks."""
+    head = f'"pid": {500 + rank}, "tid": 1'
+    ce_b = 2000 + 30 * rank
+    ce = (
+        f'"eventId": 0, "count": 512, "datatype": "ncclBfloat16", "strategy": "batch", '
+        f'"start_ts_cpu": {ce_b}.0, "stop_ts_cpu": 2300.0, "duration_cpu_us": 1.0, "duration_gpu_us": 1'
+    )
+    lines = [
+        "[",
+        f'{{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 0, {head}, "ts": {1000 + 10 * rank}.000000, '
+        f'"args": {{"SeqNum": 0, "CommHash": 77, "Rank": {rank}, "Count": 1024, "Datatype": "ncclFloat32"}}}},',
+        f'{{"name": "AllReduce", "cat": "COLL", "ph": "e", "id": 0, {head}, "ts": 1100.000000}},',
+        f'{{"name": "AllGather", "cat": "CE_COLL", "ph": "b", "id": 0, {head}, "ts": {ce_b}.000000, "args": {{{ce}}}}},',
+        f'{{"name": "CeSync", "cat": "CE_SYNC", "ph": "b", "id": 0, {head}, "ts": {ce_b}.000000, '
+        '"args": {"eventId": 0, "type": "Ready", "nRanks": 2}},',
+        f'{{"name": "CeSync", "cat": "CE_SYNC", "ph": "e", "id": 0, {head}, "ts": 2060.000000}},',
+        f'{{"name": "CeBatch", "cat": "CE_BATCH", "ph": "b", "id": 0, {head}, "ts": 2060.000000, '
+        '"args": {"eventId": 0, "numOps": 2, "totalBytes": 2048}},',
+        f'{{"name": "CeBatch", "cat": "CE_BATCH", "ph": "e", "id": 0, {head}, "ts": 2290.000000}},',
+        f'{{"name": "AllGather", "cat": "CE_COLL", "ph": "e", "id": 0, {head}, "ts": 2300.000000}},',
+        "{}]",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_copy_engine_collectives_are_collectives_of_the_files_communicator(tmp_path):
+    # By hand: the CE AllGather is a collective of the file's one communicator (77), matched
+    # across ranks by its order (no SeqNum): rank 0 [2000, 2300] us, rank 1 [2030, 2300] us ->
+    # arrival skew 30 us, rank 1 last; 512 bfloat16 = 1024 bytes. The AllReduce as before (skew
+    # 10 us). Before, CE_COLL was an 'other' event: no all_gather instance, nccl_sum without it.
+    with _pair_store(tmp_path, _ce_dump) as store:
+        inst = store.sql("""SELECT op, pg, n_ranks, bytes, arrival_skew_ns, last_rank
+                            FROM collective_instances ORDER BY first_arrival_ns""").rows()
+        assert inst == [("all_reduce", "77", 2, 4096, 10_000, 1), ("all_gather", "77", 2, 1024, 30_000, 1)]
+        durs = store.sql(
+            "SELECT rank, end_ns - start_ns FROM collectives WHERE op = 'all_gather' ORDER BY rank"
+        ).rows()
+        assert durs == [(0, 300_000), (1, 270_000)]
 
 
 @pytest.mark.parametrize(

@@ -461,6 +461,44 @@ def test_one_collective_without_steps_covers_a_pace_per_collective(store, tmp_pa
     assert r1["holdup_pct"] == pytest.approx(1.0)
 
 
+def _fr_pair(folder: Path, ops: list[tuple[tuple[str, str], int, int, tuple[int, int], int]]) -> Path:
+    """Flight Recorder JSON dumps of ranks 0 and 1 (pg "0" = [0, 1]) in ``folder``: per op
+    ((rank 0's, rank 1's profiling_name), collective_seq_id, p2p_seq_id, (rank 0's, rank 1's
+    time_created us after A0), time_discovered_completed us)."""
+    a0, us = 1767225601000000000, 1000
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in range(2):
+        entries = [
+            {
+                "record_id": i,
+                "pg_id": 0,
+                "process_group": ["0", "default_pg"],
+                "collective_seq_id": cseq,
+                "p2p_seq_id": pseq,
+                "op_id": i + 1,
+                "profiling_name": names[r],
+                "time_created_ns": a0 + created[r] * us,
+                "time_discovered_started_ns": a0 + (created[r] + 10) * us,
+                "time_discovered_completed_ns": a0 + done * us,
+                "input_sizes": [[1048576]],
+                "input_dtypes": ["Float"],
+                "output_sizes": [[1048576]],
+                "output_dtypes": ["Float"],
+                "state": "completed",
+                "is_p2p": bool(pseq),
+            }
+            for i, (names, cseq, pseq, created, done) in enumerate(ops)
+        ]
+        dump = {
+            "version": "2.10",
+            "rank": r,
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "entries": entries,
+        }
+        (folder / f"rank{r}.fr.json").write_text(json.dumps(dump))
+    return folder
+
+
 def test_one_collective_per_communicator_without_steps_paces_across_communicators(store, tmp_path):
     """Flight Recorder, no steps, pg "0" = [0, 1] (g12 variant g19_fr_json_p2p_names): a send / recv
     (p2p counter: its own communicator "0:p2p") then one all_reduce, so no communicator holds two
@@ -470,43 +508,12 @@ def test_one_collective_per_communicator_without_steps_paces_across_communicator
     100 -> 1000 = 900 us, rank 1 50 -> 1040 = 990 us, lower median 900 us. Rank 0's lateness
     (50 us at the p2p, 0 at the all_reduce) median 25 us = 2.78% of it; rank 1 (0, 40) 20 us =
     2.22%. It was 25000 / 1 ns = 2500000% ("pace 0.00 ms (unknown)")."""
-    a0, us = 1767225601000000000, 1000
-    for r in range(2):
-        entries = []
-        for i, (name, cseq, pseq, created, done) in enumerate(
-            (
-                ("nccl:send 0->1" if r == 0 else "nccl:recv 1<-0", 0, 1, 100 if r == 0 else 50, 400),
-                ("nccl:all_reduce", 1, 0, 1000 if r == 0 else 1040, 1300),
-            )
-        ):
-            entries.append(
-                {
-                    "record_id": i,
-                    "pg_id": 0,
-                    "process_group": ["0", "default_pg"],
-                    "collective_seq_id": cseq,
-                    "p2p_seq_id": pseq,
-                    "op_id": i + 1,
-                    "profiling_name": name,
-                    "time_created_ns": a0 + created * us,
-                    "time_discovered_started_ns": a0 + (created + 10) * us,
-                    "time_discovered_completed_ns": a0 + done * us,
-                    "input_sizes": [[1048576]],
-                    "input_dtypes": ["Float"],
-                    "output_sizes": [[1048576]],
-                    "output_dtypes": ["Float"],
-                    "state": "completed",
-                    "is_p2p": bool(pseq),
-                }
-            )
-        dump = {
-            "version": "2.10",
-            "rank": r,
-            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
-            "entries": entries,
-        }
-        (tmp_path / f"rank{r}.fr.json").write_text(json.dumps(dump))
-    ingest(store, [tmp_path], run="p2p1")
+    send = (("nccl:send 0->1", "nccl:recv 1<-0"), 0, 1, (100, 50), 400)
+    ingest(
+        store,
+        [_fr_pair(tmp_path / "a", [send, (("nccl:all_reduce",) * 2, 1, 0, (1000, 1040), 1300)])],
+        run="p2p1",
+    )
     res = analyze(store, "stragglers", "p2p1")
     per = {r["rank"]: r for r in res.frame.iter_rows(named=True)}
     assert (per[0]["median_lateness_ns"], per[1]["median_lateness_ns"]) == (25_000, 20_000)
@@ -515,6 +522,15 @@ def test_one_collective_per_communicator_without_steps_paces_across_communicator
     assert any(
         "pace 0.90 ms (median spacing of a rank's collectives across communicators" in n for n in res.notes
     )
+    # One collective per rank in all (the all_reduce alone): no spacing anywhere, the pace is
+    # unknown and late_pct null (it was 40000 / 1 ns = 4000000%), said as "pace unknown".
+    ingest(
+        store, [_fr_pair(tmp_path / "b", [(("nccl:all_reduce",) * 2, 1, 0, (1000, 1040), 1300)])], run="one"
+    )
+    res = analyze(store, "stragglers", "one")
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert (r1["median_lateness_ns"], r1["late_pct"]) == (40_000, None)
+    assert any("pace 0.00 ms (unknown)" in n for n in res.notes)
 
 
 def test_cost_at_the_floor_is_named_and_just_below_is_shown_below_it(store, tmp_path):

@@ -253,6 +253,30 @@ def test_inductor_kernels_match_no_built_in_family_but_a_user_pattern(name: str)
     assert gpu_class("kernel", name.replace("triton_", "my_", 1)) == "comm"  # the family itself still matches
 
 
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        # pplx-kernels' names as a demangler may render the template (CUPTI: "(unsigned int)16",
+        # "8UL", "int *"): still its family (g12: the first pattern stopped at the parenthesis)
+        (
+            "void (anonymous namespace)::dispatchKernel<(unsigned int)16, true, false>(int *, unsigned long)",
+            "comm",
+        ),
+        (
+            "void combineKernel<__nv_bfloat16, __nv_bfloat16, 8UL, true, true>(__nv_bfloat16 *, unsigned long)",
+            "comm",
+        ),
+        # a kernel merely named dispatchKernel, without pplx's trailing DO_SEND, DO_RECV, is compute
+        ("void dispatchKernel<float>(float *, int)", "compute"),
+        ("void (anonymous namespace)::combineKernel<4>(float *)", "compute"),
+    ],
+)
+def test_pplx_names_however_rendered(name: str, cls: str) -> None:
+    from traceprof.core.classify import gpu_class
+
+    assert gpu_class("kernel", name) == cls
+
+
 def test_metadata_makes_comm() -> None:
     from traceprof.core.classify import gpu_class
 

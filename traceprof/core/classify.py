@@ -160,7 +160,7 @@ COMM_FAMILIES: tuple[CommFamily, ...] = (
     ),
     CommFamily(
         "pplx",
-        r"^void (?:\(anonymous namespace\)::)?(?:dispatch|combine)Kernel<[^()]*, (?:true|false), (?:true|false)>\(",
+        r"^void (?:\(anonymous namespace\)::)?(?:dispatch|combine)Kernel<.*?, ?(?:true|false), ?(?:true|false)>\(",
         "all_to_all",
         "pplx-kernels (Perplexity) MoE all-to-all dispatch / combine kernels, whose demangled names carry no "
         "library word: void (anonymous namespace)::dispatchKernel<16u, true, true>(...), "

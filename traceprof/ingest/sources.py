@@ -63,7 +63,9 @@ class Collector:
         order: Claims are tried in increasing order (catch-all collectors last).
         whole_run: One file holds a whole run (it is its own run, named after the file).
         settle: Optional ``settle(store, run_id)`` -> notes, run inside the ingest transaction
-            before collectives are matched (e.g. to put a source's private clock on its rank's).
+            before collectives are matched (e.g. to put a source's private clock on its rank's),
+            only when the run holds a trace of this source (``traces.source`` = ``name``): it reads
+            that source's traces and rows alone.
         capture: Optional ``capture(script, out_dir, nproc=N) -> exit status``: run a training
             script on N local ranks recording this source (``traceprof collect``).
         rank_field / world_field: Where the source records the rank and the world size, in its

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from traceprof.core import term
 from traceprof.core.errors import UsageError
@@ -155,8 +156,38 @@ def rename(store: Store, old: str, new: str) -> int:
     return run_id
 
 
+class Held(NamedTuple):
+    """What :func:`ranks_held` read of a run: its world size (``runs.world_size``; None: unknown) and
+    the (rank, source, ranks it stands for) of its traces with a rank (none read when the world size
+    is unknown)."""
+
+    world: int | None
+    traces: list[tuple[int, str, int]]
+
+
+def ranks_held(store: Store, run_id: int) -> Held:
+    """The run's world size and its traces' ranks (:class:`Held`), two statements, for
+    :func:`untraced_ranks` and :func:`profiler_gap_text` to share (an ingest asks both).
+
+    Source fields read: ``runs.world_size``; ``traces.rank``, ``source``, ``meta`` (``stands_for``).
+    """
+    # plain DuckDB rows, not polars: ingest asks this too, and an ingest does not import polars
+    world = store.con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    size = world[0][0] if world else None
+    if size is None:
+        return Held(None, [])
+    # the store's own traces even where a per-rank task shadows them with its rank's rows
+    # (traceprof.engine.rankwise.restrict): which ranks the job lacks is a fact of the whole run
+    held = store.con.execute(
+        f"""SELECT DISTINCT rank, source, {_STANDS_FOR} AS n
+            FROM {store.own_table("traces")} WHERE run_id = ? AND rank IS NOT NULL""",
+        [run_id],
+    ).fetchall()
+    return Held(int(size), [(int(r), str(s), int(n)) for r, s, n in held])
+
+
 def untraced_ranks(
-    store: Store, run_id: int, sources: tuple[str, ...] | None = None
+    store: Store, run_id: int, sources: tuple[str, ...] | None = None, held: Held | None = None
 ) -> tuple[tuple[int, ...], int | None]:
     """(The ranks of the job that no trace of run ``run_id`` holds, its world size): ranks
     0..world_size-1 (``runs.world_size``) less the ranks of its traces (``traces.rank``) and the
@@ -169,25 +200,17 @@ def untraced_ranks(
         sources: Count only traces of these sources (``traces.source``, e.g. :data:`PROFILER_SOURCES`)
             where the run holds any trace of them (a run of Flight Recorder dumps only is judged by
             them); None: a trace of any source counts.
+        held: :func:`ranks_held` of the run, read already; None: read here.
 
     Linear in the run's traces; the ranks listed are at most the world size.
     """
-    # plain DuckDB rows, not polars: ingest asks this too, and an ingest does not import polars
-    world = store.con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchall()
-    size = world[0][0] if world else None
+    size, rows = held if held is not None else ranks_held(store, run_id)
     if size is None:
         return (), None
-    # the store's own traces even where a per-rank task shadows them with its rank's rows
-    # (traceprof.engine.rankwise.restrict): which ranks the job lacks is a fact of the whole run
-    held = store.con.execute(
-        f"""SELECT DISTINCT rank, source, {_STANDS_FOR} AS n
-            FROM {store.own_table("traces")} WHERE run_id = ? AND rank IS NOT NULL""",
-        [run_id],
-    ).fetchall()
-    if sources is not None and any(source in sources for _, source, _ in held):
-        held = [row for row in held if row[1] in sources]
-    traced = {rank + i for rank, _, n in held for i in range(max(int(n), 1))}
-    return tuple(r for r in range(int(size)) if r not in traced), int(size)
+    if sources is not None and any(source in sources for _, source, _ in rows):
+        rows = [row for row in rows if row[1] in sources]
+    traced = {rank + i for rank, _, n in rows for i in range(max(n, 1))}
+    return tuple(r for r in range(size) if r not in traced), size
 
 
 #: SQL over ``traces``: how many consecutive ranks from ``traces.rank`` the trace stands for (its
@@ -238,12 +261,15 @@ def ranks_text(store: Store, run_id: int) -> str:
     return text
 
 
-def profiler_gap_text(store: Store, run_id: int) -> str:
+def profiler_gap_text(store: Store, run_id: int, held: Held | None = None) -> str:
     """``no profiler (Kineto/nsys) trace of rank 2 (it has a Flight Recorder dump only)`` for ranks
     with traces of other sources (``traces.source``) but no :data:`PROFILER_SOURCES` trace, where
-    other ranks of the run have one; else empty."""
+    other ranks of the run have one; else empty. ``held``: :func:`ranks_held` of the run, read
+    already; None: read here (once for both counts)."""
+    held = held if held is not None else ranks_held(store, run_id)
     gap = sorted(
-        set(untraced_ranks(store, run_id, PROFILER_SOURCES)[0]) - set(untraced_ranks(store, run_id)[0])
+        set(untraced_ranks(store, run_id, PROFILER_SOURCES, held)[0])
+        - set(untraced_ranks(store, run_id, held=held)[0])
     )
     if not gap:
         return ""

@@ -1216,3 +1216,53 @@ def test_a_comma_list_may_name_a_baseline_set_among_runs(store, tmp_path):
     assert (got.run_ids, got.label) == (ids, "s,c")
     again = baselines.resolve(store, "s, a")
     assert (again.run_ids, again.repeated) == (ids[:2], ("a",))
+
+
+def _kernels_per_step(folder: Path, counts: list[int]) -> Path:
+    """One GPU rank, one ProfilerStep of 100 us per entry of ``counts``, step i holding counts[i]
+    kernels ``k`` of 2 us (stream 7) after one aten::add."""
+    ev = []
+    for i, n in enumerate(counts):
+        s = 100 * i
+        ev += [op(f"ProfilerStep#{i + 1}", s, 100, cat="user_annotation"), op("aten::add", s + 1, 2)]
+        ev += [kernel("k", 7, s + 5 + 10 * j, 2, corr=1000 * i + j + 1) for j in range(n)]
+    return write_run(folder, ev)
+
+
+@pytest.mark.parametrize(
+    "base_counts, cand_counts, layer, verdict",
+    [
+        # t14 D1 (corpus hta/trace_compare as `diff test base`): kernels per step 4, 1 (median 2.5)
+        # against 4, 2 (median 3): +20 % > 5 % was gated as an exact +0.50 kernels per step (exit 3).
+        # The counts differ between the steps of each run: noise-tested. Hand: base units 4, 1 (mean
+        # 2.5, variance 1.5² x 2 / 1 = 4.5), cand 4, 2 (mean 3, variance 2); pooled within-run
+        # variance (4.5 + 2) / 2 = 3.25, each run's value varies by 3.25 / 2 steps; SE =
+        # sqrt(1.625 + 1.625) = 1.803 = 72.1 % of 2.5 > 5 %: inconclusive (one baseline run)
+        ([4, 1], [4, 2], "timing", "inconclusive"),
+        # only the candidate's steps differ: 4 -> 3 kernels, within-run SE sqrt(2 / 2) = 1 = 25 % of 4
+        ([4, 4], [4, 2], "timing", "inconclusive"),
+        ([2, 2], [3, 3], "structural", "regression"),  # every step agrees: exact, 2 -> 3 (+50 %)
+    ],
+)
+def test_count_varying_between_steps_is_not_exact(store, tmp_path, base_counts, cand_counts, layer, verdict):
+    ingest(
+        store,
+        [
+            _kernels_per_step(tmp_path / "base", base_counts),
+            _kernels_per_step(tmp_path / "cand", cand_counts),
+        ],
+    )
+    res = diff_runs(store, "base", "cand")
+    m = {r["metric"]: r for r in res.frame.iter_rows(named=True)}["launches"]
+    assert (m["layer"], m["verdict"]) == (layer, verdict)
+    assert m["base"] == pytest.approx(float(np.median(base_counts)))
+    assert m["cand"] == pytest.approx(float(np.median(cand_counts)))
+    assert list(res.frame["metric"][:3]) == ["launches", "collectives", "comm_bytes"]  # in its place
+    if layer == "timing":
+        assert not m["regressed"] and "counts differ between the steps of a run" in m["reason"]
+        assert any(n.startswith("launches: the steps of ") for n in res.notes)
+    if base_counts == [4, 1]:
+        assert m["change_pct"] == pytest.approx(20.0)
+        assert m["noise_pct"] == pytest.approx(100 * math.sqrt(3.25) / 2.5)
+        assert res.exit_code == 4 and "+0.50 kernels" not in res.summary
+        assert "the steps of 'base' count it differently (rank 0: 4, 1 per step)" in res.notes[-2]

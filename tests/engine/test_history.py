@@ -129,7 +129,9 @@ def test_peak_memory_deterministic_is_exact(store, tmp_path):
     # allocate 1,024 more in aten::cat: 5,632. Every run repeats its peak in both steps to the
     # byte (deterministic, diff's rule), so the metric is exact, as a structural one: a change
     # point where the value changes (order 4, +1,024 / 4,608 = +22.2 % against the runs before),
-    # bands = the previous value of the segment.
+    # bands = zero-width at the value of the 2+ equal runs before (t14 D4): mem_2 from mem_0..1;
+    # mem_3 from mem_0..2 (4,608), which it breaks: outside; mem_1 and mem_4 have one earlier run
+    # of their segment: no band.
     for i, extra in enumerate((0, 0, 0, 1024, 1024)):
         ingest(store, [memory_gate_run(tmp_path / f"mem_{i}", extra)], run=f"mem_{i}")
     h = history(store, "mem_")
@@ -138,8 +140,10 @@ def test_peak_memory_deterministic_is_exact(store, tmp_path):
     assert {r["layer"] for r in m.values()} == {"structural"}
     assert [m[f"mem_{i}"]["change_point"] for i in range(5)] == [False, False, False, True, False]
     assert m["mem_3"]["change_pct"] == pytest.approx(100 * 1024 / 4608) and m["mem_3"]["segment"] == 2
-    assert (m["mem_1"]["band_lo"], m["mem_1"]["band_hi"]) == (4608, 4608)
-    assert (m["mem_4"]["band_lo"], m["mem_4"]["band_hi"], m["mem_4"]["outside"]) == (5632, 5632, False)
+    assert (m["mem_1"]["band_lo"], m["mem_1"]["band_hi"]) == (None, None)
+    assert (m["mem_2"]["band_lo"], m["mem_2"]["band_hi"], m["mem_2"]["outside"]) == (4608, 4608, False)
+    assert (m["mem_3"]["band_lo"], m["mem_3"]["band_hi"], m["mem_3"]["outside"]) == (4608, 4608, True)
+    assert (m["mem_4"]["band_lo"], m["mem_4"]["band_hi"], m["mem_4"]["outside"]) == (None, None, False)
     assert any(n.startswith("peak_mem_bytes: allocations are deterministic") for n in h.notes)
     assert "change point: peak_mem_bytes from run 'mem_3' (order 4) (+22.2% vs the runs before)" in h.notes
 
@@ -182,3 +186,53 @@ def test_peak_memory_left_out_when_some_runs_have_none(store, tmp_path):
         not _memory_rows(h)
         and "peak_mem_bytes not shown: only 1 of 2 runs recorded memory (profile_memory=True)" in h.notes
     )
+
+
+def _mm_run(folder, mms: list[int]):
+    """One rank, one ProfilerStep of 100 us per entry of ``mms``, step i holding mms[i] aten::mm
+    [4,4]x[4,4] (2 x 4 x 4 x 4 = 128 FLOPs each) of 2 us."""
+    from tests.builders import op, write_run
+
+    ev = []
+    for i, n in enumerate(mms):
+        ev.append(op(f"ProfilerStep#{i + 1}", 100 * i, 100, cat="user_annotation"))
+        ev += [op("aten::mm", 100 * i + 5 + 10 * j, 2, [[4, 4], [4, 4]]) for j in range(n)]
+    return write_run(folder, ev)
+
+
+def test_structural_band_from_the_equal_runs_before(store, tmp_path):
+    # t14 D4 (sample_traces: normal, normal_repeat, straggler_rank3 at 6,039,797,760 FLOPs per step,
+    # then extra_matmul at 7,113,539,584): the run that broke three equal runs had no band and was
+    # not outside. Here 1, 1, 1, then 2 mm per step: FLOPs 128, 128, 128, 256. Band of run 3 from
+    # runs 1-2: [128, 128]; of run 4 from runs 1-3: [128, 128], 256 outside (a change point too,
+    # +100 %); run 2 has one earlier run: no band; so has run 5 in its segment (256 after 256).
+    for i, n in enumerate((1, 1, 1, 2, 2)):
+        ingest(store, [_mm_run(tmp_path / f"s_{i}", [n, n])], run=f"s_{i}")
+    h = history(store, "s_", metrics=["flops"])
+    rows = h.frame.sort("order").to_dicts()
+    assert [r["value"] for r in rows] == [128, 128, 128, 256, 256]
+    assert [(r["band_lo"], r["band_hi"]) for r in rows] == [
+        (None, None),
+        (None, None),
+        (128, 128),
+        (128, 128),
+        (None, None),
+    ]
+    assert [r["outside"] for r in rows] == [False, False, False, True, False]
+    assert [r["change_point"] for r in rows] == [False, False, False, True, False]
+    assert {r["layer"] for r in rows} == {"structural"}
+
+
+def test_structural_count_varying_between_steps_is_a_timing_metric(store, tmp_path):
+    # t14 D1's rule in history: s_1 runs 1 mm in step 1 and 2 in step 2 (FLOPs 128, 256: median 192),
+    # so FLOPs per step is no exact count in the job: noise bands and change points as a timing metric
+    # (no change point from one value that differs), with a note.
+    for i, mms in enumerate(([1, 1], [1, 2], [1, 1])):
+        ingest(store, [_mm_run(tmp_path / f"v_{i}", mms)], run=f"v_{i}")
+    h = history(store, "v_", metrics=["flops"])
+    rows = h.frame.sort("order").to_dicts()
+    assert [r["value"] for r in rows] == [128, 192, 128]
+    assert {r["layer"] for r in rows} == {"timing"} and not any(r["change_point"] for r in rows)
+    # its own noise, v_1: std(128, 256) = 90.51 over sqrt(2 steps) = 64 FLOPs of 192
+    assert rows[1]["noise_pct"] == pytest.approx(100 * 64 / 192)
+    assert any(n.startswith("flops: counted differently in two steps of a rank") for n in h.notes)

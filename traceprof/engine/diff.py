@@ -5,7 +5,10 @@ Algorithm (README.md "CI gating"):
      model FLOPs, collectives and the bytes they move, counted exactly. A change is certain and is
      reported whatever the timing noise; ``flops``, ``launches``, ``collectives`` and
      ``comm_bytes`` are a regression when they grow past their threshold (defaults
-     :data:`traceprof.engine.structure.DEFAULT_THRESHOLDS`).
+     :data:`traceprof.engine.structure.DEFAULT_THRESHOLDS`). A total is exact only when every
+     run's ranks count it the same in all their steps (:meth:`traceprof.engine.structure.Structure.exact`);
+     one that differs between two steps of a rank in some run goes through step 2's noise test
+     instead, its unit values the job totals per step, with a note (:func:`_varying_rows`).
   2. **Timing** (:mod:`traceprof.engine.timing`, :mod:`traceprof.engine.noise`): ``step_time_ns``,
      ``compute_ns``, ``mfu_pct`` (or ``tflops`` without a known peak), ``exposed_comm_ns``,
      ``idle_ns``. Each run's value (median over its (rank, step) samples; ``compute_ns``: the
@@ -423,6 +426,10 @@ def compare_profiles(
         )
     if forced or blind:  # other device kinds or job sizes count other things per step: shown, not gated
         s_rows = [{**r, "regressed": False} for r in s_rows]
+    noisy: list[dict[str, object]] = []
+    if not blind:  # a count that differs between the steps of a run is no exact count (step 1)
+        noisy = _varying_rows([*bases, cand], s_rows, limits, alpha, step_base, forced, notes)
+        s_rows = [r for r in s_rows if r["metric"] not in {m["metric"] for m in noisy}]
     rows = [
         {
             **r,
@@ -438,6 +445,8 @@ def compare_profiles(
         }
         for r in s_rows
     ]
+    order = list(structure.METRICS)
+    rows = sorted([*rows, *noisy], key=lambda r: order.index(str(r["metric"])))  # each in its place
     mem_rows = _memory_rows(bases, cand, limits[MEMORY_METRIC], alpha, step_base, forced, notes)
     rows += mem_rows
     busier = _contention(bases, cand, limits["step_time_ns"])
@@ -622,7 +631,11 @@ def _on_common_ranks(
         return replace(
             p,
             structure=structure.Structure(
-                s.keys.filter(keep), s.totals.filter(keep), s.flops_source, s.bytes_known
+                s.keys.filter(keep),
+                s.totals.filter(keep),
+                s.flops_source,
+                s.bytes_known,
+                None if s.per_step is None else s.per_step.filter(keep),
             ),
             timing=replace(
                 t,
@@ -662,7 +675,7 @@ def _timing_row(
 ) -> dict[str, object]:
     """One timing metric's row (module doc, step 2): per run (value, unit values), baselines first;
     ``busier``: why a wall-clock metric (all but ``compute_ns``) cannot regress (:func:`_contention`)."""
-    worse_up, of_step = METRICS[name]
+    worse_up, of_step = METRICS.get(name, (True, False))  # a structural count: more is worse
     values = np.array([v for v, _ in per])
     base, cand = float(values[:-1].mean()), float(values[-1])
     if name.endswith("_ns"):
@@ -697,6 +710,45 @@ def _timing_row(
         "regressed": verdict == noise.REGRESSION,
         "reason": reason,
     }
+
+
+def _varying_rows(
+    runs: Sequence[RunProfile],
+    s_rows: Sequence[dict[str, object]],
+    limits: dict[str, float],
+    alpha: float,
+    step_base: float,
+    forced: bool,
+    notes: list[str],
+) -> list[dict[str, object]]:
+    """The rows of the structural totals that are not exact (module doc, step 1): some run (baseline
+    or candidate; ``runs``, the candidate last) counts the metric differently in two steps of one
+    rank (:meth:`traceprof.engine.structure.Structure.exact`). Each goes through the timing layer's
+    noise test, a run's unit values being its job totals per step
+    (:meth:`~traceprof.engine.structure.Structure.units`), with a note naming the first such run and
+    rank; ``forced``: shown, not gated. Linear in the runs' (rank, step) rows."""
+    out: list[dict[str, object]] = []
+    for r in s_rows:
+        metric = str(r["metric"])
+        varying = [(p.name, p.structure.varying(metric)) for p in runs if not p.structure.exact(metric)]
+        if not varying:
+            continue
+        per = [(p.structure.total(metric), p.structure.units(metric)) for p in runs]
+        row = _timing_row(metric, per, [len(u) for _, u in per], step_base, limits[metric], alpha)
+        row["reason"] = f"{row['reason']}; counts differ between the steps of a run: noise-tested"
+        if forced and row["verdict"] == noise.REGRESSION:
+            row |= {
+                "verdict": noise.OK,
+                "regressed": False,
+                "reason": f"not gated (--force): {row['reason']}",
+            }
+        out.append(row)
+        name, where = varying[0]
+        notes.append(
+            f"{metric}: the steps of {name!r} count it differently ({where} per step), so the median per step "
+            "is no exact count: noise-tested as a timing metric, not gated as a structural change"
+        )
+    return out
 
 
 def _grew(

@@ -8,7 +8,8 @@ Algorithm:
      name starts with the given prefix; in the order they were recorded (their first step's start,
      epoch ns; ties by run id).
   2. Per run, the gate's metrics (:mod:`traceprof.engine.diff`): the timing metrics (value and unit
-     values per step) and the structural totals per step (exact). ``peak_mem_bytes`` (the largest
+     values per step) and the structural totals per step: exact when every run's ranks count the
+     same in all their steps (``diff``'s rule), else timing metrics (with a note). ``peak_mem_bytes`` (the largest
      step peak of allocated memory over the ranks; per step, the step's) is structural when every
      run's allocations are deterministic (each rank repeats its peak to the byte: ``diff``'s rule
      for one baseline run), else a timing metric; a note says which.
@@ -22,7 +23,8 @@ Algorithm:
      (those runs as the baseline, this run as the candidate). A band whose half-width is the mean
      or more (it would reach 0: few earlier runs, t(0.995, 1) = 63.7, or noisy ones) bounds nothing
      and is left out, with a note. A run outside its band is ``outside``: drift the gate may not
-     flag yet. Structural bands are the previous value (exact).
+     flag yet. An exact metric's band is zero-width, at the value of the 2+ equal runs before it
+     (at a change point: those of the segment it ends), so the run that breaks them is outside.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ class HistoryResult(FrameResult):
     """One row per (run, metric) in ``frame``: order (1 = first recorded), run, metric, layer
     (structural, timing), value (the run's value: ns, %, TFLOP/s, FLOPs, calls or bytes per step),
     noise_pct (timing: the run's own within-run noise, SE of its value from its steps, % of the
-    value), band_lo, band_hi (the noise band; null for a segment's first run, for its second
-    on timing metrics, and where the band would reach 0), change_pct (value
+    value), band_lo, band_hi (the noise band; null with fewer than 2 runs before it to make it of
+    (a timing metric's: of its segment), and where the band would reach 0), change_pct (value
     against the mean of the runs the band is made of, or at a change point of the runs before it, %), outside (value outside the band),
     change_point (a new segment starts at this run), segment (from 1)."""
 
@@ -138,7 +140,7 @@ def _series(p: RunProfile, metric: str) -> tuple[float, np.ndarray]:
         units = p.timing.compute_steps["compute_ns"].to_numpy()
         return p.timing.compute_ns, units
     if metric in STRUCTURAL:
-        return p.structure.total(metric), np.zeros(0)
+        return p.structure.total(metric), p.structure.units(metric)
     if metric not in p.timing.samples.columns:
         return math.nan, np.zeros(0)
     return timing.unit_values(p.timing.samples, metric)
@@ -180,13 +182,18 @@ def history(
     names = [m for m in STRUCTURAL] + [m for m in METRICS if m != ("tflops" if has_mfu else "mfu_pct")]
     mem_notes, exact = _memory_layer(profiles)
     rows: list[tuple[object, ...]] = []
+    varying: list[str] = []  # structural totals that some run counts differently in two steps of a rank
     wide: list[tuple[str, str]] = []  # (run, metric) whose band would be wider than the value itself
     for metric in names:
         series = [_series(p, metric) for p in profiles]
         if any(math.isnan(v) for v, _ in series):
             continue
         values = [v for v, _ in series]
-        structural = metric in STRUCTURAL or (metric == MEMORY_METRIC and exact)
+        structural = (metric in STRUCTURAL and all(p.structure.exact(metric) for p in profiles)) or (
+            metric == MEMORY_METRIC and exact
+        )
+        if metric in STRUCTURAL and not structural:
+            varying.append(metric)
         cps = (
             [i for i in range(1, len(values)) if values[i] != values[i - 1]]
             if structural
@@ -197,8 +204,17 @@ def history(
             seg_start = max(s for s in starts if s <= i)
             prev = list(range(max(seg_start, i - window), i))
             lo = hi = change = None
-            if prev and (structural or len(prev) >= 2):  # one earlier run tells no run-to-run spread
-                ref = [values[j] for j in prev]
+            if not prev and i:  # a change point: against the segment before it
+                prev_start = max(s for s in starts if s < i)
+                before = list(range(max(prev_start, i - window), i))
+            else:
+                before = prev
+            # the runs a band is made of: 2+ (one earlier run shows no run-to-run spread, nor that a
+            # count repeats); an exact metric's from the equal runs before it, so that the run that
+            # breaks them is outside their zero-width band; a timing metric's from its own segment
+            band_of = before if structural else prev
+            if len(band_of) >= 2:
+                ref = [values[j] for j in band_of]
                 mean = float(np.mean(ref))
                 half = 0.0
                 if not structural:
@@ -212,11 +228,6 @@ def history(
                     lo, hi = mean - half, mean + half
                 else:  # a band reaching 0 bounds nothing (every metric is >= 0): too few or too noisy runs
                     wide.append((profiles[i].name, metric))
-            if not prev and i:  # a change point: against the segment before it
-                prev_start = max(s for s in starts if s < i)
-                before = list(range(max(prev_start, i - window), i))
-            else:
-                before = prev
             if before:
                 mean = float(np.mean([values[j] for j in before]))
                 change = 100.0 * (v - mean) / mean if mean else None
@@ -268,6 +279,7 @@ def history(
             raise UsageError(f"--metric {unknown[0]!r}: the job has metrics {have}")
         frame = frame.filter(pl.col("metric").is_in(list(metrics)))
         wide = [w for w in wide if w[1] in metrics]
+        varying = [m for m in varying if m in metrics]
         if MEMORY_METRIC not in metrics:
             mem_notes = []
     notes = _notes(frame, len(profiles))
@@ -278,6 +290,12 @@ def history(
             f"it is the mean ± t = {noise.t_ppf(1.0 - alpha / 2.0, 1):.1f} standard errors)"
         )
     notes[1:1] = mem_notes
+    if varying:
+        notes.insert(
+            1,
+            f"{', '.join(varying)}: counted differently in two steps of a rank in some run (no exact count per "
+            "step): noise bands and change points as a timing metric",
+        )
     kinds = {(p.gpu, p.world_size) for p in profiles}
     if len(kinds) > 1:
         notes.insert(

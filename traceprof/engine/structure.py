@@ -23,6 +23,10 @@ Algorithm:
      ``change_pct`` = 100 · (cand - largest baseline) / largest baseline (a decrease: against the
      smallest; inside the baselines' range: 0, with no one baseline run as its base). It is a regression when it grew by more than its
      threshold. Keys are compared per rank, so a change on one rank is named with its rank.
+  5. A total is **exact** in a run (:meth:`Structure.exact`) when each rank counts the same in all
+     its steps (a step without a row counting 0). Otherwise its median per step is no count the
+     program repeats (hta/trace_compare: kernels per step 4 and 1, median 2.5): the gate noise-tests
+     it from the job totals per step (:meth:`Structure.units`) instead of gating it as certain.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from traceprof.engine.flops import sidecar_flops, signature_flops
@@ -100,16 +105,46 @@ class Structure:
         bytes_known: False when the run has collectives in its steps but none with a size
             (``bytes_in`` / ``bytes_out`` NULL: an old Kineto trace without collective metadata):
             ``comm_bytes`` is then 0 for want of sizes, not measured.
+        per_step: Frame with columns rank, step and each of :data:`METRICS`: the values in every
+            (rank, step) of the ``steps`` table (0 where a step has none); None for a profile built
+            without them (every total is then taken as exact).
     """
 
     keys: pl.DataFrame
     totals: pl.DataFrame
     flops_source: str | None
     bytes_known: bool = True
+    per_step: pl.DataFrame | None = None
 
     def total(self, metric: str) -> float:
         """The job's value of a metric per step: the sum over ranks."""
         return float(self.totals[metric].sum())
+
+    def exact(self, metric: str) -> bool:
+        """Whether ``metric`` is exact in this run (module doc, step 5): each rank counts the same in
+        all its steps. True without ``per_step`` (a profile built by hand)."""
+        if self.per_step is None or self.per_step.is_empty():
+            return True
+        return bool(self.per_step.group_by("rank").agg(pl.col(metric).n_unique())[metric].max() == 1)
+
+    def units(self, metric: str) -> np.ndarray:
+        """The job's value of ``metric`` in each step (the sum over the ranks that have it), in step
+        order: shape (steps,), the metric's unit; empty without ``per_step``."""
+        if self.per_step is None:
+            return np.zeros(0)
+        return self.per_step.group_by("step").agg(pl.col(metric).sum()).sort("step")[metric].to_numpy()
+
+    def varying(self, metric: str) -> str:
+        """The first rank whose steps count ``metric`` differently, with its counts in step order
+        (``rank 1: 4, 1``), or "" when the steps agree."""
+        if self.exact(metric) or self.per_step is None:
+            return ""
+        by = self.per_step.sort("rank", "step").group_by("rank", maintain_order=True).agg(pl.col(metric))
+        for rank, vals in by.iter_rows():
+            if len(set(vals)) > 1:
+                shown = ", ".join(f"{v:,.0f}" for v in vals[:6]) + (", ..." if len(vals) > 6 else "")
+                return f"rank {rank}: {shown}"
+        return ""
 
 
 def _median_over_steps(
@@ -131,13 +166,14 @@ def _median_over_steps(
 
 
 def profile(store: Store, run_id: int) -> Structure:
-    """The structural profile of run ``run_id`` (module doc, steps 1-3).
+    """The structural profile of run ``run_id`` (module doc, steps 1-3 and 5's values per step).
 
     Source fields read: ``events`` (cpu_op name, step, ``args."Input Dims"``, ``"Input type"``,
     ``"Concrete Inputs"``), the ``kernels`` view (kind, name, grid, block, step), ``collectives``
     (op, pg, pg_ranks, bytes_in, bytes_out, step, source), ``steps`` and ``traces.flops_per_step``.
     """
     steps = store.sql("SELECT rank, count(*) AS steps FROM steps WHERE run_id = ? GROUP BY rank", [run_id])
+    step_rows = store.sql("SELECT DISTINCT rank, step FROM steps WHERE run_id = ?", [run_id])
     counts = store.sql(_COUNTS_SQL.replace("$run", str(int(run_id))))
     sig = signature_flops(store, run_id).filter(
         pl.col("step").is_not_null() & pl.col("flops_call").is_not_null()
@@ -182,7 +218,14 @@ def profile(store: Store, run_id: int) -> Structure:
         .sort("rank")
     )
     known = bool(store.sql(_BYTES_KNOWN_SQL.replace("$run", str(int(run_id)))).item())
-    return Structure(keys.sort("rank", *_KEYS), totals, source, known)
+    # every (rank, step) of the steps table, a step without a row counting 0 (step 5)
+    grid = step_rows.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)).join(
+        per_step.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)),
+        on=["rank", "step"],
+        how="left",
+    )
+    grid = grid.select("rank", "step", *(pl.col(m).fill_null(0.0) for m in METRICS)).sort("rank", "step")
+    return Structure(keys.sort("rank", *_KEYS), totals, source, known, grid)
 
 
 def shape_text(kind: str, name: str, sig: str) -> str:

@@ -141,6 +141,34 @@ def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path):
     assert store.runs().height == 0
 
 
+def test_a_rank_file_copied_with_its_rank_and_host_edited_is_refused(store, tmp_path):
+    """t12 F5: rank 1's file (host 'vm', pid 101) rewritten with rank 3 and host 'vm2' was stored as
+    rank 3 (the check grouped by host and pid first). Its events are rank 1's, row for row: refused
+    like the same-host copy, naming both files and each one's host and pid; nothing stored. Ranks 0
+    and 2 on host 'vm2' (pids 100, 102: other events) stay a job of their own: stored, 2 ranks."""
+    d = tmp_path / "job"
+    _rank_file(d / "rank0.json", 0, T0, pid=100, world=4)
+    one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=4)
+    _rank_file(d / "rank2.json", 2, T0, pid=102, world=4)
+    doc = json.loads(one.read_text())
+    doc["distributedInfo"]["rank"] = 3
+    doc["host_name"] = "vm2"
+    (d / "rank3.json").write_text(json.dumps(doc, indent=1))
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    assert str(e.value).endswith(
+        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} (host 'vm', pid 101; host "
+        "'vm2', pid 101): one process's trace under two ranks, a copy of one rank's file with its rank "
+        "edited; run 'job' not stored: leave the copy out"
+    )
+    assert store.runs().height == 0
+    real = tmp_path / "real"
+    _rank_file(real / "rank0.json", 0, T0, pid=100, host="vm2", world=2)
+    _rank_file(real / "rank1.json", 1, T0, pid=102, host="vm2", world=2)
+    ingest(store, [real], jobs=1)
+    assert _runs(store) == {"real": (2, 2)}
+
+
 def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):
     """Ranks 0 and 1 on host 'vm', both pid 100, spans [T0, T0 + 100 us] and [T0 + 50 us, ...]
     overlap, events differ (an op more): stored, with a warning (containers sharing a host name)."""

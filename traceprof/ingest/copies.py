@@ -25,6 +25,7 @@ The rule (README.md "Runs and copies"), within one ingest and across ingests ali
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from traceprof.storage.identity import epoch_span
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["events_digest", "once", "stored_copies", "same_runs", "check_processes"]
+__all__ = ["events_digest", "once", "stored_copies", "same_runs", "check_processes", "Earlier"]
 
 
 #: Event columns the digest leaves out: ``args`` is the source's text as written, whose spacing a
@@ -94,6 +95,42 @@ def stored_copies(store: Any, sha256: str) -> list[tuple[str, str]]:
         [sha256],
     ).fetchall()
     return [(str(n), str(p)) for n, p in rows]
+
+
+class Earlier:
+    """The files of the runs met earlier in one ingest, for rule 2 within it as across ingests: a
+    file of a later run with the bytes of an earlier run's is a copy of that run's file, as one of a
+    stored run is. Files are hashed (``sha``) only when their size is an earlier file's; each at
+    most once. Linear in the files (and their bytes where sizes meet)."""
+
+    def __init__(self, sha: Callable[[Path], str]) -> None:
+        self._sha = sha  # Path -> SHA-256 hex
+        self._by_size: dict[int, list[tuple[Path, str]]] = {}
+        self._known: dict[Path, str] = {}
+        self._runs: dict[str, list[Path]] = {}
+
+    def _digest(self, f: Path) -> str:
+        if f not in self._known:
+            self._known[f] = self._sha(f)
+        return self._known[f]
+
+    def copy_of(self, run: str, f: Path, size: int) -> str | None:
+        """The earlier run (another than ``run``) one of whose files has ``f``'s bytes, or None."""
+        for g, other in self._by_size.get(size, []):
+            if other != run and g != f and self._digest(g) == self._digest(f):
+                return other
+        return None
+
+    def whole(self, run: str, files: list[Path]) -> bool:
+        """Whether ``files`` are, content for content, every file of the earlier run ``run`` (two
+        identical folders: two runs as named, :func:`same_runs`)."""
+        mine = self._runs.get(run, [])
+        return len(mine) == len(files) and {self._digest(f) for f in mine} == {self._digest(f) for f in files}
+
+    def add(self, run: str, f: Path, size: int) -> None:
+        """Note ``f`` (``size`` bytes) as a file of ``run``, to be stored by this ingest."""
+        self._by_size.setdefault(size, []).append((f, run))
+        self._runs.setdefault(run, []).append(f)
 
 
 def same_runs(by_run: dict[str, list[ParsedTrace]]) -> list[str]:

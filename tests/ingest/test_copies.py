@@ -155,46 +155,30 @@ def test_identical_folders_of_one_ingest_are_two_runs_said(store, tmp_path):
 # --- rule 3: one process's trace under two ranks --------------------------------------------------
 
 
-def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path):
+@pytest.mark.parametrize(
+    ("host", "where"), [(None, "host 'vm', pid 101 both"), ("vm2", "host 'vm', pid 101; host 'vm2', pid 101")]
+)
+def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path, host, where):
     """t10: rank 1's file rewritten with distributedInfo.rank 3 (json.dump: its args spacing changes
     too) was rank 3 of the run, no warning. Same host 'vm', pid 101, identical events (times, names,
-    lanes): refused, naming both files; nothing stored."""
+    lanes): refused, naming both files; nothing stored. t12 F5: with its host edited to 'vm2' too it
+    was stored as rank 3 (the check grouped by host and pid first); its events are rank 1's, row for
+    row: refused alike, naming each file's host and pid. Ranks 0 and 2 on host 'vm2' (pids 100, 102:
+    other events) are a job of their own: stored, 2 ranks."""
     d = tmp_path / "job"
     _rank_file(d / "rank0.json", 0, T0, pid=100, world=4)
     one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=4)
     _rank_file(d / "rank2.json", 2, T0, pid=102, world=4)
     doc = json.loads(one.read_text())
     doc["distributedInfo"]["rank"] = 3
+    if host is not None:
+        doc["host_name"] = host
     (d / "rank3.json").write_text(json.dumps(doc, indent=1))
     with pytest.raises(TraceFormatError) as e:
         ingest(store, [d], jobs=1)
     assert str(e.value).endswith(
-        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} (host 'vm', pid 101 both): one "
-        "process's trace under two ranks, a copy of one rank's file with its rank edited; run 'job' not "
-        "stored: leave the copy out"
-    )
-    assert store.runs().height == 0
-
-
-def test_a_rank_file_copied_with_its_rank_and_host_edited_is_refused(store, tmp_path):
-    """t12 F5: rank 1's file (host 'vm', pid 101) rewritten with rank 3 and host 'vm2' was stored as
-    rank 3 (the check grouped by host and pid first). Its events are rank 1's, row for row: refused
-    like the same-host copy, naming both files and each one's host and pid; nothing stored. Ranks 0
-    and 2 on host 'vm2' (pids 100, 102: other events) stay a job of their own: stored, 2 ranks."""
-    d = tmp_path / "job"
-    _rank_file(d / "rank0.json", 0, T0, pid=100, world=4)
-    one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=4)
-    _rank_file(d / "rank2.json", 2, T0, pid=102, world=4)
-    doc = json.loads(one.read_text())
-    doc["distributedInfo"]["rank"] = 3
-    doc["host_name"] = "vm2"
-    (d / "rank3.json").write_text(json.dumps(doc, indent=1))
-    with pytest.raises(TraceFormatError) as e:
-        ingest(store, [d], jobs=1)
-    assert str(e.value).endswith(
-        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} (host 'vm', pid 101; host "
-        "'vm2', pid 101): one process's trace under two ranks, a copy of one rank's file with its rank "
-        "edited; run 'job' not stored: leave the copy out"
+        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} ({where}): one process's trace "
+        "under two ranks, a copy of one rank's file with its rank edited; run 'job' not stored: leave the copy out"
     )
     assert store.runs().height == 0
     real = tmp_path / "real"

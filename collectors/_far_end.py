@@ -8,7 +8,7 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
 
   1. The reference range: the rank's ProfilerSteps, else the 1st..99th percentile of its records'
      starts (:func:`reference_range`); for the records flagged apart from the bulk (Kineto's
-     ``far_outside``, :func:`far_records`), of the starts of the bulk (:func:`_bulk`).
+     ``far_outside``, :func:`far_records`), of the starts of the bulk (:func:`bulk_of`).
   2. The margin: the range's own length, at least :data:`FAR_MARGIN_MIN_NS` (1 s).
   3. A record ends far past the range when its end lies more than the margin past the range's end
      (:func:`far_ends`); the collector clips it to the trace's end, the latest end of its other
@@ -43,9 +43,13 @@ __all__ = [
     "STEP_PAST_END_REPAIR",
     "count_repair",
     "reference_range",
+    "bulk_of",
     "far_ends",
     "far_records",
     "far_rule",
+    "LONG_PAUSE_NS",
+    "long_pause",
+    "long_pause_warning",
     "lane_overruns",
     "step_overlaps",
     "step_overlap_warning",
@@ -84,7 +88,7 @@ def reference_range(
 ) -> tuple[int, int, bool]:
     """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
     1st..99th percentile of the other records' starts, with ``bulk`` of the starts of their bulk
-    (:func:`_bulk`: for the rules that flag what lies apart from it, which then leave out every
+    (:func:`bulk_of`: for the rules that flag what lies apart from it, which then leave out every
     record the range does not reach; a rule that clips what ends past the range keeps the plain
     percentiles, or it would clip the records of the side left out); and whether steps defined it.
 
@@ -94,12 +98,12 @@ def reference_range(
         return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
     pool = ts[~skip] if (~skip).any() else ts
     if bulk:
-        pool = _bulk(np.sort(pool))
+        pool = bulk_of(np.sort(pool))
     lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
     return lo, hi, False
 
 
-def _bulk(st: np.ndarray) -> np.ndarray:
+def bulk_of(st: np.ndarray) -> np.ndarray:
     """The bulk of sorted starts ``st`` (int64 ns), for a trace without steps: split where two
     neighbours lie more than :data:`FAR_MARGIN_MIN_NS` (1 s) apart, start from the cluster with the
     most starts and take in, nearest first, each neighbouring cluster whose gap is at most
@@ -138,6 +142,39 @@ def _bulk(st: np.ndarray) -> np.ndarray:
             n += int(count[hi])
         else:
             return st[first[lo] : last[hi] + 1]
+
+
+#: A gap between the records kept as a trace's bulk (no steps) that is worth a warning: 60 s.
+LONG_PAUSE_NS = 60_000_000_000
+
+
+def long_pause(ts: np.ndarray) -> tuple[int, int, int] | None:
+    """The longest gap between neighbouring starts ``ts`` (int64 ns, any order; the records kept
+    in a trace's bulk) when it is over :data:`LONG_PAUSE_NS` (60 s): (the gap in ns, the records
+    before it, the records after it), else None. Without steps the bulk takes in a far side that
+    holds more than half as many records (:func:`bulk_of`): it may be a pause of the run or
+    another clock, and the window then spans the gap, which the caller warns of. O(n log n)."""
+    if len(ts) < 2:
+        return None
+    st = np.sort(ts)
+    d = np.diff(st)
+    at = int(np.argmax(d))
+    if int(d[at]) <= LONG_PAUSE_NS:
+        return None
+    return int(d[at]), at + 1, len(st) - at - 1
+
+
+def long_pause_warning(label: str, pause: tuple[int, int, int]) -> str:
+    """The warning for a trace kept across a long gap (:func:`long_pause`), one text for the
+    collectors: the file, the gap (s), the records on each side, and what to do if one side is
+    on another clock."""
+    gap, before, after = pause
+    return (
+        f"{label}: the records kept span an idle gap of {gap / 1e9:,.3f} s ({before:,} record(s) before "
+        f"it, {after:,} after; no steps): kept, as a pause of the run, so windows span the gap; if one "
+        "side is stamped on another clock, cut its records from the file (or record with steps) and "
+        "ingest it again"
+    )
 
 
 def far_rule(by_steps: bool, margin: int) -> str:
@@ -192,7 +229,7 @@ def far_records(
     """Records far from the bulk of a trace (Kineto's ``far_outside``; Nsight Systems' GPU rows
     without a launch call): with steps, split the sorted starts of ``pool`` where two neighbours lie
     more than ``margin`` apart; the clusters that overlap the step range are the bulk; without
-    steps the bulk is :func:`_bulk`'s (the largest cluster and the neighbours it takes in); every
+    steps the bulk is :func:`bulk_of`'s (the largest cluster and the neighbours it takes in); every
     other record of ``cand`` is far. O(n log n).
 
     Args:
@@ -215,7 +252,7 @@ def far_records(
         return far, hi
     st.sort()
     if not by_steps:  # without steps the bulk alone decides (a tail after a pause is the run's own)
-        bulk = _bulk(st)
+        bulk = bulk_of(st)
         return cand & ((ts < bulk[0]) | (ts > bulk[-1])), max(hi, int(bulk[-1]))
     cut = np.concatenate(
         [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]

@@ -130,34 +130,58 @@ def _flag_far_without_launch(
     else the bulk, at least 1 s): the head records of a profiling session stamped in another clock
     domain lose their runtime records too, and without a launch to compare with, their distance
     from everything else is what shows it (two kernels 10 s before a 1 ms step stretched the window
-    to 10 s and the idle to 100 %). A row with its launch is judged against it (:func:`before_launch`).
+    to 10 s and the idle to 100 %). A row with its launch is judged against it (:func:`before_launch`),
+    and, when it starts more than the margin after its earliest launch call, also by where it
+    starts: more than the margin past the last start of the bulk of the other rows (which it does
+    not join), it is far: a kernel 200 s after its launch, past the rest of a 2 s trace, was
+    clipped to 0 ns as an overrun but kept its start, and the window ran to 201 s.
 
     Returns:
-        The warning (the count, how far, the first three rows by kind and name), or none.
+        The warnings (rows without a launch, rows long after theirs: the count, how far, the first
+        three rows by kind and name), or none.
     """
     n = len(ts)
     kind = np.fromiter((_CODE.get(k, _CPU) for k in cols["kind"]), np.int8, n)
     launched = corr_ok & np.isin(corr, corr[launch & corr_ok])
     cand = gpu & ~launched
-    cand[early] = False
-    if not cand.any():
+    after = np.zeros(n, np.int64)  # a launched GPU row's start less its earliest launch call's, ns
+    lag = gpu & launched
+    if lag.any():
+        at = np.flatnonzero(launch & corr_ok)
+        at = at[np.lexsort((ts[at], corr[at]))]  # by correlation, earliest call first
+        ids, first = np.unique(corr[at], return_index=True)
+        after[lag] = ts[lag] - ts[at[first]][np.searchsorted(ids, corr[lag])]
+    lag &= after > FAR_MARGIN_MIN_NS  # the margin is at least 1 s: no row nearer its launch is late
+    cand[early] = lag[early] = False
+    if not (cand.any() or lag.any()):
         return []
     dur = np.fromiter((max(int(d), 0) for d in cols["dur_ns"]), np.int64, n)
-    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound, bulk=True)
+    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound | lag, bulk=True)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
-    far, _ = far_records(ts, sound & (kind != _UNCHECKED), lo, hi, margin, by_steps, cand)
-    rows = np.flatnonzero(far)
-    if not len(rows):
-        return []
-    for i in rows.tolist():
-        cols["flag"][i] = "far_outside"
-    gap = int(np.maximum(lo - ts[rows], ts[rows] - hi).max())
+    far, end = far_records(ts, sound & (kind != _UNCHECKED) & ~lag, lo, hi, margin, by_steps, cand)
+    lag &= (after > margin) & (ts > end + margin)  # long after its launch and after the bulk's end
     where = "step range" if by_steps else "time range"
-    return [
-        f"{label}: {len(rows)} GPU record(s) without a launch call lie far outside the trace's {where} "
-        f"(up to {gap / 1e9:,.3f} s away, {far_rule(by_steps, margin)}; {_named(cols, rows)}): another "
-        "clock domain; flagged (events.flag = 'far_outside') and left out of windows, idle and latency"
-    ]
+    out = []
+    late = f"up to {after[lag].max() / 1e9:,.3f} s" if lag.any() else ""
+    for rows, what, rule in (
+        (np.flatnonzero(far), "without a launch call", far_rule(by_steps, margin)),
+        (
+            np.flatnonzero(lag),
+            f"that start long after their launch call ({late})",
+            f"more than {margin / 1e9:,.3f} s after their launch and past the others' last start",
+        ),
+    ):
+        if not len(rows):
+            continue
+        for i in rows.tolist():
+            cols["flag"][i] = "far_outside"
+        gap = int(np.maximum(lo - ts[rows], ts[rows] - hi).max())
+        out.append(
+            f"{label}: {len(rows)} GPU record(s) {what} lie far outside the trace's {where} (up to "
+            f"{gap / 1e9:,.3f} s away, {rule}; {_named(cols, rows)}): another clock domain; flagged "
+            "(events.flag = 'far_outside') and left out of windows, idle and latency"
+        )
+    return out
 
 
 def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], dict[str, int]]:

@@ -55,7 +55,9 @@ Algorithm:
      with a warning (``traceprof.collectors._launch_order``, as Kineto's step 1). A GPU row with
      no launch call (its runtime record lost with it) that lies far from the bulk of the trace
      (Kineto's ``far_outside`` rule, ``traceprof.collectors._far_end.far_records``) is flagged
-     ``far_outside``, with a warning.
+     ``far_outside``, with a warning; so is one that starts more than the margin after its launch
+     call and past the other rows' last start by more than the margin (a kernel 200 s after its
+     launch was clipped to 0 ns as an overrun but kept its start: window 201 s).
   6. Steps: a CPU row gets the step whose range holds its start; a GPU row the step of its launch
      (same correlation), else its own start. One ``steps`` row per step range, with the first and
      last GPU activity launched in it.

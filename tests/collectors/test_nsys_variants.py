@@ -906,3 +906,33 @@ def test_early_kernels_without_their_launch_far_from_the_steps_are_left_out(
     assert any(w.startswith(far) for w in res.warnings) == lost, res.warnings
     t = analyze(s, "temporal").frame.row(0, named=True)
     assert (t["window_ns"], t["idle_ns"], t["compute_ns"]) == (350_000, 150_000, 200_000)
+
+
+def test_a_kernel_long_after_its_launch_and_past_the_rest_is_far(tmp_path: Path) -> None:
+    """The nsys case of t12's leftovers: launches (5 us) at B + 10 + 100 i us (B = 10 ms, i = 0..5,
+    correlationId 501 + i), each kernel 20 us after its launch and 50 us long, but the last one
+    200 s after its launch (B + 530 us + 200 s), no steps. Before: kept as recorded, window [B + 30
+    us, B + 580 us + 200 s] = 200 s + 550 us (t12 N3, a real export so edited: clipped to 0 ns as
+    an overrun, its start kept, window 201 s). Now,
+    200 s after its launch (> margin 1 s) and past the others' last start (B + 510 us) by more than
+    1 s: far_outside, said; the 5 others: window [B + 30, B + 480] us = 450 us, busy 5 x 50 = 250
+    us, idle 200 us."""
+    e = Export()
+    e.gpu(0)
+    e.process(10)
+    b = 10_000_000
+    for i in range(6):
+        start = b + 10_000 + 100_000 * i
+        e.launch(10, 501 + i, start, start + 5_000)
+        k = start + 20_000 + (200_000_000_000 if i == 5 else 0)
+        e.kernel(10, 0, 501 + i, k, k + 50_000)
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [e.write(tmp_path / "rank0.sqlite")])
+    flags = s.sql(
+        "SELECT flag, count(*) FROM events WHERE kind = 'kernel' GROUP BY flag ORDER BY flag"
+    ).rows()
+    assert flags == [("far_outside", 1), (None, 5)]
+    said = "rank0.sqlite: 1 GPU record(s) that start long after their launch call (up to 200.000 s) lie far outside"
+    assert any(w.startswith(said) for w in res.warnings), res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["idle_ns"], t["compute_ns"]) == (450_000, 200_000, 250_000)

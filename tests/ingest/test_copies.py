@@ -106,6 +106,41 @@ def test_a_whole_copy_ingested_later_is_a_second_run_only_when_asked(store, tmp_
     assert not again.added and _runs(store) == {"normal": (4, 4), "copy2": (4, 4)}
 
 
+@pytest.mark.parametrize("extra", [False, True])
+def test_a_folder_of_copies_says_and_stores_the_same_in_one_ingest_as_in_two(tmp_path, extra):
+    """t12 D5 (t10/dup3): folder b holds a copy of a's rank2.json (ranks 0-3 in a). Ingested later,
+    b was skipped ("every file is a copy ... of one stored in run 'a'"); in one ingest with a, b was
+    stored as run 'b' of 1 of 4 ranks, nothing said. Now both: run 'a' (4 traces, 4 ranks) only,
+    the same warning, b/rank2.json skipped as run 'a''s copy. With a new rank3.json in b too
+    (``extra``): both ways run 'b' holds 2 traces (the copy and rank 3), said in one warning."""
+    from traceprof.storage.store import Store
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for r in range(4):
+        _rank_file(a / f"rank{r}.json", r, T0, pid=100 + r, world=4)
+    b.mkdir()
+    (b / "rank2.json").write_bytes((a / "rank2.json").read_bytes())
+    if extra:
+        _rank_file(b / "rank3.json", 3, T0 + 10**9, pid=203, world=4)
+    one = Store(tmp_path / "one.duckdb")
+    said_one = ingest(one, [a, b], jobs=1)
+    two = Store(tmp_path / "two.duckdb")
+    ingest(two, [a], jobs=1)
+    said_two = ingest(two, [b], jobs=1)
+    if extra:
+        text = f"{b}: 1 file(s) are copies (same sha256) of files stored in run 'a', stored in run 'b' too"
+        runs = {"a": (4, 4), "b": (2, 2)}
+    else:
+        text = (
+            f"{b}: every file is a copy (same sha256) of one stored in run 'a': not stored again; to store it "
+            "as a run of its own, ingest it with --run NAME"
+        )
+        runs = {"a": (4, 4)}
+        assert said_one.skipped == said_two.skipped == {str(b / "rank2.json"): "run 'a', as a copy"}
+    assert text in said_one.warnings and text in said_two.warnings, (said_one.warnings, said_two.warnings)
+    assert _runs(one) == _runs(two) == runs
+
+
 def test_identical_folders_of_one_ingest_are_two_runs_said(store, tmp_path):
     """Each folder named is a run: a baseline and its copy (tests/engine/test_history.py's job_0 and
     job_3) are two runs of 1 trace each, and a warning says they hold the same files."""
@@ -120,25 +155,37 @@ def test_identical_folders_of_one_ingest_are_two_runs_said(store, tmp_path):
 # --- rule 3: one process's trace under two ranks --------------------------------------------------
 
 
-def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path):
+@pytest.mark.parametrize(
+    ("host", "where"), [(None, "host 'vm', pid 101 both"), ("vm2", "host 'vm', pid 101; host 'vm2', pid 101")]
+)
+def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path, host, where):
     """t10: rank 1's file rewritten with distributedInfo.rank 3 (json.dump: its args spacing changes
     too) was rank 3 of the run, no warning. Same host 'vm', pid 101, identical events (times, names,
-    lanes): refused, naming both files; nothing stored."""
+    lanes): refused, naming both files; nothing stored. t12 F5: with its host edited to 'vm2' too it
+    was stored as rank 3 (the check grouped by host and pid first); its events are rank 1's, row for
+    row: refused alike, naming each file's host and pid. Ranks 0 and 2 on host 'vm2' (pids 100, 102:
+    other events) are a job of their own: stored, 2 ranks."""
     d = tmp_path / "job"
     _rank_file(d / "rank0.json", 0, T0, pid=100, world=4)
     one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=4)
     _rank_file(d / "rank2.json", 2, T0, pid=102, world=4)
     doc = json.loads(one.read_text())
     doc["distributedInfo"]["rank"] = 3
+    if host is not None:
+        doc["host_name"] = host
     (d / "rank3.json").write_text(json.dumps(doc, indent=1))
     with pytest.raises(TraceFormatError) as e:
         ingest(store, [d], jobs=1)
     assert str(e.value).endswith(
-        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} (host 'vm', pid 101 both): one "
-        "process's trace under two ranks, a copy of one rank's file with its rank edited; run 'job' not "
-        "stored: leave the copy out"
+        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} ({where}): one process's trace "
+        "under two ranks, a copy of one rank's file with its rank edited; run 'job' not stored: leave the copy out"
     )
     assert store.runs().height == 0
+    real = tmp_path / "real"
+    _rank_file(real / "rank0.json", 0, T0, pid=100, host="vm2", world=2)
+    _rank_file(real / "rank1.json", 1, T0, pid=102, host="vm2", world=2)
+    ingest(store, [real], jobs=1)
+    assert _runs(store) == {"real": (2, 2)}
 
 
 def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):

@@ -125,3 +125,62 @@ def test_a_far_head_and_a_far_tail_are_each_measured_against_the_bulk(tmp_path: 
     )
     t = analyze(s, "temporal").frame.row(0, named=True)
     assert (t["window_ns"], t["compute_ns"]) == (19_950 * US, 10_000 * US)
+
+
+def test_a_zero_ts_record_and_a_far_tail_are_each_flagged_as_what_they_are(tmp_path: Path) -> None:
+    # t13 K7: 200 kernels 100 us apart from t0 = 1e9 us (span 19.9 ms), 5 more a day later, and a
+    # cpu_op with ts == 0 (an unset time, 1,000 s before t0), no steps. The zero-ts rule judged the
+    # record against the plain 1st..99th percentile of the others, which reached the tail (5 of
+    # 205 > 1 %): range ~1 day, the record 1,000 s off it was not "apart", joined the far rule's
+    # pool and was flagged far_outside, not zero_ts. Judged against the bulk (t0 .. t0 + 19.9 ms,
+    # apart = 19.9 ms) it is zero_ts; the tail is far_outside: flags zero_ts 1, far_outside 5;
+    # window 19,950 us, busy 200 x 50 = 10,000 us.
+    t0, day = 1e9, 86_400e6
+    starts = [t0 + 100 * i for i in range(200)] + [t0 + 19_900 + day + 100 * i for i in range(5)]
+    zero = {"ph": "X", "cat": "cpu_op", "name": "z", "pid": 1, "tid": 1, "ts": 0, "dur": 3.0}
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [kineto(tmp_path / "rank0.json.gz", [*_kernels(starts), zero])])
+    assert any(w.startswith("rank0.json.gz: 1 record(s) with ts == 0") for w in res.warnings), res.warnings
+    assert any(w.startswith("rank0.json.gz: 5 record(s) lie far outside") for w in res.warnings), res.warnings
+    flags = s.sql("SELECT flag, count(*) AS n FROM events WHERE flag IS NOT NULL GROUP BY flag ORDER BY flag")
+    assert flags.rows() == [("far_outside", 5), ("zero_ts", 1)]
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (19_950 * US, 10_000 * US)
+
+
+def test_a_kept_side_past_a_long_gap_is_warned_of(tmp_path: Path) -> None:
+    # t13 K6/D4: 100 kernels 100 us apart from t0 = 1e11 us (last start t0 + 9,900 us), and 60 more a
+    # day after that last start (t0 + 9,900 us + 1 day + 100 i), no steps. 60 > 100 / 2: the tail
+    # joins the bulk (nothing tells which side is on the wrong clock), kept as before: window
+    # 1 day + 9,900 + 5,900 + 50 us = 86,400,015,850 us, busy 160 x 50 = 8,000 us. It was kept
+    # silently; now one warning names the gap, 86,400.000 s, and the records: 100 before, 60 after.
+    t0, day = 1e11, 86_400e6
+    starts = [t0 + 100 * i for i in range(100)] + [t0 + 9_900 + day + 100 * i for i in range(60)]
+    s = Store(tmp_path / "t.duckdb")
+    res = ingest(s, [kineto(tmp_path / "rank0.json.gz", _kernels(starts))])
+    said = [w for w in res.warnings if "idle gap" in w]
+    assert said == [
+        "rank0.json.gz: the records kept span an idle gap of 86,400.000 s (100 record(s) before it, 60 after; "
+        "no steps): kept, as a pause of the run, so windows span the gap; if one side is stamped on another "
+        "clock, cut its records from the file (or record with steps) and ingest it again"
+    ], res.warnings
+    assert not [w for w in res.warnings if "far outside" in w], res.warnings
+    t = analyze(s, "temporal").frame.row(0, named=True)
+    assert (t["window_ns"], t["compute_ns"]) == (86_400_015_850 * US, 8_000 * US)
+
+
+def test_a_gap_under_a_minute_is_not_warned_of(tmp_path: Path) -> None:
+    # Two bursts of 100 kernels 100 us apart: the second starts 59.99 s after the first's last
+    # start (10,900 us + 59,990,000 us = 60,000,900 us): a gap under 60 s, no warning; 60.001 s
+    # (10,900 + 60,001,000 = 60,011,900 us): warned of, 100 before, 100 after.
+    first = [1000.0 + 100 * i for i in range(100)]
+    for at, warned in ((60_000_900.0, False), (60_011_900.0, True)):
+        s = Store(tmp_path / f"t{warned}.duckdb")
+        (tmp_path / f"{warned}").mkdir()
+        f = kineto(
+            tmp_path / f"{warned}" / "rank0.json.gz", _kernels(first + [at + 100 * i for i in range(100)])
+        )
+        res = ingest(s, [f])
+        said = [w for w in res.warnings if "idle gap" in w]
+        assert len(said) == warned, res.warnings
+        assert not warned or "(100 record(s) before it, 100 after" in said[0]

@@ -87,11 +87,20 @@ def test_two_jobs_on_four_hosts_at_once_are_refused_when_hosts_pair_either_way(s
     node-d, recorded at once (b 2 min later alike: hosts' clocks differ by up to 5 min). Before: two
     runs, node-a paired with whichever host began first. By hand both {a, b} + {c, d} and
     {a, d} + {c, b} are complete rank sets 0..3 (pids rise with rank on every host): ambiguous, so
-    refused ('rank 0 also in ...')."""
+    refused. t13 D5: the refusal read as the generic 'rank 0 also in ...'; it now says the 8 files
+    look like 2 jobs of 4 ranks, each host's ranks (in order of first record: a, b, c, d), both
+    pairings and the options."""
     d = tmp_path / "four"
     for r in range(4):
         _rank_file(d / f"a{r}.json", r, T0, pid=100 + r, host=["node-a", "node-b"][r // 2])
         _rank_file(d / f"b{r}.json", r, T0 + 10_000, pid=200 + r, host=["node-c", "node-d"][r // 2])
-    with pytest.raises(TraceFormatError, match="rank 0 also in"):
+    with pytest.raises(TraceFormatError) as e:
         ingest(store, [d], jobs=1)
+    assert str(e.value) == (
+        f"{d}: its 8 files look like 2 jobs of 4 ranks recorded together, which their hosts group in more "
+        "than one way (node-a ranks 0, 1; node-b ranks 2, 3; node-c ranks 0, 1; node-d ranks 2, 3: jobs as "
+        "node-a+node-b and node-c+node-d, or as node-a+node-d and node-b+node-c), so which job each file is "
+        "cannot be told: put each job's files in a folder of its own, or ingest each job's files on their "
+        "own with --run NAME"
+    )
     assert _runs(store) == {}

@@ -14,10 +14,10 @@ The rule (README.md "Runs and copies"), within one ingest and across ingests ali
      its own (a copy of a whole run is a second run only when asked). Within one ingest each folder
      named is a run as asked: two identical folders are two runs, said in a warning
      (:func:`same_runs`).
-  3. Two ranks of one run are never one process: traces of one source from two files whose host
-     (stated) and pid are the same and whose events are identical, row for row, in every
-     time (ns), name, lane and id (:func:`events_digest`) are a copy of one rank's file with
-     its rank edited, and the run is refused naming both files; the same host and pid recorded at
+  3. Two ranks of one run are never one process: traces of one source from two files that state
+     a host and whose events are identical, row for row, in every time (ns), name, lane, pid and id
+     (:func:`events_digest`) are a copy of one rank's file with its rank edited (its host name
+     too, or not: t12 F5 was stored as a new rank), and the run is refused naming both files; the same host and pid recorded at
      overlapping times with other events is a warning (containers that share a host name and a pid
      namespace's numbers could do that) (:func:`check_processes`).
 """
@@ -25,6 +25,7 @@ The rule (README.md "Runs and copies"), within one ingest and across ingests ali
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from traceprof.storage.identity import epoch_span
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["events_digest", "once", "stored_copies", "same_runs", "check_processes"]
+__all__ = ["events_digest", "once", "stored_copies", "same_runs", "check_processes", "Earlier"]
 
 
 #: Event columns the digest leaves out: ``args`` is the source's text as written, whose spacing a
@@ -96,6 +97,42 @@ def stored_copies(store: Any, sha256: str) -> list[tuple[str, str]]:
     return [(str(n), str(p)) for n, p in rows]
 
 
+class Earlier:
+    """The files of the runs met earlier in one ingest, for rule 2 within it as across ingests: a
+    file of a later run with the bytes of an earlier run's is a copy of that run's file, as one of a
+    stored run is. Files are hashed (``sha``) only when their size is an earlier file's; each at
+    most once. Linear in the files (and their bytes where sizes meet)."""
+
+    def __init__(self, sha: Callable[[Path], str]) -> None:
+        self._sha = sha  # Path -> SHA-256 hex
+        self._by_size: dict[int, list[tuple[Path, str]]] = {}
+        self._known: dict[Path, str] = {}
+        self._runs: dict[str, list[Path]] = {}
+
+    def _digest(self, f: Path) -> str:
+        if f not in self._known:
+            self._known[f] = self._sha(f)
+        return self._known[f]
+
+    def copy_of(self, run: str, f: Path, size: int) -> str | None:
+        """The earlier run (another than ``run``) one of whose files has ``f``'s bytes, or None."""
+        for g, other in self._by_size.get(size, []):
+            if other != run and g != f and self._digest(g) == self._digest(f):
+                return other
+        return None
+
+    def whole(self, run: str, files: list[Path]) -> bool:
+        """Whether ``files`` are, content for content, every file of the earlier run ``run`` (two
+        identical folders: two runs as named, :func:`same_runs`)."""
+        mine = self._runs.get(run, [])
+        return len(mine) == len(files) and {self._digest(f) for f in mine} == {self._digest(f) for f in files}
+
+    def add(self, run: str, f: Path, size: int) -> None:
+        """Note ``f`` (``size`` bytes) as a file of ``run``, to be stored by this ingest."""
+        self._by_size.setdefault(size, []).append((f, run))
+        self._runs.setdefault(run, []).append(f)
+
+
 def same_runs(by_run: dict[str, list[ParsedTrace]]) -> list[str]:
     """Rule 2's note for the runs of one ingest whose files are, content for content, another's
     (``run 'job_3' holds the same files (sha256) as run 'job_0': stored as two runs, as named``).
@@ -118,7 +155,8 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
     events under two ranks; warn of two ranks that share host and pid at overlapping times.
 
     Reads ``traces.host`` and ``traces.pid`` (``pt.trace``), the rank, the events' digest and the
-    traces' epoch spans (ns). n log n in the traces (grouped by host and pid).
+    traces' epoch spans (ns). n log n in the traces (sorted by path; grouped by digest, and by host
+    and pid for the warning).
 
     Args:
         name: The run's name, for messages.
@@ -127,34 +165,42 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
         field: Where the source of the first clash records its rank, for the error.
 
     Raises:
-        TraceFormatError: Two files of different ranks whose events are identical, from one host
-            and pid, naming both files and what to do.
+        TraceFormatError: Two files of different ranks whose events are identical, each stating a
+            host (the same or not), naming both files, their hosts and pids, and what to do.
     """
     by_process: dict[tuple[str, str, str], list[ParsedTrace]] = {}
+    seen: dict[tuple[str, str], ParsedTrace] = {}  # (source, digest) -> its first file
+    for pt in sorted(traces, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1)):
+        host = str(pt.trace.get("host") or "")
+        d = pt.events_digest
+        if not host or d is None:  # hand-built traces (no host_name) share pid and events by design
+            continue
+        other = seen.setdefault((pt.source, d), pt)
+        if other.path != pt.path and other.rank != pt.rank:
+            raise TraceFormatError(
+                pt.path,
+                field,
+                f"rank {pt.rank}, but its {pt.events_kept} events are, row for row, those of rank "
+                f"{other.rank} in {other.path} ({_where(other, pt)}): one process's trace under two ranks, "
+                f"a copy of one rank's file with its rank edited; run {name!r} not stored: leave the copy out",
+            )
     for pt in traces:
         pid = pt.trace.get("pid")
         if pid is not None and str(pid) != "":
             by_process.setdefault((pt.source, str(pt.trace.get("host") or ""), str(pid)), []).append(pt)
     for (_, host, pid), pts in by_process.items():
-        if not host:  # hand-built traces (no host_name) share pid and events by design
-            continue
-        pts = sorted(pts, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1))
-        seen: dict[str, ParsedTrace] = {}
-        for pt in pts:
-            d = pt.events_digest
-            other = seen.get(d) if d is not None else None
-            if other is not None and other.path != pt.path and other.rank != pt.rank:
-                where = f"host {host!r}, pid {pid}"
-                raise TraceFormatError(
-                    pt.path,
-                    field,
-                    f"rank {pt.rank}, but its {pt.events_kept} events are, row for row, those of rank "
-                    f"{other.rank} in {other.path} ({where} both): one process's trace under two ranks, a "
-                    f"copy of one rank's file with its rank edited; run {name!r} not stored: leave the copy out",
-                )
-            if d is not None:
-                seen.setdefault(d, pt)
-        _overlapping(name, host, pid, pts, warnings)
+        if host:
+            pts = sorted(pts, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1))
+            _overlapping(name, host, pid, pts, warnings)
+
+
+def _where(a: ParsedTrace, b: ParsedTrace) -> str:
+    """The process of two files in rule 3's error: ``host 'vm', pid 101 both``, or each file's when
+    the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``)."""
+    one, two = ((str(pt.trace.get("host") or ""), str(pt.trace.get("pid") or "")) for pt in (a, b))
+    if one == two:
+        return f"host {one[0]!r}, pid {one[1]} both"
+    return f"host {one[0]!r}, pid {one[1]}; host {two[0]!r}, pid {two[1]}"
 
 
 def _overlapping(name: str, host: str, pid: str, pts: list[ParsedTrace], warnings: list[str]) -> None:

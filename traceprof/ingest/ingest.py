@@ -512,6 +512,7 @@ def ingest(
     # Only a file of a stored size can be stored already: hash just those here (a second read);
     # the parser hashes every file as it reads it (``traces.sha256``).
     sizes = store.stored_sizes()
+    earlier = copies.Earlier(_sha256)  # this ingest's runs so far: copies of their files, as of stored ones
     for group, files in groups.items():
         # a whole-run file, or a file named alone: its run is named after it (traceprof.ingest.naming)
         lone = group.is_file() or (len(files) == 1 and files[0] in named)
@@ -524,10 +525,13 @@ def ingest(
         elsewhere: dict[Path, str] = {}
         copied: dict[Path, str] = {}  # a copy (another path) of a file stored in another run -> that run
         for f in files:
-            sha = _sha256(f) if f.stat().st_size in sizes else None
+            size = f.stat().st_size
+            sha = _sha256(f) if size in sizes else None
             held = copies.stored_copies(store, sha) if sha is not None else []
             found = store.find_sha(sha, str(f), name) if sha is not None and held else None
-            if found is None:
+            if found is None and (other := earlier.copy_of(name, f, size)) is not None:
+                copied[f] = other  # a copy of a file of a run met earlier in this ingest
+            elif found is None:
                 new.append(f)
             elif any(n == name for n, _ in held) or any(p == str(f) for _, p in held):
                 result.skipped[str(f)] = found[1]  # this run's, or the stored file itself
@@ -547,6 +551,8 @@ def ingest(
                 f"{origin}: {len(copied)} file(s) are copies (same sha256) of files stored in run "
                 f"{next(iter(copied.values()))!r}, stored in run {name!r} too"
             )
+        elif copied and len(set(copied.values())) == 1 and earlier.whole(next(iter(copied.values())), files):
+            new += list(copied)  # a whole run of this ingest again: two runs as named (copies.same_runs)
         elif copied:  # every file a copy: that run again, a run of its own only when asked
             result.skipped.update({str(f): f"run {n!r}, as a copy" for f, n in copied.items()})
             result.warnings.append(
@@ -555,6 +561,8 @@ def ingest(
                 "it with --run NAME"
             )
         todo += [(part, f) for f in files if f in new]
+        for f in new:
+            earlier.add(name, f, f.stat().st_size)
     fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:

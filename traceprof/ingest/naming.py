@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceprof.core.errors import StoreError
+from traceprof.core.errors import StoreError, TraceFormatError
 from traceprof.core.parsed import ParsedTrace
 from traceprof.ingest import sources
 from traceprof.storage.identity import (
@@ -290,13 +290,14 @@ def _by_host(
     """Rule 2's split by machine of one world size's files recorded together: each machine's files
     (:func:`~traceprof.storage.identity.machine`) stay in one job, and the jobs are complete rank
     sets (0..``world``-1 once each). None (ingest then refuses the folder, naming a rank twice)
-    unless that split is unambiguous: the only way to group whole machines into complete rank sets
-    (:func:`_one_cover`: two jobs' ranks 0-1 on node-a and node-c and 2-3 on node-b and node-d
+    unless that split is unambiguous (where whole machines group into complete rank sets in more
+    than one way, a TraceFormatError naming each machine's ranks, two groupings and what to do): the only way to group whole machines into complete rank sets
+    (:func:`_covers`: two jobs' ranks 0-1 on node-a and node-c and 2-3 on node-b and node-d
     pair either way, since hosts' clocks differ by up to 5 min), and on each machine the files'
     pids (``trace["pid"]``) rise with their rank, as one launcher starts a job's local ranks (a
     machine holding ranks 0-1 of one job and 2-3 of another, pids 27284, 27285, 2513, 2514, is two
     jobs' files, not to be cut by machine); also None when a file names no machine, no integer
-    pid or no rank. Linear in the traces but for :func:`_one_cover`'s search, which is bounded.
+    pid or no rank. Linear in the traces but for :func:`_covers`'s search, which is bounded.
     """
     hosts: dict[str, list[str]] = {}
     for p in paths:
@@ -318,7 +319,10 @@ def _by_host(
         if len(pids) != len(pairs) or pids != sorted(set(pids)):
             return None  # pids that do not rise with rank: other jobs' processes on one machine
         ranks.append(frozenset(r for r, _ in pairs))
-    cover = _one_cover(ranks, frozenset(range(world)))
+    covers = _covers(ranks, frozenset(range(world)))
+    if covers is not None and len(covers) > 1 and len(covers[0]) > 1:
+        raise TraceFormatError(origin, "", _ambiguous(blocks, ranks, covers, files, world))
+    cover = covers[0] if covers is not None and len(covers) == 1 else None
     if cover is None or len(cover) < 2:
         return None
     sets = [[pt for i in job for p in blocks[i] for pt in files[p]] for job in cover]
@@ -336,15 +340,36 @@ def _int_pid(pt: ParsedTrace) -> int | None:
         return None
 
 
-#: Steps :func:`_one_cover` may take before it calls the grouping ambiguous.
+#: Steps :func:`_covers` may take before it calls the grouping ambiguous.
 COVER_STEPS = 10_000
 
 
-def _one_cover(blocks: list[frozenset[int]], whole: frozenset[int]) -> list[list[int]] | None:
-    """The only partition of ``blocks`` (each machine's ranks) into groups whose ranks are ``whole``
-    once each, as lists of block indices in order, or None when there is none, more than one, or
-    telling would take more than :data:`COVER_STEPS` steps. Each partition is enumerated once: a new
-    group starts with the first block left, and grows by a block holding its lowest missing rank.
+def _ambiguous(
+    blocks: list[list[str]],
+    ranks: list[frozenset[int]],
+    covers: list[list[list[int]]],
+    files: dict[str, list[ParsedTrace]],
+    world: int,
+) -> str:
+    """The refusal of files recorded together that whole machines group into jobs in more than one
+    way (:func:`_by_host`): each machine's ranks, two of the groupings, and what to do."""
+    host = [str(machine(files[ps[0]][0])) for ps in blocks]
+    each = "; ".join(f"{h} ranks {', '.join(map(str, sorted(r)))}" for h, r in zip(host, ranks, strict=True))
+    ways = ", or as ".join(" and ".join("+".join(host[i] for i in job) for job in cover) for cover in covers)
+    return (
+        f"its {sum(len(ps) for ps in blocks)} files look like {len(covers[0])} jobs of {world} ranks recorded "
+        f"together, which their hosts group in more than one way ({each}: jobs as {ways}), so which job each file "
+        "is cannot be told: put each job's files in a folder of its own, or ingest each job's files on their "
+        "own with --run NAME"
+    )
+
+
+def _covers(blocks: list[frozenset[int]], whole: frozenset[int]) -> list[list[list[int]]] | None:
+    """Up to two partitions of ``blocks`` (each machine's ranks) into groups whose ranks are
+    ``whole`` once each, as lists of block indices in order (none, one: the only one, two: there is
+    more than one), or None when telling would take more than :data:`COVER_STEPS` steps. Each
+    partition is enumerated once: a new group starts with the first block left, and grows by a
+    block holding its lowest missing rank.
     """
     found: list[list[list[int]]] = []
     steps = 0
@@ -367,9 +392,9 @@ def _one_cover(blocks: list[frozenset[int]], whole: frozenset[int]) -> list[list
         return True
 
     if not blocks or not blocks[0] <= whole:
-        return None
+        return []
     done = grow(list(range(1, len(blocks))), [0], blocks[0], [])
-    return found[0] if done and len(found) == 1 else None
+    return found if done or len(found) > 1 else None
 
 
 def _suffix(origin: Path, name: str, depth: int) -> str:

@@ -601,3 +601,42 @@ def test_a_call_two_sources_recorded_counts_once(tmp_path):
             f"SELECT DISTINCT seq FROM ({COLLECTIVE_COPIES_SQL}) WHERE copy_of = 'gloo' ORDER BY seq"
         )["seq"].to_list()
         assert seqs == list(range(20, 32))
+
+
+def test_copies_by_sequence_number_pair_one_to_one():
+    """The rule's other half, on a bare ``collectives`` table: rank 0's Kineto NCCL kernels of
+    all-reduces seq 1..3 (pg '0') and its Flight Recorder entries seq 1..4, enqueued ahead of the
+    GPU (entry k+1 created while kernel k runs, so order and overlap would pair them wrongly). By
+    hand: FR seq 1..3 are the kernels' copies, FR seq 4 (after the profiled window) is counted, every
+    kernel is counted: 4 calls; a second group '1' with the same seq numbers is no copy of group '0'."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE collectives (run_id INT, rank INT, trace_id INT, source VARCHAR, pg VARCHAR, p2p BOOLEAN, "
+        "seq BIGINT, op VARCHAR, bytes_in BIGINT, nelems_in BIGINT, enter_ns BIGINT, start_ns BIGINT, "
+        "end_ns BIGINT, ordinal INT)"
+    )
+    rows = [
+        (1, 0, 1, "nccl_kernel", "0", False, k, "all_reduce", 64, 16, 100 * k, 100 * k + 50, 100 * k + 140, k)
+        for k in (1, 2, 3)
+    ]
+    rows += [
+        (1, 0, 2, "fr", "0", False, k, "all_reduce", 64, 16, 100 * k - 90, 100 * k + 50, 100 * k + 140, k)
+        for k in (1, 2, 3, 4)
+    ]
+    rows += [(1, 0, 2, "fr", "1", False, 1, "all_reduce", 64, 16, 5, None, None, 5)]
+    con.executemany("INSERT INTO collectives VALUES (" + ", ".join("?" * 14) + ")", rows)
+    got = con.execute(
+        f"SELECT source, pg, seq, copy_of FROM ({COLLECTIVE_COPIES_SQL}) ORDER BY source, pg, seq"
+    ).fetchall()
+    assert got == [
+        ("fr", "0", 1, "nccl_kernel"),
+        ("fr", "0", 2, "nccl_kernel"),
+        ("fr", "0", 3, "nccl_kernel"),
+        ("fr", "0", 4, None),
+        ("fr", "1", 1, None),
+        ("nccl_kernel", "0", 1, None),
+        ("nccl_kernel", "0", 2, None),
+        ("nccl_kernel", "0", 3, None),
+    ]
